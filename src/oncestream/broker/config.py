@@ -1,0 +1,73 @@
+"""Broker configuration from Kafka broker property names (``--config key=value``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from oncestream.errors import InvalidConfigError
+
+
+def _parse_bool(value: str) -> bool:
+    lowered = value.strip().lower()
+    if lowered in ("true", "1", "yes"):
+        return True
+    if lowered in ("false", "0", "no"):
+        return False
+    raise InvalidConfigError(f"not a boolean: {value!r}")
+
+
+@dataclass(frozen=True)
+class BrokerConfig:
+    """Broker-wide settings. Topic-level defaults (log.*) are parsed by LogConfig separately."""
+
+    node_id: int = 0
+    host: str = "127.0.0.1"
+    port: int = 9092
+    advertised_host: str | None = None
+    advertised_port: int | None = None
+    auto_create_topics_enable: bool = True
+    num_partitions: int = 1
+    socket_request_max_bytes: int = 104857600
+    retention_check_interval_ms: int = 300000
+    raw: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_properties(cls, host: str, port: int, props: dict[str, str]) -> BrokerConfig:
+        """Parse Kafka broker property names; unknown names are kept in ``raw`` for later layers."""
+        try:
+            node_id = int(props.get("node.id", props.get("broker.id", "0")))
+            adv_host: str | None = None
+            adv_port: int | None = None
+            advertised = props.get("advertised.listeners")
+            if advertised:
+                # PLAINTEXT://host:port (first listener only: one listener is all we serve).
+                first = advertised.split(",")[0]
+                hostport = first.split("://", 1)[-1]
+                adv_host, _, port_text = hostport.rpartition(":")
+                adv_port = int(port_text)
+            config = cls(
+                node_id=node_id,
+                host=host,
+                port=port,
+                advertised_host=adv_host,
+                advertised_port=adv_port,
+                auto_create_topics_enable=_parse_bool(
+                    props.get("auto.create.topics.enable", "true")
+                ),
+                num_partitions=int(props.get("num.partitions", "1")),
+                socket_request_max_bytes=int(props.get("socket.request.max.bytes", "104857600")),
+                retention_check_interval_ms=int(
+                    props.get("log.retention.check.interval.ms", "300000")
+                ),
+                raw=dict(props),
+            )
+        except ValueError as exc:
+            raise InvalidConfigError(str(exc)) from exc
+        if config.num_partitions < 1 or config.socket_request_max_bytes < 1024:
+            raise InvalidConfigError("num.partitions must be >= 1, socket.request.max.bytes >= 1024")
+        return config
+
+    @property
+    def advertised(self) -> tuple[str, int]:
+        """Host and port clients are told to connect to."""
+        return (self.advertised_host or self.host, self.advertised_port or self.port)

@@ -1,0 +1,104 @@
+"""Route a request frame to its handler and frame the response.
+
+A handler is ``handle(state, header, request) -> response | None`` (sync or async); ``None`` means
+no response is sent (Produce with acks=0). The set of handlers must match the API version table
+exactly: checked when the dispatcher is built.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from oncestream.broker.handlers import (
+    api_versions,
+    configs,
+    fetch,
+    list_offsets,
+    metadata,
+    produce,
+    producer_id,
+    records_admin,
+    topics,
+)
+from oncestream.broker.state import BrokerState
+from oncestream.protocol import api_keys as k
+from oncestream.protocol.api_keys import API_VERSIONS
+from oncestream.protocol.codec import (
+    MalformedRequestError,
+    RequestHeader,
+    decode_request,
+    encode_response,
+    parse_request_header,
+)
+
+log = logging.getLogger("oncestream.broker")
+
+Handler = Callable[[BrokerState, RequestHeader, Any], Any]
+
+HANDLERS: dict[int, Handler] = {
+    k.PRODUCE: produce.handle,
+    k.FETCH: fetch.handle,
+    k.LIST_OFFSETS: list_offsets.handle,
+    k.METADATA: metadata.handle,
+    k.API_VERSIONS_KEY: api_versions.handle,
+    k.CREATE_TOPICS: topics.handle_create,
+    k.DELETE_TOPICS: topics.handle_delete,
+    k.DELETE_RECORDS: records_admin.handle_delete_records,
+    k.INIT_PRODUCER_ID: producer_id.handle,
+    k.DESCRIBE_CONFIGS: configs.handle_describe,
+    k.ALTER_CONFIGS: configs.handle_alter,
+    k.INCREMENTAL_ALTER_CONFIGS: configs.handle_incremental_alter,
+}
+assert set(HANDLERS) == set(API_VERSIONS), "every advertised API needs a handler and vice versa"
+
+
+class CloseConnection(Exception):
+    """The request cannot be answered; the connection must be closed (Kafka does the same)."""
+
+
+class Dispatcher:
+    """Turns request frames into response frames for one broker."""
+
+    def __init__(self, state: BrokerState) -> None:
+        self.state = state
+        self._async = {key: inspect.iscoroutinefunction(h) for key, h in HANDLERS.items()}
+
+    async def handle_frame(self, frame: bytes) -> bytes | list | None:
+        """Answer one request frame; raise CloseConnection when the frame is not acceptable."""
+        try:
+            header = parse_request_header(frame)
+        except MalformedRequestError as exc:
+            raise CloseConnection(str(exc)) from None
+        supported = API_VERSIONS.get(header.api_key)
+        if supported is None:
+            raise CloseConnection(f"unknown api key {header.api_key}")
+        if not supported[0] <= header.api_version <= supported[1]:
+            if header.api_key == k.API_VERSIONS_KEY:
+                # KIP-511: an ApiVersions request of a version we do not know is answered in
+                # the v0 format with UNSUPPORTED_VERSION and our table, so the client can retry.
+                return api_versions.unsupported_version_response(header.correlation_id)
+            raise CloseConnection(
+                f"unsupported version {header.api_version} of api {header.api_key}"
+            )
+        try:
+            request = decode_request(header, frame)
+        except MalformedRequestError as exc:
+            raise CloseConnection(str(exc)) from None
+        handler = HANDLERS[header.api_key]
+        if self._async[header.api_key]:
+            response = await handler(self.state, header, request)
+        else:
+            response = handler(self.state, header, request)
+        if response is None or isinstance(response, list):
+            return response  # no response (acks=0), or buffers the handler framed itself
+        return encode_response(header.api_key, header.api_version, header.correlation_id, response)
+
+
+def error_code_of(exc: BaseException) -> ErrorCode:
+    """The Kafka error code for an exception raised by the core."""
+    return getattr(exc, "code", ErrorCode.unknown_server_error)

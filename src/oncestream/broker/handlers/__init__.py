@@ -1,0 +1,1 @@
+"""One module per API family; each exposes ``handle*(state, header, request)`` functions."""

@@ -1,0 +1,35 @@
+"""ApiVersions (key 18), including KIP-511's v0-format answer to a version we do not know."""
+
+from __future__ import annotations
+
+import datetime
+import struct
+
+from kio.schema.errors import ErrorCode
+
+from oncestream.broker.state import BrokerState
+from oncestream.protocol.api_keys import API_VERSIONS, API_VERSIONS_KEY
+from oncestream.protocol.codec import RequestHeader, build, response_module
+
+
+def handle(state: BrokerState, header: RequestHeader, request: object) -> object:
+    m = response_module(API_VERSIONS_KEY, header.api_version)
+    keys = tuple(
+        build(m.ApiVersion, api_key=key, min_version=lo, max_version=hi)
+        for key, (lo, hi) in sorted(API_VERSIONS.items())
+    )
+    return build(
+        m.ApiVersionsResponse,
+        error_code=ErrorCode.none,
+        api_keys=keys,
+        throttle_time=datetime.timedelta(0),
+    )
+
+
+def unsupported_version_response(correlation_id: int) -> bytes:
+    """ApiVersions v0 body with UNSUPPORTED_VERSION and our table, behind a v0 response header."""
+    body = bytearray(struct.pack(">ih", correlation_id, ErrorCode.unsupported_version))
+    body += struct.pack(">i", len(API_VERSIONS))
+    for key, (lo, hi) in sorted(API_VERSIONS.items()):
+        body += struct.pack(">hhh", key, lo, hi)
+    return struct.pack(">i", len(body)) + bytes(body)

@@ -1,0 +1,57 @@
+"""ListOffsets (key 2): earliest (-2), latest (-1, honouring the isolation level), by timestamp."""
+
+from __future__ import annotations
+
+import datetime
+
+from kio.schema.errors import ErrorCode
+
+from oncestream.broker.state import BrokerState
+from oncestream.errors import KafkaError
+from oncestream.protocol.api_keys import LIST_OFFSETS
+from oncestream.protocol.codec import RequestHeader, build, response_module
+
+LATEST_TIMESTAMP = -1
+EARLIEST_TIMESTAMP = -2
+READ_COMMITTED = 1
+
+
+def handle(state: BrokerState, header: RequestHeader, request) -> object:
+    m = response_module(LIST_OFFSETS, header.api_version)
+    read_committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
+    topics_out = []
+    for t in request.topics:
+        parts_out = []
+        for p in t.partitions:
+            error = ErrorCode.none
+            offset = timestamp = -1
+            try:
+                plog = state.logs.get(t.name, p.partition_index)
+            except KafkaError as exc:
+                error = exc.code
+            else:
+                if p.timestamp == EARLIEST_TIMESTAMP:
+                    offset = plog.log_start_offset
+                elif p.timestamp == LATEST_TIMESTAMP:
+                    offset = plog.last_stable_offset if read_committed else plog.high_watermark
+                elif p.timestamp < 0:
+                    error = ErrorCode.unsupported_version
+                else:
+                    found = plog.offset_for_timestamp(p.timestamp)
+                    if found is not None:
+                        offset, timestamp = found
+                        upper = plog.last_stable_offset if read_committed else plog.high_watermark
+                        if offset >= upper:
+                            offset = timestamp = -1
+            parts_out.append(
+                build(
+                    m.ListOffsetsPartitionResponse,
+                    partition_index=p.partition_index,
+                    error_code=error,
+                    timestamp=timestamp,
+                    offset=offset,
+                    leader_epoch=0 if error == ErrorCode.none else -1,
+                )
+            )
+        topics_out.append(build(m.ListOffsetsTopicResponse, name=t.name, partitions=tuple(parts_out)))
+    return build(m.ListOffsetsResponse, throttle_time=datetime.timedelta(0), topics=tuple(topics_out))

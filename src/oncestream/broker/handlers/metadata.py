@@ -1,0 +1,91 @@
+"""Metadata (key 3): one broker that leads every partition; auto-creates topics when allowed."""
+
+from __future__ import annotations
+
+import datetime
+import uuid
+
+from kio.schema.errors import ErrorCode
+
+from oncestream.broker.state import BrokerState
+from oncestream.errors import KafkaError
+from oncestream.protocol.api_keys import METADATA
+from oncestream.protocol.codec import RequestHeader, build, response_module
+
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+
+
+def handle(state: BrokerState, header: RequestHeader, request) -> object:
+    m = response_module(METADATA, header.api_version)
+    node_id = state.config.node_id
+    topics = state.logs.topics()
+    requested = request.topics
+    if requested is None or (header.api_version == 0 and not requested):
+        names = sorted(topics)
+    else:
+        by_id = {info.topic_id: name for name, info in topics.items()}
+        names = []
+        for t in requested:
+            name = t.name
+            if name is None and getattr(t, "topic_id", None) is not None:
+                name = by_id.get(t.topic_id)
+            names.append(name)
+    auto_create = state.config.auto_create_topics_enable and getattr(
+        request, "allow_auto_topic_creation", True
+    )
+    out = []
+    for name in names:
+        info = topics.get(name) if name is not None else None
+        error = ErrorCode.none
+        if info is None and name is not None and auto_create and name not in INTERNAL_TOPICS:
+            try:
+                info = state.logs.create_topic(name, state.config.num_partitions, {})
+                topics = state.logs.topics()
+            except KafkaError as exc:
+                error = exc.code
+        if info is None:
+            if error == ErrorCode.none:
+                error = ErrorCode.unknown_topic_or_partition
+            out.append(
+                build(
+                    m.MetadataResponseTopic,
+                    error_code=error,
+                    name=name,
+                    topic_id=uuid.UUID(int=0),
+                    is_internal=False,
+                    partitions=(),
+                )
+            )
+            continue
+        partitions = tuple(
+            build(
+                m.MetadataResponsePartition,
+                error_code=ErrorCode.none,
+                partition_index=p,
+                leader_id=node_id,
+                leader_epoch=0,
+                replica_nodes=(node_id,),
+                isr_nodes=(node_id,),
+                offline_replicas=(),
+            )
+            for p in range(info.num_partitions)
+        )
+        out.append(
+            build(
+                m.MetadataResponseTopic,
+                error_code=ErrorCode.none,
+                name=name,
+                topic_id=info.topic_id,
+                is_internal=name in INTERNAL_TOPICS,
+                partitions=partitions,
+            )
+        )
+    host, port = state.config.advertised
+    return build(
+        m.MetadataResponse,
+        throttle_time=datetime.timedelta(0),
+        brokers=(build(m.MetadataResponseBroker, node_id=node_id, host=host, port=port, rack=None),),
+        cluster_id=state.cluster_id,
+        controller_id=node_id,
+        topics=tuple(out),
+    )

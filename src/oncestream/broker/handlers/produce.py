@@ -1,0 +1,79 @@
+"""Produce (key 0): append batches verbatim; acks 0, 1 and -1 (with optional group-commit fsync)."""
+
+from __future__ import annotations
+
+import datetime
+
+from kio.schema.errors import ErrorCode
+
+from oncestream.broker.state import BrokerState
+from oncestream.errors import KafkaError
+from oncestream.protocol.api_keys import PRODUCE
+from oncestream.protocol.codec import RequestHeader, build, response_module
+
+_VALID_ACKS = (0, 1, -1)
+
+
+async def handle(state: BrokerState, header: RequestHeader, request) -> object | None:
+    m = response_module(PRODUCE, header.api_version)
+    now_ms = state.now_ms()
+    acks = request.acks
+    to_flush = []
+    topics_out = []
+    for topic in request.topic_data:
+        parts_out = []
+        for part in topic.partition_data:
+            error = ErrorCode.none
+            message = None
+            base_offset = -1
+            log_start = -1
+            append_time = None
+            if acks not in _VALID_ACKS:
+                error = ErrorCode.invalid_required_acks
+            elif request.transactional_id is not None:
+                # Transactions arrive with the transaction coordinator; until then a
+                # transactional produce is refused rather than half-supported.
+                error = ErrorCode.transactional_id_authorization_failed
+            elif part.records is None:
+                error = ErrorCode.invalid_record
+                message = "no records"
+            else:
+                try:
+                    plog = state.logs.get(topic.name, part.index)
+                    result = plog.append(part.records, now_ms)
+                except KafkaError as exc:
+                    error, message = exc.code, str(exc)
+                else:
+                    base_offset = result.base_offset
+                    log_start = result.log_start_offset
+                    if result.log_append_time_ms >= 0:
+                        append_time = datetime.datetime.fromtimestamp(
+                            result.log_append_time_ms / 1000, tz=datetime.timezone.utc
+                        )
+                    if not result.duplicate:
+                        state.notifier.notify(topic.name, part.index)
+                    if acks == -1 and plog.needs_flush_on_ack():
+                        to_flush.append(plog)
+            parts_out.append(
+                build(
+                    m.PartitionProduceResponse,
+                    index=part.index,
+                    error_code=error,
+                    base_offset=base_offset,
+                    log_append_time=append_time,
+                    log_start_offset=log_start,
+                    record_errors=(),
+                    error_message=message,
+                )
+            )
+        topics_out.append(build(m.TopicProduceResponse, name=topic.name, partition_responses=tuple(parts_out)))
+    if to_flush:
+        await _flush_all(state, to_flush)
+    if acks == 0:
+        return None
+    return build(m.ProduceResponse, responses=tuple(topics_out), throttle_time=datetime.timedelta(0))
+
+
+async def _flush_all(state: BrokerState, logs) -> None:
+    for fut in [state.flusher.flush_soon(plog) for plog in logs]:
+        await fut

@@ -1,0 +1,95 @@
+"""CreateTopics (key 19) and DeleteTopics (key 20) on a single node (replication factor 1)."""
+
+from __future__ import annotations
+
+import datetime
+import uuid
+
+from kio.schema.errors import ErrorCode
+
+from oncestream.broker.handlers.metadata import INTERNAL_TOPICS
+from oncestream.broker.state import BrokerState
+from oncestream.errors import KafkaError
+from oncestream.log.config import LogConfig
+from oncestream.protocol.api_keys import CREATE_TOPICS, DELETE_TOPICS
+from oncestream.protocol.codec import RequestHeader, build, response_module
+
+_NIL_UUID = uuid.UUID(int=0)
+
+
+def handle_create(state: BrokerState, header: RequestHeader, request) -> object:
+    m = response_module(CREATE_TOPICS, header.api_version)
+    results = []
+    for t in request.topics:
+        error, message = ErrorCode.none, None
+        topic_id = _NIL_UUID
+        num_partitions = t.num_partitions
+        if t.assignments:
+            num_partitions = len(t.assignments)
+        elif num_partitions == -1:
+            num_partitions = state.config.num_partitions
+        configs = {c.name: c.value for c in t.configs if c.value is not None}
+        if t.replication_factor not in (-1, 1):
+            error = ErrorCode.invalid_replication_factor
+            message = "this broker is a single node: replication factor must be 1"
+        elif num_partitions < 1:
+            error, message = ErrorCode.invalid_partitions, "number of partitions must be >= 1"
+        elif t.name in state.logs.topics():
+            error, message = ErrorCode.topic_already_exists, f"topic {t.name!r} already exists"
+        else:
+            try:
+                LogConfig.from_topic_configs(configs, state.log_config)
+                if not request.validate_only:
+                    info = state.logs.create_topic(t.name, num_partitions, configs)
+                    topic_id = info.topic_id
+            except KafkaError as exc:
+                error, message = exc.code, str(exc)
+        results.append(
+            build(
+                m.CreatableTopicResult,
+                name=t.name,
+                topic_id=topic_id,
+                error_code=error,
+                error_message=message,
+                num_partitions=num_partitions if error == ErrorCode.none else -1,
+                replication_factor=1 if error == ErrorCode.none else -1,
+                configs=None if error != ErrorCode.none else (),
+            )
+        )
+    return build(m.CreateTopicsResponse, throttle_time=datetime.timedelta(0), topics=tuple(results))
+
+
+def handle_delete(state: BrokerState, header: RequestHeader, request) -> object:
+    m = response_module(DELETE_TOPICS, header.api_version)
+    if hasattr(request, "topic_names"):
+        wanted = [(name, None) for name in request.topic_names]
+    else:
+        wanted = [(t.name, t.topic_id) for t in request.topics]
+    results = []
+    for name, topic_id in wanted:
+        error, message = ErrorCode.none, None
+        topics = state.logs.topics()
+        if name is None and topic_id is not None:
+            name = next((n for n, info in topics.items() if info.topic_id == topic_id), None)
+            if name is None:
+                error = ErrorCode.unknown_topic_id
+        if error == ErrorCode.none:
+            if name in INTERNAL_TOPICS:
+                error, message = ErrorCode.topic_authorization_failed, "internal topics cannot be deleted"
+            else:
+                try:
+                    info = topics.get(name)
+                    topic_id = info.topic_id if info is not None else topic_id
+                    state.logs.delete_topic(name)
+                except KafkaError as exc:
+                    error, message = exc.code, str(exc)
+        results.append(
+            build(
+                m.DeletableTopicResult,
+                name=name,
+                topic_id=topic_id or _NIL_UUID,
+                error_code=error,
+                error_message=message,
+            )
+        )
+    return build(m.DeleteTopicsResponse, throttle_time=datetime.timedelta(0), responses=tuple(results))

@@ -1,0 +1,368 @@
+"""The ``oncestream`` command: broker, topics, produce, consume, demo."""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import logging
+import sys
+import time
+from pathlib import Path
+
+from kio.schema.errors import ErrorCode
+
+from oncestream.client.connection import (
+    BrokerConnection,
+    BrokerUnreachableError,
+    parse_bootstrap,
+)
+from oncestream.client.partitioner import partition_for_key
+from oncestream.protocol.records import NewRecord, decode_batches, encode_batch
+
+PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3
+CREATE_TOPICS, DELETE_TOPICS, INIT_PRODUCER_ID, DESCRIBE_CONFIGS = 19, 20, 22, 32
+
+
+class CliError(Exception):
+    """A user-facing failure: printed without a traceback, exit code 1."""
+
+
+def _parse_props(items: list[str] | None) -> dict[str, str]:
+    props: dict[str, str] = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise CliError(f"--config expects key=value, got {item!r}")
+        props[key.strip()] = value.strip()
+    return props
+
+
+def _parse_listen(listen: str) -> tuple[str, int]:
+    host, sep, port = listen.rpartition(":")
+    if not sep:
+        raise CliError(f"--listen expects HOST:PORT, got {listen!r}")
+    return host or "0.0.0.0", int(port)
+
+
+# --- broker --------------------------------------------------------------------------------------
+
+
+def cmd_broker(args: argparse.Namespace) -> int:
+    from oncestream.broker.server import run_broker
+
+    logging.basicConfig(
+        level=getattr(logging, args.log_level.upper()),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    host, port = _parse_listen(args.listen)
+    return run_broker(Path(args.data_dir), host, port, _parse_props(args.config))
+
+
+# --- admin helpers -------------------------------------------------------------------------------
+
+
+def _connect(args: argparse.Namespace) -> BrokerConnection:
+    host, port = parse_bootstrap(args.bootstrap_server)
+    try:
+        return BrokerConnection(host, port, client_id="oncestream-cli")
+    except BrokerUnreachableError as exc:
+        raise CliError(f"broker unreachable at {host}:{port} ({exc.__cause__ or exc})") from None
+
+
+def _metadata(conn: BrokerConnection, topics: list[str] | None):
+    def make(m, version):
+        req_topics = None
+        if topics is not None:
+            req_topics = tuple(m.MetadataRequestTopic(name=t) for t in topics)
+        kwargs = {"topics": req_topics}
+        if "allow_auto_topic_creation" in m.MetadataRequest.__dataclass_fields__:
+            kwargs["allow_auto_topic_creation"] = False
+        return m.MetadataRequest(**kwargs)
+
+    return conn.call_with_version(METADATA, make)
+
+
+def _partitions_of(conn: BrokerConnection, topic: str) -> int:
+    meta = _metadata(conn, [topic])
+    (t,) = meta.topics
+    if t.error_code != ErrorCode.none:
+        raise CliError(f"topic {topic!r}: {t.error_code.name}")
+    return len(t.partitions)
+
+
+def cmd_topics(args: argparse.Namespace) -> int:
+    with _connect(args) as conn:
+        if args.action == "list":
+            for t in sorted(_metadata(conn, None).topics, key=lambda t: t.name or ""):
+                print(t.name)
+        elif args.action == "create":
+            props = _parse_props(args.config)
+
+            def make(m):
+                return m.CreateTopicsRequest(
+                    topics=(
+                        m.CreatableTopic(
+                            name=args.name,
+                            num_partitions=args.partitions,
+                            replication_factor=1,
+                            assignments=(),
+                            configs=tuple(m.CreatableTopicConfig(name=k, value=v) for k, v in props.items()),
+                        ),
+                    ),
+                    timeout=datetime.timedelta(seconds=30),
+                    validate_only=False,
+                )
+
+            (res,) = conn.call(CREATE_TOPICS, make).topics
+            if res.error_code != ErrorCode.none:
+                raise CliError(f"create {args.name!r}: {res.error_code.name}: {res.error_message or ''}")
+            print(f"created topic {args.name} with {args.partitions} partition(s)")
+        elif args.action == "delete":
+
+            def make(m, version):
+                if "topic_names" in m.DeleteTopicsRequest.__dataclass_fields__:
+                    return m.DeleteTopicsRequest(topic_names=(args.name,), timeout=datetime.timedelta(seconds=30))
+                return m.DeleteTopicsRequest(
+                    topics=(m.DeleteTopicState(name=args.name, topic_id=None),),
+                    timeout=datetime.timedelta(seconds=30),
+                )
+
+            (res,) = conn.call_with_version(DELETE_TOPICS, make).responses
+            if res.error_code != ErrorCode.none:
+                raise CliError(f"delete {args.name!r}: {res.error_code.name}")
+            print(f"deleted topic {args.name}")
+        elif args.action == "describe":
+            meta = _metadata(conn, [args.name])
+            (t,) = meta.topics
+            if t.error_code != ErrorCode.none:
+                raise CliError(f"topic {args.name!r}: {t.error_code.name}")
+            print(f"topic {t.name} id {t.topic_id} partitions {len(t.partitions)}")
+            for p in sorted(t.partitions, key=lambda p: p.partition_index):
+                low, high = _watermarks(conn, args.name, p.partition_index)
+                print(f"  partition {p.partition_index} leader {p.leader_id} offsets [{low}, {high})")
+
+            def make_cfg(m):
+                return m.DescribeConfigsRequest(
+                    resources=(m.DescribeConfigsResource(resource_type=2, resource_name=args.name, configuration_keys=None),)
+                )
+
+            (res,) = conn.call(DESCRIBE_CONFIGS, make_cfg).results
+            for c in res.configs:
+                print(f"  config {c.name}={c.value}")
+    return 0
+
+
+def _list_offset(conn: BrokerConnection, topic: str, partition: int, timestamp: int) -> int:
+    def make(m):
+        return m.ListOffsetsRequest(
+            replica_id=-1,
+            isolation_level=0,
+            topics=(m.ListOffsetsTopic(name=topic, partitions=(m.ListOffsetsPartition(partition_index=partition, timestamp=timestamp),)),),
+        )
+
+    (t,) = conn.call(LIST_OFFSETS, make).topics
+    (p,) = t.partitions
+    if p.error_code != ErrorCode.none:
+        raise CliError(f"{topic}[{partition}]: {p.error_code.name}")
+    return p.offset
+
+
+def _watermarks(conn: BrokerConnection, topic: str, partition: int) -> tuple[int, int]:
+    return _list_offset(conn, topic, partition, -2), _list_offset(conn, topic, partition, -1)
+
+
+# --- produce -------------------------------------------------------------------------------------
+
+
+def cmd_produce(args: argparse.Namespace) -> int:
+    """stdin lines -> records, idempotent, acks=all, batched per partition."""
+    with _connect(args) as conn:
+        num_partitions = _partitions_of(conn, args.topic)
+        pid_resp = conn.call(
+            INIT_PRODUCER_ID,
+            lambda m: m.InitProducerIdRequest(transactional_id=None, transaction_timeout=datetime.timedelta(seconds=60)),
+        )
+        if pid_resp.error_code != ErrorCode.none:
+            raise CliError(f"InitProducerId: {pid_resp.error_code.name}")
+        producer_id, epoch = pid_resp.producer_id, pid_resp.producer_epoch
+        sequences = [0] * num_partitions
+        pending: dict[int, list[NewRecord]] = {}
+        round_robin = 0
+        sent = 0
+
+        def flush() -> None:
+            nonlocal sent
+            for partition, recs in list(pending.items()):
+                batch = encode_batch(
+                    recs,
+                    now_ms=int(time.time() * 1000),
+                    producer_id=producer_id,
+                    producer_epoch=epoch,
+                    base_sequence=sequences[partition],
+                )
+
+                def make(m, partition=partition, batch=batch):
+                    return m.ProduceRequest(
+                        acks=-1,
+                        timeout=datetime.timedelta(seconds=30),
+                        topic_data=(m.TopicProduceData(name=args.topic, partition_data=(m.PartitionProduceData(index=partition, records=batch),)),),
+                    )
+
+                (t,) = conn.call(PRODUCE, make).responses
+                (p,) = t.partition_responses
+                if p.error_code != ErrorCode.none:
+                    raise CliError(f"produce to {args.topic}[{partition}]: {p.error_code.name}")
+                sequences[partition] += len(recs)
+                sent += len(recs)
+            pending.clear()
+
+        for line in sys.stdin.buffer:
+            line = line.rstrip(b"\r\n")
+            key = None
+            value = line
+            if args.key_separator:
+                sep = args.key_separator.encode()
+                if sep in line:
+                    key, value = line.split(sep, 1)
+            if args.partition is not None:
+                partition = args.partition
+            elif key is not None:
+                partition = partition_for_key(key, num_partitions)
+            else:
+                partition = round_robin % num_partitions
+                round_robin += 1
+            pending.setdefault(partition, []).append(NewRecord(value=value, key=key))
+            if sum(len(v) for v in pending.values()) >= args.batch_records:
+                flush()
+        flush()
+        print(f"produced {sent} record(s) to {args.topic}", file=sys.stderr)
+    return 0
+
+
+# --- consume -------------------------------------------------------------------------------------
+
+
+def cmd_consume(args: argparse.Namespace) -> int:
+    with _connect(args) as conn:
+        num_partitions = _partitions_of(conn, args.topic)
+        start_ts = -2 if args.from_beginning else -1
+        positions = {p: _list_offset(conn, args.topic, p, start_ts) for p in range(num_partitions)}
+        printed = 0
+        idle_deadline = time.monotonic() + args.idle_timeout_ms / 1000 if args.idle_timeout_ms else None
+        out = sys.stdout.buffer
+        sep = (args.key_separator or "").encode()
+        while args.max_messages is None or printed < args.max_messages:
+            if idle_deadline is not None and time.monotonic() > idle_deadline:
+                break
+
+            def make(m):
+                return m.FetchRequest(
+                    replica_id=-1,
+                    max_wait=datetime.timedelta(milliseconds=500),
+                    min_bytes=1,
+                    max_bytes=52428800,
+                    isolation_level=1 if args.read_committed else 0,
+                    topics=(m.FetchTopic(topic=args.topic, partitions=tuple(
+                        m.FetchPartition(partition=p, fetch_offset=o, partition_max_bytes=1048576)
+                        for p, o in positions.items()
+                    )),),
+                    forgotten_topics_data=(),
+                )
+
+            resp = conn.call(FETCH, make)
+            got_any = False
+            for t in resp.responses:
+                for p in t.partitions:
+                    if p.error_code != ErrorCode.none:
+                        raise CliError(f"fetch {args.topic}[{p.partition_index}]: {p.error_code.name}")
+                    requested = positions[p.partition_index]
+                    for batch in decode_batches(p.records or b"", allow_partial=True):
+                        positions[p.partition_index] = max(positions[p.partition_index], batch.header.next_offset)
+                        if batch.header.is_control:
+                            continue
+                        for rec in batch.records:
+                            if rec.offset < requested:  # a batch may start before the fetch offset
+                                continue
+                            got_any = True
+                            if args.key_separator is not None:
+                                out.write((rec.key or b"") + sep)
+                            out.write((rec.value or b"") + b"\n")
+                            printed += 1
+                            if args.max_messages is not None and printed >= args.max_messages:
+                                break
+            out.flush()
+            if got_any and args.idle_timeout_ms:
+                idle_deadline = time.monotonic() + args.idle_timeout_ms / 1000
+    return 0
+
+
+# --- entry point ---------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="oncestream", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    b = sub.add_parser("broker", help="run a broker in the foreground")
+    b.add_argument("--data-dir", required=True)
+    b.add_argument("--listen", default="127.0.0.1:9092", help="HOST:PORT (port 0 picks a free one)")
+    b.add_argument("--config", action="append", metavar="KEY=VALUE", help="Kafka broker property")
+    b.add_argument("--log-level", default="info")
+    b.set_defaults(func=cmd_broker)
+
+    def client_args(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--bootstrap-server", "-b", default="127.0.0.1:9092")
+
+    t = sub.add_parser("topics", help="create, list, describe or delete topics")
+    t.add_argument("action", choices=["create", "list", "describe", "delete"])
+    t.add_argument("name", nargs="?")
+    t.add_argument("--partitions", type=int, default=1)
+    t.add_argument("--config", action="append", metavar="KEY=VALUE", help="topic config")
+    client_args(t)
+    t.set_defaults(func=cmd_topics)
+
+    p = sub.add_parser("produce", help="stdin lines to records (idempotent, acks=all)")
+    p.add_argument("topic")
+    p.add_argument("--key-separator", help="split each line into key and value at this string")
+    p.add_argument("--partition", type=int)
+    p.add_argument("--batch-records", type=int, default=1000)
+    client_args(p)
+    p.set_defaults(func=cmd_produce)
+
+    c = sub.add_parser("consume", help="print records, one per line")
+    c.add_argument("topic")
+    start = c.add_mutually_exclusive_group()
+    start.add_argument("--from-beginning", action="store_true")
+    start.add_argument("--latest", action="store_true", help="start at the end (the default)")
+    c.add_argument("--max-messages", type=int)
+    c.add_argument("--idle-timeout-ms", type=int, default=0, help="stop after this long without records")
+    c.add_argument("--key-separator", help="print key<SEP>value")
+    c.add_argument("--read-committed", action="store_true")
+    client_args(c)
+    c.set_defaults(func=cmd_consume)
+
+    d = sub.add_parser("demo", help="run the end-to-end demo")
+    d.add_argument("rest", nargs=argparse.REMAINDER)
+    d.set_defaults(func=lambda a: __import__("oncestream.demo", fromlist=["main"]).main(a.rest))
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command == "topics" and args.action != "list" and not args.name:
+        parser.error("topics create|describe|delete need a topic name")
+    try:
+        return int(args.func(args) or 0)
+    except CliError as exc:
+        print(f"oncestream: {exc}", file=sys.stderr)
+        return 1
+    except BrokerUnreachableError as exc:
+        print(f"oncestream: broker unreachable: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,166 @@
+"""A blocking connection to one Kafka-protocol broker, with API version negotiation.
+
+It frames kio request dataclasses, picks for each API the highest version both sides support
+(our kio schemas, an optional cap, and the broker's ApiVersions answer), and decodes the response.
+It talks to any Kafka-protocol broker, not only ours.
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import socket
+import struct
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
+
+from kio.index import load_entity_module
+from kio.schema.index import api_key_map, schema_name_map
+from kio.serial import entity_reader, entity_writer
+from kio.static.constants import EntityType
+
+from oncestream.protocol.codec import read_uvarint
+
+_SIZE = struct.Struct(">i")
+_HEADER = struct.Struct(">hhih")
+API_VERSIONS_KEY = 18
+
+
+class BrokerUnreachableError(ConnectionError):
+    """The broker could not be reached or closed the connection."""
+
+
+class UnsupportedApiError(RuntimeError):
+    """The broker supports no version of an API we know."""
+
+
+@functools.cache
+def _kio_versions(api_key: int) -> tuple[int, int]:
+    versions = sorted(schema_name_map[api_key_map[api_key]])
+    return versions[0], versions[-1]
+
+
+@functools.cache
+def _modules(api_key: int, version: int) -> tuple[ModuleType, ModuleType]:
+    name = api_key_map[api_key]
+    return (
+        load_entity_module(name, version, EntityType.request),
+        load_entity_module(name, version, EntityType.response),
+    )
+
+
+def _payload(module: ModuleType, entity_type: EntityType) -> type:
+    for value in vars(module).values():
+        if isinstance(value, type) and getattr(value, "__type__", None) == entity_type:
+            return value
+    raise LookupError(module.__name__)
+
+
+class BrokerConnection:
+    """One TCP connection; ``call`` sends a request and returns the decoded response."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        client_id: str = "oncestream",
+        timeout_s: float = 30.0,
+        max_versions: dict[int, int] | None = None,
+    ) -> None:
+        self.host, self.port = host, port
+        self._client_id = client_id.encode()
+        self._max_versions = max_versions or {}
+        self._correlation_id = 0
+        try:
+            self._sock = socket.create_connection((host, port), timeout=timeout_s)
+        except OSError as exc:
+            raise BrokerUnreachableError(f"cannot connect to {host}:{port}: {exc}") from exc
+        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.broker_versions: dict[int, tuple[int, int]] = {}
+        response = self._call_version(API_VERSIONS_KEY, 0, lambda m: m.ApiVersionsRequest())
+        self.broker_versions = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
+
+    def version_for(self, api_key: int) -> int:
+        """Highest version of ``api_key`` supported by kio, the cap and the broker."""
+        lo, hi = _kio_versions(api_key)
+        hi = min(hi, self._max_versions.get(api_key, hi))
+        blo, bhi = self.broker_versions.get(api_key, (0, -1))
+        version = min(hi, bhi)
+        if version < max(lo, blo):
+            raise UnsupportedApiError(f"no common version for api {api_key}")
+        return version
+
+    def call(self, api_key: int, make: Callable[[ModuleType], Any]) -> Any:
+        """Send ``make(request_module)`` at the negotiated version and return the response."""
+        return self._call_version(api_key, self.version_for(api_key), make)
+
+    def call_with_version(self, api_key: int, make: Callable[[ModuleType, int], Any]) -> Any:
+        version = self.version_for(api_key)
+        return self._call_version(api_key, version, lambda m: make(m, version))
+
+    def _call_version(self, api_key: int, version: int, make: Callable[[ModuleType], Any]) -> Any:
+        req_mod, resp_mod = _modules(api_key, version)
+        request = make(req_mod)
+        self._correlation_id += 1
+        correlation_id = self._correlation_id
+        buf = io.BytesIO()
+        buf.write(b"\0\0\0\0")
+        buf.write(_HEADER.pack(api_key, version, correlation_id, len(self._client_id)))
+        buf.write(self._client_id)
+        if request.__flexible__:
+            buf.write(b"\0")  # header v2: no tagged fields
+        entity_writer(type(request))(buf, request)
+        frame = buf.getbuffer()
+        _SIZE.pack_into(frame, 0, len(frame) - 4)
+        try:
+            self._sock.sendall(frame)
+            del frame
+            payload = self._recv_frame()
+        except OSError as exc:
+            raise BrokerUnreachableError(f"{self.host}:{self.port}: {exc}") from exc
+        (got_id,) = _SIZE.unpack_from(payload, 0)
+        if got_id != correlation_id:
+            raise BrokerUnreachableError("response correlation id mismatch")
+        pos = 4
+        resp_cls = _payload(resp_mod, EntityType.response)
+        if resp_cls.__flexible__ and api_key != API_VERSIONS_KEY:
+            count, pos = read_uvarint(payload, pos)
+            for _ in range(count):
+                _tag, pos = read_uvarint(payload, pos)
+                size, pos = read_uvarint(payload, pos)
+                pos += size
+        response, _ = entity_reader(resp_cls)(payload, pos)
+        return response
+
+    def _recv_exact(self, size: int) -> bytes:
+        chunks = bytearray()
+        while len(chunks) < size:
+            chunk = self._sock.recv(min(size - len(chunks), 1 << 20))
+            if not chunk:
+                raise BrokerUnreachableError(f"{self.host}:{self.port} closed the connection")
+            chunks += chunk
+        return bytes(chunks)
+
+    def _recv_frame(self) -> bytes:
+        (size,) = _SIZE.unpack(self._recv_exact(4))
+        return self._recv_exact(size)
+
+    def close(self) -> None:
+        self._sock.close()
+
+    def __enter__(self) -> BrokerConnection:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def parse_bootstrap(servers: str) -> tuple[str, int]:
+    """First host:port of a bootstrap list."""
+    first = servers.split(",")[0].strip()
+    if "://" in first:
+        first = first.split("://", 1)[1]
+    host, _, port = first.rpartition(":")
+    return host or "127.0.0.1", int(port)

@@ -1,0 +1,176 @@
+"""Request header parsing, request body decoding and response encoding on top of kio.
+
+kio supplies one generated dataclass module per (API, version) plus a native reader and a writer.
+This module adds the three things kio leaves to the embedder: reading the request header (we do it
+by hand because the header version depends on whether the *body* version is flexible, which is
+only known after reading api key and version), framing a response with the right header version
+(ApiVersions always answers with header v0, KIP-511), and ``build`` — constructing a kio dataclass
+from keyword arguments while dropping fields that the chosen version does not have, so that one
+handler can answer every version it supports.
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import struct
+from dataclasses import dataclass, fields
+from types import ModuleType
+from typing import Any
+
+from kio.index import load_entity_module
+from kio.serial import entity_reader, entity_writer
+from kio.static.constants import EntityType
+
+from oncestream.protocol.api_keys import API_VERSIONS
+
+_HEADER_FIXED = struct.Struct(">hhih")
+_SIZE = struct.Struct(">i")
+
+
+class MalformedRequestError(Exception):
+    """The request frame cannot be parsed; the connection must be closed."""
+
+
+@dataclass(frozen=True, slots=True)
+class RequestHeader:
+    """The fields of a request header that the broker uses."""
+
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    body_offset: int
+
+
+def read_uvarint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
+    """Unsigned varint (flexible versions' compact lengths and tag counts)."""
+    result = 0
+    shift = 0
+    while True:
+        if pos >= len(buf) or shift > 28:
+            raise MalformedRequestError("bad unsigned varint")
+        byte = buf[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return result, pos
+        shift += 7
+
+
+def parse_request_header(frame: bytes | memoryview) -> RequestHeader:
+    """Parse header v1/v2 of a request frame (without the 4-byte size prefix)."""
+    if len(frame) < _HEADER_FIXED.size:
+        raise MalformedRequestError("request shorter than its header")
+    api_key, api_version, correlation_id, client_id_len = _HEADER_FIXED.unpack_from(frame, 0)
+    pos = _HEADER_FIXED.size
+    client_id: str | None = None
+    if client_id_len >= 0:
+        end = pos + client_id_len
+        if end > len(frame):
+            raise MalformedRequestError("client id runs past the frame")
+        client_id = bytes(frame[pos:end]).decode("utf-8", "replace")
+        pos = end
+    if is_flexible(api_key, api_version):
+        # Header v2: tagged fields follow the client id (which stays a nullable int16 string).
+        count, pos = read_uvarint(frame, pos)
+        for _ in range(count):
+            _tag, pos = read_uvarint(frame, pos)
+            size, pos = read_uvarint(frame, pos)
+            pos += size
+            if pos > len(frame):
+                raise MalformedRequestError("tagged field runs past the frame")
+    return RequestHeader(api_key, api_version, correlation_id, client_id, pos)
+
+
+@functools.cache
+def _api_name(api_key: int) -> str:
+    from kio.schema.index import api_key_map
+
+    return api_key_map[api_key]
+
+
+@functools.cache
+def request_class(api_key: int, api_version: int) -> type:
+    """The kio request dataclass for a supported (key, version)."""
+    module = load_entity_module(_api_name(api_key), api_version, EntityType.request)
+    return _payload_class(module, EntityType.request)
+
+
+@functools.cache
+def response_module(api_key: int, api_version: int) -> ModuleType:
+    """The kio response module (holding the response and its nested classes)."""
+    return load_entity_module(_api_name(api_key), api_version, EntityType.response)
+
+
+@functools.cache
+def response_class(api_key: int, api_version: int) -> type:
+    return _payload_class(response_module(api_key, api_version), EntityType.response)
+
+
+def _payload_class(module: ModuleType, entity_type: EntityType) -> type:
+    for value in vars(module).values():
+        if isinstance(value, type) and getattr(value, "__type__", None) == entity_type:
+            return value
+    raise LookupError(f"no {entity_type.name} class in {module.__name__}")
+
+
+@functools.cache
+def is_flexible(api_key: int, api_version: int) -> bool:
+    """Whether this (key, version) uses flexible encoding; False for anything we do not support."""
+    supported = API_VERSIONS.get(api_key)
+    if supported is None or not supported[0] <= api_version <= supported[1]:
+        return False
+    return bool(request_class(api_key, api_version).__flexible__)
+
+
+@functools.cache
+def _reader(cls: type) -> Any:
+    return entity_reader(cls)
+
+
+@functools.cache
+def _writer(cls: type) -> Any:
+    return entity_writer(cls)
+
+
+def decode_request(header: RequestHeader, frame: bytes | memoryview) -> Any:
+    """Decode the body of a supported request. Raises MalformedRequestError on bad input."""
+    cls = request_class(header.api_key, header.api_version)
+    try:
+        entity, _size = _reader(cls)(frame, header.body_offset)
+    except Exception as exc:  # kio raises ValueError/IndexError/etc. on malformed bodies
+        raise MalformedRequestError(f"cannot decode {cls.__name__}: {exc}") from exc
+    return entity
+
+
+@functools.cache
+def _field_names(cls: type) -> frozenset[str]:
+    return frozenset(f.name for f in fields(cls))
+
+
+def build(cls: type, **values: Any) -> Any:
+    """Construct a kio dataclass, silently dropping fields this version does not have."""
+    names = _field_names(cls)
+    return cls(**{k: v for k, v in values.items() if k in names})
+
+
+def encode_response(api_key: int, api_version: int, correlation_id: int, response: Any) -> bytes:
+    """Serialize a response with its size prefix and the right response header version."""
+    buf = io.BytesIO()
+    buf.write(b"\0\0\0\0")
+    buf.write(_SIZE.pack(correlation_id))
+    # Flexible responses use header v1 (an empty tagged-field section), except ApiVersions,
+    # which always answers with header v0 so that any client can read it (KIP-511).
+    if response.__flexible__ and api_key != 18:
+        buf.write(b"\0")
+    _writer(type(response))(buf, response)
+    out = buf.getbuffer()
+    _SIZE.pack_into(out, 0, len(out) - 4)
+    del out
+    return buf.getvalue()
+
+
+def has_field(cls: type, name: str) -> bool:
+    """Whether this version's dataclass has a field (for version-dependent behaviour)."""
+    return name in _field_names(cls)
