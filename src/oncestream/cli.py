@@ -17,6 +17,7 @@ from oncestream.client.connection import (
     parse_bootstrap,
 )
 from oncestream.client.partitioner import partition_for_key
+from oncestream.protocol.codec import build
 from oncestream.protocol.records import NewRecord, decode_batches, encode_batch
 
 PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3
@@ -70,16 +71,19 @@ def _connect(args: argparse.Namespace) -> BrokerConnection:
 
 
 def _metadata(conn: BrokerConnection, topics: list[str] | None):
-    def make(m, version):
+    def make(m):
         req_topics = None
         if topics is not None:
-            req_topics = tuple(m.MetadataRequestTopic(name=t) for t in topics)
-        kwargs = {"topics": req_topics}
-        if "allow_auto_topic_creation" in m.MetadataRequest.__dataclass_fields__:
-            kwargs["allow_auto_topic_creation"] = False
-        return m.MetadataRequest(**kwargs)
+            req_topics = tuple(build(m.MetadataRequestTopic, name=t, topic_id=None) for t in topics)
+        return build(
+            m.MetadataRequest,
+            topics=req_topics,
+            allow_auto_topic_creation=False,
+            include_cluster_authorized_operations=False,
+            include_topic_authorized_operations=False,
+        )
 
-    return conn.call_with_version(METADATA, make)
+    return conn.call(METADATA, make)
 
 
 def _partitions_of(conn: BrokerConnection, topic: str) -> int:
@@ -362,6 +366,9 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # output piped into head & co.
+        sys.stderr.close()
+        return 0
 
 
 if __name__ == "__main__":
