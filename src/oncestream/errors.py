@@ -222,7 +222,7 @@ class InvalidRequestError(KafkaError):
 
 
 class ConcurrentTransactionsError(KafkaError):
-    """Another state change of this transactional id is in flight; retry (CONCURRENT_TRANSACTIONS)."""
+    """A state change of this transactional id is in flight; retry (CONCURRENT_TRANSACTIONS)."""
 
     code = ErrorCode.concurrent_transactions
 
@@ -240,13 +240,13 @@ class ProducerFencedError(KafkaError):
 
 
 class InvalidProducerIdMappingError(KafkaError):
-    """The producer id is not the one mapped to the transactional id (INVALID_PRODUCER_ID_MAPPING)."""
+    """The producer id is not the transactional id's (INVALID_PRODUCER_ID_MAPPING)."""
 
     code = ErrorCode.invalid_producer_id_mapping
 
 
 class InvalidTransactionTimeoutError(KafkaError):
-    """transaction.timeout.ms is not in (0, transaction.max.timeout.ms] (INVALID_TRANSACTION_TIMEOUT)."""
+    """transaction.timeout.ms not in (0, transaction.max.timeout.ms] (INVALID_TRANSACTION_TIMEOUT)."""
 
     code = ErrorCode.invalid_transaction_timeout
 

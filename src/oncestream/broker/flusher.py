@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 from typing import Protocol
 
+from oncestream.errors import KafkaError
+
 
 class Flushable(Protocol):
     def flush(self) -> None: ...
@@ -41,7 +43,7 @@ class GroupCommitFlusher:
         for log in pending.values():
             try:
                 log.flush()
-            except OSError as exc:  # a failed fsync must fail the acknowledgement
+            except (OSError, KafkaError) as exc:  # a failed fsync must fail the acknowledgement
                 error = exc
         for fut in waiters:
             if fut.done():

@@ -1,0 +1,214 @@
+"""Per-topic log configuration with Kafka's topic property names, defaults and validation.
+
+Two name spaces map onto one ``LogConfig``: topic properties (``retention.ms``, used by CreateTopics,
+AlterConfigs and DescribeConfigs) and broker properties (``log.retention.ms``, ``--config`` on the
+command line) which provide the defaults every topic starts from.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from oncestream.errors import InvalidConfigError
+
+INT32_MAX = 2**31 - 1
+INT64_MAX = 2**63 - 1
+
+CLEANUP_DELETE = "delete"
+CLEANUP_COMPACT = "compact"
+TIMESTAMP_CREATE_TIME = "CreateTime"
+TIMESTAMP_LOG_APPEND_TIME = "LogAppendTime"
+
+# Kafka topic configs we accept and keep as overrides (so DescribeConfigs shows them and clients
+# that set them are not refused) but that the single-node log does not act on: replication,
+# throttling, tiered storage, down-conversion, compaction tuning and broker-side recompression.
+PASSTHROUGH_TOPIC_CONFIGS: frozenset[str] = frozenset(
+    {
+        "compression.type",
+        "compression.gzip.level",
+        "compression.lz4.level",
+        "compression.zstd.level",
+        "file.delete.delay.ms",
+        "flush.ms",
+        "follower.replication.throttled.replicas",
+        "leader.replication.throttled.replicas",
+        "local.retention.bytes",
+        "local.retention.ms",
+        "max.compaction.lag.ms",
+        "message.downconversion.enable",
+        "message.format.version",
+        "message.timestamp.after.max.ms",
+        "message.timestamp.before.max.ms",
+        "message.timestamp.difference.max.ms",
+        "min.cleanable.dirty.ratio",
+        "min.compaction.lag.ms",
+        "min.insync.replicas",
+        "preallocate",
+        "remote.storage.enable",
+        "remote.log.copy.disable",
+        "remote.log.delete.on.disable",
+        "segment.index.bytes",
+        "segment.jitter.ms",
+        "unclean.leader.election.enable",
+    }
+)
+
+
+def _parse_int(name: str, text: str, low: int, high: int) -> int:
+    try:
+        value = int(str(text).strip())
+    except ValueError as exc:
+        raise InvalidConfigError(f"{name}: {text!r} is not an integer") from exc
+    if not low <= value <= high:
+        raise InvalidConfigError(f"{name}: {value} is outside [{low}, {high}]")
+    return value
+
+
+def _parse_cleanup_policy(name: str, text: str) -> str:
+    parts = {part.strip() for part in str(text).split(",") if part.strip()}
+    if not parts or not parts <= {CLEANUP_DELETE, CLEANUP_COMPACT}:
+        raise InvalidConfigError(f"{name}: {text!r} must be delete, compact or compact,delete")
+    # One canonical spelling so equality and DescribeConfigs are stable.
+    return ",".join(sorted(parts))
+
+
+def _parse_timestamp_type(name: str, text: str) -> str:
+    value = str(text).strip()
+    if value not in (TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME):
+        raise InvalidConfigError(f"{name}: {text!r} must be CreateTime or LogAppendTime")
+    return value
+
+
+def _int_parser(low: int, high: int) -> Callable[[str, str], int]:
+    return lambda name, text: _parse_int(name, text, low, high)
+
+
+# topic property name -> (LogConfig field, parser). Ranges follow Kafka's LogConfig definitions;
+# segment.bytes keeps Kafka 3.x's small minimum so tests can roll tiny segments, and is capped at
+# int32 max because index entries store file positions as int32.
+_TOPIC_FIELDS: dict[str, tuple[str, Callable[[str, str], object]]] = {
+    "segment.bytes": ("segment_bytes", _int_parser(14, INT32_MAX)),
+    "segment.ms": ("segment_ms", _int_parser(1, INT64_MAX)),
+    "retention.ms": ("retention_ms", _int_parser(-1, INT64_MAX)),
+    "retention.bytes": ("retention_bytes", _int_parser(-1, INT64_MAX)),
+    "max.message.bytes": ("max_message_bytes", _int_parser(0, INT32_MAX)),
+    "index.interval.bytes": ("index_interval_bytes", _int_parser(0, INT32_MAX)),
+    "cleanup.policy": ("cleanup_policy", _parse_cleanup_policy),
+    "delete.retention.ms": ("delete_retention_ms", _int_parser(0, INT64_MAX)),
+    "message.timestamp.type": ("message_timestamp_type", _parse_timestamp_type),
+    "flush.messages": ("flush_messages", _int_parser(1, INT64_MAX)),
+}
+
+# broker property name -> topic property name it supplies the default for.
+_BROKER_TO_TOPIC: dict[str, str] = {
+    "log.segment.bytes": "segment.bytes",
+    "log.retention.bytes": "retention.bytes",
+    "message.max.bytes": "max.message.bytes",
+    "log.index.interval.bytes": "index.interval.bytes",
+    "log.cleanup.policy": "cleanup.policy",
+    "log.cleaner.delete.retention.ms": "delete.retention.ms",
+    "log.message.timestamp.type": "message.timestamp.type",
+    "log.flush.interval.messages": "flush.messages",
+}
+
+_HOUR_MS = 3_600_000
+_MINUTE_MS = 60_000
+
+
+@dataclass(frozen=True, slots=True)
+class LogConfig:
+    """Settings of one partition log, named after Kafka's topic configs (units in the names)."""
+
+    segment_bytes: int = 1073741824
+    segment_ms: int = 604800000
+    retention_ms: int = 604800000  # -1 = keep forever
+    retention_bytes: int = -1  # -1 = no size limit
+    max_message_bytes: int = 1048588
+    index_interval_bytes: int = 4096
+    cleanup_policy: str = CLEANUP_DELETE
+    delete_retention_ms: int = 86400000
+    message_timestamp_type: str = TIMESTAMP_CREATE_TIME
+    flush_messages: int = INT64_MAX  # 1 = fsync before acknowledging
+    producer_id_expiration_ms: int = 86400000
+
+    def __post_init__(self) -> None:
+        # Constructed directly (tests, internal topics) the same ranges apply as when parsed.
+        for name, (field_name, parser) in _TOPIC_FIELDS.items():
+            value = getattr(self, field_name)
+            parsed = parser(name, str(value))
+            if field_name == "cleanup_policy":
+                object.__setattr__(self, field_name, parsed)  # one canonical spelling
+            elif type(value) is not type(parsed) or value != parsed:
+                raise InvalidConfigError(f"{name}: {value!r} is not a valid value")
+        if type(self.producer_id_expiration_ms) is not int:
+            raise InvalidConfigError("producer.id.expiration.ms must be an integer")
+        _parse_int("producer.id.expiration.ms", str(self.producer_id_expiration_ms), 1, INT64_MAX)
+
+    @property
+    def deletes_by_retention(self) -> bool:
+        """Whether retention.ms / retention.bytes apply (cleanup.policy contains ``delete``)."""
+        return CLEANUP_DELETE in self.cleanup_policy.split(",")
+
+    @property
+    def log_append_time(self) -> bool:
+        """Whether the broker stamps batches with its own time (message.timestamp.type)."""
+        return self.message_timestamp_type == TIMESTAMP_LOG_APPEND_TIME
+
+    @classmethod
+    def from_topic_configs(cls, configs: Mapping[str, str], base: LogConfig | None = None) -> LogConfig:
+        """Apply Kafka topic property overrides to ``base``; InvalidConfigError on a bad name or value.
+
+        Names in PASSTHROUGH_TOPIC_CONFIGS are accepted and ignored here (the caller stores them).
+        """
+        changes: dict[str, object] = {}
+        for name, text in configs.items():
+            if name in _TOPIC_FIELDS:
+                if text is None:
+                    raise InvalidConfigError(f"{name}: a value is required")
+                field_name, parser = _TOPIC_FIELDS[name]
+                changes[field_name] = parser(name, text)
+            elif name not in PASSTHROUGH_TOPIC_CONFIGS:
+                raise InvalidConfigError(f"unknown topic config {name!r}")
+        return dataclasses.replace(base if base is not None else cls(), **changes)
+
+    def to_topic_configs(self) -> dict[str, str]:
+        """Every modelled setting under its Kafka topic property name (for DescribeConfigs)."""
+        return {name: str(getattr(self, field_name)) for name, (field_name, _) in _TOPIC_FIELDS.items()}
+
+    @classmethod
+    def from_broker_configs(cls, props: Mapping[str, str]) -> LogConfig:
+        """Topic defaults from Kafka broker property names; other broker properties are ignored.
+
+        As in Kafka, ``log.retention.ms`` wins over ``log.retention.minutes`` over
+        ``log.retention.hours``, and ``log.roll.ms`` over ``log.roll.hours``.
+        """
+        topic: dict[str, str] = {}
+        for broker_name, topic_name in _BROKER_TO_TOPIC.items():
+            if broker_name in props:
+                topic[topic_name] = props[broker_name]
+        retention = _first_duration(
+            props, ("log.retention.ms", 1), ("log.retention.minutes", _MINUTE_MS), ("log.retention.hours", _HOUR_MS)
+        )
+        if retention is not None:
+            topic["retention.ms"] = retention
+        roll = _first_duration(props, ("log.roll.ms", 1), ("log.roll.hours", _HOUR_MS))
+        if roll is not None:
+            topic["segment.ms"] = roll
+        config = cls.from_topic_configs(topic)
+        if "producer.id.expiration.ms" in props:
+            expiration_ms = _parse_int("producer.id.expiration.ms", props["producer.id.expiration.ms"], 1, INT32_MAX)
+            config = dataclasses.replace(config, producer_id_expiration_ms=expiration_ms)
+        return config
+
+
+def _first_duration(props: Mapping[str, str], *candidates: tuple[str, int]) -> str | None:
+    """The first present property converted to milliseconds (negative means forever: -1)."""
+    for name, unit_ms in candidates:
+        if name in props:
+            value = _parse_int(name, props[name], -(2**62), 2**62)
+            if value < 0:
+                return "-1"
+            return str(value * unit_ms)
+    return None

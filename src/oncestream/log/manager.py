@@ -1,0 +1,381 @@
+"""All partition logs of one data directory, and the topics they belong to.
+
+Layout of the directory the manager owns::
+
+    <data_dir>/__topics/<topic id>.json  name, topic id, partition count, config overrides
+    <data_dir>/<topic>-<partition>/      one PartitionLog each
+
+The JSON file is the commit point of a topic. CreateTopics makes the partition directories first
+and writes the JSON last; DeleteTopics removes the JSON first and the directories after. So after a
+crash, a partition directory whose topic has no JSON (or whose number is beyond the topic's
+partition count) is the remains of an unfinished create or delete and is removed at start-up.
+JSON files are written to a temp file, fsynced and renamed; they are named by topic id because a
+249-character topic name plus ``.json.tmp`` would exceed the 255-byte file name limit.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import shutil
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from oncestream.errors import (
+    InvalidPartitionsError,
+    InvalidTopicError,
+    StorageError,
+    TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
+)
+from oncestream.log.config import LogConfig
+from oncestream.log.partition_log import PartitionLog, parse_partition_dir_name
+from oncestream.log.producer_state import fsync_directory
+
+log = logging.getLogger(__name__)
+
+TOPICS_DIR = "__topics"
+MAX_TOPIC_NAME_LENGTH = 249
+MAX_PARTITIONS = 100_000
+_LEGAL_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
+_METADATA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class TopicInfo:
+    """A topic as the broker describes it."""
+
+    name: str
+    topic_id: uuid.UUID
+    num_partitions: int
+    configs: dict[str, str] = field(default_factory=dict)  # overrides only (Kafka topic names)
+    config: LogConfig = field(default_factory=LogConfig)  # effective settings
+
+
+def validate_topic_name(name: str) -> None:
+    """Kafka's Topic.validate: [a-zA-Z0-9._-], at most 249 characters, not "." or ".."."""
+    if not name:
+        raise InvalidTopicError("topic name is empty")
+    if name in (".", ".."):
+        raise InvalidTopicError(f"topic name cannot be {name!r}")
+    if len(name) > MAX_TOPIC_NAME_LENGTH:
+        raise InvalidTopicError(f"topic name is longer than {MAX_TOPIC_NAME_LENGTH} characters")
+    if not _LEGAL_TOPIC_NAME.fullmatch(name):
+        raise InvalidTopicError(f"topic name {name!r} has characters other than [a-zA-Z0-9._-]")
+
+
+def _collision_key(name: str) -> str:
+    # Kafka refuses topics that differ only in '.' vs '_' (they clash in metric names).
+    return name.replace(".", "_")
+
+
+class LogManager:
+    """Creates, opens, alters and deletes topics and hands out their partition logs."""
+
+    def __init__(self, data_dir: Path, base_config: LogConfig) -> None:
+        # Use LogManager.open().
+        self.data_dir = data_dir
+        self.base_config = base_config
+        self._topics: dict[str, TopicInfo] = {}
+        self._logs: dict[tuple[str, int], PartitionLog] = {}
+        self._closed = False
+        # Latest broker time seen (open/tick); new partitions start their clocks from it.
+        self._now_ms = 0
+
+    @property
+    def _topics_dir(self) -> Path:
+        return self.data_dir / TOPICS_DIR
+
+    # --- open -----------------------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, data_dir: Path, base_config: LogConfig, now_ms: int) -> LogManager:
+        """Open every topic under ``data_dir`` (created if missing), cleaning up unfinished work."""
+        data_dir = Path(data_dir)
+        manager = cls(data_dir, base_config)
+        manager._now_ms = now_ms
+        try:
+            manager._topics_dir.mkdir(parents=True, exist_ok=True)
+            manager._load_topics()
+            manager._remove_orphan_partition_dirs()
+            for info in manager._topics.values():
+                for partition in range(info.num_partitions):
+                    manager._logs[(info.name, partition)] = PartitionLog.open(
+                        manager._partition_dir(info.name, partition), info.config, now_ms
+                    )
+        except OSError as exc:
+            manager._abandon_logs()
+            raise StorageError(f"cannot open data directory {data_dir}: {exc}") from exc
+        except BaseException:
+            manager._abandon_logs()
+            raise
+        return manager
+
+    def _load_topics(self) -> None:
+        for path in sorted(self._topics_dir.iterdir()):
+            if path.name.endswith(".tmp"):
+                path.unlink(missing_ok=True)  # an unfinished metadata write: never committed
+                continue
+            if not path.name.endswith(".json"):
+                continue
+            try:
+                data = json.loads(path.read_text())
+                if data.get("version") != _METADATA_VERSION:
+                    raise ValueError(f"unsupported version {data.get('version')!r}")
+                configs = {str(k): str(v) for k, v in data["configs"].items()}
+                info = TopicInfo(
+                    name=str(data["name"]),
+                    topic_id=uuid.UUID(data["topic_id"]),
+                    num_partitions=int(data["num_partitions"]),
+                    configs=configs,
+                    config=LogConfig.from_topic_configs(configs, self.base_config),
+                )
+            except (ValueError, KeyError, TypeError, AttributeError) as exc:
+                # Written atomically, so this is real damage: refuse to guess (and delete data).
+                raise StorageError(f"topic metadata {path} is unreadable: {exc}") from exc
+            if path != self._metadata_path(info):
+                raise StorageError(f"topic metadata {path} holds topic id {info.topic_id}")
+            if info.name in self._topics:
+                raise StorageError(f"topic {info.name!r} is described by two metadata files")
+            self._topics[info.name] = info
+
+    def _remove_orphan_partition_dirs(self) -> None:
+        for path in self.data_dir.iterdir():
+            if not path.is_dir() or path.name == TOPICS_DIR:
+                continue
+            try:
+                topic, partition = parse_partition_dir_name(path.name)
+            except ValueError:
+                continue  # not ours
+            info = self._topics.get(topic)
+            if info is None or partition >= info.num_partitions:
+                log.warning("removing %s: left over from an unfinished topic create or delete", path)
+                shutil.rmtree(path, ignore_errors=True)
+
+    def _partition_dir(self, topic: str, partition: int) -> Path:
+        return self.data_dir / f"{topic}-{partition}"
+
+    # --- topics ---------------------------------------------------------------------------------
+
+    def topics(self) -> dict[str, TopicInfo]:
+        """Every topic by name."""
+        return dict(self._topics)
+
+    def create_topic(
+        self, name: str, num_partitions: int, configs: Mapping[str, str], now_ms: int | None = None
+    ) -> TopicInfo:
+        """CreateTopics for one topic. Raises InvalidTopicError, InvalidPartitionsError,
+        TopicAlreadyExistsError, InvalidConfigError or StorageError; nothing persists on error."""
+        self._check_open()
+        now_ms = self._now_ms if now_ms is None else now_ms
+        validate_topic_name(name)
+        if name in self._topics:
+            raise TopicAlreadyExistsError(f"topic {name!r} already exists")
+        clashes = [other for other in self._topics if _collision_key(other) == _collision_key(name)]
+        if clashes:
+            raise InvalidTopicError(f"topic {name!r} collides with existing topic {clashes[0]!r}")
+        if not 1 <= num_partitions <= MAX_PARTITIONS:
+            raise InvalidPartitionsError(f"number of partitions must be in [1, {MAX_PARTITIONS}], not {num_partitions}")
+        overrides = {str(k): str(v) for k, v in configs.items()}
+        config = LogConfig.from_topic_configs(overrides, self.base_config)
+        info = TopicInfo(name, uuid.uuid4(), num_partitions, overrides, config)
+        opened: list[PartitionLog] = []
+        try:
+            for partition in range(num_partitions):
+                directory = self._partition_dir(name, partition)
+                if directory.exists():
+                    shutil.rmtree(directory)  # an orphan of an unfinished create: start empty
+                opened.append(PartitionLog.open(directory, config, now_ms))
+            fsync_directory(self.data_dir)
+            self._write_metadata(info)
+        except BaseException as exc:
+            for partition_log in opened:
+                partition_log.abandon()
+            for partition in range(num_partitions):
+                shutil.rmtree(self._partition_dir(name, partition), ignore_errors=True)
+            if isinstance(exc, OSError):
+                raise StorageError(f"cannot create topic {name!r}: {exc}") from exc
+            raise
+        self._topics[name] = info
+        for partition, partition_log in enumerate(opened):
+            self._logs[(name, partition)] = partition_log
+        return info
+
+    def create_partitions(self, name: str, total_partitions: int, now_ms: int | None = None) -> TopicInfo:
+        """CreatePartitions: grow ``name`` to ``total_partitions`` (InvalidPartitionsError if not more)."""
+        self._check_open()
+        now_ms = self._now_ms if now_ms is None else now_ms
+        info = self._topic(name)
+        if not info.num_partitions < total_partitions <= MAX_PARTITIONS:
+            raise InvalidPartitionsError(
+                f"topic {name!r} has {info.num_partitions} partitions; cannot change to {total_partitions}"
+            )
+        new_info = TopicInfo(name, info.topic_id, total_partitions, info.configs, info.config)
+        opened: dict[int, PartitionLog] = {}
+        try:
+            for partition in range(info.num_partitions, total_partitions):
+                directory = self._partition_dir(name, partition)
+                if directory.exists():
+                    shutil.rmtree(directory)
+                opened[partition] = PartitionLog.open(directory, info.config, now_ms)
+            fsync_directory(self.data_dir)
+            self._write_metadata(new_info)
+        except BaseException as exc:
+            for partition, partition_log in opened.items():
+                partition_log.abandon()
+                shutil.rmtree(self._partition_dir(name, partition), ignore_errors=True)
+            if isinstance(exc, OSError):
+                raise StorageError(f"cannot add partitions to {name!r}: {exc}") from exc
+            raise
+        self._topics[name] = new_info
+        for partition, partition_log in opened.items():
+            self._logs[(name, partition)] = partition_log
+        return new_info
+
+    def delete_topic(self, name: str) -> None:
+        """DeleteTopics: forget the topic (durably) and remove its files."""
+        self._check_open()
+        info = self._topic(name)
+        try:
+            self._metadata_path(info).unlink()
+            fsync_directory(self._topics_dir)
+        except OSError as exc:
+            raise StorageError(f"cannot delete topic {name!r}: {exc}") from exc
+        del self._topics[name]
+        for partition in range(info.num_partitions):
+            partition_log = self._logs.pop((name, partition), None)
+            if partition_log is not None:
+                partition_log.abandon()
+            # A failure here leaves an orphan directory, removed at the next start.
+            shutil.rmtree(self._partition_dir(name, partition), ignore_errors=True)
+
+    def alter_topic_configs(
+        self, name: str, configs: Mapping[str, str | None], *, merge: bool = False
+    ) -> TopicInfo:
+        """Set a topic's config overrides, persist them and apply them to its open logs.
+
+        By default ``configs`` becomes the whole override set (the broker computes it for both
+        AlterConfigs and IncrementalAlterConfigs). With ``merge=True`` it is merged into the current
+        overrides instead. Either way a ``None`` value removes that override. InvalidConfigError
+        leaves everything unchanged.
+        """
+        self._check_open()
+        info = self._topic(name)
+        overrides = dict(info.configs) if merge else {}
+        for key, value in configs.items():
+            if value is None:
+                overrides.pop(key, None)
+            else:
+                overrides[str(key)] = str(value)
+        config = LogConfig.from_topic_configs(overrides, self.base_config)
+        new_info = TopicInfo(name, info.topic_id, info.num_partitions, overrides, config)
+        try:
+            self._write_metadata(new_info)
+        except OSError as exc:
+            raise StorageError(f"cannot persist configs of {name!r}: {exc}") from exc
+        self._topics[name] = new_info
+        for partition in range(info.num_partitions):
+            self._logs[(name, partition)].update_config(config)
+        return new_info
+
+    def _write_metadata(self, info: TopicInfo) -> None:
+        data = {
+            "version": _METADATA_VERSION,
+            "name": info.name,
+            "topic_id": str(info.topic_id),
+            "num_partitions": info.num_partitions,
+            "configs": dict(sorted(info.configs.items())),
+        }
+        path = self._metadata_path(info)
+        tmp_path = path.with_name(path.name + ".tmp")
+        fd = os.open(tmp_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            view = memoryview(json.dumps(data, indent=1).encode())
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp_path, path)
+        fsync_directory(self._topics_dir)
+
+    def _metadata_path(self, info: TopicInfo) -> Path:
+        return self._topics_dir / f"{info.topic_id}.json"
+
+    def _topic(self, name: str) -> TopicInfo:
+        info = self._topics.get(name)
+        if info is None:
+            raise UnknownTopicOrPartitionError(f"unknown topic {name!r}")
+        return info
+
+    # --- partitions -----------------------------------------------------------------------------
+
+    def get(self, topic: str, partition: int) -> PartitionLog:
+        """The log of one partition; UnknownTopicOrPartitionError if there is none."""
+        partition_log = self._logs.get((topic, partition))
+        if partition_log is None:
+            raise UnknownTopicOrPartitionError(f"unknown partition {topic}-{partition}")
+        return partition_log
+
+    def logs(self) -> dict[tuple[str, int], PartitionLog]:
+        """Every open partition log by (topic, partition)."""
+        return dict(self._logs)
+
+    # --- housekeeping and lifecycle -------------------------------------------------------------
+
+    def tick(self, now_ms: int) -> int:
+        """Retention and producer-id expiry on every log; fsyncs freshly rolled segments.
+
+        Returns the number of segments deleted. One failing log does not stop the others; the
+        first error is raised after all were visited.
+        """
+        self._check_open()
+        self._now_ms = max(self._now_ms, now_ms)
+        deleted = 0
+        first_error: BaseException | None = None
+        for partition_log in list(self._logs.values()):
+            try:
+                deleted += partition_log.apply_retention(now_ms)
+                partition_log.expire_producers(now_ms)
+                partition_log.flush_sealed_segments()
+            except (StorageError, OSError) as exc:
+                log.error("housekeeping of %s failed: %s", partition_log.directory, exc)
+                first_error = first_error or exc
+        if first_error is not None:
+            raise first_error
+        return deleted
+
+    def flush(self) -> None:
+        """fsync every log."""
+        self._check_open()
+        for partition_log in self._logs.values():
+            partition_log.flush()
+
+    def close(self) -> None:
+        """Close every log cleanly (flush, snapshot, clean-shutdown marker)."""
+        if self._closed:
+            return
+        self._closed = True
+        first_error: BaseException | None = None
+        for partition_log in self._logs.values():
+            try:
+                partition_log.close()
+            except (StorageError, OSError) as exc:
+                log.error("closing %s failed: %s", partition_log.directory, exc)
+                first_error = first_error or exc
+        self._logs.clear()
+        if first_error is not None:
+            raise first_error
+
+    def _abandon_logs(self) -> None:
+        for partition_log in self._logs.values():
+            partition_log.abandon()
+        self._logs.clear()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StorageError(f"log manager for {self.data_dir} is closed")
