@@ -1,0 +1,39 @@
+"""Settings of the group coordinator, named after the Kafka broker properties they stand for."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class GroupCoordinatorConfig:
+    """Broker properties the classic group coordinator honours (defaults are Kafka's)."""
+
+    # offsets.topic.num.partitions: how many __consumer_offsets partitions groups are spread over.
+    offsets_topic_partitions: int = 50
+    # group.min.session.timeout.ms / group.max.session.timeout.ms: JoinGroup bounds.
+    group_min_session_timeout_ms: int = 6_000
+    group_max_session_timeout_ms: int = 1_800_000
+    # group.initial.rebalance.delay.ms: how long the first rebalance of an Empty group waits for
+    # more members before it completes (extended while members keep arriving).
+    group_initial_rebalance_delay_ms: int = 3_000
+    # group.max.size: members per group.
+    group_max_size: int = 2**31 - 1
+    # How long a new member's JoinGroup may sit in a rebalance before it is dropped (Kafka's
+    # GroupCoordinator.NewMemberJoinTimeoutMs; not a broker property there).
+    new_member_join_timeout_ms: int = 300_000
+    # offset.metadata.max.bytes: the longest metadata string an OffsetCommit may carry.
+    offset_metadata_max_bytes: int = 4_096
+    # offsets.retention.minutes (in ms) and offsets.retention.check.interval.ms.
+    offsets_retention_ms: int = 7 * 24 * 60 * 60 * 1000
+    offsets_retention_check_interval_ms: int = 600_000
+
+    def __post_init__(self) -> None:
+        assert self.offsets_topic_partitions > 0, "offsets_topic_partitions must be positive"
+        assert 0 <= self.group_min_session_timeout_ms <= self.group_max_session_timeout_ms
+        assert self.group_initial_rebalance_delay_ms >= 0
+        assert self.group_max_size > 0
+        assert self.new_member_join_timeout_ms > 0
+        assert self.offset_metadata_max_bytes >= 0
+        assert self.offsets_retention_ms > 0
+        assert self.offsets_retention_check_interval_ms > 0
