@@ -18,6 +18,7 @@ from oncestream.broker.handlers import (
     api_versions,
     configs,
     fetch,
+    groups,
     list_offsets,
     metadata,
     produce,
@@ -53,6 +54,17 @@ HANDLERS: dict[int, Handler] = {
     k.DESCRIBE_CONFIGS: configs.handle_describe,
     k.ALTER_CONFIGS: configs.handle_alter,
     k.INCREMENTAL_ALTER_CONFIGS: configs.handle_incremental_alter,
+    k.FIND_COORDINATOR: groups.handle_find_coordinator,
+    k.JOIN_GROUP: groups.handle_join_group,
+    k.SYNC_GROUP: groups.handle_sync_group,
+    k.HEARTBEAT: groups.handle_heartbeat,
+    k.LEAVE_GROUP: groups.handle_leave_group,
+    k.OFFSET_COMMIT: groups.handle_offset_commit,
+    k.OFFSET_FETCH: groups.handle_offset_fetch,
+    k.DESCRIBE_GROUPS: groups.handle_describe_groups,
+    k.LIST_GROUPS: groups.handle_list_groups,
+    k.DELETE_GROUPS: groups.handle_delete_groups,
+    k.OFFSET_DELETE: groups.handle_offset_delete,
 }
 assert set(HANDLERS) == set(API_VERSIONS), "every advertised API needs a handler and vice versa"
 

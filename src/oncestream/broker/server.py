@@ -16,6 +16,7 @@ import struct
 from pathlib import Path
 
 from oncestream.broker.config import BrokerConfig
+from oncestream.broker.connection_context import set_peer
 from oncestream.broker.dispatch import CloseConnection, Dispatcher
 from oncestream.broker.state import BrokerState
 
@@ -47,9 +48,13 @@ class BrokerServer:
         log.info("oncestream broker listening on %s:%s (data dir %s)", host, port, self.state.data_dir)
 
     async def serve_until_stopped(self) -> None:
-        housekeeping = asyncio.create_task(self._housekeeping())
+        background = [
+            asyncio.create_task(self._housekeeping()),
+            asyncio.create_task(self.state.groups.run_timers()),
+        ]
         await self._stopping.wait()
-        housekeeping.cancel()
+        for task in background:
+            task.cancel()
         assert self._server is not None
         self._server.close()
         for task in list(self._connections):
@@ -77,6 +82,7 @@ class BrokerServer:
         assert task is not None
         self._connections.add(task)
         peer = writer.get_extra_info("peername")
+        set_peer(peer)
         max_bytes = self.state.config.socket_request_max_bytes
         try:
             while True:

@@ -13,6 +13,15 @@ PRODUCE: Final = 0
 FETCH: Final = 1
 LIST_OFFSETS: Final = 2
 METADATA: Final = 3
+OFFSET_COMMIT: Final = 8
+OFFSET_FETCH: Final = 9
+FIND_COORDINATOR: Final = 10
+JOIN_GROUP: Final = 11
+HEARTBEAT: Final = 12
+LEAVE_GROUP: Final = 13
+SYNC_GROUP: Final = 14
+DESCRIBE_GROUPS: Final = 15
+LIST_GROUPS: Final = 16
 API_VERSIONS_KEY: Final = 18
 CREATE_TOPICS: Final = 19
 DELETE_TOPICS: Final = 20
@@ -20,7 +29,9 @@ DELETE_RECORDS: Final = 21
 INIT_PRODUCER_ID: Final = 22
 DESCRIBE_CONFIGS: Final = 32
 ALTER_CONFIGS: Final = 33
+DELETE_GROUPS: Final = 42
 INCREMENTAL_ALTER_CONFIGS: Final = 44
+OFFSET_DELETE: Final = 47
 
 # api_key -> (min_version, max_version), inclusive.
 API_VERSIONS: Final[dict[int, tuple[int, int]]] = {
@@ -28,6 +39,15 @@ API_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     FETCH: (4, 12),  # v13+ address topics by id
     LIST_OFFSETS: (1, 6),  # v7 adds MAX_TIMESTAMP (-3): not yet
     METADATA: (0, 12),
+    OFFSET_COMMIT: (2, 8),  # v9+ belong to the KIP-848 consumer protocol
+    OFFSET_FETCH: (1, 8),
+    FIND_COORDINATOR: (0, 4),
+    JOIN_GROUP: (0, 9),
+    HEARTBEAT: (0, 4),
+    LEAVE_GROUP: (0, 5),
+    SYNC_GROUP: (0, 5),
+    DESCRIBE_GROUPS: (0, 5),
+    LIST_GROUPS: (0, 5),
     API_VERSIONS_KEY: (0, 3),
     CREATE_TOPICS: (2, 7),
     DELETE_TOPICS: (1, 6),
@@ -35,5 +55,7 @@ API_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     INIT_PRODUCER_ID: (0, 4),
     DESCRIBE_CONFIGS: (1, 4),
     ALTER_CONFIGS: (0, 2),
+    DELETE_GROUPS: (0, 2),
     INCREMENTAL_ALTER_CONFIGS: (0, 1),
+    OFFSET_DELETE: (0, 0),
 }

@@ -1,0 +1,371 @@
+"""Consumer group APIs (classic protocol): FindCoordinator, JoinGroup, SyncGroup, Heartbeat,
+LeaveGroup, OffsetCommit, OffsetFetch, DescribeGroups, ListGroups, DeleteGroups, OffsetDelete.
+
+Each handler translates kio requests into the coordinator's plain dataclasses and back; the
+rules live in coordinator/group. Every call goes through ``GroupService.complete`` so records are
+appended to __consumer_offsets before any answer leaves the broker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+
+from kio.schema.errors import ErrorCode
+
+from oncestream.broker.connection_context import client_host
+from oncestream.broker.state import BrokerState
+from oncestream.coordinator.group.messages import (
+    HeartbeatRequest,
+    JoinProtocol,
+    JoinRequest,
+    LeaveRequest,
+    LeavingMember,
+    OffsetCommitRequest,
+    OffsetDeleteRequest,
+    OffsetFetchRequest,
+    PartitionOffsetCommit,
+    SyncRequest,
+    TopicPartition,
+)
+from oncestream.protocol import api_keys as k
+from oncestream.protocol.codec import RequestHeader, build, response_module
+
+_ZERO = datetime.timedelta(0)
+KEY_TYPE_GROUP = 0
+KEY_TYPE_TRANSACTION = 1
+
+
+def _ms(delta: datetime.timedelta) -> int:
+    return int(delta.total_seconds() * 1000)
+
+
+def handle_find_coordinator(state: BrokerState, header: RequestHeader, request) -> object:
+    m = response_module(k.FIND_COORDINATOR, header.api_version)
+    host, port = state.config.advertised
+    node_id = state.config.node_id
+    key_type = getattr(request, "key_type", KEY_TYPE_GROUP)
+    keys = request.coordinator_keys if hasattr(request, "coordinator_keys") else (request.key,)
+    error = ErrorCode.none
+    if key_type == KEY_TYPE_TRANSACTION and state.transactions is None:
+        error = ErrorCode.coordinator_not_available
+    elif key_type not in (KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION):
+        error = ErrorCode.invalid_request
+    ok = error == ErrorCode.none
+    if hasattr(m, "Coordinator"):
+        coordinators = tuple(
+            build(
+                m.Coordinator,
+                key=key,
+                node_id=node_id if ok else -1,
+                host=host if ok else "",
+                port=port if ok else -1,
+                error_code=error,
+                error_message=None,
+            )
+            for key in keys
+        )
+        return build(m.FindCoordinatorResponse, throttle_time=_ZERO, coordinators=coordinators)
+    return build(
+        m.FindCoordinatorResponse,
+        throttle_time=_ZERO,
+        error_code=error,
+        error_message=None,
+        node_id=node_id if ok else -1,
+        host=host if ok else "",
+        port=port if ok else -1,
+    )
+
+
+async def handle_join_group(state: BrokerState, header: RequestHeader, request) -> object:
+    m = response_module(k.JOIN_GROUP, header.api_version)
+    svc = state.groups
+    session_ms = _ms(request.session_timeout)
+    rebalance = getattr(request, "rebalance_timeout", None)
+    join = JoinRequest(
+        group_id=request.group_id,
+        member_id=request.member_id,
+        protocol_type=request.protocol_type,
+        protocols=tuple(JoinProtocol(p.name, p.metadata) for p in request.protocols),
+        session_timeout_ms=session_ms,
+        rebalance_timeout_ms=_ms(rebalance) if rebalance is not None else session_ms,
+        api_version=header.api_version,
+        group_instance_id=getattr(request, "group_instance_id", None),
+        client_id=header.client_id or "",
+        client_host=client_host(),
+        reason=getattr(request, "reason", None),
+    )
+    fut: asyncio.Future = asyncio.get_running_loop().create_future()
+    svc.complete(svc.coordinator.join_group(join, state.now_ms(), svc.responder(fut)))
+    result = await fut
+    members = tuple(
+        build(m.JoinGroupResponseMember, member_id=jm.member_id, group_instance_id=jm.group_instance_id, metadata=jm.metadata)
+        for jm in result.members
+    )
+    return build(
+        m.JoinGroupResponse,
+        throttle_time=_ZERO,
+        error_code=result.error,
+        generation_id=result.generation_id,
+        protocol_type=result.protocol_type,
+        protocol_name=result.protocol_name if header.api_version >= 7 else (result.protocol_name or ""),
+        leader=result.leader_id,
+        skip_assignment=result.skip_assignment,
+        member_id=result.member_id,
+        members=members,
+    )
+
+
+async def handle_sync_group(state: BrokerState, header: RequestHeader, request) -> object:
+    m = response_module(k.SYNC_GROUP, header.api_version)
+    svc = state.groups
+    sync = SyncRequest(
+        group_id=request.group_id,
+        generation_id=request.generation_id,
+        member_id=request.member_id,
+        group_instance_id=getattr(request, "group_instance_id", None),
+        protocol_type=getattr(request, "protocol_type", None),
+        protocol_name=getattr(request, "protocol_name", None),
+        assignments={a.member_id: a.assignment for a in request.assignments},
+    )
+    fut: asyncio.Future = asyncio.get_running_loop().create_future()
+    svc.complete(svc.coordinator.sync_group(sync, state.now_ms(), svc.responder(fut)))
+    result = await fut
+    return build(
+        m.SyncGroupResponse,
+        throttle_time=_ZERO,
+        error_code=result.error,
+        protocol_type=result.protocol_type,
+        protocol_name=result.protocol_name,
+        assignment=result.assignment,
+    )
+
+
+def handle_heartbeat(state: BrokerState, header: RequestHeader, request) -> object:
+    m = response_module(k.HEARTBEAT, header.api_version)
+    svc = state.groups
+    result = svc.coordinator.heartbeat(
+        HeartbeatRequest(
+            group_id=request.group_id,
+            member_id=request.member_id,
+            generation_id=request.generation_id,
+            group_instance_id=getattr(request, "group_instance_id", None),
+        ),
+        state.now_ms(),
+    )
+    svc.complete([])
+    return build(m.HeartbeatResponse, throttle_time=_ZERO, error_code=result.error)
+
+
+def handle_leave_group(state: BrokerState, header: RequestHeader, request) -> object:
+    m = response_module(k.LEAVE_GROUP, header.api_version)
+    svc = state.groups
+    if hasattr(request, "members"):
+        members = tuple(
+            LeavingMember(mi.member_id, getattr(mi, "group_instance_id", None), getattr(mi, "reason", None))
+            for mi in request.members
+        )
+    else:
+        members = (LeavingMember(request.member_id),)
+    result, writes = svc.coordinator.leave_group(LeaveRequest(request.group_id, members), state.now_ms())
+    svc.complete(writes)
+    error = result.error
+    if header.api_version < 3 and error == ErrorCode.none and result.members:
+        error = result.members[0].error  # v0-v2 report the single member's outcome at the top
+    members = ()
+    if hasattr(m, "MemberResponse"):  # v3+ report each member
+        members = tuple(
+            build(m.MemberResponse, member_id=lm.member_id, group_instance_id=lm.group_instance_id, error_code=lm.error)
+            for lm in result.members
+        )
+    return build(m.LeaveGroupResponse, throttle_time=_ZERO, error_code=error, members=members)
+
+
+def _topic_exists(state: BrokerState, topic: str, partition: int) -> bool:
+    info = state.logs.topics().get(topic)
+    return info is not None and 0 <= partition < info.num_partitions
+
+
+def handle_offset_commit(state: BrokerState, header: RequestHeader, request) -> object:
+    m = response_module(k.OFFSET_COMMIT, header.api_version)
+    svc = state.groups
+    offsets: dict[TopicPartition, PartitionOffsetCommit] = {}
+    unknown: set[TopicPartition] = set()
+    for t in request.topics:
+        for p in t.partitions:
+            tp = TopicPartition(t.name, p.partition_index)
+            if not _topic_exists(state, t.name, p.partition_index):
+                unknown.add(tp)
+                continue
+            offsets[tp] = PartitionOffsetCommit(
+                offset=p.committed_offset,
+                leader_epoch=getattr(p, "committed_leader_epoch", -1),
+                metadata=p.committed_metadata or "",
+            )
+    retention = getattr(request, "retention_time", None)
+    result, writes = svc.coordinator.commit_offsets(
+        OffsetCommitRequest(
+            group_id=request.group_id,
+            offsets=offsets,
+            member_id=request.member_id,
+            generation_id=request.generation_id_or_member_epoch,
+            group_instance_id=getattr(request, "group_instance_id", None),
+            retention_time_ms=_ms(retention) if retention is not None else -1,
+        ),
+        state.now_ms(),
+    )
+    svc.complete(writes)
+    topics_out = []
+    for t in request.topics:
+        parts = []
+        for p in t.partitions:
+            tp = TopicPartition(t.name, p.partition_index)
+            error = ErrorCode.unknown_topic_or_partition if tp in unknown else result.partitions.get(tp, ErrorCode.none)
+            parts.append(build(m.OffsetCommitResponsePartition, partition_index=p.partition_index, error_code=error))
+        topics_out.append(build(m.OffsetCommitResponseTopic, name=t.name, partitions=tuple(parts)))
+    return build(m.OffsetCommitResponse, throttle_time=_ZERO, topics=tuple(topics_out))
+
+
+def _fetch_one_group(state: BrokerState, group_id: str, topics, require_stable: bool):
+    partitions = None
+    if topics is not None:
+        partitions = tuple(TopicPartition(t.name, p) for t in topics for p in t.partition_indexes)
+    result = state.groups.coordinator.fetch_offsets(
+        OffsetFetchRequest(group_id=group_id, partitions=partitions, require_stable=require_stable), state.now_ms()
+    )
+    state.groups.complete([])
+    by_topic: dict[str, list] = {}
+    for tp, fetched in sorted(result.partitions.items()):
+        by_topic.setdefault(tp.topic, []).append((tp.partition, fetched))
+    return result.error, by_topic
+
+
+def handle_offset_fetch(state: BrokerState, header: RequestHeader, request) -> object:
+    m = response_module(k.OFFSET_FETCH, header.api_version)
+    require_stable = getattr(request, "require_stable", False)
+
+    def topics_of(by_topic, partition_cls, topic_cls):
+        return tuple(
+            build(
+                topic_cls,
+                name=name,
+                partitions=tuple(
+                    build(
+                        partition_cls,
+                        partition_index=p,
+                        committed_offset=f.offset,
+                        committed_leader_epoch=f.leader_epoch,
+                        metadata=f.metadata,
+                        error_code=f.error,
+                    )
+                    for p, f in parts
+                ),
+            )
+            for name, parts in by_topic.items()
+        )
+
+    if hasattr(request, "groups"):
+        groups = []
+        for g in request.groups:
+            error, by_topic = _fetch_one_group(state, g.group_id, g.topics, require_stable)
+            groups.append(
+                build(
+                    m.OffsetFetchResponseGroup,
+                    group_id=g.group_id,
+                    topics=topics_of(by_topic, m.OffsetFetchResponsePartitions, m.OffsetFetchResponseTopics),
+                    error_code=error,
+                )
+            )
+        return build(m.OffsetFetchResponse, throttle_time=_ZERO, groups=tuple(groups))
+    error, by_topic = _fetch_one_group(state, request.group_id, request.topics, require_stable)
+    return build(
+        m.OffsetFetchResponse,
+        throttle_time=_ZERO,
+        topics=topics_of(by_topic, m.OffsetFetchResponsePartition, m.OffsetFetchResponseTopic),
+        error_code=error,
+    )
+
+
+def handle_describe_groups(state: BrokerState, header: RequestHeader, request) -> object:
+    m = response_module(k.DESCRIBE_GROUPS, header.api_version)
+    descriptions = state.groups.coordinator.describe_groups(request.groups, state.now_ms())
+    state.groups.complete([])
+    groups = tuple(
+        build(
+            m.DescribedGroup,
+            error_code=d.error,
+            group_id=d.group_id,
+            group_state=d.state,
+            protocol_type=d.protocol_type,
+            protocol_data=d.protocol_name,
+            members=tuple(
+                build(
+                    m.DescribedGroupMember,
+                    member_id=mem.member_id,
+                    group_instance_id=mem.group_instance_id,
+                    client_id=mem.client_id,
+                    client_host=mem.client_host,
+                    member_metadata=mem.metadata,
+                    member_assignment=mem.assignment,
+                )
+                for mem in d.members
+            ),
+            authorized_operations=-2147483648,
+        )
+        for d in descriptions
+    )
+    return build(m.DescribeGroupsResponse, throttle_time=_ZERO, groups=groups)
+
+
+def handle_list_groups(state: BrokerState, header: RequestHeader, request) -> object:
+    m = response_module(k.LIST_GROUPS, header.api_version)
+    result = state.groups.coordinator.list_groups(
+        states_filter=tuple(getattr(request, "states_filter", ())),
+        types_filter=tuple(getattr(request, "types_filter", ())),
+    )
+    groups = tuple(
+        build(m.ListedGroup, group_id=g.group_id, protocol_type=g.protocol_type, group_state=g.state, group_type="classic")
+        for g in result.groups
+    )
+    return build(m.ListGroupsResponse, throttle_time=_ZERO, error_code=result.error, groups=groups)
+
+
+def handle_delete_groups(state: BrokerState, header: RequestHeader, request) -> object:
+    m = response_module(k.DELETE_GROUPS, header.api_version)
+    result, writes = state.groups.coordinator.delete_groups(request.groups_names, state.now_ms())
+    state.groups.complete(writes)
+    return build(
+        m.DeleteGroupsResponse,
+        throttle_time=_ZERO,
+        results=tuple(
+            build(m.DeletableGroupResult, group_id=g, error_code=result.errors.get(g, ErrorCode.none))
+            for g in request.groups_names
+        ),
+    )
+
+
+def handle_offset_delete(state: BrokerState, header: RequestHeader, request) -> object:
+    m = response_module(k.OFFSET_DELETE, header.api_version)
+    partitions = tuple(TopicPartition(t.name, p.partition_index) for t in request.topics for p in t.partitions)
+    result, writes = state.groups.coordinator.delete_offsets(
+        OffsetDeleteRequest(request.group_id, partitions), state.now_ms()
+    )
+    state.groups.complete(writes)
+    topics_out = tuple(
+        build(
+            m.OffsetDeleteResponseTopic,
+            name=t.name,
+            partitions=tuple(
+                build(
+                    m.OffsetDeleteResponsePartition,
+                    partition_index=p.partition_index,
+                    error_code=ErrorCode.unknown_topic_or_partition
+                    if not _topic_exists(state, t.name, p.partition_index)
+                    else result.partitions.get(TopicPartition(t.name, p.partition_index), ErrorCode.none),
+                )
+                for p in t.partitions
+            ),
+        )
+        for t in request.topics
+    )
+    return build(m.OffsetDeleteResponse, error_code=result.error, throttle_time=_ZERO, topics=topics_out)

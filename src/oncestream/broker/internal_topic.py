@@ -1,0 +1,57 @@
+"""Internal topics (__consumer_offsets, __transaction_state) kept through the ordinary log code.
+
+Coordinators are sans-io and hand back (key, value) records to persist; this module appends them
+as record batches to a partition of their internal topic and, at start-up, reads every record back
+so the coordinator can rebuild its state. The topics are compacted, so the latest value per key is
+what survives, exactly what the coordinators' ``load`` expects.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+
+from oncestream.log.manager import LogManager
+from oncestream.protocol.records import NewRecord, decode_batches, encode_batch
+
+_READ_CHUNK_BYTES = 8 * 1024 * 1024
+# Keep each appended batch well under the default max.message.bytes.
+_MAX_RECORDS_PER_BATCH = 500
+
+
+class InternalTopic:
+    """One internal compacted topic: append coordinator records, replay them on start."""
+
+    def __init__(self, logs: LogManager, name: str, num_partitions: int, configs: dict[str, str], now_ms: int) -> None:
+        self.name = name
+        self._logs = logs
+        info = logs.topics().get(name)
+        if info is None:
+            info = logs.create_topic(name, num_partitions, configs, now_ms=now_ms)
+        # An existing topic keeps its partition count: coordinators map keys onto it.
+        self.num_partitions = info.num_partitions
+
+    def append(self, partition: int, records: Sequence[tuple[bytes, bytes | None]], now_ms: int) -> None:
+        """Append records to one partition (synchronously, in the page cache like any produce)."""
+        assert 0 <= partition < self.num_partitions, partition
+        log = self._logs.get(self.name, partition)
+        for start in range(0, len(records), _MAX_RECORDS_PER_BATCH):
+            chunk = records[start : start + _MAX_RECORDS_PER_BATCH]
+            batch = encode_batch([NewRecord(value=v, key=k) for k, v in chunk], now_ms=now_ms)
+            log.append(batch, now_ms, from_client=False)
+
+    def read_all(self, partitions: Iterable[int] | None = None) -> Iterator[tuple[bytes, bytes | None]]:
+        """Every (key, value) record of the given partitions in log order; control batches skipped."""
+        for partition in range(self.num_partitions) if partitions is None else partitions:
+            log = self._logs.get(self.name, partition)
+            offset = log.log_start_offset
+            end = log.log_end_offset
+            while offset < end:
+                result = log.read(offset, _READ_CHUNK_BYTES, upper_offset=end, min_one=True)
+                if not result.size_bytes:
+                    break
+                for batch in decode_batches(b"".join(result.chunks)):
+                    if not batch.header.is_control:
+                        for record in batch.records:
+                            if record.offset >= offset and record.key is not None:
+                                yield record.key, record.value
+                    offset = max(offset, batch.header.next_offset)
