@@ -22,9 +22,9 @@ from oncestream.broker.handlers import (
     list_offsets,
     metadata,
     produce,
-    producer_id,
     records_admin,
     topics,
+    transactions,
 )
 from oncestream.broker.state import BrokerState
 from oncestream.protocol import api_keys as k
@@ -50,7 +50,7 @@ HANDLERS: dict[int, Handler] = {
     k.CREATE_TOPICS: topics.handle_create,
     k.DELETE_TOPICS: topics.handle_delete,
     k.DELETE_RECORDS: records_admin.handle_delete_records,
-    k.INIT_PRODUCER_ID: producer_id.handle,
+    k.INIT_PRODUCER_ID: transactions.handle_init_producer_id,
     k.DESCRIBE_CONFIGS: configs.handle_describe,
     k.ALTER_CONFIGS: configs.handle_alter,
     k.INCREMENTAL_ALTER_CONFIGS: configs.handle_incremental_alter,
@@ -65,6 +65,14 @@ HANDLERS: dict[int, Handler] = {
     k.LIST_GROUPS: groups.handle_list_groups,
     k.DELETE_GROUPS: groups.handle_delete_groups,
     k.OFFSET_DELETE: groups.handle_offset_delete,
+    k.ADD_PARTITIONS_TO_TXN: transactions.handle_add_partitions_to_txn,
+    k.ADD_OFFSETS_TO_TXN: transactions.handle_add_offsets_to_txn,
+    k.END_TXN: transactions.handle_end_txn,
+    k.WRITE_TXN_MARKERS: transactions.handle_write_txn_markers,
+    k.TXN_OFFSET_COMMIT: transactions.handle_txn_offset_commit,
+    k.DESCRIBE_PRODUCERS: transactions.handle_describe_producers,
+    k.DESCRIBE_TRANSACTIONS: transactions.handle_describe_transactions,
+    k.LIST_TRANSACTIONS: transactions.handle_list_transactions,
 }
 assert set(HANDLERS) == set(API_VERSIONS), "every advertised API needs a handler and vice versa"
 

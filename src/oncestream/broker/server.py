@@ -51,6 +51,7 @@ class BrokerServer:
         background = [
             asyncio.create_task(self._housekeeping()),
             asyncio.create_task(self.state.groups.run_timers()),
+            asyncio.create_task(self.state.transactions.run_timers()),
         ]
         await self._stopping.wait()
         for task in background:

@@ -13,6 +13,7 @@ from pathlib import Path
 from oncestream.broker.config import BrokerConfig
 from oncestream.broker.flusher import GroupCommitFlusher
 from oncestream.broker.group_service import GroupService
+from oncestream.broker.txn_service import TxnService
 from oncestream.broker.notify import AppendNotifier
 from oncestream.coordinator.producer_ids import ProducerIdManager
 from oncestream.log.config import LogConfig
@@ -52,9 +53,9 @@ class BrokerState:
         self.notifier = AppendNotifier()
         self.flusher = GroupCommitFlusher()
         self.groups = GroupService(self.logs, config.raw, self.now_ms)
-        # The transaction coordinator service; None until it is wired (FindCoordinator answers
-        # COORDINATOR_NOT_AVAILABLE for transactional ids meanwhile).
-        self.transactions = None
+        self.transactions = TxnService(
+            self.logs, self.groups, config.raw, self.now_ms, self.producer_ids.next_id
+        )
 
     def tick(self) -> None:
         """Periodic housekeeping: retention, producer-id expiry."""

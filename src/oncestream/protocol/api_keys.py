@@ -27,11 +27,19 @@ CREATE_TOPICS: Final = 19
 DELETE_TOPICS: Final = 20
 DELETE_RECORDS: Final = 21
 INIT_PRODUCER_ID: Final = 22
+ADD_PARTITIONS_TO_TXN: Final = 24
+ADD_OFFSETS_TO_TXN: Final = 25
+END_TXN: Final = 26
+WRITE_TXN_MARKERS: Final = 27
+TXN_OFFSET_COMMIT: Final = 28
 DESCRIBE_CONFIGS: Final = 32
 ALTER_CONFIGS: Final = 33
 DELETE_GROUPS: Final = 42
 INCREMENTAL_ALTER_CONFIGS: Final = 44
 OFFSET_DELETE: Final = 47
+DESCRIBE_PRODUCERS: Final = 61
+DESCRIBE_TRANSACTIONS: Final = 65
+LIST_TRANSACTIONS: Final = 66
 
 # api_key -> (min_version, max_version), inclusive.
 API_VERSIONS: Final[dict[int, tuple[int, int]]] = {
@@ -52,10 +60,18 @@ API_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     CREATE_TOPICS: (2, 7),
     DELETE_TOPICS: (1, 6),
     DELETE_RECORDS: (0, 2),
-    INIT_PRODUCER_ID: (0, 4),
+    INIT_PRODUCER_ID: (0, 6),  # v6: KIP-939 enable2Pc / keepPreparedTxn
+    ADD_PARTITIONS_TO_TXN: (0, 4),  # v4: batched, verify-only form (KIP-890 part 1)
+    ADD_OFFSETS_TO_TXN: (0, 3),
+    END_TXN: (0, 4),  # v5 means transaction version 2 (KIP-890 part 2): not advertised yet
+    WRITE_TXN_MARKERS: (1, 1),
+    TXN_OFFSET_COMMIT: (0, 3),
     DESCRIBE_CONFIGS: (1, 4),
     ALTER_CONFIGS: (0, 2),
     DELETE_GROUPS: (0, 2),
     INCREMENTAL_ALTER_CONFIGS: (0, 1),
     OFFSET_DELETE: (0, 0),
+    DESCRIBE_PRODUCERS: (0, 0),
+    DESCRIBE_TRANSACTIONS: (0, 0),
+    LIST_TRANSACTIONS: (0, 1),
 }

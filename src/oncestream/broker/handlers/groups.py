@@ -47,9 +47,7 @@ def handle_find_coordinator(state: BrokerState, header: RequestHeader, request) 
     key_type = getattr(request, "key_type", KEY_TYPE_GROUP)
     keys = request.coordinator_keys if hasattr(request, "coordinator_keys") else (request.key,)
     error = ErrorCode.none
-    if key_type == KEY_TYPE_TRANSACTION and state.transactions is None:
-        error = ErrorCode.coordinator_not_available
-    elif key_type not in (KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION):
+    if key_type not in (KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION):
         error = ErrorCode.invalid_request
     ok = error == ErrorCode.none
     if hasattr(m, "Coordinator"):

@@ -7,7 +7,9 @@ import datetime
 from kio.schema.errors import ErrorCode
 
 from oncestream.broker.state import BrokerState
+from oncestream.coordinator.txn import TopicPartition
 from oncestream.errors import KafkaError
+from oncestream.protocol.record_batch import parse_header
 from oncestream.protocol.api_keys import PRODUCE
 from oncestream.protocol.codec import RequestHeader, build, response_module
 
@@ -30,13 +32,11 @@ async def handle(state: BrokerState, header: RequestHeader, request) -> object |
             append_time = None
             if acks not in _VALID_ACKS:
                 error = ErrorCode.invalid_required_acks
-            elif request.transactional_id is not None:
-                # Transactions arrive with the transaction coordinator; until then a
-                # transactional produce is refused rather than half-supported.
-                error = ErrorCode.transactional_id_authorization_failed
             elif part.records is None:
                 error = ErrorCode.invalid_record
                 message = "no records"
+            elif (txn_error := _verify_transactional(state, request.transactional_id, topic.name, part)) != ErrorCode.none:
+                error = txn_error
             else:
                 try:
                     plog = state.logs.get(topic.name, part.index)
@@ -72,6 +72,23 @@ async def handle(state: BrokerState, header: RequestHeader, request) -> object |
     if acks == 0:
         return None
     return build(m.ProduceResponse, responses=tuple(topics_out), throttle_time=datetime.timedelta(0))
+
+
+def _verify_transactional(state: BrokerState, transactional_id: str | None, topic: str, part) -> ErrorCode:
+    """KIP-890 part 1: a transactional batch is only accepted for a partition that the ongoing
+    transaction of its producer has added; anything else would leave a hanging transaction."""
+    try:
+        header = parse_header(part.records)
+    except KafkaError as exc:
+        return exc.code
+    if not header.is_transactional:
+        return ErrorCode.none
+    if transactional_id is None:
+        return ErrorCode.invalid_txn_state
+    verify = state.transactions.coordinator.verify_partitions(
+        transactional_id, header.producer_id, header.producer_epoch, (TopicPartition(topic, part.index),)
+    )
+    return verify.errors.get(TopicPartition(topic, part.index), ErrorCode.none)
 
 
 async def _flush_all(state: BrokerState, logs) -> None:

@@ -1,0 +1,323 @@
+"""Transaction APIs: InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn,
+TxnOffsetCommit, WriteTxnMarkers, DescribeTransactions, ListTransactions, DescribeProducers.
+
+The rules live in coordinator/txn (driven by broker/txn_service.py); these handlers translate.
+KIP-588 version rules: clients too old to know PRODUCER_FENCED get INVALID_PRODUCER_EPOCH.
+"""
+
+from __future__ import annotations
+
+import datetime
+
+from kio.schema.errors import ErrorCode
+
+from oncestream.broker.state import BrokerState
+from oncestream.broker.txn_service import fenced_for_version
+from oncestream.coordinator.group.messages import PartitionOffsetCommit
+from oncestream.coordinator.group.messages import TopicPartition as GroupTopicPartition
+from oncestream.coordinator.txn import TopicPartition
+from oncestream.errors import KafkaError
+from oncestream.protocol import api_keys as k
+from oncestream.protocol.codec import RequestHeader, build, response_module
+
+_ZERO = datetime.timedelta(0)
+
+
+def _ms(delta: datetime.timedelta) -> int:
+    return int(delta.total_seconds() * 1000)
+
+
+def handle_init_producer_id(state: BrokerState, header: RequestHeader, request) -> object:
+    m = response_module(k.INIT_PRODUCER_ID, header.api_version)
+    if request.transactional_id is None:
+        # Idempotent producers always get a fresh id (also when bumping after a sequence error,
+        # KIP-360): a new id gives a clean sequence space.
+        return build(
+            m.InitProducerIdResponse,
+            throttle_time=_ZERO,
+            error_code=ErrorCode.none,
+            producer_id=state.producer_ids.next_id(),
+            producer_epoch=0,
+            ongoing_txn_producer_id=-1,
+            ongoing_txn_producer_epoch=-1,
+        )
+    txn = state.transactions
+    resp = txn.call(
+        lambda now: txn.coordinator.init_producer_id(
+            request.transactional_id,
+            _ms(request.transaction_timeout),
+            now,
+            producer_id=getattr(request, "producer_id", -1),
+            producer_epoch=getattr(request, "producer_epoch", -1),
+            enable_2pc=getattr(request, "enable2_pc", False),
+            keep_prepared_txn=getattr(request, "keep_prepared_txn", False),
+        )
+    )
+    if resp is None:
+        return build(
+            m.InitProducerIdResponse,
+            throttle_time=_ZERO,
+            error_code=ErrorCode.coordinator_not_available,
+            producer_id=-1,
+            producer_epoch=-1,
+        )
+    return build(
+        m.InitProducerIdResponse,
+        throttle_time=_ZERO,
+        error_code=fenced_for_version(resp.error, header.api_version, 4),
+        producer_id=resp.producer_id,
+        producer_epoch=resp.producer_epoch,
+        ongoing_txn_producer_id=resp.ongoing_txn_producer_id,
+        ongoing_txn_producer_epoch=resp.ongoing_txn_producer_epoch,
+    )
+
+
+def _topic_results(m, partitions: list[tuple[str, int]], error_of) -> tuple:
+    by_topic: dict[str, list[int]] = {}
+    for topic, p in partitions:
+        by_topic.setdefault(topic, []).append(p)
+    return tuple(
+        build(
+            m.AddPartitionsToTxnTopicResult,
+            name=topic,
+            results_by_partition=tuple(
+                build(m.AddPartitionsToTxnPartitionResult, partition_index=p, partition_error_code=error_of(topic, p))
+                for p in parts
+            ),
+        )
+        for topic, parts in by_topic.items()
+    )
+
+
+def _add_or_verify(state: BrokerState, txn_id: str, pid: int, epoch: int, partitions, verify_only: bool, version: int):
+    """Returns an error_of(topic, partition) function."""
+    txn = state.transactions
+    known = state.logs.topics()
+    unknown = {
+        (t, p) for t, p in partitions if t not in known or not 0 <= p < known[t].num_partitions
+    }
+    if unknown:
+        # Kafka fails the whole request: unknown partitions get UNKNOWN_TOPIC_OR_PARTITION and
+        # the rest OPERATION_NOT_ATTEMPTED.
+        return lambda t, p: ErrorCode.unknown_topic_or_partition if (t, p) in unknown else ErrorCode.operation_not_attempted
+    tps = tuple(TopicPartition(t, p) for t, p in partitions)
+    if verify_only:
+        errors = txn.coordinator.verify_partitions(txn_id, pid, epoch, tps).errors
+        return lambda t, p: errors.get(TopicPartition(t, p), ErrorCode.none)
+    resp = txn.call(lambda now: txn.coordinator.add_partitions(txn_id, pid, epoch, tps, now))
+    error = ErrorCode.coordinator_not_available if resp is None else fenced_for_version(resp.error, version, 2)
+    return lambda t, p: error
+
+
+def handle_add_partitions_to_txn(state: BrokerState, header: RequestHeader, request) -> object:
+    m = response_module(k.ADD_PARTITIONS_TO_TXN, header.api_version)
+    if hasattr(request, "transactions"):  # v4+: batched, possibly verify-only (KIP-890 part 1)
+        results = []
+        for t in request.transactions:
+            parts = [(topic.name, p) for topic in t.topics for p in topic.partitions]
+            error_of = _add_or_verify(
+                state, t.transactional_id, t.producer_id, t.producer_epoch, parts, t.verify_only, header.api_version
+            )
+            results.append(
+                build(m.AddPartitionsToTxnResult, transactional_id=t.transactional_id, topic_results=_topic_results(m, parts, error_of))
+            )
+        return build(m.AddPartitionsToTxnResponse, throttle_time=_ZERO, error_code=ErrorCode.none, results_by_transaction=tuple(results))
+    parts = [(topic.name, p) for topic in request.v3_and_below_topics for p in topic.partitions]
+    error_of = _add_or_verify(
+        state,
+        request.v3_and_below_transactional_id,
+        request.v3_and_below_producer_id,
+        request.v3_and_below_producer_epoch,
+        parts,
+        False,
+        header.api_version,
+    )
+    return build(m.AddPartitionsToTxnResponse, throttle_time=_ZERO, results_by_topic_v3_and_below=_topic_results(m, parts, error_of))
+
+
+def handle_add_offsets_to_txn(state: BrokerState, header: RequestHeader, request) -> object:
+    m = response_module(k.ADD_OFFSETS_TO_TXN, header.api_version)
+    txn = state.transactions
+    resp = txn.call(
+        lambda now: txn.coordinator.add_offsets(
+            request.transactional_id, request.producer_id, request.producer_epoch, request.group_id, now
+        )
+    )
+    error = ErrorCode.coordinator_not_available if resp is None else fenced_for_version(resp.error, header.api_version, 2)
+    return build(m.AddOffsetsToTxnResponse, throttle_time=_ZERO, error_code=error)
+
+
+def handle_end_txn(state: BrokerState, header: RequestHeader, request) -> object:
+    m = response_module(k.END_TXN, header.api_version)
+    txn = state.transactions
+    resp = txn.call(
+        lambda now: txn.coordinator.end_txn(
+            request.transactional_id, request.producer_id, request.producer_epoch, request.committed, now
+        )
+    )
+    if resp is None:
+        return build(m.EndTxnResponse, throttle_time=_ZERO, error_code=ErrorCode.coordinator_not_available, producer_id=-1, producer_epoch=-1)
+    return build(
+        m.EndTxnResponse,
+        throttle_time=_ZERO,
+        error_code=fenced_for_version(resp.error, header.api_version, 2),
+        producer_id=resp.producer_id,
+        producer_epoch=resp.producer_epoch,
+    )
+
+
+def handle_txn_offset_commit(state: BrokerState, header: RequestHeader, request) -> object:
+    m = response_module(k.TXN_OFFSET_COMMIT, header.api_version)
+    txn = state.transactions
+    # The producer must have added the group's offsets partition to its transaction first.
+    offsets_tp = TopicPartition("__consumer_offsets", state.groups.coordinator.partition_for(request.group_id))
+    verify = txn.coordinator.verify_partitions(
+        request.transactional_id, request.producer_id, request.producer_epoch, (offsets_tp,)
+    )
+    verify_error = verify.errors.get(offsets_tp, ErrorCode.none)
+    offsets = {
+        GroupTopicPartition(t.name, p.partition_index): PartitionOffsetCommit(
+            offset=p.committed_offset,
+            leader_epoch=getattr(p, "committed_leader_epoch", -1),
+            metadata=p.committed_metadata or "",
+        )
+        for t in request.topics
+        for p in t.partitions
+    }
+    errors: dict[GroupTopicPartition, ErrorCode] = {}
+    if verify_error != ErrorCode.none:
+        errors = {tp: fenced_for_version(verify_error, header.api_version, 3) for tp in offsets}
+    else:
+        member = {}
+        if header.api_version >= 3:  # KIP-447: the group's generation fences zombies
+            member = {
+                "member_id": request.member_id,
+                "generation_id": request.generation_id,
+                "group_instance_id": request.group_instance_id,
+            }
+        result = txn.stage_offsets(request.group_id, request.producer_id, offsets, **member)
+        errors = dict(result.partitions)
+    return build(
+        m.TxnOffsetCommitResponse,
+        throttle_time=_ZERO,
+        topics=tuple(
+            build(
+                m.TxnOffsetCommitResponseTopic,
+                name=t.name,
+                partitions=tuple(
+                    build(
+                        m.TxnOffsetCommitResponsePartition,
+                        partition_index=p.partition_index,
+                        error_code=errors.get(GroupTopicPartition(t.name, p.partition_index), ErrorCode.none),
+                    )
+                    for p in t.partitions
+                ),
+            )
+            for t in request.topics
+        ),
+    )
+
+
+def handle_write_txn_markers(state: BrokerState, header: RequestHeader, request) -> object:
+    """Used by admins to abort a hanging transaction (KIP-664), and by our coordinator's peers."""
+    m = response_module(k.WRITE_TXN_MARKERS, header.api_version)
+    now = state.now_ms()
+    results = []
+    for marker in request.markers:
+        topics_out = []
+        for t in marker.topics:
+            parts = []
+            for p in t.partition_indexes:
+                error = ErrorCode.none
+                try:
+                    state.logs.get(t.name, p).append_marker(
+                        producer_id=marker.producer_id,
+                        producer_epoch=marker.producer_epoch,
+                        commit=marker.transaction_result,
+                        coordinator_epoch=marker.coordinator_epoch,
+                        now_ms=now,
+                    )
+                except KafkaError as exc:
+                    error = exc.code
+                parts.append(build(m.WritableTxnMarkerPartitionResult, partition_index=p, error_code=error))
+            topics_out.append(build(m.WritableTxnMarkerTopicResult, name=t.name, partitions=tuple(parts)))
+        results.append(build(m.WritableTxnMarkerResult, producer_id=marker.producer_id, topics=tuple(topics_out)))
+    return build(m.WriteTxnMarkersResponse, markers=tuple(results))
+
+
+def handle_describe_transactions(state: BrokerState, header: RequestHeader, request) -> object:
+    m = response_module(k.DESCRIBE_TRANSACTIONS, header.api_version)
+    descriptions = state.transactions.coordinator.describe_transactions(request.transactional_ids)
+    out = []
+    for d in descriptions:
+        by_topic: dict[str, list[int]] = {}
+        for tp in d.partitions:
+            by_topic.setdefault(tp.topic, []).append(tp.partition)
+        start = (
+            datetime.datetime.fromtimestamp(d.transaction_start_time_ms / 1000, tz=datetime.timezone.utc)
+            if d.transaction_start_time_ms >= 0
+            else datetime.datetime.fromtimestamp(0, tz=datetime.timezone.utc) - datetime.timedelta(milliseconds=1)
+        )
+        out.append(
+            build(
+                m.TransactionState,
+                error_code=d.error,
+                transactional_id=d.transactional_id,
+                transaction_state=d.state,
+                transaction_timeout=datetime.timedelta(milliseconds=min(d.transaction_timeout_ms, 2**31 - 1)),
+                transaction_start_time=start,
+                producer_id=d.producer_id,
+                producer_epoch=d.producer_epoch,
+                topics=tuple(build(m.TopicData, topic=t, partitions=tuple(ps)) for t, ps in by_topic.items()),
+            )
+        )
+    return build(m.DescribeTransactionsResponse, throttle_time=_ZERO, transaction_states=tuple(out))
+
+
+def handle_list_transactions(state: BrokerState, header: RequestHeader, request) -> object:
+    m = response_module(k.LIST_TRANSACTIONS, header.api_version)
+    resp = state.transactions.coordinator.list_transactions(
+        state.now_ms(),
+        state_filters=tuple(request.state_filters),
+        producer_id_filters=tuple(request.producer_id_filters),
+        duration_filter_ms=getattr(request, "duration_filter", -1),
+    )
+    return build(
+        m.ListTransactionsResponse,
+        throttle_time=_ZERO,
+        error_code=resp.error,
+        unknown_state_filters=resp.unknown_state_filters,
+        transaction_states=tuple(
+            build(m.TransactionState, transactional_id=t.transactional_id, producer_id=t.producer_id, transaction_state=t.state)
+            for t in resp.transactions
+        ),
+    )
+
+
+def handle_describe_producers(state: BrokerState, header: RequestHeader, request) -> object:
+    m = response_module(k.DESCRIBE_PRODUCERS, header.api_version)
+    topics_out = []
+    for t in request.topics:
+        parts = []
+        for p in t.partition_indexes:
+            error, message, active = ErrorCode.none, None, ()
+            try:
+                infos = state.logs.get(t.name, p).producer_states()
+            except KafkaError as exc:
+                error, message = exc.code, str(exc)
+            else:
+                active = tuple(
+                    build(
+                        m.ProducerState,
+                        producer_id=i.producer_id,
+                        producer_epoch=i.producer_epoch,
+                        last_sequence=i.last_sequence,
+                        last_timestamp=i.last_timestamp_ms,
+                        coordinator_epoch=i.coordinator_epoch,
+                        current_txn_start_offset=i.current_txn_start_offset,
+                    )
+                    for i in infos
+                )
+            parts.append(build(m.PartitionResponse, partition_index=p, error_code=error, error_message=message, active_producers=active))
+        topics_out.append(build(m.TopicResponse, name=t.name, partitions=tuple(parts)))
+    return build(m.DescribeProducersResponse, throttle_time=_ZERO, topics=tuple(topics_out))
