@@ -22,6 +22,7 @@ from oncestream.protocol.records import NewRecord, decode_batches, encode_batch
 
 PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3
 CREATE_TOPICS, DELETE_TOPICS, INIT_PRODUCER_ID, DESCRIBE_CONFIGS = 19, 20, 22, 32
+WRITE_TXN_MARKERS, DESCRIBE_PRODUCERS, DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 27, 61, 65, 66
 
 
 class CliError(Exception):
@@ -300,6 +301,78 @@ def cmd_consume(args: argparse.Namespace) -> int:
     return 0
 
 
+# --- transactions (KIP-664) ---------------------------------------------------------------------
+
+
+def cmd_transactions(args: argparse.Namespace) -> int:
+    with _connect(args) as conn:
+        if args.action == "list":
+            resp = conn.call(
+                LIST_TRANSACTIONS,
+                lambda m: build(m.ListTransactionsRequest, state_filters=(), producer_id_filters=(), duration_filter=-1),
+            )
+            if resp.error_code != ErrorCode.none:
+                raise CliError(f"list transactions: {resp.error_code.name}")
+            print("TransactionalId\tProducerId\tState")
+            for t in sorted(resp.transaction_states, key=lambda t: t.transactional_id):
+                print(f"{t.transactional_id}\t{t.producer_id}\t{t.transaction_state}")
+        elif args.action == "describe":
+            if not args.transactional_id:
+                raise CliError("transactions describe needs --transactional-id")
+            resp = conn.call(
+                DESCRIBE_TRANSACTIONS, lambda m: m.DescribeTransactionsRequest(transactional_ids=(args.transactional_id,))
+            )
+            (t,) = resp.transaction_states
+            if t.error_code != ErrorCode.none:
+                raise CliError(f"describe {args.transactional_id!r}: {t.error_code.name}")
+            print(f"transactional id {t.transactional_id}: state {t.transaction_state}, producer {t.producer_id} epoch {t.producer_epoch}, timeout {t.transaction_timeout}")
+            for topic in t.topics:
+                print(f"  {topic.topic}: partitions {list(topic.partitions)}")
+        elif args.action == "abort":
+            return _abort_hanging(conn, args)
+    return 0
+
+
+def _abort_hanging(conn: BrokerConnection, args: argparse.Namespace) -> int:
+    """Abort a hanging transaction on one partition: find its producer with DescribeProducers,
+    then write an ABORT marker with WriteTxnMarkers, as kafka-transactions.sh abort does."""
+    if args.topic is None or args.partition is None:
+        raise CliError("transactions abort needs --topic and --partition")
+    resp = conn.call(
+        DESCRIBE_PRODUCERS,
+        lambda m: m.DescribeProducersRequest(topics=(m.TopicRequest(name=args.topic, partition_indexes=(args.partition,)),)),
+    )
+    (part,) = resp.topics[0].partitions
+    if part.error_code != ErrorCode.none:
+        raise CliError(f"describe producers: {part.error_code.name}")
+    hanging = [
+        p for p in part.active_producers
+        if p.current_txn_start_offset >= 0 and (args.producer_id is None or p.producer_id == args.producer_id)
+    ]
+    if not hanging:
+        raise CliError(f"no open transaction on {args.topic}[{args.partition}]")
+    for p in hanging:
+        def make(m, p=p):
+            return m.WriteTxnMarkersRequest(
+                markers=(
+                    m.WritableTxnMarker(
+                        producer_id=p.producer_id,
+                        producer_epoch=p.producer_epoch,
+                        transaction_result=False,
+                        topics=(m.WritableTxnMarkerTopic(name=args.topic, partition_indexes=(args.partition,)),),
+                        coordinator_epoch=p.coordinator_epoch,
+                    ),
+                )
+            )
+
+        result = conn.call(WRITE_TXN_MARKERS, make)
+        error = result.markers[0].topics[0].partitions[0].error_code
+        if error != ErrorCode.none:
+            raise CliError(f"abort producer {p.producer_id}: {error.name}")
+        print(f"aborted transaction of producer {p.producer_id} (epoch {p.producer_epoch}) starting at offset {p.current_txn_start_offset}")
+    return 0
+
+
 # --- entry point ---------------------------------------------------------------------------------
 
 
@@ -344,6 +417,15 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--read-committed", action="store_true")
     client_args(c)
     c.set_defaults(func=cmd_consume)
+
+    x = sub.add_parser("transactions", help="list, describe or abort transactions (KIP-664)")
+    x.add_argument("action", choices=["list", "describe", "abort"])
+    x.add_argument("--transactional-id")
+    x.add_argument("--topic")
+    x.add_argument("--partition", type=int)
+    x.add_argument("--producer-id", type=int)
+    client_args(x)
+    x.set_defaults(func=cmd_transactions)
 
     d = sub.add_parser("demo", help="run the end-to-end demo")
     d.add_argument("rest", nargs=argparse.REMAINDER)
