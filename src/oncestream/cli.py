@@ -434,6 +434,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["demo"]:
+        # The demo parses its own options (argparse REMAINDER rejects a leading --option).
+        from oncestream.demo import main as demo_main
+
+        return demo_main(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command == "topics" and args.action != "list" and not args.name:

