@@ -23,7 +23,7 @@ TIMESTAMP_LOG_APPEND_TIME = "LogAppendTime"
 
 # Kafka topic configs we accept and keep as overrides (so DescribeConfigs shows them and clients
 # that set them are not refused) but that the single-node log does not act on: replication,
-# throttling, tiered storage, down-conversion, compaction tuning and broker-side recompression.
+# throttling, tiered storage, down-conversion, max.compaction.lag.ms and broker-side recompression.
 PASSTHROUGH_TOPIC_CONFIGS: frozenset[str] = frozenset(
     {
         "compression.type",
@@ -42,8 +42,6 @@ PASSTHROUGH_TOPIC_CONFIGS: frozenset[str] = frozenset(
         "message.timestamp.after.max.ms",
         "message.timestamp.before.max.ms",
         "message.timestamp.difference.max.ms",
-        "min.cleanable.dirty.ratio",
-        "min.compaction.lag.ms",
         "min.insync.replicas",
         "preallocate",
         "remote.storage.enable",
@@ -63,6 +61,16 @@ def _parse_int(name: str, text: str, low: int, high: int) -> int:
         raise InvalidConfigError(f"{name}: {text!r} is not an integer") from exc
     if not low <= value <= high:
         raise InvalidConfigError(f"{name}: {value} is outside [{low}, {high}]")
+    return value
+
+
+def _parse_ratio(name: str, text: str) -> float:
+    try:
+        value = float(str(text).strip())
+    except ValueError as exc:
+        raise InvalidConfigError(f"{name}: {text!r} is not a number") from exc
+    if not 0.0 <= value <= 1.0:
+        raise InvalidConfigError(f"{name}: {value} is outside [0, 1]")
     return value
 
 
@@ -97,6 +105,8 @@ _TOPIC_FIELDS: dict[str, tuple[str, Callable[[str, str], object]]] = {
     "index.interval.bytes": ("index_interval_bytes", _int_parser(0, INT32_MAX)),
     "cleanup.policy": ("cleanup_policy", _parse_cleanup_policy),
     "delete.retention.ms": ("delete_retention_ms", _int_parser(0, INT64_MAX)),
+    "min.compaction.lag.ms": ("min_compaction_lag_ms", _int_parser(0, INT64_MAX)),
+    "min.cleanable.dirty.ratio": ("min_cleanable_dirty_ratio", _parse_ratio),
     "message.timestamp.type": ("message_timestamp_type", _parse_timestamp_type),
     "flush.messages": ("flush_messages", _int_parser(1, INT64_MAX)),
 }
@@ -109,6 +119,8 @@ _BROKER_TO_TOPIC: dict[str, str] = {
     "log.index.interval.bytes": "index.interval.bytes",
     "log.cleanup.policy": "cleanup.policy",
     "log.cleaner.delete.retention.ms": "delete.retention.ms",
+    "log.cleaner.min.compaction.lag.ms": "min.compaction.lag.ms",
+    "log.cleaner.min.cleanable.ratio": "min.cleanable.dirty.ratio",
     "log.message.timestamp.type": "message.timestamp.type",
     "log.flush.interval.messages": "flush.messages",
 }
@@ -128,7 +140,9 @@ class LogConfig:
     max_message_bytes: int = 1048588
     index_interval_bytes: int = 4096
     cleanup_policy: str = CLEANUP_DELETE
-    delete_retention_ms: int = 86400000
+    delete_retention_ms: int = 86400000  # how long a tombstone outlives the first clean that saw it
+    min_compaction_lag_ms: int = 0  # records younger than this are never compacted
+    min_cleanable_dirty_ratio: float = 0.5  # dirty bytes / all cleanable bytes that triggers a clean
     message_timestamp_type: str = TIMESTAMP_CREATE_TIME
     flush_messages: int = INT64_MAX  # 1 = fsync before acknowledging
     producer_id_expiration_ms: int = 86400000
@@ -140,6 +154,8 @@ class LogConfig:
             parsed = parser(name, str(value))
             if field_name == "cleanup_policy":
                 object.__setattr__(self, field_name, parsed)  # one canonical spelling
+            elif field_name == "min_cleanable_dirty_ratio" and type(value) in (int, float):
+                object.__setattr__(self, field_name, parsed)  # 1 and 1.0 are the same ratio
             elif type(value) is not type(parsed) or value != parsed:
                 raise InvalidConfigError(f"{name}: {value!r} is not a valid value")
         if type(self.producer_id_expiration_ms) is not int:
@@ -150,6 +166,11 @@ class LogConfig:
     def deletes_by_retention(self) -> bool:
         """Whether retention.ms / retention.bytes apply (cleanup.policy contains ``delete``)."""
         return CLEANUP_DELETE in self.cleanup_policy.split(",")
+
+    @property
+    def compacts(self) -> bool:
+        """Whether the log cleaner compacts this log (cleanup.policy contains ``compact``)."""
+        return CLEANUP_COMPACT in self.cleanup_policy.split(",")
 
     @property
     def log_append_time(self) -> bool:

@@ -1,15 +1,28 @@
 """The log of one partition: validated appends, reads, retention, recovery (sans-io, synchronous).
 
 Directory ``<topic>-<partition>`` holds the segments (``<base offset>.log/.index/.timeindex``),
-producer snapshots (``<offset>.snapshot``), ``partition.checkpoint`` (log start offset and
-recovery point, JSON, replaced atomically) and, between a clean close and the next open,
-``.clean_shutdown``.
+producer snapshots (``<offset>.snapshot``), ``partition.checkpoint`` (log start offset,
+recovery point and the log cleaner's cleaned offset and tombstone horizon, JSON, replaced
+atomically), between a clean close and the next open ``.clean_shutdown``, and while the log
+cleaner swaps segments in, ``cleaner.swap`` plus ``*.cleaned`` files (see ``compaction``).
 
-Recovery on open: without the clean-shutdown marker, every segment that may hold data written
+Recovery on open: first an interrupted compaction swap is finished (or an uncommitted one rolled
+back, see ``compaction``). Then, without the clean-shutdown marker, every segment that may hold data written
 after the recovery point (always the active one) is scanned batch by batch and truncated at the
 first torn or corrupt batch, and its indexes are rebuilt; other segments have their indexes
 validated (and rebuilt if missing or wrong). Producer state is loaded from the newest snapshot and
-completed by replaying the batch headers after it.
+completed by replaying the batches after it (markers decoded); that replay also rebuilds the
+aborted-transaction index (``<base offset>.txnindex``) of scanned segments and of segments whose
+index is missing or damaged (see ``transactions`` and ``txn_index``).
+
+Transactions (KIP-98): transactional batches open a producer's transaction, ``append_marker``
+writes the COMMIT/ABORT control batch that closes it, ``last_stable_offset`` is the first offset
+of the earliest open transaction, and ``read(with_aborted=True)`` lists the aborted transactions a
+fetched range overlaps.
+
+Compacted logs (cleanup.policy contains ``compact``): appends refuse records without a key, and
+offsets below the cleaned offset may have gaps where the cleaner removed whole batches; reads
+skip them (a fetch inside a gap gets the next batch).
 
 Durability: appends go to the page cache (survives a process crash). ``flush()`` fsyncs; the
 broker calls it before acknowledging when ``needs_flush_on_ack()`` (flush.messages=1), and the
@@ -35,13 +48,14 @@ from oncestream.errors import (
     OffsetOutOfRangeError,
     StorageError,
 )
+from oncestream.log import compaction
+from oncestream.log.batch_records import has_keyless_record
 from oncestream.log.config import INT64_MAX, LogConfig
 from oncestream.log.producer_state import (
     BatchMetadata,
     ProducerStateInfo,
     ProducerStateManager,
     fsync_directory,
-    replay_headers,
 )
 from oncestream.log.segment import (
     INDEX_SUFFIX,
@@ -50,6 +64,7 @@ from oncestream.log.segment import (
     TIME_INDEX_SUFFIX,
     PreparedBatch,
     Segment,
+    offsets_follow,
     parse_offset_file_name,
 )
 from oncestream.protocol.record_batch import (
@@ -62,7 +77,9 @@ from oncestream.protocol.record_batch import (
     parse_header,
     patch_base_offset,
 )
-from oncestream.protocol.records import decode_batch
+from oncestream.log.transactions import read_control_marker, recover_producer_and_txn_state
+from oncestream.log.txn_index import TXN_INDEX_SUFFIX, TxnIndex, TxnIndexes
+from oncestream.protocol.records import CONTROL_ABORT, CONTROL_COMMIT, decode_batch, encode_control_batch
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +113,18 @@ class ReadResult:
     size_bytes: int  # sum of len(chunks)
     high_watermark: int
     log_start_offset: int
-    last_stable_offset: int  # == high_watermark until transactions exist
+    last_stable_offset: int  # first offset of the earliest open transaction, else high_watermark
+    # (producer_id, first_offset) of the aborted transactions the returned range overlaps; only
+    # filled for read(with_aborted=True) (read_committed fetches), else None.
+    aborted_transactions: list[tuple[int, int]] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Checkpoint:
+    log_start_offset: int = 0
+    recovery_point: int = 0
+    cleaned_offset: int = 0  # offsets below it were compacted; only there may offsets have gaps
+    tombstone_horizon_ms: int = compaction.NO_HORIZON
 
 
 def parse_partition_dir_name(name: str) -> tuple[str, int]:
@@ -162,12 +190,23 @@ class PartitionLog:
         self.config = config
         self._segments: list[Segment] = []
         self._producers = ProducerStateManager(directory)
+        self._txn_indexes = TxnIndexes(directory)  # aborted transactions, per segment
         self.log_start_offset = 0
         self._recovery_point = 0  # segments at or after the one holding it are scanned after a crash
         self._size_bytes = 0
         self._unflushed_messages = 0
         self._directory_dirty = False
         self._closed = False
+        # Log cleaner state: everything below the cleaned offset has been compacted; the horizon
+        # is the earliest time a kept tombstone may go (NO_HORIZON: none is waiting).
+        self._cleaned_offset = 0
+        self._tombstone_horizon_ms = compaction.NO_HORIZON
+        self._cleaning: compaction.CompactionPlan | None = None  # planned, not yet installed
+        self._cleaning_segments: list[Segment] = []
+        # Set when a committed swap failed halfway: the files are fixed by the next open, but the
+        # segments in memory no longer match them, so the log refuses all work (Kafka takes the
+        # log directory offline for the same reason).
+        self._offline_reason: str | None = None
 
     # --- open and recovery ----------------------------------------------------------------------
 
@@ -192,18 +231,28 @@ class PartitionLog:
     def _load(self, now_ms: int) -> None:
         marker = self.directory / CLEAN_SHUTDOWN_FILE
         clean = marker.exists()
-        checkpoint_log_start, checkpoint_recovery_point = self._read_checkpoint()
+        checkpoint = self._recover_interrupted_clean(self._read_checkpoint())
+        checkpoint_log_start, checkpoint_recovery_point = checkpoint.log_start_offset, checkpoint.recovery_point
+        self._cleaned_offset = checkpoint.cleaned_offset
+        self._tombstone_horizon_ms = checkpoint.tombstone_horizon_ms
         bases = self._list_segment_files()
         for position, base_offset in enumerate(bases):
             next_base = bases[position + 1] if position + 1 < len(bases) else None
             # After a crash, anything at or beyond the recovery point may be torn or lost.
             recover = not clean and (next_base is None or next_base > checkpoint_recovery_point)
             segment, truncated_bytes = Segment.open(
-                self.directory, base_offset, now_ms, recover=recover, index_interval_bytes=self.config.index_interval_bytes
+                self.directory,
+                base_offset,
+                now_ms,
+                recover=recover,
+                index_interval_bytes=self.config.index_interval_bytes,
+                compacted_below=self._cleaned_offset,
             )
-            if self._segments and segment.base_offset != self._segments[-1].next_offset:
-                # A hole in the offsets (a lost or truncated file before this one): nothing from
-                # here on can be served with contiguous offsets.
+            if self._segments and not offsets_follow(
+                self._segments[-1].next_offset, segment.base_offset, self._cleaned_offset
+            ):
+                # A hole in the offsets that compaction did not make (a lost or truncated file
+                # before this one): nothing from here on can be served with contiguous offsets.
                 log.error(
                     "%s: segment %d does not follow offset %d; dropping it and later segments",
                     self.directory, base_offset, self._segments[-1].next_offset,
@@ -222,12 +271,33 @@ class PartitionLog:
         self._size_bytes = sum(segment.size_bytes for segment in self._segments)
         self.log_start_offset = min(max(checkpoint_log_start, self._segments[0].base_offset), self.log_end_offset)
         self._recovery_point = self.log_end_offset if clean else min(checkpoint_recovery_point, self.log_end_offset)
-        self._load_producer_state(now_ms)
+        self._load_producer_state(now_ms, clean=clean)
         if clean:
             # Until the marker is gone for good, a crash would be mistaken for a clean shutdown.
             marker.unlink()
             fsync_directory(self.directory)
         self._assert_invariants()
+
+    def _recover_interrupted_clean(self, checkpoint: _Checkpoint) -> _Checkpoint:
+        """Finish a committed compaction swap, drop uncommitted cleaned files (see ``compaction``)."""
+        manifest = compaction.read_manifest(self.directory)
+        if manifest is not None:
+            log.warning("%s: finishing an interrupted compaction swap", self.directory)
+            compaction.apply_swap_files(self.directory, manifest)
+            checkpoint = _Checkpoint(
+                checkpoint.log_start_offset,
+                checkpoint.recovery_point,
+                max(checkpoint.cleaned_offset, manifest.cleaned_offset),
+                manifest.tombstone_horizon_ms,
+            )
+            # The cleaned offset must be durable before the manifest that carries it goes: the
+            # gaps the swap made are only legal below it.
+            self._write_checkpoint_fields(checkpoint)
+            compaction.finish_swap(self.directory)
+        removed = compaction.remove_leftover_cleaned_files(self.directory)
+        if removed:
+            log.warning("%s: removed %d file(s) of an uncommitted compaction", self.directory, removed)
+        return checkpoint
 
     def _list_segment_files(self) -> list[int]:
         """Base offsets of the .log files; removes temp files and indexes without a log."""
@@ -242,7 +312,7 @@ class PartitionLog:
             if base is not None:
                 bases.add(base)
                 continue
-            for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+            for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
                 base = parse_offset_file_name(name, suffix)
                 if base is not None:
                     index_files.append((base, path))
@@ -255,44 +325,52 @@ class PartitionLog:
         for base in bases:
             for path in Segment.paths(self.directory, base):
                 path.unlink(missing_ok=True)
+            self._txn_indexes.drop(base)
         self._directory_dirty = True
 
-    def _read_checkpoint(self) -> tuple[int, int]:
-        """(log start offset, recovery point) from the checkpoint file; (0, 0) if absent or bad."""
+    def _read_checkpoint(self) -> _Checkpoint:
+        """The checkpoint file's values; all zero (no horizon) if absent or bad."""
         try:
             data = json.loads((self.directory / CHECKPOINT_FILE).read_text())
             log_start, recovery_point = int(data["log_start_offset"]), int(data["recovery_point"])
+            # Written only once a log was compacted: older checkpoints lack them.
+            cleaned_offset = int(data.get("cleaned_offset", 0))
+            horizon_ms = int(data.get("tombstone_horizon_ms", compaction.NO_HORIZON))
         except FileNotFoundError:
-            return 0, 0
-        except (OSError, ValueError, KeyError, TypeError):
+            return _Checkpoint()
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
             log.warning("%s: ignoring unreadable %s", self.directory, CHECKPOINT_FILE)
-            return 0, 0
-        return max(log_start, 0), max(recovery_point, 0)
+            return _Checkpoint()
+        return _Checkpoint(max(log_start, 0), max(recovery_point, 0), max(cleaned_offset, 0), horizon_ms)
 
     def _write_checkpoint(self) -> None:
-        data = json.dumps({"log_start_offset": self.log_start_offset, "recovery_point": self._recovery_point})
+        self._write_checkpoint_fields(
+            _Checkpoint(self.log_start_offset, self._recovery_point, self._cleaned_offset, self._tombstone_horizon_ms)
+        )
+
+    def _write_checkpoint_fields(self, checkpoint: _Checkpoint) -> None:
+        fields = {"log_start_offset": checkpoint.log_start_offset, "recovery_point": checkpoint.recovery_point}
+        if checkpoint.cleaned_offset or checkpoint.tombstone_horizon_ms != compaction.NO_HORIZON:
+            fields["cleaned_offset"] = checkpoint.cleaned_offset
+            fields["tombstone_horizon_ms"] = checkpoint.tombstone_horizon_ms
+        data = json.dumps(fields)
         try:
             _write_file_atomically(self.directory / CHECKPOINT_FILE, data.encode())
         except OSError as exc:
             raise StorageError(f"cannot write {self.directory / CHECKPOINT_FILE}: {exc}") from exc
 
-    def _load_producer_state(self, now_ms: int) -> None:
-        snapshot_offset = self._producers.load_latest_snapshot(self.log_end_offset)
-        replay_from = snapshot_offset if snapshot_offset is not None else self._segments[0].base_offset
-        if replay_from < self._segments[0].base_offset:
-            # Retention removed batches the snapshot did not cover: the state of those producers
-            # is incomplete, which KIP-360 clients recover from (UNKNOWN_PRODUCER_ID / new epoch).
-            log.warning("%s: producer snapshot %d is below the oldest segment", self.directory, replay_from)
-        replay_headers(self._producers, self._headers_from(replay_from), now_ms)
-
-    def _headers_from(self, offset: int):
-        """Headers of every batch whose base offset is >= ``offset``, oldest first."""
-        for segment in self._segments:
-            if segment.next_offset <= offset:
-                continue
-            for _, header in segment.batches():
-                if header.base_offset >= offset:
-                    yield header
+    def _load_producer_state(self, now_ms: int, *, clean: bool) -> None:
+        """Producer state (open transactions included) and the segments' aborted-txn indexes."""
+        # After a crash every segment holding data past the recovery point was scanned: its data
+        # may have lost a tail, or its (never fsynced) txn index entries, so the index of each is
+        # re-derived by the replay.
+        scanned: set[int] = set()
+        if not clean:
+            scanned = {s.base_offset for s in self._segments if s.next_offset > self._recovery_point}
+            scanned.add(self._segments[-1].base_offset)
+        recover_producer_and_txn_state(
+            self._producers, self._segments, self._txn_indexes, scanned=scanned, now_ms=now_ms
+        )
 
     # --- properties -----------------------------------------------------------------------------
 
@@ -308,8 +386,15 @@ class PartitionLog:
 
     @property
     def last_stable_offset(self) -> int:
-        """No transactions yet, so nothing is unstable."""
-        return self.high_watermark
+        """First offset of the earliest open transaction, else the high watermark (KIP-98).
+
+        A transaction that opened below the log start (retention or DeleteRecords moved it) keeps
+        holding the LSO at the log start until it completes, as in Kafka.
+        """
+        first_unstable = self._producers.first_unstable_offset()
+        if first_unstable is None:
+            return self.high_watermark
+        return min(max(first_unstable, self.log_start_offset), self.high_watermark)
 
     @property
     def size_bytes(self) -> int:
@@ -349,9 +434,12 @@ class PartitionLog:
         written unless every batch passes. If every batch is a retried duplicate, nothing is
         written and the original offsets are returned with ``duplicate=True``. Control batches
         (transaction markers) are only accepted from the broker itself (``from_client=False``).
+        A compacted topic refuses records without a key (InvalidRecordError), which needs the
+        records decoded: only those topics pay for it.
         """
         self._check_open()
         config = self.config
+        compacts = config.compacts
         parsed: list[tuple[BatchHeader, memoryview]] = []
         for header, batch in iter_batches(records):
             if header.size_bytes > config.max_message_bytes:
@@ -364,6 +452,9 @@ class PartitionLog:
                 raise InvalidRecordError(
                     f"record count {header.record_count} does not match last offset delta {header.last_offset_delta}"
                 )
+            if compacts and not header.is_control and has_keyless_record(header, batch):
+                # Kafka's LogValidator: a record without a key could never be compacted away.
+                raise InvalidRecordError("Compacted topic cannot accept message without key")
             parsed.append((header, batch))
         if not parsed:
             raise InvalidRecordError("produce data holds no record batch")
@@ -376,7 +467,14 @@ class PartitionLog:
         for header, batch in parsed:
             last_offset = next_offset + header.last_offset_delta
             max_timestamp_ms = now_ms if log_append_time else header.max_timestamp
-            duplicate = staged.check(header, next_offset, last_offset, max_timestamp_ms, now_ms)
+            marker = None
+            if header.is_control:
+                # Only the broker writes these (checked above); the producer state needs to know
+                # COMMIT from ABORT and the coordinator epoch.
+                marker = read_control_marker(batch)
+                if marker is None:
+                    raise InvalidRecordError("a transaction marker batch holds no record")
+            duplicate = staged.check(header, next_offset, last_offset, max_timestamp_ms, now_ms, marker)
             if duplicate is not None:
                 duplicates.append(duplicate)
                 continue
@@ -404,9 +502,12 @@ class PartitionLog:
             self._roll(now_ms)
         active = self._segments[-1]
         active.append(prepared, config.index_interval_bytes, now_ms)
-        staged.commit()
+        completed_txns = staged.commit()
         self._size_bytes += incoming_bytes
         self._unflushed_messages += sum(header.record_count for header, _ in parsed)
+        aborted = [txn.aborted_entry() for txn in completed_txns if txn.aborted]
+        if aborted:
+            self._txn_indexes.record_aborts(active.base_offset, aborted)
         if config.flush_messages not in (1, INT64_MAX) and self._unflushed_messages >= config.flush_messages:
             # flush.messages=N: fsync every N messages. N=1 is left to the broker (needs_flush_on_ack)
             # so that many acknowledgements can share one fsync.
@@ -418,6 +519,27 @@ class PartitionLog:
             log_start_offset=self.log_start_offset,
             duplicate=False,
         )
+
+    def append_marker(
+        self, *, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int, now_ms: int
+    ) -> int:
+        """Write a COMMIT or ABORT marker for the producer's transaction; returns its offset.
+
+        The marker goes through ``append`` like any batch (offsets, segments, indexes, recovery).
+        InvalidProducerEpochError if ``producer_epoch`` is older than the producer's current epoch
+        (a delayed marker must not end a newer transaction); a newer epoch becomes the producer's
+        (KIP-890). A marker for a producer with no open transaction here is still written (the
+        coordinator retries markers after a crash) and changes nothing else; an ABORT that closes
+        a transaction is recorded in the aborted-transaction index.
+        """
+        batch = encode_control_batch(
+            marker=CONTROL_COMMIT if commit else CONTROL_ABORT,
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            coordinator_epoch=coordinator_epoch,
+            now_ms=now_ms,
+        )
+        return self.append(batch, now_ms, from_client=False).base_offset
 
     def _should_roll(self, incoming_bytes: int, batch_count: int, last_offset: int, now_ms: int) -> bool:
         active = self._segments[-1]
@@ -437,8 +559,11 @@ class PartitionLog:
         active = self._segments[-1]
         active.seal()
         new_base = self.log_end_offset
+        # Recovery trusts txn index entries below a snapshot's offset: they must be durable first.
+        self._txn_indexes.seal(active.base_offset)
         self._producers.write_snapshot(new_base)
         self._segments.append(Segment.create(self.directory, new_base, now_ms))
+        self._txn_indexes.create(new_base)
         self._directory_dirty = True
         log.debug("%s: rolled to segment %d", self.directory, new_base)
 
@@ -448,13 +573,22 @@ class PartitionLog:
         return bisect_right(self._segments, offset, key=lambda segment: segment.base_offset) - 1
 
     def read(
-        self, fetch_offset: int, max_bytes: int, *, upper_offset: int | None = None, min_one: bool = True
+        self,
+        fetch_offset: int,
+        max_bytes: int,
+        *,
+        upper_offset: int | None = None,
+        min_one: bool = True,
+        with_aborted: bool = False,
     ) -> ReadResult:
         """Whole batches from the one containing ``fetch_offset`` (Kafka fetch semantics).
 
         Stops before exceeding ``max_bytes`` but returns at least one batch when ``min_one``
         (KIP-74); never returns a batch whose base offset is >= ``upper_offset`` (default: the high
-        watermark). OffsetOutOfRangeError outside [log start, log end].
+        watermark). OffsetOutOfRangeError outside [log start, log end]. With ``with_aborted``
+        (read_committed) the result lists every aborted transaction whose [first offset, marker]
+        overlaps [``fetch_offset``, last returned offset]; the caller caps ``upper_offset`` at the
+        LSO itself.
         """
         self._check_open()
         if fetch_offset < self.log_start_offset or fetch_offset > self.log_end_offset:
@@ -465,14 +599,16 @@ class PartitionLog:
         chunks: list[bytes] = []
         total_bytes = 0
         offset = fetch_offset
+        returned_end_offset = fetch_offset  # offset after the last returned batch
         if offset < upper:
             for segment in self._segments[self._segment_index_for(offset) :]:
                 if segment.base_offset >= upper:
                     break
-                if segment.size_bytes == 0:
-                    continue
+                start = max(offset, segment.base_offset)
+                if segment.size_bytes == 0 or start >= segment.next_offset:
+                    continue  # empty, or the offset lies in a gap compaction left at its end
                 extent = segment.extent(
-                    max(offset, segment.base_offset),
+                    start,
                     max_bytes - total_bytes,
                     upper,
                     allow_oversize_first=min_one and total_bytes == 0,
@@ -480,15 +616,24 @@ class PartitionLog:
                 if extent.end_position > extent.start_position:
                     chunks.append(segment.read(extent.start_position, extent.end_position))
                     total_bytes += extent.end_position - extent.start_position
+                    returned_end_offset = extent.next_offset
                 if not extent.segment_exhausted:
                     break
                 offset = segment.next_offset
+        aborted_transactions = None
+        if with_aborted:
+            aborted_transactions = []
+            if returned_end_offset > fetch_offset:
+                # An abort is indexed with its marker, which may lie in any later segment.
+                from_base = self._segments[self._segment_index_for(fetch_offset)].base_offset
+                aborted_transactions = self._txn_indexes.collect(from_base, fetch_offset, returned_end_offset)
         return ReadResult(
             chunks=chunks,
             size_bytes=total_bytes,
             high_watermark=self.high_watermark,
             log_start_offset=self.log_start_offset,
             last_stable_offset=self.last_stable_offset,
+            aborted_transactions=aborted_transactions,
         )
 
     def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
@@ -569,6 +714,9 @@ class PartitionLog:
                 segment.delete()
             except OSError as exc:
                 raise StorageError(f"cannot delete segment {segment.log_path}: {exc}") from exc
+            # Aborts indexed with this segment's markers go with it (after the .log, so a crash
+            # in between leaves an orphan index that the next open removes).
+            self._txn_indexes.drop(segment.base_offset)
             self._directory_dirty = True
             deleted += 1
         if deleted:
@@ -582,6 +730,191 @@ class PartitionLog:
         """Forget producers idle for producer.id.expiration.ms; returns how many."""
         self._check_open()
         return self._producers.expire(now_ms, self.config.producer_id_expiration_ms)
+
+    # --- compaction (see ``compaction`` for the rules and the swap protocol) --------------------
+
+    @property
+    def closed(self) -> bool:
+        """Whether the log was closed or abandoned (deleted topic, broker shutdown)."""
+        return self._closed
+
+    @property
+    def cleaned_offset(self) -> int:
+        """Offsets below this have been compacted (0 if the log never was)."""
+        return self._cleaned_offset
+
+    def compaction_candidate(self, now_ms: int) -> compaction.CompactionCandidate | None:
+        """How dirty this log is, or None if it is not to be cleaned now.
+
+        None unless cleanup.policy contains ``compact`` and either the dirty ratio reaches
+        min.cleanable.dirty.ratio or a kept tombstone's delete horizon has passed; also None while
+        a plan of this log is being built.
+        """
+        if self._closed or self._offline_reason is not None or self._cleaning is not None:
+            return None
+        if not self.config.compacts:
+            return None
+        return compaction.evaluate_candidate(
+            self._segments,
+            cleaned_offset=self._cleaned_offset,
+            last_stable_offset=self.last_stable_offset,
+            tombstone_horizon_ms=self._tombstone_horizon_ms,
+            min_compaction_lag_ms=self.config.min_compaction_lag_ms,
+            min_cleanable_dirty_ratio=self.config.min_cleanable_dirty_ratio,
+            now_ms=now_ms,
+        )
+
+    def compaction_plan(
+        self, now_ms: int, *, max_map_keys: int = compaction.DEFAULT_MAX_MAP_KEYS
+    ) -> compaction.CompactionPlan | None:
+        """Snapshot what a clean would rewrite (None if ``compaction_candidate`` says no).
+
+        The plan holds duplicated descriptors of the sealed segments below the first uncleanable
+        offset; hand it to ``compaction.build_cleaned`` (any thread), then the result to
+        ``install_cleaned``, or give the plan back with ``cancel_compaction``. One plan at a time.
+        """
+        candidate = self.compaction_candidate(now_ms)
+        if candidate is None:
+            return None
+        planned = [s for s in self._segments if s.base_offset < candidate.first_uncleanable_offset]
+        assert planned and self._segments[-1] not in planned, "the active segment is never cleaned"
+        snapshots: list[compaction.SegmentSnapshot] = []
+        try:
+            for segment in planned:
+                snapshots.append(
+                    compaction.SegmentSnapshot(segment.base_offset, segment.next_offset, segment.size_bytes, segment.dup_fd())
+                )
+        except OSError as exc:
+            for snapshot in snapshots:
+                os.close(snapshot.fd)
+            raise StorageError(f"cannot plan compaction of {self.directory}: {exc}") from exc
+        plan = compaction.CompactionPlan(
+            directory=self.directory,
+            segments=tuple(snapshots),
+            first_dirty_offset=candidate.first_dirty_offset,
+            end_offset=candidate.first_uncleanable_offset,
+            producer_last_offsets={
+                pid: entry.last_offset for pid, entry in self._producers.entries.items() if entry.batches
+            },
+            aborted_txns={
+                s.base_offset: self._txn_indexes.get(s.base_offset).entries
+                for s in planned
+                if s.base_offset in self._txn_indexes
+            },
+            now_ms=now_ms,
+            delete_retention_ms=self.config.delete_retention_ms,
+            segment_bytes=self.config.segment_bytes,
+            index_interval_bytes=self.config.index_interval_bytes,
+            max_map_keys=max_map_keys,
+        )
+        self._cleaning = plan
+        self._cleaning_segments = planned
+        return plan
+
+    def cancel_compaction(self, plan: compaction.CompactionPlan) -> None:
+        """Give back a plan that will not be installed (the build failed or was cancelled)."""
+        plan.release()
+        if self._cleaning is plan:
+            self._cleaning = None
+            self._cleaning_segments = []
+
+    def _plan_still_valid(self, result: compaction.CleanedResult) -> bool:
+        if self._closed or self._offline_reason is not None or self._cleaning is not result.plan:
+            return False
+        if not self.config.compacts:
+            return False  # cleanup.policy changed meanwhile
+        cleaned = [s for s in self._cleaning_segments if s.base_offset < result.cleaned_offset]
+        # Retention or DeleteRecords deleting a planned segment, or anything else replacing one,
+        # shows up here; appends only add segments after them.
+        current = self._segments[: len(cleaned)]
+        return len(self._segments) > len(cleaned) and all(a is b for a, b in zip(current, cleaned))
+
+    def install_cleaned(self, result: compaction.CleanedResult, now_ms: int) -> bool:
+        """Swap the cleaned segments in (crash-safely), or discard them if the plan went stale.
+
+        Returns False if discarded (the ``.cleaned`` files are then removed). StorageError if the
+        disk fails: before the commit point nothing changed; after it the log goes offline until
+        the next open, which finishes the swap.
+        """
+        if not self._plan_still_valid(result):
+            if self._cleaning is result.plan:
+                self._cleaning = None
+                self._cleaning_segments = []
+            compaction.delete_cleaned_files(result)
+            log.info("%s: discarding a compaction whose plan no longer holds", self.directory)
+            return False
+        self._cleaning = None
+        self._cleaning_segments = []
+        if not result.groups:
+            # Nothing changed on disk, but the range is clean now.
+            self._cleaned_offset = max(self._cleaned_offset, result.cleaned_offset)
+            self._tombstone_horizon_ms = result.tombstone_horizon_ms
+            self._write_checkpoint()
+            return True
+        manifest = compaction.SwapManifest.for_result(result)
+        try:
+            for group in result.groups:
+                for path in compaction.cleaned_paths(self.directory, group.base_offset):
+                    if not path.exists():
+                        raise StorageError(f"cleaned file {path} disappeared before the swap")
+            compaction.write_manifest(self.directory, manifest)  # the commit point
+        except BaseException as exc:
+            compaction.delete_cleaned_files(result)
+            (self.directory / (compaction.MANIFEST_FILE + ".tmp")).unlink(missing_ok=True)
+            if isinstance(exc, OSError):
+                raise StorageError(f"cannot commit compaction of {self.directory}: {exc}") from exc
+            raise
+        try:
+            self._apply_swap(result, manifest, now_ms)
+        except BaseException as exc:
+            self._offline_reason = f"compaction swap failed after its commit point: {exc}"
+            log.error("%s: %s; the log is offline until restarted", self.directory, self._offline_reason)
+            raise StorageError(f"{self.directory}: {self._offline_reason}") from exc
+        log.info("%s: %s", self.directory, compaction.describe(result))
+        return True
+
+    def _apply_swap(self, result: compaction.CleanedResult, manifest: compaction.SwapManifest, now_ms: int) -> None:
+        compaction.apply_swap_files(self.directory, manifest)
+        replaced = set(manifest.replaced_bases)
+        by_group = {group.base_offset: group for group in result.groups}
+        old_by_base = {s.base_offset: s for s in self._segments if s.base_offset in replaced}
+        segments: list[Segment] = []
+        for segment in self._segments:
+            if segment.base_offset not in replaced:
+                segments.append(segment)
+                continue
+            group = by_group.get(segment.base_offset)
+            if group is None:
+                continue  # merged into the segment of an earlier group
+            new_segment, truncated_bytes = Segment.open(
+                self.directory,
+                group.base_offset,
+                now_ms,
+                recover=False,
+                index_interval_bytes=self.config.index_interval_bytes,
+                compacted_below=result.cleaned_offset,
+            )
+            if truncated_bytes or new_segment.size_bytes != group.size_bytes:
+                raise StorageError(f"cleaned segment {group.base_offset} does not match what was written")
+            # Retention's fallback clock for batches without timestamps must not restart.
+            new_segment.last_append_ms = max(old_by_base[b].last_append_ms for b in group.replaced_bases)
+            segments.append(new_segment)
+        for base_offset in replaced:
+            old_by_base[base_offset].release()  # their files are gone or replaced already
+            if base_offset in by_group:
+                index = TxnIndex.load(self.directory, base_offset)  # the merged one just renamed in
+                if index is None:
+                    raise StorageError(f"cleaned segment {base_offset} has no valid aborted-transaction index")
+                self._txn_indexes.put(index)
+            else:
+                self._txn_indexes.drop(base_offset)  # its file went with the segment
+        self._segments = segments
+        self._size_bytes = sum(segment.size_bytes for segment in segments)
+        self._cleaned_offset = max(self._cleaned_offset, result.cleaned_offset)
+        self._tombstone_horizon_ms = result.tombstone_horizon_ms
+        self._write_checkpoint()
+        compaction.finish_swap(self.directory)
+        self._assert_invariants()
 
     # --- durability and lifecycle ---------------------------------------------------------------
 
@@ -599,6 +932,8 @@ class PartitionLog:
         for segment in self._segments:
             if segment.needs_flush:
                 segment.flush(include_indexes=segment is not active)
+        # Sealed segments fall below the recovery point now, so they are not rebuilt after a crash.
+        self._txn_indexes.fsync(except_base_offset=active.base_offset)
         if self._directory_dirty:
             try:
                 fsync_directory(self.directory)
@@ -621,15 +956,21 @@ class PartitionLog:
         """Flush everything, snapshot producer state, release files and mark the shutdown clean."""
         if self._closed:
             return
+        if self._offline_reason is not None:
+            # The files no longer match the segments in memory; the next open repairs them.
+            self.abandon()
+            return
         for segment in self._segments:
             segment.seal()
             segment.flush(include_indexes=True)
         self.flush()
+        self._txn_indexes.fsync()  # the active one too: nothing is rebuilt after a clean close
         self._producers.write_snapshot(self.log_end_offset)
         self._recovery_point = self.log_end_offset
         self._write_checkpoint()
         for segment in self._segments:
             segment.close()
+        self._txn_indexes.release_all()
         (self.directory / CLEAN_SHUTDOWN_FILE).touch()
         fsync_directory(self.directory)
         self._closed = True
@@ -641,15 +982,20 @@ class PartitionLog:
         self._closed = True
         for segment in self._segments:
             segment.release()
+        self._txn_indexes.release_all()
 
     def _check_open(self) -> None:
         if self._closed:
             raise StorageError(f"log {self.directory} is closed")
+        if self._offline_reason is not None:
+            raise StorageError(f"log {self.directory} is offline: {self._offline_reason}")
 
     def _assert_invariants(self) -> None:
         segments = self._segments
         assert segments, "a log always has an active segment"
         for previous, current in zip(segments, segments[1:]):
-            assert previous.next_offset == current.base_offset, "offsets must be contiguous across segments"
+            assert offsets_follow(previous.next_offset, current.base_offset, self._cleaned_offset), (
+                "offsets must be contiguous across segments, except for gaps compaction left"
+            )
         assert segments[0].base_offset <= self.log_start_offset <= self.log_end_offset
         assert self._size_bytes == sum(segment.size_bytes for segment in segments)

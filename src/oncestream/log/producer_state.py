@@ -24,12 +24,15 @@ e == entry.epoch                      first == last_seq + 1 (wrapping at int32 m
 
 Control batches (transaction markers) skip the sequence rules but still may not carry an older
 epoch, and they move the producer to their epoch. Batches without a producer id skip all of it.
+While the producer has a transaction open in the partition, a non-transactional batch from it is
+refused with InvalidTxnStateError (see ``transactions`` for the transaction rules).
 
 State outlives the batches it describes: retention and DeleteRecords never remove producers
 (KIP-360); only ``expire`` does, once a producer has been idle for producer.id.expiration.ms.
 
-Transactions (next step) will add, per producer, the first offset of its ongoing transaction and
-the coordinator epoch; both fields already exist in the entry and in the snapshot format.
+Transactions: each entry carries the first offset of the producer's open transaction here (-1 if
+none) and the coordinator epoch of its last marker; the manager keeps the open transactions in an
+``OngoingTransactions`` for the LSO. Both fields are in the snapshot, so a restart restores the LSO.
 
 Snapshot file ``<20-digit offset>.snapshot`` (big-endian)::
 
@@ -48,7 +51,6 @@ from __future__ import annotations
 import logging
 import os
 import struct
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -56,11 +58,13 @@ import crc32c
 
 from oncestream.errors import (
     InvalidProducerEpochError,
+    InvalidTxnStateError,
     OutOfOrderSequenceError,
     StorageError,
     UnknownProducerIdError,
 )
 from oncestream.log.segment import offset_file_name, parse_offset_file_name
+from oncestream.log.transactions import CompletedTxn, ControlMarker, OngoingTransactions
 from oncestream.protocol.record_batch import NO_SEQUENCE, BatchHeader, increment_sequence
 
 log = logging.getLogger(__name__)
@@ -99,8 +103,8 @@ class ProducerEntry:
     batches: list[BatchMetadata] = field(default_factory=list)  # oldest first, at most 5
     last_timestamp_ms: int = -1  # max timestamp of the last batch (DescribeProducers)
     last_append_ms: int = -1  # broker time of the last write: the clock producer expiry uses
-    coordinator_epoch: int = NO_COORDINATOR_EPOCH  # transactions (not used yet)
-    current_txn_first_offset: int = NO_OFFSET  # transactions (not used yet)
+    coordinator_epoch: int = NO_COORDINATOR_EPOCH  # of the last transaction marker
+    current_txn_first_offset: int = NO_OFFSET  # first offset of the open transaction, -1 if none
 
     @property
     def last_seq(self) -> int:
@@ -167,6 +171,11 @@ def check_batch(entry: ProducerEntry | None, header: BatchHeader) -> None:
         )
     if header.is_control:
         return
+    if entry.current_txn_first_offset != NO_OFFSET and not header.is_transactional:
+        raise InvalidTxnStateError(
+            f"producer {header.producer_id} has a transaction open since offset "
+            f"{entry.current_txn_first_offset}; expected a transactional batch"
+        )
     if epoch > entry.epoch:
         if first_seq != 0:
             raise OutOfOrderSequenceError(
@@ -187,18 +196,29 @@ def apply_batch(
     last_offset: int,
     max_timestamp_ms: int,
     append_time_ms: int,
+    marker: ControlMarker | None = None,
 ) -> ProducerEntry:
-    """The entry after writing this batch (mutates and returns ``entry``, or a new one)."""
+    """The entry after writing this batch (mutates and returns ``entry``, or a new one).
+
+    A transactional batch opens the producer's transaction if none is open; a control batch (its
+    decoded ``marker``) closes it.
+    """
     if entry is None:
         entry = ProducerEntry(header.producer_id, header.producer_epoch)
     if header.producer_epoch != entry.epoch:
         # A new epoch starts a new sequence space: the old window cannot match anything any more.
         entry.epoch = header.producer_epoch
         entry.batches.clear()
-    if not header.is_control:
+    if header.is_control:
+        entry.current_txn_first_offset = NO_OFFSET
+        if marker is not None:
+            entry.coordinator_epoch = marker.coordinator_epoch
+    else:
         entry.add_batch(
             BatchMetadata(header.base_sequence, header.last_sequence, first_offset, last_offset, max_timestamp_ms)
         )
+        if header.is_transactional and entry.current_txn_first_offset == NO_OFFSET:
+            entry.current_txn_first_offset = first_offset
     entry.last_timestamp_ms = max_timestamp_ms
     entry.last_append_ms = append_time_ms
     return entry
@@ -214,11 +234,23 @@ class ProducerAppend:
     def __init__(self, manager: ProducerStateManager) -> None:
         self._manager = manager
         self._staged: dict[int, ProducerEntry] = {}
+        # (producer id, txn first offset before, after, marker) per staged batch that opened or
+        # closed a transaction, in offset order: commit() applies them to the open-txn set.
+        self._txn_changes: list[tuple[int, int, int, int, ControlMarker | None]] = []
 
     def check(
-        self, header: BatchHeader, first_offset: int, last_offset: int, max_timestamp_ms: int, now_ms: int
+        self,
+        header: BatchHeader,
+        first_offset: int,
+        last_offset: int,
+        max_timestamp_ms: int,
+        now_ms: int,
+        marker: ControlMarker | None = None,
     ) -> BatchMetadata | None:
-        """Stage the batch; return the original batch if it is a duplicate (then nothing is staged)."""
+        """Stage the batch; return the original batch if it is a duplicate (then nothing is staged).
+
+        ``marker`` is the decoded content of a control batch (required for those).
+        """
         if not header.has_producer_id:
             return None
         pid = header.producer_id
@@ -231,14 +263,29 @@ class ProducerAppend:
         entry = self._staged.get(pid)
         if entry is None and committed is not None:
             entry = committed.copy()
+        assert marker is not None or not header.is_control, "a control batch needs its decoded marker"
         check_batch(entry, header)
-        self._staged[pid] = apply_batch(entry, header, first_offset, last_offset, max_timestamp_ms, now_ms)
+        txn_before = entry.current_txn_first_offset if entry is not None else NO_OFFSET
+        updated = apply_batch(entry, header, first_offset, last_offset, max_timestamp_ms, now_ms, marker)
+        self._staged[pid] = updated
+        if updated.current_txn_first_offset != txn_before:
+            self._txn_changes.append((pid, txn_before, updated.current_txn_first_offset, first_offset, marker))
         return None
 
-    def commit(self) -> None:
-        """Make the staged entries the partition's state (after the batches are in the log)."""
+    def commit(self) -> list[CompletedTxn]:
+        """Make the staged entries the partition's state (after the batches are in the log).
+
+        Returns the transactions the staged markers closed, in offset order.
+        """
         self._manager.entries.update(self._staged)
+        completed = []
+        for pid, txn_before, txn_after, offset, marker in self._txn_changes:
+            done = self._manager.track_txn(pid, txn_before, txn_after, offset, marker)
+            if done is not None:
+                completed.append(done)
         self._staged = {}
+        self._txn_changes = []
+        return completed
 
 
 class ProducerStateManager:
@@ -247,6 +294,17 @@ class ProducerStateManager:
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         self.entries: dict[int, ProducerEntry] = {}
+        self.ongoing = OngoingTransactions()  # mirrors current_txn_first_offset of the entries
+
+    def _set_entries(self, entries: dict[int, ProducerEntry]) -> None:
+        self.entries = entries
+        self.ongoing.reset(
+            {
+                pid: entry.current_txn_first_offset
+                for pid, entry in entries.items()
+                if entry.current_txn_first_offset != NO_OFFSET
+            }
+        )
 
     # --- append path ----------------------------------------------------------------------------
 
@@ -254,14 +312,52 @@ class ProducerStateManager:
         """Start staging the producer-state effects of one append call."""
         return ProducerAppend(self)
 
-    def replay(self, header: BatchHeader, append_time_ms: int) -> None:
-        """Rebuild state from a batch already in the log (no checks: it was checked when written)."""
-        if not header.has_producer_id:
-            return
-        entry = self.entries.get(header.producer_id)
-        self.entries[header.producer_id] = apply_batch(
-            entry, header, header.base_offset, header.last_offset, header.max_timestamp, append_time_ms
+    def replay(
+        self, header: BatchHeader, append_time_ms: int, marker: ControlMarker | None = None
+    ) -> CompletedTxn | None:
+        """Rebuild state from a batch already in the log (no checks: it was checked when written).
+
+        ``marker`` is the decoded control record of a control batch; a control batch without one
+        (no records left) changes nothing. Returns the transaction a marker closed, if any.
+        """
+        if not header.has_producer_id or (header.is_control and marker is None):
+            return None
+        pid = header.producer_id
+        entry = self.entries.get(pid)
+        txn_before = entry.current_txn_first_offset if entry is not None else NO_OFFSET
+        updated = apply_batch(
+            entry, header, header.base_offset, header.last_offset, header.max_timestamp, append_time_ms, marker
         )
+        self.entries[pid] = updated
+        return self.track_txn(pid, txn_before, updated.current_txn_first_offset, header.base_offset, marker)
+
+    def track_txn(
+        self, producer_id: int, txn_before: int, txn_after: int, offset: int, marker: ControlMarker | None
+    ) -> CompletedTxn | None:
+        """Apply one written batch's effect on the open transactions (``offset``: its base offset).
+
+        Returns the transaction a marker closed, with the LSO right after the marker.
+        """
+        if txn_before == txn_after:
+            return None
+        if txn_before == NO_OFFSET:
+            assert txn_after == offset, "a transaction opens at the batch that starts it"
+            self.ongoing.begin(producer_id, txn_after)
+            return None
+        assert txn_after == NO_OFFSET and marker is not None, "only a marker closes a transaction"
+        self.ongoing.end(producer_id)
+        earliest = self.ongoing.earliest()
+        return CompletedTxn(
+            producer_id,
+            txn_before,
+            offset,
+            aborted=not marker.commit,
+            last_stable_offset=offset + 1 if earliest is None else earliest,
+        )
+
+    def first_unstable_offset(self) -> int | None:
+        """First offset of the earliest open transaction, None if none is open."""
+        return self.ongoing.earliest()
 
     # --- queries and expiry ---------------------------------------------------------------------
 
@@ -379,7 +475,7 @@ class ProducerStateManager:
         Snapshots above the log end (the log was truncated by recovery) and corrupt ones are
         deleted. None means no usable snapshot: the caller replays the whole log.
         """
-        self.entries = {}
+        self._set_entries({})
         for offset in reversed(self.snapshot_offsets()):
             path = self.snapshot_path(offset)
             if offset > log_end_offset:
@@ -394,8 +490,27 @@ class ProducerStateManager:
                 log.warning("ignoring corrupt producer snapshot %s", path)
                 path.unlink(missing_ok=True)
                 continue
-            self.entries = decoded[1]
+            self._set_entries(decoded[1])
             return offset
+        return None
+
+    def load_snapshot_at_or_below(self, offset: int) -> int | None:
+        """Load the newest valid snapshot taken at or below ``offset``; return its offset.
+
+        For recovery that must replay from an older point (rebuilding an aborted-transaction
+        index); newer snapshots are left in place. None (and an empty table) if there is none.
+        """
+        self._set_entries({})
+        for snapshot_offset in reversed(self.snapshot_offsets()):
+            if snapshot_offset > offset:
+                continue
+            try:
+                decoded = self.decode_snapshot(self.snapshot_path(snapshot_offset).read_bytes())
+            except OSError:
+                decoded = None
+            if decoded is not None and decoded[0] == snapshot_offset:
+                self._set_entries(decoded[1])
+                return snapshot_offset
         return None
 
     def delete_snapshots_above(self, offset: int) -> None:
@@ -412,13 +527,3 @@ def fsync_directory(directory: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def replay_headers(manager: ProducerStateManager, headers: Iterable[BatchHeader], now_ms: int) -> int:
-    """Feed log batch headers to ``manager``; the expiry clock of each is its timestamp capped at now."""
-    count = 0
-    for header in headers:
-        append_time_ms = now_ms if header.max_timestamp < 0 else min(header.max_timestamp, now_ms)
-        manager.replay(header, append_time_ms)
-        count += 1
-    return count

@@ -104,6 +104,42 @@ def pwritev_all(fd: int, buffers: Sequence[bytes | memoryview], position: int) -
     return total
 
 
+def index_batch(
+    offset_index: OffsetIndex,
+    time_index: TimeIndex,
+    segment_base_offset: int,
+    bytes_since_entry: int,
+    position: int,
+    base_offset: int,
+    size_bytes: int,
+    max_timestamp_ms: int,
+    index_interval_bytes: int,
+) -> int:
+    """Add the index entries a batch written at ``position`` needs; returns the new byte count
+    since the last offset-index entry.
+
+    Kafka's rule: index a batch once more than index.interval.bytes were written since the last
+    entry (the first batch, at position 0, needs none); the time index gets an entry whenever a
+    batch raises the segment's max timestamp. One rule for appends, recovery and the cleaner.
+    """
+    if bytes_since_entry > index_interval_bytes:
+        offset_index.append(base_offset - segment_base_offset, position)
+        bytes_since_entry = 0
+    bytes_since_entry += size_bytes
+    if max_timestamp_ms > time_index.max_timestamp_ms:
+        time_index.append(max_timestamp_ms, base_offset - segment_base_offset)
+    return bytes_since_entry
+
+
+def offsets_follow(expected_offset: int, base_offset: int, compacted_below: int) -> bool:
+    """Whether a batch at ``base_offset`` may follow a batch ending before ``expected_offset``.
+
+    Offsets are contiguous except where the log cleaner removed whole batches: such gaps lie below
+    the partition's cleaned offset (``compacted_below``), so a gap above it is damage.
+    """
+    return base_offset == expected_offset or expected_offset < base_offset <= compacted_below
+
+
 class BatchWalker:
     """Iterate (position, header) over consecutive well-formed batches of a file range.
 
@@ -263,14 +299,22 @@ class Segment:
 
     @classmethod
     def open(
-        cls, directory: Path, base_offset: int, now_ms: int, *, recover: bool, index_interval_bytes: int
+        cls,
+        directory: Path,
+        base_offset: int,
+        now_ms: int,
+        *,
+        recover: bool,
+        index_interval_bytes: int,
+        compacted_below: int = 0,
     ) -> tuple[Segment, int]:
         """Open an existing segment; returns it and the number of bytes truncated from its tail.
 
         With ``recover`` every batch is verified (length, magic, CRC, contiguous offsets), the file
         is truncated at the first bad one and both indexes are rebuilt. Without it the indexes are
         validated and only the tail after the last index entry is walked; an invalid or missing
-        index falls back to the full recovery scan.
+        index falls back to the full recovery scan. Offsets up to ``compacted_below`` may have gaps
+        (batches the log cleaner removed); anywhere else a gap counts as damage.
         """
         log_path = cls.paths(directory, base_offset)[0]
         try:
@@ -282,12 +326,12 @@ class Segment:
             segment = None
             truncated_bytes = 0
             if not recover:
-                segment = cls._open_with_indexes(directory, base_offset, fd, size_bytes, now_ms)
+                segment = cls._open_with_indexes(directory, base_offset, fd, size_bytes, now_ms, compacted_below)
                 if segment is None:
                     log.warning("rebuilding indexes of %s", log_path)
             if segment is None:
                 segment, truncated_bytes = cls._open_by_scan(
-                    directory, base_offset, fd, size_bytes, now_ms, index_interval_bytes
+                    directory, base_offset, fd, size_bytes, now_ms, index_interval_bytes, compacted_below
                 )
             segment.rolling_base_ms = segment._first_batch_time_ms(now_ms)
             return segment, truncated_bytes
@@ -297,7 +341,7 @@ class Segment:
 
     @classmethod
     def _open_with_indexes(
-        cls, directory: Path, base_offset: int, fd: int, size_bytes: int, now_ms: int
+        cls, directory: Path, base_offset: int, fd: int, size_bytes: int, now_ms: int, compacted_below: int
     ) -> Segment | None:
         _, index_path, time_index_path = cls.paths(directory, base_offset)
         offset_index = OffsetIndex.load(index_path, size_bytes)
@@ -313,7 +357,7 @@ class Segment:
         next_offset = expected_offset
         tail_max_timestamp_ms = -1
         for _, header in walker:
-            if header.base_offset != next_offset:
+            if not offsets_follow(next_offset, header.base_offset, compacted_below):
                 return None
             next_offset = header.next_offset
             tail_max_timestamp_ms = max(tail_max_timestamp_ms, header.max_timestamp)
@@ -337,7 +381,14 @@ class Segment:
 
     @classmethod
     def _open_by_scan(
-        cls, directory: Path, base_offset: int, fd: int, size_bytes: int, now_ms: int, index_interval_bytes: int
+        cls,
+        directory: Path,
+        base_offset: int,
+        fd: int,
+        size_bytes: int,
+        now_ms: int,
+        index_interval_bytes: int,
+        compacted_below: int,
     ) -> tuple[Segment, int]:
         _, index_path, time_index_path = cls.paths(directory, base_offset)
         segment = cls(
@@ -356,7 +407,7 @@ class Segment:
         valid_end = 0
         stop_reason = None
         for position, header in walker:
-            if header.base_offset != segment.next_offset:
+            if not offsets_follow(segment.next_offset, header.base_offset, compacted_below):
                 stop_reason = f"offset {header.base_offset} where {segment.next_offset} was expected"
                 break
             if header.last_offset - base_offset > INT32_MAX:
@@ -397,14 +448,17 @@ class Segment:
     def _index_batch(
         self, position: int, base_offset: int, size_bytes: int, max_timestamp_ms: int, index_interval_bytes: int
     ) -> None:
-        # Kafka's rule: index a batch once more than index.interval.bytes were written since the
-        # last entry; the first batch (position 0) needs no entry.
-        if self._bytes_since_index_entry > index_interval_bytes:
-            self.offset_index.append(base_offset - self.base_offset, position)
-            self._bytes_since_index_entry = 0
-        self._bytes_since_index_entry += size_bytes
-        if max_timestamp_ms > self.time_index.max_timestamp_ms:
-            self.time_index.append(max_timestamp_ms, base_offset - self.base_offset)
+        self._bytes_since_index_entry = index_batch(
+            self.offset_index,
+            self.time_index,
+            self.base_offset,
+            self._bytes_since_index_entry,
+            position,
+            base_offset,
+            size_bytes,
+            max_timestamp_ms,
+            index_interval_bytes,
+        )
 
     def append(self, batches: Sequence[PreparedBatch], index_interval_bytes: int, now_ms: int) -> None:
         """Write ``batches`` at the end of the segment in one ``pwritev``; then index them.
@@ -506,6 +560,14 @@ class Segment:
                 return Extent(begin, end, next_offset, end >= self.size_bytes)
         return Extent(begin, end, next_offset, True)
 
+    def dup_fd(self) -> int:
+        """A new descriptor of the segment file, for a reader on another thread (caller closes it).
+
+        It keeps reading the same bytes even if the file is deleted or replaced meanwhile.
+        """
+        assert not self.closed
+        return os.dup(self._fd)
+
     def read(self, start_position: int, end_position: int) -> bytes:
         """The bytes of ``[start_position, end_position)`` in one ``pread``."""
         assert 0 <= start_position <= end_position <= self.size_bytes
@@ -593,4 +655,82 @@ class Segment:
         """Close and remove the segment's files (log first, so a crash leaves only orphan indexes)."""
         self.release()
         for path in self.paths(self.directory, self.base_offset):
+            path.unlink(missing_ok=True)
+
+
+class SegmentWriter:
+    """Writes a whole sealed segment (data and both indexes) to files the caller names.
+
+    The log cleaner builds a replacement segment with it under temporary names; the files follow
+    the same format and index rule as a segment grown by appends, so ``Segment.open`` loads them
+    (validating the indexes) once they are renamed into place. Batches must come in offset order.
+    """
+
+    _BUFFER_BYTES = 1024 * 1024
+
+    def __init__(
+        self, log_path: Path, index_path: Path, time_index_path: Path, base_offset: int, index_interval_bytes: int
+    ) -> None:
+        self.paths = (log_path, index_path, time_index_path)
+        self.base_offset = base_offset
+        self._index_interval_bytes = index_interval_bytes
+        self._fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _CLOEXEC, 0o644)
+        self._offset_index = OffsetIndex.empty(index_path)
+        self._time_index = TimeIndex.empty(time_index_path)
+        self._buffer = bytearray()
+        self._bytes_since_index_entry = 0
+        self.size_bytes = 0
+        self.next_offset = base_offset
+        self.batch_count = 0
+
+    def append(self, batch: bytes | memoryview, header: BatchHeader) -> None:
+        """Add one batch at the end (its base offset must not precede the previous batch's end)."""
+        assert header.base_offset >= self.next_offset, "batches must be written in offset order"
+        assert len(batch) == header.size_bytes
+        assert header.last_offset - self.base_offset <= INT32_MAX, "relative offsets are int32"
+        assert self.size_bytes + header.size_bytes <= INT32_MAX + 1 or self.size_bytes == 0
+        self._bytes_since_index_entry = index_batch(
+            self._offset_index,
+            self._time_index,
+            self.base_offset,
+            self._bytes_since_index_entry,
+            self.size_bytes,
+            header.base_offset,
+            header.size_bytes,
+            header.max_timestamp,
+            self._index_interval_bytes,
+        )
+        self._buffer += batch
+        self.size_bytes += header.size_bytes
+        self.next_offset = header.next_offset
+        self.batch_count += 1
+        if len(self._buffer) >= self._BUFFER_BYTES:
+            self._write_buffer()
+
+    def _write_buffer(self) -> None:
+        view = memoryview(self._buffer)
+        while view:
+            view = view[os.write(self._fd, view) :]
+        view.release()
+        self._buffer.clear()
+
+    def finish(self) -> None:
+        """Write and fsync the data and both indexes, then release the files."""
+        self._write_buffer()
+        os.fsync(self._fd)
+        os.close(self._fd)
+        self._fd = -1
+        self._offset_index.fsync()
+        self._offset_index.close()
+        self._time_index.fsync()
+        self._time_index.close()
+
+    def abandon(self) -> None:
+        """Close whatever is open and delete the files (the build failed or was cancelled)."""
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+        self._offset_index.discard()
+        self._time_index.discard()
+        for path in self.paths:
             path.unlink(missing_ok=True)

@@ -70,6 +70,7 @@ def _read_once(state: BrokerState, request) -> tuple[list, int, bool]:
                     max(min(p.partition_max_bytes, budget - total), 0),
                     upper_offset=upper,
                     min_one=(total == 0),
+                    with_aborted=read_committed,
                 )
             except KafkaError as exc:
                 result.error_code = exc.code
@@ -81,6 +82,8 @@ def _read_once(state: BrokerState, request) -> tuple[list, int, bool]:
                 result.high_watermark = read.high_watermark
                 result.last_stable_offset = read.last_stable_offset
                 result.log_start_offset = read.log_start_offset
+                if read_committed:
+                    result.aborted_transactions = list(read.aborted_transactions or ())
             parts_out.append(result)
         topics_out.append((t.topic, parts_out))
     return topics_out, total, any_error
