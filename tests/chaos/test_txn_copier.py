@@ -1,0 +1,169 @@
+"""Exactly-once consume-transform-produce across SIGKILLs of the copier and of the broker
+(KIP-98 + KIP-447).
+
+A copier process (``python -m tests.support.txn copier``: a read_committed consumer group member
+with auto-commit off and a librdkafka transactional producer that sends its consumer positions
+with send_offsets_to_transaction in every transaction) copies topic ``in`` to ``out``, partition
+to partition. The test SIGKILLs the copier and the broker in turn at random points while it
+works, restarting each (the broker on the same port and data dir). At the end ``out``, read with
+read_committed, must equal ``in`` exactly: no duplicate, nothing lost, same per-partition order.
+"""
+
+from __future__ import annotations
+
+import random
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests.support.clients import confluent_produce, create_topic, unique_topic
+from tests.support.records import keyed_records
+from tests.support.txn import (
+    READ_COMMITTED,
+    READ_UNCOMMITTED,
+    TXN_BROKER_CONFIG,
+    committed_offsets,
+    high_watermarks,
+    read_to_end,
+    wait_until,
+)
+
+pytestmark = pytest.mark.chaos
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent.parent
+PARTITIONS = 3
+RECORDS = 3000
+MAX_BATCH = 25
+PAUSE_MS = 40
+KILL_ROUNDS = ("copier", "broker", "copier", "broker", "broker", "copier", "copier", "broker")
+SEED = 20261122
+PROGRESS_TIMEOUT_S = 90.0
+FINISH_TIMEOUT_S = 180.0
+
+
+class Copier:
+    """Supervises the copier subprocess: start, SIGKILL, restart; counts its commits."""
+
+    def __init__(self, bootstrap: str, workdir: Path, input_topic: str, output_topic: str, group: str) -> None:
+        self.argv = [
+            sys.executable, "-m", "tests.support.txn", "copier",
+            "--bootstrap", bootstrap,
+            "--transactional-id", f"copier-{uuid.uuid4().hex[:8]}",
+            "--group", group,
+            "--input", input_topic,
+            "--output", output_topic,
+            "--progress", str(workdir / "progress.log"),
+            "--max-batch", str(MAX_BATCH),
+            "--pause-ms", str(PAUSE_MS),
+        ]
+        self.progress_path = workdir / "progress.log"
+        self.progress_path.touch()
+        self.workdir = workdir
+        self.process: subprocess.Popen | None = None
+        self.starts = 0
+        self.exits: list[int] = []  # exit codes of runs that ended on their own (fatal errors)
+
+    def start(self) -> None:
+        self.starts += 1
+        with open(self.workdir / f"copier-{self.starts}.stderr", "wb") as stderr:
+            self.process = subprocess.Popen(
+                self.argv, cwd=PROJECT_ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                stderr=stderr, start_new_session=True,
+            )
+
+    def keep_running(self) -> None:
+        """Restart the copier if it exited by itself (a fatal error such as being fenced)."""
+        assert self.process is not None
+        code = self.process.poll()
+        if code is not None:
+            self.exits.append(code)
+            assert len(self.exits) < 20, f"copier keeps dying: {self.exits}; see {self.workdir}"
+            self.start()
+
+    def kill(self) -> None:
+        """SIGKILL the running copier (mid-transaction, most likely)."""
+        assert self.process is not None
+        self.process.kill()
+        self.process.wait()
+
+    def stop(self) -> None:
+        """Kill the copier if it still runs (end of test, or a failure)."""
+        if self.process is not None and self.process.poll() is None:
+            self.kill()
+
+    def copied(self) -> int:
+        """Records in transactions the copier saw commit (all incarnations)."""
+        return sum(int(line) for line in self.progress_path.read_text().split())
+
+    def wait_for_copied(self, count: int, timeout_s: float) -> None:
+        """Wait until ``count`` records were copied in committed transactions."""
+        deadline = time.monotonic() + timeout_s
+        while self.copied() < count:
+            assert time.monotonic() < deadline, (
+                f"copier made no progress ({self.copied()} copied, wanted {count}); see {self.workdir}"
+            )
+            self.keep_running()
+            time.sleep(0.05)
+
+
+def test_exactly_once_copier_survives_sigkills_of_copier_and_broker(broker_factory, tmp_path):
+    """KIP-447 exactly-once copy under repeated SIGKILLs of both the copier and the broker."""
+    rng = random.Random(SEED)
+    broker = broker_factory(config=dict(TXN_BROKER_CONFIG))
+    bootstrap = broker.bootstrap
+    input_topic = unique_topic("copy-in")
+    output_topic = unique_topic("copy-out")
+    group = f"copier-group-{uuid.uuid4().hex[:8]}"
+    create_topic(bootstrap, input_topic, partitions=PARTITIONS)
+    create_topic(bootstrap, output_topic, partitions=PARTITIONS)
+    confluent_produce(bootstrap, input_topic, keyed_records(RECORDS, 40, tag="copy", seed=SEED))
+    input_ends = high_watermarks(bootstrap, input_topic, PARTITIONS)
+    assert sum(input_ends.values()) == RECORDS
+
+    copier = Copier(bootstrap, tmp_path, input_topic, output_topic, group)
+    try:
+        copier.start()
+        kills_mid_stream = 0
+        for round_number, target in enumerate(KILL_ROUNDS, start=1):
+            # Kills are spread over the copy: the i-th once about i/(rounds+1) of the input was
+            # copied, then at a random moment (most likely inside a transaction).
+            copier.wait_for_copied(RECORDS * round_number // (len(KILL_ROUNDS) + 1), PROGRESS_TIMEOUT_S)
+            time.sleep(rng.uniform(0.0, 0.2))
+            if committed_offsets(bootstrap, group, input_topic, PARTITIONS) != input_ends:
+                kills_mid_stream += 1
+            if target == "copier":
+                copier.kill()
+                copier.start()
+            else:
+                broker.kill()
+                time.sleep(rng.uniform(0.0, 1.0))
+                broker.start()
+                copier.keep_running()
+        assert kills_mid_stream >= len(KILL_ROUNDS) // 2, "most kills must land while copying is under way"
+
+        def done() -> bool:
+            copier.keep_running()
+            return committed_offsets(bootstrap, group, input_topic, PARTITIONS) == input_ends
+
+        wait_until(done, FINISH_TIMEOUT_S, f"the copier to commit every input offset (see {tmp_path})", interval_s=0.5)
+    finally:
+        copier.stop()
+
+    source = read_to_end(bootstrap, input_topic, PARTITIONS, isolation=READ_UNCOMMITTED)
+    copied = read_to_end(bootstrap, output_topic, PARTITIONS, isolation=READ_COMMITTED)
+    written = read_to_end(bootstrap, output_topic, PARTITIONS, isolation=READ_UNCOMMITTED)
+    # The kills must have cut transactions short: their records are in the log, aborted.
+    assert sum(map(len, written.values())) > RECORDS, "no kill landed inside an open transaction"
+    for p in range(PARTITIONS):
+        want = [(r.key, r.value) for r in source[p]]
+        got = [(r.key, r.value) for r in copied[p]]
+        duplicates = len(got) - len(set(got))
+        missing = len(set(want) - set(got))
+        assert got == want, (
+            f"partition {p}: out != in ({len(got)} vs {len(want)} records, {duplicates} duplicates, "
+            f"{missing} missing); copier starts {copier.starts}, self-exits {copier.exits}"
+        )
