@@ -15,6 +15,7 @@ import signal
 import struct
 from pathlib import Path
 
+from oncestream.broker.cleaner import LogCleaner
 from oncestream.broker.config import BrokerConfig
 from oncestream.broker.connection_context import set_peer
 from oncestream.broker.dispatch import CloseConnection, Dispatcher
@@ -52,10 +53,13 @@ class BrokerServer:
             asyncio.create_task(self._housekeeping()),
             asyncio.create_task(self.state.groups.run_timers()),
             asyncio.create_task(self.state.transactions.run_timers()),
+            asyncio.create_task(LogCleaner.for_state(self.state).run()),
         ]
         await self._stopping.wait()
         for task in background:
             task.cancel()
+        # Wait for a running clean to stop and tidy up before the logs are closed.
+        await asyncio.gather(*background, return_exceptions=True)
         assert self._server is not None
         self._server.close()
         for task in list(self._connections):

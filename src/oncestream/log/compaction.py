@@ -30,6 +30,8 @@ What a clean keeps (Apache Kafka's rules, with this package's choices where Kafk
   even without snapshots.
 * Control batches (transaction markers) and transactional batches are kept whole and their keys
   do not supersede anything: whether a transactional write committed is not decided here yet.
+  So every aborted-transaction entry stays true; a cleaned segment's ``.txnindex`` is the
+  concatenation of those of the segments it replaces.
 * The active segment, segments at or beyond the last stable offset, and dirty segments younger
   than min.compaction.lag.ms (by their newest timestamp) are never touched.
 * A log is cleaned when dirty bytes / (clean + dirty bytes) >= min.cleanable.dirty.ratio, where
@@ -39,11 +41,11 @@ What a clean keeps (Apache Kafka's rules, with this package's choices where Kafk
 Crash safety (the swap protocol; every step is idempotent):
 
 ========================  =====================================================================
-state on disk             what ``recover_interrupted_clean`` (called by PartitionLog.open) does
+state on disk             what ``PartitionLog.open`` does before it opens any segment
 ========================  =====================================================================
 ``*.cleaned`` files only  uncommitted build: the files are deleted, the old segments stay
 ``cleaner.swap.tmp``      uncommitted manifest write: deleted (with the ``.cleaned`` files)
-``cleaner.swap`` present  committed: every ``<base>.{index,timeindex,log}.cleaned`` still present
+``cleaner.swap`` present  committed: every ``<base>.{index,timeindex,txnindex,log}.cleaned`` left
                           is renamed over ``<base>.*``, the other replaced segments are deleted,
                           the cleaned offset goes to the checkpoint, then the manifest is removed
 ========================  =====================================================================
@@ -87,10 +89,13 @@ log = logging.getLogger(__name__)
 MANIFEST_FILE = "cleaner.swap"
 CLEANED_SUFFIX = ".cleaned"
 _MANIFEST_VERSION = 1
-# Bound of the key -> offset map of one clean (Kafka bounds it by log.cleaner.dedupe.buffer.size).
-# When the dirty part has more distinct keys, the clean stops at a segment boundary and the next
-# clean continues from there.
-DEFAULT_MAX_MAP_KEYS = 1_000_000
+# Memory bound of the key -> offset map of one clean, Kafka's log.cleaner.dedupe.buffer.size
+# (128 MiB). When the dirty part has more distinct keys, the clean stops at a segment boundary and
+# the next clean continues from there. Kafka stores 24-byte hashes; this map keeps the keys
+# themselves (no collisions), so an entry is charged its key length plus the cost of a Python dict
+# slot, a bytes object and an int.
+DEFAULT_MAX_MAP_BYTES = 128 * 1024 * 1024
+MAP_ENTRY_OVERHEAD_BYTES = 160
 NO_HORIZON = -1
 
 
@@ -189,7 +194,7 @@ class CompactionPlan:
     delete_retention_ms: int
     segment_bytes: int
     index_interval_bytes: int
-    max_map_keys: int = DEFAULT_MAX_MAP_KEYS
+    max_map_bytes: int = DEFAULT_MAX_MAP_BYTES
     abort: threading.Event = field(default_factory=threading.Event)
     _released: bool = False
 
@@ -305,23 +310,28 @@ def _supersedes(header: BatchHeader) -> bool:
 def build_offset_map(plan: CompactionPlan) -> tuple[dict[bytes, int], int]:
     """(key -> offset of its latest record, end offset) over the dirty segments of ``plan``.
 
-    Stops at a segment boundary once the map would exceed ``plan.max_map_keys`` (always taking
+    Stops at a segment boundary once the map would outgrow ``plan.max_map_bytes`` (always taking
     at least one segment, so every clean makes progress); the end offset says where it stopped.
     """
     offset_map: dict[bytes, int] = {}
+    map_bytes = 0
     for snapshot in plan.segments:
         if snapshot.base_offset < plan.first_dirty_offset:
             continue
         staged: dict[bytes, int] = {}
+        staged_bytes = 0
         for header, batch in _snapshot_batches(snapshot, plan.abort):
             if not _supersedes(header):
                 continue
             for record in iter_raw_records(header, batch):
                 if record.key is not None:
+                    if record.key not in staged and record.key not in offset_map:
+                        staged_bytes += len(record.key) + MAP_ENTRY_OVERHEAD_BYTES
                     staged[record.key] = header.base_offset + record.offset_delta
-        if offset_map and len(offset_map) + len(staged) > plan.max_map_keys:
+        if offset_map and map_bytes + staged_bytes > plan.max_map_bytes:
             return offset_map, snapshot.base_offset
         offset_map.update(staged)
+        map_bytes += staged_bytes
     return offset_map, plan.end_offset
 
 

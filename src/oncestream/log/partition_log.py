@@ -7,11 +7,11 @@ atomically), between a clean close and the next open ``.clean_shutdown``, and wh
 cleaner swaps segments in, ``cleaner.swap`` plus ``*.cleaned`` files (see ``compaction``).
 
 Recovery on open: first an interrupted compaction swap is finished (or an uncommitted one rolled
-back, see ``compaction``). Then, without the clean-shutdown marker, every segment that may hold data written
-after the recovery point (always the active one) is scanned batch by batch and truncated at the
-first torn or corrupt batch, and its indexes are rebuilt; other segments have their indexes
-validated (and rebuilt if missing or wrong). Producer state is loaded from the newest snapshot and
-completed by replaying the batches after it (markers decoded); that replay also rebuilds the
+back, see ``compaction``). Then, without the clean-shutdown marker, every segment that may hold
+data written after the recovery point (always the active one) is scanned batch by batch and
+truncated at the first torn or corrupt batch, and its indexes are rebuilt; other segments have
+their indexes validated (and rebuilt if missing or wrong). Producer state is loaded from the newest
+snapshot and completed by replaying the batches after it (markers decoded); that replay also rebuilds the
 aborted-transaction index (``<base offset>.txnindex``) of scanned segments and of segments whose
 index is missing or damaged (see ``transactions`` and ``txn_index``).
 
@@ -765,7 +765,7 @@ class PartitionLog:
         )
 
     def compaction_plan(
-        self, now_ms: int, *, max_map_keys: int = compaction.DEFAULT_MAX_MAP_KEYS
+        self, now_ms: int, *, max_map_bytes: int = compaction.DEFAULT_MAX_MAP_BYTES
     ) -> compaction.CompactionPlan | None:
         """Snapshot what a clean would rewrite (None if ``compaction_candidate`` says no).
 
@@ -805,7 +805,7 @@ class PartitionLog:
             delete_retention_ms=self.config.delete_retention_ms,
             segment_bytes=self.config.segment_bytes,
             index_interval_bytes=self.config.index_interval_bytes,
-            max_map_keys=max_map_keys,
+            max_map_bytes=max_map_bytes,
         )
         self._cleaning = plan
         self._cleaning_segments = planned

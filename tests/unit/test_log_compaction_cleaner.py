@@ -1,0 +1,259 @@
+"""The broker's log cleaner task (broker/cleaner.py) driven in-process against a real BrokerState:
+it compacts every compacted topic (internal ones included) off the event loop thread, ranks logs
+by dirtiness, survives failing cleans, and stops cleanly when cancelled."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from pathlib import Path
+
+import pytest
+
+from oncestream.broker.cleaner import LogCleaner
+from oncestream.broker.config import BrokerConfig
+from oncestream.broker.state import BrokerState
+from oncestream.errors import InvalidConfigError
+from oncestream.log import compaction
+from oncestream.protocol.records import NewRecord, decode_batches, encode_batch
+
+T0 = 1_700_000_000_000
+WAIT_CAP_S = 30.0  # generous cap for polling loops; never an assertion about speed
+
+
+class Clock:
+    """The broker's only clock, under the test's control."""
+
+    def __init__(self) -> None:
+        self.now_ms = T0
+
+    def __call__(self) -> int:
+        return self.now_ms
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def state(tmp_path: Path, clock: Clock):
+    props = {"log.cleaner.backoff.ms": "10", "log.cleaner.min.cleanable.ratio": "0.01", "log.segment.bytes": "400"}
+    broker_state = BrokerState(tmp_path / "data", BrokerConfig.from_properties("127.0.0.1", 0, props), clock_ms=clock)
+    yield broker_state
+    broker_state.close()
+
+
+def fill(state: BrokerState, topic: str, keys: int, rounds: int, now_ms: int = T0) -> dict[bytes, bytes]:
+    """Overwrite ``keys`` keys ``rounds`` times, then seal the segment; returns the latest values."""
+    partition_log = state.logs.get(topic, 0)
+    latest = {}
+    for round_number in range(rounds):
+        for k in range(keys):
+            key, value = f"key-{k}".encode(), f"v{round_number}".encode()
+            partition_log.append(encode_batch([NewRecord(value=value, key=key)], now_ms=now_ms), now_ms)
+            latest[key] = value
+    before = partition_log.segment_count
+    while partition_log.segment_count == before:
+        value = f"filler-{partition_log.log_end_offset}".encode() + b"x" * 40
+        partition_log.append(encode_batch([NewRecord(value=value, key=b"filler")], now_ms=now_ms), now_ms)
+        latest[b"filler"] = value
+    return latest
+
+
+def contents(state: BrokerState, topic: str) -> list[tuple[bytes, bytes]]:
+    partition_log = state.logs.get(topic, 0)
+    result = partition_log.read(partition_log.log_start_offset, 2**30)
+    return [(r.key, r.value) for b in decode_batches(b"".join(result.chunks)) for r in b.records]
+
+
+def assert_compacted(state: BrokerState, topic: str, latest: dict[bytes, bytes], written: int) -> None:
+    """Every key's latest value exactly once, fewer records than were written (the active
+    segment, never cleaned, may still hold an older value next to the newest)."""
+    records = contents(state, topic)
+    for key, value in latest.items():
+        assert records.count((key, value)) == 1, (topic, key)
+    assert {key for key, _ in records} == set(latest)
+    assert len(records) < written
+
+
+def test_properties_configure_the_cleaner(state: BrokerState) -> None:
+    cleaner = LogCleaner.for_state(state)
+    assert (cleaner.backoff_ms, cleaner.enabled) == (10, True)
+    assert cleaner.max_map_bytes == 128 * 1024 * 1024
+    sized = LogCleaner.from_properties(state.logs, state.now_ms, {"log.cleaner.dedupe.buffer.size": "1000"})
+    assert sized.max_map_bytes == 1000
+    assert LogCleaner.from_properties(state.logs, state.now_ms, {}).backoff_ms == 15_000
+    assert not LogCleaner.from_properties(state.logs, state.now_ms, {"log.cleaner.enable": "false"}).enabled
+    with pytest.raises(InvalidConfigError):
+        LogCleaner.from_properties(state.logs, state.now_ms, {"log.cleaner.backoff.ms": "soon"})
+
+
+def test_clean_once_compacts_compacted_topics_off_the_loop_thread(
+    state: BrokerState, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    state.logs.create_topic("table", 1, {"cleanup.policy": "compact"})
+    # The broker's own internal topic, created compacted by the group coordinator's service.
+    assert state.logs.topics()["__consumer_offsets"].config.compacts
+    state.logs.create_topic("stream", 1, {})
+    latest = {"table": fill(state, "table", keys=3, rounds=5)}
+    fill(state, "stream", keys=3, rounds=5)
+    stream_before = contents(state, "stream")
+    build_threads = []
+    real_build = compaction.build_cleaned
+
+    def recording_build(plan):
+        build_threads.append(threading.get_ident())
+        return real_build(plan)
+
+    monkeypatch.setattr(compaction, "build_cleaned", recording_build)
+
+    cleaner = LogCleaner.for_state(state)
+    try:
+        assert asyncio.run(cleaner.clean_once()) == 1
+    finally:
+        cleaner.close()
+
+    assert len(build_threads) == 1 and threading.get_ident() not in build_threads
+    for topic, expected in latest.items():
+        assert_compacted(state, topic, expected, written=15)
+    assert contents(state, "stream") == stream_before, "delete-policy topics are left alone"
+
+
+def test_dirtiest_log_first(state: BrokerState) -> None:
+    state.logs.create_topic("a", 1, {"cleanup.policy": "compact"})
+    state.logs.create_topic("b", 1, {"cleanup.policy": "compact"})
+    fill(state, "a", keys=20, rounds=1)
+    fill(state, "b", keys=20, rounds=1)
+    cleaner = LogCleaner.for_state(state)
+    try:
+        asyncio.run(cleaner.clean_once())
+        fill(state, "a", keys=2, rounds=1)  # a little new dirt in a
+        fill(state, "b", keys=2, rounds=8)  # much more in b
+        assert [log.topic for log in cleaner.eligible_logs()] == ["b", "a"]
+    finally:
+        cleaner.close()
+
+
+def test_a_failing_clean_is_logged_in_one_line_and_retried_later(
+    state: BrokerState, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    state.logs.create_topic("table", 1, {"cleanup.policy": "compact"})
+    expected = fill(state, "table", keys=3, rounds=5)
+    partition_log = state.logs.get("table", 0)
+
+    def failing_build(plan):
+        plan.release()
+        raise OSError(28, "No space left on device")
+
+    cleaner = LogCleaner.for_state(state)
+    try:
+        with monkeypatch.context() as patch:
+            patch.setattr(compaction, "build_cleaned", failing_build)
+            with caplog.at_level(logging.ERROR, logger="oncestream.cleaner"):
+                assert asyncio.run(cleaner.clean_once()) == 0
+        errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+        assert len(errors) == 1 and "No space left" in errors[0].getMessage() and "\n" not in errors[0].getMessage()
+        assert errors[0].exc_info is None, "one line, no traceback"
+        # The plan was given back: the next pass cleans.
+        assert partition_log.compaction_candidate(state.now_ms()) is not None
+        assert asyncio.run(cleaner.clean_once()) == 1
+    finally:
+        cleaner.close()
+    assert_compacted(state, "table", expected, written=15)
+
+
+def test_run_cleans_in_the_background_and_stops_when_cancelled(state: BrokerState, clock: Clock) -> None:
+    state.logs.create_topic("table", 1, {"cleanup.policy": "compact"})
+    expected = fill(state, "table", keys=3, rounds=5)
+    cleaner = LogCleaner.for_state(state)
+
+    async def scenario() -> None:
+        task = asyncio.create_task(cleaner.run())
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + WAIT_CAP_S
+        while cleaner.cleaned_count < 1 and loop.time() < deadline:
+            await asyncio.sleep(0.01)
+        assert cleaner.cleaned_count >= 1
+        # More dirt while it runs is picked up at a later pass.
+        expected.update(fill(state, "table", keys=3, rounds=2))
+        while cleaner.cleaned_count < 2 and loop.time() < deadline:
+            await asyncio.sleep(0.01)
+        assert cleaner.cleaned_count >= 2
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(scenario())
+    assert_compacted(state, "table", expected, written=15 + 6)
+
+
+def test_cancel_during_a_build_aborts_it_and_waits_for_it(
+    state: BrokerState, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    state.logs.create_topic("table", 1, {"cleanup.policy": "compact"})
+    fill(state, "table", keys=3, rounds=5)
+    before = contents(state, "table")
+    partition_log = state.logs.get("table", 0)
+    started = threading.Event()
+    finished = threading.Event()
+    real_build = compaction.build_cleaned
+
+    def slow_build(plan):
+        started.set()
+        try:
+            # Blocks until the cleaner asks it to stop; then the real build sees the abort flag.
+            assert plan.abort.wait(WAIT_CAP_S)
+            return real_build(plan)
+        finally:
+            finished.set()
+
+    monkeypatch.setattr(compaction, "build_cleaned", slow_build)
+    cleaner = LogCleaner.for_state(state)
+
+    async def scenario() -> None:
+        task = asyncio.create_task(cleaner.run())
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + WAIT_CAP_S
+        while not started.is_set() and loop.time() < deadline:
+            await asyncio.sleep(0.01)
+        assert started.is_set()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        # run() returned only after the worker finished: the logs can be closed safely now.
+        assert finished.is_set()
+
+    asyncio.run(scenario())
+    assert contents(state, "table") == before
+    assert not list(partition_log.directory.glob("*.cleaned"))
+    assert partition_log.compaction_candidate(state.now_ms()) is not None, "the plan was given back"
+
+
+def test_disabled_cleaner_does_nothing(state: BrokerState) -> None:
+    state.logs.create_topic("table", 1, {"cleanup.policy": "compact"})
+    fill(state, "table", keys=3, rounds=5)
+    before = contents(state, "table")
+    cleaner = LogCleaner.from_properties(state.logs, state.now_ms, {"log.cleaner.enable": "false"})
+    asyncio.run(cleaner.run())
+    assert contents(state, "table") == before
+
+
+def test_topic_deleted_during_a_build_discards_it(state: BrokerState) -> None:
+    state.logs.create_topic("table", 1, {"cleanup.policy": "compact"})
+    fill(state, "table", keys=3, rounds=5)
+    cleaner = LogCleaner.for_state(state)
+    partition_log = state.logs.get("table", 0)
+
+    async def scenario() -> bool:
+        plan_future = asyncio.ensure_future(cleaner.clean_log(partition_log))
+        await asyncio.sleep(0)  # the plan is taken and the build handed to the worker
+        state.logs.delete_topic("table")
+        return await plan_future
+
+    try:
+        assert asyncio.run(scenario()) is False
+    finally:
+        cleaner.close()
+    assert not partition_log.directory.exists() or not list(partition_log.directory.glob("*.cleaned"))
