@@ -353,3 +353,17 @@ def test_client_control_batches_are_rejected(tmp_path) -> None:
     assert log.log_end_offset == 0
     assert log.append(marker, 1, from_client=False).base_offset == 0
     log.close()
+
+
+def test_offset_for_max_timestamp_is_the_first_record_with_the_largest_timestamp(tmp_path) -> None:
+    """KIP-734: ListOffsets MAX_TIMESTAMP answers the first record carrying the largest timestamp."""
+    from oncestream.log.config import LogConfig
+    from oncestream.log.partition_log import PartitionLog
+    from oncestream.protocol.records import NewRecord, encode_batch
+
+    log = PartitionLog.open(tmp_path / "t-0", LogConfig(), 0)
+    assert log.offset_for_max_timestamp() is None
+    log.append(encode_batch([NewRecord(b"a", timestamp_ms=100), NewRecord(b"b", timestamp_ms=900)], now_ms=1), 1)
+    log.append(encode_batch([NewRecord(b"c", timestamp_ms=900), NewRecord(b"d", timestamp_ms=300)], now_ms=1), 1)
+    assert log.offset_for_max_timestamp() == (1, 900)
+    log.close()

@@ -655,6 +655,21 @@ class PartitionLog:
                 return _first_record_at_or_after(segment.read(position, position + size_bytes), timestamp_ms, start)
         return None
 
+    def offset_for_max_timestamp(self) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record carrying the log's largest timestamp (KIP-734,
+        ListOffsets MAX_TIMESTAMP); None for an empty log."""
+        self._check_open()
+        start = self.log_start_offset
+        if start >= self.log_end_offset:
+            return None
+        max_ts = max(
+            (segment.max_timestamp_ms for segment in self._segments[self._segment_index_for(start) :]),
+            default=-1,
+        )
+        if max_ts < 0:
+            return None
+        return self.offset_for_timestamp(max_ts)
+
     # --- deletion -------------------------------------------------------------------------------
 
     def delete_records(self, before_offset: int) -> int:

@@ -45,7 +45,7 @@ LIST_TRANSACTIONS: Final = 66
 API_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     PRODUCE: (3, 11),  # v12 means transaction version 2 (KIP-890 part 2): not yet
     FETCH: (4, 12),  # v13+ address topics by id
-    LIST_OFFSETS: (1, 6),  # v7 adds MAX_TIMESTAMP (-3): not yet
+    LIST_OFFSETS: (1, 7),  # v8 adds KIP-1005 tiered-storage offsets: not ours
     METADATA: (0, 12),
     OFFSET_COMMIT: (2, 8),  # v9+ belong to the KIP-848 consumer protocol
     OFFSET_FETCH: (1, 8),

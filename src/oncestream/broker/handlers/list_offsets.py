@@ -1,4 +1,5 @@
-"""ListOffsets (key 2): earliest (-2), latest (-1, honouring the isolation level), by timestamp."""
+"""ListOffsets (key 2): earliest (-2), latest (-1, honouring the isolation level), max timestamp
+(-3, KIP-734), by timestamp."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from oncestream.protocol.codec import RequestHeader, build, response_module
 
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
+MAX_TIMESTAMP = -3  # KIP-734, ListOffsets v7+
 READ_COMMITTED = 1
 
 
@@ -34,6 +36,10 @@ def handle(state: BrokerState, header: RequestHeader, request) -> object:
                     offset = plog.log_start_offset
                 elif p.timestamp == LATEST_TIMESTAMP:
                     offset = plog.last_stable_offset if read_committed else plog.high_watermark
+                elif p.timestamp == MAX_TIMESTAMP:
+                    found = plog.offset_for_max_timestamp()
+                    if found is not None:
+                        offset, timestamp = found
                 elif p.timestamp < 0:
                     error = ErrorCode.unsupported_version
                 else:
