@@ -1,0 +1,71 @@
+"""Shared fixtures: real broker processes for the interop, chaos and fuzz suites.
+
+``ONCESTREAM_TEST_BROKER=tansu`` runs the interop and fuzz suites against the Tansu peer broker
+instead of ours (every client feature must also work against a standard Kafka-protocol broker).
+The chaos suite always uses our broker: it restarts the process and Tansu keeps nothing across
+restarts.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+# The suites import ``tests.support``; make that work however pytest was started.
+_PROJECT_ROOT = str(Path(__file__).resolve().parent.parent)
+if _PROJECT_ROOT not in sys.path:
+    sys.path.insert(0, _PROJECT_ROOT)
+
+from tests.support.brokers import BrokerProcess, ManagedBroker, TansuProcess  # noqa: E402
+
+BROKER_KIND_ENV = "ONCESTREAM_TEST_BROKER"
+
+
+def broker_kind() -> str:
+    """``oncestream`` (default) or ``tansu``, from the environment."""
+    kind = os.environ.get(BROKER_KIND_ENV, "oncestream")
+    assert kind in ("oncestream", "tansu"), f"{BROKER_KIND_ENV} must be oncestream or tansu"
+    return kind
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ManagedBroker]:
+    """One running broker for a whole test module (tests use unique topic names)."""
+    base = tmp_path_factory.mktemp("broker")
+    process: ManagedBroker
+    if broker_kind() == "tansu":
+        process = TansuProcess(log_dir=base / "logs")
+    else:
+        process = BrokerProcess(data_dir=base / "data")
+    process.start()
+    try:
+        yield process
+    finally:
+        process.stop()
+
+
+@pytest.fixture
+def broker_factory(tmp_path: Path) -> Iterator[Callable[..., BrokerProcess]]:
+    """Start our broker with its data dir under ``tmp_path``; every one is killed at teardown."""
+    started: list[BrokerProcess] = []
+
+    def start(config: dict[str, str] | None = None, name: str = "broker") -> BrokerProcess:
+        process = BrokerProcess(data_dir=tmp_path / name / "data", config=config)
+        started.append(process)
+        return process.start()  # type: ignore[return-value]
+
+    try:
+        yield start
+    finally:
+        for process in started:
+            process.kill()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Silence kafka-python's own deprecated importlib.resources calls (noise in every report)."""
+    config.addinivalue_line("filterwarnings", "ignore:read_text is deprecated:DeprecationWarning")
+    config.addinivalue_line("filterwarnings", "ignore:open_text is deprecated:DeprecationWarning")

@@ -1,0 +1,1 @@
+"""Shared test support: broker processes, free ports, record generators, raw wire helpers."""

@@ -1,0 +1,322 @@
+"""A minimal hand-written Kafka wire client for fuzzing a broker over raw sockets.
+
+Deliberately independent of the broker's codec (and of kio): a fuzz oracle that shared the
+broker's encoder would share its bugs. Only what the fuzz suite needs is here: request framing,
+ApiVersions v0 parsing, a Produce v3-v8 request/response pair and a record batch v2 builder.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import time
+from dataclasses import dataclass
+
+import crc32c
+
+API_PRODUCE = 0
+API_FETCH = 1
+API_METADATA = 3
+API_VERSIONS = 18
+
+ERROR_NONE = 0
+ERROR_CORRUPT_MESSAGE = 2
+ERROR_UNSUPPORTED_VERSION = 35
+ERROR_UNSUPPORTED_FOR_MESSAGE_FORMAT = 43
+ERROR_INVALID_RECORD = 87
+
+RECV_TIMEOUT_S = 10.0
+
+# Byte ranges of a v2 record batch the CRC does not cover and the broker overwrites on append:
+# baseOffset [0, 8) and partitionLeaderEpoch [12, 16). Mutating only these must not be an error.
+BATCH_BASE_OFFSET = range(0, 8)
+BATCH_LENGTH = range(8, 12)
+BATCH_LEADER_EPOCH = range(12, 16)
+BATCH_MAGIC = 16
+BATCH_CRC = range(17, 21)
+# attributes, lastOffsetDelta, timestamps, producer id/epoch, base sequence, record count
+BATCH_HEADER_FIELDS = range(21, 61)
+
+
+# -- primitive encoders ------------------------------------------------------------------------
+def int16(value: int) -> bytes:
+    """Big-endian int16."""
+    return struct.pack(">h", value)
+
+
+def int32(value: int) -> bytes:
+    """Big-endian int32."""
+    return struct.pack(">i", value)
+
+
+def nullable_string(value: str | None) -> bytes:
+    """Kafka STRING / NULLABLE_STRING: int16 length (-1 for null) + UTF-8 bytes."""
+    if value is None:
+        return int16(-1)
+    data = value.encode()
+    return int16(len(data)) + data
+
+
+def unsigned_varint(value: int) -> bytes:
+    """Protobuf-style unsigned varint (compact lengths in flexible versions)."""
+    assert value >= 0
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def varint(value: int) -> bytes:
+    """Zig-zag signed varint, as used inside records."""
+    return unsigned_varint((value << 1) ^ (value >> 63))
+
+
+def request_header(
+    api_key: int, api_version: int, correlation_id: int, *, flexible: bool, client_id: str = "fuzz"
+) -> bytes:
+    """Request header v1 (``flexible=False``) or v2 (adds an empty tagged-field section)."""
+    header = int16(api_key) + int16(api_version) + int32(correlation_id) + nullable_string(client_id)
+    return header + (b"\x00" if flexible else b"")
+
+
+def frame(payload: bytes) -> bytes:
+    """Prefix ``payload`` with its int32 size."""
+    return int32(len(payload)) + payload
+
+
+# -- record batch v2 ---------------------------------------------------------------------------
+def record_batch(
+    values: list[bytes], *, timestamp_ms: int, key: bytes | None = b"fuzz",
+    producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1,
+) -> bytes:
+    """A valid uncompressed magic-2 batch holding ``values`` (base offset 0, CRC32C set)."""
+    assert values
+    records = b""
+    for delta, value in enumerate(values):
+        body = (
+            b"\x00"  # record attributes
+            + varint(0)  # timestamp delta
+            + varint(delta)  # offset delta
+            + (varint(-1) if key is None else varint(len(key)) + key)
+            + varint(len(value)) + value
+            + varint(0)  # header count
+        )
+        records += varint(len(body)) + body
+    after_crc = struct.pack(
+        ">hiqqqhii",
+        0,  # attributes: no compression, CreateTime, not transactional
+        len(values) - 1,  # lastOffsetDelta
+        timestamp_ms,
+        timestamp_ms,
+        producer_id,
+        producer_epoch,
+        base_sequence,
+        len(values),
+    ) + records
+    crc = crc32c.crc32c(after_crc)
+    batch_length = 4 + 1 + 4 + len(after_crc)  # leader epoch + magic + crc + rest
+    return struct.pack(">qiibI", 0, batch_length, -1, 2, crc) + after_crc
+
+
+# -- requests ----------------------------------------------------------------------------------
+def produce_request_body(topic: str, partition: int, records: bytes, *, acks: int = -1,
+                         timeout_ms: int = 30000) -> bytes:
+    """Produce v3..v8 request body (these versions share one layout); one topic, one partition."""
+    return (
+        nullable_string(None)  # transactional_id (v3+)
+        + int16(acks)
+        + int32(timeout_ms)
+        + int32(1) + nullable_string(topic)
+        + int32(1) + int32(partition) + int32(len(records)) + records
+    )
+
+
+def api_versions_v3_body() -> bytes:
+    """ApiVersions v3+ body: compact client software name and version, empty tagged fields."""
+    name, version = b"oncestream-fuzz", b"0.1"
+    return unsigned_varint(len(name) + 1) + name + unsigned_varint(len(version) + 1) + version + b"\x00"
+
+
+# -- responses ---------------------------------------------------------------------------------
+class _Reader:
+    """Cursor over a response body; every read checks bounds."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.pos = 0
+
+    def take(self, fmt: str) -> int:
+        size = struct.calcsize(fmt)
+        assert self.pos + size <= len(self.data), f"response truncated at byte {self.pos}"
+        (value,) = struct.unpack_from(fmt, self.data, self.pos)
+        self.pos += size
+        return int(value)
+
+    def string(self) -> str | None:
+        length = self.take(">h")
+        if length < 0:
+            return None
+        assert self.pos + length <= len(self.data), "string runs past the response"
+        value = self.data[self.pos : self.pos + length].decode()
+        self.pos += length
+        return value
+
+    def remaining(self) -> int:
+        return len(self.data) - self.pos
+
+
+@dataclass(frozen=True)
+class ApiVersionsV0:
+    """An ApiVersions response in v0 format: error code and {api_key: (min, max)}."""
+
+    correlation_id: int
+    error_code: int
+    versions: dict[int, tuple[int, int]]
+
+
+def parse_api_versions_v0(frame_body: bytes) -> ApiVersionsV0:
+    """Parse response header v0 + ApiVersions v0 body; the whole frame must be consumed."""
+    reader = _Reader(frame_body)
+    correlation_id = reader.take(">i")
+    error_code = reader.take(">h")
+    count = reader.take(">i")
+    assert 0 <= count <= 1000, f"absurd api count {count}"
+    versions = {}
+    for _ in range(count):
+        api_key, min_version, max_version = reader.take(">h"), reader.take(">h"), reader.take(">h")
+        versions[api_key] = (min_version, max_version)
+    assert reader.remaining() == 0, f"{reader.remaining()} bytes after an ApiVersions v0 body"
+    return ApiVersionsV0(correlation_id, error_code, versions)
+
+
+@dataclass(frozen=True)
+class ProducePartitionResult:
+    """One partition's result in a Produce response."""
+
+    partition: int
+    error_code: int
+    base_offset: int
+
+
+def parse_produce_response(frame_body: bytes, version: int) -> tuple[int, list[ProducePartitionResult]]:
+    """Parse response header v0 + Produce v3..v8 body; returns (correlation id, results)."""
+    assert 3 <= version <= 8
+    reader = _Reader(frame_body)
+    correlation_id = reader.take(">i")
+    results = []
+    for _ in range(reader.take(">i")):
+        reader.string()
+        for _ in range(reader.take(">i")):
+            partition = reader.take(">i")
+            error_code = reader.take(">h")
+            base_offset = reader.take(">q")
+            reader.take(">q")  # log_append_time_ms
+            if version >= 5:
+                reader.take(">q")  # log_start_offset
+            if version >= 8:
+                for _ in range(reader.take(">i")):  # record_errors
+                    reader.take(">i")
+                    reader.string()
+                reader.string()  # error_message
+            results.append(ProducePartitionResult(partition, error_code, base_offset))
+    reader.take(">i")  # throttle_time_ms
+    assert reader.remaining() == 0, f"{reader.remaining()} unread bytes in a Produce v{version} response"
+    return correlation_id, results
+
+
+# -- connection --------------------------------------------------------------------------------
+class PeerClosed(Exception):
+    """The broker closed the connection (EOF or reset)."""
+
+
+class WireConnection:
+    """A blocking TCP connection to a broker, speaking raw size-prefixed frames."""
+
+    def __init__(self, host: str, port: int, timeout_s: float = RECV_TIMEOUT_S) -> None:
+        self.sock = socket.create_connection((host, port), timeout=timeout_s)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def send(self, data: bytes) -> bool:
+        """Send bytes; False if the broker already closed the connection."""
+        try:
+            self.sock.sendall(data)
+            return True
+        except (BrokenPipeError, ConnectionResetError):
+            return False
+
+    def finish_sending(self) -> None:
+        """Half-close: the broker sees EOF after what was sent."""
+        try:
+            self.sock.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+
+    def _recv_exactly(self, size: int) -> bytes:
+        chunks = []
+        remaining = size
+        while remaining:
+            try:
+                chunk = self.sock.recv(min(remaining, 1 << 20))
+            except ConnectionResetError as error:
+                raise PeerClosed("connection reset") from error
+            if not chunk:
+                raise PeerClosed(f"EOF with {remaining} of {size} bytes outstanding")
+            chunks.append(chunk)
+            remaining -= len(chunk)
+        return b"".join(chunks)
+
+    def recv_frame(self) -> bytes:
+        """The next response frame's body; PeerClosed on EOF/reset; socket.timeout if silent."""
+        size = struct.unpack(">i", self._recv_exactly(4))[0]
+        assert 4 <= size <= 64 * 1024 * 1024, f"broker sent an implausible frame size {size}"
+        return self._recv_exactly(size)
+
+    def drain_until_closed(self, timeout_s: float = RECV_TIMEOUT_S) -> list[bytes]:
+        """Read whole frames until the broker closes the connection; returns the frames.
+
+        Fails if the broker keeps the connection open past ``timeout_s`` after our EOF, or sends
+        a partial frame before closing.
+        """
+        frames = []
+        deadline = time.monotonic() + timeout_s
+        while True:
+            self.sock.settimeout(max(0.01, deadline - time.monotonic()))
+            try:
+                head = self.sock.recv(4)
+            except ConnectionResetError:
+                return frames
+            except (socket.timeout, TimeoutError):
+                raise AssertionError(f"broker did not close the connection within {timeout_s}s")
+            if not head:
+                return frames
+            if len(head) < 4:
+                head += self._recv_exactly(4 - len(head))
+            size = struct.unpack(">i", head)[0]
+            assert 4 <= size <= 64 * 1024 * 1024, f"broker sent an implausible frame size {size}"
+            frames.append(self._recv_exactly(size))
+
+    def request(self, api_key: int, version: int, correlation_id: int, body: bytes,
+                *, flexible_header: bool = False) -> bytes:
+        """Send one request and return its response frame body."""
+        payload = request_header(api_key, version, correlation_id, flexible=flexible_header) + body
+        if not self.send(frame(payload)):
+            raise PeerClosed("closed before the request was sent")
+        return self.recv_frame()
+
+    def close(self) -> None:
+        """Close the socket."""
+        self.sock.close()
+
+    def __enter__(self) -> "WireConnection":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def correlation_id_of(frame_body: bytes) -> int:
+    """The correlation id that starts every response frame."""
+    assert len(frame_body) >= 4, "response frame shorter than its header"
+    return int(struct.unpack_from(">i", frame_body)[0])
