@@ -18,9 +18,10 @@ from oncestream.client.connection import (
 )
 from oncestream.client.partitioner import partition_for_key
 from oncestream.protocol.codec import build
-from oncestream.protocol.records import NewRecord, decode_batches, encode_batch
+from oncestream.protocol.records import NewRecord, committed_records, encode_batch
 
 PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3
+OFFSET_COMMIT, OFFSET_FETCH = 8, 9
 CREATE_TOPICS, DELETE_TOPICS, INIT_PRODUCER_ID, DESCRIBE_CONFIGS = 19, 20, 22, 32
 WRITE_TXN_MARKERS, DESCRIBE_PRODUCERS, DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 27, 61, 65, 66
 
@@ -91,7 +92,7 @@ def _partitions_of(conn: BrokerConnection, topic: str) -> int:
     meta = _metadata(conn, [topic])
     (t,) = meta.topics
     if t.error_code != ErrorCode.none:
-        raise CliError(f"topic {topic!r}: {t.error_code.name}")
+        raise CliError(f"topic {topic!r}: {t.error_code.name.upper()}")
     return len(t.partitions)
 
 
@@ -120,7 +121,7 @@ def cmd_topics(args: argparse.Namespace) -> int:
 
             (res,) = conn.call(CREATE_TOPICS, make).topics
             if res.error_code != ErrorCode.none:
-                raise CliError(f"create {args.name!r}: {res.error_code.name}: {res.error_message or ''}")
+                raise CliError(f"create {args.name!r}: {res.error_code.name.upper()}: {res.error_message or ''}")
             print(f"created topic {args.name} with {args.partitions} partition(s)")
         elif args.action == "delete":
 
@@ -134,13 +135,13 @@ def cmd_topics(args: argparse.Namespace) -> int:
 
             (res,) = conn.call_with_version(DELETE_TOPICS, make).responses
             if res.error_code != ErrorCode.none:
-                raise CliError(f"delete {args.name!r}: {res.error_code.name}")
+                raise CliError(f"delete {args.name!r}: {res.error_code.name.upper()}")
             print(f"deleted topic {args.name}")
         elif args.action == "describe":
             meta = _metadata(conn, [args.name])
             (t,) = meta.topics
             if t.error_code != ErrorCode.none:
-                raise CliError(f"topic {args.name!r}: {t.error_code.name}")
+                raise CliError(f"topic {args.name!r}: {t.error_code.name.upper()}")
             print(f"topic {t.name} id {t.topic_id} partitions {len(t.partitions)}")
             for p in sorted(t.partitions, key=lambda p: p.partition_index):
                 low, high = _watermarks(conn, args.name, p.partition_index)
@@ -168,7 +169,7 @@ def _list_offset(conn: BrokerConnection, topic: str, partition: int, timestamp: 
     (t,) = conn.call(LIST_OFFSETS, make).topics
     (p,) = t.partitions
     if p.error_code != ErrorCode.none:
-        raise CliError(f"{topic}[{partition}]: {p.error_code.name}")
+        raise CliError(f"{topic}[{partition}]: {p.error_code.name.upper()}")
     return p.offset
 
 
@@ -188,7 +189,7 @@ def cmd_produce(args: argparse.Namespace) -> int:
             lambda m: m.InitProducerIdRequest(transactional_id=None, transaction_timeout=datetime.timedelta(seconds=60)),
         )
         if pid_resp.error_code != ErrorCode.none:
-            raise CliError(f"InitProducerId: {pid_resp.error_code.name}")
+            raise CliError(f"InitProducerId: {pid_resp.error_code.name.upper()}")
         producer_id, epoch = pid_resp.producer_id, pid_resp.producer_epoch
         sequences = [0] * num_partitions
         pending: dict[int, list[NewRecord]] = {}
@@ -216,7 +217,7 @@ def cmd_produce(args: argparse.Namespace) -> int:
                 (t,) = conn.call(PRODUCE, make).responses
                 (p,) = t.partition_responses
                 if p.error_code != ErrorCode.none:
-                    raise CliError(f"produce to {args.topic}[{partition}]: {p.error_code.name}")
+                    raise CliError(f"produce to {args.topic}[{partition}]: {p.error_code.name.upper()}")
                 sequences[partition] += len(recs)
                 sent += len(recs)
             pending.clear()
@@ -251,7 +252,11 @@ def cmd_consume(args: argparse.Namespace) -> int:
     with _connect(args) as conn:
         num_partitions = _partitions_of(conn, args.topic)
         start_ts = -2 if args.from_beginning else -1
-        positions = {p: _list_offset(conn, args.topic, p, start_ts) for p in range(num_partitions)}
+        committed = _committed_offsets(conn, args.group, args.topic, num_partitions) if args.group else {}
+        positions = {
+            p: committed[p] if committed.get(p, -1) >= 0 else _list_offset(conn, args.topic, p, start_ts)
+            for p in range(num_partitions)
+        }
         printed = 0
         idle_deadline = time.monotonic() + args.idle_timeout_ms / 1000 if args.idle_timeout_ms else None
         out = sys.stdout.buffer
@@ -276,26 +281,29 @@ def cmd_consume(args: argparse.Namespace) -> int:
 
             resp = conn.call(FETCH, make)
             got_any = False
-            for t in resp.responses:
-                for p in t.partitions:
-                    if p.error_code != ErrorCode.none:
-                        raise CliError(f"fetch {args.topic}[{p.partition_index}]: {p.error_code.name}")
-                    requested = positions[p.partition_index]
-                    for batch in decode_batches(p.records or b"", allow_partial=True):
-                        positions[p.partition_index] = max(positions[p.partition_index], batch.header.next_offset)
-                        if batch.header.is_control:
-                            continue
-                        for rec in batch.records:
-                            if rec.offset < requested:  # a batch may start before the fetch offset
-                                continue
-                            got_any = True
-                            if args.key_separator is not None:
-                                out.write((rec.key or b"") + sep)
-                            out.write((rec.value or b"") + b"\n")
-                            printed += 1
-                            if args.max_messages is not None and printed >= args.max_messages:
-                                break
+            for p in (p for t in resp.responses for p in t.partitions):
+                if p.error_code != ErrorCode.none:
+                    raise CliError(f"fetch {args.topic}[{p.partition_index}]: {p.error_code.name.upper()}")
+                requested = positions[p.partition_index]
+                aborted = p.aborted_transactions if args.read_committed else None
+                for batch, rec in committed_records(p.records or b"", aborted):
+                    positions[p.partition_index] = max(positions[p.partition_index], batch.header.next_offset)
+                    if rec is None or rec.offset < requested:  # control/aborted, or before the fetch offset
+                        continue
+                    got_any = True
+                    if args.key_separator is not None:
+                        out.write((rec.key or b"") + sep)
+                    out.write((rec.value or b"") + b"\n")
+                    printed += 1
+                    if args.max_messages is not None and printed >= args.max_messages:
+                        # Commit exactly what was printed, not the rest of the batch.
+                        positions[p.partition_index] = rec.offset + 1
+                        break
+                if args.max_messages is not None and printed >= args.max_messages:
+                    break
             out.flush()
+            if got_any and args.group:
+                _commit_offsets(conn, args.group, args.topic, positions)
             if got_any and args.idle_timeout_ms:
                 idle_deadline = time.monotonic() + args.idle_timeout_ms / 1000
     return 0
@@ -312,7 +320,7 @@ def cmd_transactions(args: argparse.Namespace) -> int:
                 lambda m: build(m.ListTransactionsRequest, state_filters=(), producer_id_filters=(), duration_filter=-1),
             )
             if resp.error_code != ErrorCode.none:
-                raise CliError(f"list transactions: {resp.error_code.name}")
+                raise CliError(f"list transactions: {resp.error_code.name.upper()}")
             print("TransactionalId\tProducerId\tState")
             for t in sorted(resp.transaction_states, key=lambda t: t.transactional_id):
                 print(f"{t.transactional_id}\t{t.producer_id}\t{t.transaction_state}")
@@ -324,7 +332,7 @@ def cmd_transactions(args: argparse.Namespace) -> int:
             )
             (t,) = resp.transaction_states
             if t.error_code != ErrorCode.none:
-                raise CliError(f"describe {args.transactional_id!r}: {t.error_code.name}")
+                raise CliError(f"describe {args.transactional_id!r}: {t.error_code.name.upper()}")
             print(f"transactional id {t.transactional_id}: state {t.transaction_state}, producer {t.producer_id} epoch {t.producer_epoch}, timeout {t.transaction_timeout}")
             for topic in t.topics:
                 print(f"  {topic.topic}: partitions {list(topic.partitions)}")
@@ -344,7 +352,7 @@ def _abort_hanging(conn: BrokerConnection, args: argparse.Namespace) -> int:
     )
     (part,) = resp.topics[0].partitions
     if part.error_code != ErrorCode.none:
-        raise CliError(f"describe producers: {part.error_code.name}")
+        raise CliError(f"describe producers: {part.error_code.name.upper()}")
     hanging = [
         p for p in part.active_producers
         if p.current_txn_start_offset >= 0 and (args.producer_id is None or p.producer_id == args.producer_id)
@@ -368,9 +376,76 @@ def _abort_hanging(conn: BrokerConnection, args: argparse.Namespace) -> int:
         result = conn.call(WRITE_TXN_MARKERS, make)
         error = result.markers[0].topics[0].partitions[0].error_code
         if error != ErrorCode.none:
-            raise CliError(f"abort producer {p.producer_id}: {error.name}")
+            raise CliError(f"abort producer {p.producer_id}: {error.name.upper()}")
         print(f"aborted transaction of producer {p.producer_id} (epoch {p.producer_epoch}) starting at offset {p.current_txn_start_offset}")
     return 0
+
+
+def _committed_offsets(conn: BrokerConnection, group: str, topic: str, num_partitions: int) -> dict[int, int]:
+    """The group's committed offsets for ``topic`` (OffsetFetch); -1 where none."""
+
+    def make(m):
+        if hasattr(m, "OffsetFetchRequestGroup"):  # v8+: the multi-group form
+            return build(
+                m.OffsetFetchRequest,
+                groups=(
+                    build(
+                        m.OffsetFetchRequestGroup,
+                        group_id=group,
+                        topics=(build(m.OffsetFetchRequestTopics, name=topic, partition_indexes=tuple(range(num_partitions))),),
+                    ),
+                ),
+                require_stable=True,
+            )
+        return build(
+            m.OffsetFetchRequest,
+            group_id=group,
+            topics=(build(m.OffsetFetchRequestTopic, name=topic, partition_indexes=tuple(range(num_partitions))),),
+            require_stable=True,
+        )
+
+    resp = conn.call(OFFSET_FETCH, make)
+    topics = resp.groups[0].topics if hasattr(resp, "groups") else resp.topics
+    error = resp.groups[0].error_code if hasattr(resp, "groups") else getattr(resp, "error_code", ErrorCode.none)
+    if error != ErrorCode.none:
+        raise CliError(f"offsets of group {group!r}: {error.name.upper()}")
+    return {p.partition_index: p.committed_offset for t in topics for p in t.partitions}
+
+
+def _commit_offsets(conn: BrokerConnection, group: str, topic: str, positions: dict[int, int]) -> None:
+    """Commit positions as a simple (memberless, generation -1) group commit."""
+
+    def make(m):
+        return build(
+            m.OffsetCommitRequest,
+            group_id=group,
+            generation_id_or_member_epoch=-1,
+            member_id="",
+            group_instance_id=None,
+            retention_time=datetime.timedelta(milliseconds=-1),
+            topics=(
+                build(
+                    m.OffsetCommitRequestTopic,
+                    name=topic,
+                    partitions=tuple(
+                        build(
+                            m.OffsetCommitRequestPartition,
+                            partition_index=p,
+                            committed_offset=o,
+                            committed_leader_epoch=-1,
+                            committed_metadata="",
+                        )
+                        for p, o in positions.items()
+                    ),
+                ),
+            ),
+        )
+
+    resp = conn.call(OFFSET_COMMIT, make)
+    for t in resp.topics:
+        for p in t.partitions:
+            if p.error_code != ErrorCode.none:
+                raise CliError(f"commit {topic}[{p.partition_index}] for group {group!r}: {p.error_code.name.upper()}")
 
 
 # --- entry point ---------------------------------------------------------------------------------
@@ -415,6 +490,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--idle-timeout-ms", type=int, default=0, help="stop after this long without records")
     c.add_argument("--key-separator", help="print key<SEP>value")
     c.add_argument("--read-committed", action="store_true")
+    c.add_argument("--group", help="resume from and commit to this consumer group's offsets")
     client_args(c)
     c.set_defaults(func=cmd_consume)
 

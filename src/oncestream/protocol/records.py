@@ -342,3 +342,38 @@ def _decode_records(header: rb.BatchHeader, batch: memoryview) -> list[Record]:
         ts = header.max_timestamp if log_append else header.base_timestamp + ts_delta
         out.append(Record(header.base_offset + offset_delta, ts, key, value, tuple(headers)))
     return out
+
+
+def committed_records(
+    blob: bytes | memoryview, aborted_transactions: Iterable[object] | None
+) -> Iterable[tuple[DecodedBatch, Record | None]]:
+    """Walk fetched data as a read_committed consumer must (KIP-98 consumer-side filtering).
+
+    Yields ``(batch, record)`` for every visible data record and ``(batch, None)`` once for every
+    batch that yields nothing (control batches, aborted transactional batches), so callers can
+    advance their position past it. ``aborted_transactions`` is the fetch response's list (items
+    with ``producer_id`` and ``first_offset``); None means read_uncommitted: everything but
+    control records is visible.
+    """
+    pending = sorted(
+        ((a.producer_id, a.first_offset) for a in aborted_transactions or ()), key=lambda a: a[1]
+    )
+    active: set[int] = set()
+    next_aborted = 0
+    for batch in decode_batches(blob, allow_partial=True):
+        header = batch.header
+        while next_aborted < len(pending) and pending[next_aborted][1] <= header.last_offset:
+            active.add(pending[next_aborted][0])
+            next_aborted += 1
+        if header.is_control:
+            if header.producer_id in active and batch.records and control_marker_type(batch.records[0]) == CONTROL_ABORT:
+                active.discard(header.producer_id)
+            yield batch, None
+            continue
+        if aborted_transactions is not None and header.is_transactional and header.producer_id in active:
+            yield batch, None
+            continue
+        if not batch.records:
+            yield batch, None
+        for record in batch.records:
+            yield batch, record

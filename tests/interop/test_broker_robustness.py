@@ -1,0 +1,157 @@
+"""Connection handling rules of the broker, checked over raw sockets and with librdkafka:
+pipelined requests answered in order, a stalled or non-reading client never blocks others,
+acks=0 produce, one log line (with the peer address, no traceback) per bad connection,
+producer ids never repeat across restarts, and the fsync-before-ack flush policy."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import pytest
+from confluent_kafka import Producer
+
+from tests.support.clients import confluent_consume, create_topic, unique_topic
+from tests.support.wire import (
+    WireConnection,
+    api_versions_v3_body,
+    correlation_id_of,
+    frame,
+    produce_request_body,
+    record_batch,
+    request_header,
+)
+
+pytestmark = pytest.mark.interop
+
+API_PRODUCE, API_METADATA, API_VERSIONS, API_INIT_PRODUCER_ID = 0, 3, 18, 22
+
+
+def _host_port(bootstrap: str) -> tuple[str, int]:
+    host, port = bootstrap.rsplit(":", 1)
+    return host, int(port)
+
+
+def _produce_values(bootstrap: str, topic: str, values: list[bytes], **conf: object) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, **conf})
+    for v in values:
+        producer.produce(topic, v, partition=0)
+    assert producer.flush(30) == 0
+
+
+def test_pipelined_requests_are_answered_in_order(broker) -> None:
+    """Protocol guide: responses on one connection come back in request order."""
+    topic = unique_topic("pipeline")
+    create_topic(broker.bootstrap, topic, partitions=1)
+    with WireConnection(*_host_port(broker.bootstrap)) as conn:
+        burst = b""
+        for correlation_id in range(1, 41):
+            if correlation_id % 2:
+                payload = request_header(API_VERSIONS, 3, correlation_id, flexible=True) + api_versions_v3_body()
+            else:
+                batch = record_batch([b"p%d" % correlation_id], timestamp_ms=int(time.time() * 1000))
+                payload = request_header(API_PRODUCE, 7, correlation_id, flexible=False) + produce_request_body(topic, 0, batch)
+            burst += frame(payload)
+        assert conn.send(burst)
+        assert [correlation_id_of(conn.recv_frame()) for _ in range(40)] == list(range(1, 41))
+    assert [r.value for r in confluent_consume(broker.bootstrap, topic, 1)] == [b"p%d" % i for i in range(2, 41, 2)]
+
+
+def test_stalled_and_non_reading_clients_do_not_block_others(broker) -> None:
+    """A client that sends half a frame and stalls, and one that pipelines requests without ever
+    reading the answers, only stall their own connections."""
+    topic = unique_topic("stalled")
+    create_topic(broker.bootstrap, topic, partitions=1)
+    host, port = _host_port(broker.bootstrap)
+    half = socket.create_connection((host, port))
+    half.sendall(b"\x00\x00\x01\x00" + b"\x00\x12\x00\x03")  # 256-byte frame, 4 bytes sent
+    deaf = socket.create_connection((host, port))
+    deaf.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    request = frame(request_header(API_METADATA, 1, 7, flexible=False) + b"\xff\xff\xff\xff")
+    deaf.setblocking(False)
+    sent = 0
+    try:
+        for _ in range(20000):  # fill the broker's send buffer towards this client
+            sent += deaf.send(request)
+    except BlockingIOError:
+        pass
+    assert sent > 0
+    try:
+        values = [b"v%d" % i for i in range(200)]
+        _produce_values(broker.bootstrap, topic, values, **{"enable.idempotence": True})
+        assert [r.value for r in confluent_consume(broker.bootstrap, topic, 1)] == values
+    finally:
+        half.close()
+        deaf.close()
+
+
+def test_acks_zero_produce_gets_no_response_but_is_stored(broker) -> None:
+    topic = unique_topic("acks0")
+    create_topic(broker.bootstrap, topic, partitions=1)
+    with WireConnection(*_host_port(broker.bootstrap)) as conn:
+        batch = record_batch([b"fire", b"forget"], timestamp_ms=int(time.time() * 1000))
+        payload = request_header(API_PRODUCE, 7, 1, flexible=False) + produce_request_body(topic, 0, batch, acks=0)
+        api = request_header(API_VERSIONS, 3, 2, flexible=True) + api_versions_v3_body()
+        assert conn.send(frame(payload) + frame(api))
+        # The next frame answers the ApiVersions request: the acks=0 produce got none.
+        assert correlation_id_of(conn.recv_frame()) == 2
+    _produce_values(broker.bootstrap, topic, [b"after"], acks=0)
+    deadline = time.monotonic() + 10
+    while True:
+        values = [r.value for r in confluent_consume(broker.bootstrap, topic, 1)]
+        if len(values) == 3 or time.monotonic() > deadline:
+            break
+    assert values == [b"fire", b"forget", b"after"]
+
+
+def test_bad_connections_log_one_line_with_peer_and_no_traceback(broker_factory) -> None:
+    broker = broker_factory()
+    host, port = _host_port(broker.bootstrap)
+    bad_frames = [
+        b"\x7f\xff\xff\xff",  # oversize prefix
+        frame(b"\x00\x63\x00\x00\x00\x00\x00\x01\xff\xff"),  # unknown api key 99
+        frame(request_header(API_METADATA, 1, 1, flexible=False) + b"\x00\x00\x00\x05\x00"),  # truncated body
+    ]
+    peers = []
+    for data in bad_frames:
+        with WireConnection(host, port) as conn:
+            peers.append(conn.sock.getsockname())
+            conn.send(data)
+            conn.finish_sending()
+            conn.drain_until_closed()
+    broker.stop()
+    log = broker.stderr_tail()
+    assert "Traceback" not in log
+    for peer_host, peer_port in peers:
+        lines = [line for line in log.splitlines() if f"'{peer_host}', {peer_port}" in line]
+        assert len(lines) == 1, f"expected one line for {peer_port}: {lines}"
+
+
+def test_producer_ids_never_repeat_across_restarts(broker_factory) -> None:
+    """InitProducerId without a transactional id: a restarted (even SIGKILLed) broker never hands
+    out an id it handed out before."""
+    broker = broker_factory()
+    seen: list[int] = []
+    for round_number in range(3):
+        with WireConnection(*_host_port(broker.bootstrap)) as conn:
+            for correlation_id in range(5):
+                body = b"\xff\xff" + b"\x00\x00\x75\x30"  # null transactional id, timeout 30 s (v0)
+                response = conn.request(API_INIT_PRODUCER_ID, 0, correlation_id, body)
+                producer_id = int.from_bytes(response[4 + 4 + 2 : 4 + 4 + 2 + 8], "big", signed=True)
+                assert response[8:10] == b"\x00\x00", "error code NONE"
+                seen.append(producer_id)
+        broker.restart(crash=round_number % 2 == 0)
+    assert len(set(seen)) == len(seen) == 15
+    assert seen == sorted(seen)
+
+
+def test_fsync_before_ack_flush_policy_acknowledges_and_keeps_everything(broker_factory) -> None:
+    """flush.messages=1: acks=all waits for a (group-commit) fsync; everything acknowledged is there
+    after a SIGKILL."""
+    broker = broker_factory(config={"log.flush.interval.messages": "1"})
+    topic = unique_topic("fsync")
+    create_topic(broker.bootstrap, topic, partitions=1, config={"flush.messages": "1"})
+    values = [b"d%d" % i for i in range(300)]
+    _produce_values(broker.bootstrap, topic, values, acks="all", **{"enable.idempotence": True})
+    broker.restart(crash=True)
+    assert [r.value for r in confluent_consume(broker.bootstrap, topic, 1)] == values

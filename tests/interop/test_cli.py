@@ -1,0 +1,101 @@
+"""The ``oncestream`` command against a real broker process, cross-checked with librdkafka."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+
+from tests.support.clients import confluent_consume, unique_topic
+from tests.support.ports import free_tcp_port
+
+pytestmark = pytest.mark.interop
+
+ONCESTREAM = str(Path(sys.executable).parent / "oncestream")
+
+
+def run_cli(*args: str, stdin: bytes = b"", check: bool = True) -> subprocess.CompletedProcess[bytes]:
+    result = subprocess.run([ONCESTREAM, *args], input=stdin, capture_output=True, timeout=60)
+    if check:
+        assert result.returncode == 0, result.stderr.decode()
+    return result
+
+
+def test_topics_create_list_describe_delete(broker) -> None:
+    bs = ["-b", broker.bootstrap]
+    topic = unique_topic("cli-topics")
+    run_cli("topics", "create", topic, "--partitions", "3", "--config", "retention.ms=123456", *bs)
+    assert topic in run_cli("topics", "list", *bs).stdout.decode().split()
+    described = run_cli("topics", "describe", topic, *bs).stdout.decode()
+    assert "partitions 3" in described and "retention.ms=123456" in described
+    again = run_cli("topics", "create", topic, *bs, check=False)
+    assert again.returncode == 1 and b"TOPIC_ALREADY_EXISTS" in again.stderr
+    run_cli("topics", "delete", topic, *bs)
+    assert topic not in run_cli("topics", "list", *bs).stdout.decode().split()
+
+
+def test_produce_keyed_lines_then_consume_from_beginning_and_latest(broker) -> None:
+    bs = ["-b", broker.bootstrap]
+    topic = unique_topic("cli-produce")
+    run_cli("topics", "create", topic, "--partitions", "3", *bs)
+    lines = [f"k{i % 5}:v{i}" for i in range(40)]
+    run_cli("produce", topic, "--key-separator", ":", *bs, stdin=("\n".join(lines) + "\n").encode())
+    # librdkafka sees every record once, each key in one partition, per-key order kept.
+    records = confluent_consume(broker.bootstrap, topic, 3)
+    assert sorted(r.value for r in records) == sorted(line.split(":")[1].encode() for line in lines)
+    for key in {r.key for r in records}:
+        assert len({r.partition for r in records if r.key == key}) == 1
+        values = [int(r.value[1:]) for r in sorted(records, key=lambda r: r.offset) if r.key == key]
+        assert values == sorted(values)
+    out = run_cli("consume", topic, "--from-beginning", "--idle-timeout-ms", "1500", "--key-separator", "=", *bs)
+    assert sorted(out.stdout.decode().split()) == sorted(line.replace(":", "=") for line in lines)
+    latest = run_cli("consume", topic, "--latest", "--idle-timeout-ms", "800", *bs)
+    assert latest.stdout == b""
+
+
+def test_consume_with_a_group_resumes_where_it_committed(broker) -> None:
+    bs = ["-b", broker.bootstrap]
+    topic = unique_topic("cli-group")
+    run_cli("topics", "create", topic, "--partitions", "2", *bs)
+    run_cli("produce", topic, *bs, stdin=b"".join(b"%d\n" % i for i in range(10)))
+    group = ["--group", unique_topic("cli-g")]
+    first = run_cli("consume", topic, "--from-beginning", "--max-messages", "4", "--idle-timeout-ms", "1500", *group, *bs)
+    rest = run_cli("consume", topic, "--from-beginning", "--idle-timeout-ms", "1500", *group, *bs)
+    seen = first.stdout.split() + rest.stdout.split()
+    assert len(first.stdout.split()) == 4
+    assert sorted(seen) == sorted(b"%d" % i for i in range(10)), "each record exactly once across runs"
+    nothing = run_cli("consume", topic, "--from-beginning", "--idle-timeout-ms", "800", *group, *bs)
+    assert nothing.stdout == b""
+
+
+def test_read_committed_consume_skips_aborted_transactions(broker) -> None:
+    bs = ["-b", broker.bootstrap]
+    topic = unique_topic("cli-txn")
+    run_cli("topics", "create", topic, *bs)
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": unique_topic("cli-tx")})
+    producer.init_transactions(30)
+    for values, commit in ((b"a1 a2", False), (b"c1 c2", True), (b"a3", False)):
+        producer.begin_transaction()
+        for v in values.split():
+            producer.produce(topic, v)
+        assert producer.flush(30) == 0  # abort purges unsent records: make sure they are in the log
+        if commit:
+            producer.commit_transaction(30)
+        else:
+            producer.abort_transaction(30)
+    out = run_cli("consume", topic, "--from-beginning", "--read-committed", "--idle-timeout-ms", "1500", *bs)
+    assert out.stdout.split() == [b"c1", b"c2"]
+    everything = run_cli("consume", topic, "--from-beginning", "--idle-timeout-ms", "1500", *bs)
+    assert everything.stdout.split() == [b"a1", b"a2", b"c1", b"c2", b"a3"]
+
+
+def test_unreachable_broker_gets_a_clear_message() -> None:
+    port = free_tcp_port()
+    for args in (("topics", "list"), ("consume", "t", "--max-messages", "1"), ("produce", "t")):
+        result = run_cli(*args, "-b", f"127.0.0.1:{port}", check=False)
+        assert result.returncode == 1
+        assert f"broker unreachable at 127.0.0.1:{port}".encode() in result.stderr
+        assert b"Traceback" not in result.stderr
