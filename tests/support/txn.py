@@ -422,7 +422,9 @@ ADD_PARTITIONS_TO_TXN_KEY = 24
 END_TXN_KEY = 26
 PRODUCE_KEY = 0
 # Clients send AddPartitionsToTxn v3 and below; v4 is the broker-to-broker batched form.
-CLIENT_MAX_VERSIONS = {ADD_PARTITIONS_TO_TXN_KEY: 3}
+# Speak transaction version 1 (KIP-890 part 1), as librdkafka does: AddPartitionsToTxn capped at
+# v3 (v4+ is broker-to-broker), Produce below v12 and EndTxn below v5 (those mean version 2).
+CLIENT_MAX_VERSIONS = {ADD_PARTITIONS_TO_TXN_KEY: 3, PRODUCE_KEY: 11, END_TXN_KEY: 4, 28: 3}
 RETRIABLE_INIT_ERRORS = ("concurrent_transactions", "coordinator_load_in_progress", "coordinator_not_available")
 
 

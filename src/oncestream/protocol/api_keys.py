@@ -43,7 +43,7 @@ LIST_TRANSACTIONS: Final = 66
 
 # api_key -> (min_version, max_version), inclusive.
 API_VERSIONS: Final[dict[int, tuple[int, int]]] = {
-    PRODUCE: (3, 11),  # v12 means transaction version 2 (KIP-890 part 2): not yet
+    PRODUCE: (3, 12),  # v12: transaction version 2 (KIP-890 part 2), implicit partition add
     FETCH: (4, 12),  # v13+ address topics by id
     LIST_OFFSETS: (1, 7),  # v8 adds KIP-1005 tiered-storage offsets: not ours
     METADATA: (0, 12),
@@ -63,9 +63,9 @@ API_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     INIT_PRODUCER_ID: (0, 6),  # v6: KIP-939 enable2Pc / keepPreparedTxn
     ADD_PARTITIONS_TO_TXN: (0, 4),  # v4: batched, verify-only form (KIP-890 part 1)
     ADD_OFFSETS_TO_TXN: (0, 3),
-    END_TXN: (0, 4),  # v5 means transaction version 2 (KIP-890 part 2): not advertised yet
+    END_TXN: (0, 5),  # v5: transaction version 2, epoch bumped on every commit and abort
     WRITE_TXN_MARKERS: (1, 1),
-    TXN_OFFSET_COMMIT: (0, 3),
+    TXN_OFFSET_COMMIT: (0, 5),  # v5: transaction version 2 adds the offsets partition itself
     DESCRIBE_CONFIGS: (1, 4),
     ALTER_CONFIGS: (0, 2),
     DELETE_GROUPS: (0, 2),
@@ -75,3 +75,7 @@ API_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     DESCRIBE_TRANSACTIONS: (0, 0),
     LIST_TRANSACTIONS: (0, 1),
 }
+
+# Finalized feature levels announced in ApiVersions (v3+). transaction.version 2 tells clients
+# they may use KIP-890 part 2 (Produce v12, TxnOffsetCommit v5, EndTxn v5).
+FEATURES: Final[dict[str, tuple[int, int]]] = {"transaction.version": (0, 2)}

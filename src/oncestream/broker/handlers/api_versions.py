@@ -8,7 +8,7 @@ import struct
 from kio.schema.errors import ErrorCode
 
 from oncestream.broker.state import BrokerState
-from oncestream.protocol.api_keys import API_VERSIONS, API_VERSIONS_KEY
+from oncestream.protocol.api_keys import API_VERSIONS, API_VERSIONS_KEY, FEATURES
 from oncestream.protocol.codec import RequestHeader, build, response_module
 
 
@@ -18,11 +18,23 @@ def handle(state: BrokerState, header: RequestHeader, request: object) -> object
         build(m.ApiVersion, api_key=key, min_version=lo, max_version=hi)
         for key, (lo, hi) in sorted(API_VERSIONS.items())
     )
+    supported = finalized = ()
+    if hasattr(m, "SupportedFeatureKey"):
+        supported = tuple(
+            build(m.SupportedFeatureKey, name=name, min_version=lo, max_version=hi) for name, (lo, hi) in FEATURES.items()
+        )
+        finalized = tuple(
+            build(m.FinalizedFeatureKey, name=name, min_version_level=hi, max_version_level=hi)
+            for name, (_lo, hi) in FEATURES.items()
+        )
     return build(
         m.ApiVersionsResponse,
         error_code=ErrorCode.none,
         api_keys=keys,
         throttle_time=datetime.timedelta(0),
+        supported_features=supported,
+        finalized_features_epoch=1 if finalized else -1,
+        finalized_features=finalized,
     )
 
 

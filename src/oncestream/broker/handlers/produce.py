@@ -35,7 +35,7 @@ async def handle(state: BrokerState, header: RequestHeader, request) -> object |
             elif part.records is None:
                 error = ErrorCode.invalid_record
                 message = "no records"
-            elif (txn_error := _verify_transactional(state, request.transactional_id, topic.name, part)) != ErrorCode.none:
+            elif (txn_error := _check_transactional(state, header, request.transactional_id, topic.name, part)) != ErrorCode.none:
                 error = txn_error
             else:
                 try:
@@ -74,21 +74,33 @@ async def handle(state: BrokerState, header: RequestHeader, request) -> object |
     return build(m.ProduceResponse, responses=tuple(topics_out), throttle_time=datetime.timedelta(0))
 
 
-def _verify_transactional(state: BrokerState, transactional_id: str | None, topic: str, part) -> ErrorCode:
-    """KIP-890 part 1: a transactional batch is only accepted for a partition that the ongoing
-    transaction of its producer has added; anything else would leave a hanging transaction."""
+def _check_transactional(
+    state: BrokerState, header: RequestHeader, transactional_id: str | None, topic: str, part
+) -> ErrorCode:
+    """KIP-890. Part 1 (Produce < v12): a transactional batch is only accepted for a partition that
+    the ongoing transaction of its producer has added; anything else would leave a hanging
+    transaction. Part 2 (Produce v12+, transaction version 2): the broker adds the partition
+    itself, under the producer's current epoch, which every commit and abort bumps, so a
+    delayed batch of an earlier transaction can never join a later one."""
     try:
-        header = parse_header(part.records)
+        batch = parse_header(part.records)
     except KafkaError as exc:
         return exc.code
-    if not header.is_transactional:
+    if not batch.is_transactional:
         return ErrorCode.none
     if transactional_id is None:
         return ErrorCode.invalid_txn_state
-    verify = state.transactions.coordinator.verify_partitions(
-        transactional_id, header.producer_id, header.producer_epoch, (TopicPartition(topic, part.index),)
-    )
-    return verify.errors.get(TopicPartition(topic, part.index), ErrorCode.none)
+    tp = TopicPartition(topic, part.index)
+    txn = state.transactions
+    if header.api_version >= 12:
+        added = txn.call(
+            lambda now: txn.coordinator.add_partitions(
+                transactional_id, batch.producer_id, batch.producer_epoch, (tp,), now, transaction_version=2
+            )
+        )
+        return ErrorCode.coordinator_not_available if added is None else added.error
+    verify = txn.coordinator.verify_partitions(transactional_id, batch.producer_id, batch.producer_epoch, (tp,))
+    return verify.errors.get(tp, ErrorCode.none)
 
 
 async def _flush_all(state: BrokerState, logs) -> None:

@@ -152,7 +152,14 @@ def handle_end_txn(state: BrokerState, header: RequestHeader, request) -> object
     txn = state.transactions
     resp = txn.call(
         lambda now: txn.coordinator.end_txn(
-            request.transactional_id, request.producer_id, request.producer_epoch, request.committed, now
+            request.transactional_id,
+            request.producer_id,
+            request.producer_epoch,
+            request.committed,
+            now,
+            # EndTxn v5+ is transaction version 2 (KIP-890 part 2): the epoch is bumped on every
+            # commit and abort and returned to the client.
+            transaction_version=2 if header.api_version >= 5 else 1,
         )
     )
     if resp is None:
@@ -169,12 +176,22 @@ def handle_end_txn(state: BrokerState, header: RequestHeader, request) -> object
 def handle_txn_offset_commit(state: BrokerState, header: RequestHeader, request) -> object:
     m = response_module(k.TXN_OFFSET_COMMIT, header.api_version)
     txn = state.transactions
-    # The producer must have added the group's offsets partition to its transaction first.
     offsets_tp = TopicPartition("__consumer_offsets", state.groups.coordinator.partition_for(request.group_id))
-    verify = txn.coordinator.verify_partitions(
-        request.transactional_id, request.producer_id, request.producer_epoch, (offsets_tp,)
-    )
-    verify_error = verify.errors.get(offsets_tp, ErrorCode.none)
+    if header.api_version >= 5:
+        # Transaction version 2: the broker adds the offsets partition itself (KIP-890 part 2).
+        added = txn.call(
+            lambda now: txn.coordinator.add_offsets(
+                request.transactional_id, request.producer_id, request.producer_epoch, request.group_id, now,
+                transaction_version=2,
+            )
+        )
+        verify_error = ErrorCode.coordinator_not_available if added is None else added.error
+    else:
+        # The producer must have added the group's offsets partition to its transaction first.
+        verify = txn.coordinator.verify_partitions(
+            request.transactional_id, request.producer_id, request.producer_epoch, (offsets_tp,)
+        )
+        verify_error = verify.errors.get(offsets_tp, ErrorCode.none)
     offsets = {
         GroupTopicPartition(t.name, p.partition_index): PartitionOffsetCommit(
             offset=p.committed_offset,
