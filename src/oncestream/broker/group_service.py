@@ -76,7 +76,11 @@ class GroupService:
         return lambda result: self._outbox.append((fut, result))
 
     def complete(self, writes: list[OffsetsTopicWrite], *, wake_timers: bool = True) -> None:
-        """Persist a call's records, then release the answers the call produced."""
+        """Persist a call's records, then release the answers the call produced.
+
+        ``wake_timers`` re-arms the timer task; calls that can only move deadlines later
+        (heartbeats, commits, reads) pass False so they do not pay for a tick each.
+        """
         self._persist(writes)
         outbox, self._outbox = self._outbox, []
         for fut, result in outbox:

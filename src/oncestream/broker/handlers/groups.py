@@ -151,7 +151,7 @@ def handle_heartbeat(state: BrokerState, header: RequestHeader, request) -> obje
         ),
         state.now_ms(),
     )
-    svc.complete([])
+    svc.complete([], wake_timers=False)  # a heartbeat only moves deadlines later
     return build(m.HeartbeatResponse, throttle_time=_ZERO, error_code=result.error)
 
 
@@ -212,7 +212,7 @@ def handle_offset_commit(state: BrokerState, header: RequestHeader, request) -> 
         ),
         state.now_ms(),
     )
-    svc.complete(writes)
+    svc.complete(writes, wake_timers=False)  # commits create no earlier deadline
     topics_out = []
     for t in request.topics:
         parts = []
@@ -231,7 +231,7 @@ def _fetch_one_group(state: BrokerState, group_id: str, topics, require_stable: 
     result = state.groups.coordinator.fetch_offsets(
         OffsetFetchRequest(group_id=group_id, partitions=partitions, require_stable=require_stable), state.now_ms()
     )
-    state.groups.complete([])
+    state.groups.complete([], wake_timers=False)
     by_topic: dict[str, list] = {}
     for tp, fetched in sorted(result.partitions.items()):
         by_topic.setdefault(tp.topic, []).append((tp.partition, fetched))
@@ -287,7 +287,7 @@ def handle_offset_fetch(state: BrokerState, header: RequestHeader, request) -> o
 def handle_describe_groups(state: BrokerState, header: RequestHeader, request) -> object:
     m = response_module(k.DESCRIBE_GROUPS, header.api_version)
     descriptions = state.groups.coordinator.describe_groups(request.groups, state.now_ms())
-    state.groups.complete([])
+    state.groups.complete([], wake_timers=False)
     groups = tuple(
         build(
             m.DescribedGroup,
