@@ -1,0 +1,83 @@
+"""The background thread that runs a client's asyncio event loop.
+
+Public client methods are synchronous; they hand coroutines to this loop and wait for the result
+(``run``), or poke it without waiting (``call_soon``). uvloop is used when installed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+def _new_loop() -> asyncio.AbstractEventLoop:
+    try:
+        import uvloop
+    except ImportError:  # uvloop is optional
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
+
+
+class IoThread:
+    """A daemon thread running one event loop until ``stop``."""
+
+    def __init__(self, name: str) -> None:
+        self.loop = _new_loop()
+        self._started = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+        self._started.wait()
+        self._stopped = False
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.call_soon(self._started.set)
+        try:
+            self.loop.run_forever()
+        finally:
+            pending = [t for t in asyncio.all_tasks(self.loop) if not t.done()]
+            for task in pending:
+                task.cancel()
+            if pending:
+                self.loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+            self.loop.close()
+
+    def in_loop_thread(self) -> bool:
+        """True when called from the loop's own thread (where ``run`` would deadlock)."""
+        return threading.current_thread() is self._thread
+
+    def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        """Schedule ``coro`` on the loop; returns a thread-safe future."""
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout_s: float | None = None) -> T:
+        """Run ``coro`` on the loop and wait for it; on timeout the coroutine is cancelled and
+        ``TimeoutError`` raised."""
+        assert not self.in_loop_thread(), "blocking call from the client's own I/O thread"
+        future = self.submit(coro)
+        try:
+            return future.result(timeout_s)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise TimeoutError(f"operation did not finish within {timeout_s} s") from None
+
+    def call_soon(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Run ``fn(*args)`` on the loop soon (thread-safe, does not wait)."""
+        if not self._stopped:
+            self.loop.call_soon_threadsafe(fn, *args)
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """Stop the loop (cancelling its tasks) and join the thread."""
+        if self._stopped:
+            return
+        self._stopped = True
+        if self.in_loop_thread():
+            self.loop.stop()
+            return
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout_s)

@@ -1,0 +1,450 @@
+"""Transactional producer requests (KIP-98, KIP-360, KIP-447, KIP-939), run on the event loop.
+
+The state machine is in txn_state.py; this module talks to the transaction coordinator
+(FindCoordinator key_type=1, InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn) and to
+the group coordinator (TxnOffsetCommit). Coordinator-side conditions that clear by themselves
+(CONCURRENT_TRANSACTIONS, COORDINATOR_LOAD_IN_PROGRESS, NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE,
+lost connections) are retried with back-off until the caller's timeout; everything else is
+classified fatal or abortable (errors.broker_error) and raised.
+
+KIP-939 two-phase commit: InitProducerId v6 carries ``enable2_pc`` (the broker then never times the
+transaction out) and ``keep_prepared_txn``. With ``keep_prepared_txn`` the coordinator leaves an
+ongoing 2PC transaction open and moves this producer to a new epoch (fencing the old instance);
+the response names the kept transaction in ``ongoing_txn_producer_id/epoch``. That pair is the
+PreparedTxnState the old instance got from ``prepare_transaction()``; the commit or abort itself
+is an EndTxn with this producer's *new* id/epoch (the coordinator checks EndTxn against its
+current producer identity, which keepPreparedTxn just moved forward — as Kafka's
+TransactionManager does, it only keeps the old pair to compare against the application's state).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from oncestream.client.cluster import COORDINATOR_GROUP, COORDINATOR_TRANSACTION, Cluster
+from oncestream.client.errors import (
+    _UNSUPPORTED_FEATURE,
+    BrokerResponseError,
+    ConnectionLostError,
+    KafkaError,
+    KafkaException,
+    RequestTimedOutError,
+    broker_error,
+    error_name,
+)
+from oncestream.client.message import ConsumerGroupMetadata, TopicPartition
+from oncestream.client.network import UnsupportedApiError
+from oncestream.client.prepared_txn import PreparedTxnState
+from oncestream.client.txn_state import TxnState, TxnStateMachine
+from oncestream.protocol.codec import build
+
+log = logging.getLogger("oncestream.client")
+
+INIT_PRODUCER_ID = 22
+ADD_PARTITIONS_TO_TXN = 24
+ADD_OFFSETS_TO_TXN = 25
+END_TXN = 26
+TXN_OFFSET_COMMIT = 28
+
+_S = TxnState
+_COORDINATOR_MOVED = (ErrorCode.not_coordinator, ErrorCode.coordinator_not_available)
+_RETRY_IN_PLACE = (
+    ErrorCode.concurrent_transactions,
+    ErrorCode.coordinator_load_in_progress,
+    ErrorCode.request_timed_out,
+    ErrorCode.unknown_topic_or_partition,
+    ErrorCode.operation_not_attempted,
+    ErrorCode.unstable_offset_commit,
+    ErrorCode.network_exception,
+)
+_CONCURRENT_BACKOFF_S = 0.02
+
+
+class TransactionManager:
+    """Per-producer transaction state plus the coordinator conversations."""
+
+    def __init__(self, conf: dict[str, Any], cluster: Cluster) -> None:
+        self.transactional_id: str = conf["transactional.id"]
+        self.timeout_ms: int = conf["transaction.timeout.ms"]
+        self.two_phase_commit: bool = conf["transaction.two.phase.commit.enable"]
+        self._retry_backoff_s = conf["retry.backoff.ms"] / 1000
+        self._cluster = cluster
+        self.sm = TxnStateMachine()
+        self._lock = threading.Lock()
+        self.added: set[tuple[str, int]] = set()
+        self.pending: set[tuple[str, int]] = set()
+        self.txn_started = False  # the coordinator knows about this transaction (EndTxn needed)
+        self.prepared_state: PreparedTxnState | None = None
+        self.sequence_gap = False  # a sequenced batch failed: bump the epoch after the abort
+        self._add_task: asyncio.Task | None = None
+        self.sender: Any = None  # set by the producer (circular by nature)
+        self.pending_operation: tuple[str, Any] | None = None
+
+    # --- user thread --------------------------------------------------------------------------
+
+    def note_partition(self, tp: tuple[str, int]) -> bool:
+        """produce() to ``tp``: it must be added to the transaction before its batch is sent.
+        Returns True when the sender should be woken to add it."""
+        if tp in self.added:
+            return False
+        with self._lock:
+            if tp in self.added or tp in self.pending:
+                return False
+            self.pending.add(tp)
+            return True
+
+    def begin(self) -> None:
+        """READY -> IN_TRANSACTION (local only: the coordinator learns of it at the first add)."""
+        self.sm.transition(_S.IN_TRANSACTION)
+        with self._lock:
+            self.added.clear()
+            self.pending.clear()
+        self.txn_started = False
+        self.prepared_state = None
+
+    # --- sender hooks (event loop) ------------------------------------------------------------
+
+    def may_send(self, tp: tuple[str, int]) -> bool:
+        """A batch of ``tp`` may go out once the partition is part of the transaction."""
+        return tp in self.added
+
+    def may_retry(self) -> bool:
+        """No retries once the transaction is doomed or being aborted."""
+        return self.sm.state not in (_S.ABORTING_TRANSACTION, _S.ABORTABLE_ERROR, _S.FATAL_ERROR)
+
+    def on_sender_iteration(self) -> None:
+        """Before each drain: add pending partitions; drop batches of a doomed transaction."""
+        state = self.sm.state
+        if state in (_S.ABORTABLE_ERROR, _S.FATAL_ERROR):
+            self.sender.purge_unsent(self.sm.last_error)
+            return
+        if self.pending and self._add_task is None and state in (
+            _S.IN_TRANSACTION, _S.COMMITTING_TRANSACTION
+        ):
+            self._add_task = asyncio.get_running_loop().create_task(self._add_partitions())
+
+    async def _add_partitions(self) -> None:
+        try:
+            while True:
+                with self._lock:
+                    parts = sorted(self.pending)
+                if not parts or not self.may_retry():
+                    return
+                identity = self.sender.identity
+                by_topic: dict[str, list[int]] = {}
+                for topic, partition in parts:
+                    by_topic.setdefault(topic, []).append(partition)
+
+                def make(m: Any, version: int) -> Any:
+                    topics = tuple(
+                        build(m.AddPartitionsToTxnTopic, name=t, partitions=tuple(ps))
+                        for t, ps in by_topic.items()
+                    )
+                    return build(
+                        m.AddPartitionsToTxnRequest,
+                        v3_and_below_transactional_id=self.transactional_id,
+                        v3_and_below_producer_id=identity.producer_id,
+                        v3_and_below_producer_epoch=identity.epoch,
+                        v3_and_below_topics=topics,
+                    )
+
+                try:
+                    response = await self._txn_coordinator_send(ADD_PARTITIONS_TO_TXN, make, max_version=3)
+                except _Retry as retry:
+                    await asyncio.sleep(retry.delay_s)
+                    continue
+                worst = 0
+                for topic in response.results_by_topic_v3_and_below:
+                    for p in topic.results_by_partition:
+                        code = int(p.partition_error_code)
+                        if code != 0 and (worst == 0 or worst in _RETRY_IN_PLACE):
+                            worst = code
+                if worst == 0:
+                    with self._lock:
+                        self.added.update(parts)
+                        self.pending.difference_update(parts)
+                    self.txn_started = True
+                    self.sender.wakeup()
+                    continue
+                if worst in _COORDINATOR_MOVED:
+                    self._cluster.forget_coordinator(self.transactional_id, COORDINATOR_TRANSACTION)
+                    await asyncio.sleep(self._retry_backoff_s)
+                    continue
+                if worst in _RETRY_IN_PLACE:
+                    delay = _CONCURRENT_BACKOFF_S if worst == ErrorCode.concurrent_transactions else self._retry_backoff_s
+                    await asyncio.sleep(delay)
+                    continue
+                error = broker_error(worst, f"AddPartitionsToTxn failed: {error_name(worst)}",
+                                     transactional=True, from_coordinator=True)
+                self.sm.fail(error)
+                return
+        except KafkaException as exc:
+            self.sm.fail(exc.args[0])
+        finally:
+            self._add_task = None
+            if self.sender is not None:
+                self.sender.wakeup()
+
+    async def wait_add_partitions(self) -> None:
+        """Let an AddPartitionsToTxn in flight finish (before EndTxn)."""
+        task = self._add_task
+        if task is not None:
+            await asyncio.wait({task})
+
+    # --- coordinator plumbing -----------------------------------------------------------------
+
+    async def _txn_coordinator_send(self, api_key: int, make: Callable[[Any, int], Any], *,
+                                    max_version: int | None = None, min_version: int = 0) -> Any:
+        """Send to the transaction coordinator; connection and lookup problems become _Retry."""
+        return await self._coordinator_send(self.transactional_id, COORDINATOR_TRANSACTION, api_key,
+                                            make, max_version=max_version, min_version=min_version)
+
+    async def _coordinator_send(self, key: str, key_type: int, api_key: int,
+                                make: Callable[[Any, int], Any], *, max_version: int | None = None,
+                                min_version: int = 0) -> Any:
+        try:
+            node = await self._cluster.coordinator(key, key_type)
+        except BrokerResponseError as exc:
+            if exc.retriable:
+                raise _Retry(self._retry_backoff_s) from exc
+            raise KafkaException(broker_error(exc.code, f"FindCoordinator failed: {exc}",
+                                              transactional=True, from_coordinator=True)) from exc
+        except (ConnectionLostError, RequestTimedOutError) as exc:
+            raise _Retry(self._retry_backoff_s) from exc
+        try:
+            return await self._cluster.send(node, api_key, make, max_version=max_version,
+                                            min_version=min_version)
+        except UnsupportedApiError as exc:
+            raise KafkaException(KafkaError(_UNSUPPORTED_FEATURE, str(exc), fatal=True)) from exc
+        except (ConnectionLostError, RequestTimedOutError) as exc:
+            self._cluster.forget_coordinator(key, key_type)
+            raise _Retry(self._retry_backoff_s) from exc
+
+    def _classify(self, code: int, what: str, *, key: str | None = None,
+                  key_type: int = COORDINATOR_TRANSACTION) -> float:
+        """Back-off for a retriable coordinator error, or raise the classified error."""
+        if code in _COORDINATOR_MOVED:
+            self._cluster.forget_coordinator(key or self.transactional_id, key_type)
+            return self._retry_backoff_s
+        if code == ErrorCode.concurrent_transactions:
+            return _CONCURRENT_BACKOFF_S
+        if code in _RETRY_IN_PLACE:
+            return self._retry_backoff_s
+        raise KafkaException(broker_error(code, f"{what} failed: {error_name(code)}",
+                                          transactional=True, from_coordinator=True))
+
+    # --- InitProducerId -----------------------------------------------------------------------
+
+    async def init(self, keep_prepared_txn: bool, *, bump: bool = False) -> None:
+        """InitProducerId until it succeeds; sets the sender's identity and the next state.
+
+        ``bump``: re-initialize with the current id/epoch (KIP-360 epoch bump after an abort).
+        """
+        identity = self.sender.identity
+        expected = (identity.producer_id, identity.epoch) if bump else (-1, -1)
+        wants_v6 = self.two_phase_commit or keep_prepared_txn
+        while True:
+            def make(m: Any, version: int) -> Any:
+                return build(
+                    m.InitProducerIdRequest,
+                    transactional_id=self.transactional_id,
+                    transaction_timeout=datetime.timedelta(milliseconds=self.timeout_ms),
+                    producer_id=expected[0],
+                    producer_epoch=expected[1],
+                    enable2_pc=self.two_phase_commit,
+                    keep_prepared_txn=keep_prepared_txn,
+                )
+
+            try:
+                node = await self._cluster.coordinator(self.transactional_id, COORDINATOR_TRANSACTION)
+                conn = await self._cluster.connection(node)
+            except BrokerResponseError as exc:
+                if not exc.retriable:
+                    raise KafkaException(broker_error(exc.code, f"FindCoordinator failed: {exc}",
+                                                      transactional=True, from_coordinator=True)) from exc
+                await asyncio.sleep(self._retry_backoff_s)
+                continue
+            except (ConnectionLostError, RequestTimedOutError):
+                self._cluster.forget_coordinator(self.transactional_id, COORDINATOR_TRANSACTION)
+                await asyncio.sleep(self._retry_backoff_s)
+                continue
+            if wants_v6 and conn.broker_versions.get(INIT_PRODUCER_ID, (0, -1))[1] < 6:
+                raise KafkaException(KafkaError(
+                    _UNSUPPORTED_FEATURE,
+                    "two-phase commit (KIP-939) needs InitProducerId v6, which broker "
+                    f"{conn.host}:{conn.port} does not support",
+                    fatal=True,
+                ))
+            try:
+                response = await self._txn_coordinator_send(INIT_PRODUCER_ID, make,
+                                                            min_version=3 if bump else 0)
+            except _Retry as retry:
+                await asyncio.sleep(retry.delay_s)
+                continue
+            code = int(response.error_code)
+            if code == 0:
+                break
+            if code == ErrorCode.transactional_id_authorization_failed and self.two_phase_commit:
+                raise KafkaException(KafkaError(
+                    code,
+                    f"the broker refused two-phase commit for transactional.id "
+                    f"{self.transactional_id!r}: transaction.two.phase.commit.enable is not true on "
+                    "the broker (or this principal lacks the TWO_PHASE_COMMIT permission)",
+                    fatal=True,
+                ))
+            if code == ErrorCode.invalid_txn_state and keep_prepared_txn:
+                raise KafkaException(KafkaError(
+                    code,
+                    f"keep_prepared_txn: the open transaction of {self.transactional_id!r} is not a "
+                    "two-phase-commit transaction, so it cannot be kept",
+                    fatal=True,
+                ))
+            await asyncio.sleep(self._classify(code, "InitProducerId"))
+        self.sender.set_identity(response.producer_id, response.producer_epoch)
+        self.sequence_gap = False
+        ongoing_id = getattr(response, "ongoing_txn_producer_id", -1)
+        ongoing_epoch = getattr(response, "ongoing_txn_producer_epoch", -1)
+        if bump:
+            return
+        with self._lock:
+            self.added.clear()
+            self.pending.clear()
+        if keep_prepared_txn and ongoing_id >= 0:
+            self.prepared_state = PreparedTxnState(ongoing_id, ongoing_epoch)
+            self.txn_started = True
+            self.sm.transition(_S.PREPARED_TRANSACTION)
+        else:
+            self.prepared_state = None
+            self.txn_started = False
+            self.sm.transition(_S.READY)
+
+    # --- EndTxn -------------------------------------------------------------------------------
+
+    async def end(self, commit: bool) -> None:
+        """EndTxn(commit|abort) if the coordinator knows the transaction; then READY."""
+        if not commit:
+            self.sender.purge_unsent()
+            await self.wait_add_partitions()
+            await self.sender.wait_idle()
+            self.sender.purge_unsent()
+        if self.txn_started:
+            identity = self.sender.identity
+            while True:
+                def make(m: Any, version: int) -> Any:
+                    return build(
+                        m.EndTxnRequest,
+                        transactional_id=self.transactional_id,
+                        producer_id=identity.producer_id,
+                        producer_epoch=identity.epoch,
+                        committed=commit,
+                    )
+
+                try:
+                    response = await self._txn_coordinator_send(END_TXN, make, max_version=4)
+                except _Retry as retry:
+                    await asyncio.sleep(retry.delay_s)
+                    continue
+                code = int(response.error_code)
+                if code == 0:
+                    break
+                await asyncio.sleep(self._classify(code, "EndTxn(commit)" if commit else "EndTxn(abort)"))
+        with self._lock:
+            self.added.clear()
+            self.pending.clear()
+        self.txn_started = False
+        self.prepared_state = None
+        if not commit and self.sequence_gap:
+            # KIP-360: a failed batch left a sequence gap; a new epoch restarts sequences at 0.
+            await self.init(False, bump=True)
+        self.sm.transition(_S.READY)
+
+    # --- offsets in the transaction (KIP-98 / KIP-447) ----------------------------------------
+
+    async def send_offsets(self, offsets: list[TopicPartition], group: ConsumerGroupMetadata) -> None:
+        """AddOffsetsToTxn, then TxnOffsetCommit to the group coordinator."""
+        identity = self.sender.identity
+        while True:
+            def make_add(m: Any, version: int) -> Any:
+                return build(
+                    m.AddOffsetsToTxnRequest,
+                    transactional_id=self.transactional_id,
+                    producer_id=identity.producer_id,
+                    producer_epoch=identity.epoch,
+                    group_id=group.group_id,
+                )
+
+            try:
+                response = await self._txn_coordinator_send(ADD_OFFSETS_TO_TXN, make_add)
+            except _Retry as retry:
+                await asyncio.sleep(retry.delay_s)
+                continue
+            code = int(response.error_code)
+            if code == 0:
+                break
+            await asyncio.sleep(self._classify(code, "AddOffsetsToTxn"))
+        self.txn_started = True
+        by_topic: dict[str, list[TopicPartition]] = {}
+        for tp in offsets:
+            by_topic.setdefault(tp.topic, []).append(tp)
+        while True:
+            def make_commit(m: Any, version: int) -> Any:
+                topics = tuple(
+                    build(
+                        m.TxnOffsetCommitRequestTopic,
+                        name=topic,
+                        partitions=tuple(
+                            build(
+                                m.TxnOffsetCommitRequestPartition,
+                                partition_index=tp.partition,
+                                committed_offset=tp.offset,
+                                committed_leader_epoch=tp.leader_epoch if tp.leader_epoch is not None else -1,
+                                committed_metadata=tp.metadata if tp.metadata is not None else "",
+                            )
+                            for tp in tps
+                        ),
+                    )
+                    for topic, tps in by_topic.items()
+                )
+                return build(
+                    m.TxnOffsetCommitRequest,
+                    transactional_id=self.transactional_id,
+                    group_id=group.group_id,
+                    producer_id=identity.producer_id,
+                    producer_epoch=identity.epoch,
+                    generation_id=group.generation_id,
+                    member_id=group.member_id or "",
+                    group_instance_id=group.group_instance_id,
+                    topics=topics,
+                )
+
+            try:
+                response = await self._coordinator_send(group.group_id, COORDINATOR_GROUP,
+                                                        TXN_OFFSET_COMMIT, make_commit, max_version=3)
+            except _Retry as retry:
+                await asyncio.sleep(retry.delay_s)
+                continue
+            worst = 0
+            for topic in response.topics:
+                for p in topic.partitions:
+                    code = int(p.error_code)
+                    if code != 0 and (worst == 0 or worst in _RETRY_IN_PLACE or worst in _COORDINATOR_MOVED):
+                        worst = code
+            if worst == 0:
+                return
+            await asyncio.sleep(self._classify(worst, "TxnOffsetCommit", key=group.group_id,
+                                               key_type=COORDINATOR_GROUP))
+
+
+class _Retry(Exception):
+    """Internal: the request did not get an answer worth classifying; try again after a delay."""
+
+    def __init__(self, delay_s: float) -> None:
+        super().__init__(delay_s)
+        self.delay_s = delay_s
