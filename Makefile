@@ -22,10 +22,32 @@ export DEBIAN_FRONTEND := noninteractive
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: test unit demo bench venv kcat tansu clean
+.PHONY: test unit demo bench venv kcat tansu clean spark-test spark-demo java postgres
 
+# The Spark connector's suite (tests/spark, ~9 min, JVM + PostgreSQL) runs with `make spark-test`.
 test: venv kcat tansu
-	$(VPY) -m pytest -q --durations=10 tests/
+	$(VPY) -m pytest -q --durations=10 --ignore=tests/spark tests/
+
+SPARK_STAMP := $(VENV)/.oncestream-spark-stamp
+$(SPARK_STAMP): pyproject.toml $(STAMP)
+	$(VPY) -m pip install -q -e '.[test,demo,spark]'
+	touch $@
+
+java:
+	@command -v java >/dev/null 2>&1 || { $(SUDO) apt-get update && $(SUDO) apt-get install -y openjdk-17-jre-headless; }
+
+# Tests start throwaway clusters themselves; keep the package from creating its default one.
+postgres:
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { \
+	  $(SUDO) mkdir -p /etc/postgresql-common/createcluster.d && \
+	  echo 'create_main_cluster = false' | $(SUDO) tee /etc/postgresql-common/createcluster.d/oncestream.conf >/dev/null && \
+	  $(SUDO) apt-get update && $(SUDO) apt-get install -y postgresql; }
+
+spark-test: $(SPARK_STAMP) java postgres tansu
+	$(VPY) -m pytest -q --durations=10 -m spark tests/spark
+
+spark-demo: $(SPARK_STAMP) java
+	$(VPY) -m oncestream.spark.bank_demo
 
 unit: venv
 	$(VPY) -m pytest -q tests/unit

@@ -1,0 +1,168 @@
+"""Spark connector benchmark (not a test): end-to-end records/s of a pass-through streaming query
+with the exactly-once sink vs exactlyOnce=false, and the source's read MB/s vs a plain librdkafka
+consumer on the same topic.
+
+    .venv/bin/python bench/spark_pipeline.py [--records 100000] [--record-bytes 1024]
+
+Everything runs on this machine: one oncestream broker (two-phase commit enabled) on a free port,
+one local[2] SparkSession in this process. Each pipeline run is a fresh query with its own
+checkpoint, Trigger.AvailableNow, maxOffsetsPerTrigger micro-batches, reading the same input topic
+and writing to its own output topic. The figures are printed as a Markdown section for
+docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+for path in (str(ROOT / "src"), str(ROOT)):
+    if path not in sys.path:
+        sys.path.insert(0, path)
+
+from tests.support.brokers import BrokerProcess  # noqa: E402
+
+
+def _create_topics(bootstrap: str, partitions: int, *names: str) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.create_topics([NewTopic(n, partitions, 1) for n in names]).values():
+        future.result(60)
+
+
+def _fill(bootstrap: str, topic: str, records: int, record_bytes: int) -> None:
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
+                         "linger.ms": 5, "batch.size": 1 << 20})
+    payload = os.urandom(record_bytes)
+    for i in range(records):
+        while True:
+            try:
+                producer.produce(topic, value=payload, key=str(i).encode())
+                break
+            except BufferError:
+                producer.poll(0.05)
+    assert producer.flush(120) == 0
+
+
+def _librdkafka_read_mb_s(bootstrap: str, topic: str, partitions: int, records: int) -> tuple[float, float]:
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench", "enable.auto.commit": False,
+                         "fetch.max.bytes": 52428800, "max.partition.fetch.bytes": 8388608,
+                         "isolation.level": "read_committed"})
+    start = time.perf_counter()
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    count = size = 0
+    while count < records:
+        for msg in consumer.consume(10000, 1.0):
+            if msg.error() is None:
+                count += 1
+                size += len(msg.value())
+    elapsed = time.perf_counter() - start
+    consumer.close()
+    return size / elapsed / 1e6, elapsed
+
+
+def _spark_read_mb_s(spark, bootstrap: str, topic: str, records: int, record_bytes: int) -> tuple[float, float]:
+    start = time.perf_counter()
+    (spark.read.format("oncestream").option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic)
+     .load().write.format("noop").mode("overwrite").save())
+    elapsed = time.perf_counter() - start
+    return records * record_bytes / elapsed / 1e6, elapsed
+
+
+def _pipeline(spark, bootstrap: str, topic_in: str, topic_out: str, checkpoint: Path, exactly_once: bool,
+              max_offsets: int) -> dict:
+    source = (spark.readStream.format("oncestream").option("kafka.bootstrap.servers", bootstrap)
+              .option("subscribe", topic_in).option("startingOffsets", "earliest")
+              .option("maxOffsetsPerTrigger", str(max_offsets)).load())
+    start = time.perf_counter()
+    query = (source.select("key", "value").writeStream.format("oncestream")
+             .option("kafka.bootstrap.servers", bootstrap).option("topic", topic_out)
+             .option("exactlyOnce", str(exactly_once).lower()).option("checkpointLocation", str(checkpoint))
+             .trigger(availableNow=True).start())
+    query.awaitTermination()
+    elapsed = time.perf_counter() - start
+    if query.exception() is not None:
+        raise RuntimeError(query.exception())
+    batches = [p for p in query.recentProgress if p["numInputRows"] > 0]
+    rows = sum(p["numInputRows"] for p in batches)
+    batch_s = sum(p["durationMs"]["triggerExecution"] for p in batches) / 1000
+    commit_s = sum(p["durationMs"].get("addBatch", 0) for p in batches) / 1000
+    return {"rows": rows, "elapsed_s": elapsed, "batches": len(batches), "batch_s": batch_s,
+            "add_batch_s": commit_s, "rows_per_s": rows / elapsed, "rows_per_batch_s": rows / batch_s}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--records", type=int, default=200_000)
+    parser.add_argument("--record-bytes", type=int, default=1024)
+    parser.add_argument("--partitions", type=int, default=2)
+    parser.add_argument("--max-offsets", type=int, default=50_000, help="maxOffsetsPerTrigger")
+    args = parser.parse_args()
+
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    work = Path(tempfile.mkdtemp(prefix="oncestream-spark-bench-"))
+    broker = BrokerProcess(work / "data", config={"transaction.two.phase.commit.enable": "true"})
+    broker.start()
+    try:
+        bootstrap = broker.bootstrap
+        _create_topics(bootstrap, args.partitions, "in", "out-eos", "out-alo", "warm-in", "warm-out")
+        _fill(bootstrap, "in", args.records, args.record_bytes)
+        _fill(bootstrap, "warm-in", 2000, args.record_bytes)
+
+        from pyspark.sql import SparkSession
+
+        import oncestream.spark
+
+        spark = (SparkSession.builder.master(f"local[{os.cpu_count() or 2}]").appName("oncestream-bench")
+                 .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2").getOrCreate())
+        spark.sparkContext.setLogLevel("ERROR")
+        oncestream.spark.register(spark)
+        # Warm-up: JVM JIT, Python workers, broker caches.
+        _pipeline(spark, bootstrap, "warm-in", "warm-out", work / "cp-warm", True, 1000)
+        results = {}
+        for name, exactly_once in (("exactly-once", True), ("at-least-once", False)):
+            topic_out = "out-eos" if exactly_once else "out-alo"
+            results[name] = _pipeline(spark, bootstrap, "in", topic_out, work / f"cp-{name}", exactly_once,
+                                      args.max_offsets)
+        spark_mb_s, spark_s = _spark_read_mb_s(spark, bootstrap, "in", args.records, args.record_bytes)
+        rdk_mb_s, rdk_s = _librdkafka_read_mb_s(bootstrap, "in", args.partitions, args.records)
+        spark.stop()
+    finally:
+        broker.stop()
+
+    eos, alo = results["exactly-once"], results["at-least-once"]
+    from pyspark import __version__ as pyspark_version
+
+    load = os.getloadavg()
+    print(f"\nCommand: `.venv/bin/python bench/spark_pipeline.py --records {args.records} --record-bytes "
+          f"{args.record_bytes} --partitions {args.partitions} --max-offsets {args.max_offsets}`  ")
+    print(f"Date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}  ")
+    print(f"Machine: {os.cpu_count()} cores, {platform.system()} {platform.release()}, PySpark {pyspark_version}, "
+          f"Python {platform.python_version()}; load average after: {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f}\n")
+    print("| sink | records | micro-batches | wall s | records/s (wall) | records/s (in batches) |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: |")
+    for name, r in results.items():
+        print(f"| {name} | {r['rows']} | {r['batches']} | {r['elapsed_s']:.1f} | {r['rows_per_s']:,.0f} | "
+              f"{r['rows_per_batch_s']:,.0f} |")
+    print(f"\nExactly-once / at-least-once: **{eos['rows_per_s'] / alo['rows_per_s']:.2f}** (wall), "
+          f"{eos['rows_per_batch_s'] / alo['rows_per_batch_s']:.2f} (in batches)\n")
+    print("| reader | MB/s | s |")
+    print("| --- | ---: | ---: |")
+    print(f"| format(\"oncestream\") batch read, {args.partitions} tasks, noop sink | {spark_mb_s:.1f} | {spark_s:.1f} |")
+    print(f"| librdkafka consumer, read_committed, one Python thread | {rdk_mb_s:.1f} | {rdk_s:.1f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,180 @@
+"""Atomic dual writes, log + database, from a streaming query's ``foreachBatch`` (KIP-939).
+
+    writer = oncestream.spark.dual_write(
+        bootstrap_servers="127.0.0.1:9092",
+        transactional_id="bank-balances",          # one per pipeline, stable across restarts
+        store=oncestream.spark.SqliteStore("bank.db"),
+        apply=apply_balances,                      # apply(tx, batch_df, batch_id), in the DB txn
+        to_log=lambda df: df.select("key", "value"),   # optional: rows for the log
+        topic="balance-updates",
+    )
+    df.writeStream.foreachBatch(writer).option("checkpointLocation", cp).start()
+
+Per micro-batch, on the driver:
+  1. (first call only) recover: ``init_transactions(keep_prepared_txn=True)``; if a transaction is
+     still prepared, commit it when the database's state row holds exactly its PreparedTxnState,
+     abort it otherwise. The row's batch id is the last batch applied.
+  2. A batch id at or below that is a replay Spark runs after a crash: it is already in both
+     places, so it is skipped.
+  3. begin, produce ``to_log(batch_df)``, ``prepare_transaction()`` -> state.
+  4. One database transaction: ``apply(tx, batch_df, batch_id)`` and the state row
+     ``(transactional_id, batch_id, state)``; commit. This is the commit point.
+  5. ``complete_transaction(state)``.
+A crash before 4 leaves the old row: recovery aborts the prepared transaction and Spark replays the
+batch. A crash after 4 leaves the new row: recovery commits, and the replay is skipped. The log
+and the database therefore always agree.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from oncestream.spark.crash_points import crash_if_armed
+from oncestream.spark.stores import DualWriteState, Transaction, _Store
+from oncestream.spark.txn_resolution import init_keeping_prepared, two_phase_producer
+
+log = logging.getLogger("oncestream.spark")
+
+NO_BATCH = -1
+_TIMEOUT_S = 60.0
+
+ApplyFn = Callable[[Transaction, Any, int], None]
+ToLogFn = Callable[[Any], Any]
+
+
+class DualWriter:
+    """A ``foreachBatch`` function that writes each batch to the log and a database atomically."""
+
+    def __init__(
+        self,
+        *,
+        bootstrap_servers: str,
+        transactional_id: str,
+        store: _Store,
+        apply: ApplyFn,
+        to_log: ToLogFn | None = None,
+        topic: str | None = None,
+        producer_config: Mapping[str, Any] | None = None,
+    ) -> None:
+        if not transactional_id:
+            raise ValueError("dual_write needs a transactional_id (stable across restarts)")
+        self.bootstrap_servers = bootstrap_servers
+        self.transactional_id = transactional_id
+        self.store = store
+        self.apply = apply
+        self.to_log = to_log
+        self.topic = topic
+        self.producer_config = dict(producer_config or {})
+        self._producer: Any = None
+        self._used = False  # the current producer already ran a transaction
+        self.last_batch_id = NO_BATCH
+        self.recovery: str | None = None  # what recovery did: committed / aborted / nothing-open
+
+    def recover(self) -> str:
+        """KIP-939 recovery (step 1); returns 'committed', 'aborted' or 'nothing-open'."""
+        self.store.ensure_state_table()
+        producer = two_phase_producer(self.bootstrap_servers, self.transactional_id, self.producer_config)
+        try:
+            held = init_keeping_prepared(producer)
+            row = self.store.read_state(self.transactional_id)
+            if not held:
+                outcome = "nothing-open"
+            elif row is not None and row.prepared_txn_state == held:
+                producer.complete_transaction(held, _TIMEOUT_S)
+                outcome = "committed"
+            else:
+                producer.abort_transaction(_TIMEOUT_S)
+                outcome = "aborted"
+        except BaseException:
+            producer.close(10)
+            raise
+        self._producer = producer
+        self.last_batch_id = row.batch_id if row is not None else NO_BATCH
+        self.recovery = outcome
+        log.info("dual write %s recovered: %s prepared transaction, last batch %d",
+                 self.transactional_id, outcome, self.last_batch_id)
+        return outcome
+
+    def __call__(self, batch_df: Any, batch_id: int) -> None:
+        """foreachBatch entry point (steps 2-5)."""
+        if self._producer is None:
+            self.recover()
+        if batch_id <= self.last_batch_id:
+            log.info("dual write %s: batch %d already applied (last %d), skipped",
+                     self.transactional_id, batch_id, self.last_batch_id)
+            return
+        producer = self._fresh_producer()
+        producer.begin_transaction()
+        try:
+            if self.to_log is not None:
+                from oncestream.spark.sink import produce_batches
+
+                table = self.to_log(batch_df).toArrow()
+                produce_batches(producer, iter(table.to_batches()), self.topic)
+            state = str(producer.prepare_transaction(_TIMEOUT_S))
+        except BaseException:
+            self._abort_quietly()
+            raise
+        crash_if_armed("dual-after-prepare", batch_id)
+        try:
+            with self.store.transaction() as tx:
+                self.apply(tx, batch_df, batch_id)
+                self.store.write_state(tx, self.transactional_id, DualWriteState(batch_id, state))
+        except BaseException:
+            # The database rolled back, so the batch is in neither place: abort the log side.
+            self._abort_quietly()
+            raise
+        crash_if_armed("dual-after-db", batch_id)
+        producer.complete_transaction(state, _TIMEOUT_S)
+        self.last_batch_id = batch_id
+
+    def _fresh_producer(self) -> Any:
+        """A producer initialized for this batch alone.
+
+        A PreparedTxnState is (producer id, epoch). Without an epoch bump per transaction
+        (Kafka's transaction version 2, KIP-890) two transactions of one producer session share
+        it, and recovery could not tell this batch's transaction from the previous one. A new
+        InitProducerId per batch bumps the epoch, so every batch's state is unique.
+        """
+        if self._used:
+            self._producer.close(10)
+            self._producer = two_phase_producer(self.bootstrap_servers, self.transactional_id,
+                                                self.producer_config)
+            held = init_keeping_prepared(self._producer)
+            assert not held, f"a transaction {held} appeared under {self.transactional_id} mid-run"
+        self._used = True
+        return self._producer
+
+    def _abort_quietly(self) -> None:
+        try:
+            self._producer.abort_transaction(_TIMEOUT_S)
+        except Exception:  # noqa: BLE001 - the original error matters more; recovery aborts later
+            log.exception("dual write %s: abort after a failed batch failed", self.transactional_id)
+
+    def close(self) -> None:
+        """Close the producer (a prepared transaction, if any, stays for recovery)."""
+        if self._producer is not None:
+            self._producer.close(10)
+            self._producer = None
+
+
+def dual_write(
+    *,
+    bootstrap_servers: str,
+    transactional_id: str,
+    store: _Store,
+    apply: ApplyFn,
+    to_log: ToLogFn | None = None,
+    topic: str | None = None,
+    producer_config: Mapping[str, Any] | None = None,
+) -> DualWriter:
+    """A ``foreachBatch`` function writing each micro-batch atomically to the log and a database.
+
+    ``apply(tx, batch_df, batch_id)`` changes the database inside the transaction that also stores
+    the PreparedTxnState; ``to_log(batch_df)`` returns the rows for the log with Spark's Kafka sink
+    columns (value, and optionally key, topic, partition, headers); ``topic`` is the default topic.
+    """
+    return DualWriter(bootstrap_servers=bootstrap_servers, transactional_id=transactional_id, store=store,
+                      apply=apply, to_log=to_log, topic=topic, producer_config=producer_config)

@@ -1,0 +1,358 @@
+"""A small blocking Kafka-protocol client for the connector's reads and admin calls.
+
+It speaks to any Kafka-protocol cluster (ours, Tansu, Apache Kafka) through
+``oncestream.client.connection.BrokerConnection``: Metadata to find partitions and their leaders,
+ListOffsets for earliest/latest (the last stable offset under read_committed), Fetch, CreateTopics
+and ListTransactions. Requests for a partition go to its leader; a leadership change refreshes
+metadata and retries. Blocking I/O is what Spark's Python workers want: each task reads one offset
+range start to end, and the driver asks for offsets once per micro-batch.
+"""
+
+from __future__ import annotations
+
+import datetime
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from kio.schema.errors import ErrorCode
+
+from oncestream.client.connection import BrokerConnection, BrokerUnreachableError
+from oncestream.protocol.codec import build
+from oncestream.spark.errors import BrokerRequestError
+
+PRODUCE = 0
+METADATA = 3
+LIST_OFFSETS = 2
+FETCH = 1
+CREATE_TOPICS = 19
+LIST_TRANSACTIONS = 66
+
+TopicPartition = tuple[str, int]
+
+_RETRIABLE = {
+    ErrorCode.not_leader_or_follower,
+    ErrorCode.leader_not_available,
+    ErrorCode.unknown_topic_or_partition,
+    ErrorCode.fenced_leader_epoch,
+    ErrorCode.unknown_leader_epoch,
+    ErrorCode.offset_not_available,
+    ErrorCode.request_timed_out,
+    ErrorCode.kafka_storage_error,
+    ErrorCode.not_coordinator,
+    ErrorCode.coordinator_load_in_progress,
+}
+_RETRY_ATTEMPTS = 20
+_RETRY_BACKOFF_S = 0.1
+
+
+@dataclass(frozen=True)
+class FetchResult:
+    """One partition's slice of a Fetch response."""
+
+    error: ErrorCode
+    records: bytes
+    aborted: tuple[tuple[int, int], ...]  # (producer id, first offset), read_committed only
+    high_watermark: int
+    last_stable_offset: int
+    log_start_offset: int
+
+
+def _split_bootstrap(servers: str) -> list[tuple[str, int]]:
+    out = []
+    for item in servers.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        if "://" in item:
+            item = item.split("://", 1)[1]
+        host, _, port = item.rpartition(":")
+        out.append((host or "127.0.0.1", int(port)))
+    if not out:
+        raise BrokerRequestError(f"no broker address in bootstrap servers {servers!r}")
+    return out
+
+
+class LogClient:
+    """Blocking connections to a cluster's brokers, keyed by node id."""
+
+    def __init__(self, bootstrap_servers: str, *, client_id: str = "oncestream-spark",
+                 timeout_s: float = 30.0) -> None:
+        self._client_id = client_id
+        self._timeout_s = timeout_s
+        self._bootstrap = _split_bootstrap(bootstrap_servers)
+        self._any: BrokerConnection | None = None
+        self._by_node: dict[int, BrokerConnection] = {}
+        self._brokers: dict[int, tuple[str, int]] = {}
+        self._leaders: dict[TopicPartition, int] = {}
+
+    # --- connections ------------------------------------------------------------------------
+
+    def _connect(self, host: str, port: int) -> BrokerConnection:
+        # Fetch v13+ names topics by id; the connector names them, so it stays at v12.
+        return BrokerConnection(host, port, client_id=self._client_id, timeout_s=self._timeout_s,
+                                max_versions={FETCH: 12})
+
+    def any_connection(self) -> BrokerConnection:
+        """A connection to some broker (the first bootstrap server that answers)."""
+        if self._any is not None:
+            return self._any
+        last: Exception | None = None
+        for host, port in self._bootstrap:
+            try:
+                self._any = self._connect(host, port)
+                return self._any
+            except BrokerUnreachableError as exc:
+                last = exc
+        raise BrokerUnreachableError(f"no bootstrap server reachable: {last}")
+
+    def _node(self, node_id: int) -> BrokerConnection:
+        conn = self._by_node.get(node_id)
+        if conn is None:
+            if node_id not in self._brokers:
+                self.metadata(None)
+            host, port = self._brokers[node_id]
+            conn = self._connect(host, port)
+            self._by_node[node_id] = conn
+        return conn
+
+    def _drop(self, conn: BrokerConnection) -> None:
+        for node_id, known in list(self._by_node.items()):
+            if known is conn:
+                del self._by_node[node_id]
+        if self._any is conn:
+            self._any = None
+        conn.close()
+
+    def close(self) -> None:
+        """Close every connection."""
+        conns = list(self._by_node.values())
+        if self._any is not None:
+            conns.append(self._any)
+        for conn in {id(c): c for c in conns}.values():
+            conn.close()
+        self._by_node.clear()
+        self._any = None
+
+    def __enter__(self) -> LogClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- metadata ---------------------------------------------------------------------------
+
+    def metadata(self, topics: Iterable[str] | None) -> dict[str, list[int]]:
+        """Topic -> sorted partition ids (None: every topic). Also learns leaders and brokers.
+
+        Topics that do not exist are left out of the answer.
+        """
+        wanted = None if topics is None else sorted(set(topics))
+
+        def make(m):
+            req_topics = None
+            if wanted is not None:
+                req_topics = tuple(build(m.MetadataRequestTopic, name=t, topic_id=None) for t in wanted)
+            return build(m.MetadataRequest, topics=req_topics, allow_auto_topic_creation=False,
+                         include_cluster_authorized_operations=False,
+                         include_topic_authorized_operations=False)
+
+        response = self._call_any(METADATA, make)
+        self._brokers.update({b.node_id: (b.host, b.port) for b in response.brokers})
+        out: dict[str, list[int]] = {}
+        for topic in response.topics:
+            if topic.error_code != ErrorCode.none or topic.name is None:
+                continue
+            if topic.name.startswith("__") and wanted is None:
+                continue  # internal topics never match a subscription pattern
+            out[topic.name] = sorted(p.partition_index for p in topic.partitions)
+            for p in topic.partitions:
+                self._leaders[(topic.name, p.partition_index)] = p.leader_id
+        return out
+
+    def _call_any(self, api_key: int, make):
+        for attempt in range(2):
+            conn = self.any_connection()
+            try:
+                return conn.call(api_key, make)
+            except BrokerUnreachableError:
+                self._drop(conn)
+                if attempt == 1:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _leader(self, tp: TopicPartition) -> int:
+        if tp not in self._leaders or self._leaders[tp] < 0:
+            self.metadata([tp[0]])
+        leader = self._leaders.get(tp, -1)
+        if leader < 0:
+            raise BrokerRequestError(f"{tp[0]}[{tp[1]}] has no leader")
+        return leader
+
+    # --- offsets ----------------------------------------------------------------------------
+
+    def list_offsets(self, tps: Iterable[TopicPartition], timestamp: int, *,
+                     read_committed: bool) -> dict[TopicPartition, int]:
+        """Earliest (timestamp -2) or latest (-1) offset of each partition. Latest under
+        read_committed is the last stable offset: records at or after it may still abort."""
+        pending = sorted(set(tps))
+        result: dict[TopicPartition, int] = {}
+        for _attempt in range(_RETRY_ATTEMPTS):
+            by_leader: dict[int, list[TopicPartition]] = {}
+            for tp in pending:
+                by_leader.setdefault(self._leader(tp), []).append(tp)
+            retry: list[TopicPartition] = []
+            for node_id, group in by_leader.items():
+                topics: dict[str, list[int]] = {}
+                for topic, partition in group:
+                    topics.setdefault(topic, []).append(partition)
+
+                def make(m, topics=topics):
+                    return build(
+                        m.ListOffsetsRequest, replica_id=-1, isolation_level=1 if read_committed else 0,
+                        topics=tuple(
+                            build(m.ListOffsetsTopic, name=t, partitions=tuple(
+                                build(m.ListOffsetsPartition, partition_index=p, timestamp=timestamp,
+                                      current_leader_epoch=-1, max_num_offsets=1)
+                                for p in ps))
+                            for t, ps in topics.items()),
+                    )
+
+                conn = self._node(node_id)
+                try:
+                    response = conn.call(LIST_OFFSETS, make)
+                except BrokerUnreachableError:
+                    self._drop(conn)
+                    retry.extend(group)
+                    continue
+                for t in response.topics:
+                    for p in t.partitions:
+                        tp = (t.name, p.partition_index)
+                        if p.error_code == ErrorCode.none:
+                            result[tp] = int(p.offset)
+                        elif p.error_code in _RETRIABLE:
+                            self._leaders.pop(tp, None)
+                            retry.append(tp)
+                        else:
+                            raise BrokerRequestError(f"ListOffsets {tp[0]}[{tp[1]}]: {p.error_code.name}")
+            if not retry:
+                return result
+            pending = retry
+            time.sleep(_RETRY_BACKOFF_S)
+        raise BrokerRequestError(f"ListOffsets did not succeed for {pending}")
+
+    # --- fetch ------------------------------------------------------------------------------
+
+    def fetch(self, tp: TopicPartition, offset: int, *, max_bytes: int, read_committed: bool,
+              max_wait_ms: int = 500) -> FetchResult:
+        """Fetch from one partition at ``offset``; leadership errors are retried here."""
+        for _attempt in range(_RETRY_ATTEMPTS):
+            conn = self._node(self._leader(tp))
+
+            def make(m):
+                return build(
+                    m.FetchRequest, replica_id=-1, max_wait=datetime.timedelta(milliseconds=max_wait_ms),
+                    min_bytes=1, max_bytes=max_bytes, isolation_level=1 if read_committed else 0,
+                    session_id=0, session_epoch=-1,
+                    topics=(build(m.FetchTopic, topic=tp[0], partitions=(
+                        build(m.FetchPartition, partition=tp[1], current_leader_epoch=-1,
+                              fetch_offset=offset, last_fetched_epoch=-1, log_start_offset=-1,
+                              partition_max_bytes=max_bytes),)),),
+                    forgotten_topics_data=(), rack_id="",
+                )
+
+            try:
+                response = conn.call(FETCH, make)
+            except BrokerUnreachableError:
+                self._drop(conn)
+                time.sleep(_RETRY_BACKOFF_S)
+                continue
+            if getattr(response, "error_code", ErrorCode.none) != ErrorCode.none:
+                raise BrokerRequestError(f"Fetch: {response.error_code.name}")
+            (topic,) = response.responses
+            (part,) = topic.partitions
+            if part.error_code in _RETRIABLE:
+                self._leaders.pop(tp, None)
+                time.sleep(_RETRY_BACKOFF_S)
+                continue
+            aborted = tuple((int(a.producer_id), int(a.first_offset))
+                            for a in (part.aborted_transactions or ()))
+            return FetchResult(
+                error=part.error_code,
+                records=bytes(part.records or b""),
+                aborted=aborted,
+                high_watermark=int(part.high_watermark),
+                last_stable_offset=int(getattr(part, "last_stable_offset", -1)),
+                log_start_offset=int(getattr(part, "log_start_offset", -1)),
+            )
+        raise BrokerRequestError(f"Fetch {tp[0]}[{tp[1]}] did not succeed")
+
+    # --- produce ----------------------------------------------------------------------------
+
+    def produce(self, tp: TopicPartition, batch: bytes, *, timeout_ms: int = 30_000) -> int:
+        """Append one encoded record batch with acks=all; returns its base offset.
+
+        For the connector's own small control records only (a retry may duplicate the batch;
+        the commit journal's records are idempotent, so a duplicate is harmless).
+        """
+        for _attempt in range(_RETRY_ATTEMPTS):
+            conn = self._node(self._leader(tp))
+
+            def make(m):
+                return build(m.ProduceRequest, transactional_id=None, acks=-1,
+                             timeout=datetime.timedelta(milliseconds=timeout_ms),
+                             topic_data=(build(m.TopicProduceData, name=tp[0], partition_data=(
+                                 build(m.PartitionProduceData, index=tp[1], records=batch),)),))
+
+            try:
+                response = conn.call(PRODUCE, make)
+            except BrokerUnreachableError:
+                self._drop(conn)
+                time.sleep(_RETRY_BACKOFF_S)
+                continue
+            (topic,) = response.responses
+            (part,) = topic.partition_responses
+            if part.error_code == ErrorCode.none:
+                return int(part.base_offset)
+            if part.error_code in _RETRIABLE or part.error_code == ErrorCode.not_enough_replicas:
+                self._leaders.pop(tp, None)
+                time.sleep(_RETRY_BACKOFF_S)
+                continue
+            raise BrokerRequestError(f"Produce {tp[0]}[{tp[1]}]: {part.error_code.name}")
+        raise BrokerRequestError(f"Produce {tp[0]}[{tp[1]}] did not succeed")
+
+    # --- admin ------------------------------------------------------------------------------
+
+    def create_topic(self, name: str, partitions: int, configs: dict[str, str] | None = None) -> None:
+        """Create a topic; an existing topic is fine (idempotent)."""
+
+        def make(m):
+            return build(m.CreateTopicsRequest, topics=(build(
+                m.CreatableTopic, name=name, num_partitions=partitions, replication_factor=-1,
+                assignments=(),
+                configs=tuple(build(m.CreatableTopicConfig, name=k, value=v)
+                              for k, v in (configs or {}).items()),
+            ),), timeout=datetime.timedelta(seconds=30), validate_only=False)
+
+        response = self._call_any(CREATE_TOPICS, make)
+        (result,) = response.topics
+        if result.error_code not in (ErrorCode.none, ErrorCode.topic_already_exists):
+            raise BrokerRequestError(f"CreateTopics {name}: {result.error_code.name}")
+
+    def list_transactions(self) -> list[tuple[str, int, str]] | None:
+        """(transactional id, producer id, state) of every transaction the cluster knows, or
+        None when the broker lacks ListTransactions (KIP-664)."""
+        conn = self.any_connection()
+        if 66 not in conn.broker_versions:
+            return None
+        response = self._call_any(LIST_TRANSACTIONS, lambda m: build(
+            m.ListTransactionsRequest, state_filters=(), producer_id_filters=(), duration_filter=-1))
+        if response.error_code != ErrorCode.none:
+            raise BrokerRequestError(f"ListTransactions: {response.error_code.name}")
+        return [(t.transactional_id, int(t.producer_id), str(t.transaction_state))
+                for t in response.transaction_states]
+
+    def supports_two_phase_commit(self) -> bool:
+        """InitProducerId v6 (KIP-939) is advertised by the broker."""
+        conn = self.any_connection()
+        return conn.broker_versions.get(22, (0, -1))[1] >= 6

@@ -1,0 +1,253 @@
+"""The data source's options, spelled and interpreted as Spark's Kafka connector does.
+
+Spark passes options as a case-insensitive map of strings. This module turns them into typed,
+validated settings once, so the reader and writer never parse strings themselves:
+
+- ``kafka.bootstrap.servers`` (required) and every other ``kafka.*`` key (handed to the client
+  with the prefix removed, e.g. ``kafka.isolation.level``, ``kafka.linger.ms``);
+- exactly one of ``subscribe`` / ``subscribePattern`` / ``assign`` for reads;
+- ``startingOffsets`` / ``endingOffsets``: ``earliest``, ``latest`` or JSON per partition
+  (``{"topic":{"0":23,"1":-2}}`` with -2 = earliest, -1 = latest);
+- ``maxOffsetsPerTrigger``, ``minPartitions``, ``maxRecordsPerPartition``, ``failOnDataLoss``;
+- ``topic`` for writes (overrides a ``topic`` column, as in Spark);
+- ``exactlyOnce`` (ours): the two-phase-commit sink, default true.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from oncestream.spark.errors import OptionError
+
+EARLIEST = -2
+LATEST = -1
+
+# Option keys (lower case: Spark's option map is case-insensitive).
+_BOOTSTRAP = "kafka.bootstrap.servers"
+_TEST_FAIL_AFTER_PREPARE = "oncestream.test.failafterprepare"
+
+
+@dataclass(frozen=True)
+class OffsetSpec:
+    """Where to start or stop: ``earliest``, ``latest`` or explicit offsets per partition."""
+
+    kind: str  # "earliest" | "latest" | "json"
+    per_partition: dict[tuple[str, int], int] = field(default_factory=dict)
+
+    def offset_for(self, tp: tuple[str, int], default: int) -> int:
+        """The requested offset (or EARLIEST/LATEST sentinel) for one partition."""
+        if self.kind == "earliest":
+            return EARLIEST
+        if self.kind == "latest":
+            return LATEST
+        return self.per_partition.get(tp, default)
+
+
+@dataclass(frozen=True)
+class Subscription:
+    """Which partitions to read: a topic list, a topic regex, or explicit partitions."""
+
+    kind: str  # "subscribe" | "subscribePattern" | "assign"
+    topics: tuple[str, ...] = ()
+    pattern: str = ""
+    assigned: tuple[tuple[str, int], ...] = ()
+
+    def matches(self, topic: str) -> bool:
+        """Whether a topic belongs to a subscribe/subscribePattern subscription."""
+        if self.kind == "subscribe":
+            return topic in self.topics
+        if self.kind == "subscribePattern":
+            return re.fullmatch(self.pattern, topic) is not None
+        return any(t == topic for t, _ in self.assigned)
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    """Typed read options."""
+
+    bootstrap_servers: str
+    subscription: Subscription
+    starting: OffsetSpec
+    ending: OffsetSpec
+    read_committed: bool
+    fail_on_data_loss: bool
+    max_offsets_per_trigger: int | None
+    min_partitions: int | None
+    max_records_per_partition: int | None
+    fetch_max_bytes: int
+    client_config: dict[str, str]
+
+
+@dataclass(frozen=True)
+class SinkOptions:
+    """Typed write options."""
+
+    bootstrap_servers: str
+    topic: str | None
+    exactly_once: bool
+    transactional_id_prefix: str
+    producer_config: dict[str, str]
+    fail_after_prepare_attempts: frozenset[int]
+
+
+def _lower(options: Mapping[str, str]) -> dict[str, str]:
+    return {str(k).lower(): str(v) for k, v in options.items()}
+
+
+def _bool(opts: dict[str, str], key: str, default: bool) -> bool:
+    raw = opts.get(key.lower())
+    if raw is None:
+        return default
+    text = raw.strip().lower()
+    if text in ("true", "1", "yes"):
+        return True
+    if text in ("false", "0", "no"):
+        return False
+    raise OptionError(f"option {key} must be true or false, not {raw!r}")
+
+
+def _positive_int(opts: dict[str, str], key: str) -> int | None:
+    raw = opts.get(key.lower())
+    if raw is None:
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        raise OptionError(f"option {key} must be an integer, not {raw!r}") from None
+    if value <= 0:
+        raise OptionError(f"option {key} must be positive, not {value}")
+    return value
+
+
+def kafka_params(options: Mapping[str, str]) -> dict[str, str]:
+    """Every ``kafka.*`` option with the prefix removed (client property names)."""
+    return {k[len("kafka."):]: v for k, v in _lower(options).items() if k.startswith("kafka.")}
+
+
+def bootstrap_servers(options: Mapping[str, str]) -> str:
+    """``kafka.bootstrap.servers``; raises OptionError when missing."""
+    servers = _lower(options).get(_BOOTSTRAP)
+    if not servers:
+        raise OptionError("option kafka.bootstrap.servers is required")
+    return servers
+
+
+def parse_offset_spec(raw: str | None, default: str, option: str) -> OffsetSpec:
+    """``earliest`` / ``latest`` / ``{"topic":{"0":12}}`` (Spark's startingOffsets syntax)."""
+    text = (raw if raw is not None else default).strip()
+    if text.lower() in ("earliest", "latest"):
+        return OffsetSpec(text.lower())
+    try:
+        parsed = json.loads(text)
+    except json.JSONDecodeError:
+        raise OptionError(f"option {option}: expected earliest, latest or JSON, got {text!r}") from None
+    if not isinstance(parsed, dict):
+        raise OptionError(f"option {option}: JSON must be an object of topics")
+    per_partition: dict[tuple[str, int], int] = {}
+    for topic, parts in parsed.items():
+        if not isinstance(parts, dict):
+            raise OptionError(f"option {option}: topic {topic!r} must map partitions to offsets")
+        for part, offset in parts.items():
+            try:
+                per_partition[(str(topic), int(part))] = int(offset)
+            except (TypeError, ValueError):
+                raise OptionError(f"option {option}: bad offset {offset!r} for {topic}[{part}]") from None
+    return OffsetSpec("json", per_partition)
+
+
+def parse_subscription(opts: dict[str, str]) -> Subscription:
+    """Exactly one of subscribe / subscribePattern / assign (Spark refuses zero or several)."""
+    given = [k for k in ("subscribe", "subscribepattern", "assign") if opts.get(k)]
+    if len(given) != 1:
+        raise OptionError("exactly one of the options subscribe, subscribePattern, assign is required")
+    kind = given[0]
+    if kind == "subscribe":
+        topics = tuple(t.strip() for t in opts["subscribe"].split(",") if t.strip())
+        if not topics:
+            raise OptionError("option subscribe names no topic")
+        return Subscription("subscribe", topics=topics)
+    if kind == "subscribepattern":
+        pattern = opts["subscribepattern"].strip()
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise OptionError(f"option subscribePattern is not a valid regex: {exc}") from None
+        return Subscription("subscribePattern", pattern=pattern)
+    try:
+        parsed = json.loads(opts["assign"])
+        assigned = tuple(sorted((str(t), int(p)) for t, ps in parsed.items() for p in ps))
+    except (json.JSONDecodeError, AttributeError, TypeError, ValueError):
+        raise OptionError('option assign must be JSON like {"topic":[0,1]}') from None
+    if not assigned:
+        raise OptionError("option assign names no partition")
+    return Subscription("assign", assigned=assigned)
+
+
+def source_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
+    """Validate and type the read options. Streaming reads refuse endingOffsets, as Spark does."""
+    opts = _lower(options)
+    params = kafka_params(options)
+    if not streaming and opts.get("startingoffsets", "").strip().lower() == "latest":
+        raise OptionError("startingOffsets=latest is not valid for batch queries")
+    if streaming and "endingoffsets" in opts:
+        raise OptionError("endingOffsets is not valid for streaming queries")
+    if not streaming and opts.get("endingoffsets", "").strip().lower() == "earliest":
+        raise OptionError("endingOffsets=earliest is not valid for batch queries")
+    isolation = params.get("isolation.level", "read_committed").strip().lower()
+    if isolation not in ("read_committed", "read_uncommitted"):
+        raise OptionError("kafka.isolation.level must be read_committed or read_uncommitted")
+    try:
+        fetch_max_bytes = int(params.get("max.partition.fetch.bytes", str(4 * 1024 * 1024)))
+    except ValueError:
+        raise OptionError("kafka.max.partition.fetch.bytes must be an integer") from None
+    return SourceOptions(
+        bootstrap_servers=bootstrap_servers(options),
+        subscription=parse_subscription(opts),
+        starting=parse_offset_spec(opts.get("startingoffsets"), "latest" if streaming else "earliest",
+                                   "startingOffsets"),
+        ending=parse_offset_spec(opts.get("endingoffsets"), "latest", "endingOffsets"),
+        read_committed=isolation == "read_committed",
+        fail_on_data_loss=_bool(opts, "failOnDataLoss", True),
+        max_offsets_per_trigger=_positive_int(opts, "maxOffsetsPerTrigger"),
+        min_partitions=_positive_int(opts, "minPartitions"),
+        max_records_per_partition=_positive_int(opts, "maxRecordsPerPartition"),
+        fetch_max_bytes=fetch_max_bytes,
+        client_config=params,
+    )
+
+
+def sink_options(options: Mapping[str, str]) -> SinkOptions:
+    """Validate and type the write options."""
+    opts = _lower(options)
+    params = kafka_params(options)
+    params.pop("bootstrap.servers", None)
+    prefix = params.pop("transactional.id", None) or "oncestream-spark"
+    fail_raw = opts.get(_TEST_FAIL_AFTER_PREPARE, "")
+    try:
+        fail_attempts = frozenset(int(a) for a in fail_raw.split(",") if a.strip())
+    except ValueError:
+        raise OptionError(f"{_TEST_FAIL_AFTER_PREPARE} takes attempt numbers like 0,1") from None
+    return SinkOptions(
+        bootstrap_servers=bootstrap_servers(options),
+        topic=opts.get("topic") or None,
+        exactly_once=_bool(opts, "exactlyOnce", True),
+        transactional_id_prefix=prefix,
+        producer_config=params,
+        fail_after_prepare_attempts=fail_attempts,
+    )
+
+
+def offsets_to_json(offsets: Mapping[tuple[str, int], int]) -> dict[str, dict[str, int]]:
+    """{(topic, partition): offset} -> Spark's offset JSON shape {"topic": {"0": offset}}."""
+    out: dict[str, dict[str, int]] = {}
+    for (topic, partition), offset in sorted(offsets.items()):
+        out.setdefault(topic, {})[str(partition)] = int(offset)
+    return out
+
+
+def offsets_from_json(data: Mapping[str, Mapping[str, int]]) -> dict[tuple[str, int], int]:
+    """Spark's offset JSON shape -> {(topic, partition): offset}."""
+    return {(str(t), int(p)): int(o) for t, parts in data.items() for p, o in parts.items()}

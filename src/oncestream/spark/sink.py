@@ -1,0 +1,449 @@
+"""The write side: an exactly-once streaming sink (KIP-939 two-phase commit) and a batch sink.
+
+Protocol of one micro-batch (exactlyOnce=true, the default)
+-----------------------------------------------------------
+Task (executor), for Spark partition p, attempt a of query q:
+  1. Transactional id ``<prefix>-<q>-<p>-<a>`` (prefix: ``kafka.transactional.id`` or
+     ``oncestream-spark``). The id is stable across batches, so the set of ids stays small, and
+     distinct across attempts, so a retried or speculative attempt never aborts a sibling whose
+     result Spark may already have accepted; the driver aborts the losers (step 4).
+  2. ``init_transactions(keep_prepared_txn=True)``: if a transaction is still open under the id (a
+     crash left it), commit it when the query's last commit record lists exactly its state,
+     abort it otherwise.
+  3. begin, produce every row, ``prepare_transaction()``; the PreparedTxnState goes to the
+     driver in the WriterCommitMessage.
+Driver, ``commit(messages, batchId)``:
+  4. Read the query's last commit record R. Settle leftovers: every other open transaction of
+     this query (failed attempts, ids no longer used) is committed if R lists it, else aborted.
+  5. If batchId <= R.batch_id the batch is a replay of one already in the log (the driver died
+     after step 7 but before Spark wrote its own commit log): resolve the replay's transactions
+     against R (they are not in it, so they abort) and return.
+  6. Hold every winner's transaction (init with keep_prepared_txn=True, fencing the tasks) and
+     check each held state equals the one reported; otherwise abort all and fail the batch.
+  7. Append R' = {batchId, states} to ``__oncestream_spark_commits`` (acks=all): the commit
+     point.
+  8. Complete (commit) every held transaction. Spark then writes its commit log entry.
+``abort(messages, batchId)`` resolves the batch's transactions and the query's other open ones
+against R (i.e. aborts them). If every task crashed, no message names the query: the open
+transactions wait for the query's next commit after a restart (step 4), holding the last stable
+offset of the partitions they wrote until then. A task that fails with an exception (rather than
+crashing) aborts its own transaction before failing.
+
+Crash cases: killed before 7 -> R is older, every transaction of the batch is aborted (by the
+replay's tasks in step 2 or by step 4) and Spark replays the batch. Killed during or after 8 -> R
+lists the batch: the rest of its transactions are committed by step 2/4 and the replay is
+dropped by step 5. Spark's commit log can only hold the batch once 8 has finished, so it never
+disagrees with R.
+
+exactlyOnce=false: each task produces with an idempotent producer (acks=all) and flushes: at least
+once, and works against brokers without KIP-939 (e.g. Tansu).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+import uuid
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
+from pyspark.sql.types import StructType
+
+from oncestream.spark.crash_points import armed, crash_if_armed
+from oncestream.spark.commit_journal import CommitJournal, CommitRecord
+from oncestream.spark.errors import (
+    CommitResolutionError,
+    OnceStreamSparkError,
+    OptionError,
+    TwoPhaseCommitUnsupportedError,
+)
+from oncestream.spark.log_client import LogClient
+from oncestream.spark.options import SinkOptions
+from oncestream.spark.txn_resolution import (
+    HeldTransactions,
+    Outcome,
+    init_keeping_prepared,
+    resolve_by_record,
+    two_phase_producer,
+)
+
+log = logging.getLogger("oncestream.spark")
+
+_TIMEOUT_S = 60.0
+_BINARY_LIKE = ("binary", "string")
+
+
+def _crash_worker(reason: str) -> None:
+    """Test option ``oncestream.test.failAfterPrepare``: the Python worker dies after prepare,
+    like an executor lost mid-task (no exception handler, no cleanup); Spark retries the task."""
+    sys.stderr.write(f"oncestream: {reason}; exiting the Python worker\n")
+    sys.stderr.flush()
+    os._exit(17)
+
+
+def _abort_quietly(producer, txn_id: str) -> None:
+    try:
+        producer.abort_transaction(_TIMEOUT_S)
+    except Exception:  # noqa: BLE001 - the task's own error is the one to report
+        log.exception("%s: could not abort after a failed write", txn_id)
+
+
+@dataclass
+class SinkCommitMessage(WriterCommitMessage):
+    """What a write task reports: its prepared transaction (empty when it wrote nothing)."""
+
+    query_id: str
+    transactional_id: str | None
+    state: str
+    partition_id: int
+    attempt: int
+    records: int
+
+
+def transactional_id(prefix: str, query_id: str, partition_id: int, attempt: int) -> str:
+    """The write task's transactional id (see the module docstring, step 1)."""
+    return f"{prefix}-{query_id}-{partition_id}-{attempt}"
+
+
+def check_write_schema(schema: StructType, opts: SinkOptions) -> None:
+    """Spark's Kafka sink rules: a value column (binary/string); key binary/string; a topic column
+    unless the topic option is set; partition int; headers array<struct<key,value>>."""
+    fields = {f.name.lower(): f.dataType.typeName() for f in schema.fields}
+    if "value" not in fields:
+        raise OptionError("the data to write needs a 'value' column")
+    for name in ("key", "value"):
+        if name in fields and fields[name] not in _BINARY_LIKE:
+            raise OptionError(f"column {name!r} must be binary or string, not {fields[name]}")
+    if opts.topic is None and "topic" not in fields:
+        raise OptionError("no topic: set the 'topic' option or give the data a 'topic' column")
+    if "topic" in fields and fields["topic"] != "string":
+        raise OptionError("column 'topic' must be a string")
+    if "partition" in fields and fields["partition"] not in ("integer", "long", "short"):
+        raise OptionError("column 'partition' must be an integer")
+    if "headers" in fields and fields["headers"] != "array":
+        raise OptionError("column 'headers' must be array<struct<key:string,value:binary>>")
+
+
+def _column(batch: pa.RecordBatch, name: str) -> list | None:
+    index = batch.schema.get_field_index(name)
+    return None if index < 0 else batch.column(index).to_pylist()
+
+
+def produce_batches(producer, batches: Iterator[pa.RecordBatch], topic_option: str | None) -> int:
+    """Produce every row of the Arrow batches (Spark's Kafka sink columns); returns the row count."""
+    count = 0
+    for batch in batches:
+        n = batch.num_rows
+        if n == 0:
+            continue
+        values = _column(batch, "value")
+        keys = _column(batch, "key") or [None] * n
+        topics = [topic_option] * n if topic_option else _column(batch, "topic")
+        partitions = _column(batch, "partition") or [None] * n
+        headers = _column(batch, "headers") or [None] * n
+        produce = producer.produce
+        for i in range(n):
+            topic = topics[i]
+            if topic is None:
+                raise OptionError("a row has a null topic and no 'topic' option is set")
+            part = partitions[i]
+            hdrs = headers[i]
+            produce(topic, values[i], keys[i], -1 if part is None else part,
+                    headers=[(h["key"], h["value"]) for h in hdrs] if hdrs else None)
+        count += n
+    return count
+
+
+def _require_two_phase_commit(opts: SinkOptions) -> None:
+    with LogClient(opts.bootstrap_servers, client_id="oncestream-spark-check") as client:
+        if not client.supports_two_phase_commit():
+            raise TwoPhaseCommitUnsupportedError(
+                f"the broker at {opts.bootstrap_servers} does not support KIP-939 two-phase commit "
+                "(InitProducerId v6), which the exactly-once sink needs; set the option "
+                "exactlyOnce=false for an at-least-once sink")
+
+
+class _TaskWriter:
+    """The executor side shared by the streaming and batch sinks."""
+
+    def __init__(self, opts: SinkOptions) -> None:
+        self.opts = opts
+
+    def write_task(self, batches: Iterator[pa.RecordBatch], query_id: str) -> SinkCommitMessage:
+        """Steps 1-3 of the protocol for this task (or a plain flush when exactlyOnce=false)."""
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        assert ctx is not None, "write runs inside a Spark task"
+        partition_id, attempt = ctx.partitionId(), ctx.attemptNumber()
+        if not self.opts.exactly_once:
+            count = self._write_at_least_once(batches)
+            return SinkCommitMessage(query_id, None, "", partition_id, attempt, count)
+        txn_id = transactional_id(self.opts.transactional_id_prefix, query_id, partition_id, attempt)
+        producer = None
+
+        def start() -> None:
+            nonlocal producer
+            producer = two_phase_producer(self.opts.bootstrap_servers, txn_id, self.opts.producer_config)
+            held = init_keeping_prepared(producer)
+            if held:
+                self._settle_own_leftover(producer, txn_id, held, query_id)
+            producer.begin_transaction()
+
+        prepared = False
+        try:
+            count = self._produce_txn(batches, start, lambda: producer)
+            if producer is None:
+                return SinkCommitMessage(query_id, None, "", partition_id, attempt, 0)
+            state = producer.prepare_transaction(_TIMEOUT_S)
+            prepared = True
+            if attempt in self.opts.fail_after_prepare_attempts:
+                _crash_worker(f"injected failure after prepare ({txn_id}, state {state})")
+            return SinkCommitMessage(query_id, txn_id, str(state), partition_id, attempt, count)
+        except BaseException:
+            # A task that fails with an exception (not a crash) aborts its own transaction at once,
+            # so it does not hold the LSO of the output partitions. A crash leaves it open, and
+            # the driver settles it (step 4) or the next user of the id does (step 2).
+            if producer is not None and not prepared:
+                _abort_quietly(producer, txn_id)
+            raise
+        finally:
+            if producer is not None:
+                producer.close(10)
+
+    def _produce_txn(self, batches, start, get_producer) -> int:
+        """Produce in a transaction that ``start`` opens at the first row (none for no rows)."""
+        count = 0
+        for batch in batches:
+            if batch.num_rows == 0:
+                continue
+            if count == 0:
+                start()
+            count += produce_batches(get_producer(), iter((batch,)), self.opts.topic)
+        return count
+
+    def _settle_own_leftover(self, producer, txn_id: str, held: str, query_id: str) -> None:
+        """A crash left a transaction open under our id: commit it iff the commit record lists it."""
+        journal = CommitJournal(self.opts.bootstrap_servers)
+        try:
+            record = journal.last(query_id)
+        finally:
+            journal.close()
+        if record is not None and record.txns.get(txn_id) == held:
+            producer.complete_transaction(held, _TIMEOUT_S)
+            log.info("%s: committed leftover transaction %s of batch %d", txn_id, held, record.batch_id)
+        else:
+            producer.abort_transaction(_TIMEOUT_S)
+            log.info("%s: aborted leftover transaction %s", txn_id, held)
+
+    def _write_at_least_once(self, batches: Iterator[pa.RecordBatch]) -> int:
+        from oncestream.client import Producer
+
+        conf = {"linger.ms": 5, "batch.size": 1 << 20, **self.opts.producer_config,
+                "bootstrap.servers": self.opts.bootstrap_servers, "acks": "all",
+                "enable.idempotence": True}
+        conf.pop("isolation.level", None)
+        errors: list[object] = []
+        lock = threading.Lock()
+
+        def delivered(err, _msg) -> None:
+            if err is not None:
+                with lock:
+                    errors.append(err)
+
+        conf["on_delivery"] = delivered
+        producer = Producer(conf)
+        try:
+            count = produce_batches(producer, batches, self.opts.topic)
+            left = producer.flush(_TIMEOUT_S)
+        finally:
+            producer.close(10)
+        if left or errors:
+            raise OnceStreamSparkError(f"{left} records unacknowledged, first error: "
+                                       f"{errors[0] if errors else None}")
+        return count
+
+
+class _DriverCommit:
+    """The driver side of the exactly-once protocol (steps 4-8 of the module docstring)."""
+
+    def __init__(self, opts: SinkOptions) -> None:
+        self.opts = opts
+
+    def _query_id(self, messages: list[SinkCommitMessage]) -> str | None:
+        ids = {m.query_id for m in messages}
+        assert len(ids) <= 1, f"messages of several queries in one batch: {ids}"
+        return next(iter(ids), None)
+
+    def leftovers(self, query_id: str, exclude: set[str]) -> list[str]:
+        """Open transactions of this query's ids that are not in ``exclude`` (ListTransactions)."""
+        prefix = f"{self.opts.transactional_id_prefix}-{query_id}-"
+        with LogClient(self.opts.bootstrap_servers, client_id="oncestream-spark-driver") as client:
+            listed = client.list_transactions()
+        if listed is None:
+            log.warning("broker lacks ListTransactions: leftover transactions of ids no longer in use "
+                        "are settled only when their id is used again")
+            return []
+        return sorted(t for t, _pid, state in listed
+                      if t.startswith(prefix) and state == "Ongoing" and t not in exclude)
+
+    def commit_stream(self, messages: list[SinkCommitMessage | None], batch_id: int) -> None:
+        """Steps 4-8: settle leftovers, drop a replay, hold and check, record, complete."""
+        written = [m for m in messages if m is not None]
+        query_id = self._query_id(written)
+        if query_id is None:
+            return
+        winners = {m.transactional_id: m.state for m in written if m.transactional_id}
+        opts = self.opts
+        journal = CommitJournal(opts.bootstrap_servers)
+        try:
+            with HeldTransactions(opts.bootstrap_servers, opts.producer_config) as held, \
+                    ThreadPoolExecutor(2) as pool:
+                # Independent round trips, in parallel: the last record, the open transactions,
+                # and holding the winners (step 6's init, fencing the tasks).
+                previous_future = pool.submit(journal.last, query_id)
+                stale_future = pool.submit(self.leftovers, query_id, set(winners))
+                states = held.open(winners)
+                previous, stale = previous_future.result(), stale_future.result()
+                recorded = previous.txns if previous is not None else {}
+                # Step 4: settle what earlier runs and failed attempts left open.
+                if stale:
+                    outcomes = resolve_by_record(opts.bootstrap_servers, stale, recorded, opts.producer_config)
+                    log.info("batch %d: settled leftover transactions %s", batch_id, outcomes)
+                # Step 5: a replay of a batch whose output is already committed.
+                if previous is not None and batch_id <= previous.batch_id:
+                    outcomes = held.finish(recorded)
+                    log.warning("batch %d was already committed (last committed batch %d): its replay's "
+                                "transactions were dropped: %s", batch_id, previous.batch_id, outcomes)
+                    return
+                if not winners:
+                    return
+                # Step 6: check the held states.
+                wrong = sorted(t for t, s in winners.items() if states[t] != s)
+                if wrong:
+                    held.finish({})
+                    raise CommitResolutionError(
+                        f"batch {batch_id}: transactions {wrong} are no longer the prepared ones the "
+                        "tasks reported (a concurrent attempt fenced them?); the batch was aborted")
+                crash_if_armed("before-record", batch_id)
+                # Step 7: the commit point.
+                journal.append(CommitRecord(query_id, batch_id, winners))
+                crash_if_armed("after-record", batch_id)
+                # Step 8: complete.
+                if armed("mid-complete", batch_id):
+                    held.finish(winners, only={min(winners)})
+                    crash_if_armed("mid-complete", batch_id)
+                outcomes = held.finish(winners)
+            assert all(o in (Outcome.COMMITTED, Outcome.NOTHING_OPEN) for o in outcomes.values()), outcomes
+            crash_if_armed("after-complete", batch_id)
+        finally:
+            journal.close()
+
+    def abort_stream(self, messages: list[SinkCommitMessage | None], batch_id: int) -> None:
+        """The batch failed: resolve its transactions and the query's other open ones against the
+        last commit record (so they abort, unless the record lists them)."""
+        written = [m for m in messages if m is not None]
+        query_id = self._query_id(written)
+        if query_id is None:
+            # Every task failed, so no message names the query: its open transactions (tasks that
+            # died after prepare) are settled by the query's next commit, after a restart.
+            log.warning("batch %d aborted with no task result; open transactions of its tasks are "
+                        "settled at the query's next commit", batch_id)
+            return
+        journal = CommitJournal(self.opts.bootstrap_servers)
+        try:
+            previous = journal.last(query_id)
+        finally:
+            journal.close()
+        recorded = previous.txns if previous is not None else {}
+        ids = {m.transactional_id for m in written if m.transactional_id}
+        ids.update(self.leftovers(query_id, set()))
+        outcomes = resolve_by_record(self.opts.bootstrap_servers, ids, recorded, self.opts.producer_config)
+        log.warning("batch %d aborted: %s", batch_id, outcomes)
+
+    def commit_job(self, messages: list[SinkCommitMessage | None]) -> None:
+        """A batch (non-streaming) write: commit the winners, abort failed attempts' leftovers."""
+        written = [m for m in messages if m is not None]
+        query_id = self._query_id(written)
+        if query_id is None:
+            return
+        winners = {m.transactional_id: m.state for m in written if m.transactional_id}
+        opts = self.opts
+        stale = self.leftovers(query_id, set(winners))
+        if stale:
+            resolve_by_record(opts.bootstrap_servers, stale, {}, opts.producer_config)
+        with HeldTransactions(opts.bootstrap_servers, opts.producer_config) as held:
+            states = held.open(winners)
+            wrong = sorted(t for t, s in winners.items() if states[t] != s)
+            if wrong:
+                held.finish({})
+                raise CommitResolutionError(f"write job: transactions {wrong} were fenced; aborted")
+            outcomes = held.finish(winners)
+        assert all(o is Outcome.COMMITTED for o in outcomes.values()), outcomes
+
+    def abort_job(self, messages: list[SinkCommitMessage | None]) -> None:
+        """Abort every transaction of a failed batch write job."""
+        written = [m for m in messages if m is not None and m.transactional_id]
+        if written:
+            resolve_by_record(self.opts.bootstrap_servers, [m.transactional_id for m in written], {},
+                              self.opts.producer_config)
+
+
+class OnceStreamStreamWriter(DataSourceStreamArrowWriter):
+    """Spark's streaming writer: tasks prepare, the driver commits (exactly once by default)."""
+
+    def __init__(self, opts: SinkOptions, schema: StructType) -> None:
+        check_write_schema(schema, opts)
+        if opts.exactly_once:
+            _require_two_phase_commit(opts)
+        self.opts = opts
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommitMessage:
+        """Executor: produce this task's rows in a prepared transaction."""
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        query_id = ctx.getLocalProperty("sql.streaming.queryId") if ctx is not None else None
+        if not query_id:
+            raise OnceStreamSparkError("no streaming query id in the task context")
+        return _TaskWriter(self.opts).write_task(iterator, query_id)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Driver: record the batch, then complete its transactions (or drop a replay)."""
+        if self.opts.exactly_once:
+            _DriverCommit(self.opts).commit_stream(messages, batchId)  # type: ignore[arg-type]
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Driver: the batch failed; abort what its tasks prepared."""
+        if self.opts.exactly_once:
+            _DriverCommit(self.opts).abort_stream(messages, batchId)  # type: ignore[arg-type]
+
+
+class OnceStreamBatchWriter(DataSourceArrowWriter):
+    """Spark's batch writer: all rows of the job become visible together, or none do."""
+
+    def __init__(self, opts: SinkOptions, schema: StructType) -> None:
+        check_write_schema(schema, opts)
+        if opts.exactly_once:
+            _require_two_phase_commit(opts)
+        self.opts = opts
+        self.job_id = f"job-{uuid.uuid4()}"  # pickled to the tasks and to the commit
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommitMessage:
+        """Executor: produce this task's rows in a prepared transaction."""
+        return _TaskWriter(self.opts).write_task(iterator, self.job_id)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        """Driver: commit every task's transaction."""
+        if self.opts.exactly_once:
+            _DriverCommit(self.opts).commit_job(messages)  # type: ignore[arg-type]
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        """Driver: the job failed; abort what its tasks prepared."""
+        if self.opts.exactly_once:
+            _DriverCommit(self.opts).abort_job(messages)  # type: ignore[arg-type]

@@ -1,0 +1,265 @@
+"""The read side: Spark's DataSourceStreamReader (micro-batches) and DataSourceReader (batch).
+
+Offsets are Spark's: the reader returns ``{"topic": {"0": 123}}`` dicts and Spark keeps them in
+its checkpoint (offset log); the source keeps no offsets of its own. Planning (latestOffset,
+partitions) runs on the driver; ``read`` runs in tasks and fetches one offset range, read_committed
+unless ``kafka.isolation.level=read_uncommitted``.
+
+Partition changes follow Spark's Kafka source: a new partition is read from its earliest offset; a
+partition that disappeared, an offset below the log start, or an end offset below the start
+(topic recreated) is data loss, which fails the query unless ``failOnDataLoss=false``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Iterator, Mapping, Sequence
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
+
+from oncestream.spark.errors import DataLossError, OptionError
+from oncestream.spark.log_client import LogClient, TopicPartition
+from oncestream.spark.options import (
+    EARLIEST,
+    LATEST,
+    OffsetSpec,
+    SourceOptions,
+    offsets_from_json,
+    offsets_to_json,
+)
+from oncestream.spark.partition_reader import OffsetRange, read_range
+
+log = logging.getLogger("oncestream.spark")
+
+# Without minPartitions/maxRecordsPerPartition a range this long is still split, so one busy
+# Kafka partition does not become one huge task.
+DEFAULT_MAX_RECORDS_PER_INPUT_PARTITION = 1_000_000
+
+
+class OffsetRangePartition(InputPartition):
+    """One Spark input partition: an offset range of one Kafka partition."""
+
+    def __init__(self, rng: OffsetRange) -> None:
+        super().__init__(rng)
+        self.rng = rng
+
+
+def plan_ranges(
+    bounds: Mapping[TopicPartition, tuple[int, int]],
+    *,
+    min_partitions: int | None = None,
+    max_records_per_partition: int | None = None,
+) -> list[tuple[TopicPartition, int, int]]:
+    """Split ``{tp: (start, end)}`` into ``(tp, start, end)`` ranges: one per Kafka partition, more
+    for long ranges (maxRecordsPerPartition) or to reach minPartitions (proportionally to size,
+    as Spark's KafkaOffsetRangeCalculator does). Empty ranges are left out."""
+    nonempty = {tp: (s, e) for tp, (s, e) in sorted(bounds.items()) if e > s}
+    total = sum(e - s for s, e in nonempty.values())
+    limit = max_records_per_partition or DEFAULT_MAX_RECORDS_PER_INPUT_PARTITION
+    out: list[tuple[TopicPartition, int, int]] = []
+    for tp, (start, end) in nonempty.items():
+        size = end - start
+        pieces = math.ceil(size / limit)
+        if min_partitions and len(nonempty) < min_partitions and total:
+            pieces = max(pieces, round(size / total * min_partitions))
+        pieces = max(1, min(pieces, size))
+        for i in range(pieces):
+            lo = start + size * i // pieces
+            hi = start + size * (i + 1) // pieces
+            if hi > lo:
+                out.append((tp, lo, hi))
+    assert sum(hi - lo for _, lo, hi in out) == total, "ranges must cover every offset once"
+    return out
+
+
+def rate_limit(start: Mapping[TopicPartition, int], latest: Mapping[TopicPartition, int],
+               max_rows: int) -> dict[TopicPartition, int]:
+    """End offsets that admit at most ``max_rows`` offsets in total, shared among partitions in
+    proportion to what each has available (Spark's maxOffsetsPerTrigger rule)."""
+    available = {tp: max(0, latest[tp] - start.get(tp, latest[tp])) for tp in latest}
+    total = sum(available.values())
+    if total <= max_rows:
+        return dict(latest)
+    end: dict[TopicPartition, int] = {}
+    granted = 0
+    for tp in sorted(latest):
+        share = int(available[tp] * max_rows / total)
+        end[tp] = start.get(tp, latest[tp]) + share
+        granted += share
+    # Hand out the rounding remainder so a batch always makes progress.
+    for tp in sorted(latest, key=lambda t: -available[t]):
+        if granted >= max_rows:
+            break
+        if end[tp] < latest[tp]:
+            end[tp] += 1
+            granted += 1
+    assert granted <= max_rows
+    return end
+
+
+class _Planner:
+    """Driver-side offset resolution shared by the stream and batch readers."""
+
+    def __init__(self, opts: SourceOptions) -> None:
+        self.opts = opts
+        self._client: LogClient | None = None
+
+    @property
+    def client(self) -> LogClient:
+        """The driver's connections, opened on first use."""
+        if self._client is None:
+            self._client = LogClient(self.opts.bootstrap_servers, client_id="oncestream-spark-driver")
+        return self._client
+
+    def close(self) -> None:
+        """Close the driver's connections."""
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    def current_partitions(self) -> list[TopicPartition]:
+        """The partitions the subscription covers right now."""
+        sub = self.opts.subscription
+        if sub.kind == "assign":
+            existing = self.client.metadata({t for t, _ in sub.assigned})
+            return [tp for tp in sub.assigned if tp[1] in existing.get(tp[0], ())]
+        topics = self.client.metadata(sub.topics if sub.kind == "subscribe" else None)
+        return sorted((t, p) for t, parts in topics.items() if sub.matches(t) for p in parts)
+
+    def earliest(self, tps: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
+        """Log start offsets."""
+        return self.client.list_offsets(tps, EARLIEST, read_committed=False) if tps else {}
+
+    def latest(self, tps: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
+        """End offsets: the last stable offset under read_committed, else the high watermark."""
+        if not tps:
+            return {}
+        return self.client.list_offsets(tps, LATEST, read_committed=self.opts.read_committed)
+
+    def resolve(self, spec: OffsetSpec, tps: Sequence[TopicPartition], default: int) -> dict[TopicPartition, int]:
+        """Concrete offsets for a startingOffsets/endingOffsets spec."""
+        wanted = {tp: spec.offset_for(tp, default) for tp in tps}
+        for tp in spec.per_partition:
+            if tp not in wanted:
+                raise OptionError(f"offsets given for {tp[0]}[{tp[1]}], which is not subscribed or does not exist")
+        earliest = self.earliest([tp for tp, o in wanted.items() if o == EARLIEST])
+        latest = self.latest([tp for tp, o in wanted.items() if o == LATEST])
+        return {tp: earliest.get(tp, latest.get(tp, o)) if o < 0 else o for tp, o in wanted.items()}
+
+    def data_loss(self, message: str) -> None:
+        """Fail (failOnDataLoss=true) or warn and go on."""
+        if self.opts.fail_on_data_loss:
+            raise DataLossError(f"{message}. Some data may have been lost. Set failOnDataLoss=false "
+                                "to go on without it instead of failing the query.")
+        log.warning("%s; going on because failOnDataLoss=false", message)
+
+    def input_partitions(self, start: Mapping[TopicPartition, int],
+                         end: Mapping[TopicPartition, int]) -> list[OffsetRangePartition]:
+        """Tasks for [start, end). Partitions without a start offset are new: they start at their
+        earliest offset."""
+        new = [tp for tp in end if tp not in start]
+        first = self.earliest(new)
+        bounds: dict[TopicPartition, tuple[int, int]] = {}
+        for tp, stop in end.items():
+            begin = start[tp] if tp in start else first[tp]
+            if tp in first and begin != 0:
+                self.data_loss(f"new partition {tp[0]}[{tp[1]}] starts at offset {begin}, not 0")
+            if stop < begin:
+                self.data_loss(f"{tp[0]}[{tp[1]}]: end offset {stop} is below start offset {begin} "
+                               "(was the topic recreated?)")
+                continue
+            bounds[tp] = (begin, stop)
+        o = self.opts
+        return [
+            OffsetRangePartition(OffsetRange(tp[0], tp[1], lo, hi, o.bootstrap_servers, o.read_committed,
+                                             o.fail_on_data_loss, o.fetch_max_bytes))
+            for tp, lo, hi in plan_ranges(bounds, min_partitions=o.min_partitions,
+                                          max_records_per_partition=o.max_records_per_partition)
+        ]
+
+
+class OnceStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Micro-batch reader. Spark keeps this object on the driver for the life of the query."""
+
+    def __init__(self, opts: SourceOptions) -> None:
+        self.opts = opts
+        self._planner = _Planner(opts)
+        self._available_now_target: dict[TopicPartition, int] | None = None
+
+    def initialOffset(self) -> dict:
+        """startingOffsets resolved against the partitions that exist now (default latest)."""
+        tps = self._planner.current_partitions()
+        return offsets_to_json(self._planner.resolve(self.opts.starting, tps, LATEST))
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        """maxOffsetsPerTrigger as a ReadMaxRows limit."""
+        if self.opts.max_offsets_per_trigger:
+            return ReadMaxRows(self.opts.max_offsets_per_trigger)
+        return ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        """Trigger.AvailableNow: fix the target at today's latest offsets."""
+        tps = self._planner.current_partitions()
+        self._available_now_target = self._planner.latest(tps)
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        """The end of the next micro-batch: latest offsets (LSO under read_committed), capped by
+        the read limit; new partitions join at their earliest offset, vanished ones are data loss."""
+        begin = offsets_from_json(start)
+        tps = self._planner.current_partitions()
+        if self._available_now_target is not None:
+            tps = [tp for tp in tps if tp in self._available_now_target]
+        gone = sorted(set(begin) - set(tps))
+        if gone:
+            self._planner.data_loss(f"partitions {gone} were deleted")
+        latest = self._planner.latest(tps)
+        if self._available_now_target is not None:
+            latest = {tp: min(o, self._available_now_target[tp]) for tp, o in latest.items()}
+        base = {tp: begin[tp] for tp in tps if tp in begin}
+        base.update(self._planner.earliest([tp for tp in tps if tp not in begin]))
+        # An end below its start (a recreated topic) is passed on as is: planning reports it as
+        # data loss, and with failOnDataLoss=false the next batch goes on from the new log's end.
+        if isinstance(limit, ReadMaxRows):
+            end = rate_limit(base, latest, limit.max_rows)
+        else:
+            end = latest
+        return offsets_to_json(end)
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        """One input partition per Kafka partition range (split when large)."""
+        return self._planner.input_partitions(offsets_from_json(start), offsets_from_json(end))
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """Fetch the range in a task and hand Arrow batches to Spark."""
+        assert isinstance(partition, OffsetRangePartition)
+        yield from read_range(partition.rng)
+
+    def stop(self) -> None:
+        """Close the driver's broker connections."""
+        self._planner.close()
+
+
+class OnceStreamBatchReader(DataSourceReader):
+    """Batch reader: startingOffsets (default earliest) to endingOffsets (default latest)."""
+
+    def __init__(self, opts: SourceOptions) -> None:
+        self.opts = opts
+
+    def partitions(self) -> Sequence[InputPartition]:
+        """Resolve both ends now and split into tasks."""
+        planner = _Planner(self.opts)
+        try:
+            tps = planner.current_partitions()
+            start = planner.resolve(self.opts.starting, tps, EARLIEST)
+            end = planner.resolve(self.opts.ending, tps, LATEST)
+            return planner.input_partitions(start, end)
+        finally:
+            planner.close()
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """Fetch the range in a task and hand Arrow batches to Spark."""
+        assert isinstance(partition, OffsetRangePartition)
+        yield from read_range(partition.rng)

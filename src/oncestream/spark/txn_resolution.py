@@ -1,0 +1,150 @@
+"""Completing and aborting the sink's prepared transactions (KIP-939 phase two), by transactional id.
+
+Every function here opens a fresh two-phase-commit producer on a transactional id with
+``init_transactions(keep_prepared_txn=True)``: the coordinator keeps the open transaction, fences
+whoever wrote it (the epoch moves on), and tells us its PreparedTxnState. The caller's rule then
+decides: commit exactly when that state is the one the commit record lists, abort otherwise.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+
+from oncestream.spark.errors import TwoPhaseCommitUnsupportedError
+
+# Transactions completed in parallel by the driver (each is a few round trips to the coordinator).
+_PARALLEL_COMPLETIONS = 8
+_TIMEOUT_S = 60.0
+
+
+class Outcome(enum.Enum):
+    """What resolving one transactional id did."""
+
+    COMMITTED = "committed"
+    ABORTED = "aborted"
+    NOTHING_OPEN = "nothing-open"
+
+
+def two_phase_producer(bootstrap_servers: str, transactional_id: str,
+                       producer_config: Mapping[str, str] | None = None):
+    """A transactional producer with KIP-939 two-phase commit enabled."""
+    from oncestream.client import Producer
+
+    conf = {
+        "linger.ms": 5,
+        "batch.size": 1 << 20,
+        **dict(producer_config or {}),
+        "bootstrap.servers": bootstrap_servers,
+        "transactional.id": transactional_id,
+        "transaction.two.phase.commit.enable": True,
+        "enable.idempotence": True,
+        "acks": "all",
+    }
+    conf.pop("isolation.level", None)  # a consumer property; kafka.* options are shared with reads
+    return Producer(conf)
+
+
+def init_keeping_prepared(producer) -> str:
+    """init_transactions(keep_prepared_txn=True); return the kept transaction's state ('' if none).
+
+    Translates the client's 'no InitProducerId v6' failure into the connector's clear error.
+    """
+    from oncestream.client import KafkaException
+
+    try:
+        producer.init_transactions(_TIMEOUT_S, keep_prepared_txn=True)
+    except KafkaException as exc:
+        if "InitProducerId v6" in str(exc) or "two-phase commit" in str(exc):
+            raise TwoPhaseCommitUnsupportedError(
+                f"{exc.args[0]}. The exactly-once sink needs KIP-939 two-phase commit "
+                "(broker config transaction.two.phase.commit.enable=true); use exactlyOnce=false "
+                "for an at-least-once sink.") from exc
+        raise
+    return str(producer.prepared_transaction_state())
+
+
+class HeldTransactions:
+    """Producers that hold (keep) the open transactions of some transactional ids.
+
+    ``open`` initializes one producer per id with keep_prepared_txn=True, which fences every
+    other writer of those ids: from then on only this object can commit or abort them. The
+    driver checks the held states *before* writing its commit record, so the record never lists a
+    transaction that somebody else already aborted.
+    """
+
+    def __init__(self, bootstrap_servers: str, producer_config: Mapping[str, str] | None = None) -> None:
+        self._bootstrap = bootstrap_servers
+        self._config = dict(producer_config or {})
+        self.held: dict[str, str] = {}
+        self._producers: dict[str, object] = {}
+
+    def open(self, transactional_ids: Iterable[str]) -> dict[str, str]:
+        """Hold each id; returns transactional id -> held state ('' when nothing was open)."""
+        ids = sorted(set(transactional_ids) - set(self._producers))
+
+        def one(txn_id: str) -> tuple[str, object, str]:
+            producer = two_phase_producer(self._bootstrap, txn_id, self._config)
+            try:
+                return txn_id, producer, init_keeping_prepared(producer)
+            except BaseException:
+                producer.close(10)
+                raise
+
+        if ids:
+            with ThreadPoolExecutor(min(_PARALLEL_COMPLETIONS, len(ids))) as pool:
+                for txn_id, producer, state in pool.map(one, ids):
+                    self._producers[txn_id] = producer
+                    self.held[txn_id] = state
+        return dict(self.held)
+
+    def finish(self, commit: Mapping[str, str], only: set[str] | None = None) -> dict[str, Outcome]:
+        """Commit the held transactions whose id and state are in ``commit``; abort the rest.
+        ``only`` limits the ids handled now (the others stay held)."""
+
+        def one(txn_id: str) -> tuple[str, Outcome]:
+            producer = self._producers[txn_id]
+            held = self.held[txn_id]
+            if not held:
+                return txn_id, Outcome.NOTHING_OPEN
+            self.held[txn_id] = ""  # finished: a second finish() leaves it alone
+            if commit.get(txn_id) == held:
+                committed = producer.complete_transaction(held, _TIMEOUT_S)
+                assert committed, "complete_transaction with the held state commits"
+                return txn_id, Outcome.COMMITTED
+            producer.abort_transaction(_TIMEOUT_S)
+            return txn_id, Outcome.ABORTED
+
+        ids = sorted(t for t in self._producers if only is None or t in only)
+        if not ids:
+            return {}
+        with ThreadPoolExecutor(min(_PARALLEL_COMPLETIONS, len(ids))) as pool:
+            return dict(pool.map(one, ids))
+
+    def close(self) -> None:
+        """Close every producer (a held transaction stays open on the broker)."""
+        for producer in self._producers.values():
+            producer.close(10)
+        self._producers.clear()
+
+    def __enter__(self) -> HeldTransactions:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def abort_all(bootstrap_servers: str, transactional_ids: Iterable[str],
+              producer_config: Mapping[str, str] | None = None) -> dict[str, Outcome]:
+    """Abort whatever transaction is open under each id, fencing its writer."""
+    return resolve_by_record(bootstrap_servers, transactional_ids, {}, producer_config)
+
+
+def resolve_by_record(bootstrap_servers: str, transactional_ids: Iterable[str], committed: Mapping[str, str],
+                      producer_config: Mapping[str, str] | None = None) -> dict[str, Outcome]:
+    """Recovery: for each id, commit its open transaction iff the commit record lists exactly that
+    state (``committed``: transactional id -> state), abort it otherwise."""
+    with HeldTransactions(bootstrap_servers, producer_config) as held:
+        held.open(transactional_ids)
+        return held.finish(committed)

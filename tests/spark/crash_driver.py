@@ -1,0 +1,96 @@
+"""A Spark driver the tests start as a subprocess and SIGKILL: one streaming query with a checkpoint.
+
+Modes:
+  passthrough  in-topic -> format("oncestream") sink -> out-topic (exactly once)
+  dualwrite    in-topic -> foreachBatch(dual_write) -> out-topic + table ``events`` in a database
+With --available-now the query drains what is there and the process exits 0; otherwise it runs
+until killed. Progress is printed as JSON lines ``{"batch": N, "rows": M}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+for path in (str(ROOT / "src"), str(ROOT)):
+    if path not in sys.path:
+        sys.path.insert(0, path)
+
+from oncestream.spark.crash_points import DRIVER_PGID_ENV  # noqa: E402
+
+
+def _store(spec: str):
+    from oncestream.spark.stores import PostgresStore, SqliteStore
+
+    kind, _, target = spec.partition(":")
+    return PostgresStore(target) if kind == "postgres" else SqliteStore(target)
+
+
+def _apply_events(tx, batch_df, batch_id: int) -> None:
+    rows = batch_df.select("key", "value").collect()
+    tx.executemany("INSERT INTO events (k, v, batch_id) VALUES (?, ?, ?)",
+                   [(bytes(r.key).decode() if r.key is not None else None, bytes(r.value).decode(), batch_id)
+                    for r in rows])
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--bootstrap", required=True)
+    parser.add_argument("--checkpoint", required=True)
+    parser.add_argument("--in-topic", required=True)
+    parser.add_argument("--out-topic", required=True)
+    parser.add_argument("--mode", choices=("passthrough", "dualwrite"), default="passthrough")
+    parser.add_argument("--store", default="", help="sqlite:PATH or postgres:DSN (dualwrite)")
+    parser.add_argument("--max-offsets", type=int, default=50)
+    parser.add_argument("--available-now", action="store_true")
+    args = parser.parse_args()
+
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ[DRIVER_PGID_ENV] = str(os.getpgrp())  # inherited by the JVM and its Python workers
+    from pyspark.sql import SparkSession
+
+    import oncestream.spark
+
+    spark = (SparkSession.builder.master("local[2,4]").appName("oncestream-crash-driver")
+             .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
+             # A short-lived driver: JIT tier 1 only starts the JVM a few seconds sooner.
+             .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+             .getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    oncestream.spark.register(spark)
+    source = (spark.readStream.format("oncestream").option("kafka.bootstrap.servers", args.bootstrap)
+              .option("subscribe", args.in_topic).option("startingOffsets", "earliest")
+              .option("maxOffsetsPerTrigger", str(args.max_offsets)).load())
+    if args.mode == "passthrough":
+        writer = (source.select("key", "value", "headers").writeStream.format("oncestream")
+                  .option("kafka.bootstrap.servers", args.bootstrap).option("topic", args.out_topic))
+    else:
+        store = _store(args.store)
+        with store.transaction() as tx:
+            tx.execute("CREATE TABLE IF NOT EXISTS events (k TEXT, v TEXT NOT NULL, batch_id BIGINT NOT NULL)")
+        writer = source.writeStream.foreachBatch(oncestream.spark.dual_write(
+            bootstrap_servers=args.bootstrap, transactional_id=f"crash-driver-{args.out_topic}", store=store,
+            apply=_apply_events, to_log=lambda df: df.select("key", "value"), topic=args.out_topic))
+    writer = writer.option("checkpointLocation", args.checkpoint)
+    writer = writer.trigger(availableNow=True) if args.available_now else writer.trigger(processingTime="200 milliseconds")
+    query = writer.start()
+    seen = -1
+    while query.isActive:
+        for progress in query.recentProgress:
+            if progress["batchId"] > seen:
+                seen = progress["batchId"]
+                print(json.dumps({"batch": seen, "rows": progress["numInputRows"]}), flush=True)
+        time.sleep(0.2)
+    query.awaitTermination()  # raises the query's error, if any
+    print("DONE", flush=True)
+    spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

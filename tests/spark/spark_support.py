@@ -1,0 +1,185 @@
+"""Helpers for the Spark connector tests: a driver subprocess that can be SIGKILLed, a throwaway
+PostgreSQL cluster, and a librdkafka read_committed reader to check what the log holds."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from oncestream.spark.crash_points import CRASH_ENV, CRASH_MARKER_ENV
+from tests.support.ports import free_tcp_port, port_accepts_connections
+
+ROOT = Path(__file__).resolve().parents[2]
+DRIVER_SCRIPT = Path(__file__).resolve().parent / "crash_driver.py"
+DRIVER_START_TIMEOUT_S = 180.0
+QUIET_END_S = 5.0
+
+
+class DriverRun:
+    """One run of tests/spark/crash_driver.py in its own session (process group = its pid), so a
+    SIGKILL takes the Python driver and its JVM down together, like a machine crash."""
+
+    def __init__(self, log_dir: Path, argv: list[str], crash_at: str | None = None) -> None:
+        self.log_dir = Path(log_dir)
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        n = len(list(self.log_dir.glob("driver-*.out")))
+        self.stdout_path = self.log_dir / f"driver-{n}.out"
+        self.stderr_path = self.log_dir / f"driver-{n}.err"
+        env = dict(os.environ)
+        env["PYSPARK_PYTHON"] = sys.executable
+        env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "src"), env.get("PYTHONPATH", "")])
+        env.pop(CRASH_ENV, None)
+        self.crash_marker = self.log_dir / f"driver-{n}.crash"
+        env[CRASH_MARKER_ENV] = str(self.crash_marker)
+        if crash_at:
+            env[CRASH_ENV] = crash_at
+        with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
+            self.process = subprocess.Popen([sys.executable, str(DRIVER_SCRIPT), *argv], stdout=out, stderr=err,
+                                            stdin=subprocess.DEVNULL, start_new_session=True, env=env)
+
+    def progress(self) -> list[dict]:
+        """The progress lines the driver printed so far."""
+        lines = self.stdout_path.read_text(errors="replace").splitlines()
+        return [json.loads(line) for line in lines if line.startswith("{")]
+
+    def batches_with_rows(self) -> int:
+        return sum(1 for p in self.progress() if p.get("rows", 0) > 0)
+
+    def wait_for_batches(self, count: int, timeout_s: float = DRIVER_START_TIMEOUT_S) -> None:
+        """Block until the driver reported ``count`` non-empty micro-batches (or failed)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.batches_with_rows() >= count:
+                return
+            if self.process.poll() is not None:
+                raise AssertionError(f"driver exited with {self.process.returncode}:\n{self.stderr_tail()}")
+            time.sleep(0.2)
+        raise AssertionError(f"driver made no progress in {timeout_s:.0f} s:\n{self.stderr_tail()}")
+
+    def kill(self) -> None:
+        """SIGKILL the driver's whole process group and reap it."""
+        if self.process.poll() is None:
+            try:
+                os.killpg(self.process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.process.wait()
+
+    def wait(self, timeout_s: float = 300.0) -> int:
+        """Wait for the driver to exit by itself; returns its exit code."""
+        try:
+            return self.process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise AssertionError(f"driver did not finish in {timeout_s:.0f} s:\n{self.stderr_tail()}") from None
+
+    def killed_itself(self) -> bool:
+        """True when the run ended by an injected crash (SIGKILL of its group)."""
+        return self.process.returncode == -signal.SIGKILL and self.crash_marker.exists() and \
+            "injected driver crash" in self.crash_marker.read_text()
+
+    def stderr_tail(self, size: int = 6000) -> str:
+        text = self.stderr_path.read_text(errors="replace")
+        return text[-size:]
+
+
+def read_committed(bootstrap: str, topic: str, timeout_s: float = 60.0) -> list[tuple[bytes | None, bytes | None]]:
+    """Every record of ``topic`` visible to a librdkafka read_committed consumer (key, value)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"check-{time.monotonic_ns()}",
+                         "isolation.level": "read_committed", "enable.auto.commit": False,
+                         "auto.offset.reset": "earliest"})
+    try:
+        meta = consumer.list_topics(topic, timeout=10)
+        parts = sorted(meta.topics[topic].partitions)
+        tps = [TopicPartition(topic, p, 0) for p in parts]
+        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in parts}
+        consumer.assign(tps)
+        out: list[tuple[bytes | None, bytes | None]] = []
+        deadline = time.monotonic() + timeout_s
+        last_message = time.monotonic()
+        while time.monotonic() < deadline:
+            positions = {pos.partition: pos.offset for pos in consumer.position(tps)}
+            if all(ends[p] == 0 or positions[p] >= ends[p] for p in parts):
+                return out
+            # librdkafka may leave its position before a trailing transaction marker; a quiet
+            # partition after that is the end as well.
+            if time.monotonic() - last_message > QUIET_END_S:
+                return out
+            msg = consumer.poll(0.5)
+            if msg is None or msg.error():
+                continue
+            last_message = time.monotonic()
+            out.append((msg.key(), msg.value()))
+        raise AssertionError(f"could not read {topic} to its end within {timeout_s} s")
+    finally:
+        consumer.close()
+
+
+class PostgresCluster:
+    """A throwaway PostgreSQL cluster (initdb + pg_ctl) in a temporary directory on a free port.
+
+    As root the server must run as the ``postgres`` user (it refuses root), via ``runuser``.
+    """
+
+    def __init__(self) -> None:
+        # Not under pytest's tmp dir: its parents are private to root, and the server runs as
+        # the postgres user.
+        self.base_dir = Path(tempfile.mkdtemp(prefix="oncestream-pg-"))
+        self.data_dir = self.base_dir / "pgdata"
+        self.port = free_tcp_port()
+        self.bin_dir = self._find_bin_dir()
+
+    @staticmethod
+    def _find_bin_dir() -> Path:
+        found = shutil.which("pg_ctl")
+        if found:
+            return Path(found).resolve().parent
+        candidates = sorted(Path("/usr/lib/postgresql").glob("*/bin/pg_ctl"))
+        if not candidates:
+            raise AssertionError("PostgreSQL is not installed (apt-get install postgresql): "
+                                 "initdb/pg_ctl not found")
+        return candidates[-1].parent
+
+    def _run(self, argv: list[str]) -> None:
+        cmd = [str(self.bin_dir / argv[0]), *argv[1:]]
+        if os.geteuid() == 0:
+            cmd = ["runuser", "-u", "postgres", "--", *cmd]
+        result = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        if result.returncode != 0:
+            raise AssertionError(f"{argv[0]} failed: {result.stdout}\n{result.stderr}")
+
+    @property
+    def dsn(self) -> str:
+        return f"host=127.0.0.1 port={self.port} user=postgres dbname=postgres connect_timeout=10"
+
+    def start(self) -> PostgresCluster:
+        if os.geteuid() == 0:
+            shutil.chown(self.base_dir, "postgres", "postgres")
+        self._run(["initdb", "-D", str(self.data_dir), "-U", "postgres", "--auth=trust", "-E", "UTF8",
+                   "--no-sync"])
+        self._run(["pg_ctl", "-D", str(self.data_dir), "-l", str(self.base_dir / "server.log"), "-w",
+                   "-o", f"-p {self.port} -c listen_addresses=127.0.0.1 -k {self.base_dir} -c fsync=on",
+                   "start"])
+        deadline = time.monotonic() + 30
+        while not port_accepts_connections("127.0.0.1", self.port):
+            if time.monotonic() > deadline:
+                raise AssertionError("PostgreSQL did not start listening")
+            time.sleep(0.1)
+        return self
+
+    def stop(self) -> None:
+        if self.data_dir.exists():
+            try:
+                self._run(["pg_ctl", "-D", str(self.data_dir), "-m", "immediate", "-w", "stop"])
+            except AssertionError:
+                pass  # already stopped
+        shutil.rmtree(self.base_dir, ignore_errors=True)

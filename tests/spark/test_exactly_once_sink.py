@@ -1,0 +1,146 @@
+"""The exactly-once sink (KIP-939 two-phase commit) under driver SIGKILLs and task failures.
+
+Output is checked with librdkafka (confluent-kafka) read_committed: it must equal the committed
+input exactly, record for record, whatever the crashes.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from oncestream.spark.commit_journal import CommitJournal
+from oncestream.spark.log_client import LogClient
+from tests.spark.spark_support import DriverRun, read_committed
+
+pytestmark = [pytest.mark.spark, pytest.mark.chaos]
+
+
+def _topics(bootstrap: str, *names: str, partitions: int = 2) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.create_topics([NewTopic(n, partitions, 1) for n in names]).values():
+        future.result(30)
+
+
+def _produce(bootstrap: str, topic: str, start: int, count: int, aborted: int = 5) -> list[bytes]:
+    """``count`` committed records (in several transactions) plus ``aborted`` aborted ones."""
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"gen-{topic}-{start}",
+                         "linger.ms": 5})
+    producer.init_transactions(30)
+    values = []
+    for chunk_start in range(start, start + count, 40):
+        producer.begin_transaction()
+        for i in range(chunk_start, min(chunk_start + 40, start + count)):
+            value = f"rec-{i:06d}".encode()
+            producer.produce(topic, value=value, key=f"key-{i % 17}".encode())
+            values.append(value)
+        producer.commit_transaction(30)
+        producer.begin_transaction()
+        for j in range(aborted):
+            producer.produce(topic, value=f"aborted-{chunk_start}-{j}".encode())
+        producer.flush(30)
+        producer.abort_transaction(30)
+    return values
+
+
+def _driver(tmp: Path, bootstrap: str, topic_in: str, topic_out: str, *, crash_at: str | None = None,
+            available_now: bool = False) -> DriverRun:
+    argv = ["--bootstrap", bootstrap, "--checkpoint", str(tmp / "checkpoint"), "--in-topic", topic_in,
+            "--out-topic", topic_out, "--max-offsets", "60"]
+    if available_now:
+        argv.append("--available-now")
+    return DriverRun(tmp / "logs", argv, crash_at=crash_at)
+
+
+@pytest.mark.timeout(900)  # six driver runs, each starting a JVM
+def test_passthrough_survives_driver_sigkill_at_every_commit_step(tmp_path, eos_broker):
+    """in -> out with the driver SIGKILLed before the commit record, after it, halfway through
+    completing the transactions, after completing them (Spark replays the batch) and at a random
+    moment: read_committed output equals the input exactly once."""
+    bootstrap = eos_broker.bootstrap
+    topic_in, topic_out = f"in-{uuid.uuid4().hex[:8]}", f"out-{uuid.uuid4().hex[:8]}"
+    _topics(bootstrap, topic_in, topic_out)
+    expected = _produce(bootstrap, topic_in, 0, 400)
+    for step, batch in (("before-record", 1), ("after-record", 2), ("mid-complete", 3), ("after-complete", 4)):
+        run = _driver(tmp_path, bootstrap, topic_in, topic_out, crash_at=f"{step}:{batch}")
+        run.wait(300)
+        assert run.killed_itself(), f"{step}: driver ended with {run.process.returncode}:\n{run.stderr_tail()}"
+        expected += _produce(bootstrap, topic_in, len(expected) + 10_000 * batch, 60)
+    run = _driver(tmp_path, bootstrap, topic_in, topic_out)
+    run.wait_for_batches(2)
+    run.kill()
+    final = _driver(tmp_path, bootstrap, topic_in, topic_out, available_now=True)
+    assert final.wait(300) == 0, final.stderr_tail()
+
+    got = Counter(v for _k, v in read_committed(bootstrap, topic_out))
+    want = Counter(expected)
+    assert got == want, (f"missing {sorted((want - got).elements())[:10]}, "
+                         f"duplicated or foreign {sorted((got - want).elements())[:10]}")
+    with LogClient(bootstrap) as client:
+        assert [t for t in client.list_transactions() if t[2] == "Ongoing"] == []
+
+
+def test_task_failing_after_prepare_is_retried_without_duplicates(spark, eos_broker, tmp_path):
+    """A write task dies after prepare_transaction (attempt 0, every partition); Spark retries it as
+    attempt 1 under another transactional id. The driver commits attempt 1 and aborts attempt 0's
+    prepared leftover: each record once, no transaction left open."""
+    bootstrap = eos_broker.bootstrap
+    topic_in, topic_out = f"in-{uuid.uuid4().hex[:8]}", f"out-{uuid.uuid4().hex[:8]}"
+    _topics(bootstrap, topic_in, topic_out)
+    expected = _produce(bootstrap, topic_in, 0, 120)
+    source = (spark.readStream.format("oncestream").option("kafka.bootstrap.servers", bootstrap)
+              .option("subscribe", topic_in).option("startingOffsets", "earliest").load())
+    query = (source.select("key", "value").writeStream.format("oncestream")
+             .option("kafka.bootstrap.servers", bootstrap).option("topic", topic_out)
+             .option("oncestream.test.failAfterPrepare", "0")
+             .option("checkpointLocation", str(tmp_path / "cp")).trigger(availableNow=True).start())
+    query.awaitTermination(300)
+    assert query.exception() is None
+    assert Counter(v for _k, v in read_committed(bootstrap, topic_out)) == Counter(expected)
+    with LogClient(bootstrap) as client:
+        assert [t for t in client.list_transactions() if t[2] == "Ongoing"] == []
+    journal = CommitJournal(bootstrap)
+    try:
+        record = journal.last(str(query.id))
+    finally:
+        journal.close()
+    assert record is not None and record.batch_id == 0
+    assert record.txns and all(txn_id.endswith("-1") for txn_id in record.txns), record.txns
+
+
+def test_batch_crashing_in_every_attempt_then_restart_is_exactly_once(spark, eos_broker, tmp_path):
+    """Every attempt of every write task dies after prepare: the query fails with its prepared
+    transactions open (nobody reported them). The restarted query settles them and writes the
+    batch: the output holds every record once and no transaction stays open."""
+    bootstrap = eos_broker.bootstrap
+    topic_in, topic_out = f"in-{uuid.uuid4().hex[:8]}", f"out-{uuid.uuid4().hex[:8]}"
+    _topics(bootstrap, topic_in, topic_out)
+    expected = _produce(bootstrap, topic_in, 0, 40)
+
+    def start(fail_attempts: str):
+        source = (spark.readStream.format("oncestream").option("kafka.bootstrap.servers", bootstrap)
+                  .option("subscribe", topic_in).option("startingOffsets", "earliest").load())
+        writer = (source.select("value").writeStream.format("oncestream")
+                  .option("kafka.bootstrap.servers", bootstrap).option("topic", topic_out)
+                  .option("checkpointLocation", str(tmp_path / "cp")).trigger(availableNow=True))
+        if fail_attempts:
+            writer = writer.option("oncestream.test.failAfterPrepare", fail_attempts)
+        return writer.start()
+
+    failed = start("0,1,2,3")
+    with pytest.raises(Exception):
+        failed.awaitTermination(300)
+    with LogClient(bootstrap) as client:
+        assert [t for t in client.list_transactions() if t[2] == "Ongoing" and str(failed.id) in t[0]], \
+            "the crashed attempts' prepared transactions should still be open"
+    restarted = start("")
+    restarted.awaitTermination(300)
+    assert restarted.exception() is None
+    assert Counter(v for _k, v in read_committed(bootstrap, topic_out)) == Counter(expected)
+    with LogClient(bootstrap) as client:
+        assert [t for t in client.list_transactions() if t[2] == "Ongoing"] == []
