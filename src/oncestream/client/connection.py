@@ -7,7 +7,6 @@ It talks to any Kafka-protocol broker, not only ours.
 
 from __future__ import annotations
 
-import functools
 import io
 import socket
 import struct
@@ -15,12 +14,10 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-from kio.index import load_entity_module
-from kio.schema.index import api_key_map, schema_name_map
 from kio.serial import entity_reader, entity_writer
-from kio.static.constants import EntityType
 
 from oncestream.protocol.codec import read_uvarint
+from oncestream.protocol.schemas import kio_versions, request_module, response_class
 
 _SIZE = struct.Struct(">i")
 _HEADER = struct.Struct(">hhih")
@@ -33,28 +30,6 @@ class BrokerUnreachableError(ConnectionError):
 
 class UnsupportedApiError(RuntimeError):
     """The broker supports no version of an API we know."""
-
-
-@functools.cache
-def _kio_versions(api_key: int) -> tuple[int, int]:
-    versions = sorted(schema_name_map[api_key_map[api_key]])
-    return versions[0], versions[-1]
-
-
-@functools.cache
-def _modules(api_key: int, version: int) -> tuple[ModuleType, ModuleType]:
-    name = api_key_map[api_key]
-    return (
-        load_entity_module(name, version, EntityType.request),
-        load_entity_module(name, version, EntityType.response),
-    )
-
-
-def _payload(module: ModuleType, entity_type: EntityType) -> type:
-    for value in vars(module).values():
-        if isinstance(value, type) and getattr(value, "__type__", None) == entity_type:
-            return value
-    raise LookupError(module.__name__)
 
 
 class BrokerConnection:
@@ -84,7 +59,7 @@ class BrokerConnection:
 
     def version_for(self, api_key: int) -> int:
         """Highest version of ``api_key`` supported by kio, the cap and the broker."""
-        lo, hi = _kio_versions(api_key)
+        lo, hi = kio_versions(api_key)
         hi = min(hi, self._max_versions.get(api_key, hi))
         blo, bhi = self.broker_versions.get(api_key, (0, -1))
         version = min(hi, bhi)
@@ -101,8 +76,7 @@ class BrokerConnection:
         return self._call_version(api_key, version, lambda m: make(m, version))
 
     def _call_version(self, api_key: int, version: int, make: Callable[[ModuleType], Any]) -> Any:
-        req_mod, resp_mod = _modules(api_key, version)
-        request = make(req_mod)
+        request = make(request_module(api_key, version))
         self._correlation_id += 1
         correlation_id = self._correlation_id
         buf = io.BytesIO()
@@ -124,7 +98,7 @@ class BrokerConnection:
         if got_id != correlation_id:
             raise BrokerUnreachableError("response correlation id mismatch")
         pos = 4
-        resp_cls = _payload(resp_mod, EntityType.response)
+        resp_cls = response_class(api_key, version)
         if resp_cls.__flexible__ and api_key != API_VERSIONS_KEY:
             count, pos = read_uvarint(payload, pos)
             for _ in range(count):

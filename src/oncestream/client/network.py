@@ -20,16 +20,14 @@ import io
 import struct
 import time
 from dataclasses import dataclass
-from types import ModuleType
 from typing import Any
 
-from kio.index import load_entity_module
-from kio.schema.index import api_key_map, schema_name_map
+from kio.schema.index import api_key_map
 from kio.serial import entity_reader, entity_writer
-from kio.static.constants import EntityType
 
 from oncestream.client.errors import BrokerResponseError, ConnectionLostError, RequestTimedOutError
 from oncestream.protocol.codec import read_uvarint
+from oncestream.protocol.schemas import kio_versions, request_class, request_module, response_class
 
 API_VERSIONS_KEY = 18
 PRODUCE_KEY = 0
@@ -37,44 +35,6 @@ _SIZE = struct.Struct(">i")
 _HEADER = struct.Struct(">ihhih")  # size, api key, version, correlation id, client id length
 _STAGE_BYTES = 256 * 1024
 _UNSUPPORTED_VERSION = 35
-
-
-@functools.cache
-def kio_versions(api_key: int) -> tuple[int, int]:
-    """Lowest and highest version kio has schemas for."""
-    versions = sorted(schema_name_map[api_key_map[api_key]])
-    return versions[0], versions[-1]
-
-
-@functools.cache
-def request_module(api_key: int, version: int) -> ModuleType:
-    """kio request module of (api, version), holding the request and its nested classes."""
-    return load_entity_module(api_key_map[api_key], version, EntityType.request)
-
-
-@functools.cache
-def response_module(api_key: int, version: int) -> ModuleType:
-    """kio response module of (api, version)."""
-    return load_entity_module(api_key_map[api_key], version, EntityType.response)
-
-
-def _payload(module: ModuleType, entity_type: EntityType) -> type:
-    for value in vars(module).values():
-        if isinstance(value, type) and getattr(value, "__type__", None) == entity_type:
-            return value
-    raise LookupError(module.__name__)
-
-
-@functools.cache
-def request_class(api_key: int, version: int) -> type:
-    """The kio request dataclass of (api, version)."""
-    return _payload(request_module(api_key, version), EntityType.request)
-
-
-@functools.cache
-def response_class(api_key: int, version: int) -> type:
-    """The kio response dataclass of (api, version)."""
-    return _payload(response_module(api_key, version), EntityType.response)
 
 
 @functools.cache

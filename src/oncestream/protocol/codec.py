@@ -15,14 +15,12 @@ import functools
 import io
 import struct
 from dataclasses import dataclass, fields
-from types import ModuleType
 from typing import Any
 
-from kio.index import load_entity_module
 from kio.serial import entity_reader, entity_writer
-from kio.static.constants import EntityType
 
 from oncestream.protocol.api_keys import API_VERSIONS
+from oncestream.protocol.schemas import request_class, response_class, response_module  # noqa: F401 (re-exported for handlers)
 
 _HEADER_FIXED = struct.Struct(">hhih")
 _SIZE = struct.Struct(">i")
@@ -81,38 +79,6 @@ def parse_request_header(frame: bytes | memoryview) -> RequestHeader:
             if pos > len(frame):
                 raise MalformedRequestError("tagged field runs past the frame")
     return RequestHeader(api_key, api_version, correlation_id, client_id, pos)
-
-
-@functools.cache
-def _api_name(api_key: int) -> str:
-    from kio.schema.index import api_key_map
-
-    return api_key_map[api_key]
-
-
-@functools.cache
-def request_class(api_key: int, api_version: int) -> type:
-    """The kio request dataclass for a supported (key, version)."""
-    module = load_entity_module(_api_name(api_key), api_version, EntityType.request)
-    return _payload_class(module, EntityType.request)
-
-
-@functools.cache
-def response_module(api_key: int, api_version: int) -> ModuleType:
-    """The kio response module (holding the response and its nested classes)."""
-    return load_entity_module(_api_name(api_key), api_version, EntityType.response)
-
-
-@functools.cache
-def response_class(api_key: int, api_version: int) -> type:
-    return _payload_class(response_module(api_key, api_version), EntityType.response)
-
-
-def _payload_class(module: ModuleType, entity_type: EntityType) -> type:
-    for value in vars(module).values():
-        if isinstance(value, type) and getattr(value, "__type__", None) == entity_type:
-            return value
-    raise LookupError(f"no {entity_type.name} class in {module.__name__}")
 
 
 @functools.cache
