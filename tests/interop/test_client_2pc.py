@@ -8,11 +8,13 @@ What each test proves:
   the LSO (the prepared records' first offset: it sees nothing from there on, not even later
   non-transactional records); a new process with keep_prepared_txn=True and the state the old
   one stored commits exactly the prepared records;
-- complete_transaction with a stale or empty state aborts the kept transaction;
+- complete_transaction with a stale or empty state aborts the kept transaction, including the
+  state of an earlier, committed transaction of the same producer (each transaction has its own
+  epoch under transaction version 2, which the client therefore requires for 2PC);
 - init_transactions without keep_prepared_txn aborts a prepared transaction;
 - prepare_transaction flushes and then forbids produce; commit works in the same process;
-- asking for 2PC from a broker that has it disabled fails init_transactions with a clear, fatal
-  error.
+- asking for 2PC from a broker that has it disabled, or that only finalizes transaction
+  version 1, fails init_transactions with a clear, fatal error.
 """
 
 from __future__ import annotations
@@ -227,6 +229,41 @@ def test_complete_with_a_stale_or_empty_state_aborts(tpc_broker, stale):
     assert list_offset(bootstrap, topic, 0, read_committed=True) == list_offset(bootstrap, topic, 0, read_committed=False)
 
 
+def test_state_of_an_earlier_transaction_of_the_same_producer_aborts(tpc_broker):
+    """Two transactions of one producer: the first prepared and committed, the second prepared
+    and abandoned. The first's state is stale for the second and must abort it."""
+    bootstrap = tpc_broker.bootstrap
+    topic = unique_topic("tpc-earlier")
+    create_topic(bootstrap, topic, partitions=1)
+    transactional_id = f"tpc-{uuid.uuid4().hex[:8]}"
+    first_values = [b"first-%d" % i for i in range(5)]
+    second_values = [b"second-%d" % i for i in range(5)]
+    producer = _tpc_producer(bootstrap, transactional_id)
+    try:
+        producer.init_transactions(CLIENT_TIMEOUT_S)
+        producer.begin_transaction()
+        for v in first_values:
+            producer.produce(topic, v, partition=0)
+        first = producer.prepare_transaction()
+        assert producer.complete_transaction(first, CLIENT_TIMEOUT_S) is True
+        producer.begin_transaction()
+        for v in second_values:
+            producer.produce(topic, v, partition=0)
+        second = producer.prepare_transaction()
+    finally:
+        producer.close()  # abandoned after phase one of the second transaction
+    assert str(first) != str(second), "each transaction must have its own PreparedTxnState"
+    recovered = _tpc_producer(bootstrap, transactional_id)
+    try:
+        recovered.init_transactions(CLIENT_TIMEOUT_S, keep_prepared_txn=True)
+        assert recovered.prepared_transaction_state() == second
+        assert recovered.complete_transaction(str(first), CLIENT_TIMEOUT_S) is False
+    finally:
+        recovered.close()
+    assert _committed_values(bootstrap, topic) == first_values
+    assert _all_values(bootstrap, topic) == first_values + second_values
+
+
 def test_init_without_keep_prepared_aborts_the_prepared_transaction(tpc_broker):
     bootstrap = tpc_broker.bootstrap
     topic = unique_topic("tpc-nokeep")
@@ -282,6 +319,21 @@ def test_two_phase_commit_against_a_broker_without_it_fails_clearly(tmp_path):
             assert "transaction.two.phase.commit.enable" in error.str()
             with pytest.raises(KafkaException):
                 producer.begin_transaction()
+        finally:
+            producer.close()
+    finally:
+        broker.kill()
+
+
+def test_two_phase_commit_needs_transaction_version_2(tmp_path):
+    broker = start_txn_broker(tmp_path / "data", extra_config={**TWO_PC, "transaction.version": "1"})
+    try:
+        producer = _tpc_producer(broker.bootstrap, f"tpc-{uuid.uuid4().hex[:8]}")
+        try:
+            with pytest.raises(KafkaException) as info:
+                producer.init_transactions(CLIENT_TIMEOUT_S)
+            error = info.value.args[0]
+            assert error.fatal() and "transaction.version 2" in error.str()
         finally:
             producer.close()
     finally:

@@ -13,6 +13,10 @@ What each test proves:
 - send_offsets_to_transaction (AddOffsetsToTxn + TxnOffsetCommit with the group's generation and
   member id, KIP-447): a consume-transform-produce loop commits its input offsets atomically
   with its output; an aborted transaction commits neither.
+
+Every test runs twice: against a broker finalizing ``transaction.version=2`` (the client then uses
+KIP-890 part 2: Produce v12, EndTxn v5 bumping the epoch, TxnOffsetCommit v5) and against one at
+version 1 (the KIP-98 requests Kafka 3.x brokers need). The epoch test shows which one was used.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from tests.support.txn import (
     READ_UNCOMMITTED,
     committed_offsets,
     list_offset,
+    describe_transaction,
     read_to_end,
     start_txn_broker,
     values_of,
@@ -47,9 +52,11 @@ pytestmark = pytest.mark.interop
 PARTITIONS = 3
 
 
-@pytest.fixture(scope="module")
-def txn_broker(tmp_path_factory):
-    broker = start_txn_broker(tmp_path_factory.mktemp("client-txn") / "data")
+@pytest.fixture(scope="module", params=[2, 1], ids=["tv2", "tv1"])
+def txn_broker(request, tmp_path_factory):
+    broker = start_txn_broker(tmp_path_factory.mktemp("client-txn") / "data",
+                              extra_config={"transaction.version": str(request.param)})
+    broker.transaction_version = request.param
     try:
         yield broker
     finally:
@@ -269,3 +276,25 @@ def test_empty_transaction_and_state_errors(txn_broker):
             producer.prepare_transaction()  # two-phase commit is not enabled for this producer
     finally:
         producer.close()
+
+
+def test_transaction_version_decides_the_epoch_bumps(txn_broker):
+    """Version 2: every commit and abort moves the producer to a new epoch (so each transaction
+    has its own identity); version 1: the epoch set by InitProducerId stays."""
+    bootstrap = txn_broker.bootstrap
+    topic = unique_topic("ctxn-epochs")
+    create_topic(bootstrap, topic, partitions=PARTITIONS)
+    transactional_id = _txn_id("epochs")
+    producer = _producer(bootstrap, transactional_id)
+    try:
+        start = describe_transaction(bootstrap, transactional_id)
+        first = _run(producer, topic, "e1", 2, commit=True)
+        _run(producer, topic, "e2", 2, commit=False)
+        third = _run(producer, topic, "e3", 2, commit=True)
+        end = describe_transaction(bootstrap, transactional_id)
+    finally:
+        producer.close()
+    assert end.producer_id == start.producer_id
+    bumps = 3 if txn_broker.transaction_version == 2 else 0
+    assert end.producer_epoch == start.producer_epoch + bumps, (start, end)
+    assert values_of(read_to_end(bootstrap, topic, PARTITIONS, isolation=READ_COMMITTED)) == _merge(first, third)

@@ -343,6 +343,9 @@ class GroupMember:
         self._budget = budget
         self._commit_each = commit_each
         self._paused: set[int] = set()
+        # Records taken from the budget whose processing (delivery and commit) is not finished:
+        # holding() waits for them so a test never reads progress mid-commit.
+        self._unsettled = 0
         self._stop = threading.Event()
         self._error: BaseException | None = None
         self._ready = threading.Event()
@@ -430,7 +433,7 @@ class GroupMember:
     def holding(self) -> bool:
         """True when the budget is used up (the member is putting records back)."""
         with self.lock:
-            return self._budget == 0
+            return self._budget == 0 and self._unsettled == 0
 
     def __repr__(self) -> str:
         with self.lock:
@@ -491,34 +494,46 @@ class GroupMember:
             with self.lock:
                 owned = record.partition in self.log.assignment
                 allowed = self._budget is None or self._budget > 0
-                if owned and allowed and self._budget is not None:
+                counted = owned and allowed and self._budget is not None
+                if counted:
                     self._budget -= 1
-            if not owned:
-                continue  # left over from a revoked assignment: not ours to process
-            if not allowed:
-                driver.seek(record.partition, record.offset)
-                driver.pause([record.partition])
-                with self.lock:
-                    self._paused.add(record.partition)
-                put_back.add(record.partition)
-                continue
-            delivery = Delivery(record.partition, record.offset, record.value)
-            with self.lock:
-                self.log.delivered.append(delivery)
-            if not self._commit_each:
-                continue
+                    self._unsettled += 1
             try:
-                driver.commit(record.partition, record.offset + 1)
-            except CommitError as exc:
-                with self.lock:
-                    self.log.commit_failures.append(
-                        CommitFailure(record.partition, record.offset, str(exc)))
-                # Process it again later (here or at the next owner): at-least-once.
-                driver.seek(record.partition, record.offset)
-                put_back.add(record.partition)
-            else:
-                with self.lock:
-                    self.log.committed.append(delivery)
+                self._process(driver, record, owned, allowed, put_back)
+            finally:
+                if counted:
+                    with self.lock:
+                        self._unsettled -= 1
+
+    def _process(self, driver: Any, record: Any, owned: bool, allowed: bool,
+                 put_back: set[int]) -> None:
+        """Deliver (and with commit_each, commit) one polled record, or put it back."""
+        if not owned:
+            return  # left over from a revoked assignment: not ours to process
+        if not allowed:
+            driver.seek(record.partition, record.offset)
+            driver.pause([record.partition])
+            with self.lock:
+                self._paused.add(record.partition)
+            put_back.add(record.partition)
+            return
+        delivery = Delivery(record.partition, record.offset, record.value)
+        with self.lock:
+            self.log.delivered.append(delivery)
+        if not self._commit_each:
+            return
+        try:
+            driver.commit(record.partition, record.offset + 1)
+        except CommitError as exc:
+            with self.lock:
+                self.log.commit_failures.append(
+                    CommitFailure(record.partition, record.offset, str(exc)))
+            # Process it again later (here or at the next owner): at-least-once.
+            driver.seek(record.partition, record.offset)
+            put_back.add(record.partition)
+        else:
+            with self.lock:
+                self.log.committed.append(delivery)
 
 
 def close_all(members: Iterable[GroupMember | None]) -> None:

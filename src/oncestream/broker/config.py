@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from oncestream.errors import InvalidConfigError
+from oncestream.protocol.api_keys import FEATURES
 
 
 def _parse_bool(value: str) -> bool:
@@ -65,6 +66,10 @@ class BrokerConfig:
             raise InvalidConfigError(str(exc)) from exc
         if config.num_partitions < 1 or config.socket_request_max_bytes < 1024:
             raise InvalidConfigError("num.partitions must be >= 1, socket.request.max.bytes >= 1024")
+        for feature, (lo, hi) in FEATURES.items():  # finalized feature levels (api_versions.py)
+            level = props.get(feature)
+            if level is not None and not (level.strip().lstrip("-").isdigit() and lo <= int(level) <= hi):
+                raise InvalidConfigError(f"{feature}={level}: supported levels are {lo}..{hi}")
         return config
 
     @property

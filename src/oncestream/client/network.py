@@ -87,6 +87,8 @@ class Connection(asyncio.BufferedProtocol):
         self._drain_waiters: list[asyncio.Future] = []
         self._on_close: list[Any] = []
         self.broker_versions: dict[int, tuple[int, int]] = {}
+        # Finalized feature levels (ApiVersions v3+), e.g. {"transaction.version": 2}.
+        self.finalized_features: dict[str, int] = {}
 
     # --- lifecycle ----------------------------------------------------------------------------
 
@@ -119,6 +121,9 @@ class Connection(asyncio.BufferedProtocol):
             self.close(ConnectionLostError("ApiVersions failed"))
             raise ConnectionLostError(f"{self.host}:{self.port}: ApiVersions failed")
         self.broker_versions = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
+        self.finalized_features = {
+            f.name: int(f.max_version_level) for f in getattr(response, "finalized_features", ()) or ()
+        }
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:  # noqa: D102
         self._transport = transport  # type: ignore[assignment]
@@ -403,7 +408,7 @@ def produce_request_body(
     timeout_ms: int,
     topics: dict[str, list[tuple[int, bytes, bytes]]],
 ) -> list[bytes]:
-    """Encode a ProduceRequest body (v3..v11) as a list of parts; each partition's records are
+    """Encode a ProduceRequest body (v3..v12) as a list of parts; each partition's records are
     given as (index, batch header, batch records) and are not copied."""
     parts: list[bytes] = []
     flexible = version >= 9

@@ -391,7 +391,10 @@ class Sender:
             self._acc.reenqueue(batches)
             return
         try:
-            version = conn.version_for(PRODUCE_KEY, 11, 3)
+            # Produce v12 is transaction version 2 (KIP-890): the broker adds the partition to
+            # the transaction itself, so it is only sent when the transaction manager chose it.
+            tv2 = self.txn is not None and self.txn.transaction_version >= 2
+            version = conn.version_for(PRODUCE_KEY, 12 if tv2 else 11, 12 if tv2 else 3)
         except UnsupportedApiError as exc:
             error = local_error(_TRANSPORT, str(exc), fatal=True)
             for batch in batches:
@@ -415,6 +418,8 @@ class Sender:
             batch.attempts += 1
             header, payload = batch.wire_parts()
             topics.setdefault(batch.topic, []).append((batch.partition, header, payload))
+        if transactional:
+            self.txn.txn_started = True  # version 2: this Produce starts it on the broker
         body = produce_request_body(version, self._transactional_id, self._acks,
                                     self._request_timeout_ms, topics)
         expect = self._acks != 0

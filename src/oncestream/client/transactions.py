@@ -15,6 +15,14 @@ PreparedTxnState the old instance got from ``prepare_transaction()``; the commit
 is an EndTxn with this producer's *new* id/epoch (the coordinator checks EndTxn against its
 current producer identity, which keepPreparedTxn just moved forward — as Kafka's
 TransactionManager does, it only keeps the old pair to compare against the application's state).
+
+Transaction version 2 (KIP-890 part 2) is used when the coordinator's broker finalizes the
+``transaction.version`` feature at level 2 and supports Produce v12, EndTxn v5 and TxnOffsetCommit
+v5: partitions join the transaction with the first Produce (no AddPartitionsToTxn), offsets with
+the TxnOffsetCommit (no AddOffsetsToTxn), and every EndTxn bumps the epoch and returns the identity
+for the next transaction. That makes each transaction's (producer id, epoch) unique, which KIP-939
+needs: a PreparedTxnState of an earlier transaction of the same producer can then never match the
+one the broker holds prepared. Against a version-1 broker the client falls back to KIP-98 requests.
 """
 
 from __future__ import annotations
@@ -52,6 +60,8 @@ ADD_PARTITIONS_TO_TXN = 24
 ADD_OFFSETS_TO_TXN = 25
 END_TXN = 26
 TXN_OFFSET_COMMIT = 28
+PRODUCE = 0
+TRANSACTION_VERSION_FEATURE = "transaction.version"
 
 _S = TxnState
 _COORDINATOR_MOVED = (ErrorCode.not_coordinator, ErrorCode.coordinator_not_available)
@@ -86,6 +96,8 @@ class TransactionManager:
         self._add_task: asyncio.Task | None = None
         self.sender: Any = None  # set by the producer (circular by nature)
         self.pending_operation: tuple[str, Any] | None = None
+        # 1: KIP-98 requests; 2: KIP-890 part 2 (decided by init() from the coordinator's broker).
+        self.transaction_version = 1
 
     # --- user thread --------------------------------------------------------------------------
 
@@ -93,6 +105,11 @@ class TransactionManager:
         """produce() to ``tp``: it must be added to the transaction before its batch is sent.
         Returns True when the sender should be woken to add it."""
         if tp in self.added:
+            return False
+        if self.transaction_version >= 2:
+            # Produce v12 adds the partition on the broker: nothing to send first.
+            with self._lock:
+                self.added.add(tp)
             return False
         with self._lock:
             if tp in self.added or tp in self.pending:
@@ -275,6 +292,17 @@ class TransactionManager:
                 self._cluster.forget_coordinator(self.transactional_id, COORDINATOR_TRANSACTION)
                 await asyncio.sleep(self._retry_backoff_s)
                 continue
+            self.transaction_version = _transaction_version(conn)
+            if wants_v6 and self.transaction_version < 2:
+                # With version 1 consecutive transactions share one (producer id, epoch), so a
+                # PreparedTxnState could not tell the prepared transaction from an earlier one.
+                raise KafkaException(KafkaError(
+                    _UNSUPPORTED_FEATURE,
+                    "two-phase commit (KIP-939) needs transaction.version 2 (KIP-890), which broker "
+                    f"{conn.host}:{conn.port} does not finalize: without the per-transaction epoch "
+                    "bump a PreparedTxnState would not identify one transaction",
+                    fatal=True,
+                ))
             if wants_v6 and conn.broker_versions.get(INIT_PRODUCER_ID, (0, -1))[1] < 6:
                 raise KafkaException(KafkaError(
                     _UNSUPPORTED_FEATURE,
@@ -328,26 +356,36 @@ class TransactionManager:
     # --- EndTxn -------------------------------------------------------------------------------
 
     async def end(self, commit: bool) -> None:
-        """EndTxn(commit|abort) if the coordinator knows the transaction; then READY."""
+        """EndTxn(commit|abort) if the coordinator knows the transaction; then READY.
+
+        Version 2: the response carries the identity for the next transaction (the epoch bumped,
+        or a new producer id once the epoch is exhausted); an abort after a sequence gap is sent
+        even for a transaction the coordinator never saw, because that bump is the KIP-360
+        recovery.
+        """
         if not commit:
             self.sender.purge_unsent()
             await self.wait_add_partitions()
             await self.sender.wait_idle()
             self.sender.purge_unsent()
-        if self.txn_started:
+        tv2 = self.transaction_version >= 2
+        needs_bump = not commit and self.sequence_gap
+        if self.txn_started or (tv2 and needs_bump):
             identity = self.sender.identity
+            sent_as = (identity.producer_id, identity.epoch)
             while True:
                 def make(m: Any, version: int) -> Any:
                     return build(
                         m.EndTxnRequest,
                         transactional_id=self.transactional_id,
-                        producer_id=identity.producer_id,
-                        producer_epoch=identity.epoch,
+                        producer_id=sent_as[0],
+                        producer_epoch=sent_as[1],
                         committed=commit,
                     )
 
                 try:
-                    response = await self._txn_coordinator_send(END_TXN, make, max_version=4)
+                    response = await self._txn_coordinator_send(
+                        END_TXN, make, max_version=5 if tv2 else 4, min_version=5 if tv2 else 0)
                 except _Retry as retry:
                     await asyncio.sleep(retry.delay_s)
                     continue
@@ -355,22 +393,28 @@ class TransactionManager:
                 if code == 0:
                     break
                 await asyncio.sleep(self._classify(code, "EndTxn(commit)" if commit else "EndTxn(abort)"))
+            if tv2:
+                assert response.producer_id >= 0 and response.producer_epoch >= 0, response
+                self.sender.set_identity(response.producer_id, response.producer_epoch)
+                self.sequence_gap = False
         with self._lock:
             self.added.clear()
             self.pending.clear()
         self.txn_started = False
         self.prepared_state = None
         if not commit and self.sequence_gap:
-            # KIP-360: a failed batch left a sequence gap; a new epoch restarts sequences at 0.
+            # KIP-360 (version 1): a failed batch left a sequence gap; a new epoch restarts
+            # sequences at 0.
             await self.init(False, bump=True)
         self.sm.transition(_S.READY)
 
     # --- offsets in the transaction (KIP-98 / KIP-447) ----------------------------------------
 
     async def send_offsets(self, offsets: list[TopicPartition], group: ConsumerGroupMetadata) -> None:
-        """AddOffsetsToTxn, then TxnOffsetCommit to the group coordinator."""
+        """AddOffsetsToTxn (version 1 only), then TxnOffsetCommit to the group coordinator."""
         identity = self.sender.identity
-        while True:
+        tv2 = self.transaction_version >= 2
+        while not tv2:
             def make_add(m: Any, version: int) -> Any:
                 return build(
                     m.AddOffsetsToTxnRequest,
@@ -425,8 +469,9 @@ class TransactionManager:
                 )
 
             try:
-                response = await self._coordinator_send(group.group_id, COORDINATOR_GROUP,
-                                                        TXN_OFFSET_COMMIT, make_commit, max_version=3)
+                response = await self._coordinator_send(
+                    group.group_id, COORDINATOR_GROUP, TXN_OFFSET_COMMIT, make_commit,
+                    max_version=5 if tv2 else 3, min_version=5 if tv2 else 0)
             except _Retry as retry:
                 await asyncio.sleep(retry.delay_s)
                 continue
@@ -437,9 +482,23 @@ class TransactionManager:
                     if code != 0 and (worst == 0 or worst in _RETRY_IN_PLACE or worst in _COORDINATOR_MOVED):
                         worst = code
             if worst == 0:
+                self.txn_started = True  # version 2: the commit added the offsets partition
                 return
             await asyncio.sleep(self._classify(worst, "TxnOffsetCommit", key=group.group_id,
                                                key_type=COORDINATOR_GROUP))
+
+
+def _transaction_version(conn: Any) -> int:
+    """2 when the broker finalizes transaction.version >= 2 and has the requests it needs."""
+    versions = conn.broker_versions
+
+    def max_of(key: int) -> int:
+        return versions.get(key, (0, -1))[1]
+
+    if (conn.finalized_features.get(TRANSACTION_VERSION_FEATURE, 0) >= 2 and max_of(PRODUCE) >= 12
+            and max_of(END_TXN) >= 5 and max_of(TXN_OFFSET_COMMIT) >= 5):
+        return 2
+    return 1
 
 
 class _Retry(Exception):

@@ -12,6 +12,20 @@ from oncestream.protocol.api_keys import API_VERSIONS, API_VERSIONS_KEY, FEATURE
 from oncestream.protocol.codec import RequestHeader, build, response_module
 
 
+def finalized_levels(state: BrokerState) -> dict[str, int]:
+    """Finalized feature levels. Kafka finalizes features cluster-wide (``kafka-features.sh``,
+    ``kafka-storage.sh format --feature``); a single broker takes them as broker properties named
+    like the feature (``transaction.version=1`` makes clients use the KIP-98 protocol instead of
+    KIP-890 part 2). Default: the highest supported level."""
+    levels = {}
+    for name, (lo, hi) in FEATURES.items():
+        level = int(state.config.raw.get(name, hi))
+        if not lo <= level <= hi:
+            raise ValueError(f"{name}={level}: supported levels are {lo}..{hi}")
+        levels[name] = level
+    return levels
+
+
 def handle(state: BrokerState, header: RequestHeader, request: object) -> object:
     m = response_module(API_VERSIONS_KEY, header.api_version)
     keys = tuple(
@@ -24,8 +38,8 @@ def handle(state: BrokerState, header: RequestHeader, request: object) -> object
             build(m.SupportedFeatureKey, name=name, min_version=lo, max_version=hi) for name, (lo, hi) in FEATURES.items()
         )
         finalized = tuple(
-            build(m.FinalizedFeatureKey, name=name, min_version_level=hi, max_version_level=hi)
-            for name, (_lo, hi) in FEATURES.items()
+            build(m.FinalizedFeatureKey, name=name, min_version_level=level, max_version_level=level)
+            for name, level in finalized_levels(state).items()
         )
     return build(
         m.ApiVersionsResponse,
