@@ -449,3 +449,65 @@ def test_pattern_subscription_picks_up_a_new_matching_topic(broker):
         assert sorted({tp.topic for tp in consumer.assignment()}) == [first, later]
     finally:
         consumer.close()
+
+
+def test_max_poll_interval_exceeded_leaves_the_group_and_the_assignment_is_lost(broker):
+    """A member that stops polling for longer than max.poll.interval.ms leaves the group itself
+    (the group is empty long before the 60 s session timeout could expire), its next poll()
+    reports _MAX_POLL_EXCEEDED, on_lost (not on_revoke) gets the partitions it lost, and it then
+    rejoins and shares the topic with a librdkafka member."""
+    topic = unique_topic("max-poll")
+    create_topic(broker.bootstrap, topic, partitions=2)
+    group = unique_topic("max-poll-group")
+    calls: list[tuple[str, list[int]]] = []
+
+    def record(kind: str):
+        return lambda consumer, parts: calls.append((kind, sorted(p.partition for p in parts)))
+
+    ours = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group, "auto.offset.reset": "earliest",
+                     "enable.auto.commit": False, "max.poll.interval.ms": 2000, "session.timeout.ms": 60000,
+                     "heartbeat.interval.ms": 300, "partition.assignment.strategy": "range"})
+    theirs = None
+    admin = ck.admin.AdminClient({"bootstrap.servers": broker.bootstrap})
+
+    def members() -> int:
+        described = admin.describe_consumer_groups([group])[group].result(CLIENT_TIMEOUT_S)
+        return len(described.members)
+
+    try:
+        ours.subscribe([topic], on_assign=record("assign"), on_revoke=record("revoke"), on_lost=record("lost"))
+        deadline = time.monotonic() + CLIENT_TIMEOUT_S
+        while calls != [("assign", [0, 1])]:
+            assert time.monotonic() < deadline, calls
+            ours.poll(0.2)
+        # Stop polling: the member must leave on its own, well inside the session timeout.
+        deadline = time.monotonic() + 30
+        while members() != 0:
+            assert time.monotonic() < deadline, "the member did not leave after max.poll.interval.ms"
+            time.sleep(0.2)
+        theirs = ck.Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group,
+                              "auto.offset.reset": "earliest", "session.timeout.ms": 10000,
+                              "heartbeat.interval.ms": 500, "partition.assignment.strategy": "range"})
+        theirs_assigned: list[list[int]] = []
+        theirs.subscribe([topic], on_assign=lambda c, ps: theirs_assigned.append(sorted(p.partition for p in ps)))
+        deadline = time.monotonic() + CLIENT_TIMEOUT_S
+        while not theirs_assigned:
+            assert time.monotonic() < deadline
+            theirs.poll(0.2)
+        assert theirs_assigned[-1] == [0, 1]  # the left member held nothing any more
+        # Back to polling: the error, then on_lost, then a rejoin beside the librdkafka member.
+        first = ours.poll(1.0)
+        assert first is not None and first.error() is not None
+        assert first.error().code() == -147, first.error()  # _MAX_POLL_EXCEEDED, as librdkafka
+        deadline = time.monotonic() + CLIENT_TIMEOUT_S
+        while not (len(calls) >= 3 and calls[-1][0] == "assign" and theirs_assigned[-1] != [0, 1]):
+            assert time.monotonic() < deadline, (calls, theirs_assigned)
+            ours.poll(0.1)
+            theirs.poll(0.1)
+        assert calls[1] == ("lost", [0, 1]), calls
+        assert not any(kind == "revoke" for kind, _ in calls[:2]), calls
+        assert sorted(calls[-1][1] + theirs_assigned[-1]) == [0, 1], (calls, theirs_assigned)
+    finally:
+        ours.close()
+        if theirs is not None:
+            theirs.close()

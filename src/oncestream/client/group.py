@@ -267,6 +267,9 @@ class GroupMembership:
                 log.warning("oncestream consumer: max.poll.interval.ms exceeded; leaving group %s",
                             self.group_id)
                 self.max_poll_exceeded = True
+                # This task is the one leaving: leave() must not cancel it (stop_heartbeats), or
+                # the cancellation would land in the LeaveGroup await and skip _mark_lost.
+                self._heartbeat_task = None
                 await self._leave_quietly()
                 self._mark_lost(reset_member=True)
                 return
