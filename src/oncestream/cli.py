@@ -23,6 +23,7 @@ from oncestream.protocol.records import NewRecord, committed_records, encode_bat
 PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3
 OFFSET_COMMIT, OFFSET_FETCH = 8, 9
 CREATE_TOPICS, DELETE_TOPICS, INIT_PRODUCER_ID, DESCRIBE_CONFIGS = 19, 20, 22, 32
+CREATE_PARTITIONS = 37
 WRITE_TXN_MARKERS, DESCRIBE_PRODUCERS, DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 27, 61, 65, 66
 
 
@@ -123,6 +124,19 @@ def cmd_topics(args: argparse.Namespace) -> int:
             if res.error_code != ErrorCode.none:
                 raise CliError(f"create {args.name!r}: {res.error_code.name.upper()}: {res.error_message or ''}")
             print(f"created topic {args.name} with {args.partitions} partition(s)")
+        elif args.action == "alter":
+            # Only the partition count can grow here; configs go through the admin API.
+            def make(m):
+                return m.CreatePartitionsRequest(
+                    topics=(m.CreatePartitionsTopic(name=args.name, count=args.partitions, assignments=None),),
+                    timeout=datetime.timedelta(seconds=30),
+                    validate_only=False,
+                )
+
+            (res,) = conn.call(CREATE_PARTITIONS, make).results
+            if res.error_code != ErrorCode.none:
+                raise CliError(f"alter {args.name!r}: {res.error_code.name.upper()}: {res.error_message or ''}")
+            print(f"topic {args.name} now has {args.partitions} partition(s)")
         elif args.action == "delete":
 
             def make(m, version):
@@ -465,8 +479,8 @@ def build_parser() -> argparse.ArgumentParser:
     def client_args(p: argparse.ArgumentParser) -> None:
         p.add_argument("--bootstrap-server", "-b", default="127.0.0.1:9092")
 
-    t = sub.add_parser("topics", help="create, list, describe or delete topics")
-    t.add_argument("action", choices=["create", "list", "describe", "delete"])
+    t = sub.add_parser("topics", help="create, list, describe, alter (grow partitions) or delete topics")
+    t.add_argument("action", choices=["create", "list", "describe", "alter", "delete"])
     t.add_argument("name", nargs="?")
     t.add_argument("--partitions", type=int, default=1)
     t.add_argument("--config", action="append", metavar="KEY=VALUE", help="topic config")

@@ -33,6 +33,10 @@ def test_topics_create_list_describe_delete(broker) -> None:
     assert "partitions 3" in described and "retention.ms=123456" in described
     again = run_cli("topics", "create", topic, *bs, check=False)
     assert again.returncode == 1 and b"TOPIC_ALREADY_EXISTS" in again.stderr
+    run_cli("topics", "alter", topic, "--partitions", "5", *bs)
+    assert "partitions 5" in run_cli("topics", "describe", topic, *bs).stdout.decode()
+    shrink = run_cli("topics", "alter", topic, "--partitions", "2", *bs, check=False)
+    assert shrink.returncode == 1 and b"INVALID_PARTITIONS" in shrink.stderr
     run_cli("topics", "delete", topic, *bs)
     assert topic not in run_cli("topics", "list", *bs).stdout.decode().split()
 

@@ -1,5 +1,5 @@
 """The streaming source: offsets in Spark's checkpoint in Spark's JSON shape, rate limit, new
-partitions picked up, deleted partitions handled per failOnDataLoss (as Spark's Kafka source)."""
+partitions (new topics by pattern, CreatePartitions on a subscribed topic) picked up, deleted partitions handled per failOnDataLoss (as Spark's Kafka source)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
 pytestmark = pytest.mark.spark
 
@@ -77,6 +77,31 @@ def test_new_topic_matching_pattern_is_read_from_earliest(spark, eos_broker):
     finally:
         query.stop()
     assert {r.topic: r.n for r in rows} == {first: 10, second: 6}
+
+
+def test_partitions_added_to_a_subscribed_topic_are_read_from_earliest(spark, eos_broker):
+    """CreatePartitions while the query runs: the new partitions join at offset 0 (none of their
+    records is skipped, as in Spark's Kafka source) and the old ones go on where they were."""
+    topic = f"grow-{uuid.uuid4().hex[:8]}"
+    _create(eos_broker.bootstrap, topic)
+    _produce(eos_broker.bootstrap, topic, 10)
+    name = f"grow_{uuid.uuid4().hex[:8]}"
+    query = (_stream(spark, eos_broker.bootstrap, subscribe=topic).select("partition", "value")
+             .writeStream.format("memory").queryName(name).trigger(processingTime="200 milliseconds").start())
+    try:
+        query.processAllAvailable()
+        admin = AdminClient({"bootstrap.servers": eos_broker.bootstrap})
+        admin.create_partitions([NewPartitions(topic, 4)])[topic].result(30)
+        producer = Producer({"bootstrap.servers": eos_broker.bootstrap, "linger.ms": 5})
+        for i in range(12):
+            producer.produce(topic, value=f"new-{i}".encode(), partition=i % 4)
+        assert producer.flush(30) == 0
+        query.processAllAvailable()
+        rows = spark.sql(f"SELECT partition, count(*) AS n, count(DISTINCT value) AS d FROM {name} "
+                         "GROUP BY partition").collect()
+    finally:
+        query.stop()
+    assert {r.partition: (r.n, r.d) for r in rows} == {0: (8, 8), 1: (8, 8), 2: (3, 3), 3: (3, 3)}
 
 
 @pytest.mark.parametrize("fail_on_data_loss", [True, False])

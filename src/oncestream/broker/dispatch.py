@@ -49,6 +49,7 @@ HANDLERS: dict[int, Handler] = {
     k.API_VERSIONS_KEY: api_versions.handle,
     k.CREATE_TOPICS: topics.handle_create,
     k.DELETE_TOPICS: topics.handle_delete,
+    k.CREATE_PARTITIONS: topics.handle_create_partitions,
     k.DELETE_RECORDS: records_admin.handle_delete_records,
     k.INIT_PRODUCER_ID: transactions.handle_init_producer_id,
     k.DESCRIBE_CONFIGS: configs.handle_describe,

@@ -42,6 +42,7 @@ CREATE_TOPICS = 19
 DELETE_TOPICS = 20
 WRITE_TXN_MARKERS = 27
 DESCRIBE_CONFIGS = 32
+CREATE_PARTITIONS = 37
 DESCRIBE_PRODUCERS = 61
 DESCRIBE_TRANSACTIONS = 65
 LIST_TRANSACTIONS = 66
@@ -340,6 +341,30 @@ class Admin:
             response = await self._cluster.send(await self._controller(), DELETE_TOPICS, make)
             return {r.name: _error(int(r.error_code), getattr(r, "error_message", None))
                     for r in response.responses}
+
+        return self._run(run(), timeout)
+
+    def create_partitions(self, new_counts: Mapping[str, int], timeout: float | None = None,
+                          validate_only: bool = False) -> dict[str, KafkaError | None]:
+        """CreatePartitions: grow each topic to the given total partition count; per topic None or
+        the error (INVALID_PARTITIONS when the count is not larger, UNKNOWN_TOPIC_OR_PARTITION)."""
+        counts = dict(new_counts)
+
+        async def run() -> dict[str, KafkaError | None]:
+            def make(m: Any, version: int) -> Any:
+                return build(
+                    m.CreatePartitionsRequest,
+                    topics=tuple(build(m.CreatePartitionsTopic, name=name, count=count, assignments=None)
+                                 for name, count in counts.items()),
+                    timeout=_td(int((timeout or 30) * 1000)),
+                    validate_only=validate_only,
+                )
+
+            response = await self._cluster.send(await self._controller(), CREATE_PARTITIONS, make)
+            result = {r.name: _error(int(r.error_code), getattr(r, "error_message", None))
+                      for r in response.results}
+            await self._cluster.refresh(list(counts))
+            return result
 
         return self._run(run(), timeout)
 

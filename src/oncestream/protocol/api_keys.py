@@ -34,6 +34,7 @@ WRITE_TXN_MARKERS: Final = 27
 TXN_OFFSET_COMMIT: Final = 28
 DESCRIBE_CONFIGS: Final = 32
 ALTER_CONFIGS: Final = 33
+CREATE_PARTITIONS: Final = 37
 DELETE_GROUPS: Final = 42
 INCREMENTAL_ALTER_CONFIGS: Final = 44
 OFFSET_DELETE: Final = 47
@@ -68,6 +69,7 @@ API_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     TXN_OFFSET_COMMIT: (0, 5),  # v5: transaction version 2 adds the offsets partition itself
     DESCRIBE_CONFIGS: (1, 4),
     ALTER_CONFIGS: (0, 2),
+    CREATE_PARTITIONS: (0, 3),
     DELETE_GROUPS: (0, 2),
     INCREMENTAL_ALTER_CONFIGS: (0, 1),
     OFFSET_DELETE: (0, 0),

@@ -1,4 +1,5 @@
-"""CreateTopics (key 19) and DeleteTopics (key 20) on a single node (replication factor 1)."""
+"""CreateTopics (key 19), DeleteTopics (key 20) and CreatePartitions (key 37) on a single node
+(replication factor 1)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from oncestream.broker.handlers.metadata import INTERNAL_TOPICS
 from oncestream.broker.state import BrokerState
 from oncestream.errors import KafkaError
 from oncestream.log.config import LogConfig
-from oncestream.protocol.api_keys import CREATE_TOPICS, DELETE_TOPICS
+from oncestream.protocol.api_keys import CREATE_PARTITIONS, CREATE_TOPICS, DELETE_TOPICS
 from oncestream.protocol.codec import RequestHeader, build, response_module
 
 _NIL_UUID = uuid.UUID(int=0)
@@ -93,3 +94,39 @@ def handle_delete(state: BrokerState, header: RequestHeader, request) -> object:
             )
         )
     return build(m.DeleteTopicsResponse, throttle_time=datetime.timedelta(0), responses=tuple(results))
+
+
+def handle_create_partitions(state: BrokerState, header: RequestHeader, request) -> object:
+    """Grow topics to ``count`` partitions. New partitions start empty at offset 0; clients see them
+    in their next Metadata. Internal topics keep their partition count: the coordinators hash group
+    and transactional ids over it, so changing it would move every id's coordinator partition."""
+    m = response_module(CREATE_PARTITIONS, header.api_version)
+    names = [t.name for t in request.topics]
+    results = []
+    for t in request.topics:
+        error, message = ErrorCode.none, None
+        info = state.logs.topics().get(t.name)
+        if names.count(t.name) > 1:
+            error, message = ErrorCode.invalid_request, f"topic {t.name!r} appears more than once"
+        elif info is None:
+            error, message = ErrorCode.unknown_topic_or_partition, f"topic {t.name!r} does not exist"
+        elif t.name in INTERNAL_TOPICS:
+            error, message = ErrorCode.invalid_partitions, f"the partition count of {t.name!r} is fixed"
+        elif t.count <= info.num_partitions:
+            error = ErrorCode.invalid_partitions
+            message = f"topic {t.name!r} has {info.num_partitions} partitions; cannot change to {t.count}"
+        elif t.assignments is not None and (
+            len(t.assignments) != t.count - info.num_partitions
+            or any(tuple(a.broker_ids) != (state.config.node_id,) for a in t.assignments)
+        ):
+            error = ErrorCode.invalid_replica_assignment
+            message = (f"a single-node broker needs one assignment [{state.config.node_id}] "
+                       f"per new partition ({t.count - info.num_partitions})")
+        elif not request.validate_only:
+            try:
+                state.logs.create_partitions(t.name, t.count)
+            except KafkaError as exc:
+                error, message = exc.code, str(exc)
+        results.append(build(m.CreatePartitionsTopicResult, name=t.name, error_code=error,
+                             error_message=message))
+    return build(m.CreatePartitionsResponse, throttle_time=datetime.timedelta(0), results=tuple(results))

@@ -1,0 +1,154 @@
+"""CreatePartitions (key 37) through three admin clients, and what the new partitions mean to
+producers and consumers: they start empty at offset 0, survive a broker restart, and a librdkafka
+group member subscribed to the topic is assigned them after its next metadata refresh."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka.admin import NewPartitions
+from kafka.admin import KafkaAdminClient
+from kafka.admin import NewPartitions as KafkaPythonNewPartitions
+from kafka.errors import InvalidPartitionsError
+
+from oncestream.client import Admin
+from tests.support.brokers import BrokerProcess
+from tests.support.clients import (
+    CLIENT_TIMEOUT_S,
+    admin_client,
+    confluent_consume,
+    create_topic,
+    unique_topic,
+)
+
+pytestmark = pytest.mark.interop
+
+
+def _partition_count(bootstrap: str, topic: str) -> int:
+    metadata = admin_client(bootstrap).list_topics(topic, timeout=CLIENT_TIMEOUT_S)
+    return len(metadata.topics[topic].partitions)
+
+
+def _grow(bootstrap: str, topic: str, count: int, validate_only: bool = False) -> None:
+    admin = admin_client(bootstrap)  # held until the future resolves: a destroyed handle fails it
+    futures = admin.create_partitions(
+        [NewPartitions(topic, count)], validate_only=validate_only, request_timeout=CLIENT_TIMEOUT_S)
+    futures[topic].result(timeout=CLIENT_TIMEOUT_S)
+
+
+def _produce(bootstrap: str, topic: str, partition: int, values: list[bytes]) -> list[int]:
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5})
+    offsets: list[int] = []
+
+    def on_delivery(err, msg) -> None:
+        assert err is None, err
+        offsets.append(msg.offset())
+
+    for value in values:
+        producer.produce(topic, value, partition=partition, on_delivery=on_delivery)
+    assert producer.flush(CLIENT_TIMEOUT_S) == 0
+    return offsets
+
+
+def test_librdkafka_admin_grows_a_topic_and_the_new_partition_takes_records(broker):
+    topic = unique_topic("parts-grow")
+    create_topic(broker.bootstrap, topic, partitions=1)
+    _produce(broker.bootstrap, topic, 0, [b"old"])
+    _grow(broker.bootstrap, topic, 3, validate_only=True)
+    assert _partition_count(broker.bootstrap, topic) == 1, "validate_only changed the topic"
+    _grow(broker.bootstrap, topic, 3)
+    assert _partition_count(broker.bootstrap, topic) == 3
+    assert _produce(broker.bootstrap, topic, 2, [b"new-0", b"new-1"]) == [0, 1]
+    by_partition = {(r.partition, r.value) for r in confluent_consume(broker.bootstrap, topic, 3)}
+    assert by_partition == {(0, b"old"), (2, b"new-0"), (2, b"new-1")}
+
+
+@pytest.mark.parametrize(
+    ("count", "target", "code"),
+    [
+        (1, None, KafkaError.INVALID_PARTITIONS),  # not more than now
+        (5, "missing", KafkaError.UNKNOWN_TOPIC_OR_PART),
+        (100, "__consumer_offsets", KafkaError.INVALID_PARTITIONS),  # coordinators hash over it
+    ],
+)
+def test_refusals_carry_kafka_error_codes(broker, count, target, code):
+    topic = unique_topic("parts-bad")
+    create_topic(broker.bootstrap, topic, partitions=2)
+    name = topic if target is None else (unique_topic("parts-missing") if target == "missing" else target)
+    with pytest.raises(KafkaException) as failure:
+        _grow(broker.bootstrap, name, count)
+    assert failure.value.args[0].code() == code
+    assert _partition_count(broker.bootstrap, topic) == 2
+
+
+def test_kafka_python_and_our_admin_grow_topics(broker):
+    topic = unique_topic("parts-clients")
+    create_topic(broker.bootstrap, topic, partitions=1)
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap, request_timeout_ms=int(CLIENT_TIMEOUT_S * 1000))
+    try:
+        admin.create_partitions({topic: KafkaPythonNewPartitions(total_count=2)})
+        with pytest.raises(InvalidPartitionsError):
+            admin.create_partitions({topic: KafkaPythonNewPartitions(total_count=2)})
+    finally:
+        admin.close()
+    assert _partition_count(broker.bootstrap, topic) == 2
+
+    ours = Admin({"bootstrap.servers": broker.bootstrap})
+    try:
+        assert ours.create_partitions({topic: 4}) == {topic: None}
+        error = ours.create_partitions({topic: 3})[topic]
+        assert error is not None and error.name() == "INVALID_PARTITIONS"
+        assert len(ours.describe_topics([topic])[topic].partitions) == 4
+    finally:
+        ours.close()
+
+
+def test_new_partitions_survive_a_restart(tmp_path):
+    process = BrokerProcess(data_dir=tmp_path / "data")
+    process.start()
+    try:
+        topic = unique_topic("parts-restart")
+        create_topic(process.bootstrap, topic, partitions=1)
+        _grow(process.bootstrap, topic, 2)
+        _produce(process.bootstrap, topic, 1, [b"a", b"b"])
+        process.kill()  # SIGKILL: nothing flushed on the way out
+        process.start()
+        assert _partition_count(process.bootstrap, topic) == 2
+        assert [r.value for r in confluent_consume(process.bootstrap, topic, 2)] == [b"a", b"b"]
+    finally:
+        process.stop()
+
+
+def test_a_subscribed_group_member_is_assigned_the_new_partitions(broker):
+    topic = unique_topic("parts-group")
+    create_topic(broker.bootstrap, topic, partitions=1)
+    consumer = Consumer({
+        "bootstrap.servers": broker.bootstrap,
+        "group.id": unique_topic("parts-group-g"),
+        "auto.offset.reset": "earliest",
+        "topic.metadata.refresh.interval.ms": 300,
+        "enable.auto.commit": False,
+    })
+    try:
+        consumer.subscribe([topic])
+        _produce(broker.bootstrap, topic, 0, [b"before"])
+        assert _poll_one(consumer) == (0, b"before")  # joined, assigned the one partition
+        assert {tp.partition for tp in consumer.assignment()} == {0}
+        consumer.commit(asynchronous=False)  # the rebalance below must not replay "before"
+        _grow(broker.bootstrap, topic, 3)
+        _produce(broker.bootstrap, topic, 2, [b"on-new-partition"])
+        assert _poll_one(consumer) == (2, b"on-new-partition")
+        assert {tp.partition for tp in consumer.assignment()} == {0, 1, 2}
+    finally:
+        consumer.close()
+
+
+def _poll_one(consumer: Consumer) -> tuple[int, bytes] | None:
+    deadline = time.monotonic() + CLIENT_TIMEOUT_S
+    while time.monotonic() < deadline:
+        msg = consumer.poll(0.2)
+        if msg is not None and msg.error() is None:
+            return msg.partition(), msg.value()
+    return None
