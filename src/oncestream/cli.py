@@ -53,13 +53,17 @@ def _parse_listen(listen: str) -> tuple[str, int]:
 
 def cmd_broker(args: argparse.Namespace) -> int:
     from oncestream.broker.server import run_broker
+    from oncestream.broker.state import DataDirInUseError
 
     logging.basicConfig(
         level=getattr(logging, args.log_level.upper()),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     host, port = _parse_listen(args.listen)
-    return run_broker(Path(args.data_dir), host, port, _parse_props(args.config))
+    try:
+        return run_broker(Path(args.data_dir), host, port, _parse_props(args.config))
+    except DataDirInUseError as exc:
+        raise CliError(str(exc)) from None
 
 
 # --- admin helpers -------------------------------------------------------------------------------

@@ -103,3 +103,16 @@ def test_unreachable_broker_gets_a_clear_message() -> None:
         assert result.returncode == 1
         assert f"broker unreachable at 127.0.0.1:{port}".encode() in result.stderr
         assert b"Traceback" not in result.stderr
+
+
+def test_second_broker_on_a_live_data_dir_refuses_to_start(broker_factory) -> None:
+    """One log line and exit code 1, no traceback; the running broker keeps serving."""
+    running = broker_factory()
+    second = subprocess.run(
+        [ONCESTREAM, "broker", "--data-dir", str(running.data_dir), "--listen", f"127.0.0.1:{free_tcp_port()}"],
+        capture_output=True, timeout=60)
+    assert second.returncode == 1
+    assert b"is in use by another broker" in second.stderr and b"Traceback" not in second.stderr
+    topic = unique_topic("cli-locked")
+    run_cli("topics", "create", topic, "-b", running.bootstrap)
+    assert topic in run_cli("topics", "list", "-b", running.bootstrap).stdout.decode().split()

@@ -64,3 +64,19 @@ def test_block_reservation_failure_hands_out_nothing(tmp_path, monkeypatch) -> N
     monkeypatch.setattr(manager, "_reserve", broken)
     with pytest.raises(OSError):
         manager.next_id()
+
+
+def test_a_data_directory_is_used_by_one_broker_at_a_time(tmp_path) -> None:
+    """A second broker on a live broker's data directory refuses to start (two writers would
+    interleave batches in one segment); the lock goes with close() and with the process."""
+    from oncestream.broker.config import BrokerConfig
+    from oncestream.broker.state import BrokerState, DataDirInUseError
+
+    config = BrokerConfig.from_properties("127.0.0.1", 0, {})
+    first = BrokerState(tmp_path / "data", config)
+    try:
+        with pytest.raises(DataDirInUseError, match=r"in use by another broker \(pid \d+\)"):
+            BrokerState(tmp_path / "data", config)
+    finally:
+        first.close()
+    BrokerState(tmp_path / "data", config).close()
