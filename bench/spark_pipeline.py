@@ -7,7 +7,8 @@ consumer on the same topic.
 Everything runs on this machine: one oncestream broker (two-phase commit enabled) on a free port,
 one local[2] SparkSession in this process. Each pipeline run is a fresh query with its own
 checkpoint, Trigger.AvailableNow, maxOffsetsPerTrigger micro-batches, reading the same input topic
-and writing to its own output topic. The figures are printed as a Markdown section for
+and writing to its own output topic; ``--rounds`` runs of each sink alternate in order (ABBA...) so
+neither always runs first on a JVM still warming up. The figures are printed as a Markdown section for
 docs/benchmarks.md.
 """
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import statistics
 import sys
 import tempfile
 import time
@@ -108,6 +110,8 @@ def main() -> int:
     parser.add_argument("--record-bytes", type=int, default=1024)
     parser.add_argument("--partitions", type=int, default=2)
     parser.add_argument("--max-offsets", type=int, default=50_000, help="maxOffsetsPerTrigger")
+    parser.add_argument("--rounds", type=int, default=4,
+                        help="pipeline runs per sink, in alternating order (EOS first in odd rounds)")
     args = parser.parse_args()
 
     os.environ["PYSPARK_PYTHON"] = sys.executable
@@ -116,7 +120,8 @@ def main() -> int:
     broker.start()
     try:
         bootstrap = broker.bootstrap
-        _create_topics(bootstrap, args.partitions, "in", "out-eos", "out-alo", "warm-in", "warm-out")
+        outputs = [f"out-{mode}-{r}" for r in range(args.rounds) for mode in ("eos", "alo")]
+        _create_topics(bootstrap, args.partitions, "in", "warm-in", "warm-out-eos", "warm-out-alo", *outputs)
         _fill(bootstrap, "in", args.records, args.record_bytes)
         _fill(bootstrap, "warm-in", 2000, args.record_bytes)
 
@@ -128,35 +133,42 @@ def main() -> int:
                  .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2").getOrCreate())
         spark.sparkContext.setLogLevel("ERROR")
         oncestream.spark.register(spark)
-        # Warm-up: JVM JIT, Python workers, broker caches.
-        _pipeline(spark, bootstrap, "warm-in", "warm-out", work / "cp-warm", True, 1000)
-        results = {}
-        for name, exactly_once in (("exactly-once", True), ("at-least-once", False)):
-            topic_out = "out-eos" if exactly_once else "out-alo"
-            results[name] = _pipeline(spark, bootstrap, "in", topic_out, work / f"cp-{name}", exactly_once,
-                                      args.max_offsets)
+        # Warm-up of both sinks: JVM JIT, Python workers, broker caches.
+        _pipeline(spark, bootstrap, "warm-in", "warm-out-eos", work / "cp-warm-eos", True, 1000)
+        _pipeline(spark, bootstrap, "warm-in", "warm-out-alo", work / "cp-warm-alo", False, 1000)
+        # Alternating order (EOS, ALO, then ALO, EOS, ...) so neither sink always runs first.
+        runs: dict[str, list[dict]] = {"exactly-once": [], "at-least-once": []}
+        for r in range(args.rounds):
+            order = (("exactly-once", "eos"), ("at-least-once", "alo"))
+            for name, mode in (order if r % 2 == 0 else order[::-1]):
+                runs[name].append(_pipeline(spark, bootstrap, "in", f"out-{mode}-{r}", work / f"cp-{mode}-{r}",
+                                            mode == "eos", args.max_offsets))
         spark_mb_s, spark_s = _spark_read_mb_s(spark, bootstrap, "in", args.records, args.record_bytes)
         rdk_mb_s, rdk_s = _librdkafka_read_mb_s(bootstrap, "in", args.partitions, args.records)
         spark.stop()
     finally:
         broker.stop()
 
-    eos, alo = results["exactly-once"], results["at-least-once"]
     from pyspark import __version__ as pyspark_version
 
     load = os.getloadavg()
     print(f"\nCommand: `.venv/bin/python bench/spark_pipeline.py --records {args.records} --record-bytes "
-          f"{args.record_bytes} --partitions {args.partitions} --max-offsets {args.max_offsets}`  ")
+          f"{args.record_bytes} --partitions {args.partitions} --max-offsets {args.max_offsets} "
+          f"--rounds {args.rounds}`  ")
     print(f"Date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}  ")
     print(f"Machine: {os.cpu_count()} cores, {platform.system()} {platform.release()}, PySpark {pyspark_version}, "
           f"Python {platform.python_version()}; load average after: {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f}\n")
-    print("| sink | records | micro-batches | wall s | records/s (wall) | records/s (in batches) |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: |")
-    for name, r in results.items():
-        print(f"| {name} | {r['rows']} | {r['batches']} | {r['elapsed_s']:.1f} | {r['rows_per_s']:,.0f} | "
-              f"{r['rows_per_batch_s']:,.0f} |")
-    print(f"\nExactly-once / at-least-once: **{eos['rows_per_s'] / alo['rows_per_s']:.2f}** (wall), "
-          f"{eos['rows_per_batch_s'] / alo['rows_per_batch_s']:.2f} (in batches)\n")
+    print("| sink | run | records | micro-batches | wall s | records/s (wall) | records/s (in batches) |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for name, results in runs.items():
+        for i, r in enumerate(results, 1):
+            print(f"| {name} | {i} | {r['rows']} | {r['batches']} | {r['elapsed_s']:.1f} | {r['rows_per_s']:,.0f} | "
+                  f"{r['rows_per_batch_s']:,.0f} |")
+    med = {name: (statistics.median(r["rows_per_s"] for r in results),
+                  statistics.median(r["rows_per_batch_s"] for r in results)) for name, results in runs.items()}
+    eos, alo = med["exactly-once"], med["at-least-once"]
+    print(f"\nExactly-once / at-least-once, medians over {args.rounds} run(s) each: **{eos[0] / alo[0]:.2f}** (wall), "
+          f"{eos[1] / alo[1]:.2f} (in batches)\n")
     print("| reader | MB/s | s |")
     print("| --- | ---: | ---: |")
     print(f"| format(\"oncestream\") batch read, {args.partitions} tasks, noop sink | {spark_mb_s:.1f} | {spark_s:.1f} |")

@@ -97,6 +97,33 @@ def test_batch_size_and_record_count_limits_start_new_batches() -> None:
     assert all(size <= 1000 for size in sizes) and sum(b.record_count for b in acc2.queues[("t", 0)]) == 10
 
 
+@pytest.mark.parametrize(("batch_size", "value_bytes"), [
+    (1000, 1), (1000, 17), (1000, 100), (1000, 333),
+    (1 << 20, 1), (1 << 20, 17), (1 << 20, 100), (1 << 20, 333), (1 << 20, 1024),
+])
+def test_a_full_batch_with_its_header_fits_batch_size(value_bytes: int, batch_size: int) -> None:
+    """batch.size bounds the encoded batch, 61-byte header included (as in Kafka's client): 1 MiB
+    batches must fit a broker whose max.message.bytes is 1048588, Kafka's default. Tiny records
+    also run past 16384 records per batch, beyond the encoder's varint table."""
+    acc = _acc(batch_size=batch_size, batch_num_messages=1 << 20, buffer_memory=64 << 20)
+    count = 3 * batch_size // (value_bytes + 12)  # about three batches' worth
+    for i in range(count):
+        _append(acc, key=str(i).encode(), value=b"v" * value_bytes)
+    batches = []
+    while taken := _take_all(acc, now_ms=10**12):  # one batch per partition and drain
+        batches += taken
+    assert len(batches) >= 3 and sum(b.record_count for b in batches) == count
+    sizes = []
+    for batch in batches:
+        batch.seal(0)
+        batch.producer_id, batch.producer_epoch, batch.base_sequence = 1, 0, 0
+        header, payload = batch.wire_parts()
+        sizes.append(len(header) + len(payload))
+    assert max(sizes) <= batch_size
+    # ...and filled: within two records of it, or 90% for tiny records (their size is estimated)
+    assert max(sizes) > min(0.9 * batch_size, batch_size - 2 * (value_bytes + 64))
+
+
 def test_readiness_linger_full_and_flush() -> None:
     acc = _acc(linger_ms=100)
     _append(acc)

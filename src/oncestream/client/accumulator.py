@@ -43,6 +43,7 @@ TopicPartitionKey = tuple[str, int]
 Report = tuple[int, Callable[..., Any], Any, Any, Any, int]
 
 RECORD_OVERHEAD_BYTES = 24  # length, attributes, varints of a record without headers (upper bound)
+BATCH_HEADER_BYTES = 61  # the record batch header (magic 2) in front of the records
 RESERVATION_CHUNK_BYTES = 256 * 1024
 
 
@@ -137,6 +138,11 @@ class RecordAccumulator:
         assert batch_size > 0 and batch_num_messages > 0 and buffer_memory > 0
         self.max_request_size = max_request_size
         self.batch_size = batch_size
+        # batch.size bounds the whole encoded batch, header included (as in Kafka's client): a
+        # batch of records filled to batch.size plus the header would exceed a broker's
+        # max.message.bytes set to the same round figure. A record bigger than this budget still
+        # gets a batch of its own.
+        self.batch_records_bytes = max(1, batch_size - BATCH_HEADER_BYTES)
         self.batch_num_messages = batch_num_messages
         self.linger_ms = linger_ms
         self.buffer_memory = buffer_memory
@@ -217,7 +223,7 @@ class RecordAccumulator:
                 delta = timestamp_ms - batch.base_timestamp_ms
                 if (batch.size_bytes + klen + vlen + hlen + RECORD_OVERHEAD_BYTES > batch.limit_bytes
                         or index >= self.batch_num_messages or not 0 <= delta < _TABLE_SIZE
-                        or kpart is None or vpart is None):
+                        or index >= _TABLE_SIZE or kpart is None or vpart is None):
                     batch = None
                 else:
                     self.appending = batch
@@ -279,7 +285,7 @@ class RecordAccumulator:
             vpart = VARINT[vlen] if vlen < _TABLE_SIZE else varint(vlen)
         hpart = headers_encoded if headers_encoded is not None else b"\x00"
         estimate = RECORD_OVERHEAD_BYTES + klen + vlen + len(hpart)
-        if estimate + 61 > self.max_request_size:
+        if estimate + BATCH_HEADER_BYTES > self.max_request_size:
             raise RecordTooLargeError(
                 f"a record of about {estimate} bytes exceeds max.request.size ({self.max_request_size})")
         wake = False
@@ -294,7 +300,7 @@ class RecordAccumulator:
                 batch = self.open.get(tp)
                 if batch is not None and not batch.closed:
                     full = batch.record_count >= self.batch_num_messages or \
-                        batch.size_bytes + estimate > self.batch_size
+                        batch.size_bytes + estimate > self.batch_records_bytes
                     if not full:
                         self.appending = batch
                         if batch.closed:
@@ -303,7 +309,7 @@ class RecordAccumulator:
                                 self._try_reserve(max(self._chunk, estimate)):
                             if batch.size_bytes + estimate > batch.reserved_bytes:
                                 batch.reserved_bytes += max(self._chunk, estimate)
-                                batch.limit_bytes = min(self.batch_size, batch.reserved_bytes)
+                                batch.limit_bytes = min(self.batch_records_bytes, batch.reserved_bytes)
                             break  # the batch is ours until appending is cleared
                         else:
                             self.appending = None
@@ -320,7 +326,7 @@ class RecordAccumulator:
                 self._reserve(reservation, max_block_s)
                 batch = ProducerBatch(topic, partition, now_ms, timestamp_ms)
                 batch.reserved_bytes = reservation
-                batch.limit_bytes = min(self.batch_size, reservation)
+                batch.limit_bytes = min(self.batch_records_bytes, reservation)
                 self.batches_created += 1
                 queue = self.queues.get(tp)
                 if queue is None:
@@ -493,7 +499,7 @@ class RecordAccumulator:
                 continue
             if not sendable(batch, node):
                 continue
-            size = batch.size_bytes + 61
+            size = batch.size_bytes + BATCH_HEADER_BYTES
             used = sizes.get(node, 0)
             if used and used + size > max_request_bytes:
                 continue
