@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from kio.schema.errors import ErrorCode
 
@@ -101,6 +101,7 @@ _MIN_VERSION_SUPPORTING_SKIP_ASSIGNMENT = 9
 _CLASSIC_GROUP_TYPE = "classic"
 
 _S = GroupState
+_R = TypeVar("_R")
 
 
 class GroupCoordinator:
@@ -203,15 +204,11 @@ class GroupCoordinator:
         self, request: JoinRequest, now_ms: int, respond: Callable[[JoinResult], None]
     ) -> list[OffsetsTopicWrite]:
         """Handle JoinGroup; ``respond`` is called once with the result, now or later."""
-        self._advance_clock(now_ms)
-        self._fire_group_timers(request.group_id, now_ms)
-        try:
-            self._join_group(request, now_ms, respond)
-        except IllegalGroupStateTransitionError:
-            raise
-        except KafkaError as exc:
-            self._deliver(respond, JoinResult(error=exc.code, member_id=request.member_id))
-        self._fire_group_timers(request.group_id, now_ms)
+        self._handle(
+            request.group_id, now_ms, lambda: self._join_group(request, now_ms, respond),
+            lambda exc: self._deliver(respond, JoinResult(error=exc.code, member_id=request.member_id)),
+            fire_timers_after=True,
+        )
         return self._finish()
 
     def _join_group(self, request: JoinRequest, now_ms: int, respond: JoinCallback) -> None:
@@ -628,20 +625,18 @@ class GroupCoordinator:
         self, request: SyncRequest, now_ms: int, respond: Callable[[SyncResult], None]
     ) -> list[OffsetsTopicWrite]:
         """Handle SyncGroup; ``respond`` is called once with the result, now or later."""
-        self._advance_clock(now_ms)
-        self._fire_group_timers(request.group_id, now_ms)
-        try:
-            self._sync_group(request, now_ms, respond)
-        except IllegalGroupStateTransitionError:
-            raise
-        except CoordinatorLoadInProgressError:
-            # The rebalance in flight was lost with the old state; REBALANCE_IN_PROGRESS makes
-            # the client rejoin without rediscovering the coordinator (older clients do not know
-            # COORDINATOR_LOAD_IN_PROGRESS here).
-            self._deliver(respond, SyncResult(ErrorCode.rebalance_in_progress))
-        except KafkaError as exc:
-            self._deliver(respond, SyncResult(exc.code))
-        self._fire_group_timers(request.group_id, now_ms)
+
+        def failed(exc: KafkaError) -> None:
+            if isinstance(exc, CoordinatorLoadInProgressError):
+                # The rebalance in flight was lost with the old state; REBALANCE_IN_PROGRESS
+                # makes the client rejoin without rediscovering the coordinator (older clients
+                # do not know COORDINATOR_LOAD_IN_PROGRESS here).
+                self._deliver(respond, SyncResult(ErrorCode.rebalance_in_progress))
+            else:
+                self._deliver(respond, SyncResult(exc.code))
+
+        self._handle(request.group_id, now_ms, lambda: self._sync_group(request, now_ms, respond), failed,
+                     fire_timers_after=True)
         return self._finish()
 
     def _sync_group(self, request: SyncRequest, now_ms: int, respond: SyncCallback) -> None:
@@ -739,17 +734,12 @@ class GroupCoordinator:
     def heartbeat(self, request: HeartbeatRequest, now_ms: int) -> HeartbeatResult:
         """Handle Heartbeat: resets the member's session timer; REBALANCE_IN_PROGRESS tells the
         member to rejoin. Returns no records (heartbeats are not persisted)."""
-        self._advance_clock(now_ms)
-        self._fire_group_timers(request.group_id, now_ms)
-        try:
-            error = self._heartbeat(request, now_ms)
-        except CoordinatorLoadInProgressError:
-            # The state being loaded is unknown; answer blindly like Kafka so members stay put.
-            error = ErrorCode.none
-        except IllegalGroupStateTransitionError:
-            raise
-        except KafkaError as exc:
-            error = exc.code
+        # While a state is loading nothing is known about it: answer blindly like Kafka so
+        # members stay put.
+        error = self._handle(
+            request.group_id, now_ms, lambda: self._heartbeat(request, now_ms),
+            lambda exc: ErrorCode.none if isinstance(exc, CoordinatorLoadInProgressError) else exc.code,
+        )
         self._finish(read_only=True)
         return HeartbeatResult(error)
 
@@ -774,15 +764,8 @@ class GroupCoordinator:
         self, request: LeaveRequest, now_ms: int
     ) -> tuple[LeaveResult, list[OffsetsTopicWrite]]:
         """Handle LeaveGroup (batch form of v3+ included): per-member errors."""
-        self._advance_clock(now_ms)
-        self._fire_group_timers(request.group_id, now_ms)
-        try:
-            result = self._leave_group(request, now_ms)
-        except IllegalGroupStateTransitionError:
-            raise
-        except KafkaError as exc:
-            result = LeaveResult(exc.code)
-        self._fire_group_timers(request.group_id, now_ms)
+        result = self._handle(request.group_id, now_ms, lambda: self._leave_group(request, now_ms),
+                              lambda exc: LeaveResult(exc.code), fire_timers_after=True)
         return result, self._finish()
 
     def _leave_group(self, request: LeaveRequest, now_ms: int) -> LeaveResult:
@@ -832,14 +815,8 @@ class GroupCoordinator:
         self, request: OffsetCommitRequest, now_ms: int
     ) -> tuple[OffsetCommitResult, list[OffsetsTopicWrite]]:
         """Handle OffsetCommit. The broker appends the returned records, then replies."""
-        self._advance_clock(now_ms)
-        self._fire_group_timers(request.group_id, now_ms)
-        try:
-            errors = self._commit_offsets(request, now_ms)
-        except IllegalGroupStateTransitionError:
-            raise
-        except KafkaError as exc:
-            errors = {tp: exc.code for tp in request.offsets}
+        errors = self._handle(request.group_id, now_ms, lambda: self._commit_offsets(request, now_ms),
+                              lambda exc: {tp: exc.code for tp in request.offsets})
         return OffsetCommitResult(errors), self._finish()
 
     def _commit_offsets(
@@ -962,14 +939,8 @@ class GroupCoordinator:
     ) -> tuple[OffsetDeleteResult, list[OffsetsTopicWrite]]:
         """Handle OffsetDelete. A consumer group still subscribed to a topic keeps its offsets
         (GROUP_SUBSCRIBED_TO_TOPIC), decided from the members' consumer subscriptions."""
-        self._advance_clock(now_ms)
-        self._fire_group_timers(request.group_id, now_ms)
-        try:
-            result = self._delete_offsets(request)
-        except IllegalGroupStateTransitionError:
-            raise
-        except KafkaError as exc:
-            result = OffsetDeleteResult(exc.code)
+        result = self._handle(request.group_id, now_ms, lambda: self._delete_offsets(request),
+                              lambda exc: OffsetDeleteResult(exc.code))
         return result, self._finish()
 
     def _delete_offsets(self, request: OffsetDeleteRequest) -> OffsetDeleteResult:
@@ -1046,16 +1017,12 @@ class GroupCoordinator:
         the staged offsets durable; a reload brings them back as still pending. Member/generation
         are checked like Kafka does for TxnOffsetCommit v3+ (KIP-447), skipped when not given.
         """
-        self._advance_clock(now_ms)
-        self._fire_group_timers(group_id, now_ms)
-        try:
-            errors = self._add_pending_txn_offsets(
-                group_id, producer_id, offsets, now_ms, member_id, generation_id, group_instance_id
-            )
-        except IllegalGroupStateTransitionError:
-            raise
-        except KafkaError as exc:
-            errors = {tp: exc.code for tp in offsets}
+        errors = self._handle(
+            group_id, now_ms,
+            lambda: self._add_pending_txn_offsets(
+                group_id, producer_id, offsets, now_ms, member_id, generation_id, group_instance_id),
+            lambda exc: {tp: exc.code for tp in offsets},
+        )
         return OffsetCommitResult(errors), self._finish()
 
     def _add_pending_txn_offsets(
@@ -1397,6 +1364,31 @@ class GroupCoordinator:
 
     def _write_group(self, group: GroupMetadata) -> None:
         self._emit(group.group_id, group_metadata_record(group.group_id, group.snapshot()))
+
+    def _handle(
+        self,
+        group_id: str,
+        now_ms: int,
+        body: Callable[[], _R],
+        on_error: Callable[[KafkaError], _R],
+        *,
+        fire_timers_after: bool = False,
+    ) -> _R:
+        """The frame of every request on one group: time moves on, the group's due timers fire,
+        then ``body`` runs; a Kafka error becomes ``on_error``'s answer. An illegal state
+        transition is a bug, never an answer, so it propagates. Join, sync and leave fire the
+        group's timers again afterwards: their own change can make one due at once."""
+        self._advance_clock(now_ms)
+        self._fire_group_timers(group_id, now_ms)
+        try:
+            result = body()
+        except IllegalGroupStateTransitionError:
+            raise
+        except KafkaError as exc:
+            result = on_error(exc)
+        if fire_timers_after:
+            self._fire_group_timers(group_id, now_ms)
+        return result
 
     def _deliver(self, callback: Callable[[Any], None], result: Any) -> None:
         self._outbox.append((callback, result))
