@@ -339,6 +339,16 @@ def check(bootstrap: str, db_path: Path, valid: dict[str, tuple[int, int, int]],
     return problems
 
 
+def _driver_failed(driver: Driver, failures: int) -> int:
+    """Count a driver that exited by itself; DemoFailure past MAX_DRIVER_FAILURES."""
+    failures += 1
+    print(f"  the Spark driver exited by itself ({driver.process.returncode}); restarting it from its checkpoint "
+          f"({failures}/{MAX_DRIVER_FAILURES}); see {driver.log_path}", flush=True)
+    if failures > MAX_DRIVER_FAILURES:
+        raise DemoFailure(f"driver failed {failures} times; see {driver.log_path}")
+    return failures
+
+
 def _await_progress(driver: Driver, db_path: Path) -> bool:
     """Wait until the driver has applied new rows (True) or has exited by itself (False)."""
     applied_before = _applied_count(db_path)
@@ -376,11 +386,7 @@ def run_demo(kills: int, rate_per_s: float, seed: int, keep: bool) -> int:
         while round_no <= kills:
             driver = Driver(work, bootstrap)
             if not _await_progress(driver, db_path):
-                failures += 1
-                print(f"  the Spark driver exited by itself ({driver.process.returncode}); restarting it from its "
-                      f"checkpoint ({failures}/{MAX_DRIVER_FAILURES}); see {driver.log_path}", flush=True)
-                if failures > MAX_DRIVER_FAILURES:
-                    raise DemoFailure(f"driver failed {failures} times; see {driver.log_path}")
+                failures = _driver_failed(driver, failures)
                 continue
             run_for = rng.uniform(2.0, 8.0)
             end = time.monotonic() + run_for
@@ -402,11 +408,7 @@ def run_demo(kills: int, rate_per_s: float, seed: int, keep: bool) -> int:
                 time.sleep(3)
             if driver.process.returncode == 0:
                 break
-            failures += 1
-            print(f"  the draining driver failed ({driver.process.returncode}); restarting it "
-                  f"({failures}/{MAX_DRIVER_FAILURES}); see {driver.log_path}", flush=True)
-            if failures > MAX_DRIVER_FAILURES:
-                raise DemoFailure(f"driver failed {failures} times; see {driver.log_path}")
+            failures = _driver_failed(driver, failures)
         print(f"checks ({kills} driver SIGKILLs, {failures} driver restarts after a failure of its own):", flush=True)
         problems = check(bootstrap, db_path, gen.valid, gen.invalid)
         for problem in problems:
