@@ -26,6 +26,8 @@ This is a benchmark command, not a test.
 from __future__ import annotations
 
 import argparse
+import logging
+import re
 import datetime as dt
 import os
 import platform
@@ -307,6 +309,88 @@ def latency_round(bootstrap: str, admin: AdminClient, mode: str, rate_per_s: int
     return result
 
 
+@dataclass
+class TxnCostResult:
+    """Per transaction of one 1 KiB record: begin+produce+flush and commit_transaction(), ms."""
+
+    produce_ms: list[float]
+    commit_ms: list[float]
+    idempotent_produce_ms: list[float]  # the same produce + flush without a transaction
+
+    def protocol_ms(self) -> float:
+        """Median cost the transaction adds: its produce+flush over the idempotent one's, plus
+        the commit."""
+        return (statistics.median(self.produce_ms) - statistics.median(self.idempotent_produce_ms)
+                + statistics.median(self.commit_ms))
+
+
+def txn_cost_round(bootstrap: str, admin: AdminClient, transactions: int, warmup: int = 20) -> TxnCostResult:
+    """The protocol's fixed cost per transaction (AddPartitionsToTxn, EndTxn, markers), apart
+    from any throughput effect: one-record transactions back to back, each phase timed."""
+    topic = f"bench-txn-cost-{uuid.uuid4().hex[:8]}"
+    create_topic(admin, topic)
+    errors = Errors()
+    producer = make_producer(bootstrap, "transactional", errors)
+    value = os.urandom(RECORD_BYTES)
+    result = TxnCostResult([], [], [])
+    idempotent = make_producer(bootstrap, "idempotent", errors)
+    for i in range(warmup + transactions):
+        t0 = time.perf_counter()
+        produce_one(idempotent, topic, value)
+        assert idempotent.flush(CLIENT_TIMEOUT_S) == 0
+        if i >= warmup:
+            result.idempotent_produce_ms.append((time.perf_counter() - t0) * 1e3)
+    for i in range(warmup + transactions):
+        t0 = time.perf_counter()
+        producer.begin_transaction()
+        produce_one(producer, topic, value)
+        assert producer.flush(CLIENT_TIMEOUT_S) == 0
+        t1 = time.perf_counter()
+        producer.commit_transaction(CLIENT_TIMEOUT_S)
+        t2 = time.perf_counter()
+        if i >= warmup:
+            result.produce_ms.append((t1 - t0) * 1e3)
+            result.commit_ms.append((t2 - t1) * 1e3)
+    assert not errors.items, f"delivery errors: {errors.items[:3]}"
+    # the idempotent records, then a record and a marker per transaction
+    assert high_watermark(bootstrap, topic) == 3 * (warmup + transactions)
+    delete_topic(admin, topic)
+    return result
+
+
+def broker_rtts_ms(bootstrap: str, admin: AdminClient, transactions: int = 100) -> dict[str, float]:
+    """Median round trip per request type of one-record transactions, as librdkafka's protocol
+    debug log reports it: the broker's share of the fixed cost (a separate run, since debug
+    logging slows the client)."""
+    topic = f"bench-txn-rtt-{uuid.uuid4().hex[:8]}"
+    create_topic(admin, topic)
+    rtts: dict[str, list[float]] = {}
+    pattern = re.compile(r"Received (\w+)Response .*rtt ([\d.]+)ms")
+
+    class Capture(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            match = pattern.search(record.getMessage())
+            if match:
+                rtts.setdefault(match.group(1), []).append(float(match.group(2)))
+
+    logger = logging.getLogger(f"bench-rtt-{topic}")
+    logger.propagate = False
+    logger.setLevel(logging.DEBUG)
+    logger.addHandler(Capture())
+    producer = Producer({"bootstrap.servers": bootstrap, **PRODUCER_CONF, "transactional.id": f"rtt-{topic}",
+                         "debug": "protocol", "logger": logger})
+    producer.init_transactions(CLIENT_TIMEOUT_S)
+    for _ in range(transactions):
+        producer.begin_transaction()
+        produce_one(producer, topic, os.urandom(RECORD_BYTES))
+        assert producer.flush(CLIENT_TIMEOUT_S) == 0
+        producer.commit_transaction(CLIENT_TIMEOUT_S)
+    producer.poll(0.2)
+    delete_topic(admin, topic)
+    return {name: statistics.median(values) for name, values in rtts.items()
+            if name in ("AddPartitionsToTxn", "Produce", "EndTxn")}
+
+
 # -- report --------------------------------------------------------------------------------------
 def machine_description() -> str:
     model = "unknown CPU"
@@ -325,7 +409,8 @@ def load_average() -> str:
     return " / ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-def render(args, started: dt.datetime, load_before: str, load_after: str, tput, lat) -> str:
+def render(args, started: dt.datetime, load_before: str, load_after: str, tput, lat, cost: TxnCostResult,
+           rtts: dict[str, float]) -> str:
     median_tput = {m: statistics.median(r.mb_per_s for r in tput if r.mode == m) for m in MODES}
     overhead = 1 - median_tput["transactional"] / median_tput["idempotent"]
     ratios = [
@@ -353,7 +438,12 @@ def render(args, started: dt.datetime, load_before: str, load_after: str, tput, 
         "consumer (same process, default fetch settings) measures receive minus send. With",
         "transactions a record becomes readable only at its commit, so about half the commit",
         "interval is latency by design. Client and broker share the machine's 2 cores; the machine",
-        "is shared with other work, so compare within one run.",
+        "is shared with other work, so compare within one run. Throughput moves ±15% between rounds,",
+        "more than the effect measured, so the section also gives the paired figure (the median of",
+        "each round's txn/idempotent ratio) and the fixed cost per transaction, timed directly: one-",
+        "record transactions back to back, where begin + produce + flush holds AddPartitionsToTxn",
+        "and one produce round trip, and commit_transaction() holds EndTxn and the markers. Their sum",
+        "over the 100 ms commit interval bounds what the protocol itself costs.",
         "",
         f"Command: `{' '.join(['.venv/bin/python', 'bench/transactions.py', *sys.argv[1:]])}`  ",
         f"Date: {started:%Y-%m-%d %H:%M} UTC  ",
@@ -388,6 +478,18 @@ def render(args, started: dt.datetime, load_before: str, load_after: str, tput, 
         f"Throughput overhead of transactions (1 - median txn / median idempotent): **{overhead * 100:.1f}%** "
         f"(target <= 3%); median of the per-round ratios txn/idempotent: {statistics.median(ratios):.3f}.",
         "",
+        f"Fixed cost per transaction ({len(cost.commit_ms)} one-record transactions back to back, same "
+        f"client): begin + produce + flush p50 {statistics.median(cost.produce_ms):.2f} ms, "
+        f"commit_transaction() p50 {statistics.median(cost.commit_ms):.2f} ms "
+        f"(p90 {sorted(cost.commit_ms)[int(len(cost.commit_ms) * 0.9)]:.2f} ms); the same one-record "
+        f"produce + flush without a transaction p50 {statistics.median(cost.idempotent_produce_ms):.2f} ms. "
+        f"What a transaction adds: **{cost.protocol_ms():.2f} ms**, "
+        f"**{cost.protocol_ms() / (COMMIT_INTERVAL_S * 1000) * 100:.1f}%** of a "
+        f"{COMMIT_INTERVAL_S * 1000:.0f} ms transaction (target <= 3%). The broker's part of it, as "
+        "librdkafka's protocol log times the round trips (median): "
+        + ", ".join(f"{name} {ms:.2f} ms" for name, ms in sorted(rtts.items()))
+        + "; the rest is the client's own scheduling between them.",
+        "",
     ]
     return "\n".join(lines)
 
@@ -412,6 +514,8 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=4.0, help="throughput measurement length per mode and round")
     parser.add_argument("--rate", type=int, default=2000, help="records/s in the latency measurement")
     parser.add_argument("--latency-seconds", type=float, default=5.0)
+    parser.add_argument("--cost-transactions", type=int, default=300,
+                        help="one-record transactions timed for the fixed cost per transaction")
     parser.add_argument("--no-write", action="store_true", help="print only, leave docs/benchmarks.md alone")
     args = parser.parse_args()
 
@@ -423,6 +527,9 @@ def main() -> int:
     lat: list[LatencyResult] = []
     try:
         admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        cost = txn_cost_round(broker.bootstrap, admin, args.cost_transactions)
+        print(f"fixed cost per transaction: commit p50 {statistics.median(cost.commit_ms):.2f} ms", flush=True)
+        rtts = broker_rtts_ms(broker.bootstrap, admin)
         for round_number in range(args.rounds):
             order = MODES if round_number % 2 == 0 else tuple(reversed(MODES))
             for mode in order:
@@ -438,7 +545,7 @@ def main() -> int:
     finally:
         broker.stop()
         shutil.rmtree(work_dir, ignore_errors=True)
-    text = render(args, started, load_before, load_average(), tput, lat)
+    text = render(args, started, load_before, load_average(), tput, lat, cost, rtts)
     print()
     print(text)
     if not args.no_write:
