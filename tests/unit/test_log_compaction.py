@@ -362,8 +362,87 @@ def test_control_batches_need_no_key_check_and_survive_cleaning(tmp_path: Path) 
 
     batches = read_all(partition_log)
     offsets = {b.header.base_offset for b in batches}
-    # Undecided for now: transactional data and markers are kept whole.
+    # The marker stays; the committed record is superseded, its batch kept (empty) because it is
+    # producer 7's last one.
     assert txn.base_offset in offsets and marker_offset in offsets
+    assert [r.value for b in batches if not b.header.is_control for r in b.records
+            if r.key == b"t"] == [b"plain-new"]
+
+
+def _txn(partition_log: PartitionLog, producer_id: int, sequence: int, pairs, *, commit: bool) -> int:
+    """One transaction of one batch and its marker; returns the data batch's offset."""
+    offset = partition_log.append(
+        keyed_many(pairs, producer_id=producer_id, producer_epoch=0, base_sequence=sequence, transactional=True), T0
+    ).base_offset
+    partition_log.append_marker(producer_id=producer_id, producer_epoch=0, commit=commit, coordinator_epoch=0,
+                                now_ms=T0)
+    return offset
+
+
+def _data(partition_log: PartitionLog) -> dict[bytes, bytes | None]:
+    """Key -> value of every data record left, read in offset order (the last one wins)."""
+    latest: dict[bytes, bytes | None] = {}
+    for batch in read_all(partition_log):
+        if not batch.header.is_control:
+            for record in batch.records:
+                latest[record.key] = record.value
+    return latest
+
+
+def _values_of(partition_log: PartitionLog, key: bytes) -> list[bytes | None]:
+    return [r.value for b in read_all(partition_log) if not b.header.is_control for r in b.records if r.key == key]
+
+
+def test_committed_transactional_records_compact_and_aborted_ones_are_dropped(tmp_path: Path) -> None:
+    """Decided transactional data is cleaned: committed records supersede and are superseded by
+    key; aborted records are removed and hide nothing; every marker and abort entry stays."""
+    partition_log = open_log(tmp_path, segment_bytes=4096)
+    _txn(partition_log, 7, 0, [("a", "committed"), ("b", "committed")], commit=True)
+    aborted_offset = _txn(partition_log, 8, 0, [("a", "aborted"), ("c", "aborted")], commit=False)
+    partition_log.append(keyed("b", "plain-later"), T0)
+    _txn(partition_log, 7, 2, [("d", "committed-2")], commit=True)  # 7's and 8's last batches come later
+    _txn(partition_log, 8, 2, [("e", "committed-3")], commit=True)
+    markers_before = [b.header.base_offset for b in read_all(partition_log) if b.header.is_control]
+    roll(partition_log)
+
+    result = clean(partition_log, T0 + 1)
+
+    assert result is not None and result.stats.records_removed >= 3  # b=committed, a and c aborted
+    assert _values_of(partition_log, b"a") == [b"committed"]  # the aborted a never hid it
+    assert _values_of(partition_log, b"b") == [b"plain-later"]
+    assert _values_of(partition_log, b"c") == []
+    assert aborted_offset not in {b.header.base_offset for b in read_all(partition_log)}
+    assert [b.header.base_offset for b in read_all(partition_log) if b.header.is_control] == markers_before
+    assert partition_log.read(0, 2**30, with_aborted=True).aborted_transactions == [(8, aborted_offset)]
+    expected = {b"a": b"committed", b"b": b"plain-later", b"d": b"committed-2", b"e": b"committed-3"}
+    assert {k: v for k, v in _data(partition_log).items() if k != b"roll-filler"} == expected
+    partition_log.close()
+    for snapshot in (tmp_path / DIR_NAME).glob("*.snapshot"):
+        snapshot.unlink()  # producer state rebuilt from the cleaned log alone
+    reopened = open_log(tmp_path, now_ms=T0 + 2, segment_bytes=4096)
+    assert {k: v for k, v in _data(reopened).items() if k != b"roll-filler"} == expected
+    assert reopened.read(0, 2**30, with_aborted=True).aborted_transactions == [(8, aborted_offset)]
+    assert reopened.last_stable_offset == reopened.log_end_offset  # no transaction looks open
+    states = {s.producer_id: s.last_sequence for s in reopened.producer_states()}
+    assert states == {7: 2, 8: 2}
+
+
+def test_data_aborted_by_a_marker_in_the_active_segment_is_dropped(tmp_path: Path) -> None:
+    """Whether sealed data was aborted may be known only from a later segment's abort entry."""
+    partition_log = open_log(tmp_path, segment_bytes=4096)
+    aborted_offset = partition_log.append(
+        keyed_many([("x", "aborted")], producer_id=9, producer_epoch=0, base_sequence=0, transactional=True), T0
+    ).base_offset
+    partition_log.append(keyed("x", "plain"), T0)
+    roll(partition_log)  # the transaction's data is sealed, still open
+    assert partition_log.compaction_plan(T0 + 1) is None  # beyond the last stable offset: untouchable
+    partition_log.append_marker(producer_id=9, producer_epoch=0, commit=False, coordinator_epoch=0, now_ms=T0)
+    _txn(partition_log, 9, 1, [("y", "later")], commit=True)  # producer 9's last batch is elsewhere
+
+    clean(partition_log, T0 + 1)
+
+    assert aborted_offset not in {b.header.base_offset for b in read_all(partition_log)}
+    assert _values_of(partition_log, b"x") == [b"plain"]
 
 
 # --- reading a compacted log -----------------------------------------------------------------
@@ -753,7 +832,7 @@ def test_uncompressed_default_codec_is_kept(tmp_path: Path) -> None:
 
 def test_aborted_transactions_stay_indexed_when_segments_merge(tmp_path: Path) -> None:
     """KIP-98 read_committed needs the aborted-transaction index of a cleaned segment to hold the
-    aborts of every segment it replaced (the cleaner keeps transactional batches and markers)."""
+    aborts of every segment it replaced (the cleaner keeps every marker)."""
     partition_log = open_log(tmp_path)
     aborted_first = partition_log.append(
         keyed("t", "aborted", producer_id=9, producer_epoch=0, base_sequence=0, transactional=True), T0

@@ -28,10 +28,17 @@ What a clean keeps (Apache Kafka's rules, with this package's choices where Kafk
   leaving an offset gap readers skip. Exception: the last batch a live producer wrote is kept,
   empty if need be, so producer state (idempotent dedup of the last batch) survives a restart
   even without snapshots.
-* Control batches (transaction markers) and transactional batches are kept whole and their keys
-  do not supersede anything: whether a transactional write committed is not decided here yet.
-  So every aborted-transaction entry stays true; a cleaned segment's ``.txnindex`` is the
-  concatenation of those of the segments it replaces.
+* Transactional data is cleaned like any other once decided, and only decided data is ever in a
+  clean (everything below the last stable offset is): committed records supersede and are
+  superseded by key as usual; records of aborted transactions (known from the ``.txnindex``
+  entries, wherever their ABORT marker lies) are dropped and supersede nothing, since no
+  read_committed reader ever saw them as values.
+* Control batches (transaction markers) are kept, each with its ``.txnindex`` entry: a reader
+  that fetched an aborted transaction's data before a clean still finds the ABORT marker that
+  ends it, and a marker whose data is gone costs one small batch. A cleaned segment's
+  ``.txnindex`` is the concatenation of those of the segments it replaces. (Kafka also removes
+  markers whose transaction has no data left, one delete.retention.ms after a clean found them
+  so; this cleaner does not yet.)
 * The active segment, segments at or beyond the last stable offset, and dirty segments younger
   than min.compaction.lag.ms (by their newest timestamp) are never touched.
 * A log is cleaned when dirty bytes / (clean + dirty bytes) >= min.cleanable.dirty.ratio, where
@@ -63,6 +70,7 @@ import json
 import logging
 import os
 import threading
+from bisect import bisect_right
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -70,6 +78,7 @@ from typing import Protocol
 
 from oncestream.errors import StorageError
 from oncestream.log.batch_records import delete_horizon_ms, iter_raw_records, rebuild_batch
+from oncestream.log.config import INT64_MAX
 from oncestream.log.producer_state import fsync_directory
 from oncestream.log.segment import (
     INDEX_SUFFIX,
@@ -180,6 +189,28 @@ class SegmentSnapshot:
     fd: int
 
 
+class AbortedData:
+    """Which transactional data batches belong to aborted transactions, from the ``.txnindex``
+    entries overlapping the cleaned range: a producer's batch in [first offset, ABORT marker)."""
+
+    def __init__(self, entries: Sequence[AbortedTxn] = ()) -> None:
+        self._ranges: dict[int, list[tuple[int, int]]] = {}
+        for entry in entries:
+            self._ranges.setdefault(entry.producer_id, []).append((entry.first_offset, entry.last_offset))
+        for ranges in self._ranges.values():
+            ranges.sort()
+
+    def holds(self, header: BatchHeader) -> bool:
+        """True for a data batch of an aborted transaction (never for markers or plain data)."""
+        if header.is_control or not header.is_transactional:
+            return False
+        ranges = self._ranges.get(header.producer_id)
+        if not ranges:
+            return False
+        slot = bisect_right(ranges, (header.base_offset, INT64_MAX)) - 1
+        return slot >= 0 and ranges[slot][0] <= header.base_offset < ranges[slot][1]
+
+
 @dataclass(eq=False)
 class CompactionPlan:
     """Everything ``build_cleaned`` needs, detached from the log (safe to hand to a thread)."""
@@ -190,6 +221,7 @@ class CompactionPlan:
     end_offset: int
     producer_last_offsets: Mapping[int, int]  # producer id -> last offset of its last data batch
     aborted_txns: Mapping[int, tuple[AbortedTxn, ...]]  # segment base -> its .txnindex entries
+    aborted_data: AbortedData  # which transactional batches of the planned segments were aborted
     now_ms: int
     delete_retention_ms: int
     segment_bytes: int
@@ -257,8 +289,8 @@ def cleaned_paths(directory: Path, base_offset: int) -> tuple[Path, ...]:
 
 def _write_txn_index(path: Path, entries: Sequence[AbortedTxn]) -> None:
     """The merged aborted-transaction index of a cleaned segment (fsynced). The cleaner keeps every
-    transactional batch and marker, so each entry stays true; a merged segment holds the markers
-    of all the segments it replaces, oldest first."""
+    marker, so each entry stays true; a merged segment holds the markers of all the segments it
+    replaces, oldest first."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         view = memoryview(b"".join(entry.encode() for entry in entries))
@@ -302,9 +334,9 @@ def _snapshot_batches(snapshot: SegmentSnapshot, abort: threading.Event) -> Iter
         position += size
 
 
-def _supersedes(header: BatchHeader) -> bool:
-    # Undecided transactional data and markers must not hide anything (see the module docstring).
-    return not (header.is_control or header.is_transactional)
+def _supersedes(header: BatchHeader, aborted_data: AbortedData) -> bool:
+    # Markers and aborted data hide nothing (see the module docstring).
+    return not header.is_control and not aborted_data.holds(header)
 
 
 def build_offset_map(plan: CompactionPlan) -> tuple[dict[bytes, int], int]:
@@ -321,7 +353,7 @@ def build_offset_map(plan: CompactionPlan) -> tuple[dict[bytes, int], int]:
         staged: dict[bytes, int] = {}
         staged_bytes = 0
         for header, batch in _snapshot_batches(snapshot, plan.abort):
-            if not _supersedes(header):
+            if not _supersedes(header, plan.aborted_data):
                 continue
             for record in iter_raw_records(header, batch):
                 if record.key is not None:
@@ -371,9 +403,13 @@ def _clean_batch(
     header: BatchHeader, batch: memoryview, offset_map: Mapping[bytes, int], plan: CompactionPlan, counters: _Counters
 ) -> tuple[bytes | memoryview | None, bool]:
     """(what to write for this batch or None to drop it, whether it differs from the original)."""
-    if not _supersedes(header):
+    if header.is_control:
         return batch, False
     records = iter_raw_records(header, batch)
+    if plan.aborted_data.holds(header):  # none of its records was ever a committed value
+        counters.records_read += len(records)
+        counters.records_removed += len(records)
+        return _rebuilt_or_dropped(header, [], None, plan, counters), True
     horizon_ms = delete_horizon_ms(header)
     kept = []
     keeps_tombstone = False
@@ -399,11 +435,18 @@ def _clean_batch(
             counters.saw_horizon(horizon_ms)
     if len(kept) == len(records) and new_horizon_ms is None:
         return batch, False
+    return _rebuilt_or_dropped(header, kept, new_horizon_ms, plan, counters), True
+
+
+def _rebuilt_or_dropped(header: BatchHeader, kept: list, new_horizon_ms: int | None, plan: CompactionPlan,
+                        counters: _Counters) -> bytes | None:
+    """The batch with only ``kept``; None (dropped) when empty, unless it is the last batch of a
+    live producer, which stays (empty) so producer state survives a restart."""
     producers_last = header.has_producer_id and plan.producer_last_offsets.get(header.producer_id) == header.last_offset
     if not kept and not producers_last:
         counters.batches_removed += 1
-        return None, True
-    return rebuild_batch(header, kept, new_delete_horizon_ms=new_horizon_ms), True
+        return None
+    return rebuild_batch(header, kept, new_delete_horizon_ms=new_horizon_ms)
 
 
 def build_cleaned(plan: CompactionPlan) -> CleanedResult:

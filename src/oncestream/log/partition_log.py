@@ -816,6 +816,10 @@ class PartitionLog:
                 for s in planned
                 if s.base_offset in self._txn_indexes
             },
+            aborted_data=compaction.AbortedData(
+                self._txn_indexes.overlapping(planned[0].base_offset, planned[0].base_offset,
+                                              candidate.first_uncleanable_offset)
+            ),
             now_ms=now_ms,
             delete_retention_ms=self.config.delete_retention_ms,
             segment_bytes=self.config.segment_bytes,

@@ -288,12 +288,17 @@ class TxnIndexes:
         ``from_base_offset`` is the base of the segment holding ``fetch_offset``: an abort is
         indexed where its marker is, which may be that segment or any later one.
         """
+        return [(entry.producer_id, entry.first_offset)
+                for entry in self.overlapping(from_base_offset, fetch_offset, upper_offset)]
+
+    def overlapping(self, from_base_offset: int, fetch_offset: int, upper_offset: int) -> list[AbortedTxn]:
+        """The whole entries ``collect`` reports (the compactor needs their marker offsets)."""
         found: list[AbortedTxn] = []
         bases = self._bases_with_aborts
         for slot in range(bisect_left(bases, from_base_offset), len(bases)):
             if self._by_base[bases[slot]].collect(fetch_offset, upper_offset, found):
                 break
-        return [(entry.producer_id, entry.first_offset) for entry in found]
+        return found
 
     def fsync(self, *, except_base_offset: int | None = None) -> None:
         """fsync every index written since its last fsync, except the given one (the active's)."""
