@@ -1,8 +1,10 @@
 """A minimal hand-written Kafka wire client for fuzzing a broker over raw sockets.
 
 Deliberately independent of the broker's codec (and of kio): a fuzz oracle that shared the
-broker's encoder would share its bugs. Only what the fuzz suite needs is here: request framing,
-ApiVersions v0 parsing, a Produce v3-v8 request/response pair and a record batch v2 builder.
+broker's encoder would share its bugs. Only what the raw-wire suites need is here: request
+framing, ApiVersions v0 parsing, a Produce v3-v8 request/response pair, a record batch v2 builder,
+and a Fetch v4-v11 request/response pair with a decoder for uncompressed batches (long poll and
+KIP-227 session tests).
 """
 
 from __future__ import annotations
@@ -320,3 +322,152 @@ def correlation_id_of(frame_body: bytes) -> int:
     """The correlation id that starts every response frame."""
     assert len(frame_body) >= 4, "response frame shorter than its header"
     return int(struct.unpack_from(">i", frame_body)[0])
+
+
+# -- fetch (v4..v11, the non-flexible versions) ------------------------------------------------
+# KIP-227 session fields of a Fetch request: session id 0 with epoch -1 is a sessionless full
+# fetch; epoch 0 asks for a new session; any other epoch is an incremental fetch on a session.
+SESSIONLESS_ID, FINAL_EPOCH, INITIAL_EPOCH = 0, -1, 0
+
+
+def int64(value: int) -> bytes:
+    """Big-endian int64."""
+    return struct.pack(">q", value)
+
+
+def fetch_request_body(
+    version: int, topic: str, partition: int, fetch_offset: int, *, max_wait_ms: int, min_bytes: int,
+    max_bytes: int = 64 * 1024 * 1024, partition_max_bytes: int = 16 * 1024 * 1024,
+    isolation_level: int = 0, session_id: int = SESSIONLESS_ID, session_epoch: int = FINAL_EPOCH,
+) -> bytes:
+    """A consumer's Fetch v4..v11 request body for one partition (replica id -1).
+
+    The session fields exist from v7 on; asking for a session on an older version is a test bug.
+    """
+    assert 4 <= version <= 11, "v12+ are flexible; not spoken here"
+    if version < 7:
+        assert (session_id, session_epoch) == (SESSIONLESS_ID, FINAL_EPOCH), "no sessions before v7"
+    body = int32(-1) + int32(max_wait_ms) + int32(min_bytes) + int32(max_bytes) + struct.pack(">b", isolation_level)
+    if version >= 7:
+        body += int32(session_id) + int32(session_epoch)
+    part = int32(partition)
+    if version >= 9:
+        part += int32(-1)  # current_leader_epoch: unknown, so the broker does not check it
+    part += int64(fetch_offset)
+    if version >= 5:
+        part += int64(-1)  # log_start_offset: only followers send one
+    part += int32(partition_max_bytes)
+    body += int32(1) + nullable_string(topic) + int32(1) + part
+    if version >= 7:
+        body += int32(0)  # forgotten_topics_data: only meaningful in an incremental fetch
+    if version >= 11:
+        body += nullable_string("")  # rack_id
+    return body
+
+
+@dataclass(frozen=True)
+class FetchedPartition:
+    """One partition of a Fetch response; ``records`` is the raw record-batch bytes (b"" if null)."""
+
+    topic: str
+    partition: int
+    error_code: int
+    high_watermark: int
+    records: bytes
+
+
+@dataclass(frozen=True)
+class FetchResponse:
+    """A Fetch v4..v11 response (``error_code``/``session_id`` are 0 before v7, where they do not exist)."""
+
+    correlation_id: int
+    error_code: int
+    session_id: int
+    partitions: list[FetchedPartition]
+
+
+def parse_fetch_response(frame_body: bytes, version: int) -> FetchResponse:
+    """Parse response header v0 + Fetch v4..v11 body; the whole frame must be consumed."""
+    assert 4 <= version <= 11
+    reader = _Reader(frame_body)
+    correlation_id = reader.take(">i")
+    reader.take(">i")  # throttle_time_ms
+    error_code = session_id = 0
+    if version >= 7:
+        error_code = reader.take(">h")
+        session_id = reader.take(">i")
+    partitions = []
+    for _ in range(reader.take(">i")):
+        topic = reader.string()
+        assert topic is not None, "null topic name in a Fetch response"
+        for _ in range(reader.take(">i")):
+            partition = reader.take(">i")
+            part_error = reader.take(">h")
+            high_watermark = reader.take(">q")
+            reader.take(">q")  # last_stable_offset
+            if version >= 5:
+                reader.take(">q")  # log_start_offset
+            aborted = reader.take(">i")
+            for _ in range(max(aborted, 0)):
+                reader.take(">q")  # producer_id
+                reader.take(">q")  # first_offset
+            if version >= 11:
+                reader.take(">i")  # preferred_read_replica
+            size = reader.take(">i")
+            records = b""
+            if size > 0:
+                assert reader.pos + size <= len(reader.data), "records run past the response"
+                records = reader.data[reader.pos : reader.pos + size]
+                reader.pos += size
+            partitions.append(FetchedPartition(topic, partition, part_error, high_watermark, records))
+    assert reader.remaining() == 0, f"{reader.remaining()} unread bytes in a Fetch v{version} response"
+    return FetchResponse(correlation_id, error_code, session_id, partitions)
+
+
+def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
+    """Zig-zag signed varint at ``pos``; returns (value, next position)."""
+    shift = raw = 0
+    while True:
+        assert pos < len(data), "varint runs past the record"
+        byte = data[pos]
+        pos += 1
+        raw |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return (raw >> 1) ^ -(raw & 1), pos
+        shift += 7
+
+
+def decode_batches(records: bytes) -> list[tuple[int, bytes | None, bytes | None]]:
+    """(offset, key, value) of every record in uncompressed v2 batches, in log order.
+
+    A broker may end a Fetch answer with a partial batch (it cuts at ``max_bytes``); that tail is
+    ignored, as clients ignore it. Control batches (transaction markers) are skipped.
+    """
+    out: list[tuple[int, bytes | None, bytes | None]] = []
+    pos = 0
+    while pos + 12 <= len(records):
+        base_offset, batch_length = struct.unpack_from(">qi", records, pos)
+        end = pos + 12 + batch_length
+        if end > len(records):
+            break  # partial trailing batch
+        magic = records[pos + BATCH_MAGIC]
+        assert magic == 2, f"magic {magic} batch at offset {base_offset}"
+        attributes, _, _, _, _, _, _, count = struct.unpack_from(">hiqqqhii", records, pos + 21)
+        assert attributes & 0x07 == 0, "compressed batch: this decoder reads uncompressed ones only"
+        at = pos + 61
+        for _ in range(count):
+            length, at = _read_varint(records, at)
+            record_end = at + length
+            at += 1  # record attributes
+            _, at = _read_varint(records, at)  # timestamp delta
+            offset_delta, at = _read_varint(records, at)
+            fields: list[bytes | None] = []
+            for _ in range(2):  # key, value
+                size, at = _read_varint(records, at)
+                fields.append(None if size < 0 else records[at : at + size])
+                at += max(size, 0)
+            if not attributes & 0x20:  # control batches carry markers, not data
+                out.append((base_offset + offset_delta, fields[0], fields[1]))
+            at = record_end
+        pos = end
+    return out

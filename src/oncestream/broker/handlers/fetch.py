@@ -1,8 +1,16 @@
 """Fetch (key 1): sessionless fetch of many partitions with long poll (max_wait_ms, min_bytes).
 
 Fetch sessions (KIP-227) are not kept: every response carries session id 0, which tells clients
-to send full fetch requests, as the protocol allows. A request naming a session we never created
-gets FETCH_SESSION_ID_NOT_FOUND.
+to send full fetch requests, as the protocol allows. KIP-227's rules for the request's
+(session id, epoch), as Apache Kafka's FetchManager applies them:
+
+- epoch -1 (FINAL) or 0 (INITIAL) is a full fetch and is always answered. A nonzero session id
+  in it names a session to close (with epoch -1, a client closing its session); we hold none,
+  so there is nothing to close. Epoch 0 asks for a new session, and answering id 0 declines.
+- any other epoch is an incremental fetch on an existing session; we never created one, so it
+  gets FETCH_SESSION_ID_NOT_FOUND (Kafka answers the same for session id 0, which it never
+  creates either).
+- v4-v6 have no session fields: every such fetch is a sessionless full fetch.
 """
 
 from __future__ import annotations
@@ -16,11 +24,13 @@ from oncestream.protocol.codec import RequestHeader
 from oncestream.protocol.fetch_response import PartitionFetchResult, encode_fetch_response
 
 READ_COMMITTED = 1
+FINAL_EPOCH, INITIAL_EPOCH = -1, 0
 
 
 async def handle(state: BrokerState, header: RequestHeader, request) -> list:
     """Answer with pre-framed buffers (see protocol/fetch_response.py for why)."""
-    if request.session_id != 0:
+    # v4-v6 requests carry no session fields (kio's request has no such attribute): full fetch.
+    if getattr(request, "session_epoch", FINAL_EPOCH) not in (FINAL_EPOCH, INITIAL_EPOCH):
         return encode_fetch_response(
             header.api_version,
             header.correlation_id,
