@@ -892,6 +892,10 @@ class GroupCoordinator:
         if generation_id >= 0 or member_id != NO_MEMBER_ID or instance_id is not None:
             if group.is_static_member_fenced(instance_id, member_id):
                 raise FencedInstanceIdError(f"instance {instance_id!r} has a newer owner")
+            if instance_id is not None and group.current_static_member_id(instance_id) is None:
+                # Kafka's validateMember: an instance id nobody owns is not trusted, even when
+                # the member id is a live (dynamic) member.
+                raise UnknownMemberIdError(f"instance {instance_id!r} is not in {group.group_id!r}")
             if not group.has(member_id):
                 raise UnknownMemberIdError(f"{member_id!r} is not a member of {group.group_id!r}")
             if generation_id != group.generation_id:
