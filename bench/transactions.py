@@ -272,12 +272,17 @@ def latency_round(bootstrap: str, admin: AdminClient, mode: str, rate_per_s: int
         try:
             deadline = time.monotonic() + seconds + CLIENT_TIMEOUT_S
             while len(result.latencies_ms) < total and time.monotonic() < deadline:
-                for msg in consumer.consume(num_messages=1000, timeout=0.1):
-                    if msg.error() is not None:
-                        raise KafkaException(msg.error())
-                    received_ns = time.time_ns()
-                    (sent_ns,) = struct.unpack_from(">q", msg.value(), 0)
-                    result.latencies_ms.append((received_ns - sent_ns) / 1e6)
+                # poll() hands over each record as soon as librdkafka has it; consume(n, timeout)
+                # would hold records until n arrived or the timeout ran out, adding up to that
+                # timeout to every latency.
+                msg = consumer.poll(0.1)
+                if msg is None:
+                    continue
+                if msg.error() is not None:
+                    raise KafkaException(msg.error())
+                received_ns = time.time_ns()
+                (sent_ns,) = struct.unpack_from(">q", msg.value(), 0)
+                result.latencies_ms.append((received_ns - sent_ns) / 1e6)
         except BaseException as exc:
             failure.append(exc)
 
