@@ -3,8 +3,9 @@
 Deliberately independent of the broker's codec (and of kio): a fuzz oracle that shared the
 broker's encoder would share its bugs. Only what the raw-wire suites need is here: request
 framing, ApiVersions v0 parsing, a Produce v3-v8 request/response pair, a record batch v2 builder,
-and a Fetch v4-v11 request/response pair with a decoder for uncompressed batches (long poll and
-KIP-227 session tests).
+a Fetch v4-v11 request/response pair with a decoder for uncompressed batches (long poll and
+KIP-227 session tests), and the compact (flexible-version) primitives other raw-wire tests build
+their request bodies and response parsers from.
 """
 
 from __future__ import annotations
@@ -68,6 +69,23 @@ def unsigned_varint(value: int) -> bytes:
         value >>= 7
     out.append(value)
     return bytes(out)
+
+
+def compact_string(value: str | None) -> bytes:
+    """COMPACT_STRING / COMPACT_NULLABLE_STRING: unsigned varint length + 1 (0 for null) + UTF-8."""
+    if value is None:
+        return unsigned_varint(0)
+    data = value.encode()
+    return unsigned_varint(len(data) + 1) + data
+
+
+def compact_array(items: list[bytes]) -> bytes:
+    """COMPACT_ARRAY of already-encoded elements: unsigned varint count + 1, then the elements."""
+    return unsigned_varint(len(items) + 1) + b"".join(items)
+
+
+# An empty tagged-field section, which ends every flexible-version structure.
+NO_TAGGED_FIELDS = b"\x00"
 
 
 def varint(value: int) -> bytes:
@@ -142,7 +160,7 @@ def api_versions_v3_body() -> bytes:
 
 
 # -- responses ---------------------------------------------------------------------------------
-class _Reader:
+class ResponseReader:
     """Cursor over a response body; every read checks bounds."""
 
     def __init__(self, data: bytes) -> None:
@@ -165,8 +183,52 @@ class _Reader:
         self.pos += length
         return value
 
+    def nullable_bytes(self) -> bytes | None:
+        """BYTES / NULLABLE_BYTES: int32 length (-1 for null) + data."""
+        length = self.take(">i")
+        if length < 0:
+            return None
+        assert self.pos + length <= len(self.data), "bytes run past the response"
+        value = self.data[self.pos : self.pos + length]
+        self.pos += length
+        return value
+
     def remaining(self) -> int:
         return len(self.data) - self.pos
+
+    # -- flexible versions (KIP-482): compact lengths are unsigned varints holding length + 1 --
+    def uvarint(self) -> int:
+        """An unsigned varint."""
+        shift = value = 0
+        while True:
+            byte = self.take(">B")
+            value |= (byte & 0x7F) << shift
+            if not byte & 0x80:
+                return value
+            shift += 7
+            assert shift < 35, "unsigned varint longer than 5 bytes"
+
+    def compact_string(self) -> str | None:
+        """COMPACT_STRING / COMPACT_NULLABLE_STRING (None for null)."""
+        length = self.uvarint() - 1
+        if length < 0:
+            return None
+        assert self.pos + length <= len(self.data), "string runs past the response"
+        value = self.data[self.pos : self.pos + length].decode()
+        self.pos += length
+        return value
+
+    def compact_array_length(self) -> int:
+        """COMPACT_ARRAY length (-1 for null)."""
+        return self.uvarint() - 1
+
+    def skip_tagged_fields(self) -> None:
+        """A tagged-field section: count, then (tag, size, data) per field; contents ignored."""
+        for _ in range(self.uvarint()):
+            self.uvarint()  # tag
+            size = self.uvarint()
+            assert self.pos + size <= len(self.data), "tagged field runs past the response"
+            self.pos += size
 
 
 @dataclass(frozen=True)
@@ -180,7 +242,7 @@ class ApiVersionsV0:
 
 def parse_api_versions_v0(frame_body: bytes) -> ApiVersionsV0:
     """Parse response header v0 + ApiVersions v0 body; the whole frame must be consumed."""
-    reader = _Reader(frame_body)
+    reader = ResponseReader(frame_body)
     correlation_id = reader.take(">i")
     error_code = reader.take(">h")
     count = reader.take(">i")
@@ -205,7 +267,7 @@ class ProducePartitionResult:
 def parse_produce_response(frame_body: bytes, version: int) -> tuple[int, list[ProducePartitionResult]]:
     """Parse response header v0 + Produce v3..v8 body; returns (correlation id, results)."""
     assert 3 <= version <= 8
-    reader = _Reader(frame_body)
+    reader = ResponseReader(frame_body)
     correlation_id = reader.take(">i")
     results = []
     for _ in range(reader.take(">i")):
@@ -389,7 +451,7 @@ class FetchResponse:
 def parse_fetch_response(frame_body: bytes, version: int) -> FetchResponse:
     """Parse response header v0 + Fetch v4..v11 body; the whole frame must be consumed."""
     assert 4 <= version <= 11
-    reader = _Reader(frame_body)
+    reader = ResponseReader(frame_body)
     correlation_id = reader.take(">i")
     reader.take(">i")  # throttle_time_ms
     error_code = session_id = 0
