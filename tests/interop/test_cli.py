@@ -10,15 +10,18 @@ import pytest
 from confluent_kafka import Producer
 
 from tests.support.clients import confluent_consume, unique_topic
+from tests.support.delay_proxy import DelayProxy
 from tests.support.ports import free_tcp_port
 
 pytestmark = pytest.mark.interop
 
 ONCESTREAM = str(Path(sys.executable).parent / "oncestream")
+CLI_TIMEOUT_S = 60
+API_FETCH = 1
 
 
 def run_cli(*args: str, stdin: bytes = b"", check: bool = True) -> subprocess.CompletedProcess[bytes]:
-    result = subprocess.run([ONCESTREAM, *args], input=stdin, capture_output=True, timeout=60)
+    result = subprocess.run([ONCESTREAM, *args], input=stdin, capture_output=True, timeout=CLI_TIMEOUT_S)
     if check:
         assert result.returncode == 0, result.stderr.decode()
     return result
@@ -56,8 +59,35 @@ def test_produce_keyed_lines_then_consume_from_beginning_and_latest(broker) -> N
         assert values == sorted(values)
     out = run_cli("consume", topic, "--from-beginning", "--idle-timeout-ms", "1500", "--key-separator", "=", *bs)
     assert sorted(out.stdout.decode().split()) == sorted(line.replace(":", "=") for line in lines)
-    latest = run_cli("consume", topic, "--latest", "--idle-timeout-ms", "800", *bs)
-    assert latest.stdout == b""
+    assert _consume_latest_around_one_new_record(broker, topic, b"k-new:after-start") == b"after-start\n"
+
+
+def _consume_latest_around_one_new_record(broker, topic: str, line: bytes) -> bytes:
+    """Start ``consume --latest`` through a proxy, produce ``line`` once the consumer has
+    positioned itself, and return everything the consumer printed before going idle.
+
+    "Positioned" is observed, not waited for: the CLI resolves its start offsets (ListOffsets)
+    before its first Fetch, so the proxy holds that first Fetch, the record is produced and
+    acknowledged meanwhile, and only then is the Fetch let through. The new record is therefore
+    produced after the consumer took the end offsets, whatever the machine's speed.
+    """
+    with DelayProxy((broker.host, broker.port)) as proxy:
+        first_fetch = proxy.hold_next(lambda info: info.api_key == API_FETCH)
+        consumer = subprocess.Popen(
+            [ONCESTREAM, "consume", topic, "--latest", "--idle-timeout-ms", "1500", "-b", proxy.bootstrap],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        )
+        try:
+            first_fetch.wait_held(CLI_TIMEOUT_S)
+            run_cli("produce", topic, "--key-separator", ":", "-b", broker.bootstrap, stdin=line + b"\n")
+            first_fetch.release()
+            out, err = consumer.communicate(timeout=CLI_TIMEOUT_S)
+        finally:
+            if consumer.poll() is None:
+                consumer.kill()
+                consumer.wait()
+    assert consumer.returncode == 0, err.decode()
+    return out
 
 
 def test_consume_with_a_group_resumes_where_it_committed(broker) -> None:
