@@ -9,6 +9,9 @@ What each test proves:
 - our consumer shares a group with a librdkafka member (JoinGroup/SyncGroup with Kafka's
   consumer protocol encoding): partitions are split between them, every record read once;
 - commit/committed/seek/position and auto.offset.reset behave as in confluent-kafka;
+- commit(asynchronous=True) reports to the on_commit callback from a later poll(), and the
+  offsets it committed are what committed() and a librdkafka member of the group see;
+- acks=0 delivery reports carry no offset (librdkafka's OFFSET_INVALID), acks=1/all the real ones;
 - the admin client creates, describes and deletes topics.
 
 The module's broker is ours, or Tansu with ONCESTREAM_TEST_BROKER=tansu (tests/conftest.py);
@@ -27,6 +30,7 @@ import pytest
 from oncestream.client import (
     OFFSET_BEGINNING,
     OFFSET_END,
+    OFFSET_INVALID,
     Admin,
     Consumer,
     KafkaException,
@@ -279,6 +283,65 @@ def test_commit_committed_seek_position_and_offset_reset(broker_factory):
         strict.close()
 
 
+def test_async_commit_reports_to_on_commit_and_librdkafka_resumes_from_it(broker):
+    """commit(asynchronous=True) returns at once and its result reaches the ``on_commit``
+    callback (Kafka's OffsetCommitCallback / librdkafka's offset_commit_cb) from a later poll(),
+    never from inside commit(): no error, the committed partitions and offsets. committed() and a
+    librdkafka consumer of the same group see those offsets, and the librdkafka consumer, joining
+    the group after ours left, resumes exactly there. The offsets committed are half-way through
+    each partition, not the positions, so nothing else (a commit on close) could produce them."""
+    topic = unique_topic("async-commit")
+    partitions = 2
+    create_topic(broker.bootstrap, topic, partitions=partitions)
+    placed = produce_all(broker.bootstrap, topic, [(b"k%d" % i, b"v%d" % i, None) for i in range(60)])
+    per_partition = {p: sum(1 for q, _ in placed if q == p) for p in range(partitions)}
+    assert all(per_partition.values()), per_partition
+    targets = {p: n // 2 for p, n in per_partition.items()}
+    group = unique_topic("g-async")
+    reports: list[tuple[object, list[TopicPartition]]] = []
+    consumer = our_consumer(broker.bootstrap, **{
+        "group.id": group, "on_commit": lambda err, parts: reports.append((err, parts))})
+    try:
+        consumer.subscribe([topic])
+        seen = 0
+        deadline = time.monotonic() + CLIENT_TIMEOUT_S
+        while seen < len(placed):
+            assert time.monotonic() < deadline, f"only {seen} of {len(placed)} records arrived"
+            seen += sum(1 for m in consumer.consume(100, 0.5) if m.error() is None)
+        assert consumer.commit(offsets=[TopicPartition(topic, p, o) for p, o in targets.items()],
+                               asynchronous=True) is None
+        assert reports == [], "on_commit ran inside commit(); it belongs to poll()"
+        while not reports:
+            assert time.monotonic() < deadline, "on_commit never fired"
+            assert consumer.poll(0.2) is None  # everything was consumed already
+        ((error, committed_parts),) = reports
+        assert error is None
+        assert {(tp.topic, tp.partition): tp.offset for tp in committed_parts} == {(topic, p): o for p, o in targets.items()}
+        assert all(tp.error is None for tp in committed_parts)
+        ours = consumer.committed([TopicPartition(topic, p) for p in range(partitions)], CLIENT_TIMEOUT_S)
+        assert {tp.partition: tp.offset for tp in ours} == targets
+    finally:
+        consumer.close()
+
+    theirs = ck.Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group,
+                          "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    try:
+        seen_by_librdkafka = theirs.committed([ck.TopicPartition(topic, p) for p in range(partitions)], CLIENT_TIMEOUT_S)
+        assert {tp.partition: tp.offset for tp in seen_by_librdkafka} == targets
+        theirs.subscribe([topic])
+        resumed: dict[int, list[int]] = defaultdict(list)
+        deadline = time.monotonic() + CLIENT_TIMEOUT_S
+        while sum(len(v) for v in resumed.values()) < sum(per_partition[p] - targets[p] for p in targets):
+            assert time.monotonic() < deadline, dict(resumed)
+            msg = theirs.poll(0.2)
+            if msg is not None:
+                assert msg.error() is None, msg.error()
+                resumed[msg.partition()].append(msg.offset())
+    finally:
+        theirs.close()
+    assert {p: offsets[0] for p, offsets in resumed.items()} == targets
+
+
 def test_subscribe_with_auto_commit_then_resume(broker):
     """enable.auto.commit commits consumed positions (at the latest on close); a later member of
     the group continues from there."""
@@ -407,7 +470,10 @@ def test_static_member_restart_keeps_its_partitions_without_a_rebalance(broker_f
 @pytest.mark.parametrize("acks", ["0", "1", "all"])
 def test_non_idempotent_producer_with_each_acks_setting(broker, acks):
     """enable.idempotence=false: batches without a producer id, for acks 0, 1 and all; with
-    acks=0 nothing comes back, so delivery reports carry no offset, but the records arrive."""
+    acks=0 the broker sends no response, so no offset is known and every delivery report carries
+    OFFSET_INVALID (librdkafka's "no offset"; confluent-kafka shows it as None, Java's client as
+    -1), never a guessed one; acks=1 and all report the offsets the broker assigned. The records
+    arrive either way."""
     topic = unique_topic(f"acks-{acks}")
     create_topic(broker.bootstrap, topic, partitions=1)
     producer = Producer({"bootstrap.servers": broker.bootstrap, "enable.idempotence": False, "acks": acks})
@@ -419,7 +485,9 @@ def test_non_idempotent_producer_with_each_acks_setting(broker, acks):
     finally:
         producer.close()
     assert len(offsets) == 200 and -99 not in offsets
-    if acks != "0":
+    if acks == "0":
+        assert offsets == [OFFSET_INVALID] * 200
+    else:
         assert offsets == list(range(200))
     got = read_all_ours(broker.bootstrap, topic, 1, 200)
     assert [m.value() for m in got] == [b"v%d" % i for i in range(200)]
