@@ -17,6 +17,7 @@ from typing import Any
 from kio.serial import entity_reader, entity_writer
 
 from oncestream.protocol.codec import read_uvarint
+from oncestream.protocol.length_guard import check_array_lengths
 from oncestream.protocol.schemas import kio_versions, request_module, response_class
 
 _SIZE = struct.Struct(">i")
@@ -105,6 +106,7 @@ class BrokerConnection:
                 _tag, pos = read_uvarint(payload, pos)
                 size, pos = read_uvarint(payload, pos)
                 pos += size
+        check_array_lengths(resp_cls, payload, pos)  # kio would abort the process (length_guard)
         response, _ = entity_reader(resp_cls)(payload, pos)
         return response
 

@@ -27,6 +27,7 @@ from kio.serial import entity_reader, entity_writer
 
 from oncestream.client.errors import BrokerResponseError, ConnectionLostError, RequestTimedOutError
 from oncestream.protocol.codec import read_uvarint
+from oncestream.protocol.length_guard import check_array_lengths
 from oncestream.protocol.schemas import kio_versions, request_class, request_module, response_class
 
 API_VERSIONS_KEY = 18
@@ -362,6 +363,8 @@ class Connection(asyncio.BufferedProtocol):
             if pending.decoder is not None:
                 response = pending.decoder(frame, pos)
             else:
+                # kio aborts the process on an array length it cannot allocate (length_guard).
+                check_array_lengths(pending.response_cls, frame, pos)
                 response, _ = _reader(pending.response_cls)(frame, pos)
         except Exception as exc:  # kio raises assorted errors on a body it cannot parse
             error = _ResponseDecodeError(f"cannot decode response: {exc!r}")

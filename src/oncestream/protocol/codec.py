@@ -20,6 +20,7 @@ from typing import Any
 from kio.serial import entity_reader, entity_writer
 
 from oncestream.protocol.api_keys import API_VERSIONS
+from oncestream.protocol.length_guard import ArrayLengthError, check_array_lengths
 from oncestream.protocol.schemas import request_class, response_class, response_module  # noqa: F401 (re-exported for handlers)
 
 _HEADER_FIXED = struct.Struct(">hhih")
@@ -104,7 +105,11 @@ def decode_request(header: RequestHeader, frame: bytes | memoryview) -> Any:
     """Decode the body of a supported request. Raises MalformedRequestError on bad input."""
     cls = request_class(header.api_key, header.api_version)
     try:
+        # kio aborts the process on an array length it cannot allocate (see length_guard).
+        check_array_lengths(cls, frame, header.body_offset)
         entity, _size = _reader(cls)(frame, header.body_offset)
+    except ArrayLengthError as exc:
+        raise MalformedRequestError(f"cannot decode {cls.__name__}: {exc}") from exc
     except Exception as exc:  # kio raises ValueError/IndexError/etc. on malformed bodies
         raise MalformedRequestError(f"cannot decode {cls.__name__}: {exc}") from exc
     return entity
