@@ -282,6 +282,30 @@ def test_oversize_or_negative_size_prefix_closes_without_allocating(broker, heal
     health.check(broker)
 
 
+@pytest.mark.parametrize(
+    ("api_key", "version", "body"),
+    [
+        (API_METADATA, 1, struct.pack(">i", 2**31 - 1)),  # legacy array: int32 count
+        # Produce v9: one topic whose compact partition array claims ~2**35 elements.
+        (API_PRODUCE, 9, b"\x00" + struct.pack(">hi", -1, 1000) + b"\x02\x02t" + b"\xff\xff\xff\xff\x7f"),
+    ],
+    ids=["metadata-v1-int32-count", "produce-v9-compact-count"],
+)
+def test_array_length_beyond_the_frame_closes_and_the_broker_lives(broker, health, api_key, version, body):
+    """An array whose length claims billions of elements in a tiny frame. kio's native reader
+    reserves the whole array up front and a failed allocation aborts the process (this killed
+    the broker once: SIGABRT mid-fuzz); the broker must refuse it before kio sees it, by
+    closing the connection, and keep serving."""
+    high_water_before = _peak_rss_bytes(broker)
+    with WireConnection(broker.host, broker.port) as conn:
+        conn.send(frame(request_header(api_key, version, 9, flexible=version >= 9) + body))
+        conn.finish_sending()
+        assert conn.drain_until_closed() == [], "a body that cannot be decoded was answered"
+    assert broker.is_alive(), broker.stderr_tail()
+    assert _peak_rss_bytes(broker) - high_water_before < MAX_RSS_GROWTH_BYTES
+    health.check(broker)
+
+
 def _peak_rss_bytes(broker) -> int:
     with open(f"/proc/{broker.pid}/status") as status:
         for line in status:
