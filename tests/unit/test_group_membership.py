@@ -501,6 +501,18 @@ def test_illegal_generation_and_unknown_member_id() -> None:
     assert h.sync("nope", a, 1, now_ms=2_000).result.error == E.unknown_member_id
 
 
+def test_kip345_heartbeat_and_sync_naming_an_instance_id_nobody_owns_are_unknown_member_id() -> None:
+    """Kafka's validateCurrentMember: a group.instance.id must be owned, and by the sender; a
+    live dynamic member that names an instance id nobody owns is not trusted (UNKNOWN_MEMBER_ID).
+    (Another member's instance id is FENCED_INSTANCE_ID: test_duplicate_static_instance_...)"""
+    _, h = make()
+    a, b = form_group(h, 2)
+    assert h.heartbeat("g", a, 1, now_ms=2_000) == E.none
+    assert h.heartbeat("g", a, 1, now_ms=2_000, instance_id="nobody") == E.unknown_member_id
+    assert h.sync("g", a, 1, now_ms=2_000, instance_id="nobody").result.error == E.unknown_member_id
+    assert h.heartbeat("g", b, 1, now_ms=2_000) == E.none  # nothing changed for the group
+
+
 def test_repeated_join_in_completing_rebalance_returns_current_generation() -> None:
     _, h = make()
     joins = [h.join("g", now_ms=0, client_id=f"c{i}") for i in range(2)]

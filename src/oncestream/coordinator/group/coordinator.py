@@ -318,15 +318,7 @@ class GroupCoordinator:
             # The second half of KIP-394: the member rejoins with the id it was given.
             self._add_member_and_rebalance(group, request, member_id, now_ms, respond)
             return
-        if group.is_static_member_fenced(instance_id, member_id):
-            raise FencedInstanceIdError(
-                f"instance {instance_id!r} is owned by another member than {member_id!r}"
-            )
-        if not group.has(member_id) or (
-            instance_id is not None and group.current_static_member_id(instance_id) is None
-        ):
-            raise UnknownMemberIdError(f"{member_id!r} is not a member of {group.group_id!r}")
-
+        self._validate_current_member(group, member_id, instance_id)
         member = group.get(member_id)
         if group.is_(_S.PREPARING_REBALANCE):
             self._update_member_and_rebalance(group, member, request, now_ms, respond)
@@ -716,16 +708,26 @@ class GroupCoordinator:
         """The checks SyncGroup and Heartbeat share, in Kafka's order."""
         if group.is_(_S.DEAD):
             raise CoordinatorNotAvailableError(f"group {group.group_id!r} is dead")
-        if group.is_static_member_fenced(instance_id, member_id):
-            raise FencedInstanceIdError(
-                f"instance {instance_id!r} is owned by another member than {member_id!r}"
-            )
-        if not group.has(member_id):
-            raise UnknownMemberIdError(f"{member_id!r} is not a member of {group.group_id!r}")
+        self._validate_current_member(group, member_id, instance_id)
         if generation_id != group.generation_id:
             raise IllegalGenerationError(
                 f"generation {generation_id} != {group.generation_id} of {group.group_id!r}"
             )
+
+    @staticmethod
+    def _validate_current_member(group: GroupMetadata, member_id: str, instance_id: str | None) -> None:
+        """Kafka's validateCurrentMember: an instance id must be owned, and by this member id;
+        the member id must be in the group."""
+        if group.is_static_member_fenced(instance_id, member_id):
+            raise FencedInstanceIdError(
+                f"instance {instance_id!r} is owned by another member than {member_id!r}"
+            )
+        if instance_id is not None and group.current_static_member_id(instance_id) is None:
+            # An instance id nobody owns is not trusted, even when the member id is a live
+            # (dynamic) member.
+            raise UnknownMemberIdError(f"instance {instance_id!r} is not in {group.group_id!r}")
+        if not group.has(member_id):
+            raise UnknownMemberIdError(f"{member_id!r} is not a member of {group.group_id!r}")
 
     # ==============================================================================================
     # Heartbeat / LeaveGroup
@@ -890,14 +892,7 @@ class GroupCoordinator:
         if group.is_(_S.DEAD):
             raise CoordinatorNotAvailableError(f"group {group.group_id!r} is dead")
         if generation_id >= 0 or member_id != NO_MEMBER_ID or instance_id is not None:
-            if group.is_static_member_fenced(instance_id, member_id):
-                raise FencedInstanceIdError(f"instance {instance_id!r} has a newer owner")
-            if instance_id is not None and group.current_static_member_id(instance_id) is None:
-                # Kafka's validateMember: an instance id nobody owns is not trusted, even when
-                # the member id is a live (dynamic) member.
-                raise UnknownMemberIdError(f"instance {instance_id!r} is not in {group.group_id!r}")
-            if not group.has(member_id):
-                raise UnknownMemberIdError(f"{member_id!r} is not a member of {group.group_id!r}")
+            self._validate_current_member(group, member_id, instance_id)
             if generation_id != group.generation_id:
                 raise IllegalGenerationError(
                     f"generation {generation_id} != {group.generation_id} of {group.group_id!r}"
