@@ -81,6 +81,15 @@ def _raw_produce(bootstrap: str, topic: str, values: list[bytes]) -> int:
     return result.base_offset
 
 
+def _produce_with_librdkafka(bootstrap: str, topic: str, value: bytes) -> None:
+    """Produce one record (key ``k``) to partition 0 with librdkafka, acks=all, and wait for its
+    acknowledgement. The producer lives only in this call, so a test failing later does not
+    leave it reconnecting to a stopped broker."""
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 0})
+    producer.produce(topic, value, key=b"k", partition=0)
+    assert producer.flush(CLIENT_TIMEOUT_S) == 0, "the record was not acknowledged"
+
+
 def _new_topic(broker, prefix: str) -> str:
     """A fresh one-partition topic."""
     topic = unique_topic(prefix)
@@ -96,10 +105,7 @@ def test_min_bytes_1_fetch_on_empty_partition_waits_until_a_record_is_produced(b
         _send_fetch(conn, 1, topic, max_wait_ms=LONG_WAIT_MS, min_bytes=1)
         _assert_no_answer_yet(conn, "of an empty partition before anything was produced")
 
-        producer = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all", "linger.ms": 0})
-        producer.produce(topic, b"woken", key=b"k", partition=0)
-        assert producer.flush(CLIENT_TIMEOUT_S) == 0, "the record was not acknowledged"
-
+        _produce_with_librdkafka(broker.bootstrap, topic, b"woken")
         response = parse_fetch_response(conn.recv_frame(), FETCH_VERSION)
     assert response.correlation_id == 1
     assert response.error_code == ERROR_NONE
