@@ -283,7 +283,7 @@ def _read_topic(bootstrap: str, topic: str) -> list[dict]:
         starts = client.list_offsets(tps, -2, read_committed=False)
         ends = client.list_offsets(tps, -1, read_committed=True)
         for tp in tps:
-            rng = OffsetRange(topic, tp[1], starts[tp], ends[tp], bootstrap, True, True, 4 << 20)
+            rng = OffsetRange(topic, tp[1], starts[tp], ends[tp], bootstrap, True, True)
             for batch in read_range(rng, client):
                 out.extend(json.loads(v) for v in batch.column("value").to_pylist())
     return out

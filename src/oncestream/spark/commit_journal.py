@@ -22,7 +22,7 @@ from kio.schema.errors import ErrorCode
 
 from oncestream.protocol.records import NewRecord, decode_batches, encode_batch
 from oncestream.spark.errors import BrokerRequestError
-from oncestream.spark.log_client import LogClient
+from oncestream.spark.log_client import ClientSettings, LogClient
 
 COMMITS_TOPIC = "__oncestream_spark_commits"
 COMMITS_PARTITIONS = 1
@@ -56,8 +56,10 @@ NO_COMMIT = -1
 class CommitJournal:
     """Read and append commit records for one cluster."""
 
-    def __init__(self, bootstrap_servers: str, client: LogClient | None = None) -> None:
-        self._client = client or LogClient(bootstrap_servers, client_id="oncestream-spark-journal")
+    def __init__(self, bootstrap_servers: str, client: LogClient | None = None,
+                 settings: ClientSettings | None = None) -> None:
+        self._client = client or LogClient(bootstrap_servers, client_id="oncestream-spark-journal",
+                                           settings=settings)
         self._own_client = client is None
 
     def close(self) -> None:

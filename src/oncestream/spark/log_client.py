@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import datetime
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
@@ -43,7 +43,49 @@ _RETRIABLE = {
     ErrorCode.coordinator_load_in_progress,
 }
 _RETRY_ATTEMPTS = 20
-_RETRY_BACKOFF_S = 0.1
+# The connector's own read size per partition, larger than the Kafka consumer's 1 MiB default:
+# a task reads one range start to end, so bigger fetches mean fewer round trips.
+DEFAULT_PARTITION_FETCH_BYTES = 4 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class ClientSettings:
+    """The ``kafka.*`` client properties the connector's own protocol client honours.
+
+    Built once on the driver from the options (``from_config``) and pickled to the tasks, so a
+    malformed value fails the query at planning time rather than in every task.
+    """
+
+    client_id: str | None = None  # None: the connector's name for the role (source, driver, ...)
+    request_timeout_ms: int = 30_000
+    retry_backoff_ms: int = 100
+    fetch_min_bytes: int = 1
+    fetch_max_bytes: int = 50 * 1024 * 1024
+    partition_fetch_max_bytes: int = DEFAULT_PARTITION_FETCH_BYTES
+    fetch_max_wait_ms: int = 500
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, object]) -> ClientSettings:
+        """Typed settings from client properties (``kafka.*`` options without the prefix).
+
+        Values are parsed and checked by the client's own configuration code (same names,
+        aliases and errors as ``oncestream.client``); raises ``KafkaException`` on a bad value.
+        """
+        from oncestream.client.config import resolve
+
+        given = dict(config)
+        resolved = resolve({**given, "bootstrap.servers": given.get("bootstrap.servers") or "unused:0"},
+                           "consumer")
+        return cls(
+            client_id=resolved["client.id"] if "client.id" in given else None,
+            request_timeout_ms=resolved["request.timeout.ms"],
+            retry_backoff_ms=resolved["retry.backoff.ms"],
+            fetch_min_bytes=resolved["fetch.min.bytes"],
+            fetch_max_bytes=resolved["fetch.max.bytes"],
+            partition_fetch_max_bytes=resolved["max.partition.fetch.bytes"]
+            if "max.partition.fetch.bytes" in given else DEFAULT_PARTITION_FETCH_BYTES,
+            fetch_max_wait_ms=resolved["fetch.wait.max.ms"],
+        )
 
 
 @dataclass(frozen=True)
@@ -77,9 +119,13 @@ class LogClient:
     """Blocking connections to a cluster's brokers, keyed by node id."""
 
     def __init__(self, bootstrap_servers: str, *, client_id: str = "oncestream-spark",
-                 timeout_s: float = 30.0) -> None:
-        self._client_id = client_id
-        self._timeout_s = timeout_s
+                 timeout_s: float | None = None, settings: ClientSettings | None = None) -> None:
+        self.settings = settings or ClientSettings()
+        # A user's kafka.client.id names every connection, as it does every Kafka client of
+        # Spark's connector; otherwise the caller's role name does.
+        self._client_id = self.settings.client_id or client_id
+        self._timeout_s = timeout_s if timeout_s is not None else self.settings.request_timeout_ms / 1000
+        self._backoff_s = self.settings.retry_backoff_ms / 1000
         self._bootstrap = _split_bootstrap(bootstrap_servers)
         self._any: BrokerConnection | None = None
         self._by_node: dict[int, BrokerConnection] = {}
@@ -238,26 +284,32 @@ class LogClient:
             if not retry:
                 return result
             pending = retry
-            time.sleep(_RETRY_BACKOFF_S)
+            time.sleep(self._backoff_s)
         raise BrokerRequestError(f"ListOffsets did not succeed for {pending}")
 
     # --- fetch ------------------------------------------------------------------------------
 
     def fetch(self, tp: TopicPartition, offset: int, *, max_bytes: int, read_committed: bool,
-              max_wait_ms: int = 500) -> FetchResult:
-        """Fetch from one partition at ``offset``; leadership errors are retried here."""
+              max_wait_ms: int = 500, partition_max_bytes: int | None = None,
+              min_bytes: int = 1) -> FetchResult:
+        """Fetch from one partition at ``offset``; leadership errors are retried here.
+
+        ``max_bytes`` bounds the response, ``partition_max_bytes`` (default: ``max_bytes``) the
+        partition's share; the broker still returns a first batch larger than either (KIP-74).
+        """
+        per_partition = max_bytes if partition_max_bytes is None else partition_max_bytes
         for _attempt in range(_RETRY_ATTEMPTS):
             conn = self._node(self._leader(tp))
 
             def make(m):
                 return build(
                     m.FetchRequest, replica_id=-1, max_wait=datetime.timedelta(milliseconds=max_wait_ms),
-                    min_bytes=1, max_bytes=max_bytes, isolation_level=1 if read_committed else 0,
+                    min_bytes=min_bytes, max_bytes=max_bytes, isolation_level=1 if read_committed else 0,
                     session_id=0, session_epoch=-1,
                     topics=(build(m.FetchTopic, topic=tp[0], partitions=(
                         build(m.FetchPartition, partition=tp[1], current_leader_epoch=-1,
                               fetch_offset=offset, last_fetched_epoch=-1, log_start_offset=-1,
-                              partition_max_bytes=max_bytes),)),),
+                              partition_max_bytes=per_partition),)),),
                     forgotten_topics_data=(), rack_id="",
                 )
 
@@ -265,7 +317,7 @@ class LogClient:
                 response = conn.call(FETCH, make)
             except BrokerUnreachableError:
                 self._drop(conn)
-                time.sleep(_RETRY_BACKOFF_S)
+                time.sleep(self._backoff_s)
                 continue
             if getattr(response, "error_code", ErrorCode.none) != ErrorCode.none:
                 raise BrokerRequestError(f"Fetch: {response.error_code.name}")
@@ -273,7 +325,7 @@ class LogClient:
             (part,) = topic.partitions
             if part.error_code in _RETRIABLE:
                 self._leaders.pop(tp, None)
-                time.sleep(_RETRY_BACKOFF_S)
+                time.sleep(self._backoff_s)
                 continue
             aborted = tuple((int(a.producer_id), int(a.first_offset))
                             for a in (part.aborted_transactions or ()))
@@ -308,7 +360,7 @@ class LogClient:
                 response = conn.call(PRODUCE, make)
             except BrokerUnreachableError:
                 self._drop(conn)
-                time.sleep(_RETRY_BACKOFF_S)
+                time.sleep(self._backoff_s)
                 continue
             (topic,) = response.responses
             (part,) = topic.partition_responses
@@ -316,7 +368,7 @@ class LogClient:
                 return int(part.base_offset)
             if part.error_code in _RETRIABLE or part.error_code == ErrorCode.not_enough_replicas:
                 self._leaders.pop(tp, None)
-                time.sleep(_RETRY_BACKOFF_S)
+                time.sleep(self._backoff_s)
                 continue
             raise BrokerRequestError(f"Produce {tp[0]}[{tp[1]}]: {part.error_code.name}")
         raise BrokerRequestError(f"Produce {tp[0]}[{tp[1]}] did not succeed")

@@ -3,8 +3,12 @@
 Spark passes options as a case-insensitive map of strings. This module turns them into typed,
 validated settings once, so the reader and writer never parse strings themselves:
 
-- ``kafka.bootstrap.servers`` (required) and every other ``kafka.*`` key (handed to the client
-  with the prefix removed, e.g. ``kafka.isolation.level``, ``kafka.linger.ms``);
+- ``kafka.bootstrap.servers`` (required) and every other ``kafka.*`` key, handed with the prefix
+  removed to every client the connector creates (source tasks and driver planning, sink tasks'
+  producers, the driver's commit and journal clients), e.g. ``kafka.client.id``,
+  ``kafka.isolation.level``, ``kafka.max.partition.fetch.bytes``, ``kafka.compression.type``.
+  Values are checked once, on the driver. Keys the connector must own are refused, as Spark's
+  Kafka connector refuses them (see ``SOURCE_OWNED`` and ``SINK_OWNED``);
 - exactly one of ``subscribe`` / ``subscribePattern`` / ``assign`` for reads;
 - ``startingOffsets`` / ``endingOffsets``: ``earliest``, ``latest`` or JSON per partition
   (``{"topic":{"0":23,"1":-2}}`` with -2 = earliest, -1 = latest);
@@ -21,6 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from oncestream.spark.errors import OptionError
+from oncestream.spark.log_client import ClientSettings
 
 EARLIEST = -2
 LATEST = -1
@@ -28,6 +33,31 @@ LATEST = -1
 # Option keys (lower case: Spark's option map is case-insensitive).
 _BOOTSTRAP = "kafka.bootstrap.servers"
 _TEST_FAIL_AFTER_PREPARE = "oncestream.test.failafterprepare"
+
+# Client properties the source sets itself. Spark's Kafka source refuses the same ones: offsets
+# come from startingOffsets and Spark's checkpoint, records are handed over as bytes, nothing is
+# committed to a group, and nothing may rewrite records on the way in.
+SOURCE_OWNED = {
+    "auto.offset.reset": "set the option startingOffsets to earliest or latest instead",
+    "key.deserializer": "keys are always read as bytes; deserialize them with DataFrame operations",
+    "value.deserializer": "values are always read as bytes; deserialize them with DataFrame operations",
+    "enable.auto.commit": "the source keeps its offsets in Spark's checkpoint, not in a group",
+    "interceptor.classes": "interceptors could change records behind the query's back",
+}
+# Client properties the sink sets itself: Spark's Kafka sink refuses the serializers; exactly-once
+# (and the at-least-once mode's no-loss promise) needs an idempotent producer acknowledged by all
+# replicas, and the two-phase commit is what makes the transactions the driver's to decide.
+SINK_OWNED = {
+    "key.serializer": "keys are written as bytes (binary or string column)",
+    "value.serializer": "values are written as bytes (binary or string column)",
+}
+# Owned properties a user may still spell out, as long as the parsed value is the one the sink
+# uses (acks=all is -1 once parsed).
+_SINK_REQUIRED_VALUES = {
+    "enable.idempotence": (True, "the sink's producers must be idempotent"),
+    "acks": (-1, "the sink's writes must be acknowledged by all in-sync replicas (acks=all)"),
+    "transaction.two.phase.commit.enable": (True, "the exactly-once sink is built on two-phase commit (KIP-939)"),
+}
 
 
 @dataclass(frozen=True)
@@ -77,7 +107,7 @@ class SourceOptions:
     max_offsets_per_trigger: int | None
     min_partitions: int | None
     max_records_per_partition: int | None
-    fetch_max_bytes: int
+    client: ClientSettings
     client_config: dict[str, str]
 
 
@@ -90,6 +120,7 @@ class SinkOptions:
     exactly_once: bool
     transactional_id_prefix: str
     producer_config: dict[str, str]
+    client: ClientSettings
     fail_after_prepare_attempts: frozenset[int]
 
 
@@ -125,6 +156,20 @@ def _positive_int(opts: dict[str, str], key: str) -> int | None:
 def kafka_params(options: Mapping[str, str]) -> dict[str, str]:
     """Every ``kafka.*`` option with the prefix removed (client property names)."""
     return {k[len("kafka."):]: v for k, v in _lower(options).items() if k.startswith("kafka.")}
+
+
+def _client_config(params: Mapping[str, str], role: str) -> tuple[dict, ClientSettings]:
+    """Parse the client properties as the client will (names, aliases, value types), so a bad
+    value fails on the driver with the option's name instead of in every task. Returns the parsed
+    configuration and the part the connector's own protocol client uses."""
+    from oncestream.client import KafkaException
+    from oncestream.client.config import resolve
+
+    try:
+        resolved = resolve({**params, "bootstrap.servers": params.get("bootstrap.servers") or "unused:0"}, role)
+        return dict(resolved), ClientSettings.from_config(params)
+    except KafkaException as exc:
+        raise OptionError(f"invalid kafka.* option: {exc.error.str()}") from None
 
 
 def bootstrap_servers(options: Mapping[str, str]) -> str:
@@ -196,13 +241,13 @@ def source_options(options: Mapping[str, str], *, streaming: bool) -> SourceOpti
         raise OptionError("endingOffsets is not valid for streaming queries")
     if not streaming and opts.get("endingoffsets", "").strip().lower() == "earliest":
         raise OptionError("endingOffsets=earliest is not valid for batch queries")
+    for key, why in SOURCE_OWNED.items():
+        if key in params:
+            raise OptionError(f"Kafka option kafka.{key} is not supported: {why}")
     isolation = params.get("isolation.level", "read_committed").strip().lower()
     if isolation not in ("read_committed", "read_uncommitted"):
         raise OptionError("kafka.isolation.level must be read_committed or read_uncommitted")
-    try:
-        fetch_max_bytes = int(params.get("max.partition.fetch.bytes", str(4 * 1024 * 1024)))
-    except ValueError:
-        raise OptionError("kafka.max.partition.fetch.bytes must be an integer") from None
+    _resolved, client = _client_config(params, "consumer")
     return SourceOptions(
         bootstrap_servers=bootstrap_servers(options),
         subscription=parse_subscription(opts),
@@ -214,7 +259,7 @@ def source_options(options: Mapping[str, str], *, streaming: bool) -> SourceOpti
         max_offsets_per_trigger=_positive_int(opts, "maxOffsetsPerTrigger"),
         min_partitions=_positive_int(opts, "minPartitions"),
         max_records_per_partition=_positive_int(opts, "maxRecordsPerPartition"),
-        fetch_max_bytes=fetch_max_bytes,
+        client=client,
         client_config=params,
     )
 
@@ -225,6 +270,20 @@ def sink_options(options: Mapping[str, str]) -> SinkOptions:
     params = kafka_params(options)
     params.pop("bootstrap.servers", None)
     prefix = params.pop("transactional.id", None) or "oncestream-spark"
+    for key, why in SINK_OWNED.items():
+        if key in params:
+            raise OptionError(f"Kafka option kafka.{key} is not supported: {why}")
+    resolved, client = _client_config(params, "producer")
+    exactly_once = _bool(opts, "exactlyOnce", True)
+    for key, (required, why) in _SINK_REQUIRED_VALUES.items():
+        # Judged on the parsed value, so aliases (request.required.acks) and spellings (acks=-1,
+        # enable.idempotence=1) count as the client reads them. The two-phase-commit switch is
+        # off by default in the client and only matters to the exactly-once sink, so only a value
+        # the user gave to that sink is judged.
+        if key == "transaction.two.phase.commit.enable" and (key not in params or not exactly_once):
+            continue
+        if resolved[key] != required:
+            raise OptionError(f"Kafka option kafka.{key} cannot be changed here: {why}")
     fail_raw = opts.get(_TEST_FAIL_AFTER_PREPARE, "")
     try:
         fail_attempts = frozenset(int(a) for a in fail_raw.split(",") if a.strip())
@@ -233,9 +292,10 @@ def sink_options(options: Mapping[str, str]) -> SinkOptions:
     return SinkOptions(
         bootstrap_servers=bootstrap_servers(options),
         topic=opts.get("topic") or None,
-        exactly_once=_bool(opts, "exactlyOnce", True),
+        exactly_once=exactly_once,
         transactional_id_prefix=prefix,
         producer_config=params,
+        client=client,
         fail_after_prepare_attempts=fail_attempts,
     )
 

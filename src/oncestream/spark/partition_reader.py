@@ -21,7 +21,7 @@ from oncestream.errors import CorruptRecordError
 from oncestream.protocol import record_batch as rb
 from oncestream.protocol.records import CONTROL_ABORT, control_marker_type, decode_batch, decompress
 from oncestream.spark.errors import BrokerRequestError, DataLossError
-from oncestream.spark.log_client import LogClient
+from oncestream.spark.log_client import ClientSettings, LogClient
 
 HEADER_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 ARROW_SCHEMA = pa.schema([
@@ -53,7 +53,7 @@ class OffsetRange:
     bootstrap_servers: str
     read_committed: bool
     fail_on_data_loss: bool
-    fetch_max_bytes: int
+    client: ClientSettings = ClientSettings()  # the query's kafka.* client properties
 
 
 class _AbortedFilter:
@@ -229,7 +229,7 @@ def read_range(rng: OffsetRange, client: LogClient | None = None) -> Iterator[pa
     """Yield the records of ``rng`` as Arrow batches; raise DataLossError (failOnDataLoss) when
     offsets in the range are gone."""
     own = client is None
-    log = client or LogClient(rng.bootstrap_servers, client_id="oncestream-spark-source")
+    log = client or LogClient(rng.bootstrap_servers, client_id="oncestream-spark-source", settings=rng.client)
     try:
         yield from _read(rng, log)
     finally:
@@ -252,9 +252,12 @@ def _read(rng: OffsetRange, log: LogClient) -> Iterator[pa.RecordBatch]:
     filt = _AbortedFilter()
     cols = _Columns()
     empty_fetches = 0
+    settings = rng.client
     while position < rng.end:
         try:
-            result = log.fetch(tp, position, max_bytes=rng.fetch_max_bytes, read_committed=rng.read_committed)
+            result = log.fetch(tp, position, max_bytes=settings.fetch_max_bytes, read_committed=rng.read_committed,
+                               partition_max_bytes=settings.partition_fetch_max_bytes,
+                               min_bytes=settings.fetch_min_bytes, max_wait_ms=settings.fetch_max_wait_ms)
         except BrokerRequestError as exc:
             _data_loss(rng, f"cannot fetch at offset {position} ({exc})")
             break

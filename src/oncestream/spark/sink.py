@@ -37,6 +37,9 @@ disagrees with R.
 
 exactlyOnce=false: each task produces with an idempotent producer (acks=all) and flushes: at least
 once, and works against brokers without KIP-939 (e.g. Tansu).
+
+Every client here (task producers, the driver's holding producers, its journal and admin
+connections) gets the query's ``kafka.*`` options; see ``options`` for the ones the sink owns.
 """
 
 from __future__ import annotations
@@ -160,7 +163,7 @@ def produce_batches(producer, batches: Iterator[pa.RecordBatch], topic_option: s
 
 
 def _require_two_phase_commit(opts: SinkOptions) -> None:
-    with LogClient(opts.bootstrap_servers, client_id="oncestream-spark-check") as client:
+    with LogClient(opts.bootstrap_servers, client_id="oncestream-spark-check", settings=opts.client) as client:
         if not client.supports_two_phase_commit():
             raise TwoPhaseCommitUnsupportedError(
                 f"the broker at {opts.bootstrap_servers} does not support KIP-939 two-phase commit "
@@ -229,7 +232,7 @@ class _TaskWriter:
 
     def _settle_own_leftover(self, producer, txn_id: str, held: str, query_id: str) -> None:
         """A crash left a transaction open under our id: commit it iff the commit record lists it."""
-        journal = CommitJournal(self.opts.bootstrap_servers)
+        journal = CommitJournal(self.opts.bootstrap_servers, settings=self.opts.client)
         try:
             record = journal.last(query_id)
         finally:
@@ -283,7 +286,8 @@ class _DriverCommit:
     def leftovers(self, query_id: str, exclude: set[str]) -> list[str]:
         """Open transactions of this query's ids that are not in ``exclude`` (ListTransactions)."""
         prefix = f"{self.opts.transactional_id_prefix}-{query_id}-"
-        with LogClient(self.opts.bootstrap_servers, client_id="oncestream-spark-driver") as client:
+        with LogClient(self.opts.bootstrap_servers, client_id="oncestream-spark-driver",
+                       settings=self.opts.client) as client:
             listed = client.list_transactions()
         if listed is None:
             log.warning("broker lacks ListTransactions: leftover transactions of ids no longer in use "
@@ -300,7 +304,7 @@ class _DriverCommit:
             return
         winners = {m.transactional_id: m.state for m in written if m.transactional_id}
         opts = self.opts
-        journal = CommitJournal(opts.bootstrap_servers)
+        journal = CommitJournal(opts.bootstrap_servers, settings=opts.client)
         try:
             with HeldTransactions(opts.bootstrap_servers, opts.producer_config) as held, \
                     ThreadPoolExecutor(2) as pool:
@@ -355,7 +359,7 @@ class _DriverCommit:
             log.warning("batch %d aborted with no task result; open transactions of its tasks are "
                         "settled at the query's next commit", batch_id)
             return
-        journal = CommitJournal(self.opts.bootstrap_servers)
+        journal = CommitJournal(self.opts.bootstrap_servers, settings=self.opts.client)
         try:
             previous = journal.last(query_id)
         finally:

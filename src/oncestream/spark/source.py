@@ -111,7 +111,8 @@ class _Planner:
     def client(self) -> LogClient:
         """The driver's connections, opened on first use."""
         if self._client is None:
-            self._client = LogClient(self.opts.bootstrap_servers, client_id="oncestream-spark-driver")
+            self._client = LogClient(self.opts.bootstrap_servers, client_id="oncestream-spark-driver",
+                                     settings=self.opts.client)
         return self._client
 
     def close(self) -> None:
@@ -175,7 +176,7 @@ class _Planner:
         o = self.opts
         return [
             OffsetRangePartition(OffsetRange(tp[0], tp[1], lo, hi, o.bootstrap_servers, o.read_committed,
-                                             o.fail_on_data_loss, o.fetch_max_bytes))
+                                             o.fail_on_data_loss, o.client))
             for tp, lo, hi in plan_ranges(bounds, min_partitions=o.min_partitions,
                                           max_records_per_partition=o.max_records_per_partition)
         ]
