@@ -298,15 +298,27 @@ def _status(gen: Generator, bootstrap: str, db_path: Path, kills: int, note: str
           f" | driver kills {kills}{'  ' + note if note else ''}", flush=True)
 
 
-def check(bootstrap: str, db_path: Path, valid: dict[str, tuple[int, int, int]], invalid: set[str]) -> list[str]:
-    """The end-to-end invariants; returns the violations (empty when everything holds)."""
+Entry = tuple[str, int, int]  # (transfer id, account, delta)
+
+
+def find_violations(
+    *,
+    valid: dict[str, tuple[int, int, int]],
+    invalid: set[str],
+    ledger: list[dict],
+    applied_log: list[dict],
+    balances: dict[int, int],
+    applied_db: list[Entry],
+) -> list[str]:
+    """The end-to-end invariants over what the run left behind; returns the violations (empty
+    when everything holds).
+
+    ``valid``: transfer id -> (src, dst, amount) of every valid request sent; ``invalid``: ids of
+    the invalid ones; ``ledger`` and ``applied_log``: the decoded committed records of those topics;
+    ``balances``: account -> balance in the database; ``applied_db``: its applied entries.
+    """
     problems: list[str] = []
-    ledger = _read_topic(bootstrap, "ledger")
-    applied_log = _read_topic(bootstrap, "applied")
-    with sqlite3.connect(db_path) as conn:
-        balances = dict(conn.execute("SELECT id, balance FROM accounts").fetchall())
-        applied_db = conn.execute("SELECT transfer_id, account, delta FROM applied").fetchall()
-    expected_entries = Counter()
+    expected_entries: Counter[Entry] = Counter()
     for tid, (src, dst, amount) in valid.items():
         expected_entries[(tid, src, -amount)] += 1
         expected_entries[(tid, dst, amount)] += 1
@@ -330,13 +342,37 @@ def check(bootstrap: str, db_path: Path, valid: dict[str, tuple[int, int, int]],
         problems.append(f"total balance {total} != {ACCOUNTS * INITIAL_BALANCE}")
     replay = {i: INITIAL_BALANCE for i in range(ACCOUNTS)}
     for e in ledger:
-        replay[e["account"]] += e["delta"]
+        # An entry for an account the bank does not have (an invalid transfer that got through)
+        # starts from nothing, so it shows up in the comparison instead of raising KeyError.
+        replay[e["account"]] = replay.get(e["account"], 0) + e["delta"]
     if replay != balances:
         diff = {a: (balances.get(a), replay[a]) for a in replay if balances.get(a) != replay[a]}
         problems.append(f"database balances differ from a replay of the ledger: {diff}")
-    print(f"  ledger entries {len(ledger)} (valid transfers {len(valid)}, invalid {len(invalid)}), applied rows "
-          f"{len(applied_db)}, applied topic {len(applied_log)}, total balance {total}", flush=True)
     return problems
+
+
+def check(bootstrap: str, db_path: Path, valid: dict[str, tuple[int, int, int]], invalid: set[str]) -> list[str]:
+    """Read the topics and the database, then ``find_violations``; returns the violations."""
+    ledger = _read_topic(bootstrap, "ledger")
+    applied_log = _read_topic(bootstrap, "applied")
+    with sqlite3.connect(db_path) as conn:
+        balances = dict(conn.execute("SELECT id, balance FROM accounts").fetchall())
+        applied_db = conn.execute("SELECT transfer_id, account, delta FROM applied").fetchall()
+    problems = find_violations(valid=valid, invalid=invalid, ledger=ledger, applied_log=applied_log,
+                               balances=balances, applied_db=applied_db)
+    print(f"  ledger entries {len(ledger)} (valid transfers {len(valid)}, invalid {len(invalid)}), applied rows "
+          f"{len(applied_db)}, applied topic {len(applied_log)}, total balance {sum(balances.values())}", flush=True)
+    return problems
+
+
+def report(problems: list[str]) -> int:
+    """Print the verdict of the final checks; the demo's exit code (1 on any violation, else 0)."""
+    for problem in problems:
+        print(f"  VIOLATION: {problem}", flush=True)
+    if not problems:
+        print("  OK: every valid transfer is in the ledger and applied exactly once, the total balance is "
+              "conserved, and the database equals a replay of the ledger", flush=True)
+    return 1 if problems else 0
 
 
 def _driver_failed(driver: Driver, failures: int) -> int:
@@ -410,14 +446,9 @@ def run_demo(kills: int, rate_per_s: float, seed: int, keep: bool) -> int:
                 break
             failures = _driver_failed(driver, failures)
         print(f"checks ({kills} driver SIGKILLs, {failures} driver restarts after a failure of its own):", flush=True)
-        problems = check(bootstrap, db_path, gen.valid, gen.invalid)
-        for problem in problems:
-            print(f"  VIOLATION: {problem}", flush=True)
-        if not problems:
-            print("  OK: every valid transfer is in the ledger and applied exactly once, the total balance is "
-                  "conserved, and the database equals a replay of the ledger", flush=True)
-        succeeded = not problems
-        return 1 if problems else 0
+        code = report(check(bootstrap, db_path, gen.valid, gen.invalid))
+        succeeded = code == 0
+        return code
     finally:
         if driver is not None:
             driver.kill()
