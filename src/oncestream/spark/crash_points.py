@@ -1,4 +1,5 @@
-"""Test-only crash injection: SIGKILL the Spark driver at a named step of a commit.
+"""Test-only fault injection: SIGKILL the Spark driver at a named step of a commit, and gate
+write tasks between their steps.
 
 Inactive unless the environment variable ``ONCESTREAM_SPARK_CRASH_AT`` is set, e.g.
 ``after-record:3`` (kill when batch 3 reaches the step ``after-record``). The driver process group
@@ -10,6 +11,14 @@ Steps: ``before-record`` (tasks prepared, commit record not written), ``after-re
 written, nothing completed), ``mid-complete`` (some transactions completed), ``after-complete``
 (all completed, Spark's commit log not yet written); for the dual writer ``dual-after-prepare``
 and ``dual-after-db`` (database committed, transaction not completed).
+
+Task gates (sink option ``oncestream.test.gateDir``, a directory the test and the tasks share; an
+option rather than the environment because the tests' JVM outlives any one test): a task of the
+exactly-once sink writes ``prepared-<partition>-<attempt>`` (its transactional id and state) after
+preparing, waits there while ``hold-<partition>`` exists until ``release`` appears, and with
+``fail-<partition>`` raises on every attempt after producing its rows, before preparing, once
+``release`` exists. Waiting on files lets a test look at the log while tasks are prepared and the
+driver has decided nothing, without depending on how fast anything runs.
 """
 
 from __future__ import annotations
@@ -17,6 +26,10 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import time
+from pathlib import Path
+
+from oncestream.spark.errors import OnceStreamSparkError
 
 CRASH_ENV = "ONCESTREAM_SPARK_CRASH_AT"
 DRIVER_PGID_ENV = "ONCESTREAM_SPARK_DRIVER_PGID"
@@ -51,3 +64,44 @@ def crash_if_armed(step: str, batch_id: int) -> None:
     if pgid > 0:
         os.killpg(pgid, signal.SIGKILL)
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+# A gate that is never released means the test went wrong; the task fails instead of hanging.
+GATE_WAIT_S = 300.0
+_GATE_POLL_S = 0.05
+
+
+class InjectedTaskFailure(OnceStreamSparkError):
+    """The failure a ``fail-<partition>`` gate makes a write task raise."""
+
+
+def _await_release(gate_dir: Path, what: str) -> None:
+    deadline = time.monotonic() + GATE_WAIT_S
+    while not (gate_dir / "release").exists():
+        if time.monotonic() > deadline:
+            raise InjectedTaskFailure(f"{what}: the test never created {gate_dir / 'release'}")
+        time.sleep(_GATE_POLL_S)
+
+
+def gate_before_prepare(gate_dir: str | None, partition: int, attempt: int) -> None:
+    """With ``fail-<partition>`` in the gate directory: wait for ``release``, then raise."""
+    if not gate_dir or not (Path(gate_dir) / f"fail-{partition}").exists():
+        return
+    _await_release(Path(gate_dir), f"partition {partition} attempt {attempt}")
+    raise InjectedTaskFailure(f"injected failure of partition {partition}, attempt {attempt}, before prepare")
+
+
+def gate_after_prepare(gate_dir: str | None, partition: int, attempt: int, transactional_id: str,
+                       state: str) -> None:
+    """Report the prepared transaction in the gate directory; hold while ``hold-<partition>``
+    exists until ``release`` does."""
+    if not gate_dir:
+        return
+    gate = Path(gate_dir)
+    marker = gate / f"prepared-{partition}-{attempt}"
+    # Written whole under a temporary name: the test reads the file as soon as it appears.
+    tmp = marker.with_suffix(".tmp")
+    tmp.write_text(f"{transactional_id} {state}\n")
+    tmp.rename(marker)
+    if (gate / f"hold-{partition}").exists():
+        _await_release(gate, f"partition {partition} attempt {attempt} (held after prepare)")

@@ -33,6 +33,7 @@ LATEST = -1
 # Option keys (lower case: Spark's option map is case-insensitive).
 _BOOTSTRAP = "kafka.bootstrap.servers"
 _TEST_FAIL_AFTER_PREPARE = "oncestream.test.failafterprepare"
+_TEST_GATE_DIR = "oncestream.test.gatedir"
 
 # Client properties the source sets itself. Spark's Kafka source refuses the same ones: offsets
 # come from startingOffsets and Spark's checkpoint, records are handed over as bytes, nothing is
@@ -122,6 +123,7 @@ class SinkOptions:
     producer_config: dict[str, str]
     client: ClientSettings
     fail_after_prepare_attempts: frozenset[int]
+    test_gate_dir: str | None = None
 
 
 def _lower(options: Mapping[str, str]) -> dict[str, str]:
@@ -297,6 +299,7 @@ def sink_options(options: Mapping[str, str]) -> SinkOptions:
         producer_config=params,
         client=client,
         fail_after_prepare_attempts=fail_attempts,
+        test_gate_dir=opts.get(_TEST_GATE_DIR) or None,
     )
 
 

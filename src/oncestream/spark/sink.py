@@ -27,7 +27,8 @@ Driver, ``commit(messages, batchId)``:
 against R (i.e. aborts them). If every task crashed, no message names the query: the open
 transactions wait for the query's next commit after a restart (step 4), holding the last stable
 offset of the partitions they wrote until then. A task that fails with an exception (rather than
-crashing) aborts its own transaction before failing.
+crashing) aborts its own transaction before failing. A failed batch (non-streaming) write job's
+``abort`` aborts the transactions its tasks reported and any other still open under the job's ids.
 
 Crash cases: killed before 7 -> R is older, every transaction of the batch is aborted (by the
 replay's tasks in step 2 or by step 4) and Spark replays the batch. Killed during or after 8 -> R
@@ -57,7 +58,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
-from oncestream.spark.crash_points import armed, crash_if_armed
+from oncestream.spark.crash_points import armed, crash_if_armed, gate_after_prepare, gate_before_prepare
 from oncestream.spark.commit_journal import CommitJournal, CommitRecord
 from oncestream.spark.errors import (
     CommitResolutionError,
@@ -203,10 +204,12 @@ class _TaskWriter:
             count = self._produce_txn(batches, start, lambda: producer)
             if producer is None:
                 return SinkCommitMessage(query_id, None, "", partition_id, attempt, 0)
+            gate_before_prepare(self.opts.test_gate_dir, partition_id, attempt)
             state = producer.prepare_transaction(_TIMEOUT_S)
             prepared = True
             if attempt in self.opts.fail_after_prepare_attempts:
                 _crash_worker(f"injected failure after prepare ({txn_id}, state {state})")
+            gate_after_prepare(self.opts.test_gate_dir, partition_id, attempt, txn_id, str(state))
             return SinkCommitMessage(query_id, txn_id, str(state), partition_id, attempt, count)
         except BaseException:
             # A task that fails with an exception (not a crash) aborts its own transaction at once,
@@ -390,12 +393,15 @@ class _DriverCommit:
             outcomes = held.finish(winners)
         assert all(o is Outcome.COMMITTED for o in outcomes.values()), outcomes
 
-    def abort_job(self, messages: list[SinkCommitMessage | None]) -> None:
-        """Abort every transaction of a failed batch write job."""
-        written = [m for m in messages if m is not None and m.transactional_id]
-        if written:
-            resolve_by_record(self.opts.bootstrap_servers, [m.transactional_id for m in written], {},
-                              self.opts.producer_config)
+    def abort_job(self, messages: list[SinkCommitMessage | None], job_id: str) -> None:
+        """Abort every transaction of a failed batch write job: those its tasks reported and any
+        other still open under the job's ids (attempts that died after preparing, tasks whose
+        result Spark dropped when it gave up on the job)."""
+        ids = {m.transactional_id for m in messages if m is not None and m.transactional_id}
+        ids.update(self.leftovers(job_id, set()))
+        if ids:
+            outcomes = resolve_by_record(self.opts.bootstrap_servers, ids, {}, self.opts.producer_config)
+            log.warning("write job %s aborted: %s", job_id, outcomes)
 
 
 class OnceStreamStreamWriter(DataSourceStreamArrowWriter):
@@ -450,4 +456,4 @@ class OnceStreamBatchWriter(DataSourceArrowWriter):
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         """Driver: the job failed; abort what its tasks prepared."""
         if self.opts.exactly_once:
-            _DriverCommit(self.opts).abort_job(messages)  # type: ignore[arg-type]
+            _DriverCommit(self.opts).abort_job(messages, self.job_id)  # type: ignore[arg-type]

@@ -1,0 +1,232 @@
+"""The exactly-once sink when write tasks fail or outlive their attempt.
+
+Tasks are steered with the sink's test gates (``oncestream.test.gateDir``, see
+``oncestream/spark/crash_points.py``): a task reports its prepared transaction in a file, can be
+held after preparing, or made to raise on every attempt, each until the test creates ``release``.
+So the test looks at the log while transactions are prepared and undecided, and the failing
+task fails only after the others have prepared and reported, so the job's failure reaches the
+driver's ``abort`` with real prepared transactions, whatever the speeds.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from oncestream.spark.commit_journal import CommitJournal
+from oncestream.spark.log_client import LogClient
+from tests.spark.spark_support import read_committed
+from tests.support.txn import describe_transaction, wait_until
+
+pytestmark = pytest.mark.spark
+
+GATE_WAIT_S = 240.0  # hang guard only: tasks reach their gates in seconds
+
+
+def _topic(bootstrap: str, partitions: int = 1) -> str:
+    name = f"fail-{uuid.uuid4().hex[:10]}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.create_topics([NewTopic(name, partitions, 1)]).values():
+        future.result(30)
+    return name
+
+
+def _produce(bootstrap: str, topic: str, values_by_partition: dict[int, list[bytes]]) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    for partition, values in values_by_partition.items():
+        for value in values:
+            producer.produce(topic, value=value, partition=partition)
+    assert producer.flush(30) == 0
+
+
+def _offsets(bootstrap: str, topic: str) -> dict[int, tuple[int, int]]:
+    """partition -> (last stable offset, high watermark)."""
+    with LogClient(bootstrap, client_id="test-check") as client:
+        tps = [(topic, p) for p in client.metadata([topic])[topic]]
+        lso = client.list_offsets(tps, -1, read_committed=True)
+        hw = client.list_offsets(tps, -1, read_committed=False)
+    return {tp[1]: (lso[tp], hw[tp]) for tp in tps}
+
+
+def _open_transactions(bootstrap: str) -> list[tuple[str, int, str]]:
+    with LogClient(bootstrap, client_id="test-check") as client:
+        return [t for t in client.list_transactions() if t[2] == "Ongoing"]
+
+
+def _prepared(gate: Path, partitions: list[int]) -> dict[int, tuple[str, str]]:
+    """Wait until a task of each partition reported its prepared transaction; partition ->
+    (transactional id, state)."""
+    def reported() -> dict[int, tuple[str, str]]:
+        out = {}
+        for marker in gate.glob("prepared-*-*"):
+            if marker.suffix == ".tmp":
+                continue
+            _, partition, _attempt = marker.name.split("-")
+            txn_id, state = marker.read_text().split()
+            out[int(partition)] = (txn_id, state)
+        return out
+
+    wait_until(lambda: set(partitions) <= set(reported()), GATE_WAIT_S,
+               f"prepared transactions of partitions {partitions} in {gate}")
+    return reported()
+
+
+class Background:
+    """Run a blocking call on a thread; keep its exception."""
+
+    def __init__(self, fn) -> None:
+        self.error: BaseException | None = None
+        self.result: object = None
+        self._thread = threading.Thread(target=self._run, args=(fn,), daemon=True)
+        self._thread.start()
+
+    def _run(self, fn) -> None:
+        try:
+            self.result = fn()
+        except BaseException as exc:  # noqa: BLE001 - examined by the test
+            self.error = exc
+
+    def join(self, timeout_s: float = 300.0) -> None:
+        self._thread.join(timeout_s)
+        assert not self._thread.is_alive(), "the background call did not finish"
+
+
+def _nothing_visible_yet(bootstrap: str, topic: str) -> None:
+    """The tasks' records are in the log (high watermark above 0) but read_committed sees none of
+    them: the last stable offset is still at the start of every partition they wrote."""
+    offsets = _offsets(bootstrap, topic)
+    assert any(hw > 0 for _lso, hw in offsets.values()), offsets
+    assert all(lso == 0 for lso, _hw in offsets.values()), offsets
+
+
+def _all_decided(bootstrap: str, topic: str) -> None:
+    """No transaction is open and read_committed can read every partition to its end."""
+    assert _open_transactions(bootstrap) == []
+    offsets = _offsets(bootstrap, topic)
+    assert all(lso == hw for lso, hw in offsets.values()), offsets
+
+
+def _while_gated(gate: Path, partitions: list[int], look) -> tuple[Background, dict]:
+    """On a thread: wait until ``partitions`` prepared, call ``look()``, then create ``release``
+    (also when waiting or looking failed, so the job never hangs on its gate). Returns the thread
+    and the dict it fills with the prepared transactions. The Spark job itself runs on the
+    test's thread: a Python thread of its own has no active session to find the data source in."""
+    prepared: dict[int, tuple[str, str]] = {}
+
+    def observe() -> None:
+        try:
+            prepared.update(_prepared(gate, partitions))
+            look()
+        finally:
+            (gate / "release").touch()
+
+    return Background(observe), prepared
+
+
+def test_failed_batch_write_job_aborts_the_prepared_transactions(spark, eos_broker, tmp_path):
+    """Tasks 0 and 1 prepare; task 2 raises on every attempt, so the job fails and Spark calls the
+    writer's abort: before the failure read_committed sees nothing of the prepared data;
+    afterwards both prepared transactions are CompleteAbort, none is open, the LSO is the high
+    watermark and read_committed sees none of the job's records."""
+    bootstrap = eos_broker.bootstrap
+    topic = _topic(bootstrap)
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    (gate / "fail-2").touch()
+    values = [f"doomed-{i:03d}".encode() for i in range(90)]
+    df = spark.createDataFrame([(v,) for v in values], "value binary").repartition(3)
+    observer, prepared = _while_gated(gate, [0, 1], lambda: _nothing_visible_yet(bootstrap, topic))
+    with pytest.raises(Exception, match="injected failure of partition 2"):
+        (df.write.format("oncestream").option("kafka.bootstrap.servers", bootstrap).option("topic", topic)
+         .option("oncestream.test.gateDir", str(gate)).mode("append").save())
+    observer.join()
+    assert observer.error is None, observer.error
+
+    assert not list(gate.glob("prepared-2-*")), "partition 2 must fail before preparing"
+    for txn_id, _state in prepared.values():
+        assert describe_transaction(bootstrap, txn_id).state == "CompleteAbort", txn_id
+    _all_decided(bootstrap, topic)
+    assert read_committed(bootstrap, topic) == []
+
+
+def test_batch_write_is_invisible_until_the_job_commits(spark, eos_broker, tmp_path):
+    """Task 1 is held after preparing while task 0 has finished: all rows are in the log and
+    prepared, yet read_committed sees none; once the job commits it sees each row once."""
+    bootstrap = eos_broker.bootstrap
+    topic = _topic(bootstrap)
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    (gate / "hold-1").touch()
+    values = [f"atomic-{i:03d}".encode() for i in range(60)]
+    df = spark.createDataFrame([(v,) for v in values], "value binary").repartition(2)
+
+    def look() -> None:
+        _nothing_visible_yet(bootstrap, topic)
+        assert _offsets(bootstrap, topic)[0][1] >= len(values)  # every row is in the log, uncommitted
+
+    observer, prepared = _while_gated(gate, [0, 1], look)
+    (df.write.format("oncestream").option("kafka.bootstrap.servers", bootstrap).option("topic", topic)
+     .option("oncestream.test.gateDir", str(gate)).mode("append").save())
+    observer.join()
+    assert observer.error is None, observer.error
+
+    for txn_id, _state in prepared.values():
+        assert describe_transaction(bootstrap, txn_id).state == "CompleteCommit", txn_id
+    _all_decided(bootstrap, topic)
+    assert Counter(v for _k, v in read_committed(bootstrap, topic)) == Counter(values)
+
+
+def test_failed_micro_batch_aborts_prepared_transactions_and_restart_writes_once(spark, eos_broker, tmp_path):
+    """Streaming: in batch 0 task 0 prepares and task 1 raises on every attempt; Spark calls the
+    writer's abort for batch 0 and the query fails. Task 0's transaction is then CompleteAbort,
+    nothing is open or visible and no commit record exists; the restarted query writes every
+    input record exactly once."""
+    bootstrap = eos_broker.bootstrap
+    topic_in, topic_out = _topic(bootstrap, partitions=2), _topic(bootstrap)
+    expected = {p: [f"in-{p}-{i:03d}".encode() for i in range(25)] for p in (0, 1)}
+    _produce(bootstrap, topic_in, expected)
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    (gate / "fail-1").touch()
+
+    def start(gate_dir: Path | None):
+        source = (spark.readStream.format("oncestream").option("kafka.bootstrap.servers", bootstrap)
+                  .option("subscribe", topic_in).option("startingOffsets", "earliest").load())
+        writer = (source.select("value").writeStream.format("oncestream")
+                  .option("kafka.bootstrap.servers", bootstrap).option("topic", topic_out)
+                  .option("checkpointLocation", str(tmp_path / "cp")).trigger(availableNow=True))
+        if gate_dir is not None:
+            writer = writer.option("oncestream.test.gateDir", str(gate_dir))
+        return writer.start()
+
+    failing = start(gate)
+    try:
+        prepared = _prepared(gate, [0])
+        _nothing_visible_yet(bootstrap, topic_out)
+    finally:
+        (gate / "release").touch()
+    with pytest.raises(Exception, match="injected failure of partition 1"):
+        failing.awaitTermination(300)
+
+    txn_id, _state = prepared[0]
+    assert describe_transaction(bootstrap, txn_id).state == "CompleteAbort"
+    _all_decided(bootstrap, topic_out)
+    assert read_committed(bootstrap, topic_out) == []
+    journal = CommitJournal(bootstrap)
+    try:
+        assert journal.last(str(failing.id)) is None
+    finally:
+        journal.close()
+
+    restarted = start(None)
+    restarted.awaitTermination(300)
+    assert restarted.exception() is None
+    assert Counter(v for _k, v in read_committed(bootstrap, topic_out)) == \
+        Counter(v for vs in expected.values() for v in vs)
+    _all_decided(bootstrap, topic_out)
