@@ -15,12 +15,16 @@ import uuid
 from collections import Counter
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from oncestream.client import KafkaException
 from oncestream.spark.commit_journal import CommitJournal
 from oncestream.spark.log_client import LogClient
+from oncestream.spark.options import sink_options
+from oncestream.spark.sink import _TaskWriter
 from tests.spark.spark_support import read_committed
 from tests.support.txn import describe_transaction, wait_until
 
@@ -229,4 +233,74 @@ def test_failed_micro_batch_aborts_prepared_transactions_and_restart_writes_once
     assert restarted.exception() is None
     assert Counter(v for _k, v in read_committed(bootstrap, topic_out)) == \
         Counter(v for vs in expected.values() for v in vs)
+    _all_decided(bootstrap, topic_out)
+
+
+def _values_batch(values: list[bytes]) -> pa.RecordBatch:
+    return pa.RecordBatch.from_pydict({"value": pa.array(values, pa.binary())})
+
+
+def test_zombie_attempts_cannot_make_their_records_visible(spark, eos_broker, tmp_path):
+    """Batch 0 of a query commits attempt 1 of both write tasks (attempt 0 died after prepare).
+    Two attempt-0 zombies then run the real task code against the committed query: partition
+    1's zombie produces and prepares (its result goes nowhere), partition 0's zombie is halfway
+    through its rows. In batch 1 (new input in one Kafka partition only, so one task) the task
+    reusing partition 0's id fences and aborts that zombie's transaction, and the driver's leftover
+    resolution aborts partition 1's; the partition-0 zombie's next write fails as fenced. Output:
+    every input record exactly once, no zombie record, nothing left open."""
+    bootstrap = eos_broker.bootstrap
+    topic_in, topic_out = _topic(bootstrap, partitions=2), _topic(bootstrap)
+    first = {p: [f"first-{p}-{i:03d}".encode() for i in range(20)] for p in (0, 1)}
+    _produce(bootstrap, topic_in, first)
+    options = {"kafka.bootstrap.servers": bootstrap, "topic": topic_out}
+
+    def run(extra: dict[str, str]):
+        source = (spark.readStream.format("oncestream").option("kafka.bootstrap.servers", bootstrap)
+                  .option("subscribe", topic_in).option("startingOffsets", "earliest").load())
+        writer = (source.select("value").writeStream.format("oncestream").options(**options, **extra)
+                  .option("checkpointLocation", str(tmp_path / "cp")).trigger(availableNow=True))
+        query = writer.start()
+        query.awaitTermination(300)
+        assert query.exception() is None
+        return str(query.id)
+
+    query_id = run({"oncestream.test.failAfterPrepare": "0"})
+    journal = CommitJournal(bootstrap)
+    try:
+        record = journal.last(query_id)
+    finally:
+        journal.close()
+    assert record is not None and record.batch_id == 0
+    assert sorted(t.rsplit("-", 2)[1:] for t in record.txns) == [["0", "1"], ["1", "1"]], record.txns
+
+    task = _TaskWriter(sink_options(options))
+    # Partition 1's zombie: all its rows, prepared; nobody will ever receive its message.
+    prepared_zombie = task.write_attempt(iter([_values_batch([b"zombie-1-a", b"zombie-1-b"])]), query_id, 1, 0)
+    assert prepared_zombie.transactional_id and prepared_zombie.transactional_id not in record.txns
+
+    # Partition 0's zombie: produces a first Arrow batch, then waits before its second one.
+    go_on = threading.Event()
+
+    def rows():
+        yield _values_batch([b"zombie-0-a"])
+        go_on.wait(GATE_WAIT_S)
+        yield _values_batch([b"zombie-0-b"])
+
+    producing_zombie = Background(lambda: task.write_attempt(rows(), query_id, 0, 0))
+    zombie_0_id = prepared_zombie.transactional_id.rsplit("-", 2)[0] + "-0-0"
+    wait_until(lambda: any(t[0] == zombie_0_id for t in _open_transactions(bootstrap)), GATE_WAIT_S,
+               f"the producing zombie's transaction {zombie_0_id} to be open")
+
+    second = {0: [f"second-0-{i:03d}".encode() for i in range(15)]}
+    _produce(bootstrap, topic_in, second)
+    assert run({}) == query_id
+    go_on.set()
+    producing_zombie.join()
+
+    assert isinstance(producing_zombie.error, KafkaException), producing_zombie.error
+    assert describe_transaction(bootstrap, prepared_zombie.transactional_id).state == "CompleteAbort"
+    got = Counter(v for _k, v in read_committed(bootstrap, topic_out))
+    want = Counter(v for batch in (first, second) for vs in batch.values() for v in vs)
+    assert got == want, (f"missing {sorted((want - got).elements())[:5]}, "
+                         f"extra {sorted((got - want).elements())[:5]}")
     _all_decided(bootstrap, topic_out)

@@ -184,7 +184,11 @@ class _TaskWriter:
 
         ctx = TaskContext.get()
         assert ctx is not None, "write runs inside a Spark task"
-        partition_id, attempt = ctx.partitionId(), ctx.attemptNumber()
+        return self.write_attempt(batches, query_id, ctx.partitionId(), ctx.attemptNumber())
+
+    def write_attempt(self, batches: Iterator[pa.RecordBatch], query_id: str, partition_id: int,
+                      attempt: int) -> SinkCommitMessage:
+        """Steps 1-3 for one attempt of one write task, named by its partition and attempt number."""
         if not self.opts.exactly_once:
             count = self._write_at_least_once(batches)
             return SinkCommitMessage(query_id, None, "", partition_id, attempt, count)
