@@ -393,16 +393,28 @@ class LogClient:
 
     def list_transactions(self) -> list[tuple[str, int, str]] | None:
         """(transactional id, producer id, state) of every transaction the cluster knows, or
-        None when the broker lacks ListTransactions (KIP-664)."""
-        conn = self.any_connection()
-        if 66 not in conn.broker_versions:
+        None when the broker lacks ListTransactions (KIP-664).
+
+        ListTransactions answers for the transaction coordinators of the broker asked only
+        (KIP-664), so on a cluster every broker is asked, as Kafka's admin client does."""
+        if 66 not in self.any_connection().broker_versions:
             return None
-        response = self._call_any(LIST_TRANSACTIONS, lambda m: build(
-            m.ListTransactionsRequest, state_filters=(), producer_id_filters=(), duration_filter=-1))
-        if response.error_code != ErrorCode.none:
-            raise BrokerRequestError(f"ListTransactions: {response.error_code.name}")
-        return [(t.transactional_id, int(t.producer_id), str(t.transaction_state))
-                for t in response.transaction_states]
+        self.metadata(())  # learns the cluster's brokers
+        out: list[tuple[str, int, str]] = []
+        for node_id in sorted(self._brokers):
+            conn = self._node(node_id)
+            try:
+                response = conn.call(LIST_TRANSACTIONS, lambda m: build(
+                    m.ListTransactionsRequest, state_filters=(), producer_id_filters=(),
+                    duration_filter=-1))
+            except BrokerUnreachableError:
+                self._drop(conn)
+                raise
+            if response.error_code != ErrorCode.none:
+                raise BrokerRequestError(f"ListTransactions on broker {node_id}: {response.error_code.name}")
+            out += [(t.transactional_id, int(t.producer_id), str(t.transaction_state))
+                    for t in response.transaction_states]
+        return out
 
     def supports_two_phase_commit(self) -> bool:
         """InitProducerId v6 (KIP-939) is advertised by the broker."""
