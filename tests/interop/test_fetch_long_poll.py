@@ -218,3 +218,34 @@ def test_fetch_before_v7_has_no_session_fields_and_is_a_full_fetch(broker, versi
     (part,) = response.partitions
     assert (part.error_code, part.high_watermark) == (ERROR_NONE, 1)
     assert decode_batches(part.records) == [(0, b"k", b"old")]
+
+
+READ_COMMITTED = 1
+
+
+def test_kip98_read_committed_fetch_parked_at_the_lso_is_woken_by_the_commit_marker(broker) -> None:
+    """read_committed long poll (KIP-98): a transaction's record is in the log but past the LSO,
+    so the fetch parks; the COMMIT marker moves the LSO and must wake it, with no further data
+    produced. (A broker that wakes fetches only on produced data answers at max_wait_ms, which
+    this test never waits for: a commit would cost read_committed readers up to max_wait_ms.)"""
+    topic = _new_topic(broker, "lp-commit")
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": f"{topic}-txn",
+                         "linger.ms": 0})
+    try:
+        producer.init_transactions(CLIENT_TIMEOUT_S)
+        producer.begin_transaction()
+        producer.produce(topic, b"committed-later", key=b"k", partition=0)
+        assert producer.flush(CLIENT_TIMEOUT_S) == 0, "the transactional record was not acknowledged"
+        with WireConnection(*_host_port(broker.bootstrap), timeout_s=RECV_TIMEOUT_S) as conn:
+            _send_fetch(conn, 3, topic, max_wait_ms=LONG_WAIT_MS, min_bytes=1, isolation_level=READ_COMMITTED)
+            _assert_no_answer_yet(conn, "while the only record belongs to an open transaction")
+
+            producer.commit_transaction(CLIENT_TIMEOUT_S)
+            response = parse_fetch_response(conn.recv_frame(), FETCH_VERSION)
+    finally:
+        del producer  # never left retrying against a stopped broker
+    assert (response.correlation_id, response.error_code) == (3, ERROR_NONE)
+    (part,) = response.partitions
+    assert part.error_code == ERROR_NONE
+    assert part.high_watermark == 2  # the record and its COMMIT marker
+    assert decode_batches(part.records) == [(0, b"k", b"committed-later")]

@@ -88,7 +88,8 @@ class BrokerState:
             self.flusher = GroupCommitFlusher()
             self.groups = GroupService(self.logs, config.raw, self.now_ms)
             self.transactions = TxnService(
-                self.logs, self.groups, config.raw, self.now_ms, self.producer_ids.next_id
+                self.logs, self.groups, config.raw, self.now_ms, self.producer_ids.next_id,
+                on_marker=self.notifier.notify,
             )
         except BaseException:
             self._lock.release()

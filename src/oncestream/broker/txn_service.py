@@ -49,9 +49,12 @@ def _crash_now() -> None:
 class TxnService:
     """The transaction coordinator, its log topic, and the marker writer."""
 
-    def __init__(self, logs, groups: GroupService, props: dict[str, str], now_ms: Callable[[], int], allocate_producer_id) -> None:
+    def __init__(self, logs, groups: GroupService, props: dict[str, str], now_ms: Callable[[], int], allocate_producer_id,
+                 on_marker: Callable[[str, int], None] = lambda topic, partition: None) -> None:
         self.now_ms = now_ms
         self._logs = logs
+        # A marker moves the partition's LSO: read_committed fetches parked on it must wake.
+        self._on_marker = on_marker
         self._groups = groups
         self.config = TxnCoordinatorConfig.from_properties(props)
         self._tick_interval_ms = int(props.get("transaction.abort.timed.out.transaction.cleanup.interval.ms", "10000"))
@@ -142,6 +145,7 @@ class TxnService:
                 log.error("marker for %r on %s-%d failed: %s", job.transactional_id, tp.topic, tp.partition, exc)
                 ok = False
                 continue
+            self._on_marker(tp.topic, tp.partition)
             if tp.topic == OFFSETS_TOPIC:
                 self._complete_txn_offsets(tp.partition, job.producer_id, job.commit, now)
         return ok

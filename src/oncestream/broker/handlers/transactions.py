@@ -256,6 +256,8 @@ def handle_write_txn_markers(state: BrokerState, header: RequestHeader, request)
                     )
                 except KafkaError as exc:
                     error = exc.code
+                else:
+                    state.notifier.notify(t.name, p)  # the LSO moved: wake read_committed fetches
                 parts.append(build(m.WritableTxnMarkerPartitionResult, partition_index=p, error_code=error))
             topics_out.append(build(m.WritableTxnMarkerTopicResult, name=t.name, partitions=tuple(parts)))
         results.append(build(m.WritableTxnMarkerResult, producer_id=marker.producer_id, topics=tuple(topics_out)))
