@@ -74,6 +74,24 @@ def _librdkafka_read_mb_s(bootstrap: str, topic: str, partitions: int, records: 
     return size / elapsed / 1e6, elapsed
 
 
+def _committed_count(bootstrap: str, topic: str, partitions: int) -> int:
+    """Records a read_committed librdkafka consumer finds in ``topic`` (to its end)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-check", "enable.auto.commit": False,
+                         "isolation.level": "read_committed", "enable.partition.eof": True})
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    count, at_end = 0, set()
+    while len(at_end) < partitions:
+        for msg in consumer.consume(10000, 1.0):
+            if msg.error() is None:
+                count += 1
+            elif msg.error().code() == -191:  # _PARTITION_EOF
+                at_end.add(msg.partition())
+    consumer.close()
+    return count
+
+
 def _spark_read_mb_s(spark, bootstrap: str, topic: str, records: int, record_bytes: int) -> tuple[float, float]:
     start = time.perf_counter()
     (spark.read.format("oncestream").option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic)
@@ -143,6 +161,9 @@ def main() -> int:
             for name, mode in (order if r % 2 == 0 else order[::-1]):
                 runs[name].append(_pipeline(spark, bootstrap, "in", f"out-{mode}-{r}", work / f"cp-{mode}-{r}",
                                             mode == "eos", args.max_offsets))
+                # The figures count only if the output holds every input record exactly once.
+                written = _committed_count(bootstrap, f"out-{mode}-{r}", args.partitions)
+                assert written == args.records == runs[name][-1]["rows"], (name, r, written, args.records)
         spark_mb_s, spark_s = _spark_read_mb_s(spark, bootstrap, "in", args.records, args.record_bytes)
         rdk_mb_s, rdk_s = _librdkafka_read_mb_s(bootstrap, "in", args.partitions, args.records)
         spark.stop()
