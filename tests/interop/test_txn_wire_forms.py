@@ -30,6 +30,7 @@ from tests.support.txn import (
     WireTxnProducer,
     committed_offsets,
     describe_transaction,
+    fetch_committed_offset,
     list_offset,
     start_txn_broker,
     wait_until,
@@ -38,7 +39,7 @@ from tests.support.txn import (
 
 pytestmark = pytest.mark.interop
 
-OFFSET_FETCH, JOIN_GROUP, SYNC_GROUP, ADD_PARTITIONS, ADD_OFFSETS, TXN_OFFSET_COMMIT = 9, 11, 14, 24, 25, 28
+JOIN_GROUP, SYNC_GROUP, ADD_PARTITIONS = 11, 14, 24
 # Long enough that the hand-driven member (which never heartbeats) outlives any test here.
 SESSION_TIMEOUT = datetime.timedelta(seconds=60)
 NO_OFFSET = -1001  # librdkafka's OFFSET_INVALID: the group has no committed offset
@@ -106,78 +107,6 @@ def join_and_sync(conn: BrokerConnection, group: str, topic: str, member_id: str
 
 
 # -- transactional offset commits ----------------------------------------------------------------
-def add_offsets(conn: BrokerConnection, producer: WireTxnProducer, group: str) -> ErrorCode:
-    """AddOffsetsToTxn: the group's __consumer_offsets partition joins the transaction."""
-    return conn.call(
-        ADD_OFFSETS,
-        lambda m: build(
-            m.AddOffsetsToTxnRequest,
-            transactional_id=producer.transactional_id,
-            producer_id=producer.producer_id,
-            producer_epoch=producer.producer_epoch,
-            group_id=group,
-        ),
-    ).error_code
-
-
-def txn_offset_commit(
-    conn: BrokerConnection, producer: WireTxnProducer, group: str, topic: str, offset: int,
-    *, member_id: str, generation_id: int,
-) -> ErrorCode:
-    """TxnOffsetCommit v3 (the connection caps it there, as librdkafka sends it) of ``offset``
-    for partition 0 of ``topic``, carrying the consumer's member id and generation (KIP-447)."""
-    resp = conn.call(
-        TXN_OFFSET_COMMIT,
-        lambda m: build(
-            m.TxnOffsetCommitRequest,
-            transactional_id=producer.transactional_id,
-            group_id=group,
-            producer_id=producer.producer_id,
-            producer_epoch=producer.producer_epoch,
-            generation_id=generation_id,
-            member_id=member_id,
-            group_instance_id=None,
-            topics=(
-                build(
-                    m.TxnOffsetCommitRequestTopic,
-                    name=topic,
-                    partitions=(
-                        build(
-                            m.TxnOffsetCommitRequestPartition,
-                            partition_index=0,
-                            committed_offset=offset,
-                            committed_leader_epoch=-1,
-                            committed_metadata="",
-                        ),
-                    ),
-                ),
-            ),
-        ),
-    )
-    (part,) = resp.topics[0].partitions
-    return part.error_code
-
-
-def stable_offset(conn: BrokerConnection, group: str, topic: str) -> tuple[ErrorCode, int]:
-    """OffsetFetch with RequireStable (KIP-447) of partition 0: (error, committed offset)."""
-    resp = conn.call(
-        OFFSET_FETCH,
-        lambda m: build(
-            m.OffsetFetchRequest,
-            groups=(
-                build(
-                    m.OffsetFetchRequestGroup,
-                    group_id=group,
-                    topics=(build(m.OffsetFetchRequestTopics, name=topic, partition_indexes=(0,)),),
-                ),
-            ),
-            require_stable=True,
-        ),
-    )
-    (part,) = resp.groups[0].topics[0].partitions
-    return part.error_code, part.committed_offset
-
-
 def test_kip447_zombie_txn_offset_commit_with_a_stale_generation_is_refused_and_never_visible(txn_broker) -> None:
     bootstrap = txn_broker.bootstrap
     topic, group = unique_topic("zombie-in"), unique_topic("zombie-group")
@@ -192,25 +121,25 @@ def test_kip447_zombie_txn_offset_commit_with_a_stale_generation_is_refused_and_
         assert same_member == member and generation > stale_generation
 
         zombie.init(conn)
-        assert add_offsets(conn, zombie, group) == ErrorCode.none
-        refused = txn_offset_commit(conn, zombie, group, topic, 99, member_id=member, generation_id=stale_generation)
+        assert zombie.add_offsets(conn, group) == ErrorCode.none
+        refused = zombie.txn_offset_commit(conn, group, topic, 99, member_id=member, generation_id=stale_generation)
         assert refused == ErrorCode.illegal_generation
         # Its transaction still commits (it holds the offsets partition): the commit marker
         # must find nothing of the zombie's to make visible.
         assert zombie.end(conn, commit=True) == ErrorCode.none
         wait_until(lambda: describe_transaction(bootstrap, zombie.transactional_id).state == "CompleteCommit",
                    CLIENT_TIMEOUT_S, "the zombie's commit to complete")
-        assert stable_offset(conn, group, topic) == (ErrorCode.none, -1)
+        assert fetch_committed_offset(conn, group, topic, require_stable=True) == (ErrorCode.none, -1)
         assert committed_offsets(bootstrap, group, topic, 1) == {0: NO_OFFSET}
 
         # The same request with the group's current generation is accepted and, once its
         # transaction commits, visible: the refusal above was the generation check.
         live.init(conn)
-        assert add_offsets(conn, live, group) == ErrorCode.none
-        assert txn_offset_commit(conn, live, group, topic, 7, member_id=member, generation_id=generation) == ErrorCode.none
-        assert stable_offset(conn, group, topic)[0] == ErrorCode.unstable_offset_commit
+        assert live.add_offsets(conn, group) == ErrorCode.none
+        assert live.txn_offset_commit(conn, group, topic, 7, member_id=member, generation_id=generation) == ErrorCode.none
+        assert fetch_committed_offset(conn, group, topic, require_stable=True)[0] == ErrorCode.unstable_offset_commit
         assert live.end(conn, commit=True) == ErrorCode.none
-        wait_until(lambda: stable_offset(conn, group, topic) == (ErrorCode.none, 7), CLIENT_TIMEOUT_S,
+        wait_until(lambda: fetch_committed_offset(conn, group, topic, require_stable=True) == (ErrorCode.none, 7), CLIENT_TIMEOUT_S,
                    "the live transaction's offset to become visible")
     assert committed_offsets(bootstrap, group, topic, 1) == {0: 7}
 

@@ -13,11 +13,11 @@ from kio.schema.errors import ErrorCode
 
 from oncestream.protocol.codec import build
 from tests.support.clients import create_topic, unique_topic
-from tests.support.txn import WireTxnProducer, wire_connection
+from tests.support.txn import WireTxnProducer, fetch_committed_offset, wire_connection
 
 pytestmark = pytest.mark.interop
 
-OFFSET_FETCH, FIND_COORDINATOR, ADD_OFFSETS, TXN_OFFSET_COMMIT, INIT_PRODUCER_ID = 9, 10, 25, 28, 22
+INIT_PRODUCER_ID = 22
 MAX_TIMEOUT_MS = 30000
 
 
@@ -74,25 +74,6 @@ def test_transaction_timeout_above_the_broker_maximum_is_refused(capped_broker) 
     assert "INVALID_TRANSACTION_TIMEOUT" in str(raised.value).upper().replace(" ", "_") or raised.value.args[0].code() == 50
 
 
-def _fetch_offset(conn, group: str, topic: str, require_stable: bool):
-    resp = conn.call(
-        OFFSET_FETCH,
-        lambda m: build(
-            m.OffsetFetchRequest,
-            groups=(
-                build(
-                    m.OffsetFetchRequestGroup,
-                    group_id=group,
-                    topics=(build(m.OffsetFetchRequestTopics, name=topic, partition_indexes=(0,)),),
-                ),
-            ),
-            require_stable=require_stable,
-        ),
-    )
-    (part,) = resp.groups[0].topics[0].partitions
-    return part.error_code, part.committed_offset
-
-
 def test_require_stable_offset_fetch_answers_unstable_while_txn_offsets_are_pending(capped_broker) -> None:
     topic = unique_topic("stable")
     create_topic(capped_broker.bootstrap, topic, partitions=1)
@@ -100,47 +81,9 @@ def test_require_stable_offset_fetch_answers_unstable_while_txn_offsets_are_pend
     producer = WireTxnProducer(unique_topic("stable-txn"), transaction_timeout_ms=10000)
     with wire_connection(capped_broker.bootstrap) as conn:
         producer.init(conn)
-        added = conn.call(
-            ADD_OFFSETS,
-            lambda m: build(
-                m.AddOffsetsToTxnRequest,
-                transactional_id=producer.transactional_id,
-                producer_id=producer.producer_id,
-                producer_epoch=producer.producer_epoch,
-                group_id=group,
-            ),
-        )
-        assert added.error_code == ErrorCode.none
-        staged = conn.call(
-            TXN_OFFSET_COMMIT,
-            lambda m: build(
-                m.TxnOffsetCommitRequest,
-                transactional_id=producer.transactional_id,
-                group_id=group,
-                producer_id=producer.producer_id,
-                producer_epoch=producer.producer_epoch,
-                generation_id=-1,
-                member_id="",
-                group_instance_id=None,
-                topics=(
-                    build(
-                        m.TxnOffsetCommitRequestTopic,
-                        name=topic,
-                        partitions=(
-                            build(
-                                m.TxnOffsetCommitRequestPartition,
-                                partition_index=0,
-                                committed_offset=42,
-                                committed_leader_epoch=-1,
-                                committed_metadata="",
-                            ),
-                        ),
-                    ),
-                ),
-            ),
-        )
-        assert staged.topics[0].partitions[0].error_code == ErrorCode.none
-        assert _fetch_offset(conn, group, topic, require_stable=True)[0] == ErrorCode.unstable_offset_commit
-        assert _fetch_offset(conn, group, topic, require_stable=False) == (ErrorCode.none, -1)
+        assert producer.add_offsets(conn, group) == ErrorCode.none
+        assert producer.txn_offset_commit(conn, group, topic, 42) == ErrorCode.none
+        assert fetch_committed_offset(conn, group, topic, require_stable=True)[0] == ErrorCode.unstable_offset_commit
+        assert fetch_committed_offset(conn, group, topic, require_stable=False) == (ErrorCode.none, -1)
         assert producer.end(conn, commit=True) == ErrorCode.none
-        assert _fetch_offset(conn, group, topic, require_stable=True) == (ErrorCode.none, 42)
+        assert fetch_committed_offset(conn, group, topic, require_stable=True) == (ErrorCode.none, 42)

@@ -424,7 +424,9 @@ PRODUCE_KEY = 0
 # Clients send AddPartitionsToTxn v3 and below; v4 is the broker-to-broker batched form.
 # Speak transaction version 1 (KIP-890 part 1), as librdkafka does: AddPartitionsToTxn capped at
 # v3 (v4+ is broker-to-broker), Produce below v12 and EndTxn below v5 (those mean version 2).
-CLIENT_MAX_VERSIONS = {ADD_PARTITIONS_TO_TXN_KEY: 3, PRODUCE_KEY: 11, END_TXN_KEY: 4, 28: 3}
+OFFSET_FETCH_KEY = 9
+ADD_OFFSETS_TO_TXN_KEY, TXN_OFFSET_COMMIT_KEY = 25, 28
+CLIENT_MAX_VERSIONS = {ADD_PARTITIONS_TO_TXN_KEY: 3, PRODUCE_KEY: 11, END_TXN_KEY: 4, TXN_OFFSET_COMMIT_KEY: 3}
 RETRIABLE_INIT_ERRORS = ("concurrent_transactions", "coordinator_load_in_progress", "coordinator_not_available")
 
 
@@ -434,6 +436,29 @@ def wire_connection(bootstrap: str, client_id: str = "wire-txn"):
 
     host, port = parse_bootstrap(bootstrap)
     return BrokerConnection(host, port, client_id=client_id, timeout_s=CLIENT_TIMEOUT_S, max_versions=CLIENT_MAX_VERSIONS)
+
+
+def fetch_committed_offset(conn, group: str, topic: str, *, require_stable: bool):
+    """OffsetFetch (v7+ multi-group form) of partition 0: (error code, committed offset). With
+    ``require_stable`` a pending transactional commit answers UNSTABLE_OFFSET_COMMIT (KIP-447)."""
+    from oncestream.protocol.codec import build
+
+    resp = conn.call(
+        OFFSET_FETCH_KEY,
+        lambda m: build(
+            m.OffsetFetchRequest,
+            groups=(
+                build(
+                    m.OffsetFetchRequestGroup,
+                    group_id=group,
+                    topics=(build(m.OffsetFetchRequestTopics, name=topic, partition_indexes=(0,)),),
+                ),
+            ),
+            require_stable=require_stable,
+        ),
+    )
+    (part,) = resp.groups[0].topics[0].partitions
+    return part.error_code, part.committed_offset
 
 
 class WireTxnProducer:
@@ -483,6 +508,60 @@ class WireTxnProducer:
             self.producer_id, self.producer_epoch = resp.producer_id, resp.producer_epoch
             self.sequences.clear()  # a new epoch starts every partition's sequence at 0
             return self.producer_id, self.producer_epoch
+
+    def add_offsets(self, conn, group: str):
+        """AddOffsetsToTxn: the group's __consumer_offsets partition joins the transaction;
+        returns the error code."""
+        from oncestream.protocol.codec import build
+
+        return conn.call(
+            ADD_OFFSETS_TO_TXN_KEY,
+            lambda m: build(
+                m.AddOffsetsToTxnRequest,
+                transactional_id=self.transactional_id,
+                producer_id=self.producer_id,
+                producer_epoch=self.producer_epoch,
+                group_id=group,
+            ),
+        ).error_code
+
+    def txn_offset_commit(self, conn, group: str, topic: str, offset: int, *, member_id: str = "",
+                          generation_id: int = -1):
+        """TxnOffsetCommit (v3 on a client-capped connection, as librdkafka sends it) of
+        ``offset`` for partition 0 of ``topic``, with the consumer's member id and generation
+        (KIP-447; the defaults carry none); returns the partition's error code."""
+        from oncestream.protocol.codec import build
+
+        resp = conn.call(
+            TXN_OFFSET_COMMIT_KEY,
+            lambda m: build(
+                m.TxnOffsetCommitRequest,
+                transactional_id=self.transactional_id,
+                group_id=group,
+                producer_id=self.producer_id,
+                producer_epoch=self.producer_epoch,
+                generation_id=generation_id,
+                member_id=member_id,
+                group_instance_id=None,
+                topics=(
+                    build(
+                        m.TxnOffsetCommitRequestTopic,
+                        name=topic,
+                        partitions=(
+                            build(
+                                m.TxnOffsetCommitRequestPartition,
+                                partition_index=0,
+                                committed_offset=offset,
+                                committed_leader_epoch=-1,
+                                committed_metadata="",
+                            ),
+                        ),
+                    ),
+                ),
+            ),
+        )
+        (part,) = resp.topics[0].partitions
+        return part.error_code
 
     def add_partitions(self, conn, topic: str, partitions: Iterable[int]):
         """AddPartitionsToTxn (v3 and below); returns the error codes per partition."""
