@@ -87,12 +87,20 @@ def health(broker) -> BrokerHealth:
 @pytest.fixture(scope="module")
 def api_table(broker) -> dict[int, tuple[int, int]]:
     """The broker's ApiVersions v0 table."""
-    with WireConnection(broker.host, broker.port) as conn:
+    with _connect(broker) as conn:
         response = parse_api_versions_v0(conn.request(API_VERSIONS, 0, 7, b""))
     assert response.correlation_id == 7
     assert response.error_code == ERROR_NONE
     assert API_PRODUCE in response.versions and API_VERSIONS in response.versions
     return response.versions
+
+
+def _connect(broker) -> WireConnection:
+    """A fresh connection, after checking the broker is alive: once a hostile input has killed it,
+    every later example fails with the broker's own last words (its stderr), not with a bare
+    'connection refused' that hides what happened."""
+    assert broker.is_alive(), f"broker died; stderr:\n{broker.stderr_tail()}"
+    return WireConnection(broker.host, broker.port)
 
 
 def _produce_version(api_table: dict[int, tuple[int, int]]) -> int:
@@ -132,7 +140,7 @@ def test_random_byte_streams(broker, health):
     @FUZZ_SETTINGS
     @given(st.binary(min_size=0, max_size=600))
     def run(data: bytes) -> None:
-        with WireConnection(broker.host, broker.port) as conn:
+        with _connect(broker) as conn:
             conn.send(data)
             _assert_answers_or_closes(conn, None)
         assert broker.is_alive(), broker.stderr_tail()
@@ -147,7 +155,7 @@ def test_frames_with_valid_size_and_random_body(broker, health):
     @FUZZ_SETTINGS
     @given(st.binary(min_size=0, max_size=600))
     def run(body: bytes) -> None:
-        with WireConnection(broker.host, broker.port) as conn:
+        with _connect(broker) as conn:
             conn.send(frame(body))
             correlation_id = struct.unpack_from(">i", body, 4)[0] if len(body) >= 8 else None
             _assert_answers_or_closes(conn, correlation_id)
@@ -168,7 +176,7 @@ def test_valid_header_with_random_body(broker, health, api_table):
         api_key, (low, high) = api
         version = data.draw(st.integers(low, high), label="version")
         correlation_id = data.draw(st.integers(0, 2**31 - 1), label="correlation_id")
-        with WireConnection(broker.host, broker.port) as conn:
+        with _connect(broker) as conn:
             conn.send(frame(request_header(api_key, version, correlation_id, flexible=flexible) + body))
             _assert_answers_or_closes(conn, correlation_id)
         assert broker.is_alive(), broker.stderr_tail()
@@ -189,7 +197,7 @@ def test_truncated_frames(broker, health, api_table):
     def run(request, data, reframe) -> None:
         cut = data.draw(st.integers(0, len(request) - 1), label="cut")
         payload = frame(request[4:cut]) if reframe and cut >= 4 else request[:cut]
-        with WireConnection(broker.host, broker.port) as conn:
+        with _connect(broker) as conn:
             conn.send(payload)
             _assert_answers_or_closes(conn, struct.unpack_from(">i", request, 8)[0])
         assert broker.is_alive(), broker.stderr_tail()
@@ -207,7 +215,7 @@ def test_unknown_api_keys(broker, health, api_table):
     @FUZZ_SETTINGS
     @given(unknown, st.integers(-(2**15), 2**15 - 1), st.booleans(), st.binary(max_size=64))
     def run(api_key, version, flexible, body) -> None:
-        with WireConnection(broker.host, broker.port) as conn:
+        with _connect(broker) as conn:
             conn.send(frame(request_header(api_key, version, 99, flexible=flexible) + body))
             _assert_answers_or_closes(conn, 99)
         assert broker.is_alive(), broker.stderr_tail()
@@ -226,7 +234,7 @@ def test_unsupported_versions_of_known_apis(broker, health, api_table):
         low, high = api_table[api_key]
         outside = st.integers(-(2**15), low - 1) | st.integers(high + 1, 2**15 - 1)
         version = data.draw(outside, label="version")
-        with WireConnection(broker.host, broker.port) as conn:
+        with _connect(broker) as conn:
             conn.send(frame(request_header(api_key, version, 123, flexible=flexible) + body))
             _assert_answers_or_closes(conn, 123)
         assert broker.is_alive(), broker.stderr_tail()
@@ -244,7 +252,7 @@ def test_api_versions_unknown_version_answers_v0_unsupported_version(broker, hea
     @FUZZ_SETTINGS
     @given(st.integers(max_api_versions + 1, 2**15 - 1), st.integers(0, 2**31 - 1))
     def run(version, correlation_id) -> None:
-        with WireConnection(broker.host, broker.port) as conn:
+        with _connect(broker) as conn:
             body = conn.request(API_VERSIONS, version, correlation_id, api_versions_v3_body(),
                                 flexible_header=True)
             response = parse_api_versions_v0(body)
@@ -268,7 +276,7 @@ def test_oversize_or_negative_size_prefix_closes_without_allocating(broker, heal
     """A size prefix beyond socket.request.max.bytes (Kafka default 100 MiB) or negative: the
     broker closes the connection at once, without reading or allocating the announced size."""
     high_water_before = _peak_rss_bytes(broker)
-    with WireConnection(broker.host, broker.port) as conn:
+    with _connect(broker) as conn:
         # keep the write side open: the broker must close on the prefix alone, not on our EOF
         conn.send(struct.pack(">i", size_prefix) + request_header(API_VERSIONS, 0, 5, flexible=False))
         try:
@@ -297,7 +305,7 @@ def test_array_length_beyond_the_frame_closes_and_the_broker_lives(broker, healt
     the broker once: SIGABRT mid-fuzz); the broker must refuse it before kio sees it, by
     closing the connection, and keep serving."""
     high_water_before = _peak_rss_bytes(broker)
-    with WireConnection(broker.host, broker.port) as conn:
+    with _connect(broker) as conn:
         conn.send(frame(request_header(api_key, version, 9, flexible=version >= 9) + body))
         conn.finish_sending()
         assert conn.drain_until_closed() == [], "a body that cannot be decoded was answered"
@@ -367,7 +375,7 @@ def test_mutated_produce_batches(broker, health, api_table):
             batch = batch[: truncate_at % len(batch)]
             harmless = False
         body = produce_request_body(topic, 0, bytes(batch), acks=-1)
-        with WireConnection(broker.host, broker.port) as conn:
+        with _connect(broker) as conn:
             try:
                 response = conn.request(API_PRODUCE, version, example, body)
             except PeerClosed:
