@@ -31,6 +31,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from oncestream.child_process import die_with_parent
+
 DEFAULT_DATA_DIR = Path("data") / "demo"
 DEMO_MARKER = ".oncestream-demo"  # written into the data dir so a later run may wipe it safely
 TOPIC = "demo-events"
@@ -122,7 +124,8 @@ class BrokerProcess:
             log.write(f"\n=== start #{self.starts + 1}: {' '.join(argv)}\n".encode())
             log.flush()
             self.process = subprocess.Popen(
-                argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+                argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                preexec_fn=die_with_parent,  # a killed demo leaves no broker behind
             )
         self.starts += 1
 

@@ -19,6 +19,7 @@ import sys
 import time
 from pathlib import Path
 
+from oncestream.child_process import die_with_parent
 from tests.support.ports import free_tcp_port, port_accepts_connections
 
 HOST = "127.0.0.1"
@@ -28,22 +29,6 @@ STOP_TIMEOUT_S = 15.0
 # retrying on a fresh port a few times makes that race harmless.
 PORT_RACE_ATTEMPTS = 3
 STDERR_TAIL_BYTES = 8000
-
-
-def _die_with_parent() -> None:
-    """In the child before exec: SIGKILL this broker when the test process dies.
-
-    Fixtures kill their brokers at teardown, but a test run killed from outside (a CI timeout,
-    SIGKILL) never runs teardown; without this its brokers would linger. Linux-only
-    (PR_SET_PDEATHSIG); elsewhere it does nothing. The signal follows the thread that started
-    the process, so start brokers from a thread that outlives them (the main thread).
-    """
-    if sys.platform != "linux":
-        return
-    import ctypes
-
-    pr_set_pdeathsig = 1
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
 
 
 class BrokerStartError(RuntimeError):
@@ -153,7 +138,7 @@ class ManagedBroker:
                 stderr=stderr,
                 start_new_session=True,  # our own signals only; a Ctrl-C on pytest is not forwarded
                 env=self._environment(),
-                preexec_fn=_die_with_parent,
+                preexec_fn=die_with_parent,  # no broker outlives a killed test run
             )
         deadline = time.monotonic() + READY_TIMEOUT_S
         while time.monotonic() < deadline:

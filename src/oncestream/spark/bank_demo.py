@@ -37,6 +37,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from oncestream.child_process import die_with_parent
+
 ACCOUNTS = 20
 INITIAL_BALANCE = 1_000
 TOPICS = {"transfers": 2, "ledger": 2, "applied": 1}
@@ -162,7 +164,8 @@ def _start_broker(work: Path) -> tuple[subprocess.Popen, str]:
              "--config", "transaction.two.phase.commit.enable=true"]
     log_path = work / "broker.log"
     with open(log_path, "wb") as log:
-        process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                   preexec_fn=die_with_parent)  # a killed demo leaves no broker behind
     _wait_listening(process, port, log_path)
     return process, f"127.0.0.1:{port}"
 
@@ -242,7 +245,7 @@ class Driver:
         env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                            start_new_session=True, env=env)
+                                            start_new_session=True, env=env, preexec_fn=die_with_parent)
 
     def alive(self) -> bool:
         """The driver process has not exited."""
