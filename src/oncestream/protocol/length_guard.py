@@ -99,11 +99,9 @@ def _primitive_step(kafka_type: str, flexible: bool) -> tuple:
     raise TypeError(f"unknown kafka_type {kafka_type!r}")
 
 
-def _field_step(field: Any, flexible: bool, tagged: bool) -> tuple:
+def _field_step(field: Any, flexible: bool) -> tuple:
     classified = classify_field(field)
-    if isinstance(classified, PrimitiveField):
-        step = _primitive_step(get_schema_field_type(field), flexible)
-    elif isinstance(classified, PrimitiveTupleField):
+    if isinstance(classified, (PrimitiveField, PrimitiveTupleField)):
         step = _primitive_step(get_schema_field_type(field), flexible)
     elif isinstance(classified, EntityField):
         step = ("entity", entity_plan(classified.type_), bool(is_optional(field)))
@@ -125,7 +123,7 @@ def entity_plan(cls: type) -> EntityPlan:
     steps = []
     for field in fields(cls):
         tag = get_field_tag(field)
-        step = _field_step(field, plan.flexible, tag is not None)
+        step = _field_step(field, plan.flexible)
         if tag is None:
             steps.append(step)
         else:
