@@ -134,6 +134,8 @@ def entity_plan(cls: type) -> EntityPlan:
 
 
 def _uvarint(buf: memoryview, pos: int) -> tuple[int, int]:
+    # Not codec.read_uvarint: that one gives up after 5 bytes, and a longer varint that kio's
+    # reader still accepts as a length must be judged here, or it would reach the allocation.
     result = 0
     shift = 0
     while True:
