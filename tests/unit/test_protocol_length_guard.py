@@ -11,6 +11,7 @@ connection (MalformedRequestError here), never by a dead broker.
 
 from __future__ import annotations
 
+import datetime
 import struct
 
 import pytest
@@ -89,12 +90,13 @@ def test_compact_array_nested_inside_an_element_is_refused() -> None:
         decode_request(_header(PRODUCE, 9), body)
 
 
-def test_array_in_a_tagged_field_is_checked_too() -> None:
-    """JoinGroup v6 has no tagged arrays, but Fetch v12's replica state is a tagged struct and
-    its topics are arrays; a huge array anywhere after tagged fields is still refused."""
+def test_compact_array_of_a_flexible_fetch_is_refused_in_place() -> None:
+    """Fetch v12 (flexible, with tagged fields): the guard walks the fixed fields to the topics
+    array of a real encoded request, and the same request with that array's length replaced by
+    a huge one is refused."""
     cls = request_class(FETCH, 12)
     good = _encode(cls(
-        replica_id=-1, max_wait=__import__("datetime").timedelta(milliseconds=100), min_bytes=1,
+        replica_id=-1, max_wait=datetime.timedelta(milliseconds=100), min_bytes=1,
         max_bytes=1 << 20, isolation_level=0, session_id=0, session_epoch=-1, topics=(),
         forgotten_topics_data=(), rack_id="",
     ))
