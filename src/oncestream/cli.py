@@ -24,7 +24,7 @@ PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3
 OFFSET_COMMIT, OFFSET_FETCH = 8, 9
 CREATE_TOPICS, DELETE_TOPICS, INIT_PRODUCER_ID, DESCRIBE_CONFIGS = 19, 20, 22, 32
 CREATE_PARTITIONS = 37
-WRITE_TXN_MARKERS, DESCRIBE_PRODUCERS, DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 27, 61, 65, 66
+DESCRIBE_PRODUCERS, DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 61, 65, 66
 
 
 class CliError(Exception):
@@ -359,9 +359,20 @@ def cmd_transactions(args: argparse.Namespace) -> int:
     return 0
 
 
+# How long `transactions abort` waits for the coordinator to finish the abort it started.
+_ABORT_WAIT_S = 30.0
+_ENDED_STATES = ("CompleteAbort", "CompleteCommit", "Empty", "Dead")
+
+
 def _abort_hanging(conn: BrokerConnection, args: argparse.Namespace) -> int:
-    """Abort a hanging transaction on one partition: find its producer with DescribeProducers,
-    then write an ABORT marker with WriteTxnMarkers, as kafka-transactions.sh abort does."""
+    """Abort the open transaction(s) on one partition through their coordinator.
+
+    kafka-transactions.sh abort writes an ABORT marker with WriteTxnMarkers, which needs the
+    brokers' ClusterAction right; our broker refuses that API to every client (a forged marker
+    could end anyone's transaction behind its coordinator's back). Instead: find the partition's
+    open producers (DescribeProducers), map each producer id to its transactional id
+    (ListTransactions), and send InitProducerId for that id, which fences the old producer and
+    makes the coordinator abort its transaction, markers and all; then wait until it has."""
     if args.topic is None or args.partition is None:
         raise CliError("transactions abort needs --topic and --partition")
     resp = conn.call(
@@ -377,26 +388,42 @@ def _abort_hanging(conn: BrokerConnection, args: argparse.Namespace) -> int:
     ]
     if not hanging:
         raise CliError(f"no open transaction on {args.topic}[{args.partition}]")
+    listing = conn.call(
+        LIST_TRANSACTIONS,
+        lambda m: build(m.ListTransactionsRequest, state_filters=(), producer_id_filters=(), duration_filter=-1),
+    )
+    by_producer = {t.producer_id: t.transactional_id for t in listing.transaction_states}
     for p in hanging:
-        def make(m, p=p):
-            return m.WriteTxnMarkersRequest(
-                markers=(
-                    m.WritableTxnMarker(
-                        producer_id=p.producer_id,
-                        producer_epoch=p.producer_epoch,
-                        transaction_result=False,
-                        topics=(m.WritableTxnMarkerTopic(name=args.topic, partition_indexes=(args.partition,)),),
-                        coordinator_epoch=p.coordinator_epoch,
-                    ),
-                )
-            )
-
-        result = conn.call(WRITE_TXN_MARKERS, make)
-        error = result.markers[0].topics[0].partitions[0].error_code
-        if error != ErrorCode.none:
-            raise CliError(f"abort producer {p.producer_id}: {error.name.upper()}")
-        print(f"aborted transaction of producer {p.producer_id} (epoch {p.producer_epoch}) starting at offset {p.current_txn_start_offset}")
+        txn_id = by_producer.get(p.producer_id)
+        if txn_id is None:
+            raise CliError(f"producer {p.producer_id}: no transactional id known to the coordinator")
+        init = conn.call(
+            INIT_PRODUCER_ID,
+            lambda m, txn_id=txn_id: build(
+                m.InitProducerIdRequest, transactional_id=txn_id,
+                transaction_timeout=datetime.timedelta(milliseconds=60000), producer_id=-1, producer_epoch=-1,
+                enable2_pc=False, keep_prepared_txn=False,
+            ),
+        )
+        # CONCURRENT_TRANSACTIONS: the abort has started (Kafka's answer while it completes).
+        if init.error_code not in (ErrorCode.none, ErrorCode.concurrent_transactions):
+            raise CliError(f"abort {txn_id!r}: {init.error_code.name.upper()}")
+        _wait_transaction_ended(conn, txn_id)
+        print(f"aborted transaction {txn_id!r} of producer {p.producer_id} (epoch {p.producer_epoch}) "
+              f"starting at offset {p.current_txn_start_offset}")
     return 0
+
+
+def _wait_transaction_ended(conn: BrokerConnection, txn_id: str) -> None:
+    deadline = time.monotonic() + _ABORT_WAIT_S
+    while True:
+        resp = conn.call(DESCRIBE_TRANSACTIONS, lambda m: m.DescribeTransactionsRequest(transactional_ids=(txn_id,)))
+        (t,) = resp.transaction_states
+        if t.error_code == ErrorCode.none and t.transaction_state in _ENDED_STATES:
+            return
+        if time.monotonic() > deadline:
+            raise CliError(f"abort {txn_id!r}: still {t.transaction_state} after {_ABORT_WAIT_S:.0f} s")
+        time.sleep(0.05)
 
 
 def _committed_offsets(conn: BrokerConnection, group: str, topic: str, num_partitions: int) -> dict[int, int]:

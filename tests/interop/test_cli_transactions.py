@@ -35,8 +35,12 @@ def test_list_describe_and_abort_a_hanging_transaction(broker) -> None:
     assert list_offset(broker.bootstrap, topic, 0, read_committed=True) == 0
     assert list_offset(broker.bootstrap, topic, 0, read_committed=False) == 2
 
+    # Aborted through its coordinator (WriteTxnMarkers from a client is refused): the stuck
+    # producer is fenced and its transaction ends CompleteAbort.
     aborted = run_cli("transactions", "abort", "--topic", topic, "--partition", "0", *bs).stdout.decode()
-    assert "aborted transaction of producer" in aborted and "starting at offset 0" in aborted
+    assert f"aborted transaction {txn_id!r}" in aborted and "starting at offset 0" in aborted
+    described = run_cli("transactions", "describe", "--transactional-id", txn_id, *bs).stdout.decode()
+    assert "state CompleteAbort" in described
     assert values_of(read_to_end(broker.bootstrap, topic, 2, isolation=READ_COMMITTED)) == {0: [b"after"], 1: [b"other"]}
     nothing = run_cli("transactions", "abort", "--topic", topic, "--partition", "0", *bs, check=False)
     assert nothing.returncode == 1 and b"no open transaction" in nothing.stderr

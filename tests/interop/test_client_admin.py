@@ -1,7 +1,7 @@
 """oncestream.client.Admin against our broker: groups (ListGroups, DescribeGroups with decoded
 member assignments, committed offsets) and KIP-664 transaction administration
-(ListTransactions, DescribeTransactions, DescribeProducers, aborting a hanging transaction with
-WriteTxnMarkers), checked with librdkafka where visibility matters."""
+(ListTransactions, DescribeTransactions, DescribeProducers; aborting with WriteTxnMarkers is
+refused to clients), checked with librdkafka where visibility matters."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from oncestream.client import AbortTransactionSpec, Admin, Consumer, Producer, TopicPartition
+from oncestream.client import AbortTransactionSpec, Admin, Consumer, KafkaException, Producer, TopicPartition
 from tests.support.clients import CLIENT_TIMEOUT_S, create_topic, unique_topic
 from tests.support.txn import READ_COMMITTED, list_offset, read_to_end, start_txn_broker, values_of
 
@@ -89,7 +89,16 @@ def test_transactions_listed_described_and_a_hanging_one_aborted(admin_broker):
         assert len(producers) == 2  # the transactional one and the idempotent plain one
         (active,) = [p for p in producers if p.current_txn_start_offset >= 0]
         assert active.producer_id == described.producer_id and active.current_txn_start_offset == 0
-        admin.abort_transaction(AbortTransactionSpec(topic, 0, active.producer_id))
+        # KIP-664's abort writes the marker with WriteTxnMarkers, a brokers-only API (ClusterAction):
+        # refused to clients, nothing changes, the transaction still holds the LSO.
+        with pytest.raises(KafkaException) as refused:
+            admin.abort_transaction(AbortTransactionSpec(topic, 0, active.producer_id))
+        assert refused.value.args[0].name() == "CLUSTER_AUTHORIZATION_FAILED"
+        assert list_offset(bootstrap, topic, 0, read_committed=True) == 0
+        # Its coordinator ends it: a new producer with the same transactional id fences the old one.
+        fencer = Producer({"bootstrap.servers": bootstrap, "transactional.id": txn_id})
+        fencer.init_transactions(CLIENT_TIMEOUT_S)
+        fencer.close()
         assert values_of(read_to_end(bootstrap, topic, 2, isolation=READ_COMMITTED)) == {0: [b"after"], 1: [b"other"]}
         unknown = admin.describe_transactions(["no-such-transactional-id"])["no-such-transactional-id"]
         assert unknown.error is not None and unknown.error.name() == "TRANSACTIONAL_ID_NOT_FOUND"

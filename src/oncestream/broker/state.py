@@ -95,6 +95,13 @@ class BrokerState:
             self._lock.release()
             raise
 
+    def partition_exists(self, topic: str, partition: int) -> bool:
+        """Whether ``topic`` exists and has ``partition``: offset commits (plain and
+        transactional) for anything else are refused with UNKNOWN_TOPIC_OR_PARTITION, as Kafka's
+        KafkaApis refuses them against its metadata cache."""
+        info = self.logs.topics().get(topic)
+        return info is not None and 0 <= partition < info.num_partitions
+
     def tick(self) -> None:
         """Periodic housekeeping: retention, producer-id expiry."""
         self.logs.tick(self.now_ms())

@@ -608,7 +608,9 @@ class Admin:
     def abort_transaction(self, spec: AbortTransactionSpec, timeout: float | None = None) -> None:
         """KIP-664: write an ABORT marker for the open transaction of ``spec.producer_id`` on one
         partition (a hanging transaction whose coordinator lost track of it). Epochs left at -1
-        are read from DescribeProducers first."""
+        are read from DescribeProducers first. WriteTxnMarkers needs the brokers' ClusterAction
+        right: oncestream's broker refuses it to every client (CLUSTER_AUTHORIZATION_FAILED,
+        raised here), as a Kafka cluster with an authorizer does for ordinary principals."""
         key = (spec.topic, spec.partition)
         epoch, coordinator_epoch = spec.producer_epoch, spec.coordinator_epoch
         if epoch < 0 or coordinator_epoch < 0:

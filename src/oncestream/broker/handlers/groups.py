@@ -179,11 +179,6 @@ def handle_leave_group(state: BrokerState, header: RequestHeader, request) -> ob
     return build(m.LeaveGroupResponse, throttle_time=_ZERO, error_code=error, members=members)
 
 
-def _topic_exists(state: BrokerState, topic: str, partition: int) -> bool:
-    info = state.logs.topics().get(topic)
-    return info is not None and 0 <= partition < info.num_partitions
-
-
 def handle_offset_commit(state: BrokerState, header: RequestHeader, request) -> object:
     m = response_module(k.OFFSET_COMMIT, header.api_version)
     svc = state.groups
@@ -192,7 +187,7 @@ def handle_offset_commit(state: BrokerState, header: RequestHeader, request) -> 
     for t in request.topics:
         for p in t.partitions:
             tp = TopicPartition(t.name, p.partition_index)
-            if not _topic_exists(state, t.name, p.partition_index):
+            if not state.partition_exists(t.name, p.partition_index):
                 unknown.add(tp)
                 continue
             offsets[tp] = PartitionOffsetCommit(
@@ -358,7 +353,7 @@ def handle_offset_delete(state: BrokerState, header: RequestHeader, request) -> 
                     m.OffsetDeleteResponsePartition,
                     partition_index=p.partition_index,
                     error_code=ErrorCode.unknown_topic_or_partition
-                    if not _topic_exists(state, t.name, p.partition_index)
+                    if not state.partition_exists(t.name, p.partition_index)
                     else result.partitions.get(TopicPartition(t.name, p.partition_index), ErrorCode.none),
                 )
                 for p in t.partitions

@@ -9,7 +9,7 @@ from kio.schema.errors import ErrorCode
 from oncestream.broker.state import BrokerState
 from oncestream.coordinator.txn import TopicPartition
 from oncestream.errors import KafkaError
-from oncestream.protocol.record_batch import parse_header
+from oncestream.protocol.record_batch import BatchHeader, iter_batches
 from oncestream.protocol.api_keys import PRODUCE
 from oncestream.protocol.codec import RequestHeader, build, response_module
 
@@ -35,8 +35,8 @@ async def handle(state: BrokerState, header: RequestHeader, request) -> object |
             elif part.records is None:
                 error = ErrorCode.invalid_record
                 message = "no records"
-            elif (txn_error := _check_transactional(state, header, request.transactional_id, topic.name, part)) != ErrorCode.none:
-                error = txn_error
+            elif (refusal := _check_batches(state, header, request.transactional_id, topic.name, part)) is not None:
+                error, message = refusal
             else:
                 try:
                     plog = state.logs.get(topic.name, part.index)
@@ -74,23 +74,48 @@ async def handle(state: BrokerState, header: RequestHeader, request) -> object |
     return build(m.ProduceResponse, responses=tuple(topics_out), throttle_time=datetime.timedelta(0))
 
 
-def _check_transactional(
+def _check_batches(
     state: BrokerState, header: RequestHeader, transactional_id: str | None, topic: str, part
+) -> tuple[ErrorCode, str | None] | None:
+    """Refuse what must not reach the log; None when the partition's data may be appended.
+
+    Every batch header is checked against the transaction coordinator, then Kafka's
+    ProduceRequest rule applies: from v3 on (all we serve) a partition's data is exactly one
+    record batch. Checking only the first header let a plain batch carry a transactional one
+    past the coordinator and open a transaction that nobody would ever close, freezing the LSO
+    for every read_committed reader. The CRC is checked later, by the log."""
+    try:
+        headers = [batch_header for batch_header, _ in iter_batches(part.records, verify_crc=False)]
+    except KafkaError as exc:
+        return exc.code, str(exc)
+    if len(headers) == 1 or header.api_version < 12:
+        # v12 adds the partition to the transaction as a side effect: only for a valid request.
+        for batch_header in headers:
+            error = _check_transactional(state, header, transactional_id, topic, part.index, batch_header)
+            if error != ErrorCode.none:
+                return error, None
+    if len(headers) != 1:
+        return ErrorCode.invalid_record, (
+            f"Produce requests with version {header.api_version} must contain exactly one record batch per "
+            f"partition; got {len(headers)}"
+        )
+    return None
+
+
+def _check_transactional(
+    state: BrokerState, header: RequestHeader, transactional_id: str | None, topic: str, partition: int,
+    batch: BatchHeader,
 ) -> ErrorCode:
     """KIP-890. Part 1 (Produce < v12): a transactional batch is only accepted for a partition that
     the ongoing transaction of its producer has added; anything else would leave a hanging
     transaction. Part 2 (Produce v12+, transaction version 2): the broker adds the partition
     itself, under the producer's current epoch, which every commit and abort bumps, so a
     delayed batch of an earlier transaction can never join a later one."""
-    try:
-        batch = parse_header(part.records)
-    except KafkaError as exc:
-        return exc.code
     if not batch.is_transactional:
         return ErrorCode.none
     if transactional_id is None:
         return ErrorCode.invalid_txn_state
-    tp = TopicPartition(topic, part.index)
+    tp = TopicPartition(topic, partition)
     txn = state.transactions
     if header.api_version >= 12:
         added = txn.call(

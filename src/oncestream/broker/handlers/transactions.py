@@ -212,8 +212,11 @@ def handle_txn_offset_commit(state: BrokerState, header: RequestHeader, request)
                 "generation_id": request.generation_id,
                 "group_instance_id": request.group_instance_id,
             }
-        result = txn.stage_offsets(request.group_id, request.producer_id, offsets, **member)
+        unknown = {tp for tp in offsets if not state.partition_exists(tp.topic, tp.partition)}
+        known = {tp: offset for tp, offset in offsets.items() if tp not in unknown}
+        result = txn.stage_offsets(request.group_id, request.producer_id, known, **member)
         errors = dict(result.partitions)
+        errors.update((tp, ErrorCode.unknown_topic_or_partition) for tp in unknown)
     return build(
         m.TxnOffsetCommitResponse,
         throttle_time=_ZERO,
@@ -236,32 +239,37 @@ def handle_txn_offset_commit(state: BrokerState, header: RequestHeader, request)
 
 
 def handle_write_txn_markers(state: BrokerState, header: RequestHeader, request) -> object:
-    """Used by admins to abort a hanging transaction (KIP-664), and by our coordinator's peers."""
+    """WriteTxnMarkers is how Kafka's transaction coordinator reaches the partition leaders;
+    Kafka authorizes it as ClusterAction, which only brokers hold. Our coordinator writes its
+    markers to the local logs directly, never over the wire, so a request arriving on a
+    connection comes from a client and gets CLUSTER_AUTHORIZATION_FAILED for every partition,
+    changing nothing. Accepting it let any client abort another's open transaction: the victim's
+    commit then reported success while its records were gone (a forged ABORT) or exposed records
+    its owner would abort (a forged COMMIT). A hanging transaction is ended through its
+    coordinator instead (``oncestream transactions abort`` fences its transactional id)."""
     m = response_module(k.WRITE_TXN_MARKERS, header.api_version)
-    now = state.now_ms()
-    results = []
-    for marker in request.markers:
-        topics_out = []
-        for t in marker.topics:
-            parts = []
-            for p in t.partition_indexes:
-                error = ErrorCode.none
-                try:
-                    state.logs.get(t.name, p).append_marker(
-                        producer_id=marker.producer_id,
-                        producer_epoch=marker.producer_epoch,
-                        commit=marker.transaction_result,
-                        coordinator_epoch=marker.coordinator_epoch,
-                        now_ms=now,
+    denied = ErrorCode.cluster_authorization_failed
+    return build(
+        m.WriteTxnMarkersResponse,
+        markers=tuple(
+            build(
+                m.WritableTxnMarkerResult,
+                producer_id=marker.producer_id,
+                topics=tuple(
+                    build(
+                        m.WritableTxnMarkerTopicResult,
+                        name=t.name,
+                        partitions=tuple(
+                            build(m.WritableTxnMarkerPartitionResult, partition_index=p, error_code=denied)
+                            for p in t.partition_indexes
+                        ),
                     )
-                except KafkaError as exc:
-                    error = exc.code
-                else:
-                    state.notifier.notify(t.name, p)  # the LSO moved: wake read_committed fetches
-                parts.append(build(m.WritableTxnMarkerPartitionResult, partition_index=p, error_code=error))
-            topics_out.append(build(m.WritableTxnMarkerTopicResult, name=t.name, partitions=tuple(parts)))
-        results.append(build(m.WritableTxnMarkerResult, producer_id=marker.producer_id, topics=tuple(topics_out)))
-    return build(m.WriteTxnMarkersResponse, markers=tuple(results))
+                    for t in marker.topics
+                ),
+            )
+            for marker in request.markers
+        ),
+    )
 
 
 def handle_describe_transactions(state: BrokerState, header: RequestHeader, request) -> object:
