@@ -30,6 +30,10 @@ class BrokerConfig:
     num_partitions: int = 1
     socket_request_max_bytes: int = 104857600
     retention_check_interval_ms: int = 300000
+    # Kafka's broker fetch.max.bytes (55 MiB): caps every Fetch response whatever it asks for.
+    fetch_max_bytes: int = 57671680
+    # All partitions this broker may hold (CreateTopics, CreatePartitions, auto-creation).
+    max_partitions: int = 100000
     raw: dict[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -60,12 +64,16 @@ class BrokerConfig:
                 retention_check_interval_ms=int(
                     props.get("log.retention.check.interval.ms", "300000")
                 ),
+                fetch_max_bytes=int(props.get("fetch.max.bytes", "57671680")),
+                max_partitions=int(props.get("oncestream.max.partitions", "100000")),
                 raw=dict(props),
             )
         except ValueError as exc:
             raise InvalidConfigError(str(exc)) from exc
         if config.num_partitions < 1 or config.socket_request_max_bytes < 1024:
             raise InvalidConfigError("num.partitions must be >= 1, socket.request.max.bytes >= 1024")
+        if config.fetch_max_bytes < 1024 or config.max_partitions < 1:
+            raise InvalidConfigError("fetch.max.bytes must be >= 1024, oncestream.max.partitions >= 1")
         for feature, (lo, hi) in FEATURES.items():  # finalized feature levels (api_versions.py)
             level = props.get(feature)
             if level is not None and not (level.strip().lstrip("-").isdigit() and lo <= int(level) <= hi):

@@ -102,6 +102,15 @@ class BrokerState:
         info = self.logs.topics().get(topic)
         return info is not None and 0 <= partition < info.num_partitions
 
+    def partition_budget_error(self, new_partitions: int) -> str | None:
+        """Why adding ``new_partitions`` would exceed ``oncestream.max.partitions`` (the most
+        partitions this broker holds, internal topics included), or None if it would not."""
+        held = sum(info.num_partitions for info in self.logs.topics().values())
+        if held + new_partitions > self.config.max_partitions:
+            return (f"this broker holds {held} partitions; {new_partitions} more would exceed "
+                    f"oncestream.max.partitions={self.config.max_partitions}")
+        return None
+
     def tick(self) -> None:
         """Periodic housekeeping: retention, producer-id expiry."""
         self.logs.tick(self.now_ms())

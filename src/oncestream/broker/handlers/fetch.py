@@ -57,7 +57,10 @@ async def handle(state: BrokerState, header: RequestHeader, request) -> list:
 
 def _read_once(state: BrokerState, request) -> tuple[list, int, bool]:
     read_committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
-    budget = request.max_bytes if request.max_bytes > 0 else 2**31 - 1
+    # The broker's fetch.max.bytes bounds every response, whatever the request asks for (Kafka's
+    # rule); the first batch is still returned whole, so a consumer always makes progress.
+    cap = state.config.fetch_max_bytes
+    budget = min(request.max_bytes, cap) if request.max_bytes > 0 else cap
     total = 0
     any_error = False
     topics_out = []

@@ -38,11 +38,14 @@ def handle(state: BrokerState, header: RequestHeader, request) -> object:
         info = topics.get(name) if name is not None else None
         error = ErrorCode.none
         if info is None and name is not None and auto_create and name not in INTERNAL_TOPICS:
-            try:
-                info = state.logs.create_topic(name, state.config.num_partitions, {})
-                topics = state.logs.topics()
-            except KafkaError as exc:
-                error = exc.code
+            if state.partition_budget_error(state.config.num_partitions) is not None:
+                error = ErrorCode.policy_violation
+            else:
+                try:
+                    info = state.logs.create_topic(name, state.config.num_partitions, {})
+                    topics = state.logs.topics()
+                except KafkaError as exc:
+                    error = exc.code
         if info is None:
             if error == ErrorCode.none:
                 error = ErrorCode.unknown_topic_or_partition

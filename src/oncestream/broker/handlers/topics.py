@@ -16,21 +16,36 @@ from oncestream.protocol.api_keys import CREATE_PARTITIONS, CREATE_TOPICS, DELET
 from oncestream.protocol.codec import RequestHeader, build, response_module
 
 _NIL_UUID = uuid.UUID(int=0)
+# Kafka's controller (ReplicationControlManager.MAX_PARTITIONS_PER_BATCH) refuses a CreateTopics or
+# CreatePartitions request that asks for more partitions than this in total: one request must
+# not make the broker create files for hours.
+MAX_PARTITIONS_PER_REQUEST = 10_000
+_TOO_MANY_PER_REQUEST = "Excessively large number of partitions per request."
+
+
+def _requested_partitions(state: BrokerState, t) -> int:
+    """How many partitions a CreateTopics entry asks for (-1: the broker's num.partitions)."""
+    if t.assignments:
+        return len(t.assignments)
+    return state.config.num_partitions if t.num_partitions == -1 else t.num_partitions
 
 
 def handle_create(state: BrokerState, header: RequestHeader, request) -> object:
     m = response_module(CREATE_TOPICS, header.api_version)
     results = []
+    too_many = sum(max(_requested_partitions(state, t), 0) for t in request.topics) > MAX_PARTITIONS_PER_REQUEST
+    granted = 0  # partitions this request already created (or, validate_only, would have)
     for t in request.topics:
         error, message = ErrorCode.none, None
         topic_id = _NIL_UUID
-        num_partitions = t.num_partitions
-        if t.assignments:
-            num_partitions = len(t.assignments)
-        elif num_partitions == -1:
-            num_partitions = state.config.num_partitions
+        num_partitions = _requested_partitions(state, t)
         configs = {c.name: c.value for c in t.configs if c.value is not None}
-        if t.replication_factor not in (-1, 1):
+        over_budget = state.partition_budget_error(granted + max(num_partitions, 0))
+        if too_many:
+            error, message = ErrorCode.policy_violation, _TOO_MANY_PER_REQUEST
+        elif over_budget is not None and t.name not in state.logs.topics():
+            error, message = ErrorCode.policy_violation, over_budget
+        elif t.replication_factor not in (-1, 1):
             error = ErrorCode.invalid_replication_factor
             message = "this broker is a single node: replication factor must be 1"
         elif num_partitions < 1:
@@ -43,6 +58,8 @@ def handle_create(state: BrokerState, header: RequestHeader, request) -> object:
                 if not request.validate_only:
                     info = state.logs.create_topic(t.name, num_partitions, configs)
                     topic_id = info.topic_id
+                else:
+                    granted += num_partitions
             except KafkaError as exc:
                 error, message = exc.code, str(exc)
         results.append(
@@ -102,11 +119,17 @@ def handle_create_partitions(state: BrokerState, header: RequestHeader, request)
     and transactional ids over it, so changing it would move every id's coordinator partition."""
     m = response_module(CREATE_PARTITIONS, header.api_version)
     names = [t.name for t in request.topics]
+    topics = state.logs.topics()
+    new_partitions = sum(max(t.count - topics[t.name].num_partitions, 0) for t in request.topics if t.name in topics)
+    granted = 0  # partitions validate_only would have added so far
     results = []
     for t in request.topics:
         error, message = ErrorCode.none, None
         info = state.logs.topics().get(t.name)
-        if names.count(t.name) > 1:
+        over_budget = None if info is None else state.partition_budget_error(granted + max(t.count - info.num_partitions, 0))
+        if new_partitions > MAX_PARTITIONS_PER_REQUEST:
+            error, message = ErrorCode.policy_violation, _TOO_MANY_PER_REQUEST
+        elif names.count(t.name) > 1:
             error, message = ErrorCode.invalid_request, f"topic {t.name!r} appears more than once"
         elif info is None:
             error, message = ErrorCode.unknown_topic_or_partition, f"topic {t.name!r} does not exist"
@@ -122,7 +145,11 @@ def handle_create_partitions(state: BrokerState, header: RequestHeader, request)
             error = ErrorCode.invalid_replica_assignment
             message = (f"a single-node broker needs one assignment [{state.config.node_id}] "
                        f"per new partition ({t.count - info.num_partitions})")
-        elif not request.validate_only:
+        elif over_budget is not None:
+            error, message = ErrorCode.policy_violation, over_budget
+        elif request.validate_only:
+            granted += t.count - info.num_partitions
+        else:
             try:
                 state.logs.create_partitions(t.name, t.count)
             except KafkaError as exc:
