@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from oncestream.client.errors import ClientInvariantError
 from oncestream.client.record_batch_builder import (
     _NULL,
     _TABLE_SIZE,
@@ -87,7 +88,8 @@ class ProducerBatch:
     def seal(self, compression: int) -> SealedBatch:
         """Finish the records section (compressing it once). Only for a closed batch."""
         if self.sealed is None:
-            assert self.closed and self.parts is not None
+            if not self.closed or self.parts is None:
+                raise ClientInvariantError("only a closed batch with its records can be sealed")
             self.sealed = SealedBatch(b"".join(self.parts), self.record_count, self.base_timestamp_ms,
                                       self.max_timestamp_ms, compression)
             self.parts = None
@@ -97,7 +99,8 @@ class ProducerBatch:
         """(header, records) for the current producer identity and sequence; the header is
         recomputed only when the identity changed (KIP-360 re-stamping)."""
         sealed = self.sealed
-        assert sealed is not None, "seal() before sending"
+        if sealed is None:
+            raise ClientInvariantError("a batch is sealed before it is sent")
         key = (self.producer_id, self.producer_epoch, self.base_sequence, self.transactional)
         if key != self._header_key:
             self._header = sealed.header(*key)
@@ -135,7 +138,8 @@ class RecordAccumulator:
 
     def __init__(self, *, batch_size: int, batch_num_messages: int, linger_ms: int,
                  buffer_memory: int, max_request_size: int = 1 << 30) -> None:
-        assert batch_size > 0 and batch_num_messages > 0 and buffer_memory > 0
+        if batch_size <= 0 or batch_num_messages <= 0 or buffer_memory <= 0:
+            raise ValueError("batch_size, batch_num_messages and buffer_memory must be positive")
         self.max_request_size = max_request_size
         self.batch_size = batch_size
         # batch.size bounds the whole encoded batch, header included (as in Kafka's client): a
@@ -449,7 +453,8 @@ class RecordAccumulator:
         if self.appending is batch:
             return False  # a user thread is writing into it right now: next pass
         taken = queue.popleft()
-        assert taken is batch, "only the sender pops queues"
+        if taken is not batch:
+            raise ClientInvariantError("only the sender pops queues: the batch it sealed is not at the head")
         self.taken_records += batch.record_count
         return True
 
@@ -516,7 +521,8 @@ class RecordAccumulator:
         """Put (closed) batches back at the front of their queues, keeping the given order."""
         by_tp: dict[TopicPartitionKey, list[ProducerBatch]] = {}
         for batch in batches:
-            assert batch.closed
+            if not batch.closed:
+                raise ClientInvariantError("only closed batches are put back in their queues")
             by_tp.setdefault(batch.tp, []).append(batch)
         for tp, group in by_tp.items():
             self.taken_records -= sum(b.record_count for b in group)

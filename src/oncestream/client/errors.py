@@ -240,6 +240,12 @@ class ConnectionLostError(Exception):
     retriable = True
 
 
+class ClientInvariantError(RuntimeError):
+    """Inside the client: a rule that keeps records correct (sequence numbers, batch ownership,
+    producer identity) was about to be broken. Raised instead of ``assert``, which ``python -O``
+    strips: going on would risk duplicated, reordered or misattributed records."""
+
+
 class RequestTimedOutError(Exception):
     """Inside the client: no response within ``request.timeout.ms``."""
 

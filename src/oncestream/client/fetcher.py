@@ -139,7 +139,7 @@ class Fetcher:
                 wait_s = self._retry_backoff_s
             try:
                 await asyncio.wait_for(self._event.wait(), wait_s)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
 
     def _send_fetches(self) -> float | None:

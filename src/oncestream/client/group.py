@@ -278,7 +278,8 @@ class GroupMembership:
                 return
             generation, member_id = self.generation_id, self.member_id
 
-            def make(m: Any, version: int) -> Any:
+            # The request is built from this turn's generation (defaults bind it now).
+            def make(m: Any, version: int, generation: int = generation, member_id: str = member_id) -> Any:
                 return build(m.HeartbeatRequest, group_id=self.group_id, generation_id=generation,
                              member_id=member_id, group_instance_id=self.group_instance_id)
 
@@ -353,7 +354,8 @@ class GroupMembership:
             generation = self.generation_id if in_group else -1
             member_id = self.member_id if in_group else ""
 
-            def make(m: Any, version: int) -> Any:
+            # Built from this attempt's generation (defaults bind it now, not at call time).
+            def make(m: Any, version: int, generation: int = generation, member_id: str = member_id) -> Any:
                 topics = tuple(
                     build(
                         m.OffsetCommitRequestTopic,
@@ -397,7 +399,9 @@ class GroupMembership:
                 self.rejoin_needed = True
             return errors
 
-    async def fetch_committed(self, partitions: list[tuple[str, int]], *, require_stable: bool) -> dict[tuple[str, int], tuple[int, str | None, int]]:
+    async def fetch_committed(
+        self, partitions: list[tuple[str, int]], *, require_stable: bool
+    ) -> dict[tuple[str, int], tuple[int, str | None, int]]:
         """OffsetFetch: committed (offset, metadata, error code) per partition (-1 if none).
         UNSTABLE_OFFSET_COMMIT (a transaction's offsets still pending, KIP-447) is retried."""
         by_topic: dict[str, list[int]] = {}

@@ -98,7 +98,7 @@ class Connection(asyncio.BufferedProtocol):
         loop = asyncio.get_running_loop()
         try:
             await asyncio.wait_for(loop.create_connection(lambda: self, self.host, self.port), timeout_s)
-        except (OSError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, OSError) as exc:
             raise ConnectionLostError(f"cannot connect to {self.host}:{self.port}: {exc!r}") from exc
         response = None
         for version in (3, 0):
@@ -110,7 +110,7 @@ class Connection(asyncio.BufferedProtocol):
                 response = await asyncio.wait_for(
                     self.send(API_VERSIONS_KEY, version, module.ApiVersionsRequest(**kwargs)), timeout_s
                 )
-            except asyncio.TimeoutError as exc:
+            except TimeoutError as exc:
                 self.close(RequestTimedOutError("ApiVersions timed out"))
                 raise ConnectionLostError(f"{self.host}:{self.port}: ApiVersions timed out") from exc
             except _ResponseDecodeError:

@@ -48,7 +48,8 @@ def murmur2(data: bytes) -> int:
 
 def partition_for_key(key: bytes, num_partitions: int) -> int:
     """The partition Java's and librdkafka's default partitioners choose for a non-null key."""
-    assert num_partitions > 0
+    if num_partitions <= 0:
+        raise ValueError(f"a topic has at least one partition, not {num_partitions}")
     return (murmur2(key) & 0x7FFFFFFF) % num_partitions
 
 

@@ -43,6 +43,7 @@ from oncestream.client.errors import (
     _TIMED_OUT,
     _TRANSPORT,
     BrokerResponseError,
+    ClientInvariantError,
     ConnectionLostError,
     KafkaError,
     RequestTimedOutError,
@@ -105,7 +106,8 @@ class PartitionSequences:
 
     def reset(self) -> None:
         """A new producer identity: sequences start again at 0 (KIP-360)."""
-        assert not self.in_flight, "reset with batches in flight"
+        if self.in_flight:
+            raise ClientInvariantError("sequences restart at 0 only with no batch of the partition in flight")
         self.next_sequence = 0
         self.last_acked = -1
 
@@ -196,7 +198,7 @@ class Sender:
                         await self._event.wait()
                     else:
                         await asyncio.wait_for(self._event.wait(), timeout_ms / 1000)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     pass
             else:
                 await asyncio.sleep(0)
@@ -307,7 +309,8 @@ class Sender:
 
     def reset_sequences(self) -> None:
         """Restart sequences at 0 for every partition; queued batches get new sequences."""
-        assert self._in_flight_requests == 0 or not any(p.in_flight for p in self._parts.values())
+        if self._in_flight_requests and any(p.in_flight for p in self._parts.values()):
+            raise ClientInvariantError("sequences restart at 0 only with no batch in flight")
         for state in self._parts.values():
             if state.retries:
                 self._acc.reenqueue(sorted(state.retries, key=lambda b: b.base_sequence))

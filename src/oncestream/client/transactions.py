@@ -40,6 +40,7 @@ from oncestream.client.cluster import COORDINATOR_GROUP, COORDINATOR_TRANSACTION
 from oncestream.client.errors import (
     _UNSUPPORTED_FEATURE,
     BrokerResponseError,
+    ClientInvariantError,
     ConnectionLostError,
     KafkaError,
     KafkaException,
@@ -159,7 +160,7 @@ class TransactionManager:
                 for topic, partition in parts:
                     by_topic.setdefault(topic, []).append(partition)
 
-                def make(m: Any, version: int) -> Any:
+                def make(m: Any, version: int, by_topic: dict[str, list[int]] = by_topic, identity: Any = identity) -> Any:
                     topics = tuple(
                         build(m.AddPartitionsToTxnTopic, name=t, partitions=tuple(ps))
                         for t, ps in by_topic.items()
@@ -394,7 +395,9 @@ class TransactionManager:
                     break
                 await asyncio.sleep(self._classify(code, "EndTxn(commit)" if commit else "EndTxn(abort)"))
             if tv2:
-                assert response.producer_id >= 0 and response.producer_epoch >= 0, response
+                if response.producer_id < 0 or response.producer_epoch < 0:
+                    # KIP-890 part 2: EndTxn v5 returns the identity of the next transaction.
+                    raise ClientInvariantError(f"EndTxn v5 answered no producer identity: {response}")
                 self.sender.set_identity(response.producer_id, response.producer_epoch)
                 self.sequence_gap = False
         with self._lock:
