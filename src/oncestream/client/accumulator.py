@@ -62,7 +62,7 @@ class ProducerBatch:
         self.topic = topic
         self.partition = partition
         self.tp = (topic, partition)
-        self.parts: list[bytes] | None = []
+        self.parts: list[bytes] = []  # emptied once sealed
         self.size_bytes = 0
         self.base_timestamp_ms = timestamp_ms
         self.max_timestamp_ms = timestamp_ms
@@ -88,11 +88,11 @@ class ProducerBatch:
     def seal(self, compression: int) -> SealedBatch:
         """Finish the records section (compressing it once). Only for a closed batch."""
         if self.sealed is None:
-            if not self.closed or self.parts is None:
-                raise ClientInvariantError("only a closed batch with its records can be sealed")
+            if not self.closed:
+                raise ClientInvariantError("only a closed batch can be sealed")
             self.sealed = SealedBatch(b"".join(self.parts), self.record_count, self.base_timestamp_ms,
                                       self.max_timestamp_ms, compression)
-            self.parts = None
+            self.parts = []  # the sealed bytes hold the records now
         return self.sealed
 
     def wire_parts(self) -> tuple[bytes, bytes]:
@@ -207,6 +207,8 @@ class RecordAccumulator:
             if batch is None or batch.closed:
                 batch = None
             else:
+                kpart: bytes | None  # None: too long for the table, the slow path encodes it
+                vpart: bytes | None
                 if key is None:
                     klen, kpart, kpart_len = 0, _NULL, 1
                 else:
@@ -238,8 +240,9 @@ class RecordAccumulator:
                     batch.max_timestamp_ms = timestamp_ms
                 body = 1 + VARINT_LEN[delta] + VARINT_LEN[index] + kpart_len + klen + vpart_len + vlen + hlen
                 lpart = VARINT[body] if body < _TABLE_SIZE else varint(body)
-                batch.parts += (lpart, b"\x00", VARINT[delta], VARINT[index], kpart, key or b"", vpart,
-                                value or b"", hpart)
+                # kpart and vpart are bytes here: the fit check above sent None to the slow path.
+                batch.parts += (lpart, b"\x00", VARINT[delta], VARINT[index], kpart, key or b"",  # type: ignore[arg-type]
+                                vpart, value or b"", hpart)
                 if report is not None:
                     if batch.reports is None:
                         batch.reports = []
@@ -350,7 +353,7 @@ class RecordAccumulator:
                 batch.max_timestamp_ms = timestamp_ms
             head = (VARINT[delta] if 0 <= delta < _TABLE_SIZE else varint(delta)) + (
                 VARINT[index] if index < _TABLE_SIZE else varint(index)) + kpart
-            if klen:
+            if key:
                 head += key
             head += vpart
             body = 1 + len(head) + vlen + len(hpart)
@@ -358,7 +361,7 @@ class RecordAccumulator:
             # record costs several times more (repeated reallocation and copying).
             parts = batch.parts
             parts.append((VARINT[body] if body < _TABLE_SIZE else varint(body)) + b"\x00" + head)
-            if vlen:
+            if value:
                 parts.append(value)
             parts.append(hpart)
             if report is not None:

@@ -17,6 +17,8 @@ Classification follows Kafka's TransactionManager and KIP-588/KIP-360:
 
 from __future__ import annotations
 
+import builtins
+
 from kio.schema.errors import ErrorCode
 
 # librdkafka's local (negative) error codes, same numbers as confluent_kafka.KafkaError.
@@ -157,7 +159,7 @@ class KafkaError:
         """The current transaction must be aborted (``abort_transaction()``), then can be retried."""
         return self._txn_requires_abort
 
-    def __str__(self) -> str:
+    def __str__(self) -> builtins.str:  # builtins: this class has a method named str
         return f"KafkaError{{code={self.name()},val={self._code},str=\"{self._message}\"}}"
 
     __repr__ = __str__

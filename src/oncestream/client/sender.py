@@ -421,7 +421,7 @@ class Sender:
             batch.attempts += 1
             header, payload = batch.wire_parts()
             topics.setdefault(batch.topic, []).append((batch.partition, header, payload))
-        if transactional:
+        if transactional and self.txn is not None:
             self.txn.txn_started = True  # version 2: this Produce starts it on the broker
         body = produce_request_body(version, self._transactional_id, self._acks,
                                     self._request_timeout_ms, topics)

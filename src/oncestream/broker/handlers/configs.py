@@ -7,6 +7,7 @@ altered: dynamic broker configs are not supported and say so with INVALID_REQUES
 from __future__ import annotations
 
 import datetime
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
@@ -84,7 +85,7 @@ def _apply_topic_configs(state: BrokerState, name: str, overrides: dict[str, str
         state.logs.alter_topic_configs(name, overrides)
 
 
-def _alter_response(m, results: list[tuple[object, ErrorCode, str | None]]):
+def _alter_response(m, results: list[tuple[Any, ErrorCode, str | None]]):
     return tuple(
         build(
             m.AlterConfigsResourceResponse,
