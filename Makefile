@@ -2,6 +2,7 @@
 #
 #   make test    the whole suite (tests/): unit, interop with real clients, chaos, Spark
 #   make unit    tests/unit only (sans-io, seconds)
+#   make lint    ruff and mypy (configured in pyproject.toml); part of make test
 #   make demo    the bank-transfer pipeline on Spark, driver SIGKILLed and restarted; checks exactly-once
 #   make broker-demo  SIGKILL/restart the broker mid-stream and check exactly-once end to end
 #   make bench   produce/consume MB/s of oncestream vs Tansu (BENCH_ARGS="--rounds 5 ...")
@@ -24,13 +25,13 @@ export DEBIAN_FRONTEND := noninteractive
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: test unit demo broker-demo bench venv kcat tansu clean spark-test spark-demo java postgres
+.PHONY: test lint unit demo broker-demo bench venv kcat tansu clean spark-test spark-demo java postgres
 
 # Two pytest runs side by side: the Spark connector's suite (tests/spark: one JVM, driver SIGKILL
 # loops, a PostgreSQL server; mostly waiting on JVM start-ups) and everything else. The Spark run's
 # report is printed after the other's; the target fails if either run fails.
 SPARK_LOG := .spark-test.log
-test: $(SPARK_STAMP) kcat tansu java postgres
+test: $(SPARK_STAMP) kcat tansu java postgres lint
 	@$(VPY) -m pytest -q --durations=10 -m spark tests/spark > $(SPARK_LOG) 2>&1 & spark=$$!; \
 	$(VPY) -m pytest -q --durations=10 --ignore=tests/spark tests/; main=$$?; \
 	wait $$spark; spark_rc=$$?; \
@@ -60,6 +61,11 @@ demo: $(SPARK_STAMP) java
 	$(VPY) -m oncestream.spark.bank_demo
 
 spark-demo: demo
+
+# Style and types are checked by tools, not by review: a lint or type error fails `make test`.
+lint: $(STAMP)
+	$(VPY) -m ruff check src tests bench
+	$(VPY) -m mypy
 
 unit: venv
 	$(VPY) -m pytest -q tests/unit
