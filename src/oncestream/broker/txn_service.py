@@ -25,11 +25,11 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from oncestream.broker.group_service import GroupService
-from oncestream.broker.internal_topic import InternalTopic
-from oncestream.coordinator.group.messages import TopicPartition as GroupTopicPartition
+from oncestream.broker.internal_topic import InternalTopic, append_fault_from
 from oncestream.coordinator.group.partitioning import partition_for
 from oncestream.coordinator.txn import MarkerJob, Outcome, TransactionCoordinator, TxnCoordinatorConfig
 from oncestream.errors import KafkaError, UnknownTopicOrPartitionError
+from oncestream.topic_partition import TopicPartition
 
 log = logging.getLogger("oncestream.broker")
 
@@ -64,6 +64,7 @@ class TxnService:
             int(props.get("transaction.state.log.num.partitions", "10")),
             {"cleanup.policy": "compact", "segment.bytes": "104857600"},
             now_ms(),
+            append_fault=append_fault_from(props),
         )
         self.coordinator = TransactionCoordinator(
             self.config,
@@ -146,16 +147,25 @@ class TxnService:
                 ok = False
                 continue
             self._on_marker(tp.topic, tp.partition)
-            if tp.topic == OFFSETS_TOPIC:
-                self._complete_txn_offsets(tp.partition, job.producer_id, job.commit, now)
+            if tp.topic == OFFSETS_TOPIC and not self._complete_txn_offsets(
+                tp.partition, job.producer_id, job.commit, now
+            ):
+                # The group partition was reloaded with the offsets still staged: retry the job
+                # (a repeated marker changes nothing) so the Complete record is only written
+                # once the offsets' outcome is in the log.
+                ok = False
         return ok
 
-    def _complete_txn_offsets(self, offsets_partition: int, producer_id: int, commit: bool, now: int) -> None:
-        """Make a transaction's staged offsets visible (commit) or drop them (abort)."""
+    def _complete_txn_offsets(self, offsets_partition: int, producer_id: int, commit: bool, now: int) -> bool:
+        """Make a transaction's staged offsets visible (commit) or drop them (abort); False if
+        the records saying so could not be appended."""
         coord = self._groups.coordinator
+        ok = True
         for group_id in coord.group_ids():
             if coord.partition_for(group_id) == offsets_partition and producer_id in coord.pending_txn_offsets(group_id):
-                self._groups.complete(coord.complete_pending_txn_offsets(group_id, producer_id, commit, now))
+                if self._groups.complete(coord.complete_pending_txn_offsets(group_id, producer_id, commit, now)):
+                    ok = False
+        return ok
 
     async def run_timers(self) -> None:
         """Abort timed-out transactions, expire ids, retry failed marker jobs."""
@@ -171,13 +181,12 @@ class TxnService:
 
     # --- helpers for handlers -----------------------------------------------------------------
 
-    def stage_offsets(self, group_id: str, producer_id: int, offsets: dict[GroupTopicPartition, Any], **member) -> Any:
+    def stage_offsets(self, group_id: str, producer_id: int, offsets: dict[TopicPartition, Any], **member) -> Any:
         """TxnOffsetCommit: stage offsets as pending in the group coordinator (KIP-447 checks)."""
         result, writes = self._groups.coordinator.add_pending_txn_offsets(
             group_id, producer_id, offsets, self.now_ms(), **member
         )
-        self._groups.complete(writes)
-        return result
+        return self._groups.finish(group_id, result, writes)
 
 
 def fenced_for_version(error: ErrorCode, api_version: int, first_version_with_fenced: int) -> ErrorCode:

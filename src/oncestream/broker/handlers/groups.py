@@ -14,6 +14,7 @@ import datetime
 from kio.schema.errors import ErrorCode
 
 from oncestream.broker.connection_context import client_host
+from oncestream.broker.group_service import NOT_DURABLE
 from oncestream.broker.state import BrokerState
 from oncestream.coordinator.group.messages import (
     HeartbeatRequest,
@@ -26,8 +27,8 @@ from oncestream.coordinator.group.messages import (
     OffsetFetchRequest,
     PartitionOffsetCommit,
     SyncRequest,
-    TopicPartition,
 )
+from oncestream.topic_partition import TopicPartition
 from oncestream.protocol import api_keys as k
 from oncestream.protocol.codec import RequestHeader, build, response_module
 
@@ -94,7 +95,7 @@ async def handle_join_group(state: BrokerState, header: RequestHeader, request) 
         reason=getattr(request, "reason", None),
     )
     fut: asyncio.Future = asyncio.get_running_loop().create_future()
-    svc.complete(svc.coordinator.join_group(join, state.now_ms(), svc.responder(fut)))
+    svc.complete(svc.coordinator.join_group(join, state.now_ms(), svc.responder(fut, request.group_id)))
     result = await fut
     members = tuple(
         build(m.JoinGroupResponseMember, member_id=jm.member_id, group_instance_id=jm.group_instance_id, metadata=jm.metadata)
@@ -127,7 +128,7 @@ async def handle_sync_group(state: BrokerState, header: RequestHeader, request) 
         assignments={a.member_id: a.assignment for a in request.assignments},
     )
     fut: asyncio.Future = asyncio.get_running_loop().create_future()
-    svc.complete(svc.coordinator.sync_group(sync, state.now_ms(), svc.responder(fut)))
+    svc.complete(svc.coordinator.sync_group(sync, state.now_ms(), svc.responder(fut, request.group_id)))
     result = await fut
     return build(
         m.SyncGroupResponse,
@@ -166,7 +167,7 @@ def handle_leave_group(state: BrokerState, header: RequestHeader, request) -> ob
     else:
         members = (LeavingMember(request.member_id),)
     result, writes = svc.coordinator.leave_group(LeaveRequest(request.group_id, members), state.now_ms())
-    svc.complete(writes)
+    result = svc.finish(request.group_id, result, writes)
     error = result.error
     if header.api_version < 3 and error == ErrorCode.none and result.members:
         error = result.members[0].error  # v0-v2 report the single member's outcome at the top
@@ -207,7 +208,7 @@ def handle_offset_commit(state: BrokerState, header: RequestHeader, request) -> 
         ),
         state.now_ms(),
     )
-    svc.complete(writes, wake_timers=False)  # commits create no earlier deadline
+    result = svc.finish(request.group_id, result, writes, wake_timers=False)  # commits create no earlier deadline
     topics_out = []
     for t in request.topics:
         parts = []
@@ -326,12 +327,16 @@ def handle_list_groups(state: BrokerState, header: RequestHeader, request) -> ob
 def handle_delete_groups(state: BrokerState, header: RequestHeader, request) -> object:
     m = response_module(k.DELETE_GROUPS, header.api_version)
     result, writes = state.groups.coordinator.delete_groups(request.groups_names, state.now_ms())
-    state.groups.complete(writes)
+    failed = state.groups.complete(writes)
+    partition_for = state.groups.coordinator.partition_for
+    errors = {
+        g: NOT_DURABLE if e == ErrorCode.none and partition_for(g) in failed else e for g, e in result.errors.items()
+    }
     return build(
         m.DeleteGroupsResponse,
         throttle_time=_ZERO,
         results=tuple(
-            build(m.DeletableGroupResult, group_id=g, error_code=result.errors.get(g, ErrorCode.none))
+            build(m.DeletableGroupResult, group_id=g, error_code=errors.get(g, ErrorCode.none))
             for g in request.groups_names
         ),
     )
@@ -343,7 +348,7 @@ def handle_offset_delete(state: BrokerState, header: RequestHeader, request) -> 
     result, writes = state.groups.coordinator.delete_offsets(
         OffsetDeleteRequest(request.group_id, partitions), state.now_ms()
     )
-    state.groups.complete(writes)
+    result = state.groups.finish(request.group_id, result, writes)
     topics_out = tuple(
         build(
             m.OffsetDeleteResponseTopic,

@@ -36,7 +36,8 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from oncestream.coordinator.group.messages import OffsetAndMetadata, TopicPartition
+from oncestream.coordinator.group.messages import OffsetAndMetadata
+from oncestream.topic_partition import TopicPartition
 from oncestream.errors import CorruptRecordError
 
 OFFSET_COMMIT_KEY_VERSION = 1

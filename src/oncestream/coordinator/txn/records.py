@@ -31,7 +31,7 @@ import struct
 from collections.abc import Iterable
 from itertools import groupby
 
-from oncestream.coordinator.txn.messages import TopicPartition
+from oncestream.topic_partition import TopicPartition
 from oncestream.coordinator.txn.metadata import TxnSnapshot
 from oncestream.coordinator.txn.state import PERSISTABLE_STATES, state_from_id
 from oncestream.errors import CorruptRecordError
