@@ -16,12 +16,11 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from oncestream.broker.internal_topic import InternalTopic, append_fault_from
-from oncestream.coordinator.group import GroupCoordinator, GroupCoordinatorConfig
 from kio.schema.errors import ErrorCode
 
+from oncestream.broker.internal_topic import InternalTopic, append_fault_from
+from oncestream.coordinator.group import GroupCoordinator, GroupCoordinatorConfig
 from oncestream.coordinator.group.messages import (
-    DeleteGroupsResult,
     JoinResult,
     LeaveResult,
     OffsetCommitResult,

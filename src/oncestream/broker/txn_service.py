@@ -27,7 +27,12 @@ from kio.schema.errors import ErrorCode
 from oncestream.broker.group_service import GroupService
 from oncestream.broker.internal_topic import InternalTopic, append_fault_from
 from oncestream.coordinator.group.partitioning import partition_for
-from oncestream.coordinator.txn import MarkerJob, Outcome, TransactionCoordinator, TxnCoordinatorConfig
+from oncestream.coordinator.txn import (
+    MarkerJob,
+    Outcome,
+    TransactionCoordinator,
+    TxnCoordinatorConfig,
+)
 from oncestream.errors import KafkaError, UnknownTopicOrPartitionError
 from oncestream.topic_partition import TopicPartition
 

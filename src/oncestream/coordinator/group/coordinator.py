@@ -34,7 +34,11 @@ from oncestream.coordinator.group.group import (
     JoinTimer,
     SyncTimer,
 )
-from oncestream.coordinator.group.member import JoinCallback, MemberMetadata, SyncCallback
+from oncestream.coordinator.group.member import (
+    JoinCallback,
+    MemberMetadata,
+    SyncCallback,
+)
 from oncestream.coordinator.group.messages import (
     NO_MEMBER_ID,
     DeleteGroupsResult,
@@ -82,6 +86,7 @@ from oncestream.coordinator.group.state import (
     IllegalGroupStateTransitionError,
 )
 from oncestream.errors import (
+    CoordinatorInvariantError,
     CoordinatorLoadInProgressError,
     CoordinatorNotAvailableError,
     FencedInstanceIdError,
@@ -299,7 +304,7 @@ class GroupCoordinator:
             member_id = f"{prefix}-{self._member_id_suffix()}"
             if not group.has(member_id) and not group.is_pending(member_id):
                 return member_id
-        raise AssertionError("member_id_suffix keeps producing ids already in use")
+        raise CoordinatorInvariantError("member_id_suffix keeps producing ids already in use")
 
     def _current_member_join(
         self, group: GroupMetadata, request: JoinRequest, now_ms: int, respond: JoinCallback
@@ -419,7 +424,8 @@ class GroupCoordinator:
         # Fence whatever the previous incarnation is still waiting for.
         self._invoke_join(member, JoinResult(ErrorCode.fenced_instance_id, old_member_id))
         self._invoke_sync(member, SyncResult(ErrorCode.fenced_instance_id))
-        assert request.group_instance_id is not None
+        if request.group_instance_id is None:
+            raise CoordinatorInvariantError('invariant violated: request.group_instance_id is not None')
         group.replace_static_member(request.group_instance_id, old_member_id, new_member_id)
         member.heartbeat_deadline_ms = now_ms + member.session_timeout_ms
         superseded = group.update_member(
@@ -429,7 +435,8 @@ class GroupCoordinator:
             request.session_timeout_ms,
             respond,
         )
-        assert superseded is None
+        if superseded is not None:
+            raise CoordinatorInvariantError('invariant violated: superseded is None')
 
         if group.is_(_S.STABLE):
             if group.protocol_name == group.select_protocol():
@@ -467,7 +474,7 @@ class GroupCoordinator:
         elif group.is_(_S.PREPARING_REBALANCE):
             pass  # the member simply waits for the join phase to finish
         else:
-            raise AssertionError(
+            raise CoordinatorInvariantError(
                 f"group {group.group_id!r} has static members but is {group.state.value}"
             )
 
@@ -513,7 +520,8 @@ class GroupCoordinator:
 
     def _on_join_timer(self, group: GroupMetadata, now_ms: int) -> None:
         timer = group.join_timer
-        assert timer is not None
+        if timer is None:
+            raise CoordinatorInvariantError('invariant violated: timer is not None')
         group.join_timer = None
         if timer.initial and group.new_member_added and timer.remaining_ms != 0:
             # Members are still arriving: wait one more delay, within the rebalance timeout.
@@ -530,7 +538,8 @@ class GroupCoordinator:
 
     def _complete_join(self, group: GroupMetadata, now_ms: int) -> None:
         """End of the join phase (Kafka's onCompleteJoin)."""
-        assert group.is_(_S.PREPARING_REBALANCE), group.state
+        if not group.is_(_S.PREPARING_REBALANCE):
+            raise CoordinatorInvariantError(str(group.state))
         # Dynamic members that did not rejoin in time are gone; static ones are kept until their
         # session expires (KIP-345: a restart must not cost a rebalance).
         for member in group.not_yet_rejoined_members():
@@ -563,7 +572,8 @@ class GroupCoordinator:
     def _on_sync_timer(self, group: GroupMetadata, now_ms: int) -> None:
         """Members that joined but never synced within the rebalance timeout are removed."""
         timer = group.sync_timer
-        assert timer is not None
+        if timer is None:
+            raise CoordinatorInvariantError('invariant violated: timer is not None')
         group.sync_timer = None
         if timer.generation_id != group.generation_id:
             return
@@ -672,7 +682,7 @@ class GroupCoordinator:
             )
             member.heartbeat_deadline_ms = now_ms + member.session_timeout_ms
             return
-        raise AssertionError(f"unexpected state {group.state.value} in SyncGroup")
+        raise CoordinatorInvariantError(f"unexpected state {group.state.value} in SyncGroup")
 
     def _apply_leader_assignment(
         self, group: GroupMetadata, assignments: Mapping[str, bytes], now_ms: int
@@ -759,7 +769,8 @@ class GroupCoordinator:
         member.heartbeat_deadline_ms = now_ms + member.session_timeout_ms
         if group.is_(_S.PREPARING_REBALANCE):
             return ErrorCode.rebalance_in_progress
-        assert group.state in (_S.STABLE, _S.COMPLETING_REBALANCE), group.state
+        if group.state not in (_S.STABLE, _S.COMPLETING_REBALANCE):
+            raise CoordinatorInvariantError(str(group.state))
         return ErrorCode.none
 
     def leave_group(
@@ -849,7 +860,8 @@ class GroupCoordinator:
             # Valid member and generation but no assignment yet: it must finish the rebalance.
             raise RebalanceInProgressError(f"group {group.group_id!r} awaits its assignment")
         else:
-            assert group.is_(_S.EMPTY), group.state
+            if not group.is_(_S.EMPTY):
+                raise CoordinatorInvariantError(str(group.state))
 
         errors: dict[TopicPartition, ErrorCode] = {}
         for tp, partition in request.offsets.items():
@@ -984,7 +996,8 @@ class GroupCoordinator:
 
     def _kill_group(self, group: GroupMetadata) -> None:
         """Mark the group Dead, forget it and tombstone its metadata."""
-        assert not group.members, "only a group without members can die"
+        if group.members:
+            raise CoordinatorInvariantError("only a group without members can die")
         group.join_timer = None
         group.sync_timer = None
         group.transition_to(_S.DEAD, self._last_now_ms or 0)
@@ -1035,7 +1048,8 @@ class GroupCoordinator:
         instance_id: str | None,
     ) -> dict[TopicPartition, ErrorCode]:
         self._validate_group_id(group_id, allow_empty=True)
-        assert producer_id >= 0, "transactional producers have an id"
+        if producer_id < 0:
+            raise CoordinatorInvariantError("transactional producers have an id")
         group = self._groups.get(group_id)
         if group is None:
             group = GroupMetadata(group_id, now_ms)
@@ -1248,7 +1262,7 @@ class GroupCoordinator:
                 self._on_sync_timer(group, now_ms)
             else:
                 self._on_join_timer(group, now_ms)
-        raise AssertionError(f"timers of group {group_id!r} keep firing at {now_ms}")
+        raise CoordinatorInvariantError(f"timers of group {group_id!r} keep firing at {now_ms}")
 
     # ==============================================================================================
     # Loading / unloading (__consumer_offsets replay)
@@ -1291,7 +1305,8 @@ class GroupCoordinator:
                 value = None if value_bytes is None else decode_offset_value(value_bytes)
                 offsets[(key.group_id, key.topic_partition)] = (value, order)
             else:
-                assert isinstance(key, PendingTxnOffsetKey)
+                if not isinstance(key, PendingTxnOffsetKey):
+                    raise CoordinatorInvariantError('invariant violated: isinstance(key, PendingTxnOffsetKey)')
                 value = None if value_bytes is None else decode_offset_value(value_bytes)
                 pending[(key.group_id, key.producer_id, key.topic_partition)] = (value, order)
 
@@ -1320,7 +1335,8 @@ class GroupCoordinator:
         """Forget the groups of ``partition`` (e.g. after a failed append) and treat it as
         loading: their requests get COORDINATOR_LOAD_IN_PROGRESS until :meth:`load` is called for
         it. Waiting JoinGroup/SyncGroup requests are answered NOT_COORDINATOR."""
-        assert 0 <= partition < self.num_partitions
+        if not (0 <= partition < self.num_partitions):
+            raise CoordinatorInvariantError('invariant violated: 0 <= partition < self.num_partitions')
         for group_id in [g for g in self._groups if self.partition_for(g) == partition]:
             self._unload_group(self._groups[group_id])
         self._drop_deferred_writes({partition})
@@ -1349,9 +1365,8 @@ class GroupCoordinator:
             raise CoordinatorLoadInProgressError(f"partition of {group_id!r} is loading")
 
     def _advance_clock(self, now_ms: int) -> None:
-        assert self._last_now_ms is None or now_ms >= self._last_now_ms, (
-            f"time went backwards: {now_ms} < {self._last_now_ms}"
-        )
+        if not (self._last_now_ms is None or now_ms >= self._last_now_ms):
+            raise CoordinatorInvariantError(f"time went backwards: {now_ms} < {self._last_now_ms}")
         self._last_now_ms = now_ms
 
     def _next_log_order(self) -> int:
@@ -1375,13 +1390,13 @@ class GroupCoordinator:
     ) -> _R:
         """The frame of every request on one group: time moves on, the group's due timers fire,
         then ``body`` runs; a Kafka error becomes ``on_error``'s answer. An illegal state
-        transition is a bug, never an answer, so it propagates. Join, sync and leave fire the
+        transition or a broken invariant is a bug, never an answer, so it propagates. Join, sync and leave fire the
         group's timers again afterwards: their own change can make one due at once."""
         self._advance_clock(now_ms)
         self._fire_group_timers(group_id, now_ms)
         try:
             result = body()
-        except IllegalGroupStateTransitionError:
+        except (IllegalGroupStateTransitionError, CoordinatorInvariantError):
             raise
         except KafkaError as exc:
             result = on_error(exc)

@@ -60,6 +60,7 @@ from oncestream.coordinator.txn.records import encode_key, encode_value, replay
 from oncestream.coordinator.txn.state import EXPIRATION_ALLOWED, TxnState, parse_state
 from oncestream.errors import (
     ConcurrentTransactionsError,
+    CoordinatorInvariantError,
     CoordinatorLoadInProgressError,
     InvalidProducerIdMappingError,
     InvalidRegularExpressionError,
@@ -258,7 +259,8 @@ class TransactionCoordinator:
                 respond_error=InitProducerIdResponse,
             )
             return Outcome(None, (write,))
-        assert s.state is _S.ONGOING, s.state
+        if s.state is not _S.ONGOING:
+            raise CoordinatorInvariantError(str(s.state))
         if keep_prepared_txn:
             return self._keep_prepared(meta, expected, resolved_timeout_ms, enable_2pc, now_ms)
         # Abort the open transaction first, fencing its producer; the client retries and its next
@@ -770,14 +772,16 @@ class TransactionCoordinator:
         self, meta: TransactionMetadata, now_ms: int
     ) -> tuple[tuple[PendingWrite, ...], tuple[MarkerJob, ...]]:
         """A Prepare* is durable: markers for its partitions, or straight to Complete* without."""
-        assert meta.current.state in _PREPARED and meta.pending is None
+        if not (meta.current.state in _PREPARED and meta.pending is None):
+            raise CoordinatorInvariantError('invariant violated: meta.current.state in _PREPARED and meta.pending is None')
         if meta.current.partitions:
             return (), (self._marker_job(meta),)
         return (self._prepare_complete(meta, now_ms),), ()
 
     def _marker_job(self, meta: TransactionMetadata) -> MarkerJob:
         s = meta.current
-        assert s.state in _PREPARED
+        if s.state not in _PREPARED:
+            raise CoordinatorInvariantError('invariant violated: s.state in _PREPARED')
         producer_id, epoch = s.marker_identity()
         return MarkerJob(
             transactional_id=meta.transactional_id,
@@ -793,7 +797,8 @@ class TransactionCoordinator:
         if write_id < self._first_live_write_id:
             return None  # handed out before the latest load(); that state is gone
         tid = self._writes.pop(write_id, None)
-        assert tid is not None, f"write {write_id} is unknown or already settled"
+        if tid is None:
+            raise CoordinatorInvariantError(f"write {write_id} is unknown or already settled")
         return self._txns[tid]
 
 
