@@ -14,7 +14,13 @@ from __future__ import annotations
 import pytest
 
 from tests.support.clients import CLIENT_TIMEOUT_S, create_topic, unique_topic
-from tests.support.wire import ResponseReader, WireConnection, int32, int64, nullable_string
+from tests.support.wire import (
+    ResponseReader,
+    WireConnection,
+    int32,
+    int64,
+    nullable_string,
+)
 
 pytestmark = pytest.mark.interop
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from oncestream.coordinator.group.messages import NO_MEMBER_ID, PartitionOffsetCommit
 from oncestream.coordinator.group import GroupCoordinator
+from oncestream.coordinator.group.messages import NO_MEMBER_ID, PartitionOffsetCommit
 from oncestream.errors import CoordinatorInvariantError
 from oncestream.topic_partition import TopicPartition
 

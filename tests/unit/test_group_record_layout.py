@@ -30,7 +30,6 @@ from oncestream.coordinator.txn.records import decode_key as decode_txn_key
 from oncestream.coordinator.txn.records import encode_key as encode_txn_key
 from oncestream.topic_partition import TopicPartition
 
-
 # OffsetCommitKey (apiKey 1): group string, topic string, partition int32.
 OFFSET_KEY = (
     b"\x00\x01"                              # record type 1: OffsetCommitKey

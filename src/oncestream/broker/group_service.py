@@ -191,7 +191,7 @@ class GroupService:
             self._wake.clear()
             try:
                 await asyncio.wait_for(self._wake.wait(), sleep_s)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
             try:
                 self._reload_partitions()

@@ -167,9 +167,10 @@ class TxnService:
         coord = self._groups.coordinator
         ok = True
         for group_id in coord.group_ids():
-            if coord.partition_for(group_id) == offsets_partition and producer_id in coord.pending_txn_offsets(group_id):
-                if self._groups.complete(coord.complete_pending_txn_offsets(group_id, producer_id, commit, now)):
-                    ok = False
+            if coord.partition_for(group_id) != offsets_partition or producer_id not in coord.pending_txn_offsets(group_id):
+                continue
+            if self._groups.complete(coord.complete_pending_txn_offsets(group_id, producer_id, commit, now)):
+                ok = False
         return ok
 
     async def run_timers(self) -> None:

@@ -28,9 +28,9 @@ from oncestream.coordinator.group.messages import (
     PartitionOffsetCommit,
     SyncRequest,
 )
-from oncestream.topic_partition import TopicPartition
 from oncestream.protocol import api_keys as k
 from oncestream.protocol.codec import RequestHeader, build, response_module
+from oncestream.topic_partition import TopicPartition
 
 _ZERO = datetime.timedelta(0)
 KEY_TYPE_GROUP = 0

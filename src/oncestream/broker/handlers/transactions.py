@@ -15,9 +15,9 @@ from oncestream.broker.state import BrokerState
 from oncestream.broker.txn_service import fenced_for_version
 from oncestream.coordinator.group.messages import PartitionOffsetCommit
 from oncestream.errors import KafkaError
-from oncestream.topic_partition import TopicPartition
 from oncestream.protocol import api_keys as k
 from oncestream.protocol.codec import RequestHeader, build, response_module
+from oncestream.topic_partition import TopicPartition
 
 _ZERO = datetime.timedelta(0)
 
@@ -280,9 +280,9 @@ def handle_describe_transactions(state: BrokerState, header: RequestHeader, requ
         for tp in d.partitions:
             by_topic.setdefault(tp.topic, []).append(tp.partition)
         start = (
-            datetime.datetime.fromtimestamp(d.transaction_start_time_ms / 1000, tz=datetime.timezone.utc)
+            datetime.datetime.fromtimestamp(d.transaction_start_time_ms / 1000, tz=datetime.UTC)
             if d.transaction_start_time_ms >= 0
-            else datetime.datetime.fromtimestamp(0, tz=datetime.timezone.utc) - datetime.timedelta(milliseconds=1)
+            else datetime.datetime.fromtimestamp(0, tz=datetime.UTC) - datetime.timedelta(milliseconds=1)
         )
         out.append(
             build(

@@ -325,9 +325,9 @@ class GroupMetadata:
         Only written in Empty, CompletingRebalance and Stable, where every member supports the
         selected protocol; while rebalancing a newcomer may not, and its subscription reads empty.
         """
-        if self.state in (GroupState.COMPLETING_REBALANCE, GroupState.STABLE):
-            if self.protocol_name is None:
-                raise CoordinatorInvariantError("a settled group with members has a protocol")
+        settled = self.state in (GroupState.COMPLETING_REBALANCE, GroupState.STABLE)
+        if settled and self.protocol_name is None:
+            raise CoordinatorInvariantError("a settled group with members has a protocol")
         name = self.protocol_name
         members = tuple(
             MemberSnapshot(

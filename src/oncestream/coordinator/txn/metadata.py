@@ -434,9 +434,8 @@ class TransactionMetadata:
             check_transition(self.transactional_id, current.state, via)
             check_transition(self.transactional_id, via, target.state)
         _check_identity_move(current, target)
-        if target.state is _S.ONGOING:
-            if not (target.partitions >= current.partitions):
-                raise CoordinatorInvariantError("partitions are only ever added")
+        if target.state is _S.ONGOING and not target.partitions >= current.partitions:
+            raise CoordinatorInvariantError("partitions are only ever added")
         self.pending = pending
 
     def complete(self, write_id: int) -> PendingTransition:
