@@ -103,9 +103,13 @@ class _TracingGroup(GroupMetadata):
 def test_coordinator_walks_every_legal_edge(monkeypatch: pytest.MonkeyPatch) -> None:
     """Drive real protocol flows until the coordinator has taken every edge of the table."""
     import oncestream.coordinator.group.coordinator as coordinator_module
+    import oncestream.coordinator.group.membership as membership_module
+    import oncestream.coordinator.group.offsets as offsets_module
 
     _TracingGroup.seen = []
-    monkeypatch.setattr(coordinator_module, "GroupMetadata", _TracingGroup)
+    # Groups are created by membership (JoinGroup), offsets (commits) and replay (coordinator).
+    for module in (coordinator_module, membership_module, offsets_module):
+        monkeypatch.setattr(module, "GroupMetadata", _TracingGroup)
     coordinator = GroupCoordinator(GroupCoordinatorConfig(group_initial_rebalance_delay_ms=0))
     h = GroupHarness(coordinator)
 

@@ -354,16 +354,18 @@ class GroupMetadata:
         )
 
     @classmethod
-    def from_snapshot(cls, group_id: str, snapshot: GroupSnapshot, now_ms: int) -> GroupMetadata:
-        """Rebuild a loaded group: Stable if it has members, else Empty (as Kafka loads it)."""
-        group = cls(group_id, now_ms)
+    def from_snapshot(cls, group_id: str, snapshot: GroupSnapshot, wall_ms: int, mono_ms: int) -> GroupMetadata:
+        """Rebuild a loaded group: Stable if it has members, else Empty (as Kafka loads it).
+        Members get a fresh session from ``mono_ms`` (a persisted time says nothing about when
+        this process last heard from them)."""
+        group = cls(group_id, wall_ms)
         group.generation_id = snapshot.generation_id
         group.protocol_type = snapshot.protocol_type
         group.protocol_name = snapshot.protocol_name if snapshot.members else None
         group.state_timestamp_ms = snapshot.state_timestamp_ms
         for m in snapshot.members:
-            if not (snapshot.protocol_name is not None and snapshot.protocol_type is not None):
-                raise CoordinatorInvariantError('invariant violated: snapshot.protocol_name is not None and snapshot.protocol_type is not None')
+            if snapshot.protocol_name is None or snapshot.protocol_type is None:
+                raise CoordinatorInvariantError(f"group {group_id!r} has members but no protocol")
             member = MemberMetadata(
                 member_id=m.member_id,
                 group_instance_id=m.group_instance_id,
@@ -374,7 +376,7 @@ class GroupMetadata:
                 protocol_type=snapshot.protocol_type,
                 protocols=(JoinProtocol(snapshot.protocol_name, m.subscription),),
                 assignment=m.assignment,
-                heartbeat_deadline_ms=now_ms + m.session_timeout_ms,
+                heartbeat_deadline_ms=mono_ms + m.session_timeout_ms,
             )
             group.add(member, None)
         if snapshot.members:
