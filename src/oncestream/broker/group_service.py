@@ -91,8 +91,12 @@ def group_config_from(props: dict[str, str]) -> GroupCoordinatorConfig:
 class GroupService:
     """The group coordinator plus its offsets topic, its outbox and its timer task."""
 
-    def __init__(self, logs, props: dict[str, str], now_ms: Callable[[], int]) -> None:
+    def __init__(self, logs, props: dict[str, str], now_ms: Callable[[], int],
+                 mono_ms: Callable[[], int] | None = None) -> None:
+        """``now_ms`` is the wall clock (record timestamps), ``mono_ms`` the monotonic clock
+        (every timer); a caller with one clock may omit ``mono_ms``."""
         self.now_ms = now_ms
+        self.mono_ms = mono_ms or now_ms
         config = group_config_from(props)
         self.topic = InternalTopic(
             logs,
@@ -107,7 +111,7 @@ class GroupService:
                 **{**config.__dict__, "offsets_topic_partitions": self.topic.num_partitions}
             )
         self.coordinator = GroupCoordinator(config)
-        self.coordinator.load(self.topic.read_all(), now_ms())
+        self.coordinator.load(self.topic.read_all(), now_ms(), mono_ms=self.mono_ms())
         self._outbox: list[tuple[asyncio.Future[Any], int, Any]] = []
         self._wake = asyncio.Event()
         # __consumer_offsets partitions unloaded after a failed append and not yet read back.
@@ -174,7 +178,7 @@ class GroupService:
             except (KafkaError, OSError) as exc:
                 log.error("cannot reload %s-%d: %s", OFFSETS_TOPIC, partition, exc)
                 continue
-            self.coordinator.load(records, self.now_ms(), partitions=[partition])
+            self.coordinator.load(records, self.now_ms(), partitions=[partition], mono_ms=self.mono_ms())
             self._reload.discard(partition)
 
     async def run_timers(self) -> None:
@@ -187,7 +191,7 @@ class GroupService:
             deadline = self.coordinator.next_deadline_ms()
             sleep_s = _MAX_TICK_SLEEP_S
             if deadline is not None:
-                sleep_s = max(0.0, min((deadline - self.now_ms()) / 1000, _MAX_TICK_SLEEP_S))
+                sleep_s = max(0.0, min((deadline - self.mono_ms()) / 1000, _MAX_TICK_SLEEP_S))
             self._wake.clear()
             try:
                 await asyncio.wait_for(self._wake.wait(), sleep_s)
@@ -195,6 +199,6 @@ class GroupService:
                 pass
             try:
                 self._reload_partitions()
-                self.complete(self.coordinator.tick(self.now_ms()), wake_timers=False)
+                self.complete(self.coordinator.tick(self.now_ms(), mono_ms=self.mono_ms()), wake_timers=False)
             except Exception:  # a coordinator bug must not stop the timers of every group
                 log.exception("group coordinator tick failed")

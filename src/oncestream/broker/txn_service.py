@@ -55,8 +55,12 @@ class TxnService:
     """The transaction coordinator, its log topic, and the marker writer."""
 
     def __init__(self, logs, groups: GroupService, props: dict[str, str], now_ms: Callable[[], int], allocate_producer_id,
-                 on_marker: Callable[[str, int], None] = lambda topic, partition: None) -> None:
+                 on_marker: Callable[[str, int], None] = lambda topic, partition: None,
+                 mono_ms: Callable[[], int] | None = None) -> None:
+        """``now_ms`` is the wall clock (record timestamps), ``mono_ms`` the monotonic clock
+        (transaction timeouts, id expiry); a caller with one clock may omit ``mono_ms``."""
         self.now_ms = now_ms
+        self.mono_ms = mono_ms or now_ms
         self._logs = logs
         # A marker moves the partition's LSO: read_committed fetches parked on it must wake.
         self._on_marker = on_marker
@@ -82,7 +86,7 @@ class TxnService:
         if self._crash_point not in (None, *CRASH_POINTS):
             raise ValueError(f"{CRASH_POINT_PROPERTY} must be one of {CRASH_POINTS}")
         # Recovery: replay the transaction log and finish every prepared transaction.
-        self.drive(self.coordinator.load(self.topic.read_all(), now_ms()))
+        self.drive(self.coordinator.load(self.topic.read_all(), now_ms(), mono_ms=self.mono_ms()))
 
     def partition_for(self, transactional_id: str) -> int:
         return partition_for(transactional_id, self.topic.num_partitions)
@@ -114,7 +118,7 @@ class TxnService:
                     log.error("cannot persist transaction %r: %s", write.transactional_id, exc)
                     work.append((self.coordinator.on_persist_failed(write.write_id), sink))
                     continue
-                work.append((self.coordinator.on_persisted(write.write_id, now), sink))
+                work.append((self.coordinator.on_persisted(write.write_id, now, mono_ms=self.mono_ms()), sink))
             for job in current.markers_to_write:
                 if self._write_markers(job):
                     if job.commit and self._crash_point == "before-complete":
@@ -169,7 +173,9 @@ class TxnService:
         for group_id in coord.group_ids():
             if coord.partition_for(group_id) != offsets_partition or producer_id not in coord.pending_txn_offsets(group_id):
                 continue
-            if self._groups.complete(coord.complete_pending_txn_offsets(group_id, producer_id, commit, now)):
+            if self._groups.complete(coord.complete_pending_txn_offsets(
+                group_id, producer_id, commit, now, mono_ms=self.mono_ms()
+            )):
                 ok = False
         return ok
 
@@ -181,7 +187,7 @@ class TxnService:
                 failed, self._failed_jobs = self._failed_jobs, []
                 for job in failed:
                     self.drive(Outcome(None, (), (job,)))
-                self.drive(self.coordinator.tick(self.now_ms()))
+                self.drive(self.coordinator.tick(self.now_ms(), mono_ms=self.mono_ms()))
             except Exception:  # never let one bad transaction stop every timer
                 log.exception("transaction coordinator tick failed")
 
@@ -190,7 +196,7 @@ class TxnService:
     def stage_offsets(self, group_id: str, producer_id: int, offsets: dict[TopicPartition, Any], **member) -> Any:
         """TxnOffsetCommit: stage offsets as pending in the group coordinator (KIP-447 checks)."""
         result, writes = self._groups.coordinator.add_pending_txn_offsets(
-            group_id, producer_id, offsets, self.now_ms(), **member
+            group_id, producer_id, offsets, self.now_ms(), mono_ms=self.mono_ms(), **member
         )
         return self._groups.finish(group_id, result, writes)
 
