@@ -44,6 +44,7 @@ from typing import TypeVar
 from kio.schema.errors import ErrorCode
 
 from oncestream.coordinator.group.config import GroupCoordinatorConfig
+from oncestream.coordinator.group.deadlines import DeadlineHeap
 from oncestream.coordinator.group.group import GroupMetadata
 from oncestream.coordinator.group.membership import GroupMetadataManager
 from oncestream.coordinator.group.messages import (
@@ -134,7 +135,7 @@ class GroupCoordinator:
         return self._rt.num_partitions
 
     @property
-    def deadlines(self):
+    def deadlines(self) -> DeadlineHeap[str]:
         """The deadline heap (one entry per group with a timer armed), for tests and metrics."""
         return self._rt.deadlines
 
@@ -483,7 +484,9 @@ class GroupCoordinator:
         rt = self._rt
         for group_id in rt.touched:
             group = rt.groups.get(group_id)
-            alive = group is not None and not group.is_(_S.DEAD)
-            rt.deadlines.schedule(group_id, GroupMetadataManager.next_deadline_ms(group) if alive else None)
+            deadline_ms = None
+            if group is not None and not group.is_(_S.DEAD):
+                deadline_ms = GroupMetadataManager.next_deadline_ms(group)
+            rt.deadlines.schedule(group_id, deadline_ms)
         rt.touched.clear()
         return rt.finish(read_only=read_only)
