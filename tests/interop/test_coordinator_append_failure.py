@@ -1,12 +1,13 @@
 """Acknowledge only what is durable, through a real broker process (issue 10, point 2): while
 appends to the internal topics fail, an OffsetCommit is answered COORDINATOR_NOT_AVAILABLE and
-OffsetFetch keeps serving the last offset that reached the log; once appends work again the
-same commit succeeds.
+OffsetFetch keeps serving the last offset that reached the log, and an InitProducerId (whose
+__transaction_state record cannot be written) is answered COORDINATOR_NOT_AVAILABLE with no
+producer id; once appends work again the same requests succeed.
 
 The failure is injected with the test-only broker property
 ``oncestream.test.internal.append.fail.file`` (appends fail while that file exists). Requests and
-responses are written by hand from the protocol guide (OffsetCommit v2, OffsetFetch v1), so the
-broker's codec is not the judge of itself.
+responses are written by hand from the protocol guide (OffsetCommit v2, OffsetFetch v1,
+InitProducerId v1), so the broker's codec is not the judge of itself.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from tests.support.wire import (
 
 pytestmark = pytest.mark.interop
 
-API_OFFSET_COMMIT, API_OFFSET_FETCH = 8, 9
+API_OFFSET_COMMIT, API_OFFSET_FETCH, API_INIT_PRODUCER_ID = 8, 9, 22
 ERROR_NONE, ERROR_COORDINATOR_NOT_AVAILABLE = 0, 15
 
 
@@ -56,6 +57,30 @@ def _fetch(conn: WireConnection, group: str, topic: str) -> int:
     assert reader.take(">h") == ERROR_NONE
     assert reader.remaining() == 0
     return offset
+
+
+def _init_producer_id(conn: WireConnection, transactional_id: str) -> tuple[int, int]:
+    """InitProducerId v1; (error code, producer id)."""
+    body = nullable_string(transactional_id) + int32(60_000)
+    reader = ResponseReader(conn.request(API_INIT_PRODUCER_ID, 1, 9, body))
+    assert reader.take(">i") == 9
+    reader.take(">i")  # throttle time
+    error = reader.take(">h")
+    producer_id = reader.take(">q")
+    reader.take(">h")  # epoch
+    assert reader.remaining() == 0
+    return error, producer_id
+
+
+def test_init_producer_id_not_appended_is_not_acknowledged(broker_factory, tmp_path):
+    fault_file = tmp_path / "fail-internal-appends"
+    broker = broker_factory({"oncestream.test.internal.append.fail.file": str(fault_file)})
+    with WireConnection(broker.host, broker.port, timeout_s=CLIENT_TIMEOUT_S) as conn:
+        fault_file.touch()
+        assert _init_producer_id(conn, "durable-txn") == (ERROR_COORDINATOR_NOT_AVAILABLE, -1)
+        fault_file.unlink()
+        error, producer_id = _init_producer_id(conn, "durable-txn")
+        assert error == ERROR_NONE and producer_id >= 0
 
 
 def test_offset_commit_not_appended_is_not_acknowledged(broker_factory, tmp_path):

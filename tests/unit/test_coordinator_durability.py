@@ -190,3 +190,25 @@ async def _one_txn_timer_round(txns: TxnService) -> None:
     for _ in range(5):
         await asyncio.sleep(0)
     task.cancel()
+
+
+def test_partition_that_cannot_be_read_back_stays_loading_until_the_timer_reloads_it(tmp_path):
+    """A failed append unloads the partition; if reading it back fails too, its groups answer
+    COORDINATOR_LOAD_IN_PROGRESS (retriable) rather than anything from memory, and the timer task
+    loads it once the log reads again."""
+    s = Services(tmp_path)
+    assert s.commit(5) == ErrorCode.none
+    read_all = s.groups.topic.read_all
+
+    def unreadable(partitions=None):
+        raise OSError("injected read failure")
+
+    s.groups.topic.read_all = unreadable
+    s.offsets_fault.on = True
+    assert s.commit(9) == ErrorCode.coordinator_not_available
+    s.offsets_fault.on = False
+    assert s.commit(9) == ErrorCode.coordinator_load_in_progress
+    s.groups.topic.read_all = read_all
+    s.groups._reload_partitions()  # what the timer task does on its next round
+    assert s.committed() == 5
+    assert s.commit(9) == ErrorCode.none
