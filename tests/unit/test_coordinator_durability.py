@@ -24,6 +24,7 @@ from oncestream.coordinator.group.messages import (
     LeaveRequest,
     LeavingMember,
     OffsetCommitRequest,
+    OffsetDeleteRequest,
     OffsetFetchRequest,
     PartitionOffsetCommit,
     SyncRequest,
@@ -212,3 +213,20 @@ def test_partition_that_cannot_be_read_back_stays_loading_until_the_timer_reload
     s.groups._reload_partitions()  # what the timer task does on its next round
     assert s.committed() == 5
     assert s.commit(9) == ErrorCode.none
+
+
+def test_delete_groups_and_offset_delete_whose_tombstones_are_not_appended_report_no_deletion(tmp_path):
+    s = Services(tmp_path)
+    assert s.commit(5) == ErrorCode.none
+    coord = s.groups.coordinator
+    s.offsets_fault.on = True
+    result, writes = coord.delete_offsets(OffsetDeleteRequest(GROUP, (TP,)), s.now)
+    result = s.groups.finish(GROUP, result, writes)
+    assert result.partitions[TP] == ErrorCode.coordinator_not_available
+    deleted, writes = coord.delete_groups([GROUP], s.now)
+    assert s.groups.finish_delete_groups(deleted, writes).errors == {GROUP: ErrorCode.coordinator_not_available}
+    s.offsets_fault.on = False
+    assert s.committed() == 5  # nothing was deleted
+    deleted, writes = coord.delete_groups([GROUP], s.now)
+    assert s.groups.finish_delete_groups(deleted, writes).errors == {GROUP: ErrorCode.none}
+    assert s.committed() == -1

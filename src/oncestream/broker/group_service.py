@@ -21,6 +21,7 @@ from kio.schema.errors import ErrorCode
 from oncestream.broker.internal_topic import InternalTopic, append_fault_from
 from oncestream.coordinator.group import GroupCoordinator, GroupCoordinatorConfig
 from oncestream.coordinator.group.messages import (
+    DeleteGroupsResult,
     JoinResult,
     LeaveResult,
     OffsetCommitResult,
@@ -150,6 +151,16 @@ class GroupService:
         as it may be sent (NONE only if the records it reports are in the log)."""
         failed = self.complete(writes, wake_timers=wake_timers)
         return not_durable(result) if self.coordinator.partition_for(group_id) in failed else result
+
+    def finish_delete_groups(self, result: DeleteGroupsResult, writes: list[OffsetsTopicWrite]) -> DeleteGroupsResult:
+        """:meth:`finish` for DeleteGroups, whose groups may live on several partitions: a group
+        is reported deleted only if the partition holding its tombstones took the append."""
+        failed = self.complete(writes)
+        partition_for = self.coordinator.partition_for
+        return DeleteGroupsResult({
+            group_id: NOT_DURABLE if error == ErrorCode.none and partition_for(group_id) in failed else error
+            for group_id, error in result.errors.items()
+        })
 
     def _persist(self, writes: list[OffsetsTopicWrite]) -> frozenset[int]:
         now = self.now_ms()

@@ -14,7 +14,6 @@ import datetime
 from kio.schema.errors import ErrorCode
 
 from oncestream.broker.connection_context import client_host
-from oncestream.broker.group_service import NOT_DURABLE
 from oncestream.broker.state import BrokerState
 from oncestream.coordinator.group.messages import (
     HeartbeatRequest,
@@ -334,11 +333,7 @@ def handle_delete_groups(state: BrokerState, header: RequestHeader, request) -> 
     result, writes = state.groups.coordinator.delete_groups(
         request.groups_names, state.now_ms(), mono_ms=state.mono_ms()
     )
-    failed = state.groups.complete(writes)
-    partition_for = state.groups.coordinator.partition_for
-    errors = {
-        g: NOT_DURABLE if e == ErrorCode.none and partition_for(g) in failed else e for g, e in result.errors.items()
-    }
+    errors = state.groups.finish_delete_groups(result, writes).errors
     return build(
         m.DeleteGroupsResponse,
         throttle_time=_ZERO,
