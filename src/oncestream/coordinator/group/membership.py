@@ -87,6 +87,7 @@ class GroupMetadataManager:
         self.offsets: OffsetMetadataManager
 
     def join(self, request: JoinRequest, mono_ms: int, respond: JoinCallback) -> None:
+        """JoinGroup on a validated frame (timers fired, clocks taken); answers through ``respond``."""
         self._rt.validate_group_id(request.group_id, allow_empty=False)
         cfg = self._rt.config
         if not (
@@ -506,6 +507,7 @@ class GroupMetadataManager:
 
 
     def sync(self, request: SyncRequest, mono_ms: int, respond: SyncCallback) -> None:
+        """SyncGroup; the leader's assignment is written, then every waiting member is answered."""
         self._rt.validate_group_id(request.group_id, allow_empty=False)
         group = self._rt.groups.get(request.group_id)
         if group is None:
@@ -593,6 +595,7 @@ class GroupMetadataManager:
 
 
     def heartbeat(self, request: HeartbeatRequest, mono_ms: int) -> ErrorCode:
+        """Heartbeat: restart the member's session; REBALANCE_IN_PROGRESS asks it to rejoin."""
         self._rt.validate_group_id(request.group_id, allow_empty=False)
         group = self._rt.groups.get(request.group_id)
         if group is None:
@@ -612,6 +615,7 @@ class GroupMetadataManager:
 
 
     def leave(self, request: LeaveRequest, mono_ms: int) -> LeaveResult:
+        """LeaveGroup (v3+ batch included): remove each member, per-member errors."""
         self._rt.validate_group_id(request.group_id, allow_empty=False)
         group = self._rt.groups.get(request.group_id)
         if group is None:
@@ -730,6 +734,7 @@ class GroupMetadataManager:
 
 
     def unload_group(self, group: GroupMetadata) -> None:
+        """Forget the group (its partition was unloaded): waiting requests hear NOT_COORDINATOR."""
         for member in group.members.values():
             self._rt.invoke_join(member, JoinResult(ErrorCode.not_coordinator, member.member_id))
             self._rt.invoke_sync(member, SyncResult(ErrorCode.not_coordinator))

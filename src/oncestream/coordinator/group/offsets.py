@@ -55,6 +55,7 @@ class OffsetMetadataManager:
     def commit(
         self, request: OffsetCommitRequest, wall_ms: int
     ) -> dict[TopicPartition, ErrorCode]:
+        """OffsetCommit: validate member and generation, store the offsets, emit their records."""
         self._rt.validate_group_id(request.group_id, allow_empty=True)
         group = self._rt.groups.get(request.group_id)
         if group is None:
@@ -137,6 +138,7 @@ class OffsetMetadataManager:
 
 
     def delete(self, request: OffsetDeleteRequest) -> OffsetDeleteResult:
+        """OffsetDelete: partitions a consumer group is still subscribed to are kept."""
         self._rt.validate_group_id(request.group_id, allow_empty=False)
         group = self._rt.groups.get(request.group_id)
         if group is None or group.is_(_S.DEAD):
@@ -188,6 +190,7 @@ class OffsetMetadataManager:
         generation_id: int,
         instance_id: str | None,
     ) -> dict[TopicPartition, ErrorCode]:
+        """TxnOffsetCommit: stage offsets of ``producer_id``'s open transaction (KIP-447 checks)."""
         self._rt.validate_group_id(group_id, allow_empty=True)
         if producer_id < 0:
             raise CoordinatorInvariantError("transactional producers have an id")
