@@ -122,7 +122,6 @@ class GroupMetadataManager:
         if group.is_(_S.PREPARING_REBALANCE):
             self._try_complete_join(group, mono_ms)
 
-
     def _accept_joining_member(self, group: GroupMetadata, request: JoinRequest) -> bool:
         max_size = self._rt.config.group_max_size
         if group.state in (_S.EMPTY, _S.DEAD):
@@ -139,7 +138,6 @@ class GroupMetadataManager:
                 return True
             return group.num_awaiting_join() < max_size
         return known or len(group.members) < max_size
-
 
     def _new_member_join(
         self, group: GroupMetadata, request: JoinRequest, mono_ms: int, respond: JoinCallback
@@ -170,7 +168,6 @@ class GroupMetadataManager:
         else:
             self._add_member_and_rebalance(group, request, new_member_id, mono_ms, respond)
 
-
     def _new_member_id(self, group: GroupMetadata, request: JoinRequest) -> str:
         """``<instance id or client id>-<suffix>`` (Kafka's shape), unique within the group."""
         prefix = request.group_instance_id if request.group_instance_id else request.client_id
@@ -179,7 +176,6 @@ class GroupMetadataManager:
             if not group.has(member_id) and not group.is_pending(member_id):
                 return member_id
         raise CoordinatorInvariantError("member_id_suffix keeps producing ids already in use")
-
 
     def _current_member_join(
         self, group: GroupMetadata, request: JoinRequest, mono_ms: int, respond: JoinCallback
@@ -219,7 +215,6 @@ class GroupMetadataManager:
             # Empty or Dead with a known member id: let the member reset and rejoin.
             raise UnknownMemberIdError(f"group {group.group_id!r} is {group.state.value}")
 
-
     def _join_success(
         self, group: GroupMetadata, member_id: str, *, include_members: bool = True
     ) -> JoinResult:
@@ -233,7 +228,6 @@ class GroupMetadataManager:
             leader_id=group.leader_id or "",
             members=group.current_member_metadata() if (is_leader and include_members) else (),
         )
-
 
     def _add_member_and_rebalance(
         self,
@@ -263,7 +257,6 @@ class GroupMetadataManager:
         member.heartbeat_deadline_ms = mono_ms + self._rt.config.new_member_join_timeout_ms
         self._maybe_prepare_rebalance(group, mono_ms)
 
-
     def _update_member_and_rebalance(
         self,
         group: GroupMetadata,
@@ -286,7 +279,6 @@ class GroupMetadataManager:
                 superseded, JoinResult(ErrorCode.rebalance_in_progress, member.member_id)
             )
         self._maybe_prepare_rebalance(group, mono_ms)
-
 
     def _update_static_member_and_rebalance(
         self,
@@ -357,11 +349,9 @@ class GroupMetadataManager:
                 f"group {group.group_id!r} has static members but is {group.state.value}"
             )
 
-
     def _maybe_prepare_rebalance(self, group: GroupMetadata, mono_ms: int) -> None:
         if group.can_rebalance():
             self._prepare_rebalance(group, mono_ms)
-
 
     def _prepare_rebalance(self, group: GroupMetadata, mono_ms: int) -> None:
         if group.is_(_S.COMPLETING_REBALANCE):
@@ -383,7 +373,6 @@ class GroupMetadataManager:
         group.join_timer = timer
         self._try_complete_join(group, mono_ms)
 
-
     def _try_complete_join(self, group: GroupMetadata, mono_ms: int) -> None:
         """Complete the join phase early once every member rejoined (never in the initial delay)."""
         timer = group.join_timer
@@ -395,7 +384,6 @@ class GroupMetadataManager:
         ):
             group.join_timer = None
             self._complete_join(group, mono_ms)
-
 
     def _on_join_timer(self, group: GroupMetadata, mono_ms: int) -> None:
         timer = group.join_timer
@@ -414,7 +402,6 @@ class GroupMetadataManager:
             )
         else:
             self._complete_join(group, mono_ms)
-
 
     def _complete_join(self, group: GroupMetadata, mono_ms: int) -> None:
         """End of the join phase (Kafka's onCompleteJoin)."""
@@ -449,7 +436,6 @@ class GroupMetadataManager:
             generation_id=group.generation_id,
         )
 
-
     def _on_sync_timer(self, group: GroupMetadata, mono_ms: int) -> None:
         """Members that joined but never synced within the rebalance timeout are removed."""
         timer = group.sync_timer
@@ -466,7 +452,6 @@ class GroupMetadataManager:
             self._remove_member(group, group.get(member_id))
         self._prepare_rebalance(group, mono_ms)
 
-
     def _on_member_session_expired(
         self, group: GroupMetadata, member: MemberMetadata, mono_ms: int
     ) -> None:
@@ -474,12 +459,10 @@ class GroupMetadataManager:
         if not member.keeps_session_on_expiry():
             self._remove_member_and_update_group(group, member, mono_ms)
 
-
     def _on_pending_member_expired(self, group: GroupMetadata, member_id: str, mono_ms: int) -> None:
         group.remove(member_id)
         if group.is_(_S.PREPARING_REBALANCE):
             self._try_complete_join(group, mono_ms)
-
 
     def _remove_member_and_update_group(
         self, group: GroupMetadata, member: MemberMetadata, mono_ms: int
@@ -490,7 +473,6 @@ class GroupMetadataManager:
         elif group.is_(_S.PREPARING_REBALANCE):
             self._try_complete_join(group, mono_ms)
 
-
     def _remove_member(self, group: GroupMetadata, member: MemberMetadata) -> None:
         """Remove a member, answering what it is still waiting for with UNKNOWN_MEMBER_ID."""
         self._rt.invoke_join(member, JoinResult(ErrorCode.unknown_member_id, NO_MEMBER_ID))
@@ -499,12 +481,10 @@ class GroupMetadataManager:
         member.heartbeat_deadline_ms = None
         group.remove(member.member_id)
 
-
     def _reset_and_propagate_assignment_error(self, group: GroupMetadata, error: ErrorCode) -> None:
         for member in group.members.values():
             member.assignment = b""
             self._rt.invoke_sync(member, SyncResult(error))
-
 
     def sync(self, request: SyncRequest, mono_ms: int, respond: SyncCallback) -> None:
         """SyncGroup; the leader's assignment is written, then every waiting member is answered."""
@@ -550,7 +530,6 @@ class GroupMetadataManager:
             return
         raise CoordinatorInvariantError(f"unexpected state {group.state.value} in SyncGroup")
 
-
     def _apply_leader_assignment(
         self, group: GroupMetadata, assignments: Mapping[str, bytes], mono_ms: int
     ) -> None:
@@ -570,12 +549,10 @@ class GroupMetadataManager:
                 # A session may have lapsed while the member waited for the leader; restart it.
                 member.heartbeat_deadline_ms = mono_ms + member.session_timeout_ms
 
-
     def _remove_pending_sync_member(self, group: GroupMetadata, member_id: str) -> None:
         group.pending_sync_members.discard(member_id)
         if not group.pending_sync_members:
             group.sync_timer = None
-
 
     def _check_member_and_generation(
         self,
@@ -592,7 +569,6 @@ class GroupMetadataManager:
             raise IllegalGenerationError(
                 f"generation {generation_id} != {group.generation_id} of {group.group_id!r}"
             )
-
 
     def heartbeat(self, request: HeartbeatRequest, mono_ms: int) -> ErrorCode:
         """Heartbeat: restart the member's session; REBALANCE_IN_PROGRESS asks it to rejoin."""
@@ -612,7 +588,6 @@ class GroupMetadataManager:
         if group.state not in (_S.STABLE, _S.COMPLETING_REBALANCE):
             raise CoordinatorInvariantError(str(group.state))
         return ErrorCode.none
-
 
     def leave(self, request: LeaveRequest, mono_ms: int) -> LeaveResult:
         """LeaveGroup (v3+ batch included): remove each member, per-member errors."""
@@ -634,7 +609,6 @@ class GroupMetadataManager:
             outcomes.append(LeftMember(leaving.member_id, leaving.group_instance_id, error))
         return LeaveResult(ErrorCode.none, tuple(outcomes))
 
-
     def _leave_one(
         self, group: GroupMetadata, member_id: str, instance_id: str | None, mono_ms: int
     ) -> ErrorCode:
@@ -654,7 +628,6 @@ class GroupMetadataManager:
             self._remove_member_and_update_group(group, group.get(member_id), mono_ms)
             return ErrorCode.none
         return ErrorCode.unknown_member_id
-
 
     def list_groups(
         self,
@@ -677,7 +650,6 @@ class GroupMetadataManager:
         )
         return ListGroupsResult(error, listed)
 
-
     @staticmethod
     def next_deadline_ms(group: GroupMetadata) -> int | None:
         """The group's earliest timer (monotonic ms), or None."""
@@ -692,7 +664,6 @@ class GroupMetadataManager:
         if group.sync_timer is not None:
             deadlines.append(group.sync_timer.deadline_ms)
         return min(deadlines, default=None)
-
 
     def fire_timers(self, group_id: str, mono_ms: int) -> None:
         """Fire the group's due timers, earliest first, until none is due.
@@ -732,7 +703,6 @@ class GroupMetadataManager:
                 self._on_join_timer(group, mono_ms)
         raise CoordinatorInvariantError(f"timers of group {group_id!r} keep firing at {mono_ms}")
 
-
     def unload_group(self, group: GroupMetadata) -> None:
         """Forget the group (its partition was unloaded): waiting requests hear NOT_COORDINATOR."""
         for member in group.members.values():
@@ -740,8 +710,6 @@ class GroupMetadataManager:
             self._rt.invoke_sync(member, SyncResult(ErrorCode.not_coordinator))
         group.transition_to(_S.DEAD, self._rt.wall_ms)
         del self._rt.groups[group.group_id]
-
-
 
     # --- DescribeGroups / ListGroups / DeleteGroups -----------------------------------------------
 

@@ -95,7 +95,6 @@ class OffsetMetadataManager:
             errors[tp] = ErrorCode.none
         return errors
 
-
     def _offset_value(
         self, partition: PartitionOffsetCommit, retention_time_ms: int, wall_ms: int
     ) -> OffsetAndMetadata | None:
@@ -113,7 +112,6 @@ class OffsetMetadataManager:
         return OffsetAndMetadata(
             partition.offset, partition.leader_epoch, partition.metadata, commit_ts, None
         )
-
 
     def _validate_offset_commit(
         self,
@@ -135,7 +133,6 @@ class OffsetMetadataManager:
         elif not transactional and not group.is_(_S.EMPTY):
             # Only members may commit to a group that has members.
             raise UnknownMemberIdError(f"group {group.group_id!r} has members; commit as one")
-
 
     def delete(self, request: OffsetDeleteRequest) -> OffsetDeleteResult:
         """OffsetDelete: partitions a consumer group is still subscribed to are kept."""
@@ -161,7 +158,6 @@ class OffsetMetadataManager:
                 errors[tp] = ErrorCode.none
         return OffsetDeleteResult(ErrorCode.none, errors)
 
-
     def remove_offsets_and_maybe_group(
         self, group: GroupMetadata, partitions: list[TopicPartition] | None
     ) -> None:
@@ -178,7 +174,6 @@ class OffsetMetadataManager:
             self._rt.emit(gid, pending_txn_offset_record(gid, producer_id, tp, None))
         if group.state in (_S.EMPTY, _S.DEAD) and not group.has_offsets():
             self._rt.kill_group(group)
-
 
     def stage_pending(
         self,
@@ -215,7 +210,6 @@ class OffsetMetadataManager:
             del group.pending_txn_offsets[producer_id]
         return errors
 
-
     def cleanup(self, wall_ms: int) -> None:
         """Offset expiry and removal of Empty groups without offsets (Kafka's cleanup task)."""
         for group in list(self._rt.groups.values()):
@@ -224,8 +218,6 @@ class OffsetMetadataManager:
                 self._rt.emit(group.group_id, offset_commit_record(group.group_id, tp, None))
             if group.is_(_S.EMPTY) and not group.has_offsets():
                 self._rt.kill_group(group)
-
-
 
     def fetch(self, request: OffsetFetchRequest) -> OffsetFetchResult:
         """OffsetFetch of a validated group id; with ``require_stable`` a partition that has a
