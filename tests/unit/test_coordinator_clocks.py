@@ -247,3 +247,28 @@ def test_a_reloaded_overdue_transaction_is_aborted_at_once():
     clocks.elapse(1)
     restarted.tick()
     assert restarted.state() == TxnState.COMPLETE_ABORT.value
+
+
+def test_broker_group_service_survives_a_wall_clock_step_back(tmp_path):
+    """The broker's service hands the coordinator both clocks: a wall clock an hour behind only
+    changes the commit timestamp written, and the next commit is acknowledged."""
+    from oncestream.broker.group_service import GroupService
+    from oncestream.log.config import LogConfig
+    from oncestream.log.manager import LogManager
+
+    clocks = Clocks()
+    logs = LogManager.open(tmp_path, LogConfig(), clocks.wall_ms)
+    logs.create_topic("orders", 1, {}, now_ms=clocks.wall_ms)
+    svc = GroupService(logs, {"offsets.topic.num.partitions": "1"}, lambda: clocks.wall_ms, lambda: clocks.mono_ms)
+
+    def commit(offset: int) -> ErrorCode:
+        result, writes = svc.coordinator.commit_offsets(
+            OffsetCommitRequest("g", {TP: PartitionOffsetCommit(offset)}), svc.now_ms(), mono_ms=svc.mono_ms())
+        return svc.finish("g", result, writes).partitions[TP]
+
+    assert commit(1) == ErrorCode.none
+    clocks.step_wall(-HOUR_MS)
+    clocks.elapse(10)
+    assert commit(2) == ErrorCode.none
+    svc.complete(svc.coordinator.tick(svc.now_ms(), mono_ms=svc.mono_ms()))
+    assert svc.coordinator.committed_offsets("g")[TP].commit_timestamp_ms == clocks.wall_ms
