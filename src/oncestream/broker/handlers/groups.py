@@ -94,7 +94,9 @@ async def handle_join_group(state: BrokerState, header: RequestHeader, request) 
         reason=getattr(request, "reason", None),
     )
     fut: asyncio.Future = asyncio.get_running_loop().create_future()
-    svc.complete(svc.coordinator.join_group(join, state.now_ms(), svc.responder(fut, request.group_id), mono_ms=state.mono_ms()))
+    svc.complete(svc.coordinator.join_group(
+        join, state.now_ms(), svc.responder(fut, request.group_id), mono_ms=state.mono_ms()
+    ))
     result = await fut
     members = tuple(
         build(m.JoinGroupResponseMember, member_id=jm.member_id, group_instance_id=jm.group_instance_id, metadata=jm.metadata)
@@ -127,7 +129,9 @@ async def handle_sync_group(state: BrokerState, header: RequestHeader, request) 
         assignments={a.member_id: a.assignment for a in request.assignments},
     )
     fut: asyncio.Future = asyncio.get_running_loop().create_future()
-    svc.complete(svc.coordinator.sync_group(sync, state.now_ms(), svc.responder(fut, request.group_id), mono_ms=state.mono_ms()))
+    svc.complete(svc.coordinator.sync_group(
+        sync, state.now_ms(), svc.responder(fut, request.group_id), mono_ms=state.mono_ms()
+    ))
     result = await fut
     return build(
         m.SyncGroupResponse,
