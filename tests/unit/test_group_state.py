@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from typing import ClassVar
 
 import pytest
 from kio.schema.errors import ErrorCode
@@ -15,7 +16,11 @@ from oncestream.coordinator.group import (
     IllegalGroupStateTransitionError,
 )
 from oncestream.coordinator.group.group import GroupMetadata
-from oncestream.coordinator.group.state import can_transition, check_transition, parse_state
+from oncestream.coordinator.group.state import (
+    can_transition,
+    check_transition,
+    parse_state,
+)
 from oncestream.coordinator.group.testing import GroupHarness
 from oncestream.errors import KafkaError
 
@@ -93,7 +98,7 @@ def test_state_names_are_the_ones_describe_groups_reports() -> None:
 class _TracingGroup(GroupMetadata):
     """Records every transition the coordinator makes."""
 
-    seen: list[tuple[GroupState, GroupState]] = []
+    seen: ClassVar[list[tuple[GroupState, GroupState]]] = []
 
     def transition_to(self, target: GroupState, now_ms: int) -> None:
         _TracingGroup.seen.append((self.state, target))
