@@ -267,3 +267,17 @@ class InvalidRegularExpressionError(KafkaError):
     """A ListTransactions transactional id pattern does not compile (INVALID_REGULAR_EXPRESSION)."""
 
     code = ErrorCode.invalid_regular_expression
+
+
+# --- invariants -----------------------------------------------------------------------------------
+
+
+class CoordinatorInvariantError(KafkaError):
+    """A coordinator invariant that guards data does not hold: a bug, never a client's mistake.
+
+    Raised instead of ``assert`` (which ``python -O`` strips) wherever going on would persist or
+    serve wrong state. Coordinators let it propagate rather than turn it into an ordinary answer;
+    at the edge it is UNKNOWN_SERVER_ERROR.
+    """
+
+    code = ErrorCode.unknown_server_error

@@ -301,7 +301,7 @@ def test_tombstones_after_delete_groups_survive_reload() -> None:
 
 
 def test_group_emptied_by_rebalance_is_stored_empty_with_its_generation() -> None:
-    original, h = make()
+    _original, h = make()
     build_state(h)
     restarted, _ = make()
     restarted.load(h.log.records(), now_ms=100)
@@ -341,7 +341,7 @@ def test_failed_append_recovery_drops_unpersisted_commit() -> None:
 
 
 def test_writes_are_tagged_with_the_group_partition() -> None:
-    coordinator, h = make()
+    coordinator, _h = make()
     _, writes = coordinator.commit_offsets(
         OffsetCommitRequest("some-group", {T0: PartitionOffsetCommit(2)}), 1
     )

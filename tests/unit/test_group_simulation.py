@@ -83,7 +83,7 @@ class Client:
 
 def check_invariants(coordinator: GroupCoordinator) -> None:
     for group_id in coordinator.group_ids():
-        group = coordinator._groups[group_id]
+        group = coordinator._rt.groups[group_id]
         assert group.state is not S.DEAD
         if group.members:
             assert group.leader_id in group.members

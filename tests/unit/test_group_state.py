@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from typing import ClassVar
 
 import pytest
 from kio.schema.errors import ErrorCode
@@ -15,7 +16,11 @@ from oncestream.coordinator.group import (
     IllegalGroupStateTransitionError,
 )
 from oncestream.coordinator.group.group import GroupMetadata
-from oncestream.coordinator.group.state import can_transition, check_transition, parse_state
+from oncestream.coordinator.group.state import (
+    can_transition,
+    check_transition,
+    parse_state,
+)
 from oncestream.coordinator.group.testing import GroupHarness
 from oncestream.errors import KafkaError
 
@@ -93,7 +98,7 @@ def test_state_names_are_the_ones_describe_groups_reports() -> None:
 class _TracingGroup(GroupMetadata):
     """Records every transition the coordinator makes."""
 
-    seen: list[tuple[GroupState, GroupState]] = []
+    seen: ClassVar[list[tuple[GroupState, GroupState]]] = []
 
     def transition_to(self, target: GroupState, now_ms: int) -> None:
         _TracingGroup.seen.append((self.state, target))
@@ -103,9 +108,13 @@ class _TracingGroup(GroupMetadata):
 def test_coordinator_walks_every_legal_edge(monkeypatch: pytest.MonkeyPatch) -> None:
     """Drive real protocol flows until the coordinator has taken every edge of the table."""
     import oncestream.coordinator.group.coordinator as coordinator_module
+    import oncestream.coordinator.group.membership as membership_module
+    import oncestream.coordinator.group.offsets as offsets_module
 
     _TracingGroup.seen = []
-    monkeypatch.setattr(coordinator_module, "GroupMetadata", _TracingGroup)
+    # Groups are created by membership (JoinGroup), offsets (commits) and replay (coordinator).
+    for module in (coordinator_module, membership_module, offsets_module):
+        monkeypatch.setattr(module, "GroupMetadata", _TracingGroup)
     coordinator = GroupCoordinator(GroupCoordinatorConfig(group_initial_rebalance_delay_ms=0))
     h = GroupHarness(coordinator)
 

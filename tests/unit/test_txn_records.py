@@ -7,6 +7,7 @@ import struct
 
 import pytest
 
+from oncestream.errors import CoordinatorInvariantError
 from oncestream.coordinator.txn.messages import TopicPartition
 from oncestream.coordinator.txn.metadata import TxnSnapshot
 from oncestream.coordinator.txn.records import (
@@ -69,7 +70,7 @@ def test_dead_and_prepare_epoch_fence_are_never_encoded() -> None:
         snap = dataclasses.replace(_rich(), state=state, next_producer_id=-1,
                                    ongoing_txn_producer_id=-1, ongoing_txn_producer_epoch=-1,
                                    partitions=frozenset())  # fmt: skip
-        with pytest.raises(AssertionError):
+        with pytest.raises(CoordinatorInvariantError):
             encode_value(snap)
 
 

@@ -8,6 +8,7 @@ import itertools
 import pytest
 from kio.schema.errors import ErrorCode
 
+from oncestream.errors import CoordinatorInvariantError
 from oncestream.coordinator.txn.metadata import (
     PendingTransition,
     TransactionMetadata,
@@ -113,7 +114,7 @@ def test_metadata_applies_a_transition_only_when_its_write_completes() -> None:
     target = _snapshot(S.PREPARE_COMMIT)
     meta.prepare(PendingTransition(9, WriteKind.END_TXN, target, target.state))
     assert meta.current.state is S.ONGOING
-    with pytest.raises(AssertionError):
+    with pytest.raises(CoordinatorInvariantError):
         meta.complete(8)
     meta.complete(9)
     assert meta.current is target and meta.pending is None
@@ -130,7 +131,7 @@ def test_metadata_forgets_a_failed_write() -> None:
 def test_metadata_refuses_an_epoch_going_back() -> None:
     meta = TransactionMetadata("tid", _snapshot(S.EMPTY, epoch=5))
     target = _snapshot(S.EMPTY, epoch=4)
-    with pytest.raises(AssertionError):
+    with pytest.raises(CoordinatorInvariantError):
         meta.prepare(PendingTransition(1, WriteKind.INIT_PRODUCER_ID, target, target.state))
 
 

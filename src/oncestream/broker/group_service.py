@@ -11,19 +11,61 @@ reloaded from what the log really holds, so nothing unpersisted is ever served.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Callable
 from typing import Any
 
-from oncestream.broker.internal_topic import InternalTopic
+from kio.schema.errors import ErrorCode
+
+from oncestream.broker.internal_topic import InternalTopic, append_fault_from
 from oncestream.coordinator.group import GroupCoordinator, GroupCoordinatorConfig
-from oncestream.coordinator.group.messages import OffsetsTopicWrite
+from oncestream.coordinator.group.messages import (
+    DeleteGroupsResult,
+    JoinResult,
+    LeaveResult,
+    OffsetCommitResult,
+    OffsetDeleteResult,
+    OffsetsTopicWrite,
+    SyncResult,
+)
 from oncestream.errors import KafkaError
 
 log = logging.getLogger("oncestream.broker")
 
 OFFSETS_TOPIC = "__consumer_offsets"
 _MAX_TICK_SLEEP_S = 0.2
+# What a request hears when the records its answer depends on could not be appended: retriable,
+# and it sends the client back to FindCoordinator (Kafka maps a failed append the same way).
+NOT_DURABLE = ErrorCode.coordinator_not_available
+
+
+def _fail_if_none(error: ErrorCode) -> ErrorCode:
+    return NOT_DURABLE if error == ErrorCode.none else error
+
+
+def not_durable(result: Any) -> Any:
+    """``result`` as it must be answered when the append it depends on failed: every NONE
+    becomes COORDINATOR_NOT_AVAILABLE; errors the coordinator gave stay (they promised nothing)."""
+    if isinstance(result, JoinResult):
+        if result.error != ErrorCode.none:
+            return result
+        return JoinResult(NOT_DURABLE, member_id=result.member_id)
+    if isinstance(result, SyncResult):
+        return result if result.error != ErrorCode.none else SyncResult(NOT_DURABLE)
+    if isinstance(result, OffsetCommitResult):
+        return OffsetCommitResult({tp: _fail_if_none(e) for tp, e in result.partitions.items()})
+    if isinstance(result, LeaveResult):
+        return dataclasses.replace(
+            result,
+            error=_fail_if_none(result.error),
+            members=tuple(dataclasses.replace(m, error=_fail_if_none(m.error)) for m in result.members),
+        )
+    if isinstance(result, OffsetDeleteResult):
+        return OffsetDeleteResult(
+            _fail_if_none(result.error), {tp: _fail_if_none(e) for tp, e in result.partitions.items()}
+        )
+    raise TypeError(f"no not-durable form for {type(result).__name__}")
 
 
 def group_config_from(props: dict[str, str]) -> GroupCoordinatorConfig:
@@ -50,8 +92,12 @@ def group_config_from(props: dict[str, str]) -> GroupCoordinatorConfig:
 class GroupService:
     """The group coordinator plus its offsets topic, its outbox and its timer task."""
 
-    def __init__(self, logs, props: dict[str, str], now_ms: Callable[[], int]) -> None:
+    def __init__(self, logs, props: dict[str, str], now_ms: Callable[[], int],
+                 mono_ms: Callable[[], int] | None = None) -> None:
+        """``now_ms`` is the wall clock (record timestamps), ``mono_ms`` the monotonic clock
+        (every timer); a caller with one clock may omit ``mono_ms``."""
         self.now_ms = now_ms
+        self.mono_ms = mono_ms or now_ms
         config = group_config_from(props)
         self.topic = InternalTopic(
             logs,
@@ -59,37 +105,64 @@ class GroupService:
             config.offsets_topic_partitions,
             {"cleanup.policy": "compact", "segment.bytes": "104857600"},
             now_ms(),
+            append_fault=append_fault_from(props),
         )
         if self.topic.num_partitions != config.offsets_topic_partitions:
             config = GroupCoordinatorConfig(
                 **{**config.__dict__, "offsets_topic_partitions": self.topic.num_partitions}
             )
         self.coordinator = GroupCoordinator(config)
-        self.coordinator.load(self.topic.read_all(), now_ms())
-        self._outbox: list[tuple[asyncio.Future[Any], Any]] = []
+        self.coordinator.load(self.topic.read_all(), now_ms(), mono_ms=self.mono_ms())
+        self._outbox: list[tuple[asyncio.Future[Any], int, Any]] = []
         self._wake = asyncio.Event()
+        # __consumer_offsets partitions unloaded after a failed append and not yet read back.
+        self._reload: set[int] = set()
 
     # --- driving the coordinator ------------------------------------------------------------
 
-    def responder(self, fut: asyncio.Future[Any]) -> Callable[[Any], None]:
-        """A ``respond`` callback that parks the answer until the call's records are durable."""
-        return lambda result: self._outbox.append((fut, result))
+    def responder(self, fut: asyncio.Future[Any], group_id: str) -> Callable[[Any], None]:
+        """A ``respond`` callback that parks the answer until the call's records are durable
+        (and turns it into an error if the group's partition could not be appended to)."""
+        partition = self.coordinator.partition_for(group_id)
+        return lambda result: self._outbox.append((fut, partition, result))
 
-    def complete(self, writes: list[OffsetsTopicWrite], *, wake_timers: bool = True) -> None:
+    def complete(self, writes: list[OffsetsTopicWrite], *, wake_timers: bool = True) -> frozenset[int]:
         """Persist a call's records, then release the answers the call produced.
 
-        ``wake_timers`` re-arms the timer task; calls that can only move deadlines later
-        (heartbeats, commits, reads) pass False so they do not pay for a tick each.
+        Returns the __consumer_offsets partitions whose append failed: answers the call returns
+        directly for groups of those partitions must go through :func:`not_durable` (see
+        :meth:`finish`); parked answers are converted here. ``wake_timers`` re-arms the timer
+        task; calls that can only move deadlines later (heartbeats, commits, reads) pass False so
+        they do not pay for a tick each.
         """
-        self._persist(writes)
+        failed = self._persist(writes)
         outbox, self._outbox = self._outbox, []
-        for fut, result in outbox:
+        for fut, partition, result in outbox:
+            if partition in failed:
+                result = not_durable(result)
             if not fut.done():
                 fut.set_result(result)
         if wake_timers:
             self._wake.set()
+        return failed
 
-    def _persist(self, writes: list[OffsetsTopicWrite]) -> None:
+    def finish(self, group_id: str, result: Any, writes: list[OffsetsTopicWrite], *, wake_timers: bool = True) -> Any:
+        """:meth:`complete` for a call on one group that returns its answer directly: the answer
+        as it may be sent (NONE only if the records it reports are in the log)."""
+        failed = self.complete(writes, wake_timers=wake_timers)
+        return not_durable(result) if self.coordinator.partition_for(group_id) in failed else result
+
+    def finish_delete_groups(self, result: DeleteGroupsResult, writes: list[OffsetsTopicWrite]) -> DeleteGroupsResult:
+        """:meth:`finish` for DeleteGroups, whose groups may live on several partitions: a group
+        is reported deleted only if the partition holding its tombstones took the append."""
+        failed = self.complete(writes)
+        partition_for = self.coordinator.partition_for
+        return DeleteGroupsResult({
+            group_id: NOT_DURABLE if error == ErrorCode.none and partition_for(group_id) in failed else error
+            for group_id, error in result.errors.items()
+        })
+
+    def _persist(self, writes: list[OffsetsTopicWrite]) -> frozenset[int]:
         now = self.now_ms()
         failed: set[int] = set()
         for write in writes:
@@ -103,7 +176,21 @@ class GroupService:
         for partition in failed:
             # Reload what the log really holds so no unpersisted state is ever served.
             self.coordinator.unload_partition(partition)
-            self.coordinator.load(self.topic.read_all([partition]), now, partitions=[partition])
+            self._reload.add(partition)
+        self._reload_partitions()
+        return frozenset(failed)
+
+    def _reload_partitions(self) -> None:
+        """Load unloaded partitions back from the log; one that cannot be read stays unloaded
+        (its groups answer COORDINATOR_LOAD_IN_PROGRESS) and is retried by the timer task."""
+        for partition in sorted(self._reload):
+            try:
+                records = list(self.topic.read_all([partition]))
+            except (KafkaError, OSError) as exc:
+                log.error("cannot reload %s-%d: %s", OFFSETS_TOPIC, partition, exc)
+                continue
+            self.coordinator.load(records, self.now_ms(), partitions=[partition], mono_ms=self.mono_ms())
+            self._reload.discard(partition)
 
     async def run_timers(self) -> None:
         """Fire session/rebalance/expiry timers at the coordinator's next deadline.
@@ -115,13 +202,14 @@ class GroupService:
             deadline = self.coordinator.next_deadline_ms()
             sleep_s = _MAX_TICK_SLEEP_S
             if deadline is not None:
-                sleep_s = max(0.0, min((deadline - self.now_ms()) / 1000, _MAX_TICK_SLEEP_S))
+                sleep_s = max(0.0, min((deadline - self.mono_ms()) / 1000, _MAX_TICK_SLEEP_S))
             self._wake.clear()
             try:
                 await asyncio.wait_for(self._wake.wait(), sleep_s)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
             try:
-                self.complete(self.coordinator.tick(self.now_ms()), wake_timers=False)
+                self._reload_partitions()
+                self.complete(self.coordinator.tick(self.now_ms(), mono_ms=self.mono_ms()), wake_timers=False)
             except Exception:  # a coordinator bug must not stop the timers of every group
                 log.exception("group coordinator tick failed")

@@ -8,21 +8,38 @@ what survives, exactly what the coordinators' ``load`` expects.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+import os
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
+from oncestream.errors import StorageError, UnknownTopicOrPartitionError
 from oncestream.log.manager import LogManager
 from oncestream.protocol.records import NewRecord, decode_batches, encode_batch
 
 _READ_CHUNK_BYTES = 8 * 1024 * 1024
 # Keep each appended batch well under the default max.message.bytes.
 _MAX_RECORDS_PER_BATCH = 500
+# Test-only broker property: while the file it names exists, every append to an internal topic
+# fails with StorageError, so tests through a real broker can check that no coordinator answers
+# NONE for records that never reached the log (issue 10, "acknowledge only what is durable").
+APPEND_FAULT_FILE_PROPERTY = "oncestream.test.internal.append.fail.file"
+
+
+def append_fault_from(props: Mapping[str, str]) -> Callable[[], bool] | None:
+    """The test-only append fault named by APPEND_FAULT_FILE_PROPERTY, if the broker has one."""
+    path = props.get(APPEND_FAULT_FILE_PROPERTY)
+    if not path:
+        return None
+    return lambda: os.path.exists(path)
 
 
 class InternalTopic:
     """One internal compacted topic: append coordinator records, replay them on start."""
 
-    def __init__(self, logs: LogManager, name: str, num_partitions: int, configs: dict[str, str], now_ms: int) -> None:
+    def __init__(self, logs: LogManager, name: str, num_partitions: int, configs: dict[str, str], now_ms: int,
+                 append_fault: Callable[[], bool] | None = None) -> None:
         self.name = name
+        # Test hook: when it returns True, append raises StorageError instead of writing.
+        self.append_fault = append_fault
         self._logs = logs
         info = logs.topics().get(name)
         if info is None:
@@ -32,7 +49,10 @@ class InternalTopic:
 
     def append(self, partition: int, records: Sequence[tuple[bytes, bytes | None]], now_ms: int) -> None:
         """Append records to one partition (synchronously, in the page cache like any produce)."""
-        assert 0 <= partition < self.num_partitions, partition
+        if not 0 <= partition < self.num_partitions:
+            raise UnknownTopicOrPartitionError(f"{self.name} has no partition {partition}")
+        if self.append_fault is not None and self.append_fault():
+            raise StorageError(f"injected append failure on {self.name}-{partition} (test hook)")
         log = self._logs.get(self.name, partition)
         for start in range(0, len(records), _MAX_RECORDS_PER_BATCH):
             chunk = records[start : start + _MAX_RECORDS_PER_BATCH]

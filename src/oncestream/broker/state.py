@@ -1,7 +1,9 @@
 """Everything a request handler may touch: logs, id allocation, notifier, flusher, identity.
 
-Handlers receive a ``BrokerState`` and never reach for files, sockets or the clock themselves:
-``now_ms()`` is the one place wall-clock time enters, and it is passed on into the sans-io core.
+Handlers receive a ``BrokerState`` and never reach for files, sockets or the clock themselves.
+Two clocks enter here and are passed on into the sans-io core: ``now_ms()`` (wall clock) for
+timestamps written into records, ``mono_ms()`` (monotonic) for every timeout, session and
+expiry deadline, so a wall-clock step cannot expire sessions or transactions early or late.
 """
 
 from __future__ import annotations
@@ -23,7 +25,13 @@ from oncestream.log.manager import LogManager
 
 
 def wall_clock_ms() -> int:
+    """Wall-clock ms since the epoch: only for timestamps that are persisted."""
     return int(time.time() * 1000)
+
+
+def monotonic_clock_ms() -> int:
+    """Monotonic ms (arbitrary origin): for deadlines; never persisted."""
+    return time.monotonic_ns() // 1_000_000
 
 
 def _load_cluster_id(data_dir: Path) -> str:
@@ -73,23 +81,25 @@ class DataDirLock:
 class BrokerState:
     """The broker's shared state; built once at start-up, closed once at shutdown."""
 
-    def __init__(self, data_dir: Path, config: BrokerConfig, clock_ms=wall_clock_ms) -> None:
+    def __init__(self, data_dir: Path, config: BrokerConfig, clock_ms=wall_clock_ms,
+                 mono_clock_ms=monotonic_clock_ms) -> None:
         data_dir.mkdir(parents=True, exist_ok=True)
         self._lock = DataDirLock(data_dir)  # before anything reads or writes the directory
         try:
             self.data_dir = data_dir
             self.config = config
             self.now_ms = clock_ms
+            self.mono_ms = mono_clock_ms
             self.cluster_id = _load_cluster_id(data_dir)
             self.log_config = LogConfig.from_broker_configs(config.raw)
             self.logs = LogManager.open(data_dir / "logs", self.log_config, self.now_ms())
             self.producer_ids = ProducerIdManager(data_dir)
             self.notifier = AppendNotifier()
             self.flusher = GroupCommitFlusher()
-            self.groups = GroupService(self.logs, config.raw, self.now_ms)
+            self.groups = GroupService(self.logs, config.raw, self.now_ms, self.mono_ms)
             self.transactions = TxnService(
                 self.logs, self.groups, config.raw, self.now_ms, self.producer_ids.next_id,
-                on_marker=self.notifier.notify,
+                on_marker=self.notifier.notify, mono_ms=self.mono_ms,
             )
         except BaseException:
             self._lock.release()

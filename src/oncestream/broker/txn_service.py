@@ -25,11 +25,16 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from oncestream.broker.group_service import GroupService
-from oncestream.broker.internal_topic import InternalTopic
-from oncestream.coordinator.group.messages import TopicPartition as GroupTopicPartition
+from oncestream.broker.internal_topic import InternalTopic, append_fault_from
 from oncestream.coordinator.group.partitioning import partition_for
-from oncestream.coordinator.txn import MarkerJob, Outcome, TransactionCoordinator, TxnCoordinatorConfig
+from oncestream.coordinator.txn import (
+    MarkerJob,
+    Outcome,
+    TransactionCoordinator,
+    TxnCoordinatorConfig,
+)
 from oncestream.errors import KafkaError, UnknownTopicOrPartitionError
+from oncestream.topic_partition import TopicPartition
 
 log = logging.getLogger("oncestream.broker")
 
@@ -50,8 +55,12 @@ class TxnService:
     """The transaction coordinator, its log topic, and the marker writer."""
 
     def __init__(self, logs, groups: GroupService, props: dict[str, str], now_ms: Callable[[], int], allocate_producer_id,
-                 on_marker: Callable[[str, int], None] = lambda topic, partition: None) -> None:
+                 on_marker: Callable[[str, int], None] = lambda topic, partition: None,
+                 mono_ms: Callable[[], int] | None = None) -> None:
+        """``now_ms`` is the wall clock (record timestamps), ``mono_ms`` the monotonic clock
+        (transaction timeouts, id expiry); a caller with one clock may omit ``mono_ms``."""
         self.now_ms = now_ms
+        self.mono_ms = mono_ms or now_ms
         self._logs = logs
         # A marker moves the partition's LSO: read_committed fetches parked on it must wake.
         self._on_marker = on_marker
@@ -64,6 +73,7 @@ class TxnService:
             int(props.get("transaction.state.log.num.partitions", "10")),
             {"cleanup.policy": "compact", "segment.bytes": "104857600"},
             now_ms(),
+            append_fault=append_fault_from(props),
         )
         self.coordinator = TransactionCoordinator(
             self.config,
@@ -76,7 +86,7 @@ class TxnService:
         if self._crash_point not in (None, *CRASH_POINTS):
             raise ValueError(f"{CRASH_POINT_PROPERTY} must be one of {CRASH_POINTS}")
         # Recovery: replay the transaction log and finish every prepared transaction.
-        self.drive(self.coordinator.load(self.topic.read_all(), now_ms()))
+        self.drive(self.coordinator.load(self.topic.read_all(), now_ms(), mono_ms=self.mono_ms()))
 
     def partition_for(self, transactional_id: str) -> int:
         return partition_for(transactional_id, self.topic.num_partitions)
@@ -108,7 +118,7 @@ class TxnService:
                     log.error("cannot persist transaction %r: %s", write.transactional_id, exc)
                     work.append((self.coordinator.on_persist_failed(write.write_id), sink))
                     continue
-                work.append((self.coordinator.on_persisted(write.write_id, now), sink))
+                work.append((self.coordinator.on_persisted(write.write_id, now, mono_ms=self.mono_ms()), sink))
             for job in current.markers_to_write:
                 if self._write_markers(job):
                     if job.commit and self._crash_point == "before-complete":
@@ -146,16 +156,28 @@ class TxnService:
                 ok = False
                 continue
             self._on_marker(tp.topic, tp.partition)
-            if tp.topic == OFFSETS_TOPIC:
-                self._complete_txn_offsets(tp.partition, job.producer_id, job.commit, now)
+            if tp.topic == OFFSETS_TOPIC and not self._complete_txn_offsets(
+                tp.partition, job.producer_id, job.commit, now
+            ):
+                # The group partition was reloaded with the offsets still staged: retry the job
+                # (a repeated marker changes nothing) so the Complete record is only written
+                # once the offsets' outcome is in the log.
+                ok = False
         return ok
 
-    def _complete_txn_offsets(self, offsets_partition: int, producer_id: int, commit: bool, now: int) -> None:
-        """Make a transaction's staged offsets visible (commit) or drop them (abort)."""
+    def _complete_txn_offsets(self, offsets_partition: int, producer_id: int, commit: bool, now: int) -> bool:
+        """Make a transaction's staged offsets visible (commit) or drop them (abort); False if
+        the records saying so could not be appended."""
         coord = self._groups.coordinator
+        ok = True
         for group_id in coord.group_ids():
-            if coord.partition_for(group_id) == offsets_partition and producer_id in coord.pending_txn_offsets(group_id):
-                self._groups.complete(coord.complete_pending_txn_offsets(group_id, producer_id, commit, now))
+            if coord.partition_for(group_id) != offsets_partition or producer_id not in coord.pending_txn_offsets(group_id):
+                continue
+            if self._groups.complete(coord.complete_pending_txn_offsets(
+                group_id, producer_id, commit, now, mono_ms=self.mono_ms()
+            )):
+                ok = False
+        return ok
 
     async def run_timers(self) -> None:
         """Abort timed-out transactions, expire ids, retry failed marker jobs."""
@@ -165,19 +187,18 @@ class TxnService:
                 failed, self._failed_jobs = self._failed_jobs, []
                 for job in failed:
                     self.drive(Outcome(None, (), (job,)))
-                self.drive(self.coordinator.tick(self.now_ms()))
+                self.drive(self.coordinator.tick(self.now_ms(), mono_ms=self.mono_ms()))
             except Exception:  # never let one bad transaction stop every timer
                 log.exception("transaction coordinator tick failed")
 
     # --- helpers for handlers -----------------------------------------------------------------
 
-    def stage_offsets(self, group_id: str, producer_id: int, offsets: dict[GroupTopicPartition, Any], **member) -> Any:
+    def stage_offsets(self, group_id: str, producer_id: int, offsets: dict[TopicPartition, Any], **member) -> Any:
         """TxnOffsetCommit: stage offsets as pending in the group coordinator (KIP-447 checks)."""
         result, writes = self._groups.coordinator.add_pending_txn_offsets(
-            group_id, producer_id, offsets, self.now_ms(), **member
+            group_id, producer_id, offsets, self.now_ms(), mono_ms=self.mono_ms(), **member
         )
-        self._groups.complete(writes)
-        return result
+        return self._groups.finish(group_id, result, writes)
 
 
 def fenced_for_version(error: ErrorCode, api_version: int, first_version_with_fenced: int) -> ErrorCode:

@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from oncestream.errors import CoordinatorInvariantError
+
 BLOCK_SIZE = 1000
 _FILE_NAME = "producer_id_block"
 
@@ -19,7 +21,8 @@ class ProducerIdManager:
     """Hands out strictly increasing producer ids, durable across restarts."""
 
     def __init__(self, data_dir: Path, block_size: int = BLOCK_SIZE) -> None:
-        assert block_size > 0
+        if block_size <= 0:
+            raise CoordinatorInvariantError('invariant violated: block_size > 0')
         self._path = data_dir / _FILE_NAME
         self._block_size = block_size
         reserved_end = self._read_reserved_end()
@@ -32,7 +35,8 @@ class ProducerIdManager:
         except FileNotFoundError:
             return 0
         value = int(text)
-        assert value >= 0, "producer id block file holds a negative id"
+        if value < 0:
+            raise CoordinatorInvariantError("producer id block file holds a negative id")
         return value
 
     def _reserve(self, new_end: int) -> None:
@@ -56,5 +60,6 @@ class ProducerIdManager:
             self._block_end = new_end
         producer_id = self._next_id
         self._next_id += 1
-        assert producer_id < self._block_end
+        if producer_id >= self._block_end:
+            raise CoordinatorInvariantError('invariant violated: producer_id < self._block_end')
         return producer_id

@@ -26,10 +26,10 @@ from oncestream.coordinator.group.messages import (
     OffsetFetchRequest,
     PartitionOffsetCommit,
     SyncRequest,
-    TopicPartition,
 )
 from oncestream.protocol import api_keys as k
 from oncestream.protocol.codec import RequestHeader, build, response_module
+from oncestream.topic_partition import TopicPartition
 
 _ZERO = datetime.timedelta(0)
 KEY_TYPE_GROUP = 0
@@ -94,7 +94,9 @@ async def handle_join_group(state: BrokerState, header: RequestHeader, request) 
         reason=getattr(request, "reason", None),
     )
     fut: asyncio.Future = asyncio.get_running_loop().create_future()
-    svc.complete(svc.coordinator.join_group(join, state.now_ms(), svc.responder(fut)))
+    svc.complete(svc.coordinator.join_group(
+        join, state.now_ms(), svc.responder(fut, request.group_id), mono_ms=state.mono_ms()
+    ))
     result = await fut
     members = tuple(
         build(m.JoinGroupResponseMember, member_id=jm.member_id, group_instance_id=jm.group_instance_id, metadata=jm.metadata)
@@ -127,7 +129,9 @@ async def handle_sync_group(state: BrokerState, header: RequestHeader, request) 
         assignments={a.member_id: a.assignment for a in request.assignments},
     )
     fut: asyncio.Future = asyncio.get_running_loop().create_future()
-    svc.complete(svc.coordinator.sync_group(sync, state.now_ms(), svc.responder(fut)))
+    svc.complete(svc.coordinator.sync_group(
+        sync, state.now_ms(), svc.responder(fut, request.group_id), mono_ms=state.mono_ms()
+    ))
     result = await fut
     return build(
         m.SyncGroupResponse,
@@ -150,6 +154,7 @@ def handle_heartbeat(state: BrokerState, header: RequestHeader, request) -> obje
             group_instance_id=getattr(request, "group_instance_id", None),
         ),
         state.now_ms(),
+        mono_ms=state.mono_ms(),
     )
     svc.complete([], wake_timers=False)  # a heartbeat only moves deadlines later
     return build(m.HeartbeatResponse, throttle_time=_ZERO, error_code=result.error)
@@ -165,8 +170,10 @@ def handle_leave_group(state: BrokerState, header: RequestHeader, request) -> ob
         )
     else:
         members = (LeavingMember(request.member_id),)
-    result, writes = svc.coordinator.leave_group(LeaveRequest(request.group_id, members), state.now_ms())
-    svc.complete(writes)
+    result, writes = svc.coordinator.leave_group(
+        LeaveRequest(request.group_id, members), state.now_ms(), mono_ms=state.mono_ms()
+    )
+    result = svc.finish(request.group_id, result, writes)
     error = result.error
     if header.api_version < 3 and error == ErrorCode.none and result.members:
         error = result.members[0].error  # v0-v2 report the single member's outcome at the top
@@ -206,8 +213,9 @@ def handle_offset_commit(state: BrokerState, header: RequestHeader, request) -> 
             retention_time_ms=_ms(retention) if retention is not None else -1,
         ),
         state.now_ms(),
+        mono_ms=state.mono_ms(),
     )
-    svc.complete(writes, wake_timers=False)  # commits create no earlier deadline
+    result = svc.finish(request.group_id, result, writes, wake_timers=False)  # commits create no earlier deadline
     topics_out = []
     for t in request.topics:
         parts = []
@@ -224,7 +232,8 @@ def _fetch_one_group(state: BrokerState, group_id: str, topics, require_stable: 
     if topics is not None:
         partitions = tuple(TopicPartition(t.name, p) for t in topics for p in t.partition_indexes)
     result = state.groups.coordinator.fetch_offsets(
-        OffsetFetchRequest(group_id=group_id, partitions=partitions, require_stable=require_stable), state.now_ms()
+        OffsetFetchRequest(group_id=group_id, partitions=partitions, require_stable=require_stable), state.now_ms(),
+        mono_ms=state.mono_ms(),
     )
     state.groups.complete([], wake_timers=False)
     by_topic: dict[str, list] = {}
@@ -281,7 +290,7 @@ def handle_offset_fetch(state: BrokerState, header: RequestHeader, request) -> o
 
 def handle_describe_groups(state: BrokerState, header: RequestHeader, request) -> object:
     m = response_module(k.DESCRIBE_GROUPS, header.api_version)
-    descriptions = state.groups.coordinator.describe_groups(request.groups, state.now_ms())
+    descriptions = state.groups.coordinator.describe_groups(request.groups, state.now_ms(), mono_ms=state.mono_ms())
     state.groups.complete([], wake_timers=False)
     groups = tuple(
         build(
@@ -325,13 +334,15 @@ def handle_list_groups(state: BrokerState, header: RequestHeader, request) -> ob
 
 def handle_delete_groups(state: BrokerState, header: RequestHeader, request) -> object:
     m = response_module(k.DELETE_GROUPS, header.api_version)
-    result, writes = state.groups.coordinator.delete_groups(request.groups_names, state.now_ms())
-    state.groups.complete(writes)
+    result, writes = state.groups.coordinator.delete_groups(
+        request.groups_names, state.now_ms(), mono_ms=state.mono_ms()
+    )
+    errors = state.groups.finish_delete_groups(result, writes).errors
     return build(
         m.DeleteGroupsResponse,
         throttle_time=_ZERO,
         results=tuple(
-            build(m.DeletableGroupResult, group_id=g, error_code=result.errors.get(g, ErrorCode.none))
+            build(m.DeletableGroupResult, group_id=g, error_code=errors.get(g, ErrorCode.none))
             for g in request.groups_names
         ),
     )
@@ -341,9 +352,9 @@ def handle_offset_delete(state: BrokerState, header: RequestHeader, request) -> 
     m = response_module(k.OFFSET_DELETE, header.api_version)
     partitions = tuple(TopicPartition(t.name, p.partition_index) for t in request.topics for p in t.partitions)
     result, writes = state.groups.coordinator.delete_offsets(
-        OffsetDeleteRequest(request.group_id, partitions), state.now_ms()
+        OffsetDeleteRequest(request.group_id, partitions), state.now_ms(), mono_ms=state.mono_ms()
     )
-    state.groups.complete(writes)
+    result = state.groups.finish(request.group_id, result, writes)
     topics_out = tuple(
         build(
             m.OffsetDeleteResponseTopic,

@@ -14,11 +14,10 @@ from kio.schema.errors import ErrorCode
 from oncestream.broker.state import BrokerState
 from oncestream.broker.txn_service import fenced_for_version
 from oncestream.coordinator.group.messages import PartitionOffsetCommit
-from oncestream.coordinator.group.messages import TopicPartition as GroupTopicPartition
-from oncestream.coordinator.txn import TopicPartition
 from oncestream.errors import KafkaError
 from oncestream.protocol import api_keys as k
 from oncestream.protocol.codec import RequestHeader, build, response_module
+from oncestream.topic_partition import TopicPartition
 
 _ZERO = datetime.timedelta(0)
 
@@ -193,7 +192,7 @@ def handle_txn_offset_commit(state: BrokerState, header: RequestHeader, request)
         )
         verify_error = verify.errors.get(offsets_tp, ErrorCode.none)
     offsets = {
-        GroupTopicPartition(t.name, p.partition_index): PartitionOffsetCommit(
+        TopicPartition(t.name, p.partition_index): PartitionOffsetCommit(
             offset=p.committed_offset,
             leader_epoch=getattr(p, "committed_leader_epoch", -1),
             metadata=p.committed_metadata or "",
@@ -201,7 +200,7 @@ def handle_txn_offset_commit(state: BrokerState, header: RequestHeader, request)
         for t in request.topics
         for p in t.partitions
     }
-    errors: dict[GroupTopicPartition, ErrorCode] = {}
+    errors: dict[TopicPartition, ErrorCode] = {}
     if verify_error != ErrorCode.none:
         errors = {tp: fenced_for_version(verify_error, header.api_version, 3) for tp in offsets}
     else:
@@ -228,7 +227,7 @@ def handle_txn_offset_commit(state: BrokerState, header: RequestHeader, request)
                     build(
                         m.TxnOffsetCommitResponsePartition,
                         partition_index=p.partition_index,
-                        error_code=errors.get(GroupTopicPartition(t.name, p.partition_index), ErrorCode.none),
+                        error_code=errors.get(TopicPartition(t.name, p.partition_index), ErrorCode.none),
                     )
                     for p in t.partitions
                 ),
@@ -281,9 +280,9 @@ def handle_describe_transactions(state: BrokerState, header: RequestHeader, requ
         for tp in d.partitions:
             by_topic.setdefault(tp.topic, []).append(tp.partition)
         start = (
-            datetime.datetime.fromtimestamp(d.transaction_start_time_ms / 1000, tz=datetime.timezone.utc)
+            datetime.datetime.fromtimestamp(d.transaction_start_time_ms / 1000, tz=datetime.UTC)
             if d.transaction_start_time_ms >= 0
-            else datetime.datetime.fromtimestamp(0, tz=datetime.timezone.utc) - datetime.timedelta(milliseconds=1)
+            else datetime.datetime.fromtimestamp(0, tz=datetime.UTC) - datetime.timedelta(milliseconds=1)
         )
         out.append(
             build(

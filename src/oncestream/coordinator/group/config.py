@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from oncestream.errors import InvalidConfigError
+
 
 @dataclass(frozen=True)
 class GroupCoordinatorConfig:
@@ -29,11 +31,19 @@ class GroupCoordinatorConfig:
     offsets_retention_check_interval_ms: int = 600_000
 
     def __post_init__(self) -> None:
-        assert self.offsets_topic_partitions > 0, "offsets_topic_partitions must be positive"
-        assert 0 <= self.group_min_session_timeout_ms <= self.group_max_session_timeout_ms
-        assert self.group_initial_rebalance_delay_ms >= 0
-        assert self.group_max_size > 0
-        assert self.new_member_join_timeout_ms > 0
-        assert self.offset_metadata_max_bytes >= 0
-        assert self.offsets_retention_ms > 0
-        assert self.offsets_retention_check_interval_ms > 0
+        if self.offsets_topic_partitions <= 0:
+            raise InvalidConfigError("offsets_topic_partitions must be positive")
+        if not (0 <= self.group_min_session_timeout_ms <= self.group_max_session_timeout_ms):
+            raise InvalidConfigError('invariant violated: 0 <= self.group_min_session_timeout_ms <= self.group_max_session_timeout_ms')
+        if self.group_initial_rebalance_delay_ms < 0:
+            raise InvalidConfigError('invariant violated: self.group_initial_rebalance_delay_ms >= 0')
+        if self.group_max_size <= 0:
+            raise InvalidConfigError('invariant violated: self.group_max_size > 0')
+        if self.new_member_join_timeout_ms <= 0:
+            raise InvalidConfigError('invariant violated: self.new_member_join_timeout_ms > 0')
+        if self.offset_metadata_max_bytes < 0:
+            raise InvalidConfigError('invariant violated: self.offset_metadata_max_bytes >= 0')
+        if self.offsets_retention_ms <= 0:
+            raise InvalidConfigError('invariant violated: self.offsets_retention_ms > 0')
+        if self.offsets_retention_check_interval_ms <= 0:
+            raise InvalidConfigError('invariant violated: self.offsets_retention_check_interval_ms > 0')

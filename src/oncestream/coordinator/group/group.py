@@ -21,7 +21,12 @@ from oncestream.coordinator.group.messages import (
     TopicPartition,
 )
 from oncestream.coordinator.group.records import GroupSnapshot, MemberSnapshot
-from oncestream.coordinator.group.state import GroupState, can_transition, check_transition
+from oncestream.coordinator.group.state import (
+    GroupState,
+    can_transition,
+    check_transition,
+)
+from oncestream.errors import CoordinatorInvariantError
 
 
 @dataclass(frozen=True)
@@ -119,19 +124,23 @@ class GroupMetadata:
 
     def add_pending_member(self, member_id: str, deadline_ms: int) -> None:
         """Remember a KIP-394 member id that must rejoin by ``deadline_ms``."""
-        assert member_id not in self.members
+        if member_id in self.members:
+            raise CoordinatorInvariantError('invariant violated: member_id not in self.members')
         self.pending_members[member_id] = deadline_ms
 
     def add(self, member: MemberMetadata, callback: JoinCallback | None) -> None:
         """Add a member (it becomes leader if there is none); it may be awaiting its JoinGroup."""
-        assert member.member_id not in self.members, f"duplicate member {member.member_id}"
+        if member.member_id in self.members:
+            raise CoordinatorInvariantError(f"duplicate member {member.member_id}")
         if not self.members:
             self.protocol_type = member.protocol_type
-        assert self.protocol_type == member.protocol_type, "protocol type checked before add"
+        if self.protocol_type != member.protocol_type:
+            raise CoordinatorInvariantError("protocol type checked before add")
         self.members[member.member_id] = member
         self._supported_protocols.update(member.protocol_names())
         if member.group_instance_id is not None:
-            assert member.group_instance_id not in self.static_members
+            if member.group_instance_id in self.static_members:
+                raise CoordinatorInvariantError('invariant violated: member.group_instance_id not in self.static_members')
             self.static_members[member.group_instance_id] = member.member_id
         if self.leader_id is None:
             self.leader_id = member.member_id
@@ -167,7 +176,8 @@ class GroupMetadata:
         callback: JoinCallback | None,
     ) -> JoinCallback | None:
         """Refresh a rejoining member; returns a superseded JoinGroup callback, if any."""
-        assert member.member_id in self.members
+        if member.member_id not in self.members:
+            raise CoordinatorInvariantError('invariant violated: member.member_id in self.members')
         self._supported_protocols.subtract(member.protocol_names())
         member.protocols = tuple(protocols)
         self._supported_protocols.update(member.protocol_names())
@@ -186,8 +196,10 @@ class GroupMetadata:
         The old id's outstanding callbacks must already have been answered (fenced).
         """
         member = self.members.pop(old_member_id)
-        assert member.join_callback is None and member.sync_callback is None
-        assert self.static_members.get(instance_id) == old_member_id
+        if not (member.join_callback is None and member.sync_callback is None):
+            raise CoordinatorInvariantError('invariant violated: member.join_callback is None and member.sync_callback is None')
+        if self.static_members.get(instance_id) != old_member_id:
+            raise CoordinatorInvariantError('invariant violated: self.static_members.get(instance_id) == old_member_id')
         member.member_id = new_member_id
         self.members[new_member_id] = member
         if self.leader_id == old_member_id:
@@ -254,9 +266,11 @@ class GroupMetadata:
         Ties (Kafka leaves them to hash order) go to the protocol voted first in join order, so
         the outcome is deterministic.
         """
-        assert self.members, "cannot select a protocol for a group without members"
+        if not self.members:
+            raise CoordinatorInvariantError("cannot select a protocol for a group without members")
         candidates = self.candidate_protocols()
-        assert candidates, "join checks guarantee a protocol common to all members"
+        if not candidates:
+            raise CoordinatorInvariantError("join checks guarantee a protocol common to all members")
         votes = [m.vote(candidates) for m in self.members.values()]
         tally = Counter(votes)
         best = max(tally.values())
@@ -293,8 +307,10 @@ class GroupMetadata:
 
     def current_member_metadata(self) -> tuple[JoinedMember, ...]:
         """What the leader receives in its JoinGroup response."""
-        assert self.state in (GroupState.COMPLETING_REBALANCE, GroupState.STABLE)
-        assert self.protocol_name is not None
+        if self.state not in (GroupState.COMPLETING_REBALANCE, GroupState.STABLE):
+            raise CoordinatorInvariantError('invariant violated: self.state in (GroupState.COMPLETING_REBALANCE, GroupState.STABLE)')
+        if self.protocol_name is None:
+            raise CoordinatorInvariantError('invariant violated: self.protocol_name is not None')
         name = self.protocol_name
         return tuple(
             JoinedMember(m.member_id, m.group_instance_id, m.metadata_for(name))
@@ -309,8 +325,9 @@ class GroupMetadata:
         Only written in Empty, CompletingRebalance and Stable, where every member supports the
         selected protocol; while rebalancing a newcomer may not, and its subscription reads empty.
         """
-        if self.state in (GroupState.COMPLETING_REBALANCE, GroupState.STABLE):
-            assert self.protocol_name is not None, "a settled group with members has a protocol"
+        settled = self.state in (GroupState.COMPLETING_REBALANCE, GroupState.STABLE)
+        if settled and self.protocol_name is None:
+            raise CoordinatorInvariantError("a settled group with members has a protocol")
         name = self.protocol_name
         members = tuple(
             MemberSnapshot(
@@ -337,15 +354,18 @@ class GroupMetadata:
         )
 
     @classmethod
-    def from_snapshot(cls, group_id: str, snapshot: GroupSnapshot, now_ms: int) -> GroupMetadata:
-        """Rebuild a loaded group: Stable if it has members, else Empty (as Kafka loads it)."""
-        group = cls(group_id, now_ms)
+    def from_snapshot(cls, group_id: str, snapshot: GroupSnapshot, wall_ms: int, mono_ms: int) -> GroupMetadata:
+        """Rebuild a loaded group: Stable if it has members, else Empty (as Kafka loads it).
+        Members get a fresh session from ``mono_ms`` (a persisted time says nothing about when
+        this process last heard from them)."""
+        group = cls(group_id, wall_ms)
         group.generation_id = snapshot.generation_id
         group.protocol_type = snapshot.protocol_type
         group.protocol_name = snapshot.protocol_name if snapshot.members else None
         group.state_timestamp_ms = snapshot.state_timestamp_ms
         for m in snapshot.members:
-            assert snapshot.protocol_name is not None and snapshot.protocol_type is not None
+            if snapshot.protocol_name is None or snapshot.protocol_type is None:
+                raise CoordinatorInvariantError(f"group {group_id!r} has members but no protocol")
             member = MemberMetadata(
                 member_id=m.member_id,
                 group_instance_id=m.group_instance_id,
@@ -356,7 +376,7 @@ class GroupMetadata:
                 protocol_type=snapshot.protocol_type,
                 protocols=(JoinProtocol(snapshot.protocol_name, m.subscription),),
                 assignment=m.assignment,
-                heartbeat_deadline_ms=now_ms + m.session_timeout_ms,
+                heartbeat_deadline_ms=mono_ms + m.session_timeout_ms,
             )
             group.add(member, None)
         if snapshot.members:

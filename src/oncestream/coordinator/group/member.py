@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from oncestream.coordinator.group.messages import JoinProtocol, JoinResult, SyncResult
+from oncestream.errors import CoordinatorInvariantError
 
 JoinCallback = Callable[[JoinResult], None]
 SyncCallback = Callable[[SyncResult], None]
@@ -37,8 +38,10 @@ class MemberMetadata:
     heartbeat_deadline_ms: int | None = None
 
     def __post_init__(self) -> None:
-        assert self.member_id, "a member always has an id"
-        assert self.session_timeout_ms > 0 and self.rebalance_timeout_ms >= 0
+        if not self.member_id:
+            raise CoordinatorInvariantError("a member always has an id")
+        if not (self.session_timeout_ms > 0 and self.rebalance_timeout_ms >= 0):
+            raise CoordinatorInvariantError('invariant violated: self.session_timeout_ms > 0 and self.rebalance_timeout_ms >= 0')
 
     @property
     def is_static(self) -> bool:
@@ -64,7 +67,7 @@ class MemberMetadata:
         for protocol in self.protocols:
             if protocol.name == protocol_name:
                 return protocol.metadata
-        raise AssertionError(
+        raise CoordinatorInvariantError(
             f"member {self.member_id} does not support protocol {protocol_name!r}; "
             "the selected protocol must be supported by every member"
         )
@@ -79,7 +82,7 @@ class MemberMetadata:
         for protocol in self.protocols:
             if protocol.name in candidate_set:
                 return protocol.name
-        raise AssertionError(f"member {self.member_id} supports none of {sorted(candidate_set)}")
+        raise CoordinatorInvariantError(f"member {self.member_id} supports none of {sorted(candidate_set)}")
 
     def keeps_session_on_expiry(self) -> bool:
         """Whether a due session deadline spares this member (Kafka's hasSatisfiedHeartbeat).

@@ -12,18 +12,14 @@ from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
 
+from oncestream.topic_partition import TopicPartition
+
 NO_MEMBER_ID = ""
 NO_GENERATION = -1
 NO_LEADER_EPOCH = -1
 INVALID_OFFSET = -1
 
 
-@dataclass(frozen=True, order=True)
-class TopicPartition:
-    """A topic name and partition index."""
-
-    topic: str
-    partition: int
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,8 @@ units, 32-bit signed wrap-around) and of Kafka's ``Utils.abs`` (which maps Integ
 
 from __future__ import annotations
 
+from oncestream.errors import CoordinatorInvariantError
+
 _INT32_MASK = 0xFFFF_FFFF
 _INT32_MIN = -(2**31)
 
@@ -29,5 +31,6 @@ def kafka_abs(value: int) -> int:
 
 def partition_for(group_id: str, num_partitions: int) -> int:
     """The __consumer_offsets partition that owns ``group_id`` among ``num_partitions``."""
-    assert num_partitions > 0, "offsets.topic.num.partitions must be positive"
+    if num_partitions <= 0:
+        raise CoordinatorInvariantError("offsets.topic.num.partitions must be positive")
     return kafka_abs(java_string_hash(group_id)) % num_partitions

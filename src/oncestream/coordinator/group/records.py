@@ -36,8 +36,9 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from oncestream.coordinator.group.messages import OffsetAndMetadata, TopicPartition
-from oncestream.errors import CorruptRecordError
+from oncestream.coordinator.group.messages import OffsetAndMetadata
+from oncestream.errors import CoordinatorInvariantError, CorruptRecordError
+from oncestream.topic_partition import TopicPartition
 
 OFFSET_COMMIT_KEY_VERSION = 1
 GROUP_METADATA_KEY_VERSION = 2
@@ -261,7 +262,8 @@ def encode_offset_value(value: OffsetAndMetadata) -> bytes:
         writer.int16(OFFSET_VALUE_VERSION).int64(value.offset).int32(value.leader_epoch)
         writer.string(value.metadata).int64(value.commit_timestamp_ms)
     else:
-        assert value.leader_epoch == -1, "offset value v1 cannot carry a leader epoch"
+        if value.leader_epoch != -1:
+            raise CoordinatorInvariantError("offset value v1 cannot carry a leader epoch")
         writer.int16(OFFSET_VALUE_VERSION_WITH_EXPIRY).int64(value.offset)
         writer.string(value.metadata).int64(value.commit_timestamp_ms)
         writer.int64(value.expire_timestamp_ms)

@@ -13,7 +13,7 @@ from types import MappingProxyType
 
 from kio.schema.errors import ErrorCode
 
-from oncestream.errors import KafkaError
+from oncestream.errors import CoordinatorInvariantError, KafkaError
 
 
 class GroupState(enum.Enum):
@@ -46,7 +46,8 @@ VALID_PREVIOUS_STATES: Mapping[GroupState, frozenset[GroupState]] = MappingProxy
     }
 )
 
-assert set(VALID_PREVIOUS_STATES) == set(GroupState), "every state needs a row in the table"
+if set(VALID_PREVIOUS_STATES) != set(GroupState):
+    raise CoordinatorInvariantError("every state needs a row in the table")
 
 
 class IllegalGroupStateTransitionError(KafkaError):

@@ -29,10 +29,14 @@ class TxnCoordinatorConfig:
     remove_expired_transaction_cleanup_interval_ms: int = 3_600_000
 
     def __post_init__(self) -> None:
-        assert 0 < self.transaction_max_timeout_ms <= _INT32_MAX
-        assert 0 < self.transactional_id_expiration_ms <= _INT32_MAX
-        assert self.abort_timed_out_transaction_cleanup_interval_ms > 0
-        assert self.remove_expired_transaction_cleanup_interval_ms > 0
+        if not (0 < self.transaction_max_timeout_ms <= _INT32_MAX):
+            raise InvalidConfigError('invariant violated: 0 < self.transaction_max_timeout_ms <= _INT32_MAX')
+        if not (0 < self.transactional_id_expiration_ms <= _INT32_MAX):
+            raise InvalidConfigError('invariant violated: 0 < self.transactional_id_expiration_ms <= _INT32_MAX')
+        if self.abort_timed_out_transaction_cleanup_interval_ms <= 0:
+            raise InvalidConfigError('invariant violated: self.abort_timed_out_transaction_cleanup_interval_ms > 0')
+        if self.remove_expired_transaction_cleanup_interval_ms <= 0:
+            raise InvalidConfigError('invariant violated: self.remove_expired_transaction_cleanup_interval_ms > 0')
 
     @classmethod
     def from_properties(cls, properties: Mapping[str, str]) -> TxnCoordinatorConfig:

@@ -19,6 +19,15 @@ Driving it (effects are returned, never queued inside):
 * call ``tick(now_ms)`` every ``abort_timed_out_transaction_cleanup_interval_ms`` for timeouts and
   transactional-id expiry.
 
+Clocks: ``now_ms`` is wall-clock time and only ends up in records (start and last-update
+timestamps, as Kafka persists them). Transaction timeouts and transactional-id expiry run on the
+monotonic clock given as the keyword ``mono_ms`` to :meth:`load`, :meth:`on_persisted` and
+:meth:`tick` (callers with one clock for both, such as tests, may leave it out): the coordinator
+notes the monotonic time at which a transaction started and each id last changed, so a wall-clock
+step either way neither aborts a transaction early nor keeps it open forever. Monotonic times are
+never persisted; after a restart they are derived once from the persisted wall timestamps, the
+age clamped to ``[0, timeout]`` so a wall step while the broker was down cannot stretch a timeout.
+
 At most one transition per transactional id is in flight; requests meanwhile get
 CONCURRENT_TRANSACTIONS (retriable), exactly as Kafka answers while a pending state is set.
 """
@@ -60,6 +69,7 @@ from oncestream.coordinator.txn.records import encode_key, encode_value, replay
 from oncestream.coordinator.txn.state import EXPIRATION_ALLOWED, TxnState, parse_state
 from oncestream.errors import (
     ConcurrentTransactionsError,
+    CoordinatorInvariantError,
     CoordinatorLoadInProgressError,
     InvalidProducerIdMappingError,
     InvalidRegularExpressionError,
@@ -101,6 +111,9 @@ class TransactionCoordinator:
         self._first_live_write_id = 1
         self._loaded = False
         self._coordinator_epoch = 0
+        # Monotonic ms at which each Ongoing transaction started / each id last changed state.
+        self._ongoing_since_mono: dict[str, int] = {}
+        self._updated_mono: dict[str, int] = {}
 
     # --- loading / recovery -------------------------------------------------------------------
 
@@ -120,6 +133,7 @@ class TransactionCoordinator:
         now_ms: int,
         *,
         coordinator_epoch: int = 0,
+        mono_ms: int | None = None,
     ) -> Outcome[None]:
         """Rebuild every transactional id from the transaction log (latest value per key wins,
         tombstones delete) and resume what was prepared but not finished.
@@ -136,6 +150,20 @@ class TransactionCoordinator:
         self._first_live_write_id = self._next_write_id
         self._coordinator_epoch = coordinator_epoch
         self._loaded = True
+        mono = now_ms if mono_ms is None else mono_ms
+        self._ongoing_since_mono.clear()
+        self._updated_mono.clear()
+        expiration_ms = self._config.transactional_id_expiration_ms
+        for tid, meta in self._txns.items():
+            s = meta.current
+            # One wall-clock reading turns each persisted age into a monotonic time; the clamp
+            # keeps an overdue transaction overdue and a "future" timestamp (the wall clock
+            # stepped back) from granting more than one whole timeout.
+            updated_age_ms = min(max(now_ms - s.last_update_timestamp_ms, 0), expiration_ms)
+            self._updated_mono[tid] = mono - updated_age_ms
+            if s.state is _S.ONGOING:
+                started_age_ms = min(max(now_ms - s.start_timestamp_ms, 0), s.timeout_ms + 1)
+                self._ongoing_since_mono[tid] = mono - started_age_ms
         writes: list[PendingWrite] = []
         markers: list[MarkerJob] = []
         for tid in sorted(self._txns):
@@ -258,7 +286,8 @@ class TransactionCoordinator:
                 respond_error=InitProducerIdResponse,
             )
             return Outcome(None, (write,))
-        assert s.state is _S.ONGOING, s.state
+        if s.state is not _S.ONGOING:
+            raise CoordinatorInvariantError(str(s.state))
         if keep_prepared_txn:
             return self._keep_prepared(meta, expected, resolved_timeout_ms, enable_2pc, now_ms)
         # Abort the open transaction first, fencing its producer; the client retries and its next
@@ -555,17 +584,27 @@ class TransactionCoordinator:
 
     # --- callbacks from the embedding layer ---------------------------------------------------
 
-    def on_persisted(self, write_id: int, now_ms: int) -> Outcome[object]:
+    def on_persisted(self, write_id: int, now_ms: int, *, mono_ms: int | None = None) -> Outcome[object]:
         """The record of ``write_id`` is durable: apply its transition. Returns the deferred
         response of the request that made the write (if any) and the next effects (markers after
         a Prepare*, the Complete* record of a transaction without partitions)."""
         meta = self._meta_for_write(write_id)
         if meta is None:
             return Outcome()
+        was_ongoing = meta.current.state is _S.ONGOING
         pending = meta.complete(write_id)
+        tid = meta.transactional_id
         if pending.kind is WriteKind.EXPIRE:
-            del self._txns[meta.transactional_id]
+            del self._txns[tid]
+            self._updated_mono.pop(tid, None)
+            self._ongoing_since_mono.pop(tid, None)
             return Outcome()
+        mono = now_ms if mono_ms is None else mono_ms
+        self._updated_mono[tid] = mono
+        if meta.current.state is not _S.ONGOING:
+            self._ongoing_since_mono.pop(tid, None)
+        elif not was_ongoing:
+            self._ongoing_since_mono[tid] = mono
         response = pending.respond(meta.current) if pending.respond is not None else None
         writes: tuple[PendingWrite, ...] = ()
         markers: tuple[MarkerJob, ...] = ()
@@ -604,23 +643,25 @@ class TransactionCoordinator:
 
     # --- timers -------------------------------------------------------------------------------
 
-    def tick(self, now_ms: int) -> Outcome[None]:
+    def tick(self, now_ms: int, *, mono_ms: int | None = None) -> Outcome[None]:
         """Abort transactions Ongoing past their timeout with an epoch bump that fences the stalled
         producer (KIP-939 two-phase-commit transactions never time out), and expire transactional
         ids idle in Empty/Complete* for transactional.id.expiration.ms (tombstone)."""
         if not self._loaded:
             return Outcome()
         writes: list[PendingWrite] = []
-        expire_before_ms = now_ms - self._config.transactional_id_expiration_ms
+        mono = now_ms if mono_ms is None else mono_ms
+        expire_before_mono = mono - self._config.transactional_id_expiration_ms
         for tid in sorted(self._txns):
             meta = self._txns[tid]
             if meta.pending is not None:
                 continue
             s = meta.current
             if s.state is _S.ONGOING:
-                if not s.is_exempt_from_timeout and s.start_timestamp_ms + s.timeout_ms < now_ms:
+                started_mono = self._ongoing_since_mono.setdefault(tid, mono)
+                if not s.is_exempt_from_timeout and started_mono + s.timeout_ms < mono:
                     writes.append(self._prepare_fence(meta, now_ms))
-            elif s.state in EXPIRATION_ALLOWED and s.last_update_timestamp_ms <= expire_before_ms:
+            elif s.state in EXPIRATION_ALLOWED and self._updated_mono.setdefault(tid, mono) <= expire_before_mono:
                 dead = _dead(s)
                 writes.append(self._prepare(meta, WriteKind.EXPIRE, dead))
         return Outcome(None, tuple(writes))
@@ -770,14 +811,16 @@ class TransactionCoordinator:
         self, meta: TransactionMetadata, now_ms: int
     ) -> tuple[tuple[PendingWrite, ...], tuple[MarkerJob, ...]]:
         """A Prepare* is durable: markers for its partitions, or straight to Complete* without."""
-        assert meta.current.state in _PREPARED and meta.pending is None
+        if not (meta.current.state in _PREPARED and meta.pending is None):
+            raise CoordinatorInvariantError('invariant violated: meta.current.state in _PREPARED and meta.pending is None')
         if meta.current.partitions:
             return (), (self._marker_job(meta),)
         return (self._prepare_complete(meta, now_ms),), ()
 
     def _marker_job(self, meta: TransactionMetadata) -> MarkerJob:
         s = meta.current
-        assert s.state in _PREPARED
+        if s.state not in _PREPARED:
+            raise CoordinatorInvariantError('invariant violated: s.state in _PREPARED')
         producer_id, epoch = s.marker_identity()
         return MarkerJob(
             transactional_id=meta.transactional_id,
@@ -793,7 +836,8 @@ class TransactionCoordinator:
         if write_id < self._first_live_write_id:
             return None  # handed out before the latest load(); that state is gone
         tid = self._writes.pop(write_id, None)
-        assert tid is not None, f"write {write_id} is unknown or already settled"
+        if tid is None:
+            raise CoordinatorInvariantError(f"write {write_id} is unknown or already settled")
         return self._txns[tid]
 
 

@@ -23,6 +23,8 @@ from typing import Generic, TypeVar
 
 from kio.schema.errors import ErrorCode
 
+from oncestream.topic_partition import TopicPartition
+
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
 # Short.MAX_VALUE: the epoch only the coordinator may use, to fence the last client epoch.
@@ -34,12 +36,6 @@ CONSUMER_OFFSETS_TOPIC = "__consumer_offsets"
 TRANSACTION_STATE_TOPIC = "__transaction_state"
 
 
-@dataclass(frozen=True, order=True)
-class TopicPartition:
-    """A topic name and partition index."""
-
-    topic: str
-    partition: int
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from oncestream.coordinator.txn.messages import (
     TopicPartition,
 )
 from oncestream.coordinator.txn.state import TxnState, check_transition
-from oncestream.errors import ProducerFencedError
+from oncestream.errors import CoordinatorInvariantError, ProducerFencedError
 
 _S = TxnState
 _PREPARED = frozenset({_S.PREPARE_COMMIT, _S.PREPARE_ABORT})
@@ -187,7 +187,8 @@ def bump_epoch_for_init(
     the remembered retry identity is a retry of a bump that succeeded: same epoch again. Anything
     else is an older producer: PRODUCER_FENCED.
     """
-    assert s.state in _IDLE, s.state
+    if s.state not in _IDLE:
+        raise CoordinatorInvariantError(str(s.state))
     bumped = s.producer_epoch + 1
     if expected is None:
         epoch, last = bumped, None
@@ -201,7 +202,8 @@ def bump_epoch_for_init(
         raise ProducerFencedError(
             f"epoch {expected[1]} is neither the current epoch {s.producer_epoch} nor a retry"
         )
-    assert epoch == s.producer_epoch or not s.is_epoch_exhausted, "exhausted: rotate the id"
+    if not (epoch == s.producer_epoch or not s.is_epoch_exhausted):
+        raise CoordinatorInvariantError("exhausted: rotate the id")
     return _idle_after_init(s, s.producer_id, epoch, last, timeout_ms, two_phase_commit, now_ms)
 
 
@@ -215,8 +217,10 @@ def rotate_producer_id(
     now_ms: int,
 ) -> TxnSnapshot:
     """InitProducerId when the epoch is exhausted: a new producer id at epoch 0."""
-    assert s.state in _IDLE, s.state
-    assert new_producer_id != s.producer_id
+    if s.state not in _IDLE:
+        raise CoordinatorInvariantError(str(s.state))
+    if new_producer_id == s.producer_id:
+        raise CoordinatorInvariantError('invariant violated: new_producer_id != s.producer_id')
     last = (s.producer_id, s.producer_epoch) if remember_last else None
     return _idle_after_init(s, new_producer_id, 0, last, timeout_ms, two_phase_commit, now_ms)
 
@@ -258,7 +262,8 @@ def keep_prepared(
 ) -> TxnSnapshot:
     """KIP-939 InitProducerId(keepPreparedTxn) on an Ongoing transaction: leave it open, move the
     client to a new identity (fencing the old instance), remember the transaction's identity."""
-    assert s.state is _S.ONGOING
+    if s.state is not _S.ONGOING:
+        raise CoordinatorInvariantError('invariant violated: s.state is _S.ONGOING')
     if s.has_kept_transaction:
         txn_id, txn_epoch = s.ongoing_txn_producer_id, s.ongoing_txn_producer_epoch
     else:
@@ -311,11 +316,14 @@ def prepare_end(
         else:
             # Only an abort can get here (a client never holds epoch MAX); let it through
             # without overflowing so the transaction can still be finished.
-            assert not commit, "commit with the reserved epoch"
+            if commit:
+                raise CoordinatorInvariantError("commit with the reserved epoch")
         last_id, last_epoch = s.producer_id, s.producer_epoch
-        assert (next_producer_id != NO_PRODUCER_ID) == s.is_epoch_exhausted
+        if not ((next_producer_id != NO_PRODUCER_ID) == s.is_epoch_exhausted):
+            raise CoordinatorInvariantError('invariant violated: (next_producer_id != NO_PRODUCER_ID) == s.is_epoch_exhausted')
     else:
-        assert next_producer_id == NO_PRODUCER_ID
+        if next_producer_id != NO_PRODUCER_ID:
+            raise CoordinatorInvariantError('invariant violated: next_producer_id == NO_PRODUCER_ID')
     # A version-2 abort of an idle id has no start time yet; the abort itself starts it.
     no_partitions_added = s.state in _IDLE
     return dataclasses.replace(
@@ -335,7 +343,8 @@ def fence_and_abort(s: TxnSnapshot, *, now_ms: int) -> TxnSnapshot:
     """The coordinator aborts an Ongoing transaction with a bumped epoch that fences the producer
     that opened it (Kafka's prepareFenceProducerEpoch followed by PrepareAbort). No retry identity
     survives: the fenced producer's requests must all fail."""
-    assert s.state is _S.ONGOING
+    if s.state is not _S.ONGOING:
+        raise CoordinatorInvariantError('invariant violated: s.state is _S.ONGOING')
     # The epoch only stays put when already at the reserved maximum, to avoid an overflow.
     epoch = s.producer_epoch + 1 if s.producer_epoch < MAX_PRODUCER_EPOCH else s.producer_epoch
     return dataclasses.replace(
@@ -351,7 +360,8 @@ def fence_and_abort(s: TxnSnapshot, *, now_ms: int) -> TxnSnapshot:
 def complete(s: TxnSnapshot, *, now_ms: int) -> TxnSnapshot:
     """Every marker is written: CompleteCommit/CompleteAbort, partitions cleared. A version-2
     overflow moves to the next producer id at epoch 0; a retry may still carry the old identity."""
-    assert s.state in _PREPARED
+    if s.state not in _PREPARED:
+        raise CoordinatorInvariantError('invariant violated: s.state in _PREPARED')
     producer_id, epoch = s.producer_id, s.producer_epoch
     last_id, last_epoch = s.last_producer_id, s.last_producer_epoch
     if s.next_producer_id != NO_PRODUCER_ID:
@@ -405,7 +415,8 @@ class TransactionMetadata:
     """One transactional id: the durable snapshot and at most one transition in flight."""
 
     def __init__(self, transactional_id: str, current: TxnSnapshot) -> None:
-        assert transactional_id, "transactional ids are never empty"
+        if not transactional_id:
+            raise CoordinatorInvariantError("transactional ids are never empty")
         self.transactional_id = transactional_id
         self.current = current
         self.pending: PendingTransition | None = None
@@ -414,7 +425,8 @@ class TransactionMetadata:
         """Check ``current -> target`` (through ``via`` when given) against the transition table
         and the epoch rules, then record the transition as pending."""
         # One transition at a time: callers answer CONCURRENT_TRANSACTIONS before getting here.
-        assert self.pending is None, "a transition is already pending"
+        if self.pending is not None:
+            raise CoordinatorInvariantError("a transition is already pending")
         current, target = self.current, pending.target
         if via is None:
             check_transition(self.transactional_id, current.state, target.state)
@@ -422,14 +434,15 @@ class TransactionMetadata:
             check_transition(self.transactional_id, current.state, via)
             check_transition(self.transactional_id, via, target.state)
         _check_identity_move(current, target)
-        if target.state is _S.ONGOING:
-            assert target.partitions >= current.partitions, "partitions are only ever added"
+        if target.state is _S.ONGOING and not target.partitions >= current.partitions:
+            raise CoordinatorInvariantError("partitions are only ever added")
         self.pending = pending
 
     def complete(self, write_id: int) -> PendingTransition:
         """The pending write is durable: the target becomes the current snapshot."""
         pending = self.pending
-        assert pending is not None and pending.write_id == write_id, "unknown write completed"
+        if not (pending is not None and pending.write_id == write_id):
+            raise CoordinatorInvariantError("unknown write completed")
         if pending.target.state is not _S.DEAD:
             self.current = pending.target
         self.pending = None
@@ -438,7 +451,8 @@ class TransactionMetadata:
     def abort_pending(self, write_id: int) -> PendingTransition:
         """The pending write failed: forget the transition, the current snapshot stays."""
         pending = self.pending
-        assert pending is not None and pending.write_id == write_id, "failure of an unknown write"
+        if not (pending is not None and pending.write_id == write_id):
+            raise CoordinatorInvariantError("failure of an unknown write")
         self.pending = None
         return pending
 
@@ -448,8 +462,8 @@ def _check_identity_move(current: TxnSnapshot, target: TxnSnapshot) -> None:
     if target.state is _S.DEAD:
         return
     if target.producer_id == current.producer_id:
-        assert target.producer_epoch >= current.producer_epoch, (
-            f"epoch would go back from {current.producer_epoch} to {target.producer_epoch}"
-        )
+        if target.producer_epoch < current.producer_epoch:
+            raise CoordinatorInvariantError(f"epoch would go back from {current.producer_epoch} to {target.producer_epoch}")
     else:
-        assert target.producer_epoch == 0, "a new producer id starts at epoch 0"
+        if target.producer_epoch != 0:
+            raise CoordinatorInvariantError("a new producer id starts at epoch 0")

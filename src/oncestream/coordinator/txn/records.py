@@ -31,10 +31,10 @@ import struct
 from collections.abc import Iterable
 from itertools import groupby
 
-from oncestream.coordinator.txn.messages import TopicPartition
 from oncestream.coordinator.txn.metadata import TxnSnapshot
 from oncestream.coordinator.txn.state import PERSISTABLE_STATES, state_from_id
-from oncestream.errors import CorruptRecordError
+from oncestream.errors import CoordinatorInvariantError, CorruptRecordError
+from oncestream.topic_partition import TopicPartition
 
 KEY_VERSION = 0
 VALUE_VERSION = 1000
@@ -95,13 +95,15 @@ class _Reader:
 
 def _string(text: str) -> bytes:
     raw = text.encode("utf-8")
-    assert len(raw) <= 0x7FFF, "string longer than an int16 length allows"
+    if len(raw) > 0x7FFF:
+        raise CoordinatorInvariantError("string longer than an int16 length allows")
     return _I16.pack(len(raw)) + raw
 
 
 def encode_key(transactional_id: str) -> bytes:
     """The log key of ``transactional_id`` (Kafka's TransactionLogKey v0)."""
-    assert transactional_id, "transactional ids are never empty"
+    if not transactional_id:
+        raise CoordinatorInvariantError("transactional ids are never empty")
     return _I16.pack(KEY_VERSION) + _string(transactional_id)
 
 
@@ -120,7 +122,8 @@ def decode_key(data: bytes) -> str:
 
 def encode_value(snapshot: TxnSnapshot) -> bytes:
     """The log value holding ``snapshot`` (which must be a persistable state)."""
-    assert snapshot.state in PERSISTABLE_STATES, f"{snapshot.state.value} is never persisted"
+    if snapshot.state not in PERSISTABLE_STATES:
+        raise CoordinatorInvariantError(f"{snapshot.state.value} is never persisted")
     flags = _FLAG_TWO_PHASE_COMMIT if snapshot.two_phase_commit else 0
     parts = [
         _I16.pack(VALUE_VERSION),

@@ -18,7 +18,7 @@ from types import MappingProxyType
 
 from kio.schema.errors import ErrorCode
 
-from oncestream.errors import KafkaError
+from oncestream.errors import CoordinatorInvariantError, KafkaError
 
 
 class TxnState(enum.Enum):
@@ -87,7 +87,8 @@ VALID_PREVIOUS_STATES: Mapping[TxnState, frozenset[TxnState]] = MappingProxyType
     }
 )
 
-assert set(VALID_PREVIOUS_STATES) == set(TxnState), "every state needs a row in the table"
+if set(VALID_PREVIOUS_STATES) != set(TxnState):
+    raise CoordinatorInvariantError("every state needs a row in the table")
 
 # States in which a transactional id may expire (Kafka's isExpirationAllowed).
 EXPIRATION_ALLOWED: frozenset[TxnState] = frozenset(

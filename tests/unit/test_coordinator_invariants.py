@@ -1,0 +1,52 @@
+"""Coordinator invariants that guard data hold under ``python -O`` too (issue 10, point 7 /
+coordinator part): they raise ``CoordinatorInvariantError`` instead of ``assert``, which -O strips,
+and the group coordinator lets them propagate instead of turning them into an answer.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from oncestream.coordinator.group import GroupCoordinator
+from oncestream.coordinator.group.messages import NO_MEMBER_ID, PartitionOffsetCommit
+from oncestream.errors import CoordinatorInvariantError
+from oncestream.topic_partition import TopicPartition
+
+SRC = Path(__file__).resolve().parents[2] / "src"
+
+# An epoch going backwards must never reach the transaction log, optimised or not.
+_EPOCH_BACKWARDS = """
+from oncestream.coordinator.txn.metadata import PendingTransition, TransactionMetadata, TxnSnapshot, WriteKind
+from oncestream.errors import CoordinatorInvariantError
+import dataclasses
+current = dataclasses.replace(TxnSnapshot.fresh(7, 60_000, 0), producer_epoch=5)
+older = dataclasses.replace(current, producer_epoch=4)
+meta = TransactionMetadata("tid", current)
+try:
+    meta.prepare(PendingTransition(1, WriteKind.INIT_PRODUCER_ID, older, older.state))
+except CoordinatorInvariantError:
+    print("refused")
+else:
+    print("accepted")
+"""
+
+
+def test_invariants_are_checked_under_python_dash_o():
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    out = subprocess.run([sys.executable, "-O", "-c", _EPOCH_BACKWARDS], env=env, capture_output=True,
+                         text=True, check=True)
+    assert out.stdout.strip() == "refused", out.stderr
+
+
+def test_group_coordinator_does_not_answer_a_broken_invariant():
+    """A transactional offset commit without a producer id is a broker bug: it propagates as
+    CoordinatorInvariantError instead of becoming a per-partition error code."""
+    coord = GroupCoordinator()
+    with pytest.raises(CoordinatorInvariantError):
+        coord.add_pending_txn_offsets("g", -1, {TopicPartition("t", 0): PartitionOffsetCommit(1)}, 0,
+                                      member_id=NO_MEMBER_ID)
