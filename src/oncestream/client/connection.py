@@ -16,7 +16,7 @@ from typing import Any
 
 from kio.serial import entity_reader, entity_writer
 
-from oncestream.protocol.codec import read_uvarint
+from oncestream.protocol.varint import read_uvarint
 from oncestream.protocol.length_guard import check_array_lengths
 from oncestream.protocol.schemas import kio_versions, request_module, response_class
 

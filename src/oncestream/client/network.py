@@ -26,7 +26,7 @@ from kio.schema.index import api_key_map
 from kio.serial import entity_reader, entity_writer
 
 from oncestream.client.errors import BrokerResponseError, ConnectionLostError, RequestTimedOutError
-from oncestream.protocol.codec import read_uvarint
+from oncestream.protocol.varint import encode_uvarint, read_uvarint
 from oncestream.protocol.length_guard import check_array_lengths
 from oncestream.protocol.schemas import kio_versions, request_class, request_module, response_class
 
@@ -390,15 +390,6 @@ class _ResponseDecodeError(ConnectionLostError):
 # --- produce request fast path ----------------------------------------------------------------
 
 
-def _uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value & ~0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _ACKS_TIMEOUT = struct.Struct(">hi")
@@ -417,22 +408,22 @@ def produce_request_body(
     flexible = version >= 9
     tid = transactional_id.encode() if transactional_id is not None else None
     if flexible:
-        parts.append(b"\0" if tid is None else _uvarint(len(tid) + 1) + tid)
-        parts.append(_ACKS_TIMEOUT.pack(acks, timeout_ms) + _uvarint(len(topics) + 1))
+        parts.append(b"\0" if tid is None else encode_uvarint(len(tid) + 1) + tid)
+        parts.append(_ACKS_TIMEOUT.pack(acks, timeout_ms) + encode_uvarint(len(topics) + 1))
     else:
         parts.append(_I16.pack(-1) if tid is None else _I16.pack(len(tid)) + tid)
         parts.append(_ACKS_TIMEOUT.pack(acks, timeout_ms) + _I32.pack(len(topics)))
     for topic, partitions in topics.items():
         name = topic.encode()
         if flexible:
-            head = _uvarint(len(name) + 1) + name + _uvarint(len(partitions) + 1)
+            head = encode_uvarint(len(name) + 1) + name + encode_uvarint(len(partitions) + 1)
         else:
             head = _I16.pack(len(name)) + name + _I32.pack(len(partitions))
         parts.append(head)
         for index, header, records in partitions:
             size = len(header) + len(records)
             if flexible:
-                parts.append(_I32.pack(index) + _uvarint(size + 1) + header)
+                parts.append(_I32.pack(index) + encode_uvarint(size + 1) + header)
                 parts.append(records)
                 parts.append(b"\0")  # partition tagged fields
             else:
@@ -468,11 +459,11 @@ def fetch_request_body(
     out.append(isolation_level & 0xFF)
     if version >= 7:
         out += _I32.pack(0) + _I32.pack(-1)  # no fetch session (KIP-227): id 0, epoch -1
-    out += _uvarint(len(topics) + 1) if flexible else _I32.pack(len(topics))
+    out += encode_uvarint(len(topics) + 1) if flexible else _I32.pack(len(topics))
     for topic, partitions in topics:
         name = topic.encode()
-        out += (_uvarint(len(name) + 1) if flexible else _I16.pack(len(name))) + name
-        out += _uvarint(len(partitions) + 1) if flexible else _I32.pack(len(partitions))
+        out += (encode_uvarint(len(name) + 1) if flexible else _I16.pack(len(name))) + name
+        out += encode_uvarint(len(partitions) + 1) if flexible else _I32.pack(len(partitions))
         for partition, offset, partition_max_bytes in partitions:
             out += _I32.pack(partition)
             if version >= 9:
@@ -488,9 +479,9 @@ def fetch_request_body(
         if flexible:
             out.append(0)
     if version >= 7:
-        out += _uvarint(1) if flexible else _I32.pack(0)  # no forgotten topics
+        out += encode_uvarint(1) if flexible else _I32.pack(0)  # no forgotten topics
     if version >= 11:
-        out += _uvarint(1) if flexible else _I16.pack(0)  # rack id ""
+        out += encode_uvarint(1) if flexible else _I16.pack(0)  # rack id ""
     if flexible:
         out.append(0)
     return [bytes(out)]

@@ -28,32 +28,10 @@ import crc32c
 
 from oncestream.errors import CorruptRecordError
 from oncestream.protocol import record_batch as rb
-from oncestream.protocol.records import COMPRESSION_NONE, compress, decompress
+from oncestream.protocol.compression import COMPRESSION_NONE, compress, decompress
+from oncestream.protocol.varint import read_varint, write_varint
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")
-
-
-def _read_varint(buf: bytes | memoryview, position: int) -> tuple[int, int]:
-    """Zig-zag varint at ``position``: (value, position after it)."""
-    shift = 0
-    result = 0
-    while True:
-        if position >= len(buf) or shift > 63:
-            raise CorruptRecordError("truncated or overlong varint in a record")
-        byte = buf[position]
-        position += 1
-        result |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return (result >> 1) ^ -(result & 1), position
-        shift += 7
-
-
-def _write_varint(out: bytearray, value: int) -> None:
-    value = (value << 1) ^ (value >> 63)
-    while value & ~0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,24 +66,24 @@ def iter_raw_records(header: rb.BatchHeader, batch: bytes | memoryview) -> list[
     records: list[RawRecord] = []
     position = 0
     for _ in range(header.record_count):
-        length, position = _read_varint(view, position)
+        length, position = read_varint(view, position)
         end = position + length
         if length < 1 or end > len(view):
             raise CorruptRecordError("record length out of bounds")
         attributes = view[position]
-        timestamp_delta, cursor = _read_varint(view, position + 1)
-        offset_delta, cursor = _read_varint(view, cursor)
+        timestamp_delta, cursor = read_varint(view, position + 1)
+        offset_delta, cursor = read_varint(view, cursor)
         if not 0 <= offset_delta <= header.last_offset_delta:
             raise CorruptRecordError(f"record offset delta {offset_delta} outside the batch")
         fields_start = cursor
-        key_length, cursor = _read_varint(view, cursor)
+        key_length, cursor = read_varint(view, cursor)
         key = None
         if key_length >= 0:
             if cursor + key_length > end:
                 raise CorruptRecordError("record key runs past the record")
             key = bytes(view[cursor : cursor + key_length])
             cursor += key_length
-        value_length, cursor = _read_varint(view, cursor)
+        value_length, cursor = read_varint(view, cursor)
         if cursor > end or cursor + max(value_length, 0) > end:
             raise CorruptRecordError("record value runs past the record")
         records.append(
@@ -155,10 +133,10 @@ def rebuild_batch(header: rb.BatchHeader, records: list[RawRecord], *, new_delet
         for record in records:
             body.clear()
             body.append(record.attributes)
-            _write_varint(body, record.timestamp_delta + rebase_ms)
-            _write_varint(body, record.offset_delta)
+            write_varint(body, record.timestamp_delta + rebase_ms)
+            write_varint(body, record.offset_delta)
             body += record.fields
-            _write_varint(payload, len(body))
+            write_varint(payload, len(body))
             payload += body
         section = compress(header.compression, bytes(payload))
     else:
