@@ -16,13 +16,13 @@ from typing import Any
 
 from kio.serial import entity_reader, entity_writer
 
-from oncestream.protocol.varint import read_uvarint
+from oncestream.protocol.api_keys import API_VERSIONS_KEY
 from oncestream.protocol.length_guard import check_array_lengths
 from oncestream.protocol.schemas import kio_versions, request_module, response_class
+from oncestream.protocol.varint import read_uvarint
 
 _SIZE = struct.Struct(">i")
 _HEADER = struct.Struct(">hhih")
-API_VERSIONS_KEY = 18
 
 
 class BrokerUnreachableError(ConnectionError):

@@ -22,7 +22,7 @@ from oncestream.client.message import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEN
 from oncestream.errors import CorruptRecordError
 from oncestream.protocol import record_batch as rb
 from oncestream.protocol.aborted_filter import AbortedFilter
-from oncestream.protocol.batch_walk import complete_batches_end  # noqa: F401 (the fetcher's name for it)
+from oncestream.protocol.batch_walk import complete_batches_end
 from oncestream.protocol.compression import decompress
 from oncestream.protocol.varint import read_varint
 

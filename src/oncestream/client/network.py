@@ -26,12 +26,12 @@ from kio.schema.index import api_key_map
 from kio.serial import entity_reader, entity_writer
 
 from oncestream.client.errors import BrokerResponseError, ConnectionLostError, RequestTimedOutError
-from oncestream.protocol.varint import encode_uvarint, read_uvarint
+from oncestream.protocol.api_keys import API_VERSIONS_KEY, PRODUCE
 from oncestream.protocol.length_guard import check_array_lengths
 from oncestream.protocol.schemas import kio_versions, request_class, request_module, response_class
+from oncestream.protocol.varint import encode_uvarint, read_uvarint
 
-API_VERSIONS_KEY = 18
-PRODUCE_KEY = 0
+PRODUCE_KEY = PRODUCE  # the sender's name for it
 _SIZE = struct.Struct(">i")
 _HEADER = struct.Struct(">ihhih")  # size, api key, version, correlation id, client id length
 _STAGE_BYTES = 256 * 1024

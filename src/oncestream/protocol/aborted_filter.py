@@ -31,7 +31,7 @@ class AbortedFilter:
     with ``add`` before offering the batches they cover to ``hides``.
     """
 
-    __slots__ = ("read_committed", "_pending", "_aborting")
+    __slots__ = ("_aborting", "_pending", "read_committed")
 
     def __init__(self, read_committed: bool, aborted: Iterable[tuple[int, int]] = ()) -> None:
         self.read_committed = read_committed

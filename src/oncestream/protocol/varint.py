@@ -29,13 +29,34 @@ class MalformedVarintError(ValueError):
     """An unsigned varint runs past its buffer or over five bytes (a malformed frame)."""
 
 
-def _encode_zigzag(value: int) -> bytes:
-    value = (value << 1) ^ (value >> 63)
-    out = bytearray()
+def _write_unsigned(out: bytearray, value: int) -> None:
+    """7 bits a byte, low group first; the high bit says another byte follows."""
     while value & ~0x7F:
         out.append((value & 0x7F) | 0x80)
         value >>= 7
     out.append(value)
+
+
+def _read_unsigned(buf: bytes | bytearray | memoryview, pos: int, max_bytes: int) -> tuple[int, int]:
+    """(value, position after it), or (-1, pos) when the buffer ends inside it or it runs over
+    ``max_bytes`` (each caller raises its own error)."""
+    shift = 0
+    result = 0
+    limit = 7 * max_bytes
+    while True:
+        if pos >= len(buf) or shift >= limit:
+            return -1, pos
+        byte = buf[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return result, pos
+        shift += 7
+
+
+def _encode_zigzag(value: int) -> bytes:
+    out = bytearray()
+    _write_unsigned(out, (value << 1) ^ (value >> 63))
     return bytes(out)
 
 
@@ -57,12 +78,8 @@ def write_varint(out: bytearray, value: int) -> None:
     """Append the zig-zag varint of ``value`` to ``out``."""
     if 0 <= value < _SMALL_TABLE_SIZE:
         out += SMALL_VARINTS[value]
-        return
-    value = (value << 1) ^ (value >> 63)
-    while value & ~0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
+    else:
+        _write_unsigned(out, (value << 1) ^ (value >> 63))
 
 
 def read_varint(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, int]:
@@ -70,17 +87,10 @@ def read_varint(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, int
 
     Raises CorruptRecordError when the buffer ends inside it or it runs over ten bytes.
     """
-    shift = 0
-    raw = 0
-    while True:
-        if pos >= len(buf) or shift >= 7 * MAX_VARLONG_BYTES:
-            raise CorruptRecordError("truncated or overlong varint")
-        byte = buf[pos]
-        pos += 1
-        raw |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return (raw >> 1) ^ -(raw & 1), pos
-        shift += 7
+    raw, pos = _read_unsigned(buf, pos, MAX_VARLONG_BYTES)
+    if raw < 0:
+        raise CorruptRecordError("truncated or overlong varint")
+    return (raw >> 1) ^ -(raw & 1), pos
 
 
 def encode_uvarint(value: int) -> bytes:
@@ -88,10 +98,7 @@ def encode_uvarint(value: int) -> bytes:
     if value < 0x80:
         return bytes((value,))
     out = bytearray()
-    while value & ~0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
+    _write_unsigned(out, value)
     return bytes(out)
 
 
@@ -100,14 +107,7 @@ def read_uvarint(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, in
 
     Raises MalformedVarintError when the buffer ends inside it or it runs over five bytes.
     """
-    shift = 0
-    result = 0
-    while True:
-        if pos >= len(buf) or shift >= 7 * MAX_UVARINT_BYTES:
-            raise MalformedVarintError("bad unsigned varint")
-        byte = buf[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return result, pos
-        shift += 7
+    value, pos = _read_unsigned(buf, pos, MAX_UVARINT_BYTES)
+    if value < 0:
+        raise MalformedVarintError("bad unsigned varint")
+    return value, pos
