@@ -52,7 +52,14 @@ from oncestream.client.network import UnsupportedApiError
 from oncestream.client.prepared_txn import PreparedTxnState
 from oncestream.client.txn_state import TxnState, TxnStateMachine
 from oncestream.protocol.codec import build
-from oncestream.protocol.api_keys import ADD_OFFSETS_TO_TXN, ADD_PARTITIONS_TO_TXN, END_TXN, INIT_PRODUCER_ID, PRODUCE, TXN_OFFSET_COMMIT
+from oncestream.protocol.api_keys import (
+    ADD_OFFSETS_TO_TXN,
+    ADD_PARTITIONS_TO_TXN,
+    END_TXN,
+    INIT_PRODUCER_ID,
+    PRODUCE,
+    TXN_OFFSET_COMMIT,
+)
 
 log = logging.getLogger("oncestream.client")
 
