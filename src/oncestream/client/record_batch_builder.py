@@ -19,6 +19,7 @@ from collections.abc import Sequence
 
 import crc32c
 
+from oncestream.errors import InvalidRecordError
 from oncestream.protocol import record_batch as rb
 from oncestream.protocol.compression import compress
 from oncestream.protocol.varint import NULL_LENGTH, SMALL_VARINTS, SMALL_VARINTS_SIZE, encode_varint
@@ -61,7 +62,8 @@ class SealedBatch:
 
     def __init__(self, records: bytes, count: int, base_timestamp_ms: int, max_timestamp_ms: int,
                  compression: int) -> None:
-        assert count > 0, "a record batch holds at least one record"
+        if count <= 0:  # a batch with last offset delta -1 would corrupt the partition
+            raise InvalidRecordError("a record batch holds at least one record")
         self.payload = compress(compression, records) if compression else records
         self.attributes = compression
         self.count = count

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import crc32c
 
-from oncestream.errors import CorruptRecordError
+from oncestream.errors import CorruptRecordError, InvalidRecordError
 from oncestream.protocol import record_batch as rb
 from oncestream.protocol.compression import COMPRESSION_NONE, compress, decompress
 from oncestream.protocol.varint import read_varint, write_varint
@@ -114,8 +114,11 @@ def rebuild_batch(header: rb.BatchHeader, records: list[RawRecord], *, new_delet
     one: a horizon, once set, never moves). With no records left this is the header-only batch
     Kafka keeps for a producer's last write (uncompressed, original timestamps).
     """
-    assert all(0 <= r.offset_delta <= header.last_offset_delta for r in records)
-    assert all(a.offset_delta < b.offset_delta for a, b in zip(records, records[1:])), "records keep their order"
+    # Typed errors, not asserts (python -O strips those): a wrong subset would be written to disk.
+    if not all(0 <= r.offset_delta <= header.last_offset_delta for r in records):
+        raise InvalidRecordError(f"rebuilding batch {header.base_offset}: a record lies outside the batch")
+    if not all(a.offset_delta < b.offset_delta for a, b in zip(records, records[1:])):
+        raise InvalidRecordError(f"rebuilding batch {header.base_offset}: records must keep their order")
     log_append_time = bool(header.attributes & rb.ATTR_TIMESTAMP_TYPE_LOG_APPEND)
     attributes = header.attributes
     base_timestamp_ms = header.base_timestamp

@@ -24,7 +24,7 @@ import struct
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from oncestream.errors import CorruptRecordError
+from oncestream.errors import CorruptRecordError, InvalidRecordError
 from oncestream.protocol import record_batch as rb
 from oncestream.protocol.aborted_filter import AbortedFilter
 from oncestream.protocol.batch_walk import complete_batches
@@ -148,7 +148,8 @@ def encode_batch(
     partition_leader_epoch: int = -1,
 ) -> bytes:
     """Build one record batch v2 with a valid CRC32C."""
-    assert records, "a record batch holds at least one record"
+    if not records:
+        raise InvalidRecordError("a record batch holds at least one record")
     base_ts = records[0].timestamp_ms if records[0].timestamp_ms is not None else now_ms
     encoded, max_ts = encode_records(records, base_ts)
     payload = compress(compression, encoded)
