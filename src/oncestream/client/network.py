@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import functools
 import io
 import struct
 import time
@@ -23,10 +22,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from kio.schema.index import api_key_map
-from kio.serial import entity_reader, entity_writer
 
 from oncestream.client.errors import BrokerResponseError, ConnectionLostError, RequestTimedOutError
 from oncestream.protocol.api_keys import API_VERSIONS_KEY, PRODUCE
+from oncestream.protocol.codec import reader_for, writer_for
 from oncestream.protocol.length_guard import check_array_lengths
 from oncestream.protocol.schemas import kio_versions, request_class, request_module, response_class
 from oncestream.protocol.varint import encode_uvarint, read_uvarint
@@ -36,16 +35,6 @@ _SIZE = struct.Struct(">i")
 _HEADER = struct.Struct(">ihhih")  # size, api key, version, correlation id, client id length
 _STAGE_BYTES = 256 * 1024
 _UNSUPPORTED_VERSION = 35
-
-
-@functools.cache
-def _writer(cls: type) -> Any:
-    return entity_writer(cls)
-
-
-@functools.cache
-def _reader(cls: type) -> Any:
-    return entity_reader(cls)
 
 
 class UnsupportedApiError(BrokerResponseError):
@@ -209,7 +198,7 @@ class Connection(asyncio.BufferedProtocol):
         buf.write(self._client_id)
         if flexible:
             buf.write(b"\0")  # request header v2: no tagged fields
-        _writer(type(request))(buf, request)
+        writer_for(type(request))(buf, request)
         frame = buf.getbuffer()
         correlation_id = self._next_correlation_id()
         _HEADER.pack_into(frame, 0, len(frame) - 4, api_key, version, correlation_id, len(self._client_id))
@@ -365,7 +354,7 @@ class Connection(asyncio.BufferedProtocol):
             else:
                 # kio aborts the process on an array length it cannot allocate (length_guard).
                 check_array_lengths(pending.response_cls, frame, pos)
-                response, _ = _reader(pending.response_cls)(frame, pos)
+                response, _ = reader_for(pending.response_cls)(frame, pos)
         except Exception as exc:  # kio raises assorted errors on a body it cannot parse
             error = _ResponseDecodeError(f"cannot decode response: {exc!r}")
             pending.future.set_exception(error)

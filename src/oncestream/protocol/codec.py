@@ -81,12 +81,14 @@ def is_flexible(api_key: int, api_version: int) -> bool:
 
 
 @functools.cache
-def _reader(cls: type) -> Any:
+def reader_for(cls: type) -> Any:
+    """kio's reader of one request/response class, built once (building one is slow)."""
     return entity_reader(cls)
 
 
 @functools.cache
-def _writer(cls: type) -> Any:
+def writer_for(cls: type) -> Any:
+    """kio's writer of one request/response class, built once."""
     return entity_writer(cls)
 
 
@@ -96,7 +98,7 @@ def decode_request(header: RequestHeader, frame: bytes | memoryview) -> Any:
     try:
         # kio aborts the process on an array length it cannot allocate (see length_guard).
         check_array_lengths(cls, frame, header.body_offset)
-        entity, _size = _reader(cls)(frame, header.body_offset)
+        entity, _size = reader_for(cls)(frame, header.body_offset)
     except ArrayLengthError as exc:
         raise MalformedRequestError(f"cannot decode {cls.__name__}: {exc}") from exc
     except Exception as exc:  # kio raises ValueError/IndexError/etc. on malformed bodies
@@ -124,7 +126,7 @@ def encode_response(api_key: int, api_version: int, correlation_id: int, respons
     # which always answers with header v0 so that any client can read it (KIP-511).
     if response.__flexible__ and api_key != API_VERSIONS_KEY:
         buf.write(b"\0")
-    _writer(type(response))(buf, response)
+    writer_for(type(response))(buf, response)
     out = buf.getbuffer()
     _SIZE.pack_into(out, 0, len(out) - 4)
     del out
