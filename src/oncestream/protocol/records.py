@@ -23,6 +23,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from oncestream.errors import CorruptRecordError, InvalidRecordError
 from oncestream.protocol import record_batch as rb
@@ -258,8 +259,15 @@ def _decode_records(header: rb.BatchHeader, batch: memoryview) -> list[Record]:
     return out
 
 
+class AbortedTransaction(Protocol):
+    """An entry of a Fetch response's aborted_transactions (kio's dataclass has these fields)."""
+
+    producer_id: int
+    first_offset: int
+
+
 def committed_records(
-    blob: bytes | memoryview, aborted_transactions: Iterable[object] | None
+    blob: bytes | memoryview, aborted_transactions: Iterable[AbortedTransaction] | None
 ) -> Iterable[tuple[DecodedBatch, Record | None]]:
     """Walk fetched data as a read_committed consumer must (KIP-98 consumer-side filtering).
 
