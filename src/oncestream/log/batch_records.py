@@ -21,17 +21,12 @@ every record keeps its absolute timestamp.
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass
-
-import crc32c
 
 from oncestream.errors import CorruptRecordError, InvalidRecordError
 from oncestream.protocol import record_batch as rb
 from oncestream.protocol.compression import COMPRESSION_NONE, compress, decompress
 from oncestream.protocol.varint import read_varint, write_varint
-
-_HEADER = struct.Struct(">qiibIhiqqqhii")
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,7 +143,7 @@ def rebuild_batch(header: rb.BatchHeader, records: list[RawRecord], *, new_delet
         section = b""
     batch_length = rb.HEADER_SIZE_BYTES - rb.LOG_OVERHEAD_BYTES + len(section)
     out = bytearray(rb.HEADER_SIZE_BYTES + len(section))
-    _HEADER.pack_into(
+    rb.HEADER_STRUCT.pack_into(
         out,
         0,
         header.base_offset,
@@ -166,5 +161,5 @@ def rebuild_batch(header: rb.BatchHeader, records: list[RawRecord], *, new_delet
         len(records),
     )
     out[rb.HEADER_SIZE_BYTES :] = section
-    struct.pack_into(">I", out, rb.CRC_OFFSET, crc32c.crc32c(memoryview(out)[rb.ATTRIBUTES_OFFSET :]))
+    rb.write_crc(out)
     return bytes(out)

@@ -20,7 +20,6 @@ Record layout (varints are zig-zag)::
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -48,8 +47,6 @@ from oncestream.protocol.markers import (  # noqa: F401 (re-exported)
 )
 from oncestream.protocol.varint import read_varint as _read_varint
 from oncestream.protocol.varint import write_varint as _write_varint
-
-_HEADER = struct.Struct(">qiibIhiqqqhii")
 
 Header = tuple[str, bytes | None]
 
@@ -161,7 +158,7 @@ def encode_batch(
         attributes |= rb.ATTR_CONTROL
     batch_length = rb.HEADER_SIZE_BYTES - rb.LOG_OVERHEAD_BYTES + len(payload)
     buf = bytearray(rb.HEADER_SIZE_BYTES + len(payload))
-    _HEADER.pack_into(
+    rb.HEADER_STRUCT.pack_into(
         buf,
         0,
         base_offset,
@@ -179,7 +176,7 @@ def encode_batch(
         len(records),
     )
     buf[rb.HEADER_SIZE_BYTES :] = payload
-    struct.pack_into(">I", buf, rb.CRC_OFFSET, rb.compute_crc(buf))
+    rb.write_crc(buf)
     return bytes(buf)
 
 
