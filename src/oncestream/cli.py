@@ -18,12 +18,12 @@ from oncestream.client.connection import (
 )
 from oncestream.client.partitioner import partition_for_key
 from oncestream.protocol.codec import build
+from oncestream.protocol.api_keys import CREATE_PARTITIONS
 from oncestream.protocol.records import NewRecord, committed_records, encode_batch
 
 PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3
 OFFSET_COMMIT, OFFSET_FETCH = 8, 9
 CREATE_TOPICS, DELETE_TOPICS, INIT_PRODUCER_ID, DESCRIBE_CONFIGS = 19, 20, 22, 32
-CREATE_PARTITIONS = 37
 DESCRIBE_PRODUCERS, DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 61, 65, 66
 
 

@@ -12,7 +12,7 @@ from oncestream.protocol.records import CONTROL_ABORT, CONTROL_COMMIT, NewRecord
 from oncestream.spark.errors import OptionError
 from oncestream.spark.options import offsets_from_json, offsets_to_json, parse_offset_spec, sink_options, \
     source_options
-from oncestream.spark.partition_reader import _AbortedFilter, _append_records, _Columns
+from oncestream.spark.partition_reader import _append_records, _Columns, decode_to_arrow
 from oncestream.spark.source import plan_ranges, rate_limit
 
 pytestmark = pytest.mark.spark
@@ -88,10 +88,9 @@ def test_aborted_filter_drops_aborted_transactions_and_markers():
         _marker(7, 8, CONTROL_COMMIT),
         _data(8, 7, [b"keep-4"]),
     ])
-    filt = _AbortedFilter()
-    filt.add(((7, 3),))
-    kept = [r.value for b in decode_batches(blob) if not filt.skip(b) for r in b.records]
-    assert kept == [b"keep-1", b"keep-2", b"keep-3", b"keep-4"]
+    (arrow,) = decode_to_arrow(blob, "t", 0, 0, 9, read_committed=True, aborted=((7, 3),))
+    assert arrow.column("value").to_pylist() == [b"keep-1", b"keep-2", b"keep-3", b"keep-4"]
+    assert arrow.column("offset").to_pylist() == [0, 1, 4, 8]
 
 
 @given(st.lists(st.tuples(st.one_of(st.none(), st.binary(max_size=300)), st.one_of(st.none(), st.binary(max_size=3000)),

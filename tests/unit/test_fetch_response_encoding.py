@@ -70,3 +70,13 @@ def test_session_error_matches_kio() -> None:
         bytes(b) for b in encode_fetch_response(12, 5, (), error_code=ErrorCode.fetch_session_id_not_found)
     )
     assert ours == _kio_frame(12, 5, [], ErrorCode.fetch_session_id_not_found, 0)
+
+
+def test_every_advertised_fetch_version_has_an_encoder() -> None:
+    """The API-key table is the one place versions are advertised; raising Fetch's maximum there
+    without teaching this hand-written encoder the new version must fail here, not on the wire."""
+    from oncestream.protocol import fetch_response
+    from oncestream.protocol.api_keys import API_VERSIONS, FETCH
+
+    low, high = API_VERSIONS[FETCH]
+    assert fetch_response.MIN_VERSION <= low and high <= fetch_response.MAX_VERSION

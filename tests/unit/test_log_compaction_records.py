@@ -5,9 +5,11 @@ a KIP-534 delete horizon is stored in the base timestamp without moving any reco
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from oncestream.errors import InvalidRecordError
 from oncestream.log.batch_records import delete_horizon_ms, has_keyless_record, iter_raw_records, rebuild_batch
 from oncestream.protocol.record_batch import ATTR_DELETE_HORIZON, parse_header
 from oncestream.protocol.records import (
@@ -92,3 +94,15 @@ def test_keyless_detection() -> None:
     without = encode_batch([NewRecord(value=b"v", key=b"k"), NewRecord(value=b"v")], now_ms=T0)
     assert not has_keyless_record(parse_header(with_key), with_key)
     assert has_keyless_record(parse_header(without), without)
+
+
+def test_rebuild_refuses_records_out_of_order_or_outside_the_batch_even_under_python_o() -> None:
+    """A wrong subset would be written to disk: typed errors, not asserts that ``-O`` strips."""
+    batch = encode_batch([NewRecord(value=b"a", key=b"k"), NewRecord(value=b"b", key=b"k")], now_ms=T0)
+    header = parse_header(batch)
+    first, second = iter_raw_records(header, batch)
+    with pytest.raises(InvalidRecordError):
+        rebuild_batch(header, [second, first], new_delete_horizon_ms=None)
+    one_record = parse_header(encode_batch([NewRecord(value=b"a", key=b"k")], now_ms=T0))
+    with pytest.raises(InvalidRecordError):
+        rebuild_batch(one_record, [first, second], new_delete_horizon_ms=None)

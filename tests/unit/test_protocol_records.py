@@ -124,3 +124,14 @@ def test_api_versions_response_uses_header_v0() -> None:
     assert struct.unpack_from(">h", frame, 8)[0] == 0
     v0 = api_versions.unsupported_version_response(5)
     assert struct.unpack_from(">iih", v0)[1:] == (5, ErrorCode.unsupported_version)
+
+
+def test_an_empty_batch_is_refused_with_a_typed_error() -> None:
+    """A batch of no records would carry last offset delta -1: refused even under ``python -O``."""
+    from oncestream.client.record_batch_builder import SealedBatch
+    from oncestream.errors import InvalidRecordError
+
+    with pytest.raises(InvalidRecordError):
+        encode_batch([], now_ms=1)
+    with pytest.raises(InvalidRecordError):
+        SealedBatch(b"", 0, 1, 1, 0)

@@ -34,18 +34,20 @@ from oncestream.client.io_thread import IoThread
 from oncestream.client.list_offsets import list_offsets
 from oncestream.client.message import TopicPartition
 from oncestream.protocol.codec import build, read_uvarint
+from oncestream.protocol.api_keys import (
+    CREATE_PARTITIONS,
+    CREATE_TOPICS,
+    DELETE_TOPICS,
+    DESCRIBE_CONFIGS,
+    DESCRIBE_GROUPS,
+    DESCRIBE_PRODUCERS,
+    DESCRIBE_TRANSACTIONS,
+    LIST_GROUPS,
+    LIST_TRANSACTIONS,
+    OFFSET_FETCH,
+    WRITE_TXN_MARKERS,
+)
 
-OFFSET_FETCH = 9
-DESCRIBE_GROUPS = 15
-LIST_GROUPS = 16
-CREATE_TOPICS = 19
-DELETE_TOPICS = 20
-WRITE_TXN_MARKERS = 27
-DESCRIBE_CONFIGS = 32
-CREATE_PARTITIONS = 37
-DESCRIBE_PRODUCERS = 61
-DESCRIBE_TRANSACTIONS = 65
-LIST_TRANSACTIONS = 66
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
 _ZERO_UUID = uuid.UUID(int=0)

@@ -20,10 +20,9 @@ from kio.schema.errors import ErrorCode
 
 from oncestream.client.errors import BrokerResponseError, ConnectionLostError, RequestTimedOutError
 from oncestream.client.network import Connection, request_module
+from oncestream.protocol.api_keys import FIND_COORDINATOR, METADATA
 from oncestream.protocol.codec import build
 
-METADATA = 3
-FIND_COORDINATOR = 10
 BOOTSTRAP_NODE_BASE = -1000  # node ids for bootstrap addresses (real ids are >= 0)
 # Coordinators get their own connection (as in Kafka's clients): a JoinGroup parked for a whole
 # rebalance must not hold up fetches or produces pipelined on the same socket.

@@ -14,15 +14,14 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-from kio.serial import entity_reader, entity_writer
-
-from oncestream.protocol.codec import read_uvarint
+from oncestream.protocol.api_keys import API_VERSIONS_KEY
+from oncestream.protocol.codec import reader_for, writer_for
 from oncestream.protocol.length_guard import check_array_lengths
 from oncestream.protocol.schemas import kio_versions, request_module, response_class
+from oncestream.protocol.varint import read_uvarint
 
 _SIZE = struct.Struct(">i")
 _HEADER = struct.Struct(">hhih")
-API_VERSIONS_KEY = 18
 
 
 class BrokerUnreachableError(ConnectionError):
@@ -86,7 +85,7 @@ class BrokerConnection:
         buf.write(self._client_id)
         if request.__flexible__:
             buf.write(b"\0")  # header v2: no tagged fields
-        entity_writer(type(request))(buf, request)
+        writer_for(type(request))(buf, request)
         frame = buf.getbuffer()
         _SIZE.pack_into(frame, 0, len(frame) - 4)
         try:
@@ -107,7 +106,7 @@ class BrokerConnection:
                 size, pos = read_uvarint(payload, pos)
                 pos += size
         check_array_lengths(resp_cls, payload, pos)  # kio would abort the process (length_guard)
-        response, _ = entity_reader(resp_cls)(payload, pos)
+        response, _ = reader_for(resp_cls)(payload, pos)
         return response
 
     def _recv_exact(self, size: int) -> bytes:

@@ -25,12 +25,13 @@ from kio.schema.errors import ErrorCode
 
 from oncestream.client.cluster import Cluster
 from oncestream.client.errors import BrokerResponseError, ConnectionLostError, RequestTimedOutError
-from oncestream.client.fetch_decoder import complete_batches_end
 from oncestream.client.network import fetch_request_body
+from oncestream.errors import CorruptRecordError
+from oncestream.protocol.api_keys import FETCH
+from oncestream.protocol.batch_walk import complete_batches_end
 
 log = logging.getLogger("oncestream.client")
 
-FETCH = 1
 # Completed fetches a partition may have waiting for the application. More than one keeps every
 # partition in each request (so a request returns as soon as any of them has data, instead of
 # one drained partition long-polling alone while the others wait), bounded overall by
@@ -285,7 +286,10 @@ class Fetcher:
                     state.log_start_offset = getattr(p, "log_start_offset", -1)
                     if not records:
                         continue
-                    _complete_bytes, next_offset = complete_batches_end(records)
+                    try:
+                        _complete_bytes, next_offset = complete_batches_end(records)
+                    except CorruptRecordError:
+                        next_offset = -1  # the user's thread decodes it and reports the error
                     if next_offset > (offset or 0):
                         state.fetch_position = next_offset
                     aborted = None

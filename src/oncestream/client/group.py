@@ -43,15 +43,10 @@ from oncestream.client.errors import (
     error_name,
 )
 from oncestream.protocol.codec import build
+from oncestream.protocol.api_keys import HEARTBEAT, JOIN_GROUP, LEAVE_GROUP, OFFSET_COMMIT, OFFSET_FETCH, SYNC_GROUP
 
 log = logging.getLogger("oncestream.client")
 
-JOIN_GROUP = 11
-HEARTBEAT = 12
-LEAVE_GROUP = 13
-SYNC_GROUP = 14
-OFFSET_COMMIT = 8
-OFFSET_FETCH = 9
 PROTOCOL_TYPE = "consumer"
 
 _COORDINATOR_MOVED = (ErrorCode.not_coordinator, ErrorCode.coordinator_not_available)

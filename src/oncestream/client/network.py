@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import functools
 import io
 import struct
 import time
@@ -23,29 +22,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from kio.schema.index import api_key_map
-from kio.serial import entity_reader, entity_writer
 
 from oncestream.client.errors import BrokerResponseError, ConnectionLostError, RequestTimedOutError
-from oncestream.protocol.codec import read_uvarint
+from oncestream.protocol.api_keys import API_VERSIONS_KEY, PRODUCE
+from oncestream.protocol.codec import reader_for, writer_for
 from oncestream.protocol.length_guard import check_array_lengths
 from oncestream.protocol.schemas import kio_versions, request_class, request_module, response_class
+from oncestream.protocol.varint import encode_uvarint, read_uvarint
 
-API_VERSIONS_KEY = 18
-PRODUCE_KEY = 0
+PRODUCE_KEY = PRODUCE  # the sender's name for it
 _SIZE = struct.Struct(">i")
 _HEADER = struct.Struct(">ihhih")  # size, api key, version, correlation id, client id length
 _STAGE_BYTES = 256 * 1024
 _UNSUPPORTED_VERSION = 35
-
-
-@functools.cache
-def _writer(cls: type) -> Any:
-    return entity_writer(cls)
-
-
-@functools.cache
-def _reader(cls: type) -> Any:
-    return entity_reader(cls)
 
 
 class UnsupportedApiError(BrokerResponseError):
@@ -209,7 +198,7 @@ class Connection(asyncio.BufferedProtocol):
         buf.write(self._client_id)
         if flexible:
             buf.write(b"\0")  # request header v2: no tagged fields
-        _writer(type(request))(buf, request)
+        writer_for(type(request))(buf, request)
         frame = buf.getbuffer()
         correlation_id = self._next_correlation_id()
         _HEADER.pack_into(frame, 0, len(frame) - 4, api_key, version, correlation_id, len(self._client_id))
@@ -365,7 +354,7 @@ class Connection(asyncio.BufferedProtocol):
             else:
                 # kio aborts the process on an array length it cannot allocate (length_guard).
                 check_array_lengths(pending.response_cls, frame, pos)
-                response, _ = _reader(pending.response_cls)(frame, pos)
+                response, _ = reader_for(pending.response_cls)(frame, pos)
         except Exception as exc:  # kio raises assorted errors on a body it cannot parse
             error = _ResponseDecodeError(f"cannot decode response: {exc!r}")
             pending.future.set_exception(error)
@@ -390,15 +379,6 @@ class _ResponseDecodeError(ConnectionLostError):
 # --- produce request fast path ----------------------------------------------------------------
 
 
-def _uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value & ~0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _ACKS_TIMEOUT = struct.Struct(">hi")
@@ -417,22 +397,22 @@ def produce_request_body(
     flexible = version >= 9
     tid = transactional_id.encode() if transactional_id is not None else None
     if flexible:
-        parts.append(b"\0" if tid is None else _uvarint(len(tid) + 1) + tid)
-        parts.append(_ACKS_TIMEOUT.pack(acks, timeout_ms) + _uvarint(len(topics) + 1))
+        parts.append(b"\0" if tid is None else encode_uvarint(len(tid) + 1) + tid)
+        parts.append(_ACKS_TIMEOUT.pack(acks, timeout_ms) + encode_uvarint(len(topics) + 1))
     else:
         parts.append(_I16.pack(-1) if tid is None else _I16.pack(len(tid)) + tid)
         parts.append(_ACKS_TIMEOUT.pack(acks, timeout_ms) + _I32.pack(len(topics)))
     for topic, partitions in topics.items():
         name = topic.encode()
         if flexible:
-            head = _uvarint(len(name) + 1) + name + _uvarint(len(partitions) + 1)
+            head = encode_uvarint(len(name) + 1) + name + encode_uvarint(len(partitions) + 1)
         else:
             head = _I16.pack(len(name)) + name + _I32.pack(len(partitions))
         parts.append(head)
         for index, header, records in partitions:
             size = len(header) + len(records)
             if flexible:
-                parts.append(_I32.pack(index) + _uvarint(size + 1) + header)
+                parts.append(_I32.pack(index) + encode_uvarint(size + 1) + header)
                 parts.append(records)
                 parts.append(b"\0")  # partition tagged fields
             else:
@@ -468,11 +448,11 @@ def fetch_request_body(
     out.append(isolation_level & 0xFF)
     if version >= 7:
         out += _I32.pack(0) + _I32.pack(-1)  # no fetch session (KIP-227): id 0, epoch -1
-    out += _uvarint(len(topics) + 1) if flexible else _I32.pack(len(topics))
+    out += encode_uvarint(len(topics) + 1) if flexible else _I32.pack(len(topics))
     for topic, partitions in topics:
         name = topic.encode()
-        out += (_uvarint(len(name) + 1) if flexible else _I16.pack(len(name))) + name
-        out += _uvarint(len(partitions) + 1) if flexible else _I32.pack(len(partitions))
+        out += (encode_uvarint(len(name) + 1) if flexible else _I16.pack(len(name))) + name
+        out += encode_uvarint(len(partitions) + 1) if flexible else _I32.pack(len(partitions))
         for partition, offset, partition_max_bytes in partitions:
             out += _I32.pack(partition)
             if version >= 9:
@@ -488,9 +468,9 @@ def fetch_request_body(
         if flexible:
             out.append(0)
     if version >= 7:
-        out += _uvarint(1) if flexible else _I32.pack(0)  # no forgotten topics
+        out += encode_uvarint(1) if flexible else _I32.pack(0)  # no forgotten topics
     if version >= 11:
-        out += _uvarint(1) if flexible else _I16.pack(0)  # rack id ""
+        out += encode_uvarint(1) if flexible else _I16.pack(0)  # rack id ""
     if flexible:
         out.append(0)
     return [bytes(out)]

@@ -1,5 +1,5 @@
 """Record batch v2 pieces for the producer: records are encoded as they are produced (by the
-accumulator, with the varint table here), the header (producer id, epoch, sequence, CRC32C) is
+accumulator, with the varint table of ``protocol.varint``), the header (producer id, epoch, sequence, CRC32C) is
 written when the batch is sent.
 
 Record layout (varints zig-zag)::
@@ -19,37 +19,23 @@ from collections.abc import Sequence
 
 import crc32c
 
+from oncestream.errors import InvalidRecordError
 from oncestream.protocol import record_batch as rb
-from oncestream.protocol.records import compress
+from oncestream.protocol.compression import compress
+from oncestream.protocol.varint import NULL_LENGTH, SMALL_VARINTS, SMALL_VARINTS_SIZE, encode_varint
 
-_TABLE_SIZE = 1 << 14
-
-
-def _zigzag_varint(value: int) -> bytes:
-    value = (value << 1) ^ (value >> 63)
-    out = bytearray()
-    while value & ~0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-# VARINT[n] is the zig-zag varint of n for 0 <= n < _TABLE_SIZE.
-VARINT: list[bytes] = [_zigzag_varint(n) for n in range(_TABLE_SIZE)]
+# VARINT[n] is the zig-zag varint of n for 0 <= n < _TABLE_SIZE (the codec's table).
+VARINT: list[bytes] = SMALL_VARINTS
 VARINT_LEN: list[int] = [len(v) for v in VARINT]
-_NULL = _zigzag_varint(-1)
+_TABLE_SIZE = SMALL_VARINTS_SIZE
+_NULL = NULL_LENGTH
 _HEADER_TAIL = struct.Struct(">hiqqqhii")  # attributes .. recordCount (what the CRC covers first)
 _HEADER_HEAD = struct.Struct(">qiibI")  # baseOffset, batchLength, leaderEpoch, magic, crc
 
 Header = tuple[str, bytes | None]
 
 
-def varint(value: int) -> bytes:
-    """Zig-zag varint of any int64."""
-    if 0 <= value < _TABLE_SIZE:
-        return VARINT[value]
-    return _zigzag_varint(value)
+varint = encode_varint  # zig-zag varint of any int64 (the accumulator calls it by this name)
 
 
 def encode_headers(headers: Sequence[Header]) -> bytes:
@@ -76,7 +62,8 @@ class SealedBatch:
 
     def __init__(self, records: bytes, count: int, base_timestamp_ms: int, max_timestamp_ms: int,
                  compression: int) -> None:
-        assert count > 0, "a record batch holds at least one record"
+        if count <= 0:  # a batch with last offset delta -1 would corrupt the partition
+            raise InvalidRecordError("a record batch holds at least one record")
         self.payload = compress(compression, records) if compression else records
         self.attributes = compression
         self.count = count

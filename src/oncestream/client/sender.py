@@ -53,6 +53,7 @@ from oncestream.client.errors import (
 )
 from oncestream.client.network import PRODUCE_KEY, UnsupportedApiError, produce_request_body
 from oncestream.protocol.codec import build
+from oncestream.protocol.api_keys import INIT_PRODUCER_ID
 from oncestream.protocol.records import COMPRESSION_BY_NAME
 
 if TYPE_CHECKING:
@@ -60,7 +61,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("oncestream.client")
 
-INIT_PRODUCER_ID = 22
 MAX_IN_FLIGHT_PER_PARTITION = 5
 _SEQUENCE_ERRORS = (ErrorCode.out_of_order_sequence_number, ErrorCode.unknown_producer_id)
 _EPOCH_ERRORS = (ErrorCode.invalid_producer_epoch, ErrorCode.producer_fenced)

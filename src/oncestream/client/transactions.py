@@ -53,15 +53,17 @@ from oncestream.client.network import UnsupportedApiError
 from oncestream.client.prepared_txn import PreparedTxnState
 from oncestream.client.txn_state import TxnState, TxnStateMachine
 from oncestream.protocol.codec import build
+from oncestream.protocol.api_keys import (
+    ADD_OFFSETS_TO_TXN,
+    ADD_PARTITIONS_TO_TXN,
+    END_TXN,
+    INIT_PRODUCER_ID,
+    PRODUCE,
+    TXN_OFFSET_COMMIT,
+)
 
 log = logging.getLogger("oncestream.client")
 
-INIT_PRODUCER_ID = 22
-ADD_PARTITIONS_TO_TXN = 24
-ADD_OFFSETS_TO_TXN = 25
-END_TXN = 26
-TXN_OFFSET_COMMIT = 28
-PRODUCE = 0
 TRANSACTION_VERSION_FEATURE = "transaction.version"
 
 _S = TxnState

@@ -21,39 +21,12 @@ every record keeps its absolute timestamp.
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass
 
-import crc32c
-
-from oncestream.errors import CorruptRecordError
+from oncestream.errors import CorruptRecordError, InvalidRecordError
 from oncestream.protocol import record_batch as rb
-from oncestream.protocol.records import COMPRESSION_NONE, compress, decompress
-
-_HEADER = struct.Struct(">qiibIhiqqqhii")
-
-
-def _read_varint(buf: bytes | memoryview, position: int) -> tuple[int, int]:
-    """Zig-zag varint at ``position``: (value, position after it)."""
-    shift = 0
-    result = 0
-    while True:
-        if position >= len(buf) or shift > 63:
-            raise CorruptRecordError("truncated or overlong varint in a record")
-        byte = buf[position]
-        position += 1
-        result |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return (result >> 1) ^ -(result & 1), position
-        shift += 7
-
-
-def _write_varint(out: bytearray, value: int) -> None:
-    value = (value << 1) ^ (value >> 63)
-    while value & ~0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
+from oncestream.protocol.compression import COMPRESSION_NONE, compress, decompress
+from oncestream.protocol.varint import read_varint, write_varint
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,24 +61,24 @@ def iter_raw_records(header: rb.BatchHeader, batch: bytes | memoryview) -> list[
     records: list[RawRecord] = []
     position = 0
     for _ in range(header.record_count):
-        length, position = _read_varint(view, position)
+        length, position = read_varint(view, position)
         end = position + length
         if length < 1 or end > len(view):
             raise CorruptRecordError("record length out of bounds")
         attributes = view[position]
-        timestamp_delta, cursor = _read_varint(view, position + 1)
-        offset_delta, cursor = _read_varint(view, cursor)
+        timestamp_delta, cursor = read_varint(view, position + 1)
+        offset_delta, cursor = read_varint(view, cursor)
         if not 0 <= offset_delta <= header.last_offset_delta:
             raise CorruptRecordError(f"record offset delta {offset_delta} outside the batch")
         fields_start = cursor
-        key_length, cursor = _read_varint(view, cursor)
+        key_length, cursor = read_varint(view, cursor)
         key = None
         if key_length >= 0:
             if cursor + key_length > end:
                 raise CorruptRecordError("record key runs past the record")
             key = bytes(view[cursor : cursor + key_length])
             cursor += key_length
-        value_length, cursor = _read_varint(view, cursor)
+        value_length, cursor = read_varint(view, cursor)
         if cursor > end or cursor + max(value_length, 0) > end:
             raise CorruptRecordError("record value runs past the record")
         records.append(
@@ -136,8 +109,11 @@ def rebuild_batch(header: rb.BatchHeader, records: list[RawRecord], *, new_delet
     one: a horizon, once set, never moves). With no records left this is the header-only batch
     Kafka keeps for a producer's last write (uncompressed, original timestamps).
     """
-    assert all(0 <= r.offset_delta <= header.last_offset_delta for r in records)
-    assert all(a.offset_delta < b.offset_delta for a, b in zip(records, records[1:])), "records keep their order"
+    # Typed errors, not asserts (python -O strips those): a wrong subset would be written to disk.
+    if not all(0 <= r.offset_delta <= header.last_offset_delta for r in records):
+        raise InvalidRecordError(f"rebuilding batch {header.base_offset}: a record lies outside the batch")
+    if not all(a.offset_delta < b.offset_delta for a, b in zip(records, records[1:])):
+        raise InvalidRecordError(f"rebuilding batch {header.base_offset}: records must keep their order")
     log_append_time = bool(header.attributes & rb.ATTR_TIMESTAMP_TYPE_LOG_APPEND)
     attributes = header.attributes
     base_timestamp_ms = header.base_timestamp
@@ -155,10 +131,10 @@ def rebuild_batch(header: rb.BatchHeader, records: list[RawRecord], *, new_delet
         for record in records:
             body.clear()
             body.append(record.attributes)
-            _write_varint(body, record.timestamp_delta + rebase_ms)
-            _write_varint(body, record.offset_delta)
+            write_varint(body, record.timestamp_delta + rebase_ms)
+            write_varint(body, record.offset_delta)
             body += record.fields
-            _write_varint(payload, len(body))
+            write_varint(payload, len(body))
             payload += body
         section = compress(header.compression, bytes(payload))
     else:
@@ -167,7 +143,7 @@ def rebuild_batch(header: rb.BatchHeader, records: list[RawRecord], *, new_delet
         section = b""
     batch_length = rb.HEADER_SIZE_BYTES - rb.LOG_OVERHEAD_BYTES + len(section)
     out = bytearray(rb.HEADER_SIZE_BYTES + len(section))
-    _HEADER.pack_into(
+    rb.HEADER_STRUCT.pack_into(
         out,
         0,
         header.base_offset,
@@ -185,5 +161,5 @@ def rebuild_batch(header: rb.BatchHeader, records: list[RawRecord], *, new_delet
         len(records),
     )
     out[rb.HEADER_SIZE_BYTES :] = section
-    struct.pack_into(">I", out, rb.CRC_OFFSET, crc32c.crc32c(memoryview(out)[rb.ATTRIBUTES_OFFSET :]))
+    rb.write_crc(out)
     return bytes(out)

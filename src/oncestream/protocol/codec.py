@@ -19,9 +19,10 @@ from typing import Any
 
 from kio.serial import entity_reader, entity_writer
 
-from oncestream.protocol.api_keys import API_VERSIONS
+from oncestream.protocol.api_keys import API_VERSIONS, API_VERSIONS_KEY
 from oncestream.protocol.length_guard import ArrayLengthError, check_array_lengths
 from oncestream.protocol.schemas import request_class, response_class, response_module  # noqa: F401 (re-exported for handlers)
+from oncestream.protocol.varint import MalformedVarintError, read_uvarint
 
 _HEADER_FIXED = struct.Struct(">hhih")
 _SIZE = struct.Struct(">i")
@@ -42,21 +43,6 @@ class RequestHeader:
     body_offset: int
 
 
-def read_uvarint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
-    """Unsigned varint (flexible versions' compact lengths and tag counts)."""
-    result = 0
-    shift = 0
-    while True:
-        if pos >= len(buf) or shift > 28:
-            raise MalformedRequestError("bad unsigned varint")
-        byte = buf[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return result, pos
-        shift += 7
-
-
 def parse_request_header(frame: bytes | memoryview) -> RequestHeader:
     """Parse header v1/v2 of a request frame (without the 4-byte size prefix)."""
     if len(frame) < _HEADER_FIXED.size:
@@ -72,13 +58,16 @@ def parse_request_header(frame: bytes | memoryview) -> RequestHeader:
         pos = end
     if is_flexible(api_key, api_version):
         # Header v2: tagged fields follow the client id (which stays a nullable int16 string).
-        count, pos = read_uvarint(frame, pos)
-        for _ in range(count):
-            _tag, pos = read_uvarint(frame, pos)
-            size, pos = read_uvarint(frame, pos)
-            pos += size
-            if pos > len(frame):
-                raise MalformedRequestError("tagged field runs past the frame")
+        try:
+            count, pos = read_uvarint(frame, pos)
+            for _ in range(count):
+                _tag, pos = read_uvarint(frame, pos)
+                size, pos = read_uvarint(frame, pos)
+                pos += size
+                if pos > len(frame):
+                    raise MalformedRequestError("tagged field runs past the frame")
+        except MalformedVarintError as exc:
+            raise MalformedRequestError(f"request header: {exc}") from exc
     return RequestHeader(api_key, api_version, correlation_id, client_id, pos)
 
 
@@ -92,12 +81,14 @@ def is_flexible(api_key: int, api_version: int) -> bool:
 
 
 @functools.cache
-def _reader(cls: type) -> Any:
+def reader_for(cls: type) -> Any:
+    """kio's reader of one request/response class, built once (building one is slow)."""
     return entity_reader(cls)
 
 
 @functools.cache
-def _writer(cls: type) -> Any:
+def writer_for(cls: type) -> Any:
+    """kio's writer of one request/response class, built once."""
     return entity_writer(cls)
 
 
@@ -107,7 +98,7 @@ def decode_request(header: RequestHeader, frame: bytes | memoryview) -> Any:
     try:
         # kio aborts the process on an array length it cannot allocate (see length_guard).
         check_array_lengths(cls, frame, header.body_offset)
-        entity, _size = _reader(cls)(frame, header.body_offset)
+        entity, _size = reader_for(cls)(frame, header.body_offset)
     except ArrayLengthError as exc:
         raise MalformedRequestError(f"cannot decode {cls.__name__}: {exc}") from exc
     except Exception as exc:  # kio raises ValueError/IndexError/etc. on malformed bodies
@@ -133,9 +124,9 @@ def encode_response(api_key: int, api_version: int, correlation_id: int, respons
     buf.write(_SIZE.pack(correlation_id))
     # Flexible responses use header v1 (an empty tagged-field section), except ApiVersions,
     # which always answers with header v0 so that any client can read it (KIP-511).
-    if response.__flexible__ and api_key != 18:
+    if response.__flexible__ and api_key != API_VERSIONS_KEY:
         buf.write(b"\0")
-    _writer(type(response))(buf, response)
+    writer_for(type(response))(buf, response)
     out = buf.getbuffer()
     _SIZE.pack_into(out, 0, len(out) - 4)
     del out

@@ -14,6 +14,8 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from oncestream.protocol.varint import encode_uvarint
+
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _PART_HEAD = struct.Struct(">ihq")  # partition_index, error_code, high_watermark
@@ -38,22 +40,13 @@ class PartitionFetchResult:
     size_bytes: int = 0
 
 
-def _uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value & ~0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 def _string(name: str, flexible: bool) -> bytes:
     raw = name.encode()
-    return (_uvarint(len(raw) + 1) if flexible else _I16.pack(len(raw))) + raw
+    return (encode_uvarint(len(raw) + 1) if flexible else _I16.pack(len(raw))) + raw
 
 
 def _array_len(n: int, flexible: bool) -> bytes:
-    return _uvarint(n + 1) if flexible else _I32.pack(n)
+    return encode_uvarint(n + 1) if flexible else _I32.pack(n)
 
 
 def encode_fetch_response(
@@ -94,7 +87,7 @@ def encode_fetch_response(
                         head += b"\x00"
             if version >= 11:
                 head += _I32.pack(-1)  # preferred_read_replica: none
-            head += _uvarint(p.size_bytes + 1) if flexible else _I32.pack(p.size_bytes)
+            head += encode_uvarint(p.size_bytes + 1) if flexible else _I32.pack(p.size_bytes)
             if p.size_bytes:
                 out.append(bytes(head))
                 head = bytearray()

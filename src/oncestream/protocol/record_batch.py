@@ -54,7 +54,9 @@ ATTR_TRANSACTIONAL = 0x10
 ATTR_CONTROL = 0x20
 ATTR_DELETE_HORIZON = 0x40
 
-_HEADER = struct.Struct(">qiibIhiqqqhii")
+HEADER_STRUCT = struct.Struct(">qiibIhiqqqhii")  # the 61 header bytes, in the order above
+_HEADER = HEADER_STRUCT
+_CRC = struct.Struct(">I")
 _BASE_OFFSET = struct.Struct(">q")
 _LENGTH = struct.Struct(">qi")
 _INT32_MAX = 2**31 - 1
@@ -132,6 +134,11 @@ def parse_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHead
 def compute_crc(batch: bytes | bytearray | memoryview) -> int:
     """CRC32C over attributes..end, as stored in the crc field."""
     return crc32c.crc32c(memoryview(batch)[ATTRIBUTES_OFFSET:])
+
+
+def write_crc(batch: bytearray | memoryview) -> None:
+    """Store the CRC32C of a batch built in place (the last step of building one)."""
+    _CRC.pack_into(batch, CRC_OFFSET, compute_crc(batch))
 
 
 def iter_batches(

@@ -4,7 +4,12 @@ The broker's produce and fetch paths never use this module (they move batches ve
 ``record_batch``); it serves the CLI, our client, the coordinators that write their own internal
 records, and tests. kio ships a record reader, but it does not build batches with producer
 ids/sequences/compression and it decodes through pure-Python readers; this module is small and
-keeps batch building and parsing in one place. Codecs come from ``cramjam``.
+keeps batch building and parsing in one place.
+
+It is the front of the one record codec: varints (``varint``), compression (``compression``),
+batch walking (``batch_walk``), transaction markers (``markers``) and the read_committed filter
+(``aborted_filter``) each live in their own module, and the names callers know are re-exported
+here.
 
 Record layout (varints are zig-zag)::
 
@@ -15,36 +20,33 @@ Record layout (varints are zig-zag)::
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
-import cramjam
-
-from oncestream.errors import CorruptRecordError
+from oncestream.errors import CorruptRecordError, InvalidRecordError
 from oncestream.protocol import record_batch as rb
-
-COMPRESSION_NONE = 0
-COMPRESSION_GZIP = 1
-COMPRESSION_SNAPPY = 2
-COMPRESSION_LZ4 = 3
-COMPRESSION_ZSTD = 4
-COMPRESSION_BY_NAME = {
-    "none": COMPRESSION_NONE,
-    "gzip": COMPRESSION_GZIP,
-    "snappy": COMPRESSION_SNAPPY,
-    "lz4": COMPRESSION_LZ4,
-    "zstd": COMPRESSION_ZSTD,
-}
-
-CONTROL_ABORT = 0
-CONTROL_COMMIT = 1
-
-_XERIAL_MAGIC = b"\x82SNAPPY\x00"
-_HEADER = struct.Struct(">qiibIhiqqqhii")
-_CONTROL_KEY = struct.Struct(">hh")
-_CONTROL_VALUE = struct.Struct(">hi")
-_INT32 = struct.Struct(">i")
+from oncestream.protocol.aborted_filter import AbortedFilter
+from oncestream.protocol.batch_walk import complete_batches
+from oncestream.protocol.compression import (  # noqa: F401 (re-exported: the codec's public names)
+    COMPRESSION_BY_NAME,
+    COMPRESSION_GZIP,
+    COMPRESSION_LZ4,
+    COMPRESSION_NONE,
+    COMPRESSION_SNAPPY,
+    COMPRESSION_ZSTD,
+    compress,
+    decompress,
+)
+from oncestream.protocol.markers import (  # noqa: F401 (re-exported)
+    CONTROL_ABORT,
+    CONTROL_COMMIT,
+    encode_marker_key,
+    encode_marker_value,
+    marker_type,
+)
+from oncestream.protocol.varint import read_varint as _read_varint
+from oncestream.protocol.varint import write_varint as _write_varint
 
 Header = tuple[str, bytes | None]
 
@@ -73,31 +75,7 @@ class DecodedBatch:
         return 1 if self.header.attributes & rb.ATTR_TIMESTAMP_TYPE_LOG_APPEND else 0
 
 
-# --- varints -------------------------------------------------------------------------------------
-
-
-def _write_varint(out: bytearray, value: int) -> None:
-    """Zig-zag varint (Kafka's signed varint/varlong)."""
-    value = (value << 1) ^ (value >> 63)
-    while value & ~0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-
-
-def _read_varint(buf: memoryview | bytes, pos: int) -> tuple[int, int]:
-    shift = 0
-    result = 0
-    while True:
-        if pos >= len(buf) or shift > 63:
-            raise CorruptRecordError("truncated or overlong varint")
-        byte = buf[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            break
-        shift += 7
-    return (result >> 1) ^ -(result & 1), pos
+# --- fields ------------------------------------------------------------------------------------
 
 
 def _write_bytes(out: bytearray, data: bytes | None) -> None:
@@ -116,60 +94,6 @@ def _read_bytes(buf: memoryview | bytes, pos: int) -> tuple[bytes | None, int]:
     if end > len(buf):
         raise CorruptRecordError("record field runs past the batch")
     return bytes(buf[pos:end]), end
-
-
-# --- compression ---------------------------------------------------------------------------------
-
-
-def compress(codec: int, data: bytes) -> bytes:
-    """Compress a records section with the batch codec id."""
-    if codec == COMPRESSION_NONE:
-        return data
-    if codec == COMPRESSION_GZIP:
-        return bytes(cramjam.gzip.compress(data))
-    if codec == COMPRESSION_SNAPPY:
-        # Raw snappy, as librdkafka writes it; Java's reader accepts raw as well as xerial frames.
-        return bytes(cramjam.snappy.compress_raw(data))
-    if codec == COMPRESSION_LZ4:
-        return bytes(cramjam.lz4.compress(data))
-    if codec == COMPRESSION_ZSTD:
-        return bytes(cramjam.zstd.compress(data))
-    raise CorruptRecordError(f"unknown compression codec {codec}")
-
-
-def decompress(codec: int, data: bytes | memoryview) -> bytes:
-    """Decompress a records section; raise CorruptRecordError on any codec failure."""
-    try:
-        if codec == COMPRESSION_NONE:
-            return bytes(data)
-        if codec == COMPRESSION_GZIP:
-            return bytes(cramjam.gzip.decompress(bytes(data)))
-        if codec == COMPRESSION_SNAPPY:
-            raw = bytes(data)
-            if raw.startswith(_XERIAL_MAGIC):
-                return _decompress_xerial(raw)
-            return bytes(cramjam.snappy.decompress_raw(raw))
-        if codec == COMPRESSION_LZ4:
-            return bytes(cramjam.lz4.decompress(bytes(data)))
-        if codec == COMPRESSION_ZSTD:
-            return bytes(cramjam.zstd.decompress(bytes(data)))
-    except CorruptRecordError:
-        raise
-    except Exception as exc:  # cramjam raises its own DecompressionError types
-        raise CorruptRecordError(f"cannot decompress batch: {exc}") from exc
-    raise CorruptRecordError(f"unknown compression codec {codec}")
-
-
-def _decompress_xerial(raw: bytes) -> bytes:
-    """Java's snappy-java stream framing: 16-byte header, then (int32 length, raw block)*."""
-    out = bytearray()
-    pos = 16
-    while pos < len(raw):
-        (length,) = _INT32.unpack_from(raw, pos)
-        pos += 4
-        out += cramjam.snappy.decompress_raw(raw[pos : pos + length])
-        pos += length
-    return bytes(out)
 
 
 # --- building ------------------------------------------------------------------------------------
@@ -222,7 +146,8 @@ def encode_batch(
     partition_leader_epoch: int = -1,
 ) -> bytes:
     """Build one record batch v2 with a valid CRC32C."""
-    assert records, "a record batch holds at least one record"
+    if not records:
+        raise InvalidRecordError("a record batch holds at least one record")
     base_ts = records[0].timestamp_ms if records[0].timestamp_ms is not None else now_ms
     encoded, max_ts = encode_records(records, base_ts)
     payload = compress(compression, encoded)
@@ -233,7 +158,7 @@ def encode_batch(
         attributes |= rb.ATTR_CONTROL
     batch_length = rb.HEADER_SIZE_BYTES - rb.LOG_OVERHEAD_BYTES + len(payload)
     buf = bytearray(rb.HEADER_SIZE_BYTES + len(payload))
-    _HEADER.pack_into(
+    rb.HEADER_STRUCT.pack_into(
         buf,
         0,
         base_offset,
@@ -251,7 +176,7 @@ def encode_batch(
         len(records),
     )
     buf[rb.HEADER_SIZE_BYTES :] = payload
-    struct.pack_into(">I", buf, rb.CRC_OFFSET, rb.compute_crc(buf))
+    rb.write_crc(buf)
     return bytes(buf)
 
 
@@ -265,10 +190,8 @@ def encode_control_batch(
     base_offset: int = 0,
 ) -> bytes:
     """A transaction marker (COMMIT or ABORT) control batch with one record (KIP-98)."""
-    key = _CONTROL_KEY.pack(0, marker)
-    value = _CONTROL_VALUE.pack(0, coordinator_epoch)
     return encode_batch(
-        [NewRecord(value=value, key=key, timestamp_ms=now_ms)],
+        [NewRecord(value=encode_marker_value(coordinator_epoch), key=encode_marker_key(marker), timestamp_ms=now_ms)],
         now_ms=now_ms,
         base_offset=base_offset,
         producer_id=producer_id,
@@ -280,10 +203,7 @@ def encode_control_batch(
 
 def control_marker_type(record: Record) -> int:
     """CONTROL_ABORT or CONTROL_COMMIT from a control record's key."""
-    if record.key is None or len(record.key) < 4:
-        raise CorruptRecordError("control record without a valid key")
-    _version, marker = _CONTROL_KEY.unpack_from(record.key, 0)
-    return marker
+    return marker_type(record.key)
 
 
 # --- decoding ------------------------------------------------------------------------------------
@@ -302,15 +222,7 @@ def decode_batches(
 
     With ``allow_partial`` a truncated last batch (as a fetch response may carry) is skipped.
     """
-    view = memoryview(blob)
-    if allow_partial:
-        end = 0
-        while True:
-            peek = rb.peek_size(view, end)
-            if peek is None or end + peek[1] > len(view):
-                break
-            end += peek[1]
-        view = view[:end]
+    view = complete_batches(blob) if allow_partial else memoryview(blob)
     for header, batch in rb.iter_batches(view, verify_crc=verify_crc):
         yield DecodedBatch(header, _decode_records(header, batch))
 
@@ -344,36 +256,33 @@ def _decode_records(header: rb.BatchHeader, batch: memoryview) -> list[Record]:
     return out
 
 
+class AbortedTransaction(Protocol):
+    """An entry of a Fetch response's aborted_transactions (kio's dataclass has these fields)."""
+
+    producer_id: int
+    first_offset: int
+
+
 def committed_records(
-    blob: bytes | memoryview, aborted_transactions: Iterable[object] | None
+    blob: bytes | memoryview, aborted_transactions: Iterable[AbortedTransaction] | None
 ) -> Iterable[tuple[DecodedBatch, Record | None]]:
     """Walk fetched data as a read_committed consumer must (KIP-98 consumer-side filtering).
 
     Yields ``(batch, record)`` for every visible data record and ``(batch, None)`` once for every
-    batch that yields nothing (control batches, aborted transactional batches), so callers can
-    advance their position past it. ``aborted_transactions`` is the fetch response's list (items
-    with ``producer_id`` and ``first_offset``); None means read_uncommitted: everything but
-    control records is visible.
+    batch that yields nothing (control batches, aborted transactional batches, emptied batches),
+    so callers can advance their position past it. ``aborted_transactions`` is the fetch
+    response's list (items with ``producer_id`` and ``first_offset``); None means
+    read_uncommitted: everything but control records is visible. The decision is
+    ``AbortedFilter``'s.
     """
-    pending = sorted(
-        ((a.producer_id, a.first_offset) for a in aborted_transactions or ()), key=lambda a: a[1]
-    )
-    active: set[int] = set()
-    next_aborted = 0
-    for batch in decode_batches(blob, allow_partial=True):
-        header = batch.header
-        while next_aborted < len(pending) and pending[next_aborted][1] <= header.last_offset:
-            active.add(pending[next_aborted][0])
-            next_aborted += 1
-        if header.is_control:
-            if header.producer_id in active and batch.records and control_marker_type(batch.records[0]) == CONTROL_ABORT:
-                active.discard(header.producer_id)
-            yield batch, None
+    read_committed = aborted_transactions is not None
+    filt = AbortedFilter(read_committed, ((a.producer_id, a.first_offset) for a in aborted_transactions or ()))
+    for header, batch in rb.iter_batches(complete_batches(blob)):
+        if filt.hides_header(header, batch):
+            yield DecodedBatch(header), None
             continue
-        if aborted_transactions is not None and header.is_transactional and header.producer_id in active:
-            yield batch, None
-            continue
-        if not batch.records:
-            yield batch, None
-        for record in batch.records:
-            yield batch, record
+        decoded = DecodedBatch(header, _decode_records(header, batch))
+        if not decoded.records:
+            yield decoded, None
+        for record in decoded.records:
+            yield decoded, record

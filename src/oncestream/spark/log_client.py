@@ -17,16 +17,11 @@ from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
+from oncestream.client.cluster import parse_bootstrap_list
 from oncestream.client.connection import BrokerConnection, BrokerUnreachableError
+from oncestream.protocol.api_keys import CREATE_TOPICS, FETCH, LIST_OFFSETS, LIST_TRANSACTIONS, METADATA, PRODUCE
 from oncestream.protocol.codec import build
 from oncestream.spark.errors import BrokerRequestError
-
-PRODUCE = 0
-METADATA = 3
-LIST_OFFSETS = 2
-FETCH = 1
-CREATE_TOPICS = 19
-LIST_TRANSACTIONS = 66
 
 TopicPartition = tuple[str, int]
 
@@ -101,18 +96,11 @@ class FetchResult:
 
 
 def _split_bootstrap(servers: str) -> list[tuple[str, int]]:
-    out = []
-    for item in servers.split(","):
-        item = item.strip()
-        if not item:
-            continue
-        if "://" in item:
-            item = item.split("://", 1)[1]
-        host, _, port = item.rpartition(":")
-        out.append((host or "127.0.0.1", int(port)))
-    if not out:
-        raise BrokerRequestError(f"no broker address in bootstrap servers {servers!r}")
-    return out
+    """The client's reading of ``bootstrap.servers``, failing as the connector's errors do."""
+    try:
+        return parse_bootstrap_list(servers)
+    except ValueError as exc:
+        raise BrokerRequestError(f"no usable broker address in bootstrap servers {servers!r}: {exc}") from exc
 
 
 class LogClient:

@@ -10,8 +10,7 @@ reader advances by batch boundaries, not by counting records.
 
 from __future__ import annotations
 
-import heapq
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -19,7 +18,10 @@ from kio.schema.errors import ErrorCode
 
 from oncestream.errors import CorruptRecordError
 from oncestream.protocol import record_batch as rb
-from oncestream.protocol.records import CONTROL_ABORT, control_marker_type, decode_batch, decompress
+from oncestream.protocol.aborted_filter import AbortedFilter
+from oncestream.protocol.batch_walk import iter_complete_batches
+from oncestream.protocol.compression import decompress
+from oncestream.protocol.varint import read_varint
 from oncestream.spark.errors import BrokerRequestError, DataLossError
 from oncestream.spark.log_client import ClientSettings, LogClient
 
@@ -56,40 +58,6 @@ class OffsetRange:
     client: ClientSettings = ClientSettings()  # the query's kafka.* client properties
 
 
-class _AbortedFilter:
-    """Which transactional batches belong to aborted transactions (Kafka's consumer algorithm)."""
-
-    def __init__(self) -> None:
-        self._pending: list[tuple[int, int]] = []  # heap of (first offset, producer id)
-        self._aborting: set[int] = set()
-
-    def add(self, aborted: tuple[tuple[int, int], ...]) -> None:
-        """Learn the aborted transactions a fetch response listed."""
-        for producer_id, first_offset in aborted:
-            heapq.heappush(self._pending, (first_offset, producer_id))
-
-    def skip_header(self, header: rb.BatchHeader) -> bool:
-        """True when a data batch belongs to an aborted transaction."""
-        self._advance(header)
-        return header.is_transactional and header.producer_id in self._aborting
-
-    def _advance(self, header: rb.BatchHeader) -> None:
-        while self._pending and self._pending[0][0] <= header.last_offset:
-            _, producer_id = heapq.heappop(self._pending)
-            self._aborting.add(producer_id)
-
-    def skip(self, batch) -> bool:
-        """True when the batch must not reach the user (control or aborted data)."""
-        header = batch.header
-        self._advance(header)
-        if header.is_control:
-            if header.producer_id in self._aborting and batch.records and \
-                    control_marker_type(batch.records[0]) == CONTROL_ABORT:
-                self._aborting.discard(header.producer_id)
-            return True
-        return header.is_transactional and header.producer_id in self._aborting
-
-
 class _Columns:
     """Column buffers for one Arrow batch."""
 
@@ -119,28 +87,18 @@ class _Columns:
         ], schema=ARROW_SCHEMA)
 
 
-def _varint_slow(buf: bytes, pos: int) -> tuple[int, int]:
-    """Zig-zag varint that did not fit in one byte."""
-    shift = 0
-    result = 0
-    while True:
-        if pos >= len(buf) or shift > 63:
-            raise CorruptRecordError("truncated or overlong varint")
-        byte = buf[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return (result >> 1) ^ -(result & 1), pos
-        shift += 7
+_varint = read_varint
 
 
 def _append_records(header: rb.BatchHeader, batch: memoryview, cols: _Columns, position: int, end: int) -> None:
     """Decode a data batch's records straight into the column buffers, keeping offsets in
     [position, end).
 
-    The same record layout as ``protocol.records`` (which the property test there covers), but
-    columnar and with one-byte varints inlined: it runs once per record on the read path, where
-    the generic decoder's per-record objects cost more than the bytes.
+    The same record layout as ``protocol.records`` (the codec property test checks they agree),
+    but columnar, with one- and two-byte varints read inline and ``varint.read_varint`` called
+    for longer ones: this runs once per record on the read path, where a call per varint (and
+    the generic decoder's per-record objects) costs more than the bytes; the same measurement as
+    in ``client.fetch_decoder`` applies.
     """
     buf = decompress(header.compression, batch[rb.HEADER_SIZE_BYTES:])
     keys, values, offsets, stamps, types, headers = (
@@ -154,8 +112,11 @@ def _append_records(header: rb.BatchHeader, batch: memoryview, cols: _Columns, p
         b = buf[pos]
         if b < 0x80:
             length, pos = (b >> 1) ^ -(b & 1), pos + 1
+        elif buf[pos + 1] < 0x80:  # two bytes: a length from 64 to 8191 (a 1 KiB value)
+            raw = (b & 0x7F) | (buf[pos + 1] << 7)
+            length, pos = (raw >> 1) ^ -(raw & 1), pos + 2
         else:
-            length, pos = _varint_slow(buf, pos)
+            length, pos = _varint(buf, pos)
         record_end = pos + length
         if length < 0 or record_end > size:
             raise CorruptRecordError("record length out of bounds")
@@ -164,12 +125,12 @@ def _append_records(header: rb.BatchHeader, batch: memoryview, cols: _Columns, p
         if b < 0x80:
             ts_delta, pos = (b >> 1) ^ -(b & 1), pos + 1
         else:
-            ts_delta, pos = _varint_slow(buf, pos)
+            ts_delta, pos = _varint(buf, pos)
         b = buf[pos]
         if b < 0x80:
             offset_delta, pos = (b >> 1) ^ -(b & 1), pos + 1
         else:
-            offset_delta, pos = _varint_slow(buf, pos)
+            offset_delta, pos = _varint(buf, pos)
         offset = base_offset + offset_delta
         if offset < position or offset >= end:
             pos = record_end
@@ -178,7 +139,7 @@ def _append_records(header: rb.BatchHeader, batch: memoryview, cols: _Columns, p
         if b < 0x80:
             klen, pos = (b >> 1) ^ -(b & 1), pos + 1
         else:
-            klen, pos = _varint_slow(buf, pos)
+            klen, pos = _varint(buf, pos)
         if klen >= 0:
             key, pos = buf[pos:pos + klen], pos + klen
         else:
@@ -186,21 +147,24 @@ def _append_records(header: rb.BatchHeader, batch: memoryview, cols: _Columns, p
         b = buf[pos]
         if b < 0x80:
             vlen, pos = (b >> 1) ^ -(b & 1), pos + 1
+        elif buf[pos + 1] < 0x80:  # two bytes: a length from 64 to 8191 (a 1 KiB value)
+            raw = (b & 0x7F) | (buf[pos + 1] << 7)
+            vlen, pos = (raw >> 1) ^ -(raw & 1), pos + 2
         else:
-            vlen, pos = _varint_slow(buf, pos)
+            vlen, pos = _varint(buf, pos)
         if vlen >= 0:
             value, pos = buf[pos:pos + vlen], pos + vlen
         else:
             value = None
-        count, pos = _varint_slow(buf, pos) if buf[pos] >= 0x80 else ((buf[pos] >> 1) ^ -(buf[pos] & 1), pos + 1)
+        count, pos = _varint(buf, pos) if buf[pos] >= 0x80 else ((buf[pos] >> 1) ^ -(buf[pos] & 1), pos + 1)
         hdrs = None
         if count > 0:
             hdrs = []
             for _h in range(count):
-                hk_len, pos = _varint_slow(buf, pos)
+                hk_len, pos = _varint(buf, pos)
                 hkey = buf[pos:pos + hk_len].decode("utf-8", "replace") if hk_len >= 0 else ""
                 pos += max(hk_len, 0)
-                hv_len, pos = _varint_slow(buf, pos)
+                hv_len, pos = _varint(buf, pos)
                 hval = buf[pos:pos + hv_len] if hv_len >= 0 else None
                 pos += max(hv_len, 0)
                 hdrs.append({"key": hkey, "value": hval})
@@ -214,15 +178,57 @@ def _append_records(header: rb.BatchHeader, batch: memoryview, cols: _Columns, p
         headers.append(hdrs)
 
 
-def _complete_batches(blob: bytes) -> memoryview:
-    """The prefix of a fetch's records that holds whole batches (the last may be cut off)."""
-    view = memoryview(blob)
-    end = 0
-    while True:
-        peek = rb.peek_size(view, end)
-        if peek is None or end + peek[1] > len(view):
-            return view[:end]
-        end += peek[1]
+class ColumnDecoder:
+    """Turns one partition's fetched records into Arrow batches: the reader's position, its
+    read_committed filter (one for the whole range, fed each response's aborted list) and the
+    column buffers."""
+
+    def __init__(self, topic: str, partition: int, position: int, end: int, *, read_committed: bool) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.position = position  # next offset to read
+        self.end = end
+        self._filter = AbortedFilter(read_committed)
+        self._cols = _Columns()
+
+    def feed(self, records: bytes, aborted: Iterable[tuple[int, int]] = ()) -> Iterator[pa.RecordBatch]:
+        """Decode the complete batches of one fetch response (``aborted``: its aborted
+        transactions as (producer id, first offset)), yielding each Arrow batch that fills up."""
+        self._filter.add(aborted)
+        hides = self._filter.hides_header
+        for header, batch in iter_complete_batches(records):
+            hidden = hides(header, batch)  # every batch, in order: markers end aborted ranges
+            if header.next_offset <= self.position:
+                continue  # a fetch may return a batch that starts before the fetch offset
+            if not hidden:
+                try:
+                    _append_records(header, batch, self._cols, self.position, self.end)
+                except IndexError as exc:  # an inline varint read ran off the records
+                    raise CorruptRecordError(f"record runs past the batch at offset {header.base_offset}") from exc
+            self.position = header.next_offset
+            if len(self._cols) >= ROWS_PER_ARROW_BATCH:
+                yield self._cols.to_arrow(self.topic, self.partition)
+                self._cols = _Columns()
+            if self.position >= self.end:
+                break
+
+    def flush(self) -> pa.RecordBatch | None:
+        """The rows buffered so far as one Arrow batch (None if there are none)."""
+        if not len(self._cols):
+            return None
+        batch = self._cols.to_arrow(self.topic, self.partition)
+        self._cols = _Columns()
+        return batch
+
+
+def decode_to_arrow(records: bytes, topic: str, partition: int, position: int, end: int, *,
+                    read_committed: bool, aborted: Iterable[tuple[int, int]] = ()) -> Iterator[pa.RecordBatch]:
+    """The Arrow batches of one fetch response's records in [position, end) (benchmarks, tests)."""
+    decoder = ColumnDecoder(topic, partition, position, end, read_committed=read_committed)
+    yield from decoder.feed(records, aborted)
+    last = decoder.flush()
+    if last is not None:
+        yield last
 
 
 def read_range(rng: OffsetRange, client: LogClient | None = None) -> Iterator[pa.RecordBatch]:
@@ -248,12 +254,11 @@ def _data_loss(rng: OffsetRange, message: str) -> bool:
 
 def _read(rng: OffsetRange, log: LogClient) -> Iterator[pa.RecordBatch]:
     tp = (rng.topic, rng.partition)
-    position = rng.start
-    filt = _AbortedFilter()
-    cols = _Columns()
+    decoder = ColumnDecoder(rng.topic, rng.partition, rng.start, rng.end, read_committed=rng.read_committed)
     empty_fetches = 0
     settings = rng.client
-    while position < rng.end:
+    while decoder.position < rng.end:
+        position = decoder.position
         try:
             result = log.fetch(tp, position, max_bytes=settings.fetch_max_bytes, read_committed=rng.read_committed,
                                partition_max_bytes=settings.partition_fetch_max_bytes,
@@ -264,29 +269,13 @@ def _read(rng: OffsetRange, log: LogClient) -> Iterator[pa.RecordBatch]:
         if result.error == ErrorCode.offset_out_of_range:
             _data_loss(rng, f"offset {position} is out of range (log start {result.log_start_offset})")
             if 0 <= result.log_start_offset and position < result.log_start_offset:
-                position = result.log_start_offset
+                decoder.position = result.log_start_offset
                 continue
             break
         if result.error != ErrorCode.none:
             raise BrokerRequestError(f"Fetch {rng.topic}[{rng.partition}]: {result.error.name}")
-        if rng.read_committed:
-            filt.add(result.aborted)
-        advanced = False
-        for header, batch in rb.iter_batches(_complete_batches(result.records)):
-            if header.next_offset <= position:
-                continue  # a fetch may return a batch that starts before the fetch offset
-            advanced = True
-            if header.is_control:
-                if rng.read_committed:
-                    filt.skip(decode_batch(batch))
-            elif not (rng.read_committed and header.is_transactional and filt.skip_header(header)):
-                _append_records(header, batch, cols, position, rng.end)
-            position = header.next_offset
-            if len(cols) >= ROWS_PER_ARROW_BATCH:
-                yield cols.to_arrow(rng.topic, rng.partition)
-                cols = _Columns()
-            if position >= rng.end:
-                break
+        yield from decoder.feed(result.records, result.aborted)
+        advanced = decoder.position > position
         if advanced:
             empty_fetches = 0
             continue
@@ -300,5 +289,6 @@ def _read(rng: OffsetRange, log: LogClient) -> Iterator[pa.RecordBatch]:
                 _data_loss(rng, f"offsets [{position}, {rng.end}) are no longer in the log "
                                 f"(it now ends at {visible})")
                 break
-    if len(cols):
-        yield cols.to_arrow(rng.topic, rng.partition)
+    last = decoder.flush()
+    if last is not None:
+        yield last
