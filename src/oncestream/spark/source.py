@@ -359,6 +359,10 @@ class OnceStreamBatchReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Fetch the range in a task and hand Arrow batches to Spark."""
+        if partition.value is None:
+            # An empty plan (every range empty): PySpark still runs one task, with
+            # InputPartition(None) (plan_data_source_read.py), which has nothing to read.
+            return
         assert isinstance(partition, OffsetRangePartition)
         yield from _shaped(read_range(partition.rng), self.opts.include_headers)
 
