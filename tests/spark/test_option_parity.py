@@ -6,6 +6,7 @@ and format("oncestream") in every session and thread of the application."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 import uuid
@@ -71,6 +72,13 @@ def _run_available_now(spark, df, **options: str):
     query.awaitTermination(300)
     assert query.exception() is None
     return query, spark.sql(f"SELECT value FROM {name}").collect()
+
+
+def _set_clock(path, now_ms: int) -> None:
+    """Replace the clock file at once, so the reader never sees it half written."""
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(str(now_ms))
+    os.replace(tmp, path)
 
 
 def _wait_for_rows(spark, name: str, count: int) -> list:
@@ -198,23 +206,32 @@ def test_min_offsets_per_trigger_holds_batches_back_until_enough_data(spark, eos
     assert sizes == [4, 20]
 
 
-def test_max_trigger_delay_releases_a_small_batch(spark, eos_broker):
-    """maxTriggerDelay: fewer offsets than minOffsetsPerTrigger are still read once the delay has
-    passed since the last batch."""
+def test_max_trigger_delay_releases_a_small_batch(spark, eos_broker, tmp_path):
+    """maxTriggerDelay: fewer offsets than minOffsetsPerTrigger wait until the delay has passed
+    since the last batch, then are read. The reader's clock is a file the test sets."""
     topic = _topic(eos_broker.bootstrap)
     _produce_timed(eos_broker.bootstrap, topic, count=1)
+    clock = tmp_path / "clock_ms"
+    _set_clock(clock, 0)
     name = f"q_{uuid.uuid4().hex[:10]}"
     query = (_stream(spark, eos_broker.bootstrap, topic, startingOffsets="earliest", minOffsetsPerTrigger="1000",
-                     maxTriggerDelay="1s")
+                     maxTriggerDelay="3s", **{"oncestream.test.clockFile": str(clock)})
              .select("value").writeStream.format("memory").queryName(name)
              .trigger(processingTime="100 milliseconds").start())
     try:
-        query.processAllAvailable()
+        query.processAllAvailable()  # the first batch runs at clock 0
         _produce_timed(eos_broker.bootstrap, topic, count=3, first=1)
+        _set_clock(clock, 2999)
+        query.processAllAvailable()
+        held = len(spark.sql(f"SELECT value FROM {name}").collect())
+        _set_clock(clock, 3000)
         rows = _wait_for_rows(spark, name, 8)
+        sizes = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
     finally:
         query.stop()
+    assert held == 2
     assert _values(rows) == _expected(range(4))
+    assert sizes == [2, 6]
 
 
 def test_available_now_reads_everything_in_capped_batches_despite_min_offsets(spark, eos_broker):

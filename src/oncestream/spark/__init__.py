@@ -25,13 +25,14 @@ from oncestream.spark.errors import (
 __all__ = [
     "CommitResolutionError",
     "DataLossError",
+    "DualWriter",
     "OnceStreamSparkError",
     "OptionError",
     "PostgresStore",
     "SqliteStore",
     "TwoPhaseCommitUnsupportedError",
-    "DualWriter",
     "dual_write",
+    "offsets_behind_latest",
     "register",
 ]
 
@@ -67,6 +68,10 @@ def __getattr__(name: str) -> Any:
         from oncestream.spark import dual_writer
 
         return getattr(dual_writer, name)
+    if name == "offsets_behind_latest":
+        from oncestream.spark import source
+
+        return source.offsets_behind_latest
     if name in ("SqliteStore", "PostgresStore"):
         from oncestream.spark import stores
 

@@ -47,6 +47,8 @@ LATEST = -1
 _BOOTSTRAP = "kafka.bootstrap.servers"
 _TEST_FAIL_AFTER_PREPARE = "oncestream.test.failafterprepare"
 _TEST_GATE_DIR = "oncestream.test.gatedir"
+# Tests only: a file holding the milliseconds the source's trigger-delay clock reads.
+_TEST_CLOCK_FILE = "oncestream.test.clockfile"
 
 # Client properties the source sets itself. Spark's Kafka source refuses the same ones: offsets
 # come from startingOffsets and Spark's checkpoint, records are handed over as bytes, nothing is
@@ -142,6 +144,7 @@ class SourceOptions:
     min_offsets_per_trigger: int | None = None
     max_trigger_delay_ms: int = DEFAULT_MAX_TRIGGER_DELAY_MS
     include_headers: bool = True
+    test_clock_file: str | None = None
 
 
 @dataclass(frozen=True)
@@ -374,6 +377,7 @@ def source_options(options: Mapping[str, str], *, streaming: bool) -> SourceOpti
         min_offsets_per_trigger=min_per_trigger,
         max_trigger_delay_ms=max_trigger_delay_ms,
         include_headers=include_headers(options),
+        test_clock_file=opts.get(_TEST_CLOCK_FILE) or None,
     )
 
 

@@ -234,6 +234,15 @@ def _monotonic_ms() -> float:
     return time.monotonic() * 1000
 
 
+def _file_clock(path: str) -> Callable[[], float]:
+    """A clock tests set by writing milliseconds to a file (option oncestream.test.clockFile): the
+    stream reader lives in a Spark planner process the test cannot reach otherwise."""
+    def now_ms() -> float:
+        with open(path) as f:
+            return float(f.read().strip())
+    return now_ms
+
+
 class MinOffsetsGate:
     """minOffsetsPerTrigger with maxTriggerDelay (Spark's ``delayBatch``): a trigger runs a batch
     when ``min_rows`` offsets are available, or when ``max_delay_ms`` has passed since the last
@@ -259,8 +268,10 @@ class MinOffsetsGate:
 class OnceStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Micro-batch reader. Spark keeps this object on the driver for the life of the query."""
 
-    def __init__(self, opts: SourceOptions, clock_ms: Callable[[], float] = _monotonic_ms) -> None:
+    def __init__(self, opts: SourceOptions, clock_ms: Callable[[], float] | None = None) -> None:
         self.opts = opts
+        if clock_ms is None:
+            clock_ms = _file_clock(opts.test_clock_file) if opts.test_clock_file else _monotonic_ms
         self._planner = _Planner(opts)
         self._available_now_target: dict[TopicPartition, int] | None = None
         self._latest_seen: dict[TopicPartition, int] = {}
@@ -386,7 +397,7 @@ def offsets_behind_latest(source_progress: Any) -> dict[str, float] | None:
     docs/spark-connector-options.md), so they are derived from the offsets it does report."""
 
     def offsets(key: str) -> dict[TopicPartition, int] | None:
-        raw = source_progress[key] if key in source_progress else None
+        raw = source_progress.get(key)
         if raw is None:
             return None
         parsed = json.loads(raw) if isinstance(raw, str) else raw
