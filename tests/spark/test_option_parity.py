@@ -282,7 +282,7 @@ def test_include_headers(spark, eos_broker):
         [("n", b"1")]
 
 
-def test_group_id_and_group_id_prefix_are_accepted_and_join_no_group(spark, eos_broker):
+def test_group_id_prefix_and_consumer_tuning_options_are_accepted_and_join_no_group(spark, eos_broker):
     """kafka.group.id / groupIdPrefix: accepted as Spark accepts them; the connector reads offset
     ranges, so no consumer group appears on the broker."""
     topic = _topic(eos_broker.bootstrap)
@@ -290,6 +290,11 @@ def test_group_id_and_group_id_prefix_are_accepted_and_join_no_group(spark, eos_
     group = f"g-{uuid.uuid4().hex[:8]}"
     rows = _read(spark, eos_broker.bootstrap, topic, **{"kafka.group.id": group, "groupIdPrefix": "pre"}).collect()
     assert len(rows) == 6
+    # Spark's consumer-tuning options are accepted too (our client has its own kafka.* settings).
+    tuned = _read(spark, eos_broker.bootstrap, topic, **{"kafkaConsumer.pollTimeoutMs": "5000",
+                                                          "fetchOffset.numRetries": "2",
+                                                          "fetchOffset.retryIntervalMs": "20"})
+    assert tuned.count() == 6
     _query, streamed = _run_available_now(spark, _stream(spark, eos_broker.bootstrap, topic, groupIdPrefix="pre",
                                                          startingOffsets="earliest"))
     assert len(streamed) == 6
