@@ -25,22 +25,41 @@ from oncestream.spark.errors import (
 __all__ = [
     "CommitResolutionError",
     "DataLossError",
+    "DualWriter",
     "OnceStreamSparkError",
     "OptionError",
     "PostgresStore",
     "SqliteStore",
     "TwoPhaseCommitUnsupportedError",
-    "DualWriter",
     "dual_write",
+    "offsets_behind_latest",
     "register",
 ]
 
 
 def register(spark: Any) -> None:
-    """Register ``format("oncestream")`` with a SparkSession (batch and streaming, read and write)."""
-    from oncestream.spark.data_source import OnceStreamDataSource
+    """Make ``format("oncestream")`` (batch and streaming, read and write) available to ``spark``.
 
-    spark.dataSource.register(OnceStreamDataSource)
+    Spark registers a data source per session, so a registration alone is not seen by
+    ``spark.newSession()`` or by a thread working in another session. The package therefore also
+    ships the ``pyspark_oncestream`` module, which Spark finds by itself and registers for every
+    session of the application; when it has, this call has nothing left to do (registering again
+    would only log Spark's "replaced a statically registered data source" warning). Where Spark
+    could not look it up (Spark Connect, or a driver Python without oncestream), the source is
+    registered with this session only.
+    """
+    from oncestream.spark.data_source import FORMAT_NAME, OnceStreamDataSource
+
+    if not _known_to_session(spark, FORMAT_NAME):
+        spark.dataSource.register(OnceStreamDataSource)
+
+
+def _known_to_session(spark: Any, name: str) -> bool:
+    """Whether the session already resolves the format name (statically or at runtime)."""
+    try:
+        return bool(spark._jsparkSession.sessionState().dataSourceManager().dataSourceExists(name))
+    except Exception:  # noqa: BLE001 - no JVM handle (Spark Connect) or another Spark: just register
+        return False
 
 
 def __getattr__(name: str) -> Any:
@@ -49,6 +68,10 @@ def __getattr__(name: str) -> Any:
         from oncestream.spark import dual_writer
 
         return getattr(dual_writer, name)
+    if name == "offsets_behind_latest":
+        from oncestream.spark import source
+
+        return source.offsets_behind_latest
     if name in ("SqliteStore", "PostgresStore"):
         from oncestream.spark import stores
 

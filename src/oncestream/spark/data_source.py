@@ -11,12 +11,14 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from oncestream.spark.options import sink_options, source_options
+from oncestream.spark.options import include_headers, sink_options, source_options
 from oncestream.spark.partition_reader import SPARK_SCHEMA_DDL
 from oncestream.spark.sink import OnceStreamBatchWriter, OnceStreamStreamWriter
 from oncestream.spark.source import OnceStreamBatchReader, OnceStreamStreamReader
 
 FORMAT_NAME = "oncestream"
+# Spark's Kafka source columns without headers (includeHeaders=false).
+SPARK_SCHEMA_NO_HEADERS_DDL = SPARK_SCHEMA_DDL.rsplit(", headers ", 1)[0]
 
 
 class OnceStreamDataSource(DataSource):
@@ -28,8 +30,9 @@ class OnceStreamDataSource(DataSource):
         return FORMAT_NAME
 
     def schema(self) -> str:
-        """Spark's Kafka source columns (headers always present; null when a record has none)."""
-        return SPARK_SCHEMA_DDL
+        """Spark's Kafka source columns; ``headers`` (null when a record has none) unless
+        includeHeaders=false."""
+        return SPARK_SCHEMA_DDL if include_headers(self.options) else SPARK_SCHEMA_NO_HEADERS_DDL
 
     def reader(self, schema: StructType) -> DataSourceReader:
         """Batch read from startingOffsets (earliest) to endingOffsets (latest)."""

@@ -12,7 +12,17 @@ validated settings once, so the reader and writer never parse strings themselves
 - exactly one of ``subscribe`` / ``subscribePattern`` / ``assign`` for reads;
 - ``startingOffsets`` / ``endingOffsets``: ``earliest``, ``latest`` or JSON per partition
   (``{"topic":{"0":23,"1":-2}}`` with -2 = earliest, -1 = latest);
-- ``maxOffsetsPerTrigger``, ``minPartitions``, ``maxRecordsPerPartition``, ``failOnDataLoss``;
+- ``startingTimestamp`` / ``startingOffsetsByTimestamp`` (and for batch reads ``endingTimestamp`` /
+  ``endingOffsetsByTimestamp``): start or stop at the first record whose timestamp is at or after
+  the given epoch milliseconds, resolved with ListOffsets by timestamp. Spark's precedence: a global
+  timestamp wins over per-partition timestamps, which win over offsets.
+  ``startingOffsetsByTimestampStrategy`` (``error``, the default, or ``latest``) decides what a
+  partition without such a record starts from; an end without one is the latest offset;
+- ``maxOffsetsPerTrigger``, ``minOffsetsPerTrigger`` with ``maxTriggerDelay`` (default 15m),
+  ``minPartitions``, ``maxRecordsPerPartition``, ``failOnDataLoss``;
+- ``includeHeaders`` (default true here, false in Spark: see docs/spark-connector-options.md);
+- ``kafka.group.id`` / ``groupIdPrefix``: accepted and unused, since the connector reads by offset
+  ranges and never joins a consumer group (Spark uses them only to name its consumers' groups);
 - ``topic`` for writes (overrides a ``topic`` column, as in Spark);
 - ``exactlyOnce`` (ours): the two-phase-commit sink, default true.
 """
@@ -20,12 +30,15 @@ validated settings once, so the reader and writer never parse strings themselves
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from oncestream.spark.errors import OptionError
 from oncestream.spark.log_client import ClientSettings
+
+log = logging.getLogger("oncestream.spark")
 
 EARLIEST = -2
 LATEST = -1
@@ -34,6 +47,8 @@ LATEST = -1
 _BOOTSTRAP = "kafka.bootstrap.servers"
 _TEST_FAIL_AFTER_PREPARE = "oncestream.test.failafterprepare"
 _TEST_GATE_DIR = "oncestream.test.gatedir"
+# Tests only: a file holding the milliseconds the source's trigger-delay clock reads.
+_TEST_CLOCK_FILE = "oncestream.test.clockfile"
 
 # Client properties the source sets itself. Spark's Kafka source refuses the same ones: offsets
 # come from startingOffsets and Spark's checkpoint, records are handed over as bytes, nothing is
@@ -61,12 +76,28 @@ _SINK_REQUIRED_VALUES = {
 }
 
 
+# startingOffsetsByTimestampStrategy: what a partition with no record at or after the starting
+# timestamp starts from (Spark's StrategyOnNoMatchStartingOffset).
+NO_MATCH_ERROR = "error"
+NO_MATCH_LATEST = "latest"
+DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60 * 1000  # Spark's default maxTriggerDelay, "15m"
+
+
 @dataclass(frozen=True)
 class OffsetSpec:
-    """Where to start or stop: ``earliest``, ``latest`` or explicit offsets per partition."""
+    """Where to start or stop: ``earliest``, ``latest``, explicit offsets per partition
+    (``json``), one timestamp for every partition (``timestamp``) or a timestamp per partition
+    (``timestamp_json``; ``per_partition`` then holds epoch milliseconds, not offsets)."""
 
-    kind: str  # "earliest" | "latest" | "json"
+    kind: str  # "earliest" | "latest" | "json" | "timestamp" | "timestamp_json"
     per_partition: dict[tuple[str, int], int] = field(default_factory=dict)
+    timestamp_ms: int | None = None
+    no_match: str = NO_MATCH_ERROR  # startingOffsetsByTimestampStrategy
+
+    @property
+    def by_timestamp(self) -> bool:
+        """Whether offsets come from ListOffsets by timestamp."""
+        return self.kind in ("timestamp", "timestamp_json")
 
     def offset_for(self, tp: tuple[str, int], default: int) -> int:
         """The requested offset (or EARLIEST/LATEST sentinel) for one partition."""
@@ -110,6 +141,10 @@ class SourceOptions:
     max_records_per_partition: int | None
     client: ClientSettings
     client_config: dict[str, str]
+    min_offsets_per_trigger: int | None = None
+    max_trigger_delay_ms: int = DEFAULT_MAX_TRIGGER_DELAY_MS
+    include_headers: bool = True
+    test_clock_file: str | None = None
 
 
 @dataclass(frozen=True)
@@ -233,37 +268,122 @@ def parse_subscription(opts: dict[str, str]) -> Subscription:
     return Subscription("assign", assigned=assigned)
 
 
+_TIME_UNITS_MS = {"us": 0.001, "ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000,
+                  "d": 86_400_000}
+
+
+def parse_duration_ms(raw: str, option: str) -> int:
+    """A Spark time string (``500``, ``500ms``, ``30s``, ``15m``, ``2h``, ``1d``; no unit means
+    milliseconds, as Spark's ``timeStringAsMs``) in milliseconds."""
+    match = re.fullmatch(r"\s*(\d+)\s*([a-z]*)\s*", raw.lower())
+    if match is None or match.group(2) not in ("", *_TIME_UNITS_MS):
+        raise OptionError(f"option {option} must be a duration like 500ms, 30s or 15m, not {raw!r}")
+    return int(int(match.group(1)) * _TIME_UNITS_MS.get(match.group(2) or "ms", 1))
+
+
+def _timestamp_json(raw: str, option: str) -> dict[tuple[str, int], int]:
+    """``{"topic":{"0":1700000000000}}`` -> {(topic, 0): epoch ms}."""
+    try:
+        parsed = json.loads(raw)
+        if not isinstance(parsed, dict) or not all(isinstance(p, dict) for p in parsed.values()):
+            raise ValueError
+        out = {(str(t), int(p)): int(ts) for t, parts in parsed.items() for p, ts in parts.items()}
+    except (json.JSONDecodeError, TypeError, ValueError):
+        raise OptionError(f'option {option} must be JSON like {{"topic":{{"0":1700000000000}}}}, '
+                          f"got {raw!r}") from None
+    if any(ts < 0 for ts in out.values()):
+        raise OptionError(f"option {option}: timestamps are epoch milliseconds (>= 0)")
+    return out
+
+
+def parse_range_limit(opts: dict[str, str], *, end: str, default: str, no_match: str) -> OffsetSpec:
+    """One end of the read range from ``{end}Timestamp``, ``{end}OffsetsByTimestamp`` or
+    ``{end}Offsets``, in Spark's order of preference (``end`` is "starting" or "ending")."""
+    global_key, by_ts_key, offsets_key = f"{end}timestamp", f"{end}offsetsbytimestamp", f"{end}offsets"
+    if global_key in opts:
+        text = opts[global_key].strip()
+        try:
+            timestamp_ms = int(text)
+        except ValueError:
+            raise OptionError(f"option {end}Timestamp: expected a single long value, got {text!r}") from None
+        if timestamp_ms < 0:
+            raise OptionError(f"option {end}Timestamp: expected epoch milliseconds (>= 0), got {timestamp_ms}")
+        return OffsetSpec("timestamp", timestamp_ms=timestamp_ms, no_match=no_match)
+    if by_ts_key in opts:
+        return OffsetSpec("timestamp_json", _timestamp_json(opts[by_ts_key].strip(), f"{end}OffsetsByTimestamp"),
+                          no_match=no_match)
+    return parse_offset_spec(opts.get(offsets_key), default, f"{end}Offsets")
+
+
 def source_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
-    """Validate and type the read options. Streaming reads refuse endingOffsets, as Spark does."""
+    """Validate and type the read options, refusing what Spark's Kafka source refuses: ending
+    offsets or timestamps on a stream, a batch starting at latest or ending at earliest, and
+    minOffsetsPerTrigger above maxOffsetsPerTrigger."""
     opts = _lower(options)
     params = kafka_params(options)
-    if not streaming and opts.get("startingoffsets", "").strip().lower() == "latest":
-        raise OptionError("startingOffsets=latest is not valid for batch queries")
-    if streaming and "endingoffsets" in opts:
-        raise OptionError("endingOffsets is not valid for streaming queries")
-    if not streaming and opts.get("endingoffsets", "").strip().lower() == "earliest":
-        raise OptionError("endingOffsets=earliest is not valid for batch queries")
+    if streaming:
+        for key, name in (("endingoffsets", "endingOffsets"), ("endingoffsetsbytimestamp", "endingOffsetsByTimestamp"),
+                          ("endingtimestamp", "endingTimestamp")):
+            if key in opts:
+                raise OptionError(f"{name} is not valid for streaming queries")
     for key, why in SOURCE_OWNED.items():
         if key in params:
             raise OptionError(f"Kafka option kafka.{key} is not supported: {why}")
+    if "group.id" in params:
+        # Spark warns too (a shared group id lets queries interfere); here nothing joins a group.
+        log.warning("option kafka.group.id=%s is accepted but unused: the connector reads offset ranges "
+                    "and never joins a consumer group%s", params["group.id"],
+                    "; groupIdPrefix is ignored as well" if "groupidprefix" in opts else "")
     isolation = params.get("isolation.level", "read_committed").strip().lower()
     if isolation not in ("read_committed", "read_uncommitted"):
         raise OptionError("kafka.isolation.level must be read_committed or read_uncommitted")
+    no_match = opts.get("startingoffsetsbytimestampstrategy", NO_MATCH_ERROR).strip().lower()
+    if no_match not in (NO_MATCH_ERROR, NO_MATCH_LATEST):
+        raise OptionError("option startingOffsetsByTimestampStrategy must be error or latest, "
+                          f"not {opts['startingoffsetsbytimestampstrategy']!r}")
+    starting = parse_range_limit(opts, end="starting", default="latest" if streaming else "earliest",
+                                 no_match=no_match)
+    ending = parse_range_limit(opts, end="ending", default="latest", no_match=no_match)
+    if not streaming:
+        if starting.kind == "latest" or (starting.kind == "json" and LATEST in starting.per_partition.values()):
+            raise OptionError("startingOffsets=latest is not valid for batch queries")
+        if ending.kind == "earliest" or (ending.kind == "json" and EARLIEST in ending.per_partition.values()):
+            raise OptionError("endingOffsets=earliest is not valid for batch queries")
+    max_per_trigger = _positive_int(opts, "maxOffsetsPerTrigger")
+    min_per_trigger = _positive_int(opts, "minOffsetsPerTrigger")
+    if min_per_trigger and max_per_trigger and min_per_trigger > max_per_trigger:
+        raise OptionError(f"the value of minOffsetsPerTrigger ({min_per_trigger}) is higher than "
+                          f"maxOffsetsPerTrigger ({max_per_trigger})")
+    delay_raw = opts.get("maxtriggerdelay")
+    max_trigger_delay_ms = (parse_duration_ms(delay_raw, "maxTriggerDelay") if delay_raw is not None
+                            else DEFAULT_MAX_TRIGGER_DELAY_MS)
+    if not streaming:
+        ignored = [k for k in ("maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay") if k.lower() in opts]
+        if ignored:
+            log.warning("options %s are ignored in batch queries", ", ".join(ignored))
     _resolved, client = _client_config(params, "consumer")
     return SourceOptions(
         bootstrap_servers=bootstrap_servers(options),
         subscription=parse_subscription(opts),
-        starting=parse_offset_spec(opts.get("startingoffsets"), "latest" if streaming else "earliest",
-                                   "startingOffsets"),
-        ending=parse_offset_spec(opts.get("endingoffsets"), "latest", "endingOffsets"),
+        starting=starting,
+        ending=ending,
         read_committed=isolation == "read_committed",
         fail_on_data_loss=_bool(opts, "failOnDataLoss", True),
-        max_offsets_per_trigger=_positive_int(opts, "maxOffsetsPerTrigger"),
+        max_offsets_per_trigger=max_per_trigger,
         min_partitions=_positive_int(opts, "minPartitions"),
         max_records_per_partition=_positive_int(opts, "maxRecordsPerPartition"),
         client=client,
         client_config=params,
+        min_offsets_per_trigger=min_per_trigger,
+        max_trigger_delay_ms=max_trigger_delay_ms,
+        include_headers=include_headers(options),
+        test_clock_file=opts.get(_TEST_CLOCK_FILE) or None,
     )
+
+
+def include_headers(options: Mapping[str, str]) -> bool:
+    """``includeHeaders``: whether the read schema has the ``headers`` column (default true)."""
+    return _bool(_lower(options), "includeHeaders", True)
 
 
 def sink_options(options: Mapping[str, str]) -> SinkOptions:

@@ -5,6 +5,12 @@ its checkpoint (offset log); the source keeps no offsets of its own. Planning (l
 partitions) runs on the driver; ``read`` runs in tasks and fetches one offset range, read_committed
 unless ``kafka.isolation.level=read_uncommitted``.
 
+Admission control follows Spark's Kafka source too: ``maxOffsetsPerTrigger`` caps a micro-batch,
+``minOffsetsPerTrigger`` skips triggers until that many offsets are available or ``maxTriggerDelay``
+has passed since the last batch, and Trigger.AvailableNow reads up to the offsets that were latest
+when the query started. Timestamps (``startingTimestamp`` and friends) become offsets through
+ListOffsets by timestamp.
+
 Partition changes follow Spark's Kafka source: a new partition is read from its earliest offset; a
 partition that disappeared, an offset below the log start, or an end offset below the start
 (topic recreated) is data loss, which fails the query unless ``failOnDataLoss=false``.
@@ -12,19 +18,29 @@ partition that disappeared, an offset below the log start, or an end offset belo
 
 from __future__ import annotations
 
+import json
 import logging
 import math
-from collections.abc import Iterator, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    ReadMinRows,
+    SupportsTriggerAvailableNow,
+)
 
 from oncestream.spark.errors import DataLossError, OptionError
 from oncestream.spark.log_client import LogClient, TopicPartition
 from oncestream.spark.options import (
     EARLIEST,
     LATEST,
+    NO_MATCH_ERROR,
     OffsetSpec,
     SourceOptions,
     offsets_from_json,
@@ -140,8 +156,11 @@ class _Planner:
             return {}
         return self.client.list_offsets(tps, LATEST, read_committed=self.opts.read_committed)
 
-    def resolve(self, spec: OffsetSpec, tps: Sequence[TopicPartition], default: int) -> dict[TopicPartition, int]:
-        """Concrete offsets for a startingOffsets/endingOffsets spec."""
+    def resolve(self, spec: OffsetSpec, tps: Sequence[TopicPartition], default: int, *,
+                starting: bool) -> dict[TopicPartition, int]:
+        """Concrete offsets for one end of the range (``starting``: the start, else the end)."""
+        if spec.by_timestamp:
+            return self._resolve_timestamps(spec, tps, starting=starting)
         wanted = {tp: spec.offset_for(tp, default) for tp in tps}
         for tp in spec.per_partition:
             if tp not in wanted:
@@ -149,6 +168,35 @@ class _Planner:
         earliest = self.earliest([tp for tp, o in wanted.items() if o == EARLIEST])
         latest = self.latest([tp for tp, o in wanted.items() if o == LATEST])
         return {tp: earliest.get(tp, latest.get(tp, o)) if o < 0 else o for tp, o in wanted.items()}
+
+    def _resolve_timestamps(self, spec: OffsetSpec, tps: Sequence[TopicPartition], *,
+                            starting: bool) -> dict[TopicPartition, int]:
+        """The first offset whose record timestamp is at or after the requested one (ListOffsets
+        by timestamp). Where there is none: an end is the latest offset; a start fails
+        (startingOffsetsByTimestampStrategy=error) or is the latest offset (latest)."""
+        if spec.kind == "timestamp_json":
+            if set(spec.per_partition) != set(tps):
+                name = "startingOffsetsByTimestamp" if starting else "endingOffsetsByTimestamp"
+                raise OptionError(f"{name} must give a timestamp for every subscribed partition, as in "
+                                  f"Spark: given {sorted(spec.per_partition)}, subscribed {sorted(tps)}")
+            wanted = dict(spec.per_partition)
+        else:
+            assert spec.timestamp_ms is not None
+            wanted = {tp: spec.timestamp_ms for tp in tps}
+        by_timestamp: dict[int, list[TopicPartition]] = {}
+        for tp, timestamp_ms in wanted.items():
+            by_timestamp.setdefault(timestamp_ms, []).append(tp)
+        found: dict[TopicPartition, int] = {}
+        for timestamp_ms, group in sorted(by_timestamp.items()):
+            found.update(self.client.list_offsets(group, timestamp_ms, read_committed=self.opts.read_committed))
+        unmatched = sorted(tp for tp in wanted if found.get(tp, -1) < 0)
+        if unmatched and starting and spec.no_match == NO_MATCH_ERROR:
+            tp = unmatched[0]
+            raise OptionError(f"No offset matched from request of topic-partition {tp[0]}-{tp[1]} and timestamp "
+                              f"{wanted[tp]}. Set startingOffsetsByTimestampStrategy=latest to start such "
+                              "partitions at their latest offset instead.")
+        found.update(self.latest(unmatched))
+        return {tp: found[tp] for tp in wanted}
 
     def data_loss(self, message: str) -> None:
         """Fail (failOnDataLoss=true) or warn and go on."""
@@ -182,21 +230,67 @@ class _Planner:
         ]
 
 
+def _monotonic_ms() -> float:
+    return time.monotonic() * 1000
+
+
+def _file_clock(path: str) -> Callable[[], float]:
+    """A clock tests set by writing milliseconds to a file (option oncestream.test.clockFile): the
+    stream reader lives in a Spark planner process the test cannot reach otherwise."""
+    def now_ms() -> float:
+        with open(path) as f:
+            return float(f.read().strip())
+    return now_ms
+
+
+class MinOffsetsGate:
+    """minOffsetsPerTrigger with maxTriggerDelay (Spark's ``delayBatch``): a trigger runs a batch
+    when ``min_rows`` offsets are available, or when ``max_delay_ms`` has passed since the last
+    batch it admitted. The first trigger always runs, as in Spark (its last trigger time starts at
+    zero). Sans-io: the clock is injected."""
+
+    def __init__(self, min_rows: int, max_delay_ms: int, clock_ms: Callable[[], float] = _monotonic_ms) -> None:
+        self.min_rows = min_rows
+        self.max_delay_ms = max_delay_ms
+        self._clock_ms = clock_ms
+        self._last_trigger_ms: float | None = None
+
+    def admit(self, available_rows: int) -> bool:
+        """Whether this trigger runs a batch; remembers the time when it does."""
+        now_ms = self._clock_ms()
+        waited_enough = self._last_trigger_ms is None or now_ms - self._last_trigger_ms >= self.max_delay_ms
+        if not waited_enough and available_rows < self.min_rows:
+            return False
+        self._last_trigger_ms = now_ms
+        return True
+
+
 class OnceStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Micro-batch reader. Spark keeps this object on the driver for the life of the query."""
 
-    def __init__(self, opts: SourceOptions) -> None:
+    def __init__(self, opts: SourceOptions, clock_ms: Callable[[], float] | None = None) -> None:
         self.opts = opts
+        if clock_ms is None:
+            clock_ms = _file_clock(opts.test_clock_file) if opts.test_clock_file else _monotonic_ms
         self._planner = _Planner(opts)
         self._available_now_target: dict[TopicPartition, int] | None = None
+        self._latest_seen: dict[TopicPartition, int] = {}
+        self._min_gate = (MinOffsetsGate(opts.min_offsets_per_trigger, opts.max_trigger_delay_ms, clock_ms)
+                          if opts.min_offsets_per_trigger else None)
 
     def initialOffset(self) -> dict:
-        """startingOffsets resolved against the partitions that exist now (default latest)."""
+        """startingOffsets (or startingTimestamp, startingOffsetsByTimestamp) resolved against the
+        partitions that exist now (default latest)."""
         tps = self._planner.current_partitions()
-        return offsets_to_json(self._planner.resolve(self.opts.starting, tps, LATEST))
+        return offsets_to_json(self._planner.resolve(self.opts.starting, tps, LATEST, starting=True))
 
     def getDefaultReadLimit(self) -> ReadLimit:
-        """maxOffsetsPerTrigger as a ReadMaxRows limit."""
+        """minOffsetsPerTrigger as ReadMinRows, else maxOffsetsPerTrigger as ReadMaxRows.
+
+        Spark's Kafka source hands Spark a composite of both; the Python API has no composite
+        limit, so with both options set the maximum is applied from the options (latestOffset)."""
+        if self.opts.min_offsets_per_trigger:
+            return ReadMinRows(self.opts.min_offsets_per_trigger)
         if self.opts.max_offsets_per_trigger:
             return ReadMaxRows(self.opts.max_offsets_per_trigger)
         return ReadAllAvailable()
@@ -208,7 +302,8 @@ class OnceStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         """The end of the next micro-batch: latest offsets (LSO under read_committed), capped by
-        the read limit; new partitions join at their earliest offset, vanished ones are data loss."""
+        maxOffsetsPerTrigger, or the start itself while minOffsetsPerTrigger holds the batch back;
+        new partitions join at their earliest offset, vanished ones are data loss."""
         begin = offsets_from_json(start)
         tps = self._planner.current_partitions()
         if self._available_now_target is not None:
@@ -219,15 +314,27 @@ class OnceStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         latest = self._planner.latest(tps)
         if self._available_now_target is not None:
             latest = {tp: min(o, self._available_now_target[tp]) for tp, o in latest.items()}
+        self._latest_seen = dict(latest)
+        if isinstance(limit, ReadAllAvailable):
+            return offsets_to_json(latest)
         base = {tp: begin[tp] for tp in tps if tp in begin}
         base.update(self._planner.earliest([tp for tp in tps if tp not in begin]))
+        # Trigger.AvailableNow ends when no data is left below its target, so holding a batch back
+        # there would end the query early: minOffsetsPerTrigger does not apply to it.
+        if self._min_gate is not None and self._available_now_target is None:
+            available = sum(max(0, o - base.get(tp, o)) for tp, o in latest.items())
+            if not self._min_gate.admit(available):
+                return start
+        max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else self.opts.max_offsets_per_trigger
         # An end below its start (a recreated topic) is passed on as is: planning reports it as
         # data loss, and with failOnDataLoss=false the next batch goes on from the new log's end.
-        if isinstance(limit, ReadMaxRows):
-            end = rate_limit(base, latest, limit.max_rows)
-        else:
-            end = latest
+        end = rate_limit(base, latest, max_rows) if max_rows else latest
         return offsets_to_json(end)
+
+    def reportLatestOffset(self) -> dict | None:
+        """The latest offsets the last trigger saw (``latestOffset`` of the source in Spark's
+        query progress, from which ``offsets_behind_latest`` derives Spark's lag metrics)."""
+        return offsets_to_json(self._latest_seen) if self._latest_seen else None
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         """One input partition per Kafka partition range (split when large)."""
@@ -236,7 +343,7 @@ class OnceStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Fetch the range in a task and hand Arrow batches to Spark."""
         assert isinstance(partition, OffsetRangePartition)
-        yield from read_range(partition.rng)
+        yield from _shaped(read_range(partition.rng), self.opts.include_headers)
 
     def stop(self) -> None:
         """Close the driver's broker connections."""
@@ -244,7 +351,8 @@ class OnceStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
 
 
 class OnceStreamBatchReader(DataSourceReader):
-    """Batch reader: startingOffsets (default earliest) to endingOffsets (default latest)."""
+    """Batch reader: startingOffsets (default earliest) to endingOffsets (default latest), or the
+    offsets of startingTimestamp/endingTimestamp and their per-partition forms."""
 
     def __init__(self, opts: SourceOptions) -> None:
         self.opts = opts
@@ -254,13 +362,53 @@ class OnceStreamBatchReader(DataSourceReader):
         planner = _Planner(self.opts)
         try:
             tps = planner.current_partitions()
-            start = planner.resolve(self.opts.starting, tps, EARLIEST)
-            end = planner.resolve(self.opts.ending, tps, LATEST)
+            start = planner.resolve(self.opts.starting, tps, EARLIEST, starting=True)
+            end = planner.resolve(self.opts.ending, tps, LATEST, starting=False)
             return planner.input_partitions(start, end)
         finally:
             planner.close()
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Fetch the range in a task and hand Arrow batches to Spark."""
+        if partition.value is None:
+            # An empty plan (every range empty): PySpark still runs one task, with
+            # InputPartition(None) (plan_data_source_read.py), which has nothing to read.
+            return
         assert isinstance(partition, OffsetRangePartition)
-        yield from read_range(partition.rng)
+        yield from _shaped(read_range(partition.rng), self.opts.include_headers)
+
+
+def _shaped(batches: Iterator[pa.RecordBatch], include_headers: bool) -> Iterator[pa.RecordBatch]:
+    """The batches in the query's schema: without ``headers`` when includeHeaders=false."""
+    if include_headers:
+        yield from batches
+        return
+    for batch in batches:
+        yield batch.drop_columns(["headers"])
+
+
+def offsets_behind_latest(source_progress: Any) -> dict[str, float] | None:
+    """Spark's Kafka source metrics ``minOffsetsBehindLatest``, ``maxOffsetsBehindLatest`` and
+    ``avgOffsetsBehindLatest`` for one entry of a progress's ``sources`` (``query.lastProgress
+    ["sources"][i]``), computed as Spark does: per partition, the latest offset the source saw
+    minus the batch's end offset. None when the progress has no latest offset yet.
+
+    The Python Data Source API cannot put custom metrics in the progress (see
+    docs/spark-connector-options.md), so they are derived from the offsets it does report."""
+
+    def offsets(key: str) -> dict[TopicPartition, int] | None:
+        raw = source_progress.get(key)
+        if raw is None:
+            return None
+        parsed = json.loads(raw) if isinstance(raw, str) else raw
+        return offsets_from_json(parsed) if parsed else None
+
+    latest, consumed = offsets("latestOffset"), offsets("endOffset")
+    if not latest or consumed is None:
+        return None
+    behind = [latest[tp] - consumed.get(tp, 0) for tp in latest]
+    return {
+        "minOffsetsBehindLatest": float(min(behind)),
+        "maxOffsetsBehindLatest": float(max(behind)),
+        "avgOffsetsBehindLatest": sum(behind) / len(behind),
+    }
