@@ -208,11 +208,14 @@ class ProducerLedger:
     failed: dict[int, str] = field(default_factory=dict)  # seq -> error
     fatal_errors: list[str] = field(default_factory=list)
     double_acks: int = 0
+    foreign_reports: int = 0  # delivery reports for values the demo did not write
 
     def on_delivery(self, err, msg) -> None:
         """librdkafka delivery report (called from producer.poll/flush on this thread)."""
         seq = decode_seq(msg.value())
-        assert seq is not None, "delivery report for a record the demo did not write"
+        if seq is None:  # cannot happen: every produce() carries encode_value(); counted, not fatal
+            self.foreign_reports += 1
+            return
         if err is not None:
             self.failed[seq] = str(err)
         elif seq in self.acked:
@@ -223,6 +226,16 @@ class ProducerLedger:
 
 # ----------------------------------------------------------------------------------------------
 # The live consumer
+
+
+@dataclass
+class LiveStats:
+    """What the live consumer counted during the run (the input of the check, apart from the thread)."""
+
+    read: int = 0
+    duplicates: int = 0
+    out_of_order: int = 0
+    error: str | None = None
 
 
 class LiveTail(threading.Thread):
@@ -283,6 +296,10 @@ class LiveTail(threading.Thread):
         """Ask the thread to finish and wait for it."""
         self._stop_event.set()
         self.join(timeout=10)
+
+    def stats(self) -> LiveStats:
+        """A snapshot of the counts, for ``check``."""
+        return LiveStats(self.read, self.duplicates, self.out_of_order, self.error)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -347,13 +364,19 @@ class Verdict:
     lines: list[str]
     violations: list[str]
 
+    @property
+    def exit_code(self) -> int:
+        """The demo's exit code: 0 when exactly-once held, 1 on any violation."""
+        return 1 if self.violations else 0
+
 
 def check(requested: int, record_count: int, ledger: ProducerLedger, back: ReadBack,
-          live: LiveTail) -> Verdict:
+          live: LiveStats) -> Verdict:
     """Compare what was produced, acknowledged and read; list every broken guarantee.
 
-    `requested` records were to be streamed; `record_count` (seqs 0..record_count-1) were handed
-    to the producer before it finished or failed.
+    A pure function of what the run observed (no broker, no clients), so each kind of violation
+    can be fed to it directly. `requested` records were to be streamed; `record_count` (seqs
+    0..record_count-1) were handed to the producer before it finished or failed.
     """
     violations: list[str] = []
     if record_count != requested:
@@ -364,6 +387,9 @@ def check(requested: int, record_count: int, ledger: ProducerLedger, back: ReadB
     duplicated = len(seqs_read) - foreign - len(distinct)
     lost = [seq for seq in range(record_count) if seq not in distinct]
     lost_acked = [seq for seq in lost if seq in ledger.acked]
+    # A write the producer was told failed must not be visible to a read_committed reader either:
+    # that would be an aborted write (or a torn batch's remains) served as committed data.
+    failed_visible = sorted(seq for seq in distinct if seq in ledger.failed)
 
     out_of_order = 0
     last_by_partition: dict[int, int] = {}
@@ -382,6 +408,9 @@ def check(requested: int, record_count: int, ledger: ProducerLedger, back: ReadB
         violations.append(f"{len(ledger.failed)} records failed to produce (first: seq {first[0]}: {first[1]})")
     if len(ledger.acked) != record_count:
         violations.append(f"acknowledged {len(ledger.acked)} of {record_count} records")
+    if failed_visible:
+        violations.append(f"{len(failed_visible)} records reported as failed are visible in the log"
+                          f" (first seqs: {failed_visible[:5]})")
     if ledger.double_acks:
         violations.append(f"{ledger.double_acks} records were acknowledged twice")
     if ledger.fatal_errors:
@@ -396,6 +425,8 @@ def check(requested: int, record_count: int, ledger: ProducerLedger, back: ReadB
         violations.append(f"{out_of_order} records out of order within their partition")
     if misplaced:
         violations.append(f"{misplaced} records are not at the offset their acknowledgement gave")
+    if ledger.foreign_reports:
+        violations.append(f"{ledger.foreign_reports} delivery reports for records the demo never wrote")
     if live.duplicates or live.out_of_order:
         violations.append(f"live consumer saw {live.duplicates} duplicates, {live.out_of_order} out of order")
     if live.error:
@@ -411,6 +442,19 @@ def check(requested: int, record_count: int, ledger: ProducerLedger, back: ReadB
         f"  at acked offset {'yes' if misplaced == 0 else f'no ({misplaced} moved)'}",
     ]
     return Verdict(lines, violations)
+
+
+def report(verdict: Verdict, elapsed_s: float) -> int:
+    """Print the verdict (counts, then OK or every violation); returns the demo's exit code."""
+    for line in verdict.lines:
+        _say(line)
+    if verdict.violations:
+        _say(f"\nFAILED ({elapsed_s:.1f} s):")
+        for violation in verdict.violations:
+            _say(f"  - {violation}")
+    else:
+        _say(f"\nOK: no loss, no duplicates, order kept ({elapsed_s:.1f} s)")
+    return verdict.exit_code
 
 
 # ----------------------------------------------------------------------------------------------
@@ -601,18 +645,9 @@ class DemoRun:
         """Read everything back, print the check; 0 if exactly-once held, else 1."""
         _say("reading the topic back from offset 0 ...")
         back = read_back(self.broker.bootstrap, self.args.partitions, self.logger)
-        verdict = check(self.args.records, self.seq, self.ledger, back, self.live)
+        verdict = check(self.args.records, self.seq, self.ledger, back, self.live.stats())
         _say(f"\nexactly-once check after {self.broker.kills} SIGKILLs and {self.broker.starts - 1} restarts:")
-        for line in verdict.lines:
-            _say(line)
-        elapsed_s = time.monotonic() - self.started_at
-        if verdict.violations:
-            _say(f"\nFAILED ({elapsed_s:.1f} s):")
-            for violation in verdict.violations:
-                _say(f"  - {violation}")
-            return 1
-        _say(f"\nOK: no loss, no duplicates, order kept ({elapsed_s:.1f} s)")
-        return 0
+        return report(verdict, time.monotonic() - self.started_at)
 
     def close(self) -> None:
         """Stop the live consumer, drop the producer, then stop the broker (SIGTERM)."""
