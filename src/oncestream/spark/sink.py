@@ -183,7 +183,8 @@ class _TaskWriter:
         from pyspark import TaskContext
 
         ctx = TaskContext.get()
-        assert ctx is not None, "write runs inside a Spark task"
+        if ctx is None:
+            raise OnceStreamSparkError("the sink's write runs only inside a Spark task")
         return self.write_attempt(batches, query_id, ctx.partitionId(), ctx.attemptNumber())
 
     def write_attempt(self, batches: Iterator[pa.RecordBatch], query_id: str, partition_id: int,
@@ -279,6 +280,16 @@ class _TaskWriter:
         return count
 
 
+def require_outcomes(outcomes: dict[str, Outcome], allowed: tuple[Outcome, ...], what: str) -> None:
+    """Raise ``CommitResolutionError`` unless every transaction of a recorded commit ended as
+    ``allowed``: after the commit record names them, anything else (an abort) means data the
+    record promises is gone, and Spark must not mark the batch done. A typed error, not an
+    ``assert``, because ``python -O`` strips asserts and this check guards data."""
+    wrong = {t: o.value for t, o in sorted(outcomes.items()) if o not in allowed}
+    if wrong:
+        raise CommitResolutionError(f"{what}: transactions did not commit as recorded: {wrong}")
+
+
 class _DriverCommit:
     """The driver side of the exactly-once protocol (steps 4-8 of the module docstring)."""
 
@@ -287,7 +298,9 @@ class _DriverCommit:
 
     def _query_id(self, messages: list[SinkCommitMessage]) -> str | None:
         ids = {m.query_id for m in messages}
-        assert len(ids) <= 1, f"messages of several queries in one batch: {ids}"
+        if len(ids) > 1:
+            # Committing them under one record would settle one query's transactions by another's.
+            raise CommitResolutionError(f"messages of several queries in one batch: {sorted(ids)}")
         return next(iter(ids), None)
 
     def leftovers(self, query_id: str, exclude: set[str]) -> list[str]:
@@ -350,7 +363,7 @@ class _DriverCommit:
                     held.finish(winners, only={min(winners)})
                     crash_if_armed("mid-complete", batch_id)
                 outcomes = held.finish(winners)
-            assert all(o in (Outcome.COMMITTED, Outcome.NOTHING_OPEN) for o in outcomes.values()), outcomes
+            require_outcomes(outcomes, (Outcome.COMMITTED, Outcome.NOTHING_OPEN), f"batch {batch_id}")
             crash_if_armed("after-complete", batch_id)
         finally:
             journal.close()
@@ -395,7 +408,7 @@ class _DriverCommit:
                 held.finish({})
                 raise CommitResolutionError(f"write job: transactions {wrong} were fenced; aborted")
             outcomes = held.finish(winners)
-        assert all(o is Outcome.COMMITTED for o in outcomes.values()), outcomes
+        require_outcomes(outcomes, (Outcome.COMMITTED,), "write job")
 
     def abort_job(self, messages: list[SinkCommitMessage | None], job_id: str) -> None:
         """Abort every transaction of a failed batch write job: those its tasks reported and any

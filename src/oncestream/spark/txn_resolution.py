@@ -12,7 +12,7 @@ import enum
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 
-from oncestream.spark.errors import TwoPhaseCommitUnsupportedError
+from oncestream.spark.errors import CommitResolutionError, TwoPhaseCommitUnsupportedError
 
 # Transactions completed in parallel by the driver (each is a few round trips to the coordinator).
 _PARALLEL_COMPLETIONS = 8
@@ -111,7 +111,10 @@ class HeldTransactions:
             self.held[txn_id] = ""  # finished: a second finish() leaves it alone
             if commit.get(txn_id) == held:
                 committed = producer.complete_transaction(held, _TIMEOUT_S)
-                assert committed, "complete_transaction with the held state commits"
+                if not committed:
+                    # The held state matched, so the coordinator must commit; an abort here would
+                    # drop data the caller's commit record lists.
+                    raise CommitResolutionError(f"{txn_id}: completing held transaction {held} aborted it")
                 return txn_id, Outcome.COMMITTED
             producer.abort_transaction(_TIMEOUT_S)
             return txn_id, Outcome.ABORTED
