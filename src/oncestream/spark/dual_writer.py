@@ -31,10 +31,10 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from oncestream.spark.crash_points import crash_if_armed
 from oncestream.spark.errors import CommitResolutionError
 from oncestream.spark.stores import DualWriteState, Transaction, _Store
 from oncestream.spark.txn_resolution import init_keeping_prepared, two_phase_producer
+from oncestream.testing_hooks import crash_if_armed
 
 log = logging.getLogger("oncestream.spark")
 

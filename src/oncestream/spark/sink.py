@@ -46,8 +46,6 @@ connections) gets the query's ``kafka.*`` options; see ``options`` for the ones 
 from __future__ import annotations
 
 import logging
-import os
-import sys
 import threading
 import uuid
 from collections.abc import Iterator
@@ -55,10 +53,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
+from pyspark.sql.datasource import (
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    WriterCommitMessage,
+)
 from pyspark.sql.types import StructType
 
-from oncestream.spark.crash_points import armed, crash_if_armed, gate_after_prepare, gate_before_prepare
 from oncestream.spark.commit_journal import CommitJournal, CommitRecord
 from oncestream.spark.errors import (
     CommitResolutionError,
@@ -75,19 +76,18 @@ from oncestream.spark.txn_resolution import (
     resolve_by_record,
     two_phase_producer,
 )
+from oncestream.testing_hooks import (
+    armed,
+    crash_if_armed,
+    crash_worker,
+    gate_after_prepare,
+    gate_before_prepare,
+)
 
 log = logging.getLogger("oncestream.spark")
 
 _TIMEOUT_S = 60.0
 _BINARY_LIKE = ("binary", "string")
-
-
-def _crash_worker(reason: str) -> None:
-    """Test option ``oncestream.test.failAfterPrepare``: the Python worker dies after prepare,
-    like an executor lost mid-task (no exception handler, no cleanup); Spark retries the task."""
-    sys.stderr.write(f"oncestream: {reason}; exiting the Python worker\n")
-    sys.stderr.flush()
-    os._exit(17)
 
 
 def _abort_quietly(producer, txn_id: str) -> None:
@@ -213,7 +213,7 @@ class _TaskWriter:
             state = producer.prepare_transaction(_TIMEOUT_S)
             prepared = True
             if attempt in self.opts.fail_after_prepare_attempts:
-                _crash_worker(f"injected failure after prepare ({txn_id}, state {state})")
+                crash_worker(f"injected failure after prepare ({txn_id}, state {state})")
             gate_after_prepare(self.opts.test_gate_dir, partition_id, attempt, txn_id, str(state))
             return SinkCommitMessage(query_id, txn_id, str(state), partition_id, attempt, count)
         except BaseException:
