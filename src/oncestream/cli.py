@@ -330,8 +330,8 @@ def cmd_transactions(args: argparse.Namespace) -> int:
             with _client_errors(args, "list transactions"):
                 listing = admin.list_transactions()
             print("TransactionalId\tProducerId\tState")
-            for t in sorted(listing, key=lambda t: t.transactional_id):
-                print(f"{t.transactional_id}\t{t.producer_id}\t{t.state}")
+            for entry in sorted(listing, key=lambda e: e.transactional_id):
+                print(f"{entry.transactional_id}\t{entry.producer_id}\t{entry.state}")
         elif args.action == "describe":
             if not args.transactional_id:
                 raise CliError("transactions describe needs --transactional-id")

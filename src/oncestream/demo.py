@@ -25,10 +25,12 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 from pathlib import Path
 
 from oncestream.broker_process import BrokerStartError, ManagedBroker, OnceStreamBroker, TansuBroker
 
+_T = TypeVar("_T")
 DEFAULT_DATA_DIR = Path("data") / "demo"
 DEMO_MARKER = ".oncestream-demo"  # written into the data dir so a later run may wipe it safely
 TOPIC = "demo-events"
@@ -159,13 +161,16 @@ class LiveTail(threading.Thread):
                         continue
                     seq = decode_seq(msg.value())
                     self.read += 1
+                    if seq is None:  # not the demo's record: the read-back check reports it
+                        continue
+                    partition = int(msg.partition() or 0)
                     if seq in self.seen:
                         self.duplicates += 1
                     else:
                         self.seen.add(seq)
-                    if seq is not None and seq <= last_seq[msg.partition()]:
+                    if seq <= last_seq[partition]:
                         self.out_of_order += 1
-                    last_seq[msg.partition()] = max(last_seq[msg.partition()], seq or -1)
+                    last_seq[partition] = max(last_seq[partition], seq)
         except Exception as exc:  # reported in the summary; the read-back check still runs
             self.error = repr(exc)
         finally:
@@ -226,7 +231,7 @@ def read_back(bootstrap: str, partitions: int, logger: logging.Logger) -> ReadBa
                     if err.retriable():
                         continue
                     raise DemoFailure(f"read-back error: {err}")
-                records.append((msg.partition(), msg.offset(), decode_seq(msg.value())))
+                records.append((int(msg.partition() or 0), int(msg.offset() or 0), decode_seq(msg.value())))
     finally:
         consumer.close()
     return ReadBack(records)
@@ -403,10 +408,32 @@ class DemoRun:
         self.started_at = time.monotonic()
         self.ledger = ProducerLedger()
         self.seq = 0  # records handed to the producer so far; the next record's sequence number
-        self.broker: ManagedBroker | None = None
-        self.live: LiveTail | None = None
-        self.producer = None
-        self.logger: logging.Logger | None = None
+        self._broker: ManagedBroker | None = None
+        self._live: LiveTail | None = None
+        self._producer: Any = None  # confluent_kafka.Producer, imported only when the demo runs
+        self._logger: logging.Logger | None = None
+
+    # -- what start() sets up (a DemoFailure, not an AttributeError, if used before) ---------
+
+    @property
+    def broker(self) -> ManagedBroker:
+        """The broker under test."""
+        return _started(self._broker, "broker")
+
+    @property
+    def live(self) -> LiveTail:
+        """The live consumer thread."""
+        return _started(self._live, "live consumer")
+
+    @property
+    def producer(self) -> Any:
+        """The idempotent librdkafka producer."""
+        return _started(self._producer, "producer")
+
+    @property
+    def logger(self) -> logging.Logger:
+        """The clients' log."""
+        return _started(self._logger, "client logger")
 
     # -- phases ------------------------------------------------------------------------------
 
@@ -417,20 +444,21 @@ class DemoRun:
 
         _prepare_data_dir(self.data_dir)
         self.broker_log.write_bytes(b"")
-        self.logger = _client_logger(self.clients_log)
-        self.broker = make_broker(self.args.broker, self.data_dir, self.broker_log)
+        self._logger = _client_logger(self.clients_log)
+        self._broker = make_broker(self.args.broker, self.data_dir, self.broker_log)
         self._start_broker()
         _say(f"broker ({self.args.broker}) pid {self.broker.pid} on {self.broker.bootstrap},"
              f" data in {self.data_dir}")
         _say(f"logs: {self.broker_log}, {self.clients_log}")
 
-        admin = AdminClient({"bootstrap.servers": self.broker.bootstrap, "logger": self.logger})
+        admin_conf: dict[str, Any] = {"bootstrap.servers": self.broker.bootstrap, "logger": self.logger}
+        admin = AdminClient(admin_conf)
         partitions = self.args.partitions
         futures = admin.create_topics([NewTopic(TOPIC, num_partitions=partitions, replication_factor=1)])
         futures[TOPIC].result(timeout=30)
         _say(f"created topic {TOPIC} ({partitions} partition{'s' if partitions > 1 else ''})")
 
-        self.producer = Producer({
+        self._producer = Producer({
             "bootstrap.servers": self.broker.bootstrap,
             "enable.idempotence": True,
             "acks": "all",
@@ -444,7 +472,7 @@ class DemoRun:
             "error_cb": self._on_client_error,
             "logger": self.logger,
         })
-        self.live = LiveTail(self.broker.bootstrap, partitions, self.logger)
+        self._live = LiveTail(self.broker.bootstrap, partitions, self.logger)
         self.live.start()
 
     def stream(self) -> None:
@@ -531,14 +559,14 @@ class DemoRun:
 
     def close(self) -> None:
         """Stop the live consumer, drop the producer, then stop the broker (SIGTERM)."""
-        if self.live is not None and self.live.is_alive():
-            self.live.stop()
-        if self.producer is not None:
-            self.producer.purge()  # nothing left to wait for; lets the client close at once
+        if self._live is not None and self._live.is_alive():
+            self._live.stop()
+        if self._producer is not None:
+            self._producer.purge()  # nothing left to wait for; lets the client close at once
             # Drop the client before stopping the broker, so it sees it leave instead of waiting.
-            self.producer = None
-        if self.broker is not None:
-            self.broker.stop()
+            self._producer = None
+        if self._broker is not None:
+            self._broker.stop()
 
     # -- helpers -----------------------------------------------------------------------------
 
@@ -584,6 +612,12 @@ class DemoRun:
         _say(f"[{time.monotonic() - self.started_at:5.1f}s] produced {self.seq:>7}"
              f"  acked {len(self.ledger.acked):>7}  in flight {self._in_flight():>6}"
              f"  live read {self.live.read:>7}  broker {state}{tag}")
+
+
+def _started(value: _T | None, what: str) -> _T:
+    if value is None:
+        raise DemoFailure(f"the demo's {what} is used before start()")
+    return value
 
 
 def main(argv: list[str] | None = None) -> int:

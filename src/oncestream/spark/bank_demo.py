@@ -177,12 +177,12 @@ class Generator(threading.Thread):
             dst = src
         elif kind == 2:
             dst = ACCOUNTS + 5
-        request = {"id": f"t{i:06d}", "src": src, "dst": dst, "amount": amount}
+        transfer_id = f"t{i:06d}"
         if amount > 0 and src != dst and 0 <= dst < ACCOUNTS:
-            self.valid[request["id"]] = (src, dst, amount)
+            self.valid[transfer_id] = (src, dst, amount)
         else:
-            self.invalid.add(request["id"])
-        return request
+            self.invalid.add(transfer_id)
+        return {"id": transfer_id, "src": src, "dst": dst, "amount": amount}
 
     def run(self) -> None:
         """Produce until stopped (idempotent, acks=all); errors are kept for the orchestrator."""

@@ -146,8 +146,11 @@ def produce_batches(producer, batches: Iterator[pa.RecordBatch], topic_option: s
         if n == 0:
             continue
         values = _column(batch, "value")
+        if values is None:  # check_write_schema refuses such a schema before any task runs
+            raise OptionError("the data to write has no 'value' column")
         keys = _column(batch, "key") or [None] * n
-        topics = [topic_option] * n if topic_option else _column(batch, "topic")
+        # No topic column and no option: every row is refused below, as a null topic is.
+        topics = [topic_option] * n if topic_option else (_column(batch, "topic") or [None] * n)
         partitions = _column(batch, "partition") or [None] * n
         headers = _column(batch, "headers") or [None] * n
         produce = producer.produce

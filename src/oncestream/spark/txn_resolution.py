@@ -11,6 +11,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from oncestream.spark.errors import CommitResolutionError, TwoPhaseCommitUnsupportedError
 
@@ -78,13 +79,13 @@ class HeldTransactions:
         self._bootstrap = bootstrap_servers
         self._config = dict(producer_config or {})
         self.held: dict[str, str] = {}
-        self._producers: dict[str, object] = {}
+        self._producers: dict[str, Any] = {}  # transactional id -> oncestream.client.Producer
 
     def open(self, transactional_ids: Iterable[str]) -> dict[str, str]:
         """Hold each id; returns transactional id -> held state ('' when nothing was open)."""
         ids = sorted(set(transactional_ids) - set(self._producers))
 
-        def one(txn_id: str) -> tuple[str, object, str]:
+        def one(txn_id: str) -> tuple[str, Any, str]:
             producer = two_phase_producer(self._bootstrap, txn_id, self._config)
             try:
                 return txn_id, producer, init_keeping_prepared(producer)
