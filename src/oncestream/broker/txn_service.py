@@ -34,6 +34,8 @@ log = logging.getLogger("oncestream.broker")
 
 TRANSACTION_STATE_TOPIC = "__transaction_state"
 OFFSETS_TOPIC = "__consumer_offsets"
+
+
 class TxnService:
     """The transaction coordinator, its log topic, and the marker writer."""
 
