@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.support.brokers import BrokerProcess  # noqa: E402
+from oncestream.broker_process import OnceStreamBroker  # noqa: E402
 from tests.support.clients import create_topic  # noqa: E402
 
 VALUE = b"x" * 1024
@@ -132,7 +132,7 @@ def main() -> int:
     args = parser.parse_args()
     results: dict[str, list[tuple[float, float]]] = {name: [] for name in CLIENTS}
     with tempfile.TemporaryDirectory() as tmp:
-        broker = BrokerProcess(data_dir=Path(tmp) / "data").start()
+        broker = OnceStreamBroker(data_dir=Path(tmp) / "data").start()
         try:
             for round_number in range(1, args.rounds + 1):
                 for name, fn in CLIENTS.items():

@@ -47,15 +47,9 @@ from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka import libversion as librdkafka_version
 from confluent_kafka.admin import AdminClient, NewTopic
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO_ROOT))
+from oncestream.broker_process import ManagedBroker, OnceStreamBroker, TansuBroker, tansu_executable
 
-from tests.support.brokers import (  # noqa: E402 - needs the repo root on sys.path
-    BrokerProcess,
-    TansuProcess,
-    _ManagedBroker,
-    tansu_executable,
-)
+REPO_ROOT = Path(__file__).resolve().parent.parent
 
 DOCS_PATH = REPO_ROOT / "docs" / "benchmarks.md"
 DOCS_HEADING = "## Consumer groups: time to Stable and OffsetCommit throughput (librdkafka)"
@@ -76,14 +70,14 @@ POLL_S = 0.005
 # Brokers
 
 
-def start_broker(name: str, work_dir: Path) -> _ManagedBroker:
+def start_broker(name: str, work_dir: Path) -> ManagedBroker:
     """A fresh broker: ours (data dir under ``work_dir``) or Tansu (memory storage)."""
     base = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=work_dir))
-    broker: _ManagedBroker
+    broker: ManagedBroker
     if name == "ours":
-        broker = BrokerProcess(data_dir=base / "data", config=OUR_CONFIG, log_dir=base / "logs")
+        broker = OnceStreamBroker(data_dir=base / "data", config=OUR_CONFIG, log_dir=base / "logs")
     elif name == "tansu":
-        broker = TansuProcess(log_dir=base / "logs")
+        broker = TansuBroker(log_dir=base / "logs")
     else:
         raise ValueError(f"unknown broker {name!r}")
     return broker.start()

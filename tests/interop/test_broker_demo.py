@@ -31,8 +31,8 @@ DEMO_TIMEOUT_S = 120
 def _run_demo(data_dir: Path) -> tuple[int, str]:
     """Run the demo with small parameters in its own process group; (exit code, stdout+stderr).
 
-    Its own session so that a timeout can kill the demo together with the broker it started
-    (the broker is the demo's child and shares its process group).
+    Its own session so that a timeout can kill the demo; the broker it started (in a session of
+    its own, see ``oncestream.broker_process``) dies with it (``die_with_parent``).
     """
     argv = [
         sys.executable, "-m", "oncestream.demo",

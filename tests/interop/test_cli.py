@@ -59,33 +59,45 @@ def test_produce_keyed_lines_then_consume_from_beginning_and_latest(broker) -> N
         assert values == sorted(values)
     out = run_cli("consume", topic, "--from-beginning", "--idle-timeout-ms", "1500", "--key-separator", "=", *bs)
     assert sorted(out.stdout.decode().split()) == sorted(line.replace(":", "=") for line in lines)
-    assert _consume_latest_around_one_new_record(broker, topic, b"k-new:after-start") == b"after-start\n"
 
 
-def _consume_latest_around_one_new_record(broker, topic: str, line: bytes) -> bytes:
-    """Start ``consume --latest`` through a proxy, produce ``line`` once the consumer has
+def test_consume_latest_prints_only_records_produced_after_it_started(broker_factory) -> None:
+    """``consume --latest`` starts at the end: of a topic holding records, it prints only the one
+    produced after it positioned itself."""
+    holder: dict[str, object] = {}
+    with DelayProxy(lambda: (holder["broker"].host, holder["broker"].port)) as proxy:
+        # The broker advertises the proxy, so the CLI's consumer stays on it after bootstrapping.
+        broker = broker_factory(config={"advertised.listeners": f"PLAINTEXT://{proxy.bootstrap}"})
+        holder["broker"] = broker
+        topic = unique_topic("cli-latest")
+        run_cli("topics", "create", topic, "--partitions", "2", "-b", broker.bootstrap)
+        run_cli("produce", topic, "-b", broker.bootstrap, stdin=b"old-1\nold-2\nold-3\n")
+        assert _consume_latest_around_one_new_record(proxy, broker, topic, b"k-new:after-start") == b"after-start\n"
+
+
+def _consume_latest_around_one_new_record(proxy: DelayProxy, broker, topic: str, line: bytes) -> bytes:
+    """Start ``consume --latest`` through ``proxy``, produce ``line`` once the consumer has
     positioned itself, and return everything the consumer printed before going idle.
 
-    "Positioned" is observed, not waited for: the CLI resolves its start offsets (ListOffsets)
-    before its first Fetch, so the proxy holds that first Fetch, the record is produced and
-    acknowledged meanwhile, and only then is the Fetch let through. The new record is therefore
-    produced after the consumer took the end offsets, whatever the machine's speed.
+    "Positioned" is observed, not waited for: the consumer resolves its start offsets
+    (ListOffsets) before its first Fetch, so the proxy holds that first Fetch, the record is
+    produced and acknowledged meanwhile, and only then is the Fetch let through. The new record is
+    therefore produced after the consumer took the end offsets, whatever the machine's speed.
     """
-    with DelayProxy((broker.host, broker.port)) as proxy:
-        first_fetch = proxy.hold_next(lambda info: info.api_key == API_FETCH)
-        consumer = subprocess.Popen(
-            [ONCESTREAM, "consume", topic, "--latest", "--idle-timeout-ms", "1500", "-b", proxy.bootstrap],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        )
-        try:
-            first_fetch.wait_held(CLI_TIMEOUT_S)
-            run_cli("produce", topic, "--key-separator", ":", "-b", broker.bootstrap, stdin=line + b"\n")
-            first_fetch.release()
-            out, err = consumer.communicate(timeout=CLI_TIMEOUT_S)
-        finally:
-            if consumer.poll() is None:
-                consumer.kill()
-                consumer.wait()
+    first_fetch = proxy.hold_next(lambda info: info.api_key == API_FETCH)
+    consumer = subprocess.Popen(
+        [ONCESTREAM, "consume", topic, "--latest", "--idle-timeout-ms", "1500", "-b", proxy.bootstrap],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )
+    try:
+        first_fetch.wait_held(CLI_TIMEOUT_S)
+        run_cli("produce", topic, "--key-separator", ":", "-b", broker.bootstrap, stdin=line + b"\n")
+        first_fetch.release()
+        out, err = consumer.communicate(timeout=CLI_TIMEOUT_S)
+    finally:
+        if consumer.poll() is None:
+            consumer.kill()
+            consumer.wait()
     assert consumer.returncode == 0, err.decode()
     return out
 

@@ -44,3 +44,12 @@ def test_list_describe_and_abort_a_hanging_transaction(broker) -> None:
     assert values_of(read_to_end(broker.bootstrap, topic, 2, isolation=READ_COMMITTED)) == {0: [b"after"], 1: [b"other"]}
     nothing = run_cli("transactions", "abort", "--topic", topic, "--partition", "0", *bs, check=False)
     assert nothing.returncode == 1 and b"no open transaction" in nothing.stderr
+
+
+def test_describe_of_an_unknown_transactional_id_is_a_clear_error(broker) -> None:
+    """DescribeTransactions answers an unknown id with TRANSACTIONAL_ID_NOT_FOUND and a -1 start
+    time; the CLI prints the error (the raw-request CLI died decoding that start time)."""
+    result = run_cli("transactions", "describe", "--transactional-id", unique_topic("nobody"),
+                     "-b", broker.bootstrap, check=False)
+    assert result.returncode == 1
+    assert b"TRANSACTIONAL_ID_NOT_FOUND" in result.stderr and b"Traceback" not in result.stderr

@@ -21,7 +21,7 @@ for path in (str(ROOT / "src"), str(ROOT)):
     if path not in sys.path:
         sys.path.insert(0, path)
 
-from oncestream.spark.crash_points import DRIVER_PGID_ENV  # noqa: E402
+from oncestream.testing_hooks import DRIVER_PGID_ENV  # noqa: E402
 
 
 def _store(spec: str):

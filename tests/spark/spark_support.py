@@ -13,7 +13,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from oncestream.spark.crash_points import CRASH_ENV, CRASH_MARKER_ENV
+from oncestream.testing_hooks import CRASH_ENV, CRASH_MARKER_ENV
 from tests.support.ports import free_tcp_port, port_accepts_connections
 
 ROOT = Path(__file__).resolve().parents[2]

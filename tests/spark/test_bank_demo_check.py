@@ -115,3 +115,27 @@ def test_check_reads_the_run_and_reports_through_find_violations(monkeypatch, tm
         # The ledger was applied to the entries table but never to the balances.
     problems = bank_demo.check("unused:0", db_path, VALID, INVALID)
     assert len(problems) == 1 and problems[0].startswith("database balances differ from a replay"), problems
+
+
+def test_torn_transfer_is_a_violation():
+    """Half a transfer visible (its debit committed, its credit not: a torn transaction) is
+    reported as a missing ledger entry, an entry not applied and a total balance not conserved."""
+    src, dst, amount = VALID["t000003"]
+    ledger = _entries({k: v for k, v in VALID.items() if k != "t000003"})
+    ledger.append({"transfer_id": "t000003", "account": src, "delta": -amount})
+    problems = find_violations(**_outcome(ledger))
+    assert any(p.startswith("ledger: 1 entries missing, 0 duplicated") for p in problems), problems
+    assert any(p.startswith("database: 1 entries not applied") for p in problems), problems
+    assert f"total balance {ACCOUNTS * INITIAL_BALANCE - amount} != {ACCOUNTS * INITIAL_BALANCE}" in problems
+    assert report(problems) == 1
+
+
+def test_applied_topic_disagreeing_with_the_database_is_a_violation():
+    """The dual write torn the other way: the database committed a batch whose Kafka transaction
+    (the 'applied' topic) was aborted. Ledger and database agree; only the applied topic lacks it."""
+    ledger = _entries(VALID)
+    outcome = _outcome(ledger)
+    outcome["applied_log"] = _entries({k: v for k, v in VALID.items() if k != "t000001"})
+    problems = find_violations(**outcome)
+    assert problems == ["the 'applied' topic and the database's applied entries disagree"]
+    assert report(problems) == 1

@@ -1,7 +1,7 @@
 """The exactly-once sink when write tasks fail or outlive their attempt.
 
 Tasks are steered with the sink's test gates (``oncestream.test.gateDir``, see
-``oncestream/spark/crash_points.py``): a task reports its prepared transaction in a file, can be
+``oncestream/testing_hooks.py``): a task reports its prepared transaction in a file, can be
 held after preparing, or made to raise on every attempt, each until the test creates ``release``.
 So the test looks at the log while transactions are prepared and undecided, and the failing
 task fails only after the others have prepared and reported, so the job's failure reaches the

@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import signal
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -35,20 +33,12 @@ from oncestream.coordinator.txn import (
 )
 from oncestream.errors import KafkaError, UnknownTopicOrPartitionError
 from oncestream.topic_partition import TopicPartition
+from oncestream.testing_hooks import TxnCrashPoint
 
 log = logging.getLogger("oncestream.broker")
 
 TRANSACTION_STATE_TOPIC = "__transaction_state"
 OFFSETS_TOPIC = "__consumer_offsets"
-# Test-only broker property: kill -9 the broker at this step of every committing transaction,
-# after PrepareCommit is durable and before any marker / after the first marker / after all
-# markers but before CompleteCommit is written. Recovery must then finish the commit.
-CRASH_POINT_PROPERTY = "oncestream.fault.txn.crash.point"
-CRASH_POINTS = ("before-markers", "between-markers", "before-complete")
-
-
-def _crash_now() -> None:
-    os.kill(os.getpid(), signal.SIGKILL)
 
 
 class TxnService:
@@ -81,10 +71,8 @@ class TxnService:
             offsets_partition_for=groups.coordinator.partition_for,
         )
         self._failed_jobs: list[MarkerJob] = []
-        # Fault injection for chaos tests only: SIGKILL ourselves at one step of a commit.
-        self._crash_point = props.get(CRASH_POINT_PROPERTY)
-        if self._crash_point not in (None, *CRASH_POINTS):
-            raise ValueError(f"{CRASH_POINT_PROPERTY} must be one of {CRASH_POINTS}")
+        # Fault injection for chaos tests only (oncestream.testing_hooks): SIGKILL at one step of a commit.
+        self._crash_point = TxnCrashPoint.from_properties(props)
         # Recovery: replay the transaction log and finish every prepared transaction.
         self.drive(self.coordinator.load(self.topic.read_all(), now_ms(), mono_ms=self.mono_ms()))
 
@@ -121,8 +109,8 @@ class TxnService:
                 work.append((self.coordinator.on_persisted(write.write_id, now, mono_ms=self.mono_ms()), sink))
             for job in current.markers_to_write:
                 if self._write_markers(job):
-                    if job.commit and self._crash_point == "before-complete":
-                        _crash_now()
+                    if job.commit:
+                        self._crash_point.reached("before-complete")
                     outcome_after = self.coordinator.markers_written(
                         job.transactional_id, job.producer_id, job.producer_epoch, self.now_ms()
                     )
@@ -134,11 +122,11 @@ class TxnService:
         """Append the job's marker to every partition; False if any must be retried later."""
         now = self.now_ms()
         ok = True
-        if job.commit and self._crash_point == "before-markers":
-            _crash_now()
+        if job.commit:
+            self._crash_point.reached("before-markers")
         for index, tp in enumerate(job.partitions):
-            if job.commit and index == 1 and self._crash_point == "between-markers":
-                _crash_now()
+            if job.commit and index == 1:
+                self._crash_point.reached("between-markers")
             try:
                 plog = self._logs.get(tp.topic, tp.partition)
             except UnknownTopicOrPartitionError:

@@ -42,6 +42,7 @@ from oncestream.protocol.api_keys import (
     DESCRIBE_GROUPS,
     DESCRIBE_PRODUCERS,
     DESCRIBE_TRANSACTIONS,
+    INIT_PRODUCER_ID,
     LIST_GROUPS,
     LIST_TRANSACTIONS,
     OFFSET_FETCH,
@@ -51,6 +52,8 @@ from oncestream.protocol.api_keys import (
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
 _ZERO_UUID = uuid.UUID(int=0)
+# Transaction timeout sent with a fencing InitProducerId (Kafka's fenceProducers default).
+_FENCE_TXN_TIMEOUT_MS = 60_000
 
 
 @dataclass
@@ -81,6 +84,7 @@ class TopicDescription:
     partitions: list[PartitionInfo]
     is_internal: bool = False
     error: KafkaError | None = None
+    topic_id: uuid.UUID | None = None  # Metadata v10+; None from older brokers
 
 
 @dataclass
@@ -400,7 +404,7 @@ class Admin:
                 parts = [PartitionInfo(p.partition_index, p.leader_id, list(p.replica_nodes), list(p.isr_nodes))
                          for p in sorted(t.partitions, key=lambda p: p.partition_index)]
                 out[t.name] = TopicDescription(t.name, parts, bool(getattr(t, "is_internal", False)),
-                                               _error(int(t.error_code)))
+                                               _error(int(t.error_code)), getattr(t, "topic_id", None))
             return out
 
         return self._run(run(), timeout)
@@ -604,6 +608,41 @@ class Admin:
                             for a in p.active_producers
                         ]
             return out
+
+        return self._run(run(), timeout)
+
+    def fence_producers(self, transactional_ids: Iterable[str],
+                        timeout: float | None = None) -> dict[str, KafkaError | None]:
+        """KIP-664's fenceProducers: InitProducerId for each transactional id at its coordinator,
+        which bumps the id's epoch (every producer still using it is fenced) and aborts its open
+        transaction, markers and all. Per id None (fenced) or the error.
+
+        CONCURRENT_TRANSACTIONS counts as fenced: the coordinator answers it once it has
+        persisted the bump and started aborting the open transaction; the abort then completes
+        without any client (watch ``describe_transactions`` for an ended state)."""
+        ids = list(transactional_ids)
+        retriable = {int(ErrorCode.coordinator_load_in_progress), int(ErrorCode.not_coordinator),
+                     int(ErrorCode.coordinator_not_available)}
+
+        async def fence(tid: str) -> tuple[str, KafkaError | None]:
+            def make(m: Any, version: int) -> Any:
+                return build(m.InitProducerIdRequest, transactional_id=tid,
+                             transaction_timeout=_td(_FENCE_TXN_TIMEOUT_MS), producer_id=-1, producer_epoch=-1,
+                             enable2_pc=False, keep_prepared_txn=False)
+
+            while True:
+                node = await self._cluster.coordinator(tid, COORDINATOR_TRANSACTION)
+                response = await self._cluster.send(node, INIT_PRODUCER_ID, make)
+                code = int(response.error_code)
+                if code in (0, int(ErrorCode.concurrent_transactions)):
+                    return tid, None
+                if code not in retriable:
+                    return tid, _error(code)
+                self._cluster.forget_coordinator(tid, COORDINATOR_TRANSACTION)
+                await asyncio.sleep(self._retry_backoff_s)
+
+        async def run() -> dict[str, KafkaError | None]:
+            return dict(await asyncio.gather(*(fence(t) for t in ids)))
 
         return self._run(run(), timeout)
 

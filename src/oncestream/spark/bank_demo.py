@@ -27,7 +27,6 @@ import os
 import random
 import shutil
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -37,6 +36,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from oncestream.broker_process import BrokerStartError, OnceStreamBroker
 from oncestream.child_process import die_with_parent
 
 ACCOUNTS = 20
@@ -136,38 +136,14 @@ def run_driver(bootstrap: str, checkpoint: Path, db_path: Path, available_now: b
 # --- the orchestrator --------------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _wait_listening(process: subprocess.Popen, port: int, log_path: Path) -> None:
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise DemoFailure(f"broker exited with {process.returncode}; see {log_path}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return
-        except OSError:
-            time.sleep(0.05)
-    raise DemoFailure(f"broker did not listen within {READY_TIMEOUT_S:.0f} s; see {log_path}")
-
-
-def _start_broker(work: Path) -> tuple[subprocess.Popen, str]:
-    port = _free_port()
-    script = Path(sys.executable).parent / "oncestream"
-    argv = [str(script)] if script.exists() else [
-        sys.executable, "-c", "import sys; from oncestream.cli import main; sys.exit(main())"]
-    argv += ["broker", "--data-dir", str(work / "broker"), "--listen", f"127.0.0.1:{port}",
-             "--config", "transaction.two.phase.commit.enable=true"]
-    log_path = work / "broker.log"
-    with open(log_path, "wb") as log:
-        process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                   preexec_fn=die_with_parent)  # a killed demo leaves no broker behind
-    _wait_listening(process, port, log_path)
-    return process, f"127.0.0.1:{port}"
+def _start_broker(work: Path) -> OnceStreamBroker:
+    """Our broker with two-phase commit on a free port, its data and log in the work dir."""
+    broker = OnceStreamBroker(work / "broker", config={"transaction.two.phase.commit.enable": "true"},
+                              log_file=work / "broker.log", ready_timeout_s=READY_TIMEOUT_S)
+    try:
+        return broker.start()  # type: ignore[return-value]
+    except BrokerStartError as exc:
+        raise DemoFailure(str(exc)) from None
 
 
 def _init_database(db_path: Path) -> None:
@@ -201,12 +177,12 @@ class Generator(threading.Thread):
             dst = src
         elif kind == 2:
             dst = ACCOUNTS + 5
-        request = {"id": f"t{i:06d}", "src": src, "dst": dst, "amount": amount}
+        transfer_id = f"t{i:06d}"
         if amount > 0 and src != dst and 0 <= dst < ACCOUNTS:
-            self.valid[request["id"]] = (src, dst, amount)
+            self.valid[transfer_id] = (src, dst, amount)
         else:
-            self.invalid.add(request["id"])
-        return request
+            self.invalid.add(transfer_id)
+        return {"id": transfer_id, "src": src, "dst": dst, "amount": amount}
 
     def run(self) -> None:
         """Produce until stopped (idempotent, acks=all); errors are kept for the orchestrator."""
@@ -405,7 +381,8 @@ def run_demo(kills: int, rate_per_s: float, seed: int, keep: bool) -> int:
     """Orchestrate: broker, database, generator, driver kills and restarts, final checks."""
     work = Path(tempfile.mkdtemp(prefix="oncestream-bank-"))
     rng = random.Random(seed)
-    broker, bootstrap = _start_broker(work)
+    broker = _start_broker(work)
+    bootstrap = broker.bootstrap
     driver: Driver | None = None
     succeeded = False
     try:
@@ -455,12 +432,7 @@ def run_demo(kills: int, rate_per_s: float, seed: int, keep: bool) -> int:
     finally:
         if driver is not None:
             driver.kill()
-        broker.send_signal(signal.SIGTERM)
-        try:
-            broker.wait(15)
-        except subprocess.TimeoutExpired:
-            broker.kill()
-            broker.wait()
+        broker.stop()
         if succeeded and not keep:
             shutil.rmtree(work, ignore_errors=True)
         else:

@@ -31,9 +31,10 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from oncestream.spark.crash_points import crash_if_armed
+from oncestream.spark.errors import CommitResolutionError
 from oncestream.spark.stores import DualWriteState, Transaction, _Store
 from oncestream.spark.txn_resolution import init_keeping_prepared, two_phase_producer
+from oncestream.testing_hooks import crash_if_armed
 
 log = logging.getLogger("oncestream.spark")
 
@@ -143,7 +144,10 @@ class DualWriter:
             self._producer = two_phase_producer(self.bootstrap_servers, self.transactional_id,
                                                 self.producer_config)
             held = init_keeping_prepared(self._producer)
-            assert not held, f"a transaction {held} appeared under {self.transactional_id} mid-run"
+            if held:
+                # Another writer of our id prepared a transaction between our batches: continuing
+                # would abort it blindly (or lose track of it); stop and let recovery decide.
+                raise CommitResolutionError(f"a transaction {held} appeared under {self.transactional_id} mid-run")
         self._used = True
         return self._producer
 

@@ -46,8 +46,6 @@ connections) gets the query's ``kafka.*`` options; see ``options`` for the ones 
 from __future__ import annotations
 
 import logging
-import os
-import sys
 import threading
 import uuid
 from collections.abc import Iterator
@@ -55,10 +53,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
+from pyspark.sql.datasource import (
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    WriterCommitMessage,
+)
 from pyspark.sql.types import StructType
 
-from oncestream.spark.crash_points import armed, crash_if_armed, gate_after_prepare, gate_before_prepare
 from oncestream.spark.commit_journal import CommitJournal, CommitRecord
 from oncestream.spark.errors import (
     CommitResolutionError,
@@ -75,19 +76,18 @@ from oncestream.spark.txn_resolution import (
     resolve_by_record,
     two_phase_producer,
 )
+from oncestream.testing_hooks import (
+    armed,
+    crash_if_armed,
+    crash_worker,
+    gate_after_prepare,
+    gate_before_prepare,
+)
 
 log = logging.getLogger("oncestream.spark")
 
 _TIMEOUT_S = 60.0
 _BINARY_LIKE = ("binary", "string")
-
-
-def _crash_worker(reason: str) -> None:
-    """Test option ``oncestream.test.failAfterPrepare``: the Python worker dies after prepare,
-    like an executor lost mid-task (no exception handler, no cleanup); Spark retries the task."""
-    sys.stderr.write(f"oncestream: {reason}; exiting the Python worker\n")
-    sys.stderr.flush()
-    os._exit(17)
 
 
 def _abort_quietly(producer, txn_id: str) -> None:
@@ -146,8 +146,11 @@ def produce_batches(producer, batches: Iterator[pa.RecordBatch], topic_option: s
         if n == 0:
             continue
         values = _column(batch, "value")
+        if values is None:  # check_write_schema refuses such a schema before any task runs
+            raise OptionError("the data to write has no 'value' column")
         keys = _column(batch, "key") or [None] * n
-        topics = [topic_option] * n if topic_option else _column(batch, "topic")
+        # No topic column and no option: every row is refused below, as a null topic is.
+        topics = [topic_option] * n if topic_option else (_column(batch, "topic") or [None] * n)
         partitions = _column(batch, "partition") or [None] * n
         headers = _column(batch, "headers") or [None] * n
         produce = producer.produce
@@ -183,7 +186,8 @@ class _TaskWriter:
         from pyspark import TaskContext
 
         ctx = TaskContext.get()
-        assert ctx is not None, "write runs inside a Spark task"
+        if ctx is None:
+            raise OnceStreamSparkError("the sink's write runs only inside a Spark task")
         return self.write_attempt(batches, query_id, ctx.partitionId(), ctx.attemptNumber())
 
     def write_attempt(self, batches: Iterator[pa.RecordBatch], query_id: str, partition_id: int,
@@ -212,7 +216,7 @@ class _TaskWriter:
             state = producer.prepare_transaction(_TIMEOUT_S)
             prepared = True
             if attempt in self.opts.fail_after_prepare_attempts:
-                _crash_worker(f"injected failure after prepare ({txn_id}, state {state})")
+                crash_worker(f"injected failure after prepare ({txn_id}, state {state})")
             gate_after_prepare(self.opts.test_gate_dir, partition_id, attempt, txn_id, str(state))
             return SinkCommitMessage(query_id, txn_id, str(state), partition_id, attempt, count)
         except BaseException:
@@ -279,6 +283,16 @@ class _TaskWriter:
         return count
 
 
+def require_outcomes(outcomes: dict[str, Outcome], allowed: tuple[Outcome, ...], what: str) -> None:
+    """Raise ``CommitResolutionError`` unless every transaction of a recorded commit ended as
+    ``allowed``: after the commit record names them, anything else (an abort) means data the
+    record promises is gone, and Spark must not mark the batch done. A typed error, not an
+    ``assert``, because ``python -O`` strips asserts and this check guards data."""
+    wrong = {t: o.value for t, o in sorted(outcomes.items()) if o not in allowed}
+    if wrong:
+        raise CommitResolutionError(f"{what}: transactions did not commit as recorded: {wrong}")
+
+
 class _DriverCommit:
     """The driver side of the exactly-once protocol (steps 4-8 of the module docstring)."""
 
@@ -287,7 +301,9 @@ class _DriverCommit:
 
     def _query_id(self, messages: list[SinkCommitMessage]) -> str | None:
         ids = {m.query_id for m in messages}
-        assert len(ids) <= 1, f"messages of several queries in one batch: {ids}"
+        if len(ids) > 1:
+            # Committing them under one record would settle one query's transactions by another's.
+            raise CommitResolutionError(f"messages of several queries in one batch: {sorted(ids)}")
         return next(iter(ids), None)
 
     def leftovers(self, query_id: str, exclude: set[str]) -> list[str]:
@@ -350,7 +366,7 @@ class _DriverCommit:
                     held.finish(winners, only={min(winners)})
                     crash_if_armed("mid-complete", batch_id)
                 outcomes = held.finish(winners)
-            assert all(o in (Outcome.COMMITTED, Outcome.NOTHING_OPEN) for o in outcomes.values()), outcomes
+            require_outcomes(outcomes, (Outcome.COMMITTED, Outcome.NOTHING_OPEN), f"batch {batch_id}")
             crash_if_armed("after-complete", batch_id)
         finally:
             journal.close()
@@ -395,7 +411,7 @@ class _DriverCommit:
                 held.finish({})
                 raise CommitResolutionError(f"write job: transactions {wrong} were fenced; aborted")
             outcomes = held.finish(winners)
-        assert all(o is Outcome.COMMITTED for o in outcomes.values()), outcomes
+        require_outcomes(outcomes, (Outcome.COMMITTED,), "write job")
 
     def abort_job(self, messages: list[SinkCommitMessage | None], job_id: str) -> None:
         """Abort every transaction of a failed batch write job: those its tasks reported and any

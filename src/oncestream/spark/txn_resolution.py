@@ -11,8 +11,9 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
-from oncestream.spark.errors import TwoPhaseCommitUnsupportedError
+from oncestream.spark.errors import CommitResolutionError, TwoPhaseCommitUnsupportedError
 
 # Transactions completed in parallel by the driver (each is a few round trips to the coordinator).
 _PARALLEL_COMPLETIONS = 8
@@ -78,13 +79,13 @@ class HeldTransactions:
         self._bootstrap = bootstrap_servers
         self._config = dict(producer_config or {})
         self.held: dict[str, str] = {}
-        self._producers: dict[str, object] = {}
+        self._producers: dict[str, Any] = {}  # transactional id -> oncestream.client.Producer
 
     def open(self, transactional_ids: Iterable[str]) -> dict[str, str]:
         """Hold each id; returns transactional id -> held state ('' when nothing was open)."""
         ids = sorted(set(transactional_ids) - set(self._producers))
 
-        def one(txn_id: str) -> tuple[str, object, str]:
+        def one(txn_id: str) -> tuple[str, Any, str]:
             producer = two_phase_producer(self._bootstrap, txn_id, self._config)
             try:
                 return txn_id, producer, init_keeping_prepared(producer)
@@ -111,7 +112,10 @@ class HeldTransactions:
             self.held[txn_id] = ""  # finished: a second finish() leaves it alone
             if commit.get(txn_id) == held:
                 committed = producer.complete_transaction(held, _TIMEOUT_S)
-                assert committed, "complete_transaction with the held state commits"
+                if not committed:
+                    # The held state matched, so the coordinator must commit; an abort here would
+                    # drop data the caller's commit record lists.
+                    raise CommitResolutionError(f"{txn_id}: completing held transaction {held} aborted it")
                 return txn_id, Outcome.COMMITTED
             producer.abort_transaction(_TIMEOUT_S)
             return txn_id, Outcome.ABORTED
