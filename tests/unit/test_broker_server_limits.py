@@ -137,3 +137,47 @@ def test_serving_before_start_is_a_typed_error(tmp_path: Path) -> None:
             asyncio.run(BrokerServer(state).serve_until_stopped())
     finally:
         state.close()
+
+
+def test_a_request_the_broker_is_still_working_on_is_not_idle(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A long-poll fetch or a JoinGroup waiting out a rebalance keeps the client waiting for the
+    broker: the idle clock stops while the broker works on a request."""
+    answered: list[bytes] = []
+
+    async def scenario(server: BrokerServer, port: int) -> None:
+        release = asyncio.Event()
+
+        async def slow_handler(frame_bytes: bytes) -> bytes:
+            await release.wait()
+            return frame(b"\x00\x00\x00\x01")
+
+        monkeypatch.setattr(server.dispatcher, "handle_frame", slow_handler)
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(_api_versions_frame(1))
+        await asyncio.sleep(3 * 0.2)  # three idle periods pass while the request is handled
+        release.set()
+        answered.append(await reader.readexactly(8))
+        writer.close()
+
+    _all_released(_run(tmp_path, {"connections.max.idle.ms": "200"}, scenario))
+    assert answered == [frame(b"\x00\x00\x00\x01")]
+
+
+def test_a_client_that_never_reads_its_response_is_closed_when_idle(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No byte out for connections.max.idle.ms while the broker waits to write is idle too."""
+
+    async def scenario(server: BrokerServer, port: int) -> None:
+        async def huge_response(frame_bytes: bytes) -> bytes:
+            return frame(b"\x00" * (64 * 1024 * 1024))  # far more than the socket buffers hold
+
+        monkeypatch.setattr(server.dispatcher, "handle_frame", huge_response)
+        _, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.transport.pause_reading()  # a deaf client
+        writer.write(_api_versions_frame(1))
+        await _until(lambda: server.memory_pool.reserved_bytes > 0)
+        await _until(lambda: server.open_connections == 0)
+        writer.close()
+
+    _all_released(_run(tmp_path, {"connections.max.idle.ms": "300"}, scenario))
