@@ -70,7 +70,6 @@ class _IdleWatch:
         self.peer = peer
         self.loop = loop
         self.draining = False
-        self.expired = False
         self._buffered_bytes = -1
         self._handle: asyncio.TimerHandle | None = None
         self._schedule()
@@ -92,7 +91,6 @@ class _IdleWatch:
                 self._buffered_bytes = buffered
                 self.idle.activity(now_ms)
         if self.idle.expired(now_ms):
-            self.expired = True
             log.info("closing %s: idle for connections.max.idle.ms=%d", self.peer, self.idle.idle_ms)
             # abort, not close: a client that stopped reading would keep close() waiting forever.
             self.writer.transport.abort()
