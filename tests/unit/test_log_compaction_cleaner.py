@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from oncestream.broker.cleaner import LogCleaner
+from oncestream.broker.cleaner import FailureTracker, LogCleaner
 from oncestream.broker.config import BrokerConfig
 from oncestream.broker.state import BrokerState
 from oncestream.errors import InvalidConfigError
@@ -136,29 +136,127 @@ def test_dirtiest_log_first(state: BrokerState) -> None:
         cleaner.close()
 
 
-def test_a_failing_clean_is_logged_in_one_line_and_retried_later(
+class Monotonic:
+    """The cleaner's backoff clock, under the test's control."""
+
+    def __init__(self) -> None:
+        self.now_ms = 0.0
+
+    def __call__(self) -> float:
+        return self.now_ms
+
+
+def _disk_full(plan):
+    plan.release()
+    raise OSError(28, "No space left on device")
+
+
+def test_a_failing_clean_is_logged_with_its_traceback_and_retried_after_a_backoff(
     state: BrokerState, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     state.logs.create_topic("table", 1, {"cleanup.policy": "compact"})
     expected = fill(state, "table", keys=3, rounds=5)
     partition_log = state.logs.get("table", 0)
-
-    def failing_build(plan):
-        plan.release()
-        raise OSError(28, "No space left on device")
-
+    monotonic = Monotonic()
     cleaner = LogCleaner.for_state(state)
+    cleaner.monotonic_ms = monotonic
     try:
         with monkeypatch.context() as patch:
-            patch.setattr(compaction, "build_cleaned", failing_build)
+            patch.setattr(compaction, "build_cleaned", _disk_full)
             with caplog.at_level(logging.ERROR, logger="oncestream.cleaner"):
                 assert asyncio.run(cleaner.clean_once()) == 0
         errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
-        assert len(errors) == 1 and "No space left" in errors[0].getMessage() and "\n" not in errors[0].getMessage()
-        assert errors[0].exc_info is None, "one line, no traceback"
-        # The plan was given back: the next pass cleans.
+        assert len(errors) == 1 and "No space left" in errors[0].getMessage()
+        assert "table-0" in errors[0].getMessage() and "\n" not in errors[0].getMessage()
+        assert errors[0].exc_info is not None, "the traceback is recorded, not swallowed"
+        failure = cleaner.failures.failures[("table", 0)]
+        assert failure.count == 1 and "_disk_full" in failure.traceback
+        # The plan was given back, but the partition backs off: the next pass leaves it alone...
         assert partition_log.compaction_candidate(state.now_ms()) is not None
+        assert asyncio.run(cleaner.clean_once()) == 0
+        # ...until its backoff has passed on the monotonic clock; a success ends the streak.
+        monotonic.now_ms = failure.retry_at_ms
         assert asyncio.run(cleaner.clean_once()) == 1
+        assert cleaner.failures.failures == {}
+    finally:
+        cleaner.close()
+    assert_compacted(state, "table", expected, written=15)
+
+
+def test_backoff_doubles_per_failure_up_to_its_cap() -> None:
+    tracker = FailureTracker(base_backoff_ms=1000, max_backoff_ms=5000, max_failures=10)
+    assert [tracker.backoff_ms(n) for n in range(1, 6)] == [1000, 2000, 4000, 5000, 5000]
+    assert tracker.backoff_ms(10_000) == 5000
+    error = OSError("bad")
+    assert tracker.record(("t", 0), error, now_ms=100).retry_at_ms == 1100
+    assert not tracker.may_try(("t", 0), 1099) and tracker.may_try(("t", 0), 1100)
+    assert tracker.record(("t", 0), error, now_ms=2000).retry_at_ms == 4000
+    assert tracker.may_try(("t", 1), 0), "other partitions are not held back"
+
+
+def test_a_partition_that_keeps_failing_is_marked_uncleanable_and_the_others_are_still_cleaned(
+    state: BrokerState, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """As Kafka's LogCleanerManager: a partition whose cleaning keeps failing is given up on
+    (uncleanable) instead of being retried forever; the cleaner goes on with every other one."""
+    state.logs.create_topic("broken", 1, {"cleanup.policy": "compact"})
+    state.logs.create_topic("fine", 1, {"cleanup.policy": "compact"})
+    fill(state, "broken", keys=3, rounds=5)
+    broken_before = contents(state, "broken")
+    monotonic = Monotonic()
+    cleaner = LogCleaner.from_properties(state.logs, state.now_ms, state.config.raw)
+    cleaner.monotonic_ms = monotonic
+    cleaner.failures.max_failures = 3
+    real_build = compaction.build_cleaned
+    attempts: list[str] = []
+
+    def failing_for_broken(plan):
+        topic = plan.directory.name.rsplit("-", 1)[0]  # a partition directory is <topic>-<partition>
+        attempts.append(topic)
+        if topic == "broken":
+            return _disk_full(plan)
+        return real_build(plan)
+
+    monkeypatch.setattr(compaction, "build_cleaned", failing_for_broken)
+    fine_latest: dict[bytes, bytes] = {}
+    try:
+        with caplog.at_level(logging.ERROR, logger="oncestream.cleaner"):
+            for _ in range(3):
+                fine_latest.update(fill(state, "fine", keys=3, rounds=3))  # new dirt every pass
+                assert asyncio.run(cleaner.clean_once()) == 1, "the healthy partition is cleaned"
+                monotonic.now_ms += cleaner.failures.max_backoff_ms  # past any backoff
+        assert set(cleaner.uncleanable()) == {("broken", 0)}
+        failure = cleaner.uncleanable()[("broken", 0)]
+        assert failure.count == 3 and "No space left" in failure.error and "Traceback" in failure.traceback
+        assert "marked uncleanable" in caplog.records[-1].getMessage()
+        # Given up on: later passes never try it again, and still clean the other partition.
+        tries = attempts.count("broken")
+        fine_latest.update(fill(state, "fine", keys=3, rounds=3))
+        assert asyncio.run(cleaner.clean_once()) == 1
+        assert attempts.count("broken") == tries == 3
+    finally:
+        cleaner.close()
+    assert contents(state, "broken") == broken_before
+    assert_compacted(state, "fine", fine_latest, written=3 * 4 * 3)
+
+
+def test_a_re_created_topic_starts_without_the_old_failures(
+    state: BrokerState, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    state.logs.create_topic("table", 1, {"cleanup.policy": "compact"})
+    fill(state, "table", keys=3, rounds=5)
+    cleaner = LogCleaner.for_state(state)
+    cleaner.failures.max_failures = 1
+    try:
+        with monkeypatch.context() as patch:
+            patch.setattr(compaction, "build_cleaned", _disk_full)
+            asyncio.run(cleaner.clean_once())
+        assert set(cleaner.uncleanable()) == {("table", 0)}
+        state.logs.delete_topic("table")
+        state.logs.create_topic("table", 1, {"cleanup.policy": "compact"})
+        expected = fill(state, "table", keys=3, rounds=5)
+        assert asyncio.run(cleaner.clean_once()) == 1
+        assert cleaner.uncleanable() == {}
     finally:
         cleaner.close()
     assert_compacted(state, "table", expected, written=15)

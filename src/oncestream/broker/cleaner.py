@@ -6,8 +6,11 @@ snapshot of sealed segments), ``compaction.build_cleaned`` on a dedicated worker
 reading, decoding and writing), ``install_cleaned`` back on the loop (a few renames and fsyncs).
 The loop keeps serving requests while a build runs. ``log.cleaner.enable=false`` turns it off.
 
-Nothing here may take the broker down: a failing clean is logged in one line and retried at the
-next pass. On shutdown (task cancelled) a running build is told to stop, awaited, and its files
+Nothing here may take the broker down, and no failure is swallowed: a partition whose cleaning
+fails is logged with its traceback (kept in ``failures`` too) and retried after an exponential,
+capped backoff; after ``max_failures`` consecutive failures it is marked uncleanable and left
+alone (Kafka's LogCleanerManager "uncleanable partitions") until the broker restarts or the topic
+is re-created, while every other partition keeps being cleaned. On shutdown (task cancelled) a running build is told to stop, awaited, and its files
 removed; the broker closes its logs only after that.
 """
 
@@ -16,7 +19,10 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import time
+import traceback
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from oncestream.errors import InvalidConfigError
@@ -30,6 +36,75 @@ if TYPE_CHECKING:
 log = logging.getLogger("oncestream.cleaner")
 
 DEFAULT_BACKOFF_MS = 15_000
+# Consecutive failures after which a partition is uncleanable, and the longest wait between tries.
+DEFAULT_MAX_FAILURES = 5
+DEFAULT_MAX_FAILURE_BACKOFF_MS = 600_000
+
+PartitionKey = tuple[str, int]
+
+
+def _monotonic_ms() -> float:
+    return time.monotonic() * 1000
+
+
+@dataclass
+class CleaningFailure:
+    """The consecutive failures of one partition's cleaning, the last one's traceback included."""
+
+    count: int
+    error: str  # ``Type: message`` of the last failure
+    traceback: str  # its formatted traceback
+    retry_at_ms: float  # monotonic; not tried again before
+    uncleanable: bool = False
+
+
+class FailureTracker:
+    """Sans-io bookkeeping of failing partitions: exponential backoff (``base_backoff_ms`` doubled
+    per consecutive failure, capped at ``max_backoff_ms``) and the uncleanable mark after
+    ``max_failures`` in a row. A success forgets the partition's failures."""
+
+    def __init__(self, base_backoff_ms: int, max_backoff_ms: int, max_failures: int) -> None:
+        if base_backoff_ms < 0 or max_backoff_ms < 0 or max_failures < 1:
+            raise InvalidConfigError("cleaner backoffs must be >= 0 and max_failures >= 1")
+        self.base_backoff_ms = base_backoff_ms
+        self.max_backoff_ms = max_backoff_ms
+        self.max_failures = max_failures
+        self.failures: dict[PartitionKey, CleaningFailure] = {}
+
+    def backoff_ms(self, count: int) -> int:
+        """How long to wait after the ``count``-th consecutive failure."""
+        return min(self.max_backoff_ms, self.base_backoff_ms * 2 ** min(count - 1, 32))
+
+    def record(self, key: PartitionKey, exc: BaseException, now_ms: float) -> CleaningFailure:
+        """Count a failure of ``key``; returns its updated state."""
+        previous = self.failures.get(key)
+        count = 1 if previous is None else previous.count + 1
+        failure = CleaningFailure(
+            count=count,
+            error=f"{type(exc).__name__}: {exc}",
+            traceback="".join(traceback.format_exception(exc)),
+            retry_at_ms=now_ms + self.backoff_ms(count),
+            uncleanable=count >= self.max_failures,
+        )
+        self.failures[key] = failure
+        return failure
+
+    def succeeded(self, key: PartitionKey) -> None:
+        """``key`` was cleaned (or assessed) fine: its failure streak ends."""
+        self.failures.pop(key, None)
+
+    def forget(self, key: PartitionKey) -> None:
+        """``key`` is gone (topic deleted or re-created): start afresh."""
+        self.failures.pop(key, None)
+
+    def may_try(self, key: PartitionKey, now_ms: float) -> bool:
+        """False while ``key`` backs off, and for good once uncleanable."""
+        failure = self.failures.get(key)
+        return failure is None or (not failure.uncleanable and now_ms >= failure.retry_at_ms)
+
+    def uncleanable(self) -> set[PartitionKey]:
+        """Partitions marked uncleanable."""
+        return {key for key, failure in self.failures.items() if failure.uncleanable}
 
 
 def _parse_bool(name: str, text: str) -> bool:
@@ -52,11 +127,18 @@ class LogCleaner:
         backoff_ms: int = DEFAULT_BACKOFF_MS,
         enabled: bool = True,
         max_map_bytes: int = compaction.DEFAULT_MAX_MAP_BYTES,
+        max_failures: int = DEFAULT_MAX_FAILURES,
+        max_failure_backoff_ms: int = DEFAULT_MAX_FAILURE_BACKOFF_MS,
+        monotonic_ms: Callable[[], float] = _monotonic_ms,
     ) -> None:
         if backoff_ms < 0:
             raise InvalidConfigError(f"log.cleaner.backoff.ms must be >= 0, not {backoff_ms}")
         self.logs = logs
-        self.clock_ms = clock_ms
+        self.clock_ms = clock_ms  # wall clock: compaction lags and delete horizons are record times
+        self.monotonic_ms = monotonic_ms  # backoffs: a wall-clock step must not shorten or stretch them
+        # The first retry waits one pass (at least a second), then twice as long each time.
+        self.failures = FailureTracker(max(backoff_ms, 1000), max_failure_backoff_ms, max_failures)
+        self._known_logs: dict[PartitionKey, PartitionLog] = {}
         self.backoff_ms = backoff_ms
         self.enabled = enabled
         self.max_map_bytes = max_map_bytes
@@ -94,7 +176,7 @@ class LogCleaner:
                 except asyncio.CancelledError:
                     raise
                 except Exception as exc:  # never take the broker down
-                    log.error("log cleaner pass failed: %s: %s", type(exc).__name__, exc)
+                    log.error("log cleaner pass failed: %s: %s", type(exc).__name__, exc, exc_info=exc)
                 await asyncio.sleep(self.backoff_ms / 1000)
         finally:
             self.close()
@@ -106,22 +188,47 @@ class LogCleaner:
             self._executor = None
 
     def eligible_logs(self) -> list[PartitionLog]:
-        """Logs worth cleaning now, dirtiest first (due tombstones count as fully dirty)."""
+        """Logs worth cleaning now, dirtiest first (due tombstones count as fully dirty); logs
+        backing off after a failure, and uncleanable ones, are left out."""
         now_ms = self.clock_ms()
+        monotonic_now_ms = self.monotonic_ms()
+        current = self.logs.logs()
+        for key in [key for key, known in self._known_logs.items() if current.get(key) is not known]:
+            del self._known_logs[key]  # deleted or re-created: its failures were another log's
+            self.failures.forget(key)
         ranked: list[tuple[float, PartitionLog]] = []
-        for partition_log in self.logs.logs().values():
+        for key, partition_log in current.items():
+            self._known_logs[key] = partition_log
+            if not self.failures.may_try(key, monotonic_now_ms):
+                continue
             try:
                 candidate = partition_log.compaction_candidate(now_ms)
-            except Exception as exc:
-                log.error("log cleaner: cannot assess %s: %s: %s", partition_log.directory, type(exc).__name__, exc)
+            except Exception as exc:  # noqa: BLE001  # one broken log must not stop the others
+                self._failed(partition_log, "cannot assess", exc)
                 continue
             if candidate is not None:
                 ranked.append((1.0 if candidate.tombstones_due else candidate.dirty_ratio, partition_log))
         ranked.sort(key=lambda item: item[0], reverse=True)
         return [partition_log for _, partition_log in ranked]
 
+    def uncleanable(self) -> dict[PartitionKey, CleaningFailure]:
+        """Partitions given up on, with their last failure (traceback included)."""
+        return {key: self.failures.failures[key] for key in sorted(self.failures.uncleanable())}
+
+    def _failed(self, partition_log: PartitionLog, doing: str, exc: BaseException) -> None:
+        key = (partition_log.topic, partition_log.partition)
+        failure = self.failures.record(key, exc, self.monotonic_ms())
+        if failure.uncleanable:
+            outcome = f"marked uncleanable after {failure.count} consecutive failures"
+        else:
+            outcome = f"failure {failure.count}, retrying in {self.failures.backoff_ms(failure.count)} ms"
+        log.error(
+            "log cleaner: %s %s-%d: %s (%s)", doing, key[0], key[1], failure.error, outcome, exc_info=exc
+        )
+
     async def clean_once(self) -> int:
-        """One pass over every eligible log; returns how many were compacted."""
+        """One pass over every eligible log; returns how many were compacted. A failure is
+        recorded against its partition and the pass goes on with the others."""
         cleaned = 0
         for partition_log in self.eligible_logs():
             try:
@@ -129,8 +236,10 @@ class LogCleaner:
                     cleaned += 1
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:
-                log.error("log cleaner: cleaning %s failed: %s: %s", partition_log.directory, type(exc).__name__, exc)
+            except Exception as exc:  # noqa: BLE001  # recorded, backed off, never swallowed
+                self._failed(partition_log, "cleaning", exc)
+            else:
+                self.failures.succeeded((partition_log.topic, partition_log.partition))
         return cleaned
 
     async def clean_log(self, partition_log: PartitionLog) -> bool:
@@ -149,8 +258,8 @@ class LogCleaner:
             plan.abort.set()
             try:
                 leftover = await future
-            except BaseException:
-                pass  # aborted builds remove their own files
+            except BaseException:  # noqa: BLE001, S110  # aborted builds remove their own files
+                pass
             else:
                 compaction.delete_cleaned_files(leftover)
             partition_log.cancel_compaction(plan)

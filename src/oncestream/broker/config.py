@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from oncestream.broker.connection_limits import UNLIMITED, parse_per_ip_overrides
+from oncestream.broker.memory_pool import DEFAULT_QUEUED_MAX_REQUEST_BYTES
 from oncestream.errors import InvalidConfigError
 from oncestream.protocol.api_keys import FEATURES
 
@@ -34,6 +36,14 @@ class BrokerConfig:
     fetch_max_bytes: int = 57671680
     # All partitions this broker may hold (CreateTopics, CreatePartitions, auto-creation).
     max_partitions: int = 100000
+    # Connection limits (Kafka's names and defaults; see broker/connection_limits.py).
+    connections_max_idle_ms: int = 600000
+    max_connections: int = UNLIMITED
+    max_connections_per_ip: int = UNLIMITED
+    max_connections_per_ip_overrides: dict[str, int] = field(default_factory=dict)
+    # One pool for the bytes of requests being read or handled (broker/memory_pool.py). Kafka's
+    # default is -1 (unbounded); here it is bounded by default.
+    queued_max_request_bytes: int = DEFAULT_QUEUED_MAX_REQUEST_BYTES
     raw: dict[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -66,6 +76,15 @@ class BrokerConfig:
                 ),
                 fetch_max_bytes=int(props.get("fetch.max.bytes", "57671680")),
                 max_partitions=int(props.get("oncestream.max.partitions", "100000")),
+                connections_max_idle_ms=int(props.get("connections.max.idle.ms", "600000")),
+                max_connections=int(props.get("max.connections", str(UNLIMITED))),
+                max_connections_per_ip=int(props.get("max.connections.per.ip", str(UNLIMITED))),
+                max_connections_per_ip_overrides=parse_per_ip_overrides(
+                    props.get("max.connections.per.ip.overrides", "")
+                ),
+                queued_max_request_bytes=int(
+                    props.get("queued.max.request.bytes", str(DEFAULT_QUEUED_MAX_REQUEST_BYTES))
+                ),
                 raw=dict(props),
             )
         except ValueError as exc:
@@ -74,6 +93,17 @@ class BrokerConfig:
             raise InvalidConfigError("num.partitions must be >= 1, socket.request.max.bytes >= 1024")
         if config.fetch_max_bytes < 1024 or config.max_partitions < 1:
             raise InvalidConfigError("fetch.max.bytes must be >= 1024, oncestream.max.partitions >= 1")
+        if config.connections_max_idle_ms < 1:
+            raise InvalidConfigError("connections.max.idle.ms must be positive")
+        if config.max_connections < 1 or config.max_connections_per_ip < 0:
+            raise InvalidConfigError("max.connections must be >= 1, max.connections.per.ip >= 0")
+        queued = config.queued_max_request_bytes
+        # As Kafka requires: a pool smaller than the largest request would refuse it forever.
+        if queued != -1 and queued < config.socket_request_max_bytes:
+            raise InvalidConfigError(
+                "queued.max.request.bytes must be -1 or at least socket.request.max.bytes "
+                f"({queued} < {config.socket_request_max_bytes})"
+            )
         for feature, (lo, hi) in FEATURES.items():  # finalized feature levels (api_versions.py)
             level = props.get(feature)
             if level is not None and not (level.strip().lstrip("-").isdigit() and lo <= int(level) <= hi):

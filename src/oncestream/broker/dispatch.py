@@ -75,7 +75,23 @@ HANDLERS: dict[int, Handler] = {
     k.DESCRIBE_TRANSACTIONS: transactions.handle_describe_transactions,
     k.LIST_TRANSACTIONS: transactions.handle_list_transactions,
 }
-assert set(HANDLERS) == set(API_VERSIONS), "every advertised API needs a handler and vice versa"
+
+
+class HandlerTableError(RuntimeError):
+    """The handler table and the advertised API versions disagree: a build error, not input."""
+
+
+def check_handler_table(handlers: dict[int, Handler], versions: dict[int, tuple[int, int]]) -> None:
+    """Every advertised API needs a handler and every handler an advertised API. Raised, not
+    asserted: ``python -O`` must not start a broker that advertises what it cannot answer."""
+    missing, unadvertised = set(versions) - set(handlers), set(handlers) - set(versions)
+    if missing or unadvertised:
+        raise HandlerTableError(
+            f"api keys without a handler: {sorted(missing)}; handlers not advertised: {sorted(unadvertised)}"
+        )
+
+
+check_handler_table(HANDLERS, API_VERSIONS)
 
 
 class CloseConnection(Exception):

@@ -4,6 +4,13 @@ Each connection is served by its own task, which reads one frame, awaits its res
 it before reading the next: pipelined requests are therefore answered in order, and a slow or
 dead client only ever stalls its own task. The size prefix is checked against
 ``socket.request.max.bytes`` before anything is allocated.
+
+Limits one client cannot exceed (the decisions live in sans-io classes; this module applies them):
+``max.connections`` / ``max.connections.per.ip`` close a connection at accept
+(``ConnectionQuotas``); ``connections.max.idle.ms`` closes one that moved no byte for that long,
+also in the middle of a frame (``IdleTracker``, checked by one timer per connection); and the
+body of a frame is read only once its announced size is reserved from the broker-wide
+``queued.max.request.bytes`` pool (``RequestMemoryPool``), released when its response is written.
 """
 
 from __future__ import annotations
@@ -13,12 +20,15 @@ import dataclasses
 import logging
 import signal
 import struct
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from oncestream.broker.cleaner import LogCleaner
 from oncestream.broker.config import BrokerConfig
 from oncestream.broker.connection_context import set_peer
+from oncestream.broker.connection_limits import ConnectionQuotas, IdleTracker
 from oncestream.broker.dispatch import CloseConnection, Dispatcher
+from oncestream.broker.memory_pool import RequestMemoryPool
 from oncestream.broker.state import BrokerState
 
 log = logging.getLogger("oncestream.broker")
@@ -26,10 +36,76 @@ log = logging.getLogger("oncestream.broker")
 _SIZE = struct.Struct(">i")
 # api key + version + correlation id + client id length: nothing shorter is a request.
 _MIN_FRAME_BYTES = 10
+# The StreamReader's buffer limit: it stops reading the socket at twice this much unread data, so
+# a connection holds at most ~2 MiB that the pool has not accounted for.
+_READ_BUFFER_LIMIT = 2**20
+
+
+class ServerStateError(RuntimeError):
+    """The server was used out of order (e.g. served before it was started): a bug, not input."""
+
+
+class _TrackedReader(asyncio.StreamReader):
+    """A StreamReader that tells the connection's idle tracker whenever bytes arrive, so a client
+    trickling a frame in is active while one that stopped mid-frame is idle."""
+
+    def __init__(self, idle: IdleTracker, clock_ms: Callable[[], float], loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(limit=_READ_BUFFER_LIMIT, loop=loop)
+        self._idle = idle
+        self._clock_ms = clock_ms
+
+    def feed_data(self, data: bytes) -> None:  # type: ignore[override]  # always bytes from the protocol
+        self._idle.activity(self._clock_ms())
+        super().feed_data(data)
+
+
+class _IdleWatch:
+    """One timer per connection: at the tracker's deadline it closes the connection if nothing
+    moved. While a response is being drained, a shrinking write buffer counts as bytes out."""
+
+    def __init__(self, idle: IdleTracker, writer: asyncio.StreamWriter, peer: object,
+                 loop: asyncio.AbstractEventLoop) -> None:
+        self.idle = idle
+        self.writer = writer
+        self.peer = peer
+        self.loop = loop
+        self.draining = False
+        self._buffered_bytes = -1
+        self._handle: asyncio.TimerHandle | None = None
+        self._schedule()
+
+    def now_ms(self) -> float:
+        return self.loop.time() * 1000
+
+    def _schedule(self) -> None:
+        deadline_ms = self.idle.deadline_ms()
+        if deadline_ms is None:  # a request is being handled: look again one idle period later
+            deadline_ms = self.now_ms() + self.idle.idle_ms
+        self._handle = self.loop.call_at(deadline_ms / 1000, self._check)
+
+    def _check(self) -> None:
+        now_ms = self.now_ms()
+        if self.draining:
+            buffered = self.writer.transport.get_write_buffer_size()
+            if buffered != self._buffered_bytes:
+                self._buffered_bytes = buffered
+                self.idle.activity(now_ms)
+        if self.idle.expired(now_ms):
+            log.info("closing %s: idle for connections.max.idle.ms=%d", self.peer, self.idle.idle_ms)
+            # abort, not close: a client that stopped reading would keep close() waiting forever.
+            self.writer.transport.abort()
+            return
+        self._schedule()
+
+    def cancel(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
 
 
 class BrokerServer:
-    """Owns the listening socket, the connection tasks and the housekeeping timer."""
+    """Owns the listening socket, the connection tasks, the connection limits and the
+    housekeeping timer."""
 
     def __init__(self, state: BrokerState) -> None:
         self.state = state
@@ -37,18 +113,38 @@ class BrokerServer:
         self._server: asyncio.base_events.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
         self._stopping = asyncio.Event()
+        cfg = state.config
+        self.quotas = ConnectionQuotas(
+            cfg.max_connections, cfg.max_connections_per_ip, cfg.max_connections_per_ip_overrides
+        )
+        self.memory_pool = RequestMemoryPool(cfg.queued_max_request_bytes)
 
     async def start(self) -> None:
         cfg = self.state.config
-        self._server = await asyncio.start_server(
-            self._on_connection, cfg.host, cfg.port, limit=2**20, reuse_address=True
-        )
+        loop = asyncio.get_running_loop()
+
+        def now_ms() -> float:
+            return loop.time() * 1000  # monotonic: a wall-clock step must not close connections
+
+        def protocol_factory() -> asyncio.StreamReaderProtocol:
+            # asyncio.start_server's factory, with a reader that feeds the idle tracker.
+            idle = IdleTracker(cfg.connections_max_idle_ms, now_ms())
+            reader = _TrackedReader(idle, now_ms, loop)
+
+            def connected(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> Awaitable[None]:
+                return self._on_connection(r, w, idle)
+
+            return asyncio.StreamReaderProtocol(reader, connected, loop=loop)
+
+        self._server = await loop.create_server(protocol_factory, cfg.host, cfg.port, reuse_address=True)
         host, port = self._server.sockets[0].getsockname()[:2]
         if cfg.port == 0:  # advertise the port the OS picked
             self.state.config = dataclasses.replace(cfg, port=port)
         log.info("oncestream broker listening on %s:%s (data dir %s)", host, port, self.state.data_dir)
 
     async def serve_until_stopped(self) -> None:
+        if self._server is None:
+            raise ServerStateError("serve_until_stopped() before start()")
         background = [
             asyncio.create_task(self._housekeeping()),
             asyncio.create_task(self.state.groups.run_timers()),
@@ -60,7 +156,6 @@ class BrokerServer:
             task.cancel()
         # Wait for a running clean to stop and tidy up before the logs are closed.
         await asyncio.gather(*background, return_exceptions=True)
-        assert self._server is not None
         self._server.close()
         for task in list(self._connections):
             task.cancel()
@@ -69,7 +164,13 @@ class BrokerServer:
         log.info("oncestream broker stopped cleanly")
 
     def stop(self) -> None:
+        """Ask ``serve_until_stopped`` to shut the broker down."""
         self._stopping.set()
+
+    @property
+    def open_connections(self) -> int:
+        """Connections being served now (those refused at accept never count)."""
+        return len(self._connections)
 
     async def _housekeeping(self) -> None:
         interval_s = self.state.config.retention_check_interval_ms / 1000
@@ -81,14 +182,23 @@ class BrokerServer:
                 log.exception("housekeeping failed")
 
     async def _on_connection(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, idle: IdleTracker
     ) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._connections.add(task)
         peer = writer.get_extra_info("peername")
+        ip = str(peer[0]) if isinstance(peer, tuple) and peer else str(peer)
+        refusal = self.quotas.try_admit(ip)
+        if refusal is not None:
+            log.info("refusing connection from %s: %s", peer, refusal)
+            writer.transport.abort()
+            return
+        task = asyncio.current_task()
+        if task is not None:  # always set for a coroutine the protocol runs as a task
+            self._connections.add(task)
         set_peer(peer)
+        watch = _IdleWatch(idle, writer, peer, asyncio.get_running_loop())
         max_bytes = self.state.config.socket_request_max_bytes
+        pool = self.memory_pool
+        reserved_bytes = 0  # this connection's share of the pool; given back on every exit path
         try:
             while True:
                 size_prefix = await reader.readexactly(4)
@@ -96,29 +206,50 @@ class BrokerServer:
                 if size < _MIN_FRAME_BYTES or size > max_bytes:
                     log.warning("closing %s: request size %d outside [%d, %d]", peer, size, _MIN_FRAME_BYTES, max_bytes)
                     break
+                if not pool.try_reserve(size):
+                    log.warning(
+                        "closing %s: a %d-byte request does not fit queued.max.request.bytes=%d (%d reserved)",
+                        peer, size, pool.capacity_bytes, pool.reserved_bytes,
+                    )
+                    break
+                reserved_bytes = size
                 frame = await reader.readexactly(size)
-                response = await self.dispatcher.handle_frame(frame)
-                if response is None:
-                    continue
-                if isinstance(response, list):
-                    writer.writelines(response)
-                else:
-                    writer.write(response)
-                await writer.drain()
+                idle.start_request()
+                try:
+                    response = await self.dispatcher.handle_frame(frame)
+                finally:
+                    idle.finish_request(watch.now_ms())
+                if response is not None:
+                    if isinstance(response, list):
+                        writer.writelines(response)
+                    else:
+                        writer.write(response)
+                    watch.draining = True
+                    await writer.drain()
+                    watch.draining = False
+                    idle.activity(watch.now_ms())
+                del frame
+                pool.release(reserved_bytes)
+                reserved_bytes = 0
         except (asyncio.IncompleteReadError, ConnectionError):
-            pass  # the client went away: nothing to log
+            pass  # the client went away, or sat idle and was closed (logged by the watch)
         except CloseConnection as exc:
             log.warning("closing %s: %s", peer, exc)
         except asyncio.CancelledError:
             pass
-        except Exception as exc:  # a bug in a handler: keep serving everyone else
+        except Exception as exc:  # noqa: BLE001  # a bug in a handler: keep serving everyone else
             tb = exc.__traceback__
             while tb is not None and tb.tb_next is not None:
                 tb = tb.tb_next
             where = f"{tb.tb_frame.f_code.co_filename}:{tb.tb_lineno}" if tb else "?"
             log.error("closing %s: internal error %s: %s at %s", peer, type(exc).__name__, exc, where)
         finally:
-            self._connections.discard(task)
+            watch.cancel()
+            if reserved_bytes:
+                pool.release(reserved_bytes)
+            if task is not None:
+                self._connections.discard(task)
+            self.quotas.release(ip)
             writer.close()
 
 

@@ -14,6 +14,7 @@ import collections
 import concurrent.futures
 import re
 import threading
+import logging
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -52,6 +53,8 @@ from oncestream.client.message import (
 )
 
 TP = tuple[str, int]
+log = logging.getLogger("oncestream.client")
+
 RebalanceCallback = Callable[["Consumer", list[TopicPartition]], Any]
 
 
@@ -73,6 +76,8 @@ class Consumer:
         self._auto_store = bool(c["enable.auto.offset.store"])
         self._auto_commit_interval_s = c["auto.commit.interval.ms"] / 1000
         self._on_commit = c["on_commit"]
+        # librdkafka bounds close() (its final commit included) by about session.timeout.ms.
+        self._commit_timeout_s = c["session.timeout.ms"] / 1000
         self._error_cb = c["error_cb"]
         self._check_crcs = c["check.crcs"]
         self._retry_backoff_s = c["retry.backoff.ms"] / 1000
@@ -530,8 +535,7 @@ class Consumer:
         """Drive a rebalance without blocking past ``deadline``: the first call gives up the
         assignment and starts the join in the background; calls after it pick up the result
         (as Kafka's consumer does across polls), so one thread can poll several members."""
-        group = self._group
-        assert group is not None
+        group = self._require_group()
         if self._join_future is None:
             self._revoke_all(lost=group.assignment_lost)
             self._join_future = self._io.submit(self._join())
@@ -560,8 +564,7 @@ class Consumer:
             self.assign(partitions)
 
     async def _join(self) -> tuple[list[str], list[tuple[str, int]]]:
-        group = self._group
-        assert group is not None
+        group = self._require_group()
         if self._patterns:
             try:
                 await self._cluster.refresh(all_topics=True)
@@ -583,10 +586,7 @@ class Consumer:
             return
         self._sync_position()
         if current and self._auto_commit and not lost:
-            try:
-                self._commit_positions(asynchronous=False)
-            except KafkaException:
-                pass
+            self._final_commit(self._commit_timeout_s)
         callback = (self._on_lost or self._on_revoke) if lost else self._on_revoke
         if callback is not None and current:
             self._in_rebalance_callback = True
@@ -601,16 +601,45 @@ class Consumer:
 
     # --- commits ------------------------------------------------------------------------------
 
-    def _commit_positions(self, *, asynchronous: bool) -> list[TopicPartition] | None:
+    def _require_group(self) -> GroupMembership:
+        if self._group is None:  # callers check group.id first; raised, not asserted (python -O)
+            raise KafkaException(KafkaError(_STATE, "no consumer group (group.id not set)"))
+        return self._group
+
+    def _offsets_to_commit(self) -> list[TopicPartition]:
         self._sync_position()
         if self._auto_store:
-            offsets = [TopicPartition(s.topic, s.partition, s.position)
-                       for s in list(self._partitions.values()) if s.position is not None]
-        else:
-            offsets = [TopicPartition(t, p, o, md) for (t, p), (o, md) in self._stored.items()]
+            return [TopicPartition(s.topic, s.partition, s.position)
+                    for s in list(self._partitions.values()) if s.position is not None]
+        return [TopicPartition(t, p, o, md) for (t, p), (o, md) in self._stored.items()]
+
+    def _commit_positions(self, *, asynchronous: bool) -> list[TopicPartition] | None:
+        offsets = self._offsets_to_commit()
         if not offsets:
             return [] if not asynchronous else None
         return self._commit(offsets, asynchronous)
+
+    def _final_commit(self, timeout_s: float) -> None:
+        """The auto-commit of an assignment given up (rebalance, close). As librdkafka does, its
+        outcome goes to ``on_commit``, a failure included (the error on every partition), and
+        it never raises; without ``on_commit`` a failure is logged, never dropped silently."""
+        offsets = self._offsets_to_commit()
+        if not offsets:
+            return
+        try:
+            self._commit(offsets, asynchronous=False, timeout_s=timeout_s)  # reports to on_commit
+            return
+        except KafkaException as exc:
+            error = exc.args[0]
+        except (ConnectionLostError, RequestTimedOutError, BrokerResponseError) as exc:
+            error = KafkaError(getattr(exc, "code", _TIMED_OUT), str(exc))
+        failed = [TopicPartition(tp.topic, tp.partition, tp.offset, tp.metadata) for tp in offsets]
+        for tp in failed:
+            tp.error = error
+        if self._on_commit is not None:
+            self._on_commit(error, failed)
+        else:
+            log.warning("final offset commit of %d partitions failed: %s", len(failed), error)
 
     def commit(self, message: Message | None = None, offsets: list[TopicPartition] | None = None,
                asynchronous: bool = True) -> list[TopicPartition] | None:
@@ -628,9 +657,9 @@ class Consumer:
             return self._commit_positions(asynchronous=asynchronous)
         return self._commit(list(offsets), asynchronous)
 
-    def _commit(self, offsets: list[TopicPartition], asynchronous: bool) -> list[TopicPartition] | None:
-        group = self._group
-        assert group is not None
+    def _commit(self, offsets: list[TopicPartition], asynchronous: bool,
+                timeout_s: float = 60.0) -> list[TopicPartition] | None:
+        group = self._require_group()
         in_group = self._subscription is not None and group.generation_id >= 0
         items = [(tp.topic, tp.partition, tp.offset, tp.metadata,
                   tp.leader_epoch if tp.leader_epoch is not None else -1) for tp in offsets]
@@ -661,7 +690,7 @@ class Consumer:
             future.add_done_callback(done)
             return None
         try:
-            errors = self._io.run(group.commit(items, in_group=in_group), 60)
+            errors = self._io.run(group.commit(items, in_group=in_group), timeout_s)
         except TimeoutError:
             raise KafkaException(KafkaError(_TIMED_OUT, "commit timed out", retriable=True)) from None
         result = result_of(errors)
@@ -762,23 +791,24 @@ class Consumer:
     # --- closing ------------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Commit (if auto commit), leave the group (dynamic members), stop the thread."""
+        """Commit (if auto commit), leave the group (dynamic members), stop the thread. As with
+        librdkafka, a failed final commit is reported to ``on_commit`` and close() still closes;
+        the commit and the LeaveGroup together take at most about ``session.timeout.ms``."""
         if self._closed:
             return
+        deadline = time.monotonic() + self._commit_timeout_s
         try:
             if self._subscription is not None and self._group is not None:
                 self._cancel_join()
                 try:
                     self._revoke_all(lost=False)
-                    self._io.run(self._group.leave(), 10)
+                    # Leaving only spares the group a session timeout: never wait past the budget.
+                    self._io.run(self._group.leave(), max(0.5, min(10.0, deadline - time.monotonic())))
                 except (TimeoutError, ConnectionLostError, RequestTimedOutError, BrokerResponseError,
                         KafkaException):
                     pass
             elif self._auto_commit and self._partitions:
-                try:
-                    self._commit_positions(asynchronous=False)
-                except (KafkaException, TimeoutError):
-                    pass
+                self._final_commit(self._commit_timeout_s)
             self._serve_commit_results()
         finally:
             self._closed = True
