@@ -78,6 +78,15 @@ class _IndexFile:
         self._pending.clear()
         self.dirty = True
 
+    def take_flush_descriptor(self) -> int | None:
+        """For a FlushJob: hand buffered entries to the OS and return a duplicate of the
+        descriptor if anything is unsynced (None otherwise); the entries count as synced."""
+        self.write_pending()
+        if self._fd is None or not self.dirty:
+            return None
+        self.dirty = False
+        return os.dup(self._fd)
+
     def fsync(self) -> None:
         """Make every entry so far durable."""
         self.write_pending()

@@ -51,6 +51,7 @@ from oncestream.errors import (
 from oncestream.log import compaction
 from oncestream.log.batch_records import has_keyless_record
 from oncestream.log.config import INT64_MAX, LogConfig
+from oncestream.log.flush_job import FdatasyncFn, FlushJob
 from oncestream.log.producer_state import (
     BatchMetadata,
     ProducerStateInfo,
@@ -196,6 +197,7 @@ class PartitionLog:
         self._size_bytes = 0
         self._unflushed_messages = 0
         self._directory_dirty = False
+        self._flush_jobs: list[FlushJob] = []  # begun, not yet finished or failed
         self._closed = False
         # Log cleaner state: everything below the cleaned offset has been compacted; the horizon
         # is the earliest time a kept tombstone may go (NO_HORIZON: none is waiting).
@@ -943,27 +945,75 @@ class PartitionLog:
         The active segment's indexes are not fsynced: after a crash the active segment is always
         scanned and its indexes rebuilt, so only its data must be durable. A no-op once closed:
         close() flushed everything (or the log was deleted), so a late group-commit flush for a
-        request that raced with shutdown has nothing left to do.
+        request that raced with shutdown has nothing left to do. The same three steps as the
+        broker's off-loop flush (log/flush_job.py), run here in a row.
         """
-        if self._closed:
+        job = self.begin_flush()
+        if job is None:
             return
+        try:
+            job.run()
+        except StorageError as exc:
+            self.fail_flush(job, exc)
+            raise
+        self.finish_flush(job)
+
+    def begin_flush(self, fdatasync: FdatasyncFn | None = None) -> FlushJob | None:
+        """Step 1 of a flush, on the log's own thread: what must be fsynced, as a FlushJob whose
+        ``run()`` may go to any thread (None once closed). StorageError if the log is offline."""
+        if self._closed:
+            return None
+        self._check_open()
         active = self._segments[-1]
-        for segment in self._segments:
-            if segment.needs_flush:
-                segment.flush(include_indexes=segment is not active)
-        # Sealed segments fall below the recovery point now, so they are not rebuilt after a crash.
-        self._txn_indexes.fsync(except_base_offset=active.base_offset)
-        if self._directory_dirty:
-            try:
-                fsync_directory(self.directory)
-            except OSError as exc:
-                raise StorageError(f"fsync of {self.directory} failed: {exc}") from exc
-            self._directory_dirty = False
+        descriptors: list[tuple[int, str]] = []
+        try:
+            for segment in self._segments:
+                if segment.needs_flush:
+                    descriptors.extend(segment.take_flush_descriptors(include_indexes=segment is not active))
+            # Sealed segments fall below the recovery point after this job: their indexes too.
+            descriptors.extend(self._txn_indexes.take_flush_descriptors(except_base_offset=active.base_offset))
+        except OSError as exc:
+            for fd, _ in descriptors:
+                os.close(fd)
+            self._take_offline(f"cannot prepare a flush: {exc}")
+            raise StorageError(f"{self.directory}: cannot prepare a flush: {exc}") from exc
+        directory = self.directory if self._directory_dirty else None
+        self._directory_dirty = False
         self._unflushed_messages = 0
-        if active.base_offset > self._recovery_point:
-            # Every sealed segment is durable now: a crash only needs the active one scanned.
-            self._recovery_point = active.base_offset
+        job = FlushJob(descriptors, directory, active.base_offset)
+        if fdatasync is not None:
+            job.fdatasync = job.fsync = fdatasync
+        self._flush_jobs.append(job)
+        return job
+
+    def finish_flush(self, job: FlushJob) -> None:
+        """Step 3, back on the log's thread after ``job.run()`` succeeded: every sealed segment
+        the job covered is durable, so a crash only needs the segments above it scanned."""
+        self._forget_flush_job(job)
+        if self._closed or self._offline_reason is not None:
+            return
+        if job.recovery_point > self._recovery_point:
+            self._recovery_point = job.recovery_point
             self._write_checkpoint()
+
+    def fail_flush(self, job: FlushJob, error: BaseException) -> None:
+        """Step 3 after ``job.run()`` failed: take the log offline. The kernel may have dropped
+        the pages it could not write, and a second fsync would report success for them, so
+        neither what was written nor the in-memory state can be trusted; every later append and
+        read fails with StorageError until a restart recovers the log (Kafka takes the log
+        directory offline on an IOException)."""
+        self._forget_flush_job(job)
+        self._take_offline(f"fsync failed: {error}")
+
+    def _forget_flush_job(self, job: FlushJob) -> None:
+        if job in self._flush_jobs:
+            self._flush_jobs.remove(job)
+
+    def _take_offline(self, reason: str) -> None:
+        if self._closed or self._offline_reason is not None:
+            return
+        self._offline_reason = reason
+        log.error("%s: %s; the log is offline until restarted", self.directory, reason)
 
     def flush_sealed_segments(self) -> None:
         """fsync segments that were rolled since the last flush (housekeeping, bounds recovery)."""
@@ -975,6 +1025,11 @@ class PartitionLog:
         """Flush everything, snapshot producer state, release files and mark the shutdown clean."""
         if self._closed:
             return
+        for job in list(self._flush_jobs):
+            # A round still running, or failed without its owner having heard: its dirty marks
+            # are cleared, so flushing here would not cover its files. No clean marker then.
+            if not job.done or job.error is not None:
+                self._take_offline(f"closed with an unfinished or failed fsync round: {job.error}")
         if self._offline_reason is not None:
             # The files no longer match the segments in memory; the next open repairs them.
             self.abandon()

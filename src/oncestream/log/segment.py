@@ -628,6 +628,20 @@ class Segment:
         except OSError as exc:
             raise StorageError(f"fsync of {self.log_path} failed: {exc}") from exc
 
+    def take_flush_descriptors(self, *, include_indexes: bool) -> list[tuple[int, str]]:
+        """For a FlushJob: duplicates of the descriptors whose files need an fsync (the data;
+        for sealed segments also the indexes), marked clean. The caller closes them."""
+        taken: list[tuple[int, str]] = []
+        if self.log_dirty:
+            taken.append((os.dup(self._fd), str(self.log_path)))
+            self.log_dirty = False
+        if include_indexes:
+            for index in (self.offset_index, self.time_index):
+                fd = index.take_flush_descriptor()
+                if fd is not None:
+                    taken.append((fd, str(index.path)))
+        return taken
+
     @property
     def needs_flush(self) -> bool:
         return self.log_dirty or self.offset_index.dirty or self.time_index.dirty

@@ -207,6 +207,16 @@ class TxnIndex:
             os.fdatasync(self._fd)
         self.dirty = False
 
+    def take_flush_descriptor(self) -> int | None:
+        """For a FlushJob: a duplicate of the descriptor if entries are unsynced, marked clean."""
+        if not self.dirty or self._file_lost:
+            self.dirty = False
+            return None
+        if self._fd is None:
+            self._fd = os.open(self.path, _APPEND_FLAGS, 0o644)
+        self.dirty = False
+        return os.dup(self._fd)
+
     def release(self) -> None:
         """Close the descriptor without syncing."""
         if self._fd is not None:
@@ -312,6 +322,21 @@ class TxnIndexes:
                 except OSError as exc:
                     raise StorageError(f"fsync of {index.path} failed: {exc}") from exc
             self._unsynced.discard(base_offset)
+
+    def take_flush_descriptors(self, *, except_base_offset: int | None = None) -> list[tuple[int, str]]:
+        """For a FlushJob: what ``fsync`` would sync (except the given index), as duplicated
+        descriptors; those indexes count as synced."""
+        taken: list[tuple[int, str]] = []
+        for base_offset in sorted(self._unsynced):
+            if base_offset == except_base_offset:
+                continue
+            index = self._by_base.get(base_offset)
+            if index is not None:
+                fd = index.take_flush_descriptor()
+                if fd is not None:
+                    taken.append((fd, str(index.path)))
+            self._unsynced.discard(base_offset)
+        return taken
 
     def seal(self, base_offset: int) -> None:
         """The segment stops being active: make its entries durable and close the descriptor."""
