@@ -28,6 +28,8 @@ from array import array
 from bisect import bisect_left, bisect_right
 from pathlib import Path
 
+from oncestream.errors import LogInvariantError
+
 OFFSET_ENTRY = struct.Struct(">ii")
 TIME_ENTRY = struct.Struct(">qi")
 # Kafka's segment.index.bytes default (10 MiB) bounds each index file; a full index rolls the segment.
@@ -124,7 +126,8 @@ class OffsetIndex(_IndexFile):
         super().__init__(path)
         self._relative_offsets = relative_offsets if relative_offsets is not None else array("i")
         self._positions = positions if positions is not None else array("i")
-        assert len(self._relative_offsets) == len(self._positions)
+        if not (len(self._relative_offsets) == len(self._positions)):
+            raise LogInvariantError("broken invariant: len(self._relative_offsets) == len(self._positions)")
 
     @classmethod
     def load(cls, path: Path, segment_size_bytes: int) -> OffsetIndex | None:
@@ -166,9 +169,12 @@ class OffsetIndex(_IndexFile):
     def append(self, relative_offset: int, position: int) -> None:
         """Index the batch at ``position``; both must exceed the previous entry's."""
         if self._positions:
-            assert relative_offset > self._relative_offsets[-1], "offset index must grow"
-            assert position > self._positions[-1], "offset index positions must grow"
-        assert 0 <= relative_offset <= 2**31 - 1 and 0 <= position <= 2**31 - 1
+            if not (relative_offset > self._relative_offsets[-1]):
+                raise LogInvariantError("offset index must grow")
+            if not (position > self._positions[-1]):
+                raise LogInvariantError("offset index positions must grow")
+        if not (0 <= relative_offset <= 2**31 - 1 and 0 <= position <= 2**31 - 1):
+            raise LogInvariantError("broken invariant: 0 <= relative_offset <= 2**31 - 1 and 0 <= position <= 2**31 - 1")
         self._relative_offsets.append(relative_offset)
         self._positions.append(position)
         self._append_bytes(OFFSET_ENTRY.pack(relative_offset, position))
@@ -204,7 +210,8 @@ class TimeIndex(_IndexFile):
         super().__init__(path)
         self._timestamps = timestamps if timestamps is not None else array("q")
         self._relative_offsets = relative_offsets if relative_offsets is not None else array("i")
-        assert len(self._timestamps) == len(self._relative_offsets)
+        if not (len(self._timestamps) == len(self._relative_offsets)):
+            raise LogInvariantError("broken invariant: len(self._timestamps) == len(self._relative_offsets)")
 
     @classmethod
     def load(cls, path: Path, max_relative_offset: int) -> TimeIndex | None:
@@ -249,8 +256,10 @@ class TimeIndex(_IndexFile):
     def append(self, timestamp_ms: int, relative_offset: int) -> None:
         """Record that the batch at ``relative_offset`` raised the segment's max timestamp."""
         if self._timestamps:
-            assert timestamp_ms > self._timestamps[-1], "time index timestamps must grow"
-            assert relative_offset > self._relative_offsets[-1], "time index offsets must grow"
+            if not (timestamp_ms > self._timestamps[-1]):
+                raise LogInvariantError("time index timestamps must grow")
+            if not (relative_offset > self._relative_offsets[-1]):
+                raise LogInvariantError("time index offsets must grow")
         self._timestamps.append(timestamp_ms)
         self._relative_offsets.append(relative_offset)
         self._append_bytes(TIME_ENTRY.pack(timestamp_ms, relative_offset))

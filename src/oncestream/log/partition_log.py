@@ -44,6 +44,7 @@ import crc32c
 from oncestream.errors import (
     InvalidRecordError,
     KafkaError,
+    LogInvariantError,
     MessageTooLargeError,
     OffsetOutOfRangeError,
     StorageError,
@@ -68,6 +69,11 @@ from oncestream.log.segment import (
     offsets_follow,
     parse_offset_file_name,
 )
+from oncestream.log.transactions import (
+    read_control_marker,
+    recover_producer_and_txn_state,
+)
+from oncestream.log.txn_index import TXN_INDEX_SUFFIX, TxnIndex, TxnIndexes
 from oncestream.protocol.record_batch import (
     ATTR_TIMESTAMP_TYPE_LOG_APPEND,
     ATTRIBUTES_OFFSET,
@@ -78,9 +84,12 @@ from oncestream.protocol.record_batch import (
     parse_header,
     patch_base_offset,
 )
-from oncestream.log.transactions import read_control_marker, recover_producer_and_txn_state
-from oncestream.log.txn_index import TXN_INDEX_SUFFIX, TxnIndex, TxnIndexes
-from oncestream.protocol.records import CONTROL_ABORT, CONTROL_COMMIT, decode_batch, encode_control_batch
+from oncestream.protocol.records import (
+    CONTROL_ABORT,
+    CONTROL_COMMIT,
+    decode_batch,
+    encode_control_batch,
+)
 
 log = logging.getLogger(__name__)
 
@@ -794,7 +803,8 @@ class PartitionLog:
         if candidate is None:
             return None
         planned = [s for s in self._segments if s.base_offset < candidate.first_uncleanable_offset]
-        assert planned and self._segments[-1] not in planned, "the active segment is never cleaned"
+        if not (planned and self._segments[-1] not in planned):
+            raise LogInvariantError("the active segment is never cleaned")
         snapshots: list[compaction.SegmentSnapshot] = []
         try:
             for segment in planned:
@@ -1066,10 +1076,12 @@ class PartitionLog:
 
     def _assert_invariants(self) -> None:
         segments = self._segments
-        assert segments, "a log always has an active segment"
+        if not segments:
+            raise LogInvariantError("a log always has an active segment")
         for previous, current in zip(segments, segments[1:]):
-            assert offsets_follow(previous.next_offset, current.base_offset, self._cleaned_offset), (
-                "offsets must be contiguous across segments, except for gaps compaction left"
-            )
-        assert segments[0].base_offset <= self.log_start_offset <= self.log_end_offset
-        assert self._size_bytes == sum(segment.size_bytes for segment in segments)
+            if not offsets_follow(previous.next_offset, current.base_offset, self._cleaned_offset):
+                raise LogInvariantError("offsets must be contiguous across segments, except for gaps compaction left")
+        if not (segments[0].base_offset <= self.log_start_offset <= self.log_end_offset):
+            raise LogInvariantError("broken invariant: segments[0].base_offset <= self.log_start_offset <= self.log_end_offset")
+        if not (self._size_bytes == sum(segment.size_bytes for segment in segments)):
+            raise LogInvariantError("broken invariant: self._size_bytes == sum(segment.size_bytes for segment in segments)")

@@ -59,13 +59,18 @@ import crc32c
 from oncestream.errors import (
     InvalidProducerEpochError,
     InvalidTxnStateError,
+    LogInvariantError,
     OutOfOrderSequenceError,
     StorageError,
     UnknownProducerIdError,
 )
 from oncestream.log.segment import offset_file_name, parse_offset_file_name
 from oncestream.log.transactions import CompletedTxn, ControlMarker, OngoingTransactions
-from oncestream.protocol.record_batch import NO_SEQUENCE, BatchHeader, increment_sequence
+from oncestream.protocol.record_batch import (
+    NO_SEQUENCE,
+    BatchHeader,
+    increment_sequence,
+)
 
 log = logging.getLogger(__name__)
 
@@ -263,7 +268,8 @@ class ProducerAppend:
         entry = self._staged.get(pid)
         if entry is None and committed is not None:
             entry = committed.copy()
-        assert marker is not None or not header.is_control, "a control batch needs its decoded marker"
+        if not (marker is not None or not header.is_control):
+            raise LogInvariantError("a control batch needs its decoded marker")
         check_batch(entry, header)
         txn_before = entry.current_txn_first_offset if entry is not None else NO_OFFSET
         updated = apply_batch(entry, header, first_offset, last_offset, max_timestamp_ms, now_ms, marker)
@@ -341,10 +347,12 @@ class ProducerStateManager:
         if txn_before == txn_after:
             return None
         if txn_before == NO_OFFSET:
-            assert txn_after == offset, "a transaction opens at the batch that starts it"
+            if not (txn_after == offset):
+                raise LogInvariantError("a transaction opens at the batch that starts it")
             self.ongoing.begin(producer_id, txn_after)
             return None
-        assert txn_after == NO_OFFSET and marker is not None, "only a marker closes a transaction"
+        if not (txn_after == NO_OFFSET and marker is not None):
+            raise LogInvariantError("only a marker closes a transaction")
         self.ongoing.end(producer_id)
         earliest = self.ongoing.earliest()
         return CompletedTxn(

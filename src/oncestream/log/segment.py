@@ -16,7 +16,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from oncestream.errors import StorageError
+from oncestream.errors import LogInvariantError, StorageError
 from oncestream.log.index import OffsetIndex, TimeIndex
 from oncestream.protocol.record_batch import (
     CURRENT_MAGIC,
@@ -49,7 +49,8 @@ _SPAN_FIELDS_BYTES = _LAST_OFFSET_DELTA_POSITION + 4
 
 def offset_file_name(base_offset: int, suffix: str) -> str:
     """``00000000000000000042.log`` style name for a file keyed by an offset."""
-    assert base_offset >= 0
+    if not (base_offset >= 0):
+        raise LogInvariantError("broken invariant: base_offset >= 0")
     return f"{base_offset:0{OFFSET_NAME_DIGITS}d}{suffix}"
 
 
@@ -466,17 +467,21 @@ class Segment:
         On a write error the file is cut back to its previous size and StorageError is raised, so
         the segment never holds a partial append.
         """
-        assert not self.closed
-        assert batches and batches[0].base_offset == self.next_offset, "offsets must be contiguous"
+        if self.closed:
+            raise LogInvariantError("broken invariant: not self.closed")
+        if not (batches and batches[0].base_offset == self.next_offset):
+            raise LogInvariantError("offsets must be contiguous")
         buffers: list[bytes | memoryview] = []
         for batch in batches:
             buffers.append(batch.head)
             buffers.append(batch.tail)
         total_bytes = sum(batch.size_bytes for batch in batches)
-        assert self.size_bytes + total_bytes <= INT32_MAX + 1 or self.size_bytes == 0
+        if not (self.size_bytes + total_bytes <= INT32_MAX + 1 or self.size_bytes == 0):
+            raise LogInvariantError("broken invariant: self.size_bytes + total_bytes <= INT32_MAX + 1 or self.size_bytes == 0")
         try:
             written = pwritev_all(self._fd, buffers, self.size_bytes)
-            assert written == total_bytes
+            if not (written == total_bytes):
+                raise LogInvariantError("broken invariant: written == total_bytes")
         except OSError as exc:
             try:
                 os.ftruncate(self._fd, self.size_bytes)
@@ -485,7 +490,8 @@ class Segment:
             raise StorageError(f"write to {self.log_path} failed: {exc}") from exc
         position = self.size_bytes
         for batch in batches:
-            assert batch.base_offset == self.next_offset
+            if not (batch.base_offset == self.next_offset):
+                raise LogInvariantError("broken invariant: batch.base_offset == self.next_offset")
             self._index_batch(position, batch.base_offset, batch.size_bytes, batch.max_timestamp_ms, index_interval_bytes)
             position += batch.size_bytes
             self.next_offset = batch.last_offset + 1
@@ -533,13 +539,14 @@ class Segment:
         ``index.interval.bytes`` before the first batch, and the furthest index entry that still
         fits lets the walk skip the middle. The caller then reads the data in one pread.
         """
-        assert self.base_offset <= offset < self.next_offset
+        if not (self.base_offset <= offset < self.next_offset):
+            raise LogInvariantError("broken invariant: self.base_offset <= offset < self.next_offset")
         spans = self._spans(self.offset_index.lookup(offset - self.base_offset))
         for position, size, _, next_offset in spans:
             if next_offset > offset:
                 break
         else:
-            raise AssertionError("offset below next_offset must be inside a batch")
+            raise LogInvariantError("offset below next_offset must be inside a batch")
         begin = position
         # base offset <= offset < upper_offset, so only the size can stop the first batch.
         if size > max_bytes and not allow_oversize_first:
@@ -550,7 +557,8 @@ class Segment:
             end, next_offset = jump[1], self.base_offset + jump[0]
             spans = self._spans(end)
         for position, size, base_offset, batch_next_offset in spans:
-            assert position == end
+            if not (position == end):
+                raise LogInvariantError("broken invariant: position == end")
             if base_offset >= upper_offset or position + size - begin > max_bytes:
                 return Extent(begin, end, next_offset, False)
             end = position + size
@@ -565,12 +573,14 @@ class Segment:
 
         It keeps reading the same bytes even if the file is deleted or replaced meanwhile.
         """
-        assert not self.closed
+        if self.closed:
+            raise LogInvariantError("broken invariant: not self.closed")
         return os.dup(self._fd)
 
     def read(self, start_position: int, end_position: int) -> bytes:
         """The bytes of ``[start_position, end_position)`` in one ``pread``."""
-        assert 0 <= start_position <= end_position <= self.size_bytes
+        if not (0 <= start_position <= end_position <= self.size_bytes):
+            raise LogInvariantError("broken invariant: 0 <= start_position <= end_position <= self.size_bytes")
         try:
             return pread_exact(self._fd, end_position - start_position, start_position)
         except OSError as exc:
@@ -581,7 +591,8 @@ class Segment:
         if self.max_timestamp_ms < timestamp_ms or from_offset >= self.next_offset:
             return None
         found = self.time_index.lookup(timestamp_ms)
-        assert found is not None
+        if found is None:
+            raise LogInvariantError("broken invariant: found is not None")
         relative_offset = found[0]
         target_offset = self.base_offset + relative_offset
         if target_offset >= from_offset:
@@ -699,10 +710,14 @@ class SegmentWriter:
 
     def append(self, batch: bytes | memoryview, header: BatchHeader) -> None:
         """Add one batch at the end (its base offset must not precede the previous batch's end)."""
-        assert header.base_offset >= self.next_offset, "batches must be written in offset order"
-        assert len(batch) == header.size_bytes
-        assert header.last_offset - self.base_offset <= INT32_MAX, "relative offsets are int32"
-        assert self.size_bytes + header.size_bytes <= INT32_MAX + 1 or self.size_bytes == 0
+        if not (header.base_offset >= self.next_offset):
+            raise LogInvariantError("batches must be written in offset order")
+        if not (len(batch) == header.size_bytes):
+            raise LogInvariantError("broken invariant: len(batch) == header.size_bytes")
+        if not (header.last_offset - self.base_offset <= INT32_MAX):
+            raise LogInvariantError("relative offsets are int32")
+        if not (self.size_bytes + header.size_bytes <= INT32_MAX + 1 or self.size_bytes == 0):
+            raise LogInvariantError("broken invariant: self.size_bytes + header.size_bytes <= INT32_MAX + 1 or self.size_bytes == 0")
         self._bytes_since_index_entry = index_batch(
             self._offset_index,
             self._time_index,

@@ -45,10 +45,20 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from oncestream.errors import CorruptRecordError, InvalidRecordError, KafkaError
+from oncestream.errors import (
+    CorruptRecordError,
+    InvalidRecordError,
+    KafkaError,
+    LogInvariantError,
+)
 from oncestream.log.txn_index import AbortedTxn, TxnIndex, TxnIndexes
 from oncestream.protocol.record_batch import BatchHeader
-from oncestream.protocol.records import CONTROL_ABORT, CONTROL_COMMIT, control_marker_type, decode_batch
+from oncestream.protocol.records import (
+    CONTROL_ABORT,
+    CONTROL_COMMIT,
+    control_marker_type,
+    decode_batch,
+)
 
 if TYPE_CHECKING:
     from oncestream.log.producer_state import ProducerStateManager
@@ -101,7 +111,8 @@ class CompletedTxn:
     def aborted_entry(self, lso_cap: int | None = None) -> AbortedTxn:
         """The index entry for this (aborted) transaction; ``lso_cap`` lowers the recorded LSO
         when it is not known exactly (a lower LSO only makes searches look further)."""
-        assert self.aborted
+        if not self.aborted:
+            raise LogInvariantError("broken invariant: self.aborted")
         lso = self.last_stable_offset if lso_cap is None else min(self.last_stable_offset, lso_cap)
         return AbortedTxn(self.producer_id, self.first_offset, self.last_offset, lso)
 
@@ -127,8 +138,10 @@ class OngoingTransactions:
         heapq.heapify(self._heap)
 
     def begin(self, producer_id: int, first_offset: int) -> None:
-        assert producer_id not in self._first_offset_by_pid, "a producer has one open transaction per partition"
-        assert first_offset >= 0
+        if not (producer_id not in self._first_offset_by_pid):
+            raise LogInvariantError("a producer has one open transaction per partition")
+        if not (first_offset >= 0):
+            raise LogInvariantError("broken invariant: first_offset >= 0")
         self._first_offset_by_pid[producer_id] = first_offset
         heapq.heappush(self._heap, (first_offset, producer_id))
 
@@ -207,7 +220,8 @@ def recover_producer_and_txn_state(
     ``scanned`` holds the base offsets of segments recovery scanned (their data may have lost a
     tail, so their index is re-derived from the replay past the starting snapshot).
     """
-    assert segments
+    if not segments:
+        raise LogInvariantError("broken invariant: segments")
     directory = segments[0].directory
     oldest_base = segments[0].base_offset
     log_end_offset = segments[-1].next_offset
@@ -235,7 +249,8 @@ def recover_producer_and_txn_state(
         start = newest_snapshot if newest_snapshot is not None else oldest_base
         replay(producers, segments, start, now_ms)
         for index in loaded.values():
-            assert index is not None
+            if index is None:
+                raise LogInvariantError("broken invariant: index is not None")
             txn_indexes.put(index)
         return
 
@@ -261,7 +276,8 @@ def recover_producer_and_txn_state(
             continue
         index = loaded[base]
         if index is None:
-            assert start <= base, "an unusable index needs the replay to start at its segment"
+            if not (start <= base):
+                raise LogInvariantError("an unusable index needs the replay to start at its segment")
             trusted_end[base] = base
             entries[base] = []
         else:
@@ -286,7 +302,8 @@ def recover_producer_and_txn_state(
             txn_indexes.put(index)
         else:
             index = loaded[base]
-            assert index is not None
+            if index is None:
+                raise LogInvariantError("broken invariant: index is not None")
             txn_indexes.put(index)
 
     if start_snapshot != newest_snapshot and newest_snapshot is not None:

@@ -34,7 +34,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from oncestream.errors import StorageError
+from oncestream.errors import LogInvariantError, StorageError
 from oncestream.log.segment import offset_file_name
 
 log = logging.getLogger(__name__)
@@ -56,9 +56,12 @@ class AbortedTxn:
     last_stable_offset: int  # the partition's LSO right after the marker
 
     def __post_init__(self) -> None:
-        assert self.producer_id >= 0
-        assert 0 <= self.first_offset <= self.last_offset
-        assert 0 <= self.last_stable_offset <= self.last_offset + 1
+        if not (self.producer_id >= 0):
+            raise LogInvariantError("broken invariant: self.producer_id >= 0")
+        if not (0 <= self.first_offset <= self.last_offset):
+            raise LogInvariantError("broken invariant: 0 <= self.first_offset <= self.last_offset")
+        if not (0 <= self.last_stable_offset <= self.last_offset + 1):
+            raise LogInvariantError("broken invariant: 0 <= self.last_stable_offset <= self.last_offset + 1")
 
     def encode(self) -> bytes:
         return TXN_ENTRY.pack(
@@ -144,7 +147,8 @@ class TxnIndex:
         """Replace the file with ``entries`` (a rebuild): temp file, fsync, rename."""
         previous_last_offset = -1
         for entry in entries:
-            assert entry.last_offset > previous_last_offset and entry.last_offset >= base_offset
+            if not (entry.last_offset > previous_last_offset and entry.last_offset >= base_offset):
+                raise LogInvariantError("broken invariant: entry.last_offset > previous_last_offset and entry.last_offset >= base_offset")
             previous_last_offset = entry.last_offset
         path = txn_index_path(directory, base_offset)
         _write_atomically(path, b"".join(entry.encode() for entry in entries))
@@ -160,9 +164,10 @@ class TxnIndex:
 
     def append(self, entry: AbortedTxn) -> None:
         """Record an abort whose marker was just written to this segment."""
-        if self._entries:
-            assert entry.last_offset > self._entries[-1].last_offset, "markers are appended in offset order"
-        assert entry.last_offset >= self.base_offset
+        if self._entries and entry.last_offset <= self._entries[-1].last_offset:
+            raise LogInvariantError("markers are appended in offset order")
+        if not (entry.last_offset >= self.base_offset):
+            raise LogInvariantError("broken invariant: entry.last_offset >= self.base_offset")
         # In memory first: reads must see the abort even if the file write fails.
         self._entries.append(entry)
         if self._file_lost:
