@@ -139,8 +139,9 @@ def _send_produce(conn: WireConnection, topic: str, batch: bytes, correlation_id
 
 def _answer_waiting(conn: WireConnection) -> bool:
     """Whether a response already sits in the socket (loopback delivers a write at once)."""
-    readable, _, _ = select.select([conn.sock], [], [], 0)  # poll, no waiting
-    return bool(readable)
+    poller = select.poll()
+    poller.register(conn.sock, select.POLLIN)
+    return bool(poller.poll(0))  # no waiting
 
 
 def _heartbeat_v0(group: str) -> bytes:

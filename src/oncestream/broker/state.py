@@ -20,6 +20,7 @@ from oncestream.broker.txn_service import TxnService
 from oncestream.broker.notify import AppendNotifier
 from oncestream.coordinator.producer_ids import ProducerIdManager
 from oncestream.log.config import LogConfig
+from oncestream.log.descriptors import SegmentDescriptors
 from oncestream.log.flush_job import FdatasyncFn
 from oncestream.log.manager import LogManager
 
@@ -91,7 +92,8 @@ class BrokerState:
             self.now_ms = clock_ms
             self.cluster_id = _load_cluster_id(data_dir)
             self.log_config = LogConfig.from_broker_configs(config.raw)
-            self.logs = LogManager.open(data_dir / "logs", self.log_config, self.now_ms())
+            self.logs = LogManager.open(data_dir / "logs", self.log_config, self.now_ms(),
+                                        descriptors=SegmentDescriptors.from_properties(config.raw))
             self.producer_ids = ProducerIdManager(data_dir)
             self.notifier = AppendNotifier()
             # Slow disk work runs here, never on the event loop (the loop awaits its result).

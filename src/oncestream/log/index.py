@@ -37,7 +37,8 @@ MAX_INDEX_BYTES = 10 * 1024 * 1024
 MAX_OFFSET_ENTRIES = MAX_INDEX_BYTES // OFFSET_ENTRY.size
 MAX_TIME_ENTRIES = MAX_INDEX_BYTES // TIME_ENTRY.size
 _PENDING_FLUSH_BYTES = 64 * 1024
-_INDEX_OPEN_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_CLOEXEC", 0)
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_INDEX_OPEN_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_APPEND | _CLOEXEC
 
 
 def _big_endian_column(raw: bytes, typecode: str) -> array:
@@ -81,20 +82,37 @@ class _IndexFile:
         self.dirty = True
 
     def take_flush_descriptor(self) -> int | None:
-        """For a FlushJob: hand buffered entries to the OS and return a duplicate of the
-        descriptor if anything is unsynced (None otherwise); the entries count as synced."""
+        """For a FlushJob: hand buffered entries to the OS and return a descriptor of the file
+        (the caller's to close) if anything is unsynced (None otherwise); the entries count as
+        synced. A file whose descriptor was closed is reopened: fsync works on the inode."""
         self.write_pending()
-        if self._fd is None or not self.dirty:
+        if not self.dirty:
             return None
+        fd = os.dup(self._fd) if self._fd is not None else os.open(self.path, os.O_RDONLY | _CLOEXEC)
         self.dirty = False
-        return os.dup(self._fd)
+        return fd
 
     def fsync(self) -> None:
         """Make every entry so far durable."""
         self.write_pending()
-        if self._fd is not None and self.dirty:
-            os.fdatasync(self._fd)
+        if self.dirty:
+            if self._fd is not None:
+                os.fdatasync(self._fd)
+            else:
+                fd = os.open(self.path, os.O_RDONLY | _CLOEXEC)
+                try:
+                    os.fdatasync(fd)
+                finally:
+                    os.close(fd)
         self.dirty = False
+
+    def close_descriptor(self) -> None:
+        """Hand buffered entries to the OS and close the file, keeping the dirty mark (a sealed
+        segment's index: nothing more is appended, the next flush reopens it to fsync)."""
+        self.write_pending()
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
     def reset_file(self) -> None:
         """Start the file over (rebuild): an empty file, nothing buffered."""

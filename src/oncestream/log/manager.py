@@ -33,6 +33,7 @@ from oncestream.errors import (
     UnknownTopicOrPartitionError,
 )
 from oncestream.log.config import LogConfig
+from oncestream.log.descriptors import SegmentDescriptors
 from oncestream.log.partition_log import PartitionLog, parse_partition_dir_name
 from oncestream.log.producer_state import fsync_directory
 
@@ -76,9 +77,11 @@ def _collision_key(name: str) -> str:
 class LogManager:
     """Creates, opens, alters and deletes topics and hands out their partition logs."""
 
-    def __init__(self, data_dir: Path, base_config: LogConfig) -> None:
+    def __init__(self, data_dir: Path, base_config: LogConfig, descriptors: SegmentDescriptors | None = None) -> None:
         # Use LogManager.open().
         self.data_dir = data_dir
+        # One bound on the open segment files of every log (issue 10: bounded file handles).
+        self.descriptors = descriptors if descriptors is not None else SegmentDescriptors()
         self.base_config = base_config
         self._topics: dict[str, TopicInfo] = {}
         self._logs: dict[tuple[str, int], PartitionLog] = {}
@@ -93,10 +96,13 @@ class LogManager:
     # --- open -----------------------------------------------------------------------------------
 
     @classmethod
-    def open(cls, data_dir: Path, base_config: LogConfig, now_ms: int) -> LogManager:
-        """Open every topic under ``data_dir`` (created if missing), cleaning up unfinished work."""
+    def open(
+        cls, data_dir: Path, base_config: LogConfig, now_ms: int, *, descriptors: SegmentDescriptors | None = None
+    ) -> LogManager:
+        """Open every topic under ``data_dir`` (created if missing), cleaning up unfinished work.
+        ``descriptors`` bounds the open files of sealed segments across all logs."""
         data_dir = Path(data_dir)
-        manager = cls(data_dir, base_config)
+        manager = cls(data_dir, base_config, descriptors)
         manager._now_ms = now_ms
         try:
             manager._topics_dir.mkdir(parents=True, exist_ok=True)
@@ -105,7 +111,8 @@ class LogManager:
             for info in manager._topics.values():
                 for partition in range(info.num_partitions):
                     manager._logs[(info.name, partition)] = PartitionLog.open(
-                        manager._partition_dir(info.name, partition), info.config, now_ms
+                        manager._partition_dir(info.name, partition), info.config, now_ms,
+                        descriptors=manager.descriptors,
                     )
         except OSError as exc:
             manager._abandon_logs()
@@ -189,7 +196,7 @@ class LogManager:
                 directory = self._partition_dir(name, partition)
                 if directory.exists():
                     shutil.rmtree(directory)  # an orphan of an unfinished create: start empty
-                opened.append(PartitionLog.open(directory, config, now_ms))
+                opened.append(PartitionLog.open(directory, config, now_ms, descriptors=self.descriptors))
             fsync_directory(self.data_dir)
             self._write_metadata(info)
         except BaseException as exc:
@@ -221,7 +228,7 @@ class LogManager:
                 directory = self._partition_dir(name, partition)
                 if directory.exists():
                     shutil.rmtree(directory)
-                opened[partition] = PartitionLog.open(directory, info.config, now_ms)
+                opened[partition] = PartitionLog.open(directory, info.config, now_ms, descriptors=self.descriptors)
             fsync_directory(self.data_dir)
             self._write_metadata(new_info)
         except BaseException as exc:

@@ -52,6 +52,7 @@ from oncestream.errors import (
 from oncestream.log import compaction
 from oncestream.log.batch_records import has_keyless_record
 from oncestream.log.config import INT64_MAX, LogConfig
+from oncestream.log.descriptors import SegmentDescriptors
 from oncestream.log.flush_job import FdatasyncFn, FlushJob
 from oncestream.log.producer_state import (
     BatchMetadata,
@@ -193,9 +194,13 @@ def _first_record_at_or_after(batch: bytes, timestamp_ms: int, from_offset: int)
 class PartitionLog:
     """One partition's durable, segmented log with idempotent-producer checks."""
 
-    def __init__(self, directory: pathlib.Path, config: LogConfig) -> None:
+    def __init__(
+        self, directory: pathlib.Path, config: LogConfig, descriptors: SegmentDescriptors | None = None
+    ) -> None:
         # Use PartitionLog.open(); the constructor only sets fields.
         self.directory = directory
+        # Sealed segments close their files through this (shared by a broker's logs).
+        self._descriptors = descriptors if descriptors is not None else SegmentDescriptors()
         self.topic, self.partition = parse_partition_dir_name(directory.name)
         self.config = config
         self._segments: list[Segment] = []
@@ -222,14 +227,17 @@ class PartitionLog:
     # --- open and recovery ----------------------------------------------------------------------
 
     @classmethod
-    def open(cls, directory: pathlib.Path, config: LogConfig, now_ms: int) -> PartitionLog:
-        """Open (creating if missing) and recover the log in ``directory``."""
+    def open(
+        cls, directory: pathlib.Path, config: LogConfig, now_ms: int, *, descriptors: SegmentDescriptors | None = None
+    ) -> PartitionLog:
+        """Open (creating if missing) and recover the log in ``directory``. ``descriptors``
+        bounds the open files of sealed segments (pass the broker's one; default: the log's own)."""
         directory = pathlib.Path(directory)
         try:
             directory.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise StorageError(f"cannot create log directory {directory}: {exc}") from exc
-        partition_log = cls(directory, config)
+        partition_log = cls(directory, config, descriptors)
         try:
             partition_log._load(now_ms)
         except BaseException as exc:
@@ -259,6 +267,9 @@ class PartitionLog:
                 index_interval_bytes=self.config.index_interval_bytes,
                 compacted_below=self._cleaned_offset,
             )
+            # Until the last one is known every segment counts as sealed, so that opening a log
+            # of thousands of segments never holds more files open than the cache allows.
+            segment.seal(self._descriptors)
             if self._segments and not offsets_follow(
                 self._segments[-1].next_offset, segment.base_offset, self._cleaned_offset
             ):
@@ -279,6 +290,7 @@ class PartitionLog:
         if not self._segments:
             self._segments.append(Segment.create(self.directory, max(checkpoint_log_start, 0), now_ms))
             self._directory_dirty = True
+        self._segments[-1].make_active()
         self._size_bytes = sum(segment.size_bytes for segment in self._segments)
         self.log_start_offset = min(max(checkpoint_log_start, self._segments[0].base_offset), self.log_end_offset)
         self._recovery_point = self.log_end_offset if clean else min(checkpoint_recovery_point, self.log_end_offset)
@@ -568,7 +580,7 @@ class PartitionLog:
     def _roll(self, now_ms: int) -> None:
         """Seal the active segment, snapshot producer state at the log end, start a new segment."""
         active = self._segments[-1]
-        active.seal()
+        active.seal(self._descriptors)
         new_base = self.log_end_offset
         # Recovery trusts txn index entries below a snapshot's offset: they must be durable first.
         self._txn_indexes.seal(active.base_offset)
@@ -925,6 +937,7 @@ class PartitionLog:
                 index_interval_bytes=self.config.index_interval_bytes,
                 compacted_below=result.cleaned_offset,
             )
+            new_segment.use_descriptor_cache(self._descriptors)
             if truncated_bytes or new_segment.size_bytes != group.size_bytes:
                 raise StorageError(f"cleaned segment {group.base_offset} does not match what was written")
             # Retention's fallback clock for batches without timestamps must not restart.

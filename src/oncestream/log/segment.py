@@ -3,8 +3,10 @@
 Files are named by the segment's base offset, zero-padded to 20 digits
 (``00000000000000000000.log``, ``.index``, ``.timeindex``). Batches are stored exactly as the
 producer sent them except for the 8-byte base offset (and, for LogAppendTime topics, the patched
-header). The file stays open; its size and next offset are kept in memory so appends are a single
-``pwritev`` at a known position and reads are ``pread`` calls, never seeks on a shared position.
+header). Its size and next offset are kept in memory so appends are a single ``pwritev`` at a
+known position and reads are ``pread`` calls, never seeks on a shared position. The active
+segment keeps its file open; a sealed one with a ``SegmentDescriptors`` cache opens it on demand
+and lets the cache close it again (see ``descriptors``).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from oncestream.errors import LogInvariantError, StorageError
+from oncestream.log.descriptors import SegmentDescriptors
 from oncestream.log.index import OffsetIndex, TimeIndex
 from oncestream.protocol.record_batch import (
     CURRENT_MAGIC,
@@ -245,7 +248,9 @@ class Segment:
     ) -> None:
         self.directory = directory
         self.base_offset = base_offset
-        self._fd = fd
+        self._open_fd: int | None = fd  # None: closed by the descriptor cache, reopened on use
+        self._descriptors: SegmentDescriptors | None = None  # set while sealed and in the cache
+        self._pins = 0  # walks in progress over the file: its descriptor must stay open
         self.size_bytes = size_bytes
         self.next_offset = next_offset
         self.offset_index = offset_index
@@ -257,6 +262,66 @@ class Segment:
         self.last_append_ms = last_append_ms
         self.log_dirty = False  # data written since the last fsync
         self.closed = False
+
+    # --- descriptor ---------------------------------------------------------------------------
+
+    @property
+    def _fd(self) -> int:
+        """The open descriptor of the ``.log`` file, reopened if the cache closed it."""
+        fd = self._open_fd
+        if fd is None:
+            if self.closed:
+                raise LogInvariantError(f"{self.log_path} is used after close")
+            try:
+                fd = os.open(self.log_path, os.O_RDONLY | _CLOEXEC)  # sealed: never written again
+            except OSError as exc:
+                raise StorageError(f"cannot reopen segment {self.log_path}: {exc}") from exc
+            self._open_fd = fd
+            if self._descriptors is not None:
+                self._descriptors.opened(self)
+        elif self._descriptors is not None:
+            self._descriptors.used(self)
+        return fd
+
+    def use_descriptor_cache(self, descriptors: SegmentDescriptors | None) -> None:
+        """Let ``descriptors`` close this (sealed) segment's file while it is not used; None: keep
+        it open for good (the segment is the active one, appends need it)."""
+        if self._descriptors is not None and descriptors is not self._descriptors:
+            self._descriptors.forget(self)
+        self._descriptors = descriptors
+        if descriptors is not None and self._open_fd is not None:
+            descriptors.opened(self)
+
+    def evict_descriptor(self) -> bool:
+        """For the cache: close the descriptor unless a walk over the file is in progress."""
+        if self._pins or self._open_fd is None:
+            return self._open_fd is None
+        os.close(self._open_fd)
+        self._open_fd = None
+        return True
+
+    def make_active(self) -> None:
+        """The segment takes appends from now on: it keeps a writable descriptor for good."""
+        if self._descriptors is not None:
+            self._descriptors.forget(self)
+            self._descriptors = None
+        if self._open_fd is None:
+            try:
+                self._open_fd = os.open(self.log_path, os.O_RDWR | _CLOEXEC)
+            except OSError as exc:
+                raise StorageError(f"cannot reopen segment {self.log_path}: {exc}") from exc
+
+    @property
+    def has_open_descriptor(self) -> bool:
+        return self._open_fd is not None
+
+    def _close_descriptor(self) -> None:
+        if self._descriptors is not None:
+            self._descriptors.forget(self)
+            self._descriptors = None
+        fd, self._open_fd = self._open_fd, None
+        if fd is not None:
+            os.close(fd)
 
     # --- paths ----------------------------------------------------------------------------------
 
@@ -505,10 +570,14 @@ class Segment:
 
     def batches(self, start_position: int = 0, *, window_bytes: int = SCAN_WINDOW_BYTES) -> Iterator[tuple[int, BatchHeader]]:
         """(position, header) of every batch from ``start_position`` (already verified on open)."""
-        walker = BatchWalker(self._fd, start_position, self.size_bytes, verify_crc=False, window_bytes=window_bytes)
-        yield from walker
-        if walker.stop_reason is not None:
-            raise StorageError(f"{self.log_path} is corrupt at byte {walker.valid_end}: {walker.stop_reason}")
+        self._pins += 1  # the walker holds the descriptor number: no eviction under it
+        try:
+            walker = BatchWalker(self._fd, start_position, self.size_bytes, verify_crc=False, window_bytes=window_bytes)
+            yield from walker
+            if walker.stop_reason is not None:
+                raise StorageError(f"{self.log_path} is corrupt at byte {walker.valid_end}: {walker.stop_reason}")
+        finally:
+            self._pins -= 1
 
     def _spans(self, start_position: int) -> Iterator[tuple[int, int, int, int]]:
         """(position, size, base offset, next offset) of each batch from ``start_position``.
@@ -522,7 +591,10 @@ class Segment:
         while position < end:
             relative = position - buffer_start
             if relative + _SPAN_FIELDS_BYTES > len(buffer):
-                buffer = os.pread(self._fd, min(HEADER_WINDOW_BYTES, end - position), position)
+                try:
+                    buffer = os.pread(self._fd, min(HEADER_WINDOW_BYTES, end - position), position)
+                except OSError as exc:
+                    raise StorageError(f"read from {self.log_path} failed: {exc}") from exc
                 buffer_start, relative = position, 0
                 if len(buffer) < _SPAN_FIELDS_BYTES:
                     raise StorageError(f"{self.log_path} is shorter than its recorded size")
@@ -622,10 +694,14 @@ class Segment:
 
     # --- durability and lifecycle ---------------------------------------------------------------
 
-    def seal(self) -> None:
-        """The segment stops being active: hand its buffered index entries to the OS."""
-        self.offset_index.write_pending()
-        self.time_index.write_pending()
+    def seal(self, descriptors: SegmentDescriptors | None = None) -> None:
+        """The segment stops being active: hand its buffered index entries to the OS and close
+        the index files (they are in memory; the next flush reopens them to fsync). With
+        ``descriptors`` the ``.log`` file joins the cache of closable descriptors."""
+        self.offset_index.close_descriptor()
+        self.time_index.close_descriptor()
+        if descriptors is not None:
+            self.use_descriptor_cache(descriptors)
 
     def flush(self, *, include_indexes: bool) -> None:
         """fsync the data (and, for sealed segments, the indexes)."""
@@ -666,7 +742,7 @@ class Segment:
             self.offset_index.close()
             self.time_index.close()
         finally:
-            os.close(self._fd)
+            self._close_descriptor()
 
     def release(self) -> None:
         """Drop buffered index entries and close the descriptors without writing anything."""
@@ -674,7 +750,7 @@ class Segment:
             self.closed = True
             self.offset_index.discard()
             self.time_index.discard()
-            os.close(self._fd)
+            self._close_descriptor()
 
     def delete(self) -> None:
         """Close and remove the segment's files (log first, so a crash leaves only orphan indexes)."""

@@ -217,9 +217,9 @@ class TxnIndex:
         if not self.dirty or self._file_lost:
             self.dirty = False
             return None
-        if self._fd is None:
-            self._fd = os.open(self.path, _APPEND_FLAGS, 0o644)
         self.dirty = False
+        if self._fd is None:  # a sealed index: the job's own descriptor, nothing kept open here
+            return os.open(self.path, _APPEND_FLAGS, 0o644)
         return os.dup(self._fd)
 
     def release(self) -> None:
