@@ -21,6 +21,7 @@ from oncestream.broker.notify import AppendNotifier
 from oncestream.coordinator.producer_ids import ProducerIdManager
 from oncestream.log.config import LogConfig
 from oncestream.log.descriptors import SegmentDescriptors
+from oncestream.log.durable_files import write_file_atomically
 from oncestream.log.flush_job import FdatasyncFn
 from oncestream.log.manager import LogManager
 
@@ -37,9 +38,8 @@ def _load_cluster_id(data_dir: Path) -> str:
             if line.startswith("cluster.id="):
                 return line.split("=", 1)[1].strip()
     cluster_id = uuid.uuid4().hex[:22]
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(f"version=1\ncluster.id={cluster_id}\n")
-    tmp.replace(path)
+    # Durable before any log is written: a cluster id lost in a power cut would change it.
+    write_file_atomically(path, f"version=1\ncluster.id={cluster_id}\n".encode())
     return cluster_id
 
 

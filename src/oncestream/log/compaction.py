@@ -83,7 +83,7 @@ from oncestream.log.batch_records import (
     rebuild_batch,
 )
 from oncestream.log.config import INT64_MAX
-from oncestream.log.producer_state import fsync_directory
+from oncestream.log.durable_files import fsync_directory, write_file_atomically
 from oncestream.log.segment import (
     INDEX_SUFFIX,
     INT32_MAX,
@@ -594,18 +594,7 @@ def _remove(path: Path) -> None:
 
 def write_manifest(directory: Path, manifest: SwapManifest) -> None:
     """Commit a swap: write ``cleaner.swap`` durably (temp file, fsync, rename, directory fsync)."""
-    path = directory / MANIFEST_FILE
-    tmp_path = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        view = memoryview(manifest.encode())
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    _rename(tmp_path, path)
-    fsync_directory(directory)
+    write_file_atomically(directory / MANIFEST_FILE, manifest.encode(), rename=_rename)
 
 
 def read_manifest(directory: Path) -> SwapManifest | None:

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from oncestream.errors import StorageError
+from oncestream.log.durable_files import fsync_directory
 
 # The fsync calls, injectable so a test can observe or delay them.
 FdatasyncFn = Callable[[int], None]
@@ -42,7 +43,7 @@ class FlushJob:
     directory: Path | None
     recovery_point: int  # every segment below it is durable once the job has run
     fdatasync: FdatasyncFn = os.fdatasync
-    fsync: FdatasyncFn = os.fsync  # the directory's
+    fsync: FdatasyncFn | None = None  # the directory's (None: os.fsync)
     done: bool = field(default=False, init=False)
     # Set by a failed run, read by the log's owner (PartitionLog.close: a failure it was not told
     # of yet must not end in a clean-shutdown marker).
@@ -63,11 +64,7 @@ class FlushJob:
                     raise self.error from exc
             if self.directory is not None:
                 try:
-                    fd = os.open(self.directory, os.O_RDONLY)
-                    try:
-                        self.fsync(fd)
-                    finally:
-                        os.close(fd)
+                    fsync_directory(self.directory, fsync=self.fsync)
                 except OSError as exc:
                     self.error = StorageError(f"fsync of {self.directory} failed: {exc}")
                     raise self.error from exc

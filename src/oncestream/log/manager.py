@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 import shutil
 import uuid
@@ -34,8 +33,8 @@ from oncestream.errors import (
 )
 from oncestream.log.config import LogConfig
 from oncestream.log.descriptors import SegmentDescriptors
+from oncestream.log.durable_files import fsync_directory, write_file_atomically
 from oncestream.log.partition_log import PartitionLog, parse_partition_dir_name
-from oncestream.log.producer_state import fsync_directory
 
 log = logging.getLogger(__name__)
 
@@ -297,18 +296,7 @@ class LogManager:
             "num_partitions": info.num_partitions,
             "configs": dict(sorted(info.configs.items())),
         }
-        path = self._metadata_path(info)
-        tmp_path = path.with_name(path.name + ".tmp")
-        fd = os.open(tmp_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            view = memoryview(json.dumps(data, indent=1).encode())
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp_path, path)
-        fsync_directory(self._topics_dir)
+        write_file_atomically(self._metadata_path(info), json.dumps(data, indent=1).encode())
 
     def _metadata_path(self, info: TopicInfo) -> Path:
         return self._topics_dir / f"{info.topic_id}.json"

@@ -53,12 +53,12 @@ from oncestream.log import compaction
 from oncestream.log.batch_records import has_keyless_record
 from oncestream.log.config import INT64_MAX, LogConfig
 from oncestream.log.descriptors import SegmentDescriptors
+from oncestream.log.durable_files import fsync_directory, write_file_atomically
 from oncestream.log.flush_job import FdatasyncFn, FlushJob
 from oncestream.log.producer_state import (
     BatchMetadata,
     ProducerStateInfo,
     ProducerStateManager,
-    fsync_directory,
 )
 from oncestream.log.segment import (
     INDEX_SUFFIX,
@@ -144,20 +144,6 @@ def parse_partition_dir_name(name: str) -> tuple[str, int]:
     if not sep or not topic or not partition_text.isdigit():
         raise ValueError(f"{name!r} is not a <topic>-<partition> directory name")
     return topic, int(partition_text)
-
-
-def _write_file_atomically(path: pathlib.Path, data: bytes) -> None:
-    tmp_path = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp_path, path)
-    fsync_directory(path.parent)
 
 
 def _prepare_log_append_time(batch: memoryview, base_offset: int, now_ms: int) -> PreparedBatch:
@@ -378,7 +364,7 @@ class PartitionLog:
             fields["tombstone_horizon_ms"] = checkpoint.tombstone_horizon_ms
         data = json.dumps(fields)
         try:
-            _write_file_atomically(self.directory / CHECKPOINT_FILE, data.encode())
+            write_file_atomically(self.directory / CHECKPOINT_FILE, data.encode())
         except OSError as exc:
             raise StorageError(f"cannot write {self.directory / CHECKPOINT_FILE}: {exc}") from exc
 

@@ -49,7 +49,6 @@ It is written to ``.tmp``, fsynced and renamed into place; the two newest are ke
 from __future__ import annotations
 
 import logging
-import os
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -64,6 +63,7 @@ from oncestream.errors import (
     StorageError,
     UnknownProducerIdError,
 )
+from oncestream.log.durable_files import write_file_atomically
 from oncestream.log.segment import offset_file_name, parse_offset_file_name
 from oncestream.log.transactions import CompletedTxn, ControlMarker, OngoingTransactions
 from oncestream.protocol.record_batch import (
@@ -459,19 +459,8 @@ class ProducerStateManager:
     def write_snapshot(self, offset: int) -> None:
         """Persist the table as of log end ``offset`` (temp file, fsync, rename); keep the newest two."""
         path = self.snapshot_path(offset)
-        tmp_path = path.with_name(path.name + ".tmp")
-        data = self.encode_snapshot(offset)
         try:
-            fd = os.open(tmp_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp_path, path)
-            fsync_directory(self.directory)
+            write_file_atomically(path, self.encode_snapshot(offset))
         except OSError as exc:
             raise StorageError(f"cannot write producer snapshot {path}: {exc}") from exc
         for old in self.snapshot_offsets()[:-SNAPSHOTS_TO_KEEP]:
@@ -526,12 +515,3 @@ class ProducerStateManager:
         for snapshot_offset in self.snapshot_offsets():
             if snapshot_offset > offset:
                 self.snapshot_path(snapshot_offset).unlink(missing_ok=True)
-
-
-def fsync_directory(directory: Path) -> None:
-    """Make creations, renames and deletions inside ``directory`` durable."""
-    fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from oncestream.errors import LogInvariantError, StorageError
+from oncestream.log.durable_files import write_file_atomically
 from oncestream.log.segment import offset_file_name
 
 log = logging.getLogger(__name__)
@@ -72,19 +73,6 @@ class AbortedTxn:
 def txn_index_path(directory: Path, base_offset: int) -> Path:
     """Path of the ``.txnindex`` of the segment starting at ``base_offset``."""
     return directory / offset_file_name(base_offset, TXN_INDEX_SUFFIX)
-
-
-def _write_atomically(path: Path, data: bytes) -> None:
-    tmp_path = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _CLOEXEC, 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp_path, path)
 
 
 def decode_entries(raw: bytes) -> list[AbortedTxn] | None:
@@ -151,7 +139,8 @@ class TxnIndex:
                 raise LogInvariantError("broken invariant: entry.last_offset > previous_last_offset and entry.last_offset >= base_offset")
             previous_last_offset = entry.last_offset
         path = txn_index_path(directory, base_offset)
-        _write_atomically(path, b"".join(entry.encode() for entry in entries))
+        # The caller fsyncs the directory once for all the files it writes.
+        write_file_atomically(path, b"".join(entry.encode() for entry in entries), sync_directory=False)
         return cls(path, base_offset, list(entries))
 
     @property
