@@ -31,7 +31,6 @@ log flushes by itself every ``flush.messages`` messages otherwise.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import pathlib
@@ -53,28 +52,29 @@ from oncestream.log import compaction
 from oncestream.log.batch_records import has_keyless_record
 from oncestream.log.config import INT64_MAX, LogConfig
 from oncestream.log.descriptors import SegmentDescriptors
-from oncestream.log.durable_files import fsync_directory, write_file_atomically
+from oncestream.log.durable_files import fsync_directory
 from oncestream.log.flush_job import FdatasyncFn, FlushJob
 from oncestream.log.producer_state import (
     BatchMetadata,
     ProducerStateInfo,
     ProducerStateManager,
 )
+from oncestream.log.recovery import (
+    CLEAN_SHUTDOWN_FILE,
+    Checkpoint,
+    recover_log,
+    write_checkpoint,
+)
 from oncestream.log.segment import (
-    INDEX_SUFFIX,
     INT32_MAX,
-    LOG_SUFFIX,
-    TIME_INDEX_SUFFIX,
     PreparedBatch,
     Segment,
     offsets_follow,
-    parse_offset_file_name,
 )
 from oncestream.log.transactions import (
     read_control_marker,
-    recover_producer_and_txn_state,
 )
-from oncestream.log.txn_index import TXN_INDEX_SUFFIX, TxnIndex, TxnIndexes
+from oncestream.log.txn_index import TxnIndex, TxnIndexes
 from oncestream.protocol.record_batch import (
     ATTR_TIMESTAMP_TYPE_LOG_APPEND,
     ATTRIBUTES_OFFSET,
@@ -94,8 +94,6 @@ from oncestream.protocol.records import (
 
 log = logging.getLogger(__name__)
 
-CLEAN_SHUTDOWN_FILE = ".clean_shutdown"
-CHECKPOINT_FILE = "partition.checkpoint"
 _BASE_OFFSET = struct.Struct(">q")
 _INT16 = struct.Struct(">h")
 _INT64 = struct.Struct(">q")
@@ -128,14 +126,6 @@ class ReadResult:
     # (producer_id, first_offset) of the aborted transactions the returned range overlaps; only
     # filled for read(with_aborted=True) (read_committed fetches), else None.
     aborted_transactions: list[tuple[int, int]] | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class _Checkpoint:
-    log_start_offset: int = 0
-    recovery_point: int = 0
-    cleaned_offset: int = 0  # offsets below it were compacted; only there may offsets have gaps
-    tombstone_horizon_ms: int = compaction.NO_HORIZON
 
 
 def parse_partition_dir_name(name: str) -> tuple[str, int]:
@@ -234,151 +224,27 @@ class PartitionLog:
         return partition_log
 
     def _load(self, now_ms: int) -> None:
-        marker = self.directory / CLEAN_SHUTDOWN_FILE
-        clean = marker.exists()
-        checkpoint = self._recover_interrupted_clean(self._read_checkpoint())
-        checkpoint_log_start, checkpoint_recovery_point = checkpoint.log_start_offset, checkpoint.recovery_point
-        self._cleaned_offset = checkpoint.cleaned_offset
-        self._tombstone_horizon_ms = checkpoint.tombstone_horizon_ms
-        bases = self._list_segment_files()
-        for position, base_offset in enumerate(bases):
-            next_base = bases[position + 1] if position + 1 < len(bases) else None
-            # After a crash, anything at or beyond the recovery point may be torn or lost.
-            recover = not clean and (next_base is None or next_base > checkpoint_recovery_point)
-            segment, truncated_bytes = Segment.open(
-                self.directory,
-                base_offset,
-                now_ms,
-                recover=recover,
-                index_interval_bytes=self.config.index_interval_bytes,
-                compacted_below=self._cleaned_offset,
-            )
-            # Until the last one is known every segment counts as sealed, so that opening a log
-            # of thousands of segments never holds more files open than the cache allows.
-            segment.seal(self._descriptors)
-            if self._segments and not offsets_follow(
-                self._segments[-1].next_offset, segment.base_offset, self._cleaned_offset
-            ):
-                # A hole in the offsets that compaction did not make (a lost or truncated file
-                # before this one): nothing from here on can be served with contiguous offsets.
-                log.error(
-                    "%s: segment %d does not follow offset %d; dropping it and later segments",
-                    self.directory, base_offset, self._segments[-1].next_offset,
-                )
-                segment.delete()
-                self._delete_segment_files(bases[position + 1 :])
-                break
-            self._segments.append(segment)
-            if truncated_bytes and next_base is not None:
-                log.error("%s: dropping segments after truncated segment %d", self.directory, base_offset)
-                self._delete_segment_files(bases[position + 1 :])
-                break
-        if not self._segments:
-            self._segments.append(Segment.create(self.directory, max(checkpoint_log_start, 0), now_ms))
-            self._directory_dirty = True
-        self._segments[-1].make_active()
+        recovered = recover_log(
+            self.directory,
+            index_interval_bytes=self.config.index_interval_bytes,
+            producers=self._producers,
+            txn_indexes=self._txn_indexes,
+            descriptors=self._descriptors,
+            now_ms=now_ms,
+        )
+        self._segments = recovered.segments
         self._size_bytes = sum(segment.size_bytes for segment in self._segments)
-        self.log_start_offset = min(max(checkpoint_log_start, self._segments[0].base_offset), self.log_end_offset)
-        self._recovery_point = self.log_end_offset if clean else min(checkpoint_recovery_point, self.log_end_offset)
-        self._load_producer_state(now_ms, clean=clean)
-        if clean:
-            # Until the marker is gone for good, a crash would be mistaken for a clean shutdown.
-            marker.unlink()
-            fsync_directory(self.directory)
+        self.log_start_offset = recovered.log_start_offset
+        self._recovery_point = recovered.recovery_point
+        self._cleaned_offset = recovered.cleaned_offset
+        self._tombstone_horizon_ms = recovered.tombstone_horizon_ms
+        self._directory_dirty = recovered.directory_dirty
         self._assert_invariants()
 
-    def _recover_interrupted_clean(self, checkpoint: _Checkpoint) -> _Checkpoint:
-        """Finish a committed compaction swap, drop uncommitted cleaned files (see ``compaction``)."""
-        manifest = compaction.read_manifest(self.directory)
-        if manifest is not None:
-            log.warning("%s: finishing an interrupted compaction swap", self.directory)
-            compaction.apply_swap_files(self.directory, manifest)
-            checkpoint = _Checkpoint(
-                checkpoint.log_start_offset,
-                checkpoint.recovery_point,
-                max(checkpoint.cleaned_offset, manifest.cleaned_offset),
-                manifest.tombstone_horizon_ms,
-            )
-            # The cleaned offset must be durable before the manifest that carries it goes: the
-            # gaps the swap made are only legal below it.
-            self._write_checkpoint_fields(checkpoint)
-            compaction.finish_swap(self.directory)
-        removed = compaction.remove_leftover_cleaned_files(self.directory)
-        if removed:
-            log.warning("%s: removed %d file(s) of an uncommitted compaction", self.directory, removed)
-        return checkpoint
-
-    def _list_segment_files(self) -> list[int]:
-        """Base offsets of the .log files; removes temp files and indexes without a log."""
-        bases: set[int] = set()
-        index_files: list[tuple[int, pathlib.Path]] = []
-        for path in self.directory.iterdir():
-            name = path.name
-            if name.endswith(".tmp"):
-                path.unlink(missing_ok=True)
-                continue
-            base = parse_offset_file_name(name, LOG_SUFFIX)
-            if base is not None:
-                bases.add(base)
-                continue
-            for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
-                base = parse_offset_file_name(name, suffix)
-                if base is not None:
-                    index_files.append((base, path))
-        for base, path in index_files:
-            if base not in bases:
-                path.unlink(missing_ok=True)
-        return sorted(bases)
-
-    def _delete_segment_files(self, bases: list[int]) -> None:
-        for base in bases:
-            for path in Segment.paths(self.directory, base):
-                path.unlink(missing_ok=True)
-            self._txn_indexes.drop(base)
-        self._directory_dirty = True
-
-    def _read_checkpoint(self) -> _Checkpoint:
-        """The checkpoint file's values; all zero (no horizon) if absent or bad."""
-        try:
-            data = json.loads((self.directory / CHECKPOINT_FILE).read_text())
-            log_start, recovery_point = int(data["log_start_offset"]), int(data["recovery_point"])
-            # Written only once a log was compacted: older checkpoints lack them.
-            cleaned_offset = int(data.get("cleaned_offset", 0))
-            horizon_ms = int(data.get("tombstone_horizon_ms", compaction.NO_HORIZON))
-        except FileNotFoundError:
-            return _Checkpoint()
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
-            log.warning("%s: ignoring unreadable %s", self.directory, CHECKPOINT_FILE)
-            return _Checkpoint()
-        return _Checkpoint(max(log_start, 0), max(recovery_point, 0), max(cleaned_offset, 0), horizon_ms)
-
     def _write_checkpoint(self) -> None:
-        self._write_checkpoint_fields(
-            _Checkpoint(self.log_start_offset, self._recovery_point, self._cleaned_offset, self._tombstone_horizon_ms)
-        )
-
-    def _write_checkpoint_fields(self, checkpoint: _Checkpoint) -> None:
-        fields = {"log_start_offset": checkpoint.log_start_offset, "recovery_point": checkpoint.recovery_point}
-        if checkpoint.cleaned_offset or checkpoint.tombstone_horizon_ms != compaction.NO_HORIZON:
-            fields["cleaned_offset"] = checkpoint.cleaned_offset
-            fields["tombstone_horizon_ms"] = checkpoint.tombstone_horizon_ms
-        data = json.dumps(fields)
-        try:
-            write_file_atomically(self.directory / CHECKPOINT_FILE, data.encode())
-        except OSError as exc:
-            raise StorageError(f"cannot write {self.directory / CHECKPOINT_FILE}: {exc}") from exc
-
-    def _load_producer_state(self, now_ms: int, *, clean: bool) -> None:
-        """Producer state (open transactions included) and the segments' aborted-txn indexes."""
-        # After a crash every segment holding data past the recovery point was scanned: its data
-        # may have lost a tail, or its (never fsynced) txn index entries, so the index of each is
-        # re-derived by the replay.
-        scanned: set[int] = set()
-        if not clean:
-            scanned = {s.base_offset for s in self._segments if s.next_offset > self._recovery_point}
-            scanned.add(self._segments[-1].base_offset)
-        recover_producer_and_txn_state(
-            self._producers, self._segments, self._txn_indexes, scanned=scanned, now_ms=now_ms
+        write_checkpoint(
+            self.directory,
+            Checkpoint(self.log_start_offset, self._recovery_point, self._cleaned_offset, self._tombstone_horizon_ms),
         )
 
     # --- properties -----------------------------------------------------------------------------
