@@ -26,6 +26,7 @@ import struct
 import sys
 from array import array
 from bisect import bisect_left, bisect_right
+from itertools import pairwise
 from pathlib import Path
 
 from oncestream.errors import LogInvariantError
@@ -50,7 +51,7 @@ def _big_endian_column(raw: bytes, typecode: str) -> array:
 
 
 def _strictly_increasing(column: array) -> bool:
-    return all(a < b for a, b in zip(column, column[1:]))
+    return all(a < b for a, b in pairwise(column))
 
 
 class _IndexFile:
