@@ -69,7 +69,7 @@ def test_nothing_else_in_the_log_renames_or_fsyncs_files_itself() -> None:
         # New files under temporary names, written whole on the cleaner's thread and fsynced
         # before the manifest (written by the helper) commits them: no rename of their own.
         ("compaction.py", "fsync"),  # the merged .txnindex of a cleaned segment
-        ("segment.py", "fsync"),  # SegmentWriter: a cleaned segment's data and indexes
+        ("segment_writer.py", "fsync"),  # SegmentWriter: a cleaned segment's data and indexes
     }
     sources = [*Path(oncestream.log.__file__).parent.glob("*.py"), Path(oncestream.broker.state.__file__)]
     found = []

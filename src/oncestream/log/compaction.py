@@ -91,9 +91,9 @@ from oncestream.log.segment import (
     SCAN_WINDOW_BYTES,
     TIME_INDEX_SUFFIX,
     Segment,
-    SegmentWriter,
     offset_file_name,
 )
+from oncestream.log.segment_writer import SegmentWriter
 from oncestream.log.txn_index import TXN_INDEX_SUFFIX, AbortedTxn
 from oncestream.protocol.record_batch import (
     CURRENT_MAGIC,
