@@ -124,6 +124,7 @@ def broker(tmp_path: Path, disk: ControlledDisk) -> Iterator[InProcessBroker]:
     logs = running.state.logs
     logs.create_topic("durable", 1, {"flush.messages": "1"})
     logs.create_topic("plain", 1, {})
+    logs.create_topic("rolling", 1, {"segment.bytes": "14"})  # every batch rolls a segment
     logs.get("plain", 0).append(record_batch([b"already there"], timestamp_ms=1), 1)
     try:
         yield running
@@ -214,3 +215,38 @@ def test_a_failed_fsync_answers_kafka_storage_error_not_none(
         _send_produce(producer, "plain", record_batch([b"fine"], timestamp_ms=1), 3)
         _, results = parse_produce_response(producer.recv_frame(), PRODUCE_VERSION)
     assert [(r.error_code, r.base_offset) for r in results] == [(0, 1)]
+
+
+def test_a_roll_is_made_durable_off_the_loop_while_produces_and_fetches_go_on(
+    broker: InProcessBroker, disk: ControlledDisk,
+) -> None:
+    """A segment roll's fsyncs (sealed data, txn index, producer snapshot) run as a background
+    flush round on a disk thread: held there, they delay no answer, not even the producer's."""
+    disk.hold = True
+    with broker.connect() as producer, broker.connect() as consumer:
+        for correlation_id in (1, 2, 3):  # the second and third roll
+            _send_produce(producer, "rolling", record_batch([b"r%d" % correlation_id], timestamp_ms=1),
+                          correlation_id)
+            _, results = parse_produce_response(producer.recv_frame(), PRODUCE_VERSION)
+            assert [(r.error_code, r.base_offset) for r in results] == [(0, correlation_id - 1)]
+        assert disk.held.wait(WAIT_S), "no flush round started for the rolled segment"
+        fetched = parse_fetch_response(
+            consumer.request(API_FETCH, FETCH_VERSION, 4,
+                             fetch_request_body(FETCH_VERSION, "rolling", 0, 0, max_wait_ms=0, min_bytes=1)),
+            FETCH_VERSION,
+        )
+        assert not disk.release.is_set()  # all of the above while the round is held
+        disk.release.set()
+    assert [(p.error_code, p.high_watermark) for p in fetched.partitions] == [(0, 3)]
+    sealed = str(Path(broker.state.logs.get("rolling", 0).directory) / "00000000000000000000.log")
+    assert any(what == "fdatasync returned" and path == sealed for what, path, _ in _wait_for_round(disk))
+
+
+def _wait_for_round(disk: ControlledDisk) -> list[tuple[str, str, int]]:
+    """The disk's events once the released round's first data fdatasync has returned."""
+    for _ in range(WAIT_S * 100):
+        events = disk.data_events()
+        if any(what == "fdatasync returned" for what, _, _ in events):
+            return events
+        threading.Event().wait(0.01)  # polling for the disk thread; no assertion on time
+    return disk.data_events()

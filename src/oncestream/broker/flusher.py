@@ -18,15 +18,20 @@ Produce handler): nothing is acknowledged that is not durable.
 from __future__ import annotations
 
 import asyncio
+import logging
 from concurrent.futures import Executor
 from typing import Protocol
 
 from oncestream.errors import KafkaError, StorageError
 from oncestream.log.flush_job import FdatasyncFn, FlushJob
 
+logger = logging.getLogger(__name__)
+
 
 class Flushable(Protocol):
     """What the flusher needs of a partition log (see PartitionLog)."""
+
+    def flush(self) -> None: ...
 
     def begin_flush(self, fdatasync: FdatasyncFn | None = None) -> FlushJob | None: ...
     def finish_flush(self, job: FlushJob) -> None: ...
@@ -55,6 +60,16 @@ class GroupCommitFlusher:
             self._scheduled = True
             loop.call_soon(self._start_rounds)
         return fut
+
+    def flush_in_background(self, log: Flushable) -> None:
+        """Start a round for ``log`` nobody waits for (a rolled segment, flush.messages=N,
+        housekeeping): a failure takes the log offline and is logged, nothing else."""
+        try:
+            fut = self.flush_soon(log)
+        except RuntimeError:  # no running event loop (a tool or test driving the logs itself)
+            log.flush()
+            return
+        fut.add_done_callback(_log_failure)
 
     def _start_rounds(self) -> None:
         self._scheduled = False
@@ -97,6 +112,11 @@ class GroupCommitFlusher:
         queued = self._waiting.pop(key, None)
         if queued is not None:  # requests that arrived while this round ran
             self._start_round(key, *queued)
+
+
+def _log_failure(fut: asyncio.Future[None]) -> None:
+    if not fut.cancelled() and fut.exception() is not None:
+        logger.error("background flush failed: %s", fut.exception())
 
 
 def _settle(waiters: list[asyncio.Future[None]], error: BaseException | None) -> None:

@@ -125,8 +125,13 @@ class BrokerState:
         return None
 
     def tick(self) -> None:
-        """Periodic housekeeping: retention, producer-id expiry."""
-        self.logs.tick(self.now_ms())
+        """Periodic housekeeping: retention, producer-id expiry, and the flushes that are due
+        (on the disk threads, not awaited)."""
+        try:
+            self.logs.tick(self.now_ms())
+        finally:
+            for partition_log in self.logs.logs_wanting_flush():
+                self.flusher.flush_in_background(partition_log)
 
     def close(self) -> None:
         try:

@@ -40,19 +40,21 @@ def write_file_atomically(
     *,
     sync_directory: bool = True,
     rename: Callable[[Path, Path], None] | None = None,
+    fsync: Callable[[int], None] | None = None,
 ) -> None:
     """Replace ``path`` with ``data`` all at once and durably; OSError on failure (the old file,
     if any, is then untouched). ``sync_directory=False`` leaves the directory fsync to a caller
-    that renames several files and syncs once; ``rename`` lets a caller observe that step."""
+    that renames several files and syncs once; ``rename`` and ``fsync`` (default: ``os``'s) let a
+    caller observe those steps."""
     tmp_path = tmp_path_for(path)
     fd = os.open(tmp_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _CLOEXEC, 0o644)
     try:
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view) :]
-        os.fsync(fd)
+        (os.fsync if fsync is None else fsync)(fd)
     finally:
         os.close(fd)
     (os.replace if rename is None else rename)(tmp_path, path)
     if sync_directory:
-        fsync_directory(path.parent)
+        fsync_directory(path.parent, fsync=fsync)

@@ -6,7 +6,8 @@ A flush has three steps:
    hands buffered index entries to the OS, takes a duplicate of the descriptor of every file
    written since the last flush, and clears the dirty marks. Nothing here waits on the disk.
 2. ``FlushJob.run()`` on any thread: ``fdatasync`` of every descriptor, then ``fsync`` of the
-   directory when a file was created or renamed in it. It touches no structure of the log, only
+   directory when a file was created or renamed in it, then the producer snapshot a segment roll
+   left to write (after the aborted-transaction indexes it vouches for are durable). It touches no structure of the log, only
    its own duplicated descriptors, so the loop may append, roll or delete segments meanwhile;
    a duplicate keeps a deleted file's inode alive until the job closes it.
 3. ``PartitionLog.finish_flush(job)`` back on the owner's thread: advance the recovery point (and
@@ -30,6 +31,7 @@ from pathlib import Path
 
 from oncestream.errors import StorageError
 from oncestream.log.durable_files import fsync_directory
+from oncestream.log.producer_state import PendingSnapshot
 
 # The fsync calls, injectable so a test can observe or delay them.
 FdatasyncFn = Callable[[int], None]
@@ -42,7 +44,8 @@ class FlushJob:
     descriptors: list[tuple[int, str]]  # (duplicated fd, path for error messages)
     directory: Path | None
     recovery_point: int  # every segment below it is durable once the job has run
-    fdatasync: FdatasyncFn = os.fdatasync
+    snapshot: PendingSnapshot | None = None  # written last: recovery trusts what precedes it
+    fdatasync: FdatasyncFn | None = None  # None: os.fdatasync
     fsync: FdatasyncFn | None = None  # the directory's (None: os.fsync)
     done: bool = field(default=False, init=False)
     # Set by a failed run, read by the log's owner (PartitionLog.close: a failure it was not told
@@ -58,7 +61,7 @@ class FlushJob:
         try:
             for fd, path in self.descriptors:
                 try:
-                    self.fdatasync(fd)
+                    (os.fdatasync if self.fdatasync is None else self.fdatasync)(fd)
                 except OSError as exc:
                     self.error = StorageError(f"fsync of {path} failed: {exc}")
                     raise self.error from exc
@@ -68,6 +71,12 @@ class FlushJob:
                 except OSError as exc:
                     self.error = StorageError(f"fsync of {self.directory} failed: {exc}")
                     raise self.error from exc
+            if self.snapshot is not None:
+                try:
+                    self.snapshot.write(self.fsync)
+                except StorageError as exc:
+                    self.error = exc
+                    raise
         finally:
             self.release()
 

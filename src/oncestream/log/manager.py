@@ -323,7 +323,8 @@ class LogManager:
     # --- housekeeping and lifecycle -------------------------------------------------------------
 
     def tick(self, now_ms: int) -> int:
-        """Retention and producer-id expiry on every log; fsyncs freshly rolled segments.
+        """Retention and producer-id expiry on every log (the flushes they make due are for the
+        caller to run, see ``logs_wanting_flush``).
 
         Returns the number of segments deleted. One failing log does not stop the others; the
         first error is raised after all were visited.
@@ -336,13 +337,17 @@ class LogManager:
             try:
                 deleted += partition_log.apply_retention(now_ms)
                 partition_log.expire_producers(now_ms)
-                partition_log.flush_sealed_segments()
             except (StorageError, OSError) as exc:
                 log.error("housekeeping of %s failed: %s", partition_log.directory, exc)
                 first_error = first_error or exc
         if first_error is not None:
             raise first_error
         return deleted
+
+    def logs_wanting_flush(self) -> list[PartitionLog]:
+        """The logs whose ``wants_flush()`` says a flush is due (rolled segments, flush.messages)."""
+        self._check_open()
+        return [partition_log for partition_log in self._logs.values() if partition_log.wants_flush()]
 
     def flush(self) -> None:
         """fsync every log."""

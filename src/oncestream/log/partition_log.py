@@ -58,6 +58,7 @@ from oncestream.log.flush_job import FdatasyncFn, FlushJob
 from oncestream.log.log_cleaning import CleanableLog
 from oncestream.log.producer_state import (
     BatchMetadata,
+    PendingSnapshot,
     ProducerStateInfo,
     ProducerStateManager,
 )
@@ -191,6 +192,7 @@ class PartitionLog(CleanableLog):
         self._unflushed_messages = 0
         self._directory_dirty = False
         self._flush_jobs: list[FlushJob] = []  # begun, not yet finished or failed
+        self._pending_snapshot: PendingSnapshot | None = None  # taken at a roll, written by a flush
         self._closed = False
         # Log cleaner state: everything below the cleaned offset has been compacted; the horizon
         # is the earliest time a kept tombstone may go (NO_HORIZON: none is waiting).
@@ -386,10 +388,8 @@ class PartitionLog(CleanableLog):
         aborted = [txn.aborted_entry() for txn in completed_txns if txn.aborted]
         if aborted:
             self._txn_indexes.record_aborts(active.base_offset, aborted)
-        if config.flush_messages not in (1, INT64_MAX) and self._unflushed_messages >= config.flush_messages:
-            # flush.messages=N: fsync every N messages. N=1 is left to the broker (needs_flush_on_ack)
-            # so that many acknowledgements can share one fsync.
-            self.flush()
+        # flush.messages=N and rolls make a flush due (wants_flush); whoever owns the log runs it,
+        # the broker off its event loop. N=1 is the acknowledgement's own group commit.
         return AppendResult(
             base_offset=prepared[0].base_offset,
             last_offset=prepared[-1].last_offset,
@@ -437,9 +437,11 @@ class PartitionLog(CleanableLog):
         active = self._segments[-1]
         active.seal(self._descriptors)
         new_base = self.log_end_offset
-        # Recovery trusts txn index entries below a snapshot's offset: they must be durable first.
+        # No fsync here (the event loop may be the caller): the next flush job fsyncs the sealed
+        # segment and its txn index, and only then writes this snapshot, because recovery trusts
+        # txn index entries below a snapshot's offset. Until then a crash rescans the segment.
         self._txn_indexes.seal(active.base_offset)
-        self._producers.write_snapshot(new_base)
+        self._pending_snapshot = self._producers.take_snapshot(new_base)
         self._segments.append(Segment.create(self.directory, new_base, now_ms))
         self._txn_indexes.create(new_base)
         self._directory_dirty = True
@@ -679,7 +681,8 @@ class PartitionLog(CleanableLog):
         directory = self.directory if self._directory_dirty else None
         self._directory_dirty = False
         self._unflushed_messages = 0
-        job = FlushJob(descriptors, directory, active.base_offset)
+        job = FlushJob(descriptors, directory, active.base_offset, self._pending_snapshot)
+        self._pending_snapshot = None
         if fdatasync is not None:
             job.fdatasync = job.fsync = fdatasync
         self._flush_jobs.append(job)
@@ -714,11 +717,19 @@ class PartitionLog(CleanableLog):
         self._offline_reason = reason
         log.error("%s: %s; the log is offline until restarted", self.directory, reason)
 
-    def flush_sealed_segments(self) -> None:
-        """fsync segments that were rolled since the last flush (housekeeping, bounds recovery)."""
-        self._check_open()
-        if self._segments[-1].base_offset > self._recovery_point:
-            self.flush()
+    def wants_flush(self) -> bool:
+        """Whether a flush is due: a roll left a sealed segment (and the producer snapshot taken
+        at it) to make durable, or ``flush.messages`` (N > 1) messages came since the last one.
+        The log never fsyncs during an append or a roll; the broker runs the flush on its disk
+        threads (``GroupCommitFlusher.flush_in_background``), other owners call ``flush()``."""
+        if self._closed or self._offline_reason is not None:
+            return False
+        every = self.config.flush_messages
+        return (
+            self._pending_snapshot is not None
+            or self._segments[-1].base_offset > self._recovery_point
+            or (every not in (1, INT64_MAX) and self._unflushed_messages >= every)
+        )
 
     def close(self) -> None:
         """Flush everything, snapshot producer state, release files and mark the shutdown clean."""

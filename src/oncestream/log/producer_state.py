@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import logging
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -458,13 +459,12 @@ class ProducerStateManager:
 
     def write_snapshot(self, offset: int) -> None:
         """Persist the table as of log end ``offset`` (temp file, fsync, rename); keep the newest two."""
-        path = self.snapshot_path(offset)
-        try:
-            write_file_atomically(path, self.encode_snapshot(offset))
-        except OSError as exc:
-            raise StorageError(f"cannot write producer snapshot {path}: {exc}") from exc
-        for old in self.snapshot_offsets()[:-SNAPSHOTS_TO_KEEP]:
-            self.snapshot_path(old).unlink(missing_ok=True)
+        self.take_snapshot(offset).write()
+
+    def take_snapshot(self, offset: int) -> PendingSnapshot:
+        """The table as of log end ``offset``, encoded now, to be written later on any thread
+        (a flush job writes it off the event loop)."""
+        return PendingSnapshot(self.directory, offset, self.encode_snapshot(offset))
 
     def load_latest_snapshot(self, log_end_offset: int) -> int | None:
         """Load the newest valid snapshot at or below ``log_end_offset``; return its offset.
@@ -515,3 +515,27 @@ class ProducerStateManager:
         for snapshot_offset in self.snapshot_offsets():
             if snapshot_offset > offset:
                 self.snapshot_path(snapshot_offset).unlink(missing_ok=True)
+
+
+@dataclass(frozen=True, slots=True)
+class PendingSnapshot:
+    """An encoded producer snapshot not written yet; ``write`` touches only files, no state."""
+
+    directory: Path
+    offset: int
+    data: bytes
+
+    def write(self, fsync: Callable[[int], None] | None = None) -> None:
+        """Write it durably (temp file, fsync, rename, directory fsync) and keep the newest two
+        snapshot files; StorageError on failure."""
+        path = self.directory / offset_file_name(self.offset, SNAPSHOT_SUFFIX)
+        try:
+            write_file_atomically(path, self.data, fsync=fsync)
+        except OSError as exc:
+            raise StorageError(f"cannot write producer snapshot {path}: {exc}") from exc
+        offsets = sorted(
+            offset for entry in self.directory.iterdir()
+            if (offset := parse_offset_file_name(entry.name, SNAPSHOT_SUFFIX)) is not None
+        )
+        for old in offsets[:-SNAPSHOTS_TO_KEEP]:
+            (self.directory / offset_file_name(old, SNAPSHOT_SUFFIX)).unlink(missing_ok=True)

@@ -208,7 +208,7 @@ class TxnIndex:
             return None
         self.dirty = False
         if self._fd is None:  # a sealed index: the job's own descriptor, nothing kept open here
-            return os.open(self.path, _APPEND_FLAGS, 0o644)
+            return os.open(self.path, os.O_RDONLY | _CLOEXEC)
         return os.dup(self._fd)
 
     def release(self) -> None:
@@ -333,15 +333,11 @@ class TxnIndexes:
         return taken
 
     def seal(self, base_offset: int) -> None:
-        """The segment stops being active: make its entries durable and close the descriptor."""
+        """The segment stops being active: close the descriptor. Unsynced entries stay marked
+        so: the next flush (a job off the event loop) fsyncs them, before it writes the
+        producer snapshot that recovery would trust them by."""
         index = self._by_base.get(base_offset)
         if index is not None:
-            if base_offset in self._unsynced:
-                try:
-                    index.fsync()
-                except OSError as exc:
-                    raise StorageError(f"fsync of {index.path} failed: {exc}") from exc
-                self._unsynced.discard(base_offset)
             index.release()
 
     def release_all(self) -> None:

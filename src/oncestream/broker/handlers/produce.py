@@ -54,6 +54,8 @@ async def handle(state: BrokerState, header: RequestHeader, request) -> object |
                     if acks == -1 and plog.needs_flush_on_ack():
                         # A retried duplicate waits too: its first attempt's round may still be running.
                         to_flush.append((plog, answer))
+                    elif plog.wants_flush():  # a roll or flush.messages=N: off the loop, not awaited
+                        state.flusher.flush_in_background(plog)
             parts.append(answer)
         answers.append((topic.name, parts))
     if to_flush:
