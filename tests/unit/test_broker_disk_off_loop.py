@@ -22,6 +22,7 @@ from oncestream.broker.config import BrokerConfig
 from oncestream.broker.server import BrokerServer
 from oncestream.broker.state import BrokerState
 from tests.support.wire import (
+    ResponseReader,
     WireConnection,
     fetch_request_body,
     frame,
@@ -34,9 +35,9 @@ from tests.support.wire import (
     request_header,
 )
 
-API_PRODUCE, API_FETCH, API_HEARTBEAT = 0, 1, 12
+API_PRODUCE, API_FETCH, API_HEARTBEAT, API_CREATE_TOPICS = 0, 1, 12, 19
 PRODUCE_VERSION, FETCH_VERSION = 7, 4
-KAFKA_STORAGE_ERROR = 56
+KAFKA_STORAGE_ERROR, TOPIC_ALREADY_EXISTS = 56, 36
 WAIT_S = 30  # only a bound on a hang: no assertion depends on how long anything takes
 
 
@@ -250,3 +251,57 @@ def _wait_for_round(disk: ControlledDisk) -> list[tuple[str, str, int]]:
             return events
         threading.Event().wait(0.01)  # polling for the disk thread; no assertion on time
     return disk.data_events()
+
+
+def _create_topics_v4(name: str, partitions: int) -> bytes:
+    return (int32(1) + nullable_string(name) + int32(partitions) + struct.pack(">h", 1)
+            + int32(0) + int32(0) + int32(30_000) + b"\x00")
+
+
+def _parse_create_topics_v4(frame_body: bytes) -> tuple[int, list[tuple[str, int]]]:
+    reader = ResponseReader(frame_body)
+    correlation_id = reader.take(">i")
+    reader.take(">i")  # throttle_time_ms
+    results = []
+    for _ in range(reader.take(">i")):
+        name = reader.string()
+        error_code = reader.take(">h")
+        reader.string()  # error_message
+        results.append((name, error_code))
+    return correlation_id, results
+
+
+def test_topic_creation_runs_off_the_loop(broker: InProcessBroker, monkeypatch) -> None:
+    """CreateTopics makes its files on a disk thread: held in the fsync of the topic's metadata,
+    it lets a Fetch and a Heartbeat of other clients through; the topic appears once done, and a
+    second creation of the same name meanwhile is refused."""
+    held, release = threading.Event(), threading.Event()
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        if os.readlink(f"/proc/self/fd/{fd}").endswith(".json.tmp"):  # the topic's metadata file
+            held.set()
+            if not release.wait(WAIT_S):
+                raise OSError(errno.ETIMEDOUT, "test never released the disk")
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    with broker.connect() as admin, broker.connect() as other, broker.connect() as consumer:
+        admin.send(frame(request_header(API_CREATE_TOPICS, 4, 1, flexible=False) + _create_topics_v4("created", 8)))
+        assert held.wait(WAIT_S)
+        fetched = parse_fetch_response(
+            consumer.request(API_FETCH, FETCH_VERSION, 2,
+                             fetch_request_body(FETCH_VERSION, "plain", 0, 0, max_wait_ms=0, min_bytes=1)),
+            FETCH_VERSION,
+        )
+        heartbeat = consumer.request(API_HEARTBEAT, 0, 3, _heartbeat_v0("some-group"))
+        _, twice = _parse_create_topics_v4(other.request(API_CREATE_TOPICS, 4, 4, _create_topics_v4("created", 1)))
+        assert not release.is_set() and not _answer_waiting(admin)
+        assert "created" not in broker.state.logs.topics()
+        release.set()
+        correlation_id, created = _parse_create_topics_v4(admin.recv_frame())
+    assert [(p.error_code, p.high_watermark) for p in fetched.partitions] == [(0, 1)]
+    assert struct.unpack_from(">i", heartbeat)[0] == 3
+    assert twice == [("created", TOPIC_ALREADY_EXISTS)]
+    assert (correlation_id, created) == (1, [("created", 0)])
+    assert broker.state.logs.topics()["created"].num_partitions == 8
