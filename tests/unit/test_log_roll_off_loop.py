@@ -5,6 +5,7 @@ the next flush job, which the broker runs on a disk thread, in the order recover
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -67,3 +68,35 @@ def test_a_roll_leaves_every_fsync_to_the_flush_job(tmp_path: Path, disk_calls: 
         assert reopened.read(0, 1 << 20, with_aborted=True).aborted_transactions == [(PID, 0)]
     finally:
         reopened.close()
+
+
+def test_the_flush_job_writes_the_advanced_recovery_point_but_never_over_a_newer_checkpoint(
+    tmp_path: Path, disk_calls: list[str],
+) -> None:
+    """The checkpoint after a roll is written by the job (off the loop), after the fsyncs that
+    make its recovery point true; a checkpoint the log wrote meanwhile (DeleteRecords) wins."""
+    config = LogConfig(segment_bytes=300)
+    partition_log = PartitionLog.open(tmp_path / "t-0", config, 0)
+    for _ in range(6):
+        partition_log.append(make_batch(3, value_size=40), 1)
+    active_base = partition_log.segment_base_offsets()[-1]
+    disk_calls.clear()
+    job = partition_log.begin_flush()
+    assert disk_calls == []  # begin_flush, on the loop, waits on nothing
+    job.run()
+    checkpoint_fsyncs = [i for i, path in enumerate(disk_calls) if path.endswith("partition.checkpoint.tmp")]
+    data_fsyncs = [i for i, path in enumerate(disk_calls) if path.endswith(".log")]
+    assert len(checkpoint_fsyncs) == 1 and max(data_fsyncs) < checkpoint_fsyncs[0]
+    partition_log.finish_flush(job)
+    assert json.loads((tmp_path / "t-0" / "partition.checkpoint").read_text())["recovery_point"] == active_base
+
+    for _ in range(6):
+        partition_log.append(make_batch(3, value_size=40), 1)
+    stale = partition_log.begin_flush()
+    partition_log.delete_records(3)  # the loop writes a newer checkpoint while the job is out
+    stale.run()
+    partition_log.finish_flush(stale)
+    written = json.loads((tmp_path / "t-0" / "partition.checkpoint").read_text())
+    assert written["log_start_offset"] == 3  # not overwritten by the job's older view
+    assert written["recovery_point"] == active_base  # the job's advance waits for the next write
+    partition_log.close()

@@ -65,8 +65,8 @@ from oncestream.log.producer_state import (
 from oncestream.log.recovery import (
     CLEAN_SHUTDOWN_FILE,
     Checkpoint,
+    CheckpointFile,
     recover_log,
-    write_checkpoint,
 )
 from oncestream.log.segment import (
     INT32_MAX,
@@ -193,6 +193,7 @@ class PartitionLog(CleanableLog):
         self._directory_dirty = False
         self._flush_jobs: list[FlushJob] = []  # begun, not yet finished or failed
         self._pending_snapshot: PendingSnapshot | None = None  # taken at a roll, written by a flush
+        self._checkpoint_file = CheckpointFile(directory)
         self._closed = False
         # Log cleaner state: everything below the cleaned offset has been compacted; the horizon
         # is the earliest time a kept tombstone may go (NO_HORIZON: none is waiting).
@@ -247,10 +248,10 @@ class PartitionLog(CleanableLog):
         self._assert_invariants()
 
     def _write_checkpoint(self) -> None:
-        write_checkpoint(
-            self.directory,
-            Checkpoint(self.log_start_offset, self._recovery_point, self._cleaned_offset, self._tombstone_horizon_ms),
-        )
+        self._checkpoint_file.write(self._checkpoint(self._recovery_point))
+
+    def _checkpoint(self, recovery_point: int) -> Checkpoint:
+        return Checkpoint(self.log_start_offset, recovery_point, self._cleaned_offset, self._tombstone_horizon_ms)
 
     # --- properties -----------------------------------------------------------------------------
 
@@ -683,6 +684,9 @@ class PartitionLog(CleanableLog):
         self._unflushed_messages = 0
         job = FlushJob(descriptors, directory, active.base_offset, self._pending_snapshot)
         self._pending_snapshot = None
+        if active.base_offset > self._recovery_point:
+            # Every sealed segment is durable once the job ran: it records that itself.
+            job.checkpoint = (self._checkpoint_file, self._checkpoint(active.base_offset), self._checkpoint_file.version)
         if fdatasync is not None:
             job.fdatasync = job.fsync = fdatasync
         self._flush_jobs.append(job)
@@ -694,9 +698,9 @@ class PartitionLog(CleanableLog):
         self._forget_flush_job(job)
         if self._closed or self._offline_reason is not None:
             return
-        if job.recovery_point > self._recovery_point:
-            self._recovery_point = job.recovery_point
-            self._write_checkpoint()
+        # The job wrote the checkpoint (unless a newer one came meanwhile: then the next write
+        # carries this recovery point). A crash before it was written rescans a little more.
+        self._recovery_point = max(self._recovery_point, job.recovery_point)
 
     def fail_flush(self, job: FlushJob, error: BaseException) -> None:
         """Step 3 after ``job.run()`` failed: take the log offline. The kernel may have dropped

@@ -31,7 +31,8 @@ import json
 import logging
 import pathlib
 import struct
-from collections.abc import Iterator, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from oncestream.errors import KafkaError, LogInvariantError, StorageError
@@ -87,16 +88,57 @@ def read_checkpoint(directory: pathlib.Path) -> Checkpoint:
     return Checkpoint(max(log_start, 0), max(recovery_point, 0), max(cleaned_offset, 0), horizon_ms)
 
 
-def write_checkpoint(directory: pathlib.Path, checkpoint: Checkpoint) -> None:
+def write_checkpoint(
+    directory: pathlib.Path, checkpoint: Checkpoint, *, fsync: Callable[[int], None] | None = None
+) -> None:
     """Replace the checkpoint atomically and durably; StorageError on failure."""
     fields = {"log_start_offset": checkpoint.log_start_offset, "recovery_point": checkpoint.recovery_point}
     if checkpoint.cleaned_offset or checkpoint.tombstone_horizon_ms != compaction.NO_HORIZON:
         fields["cleaned_offset"] = checkpoint.cleaned_offset
         fields["tombstone_horizon_ms"] = checkpoint.tombstone_horizon_ms
     try:
-        write_file_atomically(directory / CHECKPOINT_FILE, json.dumps(fields).encode())
+        write_file_atomically(directory / CHECKPOINT_FILE, json.dumps(fields).encode(), fsync=fsync)
     except OSError as exc:
         raise StorageError(f"cannot write {directory / CHECKPOINT_FILE}: {exc}") from exc
+
+
+class CheckpointFile:
+    """The checkpoint of one log, written from the log's thread and from flush jobs.
+
+    A flush job (on a disk thread) writes the recovery point it made true, with the other fields
+    as they were when the job began; it must not overwrite a newer checkpoint the log's thread
+    wrote meanwhile (a DeleteRecords' log start, a clean's cleaned offset). Every write bumps a
+    version under a lock, and the job writes only if the version is still the one it began
+    with; otherwise it skips, and the recovery point reaches the file with the next write (until
+    then a crash rescans a little more). The log's thread waits for the lock only while a job
+    is writing this one small file."""
+
+    def __init__(self, directory: pathlib.Path) -> None:
+        self.directory = directory
+        self._lock = threading.Lock()
+        self._version = 0
+
+    @property
+    def version(self) -> int:
+        return self._version
+
+    def write(self, checkpoint: Checkpoint) -> None:
+        """Write ``checkpoint`` now (the log's thread)."""
+        with self._lock:
+            self._version += 1
+            write_checkpoint(self.directory, checkpoint)
+
+    def write_unless_changed(
+        self, checkpoint: Checkpoint, since_version: int, fsync: Callable[[int], None] | None = None
+    ) -> bool:
+        """Write ``checkpoint`` unless anything was written since ``since_version`` (a flush
+        job, any thread); whether it was written."""
+        with self._lock:
+            if self._version != since_version:
+                return False
+            self._version += 1
+            write_checkpoint(self.directory, checkpoint, fsync=fsync)
+            return True
 
 
 @dataclass(slots=True)
