@@ -35,9 +35,9 @@ from tests.support.wire import (
     request_header,
 )
 
-API_PRODUCE, API_FETCH, API_HEARTBEAT, API_CREATE_TOPICS = 0, 1, 12, 19
+API_PRODUCE, API_FETCH, API_METADATA, API_HEARTBEAT, API_CREATE_TOPICS = 0, 1, 3, 12, 19
 PRODUCE_VERSION, FETCH_VERSION = 7, 4
-KAFKA_STORAGE_ERROR, TOPIC_ALREADY_EXISTS = 56, 36
+KAFKA_STORAGE_ERROR, TOPIC_ALREADY_EXISTS, LEADER_NOT_AVAILABLE, POLICY_VIOLATION = 56, 36, 5, 44
 WAIT_S = 30  # only a bound on a hang: no assertion depends on how long anything takes
 
 
@@ -82,8 +82,8 @@ class ControlledDisk:
 class InProcessBroker:
     """BrokerState + BrokerServer on a private event-loop thread."""
 
-    def __init__(self, data_dir: Path, disk: ControlledDisk) -> None:
-        config = BrokerConfig.from_properties("127.0.0.1", 0, {})
+    def __init__(self, data_dir: Path, disk: ControlledDisk, props: dict[str, str] | None = None) -> None:
+        config = BrokerConfig.from_properties("127.0.0.1", 0, props or {})
         self.state = BrokerState(data_dir, config, fdatasync=disk)
         self.server = BrokerServer(self.state)
         self._loop = asyncio.new_event_loop()
@@ -271,21 +271,53 @@ def _parse_create_topics_v4(frame_body: bytes) -> tuple[int, list[tuple[str, int
     return correlation_id, results
 
 
+class HeldTopicCreation:
+    """Holds every fsync of a topic metadata file (the last step of a creation) until released."""
+
+    def __init__(self, monkeypatch) -> None:
+        self.held, self.release = threading.Event(), threading.Event()
+        real_fsync = os.fsync
+
+        def fsync(fd: int) -> None:
+            if os.readlink(f"/proc/self/fd/{fd}").endswith(".json.tmp"):
+                self.held.set()
+                if not self.release.wait(WAIT_S):
+                    raise OSError(errno.ETIMEDOUT, "test never released the disk")
+            real_fsync(fd)
+
+        monkeypatch.setattr(os, "fsync", fsync)
+
+
+def _metadata_v4(topic: str) -> bytes:
+    return int32(1) + nullable_string(topic) + b"\x01"  # allow_auto_topic_creation
+
+
+def _metadata_v4_topic_errors(frame_body: bytes) -> dict[str, int]:
+    reader = ResponseReader(frame_body)
+    reader.take(">i")  # correlation id
+    reader.take(">i")  # throttle_time_ms
+    for _ in range(reader.take(">i")):  # brokers
+        reader.take(">i")
+        reader.string()
+        reader.take(">i")
+        reader.string()
+    reader.string()  # cluster_id
+    reader.take(">i")  # controller_id
+    errors = {}
+    for _ in range(reader.take(">i")):
+        error_code = reader.take(">h")
+        errors[reader.string() or ""] = error_code
+        break  # one topic asked; its partitions are not needed
+    return errors
+
+
 def test_topic_creation_runs_off_the_loop(broker: InProcessBroker, monkeypatch) -> None:
     """CreateTopics makes its files on a disk thread: held in the fsync of the topic's metadata,
-    it lets a Fetch and a Heartbeat of other clients through; the topic appears once done, and a
-    second creation of the same name meanwhile is refused."""
-    held, release = threading.Event(), threading.Event()
-    real_fsync = os.fsync
-
-    def fsync(fd: int) -> None:
-        if os.readlink(f"/proc/self/fd/{fd}").endswith(".json.tmp"):  # the topic's metadata file
-            held.set()
-            if not release.wait(WAIT_S):
-                raise OSError(errno.ETIMEDOUT, "test never released the disk")
-        real_fsync(fd)
-
-    monkeypatch.setattr(os, "fsync", fsync)
+    it lets a Fetch and a Heartbeat of other clients through; the topic appears once done, a
+    second creation of the same name meanwhile is refused and a Metadata request that would
+    auto-create it gets LEADER_NOT_AVAILABLE (retriable), as from Kafka for a topic being created."""
+    gate = HeldTopicCreation(monkeypatch)
+    held, release = gate.held, gate.release
     with broker.connect() as admin, broker.connect() as other, broker.connect() as consumer:
         admin.send(frame(request_header(API_CREATE_TOPICS, 4, 1, flexible=False) + _create_topics_v4("created", 8)))
         assert held.wait(WAIT_S)
@@ -296,6 +328,7 @@ def test_topic_creation_runs_off_the_loop(broker: InProcessBroker, monkeypatch) 
         )
         heartbeat = consumer.request(API_HEARTBEAT, 0, 3, _heartbeat_v0("some-group"))
         _, twice = _parse_create_topics_v4(other.request(API_CREATE_TOPICS, 4, 4, _create_topics_v4("created", 1)))
+        metadata = _metadata_v4_topic_errors(other.request(API_METADATA, 4, 5, _metadata_v4("created")))
         assert not release.is_set() and not _answer_waiting(admin)
         assert "created" not in broker.state.logs.topics()
         release.set()
@@ -303,5 +336,27 @@ def test_topic_creation_runs_off_the_loop(broker: InProcessBroker, monkeypatch) 
     assert [(p.error_code, p.high_watermark) for p in fetched.partitions] == [(0, 1)]
     assert struct.unpack_from(">i", heartbeat)[0] == 3
     assert twice == [("created", TOPIC_ALREADY_EXISTS)]
+    assert metadata == {"created": LEADER_NOT_AVAILABLE}
     assert (correlation_id, created) == (1, [("created", 0)])
     assert broker.state.logs.topics()["created"].num_partitions == 8
+
+
+def test_partitions_still_being_created_count_against_the_broker_budget(tmp_path: Path, monkeypatch) -> None:
+    """oncestream.max.partitions holds while creations overlap: a CreateTopics arriving while
+    another one is still making its files sees those partitions as taken."""
+    running = InProcessBroker(tmp_path / "data", ControlledDisk())
+    held_now = sum(info.num_partitions for info in running.state.logs.topics().values())
+    running.stop()
+    running = InProcessBroker(tmp_path / "data", ControlledDisk(), {"oncestream.max.partitions": str(held_now + 12)})
+    gate = HeldTopicCreation(monkeypatch)  # after the start: it creates the internal topics
+    try:
+        with running.connect() as first, running.connect() as second:
+            first.send(frame(request_header(API_CREATE_TOPICS, 4, 1, flexible=False) + _create_topics_v4("a", 8)))
+            assert gate.held.wait(WAIT_S)
+            _, refused = _parse_create_topics_v4(second.request(API_CREATE_TOPICS, 4, 2, _create_topics_v4("b", 8)))
+            gate.release.set()
+            _, created = _parse_create_topics_v4(first.recv_frame())
+    finally:
+        gate.release.set()
+        running.stop()
+    assert (created, refused) == ([("a", 0)], [("b", POLICY_VIOLATION)])

@@ -118,7 +118,8 @@ class BrokerState:
     def partition_budget_error(self, new_partitions: int) -> str | None:
         """Why adding ``new_partitions`` would exceed ``oncestream.max.partitions`` (the most
         partitions this broker holds, internal topics included), or None if it would not."""
-        held = sum(info.num_partitions for info in self.logs.topics().values())
+        # Creations still making their files count: CreateTopics requests now overlap.
+        held = sum(info.num_partitions for info in self.logs.topics().values()) + self.logs.partitions_being_created()
         if held + new_partitions > self.config.max_partitions:
             return (f"this broker holds {held} partitions; {new_partitions} more would exceed "
                     f"oncestream.max.partitions={self.config.max_partitions}")

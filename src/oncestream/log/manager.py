@@ -24,10 +24,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kio.schema.errors import ErrorCode
+
 from oncestream.errors import (
     InvalidPartitionsError,
     InvalidRequestError,
     InvalidTopicError,
+    KafkaError,
     StorageError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
@@ -83,6 +86,13 @@ def _encode_metadata(info: TopicInfo) -> bytes:
 def _collision_key(name: str) -> str:
     # Kafka refuses topics that differ only in '.' vs '_' (they clash in metric names).
     return name.replace(".", "_")
+
+
+class TopicBeingCreatedError(KafkaError):
+    """The topic's creation has begun but not finished: LEADER_NOT_AVAILABLE, as Kafka answers
+    a Metadata request for a topic whose partitions have no leader yet (clients retry)."""
+
+    code = ErrorCode.leader_not_available
 
 
 class TopicCreation:
@@ -233,7 +243,11 @@ class LogManager:
     ) -> TopicInfo:
         """CreateTopics for one topic, all on the calling thread (``begin_create_topic`` splits
         it so the file work can run elsewhere). Raises InvalidTopicError, InvalidPartitionsError,
-        TopicAlreadyExistsError, InvalidConfigError or StorageError; nothing persists on error."""
+        TopicAlreadyExistsError, InvalidConfigError or StorageError; nothing persists on error.
+        TopicBeingCreatedError while a CreateTopics of the same name is still making its files
+        (what auto-creation by a Metadata request meets)."""
+        if name in self._creating:
+            raise TopicBeingCreatedError(f"topic {name!r} is being created")
         return self._run_inline(self.begin_create_topic(name, num_partitions, configs, now_ms))
 
     def create_partitions(self, name: str, total_partitions: int, now_ms: int | None = None) -> TopicInfo:
@@ -282,6 +296,10 @@ class LogManager:
             )
         new_info = TopicInfo(name, info.topic_id, total_partitions, info.configs, info.config)
         return self._reserve(TopicCreation(self, new_info, range(info.num_partitions, total_partitions), now_ms))
+
+    def partitions_being_created(self) -> int:
+        """Partitions of unfinished creations (they count against a partition budget already)."""
+        return sum(len(creation.partitions) for creation in self._creating.values())
 
     def _reserve(self, creation: TopicCreation) -> TopicCreation:
         self._creating[creation.info.name] = creation
