@@ -159,3 +159,24 @@ def test_a_data_directory_is_used_by_one_broker_at_a_time(tmp_path) -> None:
     finally:
         first.close()
     BrokerState(tmp_path / "data", config).close()
+
+
+def test_background_flushes_queue_one_round_however_often_they_are_asked_for() -> None:
+    """A roll makes a flush due on every later produce until a round finishes: while one runs
+    (held by the gate), asking again queues one next round, not one waiter per request."""
+    gate = threading.Event()
+
+    async def scenario() -> tuple[int, int, int]:
+        flusher = GroupCommitFlusher()
+        log = CountingLog(gate)
+        flusher.flush_in_background(log)
+        await asyncio.get_running_loop().run_in_executor(None, log.running.wait, 30)
+        for _ in range(1000):
+            flusher.flush_in_background(log)
+        queued = len(flusher._waiting[id(log)][1])
+        gate.set()
+        waiter = flusher.flush_soon(log)  # joins the queued round
+        await waiter
+        return queued, log.begun, log.finished
+
+    assert asyncio.run(scenario()) == (1, 2, 2)

@@ -64,6 +64,10 @@ class GroupCommitFlusher:
     def flush_in_background(self, log: Flushable) -> None:
         """Start a round for ``log`` nobody waits for (a rolled segment, flush.messages=N,
         housekeeping): a failure takes the log offline and is logged, nothing else."""
+        if id(log) in self._waiting:
+            # A round is queued already and covers everything written before it starts: no
+            # future per produce while a slow round runs.
+            return
         try:
             fut = self.flush_soon(log)
         except RuntimeError:  # no running event loop (a tool or test driving the logs itself)
