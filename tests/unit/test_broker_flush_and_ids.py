@@ -180,3 +180,4 @@ def test_background_flushes_queue_one_round_however_often_they_are_asked_for() -
         return queued, log.begun, log.finished
 
     assert asyncio.run(scenario()) == (1, 2, 2)
+

@@ -40,7 +40,7 @@ from oncestream.log.recovery import Checkpoint, CheckpointFile
 FdatasyncFn = Callable[[int], None]
 
 
-@dataclass
+@dataclass(eq=False)  # jobs are told apart by identity (PartitionLog keeps a list of them)
 class FlushJob:
     """The fsyncs of one flush round: duplicated descriptors, and the directory if it changed."""
 
