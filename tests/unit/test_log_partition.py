@@ -15,7 +15,10 @@ from oncestream.errors import (
 )
 from oncestream.log.config import LogConfig
 from oncestream.log.partition_log import PartitionLog, parse_partition_dir_name
-from oncestream.protocol.record_batch import ATTR_TIMESTAMP_TYPE_LOG_APPEND, iter_batches
+from oncestream.protocol.record_batch import (
+    ATTR_TIMESTAMP_TYPE_LOG_APPEND,
+    iter_batches,
+)
 from tests.unit._batches import header_fields, make_batch, split_batches, with_bad_crc
 
 
@@ -84,8 +87,9 @@ def test_max_message_bytes_is_inclusive(tmp_path: Path) -> None:
 
 
 def test_record_count_must_match_last_offset_delta(tmp_path: Path) -> None:
-    import crc32c
     import struct
+
+    import crc32c
 
     partition_log = open_log(tmp_path)
     bad = bytearray(make_batch(3))

@@ -16,8 +16,8 @@ from pathlib import Path
 from oncestream.broker.config import BrokerConfig
 from oncestream.broker.flusher import GroupCommitFlusher
 from oncestream.broker.group_service import GroupService
-from oncestream.broker.txn_service import TxnService
 from oncestream.broker.notify import AppendNotifier
+from oncestream.broker.txn_service import TxnService
 from oncestream.coordinator.producer_ids import ProducerIdManager
 from oncestream.log.config import LogConfig
 from oncestream.log.descriptors import SegmentDescriptors

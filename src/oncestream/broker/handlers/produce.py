@@ -10,9 +10,10 @@ from kio.schema.errors import ErrorCode
 from oncestream.broker.state import BrokerState
 from oncestream.coordinator.txn import TopicPartition
 from oncestream.errors import KafkaError, StorageError
-from oncestream.protocol.record_batch import BatchHeader, iter_batches
+from oncestream.log.partition_log import PartitionLog
 from oncestream.protocol.api_keys import PRODUCE
 from oncestream.protocol.codec import RequestHeader, build, response_module
+from oncestream.protocol.record_batch import BatchHeader, iter_batches
 
 _VALID_ACKS = (0, 1, -1)
 
@@ -24,7 +25,7 @@ async def handle(state: BrokerState, header: RequestHeader, request) -> object |
     # Partition answers are built after the flush: a failed fsync turns an appended partition's
     # answer into KAFKA_STORAGE_ERROR (its batch is not durable, so it must not be acknowledged).
     answers: list[tuple[str, list[dict]]] = []
-    to_flush: list[tuple[object, dict]] = []
+    to_flush: list[tuple[PartitionLog, dict]] = []
     for topic in request.topic_data:
         parts: list[dict] = []
         for part in topic.partition_data:
@@ -47,7 +48,7 @@ async def handle(state: BrokerState, header: RequestHeader, request) -> object |
                     answer["log_start_offset"] = result.log_start_offset
                     if result.log_append_time_ms >= 0:
                         answer["log_append_time"] = datetime.datetime.fromtimestamp(
-                            result.log_append_time_ms / 1000, tz=datetime.timezone.utc
+                            result.log_append_time_ms / 1000, tz=datetime.UTC
                         )
                     if not result.duplicate:
                         state.notifier.notify(topic.name, part.index)
@@ -129,7 +130,7 @@ def _check_transactional(
     return verify.errors.get(tp, ErrorCode.none)
 
 
-async def _flush_all(state: BrokerState, waiting: list[tuple[object, dict]]) -> None:
+async def _flush_all(state: BrokerState, waiting: list[tuple[PartitionLog, dict]]) -> None:
     """Wait for the group-commit fsync of every appended partition; a partition whose fsync
     failed is answered KAFKA_STORAGE_ERROR, never NONE (its log is offline from then on)."""
     futures = [state.flusher.flush_soon(plog) for plog, _ in waiting]
