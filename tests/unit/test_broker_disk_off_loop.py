@@ -360,3 +360,26 @@ def test_partitions_still_being_created_count_against_the_broker_budget(tmp_path
         gate.release.set()
         running.stop()
     assert (created, refused) == ([("a", 0)], [("b", POLICY_VIOLATION)])
+
+
+def test_metadata_auto_creation_runs_off_the_loop(broker: InProcessBroker, monkeypatch) -> None:
+    """A Metadata request that auto-creates a topic waits for the files on a disk thread, not
+    on the loop: a Fetch of another client is answered meanwhile, and a second Metadata for the
+    same name gets LEADER_NOT_AVAILABLE (retriable) until the topic is there."""
+    gate = HeldTopicCreation(monkeypatch)
+    with broker.connect() as first, broker.connect() as other:
+        first.send(frame(request_header(API_METADATA, 4, 1, flexible=False) + _metadata_v4("auto")))
+        assert gate.held.wait(WAIT_S)
+        fetched = parse_fetch_response(
+            other.request(API_FETCH, FETCH_VERSION, 2,
+                          fetch_request_body(FETCH_VERSION, "plain", 0, 0, max_wait_ms=0, min_bytes=1)),
+            FETCH_VERSION,
+        )
+        meanwhile = _metadata_v4_topic_errors(other.request(API_METADATA, 4, 3, _metadata_v4("auto")))
+        assert not gate.release.is_set() and not _answer_waiting(first)
+        gate.release.set()
+        created = _metadata_v4_topic_errors(first.recv_frame())
+    assert [p.error_code for p in fetched.partitions] == [0]
+    assert meanwhile == {"auto": LEADER_NOT_AVAILABLE}
+    assert created == {"auto": 0}
+    assert "auto" in broker.state.logs.topics()

@@ -3,22 +3,18 @@
 
 from __future__ import annotations
 
-import asyncio
 import datetime
-import logging
 import uuid
 
 from kio.schema.errors import ErrorCode
 
 from oncestream.broker.handlers.metadata import INTERNAL_TOPICS
 from oncestream.broker.state import BrokerState
+from oncestream.broker.topic_creation import run_creation
 from oncestream.errors import KafkaError
 from oncestream.log.config import LogConfig
-from oncestream.log.manager import TopicCreation, TopicInfo
 from oncestream.protocol.api_keys import CREATE_PARTITIONS, CREATE_TOPICS, DELETE_TOPICS
 from oncestream.protocol.codec import RequestHeader, build, response_module
-
-log = logging.getLogger(__name__)
 
 _NIL_UUID = uuid.UUID(int=0)
 # Kafka's controller (ReplicationControlManager.MAX_PARTITIONS_PER_BATCH) refuses a CreateTopics or
@@ -62,7 +58,7 @@ async def handle_create(state: BrokerState, header: RequestHeader, request) -> o
                 LogConfig.from_topic_configs(configs, state.log_config)
                 if not request.validate_only:
                     creation = state.logs.begin_create_topic(t.name, num_partitions, configs)
-                    topic_id = (await _run_off_loop(state, creation)).topic_id
+                    topic_id = (await run_creation(state, creation)).topic_id
                 else:
                     granted += num_partitions
             except KafkaError as exc:
@@ -156,36 +152,10 @@ async def handle_create_partitions(state: BrokerState, header: RequestHeader, re
             granted += t.count - info.num_partitions
         else:
             try:
-                await _run_off_loop(state, state.logs.begin_create_partitions(t.name, t.count))
+                await run_creation(state, state.logs.begin_create_partitions(t.name, t.count))
             except KafkaError as exc:
                 error, message = exc.code, str(exc)
         results.append(build(m.CreatePartitionsTopicResult, name=t.name, error_code=error,
                              error_message=message))
     return build(m.CreatePartitionsResponse, throttle_time=datetime.timedelta(0), results=tuple(results))
 
-
-async def _run_off_loop(state: BrokerState, creation: TopicCreation) -> TopicInfo:
-    """The file work of a topic creation (directories, segment files, fsyncs, metadata) runs on
-    the broker's disk threads; the name is reserved meanwhile and the topic appears once it is
-    done. Creating thousands of partitions would otherwise stall every client for its length."""
-    running = asyncio.get_running_loop().run_in_executor(state.disk_executor, creation.run)
-    try:
-        await asyncio.shield(running)
-    except asyncio.CancelledError:
-        # The connection went away (or the broker is stopping): still install or release it.
-        running.add_done_callback(lambda _: _settle(state, creation, running))
-        raise
-    except BaseException:
-        state.logs.abort_creation(creation)
-        raise
-    return state.logs.finish_creation(creation)
-
-
-def _settle(state: BrokerState, creation: TopicCreation, running: asyncio.Future[None]) -> None:
-    if running.cancelled() or running.exception() is not None:
-        state.logs.abort_creation(creation)
-        return
-    try:
-        state.logs.finish_creation(creation)
-    except KafkaError as exc:
-        log.warning("topic %r not installed after its request went away: %s", creation.info.name, exc)
