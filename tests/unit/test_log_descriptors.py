@@ -101,3 +101,23 @@ def test_the_bound_is_a_broker_property() -> None:
     for bad in ("0", "many"):
         with pytest.raises(InvalidConfigError):
             SegmentDescriptors.from_properties({MAX_OPEN_PROPERTY: bad})
+
+
+def test_active_segments_of_many_partitions_share_the_bound(tmp_path) -> None:
+    """Not only sealed segments: a broker with more partitions than the bound keeps each
+    partition's active file closed while idle and reopens it for the next append or read."""
+    partitions, max_open = 300, 32
+    baseline = open_fds()
+    descriptors = SegmentDescriptors(max_open)
+    logs = [PartitionLog.open(tmp_path / f"p-{i}", LogConfig(), 0, descriptors=descriptors) for i in range(partitions)]
+    assert open_fds() <= baseline + max_open + PER_LOG_SLACK
+    for round_number in range(3):
+        for i, partition_log in enumerate(logs):
+            partition_log.append(record_batch([b"%d-%d" % (i, round_number)], timestamp_ms=round_number), 1)
+        assert open_fds() <= baseline + max_open + PER_LOG_SLACK
+    for i, partition_log in enumerate(logs):
+        assert _values(partition_log, 0, 3) == [b"%d-%d" % (i, r) for r in range(3)]
+    assert open_fds() <= baseline + max_open + PER_LOG_SLACK
+    for partition_log in logs:
+        partition_log.close()
+    assert open_fds() == baseline

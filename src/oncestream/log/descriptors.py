@@ -2,12 +2,11 @@
 
 A broker holding many partitions with many segments would otherwise keep one descriptor per
 segment file open for its whole life and hit the process's open-files limit (1024 by default),
-after which every new connection and every segment roll fails. Only the active segment of each
-log (the one being appended to) keeps its descriptor for good; a sealed segment opens its
-``.log`` file on demand and is put in one least-recently-used list shared by every log of the
-broker; when the list grows past ``max_open`` the least recently used one is closed. Sealed
-segments' index files are in memory and closed once written (see ``index``), so they hold no
-descriptor.
+after which every new connection and every segment roll fails. Every segment (the active one
+of each log included: a broker may hold more partitions than the bound) opens its ``.log`` file
+on demand and is put in one least-recently-used list shared by every log of the broker; when the
+list grows past ``max_open`` the least recently used one is closed. Index files are in memory and
+opened only for each write or fsync (see ``index``, ``txn_index``), so they hold no descriptor.
 
 Closing a descriptor of a file with unsynced data loses nothing: the pages belong to the inode,
 and a later ``fdatasync`` on a new descriptor writes them (and reports an earlier writeback error
@@ -42,7 +41,7 @@ class Evictable(Protocol):
 
 
 class SegmentDescriptors:
-    """LRU of sealed segments with an open descriptor, closed beyond ``max_open``."""
+    """LRU of the segments with an open descriptor, closed beyond ``max_open``."""
 
     def __init__(self, max_open: int = DEFAULT_MAX_OPEN) -> None:
         if max_open < 1:

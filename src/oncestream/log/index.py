@@ -60,7 +60,6 @@ class _IndexFile:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._pending = bytearray()
-        self._fd: int | None = None
         self.dirty = False  # written since the last fsync
 
     def _append_bytes(self, entry: bytes) -> None:
@@ -69,27 +68,31 @@ class _IndexFile:
             self.write_pending()
 
     def write_pending(self) -> None:
-        """Hand buffered entries to the OS (page cache)."""
+        """Hand buffered entries to the OS (page cache). The file is opened for the write and
+        closed again: an index keeps no descriptor (open files stay bounded however many
+        segments there are), and writes come once per 64 KiB of entries."""
         if not self._pending:
             return
-        if self._fd is None:
-            self._fd = os.open(self.path, _INDEX_OPEN_FLAGS, 0o644)
-        view = memoryview(self._pending)
-        while view:
-            written = os.write(self._fd, view)
-            view = view[written:]
-        view.release()
+        fd = os.open(self.path, _INDEX_OPEN_FLAGS, 0o644)
+        try:
+            view = memoryview(self._pending)
+            while view:
+                written = os.write(fd, view)
+                view = view[written:]
+            view.release()
+        finally:
+            os.close(fd)
         self._pending.clear()
         self.dirty = True
 
     def take_flush_descriptor(self) -> int | None:
         """For a FlushJob: hand buffered entries to the OS and return a descriptor of the file
         (the caller's to close) if anything is unsynced (None otherwise); the entries count as
-        synced. A file whose descriptor was closed is reopened: fsync works on the inode."""
+        synced. fsync works on the inode, whichever descriptor it is given."""
         self.write_pending()
         if not self.dirty:
             return None
-        fd = os.dup(self._fd) if self._fd is not None else os.open(self.path, os.O_RDONLY | _CLOEXEC)
+        fd = os.open(self.path, os.O_RDONLY | _CLOEXEC)
         self.dirty = False
         return fd
 
@@ -97,45 +100,32 @@ class _IndexFile:
         """Make every entry so far durable."""
         self.write_pending()
         if self.dirty:
-            if self._fd is not None:
-                os.fdatasync(self._fd)
-            else:
-                fd = os.open(self.path, os.O_RDONLY | _CLOEXEC)
-                try:
-                    os.fdatasync(fd)
-                finally:
-                    os.close(fd)
+            fd = os.open(self.path, os.O_RDONLY | _CLOEXEC)
+            try:
+                os.fdatasync(fd)
+            finally:
+                os.close(fd)
         self.dirty = False
 
     def close_descriptor(self) -> None:
-        """Hand buffered entries to the OS and close the file, keeping the dirty mark (a sealed
-        segment's index: nothing more is appended, the next flush reopens it to fsync)."""
+        """Hand buffered entries to the OS, keeping the dirty mark (a sealed segment's index:
+        nothing more is appended, the next flush fsyncs it)."""
         self.write_pending()
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
 
     def reset_file(self) -> None:
-        """Start the file over (rebuild): an empty file, nothing buffered."""
+        """Start the file over (rebuild): an empty file, nothing buffered; the next fsync covers
+        the truncation too."""
         self._pending.clear()
-        self.close()
-        # Kept open so the truncation itself is covered by the next fsync.
-        self._fd = os.open(self.path, _INDEX_OPEN_FLAGS | os.O_TRUNC, 0o644)
+        os.close(os.open(self.path, _INDEX_OPEN_FLAGS | os.O_TRUNC, 0o644))
         self.dirty = True
 
     def discard(self) -> None:
-        """Drop buffered entries and release the descriptor (the file is about to be deleted)."""
+        """Drop buffered entries (the file is about to be deleted)."""
         self._pending.clear()
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
 
     def close(self) -> None:
-        """Write what is buffered and release the descriptor."""
+        """Write what is buffered."""
         self.write_pending()
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
 
 
 class OffsetIndex(_IndexFile):

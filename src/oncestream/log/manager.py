@@ -108,7 +108,9 @@ class TopicCreation:
         self._data_dir = manager.data_dir
         self._directories = [manager._partition_dir(info.name, p) for p in partitions]
         self._metadata_path = manager._metadata_path(info)
-        self._descriptors = manager.descriptors
+        # The new logs' files are bounded by a cache of their own while on the creating thread
+        # (the broker's is the loop's alone); finish_creation moves them to the broker's.
+        self._own_descriptors = SegmentDescriptors(manager.descriptors.max_open)
         self._now_ms = now_ms
 
     def run(self) -> None:
@@ -120,7 +122,7 @@ class TopicCreation:
                 if directory.exists():
                     shutil.rmtree(directory)  # an orphan of an unfinished create: start empty
                 self.opened.append(
-                    PartitionLog.open(directory, self.info.config, self._now_ms, descriptors=self._descriptors)
+                    PartitionLog.open(directory, self.info.config, self._now_ms, descriptors=self._own_descriptors)
                 )
             fsync_directory(self._data_dir)
             write_file_atomically(self._metadata_path, _encode_metadata(self.info))
@@ -318,6 +320,7 @@ class LogManager:
             raise StorageError(f"topic {name!r} changed while its partitions were being created")
         self._topics[name] = creation.info
         for partition, partition_log in zip(creation.partitions, creation.opened, strict=True):
+            partition_log.move_descriptors_to(self.descriptors)
             self._logs[(name, partition)] = partition_log
         return creation.info
 

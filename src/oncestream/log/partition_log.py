@@ -290,6 +290,13 @@ class PartitionLog(CleanableLog):
         """Base offsets of the segments, oldest first (for tests and tools)."""
         return [segment.base_offset for segment in self._segments]
 
+    def move_descriptors_to(self, descriptors: SegmentDescriptors) -> None:
+        """Put this log's open files under ``descriptors`` (a log opened on another thread with a
+        cache of its own joins the broker's on the owner's thread)."""
+        self._descriptors = descriptors
+        for segment in self._segments:
+            segment.use_descriptor_cache(descriptors)
+
     def update_config(self, config: LogConfig) -> None:
         """Apply new topic settings; they take effect from the next append, read or tick."""
         self.config = config
@@ -443,7 +450,9 @@ class PartitionLog(CleanableLog):
         # txn index entries below a snapshot's offset. Until then a crash rescans the segment.
         self._txn_indexes.seal(active.base_offset)
         self._pending_snapshot = self._producers.take_snapshot(new_base)
-        self._segments.append(Segment.create(self.directory, new_base, now_ms))
+        new_segment = Segment.create(self.directory, new_base, now_ms)
+        new_segment.use_descriptor_cache(self._descriptors)
+        self._segments.append(new_segment)
         self._txn_indexes.create(new_base)
         self._directory_dirty = True
         log.debug("%s: rolled to segment %d", self.directory, new_base)

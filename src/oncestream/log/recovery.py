@@ -185,8 +185,8 @@ def recover_log(
                 index_interval_bytes=index_interval_bytes,
                 compacted_below=checkpoint.cleaned_offset,
             )
-            # Until the last one is known every segment counts as sealed, so that opening a log
-            # of thousands of segments never holds more files open than the cache allows.
+            # Every file goes through the cache at once, so that opening a log of thousands of
+            # segments never holds more files open than it allows.
             segment.seal(descriptors)
             if segments and not offsets_follow(segments[-1].next_offset, segment.base_offset, checkpoint.cleaned_offset):
                 # A hole in the offsets that compaction did not make (a lost or truncated file
@@ -207,8 +207,8 @@ def recover_log(
                 break
         if not segments:
             segments.append(Segment.create(directory, max(checkpoint.log_start_offset, 0), now_ms))
+            segments[-1].use_descriptor_cache(descriptors)
             directory_dirty = True
-        segments[-1].make_active()
         log_end_offset = segments[-1].next_offset
         log_start_offset = min(max(checkpoint.log_start_offset, segments[0].base_offset), log_end_offset)
         recovery_point = log_end_offset if clean else min(checkpoint.recovery_point, log_end_offset)

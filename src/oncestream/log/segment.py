@@ -4,9 +4,9 @@ Files are named by the segment's base offset, zero-padded to 20 digits
 (``00000000000000000000.log``, ``.index``, ``.timeindex``). Batches are stored exactly as the
 producer sent them except for the 8-byte base offset (and, for LogAppendTime topics, the patched
 header). Its size and next offset are kept in memory so appends are a single ``pwritev`` at a
-known position and reads are ``pread`` calls, never seeks on a shared position. The active
-segment keeps its file open; a sealed one with a ``SegmentDescriptors`` cache opens it on demand
-and lets the cache close it again (see ``descriptors``).
+known position and reads are ``pread`` calls, never seeks on a shared position. With a
+``SegmentDescriptors`` cache a segment opens its file on demand and lets the cache close it again
+(see ``descriptors``); index files are opened only for each write.
 """
 
 from __future__ import annotations
@@ -249,7 +249,7 @@ class Segment:
         self.directory = directory
         self.base_offset = base_offset
         self._open_fd: int | None = fd  # None: closed by the descriptor cache, reopened on use
-        self._descriptors: SegmentDescriptors | None = None  # set while sealed and in the cache
+        self._descriptors: SegmentDescriptors | None = None  # the cache that may close the file
         self._pins = 0  # walks in progress over the file: its descriptor must stay open
         self.size_bytes = size_bytes
         self.next_offset = next_offset
@@ -273,7 +273,7 @@ class Segment:
             if self.closed:
                 raise LogInvariantError(f"{self.log_path} is used after close")
             try:
-                fd = os.open(self.log_path, os.O_RDONLY | CLOEXEC)  # sealed: never written again
+                fd = os.open(self.log_path, os.O_RDWR | CLOEXEC)  # the active segment appends
             except OSError as exc:
                 raise StorageError(f"cannot reopen segment {self.log_path}: {exc}") from exc
             self._open_fd = fd
@@ -284,8 +284,8 @@ class Segment:
         return fd
 
     def use_descriptor_cache(self, descriptors: SegmentDescriptors | None) -> None:
-        """Let ``descriptors`` close this (sealed) segment's file while it is not used; None: keep
-        it open for good (the segment is the active one, appends need it)."""
+        """Let ``descriptors`` close this segment's file while it is not used (reopened on the
+        next use, active segment included); None: keep it open for good."""
         if self._descriptors is not None and descriptors is not self._descriptors:
             self._descriptors.forget(self)
         self._descriptors = descriptors
@@ -299,17 +299,6 @@ class Segment:
         os.close(self._open_fd)
         self._open_fd = None
         return True
-
-    def make_active(self) -> None:
-        """The segment takes appends from now on: it keeps a writable descriptor for good."""
-        if self._descriptors is not None:
-            self._descriptors.forget(self)
-            self._descriptors = None
-        if self._open_fd is None:
-            try:
-                self._open_fd = os.open(self.log_path, os.O_RDWR | CLOEXEC)
-            except OSError as exc:
-                raise StorageError(f"cannot reopen segment {self.log_path}: {exc}") from exc
 
     @property
     def has_open_descriptor(self) -> bool:

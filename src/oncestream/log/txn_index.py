@@ -101,7 +101,6 @@ class TxnIndex:
         self.path = path
         self.base_offset = base_offset
         self._entries = entries
-        self._fd: int | None = None
         self.dirty = False  # written since the last fsync
         # After a failed write the file is removed and never written again, so that the next open
         # finds it missing and rebuilds it; until then the entries live in memory only.
@@ -162,11 +161,14 @@ class TxnIndex:
         if self._file_lost:
             return
         try:
-            if self._fd is None:
-                self._fd = os.open(self.path, _APPEND_FLAGS, 0o644)
-            data = entry.encode()
-            if os.write(self._fd, data) != len(data):
-                raise OSError(f"short write to {self.path}")
+            # Opened per write (aborts are few): an index keeps no descriptor open.
+            fd = os.open(self.path, _APPEND_FLAGS, 0o644)
+            try:
+                data = entry.encode()
+                if os.write(fd, data) != len(data):
+                    raise OSError(f"short write to {self.path}")
+            finally:
+                os.close(fd)
         except OSError as exc:
             # A file that misses an entry must not look valid to the next open: without it the
             # index is rebuilt from the log.
@@ -196,9 +198,11 @@ class TxnIndex:
     def fsync(self) -> None:
         """Make the entries durable."""
         if self.dirty and not self._file_lost:
-            if self._fd is None:
-                self._fd = os.open(self.path, _APPEND_FLAGS, 0o644)
-            os.fdatasync(self._fd)
+            fd = os.open(self.path, os.O_RDONLY | _CLOEXEC)
+            try:
+                os.fdatasync(fd)
+            finally:
+                os.close(fd)
         self.dirty = False
 
     def take_flush_descriptor(self) -> int | None:
@@ -207,15 +211,10 @@ class TxnIndex:
             self.dirty = False
             return None
         self.dirty = False
-        if self._fd is None:  # a sealed index: the job's own descriptor, nothing kept open here
-            return os.open(self.path, os.O_RDONLY | _CLOEXEC)
-        return os.dup(self._fd)
+        return os.open(self.path, os.O_RDONLY | _CLOEXEC)  # the job's own descriptor
 
     def release(self) -> None:
-        """Close the descriptor without syncing."""
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        """The index is no longer written here (it keeps no descriptor: nothing to close)."""
 
 
 class TxnIndexes:
