@@ -300,10 +300,6 @@ class Segment:
         self._open_fd = None
         return True
 
-    @property
-    def has_open_descriptor(self) -> bool:
-        return self._open_fd is not None
-
     def _close_descriptor(self) -> None:
         if self._descriptors is not None:
             self._descriptors.forget(self)
