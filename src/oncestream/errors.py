@@ -80,6 +80,12 @@ class StorageError(KafkaError):
     code = ErrorCode.kafka_storage_error
 
 
+class LogInvariantError(StorageError):
+    """A partition log broke one of its own invariants (offsets, positions, index order): a bug
+    or damaged state, answered KAFKA_STORAGE_ERROR rather than risking a corrupt log. Raised
+    explicitly instead of ``assert``, which ``python -O`` strips."""
+
+
 # --- group coordinator (classic consumer group protocol) -------------------------------------------
 
 

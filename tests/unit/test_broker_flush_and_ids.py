@@ -3,23 +3,48 @@
 from __future__ import annotations
 
 import asyncio
+import errno
+import threading
 
 import pytest
+from kio.schema.errors import ErrorCode
 
 from oncestream.broker.flusher import GroupCommitFlusher
 from oncestream.coordinator.producer_ids import ProducerIdManager
 from oncestream.errors import StorageError
+from oncestream.log.config import LogConfig
+from oncestream.log.flush_job import FlushJob
+from oncestream.log.partition_log import PartitionLog
+from tests.support.wire import record_batch
 
 
 class CountingLog:
-    def __init__(self, fail: bool = False) -> None:
-        self.flushes = 0
-        self.fail = fail
+    """A Flushable whose rounds count themselves; ``gate`` (if set) holds every round's fsync."""
 
-    def flush(self) -> None:
-        self.flushes += 1
-        if self.fail:
-            raise StorageError("disk gone")
+    def __init__(self, gate: threading.Event | None = None) -> None:
+        self.begun = 0
+        self.finished = 0
+        self.failed: list[BaseException] = []
+        self.running = threading.Event()
+        self.gate = gate
+
+    def begin_flush(self, fdatasync=None) -> FlushJob:
+        self.begun += 1
+        log = self
+
+        class _Job(FlushJob):
+            def run(self) -> None:
+                log.running.set()
+                if log.gate is not None and not log.gate.wait(30):
+                    raise StorageError("gate never opened")
+
+        return _Job([], None, 0)
+
+    def finish_flush(self, job: FlushJob) -> None:
+        self.finished += 1
+
+    def fail_flush(self, job: FlushJob, error: BaseException) -> None:
+        self.failed.append(error)
 
 
 def test_requests_in_one_loop_turn_share_one_fsync_per_log() -> None:
@@ -29,19 +54,73 @@ def test_requests_in_one_loop_turn_share_one_fsync_per_log() -> None:
         waits = [flusher.flush_soon(a) for _ in range(10)] + [flusher.flush_soon(b) for _ in range(3)]
         await asyncio.gather(*waits)
         await flusher.flush_soon(a)  # a later request gets a fsync of its own
-        return a.flushes, b.flushes
+        return a.finished, b.finished
 
     assert asyncio.run(scenario()) == (2, 1)
 
 
-def test_a_failed_fsync_fails_every_waiting_acknowledgement() -> None:
-    async def scenario() -> list[BaseException | None]:
+def test_a_request_arriving_during_a_round_waits_for_a_round_of_its_own() -> None:
+    """The second round must not start while the first one's fsyncs are running: it would find
+    the dirty marks cleared and could answer before the bytes of the first are durable."""
+    gate = threading.Event()
+
+    async def scenario() -> list[str]:
         flusher = GroupCommitFlusher()
-        log = CountingLog(fail=True)
+        log = CountingLog(gate)
+        events: list[str] = []
+        first = flusher.flush_soon(log)
+        first.add_done_callback(lambda _: events.append("first answered"))
+        await asyncio.get_running_loop().run_in_executor(None, log.running.wait, 30)
+        second = flusher.flush_soon(log)
+        second.add_done_callback(lambda _: events.append("second answered"))
+        for _ in range(5):  # turns of the loop pass; the first round is still held
+            await asyncio.sleep(0)
+        events.append(f"rounds begun while held: {log.begun}")
+        gate.set()
+        await asyncio.gather(first, second)
+        events.append(f"rounds: {log.begun}")
+        return events
+
+    assert asyncio.run(scenario()) == [
+        "rounds begun while held: 1", "first answered", "second answered", "rounds: 2",
+    ]
+
+
+def test_a_failed_fsync_fails_every_waiting_acknowledgement(tmp_path) -> None:
+    """Issue 10 point 2: a failed fsync under flush.messages=1 answers every waiting produce with
+    KAFKA_STORAGE_ERROR, and the log goes offline (a second fsync would wrongly succeed)."""
+    log = PartitionLog.open(tmp_path / "t-0", LogConfig(flush_messages=1), 0)
+    log.append(record_batch([b"v"], timestamp_ms=0), 0)
+
+    def broken_disk(fd: int) -> None:
+        raise OSError(errno.EIO, "injected I/O error")
+
+    async def scenario() -> list[BaseException | None]:
+        flusher = GroupCommitFlusher(fdatasync=broken_disk)
         return await asyncio.gather(flusher.flush_soon(log), flusher.flush_soon(log), return_exceptions=True)
 
     results = asyncio.run(scenario())
-    assert all(isinstance(r, StorageError) for r in results)
+    assert [type(r) for r in results] == [StorageError, StorageError]
+    assert all(r.code == ErrorCode.kafka_storage_error for r in results)
+    with pytest.raises(StorageError, match="offline"):
+        log.append(record_batch([b"w"], timestamp_ms=0), 0)
+    log.close()  # no clean-shutdown marker for a log whose fsync failed
+    assert not (tmp_path / "t-0" / ".clean_shutdown").exists()
+
+
+def test_a_log_closed_while_its_fsync_failed_unheard_is_not_marked_clean(tmp_path) -> None:
+    """The broker's shutdown can close a log before the loop hears that its last round failed."""
+    log = PartitionLog.open(tmp_path / "t-0", LogConfig(flush_messages=1), 0)
+    log.append(record_batch([b"v"], timestamp_ms=0), 0)
+
+    def broken_disk(fd: int) -> None:
+        raise OSError(errno.EIO, "injected I/O error")
+
+    job = log.begin_flush(broken_disk)
+    with pytest.raises(StorageError):
+        job.run()
+    log.close()
+    assert not (tmp_path / "t-0" / ".clean_shutdown").exists()
 
 
 def test_producer_ids_resume_past_the_reserved_block_after_a_crash(tmp_path) -> None:
@@ -80,3 +159,25 @@ def test_a_data_directory_is_used_by_one_broker_at_a_time(tmp_path) -> None:
     finally:
         first.close()
     BrokerState(tmp_path / "data", config).close()
+
+
+def test_background_flushes_queue_one_round_however_often_they_are_asked_for() -> None:
+    """A roll makes a flush due on every later produce until a round finishes: while one runs
+    (held by the gate), asking again queues one next round, not one waiter per request."""
+    gate = threading.Event()
+
+    async def scenario() -> tuple[int, int, int]:
+        flusher = GroupCommitFlusher()
+        log = CountingLog(gate)
+        flusher.flush_in_background(log)
+        await asyncio.get_running_loop().run_in_executor(None, log.running.wait, 30)
+        for _ in range(1000):
+            flusher.flush_in_background(log)
+        queued = len(flusher._waiting[id(log)][1])
+        gate.set()
+        waiter = flusher.flush_soon(log)  # joins the queued round
+        await waiter
+        return queued, log.begun, log.finished
+
+    assert asyncio.run(scenario()) == (1, 2, 2)
+

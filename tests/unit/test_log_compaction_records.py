@@ -10,7 +10,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from oncestream.errors import InvalidRecordError
-from oncestream.log.batch_records import delete_horizon_ms, has_keyless_record, iter_raw_records, rebuild_batch
+from oncestream.log.batch_records import (
+    delete_horizon_ms,
+    has_keyless_record,
+    iter_raw_records,
+    rebuild_batch,
+)
 from oncestream.protocol.record_batch import ATTR_DELETE_HORIZON, parse_header
 from oncestream.protocol.records import (
     COMPRESSION_GZIP,

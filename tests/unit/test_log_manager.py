@@ -174,3 +174,33 @@ def test_closed_manager_refuses_work(tmp_path: Path) -> None:
     manager.close()
     with pytest.raises(StorageError):
         manager.create_topic("t", 1, {})
+
+
+def test_a_creation_in_progress_reserves_its_name_and_shows_nothing_until_finished(tmp_path: Path) -> None:
+    """CreateTopics / CreatePartitions in three steps (the broker runs the middle one on a disk
+    thread): begin reserves, run makes files without touching the manager, finish installs."""
+    from oncestream.errors import InvalidRequestError
+
+    manager = open_manager(tmp_path)
+    creation = manager.begin_create_topic("t", 2, {})
+    with pytest.raises(TopicAlreadyExistsError):
+        manager.begin_create_topic("t", 1, {})
+    creation.run()
+    assert "t" not in manager.topics()
+    with pytest.raises(UnknownTopicOrPartitionError):
+        manager.get("t", 0)
+    assert manager.finish_creation(creation).num_partitions == 2
+    manager.get("t", 1).append(make_batch(1), 1)
+
+    growing = manager.begin_create_partitions("t", 3)
+    with pytest.raises(InvalidRequestError):
+        manager.delete_topic("t")  # its metadata file is about to be rewritten by the creation
+    growing.run()
+    manager.finish_creation(growing)
+    assert manager.topics()["t"].num_partitions == 3
+
+    failed = manager.begin_create_topic("u", 1, {})
+    manager.abort_creation(failed)  # as after a failed run(): the name is free again
+    manager.create_topic("u", 1, {})
+    manager.close()
+    assert {name: info.num_partitions for name, info in open_manager(tmp_path).topics().items()} == {"t": 3, "u": 1}

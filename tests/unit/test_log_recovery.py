@@ -12,7 +12,12 @@ from hypothesis import strategies as st
 
 from oncestream.log.config import LogConfig
 from oncestream.log.partition_log import CLEAN_SHUTDOWN_FILE, PartitionLog
-from tests.unit._batches import header_fields, idempotent_batch, make_batch, split_batches
+from tests.unit._batches import (
+    header_fields,
+    idempotent_batch,
+    make_batch,
+    split_batches,
+)
 
 PID = 42
 

@@ -192,6 +192,8 @@ def _produce_mixed(partition_log: PartitionLog, now_ms: int) -> None:
         sequence = (i // 3) * 2
         partition_log.append(idempotent_batch(pid, 0, sequence, count=2, timestamp_ms=now_ms), now_ms)
         partition_log.append(make_batch(1, timestamp_ms=now_ms), now_ms)
+        if partition_log.wants_flush():  # as the broker does after a roll (off its event loop)
+            partition_log.flush()
 
 
 def test_snapshot_plus_replay_rebuilds_identical_state_after_a_crash(tmp_path: Path) -> None:

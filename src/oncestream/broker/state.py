@@ -12,15 +12,19 @@ import fcntl
 import os
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from oncestream.broker.config import BrokerConfig
 from oncestream.broker.flusher import GroupCommitFlusher
 from oncestream.broker.group_service import GroupService
-from oncestream.broker.txn_service import TxnService
 from oncestream.broker.notify import AppendNotifier
+from oncestream.broker.txn_service import TxnService
 from oncestream.coordinator.producer_ids import ProducerIdManager
 from oncestream.log.config import LogConfig
+from oncestream.log.descriptors import SegmentDescriptors
+from oncestream.log.durable_files import write_file_atomically
+from oncestream.log.flush_job import FdatasyncFn
 from oncestream.log.manager import LogManager
 
 
@@ -42,9 +46,8 @@ def _load_cluster_id(data_dir: Path) -> str:
             if line.startswith("cluster.id="):
                 return line.split("=", 1)[1].strip()
     cluster_id = uuid.uuid4().hex[:22]
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(f"version=1\ncluster.id={cluster_id}\n")
-    tmp.replace(path)
+    # Durable before any log is written: a cluster id lost in a power cut would change it.
+    write_file_atomically(path, f"version=1\ncluster.id={cluster_id}\n".encode())
     return cluster_id
 
 
@@ -81,8 +84,15 @@ class DataDirLock:
 class BrokerState:
     """The broker's shared state; built once at start-up, closed once at shutdown."""
 
+    # fsync rounds of different partitions may overlap; a few threads keep one slow partition
+    # from queueing the others behind it without letting disk work take every core.
+    DISK_THREADS = 4
+
     def __init__(self, data_dir: Path, config: BrokerConfig, clock_ms=wall_clock_ms,
-                 mono_clock_ms=monotonic_clock_ms) -> None:
+                 mono_clock_ms=monotonic_clock_ms, *, fdatasync: FdatasyncFn | None = None) -> None:
+        """``clock_ms`` is the wall clock (record timestamps), ``mono_clock_ms`` the monotonic one
+        (timeouts, sessions); ``fdatasync`` replaces ``os.fdatasync`` in the group-commit rounds
+        (tests observe, delay or fail the disk)."""
         data_dir.mkdir(parents=True, exist_ok=True)
         self._lock = DataDirLock(data_dir)  # before anything reads or writes the directory
         try:
@@ -92,10 +102,13 @@ class BrokerState:
             self.mono_ms = mono_clock_ms
             self.cluster_id = _load_cluster_id(data_dir)
             self.log_config = LogConfig.from_broker_configs(config.raw)
-            self.logs = LogManager.open(data_dir / "logs", self.log_config, self.now_ms())
+            self.logs = LogManager.open(data_dir / "logs", self.log_config, self.now_ms(),
+                                        descriptors=SegmentDescriptors.from_properties(config.raw))
             self.producer_ids = ProducerIdManager(data_dir)
             self.notifier = AppendNotifier()
-            self.flusher = GroupCommitFlusher()
+            # Slow disk work runs here, never on the event loop (the loop awaits its result).
+            self.disk_executor = ThreadPoolExecutor(self.DISK_THREADS, thread_name_prefix="oncestream-disk")
+            self.flusher = GroupCommitFlusher(self.disk_executor, fdatasync=fdatasync)
             self.groups = GroupService(self.logs, config.raw, self.now_ms, self.mono_ms)
             self.transactions = TxnService(
                 self.logs, self.groups, config.raw, self.now_ms, self.producer_ids.next_id,
@@ -115,18 +128,27 @@ class BrokerState:
     def partition_budget_error(self, new_partitions: int) -> str | None:
         """Why adding ``new_partitions`` would exceed ``oncestream.max.partitions`` (the most
         partitions this broker holds, internal topics included), or None if it would not."""
-        held = sum(info.num_partitions for info in self.logs.topics().values())
+        # Creations still making their files count: CreateTopics requests now overlap.
+        held = sum(info.num_partitions for info in self.logs.topics().values()) + self.logs.partitions_being_created()
         if held + new_partitions > self.config.max_partitions:
             return (f"this broker holds {held} partitions; {new_partitions} more would exceed "
                     f"oncestream.max.partitions={self.config.max_partitions}")
         return None
 
     def tick(self) -> None:
-        """Periodic housekeeping: retention, producer-id expiry."""
-        self.logs.tick(self.now_ms())
+        """Periodic housekeeping: retention, producer-id expiry, and the flushes that are due
+        (on the disk threads, not awaited)."""
+        try:
+            self.logs.tick(self.now_ms())
+        finally:
+            for partition_log in self.logs.logs_wanting_flush():
+                self.flusher.flush_in_background(partition_log)
 
     def close(self) -> None:
         try:
+            # A running fsync round must end before close() writes the clean-shutdown marker:
+            # its segments' dirty marks are already cleared, so close() would not sync them.
+            self.disk_executor.shutdown(wait=True)
             self.logs.close()
         finally:
             self._lock.release()

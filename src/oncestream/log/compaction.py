@@ -76,10 +76,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from oncestream.errors import StorageError
-from oncestream.log.batch_records import delete_horizon_ms, iter_raw_records, rebuild_batch
+from oncestream.errors import LogInvariantError, StorageError
+from oncestream.log.batch_records import (
+    delete_horizon_ms,
+    iter_raw_records,
+    rebuild_batch,
+)
 from oncestream.log.config import INT64_MAX
-from oncestream.log.producer_state import fsync_directory
+from oncestream.log.durable_files import fsync_directory, write_file_atomically
 from oncestream.log.segment import (
     INDEX_SUFFIX,
     INT32_MAX,
@@ -87,11 +91,17 @@ from oncestream.log.segment import (
     SCAN_WINDOW_BYTES,
     TIME_INDEX_SUFFIX,
     Segment,
-    SegmentWriter,
     offset_file_name,
 )
+from oncestream.log.segment_writer import SegmentWriter
 from oncestream.log.txn_index import TXN_INDEX_SUFFIX, AbortedTxn
-from oncestream.protocol.record_batch import CURRENT_MAGIC, HEADER_SIZE_BYTES, BatchHeader, compute_crc, parse_header
+from oncestream.protocol.record_batch import (
+    CURRENT_MAGIC,
+    HEADER_SIZE_BYTES,
+    BatchHeader,
+    compute_crc,
+    parse_header,
+)
 
 log = logging.getLogger(__name__)
 
@@ -151,7 +161,8 @@ def evaluate_candidate(
     None if a clean would not be worth it: no dirty bytes reaching the ratio and no tombstone
     whose horizon passed.
     """
-    assert segments, "a log always has an active segment"
+    if not segments:
+        raise LogInvariantError("a log always has an active segment")
     first_dirty = max(cleaned_offset, segments[0].base_offset)
     end_index = 0
     for index, segment in enumerate(segments[:-1]):  # never the active segment
@@ -532,7 +543,8 @@ class SwapManifest:
     tombstone_horizon_ms: int
 
     def __post_init__(self) -> None:
-        assert set(self.installed_bases) <= set(self.replaced_bases), "a cleaned segment replaces its own base"
+        if not (set(self.installed_bases) <= set(self.replaced_bases)):
+            raise LogInvariantError("a cleaned segment replaces its own base")
 
     @classmethod
     def for_result(cls, result: CleanedResult) -> SwapManifest:
@@ -565,7 +577,7 @@ class SwapManifest:
                 int(raw["cleaned_offset"]),
                 int(raw["tombstone_horizon_ms"]),
             )
-        except (ValueError, KeyError, TypeError, AssertionError) as exc:
+        except (ValueError, KeyError, TypeError) as exc:
             raise StorageError(f"unreadable compaction manifest: {exc}") from exc
         return manifest
 
@@ -582,18 +594,7 @@ def _remove(path: Path) -> None:
 
 def write_manifest(directory: Path, manifest: SwapManifest) -> None:
     """Commit a swap: write ``cleaner.swap`` durably (temp file, fsync, rename, directory fsync)."""
-    path = directory / MANIFEST_FILE
-    tmp_path = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        view = memoryview(manifest.encode())
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    _rename(tmp_path, path)
-    fsync_directory(directory)
+    write_file_atomically(directory / MANIFEST_FILE, manifest.encode(), rename=_rename)
 
 
 def read_manifest(directory: Path) -> SwapManifest | None:

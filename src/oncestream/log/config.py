@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from oncestream.errors import InvalidConfigError
 
@@ -183,7 +184,7 @@ class LogConfig:
 
         Names in PASSTHROUGH_TOPIC_CONFIGS are accepted and ignored here (the caller stores them).
         """
-        changes: dict[str, object] = {}
+        changes: dict[str, Any] = {}  # each value parsed for its own field's type
         for name, text in configs.items():
             if name in _TOPIC_FIELDS:
                 if text is None:

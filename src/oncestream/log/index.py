@@ -26,7 +26,10 @@ import struct
 import sys
 from array import array
 from bisect import bisect_left, bisect_right
+from itertools import pairwise
 from pathlib import Path
+
+from oncestream.errors import LogInvariantError
 
 OFFSET_ENTRY = struct.Struct(">ii")
 TIME_ENTRY = struct.Struct(">qi")
@@ -35,7 +38,8 @@ MAX_INDEX_BYTES = 10 * 1024 * 1024
 MAX_OFFSET_ENTRIES = MAX_INDEX_BYTES // OFFSET_ENTRY.size
 MAX_TIME_ENTRIES = MAX_INDEX_BYTES // TIME_ENTRY.size
 _PENDING_FLUSH_BYTES = 64 * 1024
-_INDEX_OPEN_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_CLOEXEC", 0)
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_INDEX_OPEN_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_APPEND | _CLOEXEC
 
 
 def _big_endian_column(raw: bytes, typecode: str) -> array:
@@ -47,7 +51,7 @@ def _big_endian_column(raw: bytes, typecode: str) -> array:
 
 
 def _strictly_increasing(column: array) -> bool:
-    return all(a < b for a, b in zip(column, column[1:]))
+    return all(a < b for a, b in pairwise(column))
 
 
 class _IndexFile:
@@ -56,7 +60,6 @@ class _IndexFile:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._pending = bytearray()
-        self._fd: int | None = None
         self.dirty = False  # written since the last fsync
 
     def _append_bytes(self, entry: bytes) -> None:
@@ -65,47 +68,64 @@ class _IndexFile:
             self.write_pending()
 
     def write_pending(self) -> None:
-        """Hand buffered entries to the OS (page cache)."""
+        """Hand buffered entries to the OS (page cache). The file is opened for the write and
+        closed again: an index keeps no descriptor (open files stay bounded however many
+        segments there are), and writes come once per 64 KiB of entries."""
         if not self._pending:
             return
-        if self._fd is None:
-            self._fd = os.open(self.path, _INDEX_OPEN_FLAGS, 0o644)
-        view = memoryview(self._pending)
-        while view:
-            written = os.write(self._fd, view)
-            view = view[written:]
-        view.release()
+        fd = os.open(self.path, _INDEX_OPEN_FLAGS, 0o644)
+        try:
+            view = memoryview(self._pending)
+            while view:
+                written = os.write(fd, view)
+                view = view[written:]
+            view.release()
+        finally:
+            os.close(fd)
         self._pending.clear()
         self.dirty = True
+
+    def take_flush_descriptor(self) -> int | None:
+        """For a FlushJob: hand buffered entries to the OS and return a descriptor of the file
+        (the caller's to close) if anything is unsynced (None otherwise); the entries count as
+        synced. fsync works on the inode, whichever descriptor it is given."""
+        self.write_pending()
+        if not self.dirty:
+            return None
+        fd = os.open(self.path, os.O_RDONLY | _CLOEXEC)
+        self.dirty = False
+        return fd
 
     def fsync(self) -> None:
         """Make every entry so far durable."""
         self.write_pending()
-        if self._fd is not None and self.dirty:
-            os.fdatasync(self._fd)
+        if self.dirty:
+            fd = os.open(self.path, os.O_RDONLY | _CLOEXEC)
+            try:
+                os.fdatasync(fd)
+            finally:
+                os.close(fd)
         self.dirty = False
 
+    def close_descriptor(self) -> None:
+        """Hand buffered entries to the OS, keeping the dirty mark (a sealed segment's index:
+        nothing more is appended, the next flush fsyncs it)."""
+        self.write_pending()
+
     def reset_file(self) -> None:
-        """Start the file over (rebuild): an empty file, nothing buffered."""
+        """Start the file over (rebuild): an empty file, nothing buffered; the next fsync covers
+        the truncation too."""
         self._pending.clear()
-        self.close()
-        # Kept open so the truncation itself is covered by the next fsync.
-        self._fd = os.open(self.path, _INDEX_OPEN_FLAGS | os.O_TRUNC, 0o644)
+        os.close(os.open(self.path, _INDEX_OPEN_FLAGS | os.O_TRUNC, 0o644))
         self.dirty = True
 
     def discard(self) -> None:
-        """Drop buffered entries and release the descriptor (the file is about to be deleted)."""
+        """Drop buffered entries (the file is about to be deleted)."""
         self._pending.clear()
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
 
     def close(self) -> None:
-        """Write what is buffered and release the descriptor."""
+        """Write what is buffered."""
         self.write_pending()
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
 
 
 class OffsetIndex(_IndexFile):
@@ -115,7 +135,8 @@ class OffsetIndex(_IndexFile):
         super().__init__(path)
         self._relative_offsets = relative_offsets if relative_offsets is not None else array("i")
         self._positions = positions if positions is not None else array("i")
-        assert len(self._relative_offsets) == len(self._positions)
+        if not (len(self._relative_offsets) == len(self._positions)):
+            raise LogInvariantError("broken invariant: len(self._relative_offsets) == len(self._positions)")
 
     @classmethod
     def load(cls, path: Path, segment_size_bytes: int) -> OffsetIndex | None:
@@ -157,9 +178,12 @@ class OffsetIndex(_IndexFile):
     def append(self, relative_offset: int, position: int) -> None:
         """Index the batch at ``position``; both must exceed the previous entry's."""
         if self._positions:
-            assert relative_offset > self._relative_offsets[-1], "offset index must grow"
-            assert position > self._positions[-1], "offset index positions must grow"
-        assert 0 <= relative_offset <= 2**31 - 1 and 0 <= position <= 2**31 - 1
+            if not (relative_offset > self._relative_offsets[-1]):
+                raise LogInvariantError("offset index must grow")
+            if not (position > self._positions[-1]):
+                raise LogInvariantError("offset index positions must grow")
+        if not (0 <= relative_offset <= 2**31 - 1 and 0 <= position <= 2**31 - 1):
+            raise LogInvariantError("broken invariant: 0 <= relative_offset <= 2**31 - 1 and 0 <= position <= 2**31 - 1")
         self._relative_offsets.append(relative_offset)
         self._positions.append(position)
         self._append_bytes(OFFSET_ENTRY.pack(relative_offset, position))
@@ -195,7 +219,8 @@ class TimeIndex(_IndexFile):
         super().__init__(path)
         self._timestamps = timestamps if timestamps is not None else array("q")
         self._relative_offsets = relative_offsets if relative_offsets is not None else array("i")
-        assert len(self._timestamps) == len(self._relative_offsets)
+        if not (len(self._timestamps) == len(self._relative_offsets)):
+            raise LogInvariantError("broken invariant: len(self._timestamps) == len(self._relative_offsets)")
 
     @classmethod
     def load(cls, path: Path, max_relative_offset: int) -> TimeIndex | None:
@@ -240,8 +265,10 @@ class TimeIndex(_IndexFile):
     def append(self, timestamp_ms: int, relative_offset: int) -> None:
         """Record that the batch at ``relative_offset`` raised the segment's max timestamp."""
         if self._timestamps:
-            assert timestamp_ms > self._timestamps[-1], "time index timestamps must grow"
-            assert relative_offset > self._relative_offsets[-1], "time index offsets must grow"
+            if not (timestamp_ms > self._timestamps[-1]):
+                raise LogInvariantError("time index timestamps must grow")
+            if not (relative_offset > self._relative_offsets[-1]):
+                raise LogInvariantError("time index offsets must grow")
         self._timestamps.append(timestamp_ms)
         self._relative_offsets.append(relative_offset)
         self._append_bytes(TIME_ENTRY.pack(timestamp_ms, relative_offset))

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 import shutil
 import uuid
@@ -25,16 +24,21 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kio.schema.errors import ErrorCode
+
 from oncestream.errors import (
     InvalidPartitionsError,
+    InvalidRequestError,
     InvalidTopicError,
+    KafkaError,
     StorageError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
 from oncestream.log.config import LogConfig
+from oncestream.log.descriptors import SegmentDescriptors
+from oncestream.log.durable_files import fsync_directory, write_file_atomically
 from oncestream.log.partition_log import PartitionLog, parse_partition_dir_name
-from oncestream.log.producer_state import fsync_directory
 
 log = logging.getLogger(__name__)
 
@@ -68,20 +72,87 @@ def validate_topic_name(name: str) -> None:
         raise InvalidTopicError(f"topic name {name!r} has characters other than [a-zA-Z0-9._-]")
 
 
+def _encode_metadata(info: TopicInfo) -> bytes:
+    data = {
+        "version": _METADATA_VERSION,
+        "name": info.name,
+        "topic_id": str(info.topic_id),
+        "num_partitions": info.num_partitions,
+        "configs": dict(sorted(info.configs.items())),
+    }
+    return json.dumps(data, indent=1).encode()
+
+
 def _collision_key(name: str) -> str:
     # Kafka refuses topics that differ only in '.' vs '_' (they clash in metric names).
     return name.replace(".", "_")
 
 
+class TopicBeingCreatedError(KafkaError):
+    """The topic's creation has begun but not finished: LEADER_NOT_AVAILABLE, as Kafka answers
+    a Metadata request for a topic whose partitions have no leader yet (clients retry)."""
+
+    code = ErrorCode.leader_not_available
+
+
+class TopicCreation:
+    """The files of a new topic (or of a topic's new partitions): made by ``run()`` on any
+    thread, installed by ``LogManager.finish_creation`` on the owner's. ``run()`` touches no
+    state of the manager; creating hundreds of partitions is slow disk work (files, fsyncs) that
+    must not stall the broker's event loop."""
+
+    def __init__(self, manager: LogManager, info: TopicInfo, partitions: range, now_ms: int) -> None:
+        self.info = info
+        self.partitions = partitions
+        self.opened: list[PartitionLog] = []
+        self._data_dir = manager.data_dir
+        self._directories = [manager._partition_dir(info.name, p) for p in partitions]
+        self._metadata_path = manager._metadata_path(info)
+        # The new logs' files are bounded by a cache of their own while on the creating thread
+        # (the broker's is the loop's alone); finish_creation moves them to the broker's.
+        self._own_descriptors = SegmentDescriptors(manager.descriptors.max_open)
+        self._now_ms = now_ms
+
+    def run(self) -> None:
+        """Create the partition directories and logs, then the metadata file (the commit point:
+        a partition directory without it is an orphan, removed at the next start). On failure
+        everything made is removed again and StorageError raised."""
+        try:
+            for directory in self._directories:
+                if directory.exists():
+                    shutil.rmtree(directory)  # an orphan of an unfinished create: start empty
+                self.opened.append(
+                    PartitionLog.open(directory, self.info.config, self._now_ms, descriptors=self._own_descriptors)
+                )
+            fsync_directory(self._data_dir)
+            write_file_atomically(self._metadata_path, _encode_metadata(self.info))
+        except BaseException as exc:
+            self.discard()
+            if isinstance(exc, OSError):
+                raise StorageError(f"cannot create partitions of {self.info.name!r}: {exc}") from exc
+            raise
+
+    def discard(self) -> None:
+        """Remove what ``run()`` made (not the metadata of an existing topic being grown)."""
+        for partition_log in self.opened:
+            partition_log.abandon()
+        self.opened = []
+        for directory in self._directories:
+            shutil.rmtree(directory, ignore_errors=True)
+
+
 class LogManager:
     """Creates, opens, alters and deletes topics and hands out their partition logs."""
 
-    def __init__(self, data_dir: Path, base_config: LogConfig) -> None:
+    def __init__(self, data_dir: Path, base_config: LogConfig, descriptors: SegmentDescriptors | None = None) -> None:
         # Use LogManager.open().
         self.data_dir = data_dir
+        # One bound on the open segment files of every log (issue 10: bounded file handles).
+        self.descriptors = descriptors if descriptors is not None else SegmentDescriptors()
         self.base_config = base_config
         self._topics: dict[str, TopicInfo] = {}
         self._logs: dict[tuple[str, int], PartitionLog] = {}
+        self._creating: dict[str, TopicCreation] = {}  # names reserved by unfinished creations
         self._closed = False
         # Latest broker time seen (open/tick); new partitions start their clocks from it.
         self._now_ms = 0
@@ -93,10 +164,13 @@ class LogManager:
     # --- open -----------------------------------------------------------------------------------
 
     @classmethod
-    def open(cls, data_dir: Path, base_config: LogConfig, now_ms: int) -> LogManager:
-        """Open every topic under ``data_dir`` (created if missing), cleaning up unfinished work."""
+    def open(
+        cls, data_dir: Path, base_config: LogConfig, now_ms: int, *, descriptors: SegmentDescriptors | None = None
+    ) -> LogManager:
+        """Open every topic under ``data_dir`` (created if missing), cleaning up unfinished work.
+        ``descriptors`` bounds the open files of sealed segments across all logs."""
         data_dir = Path(data_dir)
-        manager = cls(data_dir, base_config)
+        manager = cls(data_dir, base_config, descriptors)
         manager._now_ms = now_ms
         try:
             manager._topics_dir.mkdir(parents=True, exist_ok=True)
@@ -105,7 +179,8 @@ class LogManager:
             for info in manager._topics.values():
                 for partition in range(info.num_partitions):
                     manager._logs[(info.name, partition)] = PartitionLog.open(
-                        manager._partition_dir(info.name, partition), info.config, now_ms
+                        manager._partition_dir(info.name, partition), info.config, now_ms,
+                        descriptors=manager.descriptors,
                     )
         except OSError as exc:
             manager._abandon_logs()
@@ -168,14 +243,39 @@ class LogManager:
     def create_topic(
         self, name: str, num_partitions: int, configs: Mapping[str, str], now_ms: int | None = None
     ) -> TopicInfo:
-        """CreateTopics for one topic. Raises InvalidTopicError, InvalidPartitionsError,
-        TopicAlreadyExistsError, InvalidConfigError or StorageError; nothing persists on error."""
+        """CreateTopics for one topic, all on the calling thread (``begin_create_topic`` splits
+        it so the file work can run elsewhere). Raises InvalidTopicError, InvalidPartitionsError,
+        TopicAlreadyExistsError, InvalidConfigError or StorageError; nothing persists on error.
+        TopicBeingCreatedError while a CreateTopics of the same name is still making its files
+        (what auto-creation by a Metadata request meets)."""
+        if name in self._creating:
+            raise TopicBeingCreatedError(f"topic {name!r} is being created")
+        return self._run_inline(self.begin_create_topic(name, num_partitions, configs, now_ms))
+
+    def create_partitions(self, name: str, total_partitions: int, now_ms: int | None = None) -> TopicInfo:
+        """CreatePartitions: grow ``name`` to ``total_partitions`` (InvalidPartitionsError if not more)."""
+        return self._run_inline(self.begin_create_partitions(name, total_partitions, now_ms))
+
+    def _run_inline(self, creation: TopicCreation) -> TopicInfo:
+        try:
+            creation.run()
+        except BaseException:
+            self.abort_creation(creation)
+            raise
+        return self.finish_creation(creation)
+
+    def begin_create_topic(
+        self, name: str, num_partitions: int, configs: Mapping[str, str], now_ms: int | None = None
+    ) -> TopicCreation:
+        """Step 1 of CreateTopics, on the owner's thread: validate and reserve the name (until
+        ``finish_creation`` or ``abort_creation``, a second creation of it is refused). The
+        returned job's ``run()`` makes the files on any thread (the broker: a disk thread)."""
         self._check_open()
         now_ms = self._now_ms if now_ms is None else now_ms
         validate_topic_name(name)
-        if name in self._topics:
+        if name in self._topics or name in self._creating:
             raise TopicAlreadyExistsError(f"topic {name!r} already exists")
-        clashes = [other for other in self._topics if _collision_key(other) == _collision_key(name)]
+        clashes = [other for other in [*self._topics, *self._creating] if _collision_key(other) == _collision_key(name)]
         if clashes:
             raise InvalidTopicError(f"topic {name!r} collides with existing topic {clashes[0]!r}")
         if not 1 <= num_partitions <= MAX_PARTITIONS:
@@ -183,63 +283,57 @@ class LogManager:
         overrides = {str(k): str(v) for k, v in configs.items()}
         config = LogConfig.from_topic_configs(overrides, self.base_config)
         info = TopicInfo(name, uuid.uuid4(), num_partitions, overrides, config)
-        opened: list[PartitionLog] = []
-        try:
-            for partition in range(num_partitions):
-                directory = self._partition_dir(name, partition)
-                if directory.exists():
-                    shutil.rmtree(directory)  # an orphan of an unfinished create: start empty
-                opened.append(PartitionLog.open(directory, config, now_ms))
-            fsync_directory(self.data_dir)
-            self._write_metadata(info)
-        except BaseException as exc:
-            for partition_log in opened:
-                partition_log.abandon()
-            for partition in range(num_partitions):
-                shutil.rmtree(self._partition_dir(name, partition), ignore_errors=True)
-            if isinstance(exc, OSError):
-                raise StorageError(f"cannot create topic {name!r}: {exc}") from exc
-            raise
-        self._topics[name] = info
-        for partition, partition_log in enumerate(opened):
-            self._logs[(name, partition)] = partition_log
-        return info
+        return self._reserve(TopicCreation(self, info, range(num_partitions), now_ms))
 
-    def create_partitions(self, name: str, total_partitions: int, now_ms: int | None = None) -> TopicInfo:
-        """CreatePartitions: grow ``name`` to ``total_partitions`` (InvalidPartitionsError if not more)."""
+    def begin_create_partitions(self, name: str, total_partitions: int, now_ms: int | None = None) -> TopicCreation:
+        """Step 1 of CreatePartitions (see ``begin_create_topic``)."""
         self._check_open()
         now_ms = self._now_ms if now_ms is None else now_ms
         info = self._topic(name)
+        if name in self._creating:
+            raise InvalidPartitionsError(f"partitions of topic {name!r} are being created")
         if not info.num_partitions < total_partitions <= MAX_PARTITIONS:
             raise InvalidPartitionsError(
                 f"topic {name!r} has {info.num_partitions} partitions; cannot change to {total_partitions}"
             )
         new_info = TopicInfo(name, info.topic_id, total_partitions, info.configs, info.config)
-        opened: dict[int, PartitionLog] = {}
-        try:
-            for partition in range(info.num_partitions, total_partitions):
-                directory = self._partition_dir(name, partition)
-                if directory.exists():
-                    shutil.rmtree(directory)
-                opened[partition] = PartitionLog.open(directory, info.config, now_ms)
-            fsync_directory(self.data_dir)
-            self._write_metadata(new_info)
-        except BaseException as exc:
-            for partition, partition_log in opened.items():
-                partition_log.abandon()
-                shutil.rmtree(self._partition_dir(name, partition), ignore_errors=True)
-            if isinstance(exc, OSError):
-                raise StorageError(f"cannot add partitions to {name!r}: {exc}") from exc
-            raise
-        self._topics[name] = new_info
-        for partition, partition_log in opened.items():
+        return self._reserve(TopicCreation(self, new_info, range(info.num_partitions, total_partitions), now_ms))
+
+    def partitions_being_created(self) -> int:
+        """Partitions of unfinished creations (they count against a partition budget already)."""
+        return sum(len(creation.partitions) for creation in self._creating.values())
+
+    def _reserve(self, creation: TopicCreation) -> TopicCreation:
+        self._creating[creation.info.name] = creation
+        return creation
+
+    def finish_creation(self, creation: TopicCreation) -> TopicInfo:
+        """Step 3, back on the owner's thread after ``creation.run()`` succeeded: the topic (or
+        its new partitions) becomes visible. StorageError if the manager closed, or the topic
+        was deleted, meanwhile (the new files are removed again)."""
+        self._creating.pop(creation.info.name, None)
+        name = creation.info.name
+        current = self._topics.get(name)
+        growing = creation.partitions.start > 0
+        if self._closed or (growing and (current is None or current.topic_id != creation.info.topic_id)):
+            creation.discard()
+            raise StorageError(f"topic {name!r} changed while its partitions were being created")
+        self._topics[name] = creation.info
+        for partition, partition_log in zip(creation.partitions, creation.opened, strict=True):
+            partition_log.move_descriptors_to(self.descriptors)
             self._logs[(name, partition)] = partition_log
-        return new_info
+        return creation.info
+
+    def abort_creation(self, creation: TopicCreation) -> None:
+        """Step 3 after ``creation.run()`` failed (it removed its files): release the name."""
+        if self._creating.get(creation.info.name) is creation:
+            del self._creating[creation.info.name]
 
     def delete_topic(self, name: str) -> None:
         """DeleteTopics: forget the topic (durably) and remove its files."""
         self._check_open()
         info = self._topic(name)
+        self._check_not_growing(name)
         try:
             self._metadata_path(info).unlink()
             fsync_directory(self._topics_dir)
@@ -265,6 +359,7 @@ class LogManager:
         """
         self._check_open()
         info = self._topic(name)
+        self._check_not_growing(name)
         overrides = dict(info.configs) if merge else {}
         for key, value in configs.items():
             if value is None:
@@ -283,28 +378,15 @@ class LogManager:
         return new_info
 
     def _write_metadata(self, info: TopicInfo) -> None:
-        data = {
-            "version": _METADATA_VERSION,
-            "name": info.name,
-            "topic_id": str(info.topic_id),
-            "num_partitions": info.num_partitions,
-            "configs": dict(sorted(info.configs.items())),
-        }
-        path = self._metadata_path(info)
-        tmp_path = path.with_name(path.name + ".tmp")
-        fd = os.open(tmp_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            view = memoryview(json.dumps(data, indent=1).encode())
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp_path, path)
-        fsync_directory(self._topics_dir)
+        write_file_atomically(self._metadata_path(info), _encode_metadata(info))
 
     def _metadata_path(self, info: TopicInfo) -> Path:
         return self._topics_dir / f"{info.topic_id}.json"
+
+    def _check_not_growing(self, name: str) -> None:
+        # A creation running on another thread rewrites the topic's metadata file at its end.
+        if name in self._creating:
+            raise InvalidRequestError(f"partitions of topic {name!r} are being created; retry")
 
     def _topic(self, name: str) -> TopicInfo:
         info = self._topics.get(name)
@@ -328,7 +410,8 @@ class LogManager:
     # --- housekeeping and lifecycle -------------------------------------------------------------
 
     def tick(self, now_ms: int) -> int:
-        """Retention and producer-id expiry on every log; fsyncs freshly rolled segments.
+        """Retention and producer-id expiry on every log (the flushes they make due are for the
+        caller to run, see ``logs_wanting_flush``).
 
         Returns the number of segments deleted. One failing log does not stop the others; the
         first error is raised after all were visited.
@@ -341,13 +424,17 @@ class LogManager:
             try:
                 deleted += partition_log.apply_retention(now_ms)
                 partition_log.expire_producers(now_ms)
-                partition_log.flush_sealed_segments()
             except (StorageError, OSError) as exc:
                 log.error("housekeeping of %s failed: %s", partition_log.directory, exc)
                 first_error = first_error or exc
         if first_error is not None:
             raise first_error
         return deleted
+
+    def logs_wanting_flush(self) -> list[PartitionLog]:
+        """The logs whose ``wants_flush()`` says a flush is due (rolled segments, flush.messages)."""
+        self._check_open()
+        return [partition_log for partition_log in self._logs.values() if partition_log.wants_flush()]
 
     def flush(self) -> None:
         """fsync every log."""

@@ -31,19 +31,20 @@ log flushes by itself every ``flush.messages`` messages otherwise.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import pathlib
 import struct
 from bisect import bisect_right
 from dataclasses import dataclass
+from itertools import pairwise
 
 import crc32c
 
 from oncestream.errors import (
     InvalidRecordError,
     KafkaError,
+    LogInvariantError,
     MessageTooLargeError,
     OffsetOutOfRangeError,
     StorageError,
@@ -51,22 +52,32 @@ from oncestream.errors import (
 from oncestream.log import compaction
 from oncestream.log.batch_records import has_keyless_record
 from oncestream.log.config import INT64_MAX, LogConfig
+from oncestream.log.descriptors import SegmentDescriptors
+from oncestream.log.durable_files import fsync_directory
+from oncestream.log.flush_job import FdatasyncFn, FlushJob
+from oncestream.log.log_cleaning import CleanableLog
 from oncestream.log.producer_state import (
     BatchMetadata,
+    PendingSnapshot,
     ProducerStateInfo,
     ProducerStateManager,
-    fsync_directory,
+)
+from oncestream.log.recovery import (
+    CLEAN_SHUTDOWN_FILE,
+    Checkpoint,
+    CheckpointFile,
+    recover_log,
 )
 from oncestream.log.segment import (
-    INDEX_SUFFIX,
     INT32_MAX,
-    LOG_SUFFIX,
-    TIME_INDEX_SUFFIX,
     PreparedBatch,
     Segment,
     offsets_follow,
-    parse_offset_file_name,
 )
+from oncestream.log.transactions import (
+    read_control_marker,
+)
+from oncestream.log.txn_index import TxnIndexes
 from oncestream.protocol.record_batch import (
     ATTR_TIMESTAMP_TYPE_LOG_APPEND,
     ATTRIBUTES_OFFSET,
@@ -77,14 +88,15 @@ from oncestream.protocol.record_batch import (
     parse_header,
     patch_base_offset,
 )
-from oncestream.log.transactions import read_control_marker, recover_producer_and_txn_state
-from oncestream.log.txn_index import TXN_INDEX_SUFFIX, TxnIndex, TxnIndexes
-from oncestream.protocol.records import CONTROL_ABORT, CONTROL_COMMIT, decode_batch, encode_control_batch
+from oncestream.protocol.records import (
+    CONTROL_ABORT,
+    CONTROL_COMMIT,
+    decode_batch,
+    encode_control_batch,
+)
 
 log = logging.getLogger(__name__)
 
-CLEAN_SHUTDOWN_FILE = ".clean_shutdown"
-CHECKPOINT_FILE = "partition.checkpoint"
 _BASE_OFFSET = struct.Struct(">q")
 _INT16 = struct.Struct(">h")
 _INT64 = struct.Struct(">q")
@@ -119,34 +131,12 @@ class ReadResult:
     aborted_transactions: list[tuple[int, int]] | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class _Checkpoint:
-    log_start_offset: int = 0
-    recovery_point: int = 0
-    cleaned_offset: int = 0  # offsets below it were compacted; only there may offsets have gaps
-    tombstone_horizon_ms: int = compaction.NO_HORIZON
-
-
 def parse_partition_dir_name(name: str) -> tuple[str, int]:
     """``"my-topic-3"`` -> ``("my-topic", 3)``; ValueError if the name has no partition suffix."""
     topic, sep, partition_text = name.rpartition("-")
     if not sep or not topic or not partition_text.isdigit():
         raise ValueError(f"{name!r} is not a <topic>-<partition> directory name")
     return topic, int(partition_text)
-
-
-def _write_file_atomically(path: pathlib.Path, data: bytes) -> None:
-    tmp_path = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp_path, path)
-    fsync_directory(path.parent)
 
 
 def _prepare_log_append_time(batch: memoryview, base_offset: int, now_ms: int) -> PreparedBatch:
@@ -180,12 +170,17 @@ def _first_record_at_or_after(batch: bytes, timestamp_ms: int, from_offset: int)
     return max(header.base_offset, from_offset), header.max_timestamp
 
 
-class PartitionLog:
-    """One partition's durable, segmented log with idempotent-producer checks."""
+class PartitionLog(CleanableLog):
+    """One partition's durable, segmented log with idempotent-producer checks (compaction's
+    side of it in ``CleanableLog``)."""
 
-    def __init__(self, directory: pathlib.Path, config: LogConfig) -> None:
+    def __init__(
+        self, directory: pathlib.Path, config: LogConfig, descriptors: SegmentDescriptors | None = None
+    ) -> None:
         # Use PartitionLog.open(); the constructor only sets fields.
         self.directory = directory
+        # Sealed segments close their files through this (shared by a broker's logs).
+        self._descriptors = descriptors if descriptors is not None else SegmentDescriptors()
         self.topic, self.partition = parse_partition_dir_name(directory.name)
         self.config = config
         self._segments: list[Segment] = []
@@ -196,6 +191,9 @@ class PartitionLog:
         self._size_bytes = 0
         self._unflushed_messages = 0
         self._directory_dirty = False
+        self._flush_jobs: list[FlushJob] = []  # begun, not yet finished or failed
+        self._pending_snapshot: PendingSnapshot | None = None  # taken at a roll, written by a flush
+        self._checkpoint_file = CheckpointFile(directory)
         self._closed = False
         # Log cleaner state: everything below the cleaned offset has been compacted; the horizon
         # is the earliest time a kept tombstone may go (NO_HORIZON: none is waiting).
@@ -211,14 +209,17 @@ class PartitionLog:
     # --- open and recovery ----------------------------------------------------------------------
 
     @classmethod
-    def open(cls, directory: pathlib.Path, config: LogConfig, now_ms: int) -> PartitionLog:
-        """Open (creating if missing) and recover the log in ``directory``."""
+    def open(
+        cls, directory: pathlib.Path, config: LogConfig, now_ms: int, *, descriptors: SegmentDescriptors | None = None
+    ) -> PartitionLog:
+        """Open (creating if missing) and recover the log in ``directory``. ``descriptors``
+        bounds the open files of sealed segments (pass the broker's one; default: the log's own)."""
         directory = pathlib.Path(directory)
         try:
             directory.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise StorageError(f"cannot create log directory {directory}: {exc}") from exc
-        partition_log = cls(directory, config)
+        partition_log = cls(directory, config, descriptors)
         try:
             partition_log._load(now_ms)
         except BaseException as exc:
@@ -229,148 +230,28 @@ class PartitionLog:
         return partition_log
 
     def _load(self, now_ms: int) -> None:
-        marker = self.directory / CLEAN_SHUTDOWN_FILE
-        clean = marker.exists()
-        checkpoint = self._recover_interrupted_clean(self._read_checkpoint())
-        checkpoint_log_start, checkpoint_recovery_point = checkpoint.log_start_offset, checkpoint.recovery_point
-        self._cleaned_offset = checkpoint.cleaned_offset
-        self._tombstone_horizon_ms = checkpoint.tombstone_horizon_ms
-        bases = self._list_segment_files()
-        for position, base_offset in enumerate(bases):
-            next_base = bases[position + 1] if position + 1 < len(bases) else None
-            # After a crash, anything at or beyond the recovery point may be torn or lost.
-            recover = not clean and (next_base is None or next_base > checkpoint_recovery_point)
-            segment, truncated_bytes = Segment.open(
-                self.directory,
-                base_offset,
-                now_ms,
-                recover=recover,
-                index_interval_bytes=self.config.index_interval_bytes,
-                compacted_below=self._cleaned_offset,
-            )
-            if self._segments and not offsets_follow(
-                self._segments[-1].next_offset, segment.base_offset, self._cleaned_offset
-            ):
-                # A hole in the offsets that compaction did not make (a lost or truncated file
-                # before this one): nothing from here on can be served with contiguous offsets.
-                log.error(
-                    "%s: segment %d does not follow offset %d; dropping it and later segments",
-                    self.directory, base_offset, self._segments[-1].next_offset,
-                )
-                segment.delete()
-                self._delete_segment_files(bases[position + 1 :])
-                break
-            self._segments.append(segment)
-            if truncated_bytes and next_base is not None:
-                log.error("%s: dropping segments after truncated segment %d", self.directory, base_offset)
-                self._delete_segment_files(bases[position + 1 :])
-                break
-        if not self._segments:
-            self._segments.append(Segment.create(self.directory, max(checkpoint_log_start, 0), now_ms))
-            self._directory_dirty = True
+        recovered = recover_log(
+            self.directory,
+            index_interval_bytes=self.config.index_interval_bytes,
+            producers=self._producers,
+            txn_indexes=self._txn_indexes,
+            descriptors=self._descriptors,
+            now_ms=now_ms,
+        )
+        self._segments = recovered.segments
         self._size_bytes = sum(segment.size_bytes for segment in self._segments)
-        self.log_start_offset = min(max(checkpoint_log_start, self._segments[0].base_offset), self.log_end_offset)
-        self._recovery_point = self.log_end_offset if clean else min(checkpoint_recovery_point, self.log_end_offset)
-        self._load_producer_state(now_ms, clean=clean)
-        if clean:
-            # Until the marker is gone for good, a crash would be mistaken for a clean shutdown.
-            marker.unlink()
-            fsync_directory(self.directory)
+        self.log_start_offset = recovered.log_start_offset
+        self._recovery_point = recovered.recovery_point
+        self._cleaned_offset = recovered.cleaned_offset
+        self._tombstone_horizon_ms = recovered.tombstone_horizon_ms
+        self._directory_dirty = recovered.directory_dirty
         self._assert_invariants()
 
-    def _recover_interrupted_clean(self, checkpoint: _Checkpoint) -> _Checkpoint:
-        """Finish a committed compaction swap, drop uncommitted cleaned files (see ``compaction``)."""
-        manifest = compaction.read_manifest(self.directory)
-        if manifest is not None:
-            log.warning("%s: finishing an interrupted compaction swap", self.directory)
-            compaction.apply_swap_files(self.directory, manifest)
-            checkpoint = _Checkpoint(
-                checkpoint.log_start_offset,
-                checkpoint.recovery_point,
-                max(checkpoint.cleaned_offset, manifest.cleaned_offset),
-                manifest.tombstone_horizon_ms,
-            )
-            # The cleaned offset must be durable before the manifest that carries it goes: the
-            # gaps the swap made are only legal below it.
-            self._write_checkpoint_fields(checkpoint)
-            compaction.finish_swap(self.directory)
-        removed = compaction.remove_leftover_cleaned_files(self.directory)
-        if removed:
-            log.warning("%s: removed %d file(s) of an uncommitted compaction", self.directory, removed)
-        return checkpoint
-
-    def _list_segment_files(self) -> list[int]:
-        """Base offsets of the .log files; removes temp files and indexes without a log."""
-        bases: set[int] = set()
-        index_files: list[tuple[int, pathlib.Path]] = []
-        for path in self.directory.iterdir():
-            name = path.name
-            if name.endswith(".tmp"):
-                path.unlink(missing_ok=True)
-                continue
-            base = parse_offset_file_name(name, LOG_SUFFIX)
-            if base is not None:
-                bases.add(base)
-                continue
-            for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
-                base = parse_offset_file_name(name, suffix)
-                if base is not None:
-                    index_files.append((base, path))
-        for base, path in index_files:
-            if base not in bases:
-                path.unlink(missing_ok=True)
-        return sorted(bases)
-
-    def _delete_segment_files(self, bases: list[int]) -> None:
-        for base in bases:
-            for path in Segment.paths(self.directory, base):
-                path.unlink(missing_ok=True)
-            self._txn_indexes.drop(base)
-        self._directory_dirty = True
-
-    def _read_checkpoint(self) -> _Checkpoint:
-        """The checkpoint file's values; all zero (no horizon) if absent or bad."""
-        try:
-            data = json.loads((self.directory / CHECKPOINT_FILE).read_text())
-            log_start, recovery_point = int(data["log_start_offset"]), int(data["recovery_point"])
-            # Written only once a log was compacted: older checkpoints lack them.
-            cleaned_offset = int(data.get("cleaned_offset", 0))
-            horizon_ms = int(data.get("tombstone_horizon_ms", compaction.NO_HORIZON))
-        except FileNotFoundError:
-            return _Checkpoint()
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
-            log.warning("%s: ignoring unreadable %s", self.directory, CHECKPOINT_FILE)
-            return _Checkpoint()
-        return _Checkpoint(max(log_start, 0), max(recovery_point, 0), max(cleaned_offset, 0), horizon_ms)
-
     def _write_checkpoint(self) -> None:
-        self._write_checkpoint_fields(
-            _Checkpoint(self.log_start_offset, self._recovery_point, self._cleaned_offset, self._tombstone_horizon_ms)
-        )
+        self._checkpoint_file.write(self._checkpoint(self._recovery_point))
 
-    def _write_checkpoint_fields(self, checkpoint: _Checkpoint) -> None:
-        fields = {"log_start_offset": checkpoint.log_start_offset, "recovery_point": checkpoint.recovery_point}
-        if checkpoint.cleaned_offset or checkpoint.tombstone_horizon_ms != compaction.NO_HORIZON:
-            fields["cleaned_offset"] = checkpoint.cleaned_offset
-            fields["tombstone_horizon_ms"] = checkpoint.tombstone_horizon_ms
-        data = json.dumps(fields)
-        try:
-            _write_file_atomically(self.directory / CHECKPOINT_FILE, data.encode())
-        except OSError as exc:
-            raise StorageError(f"cannot write {self.directory / CHECKPOINT_FILE}: {exc}") from exc
-
-    def _load_producer_state(self, now_ms: int, *, clean: bool) -> None:
-        """Producer state (open transactions included) and the segments' aborted-txn indexes."""
-        # After a crash every segment holding data past the recovery point was scanned: its data
-        # may have lost a tail, or its (never fsynced) txn index entries, so the index of each is
-        # re-derived by the replay.
-        scanned: set[int] = set()
-        if not clean:
-            scanned = {s.base_offset for s in self._segments if s.next_offset > self._recovery_point}
-            scanned.add(self._segments[-1].base_offset)
-        recover_producer_and_txn_state(
-            self._producers, self._segments, self._txn_indexes, scanned=scanned, now_ms=now_ms
-        )
+    def _checkpoint(self, recovery_point: int) -> Checkpoint:
+        return Checkpoint(self.log_start_offset, recovery_point, self._cleaned_offset, self._tombstone_horizon_ms)
 
     # --- properties -----------------------------------------------------------------------------
 
@@ -408,6 +289,13 @@ class PartitionLog:
     def segment_base_offsets(self) -> list[int]:
         """Base offsets of the segments, oldest first (for tests and tools)."""
         return [segment.base_offset for segment in self._segments]
+
+    def move_descriptors_to(self, descriptors: SegmentDescriptors) -> None:
+        """Put this log's open files under ``descriptors`` (a log opened on another thread with a
+        cache of its own joins the broker's on the owner's thread)."""
+        self._descriptors = descriptors
+        for segment in self._segments:
+            segment.use_descriptor_cache(descriptors)
 
     def update_config(self, config: LogConfig) -> None:
         """Apply new topic settings; they take effect from the next append, read or tick."""
@@ -508,10 +396,8 @@ class PartitionLog:
         aborted = [txn.aborted_entry() for txn in completed_txns if txn.aborted]
         if aborted:
             self._txn_indexes.record_aborts(active.base_offset, aborted)
-        if config.flush_messages not in (1, INT64_MAX) and self._unflushed_messages >= config.flush_messages:
-            # flush.messages=N: fsync every N messages. N=1 is left to the broker (needs_flush_on_ack)
-            # so that many acknowledgements can share one fsync.
-            self.flush()
+        # flush.messages=N and rolls make a flush due (wants_flush); whoever owns the log runs it,
+        # the broker off its event loop. N=1 is the acknowledgement's own group commit.
         return AppendResult(
             base_offset=prepared[0].base_offset,
             last_offset=prepared[-1].last_offset,
@@ -557,12 +443,16 @@ class PartitionLog:
     def _roll(self, now_ms: int) -> None:
         """Seal the active segment, snapshot producer state at the log end, start a new segment."""
         active = self._segments[-1]
-        active.seal()
+        active.seal(self._descriptors)
         new_base = self.log_end_offset
-        # Recovery trusts txn index entries below a snapshot's offset: they must be durable first.
+        # No fsync here (the event loop may be the caller): the next flush job fsyncs the sealed
+        # segment and its txn index, and only then writes this snapshot, because recovery trusts
+        # txn index entries below a snapshot's offset. Until then a crash rescans the segment.
         self._txn_indexes.seal(active.base_offset)
-        self._producers.write_snapshot(new_base)
-        self._segments.append(Segment.create(self.directory, new_base, now_ms))
+        self._pending_snapshot = self._producers.take_snapshot(new_base)
+        new_segment = Segment.create(self.directory, new_base, now_ms)
+        new_segment.use_descriptor_cache(self._descriptors)
+        self._segments.append(new_segment)
         self._txn_indexes.create(new_base)
         self._directory_dirty = True
         log.debug("%s: rolled to segment %d", self.directory, new_base)
@@ -758,183 +648,6 @@ class PartitionLog:
         """Offsets below this have been compacted (0 if the log never was)."""
         return self._cleaned_offset
 
-    def compaction_candidate(self, now_ms: int) -> compaction.CompactionCandidate | None:
-        """How dirty this log is, or None if it is not to be cleaned now.
-
-        None unless cleanup.policy contains ``compact`` and either the dirty ratio reaches
-        min.cleanable.dirty.ratio or a kept tombstone's delete horizon has passed; also None while
-        a plan of this log is being built.
-        """
-        if self._closed or self._offline_reason is not None or self._cleaning is not None:
-            return None
-        if not self.config.compacts:
-            return None
-        return compaction.evaluate_candidate(
-            self._segments,
-            cleaned_offset=self._cleaned_offset,
-            last_stable_offset=self.last_stable_offset,
-            tombstone_horizon_ms=self._tombstone_horizon_ms,
-            min_compaction_lag_ms=self.config.min_compaction_lag_ms,
-            min_cleanable_dirty_ratio=self.config.min_cleanable_dirty_ratio,
-            now_ms=now_ms,
-        )
-
-    def compaction_plan(
-        self, now_ms: int, *, max_map_bytes: int = compaction.DEFAULT_MAX_MAP_BYTES
-    ) -> compaction.CompactionPlan | None:
-        """Snapshot what a clean would rewrite (None if ``compaction_candidate`` says no).
-
-        The plan holds duplicated descriptors of the sealed segments below the first uncleanable
-        offset; hand it to ``compaction.build_cleaned`` (any thread), then the result to
-        ``install_cleaned``, or give the plan back with ``cancel_compaction``. One plan at a time.
-        """
-        candidate = self.compaction_candidate(now_ms)
-        if candidate is None:
-            return None
-        planned = [s for s in self._segments if s.base_offset < candidate.first_uncleanable_offset]
-        assert planned and self._segments[-1] not in planned, "the active segment is never cleaned"
-        snapshots: list[compaction.SegmentSnapshot] = []
-        try:
-            for segment in planned:
-                snapshots.append(
-                    compaction.SegmentSnapshot(segment.base_offset, segment.next_offset, segment.size_bytes, segment.dup_fd())
-                )
-        except OSError as exc:
-            for snapshot in snapshots:
-                os.close(snapshot.fd)
-            raise StorageError(f"cannot plan compaction of {self.directory}: {exc}") from exc
-        plan = compaction.CompactionPlan(
-            directory=self.directory,
-            segments=tuple(snapshots),
-            first_dirty_offset=candidate.first_dirty_offset,
-            end_offset=candidate.first_uncleanable_offset,
-            producer_last_offsets={
-                pid: entry.last_offset for pid, entry in self._producers.entries.items() if entry.batches
-            },
-            aborted_txns={
-                s.base_offset: self._txn_indexes.get(s.base_offset).entries
-                for s in planned
-                if s.base_offset in self._txn_indexes
-            },
-            aborted_data=compaction.AbortedData(
-                self._txn_indexes.overlapping(planned[0].base_offset, planned[0].base_offset,
-                                              candidate.first_uncleanable_offset)
-            ),
-            now_ms=now_ms,
-            delete_retention_ms=self.config.delete_retention_ms,
-            segment_bytes=self.config.segment_bytes,
-            index_interval_bytes=self.config.index_interval_bytes,
-            max_map_bytes=max_map_bytes,
-        )
-        self._cleaning = plan
-        self._cleaning_segments = planned
-        return plan
-
-    def cancel_compaction(self, plan: compaction.CompactionPlan) -> None:
-        """Give back a plan that will not be installed (the build failed or was cancelled)."""
-        plan.release()
-        if self._cleaning is plan:
-            self._cleaning = None
-            self._cleaning_segments = []
-
-    def _plan_still_valid(self, result: compaction.CleanedResult) -> bool:
-        if self._closed or self._offline_reason is not None or self._cleaning is not result.plan:
-            return False
-        if not self.config.compacts:
-            return False  # cleanup.policy changed meanwhile
-        cleaned = [s for s in self._cleaning_segments if s.base_offset < result.cleaned_offset]
-        # Retention or DeleteRecords deleting a planned segment, or anything else replacing one,
-        # shows up here; appends only add segments after them.
-        current = self._segments[: len(cleaned)]
-        return len(self._segments) > len(cleaned) and all(a is b for a, b in zip(current, cleaned))
-
-    def install_cleaned(self, result: compaction.CleanedResult, now_ms: int) -> bool:
-        """Swap the cleaned segments in (crash-safely), or discard them if the plan went stale.
-
-        Returns False if discarded (the ``.cleaned`` files are then removed). StorageError if the
-        disk fails: before the commit point nothing changed; after it the log goes offline until
-        the next open, which finishes the swap.
-        """
-        if not self._plan_still_valid(result):
-            if self._cleaning is result.plan:
-                self._cleaning = None
-                self._cleaning_segments = []
-            compaction.delete_cleaned_files(result)
-            log.info("%s: discarding a compaction whose plan no longer holds", self.directory)
-            return False
-        self._cleaning = None
-        self._cleaning_segments = []
-        if not result.groups:
-            # Nothing changed on disk, but the range is clean now.
-            self._cleaned_offset = max(self._cleaned_offset, result.cleaned_offset)
-            self._tombstone_horizon_ms = result.tombstone_horizon_ms
-            self._write_checkpoint()
-            return True
-        manifest = compaction.SwapManifest.for_result(result)
-        try:
-            for group in result.groups:
-                for path in compaction.cleaned_paths(self.directory, group.base_offset):
-                    if not path.exists():
-                        raise StorageError(f"cleaned file {path} disappeared before the swap")
-            compaction.write_manifest(self.directory, manifest)  # the commit point
-        except BaseException as exc:
-            compaction.delete_cleaned_files(result)
-            (self.directory / (compaction.MANIFEST_FILE + ".tmp")).unlink(missing_ok=True)
-            if isinstance(exc, OSError):
-                raise StorageError(f"cannot commit compaction of {self.directory}: {exc}") from exc
-            raise
-        try:
-            self._apply_swap(result, manifest, now_ms)
-        except BaseException as exc:
-            self._offline_reason = f"compaction swap failed after its commit point: {exc}"
-            log.error("%s: %s; the log is offline until restarted", self.directory, self._offline_reason)
-            raise StorageError(f"{self.directory}: {self._offline_reason}") from exc
-        log.info("%s: %s", self.directory, compaction.describe(result))
-        return True
-
-    def _apply_swap(self, result: compaction.CleanedResult, manifest: compaction.SwapManifest, now_ms: int) -> None:
-        compaction.apply_swap_files(self.directory, manifest)
-        replaced = set(manifest.replaced_bases)
-        by_group = {group.base_offset: group for group in result.groups}
-        old_by_base = {s.base_offset: s for s in self._segments if s.base_offset in replaced}
-        segments: list[Segment] = []
-        for segment in self._segments:
-            if segment.base_offset not in replaced:
-                segments.append(segment)
-                continue
-            group = by_group.get(segment.base_offset)
-            if group is None:
-                continue  # merged into the segment of an earlier group
-            new_segment, truncated_bytes = Segment.open(
-                self.directory,
-                group.base_offset,
-                now_ms,
-                recover=False,
-                index_interval_bytes=self.config.index_interval_bytes,
-                compacted_below=result.cleaned_offset,
-            )
-            if truncated_bytes or new_segment.size_bytes != group.size_bytes:
-                raise StorageError(f"cleaned segment {group.base_offset} does not match what was written")
-            # Retention's fallback clock for batches without timestamps must not restart.
-            new_segment.last_append_ms = max(old_by_base[b].last_append_ms for b in group.replaced_bases)
-            segments.append(new_segment)
-        for base_offset in replaced:
-            old_by_base[base_offset].release()  # their files are gone or replaced already
-            if base_offset in by_group:
-                index = TxnIndex.load(self.directory, base_offset)  # the merged one just renamed in
-                if index is None:
-                    raise StorageError(f"cleaned segment {base_offset} has no valid aborted-transaction index")
-                self._txn_indexes.put(index)
-            else:
-                self._txn_indexes.drop(base_offset)  # its file went with the segment
-        self._segments = segments
-        self._size_bytes = sum(segment.size_bytes for segment in segments)
-        self._cleaned_offset = max(self._cleaned_offset, result.cleaned_offset)
-        self._tombstone_horizon_ms = result.tombstone_horizon_ms
-        self._write_checkpoint()
-        compaction.finish_swap(self.directory)
-        self._assert_invariants()
-
     # --- durability and lifecycle ---------------------------------------------------------------
 
     def flush(self) -> None:
@@ -943,38 +656,103 @@ class PartitionLog:
         The active segment's indexes are not fsynced: after a crash the active segment is always
         scanned and its indexes rebuilt, so only its data must be durable. A no-op once closed:
         close() flushed everything (or the log was deleted), so a late group-commit flush for a
-        request that raced with shutdown has nothing left to do.
+        request that raced with shutdown has nothing left to do. The same three steps as the
+        broker's off-loop flush (log/flush_job.py), run here in a row.
         """
-        if self._closed:
+        job = self.begin_flush()
+        if job is None:
             return
-        active = self._segments[-1]
-        for segment in self._segments:
-            if segment.needs_flush:
-                segment.flush(include_indexes=segment is not active)
-        # Sealed segments fall below the recovery point now, so they are not rebuilt after a crash.
-        self._txn_indexes.fsync(except_base_offset=active.base_offset)
-        if self._directory_dirty:
-            try:
-                fsync_directory(self.directory)
-            except OSError as exc:
-                raise StorageError(f"fsync of {self.directory} failed: {exc}") from exc
-            self._directory_dirty = False
-        self._unflushed_messages = 0
-        if active.base_offset > self._recovery_point:
-            # Every sealed segment is durable now: a crash only needs the active one scanned.
-            self._recovery_point = active.base_offset
-            self._write_checkpoint()
+        try:
+            job.run()
+        except StorageError as exc:
+            self.fail_flush(job, exc)
+            raise
+        self.finish_flush(job)
 
-    def flush_sealed_segments(self) -> None:
-        """fsync segments that were rolled since the last flush (housekeeping, bounds recovery)."""
+    def begin_flush(self, fdatasync: FdatasyncFn | None = None) -> FlushJob | None:
+        """Step 1 of a flush, on the log's own thread: what must be fsynced, as a FlushJob whose
+        ``run()`` may go to any thread (None once closed). StorageError if the log is offline."""
+        if self._closed:
+            return None
         self._check_open()
-        if self._segments[-1].base_offset > self._recovery_point:
-            self.flush()
+        active = self._segments[-1]
+        descriptors: list[tuple[int, str]] = []
+        try:
+            for segment in self._segments:
+                if segment.needs_flush:
+                    descriptors.extend(segment.take_flush_descriptors(include_indexes=segment is not active))
+            # Sealed segments fall below the recovery point after this job: their indexes too.
+            descriptors.extend(self._txn_indexes.take_flush_descriptors(except_base_offset=active.base_offset))
+        except OSError as exc:
+            for fd, _ in descriptors:
+                os.close(fd)
+            self._take_offline(f"cannot prepare a flush: {exc}")
+            raise StorageError(f"{self.directory}: cannot prepare a flush: {exc}") from exc
+        directory = self.directory if self._directory_dirty else None
+        self._directory_dirty = False
+        self._unflushed_messages = 0
+        job = FlushJob(descriptors, directory, active.base_offset, self._pending_snapshot)
+        self._pending_snapshot = None
+        if active.base_offset > self._recovery_point:
+            # Every sealed segment is durable once the job ran: it records that itself.
+            job.checkpoint = (self._checkpoint_file, self._checkpoint(active.base_offset), self._checkpoint_file.version)
+        if fdatasync is not None:
+            job.fdatasync = job.fsync = fdatasync
+        self._flush_jobs.append(job)
+        return job
+
+    def finish_flush(self, job: FlushJob) -> None:
+        """Step 3, back on the log's thread after ``job.run()`` succeeded: every sealed segment
+        the job covered is durable, so a crash only needs the segments above it scanned."""
+        self._forget_flush_job(job)
+        if self._closed or self._offline_reason is not None:
+            return
+        # The job wrote the checkpoint (unless a newer one came meanwhile: then the next write
+        # carries this recovery point). A crash before it was written rescans a little more.
+        self._recovery_point = max(self._recovery_point, job.recovery_point)
+
+    def fail_flush(self, job: FlushJob, error: BaseException) -> None:
+        """Step 3 after ``job.run()`` failed: take the log offline. The kernel may have dropped
+        the pages it could not write, and a second fsync would report success for them, so
+        neither what was written nor the in-memory state can be trusted; every later append and
+        read fails with StorageError until a restart recovers the log (Kafka takes the log
+        directory offline on an IOException)."""
+        self._forget_flush_job(job)
+        self._take_offline(f"fsync failed: {error}")
+
+    def _forget_flush_job(self, job: FlushJob) -> None:
+        if job in self._flush_jobs:
+            self._flush_jobs.remove(job)
+
+    def _take_offline(self, reason: str) -> None:
+        if self._closed or self._offline_reason is not None:
+            return
+        self._offline_reason = reason
+        log.error("%s: %s; the log is offline until restarted", self.directory, reason)
+
+    def wants_flush(self) -> bool:
+        """Whether a flush is due: a roll left a sealed segment (and the producer snapshot taken
+        at it) to make durable, or ``flush.messages`` (N > 1) messages came since the last one.
+        The log never fsyncs during an append or a roll; the broker runs the flush on its disk
+        threads (``GroupCommitFlusher.flush_in_background``), other owners call ``flush()``."""
+        if self._closed or self._offline_reason is not None:
+            return False
+        every = self.config.flush_messages
+        return (
+            self._pending_snapshot is not None
+            or self._segments[-1].base_offset > self._recovery_point
+            or (every not in (1, INT64_MAX) and self._unflushed_messages >= every)
+        )
 
     def close(self) -> None:
         """Flush everything, snapshot producer state, release files and mark the shutdown clean."""
         if self._closed:
             return
+        for job in list(self._flush_jobs):
+            # A round still running, or failed without its owner having heard: its dirty marks
+            # are cleared, so flushing here would not cover its files. No clean marker then.
+            if not job.done or job.error is not None:
+                self._take_offline(f"closed with an unfinished or failed fsync round: {job.error}")
         if self._offline_reason is not None:
             # The files no longer match the segments in memory; the next open repairs them.
             self.abandon()
@@ -1011,10 +789,12 @@ class PartitionLog:
 
     def _assert_invariants(self) -> None:
         segments = self._segments
-        assert segments, "a log always has an active segment"
-        for previous, current in zip(segments, segments[1:]):
-            assert offsets_follow(previous.next_offset, current.base_offset, self._cleaned_offset), (
-                "offsets must be contiguous across segments, except for gaps compaction left"
-            )
-        assert segments[0].base_offset <= self.log_start_offset <= self.log_end_offset
-        assert self._size_bytes == sum(segment.size_bytes for segment in segments)
+        if not segments:
+            raise LogInvariantError("a log always has an active segment")
+        for previous, current in pairwise(segments):
+            if not offsets_follow(previous.next_offset, current.base_offset, self._cleaned_offset):
+                raise LogInvariantError("offsets must be contiguous across segments, except for gaps compaction left")
+        if not (segments[0].base_offset <= self.log_start_offset <= self.log_end_offset):
+            raise LogInvariantError("broken invariant: segments[0].base_offset <= self.log_start_offset <= self.log_end_offset")
+        if not (self._size_bytes == sum(segment.size_bytes for segment in segments)):
+            raise LogInvariantError("broken invariant: self._size_bytes == sum(segment.size_bytes for segment in segments)")

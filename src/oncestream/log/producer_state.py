@@ -49,8 +49,8 @@ It is written to ``.tmp``, fsynced and renamed into place; the two newest are ke
 from __future__ import annotations
 
 import logging
-import os
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -59,13 +59,19 @@ import crc32c
 from oncestream.errors import (
     InvalidProducerEpochError,
     InvalidTxnStateError,
+    LogInvariantError,
     OutOfOrderSequenceError,
     StorageError,
     UnknownProducerIdError,
 )
+from oncestream.log.durable_files import write_file_atomically
 from oncestream.log.segment import offset_file_name, parse_offset_file_name
 from oncestream.log.transactions import CompletedTxn, ControlMarker, OngoingTransactions
-from oncestream.protocol.record_batch import NO_SEQUENCE, BatchHeader, increment_sequence
+from oncestream.protocol.record_batch import (
+    NO_SEQUENCE,
+    BatchHeader,
+    increment_sequence,
+)
 
 log = logging.getLogger(__name__)
 
@@ -263,7 +269,8 @@ class ProducerAppend:
         entry = self._staged.get(pid)
         if entry is None and committed is not None:
             entry = committed.copy()
-        assert marker is not None or not header.is_control, "a control batch needs its decoded marker"
+        if not (marker is not None or not header.is_control):
+            raise LogInvariantError("a control batch needs its decoded marker")
         check_batch(entry, header)
         txn_before = entry.current_txn_first_offset if entry is not None else NO_OFFSET
         updated = apply_batch(entry, header, first_offset, last_offset, max_timestamp_ms, now_ms, marker)
@@ -341,10 +348,12 @@ class ProducerStateManager:
         if txn_before == txn_after:
             return None
         if txn_before == NO_OFFSET:
-            assert txn_after == offset, "a transaction opens at the batch that starts it"
+            if not (txn_after == offset):
+                raise LogInvariantError("a transaction opens at the batch that starts it")
             self.ongoing.begin(producer_id, txn_after)
             return None
-        assert txn_after == NO_OFFSET and marker is not None, "only a marker closes a transaction"
+        if not (txn_after == NO_OFFSET and marker is not None):
+            raise LogInvariantError("only a marker closes a transaction")
         self.ongoing.end(producer_id)
         earliest = self.ongoing.earliest()
         return CompletedTxn(
@@ -450,24 +459,12 @@ class ProducerStateManager:
 
     def write_snapshot(self, offset: int) -> None:
         """Persist the table as of log end ``offset`` (temp file, fsync, rename); keep the newest two."""
-        path = self.snapshot_path(offset)
-        tmp_path = path.with_name(path.name + ".tmp")
-        data = self.encode_snapshot(offset)
-        try:
-            fd = os.open(tmp_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp_path, path)
-            fsync_directory(self.directory)
-        except OSError as exc:
-            raise StorageError(f"cannot write producer snapshot {path}: {exc}") from exc
-        for old in self.snapshot_offsets()[:-SNAPSHOTS_TO_KEEP]:
-            self.snapshot_path(old).unlink(missing_ok=True)
+        self.take_snapshot(offset).write()
+
+    def take_snapshot(self, offset: int) -> PendingSnapshot:
+        """The table as of log end ``offset``, encoded now, to be written later on any thread
+        (a flush job writes it off the event loop)."""
+        return PendingSnapshot(self.directory, offset, self.encode_snapshot(offset))
 
     def load_latest_snapshot(self, log_end_offset: int) -> int | None:
         """Load the newest valid snapshot at or below ``log_end_offset``; return its offset.
@@ -520,10 +517,25 @@ class ProducerStateManager:
                 self.snapshot_path(snapshot_offset).unlink(missing_ok=True)
 
 
-def fsync_directory(directory: Path) -> None:
-    """Make creations, renames and deletions inside ``directory`` durable."""
-    fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+@dataclass(frozen=True, slots=True)
+class PendingSnapshot:
+    """An encoded producer snapshot not written yet; ``write`` touches only files, no state."""
+
+    directory: Path
+    offset: int
+    data: bytes
+
+    def write(self, fsync: Callable[[int], None] | None = None) -> None:
+        """Write it durably (temp file, fsync, rename, directory fsync) and keep the newest two
+        snapshot files; StorageError on failure."""
+        path = self.directory / offset_file_name(self.offset, SNAPSHOT_SUFFIX)
+        try:
+            write_file_atomically(path, self.data, fsync=fsync)
+        except OSError as exc:
+            raise StorageError(f"cannot write producer snapshot {path}: {exc}") from exc
+        offsets = sorted(
+            offset for entry in self.directory.iterdir()
+            if (offset := parse_offset_file_name(entry.name, SNAPSHOT_SUFFIX)) is not None
+        )
+        for old in offsets[:-SNAPSHOTS_TO_KEEP]:
+            (self.directory / offset_file_name(old, SNAPSHOT_SUFFIX)).unlink(missing_ok=True)

@@ -3,8 +3,10 @@
 Files are named by the segment's base offset, zero-padded to 20 digits
 (``00000000000000000000.log``, ``.index``, ``.timeindex``). Batches are stored exactly as the
 producer sent them except for the 8-byte base offset (and, for LogAppendTime topics, the patched
-header). The file stays open; its size and next offset are kept in memory so appends are a single
-``pwritev`` at a known position and reads are ``pread`` calls, never seeks on a shared position.
+header). Its size and next offset are kept in memory so appends are a single ``pwritev`` at a
+known position and reads are ``pread`` calls, never seeks on a shared position. With a
+``SegmentDescriptors`` cache a segment opens its file on demand and lets the cache close it again
+(see ``descriptors``); index files are opened only for each write.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from oncestream.errors import StorageError
+from oncestream.errors import LogInvariantError, StorageError
+from oncestream.log.descriptors import SegmentDescriptors
 from oncestream.log.index import OffsetIndex, TimeIndex
 from oncestream.protocol.record_batch import (
     CURRENT_MAGIC,
@@ -40,7 +43,7 @@ INT32_MAX = 2**31 - 1
 HEADER_WINDOW_BYTES = 16 * 1024
 SCAN_WINDOW_BYTES = 4 * 1024 * 1024
 _IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024
-_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _BASE_AND_LENGTH = struct.Struct(">qi")
 _LAST_OFFSET_DELTA = struct.Struct(">i")
 _LAST_OFFSET_DELTA_POSITION = 23
@@ -49,7 +52,8 @@ _SPAN_FIELDS_BYTES = _LAST_OFFSET_DELTA_POSITION + 4
 
 def offset_file_name(base_offset: int, suffix: str) -> str:
     """``00000000000000000042.log`` style name for a file keyed by an offset."""
-    assert base_offset >= 0
+    if not (base_offset >= 0):
+        raise LogInvariantError("broken invariant: base_offset >= 0")
     return f"{base_offset:0{OFFSET_NAME_DIGITS}d}{suffix}"
 
 
@@ -244,7 +248,9 @@ class Segment:
     ) -> None:
         self.directory = directory
         self.base_offset = base_offset
-        self._fd = fd
+        self._open_fd: int | None = fd  # None: closed by the descriptor cache, reopened on use
+        self._descriptors: SegmentDescriptors | None = None  # the cache that may close the file
+        self._pins = 0  # walks in progress over the file: its descriptor must stay open
         self.size_bytes = size_bytes
         self.next_offset = next_offset
         self.offset_index = offset_index
@@ -256,6 +262,51 @@ class Segment:
         self.last_append_ms = last_append_ms
         self.log_dirty = False  # data written since the last fsync
         self.closed = False
+
+    # --- descriptor ---------------------------------------------------------------------------
+
+    @property
+    def _fd(self) -> int:
+        """The open descriptor of the ``.log`` file, reopened if the cache closed it."""
+        fd = self._open_fd
+        if fd is None:
+            if self.closed:
+                raise LogInvariantError(f"{self.log_path} is used after close")
+            try:
+                fd = os.open(self.log_path, os.O_RDWR | CLOEXEC)  # the active segment appends
+            except OSError as exc:
+                raise StorageError(f"cannot reopen segment {self.log_path}: {exc}") from exc
+            self._open_fd = fd
+            if self._descriptors is not None:
+                self._descriptors.opened(self)
+        elif self._descriptors is not None:
+            self._descriptors.used(self)
+        return fd
+
+    def use_descriptor_cache(self, descriptors: SegmentDescriptors | None) -> None:
+        """Let ``descriptors`` close this segment's file while it is not used (reopened on the
+        next use, active segment included); None: keep it open for good."""
+        if self._descriptors is not None and descriptors is not self._descriptors:
+            self._descriptors.forget(self)
+        self._descriptors = descriptors
+        if descriptors is not None and self._open_fd is not None:
+            descriptors.opened(self)
+
+    def evict_descriptor(self) -> bool:
+        """For the cache: close the descriptor unless a walk over the file is in progress."""
+        if self._pins or self._open_fd is None:
+            return self._open_fd is None
+        os.close(self._open_fd)
+        self._open_fd = None
+        return True
+
+    def _close_descriptor(self) -> None:
+        if self._descriptors is not None:
+            self._descriptors.forget(self)
+            self._descriptors = None
+        fd, self._open_fd = self._open_fd, None
+        if fd is not None:
+            os.close(fd)
 
     # --- paths ----------------------------------------------------------------------------------
 
@@ -279,7 +330,7 @@ class Segment:
         """A new, empty segment (any leftover files of the same name are truncated)."""
         log_path, index_path, time_index_path = cls.paths(directory, base_offset)
         try:
-            fd = os.open(log_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | _CLOEXEC, 0o644)
+            fd = os.open(log_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | CLOEXEC, 0o644)
             offset_index = OffsetIndex.empty(index_path)
             time_index = TimeIndex.empty(time_index_path)
         except OSError as exc:
@@ -318,7 +369,7 @@ class Segment:
         """
         log_path = cls.paths(directory, base_offset)[0]
         try:
-            fd = os.open(log_path, os.O_RDWR | _CLOEXEC)
+            fd = os.open(log_path, os.O_RDWR | CLOEXEC)
         except OSError as exc:
             raise StorageError(f"cannot open segment {log_path}: {exc}") from exc
         try:
@@ -466,17 +517,21 @@ class Segment:
         On a write error the file is cut back to its previous size and StorageError is raised, so
         the segment never holds a partial append.
         """
-        assert not self.closed
-        assert batches and batches[0].base_offset == self.next_offset, "offsets must be contiguous"
+        if self.closed:
+            raise LogInvariantError("broken invariant: not self.closed")
+        if not (batches and batches[0].base_offset == self.next_offset):
+            raise LogInvariantError("offsets must be contiguous")
         buffers: list[bytes | memoryview] = []
         for batch in batches:
             buffers.append(batch.head)
             buffers.append(batch.tail)
         total_bytes = sum(batch.size_bytes for batch in batches)
-        assert self.size_bytes + total_bytes <= INT32_MAX + 1 or self.size_bytes == 0
+        if not (self.size_bytes + total_bytes <= INT32_MAX + 1 or self.size_bytes == 0):
+            raise LogInvariantError("broken invariant: self.size_bytes + total_bytes <= INT32_MAX + 1 or self.size_bytes == 0")
         try:
             written = pwritev_all(self._fd, buffers, self.size_bytes)
-            assert written == total_bytes
+            if not (written == total_bytes):
+                raise LogInvariantError("broken invariant: written == total_bytes")
         except OSError as exc:
             try:
                 os.ftruncate(self._fd, self.size_bytes)
@@ -485,7 +540,8 @@ class Segment:
             raise StorageError(f"write to {self.log_path} failed: {exc}") from exc
         position = self.size_bytes
         for batch in batches:
-            assert batch.base_offset == self.next_offset
+            if not (batch.base_offset == self.next_offset):
+                raise LogInvariantError("broken invariant: batch.base_offset == self.next_offset")
             self._index_batch(position, batch.base_offset, batch.size_bytes, batch.max_timestamp_ms, index_interval_bytes)
             position += batch.size_bytes
             self.next_offset = batch.last_offset + 1
@@ -499,10 +555,14 @@ class Segment:
 
     def batches(self, start_position: int = 0, *, window_bytes: int = SCAN_WINDOW_BYTES) -> Iterator[tuple[int, BatchHeader]]:
         """(position, header) of every batch from ``start_position`` (already verified on open)."""
-        walker = BatchWalker(self._fd, start_position, self.size_bytes, verify_crc=False, window_bytes=window_bytes)
-        yield from walker
-        if walker.stop_reason is not None:
-            raise StorageError(f"{self.log_path} is corrupt at byte {walker.valid_end}: {walker.stop_reason}")
+        self._pins += 1  # the walker holds the descriptor number: no eviction under it
+        try:
+            walker = BatchWalker(self._fd, start_position, self.size_bytes, verify_crc=False, window_bytes=window_bytes)
+            yield from walker
+            if walker.stop_reason is not None:
+                raise StorageError(f"{self.log_path} is corrupt at byte {walker.valid_end}: {walker.stop_reason}")
+        finally:
+            self._pins -= 1
 
     def _spans(self, start_position: int) -> Iterator[tuple[int, int, int, int]]:
         """(position, size, base offset, next offset) of each batch from ``start_position``.
@@ -516,7 +576,10 @@ class Segment:
         while position < end:
             relative = position - buffer_start
             if relative + _SPAN_FIELDS_BYTES > len(buffer):
-                buffer = os.pread(self._fd, min(HEADER_WINDOW_BYTES, end - position), position)
+                try:
+                    buffer = os.pread(self._fd, min(HEADER_WINDOW_BYTES, end - position), position)
+                except OSError as exc:
+                    raise StorageError(f"read from {self.log_path} failed: {exc}") from exc
                 buffer_start, relative = position, 0
                 if len(buffer) < _SPAN_FIELDS_BYTES:
                     raise StorageError(f"{self.log_path} is shorter than its recorded size")
@@ -533,13 +596,14 @@ class Segment:
         ``index.interval.bytes`` before the first batch, and the furthest index entry that still
         fits lets the walk skip the middle. The caller then reads the data in one pread.
         """
-        assert self.base_offset <= offset < self.next_offset
+        if not (self.base_offset <= offset < self.next_offset):
+            raise LogInvariantError("broken invariant: self.base_offset <= offset < self.next_offset")
         spans = self._spans(self.offset_index.lookup(offset - self.base_offset))
         for position, size, _, next_offset in spans:
             if next_offset > offset:
                 break
         else:
-            raise AssertionError("offset below next_offset must be inside a batch")
+            raise LogInvariantError("offset below next_offset must be inside a batch")
         begin = position
         # base offset <= offset < upper_offset, so only the size can stop the first batch.
         if size > max_bytes and not allow_oversize_first:
@@ -550,7 +614,8 @@ class Segment:
             end, next_offset = jump[1], self.base_offset + jump[0]
             spans = self._spans(end)
         for position, size, base_offset, batch_next_offset in spans:
-            assert position == end
+            if not (position == end):
+                raise LogInvariantError("broken invariant: position == end")
             if base_offset >= upper_offset or position + size - begin > max_bytes:
                 return Extent(begin, end, next_offset, False)
             end = position + size
@@ -565,12 +630,14 @@ class Segment:
 
         It keeps reading the same bytes even if the file is deleted or replaced meanwhile.
         """
-        assert not self.closed
+        if self.closed:
+            raise LogInvariantError("broken invariant: not self.closed")
         return os.dup(self._fd)
 
     def read(self, start_position: int, end_position: int) -> bytes:
         """The bytes of ``[start_position, end_position)`` in one ``pread``."""
-        assert 0 <= start_position <= end_position <= self.size_bytes
+        if not (0 <= start_position <= end_position <= self.size_bytes):
+            raise LogInvariantError("broken invariant: 0 <= start_position <= end_position <= self.size_bytes")
         try:
             return pread_exact(self._fd, end_position - start_position, start_position)
         except OSError as exc:
@@ -581,7 +648,8 @@ class Segment:
         if self.max_timestamp_ms < timestamp_ms or from_offset >= self.next_offset:
             return None
         found = self.time_index.lookup(timestamp_ms)
-        assert found is not None
+        if found is None:
+            raise LogInvariantError("broken invariant: found is not None")
         relative_offset = found[0]
         target_offset = self.base_offset + relative_offset
         if target_offset >= from_offset:
@@ -611,10 +679,14 @@ class Segment:
 
     # --- durability and lifecycle ---------------------------------------------------------------
 
-    def seal(self) -> None:
-        """The segment stops being active: hand its buffered index entries to the OS."""
-        self.offset_index.write_pending()
-        self.time_index.write_pending()
+    def seal(self, descriptors: SegmentDescriptors | None = None) -> None:
+        """The segment stops being active: hand its buffered index entries to the OS and close
+        the index files (they are in memory; the next flush reopens them to fsync). With
+        ``descriptors`` the ``.log`` file joins the cache of closable descriptors."""
+        self.offset_index.close_descriptor()
+        self.time_index.close_descriptor()
+        if descriptors is not None:
+            self.use_descriptor_cache(descriptors)
 
     def flush(self, *, include_indexes: bool) -> None:
         """fsync the data (and, for sealed segments, the indexes)."""
@@ -627,6 +699,20 @@ class Segment:
                 self.time_index.fsync()
         except OSError as exc:
             raise StorageError(f"fsync of {self.log_path} failed: {exc}") from exc
+
+    def take_flush_descriptors(self, *, include_indexes: bool) -> list[tuple[int, str]]:
+        """For a FlushJob: duplicates of the descriptors whose files need an fsync (the data;
+        for sealed segments also the indexes), marked clean. The caller closes them."""
+        taken: list[tuple[int, str]] = []
+        if self.log_dirty:
+            taken.append((os.dup(self._fd), str(self.log_path)))
+            self.log_dirty = False
+        if include_indexes:
+            for index in (self.offset_index, self.time_index):
+                fd = index.take_flush_descriptor()
+                if fd is not None:
+                    taken.append((fd, str(index.path)))
+        return taken
 
     @property
     def needs_flush(self) -> bool:
@@ -641,7 +727,7 @@ class Segment:
             self.offset_index.close()
             self.time_index.close()
         finally:
-            os.close(self._fd)
+            self._close_descriptor()
 
     def release(self) -> None:
         """Drop buffered index entries and close the descriptors without writing anything."""
@@ -649,88 +735,10 @@ class Segment:
             self.closed = True
             self.offset_index.discard()
             self.time_index.discard()
-            os.close(self._fd)
+            self._close_descriptor()
 
     def delete(self) -> None:
         """Close and remove the segment's files (log first, so a crash leaves only orphan indexes)."""
         self.release()
         for path in self.paths(self.directory, self.base_offset):
-            path.unlink(missing_ok=True)
-
-
-class SegmentWriter:
-    """Writes a whole sealed segment (data and both indexes) to files the caller names.
-
-    The log cleaner builds a replacement segment with it under temporary names; the files follow
-    the same format and index rule as a segment grown by appends, so ``Segment.open`` loads them
-    (validating the indexes) once they are renamed into place. Batches must come in offset order.
-    """
-
-    _BUFFER_BYTES = 1024 * 1024
-
-    def __init__(
-        self, log_path: Path, index_path: Path, time_index_path: Path, base_offset: int, index_interval_bytes: int
-    ) -> None:
-        self.paths = (log_path, index_path, time_index_path)
-        self.base_offset = base_offset
-        self._index_interval_bytes = index_interval_bytes
-        self._fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _CLOEXEC, 0o644)
-        self._offset_index = OffsetIndex.empty(index_path)
-        self._time_index = TimeIndex.empty(time_index_path)
-        self._buffer = bytearray()
-        self._bytes_since_index_entry = 0
-        self.size_bytes = 0
-        self.next_offset = base_offset
-        self.batch_count = 0
-
-    def append(self, batch: bytes | memoryview, header: BatchHeader) -> None:
-        """Add one batch at the end (its base offset must not precede the previous batch's end)."""
-        assert header.base_offset >= self.next_offset, "batches must be written in offset order"
-        assert len(batch) == header.size_bytes
-        assert header.last_offset - self.base_offset <= INT32_MAX, "relative offsets are int32"
-        assert self.size_bytes + header.size_bytes <= INT32_MAX + 1 or self.size_bytes == 0
-        self._bytes_since_index_entry = index_batch(
-            self._offset_index,
-            self._time_index,
-            self.base_offset,
-            self._bytes_since_index_entry,
-            self.size_bytes,
-            header.base_offset,
-            header.size_bytes,
-            header.max_timestamp,
-            self._index_interval_bytes,
-        )
-        self._buffer += batch
-        self.size_bytes += header.size_bytes
-        self.next_offset = header.next_offset
-        self.batch_count += 1
-        if len(self._buffer) >= self._BUFFER_BYTES:
-            self._write_buffer()
-
-    def _write_buffer(self) -> None:
-        view = memoryview(self._buffer)
-        while view:
-            view = view[os.write(self._fd, view) :]
-        view.release()
-        self._buffer.clear()
-
-    def finish(self) -> None:
-        """Write and fsync the data and both indexes, then release the files."""
-        self._write_buffer()
-        os.fsync(self._fd)
-        os.close(self._fd)
-        self._fd = -1
-        self._offset_index.fsync()
-        self._offset_index.close()
-        self._time_index.fsync()
-        self._time_index.close()
-
-    def abandon(self) -> None:
-        """Close whatever is open and delete the files (the build failed or was cancelled)."""
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
-        self._offset_index.discard()
-        self._time_index.discard()
-        for path in self.paths:
             path.unlink(missing_ok=True)

@@ -34,7 +34,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from oncestream.errors import StorageError
+from oncestream.errors import LogInvariantError, StorageError
+from oncestream.log.durable_files import write_file_atomically
 from oncestream.log.segment import offset_file_name
 
 log = logging.getLogger(__name__)
@@ -56,9 +57,12 @@ class AbortedTxn:
     last_stable_offset: int  # the partition's LSO right after the marker
 
     def __post_init__(self) -> None:
-        assert self.producer_id >= 0
-        assert 0 <= self.first_offset <= self.last_offset
-        assert 0 <= self.last_stable_offset <= self.last_offset + 1
+        if not (self.producer_id >= 0):
+            raise LogInvariantError("broken invariant: self.producer_id >= 0")
+        if not (0 <= self.first_offset <= self.last_offset):
+            raise LogInvariantError("broken invariant: 0 <= self.first_offset <= self.last_offset")
+        if not (0 <= self.last_stable_offset <= self.last_offset + 1):
+            raise LogInvariantError("broken invariant: 0 <= self.last_stable_offset <= self.last_offset + 1")
 
     def encode(self) -> bytes:
         return TXN_ENTRY.pack(
@@ -69,19 +73,6 @@ class AbortedTxn:
 def txn_index_path(directory: Path, base_offset: int) -> Path:
     """Path of the ``.txnindex`` of the segment starting at ``base_offset``."""
     return directory / offset_file_name(base_offset, TXN_INDEX_SUFFIX)
-
-
-def _write_atomically(path: Path, data: bytes) -> None:
-    tmp_path = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _CLOEXEC, 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp_path, path)
 
 
 def decode_entries(raw: bytes) -> list[AbortedTxn] | None:
@@ -110,7 +101,6 @@ class TxnIndex:
         self.path = path
         self.base_offset = base_offset
         self._entries = entries
-        self._fd: int | None = None
         self.dirty = False  # written since the last fsync
         # After a failed write the file is removed and never written again, so that the next open
         # finds it missing and rebuilds it; until then the entries live in memory only.
@@ -144,10 +134,12 @@ class TxnIndex:
         """Replace the file with ``entries`` (a rebuild): temp file, fsync, rename."""
         previous_last_offset = -1
         for entry in entries:
-            assert entry.last_offset > previous_last_offset and entry.last_offset >= base_offset
+            if not (entry.last_offset > previous_last_offset and entry.last_offset >= base_offset):
+                raise LogInvariantError("broken invariant: entry.last_offset > previous_last_offset and entry.last_offset >= base_offset")
             previous_last_offset = entry.last_offset
         path = txn_index_path(directory, base_offset)
-        _write_atomically(path, b"".join(entry.encode() for entry in entries))
+        # The caller fsyncs the directory once for all the files it writes.
+        write_file_atomically(path, b"".join(entry.encode() for entry in entries), sync_directory=False)
         return cls(path, base_offset, list(entries))
 
     @property
@@ -160,19 +152,23 @@ class TxnIndex:
 
     def append(self, entry: AbortedTxn) -> None:
         """Record an abort whose marker was just written to this segment."""
-        if self._entries:
-            assert entry.last_offset > self._entries[-1].last_offset, "markers are appended in offset order"
-        assert entry.last_offset >= self.base_offset
+        if self._entries and entry.last_offset <= self._entries[-1].last_offset:
+            raise LogInvariantError("markers are appended in offset order")
+        if not (entry.last_offset >= self.base_offset):
+            raise LogInvariantError("broken invariant: entry.last_offset >= self.base_offset")
         # In memory first: reads must see the abort even if the file write fails.
         self._entries.append(entry)
         if self._file_lost:
             return
         try:
-            if self._fd is None:
-                self._fd = os.open(self.path, _APPEND_FLAGS, 0o644)
-            data = entry.encode()
-            if os.write(self._fd, data) != len(data):
-                raise OSError(f"short write to {self.path}")
+            # Opened per write (aborts are few): an index keeps no descriptor open.
+            fd = os.open(self.path, _APPEND_FLAGS, 0o644)
+            try:
+                data = entry.encode()
+                if os.write(fd, data) != len(data):
+                    raise OSError(f"short write to {self.path}")
+            finally:
+                os.close(fd)
         except OSError as exc:
             # A file that misses an entry must not look valid to the next open: without it the
             # index is rebuilt from the log.
@@ -202,16 +198,23 @@ class TxnIndex:
     def fsync(self) -> None:
         """Make the entries durable."""
         if self.dirty and not self._file_lost:
-            if self._fd is None:
-                self._fd = os.open(self.path, _APPEND_FLAGS, 0o644)
-            os.fdatasync(self._fd)
+            fd = os.open(self.path, os.O_RDONLY | _CLOEXEC)
+            try:
+                os.fdatasync(fd)
+            finally:
+                os.close(fd)
         self.dirty = False
 
+    def take_flush_descriptor(self) -> int | None:
+        """For a FlushJob: a duplicate of the descriptor if entries are unsynced, marked clean."""
+        if not self.dirty or self._file_lost:
+            self.dirty = False
+            return None
+        self.dirty = False
+        return os.open(self.path, os.O_RDONLY | _CLOEXEC)  # the job's own descriptor
+
     def release(self) -> None:
-        """Close the descriptor without syncing."""
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        """The index is no longer written here (it keeps no descriptor: nothing to close)."""
 
 
 class TxnIndexes:
@@ -313,16 +316,27 @@ class TxnIndexes:
                     raise StorageError(f"fsync of {index.path} failed: {exc}") from exc
             self._unsynced.discard(base_offset)
 
+    def take_flush_descriptors(self, *, except_base_offset: int | None = None) -> list[tuple[int, str]]:
+        """For a FlushJob: what ``fsync`` would sync (except the given index), as duplicated
+        descriptors; those indexes count as synced."""
+        taken: list[tuple[int, str]] = []
+        for base_offset in sorted(self._unsynced):
+            if base_offset == except_base_offset:
+                continue
+            index = self._by_base.get(base_offset)
+            if index is not None:
+                fd = index.take_flush_descriptor()
+                if fd is not None:
+                    taken.append((fd, str(index.path)))
+            self._unsynced.discard(base_offset)
+        return taken
+
     def seal(self, base_offset: int) -> None:
-        """The segment stops being active: make its entries durable and close the descriptor."""
+        """The segment stops being active: close the descriptor. Unsynced entries stay marked
+        so: the next flush (a job off the event loop) fsyncs them, before it writes the
+        producer snapshot that recovery would trust them by."""
         index = self._by_base.get(base_offset)
         if index is not None:
-            if base_offset in self._unsynced:
-                try:
-                    index.fsync()
-                except OSError as exc:
-                    raise StorageError(f"fsync of {index.path} failed: {exc}") from exc
-                self._unsynced.discard(base_offset)
             index.release()
 
     def release_all(self) -> None:

@@ -8,6 +8,7 @@ import uuid
 from kio.schema.errors import ErrorCode
 
 from oncestream.broker.state import BrokerState
+from oncestream.broker.topic_creation import auto_create_topic
 from oncestream.errors import KafkaError
 from oncestream.protocol.api_keys import METADATA
 from oncestream.protocol.codec import RequestHeader, build, response_module
@@ -15,7 +16,7 @@ from oncestream.protocol.codec import RequestHeader, build, response_module
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 
 
-def handle(state: BrokerState, header: RequestHeader, request) -> object:
+async def handle(state: BrokerState, header: RequestHeader, request) -> object:
     m = response_module(METADATA, header.api_version)
     node_id = state.config.node_id
     topics = state.logs.topics()
@@ -42,7 +43,8 @@ def handle(state: BrokerState, header: RequestHeader, request) -> object:
                 error = ErrorCode.policy_violation
             else:
                 try:
-                    info = state.logs.create_topic(name, state.config.num_partitions, {})
+                    # Off the event loop (issue 10): file creation and fsyncs run on disk threads.
+                    info = await auto_create_topic(state, name, state.config.num_partitions, {})
                     topics = state.logs.topics()
                 except KafkaError as exc:
                     error = exc.code

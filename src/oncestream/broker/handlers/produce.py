@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 
 from kio.schema.errors import ErrorCode
 
 from oncestream.broker.state import BrokerState
 from oncestream.coordinator.txn import TopicPartition
-from oncestream.errors import KafkaError
-from oncestream.protocol.record_batch import BatchHeader, iter_batches
+from oncestream.errors import KafkaError, StorageError
+from oncestream.log.partition_log import PartitionLog
 from oncestream.protocol.api_keys import PRODUCE
 from oncestream.protocol.codec import RequestHeader, build, response_module
+from oncestream.protocol.record_batch import BatchHeader, iter_batches
 
 _VALID_ACKS = (0, 1, -1)
 
@@ -20,57 +22,57 @@ async def handle(state: BrokerState, header: RequestHeader, request) -> object |
     m = response_module(PRODUCE, header.api_version)
     now_ms = state.now_ms()
     acks = request.acks
-    to_flush = []
-    topics_out = []
+    # Partition answers are built after the flush: a failed fsync turns an appended partition's
+    # answer into KAFKA_STORAGE_ERROR (its batch is not durable, so it must not be acknowledged).
+    answers: list[tuple[str, list[dict]]] = []
+    to_flush: list[tuple[PartitionLog, dict]] = []
     for topic in request.topic_data:
-        parts_out = []
+        parts: list[dict] = []
         for part in topic.partition_data:
-            error = ErrorCode.none
-            message = None
-            base_offset = -1
-            log_start = -1
-            append_time = None
+            answer = {"index": part.index, "error_code": ErrorCode.none, "error_message": None,
+                      "base_offset": -1, "log_start_offset": -1, "log_append_time": None}
             if acks not in _VALID_ACKS:
-                error = ErrorCode.invalid_required_acks
+                answer["error_code"] = ErrorCode.invalid_required_acks
             elif part.records is None:
-                error = ErrorCode.invalid_record
-                message = "no records"
+                answer["error_code"], answer["error_message"] = ErrorCode.invalid_record, "no records"
             elif (refusal := _check_batches(state, header, request.transactional_id, topic.name, part)) is not None:
-                error, message = refusal
+                answer["error_code"], answer["error_message"] = refusal
             else:
                 try:
                     plog = state.logs.get(topic.name, part.index)
                     result = plog.append(part.records, now_ms)
                 except KafkaError as exc:
-                    error, message = exc.code, str(exc)
+                    answer["error_code"], answer["error_message"] = exc.code, str(exc)
                 else:
-                    base_offset = result.base_offset
-                    log_start = result.log_start_offset
+                    answer["base_offset"] = result.base_offset
+                    answer["log_start_offset"] = result.log_start_offset
                     if result.log_append_time_ms >= 0:
-                        append_time = datetime.datetime.fromtimestamp(
-                            result.log_append_time_ms / 1000, tz=datetime.timezone.utc
+                        answer["log_append_time"] = datetime.datetime.fromtimestamp(
+                            result.log_append_time_ms / 1000, tz=datetime.UTC
                         )
                     if not result.duplicate:
                         state.notifier.notify(topic.name, part.index)
                     if acks == -1 and plog.needs_flush_on_ack():
-                        to_flush.append(plog)
-            parts_out.append(
-                build(
-                    m.PartitionProduceResponse,
-                    index=part.index,
-                    error_code=error,
-                    base_offset=base_offset,
-                    log_append_time=append_time,
-                    log_start_offset=log_start,
-                    record_errors=(),
-                    error_message=message,
-                )
-            )
-        topics_out.append(build(m.TopicProduceResponse, name=topic.name, partition_responses=tuple(parts_out)))
+                        # A retried duplicate waits too: its first attempt's round may still be running.
+                        to_flush.append((plog, answer))
+                    elif plog.wants_flush():  # a roll or flush.messages=N: off the loop, not awaited
+                        state.flusher.flush_in_background(plog)
+            parts.append(answer)
+        answers.append((topic.name, parts))
     if to_flush:
         await _flush_all(state, to_flush)
     if acks == 0:
         return None
+    topics_out = [
+        build(
+            m.TopicProduceResponse,
+            name=name,
+            partition_responses=tuple(
+                build(m.PartitionProduceResponse, record_errors=(), **answer) for answer in parts
+            ),
+        )
+        for name, parts in answers
+    ]
     return build(m.ProduceResponse, responses=tuple(topics_out), throttle_time=datetime.timedelta(0))
 
 
@@ -128,6 +130,14 @@ def _check_transactional(
     return verify.errors.get(tp, ErrorCode.none)
 
 
-async def _flush_all(state: BrokerState, logs) -> None:
-    for fut in [state.flusher.flush_soon(plog) for plog in logs]:
-        await fut
+async def _flush_all(state: BrokerState, waiting: list[tuple[PartitionLog, dict]]) -> None:
+    """Wait for the group-commit fsync of every appended partition; a partition whose fsync
+    failed is answered KAFKA_STORAGE_ERROR, never NONE (its log is offline from then on)."""
+    futures = [state.flusher.flush_soon(plog) for plog, _ in waiting]
+    outcomes = await asyncio.gather(*futures, return_exceptions=True)
+    for (_, answer), outcome in zip(waiting, outcomes):
+        if isinstance(outcome, BaseException):
+            if not isinstance(outcome, KafkaError):
+                raise outcome
+            answer["error_code"], answer["error_message"] = StorageError.code, f"not durable: {outcome}"
+            answer["base_offset"], answer["log_append_time"] = -1, None

@@ -10,6 +10,7 @@ from kio.schema.errors import ErrorCode
 
 from oncestream.broker.handlers.metadata import INTERNAL_TOPICS
 from oncestream.broker.state import BrokerState
+from oncestream.broker.topic_creation import run_creation
 from oncestream.errors import KafkaError
 from oncestream.log.config import LogConfig
 from oncestream.protocol.api_keys import CREATE_PARTITIONS, CREATE_TOPICS, DELETE_TOPICS
@@ -30,7 +31,7 @@ def _requested_partitions(state: BrokerState, t) -> int:
     return state.config.num_partitions if t.num_partitions == -1 else t.num_partitions
 
 
-def handle_create(state: BrokerState, header: RequestHeader, request) -> object:
+async def handle_create(state: BrokerState, header: RequestHeader, request) -> object:
     m = response_module(CREATE_TOPICS, header.api_version)
     results = []
     too_many = sum(max(_requested_partitions(state, t), 0) for t in request.topics) > MAX_PARTITIONS_PER_REQUEST
@@ -56,8 +57,8 @@ def handle_create(state: BrokerState, header: RequestHeader, request) -> object:
             try:
                 LogConfig.from_topic_configs(configs, state.log_config)
                 if not request.validate_only:
-                    info = state.logs.create_topic(t.name, num_partitions, configs)
-                    topic_id = info.topic_id
+                    creation = state.logs.begin_create_topic(t.name, num_partitions, configs)
+                    topic_id = (await run_creation(state, creation)).topic_id
                 else:
                     granted += num_partitions
             except KafkaError as exc:
@@ -113,7 +114,7 @@ def handle_delete(state: BrokerState, header: RequestHeader, request) -> object:
     return build(m.DeleteTopicsResponse, throttle_time=datetime.timedelta(0), responses=tuple(results))
 
 
-def handle_create_partitions(state: BrokerState, header: RequestHeader, request) -> object:
+async def handle_create_partitions(state: BrokerState, header: RequestHeader, request) -> object:
     """Grow topics to ``count`` partitions. New partitions start empty at offset 0; clients see them
     in their next Metadata. Internal topics keep their partition count: the coordinators hash group
     and transactional ids over it, so changing it would move every id's coordinator partition."""
@@ -151,9 +152,10 @@ def handle_create_partitions(state: BrokerState, header: RequestHeader, request)
             granted += t.count - info.num_partitions
         else:
             try:
-                state.logs.create_partitions(t.name, t.count)
+                await run_creation(state, state.logs.begin_create_partitions(t.name, t.count))
             except KafkaError as exc:
                 error, message = exc.code, str(exc)
         results.append(build(m.CreatePartitionsTopicResult, name=t.name, error_code=error,
                              error_message=message))
     return build(m.CreatePartitionsResponse, throttle_time=datetime.timedelta(0), results=tuple(results))
+

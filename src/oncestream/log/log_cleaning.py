@@ -1,0 +1,232 @@
+"""The log cleaner's side of a partition log: when to clean, the plan, installing the result.
+
+Split from ``partition_log`` to keep that module about appends, reads and retention;
+``PartitionLog`` inherits it. The rules (what a clean keeps, tombstones, transactions) and the
+crash-safe swap protocol are in ``compaction``; this class takes the plan on the log's thread
+(duplicated descriptors of sealed, immutable segments), and installs the cleaned segments back on
+it, discarding a result whose plan no longer holds (retention, DeleteRecords or a config change
+got there first).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pathlib
+from typing import TYPE_CHECKING
+
+from oncestream.errors import LogInvariantError, StorageError
+from oncestream.log import compaction
+from oncestream.log.config import LogConfig
+from oncestream.log.descriptors import SegmentDescriptors
+from oncestream.log.producer_state import ProducerStateManager
+from oncestream.log.segment import Segment
+from oncestream.log.txn_index import TxnIndex, TxnIndexes
+
+log = logging.getLogger(__name__)
+
+
+class CleanableLog:
+    """Compaction methods of ``PartitionLog`` (the fields below are set by its constructor)."""
+
+    directory: pathlib.Path
+    config: LogConfig
+    _segments: list[Segment]
+    _producers: ProducerStateManager
+    _txn_indexes: TxnIndexes
+    _descriptors: SegmentDescriptors
+    _size_bytes: int
+    _closed: bool
+    _offline_reason: str | None
+    _cleaned_offset: int
+    _tombstone_horizon_ms: int
+    _cleaning: compaction.CompactionPlan | None
+    _cleaning_segments: list[Segment]
+
+    if TYPE_CHECKING:  # PartitionLog's, declared for the type checker only
+
+        @property
+        def last_stable_offset(self) -> int: ...
+
+        def _write_checkpoint(self) -> None: ...
+
+        def _assert_invariants(self) -> None: ...
+
+    def compaction_candidate(self, now_ms: int) -> compaction.CompactionCandidate | None:
+        """How dirty this log is, or None if it is not to be cleaned now.
+
+        None unless cleanup.policy contains ``compact`` and either the dirty ratio reaches
+        min.cleanable.dirty.ratio or a kept tombstone's delete horizon has passed; also None while
+        a plan of this log is being built.
+        """
+        if self._closed or self._offline_reason is not None or self._cleaning is not None:
+            return None
+        if not self.config.compacts:
+            return None
+        return compaction.evaluate_candidate(
+            self._segments,
+            cleaned_offset=self._cleaned_offset,
+            last_stable_offset=self.last_stable_offset,
+            tombstone_horizon_ms=self._tombstone_horizon_ms,
+            min_compaction_lag_ms=self.config.min_compaction_lag_ms,
+            min_cleanable_dirty_ratio=self.config.min_cleanable_dirty_ratio,
+            now_ms=now_ms,
+        )
+
+    def compaction_plan(
+        self, now_ms: int, *, max_map_bytes: int = compaction.DEFAULT_MAX_MAP_BYTES
+    ) -> compaction.CompactionPlan | None:
+        """Snapshot what a clean would rewrite (None if ``compaction_candidate`` says no).
+
+        The plan holds duplicated descriptors of the sealed segments below the first uncleanable
+        offset; hand it to ``compaction.build_cleaned`` (any thread), then the result to
+        ``install_cleaned``, or give the plan back with ``cancel_compaction``. One plan at a time.
+        """
+        candidate = self.compaction_candidate(now_ms)
+        if candidate is None:
+            return None
+        planned = [s for s in self._segments if s.base_offset < candidate.first_uncleanable_offset]
+        if not (planned and self._segments[-1] not in planned):
+            raise LogInvariantError("the active segment is never cleaned")
+        snapshots: list[compaction.SegmentSnapshot] = []
+        try:
+            for segment in planned:
+                snapshots.append(
+                    compaction.SegmentSnapshot(segment.base_offset, segment.next_offset, segment.size_bytes, segment.dup_fd())
+                )
+        except OSError as exc:
+            for snapshot in snapshots:
+                os.close(snapshot.fd)
+            raise StorageError(f"cannot plan compaction of {self.directory}: {exc}") from exc
+        plan = compaction.CompactionPlan(
+            directory=self.directory,
+            segments=tuple(snapshots),
+            first_dirty_offset=candidate.first_dirty_offset,
+            end_offset=candidate.first_uncleanable_offset,
+            producer_last_offsets={
+                pid: entry.last_offset for pid, entry in self._producers.entries.items() if entry.batches
+            },
+            aborted_txns={
+                s.base_offset: self._txn_indexes.get(s.base_offset).entries
+                for s in planned
+                if s.base_offset in self._txn_indexes
+            },
+            aborted_data=compaction.AbortedData(
+                self._txn_indexes.overlapping(planned[0].base_offset, planned[0].base_offset,
+                                              candidate.first_uncleanable_offset)
+            ),
+            now_ms=now_ms,
+            delete_retention_ms=self.config.delete_retention_ms,
+            segment_bytes=self.config.segment_bytes,
+            index_interval_bytes=self.config.index_interval_bytes,
+            max_map_bytes=max_map_bytes,
+        )
+        self._cleaning = plan
+        self._cleaning_segments = planned
+        return plan
+
+    def cancel_compaction(self, plan: compaction.CompactionPlan) -> None:
+        """Give back a plan that will not be installed (the build failed or was cancelled)."""
+        plan.release()
+        if self._cleaning is plan:
+            self._cleaning = None
+            self._cleaning_segments = []
+
+    def _plan_still_valid(self, result: compaction.CleanedResult) -> bool:
+        if self._closed or self._offline_reason is not None or self._cleaning is not result.plan:
+            return False
+        if not self.config.compacts:
+            return False  # cleanup.policy changed meanwhile
+        cleaned = [s for s in self._cleaning_segments if s.base_offset < result.cleaned_offset]
+        # Retention or DeleteRecords deleting a planned segment, or anything else replacing one,
+        # shows up here; appends only add segments after them.
+        current = self._segments[: len(cleaned)]
+        return len(self._segments) > len(cleaned) and all(a is b for a, b in zip(current, cleaned))
+
+    def install_cleaned(self, result: compaction.CleanedResult, now_ms: int) -> bool:
+        """Swap the cleaned segments in (crash-safely), or discard them if the plan went stale.
+
+        Returns False if discarded (the ``.cleaned`` files are then removed). StorageError if the
+        disk fails: before the commit point nothing changed; after it the log goes offline until
+        the next open, which finishes the swap.
+        """
+        if not self._plan_still_valid(result):
+            if self._cleaning is result.plan:
+                self._cleaning = None
+                self._cleaning_segments = []
+            compaction.delete_cleaned_files(result)
+            log.info("%s: discarding a compaction whose plan no longer holds", self.directory)
+            return False
+        self._cleaning = None
+        self._cleaning_segments = []
+        if not result.groups:
+            # Nothing changed on disk, but the range is clean now.
+            self._cleaned_offset = max(self._cleaned_offset, result.cleaned_offset)
+            self._tombstone_horizon_ms = result.tombstone_horizon_ms
+            self._write_checkpoint()
+            return True
+        manifest = compaction.SwapManifest.for_result(result)
+        try:
+            for group in result.groups:
+                for path in compaction.cleaned_paths(self.directory, group.base_offset):
+                    if not path.exists():
+                        raise StorageError(f"cleaned file {path} disappeared before the swap")
+            compaction.write_manifest(self.directory, manifest)  # the commit point
+        except BaseException as exc:
+            compaction.delete_cleaned_files(result)
+            (self.directory / (compaction.MANIFEST_FILE + ".tmp")).unlink(missing_ok=True)
+            if isinstance(exc, OSError):
+                raise StorageError(f"cannot commit compaction of {self.directory}: {exc}") from exc
+            raise
+        try:
+            self._apply_swap(result, manifest, now_ms)
+        except BaseException as exc:
+            self._offline_reason = f"compaction swap failed after its commit point: {exc}"
+            log.error("%s: %s; the log is offline until restarted", self.directory, self._offline_reason)
+            raise StorageError(f"{self.directory}: {self._offline_reason}") from exc
+        log.info("%s: %s", self.directory, compaction.describe(result))
+        return True
+
+    def _apply_swap(self, result: compaction.CleanedResult, manifest: compaction.SwapManifest, now_ms: int) -> None:
+        compaction.apply_swap_files(self.directory, manifest)
+        replaced = set(manifest.replaced_bases)
+        by_group = {group.base_offset: group for group in result.groups}
+        old_by_base = {s.base_offset: s for s in self._segments if s.base_offset in replaced}
+        segments: list[Segment] = []
+        for segment in self._segments:
+            if segment.base_offset not in replaced:
+                segments.append(segment)
+                continue
+            group = by_group.get(segment.base_offset)
+            if group is None:
+                continue  # merged into the segment of an earlier group
+            new_segment, truncated_bytes = Segment.open(
+                self.directory,
+                group.base_offset,
+                now_ms,
+                recover=False,
+                index_interval_bytes=self.config.index_interval_bytes,
+                compacted_below=result.cleaned_offset,
+            )
+            new_segment.use_descriptor_cache(self._descriptors)
+            if truncated_bytes or new_segment.size_bytes != group.size_bytes:
+                raise StorageError(f"cleaned segment {group.base_offset} does not match what was written")
+            # Retention's fallback clock for batches without timestamps must not restart.
+            new_segment.last_append_ms = max(old_by_base[b].last_append_ms for b in group.replaced_bases)
+            segments.append(new_segment)
+        for base_offset in replaced:
+            old_by_base[base_offset].release()  # their files are gone or replaced already
+            if base_offset in by_group:
+                index = TxnIndex.load(self.directory, base_offset)  # the merged one just renamed in
+                if index is None:
+                    raise StorageError(f"cleaned segment {base_offset} has no valid aborted-transaction index")
+                self._txn_indexes.put(index)
+            else:
+                self._txn_indexes.drop(base_offset)  # its file went with the segment
+        self._segments = segments
+        self._size_bytes = sum(segment.size_bytes for segment in segments)
+        self._cleaned_offset = max(self._cleaned_offset, result.cleaned_offset)
+        self._tombstone_horizon_ms = result.tombstone_horizon_ms
+        self._write_checkpoint()
+        compaction.finish_swap(self.directory)
+        self._assert_invariants()
