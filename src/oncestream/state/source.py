@@ -73,6 +73,8 @@ class KafkaChangelogSource:
             "isolation.level": "read_committed",
             "enable.auto.commit": False,
             "auto.offset.reset": "error",
+            # A materializer must not create the changelog it is pointed at by mistake.
+            "allow.auto.create.topics": False,
         }
         conf.update(extra_conf or {})
         self._consumer = Consumer(conf)
