@@ -23,7 +23,11 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewPartitions
 
 from oncestream.state import StateStore
-from oncestream.state.materializer import CRASH_AT_COMMIT_ENV, CRASH_POINT_ENV, Materializer
+from oncestream.state.materializer import (
+    CRASH_AT_COMMIT_ENV,
+    CRASH_POINT_ENV,
+    Materializer,
+)
 from oncestream.state.source import KafkaChangelogSource
 from tests.support.clients import CLIENT_TIMEOUT_S, create_topic, unique_topic
 from tests.support.txn import list_offset, transactional_producer, wait_until

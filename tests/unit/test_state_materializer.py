@@ -167,7 +167,7 @@ def test_changelog_gone_backwards_at_start_rebuilds_with_a_warning(tmp_path, cap
     assert "rebuilding" in caplog.text and m2.rebuilds == 1
     m2.step()
     m2.close()
-    data, offsets = _store_contents(tmp_path)
+    data, _offsets = _store_contents(tmp_path)
     assert not any(k.startswith(b"old") for k in data)
     assert b"new0" in data
 

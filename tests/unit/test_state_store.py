@@ -212,9 +212,8 @@ def test_failed_commit_keeps_previous_commit_and_poisons_the_store(store_dir):
 
 
 def test_second_open_of_the_same_directory_is_refused(store_dir):
-    with StateStore(store_dir):
-        with pytest.raises(StoreLockedError):
-            StateStore(store_dir)
+    with StateStore(store_dir), pytest.raises(StoreLockedError):
+        StateStore(store_dir)
 
 
 def test_close_releases_the_directory_even_with_readers_and_scans_alive(store_dir):

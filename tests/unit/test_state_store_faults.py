@@ -77,7 +77,7 @@ def test_missing_rocksdb_file_is_corruption(tmp_path, victim):
     db_dir = directory / DB_DIR_NAME
     names = sorted(os.listdir(db_dir))
     target = [n for n in names if n.endswith(".sst")][-1] if victim == "sst" else \
-        [n for n in names if n.startswith("MANIFEST-")][0]
+        next(n for n in names if n.startswith("MANIFEST-"))
     os.unlink(db_dir / target)
     with pytest.raises(StoreCorruptedError):
         StateStore(directory)
@@ -90,9 +90,8 @@ def test_torn_sst_file_is_corruption(tmp_path):
     sst = max((n for n in os.listdir(db_dir) if n.endswith(".sst")), key=lambda n: (db_dir / n).stat().st_size)
     size = (db_dir / sst).stat().st_size
     os.truncate(db_dir / sst, size // 2)
-    with pytest.raises(StoreCorruptedError):
-        with StateStore(directory) as store:
-            list(store.range())  # if open did not notice, reading must not return partial data
+    with pytest.raises(StoreCorruptedError), StateStore(directory) as store:
+        list(store.range())  # if open did not notice, reading must not return partial data
 
 
 def test_interrupted_creation_is_recreated_empty(tmp_path):
@@ -138,7 +137,8 @@ def test_real_write_failure_during_commit_keeps_the_previous_commit(tmp_path):
         store.close()
     """)
     env = dict(os.environ)
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
+    result = subprocess.run([sys.executable, "-c", script], check=False, capture_output=True, text=True,
+                            env=env, timeout=120)
     assert "COMMIT-FAILED" in result.stdout, (result.stdout, result.stderr[-2000:])
     with StateStore(directory) as store:
         assert store.committed_offsets() == {("t", 0): 1}

@@ -13,7 +13,12 @@ from oncestream.state.errors import (
     StoreLockedError,
     UncommittedLimitError,
 )
-from oncestream.state.store import CommittedReader, StateStore, UncommittedReader, WriteBatch
+from oncestream.state.store import (
+    CommittedReader,
+    StateStore,
+    UncommittedReader,
+    WriteBatch,
+)
 
 __all__ = [
     "CommitFailedError",

@@ -39,7 +39,12 @@ from oncestream.state.source import (
     KafkaChangelogSource,
     TopicPartition,
 )
-from oncestream.state.store import COMMIT_FAULT_POINTS, DEFAULT_UNCOMMITTED_MAX_BYTES, FaultHook, StateStore
+from oncestream.state.store import (
+    COMMIT_FAULT_POINTS,
+    DEFAULT_UNCOMMITTED_MAX_BYTES,
+    FaultHook,
+    StateStore,
+)
 
 log = logging.getLogger(__name__)
 

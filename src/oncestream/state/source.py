@@ -101,7 +101,7 @@ class KafkaChangelogSource:
                 if "out of range" in text:
                     raise ChangelogOffsetOutOfRangeError(text)
                 raise ChangelogError(text)
-            out.append(ChangelogRecord(msg.topic(), msg.partition(), msg.offset(), msg.key(), msg.value()))
+            out.append(ChangelogRecord(msg.topic() or "", msg.partition(), msg.offset(), msg.key(), msg.value()))
         return out
 
     def positions(self) -> dict[TopicPartition, int]:

@@ -36,6 +36,7 @@ import threading
 import weakref
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
+from typing import Self
 
 import rocksdict
 
@@ -216,14 +217,14 @@ class StateStore:
         opts, cfs = self._options(create=False)
         try:
             db = rocksdict.Rdict(str(db_dir), opts, column_families=cfs)
-        except Exception as exc:  # rocksdict raises plain Exception for RocksDB status errors
+        except Exception as exc:  # noqa: BLE001 - rocksdict raises plain Exception for RocksDB errors
             if "/LOCK" in str(exc):
                 raise StoreLockedError(f"{db_dir}: in use by another store object or process") from None
             raise StoreCorruptedError(f"{db_dir}: RocksDB refused to open: {exc}") from None
         try:
             offsets_cf = db.get_column_family(OFFSETS_CF)
             sentinel = offsets_cf.get(_SENTINEL_KEY)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - as above
             db.close()
             raise StoreCorruptedError(f"{db_dir}: offsets column family unreadable: {exc}") from None
         if sentinel != _SENTINEL_VALUE:
@@ -437,7 +438,7 @@ class StateStore:
                 reader.close()
             # The column family view and handle share the DB: RocksDB's LOCK is only released
             # once every one of them is gone.
-            self._offsets_handle = None
+            self._offsets_handle = None  # type: ignore[assignment]
             try:
                 self._offsets_cf.close()
                 self._db.close()
@@ -446,7 +447,7 @@ class StateStore:
             finally:
                 self._offsets_cf = self._db = None  # type: ignore[assignment]
 
-    def __enter__(self) -> StateStore:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -487,13 +488,17 @@ class CommittedReader:
             it.seek_to_first()
         else:
             it.seek(start)
+        last: bytes | None = None
         while True:
             if self._cursor_owner is not token:
                 # Someone else moved the shared iterator: go back to where this scan was.
                 self._cursor_owner = token
-                it.seek(last)
-                if it.valid() and it.key() == last:
-                    it.next()
+                if last is None:
+                    it.seek_to_first() if start is None else it.seek(start)
+                else:
+                    it.seek(last)
+                    if it.valid() and it.key() == last:
+                        it.next()
             if not it.valid():
                 return
             key = it.key()
