@@ -32,8 +32,8 @@ class FakeChangelog:
     def partition_count(self, topic: str) -> int:
         return len(self.logs) if topic == TOPIC else 0
 
-    def watermarks(self, topic: str, partition: int) -> tuple[int, int]:
-        return self.log_start.get(partition, 0), len(self.logs[partition])
+    def watermarks(self, topic: str, partitions: list[int]) -> dict[int, tuple[int, int]]:
+        return {p: (self.log_start.get(p, 0), len(self.logs[p])) for p in partitions}
 
     def assign(self, starts):
         self.pos.update(starts)

@@ -228,3 +228,33 @@ def test_close_releases_the_directory_even_with_readers_and_scans_alive(store_di
     store.close()
     with StateStore(store_dir) as again:
         assert again.get(b"a") == b"1"
+
+
+def test_put_many_applies_in_order_skips_null_keys_and_stops_at_the_bound(store_dir):
+    """The materializer's bulk path: same results as put/delete one by one, and it returns as
+    soon as statestore.uncommitted.max.bytes is reached so the caller can commit mid-poll."""
+    with StateStore(store_dir, uncommitted_max_bytes=300) as store:
+        store.put(b"gone", b"x")
+        store.commit()
+        pairs = [(b"a", b"1"), (None, b"no key"), (b"gone", None), (b"a", b"2"),
+                 (b"b", b"y" * 200), (b"c", b"3"), (b"d", b"4")]
+        upto, skipped = store.put_many(pairs)
+        # a 18 + tombstone of gone 20 + a again (same size) + b 217 + c 18 + d 18 = 291 < 300
+        assert (upto, skipped) == (7, 1) and not store.commit_needed
+        assert list(store.range()) == [(b"a", b"2"), (b"b", b"y" * 200), (b"c", b"3"), (b"d", b"4")]
+        more = [(b"e", b"5"), (b"f", b"6"), (b"g", b"7")]
+        upto, skipped = store.put_many(more)
+        assert upto == 1 and store.commit_needed  # 291 + 18 >= 300: stop right after "e"
+        store.commit()
+        upto, _ = store.put_many(more, upto)
+        assert upto == 3 and store.get(b"g") == b"7"
+
+
+def test_put_many_refuses_an_entry_past_the_hard_limit_and_keeps_the_ones_before(store_dir):
+    with StateStore(store_dir, uncommitted_max_bytes=100) as store:
+        with pytest.raises(UncommittedLimitError):
+            store.put_many([(b"a", b"1"), (b"big", b"z" * 300)])
+        assert store.get(b"a") == b"1" and store.get(b"big") is None
+        assert store.uncommitted_bytes == 18
+        with pytest.raises(TypeError):
+            store.put_many([("text-key", b"v")])  # type: ignore[list-item]

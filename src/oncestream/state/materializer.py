@@ -125,14 +125,18 @@ class Materializer:
         self._next_metadata_ms = now + self._metadata_interval_ms
 
     def _changelog_regression(self, stored: dict[TopicPartition, int], count: int) -> str | None:
-        for (topic, partition), offset in sorted(stored.items()):
+        for (topic, partition), _offset in sorted(stored.items()):
             if topic != self.topic:
                 return f"store holds offsets of another topic {topic!r}"
             if partition >= count:
                 return f"{topic}[{partition}] is in the store but the topic has {count} partitions"
-            low, high = self._source.watermarks(topic, partition)
+        marks = self._source.watermarks(self.topic, sorted(p for _t, p in stored))
+        for (topic, partition), offset in sorted(stored.items()):
+            low, high = marks[partition]
+            # A stored offset is a read_committed position, never past the LSO it was read
+            # under, and the LSO never moves back: being past it means a different log.
             if offset > high:
-                return f"{topic}[{partition}]: stored offset {offset} is past the high watermark {high}"
+                return f"{topic}[{partition}]: stored offset {offset} is past the log's end {high}"
             if offset < low:
                 return f"{topic}[{partition}]: stored offset {offset} is before the log start {low}"
         return None
@@ -151,11 +155,9 @@ class Materializer:
         self.rebuilds += 1
 
     def _add_partitions(self, count: int) -> None:
-        new = {}
-        for partition in range(count):
-            tp = (self.topic, partition)
-            if tp not in self._positions:
-                new[tp] = self._source.watermarks(self.topic, partition)[0]
+        missing = [p for p in range(count) if (self.topic, p) not in self._positions]
+        marks = self._source.watermarks(self.topic, missing)
+        new = {(self.topic, p): marks[p][0] for p in missing}
         if new:
             self._positions.update(new)
             self._source.assign(new)
@@ -179,17 +181,19 @@ class Materializer:
             self._rebuild(str(exc))
             self._add_partitions(self._source.partition_count(self.topic))
             return 0
-        for record in records:
-            if record.key is None:
-                self.skipped_records += 1
-            elif record.value is None:
-                store.delete(record.key)
-            else:
-                store.put(record.key, record.value)
-            self.applied_records += 1
-            self._positions[(record.topic, record.partition)] = record.offset + 1
-            if store.commit_needed:
-                self.commit()  # statestore.uncommitted.max.bytes reached: commit early
+        # Bulk path: one put_many per poll; it stops when statestore.uncommitted.max.bytes is
+        # reached, we commit (positions from the records applied so far) and go on.
+        pairs = [(r.key(), r.value()) for r in records]
+        done = 0
+        while done < len(pairs):
+            upto, skipped = store.put_many(pairs, done)
+            self.skipped_records += skipped
+            self.applied_records += upto - done
+            if upto < len(pairs) or store.commit_needed:
+                for r in records[done:upto]:
+                    self._positions[(r.topic(), r.partition())] = r.offset() + 1
+                self.commit()
+            done = upto
         # The source's positions also step over aborted records and transaction markers.
         for tp, position in self._source.positions().items():
             if position > self._positions.get(tp, -1):
@@ -267,7 +271,7 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--poll-max-records", type=int, default=DEFAULT_POLL_MAX_RECORDS)
     parser.add_argument("--events-file", help="append one JSON line per start/commit/rebuild event")
     parser.add_argument("--stop-when-caught-up", action="store_true",
-                        help="commit and exit once every partition reached the high watermark seen at start")
+                        help="commit and exit once every partition reached the end (LSO) seen at start")
     return parser.parse_args(argv)
 
 
@@ -296,7 +300,8 @@ def main(argv: list[str] | None = None) -> int:
         targets = None
         if args.stop_when_caught_up:
             count = source.partition_count(args.topic)
-            targets = {(args.topic, p): source.watermarks(args.topic, p)[1] for p in range(count)}
+            marks = source.watermarks(args.topic, list(range(count)))
+            targets = {(args.topic, p): end for p, (_low, end) in marks.items()}
         while not stop.is_set():
             materializer.step(0.2)
             if targets is not None:

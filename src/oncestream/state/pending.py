@@ -9,6 +9,7 @@ run of puts costs O(1) each and a scan after them O(n), never O(n) per put.
 from __future__ import annotations
 
 import bisect
+from typing import Any
 from collections.abc import Iterator
 
 # A pending delete (tombstone); distinct from every bytes value.
@@ -16,6 +17,7 @@ DELETED = None
 # Per-entry bookkeeping counted against statestore.uncommitted.max.bytes besides key and value,
 # so a flood of tiny writes is bounded too.
 ENTRY_OVERHEAD_BYTES = 16
+_MISSING = object()
 
 
 def entry_size_bytes(key: bytes, value: bytes | None) -> int:
@@ -57,6 +59,48 @@ class PendingWrites:
         if key not in self._entries:
             self._unsorted.append(key)
         self._entries[key] = value
+
+    def set_many(self, pairs: list[tuple[bytes | None, bytes | None]], start: int,
+                 soft_limit_bytes: int, hard_limit_bytes: int) -> tuple[int, int]:
+        """Apply ``pairs[start:]`` in order (None key: skipped) until ``size_bytes`` reaches
+        ``soft_limit_bytes``; returns ``(next index, skipped)``. The hot path of a
+        materializer, so the per-entry work of ``set`` is inlined. Raises ``OverflowError``
+        (that entry not applied) when an entry would take the size past ``hard_limit_bytes``.
+        """
+        entries = self._entries
+        unsorted = self._unsorted
+        size = self.size_bytes
+        skipped = 0
+        i = start
+        n = len(pairs)
+        missing = _MISSING
+        try:
+            while i < n:
+                key, value = pairs[i]
+                if key is None:
+                    skipped += 1
+                    i += 1
+                    continue
+                if type(key) is not bytes or (value is not None and type(value) is not bytes):
+                    raise TypeError("keys and values must be bytes")
+                old: Any = entries.get(key, missing)
+                grown = size + (len(value) if value is not None else 0)
+                if old is missing:
+                    grown += len(key) + ENTRY_OVERHEAD_BYTES
+                elif old is not None:
+                    grown -= len(old)
+                if grown > hard_limit_bytes:
+                    raise OverflowError(f"{grown} uncommitted bytes would exceed {hard_limit_bytes}")
+                if old is missing:
+                    unsorted.append(key)
+                entries[key] = value
+                size = grown
+                i += 1
+                if size >= soft_limit_bytes:
+                    break
+        finally:
+            self.size_bytes = size
+        return i, skipped
 
     def items(self) -> Iterator[tuple[bytes, bytes | None]]:
         """Every entry in insertion order (the order of the write batch does not matter: one

@@ -7,8 +7,7 @@ in-memory log and an injected clock, and keeps the Kafka client out of the apply
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from oncestream.state.errors import StateStoreError
 
@@ -24,15 +23,31 @@ class ChangelogError(StateStoreError):
     """The changelog could not be read (an error the materializer does not recover from)."""
 
 
-@dataclass(frozen=True)
 class ChangelogRecord:
-    """One record of a changelog partition (``value`` None is a tombstone)."""
+    """One record of a changelog partition (``value()`` None is a tombstone), with the method
+    shape of ``oncestream.client.Message`` so the Kafka source hands its messages over as they
+    are (no per-record copy on the hot path)."""
 
-    topic: str
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes | None
+    __slots__ = ("_key", "_offset", "_partition", "_topic", "_value")
+
+    def __init__(self, topic: str, partition: int, offset: int, key: bytes | None, value: bytes | None) -> None:
+        self._topic, self._partition, self._offset = topic, partition, offset
+        self._key, self._value = key, value
+
+    def topic(self) -> str:
+        return self._topic
+
+    def partition(self) -> int:
+        return self._partition
+
+    def offset(self) -> int:
+        return self._offset
+
+    def key(self) -> bytes | None:
+        return self._key
+
+    def value(self) -> bytes | None:
+        return self._value
 
 
 class ChangelogSource(Protocol):
@@ -41,13 +56,14 @@ class ChangelogSource(Protocol):
     def partition_count(self, topic: str) -> int:
         """Current number of partitions of ``topic`` (0 if it does not exist)."""
 
-    def watermarks(self, topic: str, partition: int) -> tuple[int, int]:
-        """``(log start offset, high watermark)`` of a partition."""
+    def watermarks(self, topic: str, partitions: list[int]) -> dict[int, tuple[int, int]]:
+        """``(log start offset, end)`` per partition, ``end`` being the last stable offset (what a
+        read_committed reader can reach; never past the high watermark)."""
 
     def assign(self, starts: dict[TopicPartition, int]) -> None:
         """Add partitions to the assignment, each read from the given offset."""
 
-    def poll(self, max_records: int, timeout_s: float) -> list[ChangelogRecord]:
+    def poll(self, max_records: int, timeout_s: float) -> list[Any]:
         """Up to ``max_records`` committed records (read_committed), waiting up to ``timeout_s``."""
 
     def positions(self) -> dict[TopicPartition, int]:
@@ -82,27 +98,39 @@ class KafkaChangelogSource:
     def partition_count(self, topic: str) -> int:
         return self._consumer.list_topics(topic, timeout=30).get(topic, 0)
 
-    def watermarks(self, topic: str, partition: int) -> tuple[int, int]:
+    def watermarks(self, topic: str, partitions: list[int]) -> dict[int, tuple[int, int]]:
+        from oncestream.client import OFFSET_BEGINNING, OFFSET_END
         from oncestream.client import TopicPartition as KafkaTopicPartition
 
-        return self._consumer.get_watermark_offsets(KafkaTopicPartition(topic, partition), timeout=30)
+        if not partitions:
+            return {}
+        # One ListOffsets per bound for all partitions (offsets_for_times takes the special
+        # timestamps -2/-1 and, read_committed, answers the LSO for "latest").
+        answers: dict[int, list[int]] = {}
+        for stamp in (OFFSET_BEGINNING, OFFSET_END):
+            for tp in self._consumer.offsets_for_times(
+                    [KafkaTopicPartition(topic, p, stamp) for p in partitions], timeout=30):
+                if tp.error is not None:
+                    raise ChangelogError(f"ListOffsets {topic}[{tp.partition}]: {tp.error}")
+                answers.setdefault(tp.partition, []).append(tp.offset)
+        return {p: (low, end) for p, (low, end) in answers.items()}
 
     def assign(self, starts: dict[TopicPartition, int]) -> None:
         from oncestream.client import TopicPartition as KafkaTopicPartition
 
         self._consumer.incremental_assign([KafkaTopicPartition(t, p, o) for (t, p), o in starts.items()])
 
-    def poll(self, max_records: int, timeout_s: float) -> list[ChangelogRecord]:
-        out = []
-        for msg in self._consumer.consume(max_records, timeout_s):
-            error = msg.error()
+    def poll(self, max_records: int, timeout_s: float) -> list[Any]:
+        """Messages as the client returns them (an error comes alone, as a one-message list)."""
+        messages = self._consumer.consume(max_records, timeout_s)
+        if len(messages) == 1:
+            error = messages[0].error()
             if error is not None:
                 text = str(error)
                 if "out of range" in text:
                     raise ChangelogOffsetOutOfRangeError(text)
                 raise ChangelogError(text)
-            out.append(ChangelogRecord(msg.topic() or "", msg.partition(), msg.offset(), msg.key(), msg.value()))
-        return out
+        return messages
 
     def positions(self) -> dict[TopicPartition, int]:
         assigned = self._consumer.assignment()

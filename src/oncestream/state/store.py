@@ -297,6 +297,20 @@ class StateStore:
         _check_bytes("key", key)
         self._set(key, None)
 
+    def put_many(self, pairs: list[tuple[bytes | None, bytes | None]], start: int = 0) -> tuple[int, int]:
+        """Apply ``(key, value)`` pairs from ``pairs[start]`` on, in order (value None deletes,
+        key None is skipped), stopping right after the write that makes ``commit_needed`` true.
+        Returns ``(next index, skipped)``: the caller commits and continues from the index.
+        The materializer's bulk path (one call per poll instead of one per record)."""
+        self._check_usable()
+        try:
+            return self._pending.set_many(pairs, start, self.uncommitted_max_bytes,
+                                          self.uncommitted_max_bytes * HARD_LIMIT_FACTOR)
+        except OverflowError as exc:
+            raise UncommittedLimitError(f"{exc}; commit first") from None
+        finally:
+            self._after_write()
+
     def write(self, batch: WriteBatch) -> None:
         """Apply every write of ``batch`` to the pending writes, or none of them (hard limit)."""
         self._check_usable()
