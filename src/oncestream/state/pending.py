@@ -9,8 +9,8 @@ run of puts costs O(1) each and a scan after them O(n), never O(n) per put.
 from __future__ import annotations
 
 import bisect
-from typing import Any
 from collections.abc import Iterator
+from typing import Any
 
 # A pending delete (tombstone); distinct from every bytes value.
 DELETED = None
