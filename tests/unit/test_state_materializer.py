@@ -9,7 +9,7 @@ import logging
 
 import pytest
 
-from oncestream.state import StateStore
+from oncestream.state import CommitFailedError, StateStore
 from oncestream.state.materializer import Materializer
 from oncestream.state.source import ChangelogOffsetOutOfRangeError, ChangelogRecord
 
@@ -187,3 +187,23 @@ def test_offset_out_of_range_while_running_rebuilds(tmp_path, caplog):
     m.step()
     m.close()
     assert _store_contents(tmp_path) == ({b"new": b"v"}, {(TOPIC, 0): 1})
+
+
+def test_failed_commit_on_close_still_releases_the_store_and_keeps_the_last_commit(tmp_path):
+    source, clock = FakeChangelog(), Clock()
+    source.append(0, b"a", b"1")
+    m = _materializer(tmp_path, source, clock)
+    m.step()
+    m.commit()
+    source.append(0, b"a", b"2")
+    m.step()
+
+    def disk_full(point: str) -> None:
+        if point == "write":
+            raise OSError(28, "No space left on device")
+
+    m.store._fault = disk_full
+    with pytest.raises(CommitFailedError):
+        m.close()
+    assert source.closed
+    assert _store_contents(tmp_path) == ({b"a": b"1"}, {(TOPIC, 0): 1})

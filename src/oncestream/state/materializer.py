@@ -228,8 +228,10 @@ class Materializer:
         """Commit what was applied, then close the store and the source."""
         try:
             if self.store is not None:
-                self.commit()
-                self.store.close()
+                try:
+                    self.commit()
+                finally:
+                    self.store.close()  # even after a failed commit: release the directory
                 self._emit({"event": "closed", "applied": self.applied_records})
         finally:
             self._source.close()
