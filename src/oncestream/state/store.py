@@ -60,6 +60,10 @@ FaultHook = Callable[[str], None]
 DB_DIR_NAME = "rocksdb"
 OFFSETS_CF = "offsets"
 DEFAULT_UNCOMMITTED_MAX_BYTES = 64 * 1024 * 1024
+# Flush memtables once this many bytes were committed since the last flush: RocksDB replays the
+# WAL written since the last flush when it opens after a crash (and writes it out to SST files),
+# so this bounds recovery time; without it the WAL grows to the 64 MiB write buffer.
+DEFAULT_FLUSH_AFTER_BYTES = 16 * 1024 * 1024
 # The hard bound is this many times statestore.uncommitted.max.bytes (see module docstring).
 HARD_LIMIT_FACTOR = 2
 # Fault points reached by every commit, in order (test-only crash injection, see fault_hook).
@@ -160,6 +164,8 @@ class StateStore:
 
     ``uncommitted_max_bytes`` is KIP-892's ``statestore.uncommitted.max.bytes``;
     ``on_commit_needed`` is called once each time the pending writes reach it.
+    ``flush_after_bytes``: memtables are flushed after that many committed bytes, which bounds
+    the WAL RocksDB replays when it opens after a crash.
     ``fault_hook`` (tests only) is called with each name in ``COMMIT_FAULT_POINTS`` during every
     commit; an exception it raises at ``write`` is treated as a failed RocksDB write.
     """
@@ -167,12 +173,15 @@ class StateStore:
     def __init__(self, directory: str | os.PathLike[str], *,
                  uncommitted_max_bytes: int = DEFAULT_UNCOMMITTED_MAX_BYTES,
                  on_commit_needed: Callable[[], None] | None = None,
+                 flush_after_bytes: int = DEFAULT_FLUSH_AFTER_BYTES,
                  fault_hook: FaultHook | None = None) -> None:
         if uncommitted_max_bytes <= 0:
             raise ValueError("uncommitted_max_bytes must be positive")
         self.directory = Path(directory)
         self.uncommitted_max_bytes = uncommitted_max_bytes
         self._on_commit_needed = on_commit_needed
+        self._flush_after_bytes = flush_after_bytes
+        self._unflushed_bytes = 0
         self._fault = fault_hook or (lambda point: None)
         self._pending = PendingWrites()
         self._commit_signalled = False
@@ -198,6 +207,9 @@ class StateStore:
         # commit, data and offsets from the same batch.
         opts.set_atomic_flush(True)
         opts.set_paranoid_checks(True)
+        # RocksDB's own bound on live WAL files (flushes the column families pinning old ones),
+        # in case the owner never reaches flush_after_bytes in one store object's lifetime.
+        opts.set_max_total_wal_size(4 * DEFAULT_FLUSH_AFTER_BYTES)
         return opts, {OFFSETS_CF: rocksdict.Options(raw_mode=True)}
 
     def _open(self) -> tuple[rocksdict.Rdict, rocksdict.Rdict]:
@@ -382,6 +394,7 @@ class StateStore:
             self._fault("inside-batch")
         for (topic, partition), offset in offsets.items():
             batch.put(_offset_key(topic, partition), _OFFSET_VALUE.pack(offset), self._offsets_handle)
+        batch_bytes = batch.size_in_bytes()
         with self._lock:
             try:
                 self._fault("write")
@@ -390,10 +403,27 @@ class StateStore:
                 self._failure = f"commit failed: {exc}"
                 raise CommitFailedError(f"{self.directory}: commit failed, previous commit kept: {exc}") from exc
         self._fault("after-batch")
+        self._unflushed_bytes += batch_bytes
+        if self._unflushed_bytes >= self._flush_after_bytes:
+            self._flush_memtables()
         self._offsets.update(offsets)
         self._pending.clear()
         self._commit_signalled = False
         self.commits += 1
+
+    def _flush_memtables(self) -> None:
+        """Write the memtables out (both column families together: atomic flush) so a crash
+        replays little WAL. The commit is already durable: a failed flush only costs recovery
+        time later, so it is logged, not raised."""
+        self._unflushed_bytes = 0
+        try:
+            # Both column families: the offsets one gets a few bytes per commit and, left
+            # alone, would never flush and keep every WAL file since the store was created.
+            # wait=False: RocksDB's background thread writes the SST files; the writer goes on.
+            self._db.flush(False)
+            self._offsets_cf.flush(False)
+        except Exception as exc:  # noqa: BLE001 - rocksdict raises plain Exception
+            log.warning("state store %s: memtable flush failed (commit is durable): %s", self.directory, exc)
 
     def committed_offsets(self) -> dict[TopicPartition, int]:
         """Changelog offsets stored by the last commit (next offset to read per partition)."""
