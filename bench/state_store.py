@@ -3,6 +3,7 @@ materializer throughput vs a plain consumer, and RocksDB vs SQLite vs LMDB as th
 
     .venv/bin/python bench/state_store.py backends                 # ~1 min, no broker
     .venv/bin/python bench/state_store.py changelog --keys 1000000 # recovery + throughput, one broker
+    .venv/bin/python bench/state_store.py open --keys 1000000      # store open after SIGKILL, full WAL
 
 ``backends``: the store's write pattern on each engine: ``--keys`` puts in windows of
 ``--window`` distinct keys, each window committed as one atomic, fsynced transaction together
@@ -197,6 +198,52 @@ def run_backends(args: argparse.Namespace) -> None:
         print(f"| {name} | {puts:,.0f} | {ms:.1f} | {gets:,.0f} | {scan:,.0f} | {mb:.0f} |")
 
 
+# --- open after SIGKILL with the WAL at its bound ------------------------------------------------
+
+def run_open(args: argparse.Namespace) -> None:
+    """Worst case of the store's own recovery: a child builds ``--keys`` keys in commits of
+    ``--window`` records, then keeps committing until the WAL written since the last flush is
+    just under ``flush_after_bytes`` (16 MiB) and SIGKILLs itself; the parent times
+    ``StateStore(...)`` (RocksDB replays that WAL and writes it out) and a clean reopen."""
+    from oncestream.state import StateStore
+    from oncestream.state.store import DEFAULT_FLUSH_AFTER_BYTES
+
+    with tempfile.TemporaryDirectory(dir=args.tmp) as tmp:
+        store_dir = Path(tmp) / "store"
+        child = f"""
+import os, signal
+from oncestream.state import StateStore
+store = StateStore({str(store_dir)!r})
+value = b"v" * {VALUE_BYTES}
+i = 0
+def window():
+    global i
+    store.put_many([(b"key%09d" % k, value) for k in range(i, i + {args.window})])
+    i += {args.window}
+    store.commit({{("changelog", 0): i}})
+while i < {args.keys}:
+    window()
+while store._unflushed_bytes + 2 * {args.window} * ({VALUE_BYTES} + 40) < {DEFAULT_FLUSH_AFTER_BYTES}:
+    window()
+print(i, store._unflushed_bytes, flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+        out = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, check=False)
+        keys, unflushed = (int(x) for x in out.stdout.split())
+        wal = sum(f.stat().st_size for f in (store_dir / "rocksdb").glob("*.log"))
+        start = time.perf_counter()
+        store = StateStore(store_dir)
+        open_s = time.perf_counter() - start
+        assert store.committed_offsets() == {("changelog", 0): keys}
+        store.close()
+        start = time.perf_counter()
+        StateStore(store_dir).close()
+        clean_s = time.perf_counter() - start
+    print(f"store of {keys:,} keys SIGKILLed with {unflushed / 1e6:.1f} MB committed since the last flush "
+          f"({wal / 1e6:.1f} MB of WAL files): open after SIGKILL {open_s * 1000:.0f} ms, "
+          f"clean reopen {clean_s * 1000:.0f} ms")
+
+
 # --- changelog: throughput and recovery ---------------------------------------------------------
 
 def _produce(bootstrap: str, topic: str, partitions: int, ids: range, generation: int) -> None:
@@ -343,7 +390,7 @@ def run_changelog(args: argparse.Namespace) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("what", choices=("backends", "changelog"))
+    parser.add_argument("what", choices=("backends", "changelog", "open"))
     parser.add_argument("--keys", type=int, default=1_000_000)
     parser.add_argument("--window", type=int, default=10_000, help="uncommitted window (records)")
     parser.add_argument("--partitions", type=int, default=4)
@@ -353,6 +400,8 @@ def main() -> int:
     args = parser.parse_args()
     if args.what == "backends":
         run_backends(args)
+    elif args.what == "open":
+        run_open(args)
     else:
         run_changelog(args)
     return 0
