@@ -227,6 +227,10 @@ def test_close_releases_the_directory_even_with_readers_and_scans_alive(store_di
     assert reader.get(b"a") == b"1"
     del scan  # a finished or dropped writer scan releases its iterator
     store.close()
+    with pytest.raises(StoreFailedError):
+        reader.get(b"a")  # a typed error, not a crash, on a reader of a closed store
+    with pytest.raises(StoreFailedError):
+        store.get(b"a")
     with StateStore(store_dir) as again:
         assert again.get(b"a") == b"1"
 

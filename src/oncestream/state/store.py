@@ -514,10 +514,15 @@ class CommittedReader:
         self._data, self._offsets = self._store._pin()
         self._cursor_owner = None
 
+    def _iterator(self) -> rocksdict.RdictIter:
+        if self._data is None:
+            raise StoreFailedError("reader closed (or its store was closed)")
+        return self._data
+
     def get(self, key: bytes) -> bytes | None:
         """Committed value of ``key`` at this reader's commit, or None."""
         self._cursor_owner = None
-        it = self._data
+        it = self._iterator()
         it.seek(key)
         if it.valid() and it.key() == key:
             return it.value()
@@ -526,8 +531,8 @@ class CommittedReader:
     def range(self, start: bytes | None = None, end: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
         """Committed ``(key, value)`` for ``start <= key < end`` in key order."""
         token = object()
+        it = self._iterator()
         self._cursor_owner = token
-        it = self._data
         if start is None:
             it.seek_to_first()
         else:
@@ -559,6 +564,7 @@ class CommittedReader:
 
     def committed_offsets(self) -> dict[TopicPartition, int]:
         """The changelog offsets of this reader's commit."""
+        self._iterator()
         out = {}
         for key, value in _iterate(self._offsets, _OFFSET_PREFIX, prefix_end(_OFFSET_PREFIX)):
             out[_parse_offset_key(key)] = _OFFSET_VALUE.unpack(value)[0]
