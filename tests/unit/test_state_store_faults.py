@@ -143,3 +143,13 @@ def test_real_write_failure_during_commit_keeps_the_previous_commit(tmp_path):
     with StateStore(directory) as store:
         assert store.committed_offsets() == {("t", 0): 1}
         assert list(store.range()) == [(b"a", b"committed")]
+
+
+def test_crash_while_writing_the_first_marker_is_an_empty_directory(tmp_path):
+    directory = tmp_path / "s"
+    directory.mkdir()
+    (directory / (MARKER_NAME + ".tmp")).write_bytes(b'{"magic": "onces')
+    with StateStore(directory) as store:
+        store.put(b"a", b"1")
+        store.commit()
+    assert _marker(directory)["status"] == "ready"

@@ -217,7 +217,8 @@ class StateStore:
         directory = self.directory
         directory.mkdir(parents=True, exist_ok=True)
         entries = set(os.listdir(directory))
-        if not entries:
+        if not entries - {fmt.MARKER_NAME + ".tmp"}:
+            # Empty, or a crash while the very first marker was being written.
             return self._create()
         marker = fmt.read_marker(directory)
         if marker.status == fmt.STATUS_CREATING:
@@ -252,12 +253,17 @@ class StateStore:
         if db_dir.exists():
             shutil.rmtree(db_dir)
         opts, cfs = self._options(create=True)
-        db = rocksdict.Rdict(str(db_dir), opts, column_families=cfs)
-        batch = rocksdict.WriteBatch(raw_mode=True)
-        batch.put(_SENTINEL_KEY, _SENTINEL_VALUE, db.get_column_family_handle(OFFSETS_CF))
-        db.write(batch, self._sync)
-        # The sentinel goes into SST files, so later it does not depend on any WAL file.
-        db.flush()
+        try:
+            db = rocksdict.Rdict(str(db_dir), opts, column_families=cfs)
+            batch = rocksdict.WriteBatch(raw_mode=True)
+            batch.put(_SENTINEL_KEY, _SENTINEL_VALUE, db.get_column_family_handle(OFFSETS_CF))
+            db.write(batch, self._sync)
+            # The sentinel goes into SST files, so later it does not depend on any WAL file.
+            db.flush()
+            db.get_column_family(OFFSETS_CF).flush()
+        except Exception as exc:  # noqa: BLE001 - rocksdict raises plain Exception
+            # The marker still says "creating": the next open starts over.
+            raise StateStoreError(f"{db_dir}: creating the store failed: {exc}") from exc
         fmt.write_marker(directory, fmt.STATUS_READY)
         return db, db.get_column_family(OFFSETS_CF)
 
