@@ -261,7 +261,7 @@ class StateStore:
             # The sentinel goes into SST files, so later it does not depend on any WAL file.
             db.flush()
             db.get_column_family(OFFSETS_CF).flush()
-        except Exception as exc:  # noqa: BLE001 - rocksdict raises plain Exception
+        except Exception as exc:  # rocksdict raises plain Exception
             # The marker still says "creating": the next open starts over.
             raise StateStoreError(f"{db_dir}: creating the store failed: {exc}") from exc
         fmt.write_marker(directory, fmt.STATUS_READY)
