@@ -1,4 +1,5 @@
-"""Property test (hypothesis): random put/delete/commit/crash sequences against a model dict.
+"""Property test (hypothesis): random put/delete/write-batch/put_many/commit/crash/scan
+sequences against a model dict.
 
 The model keeps two dicts: ``committed`` (what a reopen must give back) and ``working`` (what
 the writer reads). A crash is "close without commit and reopen": the store must equal
@@ -14,7 +15,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from oncestream.state import StateStore
+from oncestream.state import StateStore, WriteBatch
 
 KEYS = st.binary(min_size=0, max_size=3)  # few distinct keys: overwrites and deletes collide
 VALUES = st.binary(max_size=8)
@@ -25,6 +26,8 @@ OPS = st.lists(
         st.tuples(st.just("commit")),
         st.tuples(st.just("crash")),
         st.tuples(st.just("scan"), KEYS, KEYS),
+        st.tuples(st.just("batch"), st.lists(st.tuples(KEYS, st.none() | VALUES), max_size=5)),
+        st.tuples(st.just("put_many"), st.lists(st.tuples(KEYS, st.none() | VALUES), max_size=5)),
     ),
     max_size=60,
 )
@@ -48,6 +51,19 @@ def test_store_matches_model_through_commits_and_crashes(ops):
             elif kind == "delete":
                 store.delete(op[1])
                 working.pop(op[1], None)
+            elif kind in ("batch", "put_many"):
+                if kind == "batch":
+                    batch = WriteBatch()
+                    for key, value in op[1]:
+                        batch.put(key, value) if value is not None else batch.delete(key)
+                    store.write(batch)
+                else:
+                    assert store.put_many(op[1]) == (len(op[1]), 0)
+                for key, value in op[1]:
+                    if value is None:
+                        working.pop(key, None)
+                    else:
+                        working[key] = value
             elif kind == "commit":
                 offset += 1
                 store.commit({("changelog", 0): offset})
@@ -67,7 +83,8 @@ def test_store_matches_model_through_commits_and_crashes(ops):
                 assert list(reader.range(lo, hi)) == sorted(
                     (k, v) for k, v in committed.items() if lo <= k < hi)
                 reader.close()
-            for key in {op[1]} if len(op) > 1 else ():
+            touched = [k for k, _ in op[1]] if kind in ("batch", "put_many") else [op[1]] if len(op) > 1 else []
+            for key in touched:
                 assert store.get(key) == working.get(key)
         assert list(store.range()) == sorted(working.items())
     finally:
