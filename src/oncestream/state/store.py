@@ -28,6 +28,7 @@ live on other threads (the lock only orders iterator creation against commits).
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import shutil
@@ -389,16 +390,11 @@ class StateStore:
                     f"offset {offset} for {topic}[{partition}] is below the committed {previous}")
         self._fault("before-batch")
         batch = rocksdict.WriteBatch(raw_mode=True)
+        entries = self._pending.items()
         half = len(self._pending) // 2
-        for i, (key, value) in enumerate(self._pending.items()):
-            if i == half:
-                self._fault("inside-batch")
-            if value is None:
-                batch.delete(key)
-            else:
-                batch.put(key, value)
-        if len(self._pending) == 0:
-            self._fault("inside-batch")
+        self._add_to_batch(batch, itertools.islice(entries, half))
+        self._fault("inside-batch")
+        self._add_to_batch(batch, entries)  # the same iterator: the second half
         for (topic, partition), offset in offsets.items():
             batch.put(_offset_key(topic, partition), _OFFSET_VALUE.pack(offset), self._offsets_handle)
         batch_bytes = batch.size_in_bytes()
@@ -417,6 +413,15 @@ class StateStore:
         self._pending.clear()
         self._commit_signalled = False
         self.commits += 1
+
+    @staticmethod
+    def _add_to_batch(batch: rocksdict.WriteBatch, entries: Iterator[tuple[bytes, bytes | None]]) -> None:
+        put, delete = batch.put, batch.delete  # the commit's per-entry loop: keep it lean
+        for key, value in entries:
+            if value is None:
+                delete(key)
+            else:
+                put(key, value)
 
     def _flush_memtables(self) -> None:
         """Write both column families' memtables out so a crash replays little WAL. The commit is already durable: a failed flush only costs recovery
