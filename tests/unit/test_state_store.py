@@ -288,3 +288,13 @@ def test_committed_bytes_flush_both_column_families_so_the_wal_stays_bounded(sto
     with StateStore(store_dir) as reopened:
         assert reopened.committed_offsets() == {("t", 0): 40}
         assert sum(1 for _ in reopened.range()) == 4000
+
+
+def test_apply_messages_reads_kafka_shaped_records_like_put_many(store_dir):
+    from oncestream.state.source import ChangelogRecord
+
+    messages = [ChangelogRecord("t", 0, 0, b"a", b"1"), ChangelogRecord("t", 0, 1, None, b"x"),
+                ChangelogRecord("t", 0, 2, b"b", b"2"), ChangelogRecord("t", 0, 3, b"a", None)]
+    with StateStore(store_dir) as store:
+        assert store.apply_messages(messages) == (4, 1)
+        assert list(store.range()) == [(b"b", b"2")]

@@ -183,13 +183,12 @@ class Materializer:
             return 0
         # Bulk path: one put_many per poll; it stops when statestore.uncommitted.max.bytes is
         # reached, we commit (positions from the records applied so far) and go on.
-        pairs = [(r.key(), r.value()) for r in records]
         done = 0
-        while done < len(pairs):
-            upto, skipped = store.put_many(pairs, done)
+        while done < len(records):
+            upto, skipped = store.apply_messages(records, done)
             self.skipped_records += skipped
             self.applied_records += upto - done
-            if upto < len(pairs) or store.commit_needed:
+            if upto < len(records) or store.commit_needed:
                 for r in records[done:upto]:
                     self._positions[(r.topic(), r.partition())] = r.offset() + 1
                 self.commit()

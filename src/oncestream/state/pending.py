@@ -9,7 +9,7 @@ run of puts costs O(1) each and a scan after them O(n), never O(n) per put.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 # A pending delete (tombstone); distinct from every bytes value.
@@ -60,12 +60,15 @@ class PendingWrites:
             self._unsorted.append(key)
         self._entries[key] = value
 
-    def set_many(self, pairs: list[tuple[bytes | None, bytes | None]], start: int,
-                 soft_limit_bytes: int, hard_limit_bytes: int) -> tuple[int, int]:
+    def set_many(self, pairs: Sequence[Any], start: int, soft_limit_bytes: int, hard_limit_bytes: int,
+                 *, messages: bool = False) -> tuple[int, int]:
         """Apply ``pairs[start:]`` in order (None key: skipped) until ``size_bytes`` reaches
-        ``soft_limit_bytes``; returns ``(next index, skipped)``. The hot path of a
-        materializer, so the per-entry work of ``set`` is inlined. Raises ``OverflowError``
-        (that entry not applied) when an entry would take the size past ``hard_limit_bytes``.
+        ``soft_limit_bytes``; returns ``(next index, skipped)``. ``messages``: the items are
+        Kafka messages (``key()``/``value()`` methods) instead of ``(key, value)`` tuples, which
+        spares the materializer a tuple per record (allocation, and the collector runs it
+        triggers). The hot path of a materializer, so the per-entry work of ``set`` is inlined.
+        Raises ``OverflowError`` (that entry not applied) when an entry would take the size past
+        ``hard_limit_bytes``.
         """
         entries = self._entries
         unsorted = self._unsorted
@@ -76,7 +79,12 @@ class PendingWrites:
         missing = _MISSING
         try:
             while i < n:
-                key, value = pairs[i]
+                if messages:
+                    message = pairs[i]
+                    key = message.key()
+                    value = message.value()
+                else:
+                    key, value = pairs[i]
                 if key is None:
                     skipped += 1
                     i += 1

@@ -35,9 +35,9 @@ import shutil
 import struct
 import threading
 import weakref
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Self
+from typing import Any, Self
 
 import rocksdict
 
@@ -317,15 +317,23 @@ class StateStore:
         _check_bytes("key", key)
         self._set(key, None)
 
-    def put_many(self, pairs: list[tuple[bytes | None, bytes | None]], start: int = 0) -> tuple[int, int]:
+    def put_many(self, pairs: Sequence[tuple[bytes | None, bytes | None]], start: int = 0) -> tuple[int, int]:
         """Apply ``(key, value)`` pairs from ``pairs[start]`` on, in order (value None deletes,
         key None is skipped), stopping right after the write that makes ``commit_needed`` true.
         Returns ``(next index, skipped)``: the caller commits and continues from the index.
-        The materializer's bulk path (one call per poll instead of one per record)."""
+        The bulk path (one call per poll instead of one per record)."""
+        return self._put_many(pairs, start, messages=False)
+
+    def apply_messages(self, messages: Sequence[Any], start: int = 0) -> tuple[int, int]:
+        """``put_many`` over changelog messages (objects with ``key()`` and ``value()``, as
+        ``oncestream.client`` and confluent-kafka return them): the materializer's hot path."""
+        return self._put_many(messages, start, messages=True)
+
+    def _put_many(self, items: Sequence[Any], start: int, *, messages: bool) -> tuple[int, int]:
         self._check_usable()
         try:
-            return self._pending.set_many(pairs, start, self.uncommitted_max_bytes,
-                                          self.uncommitted_max_bytes * HARD_LIMIT_FACTOR)
+            return self._pending.set_many(items, start, self.uncommitted_max_bytes,
+                                          self.uncommitted_max_bytes * HARD_LIMIT_FACTOR, messages=messages)
         except OverflowError as exc:
             raise UncommittedLimitError(f"{exc}; commit first") from None
         finally:
