@@ -7,6 +7,9 @@ the commit's WriteBatch not built), ``inside-batch`` (half of the pending writes
 the store must hold exactly the changelog prefix named by its stored offsets; the restarted
 materializer must resume there, so what it re-reads is bounded by the uncommitted window
 (statestore.uncommitted.max.bytes), not by the log's length.
+
+Like the rest of the chaos suite these run against our broker (``broker_factory``), whatever
+ONCESTREAM_TEST_BROKER says: the transaction tests need our broker's read_committed behaviour.
 """
 
 from __future__ import annotations
@@ -126,7 +129,8 @@ def _read_store(state_dir: Path, topic: str) -> tuple[dict[bytes, bytes], dict[i
 
 
 @pytest.mark.parametrize("crash_point", ["before-batch", "inside-batch", "after-batch"])
-def test_sigkill_at_each_commit_point_recovers_the_committed_prefix(broker, tmp_path, crash_point):
+def test_sigkill_at_each_commit_point_recovers_the_committed_prefix(broker_factory, tmp_path, crash_point):
+    broker = broker_factory()
     topic = unique_topic("state-chaos")
     create_topic(broker.bootstrap, topic, partitions=PARTITIONS)
     log = _produce_changelog(broker.bootstrap, topic)
@@ -176,10 +180,11 @@ def _lso(bootstrap: str, topic: str, partitions: int) -> dict[tuple[str, int], i
     return {(topic, p): list_offset(bootstrap, topic, p, read_committed=True) for p in range(partitions)}
 
 
-def test_aborted_and_open_transactions_never_reach_the_store(broker, tmp_path):
+def test_aborted_and_open_transactions_never_reach_the_store(broker_factory, tmp_path):
     """A confluent-kafka transactional producer writes the changelog: committed, aborted (which
     also overwrites committed keys and deletes one), committed, then one left open. The store
     holds the committed records only; the open one appears once it commits."""
+    broker = broker_factory()
     topic = unique_topic("state-txn")
     create_topic(broker.bootstrap, topic, partitions=PARTITIONS)
     producer = transactional_producer(broker.bootstrap, unique_topic("state-txn-id"))
@@ -222,7 +227,8 @@ def test_aborted_and_open_transactions_never_reach_the_store(broker, tmp_path):
         m.close()
 
 
-def test_partitions_added_to_the_changelog_are_materialized(broker, tmp_path):
+def test_partitions_added_to_the_changelog_are_materialized(broker_factory, tmp_path):
+    broker = broker_factory()
     topic = unique_topic("state-grow")
     create_topic(broker.bootstrap, topic, partitions=1)
     producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 1})
@@ -253,9 +259,10 @@ def _partition_count(bootstrap: str, topic: str) -> int:
     return len(md.topics[topic].partitions) if topic in md.topics else 0
 
 
-def test_recreated_changelog_topic_rebuilds_the_store(broker, tmp_path):
+def test_recreated_changelog_topic_rebuilds_the_store(broker_factory, tmp_path):
     """Topic deleted and recreated shorter: the stored offsets are past its high watermark, so
     the materializer wipes the store (with a warning) instead of keeping stale keys."""
+    broker = broker_factory()
     topic = unique_topic("state-recreate")
     create_topic(broker.bootstrap, topic, partitions=1)
     producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 1})
