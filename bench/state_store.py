@@ -1,0 +1,411 @@
+"""Transactional state store (issue 13) benchmarks: recovery after SIGKILL vs wipe-and-replay,
+materializer throughput vs a plain consumer, and RocksDB vs SQLite vs LMDB as the backend.
+
+    .venv/bin/python bench/state_store.py backends                 # ~1 min, no broker
+    .venv/bin/python bench/state_store.py changelog --keys 1000000 # recovery + throughput, one broker
+    .venv/bin/python bench/state_store.py open --keys 1000000      # store open after SIGKILL, full WAL
+
+``backends``: the store's write pattern on each engine: ``--keys`` puts in windows of
+``--window`` distinct keys, each window committed as one atomic, fsynced transaction together
+with a changelog offset (RocksDB WriteBatch with sync WAL; SQLite WAL mode, synchronous=FULL;
+LMDB sync write txn), then ``--keys`` random point gets, then a full ordered scan.
+
+``changelog``: one broker, a changelog topic of ``--keys`` distinct keys (100-byte values) over
+``--partitions`` partitions.
+1. plain consumer (oncestream.client, read_committed, manual assignment) reads it to the end;
+   the materializer (same client inside) reads, applies and commits it to the end in the same
+   process: throughput ratio (records/s).
+2. ``--window`` more records are produced (overwrites), a materializer process applies them and
+   is SIGKILLed at its commit (test-only crash point before-batch): a store of ``--keys`` keys
+   with a lost uncommitted window, as a crashed Kafka Streams task leaves it.
+3. recovery, transactional store: a fresh materializer process opens the store (RocksDB WAL
+   recovery, nothing replayed) and re-reads the lost window from its stored offsets to the end.
+4. recovery, wipe-and-replay (what KIP-892 replaces under EOS): a fresh process on an empty
+   directory replays the whole changelog.
+Times are wall clock from process spawn to exit (interpreter start, connect, open, catch up, final
+commit), and also in-process from ``start()`` to caught up (no interpreter start). One run each.
+
+This is a benchmark command, not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import signal
+import sqlite3
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tests.support.brokers import BrokerProcess
+from tests.support.clients import create_topic
+
+VALUE_BYTES = 100
+OFFSET = struct.Struct(">q")
+
+
+def _key(i: int) -> bytes:
+    return b"key%09d" % i
+
+
+def _value(i: int, generation: int = 0) -> bytes:
+    head = b"g%d-%d-" % (generation, i)
+    return head + b"v" * (VALUE_BYTES - len(head))
+
+
+# --- backends ----------------------------------------------------------------------------------
+
+class RocksBackend:
+    name = "RocksDB (rocksdict 0.3.29)"
+
+    def __init__(self, path: Path) -> None:
+        import rocksdict
+
+        self._r = rocksdict
+        opts = rocksdict.Options(raw_mode=True)
+        opts.create_if_missing(True)
+        opts.create_missing_column_families(True)
+        opts.set_atomic_flush(True)
+        self.db = rocksdict.Rdict(str(path), opts, column_families={"offsets": rocksdict.Options(raw_mode=True)})
+        self.cf = self.db.get_column_family_handle("offsets")
+        self.sync = rocksdict.WriteOptions()
+        self.sync.sync = True
+
+    def commit(self, window: dict[bytes, bytes], offset: int) -> None:
+        batch = self._r.WriteBatch(raw_mode=True)
+        for k, v in window.items():
+            batch.put(k, v)
+        batch.put(b"changelog-0", OFFSET.pack(offset), self.cf)
+        self.db.write(batch, self.sync)
+
+    def get(self, key: bytes) -> bytes | None:
+        return self.db.get(key)
+
+    def scan(self) -> int:
+        it = self.db.iter()
+        it.seek_to_first()
+        n = 0
+        while it.valid():
+            n += 1
+            it.next()
+        return n
+
+    def close(self) -> None:
+        del self.cf
+        self.db.close()
+
+
+class SqliteBackend:
+    name = f"SQLite {sqlite3.sqlite_version} (WAL, synchronous=FULL)"
+
+    def __init__(self, path: Path) -> None:
+        path.mkdir(parents=True, exist_ok=True)
+        self.db = sqlite3.connect(path / "store.db", isolation_level=None)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=FULL")
+        self.db.execute("CREATE TABLE IF NOT EXISTS kv (k BLOB PRIMARY KEY, v BLOB NOT NULL) WITHOUT ROWID")
+        self.db.execute("CREATE TABLE IF NOT EXISTS offsets (tp TEXT PRIMARY KEY, o INTEGER NOT NULL)")
+
+    def commit(self, window: dict[bytes, bytes], offset: int) -> None:
+        self.db.execute("BEGIN")
+        self.db.executemany("INSERT OR REPLACE INTO kv VALUES (?, ?)", window.items())
+        self.db.execute("INSERT OR REPLACE INTO offsets VALUES ('changelog-0', ?)", (offset,))
+        self.db.execute("COMMIT")
+
+    def get(self, key: bytes) -> bytes | None:
+        row = self.db.execute("SELECT v FROM kv WHERE k = ?", (key,)).fetchone()
+        return row[0] if row else None
+
+    def scan(self) -> int:
+        return sum(1 for _ in self.db.execute("SELECT k, v FROM kv ORDER BY k"))
+
+    def close(self) -> None:
+        self.db.close()
+
+
+class LmdbBackend:
+    name = "LMDB (py-lmdb, sync)"
+
+    def __init__(self, path: Path) -> None:
+        import lmdb
+
+        self.env = lmdb.open(str(path), map_size=8 << 30, max_dbs=2, sync=True, metasync=True)
+        self.kv = self.env.open_db(b"kv")
+        self.offsets = self.env.open_db(b"offsets")
+        self.read = self.env.begin(db=self.kv, buffers=False)
+        self._reads = 0
+
+    def commit(self, window: dict[bytes, bytes], offset: int) -> None:
+        self.read.abort()
+        with self.env.begin(write=True) as txn:
+            txn.cursor(db=self.kv).putmulti(window.items())
+            txn.put(b"changelog-0", OFFSET.pack(offset), db=self.offsets)
+        self.read = self.env.begin(db=self.kv)
+
+    def get(self, key: bytes) -> bytes | None:
+        return self.read.get(key)
+
+    def scan(self) -> int:
+        return sum(1 for _ in self.read.cursor())
+
+    def close(self) -> None:
+        self.read.abort()
+        self.env.close()
+
+
+def run_backends(args: argparse.Namespace) -> None:
+    keys = [_key(i) for i in range(args.keys)]
+    rng = random.Random(1)
+    lookups = [keys[rng.randrange(args.keys)] for _ in range(args.keys)]
+    rows = []
+    for backend_cls in (RocksBackend, SqliteBackend, LmdbBackend):
+        with tempfile.TemporaryDirectory(dir=args.tmp) as tmp:
+            backend = backend_cls(Path(tmp) / "db")
+            start = time.perf_counter()
+            commits = 0
+            for lo in range(0, args.keys, args.window):
+                window = {k: _value(i) for i, k in enumerate(keys[lo:lo + args.window], lo)}
+                backend.commit(window, lo + len(window))
+                commits += 1
+            write_s = time.perf_counter() - start
+            start = time.perf_counter()
+            for key in lookups:
+                backend.get(key)
+            get_s = time.perf_counter() - start
+            start = time.perf_counter()
+            scanned = backend.scan()
+            scan_s = time.perf_counter() - start
+            assert scanned == args.keys, (backend_cls.name, scanned)
+            backend.close()
+            size = sum(f.stat().st_size for f in Path(tmp).rglob("*") if f.is_file())
+            rows.append((backend_cls.name, args.keys / write_s, write_s / commits * 1000, args.keys / get_s,
+                         args.keys / scan_s, size / 1e6))
+            print(f"{backend_cls.name}: {rows[-1][1]:,.0f} puts/s committed, {rows[-1][3]:,.0f} gets/s", flush=True)
+    print(f"\n{args.keys:,} keys, {VALUE_BYTES}-byte values, {args.window:,} keys per fsynced commit\n")
+    print("| backend | puts/s (incl. commits) | ms per commit | random gets/s | scan keys/s | disk MB |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: |")
+    for name, puts, ms, gets, scan, mb in rows:
+        print(f"| {name} | {puts:,.0f} | {ms:.1f} | {gets:,.0f} | {scan:,.0f} | {mb:.0f} |")
+
+
+# --- open after SIGKILL with the WAL at its bound ------------------------------------------------
+
+def run_open(args: argparse.Namespace) -> None:
+    """Worst case of the store's own recovery: a child builds ``--keys`` keys in commits of
+    ``--window`` records, then keeps committing until the WAL written since the last flush is
+    just under ``flush_after_bytes`` (16 MiB) and SIGKILLs itself; the parent times
+    ``StateStore(...)`` (RocksDB replays that WAL and writes it out) and a clean reopen."""
+    from oncestream.state import StateStore
+    from oncestream.state.store import DEFAULT_FLUSH_AFTER_BYTES
+
+    with tempfile.TemporaryDirectory(dir=args.tmp) as tmp:
+        store_dir = Path(tmp) / "store"
+        child = f"""
+import os, signal
+from oncestream.state import StateStore
+store = StateStore({str(store_dir)!r})
+value = b"v" * {VALUE_BYTES}
+i = 0
+def window():
+    global i
+    store.put_many([(b"key%09d" % k, value) for k in range(i, i + {args.window})])
+    i += {args.window}
+    store.commit({{("changelog", 0): i}})
+while i < {args.keys}:
+    window()
+while store._unflushed_bytes + 2 * {args.window} * ({VALUE_BYTES} + 40) < {DEFAULT_FLUSH_AFTER_BYTES}:
+    window()
+print(i, store._unflushed_bytes, flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+        out = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, check=False)
+        keys, unflushed = (int(x) for x in out.stdout.split())
+        wal = sum(f.stat().st_size for f in (store_dir / "rocksdb").glob("*.log"))
+        start = time.perf_counter()
+        store = StateStore(store_dir)
+        open_s = time.perf_counter() - start
+        assert store.committed_offsets() == {("changelog", 0): keys}
+        store.close()
+        start = time.perf_counter()
+        StateStore(store_dir).close()
+        clean_s = time.perf_counter() - start
+    print(f"store of {keys:,} keys SIGKILLed with {unflushed / 1e6:.1f} MB committed since the last flush "
+          f"({wal / 1e6:.1f} MB of WAL files): open after SIGKILL {open_s * 1000:.0f} ms, "
+          f"clean reopen {clean_s * 1000:.0f} ms")
+
+
+# --- changelog: throughput and recovery ---------------------------------------------------------
+
+def _produce(bootstrap: str, topic: str, partitions: int, ids: range, generation: int) -> None:
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1 << 20,
+                         "queue.buffering.max.messages": 1_000_000, "enable.idempotence": True})
+    for i in ids:
+        while True:
+            try:
+                producer.produce(topic, _value(i, generation), key=_key(i), partition=i % partitions)
+                break
+            except BufferError:
+                producer.poll(0.05)
+    assert producer.flush(120) == 0
+
+
+def _plain_consume(bootstrap: str, topic: str, partitions: int, total: int) -> float:
+    from oncestream.client import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "isolation.level": "read_committed",
+                         "enable.auto.commit": False})
+    start = time.perf_counter()
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    n = 0
+    while n < total:
+        for msg in consumer.consume(500, 1.0):
+            if msg.error() is None:
+                n += 1
+    elapsed = time.perf_counter() - start
+    consumer.close()
+    return elapsed
+
+
+def _materialize_in_process(bootstrap: str, topic: str, state_dir: Path,
+                            ends: dict[int, int]) -> tuple[float, float, int]:
+    """(seconds from creating the materializer to caught up and committed, seconds from after
+    ``start()`` — store open, offsets checked, partitions assigned — to the same point, records
+    applied)."""
+    from oncestream.state.materializer import Materializer
+    from oncestream.state.source import KafkaChangelogSource
+
+    start = time.perf_counter()
+    m = Materializer(state_dir, topic, KafkaChangelogSource(bootstrap))
+    m.start()
+    started = time.perf_counter()
+    while any(m.positions().get((topic, p), 0) < end for p, end in ends.items()):
+        m.step(1.0)
+    m.commit()  # applied and committed (durable): the point being measured
+    end_s = time.perf_counter()
+    m.close()  # RocksDB flushes its memtables on close: not part of catching up
+    return end_s - start, end_s - started, m.applied_records
+
+
+def _materializer_process(bootstrap: str, topic: str, state_dir: Path, events: Path,
+                          crash: bool = False) -> tuple[float, int]:
+    env = dict(os.environ)
+    if crash:
+        env["ONCESTREAM_STATE_CRASH_POINT"] = "before-batch"
+        env["ONCESTREAM_STATE_CRASH_AT_COMMIT"] = "1"
+    cmd = [sys.executable, "-m", "oncestream.state.materializer", "--bootstrap-server", bootstrap,
+           "--topic", topic, "--state-dir", str(state_dir), "--events-file", str(events),
+           "--commit-interval-ms", str(10**9 if crash else 1000), "--stop-when-caught-up"]
+    start = time.perf_counter()
+    rc = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False).returncode
+    elapsed = time.perf_counter() - start
+    expected = -signal.SIGKILL if crash else 0
+    assert rc == expected, f"materializer exited {rc}, expected {expected}"
+    applied = [json.loads(line) for line in events.read_text().splitlines()]
+    last = [e for e in applied if e["event"] in ("closed", "commit-begin")]
+    return elapsed, last[-1]["applied"]
+
+
+def _high_watermarks(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
+    from oncestream.client import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap})
+    try:
+        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] for p in range(partitions)}
+    finally:
+        consumer.close()
+
+
+def run_changelog(args: argparse.Namespace) -> None:
+    with tempfile.TemporaryDirectory(dir=args.tmp) as tmp_name:
+        tmp = Path(tmp_name)
+        broker = BrokerProcess(data_dir=tmp / "broker").start()
+        try:
+            topic = "changelog"
+            create_topic(broker.bootstrap, topic, partitions=args.partitions)
+            t0 = time.perf_counter()
+            _produce(broker.bootstrap, topic, args.partitions, range(args.keys), 0)
+            print(f"produced {args.keys:,} records in {time.perf_counter() - t0:.1f}s", flush=True)
+            ends = _high_watermarks(broker.bootstrap, topic, args.partitions)
+
+            # Alternate the two readers so drift of the shared machine lands on both; each
+            # materializer round builds a fresh store (the last one is kept for recovery).
+            plain_runs, mat_runs = [], []
+            store_dir = tmp / "store"
+            for round_number in range(1, args.throughput_rounds + 1):
+                plain_runs.append(_plain_consume(broker.bootstrap, topic, args.partitions, args.keys))
+                shutil.rmtree(store_dir, ignore_errors=True)
+                _total_s, mat_s, applied = _materialize_in_process(broker.bootstrap, topic, store_dir, ends)
+                assert applied == args.keys
+                mat_runs.append(mat_s)
+                print(f"round {round_number}: plain consumer {args.keys / plain_runs[-1]:,.0f} records/s; "
+                      f"materializer {args.keys / mat_s:,.0f} records/s applied+committed; "
+                      f"ratio {plain_runs[-1] / mat_s:.2f}x", flush=True)
+            plain_s, mat_s = statistics.median(plain_runs), statistics.median(mat_runs)
+
+            _produce(broker.bootstrap, topic, args.partitions, range(args.window), 1)
+            crash_s, lost = _materializer_process(broker.bootstrap, topic, store_dir, tmp / "crash.jsonl", crash=True)
+            print(f"SIGKILLed with {lost:,} applied, uncommitted records ({crash_s:.1f}s)", flush=True)
+            total = args.keys + args.window
+
+            txn_s, reread = _materializer_process(broker.bootstrap, topic, store_dir, tmp / "recover.jsonl")
+            replay_dir = tmp / "replay"
+            replay_s, replayed = _materializer_process(broker.bootstrap, topic, replay_dir, tmp / "replay.jsonl")
+            assert replayed == total, replayed
+            print(f"recovery (process): transactional {txn_s:.2f}s re-reading {reread:,} records; "
+                  f"wipe-and-replay {replay_s:.2f}s replaying {replayed:,}; {replay_s / txn_s:.1f}x", flush=True)
+
+            # In-process (no interpreter start): crash again, recover, and replay into a wiped dir.
+            _produce(broker.bootstrap, topic, args.partitions, range(args.window), 2)
+            _materializer_process(broker.bootstrap, topic, store_dir, tmp / "crash2.jsonl", crash=True)
+            ends = _high_watermarks(broker.bootstrap, topic, args.partitions)
+            txn_in_s, _, reread_in = _materialize_in_process(broker.bootstrap, topic, store_dir, ends)
+            shutil.rmtree(replay_dir)
+            replay_in_s, _, replayed_in = _materialize_in_process(broker.bootstrap, topic, replay_dir, ends)
+            print(f"recovery (in-process): transactional {txn_in_s:.2f}s re-reading {reread_in:,}; "
+                  f"wipe-and-replay {replay_in_s:.2f}s replaying {replayed_in:,}; {replay_in_s / txn_in_s:.1f}x")
+            print("\n| measurement | transactional store | wipe-and-replay | ratio |\n| --- | ---: | ---: | ---: |")
+            print(f"| recovery, process spawn to caught up | {txn_s:.2f} s ({reread:,} records re-read) | "
+                  f"{replay_s:.2f} s ({replayed:,} records) | {replay_s / txn_s:.1f}x |")
+            print(f"| recovery, in-process start() to caught up | {txn_in_s:.2f} s ({reread_in:,} re-read) | "
+                  f"{replay_in_s:.2f} s ({replayed_in:,}) | {replay_in_s / txn_in_s:.1f}x |")
+            print(f"\nmedian of {args.throughput_rounds} rounds")
+            print(f"\n| reader | records/s |\n| --- | ---: |\n| plain consumer (oncestream.client) | "
+                  f"{args.keys / plain_s:,.0f} |\n| materializer (applied + committed) | {args.keys / mat_s:,.0f} |"
+                  f"\n\nratio materializer / plain consumer: {plain_s / mat_s:.2f}x")
+        finally:
+            broker.stop()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("what", choices=("backends", "changelog", "open"))
+    parser.add_argument("--keys", type=int, default=1_000_000)
+    parser.add_argument("--window", type=int, default=10_000, help="uncommitted window (records)")
+    parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--throughput-rounds", type=int, default=3,
+                        help="alternating plain-consumer / materializer rounds (medians reported)")
+    parser.add_argument("--tmp", default=None, help="directory for the stores (default: system temp)")
+    args = parser.parse_args()
+    if args.what == "backends":
+        run_backends(args)
+    elif args.what == "open":
+        run_open(args)
+    else:
+        run_changelog(args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
