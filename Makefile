@@ -40,7 +40,7 @@ test: $(SPARK_STAMP) kcat tansu java postgres lint
 	test $$main -eq 0 -a $$spark_rc -eq 0
 
 $(SPARK_STAMP): pyproject.toml $(STAMP)
-	$(VPY) -m pip install -q -e '.[test,demo,spark]'
+	$(VPY) -m pip install -q -e '.[test,demo,spark,state]'
 	touch $@
 
 java:
@@ -84,11 +84,11 @@ $(VPY):
 	  && $(SUDO) apt-get install -y python3-venv && $(PYTHON) -m venv $(VENV); }
 
 $(STAMP): pyproject.toml | $(VPY)
-	$(VPY) -m pip install -q -e '.[test,demo]'
+	$(VPY) -m pip install -q -e '.[test,demo,state]'
 	touch $@
 
 $(BENCH_STAMP): pyproject.toml $(STAMP)
-	$(VPY) -m pip install -q -e '.[test,demo,bench]'
+	$(VPY) -m pip install -q -e '.[test,demo,bench,state]'
 	touch $@
 
 # Debian's kcat is librdkafka's own CLI, a second real client for the interop tests.

@@ -141,7 +141,8 @@ def main() -> int:
                     produce_s, consume_s = fn(broker.bootstrap, topic, args.records)
                     mb = args.records * len(VALUE) / MB
                     results[name].append((mb / produce_s, mb / consume_s))
-                    print(f"round {round_number} {name:16s} produce {mb / produce_s:7.1f} MB/s  consume {mb / consume_s:7.1f} MB/s", flush=True)
+                    print(f"round {round_number} {name:16s} produce {mb / produce_s:7.1f} MB/s  "
+                          f"consume {mb / consume_s:7.1f} MB/s", flush=True)
         finally:
             broker.stop()
     print("\n| client | median produce MB/s | median consume MB/s |\n| --- | ---: | ---: |")

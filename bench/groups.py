@@ -284,7 +284,7 @@ def tansu_version() -> str:
 def markdown_section(results: list[RoundResult], args: argparse.Namespace, command: str,
                      load_before: tuple[float, float, float]) -> str:
     """The docs/benchmarks.md section: method, per-round table, medians, ratios."""
-    now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     lines = [
         DOCS_HEADING,
         "",

@@ -378,7 +378,7 @@ def tansu_version() -> str:
 def markdown_report(results: list[RoundResult], args: argparse.Namespace, command: str,
                     load_before: tuple[float, float, float]) -> str:
     """The results as markdown: per-round table plus medians and ours/Tansu ratios."""
-    now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     lines = [
         f"Command: `{command}`  ",
         f"Date: {now}  ",

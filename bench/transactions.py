@@ -26,11 +26,11 @@ This is a benchmark command, not a test.
 from __future__ import annotations
 
 import argparse
-import logging
-import re
 import datetime as dt
+import logging
 import os
 import platform
+import re
 import shutil
 import statistics
 import struct
@@ -429,7 +429,8 @@ def render(args, started: dt.datetime, load_before: str, load_after: str, tput, 
         f"Date: {started:%Y-%m-%d %H:%M} UTC  ",
         f"Machine: {machine_description()}  ",
         f"Load average (1/5/15 min) before: {load_before}, after: {load_after}  ",
-        f"Clients: confluent-kafka {__import__('confluent_kafka').__version__} (librdkafka {librdkafka_version()[0]}), Python {platform.python_version()}",
+        f"Clients: confluent-kafka {__import__('confluent_kafka').__version__} (librdkafka {librdkafka_version()[0]}), "
+        f"Python {platform.python_version()}",
         "",
         "| round | mode | produce MB/s | commits | latency p50 ms | latency p99 ms |",
         "| ---: | --- | ---: | ---: | ---: | ---: |",
@@ -499,7 +500,7 @@ def main() -> int:
     parser.add_argument("--no-write", action="store_true", help="print only, leave docs/benchmarks.md alone")
     args = parser.parse_args()
 
-    started = dt.datetime.now(dt.timezone.utc)
+    started = dt.datetime.now(dt.UTC)
     load_before = load_average()
     work_dir = Path(tempfile.mkdtemp(prefix="oncestream-bench-txn-"))
     broker = start_broker(work_dir)

@@ -25,8 +25,8 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
 from pathlib import Path
+from typing import Any, TypeVar
 
 from oncestream.broker_process import BrokerStartError, ManagedBroker, OnceStreamBroker, TansuBroker
 

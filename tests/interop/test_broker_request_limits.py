@@ -176,7 +176,8 @@ def test_the_broker_wide_partition_budget_refuses_creations_that_exceed_it(limit
 
     with _connection(limited.bootstrap) as conn:
         resp = conn.call(API_METADATA, lambda m: build(m.MetadataRequest,
-            topics=(build(m.MetadataRequestTopic, name=unique_topic("budget-auto"), topic_id=None),), allow_auto_topic_creation=True, include_topic_authorized_operations=False))
+            topics=(build(m.MetadataRequestTopic, name=unique_topic("budget-auto"), topic_id=None),),
+            allow_auto_topic_creation=True, include_topic_authorized_operations=False))
     assert [int(t.error_code) for t in resp.topics] == [POLICY_VIOLATION]
     assert refused not in _topic_names(limited.bootstrap)
 

@@ -29,8 +29,8 @@ from tests.support.clients import create_topic, unique_topic
 from tests.support.groups import (
     CLIENTS,
     GroupMember,
-    close_all,
     assert_committed_exactly_once,
+    close_all,
     committed_offsets,
     group_broker,  # noqa: F401 - fixture
     produce_spread,

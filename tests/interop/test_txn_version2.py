@@ -61,7 +61,8 @@ def _produce(conn: BrokerConnection, txn_id: str, topic: str, pid: int, epoch: i
             transactional_id=txn_id,
             acks=-1,
             timeout=datetime.timedelta(seconds=30),
-            topic_data=(build(m.TopicProduceData, name=topic, partition_data=(build(m.PartitionProduceData, index=0, records=batch),)),),
+            topic_data=(build(m.TopicProduceData, name=topic,
+                              partition_data=(build(m.PartitionProduceData, index=0, records=batch),)),),
         ),
     )
     return resp.responses[0].partition_responses[0].error_code
@@ -76,7 +77,8 @@ def _end(conn: BrokerConnection, txn_id: str, pid: int, epoch: int, commit: bool
 
 def test_api_versions_announce_transaction_version_2(broker) -> None:
     with _connect(broker.bootstrap) as conn:
-        resp = conn.call(API_VERSIONS, lambda m: build(m.ApiVersionsRequest, client_software_name="t", client_software_version="1"))
+        resp = conn.call(API_VERSIONS,
+                         lambda m: build(m.ApiVersionsRequest, client_software_name="t", client_software_version="1"))
         finalized = {f.name: f.max_version_level for f in resp.finalized_features}
         assert finalized.get("transaction.version") == 2
         assert conn.version_for(END_TXN) >= 5 and conn.version_for(PRODUCE) >= 12

@@ -139,7 +139,8 @@ def test_kip447_zombie_txn_offset_commit_with_a_stale_generation_is_refused_and_
         assert live.txn_offset_commit(conn, group, topic, 7, member_id=member, generation_id=generation) == ErrorCode.none
         assert fetch_committed_offset(conn, group, topic, require_stable=True)[0] == ErrorCode.unstable_offset_commit
         assert live.end(conn, commit=True) == ErrorCode.none
-        wait_until(lambda: fetch_committed_offset(conn, group, topic, require_stable=True) == (ErrorCode.none, 7), CLIENT_TIMEOUT_S,
+        wait_until(lambda: fetch_committed_offset(conn, group, topic, require_stable=True) == (ErrorCode.none, 7),
+                   CLIENT_TIMEOUT_S,
                    "the live transaction's offset to become visible")
     assert committed_offsets(bootstrap, group, topic, 1) == {0: 7}
 

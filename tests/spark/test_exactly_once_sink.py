@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
+from pyspark.errors import StreamingQueryException
 
 from oncestream.spark.commit_journal import CommitJournal
 from oncestream.spark.log_client import LogClient
@@ -133,7 +134,7 @@ def test_batch_crashing_in_every_attempt_then_restart_is_exactly_once(spark, eos
         return writer.start()
 
     failed = start("0,1,2,3")
-    with pytest.raises(Exception):
+    with pytest.raises(StreamingQueryException):
         failed.awaitTermination(300)
     with LogClient(bootstrap) as client:
         assert [t for t in client.list_transactions() if t[2] == "Ongoing" and str(failed.id) in t[0]], \

@@ -12,8 +12,17 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from oncestream.spark.source import offsets_behind_latest
-from tests.spark.test_option_parity import PER_PARTITION, T0_MS, _expected, _produce_timed, _read, \
-    _run_available_now, _stream, _topic, _values
+from tests.spark.test_option_parity import (
+    PER_PARTITION,
+    T0_MS,
+    _expected,
+    _produce_timed,
+    _read,
+    _run_available_now,
+    _stream,
+    _topic,
+    _values,
+)
 from tests.support.brokers import TansuProcess
 
 pytestmark = [pytest.mark.spark, pytest.mark.interop]

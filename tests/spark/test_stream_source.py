@@ -1,5 +1,6 @@
 """The streaming source: offsets in Spark's checkpoint in Spark's JSON shape, rate limit, new
-partitions (new topics by pattern, CreatePartitions on a subscribed topic) picked up, deleted partitions handled per failOnDataLoss (as Spark's Kafka source)."""
+partitions (new topics by pattern, CreatePartitions on a subscribed topic) picked up, deleted partitions
+handled per failOnDataLoss (as Spark's Kafka source)."""
 
 from __future__ import annotations
 

@@ -353,7 +353,7 @@ class GroupMember:
         self._thread = threading.Thread(target=self._run, name=f"member-{name}", daemon=True)
 
     # -- control (main thread) ------------------------------------------------------------------
-    def start(self) -> "GroupMember":
+    def start(self) -> GroupMember:
         """Create the consumer on the member's thread and start polling."""
         self._thread.start()
         wait_until(lambda: self._ready.is_set() or self._error is not None,
@@ -690,7 +690,8 @@ def committed_offsets(client: str, bootstrap: str, group_id: str, topic: str,
             consumer.close()
         assert all(tp.error is None for tp in result), [tp.error for tp in result]
         return {tp.partition: None if tp.offset == OFFSET_INVALID else tp.offset for tp in result}
-    from kafka import KafkaConsumer, TopicPartition as KpTopicPartition
+    from kafka import KafkaConsumer
+    from kafka import TopicPartition as KpTopicPartition
 
     kp_consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group_id,
                                 enable_auto_commit=False)

@@ -97,7 +97,9 @@ def write_overwrites(partition_log: PartitionLog, keys: int, rounds: int, *, now
     return written
 
 
-def latest_per_key(written: dict[int, tuple[bytes, bytes | None]], below_offset: int | None = None) -> dict[bytes, tuple[int, bytes | None]]:
+def latest_per_key(
+    written: dict[int, tuple[bytes, bytes | None]], below_offset: int | None = None
+) -> dict[bytes, tuple[int, bytes | None]]:
     latest: dict[bytes, tuple[int, bytes | None]] = {}
     for offset in sorted(written):
         if below_offset is None or offset < below_offset:

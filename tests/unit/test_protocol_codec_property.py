@@ -123,9 +123,9 @@ def _client_rows(blob: bytes, position: int, read_committed: bool, aborted) -> l
 
 
 def _spark_rows(blob: bytes, position: int, read_committed: bool, aborted) -> list[tuple]:
-    from oncestream.spark.partition_reader import decode_to_arrow
-
     import pyarrow as pa
+
+    from oncestream.spark.partition_reader import decode_to_arrow
 
     rows = []
     for batch in decode_to_arrow(blob, "t", 0, position, 2**62, read_committed=read_committed, aborted=aborted):

@@ -7,7 +7,6 @@ import struct
 
 import pytest
 
-from oncestream.errors import CoordinatorInvariantError
 from oncestream.coordinator.txn.messages import TopicPartition
 from oncestream.coordinator.txn.metadata import TxnSnapshot
 from oncestream.coordinator.txn.records import (
@@ -19,7 +18,7 @@ from oncestream.coordinator.txn.records import (
     replay,
 )
 from oncestream.coordinator.txn.state import TxnState
-from oncestream.errors import CorruptRecordError
+from oncestream.errors import CoordinatorInvariantError, CorruptRecordError
 
 S = TxnState
 

@@ -8,7 +8,6 @@ import itertools
 import pytest
 from kio.schema.errors import ErrorCode
 
-from oncestream.errors import CoordinatorInvariantError
 from oncestream.coordinator.txn.metadata import (
     PendingTransition,
     TransactionMetadata,
@@ -26,6 +25,7 @@ from oncestream.coordinator.txn.state import (
     parse_state,
     state_from_id,
 )
+from oncestream.errors import CoordinatorInvariantError
 
 S = TxnState
 

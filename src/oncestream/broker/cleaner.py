@@ -10,8 +10,9 @@ Nothing here may take the broker down, and no failure is swallowed: a partition 
 fails is logged with its traceback (kept in ``failures`` too) and retried after an exponential,
 capped backoff; after ``max_failures`` consecutive failures it is marked uncleanable and left
 alone (Kafka's LogCleanerManager "uncleanable partitions") until the broker restarts or the topic
-is re-created, while every other partition keeps being cleaned. On shutdown (task cancelled) a running build is told to stop, awaited, and its files
-removed; the broker closes its logs only after that.
+is re-created, while every other partition keeps being cleaned. On shutdown (task cancelled) a
+running build is told to stop, awaited, and its files removed; the broker closes its logs only
+after that.
 """
 
 from __future__ import annotations

@@ -32,8 +32,8 @@ from oncestream.coordinator.txn import (
     TxnCoordinatorConfig,
 )
 from oncestream.errors import KafkaError, UnknownTopicOrPartitionError
-from oncestream.topic_partition import TopicPartition
 from oncestream.testing_hooks import TxnCrashPoint
+from oncestream.topic_partition import TopicPartition
 
 log = logging.getLogger("oncestream.broker")
 

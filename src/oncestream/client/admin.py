@@ -33,7 +33,6 @@ from oncestream.client.errors import (
 from oncestream.client.io_thread import IoThread
 from oncestream.client.list_offsets import list_offsets
 from oncestream.client.message import TopicPartition
-from oncestream.protocol.codec import build, read_uvarint
 from oncestream.protocol.api_keys import (
     CREATE_PARTITIONS,
     CREATE_TOPICS,
@@ -48,6 +47,7 @@ from oncestream.protocol.api_keys import (
     OFFSET_FETCH,
     WRITE_TXN_MARKERS,
 )
+from oncestream.protocol.codec import build, read_uvarint
 
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4

@@ -12,9 +12,9 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
+import logging
 import re
 import threading
-import logging
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -307,12 +307,12 @@ class Consumer:
                              retry_backoff_s=self._retry_backoff_s), timeout_s)
             with self._state_lock:
                 for key, (offset, _ts, code) in answers.items():
-                    state = self._partitions.get(key)
-                    if state is None or state.position is not None:
+                    reset = self._partitions.get(key)
+                    if reset is None or reset.position is not None:
                         continue
                     if code == 0 and offset >= 0:
-                        state.position = state.fetch_position = offset
-                        state.epoch += 1
+                        reset.position = reset.fetch_position = offset
+                        reset.epoch += 1
                     else:
                         self._pending_errors.append(KafkaError(code, f"ListOffsets for {key}: {error_name(code)}"))
         self._io.call_soon(self._fetcher.wakeup)
@@ -652,7 +652,10 @@ class Consumer:
         if message is not None and offsets is not None:
             raise KafkaException(KafkaError(_INVALID_ARG, "give message or offsets, not both"))
         if message is not None:
-            offsets = [TopicPartition(message.topic(), message.partition(), message.offset() + 1)]
+            topic = message.topic()
+            if topic is None:
+                raise KafkaException(KafkaError(_INVALID_ARG, "an error event has no offset to commit"))
+            offsets = [TopicPartition(topic, message.partition(), message.offset() + 1)]
         if offsets is None:
             return self._commit_positions(asynchronous=asynchronous)
         return self._commit(list(offsets), asynchronous)
@@ -695,8 +698,9 @@ class Consumer:
             raise KafkaException(KafkaError(_TIMED_OUT, "commit timed out", retriable=True)) from None
         result = result_of(errors)
         failed = [r for r in result if r.error is not None]
-        if failed and len(failed) == len(result):
-            raise KafkaException(failed[0].error)
+        first_error = failed[0].error if failed else None
+        if first_error is not None and len(failed) == len(result):
+            raise KafkaException(first_error)
         if self._on_commit is not None:
             self._on_commit(failed[0].error if failed else None, result)
         return result
@@ -710,7 +714,10 @@ class Consumer:
     def store_offsets(self, message: Message | None = None, offsets: list[TopicPartition] | None = None) -> None:
         """Store offsets to be committed (with enable.auto.offset.store=false)."""
         if message is not None:
-            self._stored[(message.topic(), message.partition())] = (message.offset() + 1, None)
+            topic = message.topic()
+            if topic is None:
+                raise KafkaException(KafkaError(_INVALID_ARG, "an error event has no offset to store"))
+            self._stored[(topic, message.partition())] = (message.offset() + 1, None)
         for tp in offsets or ():
             self._stored[(tp.topic, tp.partition)] = (tp.offset, tp.metadata)
 

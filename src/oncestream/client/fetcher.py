@@ -130,7 +130,8 @@ class Fetcher:
                 pass
 
     async def _run(self) -> None:
-        assert self._event is not None
+        if self._event is None:
+            raise RuntimeError("start() creates the wake-up event before the loop runs")
         while not self.closed:
             self._event.clear()
             try:

@@ -42,8 +42,8 @@ from oncestream.client.errors import (
     RequestTimedOutError,
     error_name,
 )
-from oncestream.protocol.codec import build
 from oncestream.protocol.api_keys import HEARTBEAT, JOIN_GROUP, LEAVE_GROUP, OFFSET_COMMIT, OFFSET_FETCH, SYNC_GROUP
+from oncestream.protocol.codec import build
 
 log = logging.getLogger("oncestream.client")
 

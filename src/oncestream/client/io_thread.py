@@ -83,7 +83,8 @@ class IoThread:
     def run(self, coro: Coroutine[Any, Any, T], timeout_s: float | None = None) -> T:
         """Run ``coro`` on the loop and wait for it; on timeout the coroutine is cancelled and
         ``TimeoutError`` raised."""
-        assert not self.in_loop_thread(), "blocking call from the client's own I/O thread"
+        if self.in_loop_thread():  # it would wait for itself forever
+            raise RuntimeError("blocking call from the client's own I/O thread")
         future = self.submit(coro)
         try:
             return future.result(timeout_s)

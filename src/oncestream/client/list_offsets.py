@@ -12,8 +12,8 @@ from kio.schema.errors import ErrorCode
 
 from oncestream.client.cluster import Cluster
 from oncestream.client.errors import BrokerResponseError, ConnectionLostError, RequestTimedOutError
-from oncestream.protocol.codec import build
 from oncestream.protocol.api_keys import LIST_OFFSETS
+from oncestream.protocol.codec import build
 
 EARLIEST = -2
 LATEST = -1

@@ -23,7 +23,7 @@ from typing import Any
 
 from kio.schema.index import api_key_map
 
-from oncestream.client.errors import BrokerResponseError, ConnectionLostError, RequestTimedOutError
+from oncestream.client.errors import BrokerResponseError, ClientInvariantError, ConnectionLostError, RequestTimedOutError
 from oncestream.protocol.api_keys import API_VERSIONS_KEY, PRODUCE
 from oncestream.protocol.codec import reader_for, writer_for
 from oncestream.protocol.length_guard import check_array_lengths
@@ -104,6 +104,8 @@ class Connection(asyncio.BufferedProtocol):
                 raise ConnectionLostError(f"{self.host}:{self.port}: ApiVersions timed out") from exc
             except _ResponseDecodeError:
                 continue  # a broker answering an unknown version in v0 format: try v0
+            if response is None:  # only acks=0 produces go unanswered
+                raise ConnectionLostError(f"{self.host}:{self.port}: ApiVersions got no answer")
             if response.error_code == _UNSUPPORTED_VERSION and version != 0:
                 continue
             break
@@ -296,7 +298,8 @@ class Connection(asyncio.BufferedProtocol):
             self._frame_pos += nbytes
             if self._frame_pos == len(self._frame):
                 view = self._frame_view
-                assert view is not None
+                if view is None:
+                    raise ClientInvariantError("a complete frame has its view")
                 self._frame = self._frame_view = None
                 self._deliver(view.toreadonly())  # kio's reader wants a read-only buffer
             return
@@ -351,6 +354,8 @@ class Connection(asyncio.BufferedProtocol):
                     pos += size
             if pending.decoder is not None:
                 response = pending.decoder(frame, pos)
+            elif pending.response_cls is None:
+                raise ClientInvariantError("a request that expects an answer has a decoder or a response class")
             else:
                 # kio aborts the process on an array length it cannot allocate (length_guard).
                 check_array_lengths(pending.response_cls, frame, pos)
@@ -442,7 +447,8 @@ def fetch_request_body(
     """Encode a sessionless FetchRequest body (v4..v12) for (topic, [(partition, fetch offset,
     partition max bytes)]). Written by hand because the fetcher sends one per response and
     kio's pure-Python writer would cost more than the rest of the round trip's Python work."""
-    assert 4 <= version <= 12
+    if not 4 <= version <= 12:
+        raise ValueError(f"Produce v{version} is not encoded here (v4-v12)")
     flexible = version >= 12
     out = bytearray(_FETCH_HEAD.pack(-1, max_wait_ms, min_bytes, max_bytes))
     out.append(isolation_level & 0xFF)

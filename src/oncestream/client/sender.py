@@ -52,8 +52,8 @@ from oncestream.client.errors import (
     local_error,
 )
 from oncestream.client.network import PRODUCE_KEY, UnsupportedApiError, produce_request_body
-from oncestream.protocol.codec import build
 from oncestream.protocol.api_keys import INIT_PRODUCER_ID
+from oncestream.protocol.codec import build
 from oncestream.protocol.records import COMPRESSION_BY_NAME
 
 if TYPE_CHECKING:
@@ -184,7 +184,8 @@ class Sender:
     # --- main loop ----------------------------------------------------------------------------
 
     async def _run(self) -> None:
-        assert self._event is not None
+        if self._event is None:
+            raise ClientInvariantError("start() creates the wake-up event before the loop runs")
         while not self._closing:
             self._event.clear()
             try:

@@ -52,7 +52,6 @@ from oncestream.client.message import ConsumerGroupMetadata, TopicPartition
 from oncestream.client.network import UnsupportedApiError
 from oncestream.client.prepared_txn import PreparedTxnState
 from oncestream.client.txn_state import TxnState, TxnStateMachine
-from oncestream.protocol.codec import build
 from oncestream.protocol.api_keys import (
     ADD_OFFSETS_TO_TXN,
     ADD_PARTITIONS_TO_TXN,
@@ -61,6 +60,7 @@ from oncestream.protocol.api_keys import (
     PRODUCE,
     TXN_OFFSET_COMMIT,
 )
+from oncestream.protocol.codec import build
 
 log = logging.getLogger("oncestream.client")
 

@@ -599,7 +599,7 @@ class Segment:
         if not (self.base_offset <= offset < self.next_offset):
             raise LogInvariantError("broken invariant: self.base_offset <= offset < self.next_offset")
         spans = self._spans(self.offset_index.lookup(offset - self.base_offset))
-        for position, size, _, next_offset in spans:
+        for position, size, _, next_offset in spans:  # noqa: B007 (the match is read after the break)
             if next_offset > offset:
                 break
         else:

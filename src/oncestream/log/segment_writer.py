@@ -49,7 +49,8 @@ class SegmentWriter:
         if not (header.last_offset - self.base_offset <= INT32_MAX):
             raise LogInvariantError("relative offsets are int32")
         if not (self.size_bytes + header.size_bytes <= INT32_MAX + 1 or self.size_bytes == 0):
-            raise LogInvariantError("broken invariant: self.size_bytes + header.size_bytes <= INT32_MAX + 1 or self.size_bytes == 0")
+            raise LogInvariantError(
+                "broken invariant: self.size_bytes + header.size_bytes <= INT32_MAX + 1 or self.size_bytes == 0")
         self._bytes_since_index_entry = index_batch(
             self._offset_index,
             self._time_index,

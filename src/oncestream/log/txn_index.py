@@ -135,7 +135,8 @@ class TxnIndex:
         previous_last_offset = -1
         for entry in entries:
             if not (entry.last_offset > previous_last_offset and entry.last_offset >= base_offset):
-                raise LogInvariantError("broken invariant: entry.last_offset > previous_last_offset and entry.last_offset >= base_offset")
+                raise LogInvariantError(
+                    "broken invariant: entry.last_offset > previous_last_offset and entry.last_offset >= base_offset")
             previous_last_offset = entry.last_offset
         path = txn_index_path(directory, base_offset)
         # The caller fsyncs the directory once for all the files it writes.

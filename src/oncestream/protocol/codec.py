@@ -80,16 +80,24 @@ def is_flexible(api_key: int, api_version: int) -> bool:
     return bool(request_class(api_key, api_version).__flexible__)
 
 
-@functools.cache
-def reader_for(cls: type) -> Any:
+_READERS: dict[type[Any], Any] = {}
+_WRITERS: dict[type[Any], Any] = {}
+
+
+def reader_for(cls: type[Any]) -> Any:
     """kio's reader of one request/response class, built once (building one is slow)."""
-    return entity_reader(cls)
+    reader = _READERS.get(cls)
+    if reader is None:
+        reader = _READERS[cls] = entity_reader(cls)
+    return reader
 
 
-@functools.cache
-def writer_for(cls: type) -> Any:
+def writer_for(cls: type[Any]) -> Any:
     """kio's writer of one request/response class, built once."""
-    return entity_writer(cls)
+    writer = _WRITERS.get(cls)
+    if writer is None:
+        writer = _WRITERS[cls] = entity_writer(cls)
+    return writer
 
 
 def decode_request(header: RequestHeader, frame: bytes | memoryview) -> Any:

@@ -59,7 +59,8 @@ def encode_fetch_response(
     throttle_time_ms: int = 0,
 ) -> list[bytes | memoryview]:
     """Encode a whole Fetch response frame (size prefix and header included) as buffers."""
-    assert MIN_VERSION <= version <= MAX_VERSION, version
+    if not MIN_VERSION <= version <= MAX_VERSION:
+        raise ValueError(f"Fetch v{version} is not encoded here (v{MIN_VERSION}-v{MAX_VERSION})")
     flexible = version >= FLEXIBLE_FROM_VERSION
     out: list[bytes | memoryview] = []
     head = bytearray(_I32.pack(correlation_id))

@@ -117,9 +117,10 @@ def _field_step(field: Any, flexible: bool) -> tuple:
 @functools.cache
 def entity_plan(cls: type) -> EntityPlan:
     """The walk plan of a kio entity class (compiled once)."""
-    assert is_dataclass(cls), cls
+    if not is_dataclass(cls):
+        raise TypeError(f"{cls!r} is not a kio entity")
     plan = EntityPlan()
-    plan.flexible = bool(cls.__flexible__)
+    plan.flexible = bool(cls.__flexible__)  # type: ignore[attr-defined]  # every kio entity has it
     steps = []
     for field in fields(cls):
         tag = get_field_tag(field)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 from types import ModuleType
+from typing import Any
 
 from kio.index import load_entity_module
 from kio.schema.index import api_key_map, schema_name_map
@@ -40,12 +41,12 @@ def _payload(module: ModuleType, entity_type: EntityType) -> type:
 
 
 @functools.cache
-def request_class(api_key: int, version: int) -> type:
+def request_class(api_key: int, version: int) -> type[Any]:
     """The kio request dataclass of (api, version)."""
     return _payload(request_module(api_key, version), EntityType.request)
 
 
 @functools.cache
-def response_class(api_key: int, version: int) -> type:
+def response_class(api_key: int, version: int) -> type[Any]:
     """The kio response dataclass of (api, version)."""
     return _payload(response_module(api_key, version), EntityType.response)

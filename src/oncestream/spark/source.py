@@ -35,7 +35,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from oncestream.spark.errors import DataLossError, OptionError
+from oncestream.spark.errors import DataLossError, OnceStreamSparkError, OptionError
 from oncestream.spark.log_client import LogClient, TopicPartition
 from oncestream.spark.options import (
     EARLIEST,
@@ -87,7 +87,8 @@ def plan_ranges(
             hi = start + size * (i + 1) // pieces
             if hi > lo:
                 out.append((tp, lo, hi))
-    assert sum(hi - lo for _, lo, hi in out) == total, "ranges must cover every offset once"
+    if sum(hi - lo for _, lo, hi in out) != total:
+        raise OnceStreamSparkError("planned ranges must cover every offset once")
     return out
 
 
@@ -112,7 +113,8 @@ def rate_limit(start: Mapping[TopicPartition, int], latest: Mapping[TopicPartiti
         if end[tp] < latest[tp]:
             end[tp] += 1
             granted += 1
-    assert granted <= max_rows
+    if granted > max_rows:
+        raise OnceStreamSparkError(f"planned {granted} rows over the limit of {max_rows}")
     return end
 
 
@@ -181,7 +183,8 @@ class _Planner:
                                   f"Spark: given {sorted(spec.per_partition)}, subscribed {sorted(tps)}")
             wanted = dict(spec.per_partition)
         else:
-            assert spec.timestamp_ms is not None
+            if spec.timestamp_ms is None:
+                raise OptionError("a timestamp offset spec needs a timestamp or per-partition timestamps")
             wanted = {tp: spec.timestamp_ms for tp in tps}
         by_timestamp: dict[int, list[TopicPartition]] = {}
         for tp, timestamp_ms in wanted.items():
@@ -342,7 +345,8 @@ class OnceStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Fetch the range in a task and hand Arrow batches to Spark."""
-        assert isinstance(partition, OffsetRangePartition)
+        if not isinstance(partition, OffsetRangePartition):
+            raise TypeError(f"not a partition of this source: {partition!r}")
         yield from _shaped(read_range(partition.rng), self.opts.include_headers)
 
     def stop(self) -> None:
@@ -374,7 +378,8 @@ class OnceStreamBatchReader(DataSourceReader):
             # An empty plan (every range empty): PySpark still runs one task, with
             # InputPartition(None) (plan_data_source_read.py), which has nothing to read.
             return
-        assert isinstance(partition, OffsetRangePartition)
+        if not isinstance(partition, OffsetRangePartition):
+            raise TypeError(f"not a partition of this source: {partition!r}")
         yield from _shaped(read_range(partition.rng), self.opts.include_headers)
 
 

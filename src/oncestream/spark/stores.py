@@ -59,7 +59,7 @@ class _Store(abc.ABC):
     def connect(self) -> Any:
         """A new DB-API connection with autocommit off."""
 
-    def _begin(self, connection: Any) -> None:
+    def _begin(self, connection: Any) -> None:  # noqa: B027 (an optional hook: most drivers need nothing)
         """Start a transaction explicitly (drivers differ in when they start one implicitly)."""
 
     @contextmanager

@@ -33,6 +33,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from oncestream.state.errors import StoreFailedError
 from oncestream.state.source import (
     ChangelogOffsetOutOfRangeError,
     ChangelogSource,
@@ -146,7 +147,8 @@ class Materializer:
         log.warning("state store %s: changelog %s went backwards (%s); rebuilding from the beginning",
                     self.store_dir, self.topic, reason)
         self._emit({"event": "rebuild", "reason": reason})
-        assert self.store is not None
+        if self.store is None:
+            raise StoreFailedError("no open store to rebuild")
         self.store.close()
         StateStore.destroy(self.store_dir)
         self.store = self._open_store()
@@ -168,7 +170,8 @@ class Materializer:
     def step(self, timeout_s: float = 0.1) -> int:
         """Poll once, apply what came, commit when due; returns the number of records applied."""
         store = self.store
-        assert store is not None, "start() first"
+        if store is None:
+            raise StoreFailedError("start() the materializer first")
         now = self._clock_ms()
         if now >= self._next_metadata_ms:
             self._next_metadata_ms = now + self._metadata_interval_ms
@@ -204,7 +207,8 @@ class Materializer:
     def commit(self) -> None:
         """Commit the pending writes with the current positions (if anything moved)."""
         store = self.store
-        assert store is not None
+        if store is None:
+            raise StoreFailedError("start() the materializer first")
         self._next_commit_ms = self._clock_ms() + self._commit_interval_ms
         if store.uncommitted_count == 0 and self._positions == self._committed:
             return

@@ -126,7 +126,8 @@ def _merge(pending: Iterator[tuple[bytes, bytes | None]],
     c = next(committed, None)
     while p is not None or c is not None:
         if c is None or (p is not None and p[0] <= c[0]):
-            assert p is not None
+            if p is None:  # unreachable: c is None here only while p is not
+                raise StoreFailedError("merge of pending and committed keys lost its place")
             if c is not None and c[0] == p[0]:
                 c = next(committed, None)
             if p[1] is not None:
@@ -432,7 +433,8 @@ class StateStore:
                 put(key, value)
 
     def _flush_memtables(self) -> None:
-        """Write both column families' memtables out so a crash replays little WAL. The commit is already durable: a failed flush only costs recovery
+        """Write both column families' memtables out so a crash replays little WAL. The commit is
+        already durable: a failed flush only costs recovery
         time later, so it is logged, not raised."""
         self._unflushed_bytes = 0
         try:

@@ -16,6 +16,7 @@ to send full fetch requests, as the protocol allows. KIP-227's rules for the req
 from __future__ import annotations
 
 import asyncio
+
 from kio.schema.errors import ErrorCode
 
 from oncestream.broker.state import BrokerState
@@ -49,7 +50,7 @@ async def handle(state: BrokerState, header: RequestHeader, request) -> list:
         waiter = state.notifier.waiter(wanted)
         try:
             await asyncio.wait_for(asyncio.shield(waiter), remaining_s)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
         finally:
             state.notifier.discard(waiter, wanted)

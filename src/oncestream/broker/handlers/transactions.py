@@ -118,9 +118,11 @@ def handle_add_partitions_to_txn(state: BrokerState, header: RequestHeader, requ
                 state, t.transactional_id, t.producer_id, t.producer_epoch, parts, t.verify_only, header.api_version
             )
             results.append(
-                build(m.AddPartitionsToTxnResult, transactional_id=t.transactional_id, topic_results=_topic_results(m, parts, error_of))
+                build(m.AddPartitionsToTxnResult, transactional_id=t.transactional_id,
+                      topic_results=_topic_results(m, parts, error_of))
             )
-        return build(m.AddPartitionsToTxnResponse, throttle_time=_ZERO, error_code=ErrorCode.none, results_by_transaction=tuple(results))
+        return build(m.AddPartitionsToTxnResponse, throttle_time=_ZERO, error_code=ErrorCode.none,
+                     results_by_transaction=tuple(results))
     parts = [(topic.name, p) for topic in request.v3_and_below_topics for p in topic.partitions]
     error_of = _add_or_verify(
         state,
@@ -131,7 +133,8 @@ def handle_add_partitions_to_txn(state: BrokerState, header: RequestHeader, requ
         False,
         header.api_version,
     )
-    return build(m.AddPartitionsToTxnResponse, throttle_time=_ZERO, results_by_topic_v3_and_below=_topic_results(m, parts, error_of))
+    return build(m.AddPartitionsToTxnResponse, throttle_time=_ZERO,
+                 results_by_topic_v3_and_below=_topic_results(m, parts, error_of))
 
 
 def handle_add_offsets_to_txn(state: BrokerState, header: RequestHeader, request) -> object:
@@ -162,7 +165,8 @@ def handle_end_txn(state: BrokerState, header: RequestHeader, request) -> object
         )
     )
     if resp is None:
-        return build(m.EndTxnResponse, throttle_time=_ZERO, error_code=ErrorCode.coordinator_not_available, producer_id=-1, producer_epoch=-1)
+        return build(m.EndTxnResponse, throttle_time=_ZERO, error_code=ErrorCode.coordinator_not_available,
+                     producer_id=-1, producer_epoch=-1)
     return build(
         m.EndTxnResponse,
         throttle_time=_ZERO,
@@ -344,6 +348,7 @@ def handle_describe_producers(state: BrokerState, header: RequestHeader, request
                     )
                     for i in infos
                 )
-            parts.append(build(m.PartitionResponse, partition_index=p, error_code=error, error_message=message, active_producers=active))
+            parts.append(build(m.PartitionResponse, partition_index=p, error_code=error, error_message=message,
+                               active_producers=active))
         topics_out.append(build(m.TopicResponse, name=t.name, partitions=tuple(parts)))
     return build(m.DescribeProducersResponse, throttle_time=_ZERO, topics=tuple(topics_out))

@@ -34,7 +34,8 @@ class GroupCoordinatorConfig:
         if self.offsets_topic_partitions <= 0:
             raise InvalidConfigError("offsets_topic_partitions must be positive")
         if not (0 <= self.group_min_session_timeout_ms <= self.group_max_session_timeout_ms):
-            raise InvalidConfigError('invariant violated: 0 <= self.group_min_session_timeout_ms <= self.group_max_session_timeout_ms')
+            raise InvalidConfigError(
+                'invariant violated: 0 <= self.group_min_session_timeout_ms <= self.group_max_session_timeout_ms')
         if self.group_initial_rebalance_delay_ms < 0:
             raise InvalidConfigError('invariant violated: self.group_initial_rebalance_delay_ms >= 0')
         if self.group_max_size <= 0:

@@ -308,7 +308,8 @@ class GroupMetadata:
     def current_member_metadata(self) -> tuple[JoinedMember, ...]:
         """What the leader receives in its JoinGroup response."""
         if self.state not in (GroupState.COMPLETING_REBALANCE, GroupState.STABLE):
-            raise CoordinatorInvariantError('invariant violated: self.state in (GroupState.COMPLETING_REBALANCE, GroupState.STABLE)')
+            raise CoordinatorInvariantError(
+                'invariant violated: self.state in (GroupState.COMPLETING_REBALANCE, GroupState.STABLE)')
         if self.protocol_name is None:
             raise CoordinatorInvariantError('invariant violated: self.protocol_name is not None')
         name = self.protocol_name
