@@ -31,6 +31,12 @@ Spark write tasks (``gate_before_prepare``, ``gate_after_prepare``, ``crash_work
     and the driver has decided nothing, without depending on how fast anything runs.
     Sink option ``oncestream.test.failAfterPrepare`` (attempt numbers): the task's Python worker
     exits right after prepare, like an executor lost mid-task.
+
+Broker principal from client.id (``principal_from_client_id``)
+    Broker property ``oncestream.test.principal.from.client.id=true``: a request whose client.id
+    is ``principal:NAME`` makes its connection's principal ``User:NAME``, so ACL tests can act as
+    several users before SASL or mTLS exist. Off by default; it lets any client claim any
+    identity, so it must never be set outside tests.
 """
 
 from __future__ import annotations
@@ -75,6 +81,24 @@ class TxnCrashPoint:
         """A committing transaction reached ``step``: crash now if that is the configured point."""
         if self.point is not None and step == self.point:
             self._crash()
+
+
+# --- broker: principal from client.id (ACL tests) -------------------------------------------------
+
+PRINCIPAL_FROM_CLIENT_ID_PROPERTY = "oncestream.test.principal.from.client.id"
+_CLIENT_ID_PRINCIPAL_PREFIX = "principal:"
+
+
+def principal_from_client_id_enabled(props: Mapping[str, str]) -> bool:
+    """Whether the broker properties switch the test-only identity hook on."""
+    return props.get(PRINCIPAL_FROM_CLIENT_ID_PROPERTY, "false").strip().lower() == "true"
+
+
+def principal_from_client_id(client_id: str | None) -> str | None:
+    """``User:NAME`` for client.id ``principal:NAME``; None for any other client.id."""
+    if client_id and client_id.startswith(_CLIENT_ID_PRINCIPAL_PREFIX) and len(client_id) > len(_CLIENT_ID_PRINCIPAL_PREFIX):
+        return "User:" + client_id[len(_CLIENT_ID_PRINCIPAL_PREFIX):]
+    return None
 
 
 # --- Spark driver crash points --------------------------------------------------------------------
