@@ -1,0 +1,146 @@
+"""ACLs through confluent-kafka's AdminClient (issue 14 point 4): CreateAcls, DescribeAcls with
+ANY/MATCH/LITERAL/PREFIXED filters and DeleteAcls round-trip; only a principal with ALTER on
+the cluster may change them; they survive a broker SIGKILL and are enforced after it.
+
+Identities come from the test-only broker property ``oncestream.test.principal.from.client.id``
+(client.id ``principal:NAME`` -> ``User:NAME``) until SASL lands."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import (
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    NewTopic,
+    ResourcePatternType,
+    ResourceType,
+)
+from kio.schema.errors import ErrorCode
+
+from oncestream.client.connection import BrokerConnection
+from oncestream.protocol.api_keys import DESCRIBE_ACLS
+from tests.support.brokers import BrokerProcess
+from tests.support.clients import CLIENT_TIMEOUT_S, unique_topic
+
+pytestmark = pytest.mark.interop
+
+SECURED = {
+    "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+    "super.users": "User:admin",
+    "oncestream.test.principal.from.client.id": "true",
+}
+
+
+def admin_as(bootstrap: str, user: str) -> AdminClient:
+    return AdminClient({"bootstrap.servers": bootstrap, "client.id": f"principal:{user}"})
+
+
+@pytest.fixture(scope="module")
+def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    process = BrokerProcess(data_dir=tmp_path_factory.mktemp("acl-broker") / "data", config=SECURED)
+    process.start()
+    try:
+        yield process
+    finally:
+        process.stop()
+
+
+def create(admin: AdminClient, *bindings: AclBinding) -> None:
+    for future in admin.create_acls(list(bindings), request_timeout=CLIENT_TIMEOUT_S).values():
+        future.result(timeout=CLIENT_TIMEOUT_S)
+
+
+def describe(admin: AdminClient, acl_filter: AclBindingFilter) -> set[AclBinding]:
+    return set(admin.describe_acls(acl_filter, request_timeout=CLIENT_TIMEOUT_S).result(timeout=CLIENT_TIMEOUT_S))
+
+
+def everything_on(name: str | None, pattern: ResourcePatternType = ResourcePatternType.ANY) -> AclBindingFilter:
+    return AclBindingFilter(ResourceType.ANY, name, pattern, None, None, AclOperation.ANY, AclPermissionType.ANY)
+
+
+def test_create_describe_delete_round_trip(secured: BrokerProcess) -> None:
+    admin = admin_as(secured.bootstrap, "admin")
+    topic = unique_topic("acl-rt")
+    read = AclBinding(ResourceType.TOPIC, topic, ResourcePatternType.LITERAL, "User:alice", "*",
+                      AclOperation.READ, AclPermissionType.ALLOW)
+    deny = AclBinding(ResourceType.TOPIC, topic[:8], ResourcePatternType.PREFIXED, "User:bob", "10.1.2.3",
+                      AclOperation.WRITE, AclPermissionType.DENY)
+    group = AclBinding(ResourceType.GROUP, f"g-{topic}", ResourcePatternType.LITERAL, "User:alice", "*",
+                       AclOperation.READ, AclPermissionType.ALLOW)
+    create(admin, read, deny, group)
+
+    assert describe(admin, everything_on(topic, ResourcePatternType.LITERAL)) == {read}
+    # MATCH: every ACL that applies to the name, the PREFIXED one included.
+    assert describe(admin, everything_on(topic, ResourcePatternType.MATCH)) == {read, deny}
+    by_principal = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, "User:alice", None,
+                                    AclOperation.ANY, AclPermissionType.ANY)
+    assert {read, group} <= describe(admin, by_principal)
+
+    filt = AclBindingFilter(ResourceType.TOPIC, topic, ResourcePatternType.MATCH, None, None,
+                            AclOperation.ANY, AclPermissionType.DENY)
+    [(_, future)] = admin.delete_acls([filt], request_timeout=CLIENT_TIMEOUT_S).items()
+    assert set(future.result(timeout=CLIENT_TIMEOUT_S)) == {deny}
+    assert describe(admin, everything_on(topic, ResourcePatternType.MATCH)) == {read}
+
+
+def test_only_alter_on_the_cluster_may_change_acls(secured: BrokerProcess) -> None:
+    alice = admin_as(secured.bootstrap, "alice")
+    binding = AclBinding(ResourceType.TOPIC, unique_topic("acl-self"), ResourcePatternType.LITERAL, "User:alice",
+                         "*", AclOperation.ALL, AclPermissionType.ALLOW)
+    with pytest.raises(KafkaException) as refused:
+        create(alice, binding)
+    assert refused.value.args[0].code() == KafkaError.CLUSTER_AUTHORIZATION_FAILED
+    # librdkafka drops DescribeAcls' top-level error (it yields an empty list): read the wire.
+    host, port = secured.bootstrap.rsplit(":", 1)
+    with BrokerConnection(host, int(port), client_id="principal:alice") as conn:
+        answer = conn.call(DESCRIBE_ACLS, lambda m: m.DescribeAclsRequest(
+            resource_type_filter=1, resource_name_filter=None, pattern_type_filter=1, principal_filter=None,
+            host_filter=None, operation=1, permission_type=1))
+    assert answer.error_code == ErrorCode.cluster_authorization_failed and answer.resources == ()
+
+    create(admin_as(secured.bootstrap, "admin"), AclBinding(
+        ResourceType.BROKER, "kafka-cluster", ResourcePatternType.LITERAL, "User:carol", "*",
+        AclOperation.ALTER, AclPermissionType.ALLOW))
+    create(admin_as(secured.bootstrap, "carol"), binding)  # ALTER on the cluster is enough
+    assert binding in describe(admin_as(secured.bootstrap, "admin"), everything_on(binding.name))
+
+
+def test_invalid_binding_gets_invalid_request(secured: BrokerProcess) -> None:
+    """A cluster ACL (librdkafka calls the type BROKER) must name the literal "kafka-cluster"."""
+    bad = AclBinding(ResourceType.BROKER, "not-the-cluster", ResourcePatternType.LITERAL, "User:alice", "*",
+                     AclOperation.ALTER, AclPermissionType.ALLOW)
+    with pytest.raises(KafkaException) as refused:
+        create(admin_as(secured.bootstrap, "admin"), bad)
+    assert refused.value.args[0].code() == KafkaError.INVALID_REQUEST
+
+
+def test_acls_survive_sigkill_and_are_enforced_after_it(broker_factory) -> None:
+    broker = broker_factory(SECURED)
+    admin = admin_as(broker.bootstrap, "admin")
+    topic = unique_topic("acl-kill")
+    binding = AclBinding(ResourceType.TOPIC, topic, ResourcePatternType.LITERAL, "User:alice", "*",
+                         AclOperation.DESCRIBE, AclPermissionType.ALLOW)
+    create(admin, binding)
+    admin.create_topics([NewTopic(topic, num_partitions=2, replication_factor=1)])[topic].result(
+        timeout=CLIENT_TIMEOUT_S)
+    broker.restart(crash=True)  # SIGKILL, then start on the same port and data dir
+    assert describe(admin_as(broker.bootstrap, "admin"), everything_on(topic)) == {binding}
+    seen = admin_as(broker.bootstrap, "alice").list_topics(topic, timeout=CLIENT_TIMEOUT_S).topics[topic]
+    assert seen.error is None and len(seen.partitions) == 2
+    hidden = admin_as(broker.bootstrap, "bob").list_topics(topic, timeout=CLIENT_TIMEOUT_S).topics[topic]
+    assert hidden.error is not None and hidden.error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+
+
+def test_acl_apis_without_an_authorizer_answer_security_disabled(broker_factory) -> None:
+    broker = broker_factory()
+    binding = AclBinding(ResourceType.TOPIC, "t", ResourcePatternType.LITERAL, "User:alice", "*",
+                         AclOperation.READ, AclPermissionType.ALLOW)
+    with pytest.raises(KafkaException) as refused:
+        create(admin_as(broker.bootstrap, "admin"), binding)
+    assert refused.value.args[0].code() == KafkaError.SECURITY_DISABLED
