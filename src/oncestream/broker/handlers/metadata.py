@@ -7,6 +7,7 @@ import uuid
 
 from kio.schema.errors import ErrorCode
 
+from oncestream.authz.acl import CLUSTER_NAME
 from oncestream.broker.authorize import Op, Res, authorize, authorized_operations
 from oncestream.broker.state import BrokerState
 from oncestream.broker.topic_creation import auto_create_topic
@@ -102,4 +103,6 @@ async def handle(state: BrokerState, header: RequestHeader, request) -> object:
         cluster_id=state.cluster_id,
         controller_id=node_id,
         topics=tuple(out),
+        cluster_authorized_operations=authorized_operations(  # v8-v10 (KIP-430)
+            state, Res.CLUSTER, CLUSTER_NAME, requested=getattr(request, "include_cluster_authorized_operations", False)),
     )
