@@ -144,3 +144,26 @@ def test_acl_apis_without_an_authorizer_answer_security_disabled(broker_factory)
     with pytest.raises(KafkaException) as refused:
         create(admin_as(broker.bootstrap, "admin"), binding)
     assert refused.value.args[0].code() == KafkaError.SECURITY_DISABLED
+
+
+def test_oncestream_admin_acl_methods_round_trip(secured: BrokerProcess) -> None:
+    """Our own Admin client: create_acls / describe_acls / delete_acls, shaped like confluent's."""
+    from oncestream.client import admin_acls as ours
+    from oncestream.client.admin import Admin
+    from oncestream.client.errors import KafkaException as OursKafkaException
+
+    group = unique_topic("acl-ours")
+    binding = ours.AclBinding(ours.ResourceType.GROUP, group, ours.ResourcePatternType.PREFIXED, "User:dave", "*",
+                              ours.AclOperation.READ, ours.AclPermissionType.ALLOW)
+    on_group = ours.AclBindingFilter(ours.ResourceType.GROUP, group, ours.ResourcePatternType.ANY)
+    with Admin({"bootstrap.servers": secured.bootstrap, "client.id": "principal:admin"}) as admin:
+        assert admin.create_acls([binding]) == {binding: None}
+        assert admin.describe_acls(on_group) == [binding]
+        assert admin.delete_acls([on_group]) == {on_group: [binding]}
+        assert admin.describe_acls(on_group) == []
+    with Admin({"bootstrap.servers": secured.bootstrap, "client.id": "principal:dave"}) as admin:
+        [error] = admin.create_acls([binding]).values()
+        assert error is not None and error.code() == ErrorCode.cluster_authorization_failed
+        with pytest.raises(OursKafkaException) as refused:
+            admin.describe_acls(on_group)
+        assert refused.value.args[0].code() == ErrorCode.cluster_authorization_failed
