@@ -167,3 +167,49 @@ def test_store_round_trip_and_unreadable_file_refuses(tmp_path) -> None:
     store.path.write_text("{not json")
     with pytest.raises(AclStoreError):
         store.load()
+
+
+def test_authorizer_config_kafka_names_and_unknown_class_refused() -> None:
+    from oncestream.broker.config import BrokerConfig
+    from oncestream.errors import InvalidConfigError
+
+    config = BrokerConfig.from_properties("127.0.0.1", 0, {
+        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        "super.users": "User:admin;User:ops", "allow.everyone.if.no.acl.found": "true"})
+    assert config.authorizer_class_name.endswith("StandardAuthorizer")
+    assert parse_super_users(config.super_users) == {"User:admin", "User:ops"}
+    assert config.allow_everyone_if_no_acl_found
+    assert not BrokerConfig.from_properties("127.0.0.1", 0, {}).allow_everyone_if_no_acl_found
+    with pytest.raises(InvalidConfigError):  # a typo must not start a broker without ACLs
+        BrokerConfig.from_properties("127.0.0.1", 0, {"authorizer.class.name": "com.example.Typo"})
+
+
+def test_principal_from_client_id_hook_is_off_by_default() -> None:
+    from oncestream.testing_hooks import principal_from_client_id, principal_from_client_id_enabled
+
+    assert not principal_from_client_id_enabled({})
+    assert principal_from_client_id_enabled({"oncestream.test.principal.from.client.id": "true"})
+    assert principal_from_client_id("principal:alice") == "User:alice"
+    assert principal_from_client_id("principal:") is None
+    assert principal_from_client_id("rdkafka") is None
+    assert principal_from_client_id(None) is None
+
+
+def test_broker_state_loads_stored_acls_only_with_an_authorizer(tmp_path) -> None:
+    """The authorizer is built from the ACL file at start; without authorizer.class.name there is
+    none (everything allowed, as in Kafka)."""
+    from oncestream.broker.config import BrokerConfig
+    from oncestream.broker.state import BrokerState
+
+    AclStore(tmp_path).save([acl("t")])
+    plain = BrokerState(tmp_path, BrokerConfig.from_properties("127.0.0.1", 0, {}))
+    try:
+        assert plain.authorizer is None
+    finally:
+        plain.close()
+    secured = BrokerState(tmp_path, BrokerConfig.from_properties("127.0.0.1", 0, {
+        "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer"}))
+    try:
+        assert secured.authorizer is not None and secured.authorizer.acls() == [acl("t")]
+    finally:
+        secured.close()
