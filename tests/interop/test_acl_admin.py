@@ -24,7 +24,7 @@ from confluent_kafka.admin import (
 from kio.schema.errors import ErrorCode
 
 from oncestream.client.connection import BrokerConnection
-from oncestream.protocol.api_keys import DESCRIBE_ACLS
+from oncestream.protocol.api_keys import CREATE_ACLS, DELETE_ACLS, DESCRIBE_ACLS
 from tests.support.brokers import BrokerProcess
 from tests.support.clients import CLIENT_TIMEOUT_S, unique_topic
 
@@ -167,3 +167,25 @@ def test_oncestream_admin_acl_methods_round_trip(secured: BrokerProcess) -> None
         with pytest.raises(OursKafkaException) as refused:
             admin.describe_acls(on_group)
         assert refused.value.args[0].code() == ErrorCode.cluster_authorization_failed
+
+
+def test_malformed_acl_requests_get_error_codes_and_the_broker_keeps_serving(secured: BrokerProcess) -> None:
+    """Out-of-range enum values in filters and bindings are INVALID_REQUEST, never a crash."""
+    host, port = secured.bootstrap.rsplit(":", 1)
+    with BrokerConnection(host, int(port), client_id="principal:admin") as conn:
+        described = conn.call(DESCRIBE_ACLS, lambda m: m.DescribeAclsRequest(
+            resource_type_filter=99, resource_name_filter=None, pattern_type_filter=-7, principal_filter=None,
+            host_filter=None, operation=120, permission_type=1))
+        assert described.error_code == ErrorCode.invalid_request
+        created = conn.call(CREATE_ACLS, lambda m: m.CreateAclsRequest(creations=(
+            m.AclCreation(resource_type=2, resource_name="t", resource_pattern_type=4, principal="User:x",
+                          host="*", operation=-1, permission_type=3),
+            m.AclCreation(resource_type=2, resource_name="t" * 1000, resource_pattern_type=2, principal="x",
+                          host="", operation=3, permission_type=3))))
+        assert [r.error_code for r in created.results] == [ErrorCode.invalid_request] * 2
+        deleted = conn.call(DELETE_ACLS, lambda m: m.DeleteAclsRequest(filters=(
+            m.DeleteAclsFilter(resource_type_filter=0, resource_name_filter=None, pattern_type_filter=1,
+                               principal_filter=None, host_filter=None, operation=1, permission_type=1),)))
+        assert [r.error_code for r in deleted.filter_results] == [ErrorCode.invalid_request]
+    assert secured.is_alive()
+    assert admin_as(secured.bootstrap, "admin").list_topics(timeout=CLIENT_TIMEOUT_S).topics is not None

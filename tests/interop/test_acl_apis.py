@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicCollection, TopicPartition
 from confluent_kafka.admin import (
     AclOperation,
     ConfigResource,
@@ -231,6 +231,11 @@ def test_metadata_hides_topics_without_describe_and_does_not_leak_existence(secu
     [described] = answer.topics
     assert described.error_code == ErrorCode.none
     assert described.topic_authorized_operations == (1 << 3) | (1 << 8)  # READ and the DESCRIBE it implies
+    # librdkafka's describe_topics asks Metadata for the same field.
+    [future] = client.describe_topics(TopicCollection([topic]), request_timeout=T,
+                                      include_authorized_operations=True).values()
+    assert set(future.result(timeout=CLIENT_TIMEOUT_S).authorized_operations) == {AclOperation.READ,
+                                                                                 AclOperation.DESCRIBE}
 
 
 def test_auto_creation_needs_create(secured: BrokerProcess) -> None:
@@ -270,6 +275,16 @@ def test_topic_admin_needs_create_delete_alter(secured: BrokerProcess) -> None:
     assert code_of(refused) == KafkaError.TOPIC_AUTHORIZATION_FAILED
     allow(secured, name, ResourceType.TOPIC, topic, AclOperation.DELETE)
     client.delete_topics([topic], request_timeout=T)[topic].result(timeout=CLIENT_TIMEOUT_S)
+
+    # A missing topic: refused without DESCRIBE (no existence leak), unknown with it.
+    missing = f"{name}-gone"
+    with pytest.raises(KafkaException) as refused:
+        client.delete_topics([missing], request_timeout=T)[missing].result(timeout=CLIENT_TIMEOUT_S)
+    assert code_of(refused) == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    allow(secured, name, ResourceType.TOPIC, f"{name}-", AclOperation.DESCRIBE, ResourcePatternType.PREFIXED)
+    with pytest.raises(KafkaException) as refused:
+        client.delete_topics([missing], request_timeout=T)[missing].result(timeout=CLIENT_TIMEOUT_S)
+    assert code_of(refused) == KafkaError.UNKNOWN_TOPIC_OR_PART
 
 
 def test_configs_need_describe_configs_and_alter_configs(secured: BrokerProcess) -> None:

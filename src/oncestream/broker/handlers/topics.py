@@ -97,8 +97,12 @@ def handle_delete(state: BrokerState, header: RequestHeader, request) -> object:
             if name is None:
                 error = ErrorCode.unknown_topic_id
         if error == ErrorCode.none and not authorize(state, Op.DELETE, Res.TOPIC, name or ""):
-            # Kafka: DELETE on the topic; checked before existence, so nothing leaks.
-            error, message = ErrorCode.topic_authorization_failed, "DELETE on the topic not allowed"
+            # Kafka's controller: without DESCRIBE the topic's existence is not revealed; with
+            # DESCRIBE a missing topic is UNKNOWN_TOPIC_OR_PARTITION, an existing one refused.
+            if name not in topics and authorize(state, Op.DESCRIBE, Res.TOPIC, name or ""):
+                error = ErrorCode.unknown_topic_or_partition
+            else:
+                error, message = ErrorCode.topic_authorization_failed, "DELETE on the topic not allowed"
         if error == ErrorCode.none:
             if name in INTERNAL_TOPICS:
                 error, message = ErrorCode.topic_authorization_failed, "internal topics cannot be deleted"
