@@ -288,6 +288,7 @@ def test_topic_admin_needs_create_delete_alter(secured: BrokerProcess) -> None:
 
 
 def test_configs_need_describe_configs_and_alter_configs(secured: BrokerProcess) -> None:
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry
     from confluent_kafka.admin import ResourceType as ConfigType
 
     name, topic = user(), new_topic(secured, "acl-cfg")
@@ -299,6 +300,23 @@ def test_configs_need_describe_configs_and_alter_configs(secured: BrokerProcess)
     allow(secured, name, ResourceType.TOPIC, topic, AclOperation.ALTER_CONFIGS)  # implies DESCRIBE_CONFIGS
     described = client.describe_configs([resource], request_timeout=T)[resource].result(timeout=CLIENT_TIMEOUT_S)
     assert "retention.ms" in described
+
+    # AlterConfigs needs ALTER_CONFIGS (which the ACL above grants); another topic is refused.
+    other = new_topic(secured, "acl-cfg-other")
+    allow(secured, name, ResourceType.TOPIC, other, AclOperation.DESCRIBE_CONFIGS)
+    change = [ConfigEntry("retention.ms", "3600000", incremental_operation=AlterConfigOpType.SET)]
+    for target, expected in ((other, KafkaError.TOPIC_AUTHORIZATION_FAILED), (topic, None)):
+        res = ConfigResource(ConfigType.TOPIC, target, incremental_configs=change)
+        future = client.incremental_alter_configs([res], request_timeout=T)[res]
+        if expected is None:
+            future.result(timeout=CLIENT_TIMEOUT_S)
+        else:
+            with pytest.raises(KafkaException) as refused:
+                future.result(timeout=CLIENT_TIMEOUT_S)
+            assert code_of(refused) == expected
+    res = ConfigResource(ConfigType.TOPIC, topic)
+    assert client.describe_configs([res], request_timeout=T)[res].result(timeout=CLIENT_TIMEOUT_S)[
+        "retention.ms"].value == "3600000"
 
     broker_resource = ConfigResource(ConfigType.BROKER, "0")
     with pytest.raises(KafkaException) as refused:

@@ -184,3 +184,39 @@ def test_txn_requests_need_write_on_the_transactional_id_and_topics(secured: Bro
     with wire(secured, name) as conn:
         answer = conn.call(k.ADD_PARTITIONS_TO_TXN, lambda m: m.AddPartitionsToTxnRequest(transactions=()))
     assert answer.error_code == ErrorCode.cluster_authorization_failed  # v4+: brokers only (CLUSTER_ACTION)
+
+
+def test_member_requests_need_read_on_the_group_and_offset_delete_needs_delete(secured: BrokerProcess) -> None:
+    """SyncGroup, Heartbeat and LeaveGroup: READ on the group (GROUP_AUTHORIZATION_FAILED before
+    the coordinator looks at the member); OffsetDelete: DELETE on the group, READ on the topic."""
+    name, topic = user(), new_topic(secured, "acl-members")
+    group = f"g-{name}"
+
+    def member_calls() -> list[int]:
+        with wire(secured, name) as conn:
+            sync = conn.call(k.SYNC_GROUP, lambda m: m.SyncGroupRequest(
+                group_id=group, generation_id=1, member_id="m", group_instance_id=None, assignments=()))
+            beat = conn.call(k.HEARTBEAT, lambda m: m.HeartbeatRequest(
+                group_id=group, generation_id=1, member_id="m", group_instance_id=None))
+            leave = conn.call(k.LEAVE_GROUP, lambda m: m.LeaveGroupRequest(
+                group_id=group, members=(m.MemberIdentity(member_id="m", group_instance_id=None),)))
+        return [sync.error_code, beat.error_code, leave.error_code]
+
+    def offset_delete():
+        with wire(secured, name) as conn:
+            return conn.call(k.OFFSET_DELETE, lambda m: m.OffsetDeleteRequest(group_id=group, topics=(
+                m.OffsetDeleteRequestTopic(name=topic, partitions=(m.OffsetDeleteRequestPartition(partition_index=0),)),
+            )))
+
+    assert member_calls() == [ErrorCode.group_authorization_failed] * 3
+    allow(secured, name, ResourceType.GROUP, group, AclOperation.READ)
+    assert ErrorCode.group_authorization_failed not in member_calls()  # the coordinator answers now
+
+    owner = Consumer({"bootstrap.servers": secured.bootstrap, "client.id": "principal:admin", "group.id": group})
+    owner.commit(offsets=[TopicPartition(topic, 0, 2)], asynchronous=False)  # the group now exists
+    owner.close()
+    assert offset_delete().error_code == ErrorCode.group_authorization_failed
+    allow(secured, name, ResourceType.GROUP, group, AclOperation.DELETE)
+    answer = offset_delete()
+    assert answer.error_code == ErrorCode.none
+    assert answer.topics[0].partitions[0].error_code == ErrorCode.topic_authorization_failed
