@@ -89,7 +89,7 @@ async def handle_join_group(state: BrokerState, header: RequestHeader, request) 
     if not authorize(state, Op.READ, Res.GROUP, request.group_id):
         return build(m.JoinGroupResponse, throttle_time=_ZERO, error_code=ErrorCode.group_authorization_failed,
                      generation_id=-1, protocol_type=None, protocol_name=None if header.api_version >= 7 else "", leader="",
-                     skip_assignment=False, member_id=request.member_id, members=())
+                     skip_assignment=False, member_id="", members=())
     svc = state.groups
     session_ms = _ms(request.session_timeout)
     rebalance = getattr(request, "rebalance_timeout", None)
