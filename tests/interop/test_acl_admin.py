@@ -189,3 +189,42 @@ def test_malformed_acl_requests_get_error_codes_and_the_broker_keeps_serving(sec
         assert [r.error_code for r in deleted.filter_results] == [ErrorCode.invalid_request]
     assert secured.is_alive()
     assert admin_as(secured.bootstrap, "admin").list_topics(timeout=CLIENT_TIMEOUT_S).topics is not None
+
+
+def test_kafka_python_acl_round_trip_and_refusal(secured: BrokerProcess) -> None:
+    """kafka-python's admin client (which, unlike librdkafka, surfaces DescribeAcls' error)."""
+    from kafka.admin import (
+        ACL,
+        ACLFilter,
+        ACLOperation,
+        ACLPermissionType,
+        ACLResourcePatternType,
+        KafkaAdminClient,
+        ResourcePattern,
+        ResourcePatternFilter,
+    )
+    from kafka.admin import ResourceType as KpResourceType
+    from kafka.errors import ClusterAuthorizationFailedError
+
+    topic = unique_topic("acl-kp")
+    acl = ACL("User:erin", "*", ACLOperation.WRITE, ACLPermissionType.DENY,
+              ResourcePattern(KpResourceType.TOPIC, topic, ACLResourcePatternType.LITERAL))
+    on_topic = ACLFilter(None, None, ACLOperation.ANY, ACLPermissionType.ANY,
+                         ResourcePatternFilter(KpResourceType.TOPIC, topic, ACLResourcePatternType.ANY))
+    admin = KafkaAdminClient(bootstrap_servers=secured.bootstrap, client_id="principal:admin")
+    try:
+        created = admin.create_acls([acl])
+        assert created["failed"] == [] and len(created["succeeded"]) == 1
+        described, error = admin.describe_acls(on_topic)
+        assert error.errno == 0 and [(a.principal, a.operation, a.permission_type) for a in described] == [
+            ("User:erin", ACLOperation.WRITE, ACLPermissionType.DENY)]
+        [(_, deleted, delete_error)] = admin.delete_acls([on_topic])
+        assert delete_error.errno == 0 and len(deleted) == 1
+    finally:
+        admin.close()
+    erin = KafkaAdminClient(bootstrap_servers=secured.bootstrap, client_id="principal:erin")
+    try:
+        with pytest.raises(ClusterAuthorizationFailedError):
+            erin.describe_acls(on_topic)
+    finally:
+        erin.close()
