@@ -211,14 +211,16 @@ def handle_offset_commit(state: BrokerState, header: RequestHeader, request) -> 
     svc = state.groups
     offsets: dict[TopicPartition, PartitionOffsetCommit] = {}
     unknown: set[TopicPartition] = set()
-    # Kafka: READ on the group (else every partition fails), READ on each topic.
-    denied: dict[str, ErrorCode] = {}
-    group_ok = authorize(state, Op.READ, Res.GROUP, request.group_id)
-    for t in request.topics:
-        if not group_ok:
-            denied[t.name] = ErrorCode.group_authorization_failed
-        elif not authorize(state, Op.READ, Res.TOPIC, t.name):
-            denied[t.name] = ErrorCode.topic_authorization_failed
+    # Kafka: READ on the group (else every partition fails and the coordinator is not asked),
+    # READ on each topic.
+    if not authorize(state, Op.READ, Res.GROUP, request.group_id):
+        return build(m.OffsetCommitResponse, throttle_time=_ZERO, topics=tuple(
+            build(m.OffsetCommitResponseTopic, name=t.name, partitions=tuple(
+                build(m.OffsetCommitResponsePartition, partition_index=p.partition_index,
+                      error_code=ErrorCode.group_authorization_failed) for p in t.partitions))
+            for t in request.topics))
+    denied = {t.name: ErrorCode.topic_authorization_failed for t in request.topics
+              if not authorize(state, Op.READ, Res.TOPIC, t.name)}
     for t in request.topics:
         for p in t.partitions:
             tp = TopicPartition(t.name, p.partition_index)
