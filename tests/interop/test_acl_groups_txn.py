@@ -220,3 +220,32 @@ def test_member_requests_need_read_on_the_group_and_offset_delete_needs_delete(s
     answer = offset_delete()
     assert answer.error_code == ErrorCode.none
     assert answer.topics[0].partitions[0].error_code == ErrorCode.topic_authorization_failed
+
+
+def test_txn_offset_commit_refuses_unreadable_topics_one_by_one(secured: BrokerProcess) -> None:
+    """TxnOffsetCommit: WRITE on the id and READ on the group refuse every partition; a topic
+    without READ is refused alone while the others still reach the coordinator (here: no open
+    transaction, so the coordinator's own error), as Kafka's handler does."""
+    name = user()
+    readable, unreadable = new_topic(secured, "acl-toc-r"), new_topic(secured, "acl-toc-u")
+    txn_id, group = f"tx-{name}", f"g-{name}"
+
+    def commit() -> dict[str, int]:
+        with wire(secured, name, max_versions={k.TXN_OFFSET_COMMIT: 3}) as conn:
+            answer = conn.call(k.TXN_OFFSET_COMMIT, lambda m: m.TxnOffsetCommitRequest(
+                transactional_id=txn_id, group_id=group, producer_id=0, producer_epoch=0, group_instance_id=None,
+                topics=tuple(m.TxnOffsetCommitRequestTopic(name=t, partitions=(m.TxnOffsetCommitRequestPartition(
+                    partition_index=0, committed_offset=1, committed_leader_epoch=-1, committed_metadata=None),))
+                    for t in (readable, unreadable))))
+        return {t.name: t.partitions[0].error_code for t in answer.topics}
+
+    assert commit() == dict.fromkeys((readable, unreadable), ErrorCode.transactional_id_authorization_failed)
+    allow(secured, name, ResourceType.TRANSACTIONAL_ID, txn_id, AclOperation.WRITE)
+    assert commit() == dict.fromkeys((readable, unreadable), ErrorCode.group_authorization_failed)
+    allow(secured, name, ResourceType.GROUP, group, AclOperation.READ)
+    assert commit() == dict.fromkeys((readable, unreadable), ErrorCode.topic_authorization_failed)
+    allow(secured, name, ResourceType.TOPIC, readable, AclOperation.READ)
+    errors = commit()
+    assert errors[unreadable] == ErrorCode.topic_authorization_failed
+    assert errors[readable] not in (ErrorCode.topic_authorization_failed, ErrorCode.operation_not_attempted,
+                                    ErrorCode.none)

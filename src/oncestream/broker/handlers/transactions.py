@@ -227,14 +227,15 @@ def handle_txn_offset_commit(state: BrokerState, header: RequestHeader, request)
         refused = {t.name: ErrorCode.transactional_id_authorization_failed for t in request.topics}
     elif not authorize(state, Op.READ, Res.GROUP, request.group_id):
         refused = {t.name: ErrorCode.group_authorization_failed for t in request.topics}
-    else:
-        refused = {t.name: ErrorCode.topic_authorization_failed for t in request.topics
-                   if not authorize(state, Op.READ, Res.TOPIC, t.name)}
+    # Topics without READ are refused one by one; the others are still committed, as in Kafka.
+    unreadable = {t.name for t in request.topics if not authorize(state, Op.READ, Res.TOPIC, t.name)}
+    if not refused and unreadable and all(t.name in unreadable for t in request.topics):
+        refused = dict.fromkeys(unreadable, ErrorCode.topic_authorization_failed)  # nothing to commit
     if refused:
         return build(m.TxnOffsetCommitResponse, throttle_time=_ZERO, topics=tuple(
             build(m.TxnOffsetCommitResponseTopic, name=t.name, partitions=tuple(
                 build(m.TxnOffsetCommitResponsePartition, partition_index=p.partition_index,
-                      error_code=refused.get(t.name, ErrorCode.operation_not_attempted))
+                      error_code=refused[t.name])
                 for p in t.partitions))
             for t in request.topics))
     txn = state.transactions
@@ -261,11 +262,15 @@ def handle_txn_offset_commit(state: BrokerState, header: RequestHeader, request)
             metadata=p.committed_metadata or "",
         )
         for t in request.topics
+        if t.name not in unreadable
         for p in t.partitions
     }
-    errors: dict[TopicPartition, ErrorCode] = {}
+    errors: dict[TopicPartition, ErrorCode] = {
+        TopicPartition(t.name, p.partition_index): ErrorCode.topic_authorization_failed
+        for t in request.topics if t.name in unreadable for p in t.partitions
+    }
     if verify_error != ErrorCode.none:
-        errors = {tp: fenced_for_version(verify_error, header.api_version, 3) for tp in offsets}
+        errors.update((tp, fenced_for_version(verify_error, header.api_version, 3)) for tp in offsets)
     else:
         member = {}
         if header.api_version >= 3:  # KIP-447: the group's generation fences zombies
@@ -277,7 +282,7 @@ def handle_txn_offset_commit(state: BrokerState, header: RequestHeader, request)
         unknown = {tp for tp in offsets if not state.partition_exists(tp.topic, tp.partition)}
         known = {tp: offset for tp, offset in offsets.items() if tp not in unknown}
         result = txn.stage_offsets(request.group_id, request.producer_id, known, **member)
-        errors = dict(result.partitions)
+        errors.update(result.partitions)
         errors.update((tp, ErrorCode.unknown_topic_or_partition) for tp in unknown)
     return build(
         m.TxnOffsetCommitResponse,
