@@ -73,6 +73,9 @@ def test_idempotent_producer_needs_write_on_some_topic_kip_679(secured: BrokerPr
     allow(secured, name, ResourceType.TOPIC, f"{name}-", AclOperation.WRITE, ResourcePatternType.PREFIXED)
     answer = init_pid()
     assert answer.error_code == ErrorCode.none and answer.producer_id >= 0
+    # librdkafka's idempotent producer: WRITE on the topic is all it needs.
+    topic = new_topic(secured, f"{name}-idem")
+    assert produce_one(secured, name, topic, **{"enable.idempotence": True}) is None
 
 
 # --- Fetch / ListOffsets / groups: READ, DESCRIBE ----------------------------------------------
