@@ -42,6 +42,12 @@ State-store materializer (``state_commit_crash_hook_from_env``)
     Environment variables ``ONCESTREAM_STATE_CRASH_POINT`` (``before-batch``, ``inside-batch``,
     ``after-batch``) and ``ONCESTREAM_STATE_CRASH_AT_COMMIT`` (1-based, default 1): the
     materializer process SIGKILLs itself at that point of that store commit.
+
+Broker principal from client.id (``principal_from_client_id``)
+    Broker property ``oncestream.test.principal.from.client.id=true``: a request whose client.id
+    is ``principal:NAME`` makes its connection's principal ``User:NAME``, so ACL tests can act as
+    several users before SASL or mTLS exist. Off by default; it lets any client claim any
+    identity, so it must never be set outside tests.
 """
 
 from __future__ import annotations
@@ -86,6 +92,24 @@ class TxnCrashPoint:
         """A committing transaction reached ``step``: crash now if that is the configured point."""
         if self.point is not None and step == self.point:
             self._crash()
+
+
+# --- broker: principal from client.id (ACL tests) -------------------------------------------------
+
+PRINCIPAL_FROM_CLIENT_ID_PROPERTY = "oncestream.test.principal.from.client.id"
+_CLIENT_ID_PRINCIPAL_PREFIX = "principal:"
+
+
+def principal_from_client_id_enabled(props: Mapping[str, str]) -> bool:
+    """Whether the broker properties switch the test-only identity hook on."""
+    return props.get(PRINCIPAL_FROM_CLIENT_ID_PROPERTY, "false").strip().lower() == "true"
+
+
+def principal_from_client_id(client_id: str | None) -> str | None:
+    """``User:NAME`` for client.id ``principal:NAME``; None for any other client.id."""
+    if client_id and client_id.startswith(_CLIENT_ID_PRINCIPAL_PREFIX) and len(client_id) > len(_CLIENT_ID_PRINCIPAL_PREFIX):
+        return "User:" + client_id[len(_CLIENT_ID_PRINCIPAL_PREFIX):]
+    return None
 
 
 # --- Spark driver crash points --------------------------------------------------------------------

@@ -9,6 +9,12 @@ from oncestream.broker.memory_pool import DEFAULT_QUEUED_MAX_REQUEST_BYTES
 from oncestream.errors import InvalidConfigError
 from oncestream.protocol.api_keys import FEATURES
 
+# Kafka's ACL authorizers (KRaft's and ZooKeeper's): both mean our StandardAuthorizer.
+AUTHORIZER_CLASS_NAMES = (
+    "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+    "kafka.security.authorizer.AclAuthorizer",
+)
+
 
 def _parse_bool(value: str) -> bool:
     lowered = value.strip().lower()
@@ -44,6 +50,10 @@ class BrokerConfig:
     # One pool for the bytes of requests being read or handled (broker/memory_pool.py). Kafka's
     # default is -1 (unbounded); here it is bounded by default.
     queued_max_request_bytes: int = DEFAULT_QUEUED_MAX_REQUEST_BYTES
+    # Authorization (issue 14): an ACL authorizer when authorizer.class.name names one.
+    authorizer_class_name: str = ""
+    super_users: str = ""
+    allow_everyone_if_no_acl_found: bool = False
     raw: dict[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -85,6 +95,9 @@ class BrokerConfig:
                 queued_max_request_bytes=int(
                     props.get("queued.max.request.bytes", str(DEFAULT_QUEUED_MAX_REQUEST_BYTES))
                 ),
+                authorizer_class_name=props.get("authorizer.class.name", "").strip(),
+                super_users=props.get("super.users", ""),
+                allow_everyone_if_no_acl_found=_parse_bool(props.get("allow.everyone.if.no.acl.found", "false")),
                 raw=dict(props),
             )
         except ValueError as exc:
@@ -104,6 +117,10 @@ class BrokerConfig:
                 "queued.max.request.bytes must be -1 or at least socket.request.max.bytes "
                 f"({queued} < {config.socket_request_max_bytes})"
             )
+        if config.authorizer_class_name not in ("", *AUTHORIZER_CLASS_NAMES):
+            # Refused rather than ignored: a broker started open when its operator asked for ACLs.
+            raise InvalidConfigError(
+                f"authorizer.class.name={config.authorizer_class_name}: supported are {AUTHORIZER_CLASS_NAMES}")
         for feature, (lo, hi) in FEATURES.items():  # finalized feature levels (api_versions.py)
             level = props.get(feature)
             if level is not None and not (level.strip().lstrip("-").isdigit() and lo <= int(level) <= hi):

@@ -8,6 +8,7 @@ expiry deadline, so a wall-clock step cannot expire sessions or transactions ear
 
 from __future__ import annotations
 
+import asyncio
 import fcntl
 import os
 import time
@@ -15,6 +16,8 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from oncestream.authz.authorizer import StandardAuthorizer, parse_super_users
+from oncestream.authz.store import AclStore
 from oncestream.broker.config import BrokerConfig
 from oncestream.broker.flusher import GroupCommitFlusher
 from oncestream.broker.group_service import GroupService
@@ -114,6 +117,14 @@ class BrokerState:
                 self.logs, self.groups, config.raw, self.now_ms, self.producer_ids.next_id,
                 on_marker=self.notifier.notify, mono_ms=self.mono_ms,
             )
+            # ACLs (issue 14): None without authorizer.class.name, and then everything is allowed.
+            self.acl_store = AclStore(data_dir)
+            self.authorizer: StandardAuthorizer | None = None
+            self.acl_write_lock = asyncio.Lock()  # one ACL change persisted at a time, in order
+            if config.authorizer_class_name:
+                self.authorizer = StandardAuthorizer(
+                    self.acl_store.load(), super_users=parse_super_users(config.super_users),
+                    allow_everyone_if_no_acl_found=config.allow_everyone_if_no_acl_found)
         except BaseException:
             self._lock.release()
             raise

@@ -2,7 +2,7 @@
 
 Topics (create/delete/describe, configs), consumer groups (list/describe/offsets) and
 transactions (KIP-664: list, describe, describe producers, abort a hanging transaction with
-WriteTxnMarkers). Each method returns per-item results (a ``KafkaError`` or None for failures)
+WriteTxnMarkers), ACLs (``admin_acls.py``). Each method returns per-item results (a ``KafkaError`` or None for failures)
 instead of futures; calls that fail as a whole raise ``KafkaException``.
 """
 
@@ -18,6 +18,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from oncestream.client.admin_acls import AclAdmin
 from oncestream.client.cluster import COORDINATOR_GROUP, COORDINATOR_TRANSACTION, Cluster
 from oncestream.client.config import resolve
 from oncestream.client.consumer_protocol import ConsumerProtocolError, decode_assignment
@@ -248,7 +249,7 @@ def _error(code: int, message: str | None = None) -> KafkaError | None:
     return None if code == 0 else KafkaError(code, message or None)
 
 
-class Admin:
+class Admin(AclAdmin):
     """Administrative operations against a Kafka-protocol cluster."""
 
     def __init__(self, conf: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
