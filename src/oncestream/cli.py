@@ -31,6 +31,7 @@ from oncestream.client import (
 )
 from oncestream.client.connection import parse_bootstrap
 from oncestream.client.partitioner import partition_for_key
+from oncestream.errors import InvalidConfigError
 
 
 class CliError(Exception):
@@ -65,10 +66,14 @@ def cmd_broker(args: argparse.Namespace) -> int:
         level=getattr(logging, args.log_level.upper()),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    host, port = _parse_listen(args.listen)
+    props = _parse_props(args.config)
+    if args.listen is not None and "listeners" in props:
+        raise CliError("give either --listen or --config listeners=..., not both")
+    host, port = _parse_listen(args.listen or "127.0.0.1:9092")
+    ready_file = Path(args.ready_file) if args.ready_file else None
     try:
-        return run_broker(Path(args.data_dir), host, port, _parse_props(args.config))
-    except DataDirInUseError as exc:
+        return run_broker(Path(args.data_dir), host, port, props, ready_file=ready_file)
+    except (DataDirInUseError, InvalidConfigError) as exc:
         raise CliError(str(exc)) from None
 
 
@@ -410,7 +415,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     b = sub.add_parser("broker", help="run a broker in the foreground")
     b.add_argument("--data-dir", required=True)
-    b.add_argument("--listen", default="127.0.0.1:9092", help="HOST:PORT (port 0 picks a free one)")
+    b.add_argument("--listen", default=None,
+                   help="HOST:PORT of one PLAINTEXT listener (default 127.0.0.1:9092; port 0 picks a free one); "
+                        "leave out when --config listeners=... is given")
+    b.add_argument("--ready-file", default=None, metavar="PATH",
+                   help="write the bound listeners as JSON to PATH once all are listening")
     b.add_argument("--config", action="append", metavar="KEY=VALUE", help="Kafka broker property")
     b.add_argument("--log-level", default="info")
     b.set_defaults(func=cmd_broker)

@@ -7,6 +7,7 @@ import uuid
 
 from kio.schema.errors import ErrorCode
 
+from oncestream.broker.connection_context import current_session
 from oncestream.broker.state import BrokerState
 from oncestream.broker.topic_creation import auto_create_topic
 from oncestream.errors import KafkaError
@@ -85,7 +86,8 @@ async def handle(state: BrokerState, header: RequestHeader, request) -> object:
                 partitions=partitions,
             )
         )
-    host, port = state.config.advertised
+    # The endpoint of the listener this request came in on, as Kafka answers.
+    host, port = state.config.advertised_for(current_session().listener_name)
     return build(
         m.MetadataResponse,
         throttle_time=datetime.timedelta(0),
