@@ -89,9 +89,31 @@ _PRODUCE_FLUSH_TIMEOUT_S = 60.0
 _FIRST_FETCH_CAP_S = 60.0
 
 
+def read_command_config(path: str) -> dict[str, str]:
+    """Client properties from a ``--command-config`` file, as Kafka's tools read it: one
+    ``key=value`` per line (librdkafka property names, e.g. ``security.protocol=SSL``,
+    ``ssl.ca.location=...``), blank lines and lines starting with ``#`` or ``!`` ignored."""
+    props: dict[str, str] = {}
+    try:
+        lines = Path(path).read_text().splitlines()
+    except OSError as exc:
+        raise CliError(f"--command-config {path}: {exc.strerror or exc}") from None
+    for number, raw in enumerate(lines, 1):
+        line = raw.strip()
+        if not line or line.startswith(("#", "!")):
+            continue
+        key, sep, value = line.partition("=")
+        if not sep or not key.strip():
+            raise CliError(f"--command-config {path}:{number}: expected key=value, got {raw!r}")
+        props[key.strip()] = value.strip()
+    return props
+
+
 def _conf(args: argparse.Namespace, **extra: Any) -> dict[str, Any]:
     host, port = parse_bootstrap(args.bootstrap_server)
-    return {"bootstrap.servers": f"{host}:{port}", "client.id": CLIENT_ID, **extra}
+    # The file's security (and other) properties first; what the command itself needs wins.
+    given = read_command_config(args.command_config) if getattr(args, "command_config", None) else {}
+    return {"client.id": CLIENT_ID, **given, "bootstrap.servers": f"{host}:{port}", **extra}
 
 
 @contextlib.contextmanager
@@ -426,6 +448,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     def client_args(p: argparse.ArgumentParser) -> None:
         p.add_argument("--bootstrap-server", "-b", default="127.0.0.1:9092")
+        p.add_argument("--command-config", metavar="FILE",
+                       help="client properties file (key=value, librdkafka names: security.protocol, ssl.*, ...)")
 
     t = sub.add_parser("topics", help="create, list, describe, alter (grow partitions) or delete topics")
     t.add_argument("action", choices=["create", "list", "describe", "alter", "delete"])

@@ -294,3 +294,51 @@ def test_our_client_produces_consumes_and_commits_a_transaction_over_ssl(
     # ... and librdkafka reads the same over the other TLS listener.
     assert _ck_read(_ck_conf(tls_broker, pki, "SSL"), topic, 5) == values
 
+
+
+# -- CLI and the Spark connector's protocol client -------------------------------------------------
+def test_cli_client_commands_take_security_from_command_config(tls_broker: BrokerProcess, pki: Pki,
+                                                               tmp_path: Path) -> None:
+    """``--command-config FILE`` of librdkafka properties, as Kafka's tools take it."""
+    import subprocess
+
+    from tests.support.brokers import oncestream_executable
+
+    props = tmp_path / "client.properties"
+    props.write_text("# mutual TLS\nsecurity.protocol=SSL\n"
+                     f"ssl.ca.location={pki.ca}\nssl.certificate.location={pki.alice.cert}\n"
+                     f"ssl.key.location={pki.alice.key}\n")
+    topic = f"tls-cli-{uuid.uuid4().hex[:8]}"
+    base = [oncestream_executable()]
+    tls = ["-b", tls_broker.listener_bootstrap("MTLS"), "--command-config", str(props)]
+
+    def run(*args: str, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
+        return subprocess.run([*base, *args], input=stdin, capture_output=True, timeout=TIMEOUT_S)
+
+    assert run("topics", "create", topic, *tls).returncode == 0
+    assert run("produce", topic, *tls, stdin=b"one\ntwo\n").returncode == 0
+    out = run("consume", topic, "--from-beginning", "--max-messages", "2", *tls)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.decode().split() == ["one", "two"]
+    # Without the file the TLS port does not answer a plaintext client: a clean error, no hang.
+    failed = run("topics", "list", "-b", tls_broker.listener_bootstrap("MTLS"))
+    assert failed.returncode != 0
+    assert b"Traceback" not in failed.stderr
+
+
+def test_spark_log_client_passes_kafka_ssl_options_through(tls_broker: BrokerProcess, pki: Pki) -> None:
+    """The connector's own protocol client honours ``kafka.security.protocol`` / ``kafka.ssl.*``
+    (options without the prefix, parsed once on the driver, pickled to the tasks)."""
+    import pickle
+
+    from oncestream.spark.log_client import ClientSettings, LogClient
+    from oncestream.spark.options import kafka_params
+
+    options = {"kafka.bootstrap.servers": tls_broker.listener_bootstrap("MTLS"),
+               **{f"kafka.{k}": v for k, v in _ssl_conf(pki, pki.alice).items()}}
+    settings = pickle.loads(pickle.dumps(ClientSettings.from_config(kafka_params(options))))
+    client = LogClient(options["kafka.bootstrap.servers"], settings=settings)
+    try:
+        assert _metadata_broker_port(client.any_connection()) == tls_broker.listener_ports["MTLS"]
+    finally:
+        client.close()

@@ -51,6 +51,8 @@ _MIN_FRAME_BYTES = 10
 # The StreamReader's buffer limit: it stops reading the socket at twice this much unread data, so
 # a connection holds at most ~2 MiB that the pool has not accounted for.
 _READ_BUFFER_LIMIT = 2**20
+# asyncio's own default: a client that connects to a TLS port and never finishes the handshake.
+_TLS_HANDSHAKE_TIMEOUT_S = 60.0
 
 
 class ServerStateError(RuntimeError):
@@ -159,11 +161,14 @@ class BrokerServer:
 
             return protocol_factory
 
+        handshake_timeout_s = min(_TLS_HANDSHAKE_TIMEOUT_S, cfg.connections_max_idle_ms / 1000)
         bound: list[Listener] = []
         for listener in listeners:
+            tls = contexts[listener.name]
             server = await loop.create_server(
-                factory_for(listener), listener.host or None, listener.port,
-                reuse_address=True, ssl=contexts[listener.name],
+                factory_for(listener), listener.host or None, listener.port, reuse_address=True, ssl=tls,
+                # A handshake is not yet a connection the idle timer watches: bound it as well.
+                ssl_handshake_timeout=handshake_timeout_s if tls is not None else None,
             )
             self._servers.append(server)
             port = server.sockets[0].getsockname()[1]
