@@ -342,3 +342,38 @@ def test_spark_log_client_passes_kafka_ssl_options_through(tls_broker: BrokerPro
         assert _metadata_broker_port(client.any_connection()) == tls_broker.listener_ports["MTLS"]
     finally:
         client.close()
+
+
+# -- the broker command --------------------------------------------------------------------------
+@pytest.mark.parametrize("args, message", [
+    (["--listen", "127.0.0.1:0", "--config", "listeners=PLAINTEXT://127.0.0.1:0"], "either --listen or"),
+    (["--config", "listeners=SSL://127.0.0.1:0"], "ssl.keystore.location is not set"),
+    (["--config", "listeners=SSL://127.0.0.1:0", "--config", "ssl.keystore.location=/nonexistent.pem"],
+     "cannot load key"),
+    (["--config", "listeners=PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0",
+      "--config", "listener.security.protocol.map=PLAINTEXT:PLAINTEXT"], "no security protocol"),
+])
+def test_broker_refuses_bad_listener_or_tls_settings_with_a_message(tmp_path: Path, args: list[str],
+                                                                    message: str) -> None:
+    import subprocess
+
+    from tests.support.brokers import oncestream_executable
+
+    result = subprocess.run([oncestream_executable(), "broker", "--data-dir", str(tmp_path / "data"), *args],
+                            capture_output=True, timeout=TIMEOUT_S)
+    assert result.returncode != 0
+    assert message in result.stderr.decode()
+    assert b"Traceback" not in result.stderr
+
+
+def test_restart_binds_the_same_listener_ports(broker_factory, pki: Pki) -> None:
+    """Clients reconnect to the addresses they know: port-0 listeners come back on their ports."""
+    broker = broker_factory(config={
+        "listeners": "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0",
+        "ssl.keystore.location": str(pki.server_keystore),
+    })
+    before = dict(broker.listener_ports)
+    assert broker.bootstrap == broker.listener_bootstrap("PLAINTEXT")
+    broker.restart(crash=True)
+    assert broker.listener_ports == before
+    assert _works(_connect(broker, "SSL", _ssl_conf(pki)))

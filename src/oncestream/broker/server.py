@@ -324,6 +324,9 @@ def run_broker(data_dir: Path, host: str, port: int, props: dict[str, str], *,
     except ImportError:  # uvloop is a dependency, but the broker works without it
         pass
     config = BrokerConfig.from_properties(host, port, props)
+    for listener in config.all_listeners:  # a bad SSL store fails before the data dir is opened
+        if listener.uses_tls:
+            server_ssl_context(config.raw, listener.name)
 
     async def main() -> None:
         state = BrokerState(data_dir, config)
