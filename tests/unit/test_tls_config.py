@@ -148,3 +148,16 @@ def test_client_takes_librdkafka_tls_properties(pki: Pki) -> None:
 def test_client_refuses_bad_tls_properties(conf: dict[str, str], tmp_path: Path) -> None:
     with pytest.raises(KafkaException):
         resolve({"bootstrap.servers": "h:1", **conf}, "admin")
+
+
+def test_command_config_file_reads_client_properties(tmp_path: Path) -> None:
+    from oncestream.cli import CliError, read_command_config
+
+    path = tmp_path / "client.properties"
+    path.write_text("# comment\n! also a comment\n\nsecurity.protocol = SSL\nssl.ca.location=/a=b.pem\n")
+    assert read_command_config(str(path)) == {"security.protocol": "SSL", "ssl.ca.location": "/a=b.pem"}
+    path.write_text("security.protocol\n")
+    with pytest.raises(CliError, match=":1: expected key=value"):
+        read_command_config(str(path))
+    with pytest.raises(CliError, match="--command-config"):
+        read_command_config(str(tmp_path / "missing.properties"))

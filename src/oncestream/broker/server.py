@@ -249,7 +249,8 @@ class BrokerServer:
             self._connections.add(task)
         session = start_session(peer, listener_name=listener.name, security_protocol=listener.security_protocol)
         ssl_object: ssl.SSLObject | None = writer.get_extra_info("ssl_object")
-        if ssl_object is not None:
+        # On SSL the certificate names the client; on SASL_SSL only SASL does (as in Kafka).
+        if ssl_object is not None and listener.security_protocol == "SSL":
             session.principal = principal_of_ssl_object(ssl_object)
             if session.principal != ANONYMOUS_PRINCIPAL:  # only mutual TLS is worth a line
                 log.info("%s on listener %s: client certificate principal %s", peer, listener.name, session.principal)
