@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from oncestream.broker.connection_limits import UNLIMITED, parse_per_ip_overrides
+from oncestream.broker.listeners import Listener, parse_listeners
 from oncestream.broker.memory_pool import DEFAULT_QUEUED_MAX_REQUEST_BYTES
 from oncestream.errors import InvalidConfigError
 from oncestream.protocol.api_keys import FEATURES
@@ -32,8 +33,9 @@ class BrokerConfig:
     node_id: int = 0
     host: str = "127.0.0.1"
     port: int = 9092
-    advertised_host: str | None = None
-    advertised_port: int | None = None
+    # Every endpoint the broker binds (broker/listeners.py); empty: one PLAINTEXT listener on
+    # host:port. The first one is the default (requests outside any connection, e.g. tests).
+    listeners: tuple[Listener, ...] = ()
     auto_create_topics_enable: bool = True
     num_partitions: int = 1
     socket_request_max_bytes: int = 104857600
@@ -61,21 +63,12 @@ class BrokerConfig:
         """Parse Kafka broker property names; unknown names are kept in ``raw`` for later layers."""
         try:
             node_id = int(props.get("node.id", props.get("broker.id", "0")))
-            adv_host: str | None = None
-            adv_port: int | None = None
-            advertised = props.get("advertised.listeners")
-            if advertised:
-                # PLAINTEXT://host:port (first listener only: one listener is all we serve).
-                first = advertised.split(",")[0]
-                hostport = first.split("://", 1)[-1]
-                adv_host, _, port_text = hostport.rpartition(":")
-                adv_port = int(port_text)
+            listeners = parse_listeners(props, host, port)
             config = cls(
                 node_id=node_id,
-                host=host,
-                port=port,
-                advertised_host=adv_host,
-                advertised_port=adv_port,
+                host=listeners[0].host,
+                port=listeners[0].port,
+                listeners=listeners,
                 auto_create_topics_enable=_parse_bool(
                     props.get("auto.create.topics.enable", "true")
                 ),
@@ -128,6 +121,22 @@ class BrokerConfig:
         return config
 
     @property
+    def all_listeners(self) -> tuple[Listener, ...]:
+        """The listeners to bind (one PLAINTEXT listener on host:port when none were parsed)."""
+        if self.listeners:
+            return self.listeners
+        return (Listener("PLAINTEXT", self.host, self.port, "PLAINTEXT", self.host, 0),)
+
+    @property
     def advertised(self) -> tuple[str, int]:
-        """Host and port clients are told to connect to."""
-        return (self.advertised_host or self.host, self.advertised_port or self.port)
+        """Host and port of the default (first) listener that clients are told to connect to."""
+        return self.all_listeners[0].advertised
+
+    def advertised_for(self, listener_name: str) -> tuple[str, int]:
+        """The advertised endpoint of ``listener_name`` (Kafka answers Metadata and
+        FindCoordinator with the endpoint of the listener the request came in on); the default
+        listener's for a name the broker does not have."""
+        for listener in self.all_listeners:
+            if listener.name == listener_name:
+                return listener.advertised
+        return self.advertised

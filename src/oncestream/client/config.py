@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from oncestream.client.errors import _INVALID_ARG, KafkaError, KafkaException
+from oncestream.client.tls import check_endpoint_algorithm, ssl_context_for
 
 log = logging.getLogger("oncestream.client")
 
@@ -99,6 +100,13 @@ _COMMON: dict[str, _Key] = {
     "retry.backoff.max.ms": _Key(_int, 1000),
     "metadata.max.age.ms": _Key(_int, 300000),
     "security.protocol": _Key(_str, "plaintext"),
+    # TLS (client/tls.py), librdkafka's names and defaults.
+    "ssl.ca.location": _Key(_str, None),
+    "ssl.certificate.location": _Key(_str, None),
+    "ssl.key.location": _Key(_str, None),
+    "ssl.key.password": _Key(_str, None),
+    "ssl.endpoint.identification.algorithm": _Key(check_endpoint_algorithm, "https"),
+    "enable.ssl.certificate.verification": _Key(_bool, True),
     "error_cb": _Key(_callable, None),
     "logger": _Key(lambda v: v, None),
 }
@@ -209,6 +217,22 @@ def resolve(conf: Mapping[str, Any], role: str) -> Config:
             raise KafkaException(KafkaError(_INVALID_ARG, f"invalid value for {key}: {exc}")) from None
     if not out["bootstrap.servers"]:
         raise KafkaException(KafkaError(_INVALID_ARG, "bootstrap.servers is required"))
-    if str(out["security.protocol"]).lower() != "plaintext":
-        raise KafkaException(KafkaError(_INVALID_ARG, "only security.protocol=plaintext is supported"))
+    _check_security(out)
     return out
+
+
+# The protocols this client speaks; SASL ones join when SASL is implemented.
+_SECURITY_PROTOCOLS = ("plaintext", "ssl")
+
+
+def _check_security(out: Config) -> None:
+    protocol = str(out["security.protocol"]).strip().lower()
+    if protocol not in _SECURITY_PROTOCOLS:
+        raise KafkaException(KafkaError(
+            _INVALID_ARG, f"security.protocol={out['security.protocol']} is not supported "
+                          f"({', '.join(_SECURITY_PROTOCOLS)})"))
+    out["security.protocol"] = protocol
+    try:
+        ssl_context_for(out)  # unreadable CA, certificate or key files fail here, not at connect
+    except ValueError as exc:
+        raise KafkaException(KafkaError(_INVALID_ARG, str(exc))) from None

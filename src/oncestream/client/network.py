@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import io
+import ssl
 import struct
 import time
 from dataclasses import dataclass
@@ -59,8 +60,9 @@ class Connection(asyncio.BufferedProtocol):
     """A pipelined connection; ``send`` returns a future resolved with the decoded response."""
 
     def __init__(self, host: str, port: int, *, node_id: int, client_id: str,
-                 request_timeout_s: float = 30.0) -> None:
+                 request_timeout_s: float = 30.0, ssl_context: ssl.SSLContext | None = None) -> None:
         self.host, self.port, self.node_id = host, port, node_id
+        self.ssl_context = ssl_context  # TLS (client/tls.py) when security.protocol asks for it
         self.request_timeout_s = request_timeout_s
         self._client_id = client_id.encode()
         self._transport: asyncio.Transport | None = None
@@ -86,8 +88,8 @@ class Connection(asyncio.BufferedProtocol):
         """Connect and negotiate API versions (ApiVersions v3, falling back to v0 per KIP-511)."""
         loop = asyncio.get_running_loop()
         try:
-            await asyncio.wait_for(loop.create_connection(lambda: self, self.host, self.port), timeout_s)
-        except (TimeoutError, OSError) as exc:
+            await asyncio.wait_for(self._create_connection(loop), timeout_s)
+        except (TimeoutError, OSError) as exc:  # ssl.SSLError (a failed handshake) is an OSError
             raise ConnectionLostError(f"cannot connect to {self.host}:{self.port}: {exc!r}") from exc
         response = None
         for version in (3, 0):
@@ -116,6 +118,13 @@ class Connection(asyncio.BufferedProtocol):
         self.finalized_features = {
             f.name: int(f.max_version_level) for f in getattr(response, "finalized_features", ()) or ()
         }
+
+    async def _create_connection(self, loop: asyncio.AbstractEventLoop) -> object:
+        if self.ssl_context is None:
+            return await loop.create_connection(lambda: self, self.host, self.port)
+        # The host name is what the certificate is checked against (endpoint identification).
+        return await loop.create_connection(lambda: self, self.host, self.port, ssl=self.ssl_context,
+                                            server_hostname=self.host)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:  # noqa: D102
         self._transport = transport  # type: ignore[assignment]

@@ -14,7 +14,7 @@ import datetime
 from kio.schema.errors import ErrorCode
 
 from oncestream.broker.authorize import Op, Res, authorize, authorized_operations
-from oncestream.broker.connection_context import client_host
+from oncestream.broker.connection_context import client_host, current_session
 from oncestream.broker.state import BrokerState
 from oncestream.coordinator.group.messages import (
     FetchedOffset,
@@ -44,7 +44,8 @@ def _ms(delta: datetime.timedelta) -> int:
 
 def handle_find_coordinator(state: BrokerState, header: RequestHeader, request) -> object:
     m = response_module(k.FIND_COORDINATOR, header.api_version)
-    host, port = state.config.advertised
+    # The endpoint of the listener this request came in on, as Kafka answers.
+    host, port = state.config.advertised_for(current_session().listener_name)
     node_id = state.config.node_id
     key_type = getattr(request, "key_type", KEY_TYPE_GROUP)
     keys = request.coordinator_keys if hasattr(request, "coordinator_keys") else (request.key,)

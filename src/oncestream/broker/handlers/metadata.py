@@ -9,6 +9,7 @@ from kio.schema.errors import ErrorCode
 
 from oncestream.authz.acl import CLUSTER_NAME
 from oncestream.broker.authorize import Op, Res, authorize, authorized_operations
+from oncestream.broker.connection_context import current_session
 from oncestream.broker.state import BrokerState
 from oncestream.broker.topic_creation import auto_create_topic
 from oncestream.errors import KafkaError
@@ -95,7 +96,8 @@ async def handle(state: BrokerState, header: RequestHeader, request) -> object:
                 topic_authorized_operations=authorized_operations(state, Res.TOPIC, name, requested=want_ops),
             )
         )
-    host, port = state.config.advertised
+    # The endpoint of the listener this request came in on, as Kafka answers.
+    host, port = state.config.advertised_for(current_session().listener_name)
     return build(
         m.MetadataResponse,
         throttle_time=datetime.timedelta(0),
