@@ -287,7 +287,10 @@ class BrokerServer:
                     await writer.drain()
                     watch.draining = False
                     idle.activity(watch.now_ms())
-                del frame
+                # The frame is not deleted here: freeing the only large block at the top of the heap
+                # makes glibc trim it, and the next frame grows it again (brk plus fresh page faults
+                # on every request: twice the broker's system time, ~30% less produce throughput).
+                # It is replaced when the next frame arrives, as before the pool existed.
                 pool.release(reserved_bytes)
                 reserved_bytes = 0
         except (asyncio.IncompleteReadError, ConnectionError):
