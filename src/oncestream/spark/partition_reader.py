@@ -169,7 +169,10 @@ class FetchAhead:
 
 def read_range(rng: OffsetRange, client: LogClient | None = None) -> Iterator[pa.RecordBatch]:
     """Yield the records of ``rng`` as Arrow batches; raise DataLossError (failOnDataLoss) when
-    offsets in the range are gone."""
+    offsets in the range are gone.
+
+    The next Fetch runs ahead on a background thread (``FetchAhead``): a caller's ``client`` is
+    in use until the generator is exhausted or closed, which waits for a fetch in flight."""
     own = client is None
     log = client or LogClient(rng.bootstrap_servers, client_id="oncestream-spark-source", settings=rng.client)
     fetches = FetchAhead(log, rng)
