@@ -33,7 +33,7 @@ NOW_MS = 1_700_000_000_000
 def test_the_native_builder_is_built() -> None:
     """The install builds the extension (setup.py); without it every other test here would only
     compare the Python builder with itself."""
-    assert native_available()
+    assert native_available(), "build it: pip install -e . (or python setup.py build_ext --inplace)"
     assert isinstance(new_builder(True), NativeColumns)
     assert isinstance(new_builder(False), PythonColumns)
 
