@@ -83,7 +83,7 @@ $(VPY):
 	$(PYTHON) -m venv $(VENV) || { rm -rf $(VENV) && $(SUDO) apt-get update \
 	  && $(SUDO) apt-get install -y python3-venv && $(PYTHON) -m venv $(VENV); }
 
-$(STAMP): pyproject.toml | $(VPY)
+$(STAMP): pyproject.toml setup.py src/oncestream/_native/record_columns.c | $(VPY)
 	$(VPY) -m pip install -q -e '.[test,demo,state]'
 	touch $@
 

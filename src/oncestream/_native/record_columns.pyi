@@ -1,0 +1,14 @@
+"""Types of the C extension record_columns.c (see its header comment)."""
+
+_VarColumn = tuple[bytearray | None, int, bytearray, bytearray]  # validity, null count, int32 offsets, data
+
+class ColumnBuilder:
+    """Arrow column buffers of the records of one Arrow batch."""
+
+    rows: int
+
+    def __len__(self) -> int: ...
+    def append(self, section: bytes | bytearray | memoryview, record_count: int, base_offset: int,
+               base_timestamp_ms: int, max_timestamp_ms: int, log_append: bool, position: int, end: int) -> None: ...
+    def finish(self) -> tuple[int, bytearray, bytearray, bytearray, _VarColumn, _VarColumn, _VarColumn, _VarColumn,
+                              _VarColumn]: ...
