@@ -214,3 +214,20 @@ def wait_for_executors(application_id: str, count: int, timeout_s: float = 120.0
         if time.monotonic() > deadline:
             raise AssertionError(f"{len(pids)} of {count} executors of {application_id} started in {timeout_s} s")
         time.sleep(0.2)
+
+
+def executors_in_group(pgid: int) -> list[int]:
+    """Pids of Spark executor JVMs in process group ``pgid`` (a local-cluster driver's group)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            argv = (proc / "cmdline").read_bytes()
+            stat = (proc / "stat").read_text()
+        except OSError:
+            continue
+        # Field 5 of /proc/PID/stat is the process group; the command name before it may hold spaces.
+        if b"CoarseGrainedExecutorBackend" in argv and int(stat.rsplit(")", 1)[1].split()[2]) == pgid:
+            found.append(int(proc.name))
+    return found

@@ -4,13 +4,17 @@ workers, in processes other than the driver's, as on a real cluster (issue 11, p
 The source reads exactly the committed records (batch and streaming); the exactly-once sink keeps
 its output exactly once, read_committed, when an executor JVM is SIGKILLed while its write task
 holds a prepared transaction (Spark re-runs the task on an executor that is still alive or on the
-one the standalone master starts in its place). All tests share one cluster (``spark_cluster``).
+one the standalone master starts in its place). These tests share one in-process cluster
+(``spark_cluster``). The last two start local-cluster drivers as subprocesses
+(tests/spark/crash_driver.py) and SIGKILL them with their executors: the sink and the dual-write
+helper stay exactly once across the restart from the checkpoint.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import sqlite3
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -19,7 +23,13 @@ import pytest
 from confluent_kafka import Producer
 
 from oncestream.spark.log_client import LogClient
-from tests.spark.spark_support import executor_pids, read_committed, wait_for_executors
+from tests.spark.spark_support import (
+    DriverRun,
+    executor_pids,
+    executors_in_group,
+    read_committed,
+    wait_for_executors,
+)
 from tests.spark.test_exactly_once_sink import _produce, _topics
 from tests.support.txn import wait_until
 
@@ -154,3 +164,70 @@ def test_batch_read_after_executor_loss_still_exact(spark_cluster, eos_broker):
     rows = (spark_cluster.read.format("oncestream").option("kafka.bootstrap.servers", bootstrap)
             .option("subscribe", topic).load().select("value").collect())
     assert Counter(bytes(r.value) for r in rows) == Counter(values)
+
+
+CLUSTER = "local-cluster[2,1,1024]"
+
+
+def _cluster_driver(tmp: Path, argv: list[str], crash_at: str | None = None) -> DriverRun:
+    return DriverRun(tmp / "logs", [*argv, "--master", CLUSTER], crash_at=crash_at)
+
+
+def _assert_cluster_dies_with_driver(run: DriverRun) -> None:
+    """A driver run of this module has two executor JVMs in its process group while it works and
+    none left once the group is SIGKILLed (no executor outlives its driver to keep writing)."""
+    assert len(executors_in_group(run.process.pid)) == 2, "the driver should run two executor JVMs"
+    run.kill()
+    wait_until(lambda: executors_in_group(run.process.pid) == [], GATE_WAIT_S, "the executors to die with the driver")
+
+
+@pytest.mark.timeout(900)  # three driver runs, each starting a JVM and two executors
+def test_driver_sigkilled_with_executors_output_exactly_once(tmp_path, eos_broker):
+    """A local-cluster driver is SIGKILLed (with its executors) after the commit record of batch 1
+    and before any of its transactions completed, then at a random point; the restarted query
+    (same checkpoint) finishes: read_committed output equals the input exactly once."""
+    bootstrap = eos_broker.bootstrap
+    topic_in, topic_out = f"lcd-in-{uuid.uuid4().hex[:8]}", f"lcd-out-{uuid.uuid4().hex[:8]}"
+    _topics(bootstrap, topic_in, topic_out)
+    expected = _produce(bootstrap, topic_in, 0, 300)
+    argv = ["--bootstrap", bootstrap, "--checkpoint", str(tmp_path / "checkpoint"), "--in-topic", topic_in,
+            "--out-topic", topic_out, "--max-offsets", "60"]
+    run = _cluster_driver(tmp_path, argv, crash_at="after-record:1")
+    run.wait(300)
+    assert run.killed_itself(), f"driver ended with {run.process.returncode}:\n{run.stderr_tail()}"
+    expected += _produce(bootstrap, topic_in, 10_000, 60)
+    run = _cluster_driver(tmp_path, argv)
+    run.wait_for_batches(1)
+    _assert_cluster_dies_with_driver(run)
+    final = _cluster_driver(tmp_path, [*argv, "--available-now"])
+    assert final.wait(300) == 0, final.stderr_tail()
+
+    got = Counter(v for _k, v in read_committed(bootstrap, topic_out))
+    want = Counter(expected)
+    assert got == want, (f"missing {sorted((want - got).elements())[:10]}, "
+                         f"duplicated or foreign {sorted((got - want).elements())[:10]}")
+    assert _ongoing(bootstrap) == []
+
+
+@pytest.mark.timeout(900)
+def test_dual_write_in_local_cluster_under_driver_sigkill(tmp_path, eos_broker):
+    """dual_write (SQLite) with the batches computed on executors: the driver is SIGKILLed after
+    the database committed batch 1 and before the log's transaction completed; the restarted
+    query finishes. Database and log agree and hold every input record once."""
+    bootstrap = eos_broker.bootstrap
+    topic_in, topic_out = f"lcw-in-{uuid.uuid4().hex[:8]}", f"lcw-out-{uuid.uuid4().hex[:8]}"
+    _topics(bootstrap, topic_in, topic_out)
+    expected = _produce(bootstrap, topic_in, 0, 240)
+    db = tmp_path / "state.db"
+    argv = ["--bootstrap", bootstrap, "--checkpoint", str(tmp_path / "checkpoint"), "--in-topic", topic_in,
+            "--out-topic", topic_out, "--mode", "dualwrite", "--store", f"sqlite:{db}", "--max-offsets", "60"]
+    run = _cluster_driver(tmp_path, argv, crash_at="dual-after-db:1")
+    run.wait(300)
+    assert run.killed_itself(), f"driver ended with {run.process.returncode}:\n{run.stderr_tail()}"
+    final = _cluster_driver(tmp_path, [*argv, "--available-now"])
+    assert final.wait(300) == 0, final.stderr_tail()
+    with sqlite3.connect(db) as conn:
+        db_values = [r[0].encode() for r in conn.execute("SELECT v FROM events")]
+    log_values = [v for _k, v in read_committed(bootstrap, topic_out)]
+    assert Counter(log_values) == Counter(expected)
+    assert Counter(db_values) == Counter(expected), "database and log disagree"
