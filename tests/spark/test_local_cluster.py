@@ -189,9 +189,9 @@ def test_driver_sigkilled_with_executors_output_exactly_once(tmp_path, eos_broke
     bootstrap = eos_broker.bootstrap
     topic_in, topic_out = f"lcd-in-{uuid.uuid4().hex[:8]}", f"lcd-out-{uuid.uuid4().hex[:8]}"
     _topics(bootstrap, topic_in, topic_out)
-    expected = _produce(bootstrap, topic_in, 0, 300)
+    expected = _produce(bootstrap, topic_in, 0, 200)
     argv = ["--bootstrap", bootstrap, "--checkpoint", str(tmp_path / "checkpoint"), "--in-topic", topic_in,
-            "--out-topic", topic_out, "--max-offsets", "60"]
+            "--out-topic", topic_out, "--max-offsets", "80"]
     run = _cluster_driver(tmp_path, argv, crash_at="after-record:1")
     run.wait(300)
     assert run.killed_itself(), f"driver ended with {run.process.returncode}:\n{run.stderr_tail()}"
@@ -217,10 +217,10 @@ def test_dual_write_in_local_cluster_under_driver_sigkill(tmp_path, eos_broker):
     bootstrap = eos_broker.bootstrap
     topic_in, topic_out = f"lcw-in-{uuid.uuid4().hex[:8]}", f"lcw-out-{uuid.uuid4().hex[:8]}"
     _topics(bootstrap, topic_in, topic_out)
-    expected = _produce(bootstrap, topic_in, 0, 240)
+    expected = _produce(bootstrap, topic_in, 0, 200)
     db = tmp_path / "state.db"
     argv = ["--bootstrap", bootstrap, "--checkpoint", str(tmp_path / "checkpoint"), "--in-topic", topic_in,
-            "--out-topic", topic_out, "--mode", "dualwrite", "--store", f"sqlite:{db}", "--max-offsets", "60"]
+            "--out-topic", topic_out, "--mode", "dualwrite", "--store", f"sqlite:{db}", "--max-offsets", "80"]
     run = _cluster_driver(tmp_path, argv, crash_at="dual-after-db:1")
     run.wait(300)
     assert run.killed_itself(), f"driver ended with {run.process.returncode}:\n{run.stderr_tail()}"
