@@ -3,8 +3,8 @@ workers, in processes other than the driver's, as on a real cluster (issue 11, p
 
 The source reads exactly the committed records (batch and streaming); the exactly-once sink keeps
 its output exactly once, read_committed, when an executor JVM is SIGKILLed while its write task
-holds a prepared transaction (Spark re-runs the task on an executor that is still alive or on the
-one the standalone master starts in its place). These tests share one in-process cluster
+holds a prepared transaction or is mid-write (Spark re-runs the task on an executor still alive or
+on the one the standalone master starts in its place). These tests share one in-process cluster
 (``spark_cluster``). The last two start local-cluster drivers as subprocesses
 (tests/spark/crash_driver.py) and SIGKILL them with their executors: the sink and the dual-write
 helper stay exactly once across the restart from the checkpoint.
@@ -148,6 +148,46 @@ def test_executor_sigkilled_holding_a_prepared_transaction_output_exactly_once(s
                          f"duplicated or foreign {sorted((got - want).elements())[:10]}")
     assert _ongoing(bootstrap) == []
     assert len(wait_for_executors(app, 2)) == 2  # the standalone master replaced the lost executor
+
+
+def test_executor_sigkilled_mid_write_output_exactly_once(spark_cluster, eos_broker, tmp_path):
+    """Both write tasks of batch 0 produced rows into open, unprepared transactions and wait before
+    prepare (``fail-<partition>`` gates), one per executor. One executor JVM is SIGKILLed mid-write;
+    its task is re-run, the other raises once released and is retried too. The dead attempt's open
+    transaction is aborted: read_committed output equals the input exactly, nothing left open."""
+    bootstrap = eos_broker.bootstrap
+    app = _app_id(spark_cluster)
+    before = wait_for_executors(app, 2)
+    topic_in, topic_out = f"lcm-in-{uuid.uuid4().hex[:8]}", f"lcm-out-{uuid.uuid4().hex[:8]}"
+    _topics(bootstrap, topic_in, topic_out)
+    expected = _produce(bootstrap, topic_in, 0, 200)
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    for partition in (0, 1):
+        (gate / f"fail-{partition}").touch()
+    query = _gated_passthrough(spark_cluster, bootstrap, topic_in, topic_out, gate, tmp_path / "cp")
+    try:
+        # Neither task can finish before ``release`` exists: two open transactions of attempt 0
+        # mean both tasks run, one on each single-core executor.
+        wait_until(lambda: {t[0].rsplit("-", 2)[1] for t in _ongoing(bootstrap, str(query.id))} == {"0", "1"},
+                   GATE_WAIT_S, "both write tasks of batch 0 to have open transactions")
+        victim_id, victim_pid = sorted(before.items())[0]
+        os.kill(victim_pid, signal.SIGKILL)
+        wait_until(lambda: victim_id not in executor_pids(app), GATE_WAIT_S, "the killed executor to be gone")
+        for partition in (0, 1):
+            (gate / f"fail-{partition}").unlink()
+        (gate / "release").touch()
+        query.awaitTermination(GATE_WAIT_S)
+    finally:
+        (gate / "release").touch()
+        query.stop()
+    assert query.exception() is None
+    assert len(list(gate.glob("prepared-*-1"))) >= 1, "the killed task was re-run"
+    got = Counter(v for _k, v in read_committed(bootstrap, topic_out))
+    want = Counter(expected)
+    assert got == want, (f"missing {sorted((want - got).elements())[:10]}, "
+                         f"duplicated or foreign {sorted((got - want).elements())[:10]}")
+    assert _ongoing(bootstrap) == []
 
 
 def test_batch_read_after_executor_loss_still_exact(spark_cluster, eos_broker):
