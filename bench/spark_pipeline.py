@@ -3,9 +3,12 @@ with the exactly-once sink vs exactlyOnce=false, and the source's read MB/s vs a
 consumer on the same topic.
 
     .venv/bin/python bench/spark_pipeline.py [--records 100000] [--record-bytes 1024]
+    .venv/bin/python bench/spark_pipeline.py --master 'local-cluster[2,1,1024]'
 
 Everything runs on this machine: one oncestream broker (two-phase commit enabled) on a free port,
-one local[2] SparkSession in this process. Each pipeline run is a fresh query with its own
+one SparkSession in this process: ``local[<cores>]`` by default (tasks in the driver's JVM), or with
+``--master local-cluster[N,cores,MiB]`` N executor JVMs with their own Python workers, as on a
+cluster (rows cross process boundaries between executors, broker and driver). Each pipeline run is a fresh query with its own
 checkpoint, Trigger.AvailableNow, maxOffsetsPerTrigger micro-batches, reading the same input topic
 and writing to its own output topic; ``--rounds`` runs of each sink alternate in order (ABBA...) so
 neither always runs first on a JVM still warming up. The figures are printed as a Markdown section for
@@ -128,11 +131,17 @@ def main() -> int:
     parser.add_argument("--record-bytes", type=int, default=1024)
     parser.add_argument("--partitions", type=int, default=2)
     parser.add_argument("--max-offsets", type=int, default=50_000, help="maxOffsetsPerTrigger")
+    parser.add_argument("--master", default=f"local[{os.cpu_count() or 2}]",
+                        help="Spark master, e.g. local[2] or local-cluster[2,1,1024] (separate executor JVMs)")
     parser.add_argument("--rounds", type=int, default=4,
                         help="pipeline runs per sink, in alternating order (EOS first in odd rounds)")
     args = parser.parse_args()
 
     os.environ["PYSPARK_PYTHON"] = sys.executable
+    # Executors (local-cluster) inherit this process's environment: their Python workers must
+    # import this checkout's oncestream.
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(ROOT / "src"), str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
     work = Path(tempfile.mkdtemp(prefix="oncestream-spark-bench-"))
     broker = OnceStreamBroker(work / "data", config={"transaction.two.phase.commit.enable": "true"})
     broker.start()
@@ -147,8 +156,10 @@ def main() -> int:
 
         import oncestream.spark
 
-        spark = (SparkSession.builder.master(f"local[{os.cpu_count() or 2}]").appName("oncestream-bench")
-                 .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2").getOrCreate())
+        spark = (SparkSession.builder.master(args.master).appName("oncestream-bench")
+                 .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
+                 .config("spark.executorEnv.PYTHONPATH", os.environ["PYTHONPATH"])
+                 .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable).getOrCreate())
         spark.sparkContext.setLogLevel("ERROR")
         oncestream.spark.register(spark)
         # Warm-up of both sinks: JVM JIT, Python workers, broker caches.
@@ -175,7 +186,8 @@ def main() -> int:
     load = os.getloadavg()
     print(f"\nCommand: `.venv/bin/python bench/spark_pipeline.py --records {args.records} --record-bytes "
           f"{args.record_bytes} --partitions {args.partitions} --max-offsets {args.max_offsets} "
-          f"--rounds {args.rounds}`  ")
+          f"--rounds {args.rounds} --master '{args.master}'`  ")
+    print(f"Spark master: {args.master}  ")
     print(f"Date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}  ")
     print(f"Machine: {os.cpu_count()} cores, {platform.system()} {platform.release()}, PySpark {pyspark_version}, "
           f"Python {platform.python_version()}; load average after: {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f}\n")

@@ -3,8 +3,11 @@
 Modes:
   passthrough  in-topic -> format("oncestream") sink -> out-topic (exactly once)
   dualwrite    in-topic -> foreachBatch(dual_write) -> out-topic + table ``events`` in a database
-With --available-now the query drains what is there and the process exits 0; otherwise it runs
-until killed. Progress is printed as JSON lines ``{"batch": N, "rows": M}``.
+``--master local-cluster[2,1,1024]`` runs the tasks in two executor JVMs (default: local[2,4]); the
+executors are started by this JVM and stay in its process group, so a SIGKILL of the group takes
+the whole cluster down, like a crash of the machine it runs on. With --available-now the query
+drains what is there and the process exits 0; otherwise it runs until killed. Progress is printed as
+JSON lines ``{"batch": N, "rows": M}``.
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ def main() -> int:
     parser.add_argument("--store", default="", help="sqlite:PATH or postgres:DSN (dualwrite)")
     parser.add_argument("--max-offsets", type=int, default=50)
     parser.add_argument("--available-now", action="store_true")
+    parser.add_argument("--master", default="local[2,4]")
     args = parser.parse_args()
 
     os.environ["PYSPARK_PYTHON"] = sys.executable
@@ -56,7 +60,13 @@ def main() -> int:
 
     import oncestream.spark
 
-    spark = (SparkSession.builder.master("local[2,4]").appName("oncestream-crash-driver")
+    builder = SparkSession.builder
+    if args.master.startswith("local-cluster"):
+        # Executors' Python workers must import the oncestream under test; a lost task is retried.
+        builder = (builder.config("spark.executorEnv.PYTHONPATH", os.environ.get("PYTHONPATH", ""))
+                   .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable)
+                   .config("spark.task.maxFailures", "4"))
+    spark = (builder.master(args.master).appName("oncestream-crash-driver")
              .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
              # A short-lived driver: JIT tier 1 only starts the JVM a few seconds sooner.
              .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")

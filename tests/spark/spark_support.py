@@ -183,3 +183,51 @@ class PostgresCluster:
             except AssertionError:
                 pass  # already stopped
         shutil.rmtree(self.base_dir, ignore_errors=True)
+
+
+def executor_pids(application_id: str) -> dict[str, int]:
+    """Executor id -> pid of the live executor JVMs (``CoarseGrainedExecutorBackend``) of a Spark
+    application, found by their command line (``--executor-id N ... --app-id APP``)."""
+    found: dict[str, int] = {}
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue  # gone meanwhile
+        args = [a.decode(errors="replace") for a in argv]
+        if "org.apache.spark.executor.CoarseGrainedExecutorBackend" not in args:
+            continue
+        if application_id in args and "--executor-id" in args:
+            found[args[args.index("--executor-id") + 1]] = int(proc.name)
+    return found
+
+
+def wait_for_executors(application_id: str, count: int, timeout_s: float = 120.0) -> dict[str, int]:
+    """Block until ``count`` executor JVMs of the application run; executor id -> pid."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        pids = executor_pids(application_id)
+        if len(pids) >= count:
+            return pids
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{len(pids)} of {count} executors of {application_id} started in {timeout_s} s")
+        time.sleep(0.2)
+
+
+def executors_in_group(pgid: int) -> list[int]:
+    """Pids of Spark executor JVMs in process group ``pgid`` (a local-cluster driver's group)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            argv = (proc / "cmdline").read_bytes()
+            stat = (proc / "stat").read_text()
+        except OSError:
+            continue
+        # Field 5 of /proc/PID/stat is the process group; the command name before it may hold spaces.
+        if b"CoarseGrainedExecutorBackend" in argv and int(stat.rsplit(")", 1)[1].split()[2]) == pgid:
+            found.append(int(proc.name))
+    return found
