@@ -61,7 +61,8 @@ def test_dual_write_with_kafka_options_writes_log_and_database_once(spark, eos_b
     (read_committed) and the database each hold every row exactly once."""
     bootstrap = eos_broker.bootstrap
     topic = f"dual-{uuid.uuid4().hex[:10]}"
-    for future in AdminClient({"bootstrap.servers": bootstrap}).create_topics([NewTopic(topic, 1, 1)]).values():
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # kept alive until its futures are done
+    for future in admin.create_topics([NewTopic(topic, 1, 1)]).values():
         future.result(30)
     options = {"kafka.bootstrap.servers": bootstrap, "kafka.transactional.id": f"dual-{topic}",
                "kafka.compression.type": "gzip", "topic": topic}
