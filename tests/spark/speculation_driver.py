@@ -27,12 +27,19 @@ HANG_GUARD_S = 120.0  # not a timing assumption: copies start within seconds of 
 
 
 def _gate(marks: str):
-    def slow_first_attempts(batches):
+    """A pass-through Python UDF on ``value`` (plain, not Arrow: no pandas needed) that marks each
+    task attempt it runs in and holds the slow ones at their first row."""
+    seen: set[tuple[int, int, int]] = set()  # per task: the closure is unpickled per task
+
+    def pass_through(value):
         from pyspark import TaskContext
 
         ctx = TaskContext.get()
         batch_id = int(ctx.getLocalProperty("streaming.sql.batchId"))
         partition, attempt = ctx.partitionId(), ctx.attemptNumber()
+        if (batch_id, partition, attempt) in seen:
+            return value
+        seen.add((batch_id, partition, attempt))
         mark_dir = Path(marks)
         (mark_dir / f"b{batch_id}-p{partition}-a{attempt}").touch()
         if attempt == 0 and partition == 0 and batch_id % 3 == 1:
@@ -41,9 +48,9 @@ def _gate(marks: str):
                 if any(mark_dir.glob(f"b{batch_id}-p{partition}-a[1-9]*")):
                     break
                 time.sleep(0.05)
-        yield from batches
+        return value
 
-    return slow_first_attempts
+    return pass_through
 
 
 def main() -> None:
@@ -77,8 +84,10 @@ def main() -> None:
     source = (spark.readStream.format("oncestream").option("kafka.bootstrap.servers", args.bootstrap)
               .option("subscribe", args.in_topic).option("startingOffsets", "earliest")
               .option("maxOffsetsPerTrigger", str(args.max_offsets)).load())
-    schema = source.select("value").schema
-    query = (source.select("value").mapInArrow(_gate(args.marks), schema).writeStream.format("oncestream")
+    from pyspark.sql.functions import udf
+
+    gate = udf(_gate(args.marks), "binary")
+    query = (source.select(gate("value").alias("value")).writeStream.format("oncestream")
              .option("kafka.bootstrap.servers", args.bootstrap).option("topic", args.out_topic)
              .option("checkpointLocation", args.checkpoint).trigger(availableNow=True).start())
     query.awaitTermination()  # raises the query's error, if any
