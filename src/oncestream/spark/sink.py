@@ -330,7 +330,7 @@ class _TaskWriter:
         except BaseException:
             # A task that fails with an exception (not a crash) aborts its own transaction at once,
             # so it does not hold the LSO of the output partitions. A crash leaves it open, and
-            # the driver settles it (step 4) or the next user of the id does (step 2). Only a
+            # the driver settles it (step 4 or 9, or the next batch's step 4). Only a
             # transaction this attempt began is aborted: before that, the producer may hold one
             # it found under the id, which is not this attempt's to decide.
             if producer is not None and began and not prepared:
