@@ -1,14 +1,22 @@
 """Atomic dual writes, log + database, from a streaming query's ``foreachBatch`` (KIP-939).
 
     writer = oncestream.spark.dual_write(
-        bootstrap_servers="127.0.0.1:9092",
-        transactional_id="bank-balances",          # one per pipeline, stable across restarts
+        options={
+            "kafka.bootstrap.servers": "127.0.0.1:9092",
+            "kafka.transactional.id": "bank-balances",  # one per pipeline, stable across restarts
+            "kafka.compression.type": "lz4",            # any kafka.* producer property, as for the sink
+            "topic": "balance-updates",                 # default topic of the rows for the log
+        },
         store=oncestream.spark.SqliteStore("bank.db"),
         apply=apply_balances,                      # apply(tx, batch_df, batch_id), in the DB txn
         to_log=lambda df: df.select("key", "value"),   # optional: rows for the log
-        topic="balance-updates",
     )
     df.writeStream.foreachBatch(writer).option("checkpointLocation", cp).start()
+
+``options`` takes the same ``kafka.*`` options as the connector's sink (validated the same way:
+owned properties such as ``kafka.key.serializer`` are refused) plus ``topic``; the keyword
+arguments ``bootstrap_servers``, ``transactional_id``, ``topic`` and ``producer_config`` (client
+property names without the prefix) still work and take precedence over ``options``.
 
 Per micro-batch, on the driver:
   1. (first call only) recover: ``init_transactions(keep_prepared_txn=True)``; if a transaction is
@@ -31,7 +39,7 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from oncestream.spark.errors import CommitResolutionError
+from oncestream.spark.errors import CommitResolutionError, OptionError
 from oncestream.spark.stores import DualWriteState, Transaction, _Store
 from oncestream.spark.txn_resolution import init_keeping_prepared, two_phase_producer
 from oncestream.testing_hooks import crash_if_armed
@@ -166,11 +174,12 @@ class DualWriter:
 
 def dual_write(
     *,
-    bootstrap_servers: str,
-    transactional_id: str,
     store: _Store,
     apply: ApplyFn,
     to_log: ToLogFn | None = None,
+    options: Mapping[str, str] | None = None,
+    bootstrap_servers: str | None = None,
+    transactional_id: str | None = None,
     topic: str | None = None,
     producer_config: Mapping[str, Any] | None = None,
 ) -> DualWriter:
@@ -179,6 +188,25 @@ def dual_write(
     ``apply(tx, batch_df, batch_id)`` changes the database inside the transaction that also stores
     the PreparedTxnState; ``to_log(batch_df)`` returns the rows for the log with Spark's Kafka sink
     columns (value, and optionally key, topic, partition, headers); ``topic`` is the default topic.
+    ``options`` are the connector's write options (``kafka.bootstrap.servers``,
+    ``kafka.transactional.id``, any other ``kafka.*`` producer property, ``topic``); the keyword
+    arguments override them (see the module docstring).
     """
+    config: dict[str, Any] = {}
+    if options:
+        from oncestream.spark.options import kafka_params, sink_options
+
+        # Validated as the sink validates its options, so a bad value fails here, by name.
+        parsed = sink_options({**options, "exactlyOnce": "true"})
+        bootstrap_servers = bootstrap_servers or parsed.bootstrap_servers
+        transactional_id = transactional_id or kafka_params(options).get("transactional.id")
+        topic = topic or parsed.topic
+        config.update(parsed.producer_config)
+    config.update(producer_config or {})
+    if not bootstrap_servers:
+        raise OptionError("dual_write needs kafka.bootstrap.servers (or bootstrap_servers=...)")
+    if not transactional_id:
+        raise OptionError("dual_write needs kafka.transactional.id (or transactional_id=...), "
+                          "stable across restarts")
     return DualWriter(bootstrap_servers=bootstrap_servers, transactional_id=transactional_id, store=store,
-                      apply=apply, to_log=to_log, topic=topic, producer_config=producer_config)
+                      apply=apply, to_log=to_log, topic=topic, producer_config=config)

@@ -2,19 +2,26 @@
 
 Protocol of one micro-batch (exactlyOnce=true, the default)
 -----------------------------------------------------------
-Task (executor), for Spark partition p, attempt a of query q:
-  1. Transactional id ``<prefix>-<q>-<p>-<a>`` (prefix: ``kafka.transactional.id`` or
-     ``oncestream-spark``). The id is stable across batches, so the set of ids stays small, and
-     distinct across attempts, so a retried or speculative attempt never aborts a sibling whose
-     result Spark may already have accepted; the driver aborts the losers (step 4).
-  2. ``init_transactions(keep_prepared_txn=True)``: if a transaction is still open under the id (a
-     crash left it), commit it when the query's last commit record lists exactly its state,
-     abort it otherwise.
+The argument (who can fence whom, why nothing stalls, why it terminates) is in
+docs/spark-exactly-once.md. Task (executor), for Spark partition p, attempt a of batch N of query q
+(N from the local property ``streaming.sql.batchId``):
+  1. Transactional id ``<prefix>-<q>-<N % ID_WINDOW>-<p>-<a>-<k>`` (prefix: ``kafka.transactional.id``
+     or ``oncestream-spark``; k the first free alternative, normally 0). A bounded set per query;
+     batch N's attempts and batch N+1's tasks never share an id, and an id is used again only
+     after the batch that last used it is in the commit journal.
+  1b. If the journal already records batch N, the attempt is stale (zombie, speculative loser,
+     replay of a recorded batch): it touches no id and reports nothing.
+  2. ``init_transactions(keep_prepared_txn=True)``, then read the journal again. Still stale:
+     touch nothing (a transaction found under the id may be a later batch's), except completing
+     one the record lists exactly. A transaction the record lists is completed; any other open
+     one is left to the driver and the attempt moves to the next alternative id (it may be a
+     sibling attempt's that Spark accepts). A task only ever aborts a transaction it began.
   3. begin, produce every row, ``prepare_transaction()``; the PreparedTxnState goes to the
-     driver in the WriterCommitMessage.
-Driver, ``commit(messages, batchId)``:
+     driver in the WriterCommitMessage. 3b: if the journal recorded batch N meanwhile without
+     this transaction, abort it and report nothing.
+Driver, ``commit(messages, batchId)`` (batch N+1's tasks start only after it returns):
   4. Read the query's last commit record R. Settle leftovers: every other open transaction of
-     this query (failed attempts, ids no longer used) is committed if R lists it, else aborted.
+     this query (failed attempts, earlier runs) is committed if R lists it, else aborted.
   5. If batchId <= R.batch_id the batch is a replay of one already in the log (the driver died
      after step 7 but before Spark wrote its own commit log): resolve the replay's transactions
      against R (they are not in it, so they abort) and return.
@@ -22,7 +29,10 @@ Driver, ``commit(messages, batchId)``:
      check each held state equals the one reported; otherwise abort all and fail the batch.
   7. Append R' = {batchId, states} to ``__oncestream_spark_commits`` (acks=all): the commit
      point.
-  8. Complete (commit) every held transaction. Spark then writes its commit log entry.
+  8. Complete (commit) every held transaction; a holder fenced by a stale attempt's init holds the
+     same transaction again and completes it.
+  9. Abort what attempts of this batch opened after step 4 (speculative copies still running).
+     Spark then writes its commit log entry.
 ``abort(messages, batchId)`` resolves the batch's transactions and the query's other open ones
 against R (i.e. aborts them). If every task crashed, no message names the query: the open
 transactions wait for the query's next commit after a restart (step 4), holding the last stable
@@ -30,10 +40,10 @@ offset of the partitions they wrote until then. A task that fails with an except
 crashing) aborts its own transaction before failing. A failed batch (non-streaming) write job's
 ``abort`` aborts the transactions its tasks reported and any other still open under the job's ids.
 
-Crash cases: killed before 7 -> R is older, every transaction of the batch is aborted (by the
-replay's tasks in step 2 or by step 4) and Spark replays the batch. Killed during or after 8 -> R
-lists the batch: the rest of its transactions are committed by step 2/4 and the replay is
-dropped by step 5. Spark's commit log can only hold the batch once 8 has finished, so it never
+Crash cases: killed before 7 -> R is older, every transaction of the batch is aborted by step 4
+of the replay and Spark replays the batch. Killed during or after 8 -> R lists the batch: the
+rest of its transactions are committed by step 4 of the replay (or a task's step 2) and the replay
+writes nothing (1b, 5). Spark's commit log can only hold the batch once 8 has finished, so it never
 disagrees with R.
 
 exactlyOnce=false: each task produces with an idempotent producer (acks=all) and flushes: at least
@@ -60,7 +70,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from oncestream.spark.commit_journal import CommitJournal, CommitRecord
+from oncestream.spark.commit_journal import NO_COMMIT, CommitJournal, CommitRecord
 from oncestream.spark.errors import (
     CommitResolutionError,
     OnceStreamSparkError,
@@ -109,9 +119,24 @@ class SinkCommitMessage(WriterCommitMessage):
     records: int
 
 
-def transactional_id(prefix: str, query_id: str, partition_id: int, attempt: int) -> str:
-    """The write task's transactional id (see the module docstring, step 1)."""
-    return f"{prefix}-{query_id}-{partition_id}-{attempt}"
+# Micro-batch slots of the transactional ids: batch N's tasks use slot N % ID_WINDOW, so batch N's
+# attempts and batch N+1's tasks never share an id, and an id returns only once the batch that
+# last used it is in the commit journal (docs/spark-exactly-once.md).
+ID_WINDOW = 2
+# Ids one attempt may try when the first holds somebody else's open transaction (see step 2).
+ID_ALTERNATIVES = 3
+# The local property Spark's micro-batch execution sets to the batch id on every job of a batch
+# (MicroBatchExecution.BATCH_ID_KEY); tasks, retries and speculative copies inherit it.
+BATCH_ID_PROPERTY = "streaming.sql.batchId"
+
+
+def transactional_id(prefix: str, query_id: str, slot: int, partition_id: int, attempt: int,
+                     alternative: int) -> str:
+    """The write task's transactional id (see the module docstring, step 1): one per batch slot,
+    Spark partition, task attempt number and alternative, so at most
+    ``ID_WINDOW x partitions x attempts x ID_ALTERNATIVES`` ids per query however many batches
+    it runs."""
+    return f"{prefix}-{query_id}-{slot}-{partition_id}-{attempt}-{alternative}"
 
 
 def check_write_schema(schema: StructType, opts: SinkOptions) -> None:
@@ -175,41 +200,122 @@ def _require_two_phase_commit(opts: SinkOptions) -> None:
                 "exactlyOnce=false for an at-least-once sink")
 
 
+class _StaleAttempt(Exception):
+    """This attempt's batch is already in the commit journal: it must write nothing."""
+
+
+class _LazyJournal:
+    """The commit journal as one write attempt reads it: connected on first use, closed once."""
+
+    def __init__(self, opts: SinkOptions) -> None:
+        self._opts = opts
+        self._journal: CommitJournal | None = None
+
+    def last(self, query_id: str) -> CommitRecord | None:
+        """The query's newest commit record, read now."""
+        if self._journal is None:
+            self._journal = CommitJournal(self._opts.bootstrap_servers, settings=self._opts.client)
+        return self._journal.last(query_id)
+
+    def committed_batch(self, query_id: str) -> int:
+        """The last batch id the journal records for the query (``NO_COMMIT`` if none)."""
+        record = self.last(query_id)
+        return NO_COMMIT if record is None else record.batch_id
+
+    def close(self) -> None:
+        """Close the journal's connection if one was opened."""
+        if self._journal is not None:
+            self._journal.close()
+            self._journal = None
+
+
 class _TaskWriter:
     """The executor side shared by the streaming and batch sinks."""
 
     def __init__(self, opts: SinkOptions) -> None:
         self.opts = opts
 
-    def write_task(self, batches: Iterator[pa.RecordBatch], query_id: str) -> SinkCommitMessage:
-        """Steps 1-3 of the protocol for this task (or a plain flush when exactlyOnce=false)."""
+    def write_task(self, batches: Iterator[pa.RecordBatch], query_id: str,
+                   streaming: bool = False) -> SinkCommitMessage:
+        """Steps 1-3 of the protocol for this task (or a plain flush when exactlyOnce=false).
+        A streaming task learns its batch id from the local property Spark's micro-batch
+        execution sets on every job of the batch (``streaming.sql.batchId``)."""
         from pyspark import TaskContext
 
         ctx = TaskContext.get()
         if ctx is None:
             raise OnceStreamSparkError("the sink's write runs only inside a Spark task")
-        return self.write_attempt(batches, query_id, ctx.partitionId(), ctx.attemptNumber())
+        batch_id: int | None = None
+        if streaming:
+            raw = ctx.getLocalProperty(BATCH_ID_PROPERTY)
+            if raw is None:
+                raise OnceStreamSparkError(f"no {BATCH_ID_PROPERTY} in the task context")
+            batch_id = int(raw)
+        return self.write_attempt(batches, query_id, ctx.partitionId(), ctx.attemptNumber(),
+                                  batch_id=batch_id)
 
     def write_attempt(self, batches: Iterator[pa.RecordBatch], query_id: str, partition_id: int,
-                      attempt: int) -> SinkCommitMessage:
-        """Steps 1-3 for one attempt of one write task, named by its partition and attempt number."""
+                      attempt: int, *, batch_id: int | None = None) -> SinkCommitMessage:
+        """Steps 1-3 for one attempt of one write task. ``batch_id`` is the micro-batch (None for
+        a batch write job, whose ids are unique to the job)."""
         if not self.opts.exactly_once:
             count = self._write_at_least_once(batches)
             return SinkCommitMessage(query_id, None, "", partition_id, attempt, count)
-        txn_id = transactional_id(self.opts.transactional_id_prefix, query_id, partition_id, attempt)
+        slot = 0 if batch_id is None else batch_id % ID_WINDOW
+        prefix = self.opts.transactional_id_prefix
+        txn_id = transactional_id(prefix, query_id, slot, partition_id, attempt, 0)
         producer = None
+        began = False
+        journal = _LazyJournal(self.opts)
 
         def start() -> None:
-            nonlocal producer
-            producer = two_phase_producer(self.opts.bootstrap_servers, txn_id, self.opts.producer_config)
-            held = init_keeping_prepared(producer)
-            if held:
-                self._settle_own_leftover(producer, txn_id, held, query_id)
-            producer.begin_transaction()
+            nonlocal producer, began, txn_id
+            # Step 1b: a batch already in the journal needs nothing from this attempt (a zombie, a
+            # speculative loser, or the replay of a recorded batch). Checked before touching any
+            # id, so that such an attempt does not even fence the id's current user.
+            if batch_id is not None and journal.committed_batch(query_id) >= batch_id:
+                raise _StaleAttempt
+            for alternative in range(ID_ALTERNATIVES):
+                txn_id = transactional_id(prefix, query_id, slot, partition_id, attempt, alternative)
+                producer = two_phase_producer(self.opts.bootstrap_servers, txn_id, self.opts.producer_config)
+                held = init_keeping_prepared(producer)
+                # Step 2, decided on a journal read made *after* the init: a later batch can only
+                # have a transaction under the id if this batch is already recorded, and the
+                # read shows that (docs/spark-exactly-once.md).
+                record = journal.last(query_id) if (held or batch_id is not None) else None
+                listed = bool(held) and record is not None and record.txns.get(txn_id) == held
+                if listed:
+                    # A recorded batch's transaction (its driver died while completing): the
+                    # record decided it, so complete it.
+                    producer.complete_transaction(held, _TIMEOUT_S)
+                    log.info("%s: committed leftover transaction %s of batch %d", txn_id, held,
+                             record.batch_id if record else NO_COMMIT)
+                if batch_id is not None and record is not None and record.batch_id >= batch_id:
+                    raise _StaleAttempt  # the batch committed while this attempt waited
+                if not held or listed:
+                    producer.begin_transaction()
+                    began = True
+                    return
+                # Something else's open transaction: an earlier run's leftover, or a sibling
+                # attempt of this batch from another stage attempt (same attempt number) whose
+                # result Spark may accept. Not this attempt's to decide: the driver settles it
+                # (step 4 or 9); this attempt moves to the next alternative id.
+                log.info("%s: holds open transaction %s; trying the next id", txn_id, held)
+                producer.close(10)
+                producer = None
+            raise OnceStreamSparkError(
+                f"{txn_id}: all {ID_ALTERNATIVES} transactional ids of this attempt hold open "
+                "transactions; the driver settles them at the next commit")
 
         prepared = False
         try:
-            count = self._produce_txn(batches, start, lambda: producer)
+            try:
+                count = self._produce_txn(batches, start, lambda: producer)
+            except _StaleAttempt:
+                for _batch in batches:  # Spark streams the input to the worker: drain it
+                    pass
+                log.info("%s: batch %s is already committed; this attempt writes nothing", txn_id, batch_id)
+                return SinkCommitMessage(query_id, None, "", partition_id, attempt, 0)
             if producer is None:
                 return SinkCommitMessage(query_id, None, "", partition_id, attempt, 0)
             gate_before_prepare(self.opts.test_gate_dir, partition_id, attempt)
@@ -218,17 +324,33 @@ class _TaskWriter:
             if attempt in self.opts.fail_after_prepare_attempts:
                 crash_worker(f"injected failure after prepare ({txn_id}, state {state})")
             gate_after_prepare(self.opts.test_gate_dir, partition_id, attempt, txn_id, str(state))
+            if batch_id is not None and self._lost_race(journal, producer, txn_id, str(state), query_id, batch_id):
+                return SinkCommitMessage(query_id, None, "", partition_id, attempt, 0)
             return SinkCommitMessage(query_id, txn_id, str(state), partition_id, attempt, count)
         except BaseException:
             # A task that fails with an exception (not a crash) aborts its own transaction at once,
             # so it does not hold the LSO of the output partitions. A crash leaves it open, and
-            # the driver settles it (step 4) or the next user of the id does (step 2).
-            if producer is not None and not prepared:
+            # the driver settles it (step 4 or 9, or the next batch's step 4). Only a
+            # transaction this attempt began is aborted: before that, the producer may hold one
+            # it found under the id, which is not this attempt's to decide.
+            if producer is not None and began and not prepared:
                 _abort_quietly(producer, txn_id)
             raise
         finally:
+            journal.close()
             if producer is not None:
                 producer.close(10)
+
+    def _lost_race(self, journal: _LazyJournal, producer, txn_id: str, state: str, query_id: str, batch_id: int) -> bool:
+        """Step 3b: if the batch was recorded while this attempt wrote (a speculative loser, or a
+        zombie), its transaction is not in the record and nobody would settle it until the next
+        batch: abort it now so it does not hold the last stable offset. True if it was aborted."""
+        record = journal.last(query_id)
+        if record is None or record.batch_id < batch_id or record.txns.get(txn_id) == state:
+            return False
+        producer.abort_transaction(_TIMEOUT_S)
+        log.info("%s: batch %d was committed without this attempt; aborted %s", txn_id, batch_id, state)
+        return True
 
     def _produce_txn(self, batches, start, get_producer) -> int:
         """Produce in a transaction that ``start`` opens at the first row (none for no rows)."""
@@ -240,20 +362,6 @@ class _TaskWriter:
                 start()
             count += produce_batches(get_producer(), iter((batch,)), self.opts.topic)
         return count
-
-    def _settle_own_leftover(self, producer, txn_id: str, held: str, query_id: str) -> None:
-        """A crash left a transaction open under our id: commit it iff the commit record lists it."""
-        journal = CommitJournal(self.opts.bootstrap_servers, settings=self.opts.client)
-        try:
-            record = journal.last(query_id)
-        finally:
-            journal.close()
-        if record is not None and record.txns.get(txn_id) == held:
-            producer.complete_transaction(held, _TIMEOUT_S)
-            log.info("%s: committed leftover transaction %s of batch %d", txn_id, held, record.batch_id)
-        else:
-            producer.abort_transaction(_TIMEOUT_S)
-            log.info("%s: aborted leftover transaction %s", txn_id, held)
 
     def _write_at_least_once(self, batches: Iterator[pa.RecordBatch]) -> int:
         from oncestream.client import Producer
@@ -367,6 +475,13 @@ class _DriverCommit:
                     crash_if_armed("mid-complete", batch_id)
                 outcomes = held.finish(winners)
             require_outcomes(outcomes, (Outcome.COMMITTED, Outcome.NOTHING_OPEN), f"batch {batch_id}")
+            # Step 9: attempts of this batch that opened a transaction after step 4 listed (a
+            # speculative copy still running, a zombie) are settled against the new record now,
+            # so nothing of the batch holds the last stable offset while the query idles.
+            late = self.leftovers(query_id, set(winners))
+            if late:
+                outcomes = resolve_by_record(opts.bootstrap_servers, late, winners, opts.producer_config)
+                log.info("batch %d: settled late attempts %s", batch_id, outcomes)
             crash_if_armed("after-complete", batch_id)
         finally:
             journal.close()
@@ -441,7 +556,7 @@ class OnceStreamStreamWriter(DataSourceStreamArrowWriter):
         query_id = ctx.getLocalProperty("sql.streaming.queryId") if ctx is not None else None
         if not query_id:
             raise OnceStreamSparkError("no streaming query id in the task context")
-        return _TaskWriter(self.opts).write_task(iterator, query_id)
+        return _TaskWriter(self.opts).write_task(iterator, query_id, streaming=True)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Driver: record the batch, then complete its transactions (or drop a replay)."""

@@ -13,11 +13,15 @@ from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from oncestream.client.errors import KafkaException
 from oncestream.spark.errors import CommitResolutionError, TwoPhaseCommitUnsupportedError
 
 # Transactions completed in parallel by the driver (each is a few round trips to the coordinator).
 _PARALLEL_COMPLETIONS = 8
 _TIMEOUT_S = 60.0
+# Times one transaction is held again after its holder was fenced: each fencing is one stale
+# attempt's single InitProducerId, and a stale attempt never retries it.
+_REHOLD_ATTEMPTS = 4
 
 
 class Outcome(enum.Enum):
@@ -52,7 +56,7 @@ def init_keeping_prepared(producer) -> str:
 
     Translates the client's 'no InitProducerId v6' failure into the connector's clear error.
     """
-    from oncestream.client import KafkaException
+    from oncestream.client.errors import KafkaException
 
     try:
         producer.init_transactions(_TIMEOUT_S, keep_prepared_txn=True)
@@ -105,26 +109,46 @@ class HeldTransactions:
         ``only`` limits the ids handled now (the others stay held)."""
 
         def one(txn_id: str) -> tuple[str, Outcome]:
-            producer = self._producers[txn_id]
             held = self.held[txn_id]
             if not held:
                 return txn_id, Outcome.NOTHING_OPEN
+            for tries_left in range(_REHOLD_ATTEMPTS - 1, -1, -1):
+                try:
+                    outcome = self._finish_one(txn_id, held, commit.get(txn_id) == held)
+                    break
+                except KafkaException:
+                    # Another InitProducerId on the id (a stale write attempt that passed its
+                    # journal check long ago, docs/spark-exactly-once.md) fenced our producer. It
+                    # leaves the transaction open, so hold it again; only if the same transaction
+                    # is still there is it ours to finish.
+                    if not tries_left or self._rehold(txn_id) != held:
+                        raise
             self.held[txn_id] = ""  # finished: a second finish() leaves it alone
-            if commit.get(txn_id) == held:
-                committed = producer.complete_transaction(held, _TIMEOUT_S)
-                if not committed:
-                    # The held state matched, so the coordinator must commit; an abort here would
-                    # drop data the caller's commit record lists.
-                    raise CommitResolutionError(f"{txn_id}: completing held transaction {held} aborted it")
-                return txn_id, Outcome.COMMITTED
-            producer.abort_transaction(_TIMEOUT_S)
-            return txn_id, Outcome.ABORTED
+            return txn_id, outcome
 
         ids = sorted(t for t in self._producers if only is None or t in only)
         if not ids:
             return {}
         with ThreadPoolExecutor(min(_PARALLEL_COMPLETIONS, len(ids))) as pool:
             return dict(pool.map(one, ids))
+
+    def _finish_one(self, txn_id: str, held: str, commit: bool) -> Outcome:
+        producer = self._producers[txn_id]
+        if commit:
+            if not producer.complete_transaction(held, _TIMEOUT_S):
+                # The held state matched, so the coordinator must commit; an abort here would
+                # drop data the caller's commit record lists.
+                raise CommitResolutionError(f"{txn_id}: completing held transaction {held} aborted it")
+            return Outcome.COMMITTED
+        producer.abort_transaction(_TIMEOUT_S)
+        return Outcome.ABORTED
+
+    def _rehold(self, txn_id: str) -> str:
+        """Replace the id's (fenced) producer by a new one holding whatever is open now."""
+        self._producers.pop(txn_id).close(10)
+        producer = two_phase_producer(self._bootstrap, txn_id, self._config)
+        self._producers[txn_id] = producer
+        return init_keeping_prepared(producer)
 
     def close(self) -> None:
         """Close every producer (a held transaction stays open on the broker)."""
