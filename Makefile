@@ -2,6 +2,7 @@
 #
 #   make test    the whole suite (tests/): unit, interop with real clients, chaos, Spark
 #   make unit    tests/unit only (sans-io, seconds)
+#   make test-slow  the long soak/chaos runs (marked slow) that make test leaves out
 #   make lint    ruff and mypy (configured in pyproject.toml); part of make test
 #   make demo    the bank-transfer pipeline on Spark, driver SIGKILLed and restarted; checks exactly-once
 #   make broker-demo  SIGKILL/restart the broker mid-stream and check exactly-once end to end
@@ -25,15 +26,15 @@ export DEBIAN_FRONTEND := noninteractive
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: test lint unit demo broker-demo bench venv kcat tansu clean spark-test spark-demo java postgres
+.PHONY: test test-slow lint unit demo broker-demo bench venv kcat tansu clean spark-test spark-demo java postgres
 
 # Two pytest runs side by side: the Spark connector's suite (tests/spark: one JVM, driver SIGKILL
 # loops, a PostgreSQL server; mostly waiting on JVM start-ups) and everything else. The Spark run's
 # report is printed after the other's; the target fails if either run fails.
 SPARK_LOG := .spark-test.log
 test: $(SPARK_STAMP) kcat tansu java postgres lint
-	@$(VPY) -m pytest -q --durations=10 -m spark tests/spark > $(SPARK_LOG) 2>&1 & spark=$$!; \
-	$(VPY) -m pytest -q --durations=10 --ignore=tests/spark tests/; main=$$?; \
+	@$(VPY) -m pytest -q --durations=10 -m 'spark and not slow' tests/spark > $(SPARK_LOG) 2>&1 & spark=$$!; \
+	$(VPY) -m pytest -q --durations=10 -m 'not slow' --ignore=tests/spark tests/; main=$$?; \
 	wait $$spark; spark_rc=$$?; \
 	echo "=== tests/spark (run beside the rest) ==="; cat $(SPARK_LOG); \
 	echo "=== exit: main suite $$main, spark suite $$spark_rc ==="; \
@@ -52,6 +53,11 @@ postgres:
 	  $(SUDO) mkdir -p /etc/postgresql-common/createcluster.d && \
 	  echo 'create_main_cluster = false' | $(SUDO) tee /etc/postgresql-common/createcluster.d/oncestream.conf >/dev/null && \
 	  $(SUDO) apt-get update && $(SUDO) apt-get install -y postgresql; }
+
+# The long soak and chaos runs (marked slow) that the default run leaves out; each has a short
+# version in the default run.
+test-slow: $(SPARK_STAMP) kcat tansu java postgres
+	$(VPY) -m pytest -q --durations=10 -m slow tests/
 
 spark-test: $(SPARK_STAMP) java postgres tansu
 	$(VPY) -m pytest -q --durations=10 -m spark tests/spark
