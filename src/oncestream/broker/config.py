@@ -19,6 +19,24 @@ def _parse_bool(value: str) -> bool:
     raise InvalidConfigError(f"not a boolean: {value!r}")
 
 
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+
+
+def _listener_protocol(props: dict[str, str]) -> tuple[str, str]:
+    """(listener name, security protocol) of the single listener served."""
+    listeners = props.get("listeners", "")
+    name = listeners.split(",")[0].split("://", 1)[0].strip().upper() if "://" in listeners else "PLAINTEXT"
+    mapping = {}
+    for entry in props.get("listener.security.protocol.map", "").split(","):
+        if ":" in entry:
+            key, _, value = entry.partition(":")
+            mapping[key.strip().upper()] = value.strip().upper()
+    protocol = mapping.get(name, name)
+    if protocol not in SECURITY_PROTOCOLS:
+        raise InvalidConfigError(f"listener {name}: unknown security protocol {protocol!r}")
+    return name, protocol
+
+
 @dataclass(frozen=True)
 class BrokerConfig:
     """Broker-wide settings. Topic-level defaults (log.*) are parsed by LogConfig separately."""
@@ -44,6 +62,11 @@ class BrokerConfig:
     # One pool for the bytes of requests being read or handled (broker/memory_pool.py). Kafka's
     # default is -1 (unbounded); here it is bounded by default.
     queued_max_request_bytes: int = DEFAULT_QUEUED_MAX_REQUEST_BYTES
+    # The one listener's name and security protocol: the name is the scheme of the first
+    # `listeners` entry (default PLAINTEXT), the protocol its `listener.security.protocol.map`
+    # entry (or the name itself), e.g. listener.security.protocol.map=PLAINTEXT:SASL_PLAINTEXT.
+    listener_name: str = "PLAINTEXT"
+    security_protocol: str = "PLAINTEXT"
     raw: dict[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -60,6 +83,7 @@ class BrokerConfig:
                 hostport = first.split("://", 1)[-1]
                 adv_host, _, port_text = hostport.rpartition(":")
                 adv_port = int(port_text)
+            listener_name, security_protocol = _listener_protocol(props)
             config = cls(
                 node_id=node_id,
                 host=host,
@@ -85,6 +109,8 @@ class BrokerConfig:
                 queued_max_request_bytes=int(
                     props.get("queued.max.request.bytes", str(DEFAULT_QUEUED_MAX_REQUEST_BYTES))
                 ),
+                listener_name=listener_name,
+                security_protocol=security_protocol,
                 raw=dict(props),
             )
         except ValueError as exc:

@@ -25,10 +25,11 @@ from pathlib import Path
 
 from oncestream.broker.cleaner import LogCleaner
 from oncestream.broker.config import BrokerConfig
-from oncestream.broker.connection_context import set_peer
+from oncestream.broker.connection_context import start_session
 from oncestream.broker.connection_limits import ConnectionQuotas, IdleTracker
 from oncestream.broker.dispatch import CloseConnection, Dispatcher
 from oncestream.broker.memory_pool import RequestMemoryPool
+from oncestream.broker.sasl.exchange import close_requested
 from oncestream.broker.state import BrokerState
 
 log = logging.getLogger("oncestream.broker")
@@ -194,7 +195,8 @@ class BrokerServer:
         task = asyncio.current_task()
         if task is not None:  # always set for a coroutine the protocol runs as a task
             self._connections.add(task)
-        set_peer(peer)
+        start_session(peer, listener_name=self.state.config.listener_name,
+                      security_protocol=self.state.config.security_protocol)
         watch = _IdleWatch(idle, writer, peer, asyncio.get_running_loop())
         max_bytes = self.state.config.socket_request_max_bytes
         pool = self.memory_pool
@@ -228,6 +230,8 @@ class BrokerServer:
                     await writer.drain()
                     watch.draining = False
                     idle.activity(watch.now_ms())
+                if close_requested():  # a failed SASL authentication: answered, then closed
+                    break
                 del frame
                 pool.release(reserved_bytes)
                 reserved_bytes = 0

@@ -19,6 +19,7 @@ from oncestream.broker.config import BrokerConfig
 from oncestream.broker.flusher import GroupCommitFlusher
 from oncestream.broker.group_service import GroupService
 from oncestream.broker.notify import AppendNotifier
+from oncestream.broker.sasl.exchange import SaslSettings
 from oncestream.broker.txn_service import TxnService
 from oncestream.coordinator.producer_ids import ProducerIdManager
 from oncestream.log.config import LogConfig
@@ -106,6 +107,8 @@ class BrokerState:
                                         descriptors=SegmentDescriptors.from_properties(config.raw))
             self.producer_ids = ProducerIdManager(data_dir)
             self.notifier = AppendNotifier()
+            # SASL mechanisms, PLAIN users and the durable SCRAM credentials (broker/sasl/).
+            self.sasl = SaslSettings.from_properties(data_dir, config.listener_name, config.raw)
             # Slow disk work runs here, never on the event loop (the loop awaits its result).
             self.disk_executor = ThreadPoolExecutor(self.DISK_THREADS, thread_name_prefix="oncestream-disk")
             self.flusher = GroupCommitFlusher(self.disk_executor, fdatasync=fdatasync)
