@@ -33,6 +33,7 @@ from oncestream.client.errors import (
 from oncestream.client.io_thread import IoThread
 from oncestream.client.list_offsets import list_offsets
 from oncestream.client.message import TopicPartition
+from oncestream.client.sasl import SaslCredentials
 from oncestream.protocol.api_keys import (
     CREATE_PARTITIONS,
     CREATE_TOPICS,
@@ -266,6 +267,7 @@ class Admin:
             reconnect_backoff_max_ms=c["reconnect.backoff.max.ms"],
             metadata_max_age_ms=c["metadata.max.age.ms"],
             allow_auto_create_topics=False,
+            sasl=SaslCredentials.from_config(c),
         )
         self._io = IoThread("oncestream-admin")
         self._io.run(self._start(), 10)

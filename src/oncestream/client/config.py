@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from oncestream.client.errors import _INVALID_ARG, KafkaError, KafkaException
+from oncestream.client.sasl import SaslCredentials
 
 log = logging.getLogger("oncestream.client")
 
@@ -99,6 +100,9 @@ _COMMON: dict[str, _Key] = {
     "retry.backoff.max.ms": _Key(_int, 1000),
     "metadata.max.age.ms": _Key(_int, 300000),
     "security.protocol": _Key(_str, "plaintext"),
+    "sasl.mechanism": _Key(_str, "GSSAPI"),
+    "sasl.username": _Key(_str, None),
+    "sasl.password": _Key(_str, None),
     "error_cb": _Key(_callable, None),
     "logger": _Key(lambda v: v, None),
 }
@@ -161,6 +165,7 @@ _ALIASES = {
     "dr_msg_cb": "on_delivery",
     "fetch.max.wait.ms": "fetch.wait.max.ms",
     "socket.timeout.ms": "request.timeout.ms",
+    "sasl.mechanisms": "sasl.mechanism",
     "default.topic.config": None,  # a nested dict, merged below
 }
 
@@ -209,6 +214,16 @@ def resolve(conf: Mapping[str, Any], role: str) -> Config:
             raise KafkaException(KafkaError(_INVALID_ARG, f"invalid value for {key}: {exc}")) from None
     if not out["bootstrap.servers"]:
         raise KafkaException(KafkaError(_INVALID_ARG, "bootstrap.servers is required"))
-    if str(out["security.protocol"]).lower() != "plaintext":
-        raise KafkaException(KafkaError(_INVALID_ARG, "only security.protocol=plaintext is supported"))
+    _check_sasl(out)
     return out
+
+
+def _check_sasl(out: Config) -> None:
+    """security.protocol PLAINTEXT or SASL_PLAINTEXT, with a usable SASL setting for the latter."""
+    protocol = str(out["security.protocol"]).lower()
+    if protocol not in ("plaintext", "sasl_plaintext"):
+        raise KafkaException(KafkaError(_INVALID_ARG, f"security.protocol={protocol} is not supported"))
+    try:
+        SaslCredentials.from_config(out)
+    except ValueError as exc:
+        raise KafkaException(KafkaError(_INVALID_ARG, str(exc))) from None

@@ -51,6 +51,7 @@ from oncestream.client.message import (
     Message,
     TopicPartition,
 )
+from oncestream.client.sasl import SaslCredentials
 
 TP = tuple[str, int]
 log = logging.getLogger("oncestream.client")
@@ -90,6 +91,7 @@ class Consumer:
             reconnect_backoff_max_ms=c["reconnect.backoff.max.ms"],
             metadata_max_age_ms=c["metadata.max.age.ms"],
             allow_auto_create_topics=c["allow.auto.create.topics"],
+            sasl=SaslCredentials.from_config(c),
         )
         # Shared with the fetcher; structure changes happen under _state_lock.
         self._state_lock = threading.Lock()

@@ -24,7 +24,8 @@ from typing import Any
 from kio.schema.index import api_key_map
 
 from oncestream.client.errors import BrokerResponseError, ClientInvariantError, ConnectionLostError, RequestTimedOutError
-from oncestream.protocol.api_keys import API_VERSIONS_KEY, PRODUCE
+from oncestream.client.sasl import SaslClientError, SaslCredentials, authenticate_async
+from oncestream.protocol.api_keys import API_VERSIONS_KEY, PRODUCE, SASL_AUTHENTICATE
 from oncestream.protocol.codec import reader_for, writer_for
 from oncestream.protocol.length_guard import check_array_lengths
 from oncestream.protocol.schemas import kio_versions, request_class, request_module, response_class
@@ -59,8 +60,9 @@ class Connection(asyncio.BufferedProtocol):
     """A pipelined connection; ``send`` returns a future resolved with the decoded response."""
 
     def __init__(self, host: str, port: int, *, node_id: int, client_id: str,
-                 request_timeout_s: float = 30.0) -> None:
+                 request_timeout_s: float = 30.0, sasl: SaslCredentials | None = None) -> None:
         self.host, self.port, self.node_id = host, port, node_id
+        self._sasl = sasl
         self.request_timeout_s = request_timeout_s
         self._client_id = client_id.encode()
         self._transport: asyncio.Transport | None = None
@@ -116,6 +118,20 @@ class Connection(asyncio.BufferedProtocol):
         self.finalized_features = {
             f.name: int(f.max_version_level) for f in getattr(response, "finalized_features", ()) or ()
         }
+        if self._sasl is not None:
+            await self._authenticate(self._sasl, timeout_s)
+
+    async def _authenticate(self, creds: SaslCredentials, timeout_s: float) -> None:
+        """SASL right after ApiVersions (client/sasl.py); a refusal closes the connection and
+        surfaces as ConnectionLostError naming the reason."""
+        async def send(api_key: int, version: int, request: Any) -> Any:
+            return await asyncio.wait_for(self.send(api_key, version, request), timeout_s)
+
+        try:
+            await authenticate_async(send, creds, self.version_for(SASL_AUTHENTICATE, 2))
+        except (SaslClientError, TimeoutError, BrokerResponseError, ConnectionLostError) as exc:
+            self.close(ConnectionLostError(f"SASL authentication failed: {exc}"))
+            raise ConnectionLostError(f"{self.host}:{self.port}: SASL authentication failed: {exc}") from exc
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:  # noqa: D102
         self._transport = transport  # type: ignore[assignment]

@@ -43,6 +43,7 @@ from oncestream.client.message import ConsumerGroupMetadata, TopicPartition
 from oncestream.client.partitioner import key_partitioner, null_key_partition
 from oncestream.client.prepared_txn import PreparedTxnState
 from oncestream.client.record_batch_builder import encode_headers
+from oncestream.client.sasl import SaslCredentials
 from oncestream.client.sender import Sender
 from oncestream.client.transactions import TransactionManager
 from oncestream.client.txn_state import TxnState
@@ -107,6 +108,7 @@ class Producer:
             reconnect_backoff_max_ms=c["reconnect.backoff.max.ms"],
             metadata_max_age_ms=c["metadata.max.age.ms"],
             allow_auto_create_topics=c["allow.auto.create.topics"],
+            sasl=SaslCredentials.from_config(c),
         )
         self._acc = RecordAccumulator(
             batch_size=c["batch.size"],
