@@ -29,7 +29,7 @@ from oncestream.broker.connection_context import start_session
 from oncestream.broker.connection_limits import ConnectionQuotas, IdleTracker
 from oncestream.broker.dispatch import CloseConnection, Dispatcher
 from oncestream.broker.memory_pool import RequestMemoryPool
-from oncestream.broker.sasl.exchange import close_requested
+from oncestream.broker.sasl.exchange import close_delay_s
 from oncestream.broker.state import BrokerState
 
 log = logging.getLogger("oncestream.broker")
@@ -230,7 +230,9 @@ class BrokerServer:
                     await writer.drain()
                     watch.draining = False
                     idle.activity(watch.now_ms())
-                if close_requested():  # a failed SASL authentication: answered, then closed
+                sasl_close_s = close_delay_s()
+                if sasl_close_s is not None:  # a failed SASL authentication: answered, then closed
+                    await asyncio.sleep(sasl_close_s)
                     break
                 del frame
                 pool.release(reserved_bytes)

@@ -1,9 +1,9 @@
 """SaslHandshake (key 17, v0-1) and SaslAuthenticate (key 36, v0-2).
 
 The exchange itself is sans-io (``broker/sasl/exchange.py``); these handlers translate it to
-responses. A failed authentication is answered SASL_AUTHENTICATION_FAILED only after
-``connection.failed.authentication.delay.ms`` (slowing password guessing, as Kafka) and the
-connection is then closed by the server.
+responses. A failed authentication is answered SASL_AUTHENTICATION_FAILED at once; the server
+then closes the connection after ``connection.failed.authentication.delay.ms`` (KIP-306: a
+password guesser waits for each new connection, while the client learns why at once).
 """
 
 from __future__ import annotations
@@ -61,9 +61,6 @@ async def handle_authenticate(state: BrokerState, header: RequestHeader, request
     else:
         try:
             reply = exchange.authenticate(bytes(request.auth_bytes), now_ms)
-        except SaslAuthenticationError as exc:
-            await _delay_failure(state)
-            error, message = exc.code, str(exc)
         except KafkaError as exc:
             error, message = exc.code, str(exc)
     return build(m.SaslAuthenticateResponse, error_code=error, error_message=message, auth_bytes=reply,

@@ -179,11 +179,15 @@ def current_exchange(settings: SaslSettings, session: ConnectionSession) -> Sasl
     return exchange
 
 
-def close_requested() -> bool:
-    """Whether the current connection must be closed once its last answer is written (a failed
-    or refused authentication)."""
+def close_delay_s() -> float | None:
+    """None, or the seconds after which the current connection must be closed now that its
+    last answer is written: ``connection.failed.authentication.delay.ms`` after a failed
+    authentication (Kafka answers at once and delays the close, KIP-306), 0 after a refused
+    handshake."""
     exchange = _exchange.get()
-    return exchange is not None and exchange.close_requested
+    if exchange is None or not exchange.close_requested:
+        return None
+    return exchange.settings.failed_auth_delay_ms / 1000 if exchange.state == "failed" else 0.0
 
 
 def peek_exchange() -> SaslExchange | None:
