@@ -456,6 +456,8 @@ def build_parser() -> argparse.ArgumentParser:
     client_args(x)
     x.set_defaults(func=cmd_transactions)
 
+    __import__("oncestream.cli_users", fromlist=["register"]).register(sub)  # SCRAM users
+
     d = sub.add_parser("demo", help="run the end-to-end demo")
     d.add_argument("rest", nargs=argparse.REMAINDER)
     d.set_defaults(func=lambda a: __import__("oncestream.demo", fromlist=["main"]).main(a.rest))
