@@ -222,7 +222,8 @@ def _check_sasl(out: Config) -> None:
     """security.protocol PLAINTEXT or SASL_PLAINTEXT, with a usable SASL setting for the latter."""
     protocol = str(out["security.protocol"]).lower()
     if protocol not in ("plaintext", "sasl_plaintext"):
-        raise KafkaException(KafkaError(_INVALID_ARG, f"security.protocol={protocol} is not supported"))
+        raise KafkaException(KafkaError(
+            _INVALID_ARG, f"security.protocol={protocol} is not supported (plaintext, sasl_plaintext)"))
     try:
         SaslCredentials.from_config(out)
     except ValueError as exc:
