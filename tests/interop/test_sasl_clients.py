@@ -102,3 +102,24 @@ def test_transaction_round_trip_over_sasl(sasl_broker, client, mechanism):
     else:
         got = _kafka_python(sasl_broker.bootstrap, topic, kafka_python_conf(mechanism))
     assert got == COMMITTED
+
+
+def test_spark_log_client_authenticates_with_kafka_sasl_options(sasl_broker):
+    """The Spark connector's protocol client takes the kafka.sasl.* options (without the prefix,
+    as the connector hands them over) and refuses a wrong password with a SASL error."""
+    from oncestream.client.sasl import SaslClientError
+    from oncestream.spark.log_client import ClientSettings, LogClient
+
+    topic = unique_topic("sasl-spark")
+    for mechanism in ALL_MECHANISMS:
+        settings = ClientSettings.from_config(librdkafka_conf(mechanism))
+        client = LogClient(sasl_broker.bootstrap, settings=settings)
+        try:
+            client.create_topic(topic, 2) if mechanism == "PLAIN" else None
+            assert client.metadata([topic]) == {topic: [0, 1]}
+        finally:
+            client.close()
+    bad = LogClient(sasl_broker.bootstrap, settings=ClientSettings.from_config(
+        librdkafka_conf("SCRAM-SHA-512", password="wrong")))
+    with pytest.raises(SaslClientError):
+        bad.metadata([topic])

@@ -19,6 +19,7 @@ from kio.schema.errors import ErrorCode
 
 from oncestream.client.cluster import parse_bootstrap_list
 from oncestream.client.connection import BrokerConnection, BrokerUnreachableError
+from oncestream.client.sasl import SaslCredentials
 from oncestream.protocol.api_keys import CREATE_TOPICS, FETCH, LIST_OFFSETS, LIST_TRANSACTIONS, METADATA, PRODUCE
 from oncestream.protocol.codec import build
 from oncestream.spark.errors import BrokerRequestError
@@ -58,6 +59,7 @@ class ClientSettings:
     fetch_max_bytes: int = 50 * 1024 * 1024
     partition_fetch_max_bytes: int = DEFAULT_PARTITION_FETCH_BYTES
     fetch_max_wait_ms: int = 500
+    sasl: SaslCredentials | None = None  # kafka.security.protocol=SASL_* with kafka.sasl.*
 
     @classmethod
     def from_config(cls, config: Mapping[str, object]) -> ClientSettings:
@@ -80,6 +82,7 @@ class ClientSettings:
             partition_fetch_max_bytes=resolved["max.partition.fetch.bytes"]
             if "max.partition.fetch.bytes" in given else DEFAULT_PARTITION_FETCH_BYTES,
             fetch_max_wait_ms=resolved["fetch.wait.max.ms"],
+            sasl=SaslCredentials.from_config(resolved),
         )
 
 
@@ -125,7 +128,7 @@ class LogClient:
     def _connect(self, host: str, port: int) -> BrokerConnection:
         # Fetch v13+ names topics by id; the connector names them, so it stays at v12.
         return BrokerConnection(host, port, client_id=self._client_id, timeout_s=self._timeout_s,
-                                max_versions={FETCH: 12})
+                                max_versions={FETCH: 12}, sasl=self.settings.sasl)
 
     def any_connection(self) -> BrokerConnection:
         """A connection to some broker (the first bootstrap server that answers)."""
