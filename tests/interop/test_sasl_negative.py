@@ -127,3 +127,35 @@ def test_clients_with_a_wrong_password_fail_cleanly(sasl_broker, mechanism, capl
     with pytest.raises(SaslClientError):
         BrokerConnection(host, int(port), sasl=SaslCredentials(mechanism, "no-such-user", "x"))
     _good_client_still_served(sasl_broker)
+
+
+def _raw_token(conn: WireConnection, token: bytes) -> bytes:
+    """Send a bare token, read the bare answer (may be empty: recv_frame would refuse size 0)."""
+    conn.send(int32(len(token)) + token)
+    (size,) = struct.unpack(">i", conn._recv_exactly(4))
+    return conn._recv_exactly(size) if size else b""
+
+
+@pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256"])
+def test_handshake_v0_then_bare_tokens_as_kafka(sasl_broker, mechanism):
+    """SaslHandshake v0: the tokens follow as bare size-prefixed frames (no request header), then
+    the connection serves requests; a bad bare token just closes the connection."""
+    from oncestream.client.sasl import ScramClient
+
+    with _connect(sasl_broker) as conn:
+        body = conn.request(SASL_HANDSHAKE, 0, 1, int16(len(mechanism)) + mechanism.encode())
+        assert struct.unpack_from(">ih", body) == (1, 0)
+        if mechanism == "PLAIN":
+            assert _raw_token(conn, b"\0alice\0alice-secret") == b""
+        else:
+            client = ScramClient(mechanism, "scram-alice", "scram-secret")
+            server_first = _raw_token(conn, client.first())
+            client.verify(_raw_token(conn, client.final(server_first)))
+        metadata_v1_no_topics = int32(0)
+        body = conn.request(METADATA, 1, 5, metadata_v1_no_topics)
+        assert struct.unpack_from(">i", body)[0] == 5
+    with _connect(sasl_broker) as conn:
+        conn.request(SASL_HANDSHAKE, 0, 1, int16(5) + b"PLAIN")
+        conn.send(int32(len(b"\0alice\0nope-nope")) + b"\0alice\0nope-nope")
+        with pytest.raises(PeerClosed):
+            conn.recv_frame()
