@@ -86,7 +86,10 @@ _FIRST_FETCH_CAP_S = 60.0
 
 def _conf(args: argparse.Namespace, **extra: Any) -> dict[str, Any]:
     host, port = parse_bootstrap(args.bootstrap_server)
-    return {"bootstrap.servers": f"{host}:{port}", "client.id": CLIENT_ID, **extra}
+    from oncestream.cli_users import read_command_config  # security.protocol, sasl.* (issue 14)
+
+    security = read_command_config(getattr(args, "command_config", None))
+    return {**security, "bootstrap.servers": f"{host}:{port}", "client.id": CLIENT_ID, **extra}
 
 
 @contextlib.contextmanager
@@ -417,6 +420,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     def client_args(p: argparse.ArgumentParser) -> None:
         p.add_argument("--bootstrap-server", "-b", default="127.0.0.1:9092")
+        p.add_argument("--command-config", help="librdkafka properties file (security.protocol, sasl.*)")
 
     t = sub.add_parser("topics", help="create, list, describe, alter (grow partitions) or delete topics")
     t.add_argument("action", choices=["create", "list", "describe", "alter", "delete"])

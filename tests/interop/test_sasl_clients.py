@@ -123,3 +123,30 @@ def test_spark_log_client_authenticates_with_kafka_sasl_options(sasl_broker):
         librdkafka_conf("SCRAM-SHA-512", password="wrong")))
     with pytest.raises(SaslClientError):
         bad.metadata([topic])
+
+
+def test_cli_tools_take_security_settings_from_command_config(sasl_broker, tmp_path):
+    """``oncestream topics|produce|consume --command-config FILE`` with librdkafka's properties."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    cli = str(Path(sys.executable).parent / "oncestream")
+    config = tmp_path / "client.properties"
+    config.write_text("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-256\n"
+                      "sasl.username=scram-alice\nsasl.password=scram-secret\n")
+    common = ["--bootstrap-server", sasl_broker.bootstrap, "--command-config", str(config)]
+    topic = unique_topic("sasl-cli")
+
+    def run(*args: str, stdin: bytes = b"") -> str:
+        result = subprocess.run([cli, *args, *common], input=stdin, capture_output=True, timeout=60)
+        assert result.returncode == 0, result.stderr.decode()
+        return result.stdout.decode()
+
+    run("topics", "create", topic, "--partitions", "1")
+    assert topic in run("topics", "list").split()
+    run("produce", topic, stdin=b"one\ntwo\n")
+    assert run("consume", topic, "--from-beginning", "--max-messages", "2").split() == ["one", "two"]
+    refused = subprocess.run([cli, "topics", "list", "--bootstrap-server", sasl_broker.bootstrap],
+                             capture_output=True, timeout=60)
+    assert refused.returncode != 0  # no SASL settings: the broker closes the connection
