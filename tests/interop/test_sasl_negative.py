@@ -159,3 +159,24 @@ def test_handshake_v0_then_bare_tokens_as_kafka(sasl_broker, mechanism):
         conn.send(int32(len(b"\0alice\0nope-nope")) + b"\0alice\0nope-nope")
         with pytest.raises(PeerClosed):
             conn.recv_frame()
+
+
+def test_librdkafka_reauthenticates_before_the_session_expires(tmp_path):
+    """KIP-368 with a real client: librdkafka re-authenticates on its connection before the
+    session lifetime we announce runs out, so producing keeps working across several lifetimes
+    on the same connections (a request on an expired session would close them)."""
+    broker = start_sasl_broker(tmp_path / "data", {"connections.max.reauth.ms": "1500"})
+    try:
+        errors: list[CKafkaError] = []
+        producer = Producer({"bootstrap.servers": broker.bootstrap, "error_cb": errors.append,
+                             "linger.ms": 0, **librdkafka_conf("SCRAM-SHA-512")})
+        topic = unique_topic("reauth")
+        for _ in range(4):
+            producer.produce(topic, b"v")
+            assert producer.flush(CLIENT_TIMEOUT_S) == 0
+            time.sleep(1.0)  # spans the 1.5 s lifetime: not a timing assertion, the work must go on
+        assert not [e for e in errors if e.code() == CKafkaError._AUTHENTICATION], errors
+        log = broker.output_tail()
+        assert "expired session" not in log, log
+    finally:
+        broker.kill()
