@@ -24,7 +24,7 @@ from typing import Any
 from kio.schema.index import api_key_map
 
 from oncestream.client.errors import BrokerResponseError, ClientInvariantError, ConnectionLostError, RequestTimedOutError
-from oncestream.client.sasl import SaslClientError, SaslCredentials, authenticate_async
+from oncestream.client.sasl import REAUTH_AT_LIFETIME_SHARE, SaslClientError, SaslCredentials, authenticate_async
 from oncestream.protocol.api_keys import API_VERSIONS_KEY, PRODUCE, SASL_AUTHENTICATE
 from oncestream.protocol.codec import reader_for, writer_for
 from oncestream.protocol.length_guard import check_array_lengths
@@ -63,6 +63,7 @@ class Connection(asyncio.BufferedProtocol):
                  request_timeout_s: float = 30.0, sasl: SaslCredentials | None = None) -> None:
         self.host, self.port, self.node_id = host, port, node_id
         self._sasl = sasl
+        self._reauth_task: asyncio.Task | None = None  # KIP-368 re-authentication in progress
         self.request_timeout_s = request_timeout_s
         self._client_id = client_id.encode()
         self._transport: asyncio.Transport | None = None
@@ -128,10 +129,26 @@ class Connection(asyncio.BufferedProtocol):
             return await asyncio.wait_for(self.send(api_key, version, request), timeout_s)
 
         try:
-            await authenticate_async(send, creds, self.version_for(SASL_AUTHENTICATE, 2))
+            lifetime_ms = await authenticate_async(send, creds, self.version_for(SASL_AUTHENTICATE, 2))
         except (SaslClientError, TimeoutError, BrokerResponseError, ConnectionLostError) as exc:
             self.close(ConnectionLostError(f"SASL authentication failed: {exc}"))
             raise ConnectionLostError(f"{self.host}:{self.port}: SASL authentication failed: {exc}") from exc
+        if lifetime_ms > 0 and not self.closed:
+            # KIP-368: re-authenticate on this connection before the broker's session ends
+            # (past it the broker closes the connection at our next request).
+            loop = asyncio.get_running_loop()
+            loop.call_later(lifetime_ms * REAUTH_AT_LIFETIME_SHARE / 1000, self._start_reauthentication,
+                            creds, timeout_s)
+
+    def _start_reauthentication(self, creds: SaslCredentials, timeout_s: float) -> None:
+        if not self.closed:
+            self._reauth_task = asyncio.get_running_loop().create_task(self._reauthenticate(creds, timeout_s))
+
+    async def _reauthenticate(self, creds: SaslCredentials, timeout_s: float) -> None:
+        try:
+            await self._authenticate(creds, timeout_s)
+        except ConnectionLostError:
+            pass  # _authenticate closed the connection: its pending requests fail and are retried
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:  # noqa: D102
         self._transport = transport  # type: ignore[assignment]

@@ -115,9 +115,15 @@ def _check(response: Any, what: str) -> None:
         raise SaslClientError(f"{what} failed (error {int(code) if code != 'no answer' else code}): {message}")
 
 
+# KIP-368: re-authenticate when this share of the announced session lifetime has passed (the
+# Java client picks 85-95%), so the new session is in place well before the old one expires.
+REAUTH_AT_LIFETIME_SHARE = 0.85
+
+
 async def authenticate_async(send: Callable[[int, int, Any], Awaitable[Any]], creds: SaslCredentials,
-                             authenticate_version: int) -> None:
-    """Run the exchange over an async ``send(api_key, version, request)``."""
+                             authenticate_version: int) -> int:
+    """Run the exchange over an async ``send(api_key, version, request)``; returns the session
+    lifetime in ms the broker announced (0: no re-authentication needed)."""
     handshake = await send(SASL_HANDSHAKE, 1, request_module(SASL_HANDSHAKE, 1).SaslHandshakeRequest(
         mechanism=creds.mechanism))
     _check(handshake, f"SaslHandshake({creds.mechanism})")
@@ -130,7 +136,8 @@ async def authenticate_async(send: Callable[[int, int, Any], Awaitable[Any]], cr
         try:
             token = steps.send(bytes(response.auth_bytes))
         except StopIteration:
-            return
+            lifetime = getattr(response, "session_lifetime", None)
+            return int(lifetime.total_seconds() * 1000) if lifetime else 0
 
 
 def authenticate_blocking(call: Callable[[int, int, Any], Any], creds: SaslCredentials,
