@@ -196,7 +196,7 @@ def test_our_client_reauthenticates_before_the_session_expires(tmp_path):
             producer.produce(topic, b"v")
             assert producer.flush(CLIENT_TIMEOUT_S) == 0
             time.sleep(1.0)  # spans the 1.5 s lifetime: not a timing assertion
-        producer.close() if hasattr(producer, "close") else None
+        producer.close(CLIENT_TIMEOUT_S)
         log = broker.output_tail()
         assert "expired session" not in log, log
     finally:
