@@ -57,13 +57,36 @@ def venv_bin() -> Path:
     return Path(sys.executable).parent
 
 
+class BaselineBroker(OnceStreamBroker):
+    """Our broker from another checkout's ``src/`` (``--baseline-src``): the same command with that
+    tree first on PYTHONPATH, so a change is measured against the code before it in one run."""
+
+    def __init__(self, source_dir: Path, data_dir: Path, **kwargs) -> None:
+        super().__init__(data_dir, **kwargs)
+        self.source_dir = source_dir
+
+    def environment(self) -> dict[str, str]:
+        env = super().environment()
+        env["PYTHONPATH"] = str(self.source_dir)
+        return env
+
+
+# Set from --baseline-src: where the "before" broker's package lives.
+BASELINE_SRC: Path | None = None
+
+
 def start_broker(name: str, work_dir: Path) -> ManagedBroker:
-    """Start broker `name` ('ours' or 'tansu') on a free loopback port and wait until it answers."""
+    """Start broker `name` ('ours', 'before' or 'tansu') on a free loopback port and wait until it answers."""
     log_file = work_dir / f"{name}-{uuid.uuid4().hex[:8]}.log"
     broker: ManagedBroker
     if name == "ours":
         data_dir = Path(tempfile.mkdtemp(prefix="oncestream-bench-", dir=work_dir))
         broker = OnceStreamBroker(data_dir, log_file=log_file, ready_timeout_s=BROKER_READY_TIMEOUT_S)
+    elif name == "before":
+        if BASELINE_SRC is None:
+            raise ValueError("the 'before' broker needs --baseline-src")
+        data_dir = Path(tempfile.mkdtemp(prefix="oncestream-bench-", dir=work_dir))
+        broker = BaselineBroker(BASELINE_SRC, data_dir, log_file=log_file, ready_timeout_s=BROKER_READY_TIMEOUT_S)
     elif name == "tansu":
         broker = TansuBroker(log_file=log_file, ready_timeout_s=BROKER_READY_TIMEOUT_S)
     else:
@@ -417,6 +440,12 @@ def markdown_report(results: list[RoundResult], args: argparse.Namespace, comman
             "",
             f"Median ratio ours/Tansu: produce **{produce_ratio:.2f}**, consume **{consume_ratio:.2f}**",
         ]
+    if "ours" in medians and "before" in medians:
+        lines += [
+            "",
+            f"Median ratio ours/before: produce **{medians['ours'][0] / medians['before'][0]:.2f}**, "
+            f"consume **{medians['ours'][1] / medians['before'][1]:.2f}**",
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -433,11 +462,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="after the measured rounds, run one extra round of ours under py-spy"
                              " (not counted) and write bench/results/profile-*.folded and *.top.txt")
     parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
+    parser.add_argument("--baseline-src", type=Path, default=None,
+                        help="the src/ of another checkout (e.g. a git worktree of the last release):"
+                             " adds the broker 'before', our broker built from it, for before/after ratios")
     args = parser.parse_args(argv)
     args.broker_names = [b.strip() for b in args.brokers.split(",") if b.strip()]
     for name in args.broker_names:
-        if name not in ("ours", "tansu"):
-            parser.error(f"unknown broker {name!r}: use ours and/or tansu")
+        if name not in ("ours", "tansu", "before"):
+            parser.error(f"unknown broker {name!r}: use ours, tansu and/or before")
+        if name == "before" and args.baseline_src is None:
+            parser.error("the broker 'before' needs --baseline-src")
     if args.rounds < 1 or args.size_mb <= 0 or args.record_size < 1:
         parser.error("--rounds, --size-mb and --record-size must be positive")
     return args
@@ -446,6 +480,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     """Run the alternating rounds, print per-round figures and the summary, save the markdown."""
     args = parse_args(argv)
+    global BASELINE_SRC
+    BASELINE_SRC = args.baseline_src.resolve() if args.baseline_src is not None else None
     command = shlex.join([".venv/bin/python", "bench/produce_consume.py", *(sys.argv[1:] if argv is None else argv)])
     record_count = int(args.size_mb * MB) // args.record_size
     value = os.urandom(args.record_size)  # incompressible, and no codec is configured anyway
@@ -460,7 +496,7 @@ def main(argv: list[str] | None = None) -> int:
                 r = run_round(name, round_no, record_count, value, work_dir)
                 results.append(r)
                 print(
-                    f"round {round_no} {name:5s}: produce {r.produce.mb_per_s:7.1f} MB/s"
+                    f"round {round_no} {name:6s}: produce {r.produce.mb_per_s:7.1f} MB/s"
                     f" ({r.produce.seconds:.2f} s)  consume {r.consume.mb_per_s:7.1f} MB/s"
                     f" ({r.consume.seconds:.2f} s)",
                     flush=True,

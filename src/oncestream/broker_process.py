@@ -22,6 +22,7 @@ demo), the benchmarks and the test suites. A ``ManagedBroker``:
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -223,7 +224,7 @@ class ManagedBroker:
                     f"{self.name} exited with code {process.returncode} before listening on "
                     f"{self.bootstrap}; output ({self._output_path}):\n{self.output_tail()}"
                 )
-            if port_accepts_connections(self.host, self.port):
+            if self._is_ready():
                 return
             if time.monotonic() > deadline:
                 raise BrokerStartError(
@@ -231,6 +232,10 @@ class ManagedBroker:
                     f"{self.ready_timeout_s:.0f} s; output ({self._output_path}):\n{self.output_tail()}"
                 )
             time.sleep(_READY_POLL_S)
+
+    def _is_ready(self) -> bool:
+        """True once the broker serves clients (by default: its port accepts a TCP connect)."""
+        return port_accepts_connections(self.host, self.port)
 
     def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> int | None:
         """SIGTERM (clean shutdown) and wait; SIGKILL if it does not exit in time. Returns the
@@ -304,6 +309,12 @@ class OnceStreamBroker(ManagedBroker):
 
     ``config`` holds Kafka broker property names passed as ``--config key=value``. Without
     ``log_dir`` or ``log_file`` the logs go to ``<data_dir>/../logs``.
+
+    With a ``listeners`` property (``PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0``; port 0 lets the
+    OS pick) the broker gets no ``--listen`` but a ``--ready-file``; it is ready once that file
+    names every bound listener: ``listener_ports`` maps each listener name to its port, ``port``
+    (and ``bootstrap``) is the first PLAINTEXT listener's, else the first one's, and a restart
+    binds the same ports again.
     """
 
     name = "oncestream"
@@ -317,13 +328,49 @@ class OnceStreamBroker(ManagedBroker):
             log_dir = self.data_dir.parent / "logs"
         super().__init__(log_dir, port, log_file=log_file, ready_timeout_s=ready_timeout_s)
         self.config = dict(config or {})
+        self.listener_ports: dict[str, int] = {}
+        self.ready_file = self.log_dir / f"{self.data_dir.name}-{id(self):x}.ready.json"
 
     def command(self) -> list[str]:
-        """``oncestream broker --data-dir DIR --listen HOST:PORT [--config k=v ...]``."""
-        argv = [*oncestream_command(), "broker", "--data-dir", str(self.data_dir), "--listen", self.bootstrap]
-        for key, value in self.config.items():
+        """``oncestream broker --data-dir DIR --listen HOST:PORT [--config k=v ...]``, or with
+        ``listeners`` in the config ``--ready-file PATH`` instead of ``--listen``."""
+        argv = [*oncestream_command(), "broker", "--data-dir", str(self.data_dir)]
+        config = dict(self.config)
+        if "listeners" in config:
+            self.ready_file.unlink(missing_ok=True)
+            argv += ["--ready-file", str(self.ready_file)]
+            if self.listener_ports:  # a restart: the ports clients already know
+                config["listeners"] = self._listeners_with_bound_ports(config["listeners"])
+        else:
+            argv += ["--listen", self.bootstrap]
+        for key, value in config.items():
             argv += ["--config", f"{key}={value}"]
         return argv
+
+    def _listeners_with_bound_ports(self, listeners: str) -> str:
+        out = []
+        for item in listeners.split(","):
+            name, sep, rest = item.strip().partition("://")
+            host = rest.rpartition(":")[0]
+            port = self.listener_ports.get(name.upper())
+            out.append(f"{name}{sep}{host}:{port}" if port is not None else item.strip())
+        return ",".join(out)
+
+    def _is_ready(self) -> bool:
+        if "listeners" not in self.config:
+            return super()._is_ready()
+        if not self.ready_file.exists():
+            return False
+        bound = json.loads(self.ready_file.read_text())["listeners"]
+        self.listener_ports = {name: int(item["port"]) for name, item in bound.items()}
+        plaintext = [name for name, item in bound.items() if item["security_protocol"] == "PLAINTEXT"]
+        first = plaintext[0] if plaintext else next(iter(bound))
+        self.port = self.listener_ports[first]
+        return True
+
+    def listener_bootstrap(self, name: str) -> str:
+        """``host:port`` of the listener called ``name`` (upper case, as the broker names it)."""
+        return f"{self.host}:{self.listener_ports[name.upper()]}"
 
 
 class TansuBroker(ManagedBroker):

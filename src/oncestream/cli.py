@@ -31,6 +31,7 @@ from oncestream.client import (
 )
 from oncestream.client.connection import parse_bootstrap
 from oncestream.client.partitioner import partition_for_key
+from oncestream.errors import InvalidConfigError
 
 
 class CliError(Exception):
@@ -65,10 +66,14 @@ def cmd_broker(args: argparse.Namespace) -> int:
         level=getattr(logging, args.log_level.upper()),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    host, port = _parse_listen(args.listen)
+    props = _parse_props(args.config)
+    if args.listen is not None and "listeners" in props:
+        raise CliError("give either --listen or --config listeners=..., not both")
+    host, port = _parse_listen(args.listen or "127.0.0.1:9092")
+    ready_file = Path(args.ready_file) if args.ready_file else None
     try:
-        return run_broker(Path(args.data_dir), host, port, _parse_props(args.config))
-    except DataDirInUseError as exc:
+        return run_broker(Path(args.data_dir), host, port, props, ready_file=ready_file)
+    except (DataDirInUseError, InvalidConfigError) as exc:
         raise CliError(str(exc)) from None
 
 
@@ -84,12 +89,31 @@ _PRODUCE_FLUSH_TIMEOUT_S = 60.0
 _FIRST_FETCH_CAP_S = 60.0
 
 
+def read_command_config(path: str) -> dict[str, str]:
+    """Client properties from a ``--command-config`` file, as Kafka's tools read it: one
+    ``key=value`` per line (librdkafka property names, e.g. ``security.protocol=SSL``,
+    ``ssl.ca.location=...``), blank lines and lines starting with ``#`` or ``!`` ignored."""
+    props: dict[str, str] = {}
+    try:
+        lines = Path(path).read_text().splitlines()
+    except OSError as exc:
+        raise CliError(f"--command-config {path}: {exc.strerror or exc}") from None
+    for number, raw in enumerate(lines, 1):
+        line = raw.strip()
+        if not line or line.startswith(("#", "!")):
+            continue
+        key, sep, value = line.partition("=")
+        if not sep or not key.strip():
+            raise CliError(f"--command-config {path}:{number}: expected key=value, got {raw!r}")
+        props[key.strip()] = value.strip()
+    return props
+
+
 def _conf(args: argparse.Namespace, **extra: Any) -> dict[str, Any]:
     host, port = parse_bootstrap(args.bootstrap_server)
-    from oncestream.cli_users import read_command_config  # security.protocol, sasl.* (issue 14)
-
-    security = read_command_config(getattr(args, "command_config", None))
-    return {**security, "bootstrap.servers": f"{host}:{port}", "client.id": CLIENT_ID, **extra}
+    # The file's security (and other) properties first; what the command itself needs wins.
+    given = read_command_config(args.command_config) if getattr(args, "command_config", None) else {}
+    return {"client.id": CLIENT_ID, **given, "bootstrap.servers": f"{host}:{port}", **extra}
 
 
 @contextlib.contextmanager
@@ -413,14 +437,19 @@ def build_parser() -> argparse.ArgumentParser:
 
     b = sub.add_parser("broker", help="run a broker in the foreground")
     b.add_argument("--data-dir", required=True)
-    b.add_argument("--listen", default="127.0.0.1:9092", help="HOST:PORT (port 0 picks a free one)")
+    b.add_argument("--listen", default=None,
+                   help="HOST:PORT of one PLAINTEXT listener (default 127.0.0.1:9092; port 0 picks a free one); "
+                        "leave out when --config listeners=... is given")
+    b.add_argument("--ready-file", default=None, metavar="PATH",
+                   help="write the bound listeners as JSON to PATH once all are listening")
     b.add_argument("--config", action="append", metavar="KEY=VALUE", help="Kafka broker property")
     b.add_argument("--log-level", default="info")
     b.set_defaults(func=cmd_broker)
 
     def client_args(p: argparse.ArgumentParser) -> None:
         p.add_argument("--bootstrap-server", "-b", default="127.0.0.1:9092")
-        p.add_argument("--command-config", help="librdkafka properties file (security.protocol, sasl.*)")
+        p.add_argument("--command-config", metavar="FILE",
+                       help="client properties file (key=value, librdkafka names: security.protocol, ssl.*, sasl.*)")
 
     t = sub.add_parser("topics", help="create, list, describe, alter (grow partitions) or delete topics")
     t.add_argument("action", choices=["create", "list", "describe", "alter", "delete"])

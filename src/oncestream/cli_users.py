@@ -28,6 +28,7 @@ from oncestream.broker.sasl.scram import (
 )
 from oncestream.client.connection import BrokerConnection, parse_bootstrap
 from oncestream.client.sasl import SaslCredentials
+from oncestream.client.tls import ssl_context_for
 from oncestream.protocol.api_keys import ALTER_USER_SCRAM_CREDENTIALS, DESCRIBE_USER_SCRAM_CREDENTIALS
 
 _NAME_BY_TYPE = {t: name for name, t in TYPE_BY_NAME.items()}
@@ -48,7 +49,8 @@ def register(sub: Any) -> None:
     where = u.add_mutually_exclusive_group(required=True)
     where.add_argument("--data-dir", help="offline: a stopped broker's data directory")
     where.add_argument("--bootstrap-server", "-b", help="online: HOST:PORT of a running broker")
-    u.add_argument("--command-config", help="librdkafka properties (security.protocol, sasl.*) for online use")
+    u.add_argument("--command-config", metavar="FILE",
+                   help="client properties file for online use (security.protocol, ssl.*, sasl.*)")
     u.set_defaults(func=cmd_users)
 
 
@@ -109,25 +111,17 @@ def _offline(args: argparse.Namespace) -> list[str]:
         lock.release()
 
 
-def read_command_config(path: str | None) -> dict[str, str]:
-    """``key=value`` lines (``#`` comments), as Kafka's --command-config files."""
-    if not path:
-        return {}
-    props: dict[str, str] = {}
-    for line in Path(path).read_text().splitlines():
-        line = line.strip()
-        if line and not line.startswith(("#", "!")) and "=" in line:
-            key, _, value = line.partition("=")
-            props[key.strip()] = value.strip()
-    return props
-
-
 def _online(args: argparse.Namespace) -> list[str]:
+    from oncestream.cli import CliError, read_command_config  # the one --command-config reader
+
     try:
-        sasl = SaslCredentials.from_config(read_command_config(args.command_config))
+        # The same properties as every other tool: TLS (ssl.*) first, then SASL (sasl.*).
+        props = read_command_config(args.command_config) if args.command_config else {}
+        sasl = SaslCredentials.from_config(props)
         host, port = parse_bootstrap(args.bootstrap_server)
-        conn = BrokerConnection(host, port, client_id="oncestream-users", sasl=sasl)
-    except (ValueError, OSError) as exc:
+        conn = BrokerConnection(host, port, client_id="oncestream-users", sasl=sasl,
+                                ssl_context=ssl_context_for(props))
+    except (ValueError, OSError, CliError) as exc:
         raise UsersCliError(f"cannot connect to {args.bootstrap_server}: {exc}") from None
     with conn:
         if args.action == "list":

@@ -287,3 +287,12 @@ class CoordinatorInvariantError(KafkaError):
     """
 
     code = ErrorCode.unknown_server_error
+
+
+# --- authorization ----------------------------------------------------------------------------------
+
+
+class TopicAuthorizationFailedError(KafkaError):
+    """The connection's principal lacks the operation on the topic (an ACL decision)."""
+
+    code = ErrorCode.topic_authorization_failed

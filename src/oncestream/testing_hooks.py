@@ -31,6 +31,23 @@ Spark write tasks (``gate_before_prepare``, ``gate_after_prepare``, ``crash_work
     and the driver has decided nothing, without depending on how fast anything runs.
     Sink option ``oncestream.test.failAfterPrepare`` (attempt numbers): the task's Python worker
     exits right after prepare, like an executor lost mid-task.
+
+Broker internal topics (``internal_append_fault_from``)
+    Broker property ``oncestream.test.internal.append.fail.file``: while the file it names exists,
+    every append to an internal topic (``__consumer_offsets``, ``__transaction_state``) fails with
+    StorageError, so tests through a real broker can check that no coordinator answers NONE for
+    records that never reached the log.
+
+State-store materializer (``state_commit_crash_hook_from_env``)
+    Environment variables ``ONCESTREAM_STATE_CRASH_POINT`` (``before-batch``, ``inside-batch``,
+    ``after-batch``) and ``ONCESTREAM_STATE_CRASH_AT_COMMIT`` (1-based, default 1): the
+    materializer process SIGKILLs itself at that point of that store commit.
+
+Broker principal from client.id (``principal_from_client_id``)
+    Broker property ``oncestream.test.principal.from.client.id=true``: a request whose client.id
+    is ``principal:NAME`` makes its connection's principal ``User:NAME``, so ACL tests can act as
+    several users before SASL or mTLS exist. Off by default; it lets any client claim any
+    identity, so it must never be set outside tests.
 """
 
 from __future__ import annotations
@@ -75,6 +92,24 @@ class TxnCrashPoint:
         """A committing transaction reached ``step``: crash now if that is the configured point."""
         if self.point is not None and step == self.point:
             self._crash()
+
+
+# --- broker: principal from client.id (ACL tests) -------------------------------------------------
+
+PRINCIPAL_FROM_CLIENT_ID_PROPERTY = "oncestream.test.principal.from.client.id"
+_CLIENT_ID_PRINCIPAL_PREFIX = "principal:"
+
+
+def principal_from_client_id_enabled(props: Mapping[str, str]) -> bool:
+    """Whether the broker properties switch the test-only identity hook on."""
+    return props.get(PRINCIPAL_FROM_CLIENT_ID_PROPERTY, "false").strip().lower() == "true"
+
+
+def principal_from_client_id(client_id: str | None) -> str | None:
+    """``User:NAME`` for client.id ``principal:NAME``; None for any other client.id."""
+    if client_id and client_id.startswith(_CLIENT_ID_PRINCIPAL_PREFIX) and len(client_id) > len(_CLIENT_ID_PRINCIPAL_PREFIX):
+        return "User:" + client_id[len(_CLIENT_ID_PRINCIPAL_PREFIX):]
+    return None
 
 
 # --- Spark driver crash points --------------------------------------------------------------------
@@ -164,3 +199,44 @@ def gate_after_prepare(gate_dir: str | None, partition: int, attempt: int, trans
     tmp.rename(marker)
     if (gate / f"hold-{partition}").exists():
         _await_release(gate, f"partition {partition} attempt {attempt} (held after prepare)")
+
+
+# --- broker: internal-topic append faults ---------------------------------------------------------
+
+APPEND_FAULT_FILE_PROPERTY = "oncestream.test.internal.append.fail.file"
+
+
+def internal_append_fault_from(props: Mapping[str, str]) -> Callable[[], bool] | None:
+    """The append fault named by ``APPEND_FAULT_FILE_PROPERTY``, if the broker has one: a check
+    that is true while the file exists (InternalTopic then refuses the append)."""
+    path = props.get(APPEND_FAULT_FILE_PROPERTY)
+    if not path:
+        return None
+    return lambda: os.path.exists(path)
+
+
+# --- state-store materializer: commit crash points --------------------------------------------------
+
+STATE_CRASH_POINT_ENV = "ONCESTREAM_STATE_CRASH_POINT"
+STATE_CRASH_AT_COMMIT_ENV = "ONCESTREAM_STATE_CRASH_AT_COMMIT"
+STATE_CRASH_POINTS = ("before-batch", "inside-batch", "after-batch")
+
+
+def state_commit_crash_hook_from_env(environ: Mapping[str, str] = os.environ) -> Callable[[str], None] | None:
+    """A store fault hook that SIGKILLs this process at ``STATE_CRASH_POINT_ENV`` of commit number
+    ``STATE_CRASH_AT_COMMIT_ENV``, or None when the variable is unset."""
+    point = environ.get(STATE_CRASH_POINT_ENV)
+    if not point:
+        return None
+    if point not in STATE_CRASH_POINTS:
+        raise ValueError(f"{STATE_CRASH_POINT_ENV} must be one of {', '.join(STATE_CRASH_POINTS)}")
+    at_commit = int(environ.get(STATE_CRASH_AT_COMMIT_ENV, "1"))
+    seen = {"commits": 0}
+
+    def hook(name: str) -> None:
+        if name == "before-batch":
+            seen["commits"] += 1
+        if name == point and seen["commits"] == at_commit:
+            _sigkill_self()
+
+    return hook

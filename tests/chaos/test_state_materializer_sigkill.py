@@ -26,12 +26,9 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewPartitions
 
 from oncestream.state import StateStore
-from oncestream.state.materializer import (
-    CRASH_AT_COMMIT_ENV,
-    CRASH_POINT_ENV,
-    Materializer,
-)
+from oncestream.state.materializer import Materializer
 from oncestream.state.source import KafkaChangelogSource
+from oncestream.testing_hooks import STATE_CRASH_AT_COMMIT_ENV, STATE_CRASH_POINT_ENV
 from tests.support.clients import CLIENT_TIMEOUT_S, create_topic, unique_topic
 from tests.support.txn import list_offset, transactional_producer, wait_until
 
@@ -105,10 +102,10 @@ def _events(path: Path) -> list[dict]:
 def _run_materializer(bootstrap: str, topic: str, state_dir: Path, events: Path, *,
                       crash_point: str | None = None, crash_at_commit: int = 3) -> int:
     env = dict(os.environ)
-    env.pop(CRASH_POINT_ENV, None)
+    env.pop(STATE_CRASH_POINT_ENV, None)
     if crash_point is not None:
-        env[CRASH_POINT_ENV] = crash_point
-        env[CRASH_AT_COMMIT_ENV] = str(crash_at_commit)
+        env[STATE_CRASH_POINT_ENV] = crash_point
+        env[STATE_CRASH_AT_COMMIT_ENV] = str(crash_at_commit)
     cmd = [sys.executable, "-m", "oncestream.state.materializer", "--bootstrap-server", bootstrap,
            "--topic", topic, "--state-dir", str(state_dir), "--events-file", str(events),
            "--uncommitted-max-bytes", str(UNCOMMITTED_MAX_BYTES), "--commit-interval-ms", "100000000",

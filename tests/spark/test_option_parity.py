@@ -81,6 +81,17 @@ def _set_clock(path, now_ms: int) -> None:
     os.replace(tmp, path)
 
 
+def _batch_sizes(query, total: int) -> list[int]:
+    """The input row count of every non-empty batch, once the batches reported cover ``total``
+    rows: a batch's rows reach the memory sink before its progress entry is recorded."""
+    deadline = time.monotonic() + ROWS_TIMEOUT_S
+    while True:
+        sizes = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+        if sum(sizes) >= total or time.monotonic() > deadline:
+            return sizes
+        time.sleep(0.1)
+
+
 def _wait_for_rows(spark, name: str, count: int) -> list:
     deadline = time.monotonic() + ROWS_TIMEOUT_S
     while time.monotonic() < deadline:
@@ -199,7 +210,7 @@ def test_min_offsets_per_trigger_holds_batches_back_until_enough_data(spark, eos
         _produce_timed(eos_broker.bootstrap, topic, count=5, first=7)  # 20 offsets now
         query.processAllAvailable()
         rows = spark.sql(f"SELECT value FROM {name}").collect()
-        sizes = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+        sizes = _batch_sizes(query, len(rows))
     finally:
         query.stop()
     assert _values(rows) == _expected(range(12))
@@ -226,7 +237,7 @@ def test_max_trigger_delay_releases_a_small_batch(spark, eos_broker, tmp_path):
         held = len(spark.sql(f"SELECT value FROM {name}").collect())
         _set_clock(clock, 3000)
         rows = _wait_for_rows(spark, name, 8)
-        sizes = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+        sizes = _batch_sizes(query, len(rows))
     finally:
         query.stop()
     assert held == 2

@@ -16,7 +16,7 @@ SHA256, SHA512 = 1, 2
 
 
 def _state(tmp_path):
-    return SimpleNamespace(sasl=SimpleNamespace(scram_store=ScramCredentialStore.open(tmp_path)))
+    return SimpleNamespace(scram_store=ScramCredentialStore.open(tmp_path), authorizer=None)
 
 
 def _alter(state, upserts=(), deletions=()):
@@ -61,3 +61,53 @@ def test_describe_unknown_and_duplicate_users(tmp_path):
     assert got["dup"][0] == ErrorCode.duplicate_resource
     assert _alter(state, deletions=[("amy", SHA256)]) == {"amy": ErrorCode.none}
     assert _describe(state, ["amy"])["amy"] == (ErrorCode.none, [(SHA512, 4096)])
+
+
+def _as(principal: str) -> None:
+    """Run the next handler calls as ``principal`` (what SASL sets on a real connection)."""
+    from oncestream.broker.connection_context import start_session
+    start_session(("127.0.0.1", 5555), listener_name="SASL", security_protocol="SASL_PLAINTEXT").principal = principal
+
+
+def test_kip554_needs_describe_and_alter_on_the_cluster(tmp_path):
+    """As Kafka: DESCRIBE on CLUSTER to describe, ALTER on CLUSTER to alter; a refusal is
+    CLUSTER_AUTHORIZATION_FAILED for every user named and stores nothing."""
+    import contextvars
+
+    from oncestream.authz.acl import (
+        CLUSTER_NAME,
+        AclBinding,
+        AclOperation,
+        AclPermissionType,
+        PatternType,
+        ResourceType,
+    )
+    from oncestream.authz.authorizer import StandardAuthorizer
+
+    state = _state(tmp_path)
+    _alter(state, upserts=[("amy", SHA256, 4096)])  # no authorizer yet: allowed
+    state.authorizer = StandardAuthorizer([AclBinding(
+        ResourceType.CLUSTER, CLUSTER_NAME, PatternType.LITERAL, "User:alice", "*", AclOperation.DESCRIBE,
+        AclPermissionType.ALLOW)], super_users=["User:admin"])
+
+    def as_alice() -> tuple[dict, dict]:
+        _as("User:alice")
+        return _describe(state, ["amy"]), _alter(state, upserts=[("eve", SHA256, 4096)], deletions=[("amy", SHA256)])
+
+    described, altered = contextvars.copy_context().run(as_alice)
+    assert described == {"amy": (ErrorCode.none, [(SHA256, 4096)])}
+    assert altered == {"eve": ErrorCode.cluster_authorization_failed, "amy": ErrorCode.cluster_authorization_failed}
+    assert set(state.scram_store.users()) == {"amy"}
+
+    def as_bob() -> dict:
+        _as("User:bob")
+        return _describe(state, ["amy", "amy"])
+
+    assert contextvars.copy_context().run(as_bob) == {"amy": (ErrorCode.cluster_authorization_failed, [])}
+
+    def as_admin() -> dict:
+        _as("User:admin")
+        return _alter(state, deletions=[("amy", SHA256)])
+
+    assert contextvars.copy_context().run(as_admin) == {"amy": ErrorCode.none}
+    assert state.scram_store.users() == {}

@@ -5,9 +5,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from oncestream.broker.connection_limits import UNLIMITED, parse_per_ip_overrides
+from oncestream.broker.listeners import Listener, parse_listeners
 from oncestream.broker.memory_pool import DEFAULT_QUEUED_MAX_REQUEST_BYTES
 from oncestream.errors import InvalidConfigError
 from oncestream.protocol.api_keys import FEATURES
+
+# Kafka's ACL authorizers (KRaft's and ZooKeeper's): both mean our StandardAuthorizer.
+AUTHORIZER_CLASS_NAMES = (
+    "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+    "kafka.security.authorizer.AclAuthorizer",
+)
 
 
 def _parse_bool(value: str) -> bool:
@@ -19,24 +26,6 @@ def _parse_bool(value: str) -> bool:
     raise InvalidConfigError(f"not a boolean: {value!r}")
 
 
-SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-
-
-def _listener_protocol(props: dict[str, str]) -> tuple[str, str]:
-    """(listener name, security protocol) of the single listener served."""
-    listeners = props.get("listeners", "")
-    name = listeners.split(",")[0].split("://", 1)[0].strip().upper() if "://" in listeners else "PLAINTEXT"
-    mapping = {}
-    for entry in props.get("listener.security.protocol.map", "").split(","):
-        if ":" in entry:
-            key, _, value = entry.partition(":")
-            mapping[key.strip().upper()] = value.strip().upper()
-    protocol = mapping.get(name, name)
-    if protocol not in SECURITY_PROTOCOLS:
-        raise InvalidConfigError(f"listener {name}: unknown security protocol {protocol!r}")
-    return name, protocol
-
-
 @dataclass(frozen=True)
 class BrokerConfig:
     """Broker-wide settings. Topic-level defaults (log.*) are parsed by LogConfig separately."""
@@ -44,8 +33,9 @@ class BrokerConfig:
     node_id: int = 0
     host: str = "127.0.0.1"
     port: int = 9092
-    advertised_host: str | None = None
-    advertised_port: int | None = None
+    # Every endpoint the broker binds (broker/listeners.py); empty: one PLAINTEXT listener on
+    # host:port. The first one is the default (requests outside any connection, e.g. tests).
+    listeners: tuple[Listener, ...] = ()
     auto_create_topics_enable: bool = True
     num_partitions: int = 1
     socket_request_max_bytes: int = 104857600
@@ -62,11 +52,10 @@ class BrokerConfig:
     # One pool for the bytes of requests being read or handled (broker/memory_pool.py). Kafka's
     # default is -1 (unbounded); here it is bounded by default.
     queued_max_request_bytes: int = DEFAULT_QUEUED_MAX_REQUEST_BYTES
-    # The one listener's name and security protocol: the name is the scheme of the first
-    # `listeners` entry (default PLAINTEXT), the protocol its `listener.security.protocol.map`
-    # entry (or the name itself), e.g. listener.security.protocol.map=PLAINTEXT:SASL_PLAINTEXT.
-    listener_name: str = "PLAINTEXT"
-    security_protocol: str = "PLAINTEXT"
+    # Authorization (issue 14): an ACL authorizer when authorizer.class.name names one.
+    authorizer_class_name: str = ""
+    super_users: str = ""
+    allow_everyone_if_no_acl_found: bool = False
     raw: dict[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -74,22 +63,12 @@ class BrokerConfig:
         """Parse Kafka broker property names; unknown names are kept in ``raw`` for later layers."""
         try:
             node_id = int(props.get("node.id", props.get("broker.id", "0")))
-            adv_host: str | None = None
-            adv_port: int | None = None
-            advertised = props.get("advertised.listeners")
-            if advertised:
-                # PLAINTEXT://host:port (first listener only: one listener is all we serve).
-                first = advertised.split(",")[0]
-                hostport = first.split("://", 1)[-1]
-                adv_host, _, port_text = hostport.rpartition(":")
-                adv_port = int(port_text)
-            listener_name, security_protocol = _listener_protocol(props)
+            listeners = parse_listeners(props, host, port)
             config = cls(
                 node_id=node_id,
-                host=host,
-                port=port,
-                advertised_host=adv_host,
-                advertised_port=adv_port,
+                host=listeners[0].host,
+                port=listeners[0].port,
+                listeners=listeners,
                 auto_create_topics_enable=_parse_bool(
                     props.get("auto.create.topics.enable", "true")
                 ),
@@ -109,8 +88,9 @@ class BrokerConfig:
                 queued_max_request_bytes=int(
                     props.get("queued.max.request.bytes", str(DEFAULT_QUEUED_MAX_REQUEST_BYTES))
                 ),
-                listener_name=listener_name,
-                security_protocol=security_protocol,
+                authorizer_class_name=props.get("authorizer.class.name", "").strip(),
+                super_users=props.get("super.users", ""),
+                allow_everyone_if_no_acl_found=_parse_bool(props.get("allow.everyone.if.no.acl.found", "false")),
                 raw=dict(props),
             )
         except ValueError as exc:
@@ -130,6 +110,10 @@ class BrokerConfig:
                 "queued.max.request.bytes must be -1 or at least socket.request.max.bytes "
                 f"({queued} < {config.socket_request_max_bytes})"
             )
+        if config.authorizer_class_name not in ("", *AUTHORIZER_CLASS_NAMES):
+            # Refused rather than ignored: a broker started open when its operator asked for ACLs.
+            raise InvalidConfigError(
+                f"authorizer.class.name={config.authorizer_class_name}: supported are {AUTHORIZER_CLASS_NAMES}")
         for feature, (lo, hi) in FEATURES.items():  # finalized feature levels (api_versions.py)
             level = props.get(feature)
             if level is not None and not (level.strip().lstrip("-").isdigit() and lo <= int(level) <= hi):
@@ -137,6 +121,22 @@ class BrokerConfig:
         return config
 
     @property
+    def all_listeners(self) -> tuple[Listener, ...]:
+        """The listeners to bind (one PLAINTEXT listener on host:port when none were parsed)."""
+        if self.listeners:
+            return self.listeners
+        return (Listener("PLAINTEXT", self.host, self.port, "PLAINTEXT", self.host, 0),)
+
+    @property
     def advertised(self) -> tuple[str, int]:
-        """Host and port clients are told to connect to."""
-        return (self.advertised_host or self.host, self.advertised_port or self.port)
+        """Host and port of the default (first) listener that clients are told to connect to."""
+        return self.all_listeners[0].advertised
+
+    def advertised_for(self, listener_name: str) -> tuple[str, int]:
+        """The advertised endpoint of ``listener_name`` (Kafka answers Metadata and
+        FindCoordinator with the endpoint of the listener the request came in on); the default
+        listener's for a name the broker does not have."""
+        for listener in self.all_listeners:
+            if listener.name == listener_name:
+                return listener.advertised
+        return self.advertised

@@ -16,6 +16,7 @@ from kio.schema.errors import ErrorCode
 
 from oncestream.broker.connection_context import current_session
 from oncestream.broker.handlers import (
+    acls,
     api_versions,
     configs,
     fetch,
@@ -41,6 +42,7 @@ from oncestream.protocol.codec import (
     encode_response,
     parse_request_header,
 )
+from oncestream.testing_hooks import principal_from_client_id, principal_from_client_id_enabled
 
 log = logging.getLogger("oncestream.broker")
 
@@ -57,6 +59,9 @@ HANDLERS: dict[int, Handler] = {
     k.CREATE_PARTITIONS: topics.handle_create_partitions,
     k.DELETE_RECORDS: records_admin.handle_delete_records,
     k.INIT_PRODUCER_ID: transactions.handle_init_producer_id,
+    k.DESCRIBE_ACLS: acls.handle_describe,
+    k.CREATE_ACLS: acls.handle_create,
+    k.DELETE_ACLS: acls.handle_delete,
     k.DESCRIBE_CONFIGS: configs.handle_describe,
     k.ALTER_CONFIGS: configs.handle_alter,
     k.INCREMENTAL_ALTER_CONFIGS: configs.handle_incremental_alter,
@@ -113,6 +118,7 @@ class Dispatcher:
     def __init__(self, state: BrokerState) -> None:
         self.state = state
         self._async = {key: inspect.iscoroutinefunction(h) for key, h in HANDLERS.items()}
+        self._principal_from_client_id = principal_from_client_id_enabled(state.config.raw)
 
     async def handle_frame(self, frame: bytes) -> bytes | list | None:
         """Answer one request frame; raise CloseConnection when the frame is not acceptable."""
@@ -127,6 +133,10 @@ class Dispatcher:
             header = parse_request_header(frame)
         except MalformedRequestError as exc:
             raise CloseConnection(str(exc)) from None
+        if self._principal_from_client_id:  # test-only identity (testing_hooks.py)
+            principal = principal_from_client_id(header.client_id)
+            if principal is not None:
+                current_session().principal = principal
         supported = API_VERSIONS.get(header.api_key)
         if supported is None:
             raise CloseConnection(f"unknown api key {header.api_key}")
@@ -158,7 +168,7 @@ class Dispatcher:
         session = current_session()
         if not session.security_protocol.startswith("SASL_"):
             return
-        exchange = current_exchange(self.state.sasl, session)
+        exchange = current_exchange(self.state.sasl_for(session.listener_name), session)
         if not exchange.may_serve(api_key, k.SASL_HANDSHAKE, k.SASL_AUTHENTICATE, k.API_VERSIONS_KEY,
                                   self.state.mono_ms()):
             state = "expired session" if session.authenticated else "unauthenticated connection"

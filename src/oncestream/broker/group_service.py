@@ -18,7 +18,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from oncestream.broker.internal_topic import InternalTopic, append_fault_from
+from oncestream.broker.internal_topic import InternalTopic
 from oncestream.coordinator.group import GroupCoordinator, GroupCoordinatorConfig
 from oncestream.coordinator.group.messages import (
     DeleteGroupsResult,
@@ -30,6 +30,7 @@ from oncestream.coordinator.group.messages import (
     SyncResult,
 )
 from oncestream.errors import KafkaError
+from oncestream.testing_hooks import internal_append_fault_from
 
 log = logging.getLogger("oncestream.broker")
 
@@ -105,7 +106,7 @@ class GroupService:
             config.offsets_topic_partitions,
             {"cleanup.policy": "compact", "segment.bytes": "104857600"},
             now_ms(),
-            append_fault=append_fault_from(props),
+            append_fault=internal_append_fault_from(props),
         )
         if self.topic.num_partitions != config.offsets_topic_partitions:
             config = GroupCoordinatorConfig(

@@ -8,8 +8,7 @@ what survives, exactly what the coordinators' ``load`` expects.
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from oncestream.errors import StorageError, UnknownTopicOrPartitionError
 from oncestream.log.manager import LogManager
@@ -18,20 +17,6 @@ from oncestream.protocol.records import NewRecord, decode_batches, encode_batch
 _READ_CHUNK_BYTES = 8 * 1024 * 1024
 # Keep each appended batch well under the default max.message.bytes.
 _MAX_RECORDS_PER_BATCH = 500
-# Test-only broker property: while the file it names exists, every append to an internal topic
-# fails with StorageError, so tests through a real broker can check that no coordinator answers
-# NONE for records that never reached the log (issue 10, "acknowledge only what is durable").
-APPEND_FAULT_FILE_PROPERTY = "oncestream.test.internal.append.fail.file"
-
-
-def append_fault_from(props: Mapping[str, str]) -> Callable[[], bool] | None:
-    """The test-only append fault named by APPEND_FAULT_FILE_PROPERTY, if the broker has one."""
-    path = props.get(APPEND_FAULT_FILE_PROPERTY)
-    if not path:
-        return None
-    return lambda: os.path.exists(path)
-
-
 class InternalTopic:
     """One internal compacted topic: append coordinator records, replay them on start."""
 

@@ -8,6 +8,7 @@ expiry deadline, so a wall-clock step cannot expire sessions or transactions ear
 
 from __future__ import annotations
 
+import asyncio
 import fcntl
 import os
 import time
@@ -15,10 +16,13 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from oncestream.authz.authorizer import StandardAuthorizer, parse_super_users
+from oncestream.authz.store import AclStore
 from oncestream.broker.config import BrokerConfig
 from oncestream.broker.flusher import GroupCommitFlusher
 from oncestream.broker.group_service import GroupService
 from oncestream.broker.notify import AppendNotifier
+from oncestream.broker.sasl.credentials import ScramCredentialStore
 from oncestream.broker.sasl.exchange import SaslSettings
 from oncestream.broker.txn_service import TxnService
 from oncestream.coordinator.producer_ids import ProducerIdManager
@@ -107,8 +111,13 @@ class BrokerState:
                                         descriptors=SegmentDescriptors.from_properties(config.raw))
             self.producer_ids = ProducerIdManager(data_dir)
             self.notifier = AppendNotifier()
-            # SASL mechanisms, PLAIN users and the durable SCRAM credentials (broker/sasl/).
-            self.sasl = SaslSettings.from_properties(data_dir, config.listener_name, config.raw)
+            # The durable SCRAM credentials (one store for the broker) and, per listener, the SASL
+            # mechanisms and PLAIN users (listener.name.<l>.* overrides, broker/sasl/).
+            self.scram_store = ScramCredentialStore.open(data_dir)
+            self._sasl_by_listener = {
+                listener.name: SaslSettings.from_properties(data_dir, listener.name, config.raw, self.scram_store)
+                for listener in config.all_listeners
+            }
             # Slow disk work runs here, never on the event loop (the loop awaits its result).
             self.disk_executor = ThreadPoolExecutor(self.DISK_THREADS, thread_name_prefix="oncestream-disk")
             self.flusher = GroupCommitFlusher(self.disk_executor, fdatasync=fdatasync)
@@ -117,9 +126,25 @@ class BrokerState:
                 self.logs, self.groups, config.raw, self.now_ms, self.producer_ids.next_id,
                 on_marker=self.notifier.notify, mono_ms=self.mono_ms,
             )
+            # ACLs (issue 14): None without authorizer.class.name, and then everything is allowed.
+            self.acl_store = AclStore(data_dir)
+            self.authorizer: StandardAuthorizer | None = None
+            self.acl_write_lock = asyncio.Lock()  # one ACL change persisted at a time, in order
+            if config.authorizer_class_name:
+                self.authorizer = StandardAuthorizer(
+                    self.acl_store.load(), super_users=parse_super_users(config.super_users),
+                    allow_everyone_if_no_acl_found=config.allow_everyone_if_no_acl_found)
         except BaseException:
             self._lock.release()
             raise
+
+    def sasl_for(self, listener_name: str) -> SaslSettings:
+        """The SASL settings of ``listener_name``; the default (first) listener's for a name the
+        broker does not have (requests handled outside any connection, e.g. in unit tests)."""
+        settings = self._sasl_by_listener.get(listener_name)
+        if settings is None:
+            settings = next(iter(self._sasl_by_listener.values()))
+        return settings
 
     def partition_exists(self, topic: str, partition: int) -> bool:
         """Whether ``topic`` exists and has ``partition``: offset commits (plain and

@@ -23,7 +23,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from oncestream.broker.group_service import GroupService
-from oncestream.broker.internal_topic import InternalTopic, append_fault_from
+from oncestream.broker.internal_topic import InternalTopic
 from oncestream.coordinator.group.partitioning import partition_for
 from oncestream.coordinator.txn import (
     MarkerJob,
@@ -32,7 +32,7 @@ from oncestream.coordinator.txn import (
     TxnCoordinatorConfig,
 )
 from oncestream.errors import KafkaError, UnknownTopicOrPartitionError
-from oncestream.testing_hooks import TxnCrashPoint
+from oncestream.testing_hooks import TxnCrashPoint, internal_append_fault_from
 from oncestream.topic_partition import TopicPartition
 
 log = logging.getLogger("oncestream.broker")
@@ -63,7 +63,7 @@ class TxnService:
             int(props.get("transaction.state.log.num.partitions", "10")),
             {"cleanup.policy": "compact", "segment.bytes": "104857600"},
             now_ms(),
-            append_fault=append_fault_from(props),
+            append_fault=internal_append_fault_from(props),
         )
         self.coordinator = TransactionCoordinator(
             self.config,

@@ -2,7 +2,7 @@
 
 Topics (create/delete/describe, configs), consumer groups (list/describe/offsets) and
 transactions (KIP-664: list, describe, describe producers, abort a hanging transaction with
-WriteTxnMarkers). Each method returns per-item results (a ``KafkaError`` or None for failures)
+WriteTxnMarkers), ACLs (``admin_acls.py``). Each method returns per-item results (a ``KafkaError`` or None for failures)
 instead of futures; calls that fail as a whole raise ``KafkaException``.
 """
 
@@ -18,6 +18,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from oncestream.client.admin_acls import AclAdmin
 from oncestream.client.cluster import COORDINATOR_GROUP, COORDINATOR_TRANSACTION, Cluster
 from oncestream.client.config import resolve
 from oncestream.client.consumer_protocol import ConsumerProtocolError, decode_assignment
@@ -34,6 +35,7 @@ from oncestream.client.io_thread import IoThread
 from oncestream.client.list_offsets import list_offsets
 from oncestream.client.message import TopicPartition
 from oncestream.client.sasl import SaslCredentials
+from oncestream.client.tls import ssl_context_for
 from oncestream.protocol.api_keys import (
     CREATE_PARTITIONS,
     CREATE_TOPICS,
@@ -249,7 +251,7 @@ def _error(code: int, message: str | None = None) -> KafkaError | None:
     return None if code == 0 else KafkaError(code, message or None)
 
 
-class Admin:
+class Admin(AclAdmin):
     """Administrative operations against a Kafka-protocol cluster."""
 
     def __init__(self, conf: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
@@ -268,6 +270,7 @@ class Admin:
             metadata_max_age_ms=c["metadata.max.age.ms"],
             allow_auto_create_topics=False,
             sasl=SaslCredentials.from_config(c),
+            ssl_context=ssl_context_for(c),
         )
         self._io = IoThread("oncestream-admin")
         self._io.run(self._start(), 10)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import ssl
 import time
 import uuid
 from collections.abc import Callable, Iterable
@@ -76,9 +77,11 @@ class Cluster:
         metadata_max_age_ms: int,
         allow_auto_create_topics: bool,
         sasl: SaslCredentials | None = None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self._sasl = sasl  # SASL credentials every connection authenticates with (client/sasl.py)
         self._bootstrap = parse_bootstrap_list(bootstrap_servers)
+        self._ssl_context = ssl_context
         self._client_id = client_id
         self.request_timeout_s = request_timeout_ms / 1000
         self._connect_timeout_s = socket_timeout_ms / 1000
@@ -164,7 +167,8 @@ class Cluster:
                 raise ConnectionLostError(f"unknown broker id {node_id}")
             host, port = self.nodes[node_id]
             conn = Connection(host, port, node_id=node_id, client_id=self._client_id,
-                              request_timeout_s=self.request_timeout_s, sasl=self._sasl)
+                              request_timeout_s=self.request_timeout_s, ssl_context=self._ssl_context,
+                              sasl=self._sasl)
             try:
                 await conn.open(self._connect_timeout_s)
             except ConnectionLostError:

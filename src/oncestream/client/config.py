@@ -15,6 +15,7 @@ from typing import Any
 
 from oncestream.client.errors import _INVALID_ARG, KafkaError, KafkaException
 from oncestream.client.sasl import SaslCredentials
+from oncestream.client.tls import check_endpoint_algorithm, ssl_context_for
 
 log = logging.getLogger("oncestream.client")
 
@@ -103,6 +104,13 @@ _COMMON: dict[str, _Key] = {
     "sasl.mechanism": _Key(_str, "GSSAPI"),
     "sasl.username": _Key(_str, None),
     "sasl.password": _Key(_str, None),
+    # TLS (client/tls.py), librdkafka's names and defaults.
+    "ssl.ca.location": _Key(_str, None),
+    "ssl.certificate.location": _Key(_str, None),
+    "ssl.key.location": _Key(_str, None),
+    "ssl.key.password": _Key(_str, None),
+    "ssl.endpoint.identification.algorithm": _Key(check_endpoint_algorithm, "https"),
+    "enable.ssl.certificate.verification": _Key(_bool, True),
     "error_cb": _Key(_callable, None),
     "logger": _Key(lambda v: v, None),
 }
@@ -214,17 +222,27 @@ def resolve(conf: Mapping[str, Any], role: str) -> Config:
             raise KafkaException(KafkaError(_INVALID_ARG, f"invalid value for {key}: {exc}")) from None
     if not out["bootstrap.servers"]:
         raise KafkaException(KafkaError(_INVALID_ARG, "bootstrap.servers is required"))
-    _check_sasl(out)
+    _check_security(out)
     return out
 
 
-def _check_sasl(out: Config) -> None:
-    """security.protocol PLAINTEXT or SASL_PLAINTEXT, with a usable SASL setting for the latter."""
-    protocol = str(out["security.protocol"]).lower()
-    if protocol not in ("plaintext", "sasl_plaintext"):
+# The protocols this client speaks: TLS (client/tls.py) and SASL (client/sasl.py), alone or
+# together (SASL over TLS).
+_SECURITY_PROTOCOLS = ("plaintext", "ssl", "sasl_plaintext", "sasl_ssl")
+
+
+def _check_security(out: Config) -> None:
+    """A supported security.protocol with usable ssl.* (TLS ones) and sasl.* (SASL ones)
+    settings: unreadable CA, certificate or key files and missing SASL credentials fail here,
+    not at connect."""
+    protocol = str(out["security.protocol"]).strip().lower()
+    if protocol not in _SECURITY_PROTOCOLS:
         raise KafkaException(KafkaError(
-            _INVALID_ARG, f"security.protocol={protocol} is not supported (plaintext, sasl_plaintext)"))
+            _INVALID_ARG, f"security.protocol={out['security.protocol']} is not supported "
+                          f"({', '.join(_SECURITY_PROTOCOLS)})"))
+    out["security.protocol"] = protocol
     try:
+        ssl_context_for(out)
         SaslCredentials.from_config(out)
     except ValueError as exc:
         raise KafkaException(KafkaError(_INVALID_ARG, str(exc))) from None

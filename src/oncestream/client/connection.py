@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import socket
+import ssl
 import struct
 from collections.abc import Callable
 from types import ModuleType
@@ -45,14 +46,15 @@ class BrokerConnection:
         timeout_s: float = 30.0,
         max_versions: dict[int, int] | None = None,
         sasl: SaslCredentials | None = None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self.host, self.port = host, port
         self._client_id = client_id.encode()
         self._max_versions = max_versions or {}
         self._correlation_id = 0
         try:
-            self._sock = socket.create_connection((host, port), timeout=timeout_s)
-        except OSError as exc:
+            self._sock = _open_socket(host, port, timeout_s, ssl_context)
+        except OSError as exc:  # ssl.SSLError (a failed handshake) included
             raise BrokerUnreachableError(f"cannot connect to {host}:{port}: {exc}") from exc
         self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.broker_versions: dict[int, tuple[int, int]] = {}
@@ -139,6 +141,19 @@ class BrokerConnection:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _open_socket(host: str, port: int, timeout_s: float, ssl_context: ssl.SSLContext | None) -> socket.socket:
+    """A TCP socket to ``host:port``, TLS-wrapped (handshake done) when ``ssl_context`` is given."""
+    sock = socket.create_connection((host, port), timeout=timeout_s)
+    if ssl_context is None:
+        return sock
+    try:
+        # The host name is what the certificate is checked against (endpoint identification).
+        return ssl_context.wrap_socket(sock, server_hostname=host)
+    except BaseException:
+        sock.close()
+        raise
 
 
 def parse_bootstrap(servers: str) -> tuple[str, int]:

@@ -52,6 +52,7 @@ from oncestream.client.message import (
     TopicPartition,
 )
 from oncestream.client.sasl import SaslCredentials
+from oncestream.client.tls import ssl_context_for
 
 TP = tuple[str, int]
 log = logging.getLogger("oncestream.client")
@@ -92,6 +93,7 @@ class Consumer:
             metadata_max_age_ms=c["metadata.max.age.ms"],
             allow_auto_create_topics=c["allow.auto.create.topics"],
             sasl=SaslCredentials.from_config(c),
+            ssl_context=ssl_context_for(c),
         )
         # Shared with the fetcher; structure changes happen under _state_lock.
         self._state_lock = threading.Lock()

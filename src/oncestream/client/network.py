@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import io
+import ssl
 import struct
 import time
 from dataclasses import dataclass
@@ -60,8 +61,12 @@ class Connection(asyncio.BufferedProtocol):
     """A pipelined connection; ``send`` returns a future resolved with the decoded response."""
 
     def __init__(self, host: str, port: int, *, node_id: int, client_id: str,
-                 request_timeout_s: float = 30.0, sasl: SaslCredentials | None = None) -> None:
+                 request_timeout_s: float = 30.0, ssl_context: ssl.SSLContext | None = None,
+                 sasl: SaslCredentials | None = None) -> None:
         self.host, self.port, self.node_id = host, port, node_id
+        # TLS (client/tls.py) when security.protocol is ssl or sasl_ssl; SASL (client/sasl.py)
+        # over it after ApiVersions when it is sasl_plaintext or sasl_ssl.
+        self.ssl_context = ssl_context
         self._sasl = sasl
         self._reauth_task: asyncio.Task | None = None  # KIP-368 re-authentication in progress
         self.request_timeout_s = request_timeout_s
@@ -89,8 +94,8 @@ class Connection(asyncio.BufferedProtocol):
         """Connect and negotiate API versions (ApiVersions v3, falling back to v0 per KIP-511)."""
         loop = asyncio.get_running_loop()
         try:
-            await asyncio.wait_for(loop.create_connection(lambda: self, self.host, self.port), timeout_s)
-        except (TimeoutError, OSError) as exc:
+            await asyncio.wait_for(self._create_connection(loop), timeout_s)
+        except (TimeoutError, OSError) as exc:  # ssl.SSLError (a failed handshake) is an OSError
             raise ConnectionLostError(f"cannot connect to {self.host}:{self.port}: {exc!r}") from exc
         response = None
         for version in (3, 0):
@@ -149,6 +154,13 @@ class Connection(asyncio.BufferedProtocol):
             await self._authenticate(creds, timeout_s)
         except ConnectionLostError:
             pass  # _authenticate closed the connection: its pending requests fail and are retried
+
+    async def _create_connection(self, loop: asyncio.AbstractEventLoop) -> object:
+        if self.ssl_context is None:
+            return await loop.create_connection(lambda: self, self.host, self.port)
+        # The host name is what the certificate is checked against (endpoint identification).
+        return await loop.create_connection(lambda: self, self.host, self.port, ssl=self.ssl_context,
+                                            server_hostname=self.host)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:  # noqa: D102
         self._transport = transport  # type: ignore[assignment]

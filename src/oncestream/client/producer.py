@@ -45,6 +45,7 @@ from oncestream.client.prepared_txn import PreparedTxnState
 from oncestream.client.record_batch_builder import encode_headers
 from oncestream.client.sasl import SaslCredentials
 from oncestream.client.sender import Sender
+from oncestream.client.tls import ssl_context_for
 from oncestream.client.transactions import TransactionManager
 from oncestream.client.txn_state import TxnState
 
@@ -109,6 +110,7 @@ class Producer:
             metadata_max_age_ms=c["metadata.max.age.ms"],
             allow_auto_create_topics=c["allow.auto.create.topics"],
             sasl=SaslCredentials.from_config(c),
+            ssl_context=ssl_context_for(c),
         )
         self._acc = RecordAccumulator(
             batch_size=c["batch.size"],

@@ -33,6 +33,9 @@ ADD_OFFSETS_TO_TXN: Final = 25
 END_TXN: Final = 26
 WRITE_TXN_MARKERS: Final = 27
 TXN_OFFSET_COMMIT: Final = 28
+DESCRIBE_ACLS: Final = 29
+CREATE_ACLS: Final = 30
+DELETE_ACLS: Final = 31
 DESCRIBE_CONFIGS: Final = 32
 ALTER_CONFIGS: Final = 33
 CREATE_PARTITIONS: Final = 37
@@ -72,6 +75,9 @@ API_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     END_TXN: (0, 5),  # v5: transaction version 2, epoch bumped on every commit and abort
     WRITE_TXN_MARKERS: (1, 1),
     TXN_OFFSET_COMMIT: (0, 5),  # v5: transaction version 2 adds the offsets partition itself
+    DESCRIBE_ACLS: (1, 3),  # kio has no v0 (no pattern type); Kafka 4 dropped v0 as well
+    CREATE_ACLS: (1, 3),
+    DELETE_ACLS: (1, 3),
     DESCRIBE_CONFIGS: (1, 4),
     ALTER_CONFIGS: (0, 2),
     CREATE_PARTITIONS: (0, 3),

@@ -41,20 +41,17 @@ from oncestream.state.source import (
     TopicPartition,
 )
 from oncestream.state.store import (
-    COMMIT_FAULT_POINTS,
     DEFAULT_UNCOMMITTED_MAX_BYTES,
     FaultHook,
     StateStore,
 )
+from oncestream.testing_hooks import state_commit_crash_hook_from_env
 
 log = logging.getLogger(__name__)
 
 DEFAULT_COMMIT_INTERVAL_MS = 1000
 DEFAULT_METADATA_INTERVAL_MS = 5000
 DEFAULT_POLL_MAX_RECORDS = 500
-# Test-only crash injection for the chaos suite (see docs/state-stores.md).
-CRASH_POINT_ENV = "ONCESTREAM_STATE_CRASH_POINT"
-CRASH_AT_COMMIT_ENV = "ONCESTREAM_STATE_CRASH_AT_COMMIT"
 
 EventSink = Callable[[dict[str, Any]], None]
 
@@ -242,27 +239,6 @@ class Materializer:
 
 # --- entry point -----------------------------------------------------------------------------
 
-def crash_hook_from_env(environ: dict[str, str] | os._Environ[str] = os.environ) -> FaultHook | None:
-    """Test-only: SIGKILL this process at ``ONCESTREAM_STATE_CRASH_POINT`` (one of
-    ``before-batch``, ``inside-batch``, ``after-batch``) of commit number
-    ``ONCESTREAM_STATE_CRASH_AT_COMMIT`` (1-based, default 1)."""
-    point = environ.get(CRASH_POINT_ENV)
-    if not point:
-        return None
-    if point not in COMMIT_FAULT_POINTS or point == "write":
-        raise ValueError(f"{CRASH_POINT_ENV} must be before-batch, inside-batch or after-batch")
-    at_commit = int(environ.get(CRASH_AT_COMMIT_ENV, "1"))
-    seen = {"commits": 0}
-
-    def hook(name: str) -> None:
-        if name == "before-batch":
-            seen["commits"] += 1
-        if name == point and seen["commits"] == at_commit:
-            os.kill(os.getpid(), signal.SIGKILL)
-
-    return hook
-
-
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m oncestream.state.materializer",
                                      description="Materialize a changelog topic into a state store.")
@@ -299,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
         args.state_dir, args.topic, source,
         commit_interval_ms=args.commit_interval_ms, metadata_interval_ms=args.metadata_interval_ms,
         uncommitted_max_bytes=args.uncommitted_max_bytes, poll_max_records=args.poll_max_records,
-        events=emit, fault_hook=crash_hook_from_env())
+        events=emit, fault_hook=state_commit_crash_hook_from_env())
     try:
         materializer.start()
         targets = None

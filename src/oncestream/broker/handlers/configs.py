@@ -11,6 +11,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from oncestream.broker.authorize import Op, Res, authorize
 from oncestream.broker.state import BrokerState
 from oncestream.errors import InvalidConfigError, KafkaError
 from oncestream.log.config import LogConfig
@@ -26,13 +27,24 @@ OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
 _LIST_CONFIGS = frozenset({"cleanup.policy"})
 
 
+def _denied(state: BrokerState, op: Op, res) -> tuple[ErrorCode, str] | None:
+    """Kafka's config ACLs: ``op`` on the topic, or on the cluster for a broker resource."""
+    if res.resource_type == RESOURCE_TOPIC and not authorize(state, op, Res.TOPIC, res.resource_name):
+        return ErrorCode.topic_authorization_failed, f"{op.name} on topic {res.resource_name!r} not allowed"
+    if res.resource_type == RESOURCE_BROKER and not authorize(state, op, Res.CLUSTER):
+        return ErrorCode.cluster_authorization_failed, f"{op.name} on the cluster not allowed"
+    return None
+
+
 def handle_describe(state: BrokerState, header: RequestHeader, request) -> object:
     m = response_module(DESCRIBE_CONFIGS, header.api_version)
     results = []
     for res in request.resources:
         error, message, entries = ErrorCode.none, None, []
         keys = set(res.configuration_keys) if res.configuration_keys is not None else None
-        if res.resource_type == RESOURCE_TOPIC:
+        if (denied := _denied(state, Op.DESCRIBE_CONFIGS, res)) is not None:
+            error, message = denied
+        elif res.resource_type == RESOURCE_TOPIC:
             info = state.logs.topics().get(res.resource_name)
             if info is None:
                 error, message = ErrorCode.unknown_topic_or_partition, "unknown topic"
@@ -103,6 +115,8 @@ def _alter(state: BrokerState, request, merge) -> list:
     for res in request.resources:
         error, message = ErrorCode.none, None
         try:
+            if (denied := _denied(state, Op.ALTER_CONFIGS, res)) is not None:
+                raise KafkaError(denied[1], code=denied[0])
             if res.resource_type != RESOURCE_TOPIC:
                 raise KafkaError("only topic configs can be altered", code=ErrorCode.invalid_request)
             info = state.logs.topics().get(res.resource_name)

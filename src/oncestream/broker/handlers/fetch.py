@@ -19,8 +19,9 @@ import asyncio
 
 from kio.schema.errors import ErrorCode
 
+from oncestream.broker.authorize import Op, Res, authorize
 from oncestream.broker.state import BrokerState
-from oncestream.errors import KafkaError
+from oncestream.errors import KafkaError, TopicAuthorizationFailedError
 from oncestream.protocol.codec import RequestHeader
 from oncestream.protocol.fetch_response import PartitionFetchResult, encode_fetch_response
 
@@ -41,9 +42,11 @@ async def handle(state: BrokerState, header: RequestHeader, request) -> list:
     max_wait_ms = max(0, int(request.max_wait.total_seconds() * 1000))
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max_wait_ms / 1000
-    wanted = [(t.topic, p.partition) for t in request.topics for p in t.partitions]
+    # READ on each topic, decided once per request (Kafka's Fetch check).
+    denied = {t.topic for t in request.topics if not authorize(state, Op.READ, Res.TOPIC, t.topic)}
+    wanted = [(t.topic, p.partition) for t in request.topics for p in t.partitions if t.topic not in denied]
     while True:
-        topics_out, total_bytes, any_error = _read_once(state, request)
+        topics_out, total_bytes, any_error = _read_once(state, request, denied)
         remaining_s = deadline - loop.time()
         if total_bytes >= request.min_bytes or any_error or remaining_s <= 0 or not wanted:
             return encode_fetch_response(header.api_version, header.correlation_id, topics_out)
@@ -56,7 +59,7 @@ async def handle(state: BrokerState, header: RequestHeader, request) -> list:
             state.notifier.discard(waiter, wanted)
 
 
-def _read_once(state: BrokerState, request) -> tuple[list, int, bool]:
+def _read_once(state: BrokerState, request, denied: set[str]) -> tuple[list, int, bool]:
     read_committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
     # The broker's fetch.max.bytes bounds every response, whatever the request asks for (Kafka's
     # rule); the first batch is still returned whole, so a consumer always makes progress.
@@ -77,6 +80,8 @@ def _read_once(state: BrokerState, request) -> tuple[list, int, bool]:
                 aborted_transactions=[] if read_committed else None,
             )
             try:
+                if t.topic in denied:
+                    raise TopicAuthorizationFailedError(t.topic)
                 plog = state.logs.get(t.topic, p.partition)
                 upper = plog.last_stable_offset if read_committed else plog.high_watermark
                 read = plog.read(

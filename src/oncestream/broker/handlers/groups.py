@@ -13,9 +13,11 @@ import datetime
 
 from kio.schema.errors import ErrorCode
 
-from oncestream.broker.connection_context import client_host
+from oncestream.broker.authorize import Op, Res, authorize, authorized_operations
+from oncestream.broker.connection_context import client_host, current_session
 from oncestream.broker.state import BrokerState
 from oncestream.coordinator.group.messages import (
+    FetchedOffset,
     HeartbeatRequest,
     JoinProtocol,
     JoinRequest,
@@ -42,28 +44,36 @@ def _ms(delta: datetime.timedelta) -> int:
 
 def handle_find_coordinator(state: BrokerState, header: RequestHeader, request) -> object:
     m = response_module(k.FIND_COORDINATOR, header.api_version)
-    host, port = state.config.advertised
+    # The endpoint of the listener this request came in on, as Kafka answers.
+    host, port = state.config.advertised_for(current_session().listener_name)
     node_id = state.config.node_id
     key_type = getattr(request, "key_type", KEY_TYPE_GROUP)
     keys = request.coordinator_keys if hasattr(request, "coordinator_keys") else (request.key,)
     error = ErrorCode.none
     if key_type not in (KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION):
         error = ErrorCode.invalid_request
-    ok = error == ErrorCode.none
+
+    def key_error(key: str) -> ErrorCode:
+        # Kafka: DESCRIBE on the group, or on the transactional id.
+        if error != ErrorCode.none:
+            return error
+        if key_type == KEY_TYPE_GROUP and not authorize(state, Op.DESCRIBE, Res.GROUP, key):
+            return ErrorCode.group_authorization_failed
+        if key_type == KEY_TYPE_TRANSACTION and not authorize(state, Op.DESCRIBE, Res.TRANSACTIONAL_ID, key):
+            return ErrorCode.transactional_id_authorization_failed
+        return ErrorCode.none
+
     if hasattr(m, "Coordinator"):
-        coordinators = tuple(
-            build(
-                m.Coordinator,
-                key=key,
-                node_id=node_id if ok else -1,
-                host=host if ok else "",
-                port=port if ok else -1,
-                error_code=error,
-                error_message=None,
-            )
-            for key in keys
-        )
-        return build(m.FindCoordinatorResponse, throttle_time=_ZERO, coordinators=coordinators)
+        coordinators = []
+        for key in keys:
+            key_err = key_error(key)
+            key_ok = key_err == ErrorCode.none
+            coordinators.append(build(m.Coordinator, key=key, node_id=node_id if key_ok else -1,
+                                      host=host if key_ok else "", port=port if key_ok else -1,
+                                      error_code=key_err, error_message=None))
+        return build(m.FindCoordinatorResponse, throttle_time=_ZERO, coordinators=tuple(coordinators))
+    error = key_error(request.key)
+    ok = error == ErrorCode.none
     return build(
         m.FindCoordinatorResponse,
         throttle_time=_ZERO,
@@ -77,6 +87,10 @@ def handle_find_coordinator(state: BrokerState, header: RequestHeader, request) 
 
 async def handle_join_group(state: BrokerState, header: RequestHeader, request) -> object:
     m = response_module(k.JOIN_GROUP, header.api_version)
+    if not authorize(state, Op.READ, Res.GROUP, request.group_id):
+        return build(m.JoinGroupResponse, throttle_time=_ZERO, error_code=ErrorCode.group_authorization_failed,
+                     generation_id=-1, protocol_type=None, protocol_name=None if header.api_version >= 7 else "", leader="",
+                     skip_assignment=False, member_id="", members=())
     svc = state.groups
     session_ms = _ms(request.session_timeout)
     rebalance = getattr(request, "rebalance_timeout", None)
@@ -118,6 +132,9 @@ async def handle_join_group(state: BrokerState, header: RequestHeader, request) 
 
 async def handle_sync_group(state: BrokerState, header: RequestHeader, request) -> object:
     m = response_module(k.SYNC_GROUP, header.api_version)
+    if not authorize(state, Op.READ, Res.GROUP, request.group_id):
+        return build(m.SyncGroupResponse, throttle_time=_ZERO, error_code=ErrorCode.group_authorization_failed,
+                     protocol_type=None, protocol_name=None, assignment=b"")
     svc = state.groups
     sync = SyncRequest(
         group_id=request.group_id,
@@ -145,6 +162,8 @@ async def handle_sync_group(state: BrokerState, header: RequestHeader, request) 
 
 def handle_heartbeat(state: BrokerState, header: RequestHeader, request) -> object:
     m = response_module(k.HEARTBEAT, header.api_version)
+    if not authorize(state, Op.READ, Res.GROUP, request.group_id):
+        return build(m.HeartbeatResponse, throttle_time=_ZERO, error_code=ErrorCode.group_authorization_failed)
     svc = state.groups
     result = svc.coordinator.heartbeat(
         HeartbeatRequest(
@@ -162,6 +181,8 @@ def handle_heartbeat(state: BrokerState, header: RequestHeader, request) -> obje
 
 def handle_leave_group(state: BrokerState, header: RequestHeader, request) -> object:
     m = response_module(k.LEAVE_GROUP, header.api_version)
+    if not authorize(state, Op.READ, Res.GROUP, request.group_id):
+        return build(m.LeaveGroupResponse, throttle_time=_ZERO, error_code=ErrorCode.group_authorization_failed, members=())
     svc = state.groups
     if hasattr(request, "members"):
         members = tuple(
@@ -191,9 +212,21 @@ def handle_offset_commit(state: BrokerState, header: RequestHeader, request) -> 
     svc = state.groups
     offsets: dict[TopicPartition, PartitionOffsetCommit] = {}
     unknown: set[TopicPartition] = set()
+    # Kafka: READ on the group (else every partition fails and the coordinator is not asked),
+    # READ on each topic.
+    if not authorize(state, Op.READ, Res.GROUP, request.group_id):
+        return build(m.OffsetCommitResponse, throttle_time=_ZERO, topics=tuple(
+            build(m.OffsetCommitResponseTopic, name=t.name, partitions=tuple(
+                build(m.OffsetCommitResponsePartition, partition_index=p.partition_index,
+                      error_code=ErrorCode.group_authorization_failed) for p in t.partitions))
+            for t in request.topics))
+    denied = {t.name: ErrorCode.topic_authorization_failed for t in request.topics
+              if not authorize(state, Op.READ, Res.TOPIC, t.name)}
     for t in request.topics:
         for p in t.partitions:
             tp = TopicPartition(t.name, p.partition_index)
+            if t.name in denied:
+                continue
             if not state.partition_exists(t.name, p.partition_index):
                 unknown.add(tp)
                 continue
@@ -222,12 +255,19 @@ def handle_offset_commit(state: BrokerState, header: RequestHeader, request) -> 
         for p in t.partitions:
             tp = TopicPartition(t.name, p.partition_index)
             error = ErrorCode.unknown_topic_or_partition if tp in unknown else result.partitions.get(tp, ErrorCode.none)
+            error = denied.get(t.name, error)
             parts.append(build(m.OffsetCommitResponsePartition, partition_index=p.partition_index, error_code=error))
         topics_out.append(build(m.OffsetCommitResponseTopic, name=t.name, partitions=tuple(parts)))
     return build(m.OffsetCommitResponse, throttle_time=_ZERO, topics=tuple(topics_out))
 
 
 def _fetch_one_group(state: BrokerState, group_id: str, topics, require_stable: bool):
+    if not authorize(state, Op.DESCRIBE, Res.GROUP, group_id):
+        denied = FetchedOffset(error=ErrorCode.group_authorization_failed)
+        listed: dict[str, list] = {}
+        for t in topics or ():
+            listed.setdefault(t.name, []).extend((p, denied) for p in t.partition_indexes)
+        return ErrorCode.group_authorization_failed, listed
     partitions = None
     if topics is not None:
         partitions = tuple(TopicPartition(t.name, p) for t in topics for p in t.partition_indexes)
@@ -237,7 +277,15 @@ def _fetch_one_group(state: BrokerState, group_id: str, topics, require_stable: 
     )
     state.groups.complete([], wake_timers=False)
     by_topic: dict[str, list] = {}
+    topic_denied = FetchedOffset(error=ErrorCode.topic_authorization_failed)
+    allowed: dict[str, bool] = {}
     for tp, fetched in sorted(result.partitions.items()):
+        if tp.topic not in allowed:
+            allowed[tp.topic] = authorize(state, Op.DESCRIBE, Res.TOPIC, tp.topic)
+        if not allowed[tp.topic]:
+            if partitions is None:
+                continue  # all-topics fetch: unauthorized topics are left out, as in Kafka
+            fetched = topic_denied
         by_topic.setdefault(tp.topic, []).append((tp.partition, fetched))
     return result.error, by_topic
 
@@ -290,8 +338,10 @@ def handle_offset_fetch(state: BrokerState, header: RequestHeader, request) -> o
 
 def handle_describe_groups(state: BrokerState, header: RequestHeader, request) -> object:
     m = response_module(k.DESCRIBE_GROUPS, header.api_version)
-    descriptions = state.groups.coordinator.describe_groups(request.groups, state.now_ms(), mono_ms=state.mono_ms())
+    permitted = [g for g in request.groups if authorize(state, Op.DESCRIBE, Res.GROUP, g)]
+    descriptions = state.groups.coordinator.describe_groups(permitted, state.now_ms(), mono_ms=state.mono_ms())
     state.groups.complete([], wake_timers=False)
+    want_ops = getattr(request, "include_authorized_operations", False)
     groups = tuple(
         build(
             m.DescribedGroup,
@@ -312,11 +362,16 @@ def handle_describe_groups(state: BrokerState, header: RequestHeader, request) -
                 )
                 for mem in d.members
             ),
-            authorized_operations=-2147483648,
+            authorized_operations=authorized_operations(state, Res.GROUP, d.group_id, requested=want_ops),
         )
         for d in descriptions
     )
-    return build(m.DescribeGroupsResponse, throttle_time=_ZERO, groups=groups)
+    refused = tuple(
+        build(m.DescribedGroup, error_code=ErrorCode.group_authorization_failed, group_id=g, group_state="",
+              protocol_type="", protocol_data="", members=(), authorized_operations=-2147483648)
+        for g in request.groups if g not in permitted
+    )
+    return build(m.DescribeGroupsResponse, throttle_time=_ZERO, groups=groups + refused)
 
 
 def handle_list_groups(state: BrokerState, header: RequestHeader, request) -> object:
@@ -325,19 +380,22 @@ def handle_list_groups(state: BrokerState, header: RequestHeader, request) -> ob
         states_filter=tuple(getattr(request, "states_filter", ())),
         types_filter=tuple(getattr(request, "types_filter", ())),
     )
+    # Kafka: DESCRIBE on the cluster lists every group, else only the groups one may DESCRIBE.
+    everything = authorize(state, Op.DESCRIBE, Res.CLUSTER)
     groups = tuple(
         build(m.ListedGroup, group_id=g.group_id, protocol_type=g.protocol_type, group_state=g.state, group_type="classic")
         for g in result.groups
+        if everything or authorize(state, Op.DESCRIBE, Res.GROUP, g.group_id)
     )
     return build(m.ListGroupsResponse, throttle_time=_ZERO, error_code=result.error, groups=groups)
 
 
 def handle_delete_groups(state: BrokerState, header: RequestHeader, request) -> object:
     m = response_module(k.DELETE_GROUPS, header.api_version)
-    result, writes = state.groups.coordinator.delete_groups(
-        request.groups_names, state.now_ms(), mono_ms=state.mono_ms()
-    )
-    errors = state.groups.finish_delete_groups(result, writes).errors
+    permitted = [g for g in request.groups_names if authorize(state, Op.DELETE, Res.GROUP, g)]
+    result, writes = state.groups.coordinator.delete_groups(permitted, state.now_ms(), mono_ms=state.mono_ms())
+    errors = dict(state.groups.finish_delete_groups(result, writes).errors)
+    errors.update((g, ErrorCode.group_authorization_failed) for g in request.groups_names if g not in permitted)
     return build(
         m.DeleteGroupsResponse,
         throttle_time=_ZERO,
@@ -350,7 +408,13 @@ def handle_delete_groups(state: BrokerState, header: RequestHeader, request) -> 
 
 def handle_offset_delete(state: BrokerState, header: RequestHeader, request) -> object:
     m = response_module(k.OFFSET_DELETE, header.api_version)
-    partitions = tuple(TopicPartition(t.name, p.partition_index) for t in request.topics for p in t.partitions)
+    if not authorize(state, Op.DELETE, Res.GROUP, request.group_id):
+        return build(m.OffsetDeleteResponse, error_code=ErrorCode.group_authorization_failed, throttle_time=_ZERO,
+                     topics=())
+    readable = {t.name for t in request.topics if authorize(state, Op.READ, Res.TOPIC, t.name)}
+    partitions = tuple(
+        TopicPartition(t.name, p.partition_index) for t in request.topics for p in t.partitions if t.name in readable
+    )
     result, writes = state.groups.coordinator.delete_offsets(
         OffsetDeleteRequest(request.group_id, partitions), state.now_ms(), mono_ms=state.mono_ms()
     )
@@ -363,7 +427,8 @@ def handle_offset_delete(state: BrokerState, header: RequestHeader, request) -> 
                 build(
                     m.OffsetDeleteResponsePartition,
                     partition_index=p.partition_index,
-                    error_code=ErrorCode.unknown_topic_or_partition
+                    error_code=ErrorCode.topic_authorization_failed if t.name not in readable
+                    else ErrorCode.unknown_topic_or_partition
                     if not state.partition_exists(t.name, p.partition_index)
                     else result.partitions.get(TopicPartition(t.name, p.partition_index), ErrorCode.none),
                 )

@@ -7,8 +7,9 @@ import datetime
 
 from kio.schema.errors import ErrorCode
 
+from oncestream.broker.authorize import Op, Res, authorize
 from oncestream.broker.state import BrokerState
-from oncestream.errors import KafkaError
+from oncestream.errors import KafkaError, TopicAuthorizationFailedError
 from oncestream.protocol.api_keys import LIST_OFFSETS
 from oncestream.protocol.codec import RequestHeader, build, response_module
 
@@ -24,10 +25,13 @@ def handle(state: BrokerState, header: RequestHeader, request) -> object:
     topics_out = []
     for t in request.topics:
         parts_out = []
+        allowed = authorize(state, Op.DESCRIBE, Res.TOPIC, t.name)
         for p in t.partitions:
             error = ErrorCode.none
             offset = timestamp = -1
             try:
+                if not allowed:
+                    raise TopicAuthorizationFailedError(t.name)
                 plog = state.logs.get(t.name, p.partition_index)
             except KafkaError as exc:
                 error = exc.code

@@ -7,6 +7,9 @@ import uuid
 
 from kio.schema.errors import ErrorCode
 
+from oncestream.authz.acl import CLUSTER_NAME
+from oncestream.broker.authorize import Op, Res, authorize, authorized_operations
+from oncestream.broker.connection_context import current_session
 from oncestream.broker.state import BrokerState
 from oncestream.broker.topic_creation import auto_create_topic
 from oncestream.errors import KafkaError
@@ -22,7 +25,8 @@ async def handle(state: BrokerState, header: RequestHeader, request) -> object:
     topics = state.logs.topics()
     requested = request.topics
     if requested is None or (header.api_version == 0 and not requested):
-        names = sorted(topics)
+        # All topics: only those the principal may DESCRIBE, as Kafka lists them.
+        names = sorted(name for name in topics if authorize(state, Op.DESCRIBE, Res.TOPIC, name))
     else:
         by_id = {info.topic_id: name for name, info in topics.items()}
         names = []
@@ -34,12 +38,18 @@ async def handle(state: BrokerState, header: RequestHeader, request) -> object:
     auto_create = state.config.auto_create_topics_enable and getattr(
         request, "allow_auto_topic_creation", True
     )
+    want_ops = getattr(request, "include_topic_authorized_operations", False)
     out = []
     for name in names:
         info = topics.get(name) if name is not None else None
         error = ErrorCode.none
-        if info is None and name is not None and auto_create and name not in INTERNAL_TOPICS:
-            if state.partition_budget_error(state.config.num_partitions) is not None:
+        if name is not None and not authorize(state, Op.DESCRIBE, Res.TOPIC, name):
+            # The same answer whether the topic exists or not: no existence leak.
+            info, error = None, ErrorCode.topic_authorization_failed
+        elif info is None and name is not None and auto_create and name not in INTERNAL_TOPICS:
+            if not (authorize(state, Op.CREATE, Res.CLUSTER) or authorize(state, Op.CREATE, Res.TOPIC, name)):
+                error = ErrorCode.topic_authorization_failed  # Kafka: auto-creation needs CREATE
+            elif state.partition_budget_error(state.config.num_partitions) is not None:
                 error = ErrorCode.policy_violation
             else:
                 try:
@@ -83,9 +93,11 @@ async def handle(state: BrokerState, header: RequestHeader, request) -> object:
                 topic_id=info.topic_id,
                 is_internal=name in INTERNAL_TOPICS,
                 partitions=partitions,
+                topic_authorized_operations=authorized_operations(state, Res.TOPIC, name, requested=want_ops),
             )
         )
-    host, port = state.config.advertised
+    # The endpoint of the listener this request came in on, as Kafka answers.
+    host, port = state.config.advertised_for(current_session().listener_name)
     return build(
         m.MetadataResponse,
         throttle_time=datetime.timedelta(0),
@@ -93,4 +105,6 @@ async def handle(state: BrokerState, header: RequestHeader, request) -> object:
         cluster_id=state.cluster_id,
         controller_id=node_id,
         topics=tuple(out),
+        cluster_authorized_operations=authorized_operations(  # v8-v10 (KIP-430)
+            state, Res.CLUSTER, CLUSTER_NAME, requested=getattr(request, "include_cluster_authorized_operations", False)),
     )

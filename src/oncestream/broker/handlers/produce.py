@@ -7,6 +7,7 @@ import datetime
 
 from kio.schema.errors import ErrorCode
 
+from oncestream.broker.authorize import Op, Res, authorize
 from oncestream.broker.state import BrokerState
 from oncestream.coordinator.txn import TopicPartition
 from oncestream.errors import KafkaError, StorageError
@@ -26,13 +27,22 @@ async def handle(state: BrokerState, header: RequestHeader, request) -> object |
     # answer into KAFKA_STORAGE_ERROR (its batch is not durable, so it must not be acknowledged).
     answers: list[tuple[str, list[dict]]] = []
     to_flush: list[tuple[PartitionLog, dict]] = []
+    # Kafka: WRITE on the transactional id (every partition refused without it), WRITE on each
+    # topic; an idempotent producer needs nothing more (KIP-679).
+    txn_id = request.transactional_id
+    txn_denied = txn_id is not None and not authorize(state, Op.WRITE, Res.TRANSACTIONAL_ID, txn_id)
     for topic in request.topic_data:
         parts: list[dict] = []
+        topic_denied = not authorize(state, Op.WRITE, Res.TOPIC, topic.name)
         for part in topic.partition_data:
             answer = {"index": part.index, "error_code": ErrorCode.none, "error_message": None,
                       "base_offset": -1, "log_start_offset": -1, "log_append_time": None}
             if acks not in _VALID_ACKS:
                 answer["error_code"] = ErrorCode.invalid_required_acks
+            elif txn_denied:
+                answer["error_code"] = ErrorCode.transactional_id_authorization_failed
+            elif topic_denied:
+                answer["error_code"] = ErrorCode.topic_authorization_failed
             elif part.records is None:
                 answer["error_code"], answer["error_message"] = ErrorCode.invalid_record, "no records"
             elif (refusal := _check_batches(state, header, request.transactional_id, topic.name, part)) is not None:

@@ -6,8 +6,9 @@ import datetime
 
 from kio.schema.errors import ErrorCode
 
+from oncestream.broker.authorize import Op, Res, authorize
 from oncestream.broker.state import BrokerState
-from oncestream.errors import KafkaError
+from oncestream.errors import KafkaError, TopicAuthorizationFailedError
 from oncestream.protocol.api_keys import DELETE_RECORDS
 from oncestream.protocol.codec import RequestHeader, build, response_module
 
@@ -17,10 +18,13 @@ def handle_delete_records(state: BrokerState, header: RequestHeader, request) ->
     topics_out = []
     for t in request.topics:
         parts_out = []
+        allowed = authorize(state, Op.DELETE, Res.TOPIC, t.name)  # Kafka: DELETE on the topic
         for p in t.partitions:
             error = ErrorCode.none
             low = -1
             try:
+                if not allowed:
+                    raise TopicAuthorizationFailedError(t.name)
                 low = state.logs.get(t.name, p.partition_index).delete_records(p.offset)
             except KafkaError as exc:
                 error = exc.code

@@ -25,7 +25,8 @@ from oncestream.protocol.codec import RequestHeader, build, response_module
 
 def exchange_of(state: BrokerState) -> SaslExchange:
     """The current connection's SASL exchange."""
-    return current_exchange(state.sasl, current_session())
+    session = current_session()
+    return current_exchange(state.sasl_for(session.listener_name), session)
 
 
 def handle_handshake(state: BrokerState, header: RequestHeader, request) -> object:
@@ -41,11 +42,11 @@ def handle_handshake(state: BrokerState, header: RequestHeader, request) -> obje
             exchange.handshake(str(request.mechanism), header.api_version)
         except KafkaError as exc:
             error = exc.code
-    return build(m.SaslHandshakeResponse, error_code=error, mechanisms=state.sasl.enabled_mechanisms)
+    return build(m.SaslHandshakeResponse, error_code=error, mechanisms=exchange.settings.enabled_mechanisms)
 
 
-async def _delay_failure(state: BrokerState) -> None:
-    delay_ms = state.sasl.failed_auth_delay_ms
+async def _delay_failure(exchange: SaslExchange) -> None:
+    delay_ms = exchange.settings.failed_auth_delay_ms
     if delay_ms > 0:
         await asyncio.sleep(delay_ms / 1000)
 
@@ -73,7 +74,7 @@ async def handle_raw_token(state: BrokerState, exchange: SaslExchange, token: by
     try:
         reply = exchange.authenticate(token, state.mono_ms())
     except SaslAuthenticationError:
-        await _delay_failure(state)
+        await _delay_failure(exchange)
         raise
     if exchange.state == "complete":
         exchange.raw_tokens = False

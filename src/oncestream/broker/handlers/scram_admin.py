@@ -3,6 +3,9 @@
 Upsertions carry the salt and SaltedPassword (the client runs PBKDF2); the broker derives and
 stores StoredKey and ServerKey only. Every accepted change is in the durable store
 (``broker/sasl/credentials.py``) before it is acknowledged.
+
+With an authorizer, describing needs DESCRIBE and altering ALTER on the CLUSTER resource (as
+Kafka's handlers); a refused request answers CLUSTER_AUTHORIZATION_FAILED for every user named.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from collections import Counter
 
 from kio.schema.errors import ErrorCode
 
+from oncestream.broker.authorize import Op, Res, authorize
 from oncestream.broker.sasl.scram import (
     MAX_ITERATIONS,
     MECHANISM_BY_TYPE,
@@ -27,7 +31,14 @@ from oncestream.protocol.codec import RequestHeader, build, response_module
 
 def handle_describe(state: BrokerState, header: RequestHeader, request) -> object:
     m = response_module(DESCRIBE_USER_SCRAM_CREDENTIALS, header.api_version)
-    users = state.sasl.scram_store.users()
+    if not authorize(state, Op.DESCRIBE, Res.CLUSTER):
+        refused = ErrorCode.cluster_authorization_failed
+        return build(m.DescribeUserScramCredentialsResponse, throttle_time=datetime.timedelta(0),
+                     error_code=refused, error_message=None, results=tuple(
+                         build(m.DescribeUserScramCredentialsResult, user=name, error_code=refused,
+                               error_message=None, credential_infos=())
+                         for name in dict.fromkeys(u.name for u in request.users or ())))
+    users = state.scram_store.users()
     names = [u.name for u in request.users] if request.users else sorted(users)
     counts = Counter(names)
     results = []
@@ -66,7 +77,7 @@ def _user_error(state: BrokerState, user: str, entries: list) -> tuple[ErrorCode
                         f"Iterations must be between {MIN_ITERATIONS} and {MAX_ITERATIONS}")
             if not entry.salt or not entry.salted_password:
                 return ErrorCode.unacceptable_credential, "Salt and salted password must not be empty"
-        elif state.sasl.scram_store.get(user, MECHANISM_BY_TYPE[entry.mechanism].name) is None:
+        elif state.scram_store.get(user, MECHANISM_BY_TYPE[entry.mechanism].name) is None:
             return ErrorCode.resource_not_found, "Attempt to delete a user credential that does not exist"
     return None
 
@@ -78,6 +89,10 @@ def handle_alter(state: BrokerState, header: RequestHeader, request) -> object:
         by_user.setdefault(d.name, []).append(("delete", d))
     for u in request.upsertions:
         by_user.setdefault(u.name, []).append(("upsert", u))
+    if not authorize(state, Op.ALTER, Res.CLUSTER):
+        return build(m.AlterUserScramCredentialsResponse, throttle_time=datetime.timedelta(0), results=tuple(
+            build(m.AlterUserScramCredentialsResult, user=user, error_code=ErrorCode.cluster_authorization_failed,
+                  error_message=None) for user in by_user))
     errors: dict[str, tuple[ErrorCode, str]] = {}
     upserts: list[tuple[str, str, ScramCredential]] = []
     deletions: list[tuple[str, str]] = []
@@ -95,7 +110,7 @@ def handle_alter(state: BrokerState, header: RequestHeader, request) -> object:
                     mechanism, bytes(entry.salted_password), bytes(entry.salt), int(entry.iterations))))
     if upserts or deletions:
         try:
-            state.sasl.scram_store.apply(upserts, deletions)
+            state.scram_store.apply(upserts, deletions)
         except OSError as exc:
             for user in {*(u for u, _, _ in upserts), *(u for u, _ in deletions)}:
                 errors[user] = (ErrorCode.kafka_storage_error, f"credential store not written: {exc}")

@@ -8,6 +8,7 @@ import uuid
 
 from kio.schema.errors import ErrorCode
 
+from oncestream.broker.authorize import Op, Res, authorize
 from oncestream.broker.handlers.metadata import INTERNAL_TOPICS
 from oncestream.broker.state import BrokerState
 from oncestream.broker.topic_creation import run_creation
@@ -36,13 +37,16 @@ async def handle_create(state: BrokerState, header: RequestHeader, request) -> o
     results = []
     too_many = sum(max(_requested_partitions(state, t), 0) for t in request.topics) > MAX_PARTITIONS_PER_REQUEST
     granted = 0  # partitions this request already created (or, validate_only, would have)
+    create_any = authorize(state, Op.CREATE, Res.CLUSTER)  # Kafka: CREATE on the cluster or the topic
     for t in request.topics:
         error, message = ErrorCode.none, None
         topic_id = _NIL_UUID
         num_partitions = _requested_partitions(state, t)
         configs = {c.name: c.value for c in t.configs if c.value is not None}
         over_budget = state.partition_budget_error(granted + max(num_partitions, 0))
-        if too_many:
+        if not (create_any or authorize(state, Op.CREATE, Res.TOPIC, t.name)):
+            error, message = ErrorCode.topic_authorization_failed, "CREATE on the topic not allowed"
+        elif too_many:
             error, message = ErrorCode.policy_violation, _TOO_MANY_PER_REQUEST
         elif over_budget is not None and t.name not in state.logs.topics():
             error, message = ErrorCode.policy_violation, over_budget
@@ -92,6 +96,13 @@ def handle_delete(state: BrokerState, header: RequestHeader, request) -> object:
             name = next((n for n, info in topics.items() if info.topic_id == topic_id), None)
             if name is None:
                 error = ErrorCode.unknown_topic_id
+        if error == ErrorCode.none and not authorize(state, Op.DELETE, Res.TOPIC, name or ""):
+            # Kafka's controller: without DESCRIBE the topic's existence is not revealed; with
+            # DESCRIBE a missing topic is UNKNOWN_TOPIC_OR_PARTITION, an existing one refused.
+            if name not in topics and authorize(state, Op.DESCRIBE, Res.TOPIC, name or ""):
+                error = ErrorCode.unknown_topic_or_partition
+            else:
+                error, message = ErrorCode.topic_authorization_failed, "DELETE on the topic not allowed"
         if error == ErrorCode.none:
             if name in INTERNAL_TOPICS:
                 error, message = ErrorCode.topic_authorization_failed, "internal topics cannot be deleted"
@@ -128,7 +139,9 @@ async def handle_create_partitions(state: BrokerState, header: RequestHeader, re
         error, message = ErrorCode.none, None
         info = state.logs.topics().get(t.name)
         over_budget = None if info is None else state.partition_budget_error(granted + max(t.count - info.num_partitions, 0))
-        if new_partitions > MAX_PARTITIONS_PER_REQUEST:
+        if not authorize(state, Op.ALTER, Res.TOPIC, t.name):
+            error, message = ErrorCode.topic_authorization_failed, "ALTER on the topic not allowed"
+        elif new_partitions > MAX_PARTITIONS_PER_REQUEST:
             error, message = ErrorCode.policy_violation, _TOO_MANY_PER_REQUEST
         elif names.count(t.name) > 1:
             error, message = ErrorCode.invalid_request, f"topic {t.name!r} appears more than once"

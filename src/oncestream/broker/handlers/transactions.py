@@ -11,10 +11,11 @@ import datetime
 
 from kio.schema.errors import ErrorCode
 
+from oncestream.broker.authorize import Op, Res, authorize, authorize_any
 from oncestream.broker.state import BrokerState
 from oncestream.broker.txn_service import fenced_for_version
 from oncestream.coordinator.group.messages import PartitionOffsetCommit
-from oncestream.errors import KafkaError
+from oncestream.errors import KafkaError, TopicAuthorizationFailedError
 from oncestream.protocol import api_keys as k
 from oncestream.protocol.codec import RequestHeader, build, response_module
 from oncestream.topic_partition import TopicPartition
@@ -26,8 +27,32 @@ def _ms(delta: datetime.timedelta) -> int:
     return int(delta.total_seconds() * 1000)
 
 
+def _txn_id_allowed(state: BrokerState, transactional_id: str) -> bool:
+    """Kafka: every transactional request needs WRITE on its transactional id."""
+    return authorize(state, Op.WRITE, Res.TRANSACTIONAL_ID, transactional_id)
+
+
+def _init_producer_id_refusal(state: BrokerState, request) -> ErrorCode | None:
+    """Kafka's InitProducerId ACLs: an idempotent producer needs IDEMPOTENT_WRITE on the cluster
+    or WRITE on some topic (KIP-679); a transactional one WRITE on its id, and with 2PC also
+    TWO_PHASE_COMMIT (KIP-939)."""
+    txn_id = request.transactional_id
+    if txn_id is None:
+        if authorize(state, Op.IDEMPOTENT_WRITE, Res.CLUSTER) or authorize_any(state, Op.WRITE, Res.TOPIC):
+            return None
+        return ErrorCode.cluster_authorization_failed
+    if not _txn_id_allowed(state, txn_id):
+        return ErrorCode.transactional_id_authorization_failed
+    if getattr(request, "enable2_pc", False) and not authorize(state, Op.TWO_PHASE_COMMIT, Res.TRANSACTIONAL_ID, txn_id):
+        return ErrorCode.transactional_id_authorization_failed
+    return None
+
+
 def handle_init_producer_id(state: BrokerState, header: RequestHeader, request) -> object:
     m = response_module(k.INIT_PRODUCER_ID, header.api_version)
+    if (refusal := _init_producer_id_refusal(state, request)) is not None:
+        return build(m.InitProducerIdResponse, throttle_time=_ZERO, error_code=refusal, producer_id=-1,
+                     producer_epoch=-1)
     if request.transactional_id is None:
         # Idempotent producers always get a fresh id (also when bumping after a sequence error,
         # KIP-360): a new id gives a clean sequence space.
@@ -90,6 +115,12 @@ def _topic_results(m, partitions: list[tuple[str, int]], error_of) -> tuple:
 
 def _add_or_verify(state: BrokerState, txn_id: str, pid: int, epoch: int, partitions, verify_only: bool, version: int):
     """Returns an error_of(topic, partition) function."""
+    if not _txn_id_allowed(state, txn_id):
+        return lambda t, p: ErrorCode.transactional_id_authorization_failed
+    denied = {t for t, _ in partitions if not authorize(state, Op.WRITE, Res.TOPIC, t)}
+    if denied:
+        # Kafka: nothing is added; the refused topics say why, the rest were not attempted.
+        return lambda t, p: ErrorCode.topic_authorization_failed if t in denied else ErrorCode.operation_not_attempted
     txn = state.transactions
     known = state.logs.topics()
     unknown = {
@@ -111,6 +142,9 @@ def _add_or_verify(state: BrokerState, txn_id: str, pid: int, epoch: int, partit
 def handle_add_partitions_to_txn(state: BrokerState, header: RequestHeader, request) -> object:
     m = response_module(k.ADD_PARTITIONS_TO_TXN, header.api_version)
     if hasattr(request, "transactions"):  # v4+: batched, possibly verify-only (KIP-890 part 1)
+        if not authorize(state, Op.CLUSTER_ACTION, Res.CLUSTER):  # Kafka: v4+ is broker-to-broker
+            return build(m.AddPartitionsToTxnResponse, throttle_time=_ZERO,
+                         error_code=ErrorCode.cluster_authorization_failed, results_by_transaction=())
         results = []
         for t in request.transactions:
             parts = [(topic.name, p) for topic in t.topics for p in topic.partitions]
@@ -139,6 +173,11 @@ def handle_add_partitions_to_txn(state: BrokerState, header: RequestHeader, requ
 
 def handle_add_offsets_to_txn(state: BrokerState, header: RequestHeader, request) -> object:
     m = response_module(k.ADD_OFFSETS_TO_TXN, header.api_version)
+    if not _txn_id_allowed(state, request.transactional_id):
+        return build(m.AddOffsetsToTxnResponse, throttle_time=_ZERO,
+                     error_code=ErrorCode.transactional_id_authorization_failed)
+    if not authorize(state, Op.READ, Res.GROUP, request.group_id):
+        return build(m.AddOffsetsToTxnResponse, throttle_time=_ZERO, error_code=ErrorCode.group_authorization_failed)
     txn = state.transactions
     resp = txn.call(
         lambda now: txn.coordinator.add_offsets(
@@ -151,6 +190,9 @@ def handle_add_offsets_to_txn(state: BrokerState, header: RequestHeader, request
 
 def handle_end_txn(state: BrokerState, header: RequestHeader, request) -> object:
     m = response_module(k.END_TXN, header.api_version)
+    if not _txn_id_allowed(state, request.transactional_id):
+        return build(m.EndTxnResponse, throttle_time=_ZERO, error_code=ErrorCode.transactional_id_authorization_failed,
+                     producer_id=-1, producer_epoch=-1)
     txn = state.transactions
     resp = txn.call(
         lambda now: txn.coordinator.end_txn(
@@ -178,6 +220,24 @@ def handle_end_txn(state: BrokerState, header: RequestHeader, request) -> object
 
 def handle_txn_offset_commit(state: BrokerState, header: RequestHeader, request) -> object:
     m = response_module(k.TXN_OFFSET_COMMIT, header.api_version)
+    # Kafka: WRITE on the transactional id, READ on the group (each refusing every partition),
+    # then READ on each topic. Checked before v5 adds the offsets partition to the transaction.
+    refused: dict[str, ErrorCode] = {}
+    if not _txn_id_allowed(state, request.transactional_id):
+        refused = {t.name: ErrorCode.transactional_id_authorization_failed for t in request.topics}
+    elif not authorize(state, Op.READ, Res.GROUP, request.group_id):
+        refused = {t.name: ErrorCode.group_authorization_failed for t in request.topics}
+    # Topics without READ are refused one by one; the others are still committed, as in Kafka.
+    unreadable = {t.name for t in request.topics if not authorize(state, Op.READ, Res.TOPIC, t.name)}
+    if not refused and unreadable and all(t.name in unreadable for t in request.topics):
+        refused = dict.fromkeys(unreadable, ErrorCode.topic_authorization_failed)  # nothing to commit
+    if refused:
+        return build(m.TxnOffsetCommitResponse, throttle_time=_ZERO, topics=tuple(
+            build(m.TxnOffsetCommitResponseTopic, name=t.name, partitions=tuple(
+                build(m.TxnOffsetCommitResponsePartition, partition_index=p.partition_index,
+                      error_code=refused[t.name])
+                for p in t.partitions))
+            for t in request.topics))
     txn = state.transactions
     offsets_tp = TopicPartition("__consumer_offsets", state.groups.coordinator.partition_for(request.group_id))
     if header.api_version >= 5:
@@ -202,11 +262,15 @@ def handle_txn_offset_commit(state: BrokerState, header: RequestHeader, request)
             metadata=p.committed_metadata or "",
         )
         for t in request.topics
+        if t.name not in unreadable
         for p in t.partitions
     }
-    errors: dict[TopicPartition, ErrorCode] = {}
+    errors: dict[TopicPartition, ErrorCode] = {
+        TopicPartition(t.name, p.partition_index): ErrorCode.topic_authorization_failed
+        for t in request.topics if t.name in unreadable for p in t.partitions
+    }
     if verify_error != ErrorCode.none:
-        errors = {tp: fenced_for_version(verify_error, header.api_version, 3) for tp in offsets}
+        errors.update((tp, fenced_for_version(verify_error, header.api_version, 3)) for tp in offsets)
     else:
         member = {}
         if header.api_version >= 3:  # KIP-447: the group's generation fences zombies
@@ -218,7 +282,7 @@ def handle_txn_offset_commit(state: BrokerState, header: RequestHeader, request)
         unknown = {tp for tp in offsets if not state.partition_exists(tp.topic, tp.partition)}
         known = {tp: offset for tp, offset in offsets.items() if tp not in unknown}
         result = txn.stage_offsets(request.group_id, request.producer_id, known, **member)
-        errors = dict(result.partitions)
+        errors.update(result.partitions)
         errors.update((tp, ErrorCode.unknown_topic_or_partition) for tp in unknown)
     return build(
         m.TxnOffsetCommitResponse,
@@ -277,11 +341,20 @@ def handle_write_txn_markers(state: BrokerState, header: RequestHeader, request)
 
 def handle_describe_transactions(state: BrokerState, header: RequestHeader, request) -> object:
     m = response_module(k.DESCRIBE_TRANSACTIONS, header.api_version)
-    descriptions = state.transactions.coordinator.describe_transactions(request.transactional_ids)
-    out = []
+    permitted = [t for t in request.transactional_ids if authorize(state, Op.DESCRIBE, Res.TRANSACTIONAL_ID, t)]
+    descriptions = state.transactions.coordinator.describe_transactions(permitted)
+    out = [
+        build(m.TransactionState, error_code=ErrorCode.transactional_id_authorization_failed, transactional_id=t,
+              transaction_state="", transaction_timeout=_ZERO,
+              transaction_start_time=datetime.datetime.fromtimestamp(0, tz=datetime.UTC) - datetime.timedelta(milliseconds=1),
+              producer_id=-1, producer_epoch=-1, topics=())
+        for t in request.transactional_ids if t not in permitted
+    ]
     for d in descriptions:
         by_topic: dict[str, list[int]] = {}
         for tp in d.partitions:
+            if not authorize(state, Op.DESCRIBE, Res.TOPIC, tp.topic):
+                continue  # Kafka leaves out the partitions of topics one may not DESCRIBE
             by_topic.setdefault(tp.topic, []).append(tp.partition)
         start = (
             datetime.datetime.fromtimestamp(d.transaction_start_time_ms / 1000, tz=datetime.UTC)
@@ -320,6 +393,8 @@ def handle_list_transactions(state: BrokerState, header: RequestHeader, request)
         transaction_states=tuple(
             build(m.TransactionState, transactional_id=t.transactional_id, producer_id=t.producer_id, transaction_state=t.state)
             for t in resp.transactions
+            # Kafka lists only the transactional ids one may DESCRIBE.
+            if authorize(state, Op.DESCRIBE, Res.TRANSACTIONAL_ID, t.transactional_id)
         ),
     )
 
@@ -329,9 +404,12 @@ def handle_describe_producers(state: BrokerState, header: RequestHeader, request
     topics_out = []
     for t in request.topics:
         parts = []
+        allowed = authorize(state, Op.READ, Res.TOPIC, t.name)  # Kafka: READ on the topic
         for p in t.partition_indexes:
             error, message, active = ErrorCode.none, None, ()
             try:
+                if not allowed:
+                    raise TopicAuthorizationFailedError(t.name)
                 infos = state.logs.get(t.name, p).producer_states()
             except KafkaError as exc:
                 error, message = exc.code, str(exc)

@@ -45,7 +45,8 @@ def _listener_prop(props: dict[str, str], listener: str, name: str, mechanism: s
 
 @dataclass
 class SaslSettings:
-    """The SASL configuration of the broker's listener and its credential sources."""
+    """The SASL configuration of one listener (``listener.name.<l>.*`` overrides) and its
+    credential sources."""
 
     enabled_mechanisms: tuple[str, ...]
     plain: PlainAuthenticator
@@ -54,11 +55,13 @@ class SaslSettings:
     failed_auth_delay_ms: int = DEFAULT_FAILED_AUTH_DELAY_MS
 
     @classmethod
-    def from_properties(cls, data_dir: Path, listener: str, props: dict[str, str]) -> SaslSettings:
+    def from_properties(cls, data_dir: Path, listener: str, props: dict[str, str],
+                        scram_store: ScramCredentialStore | None = None) -> SaslSettings:
         """Read ``sasl.enabled.mechanisms`` (default: PLAIN and both SCRAMs; Kafka's GSSAPI
         default is not offered here), the PLAIN users of
         ``listener.name.<l>.plain.sasl.jaas.config``, ``connections.max.reauth.ms`` and
-        ``connection.failed.authentication.delay.ms``; SCRAM credentials come from the store."""
+        ``connection.failed.authentication.delay.ms``; SCRAM credentials come from the store
+        (``scram_store``, shared by every listener, or the one in ``data_dir``)."""
         mechs_text = _listener_prop(props, listener, "sasl.enabled.mechanisms") or ",".join(SUPPORTED_MECHANISMS)
         mechs = tuple(m.strip().upper() for m in mechs_text.split(",") if m.strip())
         unknown = [m for m in mechs if m not in SUPPORTED_MECHANISMS]
@@ -77,7 +80,8 @@ class SaslSettings:
             raise InvalidConfigError(str(exc)) from exc
         if reauth_ms < 0 or delay_ms < 0:
             raise InvalidConfigError("connections.max.reauth.ms and connection.failed.authentication.delay.ms must be >= 0")
-        return cls(mechs, PlainAuthenticator(users), ScramCredentialStore.open(data_dir), reauth_ms, delay_ms)
+        store = scram_store if scram_store is not None else ScramCredentialStore.open(data_dir)
+        return cls(mechs, PlainAuthenticator(users), store, reauth_ms, delay_ms)
 
 
 @dataclass

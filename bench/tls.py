@@ -1,0 +1,137 @@
+"""The cost of TLS: produce and consume MB/s over SSL vs PLAINTEXT, with librdkafka.
+
+One broker with two listeners (``PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0``, PEM keystore made
+by tests/support/certs.py, EC P-256 key, TLS 1.3 as negotiated by default); for each listener in
+turn (PLAINTEXT, SSL, PLAINTEXT, SSL, ... for ``--rounds``) a fresh topic, then produce
+``--mb`` MB of 1 KiB records (acks=all, idempotent, linger.ms=5, batch.size=1 MiB) and consume
+them back from offset 0 (every offset checked once). Broker and client share this machine.
+
+    .venv/bin/python bench/tls.py               # 1 round, 100 MB per protocol
+    .venv/bin/python bench/tls.py --mb 200 --rounds 2
+
+A benchmark command, not a test: it checks only that every record arrived exactly once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import libversion as librdkafka_version
+from confluent_kafka.admin import AdminClient, NewTopic
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from oncestream.broker_process import OnceStreamBroker  # noqa: E402
+from tests.support.certs import make_pki  # noqa: E402
+
+MB = 1_000_000
+VALUE_BYTES = 1024
+PRODUCER_CONF = {"acks": "all", "enable.idempotence": True, "linger.ms": 5, "batch.size": 1_048_576,
+                 "queue.buffering.max.kbytes": 262_144, "delivery.report.only.error": True}
+CONSUMER_CONF = {"enable.auto.commit": False, "fetch.max.bytes": 52_428_800,
+                 "max.partition.fetch.bytes": 10_485_760, "enable.partition.eof": False}
+
+
+def produce_mb_s(conf: dict, topic: str, count: int) -> float:
+    """Produce ``count`` 1 KiB records and wait for every acknowledgement; payload MB/s."""
+    failures: list[str] = []
+    producer = Producer({**conf, **PRODUCER_CONF, "on_delivery": lambda err, _m: failures.append(str(err))})
+    producer.list_topics(topic, timeout=30)  # connect (and handshake) before the clock starts
+    value = b"x" * VALUE_BYTES
+    started = time.perf_counter()
+    for i in range(count):
+        while True:
+            try:
+                producer.produce(topic, value, partition=0)
+                break
+            except BufferError:
+                producer.poll(0.005)
+        if i % 10_000 == 0:
+            producer.poll(0)
+    left = producer.flush(120)
+    seconds = time.perf_counter() - started
+    if left or failures:
+        raise RuntimeError(f"produce incomplete: {left} undelivered, failures {failures[:3]}")
+    return count * VALUE_BYTES / MB / seconds
+
+
+def consume_mb_s(conf: dict, topic: str, count: int) -> float:
+    """Read offsets 0..count-1 of partition 0, each exactly once; payload MB/s."""
+    consumer = Consumer({**conf, **CONSUMER_CONF, "group.id": f"bench-{uuid.uuid4().hex}"})
+    try:
+        consumer.list_topics(topic, timeout=30)
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        next_offset, payload = 0, 0
+        started = time.perf_counter()
+        deadline = time.monotonic() + 300
+        while next_offset < count:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"consume stalled at {next_offset} of {count}")
+            for msg in consumer.consume(num_messages=min(10_000, count - next_offset), timeout=1.0):
+                if msg.error() is not None:
+                    if msg.error().code() == KafkaError._PARTITION_EOF:
+                        continue
+                    raise KafkaException(msg.error())
+                if msg.offset() != next_offset:
+                    raise RuntimeError(f"expected offset {next_offset}, got {msg.offset()}")
+                next_offset += 1
+                payload += len(msg.value())
+        seconds = time.perf_counter() - started
+    finally:
+        consumer.close()
+    return payload / MB / seconds
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--mb", type=int, default=100, help="MB produced and consumed per protocol and round")
+    parser.add_argument("--rounds", type=int, default=1)
+    args = parser.parse_args(argv)
+    count = args.mb * MB // VALUE_BYTES
+    results: dict[str, dict[str, list[float]]] = {p: {"produce": [], "consume": []} for p in ("PLAINTEXT", "SSL")}
+    with tempfile.TemporaryDirectory(prefix="bench-tls-") as tmp:
+        work = Path(tmp)
+        pki = make_pki(work / "pki")
+        broker = OnceStreamBroker(work / "data", config={
+            "listeners": "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0",
+            "ssl.keystore.type": "PEM", "ssl.keystore.location": str(pki.server_keystore),
+        })
+        broker.start()
+        try:
+            confs = {
+                "PLAINTEXT": {"bootstrap.servers": broker.listener_bootstrap("PLAINTEXT")},
+                "SSL": {"bootstrap.servers": broker.listener_bootstrap("SSL"), "security.protocol": "SSL",
+                        "ssl.ca.location": str(pki.ca)},
+            }
+            admin = AdminClient(confs["PLAINTEXT"])
+            for round_no in range(args.rounds):
+                for protocol, conf in confs.items():
+                    topic = f"bench-tls-{protocol.lower()}-{uuid.uuid4().hex[:8]}"
+                    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+                    produced = produce_mb_s(conf, topic, count)
+                    consumed = consume_mb_s(conf, topic, count)
+                    results[protocol]["produce"].append(produced)
+                    results[protocol]["consume"].append(consumed)
+                    print(f"round {round_no + 1} {protocol:9s} produce {produced:7.1f} MB/s  "
+                          f"consume {consumed:7.1f} MB/s", flush=True)
+            del admin  # librdkafka's admin has no close(): drop it before the broker goes away
+        finally:
+            broker.stop()
+    print(f"\nlibrdkafka {librdkafka_version()[0]}, {args.mb} MB of {VALUE_BYTES}-byte records per run, "
+          f"{args.rounds} round(s), median:")
+    for direction in ("produce", "consume"):
+        plain = statistics.median(results["PLAINTEXT"][direction])
+        tls = statistics.median(results["SSL"][direction])
+        print(f"  {direction:8s} PLAINTEXT {plain:7.1f} MB/s   SSL {tls:7.1f} MB/s   SSL/PLAINTEXT {tls / plain:5.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,379 @@
+"""TLS listeners with real clients (issue 14, points 1, 2 and 5).
+
+One broker for the module with four listeners at once: PLAINTEXT, SSL (no client certificate),
+MTLS (SSL with ``ssl.client.auth=required``) and OPT (SSL with ``ssl.client.auth=requested``),
+the last two set through Kafka's per-listener ``listener.name.<l>.ssl.*`` overrides and a custom
+``listener.security.protocol.map``. librdkafka, kafka-python and our client produce, consume and
+commit transactions over TLS; handshakes that must fail do, and the broker keeps serving.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer as CkConsumer
+from confluent_kafka import Producer as CkProducer
+
+from oncestream.client import Consumer, Producer, TopicPartition
+from oncestream.client.connection import BrokerConnection, BrokerUnreachableError
+from oncestream.client.tls import ssl_context_for
+from oncestream.protocol.api_keys import METADATA
+from oncestream.protocol.codec import build
+from tests.support.brokers import BrokerProcess
+from tests.support.certs import ClientCert, Pki, make_pki
+
+pytestmark = pytest.mark.interop
+
+TIMEOUT_S = 60.0
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    return make_pki(tmp_path_factory.mktemp("pki"))
+
+
+@pytest.fixture(scope="module")
+def tls_broker(tmp_path_factory: pytest.TempPathFactory, pki: Pki) -> Iterator[BrokerProcess]:
+    base = tmp_path_factory.mktemp("tls-broker")
+    config = {
+        "listeners": "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0,MTLS://127.0.0.1:0,OPT://127.0.0.1:0",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SSL:SSL,MTLS:SSL,OPT:SSL",
+        "ssl.keystore.type": "PEM",
+        "ssl.keystore.location": str(pki.server_keystore),
+        "ssl.truststore.type": "PEM",
+        "ssl.truststore.location": str(pki.ca),
+        "listener.name.mtls.ssl.client.auth": "required",
+        "listener.name.opt.ssl.client.auth": "requested",
+    }
+    process = BrokerProcess(data_dir=base / "data", config=config)
+    process.start()
+    try:
+        yield process
+    finally:
+        process.stop()
+
+
+def _ssl_conf(pki: Pki, cert: ClientCert | None = None) -> dict[str, str]:
+    conf = {"security.protocol": "SSL", "ssl.ca.location": str(pki.ca)}
+    if cert is not None:
+        conf |= {"ssl.certificate.location": str(cert.cert), "ssl.key.location": str(cert.key)}
+    return conf
+
+
+def _connect(broker: BrokerProcess, listener: str, conf: dict[str, str] | None) -> BrokerConnection:
+    host, port = broker.listener_bootstrap(listener).rsplit(":", 1)
+    return BrokerConnection(host, int(port), timeout_s=10.0, ssl_context=ssl_context_for(conf or {}))
+
+
+def _metadata_broker_port(conn: BrokerConnection) -> int:
+    response = conn.call(METADATA, lambda m: build(
+        m.MetadataRequest, topics=(), allow_auto_topic_creation=False, include_topic_authorized_operations=False))
+    (only,) = response.brokers
+    return int(only.port)
+
+
+def _works(conn: BrokerConnection) -> bool:
+    try:
+        with conn:
+            _metadata_broker_port(conn)
+        return True
+    except BrokerUnreachableError:
+        return False
+
+
+def _refused(broker: BrokerProcess, listener: str, conf: dict[str, str] | None) -> bool:
+    """True when the handshake or the first request fails (TLS 1.3 reports a refused client
+    certificate only once the client reads)."""
+    try:
+        conn = _connect(broker, listener, conf)
+    except BrokerUnreachableError:
+        return True
+    return not _works(conn)
+
+
+# -- listeners -----------------------------------------------------------------------------------
+def test_each_listener_advertises_itself(tls_broker: BrokerProcess, pki: Pki) -> None:
+    """Metadata answers with the endpoint of the listener the request came in on (as Kafka)."""
+    ports = tls_broker.listener_ports
+    assert len(set(ports.values())) == 4
+    with _connect(tls_broker, "PLAINTEXT", None) as conn:
+        assert _metadata_broker_port(conn) == ports["PLAINTEXT"]
+    with _connect(tls_broker, "SSL", _ssl_conf(pki)) as conn:
+        assert _metadata_broker_port(conn) == ports["SSL"]
+    with _connect(tls_broker, "MTLS", _ssl_conf(pki, pki.alice)) as conn:
+        assert _metadata_broker_port(conn) == ports["MTLS"]
+
+
+def test_plaintext_client_on_a_tls_port_fails_cleanly_and_others_keep_working(
+        tls_broker: BrokerProcess, pki: Pki) -> None:
+    host, port = tls_broker.listener_bootstrap("SSL").rsplit(":", 1)
+    with pytest.raises(BrokerUnreachableError):
+        BrokerConnection(host, int(port), timeout_s=10.0)
+    # Garbage instead of a ClientHello: the broker closes that socket, nothing more.
+    with socket.create_connection((host, int(port)), timeout=10.0) as raw:
+        raw.sendall(b"\x00\x00\x00\x10" + b"\xff" * 16)
+        with _closed_soon():
+            while raw.recv(100):  # perhaps an alert, then EOF
+                pass
+    assert _works(_connect(tls_broker, "SSL", _ssl_conf(pki)))
+    assert _works(_connect(tls_broker, "PLAINTEXT", None))
+    assert tls_broker.is_alive()
+
+
+def test_tls_client_on_the_plaintext_port_fails(tls_broker: BrokerProcess, pki: Pki) -> None:
+    assert _refused(tls_broker, "PLAINTEXT", _ssl_conf(pki))
+    assert _works(_connect(tls_broker, "PLAINTEXT", None))
+
+
+def test_client_refuses_a_broker_it_does_not_trust(tls_broker: BrokerProcess, pki: Pki) -> None:
+    """Verification is on by default (librdkafka's meaning): a CA that did not sign the broker
+    certificate fails the handshake."""
+    other = {"security.protocol": "SSL", "ssl.ca.location": str(pki.other_ca.cert)}
+    assert _refused(tls_broker, "SSL", other)
+
+
+# -- mutual TLS ----------------------------------------------------------------------------------
+def test_mtls_required_refuses_a_client_without_certificate(tls_broker: BrokerProcess, pki: Pki) -> None:
+    assert _refused(tls_broker, "MTLS", _ssl_conf(pki))
+    assert _works(_connect(tls_broker, "SSL", _ssl_conf(pki)))
+
+
+@pytest.mark.parametrize("which", ["expired", "self_signed", "other_ca"])
+@pytest.mark.parametrize("listener", ["MTLS", "OPT"])
+def test_untrusted_client_certificate_fails_the_handshake(
+        tls_broker: BrokerProcess, pki: Pki, which: str, listener: str) -> None:
+    """Expired, self-signed or foreign-CA certificates fail with required and with requested
+    client auth (Kafka: with ``requested``, a certificate that is sent must verify)."""
+    assert _refused(tls_broker, listener, _ssl_conf(pki, getattr(pki, which)))
+    assert tls_broker.is_alive()
+
+
+def test_mtls_requested_accepts_no_certificate(tls_broker: BrokerProcess, pki: Pki) -> None:
+    assert _works(_connect(tls_broker, "OPT", _ssl_conf(pki)))
+    assert _works(_connect(tls_broker, "OPT", _ssl_conf(pki, pki.alice)))
+
+
+class _closed_soon:
+    """The broker ends the connection: EOF or a reset, both fine."""
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, exc_type: type | None, *_: object) -> bool:
+        return exc_type is None or issubclass(exc_type, ConnectionError)
+
+
+def _log_has(broker: BrokerProcess, text: str) -> bool:
+    deadline = time.monotonic() + 10.0
+    while time.monotonic() < deadline:
+        if text in broker.output_tail() or (broker.log_path and text in Path(broker.log_path).read_text()):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_mtls_good_certificate_gets_its_subject_as_principal(tls_broker: BrokerProcess, pki: Pki) -> None:
+    """Kafka's default mapping: ``User:CN=alice``; RFC 2253 for a longer subject."""
+    assert _works(_connect(tls_broker, "MTLS", _ssl_conf(pki, pki.alice)))
+    assert _log_has(tls_broker, "on listener MTLS: client certificate principal User:CN=alice")
+    assert _works(_connect(tls_broker, "MTLS", _ssl_conf(pki, pki.bob_full_dn)))
+    assert _log_has(tls_broker, "principal User:CN=bob,OU=eng,O=Acme\\, Inc,C=DE")
+
+
+# -- real clients over SSL -----------------------------------------------------------------------
+def _ck_conf(tls_broker: BrokerProcess, pki: Pki, listener: str = "SSL", cert: ClientCert | None = None) -> dict:
+    return {"bootstrap.servers": tls_broker.listener_bootstrap(listener), **_ssl_conf(pki, cert)}
+
+
+def _ck_read(conf: dict, topic: str, count: int) -> list[bytes]:
+    consumer = CkConsumer({**conf, "group.id": f"g-{uuid.uuid4().hex[:8]}", "auto.offset.reset": "earliest",
+                           "isolation.level": "read_committed", "enable.auto.commit": False})
+    consumer.subscribe([topic])
+    values: list[bytes] = []
+    deadline = time.monotonic() + TIMEOUT_S
+    try:
+        while len(values) < count and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            assert msg.error() is None, msg.error()
+            values.append(msg.value())
+    finally:
+        consumer.close()
+    return values
+
+
+@pytest.mark.parametrize("listener, cert", [("SSL", None), ("MTLS", "alice")])
+def test_librdkafka_produces_consumes_and_commits_a_transaction_over_ssl(
+        tls_broker: BrokerProcess, pki: Pki, listener: str, cert: str | None) -> None:
+    conf = _ck_conf(tls_broker, pki, listener, getattr(pki, cert) if cert else None)
+    topic = f"tls-ck-{uuid.uuid4().hex[:8]}"
+    producer = CkProducer({**conf, "linger.ms": 5})
+    for i in range(20):
+        producer.produce(topic, f"plain-{i}".encode())
+    assert producer.flush(TIMEOUT_S) == 0
+    txn = CkProducer({**conf, "transactional.id": f"tls-txn-{uuid.uuid4().hex[:8]}"})
+    txn.init_transactions(TIMEOUT_S)
+    txn.begin_transaction()
+    txn.produce(topic, b"aborted")
+    txn.abort_transaction(TIMEOUT_S)
+    txn.begin_transaction()
+    for i in range(5):
+        txn.produce(topic, f"txn-{i}".encode())
+    txn.commit_transaction(TIMEOUT_S)
+    values = _ck_read(conf, topic, 25)
+    assert values == [f"plain-{i}".encode() for i in range(20)] + [f"txn-{i}".encode() for i in range(5)]
+
+
+def test_kafka_python_produces_consumes_and_commits_a_transaction_over_ssl(
+        tls_broker: BrokerProcess, pki: Pki) -> None:
+    from kafka import KafkaConsumer, KafkaProducer
+
+    ssl_args = {"security_protocol": "SSL", "ssl_cafile": str(pki.ca), "ssl_certfile": str(pki.alice.cert),
+                "ssl_keyfile": str(pki.alice.key), "ssl_check_hostname": True}
+    bootstrap = tls_broker.listener_bootstrap("MTLS")
+    topic = f"tls-kp-{uuid.uuid4().hex[:8]}"
+    producer = KafkaProducer(bootstrap_servers=bootstrap, transactional_id=f"kp-{uuid.uuid4().hex[:8]}",
+                             **ssl_args)
+    try:
+        producer.init_transactions()
+        producer.begin_transaction()
+        producer.send(topic, b"aborted")
+        producer.abort_transaction()
+        producer.begin_transaction()
+        for i in range(5):
+            producer.send(topic, f"kp-{i}".encode())
+        producer.commit_transaction()
+    finally:
+        producer.close()
+    consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
+                             isolation_level="read_committed", enable_auto_commit=False,
+                             consumer_timeout_ms=int(TIMEOUT_S * 1000), **ssl_args)
+    values: list[bytes] = []
+    try:
+        for message in consumer:
+            values.append(message.value)
+            if len(values) == 5:
+                break
+    finally:
+        consumer.close()
+    assert values == [f"kp-{i}".encode() for i in range(5)]
+
+
+def test_our_client_produces_consumes_and_commits_a_transaction_over_ssl(
+        tls_broker: BrokerProcess, pki: Pki) -> None:
+    conf = _ck_conf(tls_broker, pki, "MTLS", pki.alice)
+    topic = f"tls-os-{uuid.uuid4().hex[:8]}"
+    producer = Producer({**conf, "transactional.id": f"os-{uuid.uuid4().hex[:8]}"})
+    producer.init_transactions(TIMEOUT_S)
+    producer.begin_transaction()
+    producer.produce(topic, b"aborted")
+    producer.abort_transaction(TIMEOUT_S)
+    producer.begin_transaction()
+    for i in range(5):
+        producer.produce(topic, f"os-{i}".encode())
+    producer.commit_transaction(TIMEOUT_S)
+    consumer = Consumer({**conf, "group.id": f"g-{uuid.uuid4().hex[:8]}", "isolation.level": "read_committed"})
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    values: list[bytes] = []
+    deadline = time.monotonic() + TIMEOUT_S
+    try:
+        while len(values) < 5 and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is not None:
+                assert msg.error() is None, msg.error()
+                values.append(msg.value())
+    finally:
+        consumer.close()
+    assert values == [f"os-{i}".encode() for i in range(5)]
+    # ... and librdkafka reads the same over the other TLS listener.
+    assert _ck_read(_ck_conf(tls_broker, pki, "SSL"), topic, 5) == values
+
+
+
+# -- CLI and the Spark connector's protocol client -------------------------------------------------
+def test_cli_client_commands_take_security_from_command_config(tls_broker: BrokerProcess, pki: Pki,
+                                                               tmp_path: Path) -> None:
+    """``--command-config FILE`` of librdkafka properties, as Kafka's tools take it."""
+    import subprocess
+
+    from tests.support.brokers import oncestream_executable
+
+    props = tmp_path / "client.properties"
+    props.write_text("# mutual TLS\nsecurity.protocol=SSL\n"
+                     f"ssl.ca.location={pki.ca}\nssl.certificate.location={pki.alice.cert}\n"
+                     f"ssl.key.location={pki.alice.key}\n")
+    topic = f"tls-cli-{uuid.uuid4().hex[:8]}"
+    base = [oncestream_executable()]
+    tls = ["-b", tls_broker.listener_bootstrap("MTLS"), "--command-config", str(props)]
+
+    def run(*args: str, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
+        return subprocess.run([*base, *args], input=stdin, capture_output=True, timeout=TIMEOUT_S)
+
+    assert run("topics", "create", topic, *tls).returncode == 0
+    assert run("produce", topic, *tls, stdin=b"one\ntwo\n").returncode == 0
+    out = run("consume", topic, "--from-beginning", "--max-messages", "2", *tls)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.decode().split() == ["one", "two"]
+    # Without the file the TLS port does not answer a plaintext client: a clean error, no hang.
+    failed = run("topics", "list", "-b", tls_broker.listener_bootstrap("MTLS"))
+    assert failed.returncode != 0
+    assert b"Traceback" not in failed.stderr
+
+
+def test_spark_log_client_passes_kafka_ssl_options_through(tls_broker: BrokerProcess, pki: Pki) -> None:
+    """The connector's own protocol client honours ``kafka.security.protocol`` / ``kafka.ssl.*``
+    (options without the prefix, parsed once on the driver, pickled to the tasks)."""
+    import pickle
+
+    from oncestream.spark.log_client import ClientSettings, LogClient
+    from oncestream.spark.options import kafka_params
+
+    options = {"kafka.bootstrap.servers": tls_broker.listener_bootstrap("MTLS"),
+               **{f"kafka.{k}": v for k, v in _ssl_conf(pki, pki.alice).items()}}
+    settings = pickle.loads(pickle.dumps(ClientSettings.from_config(kafka_params(options))))
+    client = LogClient(options["kafka.bootstrap.servers"], settings=settings)
+    try:
+        assert _metadata_broker_port(client.any_connection()) == tls_broker.listener_ports["MTLS"]
+    finally:
+        client.close()
+
+
+# -- the broker command --------------------------------------------------------------------------
+@pytest.mark.parametrize("args, message", [
+    (["--listen", "127.0.0.1:0", "--config", "listeners=PLAINTEXT://127.0.0.1:0"], "either --listen or"),
+    (["--config", "listeners=SSL://127.0.0.1:0"], "ssl.keystore.location is not set"),
+    (["--config", "listeners=SSL://127.0.0.1:0", "--config", "ssl.keystore.location=/nonexistent.pem"],
+     "cannot load key"),
+    (["--config", "listeners=PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0",
+      "--config", "listener.security.protocol.map=PLAINTEXT:PLAINTEXT"], "no security protocol"),
+])
+def test_broker_refuses_bad_listener_or_tls_settings_with_a_message(tmp_path: Path, args: list[str],
+                                                                    message: str) -> None:
+    import subprocess
+
+    from tests.support.brokers import oncestream_executable
+
+    result = subprocess.run([oncestream_executable(), "broker", "--data-dir", str(tmp_path / "data"), *args],
+                            capture_output=True, timeout=TIMEOUT_S)
+    assert result.returncode != 0
+    assert message in result.stderr.decode()
+    assert b"Traceback" not in result.stderr
+
+
+def test_restart_binds_the_same_listener_ports(broker_factory, pki: Pki) -> None:
+    """Clients reconnect to the addresses they know: port-0 listeners come back on their ports."""
+    broker = broker_factory(config={
+        "listeners": "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0",
+        "ssl.keystore.location": str(pki.server_keystore),
+    })
+    before = dict(broker.listener_ports)
+    assert broker.bootstrap == broker.listener_bootstrap("PLAINTEXT")
+    broker.restart(crash=True)
+    assert broker.listener_ports == before
+    assert _works(_connect(broker, "SSL", _ssl_conf(pki)))

@@ -1,0 +1,66 @@
+"""The Spark connector over mutual TLS: ``kafka.security.protocol`` and ``kafka.ssl.*`` reach
+every client it creates (source planning and tasks, the sink's task and holding producers, the
+driver's journal and two-phase-commit checks), as with Spark's Kafka connector (issue 14, point 5).
+
+The broker's only other listener is PLAINTEXT, used by the test itself to check the result; the
+connector is given the mutual-TLS listener alone, so any client that ignored the options would
+fail its handshake and the query with it.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from tests.spark.conftest import TWO_PC_CONFIG
+from tests.spark.spark_support import read_committed
+from tests.support.brokers import BrokerProcess
+from tests.support.certs import Pki, make_pki
+
+pytestmark = pytest.mark.spark
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory) -> Pki:
+    return make_pki(tmp_path_factory.mktemp("pki"))
+
+
+@pytest.fixture(scope="module")
+def mtls_broker(tmp_path_factory, pki: Pki):
+    broker = BrokerProcess(data_dir=tmp_path_factory.mktemp("mtls-broker") / "data", config={
+        **TWO_PC_CONFIG,
+        "listeners": "PLAINTEXT://127.0.0.1:0,MTLS://127.0.0.1:0",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,MTLS:SSL",
+        "ssl.keystore.type": "PEM", "ssl.keystore.location": str(pki.server_keystore),
+        "ssl.truststore.type": "PEM", "ssl.truststore.location": str(pki.ca),
+        "ssl.client.auth": "required",
+    })
+    broker.start()
+    try:
+        yield broker
+    finally:
+        broker.stop()
+
+
+def test_exactly_once_write_and_read_over_mutual_tls(spark, mtls_broker: BrokerProcess, pki: Pki) -> None:
+    plain = mtls_broker.listener_bootstrap("PLAINTEXT")
+    topic = f"tls-spark-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": plain})  # kept alive until its futures resolve
+    for future in admin.create_topics([NewTopic(topic, 2, 1)]).values():
+        future.result(30)
+    tls_options = {
+        "kafka.bootstrap.servers": mtls_broker.listener_bootstrap("MTLS"),
+        "kafka.security.protocol": "SSL",
+        "kafka.ssl.ca.location": str(pki.ca),
+        "kafka.ssl.certificate.location": str(pki.alice.cert),
+        "kafka.ssl.key.location": str(pki.alice.key),
+    }
+    values = [f"v-{i:03d}".encode() for i in range(40)]
+    df = spark.createDataFrame([(v,) for v in values], "value binary").repartition(2)
+    df.write.format("oncestream").options(**tls_options).option("topic", topic).mode("append").save()
+    assert sorted(v for _k, v in read_committed(plain, topic)) == sorted(values)
+
+    rows = spark.read.format("oncestream").options(**tls_options).option("subscribe", topic).load().collect()
+    assert sorted(bytes(r.value) for r in rows) == sorted(values)
