@@ -213,3 +213,31 @@ def test_kip368_reauthentication_deadline_and_same_principal(tmp_path):
 def test_settings_refuse_unknown_enabled_mechanism(tmp_path):
     with pytest.raises(InvalidConfigError):
         _settings(tmp_path, **{"sasl.enabled.mechanisms": "GSSAPI"})
+
+
+def test_sasl_settings_follow_each_listener_and_share_one_scram_store(tmp_path):
+    """Listeners come from broker/listeners.py; each SASL one gets its own
+    ``listener.name.<l>.*`` mechanisms and PLAIN users, all of them the broker's one SCRAM store."""
+    from oncestream.broker.config import BrokerConfig
+    from oncestream.broker.state import BrokerState
+
+    config = BrokerConfig.from_properties("127.0.0.1", 0, {
+        "listeners": "INTERNAL://127.0.0.1:0,EXTERNAL://127.0.0.1:0",
+        "listener.security.protocol.map": "INTERNAL:SASL_PLAINTEXT,EXTERNAL:SASL_SSL",
+        "listener.name.internal.sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.internal.plain.sasl.jaas.config": JAAS,
+        "listener.name.external.sasl.enabled.mechanisms": "SCRAM-SHA-512",
+    })
+    assert [(x.name, x.security_protocol) for x in config.all_listeners] == [
+        ("INTERNAL", "SASL_PLAINTEXT"), ("EXTERNAL", "SASL_SSL")]
+    state = BrokerState(tmp_path, config)
+    try:
+        internal, external = state.sasl_for("INTERNAL"), state.sasl_for("EXTERNAL")
+        assert internal.enabled_mechanisms == ("PLAIN",)
+        assert external.enabled_mechanisms == ("SCRAM-SHA-512",)
+        assert internal.plain.authenticate(b"\0alice\0alice-secret") == "alice"
+        with pytest.raises(SaslAuthenticationError):
+            external.plain.authenticate(b"\0alice\0alice-secret")
+        assert internal.scram_store is external.scram_store is state.scram_store
+    finally:
+        state.close()
