@@ -214,7 +214,7 @@ def test_blocking_connection_does_tls_then_sasl_and_refuses_a_wrong_password(bro
 
 
 # -- an ACL on a SASL principal (SASL_PLAINTEXT) --------------------------------------------------
-def test_acl_on_a_sasl_principal_allows_and_denies_over_sasl_plaintext(broker: BrokerProcess) -> None:
+def test_acl_on_a_sasl_principal_allows_and_denies_over_sasl_plaintext(broker: BrokerProcess, pki: Pki) -> None:
     """alice (PLAIN) may write the topic an ALLOW names and is refused the one a DENY names; the
     decision follows the SASL principal ``User:alice``, not the connection."""
     bootstrap = broker.listener_bootstrap("SASLP")
@@ -249,3 +249,13 @@ def test_acl_on_a_sasl_principal_allows_and_denies_over_sasl_plaintext(broker: B
     assert producer.flush(TIMEOUT_S) == 0
     assert outcomes == {denied: None}
     assert _ck_read(admin_conf, allowed, 1) == [b"yes"]
+    # On SASL_SSL with a client certificate the principal is still the SASL one (as Kafka): the
+    # certificate's User:CN=alice has no ALLOW on the topic, SASL's User:admin is a super user.
+    outcomes.clear()
+    mtls_admin = {**_sasl_ssl_conf(broker, pki, "PLAIN", "MTLS"), "sasl.username": "admin",
+                  "sasl.password": PLAIN_USERS["admin"], "ssl.certificate.location": str(pki.alice.cert),
+                  "ssl.key.location": str(pki.alice.key)}
+    producer = CkProducer({**mtls_admin, "message.timeout.ms": 10000})
+    producer.produce(denied, b"admin-over-mtls", on_delivery=record)
+    assert producer.flush(TIMEOUT_S) == 0
+    assert outcomes == {denied: None}
