@@ -449,7 +449,7 @@ def build_parser() -> argparse.ArgumentParser:
     def client_args(p: argparse.ArgumentParser) -> None:
         p.add_argument("--bootstrap-server", "-b", default="127.0.0.1:9092")
         p.add_argument("--command-config", metavar="FILE",
-                       help="client properties file (key=value, librdkafka names: security.protocol, ssl.*, ...)")
+                       help="client properties file (key=value, librdkafka names: security.protocol, ssl.*, sasl.*)")
 
     t = sub.add_parser("topics", help="create, list, describe, alter (grow partitions) or delete topics")
     t.add_argument("action", choices=["create", "list", "describe", "alter", "delete"])
@@ -488,6 +488,8 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("--producer-id", type=int)
     client_args(x)
     x.set_defaults(func=cmd_transactions)
+
+    __import__("oncestream.cli_users", fromlist=["register"]).register(sub)  # SCRAM users
 
     d = sub.add_parser("demo", help="run the end-to-end demo")
     d.add_argument("rest", nargs=argparse.REMAINDER)

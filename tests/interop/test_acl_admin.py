@@ -3,7 +3,8 @@ ANY/MATCH/LITERAL/PREFIXED filters and DeleteAcls round-trip; only a principal w
 the cluster may change them; they survive a broker SIGKILL and are enforced after it.
 
 Identities come from the test-only broker property ``oncestream.test.principal.from.client.id``
-(client.id ``principal:NAME`` -> ``User:NAME``) until SASL lands."""
+(client.id ``principal:NAME`` -> ``User:NAME``); tests/interop/test_sasl_ssl.py checks ACLs on real SASL
+principals."""
 
 from __future__ import annotations
 

@@ -183,7 +183,7 @@ def test_bad_or_owned_kafka_options_fail_the_query_on_the_driver(spark, proxied)
     ({"kafka.value.deserializer": "x"}, "bytes"),
     ({"kafka.interceptor.classes": "x"}, "interceptors"),
     ({"kafka.fetch.wait.max.ms": "soon"}, "fetch.wait.max.ms"),
-    ({"kafka.security.protocol": "SSL"}, "plaintext"),
+    ({"kafka.security.protocol": "TLS"}, "plaintext, ssl, sasl_plaintext, sasl_ssl"),  # SSL and SASL_* are supported
 ])
 def test_source_refuses_owned_and_malformed_client_options(options, message):
     """The source refuses what Spark's Kafka source refuses, and values the client cannot parse."""

@@ -1,4 +1,5 @@
-"""The Spark connector over mutual TLS: ``kafka.security.protocol`` and ``kafka.ssl.*`` reach
+"""The Spark connector over mutual TLS and over SASL_SSL: ``kafka.security.protocol``,
+``kafka.ssl.*`` and ``kafka.sasl.*`` reach
 every client it creates (source planning and tasks, the sink's task and holding producers, the
 driver's journal and two-phase-commit checks), as with Spark's Kafka connector (issue 14, point 5).
 
@@ -18,6 +19,7 @@ from tests.spark.conftest import TWO_PC_CONFIG
 from tests.spark.spark_support import read_committed
 from tests.support.brokers import BrokerProcess
 from tests.support.certs import Pki, make_pki
+from tests.support.sasl import MECHANISM_USERS, PLAIN_USERS, add_scram_users, plain_jaas
 
 pytestmark = pytest.mark.spark
 
@@ -29,13 +31,17 @@ def pki(tmp_path_factory) -> Pki:
 
 @pytest.fixture(scope="module")
 def mtls_broker(tmp_path_factory, pki: Pki):
-    broker = BrokerProcess(data_dir=tmp_path_factory.mktemp("mtls-broker") / "data", config={
+    data_dir = tmp_path_factory.mktemp("mtls-broker") / "data"
+    data_dir.mkdir(parents=True)
+    add_scram_users(data_dir, {"scram-alice": MECHANISM_USERS["SCRAM-SHA-512"][1]})
+    broker = BrokerProcess(data_dir=data_dir, config={
         **TWO_PC_CONFIG,
-        "listeners": "PLAINTEXT://127.0.0.1:0,MTLS://127.0.0.1:0",
-        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,MTLS:SSL",
+        "listeners": "PLAINTEXT://127.0.0.1:0,MTLS://127.0.0.1:0,SASL_SSL://127.0.0.1:0",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,MTLS:SSL,SASL_SSL:SASL_SSL",
         "ssl.keystore.type": "PEM", "ssl.keystore.location": str(pki.server_keystore),
         "ssl.truststore.type": "PEM", "ssl.truststore.location": str(pki.ca),
-        "ssl.client.auth": "required",
+        "listener.name.mtls.ssl.client.auth": "required",
+        "listener.name.sasl_ssl.plain.sasl.jaas.config": plain_jaas(PLAIN_USERS),
     })
     broker.start()
     try:
@@ -63,4 +69,32 @@ def test_exactly_once_write_and_read_over_mutual_tls(spark, mtls_broker: BrokerP
     assert sorted(v for _k, v in read_committed(plain, topic)) == sorted(values)
 
     rows = spark.read.format("oncestream").options(**tls_options).option("subscribe", topic).load().collect()
+    assert sorted(bytes(r.value) for r in rows) == sorted(values)
+
+
+@pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-512"])
+def test_exactly_once_write_and_read_over_sasl_ssl(spark, mtls_broker: BrokerProcess, pki: Pki,
+                                                   mechanism: str) -> None:
+    """TLS, then SASL, for every client the connector creates (an unauthenticated one would be
+    closed by the broker's pre-authentication gate and fail the query)."""
+    plain = mtls_broker.listener_bootstrap("PLAINTEXT")
+    topic = f"sasl-spark-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": plain})
+    for future in admin.create_topics([NewTopic(topic, 2, 1)]).values():
+        future.result(30)
+    user, password = MECHANISM_USERS[mechanism]
+    options = {
+        "kafka.bootstrap.servers": mtls_broker.listener_bootstrap("SASL_SSL"),
+        "kafka.security.protocol": "SASL_SSL",
+        "kafka.ssl.ca.location": str(pki.ca),
+        "kafka.sasl.mechanism": mechanism,
+        "kafka.sasl.username": user,
+        "kafka.sasl.password": password,
+    }
+    values = [f"s-{i:03d}".encode() for i in range(30)]
+    df = spark.createDataFrame([(v,) for v in values], "value binary").repartition(2)
+    df.write.format("oncestream").options(**options).option("topic", topic).mode("append").save()
+    assert sorted(v for _k, v in read_committed(plain, topic)) == sorted(values)
+
+    rows = spark.read.format("oncestream").options(**options).option("subscribe", topic).load().collect()
     assert sorted(bytes(r.value) for r in rows) == sorted(values)

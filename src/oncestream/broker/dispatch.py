@@ -25,9 +25,13 @@ from oncestream.broker.handlers import (
     metadata,
     produce,
     records_admin,
+    sasl,
+    scram_admin,
     topics,
     transactions,
 )
+from oncestream.broker.sasl.errors import SaslAuthenticationError
+from oncestream.broker.sasl.exchange import current_exchange, peek_exchange
 from oncestream.broker.state import BrokerState
 from oncestream.protocol import api_keys as k
 from oncestream.protocol.api_keys import API_VERSIONS
@@ -80,6 +84,10 @@ HANDLERS: dict[int, Handler] = {
     k.DESCRIBE_PRODUCERS: transactions.handle_describe_producers,
     k.DESCRIBE_TRANSACTIONS: transactions.handle_describe_transactions,
     k.LIST_TRANSACTIONS: transactions.handle_list_transactions,
+    k.SASL_HANDSHAKE: sasl.handle_handshake,
+    k.SASL_AUTHENTICATE: sasl.handle_authenticate,
+    k.DESCRIBE_USER_SCRAM_CREDENTIALS: scram_admin.handle_describe,
+    k.ALTER_USER_SCRAM_CREDENTIALS: scram_admin.handle_alter,
 }
 
 
@@ -114,6 +122,13 @@ class Dispatcher:
 
     async def handle_frame(self, frame: bytes) -> bytes | list | None:
         """Answer one request frame; raise CloseConnection when the frame is not acceptable."""
+        exchange = peek_exchange()
+        if exchange is not None and exchange.raw_tokens and exchange.state == "authenticate":
+            # After a SaslHandshake v0 the client sends bare SASL tokens, not requests.
+            try:
+                return await sasl.handle_raw_token(self.state, exchange, frame)
+            except SaslAuthenticationError as exc:
+                raise CloseConnection(f"SASL authentication failed: {exc}") from None
         try:
             header = parse_request_header(frame)
         except MalformedRequestError as exc:
@@ -133,6 +148,7 @@ class Dispatcher:
             raise CloseConnection(
                 f"unsupported version {header.api_version} of api {header.api_key}"
             )
+        self._gate(header.api_key)
         try:
             request = decode_request(header, frame)
         except MalformedRequestError as exc:
@@ -145,6 +161,18 @@ class Dispatcher:
         if response is None or isinstance(response, list):
             return response  # no response (acks=0), or buffers the handler framed itself
         return encode_response(header.api_key, header.api_version, header.correlation_id, response)
+
+    def _gate(self, api_key: int) -> None:
+        """On a SASL listener, refuse (close) anything but ApiVersions and the SASL requests
+        before authentication, and anything but re-authentication once the session expired."""
+        session = current_session()
+        if not session.security_protocol.startswith("SASL_"):
+            return
+        exchange = current_exchange(self.state.sasl_for(session.listener_name), session)
+        if not exchange.may_serve(api_key, k.SASL_HANDSHAKE, k.SASL_AUTHENTICATE, k.API_VERSIONS_KEY,
+                                  self.state.mono_ms()):
+            state = "expired session" if session.authenticated else "unauthenticated connection"
+            raise CloseConnection(f"api {api_key} on an {state} (SASL)")
 
 
 def error_code_of(exc: BaseException) -> ErrorCode:

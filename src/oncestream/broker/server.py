@@ -40,6 +40,7 @@ from oncestream.broker.connection_limits import ConnectionQuotas, IdleTracker
 from oncestream.broker.dispatch import CloseConnection, Dispatcher
 from oncestream.broker.listeners import Listener
 from oncestream.broker.memory_pool import RequestMemoryPool
+from oncestream.broker.sasl.exchange import close_delay_s
 from oncestream.broker.state import BrokerState
 from oncestream.broker.tls import principal_of_ssl_object, server_ssl_context
 
@@ -287,6 +288,10 @@ class BrokerServer:
                     await writer.drain()
                     watch.draining = False
                     idle.activity(watch.now_ms())
+                sasl_close_s = close_delay_s()
+                if sasl_close_s is not None:  # a failed SASL authentication: answered, then closed
+                    await asyncio.sleep(sasl_close_s)
+                    break
                 # The frame is not deleted here: freeing the only large block at the top of the heap
                 # makes glibc trim it, and the next frame grows it again (brk plus fresh page faults
                 # on every request: twice the broker's system time, ~30% less produce throughput).

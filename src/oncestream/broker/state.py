@@ -22,6 +22,8 @@ from oncestream.broker.config import BrokerConfig
 from oncestream.broker.flusher import GroupCommitFlusher
 from oncestream.broker.group_service import GroupService
 from oncestream.broker.notify import AppendNotifier
+from oncestream.broker.sasl.credentials import ScramCredentialStore
+from oncestream.broker.sasl.exchange import SaslSettings
 from oncestream.broker.txn_service import TxnService
 from oncestream.coordinator.producer_ids import ProducerIdManager
 from oncestream.log.config import LogConfig
@@ -109,6 +111,13 @@ class BrokerState:
                                         descriptors=SegmentDescriptors.from_properties(config.raw))
             self.producer_ids = ProducerIdManager(data_dir)
             self.notifier = AppendNotifier()
+            # The durable SCRAM credentials (one store for the broker) and, per listener, the SASL
+            # mechanisms and PLAIN users (listener.name.<l>.* overrides, broker/sasl/).
+            self.scram_store = ScramCredentialStore.open(data_dir)
+            self._sasl_by_listener = {
+                listener.name: SaslSettings.from_properties(data_dir, listener.name, config.raw, self.scram_store)
+                for listener in config.all_listeners
+            }
             # Slow disk work runs here, never on the event loop (the loop awaits its result).
             self.disk_executor = ThreadPoolExecutor(self.DISK_THREADS, thread_name_prefix="oncestream-disk")
             self.flusher = GroupCommitFlusher(self.disk_executor, fdatasync=fdatasync)
@@ -128,6 +137,14 @@ class BrokerState:
         except BaseException:
             self._lock.release()
             raise
+
+    def sasl_for(self, listener_name: str) -> SaslSettings:
+        """The SASL settings of ``listener_name``; the default (first) listener's for a name the
+        broker does not have (requests handled outside any connection, e.g. in unit tests)."""
+        settings = self._sasl_by_listener.get(listener_name)
+        if settings is None:
+            settings = next(iter(self._sasl_by_listener.values()))
+        return settings
 
     def partition_exists(self, topic: str, partition: int) -> bool:
         """Whether ``topic`` exists and has ``partition``: offset commits (plain and

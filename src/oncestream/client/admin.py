@@ -34,6 +34,7 @@ from oncestream.client.errors import (
 from oncestream.client.io_thread import IoThread
 from oncestream.client.list_offsets import list_offsets
 from oncestream.client.message import TopicPartition
+from oncestream.client.sasl import SaslCredentials
 from oncestream.client.tls import ssl_context_for
 from oncestream.protocol.api_keys import (
     CREATE_PARTITIONS,
@@ -268,6 +269,7 @@ class Admin(AclAdmin):
             reconnect_backoff_max_ms=c["reconnect.backoff.max.ms"],
             metadata_max_age_ms=c["metadata.max.age.ms"],
             allow_auto_create_topics=False,
+            sasl=SaslCredentials.from_config(c),
             ssl_context=ssl_context_for(c),
         )
         self._io = IoThread("oncestream-admin")

@@ -21,6 +21,7 @@ from kio.schema.errors import ErrorCode
 
 from oncestream.client.errors import BrokerResponseError, ConnectionLostError, RequestTimedOutError
 from oncestream.client.network import Connection, request_module
+from oncestream.client.sasl import SaslCredentials
 from oncestream.protocol.api_keys import FIND_COORDINATOR, METADATA
 from oncestream.protocol.codec import build
 
@@ -75,8 +76,10 @@ class Cluster:
         reconnect_backoff_max_ms: int,
         metadata_max_age_ms: int,
         allow_auto_create_topics: bool,
+        sasl: SaslCredentials | None = None,
         ssl_context: ssl.SSLContext | None = None,
     ) -> None:
+        self._sasl = sasl  # SASL credentials every connection authenticates with (client/sasl.py)
         self._bootstrap = parse_bootstrap_list(bootstrap_servers)
         self._ssl_context = ssl_context
         self._client_id = client_id
@@ -164,7 +167,8 @@ class Cluster:
                 raise ConnectionLostError(f"unknown broker id {node_id}")
             host, port = self.nodes[node_id]
             conn = Connection(host, port, node_id=node_id, client_id=self._client_id,
-                              request_timeout_s=self.request_timeout_s, ssl_context=self._ssl_context)
+                              request_timeout_s=self.request_timeout_s, ssl_context=self._ssl_context,
+                              sasl=self._sasl)
             try:
                 await conn.open(self._connect_timeout_s)
             except ConnectionLostError:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from oncestream.client.errors import _INVALID_ARG, KafkaError, KafkaException
+from oncestream.client.sasl import SaslCredentials
 from oncestream.client.tls import check_endpoint_algorithm, ssl_context_for
 
 log = logging.getLogger("oncestream.client")
@@ -100,6 +101,9 @@ _COMMON: dict[str, _Key] = {
     "retry.backoff.max.ms": _Key(_int, 1000),
     "metadata.max.age.ms": _Key(_int, 300000),
     "security.protocol": _Key(_str, "plaintext"),
+    "sasl.mechanism": _Key(_str, "GSSAPI"),
+    "sasl.username": _Key(_str, None),
+    "sasl.password": _Key(_str, None),
     # TLS (client/tls.py), librdkafka's names and defaults.
     "ssl.ca.location": _Key(_str, None),
     "ssl.certificate.location": _Key(_str, None),
@@ -169,6 +173,7 @@ _ALIASES = {
     "dr_msg_cb": "on_delivery",
     "fetch.max.wait.ms": "fetch.wait.max.ms",
     "socket.timeout.ms": "request.timeout.ms",
+    "sasl.mechanisms": "sasl.mechanism",
     "default.topic.config": None,  # a nested dict, merged below
 }
 
@@ -221,11 +226,15 @@ def resolve(conf: Mapping[str, Any], role: str) -> Config:
     return out
 
 
-# The protocols this client speaks; SASL ones join when SASL is implemented.
-_SECURITY_PROTOCOLS = ("plaintext", "ssl")
+# The protocols this client speaks: TLS (client/tls.py) and SASL (client/sasl.py), alone or
+# together (SASL over TLS).
+_SECURITY_PROTOCOLS = ("plaintext", "ssl", "sasl_plaintext", "sasl_ssl")
 
 
 def _check_security(out: Config) -> None:
+    """A supported security.protocol with usable ssl.* (TLS ones) and sasl.* (SASL ones)
+    settings: unreadable CA, certificate or key files and missing SASL credentials fail here,
+    not at connect."""
     protocol = str(out["security.protocol"]).strip().lower()
     if protocol not in _SECURITY_PROTOCOLS:
         raise KafkaException(KafkaError(
@@ -233,6 +242,7 @@ def _check_security(out: Config) -> None:
                           f"({', '.join(_SECURITY_PROTOCOLS)})"))
     out["security.protocol"] = protocol
     try:
-        ssl_context_for(out)  # unreadable CA, certificate or key files fail here, not at connect
+        ssl_context_for(out)
+        SaslCredentials.from_config(out)
     except ValueError as exc:
         raise KafkaException(KafkaError(_INVALID_ARG, str(exc))) from None

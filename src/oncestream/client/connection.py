@@ -15,7 +15,8 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-from oncestream.protocol.api_keys import API_VERSIONS_KEY
+from oncestream.client.sasl import SaslClientError, SaslCredentials, authenticate_blocking
+from oncestream.protocol.api_keys import API_VERSIONS_KEY, SASL_AUTHENTICATE
 from oncestream.protocol.codec import reader_for, writer_for
 from oncestream.protocol.length_guard import check_array_lengths
 from oncestream.protocol.schemas import kio_versions, request_module, response_class
@@ -44,6 +45,7 @@ class BrokerConnection:
         client_id: str = "oncestream",
         timeout_s: float = 30.0,
         max_versions: dict[int, int] | None = None,
+        sasl: SaslCredentials | None = None,
         ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self.host, self.port = host, port
@@ -58,6 +60,13 @@ class BrokerConnection:
         self.broker_versions: dict[int, tuple[int, int]] = {}
         response = self._call_version(API_VERSIONS_KEY, 0, lambda m: m.ApiVersionsRequest())
         self.broker_versions = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
+        if sasl is not None:
+            try:
+                authenticate_blocking(lambda key, version, request: self._call_version(key, version, lambda m: request),
+                                      sasl, min(2, self.broker_versions.get(SASL_AUTHENTICATE, (0, 0))[1]))
+            except SaslClientError:
+                self._sock.close()
+                raise
 
     def version_for(self, api_key: int) -> int:
         """Highest version of ``api_key`` supported by kio, the cap and the broker."""

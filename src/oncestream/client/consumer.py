@@ -51,6 +51,7 @@ from oncestream.client.message import (
     Message,
     TopicPartition,
 )
+from oncestream.client.sasl import SaslCredentials
 from oncestream.client.tls import ssl_context_for
 
 TP = tuple[str, int]
@@ -91,6 +92,7 @@ class Consumer:
             reconnect_backoff_max_ms=c["reconnect.backoff.max.ms"],
             metadata_max_age_ms=c["metadata.max.age.ms"],
             allow_auto_create_topics=c["allow.auto.create.topics"],
+            sasl=SaslCredentials.from_config(c),
             ssl_context=ssl_context_for(c),
         )
         # Shared with the fetcher; structure changes happen under _state_lock.

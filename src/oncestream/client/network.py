@@ -25,7 +25,8 @@ from typing import Any
 from kio.schema.index import api_key_map
 
 from oncestream.client.errors import BrokerResponseError, ClientInvariantError, ConnectionLostError, RequestTimedOutError
-from oncestream.protocol.api_keys import API_VERSIONS_KEY, PRODUCE
+from oncestream.client.sasl import REAUTH_AT_LIFETIME_SHARE, SaslClientError, SaslCredentials, authenticate_async
+from oncestream.protocol.api_keys import API_VERSIONS_KEY, PRODUCE, SASL_AUTHENTICATE
 from oncestream.protocol.codec import reader_for, writer_for
 from oncestream.protocol.length_guard import check_array_lengths
 from oncestream.protocol.schemas import kio_versions, request_class, request_module, response_class
@@ -60,9 +61,14 @@ class Connection(asyncio.BufferedProtocol):
     """A pipelined connection; ``send`` returns a future resolved with the decoded response."""
 
     def __init__(self, host: str, port: int, *, node_id: int, client_id: str,
-                 request_timeout_s: float = 30.0, ssl_context: ssl.SSLContext | None = None) -> None:
+                 request_timeout_s: float = 30.0, ssl_context: ssl.SSLContext | None = None,
+                 sasl: SaslCredentials | None = None) -> None:
         self.host, self.port, self.node_id = host, port, node_id
-        self.ssl_context = ssl_context  # TLS (client/tls.py) when security.protocol asks for it
+        # TLS (client/tls.py) when security.protocol is ssl or sasl_ssl; SASL (client/sasl.py)
+        # over it after ApiVersions when it is sasl_plaintext or sasl_ssl.
+        self.ssl_context = ssl_context
+        self._sasl = sasl
+        self._reauth_task: asyncio.Task | None = None  # KIP-368 re-authentication in progress
         self.request_timeout_s = request_timeout_s
         self._client_id = client_id.encode()
         self._transport: asyncio.Transport | None = None
@@ -118,6 +124,36 @@ class Connection(asyncio.BufferedProtocol):
         self.finalized_features = {
             f.name: int(f.max_version_level) for f in getattr(response, "finalized_features", ()) or ()
         }
+        if self._sasl is not None:
+            await self._authenticate(self._sasl, timeout_s)
+
+    async def _authenticate(self, creds: SaslCredentials, timeout_s: float) -> None:
+        """SASL right after ApiVersions (client/sasl.py); a refusal closes the connection and
+        surfaces as ConnectionLostError naming the reason."""
+        async def send(api_key: int, version: int, request: Any) -> Any:
+            return await asyncio.wait_for(self.send(api_key, version, request), timeout_s)
+
+        try:
+            lifetime_ms = await authenticate_async(send, creds, self.version_for(SASL_AUTHENTICATE, 2))
+        except (SaslClientError, TimeoutError, BrokerResponseError, ConnectionLostError) as exc:
+            self.close(ConnectionLostError(f"SASL authentication failed: {exc}"))
+            raise ConnectionLostError(f"{self.host}:{self.port}: SASL authentication failed: {exc}") from exc
+        if lifetime_ms > 0 and not self.closed:
+            # KIP-368: re-authenticate on this connection before the broker's session ends
+            # (past it the broker closes the connection at our next request).
+            loop = asyncio.get_running_loop()
+            loop.call_later(lifetime_ms * REAUTH_AT_LIFETIME_SHARE / 1000, self._start_reauthentication,
+                            creds, timeout_s)
+
+    def _start_reauthentication(self, creds: SaslCredentials, timeout_s: float) -> None:
+        if not self.closed:
+            self._reauth_task = asyncio.get_running_loop().create_task(self._reauthenticate(creds, timeout_s))
+
+    async def _reauthenticate(self, creds: SaslCredentials, timeout_s: float) -> None:
+        try:
+            await self._authenticate(creds, timeout_s)
+        except ConnectionLostError:
+            pass  # _authenticate closed the connection: its pending requests fail and are retried
 
     async def _create_connection(self, loop: asyncio.AbstractEventLoop) -> object:
         if self.ssl_context is None:

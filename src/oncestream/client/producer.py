@@ -43,6 +43,7 @@ from oncestream.client.message import ConsumerGroupMetadata, TopicPartition
 from oncestream.client.partitioner import key_partitioner, null_key_partition
 from oncestream.client.prepared_txn import PreparedTxnState
 from oncestream.client.record_batch_builder import encode_headers
+from oncestream.client.sasl import SaslCredentials
 from oncestream.client.sender import Sender
 from oncestream.client.tls import ssl_context_for
 from oncestream.client.transactions import TransactionManager
@@ -108,6 +109,7 @@ class Producer:
             reconnect_backoff_max_ms=c["reconnect.backoff.max.ms"],
             metadata_max_age_ms=c["metadata.max.age.ms"],
             allow_auto_create_topics=c["allow.auto.create.topics"],
+            sasl=SaslCredentials.from_config(c),
             ssl_context=ssl_context_for(c),
         )
         self._acc = RecordAccumulator(

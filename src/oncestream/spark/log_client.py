@@ -19,6 +19,7 @@ from kio.schema.errors import ErrorCode
 
 from oncestream.client.cluster import parse_bootstrap_list
 from oncestream.client.connection import BrokerConnection, BrokerUnreachableError
+from oncestream.client.sasl import SaslCredentials
 from oncestream.client.tls import ssl_context_for
 from oncestream.protocol.api_keys import CREATE_TOPICS, FETCH, LIST_OFFSETS, LIST_TRANSACTIONS, METADATA, PRODUCE
 from oncestream.protocol.codec import build
@@ -59,8 +60,9 @@ class ClientSettings:
     fetch_max_bytes: int = 50 * 1024 * 1024
     partition_fetch_max_bytes: int = DEFAULT_PARTITION_FETCH_BYTES
     fetch_max_wait_ms: int = 500
-    # security.protocol and ssl.* as given (strings, so the settings pickle to the tasks); each
-    # LogClient builds its SSL context from them (client/tls.py).
+    # security.protocol, ssl.* and sasl.* as given (strings, so the settings pickle to the
+    # tasks); each LogClient builds its SSL context (client/tls.py) and SASL credentials
+    # (client/sasl.py) from them: TLS first, then SASL on sasl_ssl.
     security: tuple[tuple[str, str], ...] = ()
 
     @classmethod
@@ -126,14 +128,16 @@ class LogClient:
         self._by_node: dict[int, BrokerConnection] = {}
         self._brokers: dict[int, tuple[str, int]] = {}
         self._leaders: dict[TopicPartition, int] = {}
-        self._ssl_context = ssl_context_for(dict(self.settings.security))
+        security = dict(self.settings.security)
+        self._ssl_context = ssl_context_for(security)
+        self._sasl = SaslCredentials.from_config(security)
 
     # --- connections ------------------------------------------------------------------------
 
     def _connect(self, host: str, port: int) -> BrokerConnection:
         # Fetch v13+ names topics by id; the connector names them, so it stays at v12.
         return BrokerConnection(host, port, client_id=self._client_id, timeout_s=self._timeout_s,
-                                max_versions={FETCH: 12}, ssl_context=self._ssl_context)
+                                max_versions={FETCH: 12}, ssl_context=self._ssl_context, sasl=self._sasl)
 
     def any_connection(self) -> BrokerConnection:
         """A connection to some broker (the first bootstrap server that answers)."""

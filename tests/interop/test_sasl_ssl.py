@@ -1,0 +1,261 @@
+"""SASL over TLS (issue 14: TLS listeners and SASL together) and ACLs on SASL principals.
+
+One broker for the module with three listeners: SASL_SSL (TLS handshake, then SASL PLAIN /
+SCRAM-SHA-256 / SCRAM-SHA-512), MTLS (SASL_SSL whose clients must also present a certificate:
+the principal is still the SASL one, as in Kafka) and SASLP (SASL_PLAINTEXT). ACLs are on:
+``User:admin`` is a super user. librdkafka, kafka-python and our client produce, consume and
+commit a transaction over SASL_SSL with each mechanism; an ACL for ``User:alice`` allows and
+denies what it says over SASL_PLAINTEXT.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from confluent_kafka import Consumer as CkConsumer
+from confluent_kafka import KafkaError as CkKafkaError
+from confluent_kafka import Producer as CkProducer
+from confluent_kafka.admin import (
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    NewTopic,
+    ResourcePatternType,
+    ResourceType,
+)
+
+from oncestream.client import Consumer, Producer, TopicPartition
+from oncestream.client.connection import BrokerConnection
+from oncestream.client.sasl import SaslClientError, SaslCredentials
+from oncestream.client.tls import ssl_context_for
+from tests.support.brokers import BrokerProcess
+from tests.support.certs import Pki, make_pki
+from tests.support.sasl import (
+    ALL_MECHANISMS,
+    MECHANISM_USERS,
+    PLAIN_USERS,
+    add_scram_users,
+    plain_jaas,
+    sasl_broker_config,
+)
+
+pytestmark = pytest.mark.interop
+
+TIMEOUT_S = 60.0
+ADMIN = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
+         "sasl.username": "admin", "sasl.password": PLAIN_USERS["admin"]}
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    return make_pki(tmp_path_factory.mktemp("pki"))
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory, pki: Pki) -> Iterator[BrokerProcess]:
+    data_dir = tmp_path_factory.mktemp("sasl-ssl-broker") / "data"
+    data_dir.mkdir(parents=True)
+    add_scram_users(data_dir, {"scram-alice": MECHANISM_USERS["SCRAM-SHA-256"][1]})
+    jaas = plain_jaas(PLAIN_USERS)
+    config = sasl_broker_config({
+        "listeners": "SASL_SSL://127.0.0.1:0,MTLS://127.0.0.1:0,SASLP://127.0.0.1:0",
+        "listener.security.protocol.map": "SASL_SSL:SASL_SSL,MTLS:SASL_SSL,SASLP:SASL_PLAINTEXT",
+        "listener.name.sasl_ssl.plain.sasl.jaas.config": jaas,
+        "listener.name.mtls.plain.sasl.jaas.config": jaas,
+        "listener.name.saslp.plain.sasl.jaas.config": jaas,
+        "listener.name.mtls.ssl.client.auth": "required",
+        "ssl.keystore.type": "PEM",
+        "ssl.keystore.location": str(pki.server_keystore),
+        "ssl.truststore.type": "PEM",
+        "ssl.truststore.location": str(pki.ca),
+        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        "super.users": "User:admin",
+        # The SASL users below may do everything they are not denied: this module tests
+        # transport and identity; the ACL test denies explicitly.
+        "allow.everyone.if.no.acl.found": "true",
+    })
+    process = BrokerProcess(data_dir=data_dir, config=config)
+    process.start()
+    try:
+        yield process
+    finally:
+        process.stop()
+
+
+def _sasl_ssl_conf(broker: BrokerProcess, pki: Pki, mechanism: str, listener: str = "SASL_SSL") -> dict[str, str]:
+    user, password = MECHANISM_USERS[mechanism]
+    return {"bootstrap.servers": broker.listener_bootstrap(listener), "security.protocol": "SASL_SSL",
+            "ssl.ca.location": str(pki.ca), "sasl.mechanism": mechanism, "sasl.username": user,
+            "sasl.password": password}
+
+
+def _ck_read(conf: dict, topic: str, count: int) -> list[bytes]:
+    consumer = CkConsumer({**conf, "group.id": f"g-{uuid.uuid4().hex[:8]}", "auto.offset.reset": "earliest",
+                           "isolation.level": "read_committed", "enable.auto.commit": False})
+    consumer.subscribe([topic])
+    values: list[bytes] = []
+    deadline = time.monotonic() + TIMEOUT_S
+    try:
+        while len(values) < count and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            assert msg.error() is None, msg.error()
+            values.append(msg.value())
+    finally:
+        consumer.close()
+    return values
+
+
+# -- librdkafka, kafka-python and our client over SASL_SSL ----------------------------------------
+@pytest.mark.parametrize("mechanism", ALL_MECHANISMS)
+def test_librdkafka_produces_consumes_and_commits_a_transaction_over_sasl_ssl(
+        broker: BrokerProcess, pki: Pki, mechanism: str) -> None:
+    conf = _sasl_ssl_conf(broker, pki, mechanism)
+    topic = f"saslssl-ck-{uuid.uuid4().hex[:8]}"
+    producer = CkProducer({**conf, "linger.ms": 5})
+    for i in range(10):
+        producer.produce(topic, f"plain-{i}".encode())
+    assert producer.flush(TIMEOUT_S) == 0
+    txn = CkProducer({**conf, "transactional.id": f"saslssl-txn-{uuid.uuid4().hex[:8]}"})
+    txn.init_transactions(TIMEOUT_S)
+    txn.begin_transaction()
+    txn.produce(topic, b"aborted")
+    txn.abort_transaction(TIMEOUT_S)
+    txn.begin_transaction()
+    for i in range(5):
+        txn.produce(topic, f"txn-{i}".encode())
+    txn.commit_transaction(TIMEOUT_S)
+    assert _ck_read(conf, topic, 15) == [f"plain-{i}".encode() for i in range(10)] + [
+        f"txn-{i}".encode() for i in range(5)]
+
+
+@pytest.mark.parametrize("mechanism", ALL_MECHANISMS)
+def test_kafka_python_produces_consumes_and_commits_a_transaction_over_sasl_ssl(
+        broker: BrokerProcess, pki: Pki, mechanism: str) -> None:
+    from kafka import KafkaConsumer, KafkaProducer
+
+    user, password = MECHANISM_USERS[mechanism]
+    args = {"security_protocol": "SASL_SSL", "ssl_cafile": str(pki.ca), "ssl_check_hostname": True,
+            "sasl_mechanism": mechanism, "sasl_plain_username": user, "sasl_plain_password": password}
+    bootstrap = broker.listener_bootstrap("SASL_SSL")
+    topic = f"saslssl-kp-{uuid.uuid4().hex[:8]}"
+    producer = KafkaProducer(bootstrap_servers=bootstrap, transactional_id=f"kp-{uuid.uuid4().hex[:8]}", **args)
+    try:
+        producer.init_transactions()
+        producer.begin_transaction()
+        producer.send(topic, b"aborted")
+        producer.abort_transaction()
+        producer.begin_transaction()
+        for i in range(5):
+            producer.send(topic, f"kp-{i}".encode())
+        producer.commit_transaction()
+    finally:
+        producer.close()
+    consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
+                             isolation_level="read_committed", enable_auto_commit=False,
+                             consumer_timeout_ms=int(TIMEOUT_S * 1000), **args)
+    values: list[bytes] = []
+    try:
+        for message in consumer:
+            values.append(message.value)
+            if len(values) == 5:
+                break
+    finally:
+        consumer.close()
+    assert values == [f"kp-{i}".encode() for i in range(5)]
+
+
+@pytest.mark.parametrize("mechanism", ALL_MECHANISMS)
+def test_our_client_produces_consumes_and_commits_a_transaction_over_sasl_ssl(
+        broker: BrokerProcess, pki: Pki, mechanism: str) -> None:
+    # The MTLS listener wants a client certificate as well: TLS with alice's certificate, then SASL.
+    conf = {**_sasl_ssl_conf(broker, pki, mechanism, "MTLS"), "ssl.certificate.location": str(pki.alice.cert),
+            "ssl.key.location": str(pki.alice.key)}
+    topic = f"saslssl-os-{uuid.uuid4().hex[:8]}"
+    producer = Producer({**conf, "transactional.id": f"os-{uuid.uuid4().hex[:8]}"})
+    producer.init_transactions(TIMEOUT_S)
+    producer.begin_transaction()
+    producer.produce(topic, b"aborted")
+    producer.abort_transaction(TIMEOUT_S)
+    producer.begin_transaction()
+    for i in range(5):
+        producer.produce(topic, f"os-{i}".encode())
+    producer.commit_transaction(TIMEOUT_S)
+    consumer = Consumer({**conf, "group.id": f"g-{uuid.uuid4().hex[:8]}", "isolation.level": "read_committed"})
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    values: list[bytes] = []
+    deadline = time.monotonic() + TIMEOUT_S
+    try:
+        while len(values) < 5 and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is not None:
+                assert msg.error() is None, msg.error()
+                values.append(msg.value())
+    finally:
+        consumer.close()
+    assert values == [f"os-{i}".encode() for i in range(5)]
+    # ... and librdkafka reads the same over the other SASL_SSL listener.
+    assert _ck_read(_sasl_ssl_conf(broker, pki, mechanism), topic, 5) == values
+
+
+def test_blocking_connection_does_tls_then_sasl_and_refuses_a_wrong_password(broker: BrokerProcess, pki: Pki) -> None:
+    host, port = broker.listener_bootstrap("SASL_SSL").rsplit(":", 1)
+    tls = ssl_context_for({"security.protocol": "sasl_ssl", "ssl.ca.location": str(pki.ca)})
+    with BrokerConnection(host, int(port), ssl_context=tls,
+                          sasl=SaslCredentials("SCRAM-SHA-512", "scram-alice", MECHANISM_USERS["SCRAM-SHA-512"][1])):
+        pass
+    with pytest.raises(SaslClientError):
+        BrokerConnection(host, int(port), ssl_context=tls, sasl=SaslCredentials("SCRAM-SHA-512", "scram-alice", "no"))
+
+
+# -- an ACL on a SASL principal (SASL_PLAINTEXT) --------------------------------------------------
+def test_acl_on_a_sasl_principal_allows_and_denies_over_sasl_plaintext(broker: BrokerProcess, pki: Pki) -> None:
+    """alice (PLAIN) may write the topic an ALLOW names and is refused the one a DENY names; the
+    decision follows the SASL principal ``User:alice``, not the connection."""
+    bootstrap = broker.listener_bootstrap("SASLP")
+    allowed, denied = f"alice-ok-{uuid.uuid4().hex[:8]}", f"alice-no-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": bootstrap, **ADMIN})
+    for future in admin.create_topics([NewTopic(allowed, 1, 1), NewTopic(denied, 1, 1)]).values():
+        future.result(TIMEOUT_S)
+    bindings = [AclBinding(ResourceType.TOPIC, allowed, ResourcePatternType.LITERAL, "User:alice", "*",
+                           AclOperation.WRITE, AclPermissionType.ALLOW),
+                AclBinding(ResourceType.TOPIC, denied, ResourcePatternType.LITERAL, "User:alice", "*",
+                           AclOperation.ALL, AclPermissionType.DENY)]
+    for future in admin.create_acls(bindings, request_timeout=TIMEOUT_S).values():
+        future.result(timeout=TIMEOUT_S)
+
+    alice = {"bootstrap.servers": bootstrap, "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
+             "sasl.username": "alice", "sasl.password": PLAIN_USERS["alice"]}
+    outcomes: dict[str, object] = {}
+
+    def record(err: CkKafkaError | None, msg: object) -> None:
+        outcomes[msg.topic()] = None if err is None else err.code()  # type: ignore[attr-defined]
+
+    producer = CkProducer({**alice, "message.timeout.ms": 10000, "enable.idempotence": False})
+    producer.produce(allowed, b"yes", on_delivery=record)
+    producer.produce(denied, b"no", on_delivery=record)
+    assert producer.flush(TIMEOUT_S) == 0
+    assert outcomes == {allowed: None, denied: CkKafkaError.TOPIC_AUTHORIZATION_FAILED}
+    # The same ACLs do not bind admin (a super user) on the same listener.
+    admin_conf = {**alice, "sasl.username": "admin", "sasl.password": PLAIN_USERS["admin"]}
+    outcomes.clear()
+    producer = CkProducer({**admin_conf, "message.timeout.ms": 10000})
+    producer.produce(denied, b"admin", on_delivery=record)
+    assert producer.flush(TIMEOUT_S) == 0
+    assert outcomes == {denied: None}
+    assert _ck_read(admin_conf, allowed, 1) == [b"yes"]
+    # On SASL_SSL with a client certificate the principal is still the SASL one (as Kafka): the
+    # certificate's User:CN=alice has no ALLOW on the topic, SASL's User:admin is a super user.
+    outcomes.clear()
+    mtls_admin = {**_sasl_ssl_conf(broker, pki, "PLAIN", "MTLS"), "sasl.username": "admin",
+                  "sasl.password": PLAIN_USERS["admin"], "ssl.certificate.location": str(pki.alice.cert),
+                  "ssl.key.location": str(pki.alice.key)}
+    producer = CkProducer({**mtls_admin, "message.timeout.ms": 10000})
+    producer.produce(denied, b"admin-over-mtls", on_delivery=record)
+    assert producer.flush(TIMEOUT_S) == 0
+    assert outcomes == {denied: None}
