@@ -169,7 +169,8 @@ def test_executor_sigkilled_mid_write_output_exactly_once(spark_cluster, eos_bro
     try:
         # Neither task can finish before ``release`` exists: two open transactions of attempt 0
         # mean both tasks run, one on each single-core executor.
-        wait_until(lambda: {t[0].rsplit("-", 2)[1] for t in _ongoing(bootstrap, str(query.id))} == {"0", "1"},
+        # Ids are <prefix>-<query>-<slot>-<partition>-<attempt>-<k> (spark/sink.py transactional_id).
+        wait_until(lambda: {t[0].rsplit("-", 3)[1] for t in _ongoing(bootstrap, str(query.id))} == {"0", "1"},
                    GATE_WAIT_S, "both write tasks of batch 0 to have open transactions")
         victim_id, victim_pid = sorted(before.items())[0]
         os.kill(victim_pid, signal.SIGKILL)
