@@ -265,6 +265,13 @@ class LogCleaner:
                 compaction.delete_cleaned_files(leftover)
             partition_log.cancel_compaction(plan)
             raise
+        except compaction.StalePlan as exc:
+            # Retention, DeleteRecords or a topic deletion removed a planned segment before the
+            # build read it: the log changed, not a fault of this partition. The build removed
+            # its files; the next pass plans afresh.
+            partition_log.cancel_compaction(plan)
+            log.info("log cleaner: %s changed while being cleaned, abandoning: %s", partition_log.directory, exc)
+            return False
         except BaseException:
             partition_log.cancel_compaction(plan)
             if partition_log.closed:
@@ -272,7 +279,14 @@ class LogCleaner:
                 log.info("log cleaner: %s went away while being cleaned", partition_log.directory)
                 return False
             raise
-        installed = partition_log.install_cleaned(result, self.clock_ms())
+        try:
+            installed = partition_log.install_cleaned(result, self.clock_ms())
+        except BaseException:
+            # Without this the log would keep a plan nobody builds and never be a candidate again.
+            # (install_cleaned removes its own .cleaned files before the commit point; after it,
+            # they belong to the swap that the next open finishes.)
+            partition_log.cancel_compaction(plan)
+            raise
         if installed:
             self.cleaned_count += 1
         return installed

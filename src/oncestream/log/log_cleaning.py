@@ -3,7 +3,7 @@
 Split from ``partition_log`` to keep that module about appends, reads and retention;
 ``PartitionLog`` inherits it. The rules (what a clean keeps, tombstones, transactions) and the
 crash-safe swap protocol are in ``compaction``; this class takes the plan on the log's thread
-(duplicated descriptors of sealed, immutable segments), and installs the cleaned segments back on
+(paths and file identities of sealed, immutable segments, no descriptors), and installs the cleaned segments back on
 it, discarding a result whose plan no longer holds (retention, DeleteRecords or a config change
 got there first).
 """
@@ -11,7 +11,6 @@ got there first).
 from __future__ import annotations
 
 import logging
-import os
 import pathlib
 from typing import TYPE_CHECKING
 
@@ -78,9 +77,11 @@ class CleanableLog:
     ) -> compaction.CompactionPlan | None:
         """Snapshot what a clean would rewrite (None if ``compaction_candidate`` says no).
 
-        The plan holds duplicated descriptors of the sealed segments below the first uncleanable
-        offset; hand it to ``compaction.build_cleaned`` (any thread), then the result to
-        ``install_cleaned``, or give the plan back with ``cancel_compaction``. One plan at a time.
+        The plan names the sealed segments below the first uncleanable offset by path and file
+        identity and holds no descriptor, so a log of thousands of segments stays under the
+        broker's open-files bound; ``compaction.build_cleaned`` (any thread) opens them one at a
+        time. Hand the result to ``install_cleaned``, or give the plan back with
+        ``cancel_compaction``. One plan at a time.
         """
         candidate = self.compaction_candidate(now_ms)
         if candidate is None:
@@ -88,15 +89,13 @@ class CleanableLog:
         planned = [s for s in self._segments if s.base_offset < candidate.first_uncleanable_offset]
         if not (planned and self._segments[-1] not in planned):
             raise LogInvariantError("the active segment is never cleaned")
-        snapshots: list[compaction.SegmentSnapshot] = []
         try:
-            for segment in planned:
-                snapshots.append(
-                    compaction.SegmentSnapshot(segment.base_offset, segment.next_offset, segment.size_bytes, segment.dup_fd())
-                )
+            snapshots = [
+                compaction.SegmentSnapshot.of_file(segment.base_offset, segment.next_offset, segment.size_bytes,
+                                                   segment.log_path)
+                for segment in planned
+            ]
         except OSError as exc:
-            for snapshot in snapshots:
-                os.close(snapshot.fd)
             raise StorageError(f"cannot plan compaction of {self.directory}: {exc}") from exc
         plan = compaction.CompactionPlan(
             directory=self.directory,
@@ -126,8 +125,9 @@ class CleanableLog:
         return plan
 
     def cancel_compaction(self, plan: compaction.CompactionPlan) -> None:
-        """Give back a plan that will not be installed (the build failed or was cancelled)."""
-        plan.release()
+        """Give back a plan that will not be installed (the build failed, was cancelled or went
+        stale, or installing it failed before taking it). Idempotent; a plan already taken or
+        replaced by another one is left alone."""
         if self._cleaning is plan:
             self._cleaning = None
             self._cleaning_segments = []
