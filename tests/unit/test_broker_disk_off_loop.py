@@ -49,6 +49,7 @@ class ControlledDisk:
         self.hold = False
         self.fail = False
         self.held = threading.Event()  # a held call is waiting
+        self.held_suffix = ".log"  # which files hold and fail apply to (by path suffix)
         self.release = threading.Event()
         self._lock = threading.Lock()
 
@@ -56,7 +57,7 @@ class ControlledDisk:
         path = os.readlink(f"/proc/self/fd/{fd}")
         size = os.fstat(fd).st_size
         self._record("fdatasync called", path, size)
-        if path.endswith(".log"):
+        if path.endswith(self.held_suffix):
             if self.hold:
                 self.held.set()
                 if not self.release.wait(WAIT_S):
@@ -383,3 +384,55 @@ def test_metadata_auto_creation_runs_off_the_loop(broker: InProcessBroker, monke
     assert meanwhile == {"auto": LEADER_NOT_AVAILABLE}
     assert created == {"auto": 0}
     assert "auto" in broker.state.logs.topics()
+
+
+API_DELETE_RECORDS = 21
+
+
+def _delete_records_v0(topic: str, partition: int, before_offset: int) -> bytes:
+    return (int32(1) + nullable_string(topic) + int32(1) + int32(partition) + struct.pack(">q", before_offset)
+            + int32(30_000))
+
+
+def _parse_delete_records_v0(body: bytes) -> tuple[int, int, int]:
+    """(correlation id, low watermark, error code) of a one-partition DeleteRecords v0 answer."""
+    correlation_id, _throttle, _topics, name_length = struct.unpack_from(">iiih", body)
+    position = 14 + name_length + 4  # past the topic name and the partitions array's length
+    _partition, low_watermark, error_code = struct.unpack_from(">iqh", body, position)
+    return correlation_id, low_watermark, error_code
+
+
+def test_delete_records_writes_its_checkpoint_off_the_loop_and_deletes_segments_after_it(
+    broker: InProcessBroker, disk: ControlledDisk,
+) -> None:
+    """Issue 10 point 5: DeleteRecords' checkpoint fsync runs on a disk thread. While it is held
+    the loop answers another client's Fetch and ApiVersions, the DeleteRecords waits, and no
+    segment below the new log start is deleted yet (the checkpoint is durable first)."""
+    rolling = broker.state.logs.get("rolling", 0)
+    for i in range(5):
+        rolling.append(record_batch([b"r%d" % i], timestamp_ms=i), i)
+    directory = rolling.directory
+    segments_before = sorted(path.name for path in directory.glob("*.log"))
+    assert len(segments_before) >= 5
+    disk.held_suffix = "partition.checkpoint.tmp"
+    disk.hold = True
+    with broker.connect() as admin, broker.connect() as consumer:
+        admin.send(frame(request_header(API_DELETE_RECORDS, 0, 1, flexible=False) + _delete_records_v0("rolling", 0, 3)))
+        assert disk.held.wait(WAIT_S)
+        fetched = parse_fetch_response(
+            consumer.request(API_FETCH, FETCH_VERSION, 2,
+                             fetch_request_body(FETCH_VERSION, "plain", 0, 0, max_wait_ms=0, min_bytes=1)),
+            FETCH_VERSION,
+        )
+        versions = consumer.request(18, 0, 3, b"")  # ApiVersions v0
+        assert not disk.release.is_set() and not _answer_waiting(admin)
+        assert sorted(path.name for path in directory.glob("*.log")) == segments_before
+        disk.release.set()
+        answer = _parse_delete_records_v0(admin.recv_frame())
+    assert fetched.correlation_id == 2 and b"already there" in fetched.partitions[0].records
+    assert struct.unpack_from(">ih", versions) == (3, 0)
+    assert answer == (1, 3, 0)
+    segments_after = sorted(path.name for path in directory.glob("*.log"))
+    assert segments_after == segments_before[3:]
+    names = [(what, Path(path).name) for what, path, _ in disk.events]
+    assert ("fdatasync returned", "partition.checkpoint.tmp") in names
