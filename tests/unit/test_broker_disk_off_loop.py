@@ -436,3 +436,36 @@ def test_delete_records_writes_its_checkpoint_off_the_loop_and_deletes_segments_
     assert segments_after == segments_before[3:]
     names = [(what, Path(path).name) for what, path, _ in disk.events]
     assert ("fdatasync returned", "partition.checkpoint.tmp") in names
+
+
+def test_alter_configs_writes_the_topic_metadata_off_the_loop_and_applies_it_after(
+    broker: InProcessBroker, disk: ControlledDisk,
+) -> None:
+    """Issue 10 point 5: AlterConfigs' metadata file is written and fsynced on a disk thread.
+    While that fsync is held the loop answers another client's Fetch, the AlterConfigs waits,
+    and the logs keep their old config until the new one is durable."""
+    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
+
+    plain = broker.state.logs.get("plain", 0)
+    old_retention_ms = plain.config.retention_ms
+    disk.held_suffix = ".json.tmp"  # the topic metadata file's temporary sibling
+    disk.hold = True
+    admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{broker.port}"})
+    entry = ConfigEntry("retention.ms", "123456", incremental_operation=AlterConfigOpType.SET)
+    resource = ConfigResource(ConfigResource.Type.TOPIC, "plain", incremental_configs=[entry])
+    [future] = admin.incremental_alter_configs([resource], request_timeout=WAIT_S).values()
+    assert disk.held.wait(WAIT_S)
+    with broker.connect() as consumer:
+        fetched = parse_fetch_response(
+            consumer.request(API_FETCH, FETCH_VERSION, 2,
+                             fetch_request_body(FETCH_VERSION, "plain", 0, 0, max_wait_ms=0, min_bytes=1)),
+            FETCH_VERSION,
+        )
+    assert not disk.release.is_set() and not future.done()
+    assert plain.config.retention_ms == old_retention_ms, "applied only once durable"
+    disk.release.set()
+    future.result(timeout=WAIT_S)
+    assert fetched.correlation_id == 2 and b"already there" in fetched.partitions[0].records
+    assert plain.config.retention_ms == 123456
+    assert broker.state.logs.topics()["plain"].configs == {"retention.ms": "123456"}
+    assert any(what == "fdatasync returned" and path.endswith(".json.tmp") for what, path, _ in disk.events)
