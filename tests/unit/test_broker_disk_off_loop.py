@@ -21,6 +21,7 @@ import pytest
 from oncestream.broker.config import BrokerConfig
 from oncestream.broker.server import BrokerServer
 from oncestream.broker.state import BrokerState
+from oncestream.log.manager import TOPICS_DIR
 from tests.support.wire import (
     ResponseReader,
     WireConnection,
@@ -469,3 +470,35 @@ def test_alter_configs_writes_the_topic_metadata_off_the_loop_and_applies_it_aft
     assert plain.config.retention_ms == 123456
     assert broker.state.logs.topics()["plain"].configs == {"retention.ms": "123456"}
     assert any(what == "fdatasync returned" and path.endswith(".json.tmp") for what, path, _ in disk.events)
+
+
+def test_delete_topics_fsyncs_off_the_loop_and_removes_the_files_after(
+    broker: InProcessBroker, disk: ControlledDisk,
+) -> None:
+    """Issue 10 point 5: DeleteTopics' directory fsync (the metadata unlink made durable) runs on
+    a disk thread. While it is held the loop answers another client's Fetch, the deletion waits,
+    and the topic's files stay until the unlink is durable."""
+    from confluent_kafka.admin import AdminClient
+
+    logs = broker.state.logs
+    doomed = logs.create_topic("doomed", 1, {}).name
+    directory = logs.get(doomed, 0).directory
+    topics_dir = logs.data_dir / TOPICS_DIR  # where the topic metadata files are
+    assert topics_dir.is_dir()
+    disk.held_suffix = str(topics_dir)
+    disk.hold = True
+    admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{broker.port}"})
+    [future] = admin.delete_topics([doomed], request_timeout=WAIT_S).values()
+    assert disk.held.wait(WAIT_S)
+    with broker.connect() as consumer:
+        fetched = parse_fetch_response(
+            consumer.request(API_FETCH, FETCH_VERSION, 2,
+                             fetch_request_body(FETCH_VERSION, "plain", 0, 0, max_wait_ms=0, min_bytes=1)),
+            FETCH_VERSION,
+        )
+    assert not disk.release.is_set() and not future.done()
+    assert directory.is_dir() and doomed in logs.topics(), "nothing removed before the unlink is durable"
+    disk.release.set()
+    future.result(timeout=WAIT_S)
+    assert fetched.correlation_id == 2 and b"already there" in fetched.partitions[0].records
+    assert doomed not in logs.topics() and not directory.exists()

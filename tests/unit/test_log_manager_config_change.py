@@ -55,3 +55,24 @@ def test_a_failed_write_keeps_the_old_configs_and_frees_the_topic(logs: LogManag
     assert logs.topics()["t"].configs == {}
     logs.alter_topic_configs("t", {"retention.ms": "2000"})
     assert logs.get("t", 0).config.retention_ms == 2000
+
+
+def test_a_topic_being_deleted_cannot_be_altered_and_goes_only_when_finished(logs: LogManager) -> None:
+    deletion = logs.begin_delete_topic("t")
+    with pytest.raises(InvalidRequestError):
+        logs.begin_alter_topic_configs("t", {"retention.ms": "1000"})
+    deletion.run()
+    assert "t" in logs.topics() and logs.get("t", 0).directory.is_dir()  # still served
+    logs.finish_delete_topic(deletion)
+    assert "t" not in logs.topics()
+
+
+def test_a_failed_deletion_keeps_the_topic(logs: LogManager) -> None:
+    deletion = logs.begin_delete_topic("t")
+    deletion.path.unlink()  # the unlink will fail
+
+    with pytest.raises(StorageError):
+        deletion.run()
+    logs.abort_delete_topic(deletion)
+    assert "t" in logs.topics()
+    logs.alter_topic_configs("t", {"retention.ms": "1000"})  # reservation released

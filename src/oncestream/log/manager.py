@@ -31,6 +31,7 @@ from oncestream.errors import (
     InvalidRequestError,
     InvalidTopicError,
     KafkaError,
+    LogInvariantError,
     StorageError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
@@ -161,6 +162,26 @@ class TopicConfigChange:
             raise StorageError(f"cannot persist configs of {self.info.name!r}: {exc}") from exc
 
 
+@dataclass(slots=True)
+class TopicDeletion:
+    """A topic whose metadata file is still to be removed (``run``, any thread).
+
+    The order is the one the owner's thread kept: the unlink is made durable (directory fsync)
+    before any log closes or any partition directory is removed, so a crash in between leaves
+    either the whole topic or orphan directories that the next start removes."""
+
+    info: TopicInfo
+    path: Path
+
+    def run(self, fsync: Callable[[int], None] | None = None) -> None:
+        """Remove the metadata file durably; StorageError on failure."""
+        try:
+            self.path.unlink()
+            fsync_directory(self.path.parent, fsync=fsync)
+        except OSError as exc:
+            raise StorageError(f"cannot delete topic {self.info.name!r}: {exc}") from exc
+
+
 class LogManager:
     """Creates, opens, alters and deletes topics and hands out their partition logs."""
 
@@ -174,6 +195,7 @@ class LogManager:
         self._logs: dict[tuple[str, int], PartitionLog] = {}
         self._creating: dict[str, TopicCreation] = {}  # names reserved by unfinished creations
         self._altering: dict[str, TopicConfigChange] = {}  # topics whose new metadata is being written
+        self._deleting: dict[str, TopicDeletion] = {}  # topics whose metadata is being removed
         self._closed = False
         # Latest broker time seen (open/tick); new partitions start their clocks from it.
         self._now_ms = 0
@@ -352,15 +374,37 @@ class LogManager:
             del self._creating[creation.info.name]
 
     def delete_topic(self, name: str) -> None:
-        """DeleteTopics: forget the topic (durably) and remove its files."""
+        """DeleteTopics: forget the topic (durably) and remove its files, all on the calling
+        thread (``begin_delete_topic`` splits it so the fsync can run elsewhere)."""
+        deletion = self.begin_delete_topic(name)
+        try:
+            deletion.run()
+        except BaseException:
+            self.abort_delete_topic(deletion)
+            raise
+        self.finish_delete_topic(deletion)
+
+    def begin_delete_topic(self, name: str) -> TopicDeletion:
+        """Step 1 of DeleteTopics, on the owner's thread: reserve the topic (deleting, growing
+        or altering it is refused with "retry" until ``finish_delete_topic`` or
+        ``abort_delete_topic``; it keeps being served meanwhile). The returned job's ``run()``
+        removes its metadata file durably on any thread (the broker: a disk thread)."""
         self._check_open()
         info = self._topic(name)
         self._check_not_growing(name)
-        try:
-            self._metadata_path(info).unlink()
-            fsync_directory(self._topics_dir)
-        except OSError as exc:
-            raise StorageError(f"cannot delete topic {name!r}: {exc}") from exc
+        deletion = TopicDeletion(info, self._metadata_path(info))
+        self._deleting[name] = deletion
+        return deletion
+
+    def finish_delete_topic(self, deletion: TopicDeletion) -> None:
+        """Step 3, after ``deletion.run()`` succeeded (the topic is gone for good on disk): its
+        logs close and its directories are removed."""
+        self.abort_delete_topic(deletion)  # releases the reservation
+        name, info = deletion.info.name, deletion.info
+        if self._closed:
+            return  # gone on disk; the next start removes the orphan directories
+        if self._topics.get(name) is not info:
+            raise LogInvariantError(f"topic {name!r} changed while reserved for deletion")
         del self._topics[name]
         for partition in range(info.num_partitions):
             partition_log = self._logs.pop((name, partition), None)
@@ -368,6 +412,11 @@ class LogManager:
                 partition_log.abandon()
             # A failure here leaves an orphan directory, removed at the next start.
             shutil.rmtree(self._partition_dir(name, partition), ignore_errors=True)
+
+    def abort_delete_topic(self, deletion: TopicDeletion) -> None:
+        """Release the reservation of ``deletion`` (its ``run()`` failed: the topic stays)."""
+        if self._deleting.get(deletion.info.name) is deletion:
+            del self._deleting[deletion.info.name]
 
     def alter_topic_configs(
         self, name: str, configs: Mapping[str, str | None], *, merge: bool = False
@@ -442,6 +491,8 @@ class LogManager:
             raise InvalidRequestError(f"partitions of topic {name!r} are being created; retry")
         if name in self._altering:
             raise InvalidRequestError(f"configs of topic {name!r} are being written; retry")
+        if name in self._deleting:
+            raise InvalidRequestError(f"topic {name!r} is being deleted; retry")
 
     def _topic(self, name: str) -> TopicInfo:
         info = self._topics.get(name)
