@@ -502,3 +502,47 @@ def test_delete_topics_fsyncs_off_the_loop_and_removes_the_files_after(
     future.result(timeout=WAIT_S)
     assert fetched.correlation_id == 2 and b"already there" in fetched.partitions[0].records
     assert doomed not in logs.topics() and not directory.exists()
+
+
+def test_the_cleaner_install_fsyncs_off_the_loop_and_drops_the_manifest_last(
+    tmp_path: Path, disk: ControlledDisk,
+) -> None:
+    """Issue 10 point 5: after a clean's renames, their directory fsync, the checkpoint and the
+    manifest removal run on a disk thread. While held, the loop answers another client's Fetch,
+    the clean is not done, and the committed manifest is still on disk (a crash would redo the
+    swap)."""
+    from oncestream.broker.cleaner import LogCleaner
+    from oncestream.log.compaction import MANIFEST_FILE
+
+    running = InProcessBroker(tmp_path / "data", disk, {"log.cleaner.enable": "false"})
+    try:
+        logs = running.state.logs
+        logs.create_topic("plain", 1, {})
+        logs.get("plain", 0).append(record_batch([b"already there"], timestamp_ms=1), 1)
+        logs.create_topic("table", 1, {"cleanup.policy": "compact", "segment.bytes": "14",
+                                       "min.cleanable.dirty.ratio": "0.01"})
+        table = logs.get("table", 0)
+        for i in range(8):
+            table.append(record_batch([b"v%d" % i], key=b"k%d" % (i % 2), timestamp_ms=1), 1)
+        cleaner = LogCleaner.for_state(running.state)
+        disk.held_suffix = str(table.directory)
+        disk.hold = True
+        cleaning = asyncio.run_coroutine_threadsafe(cleaner.clean_log(table), running._loop)
+        assert disk.held.wait(WAIT_S)
+        with running.connect() as consumer:
+            fetched = parse_fetch_response(
+                consumer.request(API_FETCH, FETCH_VERSION, 2,
+                                 fetch_request_body(FETCH_VERSION, "plain", 0, 0, max_wait_ms=0, min_bytes=1)),
+                FETCH_VERSION,
+            )
+        assert not disk.release.is_set() and not cleaning.done()
+        assert (table.directory / MANIFEST_FILE).exists(), "the manifest goes only after the checkpoint"
+        disk.release.set()
+        assert cleaning.result(WAIT_S) is True
+        cleaner.close()
+        assert fetched.correlation_id == 2 and b"already there" in fetched.partitions[0].records
+        assert not (table.directory / MANIFEST_FILE).exists()
+        assert table.cleaned_offset > 0
+    finally:
+        disk.release.set()
+        running.stop()

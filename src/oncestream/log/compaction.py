@@ -74,7 +74,7 @@ import logging
 import os
 import threading
 from bisect import bisect_right
-from collections.abc import Generator, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -661,8 +661,9 @@ def read_manifest(directory: Path) -> SwapManifest | None:
     return SwapManifest.decode(data)
 
 
-def apply_swap_files(directory: Path, manifest: SwapManifest) -> None:
-    """Put the cleaned files in place and delete the segments they replace (idempotent)."""
+def apply_swap_files(directory: Path, manifest: SwapManifest, *, sync_directory: bool = True) -> None:
+    """Put the cleaned files in place and delete the segments they replace (idempotent).
+    ``sync_directory=False`` leaves the directory fsync to the caller (the install's tail)."""
     for base_offset in manifest.installed_bases:
         # Indexes first and the data file last; a crash in between leaves old data with new
         # indexes only while the manifest exists, and recovery finishes this loop before any
@@ -677,13 +678,14 @@ def apply_swap_files(directory: Path, manifest: SwapManifest) -> None:
             for path in Segment.paths(directory, base_offset):  # .log first
                 _remove(path)
             _remove(directory / offset_file_name(base_offset, TXN_INDEX_SUFFIX))
-    fsync_directory(directory)
+    if sync_directory:
+        fsync_directory(directory)
 
 
-def finish_swap(directory: Path) -> None:
+def finish_swap(directory: Path, *, fsync: Callable[[int], None] | None = None) -> None:
     """The last step, once the cleaned offset is in the checkpoint: drop the manifest."""
     _remove(directory / MANIFEST_FILE)
-    fsync_directory(directory)
+    fsync_directory(directory, fsync=fsync)
 
 
 def remove_leftover_cleaned_files(directory: Path) -> int:
