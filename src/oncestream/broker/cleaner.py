@@ -299,11 +299,12 @@ class LogCleaner:
             raise
         if tail is None:
             return False
-        await self._finish_install(partition_log, tail)
+        if not await self._finish_install(partition_log, tail):
+            return False
         self.cleaned_count += 1
         return True
 
-    async def _finish_install(self, partition_log: PartitionLog, tail: SwapTail) -> None:
+    async def _finish_install(self, partition_log: PartitionLog, tail: SwapTail) -> bool:
         """The install's fsyncs (directory, checkpoint, manifest removal) on the broker's disk
         threads, the loop serving requests meanwhile; the rest back on the loop."""
         executor = self.disk_executor if self.disk_executor is not None else self._executor
@@ -315,8 +316,13 @@ class LogCleaner:
             raise
         except BaseException as exc:
             partition_log.fail_install_cleaned(tail, exc)
+            if partition_log.closed:
+                # The topic was deleted (or the broker is closing) under the tail: not an error.
+                log.info("log cleaner: %s went away while being installed", partition_log.directory)
+                return False
             raise
         partition_log.finish_install_cleaned(tail)
+        return True
 
 
 def _settle_install(partition_log: PartitionLog, tail: SwapTail, running: asyncio.Future[None]) -> None:
