@@ -15,7 +15,7 @@ from oncestream.broker.cleaner import FailureTracker, LogCleaner
 from oncestream.broker.config import BrokerConfig
 from oncestream.broker.state import BrokerState
 from oncestream.errors import InvalidConfigError, StorageError
-from oncestream.log import compaction
+from oncestream.log import compaction, log_cleaning
 from oncestream.protocol.records import NewRecord, decode_batches, encode_batch
 
 T0 = 1_700_000_000_000
@@ -427,3 +427,42 @@ def test_a_failing_install_gives_the_plan_back(state: BrokerState, monkeypatch: 
         assert partition_log.compaction_candidate(state.now_ms()) is not None, "the plan was given back"
     finally:
         cleaner.close()
+
+
+def test_topic_deleted_while_the_install_tail_runs_is_not_a_failure(
+    state: BrokerState, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The install's fsyncs run on the disk threads; a DeleteTopics on the loop meanwhile removes
+    the directory under them. That is the topic going away, not the partition failing."""
+    state.logs.create_topic("table", 1, {"cleanup.policy": "compact"})
+    fill(state, "table", keys=3, rounds=5)
+    partition_log = state.logs.get("table", 0)
+    started = threading.Event()
+    deleted = threading.Event()
+    real_run = log_cleaning.SwapTail.run
+
+    def run_after_deletion(tail, fsync=None):
+        started.set()
+        assert deleted.wait(WAIT_CAP_S)
+        return real_run(tail, fsync)
+
+    monkeypatch.setattr(log_cleaning.SwapTail, "run", run_after_deletion)
+    cleaner = LogCleaner.for_state(state)
+
+    async def scenario() -> int:
+        task = asyncio.ensure_future(cleaner.clean_once())
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + WAIT_CAP_S
+        while not started.is_set() and loop.time() < deadline:
+            await asyncio.sleep(0.01)
+        assert started.is_set()
+        state.logs.delete_topic("table")
+        deleted.set()
+        return await task
+
+    try:
+        assert asyncio.run(scenario()) == 0
+    finally:
+        cleaner.close()
+    assert ("table", 0) not in cleaner.failures.failures
+    assert partition_log.closed and not partition_log.directory.exists()
