@@ -21,6 +21,7 @@ import pytest
 from oncestream.broker.config import BrokerConfig
 from oncestream.broker.server import BrokerServer
 from oncestream.broker.state import BrokerState
+from oncestream.log.manager import TOPICS_DIR
 from tests.support.wire import (
     ResponseReader,
     WireConnection,
@@ -49,6 +50,7 @@ class ControlledDisk:
         self.hold = False
         self.fail = False
         self.held = threading.Event()  # a held call is waiting
+        self.held_suffix = ".log"  # which files hold and fail apply to (by path suffix)
         self.release = threading.Event()
         self._lock = threading.Lock()
 
@@ -56,7 +58,7 @@ class ControlledDisk:
         path = os.readlink(f"/proc/self/fd/{fd}")
         size = os.fstat(fd).st_size
         self._record("fdatasync called", path, size)
-        if path.endswith(".log"):
+        if path.endswith(self.held_suffix):
             if self.hold:
                 self.held.set()
                 if not self.release.wait(WAIT_S):
@@ -383,3 +385,164 @@ def test_metadata_auto_creation_runs_off_the_loop(broker: InProcessBroker, monke
     assert meanwhile == {"auto": LEADER_NOT_AVAILABLE}
     assert created == {"auto": 0}
     assert "auto" in broker.state.logs.topics()
+
+
+API_DELETE_RECORDS = 21
+
+
+def _delete_records_v0(topic: str, partition: int, before_offset: int) -> bytes:
+    return (int32(1) + nullable_string(topic) + int32(1) + int32(partition) + struct.pack(">q", before_offset)
+            + int32(30_000))
+
+
+def _parse_delete_records_v0(body: bytes) -> tuple[int, int, int]:
+    """(correlation id, low watermark, error code) of a one-partition DeleteRecords v0 answer."""
+    correlation_id, _throttle, _topics, name_length = struct.unpack_from(">iiih", body)
+    position = 14 + name_length + 4  # past the topic name and the partitions array's length
+    _partition, low_watermark, error_code = struct.unpack_from(">iqh", body, position)
+    return correlation_id, low_watermark, error_code
+
+
+def test_delete_records_writes_its_checkpoint_off_the_loop_and_deletes_segments_after_it(
+    broker: InProcessBroker, disk: ControlledDisk,
+) -> None:
+    """Issue 10 point 5: DeleteRecords' checkpoint fsync runs on a disk thread. While it is held
+    the loop answers another client's Fetch and ApiVersions, the DeleteRecords waits, and no
+    segment below the new log start is deleted yet (the checkpoint is durable first)."""
+    rolling = broker.state.logs.get("rolling", 0)
+    for i in range(5):
+        rolling.append(record_batch([b"r%d" % i], timestamp_ms=i), i)
+    directory = rolling.directory
+    segments_before = sorted(path.name for path in directory.glob("*.log"))
+    assert len(segments_before) >= 5
+    disk.held_suffix = "partition.checkpoint.tmp"
+    disk.hold = True
+    with broker.connect() as admin, broker.connect() as consumer:
+        admin.send(frame(request_header(API_DELETE_RECORDS, 0, 1, flexible=False) + _delete_records_v0("rolling", 0, 3)))
+        assert disk.held.wait(WAIT_S)
+        fetched = parse_fetch_response(
+            consumer.request(API_FETCH, FETCH_VERSION, 2,
+                             fetch_request_body(FETCH_VERSION, "plain", 0, 0, max_wait_ms=0, min_bytes=1)),
+            FETCH_VERSION,
+        )
+        versions = consumer.request(18, 0, 3, b"")  # ApiVersions v0
+        assert not disk.release.is_set() and not _answer_waiting(admin)
+        assert sorted(path.name for path in directory.glob("*.log")) == segments_before
+        disk.release.set()
+        answer = _parse_delete_records_v0(admin.recv_frame())
+    assert fetched.correlation_id == 2 and b"already there" in fetched.partitions[0].records
+    assert struct.unpack_from(">ih", versions) == (3, 0)
+    assert answer == (1, 3, 0)
+    segments_after = sorted(path.name for path in directory.glob("*.log"))
+    assert segments_after == segments_before[3:]
+    names = [(what, Path(path).name) for what, path, _ in disk.events]
+    assert ("fdatasync returned", "partition.checkpoint.tmp") in names
+
+
+def test_alter_configs_writes_the_topic_metadata_off_the_loop_and_applies_it_after(
+    broker: InProcessBroker, disk: ControlledDisk,
+) -> None:
+    """Issue 10 point 5: AlterConfigs' metadata file is written and fsynced on a disk thread.
+    While that fsync is held the loop answers another client's Fetch, the AlterConfigs waits,
+    and the logs keep their old config until the new one is durable."""
+    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
+
+    plain = broker.state.logs.get("plain", 0)
+    old_retention_ms = plain.config.retention_ms
+    disk.held_suffix = ".json.tmp"  # the topic metadata file's temporary sibling
+    disk.hold = True
+    admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{broker.port}"})
+    entry = ConfigEntry("retention.ms", "123456", incremental_operation=AlterConfigOpType.SET)
+    resource = ConfigResource(ConfigResource.Type.TOPIC, "plain", incremental_configs=[entry])
+    [future] = admin.incremental_alter_configs([resource], request_timeout=WAIT_S).values()
+    assert disk.held.wait(WAIT_S)
+    with broker.connect() as consumer:
+        fetched = parse_fetch_response(
+            consumer.request(API_FETCH, FETCH_VERSION, 2,
+                             fetch_request_body(FETCH_VERSION, "plain", 0, 0, max_wait_ms=0, min_bytes=1)),
+            FETCH_VERSION,
+        )
+    assert not disk.release.is_set() and not future.done()
+    assert plain.config.retention_ms == old_retention_ms, "applied only once durable"
+    disk.release.set()
+    future.result(timeout=WAIT_S)
+    assert fetched.correlation_id == 2 and b"already there" in fetched.partitions[0].records
+    assert plain.config.retention_ms == 123456
+    assert broker.state.logs.topics()["plain"].configs == {"retention.ms": "123456"}
+    assert any(what == "fdatasync returned" and path.endswith(".json.tmp") for what, path, _ in disk.events)
+
+
+def test_delete_topics_fsyncs_off_the_loop_and_removes_the_files_after(
+    broker: InProcessBroker, disk: ControlledDisk,
+) -> None:
+    """Issue 10 point 5: DeleteTopics' directory fsync (the metadata unlink made durable) runs on
+    a disk thread. While it is held the loop answers another client's Fetch, the deletion waits,
+    and the topic's files stay until the unlink is durable."""
+    from confluent_kafka.admin import AdminClient
+
+    logs = broker.state.logs
+    doomed = logs.create_topic("doomed", 1, {}).name
+    directory = logs.get(doomed, 0).directory
+    topics_dir = logs.data_dir / TOPICS_DIR  # where the topic metadata files are
+    assert topics_dir.is_dir()
+    disk.held_suffix = str(topics_dir)
+    disk.hold = True
+    admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{broker.port}"})
+    [future] = admin.delete_topics([doomed], request_timeout=WAIT_S).values()
+    assert disk.held.wait(WAIT_S)
+    with broker.connect() as consumer:
+        fetched = parse_fetch_response(
+            consumer.request(API_FETCH, FETCH_VERSION, 2,
+                             fetch_request_body(FETCH_VERSION, "plain", 0, 0, max_wait_ms=0, min_bytes=1)),
+            FETCH_VERSION,
+        )
+    assert not disk.release.is_set() and not future.done()
+    assert directory.is_dir() and doomed in logs.topics(), "nothing removed before the unlink is durable"
+    disk.release.set()
+    future.result(timeout=WAIT_S)
+    assert fetched.correlation_id == 2 and b"already there" in fetched.partitions[0].records
+    assert doomed not in logs.topics() and not directory.exists()
+
+
+def test_the_cleaner_install_fsyncs_off_the_loop_and_drops_the_manifest_last(
+    tmp_path: Path, disk: ControlledDisk,
+) -> None:
+    """Issue 10 point 5: after a clean's renames, their directory fsync, the checkpoint and the
+    manifest removal run on a disk thread. While held, the loop answers another client's Fetch,
+    the clean is not done, and the committed manifest is still on disk (a crash would redo the
+    swap)."""
+    from oncestream.broker.cleaner import LogCleaner
+    from oncestream.log.compaction import MANIFEST_FILE
+
+    running = InProcessBroker(tmp_path / "data", disk, {"log.cleaner.enable": "false"})
+    try:
+        logs = running.state.logs
+        logs.create_topic("plain", 1, {})
+        logs.get("plain", 0).append(record_batch([b"already there"], timestamp_ms=1), 1)
+        logs.create_topic("table", 1, {"cleanup.policy": "compact", "segment.bytes": "14",
+                                       "min.cleanable.dirty.ratio": "0.01"})
+        table = logs.get("table", 0)
+        for i in range(8):
+            table.append(record_batch([b"v%d" % i], key=b"k%d" % (i % 2), timestamp_ms=1), 1)
+        cleaner = LogCleaner.for_state(running.state)
+        disk.held_suffix = str(table.directory)
+        disk.hold = True
+        cleaning = asyncio.run_coroutine_threadsafe(cleaner.clean_log(table), running._loop)
+        assert disk.held.wait(WAIT_S)
+        with running.connect() as consumer:
+            fetched = parse_fetch_response(
+                consumer.request(API_FETCH, FETCH_VERSION, 2,
+                                 fetch_request_body(FETCH_VERSION, "plain", 0, 0, max_wait_ms=0, min_bytes=1)),
+                FETCH_VERSION,
+            )
+        assert not disk.release.is_set() and not cleaning.done()
+        assert (table.directory / MANIFEST_FILE).exists(), "the manifest goes only after the checkpoint"
+        disk.release.set()
+        assert cleaning.result(WAIT_S) is True
+        cleaner.close()
+        assert fetched.correlation_id == 2 and b"already there" in fetched.partitions[0].records
+        assert not (table.directory / MANIFEST_FILE).exists()
+        assert table.cleaned_offset > 0
+    finally:
+        disk.release.set()
+        running.stop()

@@ -14,8 +14,8 @@ import pytest
 from oncestream.broker.cleaner import FailureTracker, LogCleaner
 from oncestream.broker.config import BrokerConfig
 from oncestream.broker.state import BrokerState
-from oncestream.errors import InvalidConfigError
-from oncestream.log import compaction
+from oncestream.errors import InvalidConfigError, StorageError
+from oncestream.log import compaction, log_cleaning
 from oncestream.protocol.records import NewRecord, decode_batches, encode_batch
 
 T0 = 1_700_000_000_000
@@ -147,7 +147,6 @@ class Monotonic:
 
 
 def _disk_full(plan):
-    plan.release()
     raise OSError(28, "No space left on device")
 
 
@@ -355,3 +354,115 @@ def test_topic_deleted_during_a_build_discards_it(state: BrokerState) -> None:
     finally:
         cleaner.close()
     assert not partition_log.directory.exists() or not list(partition_log.directory.glob("*.cleaned"))
+
+
+def test_a_segment_deleted_between_plan_and_build_abandons_the_clean_without_a_failure(
+    state: BrokerState, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The plan holds paths, not descriptors: DeleteRecords deleting a planned segment before the
+    worker opens it makes the plan stale. The clean is abandoned (plan given back, no .cleaned
+    file), and the partition is not counted as failing toward "uncleanable"."""
+    state.logs.create_topic("table", 1, {"cleanup.policy": "compact"})
+    fill(state, "table", keys=3, rounds=5)
+    fill(state, "table", keys=3, rounds=5)
+    partition_log = state.logs.get("table", 0)
+    planned = threading.Event()
+    deleted = threading.Event()
+    outcomes: list[BaseException] = []
+    real_build = compaction.build_cleaned
+
+    def build_after_deletion(plan):
+        planned.set()
+        assert deleted.wait(WAIT_CAP_S)
+        try:
+            return real_build(plan)
+        except BaseException as exc:
+            outcomes.append(exc)
+            raise
+
+    monkeypatch.setattr(compaction, "build_cleaned", build_after_deletion)
+    cleaner = LogCleaner.for_state(state)
+
+    async def scenario() -> int:
+        task = asyncio.ensure_future(cleaner.clean_once())
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + WAIT_CAP_S
+        while not planned.is_set() and loop.time() < deadline:
+            await asyncio.sleep(0.01)
+        assert planned.is_set()
+        # On the loop, as a DeleteRecords request would: the first planned segment goes.
+        partition_log.delete_records(partition_log.segment_base_offsets()[1])
+        deleted.set()
+        return await task
+
+    try:
+        assert asyncio.run(scenario()) == 0
+    finally:
+        cleaner.close()
+    assert len(outcomes) == 1 and isinstance(outcomes[0], compaction.StalePlan)
+    assert ("table", 0) not in cleaner.failures.failures, "a stale plan is not a failure"
+    assert not list(partition_log.directory.glob("*.cleaned"))
+    assert partition_log.compaction_candidate(state.now_ms()) is not None, "the plan was given back"
+    # And the next pass plans afresh and cleans.
+    monkeypatch.setattr(compaction, "build_cleaned", real_build)
+    assert asyncio.run(cleaner.clean_once()) == 1
+
+
+def test_a_failing_install_gives_the_plan_back(state: BrokerState, monkeypatch: pytest.MonkeyPatch) -> None:
+    """install_cleaned raising (a disk error before it took the plan) must not leave the log
+    holding a plan that nobody builds: it would never be a candidate again."""
+    state.logs.create_topic("table", 1, {"cleanup.policy": "compact"})
+    fill(state, "table", keys=3, rounds=5)
+    partition_log = state.logs.get("table", 0)
+
+    def broken_check(result):
+        raise StorageError("injected: cannot check the plan")
+
+    cleaner = LogCleaner.for_state(state)
+    try:
+        with monkeypatch.context() as patch:
+            patch.setattr(partition_log, "_plan_still_valid", broken_check)
+            assert asyncio.run(cleaner.clean_once()) == 0
+        assert cleaner.failures.failures[("table", 0)].count == 1, "a real failure is still counted"
+        assert partition_log.compaction_candidate(state.now_ms()) is not None, "the plan was given back"
+    finally:
+        cleaner.close()
+
+
+def test_topic_deleted_while_the_install_tail_runs_is_not_a_failure(
+    state: BrokerState, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The install's fsyncs run on the disk threads; a DeleteTopics on the loop meanwhile removes
+    the directory under them. That is the topic going away, not the partition failing."""
+    state.logs.create_topic("table", 1, {"cleanup.policy": "compact"})
+    fill(state, "table", keys=3, rounds=5)
+    partition_log = state.logs.get("table", 0)
+    started = threading.Event()
+    deleted = threading.Event()
+    real_run = log_cleaning.SwapTail.run
+
+    def run_after_deletion(tail, fsync=None):
+        started.set()
+        assert deleted.wait(WAIT_CAP_S)
+        return real_run(tail, fsync)
+
+    monkeypatch.setattr(log_cleaning.SwapTail, "run", run_after_deletion)
+    cleaner = LogCleaner.for_state(state)
+
+    async def scenario() -> int:
+        task = asyncio.ensure_future(cleaner.clean_once())
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + WAIT_CAP_S
+        while not started.is_set() and loop.time() < deadline:
+            await asyncio.sleep(0.01)
+        assert started.is_set()
+        state.logs.delete_topic("table")
+        deleted.set()
+        return await task
+
+    try:
+        assert asyncio.run(scenario()) == 0
+    finally:
+        cleaner.close()
+    assert ("table", 0) not in cleaner.failures.failures
+    assert partition_log.closed and not partition_log.directory.exists()

@@ -3,7 +3,8 @@
 Every ``log.cleaner.backoff.ms`` (default 15000) it asks every log how dirty it is, and cleans the
 eligible ones, dirtiest first, one at a time: ``compaction_plan`` on the event loop (cheap: a
 snapshot of sealed segments), ``compaction.build_cleaned`` on a dedicated worker thread (the
-reading, decoding and writing), ``install_cleaned`` back on the loop (a few renames and fsyncs).
+reading, decoding and writing), the install back on the loop (the manifest and the renames)
+with its durable tail (directory fsync, checkpoint, manifest removal) on the broker's disk threads.
 The loop keeps serving requests while a build runs. ``log.cleaner.enable=false`` turns it off.
 
 Nothing here may take the broker down, and no failure is swallowed: a partition whose cleaning
@@ -28,6 +29,7 @@ from typing import TYPE_CHECKING
 
 from oncestream.errors import InvalidConfigError
 from oncestream.log import compaction
+from oncestream.log.log_cleaning import SwapTail
 from oncestream.log.manager import LogManager
 from oncestream.log.partition_log import PartitionLog
 
@@ -145,6 +147,10 @@ class LogCleaner:
         self.max_map_bytes = max_map_bytes
         self.cleaned_count = 0  # successful installs, for tests and logs
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+        # Where the install's fsyncs run, and with which fsync (the broker's disk threads and
+        # its injectable fsync; without a broker, the worker thread and os.fsync).
+        self.disk_executor: concurrent.futures.Executor | None = None
+        self.disk_fsync: Callable[[int], None] | None = None
 
     @classmethod
     def from_properties(cls, logs: LogManager, clock_ms: Callable[[], int], props: Mapping[str, str]) -> LogCleaner:
@@ -162,8 +168,12 @@ class LogCleaner:
 
     @classmethod
     def for_state(cls, state: BrokerState) -> LogCleaner:
-        """The cleaner of a ``BrokerState`` (its logs, clock and ``--config`` properties)."""
-        return cls.from_properties(state.logs, state.now_ms, state.config.raw)
+        """The cleaner of a ``BrokerState`` (its logs, clock, disk threads and ``--config``
+        properties)."""
+        cleaner = cls.from_properties(state.logs, state.now_ms, state.config.raw)
+        cleaner.disk_executor = state.disk_executor
+        cleaner.disk_fsync = state.disk_fsync
+        return cleaner
 
     async def run(self) -> None:
         """Clean, sleep ``log.cleaner.backoff.ms``, repeat, until cancelled."""
@@ -265,6 +275,13 @@ class LogCleaner:
                 compaction.delete_cleaned_files(leftover)
             partition_log.cancel_compaction(plan)
             raise
+        except compaction.StalePlan as exc:
+            # Retention, DeleteRecords or a topic deletion removed a planned segment before the
+            # build read it: the log changed, not a fault of this partition. The build removed
+            # its files; the next pass plans afresh.
+            partition_log.cancel_compaction(plan)
+            log.info("log cleaner: %s changed while being cleaned, abandoning: %s", partition_log.directory, exc)
+            return False
         except BaseException:
             partition_log.cancel_compaction(plan)
             if partition_log.closed:
@@ -272,7 +289,46 @@ class LogCleaner:
                 log.info("log cleaner: %s went away while being cleaned", partition_log.directory)
                 return False
             raise
-        installed = partition_log.install_cleaned(result, self.clock_ms())
-        if installed:
-            self.cleaned_count += 1
-        return installed
+        try:
+            tail = partition_log.begin_install_cleaned(result, self.clock_ms())
+        except BaseException:
+            # Without this the log would keep a plan nobody builds and never be a candidate again.
+            # (The install removes its own .cleaned files before the commit point; after it, they
+            # belong to the swap that the next open finishes.)
+            partition_log.cancel_compaction(plan)
+            raise
+        if tail is None:
+            return False
+        if not await self._finish_install(partition_log, tail):
+            return False
+        self.cleaned_count += 1
+        return True
+
+    async def _finish_install(self, partition_log: PartitionLog, tail: SwapTail) -> bool:
+        """The install's fsyncs (directory, checkpoint, manifest removal) on the broker's disk
+        threads, the loop serving requests meanwhile; the rest back on the loop."""
+        executor = self.disk_executor if self.disk_executor is not None else self._executor
+        running = asyncio.get_running_loop().run_in_executor(executor, tail.run, self.disk_fsync)
+        try:
+            await asyncio.shield(running)
+        except asyncio.CancelledError:
+            running.add_done_callback(lambda _: _settle_install(partition_log, tail, running))
+            raise
+        except BaseException as exc:
+            partition_log.fail_install_cleaned(tail, exc)
+            if partition_log.closed:
+                # The topic was deleted (or the broker is closing) under the tail: not an error.
+                log.info("log cleaner: %s went away while being installed", partition_log.directory)
+                return False
+            raise
+        partition_log.finish_install_cleaned(tail)
+        return True
+
+
+def _settle_install(partition_log: PartitionLog, tail: SwapTail, running: asyncio.Future[None]) -> None:
+    if running.cancelled():
+        partition_log.fail_install_cleaned(tail, asyncio.CancelledError())
+    elif (exc := running.exception()) is not None:
+        partition_log.fail_install_cleaned(tail, exc)
+    else:
+        partition_log.finish_install_cleaned(tail)

@@ -121,6 +121,7 @@ class BrokerState:
             # Slow disk work runs here, never on the event loop (the loop awaits its result).
             self.disk_executor = ThreadPoolExecutor(self.DISK_THREADS, thread_name_prefix="oncestream-disk")
             self.flusher = GroupCommitFlusher(self.disk_executor, fdatasync=fdatasync)
+            self.disk_fsync = fdatasync  # None: os's; the other fsyncs moved to disk_executor use it too
             self.groups = GroupService(self.logs, config.raw, self.now_ms, self.mono_ms)
             self.transactions = TxnService(
                 self.logs, self.groups, config.raw, self.now_ms, self.producer_ids.next_id,

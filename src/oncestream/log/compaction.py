@@ -2,11 +2,14 @@
 
 1. ``PartitionLog.compaction_plan(now_ms)`` (on the log's thread) decides whether the log is
    worth cleaning and snapshots what to clean: the sealed segments below the first uncleanable
-   offset, each with a duplicated file descriptor (so the worker reads exactly those bytes even
-   if retention deletes the file meanwhile), the producers' last offsets and the settings.
+   offset, each by path and file identity (device, inode, size), the producers' last offsets
+   and the settings. The plan holds no descriptor: a log of thousands of sealed segments must
+   not open thousands of files at once (issue 10 point 6, ``descriptors``).
 2. ``build_cleaned(plan)`` (any thread; it touches no log object) builds the key -> latest offset
    map over the dirty segments, rewrites every planned segment into ``*.cleaned`` files, fsyncs
-   them and returns a ``CleanedResult``.
+   them and returns a ``CleanedResult``. It opens one planned segment at a time, and only if it
+   is still the planned file; a segment deleted (retention, DeleteRecords) or replaced since the
+   plan raises ``StalePlan``: the clean is abandoned, which is not a failure of the partition.
 3. ``PartitionLog.install_cleaned(result, now_ms)`` (on the log's thread) checks the plan still
    holds (retention, DeleteRecords or topic deletion may have changed the log) and swaps the
    cleaned segments in crash-safely, or discards them.
@@ -71,7 +74,8 @@ import logging
 import os
 import threading
 from bisect import bisect_right
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
+from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -105,6 +109,8 @@ from oncestream.protocol.record_batch import (
 
 log = logging.getLogger(__name__)
 
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+
 MANIFEST_FILE = "cleaner.swap"
 CLEANED_SUFFIX = ".cleaned"
 _MANIFEST_VERSION = 1
@@ -120,6 +126,13 @@ NO_HORIZON = -1
 
 class CompactionAborted(Exception):
     """The build was cancelled (broker shutdown); nothing was installed."""
+
+
+class StalePlan(Exception):
+    """A planned segment was deleted or replaced before the build read it; nothing was written.
+
+    Not a failure: the log changed under the plan (retention, DeleteRecords, topic deletion) and
+    the next pass plans afresh."""
 
 
 class _SegmentView(Protocol):
@@ -192,12 +205,25 @@ def evaluate_candidate(
 
 @dataclass(frozen=True, slots=True)
 class SegmentSnapshot:
-    """A sealed segment as planned: its offsets, size, and a descriptor owned by the plan."""
+    """A sealed segment as planned: its offsets, size, and which file it is (path and identity).
+
+    A sealed segment's ``.log`` file is never written again, only deleted or replaced by a new
+    file (a clean's swap renames over it): the same device and inode with at least the planned
+    size is the same bytes. Anything else is a stale plan.
+    """
 
     base_offset: int
     next_offset: int
     size_bytes: int
-    fd: int
+    path: Path
+    device: int
+    inode: int
+
+    @classmethod
+    def of_file(cls, base_offset: int, next_offset: int, size_bytes: int, path: Path) -> SegmentSnapshot:
+        """Snapshot of the segment file at ``path`` (one ``stat``, no descriptor kept)."""
+        status = os.stat(path)
+        return cls(base_offset, next_offset, size_bytes, path, status.st_dev, status.st_ino)
 
 
 class AbortedData:
@@ -239,18 +265,6 @@ class CompactionPlan:
     index_interval_bytes: int
     max_map_bytes: int = DEFAULT_MAX_MAP_BYTES
     abort: threading.Event = field(default_factory=threading.Event)
-    _released: bool = False
-
-    def release(self) -> None:
-        """Close the plan's descriptors (idempotent)."""
-        if self._released:
-            return
-        self._released = True
-        for snapshot in self.segments:
-            try:
-                os.close(snapshot.fd)
-            except OSError:
-                pass
 
 
 @dataclass(frozen=True, slots=True)
@@ -315,9 +329,49 @@ def _write_txn_index(path: Path, entries: Sequence[AbortedTxn]) -> None:
 # --- building (worker thread) ----------------------------------------------------------------
 
 
-def _snapshot_batches(snapshot: SegmentSnapshot, abort: threading.Event) -> Iterator[tuple[BatchHeader, memoryview]]:
-    """Every batch of a planned segment, CRC-checked (a damaged batch is never rewritten)."""
-    fd, end = snapshot.fd, snapshot.size_bytes
+def open_snapshot(snapshot: SegmentSnapshot) -> int:
+    """A read-only descriptor of the planned segment file (caller closes it), or StalePlan if the
+    file is gone or is not the planned one any more.
+
+    Once open, the descriptor reads the planned bytes even if the file is deleted meanwhile;
+    ``install_cleaned`` then sees the log changed and discards the result.
+    """
+    try:
+        fd = os.open(snapshot.path, os.O_RDONLY | _CLOEXEC)
+    except FileNotFoundError as exc:
+        raise StalePlan(f"planned segment {snapshot.path} was deleted") from exc
+    except OSError as exc:
+        raise StorageError(f"cannot open planned segment {snapshot.path}: {exc}") from exc
+    try:
+        status = os.fstat(fd)
+    except OSError as exc:
+        os.close(fd)
+        raise StorageError(f"cannot stat planned segment {snapshot.path}: {exc}") from exc
+    if (status.st_dev, status.st_ino) != (snapshot.device, snapshot.inode) or status.st_size < snapshot.size_bytes:
+        os.close(fd)
+        raise StalePlan(f"planned segment {snapshot.path} was replaced")
+    return fd
+
+
+def _snapshot_batches(
+    snapshot: SegmentSnapshot, abort: threading.Event
+) -> Generator[tuple[BatchHeader, memoryview], None, None]:
+    """Every batch of a planned segment, CRC-checked (a damaged batch is never rewritten).
+
+    Holds the segment's descriptor only while iterating; use it under ``contextlib.closing`` so
+    an exception in the consumer closes it at once.
+    """
+    if abort.is_set():
+        raise CompactionAborted("cleaning cancelled")
+    fd = open_snapshot(snapshot)
+    try:
+        yield from _batches_of(fd, snapshot, abort)
+    finally:
+        os.close(fd)
+
+
+def _batches_of(fd: int, snapshot: SegmentSnapshot, abort: threading.Event) -> Iterator[tuple[BatchHeader, memoryview]]:
+    end = snapshot.size_bytes
     buffer = b""
     buffer_start = position = 0
     while position < end:
@@ -363,14 +417,15 @@ def build_offset_map(plan: CompactionPlan) -> tuple[dict[bytes, int], int]:
             continue
         staged: dict[bytes, int] = {}
         staged_bytes = 0
-        for header, batch in _snapshot_batches(snapshot, plan.abort):
-            if not _supersedes(header, plan.aborted_data):
-                continue
-            for record in iter_raw_records(header, batch):
-                if record.key is not None:
-                    if record.key not in staged and record.key not in offset_map:
-                        staged_bytes += len(record.key) + MAP_ENTRY_OVERHEAD_BYTES
-                    staged[record.key] = header.base_offset + record.offset_delta
+        with closing(_snapshot_batches(snapshot, plan.abort)) as batches:
+            for header, batch in batches:
+                if not _supersedes(header, plan.aborted_data):
+                    continue
+                for record in iter_raw_records(header, batch):
+                    if record.key is not None:
+                        if record.key not in staged and record.key not in offset_map:
+                            staged_bytes += len(record.key) + MAP_ENTRY_OVERHEAD_BYTES
+                        staged[record.key] = header.base_offset + record.offset_delta
         if offset_map and map_bytes + staged_bytes > plan.max_map_bytes:
             return offset_map, snapshot.base_offset
         offset_map.update(staged)
@@ -463,9 +518,10 @@ def _rebuilt_or_dropped(header: BatchHeader, kept: list, new_horizon_ms: int | N
 def build_cleaned(plan: CompactionPlan) -> CleanedResult:
     """Write the cleaned segments of ``plan`` as fsynced ``*.cleaned`` files (any thread).
 
-    Reads only the plan's descriptors and writes only ``*.cleaned`` files in the log directory,
-    so it can run while the log keeps serving appends and reads. Releases the plan's descriptors.
-    On any failure (or CompactionAborted) the files it wrote are removed before raising.
+    Reads only the planned segment files (one open at a time) and writes only ``*.cleaned``
+    files in the log directory, so it can run while the log keeps serving appends and reads. On
+    any failure (CompactionAborted, StalePlan included) the files it wrote are removed before
+    raising.
     """
     writers: list[SegmentWriter] = []
     try:
@@ -487,11 +543,12 @@ def build_cleaned(plan: CompactionPlan) -> CleanedResult:
             changed = len(group) > 1  # merging segments is a change even if every batch stays
             for snapshot in group:
                 bytes_before += snapshot.size_bytes
-                for header, batch in _snapshot_batches(snapshot, plan.abort):
-                    output, batch_changed = _clean_batch(header, batch, offset_map, plan, counters)
-                    changed = changed or batch_changed
-                    if output is not None:
-                        writer.append(output, header if output is batch else parse_header(output))
+                with closing(_snapshot_batches(snapshot, plan.abort)) as batches:
+                    for header, batch in batches:
+                        output, batch_changed = _clean_batch(header, batch, offset_map, plan, counters)
+                        changed = changed or batch_changed
+                        if output is not None:
+                            writer.append(output, header if output is batch else parse_header(output))
             writer.finish()
             bytes_after += writer.size_bytes
             if changed:
@@ -519,8 +576,6 @@ def build_cleaned(plan: CompactionPlan) -> CleanedResult:
             except OSError:
                 log.exception("cannot remove %s", writer.paths[0])
         raise
-    finally:
-        plan.release()
 
 
 def delete_cleaned_files(result: CleanedResult) -> None:
@@ -606,8 +661,9 @@ def read_manifest(directory: Path) -> SwapManifest | None:
     return SwapManifest.decode(data)
 
 
-def apply_swap_files(directory: Path, manifest: SwapManifest) -> None:
-    """Put the cleaned files in place and delete the segments they replace (idempotent)."""
+def apply_swap_files(directory: Path, manifest: SwapManifest, *, sync_directory: bool = True) -> None:
+    """Put the cleaned files in place and delete the segments they replace (idempotent).
+    ``sync_directory=False`` leaves the directory fsync to the caller (the install's tail)."""
     for base_offset in manifest.installed_bases:
         # Indexes first and the data file last; a crash in between leaves old data with new
         # indexes only while the manifest exists, and recovery finishes this loop before any
@@ -622,13 +678,14 @@ def apply_swap_files(directory: Path, manifest: SwapManifest) -> None:
             for path in Segment.paths(directory, base_offset):  # .log first
                 _remove(path)
             _remove(directory / offset_file_name(base_offset, TXN_INDEX_SUFFIX))
-    fsync_directory(directory)
+    if sync_directory:
+        fsync_directory(directory)
 
 
-def finish_swap(directory: Path) -> None:
+def finish_swap(directory: Path, *, fsync: Callable[[int], None] | None = None) -> None:
     """The last step, once the cleaned offset is in the checkpoint: drop the manifest."""
     _remove(directory / MANIFEST_FILE)
-    fsync_directory(directory)
+    fsync_directory(directory, fsync=fsync)
 
 
 def remove_leftover_cleaned_files(directory: Path) -> int:

@@ -3,7 +3,7 @@
 Split from ``partition_log`` to keep that module about appends, reads and retention;
 ``PartitionLog`` inherits it. The rules (what a clean keeps, tombstones, transactions) and the
 crash-safe swap protocol are in ``compaction``; this class takes the plan on the log's thread
-(duplicated descriptors of sealed, immutable segments), and installs the cleaned segments back on
+(paths and file identities of sealed, immutable segments, no descriptors), and installs the cleaned segments back on
 it, discarding a result whose plan no longer holds (retention, DeleteRecords or a config change
 got there first).
 """
@@ -11,19 +11,54 @@ got there first).
 from __future__ import annotations
 
 import logging
-import os
 import pathlib
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from oncestream.errors import LogInvariantError, StorageError
 from oncestream.log import compaction
 from oncestream.log.config import LogConfig
 from oncestream.log.descriptors import SegmentDescriptors
+from oncestream.log.durable_files import fsync_directory
 from oncestream.log.producer_state import ProducerStateManager
+from oncestream.log.recovery import Checkpoint, CheckpointFile
 from oncestream.log.segment import Segment
 from oncestream.log.txn_index import TxnIndex, TxnIndexes
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class SwapTail:
+    """The durable end of an installed clean, for any thread (the broker: its disk threads).
+
+    The same order as when it ran on the log's thread, so the same crash safety: the renames'
+    directory fsync, then the checkpoint carrying the new cleaned offset, then the manifest's
+    removal (offset gaps are legal only below a durable cleaned offset, and while the manifest
+    exists the next open redoes the swap). The checkpoint is written only if the log's thread has
+    not written a newer one meanwhile (which carries this cleaned offset too); then the manifest
+    is left for ``finish_install_cleaned``, which writes the checkpoint again first.
+    """
+
+    plan: compaction.CompactionPlan
+    directory: pathlib.Path
+    swapped: bool  # files were renamed: a directory to sync and a manifest to remove
+    checkpoint_file: CheckpointFile
+    checkpoint: Checkpoint
+    since_version: int
+    written: bool = False
+
+    def run(self, fsync: Callable[[int], None] | None = None) -> None:
+        """The fsyncs; StorageError if the disk fails."""
+        try:
+            if self.swapped:
+                fsync_directory(self.directory, fsync=fsync)
+            self.written = self.checkpoint_file.write_unless_changed(self.checkpoint, self.since_version, fsync)
+            if self.written and self.swapped:
+                compaction.finish_swap(self.directory, fsync=fsync)
+        except OSError as exc:
+            raise StorageError(f"cannot finish the compaction swap of {self.directory}: {exc}") from exc
 
 
 class CleanableLog:
@@ -42,6 +77,8 @@ class CleanableLog:
     _tombstone_horizon_ms: int
     _cleaning: compaction.CompactionPlan | None
     _cleaning_segments: list[Segment]
+    _checkpoint_file: CheckpointFile
+    _recovery_point: int
 
     if TYPE_CHECKING:  # PartitionLog's, declared for the type checker only
 
@@ -49,6 +86,8 @@ class CleanableLog:
         def last_stable_offset(self) -> int: ...
 
         def _write_checkpoint(self) -> None: ...
+
+        def _checkpoint(self, recovery_point: int) -> Checkpoint: ...
 
         def _assert_invariants(self) -> None: ...
 
@@ -78,9 +117,11 @@ class CleanableLog:
     ) -> compaction.CompactionPlan | None:
         """Snapshot what a clean would rewrite (None if ``compaction_candidate`` says no).
 
-        The plan holds duplicated descriptors of the sealed segments below the first uncleanable
-        offset; hand it to ``compaction.build_cleaned`` (any thread), then the result to
-        ``install_cleaned``, or give the plan back with ``cancel_compaction``. One plan at a time.
+        The plan names the sealed segments below the first uncleanable offset by path and file
+        identity and holds no descriptor, so a log of thousands of segments stays under the
+        broker's open-files bound; ``compaction.build_cleaned`` (any thread) opens them one at a
+        time. Hand the result to ``install_cleaned``, or give the plan back with
+        ``cancel_compaction``. One plan at a time.
         """
         candidate = self.compaction_candidate(now_ms)
         if candidate is None:
@@ -88,15 +129,13 @@ class CleanableLog:
         planned = [s for s in self._segments if s.base_offset < candidate.first_uncleanable_offset]
         if not (planned and self._segments[-1] not in planned):
             raise LogInvariantError("the active segment is never cleaned")
-        snapshots: list[compaction.SegmentSnapshot] = []
         try:
-            for segment in planned:
-                snapshots.append(
-                    compaction.SegmentSnapshot(segment.base_offset, segment.next_offset, segment.size_bytes, segment.dup_fd())
-                )
+            snapshots = [
+                compaction.SegmentSnapshot.of_file(segment.base_offset, segment.next_offset, segment.size_bytes,
+                                                   segment.log_path)
+                for segment in planned
+            ]
         except OSError as exc:
-            for snapshot in snapshots:
-                os.close(snapshot.fd)
             raise StorageError(f"cannot plan compaction of {self.directory}: {exc}") from exc
         plan = compaction.CompactionPlan(
             directory=self.directory,
@@ -126,8 +165,9 @@ class CleanableLog:
         return plan
 
     def cancel_compaction(self, plan: compaction.CompactionPlan) -> None:
-        """Give back a plan that will not be installed (the build failed or was cancelled)."""
-        plan.release()
+        """Give back a plan that will not be installed (the build failed, was cancelled or went
+        stale, or installing it failed before taking it). Idempotent; a plan already taken or
+        replaced by another one is left alone."""
         if self._cleaning is plan:
             self._cleaning = None
             self._cleaning_segments = []
@@ -148,23 +188,39 @@ class CleanableLog:
 
         Returns False if discarded (the ``.cleaned`` files are then removed). StorageError if the
         disk fails: before the commit point nothing changed; after it the log goes offline until
-        the next open, which finishes the swap.
+        the next open, which finishes the swap. All on the calling thread; the broker splits it
+        (``begin_install_cleaned``) to run the tail's fsyncs off its loop.
         """
+        tail = self.begin_install_cleaned(result, now_ms)
+        if tail is None:
+            return False
+        try:
+            tail.run()
+        except BaseException as exc:
+            self.fail_install_cleaned(tail, exc)
+            raise
+        self.finish_install_cleaned(tail)
+        return True
+
+    def begin_install_cleaned(self, result: compaction.CleanedResult, now_ms: int) -> SwapTail | None:
+        """The install up to the renames, on the log's thread: None if discarded (as
+        ``install_cleaned``); else the cleaned segments serve reads already, and the returned
+        tail (directory fsync, checkpoint, manifest removal) is to ``run`` on any thread, then
+        ``finish_install_cleaned`` (or ``fail_install_cleaned``) here. No new plan is taken
+        until then, so nothing else writes or removes the manifest meanwhile."""
         if not self._plan_still_valid(result):
             if self._cleaning is result.plan:
                 self._cleaning = None
                 self._cleaning_segments = []
             compaction.delete_cleaned_files(result)
             log.info("%s: discarding a compaction whose plan no longer holds", self.directory)
-            return False
-        self._cleaning = None
-        self._cleaning_segments = []
+            return None
+        self._cleaning_segments = []  # self._cleaning stays set: see the docstring
         if not result.groups:
             # Nothing changed on disk, but the range is clean now.
             self._cleaned_offset = max(self._cleaned_offset, result.cleaned_offset)
             self._tombstone_horizon_ms = result.tombstone_horizon_ms
-            self._write_checkpoint()
-            return True
+            return self._swap_tail(result, swapped=False)
         manifest = compaction.SwapManifest.for_result(result)
         try:
             for group in result.groups:
@@ -173,6 +229,7 @@ class CleanableLog:
                         raise StorageError(f"cleaned file {path} disappeared before the swap")
             compaction.write_manifest(self.directory, manifest)  # the commit point
         except BaseException as exc:
+            self._cleaning = None
             compaction.delete_cleaned_files(result)
             (self.directory / (compaction.MANIFEST_FILE + ".tmp")).unlink(missing_ok=True)
             if isinstance(exc, OSError):
@@ -181,14 +238,43 @@ class CleanableLog:
         try:
             self._apply_swap(result, manifest, now_ms)
         except BaseException as exc:
+            self._cleaning = None
             self._offline_reason = f"compaction swap failed after its commit point: {exc}"
             log.error("%s: %s; the log is offline until restarted", self.directory, self._offline_reason)
             raise StorageError(f"{self.directory}: {self._offline_reason}") from exc
         log.info("%s: %s", self.directory, compaction.describe(result))
-        return True
+        return self._swap_tail(result, swapped=True)
+
+    def _swap_tail(self, result: compaction.CleanedResult, *, swapped: bool) -> SwapTail:
+        return SwapTail(result.plan, self.directory, swapped, self._checkpoint_file,
+                        self._checkpoint(self._recovery_point), self._checkpoint_file.version)
+
+    def finish_install_cleaned(self, tail: SwapTail) -> None:
+        """Back on the log's thread after ``tail.run()`` returned: the clean is complete."""
+        if self._cleaning is tail.plan:
+            self._cleaning = None
+        if self._closed:
+            return  # a manifest left behind is finished by the next open
+        if not tail.written:
+            # The log's thread wrote the checkpoint meanwhile (with this clean's cleaned offset)
+            # and may have failed: write it once more before the manifest goes.
+            self._write_checkpoint()
+            if tail.swapped:
+                compaction.finish_swap(self.directory)
+
+    def fail_install_cleaned(self, tail: SwapTail, exc: BaseException) -> None:
+        """``tail.run()`` failed after the commit point: offline until the next open finishes
+        the swap (as when the swap itself fails)."""
+        if self._cleaning is tail.plan:
+            self._cleaning = None
+        if not self._closed and tail.swapped:
+            self._offline_reason = f"compaction swap failed after its commit point: {exc}"
+            log.error("%s: %s; the log is offline until restarted", self.directory, self._offline_reason)
 
     def _apply_swap(self, result: compaction.CleanedResult, manifest: compaction.SwapManifest, now_ms: int) -> None:
-        compaction.apply_swap_files(self.directory, manifest)
+        # The renames' directory fsync is the tail's first step (SwapTail). Until it returns the
+        # manifest is on disk, so a crash redoes these renames before any segment is opened.
+        compaction.apply_swap_files(self.directory, manifest, sync_directory=False)
         replaced = set(manifest.replaced_bases)
         by_group = {group.base_offset: group for group in result.groups}
         old_by_base = {s.base_offset: s for s in self._segments if s.base_offset in replaced}
@@ -227,6 +313,4 @@ class CleanableLog:
         self._size_bytes = sum(segment.size_bytes for segment in segments)
         self._cleaned_offset = max(self._cleaned_offset, result.cleaned_offset)
         self._tombstone_horizon_ms = result.tombstone_horizon_ms
-        self._write_checkpoint()
-        compaction.finish_swap(self.directory)
         self._assert_invariants()

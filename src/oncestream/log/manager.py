@@ -20,7 +20,7 @@ import logging
 import re
 import shutil
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,6 +31,7 @@ from oncestream.errors import (
     InvalidRequestError,
     InvalidTopicError,
     KafkaError,
+    LogInvariantError,
     StorageError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
@@ -141,6 +142,46 @@ class TopicCreation:
             shutil.rmtree(directory, ignore_errors=True)
 
 
+@dataclass(slots=True)
+class TopicConfigChange:
+    """A topic's new configs whose metadata file is still to be written (``run``, any thread).
+
+    Crash safety is ``write_file_atomically``'s, as when it ran on the owner's thread: until the
+    rename the old file holds, after the directory fsync the new one does, and the logs apply the
+    new configs only after ``run`` returned."""
+
+    info: TopicInfo
+    path: Path
+    data: bytes
+
+    def run(self, fsync: Callable[[int], None] | None = None) -> None:
+        """Write the metadata file durably; StorageError on failure."""
+        try:
+            write_file_atomically(self.path, self.data, fsync=fsync)
+        except OSError as exc:
+            raise StorageError(f"cannot persist configs of {self.info.name!r}: {exc}") from exc
+
+
+@dataclass(slots=True)
+class TopicDeletion:
+    """A topic whose metadata file is still to be removed (``run``, any thread).
+
+    The order is the one the owner's thread kept: the unlink is made durable (directory fsync)
+    before any log closes or any partition directory is removed, so a crash in between leaves
+    either the whole topic or orphan directories that the next start removes."""
+
+    info: TopicInfo
+    path: Path
+
+    def run(self, fsync: Callable[[int], None] | None = None) -> None:
+        """Remove the metadata file durably; StorageError on failure."""
+        try:
+            self.path.unlink()
+            fsync_directory(self.path.parent, fsync=fsync)
+        except OSError as exc:
+            raise StorageError(f"cannot delete topic {self.info.name!r}: {exc}") from exc
+
+
 class LogManager:
     """Creates, opens, alters and deletes topics and hands out their partition logs."""
 
@@ -153,6 +194,8 @@ class LogManager:
         self._topics: dict[str, TopicInfo] = {}
         self._logs: dict[tuple[str, int], PartitionLog] = {}
         self._creating: dict[str, TopicCreation] = {}  # names reserved by unfinished creations
+        self._altering: dict[str, TopicConfigChange] = {}  # topics whose new metadata is being written
+        self._deleting: dict[str, TopicDeletion] = {}  # topics whose metadata is being removed
         self._closed = False
         # Latest broker time seen (open/tick); new partitions start their clocks from it.
         self._now_ms = 0
@@ -292,6 +335,7 @@ class LogManager:
         info = self._topic(name)
         if name in self._creating:
             raise InvalidPartitionsError(f"partitions of topic {name!r} are being created")
+        self._check_not_growing(name)  # nor while its configs are being written
         if not info.num_partitions < total_partitions <= MAX_PARTITIONS:
             raise InvalidPartitionsError(
                 f"topic {name!r} has {info.num_partitions} partitions; cannot change to {total_partitions}"
@@ -330,15 +374,37 @@ class LogManager:
             del self._creating[creation.info.name]
 
     def delete_topic(self, name: str) -> None:
-        """DeleteTopics: forget the topic (durably) and remove its files."""
+        """DeleteTopics: forget the topic (durably) and remove its files, all on the calling
+        thread (``begin_delete_topic`` splits it so the fsync can run elsewhere)."""
+        deletion = self.begin_delete_topic(name)
+        try:
+            deletion.run()
+        except BaseException:
+            self.abort_delete_topic(deletion)
+            raise
+        self.finish_delete_topic(deletion)
+
+    def begin_delete_topic(self, name: str) -> TopicDeletion:
+        """Step 1 of DeleteTopics, on the owner's thread: reserve the topic (deleting, growing
+        or altering it is refused with "retry" until ``finish_delete_topic`` or
+        ``abort_delete_topic``; it keeps being served meanwhile). The returned job's ``run()``
+        removes its metadata file durably on any thread (the broker: a disk thread)."""
         self._check_open()
         info = self._topic(name)
         self._check_not_growing(name)
-        try:
-            self._metadata_path(info).unlink()
-            fsync_directory(self._topics_dir)
-        except OSError as exc:
-            raise StorageError(f"cannot delete topic {name!r}: {exc}") from exc
+        deletion = TopicDeletion(info, self._metadata_path(info))
+        self._deleting[name] = deletion
+        return deletion
+
+    def finish_delete_topic(self, deletion: TopicDeletion) -> None:
+        """Step 3, after ``deletion.run()`` succeeded (the topic is gone for good on disk): its
+        logs close and its directories are removed."""
+        self.abort_delete_topic(deletion)  # releases the reservation
+        name, info = deletion.info.name, deletion.info
+        if self._closed:
+            return  # gone on disk; the next start removes the orphan directories
+        if self._topics.get(name) is not info:
+            raise LogInvariantError(f"topic {name!r} changed while reserved for deletion")
         del self._topics[name]
         for partition in range(info.num_partitions):
             partition_log = self._logs.pop((name, partition), None)
@@ -346,6 +412,11 @@ class LogManager:
                 partition_log.abandon()
             # A failure here leaves an orphan directory, removed at the next start.
             shutil.rmtree(self._partition_dir(name, partition), ignore_errors=True)
+
+    def abort_delete_topic(self, deletion: TopicDeletion) -> None:
+        """Release the reservation of ``deletion`` (its ``run()`` failed: the topic stays)."""
+        if self._deleting.get(deletion.info.name) is deletion:
+            del self._deleting[deletion.info.name]
 
     def alter_topic_configs(
         self, name: str, configs: Mapping[str, str | None], *, merge: bool = False
@@ -355,8 +426,24 @@ class LogManager:
         By default ``configs`` becomes the whole override set (the broker computes it for both
         AlterConfigs and IncrementalAlterConfigs). With ``merge=True`` it is merged into the current
         overrides instead. Either way a ``None`` value removes that override. InvalidConfigError
-        leaves everything unchanged.
+        leaves everything unchanged. All on the calling thread; ``begin_alter_topic_configs``
+        splits it so the metadata write can run elsewhere.
         """
+        change = self.begin_alter_topic_configs(name, configs, merge=merge)
+        try:
+            change.run()
+        except BaseException:
+            self.abort_alter_topic_configs(change)
+            raise
+        return self.finish_alter_topic_configs(change)
+
+    def begin_alter_topic_configs(
+        self, name: str, configs: Mapping[str, str | None], *, merge: bool = False
+    ) -> TopicConfigChange:
+        """Step 1 of ``alter_topic_configs``, on the owner's thread: validate and reserve the
+        topic (until ``finish_alter_topic_configs`` or ``abort_alter_topic_configs``, deleting,
+        growing or altering it again is refused with "retry", as during a growth). The returned
+        job's ``run()`` writes the metadata file on any thread (the broker: a disk thread)."""
         self._check_open()
         info = self._topic(name)
         self._check_not_growing(name)
@@ -368,14 +455,27 @@ class LogManager:
                 overrides[str(key)] = str(value)
         config = LogConfig.from_topic_configs(overrides, self.base_config)
         new_info = TopicInfo(name, info.topic_id, info.num_partitions, overrides, config)
-        try:
-            self._write_metadata(new_info)
-        except OSError as exc:
-            raise StorageError(f"cannot persist configs of {name!r}: {exc}") from exc
-        self._topics[name] = new_info
-        for partition in range(info.num_partitions):
-            self._logs[(name, partition)].update_config(config)
-        return new_info
+        change = TopicConfigChange(new_info, self._metadata_path(new_info), _encode_metadata(new_info))
+        self._altering[name] = change
+        return change
+
+    def finish_alter_topic_configs(self, change: TopicConfigChange) -> TopicInfo:
+        """Step 3, back on the owner's thread after ``change.run()`` succeeded: the new configs
+        apply to the topic's logs."""
+        self.abort_alter_topic_configs(change)  # releases the reservation
+        name = change.info.name
+        current = self._topics.get(name)
+        if self._closed or current is None or current.topic_id != change.info.topic_id:
+            raise StorageError(f"topic {name!r} changed while its configs were being written")
+        self._topics[name] = change.info
+        for partition in range(change.info.num_partitions):
+            self._logs[(name, partition)].update_config(change.info.config)
+        return change.info
+
+    def abort_alter_topic_configs(self, change: TopicConfigChange) -> None:
+        """Release the reservation of ``change`` (its ``run()`` failed: the old configs stay)."""
+        if self._altering.get(change.info.name) is change:
+            del self._altering[change.info.name]
 
     def _write_metadata(self, info: TopicInfo) -> None:
         write_file_atomically(self._metadata_path(info), _encode_metadata(info))
@@ -384,9 +484,15 @@ class LogManager:
         return self._topics_dir / f"{info.topic_id}.json"
 
     def _check_not_growing(self, name: str) -> None:
-        # A creation running on another thread rewrites the topic's metadata file at its end.
+        # A creation or a config change running on another thread rewrites the topic's metadata
+        # file: a second writer could leave the older content last, and a deletion would be
+        # undone by the late write.
         if name in self._creating:
             raise InvalidRequestError(f"partitions of topic {name!r} are being created; retry")
+        if name in self._altering:
+            raise InvalidRequestError(f"configs of topic {name!r} are being written; retry")
+        if name in self._deleting:
+            raise InvalidRequestError(f"topic {name!r} is being deleted; retry")
 
     def _topic(self, name: str) -> TopicInfo:
         info = self._topics.get(name)

@@ -56,6 +56,7 @@ from oncestream.log.descriptors import SegmentDescriptors
 from oncestream.log.durable_files import fsync_directory
 from oncestream.log.flush_job import FdatasyncFn, FlushJob
 from oncestream.log.log_cleaning import CleanableLog
+from oncestream.log.log_start import LogStartMove
 from oncestream.log.producer_state import (
     BatchMetadata,
     PendingSnapshot,
@@ -566,8 +567,19 @@ class PartitionLog(CleanableLog):
         """DeleteRecords: move the log start to ``before_offset`` (-1 = high watermark).
 
         Whole segments below the new log start are deleted; producer state is kept (KIP-360).
-        Returns the new log start offset. OffsetOutOfRangeError beyond the high watermark.
+        Returns the new log start offset. OffsetOutOfRangeError beyond the high watermark. The
+        broker runs the same three steps with the checkpoint write off its loop (``log_start``).
         """
+        move = self.begin_delete_records(before_offset)
+        if move is not None:
+            move.run()
+            self.finish_delete_records(move)
+        return self.log_start_offset
+
+    def begin_delete_records(self, before_offset: int) -> LogStartMove | None:
+        """DeleteRecords' first step: validate and move the log start in memory (reads below it
+        are refused from now on). None if it does not move; else ``run`` the returned move (any
+        thread), then ``finish_delete_records`` it."""
         self._check_open()
         if before_offset == -1:
             before_offset = self.high_watermark
@@ -575,10 +587,20 @@ class PartitionLog(CleanableLog):
             raise OffsetOutOfRangeError(
                 f"cannot delete records before {before_offset}: high watermark is {self.high_watermark}"
             )
-        if before_offset > self.log_start_offset:
-            self.log_start_offset = before_offset
-            self._write_checkpoint()
-            self._delete_oldest_segments(lambda segment, next_segment: next_segment.base_offset <= self.log_start_offset)
+        if before_offset <= self.log_start_offset:
+            return None
+        self.log_start_offset = before_offset
+        return LogStartMove(before_offset, self._checkpoint_file, self._checkpoint(self._recovery_point),
+                            self._checkpoint_file.version)
+
+    def finish_delete_records(self, move: LogStartMove) -> int:
+        """DeleteRecords' last step, once ``move`` ran: delete the segments wholly below the log
+        start it made durable (not below a later one that may not be durable yet). Returns the
+        log start offset."""
+        self._check_open()
+        if not move.written:
+            self._write_checkpoint()  # rare: a concurrent write may have failed (see LogStartMove)
+        self._delete_oldest_segments(lambda segment, next_segment: next_segment.base_offset <= move.log_start_offset)
         return self.log_start_offset
 
     def apply_retention(self, now_ms: int) -> int:

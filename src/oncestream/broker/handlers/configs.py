@@ -2,11 +2,17 @@
 
 Broker resources can be described (the static properties given on the command line) but not
 altered: dynamic broker configs are not supported and say so with INVALID_REQUEST.
+
+A topic's new configs are validated and the topic reserved on the loop, its metadata file is
+written and fsynced on the broker's disk threads (``LogManager.begin_alter_topic_configs``), and
+the configs apply to the logs back on the loop once the file is durable.
 """
 
 from __future__ import annotations
 
+import asyncio
 import datetime
+import logging
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -15,6 +21,7 @@ from oncestream.broker.authorize import Op, Res, authorize
 from oncestream.broker.state import BrokerState
 from oncestream.errors import InvalidConfigError, KafkaError
 from oncestream.log.config import LogConfig
+from oncestream.log.manager import TopicConfigChange
 from oncestream.protocol.api_keys import ALTER_CONFIGS, DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS
 from oncestream.protocol.codec import RequestHeader, build, response_module
 
@@ -89,12 +96,37 @@ def handle_describe(state: BrokerState, header: RequestHeader, request) -> objec
     return build(m.DescribeConfigsResponse, throttle_time=datetime.timedelta(0), results=tuple(results))
 
 
-def _apply_topic_configs(state: BrokerState, name: str, overrides: dict[str, str], validate_only: bool) -> None:
+log = logging.getLogger(__name__)
+
+
+async def _apply_topic_configs(state: BrokerState, name: str, overrides: dict[str, str], validate_only: bool) -> None:
     if name not in state.logs.topics():
         raise KafkaError("unknown topic", code=ErrorCode.unknown_topic_or_partition)
     LogConfig.from_topic_configs(overrides, state.log_config)  # raises InvalidConfigError
-    if not validate_only:
-        state.logs.alter_topic_configs(name, overrides)
+    if validate_only:
+        return
+    change = state.logs.begin_alter_topic_configs(name, overrides)
+    running = asyncio.get_running_loop().run_in_executor(state.disk_executor, change.run, state.disk_fsync)
+    try:
+        await asyncio.shield(running)
+    except asyncio.CancelledError:
+        # The connection went away: the file is being written anyway, so apply it when it is.
+        running.add_done_callback(lambda _: _settle(state, change, running))
+        raise
+    except BaseException:
+        state.logs.abort_alter_topic_configs(change)
+        raise
+    state.logs.finish_alter_topic_configs(change)
+
+
+def _settle(state: BrokerState, change: TopicConfigChange, running: asyncio.Future[None]) -> None:
+    if running.cancelled() or running.exception() is not None:
+        state.logs.abort_alter_topic_configs(change)
+        return
+    try:
+        state.logs.finish_alter_topic_configs(change)
+    except KafkaError as exc:
+        log.warning("configs of %r not applied after their request went away: %s", change.info.name, exc)
 
 
 def _alter_response(m, results: list[tuple[Any, ErrorCode, str | None]]):
@@ -110,7 +142,7 @@ def _alter_response(m, results: list[tuple[Any, ErrorCode, str | None]]):
     )
 
 
-def _alter(state: BrokerState, request, merge) -> list:
+async def _alter(state: BrokerState, request, merge) -> list:
     results = []
     for res in request.resources:
         error, message = ErrorCode.none, None
@@ -121,24 +153,24 @@ def _alter(state: BrokerState, request, merge) -> list:
                 raise KafkaError("only topic configs can be altered", code=ErrorCode.invalid_request)
             info = state.logs.topics().get(res.resource_name)
             current = dict(info.configs) if info is not None else {}
-            _apply_topic_configs(state, res.resource_name, merge(current, res.configs), request.validate_only)
+            await _apply_topic_configs(state, res.resource_name, merge(current, res.configs), request.validate_only)
         except KafkaError as exc:
             error, message = exc.code, str(exc)
         results.append((res, error, message))
     return results
 
 
-def handle_alter(state: BrokerState, header: RequestHeader, request) -> object:
+async def handle_alter(state: BrokerState, header: RequestHeader, request) -> object:
     m = response_module(ALTER_CONFIGS, header.api_version)
 
     def replace_all(_current: dict[str, str], configs) -> dict[str, str]:
         return {c.name: c.value for c in configs if c.value is not None}
 
-    results = _alter(state, request, replace_all)
+    results = await _alter(state, request, replace_all)
     return build(m.AlterConfigsResponse, throttle_time=datetime.timedelta(0), responses=_alter_response(m, results))
 
 
-def handle_incremental_alter(state: BrokerState, header: RequestHeader, request) -> object:
+async def handle_incremental_alter(state: BrokerState, header: RequestHeader, request) -> object:
     m = response_module(INCREMENTAL_ALTER_CONFIGS, header.api_version)
 
     def merge(current: dict[str, str], configs) -> dict[str, str]:
@@ -165,7 +197,7 @@ def handle_incremental_alter(state: BrokerState, header: RequestHeader, request)
                 raise InvalidConfigError(f"unknown config operation {c.config_operation}")
         return out
 
-    results = _alter(state, request, merge)
+    results = await _alter(state, request, merge)
     return build(
         m.IncrementalAlterConfigsResponse, throttle_time=datetime.timedelta(0), responses=_alter_response(m, results)
     )

@@ -1,19 +1,51 @@
-"""DeleteRecords (key 21): move a partition's log start offset forward."""
+"""DeleteRecords (key 21): move a partition's log start offset forward.
+
+Per partition, in the log's three steps (``log/log_start.py``): the log start moves on the loop,
+its checkpoint is written and fsynced on the broker's disk threads while the loop serves other
+clients, and the segments below it are deleted back on the loop once that write returned (the
+synchronous order, so a crash leaves no log start behind deleted data).
+"""
 
 from __future__ import annotations
 
+import asyncio
 import datetime
+import logging
 
 from kio.schema.errors import ErrorCode
 
 from oncestream.broker.authorize import Op, Res, authorize
 from oncestream.broker.state import BrokerState
-from oncestream.errors import KafkaError, TopicAuthorizationFailedError
+from oncestream.errors import KafkaError, TopicAuthorizationFailedError, UnknownTopicOrPartitionError
+from oncestream.log.log_start import LogStartMove
+from oncestream.log.partition_log import PartitionLog
 from oncestream.protocol.api_keys import DELETE_RECORDS
 from oncestream.protocol.codec import RequestHeader, build, response_module
 
+log = logging.getLogger(__name__)
 
-def handle_delete_records(state: BrokerState, header: RequestHeader, request) -> object:
+
+async def _make_durable(state: BrokerState, partition_log: PartitionLog, move: LogStartMove) -> None:
+    """Run ``move``'s checkpoint write on the disk threads. If the request is cancelled (its
+    connection went away) the write still finishes, and the segments are deleted after it."""
+    running = asyncio.get_running_loop().run_in_executor(state.disk_executor, move.run, state.disk_fsync)
+    try:
+        await asyncio.shield(running)
+    except asyncio.CancelledError:
+        running.add_done_callback(lambda _: _finish_later(partition_log, move, running))
+        raise
+
+
+def _finish_later(partition_log: PartitionLog, move: LogStartMove, running: asyncio.Future[None]) -> None:
+    if running.cancelled() or running.exception() is not None or partition_log.closed:
+        return  # the segments stay below the log start until the next DeleteRecords or retention
+    try:
+        partition_log.finish_delete_records(move)
+    except KafkaError as exc:
+        log.warning("%s: deleting segments below the log start failed: %s", partition_log.directory, exc)
+
+
+async def handle_delete_records(state: BrokerState, header: RequestHeader, request) -> object:
     m = response_module(DELETE_RECORDS, header.api_version)
     topics_out = []
     for t in request.topics:
@@ -25,7 +57,14 @@ def handle_delete_records(state: BrokerState, header: RequestHeader, request) ->
             try:
                 if not allowed:
                     raise TopicAuthorizationFailedError(t.name)
-                low = state.logs.get(t.name, p.partition_index).delete_records(p.offset)
+                partition_log = state.logs.get(t.name, p.partition_index)
+                move = partition_log.begin_delete_records(p.offset)
+                if move is not None:
+                    await _make_durable(state, partition_log, move)
+                    if partition_log.closed:  # the topic was deleted meanwhile
+                        raise UnknownTopicOrPartitionError(f"{t.name}-{p.partition_index} was deleted")
+                    partition_log.finish_delete_records(move)
+                low = partition_log.log_start_offset
             except KafkaError as exc:
                 error = exc.code
             parts_out.append(

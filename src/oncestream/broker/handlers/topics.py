@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import uuid
 
@@ -14,6 +15,7 @@ from oncestream.broker.state import BrokerState
 from oncestream.broker.topic_creation import run_creation
 from oncestream.errors import KafkaError
 from oncestream.log.config import LogConfig
+from oncestream.log.manager import TopicDeletion
 from oncestream.protocol.api_keys import CREATE_PARTITIONS, CREATE_TOPICS, DELETE_TOPICS
 from oncestream.protocol.codec import RequestHeader, build, response_module
 
@@ -82,7 +84,7 @@ async def handle_create(state: BrokerState, header: RequestHeader, request) -> o
     return build(m.CreateTopicsResponse, throttle_time=datetime.timedelta(0), topics=tuple(results))
 
 
-def handle_delete(state: BrokerState, header: RequestHeader, request) -> object:
+async def handle_delete(state: BrokerState, header: RequestHeader, request) -> object:
     m = response_module(DELETE_TOPICS, header.api_version)
     if hasattr(request, "topic_names"):
         wanted = [(name, None) for name in request.topic_names]
@@ -110,7 +112,7 @@ def handle_delete(state: BrokerState, header: RequestHeader, request) -> object:
                 try:
                     info = topics.get(name)
                     topic_id = info.topic_id if info is not None else topic_id
-                    state.logs.delete_topic(name)
+                    await _delete_topic(state, name)
                 except KafkaError as exc:
                     error, message = exc.code, str(exc)
         results.append(
@@ -123,6 +125,30 @@ def handle_delete(state: BrokerState, header: RequestHeader, request) -> object:
             )
         )
     return build(m.DeleteTopicsResponse, throttle_time=datetime.timedelta(0), responses=tuple(results))
+
+
+async def _delete_topic(state: BrokerState, name: str) -> None:
+    """The metadata file is unlinked and its directory fsynced on the disk threads; the logs
+    close and the directories go back on the loop, after that (``LogManager.begin_delete_topic``)."""
+    deletion = state.logs.begin_delete_topic(name)
+    running = asyncio.get_running_loop().run_in_executor(state.disk_executor, deletion.run, state.disk_fsync)
+    try:
+        await asyncio.shield(running)
+    except asyncio.CancelledError:
+        # The connection went away: the topic is being deleted on disk anyway, finish it after.
+        running.add_done_callback(lambda _: _settle_deletion(state, deletion, running))
+        raise
+    except BaseException:
+        state.logs.abort_delete_topic(deletion)
+        raise
+    state.logs.finish_delete_topic(deletion)
+
+
+def _settle_deletion(state: BrokerState, deletion: TopicDeletion, running: asyncio.Future[None]) -> None:
+    if running.cancelled() or running.exception() is not None:
+        state.logs.abort_delete_topic(deletion)
+    else:
+        state.logs.finish_delete_topic(deletion)
 
 
 async def handle_create_partitions(state: BrokerState, header: RequestHeader, request) -> object:

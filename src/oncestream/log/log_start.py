@@ -1,0 +1,38 @@
+"""DeleteRecords' durable part, split so the broker can run the fsyncs off its event loop.
+
+``PartitionLog.begin_delete_records`` (log's thread) moves the log start in memory and returns a
+``LogStartMove``; ``run`` (any thread, e.g. the broker's disk executor) makes the new log start
+durable in the checkpoint; ``PartitionLog.finish_delete_records`` (log's thread) then deletes the
+segments wholly below it. Crash safety is the synchronous order, unchanged: the checkpoint naming
+the new log start is durable before any segment below it is deleted, so a crash in between leaves
+segments that are merely unreadable (below the log start) and removed at the next DeleteRecords
+or retention pass, never a log start behind data that is already gone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from oncestream.log.recovery import Checkpoint, CheckpointFile
+
+
+@dataclass(slots=True)
+class LogStartMove:
+    """A log start moved in memory whose checkpoint is still to be written."""
+
+    log_start_offset: int
+    checkpoint_file: CheckpointFile
+    checkpoint: Checkpoint  # the log's checkpoint as of the move
+    since_version: int  # the checkpoint file's version when the move was made
+    written: bool = False
+
+    def run(self, fsync: Callable[[int], None] | None = None) -> None:
+        """Write the checkpoint (any thread); StorageError if the disk fails.
+
+        Skipped if the log's thread wrote the checkpoint since the move: that write carried a log
+        start at least as new (it only grows) and newer other fields, which an older snapshot must
+        not overwrite. ``finish_delete_records`` then writes once more on the log's thread, since
+        the newer write may have failed.
+        """
+        self.written = self.checkpoint_file.write_unless_changed(self.checkpoint, self.since_version, fsync)
