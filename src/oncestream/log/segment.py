@@ -625,15 +625,6 @@ class Segment:
                 return Extent(begin, end, next_offset, end >= self.size_bytes)
         return Extent(begin, end, next_offset, True)
 
-    def dup_fd(self) -> int:
-        """A new descriptor of the segment file, for a reader on another thread (caller closes it).
-
-        It keeps reading the same bytes even if the file is deleted or replaced meanwhile.
-        """
-        if self.closed:
-            raise LogInvariantError("broken invariant: not self.closed")
-        return os.dup(self._fd)
-
     def read(self, start_position: int, end_position: int) -> bytes:
         """The bytes of ``[start_position, end_position)`` in one ``pread``."""
         if not (0 <= start_position <= end_position <= self.size_bytes):
