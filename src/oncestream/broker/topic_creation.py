@@ -9,12 +9,12 @@ partitions would otherwise stall every client for as long as it takes.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Mapping
 
+from oncestream.broker.disk_step import run_disk_step
 from oncestream.broker.state import BrokerState
-from oncestream.errors import KafkaError, TopicAlreadyExistsError
+from oncestream.errors import TopicAlreadyExistsError
 from oncestream.log.manager import TopicBeingCreatedError, TopicCreation, TopicInfo
 
 log = logging.getLogger(__name__)
@@ -22,17 +22,12 @@ log = logging.getLogger(__name__)
 
 async def run_creation(state: BrokerState, creation: TopicCreation) -> TopicInfo:
     """Run ``creation``'s file work on the disk threads, then install it (or free the name)."""
-    running = asyncio.get_running_loop().run_in_executor(state.disk_executor, creation.run)
-    try:
-        await asyncio.shield(running)
-    except asyncio.CancelledError:
-        # The connection went away (or the broker is stopping): still install or release it.
-        running.add_done_callback(lambda _: _settle(state, creation, running))
-        raise
-    except BaseException:
-        state.logs.abort_creation(creation)
-        raise
-    return state.logs.finish_creation(creation)
+    return await run_disk_step(
+        state, creation.run,
+        finish=lambda: state.logs.finish_creation(creation),
+        abort=lambda: state.logs.abort_creation(creation),
+        what=f"creation of topic {creation.info.name!r}",
+    )
 
 
 async def auto_create_topic(state: BrokerState, name: str, num_partitions: int,
@@ -46,13 +41,3 @@ async def auto_create_topic(state: BrokerState, name: str, num_partitions: int,
             raise
         raise TopicBeingCreatedError(f"topic {name!r} is being created") from None
     return await run_creation(state, creation)
-
-
-def _settle(state: BrokerState, creation: TopicCreation, running: asyncio.Future[None]) -> None:
-    if running.cancelled() or running.exception() is not None:
-        state.logs.abort_creation(creation)
-        return
-    try:
-        state.logs.finish_creation(creation)
-    except KafkaError as exc:
-        log.warning("topic %r not installed after its request went away: %s", creation.info.name, exc)

@@ -10,7 +10,6 @@ the configs apply to the logs back on the loop once the file is durable.
 
 from __future__ import annotations
 
-import asyncio
 import datetime
 import logging
 from typing import Any
@@ -18,10 +17,10 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from oncestream.broker.authorize import Op, Res, authorize
+from oncestream.broker.disk_step import run_disk_step
 from oncestream.broker.state import BrokerState
 from oncestream.errors import InvalidConfigError, KafkaError
 from oncestream.log.config import LogConfig
-from oncestream.log.manager import TopicConfigChange
 from oncestream.protocol.api_keys import ALTER_CONFIGS, DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS
 from oncestream.protocol.codec import RequestHeader, build, response_module
 
@@ -106,27 +105,12 @@ async def _apply_topic_configs(state: BrokerState, name: str, overrides: dict[st
     if validate_only:
         return
     change = state.logs.begin_alter_topic_configs(name, overrides)
-    running = asyncio.get_running_loop().run_in_executor(state.disk_executor, change.run, state.disk_fsync)
-    try:
-        await asyncio.shield(running)
-    except asyncio.CancelledError:
-        # The connection went away: the file is being written anyway, so apply it when it is.
-        running.add_done_callback(lambda _: _settle(state, change, running))
-        raise
-    except BaseException:
-        state.logs.abort_alter_topic_configs(change)
-        raise
-    state.logs.finish_alter_topic_configs(change)
-
-
-def _settle(state: BrokerState, change: TopicConfigChange, running: asyncio.Future[None]) -> None:
-    if running.cancelled() or running.exception() is not None:
-        state.logs.abort_alter_topic_configs(change)
-        return
-    try:
-        state.logs.finish_alter_topic_configs(change)
-    except KafkaError as exc:
-        log.warning("configs of %r not applied after their request went away: %s", change.info.name, exc)
+    await run_disk_step(
+        state, lambda: change.run(state.disk_fsync),
+        finish=lambda: state.logs.finish_alter_topic_configs(change),
+        abort=lambda: state.logs.abort_alter_topic_configs(change),
+        what=f"config change of topic {name!r}",
+    )
 
 
 def _alter_response(m, results: list[tuple[Any, ErrorCode, str | None]]):

@@ -3,19 +3,18 @@
 
 from __future__ import annotations
 
-import asyncio
 import datetime
 import uuid
 
 from kio.schema.errors import ErrorCode
 
 from oncestream.broker.authorize import Op, Res, authorize
+from oncestream.broker.disk_step import run_disk_step
 from oncestream.broker.handlers.metadata import INTERNAL_TOPICS
 from oncestream.broker.state import BrokerState
 from oncestream.broker.topic_creation import run_creation
 from oncestream.errors import KafkaError
 from oncestream.log.config import LogConfig
-from oncestream.log.manager import TopicDeletion
 from oncestream.protocol.api_keys import CREATE_PARTITIONS, CREATE_TOPICS, DELETE_TOPICS
 from oncestream.protocol.codec import RequestHeader, build, response_module
 
@@ -131,24 +130,12 @@ async def _delete_topic(state: BrokerState, name: str) -> None:
     """The metadata file is unlinked and its directory fsynced on the disk threads; the logs
     close and the directories go back on the loop, after that (``LogManager.begin_delete_topic``)."""
     deletion = state.logs.begin_delete_topic(name)
-    running = asyncio.get_running_loop().run_in_executor(state.disk_executor, deletion.run, state.disk_fsync)
-    try:
-        await asyncio.shield(running)
-    except asyncio.CancelledError:
-        # The connection went away: the topic is being deleted on disk anyway, finish it after.
-        running.add_done_callback(lambda _: _settle_deletion(state, deletion, running))
-        raise
-    except BaseException:
-        state.logs.abort_delete_topic(deletion)
-        raise
-    state.logs.finish_delete_topic(deletion)
-
-
-def _settle_deletion(state: BrokerState, deletion: TopicDeletion, running: asyncio.Future[None]) -> None:
-    if running.cancelled() or running.exception() is not None:
-        state.logs.abort_delete_topic(deletion)
-    else:
-        state.logs.finish_delete_topic(deletion)
+    await run_disk_step(
+        state, lambda: deletion.run(state.disk_fsync),
+        finish=lambda: state.logs.finish_delete_topic(deletion),
+        abort=lambda: state.logs.abort_delete_topic(deletion),
+        what=f"deletion of topic {name!r}",
+    )
 
 
 async def handle_create_partitions(state: BrokerState, header: RequestHeader, request) -> object:
