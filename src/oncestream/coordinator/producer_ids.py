@@ -2,16 +2,16 @@
 
 Kafka allocates producer ids in blocks recorded by the controller. We do the same on one node:
 before handing out any id of a block, the end of the block is written to ``producer_id_block``
-(temp file, fsync, rename, fsync of the directory). After a crash, allocation resumes at the
+(``log/durable_files``: temp file, fsync, rename, fsync of the directory). After a crash, allocation resumes at the
 recorded end, so ids handed out from a partially used block are skipped, never reused.
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from oncestream.errors import CoordinatorInvariantError
+from oncestream.log.durable_files import write_file_atomically
 
 BLOCK_SIZE = 1000
 _FILE_NAME = "producer_id_block"
@@ -40,17 +40,7 @@ class ProducerIdManager:
         return value
 
     def _reserve(self, new_end: int) -> None:
-        tmp = self._path.with_suffix(".tmp")
-        with open(tmp, "w") as f:
-            f.write(f"{new_end}\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self._path)
-        dir_fd = os.open(self._path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        write_file_atomically(self._path, f"{new_end}\n".encode())
 
     def next_id(self) -> int:
         """A producer id never handed out before by this data directory."""
