@@ -467,10 +467,28 @@ class LogManager:
         current = self._topics.get(name)
         if self._closed or current is None or current.topic_id != change.info.topic_id:
             raise StorageError(f"topic {name!r} changed while its configs were being written")
-        self._topics[name] = change.info
-        for partition in range(change.info.num_partitions):
-            self._logs[(name, partition)].update_config(change.info.config)
-        return change.info
+        # The broker defaults may have changed while the file was written (rebase_configs).
+        info = change.info
+        info = TopicInfo(info.name, info.topic_id, info.num_partitions, info.configs,
+                         LogConfig.from_topic_configs(info.configs, self.base_config))
+        self._topics[name] = info
+        for partition in range(info.num_partitions):
+            self._logs[(name, partition)].update_config(info.config)
+        return info
+
+    def rebase_configs(self, base_config: LogConfig) -> None:
+        """New broker-level topic defaults (dynamic broker configs): every topic's config is
+        recomputed from its own overrides over ``base_config`` and applied to its logs at once;
+        nothing is written (the overrides did not change)."""
+        self._check_open()
+        self.base_config = base_config
+        for name, info in list(self._topics.items()):
+            config = LogConfig.from_topic_configs(info.configs, base_config)
+            self._topics[name] = TopicInfo(info.name, info.topic_id, info.num_partitions, info.configs, config)
+            for partition in range(info.num_partitions):
+                log_ = self._logs.get((name, partition))
+                if log_ is not None:
+                    log_.update_config(config)
 
     def abort_alter_topic_configs(self, change: TopicConfigChange) -> None:
         """Release the reservation of ``change`` (its ``run()`` failed: the old configs stay)."""
