@@ -83,10 +83,10 @@ def describe_topic(overrides: Mapping[str, str], dynamic: DynamicBrokerConfigs, 
                 if synonym.name in values:
                     synonyms.append((synonym.name, values[synonym.name], source))
                     broker_values.append(synonym.convert(values[synonym.name]))
-        primary = definition.synonyms[0].name if definition.synonyms else None
-        primary_default = BROKER_CONFIG_DEFS[primary].default if primary in BROKER_CONFIG_DEFS else None
-        if primary is not None and primary_default is not None:
-            synonyms.append((primary, primary_default, ConfigSource.DEFAULT_CONFIG))
+        primary_def = BROKER_CONFIG_DEFS.get(definition.synonyms[0].name) if definition.synonyms else None
+        if primary_def is not None and primary_def.default is not None:
+            synonyms.append((primary_def.name, primary_def.default, ConfigSource.DEFAULT_CONFIG))
+        value: str | None
         if name in overrides:
             value = overrides[name]
         elif name in effective:

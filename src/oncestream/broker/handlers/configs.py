@@ -159,6 +159,12 @@ def _alter_response(m, results: list[tuple[Any, ErrorCode, str | None]]):
     )
 
 
+def _broker_layer(ops: list[tuple[str, int, str | None]], replace: bool) -> Callable[[Mapping[str, str]], dict[str, str]]:
+    def new_layer(layer: Mapping[str, str]) -> dict[str, str]:
+        return admin.apply_incremental(RESOURCE_BROKER, {} if replace else layer, ops)
+    return new_layer
+
+
 async def _alter(state: BrokerState, request, ops_of: Callable[[Any], list[tuple[str, int, str | None]]],
                  replace: bool) -> list:
     """Both AlterConfigs flavours: ``ops_of(resource)`` gives its (name, op, value) list; with
@@ -179,11 +185,7 @@ async def _alter(state: BrokerState, request, ops_of: Callable[[Any], list[tuple
                 await _apply_topic_configs(state, res.resource_name, overrides, request.validate_only)
             elif res.resource_type == RESOURCE_BROKER:
                 admin.check_operations(ops)
-                await _apply_broker_configs(
-                    state, res.resource_name,
-                    lambda layer: admin.apply_incremental(RESOURCE_BROKER, {} if replace else layer, ops),
-                    request.validate_only,
-                )
+                await _apply_broker_configs(state, res.resource_name, _broker_layer(ops, replace), request.validate_only)
             else:
                 raise InvalidRequestError(f"Unknown resource type {res.resource_type}")
         except KafkaError as exc:
