@@ -1,0 +1,291 @@
+"""The admin surface with real clients (issue 14 point 6): DescribeConfigs with synonyms,
+documentation and every field Kafka fills (confluent-kafka's AdminClient and kafka-python's
+KafkaAdminClient), IncrementalAlterConfigs' list operations and error codes, and BROKER resources:
+described, dynamic ones altered (taking effect on produce, surviving a restart), read-only ones
+refused with Kafka's INVALID_REQUEST."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource, ResourceType
+from kafka.admin import ConfigResource as KpConfigResource
+from kafka.admin import ConfigResourceType, KafkaAdminClient
+
+from oncestream.protocol.compression import COMPRESSION_GZIP, COMPRESSION_NONE
+from oncestream.protocol.record_batch import iter_batches
+from tests.support.brokers import BrokerProcess
+from tests.support.clients import CLIENT_TIMEOUT_S, admin_client, confluent_consume, create_topic, unique_topic
+
+pytestmark = pytest.mark.interop
+
+STATIC = {"log.retention.hours": "5", "num.partitions": "1"}
+
+
+@pytest.fixture(scope="module")
+def ours(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """Our broker (dynamic broker configs live in its data directory), with static configs."""
+    process = BrokerProcess(data_dir=tmp_path_factory.mktemp("admincfg") / "data", config=STATIC)
+    process.start()
+    try:
+        yield process
+    finally:
+        process.stop()
+
+
+def _describe(bootstrap: str, rtype: ResourceType, name: str) -> dict[str, ConfigEntry]:
+    admin = admin_client(bootstrap)
+    resource = ConfigResource(rtype, name)
+    return admin.describe_configs([resource], request_timeout=CLIENT_TIMEOUT_S)[resource].result(
+        timeout=CLIENT_TIMEOUT_S)
+
+
+def _incremental(bootstrap: str, rtype: ResourceType, name: str, *entries: ConfigEntry) -> None:
+    admin = admin_client(bootstrap)
+    resource = ConfigResource(rtype, name, incremental_configs=list(entries))
+    admin.incremental_alter_configs([resource], request_timeout=CLIENT_TIMEOUT_S)[resource].result(
+        timeout=CLIENT_TIMEOUT_S)
+
+
+def _op(name: str, op: AlterConfigOpType, value: str | None = None) -> ConfigEntry:
+    return ConfigEntry(name, value, incremental_operation=op)
+
+
+def _error_code(bootstrap: str, rtype: ResourceType, name: str, *entries: ConfigEntry) -> int:
+    with pytest.raises(KafkaException) as info:
+        _incremental(bootstrap, rtype, name, *entries)
+    return info.value.args[0].code()
+
+
+def _kafka_python_admin(bootstrap: str) -> KafkaAdminClient:
+    return KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=int(CLIENT_TIMEOUT_S * 1000))
+
+
+def _produce_one(bootstrap: str, topic: str, value: bytes) -> KafkaError | None:
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 0,
+                         "enable.idempotence": False, "message.max.bytes": 100000})
+    errors: list[KafkaError | None] = []
+    producer.produce(topic, value, partition=0, on_delivery=lambda err, _msg: errors.append(err))
+    assert producer.flush(CLIENT_TIMEOUT_S) == 0
+    return errors[0]
+
+
+# --- DescribeConfigs ------------------------------------------------------------------------------
+
+
+def test_topic_describe_with_confluent_admin_sources_and_synonyms(ours: BrokerProcess) -> None:
+    """Every Kafka topic config, with Kafka's source, is_default, read_only, is_sensitive and the
+    broker synonyms librdkafka asks for (DescribeConfigs v1+ with include_synonyms)."""
+    topic = unique_topic("cfg-describe")
+    create_topic(ours.bootstrap, topic, config={"compression.type": "zstd", "min.insync.replicas": "1"})
+    described = _describe(ours.bootstrap, ResourceType.TOPIC, topic)
+    assert {"compression.type", "min.insync.replicas", "cleanup.policy", "retention.ms", "segment.jitter.ms",
+            "local.retention.ms", "remote.storage.enable", "message.timestamp.after.max.ms"} <= set(described)
+    compression = described["compression.type"]
+    assert compression.value == "zstd" and compression.source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
+    assert not compression.is_default and not compression.is_read_only and not compression.is_sensitive
+    retention = described["retention.ms"]  # from the static log.retention.hours=5
+    assert retention.value == str(5 * 3_600_000)
+    assert retention.source == ConfigSource.STATIC_BROKER_CONFIG.value and not retention.is_default
+    assert retention.synonyms["log.retention.hours"].value == "5"
+    segment = described["segment.bytes"]
+    assert segment.is_default and segment.source == ConfigSource.DEFAULT_CONFIG.value
+    assert segment.synonyms["log.segment.bytes"].value == "1073741824"
+
+
+def test_topic_describe_with_kafka_python_includes_types_and_documentation(ours: BrokerProcess) -> None:
+    topic = unique_topic("cfg-describe-kp")
+    create_topic(ours.bootstrap, topic, config={"cleanup.policy": "compact"})
+    admin = _kafka_python_admin(ours.bootstrap)
+    try:
+        result = admin.describe_configs([KpConfigResource(ConfigResourceType.TOPIC, topic)],
+                                        include_synonyms=True, config_filter="all")
+    finally:
+        admin.close()
+    configs = result["topic"][topic]
+    policy = configs["cleanup.policy"]
+    assert policy["value"] == "compact" and policy["config_source"] == "DYNAMIC_TOPIC_CONFIG"
+    assert policy["config_type"] == "LIST" and policy["read_only"] is False and policy["is_sensitive"] is False
+    assert policy["synonyms"] == [
+        {"name": "cleanup.policy", "value": "compact", "source": "DYNAMIC_TOPIC_CONFIG"},
+        {"name": "log.cleanup.policy", "value": "delete", "source": "DEFAULT_CONFIG"},
+    ]
+    assert configs["min.insync.replicas"]["config_type"] == "INT"
+    assert configs["compression.type"]["value"] == "producer"
+
+
+def test_include_documentation_on_the_wire(ours: BrokerProcess) -> None:
+    """DescribeConfigs v3+: documentation only when asked (neither client exposes the flag)."""
+    from oncestream.client.connection import BrokerConnection, parse_bootstrap
+    from oncestream.protocol.api_keys import DESCRIBE_CONFIGS
+    from oncestream.protocol.codec import build
+
+    topic = unique_topic("cfg-doc")
+    create_topic(ours.bootstrap, topic)
+    host, port = parse_bootstrap(ours.bootstrap)
+
+    def ask(with_doc: bool):
+        with BrokerConnection(host, port) as conn:
+            return conn.call(DESCRIBE_CONFIGS, lambda m: build(
+                m.DescribeConfigsRequest, include_synonyms=False, include_documentation=with_doc,
+                resources=(build(m.DescribeConfigsResource, resource_type=2, resource_name=topic,
+                                 configuration_keys=("compression.type",)),)))
+
+    [with_doc] = ask(True).results[0].configs
+    [without] = ask(False).results[0].configs
+    assert with_doc.name == "compression.type" and "recompress" in (with_doc.documentation or "")
+    assert without.documentation is None and with_doc.synonyms == () and with_doc.config_type == 2
+
+
+def test_broker_describe_read_only_and_sensitive(ours: BrokerProcess) -> None:
+    described = _describe(ours.bootstrap, ResourceType.BROKER, "0")
+    assert described["num.partitions"].is_read_only and described["num.partitions"].value == "1"
+    assert described["num.partitions"].source == ConfigSource.STATIC_BROKER_CONFIG.value
+    assert not described["message.max.bytes"].is_read_only
+    assert described["message.max.bytes"].is_default
+    assert described["log.retention.hours"].value == "5"
+    admin = _kafka_python_admin(ours.bootstrap)
+    try:
+        result = admin.describe_configs([KpConfigResource(ConfigResourceType.BROKER, "0")], config_filter="all")
+    finally:
+        admin.close()
+    assert result["broker"]["0"]["log.cleanup.policy"]["read_only"] is False
+    assert result["broker"]["0"]["node.id"]["read_only"] is True
+
+
+def test_unknown_broker_id_is_invalid_request(ours: BrokerProcess) -> None:
+    admin = admin_client(ours.bootstrap)
+    resource = ConfigResource(ResourceType.BROKER, "7")
+    with pytest.raises(KafkaException) as info:
+        admin.describe_configs([resource], request_timeout=CLIENT_TIMEOUT_S)[resource].result(timeout=CLIENT_TIMEOUT_S)
+    assert info.value.args[0].code() == KafkaError.INVALID_REQUEST
+
+
+# --- IncrementalAlterConfigs on topics ----------------------------------------------------------
+
+
+def test_cleanup_policy_append_subtract_round_trip(ours: BrokerProcess) -> None:
+    """APPEND from the default list, SUBTRACT back, and SUBTRACT to an empty list (Kafka 4.x)."""
+    topic = unique_topic("cfg-list")
+    create_topic(ours.bootstrap, topic)
+    _incremental(ours.bootstrap, ResourceType.TOPIC, topic, _op("cleanup.policy", AlterConfigOpType.APPEND, "compact"))
+    assert _describe(ours.bootstrap, ResourceType.TOPIC, topic)["cleanup.policy"].value == "delete,compact"
+    _incremental(ours.bootstrap, ResourceType.TOPIC, topic,
+                 _op("cleanup.policy", AlterConfigOpType.SUBTRACT, "delete"))
+    assert _describe(ours.bootstrap, ResourceType.TOPIC, topic)["cleanup.policy"].value == "compact"
+    # kafka-python's incremental ops on the same topic.
+    admin = _kafka_python_admin(ours.bootstrap)
+    try:
+        result = admin.alter_configs([KpConfigResource(ConfigResourceType.TOPIC, topic,
+                                                       configs={"cleanup.policy": ("APPEND", "delete")})])
+        assert result == {"topic": {topic: "OK"}}
+    finally:
+        admin.close()
+    assert _describe(ours.bootstrap, ResourceType.TOPIC, topic)["cleanup.policy"].value == "compact,delete"
+    _incremental(ours.bootstrap, ResourceType.TOPIC, topic,
+                 _op("cleanup.policy", AlterConfigOpType.SUBTRACT, "compact,delete"))
+    described = _describe(ours.bootstrap, ResourceType.TOPIC, topic)["cleanup.policy"]
+    assert described.value == "" and described.source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
+    # An empty policy neither compacts (keyless records are accepted) nor deletes.
+    assert _produce_one(ours.bootstrap, topic, b"no key") is None
+
+
+@pytest.mark.parametrize("entry,code", [
+    (_op("retention.ms", AlterConfigOpType.SUBTRACT, "1"), KafkaError.INVALID_CONFIG),
+    (_op("compression.type", AlterConfigOpType.APPEND, "gzip"), KafkaError.INVALID_CONFIG),
+    (_op("no.such.config", AlterConfigOpType.SET, "1"), KafkaError.INVALID_CONFIG),
+    (_op("min.insync.replicas", AlterConfigOpType.SET, "0"), KafkaError.INVALID_CONFIG),
+    (_op("compression.type", AlterConfigOpType.SET, "brotli"), KafkaError.INVALID_CONFIG),
+    (_op("cleanup.policy", AlterConfigOpType.APPEND, "forever"), KafkaError.INVALID_CONFIG),
+])
+def test_incremental_alter_errors_are_kafkas(ours: BrokerProcess, entry: ConfigEntry, code: int) -> None:
+    topic = unique_topic("cfg-err")
+    create_topic(ours.bootstrap, topic, config={"retention.ms": "3600000"})
+    assert _error_code(ours.bootstrap, ResourceType.TOPIC, topic, entry) == code
+    described = _describe(ours.bootstrap, ResourceType.TOPIC, topic)
+    assert described["retention.ms"].value == "3600000"  # nothing changed
+    assert described["compression.type"].value == "producer"
+
+
+def test_incremental_alter_of_unknown_topic(ours: BrokerProcess) -> None:
+    code = _error_code(ours.bootstrap, ResourceType.TOPIC, unique_topic("cfg-missing"),
+                       _op("retention.ms", AlterConfigOpType.SET, "1"))
+    assert code == KafkaError.UNKNOWN_TOPIC_OR_PART
+
+
+# --- BROKER resources -----------------------------------------------------------------------------
+
+
+def test_read_only_broker_config_is_refused_with_invalid_request(ours: BrokerProcess) -> None:
+    """Kafka: "Cannot update these configs dynamically" (a ConfigException answered INVALID_REQUEST)."""
+    for name in ("0", ""):
+        code = _error_code(ours.bootstrap, ResourceType.BROKER, name,
+                           _op("num.partitions", AlterConfigOpType.SET, "3"))
+        assert code == KafkaError.INVALID_REQUEST
+    code = _error_code(ours.bootstrap, ResourceType.BROKER, "0",
+                       _op("message.max.bytes", AlterConfigOpType.SET, "lots"))
+    assert code == KafkaError.INVALID_REQUEST
+    assert _describe(ours.bootstrap, ResourceType.BROKER, "0")["num.partitions"].value == "1"
+
+
+def test_dynamic_broker_config_takes_effect_and_survives_restart(tmp_path: Path) -> None:
+    """message.max.bytes set as a dynamic cluster default lowers max.message.bytes of every topic
+    without its own override (a produce over it is MESSAGE_TOO_LARGE), survives a restart, and a
+    DELETE restores the static value; a topic override still wins."""
+    broker = BrokerProcess(data_dir=tmp_path / "data", config={"message.max.bytes": "500000"})
+    broker.start()
+    try:
+        plain, overridden = unique_topic("cfg-dyn"), unique_topic("cfg-dyn-own")
+        create_topic(broker.bootstrap, plain)
+        create_topic(broker.bootstrap, overridden, config={"max.message.bytes": "400000"})
+        assert _produce_one(broker.bootstrap, plain, b"x" * 4000) is None
+
+        _incremental(broker.bootstrap, ResourceType.BROKER, "",
+                     _op("message.max.bytes", AlterConfigOpType.SET, "2000"))
+        entry = _describe(broker.bootstrap, ResourceType.TOPIC, plain)["max.message.bytes"]
+        assert (entry.value, entry.source) == ("2000", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value)
+        error = _produce_one(broker.bootstrap, plain, b"y" * 4000)
+        assert error is not None and error.code() == KafkaError.MSG_SIZE_TOO_LARGE
+        assert _produce_one(broker.bootstrap, overridden, b"z" * 4000) is None  # its own override wins
+
+        broker.restart()
+        cluster = _describe(broker.bootstrap, ResourceType.BROKER, "")
+        assert {name: e.value for name, e in cluster.items()} == {"message.max.bytes": "2000"}
+        error = _produce_one(broker.bootstrap, plain, b"y" * 4000)
+        assert error is not None and error.code() == KafkaError.MSG_SIZE_TOO_LARGE
+
+        # A per-broker value wins over the cluster default; DELETE of both restores the static one.
+        _incremental(broker.bootstrap, ResourceType.BROKER, "0",
+                     _op("message.max.bytes", AlterConfigOpType.SET, "100000"))
+        entry = _describe(broker.bootstrap, ResourceType.TOPIC, plain)["max.message.bytes"]
+        assert (entry.value, entry.source) == ("100000", ConfigSource.DYNAMIC_BROKER_CONFIG.value)
+        assert _produce_one(broker.bootstrap, plain, b"w" * 4000) is None
+        _incremental(broker.bootstrap, ResourceType.BROKER, "0", _op("message.max.bytes", AlterConfigOpType.DELETE))
+        _incremental(broker.bootstrap, ResourceType.BROKER, "", _op("message.max.bytes", AlterConfigOpType.DELETE))
+        entry = _describe(broker.bootstrap, ResourceType.TOPIC, plain)["max.message.bytes"]
+        assert (entry.value, entry.source) == ("500000", ConfigSource.STATIC_BROKER_CONFIG.value)
+        assert _produce_one(broker.bootstrap, plain, b"v" * 4000) is None
+        assert [r.value[:1] for r in confluent_consume(broker.bootstrap, plain, 1)] == [b"x", b"w", b"v"]
+    finally:
+        broker.stop()
+
+
+def test_dynamic_compression_type_for_the_cluster(tmp_path: Path) -> None:
+    """compression.type as a dynamic broker config: topics without their own value recompress."""
+    broker = BrokerProcess(data_dir=tmp_path / "data")
+    broker.start()
+    try:
+        topic = unique_topic("cfg-dyn-codec")
+        create_topic(broker.bootstrap, topic)
+        assert _produce_one(broker.bootstrap, topic, b"a" * 100) is None
+        _incremental(broker.bootstrap, ResourceType.BROKER, "", _op("compression.type", AlterConfigOpType.SET, "gzip"))
+        assert _produce_one(broker.bootstrap, topic, b"b" * 100) is None
+        segments = sorted((Path(broker.data_dir) / "logs" / f"{topic}-0").glob("*.log"))
+        codecs = [h.compression for segment in segments for h, _ in iter_batches(segment.read_bytes())]
+        assert codecs == [COMPRESSION_NONE, COMPRESSION_GZIP]
+        assert [r.value for r in confluent_consume(broker.bootstrap, topic, 1)] == [b"a" * 100, b"b" * 100]
+    finally:
+        broker.stop()
