@@ -14,7 +14,11 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource, ResourceType
 from kafka.admin import ConfigResource as KpConfigResource
 from kafka.admin import ConfigResourceType, KafkaAdminClient
+from kio.schema.errors import ErrorCode
 
+from oncestream.client.connection import BrokerConnection, parse_bootstrap
+from oncestream.protocol.api_keys import DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS
+from oncestream.protocol.codec import build
 from oncestream.protocol.compression import COMPRESSION_GZIP, COMPRESSION_NONE
 from oncestream.protocol.record_batch import iter_batches
 from tests.support.brokers import BrokerProcess
@@ -117,25 +121,37 @@ def test_topic_describe_with_kafka_python_includes_types_and_documentation(ours:
     assert configs["compression.type"]["value"] == "producer"
 
 
+def _describe_wire(broker: BrokerProcess, resource_type: int, name: str, *, include_documentation: bool,
+                   keys: tuple[str, ...] | None = None):
+    host, port = parse_bootstrap(broker.bootstrap)
+    with BrokerConnection(host, port) as conn:
+        return conn.call(DESCRIBE_CONFIGS, lambda m: build(
+            m.DescribeConfigsRequest, include_synonyms=False, include_documentation=include_documentation,
+            resources=(build(m.DescribeConfigsResource, resource_type=resource_type, resource_name=name,
+                             configuration_keys=keys),)))
+
+
+def _incremental_wire(broker: BrokerProcess, resource_type: int, name: str,
+                      *ops: tuple[str, AlterConfigOpType, str | None]) -> ErrorCode:
+    """IncrementalAlterConfigs on the wire: the cluster-default BROKER resource ("") is refused
+    by both clients' argument checks, not by Kafka."""
+    host, port = parse_bootstrap(broker.bootstrap)
+    with BrokerConnection(host, port) as conn:
+        response = conn.call(INCREMENTAL_ALTER_CONFIGS, lambda m: build(
+            m.IncrementalAlterConfigsRequest, validate_only=False,
+            resources=(build(m.AlterConfigsResource, resource_type=resource_type, resource_name=name,
+                             configs=tuple(build(m.AlterableConfig, name=n, config_operation=op.value, value=v)
+                                           for n, op, v in ops)),)))
+    [result] = response.responses
+    return result.error_code
+
+
 def test_include_documentation_on_the_wire(ours: BrokerProcess) -> None:
     """DescribeConfigs v3+: documentation only when asked (neither client exposes the flag)."""
-    from oncestream.client.connection import BrokerConnection, parse_bootstrap
-    from oncestream.protocol.api_keys import DESCRIBE_CONFIGS
-    from oncestream.protocol.codec import build
-
     topic = unique_topic("cfg-doc")
     create_topic(ours.bootstrap, topic)
-    host, port = parse_bootstrap(ours.bootstrap)
-
-    def ask(with_doc: bool):
-        with BrokerConnection(host, port) as conn:
-            return conn.call(DESCRIBE_CONFIGS, lambda m: build(
-                m.DescribeConfigsRequest, include_synonyms=False, include_documentation=with_doc,
-                resources=(build(m.DescribeConfigsResource, resource_type=2, resource_name=topic,
-                                 configuration_keys=("compression.type",)),)))
-
-    [with_doc] = ask(True).results[0].configs
-    [without] = ask(False).results[0].configs
+    [with_doc] = _describe_wire(ours, 2, topic, include_documentation=True, keys=("compression.type",)).results[0].configs
+    [without] = _describe_wire(ours, 2, topic, include_documentation=False, keys=("compression.type",)).results[0].configs
     assert with_doc.name == "compression.type" and "recompress" in (with_doc.documentation or "")
     assert without.documentation is None and with_doc.synonyms == () and with_doc.config_type == 2
 
@@ -157,11 +173,12 @@ def test_broker_describe_read_only_and_sensitive(ours: BrokerProcess) -> None:
 
 
 def test_unknown_broker_id_is_invalid_request(ours: BrokerProcess) -> None:
-    admin = admin_client(ours.bootstrap)
-    resource = ConfigResource(ResourceType.BROKER, "7")
-    with pytest.raises(KafkaException) as info:
-        admin.describe_configs([resource], request_timeout=CLIENT_TIMEOUT_S)[resource].result(timeout=CLIENT_TIMEOUT_S)
-    assert info.value.args[0].code() == KafkaError.INVALID_REQUEST
+    """Kafka's ConfigHelper: a BROKER resource is "" or this node's id (on the wire: the clients
+    route a broker resource to that broker, which does not exist)."""
+    result = _describe_wire(ours, 4, "7", include_documentation=False).results[0]
+    assert result.error_code == ErrorCode.invalid_request and result.configs == ()
+    result = _describe_wire(ours, 4, "x", include_documentation=False).results[0]
+    assert result.error_code == ErrorCode.invalid_request
 
 
 # --- IncrementalAlterConfigs on topics ----------------------------------------------------------
@@ -221,10 +238,23 @@ def test_incremental_alter_of_unknown_topic(ours: BrokerProcess) -> None:
 
 def test_read_only_broker_config_is_refused_with_invalid_request(ours: BrokerProcess) -> None:
     """Kafka: "Cannot update these configs dynamically" (a ConfigException answered INVALID_REQUEST)."""
-    for name in ("0", ""):
-        code = _error_code(ours.bootstrap, ResourceType.BROKER, name,
-                           _op("num.partitions", AlterConfigOpType.SET, "3"))
-        assert code == KafkaError.INVALID_REQUEST
+    code = _error_code(ours.bootstrap, ResourceType.BROKER, "0", _op("num.partitions", AlterConfigOpType.SET, "3"))
+    assert code == KafkaError.INVALID_REQUEST
+    assert _incremental_wire(ours, 4, "", ("num.partitions", AlterConfigOpType.SET, "3")) == ErrorCode.invalid_request
+    assert _incremental_wire(ours, 4, "7", ("message.max.bytes", AlterConfigOpType.SET, "3000")) == \
+        ErrorCode.invalid_request
+    # APPEND on a broker config that is not a list: INVALID_CONFIG, as for topics.
+    assert _incremental_wire(ours, 4, "", ("message.max.bytes", AlterConfigOpType.APPEND, "1")) == \
+        ErrorCode.invalid_config
+    # The same resource twice in one request: INVALID_REQUEST (ConfigAdminManager.preprocess).
+    host, port = parse_bootstrap(ours.bootstrap)
+    with BrokerConnection(host, port) as conn:
+        response = conn.call(INCREMENTAL_ALTER_CONFIGS, lambda m: build(
+            m.IncrementalAlterConfigsRequest, validate_only=False,
+            resources=tuple(build(m.AlterConfigsResource, resource_type=4, resource_name="0",
+                                  configs=(build(m.AlterableConfig, name="message.max.bytes", config_operation=0,
+                                                 value=v),)) for v in ("3000", "4000"))))
+    assert [r.error_code for r in response.responses] == [ErrorCode.invalid_request] * 2
     code = _error_code(ours.bootstrap, ResourceType.BROKER, "0",
                        _op("message.max.bytes", AlterConfigOpType.SET, "lots"))
     assert code == KafkaError.INVALID_REQUEST
@@ -243,8 +273,8 @@ def test_dynamic_broker_config_takes_effect_and_survives_restart(tmp_path: Path)
         create_topic(broker.bootstrap, overridden, config={"max.message.bytes": "400000"})
         assert _produce_one(broker.bootstrap, plain, b"x" * 4000) is None
 
-        _incremental(broker.bootstrap, ResourceType.BROKER, "",
-                     _op("message.max.bytes", AlterConfigOpType.SET, "2000"))
+        assert _incremental_wire(broker, 4, "", ("message.max.bytes", AlterConfigOpType.SET, "2000")) == \
+            ErrorCode.none
         entry = _describe(broker.bootstrap, ResourceType.TOPIC, plain)["max.message.bytes"]
         assert (entry.value, entry.source) == ("2000", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value)
         error = _produce_one(broker.bootstrap, plain, b"y" * 4000)
@@ -252,8 +282,9 @@ def test_dynamic_broker_config_takes_effect_and_survives_restart(tmp_path: Path)
         assert _produce_one(broker.bootstrap, overridden, b"z" * 4000) is None  # its own override wins
 
         broker.restart()
-        cluster = _describe(broker.bootstrap, ResourceType.BROKER, "")
-        assert {name: e.value for name, e in cluster.items()} == {"message.max.bytes": "2000"}
+        cluster = _describe_wire(broker, 4, "", include_documentation=False).results[0]
+        assert [(c.name, c.value, c.config_source) for c in cluster.configs] == \
+            [("message.max.bytes", "2000", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value)]
         error = _produce_one(broker.bootstrap, plain, b"y" * 4000)
         assert error is not None and error.code() == KafkaError.MSG_SIZE_TOO_LARGE
 
@@ -264,7 +295,8 @@ def test_dynamic_broker_config_takes_effect_and_survives_restart(tmp_path: Path)
         assert (entry.value, entry.source) == ("100000", ConfigSource.DYNAMIC_BROKER_CONFIG.value)
         assert _produce_one(broker.bootstrap, plain, b"w" * 4000) is None
         _incremental(broker.bootstrap, ResourceType.BROKER, "0", _op("message.max.bytes", AlterConfigOpType.DELETE))
-        _incremental(broker.bootstrap, ResourceType.BROKER, "", _op("message.max.bytes", AlterConfigOpType.DELETE))
+        assert _incremental_wire(broker, 4, "", ("message.max.bytes", AlterConfigOpType.DELETE, None)) == \
+            ErrorCode.none
         entry = _describe(broker.bootstrap, ResourceType.TOPIC, plain)["max.message.bytes"]
         assert (entry.value, entry.source) == ("500000", ConfigSource.STATIC_BROKER_CONFIG.value)
         assert _produce_one(broker.bootstrap, plain, b"v" * 4000) is None
@@ -281,7 +313,7 @@ def test_dynamic_compression_type_for_the_cluster(tmp_path: Path) -> None:
         topic = unique_topic("cfg-dyn-codec")
         create_topic(broker.bootstrap, topic)
         assert _produce_one(broker.bootstrap, topic, b"a" * 100) is None
-        _incremental(broker.bootstrap, ResourceType.BROKER, "", _op("compression.type", AlterConfigOpType.SET, "gzip"))
+        assert _incremental_wire(broker, 4, "", ("compression.type", AlterConfigOpType.SET, "gzip")) == ErrorCode.none
         assert _produce_one(broker.bootstrap, topic, b"b" * 100) is None
         segments = sorted((Path(broker.data_dir) / "logs" / f"{topic}-0").glob("*.log"))
         codecs = [h.compression for segment in segments for h, _ in iter_batches(segment.read_bytes())]
