@@ -6,6 +6,7 @@ refused with Kafka's INVALID_REQUEST."""
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,7 +18,7 @@ from kafka.admin import ConfigResourceType, KafkaAdminClient
 from kio.schema.errors import ErrorCode
 
 from oncestream.client.connection import BrokerConnection, parse_bootstrap
-from oncestream.protocol.api_keys import DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS
+from oncestream.protocol.api_keys import CREATE_TOPICS, DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS
 from oncestream.protocol.codec import build
 from oncestream.protocol.compression import COMPRESSION_GZIP, COMPRESSION_NONE
 from oncestream.protocol.record_batch import iter_batches
@@ -321,3 +322,20 @@ def test_dynamic_compression_type_for_the_cluster(tmp_path: Path) -> None:
         assert [r.value for r in confluent_consume(broker.bootstrap, topic, 1)] == [b"a" * 100, b"b" * 100]
     finally:
         broker.stop()
+
+
+def test_create_topics_answers_with_the_described_configs(ours: BrokerProcess) -> None:
+    """CreateTopics v5+: the new topic's configs come back as DescribeConfigs would show them."""
+    topic = unique_topic("cfg-create")
+    host, port = parse_bootstrap(ours.bootstrap)
+    with BrokerConnection(host, port) as conn:
+        response = conn.call(CREATE_TOPICS, lambda m: build(
+            m.CreateTopicsRequest, timeout=datetime.timedelta(seconds=30), validate_only=False,
+            topics=(build(m.CreatableTopic, name=topic, num_partitions=1, replication_factor=1, assignments=(),
+                          configs=(build(m.CreatableTopicConfig, name="cleanup.policy", value="delete, compact"),)),)))
+    [created] = response.topics
+    assert created.error_code == ErrorCode.none and created.topic_config_error_code == ErrorCode.none
+    configs = {c.name: (c.value, c.config_source) for c in created.configs}
+    assert configs["cleanup.policy"] == ("delete,compact", ConfigSource.DYNAMIC_TOPIC_CONFIG.value)
+    assert configs["retention.ms"] == (str(5 * 3_600_000), ConfigSource.STATIC_BROKER_CONFIG.value)
+    assert configs["compression.type"] == ("producer", ConfigSource.DEFAULT_CONFIG.value)
