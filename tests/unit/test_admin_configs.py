@@ -233,3 +233,29 @@ def test_damaged_dynamic_config_file_is_a_storage_error(tmp_path: Path) -> None:
     (tmp_path / "dynamic-broker-configs.json").write_text("{not json")
     with pytest.raises(StorageError):
         DynamicBrokerConfigs.load(tmp_path, 0, {})
+
+
+def test_new_broker_defaults_reach_every_topic_without_its_own_value(tmp_path: Path) -> None:
+    """A dynamic broker config change (LogManager.rebase_configs) applies at once to the logs of
+    topics that have no override; an override still wins; nothing is rewritten on disk."""
+    from oncestream.log.manager import TOPICS_DIR, LogManager
+
+    manager = LogManager.open(tmp_path, LogConfig(), 0)
+    try:
+        manager.create_topic("plain", 2, {})
+        manager.create_topic("own", 1, {"max.message.bytes": "3000"})
+        metadata = {p.name: p.read_bytes() for p in (tmp_path / TOPICS_DIR).glob("*.json")}
+        assert len(metadata) == 2
+        manager.rebase_configs(LogConfig.from_broker_configs({"message.max.bytes": "2000", "compression.type": "lz4"}))
+        assert [manager.get("plain", p).config.max_message_bytes for p in (0, 1)] == [2000, 2000]
+        assert manager.get("plain", 0).config.compression_type == "lz4"
+        assert manager.get("own", 0).config.max_message_bytes == 3000
+        assert manager.get("own", 0).config.compression_type == "lz4"
+        assert manager.topics()["plain"].config.max_message_bytes == 2000
+        # A topic created afterwards starts from the new defaults.
+        manager.create_topic("later", 1, {})
+        assert manager.get("later", 0).config.max_message_bytes == 2000
+        after = {p.name: p.read_bytes() for p in (tmp_path / TOPICS_DIR).glob("*.json")}
+        assert {name: after[name] for name in metadata} == metadata
+    finally:
+        manager.close()

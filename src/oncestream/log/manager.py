@@ -362,11 +362,19 @@ class LogManager:
         if self._closed or (growing and (current is None or current.topic_id != creation.info.topic_id)):
             creation.discard()
             raise StorageError(f"topic {name!r} changed while its partitions were being created")
-        self._topics[name] = creation.info
+        # The broker defaults may have changed while the files were made (rebase_configs).
+        info = creation.info
+        config = LogConfig.from_topic_configs(info.configs, self.base_config)
+        info = TopicInfo(info.name, info.topic_id, info.num_partitions, info.configs, config)
+        self._topics[name] = info
         for partition, partition_log in zip(creation.partitions, creation.opened, strict=True):
             partition_log.move_descriptors_to(self.descriptors)
+            partition_log.update_config(config)
             self._logs[(name, partition)] = partition_log
-        return creation.info
+        if growing:
+            for partition in range(creation.partitions.start):
+                self._logs[(name, partition)].update_config(config)
+        return info
 
     def abort_creation(self, creation: TopicCreation) -> None:
         """Step 3 after ``creation.run()`` failed (it removed its files): release the name."""
