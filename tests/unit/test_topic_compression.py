@@ -166,3 +166,46 @@ def test_compression_levels_are_used(tmp_path: Path) -> None:
     assert LogConfig(compression_type="zstd").target_compression == (COMPRESSION_ZSTD, 3)
     assert LogConfig(compression_type="uncompressed").target_compression == (COMPRESSION_NONE, None)
     assert LogConfig().target_compression is None
+
+
+# --- recompression ahead of the append (the broker's codec threads) ------------------------------
+
+
+def test_recompressed_records_rewrites_one_good_batch() -> None:
+    from oncestream.log.recompression import recompressed_records
+
+    config = LogConfig(compression_type="zstd")
+    original = _batch("none", producer_id=5, producer_epoch=0, base_sequence=0)
+    out = recompressed_records(config, original)
+    assert out is not None and rb.parse_header(out).compression == COMPRESSION_ZSTD
+    assert _comparable(out) == _comparable(original)
+
+
+def test_recompressed_records_leaves_to_the_log_what_it_must_refuse_or_keep() -> None:
+    """Nothing is rewritten ahead that the log would refuse on the original bytes (bad CRC: a
+    rewrite would hide the corruption behind a fresh CRC; over max.message.bytes; several
+    batches), nor what needs no rewrite (right codec, producer, control batches)."""
+    from oncestream.log.recompression import recompressed_records
+
+    zstd = LogConfig(compression_type="zstd")
+    bad_crc = bytearray(_batch("none"))
+    bad_crc[-1] ^= 0xFF
+    marker = encode_batch([NewRecord(value=b"\x00\x00\x00\x00\x00\x00", key=b"\x00\x00\x00\x01")], now_ms=0,
+                          producer_id=1, producer_epoch=0, transactional=True, control=True)
+    assert recompressed_records(zstd, bytes(bad_crc)) is None
+    assert recompressed_records(LogConfig(compression_type="zstd", max_message_bytes=100), _batch("none")) is None
+    assert recompressed_records(zstd, _batch("none") + _batch("none")) is None
+    assert recompressed_records(zstd, _batch("zstd")) is None
+    assert recompressed_records(LogConfig(), _batch("none")) is None
+    assert recompressed_records(zstd, marker) is None
+    assert recompressed_records(zstd, b"\x00\x01garbage") is None
+
+
+def test_log_refuses_a_corrupt_batch_on_a_recompressing_topic(tmp_path: Path) -> None:
+    plog = _open(tmp_path, compression_type="gzip")
+    bad_crc = bytearray(_batch("none"))
+    bad_crc[-1] ^= 0xFF
+    with pytest.raises(CorruptRecordError):
+        plog.append(bytes(bad_crc), 0)
+    assert plog.log_end_offset == 0
+    plog.close()

@@ -93,6 +93,7 @@ class BrokerState:
     # fsync rounds of different partitions may overlap; a few threads keep one slow partition
     # from queueing the others behind it without letting disk work take every core.
     DISK_THREADS = 4
+    CODEC_THREADS = 2
 
     def __init__(self, data_dir: Path, config: BrokerConfig, clock_ms=wall_clock_ms,
                  mono_clock_ms=monotonic_clock_ms, *, fdatasync: FdatasyncFn | None = None) -> None:
@@ -127,6 +128,9 @@ class BrokerState:
             self.disk_executor = ThreadPoolExecutor(self.DISK_THREADS, thread_name_prefix="oncestream-disk")
             self.flusher = GroupCommitFlusher(self.disk_executor, fdatasync=fdatasync)
             self.disk_fsync = fdatasync  # None: os's; the other fsyncs moved to disk_executor use it too
+            # CPU work that releases the GIL and must not stall the loop: recompressing produced
+            # batches to a topic's compression.type (log/recompression.py).
+            self.codec_executor = ThreadPoolExecutor(self.CODEC_THREADS, thread_name_prefix="oncestream-codec")
             self.groups = GroupService(self.logs, config.raw, self.now_ms, self.mono_ms)
             self.transactions = TxnService(
                 self.logs, self.groups, config.raw, self.now_ms, self.producer_ids.next_id,
@@ -191,6 +195,7 @@ class BrokerState:
             # A running fsync round must end before close() writes the clean-shutdown marker:
             # its segments' dirty marks are already cleared, so close() would not sync them.
             self.disk_executor.shutdown(wait=True)
+            self.codec_executor.shutdown(wait=True)
             self.logs.close()
         finally:
             self._lock.release()

@@ -63,6 +63,7 @@ from oncestream.log.producer_state import (
     ProducerStateInfo,
     ProducerStateManager,
 )
+from oncestream.log.recompression import needs_recompression
 from oncestream.log.recovery import (
     CLEAN_SHUTDOWN_FILE,
     Checkpoint,
@@ -327,7 +328,8 @@ class PartitionLog(CleanableLog):
         A compacted topic refuses records without a key (InvalidRecordError), which needs the
         records decoded: only those topics pay for it. With compression.type set to a codec (or
         ``uncompressed``) a batch written with another codec is recompressed here, on the caller's
-        thread (``compression.recompress_batch``); max.message.bytes applies before and after.
+        thread (``compression.recompress_batch``; the broker does it ahead, off its event loop, see
+        ``recompression``); max.message.bytes applies before and after.
         """
         self._check_open()
         config = self.config
@@ -371,7 +373,7 @@ class PartitionLog(CleanableLog):
             if duplicate is not None:
                 duplicates.append(duplicate)
                 continue
-            if target is not None and not header.is_control and header.compression != target[0]:
+            if target is not None and needs_recompression(config, header):
                 # compression.type names a codec the producer did not use: the batch is rewritten
                 # (Kafka's LogValidator); its header facts stay, so idempotence, transactions and
                 # offsets are unaffected. Markers stay uncompressed, as in Kafka.
