@@ -339,3 +339,27 @@ def test_create_topics_answers_with_the_described_configs(ours: BrokerProcess) -
     assert configs["cleanup.policy"] == ("delete,compact", ConfigSource.DYNAMIC_TOPIC_CONFIG.value)
     assert configs["retention.ms"] == (str(5 * 3_600_000), ConfigSource.STATIC_BROKER_CONFIG.value)
     assert configs["compression.type"] == ("producer", ConfigSource.DEFAULT_CONFIG.value)
+
+
+def test_min_insync_replicas_above_the_single_replica_refuses_acks_all(ours: BrokerProcess) -> None:
+    """Kafka: with fewer in-sync replicas than min.insync.replicas an acks=all produce gets
+    NOT_ENOUGH_REPLICAS and nothing is written; acks=1 still writes. Lowering it lets acks=all in."""
+    topic = unique_topic("cfg-isr")
+    create_topic(ours.bootstrap, topic, config={"min.insync.replicas": "2"})
+    entry = _describe(ours.bootstrap, ResourceType.TOPIC, topic)["min.insync.replicas"]
+    assert (entry.value, entry.source) == ("2", ConfigSource.DYNAMIC_TOPIC_CONFIG.value)
+
+    def produce(acks: str, value: bytes) -> KafkaError | None:
+        producer = Producer({"bootstrap.servers": ours.bootstrap, "acks": acks, "enable.idempotence": False,
+                             "retries": 0, "linger.ms": 0})
+        errors: list[KafkaError | None] = []
+        producer.produce(topic, value, partition=0, on_delivery=lambda err, _msg: errors.append(err))
+        assert producer.flush(CLIENT_TIMEOUT_S) == 0
+        return errors[0]
+
+    error = produce("all", b"refused")
+    assert error is not None and error.code() == KafkaError.NOT_ENOUGH_REPLICAS
+    assert produce("1", b"leader-only") is None
+    _incremental(ours.bootstrap, ResourceType.TOPIC, topic, _op("min.insync.replicas", AlterConfigOpType.DELETE))
+    assert produce("all", b"all") is None
+    assert [r.value for r in confluent_consume(ours.bootstrap, topic, 1)] == [b"leader-only", b"all"]

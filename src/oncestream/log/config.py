@@ -92,6 +92,7 @@ _TOPIC_FIELDS: dict[str, tuple[str, Callable[[str, str], object]]] = {
     "min.cleanable.dirty.ratio": ("min_cleanable_dirty_ratio", _parse_ratio),
     "message.timestamp.type": ("message_timestamp_type", _parse_timestamp_type),
     "flush.messages": ("flush_messages", _int_parser(1, INT64_MAX)),
+    "min.insync.replicas": ("min_insync_replicas", _int_parser(1, INT32_MAX)),
     "compression.type": ("compression_type", _parse_catalog),
     "compression.gzip.level": ("compression_gzip_level", lambda name, text: int(_parse_catalog(name, text))),
     "compression.lz4.level": ("compression_lz4_level", lambda name, text: int(_parse_catalog(name, text))),
@@ -115,6 +116,7 @@ _BROKER_TO_TOPIC: dict[str, str] = {
     "log.cleaner.min.cleanable.ratio": "min.cleanable.dirty.ratio",
     "log.message.timestamp.type": "message.timestamp.type",
     "log.flush.interval.messages": "flush.messages",
+    "min.insync.replicas": "min.insync.replicas",
     "compression.type": "compression.type",
     "compression.gzip.level": "compression.gzip.level",
     "compression.lz4.level": "compression.lz4.level",
@@ -143,6 +145,9 @@ class LogConfig:
     flush_messages: int = INT64_MAX  # 1 = fsync before acknowledging
     # The codec batches are stored with: "producer" keeps the producer's, "uncompressed" or a codec
     # makes the log recompress batches that use another (PartitionLog.append).
+    # One node is the whole in-sync replica set: acks=all writes need min.insync.replicas <= 1
+    # (Kafka answers NOT_ENOUGH_REPLICAS otherwise; the Produce handler checks it).
+    min_insync_replicas: int = 1
     compression_type: str = "producer"
     compression_gzip_level: int = GZIP_LEVEL_DEFAULT
     compression_lz4_level: int = LZ4_LEVEL_DEFAULT

@@ -24,6 +24,7 @@ from oncestream.protocol.codec import RequestHeader, build, response_module
 from oncestream.protocol.record_batch import BatchHeader, iter_batches
 
 _VALID_ACKS = (0, 1, -1)
+_IN_SYNC_REPLICAS = 1  # a single node: every partition's ISR is this broker
 
 
 async def handle(state: BrokerState, header: RequestHeader, request) -> object | None:
@@ -59,6 +60,12 @@ async def handle(state: BrokerState, header: RequestHeader, request) -> object |
             else:
                 try:
                     plog = state.logs.get(topic.name, part.index)
+                    if acks == -1 and plog.config.min_insync_replicas > _IN_SYNC_REPLICAS:
+                        # Kafka's Partition.appendRecordsToLeader: fewer in-sync replicas than
+                        # min.insync.replicas refuses acks=all writes (acks 0 and 1 go through).
+                        raise KafkaError(
+                            f"the in-sync replicas ({_IN_SYNC_REPLICAS}) are fewer than "
+                            f"min.insync.replicas={plog.config.min_insync_replicas}", code=ErrorCode.not_enough_replicas)
                     result = plog.append(records, now_ms)
                 except KafkaError as exc:
                     answer["error_code"], answer["error_message"] = exc.code, str(exc)
