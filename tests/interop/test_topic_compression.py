@@ -22,9 +22,11 @@ from tests.support.clients import (
     confluent_consumer,
     create_topic,
     kafka_python_consume,
+    kafka_python_produce,
     kcat_consume,
     unique_topic,
 )
+from tests.support.records import SentRecord
 
 pytestmark = pytest.mark.interop
 
@@ -170,3 +172,16 @@ def test_changing_compression_type_applies_to_later_batches(ours: BrokerProcess)
     # kafka-python reads both parts (it has no lz4 library: the broker's rewrite is what it reads).
     assert [(r.offset, r.key) for r in kafka_python_consume(ours.bootstrap, topic, 1)] == \
         [(i, b"key-%04d" % (i % 50)) for i in range(100)]
+
+
+def test_kafka_python_idempotent_producer_into_a_zstd_topic(ours: BrokerProcess) -> None:
+    """kafka-python's idempotent producer (uncompressed batches) into a zstd topic: stored as
+    zstd, read back by librdkafka in order, once each."""
+    topic = unique_topic("codec-kp")
+    create_topic(ours.bootstrap, topic, config={"compression.type": "zstd"})
+    sent = [SentRecord(key=b"k%03d" % i, value=b"v%03d " % i * 20) for i in range(200)]
+    offsets = kafka_python_produce(ours.bootstrap, topic, sent)
+    assert [offset for _, offset in offsets] == list(range(200))
+    assert set(stored_codecs(ours, topic)) == {COMPRESSION_BY_NAME["zstd"]}
+    got = _confluent_read(ours.bootstrap, topic, 200)
+    assert [(o, k, v) for o, k, v, _, _ in got] == [(i, r.key, r.value) for i, r in enumerate(sent)]
