@@ -71,7 +71,7 @@ def _stored_flags(broker: BrokerProcess, topic: str) -> list[tuple[bool, bool, i
     return out
 
 
-def _sent(index: int) -> tuple[bytes, bytes, list[tuple[str, bytes]], int]:
+def _sent(index: int) -> tuple[bytes, bytes, list[tuple[str, str | bytes | None]], int]:
     return (b"key-%04d" % index, b"value-%04d " % index * 8, [("i", b"%d" % index)], 1_700_000_000_000 + index)
 
 

@@ -259,3 +259,25 @@ def test_new_broker_defaults_reach_every_topic_without_its_own_value(tmp_path: P
         assert {name: after[name] for name in metadata} == metadata
     finally:
         manager.close()
+
+
+def test_a_stored_override_this_version_refuses_does_not_keep_the_broker_down(tmp_path: Path) -> None:
+    """An override an older version stored unchecked is ignored (with a warning) when the topic
+    is opened; the topic's other overrides still apply."""
+    import json
+
+    from oncestream.log.manager import TOPICS_DIR, LogManager
+
+    manager = LogManager.open(tmp_path, LogConfig(), 0)
+    manager.create_topic("old", 1, {"retention.ms": "1000"})
+    manager.close()
+    [path] = (tmp_path / TOPICS_DIR).glob("*.json")
+    data = json.loads(path.read_text())
+    data["configs"]["compression.type"] = "brotli"
+    path.write_text(json.dumps(data))
+    manager = LogManager.open(tmp_path, LogConfig(), 0)
+    try:
+        config = manager.get("old", 0).config
+        assert (config.retention_ms, config.compression_type) == (1000, "producer")
+    finally:
+        manager.close()

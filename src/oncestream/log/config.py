@@ -200,8 +200,8 @@ class LogConfig:
     def from_topic_configs(cls, configs: Mapping[str, str], base: LogConfig | None = None) -> LogConfig:
         """Apply Kafka topic property overrides to ``base``; InvalidConfigError on a bad name or value.
 
-        Names in PASSTHROUGH_TOPIC_CONFIGS are validated (Kafka's type and range) and otherwise
-        ignored here (the caller stores them).
+        Names in PASSTHROUGH_TOPIC_CONFIGS are accepted and ignored here (the caller stores them;
+        the config APIs check their values first, ``topic_config_defs.validate_topic_config``).
         """
         changes: dict[str, Any] = {}  # each value parsed for its own field's type
         for name, text in configs.items():
@@ -210,8 +210,8 @@ class LogConfig:
                     raise InvalidConfigError(f"{name}: a value is required")
                 field_name, parser = _TOPIC_FIELDS[name]
                 changes[field_name] = parser(name, text)
-            else:
-                validate_topic_config(name, text)  # InvalidConfigError for an unknown name too
+            elif name not in PASSTHROUGH_TOPIC_CONFIGS:
+                raise InvalidConfigError(f"Unknown topic config name: {name}")
         return dataclasses.replace(base if base is not None else cls(), **changes)
 
     def to_topic_configs(self) -> dict[str, str]:

@@ -27,6 +27,7 @@ from pathlib import Path
 from kio.schema.errors import ErrorCode
 
 from oncestream.errors import (
+    InvalidConfigError,
     InvalidPartitionsError,
     InvalidRequestError,
     InvalidTopicError,
@@ -250,7 +251,7 @@ class LogManager:
                     topic_id=uuid.UUID(data["topic_id"]),
                     num_partitions=int(data["num_partitions"]),
                     configs=configs,
-                    config=LogConfig.from_topic_configs(configs, self.base_config),
+                    config=self._stored_config(path, configs),
                 )
             except (ValueError, KeyError, TypeError, AttributeError) as exc:
                 # Written atomically, so this is real damage: refuse to guess (and delete data).
@@ -260,6 +261,23 @@ class LogManager:
             if info.name in self._topics:
                 raise StorageError(f"topic {info.name!r} is described by two metadata files")
             self._topics[info.name] = info
+
+    def _stored_config(self, path: Path | str, configs: Mapping[str, str]) -> LogConfig:
+        """A stored topic's settings. An override this version refuses (e.g. one an older version
+        accepted unchecked) is ignored with a warning rather than keeping the broker down; the
+        file keeps it until the topic's configs are next altered."""
+        try:
+            return LogConfig.from_topic_configs(configs, self.base_config)
+        except InvalidConfigError as exc:
+            log.warning("topic metadata %s: %s; ignoring the invalid overrides", path, exc)
+        usable: dict[str, str] = {}
+        for name, value in configs.items():
+            try:
+                LogConfig.from_topic_configs({name: value})
+            except InvalidConfigError:
+                continue
+            usable[name] = value
+        return LogConfig.from_topic_configs(usable, self.base_config)
 
     def _remove_orphan_partition_dirs(self) -> None:
         for path in self.data_dir.iterdir():
@@ -491,7 +509,7 @@ class LogManager:
         self._check_open()
         self.base_config = base_config
         for name, info in list(self._topics.items()):
-            config = LogConfig.from_topic_configs(info.configs, base_config)
+            config = self._stored_config(f"of topic {name!r}", info.configs)
             self._topics[name] = TopicInfo(info.name, info.topic_id, info.num_partitions, info.configs, config)
             for partition in range(info.num_partitions):
                 log_ = self._logs.get((name, partition))
