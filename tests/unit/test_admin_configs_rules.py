@@ -281,3 +281,14 @@ def test_a_stored_override_this_version_refuses_does_not_keep_the_broker_down(tm
         assert (config.retention_ms, config.compression_type) == (1000, "producer")
     finally:
         manager.close()
+
+
+def test_stored_dynamic_values_that_no_longer_validate_are_ignored(tmp_path: Path) -> None:
+    """Kafka's removeInvalidConfigs: an invalid stored dynamic value is logged and ignored."""
+    import json
+
+    (tmp_path / "dynamic-broker-configs.json").write_text(json.dumps(
+        {"version": 1, "cluster": {"message.max.bytes": "huge", "log.retention.ms": "5000"},
+         "brokers": {"0": {"compression.type": "brotli", "log.cleanup.policy": "compact"}}}))
+    loaded = DynamicBrokerConfigs.load(tmp_path, 0, {})
+    assert (loaded.cluster, loaded.broker) == ({"log.retention.ms": "5000"}, {"log.cleanup.policy": "compact"})

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from oncestream.errors import InvalidRequestError, KafkaError, StorageError
+from oncestream.log.config import LogConfig
 from oncestream.log.durable_files import write_file_atomically
 from oncestream.log.topic_config_defs import TOPIC_CONFIG_DEFS, ConfigSource, ConfigType
 from oncestream.log.topic_config_defs import ConfigDef as TopicConfigDef
@@ -310,7 +311,24 @@ class DynamicBrokerConfigs:
             configs.broker = {str(k): str(v) for k, v in data["brokers"].get(str(node_id), {}).items()}
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise StorageError(f"dynamic broker configs {path} are unreadable: {exc}") from exc
-        return configs
+        return configs._usable()
+
+    def _usable(self) -> DynamicBrokerConfigs:
+        """Kafka's DynamicBrokerConfig.removeInvalidConfigs: a stored value that no longer passes
+        (e.g. written by another version) is ignored with a log line, not fatal at start-up."""
+        kept: list[dict[str, str]] = []
+        for resource_name, layer in (("", self.cluster), (str(self.node_id), self.broker)):
+            usable: dict[str, str] = {}
+            for name, value in layer.items():
+                try:
+                    checked = self.validate_layer(resource_name, {name: value})
+                    LogConfig.from_broker_configs(checked)
+                except KafkaError as exc:
+                    log.error("dynamic broker config %s=%r is invalid and ignored: %s", name, value, exc)
+                    continue
+                usable.update(checked)
+            kept.append(usable)
+        return DynamicBrokerConfigs(self.node_id, self.static, kept[0], kept[1])
 
 
 _DEFAULTS: dict[str, str] = {name: d.default for name, d in BROKER_CONFIG_DEFS.items() if d.default is not None}
