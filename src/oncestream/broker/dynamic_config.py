@@ -51,25 +51,24 @@ class BrokerConfigDef:
         return self.type == ConfigType.PASSWORD
 
 
+# Kafka's broker-side defaults where they are not the topic default in the first synonym's unit:
+# the hour-based synonyms carry the default, their millisecond siblings have none.
+_SYNONYM_DEFAULTS: dict[str, str | None] = {
+    "log.retention.ms": None, "log.retention.minutes": None, "log.retention.hours": "168",
+    "log.roll.ms": None, "log.roll.hours": "168",
+    "log.roll.jitter.ms": None, "log.roll.jitter.hours": "0",
+    "log.flush.interval.ms": None, "log.flush.scheduler.interval.ms": str(2**63 - 1),
+}
+
+
 def _topic_synonym_defs() -> list[BrokerConfigDef]:
-    """The broker properties that supply topic defaults (dynamic, cluster-wide in Kafka), with the
-    topic config's default converted back to the broker unit."""
+    """The broker properties that supply topic defaults (dynamic, cluster-wide in Kafka)."""
     out: list[BrokerConfigDef] = []
     for topic_def in TOPIC_CONFIG_DEFS.values():
         if topic_def.legacy:
             continue
-        for index, synonym in enumerate(topic_def.synonyms):
-            default = topic_def.default if index == 0 else None
-            if synonym.name == "log.retention.hours":
-                default = "168"
-            elif synonym.name == "log.roll.hours":
-                default = "168"
-            elif synonym.name == "log.roll.jitter.hours":
-                default = "0"
-            elif synonym.name == "log.flush.scheduler.interval.ms":
-                default = topic_def.default
-            elif synonym.name in ("log.retention.ms", "log.roll.ms", "log.roll.jitter.ms", "log.flush.interval.ms"):
-                default = None  # Kafka: no default, the next synonym supplies it
+        for synonym in topic_def.synonyms:
+            default = _SYNONYM_DEFAULTS.get(synonym.name, topic_def.default)
             value_type = ConfigType.INT if synonym.unit_ms != 1 else topic_def.type
             out.append(BrokerConfigDef(synonym.name, value_type, default,
                                        f"Default of topic config {topic_def.name}: {topic_def.doc}", dynamic=True,
