@@ -363,3 +363,36 @@ def test_min_insync_replicas_above_the_single_replica_refuses_acks_all(ours: Bro
     _incremental(ours.bootstrap, ResourceType.TOPIC, topic, _op("min.insync.replicas", AlterConfigOpType.DELETE))
     assert produce("all", b"all") is None
     assert [r.value for r in confluent_consume(ours.bootstrap, topic, 1)] == [b"leader-only", b"all"]
+
+
+@pytest.mark.filterwarnings("ignore:alter_configs has been deprecated:DeprecationWarning")
+def test_legacy_alter_configs_replaces_the_per_broker_layer(tmp_path: Path) -> None:
+    """AlterConfigs (non-incremental) on BROKER "0": the given configs become the whole dynamic
+    per-broker set, as Kafka's legacyAlterConfigs (omitted keys are deleted); validate_only
+    changes nothing."""
+    broker = BrokerProcess(data_dir=tmp_path / "data")
+    broker.start()
+    try:
+        admin = admin_client(broker.bootstrap)
+
+        def legacy(configs: dict[str, str], validate_only: bool = False) -> None:
+            resource = ConfigResource(ResourceType.BROKER, "0", set_config=configs)
+            admin.alter_configs([resource], validate_only=validate_only,
+                                request_timeout=CLIENT_TIMEOUT_S)[resource].result(timeout=CLIENT_TIMEOUT_S)
+
+        def dynamic_per_broker() -> dict[str, str | None]:
+            described = _describe(broker.bootstrap, ResourceType.BROKER, "0")
+            return {n: e.value for n, e in described.items() if e.source == ConfigSource.DYNAMIC_BROKER_CONFIG.value}
+
+        legacy({"log.retention.ms": "60000", "log.cleanup.policy": "compact"})
+        assert dynamic_per_broker() == {"log.retention.ms": "60000", "log.cleanup.policy": "compact"}
+        legacy({"log.retention.ms": "120000"}, validate_only=True)
+        assert dynamic_per_broker() == {"log.retention.ms": "60000", "log.cleanup.policy": "compact"}
+        legacy({"log.retention.ms": "120000"})
+        assert dynamic_per_broker() == {"log.retention.ms": "120000"}
+        topic = unique_topic("cfg-legacy-broker")
+        create_topic(broker.bootstrap, topic)
+        entry = _describe(broker.bootstrap, ResourceType.TOPIC, topic)["retention.ms"]
+        assert (entry.value, entry.source) == ("120000", ConfigSource.DYNAMIC_BROKER_CONFIG.value)
+    finally:
+        broker.stop()
