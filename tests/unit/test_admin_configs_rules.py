@@ -292,3 +292,13 @@ def test_stored_dynamic_values_that_no_longer_validate_are_ignored(tmp_path: Pat
          "brokers": {"0": {"compression.type": "brotli", "log.cleanup.policy": "compact"}}}))
     loaded = DynamicBrokerConfigs.load(tmp_path, 0, {})
     assert (loaded.cluster, loaded.broker) == ({"log.retention.ms": "5000"}, {"log.cleanup.policy": "compact"})
+
+
+def test_a_dynamic_layer_is_bounded() -> None:
+    from oncestream.broker.dynamic_config import MAX_DYNAMIC_CONFIGS_PER_LAYER
+
+    many = {f"custom.{i}": "x" for i in range(MAX_DYNAMIC_CONFIGS_PER_LAYER + 1)}
+    with pytest.raises(KafkaError) as info:
+        _dyn().validate_layer("", many)
+    assert _code(info) == ErrorCode.invalid_request
+    assert len(_dyn().validate_layer("", dict(list(many.items())[:10]))) == 10  # unknown names are kept

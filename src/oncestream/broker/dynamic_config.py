@@ -31,6 +31,9 @@ from oncestream.log.topic_config_defs import ConfigDef as TopicConfigDef
 log = logging.getLogger(__name__)
 
 DYNAMIC_CONFIGS_FILE = "dynamic-broker-configs.json"
+# Unknown names are stored as Kafka stores them, so a layer is bounded (Kafka bounds one request's
+# config records at 10,000; far more than the few hundred broker configs that exist).
+MAX_DYNAMIC_CONFIGS_PER_LAYER = 1000
 _FILE_VERSION = 1
 
 
@@ -254,6 +257,8 @@ class DynamicBrokerConfigs:
         ConfigException is turned into InvalidRequestException, KAFKA-13609), for a read-only
         property or a bad value; unknown names are kept, as Kafka keeps them."""
         self.check_resource_name(resource_name)
+        if len(new_layer) > MAX_DYNAMIC_CONFIGS_PER_LAYER:
+            raise InvalidRequestError(f"at most {MAX_DYNAMIC_CONFIGS_PER_LAYER} dynamic configs per broker resource")
         old_layer = self.layer(resource_name)
         non_dynamic = sorted(name for name, value in new_layer.items()
                              if name in BROKER_CONFIG_DEFS and not BROKER_CONFIG_DEFS[name].dynamic
