@@ -185,3 +185,41 @@ def test_kafka_python_idempotent_producer_into_a_zstd_topic(ours: BrokerProcess)
     assert set(stored_codecs(ours, topic)) == {COMPRESSION_BY_NAME["zstd"]}
     got = _confluent_read(ours.bootstrap, topic, 200)
     assert [(o, k, v) for o, k, v, _, _ in got] == [(i, r.key, r.value) for i, r in enumerate(sent)]
+
+
+def test_broker_wide_zstd_covers_the_internal_topics_and_survives_restart(tmp_path: Path) -> None:
+    """compression.type=zstd given to the broker: the coordinators' own topics (__consumer_offsets,
+    __transaction_state) are stored recompressed too, and both coordinators replay them after a
+    restart (committed offsets and a committed transaction are still there)."""
+    broker = BrokerProcess(data_dir=tmp_path / "data", config={"compression.type": "zstd"})
+    broker.start()
+    try:
+        topic = unique_topic("codec-internal")
+        create_topic(broker.bootstrap, topic)
+        producer = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": unique_topic("txn"),
+                             "linger.ms": 5})
+        producer.init_transactions(CLIENT_TIMEOUT_S)
+        producer.begin_transaction()
+        for i in range(10):
+            producer.produce(topic, b"v%d" % i, key=b"k", partition=0)
+        producer.commit_transaction(CLIENT_TIMEOUT_S)
+        group = unique_topic("group")
+        consumer = confluent_consumer(broker.bootstrap, {"group.id": group})
+        consumer.commit(offsets=[TopicPartition(topic, 0, 7)], asynchronous=False)
+        consumer.close()
+        zstd = COMPRESSION_BY_NAME["zstd"]
+        offsets_codecs = {c for p in range(50) for c in stored_codecs(broker, "__consumer_offsets", p)}
+        txn_codecs = {c for p in range(50) for c in stored_codecs(broker, "__transaction_state", p)}
+        assert offsets_codecs == {zstd} and txn_codecs == {zstd}
+
+        broker.restart()
+        consumer = confluent_consumer(broker.bootstrap, {"group.id": group})
+        try:
+            [committed] = consumer.committed([TopicPartition(topic, 0)], timeout=CLIENT_TIMEOUT_S)
+        finally:
+            consumer.close()
+        assert committed.offset == 7
+        values = [v for _, _, v, _, _ in _confluent_read(broker.bootstrap, topic, 10, "read_committed")]
+        assert values == [b"v%d" % i for i in range(10)]
+    finally:
+        broker.stop()
