@@ -396,3 +396,20 @@ def test_legacy_alter_configs_replaces_the_per_broker_layer(tmp_path: Path) -> N
         assert (entry.value, entry.source) == ("120000", ConfigSource.DYNAMIC_BROKER_CONFIG.value)
     finally:
         broker.stop()
+
+
+def test_validate_only_checks_and_changes_nothing(ours: BrokerProcess) -> None:
+    topic = unique_topic("cfg-validate")
+    create_topic(ours.bootstrap, topic)
+    admin = admin_client(ours.bootstrap)
+
+    def validate(*entries: ConfigEntry) -> None:
+        resource = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=list(entries))
+        admin.incremental_alter_configs([resource], validate_only=True,
+                                        request_timeout=CLIENT_TIMEOUT_S)[resource].result(timeout=CLIENT_TIMEOUT_S)
+
+    validate(_op("compression.type", AlterConfigOpType.SET, "lz4"))
+    with pytest.raises(KafkaException) as info:
+        validate(_op("compression.type", AlterConfigOpType.SET, "bzip2"))
+    assert info.value.args[0].code() == KafkaError.INVALID_CONFIG
+    assert _describe(ours.bootstrap, ResourceType.TOPIC, topic)["compression.type"].value == "producer"
