@@ -19,6 +19,7 @@ from pathlib import Path
 from oncestream.authz.authorizer import StandardAuthorizer, parse_super_users
 from oncestream.authz.store import AclStore
 from oncestream.broker.config import BrokerConfig
+from oncestream.broker.dynamic_config import DynamicBrokerConfigs
 from oncestream.broker.flusher import GroupCommitFlusher
 from oncestream.broker.group_service import GroupService
 from oncestream.broker.notify import AppendNotifier
@@ -92,6 +93,7 @@ class BrokerState:
     # fsync rounds of different partitions may overlap; a few threads keep one slow partition
     # from queueing the others behind it without letting disk work take every core.
     DISK_THREADS = 4
+    CODEC_THREADS = 2
 
     def __init__(self, data_dir: Path, config: BrokerConfig, clock_ms=wall_clock_ms,
                  mono_clock_ms=monotonic_clock_ms, *, fdatasync: FdatasyncFn | None = None) -> None:
@@ -106,7 +108,11 @@ class BrokerState:
             self.now_ms = clock_ms
             self.mono_ms = mono_clock_ms
             self.cluster_id = _load_cluster_id(data_dir)
-            self.log_config = LogConfig.from_broker_configs(config.raw)
+            # Dynamic broker configs (IncrementalAlterConfigs on a BROKER resource) over the static
+            # ones; the topic defaults follow the effective properties (broker/dynamic_config.py).
+            self.dynamic_configs = DynamicBrokerConfigs.load(data_dir, config.node_id, config.raw)
+            self.log_config = LogConfig.from_broker_configs(self.dynamic_configs.effective())
+            self.dynamic_config_lock = asyncio.Lock()  # one broker config change persisted at a time
             self.logs = LogManager.open(data_dir / "logs", self.log_config, self.now_ms(),
                                         descriptors=SegmentDescriptors.from_properties(config.raw))
             self.producer_ids = ProducerIdManager(data_dir)
@@ -122,6 +128,9 @@ class BrokerState:
             self.disk_executor = ThreadPoolExecutor(self.DISK_THREADS, thread_name_prefix="oncestream-disk")
             self.flusher = GroupCommitFlusher(self.disk_executor, fdatasync=fdatasync)
             self.disk_fsync = fdatasync  # None: os's; the other fsyncs moved to disk_executor use it too
+            # CPU work that releases the GIL and must not stall the loop: recompressing produced
+            # batches to a topic's compression.type (log/recompression.py).
+            self.codec_executor = ThreadPoolExecutor(self.CODEC_THREADS, thread_name_prefix="oncestream-codec")
             self.groups = GroupService(self.logs, config.raw, self.now_ms, self.mono_ms)
             self.transactions = TxnService(
                 self.logs, self.groups, config.raw, self.now_ms, self.producer_ids.next_id,
@@ -138,6 +147,14 @@ class BrokerState:
         except BaseException:
             self._lock.release()
             raise
+
+    def apply_dynamic_configs(self, configs: DynamicBrokerConfigs) -> None:
+        """Install new dynamic broker configs (already durable): the topic defaults they supply
+        apply to every topic without its own override from the next append, read or tick."""
+        log_config = LogConfig.from_broker_configs(configs.effective())
+        self.dynamic_configs = configs
+        self.log_config = log_config
+        self.logs.rebase_configs(log_config)
 
     def sasl_for(self, listener_name: str) -> SaslSettings:
         """The SASL settings of ``listener_name``; the default (first) listener's for a name the
@@ -178,6 +195,7 @@ class BrokerState:
             # A running fsync round must end before close() writes the clean-shutdown marker:
             # its segments' dirty marks are already cleared, so close() would not sync them.
             self.disk_executor.shutdown(wait=True)
+            self.codec_executor.shutdown(wait=True)
             self.logs.close()
         finally:
             self._lock.release()

@@ -13,6 +13,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from oncestream.errors import InvalidConfigError
+from oncestream.log.topic_config_defs import TOPIC_CONFIG_DEFS, validate_topic_config
+from oncestream.protocol.compression import (
+    COMPRESSION_BY_NAME,
+    COMPRESSION_GZIP,
+    COMPRESSION_LZ4,
+    COMPRESSION_ZSTD,
+    GZIP_LEVEL_DEFAULT,
+    LZ4_LEVEL_DEFAULT,
+    ZSTD_LEVEL_DEFAULT,
+)
 
 INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1
@@ -21,39 +31,6 @@ CLEANUP_DELETE = "delete"
 CLEANUP_COMPACT = "compact"
 TIMESTAMP_CREATE_TIME = "CreateTime"
 TIMESTAMP_LOG_APPEND_TIME = "LogAppendTime"
-
-# Kafka topic configs we accept and keep as overrides (so DescribeConfigs shows them and clients
-# that set them are not refused) but that the single-node log does not act on: replication,
-# throttling, tiered storage, down-conversion, max.compaction.lag.ms and broker-side recompression.
-PASSTHROUGH_TOPIC_CONFIGS: frozenset[str] = frozenset(
-    {
-        "compression.type",
-        "compression.gzip.level",
-        "compression.lz4.level",
-        "compression.zstd.level",
-        "file.delete.delay.ms",
-        "flush.ms",
-        "follower.replication.throttled.replicas",
-        "leader.replication.throttled.replicas",
-        "local.retention.bytes",
-        "local.retention.ms",
-        "max.compaction.lag.ms",
-        "message.downconversion.enable",
-        "message.format.version",
-        "message.timestamp.after.max.ms",
-        "message.timestamp.before.max.ms",
-        "message.timestamp.difference.max.ms",
-        "min.insync.replicas",
-        "preallocate",
-        "remote.storage.enable",
-        "remote.log.copy.disable",
-        "remote.log.delete.on.disable",
-        "segment.index.bytes",
-        "segment.jitter.ms",
-        "unclean.leader.election.enable",
-    }
-)
-
 
 def _parse_int(name: str, text: str, low: int, high: int) -> int:
     try:
@@ -77,10 +54,15 @@ def _parse_ratio(name: str, text: str) -> float:
 
 def _parse_cleanup_policy(name: str, text: str) -> str:
     parts = {part.strip() for part in str(text).split(",") if part.strip()}
-    if not parts or not parts <= {CLEANUP_DELETE, CLEANUP_COMPACT}:
-        raise InvalidConfigError(f"{name}: {text!r} must be delete, compact or compact,delete")
-    # One canonical spelling so equality and DescribeConfigs are stable.
+    if not parts <= {CLEANUP_DELETE, CLEANUP_COMPACT}:
+        raise InvalidConfigError(f"{name}: {text!r} must be delete, compact, compact,delete or empty")
+    # One canonical spelling so equality is stable. Empty (Kafka 4.x): neither deletion nor
+    # compaction, the log keeps everything.
     return ",".join(sorted(parts))
+
+
+def _parse_catalog(name: str, text: str) -> str:
+    return validate_topic_config(name, text)
 
 
 def _parse_timestamp_type(name: str, text: str) -> str:
@@ -110,7 +92,17 @@ _TOPIC_FIELDS: dict[str, tuple[str, Callable[[str, str], object]]] = {
     "min.cleanable.dirty.ratio": ("min_cleanable_dirty_ratio", _parse_ratio),
     "message.timestamp.type": ("message_timestamp_type", _parse_timestamp_type),
     "flush.messages": ("flush_messages", _int_parser(1, INT64_MAX)),
+    "min.insync.replicas": ("min_insync_replicas", _int_parser(1, INT32_MAX)),
+    "compression.type": ("compression_type", _parse_catalog),
+    "compression.gzip.level": ("compression_gzip_level", lambda name, text: int(_parse_catalog(name, text))),
+    "compression.lz4.level": ("compression_lz4_level", lambda name, text: int(_parse_catalog(name, text))),
+    "compression.zstd.level": ("compression_zstd_level", lambda name, text: int(_parse_catalog(name, text))),
 }
+
+# Kafka topic configs accepted, validated and kept as overrides (so DescribeConfigs shows them and
+# clients that set them are not refused) that the single-node log does not act on: replication,
+# throttling, tiered storage, preallocation, max.compaction.lag.ms and the configs Kafka 4.0 removed.
+PASSTHROUGH_TOPIC_CONFIGS: frozenset[str] = frozenset(set(TOPIC_CONFIG_DEFS) - set(_TOPIC_FIELDS))
 
 # broker property name -> topic property name it supplies the default for.
 _BROKER_TO_TOPIC: dict[str, str] = {
@@ -124,6 +116,11 @@ _BROKER_TO_TOPIC: dict[str, str] = {
     "log.cleaner.min.cleanable.ratio": "min.cleanable.dirty.ratio",
     "log.message.timestamp.type": "message.timestamp.type",
     "log.flush.interval.messages": "flush.messages",
+    "min.insync.replicas": "min.insync.replicas",
+    "compression.type": "compression.type",
+    "compression.gzip.level": "compression.gzip.level",
+    "compression.lz4.level": "compression.lz4.level",
+    "compression.zstd.level": "compression.zstd.level",
 }
 
 _HOUR_MS = 3_600_000
@@ -146,6 +143,15 @@ class LogConfig:
     min_cleanable_dirty_ratio: float = 0.5  # dirty bytes / all cleanable bytes that triggers a clean
     message_timestamp_type: str = TIMESTAMP_CREATE_TIME
     flush_messages: int = INT64_MAX  # 1 = fsync before acknowledging
+    # The codec batches are stored with: "producer" keeps the producer's, "uncompressed" or a codec
+    # makes the log recompress batches that use another (PartitionLog.append).
+    # One node is the whole in-sync replica set: acks=all writes need min.insync.replicas <= 1
+    # (Kafka answers NOT_ENOUGH_REPLICAS otherwise; the Produce handler checks it).
+    min_insync_replicas: int = 1
+    compression_type: str = "producer"
+    compression_gzip_level: int = GZIP_LEVEL_DEFAULT
+    compression_lz4_level: int = LZ4_LEVEL_DEFAULT
+    compression_zstd_level: int = ZSTD_LEVEL_DEFAULT
     producer_id_expiration_ms: int = 86400000
 
     def __post_init__(self) -> None:
@@ -174,6 +180,18 @@ class LogConfig:
         return CLEANUP_COMPACT in self.cleanup_policy.split(",")
 
     @property
+    def target_compression(self) -> tuple[int, int | None] | None:
+        """(codec id, level) every stored batch must use, or None with compression.type=producer."""
+        if self.compression_type == "producer":
+            return None
+        if self.compression_type == "uncompressed":
+            return COMPRESSION_BY_NAME["none"], None
+        codec = COMPRESSION_BY_NAME[self.compression_type]
+        levels = {COMPRESSION_GZIP: self.compression_gzip_level, COMPRESSION_LZ4: self.compression_lz4_level,
+                  COMPRESSION_ZSTD: self.compression_zstd_level}
+        return codec, levels.get(codec)
+
+    @property
     def log_append_time(self) -> bool:
         """Whether the broker stamps batches with its own time (message.timestamp.type)."""
         return self.message_timestamp_type == TIMESTAMP_LOG_APPEND_TIME
@@ -182,7 +200,8 @@ class LogConfig:
     def from_topic_configs(cls, configs: Mapping[str, str], base: LogConfig | None = None) -> LogConfig:
         """Apply Kafka topic property overrides to ``base``; InvalidConfigError on a bad name or value.
 
-        Names in PASSTHROUGH_TOPIC_CONFIGS are accepted and ignored here (the caller stores them).
+        Names in PASSTHROUGH_TOPIC_CONFIGS are accepted and ignored here (the caller stores them;
+        the config APIs check their values first, ``topic_config_defs.validate_topic_config``).
         """
         changes: dict[str, Any] = {}  # each value parsed for its own field's type
         for name, text in configs.items():
@@ -192,7 +211,7 @@ class LogConfig:
                 field_name, parser = _TOPIC_FIELDS[name]
                 changes[field_name] = parser(name, text)
             elif name not in PASSTHROUGH_TOPIC_CONFIGS:
-                raise InvalidConfigError(f"unknown topic config {name!r}")
+                raise InvalidConfigError(f"Unknown topic config name: {name}")
         return dataclasses.replace(base if base is not None else cls(), **changes)
 
     def to_topic_configs(self) -> dict[str, str]:

@@ -27,6 +27,7 @@ from pathlib import Path
 from kio.schema.errors import ErrorCode
 
 from oncestream.errors import (
+    InvalidConfigError,
     InvalidPartitionsError,
     InvalidRequestError,
     InvalidTopicError,
@@ -250,7 +251,7 @@ class LogManager:
                     topic_id=uuid.UUID(data["topic_id"]),
                     num_partitions=int(data["num_partitions"]),
                     configs=configs,
-                    config=LogConfig.from_topic_configs(configs, self.base_config),
+                    config=self._stored_config(path, configs),
                 )
             except (ValueError, KeyError, TypeError, AttributeError) as exc:
                 # Written atomically, so this is real damage: refuse to guess (and delete data).
@@ -260,6 +261,23 @@ class LogManager:
             if info.name in self._topics:
                 raise StorageError(f"topic {info.name!r} is described by two metadata files")
             self._topics[info.name] = info
+
+    def _stored_config(self, path: Path | str, configs: Mapping[str, str]) -> LogConfig:
+        """A stored topic's settings. An override this version refuses (e.g. one an older version
+        accepted unchecked) is ignored with a warning rather than keeping the broker down; the
+        file keeps it until the topic's configs are next altered."""
+        try:
+            return LogConfig.from_topic_configs(configs, self.base_config)
+        except InvalidConfigError as exc:
+            log.warning("topic metadata %s: %s; ignoring the invalid overrides", path, exc)
+        usable: dict[str, str] = {}
+        for name, value in configs.items():
+            try:
+                LogConfig.from_topic_configs({name: value})
+            except InvalidConfigError:
+                continue
+            usable[name] = value
+        return LogConfig.from_topic_configs(usable, self.base_config)
 
     def _remove_orphan_partition_dirs(self) -> None:
         for path in self.data_dir.iterdir():
@@ -362,11 +380,19 @@ class LogManager:
         if self._closed or (growing and (current is None or current.topic_id != creation.info.topic_id)):
             creation.discard()
             raise StorageError(f"topic {name!r} changed while its partitions were being created")
-        self._topics[name] = creation.info
+        # The broker defaults may have changed while the files were made (rebase_configs).
+        info = creation.info
+        config = LogConfig.from_topic_configs(info.configs, self.base_config)
+        info = TopicInfo(info.name, info.topic_id, info.num_partitions, info.configs, config)
+        self._topics[name] = info
         for partition, partition_log in zip(creation.partitions, creation.opened, strict=True):
             partition_log.move_descriptors_to(self.descriptors)
+            partition_log.update_config(config)
             self._logs[(name, partition)] = partition_log
-        return creation.info
+        if growing:
+            for partition in range(creation.partitions.start):
+                self._logs[(name, partition)].update_config(config)
+        return info
 
     def abort_creation(self, creation: TopicCreation) -> None:
         """Step 3 after ``creation.run()`` failed (it removed its files): release the name."""
@@ -467,10 +493,28 @@ class LogManager:
         current = self._topics.get(name)
         if self._closed or current is None or current.topic_id != change.info.topic_id:
             raise StorageError(f"topic {name!r} changed while its configs were being written")
-        self._topics[name] = change.info
-        for partition in range(change.info.num_partitions):
-            self._logs[(name, partition)].update_config(change.info.config)
-        return change.info
+        # The broker defaults may have changed while the file was written (rebase_configs).
+        info = change.info
+        info = TopicInfo(info.name, info.topic_id, info.num_partitions, info.configs,
+                         LogConfig.from_topic_configs(info.configs, self.base_config))
+        self._topics[name] = info
+        for partition in range(info.num_partitions):
+            self._logs[(name, partition)].update_config(info.config)
+        return info
+
+    def rebase_configs(self, base_config: LogConfig) -> None:
+        """New broker-level topic defaults (dynamic broker configs): every topic's config is
+        recomputed from its own overrides over ``base_config`` and applied to its logs at once;
+        nothing is written (the overrides did not change)."""
+        self._check_open()
+        self.base_config = base_config
+        for name, info in list(self._topics.items()):
+            config = self._stored_config(f"of topic {name!r}", info.configs)
+            self._topics[name] = TopicInfo(info.name, info.topic_id, info.num_partitions, info.configs, config)
+            for partition in range(info.num_partitions):
+                log_ = self._logs.get((name, partition))
+                if log_ is not None:
+                    log_.update_config(config)
 
     def abort_alter_topic_configs(self, change: TopicConfigChange) -> None:
         """Release the reservation of ``change`` (its ``run()`` failed: the old configs stay)."""

@@ -63,6 +63,7 @@ from oncestream.log.producer_state import (
     ProducerStateInfo,
     ProducerStateManager,
 )
+from oncestream.log.recompression import needs_recompression
 from oncestream.log.recovery import (
     CLEAN_SHUTDOWN_FILE,
     Checkpoint,
@@ -79,6 +80,7 @@ from oncestream.log.transactions import (
     read_control_marker,
 )
 from oncestream.log.txn_index import TxnIndexes
+from oncestream.protocol.compression import recompress_batch
 from oncestream.protocol.record_batch import (
     ATTR_TIMESTAMP_TYPE_LOG_APPEND,
     ATTRIBUTES_OFFSET,
@@ -324,7 +326,10 @@ class PartitionLog(CleanableLog):
         written and the original offsets are returned with ``duplicate=True``. Control batches
         (transaction markers) are only accepted from the broker itself (``from_client=False``).
         A compacted topic refuses records without a key (InvalidRecordError), which needs the
-        records decoded: only those topics pay for it.
+        records decoded: only those topics pay for it. With compression.type set to a codec (or
+        ``uncompressed``) a batch written with another codec is recompressed here, on the caller's
+        thread (``compression.recompress_batch``; the broker does it ahead, off its event loop, see
+        ``recompression``); max.message.bytes applies before and after.
         """
         self._check_open()
         config = self.config
@@ -349,6 +354,7 @@ class PartitionLog(CleanableLog):
             raise InvalidRecordError("produce data holds no record batch")
 
         log_append_time = config.log_append_time
+        target = config.target_compression
         staged = self._producers.begin_append()
         duplicates: list[BatchMetadata] = []
         prepared: list[PreparedBatch] = []
@@ -367,6 +373,16 @@ class PartitionLog(CleanableLog):
             if duplicate is not None:
                 duplicates.append(duplicate)
                 continue
+            if target is not None and needs_recompression(config, header):
+                # compression.type names a codec the producer did not use: the batch is rewritten
+                # (Kafka's LogValidator); its header facts stay, so idempotence, transactions and
+                # offsets are unaffected. Markers stay uncompressed, as in Kafka.
+                batch = memoryview(recompress_batch(batch, target[0], target[1]))
+                if len(batch) > config.max_message_bytes:
+                    raise MessageTooLargeError(
+                        f"batch of {len(batch)} bytes after recompression to {config.compression_type} "
+                        f"exceeds max.message.bytes={config.max_message_bytes}"
+                    )
             if log_append_time:
                 prepared.append(_prepare_log_append_time(batch, next_offset, now_ms))
             else:

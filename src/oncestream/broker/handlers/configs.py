@@ -1,36 +1,41 @@
-"""DescribeConfigs (32), AlterConfigs (33), IncrementalAlterConfigs (44) for topic configs.
+"""DescribeConfigs (32), AlterConfigs (33), IncrementalAlterConfigs (44) for TOPIC and BROKER resources.
 
-Broker resources can be described (the static properties given on the command line) but not
-altered: dynamic broker configs are not supported and say so with INVALID_REQUEST.
+The rules (what is described, how operations combine, which error code) are sans-io in
+``broker/config_admin.py`` and ``broker/dynamic_config.py``; this module authorizes, runs them,
+and persists the result:
 
-A topic's new configs are validated and the topic reserved on the loop, its metadata file is
-written and fsynced on the broker's disk threads (``LogManager.begin_alter_topic_configs``), and
-the configs apply to the logs back on the loop once the file is durable.
+- a topic's new overrides are validated and the topic reserved on the loop, its metadata file is
+  written and fsynced on the broker's disk threads (``LogManager.begin_alter_topic_configs``), and
+  the configs apply to the logs back on the loop once the file is durable;
+- a broker resource's new dynamic layer is validated on the loop, written to
+  ``dynamic-broker-configs.json`` on the disk threads, then installed (every topic's defaults
+  follow). One broker change at a time (``BrokerState.dynamic_config_lock``): each starts from the
+  layer the previous one left.
 """
 
 from __future__ import annotations
 
 import datetime
 import logging
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from oncestream.broker import config_admin as admin
 from oncestream.broker.authorize import Op, Res, authorize
 from oncestream.broker.disk_step import run_disk_step
 from oncestream.broker.state import BrokerState
-from oncestream.errors import InvalidConfigError, KafkaError
+from oncestream.errors import InvalidRequestError, KafkaError, UnknownTopicOrPartitionError
 from oncestream.log.config import LogConfig
+from oncestream.log.manager import validate_topic_name
 from oncestream.protocol.api_keys import ALTER_CONFIGS, DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS
 from oncestream.protocol.codec import RequestHeader, build, response_module
 
-RESOURCE_TOPIC = 2
-RESOURCE_BROKER = 4
-SOURCE_DYNAMIC_TOPIC = 1
-SOURCE_STATIC_BROKER = 4
-SOURCE_DEFAULT = 5
-OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
-_LIST_CONFIGS = frozenset({"cleanup.policy"})
+log = logging.getLogger(__name__)
+
+RESOURCE_TOPIC = admin.RESOURCE_TOPIC
+RESOURCE_BROKER = admin.RESOURCE_BROKER
 
 
 def _denied(state: BrokerState, op: Op, res) -> tuple[ErrorCode, str] | None:
@@ -42,45 +47,56 @@ def _denied(state: BrokerState, op: Op, res) -> tuple[ErrorCode, str] | None:
     return None
 
 
+def _topic_overrides(state: BrokerState, name: str) -> dict[str, str]:
+    if name == "":
+        raise InvalidRequestError("Default topic resources are not allowed.")
+    validate_topic_name(name)
+    info = state.logs.topics().get(name)
+    if info is None:
+        raise UnknownTopicOrPartitionError(f"unknown topic {name!r}")
+    return dict(info.configs)
+
+
+def _describe_entries(state: BrokerState, request, res) -> list[admin.ConfigEntry]:
+    include_synonyms = bool(getattr(request, "include_synonyms", False))
+    include_documentation = bool(getattr(request, "include_documentation", False))
+    if res.resource_type == RESOURCE_TOPIC:
+        return admin.describe_topic(_topic_overrides(state, res.resource_name), state.dynamic_configs,
+                                    include_synonyms=include_synonyms, include_documentation=include_documentation)
+    if res.resource_type == RESOURCE_BROKER:
+        return admin.describe_broker(state.dynamic_configs, res.resource_name, include_synonyms=include_synonyms,
+                                     include_documentation=include_documentation)
+    raise InvalidRequestError(f"Unsupported resource type: {res.resource_type}")
+
+
 def handle_describe(state: BrokerState, header: RequestHeader, request) -> object:
     m = response_module(DESCRIBE_CONFIGS, header.api_version)
     results = []
     for res in request.resources:
         error, message, entries = ErrorCode.none, None, []
-        keys = set(res.configuration_keys) if res.configuration_keys is not None else None
+        keys = set(res.configuration_keys) if res.configuration_keys else None  # null or empty: all
         if (denied := _denied(state, Op.DESCRIBE_CONFIGS, res)) is not None:
             error, message = denied
-        elif res.resource_type == RESOURCE_TOPIC:
-            info = state.logs.topics().get(res.resource_name)
-            if info is None:
-                error, message = ErrorCode.unknown_topic_or_partition, "unknown topic"
-            else:
-                effective = LogConfig.from_topic_configs(info.configs, state.log_config).to_topic_configs()
-                for name, value in sorted(effective.items()):
-                    source = SOURCE_DYNAMIC_TOPIC if name in info.configs else SOURCE_DEFAULT
-                    entries.append((name, value, source))
-        elif res.resource_type == RESOURCE_BROKER:
-            if res.resource_name not in ("", str(state.config.node_id)):
-                error, message = ErrorCode.invalid_request, "unknown broker id"
-            else:
-                entries = [(k, v, SOURCE_STATIC_BROKER) for k, v in sorted(state.config.raw.items())]
         else:
-            error, message = ErrorCode.invalid_request, f"unsupported resource type {res.resource_type}"
+            try:
+                entries = _describe_entries(state, request, res)
+            except KafkaError as exc:
+                error, message = exc.code, str(exc)
         configs = tuple(
             build(
                 m.DescribeConfigsResourceResult,
-                name=name,
-                value=value,
-                read_only=False,
-                config_source=source,
-                is_default=source == SOURCE_DEFAULT,
-                is_sensitive=False,
-                synonyms=(),
-                config_type=0,
-                documentation=None,
+                name=e.name,
+                value=e.value,
+                read_only=e.read_only,
+                config_source=int(e.source),
+                is_default=e.is_default,
+                is_sensitive=e.sensitive,
+                synonyms=tuple(build(m.DescribeConfigsSynonym, name=n, value=v, source=int(s)) for n, v, s in e.synonyms),
+                config_type=int(e.type),
+                documentation=e.doc,
             )
-            for name, value, source in entries
-            if keys is None or name in keys
+            for e in entries
+            if keys is None or e.name in keys
         )
         results.append(
             build(
@@ -95,13 +111,8 @@ def handle_describe(state: BrokerState, header: RequestHeader, request) -> objec
     return build(m.DescribeConfigsResponse, throttle_time=datetime.timedelta(0), results=tuple(results))
 
 
-log = logging.getLogger(__name__)
-
-
 async def _apply_topic_configs(state: BrokerState, name: str, overrides: dict[str, str], validate_only: bool) -> None:
-    if name not in state.logs.topics():
-        raise KafkaError("unknown topic", code=ErrorCode.unknown_topic_or_partition)
-    LogConfig.from_topic_configs(overrides, state.log_config)  # raises InvalidConfigError
+    overrides = admin.validate_topic_configs(overrides)  # INVALID_CONFIG
     if validate_only:
         return
     change = state.logs.begin_alter_topic_configs(name, overrides)
@@ -111,6 +122,28 @@ async def _apply_topic_configs(state: BrokerState, name: str, overrides: dict[st
         abort=lambda: state.logs.abort_alter_topic_configs(change),
         what=f"config change of topic {name!r}",
     )
+
+
+async def _apply_broker_configs(state: BrokerState, resource_name: str,
+                                new_layer: Callable[[Mapping[str, str]], dict[str, str]], validate_only: bool) -> None:
+    async with state.dynamic_config_lock:
+        current = state.dynamic_configs
+        current.check_resource_name(resource_name)
+        layer = current.validate_layer(resource_name, new_layer(current.layer(resource_name)))
+        if validate_only:
+            return
+        updated = current.with_layer(resource_name, layer)
+        # The whole result must still make valid topic defaults before anything is written.
+        try:
+            LogConfig.from_broker_configs(updated.effective())
+        except KafkaError as exc:
+            raise InvalidRequestError(str(exc)) from None
+        await run_disk_step(
+            state, lambda: updated.save(state.data_dir, state.disk_fsync),
+            finish=lambda: state.apply_dynamic_configs(updated),
+            abort=lambda: None,
+            what=f"dynamic broker config change of {resource_name!r}",
+        )
 
 
 def _alter_response(m, results: list[tuple[Any, ErrorCode, str | None]]):
@@ -126,18 +159,35 @@ def _alter_response(m, results: list[tuple[Any, ErrorCode, str | None]]):
     )
 
 
-async def _alter(state: BrokerState, request, merge) -> list:
+def _broker_layer(ops: list[tuple[str, int, str | None]], replace: bool) -> Callable[[Mapping[str, str]], dict[str, str]]:
+    def new_layer(layer: Mapping[str, str]) -> dict[str, str]:
+        return admin.apply_incremental(RESOURCE_BROKER, {} if replace else layer, ops)
+    return new_layer
+
+
+async def _alter(state: BrokerState, request, ops_of: Callable[[Any], list[tuple[str, int, str | None]]],
+                 replace: bool) -> list:
+    """Both AlterConfigs flavours: ``ops_of(resource)`` gives its (name, op, value) list; with
+    ``replace`` (legacy AlterConfigs) they start from an empty set instead of the current one."""
+    repeated = admin.check_resource_names((res.resource_type, res.resource_name) for res in request.resources)
     results = []
     for res in request.resources:
         error, message = ErrorCode.none, None
         try:
+            if (res.resource_type, res.resource_name) in repeated:
+                raise InvalidRequestError("Each resource must appear at most once.")
             if (denied := _denied(state, Op.ALTER_CONFIGS, res)) is not None:
                 raise KafkaError(denied[1], code=denied[0])
-            if res.resource_type != RESOURCE_TOPIC:
-                raise KafkaError("only topic configs can be altered", code=ErrorCode.invalid_request)
-            info = state.logs.topics().get(res.resource_name)
-            current = dict(info.configs) if info is not None else {}
-            await _apply_topic_configs(state, res.resource_name, merge(current, res.configs), request.validate_only)
+            ops = ops_of(res)
+            if res.resource_type == RESOURCE_TOPIC:
+                current = _topic_overrides(state, res.resource_name)  # the topic must exist
+                overrides = admin.apply_incremental(RESOURCE_TOPIC, {} if replace else current, ops)
+                await _apply_topic_configs(state, res.resource_name, overrides, request.validate_only)
+            elif res.resource_type == RESOURCE_BROKER:
+                admin.check_operations(ops)
+                await _apply_broker_configs(state, res.resource_name, _broker_layer(ops, replace), request.validate_only)
+            else:
+                raise InvalidRequestError(f"Unknown resource type {res.resource_type}")
         except KafkaError as exc:
             error, message = exc.code, str(exc)
         results.append((res, error, message))
@@ -147,41 +197,22 @@ async def _alter(state: BrokerState, request, merge) -> list:
 async def handle_alter(state: BrokerState, header: RequestHeader, request) -> object:
     m = response_module(ALTER_CONFIGS, header.api_version)
 
-    def replace_all(_current: dict[str, str], configs) -> dict[str, str]:
-        return {c.name: c.value for c in configs if c.value is not None}
+    def as_sets(res) -> list[tuple[str, int, str | None]]:
+        # Kafka's legacy AlterConfigs: the given configs become the whole set; a null value is
+        # INVALID_REQUEST (check_operations, as for a SET).
+        return [(c.name, admin.AlterOp.SET, c.value) for c in res.configs]
 
-    results = await _alter(state, request, replace_all)
+    results = await _alter(state, request, as_sets, replace=True)
     return build(m.AlterConfigsResponse, throttle_time=datetime.timedelta(0), responses=_alter_response(m, results))
 
 
 async def handle_incremental_alter(state: BrokerState, header: RequestHeader, request) -> object:
     m = response_module(INCREMENTAL_ALTER_CONFIGS, header.api_version)
 
-    def merge(current: dict[str, str], configs) -> dict[str, str]:
-        out = dict(current)
-        for c in configs:
-            if c.config_operation == OP_SET:
-                if c.value is None:
-                    raise InvalidConfigError(f"{c.name}: SET needs a value")
-                out[c.name] = c.value
-            elif c.config_operation == OP_DELETE:
-                out.pop(c.name, None)
-            elif c.config_operation in (OP_APPEND, OP_SUBTRACT):
-                if c.name not in _LIST_CONFIGS:
-                    raise InvalidConfigError(f"{c.name} is not a list config")
-                effective = LogConfig.from_topic_configs(out, state.log_config).to_topic_configs()
-                items = [v for v in effective[c.name].split(",") if v]
-                given = [v for v in (c.value or "").split(",") if v]
-                if c.config_operation == OP_APPEND:
-                    items += [v for v in given if v not in items]
-                else:
-                    items = [v for v in items if v not in given]
-                out[c.name] = ",".join(items)
-            else:
-                raise InvalidConfigError(f"unknown config operation {c.config_operation}")
-        return out
+    def as_ops(res) -> list[tuple[str, int, str | None]]:
+        return [(c.name, c.config_operation, c.value) for c in res.configs]
 
-    results = await _alter(state, request, merge)
+    results = await _alter(state, request, as_ops, replace=False)
     return build(
         m.IncrementalAlterConfigsResponse, throttle_time=datetime.timedelta(0), responses=_alter_response(m, results)
     )

@@ -1,4 +1,9 @@
-"""Produce (key 0): append batches verbatim; acks 0, 1 and -1 (with optional group-commit fsync)."""
+"""Produce (key 0): append batches verbatim; acks 0, 1 and -1 (with optional group-commit fsync).
+
+A topic whose compression.type names a codec other than the batch's gets the batch recompressed
+first, on ``BrokerState.codec_executor`` (``log/recompression.py``): the only await before the
+checks and appends, which then run without interruption on the loop as before.
+"""
 
 from __future__ import annotations
 
@@ -11,16 +16,20 @@ from oncestream.broker.authorize import Op, Res, authorize
 from oncestream.broker.state import BrokerState
 from oncestream.coordinator.txn import TopicPartition
 from oncestream.errors import KafkaError, StorageError
+from oncestream.log.config import LogConfig
 from oncestream.log.partition_log import PartitionLog
+from oncestream.log.recompression import recompressed_records
 from oncestream.protocol.api_keys import PRODUCE
 from oncestream.protocol.codec import RequestHeader, build, response_module
 from oncestream.protocol.record_batch import BatchHeader, iter_batches
 
 _VALID_ACKS = (0, 1, -1)
+_IN_SYNC_REPLICAS = 1  # a single node: every partition's ISR is this broker
 
 
 async def handle(state: BrokerState, header: RequestHeader, request) -> object | None:
     m = response_module(PRODUCE, header.api_version)
+    rewritten = await _recompress_ahead(state, request) if request.acks in _VALID_ACKS else {}
     now_ms = state.now_ms()
     acks = request.acks
     # Partition answers are built after the flush: a failed fsync turns an appended partition's
@@ -45,12 +54,19 @@ async def handle(state: BrokerState, header: RequestHeader, request) -> object |
                 answer["error_code"] = ErrorCode.topic_authorization_failed
             elif part.records is None:
                 answer["error_code"], answer["error_message"] = ErrorCode.invalid_record, "no records"
-            elif (refusal := _check_batches(state, header, request.transactional_id, topic.name, part)) is not None:
+            elif (refusal := _check_batches(state, header, request.transactional_id, topic.name, part.index,
+                                            records := rewritten.get((topic.name, part.index), part.records))) is not None:
                 answer["error_code"], answer["error_message"] = refusal
             else:
                 try:
                     plog = state.logs.get(topic.name, part.index)
-                    result = plog.append(part.records, now_ms)
+                    if acks == -1 and plog.config.min_insync_replicas > _IN_SYNC_REPLICAS:
+                        # Kafka's Partition.appendRecordsToLeader: fewer in-sync replicas than
+                        # min.insync.replicas refuses acks=all writes (acks 0 and 1 go through).
+                        raise KafkaError(
+                            f"the in-sync replicas ({_IN_SYNC_REPLICAS}) are fewer than "
+                            f"min.insync.replicas={plog.config.min_insync_replicas}", code=ErrorCode.not_enough_replicas)
+                    result = plog.append(records, now_ms)
                 except KafkaError as exc:
                     answer["error_code"], answer["error_message"] = exc.code, str(exc)
                 else:
@@ -86,8 +102,33 @@ async def handle(state: BrokerState, header: RequestHeader, request) -> object |
     return build(m.ProduceResponse, responses=tuple(topics_out), throttle_time=datetime.timedelta(0))
 
 
+async def _recompress_ahead(state: BrokerState, request) -> dict[tuple[str, int], bytes]:
+    """The records of every partition whose topic recompresses them, rewritten on the codec
+    threads (all partitions at once); partitions left out are appended as sent (the log still
+    rewrites anything that needs it, e.g. after a config change meanwhile)."""
+    jobs: list[tuple[tuple[str, int], LogConfig, bytes]] = []
+    for topic in request.topic_data:
+        if not authorize(state, Op.WRITE, Res.TOPIC, topic.name):
+            continue  # refused below anyway: spend no CPU on it
+        for part in topic.partition_data:
+            try:
+                config = state.logs.get(topic.name, part.index).config
+            except KafkaError:
+                continue
+            if part.records is not None and config.target_compression is not None:
+                jobs.append(((topic.name, part.index), config, part.records))
+    if not jobs:
+        return {}
+    loop = asyncio.get_running_loop()
+    outputs = await asyncio.gather(*(
+        loop.run_in_executor(state.codec_executor, recompressed_records, config, records) for _, config, records in jobs
+    ))
+    return {key: out for (key, _, _), out in zip(jobs, outputs) if out is not None}
+
+
 def _check_batches(
-    state: BrokerState, header: RequestHeader, transactional_id: str | None, topic: str, part
+    state: BrokerState, header: RequestHeader, transactional_id: str | None, topic: str, partition: int,
+    records: bytes,
 ) -> tuple[ErrorCode, str | None] | None:
     """Refuse what must not reach the log; None when the partition's data may be appended.
 
@@ -97,13 +138,13 @@ def _check_batches(
     past the coordinator and open a transaction that nobody would ever close, freezing the LSO
     for every read_committed reader. The CRC is checked later, by the log."""
     try:
-        headers = [batch_header for batch_header, _ in iter_batches(part.records, verify_crc=False)]
+        headers = [batch_header for batch_header, _ in iter_batches(records, verify_crc=False)]
     except KafkaError as exc:
         return exc.code, str(exc)
     if len(headers) == 1 or header.api_version < 12:
         # v12 adds the partition to the transaction as a side effect: only for a valid request.
         for batch_header in headers:
-            error = _check_transactional(state, header, transactional_id, topic, part.index, batch_header)
+            error = _check_transactional(state, header, transactional_id, topic, partition, batch_header)
             if error != ErrorCode.none:
                 return error, None
     if len(headers) != 1:

@@ -8,6 +8,7 @@ import uuid
 
 from kio.schema.errors import ErrorCode
 
+from oncestream.broker import config_admin
 from oncestream.broker.authorize import Op, Res, authorize
 from oncestream.broker.disk_step import run_disk_step
 from oncestream.broker.handlers.metadata import INTERNAL_TOPICS
@@ -31,6 +32,23 @@ def _requested_partitions(state: BrokerState, t) -> int:
     if t.assignments:
         return len(t.assignments)
     return state.config.num_partitions if t.num_partitions == -1 else t.num_partitions
+
+
+def _created_configs(m, state: BrokerState, name: str, configs: dict[str, str], error: ErrorCode) -> dict:
+    """CreateTopics v5+ answers with the new topic's configs as DescribeConfigs would describe them,
+    for a client allowed DESCRIBE_CONFIGS on the topic (Kafka: TOPIC_AUTHORIZATION_FAILED in
+    topic_config_error_code otherwise)."""
+    if error != ErrorCode.none or not hasattr(m, "CreatableTopicConfigs"):  # before v5: no configs field
+        return {"configs": None if error != ErrorCode.none else (), "topic_config_error_code": ErrorCode.none}
+    if not authorize(state, Op.DESCRIBE_CONFIGS, Res.TOPIC, name):
+        return {"configs": (), "topic_config_error_code": ErrorCode.topic_authorization_failed}
+    entries = config_admin.describe_topic(configs, state.dynamic_configs, include_synonyms=False,
+                                          include_documentation=False)
+    return {
+        "configs": tuple(build(m.CreatableTopicConfigs, name=e.name, value=e.value, read_only=e.read_only,
+                               config_source=int(e.source), is_sensitive=e.sensitive) for e in entries),
+        "topic_config_error_code": ErrorCode.none,
+    }
 
 
 async def handle_create(state: BrokerState, header: RequestHeader, request) -> object:
@@ -60,6 +78,8 @@ async def handle_create(state: BrokerState, header: RequestHeader, request) -> o
             error, message = ErrorCode.topic_already_exists, f"topic {t.name!r} already exists"
         else:
             try:
+                # Kafka's names, types and ranges; stored in canonical form (e.g. list spacing).
+                configs = config_admin.validate_topic_configs(configs)
                 LogConfig.from_topic_configs(configs, state.log_config)
                 if not request.validate_only:
                     creation = state.logs.begin_create_topic(t.name, num_partitions, configs)
@@ -77,7 +97,7 @@ async def handle_create(state: BrokerState, header: RequestHeader, request) -> o
                 error_message=message,
                 num_partitions=num_partitions if error == ErrorCode.none else -1,
                 replication_factor=1 if error == ErrorCode.none else -1,
-                configs=None if error != ErrorCode.none else (),
+                **_created_configs(m, state, t.name, configs, error),
             )
         )
     return build(m.CreateTopicsResponse, throttle_time=datetime.timedelta(0), topics=tuple(results))
