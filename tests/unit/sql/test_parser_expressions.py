@@ -155,3 +155,38 @@ def test_malformed_expressions(text: str, column: int) -> None:
     with pytest.raises(ParseError) as caught:
         parse_expression(text)
     assert caught.value.column == column, caught.value.message
+
+
+@pytest.mark.parametrize(("text", "column", "what"), [
+    ("a DIV b", 1, "DIV"),
+    ("a ILIKE 'x'", 1, "ILIKE"),
+    ("x + INTERVAL 1 DAY", 1, "INTERVAL"),
+    ("x::INT", 1, "A '::' cast or a typed literal (use CAST(x AS type))"),
+    ("x = DATE '2020-01-01'", 10, "A '::' cast or a typed literal (use CAST(x AS type))"),
+    ("f(a) ^ 2", 1, "A bitwise operator"),
+    ("x.y.z", 1, "A name of more than two parts (a.b.c; struct fields are reached with ->)"),
+    ("a IS TRUE", 1, "IS other than IS [NOT] NULL / IS [NOT] DISTINCT FROM"),
+    ("arr[1:2]", 5, "An array slice [a:b]"),
+    ("{x}", 2, "A {...} struct literal (use STRUCT(name := value, ...))"),
+    ("a IN (SELECT b FROM t)", 14, "A sub-query"),
+    ("COUNT(*) OVER (PARTITION BY a)", 1, "A window function (OVER)"),
+])
+def test_standard_sql_that_ksqldb_lacks_is_refused_where_it_is(text: str, column: int, what: str) -> None:
+    with pytest.raises(ParseError) as caught:
+        parse_expression(text)
+    assert caught.value.message == f"line 1:{column}: {what} is not supported"
+
+
+@pytest.mark.parametrize(("text", "inner"), [
+    ("a NOT LIKE 'x%'", exp.Like), ("a NOT LIKE 'x!%' ESCAPE '!'", exp.Escape), ("a NOT IN (1, 2)", exp.In),
+    ("a NOT BETWEEN 1 AND 2", exp.Between), ("a IS NOT NULL", exp.Is),
+])
+def test_negated_predicates_are_not_nodes(text: str, inner: type[exp.Expression]) -> None:
+    tree = parse_expression(text)
+    assert isinstance(tree, exp.Not) and isinstance(tree.this, inner)
+    assert not any(node.args.get("negate") for node in tree.walk())
+
+
+def test_distinct_from() -> None:
+    assert isinstance(parse_expression("a IS NOT DISTINCT FROM b"), exp.NullSafeEQ)
+    assert isinstance(parse_expression("a IS DISTINCT FROM b"), exp.NullSafeNEQ)

@@ -93,10 +93,12 @@ class QueryParser(ExpressionParser):
 
     def _expression_list(self) -> tuple[exp.Expression, ...]:
         """ksqlDB's groupBy/partitionBy: ``e (, e)*`` or ``( [e (, e)*] )``."""
-        first = self.parse_value_expression()
+        first = self.parse_value_expression(allow_tuple=True)
         items = [first]
         while self.accept_type(TokenType.COMMA):
             items.append(self.parse_value_expression())
+        if isinstance(first, exp.Tuple) and len(items) > 1:
+            self.issue("a parenthesised list cannot be followed by ','", self.token())
         if len(items) == 1 and isinstance(first, exp.Tuple):
             items = list(first.expressions)
         elif len(items) == 1 and isinstance(first, exp.Paren):
