@@ -23,10 +23,39 @@ FRAGMENTS = [
     "UNION", "1e5", "0x1F", "x'00'", "\\", "'", "`", '"', "/*", "\n",
 ]
 
+# Valid statements, to be cut and spliced: most of the grammar's error paths are one token away.
+VALID = [
+    "CREATE STREAM s (id INT KEY, m MAP<STRING, ARRAY<STRUCT<a INT>>>) WITH (KAFKA_TOPIC='t', VALUE_FORMAT='JSON');",
+    "CREATE TABLE t WITH (PARTITIONS=2) AS SELECT k, COUNT(*) AS n FROM s WINDOW HOPPING (SIZE 1 HOUR, "
+    "ADVANCE BY 5 MINUTES, GRACE PERIOD 1 MINUTE) WHERE a->b > 1 GROUP BY k HAVING COUNT(*) > 2 EMIT CHANGES;",
+    "SELECT a.x, b.y AS z, CAST(q AS DECIMAL(4, 2)), arr[1], m['k'], TRANSFORM(arr, v => v + 1) FROM a "
+    "LEFT JOIN b WITHIN (1 SECOND, 2 SECONDS) GRACE PERIOD 3 SECONDS ON a.id = b.id PARTITION BY a.x EMIT CHANGES LIMIT 4;",
+    "INSERT INTO t (a, b) VALUES (1, 'x;y'); INSERT INTO t WITH (QUERY_ID='q') SELECT * FROM s EMIT CHANGES;",
+    "DROP TABLE IF EXISTS t DELETE TOPIC; TERMINATE ALL; SHOW QUERIES EXTENDED; DESCRIBE s EXTENDED; EXPLAIN q1;",
+    "SET 'auto.offset.reset'='earliest'; UNSET 'x'; DESCRIBE FUNCTION f; LIST TOPICS;",
+]
+
+
+@st.composite
+def spliced(draw: st.DrawFn) -> str:
+    text = draw(st.sampled_from(VALID))
+    for _ in range(draw(st.integers(1, 3))):
+        start = draw(st.integers(0, len(text)))
+        end = draw(st.integers(start, min(len(text), start + 12)))
+        text = text[:start] + draw(st.sampled_from(["", " ", *FRAGMENTS])) + text[end:]
+    return text
+
+
 texts = st.one_of(
     st.lists(st.sampled_from(FRAGMENTS), max_size=30).map(" ".join),
     st.text(max_size=60),
+    spliced(),
 )
+
+
+def test_the_splice_sources_are_valid() -> None:
+    for text in VALID:
+        assert parse(text)
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])

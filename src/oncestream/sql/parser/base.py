@@ -154,7 +154,7 @@ class BaseParser(Parser):
     def integer(self) -> int:
         """``[-] digits``; anything else is a syntax error."""
         negative = self._match(TokenType.DASH)
-        if not self.is_type(TokenType.NUMBER) or not self._curr.text.isdigit():
+        if not self.is_type(TokenType.NUMBER) or not (self._curr.text.isascii() and self._curr.text.isdigit()):
             self.fail("an integer")
         self._advance()
         value = int(self._prev.text)
@@ -180,5 +180,5 @@ class BaseParser(Parser):
             self.fail("a literal")
         text = self._prev.text
         number: int | float
-        number = int(text) if text.isdigit() else float(text)
+        number = int(text) if text.isascii() and text.isdigit() else float(text)
         return -number if negative else number

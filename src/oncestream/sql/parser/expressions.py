@@ -50,8 +50,12 @@ def _closed(parse: Callable[[Any], Any]) -> Callable[[Any], Any]:
 
 def normalise_names(tree: exp.Expr) -> exp.Expr:
     """Upper-case unquoted identifiers and function names in place (ksqlDB is case-insensitive for
-    them); back-quoted and double-quoted identifiers keep their case."""
+    them); back-quoted and double-quoted identifiers keep their case. SQL comments that sqlglot
+    attached to nodes are dropped: they are not part of the statement's meaning and must not
+    travel into the SQL the compiler generates."""
     for node in tree.walk():
+        if node.comments:
+            node.pop_comments()
         if isinstance(node, exp.Identifier) and not node.quoted:
             node.set("this", node.this.upper())
         elif isinstance(node, exp.Anonymous) and isinstance(node.this, str):

@@ -131,13 +131,19 @@ class QueryParser(ExpressionParser):
                 self.expect("ADVANCE", "BY")
                 advance_ms = self.duration_ms()
         retention_ms = grace_ms = None
-        while self.accept_type(TokenType.COMMA):
+        while self.is_type(TokenType.COMMA):
+            allowed = ["'RETENTION'"] if retention_ms is None and grace_ms is None else []
+            if grace_ms is None:
+                allowed.append("'GRACE'")
+            if not allowed:
+                self.fail("')'")   # GRACE PERIOD is the last option
+            self._advance()
             if retention_ms is None and grace_ms is None and self.accept("RETENTION"):
                 retention_ms = self.duration_ms()
             elif grace_ms is None and self.accept("GRACE", "PERIOD"):
                 grace_ms = self.duration_ms()
             else:
-                self.fail("'GRACE'" if retention_ms is not None else "{'RETENTION', 'GRACE'}")
+                self.fail(*allowed)
         self.expect_type(TokenType.R_PAREN, "')'" if grace_ms is not None else "{',', ')'}")
         return ast.WindowSpec(kind=kind, size_ms=size_ms, advance_ms=advance_ms, retention_ms=retention_ms,
                               grace_ms=grace_ms)
