@@ -190,3 +190,15 @@ def test_negated_predicates_are_not_nodes(text: str, inner: type[exp.Expression]
 def test_distinct_from() -> None:
     assert isinstance(parse_expression("a IS NOT DISTINCT FROM b"), exp.NullSafeEQ)
     assert isinstance(parse_expression("a IS DISTINCT FROM b"), exp.NullSafeNEQ)
+
+
+@pytest.mark.parametrize("text", ["2E", "1_000", "2Ex"])
+def test_malformed_numbers_are_syntax_errors(text: str) -> None:
+    with pytest.raises(ParseError):
+        parse_expression(text)
+
+
+@pytest.mark.parametrize(("text", "value"), [("42", 42), ("2.5", 2.5), ("1e5", 1e5), (".5", 0.5)])
+def test_numbers(text: str, value: float) -> None:
+    tree = parse_expression(text)
+    assert isinstance(tree, exp.Literal) and float(tree.this) == value

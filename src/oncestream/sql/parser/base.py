@@ -51,6 +51,19 @@ _NOT_A_NAME = frozenset({TokenType.L_PAREN, TokenType.R_PAREN, TokenType.L_BRACK
                          TokenType.TRUE, TokenType.FALSE})
 
 
+def number_value(text: str) -> int | float | None:
+    """The value of a NUMBER token as ksqlDB reads it (``42``, ``2.5``, ``1e5``), None for what
+    sqlglot's tokenizer lets through as a number but is not one (``2E``, ``1_000``)."""
+    if not text or not text.isascii() or any(c not in "0123456789.eE+-" for c in text):
+        return None
+    if text.isdigit():
+        return int(text)
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
 def normalise_name(token: Token) -> str:
     """ksqlDB's identifier rule: quoted names keep their case, the others are upper-cased."""
     if token.token_type == TokenType.IDENTIFIER:
@@ -176,9 +189,8 @@ class BaseParser(Parser):
         if self._match(TokenType.FALSE):
             return False
         negative = self._match(TokenType.DASH)
-        if not self._match(TokenType.NUMBER):
+        number = number_value(self._curr.text) if self.is_type(TokenType.NUMBER) else None
+        if number is None:
             self.fail("a literal")
-        text = self._prev.text
-        number: int | float
-        number = int(text) if text.isascii() and text.isdigit() else float(text)
+        self._advance()
         return -number if negative else number

@@ -26,6 +26,7 @@ from sqlglot.errors import SqlglotError
 from sqlglot.parser import Parser
 from sqlglot.tokens import Token, TokenType
 
+from oncestream.sql.parser.base import number_value
 from oncestream.sql.parser.syntax import SyntaxIssue, describe_token, mismatched, unsupported
 from oncestream.sql.parser.typeparse import TypeParser, to_data_type
 
@@ -275,6 +276,8 @@ def _check_node(node: exp.Expr, start: Token | None) -> None:
         if not (isinstance(parent, exp.Anonymous) and parent.name.upper() == "COUNT" and len(parent.expressions) == 1):
             raise SyntaxIssue(start, "'*' is only allowed as a select item or in COUNT(*)")
         return
+    if isinstance(node, exp.Literal) and not node.is_string and number_value(node.this) is None:
+        raise SyntaxIssue(_position_in(node, start), f"Syntax error at or near '{node.this}'")
     refused = (
         not isinstance(node, _ALLOWED)
         or (isinstance(node, exp.Column) and (node.args.get("db") is not None or node.args.get("catalog") is not None))
