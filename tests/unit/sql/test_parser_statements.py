@@ -370,3 +370,27 @@ def test_window_options_retention_then_grace_period(options: str, detail: str) -
     with pytest.raises(ParseError) as caught:
         parse(f"SELECT k, COUNT(*) FROM s WINDOW TUMBLING (SIZE 1 HOUR, {options}) GROUP BY k EMIT CHANGES;")
     assert caught.value.message.endswith(detail)
+
+
+@pytest.mark.parametrize(("text", "column", "message"), [
+    ("CREATE STREAM s (id INT PRIMARY KEY) WITH (kafka_topic='s');", 18,
+     "Column `ID` is a 'PRIMARY KEY' column: please use 'KEY' for streams.\n"
+     "Tables have PRIMARY KEYs, which are unique and NON NULL.\n"
+     "Streams have KEYs, which have no uniqueness or NON NULL constraints."),
+    ("CREATE TABLE t (v INT, id INT KEY) WITH (kafka_topic='t');", 24,
+     "Column `ID` is a 'KEY' column: please use 'PRIMARY KEY' for tables.\n"
+     "Tables have PRIMARY KEYs, which are unique and NON NULL.\n"
+     "Streams have KEYs, which have no uniqueness or NON NULL constraints."),
+    ("CREATE STREAM s (a INT, b INT, A STRING) WITH (kafka_topic='s');", 32, "Duplicate column names: `A`"),
+])
+def test_ksqldb_parse_time_column_checks(text: str, column: int, message: str) -> None:
+    from oncestream.sql.errors import ParseError
+    with pytest.raises(ParseError) as caught:
+        parse(text)
+    assert caught.value.message == f"line 1:{column}: {message}"
+
+
+def test_quoted_and_unquoted_names_differ() -> None:
+    s = one("CREATE STREAM s (a INT, `a` INT) WITH (kafka_topic='s');")
+    assert isinstance(s, ast.CreateSource)
+    assert [c.name for c in s.columns] == ["A", "a"]

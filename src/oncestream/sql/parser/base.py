@@ -143,8 +143,10 @@ class BaseParser(Parser):
     def fail(self, *expected: str) -> NoReturn:
         raise mismatched(self.token(), expected)
 
-    def issue(self, detail: str, token: Token | None = None) -> NoReturn:
-        raise SyntaxIssue(token if token is not None else self.token(), detail)
+    def issue(self, detail: str, token: Token | None = None, *, syntax: bool = True) -> NoReturn:
+        """A failure at ``token`` (default: the current one); ``syntax`` False for the checks
+        ksqlDB makes while building its AST, whose messages have no "Syntax Error" heading."""
+        raise SyntaxIssue(token if token is not None else self.token(), detail, syntax=syntax)
 
     # -- names and numbers ------------------------------------------------------------------------
     def is_name(self) -> bool:
