@@ -394,3 +394,9 @@ def test_quoted_and_unquoted_names_differ() -> None:
     s = one("CREATE STREAM s (a INT, `a` INT) WITH (kafka_topic='s');")
     assert isinstance(s, ast.CreateSource)
     assert [c.name for c in s.columns] == ["A", "a"]
+
+
+def test_explain_statement_without_semicolon_gets_one_in_both_texts() -> None:
+    s = one("EXPLAIN SHOW STREAMS")
+    assert isinstance(s, ast.Explain) and s.statement is not None
+    assert (s.text, s.statement.text) == ("EXPLAIN SHOW STREAMS;", "SHOW STREAMS;")

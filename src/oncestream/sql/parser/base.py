@@ -150,8 +150,12 @@ class BaseParser(Parser):
 
     # -- names and numbers ------------------------------------------------------------------------
     def is_name(self) -> bool:
+        """Whether the current token can be a name: a quoted identifier, or a word (sqlglot's
+        multi-word keyword tokens such as ``GROUP BY`` are not names)."""
         curr = self._curr
-        return bool(curr) and curr.token_type not in _NOT_A_NAME
+        if not curr or curr.token_type in _NOT_A_NAME:
+            return False
+        return curr.token_type == TokenType.IDENTIFIER or not any(c.isspace() for c in curr.text)
 
     def name(self) -> str:
         """An identifier (source, column, query id...), normalised as ksqlDB does."""

@@ -70,7 +70,7 @@ class StatementParser(QueryParser):
             self._advance()
             if self.is_word(*STATEMENT_KEYWORDS):
                 inner_start = self._curr.start
-                inner_text = self.sql[inner_start:self.text_end]
+                inner_text = self.sql[inner_start:self.text_end] + ("" if self.end_token is not None else ";")
                 inner = self._statement(inner_text, position_of(self.sql, inner_start))
                 return ast.Explain(text=text, position=position, statement=inner)
             return ast.Explain(text=text, position=position, query_id=self.name())
