@@ -202,3 +202,14 @@ def test_malformed_numbers_are_syntax_errors(text: str) -> None:
 def test_numbers(text: str, value: float) -> None:
     tree = parse_expression(text)
     assert isinstance(tree, exp.Literal) and float(tree.this) == value
+
+
+@pytest.mark.parametrize("text", [
+    "userid", "p.userid", "`Mixed`", "'text'", "-2.5", "a + b * 2", "a % 3", "first || ' ' || last", "a != b", "a <> b",
+    "a IS NOT DISTINCT FROM b", "a NOT BETWEEN 1 AND 5", "a NOT IN (1, 2)", "a NOT LIKE 'x%' ESCAPE '\\'",
+    "a IS NOT NULL", "NOT a AND b OR c", "CASE a WHEN 1 THEN 'one' END", "CAST(a AS ARRAY<STRING>)",
+    "SUBSTRING(s, 1, 3)", "`MyUdf`(x)", "REDUCE(m, 0, (s, k, v) => s + v)", "address->city", "arr[-1]", "m['key']",
+    "ARRAY[1, 2]", "MAP('a' := 1, 'b' := 2)", "STRUCT(name := 'x', age := 3)", "ts AT TIME ZONE 'UTC'", "(a + b) * c",
+])
+def test_documented_expression_forms_parse(text: str) -> None:
+    assert isinstance(parse_expression(text), exp.Expression)
