@@ -213,3 +213,18 @@ def test_numbers(text: str, value: float) -> None:
 ])
 def test_documented_expression_forms_parse(text: str) -> None:
     assert isinstance(parse_expression(text), exp.Expression)
+
+
+def test_lambda_variables_follow_ksqldb_name_rules_and_keep_struct_access() -> None:
+    tree = parse_expression("TRANSFORM(arr, X => x->name + y)")
+    (lam,) = tree.find_all(exp.Lambda)
+    assert [i.name for i in lam.expressions] == ["X"]
+    add = lam.this
+    assert isinstance(add, exp.Add)
+    assert add.this == exp.Dot(this=exp.to_identifier("X"), expression=exp.to_identifier("NAME"))
+    assert add.expression == exp.column("Y")   # not a lambda variable: a column
+
+
+def test_lambda_quoted_variable_does_not_capture_unquoted_name() -> None:
+    (lam,) = parse_expression("TRANSFORM(arr, `x` => x)").find_all(exp.Lambda)
+    assert lam.this == exp.column("X")

@@ -31,9 +31,27 @@ from oncestream.sql.parser.syntax import SyntaxIssue, describe_token, mismatched
 from oncestream.sql.parser.typeparse import TypeParser, to_data_type
 
 
+def _normalised(identifier: exp.Identifier) -> str:
+    return identifier.this if identifier.quoted else identifier.this.upper()
+
+
 def _build_lambda(self: Parser, expressions: list[exp.Expr]) -> exp.Expr:
+    """``(x, y) => body``: references to the lambda's variables in ``body`` become bare
+    ``exp.Identifier`` nodes (sqlglot's convention), matched by ksqlDB's name rules (``X => x + 1``
+    refers to its variable). sqlglot's own replacement is not used: it matches names
+    case-sensitively and would swallow ``x->field`` whole."""
     body = self._parse_disjunction()
-    return self.expression(exp.Lambda(this=self._replace_lambda(body, expressions), expressions=expressions))
+    names = {_normalised(e) for e in expressions if isinstance(e, exp.Identifier)}
+    if body is not None:
+        for column in list(body.find_all(exp.Column)):
+            ident = column.this
+            if column.args.get("table") is None and isinstance(ident, exp.Identifier) and _normalised(ident) in names:
+                replacement = exp.Identifier(this=ident.this, quoted=ident.quoted)
+                if column is body:
+                    body = replacement
+                else:
+                    column.replace(replacement)
+    return self.expression(exp.Lambda(this=body, expressions=expressions))
 
 
 def _closed(parse: Callable[[Any], Any]) -> Callable[[Any], Any]:
