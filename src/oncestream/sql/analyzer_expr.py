@@ -371,6 +371,26 @@ class ExpressionResolver:
         if isinstance(node, exp.Array):
             items = [self._resolve(e, clause) for e in node.expressions]
             return self._typed(exp.Array(expressions=items), t.array_of(self._common(items, "ARRAY")))
+        if isinstance(node, exp.VarMap):
+            keys_node, values_node = node.args.get("keys"), node.args.get("values")
+            key_items = [self._resolve(e, clause) for e in (keys_node.expressions if keys_node is not None else [])]
+            value_items = [self._resolve(e, clause) for e in (values_node.expressions if values_node is not None else [])]
+            out_map = exp.VarMap(keys=exp.Array(expressions=key_items), values=exp.Array(expressions=value_items))
+            return self._typed(out_map, t.map_of(self._common(key_items, "MAP key"), self._common(value_items, "MAP value")))
+        if isinstance(node, exp.Struct):
+            field_nodes: list[exp.Expr] = []
+            field_types: list[tuple[str, SqlType]] = []
+            for item in node.expressions:
+                if not isinstance(item, (exp.PropertyEQ, exp.Alias)):
+                    raise StatementError(f"Unsupported STRUCT constructor field: {ksql_text(item)}")
+                fname = item.this.name if isinstance(item, exp.PropertyEQ) else item.alias
+                value = self._resolve(item.expression if isinstance(item, exp.PropertyEQ) else item.this, clause)
+                vtype = type_of(value)
+                if vtype is None:
+                    raise StatementError(f"Can't infer a type of null for STRUCT field {fname}: cast it to a type")
+                field_types.append((fname, vtype))
+                field_nodes.append(exp.PropertyEQ(this=exp.to_identifier(fname, quoted=True), expression=value))
+            return self._typed(exp.Struct(expressions=field_nodes), t.struct_of(*field_types))
         if isinstance(node, exp.Lambda):
             raise StatementError("Lambda functions are not supported.")
         if isinstance(node, exp.Star):
