@@ -41,7 +41,7 @@ from oncestream.sql.analyzer_expr import (
     ksql_text,
     type_of,
 )
-from oncestream.sql.ast import Query, SourceKind, WindowSpec
+from oncestream.sql.ast import Emit, Query, SourceKind, WindowSpec
 from oncestream.sql.catalog import Column, Namespace, SourceInfo
 from oncestream.sql.errors import StatementError
 from oncestream.sql.types import SqlType
@@ -352,6 +352,7 @@ class _Analysis:
 
         # the projection
         items = self._expand_projection(select_resolver, joins)
+        self._check_reserved_names(items)
         aggregates: list[exp.Expr] = []
 
         def collect_aggs(e: exp.Expr) -> None:
@@ -381,6 +382,10 @@ class _Analysis:
                 raise StatementError("Aggregations over joins are not supported yet.")
         elif having is not None:
             raise StatementError("HAVING requires a GROUP BY clause.")
+        if q.emit is Emit.FINAL and (window is None or not group_by):
+            raise StatementError("EMIT FINAL is only supported for windowed aggregations.")
+        if q.emit is Emit.NONE and self.sink is None:
+            self._check_pull_query(joins, window, group_by, having)
 
         # keys: which projection items carry them, and their names
         key_alias: dict[int, str] = {}
@@ -444,6 +449,36 @@ class _Analysis:
             having=having, partition_by=partition_by, key_expressions=tuple(key_exprs), key_names=key_names,
             aggregates=tuple(aggregates), synthetic_key=synthetic_key, persistent=persistent,
             emit_final=q.emit.value == "FINAL", limit=q.limit)
+
+    _PULL_RULES = (("joins", "Pull queries don't support JOIN clauses."),
+                   ("window", "Pull queries don't support WINDOW clauses."),
+                   ("group_by", "Pull queries don't support GROUP BY clauses."),
+                   ("partition_by", "Pull queries don't support PARTITION BY clauses."),
+                   ("having", "Pull queries don't support HAVING clauses."))
+
+    def _check_pull_query(self, joins: list[AnalyzedJoin], window: WindowSpec | None, group_by: tuple[exp.Expr, ...],
+                          having: exp.Expr | None) -> None:
+        """ksqlDB's PullQueryValidator rules (a query without EMIT is a pull query)."""
+        present = {"joins": bool(joins), "window": window is not None, "group_by": bool(group_by),
+                   "partition_by": bool(self.query.partition_by), "having": having is not None}
+        for what, message in self._PULL_RULES:
+            if present[what]:
+                raise StatementError(message)
+        if self.query.limit is not None and self.query.limit < 0:
+            raise StatementError("Pull queries don't support negative integers in the LIMIT clause.")
+
+    def _check_reserved_names(self, items: list[tuple[str, exp.Expr, exp.Expr]]) -> None:
+        """ksqlDB refuses a pseudo column's name as an alias, and an un-aliased ROWTIME /
+        ROWPARTITION / ROWOFFSET in a persistent query (the sink would get a column by that name)."""
+        reserved = (catalog.ROWTIME, catalog.ROWPARTITION, catalog.ROWOFFSET)
+        for name, expr, _orig in items:
+            if name not in reserved and name not in WINDOW_BOUNDS:
+                continue
+            is_that_column = isinstance(expr, exp.Column) and expr.name == name and bool(expr.meta.get(PSEUDO_KEY))
+            if not is_that_column:
+                raise StatementError(f"`{name}` is a reserved column name. You cannot use it as an alias for a column.")
+            if self.sink is not None and name in reserved:
+                raise StatementError(f"Reserved column name in select: `{name}`. Please remove or alias the column.")
 
     def _synthetic_key_name(self) -> str:
         gen = _AliasGenerator(self.scope_sources)

@@ -21,6 +21,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from sqlglot import exp
+
 from oncestream.sql import ast, catalog
 from oncestream.sql.analyzer import AnalyzedQuery, analyze_query
 from oncestream.sql.ast import SourceKind
@@ -362,9 +364,8 @@ class Metastore:
         if stmt.kind is SourceKind.TABLE and not keys:
             raise StatementError("Tables require a PRIMARY KEY. Please define the PRIMARY KEY.")
         key_raw = _prop(props, "KEY_FORMAT") or fmt
-        key_format = _fmt(key_raw, "KEY_FORMAT") if key_raw is not None else (Format.KAFKA if keys else Format.NONE)
-        if not keys and key_format is not Format.NONE and key_raw is None:
-            key_format = Format.NONE
+        # ksqlDB's default key format (ksql.persistence.default.format.key) is KAFKA, with or without key columns
+        key_format = _fmt(key_raw, "KEY_FORMAT") if key_raw is not None else Format.KAFKA
         if keys:
             if key_format is Format.NONE:
                 raise StatementError("The 'NONE' key format requires the source to have no key columns.")
@@ -432,15 +433,19 @@ class Metastore:
         value_raw = _prop(props, "VALUE_FORMAT") or fmt
         value_format = _fmt(value_raw, "VALUE_FORMAT") if value_raw is not None else from_source.value_format
         key_raw = _prop(props, "KEY_FORMAT") or fmt
-        if key_raw is not None:
+        partition_by_null = len(stmt.query.partition_by) == 1 and isinstance(stmt.query.partition_by[0], exp.Null)
+        if partition_by_null:
+            # ksqlDB: PARTITION BY NULL gives a key-less stream whose key format is NONE
+            if key_raw is not None and str(key_raw).upper() != "NONE":
+                raise StatementError("Key format specified for stream without key columns.")
+            key_format = Format.NONE
+        elif key_raw is not None:
             key_format = _fmt(key_raw, "KEY_FORMAT")
-        elif analyzed.key_columns:
-            key_format = from_source.key_format if from_source.key_format is not Format.NONE else Format.KAFKA
+        elif from_source.key_format is Format.NONE and analyzed.key_columns:
+            key_format = Format.KAFKA
         else:
-            key_format = Format.NONE
-        if not analyzed.key_columns:
-            key_format = Format.NONE
-        elif key_format is Format.NONE:
+            key_format = from_source.key_format
+        if analyzed.key_columns and key_format is Format.NONE:
             raise StatementError("The 'NONE' key format requires the source to have no key columns.")
         _check_kafka_format(key_format, analyzed.key_columns, "KEY_FORMAT")
         _check_kafka_format(value_format, analyzed.value_columns, "VALUE_FORMAT")
