@@ -64,6 +64,14 @@ def rt(name: str, *types: t.SqlType | None) -> t.SqlType:
     ("LATEST_BY_OFFSET", [t.DOUBLE], t.DOUBLE),
     ("EARLIEST_BY_OFFSET", [t.STRING], t.STRING),
     ("TOPK", [t.INTEGER, t.INTEGER], t.array_of(t.INTEGER)),
+    ("LOG", [t.INTEGER], t.DOUBLE),
+    ("LOG", [t.INTEGER, t.DOUBLE], t.DOUBLE),
+    ("SLICE", [t.array_of(t.STRING), t.INTEGER, t.INTEGER], t.array_of(t.STRING)),
+    ("AS_MAP", [t.array_of(t.STRING), t.array_of(t.BIGINT)], t.map_of(t.STRING, t.BIGINT)),
+    ("STRINGTODATE", [t.STRING, t.STRING], t.INTEGER),
+    ("FROM_DAYS", [t.INTEGER], t.DATE),
+    ("STDDEV_SAMPLE", [t.INTEGER], t.DOUBLE),
+    ("CORRELATION", [t.DOUBLE, t.DOUBLE], t.DOUBLE),
 ])
 def test_return_type_rules(name: str, args: list, expected: t.SqlType) -> None:
     assert rt(name, *args) == expected
@@ -119,6 +127,8 @@ def test_translations_keep_ksqldb_semantics() -> None:
     assert spark("LATEST_BY_OFFSET", ["x"]) == "max_by(x, CASE WHEN x IS NOT NULL THEN o END)"
     assert spark("COUNT", ["*"]) == "count(*)"
     assert spark("AS_VALUE", ["k"]) == "k"
+    assert spark("SLICE", ["a", "2", "3"]) == "slice(a, 2, 3 - 2 + 1)"   # ksqlDB: inclusive end, Spark: a length
+    assert spark("LOG", ["x"]) == "ln(x)" and spark("LOG", ["b", "x"]) == "log(b, x)"
     assert spark("TIMESTAMPTOSTRING", ["ts", "'yyyy'", "'Europe/Paris'"]) == \
         "date_format(from_utc_timestamp(timestamp_millis(ts), 'Europe/Paris'), 'yyyy')"
 
