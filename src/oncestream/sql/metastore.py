@@ -327,7 +327,7 @@ class Metastore:
     def _plan_create(self, stmt: ast.CreateSource, topics: Mapping[str, int] | None, plan: Mapping[str, Any] | None) -> _Plan:
         existing = self._existing_conflict(stmt.kind, stmt.name, stmt.or_replace, stmt.if_not_exists)
         if existing is not None and stmt.if_not_exists:
-            return _Plan(stmt, dict(plan or {}), noop_message=f"Cannot add {_lower_kind(stmt.kind)} {stmt.name}: "
+            return _Plan(stmt, dict(plan or {}), noop_message=f"Cannot add {_lower_kind(stmt.kind)} `{stmt.name}`: "
                          f"A {_lower_kind(existing.kind)} with the same name already exists.")
         props = stmt.properties
         topic = _prop(props, "KAFKA_TOPIC")
@@ -413,7 +413,7 @@ class Metastore:
                         plan: Mapping[str, Any] | None) -> _Plan:
         existing = self._existing_conflict(stmt.kind, stmt.name, stmt.or_replace, stmt.if_not_exists)
         if existing is not None and stmt.if_not_exists:
-            return _Plan(stmt, dict(plan or {}), noop_message=f"Cannot add {_lower_kind(stmt.kind)} {stmt.name}: "
+            return _Plan(stmt, dict(plan or {}), noop_message=f"Cannot add {_lower_kind(stmt.kind)} `{stmt.name}`: "
                          f"A {_lower_kind(existing.kind)} with the same name already exists.")
         sources = {n: s for n, s in self._sources.items() if n != stmt.name or existing is None}
         if existing is not None:
@@ -508,7 +508,7 @@ class Metastore:
         kind = _lower_kind(stmt.kind)
         if existing is None:
             if stmt.if_exists:
-                return _Plan(stmt, {}, noop_message=f"Source {stmt.name} does not exist.")
+                return _Plan(stmt, {}, noop_message=f"Source `{stmt.name}` does not exist.")
             raise StatementError(f"{kind.capitalize()} {stmt.name} does not exist.")
         if existing.kind is not stmt.kind:
             raise StatementError(f"Incompatible data source type is {_lower_kind(existing.kind)}, but statement was DROP {kind}")

@@ -98,7 +98,7 @@ def test_duplicate_name() -> None:
         ms.validate(create_table(name="ORDERS"), {}, TOPICS)
     # IF NOT EXISTS: accepted, nothing changes
     effects = run(ms, create_stream(if_not_exists=True), 1)
-    assert result(effects).status == "SUCCESS" and len(effects) == 1
+    assert effects == [CommandResult("SUCCESS", "Cannot add stream `ORDERS`: A stream with the same name already exists.")]
 
 
 def test_or_replace_only_when_compatible() -> None:
@@ -176,7 +176,7 @@ def test_drop_rules() -> None:
     assert ms.queries() == []
     assert result(run(ms, drop_orders, 5)).status == "SUCCESS"
     if_exists = ast.DropSource(text="", position=P, kind=SourceKind.STREAM, name="ORDERS", if_exists=True)
-    assert run(ms, if_exists, 6) == [CommandResult("SUCCESS", "Source ORDERS does not exist.")]
+    assert run(ms, if_exists, 6) == [CommandResult("SUCCESS", "Source `ORDERS` does not exist.")]
 
 
 def test_terminate() -> None:
