@@ -61,6 +61,7 @@ class StartQuery:
     query: QueryInfo
     sink: SourceInfo
     analyzed: AnalyzedQuery = field(compare=False, repr=False)
+    properties: dict[str, Any] = field(default_factory=dict, compare=False)   # the command's streamsProperties
 
 
 @dataclass(frozen=True)
@@ -150,6 +151,8 @@ class Metastore:
         self._analyzed: dict[str, AnalyzedQuery] = {}
         # source -> the sources its CREATE ... AS SELECT read (ksqlDB's drop constraints)
         self._references: dict[str, tuple[str, ...]] = {}
+        # query id -> the streamsProperties of the command that started it (auto.offset.reset...)
+        self._query_properties: dict[str, dict[str, Any]] = {}
         self._last_offset: int = -1
 
     # -- lookups -------------------------------------------------------------------------------
@@ -171,6 +174,10 @@ class Metastore:
     def analyzed(self, query_id: str) -> AnalyzedQuery | None:
         """The analysis of a persistent query (what the compiler needs to start it)."""
         return self._analyzed.get(query_id)
+
+    def query_properties(self, query_id: str) -> dict[str, Any]:
+        """The property overrides (the command's streamsProperties) a persistent query runs with."""
+        return dict(self._query_properties.get(query_id, {}))
 
     def source_map(self) -> dict[str, SourceInfo]:
         return dict(self._sources)
@@ -200,6 +207,7 @@ class Metastore:
         other._queries = dict(self._queries)
         other._analyzed = dict(self._analyzed)
         other._references = dict(self._references)
+        other._query_properties = dict(self._query_properties)
         other._last_offset = self._last_offset
         return other
 
@@ -225,7 +233,7 @@ class Metastore:
             "queries": [
                 {"id": q.query_id, "statement": q.statement, "sink": q.sink, "sources": list(q.sources),
                  "columns": [[c.name, c.type.ksql_name, c.namespace.value] for c in q.output_columns],
-                 "offset": q.command_offset}
+                 "offset": q.command_offset, "properties": self._query_properties.get(q.query_id, {})}
                 for q in self.queries()],
         }
 
@@ -565,15 +573,15 @@ class Metastore:
             sink = replace(p.source, created_by=query_id)
             self._sources[stmt.name] = sink
             self._references[stmt.name] = tuple(sorted({s.name for s in p.analyzed.sources.values()}))
-            info = self._register_query(query_id, stmt.text, sink, stmt.query, p.analyzed, offset)
-            effects.append(StartQuery(info, sink, p.analyzed))
+            info = self._register_query(query_id, stmt.text, sink, stmt.query, p.analyzed, offset, command)
+            effects.append(StartQuery(info, sink, p.analyzed, dict(command.streams_properties)))
             effects.append(CommandResult("SUCCESS", f"Created query with ID {query_id}", query_id))
             return effects
         if isinstance(stmt, ast.InsertInto):
             assert p.source is not None and p.analyzed is not None
             query_id = p.plan.get("queryId") or f"INSERTQUERY_{offset}"
-            info = self._register_query(query_id, stmt.text, p.source, stmt.query, p.analyzed, offset)
-            effects.append(StartQuery(info, p.source, p.analyzed))
+            info = self._register_query(query_id, stmt.text, p.source, stmt.query, p.analyzed, offset, command)
+            effects.append(StartQuery(info, p.source, p.analyzed, dict(command.streams_properties)))
             effects.append(CommandResult("SUCCESS", f"Created query with ID {query_id}", query_id))
             return effects
         if isinstance(stmt, ast.DropSource):
@@ -597,17 +605,19 @@ class Metastore:
         raise StatementError(f"Unsupported statement: {type(stmt).__name__}")
 
     def _register_query(self, query_id: str, text: str, sink: SourceInfo, query: ast.Query, analyzed: AnalyzedQuery,
-                        offset: int) -> QueryInfo:
+                        offset: int, command: Command) -> QueryInfo:
         source_names = tuple(dict.fromkeys(s.name for s in analyzed.sources.values()))
         info = QueryInfo(query_id=query_id, statement=text, sink=sink.name, sources=source_names, query=query,
                          output_columns=analyzed.columns, command_offset=offset)
         self._queries[query_id] = info
         self._analyzed[query_id] = analyzed
+        self._query_properties[query_id] = dict(command.streams_properties)
         return info
 
     def _drop_query(self, query_id: str) -> None:
         info = self._queries.pop(query_id, None)
         self._analyzed.pop(query_id, None)
+        self._query_properties.pop(query_id, None)
         if info is None:
             return
         sink = self._sources.get(info.sink)

@@ -250,3 +250,17 @@ def test_same_commands_give_equal_metastores() -> None:
     assert [q.query_id for q in a.queries()] == ["CTAS_C_3"]
     c = Metastore()
     assert c != a
+
+
+def test_query_properties_come_from_the_command() -> None:
+    ms = Metastore()
+    run(ms, create_stream(), 0)
+    cmd = ms.validate(csas("BIG", "SELECT id, amount FROM orders"), {"ksql.streams.auto.offset.reset": "earliest"}, TOPICS)
+    effects = ms.apply(cmd, 1)
+    start = next(e for e in effects if isinstance(e, StartQuery))
+    assert start.properties == {"ksql.streams.auto.offset.reset": "earliest"}
+    assert ms.query_properties("CSAS_BIG_1") == {"ksql.streams.auto.offset.reset": "earliest"}
+    replay = Metastore()
+    replay.apply(replay.validate(create_stream(), {}, TOPICS), 0)
+    replay.apply(dataclasses.replace(decode(*encode(cmd)), statement_ast=cmd.statement_ast), 1)
+    assert replay.query_properties("CSAS_BIG_1") == {"ksql.streams.auto.offset.reset": "earliest"} and replay == ms
