@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from sqlglot import exp
 
 from oncestream.sql import catalog
+from oncestream.sql import types as t
 from oncestream.sql.analyzer_expr import (
     PSEUDO_KEY,
     TYPE_KEY,
@@ -37,6 +38,7 @@ from oncestream.sql.analyzer_expr import (
     ExpressionResolver,
     Scope,
     call_parts,
+    column_ref,
     is_aggregate_call,
     ksql_text,
     type_of,
@@ -340,15 +342,15 @@ class _Analysis:
             last = joins[-1]
             if last.kind == "FULL" or not isinstance(last.left_key, exp.Column) or not isinstance(last.right_key, exp.Column):
                 synthetic_key = self._synthetic_key_name()
-                key_exprs = [ExpressionResolver._column_node(synthetic_key, None, type_of(last.left_key) or _t_default())]
+                key_exprs = [column_ref(synthetic_key, None, type_of(last.left_key) or t.STRING)]
                 select_resolver = ExpressionResolver(Scope(dict(self.scope_sources), windowed=agg_scope.windowed,
-                                                           extra={synthetic_key: type_of(last.left_key) or _t_default()},
+                                                           extra={synthetic_key: type_of(last.left_key) or t.STRING},
                                                            default_alias=from_alias))
             else:
                 viable_join_keys = [last.left_key, last.right_key] if last.kind != "RIGHT" else [last.right_key, last.left_key]
                 key_exprs = [viable_join_keys[0]]
         else:
-            key_exprs = [ExpressionResolver._column_node(c.name, from_alias, c.type) for c in from_info.key_columns]
+            key_exprs = [column_ref(c.name, from_alias, c.type) for c in from_info.key_columns]
 
         # the projection
         items = self._expand_projection(select_resolver, joins)
@@ -575,10 +577,10 @@ class _Analysis:
         out: list[tuple[str, exp.Expr, exp.Expr]] = []
         cols: list[tuple[str, SqlType]] = [(c.name, c.type) for c in info.key_columns]
         if info.window is not None:
-            cols += [(b, _bigint()) for b in WINDOW_BOUNDS]
+            cols += [(b, t.BIGINT) for b in WINDOW_BOUNDS]
         cols += [(c.name, c.type) for c in info.value_columns]
         for name, ty in cols:
-            node = ExpressionResolver._column_node(name, alias, ty)
+            node = column_ref(name, alias, ty)
             out.append((f"{alias}_{name}" if is_join else name, node, node))
         return out
 
@@ -605,30 +607,5 @@ def _type(e: exp.Expr) -> SqlType:
     return ty
 
 
-def _bigint() -> SqlType:
-    from oncestream.sql.types import BIGINT
-    return BIGINT
-
-
-def _t_default() -> SqlType:
-    from oncestream.sql.types import STRING
-    return STRING
-
-
 def _default_key_name(k: exp.Expr) -> str:
     return k.name if isinstance(k, exp.Column) else "KSQL_COL_0"
-
-
-def windowed_key_columns(analyzed: AnalyzedQuery) -> tuple[str, ...]:
-    """The pseudo columns a windowed result adds beside its key (ksqlDB's WINDOWSTART/WINDOWEND)."""
-    return WINDOW_BOUNDS if analyzed.windowed else ()
-
-
-def output_source(analyzed: AnalyzedQuery, *, name: str, topic: str, key_format: catalog.Format,
-                  value_format: catalog.Format, statement: str, partitions: int, replicas: int = 1,
-                  created_by: str | None = None, timestamp_column: str | None = None) -> SourceInfo:
-    """The ``SourceInfo`` of the sink a persistent query creates (CREATE ... AS SELECT)."""
-    cols = tuple(analyzed.columns)
-    return SourceInfo(name=name, kind=analyzed.result_kind, topic=topic, key_format=key_format, value_format=value_format,
-                      columns=cols, statement=statement, partitions=partitions, replicas=replicas,
-                      timestamp_column=timestamp_column, window=analyzed.window, created_by=created_by)

@@ -92,6 +92,17 @@ def sql_type_of(dt: exp.DataType) -> SqlType:
     raise StatementError(f"Unsupported type: {dt.sql()}")
 
 
+def column_ref(name: str, alias: str | None, ty: SqlType) -> exp.Column:
+    """A resolved column reference: quoted name, quoted source alias (None for a synthetic join
+    key), its type in ``meta``; pseudo columns marked ``meta["pseudo"]``."""
+    node = exp.Column(this=exp.to_identifier(name, quoted=True),
+                      table=exp.to_identifier(alias, quoted=True) if alias else None)
+    node.meta[TYPE_KEY] = ty
+    if name in PSEUDO_TYPES or name in WINDOW_BOUNDS:
+        node.meta[PSEUDO_KEY] = True
+    return node
+
+
 # sqlglot builds typed nodes for standard functions; these do not carry ksqlDB's name directly.
 def _typed_call(node: exp.Func) -> tuple[str, list[exp.Expr]]:
     if isinstance(node, exp.Trim):
@@ -234,10 +245,10 @@ class ExpressionResolver:
             ty = self._column_type(info, name)
             if ty is None:
                 raise StatementError(f"{clause} column '{shown}' cannot be resolved.")
-            return self._column_node(name, qualifier, ty)
+            return column_ref(name, qualifier, ty)
         extra = self.scope.extra or {}
         if name in extra:
-            return self._column_node(name, None, extra[name])
+            return column_ref(name, None, extra[name])
         matches = [alias for alias, info in sources.items() if info.column(name) is not None]
         if len(matches) > 1:
             could = " or ".join(f"{a}.{name}" for a in matches)
@@ -245,12 +256,12 @@ class ExpressionResolver:
         if matches:
             col = sources[matches[0]].column(name)
             assert col is not None
-            return self._column_node(name, matches[0], col.type)
+            return column_ref(name, matches[0], col.type)
         alias = self.scope.default_alias or next(iter(sources), None)
         if alias is not None:
             ty = self._column_type(sources[alias], name)
             if ty is not None:
-                return self._column_node(name, alias, ty)
+                return column_ref(name, alias, ty)
         raise StatementError(f"{clause} column '{shown}' cannot be resolved.")
 
     def _column_type(self, info: SourceInfo, name: str) -> SqlType | None:
@@ -262,15 +273,6 @@ class ExpressionResolver:
         if name in WINDOW_BOUNDS and (info.window is not None or self.scope.windowed):
             return t.BIGINT
         return None
-
-    @staticmethod
-    def _column_node(name: str, alias: str | None, ty: SqlType) -> exp.Column:
-        node = exp.Column(this=exp.to_identifier(name, quoted=True),
-                          table=exp.to_identifier(alias, quoted=True) if alias else None)
-        node.meta[TYPE_KEY] = ty
-        if name in PSEUDO_TYPES or name in WINDOW_BOUNDS:
-            node.meta[PSEUDO_KEY] = True
-        return node
 
     # -- expressions --------------------------------------------------------------------------
 
