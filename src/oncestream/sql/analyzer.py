@@ -40,7 +40,9 @@ from oncestream.sql.analyzer_expr import (
     call_parts,
     column_ref,
     is_aggregate_call,
+    ksql_format,
     ksql_text,
+    same_expression,
     type_of,
 )
 from oncestream.sql.ast import Emit, Query, SourceKind, WindowSpec
@@ -311,9 +313,7 @@ class _Analysis:
                 raise StatementError("WHERE clause can not contain aggregate functions.")
 
         group_by = tuple(resolver.resolve(g, "GROUP BY") for g in group_nodes)
-        for g in group_by:
-            if any(is_aggregate_call(n) for n in g.walk()):
-                raise StatementError(f"GROUP BY expression can not contain aggregate functions: {ksql_text(g)}")
+        self._check_group_by(group_by, window is not None)
         partition_by: tuple[exp.Expr, ...] = ()
         partition_null = len(q.partition_by) == 1 and isinstance(q.partition_by[0], exp.Null)
         if q.partition_by:
@@ -368,22 +368,7 @@ class _Analysis:
         if having is not None:
             collect_aggs(having)
 
-        if aggregates and not group_by:
-            agg_names = ", ".join(sorted({str(a.this) for a in aggregates}))
-            raise StatementError(f"Aggregate functions ({agg_names}) are only supported with a GROUP BY clause.")
-        if group_by:
-            if not aggregates:
-                raise StatementError("GROUP BY requires aggregate functions in either the SELECT or HAVING clause.")
-            bad = [orig for _, expr, orig in items if not self._valid_in_aggregate(expr, group_by)]
-            if bad:
-                raise StatementError("Non-aggregate SELECT expression(s) not part of GROUP BY: "
-                                     + ", ".join(ksql_text(b) for b in bad))
-            if having is not None and not self._valid_in_aggregate(having, group_by):
-                raise StatementError(f"Non-aggregate HAVING expression not part of GROUP BY: {ksql_text(having)}")
-            if joins:
-                raise StatementError("Aggregations over joins are not supported yet.")
-        elif having is not None:
-            raise StatementError("HAVING requires a GROUP BY clause.")
+        self._check_aggregation(items, group_by, having, aggregates, joins, window)
         if q.emit is Emit.FINAL and (window is None or not group_by):
             raise StatementError("EMIT FINAL is only supported for windowed aggregations.")
         if q.emit is Emit.NONE and self.sink is None:
@@ -407,11 +392,15 @@ class _Analysis:
         if persistent:
             for idx, names in seen_key_names.items():
                 if len(names) > 1:
+                    aliases = " and ".join(f"`{n}`" for n in names)
+                    if group_by:   # ksqlDB's LogicalPlanner wording for grouped keys
+                        what = f"The projection contains a key column more than once: {aliases}."
+                    else:
+                        what = (f"The projection contains a key column ({_shown(key_exprs[idx])}) more than once, aliased as: "
+                                f"{' and '.join(sorted(names))}.")
                     raise StatementError(
-                        f"The projection contains a key column ({_shown(key_exprs[idx])}) more than once, aliased as: "
-                        f"{' and '.join(sorted(names))}.\nEach key column must only be in the projection once. If you intended "
-                        "to copy the key into the value, then consider using the AS_VALUE function to indicate which key "
-                        "reference should be copied.")
+                        f"{what}\nEach key column must only be in the projection once. If you intended to copy the key into "
+                        "the value, then consider using the AS_VALUE function to indicate which key reference should be copied.")
             missing = [k for i, k in enumerate(key_exprs) if i not in seen_key_names]
             if missing:
                 self._missing_keys(missing, group_by, partition_by, joins, synthetic_key, viable_join_keys)
@@ -489,9 +478,9 @@ class _Analysis:
     @staticmethod
     def _key_index(expr: exp.Expr, key_exprs: list[exp.Expr], viable: list[exp.Expr]) -> int | None:
         for i, k in enumerate(key_exprs):
-            if expr == k:
+            if same_expression(expr, k):
                 return i
-        if viable and any(expr == v for v in viable):
+        if viable and any(same_expression(expr, v) for v in viable):
             return 0
         return None
 
@@ -500,18 +489,18 @@ class _Analysis:
                       viable: list[exp.Expr]) -> None:
         sink = self.sink
         if group_by:
-            what, shown = "grouping expression", [_shown(m) for m in missing]
+            what, shown = "grouping expression", [ksql_format(m) for m in missing]
         elif partition_by:
-            what, shown = "partitioning expression", [_shown(m) for m in missing]
+            what, shown = "partitioning expression", [ksql_format(m) for m in missing]
         elif joins and synthetic is None:
             options = [ksql_text(v) for v in viable]
             raise StatementError("Key missing from projection (ie, SELECT).\nThe query used to build "
-                                 f"{sink} must include the join expression {' or '.join(options)} in its projection "
+                                 f"`{sink}` must include the join expression {' or '.join(options)} in its projection "
                                  f"(eg, SELECT {options[0]}...).")
         elif synthetic is not None:
             raise StatementError(
                 "Key missing from projection (ie, SELECT). See https://cnfl.io/0.19-synthetic-join-keys.\nThe query used to "
-                f"build {sink} must include the join expression {synthetic} in its projection (eg, SELECT {synthetic}...).\n"
+                f"build `{sink}` must include the join expression {synthetic} in its projection (eg, SELECT {synthetic}...).\n"
                 f"{synthetic} was added as a synthetic key column because the join criteria did not match any source column. "
                 "This expression must be included in the projection and may be aliased. ")
         else:
@@ -519,17 +508,96 @@ class _Analysis:
         plural = "s" if len(shown) > 1 else ""
         types = what + plural
         joined = " and ".join(shown) if len(shown) <= 2 else ", ".join(shown[:-1]) + " and " + shown[-1]
-        raise StatementError(f"Key{plural} missing from projection (ie, SELECT).\nThe query used to build {sink} must include "
+        raise StatementError(f"Key{plural} missing from projection (ie, SELECT).\nThe query used to build `{sink}` must include "
                              f"the {types} {joined} in its projection (eg, SELECT {', '.join(shown)}...).")
 
     @staticmethod
-    def _valid_in_aggregate(expr: exp.Expr, group_by: tuple[exp.Expr, ...]) -> bool:
-        if any(expr == g for g in group_by) or is_aggregate_call(expr):
-            return True
+    def _non_aggregate_refs(expr: exp.Expr, group_by: tuple[exp.Expr, ...]) -> list[exp.Expr]:
+        """Column references of ``expr`` outside aggregate calls and outside any sub-expression
+        that is a GROUP BY expression (ksqlDB's AggregateAnalyzer); window bounds count as grouped."""
+        if any(same_expression(expr, g) for g in group_by) or is_aggregate_call(expr):
+            return []
         if isinstance(expr, exp.Column):
-            return bool(expr.meta.get(PSEUDO_KEY)) and expr.name in WINDOW_BOUNDS
-        children = [c for c in expr.iter_expressions()]
-        return all(_Analysis._valid_in_aggregate(c, group_by) for c in children if not isinstance(c, exp.DataType))
+            grouped_bound = bool(expr.meta.get(PSEUDO_KEY)) and expr.name in WINDOW_BOUNDS
+            return [] if grouped_bound else [expr]
+        out: list[exp.Expr] = []
+        for child in expr.iter_expressions():
+            if not isinstance(child, exp.DataType):
+                out.extend(_Analysis._non_aggregate_refs(child, group_by))
+        return out
+
+    def _check_group_by(self, group_by: tuple[exp.Expr, ...], windowed: bool) -> None:
+        for i, g in enumerate(group_by):
+            agg = next((n for n in g.walk() if is_aggregate_call(n)), None)
+            if agg is not None:
+                raise StatementError(f"GROUP BY does not support aggregate functions: {agg.this} is an aggregate function.")
+            if any(same_expression(g, other) for other in group_by[:i]):
+                raise StatementError(f"Duplicate GROUP BY expression: {ksql_format(g, qualify=True)}")
+            if windowed:
+                self._no_window_bounds(g)
+        if group_by:
+            kafka = [alias for alias, info in self.scope_sources.items() if info.value_format is catalog.Format.KAFKA]
+            if kafka:
+                raise StatementError(f"Source(s) {', '.join(kafka)} are using the 'KAFKA' value format. This format does not "
+                                     "yet support GROUP BY.")
+
+    @staticmethod
+    def _no_window_bounds(e: exp.Expr) -> None:
+        for n in e.walk():
+            if isinstance(n, exp.Column) and n.meta.get(PSEUDO_KEY) and n.name in WINDOW_BOUNDS:
+                raise StatementError(f"Window bounds column {n.name} can only be used in the SELECT clause of windowed "
+                                     "aggregations and can not be passed to aggregate functions.\n"
+                                     "See https://github.com/confluentinc/ksql/issues/4397")
+
+    # aggregate functions that can aggregate a table (they can undo a retracted row: ksqlDB's TableUdaf)
+    _TABLE_AGGREGATES = frozenset({"COUNT", "SUM", "AVG", "COLLECT_LIST", "CORRELATION", "STDDEV_SAMP"})
+
+    def _check_aggregation(self, items: list[tuple[str, exp.Expr, exp.Expr]], group_by: tuple[exp.Expr, ...],
+                           having: exp.Expr | None, aggregates: list[exp.Expr], joins: list[AnalyzedJoin],
+                           window: WindowSpec | None) -> None:
+        """ksqlDB's AggregateAnalyzer rules, with its messages."""
+        if not group_by:
+            if aggregates:
+                # ksqlDB groups by a constant then: every non-aggregate select item is refused
+                bad = [expr for _, expr, _ in items if self._non_aggregate_refs(expr, ())]
+                if bad:
+                    raise StatementError("Non-aggregate SELECT expression(s) not part of GROUP BY: "
+                                         + ", ".join(ksql_format(b) for b in bad)
+                                         + "\nEither add the column(s) to the GROUP BY or remove them from the SELECT.")
+                calls = ", ".join(ksql_format(a) for a in aggregates)
+                raise StatementError(f"CREATE TABLE AS SELECT statement does not support aggregate function [{calls}] "
+                                     "without a GROUP BY clause.")
+            if having is not None:
+                raise StatementError("HAVING requires a GROUP BY clause.")
+            return
+        if not aggregates:
+            raise StatementError("GROUP BY requires aggregate functions in either the SELECT or HAVING clause.")
+        if window is not None:
+            for agg in aggregates:
+                for arg in agg.expressions:
+                    self._no_window_bounds(arg)
+        bad = [expr for _, expr, _ in items if self._non_aggregate_refs(expr, group_by)]
+        if bad:
+            raise StatementError("Non-aggregate SELECT expression(s) not part of GROUP BY: "
+                                 + ", ".join(ksql_format(b) for b in bad)
+                                 + "\nEither add the column(s) to the GROUP BY or remove them from the SELECT.")
+        if having is not None:
+            refs = self._non_aggregate_refs(having, group_by)
+            if refs:
+                raise StatementError("Non-aggregate HAVING expression not part of GROUP BY: "
+                                     + ", ".join(dict.fromkeys(ksql_format(r) for r in refs))
+                                     + "\nConsider switching the HAVING clause to a WHERE clause before the GROUP BY.")
+        if joins:
+            raise StatementError("Aggregations over joins are not supported yet.")
+        from_info = self.scope_sources[next(iter(self.scope_sources))]
+        if from_info.kind is SourceKind.TABLE:
+            if window is not None:
+                raise StatementError("Windowing not supported for table aggregations.")
+            unsupported = list(dict.fromkeys(str(a.this) for a in aggregates if str(a.this) not in self._TABLE_AGGREGATES))
+            if unsupported:
+                names = unsupported[0] if len(unsupported) == 1 else ", ".join(unsupported[:-1]) + " and " + unsupported[-1]
+                raise StatementError(f"The aggregation function{'s' if len(unsupported) > 1 else ''} {names} cannot be applied "
+                                     "to a table source, only to a stream source.")
 
     def _expand_projection(self, resolver: ExpressionResolver,
                            joins: list[AnalyzedJoin]) -> list[tuple[str, exp.Expr, exp.Expr]]:

@@ -50,6 +50,93 @@ def ksql_text(node: exp.Expr) -> str:
     return copy.sql()
 
 
+_FORMAT_OPS: dict[type, str] = {
+    exp.Add: "+", exp.Sub: "-", exp.Mul: "*", exp.Div: "/", exp.Mod: "%", exp.EQ: "=", exp.NEQ: "<>", exp.GT: ">",
+    exp.GTE: ">=", exp.LT: "<", exp.LTE: "<=", exp.And: "AND", exp.Or: "OR", exp.Like: "LIKE",
+    exp.NullSafeEQ: "IS NOT DISTINCT FROM",
+}
+
+
+def ksql_format(node: exp.Expr, *, qualify: bool = False) -> str:
+    """An expression as ksqlDB's ExpressionFormatter prints it in messages: binary operations in
+    parentheses (``(F1 + F2)``), calls as ``NAME(args)``, struct access ``A->B``; column names
+    unqualified unless ``qualify``."""
+    def f(n: exp.Expr) -> str:
+        return ksql_format(n, qualify=qualify)
+
+    if isinstance(node, exp.Column):
+        if isinstance(node.this, exp.Star):
+            return f"{node.table}.*" if node.table else "*"
+        return f"{node.table}.{node.name}" if qualify and node.table else node.name
+    if isinstance(node, exp.Paren):
+        return f(node.this)
+    for cls, op in _FORMAT_OPS.items():
+        if type(node) is cls:
+            return f"({f(node.args['this'])} {op} {f(node.args['expression'])})"
+    if isinstance(node, exp.Not):
+        inner = node.this
+        if isinstance(inner, exp.Is):
+            return f"({f(inner.this)} IS NOT NULL)"
+        return f"(NOT {f(inner)})"
+    if isinstance(node, exp.Is):
+        return f"({f(node.this)} IS NULL)"
+    if isinstance(node, exp.Neg):
+        return f"-{f(node.this)}"
+    if isinstance(node, exp.Dot):
+        return f"{f(node.this)}->{node.expression.name}"
+    if isinstance(node, exp.Bracket):
+        return f"{f(node.this)}[{', '.join(f(e) for e in node.expressions)}]"
+    if isinstance(node, exp.Literal):
+        return f"'{node.this}'" if node.is_string else str(node.this)
+    if isinstance(node, exp.Boolean):
+        return "true" if node.this else "false"
+    if isinstance(node, exp.Null):
+        return "null"
+    if isinstance(node, exp.Star):
+        return "*"
+    if isinstance(node, exp.Cast):
+        to = node.to
+        try:
+            target = sql_type_of(to).ksql_name
+        except StatementError:
+            target = to.sql()
+        return f"CAST({f(node.this)} AS {target})"
+    if isinstance(node, exp.Between):
+        return f"({f(node.this)} BETWEEN {f(node.args['low'])} AND {f(node.args['high'])})"
+    if isinstance(node, exp.In):
+        return f"({f(node.this)} IN ({', '.join(f(e) for e in node.expressions)}))"
+    if isinstance(node, exp.Case):
+        words = ["(CASE"] + ([f(node.this)] if node.this is not None else [])
+        for branch in node.args.get("ifs") or []:
+            words.append(f"WHEN {f(branch.this)} THEN {f(branch.args['true'])}")
+        if node.args.get("default") is not None:
+            words.append(f"ELSE {f(node.args['default'])}")
+        return " ".join(words) + " END)"
+    call = call_parts(node)
+    if call is not None:
+        return f"{call[0]}({', '.join(f(a) for a in call[1])})"
+    return ksql_text(node)
+
+
+def unparen(node: exp.Expr) -> exp.Expr:
+    """A copy without parentheses (ksqlDB's trees have none: ``(a + b)`` and ``a + b`` are the
+    same GROUP BY / PARTITION BY expression)."""
+    copy = node.copy()
+    for paren in list(copy.find_all(exp.Paren)):
+        if paren is copy:
+            copy = paren.this
+        else:
+            paren.replace(paren.this)
+    while isinstance(copy, exp.Paren):
+        copy = copy.this
+    return copy
+
+
+def same_expression(a: exp.Expr, b: exp.Expr) -> bool:
+    """Structural equality of two resolved expressions, parentheses ignored."""
+    return unparen(a) == unparen(b)
+
+
 _DTYPE: dict[object, SqlType] = {
     exp.DataType.Type.BOOLEAN: t.BOOLEAN,
     exp.DataType.Type.INT: t.INTEGER,

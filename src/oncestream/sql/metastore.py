@@ -119,15 +119,33 @@ def _lower_kind(kind: SourceKind) -> str:
 
 
 def _check_kafka_format(fmt: Format, columns: tuple[Column, ...], which: str) -> None:
+    """ksqlDB's format/schema compatibility check (KAFKA: one primitive column; DELIMITED: no
+    ARRAY/MAP/STRUCT; NONE: no columns), worded as ksqlDB's 'Key/Value format does not support schema'."""
+    reason: str | None = None
     if fmt is Format.KAFKA and len(columns) > 1:
-        names = "[" + ", ".join(f"`{c.name}` {c.type.ksql_name}" for c in columns) + "]"
-        raise StatementError(f"The 'KAFKA' format only supports a single field. Got: {names}")
-    if fmt is Format.KAFKA:
+        listed = "[" + ", ".join(_persistence_column(c) for c in columns) + "]"
+        reason = f"The 'KAFKA' format only supports a single field. Got: {listed}"
+    elif fmt is Format.KAFKA:
         for c in columns:
             if c.type.base not in (BaseType.INTEGER, BaseType.BIGINT, BaseType.DOUBLE, BaseType.STRING, BaseType.BYTES):
-                raise StatementError(f"The 'KAFKA' format does not support type '{c.type.base.value}'")
-    if fmt is Format.NONE and columns:
-        raise StatementError(f"The '{which}' format 'NONE' does not support any columns.")
+                reason = f"The 'KAFKA' format does not support type '{c.type.base.value}'"
+                break
+    elif fmt is Format.DELIMITED:
+        for c in columns:
+            if c.type.base in (BaseType.ARRAY, BaseType.MAP, BaseType.STRUCT):
+                reason = f"The 'DELIMITED' format does not support type '{c.type.base.value}', column: `{c.name}`"
+                break
+    elif fmt is Format.NONE and columns:
+        reason = "The 'NONE' format can only be used when no columns are defined. Got: " + \
+            "[" + ", ".join(_persistence_column(c) for c in columns) + "]"
+    if reason is not None:
+        side = "Key" if which == "KEY_FORMAT" else "Value"
+        schema = "Persistence{columns=[" + ", ".join(_persistence_column(c) for c in columns) + "], features=[]}"
+        raise StatementError(f"{side} format does not support schema.\nformat: {fmt.value}\nschema: {schema}\nreason: {reason}")
+
+
+def _persistence_column(c: Column) -> str:
+    return f"`{c.name}` {c.type.ksql_name}{' KEY' if c.is_key else ''}"
 
 
 @dataclass
@@ -374,10 +392,7 @@ class Metastore:
         key_raw = _prop(props, "KEY_FORMAT") or fmt
         # ksqlDB's default key format (ksql.persistence.default.format.key) is KAFKA, with or without key columns
         key_format = _fmt(key_raw, "KEY_FORMAT") if key_raw is not None else Format.KAFKA
-        if keys:
-            if key_format is Format.NONE:
-                raise StatementError("The 'NONE' key format requires the source to have no key columns.")
-            _check_kafka_format(key_format, keys, "KEY_FORMAT")
+        _check_kafka_format(key_format, keys, "KEY_FORMAT")
         _check_kafka_format(value_format, tuple(c for c in ordered if not c.is_key), "VALUE_FORMAT")
         ts_col = _prop(props, "TIMESTAMP")
         ts_fmt = _prop(props, "TIMESTAMP_FORMAT")
@@ -453,8 +468,6 @@ class Metastore:
             key_format = Format.KAFKA
         else:
             key_format = from_source.key_format
-        if analyzed.key_columns and key_format is Format.NONE:
-            raise StatementError("The 'NONE' key format requires the source to have no key columns.")
         _check_kafka_format(key_format, analyzed.key_columns, "KEY_FORMAT")
         _check_kafka_format(value_format, analyzed.value_columns, "VALUE_FORMAT")
         partitions = _int_prop(props, "PARTITIONS")

@@ -207,7 +207,7 @@ def test_stream_keeps_source_key_in_persistent_query() -> None:
 
 
 def test_persistent_query_must_select_the_key() -> None:
-    with pytest.raises(StatementError, match=r"Key missing from projection \(ie, SELECT\)\.\nThe query used to build S2 "
+    with pytest.raises(StatementError, match=r"Key missing from projection \(ie, SELECT\)\.\nThe query used to build `S2` "
                                              r"must include the key column ID in its projection \(eg, SELECT ID\.\.\.\)\."):
         analyze_query(query("SELECT userid FROM orders"), SOURCES, sink="S2")
 
