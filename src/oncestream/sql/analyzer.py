@@ -314,6 +314,8 @@ class _Analysis:
 
         group_by = tuple(resolver.resolve(g, "GROUP BY") for g in group_nodes)
         self._check_group_by(group_by, window is not None)
+        for g in group_by:
+            self._no_map_key(g)
         partition_by: tuple[exp.Expr, ...] = ()
         partition_null = len(q.partition_by) == 1 and isinstance(q.partition_by[0], exp.Null)
         if q.partition_by:
@@ -322,7 +324,18 @@ class _Analysis:
             if kind is SourceKind.TABLE:
                 raise StatementError("Cannot repartition a TABLE source.")
             if not partition_null:
-                partition_by = tuple(resolver.resolve(p, "PARTITION BY") for p in q.partition_by)
+                if any(isinstance(p, exp.Null) for p in q.partition_by):
+                    raise StatementError("Cannot PARTITION BY multiple columns including NULL")
+                try:
+                    partition_by = tuple(resolver.resolve(p, "PARTITION BY") for p in q.partition_by)
+                except StatementError as e:
+                    if e.message.startswith("PARTITION BY column '") and e.message.endswith("' cannot be resolved."):
+                        name = e.message[len("PARTITION BY column '"):-len("' cannot be resolved.")]
+                        raise StatementError(f"{e.message} '{name}' must be a column in the source schema since PARTITION BY "
+                                             "is applied on the input.") from e
+                    raise
+                for p in partition_by:
+                    self._no_map_key(p)
 
         # windowed aggregation: WINDOWSTART/WINDOWEND become selectable
         agg_scope = Scope(dict(self.scope_sources), windowed=window is not None or from_info.window is not None,
@@ -353,7 +366,7 @@ class _Analysis:
             key_exprs = [column_ref(c.name, from_alias, c.type) for c in from_info.key_columns]
 
         # the projection
-        items = self._expand_projection(select_resolver, joins)
+        items = self._expand_projection(select_resolver, joins, partition_by)
         self._check_reserved_names(items)
         aggregates: list[exp.Expr] = []
 
@@ -396,7 +409,7 @@ class _Analysis:
                     if group_by:   # ksqlDB's LogicalPlanner wording for grouped keys
                         what = f"The projection contains a key column more than once: {aliases}."
                     else:
-                        what = (f"The projection contains a key column ({_shown(key_exprs[idx])}) more than once, aliased as: "
+                        what = (f"The projection contains a key column (`{_shown(key_exprs[idx])}`) more than once, aliased as: "
                                 f"{' and '.join(sorted(names))}.")
                     raise StatementError(
                         f"{what}\nEach key column must only be in the projection once. If you intended to copy the key into "
@@ -491,7 +504,8 @@ class _Analysis:
         if group_by:
             what, shown = "grouping expression", [ksql_format(m) for m in missing]
         elif partition_by:
-            what, shown = "partitioning expression", [ksql_format(m) for m in missing]
+            # ksqlDB lists every partitioning expression, qualified, when any is missing
+            what, shown = "partitioning expression", [ksql_format(p, qualify=True) for p in partition_by]
         elif joins and synthetic is None:
             options = [ksql_text(v) for v in viable]
             raise StatementError("Key missing from projection (ie, SELECT).\nThe query used to build "
@@ -540,6 +554,25 @@ class _Analysis:
             if kafka:
                 raise StatementError(f"Source(s) {', '.join(kafka)} are using the 'KAFKA' value format. This format does not "
                                      "yet support GROUP BY.")
+
+    @staticmethod
+    def _no_map_key(e: exp.Expr) -> None:
+        """ksqlDB refuses key columns whose type holds a MAP (their serialization is not stable)."""
+        ty = type_of(e)
+
+        def has_map(x: SqlType | None) -> bool:
+            if x is None:
+                return False
+            if x.base is t.BaseType.MAP:
+                return True
+            return has_map(x.element) or any(has_map(f.type) for f in x.fields)
+
+        if has_map(ty):
+            assert ty is not None
+            name = e.name if isinstance(e, exp.Column) else ksql_format(e)
+            raise StatementError("Map keys, including types that contain maps, are not supported as they may lead to unexpected "
+                                 f"behavior due to inconsistent serialization. Key column name: `{name}`. Column type: "
+                                 f"{ty.ksql_name}. See https://github.com/confluentinc/ksql/issues/6621 for more.")
 
     @staticmethod
     def _no_window_bounds(e: exp.Expr) -> None:
@@ -599,14 +632,17 @@ class _Analysis:
                 raise StatementError(f"The aggregation function{'s' if len(unsupported) > 1 else ''} {names} cannot be applied "
                                      "to a table source, only to a stream source.")
 
-    def _expand_projection(self, resolver: ExpressionResolver,
-                           joins: list[AnalyzedJoin]) -> list[tuple[str, exp.Expr, exp.Expr]]:
+    def _expand_projection(self, resolver: ExpressionResolver, joins: list[AnalyzedJoin],
+                           partition_by: tuple[exp.Expr, ...] = ()) -> list[tuple[str, exp.Expr, exp.Expr]]:
         """(output name, resolved expression, original expression) per output column."""
         gen = _AliasGenerator(self.scope_sources)
         is_join = bool(joins)
         clashing = self._clashing_names()
         out: list[tuple[str, exp.Expr, exp.Expr]] = []
         for item in self.query.select.expressions:
+            if isinstance(item, exp.Star) and partition_by and not is_join:
+                out.extend(self._star_repartitioned(partition_by))
+                continue
             if isinstance(item, exp.Star):
                 for alias in self.scope_sources:
                     out.extend(self._star(alias, is_join))
@@ -631,6 +667,30 @@ class _Analysis:
             else:
                 name = gen.ksql_col()
             out.append((name, expr, item))
+        return out
+
+    def _star_repartitioned(self, partition_by: tuple[exp.Expr, ...]) -> list[tuple[str, exp.Expr, exp.Expr]]:
+        """``SELECT *`` after ``PARTITION BY``, as ksqlDB lays the repartitioned schema out: the
+        new key columns (named after the column or struct field, else ``KSQL_COL_<n>``), the
+        value columns not moved into the key, then the old key columns."""
+        gen = _AliasGenerator(self.scope_sources)
+        alias = next(iter(self.scope_sources))
+        info = self.scope_sources[alias]
+        out: list[tuple[str, exp.Expr, exp.Expr]] = []
+        moved: set[str] = set()
+        for p in partition_by:
+            if isinstance(p, exp.Column) and not p.meta.get(PSEUDO_KEY):
+                name = p.name
+                moved.add(p.name)
+            elif isinstance(p, exp.Dot):
+                name = gen.struct_field(p.expression.name)
+            else:
+                name = gen.ksql_col()
+            out.append((name, p, p))
+        for col in (*info.value_columns, *info.key_columns):
+            if col.name not in moved:
+                node = column_ref(col.name, alias, col.type)
+                out.append((col.name, node, node))
         return out
 
     def _clashing_names(self) -> set[str]:

@@ -219,15 +219,29 @@ def test_push_query_needs_no_key_and_keeps_projection_order() -> None:
 
 def test_key_selected_twice_is_refused() -> None:
     with pytest.raises(StatementError,
-                       match=r"The projection contains a key column \(ID\) more than once, aliased as: A and ID\."):
+                       match=r"The projection contains a key column \(`ID`\) more than once, aliased as: A and ID\."):
         analyze_query(query("SELECT id, id AS a, userid FROM orders"), SOURCES, sink="S2")
 
 
 def test_partition_by_sets_the_key_named_by_the_projection() -> None:
     a = analyze_query(query("SELECT userid AS u, id, amount FROM orders", partition_by=("userid",)), SOURCES, sink="S2")
     assert schema(a) == "`U` STRING KEY, `ID` INTEGER, `AMOUNT` DOUBLE"
-    with pytest.raises(StatementError, match="must include the partitioning expression USERID in its projection"):
+    with pytest.raises(StatementError, match="must include the partitioning expression ORDERS.USERID in its projection"):
         analyze_query(query("SELECT id, amount FROM orders", partition_by=("userid",)), SOURCES, sink="S2")
+
+
+def test_select_star_after_partition_by_lays_out_the_repartitioned_schema() -> None:
+    # ksqlDB: the new key first, the value columns left, then the old key columns
+    a = analyze_query(query("SELECT * FROM orders", partition_by=("userid",)), SOURCES, sink="S2")
+    assert [c.name for c in a.columns][:3] == ["USERID", "AMOUNT", "QTY"] and a.columns[0].is_key
+    assert [c.name for c in a.columns][-1] == "ID" and not a.columns[-1].is_key
+    a = analyze_query(query("SELECT * FROM orders", partition_by=("abs(qty)",)), SOURCES, sink="S2")
+    assert a.columns[0].name == "KSQL_COL_0" and a.columns[0].is_key and a.columns[-1].name == "ID"
+
+
+def test_map_keys_are_refused() -> None:
+    with pytest.raises(StatementError, match="Map keys, including types that contain maps, are not supported"):
+        analyze_query(query("SELECT attrs, id FROM orders", partition_by=("attrs",)), SOURCES, sink="S2")
 
 
 def test_partition_by_null_gives_no_key() -> None:
