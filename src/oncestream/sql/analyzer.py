@@ -208,11 +208,17 @@ class _Analysis:
             return {c.table for c in e.find_all(exp.Column) if c.table}
 
         la, ra = aliases(left), aliases(right)
+        for side, refs in ((on.left, la), (on.right, ra)):
+            if len(refs) != 1:
+                raise StatementError(f"Invalid comparison expression '{ksql_format(side, qualify=True)}' in join "
+                                     f"'{ksql_format(on, qualify=True)}'. Each side of the join comparision must contain "
+                                     "references from exactly one source.")
         if right_alias in la and right_alias not in ra:
             left, right, la, ra = right, left, ra, la
-        if ra != {right_alias} or not la or right_alias in la:
-            raise StatementError(f"Invalid comparison expression '{ksql_text(on)}' in join '{ksql_text(on)}'. "
-                                 "Each side of the join comparision must contain references from exactly one source.")
+        if ra != {right_alias} or right_alias in la:
+            raise StatementError(f"Invalid comparison expression '{ksql_format(on, qualify=True)}' in join "
+                                 f"'{ksql_format(on, qualify=True)}'. Each side of the join comparision must contain "
+                                 "references from exactly one source.")
         if type_of(left) != type_of(right):
             raise StatementError(f"Invalid join condition: types don't match. Got {ksql_text(left)}{{{_t(left)}}} = "
                                  f"{ksql_text(right)}{{{_t(right)}}}.")
@@ -288,6 +294,11 @@ class _Analysis:
         q = self.query
         from_alias = self._add_source(q.source, q.source_alias)
         joins, kind = self._analyze_joins(from_alias)
+        if joins:
+            kafka = [alias for alias, info in self.scope_sources.items() if info.value_format is catalog.Format.KAFKA]
+            if kafka:
+                raise StatementError(f"Source(s) {', '.join(kafka)} are using the 'KAFKA' value format. This format does not "
+                                     "yet support JOIN.")
         from_info = self.scope_sources[from_alias]
         select = q.select
         group_nodes = list(select.args["group"].expressions) if select.args.get("group") else []
@@ -353,21 +364,27 @@ class _Analysis:
             key_exprs = list(partition_by)
         elif joins:
             last = joins[-1]
-            if last.kind == "FULL" or not isinstance(last.left_key, exp.Column) or not isinstance(last.right_key, exp.Column):
+            # ksqlDB's viable keys: the sides of the ON equality that are plain columns (a FULL OUTER
+            # join has none: either side may be null); without one the key is a synthetic ROWKEY
+            viable_join_keys = [] if last.kind == "FULL" else [
+                k for k in (last.left_key, last.right_key) if isinstance(k, exp.Column) and not k.meta.get(PSEUDO_KEY)]
+            if not viable_join_keys:
                 synthetic_key = self._synthetic_key_name()
                 key_exprs = [column_ref(synthetic_key, None, type_of(last.left_key) or t.STRING)]
                 select_resolver = ExpressionResolver(Scope(dict(self.scope_sources), windowed=agg_scope.windowed,
                                                            extra={synthetic_key: type_of(last.left_key) or t.STRING},
                                                            default_alias=from_alias))
             else:
-                viable_join_keys = [last.left_key, last.right_key] if last.kind != "RIGHT" else [last.right_key, last.left_key]
                 key_exprs = [viable_join_keys[0]]
         else:
             key_exprs = [column_ref(c.name, from_alias, c.type) for c in from_info.key_columns]
 
-        # the projection
-        items = self._expand_projection(select_resolver, joins, partition_by)
+        items = self._expand_projection(select_resolver, joins, partition_by, synthetic_key)
         self._check_reserved_names(items)
+        if viable_join_keys:
+            # the key is the first viable key the projection selects (ksqlDB's JoinNode)
+            chosen = next((e for _, e, _ in items if any(same_expression(e, v) for v in viable_join_keys)), None)
+            key_exprs = [chosen if chosen is not None else viable_join_keys[0]]
         aggregates: list[exp.Expr] = []
 
         def collect_aggs(e: exp.Expr) -> None:
@@ -393,7 +410,7 @@ class _Analysis:
         key_items: list[tuple[str, exp.Expr, int]] = []
         seen_key_names: dict[int, list[str]] = {}
         for name, expr, _orig in items:
-            idx = self._key_index(expr, key_exprs, viable_join_keys)
+            idx = self._key_index(expr, key_exprs)
             if idx is not None:
                 seen_key_names.setdefault(idx, []).append(name)
                 key_items.append((name, expr, idx))
@@ -409,7 +426,11 @@ class _Analysis:
                     if group_by:   # ksqlDB's LogicalPlanner wording for grouped keys
                         what = f"The projection contains a key column more than once: {aliases}."
                     else:
-                        what = (f"The projection contains a key column (`{_shown(key_exprs[idx])}`) more than once, aliased as: "
+                        shown = _shown(key_exprs[idx])
+                        key_col = key_exprs[idx]
+                        if joins and isinstance(key_col, exp.Column) and key_col.table and shown in self._clashing_names():
+                            shown = f"{key_col.table}_{shown}"
+                        what = (f"The projection contains a key column (`{shown}`) more than once, aliased as: "
                                 f"{' and '.join(sorted(names))}.")
                     raise StatementError(
                         f"{what}\nEach key column must only be in the projection once. If you intended to copy the key into "
@@ -489,12 +510,10 @@ class _Analysis:
         return gen._next("ROWKEY", drop_zero=True)
 
     @staticmethod
-    def _key_index(expr: exp.Expr, key_exprs: list[exp.Expr], viable: list[exp.Expr]) -> int | None:
+    def _key_index(expr: exp.Expr, key_exprs: list[exp.Expr]) -> int | None:
         for i, k in enumerate(key_exprs):
             if same_expression(expr, k):
                 return i
-        if viable and any(same_expression(expr, v) for v in viable):
-            return 0
         return None
 
     def _missing_keys(self, missing: list[exp.Expr], group_by: tuple[exp.Expr, ...],
@@ -507,16 +526,17 @@ class _Analysis:
             # ksqlDB lists every partitioning expression, qualified, when any is missing
             what, shown = "partitioning expression", [ksql_format(p, qualify=True) for p in partition_by]
         elif joins and synthetic is None:
-            options = [ksql_text(v) for v in viable]
+            options = [ksql_format(v, qualify=True) for v in viable]
+            plural = "s" if len(options) > 1 else ""
             raise StatementError("Key missing from projection (ie, SELECT).\nThe query used to build "
-                                 f"`{sink}` must include the join expression {' or '.join(options)} in its projection "
+                                 f"`{sink}` must include the join expression{plural} {' or '.join(options)} in its projection "
                                  f"(eg, SELECT {options[0]}...).")
         elif synthetic is not None:
             raise StatementError(
-                "Key missing from projection (ie, SELECT). See https://cnfl.io/0.19-synthetic-join-keys.\nThe query used to "
+                "Key missing from projection (ie, SELECT). See https://cnfl.io/2LV7ouS.\nThe query used to "
                 f"build `{sink}` must include the join expression {synthetic} in its projection (eg, SELECT {synthetic}...).\n"
                 f"{synthetic} was added as a synthetic key column because the join criteria did not match any source column. "
-                "This expression must be included in the projection and may be aliased. ")
+                "This expression must be included in the projection and may be aliased.")
         else:
             what, shown = "key column", [m.name for m in missing]
         plural = "s" if len(shown) > 1 else ""
@@ -633,7 +653,8 @@ class _Analysis:
                                      "to a table source, only to a stream source.")
 
     def _expand_projection(self, resolver: ExpressionResolver, joins: list[AnalyzedJoin],
-                           partition_by: tuple[exp.Expr, ...] = ()) -> list[tuple[str, exp.Expr, exp.Expr]]:
+                           partition_by: tuple[exp.Expr, ...] = (),
+                           synthetic_key: str | None = None) -> list[tuple[str, exp.Expr, exp.Expr]]:
         """(output name, resolved expression, original expression) per output column."""
         gen = _AliasGenerator(self.scope_sources)
         is_join = bool(joins)
@@ -644,6 +665,10 @@ class _Analysis:
                 out.extend(self._star_repartitioned(partition_by))
                 continue
             if isinstance(item, exp.Star):
+                if synthetic_key is not None:
+                    # ksqlDB's SELECT * over a join with a synthetic key starts with that key
+                    syn = resolver.resolve(exp.column(synthetic_key, quoted=True))
+                    out.append((synthetic_key, syn, syn))
                 for alias in self.scope_sources:
                     out.extend(self._star(alias, is_join))
                 continue
