@@ -195,12 +195,38 @@ class _Analysis:
         self.scope_sources[key] = info
         return key
 
+    def _check_windowed_join(self, left_key: exp.Expr, right_key: exp.Expr, right_alias: str) -> None:
+        """ksqlDB joins windowed sources only to windowed sources of a compatible kind, on their keys."""
+        left_alias = next((c.table for c in left_key.find_all(exp.Column) if c.table), None)
+        if left_alias is None:
+            return
+        left, right = self.scope_sources[left_alias], self.scope_sources[right_alias]
+        lw, rw = left.window, right.window
+        if lw is None and rw is None:
+            return
+        if lw is None or rw is None:
+            windowed, plain = (left_alias, lw) if lw is not None else (right_alias, rw)
+            other = right_alias if lw is not None else left_alias
+            assert plain is not None
+            raise StatementError(f"Can not join windowed source to non-windowed source.\n`{windowed}` is {plain.kind.value} "
+                                 f"windowed\n`{other}` is not windowed")
+        if (lw.kind.value == "SESSION") != (rw.kind.value == "SESSION"):
+            raise StatementError(
+                f"Incompatible windowed sources.\nLeft source: {lw.kind.value}\nRight source: {rw.kind.value}\n"
+                "Session windowed sources can only be joined to other session windowed sources, and may still not result in "
+                "expected behaviour as session bounds must be an exact match for the join to work\n"
+                "Hopping and tumbling windowed sources can only be joined to other hopping and tumbling windowed sources")
+        for key, info in ((left_key, left), (right_key, right)):
+            if not self._is_key_ref(key, info):
+                raise StatementError("Implicit repartitioning of windowed sources is not supported. "
+                                     "See https://github.com/confluentinc/ksql/issues/4385.")
+
     def _join_sides(self, on: exp.Expr, resolver: ExpressionResolver, right_alias: str) -> tuple[exp.Expr, exp.Expr]:
         if not isinstance(on, exp.EQ):
             if isinstance(on, exp.And):
                 raise StatementError("Invalid join condition: joins on multiple conditions are not yet supported. "
-                                     f"Got {ksql_text(on)}.")
-            raise StatementError(f"Unsupported join expression: {ksql_text(on)}")
+                                     f"Got {ksql_format(on, qualify=True)}.")
+            raise StatementError(f"Unsupported join expression: {ksql_format(on, qualify=True)}")
         left = resolver.resolve(on.left, "JOIN ON")
         right = resolver.resolve(on.right, "JOIN ON")
 
@@ -235,10 +261,17 @@ class _Analysis:
         joins: list[AnalyzedJoin] = []
         left_kind = self.scope_sources[from_alias].kind
         for spec in self.query.joins:
+            if any(info.name == spec.source for info in self.scope_sources.values()):
+                raise StatementError(f"Can not join '{self.query.source}' to '{spec.source}': self joins are not yet supported.")
             right_alias = self._add_source(spec.source, spec.alias)
             right = self.scope_sources[right_alias]
             resolver = ExpressionResolver(Scope(dict(self.scope_sources)))
             left_key, right_key = self._join_sides(spec.on, resolver, right_alias)
+            self._check_windowed_join(left_key, right_key, right_alias)
+            key_type = type_of(left_key)
+            if key_type is not None and isinstance(left_key, exp.Column):
+                named = column_ref(f"{left_key.table}_{left_key.name}", None, key_type)
+                self._no_map_key(named)
             kind = spec.kind.upper()
             has_within = spec.within_before_ms is not None or spec.within_after_ms is not None
             if left_kind is SourceKind.STREAM and right.kind is SourceKind.STREAM:
@@ -382,8 +415,8 @@ class _Analysis:
         items = self._expand_projection(select_resolver, joins, partition_by, synthetic_key)
         self._check_reserved_names(items)
         if viable_join_keys:
-            # the key is the first viable key the projection selects (ksqlDB's JoinNode)
-            chosen = next((e for _, e, _ in items if any(same_expression(e, v) for v in viable_join_keys)), None)
+            # the key is the first viable key (left side first) that the projection selects (ksqlDB's JoinNode)
+            chosen = next((v for v in viable_join_keys if any(same_expression(e, v) for _, e, _ in items)), None)
             key_exprs = [chosen if chosen is not None else viable_join_keys[0]]
         aggregates: list[exp.Expr] = []
 
@@ -723,7 +756,10 @@ class _Analysis:
         for info in self.scope_sources.values():
             for col in info.columns:
                 counts[col.name] = counts.get(col.name, 0) + 1
-        return {n for n, c in counts.items() if c > 1}
+        clashing = {n for n, c in counts.items() if c > 1}
+        if len(self.scope_sources) > 1:   # every source has the pseudo columns
+            clashing |= {catalog.ROWTIME, catalog.ROWPARTITION, catalog.ROWOFFSET}
+        return clashing
 
     def _star(self, alias: str, is_join: bool) -> list[tuple[str, exp.Expr, exp.Expr]]:
         info = self.scope_sources[alias]

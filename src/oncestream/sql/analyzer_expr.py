@@ -328,7 +328,7 @@ class ExpressionResolver:
         if qualifier is not None:
             info = sources.get(qualifier)
             if info is None:
-                raise StatementError(f"{clause} column '{shown}' cannot be resolved.")
+                raise StatementError(f"'{qualifier}' is not a valid stream/table name or alias.")
             ty = self._column_type(info, name)
             if ty is None:
                 raise StatementError(f"{clause} column '{shown}' cannot be resolved.")
