@@ -25,7 +25,7 @@ from sqlglot import exp
 
 from oncestream.sql import ast, catalog
 from oncestream.sql.analyzer import AnalyzedQuery, analyze_query
-from oncestream.sql.ast import SourceKind
+from oncestream.sql.ast import SourceKind, WindowKind, WindowSpec
 from oncestream.sql.catalog import Column, Format, Namespace, QueryInfo, SourceInfo
 from oncestream.sql.commands import Command, command_id, goes_to_command_topic
 from oncestream.sql.errors import StatementError
@@ -142,6 +142,36 @@ def _check_kafka_format(fmt: Format, columns: tuple[Column, ...], which: str) ->
         side = "Key" if which == "KEY_FORMAT" else "Value"
         schema = "Persistence{columns=[" + ", ".join(_persistence_column(c) for c in columns) + "], features=[]}"
         raise StatementError(f"{side} format does not support schema.\nformat: {fmt.value}\nschema: {schema}\nreason: {reason}")
+
+
+_UNIT_MS = {"MILLISECOND": 1, "SECOND": 1000, "MINUTE": 60_000, "HOUR": 3_600_000, "DAY": 86_400_000}
+
+
+def _window_of(props: Mapping[str, Any]) -> WindowSpec | None:
+    """``WITH (WINDOW_TYPE='TUMBLING', WINDOW_SIZE='10 SECONDS')``: a source over a windowed topic."""
+    raw_type = _prop(props, "WINDOW_TYPE")
+    raw_size = _prop(props, "WINDOW_SIZE")
+    if raw_type is None:
+        if raw_size is not None:
+            raise StatementError("'WINDOW_SIZE' requires 'WINDOW_TYPE' to be provided in the WITH clause.")
+        return None
+    try:
+        kind = WindowKind(str(raw_type).upper())
+    except ValueError as e:
+        raise StatementError(f"Invalid value for WINDOW_TYPE: {raw_type!r} (SESSION, HOPPING or TUMBLING)") from e
+    if kind is WindowKind.SESSION:
+        if raw_size is not None:
+            raise StatementError("'WINDOW_SIZE' should not be set for SESSION windows.")
+        return WindowSpec(kind, size_ms=0)
+    if raw_size is None:
+        raise StatementError(f"{kind.value} windows require 'WINDOW_SIZE' to be provided in the WITH clause. "
+                             "For example: 'WINDOW_SIZE'='10 SECONDS'")
+    parts = str(raw_size).split()
+    unit = parts[1].upper().rstrip("S") if len(parts) == 2 else ""
+    if len(parts) != 2 or not parts[0].isdigit() or unit not in _UNIT_MS:
+        raise StatementError(f"Invalid WINDOW_SIZE: {raw_size!r} (for example '10 SECONDS')")
+    size_ms = int(parts[0]) * _UNIT_MS[unit]
+    return WindowSpec(kind, size_ms=size_ms, advance_ms=size_ms if kind is WindowKind.HOPPING else None)
 
 
 def _persistence_column(c: Column) -> str:
@@ -407,13 +437,14 @@ class Metastore:
                                      "timestamp_format specified.")
         partitions = _int_prop(props, "PARTITIONS")
         replicas = _int_prop(props, "REPLICAS")
+        window = _window_of(props)
         n, create = self._topic_partitions(stmt, topic, partitions, replicas, topics, plan, None)
         delimiter = _prop(props, "VALUE_DELIMITER")
         source = SourceInfo(
             name=stmt.name, kind=stmt.kind, topic=topic, key_format=key_format, value_format=value_format, columns=ordered,
             statement=stmt.text, partitions=n, replicas=replicas or 1, timestamp_column=ts_col,
             timestamp_format=None if ts_fmt is None else str(ts_fmt),
-            value_delimiter="," if delimiter is None else str(delimiter), read_only=stmt.read_only)
+            value_delimiter="," if delimiter is None else str(delimiter), window=window, read_only=stmt.read_only)
         if existing is not None:
             self._check_replace(existing, source)
         return _Plan(stmt, {"topic": topic, "partitions": n, "replicas": replicas or 1, "createTopic": create},
