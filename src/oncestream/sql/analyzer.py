@@ -347,7 +347,14 @@ class _Analysis:
         base_scope = Scope(dict(self.scope_sources), windowed=from_info.window is not None, default_alias=from_alias)
         resolver = ExpressionResolver(base_scope)
 
-        where = resolver.resolve(where_node, "WHERE") if where_node is not None else None
+        if self.sink is not None and from_info.window is not None and from_info.kind is SourceKind.TABLE:
+            raise StatementError("KSQL does not support persistent queries on windowed tables.")
+        where = None
+        if where_node is not None:
+            bound = next((c.name for c in where_node.find_all(exp.Column) if c.name in WINDOW_BOUNDS), None)
+            if bound is not None and from_info.window is None:
+                raise StatementError(f"Error in WHERE expression: Unknown column {bound}.")
+            where = resolver.resolve(where_node, "WHERE")
         if where is not None:
             ty = type_of(where)
             if ty is not None and ty.base.value != "BOOLEAN":
@@ -356,7 +363,10 @@ class _Analysis:
             if any(is_aggregate_call(n) for n in where.walk()):
                 raise StatementError("WHERE clause can not contain aggregate functions.")
 
-        group_by = tuple(resolver.resolve(g, "GROUP BY") for g in group_nodes)
+        group_resolver = resolver
+        if window is not None:   # so that window bounds in GROUP BY get ksqlDB's own message below
+            group_resolver = ExpressionResolver(Scope(dict(self.scope_sources), windowed=True, default_alias=from_alias))
+        group_by = tuple(group_resolver.resolve(g, "GROUP BY") for g in group_nodes)
         self._check_group_by(group_by, window is not None)
         for g in group_by:
             self._no_map_key(g)
@@ -428,6 +438,8 @@ class _Analysis:
         for _, expr, _orig in items:
             collect_aggs(expr)
         having = select_resolver.resolve(having_node, "HAVING") if having_node is not None else None
+        if having is not None and window is not None:
+            self._no_window_bounds(having)
         if having is not None:
             collect_aggs(having)
 

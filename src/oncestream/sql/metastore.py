@@ -167,9 +167,13 @@ def _window_of(props: Mapping[str, Any]) -> WindowSpec | None:
         raise StatementError(f"{kind.value} windows require 'WINDOW_SIZE' to be provided in the WITH clause. "
                              "For example: 'WINDOW_SIZE'='10 SECONDS'")
     parts = str(raw_size).split()
-    unit = parts[1].upper().rstrip("S") if len(parts) == 2 else ""
-    if len(parts) != 2 or not parts[0].isdigit() or unit not in _UNIT_MS:
-        raise StatementError(f"Invalid WINDOW_SIZE: {raw_size!r} (for example '10 SECONDS')")
+    unit = parts[1].upper() if len(parts) == 2 else ""
+    if len(parts) != 2 or not parts[0].isdigit():
+        raise StatementError(f"Configuration WINDOW_SIZE is invalid: Invalid duration: '{raw_size}'. "
+                             "Expected a number and a time unit, e.g. '10 SECONDS'")
+    if unit.rstrip("S") not in _UNIT_MS:
+        raise StatementError(f"Configuration WINDOW_SIZE is invalid: Invalid duration: '{raw_size}'. Unknown time unit: '{unit}'")
+    unit = unit.rstrip("S")
     size_ms = int(parts[0]) * _UNIT_MS[unit]
     return WindowSpec(kind, size_ms=size_ms, advance_ms=size_ms if kind is WindowKind.HOPPING else None)
 
