@@ -53,7 +53,7 @@ def ksql_text(node: exp.Expr) -> str:
 _FORMAT_OPS: dict[type, str] = {
     exp.Add: "+", exp.Sub: "-", exp.Mul: "*", exp.Div: "/", exp.Mod: "%", exp.EQ: "=", exp.NEQ: "<>", exp.GT: ">",
     exp.GTE: ">=", exp.LT: "<", exp.LTE: "<=", exp.And: "AND", exp.Or: "OR", exp.Like: "LIKE",
-    exp.NullSafeEQ: "IS NOT DISTINCT FROM",
+    exp.NullSafeEQ: "IS NOT DISTINCT FROM", exp.NullSafeNEQ: "IS DISTINCT FROM",
 }
 
 
@@ -249,7 +249,10 @@ class Scope:
 
 _ARITH = (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Mod)
 _COMPARE = {exp.EQ: "EQUAL", exp.NEQ: "NOT_EQUAL", exp.GT: "GREATER_THAN", exp.GTE: "GREATER_THAN_OR_EQUAL",
-            exp.LT: "LESS_THAN", exp.LTE: "LESS_THAN_OR_EQUAL", exp.NullSafeEQ: "IS_NOT_DISTINCT_FROM"}
+            exp.LT: "LESS_THAN", exp.LTE: "LESS_THAN_OR_EQUAL", exp.NullSafeEQ: "IS_NOT_DISTINCT_FROM",
+            exp.NullSafeNEQ: "IS_DISTINCT_FROM"}
+# ARRAY, MAP and STRUCT values only compare for (in)equality
+_EQUALITY_OPS = (exp.EQ, exp.NEQ, exp.NullSafeEQ, exp.NullSafeNEQ)
 
 
 def _comparable(a: SqlType | None, b: SqlType | None) -> bool:
@@ -401,7 +404,11 @@ class ExpressionResolver:
         for cls, op_name in _COMPARE.items():
             if isinstance(node, cls):
                 left, right = self._resolve(node.left, clause), self._resolve(node.right, clause)
-                if not _comparable(type_of(left), type_of(right)):
+                complex_types = (BaseType.ARRAY, BaseType.MAP, BaseType.STRUCT)
+                lt, rt = type_of(left), type_of(right)
+                ordering_complex = not isinstance(node, _EQUALITY_OPS) and any(
+                    x is not None and x.base in complex_types for x in (lt, rt))
+                if ordering_complex or not _comparable(lt, rt):
                     raise StatementError(f"Cannot compare {ksql_text(node.left)} ({_tname(type_of(left))}) to "
                                          f"{ksql_text(node.right)} ({_tname(type_of(right))}) with {op_name}.")
                 return self._typed(cls(this=left, expression=right), t.BOOLEAN)

@@ -315,11 +315,47 @@ def _array_sort(c: CallSite) -> str:
     return f"sort_array({c.args[0]}, upper({c.args[1]}) <> 'DESC')"
 
 
-def _latest(spark_name: str) -> SparkRule:
+def _by_offset(latest: bool) -> SparkRule:
+    """LATEST_BY_OFFSET / EARLIEST_BY_OFFSET (x [, ignoreNulls]) and (x, n [, ignoreNulls])."""
     def rule(c: CallSite) -> str:
         order = c.order_sql or "ROWOFFSET"
-        # ksqlDB's *_BY_OFFSET ignore NULL values by default: a NULL ordering key drops the row.
-        return f"{spark_name}({c.args[0]}, CASE WHEN {c.args[0]} IS NOT NULL THEN {order} END)"
+        x = c.args[0]
+        with_n = len(c.args) >= 2 and not _is_boolean(c, 1)
+        ignore_nulls_arg = c.args[2] if with_n and len(c.args) > 2 else (c.args[1] if not with_n and len(c.args) > 1 else "true")
+        ignore_nulls = ignore_nulls_arg.strip().lower() != "false"
+        if not with_n:
+            if not ignore_nulls:
+                return f"{'max_by' if latest else 'min_by'}({x}, {order})"
+            # ksqlDB ignores NULL values by default: a NULL ordering key makes max_by/min_by skip the row
+            return f"{'max_by' if latest else 'min_by'}({x}, CASE WHEN {x} IS NOT NULL THEN {order} END)"
+        entry = f"struct({order} AS o, {x} AS v)"
+        collected = f"collect_list(CASE WHEN {x} IS NOT NULL THEN {entry} END)" if ignore_nulls else f"collect_list({entry})"
+        # the n latest (or earliest), returned oldest first as ksqlDB does
+        picked = f"slice(sort_array({collected}, {'false' if latest else 'true'}), 1, {c.args[1]})"
+        values = f"transform({picked}, e -> e.v)"
+        return f"reverse({values})" if latest else values
+    return rule
+
+
+def _is_boolean(c: CallSite, index: int) -> bool:
+    ty = c.types[index] if len(c.types) > index else None
+    if ty is not None:
+        return ty.base is BaseType.BOOLEAN
+    return c.args[index].strip().lower() in ("true", "false")
+
+
+def _by_offset_type(name: str) -> TypeRule:
+    def rule(arg_types: Sequence[SqlType | None]) -> SqlType:
+        n = len(arg_types)
+        x = arg_types[0] if arg_types else None
+        def boolean(a: SqlType | None) -> bool:
+            return a is None or a.base is BaseType.BOOLEAN
+
+        if n == 1 or (n == 2 and boolean(arg_types[1]) and arg_types[1] is not None):
+            return x or INT
+        if n in (2, 3) and is_integral(arg_types[1]) and (n == 2 or boolean(arg_types[2])):
+            return t.array_of(x or INT)
+        raise FunctionTypeError(_refused(name, arg_types))
     return rule
 
 
@@ -573,10 +609,12 @@ _add("COLLECT_LIST", 1, 1, _sig("COLLECT_LIST", _any, result=lambda a: t.array_o
      "Array of the values.", "collect_list(x)", aggregate=True)
 _add("COLLECT_SET", 1, 1, _sig("COLLECT_SET", _any, result=lambda a: t.array_of(a[0] or S)), _call("collect_set"),
      "Array of the distinct values.", "collect_set(x)", aggregate=True)
-_add("LATEST_BY_OFFSET", 1, 1, _sig("LATEST_BY_OFFSET", _any, result=_first_non_null), _latest("max_by"),
-     "The latest non-NULL value in offset order.", "max_by(x, <offset order>)", aggregate=True)
-_add("EARLIEST_BY_OFFSET", 1, 1, _sig("EARLIEST_BY_OFFSET", _any, result=_first_non_null), _latest("min_by"),
-     "The earliest non-NULL value in offset order.", "min_by(x, <offset order>)", aggregate=True)
+_add("LATEST_BY_OFFSET", 1, 3, _by_offset_type("LATEST_BY_OFFSET"), _by_offset(latest=True),
+     "The latest value in offset order (NULLs ignored unless ignoreNulls is false); with n, the n latest as an ARRAY.",
+     "max_by(x, <offset order>); n: slice(sort_array(collect_list(struct(order, x)), false), 1, n)", aggregate=True)
+_add("EARLIEST_BY_OFFSET", 1, 3, _by_offset_type("EARLIEST_BY_OFFSET"), _by_offset(latest=False),
+     "The earliest value in offset order (NULLs ignored unless ignoreNulls is false); with n, the n earliest as an ARRAY.",
+     "min_by(x, <offset order>); n: slice(sort_array(collect_list(struct(order, x))), 1, n)", aggregate=True)
 _add("TOPK", 2, 2, _sig("TOPK", lambda a: a is None or a.base not in (BaseType.ARRAY, BaseType.MAP),
                         is_integral, result=lambda a: t.array_of(a[0] or INT)), _topk(False),
      "The k largest values, descending.", "slice(sort_array(collect_list(x), false), 1, k)", aggregate=True)

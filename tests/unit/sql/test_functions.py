@@ -64,6 +64,9 @@ def rt(name: str, *types: t.SqlType | None) -> t.SqlType:
     ("LATEST_BY_OFFSET", [t.DOUBLE], t.DOUBLE),
     ("EARLIEST_BY_OFFSET", [t.STRING], t.STRING),
     ("TOPK", [t.INTEGER, t.INTEGER], t.array_of(t.INTEGER)),
+    ("LATEST_BY_OFFSET", [t.DOUBLE, t.BOOLEAN], t.DOUBLE),
+    ("LATEST_BY_OFFSET", [t.DOUBLE, t.INTEGER], t.array_of(t.DOUBLE)),
+    ("EARLIEST_BY_OFFSET", [t.STRING, t.INTEGER, t.BOOLEAN], t.array_of(t.STRING)),
     ("LOG", [t.INTEGER], t.DOUBLE),
     ("LOG", [t.INTEGER, t.DOUBLE], t.DOUBLE),
     ("SLICE", [t.array_of(t.STRING), t.INTEGER, t.INTEGER], t.array_of(t.STRING)),
@@ -125,6 +128,10 @@ def test_translations_keep_ksqldb_semantics() -> None:
     assert spark("REGEXP_EXTRACT", ["p", "s"]).startswith("CASE WHEN s RLIKE p")  # ksqlDB's (pattern, string) order
     assert spark("ARRAY_LENGTH", ["a"]) == "CASE WHEN a IS NULL THEN NULL ELSE size(a) END"
     assert spark("LATEST_BY_OFFSET", ["x"]) == "max_by(x, CASE WHEN x IS NOT NULL THEN o END)"
+    assert spark("LATEST_BY_OFFSET", ["x", "false"], [t.INTEGER, t.BOOLEAN]) == "max_by(x, o)"
+    assert spark("LATEST_BY_OFFSET", ["x", "2"], [t.INTEGER, t.INTEGER]) == (
+        "reverse(transform(slice(sort_array(collect_list(CASE WHEN x IS NOT NULL THEN struct(o AS o, x AS v) END), false), "
+        "1, 2), e -> e.v))")
     assert spark("COUNT", ["*"]) == "count(*)"
     assert spark("AS_VALUE", ["k"]) == "k"
     assert spark("SLICE", ["a", "2", "3"]) == "slice(a, 2, 3 - 2 + 1)"   # ksqlDB: inclusive end, Spark: a length
