@@ -273,6 +273,11 @@ class _Analysis:
                 named = column_ref(f"{left_key.table}_{left_key.name}", None, key_type)
                 self._no_map_key(named)
             kind = spec.kind.upper()
+            written = f"{ksql_format(spec.on.left, qualify=True)} = {ksql_format(spec.on.right, qualify=True)}" \
+                if isinstance(spec.on, exp.EQ) else ksql_format(spec.on, qualify=True)
+            join_words = {"INNER": "[INNER] JOIN", "LEFT": "LEFT [OUTER] JOIN", "RIGHT": "RIGHT [OUTER] JOIN",
+                          "FULL": "[FULL] OUTER JOIN"}.get(kind, f"{kind} JOIN")
+            left_name = self.scope_sources[from_alias].name
             has_within = spec.within_before_ms is not None or spec.within_after_ms is not None
             if left_kind is SourceKind.STREAM and right.kind is SourceKind.STREAM:
                 join_type = JoinType.STREAM_STREAM
@@ -286,7 +291,7 @@ class _Analysis:
                 result_kind = SourceKind.STREAM
             elif left_kind is SourceKind.TABLE and right.kind is SourceKind.STREAM:
                 raise StatementError(f"Invalid join order: table-stream joins are not supported; only stream-table joins. "
-                                     f"Got {from_alias} [{kind}] JOIN {right_alias}.")
+                                     f"Got {left_name} {join_words} {right.name}.")
             elif left_kind is SourceKind.STREAM:
                 join_type = JoinType.STREAM_TABLE
                 if has_within:
@@ -294,11 +299,12 @@ class _Analysis:
                         "A window definition was provided for a Stream-Table join. These joins are not windowed. Please drop "
                         "the window definition (ie. the WITHIN clause) and try to execute your join again.")
                 if kind in ("FULL", "RIGHT"):
-                    what = "Full outer" if kind == "FULL" else "Right"
-                    raise StatementError(f"{what} joins between streams and tables are not supported.")
+                    what = "full-outer" if kind == "FULL" else "right-outer"
+                    raise StatementError(f"Invalid join type: {what} join not supported for stream-table join. "
+                                         f"Got {left_name} {join_words} {right.name}.")
                 if not self._is_key_ref(right_key, right):
                     raise StatementError("Invalid join condition: stream-table joins require to join on the table's primary key. "
-                                         f"Got {ksql_text(left_key)} = {ksql_text(right_key)}.")
+                                         f"Got {written}.")
                 result_kind = SourceKind.STREAM
             else:
                 join_type = JoinType.TABLE_TABLE
@@ -308,11 +314,11 @@ class _Analysis:
                         "the window definition (i.e. the WITHIN clause) and try to execute your join again.")
                 if not self._is_key_ref(right_key, right):
                     raise StatementError("Invalid join condition: table-table joins require to join on the primary key of the "
-                                         f"right input table. Got {ksql_text(left_key)} = {ksql_text(right_key)}.")
+                                         f"right input table. Got {written}.")
                 left_info = self.scope_sources.get(left_key.table) if isinstance(left_key, exp.Column) else None
                 if left_info is None or not self._is_key_ref(left_key, left_info):
                     raise StatementError("Invalid join condition: foreign-key table-table joins are not supported. "
-                                         f"Got {ksql_text(left_key)} = {ksql_text(right_key)}.")
+                                         f"Got {written}.")
                 result_kind = SourceKind.TABLE
             on = exp.EQ(this=left_key, expression=right_key)
             on.meta[TYPE_KEY] = None
@@ -583,7 +589,8 @@ class _Analysis:
                 f"{synthetic} was added as a synthetic key column because the join criteria did not match any source column. "
                 "This expression must be included in the projection and may be aliased.")
         else:
-            what, shown = "key column", [m.name for m in missing]
+            # ksqlDB lists every key column of the source when any is missing
+            what, shown = "key column", [k.name for k in self.scope_sources[next(iter(self.scope_sources))].key_columns]
         plural = "s" if len(shown) > 1 else ""
         types = what + plural
         joined = " and ".join(shown) if len(shown) <= 2 else ", ".join(shown[:-1]) + " and " + shown[-1]

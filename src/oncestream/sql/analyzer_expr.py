@@ -269,6 +269,34 @@ def _comparable(a: SqlType | None, b: SqlType | None) -> bool:
     return a.base is b.base
 
 
+def castable(source: SqlType, target: SqlType) -> bool:
+    """ksqlDB's CAST rules: primitives convert through STRING and between numerics, TIMESTAMP /
+    DATE / TIME from and to STRING (and TIMESTAMP <-> DATE / TIME); ARRAY, MAP and STRUCT only to
+    the same kind with castable parts (or to STRING)."""
+    complex_types = (BaseType.ARRAY, BaseType.MAP, BaseType.STRUCT)
+    if source == target or (target.base is BaseType.STRING and source.base is not BaseType.BYTES):
+        return True
+    if target.base in complex_types or source.base in complex_types:
+        if source.base is not target.base:
+            return False
+        if target.base is BaseType.ARRAY:
+            return source.element is not None and target.element is not None and castable(source.element, target.element)
+        if target.base is BaseType.MAP:
+            return (source.element is not None and target.element is not None and source.key is not None
+                    and target.key is not None and castable(source.key, target.key) and castable(source.element, target.element))
+        src_fields = {f.name: f.type for f in source.fields}
+        return all(f.name not in src_fields or castable(src_fields[f.name], f.type) for f in target.fields)
+    if functions.is_numeric(source) and functions.is_numeric(target):
+        return True
+    if source.base is BaseType.STRING or target.base is BaseType.STRING:
+        return BaseType.BYTES not in (source.base, target.base)
+    time_like = (BaseType.TIMESTAMP, BaseType.DATE, BaseType.TIME)
+    if source.base in time_like and target.base in time_like:
+        return not (source.base is BaseType.DATE and target.base is BaseType.TIME) and \
+            not (source.base is BaseType.TIME and target.base is BaseType.DATE)
+    return False
+
+
 def arithmetic_type(op: exp.Expr, a: SqlType | None, b: SqlType | None) -> SqlType | None:
     """ksqlDB's result type of ``a <op> b`` (INTEGER < BIGINT < DECIMAL < DOUBLE; STRING + STRING
     concatenates); None if either side is a NULL literal and the other unknown."""
@@ -308,6 +336,8 @@ def literal_type(node: exp.Literal) -> SqlType:
         return t.STRING
     text = node.this
     if "e" in text.lower():
+        if float(text) in (float("inf"), float("-inf")):
+            raise StatementError(f"Number overflows DOUBLE: {text}")
         return t.DOUBLE
     if "." in text:
         digits = text.lstrip("-").replace(".", "")
@@ -315,6 +345,8 @@ def literal_type(node: exp.Literal) -> SqlType:
         precision = max(len(digits.lstrip("0")) if whole.strip("0") else len(frac), len(frac), 1)
         return t.decimal(precision, len(frac))
     value = int(text)
+    if value >= 2 ** 63:
+        raise StatementError(f"Invalid numeric literal: {text}")
     return t.INTEGER if -(2 ** 31) <= value < 2 ** 31 else t.BIGINT
 
 
@@ -459,6 +491,10 @@ class ExpressionResolver:
         if isinstance(node, (exp.Cast, exp.TryCast)):
             inner = self._resolve(node.this, clause)
             target = sql_type_of(node.to)
+            source_type = type_of(inner)
+            if source_type is not None and not castable(source_type, target):
+                prefix = "Invalid Select: " if clause == "SELECT" else ""
+                raise StatementError(f"{prefix}Cast of {source_type.ksql_name} to {target.ksql_name} is not supported")
             return self._typed(exp.Cast(this=inner, to=node.to.copy()), target)
         if isinstance(node, exp.Dot):
             return self._resolve_dot(node, clause)
@@ -546,6 +582,8 @@ class ExpressionResolver:
                 raise StatementError("Invalid Case expression. Type for all 'THEN' clauses should be the same."
                                      f"{chr(10)}THEN expression '{ksql_text(r)}' has type: {ty.ksql_name}. "
                                      f"Previous THEN expression(s) type: {out_type.ksql_name}.")
+        if out_type is None:
+            raise StatementError("Invalid Case expression. All case branches have NULL type")
         out = exp.Case(this=operand, ifs=ifs, default=resolved_default)
         return self._typed(out, out_type)
 

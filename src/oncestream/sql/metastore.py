@@ -528,7 +528,7 @@ class Metastore:
     def _plan_insert(self, stmt: ast.InsertInto) -> _Plan:
         target = self._sources.get(stmt.target)
         if target is None:
-            raise StatementError(f"{stmt.target} does not exist.")
+            raise StatementError(f"Source `{stmt.target}` does not exist.")
         if target.kind is not SourceKind.STREAM:
             raise StatementError(f"INSERT INTO can only be used to insert into a stream. {stmt.target} is a table.")
         if target.read_only:

@@ -72,7 +72,7 @@ def refused(ms: Metastore, sql: str, pattern: str) -> StatementError:
      "The 'KAFKA' format only supports a single field"),
     ("CREATE STREAM s WITH (key_format='json') AS SELECT id, amount FROM orders PARTITION BY NULL;",
      "Key format specified for stream without key columns."),
-    ("INSERT INTO nope SELECT * FROM orders;", "NOPE does not exist."),
+    ("INSERT INTO nope SELECT * FROM orders;", "Source `NOPE` does not exist."),
     ("INSERT INTO users SELECT * FROM orders;", "INSERT INTO can only be used to insert into a stream. USERS is a table."),
     ("INSERT INTO orders SELECT * FROM orders;", "a query cannot read from its own sink"),
     ("INSERT INTO orders2 WITH (query_id='csas_mine') SELECT * FROM orders;", "Query IDs must not start with a reserved"),
