@@ -273,8 +273,10 @@ class _Analysis:
                 named = column_ref(f"{left_key.table}_{left_key.name}", None, key_type)
                 self._no_map_key(named)
             kind = spec.kind.upper()
-            written = f"{ksql_format(spec.on.left, qualify=True)} = {ksql_format(spec.on.right, qualify=True)}" \
-                if isinstance(spec.on, exp.EQ) else ksql_format(spec.on, qualify=True)
+            # the ON equality as written (qualified), for ksqlDB's messages
+            on_left, on_right = spec.on.args["this"], spec.on.args["expression"]   # an EQ (checked by _join_sides)
+            written = (f"{ksql_format(resolver.resolve(on_left, 'JOIN ON'), qualify=True)} = "
+                       f"{ksql_format(resolver.resolve(on_right, 'JOIN ON'), qualify=True)}")
             join_words = {"INNER": "[INNER] JOIN", "LEFT": "LEFT [OUTER] JOIN", "RIGHT": "RIGHT [OUTER] JOIN",
                           "FULL": "[FULL] OUTER JOIN"}.get(kind, f"{kind} JOIN")
             left_name = self.scope_sources[from_alias].name

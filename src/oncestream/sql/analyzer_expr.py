@@ -334,7 +334,11 @@ def literal_type(node: exp.Literal) -> SqlType:
     1.5E0 DOUBLE."""
     if node.is_string:
         return t.STRING
-    text = node.this
+    return number_type(str(node.this))
+
+
+def number_type(text: str) -> SqlType:
+    """The type of a numeric literal's text (a leading '-' allowed)."""
     if "e" in text.lower():
         if float(text) in (float("inf"), float("-inf")):
             raise StatementError(f"Number overflows DOUBLE: {text}")
@@ -345,7 +349,7 @@ def literal_type(node: exp.Literal) -> SqlType:
         precision = max(len(digits.lstrip("0")) if whole.strip("0") else len(frac), len(frac), 1)
         return t.decimal(precision, len(frac))
     value = int(text)
-    if value >= 2 ** 63:
+    if not -(2 ** 63) <= value < 2 ** 63:
         raise StatementError(f"Invalid numeric literal: {text}")
     return t.INTEGER if -(2 ** 31) <= value < 2 ** 31 else t.BIGINT
 
@@ -422,6 +426,12 @@ class ExpressionResolver:
         if isinstance(node, exp.Null):
             return self._typed(node, None)
         if isinstance(node, exp.Neg):
+            if isinstance(node.this, exp.Literal) and not node.this.is_string:
+                # a negative literal: its bounds are those of the negated text (-2^63 is a BIGINT)
+                negated = exp.Neg(this=node.this.copy())
+                literal_ty = number_type("-" + str(node.this.this))
+                negated.this.meta[TYPE_KEY] = literal_ty
+                return self._typed(negated, literal_ty)
             inner = self._resolve(node.this, clause)
             if not functions.is_numeric(type_of(inner)):
                 raise StatementError(f"Unsupported arithmetic types. {_tname(type_of(inner))}")
