@@ -195,6 +195,17 @@ class _Analysis:
         self.scope_sources[key] = info
         return key
 
+    def _check_co_partitioned(self, left_key: exp.Expr, right_alias: str) -> None:
+        """ksqlDB joins only sources with the same number of partitions."""
+        left_alias = next((c.table for c in left_key.find_all(exp.Column) if c.table), None)
+        if left_alias is None:
+            return
+        left, right = self.scope_sources[left_alias], self.scope_sources[right_alias]
+        if left.partitions != right.partitions:
+            raise StatementError(f"Can't join `{left.name}` with `{right.name}` since the number of partitions don't match. "
+                                 f"`{left.name}` partitions = {left.partitions}; `{right.name}` partitions = {right.partitions}. "
+                                 "Please repartition either one so that the number of partitions match.")
+
     def _check_windowed_join(self, left_key: exp.Expr, right_key: exp.Expr, right_alias: str) -> None:
         """ksqlDB joins windowed sources only to windowed sources of a compatible kind, on their keys."""
         left_alias = next((c.table for c in left_key.find_all(exp.Column) if c.table), None)
@@ -268,6 +279,7 @@ class _Analysis:
             resolver = ExpressionResolver(Scope(dict(self.scope_sources)))
             left_key, right_key = self._join_sides(spec.on, resolver, right_alias)
             self._check_windowed_join(left_key, right_key, right_alias)
+            self._check_co_partitioned(left_key, right_alias)
             key_type = type_of(left_key)
             if key_type is not None and isinstance(left_key, exp.Column):
                 named = column_ref(f"{left_key.table}_{left_key.name}", None, key_type)
@@ -347,6 +359,7 @@ class _Analysis:
         where_node = select.args["where"].this if select.args.get("where") else None
         window = q.window
 
+        self._check_reserved_names()
         if window is not None and not group_nodes:
             raise StatementError("WINDOW clause requires a GROUP BY clause.")
         if from_info.window is not None and window is not None:
@@ -431,7 +444,6 @@ class _Analysis:
             key_exprs = [column_ref(c.name, from_alias, c.type) for c in from_info.key_columns]
 
         items = self._expand_projection(select_resolver, joins, partition_by, synthetic_key)
-        self._check_reserved_names(items)
         if viable_join_keys:
             # the key is the first viable key (left side first) that the projection selects (ksqlDB's JoinNode)
             chosen = next((v for v in viable_join_keys if any(same_expression(e, v) for _, e, _ in items)), None)
@@ -491,9 +503,6 @@ class _Analysis:
             missing = [k for i, k in enumerate(key_exprs) if i not in seen_key_names]
             if missing:
                 self._missing_keys(missing, group_by, partition_by, joins, synthetic_key, viable_join_keys)
-            # ksqlDB drops un-aliased window bounds from a persistent query's value
-            value_items = [(n, e) for n, e in value_items
-                           if not (isinstance(e, exp.Column) and e.name in WINDOW_BOUNDS and n == e.name)]
             if not value_items:
                 raise StatementError("The projection contains no value columns.")
 
@@ -545,18 +554,27 @@ class _Analysis:
         if self.query.limit is not None and self.query.limit < 0:
             raise StatementError("Pull queries don't support negative integers in the LIMIT clause.")
 
-    def _check_reserved_names(self, items: list[tuple[str, exp.Expr, exp.Expr]]) -> None:
-        """ksqlDB refuses a pseudo column's name as an alias, and an un-aliased ROWTIME /
-        ROWPARTITION / ROWOFFSET in a persistent query (the sink would get a column by that name)."""
-        reserved = (catalog.ROWTIME, catalog.ROWPARTITION, catalog.ROWOFFSET)
-        for name, expr, _orig in items:
-            if name not in reserved and name not in WINDOW_BOUNDS:
+    def _check_reserved_names(self) -> None:
+        """ksqlDB's reserved-token checks on the projection as written (before resolution): a
+        system column's name as an alias of something else, or an un-aliased system column in a
+        persistent query (its sink would get a column by that name)."""
+        reserved = (catalog.ROWTIME, catalog.ROWPARTITION, catalog.ROWOFFSET, *WINDOW_BOUNDS)
+        is_join = bool(self.query.joins)
+        for item in self.query.select.expressions:
+            if isinstance(item, exp.Alias):
+                name, inner = item.alias, item.this
+            elif isinstance(item, exp.Column) and not isinstance(item.this, exp.Star):
+                if is_join and item.table:
+                    continue       # named <ALIAS>_<COLUMN> in a join
+                name, inner = item.name, item
+            else:
                 continue
-            is_that_column = isinstance(expr, exp.Column) and expr.name == name and bool(expr.meta.get(PSEUDO_KEY))
-            if not is_that_column:
-                raise StatementError(f"`{name}` is a reserved column name. You cannot use it as an alias for a column.")
-            if self.sink is not None and name in reserved:
-                raise StatementError(f"Reserved column name in select: `{name}`. Please remove or alias the column.")
+            if name.upper() not in reserved:
+                continue
+            if not (isinstance(inner, exp.Column) and inner.name.upper() == name.upper()):
+                raise StatementError(f"`{name.upper()}` is a reserved column name. You cannot use it as an alias for a column.")
+            if self.sink is not None:
+                raise StatementError(f"Reserved column name in select: `{name.upper()}`. Please remove or alias the column.")
 
     def _synthetic_key_name(self) -> str:
         gen = _AliasGenerator(self.scope_sources)

@@ -261,7 +261,13 @@ def _comparable(a: SqlType | None, b: SqlType | None) -> bool:
     if functions.is_numeric(a) and functions.is_numeric(b):
         return True
     if a.base in (BaseType.ARRAY, BaseType.MAP, BaseType.STRUCT):
-        return a == b
+        # same kind, parts comparable (an ARRAY<INTEGER> compares with an ARRAY<BIGINT>)
+        if a.base is not b.base:
+            return False
+        if a.base is BaseType.STRUCT:
+            theirs = {f.name: f.type for f in b.fields}
+            return all(f.name not in theirs or _comparable(f.type, theirs[f.name]) for f in a.fields)
+        return _comparable(a.element, b.element) and _comparable(a.key, b.key)
     time_like = (BaseType.TIMESTAMP, BaseType.DATE, BaseType.TIME)
     # ksqlDB compares a TIMESTAMP/DATE/TIME with a STRING literal by parsing the string.
     if (a.base in time_like and b.base in (*time_like, BaseType.STRING)) or (b.base in time_like and a.base is BaseType.STRING):
@@ -448,6 +454,8 @@ class ExpressionResolver:
                 left, right = self._resolve(node.left, clause), self._resolve(node.right, clause)
                 complex_types = (BaseType.ARRAY, BaseType.MAP, BaseType.STRUCT)
                 lt, rt = type_of(left), type_of(right)
+                if isinstance(left, exp.Null) and isinstance(right, exp.Null):
+                    raise StatementError(f"Comparison with NULL not supported: NULL {_FORMAT_OPS.get(cls, op_name)} NULL")
                 ordering_complex = not isinstance(node, _EQUALITY_OPS) and any(
                     x is not None and x.base in complex_types for x in (lt, rt))
                 if ordering_complex or not _comparable(lt, rt):
@@ -481,6 +489,8 @@ class ExpressionResolver:
             this = self._resolve(node.this, clause)
             items = [self._resolve(e, clause) for e in node.expressions]
             for item, orig in zip(items, node.expressions):
+                if _in_literal_coercible(type_of(this), item):
+                    continue
                 if not _comparable(type_of(this), type_of(item)):
                     raise StatementError(f"Cannot compare {ksql_text(node.this)} ({_tname(type_of(this))}) to "
                                          f"{ksql_text(orig)} ({_tname(type_of(item))}) with EQUAL.")
@@ -512,11 +522,25 @@ class ExpressionResolver:
             return self._resolve_bracket(node, clause)
         if isinstance(node, exp.Array):
             items = [self._resolve(e, clause) for e in node.expressions]
+            if not items:
+                raise StatementError("Array constructor cannot be empty. Please supply at least one element "
+                                     "(see https://github.com/confluentinc/ksql/issues/4239).")
+            if all(type_of(i) is None for i in items):
+                raise StatementError("Cannot construct an array with all NULL elements "
+                                     "(see https://github.com/confluentinc/ksql/issues/4239). As a workaround, you may cast a "
+                                     "NULL value to the desired type.")
             return self._typed(exp.Array(expressions=items), t.array_of(self._common(items, "ARRAY")))
         if isinstance(node, exp.VarMap):
             keys_node, values_node = node.args.get("keys"), node.args.get("values")
             key_items = [self._resolve(e, clause) for e in (keys_node.expressions if keys_node is not None else [])]
             value_items = [self._resolve(e, clause) for e in (values_node.expressions if values_node is not None else [])]
+            if not key_items:
+                raise StatementError("Map constructor cannot be empty. Please supply at least one key value pair "
+                                     "(see https://github.com/confluentinc/ksql/issues/4239).")
+            if all(type_of(k) is None for k in key_items):
+                raise StatementError("Cannot construct a map with all NULL keys")
+            if all(type_of(v) is None for v in value_items):
+                raise StatementError("Cannot construct a map with all NULL values")
             out_map = exp.VarMap(keys=exp.Array(expressions=key_items), values=exp.Array(expressions=value_items))
             return self._typed(out_map, t.map_of(self._common(key_items, "MAP key"), self._common(value_items, "MAP value")))
         if isinstance(node, exp.Struct):
@@ -530,6 +554,8 @@ class ExpressionResolver:
                 vtype = type_of(value)
                 if vtype is None:
                     raise StatementError(f"Can't infer a type of null for STRUCT field {fname}: cast it to a type")
+                if any(existing == fname for existing, _ in field_types):
+                    raise StatementError("Duplicate field names found in STRUCT")
                 field_types.append((fname, vtype))
                 field_nodes.append(exp.PropertyEQ(this=exp.to_identifier(fname, quoted=True), expression=value))
             return self._typed(exp.Struct(expressions=field_nodes), t.struct_of(*field_types))
@@ -648,6 +674,29 @@ class ExpressionResolver:
             raise StatementError(str(e)) from e
         out = exp.Anonymous(this=fd.name, expressions=resolved)
         return self._typed(out, ty)
+
+
+def _in_literal_coercible(column: SqlType | None, item: exp.Expr) -> bool:
+    """ksqlDB's IN coerces literals: a string literal to a number or boolean column (when it parses),
+    any primitive literal to a STRING column."""
+    if column is None or not isinstance(item, (exp.Literal, exp.Boolean)):
+        return False
+    if column.base is BaseType.STRING:
+        return True
+    if not (isinstance(item, exp.Literal) and item.is_string):
+        return False
+    text = str(item.this).strip()
+    if column.base is BaseType.BOOLEAN:
+        if text.lower() not in ("true", "false", "t", "f", "yes", "no", "y", "n"):
+            raise StatementError(f'Invalid Predicate: invalid input syntax for type BOOLEAN: "{text}".')
+        return True
+    if functions.is_numeric(column):
+        try:
+            float(text)
+        except ValueError:
+            raise StatementError(f'Invalid Predicate: invalid input syntax for type {column.base.value}: "{text}".') from None
+        return True
+    return False
 
 
 def _tname(ty: SqlType | None) -> str:

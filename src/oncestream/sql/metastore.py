@@ -29,7 +29,7 @@ from oncestream.sql.ast import SourceKind, WindowKind, WindowSpec
 from oncestream.sql.catalog import Column, Format, Namespace, QueryInfo, SourceInfo
 from oncestream.sql.commands import Command, command_id, goes_to_command_topic
 from oncestream.sql.errors import StatementError
-from oncestream.sql.types import BaseType
+from oncestream.sql.types import BaseType, SqlType
 
 RESERVED_COLUMNS = (catalog.ROWTIME, catalog.ROWPARTITION, catalog.ROWOFFSET, catalog.WINDOWSTART, catalog.WINDOWEND)
 SUPPORTED_FORMATS = {f.value: f for f in Format}
@@ -135,6 +135,8 @@ def _check_kafka_format(fmt: Format, columns: tuple[Column, ...], which: str) ->
             if c.type.base in (BaseType.ARRAY, BaseType.MAP, BaseType.STRUCT):
                 reason = f"The 'DELIMITED' format does not support type '{c.type.base.value}', column: `{c.name}`"
                 break
+    elif fmt is Format.JSON and any(_has_non_string_map_key(c.type) for c in columns):
+        raise StatementError("JSON only supports MAP types with STRING keys")
     elif fmt is Format.NONE and columns:
         reason = "The 'NONE' format can only be used when no columns are defined. Got: " + \
             "[" + ", ".join(_persistence_column(c) for c in columns) + "]"
@@ -176,6 +178,13 @@ def _window_of(props: Mapping[str, Any]) -> WindowSpec | None:
     unit = unit.rstrip("S")
     size_ms = int(parts[0]) * _UNIT_MS[unit]
     return WindowSpec(kind, size_ms=size_ms, advance_ms=size_ms if kind is WindowKind.HOPPING else None)
+
+
+def _has_non_string_map_key(ty: SqlType) -> bool:
+    if ty.base is BaseType.MAP and ty.key is not None and ty.key.base is not BaseType.STRING:
+        return True
+    return any(_has_non_string_map_key(x) for x in (ty.element, ty.key) if x is not None) or \
+        any(_has_non_string_map_key(f.type) for f in ty.fields)
 
 
 def _persistence_column(c: Column) -> str:
@@ -385,6 +394,9 @@ class Metastore:
             f"For example: {example} WITH (KAFKA_TOPIC='{topic}', PARTITIONS=2);")
 
     def _plan_create(self, stmt: ast.CreateSource, topics: Mapping[str, int] | None, plan: Mapping[str, Any] | None) -> _Plan:
+        if stmt.or_replace and stmt.read_only:
+            kind = _lower_kind(stmt.kind)
+            raise StatementError(f"Cannot add {kind} '{stmt.name}': CREATE OR REPLACE is not supported on source {kind}s.")
         existing = self._existing_conflict(stmt.kind, stmt.name, stmt.or_replace, stmt.if_not_exists)
         if existing is not None and stmt.if_not_exists:
             return _Plan(stmt, dict(plan or {}), noop_message=f"Cannot add {_lower_kind(stmt.kind)} `{stmt.name}`: "
@@ -442,6 +454,8 @@ class Metastore:
         partitions = _int_prop(props, "PARTITIONS")
         replicas = _int_prop(props, "REPLICAS")
         window = _window_of(props)
+        if window is not None and not keys:
+            raise StatementError("Windowed sources require a key column.")
         n, create = self._topic_partitions(stmt, topic, partitions, replicas, topics, plan, None)
         delimiter = _prop(props, "VALUE_DELIMITER")
         source = SourceInfo(
