@@ -430,8 +430,11 @@ class _Analysis:
             last = joins[-1]
             # ksqlDB's viable keys: the sides of the ON equality that are plain columns (a FULL OUTER
             # join has none: either side may be null); without one the key is a synthetic ROWKEY
+            # (n-way joins: every join's plain-column sides are equal to the key, so all are viable)
             viable_join_keys = [] if last.kind == "FULL" else [
-                k for k in (last.left_key, last.right_key) if isinstance(k, exp.Column) and not k.meta.get(PSEUDO_KEY)]
+                k for j in joins for k in (j.left_key, j.right_key) if isinstance(k, exp.Column) and not k.meta.get(PSEUDO_KEY)]
+            viable_join_keys = [k for i, k in enumerate(viable_join_keys)
+                                if not any(same_expression(k, other) for other in viable_join_keys[:i])]
             if not viable_join_keys:
                 synthetic_key = self._synthetic_key_name()
                 key_exprs = [column_ref(synthetic_key, None, type_of(last.left_key) or t.STRING)]

@@ -458,7 +458,7 @@ class ExpressionResolver:
                     raise StatementError(f"Comparison with NULL not supported: NULL {_FORMAT_OPS.get(cls, op_name)} NULL")
                 ordering_complex = not isinstance(node, _EQUALITY_OPS) and any(
                     x is not None and x.base in complex_types for x in (lt, rt))
-                if ordering_complex or not _comparable(lt, rt):
+                if ordering_complex or not (_comparable(lt, rt) or _time_column_vs_string(left, right)):
                     raise StatementError(f"Cannot compare {ksql_text(node.left)} ({_tname(type_of(left))}) to "
                                          f"{ksql_text(node.right)} ({_tname(type_of(right))}) with {op_name}.")
                 return self._typed(cls(this=left, expression=right), t.BOOLEAN)
@@ -674,6 +674,16 @@ class ExpressionResolver:
             raise StatementError(str(e)) from e
         out = exp.Anonymous(this=fd.name, expressions=resolved)
         return self._typed(out, ty)
+
+
+def _time_column_vs_string(left: exp.Expr, right: exp.Expr) -> bool:
+    """ksqlDB compares ROWTIME / WINDOWSTART / WINDOWEND with a string literal holding a timestamp
+    ('2020-01-01T00:00:00'): the string is parsed into epoch milliseconds."""
+    for col, other in ((left, right), (right, left)):
+        if isinstance(col, exp.Column) and col.meta.get(PSEUDO_KEY) and col.name in (catalog.ROWTIME, *WINDOW_BOUNDS) \
+                and isinstance(other, exp.Literal) and other.is_string:
+            return True
+    return False
 
 
 def _in_literal_coercible(column: SqlType | None, item: exp.Expr) -> bool:
