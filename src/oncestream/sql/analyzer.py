@@ -31,6 +31,7 @@ from sqlglot import exp
 
 from oncestream.sql import catalog
 from oncestream.sql import types as t
+from oncestream.sql.analyzer_aggregates import AggregateRules, no_map_key
 from oncestream.sql.analyzer_expr import (
     PSEUDO_KEY,
     TYPE_KEY,
@@ -45,35 +46,13 @@ from oncestream.sql.analyzer_expr import (
     same_expression,
     type_of,
 )
+from oncestream.sql.analyzer_joins import AnalyzedJoin, JoinRules, JoinType
 from oncestream.sql.ast import Emit, Query, SourceKind, WindowSpec
 from oncestream.sql.catalog import Column, Namespace, SourceInfo
 from oncestream.sql.errors import StatementError
 from oncestream.sql.types import SqlType
 
-__all__ = ["AnalyzedJoin", "AnalyzedQuery", "analyze_query", "type_of", "call_parts", "TYPE_KEY", "PSEUDO_KEY"]
-
-
-class JoinType:
-    STREAM_STREAM = "STREAM_STREAM"
-    STREAM_TABLE = "STREAM_TABLE"
-    TABLE_TABLE = "TABLE_TABLE"
-
-
-@dataclass(frozen=True)
-class AnalyzedJoin:
-    """One join, resolved: ``left_key``/``right_key`` are the two sides of the ON equality
-    (``left_key`` references the sources joined so far, ``right_key`` the joined source)."""
-
-    kind: str                      # INNER | LEFT | RIGHT | FULL
-    join_type: str                 # JoinType.*
-    right_alias: str
-    right: SourceInfo
-    on: exp.Expr
-    left_key: exp.Expr
-    right_key: exp.Expr
-    within_before_ms: int | None
-    within_after_ms: int | None
-    within_grace_ms: int | None
+__all__ = ["AnalyzedJoin", "AnalyzedQuery", "JoinType", "analyze_query", "type_of", "call_parts", "TYPE_KEY", "PSEUDO_KEY"]
 
 
 @dataclass(frozen=True)
@@ -161,10 +140,6 @@ class _AliasGenerator:
         return self._next(m.group("name"), drop_zero=True)
 
 
-def _duration_ok(ms: int | None) -> bool:
-    return ms is None or ms >= 0
-
-
 def analyze_query(query: Query, sources: Mapping[str, SourceInfo], *, sink: str | None = None) -> AnalyzedQuery:
     """Analyze ``query`` against ``sources`` (the metastore's sources by name). ``sink`` names the
     stream/table a persistent query writes (CREATE ... AS SELECT / INSERT INTO); None for a push
@@ -172,7 +147,7 @@ def analyze_query(query: Query, sources: Mapping[str, SourceInfo], *, sink: str 
     return _Analysis(query, sources, sink).run()
 
 
-class _Analysis:
+class _Analysis(JoinRules, AggregateRules):
     def __init__(self, query: Query, sources: Mapping[str, SourceInfo], sink: str | None) -> None:
         self.query = query
         self.all_sources = sources
@@ -180,166 +155,6 @@ class _Analysis:
         self.scope_sources: dict[str, SourceInfo] = {}
 
     # -- sources and joins -------------------------------------------------------------------
-
-    def _source(self, name: str) -> SourceInfo:
-        info = self.all_sources.get(name)
-        if info is None:
-            raise StatementError(f"{name} does not exist.")
-        return info
-
-    def _add_source(self, name: str, alias: str | None) -> str:
-        info = self._source(name)
-        key = alias or name
-        if key in self.scope_sources:
-            raise StatementError(f"Each side of the join must have a unique alias: {key}")
-        self.scope_sources[key] = info
-        return key
-
-    def _check_co_partitioned(self, left_key: exp.Expr, right_alias: str) -> None:
-        """ksqlDB joins only sources with the same number of partitions."""
-        left_alias = next((c.table for c in left_key.find_all(exp.Column) if c.table), None)
-        if left_alias is None:
-            return
-        left, right = self.scope_sources[left_alias], self.scope_sources[right_alias]
-        if left.partitions != right.partitions:
-            raise StatementError(f"Can't join `{left.name}` with `{right.name}` since the number of partitions don't match. "
-                                 f"`{left.name}` partitions = {left.partitions}; `{right.name}` partitions = {right.partitions}. "
-                                 "Please repartition either one so that the number of partitions match.")
-
-    def _check_windowed_join(self, left_key: exp.Expr, right_key: exp.Expr, right_alias: str) -> None:
-        """ksqlDB joins windowed sources only to windowed sources of a compatible kind, on their keys."""
-        left_alias = next((c.table for c in left_key.find_all(exp.Column) if c.table), None)
-        if left_alias is None:
-            return
-        left, right = self.scope_sources[left_alias], self.scope_sources[right_alias]
-        lw, rw = left.window, right.window
-        if lw is None and rw is None:
-            return
-        if lw is None or rw is None:
-            windowed, plain = (left_alias, lw) if lw is not None else (right_alias, rw)
-            other = right_alias if lw is not None else left_alias
-            assert plain is not None
-            raise StatementError(f"Can not join windowed source to non-windowed source.\n`{windowed}` is {plain.kind.value} "
-                                 f"windowed\n`{other}` is not windowed")
-        if (lw.kind.value == "SESSION") != (rw.kind.value == "SESSION"):
-            raise StatementError(
-                f"Incompatible windowed sources.\nLeft source: {lw.kind.value}\nRight source: {rw.kind.value}\n"
-                "Session windowed sources can only be joined to other session windowed sources, and may still not result in "
-                "expected behaviour as session bounds must be an exact match for the join to work\n"
-                "Hopping and tumbling windowed sources can only be joined to other hopping and tumbling windowed sources")
-        for key, info in ((left_key, left), (right_key, right)):
-            if not self._is_key_ref(key, info):
-                raise StatementError("Implicit repartitioning of windowed sources is not supported. "
-                                     "See https://github.com/confluentinc/ksql/issues/4385.")
-
-    def _join_sides(self, on: exp.Expr, resolver: ExpressionResolver, right_alias: str) -> tuple[exp.Expr, exp.Expr]:
-        if not isinstance(on, exp.EQ):
-            if isinstance(on, exp.And):
-                raise StatementError("Invalid join condition: joins on multiple conditions are not yet supported. "
-                                     f"Got {ksql_format(on, qualify=True)}.")
-            raise StatementError(f"Unsupported join expression: {ksql_format(on, qualify=True)}")
-        left = resolver.resolve(on.left, "JOIN ON")
-        right = resolver.resolve(on.right, "JOIN ON")
-
-        def aliases(e: exp.Expr) -> set[str]:
-            return {c.table for c in e.find_all(exp.Column) if c.table}
-
-        la, ra = aliases(left), aliases(right)
-        for side, refs in ((on.left, la), (on.right, ra)):
-            if len(refs) != 1:
-                raise StatementError(f"Invalid comparison expression '{ksql_format(side, qualify=True)}' in join "
-                                     f"'{ksql_format(on, qualify=True)}'. Each side of the join comparision must contain "
-                                     "references from exactly one source.")
-        if right_alias in la and right_alias not in ra:
-            left, right, la, ra = right, left, ra, la
-        if ra != {right_alias} or right_alias in la:
-            raise StatementError(f"Invalid comparison expression '{ksql_format(on, qualify=True)}' in join "
-                                 f"'{ksql_format(on, qualify=True)}'. Each side of the join comparision must contain "
-                                 "references from exactly one source.")
-        if type_of(left) != type_of(right):
-            raise StatementError(f"Invalid join condition: types don't match. Got {ksql_text(left)}{{{_t(left)}}} = "
-                                 f"{ksql_text(right)}{{{_t(right)}}}.")
-        return left, right
-
-    @staticmethod
-    def _is_key_ref(e: exp.Expr, info: SourceInfo) -> bool:
-        if not isinstance(e, exp.Column) or e.meta.get(PSEUDO_KEY):
-            return False
-        col = info.column(e.name)
-        return col is not None and col.is_key and len(info.key_columns) == 1
-
-    def _analyze_joins(self, from_alias: str) -> tuple[list[AnalyzedJoin], SourceKind]:
-        joins: list[AnalyzedJoin] = []
-        left_kind = self.scope_sources[from_alias].kind
-        for spec in self.query.joins:
-            if any(info.name == spec.source for info in self.scope_sources.values()):
-                raise StatementError(f"Can not join '{self.query.source}' to '{spec.source}': self joins are not yet supported.")
-            right_alias = self._add_source(spec.source, spec.alias)
-            right = self.scope_sources[right_alias]
-            resolver = ExpressionResolver(Scope(dict(self.scope_sources)))
-            left_key, right_key = self._join_sides(spec.on, resolver, right_alias)
-            self._check_windowed_join(left_key, right_key, right_alias)
-            self._check_co_partitioned(left_key, right_alias)
-            key_type = type_of(left_key)
-            if key_type is not None and isinstance(left_key, exp.Column):
-                named = column_ref(f"{left_key.table}_{left_key.name}", None, key_type)
-                self._no_map_key(named)
-            kind = spec.kind.upper()
-            # the ON equality as written (qualified), for ksqlDB's messages
-            on_left, on_right = spec.on.args["this"], spec.on.args["expression"]   # an EQ (checked by _join_sides)
-            written = (f"{ksql_format(resolver.resolve(on_left, 'JOIN ON'), qualify=True)} = "
-                       f"{ksql_format(resolver.resolve(on_right, 'JOIN ON'), qualify=True)}")
-            join_words = {"INNER": "[INNER] JOIN", "LEFT": "LEFT [OUTER] JOIN", "RIGHT": "RIGHT [OUTER] JOIN",
-                          "FULL": "[FULL] OUTER JOIN"}.get(kind, f"{kind} JOIN")
-            left_name = self.scope_sources[from_alias].name
-            has_within = spec.within_before_ms is not None or spec.within_after_ms is not None
-            if left_kind is SourceKind.STREAM and right.kind is SourceKind.STREAM:
-                join_type = JoinType.STREAM_STREAM
-                if not has_within:
-                    raise StatementError(
-                        "Stream-Stream joins must have a WITHIN clause specified. None was provided. To learn about how to "
-                        "specify a WITHIN clause with a stream-stream join, please visit: "
-                        "https://docs.confluent.io/current/ksql/docs/syntax-reference.html#create-stream-as-select")
-                if not (_duration_ok(spec.within_before_ms) and _duration_ok(spec.within_after_ms)):
-                    raise StatementError("WITHIN durations must not be negative")
-                result_kind = SourceKind.STREAM
-            elif left_kind is SourceKind.TABLE and right.kind is SourceKind.STREAM:
-                raise StatementError(f"Invalid join order: table-stream joins are not supported; only stream-table joins. "
-                                     f"Got {left_name} {join_words} {right.name}.")
-            elif left_kind is SourceKind.STREAM:
-                join_type = JoinType.STREAM_TABLE
-                if has_within:
-                    raise StatementError(
-                        "A window definition was provided for a Stream-Table join. These joins are not windowed. Please drop "
-                        "the window definition (ie. the WITHIN clause) and try to execute your join again.")
-                if kind in ("FULL", "RIGHT"):
-                    what = "full-outer" if kind == "FULL" else "right-outer"
-                    raise StatementError(f"Invalid join type: {what} join not supported for stream-table join. "
-                                         f"Got {left_name} {join_words} {right.name}.")
-                if not self._is_key_ref(right_key, right):
-                    raise StatementError("Invalid join condition: stream-table joins require to join on the table's primary key. "
-                                         f"Got {written}.")
-                result_kind = SourceKind.STREAM
-            else:
-                join_type = JoinType.TABLE_TABLE
-                if has_within:
-                    raise StatementError(
-                        "A window definition was provided for a Table-Table join. These joins are not windowed. Please drop "
-                        "the window definition (i.e. the WITHIN clause) and try to execute your join again.")
-                if not self._is_key_ref(right_key, right):
-                    raise StatementError("Invalid join condition: table-table joins require to join on the primary key of the "
-                                         f"right input table. Got {written}.")
-                left_info = self.scope_sources.get(left_key.table) if isinstance(left_key, exp.Column) else None
-                if left_info is None or not self._is_key_ref(left_key, left_info):
-                    raise StatementError("Invalid join condition: foreign-key table-table joins are not supported. "
-                                         f"Got {written}.")
-                result_kind = SourceKind.TABLE
-            on = exp.EQ(this=left_key, expression=right_key)
-            on.meta[TYPE_KEY] = None
-            joins.append(AnalyzedJoin(kind, join_type, right_alias, right, on, left_key, right_key,
-                                      spec.within_before_ms, spec.within_after_ms, spec.within_grace_ms))
-            left_kind = result_kind
-        return joins, left_kind
 
     # -- the whole query ----------------------------------------------------------------------
 
@@ -390,7 +205,7 @@ class _Analysis:
         group_by = tuple(group_resolver.resolve(g, "GROUP BY") for g in group_nodes)
         self._check_group_by(group_by, window is not None)
         for g in group_by:
-            self._no_map_key(g)
+            no_map_key(g)
         partition_by: tuple[exp.Expr, ...] = ()
         partition_null = len(q.partition_by) == 1 and isinstance(q.partition_by[0], exp.Null)
         if q.partition_by:
@@ -410,7 +225,7 @@ class _Analysis:
                                              "is applied on the input.") from e
                     raise
                 for p in partition_by:
-                    self._no_map_key(p)
+                    no_map_key(p)
 
         # windowed aggregation: WINDOWSTART/WINDOWEND become selectable
         agg_scope = Scope(dict(self.scope_sources), windowed=window is not None or from_info.window is not None,
@@ -619,113 +434,6 @@ class _Analysis:
         joined = " and ".join(shown) if len(shown) <= 2 else ", ".join(shown[:-1]) + " and " + shown[-1]
         raise StatementError(f"Key{plural} missing from projection (ie, SELECT).\nThe query used to build `{sink}` must include "
                              f"the {types} {joined} in its projection (eg, SELECT {', '.join(shown)}...).")
-
-    @staticmethod
-    def _non_aggregate_refs(expr: exp.Expr, group_by: tuple[exp.Expr, ...]) -> list[exp.Expr]:
-        """Column references of ``expr`` outside aggregate calls and outside any sub-expression
-        that is a GROUP BY expression (ksqlDB's AggregateAnalyzer); window bounds count as grouped."""
-        if any(same_expression(expr, g) for g in group_by) or is_aggregate_call(expr):
-            return []
-        if isinstance(expr, exp.Column):
-            grouped_bound = bool(expr.meta.get(PSEUDO_KEY)) and expr.name in WINDOW_BOUNDS
-            return [] if grouped_bound else [expr]
-        out: list[exp.Expr] = []
-        for child in expr.iter_expressions():
-            if not isinstance(child, exp.DataType):
-                out.extend(_Analysis._non_aggregate_refs(child, group_by))
-        return out
-
-    def _check_group_by(self, group_by: tuple[exp.Expr, ...], windowed: bool) -> None:
-        for i, g in enumerate(group_by):
-            agg = next((n for n in g.walk() if is_aggregate_call(n)), None)
-            if agg is not None:
-                raise StatementError(f"GROUP BY does not support aggregate functions: {agg.this} is an aggregate function.")
-            if any(same_expression(g, other) for other in group_by[:i]):
-                raise StatementError(f"Duplicate GROUP BY expression: {ksql_format(g, qualify=True)}")
-            if windowed:
-                self._no_window_bounds(g)
-        if group_by:
-            kafka = [alias for alias, info in self.scope_sources.items() if info.value_format is catalog.Format.KAFKA]
-            if kafka:
-                raise StatementError(f"Source(s) {', '.join(kafka)} are using the 'KAFKA' value format. This format does not "
-                                     "yet support GROUP BY.")
-
-    @staticmethod
-    def _no_map_key(e: exp.Expr) -> None:
-        """ksqlDB refuses key columns whose type holds a MAP (their serialization is not stable)."""
-        ty = type_of(e)
-
-        def has_map(x: SqlType | None) -> bool:
-            if x is None:
-                return False
-            if x.base is t.BaseType.MAP:
-                return True
-            return has_map(x.element) or any(has_map(f.type) for f in x.fields)
-
-        if has_map(ty):
-            assert ty is not None
-            name = e.name if isinstance(e, exp.Column) else ksql_format(e)
-            raise StatementError("Map keys, including types that contain maps, are not supported as they may lead to unexpected "
-                                 f"behavior due to inconsistent serialization. Key column name: `{name}`. Column type: "
-                                 f"{ty.ksql_name}. See https://github.com/confluentinc/ksql/issues/6621 for more.")
-
-    @staticmethod
-    def _no_window_bounds(e: exp.Expr) -> None:
-        for n in e.walk():
-            if isinstance(n, exp.Column) and n.meta.get(PSEUDO_KEY) and n.name in WINDOW_BOUNDS:
-                raise StatementError(f"Window bounds column {n.name} can only be used in the SELECT clause of windowed "
-                                     "aggregations and can not be passed to aggregate functions.\n"
-                                     "See https://github.com/confluentinc/ksql/issues/4397")
-
-    # aggregate functions that can aggregate a table (they can undo a retracted row: ksqlDB's TableUdaf)
-    _TABLE_AGGREGATES = frozenset({"COUNT", "SUM", "AVG", "COLLECT_LIST", "CORRELATION", "STDDEV_SAMP"})
-
-    def _check_aggregation(self, items: list[tuple[str, exp.Expr, exp.Expr]], group_by: tuple[exp.Expr, ...],
-                           having: exp.Expr | None, aggregates: list[exp.Expr], joins: list[AnalyzedJoin],
-                           window: WindowSpec | None) -> None:
-        """ksqlDB's AggregateAnalyzer rules, with its messages."""
-        if not group_by:
-            if aggregates:
-                # ksqlDB groups by a constant then: every non-aggregate select item is refused
-                bad = [expr for _, expr, _ in items if self._non_aggregate_refs(expr, ())]
-                if bad:
-                    raise StatementError("Non-aggregate SELECT expression(s) not part of GROUP BY: "
-                                         + ", ".join(ksql_format(b) for b in bad)
-                                         + "\nEither add the column(s) to the GROUP BY or remove them from the SELECT.")
-                calls = ", ".join(ksql_format(a) for a in aggregates)
-                raise StatementError(f"CREATE TABLE AS SELECT statement does not support aggregate function [{calls}] "
-                                     "without a GROUP BY clause.")
-            if having is not None:
-                raise StatementError("HAVING requires a GROUP BY clause.")
-            return
-        if not aggregates:
-            raise StatementError("GROUP BY requires aggregate functions in either the SELECT or HAVING clause.")
-        if window is not None:
-            for agg in aggregates:
-                for arg in agg.expressions:
-                    self._no_window_bounds(arg)
-        bad = [expr for _, expr, _ in items if self._non_aggregate_refs(expr, group_by)]
-        if bad:
-            raise StatementError("Non-aggregate SELECT expression(s) not part of GROUP BY: "
-                                 + ", ".join(ksql_format(b) for b in bad)
-                                 + "\nEither add the column(s) to the GROUP BY or remove them from the SELECT.")
-        if having is not None:
-            refs = self._non_aggregate_refs(having, group_by)
-            if refs:
-                raise StatementError("Non-aggregate HAVING expression not part of GROUP BY: "
-                                     + ", ".join(dict.fromkeys(ksql_format(r) for r in refs))
-                                     + "\nConsider switching the HAVING clause to a WHERE clause before the GROUP BY.")
-        if joins:
-            raise StatementError("Aggregations over joins are not supported yet.")
-        from_info = self.scope_sources[next(iter(self.scope_sources))]
-        if from_info.kind is SourceKind.TABLE:
-            if window is not None:
-                raise StatementError("Windowing not supported for table aggregations.")
-            unsupported = list(dict.fromkeys(str(a.this) for a in aggregates if str(a.this) not in self._TABLE_AGGREGATES))
-            if unsupported:
-                names = unsupported[0] if len(unsupported) == 1 else ", ".join(unsupported[:-1]) + " and " + unsupported[-1]
-                raise StatementError(f"The aggregation function{'s' if len(unsupported) > 1 else ''} {names} cannot be applied "
-                                     "to a table source, only to a stream source.")
 
     def _expand_projection(self, resolver: ExpressionResolver, joins: list[AnalyzedJoin],
                            partition_by: tuple[exp.Expr, ...] = (),
