@@ -663,6 +663,11 @@ class ExpressionResolver:
             out = exp.Anonymous(this="COUNT", expressions=[exp.Star()])
             return self._typed(out, t.BIGINT)
         resolved = [self._resolve(a, clause) for a in args]
+        if fd.aggregate and fd.name in _LITERAL_PARAMETERS:
+            for i, (arg, orig) in enumerate(zip(resolved[1:], args[1:]), start=2):
+                if not isinstance(arg, (exp.Literal, exp.Boolean, exp.Neg)):
+                    raise StatementError(f"Parameter {i} passed to function {fd.name} must be a literal constant, but was "
+                                         f"expression: '{ksql_format(orig)}'")
         if fd.aggregate:
             for arg in resolved:
                 nested = next((n for n in arg.walk() if is_aggregate_call(n)), None)
@@ -707,6 +712,10 @@ def _in_literal_coercible(column: SqlType | None, item: exp.Expr) -> bool:
             raise StatementError(f'Invalid Predicate: invalid input syntax for type {column.base.value}: "{text}".') from None
         return True
     return False
+
+
+# aggregates whose arguments after the first are parameters (n, ignoreNulls, k), fixed per query
+_LITERAL_PARAMETERS = frozenset({"LATEST_BY_OFFSET", "EARLIEST_BY_OFFSET", "TOPK", "TOPKDISTINCT"})
 
 
 def _tname(ty: SqlType | None) -> str:

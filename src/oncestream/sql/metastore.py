@@ -25,6 +25,8 @@ from sqlglot import exp
 
 from oncestream.sql import ast, catalog
 from oncestream.sql.analyzer import AnalyzedQuery, analyze_query
+from oncestream.sql.analyzer_aggregates import no_map_key
+from oncestream.sql.analyzer_expr import column_ref
 from oncestream.sql.ast import SourceKind, WindowKind, WindowSpec
 from oncestream.sql.catalog import Column, Format, Namespace, QueryInfo, SourceInfo
 from oncestream.sql.commands import Command, command_id, goes_to_command_topic
@@ -144,6 +146,56 @@ def _check_kafka_format(fmt: Format, columns: tuple[Column, ...], which: str) ->
         side = "Key" if which == "KEY_FORMAT" else "Value"
         schema = "Persistence{columns=[" + ", ".join(_persistence_column(c) for c in columns) + "], features=[]}"
         raise StatementError(f"{side} format does not support schema.\nformat: {fmt.value}\nschema: {schema}\nreason: {reason}")
+
+
+def _timestamp_column(props: Mapping[str, Any], columns: tuple[Column, ...]) -> tuple[str | None, str | None]:
+    """``WITH (TIMESTAMP='col' [, TIMESTAMP_FORMAT='...'])``, checked as ksqlDB does."""
+    raw, raw_fmt = _prop(props, "TIMESTAMP"), _prop(props, "TIMESTAMP_FORMAT")
+    fmt = None if raw_fmt is None else str(raw_fmt)
+    if raw is None:
+        return None, fmt
+    name = str(raw).strip("`") if str(raw).startswith("`") else str(raw).upper()
+    col = next((c for c in columns if c.name == name), None)
+    if col is None:
+        raise StatementError(f"The TIMESTAMP column set in the WITH clause does not exist in the schema: '{name}'")
+    if not (col.type.base in (BaseType.BIGINT, BaseType.TIMESTAMP) or (col.type.base is BaseType.STRING and fmt)):
+        raise StatementError(f"Timestamp column, `{name}`, should be LONG(INT64), TIMESTAMP, or a String with a "
+                             "timestamp_format specified.")
+    return name, fmt
+
+
+def _check_wrap_single_value(props: Mapping[str, Any], value_format: Format, value_columns: tuple[Column, ...]) -> None:
+    """``WRAP_SINGLE_VALUE``: ksqlDB's rules; we serialize single values wrapped (JSON object) only."""
+    raw = _prop(props, "WRAP_SINGLE_VALUE")
+    if raw is None:
+        return
+    wrap = str(raw).lower()
+    if value_format in (Format.KAFKA, Format.DELIMITED):
+        raise StatementError(f"Format '{value_format.value}' does not support 'WRAP_SINGLE_VALUE' set to '{wrap}'.")
+    if len(value_columns) != 1:
+        raise StatementError("'WRAP_SINGLE_VALUE' is only valid for single-field value schemas")
+    if wrap != "true":
+        raise StatementError("'WRAP_SINGLE_VALUE'='false' is not supported: single values are written wrapped in a JSON object.")
+
+
+def _delimiter(props: Mapping[str, Any], value_format: Format) -> str:
+    """``VALUE_DELIMITER``: one character, or TAB / SPACE; only for DELIMITED (ksqlDB's rules)."""
+    raw = _prop(props, "VALUE_DELIMITER")
+    if raw is None:
+        return ","
+    if value_format is not Format.DELIMITED:
+        raise StatementError(f"{value_format.value} does not support the following configs: [delimiter]")
+    text = str(raw)
+    named = {"TAB": "\t", "SPACE": " "}
+    if text.upper() in named:
+        return named[text.upper()]
+    if text == "":
+        raise StatementError("Configuration VALUE_DELIMITER is invalid: Delimiter cannot be empty, if you meant to have a tab "
+                             "or space for delimiter, please use the special values 'TAB' or 'SPACE'")
+    if len(text) != 1:
+        raise StatementError(f"Configuration VALUE_DELIMITER is invalid: Invalid delimiter value: '{text}'. Delimiter must be "
+                             "a single character or TAB,SPACE")
+    return text
 
 
 _UNIT_MS = {"MILLISECOND": 1, "SECOND": 1000, "MINUTE": 60_000, "HOUR": 3_600_000, "DAY": 86_400_000}
@@ -433,6 +485,8 @@ class Metastore:
             columns.append(Column(cd.name, cd.type, Namespace.KEY if (cd.key or cd.primary_key) else Namespace.VALUE))
         ordered = tuple([c for c in columns if c.is_key] + [c for c in columns if not c.is_key])
         keys = tuple(c for c in ordered if c.is_key)
+        for k in keys:
+            no_map_key(column_ref(k.name, None, k.type))
         if stmt.kind is SourceKind.TABLE and not keys:
             raise StatementError("Tables require a PRIMARY KEY. Please define the PRIMARY KEY.")
         key_raw = _prop(props, "KEY_FORMAT") or fmt
@@ -440,29 +494,18 @@ class Metastore:
         key_format = _fmt(key_raw, "KEY_FORMAT") if key_raw is not None else Format.KAFKA
         _check_kafka_format(key_format, keys, "KEY_FORMAT")
         _check_kafka_format(value_format, tuple(c for c in ordered if not c.is_key), "VALUE_FORMAT")
-        ts_col = _prop(props, "TIMESTAMP")
-        ts_fmt = _prop(props, "TIMESTAMP_FORMAT")
-        if ts_col is not None:
-            ts_col = str(ts_col).upper() if not str(ts_col).startswith("`") else str(ts_col).strip("`")
-            col = next((c for c in ordered if c.name == ts_col), None)
-            if col is None:
-                raise StatementError(f"The TIMESTAMP column set in the WITH clause does not exist in the schema: '{ts_col}'")
-            ok = col.type.base in (BaseType.BIGINT, BaseType.TIMESTAMP) or (col.type.base is BaseType.STRING and ts_fmt)
-            if not ok:
-                raise StatementError(f"Timestamp column, `{ts_col}`, should be LONG(INT64), TIMESTAMP, or a String with a "
-                                     "timestamp_format specified.")
+        ts_col, ts_fmt = _timestamp_column(props, ordered)
+        _check_wrap_single_value(props, value_format, tuple(c for c in ordered if not c.is_key))
         partitions = _int_prop(props, "PARTITIONS")
         replicas = _int_prop(props, "REPLICAS")
         window = _window_of(props)
         if window is not None and not keys:
             raise StatementError("Windowed sources require a key column.")
         n, create = self._topic_partitions(stmt, topic, partitions, replicas, topics, plan, None)
-        delimiter = _prop(props, "VALUE_DELIMITER")
         source = SourceInfo(
             name=stmt.name, kind=stmt.kind, topic=topic, key_format=key_format, value_format=value_format, columns=ordered,
-            statement=stmt.text, partitions=n, replicas=replicas or 1, timestamp_column=ts_col,
-            timestamp_format=None if ts_fmt is None else str(ts_fmt),
-            value_delimiter="," if delimiter is None else str(delimiter), window=window, read_only=stmt.read_only)
+            statement=stmt.text, partitions=n, replicas=replicas or 1, timestamp_column=ts_col, timestamp_format=ts_fmt,
+            value_delimiter=_delimiter(props, value_format), window=window, read_only=stmt.read_only)
         if existing is not None:
             self._check_replace(existing, source)
         return _Plan(stmt, {"topic": topic, "partitions": n, "replicas": replicas or 1, "createTopic": create},
@@ -523,17 +566,12 @@ class Metastore:
         replicas = _int_prop(props, "REPLICAS")
         default_partitions = max((s.partitions for s in analyzed.sources.values()), default=1)
         n, create = self._topic_partitions(stmt, topic, partitions, replicas, topics, plan, default_partitions)
-        ts_col = _prop(props, "TIMESTAMP")
-        if ts_col is not None:
-            ts_col = str(ts_col).upper()
-            if not any(c.name == ts_col for c in analyzed.columns):
-                raise StatementError(f"The TIMESTAMP column set in the WITH clause does not exist in the schema: '{ts_col}'")
-        delimiter = _prop(props, "VALUE_DELIMITER")
+        ts_col, ts_fmt = _timestamp_column(props, analyzed.columns)
+        _check_wrap_single_value(props, value_format, analyzed.value_columns)
         source = SourceInfo(
             name=stmt.name, kind=stmt.kind, topic=topic, key_format=key_format, value_format=value_format,
             columns=analyzed.columns, statement=stmt.text, partitions=n, replicas=replicas or 1, timestamp_column=ts_col,
-            timestamp_format=None if _prop(props, "TIMESTAMP_FORMAT") is None else str(_prop(props, "TIMESTAMP_FORMAT")),
-            value_delimiter="," if delimiter is None else str(delimiter), window=analyzed.window)
+            timestamp_format=ts_fmt, value_delimiter=_delimiter(props, value_format), window=analyzed.window)
         if existing is not None:
             self._check_replace(existing, source)
         return _Plan(stmt, {"topic": topic, "partitions": n, "replicas": replicas or 1, "createTopic": create},
