@@ -530,6 +530,8 @@ class Metastore:
         if existing is not None and stmt.if_not_exists:
             return _Plan(stmt, dict(plan or {}), noop_message=f"Cannot add {_lower_kind(stmt.kind)} `{stmt.name}`: "
                          f"A {_lower_kind(existing.kind)} with the same name already exists.")
+        if stmt.query.limit is not None:
+            raise StatementError(f"CREATE {stmt.kind.value} AS SELECT statements don't support LIMIT clause.")
         sources = {n: s for n, s in self._sources.items() if n != stmt.name or existing is None}
         if existing is not None:
             sources[stmt.name] = existing

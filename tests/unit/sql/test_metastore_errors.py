@@ -72,6 +72,7 @@ def refused(ms: Metastore, sql: str, pattern: str) -> StatementError:
      "The 'KAFKA' format only supports a single field"),
     ("CREATE STREAM s WITH (key_format='json') AS SELECT id, amount FROM orders PARTITION BY NULL;",
      "Key format specified for stream without key columns."),
+    ("CREATE STREAM s AS SELECT * FROM orders LIMIT 3;", "CREATE STREAM AS SELECT statements don't support LIMIT clause."),
     ("INSERT INTO nope SELECT * FROM orders;", "Source `NOPE` does not exist."),
     ("INSERT INTO users SELECT * FROM orders;", "INSERT INTO can only be used to insert into a stream. USERS is a table."),
     ("INSERT INTO orders SELECT * FROM orders;", "a query cannot read from its own sink"),
