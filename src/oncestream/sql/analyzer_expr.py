@@ -702,7 +702,8 @@ def _in_literal_coercible(column: SqlType | None, item: exp.Expr) -> bool:
         return False
     text = str(item.this).strip()
     if column.base is BaseType.BOOLEAN:
-        if text.lower() not in ("true", "false", "t", "f", "yes", "no", "y", "n"):
+        # ksqlDB's SqlBooleans: any prefix of true / false / yes / no
+        if not text or not any(word.startswith(text.lower()) for word in ("true", "false", "yes", "no")):
             raise StatementError(f'Invalid Predicate: invalid input syntax for type BOOLEAN: "{text}".')
         return True
     if functions.is_numeric(column):

@@ -171,6 +171,8 @@ def _check_wrap_single_value(props: Mapping[str, Any], value_format: Format, val
         return
     wrap = str(raw).lower()
     if value_format in (Format.KAFKA, Format.DELIMITED):
+        if wrap == "false":   # these formats never wrap: 'false' only says so
+            return
         raise StatementError(f"Format '{value_format.value}' does not support 'WRAP_SINGLE_VALUE' set to '{wrap}'.")
     if len(value_columns) != 1:
         raise StatementError("'WRAP_SINGLE_VALUE' is only valid for single-field value schemas")
