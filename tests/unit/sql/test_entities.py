@@ -121,14 +121,17 @@ def test_current_status() -> None:
 
 
 def test_properties_list() -> None:
-    e = entities.properties({"ksql.service.id": "svc", "ksql.streams.auto.offset.reset": "latest"},
+    e = entities.properties({"ksql.service.id": "svc", "ksql.streams.auto.offset.reset": "latest",
+                             "auto.offset.reset": "latest"},
                             {"ksql.streams.auto.offset.reset": "earliest"}, "SHOW PROPERTIES;",
                             defaults={"ksql.service.id": "svc"})
     common(e, "properties", "SHOW PROPERTIES;")
     props = {p["name"]: p for p in e["properties"]}
+    # ksqlDB: the level comes from the exact name, editability from the name without its prefix
     assert props["ksql.streams.auto.offset.reset"] == {"name": "ksql.streams.auto.offset.reset", "scope": "KSQL",
-                                                       "value": "earliest", "editable": True, "level": "QUERY"}
+                                                       "value": "earliest", "editable": True, "level": "SERVER"}
     assert props["ksql.service.id"]["level"] == "SERVER" and not props["ksql.service.id"]["editable"]
+    assert props["auto.offset.reset"]["level"] == "QUERY" and props["auto.offset.reset"]["editable"]
     assert e["overwrittenProperties"] == ["ksql.streams.auto.offset.reset"] and e["defaultProperties"] == ["ksql.service.id"]
 
 
