@@ -11,9 +11,16 @@ Output keys (ksqlDB 0.10+):
 
 - aggregation: the GROUP BY expressions are the key columns;
 - ``PARTITION BY e, ...``: the partitioning expressions (``PARTITION BY NULL``: no key);
-- a join: the join expression (either side; a synthetic ``ROWKEY`` for FULL OUTER joins or when
-  a side is not a plain column);
+- a join: a side of the ON equality that is a plain column ("viable key"; the first one the
+  projection selects, left side first, the others being ordinary value columns); a synthetic
+  ``ROWKEY`` for FULL OUTER joins or when neither side is a plain column (``SELECT *`` then starts
+  with it);
 - otherwise the source's key columns.
+
+``SELECT *`` after ``PARTITION BY`` lists the new key, the remaining value columns, then the old
+key columns, as ksqlDB's repartitioned schema does. Pseudo columns (ROWTIME, ROWPARTITION,
+ROWOFFSET, and WINDOWSTART/WINDOWEND on windowed results) resolve everywhere they may; persistent
+queries must alias them.
 
 A key column takes the name of the select item that is that key expression. A persistent query
 (``sink`` given) must select every key (``Key missing from projection...``) exactly once; key
