@@ -130,7 +130,8 @@ class _AliasGenerator:
                 self.used.setdefault(m.group("name"), set()).add(int(number) if number is not None else 0)
         self.next: dict[str, int] = {}
 
-    def _next(self, prefix: str, drop_zero: bool) -> str:
+    def next_name(self, prefix: str, drop_zero: bool) -> str:
+        """The next free ``<prefix>_<n>`` (``<prefix>`` alone for n = 0 when ``drop_zero``)."""
         used = self.used.get(prefix, set())
         idx = self.next.get(prefix, 0)
         while idx in used:
@@ -139,12 +140,12 @@ class _AliasGenerator:
         return prefix if (idx == 0 and drop_zero) else f"{prefix}_{idx}"
 
     def ksql_col(self) -> str:
-        return self._next("KSQL_COL", drop_zero=False)
+        return self.next_name("KSQL_COL", drop_zero=False)
 
     def struct_field(self, field_name: str) -> str:
         m = _NUMBERED.match(field_name)
         assert m is not None
-        return self._next(m.group("name"), drop_zero=True)
+        return self.next_name(m.group("name"), drop_zero=True)
 
 
 def analyze_query(query: Query, sources: Mapping[str, SourceInfo], *, sink: str | None = None) -> AnalyzedQuery:
@@ -403,7 +404,7 @@ class _Analysis(JoinRules, AggregateRules):
 
     def _synthetic_key_name(self) -> str:
         gen = _AliasGenerator(self.scope_sources)
-        return gen._next("ROWKEY", drop_zero=True)
+        return gen.next_name("ROWKEY", drop_zero=True)
 
     @staticmethod
     def _key_index(expr: exp.Expr, key_exprs: list[exp.Expr]) -> int | None:
@@ -537,11 +538,6 @@ def _shown(e: exp.Expr) -> str:
     for col in copy.find_all(exp.Column):
         col.set("table", None)
     return ksql_text(copy)
-
-
-def _t(e: exp.Expr) -> str:
-    ty = type_of(e)
-    return "NULL" if ty is None else ty.ksql_name
 
 
 def _type(e: exp.Expr) -> SqlType:
