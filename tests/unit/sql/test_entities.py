@@ -150,3 +150,20 @@ def test_functions_entities() -> None:
     d = entities.describe_function("ucase", "DESCRIBE FUNCTION ucase;")
     assert d is not None and d["name"] == "UCASE" and d["type"] == "SCALAR"
     assert entities.describe_function("nope", "") is None
+
+
+def test_explain_of_a_statement_describes_a_query_that_is_not_running() -> None:
+    ms = metastore()
+    (stmt,) = parse("SELECT id, userid FROM orders EMIT CHANGES;")
+    from oncestream.sql.analyzer import analyze_query
+    a = analyze_query(stmt.query, ms.source_map())
+    e = entities.transient_query_description("EXPLAIN SELECT id, userid FROM orders EMIT CHANGES;", stmt.text, a.columns,
+                                             ["ORDERS"])
+    common(e, "queryDescription", "EXPLAIN SELECT id, userid FROM orders EMIT CHANGES;")
+    d = e["queryDescription"]
+    assert d["sources"] == ["ORDERS"] and d["sinks"] == [] and d["ksqlHostQueryStatus"] == {}
+    assert [f["name"] for f in d["fields"]] == ["ID", "USERID"]
+
+
+def test_command_status_is_the_status_endpoint_body() -> None:
+    assert entities.command_status("ERROR", "boom") == {"status": "ERROR", "message": "boom", "queryId": None}
