@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 from oncestream.sql import entities
+from oncestream.sql.analyzer import analyze_query
 from oncestream.sql.metastore import Metastore
 from oncestream.sql.parser import parse
 
@@ -155,7 +156,6 @@ def test_functions_entities() -> None:
 def test_explain_of_a_statement_describes_a_query_that_is_not_running() -> None:
     ms = metastore()
     (stmt,) = parse("SELECT id, userid FROM orders EMIT CHANGES;")
-    from oncestream.sql.analyzer import analyze_query
     a = analyze_query(stmt.query, ms.source_map())
     e = entities.transient_query_description("EXPLAIN SELECT id, userid FROM orders EMIT CHANGES;", stmt.text, a.columns,
                                              ["ORDERS"])
