@@ -15,7 +15,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from typing import Any, cast
 
 from hypercorn.asyncio import serve as hypercorn_serve
 from hypercorn.config import Config
@@ -24,6 +25,9 @@ from hypercorn.typing import ASGIFramework
 from oncestream.sql.rest.app import KsqlRestApp
 
 log = logging.getLogger(__name__)
+
+# Any ASGI 3 application (hypercorn's own alias is stricter than what plain ASGI apps declare).
+AsgiApp = Callable[[Any, Any, Any], Awaitable[None]]
 
 # Seconds hypercorn waits for open connections after shutdown before cancelling them; streaming
 # queries are ended first (KsqlRestApp.close_streams), so this only bounds slow non-streaming calls.
@@ -59,7 +63,7 @@ def make_config(sock: socket.socket, *, graceful_timeout_s: float = GRACEFUL_TIM
     return config
 
 
-async def serve(app: ASGIFramework, host: str, port: int, shutdown_event: asyncio.Event,
+async def serve(app: AsgiApp, host: str, port: int, shutdown_event: asyncio.Event,
                 ready: Callable[[int], None] | None = None, *,
                 graceful_timeout_s: float = GRACEFUL_TIMEOUT_S) -> None:
     """Serve ``app`` on ``host:port`` (HTTP/1.1 and h2c) until ``shutdown_event`` is set.
@@ -80,4 +84,4 @@ async def serve(app: ASGIFramework, host: str, port: int, shutdown_event: asynci
     log.info("SQL REST API listening on %s:%d (HTTP/1.1 and h2c)", host, bound_port)
     if ready is not None:
         ready(bound_port)
-    await hypercorn_serve(app, config, shutdown_trigger=shutdown_trigger, mode="asgi")
+    await hypercorn_serve(cast(ASGIFramework, app), config, shutdown_trigger=shutdown_trigger, mode="asgi")
