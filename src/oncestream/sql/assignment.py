@@ -2,7 +2,7 @@
 with the Kafka group membership protocol as Kafka Connect's distributed workers share out
 connectors.
 
-One group per service id, ``_confluent-ksql-<service id>query_assignment``, protocol type
+One group per service id, ``_confluent-ksql-<service id>_query_assignment``, protocol type
 ``oncestream-sql`` (not ``consumer``: the group holds no partitions and no offsets). Each member
 joins with JSON metadata: its REST URL, the queries it runs now (``owned``), and the
 command-topic offset of the last command that changed the set of persistent queries it knows
@@ -45,7 +45,7 @@ from oncestream.client.group import GroupMembership
 from oncestream.client.io_thread import IoThread
 from oncestream.client.sasl import SaslCredentials
 from oncestream.client.tls import ssl_context_for
-from oncestream.sql.command_topic import INTERNAL_TOPIC_PREFIX
+from oncestream.sql.command_topic import internal_topic_name
 
 log = logging.getLogger("oncestream.sql")
 
@@ -58,7 +58,7 @@ _LOOP_S = 0.2
 
 def assignment_group_id(service_id: str) -> str:
     """The group through which the nodes of ``service_id`` share out persistent queries."""
-    return f"{INTERNAL_TOPIC_PREFIX}{service_id}query_assignment"
+    return internal_topic_name(service_id, "query_assignment")
 
 
 class AssignmentFormatError(ValueError):
@@ -253,6 +253,8 @@ class QueryAssignment:
 
     def stop(self, timeout_s: float = 10.0) -> None:
         """Leave the group (so the survivors rebalance at once, not after the session timeout)."""
+        if self._stop.is_set():
+            return
         self._stop.set()
         self._wake.set()
         if self._thread.is_alive():

@@ -1,9 +1,9 @@
 """The command topic and its transactional single-writer protocol (ksqlDB's, step for step).
 
 Every node of a service id shares one single-partition topic,
-``_confluent-ksql-<service id>command_topic`` (ksqlDB's name: its internal-topic prefix
-``_confluent-ksql-``, the service id, then ``command_topic``; ksqlDB's service ids end with ``_`` by
-convention, e.g. ``default_`` gives ``_confluent-ksql-default__command_topic``), with infinite
+``_confluent-ksql-<service id>_command_topic`` (ksqlDB's name, ReservedInternalTopics: its
+internal-topic prefix ``_confluent-ksql-``, the service id, ``_``, then ``command_topic``; its
+default service id ``default_`` gives ``_confluent-ksql-default__command_topic``), with infinite
 retention. A statement is written by the node that received it:
 
 1. create a transactional producer whose ``transactional.id`` is the service id, and call
@@ -55,9 +55,14 @@ _RETRY_BACKOFF_S = 0.1
 _RETRY_BACKOFF_MAX_S = 1.0
 
 
+def internal_topic_name(service_id: str, suffix: str) -> str:
+    """ksqlDB's internal names: ``_confluent-ksql-<service id>_<suffix>``."""
+    return f"{INTERNAL_TOPIC_PREFIX}{service_id}_{suffix}"
+
+
 def command_topic_name(service_id: str) -> str:
     """ksqlDB's command topic name for ``service_id``."""
-    return f"{INTERNAL_TOPIC_PREFIX}{service_id}{COMMAND_TOPIC_SUFFIX}"
+    return internal_topic_name(service_id, COMMAND_TOPIC_SUFFIX)
 
 
 def ensure_command_topic(admin: Admin, topic: str, replication_factor: int = 1, timeout_s: float = 30.0) -> None:
