@@ -115,7 +115,8 @@ def test_concurrent_conflicting_creates_exactly_one_wins(two_nodes: tuple[ToyNod
         outcomes: dict[str, object] = {}
         start = threading.Barrier(2)
 
-        def run(node: ToyNode, schema: str, name: str = name) -> None:
+        def run(node: ToyNode, schema: str, name: str = name, start: threading.Barrier = start,
+                outcomes: dict[str, object] = outcomes) -> None:
             start.wait()
             try:
                 outcomes[schema] = node.create(name, schema)
@@ -165,8 +166,6 @@ def test_unreadable_record_degrades_without_skipping(broker) -> None:
         producer.produce(node.topic, json.dumps({"name": "AFTER", "schema": "A"}).encode(), b"stream/`AFTER`/create",
                          partition=0)
         producer.commit_transaction(30)
-        with node.runner.lock:
-            pass
         assert not node.runner.wait_position(10**9, 30)  # returns as soon as degraded
         assert node.runner.degraded_reason is not None and "cannot be read" in node.runner.degraded_reason
         with pytest.raises(DegradedError, match="degraded mode"):
