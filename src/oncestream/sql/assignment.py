@@ -73,16 +73,20 @@ class MemberInfo:
     url: str
     owned: tuple[str, ...] = ()
     query_offset: int = -1
+    errors: tuple[tuple[str, str], ...] = ()        # (query id, error) of its failed queries
 
     def encode(self) -> bytes:
         return json.dumps({"version": FORMAT_VERSION, "url": self.url, "owned": sorted(self.owned),
-                           "queryOffset": self.query_offset}, sort_keys=True).encode()
+                           "queryOffset": self.query_offset, "errors": dict(sorted(self.errors))},
+                          sort_keys=True).encode()
 
     @classmethod
     def decode(cls, member_id: str, data: bytes) -> MemberInfo:
         try:
             doc = json.loads(bytes(data))
-            return cls(member_id, str(doc["url"]), tuple(doc.get("owned", ())), int(doc.get("queryOffset", -1)))
+            errors = tuple(sorted((str(k), str(v)) for k, v in dict(doc.get("errors", {})).items()))
+            return cls(member_id, str(doc["url"]), tuple(doc.get("owned", ())), int(doc.get("queryOffset", -1)),
+                       errors)
         except (ValueError, KeyError, TypeError) as exc:
             raise AssignmentFormatError(f"unreadable member metadata of {member_id}: {exc}") from exc
 
@@ -97,6 +101,7 @@ class Assignment:
     urls: dict[str, str]                             # member id -> URL
     queries: dict[str, tuple[str, ...]]              # member id -> query ids
     query_offset: int = -1
+    errors: dict[str, str] = field(default_factory=dict)   # query id -> error on its owner
 
     @property
     def mine(self) -> tuple[str, ...]:
@@ -112,7 +117,7 @@ class Assignment:
     def encode(self) -> bytes:
         return json.dumps({"version": FORMAT_VERSION, "generation": self.generation, "leader": self.leader_url,
                            "members": self.urls, "assignment": {m: list(q) for m, q in self.queries.items()},
-                           "queryOffset": self.query_offset}, sort_keys=True).encode()
+                           "queryOffset": self.query_offset, "errors": self.errors}, sort_keys=True).encode()
 
     @classmethod
     def decode(cls, member_id: str, data: bytes) -> Assignment:
@@ -122,7 +127,8 @@ class Assignment:
                 raise AssignmentFormatError(f"assignment format version {doc['version']} is newer than {FORMAT_VERSION}")
             return cls(int(doc["generation"]), member_id, str(doc["leader"]),
                        {str(k): str(v) for k, v in doc["members"].items()},
-                       {str(k): tuple(v) for k, v in doc["assignment"].items()}, int(doc.get("queryOffset", -1)))
+                       {str(k): tuple(v) for k, v in doc["assignment"].items()}, int(doc.get("queryOffset", -1)),
+                       {str(k): str(v) for k, v in dict(doc.get("errors", {})).items()})
         except (ValueError, KeyError, TypeError) as exc:
             raise AssignmentFormatError(f"unreadable assignment: {exc}") from exc
 
@@ -197,6 +203,7 @@ class QueryAssignment:
 
     def __init__(self, *, service_id: str, url: str, client_conf: Mapping[str, Any],
                  known_queries: Callable[[], tuple[int, list[str]]], owned: Callable[[], list[str]],
+                 errors: Callable[[], dict[str, str]] | None = None,
                  wait_for_offset: Callable[[int, float], bool],
                  on_assignment: Callable[[Assignment | None], None],
                  session_timeout_ms: int = 10_000, heartbeat_interval_ms: int = 1_000,
@@ -205,6 +212,7 @@ class QueryAssignment:
         self.group_id = assignment_group_id(service_id)
         self._known_queries = known_queries
         self._owned = owned
+        self._errors = errors or dict
         self._wait_for_offset = wait_for_offset
         self._on_assignment = on_assignment
         conf = {k: v for k, v in client_conf.items()}
@@ -241,6 +249,10 @@ class QueryAssignment:
         self._wake.set()
 
     @property
+    def member_id(self) -> str:
+        return self._group.member_id
+
+    @property
     def current(self) -> Assignment | None:
         """The last assignment received (None before the first, or after losing membership)."""
         with self._lock:
@@ -273,7 +285,8 @@ class QueryAssignment:
 
     def _metadata(self) -> bytes:
         query_offset, _ids = self._known_queries()
-        return MemberInfo(self._group.member_id, self.url, tuple(sorted(self._owned())), query_offset).encode()
+        return MemberInfo(self._group.member_id, self.url, tuple(sorted(self._owned())), query_offset,
+                          tuple(sorted(self._errors().items()))).encode()
 
     def _run(self) -> None:
         group = self._group
@@ -329,8 +342,9 @@ class QueryAssignment:
         placement = compute_assignment(members, ids)
         urls = {m.member_id: m.url for m in members}
         generation = self._group.generation_id
+        errors = {q: e for m in members for q, e in m.errors if q in placement.get(m.member_id, ())}
         return {
             m.member_id: Assignment(generation, m.member_id, self.url, urls,
-                                    {k: tuple(v) for k, v in placement.items()}, query_offset).encode()
+                                    {k: tuple(v) for k, v in placement.items()}, query_offset, errors).encode()
             for m in members
         }

@@ -154,12 +154,12 @@ class CommandWriter:
                     self._step("caught-up")
                     try:
                         prepared = prepare(snapshot())
+                        self._step("validated")
+                        if prepared.before_commit is not None:
+                            prepared.before_commit()
                     except KsqlError:
                         producer.abort_transaction(self._left(deadline))  # nothing written: let go at once
                         raise
-                    self._step("validated")
-                    if prepared.before_commit is not None:
-                        prepared.before_commit()
                     offsets: list[int] = []
                     errors: list[Any] = []
 
