@@ -12,6 +12,7 @@ replay, query placement) and the REST API (HTTP/1.1 and h2c on one port). ``--co
 - ``checkpoint.root`` (any Hadoop filesystem URL every node reaches, needed for failover; default
   ``<state dir>/checkpoints``);
 - ``spark.*`` properties for the SparkSession;
+- ``ksql.spark.start=lazy`` to start Spark only when a query first needs it (default ``eager``);
 - the node's own settings (``ksql.command.timeout.ms``, ``ksql.query.assignment.session.timeout.ms``,
   ``ksql.query.assignment.heartbeat.interval.ms``, ``ksql.internal.topic.replicas``,
   ``ksql.max.body.bytes``) and test hooks (``oncestream.test.*``, see testing_hooks).
@@ -31,6 +32,7 @@ import logging
 import os
 import signal
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -139,6 +141,46 @@ def _stop_spark(spark: Any) -> None:
             proc.wait(timeout=10)
 
 
+class SparkRuntime:
+    """The node's ``QueryRuntime`` and its SparkSession, created at start (``ksql.spark.start=eager``,
+    the default) or on first use (``lazy``: a node that only serves statements never starts a JVM;
+    the tests of the write protocol use it)."""
+
+    def __init__(self, make: Any, eager: bool) -> None:
+        self._make = make
+        self._lock = threading.Lock()
+        self._runtime: Any = None
+        self._spark: Any = None
+        if eager:
+            self.get()
+
+    def get(self) -> Any:
+        with self._lock:
+            if self._runtime is None:
+                self._spark, self._runtime = self._make()
+            return self._runtime
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.get(), name)
+
+    def running(self) -> list[str]:
+        with self._lock:
+            runtime = self._runtime
+        return [] if runtime is None else list(runtime.running())
+
+    def stop(self) -> None:
+        """Stop every query, then Spark and its JVM (nothing to do if Spark never started)."""
+        with self._lock:
+            runtime, spark = self._runtime, self._spark
+        if runtime is None:
+            return
+        try:
+            runtime.stop_all()
+        except Exception as exc:  # noqa: BLE001 - shutting down anyway
+            log.warning("oncestream sql: stopping queries: %s", exc)
+        _stop_spark(spark)
+
+
 def run(args: argparse.Namespace) -> int:
     """Run one node until SIGTERM/SIGINT; 0 on a clean stop."""
     logging.basicConfig(level=getattr(logging, str(args.log_level).upper()),
@@ -161,9 +203,14 @@ def run(args: argparse.Namespace) -> int:
         replication_factor=int(props.get("ksql.internal.topic.replicas", 1)),
     )
     host, port = _listen(args.listen)
-    spark = _spark_session(args.spark_master, props, state_dir)
-    runtime = QueryRuntime(spark, RuntimeSettings(bootstrap_servers=args.bootstrap_server, client_properties=clients,
-                                                  checkpoint_root=checkpoint_root, service_id=args.service_id))
+
+    def make() -> tuple[Any, Any]:
+        spark = _spark_session(args.spark_master, props, state_dir)
+        return spark, QueryRuntime(spark, RuntimeSettings(
+            bootstrap_servers=args.bootstrap_server, client_properties=clients, checkpoint_root=checkpoint_root,
+            service_id=args.service_id))
+
+    runtime = SparkRuntime(make, eager=props.get("ksql.spark.start", "eager") != "lazy")
     node = Node(settings, runtime)
     try:
         node.start()
@@ -174,11 +221,7 @@ def run(args: argparse.Namespace) -> int:
     finally:
         log.info("oncestream sql: shutting down")
         node.stop()
-        try:
-            runtime.stop_all()
-        except Exception as exc:  # noqa: BLE001 - shutting down anyway
-            log.warning("oncestream sql: stopping queries: %s", exc)
-        _stop_spark(spark)
+        runtime.stop()
     return 0
 
 
