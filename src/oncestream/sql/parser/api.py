@@ -77,6 +77,13 @@ def _error(issue: SyntaxIssue, text: str, statement_text: str, end_offset: int) 
     return ParseError(message, line=where.line, column=where.column, statement_text=statement_text)
 
 
+def _too_deep(text: str, statement_text: str, offset: int) -> ParseError:
+    where = position_of(text, offset)
+    return ParseError("Error processing statement: Statement is too large to parse. This may be caused by having too "
+                      "many nested expressions in the statement.", line=where.line, column=where.column,
+                      statement_text=statement_text)
+
+
 def split_statements(tokens: list[Token]) -> list[tuple[list[Token], Token | None]]:
     """The tokens of each statement and its terminating ``;`` (None for a last statement written
     without one). Empty statements (``;;``) are dropped."""
@@ -113,6 +120,8 @@ def parse(text: str) -> list[ast.Statement]:
             statements.append(parser.parse_statement(statement_text, position_of(text, start)))
         except SyntaxIssue as issue:
             raise _error(issue, text, statement_text, end) from None
+        except RecursionError:
+            raise _too_deep(text, statement_text, start) from None
     return statements
 
 
@@ -128,4 +137,6 @@ def parse_expression(text: str) -> exp.Expression:
             parser.fail("<EOF>")
     except SyntaxIssue as issue:
         raise _error(issue, text, text, len(text)) from None
+    except RecursionError:
+        raise _too_deep(text, text, 0) from None
     return tree

@@ -13,20 +13,35 @@ sqlglot parses the standard part (operators, CASE, IN, BETWEEN, LIKE, function c
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 from sqlglot import exp
 from sqlglot.errors import ParseError as SqlglotParseError
+from sqlglot.errors import SqlglotError
 from sqlglot.parser import Parser
 from sqlglot.tokens import TokenType
 
-from oncestream.sql.parser.syntax import SyntaxIssue, describe_token, unsupported
+from oncestream.sql.parser.syntax import SyntaxIssue, describe_token, mismatched, unsupported
 from oncestream.sql.parser.typeparse import TypeParser, to_data_type
 
 
 def _build_lambda(self: Parser, expressions: list[exp.Expr]) -> exp.Expr:
     body = self._parse_disjunction()
     return self.expression(exp.Lambda(this=self._replace_lambda(body, expressions), expressions=expressions))
+
+
+def _closed(parse: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """sqlglot's special function parsers (CAST, SUBSTRING, TRIM...) leave the closing ``)``
+    optional; ksqlDB's grammar requires it."""
+
+    def parse_closed(self: ExpressionParser) -> Any:
+        result = parse(self)
+        if not self.is_type(TokenType.R_PAREN):
+            self.fail("')'")
+        return result
+
+    return parse_closed
 
 
 def normalise_names(tree: exp.Expr) -> exp.Expr:
@@ -50,6 +65,22 @@ _REFUSED: tuple[tuple[type[exp.Expr], str], ...] = (
 )
 
 
+# The deepest expression tree accepted: the compiler and sqlglot's generator walk trees
+# recursively, so a deeper one (``1 + 1 + ... + 1`` ten thousand times) would fail later, far from
+# the request that caused it.
+MAX_EXPRESSION_DEPTH = 200
+
+
+def _depth(tree: exp.Expr) -> int:
+    deepest = 0
+    stack = [(tree, 1)]
+    while stack:
+        node, depth = stack.pop()
+        deepest = max(deepest, depth)
+        stack.extend((child, depth + 1) for child in node.iter_expressions())
+    return deepest
+
+
 class ExpressionParser(TypeParser):
     """Adds ``parse_value_expression()``: one ksqlDB expression at the cursor."""
 
@@ -60,10 +91,12 @@ class ExpressionParser(TypeParser):
     }
     # ``->`` must stop sqlglot's bare-column fast path so that ``_parse_column_ops`` sees it.
     COLUMN_POSTFIX_TOKENS: ClassVar[frozenset[Any]] = Parser.COLUMN_POSTFIX_TOKENS | {TokenType.ARROW}
+    # ALTER is reserved in sqlglot, not in ksqlDB (its nonReserved rule): a column may be named ALTER.
+    ID_VAR_TOKENS: ClassVar[set[Any]] = Parser.ID_VAR_TOKENS | {TokenType.ALTER}
     LAMBDAS: ClassVar[dict[Any, Any]] = {TokenType.FARROW: _build_lambda}
     FUNCTION_PARSERS: ClassVar[dict[str, Any]] = {
-        **Parser.FUNCTION_PARSERS,
-        "CAST": lambda self: self._parse_ksql_cast(),
+        **{name: _closed(parse) for name, parse in Parser.FUNCTION_PARSERS.items()},
+        "CAST": _closed(lambda self: self._parse_ksql_cast()),
     }
 
     def _parse_ksql_cast(self) -> exp.Expr:
@@ -77,6 +110,8 @@ class ExpressionParser(TypeParser):
     def _parse_column_ops(self, this: exp.Expr | None) -> exp.Expr | None:
         this = super()._parse_column_ops(this)
         while this is not None and self._match(TokenType.ARROW):
+            if self.is_type(TokenType.STAR):
+                raise unsupported(self._prev, "Selecting all fields of a struct (->*)")
             if not self.is_name():
                 self.fail("a field name")
             self._advance()
@@ -85,16 +120,32 @@ class ExpressionParser(TypeParser):
             this = super()._parse_column_ops(self.expression(exp.Dot(this=this, expression=field)))
         return this
 
+    def _issue_from_sqlglot(self, error: SqlglotError) -> SyntaxIssue:
+        """sqlglot's "Expecting )" becomes ANTLR's "mismatched input 'X' expecting ')'"; other
+        complaints of sqlglot's (about its own tree invariants) become ksqlDB's
+        "Syntax error at or near 'X'"."""
+        token = self.token()
+        description = ""
+        if isinstance(error, SqlglotParseError) and error.errors:
+            description = str(error.errors[0].get("description") or "")
+        for prefix in ("Expecting ", "Expected "):
+            if description.startswith(prefix):
+                wanted = description[len(prefix):].strip().rstrip(".")
+                if len(wanted) <= 3:    # a punctuation mark: ')', ']', '>'
+                    return mismatched(token, [f"'{wanted}'"])
+        return SyntaxIssue(token, f"Syntax error at or near {describe_token(token)}")
+
     def parse_value_expression(self) -> exp.Expression:
         """One expression (ksqlDB's ``expression`` rule), names normalised. Raises SyntaxIssue."""
         start = self.token()
         try:
             tree = self._parse_disjunction()
-        except SqlglotParseError as e:
-            desc = e.errors[0].get("description") if e.errors else str(e)
-            raise SyntaxIssue(self.token(), f"Syntax error at or near {describe_token(self.token())}: {desc}") from e
+        except SqlglotError as e:
+            raise self._issue_from_sqlglot(e) from e
         if not isinstance(tree, exp.Expression):
             self.fail("an expression")
+        if _depth(tree) > MAX_EXPRESSION_DEPTH:
+            raise SyntaxIssue(start, f"Expression nested deeper than {MAX_EXPRESSION_DEPTH} levels", syntax=False)
         for node in tree.walk():
             for refused, what in _REFUSED:
                 if isinstance(node, refused):

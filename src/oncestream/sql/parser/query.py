@@ -87,10 +87,7 @@ class QueryParser(ExpressionParser):
                 table = exp.to_identifier(normalise_name(token), quoted=token.token_type == TokenType.IDENTIFIER)
                 return exp.Column(this=exp.Star(), table=table)
             self._retreat(index)
-        start = self.token()
         value = self.parse_value_expression()
-        if self.is_type(TokenType.ARROW) and self._next and self._next.token_type == TokenType.STAR:
-            raise unsupported(start, "Selecting all fields of a struct (->*)")
         alias = self.optional_alias()
         return exp.Alias(this=value, alias=alias) if alias is not None else value
 
@@ -109,7 +106,8 @@ class QueryParser(ExpressionParser):
         return tuple(items)
 
     def _window(self) -> ast.WindowSpec:
-        if not self.is_word("TUMBLING", "HOPPING", "SESSION") and self.is_name():
+        kinds = ("TUMBLING", "HOPPING", "SESSION")
+        if not self.is_word(*kinds) and self.is_name() and self._next and self._next.text.upper() in kinds:
             self._advance()  # ksqlDB's optional window name, which it ignores too
         if self.accept("TUMBLING"):
             kind = ast.WindowKind.TUMBLING
@@ -185,7 +183,9 @@ class QueryParser(ExpressionParser):
         while self.accept_type(TokenType.COMMA):
             items.append(self._select_item())
         if not self.is_word("FROM"):
-            self.fail("{',', 'FROM'}" if not self.is_name() else "{',', 'AS', 'FROM'}")
+            last = items[-1]
+            can_alias = not isinstance(last, exp.Alias) and not last.is_star
+            self.fail("{',', 'AS', 'FROM'}" if can_alias else "{',', 'FROM'}")
         self._advance()
         table, source, source_alias = self._source()
         joins = []
