@@ -83,7 +83,7 @@ class PreparedCommand:
     """A validated statement ready to write: the record, and what to do around the commit
     (creating the sink topic before it, deleting a dropped topic after it: ksqlDB's injectors)."""
 
-    key: str
+    key: bytes | str
     value: bytes
     before_commit: Callable[[], None] | None = None
     after_commit: Callable[[], None] | None = None
@@ -169,7 +169,8 @@ class CommandWriter:
                         else:
                             offsets.append(msg.offset())
 
-                    producer.produce(self.topic, prepared.value, prepared.key.encode(), partition=0,
+                    key = prepared.key.encode() if isinstance(prepared.key, str) else prepared.key
+                    producer.produce(self.topic, prepared.value, key, partition=0,
                                      on_delivery=delivered)
                     producer.flush(self._left(deadline))
                     if errors or not offsets:

@@ -125,7 +125,7 @@ class Node:
             pushes = list(self._push.values())
             self._push.clear()
         for push in pushes:
-            close = getattr(push, "close_now", None)
+            close = getattr(push, "close_sync", None)
             if close is not None:
                 close()
         if self._assignment is not None:
@@ -421,7 +421,8 @@ class Node:
             if exc.statement_text is None:
                 exc.statement_text = statement.text
             raise
-        stream: QueryStream = await asyncio.to_thread(self.runtime.start_push, analyzed, dict(properties))
+        stream: QueryStream = await asyncio.to_thread(self.runtime.start_push, analyzed, dict(properties),
+                                                      query=statement.query)
         with self._push_lock:
             self._push[stream.query_id] = stream
         return stream
