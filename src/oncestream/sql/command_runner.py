@@ -47,10 +47,12 @@ class CommandState(Enum):
 
 @dataclass(frozen=True)
 class Applied:
-    """What applying one command gave: its status message and the query it created, if any."""
+    """What applying one command gave: its status message, the query it created, if any, and
+    whether the metastore refused it (status ERROR; deterministic on every node)."""
 
     message: str
     query_id: str | None = None
+    refused: bool = False
 
 
 @dataclass(frozen=True)
@@ -176,7 +178,8 @@ class CommandRunner:
         with self._cond:
             try:
                 applied = self._apply(command, offset)
-                status = CommandStatus(command_id, offset, CommandState.SUCCESS, applied.message, applied.query_id)
+                state = CommandState.ERROR if applied.refused else CommandState.SUCCESS
+                status = CommandStatus(command_id, offset, state, applied.message, applied.query_id)
             except KsqlError as exc:
                 # Deterministic rejection: every node rejects this command the same way.
                 status = CommandStatus(command_id, offset, CommandState.ERROR, exc.message)

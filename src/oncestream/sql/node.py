@@ -17,12 +17,14 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+
 from oncestream.client import Admin, KafkaException, NewTopic
-from oncestream.sql import ast, commands, entities
+from oncestream.sql import ast, commands
 from oncestream.sql.analyzer import analyze_query
 from oncestream.sql.assignment import Assignment, QueryAssignment
 from oncestream.sql.catalog import SourceInfo
@@ -45,7 +47,7 @@ from oncestream.sql.errors import (
     StatementError,
 )
 from oncestream.sql.local_queries import LocalQueries, StartSpec
-from oncestream.sql.metastore import Metastore
+from oncestream.sql.metastore import CommandResult, Metastore, StartQuery, StopQuery
 from oncestream.sql.parser import parse
 from oncestream.testing_hooks import SQL_CRASH_STEP_PROPERTY, SqlCrashPoint
 
@@ -139,27 +141,27 @@ class Node:
     def _decode(self, key: bytes | None, value: bytes | None) -> Any:
         return commands.decode(key, value)
 
-    def _apply(self, command: Any, offset: int) -> Applied:
+    def _apply(self, command: commands.Command, offset: int) -> Applied:
         effects = self._metastore.apply(command, offset)
-        message = "Success"
-        query_id: str | None = None
+        result = Applied("Success")
         queries_changed = False
         for effect in effects:
-            if isinstance(effect, commands.StartQuery):
-                query_id = effect.info.query_id
-                self._query_properties[query_id] = dict(getattr(command, "streams_properties", {}) or {})
+            # CreateTopic / DeleteTopic were done by the node that wrote the command, around its
+            # commit (ksqlDB's injectors); every other node only follows the metastore.
+            if isinstance(effect, StartQuery):
+                self._query_properties[effect.query.query_id] = dict(command.streams_properties)
                 queries_changed = True
-            elif isinstance(effect, commands.StopQuery):
+            elif isinstance(effect, StopQuery):
                 self._query_properties.pop(effect.query_id, None)
                 queries_changed = True
-            elif isinstance(effect, commands.Result):
-                message = effect.message
+            elif isinstance(effect, CommandResult):
+                result = Applied(effect.message, effect.query_id, refused=effect.status != "SUCCESS")
         if queries_changed:
             self._query_offset = offset
             self._local.poke()
             if self._assignment is not None:
                 self._assignment.poke()
-        return Applied(message, query_id)
+        return result
 
     # --- query placement ------------------------------------------------------------------------------
 
@@ -179,12 +181,11 @@ class Node:
             info = self._metastore.query(query_id)
             if info is None:
                 return None
-            sources = self._sources_map()
             sink = self._metastore.source(info.sink)
+            analyzed = self._metastore.analyzed(query_id)
             properties = dict(self._query_properties.get(query_id, {}))
-        if sink is None:
+        if sink is None or analyzed is None:
             return None
-        analyzed = analyze_query(info.query, sources, sink=info.sink)
         return StartSpec(info, analyzed, sink, properties)
 
     def _sources_map(self) -> dict[str, SourceInfo]:
@@ -327,22 +328,27 @@ class Node:
                                 statement_text=statement.text)
 
         def prepare(snapshot: Metastore) -> PreparedCommand:
-            command = snapshot.validate(statement, properties)
+            command = snapshot.validate(statement, properties, _TopicLookup(self._admin))
             key, value = commands.encode(command)
-            before, after = self._topic_actions(statement, snapshot)
+            before, after = self._topic_actions(statement, command, snapshot)
             return PreparedCommand(key, value, before, after)
 
         result = self._writer.write(prepare, self._snapshot)
         status = result.status
         if status.state.value == "ERROR":
             raise StatementError(status.message, statement_text=statement.text)
-        return entities.current_status(statement.text, status.command_id, status.to_json(), result.offset)
+        return {"@type": "currentStatus", "statementText": statement.text, "commandId": status.command_id,
+                "commandStatus": status.to_json(), "commandSequenceNumber": result.offset, "warnings": []}
 
-    def _topic_actions(self, statement: ast.Statement, snapshot: Metastore) -> tuple[Any, Any]:
-        """What the writer does around the commit (ksqlDB's topic injector and DELETE TOPIC)."""
-        if isinstance(statement, ast.CreateSource | ast.CreateAsSelect):
-            topic, partitions, compact = self._topic_of(statement, snapshot)
-            return (lambda: self._ensure_topic(statement, topic, partitions, compact)), None
+    def _topic_actions(self, statement: ast.Statement, command: commands.Command,
+                       snapshot: Metastore) -> tuple[Callable[[], None] | None, Callable[[], None] | None]:
+        """What the writer does around the commit (ksqlDB's topic injector, DELETE TOPIC)."""
+        plan = command.plan
+        if plan.get("createTopic"):
+            topic, partitions = str(plan["topic"]), int(plan["partitions"])
+            replicas = int(plan.get("replicas") or self.settings.replication_factor)
+            compact = getattr(statement, "kind", None) is ast.SourceKind.TABLE
+            return (lambda: self._create_topic(topic, partitions, replicas, compact)), None
         if isinstance(statement, ast.DropSource) and statement.delete_topic:
             source = snapshot.source(statement.name)
             if source is not None:
@@ -350,31 +356,11 @@ class Node:
                 return None, (lambda: self._delete_topic(topic_name))
         return None, None
 
-    def _topic_of(self, statement: ast.CreateSource | ast.CreateAsSelect, snapshot: Metastore) -> tuple[str, int | None, bool]:
-        props = {k.upper(): v for k, v in statement.properties.items()}
-        topic = str(props.get("KAFKA_TOPIC") or statement.name)
-        partitions = int(props["PARTITIONS"]) if props.get("PARTITIONS") is not None else None
-        if partitions is None and isinstance(statement, ast.CreateAsSelect):
-            source = snapshot.source(statement.query.source)
-            partitions = source.partitions if source is not None else 1
-        compact = statement.kind is ast.SourceKind.TABLE
-        return topic, partitions, compact
-
-    def _ensure_topic(self, statement: ast.Statement, topic: str, partitions: int | None, compact: bool) -> None:
-        existing = self._admin.describe_topics([topic], timeout=30).get(topic)
-        if existing is not None and existing.error is None and existing.partitions:
-            return
-        if partitions is None:
-            raise StatementError(
-                f"Topic '{topic}' does not exist. If you want to create a new topic for the stream/table please "
-                "re-run the statement providing the required 'PARTITIONS' configuration in the WITH clause "
-                "(and optionally 'REPLICAS'). For example: CREATE STREAM FOO (ID INT, VALUE STRING) WITH "
-                f"(KAFKA_TOPIC='{topic}', PARTITIONS=2, VALUE_FORMAT='JSON');", statement_text=statement.text)
+    def _create_topic(self, topic: str, partitions: int, replicas: int, compact: bool) -> None:
         config = {"cleanup.policy": "compact"} if compact else {}
-        result = self._admin.create_topics([NewTopic(topic, partitions, self.settings.replication_factor, config)],
-                                           timeout=30)
+        result = self._admin.create_topics([NewTopic(topic, partitions, replicas, config)], timeout=30)
         error = result.get(topic)
-        if error is not None and "ALREADY_EXISTS" not in str(error).upper():
+        if error is not None and error.code() != ErrorCode.topic_already_exists:
             raise KsqlError(f"Could not create topic '{topic}': {error}")
 
     def _delete_topic(self, topic: str) -> None:
@@ -386,6 +372,8 @@ class Node:
     # --- local statements -------------------------------------------------------------------------------
 
     def _describe(self, statement: ast.Statement, properties: dict[str, Any]) -> dict[str, Any]:
+        from oncestream.sql import entities
+
         with self._runner.lock:
             return entities.describe(statement, self._metastore, properties=properties,
                                      node=self, topics=self._list_topics)
@@ -401,6 +389,8 @@ class Node:
         if sink is None:
             raise StatementError(f"Cannot insert values into an unknown stream/table: {statement.target}",
                                  statement_text=statement.text)
+        from oncestream.sql import entities
+
         row = entities.values_row(statement, sink)
         self.runtime.insert_values(sink, row)
 
@@ -452,6 +442,37 @@ class Node:
     def metastore_snapshot(self) -> Metastore:
         """A copy of this node's metastore."""
         return self._snapshot()
+
+
+class _TopicLookup(Mapping[str, int]):
+    """The Kafka topics (name -> partition count) as ``Metastore.validate`` asks about them: one
+    DescribeTopics per name looked up, instead of describing the whole cluster."""
+
+    def __init__(self, admin: Admin) -> None:
+        self._admin = admin
+        self._known: dict[str, int | None] = {}
+
+    def _partitions(self, name: str) -> int | None:
+        if name not in self._known:
+            description = self._admin.describe_topics([name], timeout=30).get(name)
+            ok = description is not None and description.error is None and description.partitions
+            self._known[name] = len(description.partitions) if ok and description is not None else None
+        return self._known[name]
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and self._partitions(name) is not None
+
+    def __getitem__(self, name: str) -> int:
+        count = self._partitions(name)
+        if count is None:
+            raise KeyError(name)
+        return count
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._admin.list_topics(timeout=30))
+
+    def __len__(self) -> int:
+        return len(self._admin.list_topics(timeout=30))
 
 
 def _host_port(url: str) -> str:
