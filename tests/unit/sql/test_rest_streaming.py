@@ -61,7 +61,8 @@ def test_query_writes_ksqldb_chunked_framing_until_limit(server: RunningServer) 
     assert body.replace(b",\n\n", b",\n").lstrip(b"\n") == (
         b'[{"header":{"queryId":"' + query_id.encode() + b'","schema":"`ID` INTEGER, `NAME` STRING"}},\n'
         b'{"row":{"columns":[1,"a"]}},\n{"row":{"columns":[2,"b"]}},\n{"finalMessage":"Limit Reached"}]\n')
-    assert server.engine.queries[query_id].closed.is_set()
+    # Closed once the response is written (the client may read the end a moment before).
+    assert wait_until(server.engine.queries[query_id].closed.is_set)
 
 
 def test_query_writes_a_newline_while_idle(server: RunningServer) -> None:
@@ -206,7 +207,9 @@ def test_client_going_away_closes_its_query(server: RunningServer, protocol: str
                   else ("/query", {"ksql": "SELECT * FROM S EMIT CHANGES;"}))
     with httpx.Client(http1=not h2, http2=h2, timeout=30) as c:
         with c.stream("POST", f"{server.url}{path}", json=body) as r:
-            next(r.iter_raw())
+            # Keep the iterator: a discarded httpx iterator closes the response (a disconnect).
+            chunks = r.iter_raw()
+            next(chunks)
             query = server.engine.queries[latest_query(server)]
             assert not query.closed.is_set()
         # Leaving the block without reading to the end resets the h2 stream / drops the connection.
@@ -279,3 +282,16 @@ def test_shutdown_ends_open_push_queries() -> None:
     assert ended.is_set()
     assert json.loads(lines[0])["queryId"] == query.query_id
     assert query.closed.is_set()
+
+
+def test_inserts_stream_error_before_the_body_ends_is_still_delivered_over_h2c(server: RunningServer) -> None:
+    """The error line reaches the client although it is still sending rows after the bad one (the
+    server reads the rest of the body before ending the response; hypercorn would otherwise drop
+    the HTTP/2 connection on the late DATA frames)."""
+    rows = b"".join(b'{"ID":%d}\n' % i for i in range(5000))
+    body = b'{"target":"S"}\n{"BOGUS":1}\n' + rows
+    with httpx.Client(http1=False, http2=True, timeout=30) as c:
+        r = c.post(f"{server.url}/inserts-stream", content=body)
+        assert [json.loads(line)["status"] for line in r.text.splitlines()] == ["error"]
+        # The connection is still usable.
+        assert c.get(f"{server.url}/info").status_code == 200
