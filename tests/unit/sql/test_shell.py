@@ -32,7 +32,7 @@ def server() -> Iterator[RunningServer]:
 def run_shell(argv: list[str], server: RunningServer, **kwargs: object) -> tuple[int, str, str]:
     args = build_parser().parse_args(["sql", "--server", server.url, *argv])
     out, err = io.StringIO(), io.StringIO()
-    code = shell.run(args, out=out, err=err, **kwargs)  # type: ignore[arg-type]
+    code = shell.run(args, out=out, err=err, **kwargs)
     return code, out.getvalue(), err.getvalue()
 
 
