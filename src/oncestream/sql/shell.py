@@ -411,7 +411,11 @@ def run(args: argparse.Namespace, *, out: TextIO | None = None, err: TextIO | No
             err.write(f"Cannot reach the SQL server at {args.server}: {exc}\n")
             return 1
         if args.execute is not None or args.file is not None:
-            text = args.execute if args.execute is not None else Path(args.file).read_text(encoding="utf-8")
+            try:
+                text = args.execute if args.execute is not None else Path(args.file).read_text(encoding="utf-8")
+            except OSError as exc:
+                err.write(f"Cannot read {args.file}: {exc.strerror or exc}\n")
+                return 1
             return 0 if shell.run_text(text) else 1
         shell.print(f"Server {info.get('version', '?')} at {args.server} (service id {info.get('ksqlServiceId', '?')})")
         shell.print("Statements end with ';'. Type help for help, exit to leave.")

@@ -165,3 +165,9 @@ def test_interactive_ends_at_end_of_input(server: RunningServer, tmp_path: Path)
         code, out, _ = run_shell(["--history-file", str(tmp_path / "h")], server, session_factory=session)
     assert code == 0
     assert "Stream Name" in out
+
+
+def test_missing_file_is_exit_code_1(server: RunningServer, tmp_path: Path) -> None:
+    code, _, err = run_shell(["-f", str(tmp_path / "nope.sql")], server)
+    assert code == 1
+    assert err.startswith(f"Cannot read {tmp_path / 'nope.sql'}")

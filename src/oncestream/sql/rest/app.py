@@ -13,6 +13,12 @@ ksqlDB's generic message, the traceback going to the log only.
 Streaming queries end at LIMIT, when the engine's stream ends (``/close-query``), when the client
 goes away (ASGI ``http.disconnect``: the query is closed at once, freeing its Spark query), or when
 the server shuts down (``close_streams``).
+
+Plain ASGI, no web framework: ten fixed routes, bodies that must be read under a byte limit, and
+two endpoints that stream while reading (/inserts-stream) or while watching for the client to
+leave (/query, /query-stream) are all written against raw ``receive``/``send`` anyway; a router
+and request object are not worth a dependency (starlette is not even installed). The HTTP
+plumbing is ``oncestream.sql.rest.http``; hypercorn does HTTP/1.1, h2c and chunking.
 """
 
 from __future__ import annotations
