@@ -215,6 +215,8 @@ def test_client_going_away_closes_its_query(server: RunningServer, protocol: str
         # Leaving the block without reading to the end resets the h2 stream / drops the connection.
     assert wait_until(query.closed.is_set)
     assert wait_until(lambda: server.app.active_streams == 0)
+    # Through the engine, so that a node forgets the query too.
+    assert query.query_id in server.engine.close_requests
 
 
 def test_inserts_stream_acks_every_row_in_order(server: RunningServer) -> None:

@@ -262,6 +262,10 @@ class KsqlRestApp:
             for task in (pump, disconnected, next_row):
                 if task is not None:
                     task.cancel()
+            # Through the engine first, so it forgets the query (its close-query registry), then
+            # the stream itself in case the engine did not know it; closing twice is harmless.
+            with contextlib.suppress(Exception):
+                await self.engine.close_query(stream.query_id)
             with contextlib.suppress(Exception):
                 await stream.close()
 
