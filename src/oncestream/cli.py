@@ -490,6 +490,7 @@ def build_parser() -> argparse.ArgumentParser:
     x.set_defaults(func=cmd_transactions)
 
     __import__("oncestream.cli_users", fromlist=["register"]).register(sub)  # SCRAM users
+    __import__("oncestream.sql.shell", fromlist=["register"]).register(sub)  # oncestream sql: the SQL shell
     _register_sql_server(sub)
 
     d = sub.add_parser("demo", help="run the end-to-end demo")
