@@ -146,6 +146,8 @@ class Metastore:
         self._sources: dict[str, SourceInfo] = {}
         self._queries: dict[str, QueryInfo] = {}
         self._analyzed: dict[str, AnalyzedQuery] = {}
+        # source -> the sources its CREATE ... AS SELECT read (ksqlDB's drop constraints)
+        self._references: dict[str, tuple[str, ...]] = {}
         self._last_offset: int = -1
 
     # -- lookups -------------------------------------------------------------------------------
@@ -182,6 +184,10 @@ class Metastore:
     def writers_of(self, name: str) -> list[str]:
         return sorted(q.query_id for q in self._queries.values() if q.sink == name)
 
+    def referenced_by(self, name: str) -> list[str]:
+        """The sources created (CREATE ... AS SELECT) from ``name``: they block its DROP."""
+        return sorted(n for n, refs in self._references.items() if name in refs)
+
     def snapshot(self) -> Metastore:
         """An independent copy (validate against it while the live one keeps applying)."""
         return self.copy()
@@ -191,6 +197,7 @@ class Metastore:
         other._sources = dict(self._sources)
         other._queries = dict(self._queries)
         other._analyzed = dict(self._analyzed)
+        other._references = dict(self._references)
         other._last_offset = self._last_offset
         return other
 
@@ -210,7 +217,8 @@ class Metastore:
                  "columns": [[c.name, c.type.ksql_name, c.namespace.value] for c in s.columns],
                  "timestamp": s.timestamp_column, "timestampFormat": s.timestamp_format,
                  "window": None if s.window is None else [s.window.kind.value, s.window.size_ms, s.window.advance_ms],
-                 "readOnly": s.read_only, "createdBy": s.created_by, "statement": s.statement}
+                 "readOnly": s.read_only, "createdBy": s.created_by, "statement": s.statement,
+                 "references": list(self._references.get(s.name, ()))}
                 for s in self.sources()],
             "queries": [
                 {"id": q.query_id, "statement": q.statement, "sink": q.sink, "sources": list(q.sources),
@@ -501,14 +509,26 @@ class Metastore:
             raise StatementError(f"Incompatible data source type is {_lower_kind(existing.kind)}, but statement was DROP {kind}")
         if existing.read_only and stmt.delete_topic:
             raise StatementError(f"Cannot delete topic for read-only source: {stmt.name}")
-        readers = self.readers_of(stmt.name)
+        # ksqlDB checks the INSERT INTO queries first, then the sources created from this one
+        readers = [q for q in self.readers_of(stmt.name) if q.startswith("INSERTQUERY_") or not self._is_create_as(q)]
         writers = [q for q in self.writers_of(stmt.name) if q != existing.created_by]
         if readers or writers:
             raise StatementError(f"Cannot drop {stmt.name}.\n"
                                  f"The following queries read from this source: [{', '.join(readers)}].\n"
                                  f"The following queries write into this source: [{', '.join(writers)}].\n"
                                  f"You need to terminate them before dropping {stmt.name}.")
+        dependants = self.referenced_by(stmt.name)
+        if dependants:
+            raise StatementError(f"Cannot drop {stmt.name}.\nThe following streams and/or tables read from this source: "
+                                 f"[{', '.join(dependants)}].\nYou need to drop them before dropping {stmt.name}.")
         return _Plan(stmt, {}, source=existing)
+
+    def _is_create_as(self, query_id: str) -> bool:
+        info = self._queries.get(query_id)
+        if info is None:
+            return False
+        sink = self._sources.get(info.sink)
+        return sink is not None and sink.created_by == query_id
 
     # -- execution -----------------------------------------------------------------------------
 
@@ -523,6 +543,7 @@ class Metastore:
                 effects.append(CreateTopic(p.source.topic, p.source.partitions, p.source.replicas,
                                            compacted=p.source.kind is SourceKind.TABLE))
             self._sources[stmt.name] = p.source
+            self._references.pop(stmt.name, None)
             kind = "Stream" if stmt.kind is SourceKind.STREAM else "Table"
             effects.append(CommandResult("SUCCESS", f"{kind} created"))
             return effects
@@ -538,6 +559,7 @@ class Metastore:
                                            compacted=p.source.kind is SourceKind.TABLE))
             sink = replace(p.source, created_by=query_id)
             self._sources[stmt.name] = sink
+            self._references[stmt.name] = tuple(sorted({s.name for s in p.analyzed.sources.values()}))
             info = self._register_query(query_id, stmt.text, sink, stmt.query, p.analyzed, offset)
             effects.append(StartQuery(info, sink, p.analyzed))
             effects.append(CommandResult("SUCCESS", f"Created query with ID {query_id}", query_id))
@@ -555,6 +577,7 @@ class Metastore:
                 effects.append(StopQuery(p.source.created_by))
                 self._drop_query(p.source.created_by)
             del self._sources[stmt.name]
+            self._references.pop(stmt.name, None)
             if stmt.delete_topic:
                 effects.append(DeleteTopic(p.source.topic))
             effects.append(CommandResult("SUCCESS", f"Source `{stmt.name}` (topic: {p.source.topic}) was dropped."))

@@ -24,7 +24,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from oncestream.client import Admin, KafkaException, NewTopic
-from oncestream.sql import ast, commands
+from oncestream.sql import ast, commands, entities
 from oncestream.sql.analyzer import analyze_query
 from oncestream.sql.assignment import Assignment, QueryAssignment
 from oncestream.sql.catalog import SourceInfo
@@ -46,6 +46,7 @@ from oncestream.sql.errors import (
     NotReadyError,
     StatementError,
 )
+from oncestream.sql.insert_values import json_row, values_row
 from oncestream.sql.local_queries import LocalQueries, StartSpec
 from oncestream.sql.metastore import CommandResult, Metastore, StartQuery, StopQuery
 from oncestream.sql.parser import parse
@@ -372,16 +373,93 @@ class Node:
     # --- local statements -------------------------------------------------------------------------------
 
     def _describe(self, statement: ast.Statement, properties: dict[str, Any]) -> dict[str, Any]:
-        from oncestream.sql import entities
+        """SHOW / LIST / DESCRIBE / EXPLAIN, answered from this node's metastore."""
+        text = statement.text
+        if isinstance(statement, ast.Show):
+            return self._show(statement, properties)
+        if isinstance(statement, ast.Describe):
+            if statement.function:
+                found = entities.describe_function(statement.name or "", text)
+                if found is None:
+                    raise StatementError(f"Can't find any functions with the name '{statement.name}'", statement_text=text)
+                return found
+            with self._runner.lock:
+                snapshot = self._metastore.copy()
+            states = self._query_states(snapshot)
+            if statement.name is None:
+                kind = (statement.what or ast.ShowWhat.STREAMS).value.rstrip("S")
+                return entities.source_descriptions(snapshot, text, kind=kind, extended=statement.extended,
+                                                    states=states)
+            source = snapshot.source(statement.name)
+            if source is None:
+                raise StatementError(f"Could not find STREAM/TABLE '{statement.name}' in the Metastore",
+                                     statement_text=text)
+            description = entities.source_description(snapshot, source, extended=statement.extended, states=states,
+                                                      error_stats=self._error_stats(snapshot, source.name)
+                                                      if statement.extended else "")
+            return {"@type": "sourceDescription", "statementText": text, "sourceDescription": description,
+                    "warnings": []}
+        if isinstance(statement, ast.Explain):
+            if statement.query_id is None:
+                raise StatementError("EXPLAIN of a statement is not supported; EXPLAIN a query id", statement_text=text)
+            with self._runner.lock:
+                snapshot = self._metastore.copy()
+            info = snapshot.query(statement.query_id)
+            if info is None:
+                raise StatementError(f"Query with id:{statement.query_id} does not exist, "
+                                     "use SHOW QUERIES to view the full set of running queries.", statement_text=text)
+            _state, error, _owner = self.query_state(info.query_id)
+            errors = [] if error is None else [{"type": "UNKNOWN", "errorMessage": error,
+                                                "timestamp": int(time.time() * 1000)}]
+            return entities.query_description_entity(
+                snapshot, info, text, host_states=self.host_statuses(info.query_id), errors=errors,
+                overridden_properties=self._query_properties.get(info.query_id, {}))
+        raise StatementError(f"Unsupported statement: {type(statement).__name__}", statement_text=text)
 
+    def _show(self, statement: ast.Show, properties: dict[str, Any]) -> dict[str, Any]:
+        text = statement.text
         with self._runner.lock:
-            return entities.describe(statement, self._metastore, properties=properties,
-                                     node=self, topics=self._list_topics)
+            snapshot = self._metastore.copy()
+        what = statement.what
+        if what is ast.ShowWhat.STREAMS:
+            if statement.extended:
+                return entities.source_descriptions(snapshot, text, kind="STREAM", extended=True,
+                                                    states=self._query_states(snapshot))
+            return entities.streams(snapshot, text)
+        if what is ast.ShowWhat.TABLES:
+            if statement.extended:
+                return entities.source_descriptions(snapshot, text, kind="TABLE", extended=True,
+                                                    states=self._query_states(snapshot))
+            return entities.tables(snapshot, text)
+        if what is ast.ShowWhat.QUERIES:
+            return entities.queries(snapshot, text, self._query_states(snapshot))
+        if what is ast.ShowWhat.TOPICS:
+            return entities.kafka_topics(self._topics(), text)
+        if what is ast.ShowWhat.PROPERTIES:
+            server = {k: v for k, v in self.settings.properties.items() if not k.startswith(("ssl.", "sasl."))}
+            server.setdefault("ksql.service.id", self.service_id)
+            server.setdefault("ksql.streams.bootstrap.servers", self.settings.bootstrap_servers)
+            return entities.properties(server, properties, text)
+        if what is ast.ShowWhat.FUNCTIONS:
+            return entities.function_names(text)
+        raise StatementError(f"Unsupported statement: SHOW {what}", statement_text=text)
 
-    def _list_topics(self) -> list[Any]:
+    def _query_states(self, snapshot: Metastore) -> dict[str, str]:
+        return {q.query_id: self.query_state(q.query_id)[0] for q in snapshot.queries()}
+
+    def _error_stats(self, snapshot: Metastore, name: str) -> str:
+        lines = []
+        for q in snapshot.queries():
+            if q.sink == name or name in q.sources:
+                state, error, _owner = self.query_state(q.query_id)
+                if state == "ERROR" and error:
+                    lines.append(f"{q.query_id}: {error}")
+        return "\n".join(lines)
+
+    def _topics(self) -> dict[str, list[int]]:
         names = [t for t in self._admin.list_topics(timeout=30) if not t.startswith("_")]
         described = self._admin.describe_topics(names, timeout=30)
-        return [described[n] for n in sorted(names) if n in described]
+        return {n: [len(p.replicas) for p in d.partitions] for n, d in described.items() if d.error is None}
 
     def _insert_values(self, statement: ast.InsertValues) -> None:
         with self._runner.lock:
@@ -389,10 +467,10 @@ class Node:
         if sink is None:
             raise StatementError(f"Cannot insert values into an unknown stream/table: {statement.target}",
                                  statement_text=statement.text)
-        from oncestream.sql import entities
-
-        row = entities.values_row(statement, sink)
-        self.runtime.insert_values(sink, row)
+        if sink.read_only:
+            raise StatementError(f"Cannot insert values into read-only {sink.kind.value.lower()}: {sink.name}",
+                                 statement_text=statement.text)
+        self.runtime.insert_values(sink, values_row(statement, sink))
 
     # --- push queries and inserts -----------------------------------------------------------------------
 
@@ -431,7 +509,7 @@ class Node:
             sink = self._metastore.source(target)
         if sink is None:
             raise NotFoundError(f"Cannot insert values into an unknown stream/table: {target}")
-        await asyncio.to_thread(self.runtime.insert_values, sink, dict(row))
+        await asyncio.to_thread(self.runtime.insert_values, sink, json_row(sink, row))
 
     # --- for tests and the server process -------------------------------------------------------------
 

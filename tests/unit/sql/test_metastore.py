@@ -152,23 +152,31 @@ def test_drop_rules() -> None:
     run(ms, create_stream(), 0)
     run(ms, csas("BIG", "SELECT id, amount FROM orders"), 1)
     drop_orders = ast.DropSource(text="DROP STREAM ORDERS;", position=P, kind=SourceKind.STREAM, name="ORDERS")
+    # a source created from ORDERS blocks its DROP (ksqlDB's drop constraints), even once its query is terminated
+    with pytest.raises(StatementError, match=r"Cannot drop ORDERS\.\nThe following streams and/or tables read from this "
+                                             r"source: \[BIG\]\.\nYou need to drop them before dropping ORDERS\."):
+        ms.validate(drop_orders, {}, TOPICS)
+    ins = ast.InsertInto(text="INSERT INTO BIG SELECT id, amount FROM orders;", position=P, target="BIG",
+                         query=select("SELECT id, amount FROM orders"))
+    run(ms, ins, 2)
     with pytest.raises(StatementError, match=r"Cannot drop ORDERS\.\nThe following queries read from this source: "
-                                             r"\[CSAS_BIG_1\]\.\nThe following queries write into this source: \[\]\.\n"
+                                             r"\[INSERTQUERY_2\]\.\nThe following queries write into this source: \[\]\.\n"
                                              r"You need to terminate them before dropping ORDERS\."):
         ms.validate(drop_orders, {}, TOPICS)
+    run(ms, ast.Terminate(text="TERMINATE INSERTQUERY_2;", position=P, query_id="INSERTQUERY_2"), 3)
     with pytest.raises(StatementError, match="Stream NOPE does not exist."):
         ms.validate(ast.DropSource(text="", position=P, kind=SourceKind.STREAM, name="NOPE"), {}, TOPICS)
     with pytest.raises(StatementError, match="Incompatible data source type is stream, but statement was DROP table"):
         ms.validate(ast.DropSource(text="", position=P, kind=SourceKind.TABLE, name="BIG"), {}, TOPICS)
     # dropping the sink of a CSAS stops its query
     effects = run(ms, ast.DropSource(text="DROP STREAM BIG DELETE TOPIC;", position=P, kind=SourceKind.STREAM, name="BIG",
-                                     delete_topic=True), 2)
+                                     delete_topic=True), 4)
     assert effects == [StopQuery("CSAS_BIG_1"), DeleteTopic("BIG"),
                        CommandResult("SUCCESS", "Source `BIG` (topic: BIG) was dropped.")]
     assert ms.queries() == []
-    assert result(run(ms, drop_orders, 3)).status == "SUCCESS"
+    assert result(run(ms, drop_orders, 5)).status == "SUCCESS"
     if_exists = ast.DropSource(text="", position=P, kind=SourceKind.STREAM, name="ORDERS", if_exists=True)
-    assert run(ms, if_exists, 4) == [CommandResult("SUCCESS", "Source ORDERS does not exist.")]
+    assert run(ms, if_exists, 6) == [CommandResult("SUCCESS", "Source ORDERS does not exist.")]
 
 
 def test_terminate() -> None:
@@ -179,9 +187,9 @@ def test_terminate() -> None:
         ms.validate(ast.Terminate(text="TERMINATE CSAS_NOPE_1;", position=P, query_id="CSAS_NOPE_1"), {}, TOPICS)
     effects = run(ms, ast.Terminate(text="TERMINATE CSAS_BIG_1;", position=P, query_id="CSAS_BIG_1"), 2)
     assert effects == [StopQuery("CSAS_BIG_1"), CommandResult("SUCCESS", "Query terminated.")]
-    assert ms.source("BIG").created_by is None
-    drop_orders = ast.DropSource(text="DROP STREAM ORDERS;", position=P, kind=SourceKind.STREAM, name="ORDERS")
-    assert result(run(ms, drop_orders, 3)).status == "SUCCESS"
+    assert ms.source("BIG").created_by is None and ms.queries() == []
+    drop_big = ast.DropSource(text="DROP STREAM BIG;", position=P, kind=SourceKind.STREAM, name="BIG")
+    assert run(ms, drop_big, 3) == [CommandResult("SUCCESS", "Source `BIG` (topic: BIG) was dropped.")]
 
 
 def test_insert_into() -> None:
@@ -197,8 +205,9 @@ def test_insert_into() -> None:
     with pytest.raises(StatementError, match="INSERT INTO can only be used to insert into a stream. USERS is a table."):
         ms.validate(bad, {}, TOPICS)
     mismatch = ast.InsertInto(text="", position=P, target="ORDERS2", query=select("SELECT id, userid FROM orders"))
-    with pytest.raises(StatementError, match="Incompatible schema between results and sink.\nResult schema is `ID` INTEGER KEY, "
-                                             "`USERID` STRING\nSink schema is `ID` INTEGER KEY, `USERID` STRING, `AMOUNT` DOUBLE"):
+    with pytest.raises(StatementError, match="Incompatible schema between results and sink.\nResult schema is `ID` INTEGER "
+                                             "KEY, `USERID` STRING\nSink schema is `ID` INTEGER KEY, `USERID` STRING, `AMOUNT` "
+                                             "DOUBLE"):
         ms.validate(mismatch, {}, TOPICS)
     drop = ast.DropSource(text="", position=P, kind=SourceKind.STREAM, name="ORDERS2")
     with pytest.raises(StatementError, match=r"write into this source: \[INSERTQUERY_5\]"):
