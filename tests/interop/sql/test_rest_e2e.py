@@ -63,9 +63,17 @@ def stream(api: KSQLAPI) -> str:
     return name
 
 
-def test_info_and_statement_errors(api: KSQLAPI, node: SqlServerProcess, stream: str) -> None:
+def test_info_listing_and_description(api: KSQLAPI, node: SqlServerProcess, stream: str) -> None:
     assert api.get_ksql_version()
     assert node.get("/info").json()["KsqlServerInfo"]["ksqlServiceId"] == node.service_id
+    listed = api.ksql("SHOW STREAMS;")[0]
+    assert listed["@type"] == "streams"
+    assert stream in [s["name"] for s in listed["streams"]]
+    described = api.ksql(f"DESCRIBE {stream};")[0]["sourceDescription"]
+    assert [(f["name"], f["schema"]["type"]) for f in described["fields"]] == [("ID", "INTEGER"), ("NAME", "STRING")]
+
+
+def test_statement_errors(api: KSQLAPI, stream: str) -> None:
     with pytest.raises(KSQLError) as info:
         api.ksql(f"SELECT * FROM {stream} EMIT CHANGES;")
     assert info.value.error_code == 40002
@@ -96,7 +104,10 @@ def test_shell_runs_statements_and_a_query(node: SqlServerProcess, stream: str) 
     assert node.url is not None
     done = subprocess.run(
         [sys.executable, "-m", "oncestream.cli", "sql", "--server", node.url, "-e",
+         f"SHOW STREAMS; DESCRIBE {stream};\n"
          f"SET 'auto.offset.reset'='earliest'; SELECT * FROM {stream} EMIT CHANGES LIMIT 1;"],
         capture_output=True, text=True, timeout=300, env={"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin"})
     assert done.returncode == 0, done.stderr
     assert "|1 " in done.stdout and "Limit Reached" in done.stdout
+    assert f" {stream} " in done.stdout  # a row of SHOW STREAMS' table
+    assert " ID    | INTEGER (key)" in done.stdout  # DESCRIBE's fields
