@@ -171,3 +171,12 @@ def test_missing_file_is_exit_code_1(server: RunningServer, tmp_path: Path) -> N
     code, _, err = run_shell(["-f", str(tmp_path / "nope.sql")], server)
     assert code == 1
     assert err.startswith(f"Cannot read {tmp_path / 'nope.sql'}")
+
+
+def test_query_header_schema_splits_into_columns_even_with_nested_types() -> None:
+    """The shell names its columns from the /query-stream ``vnd.ksql.v1+json`` header's schema."""
+    from oncestream.sql.rest.client import _split_column, _split_schema
+
+    schema = "`ID` INTEGER, `S` STRUCT<`A` INTEGER, `B, C` MAP<STRING, DECIMAL(4, 2)>>, `N` STRING"
+    assert [_split_column(c) for c in _split_schema(schema)] == [
+        ("ID", "INTEGER"), ("S", "STRUCT<`A` INTEGER, `B, C` MAP<STRING, DECIMAL(4, 2)>>"), ("N", "STRING")]
