@@ -3,8 +3,8 @@
 - Interactive (prompt-toolkit): a statement may span lines and runs once a ``;`` ends it outside
   quotes and comments; history is kept in a file; results are printed as tables; push queries
   stream their rows until LIMIT or Ctrl-C, which closes the query on the server.
-- ``-e STATEMENTS`` / ``-f FILE``: run the statements in order and exit; the first error is
-  printed (on stderr) and the exit code is 1.
+- ``-e STATEMENTS`` / ``-f FILE`` (or statements piped into stdin): run the statements in order
+  and exit; the first error is printed (on stderr) and the exit code is 1.
 - ``SET 'name'='value';`` and ``UNSET 'name';`` are kept by the shell, as ksqlDB's CLI keeps them,
   and sent with every later request (``streamsProperties`` on /ksql, ``properties`` on
   /query-stream); ``exit``/``quit`` (or Ctrl-D) leave.
@@ -417,6 +417,9 @@ def run(args: argparse.Namespace, *, out: TextIO | None = None, err: TextIO | No
                 err.write(f"Cannot read {args.file}: {exc.strerror or exc}\n")
                 return 1
             return 0 if shell.run_text(text) else 1
+        if session_factory is None and not sys.stdin.isatty():
+            # Statements piped in (`oncestream sql < script.sql`): a script, as with -f.
+            return 0 if shell.run_text(sys.stdin.read()) else 1
         shell.print(f"Server {info.get('version', '?')} at {args.server} (service id {info.get('ksqlServiceId', '?')})")
         shell.print("Statements end with ';'. Type help for help, exit to leave.")
         history = Path(args.history_file) if args.history_file else default_history_path()
