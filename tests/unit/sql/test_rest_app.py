@@ -217,3 +217,14 @@ def test_serve_reports_the_bound_port_and_a_failing_ready_callback_releases_the_
     with socket.socket() as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(("127.0.0.1", ports[0]))  # nothing listens there any more
+
+
+def test_early_answers_to_large_bodies_reach_http2_clients(server: RunningServer) -> None:
+    """406, 404 and 413 answered before the body is read still reach an HTTP/2 client sending a
+    large body, and the connection stays usable."""
+    big = b'{"ksql": "' + b"z" * 200_000 + b'"}'
+    with httpx.Client(base_url=server.url, http1=False, http2=True, timeout=30) as c:
+        assert c.post("/ksql", content=big, headers={"Accept": "text/html"}).status_code == 406
+        assert c.post("/nowhere", content=big).status_code == 404
+        assert c.post("/ksql", content=big).status_code == 413
+        assert c.get("/info").status_code == 200

@@ -133,6 +133,7 @@ class KsqlRestApp:
         method: str = scope["method"]
         if method == "GET" and path == "/":
             response.headers.append((b"location", b"/info"))
+            await drain_body(request, DRAIN_LIMIT_BYTES)
             await response.whole(307, None, b"")
             return
         key = (method, "/status" if path.startswith("/status/") else path)
@@ -142,6 +143,7 @@ class KsqlRestApp:
             if route is None:
                 if any(p == key[1] for _, p in self._routes):
                     raise MethodNotAllowedError(f"Method {method} not allowed on {path}")
+                await drain_body(request, DRAIN_LIMIT_BYTES)
                 await response.whole(404, "text/plain", b"Not Found")
                 return
             handler, produces, default = route
@@ -149,18 +151,17 @@ class KsqlRestApp:
             await handler(scope, request, response, content_type)
         except ClientDisconnected:
             return
-        except BodyTooLargeError as exc:
-            await self._answer_error(response, exc, content_type, drain=request)
         except KsqlError as exc:
-            await self._answer_error(response, exc, content_type)
+            await self._answer_error(response, request, exc, content_type)
         except Exception:
             log.exception("%s %s failed", method, path)
-            await self._answer_error(response, KsqlError(_INTERNAL_ERROR, error_code=SERVER_ERROR), content_type)
+            await self._answer_error(response, request, KsqlError(_INTERNAL_ERROR, error_code=SERVER_ERROR),
+                                     content_type)
 
-    async def _answer_error(self, response: Response, error: KsqlError, content_type: str,
-                            drain: RequestReader | None = None) -> None:
-        """Write ``error`` as ksqlDB's entity; with ``drain``, read the rest of the request body
-        before ending the response (see drain_body)."""
+    async def _answer_error(self, response: Response, request: RequestReader, error: KsqlError,
+                            content_type: str) -> None:
+        """Write ``error`` as ksqlDB's entity. The entity goes out first, then whatever is left of
+        the request body is read and discarded before the response ends (see drain_body)."""
         if response.started:
             # Headers are out: all we can do is end the body (the handlers write in-stream errors).
             with contextlib.suppress(Exception):
@@ -168,13 +169,12 @@ class KsqlRestApp:
             return
         if isinstance(error, NotAcceptableError) or content_type not in _JSON_TYPES:
             content_type = JSON
-        if drain is None:
+        if request.body_ended:
             await response.error(error, content_type)
             return
         await response.start(error.http_status, content_type)
         await response.write(framing.dumps(error.to_entity()))
-        with contextlib.suppress(ClientDisconnected):
-            await drain_body(drain, DRAIN_LIMIT_BYTES)
+        await drain_body(request, DRAIN_LIMIT_BYTES)
         await response.end()
 
     # --- statements -----------------------------------------------------------------------------
@@ -317,8 +317,7 @@ class KsqlRestApp:
                            error: dict[str, Any]) -> None:
         """The first failed row: its error line, the rest of the request discarded, the end."""
         await response.write(acks.item(error))
-        with contextlib.suppress(ClientDisconnected):
-            await drain_body(receive, DRAIN_LIMIT_BYTES)
+        await drain_body(receive, DRAIN_LIMIT_BYTES)
         await response.end(acks.end())
 
     # --- server state ---------------------------------------------------------------------------
