@@ -7,7 +7,8 @@
   and exit; the first error is printed (on stderr) and the exit code is 1.
 - ``SET 'name'='value';`` and ``UNSET 'name';`` are kept by the shell, as ksqlDB's CLI keeps them,
   and sent with every later request (``streamsProperties`` on /ksql, ``properties`` on
-  /query-stream); ``exit``/``quit`` (or Ctrl-D) leave.
+  /query-stream); ``RUN SCRIPT 'file.sql';`` runs a file's statements; ``exit``/``quit`` (or
+  Ctrl-D) leave.
 
 Statements are split here with a small scanner (quotes, backticks, comments), never parsed: the
 server parses them. Only the first word matters to the shell (SELECT/PRINT stream; the rest go to
@@ -283,6 +284,8 @@ class Shell:
                 return self._set(statement)
             if verb == "UNSET":
                 return self._unset(statement)
+            if verb == "RUN":
+                return self._run_script(statement)
             if verb in QUERY_VERBS:
                 self._query(statement)
             else:
@@ -319,6 +322,20 @@ class Shell:
         was = f" (value was '{old}')" if old is not None else ""
         self.print(f"Successfully unset local property '{words[0]}'{was}.")
         return True
+
+    def _run_script(self, statement: str) -> bool:
+        """``RUN SCRIPT 'file.sql';`` (ksqlDB's CLI): the file's statements, in order."""
+        words = _quoted_words(statement)
+        second = [w.upper() for w in strip_comments(statement).split()[1:2]]
+        if second != ["SCRIPT"] or len(words) != 1:
+            self.err.write("Usage: RUN SCRIPT '<file>';\n")
+            return False
+        try:
+            text = Path(words[0]).read_text(encoding="utf-8")
+        except OSError as exc:
+            self.err.write(f"Cannot read {words[0]}: {exc.strerror or exc}\n")
+            return False
+        return self.run_text(text)
 
     def _query(self, statement: str) -> None:
         """Stream a query's rows as a table until it ends or Ctrl-C (which closes it)."""
@@ -378,7 +395,8 @@ class Shell:
 HELP = """\
 Statements end with ';' and may span lines. Queries (SELECT ... EMIT CHANGES) stream until their
 LIMIT or Ctrl-C. SET 'property'='value'; and UNSET 'property'; change the properties sent with
-every request. exit or quit (or Ctrl-D) leaves the shell."""
+every request. RUN SCRIPT 'file.sql'; runs the statements of a file. exit or quit (or Ctrl-D)
+leaves the shell."""
 
 
 # --- command line ----------------------------------------------------------------------------------------

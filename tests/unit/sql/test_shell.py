@@ -180,3 +180,14 @@ def test_query_header_schema_splits_into_columns_even_with_nested_types() -> Non
     schema = "`ID` INTEGER, `S` STRUCT<`A` INTEGER, `B, C` MAP<STRING, DECIMAL(4, 2)>>, `N` STRING"
     assert [_split_column(c) for c in _split_schema(schema)] == [
         ("ID", "INTEGER"), ("S", "STRUCT<`A` INTEGER, `B, C` MAP<STRING, DECIMAL(4, 2)>>"), ("N", "STRING")]
+
+
+def test_run_script_runs_a_files_statements(server: RunningServer, tmp_path: Path) -> None:
+    script = tmp_path / "inner.sql"
+    script.write_text("CREATE STREAM R (X INT) R;\n", encoding="utf-8")
+    code, out, err = run_shell(["-e", f"RUN SCRIPT '{script}'; run script 'missing.sql';"], server)
+    assert code == 1
+    assert server.engine.executed[-1][0] == "CREATE STREAM R (X INT) R;"
+    assert err.startswith("Cannot read missing.sql")
+    code, _, err = run_shell(["-e", "RUN 'x';"], server)
+    assert (code, err) == (1, "Usage: RUN SCRIPT '<file>';\n")
