@@ -132,10 +132,12 @@ def test_query_stream_delimited_is_the_default(server: RunningServer, protocol: 
     (KSQL_V1, '[{"header":{"queryId":"%s","schema":"`ID` INTEGER, `NAME` STRING"}},\n'
               '{"row":{"columns":[3,"c"]}},\n{"finalMessage":"Limit Reached"}]'),
 ])
-def test_query_stream_json_forms_over_h2c(server: RunningServer, accept: str, expected: str) -> None:
+@pytest.mark.parametrize("protocol", ["http1", "h2c"])
+def test_query_stream_json_forms(server: RunningServer, accept: str, expected: str, protocol: str) -> None:
     before = len(server.engine.queries)
     publisher = publish_when_running(server, [[3, "c"]], before)
-    with httpx.Client(http1=False, http2=True, timeout=30) as c:
+    h2 = protocol == "h2c"
+    with httpx.Client(http1=not h2, http2=h2, timeout=30) as c:
         r = c.post(f"{server.url}/query-stream", json={"sql": "SELECT * FROM S EMIT CHANGES LIMIT 1;"},
                    headers={"Accept": accept})
     publisher.join()
