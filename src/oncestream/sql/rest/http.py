@@ -186,12 +186,20 @@ class Response:
 
     async def write(self, data: bytes) -> None:
         if data:
-            await self.send({"type": "http.response.body", "body": data, "more_body": True})
+            await self._body(data, more=True)
 
     async def end(self, data: bytes = b"") -> None:
         if not self.ended:
             self.ended = True
-            await self.send({"type": "http.response.body", "body": data, "more_body": False})
+            await self._body(data, more=False)
+
+    async def _body(self, data: bytes, *, more: bool) -> None:
+        try:
+            await self.send({"type": "http.response.body", "body": data, "more_body": more})
+        except (OSError, RuntimeError) as exc:
+            # A write failing at the transport (connection reset, transport closed) is the client
+            # having gone before its http.disconnect reached us: end quietly, like a disconnect.
+            raise ClientDisconnected() from exc
 
     async def whole(self, status: int, content_type: str | None, body: bytes) -> None:
         """A complete (non-streamed) response with Content-Length."""
