@@ -5,11 +5,14 @@ going away closes its query."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
+import logging
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping
+from typing import Any
 
 import h2.config
 import h2.connection
@@ -17,7 +20,8 @@ import h2.events
 import httpx
 import pytest
 
-from tests.unit.sql.test_rest_support import RunningServer, running_server, wait_until
+from oncestream.sql.engine import ColumnHeader
+from tests.unit.sql.test_rest_support import MemoryEngine, RunningServer, running_server, wait_until
 
 DELIMITED = "application/vnd.ksqlapi.delimited.v1"
 KSQL_V1 = "application/vnd.ksql.v1+json"
@@ -299,3 +303,47 @@ def test_inserts_stream_error_before_the_body_ends_is_still_delivered_over_h2c(s
         assert [json.loads(line)["status"] for line in r.text.splitlines()] == ["error"]
         # The connection is still usable.
         assert c.get(f"{server.url}/info").status_code == 200
+
+
+class FloodQuery:
+    """A push query producing rows as fast as it can, until closed."""
+
+    def __init__(self) -> None:
+        self.query_id = "flood"
+        self.columns = [ColumnHeader("X", "INTEGER")]
+        self.is_pull = False
+        self.limit_reached = False
+        self.closed = threading.Event()
+
+    async def rows(self) -> AsyncIterator[list[Any]]:
+        i = 0
+        while not self.closed.is_set():
+            i += 1
+            yield [i]
+            if i % 64 == 0:
+                await asyncio.sleep(0)
+
+    async def close(self) -> None:
+        self.closed.set()
+
+
+@pytest.mark.parametrize("protocol", ["http1", "h2c"])
+def test_client_leaving_a_fast_stream_closes_it_without_errors(protocol: str, caplog: pytest.LogCaptureFixture) -> None:
+    queries: list[FloodQuery] = []
+
+    class Flooding(MemoryEngine):
+        async def start_query(self, sql: str, properties: Mapping[str, Any]) -> FloodQuery:  # type: ignore[override]
+            queries.append(FloodQuery())
+            return queries[-1]
+
+    h2 = protocol == "h2c"
+    with caplog.at_level(logging.WARNING, logger="oncestream.sql.rest"), running_server(Flooding()) as srv:
+        for _ in range(3):
+            with httpx.Client(http1=not h2, http2=h2, timeout=30) as c, \
+                    c.stream("POST", f"{srv.url}/query-stream", json={"sql": "SELECT * FROM S EMIT CHANGES;"}) as r:
+                chunks = r.iter_raw()
+                next(chunks)
+                next(chunks)
+        assert wait_until(lambda: srv.app.active_streams == 0)
+    assert len(queries) == 3 and all(q.closed.is_set() for q in queries)
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
