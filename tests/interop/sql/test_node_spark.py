@@ -1,5 +1,7 @@
-"""A persistent query that fails (issue 12 point 8) is shown as ERROR with its error in SHOW
-QUERIES, DESCRIBE EXTENDED and EXPLAIN, and does not take the server down.
+"""A node with Spark: INSERT INTO ... VALUES and a push query (``/query-stream``, LIMIT) through
+the node; then a persistent query that fails (issue 12 point 8) is shown as ERROR with its error
+in SHOW QUERIES, DESCRIBE EXTENDED and EXPLAIN, and does not take the server down; SIGTERM ends
+the process with status 0 and no child left.
 
 The failure is a real one: the exactly-once sink needs KIP-939 two-phase commit, and this broker
 runs without ``transaction.two.phase.commit.enable``, so the query's first write fails in Spark.
@@ -12,6 +14,7 @@ import struct
 import uuid
 from pathlib import Path
 
+import httpx
 import pytest
 from confluent_kafka import Producer
 
@@ -31,8 +34,14 @@ def test_failed_query_shows_error_and_node_survives(broker, tmp_path: Path) -> N
         status = node.ok(f"CREATE STREAM DST WITH (KAFKA_TOPIC='{dst}') AS SELECT ID, V FROM SRC EMIT CHANGES;",
                          {"ksql.streams.auto.offset.reset": "earliest"})[0]
         query_id = status["commandStatus"]["queryId"]
+        node.ok("INSERT INTO SRC (ID, V) VALUES (1, 'x');")
+        with httpx.stream("POST", f"{node.url}/query-stream", timeout=240,
+                          json={"sql": "SELECT ID, V FROM SRC EMIT CHANGES LIMIT 1;",
+                                "properties": {"auto.offset.reset": "earliest"}}) as response:
+            lines = [json.loads(line) for line in response.iter_lines() if line.strip()]
+        assert lines[0]["columnNames"] == ["ID", "V"] and lines[1:] == [[1, "x"]], lines
         producer = Producer({"bootstrap.servers": broker.bootstrap})
-        producer.produce(src, json.dumps({"V": "x"}).encode(), struct.pack(">i", 1))
+        producer.produce(src, json.dumps({"V": "y"}).encode(), struct.pack(">i", 2))
         assert producer.flush(30) == 0
 
         def state() -> str | None:
