@@ -142,13 +142,16 @@ class SqlServerProcess:
         return httpx.get(f"{self.url}{path}", timeout=REQUEST_TIMEOUT_S)
 
 
-def wait_until(check: Any, what: str, timeout_s: float = 120.0, interval_s: float = 0.2) -> Any:
-    """Poll ``check()`` until it returns something truthy (returned); fail after ``timeout_s``."""
+def wait_until(check: Any, what: str, timeout_s: float = 120.0, interval_s: float = 0.2,
+               nodes: list[SqlServerProcess] | None = None) -> Any:
+    """Poll ``check()`` until it returns something truthy (returned); fail after ``timeout_s``
+    (with the tails of ``nodes``' logs in the message)."""
     deadline = time.monotonic() + timeout_s
     while True:
         value = check()
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
+            logs = "".join(f"\n--- {n.name} ---\n{n.log_tail(4000)}" for n in nodes or [])
+            raise AssertionError(f"timed out waiting for {what}{logs}")
         time.sleep(interval_s)

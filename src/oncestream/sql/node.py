@@ -492,6 +492,9 @@ class Node:
         stream: QueryStream = await asyncio.to_thread(self.runtime.start_push, analyzed, dict(properties),
                                                       query=statement.query)
         with self._push_lock:
+            # The REST layer closes streams itself when they end: forget the finished ones.
+            for finished in [q for q, s in self._push.items() if getattr(s, "done", False)]:
+                del self._push[finished]
             self._push[stream.query_id] = stream
         return stream
 

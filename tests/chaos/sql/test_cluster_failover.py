@@ -21,8 +21,9 @@ from tests.support.sql_servers import LAZY_SPARK, SqlServerProcess, wait_until
 
 pytestmark = [pytest.mark.chaos, pytest.mark.spark]
 
-RECORDS = 200
-BROKER_CONFIG = {"group.initial.rebalance.delay.ms": "0", "group.min.session.timeout.ms": "1000"}
+# The exactly-once sink writes with KIP-939 two-phase commit.
+BROKER_CONFIG = {"group.initial.rebalance.delay.ms": "0", "group.min.session.timeout.ms": "1000",
+                 "transaction.two.phase.commit.enable": "true"}
 NODE_CONFIG = {**LAZY_SPARK, "ksql.query.assignment.session.timeout.ms": "4000",
                "ksql.query.assignment.heartbeat.interval.ms": "500"}
 EARLIEST = {"ksql.streams.auto.offset.reset": "earliest"}
@@ -51,7 +52,8 @@ def _owner(nodes: list[SqlServerProcess], query_id: str) -> SqlServerProcess | N
     return None
 
 
-def test_query_fails_over_exactly_once(broker_factory, tmp_path: Path) -> None:
+@pytest.mark.parametrize("records", [200, pytest.param(5000, marks=pytest.mark.slow)])
+def test_query_fails_over_exactly_once(broker_factory, tmp_path: Path, records: int) -> None:
     broker = broker_factory(BROKER_CONFIG)
     service_id = f"failover_{uuid.uuid4().hex[:6]}_"
     config = {**NODE_CONFIG, "checkpoint.root": str(tmp_path / "shared-checkpoints")}
@@ -66,15 +68,16 @@ def test_query_fails_over_exactly_once(broker_factory, tmp_path: Path) -> None:
                       EARLIEST)[0]
         query_id = status["commandStatus"]["queryId"]
         assert query_id, status
-        _produce(broker.bootstrap, "src", range(RECORDS // 2))
-        owner = wait_until(lambda: _owner(nodes, query_id), "the query running somewhere", timeout_s=240)
-        wait_until(lambda: len(_values(broker.bootstrap, "dst")) >= RECORDS // 4, "first output", timeout_s=240)
+        _produce(broker.bootstrap, "src", range(records // 2))
+        owner = wait_until(lambda: _owner(nodes, query_id), "the query running somewhere", timeout_s=240, nodes=nodes)
+        wait_until(lambda: len(_values(broker.bootstrap, "dst")) >= records // 4, "first output", timeout_s=240, nodes=nodes)
         survivor = nodes[1] if owner is nodes[0] else nodes[0]
         owner.kill()
-        _produce(broker.bootstrap, "src", range(RECORDS // 2, RECORDS))
-        wait_until(lambda: _owner([survivor], query_id) is survivor, "the survivor running the query", timeout_s=240)
-        expected = sorted(f"v{i}" for i in range(RECORDS))
-        wait_until(lambda: len(_values(broker.bootstrap, "dst")) >= RECORDS, "all output", timeout_s=300)
+        _produce(broker.bootstrap, "src", range(records // 2, records))
+        wait_until(lambda: _owner([survivor], query_id) is survivor, "the survivor running the query", timeout_s=240,
+                   nodes=[survivor])
+        expected = sorted(f"v{i}" for i in range(records))
+        wait_until(lambda: len(_values(broker.bootstrap, "dst")) >= records, "all output", timeout_s=300, nodes=[survivor])
         assert sorted(_values(broker.bootstrap, "dst")) == expected  # every input exactly once
         shows = survivor.ok("SHOW QUERIES;")[0]["queries"]
         assert [q["state"] for q in shows if q["id"] == query_id] == ["RUNNING"], shows

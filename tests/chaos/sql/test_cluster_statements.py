@@ -18,7 +18,6 @@ from tests.support.sql_servers import LAZY_SPARK, SqlServerProcess, wait_until
 
 pytestmark = pytest.mark.chaos
 
-ROUNDS = 20
 
 
 def _create(name: str, schema: str) -> str:
@@ -39,14 +38,15 @@ def _describe_all(node: SqlServerProcess, names: list[str]) -> dict[str, Any]:
     return out
 
 
-def test_concurrent_conflicting_creates_exactly_one_wins(broker, tmp_path: Path) -> None:
+@pytest.mark.parametrize("rounds", [20, pytest.param(150, marks=pytest.mark.slow)])
+def test_concurrent_conflicting_creates_exactly_one_wins(broker, tmp_path: Path, rounds: int) -> None:
     service_id = f"conflict_{uuid.uuid4().hex[:6]}_"
     nodes = [SqlServerProcess(bootstrap=broker.bootstrap, service_id=service_id, state_dir=tmp_path / n,
                               config=LAZY_SPARK, name=n) for n in ("a", "b")]
     for node in nodes:
         node.start()
     try:
-        names = [f"S{i}_{uuid.uuid4().hex[:4]}".upper() for i in range(ROUNDS)]
+        names = [f"S{i}_{uuid.uuid4().hex[:4]}".upper() for i in range(rounds)]
         schemas = ["ID INT KEY, V STRING", "ID BIGINT KEY, W DOUBLE, X STRING"]
         last_sequence = -1
         for name in names:

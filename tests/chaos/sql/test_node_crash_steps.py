@@ -59,7 +59,8 @@ def _streams(node: SqlServerProcess) -> list[tuple[str, str]]:
     return sorted((s["name"], s["topic"]) for s in node.ok("SHOW STREAMS;")[0]["streams"])
 
 
-def test_sigkill_at_every_write_step(broker, tmp_path: Path) -> None:
+@pytest.mark.parametrize("cycles", [1, pytest.param(3, marks=pytest.mark.slow)])
+def test_sigkill_at_every_write_step(broker, tmp_path: Path, cycles: int) -> None:
     service_id = f"crash_{uuid.uuid4().hex[:6]}_"
     topic = command_topic_name(service_id)
     node = SqlServerProcess(bootstrap=broker.bootstrap, service_id=service_id, state_dir=tmp_path / "node",
@@ -67,7 +68,7 @@ def test_sigkill_at_every_write_step(broker, tmp_path: Path) -> None:
     node.start()
     acknowledged: list[str] = []
     try:
-        for index, step in enumerate(WRITE_STEPS):
+        for index, step in [(i, s) for _cycle in range(cycles) for i, s in enumerate(WRITE_STEPS)]:
             before = f"OK_{index}_{uuid.uuid4().hex[:4]}".upper()
             node.ok(_create(before))            # acknowledged: must survive every crash
             acknowledged.append(before)
@@ -94,6 +95,7 @@ def test_sigkill_at_every_write_step(broker, tmp_path: Path) -> None:
             keys = _committed_commands(broker.bootstrap, topic)
             assert keys.count(f"stream/`{victim}`/create") == 1, (step, keys)
             assert all(keys.count(f"stream/`{a}`/create") == 1 for a in acknowledged), keys
+            acknowledged.append(victim)
         # A node replaying from scratch builds the same metastore.
         fresh = SqlServerProcess(bootstrap=broker.bootstrap, service_id=service_id, state_dir=tmp_path / "fresh",
                                  config=LAZY_SPARK, name="fresh")
