@@ -203,6 +203,11 @@ def render_entity(entity: dict[str, Any]) -> str:
                              for t in entity.get("topics") or []])
     elif kind == "sourceDescription":
         text = _render_source(entity.get("sourceDescription") or {})
+    elif kind == "source_descriptions":
+        text = "\n\n".join(_render_source(d) for d in entity.get("sourceDescriptions") or [])
+    elif kind == "function_names":
+        text = render_table(["Function Name", "Category"],
+                            [[f.get("name"), f.get("category")] for f in entity.get("functions") or []])
     elif kind == "queryDescription":
         text = _render_query(entity.get("queryDescription") or {})
     else:
@@ -244,6 +249,9 @@ def _render_query(d: dict[str, Any]) -> str:
     parts = ["\n".join(head), "", render_table(["Field", "Type"], _fields_rows(d.get("fields") or [])),
              "", f"Sources that this query reads from: {', '.join(d.get('sources') or [])}",
              f"Sinks that this query writes to: {', '.join(d.get('sinks') or [])}"]
+    errors = d.get("queryErrors") or []
+    if errors:
+        parts += ["", "Query errors:", *(f"  {e.get('errorMessage', e) if isinstance(e, dict) else e}" for e in errors)]
     return "\n".join(parts)
 
 

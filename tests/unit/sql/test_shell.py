@@ -80,6 +80,15 @@ def test_entities_render_by_type() -> None:
     assert " ID    | INTEGER (key)" in described
     assert "Kafka topic         : s (partitions: 1, replication: 1)" in described
     assert '"@type": "mystery"' in render_entity({"@type": "mystery"})
+    both = render_entity({"@type": "source_descriptions", "sourceDescriptions": [{"name": "A"}, {"name": "B"}]})
+    assert "Name                : A" in both and "Name                : B" in both
+    assert " SUBSTRING     | STRING" in render_entity({"@type": "function_names", "functions": [
+        {"name": "SUBSTRING", "type": "SCALAR", "category": "STRING"}]})
+    explained = render_entity({"@type": "queryDescription", "queryDescription": {
+        "id": "CSAS_X_1", "queryType": "PERSISTENT", "statementText": "CREATE STREAM X AS SELECT * FROM S;",
+        "state": "ERROR", "fields": [], "sources": ["S"], "sinks": ["X"],
+        "queryErrors": [{"errorMessage": "boom", "type": "USER"}]}})
+    assert "Status              : ERROR" in explained and "  boom" in explained
 
 
 # --- -e and -f -----------------------------------------------------------------------------------------
