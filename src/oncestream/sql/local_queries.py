@@ -14,7 +14,8 @@ STOPPING       STARTING, RUNNING, FAILED                    no longer assigned o
 (absent)       STOPPING                                     runtime.stop_persistent returned
 =============  ==========================================  ==========================
 
-A FAILED query stays owned by this node (shown as ERROR with its error, as ksqlDB shows a failed
+A STOPPING query is still owned (reported in the group metadata) until it has stopped, so the
+group never gives it to another node while it runs here. A FAILED query stays owned by this node (shown as ERROR with its error, as ksqlDB shows a failed
 query) until it is unassigned or terminated, so the cluster does not bounce it from node to node.
 """
 
@@ -110,9 +111,10 @@ class LocalQueries:
     # --- outputs ----------------------------------------------------------------------------------
 
     def owned(self) -> list[str]:
-        """Queries this node runs or is starting, failed ones included (not those stopping)."""
+        """Queries this node runs, is starting or still stopping, failed ones included: a query
+        is only let go (for the group to give it to another node) once it has stopped here."""
         with self._lock:
-            return sorted(q for q, s in self._states.items() if s is not LocalState.STOPPING)
+            return sorted(self._states)
 
     def errors(self) -> dict[str, str]:
         """Error text of this node's failed queries."""
