@@ -87,7 +87,8 @@ def test_json_fields_are_matched_case_insensitively_in_spark(sql_spark):
 
     from oncestream.sql.compile import serde_columns
 
-    layout = _layout(Format.NONE, Format.JSON, values=[("ID", t.INTEGER), ("NAME", t.STRING), ("ST", t.struct_of(("F", t.INTEGER)))])
+    layout = _layout(Format.NONE, Format.JSON,
+                     values=[("ID", t.INTEGER), ("NAME", t.STRING), ("ST", t.struct_of(("F", t.INTEGER)))])
     frame = sql_spark.createDataFrame([(b'{"id":1,"Name":"x","st":{"F":2}}',), (b'{"ID":3,"NAME":null}',)], "value binary")
     got = [_plain(r.asDict()) for r in frame.select(*serde_columns.decode_value(layout, F.col("value"))).collect()]
     assert got == [{"ID": 1, "NAME": "x", "ST": {"F": 2}, "__TOMBSTONE": False},

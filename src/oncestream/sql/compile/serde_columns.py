@@ -9,8 +9,8 @@ IEEE-754 bits and goes through a vectorized (Arrow) UDF built on ``serde.kafka_e
 from __future__ import annotations
 
 import struct
-from decimal import Decimal
 from collections.abc import Mapping, Sequence
+from decimal import Decimal
 from typing import Any
 
 from pyspark.sql import Column as SparkColumn
