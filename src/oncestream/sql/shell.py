@@ -3,11 +3,12 @@
 - Interactive (prompt-toolkit): a statement may span lines and runs once a ``;`` ends it outside
   quotes and comments; history is kept in a file; results are printed as tables; push queries
   stream their rows until LIMIT or Ctrl-C, which closes the query on the server.
-- ``-e STATEMENTS`` / ``-f FILE``: run the statements in order and exit; the first error is
-  printed (on stderr) and the exit code is 1.
+- ``-e STATEMENTS`` / ``-f FILE`` (or statements piped into stdin): run the statements in order
+  and exit; the first error is printed (on stderr) and the exit code is 1.
 - ``SET 'name'='value';`` and ``UNSET 'name';`` are kept by the shell, as ksqlDB's CLI keeps them,
   and sent with every later request (``streamsProperties`` on /ksql, ``properties`` on
-  /query-stream); ``exit``/``quit`` (or Ctrl-D) leave.
+  /query-stream); ``RUN SCRIPT 'file.sql';`` runs a file's statements; ``exit``/``quit`` (or
+  Ctrl-D) leave.
 
 Statements are split here with a small scanner (quotes, backticks, comments), never parsed: the
 server parses them. Only the first word matters to the shell (SELECT/PRINT stream; the rest go to
@@ -202,6 +203,11 @@ def render_entity(entity: dict[str, Any]) -> str:
                              for t in entity.get("topics") or []])
     elif kind == "sourceDescription":
         text = _render_source(entity.get("sourceDescription") or {})
+    elif kind == "source_descriptions":
+        text = "\n\n".join(_render_source(d) for d in entity.get("sourceDescriptions") or [])
+    elif kind == "function_names":
+        text = render_table(["Function Name", "Category"],
+                            [[f.get("name"), f.get("category")] for f in entity.get("functions") or []])
     elif kind == "queryDescription":
         text = _render_query(entity.get("queryDescription") or {})
     else:
@@ -243,6 +249,9 @@ def _render_query(d: dict[str, Any]) -> str:
     parts = ["\n".join(head), "", render_table(["Field", "Type"], _fields_rows(d.get("fields") or [])),
              "", f"Sources that this query reads from: {', '.join(d.get('sources') or [])}",
              f"Sinks that this query writes to: {', '.join(d.get('sinks') or [])}"]
+    errors = d.get("queryErrors") or []
+    if errors:
+        parts += ["", "Query errors:", *(f"  {e.get('errorMessage', e) if isinstance(e, dict) else e}" for e in errors)]
     return "\n".join(parts)
 
 
@@ -283,6 +292,8 @@ class Shell:
                 return self._set(statement)
             if verb == "UNSET":
                 return self._unset(statement)
+            if verb == "RUN":
+                return self._run_script(statement)
             if verb in QUERY_VERBS:
                 self._query(statement)
             else:
@@ -319,6 +330,20 @@ class Shell:
         was = f" (value was '{old}')" if old is not None else ""
         self.print(f"Successfully unset local property '{words[0]}'{was}.")
         return True
+
+    def _run_script(self, statement: str) -> bool:
+        """``RUN SCRIPT 'file.sql';`` (ksqlDB's CLI): the file's statements, in order."""
+        words = _quoted_words(statement)
+        second = [w.upper() for w in strip_comments(statement).split()[1:2]]
+        if second != ["SCRIPT"] or len(words) != 1:
+            self.err.write("Usage: RUN SCRIPT '<file>';\n")
+            return False
+        try:
+            text = Path(words[0]).read_text(encoding="utf-8")
+        except OSError as exc:
+            self.err.write(f"Cannot read {words[0]}: {exc.strerror or exc}\n")
+            return False
+        return self.run_text(text)
 
     def _query(self, statement: str) -> None:
         """Stream a query's rows as a table until it ends or Ctrl-C (which closes it)."""
@@ -378,7 +403,8 @@ class Shell:
 HELP = """\
 Statements end with ';' and may span lines. Queries (SELECT ... EMIT CHANGES) stream until their
 LIMIT or Ctrl-C. SET 'property'='value'; and UNSET 'property'; change the properties sent with
-every request. exit or quit (or Ctrl-D) leaves the shell."""
+every request. RUN SCRIPT 'file.sql'; runs the statements of a file. exit or quit (or Ctrl-D)
+leaves the shell."""
 
 
 # --- command line ----------------------------------------------------------------------------------------
@@ -411,8 +437,15 @@ def run(args: argparse.Namespace, *, out: TextIO | None = None, err: TextIO | No
             err.write(f"Cannot reach the SQL server at {args.server}: {exc}\n")
             return 1
         if args.execute is not None or args.file is not None:
-            text = args.execute if args.execute is not None else Path(args.file).read_text(encoding="utf-8")
+            try:
+                text = args.execute if args.execute is not None else Path(args.file).read_text(encoding="utf-8")
+            except OSError as exc:
+                err.write(f"Cannot read {args.file}: {exc.strerror or exc}\n")
+                return 1
             return 0 if shell.run_text(text) else 1
+        if session_factory is None and not sys.stdin.isatty():
+            # Statements piped in (`oncestream sql < script.sql`): a script, as with -f.
+            return 0 if shell.run_text(sys.stdin.read()) else 1
         shell.print(f"Server {info.get('version', '?')} at {args.server} (service id {info.get('ksqlServiceId', '?')})")
         shell.print("Statements end with ';'. Type help for help, exit to leave.")
         history = Path(args.history_file) if args.history_file else default_history_path()

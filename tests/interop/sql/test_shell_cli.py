@@ -68,3 +68,11 @@ def test_ctrl_c_stops_a_push_query_and_closes_it_on_the_server(server: RunningSe
     assert process.returncode == 0, err
     assert out == "Query terminated\n"
     assert wait_until(query.closed.is_set)
+
+
+def test_statements_piped_into_stdin_run_as_a_script(server: RunningServer) -> None:
+    done = subprocess.run(shell_command(server), input="SHOW STREAMS;\nFAIL piped;\n", capture_output=True, text=True,
+                          env=env(), timeout=120)
+    assert done.returncode == 1
+    assert "Stream Name" in done.stdout
+    assert done.stderr == "Cannot do piped\n"

@@ -4,13 +4,17 @@ negotiation, /info, /healthcheck, /clusterStatus, /status, unknown routes."""
 
 from __future__ import annotations
 
+import asyncio
 import socket
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import httpx
 import pytest
 
+from oncestream.sql.errors import NotReadyError
 from oncestream.sql.rest.app import create_app
+from oncestream.sql.rest.serve import serve
 from tests.unit.sql.test_rest_support import MemoryEngine, RunningServer, running_server
 
 KSQL_V1 = "application/vnd.ksql.v1+json"
@@ -181,3 +185,46 @@ def test_http1_upgrade_and_prior_knowledge_share_the_port(server: RunningServer)
     with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
         sock.sendall(b"GET /info HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
         assert sock.recv(12) == b"HTTP/1.1 200"
+
+
+def test_node_not_ready_is_503_with_ksqldb_code() -> None:
+    class Replaying(MemoryEngine):
+        def health(self) -> dict[str, object]:
+            raise NotReadyError("Server initializing")
+
+        async def execute(self, ksql: str, streams_properties: Mapping[str, Any],
+                          session_variables: Mapping[str, Any] | None = None,
+                          command_sequence_number: int | None = None) -> list[dict[str, Any]]:
+            raise NotReadyError("Server initializing")
+
+    with running_server(Replaying()) as srv, httpx.Client(base_url=srv.url) as c:
+        for r in (c.get("/healthcheck"), c.post("/ksql", json={"ksql": "SHOW STREAMS;"})):
+            assert r.status_code == 503
+            assert r.json() == {"@type": "generic_error", "error_code": 50303, "message": "Server initializing"}
+
+
+def test_serve_reports_the_bound_port_and_a_failing_ready_callback_releases_the_socket() -> None:
+    """``ready`` gets the port bound for port 0; if it raises, serve() raises and the port is free."""
+    ports: list[int] = []
+
+    def refuse(port: int) -> None:
+        ports.append(port)
+        raise RuntimeError("cannot join the cluster")
+
+    with pytest.raises(RuntimeError, match="cannot join"):
+        asyncio.run(serve(create_app(MemoryEngine(), max_body_bytes=1024), "127.0.0.1", 0, asyncio.Event(), refuse))
+    assert ports and ports[0] > 0
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", ports[0]))  # nothing listens there any more
+
+
+def test_early_answers_to_large_bodies_reach_http2_clients(server: RunningServer) -> None:
+    """406, 404 and 413 answered before the body is read still reach an HTTP/2 client sending a
+    large body, and the connection stays usable."""
+    big = b'{"ksql": "' + b"z" * 200_000 + b'"}'
+    with httpx.Client(base_url=server.url, http1=False, http2=True, timeout=30) as c:
+        assert c.post("/ksql", content=big, headers={"Accept": "text/html"}).status_code == 406
+        assert c.post("/nowhere", content=big).status_code == 404
+        assert c.post("/ksql", content=big).status_code == 413
+        assert c.get("/info").status_code == 200

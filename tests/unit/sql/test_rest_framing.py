@@ -107,3 +107,15 @@ def test_accept_without_any_produced_type_is_not_acceptable() -> None:
     with pytest.raises(NotAcceptableError) as info:
         negotiate("text/html", (KSQL_V1_JSON, JSON), default=JSON)
     assert info.value.http_status == 406
+
+
+def test_values_without_a_json_type_are_written_as_ksqldb_writes_them() -> None:
+    import datetime
+    from decimal import Decimal
+
+    row = [Decimal("1.25"), Decimal("10"), b"\x00\x01", datetime.date(2024, 1, 2),
+           datetime.datetime(2024, 1, 2, 3, 4, 5, 6000), datetime.time(1, 2, 3)]
+    assert framing.DelimitedWriter().row(row) == (
+        b'[1.25,10,"AAE=","2024-01-02","2024-01-02T03:04:05.006000","01:02:03"]\n')
+    with pytest.raises(TypeError):
+        framing.dumps([object()])

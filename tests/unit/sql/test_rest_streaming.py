@@ -5,11 +5,14 @@ going away closes its query."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
+import logging
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping
+from typing import Any
 
 import h2.config
 import h2.connection
@@ -17,7 +20,8 @@ import h2.events
 import httpx
 import pytest
 
-from tests.unit.sql.test_rest_support import RunningServer, running_server, wait_until
+from oncestream.sql.engine import ColumnHeader
+from tests.unit.sql.test_rest_support import MemoryEngine, RunningServer, running_server, wait_until
 
 DELIMITED = "application/vnd.ksqlapi.delimited.v1"
 KSQL_V1 = "application/vnd.ksql.v1+json"
@@ -61,7 +65,8 @@ def test_query_writes_ksqldb_chunked_framing_until_limit(server: RunningServer) 
     assert body.replace(b",\n\n", b",\n").lstrip(b"\n") == (
         b'[{"header":{"queryId":"' + query_id.encode() + b'","schema":"`ID` INTEGER, `NAME` STRING"}},\n'
         b'{"row":{"columns":[1,"a"]}},\n{"row":{"columns":[2,"b"]}},\n{"finalMessage":"Limit Reached"}]\n')
-    assert server.engine.queries[query_id].closed.is_set()
+    # Closed once the response is written (the client may read the end a moment before).
+    assert wait_until(server.engine.queries[query_id].closed.is_set)
 
 
 def test_query_writes_a_newline_while_idle(server: RunningServer) -> None:
@@ -131,10 +136,12 @@ def test_query_stream_delimited_is_the_default(server: RunningServer, protocol: 
     (KSQL_V1, '[{"header":{"queryId":"%s","schema":"`ID` INTEGER, `NAME` STRING"}},\n'
               '{"row":{"columns":[3,"c"]}},\n{"finalMessage":"Limit Reached"}]'),
 ])
-def test_query_stream_json_forms_over_h2c(server: RunningServer, accept: str, expected: str) -> None:
+@pytest.mark.parametrize("protocol", ["http1", "h2c"])
+def test_query_stream_json_forms(server: RunningServer, accept: str, expected: str, protocol: str) -> None:
     before = len(server.engine.queries)
     publisher = publish_when_running(server, [[3, "c"]], before)
-    with httpx.Client(http1=False, http2=True, timeout=30) as c:
+    h2 = protocol == "h2c"
+    with httpx.Client(http1=not h2, http2=h2, timeout=30) as c:
         r = c.post(f"{server.url}/query-stream", json={"sql": "SELECT * FROM S EMIT CHANGES LIMIT 1;"},
                    headers={"Accept": accept})
     publisher.join()
@@ -206,12 +213,16 @@ def test_client_going_away_closes_its_query(server: RunningServer, protocol: str
                   else ("/query", {"ksql": "SELECT * FROM S EMIT CHANGES;"}))
     with httpx.Client(http1=not h2, http2=h2, timeout=30) as c:
         with c.stream("POST", f"{server.url}{path}", json=body) as r:
-            next(r.iter_raw())
+            # Keep the iterator: a discarded httpx iterator closes the response (a disconnect).
+            chunks = r.iter_raw()
+            next(chunks)
             query = server.engine.queries[latest_query(server)]
             assert not query.closed.is_set()
         # Leaving the block without reading to the end resets the h2 stream / drops the connection.
     assert wait_until(query.closed.is_set)
     assert wait_until(lambda: server.app.active_streams == 0)
+    # Through the engine, so that a node forgets the query too.
+    assert query.query_id in server.engine.close_requests
 
 
 def test_inserts_stream_acks_every_row_in_order(server: RunningServer) -> None:
@@ -279,3 +290,60 @@ def test_shutdown_ends_open_push_queries() -> None:
     assert ended.is_set()
     assert json.loads(lines[0])["queryId"] == query.query_id
     assert query.closed.is_set()
+
+
+def test_inserts_stream_error_before_the_body_ends_is_still_delivered_over_h2c(server: RunningServer) -> None:
+    """The error line reaches the client although it is still sending rows after the bad one (the
+    server reads the rest of the body before ending the response; hypercorn would otherwise drop
+    the HTTP/2 connection on the late DATA frames)."""
+    rows = b"".join(b'{"ID":%d}\n' % i for i in range(5000))
+    body = b'{"target":"S"}\n{"BOGUS":1}\n' + rows
+    with httpx.Client(http1=False, http2=True, timeout=30) as c:
+        r = c.post(f"{server.url}/inserts-stream", content=body)
+        assert [json.loads(line)["status"] for line in r.text.splitlines()] == ["error"]
+        # The connection is still usable.
+        assert c.get(f"{server.url}/info").status_code == 200
+
+
+class FloodQuery:
+    """A push query producing rows as fast as it can, until closed."""
+
+    def __init__(self) -> None:
+        self.query_id = "flood"
+        self.columns = [ColumnHeader("X", "INTEGER")]
+        self.is_pull = False
+        self.limit_reached = False
+        self.closed = threading.Event()
+
+    async def rows(self) -> AsyncIterator[list[Any]]:
+        i = 0
+        while not self.closed.is_set():
+            i += 1
+            yield [i]
+            if i % 64 == 0:
+                await asyncio.sleep(0)
+
+    async def close(self) -> None:
+        self.closed.set()
+
+
+@pytest.mark.parametrize("protocol", ["http1", "h2c"])
+def test_client_leaving_a_fast_stream_closes_it_without_errors(protocol: str, caplog: pytest.LogCaptureFixture) -> None:
+    queries: list[FloodQuery] = []
+
+    class Flooding(MemoryEngine):
+        async def start_query(self, sql: str, properties: Mapping[str, Any]) -> FloodQuery:  # type: ignore[override]
+            queries.append(FloodQuery())
+            return queries[-1]
+
+    h2 = protocol == "h2c"
+    with caplog.at_level(logging.WARNING, logger="oncestream.sql.rest"), running_server(Flooding()) as srv:
+        for _ in range(3):
+            with httpx.Client(http1=not h2, http2=h2, timeout=30) as c, \
+                    c.stream("POST", f"{srv.url}/query-stream", json={"sql": "SELECT * FROM S EMIT CHANGES;"}) as r:
+                chunks = r.iter_raw()
+                next(chunks)
+                next(chunks)
+        assert wait_until(lambda: srv.app.active_streams == 0)
+    assert len(queries) == 3 and all(q.closed.is_set() for q in queries)
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []

@@ -74,6 +74,7 @@ class MemoryEngine:
         self.queries: dict[str, MemoryQuery] = {}
         self.executed: list[tuple[str, dict[str, Any], Any, Any]] = []
         self.query_properties: list[dict[str, Any]] = []
+        self.close_requests: list[str] = []
         self.statuses: dict[str, dict[str, Any]] = {}
         self.loop: asyncio.AbstractEventLoop | None = None
         self._next_id = 0
@@ -151,6 +152,7 @@ class MemoryEngine:
         return query
 
     async def close_query(self, query_id: str) -> bool:
+        self.close_requests.append(query_id)
         query = self.queries.get(query_id)
         if query is None or query.closed.is_set():
             return False

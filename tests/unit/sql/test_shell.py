@@ -32,7 +32,7 @@ def server() -> Iterator[RunningServer]:
 def run_shell(argv: list[str], server: RunningServer, **kwargs: object) -> tuple[int, str, str]:
     args = build_parser().parse_args(["sql", "--server", server.url, *argv])
     out, err = io.StringIO(), io.StringIO()
-    code = shell.run(args, out=out, err=err, **kwargs)  # type: ignore[arg-type]
+    code = shell.run(args, out=out, err=err, **kwargs)
     return code, out.getvalue(), err.getvalue()
 
 
@@ -80,6 +80,15 @@ def test_entities_render_by_type() -> None:
     assert " ID    | INTEGER (key)" in described
     assert "Kafka topic         : s (partitions: 1, replication: 1)" in described
     assert '"@type": "mystery"' in render_entity({"@type": "mystery"})
+    both = render_entity({"@type": "source_descriptions", "sourceDescriptions": [{"name": "A"}, {"name": "B"}]})
+    assert "Name                : A" in both and "Name                : B" in both
+    assert " SUBSTRING     | STRING" in render_entity({"@type": "function_names", "functions": [
+        {"name": "SUBSTRING", "type": "SCALAR", "category": "STRING"}]})
+    explained = render_entity({"@type": "queryDescription", "queryDescription": {
+        "id": "CSAS_X_1", "queryType": "PERSISTENT", "statementText": "CREATE STREAM X AS SELECT * FROM S;",
+        "state": "ERROR", "fields": [], "sources": ["S"], "sinks": ["X"],
+        "queryErrors": [{"errorMessage": "boom", "type": "USER"}]}})
+    assert "Status              : ERROR" in explained and "  boom" in explained
 
 
 # --- -e and -f -----------------------------------------------------------------------------------------
@@ -165,3 +174,29 @@ def test_interactive_ends_at_end_of_input(server: RunningServer, tmp_path: Path)
         code, out, _ = run_shell(["--history-file", str(tmp_path / "h")], server, session_factory=session)
     assert code == 0
     assert "Stream Name" in out
+
+
+def test_missing_file_is_exit_code_1(server: RunningServer, tmp_path: Path) -> None:
+    code, _, err = run_shell(["-f", str(tmp_path / "nope.sql")], server)
+    assert code == 1
+    assert err.startswith(f"Cannot read {tmp_path / 'nope.sql'}")
+
+
+def test_query_header_schema_splits_into_columns_even_with_nested_types() -> None:
+    """The shell names its columns from the /query-stream ``vnd.ksql.v1+json`` header's schema."""
+    from oncestream.sql.rest.client import _split_column, _split_schema
+
+    schema = "`ID` INTEGER, `S` STRUCT<`A` INTEGER, `B, C` MAP<STRING, DECIMAL(4, 2)>>, `N` STRING"
+    assert [_split_column(c) for c in _split_schema(schema)] == [
+        ("ID", "INTEGER"), ("S", "STRUCT<`A` INTEGER, `B, C` MAP<STRING, DECIMAL(4, 2)>>"), ("N", "STRING")]
+
+
+def test_run_script_runs_a_files_statements(server: RunningServer, tmp_path: Path) -> None:
+    script = tmp_path / "inner.sql"
+    script.write_text("CREATE STREAM R (X INT) R;\n", encoding="utf-8")
+    code, out, err = run_shell(["-e", f"RUN SCRIPT '{script}'; run script 'missing.sql';"], server)
+    assert code == 1
+    assert server.engine.executed[-1][0] == "CREATE STREAM R (X INT) R;"
+    assert err.startswith("Cannot read missing.sql")
+    code, _, err = run_shell(["-e", "RUN 'x';"], server)
+    assert (code, err) == (1, "Usage: RUN SCRIPT '<file>';\n")

@@ -13,6 +13,12 @@ ksqlDB's generic message, the traceback going to the log only.
 Streaming queries end at LIMIT, when the engine's stream ends (``/close-query``), when the client
 goes away (ASGI ``http.disconnect``: the query is closed at once, freeing its Spark query), or when
 the server shuts down (``close_streams``).
+
+Plain ASGI, no web framework: ten fixed routes, bodies that must be read under a byte limit, and
+two endpoints that stream while reading (/inserts-stream) or while watching for the client to
+leave (/query, /query-stream) are all written against raw ``receive``/``send`` anyway; a router
+and request object are not worth a dependency (starlette is not even installed). The HTTP
+plumbing is ``oncestream.sql.rest.http``; hypercorn does HTTP/1.1, h2c and chunking.
 """
 
 from __future__ import annotations
@@ -29,13 +35,16 @@ from oncestream.sql.errors import BAD_REQUEST, NOT_FOUND, SERVER_ERROR, KsqlErro
 from oncestream.sql.rest import framing
 from oncestream.sql.rest.framing import DELIMITED, JSON, KSQL_V1_JSON, RowWriter
 from oncestream.sql.rest.http import (
+    BodyTooLargeError,
     ClientDisconnected,
     NotAcceptableError,
     Receive,
+    RequestReader,
     Response,
     Scope,
     Send,
     body_lines,
+    drain_body,
     header,
     negotiate,
     parse_json_object,
@@ -50,12 +59,15 @@ DEFAULT_MAX_BODY_BYTES = 1024 * 1024
 DEFAULT_HEARTBEAT_MS = 1000
 # Rows buffered between the engine's iterator and the socket; the engine waits when it is full.
 ROW_QUEUE_SIZE = 64
+# After answering a request early (body too large, a failed inserts-stream row), the rest of its
+# body is read and discarded up to this many bytes before the response ends (see drain_body).
+DRAIN_LIMIT_BYTES = 64 * 1024 * 1024
 
 _JSON_TYPES = (KSQL_V1_JSON, JSON)
 _INTERNAL_ERROR = ("The server encountered an internal error when processing the query. "
                    "Please consult the server logs for more information.")
 
-Handler = Callable[[Scope, Receive, Response, str], Awaitable[None]]
+Handler = Callable[[Scope, RequestReader, Response, str], Awaitable[None]]
 
 
 class MethodNotAllowedError(KsqlError):
@@ -116,10 +128,12 @@ class KsqlRestApp:
         if scope["type"] != "http":
             return
         response = Response(send)
+        request = RequestReader(receive)
         path: str = scope["path"]
         method: str = scope["method"]
         if method == "GET" and path == "/":
             response.headers.append((b"location", b"/info"))
+            await drain_body(request, DRAIN_LIMIT_BYTES)
             await response.whole(307, None, b"")
             return
         key = (method, "/status" if path.startswith("/status/") else path)
@@ -129,20 +143,25 @@ class KsqlRestApp:
             if route is None:
                 if any(p == key[1] for _, p in self._routes):
                     raise MethodNotAllowedError(f"Method {method} not allowed on {path}")
+                await drain_body(request, DRAIN_LIMIT_BYTES)
                 await response.whole(404, "text/plain", b"Not Found")
                 return
             handler, produces, default = route
             content_type = negotiate(header(scope, b"accept"), produces, default=default)
-            await handler(scope, receive, response, content_type)
+            await handler(scope, request, response, content_type)
         except ClientDisconnected:
             return
         except KsqlError as exc:
-            await self._answer_error(response, exc, content_type)
+            await self._answer_error(response, request, exc, content_type)
         except Exception:
             log.exception("%s %s failed", method, path)
-            await self._answer_error(response, KsqlError(_INTERNAL_ERROR, error_code=SERVER_ERROR), content_type)
+            await self._answer_error(response, request, KsqlError(_INTERNAL_ERROR, error_code=SERVER_ERROR),
+                                     content_type)
 
-    async def _answer_error(self, response: Response, error: KsqlError, content_type: str) -> None:
+    async def _answer_error(self, response: Response, request: RequestReader, error: KsqlError,
+                            content_type: str) -> None:
+        """Write ``error`` as ksqlDB's entity. The entity goes out first, then whatever is left of
+        the request body is read and discarded before the response ends (see drain_body)."""
         if response.started:
             # Headers are out: all we can do is end the body (the handlers write in-stream errors).
             with contextlib.suppress(Exception):
@@ -150,11 +169,17 @@ class KsqlRestApp:
             return
         if isinstance(error, NotAcceptableError) or content_type not in _JSON_TYPES:
             content_type = JSON
-        await response.error(error, content_type)
+        if request.body_ended:
+            await response.error(error, content_type)
+            return
+        await response.start(error.http_status, content_type)
+        await response.write(framing.dumps(error.to_entity()))
+        await drain_body(request, DRAIN_LIMIT_BYTES)
+        await response.end()
 
     # --- statements -----------------------------------------------------------------------------
 
-    async def _ksql(self, scope: Scope, receive: Receive, response: Response, content_type: str) -> None:
+    async def _ksql(self, scope: Scope, receive: RequestReader, response: Response, content_type: str) -> None:
         request = parse_json_object(await read_body(scope, receive, self.max_body_bytes))
         ksql = _required_text(request, "ksql")
         entities = await self.engine.execute(
@@ -165,7 +190,7 @@ class KsqlRestApp:
 
     # --- queries --------------------------------------------------------------------------------
 
-    async def _query(self, scope: Scope, receive: Receive, response: Response, content_type: str) -> None:
+    async def _query(self, scope: Scope, receive: RequestReader, response: Response, content_type: str) -> None:
         """The old API: ``{"ksql", "streamsProperties"}``; chunked over HTTP/1.1 (ksqlDB refuses its
         old format over HTTP/2 and so do we; the delimited form works on both)."""
         request = parse_json_object(await read_body(scope, receive, self.max_body_bytes))
@@ -180,7 +205,7 @@ class KsqlRestApp:
             writer = framing.LegacyQueryWriter(is_pull=stream.is_pull, media_type=content_type)
         await self._stream(stream, writer, receive, response)
 
-    async def _query_stream(self, scope: Scope, receive: Receive, response: Response, content_type: str) -> None:
+    async def _query_stream(self, scope: Scope, receive: RequestReader, response: Response, content_type: str) -> None:
         """``{"sql", "properties", "sessionVariables"}`` over HTTP/1.1 or HTTP/2."""
         request = parse_json_object(await read_body(scope, receive, self.max_body_bytes))
         sql = _required_text(request, "sql")
@@ -199,7 +224,7 @@ class KsqlRestApp:
             raise KsqlError("The server is shutting down", error_code=50302)
         return await self.engine.start_query(sql, properties)
 
-    async def _stream(self, stream: QueryStream, writer: RowWriter, receive: Receive, response: Response) -> None:
+    async def _stream(self, stream: QueryStream, writer: RowWriter, receive: RequestReader, response: Response) -> None:
         """Write ``stream`` until it ends or the client goes away; the query is closed either way."""
         self._streams[id(stream)] = stream
         rows: asyncio.Queue[tuple[str, Any]] = asyncio.Queue(maxsize=ROW_QUEUE_SIZE)
@@ -237,10 +262,14 @@ class KsqlRestApp:
             for task in (pump, disconnected, next_row):
                 if task is not None:
                     task.cancel()
+            # Through the engine first, so it forgets the query (its close-query registry), then
+            # the stream itself in case the engine did not know it; closing twice is harmless.
+            with contextlib.suppress(Exception):
+                await self.engine.close_query(stream.query_id)
             with contextlib.suppress(Exception):
                 await stream.close()
 
-    async def _close_query(self, scope: Scope, receive: Receive, response: Response, content_type: str) -> None:
+    async def _close_query(self, scope: Scope, receive: RequestReader, response: Response, content_type: str) -> None:
         request = parse_json_object(await read_body(scope, receive, self.max_body_bytes))
         query_id = _required_text(request, "queryId")
         if not await self.engine.close_query(query_id):
@@ -249,7 +278,7 @@ class KsqlRestApp:
 
     # --- inserts --------------------------------------------------------------------------------
 
-    async def _inserts_stream(self, scope: Scope, receive: Receive, response: Response, content_type: str) -> None:
+    async def _inserts_stream(self, scope: Scope, receive: RequestReader, response: Response, content_type: str) -> None:
         """First line ``{"target": "S"}``, then one JSON object per line; one ack per row, in order.
         The first failing row gets an error line and ends the response (as ksqlDB does)."""
         lines = body_lines(receive, self.max_body_bytes)
@@ -268,34 +297,42 @@ class KsqlRestApp:
                     if not isinstance(row, dict):
                         raise ValueError("not an object")
                 except ValueError:
-                    await response.end(acks.item(framing.insert_error(seq, BAD_REQUEST, "Invalid JSON in inserts stream"))
-                                       + acks.end())
+                    await self._end_inserts(response, receive, acks,
+                                            framing.insert_error(seq, BAD_REQUEST, "Invalid JSON in inserts stream"))
                     return
                 try:
                     await self.engine.insert_row(target, row)
                 except KsqlError as exc:
-                    await response.end(acks.item(framing.insert_error(seq, exc.error_code, exc.message)) + acks.end())
+                    await self._end_inserts(response, receive, acks, framing.insert_error(seq, exc.error_code, exc.message))
                     return
                 await response.write(acks.item(framing.insert_ack(seq)))
                 seq += 1
-        except KsqlError as exc:  # a line over the limit
-            await response.end(acks.item(framing.insert_error(seq, exc.error_code, exc.message)) + acks.end())
+        except BodyTooLargeError as exc:  # a line over the limit
+            await self._end_inserts(response, receive, acks, framing.insert_error(seq, exc.error_code, exc.message))
             return
+        await response.end(acks.end())
+
+    @staticmethod
+    async def _end_inserts(response: Response, receive: RequestReader, acks: framing.InsertsAckWriter,
+                           error: dict[str, Any]) -> None:
+        """The first failed row: its error line, the rest of the request discarded, the end."""
+        await response.write(acks.item(error))
+        await drain_body(receive, DRAIN_LIMIT_BYTES)
         await response.end(acks.end())
 
     # --- server state ---------------------------------------------------------------------------
 
-    async def _info(self, scope: Scope, receive: Receive, response: Response, content_type: str) -> None:
+    async def _info(self, scope: Scope, receive: RequestReader, response: Response, content_type: str) -> None:
         await response.json(200, content_type, {"KsqlServerInfo": self.engine.server_info()})
 
-    async def _healthcheck(self, scope: Scope, receive: Receive, response: Response, content_type: str) -> None:
+    async def _healthcheck(self, scope: Scope, receive: RequestReader, response: Response, content_type: str) -> None:
         # ksqlDB answers 200 with the body whatever it says; a node not ready raises NotReadyError (503).
         await response.json(200, content_type, self.engine.health())
 
-    async def _cluster_status(self, scope: Scope, receive: Receive, response: Response, content_type: str) -> None:
+    async def _cluster_status(self, scope: Scope, receive: RequestReader, response: Response, content_type: str) -> None:
         await response.json(200, content_type, self.engine.cluster_status())
 
-    async def _status(self, scope: Scope, receive: Receive, response: Response, content_type: str) -> None:
+    async def _status(self, scope: Scope, receive: RequestReader, response: Response, content_type: str) -> None:
         command_id = scope["path"][len("/status/"):]
         status = self.engine.command_status(command_id)
         if status is None:

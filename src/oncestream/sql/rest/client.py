@@ -8,6 +8,7 @@ Reached"), so the shell can say why a query ended. A query is stopped by closing
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -69,10 +70,9 @@ class QueryResult:
             return
         self._closed = True
         self._response.close()
-        try:
+        # Best effort: the query may be gone already (it ended, or the dropped connection closed it).
+        with contextlib.suppress(httpx.HTTPError, ServerError):
             self._client.close_query(self.query_id)
-        except (httpx.HTTPError, ServerError):
-            pass  # the query is gone already (it ended, or the dropped connection closed it)
 
 
 def _array_items(lines: Iterator[str]) -> Iterator[dict[str, Any]]:

@@ -12,6 +12,9 @@ JSON is written compactly (no spaces), as Jackson writes it.
 
 from __future__ import annotations
 
+import base64
+import datetime
+import decimal
 import json
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -28,9 +31,22 @@ LIMIT_REACHED = "Limit Reached"
 QUERY_COMPLETED = "Query Completed"
 
 
+def _json_default(value: Any) -> Any:
+    """Values the engine may hand over that JSON has no type for, written as ksqlDB writes them:
+    DECIMAL as a number, BYTES as base64, DATE/TIME/TIMESTAMP as ISO-8601 text."""
+    if isinstance(value, decimal.Decimal):
+        exponent = value.as_tuple().exponent  # an int, or "n"/"N"/"F" for NaN and infinity
+        return int(value) if isinstance(exponent, int) and exponent >= 0 else float(value)
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return base64.b64encode(bytes(value)).decode("ascii")
+    if isinstance(value, (datetime.date, datetime.time)):
+        return value.isoformat()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
 def dumps(value: Any) -> bytes:
     """One JSON value, compact, UTF-8 (Jackson's default output)."""
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=_json_default).encode("utf-8")
 
 
 def schema_string(columns: list[ColumnHeader]) -> str:

@@ -41,6 +41,21 @@ class NotAcceptableError(KsqlError):
     error_code = NOT_ACCEPTABLE
 
 
+class RequestReader:
+    """``receive`` that remembers whether the request body has ended (or the client left), so a
+    handler answering early knows whether there is anything left to drain."""
+
+    def __init__(self, receive: Receive) -> None:
+        self._receive = receive
+        self.body_ended = False
+
+    async def __call__(self) -> Message:
+        message = await self._receive()
+        if message["type"] == "http.disconnect" or not message.get("more_body", False):
+            self.body_ended = True
+        return message
+
+
 def header(scope: Scope, name: bytes) -> str | None:
     """The first value of a request header (names are lower case in ASGI)."""
     for key, value in scope.get("headers", ()):
@@ -127,6 +142,20 @@ async def body_lines(receive: Receive, limit_bytes: int) -> AsyncIterator[bytes]
             return
 
 
+async def drain_body(request: RequestReader, limit_bytes: int) -> None:
+    """Read and discard the rest of a request body (at most ``limit_bytes``; memory stays constant).
+
+    Why: after answering early (413, or an inserts-stream error), ending the response while the
+    client is still sending makes hypercorn's HTTP/2 protocol fail on the DATA frames of the
+    closed stream and drop the whole connection, so the client never reads the answer. Letting
+    the body finish first keeps the answer readable; the cap bounds what a client that never
+    stops can make us read."""
+    seen = 0
+    while not request.body_ended and seen <= limit_bytes:
+        message = await request()
+        seen += len(message.get("body", b""))
+
+
 def parse_json_object(body: bytes) -> dict[str, Any]:
     """A JSON object from a request body; anything else is ksqlDB's 400 "Invalid JSON in request"."""
     try:
@@ -157,12 +186,20 @@ class Response:
 
     async def write(self, data: bytes) -> None:
         if data:
-            await self.send({"type": "http.response.body", "body": data, "more_body": True})
+            await self._body(data, more=True)
 
     async def end(self, data: bytes = b"") -> None:
         if not self.ended:
             self.ended = True
-            await self.send({"type": "http.response.body", "body": data, "more_body": False})
+            await self._body(data, more=False)
+
+    async def _body(self, data: bytes, *, more: bool) -> None:
+        try:
+            await self.send({"type": "http.response.body", "body": data, "more_body": more})
+        except (OSError, RuntimeError) as exc:
+            # A write failing at the transport (connection reset, transport closed) is the client
+            # having gone before its http.disconnect reached us: end quietly, like a disconnect.
+            raise ClientDisconnected() from exc
 
     async def whole(self, status: int, content_type: str | None, body: bytes) -> None:
         """A complete (non-streamed) response with Content-Length."""

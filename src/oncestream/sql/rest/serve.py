@@ -74,6 +74,13 @@ async def serve(app: AsgiApp, host: str, port: int, shutdown_event: asyncio.Even
     and returns."""
     sock = bind_socket(host, port)
     bound_port = int(sock.getsockname()[1])
+    log.info("SQL REST API listening on %s:%d (HTTP/1.1 and h2c)", host, bound_port)
+    if ready is not None:
+        try:
+            ready(bound_port)
+        except BaseException:
+            sock.close()
+            raise
     config = make_config(sock, graceful_timeout_s=graceful_timeout_s)
 
     async def shutdown_trigger() -> None:
@@ -81,7 +88,4 @@ async def serve(app: AsgiApp, host: str, port: int, shutdown_event: asyncio.Even
         if isinstance(app, KsqlRestApp):
             await app.close_streams()
 
-    log.info("SQL REST API listening on %s:%d (HTTP/1.1 and h2c)", host, bound_port)
-    if ready is not None:
-        ready(bound_port)
     await hypercorn_serve(cast(ASGIFramework, app), config, shutdown_trigger=shutdown_trigger, mode="asgi")
