@@ -15,8 +15,9 @@ STOPPING       STARTING, RUNNING, FAILED                    no longer assigned o
 =============  ==========================================  ==========================
 
 A STOPPING query is still owned (reported in the group metadata) until it has stopped, so the
-group never gives it to another node while it runs here. A FAILED query stays owned by this node (shown as ERROR with its error, as ksqlDB shows a failed
-query) until it is unassigned or terminated, so the cluster does not bounce it from node to node.
+group never gives it to another node while it runs here. A FAILED query stays owned by this node
+(shown as ERROR with its error, as ksqlDB shows a failed query) until it is unassigned or
+terminated, so the cluster does not bounce it from node to node.
 """
 
 from __future__ import annotations
