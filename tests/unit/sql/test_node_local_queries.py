@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -23,11 +24,11 @@ class RecordingRuntime:
         self.states: dict[str, Any] = {}
 
     def start_persistent(self, info: Any, analyzed: Any, sink: Any, properties: Any) -> None:
-        if info in self.fail_start:
-            raise RuntimeError(f"cannot compile {info}")
+        if info.query_id in self.fail_start:
+            raise RuntimeError(f"cannot compile {info.query_id}")
         with self.lock:
-            self.started.append(info)
-            self.states[info] = type("S", (), {"state": "RUNNING", "error": None})()
+            self.started.append(info.query_id)
+            self.states[info.query_id] = type("S", (), {"state": "RUNNING", "error": None})()
 
     def stop_persistent(self, query_id: str) -> None:
         with self.lock:
@@ -44,12 +45,18 @@ def wait(check: Any) -> None:
         time.sleep(0.01)
 
 
+@dataclass(frozen=True)
+class Info:
+    query_id: str
+    command_offset: int
+
+
 @pytest.fixture
 def local() -> Any:
     runtime = RecordingRuntime()
-    known = {"Q1", "Q2", "Q3"}
+    known = {"Q1": 1, "Q2": 2, "Q3": 3}   # query id -> offset of the command defining it
     changes: list[int] = []
-    queries = LocalQueries(runtime, lambda q: StartSpec(q, None, None, {}) if q in known else None,
+    queries = LocalQueries(runtime, lambda q: StartSpec(Info(q, known[q]), None, None, {}) if q in known else None,
                            lambda: changes.append(1))
     queries.start()
     yield queries, runtime, known, changes
@@ -71,7 +78,7 @@ def test_unknown_queries_wait_for_the_metastore(local: Any) -> None:
     queries.set_desired({"Q9"})
     time.sleep(0.1)
     assert queries.owned() == [] and runtime.started == []
-    known.add("Q9")
+    known["Q9"] = 9
     queries.poke()
     wait(lambda: queries.owned() == ["Q9"])
 
@@ -87,6 +94,17 @@ def test_failed_start_and_failure_while_running_show_error(local: Any) -> None:
     runtime.states["Q1"] = type("S", (), {"state": "ERROR", "error": "boom in batch 7"})()
     queries.poke()
     wait(lambda: queries.state("Q1") == ("ERROR", "boom in batch 7"))
+
+
+def test_terminated_or_replaced_queries_stop_or_restart(local: Any) -> None:
+    queries, runtime, known, _changes = local
+    queries.set_desired({"Q1", "Q2"})
+    wait(lambda: queries.state("Q1") == ("RUNNING", None) and queries.state("Q2") == ("RUNNING", None))
+    known["Q1"] = 10          # CREATE OR REPLACE: same id, new definition
+    del known["Q2"]           # TERMINATE: gone from the metastore (still in the stale assignment)
+    queries.poke()
+    wait(lambda: runtime.started.count("Q1") == 2 and queries.state("Q1") == ("RUNNING", None))
+    assert sorted(runtime.stopped) == ["Q1", "Q2"] and queries.owned() == ["Q1"]
 
 
 def test_state_table_refuses_illegal_transitions(local: Any) -> None:
