@@ -197,7 +197,8 @@ def query_description(metastore: Metastore, q: QueryInfo, *, host_states: Mappin
         "sinks": [q.sink],
         "topology": topology,
         "executionPlan": execution_plan,
-        "overriddenProperties": dict(overridden_properties or {}),
+        "overriddenProperties": dict(overridden_properties if overridden_properties is not None
+                                     else metastore.query_properties(q.query_id)),
         "ksqlHostQueryStatus": dict(host_states),
         "queryType": "PERSISTENT",
         "queryErrors": list(errors),

@@ -14,8 +14,10 @@ STOPPING       STARTING, RUNNING, FAILED                    no longer assigned o
 (absent)       STOPPING                                     runtime.stop_persistent returned
 =============  ==========================================  ==========================
 
-A FAILED query stays owned by this node (shown as ERROR with its error, as ksqlDB shows a failed
-query) until it is unassigned or terminated, so the cluster does not bounce it from node to node.
+A STOPPING query is still owned (reported in the group metadata) until it has stopped, so the
+group never gives it to another node while it runs here. A FAILED query stays owned by this node
+(shown as ERROR with its error, as ksqlDB shows a failed query) until it is unassigned or
+terminated, so the cluster does not bounce it from node to node.
 """
 
 from __future__ import annotations
@@ -61,6 +63,11 @@ class StartSpec:
     properties: dict[str, Any]
 
 
+def _version(spec: StartSpec) -> int:
+    """Which definition of a query ``spec`` is: the offset of the command that (re)defined it."""
+    return int(getattr(spec.info, "command_offset", -1))
+
+
 class LocalQueries:
     """Reconciles this node's running queries with ``desired`` (assigned and not terminated).
 
@@ -78,6 +85,7 @@ class LocalQueries:
         self._desired: set[str] = set()
         self._states: dict[str, LocalState] = {}
         self._errors: dict[str, str] = {}
+        self._versions: dict[str, int] = {}   # command offset of the definition each query runs
         self._thread = threading.Thread(target=self._run, name="sql-local-queries", daemon=True)
 
     def start(self) -> None:
@@ -92,6 +100,7 @@ class LocalQueries:
                 raise IllegalQueryTransition(f"{query_id}: {current} -> (absent)")
             self._states.pop(query_id, None)
             self._errors.pop(query_id, None)
+            self._versions.pop(query_id, None)
         else:
             self._states[query_id] = state
 
@@ -110,9 +119,10 @@ class LocalQueries:
     # --- outputs ----------------------------------------------------------------------------------
 
     def owned(self) -> list[str]:
-        """Queries this node runs or is starting, failed ones included (not those stopping)."""
+        """Queries this node runs, is starting or still stopping, failed ones included: a query
+        is only let go (for the group to give it to another node) once it has stopped here."""
         with self._lock:
-            return sorted(q for q, s in self._states.items() if s is not LocalState.STOPPING)
+            return sorted(self._states)
 
     def errors(self) -> dict[str, str]:
         """Error text of this node's failed queries."""
@@ -150,16 +160,25 @@ class LocalQueries:
         with self._lock:
             desired = set(self._desired)
             current = dict(self._states)
+            versions = dict(self._versions)
         changed = False
-        for query_id in sorted(q for q in current if q not in desired):
-            self._stop_one(query_id)
-            changed = True
-        for query_id in sorted(desired - set(current)):
-            spec = self._resolve(query_id)
+        specs = {q: self._resolve(q) for q in sorted(desired | set(current))}
+        for query_id in sorted(current):
+            spec = specs.get(query_id)
+            # Not assigned here any more, terminated (gone from the metastore), or replaced by
+            # CREATE OR REPLACE (same id, newer definition: restarted below).
+            if query_id not in desired or spec is None or _version(spec) != versions.get(query_id):
+                self._stop_one(query_id)
+                changed = True
+        with self._lock:
+            running = set(self._states)
+        for query_id in sorted(desired - running):
+            spec = specs.get(query_id)
             if spec is None:
                 continue  # not in this node's metastore (yet, or terminated)
             with self._lock:
                 self._set(query_id, LocalState.STARTING)
+                self._versions[query_id] = _version(spec)
             changed = True
             self._changed()
             try:

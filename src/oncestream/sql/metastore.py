@@ -21,13 +21,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from sqlglot import exp
+
 from oncestream.sql import ast, catalog
 from oncestream.sql.analyzer import AnalyzedQuery, analyze_query
-from oncestream.sql.ast import SourceKind
+from oncestream.sql.analyzer_aggregates import no_map_key
+from oncestream.sql.analyzer_expr import column_ref
+from oncestream.sql.ast import SourceKind, WindowKind, WindowSpec
 from oncestream.sql.catalog import Column, Format, Namespace, QueryInfo, SourceInfo
 from oncestream.sql.commands import Command, command_id, goes_to_command_topic
 from oncestream.sql.errors import StatementError
-from oncestream.sql.types import BaseType
+from oncestream.sql.types import BaseType, SqlType
 
 RESERVED_COLUMNS = (catalog.ROWTIME, catalog.ROWPARTITION, catalog.ROWOFFSET, catalog.WINDOWSTART, catalog.WINDOWEND)
 SUPPORTED_FORMATS = {f.value: f for f in Format}
@@ -59,6 +63,7 @@ class StartQuery:
     query: QueryInfo
     sink: SourceInfo
     analyzed: AnalyzedQuery = field(compare=False, repr=False)
+    properties: dict[str, Any] = field(default_factory=dict, compare=False)   # the command's streamsProperties
 
 
 @dataclass(frozen=True)
@@ -116,15 +121,126 @@ def _lower_kind(kind: SourceKind) -> str:
 
 
 def _check_kafka_format(fmt: Format, columns: tuple[Column, ...], which: str) -> None:
+    """ksqlDB's format/schema compatibility check (KAFKA: one primitive column; DELIMITED: no
+    ARRAY/MAP/STRUCT; NONE: no columns), worded as ksqlDB's 'Key/Value format does not support schema'."""
+    reason: str | None = None
     if fmt is Format.KAFKA and len(columns) > 1:
-        names = "[" + ", ".join(f"`{c.name}` {c.type.ksql_name}" for c in columns) + "]"
-        raise StatementError(f"The 'KAFKA' format only supports a single field. Got: {names}")
-    if fmt is Format.KAFKA:
+        listed = "[" + ", ".join(_persistence_column(c) for c in columns) + "]"
+        reason = f"The 'KAFKA' format only supports a single field. Got: {listed}"
+    elif fmt is Format.KAFKA:
         for c in columns:
             if c.type.base not in (BaseType.INTEGER, BaseType.BIGINT, BaseType.DOUBLE, BaseType.STRING, BaseType.BYTES):
-                raise StatementError(f"The 'KAFKA' format does not support type '{c.type.base.value}'")
-    if fmt is Format.NONE and columns:
-        raise StatementError(f"The '{which}' format 'NONE' does not support any columns.")
+                reason = f"The 'KAFKA' format does not support type '{c.type.base.value}'"
+                break
+    elif fmt is Format.DELIMITED:
+        for c in columns:
+            if c.type.base in (BaseType.ARRAY, BaseType.MAP, BaseType.STRUCT):
+                reason = f"The 'DELIMITED' format does not support type '{c.type.base.value}', column: `{c.name}`"
+                break
+    elif fmt is Format.JSON and any(_has_non_string_map_key(c.type) for c in columns):
+        raise StatementError("JSON only supports MAP types with STRING keys")
+    elif fmt is Format.NONE and columns:
+        reason = "The 'NONE' format can only be used when no columns are defined. Got: " + \
+            "[" + ", ".join(_persistence_column(c) for c in columns) + "]"
+    if reason is not None:
+        side = "Key" if which == "KEY_FORMAT" else "Value"
+        schema = "Persistence{columns=[" + ", ".join(_persistence_column(c) for c in columns) + "], features=[]}"
+        raise StatementError(f"{side} format does not support schema.\nformat: {fmt.value}\nschema: {schema}\nreason: {reason}")
+
+
+def _timestamp_column(props: Mapping[str, Any], columns: tuple[Column, ...]) -> tuple[str | None, str | None]:
+    """``WITH (TIMESTAMP='col' [, TIMESTAMP_FORMAT='...'])``, checked as ksqlDB does."""
+    raw, raw_fmt = _prop(props, "TIMESTAMP"), _prop(props, "TIMESTAMP_FORMAT")
+    fmt = None if raw_fmt is None else str(raw_fmt)
+    if raw is None:
+        return None, fmt
+    name = str(raw).strip("`") if str(raw).startswith("`") else str(raw).upper()
+    col = next((c for c in columns if c.name == name), None)
+    if col is None:
+        raise StatementError(f"The TIMESTAMP column set in the WITH clause does not exist in the schema: '{name}'")
+    if not (col.type.base in (BaseType.BIGINT, BaseType.TIMESTAMP) or (col.type.base is BaseType.STRING and fmt)):
+        raise StatementError(f"Timestamp column, `{name}`, should be LONG(INT64), TIMESTAMP, or a String with a "
+                             "timestamp_format specified.")
+    return name, fmt
+
+
+def _check_wrap_single_value(props: Mapping[str, Any], value_format: Format, value_columns: tuple[Column, ...]) -> None:
+    """``WRAP_SINGLE_VALUE``: ksqlDB's rules; we serialize single values wrapped (JSON object) only."""
+    raw = _prop(props, "WRAP_SINGLE_VALUE")
+    if raw is None:
+        return
+    wrap = str(raw).lower()
+    if value_format in (Format.KAFKA, Format.DELIMITED):
+        raise StatementError(f"Format '{value_format.value}' does not support 'WRAP_SINGLE_VALUE' set to '{wrap}'.")
+    if len(value_columns) != 1:
+        raise StatementError("'WRAP_SINGLE_VALUE' is only valid for single-field value schemas")
+    if wrap != "true":
+        raise StatementError("'WRAP_SINGLE_VALUE'='false' is not supported: single values are written wrapped in a JSON object.")
+
+
+def _delimiter(props: Mapping[str, Any], value_format: Format) -> str:
+    """``VALUE_DELIMITER``: one character, or TAB / SPACE; only for DELIMITED (ksqlDB's rules)."""
+    raw = _prop(props, "VALUE_DELIMITER")
+    if raw is None:
+        return ","
+    if value_format is not Format.DELIMITED:
+        raise StatementError(f"{value_format.value} does not support the following configs: [delimiter]")
+    text = str(raw)
+    named = {"TAB": "\t", "SPACE": " "}
+    if text.upper() in named:
+        return named[text.upper()]
+    if text == "":
+        raise StatementError("Configuration VALUE_DELIMITER is invalid: Delimiter cannot be empty, if you meant to have a tab "
+                             "or space for delimiter, please use the special values 'TAB' or 'SPACE'")
+    if len(text) != 1:
+        raise StatementError(f"Configuration VALUE_DELIMITER is invalid: Invalid delimiter value: '{text}'. Delimiter must be "
+                             "a single character or TAB,SPACE")
+    return text
+
+
+_UNIT_MS = {"MILLISECOND": 1, "SECOND": 1000, "MINUTE": 60_000, "HOUR": 3_600_000, "DAY": 86_400_000}
+
+
+def _window_of(props: Mapping[str, Any]) -> WindowSpec | None:
+    """``WITH (WINDOW_TYPE='TUMBLING', WINDOW_SIZE='10 SECONDS')``: a source over a windowed topic."""
+    raw_type = _prop(props, "WINDOW_TYPE")
+    raw_size = _prop(props, "WINDOW_SIZE")
+    if raw_type is None:
+        if raw_size is not None:
+            raise StatementError("'WINDOW_SIZE' requires 'WINDOW_TYPE' to be provided in the WITH clause.")
+        return None
+    try:
+        kind = WindowKind(str(raw_type).upper())
+    except ValueError as e:
+        raise StatementError(f"Invalid value for WINDOW_TYPE: {raw_type!r} (SESSION, HOPPING or TUMBLING)") from e
+    if kind is WindowKind.SESSION:
+        if raw_size is not None:
+            raise StatementError("'WINDOW_SIZE' should not be set for SESSION windows.")
+        return WindowSpec(kind, size_ms=0)
+    if raw_size is None:
+        raise StatementError(f"{kind.value} windows require 'WINDOW_SIZE' to be provided in the WITH clause. "
+                             "For example: 'WINDOW_SIZE'='10 SECONDS'")
+    parts = str(raw_size).split()
+    unit = parts[1].upper() if len(parts) == 2 else ""
+    if len(parts) != 2 or not parts[0].isdigit():
+        raise StatementError(f"Configuration WINDOW_SIZE is invalid: Invalid duration: '{raw_size}'. "
+                             "Expected a number and a time unit, e.g. '10 SECONDS'")
+    if unit.rstrip("S") not in _UNIT_MS:
+        raise StatementError(f"Configuration WINDOW_SIZE is invalid: Invalid duration: '{raw_size}'. Unknown time unit: '{unit}'")
+    unit = unit.rstrip("S")
+    size_ms = int(parts[0]) * _UNIT_MS[unit]
+    return WindowSpec(kind, size_ms=size_ms, advance_ms=size_ms if kind is WindowKind.HOPPING else None)
+
+
+def _has_non_string_map_key(ty: SqlType) -> bool:
+    if ty.base is BaseType.MAP and ty.key is not None and ty.key.base is not BaseType.STRING:
+        return True
+    return any(_has_non_string_map_key(x) for x in (ty.element, ty.key) if x is not None) or \
+        any(_has_non_string_map_key(f.type) for f in ty.fields)
+
+
+def _persistence_column(c: Column) -> str:
+    return f"`{c.name}` {c.type.ksql_name}{' KEY' if c.is_key else ''}"
 
 
 @dataclass
@@ -148,6 +264,8 @@ class Metastore:
         self._analyzed: dict[str, AnalyzedQuery] = {}
         # source -> the sources its CREATE ... AS SELECT read (ksqlDB's drop constraints)
         self._references: dict[str, tuple[str, ...]] = {}
+        # query id -> the streamsProperties of the command that started it (auto.offset.reset...)
+        self._query_properties: dict[str, dict[str, Any]] = {}
         self._last_offset: int = -1
 
     # -- lookups -------------------------------------------------------------------------------
@@ -169,6 +287,10 @@ class Metastore:
     def analyzed(self, query_id: str) -> AnalyzedQuery | None:
         """The analysis of a persistent query (what the compiler needs to start it)."""
         return self._analyzed.get(query_id)
+
+    def query_properties(self, query_id: str) -> dict[str, Any]:
+        """The property overrides (the command's streamsProperties) a persistent query runs with."""
+        return dict(self._query_properties.get(query_id, {}))
 
     def source_map(self) -> dict[str, SourceInfo]:
         return dict(self._sources)
@@ -198,6 +320,7 @@ class Metastore:
         other._queries = dict(self._queries)
         other._analyzed = dict(self._analyzed)
         other._references = dict(self._references)
+        other._query_properties = dict(self._query_properties)
         other._last_offset = self._last_offset
         return other
 
@@ -223,7 +346,7 @@ class Metastore:
             "queries": [
                 {"id": q.query_id, "statement": q.statement, "sink": q.sink, "sources": list(q.sources),
                  "columns": [[c.name, c.type.ksql_name, c.namespace.value] for c in q.output_columns],
-                 "offset": q.command_offset}
+                 "offset": q.command_offset, "properties": self._query_properties.get(q.query_id, {})}
                 for q in self.queries()],
         }
 
@@ -323,9 +446,12 @@ class Metastore:
             f"For example: {example} WITH (KAFKA_TOPIC='{topic}', PARTITIONS=2);")
 
     def _plan_create(self, stmt: ast.CreateSource, topics: Mapping[str, int] | None, plan: Mapping[str, Any] | None) -> _Plan:
+        if stmt.or_replace and stmt.read_only:
+            kind = _lower_kind(stmt.kind)
+            raise StatementError(f"Cannot add {kind} '{stmt.name}': CREATE OR REPLACE is not supported on source {kind}s.")
         existing = self._existing_conflict(stmt.kind, stmt.name, stmt.or_replace, stmt.if_not_exists)
         if existing is not None and stmt.if_not_exists:
-            return _Plan(stmt, dict(plan or {}), noop_message=f"Cannot add {_lower_kind(stmt.kind)} {stmt.name}: "
+            return _Plan(stmt, dict(plan or {}), noop_message=f"Cannot add {_lower_kind(stmt.kind)} `{stmt.name}`: "
                          f"A {_lower_kind(existing.kind)} with the same name already exists.")
         props = stmt.properties
         topic = _prop(props, "KAFKA_TOPIC")
@@ -359,37 +485,27 @@ class Metastore:
             columns.append(Column(cd.name, cd.type, Namespace.KEY if (cd.key or cd.primary_key) else Namespace.VALUE))
         ordered = tuple([c for c in columns if c.is_key] + [c for c in columns if not c.is_key])
         keys = tuple(c for c in ordered if c.is_key)
+        for k in keys:
+            no_map_key(column_ref(k.name, None, k.type))
         if stmt.kind is SourceKind.TABLE and not keys:
             raise StatementError("Tables require a PRIMARY KEY. Please define the PRIMARY KEY.")
         key_raw = _prop(props, "KEY_FORMAT") or fmt
-        key_format = _fmt(key_raw, "KEY_FORMAT") if key_raw is not None else (Format.KAFKA if keys else Format.NONE)
-        if not keys and key_format is not Format.NONE and key_raw is None:
-            key_format = Format.NONE
-        if keys:
-            if key_format is Format.NONE:
-                raise StatementError("The 'NONE' key format requires the source to have no key columns.")
-            _check_kafka_format(key_format, keys, "KEY_FORMAT")
+        # ksqlDB's default key format (ksql.persistence.default.format.key) is KAFKA, with or without key columns
+        key_format = _fmt(key_raw, "KEY_FORMAT") if key_raw is not None else Format.KAFKA
+        _check_kafka_format(key_format, keys, "KEY_FORMAT")
         _check_kafka_format(value_format, tuple(c for c in ordered if not c.is_key), "VALUE_FORMAT")
-        ts_col = _prop(props, "TIMESTAMP")
-        ts_fmt = _prop(props, "TIMESTAMP_FORMAT")
-        if ts_col is not None:
-            ts_col = str(ts_col).upper() if not str(ts_col).startswith("`") else str(ts_col).strip("`")
-            col = next((c for c in ordered if c.name == ts_col), None)
-            if col is None:
-                raise StatementError(f"The TIMESTAMP column set in the WITH clause does not exist in the schema: '{ts_col}'")
-            ok = col.type.base in (BaseType.BIGINT, BaseType.TIMESTAMP) or (col.type.base is BaseType.STRING and ts_fmt)
-            if not ok:
-                raise StatementError(f"Timestamp column, `{ts_col}`, should be LONG(INT64), TIMESTAMP, or a String with a "
-                                     "timestamp_format specified.")
+        ts_col, ts_fmt = _timestamp_column(props, ordered)
+        _check_wrap_single_value(props, value_format, tuple(c for c in ordered if not c.is_key))
         partitions = _int_prop(props, "PARTITIONS")
         replicas = _int_prop(props, "REPLICAS")
+        window = _window_of(props)
+        if window is not None and not keys:
+            raise StatementError("Windowed sources require a key column.")
         n, create = self._topic_partitions(stmt, topic, partitions, replicas, topics, plan, None)
-        delimiter = _prop(props, "VALUE_DELIMITER")
         source = SourceInfo(
             name=stmt.name, kind=stmt.kind, topic=topic, key_format=key_format, value_format=value_format, columns=ordered,
-            statement=stmt.text, partitions=n, replicas=replicas or 1, timestamp_column=ts_col,
-            timestamp_format=None if ts_fmt is None else str(ts_fmt),
-            value_delimiter="," if delimiter is None else str(delimiter), read_only=stmt.read_only)
+            statement=stmt.text, partitions=n, replicas=replicas or 1, timestamp_column=ts_col, timestamp_format=ts_fmt,
+            value_delimiter=_delimiter(props, value_format), window=window, read_only=stmt.read_only)
         if existing is not None:
             self._check_replace(existing, source)
         return _Plan(stmt, {"topic": topic, "partitions": n, "replicas": replicas or 1, "createTopic": create},
@@ -412,8 +528,10 @@ class Metastore:
                         plan: Mapping[str, Any] | None) -> _Plan:
         existing = self._existing_conflict(stmt.kind, stmt.name, stmt.or_replace, stmt.if_not_exists)
         if existing is not None and stmt.if_not_exists:
-            return _Plan(stmt, dict(plan or {}), noop_message=f"Cannot add {_lower_kind(stmt.kind)} {stmt.name}: "
+            return _Plan(stmt, dict(plan or {}), noop_message=f"Cannot add {_lower_kind(stmt.kind)} `{stmt.name}`: "
                          f"A {_lower_kind(existing.kind)} with the same name already exists.")
+        if stmt.query.limit is not None:
+            raise StatementError(f"CREATE {stmt.kind.value} AS SELECT statements don't support LIMIT clause.")
         sources = {n: s for n, s in self._sources.items() if n != stmt.name or existing is None}
         if existing is not None:
             sources[stmt.name] = existing
@@ -432,33 +550,30 @@ class Metastore:
         value_raw = _prop(props, "VALUE_FORMAT") or fmt
         value_format = _fmt(value_raw, "VALUE_FORMAT") if value_raw is not None else from_source.value_format
         key_raw = _prop(props, "KEY_FORMAT") or fmt
-        if key_raw is not None:
+        partition_by_null = len(stmt.query.partition_by) == 1 and isinstance(stmt.query.partition_by[0], exp.Null)
+        if partition_by_null:
+            # ksqlDB: PARTITION BY NULL gives a key-less stream whose key format is NONE
+            if key_raw is not None and str(key_raw).upper() != "NONE":
+                raise StatementError("Key format specified for stream without key columns.")
+            key_format = Format.NONE
+        elif key_raw is not None:
             key_format = _fmt(key_raw, "KEY_FORMAT")
-        elif analyzed.key_columns:
-            key_format = from_source.key_format if from_source.key_format is not Format.NONE else Format.KAFKA
+        elif from_source.key_format is Format.NONE and analyzed.key_columns:
+            key_format = Format.KAFKA
         else:
-            key_format = Format.NONE
-        if not analyzed.key_columns:
-            key_format = Format.NONE
-        elif key_format is Format.NONE:
-            raise StatementError("The 'NONE' key format requires the source to have no key columns.")
+            key_format = from_source.key_format
         _check_kafka_format(key_format, analyzed.key_columns, "KEY_FORMAT")
         _check_kafka_format(value_format, analyzed.value_columns, "VALUE_FORMAT")
         partitions = _int_prop(props, "PARTITIONS")
         replicas = _int_prop(props, "REPLICAS")
         default_partitions = max((s.partitions for s in analyzed.sources.values()), default=1)
         n, create = self._topic_partitions(stmt, topic, partitions, replicas, topics, plan, default_partitions)
-        ts_col = _prop(props, "TIMESTAMP")
-        if ts_col is not None:
-            ts_col = str(ts_col).upper()
-            if not any(c.name == ts_col for c in analyzed.columns):
-                raise StatementError(f"The TIMESTAMP column set in the WITH clause does not exist in the schema: '{ts_col}'")
-        delimiter = _prop(props, "VALUE_DELIMITER")
+        ts_col, ts_fmt = _timestamp_column(props, analyzed.columns)
+        _check_wrap_single_value(props, value_format, analyzed.value_columns)
         source = SourceInfo(
             name=stmt.name, kind=stmt.kind, topic=topic, key_format=key_format, value_format=value_format,
             columns=analyzed.columns, statement=stmt.text, partitions=n, replicas=replicas or 1, timestamp_column=ts_col,
-            timestamp_format=None if _prop(props, "TIMESTAMP_FORMAT") is None else str(_prop(props, "TIMESTAMP_FORMAT")),
-            value_delimiter="," if delimiter is None else str(delimiter), window=analyzed.window)
+            timestamp_format=ts_fmt, value_delimiter=_delimiter(props, value_format), window=analyzed.window)
         if existing is not None:
             self._check_replace(existing, source)
         return _Plan(stmt, {"topic": topic, "partitions": n, "replicas": replicas or 1, "createTopic": create},
@@ -467,7 +582,7 @@ class Metastore:
     def _plan_insert(self, stmt: ast.InsertInto) -> _Plan:
         target = self._sources.get(stmt.target)
         if target is None:
-            raise StatementError(f"{stmt.target} does not exist.")
+            raise StatementError(f"Source `{stmt.target}` does not exist.")
         if target.kind is not SourceKind.STREAM:
             raise StatementError(f"INSERT INTO can only be used to insert into a stream. {stmt.target} is a table.")
         if target.read_only:
@@ -503,7 +618,7 @@ class Metastore:
         kind = _lower_kind(stmt.kind)
         if existing is None:
             if stmt.if_exists:
-                return _Plan(stmt, {}, noop_message=f"Source {stmt.name} does not exist.")
+                return _Plan(stmt, {}, noop_message=f"Source `{stmt.name}` does not exist.")
             raise StatementError(f"{kind.capitalize()} {stmt.name} does not exist.")
         if existing.kind is not stmt.kind:
             raise StatementError(f"Incompatible data source type is {_lower_kind(existing.kind)}, but statement was DROP {kind}")
@@ -560,15 +675,15 @@ class Metastore:
             sink = replace(p.source, created_by=query_id)
             self._sources[stmt.name] = sink
             self._references[stmt.name] = tuple(sorted({s.name for s in p.analyzed.sources.values()}))
-            info = self._register_query(query_id, stmt.text, sink, stmt.query, p.analyzed, offset)
-            effects.append(StartQuery(info, sink, p.analyzed))
+            info = self._register_query(query_id, stmt.text, sink, stmt.query, p.analyzed, offset, command)
+            effects.append(StartQuery(info, sink, p.analyzed, dict(command.streams_properties)))
             effects.append(CommandResult("SUCCESS", f"Created query with ID {query_id}", query_id))
             return effects
         if isinstance(stmt, ast.InsertInto):
             assert p.source is not None and p.analyzed is not None
             query_id = p.plan.get("queryId") or f"INSERTQUERY_{offset}"
-            info = self._register_query(query_id, stmt.text, p.source, stmt.query, p.analyzed, offset)
-            effects.append(StartQuery(info, p.source, p.analyzed))
+            info = self._register_query(query_id, stmt.text, p.source, stmt.query, p.analyzed, offset, command)
+            effects.append(StartQuery(info, p.source, p.analyzed, dict(command.streams_properties)))
             effects.append(CommandResult("SUCCESS", f"Created query with ID {query_id}", query_id))
             return effects
         if isinstance(stmt, ast.DropSource):
@@ -592,17 +707,19 @@ class Metastore:
         raise StatementError(f"Unsupported statement: {type(stmt).__name__}")
 
     def _register_query(self, query_id: str, text: str, sink: SourceInfo, query: ast.Query, analyzed: AnalyzedQuery,
-                        offset: int) -> QueryInfo:
+                        offset: int, command: Command) -> QueryInfo:
         source_names = tuple(dict.fromkeys(s.name for s in analyzed.sources.values()))
         info = QueryInfo(query_id=query_id, statement=text, sink=sink.name, sources=source_names, query=query,
                          output_columns=analyzed.columns, command_offset=offset)
         self._queries[query_id] = info
         self._analyzed[query_id] = analyzed
+        self._query_properties[query_id] = dict(command.streams_properties)
         return info
 
     def _drop_query(self, query_id: str) -> None:
         info = self._queries.pop(query_id, None)
         self._analyzed.pop(query_id, None)
+        self._query_properties.pop(query_id, None)
         if info is None:
             return
         sink = self._sources.get(info.sink)

@@ -122,7 +122,8 @@ class Node:
         self._assignment.start()
 
     def stop(self) -> None:
-        """Leave the group, stop local queries at a batch boundary, stop replaying."""
+        """Stop local queries at a batch boundary, then leave the group (so no other node starts
+        a query while it still runs here), then stop replaying."""
         self._terminating = True
         with self._push_lock:
             pushes = list(self._push.values())
@@ -131,9 +132,9 @@ class Node:
             close = getattr(push, "close_sync", None)
             if close is not None:
                 close()
+        self._local.stop()
         if self._assignment is not None:
             self._assignment.stop()
-        self._local.stop()
         self._runner.stop()
         self._admin.close()
 

@@ -12,7 +12,8 @@ Formats, as ksqlDB writes them:
   column is the bare JSON value (ksqlDB never wraps single keys); several key columns make an
   object.
 - ``DELIMITED``: one CSV line (``VALUE_DELIMITER``, default ``,``); a null is an empty field, an
-  empty string is ``""``; quotes are doubled (RFC 4180).
+  empty string is written ``""``; quotes are doubled (RFC 4180). On read both an empty field and
+  ``""`` are null (Spark's CSV reader cannot tell them apart, so neither form does).
 - ``KAFKA``: one primitive column: INT 4 bytes, BIGINT and DOUBLE 8 bytes, big-endian; STRING
   UTF-8; BYTES as is.
 - ``NONE`` key: the record key is null (never empty bytes).
@@ -344,7 +345,9 @@ def split_csv_line(line: str, delimiter: str) -> list[str | None]:
 
 
 def _csv_value(text: str | None, t: SqlType) -> Any:
-    if text is None:
+    # An empty field reads as null, quoted ("") or not: Spark's CSV reader cannot tell them apart,
+    # and both forms of serde must read the same value.
+    if text is None or text == "":
         return None
     b = t.base
     try:

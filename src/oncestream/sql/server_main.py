@@ -27,12 +27,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import logging
 import os
 import signal
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -210,19 +212,97 @@ def run(args: argparse.Namespace) -> int:
             bootstrap_servers=args.bootstrap_server, client_properties=clients, checkpoint_root=checkpoint_root,
             service_id=args.service_id))
 
-    runtime = SparkRuntime(make, eager=props.get("ksql.spark.start", "eager") != "lazy")
-    node = Node(settings, runtime)
+    # SIGTERM during start-up (Spark's JVM takes seconds) also ends in a clean stop; once
+    # serving, the event loop's handlers take over.
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, _terminated)
+    runtime: SparkRuntime | None = None
+    node: Any = None
     try:
+        runtime = SparkRuntime(make, eager=props.get("ksql.spark.start", "eager") != "lazy")
+        node = Node(settings, runtime)
         node.start()
         if not node.runner.wait_replayed(_REPLAY_TIMEOUT_S) and node.runner.degraded_reason is None:
             log.error("oncestream sql: the command topic was not replayed within %.0f s", _REPLAY_TIMEOUT_S)
         app = create_app(node, max_body_bytes=int(props.get("ksql.max.body.bytes", _DEFAULT_MAX_BODY_BYTES)))
         asyncio.run(_serve(app, node, host, port, args))
+    except _Terminated:
+        log.info("oncestream sql: terminated while starting")
     finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, signal.SIG_IGN)  # one clean stop, not interrupted by a second signal
         log.info("oncestream sql: shutting down")
-        node.stop()
-        runtime.stop()
+        if node is not None:
+            node.stop()
+        if runtime is not None:
+            runtime.stop()
+        elif "pyspark" in sys.modules:
+            _stop_spark_if_started()
+        _end_children()
     return 0
+
+
+def _children() -> list[int]:
+    """Pids of this process's living children (Linux /proc)."""
+    me = str(os.getpid())
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            if fields[1] == me and fields[0] != "Z":
+                out.append(int(entry.name))
+    return out
+
+
+def _end_children(timeout_s: float = 15.0) -> None:
+    """A JVM whose start was interrupted (no gateway to stop it through) would outlive us: SIGTERM
+    what is left of our children, SIGKILL after ``timeout_s``, and reap them."""
+    if not Path("/proc").is_dir():
+        return
+    pids = _children()
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    while pids and time.monotonic() < deadline:
+        for pid in list(pids):
+            with contextlib.suppress(ChildProcessError):
+                done, _status = os.waitpid(pid, os.WNOHANG)
+                if done == 0:
+                    continue
+            pids.remove(pid)
+        time.sleep(0.05)
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, 0)
+
+
+class _Terminated(Exception):
+    """SIGTERM/SIGINT before the server was serving."""
+
+
+def _terminated(signum: int, frame: Any) -> None:
+    raise _Terminated()
+
+
+def _stop_spark_if_started() -> None:
+    """A JVM started by a SparkSession that never finished building (terminated meanwhile)."""
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None or SparkContext._gateway is not None:
+        _stop_spark(active if active is not None else _NoSession())
+
+
+class _NoSession:
+    def stop(self) -> None:
+        """Nothing to stop but the JVM (``_stop_spark`` does that)."""
 
 
 async def _serve(app: Any, node: Any, host: str, port: int, args: argparse.Namespace) -> None:

@@ -98,7 +98,7 @@ def test_duplicate_name() -> None:
         ms.validate(create_table(name="ORDERS"), {}, TOPICS)
     # IF NOT EXISTS: accepted, nothing changes
     effects = run(ms, create_stream(if_not_exists=True), 1)
-    assert result(effects).status == "SUCCESS" and len(effects) == 1
+    assert effects == [CommandResult("SUCCESS", "Cannot add stream `ORDERS`: A stream with the same name already exists.")]
 
 
 def test_or_replace_only_when_compatible() -> None:
@@ -176,7 +176,7 @@ def test_drop_rules() -> None:
     assert ms.queries() == []
     assert result(run(ms, drop_orders, 5)).status == "SUCCESS"
     if_exists = ast.DropSource(text="", position=P, kind=SourceKind.STREAM, name="ORDERS", if_exists=True)
-    assert run(ms, if_exists, 6) == [CommandResult("SUCCESS", "Source ORDERS does not exist.")]
+    assert run(ms, if_exists, 6) == [CommandResult("SUCCESS", "Source `ORDERS` does not exist.")]
 
 
 def test_terminate() -> None:
@@ -250,3 +250,17 @@ def test_same_commands_give_equal_metastores() -> None:
     assert [q.query_id for q in a.queries()] == ["CTAS_C_3"]
     c = Metastore()
     assert c != a
+
+
+def test_query_properties_come_from_the_command() -> None:
+    ms = Metastore()
+    run(ms, create_stream(), 0)
+    cmd = ms.validate(csas("BIG", "SELECT id, amount FROM orders"), {"ksql.streams.auto.offset.reset": "earliest"}, TOPICS)
+    effects = ms.apply(cmd, 1)
+    start = next(e for e in effects if isinstance(e, StartQuery))
+    assert start.properties == {"ksql.streams.auto.offset.reset": "earliest"}
+    assert ms.query_properties("CSAS_BIG_1") == {"ksql.streams.auto.offset.reset": "earliest"}
+    replay = Metastore()
+    replay.apply(replay.validate(create_stream(), {}, TOPICS), 0)
+    replay.apply(dataclasses.replace(decode(*encode(cmd)), statement_ast=cmd.statement_ast), 1)
+    assert replay.query_properties("CSAS_BIG_1") == {"ksql.streams.auto.offset.reset": "earliest"} and replay == ms

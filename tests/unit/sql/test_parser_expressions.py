@@ -155,3 +155,76 @@ def test_malformed_expressions(text: str, column: int) -> None:
     with pytest.raises(ParseError) as caught:
         parse_expression(text)
     assert caught.value.column == column, caught.value.message
+
+
+@pytest.mark.parametrize(("text", "column", "what"), [
+    ("a DIV b", 1, "DIV"),
+    ("a ILIKE 'x'", 1, "ILIKE"),
+    ("x + INTERVAL 1 DAY", 1, "INTERVAL"),
+    ("x::INT", 1, "A '::' cast or a typed literal (use CAST(x AS type))"),
+    ("x = DATE '2020-01-01'", 10, "A '::' cast or a typed literal (use CAST(x AS type))"),
+    ("f(a) ^ 2", 1, "A bitwise operator"),
+    ("x.y.z", 1, "A name of more than two parts (a.b.c; struct fields are reached with ->)"),
+    ("a IS TRUE", 1, "IS other than IS [NOT] NULL / IS [NOT] DISTINCT FROM"),
+    ("arr[1:2]", 5, "An array slice [a:b]"),
+    ("{x}", 2, "A {...} struct literal (use STRUCT(name := value, ...))"),
+    ("a IN (SELECT b FROM t)", 14, "A sub-query"),
+    ("COUNT(*) OVER (PARTITION BY a)", 1, "A window function (OVER)"),
+])
+def test_standard_sql_that_ksqldb_lacks_is_refused_where_it_is(text: str, column: int, what: str) -> None:
+    with pytest.raises(ParseError) as caught:
+        parse_expression(text)
+    assert caught.value.message == f"line 1:{column}: {what} is not supported"
+
+
+@pytest.mark.parametrize(("text", "inner"), [
+    ("a NOT LIKE 'x%'", exp.Like), ("a NOT LIKE 'x!%' ESCAPE '!'", exp.Escape), ("a NOT IN (1, 2)", exp.In),
+    ("a NOT BETWEEN 1 AND 2", exp.Between), ("a IS NOT NULL", exp.Is),
+])
+def test_negated_predicates_are_not_nodes(text: str, inner: type[exp.Expression]) -> None:
+    tree = parse_expression(text)
+    assert isinstance(tree, exp.Not) and isinstance(tree.this, inner)
+    assert not any(node.args.get("negate") for node in tree.walk())
+
+
+def test_distinct_from() -> None:
+    assert isinstance(parse_expression("a IS NOT DISTINCT FROM b"), exp.NullSafeEQ)
+    assert isinstance(parse_expression("a IS DISTINCT FROM b"), exp.NullSafeNEQ)
+
+
+@pytest.mark.parametrize("text", ["2E", "1_000", "2Ex"])
+def test_malformed_numbers_are_syntax_errors(text: str) -> None:
+    with pytest.raises(ParseError):
+        parse_expression(text)
+
+
+@pytest.mark.parametrize(("text", "value"), [("42", 42), ("2.5", 2.5), ("1e5", 1e5), (".5", 0.5)])
+def test_numbers(text: str, value: float) -> None:
+    tree = parse_expression(text)
+    assert isinstance(tree, exp.Literal) and float(tree.this) == value
+
+
+@pytest.mark.parametrize("text", [
+    "userid", "p.userid", "`Mixed`", "'text'", "-2.5", "a + b * 2", "a % 3", "first || ' ' || last", "a != b", "a <> b",
+    "a IS NOT DISTINCT FROM b", "a NOT BETWEEN 1 AND 5", "a NOT IN (1, 2)", "a NOT LIKE 'x%' ESCAPE '\\'",
+    "a IS NOT NULL", "NOT a AND b OR c", "CASE a WHEN 1 THEN 'one' END", "CAST(a AS ARRAY<STRING>)",
+    "SUBSTRING(s, 1, 3)", "`MyUdf`(x)", "REDUCE(m, 0, (s, k, v) => s + v)", "address->city", "arr[-1]", "m['key']",
+    "ARRAY[1, 2]", "MAP('a' := 1, 'b' := 2)", "STRUCT(name := 'x', age := 3)", "ts AT TIME ZONE 'UTC'", "(a + b) * c",
+])
+def test_documented_expression_forms_parse(text: str) -> None:
+    assert isinstance(parse_expression(text), exp.Expression)
+
+
+def test_lambda_variables_follow_ksqldb_name_rules_and_keep_struct_access() -> None:
+    tree = parse_expression("TRANSFORM(arr, X => x->name + y)")
+    (lam,) = tree.find_all(exp.Lambda)
+    assert [i.name for i in lam.expressions] == ["X"]
+    add = lam.this
+    assert isinstance(add, exp.Add)
+    assert add.this == exp.Dot(this=exp.to_identifier("X"), expression=exp.to_identifier("NAME"))
+    assert add.expression == exp.column("Y")   # not a lambda variable: a column
+
+
+def test_lambda_quoted_variable_does_not_capture_unquoted_name() -> None:
+    (lam,) = parse_expression("TRANSFORM(arr, `x` => x)").find_all(exp.Lambda)
+    assert lam.this == exp.column("X")

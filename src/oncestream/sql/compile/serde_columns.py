@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Mapping, Sequence
+from decimal import Decimal
 from typing import Any
 
 from pyspark.sql import Column as SparkColumn
@@ -29,10 +30,15 @@ WINDOW_END = "WINDOWEND"
 _JSON_WRITE = {"ignoreNullFields": "false"}
 
 
-def _csv_options(delimiter: str) -> dict[str, str]:
-    # RFC 4180 quoting (doubled quotes) as ksqlDB's commons-csv writes it; whitespace is data.
-    return {"sep": delimiter, "quote": '"', "escape": '"', "ignoreLeadingWhiteSpace": "false",
-            "ignoreTrailingWhiteSpace": "false", "nullValue": "", "emptyValue": '""'}
+def _csv_options(delimiter: str, *, write: bool) -> dict[str, str]:
+    # RFC 4180 quoting (doubled quotes) as ksqlDB's commons-csv writes it; whitespace is data; a
+    # null is an empty field and an empty string is "" (Spark's emptyValue means the text written
+    # for "", and on read the text standing for "", so it is only set for writing).
+    options = {"sep": delimiter, "quote": '"', "escape": '"', "ignoreLeadingWhiteSpace": "false",
+               "ignoreTrailingWhiteSpace": "false", "nullValue": ""}
+    if write:
+        options["emptyValue"] = '""'
+    return options
 
 
 def spark_type(t: SqlType) -> T.DataType:
@@ -140,7 +146,7 @@ def _int_bytes(col: SparkColumn) -> SparkColumn:
 
 def _bytes_long(col: SparkColumn) -> SparkColumn:
     unsigned = F.conv(F.hex(col), 16, 10).cast("decimal(20,0)")
-    signed = F.when(unsigned >= F.lit(2 ** 63), unsigned - F.lit(2 ** 64)).otherwise(unsigned)
+    signed = F.when(unsigned >= F.lit(Decimal(2 ** 63)), unsigned - F.lit(Decimal(2 ** 64))).otherwise(unsigned)
     return F.when(F.length(col) == 8, signed.cast("bigint"))
 
 
@@ -150,24 +156,27 @@ def _bytes_int(col: SparkColumn) -> SparkColumn:
     return F.when(F.length(col) == 4, signed.cast("int"))
 
 
-def _double_encoder() -> Any:
+def _vectorized(fn: Any, result: T.DataType) -> Any:
+    """An Arrow-vectorized UDF of ``fn`` (a Series -> Series function). The hints are set here,
+    not written: with postponed annotations PySpark could not resolve ``pd.Series``."""
     import pandas as pd
 
-    @F.pandas_udf(T.BinaryType())  # type: ignore[call-overload]
-    def encode_double(values: pd.Series) -> pd.Series:
-        return values.map(lambda v: None if pd.isna(v) else struct.pack(">d", float(v)))
+    fn.__annotations__ = {"values": pd.Series, "return": pd.Series}
+    return F.pandas_udf(fn, result)  # type: ignore[call-overload]
 
-    return encode_double
+
+def _double_encoder() -> Any:
+    def encode_double(values: Any) -> Any:
+        return values.map(lambda v: None if v is None or v != v else struct.pack(">d", float(v)))
+
+    return _vectorized(encode_double, T.BinaryType())
 
 
 def _double_decoder() -> Any:
-    import pandas as pd
-
-    @F.pandas_udf(T.DoubleType())  # type: ignore[call-overload]
-    def decode_double(values: pd.Series) -> pd.Series:
+    def decode_double(values: Any) -> Any:
         return values.map(lambda v: None if v is None or len(v) != 8 else struct.unpack(">d", bytes(v))[0])
 
-    return decode_double
+    return _vectorized(decode_double, T.DoubleType())
 
 
 def _kafka_encode(col: SparkColumn, t: SqlType) -> SparkColumn:
@@ -232,7 +241,7 @@ def _decode(fmt: Format, columns: Sequence[Column], data: SparkColumn, delimiter
             if c.type.base in (BaseType.ARRAY, BaseType.MAP, BaseType.STRUCT):
                 raise SerdeError(f"The 'DELIMITED' format does not support type '{c.type.base.value}'")
         schema = T.StructType([T.StructField(c.name, _wire_type(c.type)) for c in columns])
-        parsed = F.from_csv(data.cast("string"), F.lit(_ddl(schema)), _csv_options(delimiter))
+        parsed = F.from_csv(data.cast("string"), F.lit(_ddl(schema)), _csv_options(delimiter, write=False))
         return [from_wire(parsed.getField(c.name), c.type).alias(c.name) for c in columns]
     if fmt is Format.KAFKA:
         if len(columns) != 1:
@@ -262,7 +271,7 @@ def _encode(fmt: Format, columns: Sequence[Column], values: Mapping[str, SparkCo
             if c.type.base in (BaseType.ARRAY, BaseType.MAP, BaseType.STRUCT):
                 raise SerdeError(f"The 'DELIMITED' format does not support type '{c.type.base.value}'")
         fields = [to_wire(values[c.name], c.type).alias(c.name) for c in columns]
-        return F.to_csv(F.struct(*fields), _csv_options(delimiter)).cast("binary")
+        return F.to_csv(F.struct(*fields), _csv_options(delimiter, write=True)).cast("binary")
     if fmt is Format.KAFKA:
         if len(columns) != 1:
             raise SerdeError(f"The 'KAFKA' format only supports a single field. Got: {[c.name for c in columns]}")
