@@ -1,0 +1,51 @@
+"""Pull queries (issue 13 part 3): materialized tables and ``SELECT ... FROM table WHERE ...``
+answered from them, as ksqlDB's pull queries.
+
+Interface for the node (``oncestream.sql.node``):
+
+``TableMaterializations(state_dir, bootstrap_servers, client_properties)``
+    One KIP-892 ``StateStore`` per TABLE of the metastore (``CREATE TABLE`` over a topic,
+    ``CREATE SOURCE TABLE``, ``CREATE TABLE AS SELECT``) under ``<state_dir>/tables/<name>``,
+    kept equal to a committed prefix of the table's topic (its changelog) by
+    ``oncestream.state.materializer.Materializer`` running in one thread per table, reading
+    read_committed. Methods:
+
+    - ``ensure(source: SourceInfo) -> bool``: start materializing a table (idempotent; streams
+      ignored; a changed topic restarts it). ``sync(sources)`` does it for the whole metastore
+      and drops what is gone: call it after every applied command and at startup.
+    - ``drop(name)``: stop and delete the store (``DROP TABLE``).
+    - ``reader(name)``: context manager giving a read_committed reader frozen at one commit.
+    - ``lag(name) -> {partition: records behind}`` (``DESCRIBE EXTENDED``), ``status(name)``.
+    - ``close()``: stop everything (each materializer commits; the stores stay for next start).
+
+``execute_pull(analyzed, source, reader) -> (list[ColumnHeader], list[list])``
+    Run an analyzed pull query (``oncestream.sql.analyzer.analyze_query``) over ``source``'s
+    store through ``reader``. ``pull_query(mats, analyzed, source)`` does the ``reader`` part.
+    Key lookups (``=``, ``IN``), key ranges (``< <= > >= BETWEEN``, a byte-range scan where the
+    key encoding is order-preserving, else scan and filter: see ``lookup``), full scans with
+    ``LIMIT``, windowed tables with ``WINDOWSTART``/``WINDOWEND`` bounds, projection expressions
+    (``evaluate`` lists what is supported; the rest is refused with ``StatementError``).
+
+Modules: ``materializations`` (stores and their threads), ``lookup`` (access path from WHERE),
+``evaluate`` (expressions), ``execute`` (decode with ``oncestream.sql.serde``, filter, project).
+See docs/state-stores.md, "Pull queries".
+"""
+
+from oncestream.sql.pull.execute import OutputColumn, PullPlan, run_plan, star_outputs
+from oncestream.sql.pull.materializations import (
+    TableMaterializations,
+    TableNotMaterializedError,
+    TableNotReadyError,
+    TableStatus,
+)
+
+__all__ = [
+    "OutputColumn",
+    "PullPlan",
+    "TableMaterializations",
+    "TableNotMaterializedError",
+    "TableNotReadyError",
+    "TableStatus",
+    "run_plan",
+    "star_outputs",
+]
