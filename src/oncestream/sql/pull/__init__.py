@@ -20,7 +20,10 @@ Interface for the node (``oncestream.sql.node``):
 
 ``execute_pull(analyzed, source, reader) -> (list[ColumnHeader], list[list])``
     Run an analyzed pull query (``oncestream.sql.analyzer.analyze_query``) over ``source``'s
-    store through ``reader``. ``pull_query(mats, analyzed, source)`` does the ``reader`` part.
+    store through ``reader``. ``pull_query(mats, analyzed)`` picks the reader of the query's
+    table; ``start_pull_query(mats, analyzed)`` wraps the result as an ``engine.QueryStream``
+    (``PullQueryStream``, ``is_pull`` True) for ``SqlEngine.start_query``. Both block (RocksDB
+    reads): call them in a thread from the event loop.
     Key lookups (``=``, ``IN``), key ranges (``< <= > >= BETWEEN``, a byte-range scan where the
     key encoding is order-preserving, else scan and filter: see ``lookup``), full scans with
     ``LIMIT``, windowed tables with ``WINDOWSTART``/``WINDOWEND`` bounds, projection expressions
@@ -38,14 +41,21 @@ from oncestream.sql.pull.materializations import (
     TableNotReadyError,
     TableStatus,
 )
+from oncestream.sql.pull.query import PullQueryStream, execute_pull, plan_of, pull_query, source_of, start_pull_query
 
 __all__ = [
     "OutputColumn",
     "PullPlan",
+    "PullQueryStream",
     "TableMaterializations",
     "TableNotMaterializedError",
     "TableNotReadyError",
     "TableStatus",
+    "execute_pull",
+    "plan_of",
+    "pull_query",
     "run_plan",
+    "source_of",
     "star_outputs",
+    "start_pull_query",
 ]
