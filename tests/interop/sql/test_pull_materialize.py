@@ -89,7 +89,7 @@ def test_pull_queries_never_show_aborted_or_open_transactions(broker_factory, tm
     log.txn([(6, "OPEN", 60), (4, "OPEN", -4)], commit=None)   # left open
 
     committed = [[1, "ann", 10], [2, "bob", 20], [3, "cy", 33], [4, "dee", 40]]
-    mats = TableMaterializations(tmp_path / "state", broker.bootstrap, {}, commit_interval_ms=100, lag_interval_ms=100)
+    mats = TableMaterializations(tmp_path / "state", broker.bootstrap, {}, commit_interval_ms=100)
     try:
         assert mats.ensure(source) is True
         assert mats.ensure(source) is False   # idempotent
@@ -120,26 +120,26 @@ def test_lag_counts_records_behind_the_stores_last_commit_and_restart_resumes(br
     log.txn([(1, "ann", 1), (2, "bob", 2)], commit=True)
     state = tmp_path / "state"
 
-    mats = TableMaterializations(state, broker.bootstrap, {}, commit_interval_ms=100, lag_interval_ms=100)
+    mats = TableMaterializations(state, broker.bootstrap, {}, commit_interval_ms=100)
     mats.ensure(source)
     wait_until(lambda: _caught_up(mats, "BALANCES"), WAIT_S, "the store at the LSO")
     mats.close()
 
     # Ten more records on partition 0 (even ids) in one transaction: 10 records + 1 commit marker.
     log.txn([(2 * i, f"new{i}", i) for i in range(10, 20)], commit=True)
-    slow = TableMaterializations(state, broker.bootstrap, {}, commit_interval_ms=3_600_000, lag_interval_ms=100)
+    slow = TableMaterializations(state, broker.bootstrap, {}, commit_interval_ms=3_600_000)
     try:
         slow.ensure(source)
-        assert slow.wait_for_lag("BALANCES", WAIT_S)
+        assert slow.wait_until_running("BALANCES", WAIT_S)
         assert slow.lag("BALANCES") == {0: 11, 1: 0}
         assert _pull(slow, source) == [[1, "ann", 1], [2, "bob", 2]]
     finally:
         slow.close()   # commits what it applied
 
-    mats = TableMaterializations(state, broker.bootstrap, {}, commit_interval_ms=100, lag_interval_ms=100)
+    mats = TableMaterializations(state, broker.bootstrap, {}, commit_interval_ms=100)
     try:
         mats.ensure(source)
-        assert mats.wait_for_lag("BALANCES", WAIT_S)
+        assert mats.wait_until_running("BALANCES", WAIT_S)
         assert mats.lag("BALANCES") == {0: 0, 1: 0}   # resumed from the final commit of `slow`
         rows = _pull(mats, source)
         assert len(rows) == 12 and [20, "new10", 10] in rows

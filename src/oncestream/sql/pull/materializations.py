@@ -12,11 +12,14 @@ So a pull query sees a row only after (1) its transaction committed on the chang
 consumer is read_committed) and (2) the materializer committed the store (every
 ``commit_interval_ms``). Nothing of an aborted or open transaction is ever visible.
 
-Lag (``DESCRIBE EXTENDED``): the materializer thread reads the changelog's end offsets (the last
-stable offset, what read_committed can reach) every ``lag_interval_ms``; the lag of a partition
-is that end minus the offset of the store's last commit (what pull queries see). Transaction
-markers count as offsets, so a partition with transactions shows a few records more than the
-data records still to come until the materializer steps past them.
+Lag (``DESCRIBE EXTENDED``): ``lag(name)`` asks the broker for the changelog's end offsets (the
+last stable offset, what read_committed can reach) when called; the lag of a partition is that
+end minus the offset of the store's last commit (what pull queries see). Transaction markers
+count as offsets, so a partition with transactions shows a few records more than the data
+records still to come until the materializer steps past them. The end offsets come from one
+extra consumer per node (``ListOffsets`` only, no assignment), not from the materializers' own
+consumers: a consumer with an assignment has a long-poll fetch outstanding, and a ListOffsets
+behind it waits for the fetch (about 1 s with our client), which would stall the materializer.
 
 A materializer that fails (broker unreachable, store error) is closed, logged and started again
 after ``retry_backoff_ms``; ``status(name)`` tells the error meanwhile.
@@ -28,7 +31,6 @@ import logging
 import re
 import shutil
 import threading
-import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -47,7 +49,6 @@ log = logging.getLogger(__name__)
 
 DEFAULT_COMMIT_INTERVAL_MS = 200
 DEFAULT_METADATA_INTERVAL_MS = 1000
-DEFAULT_LAG_INTERVAL_MS = 1000
 DEFAULT_RETRY_BACKOFF_MS = 1000
 STEP_TIMEOUT_S = 0.1
 JOIN_TIMEOUT_S = 60.0
@@ -92,7 +93,7 @@ class _TableWorker:
 
     def __init__(self, name: str, topic: str, directory: Path, bootstrap_servers: str,
                  client_properties: Mapping[str, str], *, commit_interval_ms: int,
-                 metadata_interval_ms: int, lag_interval_ms: int, retry_backoff_ms: int) -> None:
+                 metadata_interval_ms: int, retry_backoff_ms: int) -> None:
         self.name = name
         self.topic = topic
         self.directory = directory
@@ -100,7 +101,6 @@ class _TableWorker:
         self._client_properties = dict(client_properties)
         self._commit_interval_ms = commit_interval_ms
         self._metadata_interval_ms = metadata_interval_ms
-        self._lag_interval_ms = lag_interval_ms
         self._retry_backoff_ms = retry_backoff_ms
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -109,9 +109,7 @@ class _TableWorker:
         self._error: str | None = None
         self._applied = 0
         self._rebuilds = 0
-        self._end_offsets: dict[int, tuple[int, int]] = {}   # partition -> (log start, LSO)
-        self._committed: dict[int, int] = {}
-        self._lag_seen = threading.Event()
+        self._running = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"pull-materializer-{name}", daemon=True)
 
     def start(self) -> None:
@@ -143,15 +141,9 @@ class _TableWorker:
             with self._lock:
                 self._materializer = materializer
                 self._state, self._error = "RUNNING", None
-            next_lag_ms = 0.0
+            self._running.set()
             while not self._stop.is_set():
                 materializer.step(STEP_TIMEOUT_S)
-                now_ms = time.monotonic() * 1000
-                if now_ms >= next_lag_ms:
-                    next_lag_ms = now_ms + self._lag_interval_ms
-                    self._refresh_lag(source, materializer)
-                else:
-                    self._note_committed(materializer)
         finally:
             with self._lock:
                 self._materializer = None
@@ -159,29 +151,19 @@ class _TableWorker:
                 self._rebuilds += materializer.rebuilds
             materializer.close()   # commits what was applied, closes the store and the consumer
 
-    def _note_committed(self, materializer: Materializer) -> None:
-        committed = {p: o for (_t, p), o in materializer.committed_offsets().items()}
-        with self._lock:
-            self._committed = committed
-
-    def _refresh_lag(self, source: KafkaChangelogSource, materializer: Materializer) -> None:
-        count = source.partition_count(self.topic)
-        marks = source.watermarks(self.topic, list(range(count)))
-        committed = {p: o for (_t, p), o in materializer.committed_offsets().items()}
-        with self._lock:
-            self._end_offsets = marks
-            self._committed = committed
-        self._lag_seen.set()
-
     # --- any thread --------------------------------------------------------------------------
 
-    def lag(self) -> dict[int, int]:
+    def committed_offsets(self) -> dict[int, int] | None:
+        """Offsets of the store's last commit per partition; None while the store is not open."""
         with self._lock:
-            marks, committed = dict(self._end_offsets), dict(self._committed)
-        return {p: max(0, end - committed.get(p, low)) for p, (low, end) in sorted(marks.items())}
+            m = self._materializer
+            if m is None:
+                return None
+            # The materializer replaces its dict on each commit: a copy of either one is whole.
+            return {p: o for (_t, p), o in m.committed_offsets().items()}
 
-    def wait_for_lag(self, timeout_s: float) -> bool:
-        return self._lag_seen.wait(timeout_s)
+    def wait_until_running(self, timeout_s: float) -> bool:
+        return self._running.wait(timeout_s)
 
     def status(self) -> TableStatus:
         with self._lock:
@@ -225,17 +207,18 @@ class TableMaterializations:
                  client_properties: Mapping[str, str] | None = None, *,
                  commit_interval_ms: int = DEFAULT_COMMIT_INTERVAL_MS,
                  metadata_interval_ms: int = DEFAULT_METADATA_INTERVAL_MS,
-                 lag_interval_ms: int = DEFAULT_LAG_INTERVAL_MS,
                  retry_backoff_ms: int = DEFAULT_RETRY_BACKOFF_MS) -> None:
         self.root = Path(state_dir) / "tables"
         self._bootstrap = bootstrap_servers
         self._client_properties = dict(client_properties or {})
         self._settings: dict[str, Any] = {
             "commit_interval_ms": commit_interval_ms, "metadata_interval_ms": metadata_interval_ms,
-            "lag_interval_ms": lag_interval_ms, "retry_backoff_ms": retry_backoff_ms}
+            "retry_backoff_ms": retry_backoff_ms}
         self._workers: dict[str, _TableWorker] = {}
         self._lock = threading.Lock()
         self._closed = False
+        self._probe: KafkaChangelogSource | None = None   # end offsets for lag(), made on first use
+        self._probe_lock = threading.Lock()
 
     def ensure(self, source: SourceInfo) -> bool:
         """Materialize ``source`` if it is a TABLE not materialized yet (or its topic changed, as
@@ -302,13 +285,22 @@ class TableMaterializations:
         return self._worker(name).reader()
 
     def lag(self, name: str) -> dict[int, int]:
-        """Records behind the changelog's end (LSO) per partition, as of the last check (every
-        ``lag_interval_ms``); empty until the first check."""
-        return self._worker(name).lag()
+        """Records between the store's last commit and the changelog's end (LSO), per partition,
+        asked of the broker now (blocking, a few ms). While the store is not open, every
+        partition counts from its log start."""
+        worker = self._worker(name)
+        with self._probe_lock:
+            if self._probe is None:
+                self._probe = KafkaChangelogSource(self._bootstrap, client_id="oncestream-pull-lag",
+                                                   extra_conf=dict(self._client_properties))
+            count = self._probe.partition_count(worker.topic)
+            marks = self._probe.watermarks(worker.topic, list(range(count)))
+        committed = worker.committed_offsets() or {}
+        return {p: max(0, end - committed.get(p, low)) for p, (low, end) in sorted(marks.items())}
 
-    def wait_for_lag(self, name: str, timeout_s: float) -> bool:
-        """Wait until the first lag check of ``name`` has happened (tests, DESCRIBE at startup)."""
-        return self._worker(name).wait_for_lag(timeout_s)
+    def wait_until_running(self, name: str, timeout_s: float) -> bool:
+        """Wait until ``name``'s store is open and its materializer running (True) or timeout."""
+        return self._worker(name).wait_until_running(timeout_s)
 
     def status(self, name: str) -> TableStatus:
         """The table's materializer state (RUNNING, STARTING, ERROR with its error, STOPPED)."""
@@ -323,3 +315,7 @@ class TableMaterializations:
             self._workers.clear()
         for worker in workers:
             worker.stop()
+        with self._probe_lock:
+            if self._probe is not None:
+                self._probe.close()
+                self._probe = None
