@@ -1,0 +1,268 @@
+"""A ksqlDB query (``ast.Query`` + the analyzer's result) compiled into a Spark streaming plan.
+
+Shape of the plan (docs/sql-on-spark.md has the semantics):
+
+    source(s) -> [join] -> WHERE -> projection                           (streams: append)
+                                 -> GROUP BY [WINDOW] aggregates, HAVING  (update; sessions: append)
+
+The compiled frame has one column per output column (named as the output column), and may add
+``__WSTART``/``__WEND`` (BIGINT ms; windowed results) and ``__DELETE`` (true: the row is a
+tombstone for its key: a table row deleted upstream, or failing WHERE/HAVING on a table).
+``records()`` turns it into the connector's ``key``/``value`` columns for a sink's formats.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql import Column as SparkColumn
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from sqlglot import exp
+
+from oncestream.sql.ast import JoinSpec, Query, SourceKind, WindowKind, WindowSpec
+from oncestream.sql.catalog import WINDOWEND, WINDOWSTART, Column, SourceInfo
+from oncestream.sql.compile import serde_columns
+from oncestream.sql.compile.expressions import Scope, is_aggregate, output_name, quote, translate
+from oncestream.sql.compile.sources import TOMBSTONE, TS, ReadSettings, read_source
+from oncestream.sql.errors import StatementError
+from oncestream.sql.serde import RecordLayout
+
+WSTART = "__WSTART"
+WEND = "__WEND"
+DELETE = "__DELETE"
+HAVING = "__HAVING"
+WINDOW = "__W"
+
+# ksqlDB's default grace period for windows and joins without GRACE PERIOD (24 hours).
+DEFAULT_GRACE_MS = 24 * 60 * 60 * 1000
+
+_view_ids = itertools.count()
+
+
+@dataclass(frozen=True)
+class CompiledQuery:
+    """A query's Spark plan: ``frame`` (see the module docstring) and how to run it."""
+
+    frame: DataFrame
+    columns: tuple[Column, ...]
+    result_kind: SourceKind
+    window: WindowSpec | None
+    output_mode: str            # "append" or "update"
+    has_delete: bool
+
+    def rows(self) -> DataFrame:
+        """The output columns in order, tombstones dropped (push queries)."""
+        frame = self.frame.where(~F.col(DELETE)) if self.has_delete else self.frame
+        return frame.select(*[F.col(quote(c.name)) for c in self.columns])
+
+    def records(self, layout: RecordLayout) -> DataFrame:
+        """The connector's ``key``/``value`` columns in the sink's formats (value null for a
+        tombstone)."""
+        values = {c.name: F.col(quote(c.name)) for c in self.columns}
+        start = F.col(WSTART) if self.window is not None else None
+        end = F.col(WEND) if self.window is not None else None
+        key = serde_columns.encode_key(layout, values, start, end)
+        value = serde_columns.encode_value(layout, values)
+        if self.has_delete:
+            value = F.when(F.col(DELETE), F.lit(None).cast("binary")).otherwise(value)
+        return self.frame.select(key.alias("key"), value.alias("value"))
+
+
+def _attr(obj: Any, *names: str, default: Any = None) -> Any:
+    for name in names:
+        if hasattr(obj, name):
+            return getattr(obj, name)
+    return default
+
+
+def source_aliases(query: Query, sources: Mapping[str, SourceInfo]) -> list[tuple[str, SourceInfo]]:
+    """(alias, source) of the FROM source and each join, in order."""
+
+    def find(name: str, alias: str | None) -> tuple[str, SourceInfo]:
+        for key in (alias, name):
+            if key is not None and key in sources:
+                return alias or name, sources[key]
+        found = next((s for s in sources.values() if s.name == name), None)
+        if found is None:
+            raise StatementError(f"{name} does not exist.")
+        return alias or name, found
+
+    out = [find(query.source, query.source_alias)]
+    out += [find(j.source, j.alias) for j in query.joins]
+    return out
+
+
+def _items(query: Query, scope: Scope, aliases: Sequence[tuple[str, SourceInfo]]) -> list[tuple[str, exp.Expression]]:
+    """(output name, expression) of every select item, ``*`` and ``alias.*`` expanded."""
+    out: list[tuple[str, exp.Expression]] = []
+    for index, item in enumerate(query.select.expressions):
+        star_of: list[tuple[str, SourceInfo]] | None = None
+        if isinstance(item, exp.Star):
+            star_of = list(aliases)
+        elif isinstance(item, exp.Column) and isinstance(item.this, exp.Star):
+            star_of = [(a, s) for a, s in aliases if a == item.table or s.name == item.table]
+        if star_of is not None:
+            for alias, source in star_of:
+                for column in source.columns:
+                    name = f"{alias}_{column.name}" if scope.qualified else column.name
+                    out.append((name, exp.column(column.name, table=alias)))
+            continue
+        inner = item.this if isinstance(item, exp.Alias) else item
+        out.append((output_name(item, index), inner))
+    return out
+
+
+def _assign(columns: Sequence[Column], items: list[tuple[str, exp.Expression]],
+            key_fallbacks: Sequence[exp.Expression]) -> dict[str, exp.Expression]:
+    """Output column -> expression: by name, then keys from ``key_fallbacks`` (GROUP BY /
+    PARTITION BY / source key, in order), then remaining items in order."""
+    remaining = list(items)
+    chosen: dict[str, exp.Expression] = {}
+    for column in columns:
+        match = next((i for i in remaining if i[0] == column.name), None)
+        if match is not None:
+            remaining.remove(match)
+            chosen[column.name] = match[1]
+    keys = [c for c in columns if c.is_key]
+    for index, column in enumerate(keys):
+        if column.name not in chosen:
+            if index < len(key_fallbacks):
+                chosen[column.name] = key_fallbacks[index]
+            else:
+                chosen[column.name] = exp.column(column.name)
+    for column in columns:
+        if column.name not in chosen:
+            if not remaining:
+                raise StatementError(f"no select item gives the output column {column.name}")
+            chosen[column.name] = remaining.pop(0)[1]
+    return chosen
+
+
+def _output_columns(analyzed: Any) -> tuple[Column, ...]:
+    columns = _attr(analyzed, "columns", "output_columns")
+    if columns is None:
+        raise StatementError("the analyzed query has no output columns")
+    return tuple(columns)
+
+
+def compile_query(spark: SparkSession, query: Query, analyzed: Any, settings: ReadSettings) -> CompiledQuery:
+    """Compile ``query`` (as ``analyzed`` resolved it) into a streaming plan over our connector."""
+    sources = _attr(analyzed, "sources", default={}) or {}
+    aliases = source_aliases(query, sources)
+    columns = _output_columns(analyzed)
+    result_kind = _attr(analyzed, "result_kind", default=SourceKind.STREAM)
+    window = _attr(analyzed, "window", default=None) or query.window
+    if len(aliases) > 1:
+        from oncestream.sql.compile.joins import join_frames
+
+        frame, scope = join_frames(spark, query, aliases, settings)
+    else:
+        alias, source = aliases[0]
+        frame = read_source(spark, source, settings)
+        scope = Scope({alias: source})
+    select = query.select
+    where = select.args.get("where")
+    group = select.args.get("group")
+    having = select.args.get("having")
+    items = _items(query, scope, aliases)
+    aggregated = group is not None or any(is_aggregate(e) for _n, e in items)
+    first_alias, first_source = aliases[0]
+    if aggregated:
+        if first_source.kind is SourceKind.TABLE and len(aliases) == 1:
+            raise StatementError("Aggregating a table (GROUP BY over a TABLE source) is not supported by "
+                                 "oncestream's Spark runtime; aggregate the stream the table is built from.")
+        group_exprs = list(group.expressions) if group is not None else []
+        chosen = _assign(columns, items, group_exprs)
+        return _aggregate(spark, frame, scope, columns, chosen, group_exprs, where.this if where else None,
+                          having.this if having else None, window, result_kind, scope.internal(first_alias, TS))
+    if window is not None:
+        raise StatementError("WINDOW clause requires a GROUP BY clause.")
+    if having is not None:
+        raise StatementError("HAVING clause requires a GROUP BY clause.")
+    key_fallbacks: list[exp.Expression] = list(query.partition_by)
+    if not key_fallbacks:
+        key_fallbacks = [exp.column(c.name, table=first_alias) for c in first_source.key_columns]
+    chosen = _assign(columns, items, key_fallbacks)
+    selected = [F.expr(translate(chosen[c.name], scope)).alias(c.name) for c in columns]
+    extra: list[SparkColumn] = []
+    if first_source.window is not None and len(aliases) == 1:
+        # A windowed source keeps its window in the key: carry it to the output key.
+        extra = [F.col(quote(WINDOWSTART)).alias(WSTART), F.col(quote(WINDOWEND)).alias(WEND)]
+    keep = F.expr(translate(where.this, scope)) if where is not None else None
+    if result_kind is SourceKind.TABLE and first_source.kind is SourceKind.TABLE:
+        # A table's changelog: a deleted row stays a delete; a row now failing WHERE deletes its key.
+        delete = F.col(scope.internal(first_alias, TOMBSTONE))
+        if keep is not None:
+            delete = delete | ~F.coalesce(keep, F.lit(False))
+        projected = frame.select(*selected, *extra, delete.alias(DELETE))
+        return CompiledQuery(projected, columns, result_kind, first_source.window, "append", True)
+    if keep is not None:
+        frame = frame.where(keep)
+    projected = frame.select(*selected, *extra)
+    return CompiledQuery(projected, columns, result_kind, first_source.window if extra else None, "append", False)
+
+
+def _window_sql(window: WindowSpec, ts: str) -> str:
+    if window.kind is WindowKind.TUMBLING:
+        return f"window({quote(ts)}, '{window.size_ms} milliseconds')"
+    if window.kind is WindowKind.HOPPING:
+        advance = window.advance_ms or window.size_ms
+        return f"window({quote(ts)}, '{window.size_ms} milliseconds', '{advance} milliseconds')"
+    return f"session_window({quote(ts)}, '{window.size_ms} milliseconds')"
+
+
+def _aggregate(spark: SparkSession, frame: DataFrame, scope: Scope, columns: Sequence[Column],
+               chosen: Mapping[str, exp.Expression], group_exprs: Sequence[exp.Expression],
+               where: exp.Expression | None, having: exp.Expression | None, window: WindowSpec | None,
+               result_kind: SourceKind, ts: str) -> CompiledQuery:
+    if where is not None:
+        frame = frame.where(F.expr(translate(where, scope)))
+    inner = frame
+    agg_scope = scope
+    group_sql = [translate(g, scope) for g in group_exprs]
+    extra_sql: list[str] = []
+    output_mode = "update"
+    if window is not None:
+        grace_ms = window.grace_ms if window.grace_ms is not None else DEFAULT_GRACE_MS
+        # Spark's watermark: rows older than (max event time seen - grace) are dropped and their
+        # windows' state is freed (ksqlDB: grace period per partition's stream time).
+        inner = inner.withWatermark(ts, f"{grace_ms} milliseconds")
+        inner = inner.withColumn(WINDOW, F.expr(_window_sql(window, ts)))
+        group_sql.append(quote(WINDOW))
+        agg_scope = Scope(scope.sources, scope.qualified, window_column=WINDOW, overrides=scope.overrides)
+        extra_sql = [f"unix_millis({quote(WINDOW)}.start) AS {quote(WSTART)}"]
+        if window.kind is WindowKind.SESSION:
+            # ksqlDB's session WINDOWEND is the last event's time; Spark's session end is that plus
+            # the gap (exclusive).
+            extra_sql.append(f"unix_millis({quote(WINDOW)}.end) - {window.size_ms} AS {quote(WEND)}")
+            agg_scope.overrides = {**scope.overrides,
+                                   WINDOWEND: f"unix_millis({quote(WINDOW)}.end) - {window.size_ms}"}
+            # Spark has no update mode for session windows: a session is written once, when the
+            # watermark passes its end (as ksqlDB's EMIT FINAL).
+            output_mode = "append"
+        else:
+            extra_sql.append(f"unix_millis({quote(WINDOW)}.end) AS {quote(WEND)}")
+    view = f"oncestream_sql_{next(_view_ids)}"
+    inner.createOrReplaceTempView(view)
+    select_sql = [f"{translate(chosen[c.name], agg_scope)} AS {quote(c.name)}" for c in columns]
+    has_delete = having is not None
+    if having is not None:
+        select_sql.append(f"NOT coalesce({translate(having, agg_scope)}, false) AS {quote(DELETE)}")
+    sql = f"SELECT {', '.join(select_sql + extra_sql)} FROM {view}"
+    if group_sql:
+        sql += f" GROUP BY {', '.join(group_sql)}"
+    aggregated = spark.sql(sql)
+    return CompiledQuery(aggregated, tuple(columns), result_kind, window, output_mode, has_delete)
+
+
+def join_kind(spec: JoinSpec) -> str:
+    """Spark's join type for a ksqlDB join kind."""
+    kinds = {"INNER": "inner", "LEFT": "left_outer", "RIGHT": "right_outer", "FULL": "full_outer", "OUTER": "full_outer"}
+    kind = kinds.get(spec.kind.upper())
+    if kind is None:
+        raise StatementError(f"join type {spec.kind} is not supported")
+    return kind

@@ -1,0 +1,156 @@
+"""ksqlDB's expression syntax on sqlglot's expression parser.
+
+sqlglot parses the standard part (operators, CASE, IN, BETWEEN, LIKE, function calls, literals,
+``arr[1]`` and ``m['k']`` as ``exp.Bracket``); this layer changes what differs in ksqlDB:
+
+- ``a->b`` is struct field access, ``exp.Dot(this=a, expression=Identifier(B))`` (sqlglot reads
+  ``->`` as JSON extraction);
+- lambdas are written ``x => expr`` / ``(x, y) => expr`` (sqlglot reads ``=>`` as a named argument);
+- ``CAST(x AS type)`` takes ksqlDB's type grammar (``typeparse``), the target kept as ``exp.DataType``;
+- names are normalised: unquoted identifiers and function names upper-cased, quoted ones kept;
+- sub-queries, ``*`` outside COUNT(*) and other standard-SQL-only forms are refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+from sqlglot import exp
+from sqlglot.errors import ParseError as SqlglotParseError
+from sqlglot.errors import SqlglotError
+from sqlglot.parser import Parser
+from sqlglot.tokens import TokenType
+
+from oncestream.sql.parser.syntax import SyntaxIssue, describe_token, mismatched, unsupported
+from oncestream.sql.parser.typeparse import TypeParser, to_data_type
+
+
+def _build_lambda(self: Parser, expressions: list[exp.Expr]) -> exp.Expr:
+    body = self._parse_disjunction()
+    return self.expression(exp.Lambda(this=self._replace_lambda(body, expressions), expressions=expressions))
+
+
+def _closed(parse: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """sqlglot's special function parsers (CAST, SUBSTRING, TRIM...) leave the closing ``)``
+    optional; ksqlDB's grammar requires it."""
+
+    def parse_closed(self: ExpressionParser) -> Any:
+        result = parse(self)
+        if not self.is_type(TokenType.R_PAREN):
+            self.fail("')'")
+        return result
+
+    return parse_closed
+
+
+def normalise_names(tree: exp.Expr) -> exp.Expr:
+    """Upper-case unquoted identifiers and function names in place (ksqlDB is case-insensitive for
+    them); back-quoted and double-quoted identifiers keep their case."""
+    for node in tree.walk():
+        if isinstance(node, exp.Identifier) and not node.quoted:
+            node.set("this", node.this.upper())
+        elif isinstance(node, exp.Anonymous) and isinstance(node.this, str):
+            node.set("this", node.this.upper())
+    return tree
+
+
+# Standard-SQL forms that sqlglot accepts inside an expression but ksqlDB's grammar has not.
+_REFUSED: tuple[tuple[type[exp.Expr], str], ...] = (
+    (exp.Query, "A sub-query"),
+    (exp.Subquery, "A sub-query"),
+    (exp.Window, "A window function (OVER)"),
+    (exp.Parameter, "A parameter"),
+    (exp.Placeholder, "A placeholder"),
+)
+
+
+# The deepest expression tree accepted: the compiler and sqlglot's generator walk trees
+# recursively, so a deeper one (``1 + 1 + ... + 1`` ten thousand times) would fail later, far from
+# the request that caused it.
+MAX_EXPRESSION_DEPTH = 200
+
+
+def _depth(tree: exp.Expr) -> int:
+    deepest = 0
+    stack = [(tree, 1)]
+    while stack:
+        node, depth = stack.pop()
+        deepest = max(deepest, depth)
+        stack.extend((child, depth + 1) for child in node.iter_expressions())
+    return deepest
+
+
+class ExpressionParser(TypeParser):
+    """Adds ``parse_value_expression()``: one ksqlDB expression at the cursor."""
+
+    COLUMN_OPERATORS: ClassVar[dict[Any, Any]] = {
+        k: v for k, v in Parser.COLUMN_OPERATORS.items()
+        if k not in (TokenType.ARROW, TokenType.DARROW, TokenType.HASH_ARROW, TokenType.DHASH_ARROW,
+                     TokenType.PLACEHOLDER, TokenType.DOTCOLON)
+    }
+    # ``->`` must stop sqlglot's bare-column fast path so that ``_parse_column_ops`` sees it.
+    COLUMN_POSTFIX_TOKENS: ClassVar[frozenset[Any]] = Parser.COLUMN_POSTFIX_TOKENS | {TokenType.ARROW}
+    # ALTER is reserved in sqlglot, not in ksqlDB (its nonReserved rule): a column may be named ALTER.
+    ID_VAR_TOKENS: ClassVar[set[Any]] = Parser.ID_VAR_TOKENS | {TokenType.ALTER}
+    LAMBDAS: ClassVar[dict[Any, Any]] = {TokenType.FARROW: _build_lambda}
+    FUNCTION_PARSERS: ClassVar[dict[str, Any]] = {
+        **{name: _closed(parse) for name, parse in Parser.FUNCTION_PARSERS.items()},
+        "CAST": _closed(lambda self: self._parse_ksql_cast()),
+    }
+
+    def _parse_ksql_cast(self) -> exp.Expr:
+        this = self._parse_disjunction()
+        if this is None:
+            self.fail("an expression")
+        self.expect("AS")
+        to = to_data_type(self.sql_type())
+        return self.expression(exp.Cast(this=this, to=to))
+
+    def _parse_column_ops(self, this: exp.Expr | None) -> exp.Expr | None:
+        this = super()._parse_column_ops(this)
+        while this is not None and self._match(TokenType.ARROW):
+            if self.is_type(TokenType.STAR):
+                raise unsupported(self._prev, "Selecting all fields of a struct (->*)")
+            if not self.is_name():
+                self.fail("a field name")
+            self._advance()
+            quoted = self._prev.token_type == TokenType.IDENTIFIER
+            field = exp.to_identifier(self._prev.text, quoted=quoted)
+            this = super()._parse_column_ops(self.expression(exp.Dot(this=this, expression=field)))
+        return this
+
+    def _issue_from_sqlglot(self, error: SqlglotError) -> SyntaxIssue:
+        """sqlglot's "Expecting )" becomes ANTLR's "mismatched input 'X' expecting ')'"; other
+        complaints of sqlglot's (about its own tree invariants) become ksqlDB's
+        "Syntax error at or near 'X'"."""
+        token = self.token()
+        description = ""
+        if isinstance(error, SqlglotParseError) and error.errors:
+            description = str(error.errors[0].get("description") or "")
+        for prefix in ("Expecting ", "Expected "):
+            if description.startswith(prefix):
+                wanted = description[len(prefix):].strip().rstrip(".")
+                if len(wanted) <= 3:    # a punctuation mark: ')', ']', '>'
+                    return mismatched(token, [f"'{wanted}'"])
+        return SyntaxIssue(token, f"Syntax error at or near {describe_token(token)}")
+
+    def parse_value_expression(self) -> exp.Expression:
+        """One expression (ksqlDB's ``expression`` rule), names normalised. Raises SyntaxIssue."""
+        start = self.token()
+        try:
+            tree = self._parse_disjunction()
+        except SqlglotError as e:
+            raise self._issue_from_sqlglot(e) from e
+        if not isinstance(tree, exp.Expression):
+            self.fail("an expression")
+        if _depth(tree) > MAX_EXPRESSION_DEPTH:
+            raise SyntaxIssue(start, f"Expression nested deeper than {MAX_EXPRESSION_DEPTH} levels", syntax=False)
+        for node in tree.walk():
+            for refused, what in _REFUSED:
+                if isinstance(node, refused):
+                    raise unsupported(start, what)
+            if isinstance(node, exp.Star) and not isinstance(node.parent, exp.Count):
+                raise SyntaxIssue(start, "'*' is only allowed as a select item or in COUNT(*)")
+        normalise_names(tree)
+        return tree

@@ -1,0 +1,38 @@
+"""Fixtures of the SQL golden tests: one SparkSession for the module with the SQL server's
+settings (``runtime.spark_session_config``), a broker with KIP-939 two-phase commit (the
+exactly-once sink needs it) and a ``QueryRuntime`` over both."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from oncestream.sql.runtime import QueryRuntime, RuntimeSettings, spark_session_config
+
+
+@pytest.fixture(scope="module")
+def sql_spark(_spark_sessions: Any) -> Any:
+    """A session of the shared SparkContext with the SQL server's settings (its own SQL conf,
+    so other modules keep theirs); two shuffle partitions keep stateful batches cheap here."""
+    from tests.spark.conftest import LOCAL_MASTER
+
+    session = _spark_sessions.get(LOCAL_MASTER).newSession()
+    for key, value in spark_session_config().items():
+        session.conf.set(key, value)
+    session.conf.set("spark.sql.shuffle.partitions", "2")
+    return session
+
+
+@pytest.fixture(scope="module")
+def runtime(sql_spark: Any, eos_broker: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[QueryRuntime]:
+    """A query runtime writing checkpoints under a temporary root."""
+    settings = RuntimeSettings(bootstrap_servers=eos_broker.bootstrap,
+                               checkpoint_root=str(tmp_path_factory.mktemp("checkpoints")),
+                               service_id="golden_")
+    rt = QueryRuntime(sql_spark, settings)
+    try:
+        yield rt
+    finally:
+        rt.stop_all()

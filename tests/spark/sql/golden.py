@@ -1,0 +1,103 @@
+"""Helpers of the SQL golden tests: topics, input records produced with confluent-kafka, sources
+and queries built from SQL text, and the output topic read back read_committed with
+confluent-kafka."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from oncestream.sql.ast import SourceKind, WindowSpec
+from oncestream.sql.catalog import Column, Format, Namespace, QueryInfo, SourceInfo
+from oncestream.sql.runtime import ERROR, QueryRuntime
+from oncestream.sql.types import SqlType
+
+OUTPUT_TIMEOUT_S = 180.0
+EARLIEST = {"auto.offset.reset": "earliest"}
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex[:8]}"
+
+
+def create_topics(bootstrap: str, *names: str, partitions: int = 1, config: Mapping[str, str] | None = None) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    topics = [NewTopic(n, partitions, 1, config=dict(config or {})) for n in names]
+    for future in admin.create_topics(topics).values():
+        future.result(30)
+
+
+def produce(bootstrap: str, topic: str, records: Iterable[tuple[bytes | None, bytes | None, int]]) -> None:
+    """(key, value, timestamp ms) records, acknowledged by all replicas before returning."""
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5})
+    for key, value, ts in records:
+        producer.produce(topic, value=value, key=key, timestamp=ts)
+    assert producer.flush(30) == 0
+
+
+def read_output(bootstrap: str, topic: str, count: int, timeout_s: float = OUTPUT_TIMEOUT_S,
+                runtime: QueryRuntime | None = None, query_id: str | None = None) -> list[tuple[bytes | None, bytes | None]]:
+    """Records of ``topic`` visible read_committed, once at least ``count`` are there (fails with
+    the query's error if it stopped)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": unique("check"),
+                         "isolation.level": "read_committed", "enable.auto.commit": False,
+                         "auto.offset.reset": "earliest"})
+    out: list[tuple[bytes | None, bytes | None]] = []
+    try:
+        meta = consumer.list_topics(topic, timeout=10)
+        consumer.assign([TopicPartition(topic, p, 0) for p in sorted(meta.topics[topic].partitions)])
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is not None and msg.error() is None:
+                out.append((msg.key(), msg.value()))
+                continue
+            if len(out) >= count:
+                return out
+            if runtime is not None and query_id is not None:
+                status = runtime.status(query_id)
+                if status.state == ERROR:
+                    raise AssertionError(f"query {query_id} failed: {status.error}")
+        raise AssertionError(f"{topic}: {len(out)} of {count} records after {timeout_s} s: {out}")
+    finally:
+        consumer.close()
+
+
+def col(name: str, t: SqlType, key: bool = False) -> Column:
+    return Column(name, t, Namespace.KEY if key else Namespace.VALUE)
+
+
+def source(name: str, topic: str, columns: Sequence[Column], *, kind: SourceKind = SourceKind.STREAM,
+           key_format: Format = Format.KAFKA, value_format: Format = Format.JSON, window: WindowSpec | None = None,
+           **kw: Any) -> SourceInfo:
+    if not any(c.is_key for c in columns):
+        key_format = Format.NONE
+    return SourceInfo(name=name, kind=kind, topic=topic, key_format=key_format, value_format=value_format,
+                      columns=tuple(columns), statement="", window=window, **kw)
+
+
+@dataclass
+class Analyzed:
+    """What the compiler reads of the analyzer's result (until tests use ``analyze_query``)."""
+
+    columns: tuple[Column, ...]
+    result_kind: SourceKind
+    sources: dict[str, SourceInfo]
+    query: Any
+    window: WindowSpec | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def start(runtime: QueryRuntime, query_id: str, analyzed: Any, sink: SourceInfo,
+          properties: Mapping[str, Any] = EARLIEST) -> None:
+    info = QueryInfo(query_id=query_id, statement="", sink=sink.name, sources=tuple(analyzed.sources),
+                     query=analyzed.query, output_columns=tuple(analyzed.columns), command_offset=0)
+    runtime.start_persistent(info, analyzed, sink, properties)
+    status = runtime.status(query_id)
+    assert status.state != ERROR, status.error
