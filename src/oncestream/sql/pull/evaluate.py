@@ -38,7 +38,7 @@ class UnsupportedInPullQueryError(StatementError):
     """An expression a pull query cannot evaluate (ksqlDB refuses many in pull queries too)."""
 
 
-def _unsupported(node: exp.Expression) -> UnsupportedInPullQueryError:
+def _unsupported(node: exp.Expr) -> UnsupportedInPullQueryError:
     return UnsupportedInPullQueryError(f"Pull queries don't support the expression '{node.sql()}'.")
 
 
@@ -103,7 +103,7 @@ _FUNCTIONS: dict[str, tuple[int, int, Callable[[list[Any]], Any]]] = {
 }
 
 # sqlglot's own nodes for functions it knows, by class: name in _FUNCTIONS and argument keys.
-_FUNCTION_NODES: dict[type[exp.Expression], tuple[str, tuple[str, ...]]] = {
+_FUNCTION_NODES: dict[type[exp.Expr], tuple[str, tuple[str, ...]]] = {
     exp.Upper: ("UPPER", ("this",)),
     exp.Lower: ("LOWER", ("this",)),
     exp.Length: ("LENGTH", ("this",)),
@@ -116,7 +116,7 @@ _FUNCTION_NODES: dict[type[exp.Expression], tuple[str, tuple[str, ...]]] = {
 }
 
 
-def _function_call(node: exp.Expression) -> tuple[str, list[exp.Expression]] | None:
+def _function_call(node: exp.Expr) -> tuple[str, list[exp.Expr]] | None:
     """``(function name, argument expressions)`` if ``node`` is a call we evaluate."""
     if isinstance(node, exp.Anonymous):
         return str(node.name).upper(), list(node.expressions)
@@ -147,7 +147,7 @@ _CAST_TARGETS = {
 }
 
 
-def check_supported(node: exp.Expression) -> None:
+def check_supported(node: exp.Expr) -> None:
     """Raise ``UnsupportedInPullQueryError`` if ``node`` (or anything in it) is not evaluable."""
     if isinstance(node, _LEAVES):
         return
@@ -192,7 +192,7 @@ def literal_value(node: exp.Literal) -> Any:
     return decimal.Decimal(text)   # ksqlDB: 1.5 is a DECIMAL literal
 
 
-def _compare(op: type[exp.Expression], left: Any, right: Any) -> bool | None:
+def _compare(op: type[exp.Expr], left: Any, right: Any) -> bool | None:
     if left is None or right is None:
         return None
     try:
@@ -212,7 +212,7 @@ def _compare(op: type[exp.Expression], left: Any, right: Any) -> bool | None:
                              f"({left!r}, {right!r}).") from None
 
 
-def _arith(node: exp.Expression, left: Any, right: Any) -> Any:
+def _arith(node: exp.Expr, left: Any, right: Any) -> Any:
     if left is None or right is None:
         return None
     if isinstance(left, decimal.Decimal) and isinstance(right, float):
@@ -320,7 +320,7 @@ def _case(node: exp.Case, row: Row) -> Any:
     return evaluate(default, row) if default is not None else None
 
 
-def evaluate(node: exp.Expression, row: Row) -> Any:
+def evaluate(node: exp.Expr, row: Row) -> Any:
     """The value of ``node`` for ``row`` (column name -> value). NULL is None."""
     if isinstance(node, exp.Column):
         name = column_name(node)
@@ -385,11 +385,11 @@ def evaluate(node: exp.Expression, row: Row) -> Any:
     raise _unsupported(node)
 
 
-def is_constant(node: exp.Expression) -> bool:
+def is_constant(node: exp.Expr) -> bool:
     """True if ``node`` references no column (it can be evaluated once, before reading rows)."""
     return node.find(exp.Column) is None
 
 
-def constant_value(node: exp.Expression) -> Any:
+def constant_value(node: exp.Expr) -> Any:
     """The value of a column-free expression."""
     return evaluate(node, {})

@@ -39,7 +39,7 @@ class OutputColumn:
 
     name: str
     type: SqlType
-    expression: exp.Expression
+    expression: exp.Expr
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,7 @@ class PullPlan:
     analyzer's result, or directly by callers that resolved the query themselves)."""
 
     outputs: tuple[OutputColumn, ...]
-    where: exp.Expression | None = None
+    where: exp.Expr | None = None
     limit: int | None = None
 
 
@@ -165,7 +165,7 @@ def star_outputs(source: SourceInfo) -> list[OutputColumn]:
     return out
 
 
-def outputs_of(columns: Sequence[Any], expressions: Sequence[exp.Expression]) -> tuple[OutputColumn, ...]:
+def outputs_of(columns: Sequence[Any], expressions: Sequence[exp.Expr]) -> tuple[OutputColumn, ...]:
     """Pair the analyzer's output columns with their resolved expressions."""
     if len(columns) != len(expressions):
         raise StatementError(f"analyzer gave {len(columns)} columns for {len(expressions)} expressions")

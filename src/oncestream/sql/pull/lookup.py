@@ -40,7 +40,7 @@ from oncestream.sql.types import BaseType
 # columns) falls back to a scan rather than building a huge candidate list.
 MAX_POINT_KEYS = 10_000
 
-_FLIPPED: dict[type[exp.Expression], type[exp.Expression]] = {
+_FLIPPED: dict[type[exp.Expr], type[exp.Expr]] = {
     exp.GT: exp.LT, exp.GTE: exp.LTE, exp.LT: exp.GT, exp.LTE: exp.GTE, exp.EQ: exp.EQ}
 
 
@@ -81,7 +81,7 @@ class KeyAccess:
     end: bytes | None = None
 
 
-def conjuncts(where: exp.Expression | None) -> list[exp.Expression]:
+def conjuncts(where: exp.Expr | None) -> list[exp.Expr]:
     """The top-level AND terms of ``where`` (parentheses unwrapped)."""
     if where is None:
         return []
@@ -92,7 +92,7 @@ def conjuncts(where: exp.Expression | None) -> list[exp.Expression]:
     return [where]
 
 
-def _constant(node: exp.Expression) -> tuple[bool, Any]:
+def _constant(node: exp.Expr) -> tuple[bool, Any]:
     if not is_constant(node):
         return False, None
     try:
@@ -101,7 +101,7 @@ def _constant(node: exp.Expression) -> tuple[bool, Any]:
         return False, None
 
 
-def column_bounds(where: exp.Expression | None) -> dict[str, Bounds]:
+def column_bounds(where: exp.Expr | None) -> dict[str, Bounds]:
     """Per column name, what the WHERE's conjuncts say about it (comparisons with constants)."""
     out: dict[str, Bounds] = {}
     for term in conjuncts(where):
@@ -109,7 +109,7 @@ def column_bounds(where: exp.Expression | None) -> dict[str, Bounds]:
     return out
 
 
-def _add_term(term: exp.Expression, out: dict[str, Bounds]) -> None:
+def _add_term(term: exp.Expr, out: dict[str, Bounds]) -> None:
     if isinstance(term, exp.In) and isinstance(term.this, exp.Column) and term.expressions:
         values = []
         for item in term.expressions:
@@ -171,7 +171,7 @@ def _typed(value: Any, base: BaseType) -> Any:
     raise ValueError(value)
 
 
-def plan_key_access(source: SourceInfo, layout: RecordLayout, where: exp.Expression | None) -> KeyAccess:
+def plan_key_access(source: SourceInfo, layout: RecordLayout, where: exp.Expr | None) -> KeyAccess:
     """The access path for ``where`` over ``source``'s store (see the module docstring)."""
     keys = source.key_columns
     if not keys or source.key_format is Format.NONE:
