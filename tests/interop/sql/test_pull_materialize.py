@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import sqlglot
 
+from oncestream.sql import ast
 from oncestream.sql.ast import SourceKind
 from oncestream.sql.catalog import Column, Format, Namespace, SourceInfo
 from oncestream.sql.pull import PullPlan, TableMaterializations, TableNotMaterializedError, run_plan, star_outputs
@@ -169,3 +170,42 @@ def test_drop_deletes_the_store_and_streams_are_not_materialized(broker_factory,
             mats.lag("BALANCES")
     finally:
         mats.close()
+
+
+def test_node_hooks_answer_pull_queries_and_report_lag(broker_factory, tmp_path: Path):
+    """``PullQueries`` as a node uses it: follow the metastore, run a parsed and analyzed pull
+    query to a ``QueryStream``, report lag for DESCRIBE EXTENDED and /clusterStatus."""
+    import asyncio
+
+    from oncestream.sql.analyzer import analyze_query
+    from oncestream.sql.parser import parse
+    from oncestream.sql.pull.node_hooks import PullQueries
+
+    broker = broker_factory()
+    topic = unique_topic("pull-hooks")
+    create_topic(broker.bootstrap, topic, partitions=PARTITIONS)
+    source = _table(topic)
+    Changelog(broker.bootstrap, source).txn([(1, "ann", 10), (2, "bob", 20), (3, "cy", 30)], commit=True)
+    pull = PullQueries(tmp_path / "state", broker.bootstrap, {}, commit_interval_ms=100)
+    try:
+        pull.metastore_changed([source])
+        wait_until(lambda: _caught_up(pull.tables, "BALANCES"), WAIT_S, "the store at the LSO")
+        statement = parse("SELECT OWNER, AMOUNT * 2 AS DOUBLE_AMOUNT FROM BALANCES WHERE ID IN (1, 3);")[0]
+        assert isinstance(statement, ast.QueryStatement) and PullQueries.is_pull(statement)
+        analyzed = analyze_query(statement.query, {"BALANCES": source})
+
+        async def run() -> tuple[Any, list[list[Any]]]:
+            stream = await pull.start_query(analyzed)
+            return stream, [row async for row in stream.rows()]
+
+        stream, rows = asyncio.run(run())
+        assert stream.is_pull and [(c.name, c.type) for c in stream.columns] == [("OWNER", "STRING"),
+                                                                                ("DOUBLE_AMOUNT", "BIGINT")]
+        assert rows == [["ann", 20], ["cy", 60]]
+        assert pull.statistics_text("BALANCES").startswith("materialization-lag: 0 records behind")
+        lags = pull.store_lags()["BALANCES"]["lagByPartition"]
+        assert sorted(lags) == ["0", "1"] and all(v["offsetLag"] == 0 for v in lags.values())
+        assert lags["1"]["endOffsetPosition"] == 3   # ids 1 and 3 + the commit marker
+        assert pull.statistics_text("NOT_A_TABLE") == ""
+    finally:
+        pull.close()

@@ -15,7 +15,8 @@ Interface for the node (``oncestream.sql.node``):
       and drops what is gone: call it after every applied command and at startup.
     - ``drop(name)``: stop and delete the store (``DROP TABLE``).
     - ``reader(name)``: context manager giving a read_committed reader frozen at one commit.
-    - ``lag(name) -> {partition: records behind}`` (``DESCRIBE EXTENDED``), ``status(name)``.
+    - ``lag(name) -> {partition: records behind}`` (``DESCRIBE EXTENDED``), ``positions(name)``
+      (store commit and changelog end per partition), ``status(name)``.
     - ``close()``: stop everything (each materializer commits; the stores stay for next start).
 
 ``execute_pull(analyzed, source, reader) -> (list[ColumnHeader], list[list])``
@@ -28,6 +29,8 @@ Interface for the node (``oncestream.sql.node``):
     key encoding is order-preserving, else scan and filter: see ``lookup``), full scans with
     ``LIMIT``, windowed tables with ``WINDOWSTART``/``WINDOWEND`` bounds, projection expressions
     (``evaluate`` lists what is supported; the rest is refused with ``StatementError``).
+
+``node_hooks.PullQueries``: the five calls the node makes (its docstring says where).
 
 Modules: ``materializations`` (stores and their threads), ``lookup`` (access path from WHERE),
 ``evaluate`` (expressions), ``execute`` (decode with ``oncestream.sql.serde``, filter, project).

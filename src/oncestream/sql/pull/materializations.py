@@ -284,10 +284,10 @@ class TableMaterializations:
         store is not open."""
         return self._worker(name).reader()
 
-    def lag(self, name: str) -> dict[int, int]:
-        """Records between the store's last commit and the changelog's end (LSO), per partition,
-        asked of the broker now (blocking, a few ms). While the store is not open, every
-        partition counts from its log start."""
+    def positions(self, name: str) -> dict[int, tuple[int, int]]:
+        """Per partition ``(offset of the store's last commit, changelog end (LSO))``, the end
+        asked of the broker now (blocking, a few ms). While the store is not open, a
+        partition's position is its log start."""
         worker = self._worker(name)
         with self._probe_lock:
             if self._probe is None:
@@ -296,7 +296,12 @@ class TableMaterializations:
             count = self._probe.partition_count(worker.topic)
             marks = self._probe.watermarks(worker.topic, list(range(count)))
         committed = worker.committed_offsets() or {}
-        return {p: max(0, end - committed.get(p, low)) for p, (low, end) in sorted(marks.items())}
+        return {p: (min(committed.get(p, low), end), end) for p, (low, end) in sorted(marks.items())}
+
+    def lag(self, name: str) -> dict[int, int]:
+        """Records between the store's last commit and the changelog's end (LSO), per partition
+        (see ``positions``)."""
+        return {p: end - current for p, (current, end) in self.positions(name).items()}
 
     def wait_until_running(self, name: str, timeout_s: float) -> bool:
         """Wait until ``name``'s store is open and its materializer running (True) or timeout."""
