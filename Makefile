@@ -41,7 +41,7 @@ test: $(SPARK_STAMP) kcat tansu java postgres lint
 	test $$main -eq 0 -a $$spark_rc -eq 0
 
 $(SPARK_STAMP): pyproject.toml $(STAMP)
-	$(VPY) -m pip install -q -e '.[test,demo,spark,state]'
+	$(VPY) -m pip install -q -e '.[test,demo,spark,state,sql]'
 	touch $@
 
 java:

@@ -490,11 +490,20 @@ def build_parser() -> argparse.ArgumentParser:
     x.set_defaults(func=cmd_transactions)
 
     __import__("oncestream.cli_users", fromlist=["register"]).register(sub)  # SCRAM users
+    __import__("oncestream.sql.shell", fromlist=["register"]).register(sub)  # oncestream sql: the SQL shell
+    _register_sql_server(sub)
 
     d = sub.add_parser("demo", help="run the end-to-end demo")
     d.add_argument("rest", nargs=argparse.REMAINDER)
     d.set_defaults(func=lambda a: __import__("oncestream.demo", fromlist=["main"]).main(a.rest))
     return parser
+
+
+def _register_sql_server(sub: Any) -> None:
+    """``oncestream sql-server`` (its options and code live in oncestream.sql.server_main)."""
+    from oncestream.sql.server_main import register
+
+    register(sub)
 
 
 def main(argv: list[str] | None = None) -> int:

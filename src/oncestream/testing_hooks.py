@@ -43,6 +43,13 @@ State-store materializer (``state_commit_crash_hook_from_env``)
     ``after-batch``) and ``ONCESTREAM_STATE_CRASH_AT_COMMIT`` (1-based, default 1): the
     materializer process SIGKILLs itself at that point of that store commit.
 
+SQL server write protocol (``SqlCrashPoint``)
+    SQL-server property ``oncestream.test.sql.crash.step`` (``--config``) names a step of the
+    command-topic write protocol (``oncestream.sql.command_topic.WRITE_STEPS``: ``init``,
+    ``begun``, ``end-offset``, ``caught-up``, ``validated``, ``produced``, ``committed``,
+    ``applied``): the node SIGKILLs itself the first time a statement reaches it; the chaos suite
+    restarts it without the property and checks that nothing was lost, doubled or half-applied.
+
 Broker principal from client.id (``principal_from_client_id``)
     Broker property ``oncestream.test.principal.from.client.id=true``: a request whose client.id
     is ``principal:NAME`` makes its connection's principal ``User:NAME``, so ACL tests can act as
@@ -91,6 +98,28 @@ class TxnCrashPoint:
     def reached(self, step: str) -> None:
         """A committing transaction reached ``step``: crash now if that is the configured point."""
         if self.point is not None and step == self.point:
+            self._crash()
+
+
+# --- SQL server: command-topic write protocol crash points -----------------------------------------
+
+SQL_CRASH_STEP_PROPERTY = "oncestream.test.sql.crash.step"
+
+
+class SqlCrashPoint:
+    """The SQL node's configured write-protocol crash step (``SQL_CRASH_STEP_PROPERTY``), or none."""
+
+    def __init__(self, step: str | None, steps: tuple[str, ...], crash: Callable[[], None] = _sigkill_self) -> None:
+        if step not in (None, *steps):
+            raise ValueError(f"{SQL_CRASH_STEP_PROPERTY} must be one of {steps}, got {step!r}")
+        self.step = step
+        self._crash = crash
+
+    def reached(self, step: str) -> None:
+        """A statement being written reached ``step``: crash now if that is the configured step."""
+        if self.step is not None and step == self.step:
+            sys.stderr.write(f"oncestream: injected SQL node crash at write step {step}\n")
+            sys.stderr.flush()
             self._crash()
 
 

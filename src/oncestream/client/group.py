@@ -10,6 +10,12 @@ max.poll.interval.ms: a member whose application stopped polling leaves the grou
 
 KIP-394 (MEMBER_ID_REQUIRED) and KIP-345 (group.instance.id: static members do not send
 LeaveGroup on close and keep their identity across restarts) are handled here.
+
+The membership itself is not consumer-specific: ``join_protocol`` joins with opaque member
+metadata under ``protocol_type`` and returns the opaque assignment, the leader computing it with
+``_assign`` (as Kafka Connect's workers use the same protocol with their own type and bytes).
+``join`` is the consumer protocol on top of it; other protocols subclass and override
+``_assign`` (the SQL server's query placement, ``oncestream.sql.assignment``).
 """
 
 from __future__ import annotations
@@ -62,7 +68,8 @@ class GroupMembership:
     consumer reads)."""
 
     def __init__(self, conf: dict[str, Any], cluster: Cluster, assignors: list[str],
-                 wake_user: Callable[[], None]) -> None:
+                 wake_user: Callable[[], None], protocol_type: str = PROTOCOL_TYPE) -> None:
+        self.protocol_type = protocol_type
         self.group_id: str = conf["group.id"]
         self.group_instance_id: str | None = conf["group.instance.id"]
         self.session_timeout_ms: int = conf["session.timeout.ms"]
@@ -108,10 +115,35 @@ class GroupMembership:
 
     async def join(self, topics: list[str], owned: list[tuple[str, int]]) -> list[tuple[str, int]]:
         """Join (or rejoin) the group and return this member's assigned partitions."""
+        owned_by_topic: dict[str, list[int]] = {}
+        for topic, partition in owned:
+            owned_by_topic.setdefault(topic, []).append(partition)
+
+        def metadata() -> bytes:  # per attempt: the generation may have changed in between
+            return encode_subscription(Subscription(
+                topics=sorted(topics), owned_partitions=sorted(owned_by_topic.items()),
+                generation_id=self.generation_id, rack_id=self.client_rack or None,
+            ))
+
+        def decode(data: bytes) -> Assignment:
+            try:
+                return decode_assignment(data)
+            except ConsumerProtocolError as exc:
+                raise KafkaException(KafkaError(ErrorCode.inconsistent_group_protocol,
+                                                f"undecodable assignment: {exc}")) from exc
+
+        assignment: Assignment = await self.join_protocol(metadata, decode)
+        return assignment.topic_partitions()
+
+    async def join_protocol(self, metadata: Callable[[], bytes], decode: Callable[[bytes], Any]) -> Any:
+        """Join (or rejoin) the group with ``metadata()`` (called per attempt) as this member's
+        metadata for every protocol name; return ``decode(assignment bytes)``. Retries
+        coordinator moves and rebalances; starts heartbeats once in the group."""
         self.stop_heartbeats()
         while True:
             try:
-                assignment = await self._join_once(topics, owned)
+                data = await self._join_once(metadata())
+                assignment = decode(data)
             except _Rejoin as rejoin:
                 if rejoin.delay_s:
                     await asyncio.sleep(rejoin.delay_s)
@@ -125,16 +157,9 @@ class GroupMembership:
             self.assignment_lost = False
             self.max_poll_exceeded = False
             self._start_heartbeats()
-            return assignment.topic_partitions()
+            return assignment
 
-    async def _join_once(self, topics: list[str], owned: list[tuple[str, int]]) -> Assignment:
-        owned_by_topic: dict[str, list[int]] = {}
-        for topic, partition in owned:
-            owned_by_topic.setdefault(topic, []).append(partition)
-        metadata = encode_subscription(Subscription(
-            topics=sorted(topics), owned_partitions=sorted(owned_by_topic.items()),
-            generation_id=self.generation_id, rack_id=self.client_rack or None,
-        ))
+    async def _join_once(self, metadata: bytes) -> bytes:
         member_id = self.member_id
 
         def make_join(m: Any, version: int) -> Any:
@@ -147,7 +172,7 @@ class GroupMembership:
                 rebalance_timeout=_ms(self.rebalance_timeout_ms),
                 member_id=member_id,
                 group_instance_id=self.group_instance_id,
-                protocol_type=PROTOCOL_TYPE,
+                protocol_type=self.protocol_type,
                 protocols=protocols,
                 reason=None,
             )
@@ -189,7 +214,7 @@ class GroupMembership:
                 generation_id=generation,
                 member_id=self.member_id,
                 group_instance_id=self.group_instance_id,
-                protocol_type=PROTOCOL_TYPE,
+                protocol_type=self.protocol_type,
                 protocol_name=self.protocol_name,
                 assignments=tuple(build(m.SyncGroupRequestAssignment, member_id=mid, assignment=data)
                                   for mid, data in assignments),
@@ -210,11 +235,7 @@ class GroupMembership:
             if error.fatal():
                 self.fatal_error = error
             raise KafkaException(error)
-        try:
-            return decode_assignment(response.assignment)
-        except ConsumerProtocolError as exc:
-            raise KafkaException(KafkaError(ErrorCode.inconsistent_group_protocol,
-                                            f"undecodable assignment: {exc}")) from exc
+        return bytes(response.assignment)
 
     async def _assign(self, protocol: str, members: Any) -> dict[str, bytes]:
         """Leader: compute every member's assignment with the chosen assignor."""

@@ -60,6 +60,7 @@ class FunctionDef:
     description: str
     spark_doc: str                    # the Spark equivalent as docs/sql-functions.md shows it
     aliases: tuple[str, ...] = field(default=())
+    category: str = "OTHER"           # SHOW FUNCTIONS' category (STRING, MATHEMATICAL, ...)
 
     def result_type(self, arg_types: Sequence[SqlType | None]) -> SqlType:
         """The call's type; raises ``FunctionTypeError`` with ksqlDB's message when refused."""
@@ -333,11 +334,17 @@ def _topk(distinct: bool) -> SparkRule:
 # the catalog
 
 _CATALOG: dict[str, FunctionDef] = {}
+_category = "OTHER"
+
+
+def _section(category: str) -> None:
+    global _category
+    _category = category
 
 
 def _add(name: str, min_args: int, max_args: int | None, rule: TypeRule, spark: SparkRule, description: str,
          spark_doc: str, *, aggregate: bool = False, aliases: tuple[str, ...] = ()) -> None:
-    fd = FunctionDef(name, aggregate, min_args, max_args, rule, spark, description, spark_doc, aliases)
+    fd = FunctionDef(name, aggregate, min_args, max_args, rule, spark, description, spark_doc, aliases, _category)
     for n in (name, *aliases):
         _CATALOG[n] = fd
 
@@ -345,6 +352,7 @@ def _add(name: str, min_args: int, max_args: int | None, rule: TypeRule, spark: 
 S, INT, B, D = t.STRING, t.INTEGER, t.BIGINT, t.DOUBLE
 
 # strings
+_section("STRING")
 _add("UCASE", 1, 1, _sig("UCASE", is_string, result=S), _call("upper"), "Upper-case a string.", "upper(s)")
 _add("LCASE", 1, 1, _sig("LCASE", is_string, result=S), _call("lower"), "Lower-case a string.", "lower(s)")
 _add("CONCAT", 1, None, _all(is_string, "CONCAT", lambda _: S), lambda c: f"concat_ws('', {', '.join(c.args)})",
@@ -377,6 +385,7 @@ _add("MASK", 1, 1, _sig("MASK", is_string, result=S), lambda c: f"mask({c.args[0
      "Mask letters (X/x), digits (n) and other characters (-).", "mask(s, 'X', 'x', 'n', '-')")
 
 # math
+_section("MATHEMATICAL")
 _add("ABS", 1, 1, _same_as_first("ABS", is_numeric), _call("abs"), "Absolute value.", "abs(x)")
 _add("CEIL", 1, 1, _same_as_first("CEIL", is_numeric), _ceil_floor("ceil"), "Round up.", "ceil(x) (cast back to the input type)")
 _add("FLOOR", 1, 1, _same_as_first("FLOOR", is_numeric), _ceil_floor("floor"),
@@ -405,6 +414,7 @@ _add("GREATEST", 1, None, _common_type("GREATEST"), _call("greatest"), "The larg
 _add("LEAST", 1, None, _common_type("LEAST"), _call("least"), "The smallest argument, NULLs ignored.", "least(a, ...)")
 
 # date and time (BIGINT epoch milliseconds or TIMESTAMP)
+_section("DATE / TIME")
 _add("UNIX_TIMESTAMP", 0, 1, _sig("UNIX_TIMESTAMP", is_timestamp, result=B, optional_from=0),
      _unix_timestamp, "Epoch milliseconds now, or of a TIMESTAMP.", "unix_millis(current_timestamp()) / unix_millis(ts)")
 _add("TIMESTAMPTOSTRING", 2, 3, _sig("TIMESTAMPTOSTRING", is_integral, is_string, is_string, result=S, optional_from=2),
@@ -427,6 +437,7 @@ _add("PARSE_DATE", 2, 2, _sig("PARSE_DATE", is_string, is_string, result=t.DATE)
      "Parse a string into a DATE.", "to_date(s, fmt)")
 
 # nulls
+_section("CONDITIONAL")
 _add("IFNULL", 2, 2, _common_type("IFNULL"), _call("coalesce"),
      "The first argument unless NULL, else the second.", "coalesce(a, b)")
 _add("COALESCE", 1, None, _common_type("COALESCE"), _call("coalesce"), "The first non-NULL argument.", "coalesce(a, ...)")
@@ -443,6 +454,7 @@ _add("AS_VALUE", 1, 1, _sig("AS_VALUE", _any, result=_first_non_null), lambda c:
      "Copy a key column into the value.", "the argument itself")
 
 # collections
+_section("ARRAY")
 _add("ARRAY_LENGTH", 1, 1, _sig("ARRAY_LENGTH", is_array, result=INT), _null_if_null(lambda c: f"size({c.args[0]})"),
      "Number of elements, NULL for NULL.", "size(a) (NULL for NULL)")
 _add("ARRAY_CONTAINS", 2, 2, _sig("ARRAY_CONTAINS", is_array, _any, result=t.BOOLEAN), _call("array_contains"),
@@ -463,6 +475,7 @@ _add("ARRAY_EXCEPT", 2, 2, _sig("ARRAY_EXCEPT", is_array, is_array, result=_firs
      "Distinct elements of a not in b.", "array_except(a, b)")
 _add("ARRAY_JOIN", 1, 2, _sig("ARRAY_JOIN", is_array, is_string, result=S, optional_from=1), _array_join,
      "Join elements into a string (default delimiter ',').", "array_join(a, delim)")
+_section("MAP")
 _add("MAP_KEYS", 1, 1, _sig("MAP_KEYS", is_map, result=lambda a: t.array_of(a[0].key if a[0] and a[0].key else S)),
      _call("map_keys"), "The keys of a map.", "map_keys(m)")
 _add("MAP_VALUES", 1, 1, _sig("MAP_VALUES", is_map, result=lambda a: t.array_of(_element(a))),
@@ -475,15 +488,19 @@ def _elt_type(arg_types: Sequence[SqlType | None]) -> SqlType:
     return S
 
 
+_section("STRING")
 _add("ELT", 2, None, _elt_type, _call("elt"),
      "The n-th (1-based) of the string arguments, NULL out of range.", "elt(n, a, ...)")
 _add("FIELD", 2, None, _all(is_string, "FIELD", lambda _: INT), _field,
      "1-based position of the first argument among the others, 0 if absent.", "array_position(array(...), s)")
+_section("JSON")
 _add("EXTRACTJSONFIELD", 2, 2, _sig("EXTRACTJSONFIELD", is_string, is_string, result=S), _call("get_json_object"),
      "The JSON value at a JSONPath, as a string.", "get_json_object(json, path)")
+_section("OTHER")
 _add("UUID", 0, 0, _sig("UUID", result=S), lambda c: "uuid()", "A random UUID string.", "uuid()")
 
 # aggregates
+_section("AGGREGATE")
 
 
 def _sum_type(arg_types: Sequence[SqlType | None]) -> SqlType:

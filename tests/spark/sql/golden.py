@@ -101,3 +101,44 @@ def start(runtime: QueryRuntime, query_id: str, analyzed: Any, sink: SourceInfo,
     runtime.start_persistent(info, analyzed, sink, properties)
     status = runtime.status(query_id)
     assert status.state != ERROR, status.error
+
+
+def analyze(sql: str, sources: Mapping[str, SourceInfo]) -> tuple[Any, Any]:
+    """(statement, analyzed query) of one statement, parsed and analyzed by the SQL layer."""
+    from oncestream.sql.analyzer import analyze_query
+    from oncestream.sql.parser import parse
+
+    (statement,) = parse(sql)
+    sink = getattr(statement, "name", None) or getattr(statement, "target", None)
+    return statement, analyze_query(statement.query, sources, sink=sink)
+
+
+def sink_of(analyzed: Any, name: str, topic: str, *, key_format: Format = Format.KAFKA,
+            value_format: Format = Format.JSON, **kw: Any) -> SourceInfo:
+    """The sink a CREATE ... AS SELECT creates (the analyzer's ``output_source``)."""
+    from oncestream.sql.analyzer import output_source
+
+    if not analyzed.key_columns:
+        key_format = Format.NONE
+    info = output_source(analyzed, name=name, topic=topic, key_format=key_format, value_format=value_format,
+                         statement="", partitions=1)
+    return SourceInfo(**{**info.__dict__, **kw}) if kw else info
+
+
+def ddl(sql: str) -> SourceInfo:
+    """The source a ``CREATE STREAM|TABLE`` statement declares (parsed by the SQL layer; formats
+    default as ksqlDB's: KEY_FORMAT KAFKA, VALUE_FORMAT from FORMAT or JSON)."""
+    from oncestream.sql.parser import parse
+
+    (statement,) = parse(sql)
+    props = {k.upper(): v for k, v in statement.properties.items()}
+    fmt = props.get("FORMAT")
+    columns = tuple(Column(c.name, c.type, Namespace.KEY if c.key else Namespace.VALUE) for c in statement.columns)
+    key_format = Format(str(props.get("KEY_FORMAT", fmt or "KAFKA")).upper())
+    if not any(c.is_key for c in columns):
+        key_format = Format.NONE
+    return SourceInfo(name=statement.name, kind=statement.kind, topic=str(props["KAFKA_TOPIC"]),
+                      key_format=key_format, value_format=Format(str(props.get("VALUE_FORMAT", fmt or "JSON")).upper()),
+                      columns=columns, statement=sql, timestamp_column=props.get("TIMESTAMP"),
+                      timestamp_format=props.get("TIMESTAMP_FORMAT"),
+                      value_delimiter=str(props.get("VALUE_DELIMITER", ",")))

@@ -218,7 +218,8 @@ def test_push_query_needs_no_key_and_keeps_projection_order() -> None:
 
 
 def test_key_selected_twice_is_refused() -> None:
-    with pytest.raises(StatementError, match=r"The projection contains a key column \(ID\) more than once, aliased as: A and ID\."):
+    with pytest.raises(StatementError,
+                       match=r"The projection contains a key column \(ID\) more than once, aliased as: A and ID\."):
         analyze_query(query("SELECT id, id AS a, userid FROM orders"), SOURCES, sink="S2")
 
 

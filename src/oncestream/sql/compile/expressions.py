@@ -13,13 +13,15 @@ from dataclasses import dataclass, field
 
 from sqlglot import exp
 
+from oncestream.sql import functions
 from oncestream.sql.catalog import ROWOFFSET, ROWPARTITION, ROWTIME, WINDOWEND, WINDOWSTART, SourceInfo
 from oncestream.sql.errors import StatementError
 
 PSEUDO_COLUMNS = (ROWTIME, ROWPARTITION, ROWOFFSET)
+TYPE_KEY = "ksql_type"  # the analyzer's type annotation on every expression node (analyzer_expr.TYPE_KEY)
 
-# ksqlDB scalar functions whose Spark SQL name differs (the sqlglot parser already maps the ones
-# it knows, e.g. UCASE -> UPPER, LEN -> LENGTH, IFNULL -> COALESCE).
+# Fallback names for calls the function catalog does not know (expressions built without the
+# analyzer); the catalog (``oncestream.sql.functions``) is the reference.
 _SCALAR_RENAMES = {
     "ARRAY_LENGTH": "size",
     "RANDOM": "rand",
@@ -106,6 +108,26 @@ def _call(name: str, *args: exp.Expression) -> exp.Expression:
     return exp.Anonymous(this=name, expressions=list(args))
 
 
+def _function_call(node: exp.Anonymous, scope: Scope) -> exp.Expression:
+    """A ksqlDB function call (the analyzer leaves every call as ``exp.Anonymous`` with its
+    ksqlDB name) in Spark SQL, by the function catalog's translation; the arguments are already
+    translated."""
+    name = str(node.this).upper()
+    args = list(node.expressions)
+    if name == "AS_VALUE" and len(args) == 1:
+        return args[0]
+    definition = functions.lookup(name)
+    if definition is None:
+        if name in _SCALAR_RENAMES:
+            return _call(_SCALAR_RENAMES[name], *args)
+        raise StatementError(functions.unknown_function_message(name))
+    offset = scope.resolve(ROWOFFSET, None) or ROWOFFSET
+    site = functions.CallSite(args=[a.sql(dialect="spark") for a in args],
+                              types=[a.meta.get(TYPE_KEY) for a in args], order_sql=quote(offset))
+    # The catalog gives Spark SQL text; it is spliced in as is, parenthesised against precedence.
+    return exp.Paren(this=exp.Var(this=definition.spark(site)))
+
+
 def translate(expression: exp.Expression, scope: Scope) -> str:
     """Spark SQL text for a ksqlDB expression evaluated over ``scope``'s frame."""
 
@@ -133,19 +155,7 @@ def translate(expression: exp.Expression, scope: Scope) -> str:
             # ksqlDB indexes arrays from 1 (negative from the end) and answers null out of range.
             return _call("try_element_at", node.this, node.expressions[0])
         if isinstance(node, exp.Anonymous):
-            upper = str(node.this).upper()
-            args = list(node.expressions)
-            if upper == "COUNT_DISTINCT" and len(args) == 1:
-                # Spark's streaming aggregation has no DISTINCT; the set's size is the same count.
-                return _call("size", _call("collect_set", args[0]))
-            if upper in ("LATEST_BY_OFFSET", "EARLIEST_BY_OFFSET") and len(args) == 1:
-                offset = scope.resolve(ROWOFFSET, None) or ROWOFFSET
-                # Nulls are skipped (ksqlDB's default ignoreNulls): a null ordering is never chosen.
-                ordering = exp.If(this=exp.Not(this=exp.Is(this=args[0].copy(), expression=exp.Null())),
-                                  true=exp.column(exp.to_identifier(offset, quoted=True)))
-                return _call("max_by" if upper == "LATEST_BY_OFFSET" else "min_by", args[0], ordering)
-            if upper in _SCALAR_RENAMES:
-                return _call(_SCALAR_RENAMES[upper], *args)
+            return _function_call(node, scope)
         return node
 
     return _post_order(expression.copy(), rewrite).sql(dialect="spark")
@@ -156,7 +166,7 @@ def is_aggregate(expression: exp.Expression) -> bool:
     for node in expression.walk():
         if isinstance(node, exp.AggFunc):
             return True
-        if isinstance(node, exp.Anonymous) and str(node.this).upper() in AGGREGATES:
+        if isinstance(node, exp.Anonymous) and functions.is_aggregate(str(node.this).upper()):
             return True
     return False
 

@@ -26,9 +26,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.streaming.state import GroupStateTimeout
-from sqlglot import exp
 
-from oncestream.sql.ast import Query, SourceKind
+from oncestream.sql.ast import SourceKind
 from oncestream.sql.catalog import ROWOFFSET, ROWPARTITION, ROWTIME, SourceInfo
 from oncestream.sql.compile.expressions import Scope, quote, translate
 from oncestream.sql.compile.sources import TOMBSTONE, TS, ReadSettings, read_source
@@ -37,22 +36,24 @@ from oncestream.sql.errors import StatementError
 DEFAULT_GRACE_MS = 24 * 60 * 60 * 1000
 
 
-def join_frames(spark: SparkSession, query: Query, aliases: Sequence[tuple[str, SourceInfo]],
+def join_frames(spark: SparkSession, analyzed: Any, aliases: Sequence[tuple[str, SourceInfo]],
                 settings: ReadSettings) -> tuple[DataFrame, Scope]:
-    """The joined frame of the query's sources (columns ``<ALIAS>__<COLUMN>``) and its scope."""
-    if len(aliases) != 2 or len(query.joins) != 1:
+    """The joined frame of the query's sources (columns ``<ALIAS>__<COLUMN>``) and its scope
+    (``analyzed.joins``: ``analyzer.AnalyzedJoin``)."""
+    if len(aliases) != 2 or len(analyzed.joins) != 1:
         raise StatementError("oncestream's Spark runtime joins two sources per query")
     scope = Scope(dict(aliases), qualified=True)
-    spec = query.joins[0]
+    spec = analyzed.joins[0]
     (left_alias, left), (right_alias, right) = aliases
     kinds = (left.kind, right.kind)
     if kinds == (SourceKind.STREAM, SourceKind.STREAM):
-        return _stream_stream(spark, query, scope, aliases, settings), scope
+        return _stream_stream(spark, spec, scope, aliases, settings), scope
     if kinds == (SourceKind.STREAM, SourceKind.TABLE):
         if spec.kind.upper() not in ("INNER", "LEFT"):
             raise StatementError(f"{spec.kind} OUTER JOIN between a stream and a table is not supported. "
                                  "Only INNER and LEFT joins are.")
-        return _stream_table(spark, scope, (left_alias, left), (right_alias, right), spec.on,
+        return _stream_table(spark, scope, (left_alias, left), (right_alias, right),
+                             translate(spec.left_key, scope), translate(spec.right_key, scope),
                              spec.kind.upper() == "LEFT", settings), scope
     if kinds == (SourceKind.TABLE, SourceKind.STREAM):
         raise StatementError("Invalid join order: table-stream joins are not supported; only stream-table joins. "
@@ -60,11 +61,10 @@ def join_frames(spark: SparkSession, query: Query, aliases: Sequence[tuple[str, 
     raise StatementError("table-table joins are not supported by oncestream's Spark runtime")
 
 
-def _stream_stream(spark: SparkSession, query: Query, scope: Scope, aliases: Sequence[tuple[str, SourceInfo]],
+def _stream_stream(spark: SparkSession, spec: Any, scope: Scope, aliases: Sequence[tuple[str, SourceInfo]],
                    settings: ReadSettings) -> DataFrame:
     from oncestream.sql.compile.plan import join_kind
 
-    spec = query.joins[0]
     (left_alias, left), (right_alias, right) = aliases
     if spec.within_before_ms is None:
         raise StatementError("Stream-Stream joins must have a WITHIN clause specified. None was provided.")
@@ -77,28 +77,6 @@ def _stream_stream(spark: SparkSession, query: Query, scope: Scope, aliases: Seq
     condition = (f"({translate(spec.on, scope)}) AND {quote(right_ts)} >= {quote(left_ts)} - INTERVAL {before} MILLISECONDS"
                  f" AND {quote(right_ts)} <= {quote(left_ts)} + INTERVAL {after} MILLISECONDS")
     return lf.join(rf, F.expr(condition), join_kind(spec))
-
-
-def _table_side(on: exp.Expression, scope: Scope, table_alias: str, table: SourceInfo) -> tuple[str, str]:
-    """(stream-side SQL, table-side SQL) of the equality ``on``; the table side must be the
-    table's primary key."""
-    if not isinstance(on, exp.EQ):
-        raise StatementError("Unsupported join expression: a stream-table join needs an equality on the table's key")
-    sides = [on.this, on.expression]
-
-    def on_table(side: exp.Expression) -> bool:
-        return any(scope.resolve(c.name, c.table or None) == scope.internal(table_alias, c.name)
-                   for c in side.find_all(exp.Column))
-
-    table_side = next((s for s in sides if on_table(s)), None)
-    if table_side is None:
-        raise StatementError(f"the join condition does not reference the table {table.name}")
-    stream_side = sides[1] if table_side is sides[0] else sides[0]
-    if not (isinstance(table_side, exp.Column) and table.column(table_side.name) is not None
-            and table.column(table_side.name).is_key):  # type: ignore[union-attr]
-        raise StatementError(f"Invalid join condition: table-stream joins require to join on the table's primary key. "
-                             f"Got {on.sql()}.")
-    return translate(stream_side, scope), translate(table_side, scope)
 
 
 def _keyed(frame: DataFrame, alias: str, key_sql: str, side: int, deleted: Any) -> DataFrame:
@@ -151,10 +129,11 @@ def _join_function(left: bool) -> Any:
 
 
 def _stream_table(spark: SparkSession, scope: Scope, stream: tuple[str, SourceInfo], table: tuple[str, SourceInfo],
-                  on: exp.Expression, left: bool, settings: ReadSettings) -> DataFrame:
+                  stream_key: str, table_key: str, left: bool, settings: ReadSettings) -> DataFrame:
+    """``stream_key``/``table_key``: Spark SQL of the two sides of the ON equality (the analyzer
+    checked the table side is the table's primary key)."""
     stream_alias, stream_source = stream
     table_alias, table_source = table
-    stream_key, table_key = _table_side(on, scope, table_alias, table_source)
     sf = read_source(spark, stream_source, settings, prefix=stream_alias)
     tf = read_source(spark, table_source, settings, prefix=table_alias)
     union = _keyed(sf, stream_alias, stream_key, 1, None).unionByName(

@@ -26,7 +26,7 @@ from sqlglot import exp
 from oncestream.sql.ast import JoinSpec, Query, SourceKind, WindowKind, WindowSpec
 from oncestream.sql.catalog import WINDOWEND, WINDOWSTART, Column, SourceInfo
 from oncestream.sql.compile import serde_columns
-from oncestream.sql.compile.expressions import Scope, is_aggregate, output_name, quote, translate
+from oncestream.sql.compile.expressions import Scope, is_aggregate, quote, translate
 from oncestream.sql.compile.sources import TOMBSTONE, TS, ReadSettings, read_source
 from oncestream.sql.errors import StatementError
 from oncestream.sql.serde import RecordLayout
@@ -72,127 +72,52 @@ class CompiledQuery:
         return self.frame.select(key.alias("key"), value.alias("value"))
 
 
-def _attr(obj: Any, *names: str, default: Any = None) -> Any:
-    for name in names:
-        if hasattr(obj, name):
-            return getattr(obj, name)
-    return default
-
-
-def source_aliases(query: Query, sources: Mapping[str, SourceInfo]) -> list[tuple[str, SourceInfo]]:
+def source_aliases(analyzed: Any) -> list[tuple[str, SourceInfo]]:
     """(alias, source) of the FROM source and each join, in order."""
-
-    def find(name: str, alias: str | None) -> tuple[str, SourceInfo]:
-        for key in (alias, name):
-            if key is not None and key in sources:
-                return alias or name, sources[key]
-        found = next((s for s in sources.values() if s.name == name), None)
-        if found is None:
-            raise StatementError(f"{name} does not exist.")
-        return alias or name, found
-
-    out = [find(query.source, query.source_alias)]
-    out += [find(j.source, j.alias) for j in query.joins]
+    sources: Mapping[str, SourceInfo] = analyzed.sources
+    first = analyzed.from_alias
+    out = [(first, sources[first])]
+    out += [(j.right_alias, j.right) for j in analyzed.joins]
     return out
-
-
-def _items(query: Query, scope: Scope, aliases: Sequence[tuple[str, SourceInfo]]) -> list[tuple[str, exp.Expression]]:
-    """(output name, expression) of every select item, ``*`` and ``alias.*`` expanded."""
-    out: list[tuple[str, exp.Expression]] = []
-    for index, item in enumerate(query.select.expressions):
-        star_of: list[tuple[str, SourceInfo]] | None = None
-        if isinstance(item, exp.Star):
-            star_of = list(aliases)
-        elif isinstance(item, exp.Column) and isinstance(item.this, exp.Star):
-            star_of = [(a, s) for a, s in aliases if a == item.table or s.name == item.table]
-        if star_of is not None:
-            for alias, source in star_of:
-                for column in source.columns:
-                    name = f"{alias}_{column.name}" if scope.qualified else column.name
-                    out.append((name, exp.column(column.name, table=alias)))
-            continue
-        inner = item.this if isinstance(item, exp.Alias) else item
-        out.append((output_name(item, index), inner))
-    return out
-
-
-def _assign(columns: Sequence[Column], items: list[tuple[str, exp.Expression]],
-            key_fallbacks: Sequence[exp.Expression]) -> dict[str, exp.Expression]:
-    """Output column -> expression: by name, then keys from ``key_fallbacks`` (GROUP BY /
-    PARTITION BY / source key, in order), then remaining items in order."""
-    remaining = list(items)
-    chosen: dict[str, exp.Expression] = {}
-    for column in columns:
-        match = next((i for i in remaining if i[0] == column.name), None)
-        if match is not None:
-            remaining.remove(match)
-            chosen[column.name] = match[1]
-    keys = [c for c in columns if c.is_key]
-    for index, column in enumerate(keys):
-        if column.name not in chosen:
-            if index < len(key_fallbacks):
-                chosen[column.name] = key_fallbacks[index]
-            else:
-                chosen[column.name] = exp.column(column.name)
-    for column in columns:
-        if column.name not in chosen:
-            if not remaining:
-                raise StatementError(f"no select item gives the output column {column.name}")
-            chosen[column.name] = remaining.pop(0)[1]
-    return chosen
-
-
-def _output_columns(analyzed: Any) -> tuple[Column, ...]:
-    columns = _attr(analyzed, "columns", "output_columns")
-    if columns is None:
-        raise StatementError("the analyzed query has no output columns")
-    return tuple(columns)
 
 
 def compile_query(spark: SparkSession, query: Query, analyzed: Any, settings: ReadSettings) -> CompiledQuery:
-    """Compile ``query`` (as ``analyzed`` resolved it) into a streaming plan over our connector."""
-    sources = _attr(analyzed, "sources", default={}) or {}
-    aliases = source_aliases(query, sources)
-    columns = _output_columns(analyzed)
-    result_kind = _attr(analyzed, "result_kind", default=SourceKind.STREAM)
-    window = _attr(analyzed, "window", default=None) or query.window
-    if len(aliases) > 1:
+    """Compile ``query`` as the analyzer resolved it (``analyzer.AnalyzedQuery``: output columns
+    parallel to their expressions, WHERE, GROUP BY, HAVING, joins) into a streaming plan over our
+    connector."""
+    aliases = source_aliases(analyzed)
+    columns: tuple[Column, ...] = tuple(analyzed.columns)
+    expressions = tuple(analyzed.expressions)
+    if len(expressions) != len(columns):
+        raise StatementError("the analyzed query's columns and expressions differ in number")
+    chosen = {c.name: e for c, e in zip(columns, expressions, strict=True)}
+    result_kind = analyzed.result_kind
+    window = analyzed.window
+    if aliases[1:]:
         from oncestream.sql.compile.joins import join_frames
 
-        frame, scope = join_frames(spark, query, aliases, settings)
+        frame, scope = join_frames(spark, analyzed, aliases, settings)
     else:
         alias, source = aliases[0]
         frame = read_source(spark, source, settings)
         scope = Scope({alias: source})
-    select = query.select
-    where = select.args.get("where")
-    group = select.args.get("group")
-    having = select.args.get("having")
-    items = _items(query, scope, aliases)
-    aggregated = group is not None or any(is_aggregate(e) for _n, e in items)
+    where = analyzed.where
+    having = analyzed.having
+    group_exprs = list(analyzed.group_by)
+    aggregated = bool(group_exprs) or bool(getattr(analyzed, "aggregates", ())) or any(is_aggregate(e) for e in expressions)
     first_alias, first_source = aliases[0]
     if aggregated:
         if first_source.kind is SourceKind.TABLE and len(aliases) == 1:
             raise StatementError("Aggregating a table (GROUP BY over a TABLE source) is not supported by "
                                  "oncestream's Spark runtime; aggregate the stream the table is built from.")
-        group_exprs = list(group.expressions) if group is not None else []
-        chosen = _assign(columns, items, group_exprs)
-        return _aggregate(spark, frame, scope, columns, chosen, group_exprs, where.this if where else None,
-                          having.this if having else None, window, result_kind, scope.internal(first_alias, TS))
-    if window is not None:
-        raise StatementError("WINDOW clause requires a GROUP BY clause.")
-    if having is not None:
-        raise StatementError("HAVING clause requires a GROUP BY clause.")
-    key_fallbacks: list[exp.Expression] = list(query.partition_by)
-    if not key_fallbacks:
-        key_fallbacks = [exp.column(c.name, table=first_alias) for c in first_source.key_columns]
-    chosen = _assign(columns, items, key_fallbacks)
+        return _aggregate(spark, frame, scope, columns, chosen, group_exprs, where, having, window, result_kind,
+                          scope.internal(first_alias, TS))
     selected = [F.expr(translate(chosen[c.name], scope)).alias(c.name) for c in columns]
     extra: list[SparkColumn] = []
     if first_source.window is not None and len(aliases) == 1:
         # A windowed source keeps its window in the key: carry it to the output key.
         extra = [F.col(quote(WINDOWSTART)).alias(WSTART), F.col(quote(WINDOWEND)).alias(WEND)]
-    keep = F.expr(translate(where.this, scope)) if where is not None else None
+    keep = F.expr(translate(where, scope)) if where is not None else None
     if result_kind is SourceKind.TABLE and first_source.kind is SourceKind.TABLE:
         # A table's changelog: a deleted row stays a delete; a row now failing WHERE deletes its key.
         delete = F.col(scope.internal(first_alias, TOMBSTONE))

@@ -6,7 +6,11 @@ sqlglot parses the standard part (operators, CASE, IN, BETWEEN, LIKE, function c
 - ``a->b`` is struct field access, ``exp.Dot(this=a, expression=Identifier(B))`` (sqlglot reads
   ``->`` as JSON extraction);
 - lambdas are written ``x => expr`` / ``(x, y) => expr`` (sqlglot reads ``=>`` as a named argument);
+- every function call is ``exp.Anonymous(this=<UPPER NAME>, expressions=[args])`` as written
+  (``COUNT(*)`` has ``exp.Star`` as its argument): the function catalog gives calls their meaning;
 - ``CAST(x AS type)`` takes ksqlDB's type grammar (``typeparse``), the target kept as ``exp.DataType``;
+- the constructors ``ARRAY[a, b]`` -> ``exp.Array``, ``MAP(k := v, ...)`` -> ``exp.VarMap`` (keys and
+  values as ``exp.Array``), ``STRUCT(name := v, ...)`` -> ``exp.Struct`` of ``exp.PropertyEQ``;
 - names are normalised: unquoted identifiers and function names upper-cased, quoted ones kept;
 - sub-queries, ``*`` outside COUNT(*) and other standard-SQL-only forms are refused.
 """
@@ -94,9 +98,17 @@ class ExpressionParser(TypeParser):
     # ALTER is reserved in sqlglot, not in ksqlDB (its nonReserved rule): a column may be named ALTER.
     ID_VAR_TOKENS: ClassVar[set[Any]] = Parser.ID_VAR_TOKENS | {TokenType.ALTER}
     LAMBDAS: ClassVar[dict[Any, Any]] = {TokenType.FARROW: _build_lambda}
+    # Every function call is ``exp.Anonymous(this=<NAME>, expressions=[args])`` as written: what a
+    # ksqlDB function means (and its arity) is the function catalog's business, not sqlglot's
+    # (sqlglot would turn INSTR, SUBSTRING, TRANSFORM... into its own nodes with its own argument
+    # rules). Only ksqlDB's own syntax gets special nodes: CAST, CASE and the constructors.
+    FUNCTIONS: ClassVar[dict[str, Any]] = {}
+    NO_PAREN_FUNCTIONS: ClassVar[dict[Any, Any]] = {}
+    NO_PAREN_FUNCTION_PARSERS: ClassVar[dict[str, Any]] = {"CASE": Parser.NO_PAREN_FUNCTION_PARSERS["CASE"]}
     FUNCTION_PARSERS: ClassVar[dict[str, Any]] = {
-        **{name: _closed(parse) for name, parse in Parser.FUNCTION_PARSERS.items()},
         "CAST": _closed(lambda self: self._parse_ksql_cast()),
+        "MAP": _closed(lambda self: self._parse_map_constructor()),
+        "STRUCT": _closed(lambda self: self._parse_struct_constructor()),
     }
 
     def _parse_ksql_cast(self) -> exp.Expr:
@@ -106,6 +118,38 @@ class ExpressionParser(TypeParser):
         self.expect("AS")
         to = to_data_type(self.sql_type())
         return self.expression(exp.Cast(this=this, to=to))
+
+    def _assignments(self, key: Callable[[], exp.Expr | None]) -> list[tuple[exp.Expr, exp.Expr]]:
+        """``key := value, ...`` (possibly none) up to the closing parenthesis."""
+        pairs: list[tuple[exp.Expr, exp.Expr]] = []
+        if self.is_type(TokenType.R_PAREN):
+            return pairs
+        while True:
+            k = key()
+            if k is None:
+                self.fail("an expression")
+            self.expect_type(TokenType.COLON_EQ, "':='")
+            v = self._parse_disjunction()
+            if v is None:
+                self.fail("an expression")
+            pairs.append((k, v))
+            if not self._match(TokenType.COMMA):
+                return pairs
+
+    def _parse_map_constructor(self) -> exp.Expr:
+        """ksqlDB's ``MAP(k := v, ...)`` as sqlglot's ``VarMap`` (keys and values as arrays)."""
+        pairs = self._assignments(self._parse_disjunction)
+        return self.expression(exp.VarMap(keys=exp.Array(expressions=[k for k, _ in pairs]),
+                                          values=exp.Array(expressions=[v for _, v in pairs])))
+
+    def _parse_struct_constructor(self) -> exp.Expr:
+        """ksqlDB's ``STRUCT(name := v, ...)`` as ``exp.Struct`` of ``PropertyEQ(Identifier, v)``."""
+        pairs = self._assignments(self._struct_field_name)
+        return self.expression(exp.Struct(expressions=[exp.PropertyEQ(this=k, expression=v) for k, v in pairs]))
+
+    def _struct_field_name(self) -> exp.Expr:
+        token = self.name_token()
+        return exp.to_identifier(token.text, quoted=token.token_type == TokenType.IDENTIFIER)
 
     def _parse_column_ops(self, this: exp.Expr | None) -> exp.Expr | None:
         this = super()._parse_column_ops(this)
@@ -150,7 +194,10 @@ class ExpressionParser(TypeParser):
             for refused, what in _REFUSED:
                 if isinstance(node, refused):
                     raise unsupported(start, what)
-            if isinstance(node, exp.Star) and not isinstance(node.parent, exp.Count):
+            if isinstance(node, exp.Star) and not (isinstance(node.parent, exp.Anonymous) and node.parent.name.upper() == "COUNT"
+                                                   and len(node.parent.expressions) == 1):
                 raise SyntaxIssue(start, "'*' is only allowed as a select item or in COUNT(*)")
+            if isinstance(node, exp.Distinct):
+                raise unsupported(start, "DISTINCT inside a function call (ksqlDB has COUNT_DISTINCT)")
         normalise_names(tree)
         return tree

@@ -1,0 +1,154 @@
+"""SQL-server node processes for tests: ``python -m oncestream.cli sql-server ...`` in its own
+session (so a test can SIGKILL the node with its Spark JVM and Python workers at once, like a
+machine crash), ready when its ``--ready-file`` appears, spoken to over its REST API.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[2]
+READY_TIMEOUT_S = 180.0
+STOP_TIMEOUT_S = 90.0
+REQUEST_TIMEOUT_S = 120.0
+
+# A test node starts Spark only when a query needs it (statement-only tests stay light).
+LAZY_SPARK = {"ksql.spark.start": "lazy"}
+
+
+class SqlServerProcess:
+    """One node; ``start`` again after ``kill``/``terminate`` restarts it on a new port with the
+    same state directory."""
+
+    def __init__(self, *, bootstrap: str, service_id: str, state_dir: Path, config: dict[str, str] | None = None,
+                 name: str = "node") -> None:
+        self.bootstrap = bootstrap
+        self.service_id = service_id
+        self.state_dir = Path(state_dir)
+        self.config = dict(config or {})
+        self.name = name
+        self.process: subprocess.Popen[bytes] | None = None
+        self.url: str | None = None
+        self.runs = 0
+        self._log: Path | None = None
+
+    def start(self, config: dict[str, str] | None = None, wait: bool = True) -> SqlServerProcess:
+        """Start the node (``config`` replaces the constructor's for this run)."""
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        ready = self.state_dir / f"ready-{self.runs}.json"
+        self._log = self.state_dir / f"{self.name}-{self.runs}.log"
+        self.runs += 1
+        argv = [sys.executable, "-m", "oncestream.cli", "sql-server", "--bootstrap-server", self.bootstrap,
+                "--listen", "127.0.0.1:0", "--service-id", self.service_id, "--state-dir", str(self.state_dir),
+                "--ready-file", str(ready)]
+        for key, value in (config if config is not None else self.config).items():
+            argv += ["--config", f"{key}={value}"]
+        env = dict(os.environ)
+        env["PYSPARK_PYTHON"] = sys.executable
+        env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), str(ROOT), env.get("PYTHONPATH", "")])
+        with open(self._log, "wb") as out:
+            self.process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                            start_new_session=True, env=env)
+        if wait:
+            self._wait_ready(ready)
+        return self
+
+    def _wait_ready(self, ready: Path) -> None:
+        assert self.process is not None
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while not ready.exists():
+            if self.process.poll() is not None:
+                raise AssertionError(f"{self.name} exited with {self.process.returncode}:\n{self.log_tail()}")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{self.name} not ready within {READY_TIMEOUT_S:.0f} s:\n{self.log_tail()}")
+            time.sleep(0.1)
+        self.url = json.loads(ready.read_text())["url"]
+
+    def log_tail(self, size: int = 8000) -> str:
+        if self._log is None or not self._log.exists():
+            return ""
+        return self._log.read_text(errors="replace")[-size:]
+
+    @property
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL the node's whole session (Python, JVM, workers) and reap it."""
+        if self.process is None:
+            return
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.process.wait()
+
+    def terminate(self, timeout_s: float = STOP_TIMEOUT_S) -> int:
+        """SIGTERM; returns the exit status (the session is SIGKILLed if it does not stop)."""
+        assert self.process is not None
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise AssertionError(f"{self.name} did not stop on SIGTERM:\n{self.log_tail()}") from None
+
+    def session_processes(self) -> list[int]:
+        """Pids still in the node's session (its children included), from /proc."""
+        assert self.process is not None
+        sid = self.process.pid
+        out = []
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            # fields after the command: state ppid pgrp session ...
+            if int(fields[3]) == sid and fields[0] != "Z":
+                out.append(int(entry.name))
+        return out
+
+    # --- REST ---------------------------------------------------------------------------------
+
+    def ksql(self, statements: str, properties: dict[str, Any] | None = None,
+             command_sequence_number: int | None = None) -> httpx.Response:
+        """POST /ksql; returns the response (any status)."""
+        assert self.url is not None
+        body: dict[str, Any] = {"ksql": statements, "streamsProperties": properties or {}}
+        if command_sequence_number is not None:
+            body["commandSequenceNumber"] = command_sequence_number
+        return httpx.post(f"{self.url}/ksql", json=body, timeout=REQUEST_TIMEOUT_S,
+                          headers={"Accept": "application/vnd.ksql.v1+json"})
+
+    def ok(self, statements: str, properties: dict[str, Any] | None = None, **kw: Any) -> list[dict[str, Any]]:
+        """POST /ksql expecting 200; returns the entities."""
+        response = self.ksql(statements, properties, **kw)
+        assert response.status_code == 200, f"{statements!r}: {response.status_code} {response.text}"
+        return response.json()
+
+    def get(self, path: str) -> httpx.Response:
+        assert self.url is not None
+        return httpx.get(f"{self.url}{path}", timeout=REQUEST_TIMEOUT_S)
+
+
+def wait_until(check: Any, what: str, timeout_s: float = 120.0, interval_s: float = 0.2) -> Any:
+    """Poll ``check()`` until it returns something truthy (returned); fail after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(interval_s)

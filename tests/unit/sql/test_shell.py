@@ -1,0 +1,167 @@
+"""The SQL shell (``oncestream sql``): statement splitting, ksqlDB-CLI tables, ``-e`` / ``-f``
+against the real REST server (in-memory engine), and the interactive loop driven through
+prompt-toolkit's pipe input."""
+
+from __future__ import annotations
+
+import argparse
+import io
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from prompt_toolkit import PromptSession
+from prompt_toolkit.history import FileHistory
+from prompt_toolkit.input import create_pipe_input
+from prompt_toolkit.output import DummyOutput
+
+from oncestream.cli import build_parser
+from oncestream.sql import shell
+from oncestream.sql.shell import render_entity, render_table, split_statements
+from tests.unit.sql.test_rest_support import RunningServer, running_server
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[RunningServer]:
+    with running_server() as srv:
+        srv.engine.publish("S", [1, "a"])
+        srv.engine.publish("S", [2, None])
+        yield srv
+
+
+def run_shell(argv: list[str], server: RunningServer, **kwargs: object) -> tuple[int, str, str]:
+    args = build_parser().parse_args(["sql", "--server", server.url, *argv])
+    out, err = io.StringIO(), io.StringIO()
+    code = shell.run(args, out=out, err=err, **kwargs)  # type: ignore[arg-type]
+    return code, out.getvalue(), err.getvalue()
+
+
+# --- splitting -----------------------------------------------------------------------------------------
+
+
+def test_split_statements_respects_quotes_and_comments() -> None:
+    text = ("CREATE STREAM S (A STRING) WITH (KAFKA_TOPIC='a;b', VALUE_FORMAT='JSON');\n"
+            "-- a comment; with a semicolon\n"
+            "SELECT `x;y`, 'it''s; fine' /* ; */ FROM S EMIT CHANGES;  SHOW")
+    statements, rest = split_statements(text)
+    assert statements == ["CREATE STREAM S (A STRING) WITH (KAFKA_TOPIC='a;b', VALUE_FORMAT='JSON');",
+                          "-- a comment; with a semicolon\nSELECT `x;y`, 'it''s; fine' /* ; */ FROM S EMIT CHANGES;"]
+    assert rest == "  SHOW"
+
+
+def test_split_statements_skips_empty_ones_and_comment_only_rest() -> None:
+    assert split_statements(";;  SHOW STREAMS ;\n-- done") == (["SHOW STREAMS ;"], "")
+    assert split_statements("SELECT 'unterminated;") == ([], "SELECT 'unterminated;")
+
+
+def test_first_word_skips_comments() -> None:
+    assert shell.first_word("/* hi */ -- x\n select * from s;") == "SELECT"
+
+
+# --- rendering -----------------------------------------------------------------------------------------
+
+
+def test_tables_look_like_ksqldb_cli_tables() -> None:
+    assert render_table(["Stream Name", "Windowed"], [["S", False], ["LONGER_NAME_X", None]]) == (
+        " Stream Name   | Windowed\n"
+        "--------------------------\n"
+        " S             | false\n"
+        " LONGER_NAME_X | null\n"
+        "--------------------------")
+
+
+def test_entities_render_by_type() -> None:
+    status = {"@type": "currentStatus", "commandStatus": {"message": "Stream created"}, "warnings": [{"message": "w1"}]}
+    assert render_entity(status) == " Message\n----------------\n Stream created\n----------------\nWARNING: w1"
+    described = render_entity({"@type": "sourceDescription", "sourceDescription": {
+        "name": "S", "type": "STREAM", "keyFormat": "KAFKA", "valueFormat": "JSON", "topic": "s", "partitions": 1,
+        "replication": 1, "fields": [{"name": "ID", "schema": {"type": "INTEGER"}, "type": "KEY"},
+                                     {"name": "NAME", "schema": {"type": "STRING"}}]}})
+    assert " ID    | INTEGER (key)" in described
+    assert "Kafka topic         : s (partitions: 1, replication: 1)" in described
+    assert '"@type": "mystery"' in render_entity({"@type": "mystery"})
+
+
+# --- -e and -f -----------------------------------------------------------------------------------------
+
+
+def test_execute_runs_statements_and_streams_queries_until_limit(server: RunningServer) -> None:
+    code, out, err = run_shell(["-e", "SHOW STREAMS; SET 'auto.offset.reset'='earliest';\n"
+                                      "SELECT * FROM S EMIT CHANGES LIMIT 2;"], server)
+    assert (code, err) == (0, "")
+    assert " Stream Name | Kafka Topic | Key Format | Value Format | Windowed" in out
+    assert out.endswith("+------------+------------+\n"
+                        "|ID          |NAME        |\n"
+                        "+------------+------------+\n"
+                        "|1           |a           |\n"
+                        "|2           |null        |\n"
+                        "Limit Reached\n"
+                        "Query terminated\n")
+    assert server.engine.query_properties[-1] == {"auto.offset.reset": "earliest"}
+    assert server.engine.queries[list(server.engine.queries)[-1]].closed.is_set()
+
+
+def test_execute_stops_at_the_first_error_with_exit_code_1(server: RunningServer) -> None:
+    executed = len(server.engine.executed)
+    code, out, err = run_shell(["-e", "CREATE STREAM A (X INT) A; FAIL here; CREATE STREAM B (X INT) B;"], server)
+    assert code == 1
+    assert err == "Cannot do here\n"
+    assert "Executed CREATE" in out
+    assert [e[0] for e in server.engine.executed[executed:]] == ["CREATE STREAM A (X INT) A;", "FAIL here;"]
+
+
+def test_properties_are_sent_with_statements_and_unset_removes_them(server: RunningServer) -> None:
+    code, _, _ = run_shell(["-p", "ksql.streams.auto.offset.reset=earliest", "-e",
+                            "SHOW STREAMS; UNSET 'ksql.streams.auto.offset.reset'; SHOW STREAMS;"], server)
+    assert code == 0
+    assert [e[1] for e in server.engine.executed[-2:]] == [{"ksql.streams.auto.offset.reset": "earliest"}, {}]
+
+
+def test_file_runs_its_statements(server: RunningServer, tmp_path: Path) -> None:
+    script = tmp_path / "script.sql"
+    script.write_text("-- setup\nCREATE STREAM F (X INT)\n  F;\nSHOW STREAMS;\n", encoding="utf-8")
+    code, out, err = run_shell(["-f", str(script)], server)
+    assert (code, err) == (0, "")
+    assert server.engine.executed[-2][0] == "-- setup\nCREATE STREAM F (X INT)\n  F;"
+
+
+def test_unreachable_server_is_exit_code_1() -> None:
+    args = argparse.Namespace(server="http://127.0.0.1:9", execute="SHOW STREAMS;", file=None, property=None,
+                              history_file=None)
+    err = io.StringIO()
+    assert shell.run(args, out=io.StringIO(), err=err) == 1
+    assert err.getvalue().startswith("Cannot reach the SQL server at http://127.0.0.1:9")
+
+
+# --- interactive ---------------------------------------------------------------------------------------
+
+
+def test_interactive_multi_line_statements_history_and_exit(server: RunningServer, tmp_path: Path) -> None:
+    history = tmp_path / "history"
+    executed = len(server.engine.executed)
+    with create_pipe_input() as pipe:
+        pipe.send_text("SHOW\r  STREAMS;\rCREATE STREAM I (X INT) I; FAIL x;\rhelp\rexit\r")
+
+        def session(path: Path) -> PromptSession[str]:
+            return PromptSession(input=pipe, output=DummyOutput(), history=FileHistory(str(path)))
+
+        code, out, err = run_shell(["--history-file", str(history)], server, session_factory=session)
+    assert code == 0
+    assert [e[0] for e in server.engine.executed[executed:]] == ["SHOW\n  STREAMS;", "CREATE STREAM I (X INT) I;",
+                                                                 "FAIL x;"]
+    assert "Stream Name" in out and "Executed CREATE" in out and "Ctrl-D" in out
+    assert err == "Cannot do x\n"
+    assert "SHOW" in history.read_text() and "exit" in history.read_text()
+
+
+def test_interactive_ends_at_end_of_input(server: RunningServer, tmp_path: Path) -> None:
+    with create_pipe_input() as pipe:
+        pipe.send_text("SHOW STREAMS;\r")
+        pipe.close()
+
+        def session(path: Path) -> PromptSession[str]:
+            return PromptSession(input=pipe, output=DummyOutput(), history=FileHistory(str(path)))
+
+        code, out, _ = run_shell(["--history-file", str(tmp_path / "h")], server, session_factory=session)
+    assert code == 0
+    assert "Stream Name" in out
