@@ -129,6 +129,10 @@ def test_two_nodes_answer_the_same_rows_and_survive_a_sigkill(broker_factory, tm
         assert answers[-1] == new
         assert _pull(a, LOOKUP) == _pull(b, LOOKUP) == new
         assert _pull(a, SCAN) == _pull(b, SCAN) == expected
+        # DESCRIBE EXTENDED reports each node's materialization lag (caught up: 0).
+        for node in nodes:
+            description = node.ok("DESCRIBE BALANCES EXTENDED;")[0]["sourceDescription"]
+            assert description["statistics"].startswith("materialization-lag: 0 records behind"), description
     finally:
         for node in nodes:
             node.kill()

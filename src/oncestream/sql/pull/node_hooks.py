@@ -1,19 +1,22 @@
 """The few calls a SQL-server node makes for pull queries (``oncestream.sql.node.Node``).
 
-Wiring (five lines in the node, which this package does not edit):
+Wiring (a few lines in the node, which this package does not edit; tested with exactly these
+by tests/interop/sql/test_pull_two_nodes.py):
 
-1. ``Node.__init__``: ``self._pull = PullQueries(state_dir, settings.bootstrap_servers,
-   settings.client_properties)`` (``state_dir`` is the node's ``--state-dir``).
-2. ``Node._apply`` (runner thread, after ``self._metastore.apply``):
+1. ``NodeSettings`` gets ``state_dir: str | None = None``; ``server_main`` passes
+   ``state_dir=str(state_dir)`` (the node's ``--state-dir``).
+2. ``Node.__init__``: ``self._pull = PullQueries(settings.state_dir or ".",
+   settings.bootstrap_servers, settings.client_properties)``.
+3. ``Node._apply`` (runner thread), before ``return result``:
    ``self._pull.metastore_changed(self._metastore.sources())``: starts materializing new tables,
-   drops dropped ones. During replay at startup this reaches every table of the metastore.
-3. ``Node.start_query``, after ``analyze_query``: ``if PullQueries.is_pull(statement): return
-   await self._pull.start_query(analyzed)`` (a finished ``QueryStream``; not a push query: do not
-   keep it in the push-query registry).
-4. ``Node.stop``: ``self._pull.close()``.
-5. ``DESCRIBE EXTENDED`` / ``/clusterStatus``: ``self._pull.statistics_text(name)`` for the
-   source description's ``statistics``; ``self._pull.store_lags()`` for
-   ``hostStoreLags.stateStoreLags``.
+   drops dropped ones; during replay at startup it reaches every table of the metastore.
+4. ``Node.start_query``, right after ``analyze_query``: ``if PullQueries.is_pull(statement):
+   return await self._pull.start_query(analyzed)`` (a finished ``QueryStream``; it is not a
+   push query, so it does not go into the push-query registry).
+5. ``Node.stop``, after ``self._runner.stop()``: ``self._pull.close()``.
+6. ``DESCRIBE ... EXTENDED`` (``Node._describe``): pass ``statistics=self._pull.statistics_text(
+   source.name) if statement.extended else ""`` to ``entities.source_description``; optionally
+   ``self._pull.store_lags()`` as ``hostStoreLags.stateStoreLags`` in ``cluster_status``.
 """
 
 from __future__ import annotations
