@@ -1,6 +1,7 @@
 """Pull-query latency (issue 13 part 3): p50/p99 of key lookups under concurrent load on one node.
 
     .venv/bin/python bench/pull_query.py --keys 100000 --clients 8 --queries 2000
+    .venv/bin/python bench/pull_query.py --mode node --keys 100000 --clients 8 --queries 1000
     .venv/bin/python bench/pull_query.py --mode rest --server http://HOST:PORT --table T --keys N
 
 ``--mode package`` (default): one broker (ours), a table topic of ``--keys`` rows (KAFKA BIGINT
@@ -14,8 +15,13 @@ applies and commits concurrently, as on a live node. Latency is per query, wall 
 client thread. Without the parser/analyzer installed, the queries are built from sqlglot
 directly (said in the output).
 
-``--mode rest``: the same lookups against a running SQL server's ``/query-stream`` (HTTP/2,
-httpx), table and key range given on the command line.
+``--mode node``: the same table and updates, but served by a real ``oncestream sql-server``
+process (``CREATE SOURCE TABLE`` over the topic, Spark not started) and queried by the client
+threads through its REST API, ``POST /query-stream`` over HTTP/2 (h2c, one httpx connection per
+client thread). Needs the node to answer pull queries (``oncestream.sql.pull.node_hooks``).
+
+``--mode rest``: the same lookups against an already running SQL server, table and key range
+given on the command line.
 
 This is a benchmark command, not a test.
 """
@@ -210,7 +216,7 @@ def run_package(args: argparse.Namespace) -> None:
             broker.stop()
 
 
-def run_rest(args: argparse.Namespace) -> None:
+def _rest_runner(server: str, table: str, key_column: str) -> Callable[[int], list[list[Any]]]:
     import httpx
 
     local = threading.local()
@@ -218,21 +224,69 @@ def run_rest(args: argparse.Namespace) -> None:
     def run(key: int) -> list[list[Any]]:
         client = getattr(local, "client", None)
         if client is None:
-            client = local.client = httpx.Client(base_url=args.server, http2=True, http1=False, timeout=30)
-        response = client.post("/query-stream", json={"sql": f"SELECT * FROM {args.table} WHERE {args.key_column} = {key};",
-                                                      "properties": {}})
+            client = local.client = httpx.Client(base_url=server, http2=True, http1=False, timeout=30)
+        response = client.post("/query-stream", json={"sql": f"SELECT * FROM {table} WHERE {key_column} = {key};",
+                                                      "properties": {}}, headers={"Accept": "application/json"})
         response.raise_for_status()
-        lines = [json.loads(line) for line in response.text.splitlines() if line.strip()]
-        return [line for line in lines[1:] if isinstance(line, list)]
+        body = response.json()
+        return [row for row in body[1:] if isinstance(row, list)]
 
+    return run
+
+
+def run_rest(args: argparse.Namespace) -> None:
+    run = _rest_runner(args.server, args.table, args.key_column)
     run(0)
     latencies, elapsed, misses = _load(run, args.keys, args.clients, args.queries)
     _report(f"REST /query-stream at {args.server}, table {args.table}", latencies, elapsed, misses, args.clients)
 
 
+def run_node(args: argparse.Namespace) -> None:
+    from tests.support.brokers import BrokerProcess
+    from tests.support.clients import create_topic
+    from tests.support.sql_servers import LAZY_SPARK, SqlServerProcess
+
+    with tempfile.TemporaryDirectory(prefix="pull-bench-") as tmp_name:
+        tmp = Path(tmp_name)
+        broker = BrokerProcess(data_dir=tmp / "broker", config={"group.initial.rebalance.delay.ms": "0"}).start()
+        node = SqlServerProcess(bootstrap=broker.bootstrap, service_id="pullbench_", state_dir=tmp / "node",
+                                config=LAZY_SPARK, name="node")
+        try:
+            topic = "pull-bench"
+            create_topic(broker.bootstrap, topic, partitions=args.partitions)
+            _produce(broker.bootstrap, topic, args.partitions, args.keys)
+            node.start()
+            node.ok(_source(topic, args.partitions).statement)
+            started = time.monotonic()
+            while "materialization-lag: 0 records" not in node.ok(f"DESCRIBE {TABLE} EXTENDED;")[0][
+                    "sourceDescription"]["statistics"]:
+                time.sleep(0.2)
+            print(f"materialized by the node in {time.monotonic() - started:.1f} s")
+            assert node.url is not None
+            run = _rest_runner(node.url, TABLE, "ID")
+            run(0)
+            stop = threading.Event()
+            updated = [0]
+            updater = threading.Thread(target=_updater, args=(broker.bootstrap, topic, args.partitions, args.keys,
+                                                              args.update_rate, stop, updated))
+            if args.update_rate > 0:
+                updater.start()
+            try:
+                latencies, elapsed, misses = _load(run, args.keys, args.clients, args.queries)
+            finally:
+                stop.set()
+                if updater.is_alive():
+                    updater.join()
+            _report(f"node (REST /query-stream, HTTP/2), {args.keys} rows, {updated[0]} concurrent updates", latencies,
+                    elapsed, misses, args.clients)
+        finally:
+            node.kill()
+            broker.stop()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--mode", choices=("package", "rest"), default="package")
+    parser.add_argument("--mode", choices=("package", "node", "rest"), default="package")
     parser.add_argument("--keys", type=int, default=100_000)
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--clients", type=int, default=8)
@@ -247,6 +301,8 @@ def main(argv: list[str] | None = None) -> int:
         if not args.server:
             parser.error("--mode rest needs --server")
         run_rest(args)
+    elif args.mode == "node":
+        run_node(args)
     else:
         run_package(args)
     return 0
