@@ -104,3 +104,21 @@ def test_pull_query_stream_yields_the_rows():
 
     assert asyncio.run(collect()) == [[1], [2]]
     assert stream.is_pull and stream.limit_reached and stream.query_id.startswith("query_")
+
+
+def test_struct_fields_and_subscripts(tmp_path):
+    from oncestream.sql.ast import SourceKind
+    from oncestream.sql.catalog import Column, Format, Namespace, SourceInfo
+    from oncestream.sql.types import BIGINT, STRING, array_of, map_of, struct_of
+
+    table = SourceInfo(name="NESTED", kind=SourceKind.TABLE, topic="nested", key_format=Format.KAFKA,
+                       value_format=Format.JSON, statement="CREATE TABLE NESTED ...;",
+                       columns=(Column("K", STRING, Namespace.KEY), Column("ST", struct_of(("F1", BIGINT), ("F2", STRING))),
+                                Column("ARR", array_of(BIGINT)), Column("M", map_of(STRING, STRING))))
+    with StateStore(tmp_path / "nested") as store:
+        _fill(store, table, [{"K": "k", "ST": {"F1": 5, "F2": "x"}, "ARR": [1, 2, 3], "M": {"a": "b"}}])
+        text = "SELECT ST->F1, ARR[-1] AS LAST, M['a'] AS A FROM NESTED WHERE K = 'k' AND ST->F2 = 'x';"
+        analyzed = analyze_query(parse(text)[0].query, {"NESTED": table})  # type: ignore[attr-defined]
+        headers, rows = execute_pull(analyzed, table, store.reader("read_committed"))
+    assert [(h.name, h.type) for h in headers] == [("F1", "BIGINT"), ("LAST", "BIGINT"), ("A", "STRING")]
+    assert rows == [[5, 3, "b"]]

@@ -11,7 +11,9 @@ needs is supported (ksqlDB also refuses much in pull queries):
 - ``AND``, ``OR``, ``NOT`` with SQL's three-valued logic (NULL is unknown);
 - arithmetic ``+ - * / %`` and unary minus (integer ``/`` truncates as Java does; a division by
   zero gives NULL, as ksqlDB's expression evaluation logs and nulls it), ``||``;
-- ``CAST(x AS INTEGER|BIGINT|DOUBLE|STRING|BOOLEAN)``, searched ``CASE``;
+- ``CAST(x AS INTEGER|BIGINT|DOUBLE|STRING|BOOLEAN)``, ``CASE``;
+- struct fields ``s->f`` and subscripts ``a[i]`` (arrays 1-based, negative from the end, out of
+  range NULL, as ksqlDB) and ``m['k']``;
 - functions: ``UCASE``/``UPPER``, ``LCASE``/``LOWER``, ``LEN``/``LENGTH``, ``ABS``, ``ROUND``,
   ``FLOOR``, ``CEIL``, ``CONCAT``, ``COALESCE``, ``IFNULL``, ``SUBSTRING``, ``TRIM``.
 
@@ -139,7 +141,7 @@ def _function_call(node: exp.Expr) -> tuple[str, list[exp.Expr]] | None:
 _LEAVES = (exp.Column, exp.Literal, exp.Boolean, exp.Null, exp.DataType, exp.Identifier, exp.Star)
 _OPERATORS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.And, exp.Or, exp.Not, exp.Paren,
               exp.Neg, exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Mod, exp.DPipe, exp.Between, exp.In, exp.Is,
-              exp.Like, exp.Cast, exp.Case, exp.If, exp.Alias, exp.Tuple)
+              exp.Like, exp.Cast, exp.Case, exp.If, exp.Alias, exp.Tuple, exp.Dot, exp.Bracket)
 _CAST_TARGETS = {
     exp.DataType.Type.INT: "INTEGER", exp.DataType.Type.BIGINT: "BIGINT", exp.DataType.Type.DOUBLE: "DOUBLE",
     exp.DataType.Type.FLOAT: "DOUBLE", exp.DataType.Type.VARCHAR: "STRING", exp.DataType.Type.TEXT: "STRING",
@@ -320,6 +322,18 @@ def _case(node: exp.Case, row: Row) -> Any:
     return evaluate(default, row) if default is not None else None
 
 
+def _subscript(base: Any, index: Any) -> Any:
+    if base is None or index is None:
+        return None
+    if isinstance(base, dict):
+        return base.get(index)
+    if isinstance(base, list) and isinstance(index, int) and not isinstance(index, bool):
+        # ksqlDB arrays are 1-based; -1 is the last element; out of range is NULL.
+        position = index - 1 if index > 0 else len(base) + index
+        return base[position] if index != 0 and 0 <= position < len(base) else None
+    return None
+
+
 def evaluate(node: exp.Expr, row: Row) -> Any:
     """The value of ``node`` for ``row`` (column name -> value). NULL is None."""
     if isinstance(node, exp.Column):
@@ -375,6 +389,13 @@ def evaluate(node: exp.Expr, row: Row) -> Any:
         return _cast(evaluate(node.this, row), target)
     if isinstance(node, exp.Case):
         return _case(node, row)
+    if isinstance(node, exp.Dot):
+        base = evaluate(node.this, row)
+        return base.get(node.expression.name) if isinstance(base, dict) else None
+    if isinstance(node, exp.Bracket):
+        if len(node.expressions) != 1:
+            raise _unsupported(node)
+        return _subscript(evaluate(node.this, row), evaluate(node.expressions[0], row))
     if isinstance(node, exp.If):
         hit = evaluate(node.this, row)
         other = node.args.get("false")
