@@ -122,3 +122,23 @@ def test_struct_fields_and_subscripts(tmp_path):
         headers, rows = execute_pull(analyzed, table, store.reader("read_committed"))
     assert [(h.name, h.type) for h in headers] == [("F1", "BIGINT"), ("LAST", "BIGINT"), ("A", "STRING")]
     assert rows == [[5, 3, "b"]]
+
+
+def test_pull_query_refuses_streams_and_tables_this_node_does_not_hold(tmp_path):
+    """Checked before any store or broker is touched (the bootstrap address is never dialled)."""
+    from oncestream.sql.ast import SourceKind
+    from oncestream.sql.catalog import SourceInfo
+    from oncestream.sql.pull import TableMaterializations, TableNotMaterializedError, pull_query
+
+    stream = SourceInfo(name="CLICKS", kind=SourceKind.STREAM, topic="clicks", key_format=USERS.key_format,
+                        value_format=USERS.value_format, columns=USERS.columns, statement="CREATE STREAM CLICKS ...;")
+    tables = TableMaterializations(tmp_path, "127.0.0.1:1")
+    try:
+        analyzed = analyze_query(parse("SELECT * FROM CLICKS WHERE ID = 1;")[0].query, {"CLICKS": stream})  # type: ignore[attr-defined]
+        with pytest.raises(StatementError, match="Pull queries on streams are not supported"):
+            pull_query(tables, analyzed)
+        analyzed = analyze_query(parse("SELECT * FROM USERS WHERE ID = 1;")[0].query, SOURCES)  # type: ignore[attr-defined]
+        with pytest.raises(TableNotMaterializedError, match="Table USERS is not materialized on this node"):
+            pull_query(tables, analyzed)
+    finally:
+        tables.close()

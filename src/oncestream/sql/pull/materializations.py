@@ -188,6 +188,10 @@ class _TableWorker:
             raise TypeError(f"store.reader('read_committed') gave {type(reader).__name__}")
         try:
             yield reader
+        except StateStoreError as exc:
+            # The store was closed under the reader (table dropped, node stopping, changelog
+            # rebuild): the query can be retried, it did not fail on its own.
+            raise TableNotReadyError(f"Table {self.name} is not readable on this node right now: {exc}") from exc
         finally:
             reader.close()
 

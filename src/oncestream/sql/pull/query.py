@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from oncestream.sql.catalog import SourceInfo
 from oncestream.sql.engine import ColumnHeader
-from oncestream.sql.pull.execute import PullPlan, outputs_of, pull_error, run_plan
+from oncestream.sql.pull.execute import PullPlan, outputs_of, pull_error, run_plan, validate_plan
 from oncestream.sql.pull.materializations import TableMaterializations
 
 if TYPE_CHECKING:
@@ -54,6 +54,7 @@ def pull_query(tables: TableMaterializations, analyzed: AnalyzedQuery) -> tuple[
     """``execute_pull`` on this node's materialized copy of the query's table."""
     source = source_of(analyzed)
     plan = plan_of(analyzed)
+    validate_plan(plan, source)   # refuse (streams, unsupported forms) before asking for a store
     with tables.reader(source.name) as reader:
         return run_plan(plan, source, reader)
 
