@@ -115,7 +115,7 @@ def _query_runner(mats: Any, source: SourceInfo) -> tuple[str, Callable[[int], l
 
         def full(key: int) -> list[list[Any]]:
             statement = parse(f"SELECT * FROM {TABLE} WHERE ID = {key};")[0]
-            analyzed = analyze_query(statement.query, {TABLE: source})  # type: ignore[attr-defined]
+            analyzed = analyze_query(statement.query, {TABLE: source})
             return pull_query(mats, analyzed)[1]
 
         return "parser + analyzer + pull_query", full

@@ -10,14 +10,33 @@ from typing import Any
 import pytest
 
 from oncestream.sql.analyzer import analyze_query
+from oncestream.sql.ast import SourceKind, WindowKind, WindowSpec
+from oncestream.sql.catalog import Column, Format, Namespace, SourceInfo
 from oncestream.sql.errors import StatementError
 from oncestream.sql.parser import parse
 from oncestream.sql.pull import PullQueryStream, execute_pull, source_of
 from oncestream.sql.serde import Window, layout_of
+from oncestream.sql.types import BIGINT, DOUBLE, INTEGER, STRING
 from oncestream.state import StateStore
 
-# The same tables as the executor tests (one module of fixtures for both).
-from tests.unit.sql.test_pull_execute import COUNTS, USERS, _fill
+USERS = SourceInfo(name="USERS", kind=SourceKind.TABLE, topic="users", key_format=Format.KAFKA, value_format=Format.JSON,
+                   columns=(Column("ID", BIGINT, Namespace.KEY), Column("NAME", STRING), Column("SCORE", DOUBLE),
+                            Column("AGE", INTEGER)), statement="CREATE TABLE USERS ...;")
+COUNTS = SourceInfo(name="COUNTS", kind=SourceKind.TABLE, topic="counts", key_format=Format.KAFKA, value_format=Format.JSON,
+                    columns=(Column("PAGE", STRING, Namespace.KEY), Column("HITS", BIGINT)),
+                    statement="CREATE TABLE COUNTS ...;", window=WindowSpec(WindowKind.TUMBLING, size_ms=1000))
+
+
+def _fill(store: StateStore, source: SourceInfo, rows: list[dict[str, Any]], windows: list[Window] | None = None) -> None:
+    """Write ``rows`` as the changelog would hold them (serde-encoded) and commit."""
+    layout = layout_of(source)
+    for i, row in enumerate(rows):
+        key = layout.encode_key(row, windows[i] if windows else None)
+        value = layout.encode_value({c.name: row.get(c.name) for c in source.value_columns})
+        assert key is not None and value is not None
+        store.put(key, value)
+    store.commit({(source.topic, 0): len(rows)})
+
 
 SOURCES = {USERS.name: USERS, COUNTS.name: COUNTS}
 
@@ -37,7 +56,7 @@ def stores(tmp_path_factory):
 
 def _pull(stores, text: str) -> tuple[list[tuple[str, str]], list[list[Any]]]:
     statement = parse(text)[0]
-    analyzed = analyze_query(statement.query, SOURCES)  # type: ignore[attr-defined]
+    analyzed = analyze_query(statement.query, SOURCES)
     source = source_of(analyzed)
     headers, rows = execute_pull(analyzed, source, stores[source.name].reader("read_committed"))
     return [(h.name, h.type) for h in headers], rows
@@ -86,7 +105,7 @@ def test_uncommitted_store_writes_are_not_read(tmp_path):
     with StateStore(tmp_path / "s") as store:
         _fill(store, USERS, [{"ID": 1, "NAME": "a", "SCORE": 1.0, "AGE": 1}])
         store.put(layout_of(USERS).encode_key({"ID": 2}) or b"", b'{"NAME":"b","SCORE":2,"AGE":2}')
-        analyzed = analyze_query(parse("SELECT ID FROM USERS;")[0].query, SOURCES)  # type: ignore[attr-defined]
+        analyzed = analyze_query(parse("SELECT ID FROM USERS;")[0].query, SOURCES)
         _h, rows = execute_pull(analyzed, USERS, store.reader("read_committed"))
         assert rows == [[1]]
         store.commit({("users", 0): 2})
@@ -118,7 +137,7 @@ def test_struct_fields_and_subscripts(tmp_path):
     with StateStore(tmp_path / "nested") as store:
         _fill(store, table, [{"K": "k", "ST": {"F1": 5, "F2": "x"}, "ARR": [1, 2, 3], "M": {"a": "b"}}])
         text = "SELECT ST->F1, ARR[-1] AS LAST, M['a'] AS A FROM NESTED WHERE K = 'k' AND ST->F2 = 'x';"
-        analyzed = analyze_query(parse(text)[0].query, {"NESTED": table})  # type: ignore[attr-defined]
+        analyzed = analyze_query(parse(text)[0].query, {"NESTED": table})
         headers, rows = execute_pull(analyzed, table, store.reader("read_committed"))
     assert [(h.name, h.type) for h in headers] == [("F1", "BIGINT"), ("LAST", "BIGINT"), ("A", "STRING")]
     assert rows == [[5, 3, "b"]]
@@ -126,18 +145,16 @@ def test_struct_fields_and_subscripts(tmp_path):
 
 def test_pull_query_refuses_streams_and_tables_this_node_does_not_hold(tmp_path):
     """Checked before any store or broker is touched (the bootstrap address is never dialled)."""
-    from oncestream.sql.ast import SourceKind
-    from oncestream.sql.catalog import SourceInfo
     from oncestream.sql.pull import TableMaterializations, TableNotMaterializedError, pull_query
 
     stream = SourceInfo(name="CLICKS", kind=SourceKind.STREAM, topic="clicks", key_format=USERS.key_format,
                         value_format=USERS.value_format, columns=USERS.columns, statement="CREATE STREAM CLICKS ...;")
     tables = TableMaterializations(tmp_path, "127.0.0.1:1")
     try:
-        analyzed = analyze_query(parse("SELECT * FROM CLICKS WHERE ID = 1;")[0].query, {"CLICKS": stream})  # type: ignore[attr-defined]
+        analyzed = analyze_query(parse("SELECT * FROM CLICKS WHERE ID = 1;")[0].query, {"CLICKS": stream})
         with pytest.raises(StatementError, match="Pull queries on streams are not supported"):
             pull_query(tables, analyzed)
-        analyzed = analyze_query(parse("SELECT * FROM USERS WHERE ID = 1;")[0].query, SOURCES)  # type: ignore[attr-defined]
+        analyzed = analyze_query(parse("SELECT * FROM USERS WHERE ID = 1;")[0].query, SOURCES)
         with pytest.raises(TableNotMaterializedError, match="Table USERS is not materialized on this node"):
             pull_query(tables, analyzed)
     finally:
