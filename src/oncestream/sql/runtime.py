@@ -177,6 +177,7 @@ class QueryRuntime:
         ``status``), never raised: the node goes on with its other queries."""
         from oncestream.sql.compile.plan import compile_query
         from oncestream.sql.compile.sources import kafka_options
+        from oncestream.sql.compile.update_sink import batch_writer
 
         query_id = info.query_id
         with self._lock:
@@ -191,12 +192,17 @@ class QueryRuntime:
                                 value_delimiter=sink.value_delimiter, window=compiled.window)
             if compiled.window is None and sink.window is not None:
                 layout = layout_of(sink)
-            writer = compiled.records(layout).writeStream.format("oncestream")
-            for key, value in kafka_options(self.settings.bootstrap_servers, self.settings.client_properties).items():
-                writer = writer.option(key, value)
-            handle = (writer.option("topic", sink.topic)
-                      .option("kafka.transactional.id", transactional_prefix(self.settings, query_id))
-                      .option("checkpointLocation", checkpoint_location(self.settings, query_id))
+            options = kafka_options(self.settings.bootstrap_servers, self.settings.client_properties)
+            options["topic"] = sink.topic
+            options["kafka.transactional.id"] = transactional_prefix(self.settings, query_id)
+            writer = compiled.records(layout).writeStream
+            if compiled.output_mode == "update":
+                # The connector is append-only as a streaming sink (Spark's rule for Python data
+                # sources); update-mode results go through its writer from foreachBatch.
+                writer = writer.foreachBatch(batch_writer(options))
+            else:
+                writer = writer.format("oncestream").options(**options)
+            handle = (writer.option("checkpointLocation", checkpoint_location(self.settings, query_id))
                       .outputMode(compiled.output_mode).queryName(_spark_name(query_id))
                       .trigger(processingTime=f"{self.settings.trigger_interval_ms} milliseconds")
                       .start())

@@ -134,11 +134,11 @@ def translate(expression: exp.Expression, scope: Scope) -> str:
     def rewrite(node: exp.Expression) -> exp.Expression:
         if isinstance(node, exp.Column):
             name, table = node.name, (node.table or None)
+            if name in scope.overrides and (table is None or name in (WINDOWSTART, WINDOWEND)):
+                return exp.maybe_parse(scope.overrides[name], dialect="spark")
             if name in (WINDOWSTART, WINDOWEND) and scope.window_column is not None:
                 part = "start" if name == WINDOWSTART else "end"
                 return exp.maybe_parse(f"unix_millis({quote(scope.window_column)}.{part})", dialect="spark")
-            if name in scope.overrides and table is None:
-                return exp.maybe_parse(scope.overrides[name], dialect="spark")
             internal = scope.resolve(name, table)
             if internal is None and table is not None and scope.resolve(table, None) is not None:
                 # ``col.field`` written with a dot: a struct field of a column, not a source alias.

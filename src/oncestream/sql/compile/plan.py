@@ -181,6 +181,9 @@ def _aggregate(spark: SparkSession, frame: DataFrame, scope: Scope, columns: Seq
     if group_sql:
         sql += f" GROUP BY {', '.join(group_sql)}"
     aggregated = spark.sql(sql)
+    if window is not None and window.kind is WindowKind.HOPPING:
+        # Kafka Streams never opens a hopping window that starts before the epoch; Spark does.
+        aggregated = aggregated.where(F.col(WSTART) >= 0)
     return CompiledQuery(aggregated, tuple(columns), result_kind, window, output_mode, has_delete)
 
 

@@ -1,0 +1,182 @@
+"""Golden tests, stateful statement families: every aggregate (GROUP BY, HAVING tombstones), each
+window type (windowed keys as Kafka Streams writes them), stream-stream and stream-table joins.
+
+Input is produced before a query starts (from earliest), so its first micro-batch holds all of it
+and the output is one update per key (later updates in the same batch are coalesced: see
+docs/sql-on-spark.md); a second round of input checks that state carries across batches.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+
+import pytest
+
+from tests.spark.sql.golden import analyze, create_topics, ddl, produce, read_output, sink_of, start, unique
+
+pytestmark = [pytest.mark.spark]
+
+T0 = 1_700_000_000_000  # a realistic epoch-ms base (Kafka Streams has no windows before the epoch)
+
+
+def _long(v: int) -> bytes:
+    return struct.pack(">q", v)
+
+
+def _int(v: int) -> bytes:
+    return struct.pack(">i", v)
+
+
+def _json_values(records):
+    return [(k, None if v is None else json.loads(v)) for k, v in records]
+
+
+def test_every_aggregate_with_updates_across_batches_and_having_tombstones(runtime, eos_broker):
+    """COUNT(*), COUNT(col), SUM, MIN, MAX, AVG, COUNT_DISTINCT, COLLECT_LIST, LATEST_BY_OFFSET per
+    key; a later batch updates one key from its state; HAVING COUNT(*) > 1 writes a tombstone for a
+    key that fails it."""
+    bootstrap = eos_broker.bootstrap
+    topic, out_topic, having_topic = unique("agg_in"), unique("agg_out"), unique("having_out")
+    create_topics(bootstrap, topic, out_topic, having_topic)
+    s = ddl(f"CREATE STREAM S (ID INT KEY, K STRING, X BIGINT, D DOUBLE) WITH (KAFKA_TOPIC='{topic}', VALUE_FORMAT='JSON');")
+    produce(bootstrap, topic, [
+        (_int(1), b'{"K":"a","X":5,"D":1.0}', T0),
+        (_int(2), b'{"K":"a","X":null,"D":2.0}', T0 + 1),
+        (_int(3), b'{"K":"a","X":5,"D":3.0}', T0 + 2),
+        (_int(4), b'{"K":"b","X":-1,"D":0.5}', T0 + 3),
+    ])
+    _s, analyzed = analyze(
+        "CREATE TABLE AGG AS SELECT K, COUNT(*) AS C, COUNT(X) AS CX, SUM(X) AS SX, MIN(X) AS MN, MAX(X) AS MX, "
+        "AVG(D) AS AV, COUNT_DISTINCT(X) AS CD, COLLECT_LIST(X) AS CL, LATEST_BY_OFFSET(X) AS L "
+        "FROM S GROUP BY K EMIT CHANGES;", {"S": s})
+    start(runtime, "CTAS_AGG_1", analyzed, sink_of(analyzed, "AGG", out_topic))
+    _s, having = analyze("CREATE TABLE H AS SELECT K, COUNT(*) AS C FROM S GROUP BY K HAVING COUNT(*) > 1 EMIT CHANGES;",
+                         {"S": s})
+    start(runtime, "CTAS_H_2", having, sink_of(having, "H", having_topic))
+    got = sorted(_json_values(read_output(bootstrap, out_topic, 2, runtime=runtime, query_id="CTAS_AGG_1")), key=repr)
+    assert got == [
+        (b"a", {"C": 3, "CX": 2, "SX": 10, "MN": 5, "MX": 5, "AV": 2.0, "CD": 1, "CL": [5, 5], "L": 5}),
+        (b"b", {"C": 1, "CX": 1, "SX": -1, "MN": -1, "MX": -1, "AV": 0.5, "CD": 1, "CL": [-1], "L": -1}),
+    ]
+    assert sorted(read_output(bootstrap, having_topic, 2, runtime=runtime, query_id="CTAS_H_2"), key=repr) == \
+        sorted([(b"a", b'{"C":3}'), (b"b", None)], key=repr)
+
+    produce(bootstrap, topic, [(_int(5), b'{"K":"b","X":7,"D":1.5}', T0 + 10)])
+    got = _json_values(read_output(bootstrap, out_topic, 3, runtime=runtime, query_id="CTAS_AGG_1"))
+    assert got[2:] == [(b"b", {"C": 2, "CX": 2, "SX": 6, "MN": -1, "MX": 7, "AV": 1.0, "CD": 2, "CL": [-1, 7], "L": 7})]
+    assert read_output(bootstrap, having_topic, 3, runtime=runtime, query_id="CTAS_H_2")[2:] == [(b"b", b'{"C":2}')]
+    runtime.stop_persistent("CTAS_AGG_1")
+    runtime.stop_persistent("CTAS_H_2")
+
+
+def test_tumbling_and_hopping_windows_write_windowed_keys(runtime, eos_broker):
+    """TUMBLING (SIZE 10 s) and HOPPING (SIZE 10 s, ADVANCE BY 5 s): one row per (key, window),
+    key = KAFKA STRING bytes + 8-byte big-endian window start; WINDOWSTART/WINDOWEND selectable."""
+    bootstrap = eos_broker.bootstrap
+    topic, tumbling_topic, hopping_topic = unique("win_in"), unique("tumbling"), unique("hopping")
+    create_topics(bootstrap, topic, tumbling_topic, hopping_topic)
+    s = ddl(f"CREATE STREAM S (ID INT KEY, K STRING) WITH (KAFKA_TOPIC='{topic}', VALUE_FORMAT='JSON');")
+    produce(bootstrap, topic, [(_int(1), b'{"K":"a"}', T0 + 1000), (_int(2), b'{"K":"a"}', T0 + 6000),
+                               (_int(3), b'{"K":"a"}', T0 + 12000)])
+    _s, tumbling = analyze("CREATE TABLE TW AS SELECT K, COUNT(*) AS C, WINDOWSTART AS WS, WINDOWEND AS WE FROM S "
+                           "WINDOW TUMBLING (SIZE 10 SECONDS) GROUP BY K EMIT CHANGES;", {"S": s})
+    start(runtime, "CTAS_TW_1", tumbling, sink_of(tumbling, "TW", tumbling_topic))
+    _s, hopping = analyze("CREATE TABLE HW AS SELECT K, COUNT(*) AS C FROM S "
+                          "WINDOW HOPPING (SIZE 10 SECONDS, ADVANCE BY 5 SECONDS) GROUP BY K EMIT CHANGES;", {"S": s})
+    start(runtime, "CTAS_HW_2", hopping, sink_of(hopping, "HW", hopping_topic))
+    got = sorted(read_output(bootstrap, tumbling_topic, 2, runtime=runtime, query_id="CTAS_TW_1"))
+    assert got == [
+        (b"a" + _long(T0), f'{{"C":2,"WS":{T0},"WE":{T0 + 10000}}}'.encode()),
+        (b"a" + _long(T0 + 10000), f'{{"C":1,"WS":{T0 + 10000},"WE":{T0 + 20000}}}'.encode()),
+    ]
+    got = sorted(read_output(bootstrap, hopping_topic, 4, runtime=runtime, query_id="CTAS_HW_2"))
+    # T0 is a multiple of 5 s: windows starting T0-5s, T0, T0+5s, T0+10s.
+    assert got == [(b"a" + _long(T0 - 5000), b'{"C":1}'), (b"a" + _long(T0), b'{"C":2}'),
+                   (b"a" + _long(T0 + 5000), b'{"C":2}'), (b"a" + _long(T0 + 10000), b'{"C":1}')]
+    runtime.stop_persistent("CTAS_TW_1")
+    runtime.stop_persistent("CTAS_HW_2")
+
+
+def test_session_windows_are_written_when_the_watermark_closes_them(runtime, eos_broker):
+    """SESSION (5 s, GRACE PERIOD 0): Spark writes a session once the watermark passes it (append
+    mode; see docs/sql-on-spark.md); key = key bytes + 8-byte end + 8-byte start, as Kafka Streams'
+    session key; WINDOWEND is the session's last event time, as ksqlDB."""
+    bootstrap = eos_broker.bootstrap
+    topic, out_topic = unique("sess_in"), unique("sess_out")
+    create_topics(bootstrap, topic, out_topic)
+    s = ddl(f"CREATE STREAM S (ID INT KEY, K STRING) WITH (KAFKA_TOPIC='{topic}', VALUE_FORMAT='JSON');")
+    produce(bootstrap, topic, [(_int(1), b'{"K":"a"}', T0 + 1000), (_int(2), b'{"K":"a"}', T0 + 3000),
+                               (_int(3), b'{"K":"b"}', T0 + 4000),
+                               # far later: moves the watermark past the sessions above
+                               (_int(4), b'{"K":"c"}', T0 + 60000)])
+    _s, analyzed = analyze("CREATE TABLE SW AS SELECT K, COUNT(*) AS C, WINDOWEND AS WE FROM S "
+                           "WINDOW SESSION (5 SECONDS, GRACE PERIOD 0 SECONDS) GROUP BY K EMIT CHANGES;", {"S": s})
+    start(runtime, "CTAS_SW_1", analyzed, sink_of(analyzed, "SW", out_topic))
+    got = sorted(read_output(bootstrap, out_topic, 2, runtime=runtime, query_id="CTAS_SW_1"))
+    assert got == [
+        (b"a" + _long(T0 + 3000) + _long(T0 + 1000), f'{{"C":2,"WE":{T0 + 3000}}}'.encode()),
+        (b"b" + _long(T0 + 4000) + _long(T0 + 4000), f'{{"C":1,"WE":{T0 + 4000}}}'.encode()),
+    ]
+    runtime.stop_persistent("CTAS_SW_1")
+
+
+def test_stream_stream_join_within(runtime, eos_broker):
+    """INNER JOIN WITHIN 5 SECONDS: a right row 2 s after the left one joins, one 20 s after does
+    not; LEFT JOIN emits the unmatched left row with nulls once the watermark closes its window."""
+    bootstrap = eos_broker.bootstrap
+    left_t, right_t, inner_t, left_out = unique("l"), unique("r"), unique("inner"), unique("leftj")
+    create_topics(bootstrap, left_t, right_t, inner_t, left_out)
+    left = ddl(f"CREATE STREAM L (ID INT KEY, LV STRING) WITH (KAFKA_TOPIC='{left_t}', VALUE_FORMAT='JSON');")
+    right = ddl(f"CREATE STREAM R (ID INT KEY, RV STRING) WITH (KAFKA_TOPIC='{right_t}', VALUE_FORMAT='JSON');")
+    # Spark's watermark is the minimum over both sides: each side gets a far-later "tick".
+    produce(bootstrap, left_t, [(_int(1), b'{"LV":"l1"}', T0 + 1000), (_int(2), b'{"LV":"l2"}', T0 + 1000),
+                                (_int(8), b'{"LV":"tick"}', T0 + 90000)])
+    produce(bootstrap, right_t, [(_int(1), b'{"RV":"r1"}', T0 + 3000), (_int(2), b'{"RV":"late"}', T0 + 21000),
+                                 (_int(9), b'{"RV":"tick"}', T0 + 90000)])
+    sources = {"L": left, "R": right}
+    _s, inner = analyze("CREATE STREAM J AS SELECT L.ID, LV, RV FROM L JOIN R WITHIN 5 SECONDS ON L.ID = R.ID "
+                        "EMIT CHANGES;", sources)
+    start(runtime, "CSAS_J_1", inner, sink_of(inner, "J", inner_t))
+    _s, outer = analyze("CREATE STREAM LJ AS SELECT L.ID, LV, RV FROM L LEFT JOIN R WITHIN 5 SECONDS GRACE PERIOD "
+                        "0 SECONDS ON L.ID = R.ID EMIT CHANGES;", sources)
+    start(runtime, "CSAS_LJ_2", outer, sink_of(outer, "LJ", left_out))
+    assert read_output(bootstrap, inner_t, 1, runtime=runtime, query_id="CSAS_J_1") == \
+        [(_int(1), b'{"LV":"l1","RV":"r1"}')]
+    assert sorted(read_output(bootstrap, left_out, 2, runtime=runtime, query_id="CSAS_LJ_2")) == \
+        [(_int(1), b'{"LV":"l1","RV":"r1"}'), (_int(2), b'{"LV":"l2","RV":null}')]
+    runtime.stop_persistent("CSAS_J_1")
+    runtime.stop_persistent("CSAS_LJ_2")
+
+
+def test_stream_table_join_uses_the_table_row_current_at_each_stream_row(runtime, eos_broker):
+    """Stream LEFT JOIN table on the table's key: each stream row joins the table's latest row
+    at its ROWTIME (updates and a tombstone in between); INNER drops rows without a table row."""
+    bootstrap = eos_broker.bootstrap
+    s_t, t_t, left_out, inner_out = unique("st_s"), unique("st_t"), unique("st_left"), unique("st_inner")
+    create_topics(bootstrap, s_t, t_t, left_out, inner_out)
+    stream = ddl(f"CREATE STREAM CLICKS (ID INT KEY, USERID INT, PAGE STRING) WITH (KAFKA_TOPIC='{s_t}', VALUE_FORMAT='JSON');")
+    table = ddl(f"CREATE TABLE USERS (UID INT PRIMARY KEY, NAME STRING) WITH (KAFKA_TOPIC='{t_t}', VALUE_FORMAT='JSON');")
+    produce(bootstrap, t_t, [(_int(1), b'{"NAME":"ann"}', T0 + 100), (_int(2), b'{"NAME":"bob"}', T0 + 100),
+                             (_int(1), b'{"NAME":"anna"}', T0 + 2500), (_int(2), None, T0 + 2500)])
+    produce(bootstrap, s_t, [(_int(10), b'{"USERID":1,"PAGE":"p1"}', T0 + 1000),
+                             (_int(11), b'{"USERID":2,"PAGE":"p2"}', T0 + 2000),
+                             (_int(12), b'{"USERID":1,"PAGE":"p3"}', T0 + 3000),
+                             (_int(13), b'{"USERID":2,"PAGE":"p4"}', T0 + 3000),
+                             (_int(14), b'{"USERID":3,"PAGE":"p5"}', T0 + 3000)])
+    sources = {"CLICKS": stream, "USERS": table}
+    _s, left = analyze("CREATE STREAM ENRICHED AS SELECT C.USERID, C.PAGE, U.NAME FROM CLICKS C "
+                       "LEFT JOIN USERS U ON C.USERID = U.UID EMIT CHANGES;", sources)
+    start(runtime, "CSAS_ENRICHED_1", left, sink_of(left, "ENRICHED", left_out))
+    _s, inner = analyze("CREATE STREAM KNOWN AS SELECT C.USERID, C.PAGE, U.NAME FROM CLICKS C "
+                        "JOIN USERS U ON C.USERID = U.UID EMIT CHANGES;", sources)
+    start(runtime, "CSAS_KNOWN_2", inner, sink_of(inner, "KNOWN", inner_out))
+    assert sorted(read_output(bootstrap, left_out, 5, runtime=runtime, query_id="CSAS_ENRICHED_1")) == sorted([
+        (_int(1), b'{"PAGE":"p1","NAME":"ann"}'), (_int(2), b'{"PAGE":"p2","NAME":"bob"}'),
+        (_int(1), b'{"PAGE":"p3","NAME":"anna"}'), (_int(2), b'{"PAGE":"p4","NAME":null}'),
+        (_int(3), b'{"PAGE":"p5","NAME":null}')])
+    assert sorted(read_output(bootstrap, inner_out, 3, runtime=runtime, query_id="CSAS_KNOWN_2")) == sorted([
+        (_int(1), b'{"PAGE":"p1","NAME":"ann"}'), (_int(2), b'{"PAGE":"p2","NAME":"bob"}'),
+        (_int(1), b'{"PAGE":"p3","NAME":"anna"}')])
+    runtime.stop_persistent("CSAS_ENRICHED_1")
+    runtime.stop_persistent("CSAS_KNOWN_2")
