@@ -1,7 +1,7 @@
 """The few calls a SQL-server node makes for pull queries (``oncestream.sql.node.Node``).
 
 Wiring (a few lines in the node, which this package does not edit; tested with exactly these
-by tests/interop/sql/test_pull_two_nodes.py):
+by tests/interop/sql/test_pull_two_nodes.py and test_pull_ctas.py):
 
 1. ``NodeSettings`` gets ``state_dir: str | None = None``; ``server_main`` passes
    ``state_dir=str(state_dir)`` (the node's ``--state-dir``).
