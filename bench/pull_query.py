@@ -1,0 +1,312 @@
+"""Pull-query latency (issue 13 part 3): p50/p99 of key lookups under concurrent load on one node.
+
+    .venv/bin/python bench/pull_query.py --keys 100000 --clients 8 --queries 2000
+    .venv/bin/python bench/pull_query.py --mode node --keys 100000 --clients 8 --queries 1000
+    .venv/bin/python bench/pull_query.py --mode rest --server http://HOST:PORT --table T --keys N
+
+``--mode package`` (default): one broker (ours), a table topic of ``--keys`` rows (KAFKA BIGINT
+key, JSON value, ``--partitions`` partitions), materialized by ``TableMaterializations`` as a
+node does it; then ``--clients`` threads each run ``--queries`` pull queries
+``SELECT * FROM BENCH WHERE ID = <random key>;`` through the same path a node takes for
+``/query``: ksqlDB parser (``oncestream.sql.parser``), analyzer, ``pull_query`` (store reader,
+lookup, serde decode, projection). While they run, a producer keeps updating random keys
+(``--update-rate`` records/s, transactional, committed every 100 records) so the materializer
+applies and commits concurrently, as on a live node. Latency is per query, wall clock, in the
+client thread. Without the parser/analyzer installed, the queries are built from sqlglot
+directly (said in the output).
+
+``--mode node``: the same table and updates, but served by a real ``oncestream sql-server``
+process (``CREATE SOURCE TABLE`` over the topic, Spark not started) and queried by the client
+threads through its REST API, ``POST /query-stream`` over HTTP/2 (h2c, one httpx connection per
+client thread). Needs the node to answer pull queries (``oncestream.sql.pull.node_hooks``).
+
+``--mode rest``: the same lookups against an already running SQL server, table and key range
+given on the command line.
+
+This is a benchmark command, not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from oncestream.sql.ast import SourceKind  # noqa: E402
+from oncestream.sql.catalog import Column, Format, Namespace, SourceInfo  # noqa: E402
+from oncestream.sql.types import BIGINT, STRING  # noqa: E402
+
+TABLE = "BENCH"
+
+
+def _source(topic: str, partitions: int) -> SourceInfo:
+    return SourceInfo(name=TABLE, kind=SourceKind.TABLE, topic=topic, key_format=Format.KAFKA, value_format=Format.JSON,
+                      columns=(Column("ID", BIGINT, Namespace.KEY), Column("NAME", STRING), Column("AMOUNT", BIGINT)),
+                      statement=f"CREATE SOURCE TABLE {TABLE} (ID BIGINT PRIMARY KEY, NAME STRING, AMOUNT BIGINT) "
+                                f"WITH (KAFKA_TOPIC='{topic}', KEY_FORMAT='KAFKA', VALUE_FORMAT='JSON');",
+                      partitions=partitions, read_only=True)
+
+
+def _value(i: int, generation: int) -> bytes:
+    return json.dumps({"NAME": f"name-{i}-{generation}", "AMOUNT": i * 10 + generation}).encode()
+
+
+def _produce(bootstrap: str, topic: str, partitions: int, keys: int) -> None:
+    from confluent_kafka import Producer
+
+    from oncestream.sql.serde import layout_of
+
+    layout = layout_of(_source(topic, partitions))
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "enable.idempotence": True})
+    for i in range(keys):
+        while True:
+            try:
+                producer.produce(topic, _value(i, 0), key=layout.encode_key({"ID": i}), partition=i % partitions)
+                break
+            except BufferError:
+                producer.poll(0.1)
+    if producer.flush(120) != 0:
+        raise SystemExit("produce did not finish")
+
+
+def _updater(bootstrap: str, topic: str, partitions: int, keys: int, rate: int, stop: threading.Event,
+             counter: list[int]) -> None:
+    """Keeps the materializer busy: transactional updates of random keys at ``rate`` records/s."""
+    from confluent_kafka import Producer
+
+    from oncestream.sql.serde import layout_of
+
+    layout = layout_of(_source(topic, partitions))
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"pull-bench-{time.time_ns()}",
+                         "linger.ms": 5})
+    producer.init_transactions(30)
+    rng = random.Random(7)
+    generation = 0
+    while not stop.is_set():
+        started = time.monotonic()
+        generation += 1
+        producer.begin_transaction()
+        for _ in range(100):
+            i = rng.randrange(keys)
+            producer.produce(topic, _value(i, generation), key=layout.encode_key({"ID": i}), partition=i % partitions)
+        producer.commit_transaction(30)
+        counter[0] += 100
+        pause = 100 / rate - (time.monotonic() - started)
+        if pause > 0:
+            stop.wait(pause)
+
+
+def _query_runner(mats: Any, source: SourceInfo) -> tuple[str, Callable[[int], list[list[Any]]]]:
+    """A function running ``SELECT * FROM BENCH WHERE ID = k`` the way a node does."""
+    try:
+        from oncestream.sql.analyzer import analyze_query
+        from oncestream.sql.parser import parse
+        from oncestream.sql.pull import pull_query
+
+        def full(key: int) -> list[list[Any]]:
+            statement = parse(f"SELECT * FROM {TABLE} WHERE ID = {key};")[0]
+            analyzed = analyze_query(statement.query, {TABLE: source})
+            return pull_query(mats, analyzed)[1]
+
+        return "parser + analyzer + pull_query", full
+    except ImportError:
+        import sqlglot
+
+        from oncestream.sql.pull import PullPlan, run_plan, star_outputs
+
+        outputs = tuple(star_outputs(source))
+
+        def direct(key: int) -> list[list[Any]]:
+            plan = PullPlan(outputs, sqlglot.parse_one(f"ID = {key}"))
+            with mats.reader(TABLE) as reader:
+                return run_plan(plan, source, reader)[1]
+
+        return "sqlglot WHERE + run_plan (parser/analyzer not installed)", direct
+
+
+def _load(run: Callable[[int], Any], keys: int, clients: int, queries: int) -> tuple[list[float], float, int]:
+    latencies: list[list[float]] = [[] for _ in range(clients)]
+    misses = [0] * clients
+    barrier = threading.Barrier(clients + 1)
+
+    def client(n: int) -> None:
+        rng = random.Random(n)
+        barrier.wait()
+        for _ in range(queries):
+            key = rng.randrange(keys)
+            started = time.perf_counter()
+            rows = run(key)
+            latencies[n].append(time.perf_counter() - started)
+            if len(rows) != 1:
+                misses[n] += 1
+
+    threads = [threading.Thread(target=client, args=(n,)) for n in range(clients)]
+    for t in threads:
+        t.start()
+    barrier.wait()
+    started = time.perf_counter()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - started
+    return [x for per in latencies for x in per], elapsed, sum(misses)
+
+
+def _report(label: str, latencies: list[float], elapsed: float, misses: int, clients: int) -> None:
+    ordered = sorted(latencies)
+    p = lambda q: ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000  # noqa: E731
+    print(f"{label}: {len(ordered)} queries by {clients} concurrent clients in {elapsed:.2f} s "
+          f"({len(ordered) / elapsed:,.0f} queries/s); latency p50 {p(0.50):.2f} ms, p99 {p(0.99):.2f} ms, "
+          f"max {ordered[-1] * 1000:.2f} ms, mean {statistics.fmean(ordered) * 1000:.2f} ms; misses {misses}")
+
+
+def run_package(args: argparse.Namespace) -> None:
+    from oncestream.sql.pull import TableMaterializations
+    from tests.support.brokers import BrokerProcess
+    from tests.support.clients import create_topic
+
+    with tempfile.TemporaryDirectory(prefix="pull-bench-") as tmp_name:
+        tmp = Path(tmp_name)
+        broker = BrokerProcess(data_dir=tmp / "broker").start()
+        try:
+            topic = "pull-bench"
+            create_topic(broker.bootstrap, topic, partitions=args.partitions)
+            started = time.monotonic()
+            _produce(broker.bootstrap, topic, args.partitions, args.keys)
+            print(f"produced {args.keys} rows in {time.monotonic() - started:.1f} s")
+            source = _source(topic, args.partitions)
+            mats = TableMaterializations(tmp / "state", broker.bootstrap, {}, commit_interval_ms=args.commit_interval_ms)
+            try:
+                started = time.monotonic()
+                mats.ensure(source)
+                while True:
+                    lag = mats.lag(TABLE)
+                    if len(lag) == args.partitions and not any(lag.values()):
+                        break
+                    time.sleep(0.1)
+                print(f"materialized in {time.monotonic() - started:.1f} s")
+                label, run = _query_runner(mats, source)
+                run(0)  # warm up imports and caches
+                stop = threading.Event()
+                updated = [0]
+                updater = threading.Thread(target=_updater, args=(broker.bootstrap, topic, args.partitions, args.keys,
+                                                                  args.update_rate, stop, updated))
+                if args.update_rate > 0:
+                    updater.start()
+                try:
+                    latencies, elapsed, misses = _load(run, args.keys, args.clients, args.queries)
+                finally:
+                    stop.set()
+                    if updater.is_alive():
+                        updater.join()
+                _report(f"package ({label}), {args.keys} rows, {updated[0]} concurrent updates", latencies, elapsed,
+                        misses, args.clients)
+            finally:
+                mats.close()
+        finally:
+            broker.stop()
+
+
+def _rest_runner(server: str, table: str, key_column: str) -> Callable[[int], list[list[Any]]]:
+    import httpx
+
+    local = threading.local()
+
+    def run(key: int) -> list[list[Any]]:
+        client = getattr(local, "client", None)
+        if client is None:
+            client = local.client = httpx.Client(base_url=server, http2=True, http1=False, timeout=30)
+        response = client.post("/query-stream", json={"sql": f"SELECT * FROM {table} WHERE {key_column} = {key};",
+                                                      "properties": {}}, headers={"Accept": "application/json"})
+        response.raise_for_status()
+        body = response.json()
+        return [row for row in body[1:] if isinstance(row, list)]
+
+    return run
+
+
+def run_rest(args: argparse.Namespace) -> None:
+    run = _rest_runner(args.server, args.table, args.key_column)
+    run(0)
+    latencies, elapsed, misses = _load(run, args.keys, args.clients, args.queries)
+    _report(f"REST /query-stream at {args.server}, table {args.table}", latencies, elapsed, misses, args.clients)
+
+
+def run_node(args: argparse.Namespace) -> None:
+    from tests.support.brokers import BrokerProcess
+    from tests.support.clients import create_topic
+    from tests.support.sql_servers import LAZY_SPARK, SqlServerProcess
+
+    with tempfile.TemporaryDirectory(prefix="pull-bench-") as tmp_name:
+        tmp = Path(tmp_name)
+        broker = BrokerProcess(data_dir=tmp / "broker", config={"group.initial.rebalance.delay.ms": "0"}).start()
+        node = SqlServerProcess(bootstrap=broker.bootstrap, service_id="pullbench_", state_dir=tmp / "node",
+                                config=LAZY_SPARK, name="node")
+        try:
+            topic = "pull-bench"
+            create_topic(broker.bootstrap, topic, partitions=args.partitions)
+            _produce(broker.bootstrap, topic, args.partitions, args.keys)
+            node.start()
+            node.ok(_source(topic, args.partitions).statement)
+            started = time.monotonic()
+            while "materialization-lag: 0 records" not in node.ok(f"DESCRIBE {TABLE} EXTENDED;")[0][
+                    "sourceDescription"]["statistics"]:
+                time.sleep(0.2)
+            print(f"materialized by the node in {time.monotonic() - started:.1f} s")
+            assert node.url is not None
+            run = _rest_runner(node.url, TABLE, "ID")
+            run(0)
+            stop = threading.Event()
+            updated = [0]
+            updater = threading.Thread(target=_updater, args=(broker.bootstrap, topic, args.partitions, args.keys,
+                                                              args.update_rate, stop, updated))
+            if args.update_rate > 0:
+                updater.start()
+            try:
+                latencies, elapsed, misses = _load(run, args.keys, args.clients, args.queries)
+            finally:
+                stop.set()
+                if updater.is_alive():
+                    updater.join()
+            _report(f"node (REST /query-stream, HTTP/2), {args.keys} rows, {updated[0]} concurrent updates", latencies,
+                    elapsed, misses, args.clients)
+        finally:
+            node.kill()
+            broker.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--mode", choices=("package", "node", "rest"), default="package")
+    parser.add_argument("--keys", type=int, default=100_000)
+    parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--clients", type=int, default=8)
+    parser.add_argument("--queries", type=int, default=2_000, help="per client")
+    parser.add_argument("--update-rate", type=int, default=2_000, help="records/s updated while querying (0: none)")
+    parser.add_argument("--commit-interval-ms", type=int, default=200)
+    parser.add_argument("--server", help="rest mode: the SQL server's URL")
+    parser.add_argument("--table", default=TABLE, help="rest mode: the table")
+    parser.add_argument("--key-column", default="ID", help="rest mode: its BIGINT key column (keys 0..--keys-1)")
+    args = parser.parse_args(argv)
+    if args.mode == "rest":
+        if not args.server:
+            parser.error("--mode rest needs --server")
+        run_rest(args)
+    elif args.mode == "node":
+        run_node(args)
+    else:
+        run_package(args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

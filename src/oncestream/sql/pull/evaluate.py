@@ -1,0 +1,416 @@
+"""A small evaluator for pull-query expressions (projection and WHERE) over one row.
+
+Pull queries are answered in Python from the state store, not by Spark, so their expressions are
+evaluated here, over the sqlglot trees the parser and analyzer produce. Only the subset a lookup
+needs is supported (ksqlDB also refuses much in pull queries):
+
+- column references (qualified or not) and the pseudo columns present in the row
+  (``WINDOWSTART``, ``WINDOWEND`` of windowed tables);
+- literals: numbers, strings, booleans, NULL;
+- comparisons ``= <> != < <= > >=``, ``BETWEEN``, ``IN (...)``, ``IS [NOT] NULL``, ``LIKE``;
+- ``AND``, ``OR``, ``NOT`` with SQL's three-valued logic (NULL is unknown);
+- arithmetic ``+ - * / %`` and unary minus (integer ``/`` truncates as Java does; a division by
+  zero gives NULL, as ksqlDB's expression evaluation logs and nulls it), ``||``;
+- ``CAST(x AS INTEGER|BIGINT|DOUBLE|STRING|BOOLEAN)``, ``CASE``;
+- struct fields ``s->f`` and subscripts ``a[i]`` (arrays 1-based, negative from the end, out of
+  range NULL, as ksqlDB) and ``m['k']``;
+- functions: ``UCASE``/``UPPER``, ``LCASE``/``LOWER``, ``LEN``/``LENGTH``, ``ABS``, ``ROUND``,
+  ``FLOOR``, ``CEIL``, ``CONCAT``, ``COALESCE``, ``IFNULL``, ``SUBSTRING``, ``TRIM``.
+
+Anything else raises ``StatementError`` naming the expression (``check_supported`` does it
+before any row is read, so an unsupported query fails whatever the table holds).
+"""
+
+from __future__ import annotations
+
+import decimal
+import math
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from sqlglot import exp
+
+from oncestream.sql.errors import StatementError
+
+Row = Mapping[str, Any]
+
+
+class UnsupportedInPullQueryError(StatementError):
+    """An expression a pull query cannot evaluate (ksqlDB refuses many in pull queries too)."""
+
+
+def _unsupported(node: exp.Expr) -> UnsupportedInPullQueryError:
+    return UnsupportedInPullQueryError(f"Pull queries don't support the expression '{node.sql()}'.")
+
+
+def column_name(node: exp.Column) -> str:
+    """The column's name without its qualifier (``T.ID`` -> ``ID``)."""
+    return node.name
+
+
+# --- functions -------------------------------------------------------------------------------
+
+def _null_in(args: list[Any]) -> bool:
+    return any(a is None for a in args)
+
+
+def _round(args: list[Any]) -> Any:
+    value = args[0]
+    places = args[1] if len(args) > 1 else 0
+    if value is None or places is None:
+        return None
+    # ksqlDB rounds half up (away from zero for .5) and ROUND(x) of a DOUBLE is a BIGINT.
+    quantum = decimal.Decimal(1).scaleb(-int(places))
+    rounded = decimal.Decimal(str(value)).quantize(quantum, rounding=decimal.ROUND_HALF_UP)
+    if len(args) == 1:
+        return int(rounded)
+    return float(rounded) if isinstance(value, float) else rounded
+
+
+def _substring(args: list[Any]) -> Any:
+    if _null_in(args[:2]) or (len(args) > 2 and args[2] is None):
+        return None
+    text, pos = str(args[0]), int(args[1])
+    # ksqlDB's SUBSTRING is 1-based; a negative position counts from the end.
+    start = pos - 1 if pos > 0 else max(len(text) + pos, 0)
+    if len(args) > 2:
+        return text[start:start + max(int(args[2]), 0)]
+    return text[start:]
+
+
+def _strict(fn: Callable[..., Any]) -> Callable[[list[Any]], Any]:
+    """A function that is NULL when any argument is NULL."""
+    return lambda args: None if _null_in(args) else fn(*args)
+
+
+_FUNCTIONS: dict[str, tuple[int, int, Callable[[list[Any]], Any]]] = {
+    # name -> (min args, max args, implementation over evaluated arguments)
+    "UCASE": (1, 1, _strict(lambda s: str(s).upper())),
+    "UPPER": (1, 1, _strict(lambda s: str(s).upper())),
+    "LCASE": (1, 1, _strict(lambda s: str(s).lower())),
+    "LOWER": (1, 1, _strict(lambda s: str(s).lower())),
+    "LEN": (1, 1, _strict(lambda s: len(s))),
+    "LENGTH": (1, 1, _strict(lambda s: len(s))),
+    "ABS": (1, 1, _strict(abs)),
+    "ROUND": (1, 2, _round),
+    "FLOOR": (1, 1, _strict(lambda x: x if isinstance(x, int) else float(math.floor(x)))),
+    "CEIL": (1, 1, _strict(lambda x: x if isinstance(x, int) else float(math.ceil(x)))),
+    # ksqlDB's CONCAT skips NULL arguments; COALESCE/IFNULL give the first non-NULL.
+    "CONCAT": (1, 1_000, lambda args: "".join(str(a) for a in args if a is not None)),
+    "COALESCE": (1, 1_000, lambda args: next((a for a in args if a is not None), None)),
+    "IFNULL": (2, 2, lambda args: args[0] if args[0] is not None else args[1]),
+    "SUBSTRING": (2, 3, _substring),
+    "TRIM": (1, 1, _strict(lambda s: str(s).strip())),
+}
+
+# sqlglot's own nodes for functions it knows, by class: name in _FUNCTIONS and argument keys.
+_FUNCTION_NODES: dict[type[exp.Expr], tuple[str, tuple[str, ...]]] = {
+    exp.Upper: ("UPPER", ("this",)),
+    exp.Lower: ("LOWER", ("this",)),
+    exp.Length: ("LENGTH", ("this",)),
+    exp.Abs: ("ABS", ("this",)),
+    exp.Round: ("ROUND", ("this", "decimals")),
+    exp.Floor: ("FLOOR", ("this",)),
+    exp.Ceil: ("CEIL", ("this",)),
+    exp.Substring: ("SUBSTRING", ("this", "start", "length")),
+    exp.Trim: ("TRIM", ("this",)),
+}
+
+
+def _function_call(node: exp.Expr) -> tuple[str, list[exp.Expr]] | None:
+    """``(function name, argument expressions)`` if ``node`` is a call we evaluate."""
+    if isinstance(node, exp.Anonymous):
+        return str(node.name).upper(), list(node.expressions)
+    if isinstance(node, exp.Concat):
+        return "CONCAT", list(node.expressions)
+    if isinstance(node, exp.Coalesce):
+        return "COALESCE", [node.this, *node.expressions]
+    entry = _FUNCTION_NODES.get(type(node))
+    if entry is None:
+        return None
+    name, keys = entry
+    if any(value is not None and value is not False and key not in keys for key, value in node.args.items()):
+        return None   # another form of the function (TRIM(LEADING 'x' FROM ...), LENGTH(s, binary)...)
+    args = [node.args[k] for k in keys if node.args.get(k) is not None]
+    return name, args
+
+
+# --- checks ----------------------------------------------------------------------------------
+
+_LEAVES = (exp.Column, exp.Literal, exp.Boolean, exp.Null, exp.DataType, exp.Identifier, exp.Star)
+_OPERATORS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.And, exp.Or, exp.Not, exp.Paren,
+              exp.Neg, exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Mod, exp.DPipe, exp.Between, exp.In, exp.Is,
+              exp.Like, exp.Cast, exp.Case, exp.If, exp.Alias, exp.Tuple, exp.Dot, exp.Bracket)
+_CAST_TARGETS = {
+    exp.DataType.Type.INT: "INTEGER", exp.DataType.Type.BIGINT: "BIGINT", exp.DataType.Type.DOUBLE: "DOUBLE",
+    exp.DataType.Type.FLOAT: "DOUBLE", exp.DataType.Type.VARCHAR: "STRING", exp.DataType.Type.TEXT: "STRING",
+    exp.DataType.Type.BOOLEAN: "BOOLEAN",
+}
+
+
+def check_supported(node: exp.Expr) -> None:
+    """Raise ``UnsupportedInPullQueryError`` if ``node`` (or anything in it) is not evaluable."""
+    if isinstance(node, _LEAVES):
+        return
+    if isinstance(node, exp.In) and (node.args.get("query") is not None or node.args.get("unnest") is not None):
+        raise _unsupported(node)
+    if isinstance(node, exp.Is) and not isinstance(node.expression, exp.Null):
+        raise _unsupported(node)
+    if isinstance(node, exp.Cast):
+        to = node.args.get("to")
+        if not isinstance(to, exp.DataType) or to.this not in _CAST_TARGETS:
+            raise _unsupported(node)
+        check_supported(node.this)
+        return
+    if isinstance(node, _OPERATORS):
+        for child in node.iter_expressions():
+            check_supported(child)
+        return
+    call = _function_call(node)
+    if call is None or call[0] not in _FUNCTIONS:
+        raise _unsupported(node)
+    low, high, _fn = _FUNCTIONS[call[0]]
+    if not low <= len(call[1]) <= high:
+        raise UnsupportedInPullQueryError(
+            f"Function {call[0]} does not accept {len(call[1])} argument(s): '{node.sql()}'.")
+    for arg in call[1]:
+        check_supported(arg)
+
+
+# --- evaluation ------------------------------------------------------------------------------
+
+def literal_value(node: exp.Literal) -> Any:
+    """A literal's Python value: str, int, or float / Decimal for numbers with a point."""
+    text = node.this
+    if node.is_string:
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    if "e" in text.lower():
+        return float(text)
+    return decimal.Decimal(text)   # ksqlDB: 1.5 is a DECIMAL literal
+
+
+def _compare(op: type[exp.Expr], left: Any, right: Any) -> bool | None:
+    if left is None or right is None:
+        return None
+    try:
+        if op is exp.EQ:
+            return bool(left == right)
+        if op is exp.NEQ:
+            return bool(left != right)
+        if op is exp.GT:
+            return bool(left > right)
+        if op is exp.GTE:
+            return bool(left >= right)
+        if op is exp.LT:
+            return bool(left < right)
+        return bool(left <= right)
+    except TypeError:
+        raise StatementError(f"Cannot compare {type(left).__name__} with {type(right).__name__} "
+                             f"({left!r}, {right!r}).") from None
+
+
+def _arith(node: exp.Expr, left: Any, right: Any) -> Any:
+    if left is None or right is None:
+        return None
+    if isinstance(left, decimal.Decimal) and isinstance(right, float):
+        left = float(left)
+    elif isinstance(right, decimal.Decimal) and isinstance(left, float):
+        right = float(right)
+    try:
+        if isinstance(node, exp.Add):
+            return left + right
+        if isinstance(node, exp.Sub):
+            return left - right
+        if isinstance(node, exp.Mul):
+            return left * right
+        if right == 0:
+            return None
+        both_int = isinstance(left, int) and isinstance(right, int)
+        if not both_int:
+            return left / right if isinstance(node, exp.Div) else math.fmod(left, right)
+        if isinstance(node, exp.Div):
+            # Java integer division truncates toward zero (Python's // floors).
+            quotient = abs(left) // abs(right)
+            return quotient if (left < 0) == (right < 0) else -quotient
+        # Java's % takes the sign of the dividend.
+        remainder = abs(left) % abs(right)
+        return remainder if left >= 0 else -remainder
+    except TypeError:
+        raise StatementError(f"Cannot apply '{node.sql()}' to {left!r} and {right!r}.") from None
+
+
+def _cast(value: Any, target: str) -> Any:
+    if value is None:
+        return None
+    try:
+        if target in ("INTEGER", "BIGINT"):
+            return int(value) if not isinstance(value, str) else int(value.strip())
+        if target == "DOUBLE":
+            return float(value)
+        if target == "BOOLEAN":
+            if isinstance(value, str):
+                return {"true": True, "false": False}.get(value.strip().lower())
+            return bool(value)
+        if isinstance(value, bool):
+            return "true" if value else "false"
+        return str(value)
+    except (ValueError, decimal.InvalidOperation):
+        return None   # ksqlDB's CAST of an unparsable string gives NULL
+
+
+def _like(value: Any, pattern: Any) -> bool | None:
+    if value is None or pattern is None:
+        return None
+    regex = "".join(".*" if ch == "%" else "." if ch == "_" else re.escape(ch) for ch in str(pattern))
+    return re.fullmatch(regex, str(value), flags=re.DOTALL) is not None
+
+
+def _not(value: Any) -> bool | None:
+    return None if value is None else not value
+
+
+def _and(node: exp.And, row: Row) -> bool | None:
+    left = evaluate(node.this, row)
+    if left is False:
+        return False
+    right = evaluate(node.expression, row)
+    if right is False:
+        return False
+    return None if left is None or right is None else True
+
+
+def _or(node: exp.Or, row: Row) -> bool | None:
+    left = evaluate(node.this, row)
+    if left is True:
+        return True
+    right = evaluate(node.expression, row)
+    if right is True:
+        return True
+    return None if left is None or right is None else False
+
+
+def _in(node: exp.In, row: Row) -> bool | None:
+    value = evaluate(node.this, row)
+    if value is None:
+        return None
+    saw_null = False
+    for item in node.expressions:
+        candidate = evaluate(item, row)
+        if candidate is None:
+            saw_null = True
+        elif _compare(exp.EQ, value, candidate):
+            return True
+    return None if saw_null else False
+
+
+def _case(node: exp.Case, row: Row) -> Any:
+    subject = node.this
+    base = evaluate(subject, row) if subject is not None else None
+    for branch in node.args.get("ifs") or []:
+        if subject is not None:
+            hit = _compare(exp.EQ, base, evaluate(branch.this, row))
+        else:
+            hit = evaluate(branch.this, row)
+        if hit is True:
+            return evaluate(branch.args["true"], row)
+    default = node.args.get("default")
+    return evaluate(default, row) if default is not None else None
+
+
+def _subscript(base: Any, index: Any) -> Any:
+    if base is None or index is None:
+        return None
+    if isinstance(base, dict):
+        return base.get(index)
+    if isinstance(base, list) and isinstance(index, int) and not isinstance(index, bool):
+        # ksqlDB arrays are 1-based; -1 is the last element; out of range is NULL.
+        position = index - 1 if index > 0 else len(base) + index
+        return base[position] if index != 0 and 0 <= position < len(base) else None
+    return None
+
+
+def evaluate(node: exp.Expr, row: Row) -> Any:
+    """The value of ``node`` for ``row`` (column name -> value). NULL is None."""
+    if isinstance(node, exp.Column):
+        name = column_name(node)
+        if name not in row:
+            raise StatementError(f"Column '{name}' cannot be resolved.")
+        return row[name]
+    if isinstance(node, exp.Literal):
+        return literal_value(node)
+    if isinstance(node, exp.Boolean):
+        return bool(node.this)
+    if isinstance(node, exp.Null):
+        return None
+    if isinstance(node, (exp.Paren, exp.Alias)):
+        return evaluate(node.this, row)
+    if isinstance(node, exp.And):
+        return _and(node, row)
+    if isinstance(node, exp.Or):
+        return _or(node, row)
+    if isinstance(node, exp.Not):
+        return _not(evaluate(node.this, row))
+    if isinstance(node, (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE)):
+        return _compare(type(node), evaluate(node.this, row), evaluate(node.expression, row))
+    if isinstance(node, exp.Between):
+        value = evaluate(node.this, row)
+        low = _compare(exp.GTE, value, evaluate(node.args["low"], row))
+        high = _compare(exp.LTE, value, evaluate(node.args["high"], row))
+        if low is False or high is False:
+            return False
+        return None if low is None or high is None else True
+    if isinstance(node, exp.In):
+        return _in(node, row)
+    if isinstance(node, exp.Is):
+        value = evaluate(node.this, row)
+        if isinstance(node.expression, exp.Null):
+            return value is None
+        raise _unsupported(node)
+    if isinstance(node, exp.Like):
+        return _like(evaluate(node.this, row), evaluate(node.expression, row))
+    if isinstance(node, exp.Neg):
+        value = evaluate(node.this, row)
+        return None if value is None else -value
+    if isinstance(node, (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Mod)):
+        return _arith(node, evaluate(node.this, row), evaluate(node.expression, row))
+    if isinstance(node, exp.DPipe):
+        left, right = evaluate(node.this, row), evaluate(node.expression, row)
+        return None if left is None or right is None else f"{left}{right}"
+    if isinstance(node, exp.Cast):
+        to = node.args.get("to")
+        target = _CAST_TARGETS.get(to.this) if isinstance(to, exp.DataType) else None
+        if target is None:
+            raise _unsupported(node)
+        return _cast(evaluate(node.this, row), target)
+    if isinstance(node, exp.Case):
+        return _case(node, row)
+    if isinstance(node, exp.Dot):
+        base = evaluate(node.this, row)
+        return base.get(node.expression.name) if isinstance(base, dict) else None
+    if isinstance(node, exp.Bracket):
+        if len(node.expressions) != 1:
+            raise _unsupported(node)
+        return _subscript(evaluate(node.this, row), evaluate(node.expressions[0], row))
+    if isinstance(node, exp.If):
+        hit = evaluate(node.this, row)
+        other = node.args.get("false")
+        return evaluate(node.args["true"], row) if hit is True else (evaluate(other, row) if other is not None else None)
+    call = _function_call(node)
+    if call is not None and call[0] in _FUNCTIONS:
+        return _FUNCTIONS[call[0]][2]([evaluate(arg, row) for arg in call[1]])
+    raise _unsupported(node)
+
+
+def is_constant(node: exp.Expr) -> bool:
+    """True if ``node`` references no column (it can be evaluated once, before reading rows)."""
+    return node.find(exp.Column) is None
+
+
+def constant_value(node: exp.Expr) -> Any:
+    """The value of a column-free expression."""
+    return evaluate(node, {})
