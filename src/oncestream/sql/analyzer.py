@@ -62,6 +62,11 @@ from oncestream.sql.types import SqlType
 __all__ = ["AnalyzedJoin", "AnalyzedQuery", "JoinType", "analyze_query", "type_of", "call_parts", "TYPE_KEY", "PSEUDO_KEY"]
 
 
+# ksqlDB's PullQueryValidator ends every refusal with its syntax help.
+PULL_QUERY_HELP = (" See https://cnfl.io/queries for more info.\n"
+                   "Add EMIT CHANGES if you intended to issue a push query.")
+
+
 @dataclass(frozen=True)
 class AnalyzedQuery:
     """Everything the compiler needs about one query (all expressions resolved and typed).
@@ -376,7 +381,7 @@ class _Analysis(JoinRules, AggregateRules):
                    "partition_by": bool(self.query.partition_by), "having": having is not None}
         for what, message in self._PULL_RULES:
             if present[what]:
-                raise StatementError(message)
+                raise StatementError(message + PULL_QUERY_HELP)
         if self.query.limit is not None and self.query.limit < 0:
             raise StatementError("Pull queries don't support negative integers in the LIMIT clause.")
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from sqlglot import exp
 
+from oncestream.sql.analyzer import PULL_QUERY_HELP
 from oncestream.sql.ast import SourceKind
 from oncestream.sql.catalog import ROWOFFSET, ROWPARTITION, ROWTIME, WINDOWEND, WINDOWSTART, SourceInfo
 from oncestream.sql.engine import ColumnHeader
@@ -28,8 +29,6 @@ from oncestream.sql.types import BaseType, SqlType
 
 log = logging.getLogger(__name__)
 
-PULL_QUERY_HELP = (" See https://cnfl.io/queries for more info.\n"
-                   "Add EMIT CHANGES if you intended to issue a push query.")
 _EPOCH = dt.datetime(1970, 1, 1)
 
 

@@ -22,19 +22,13 @@ _query_numbers = itertools.count(1)
 def plan_of(analyzed: AnalyzedQuery) -> PullPlan:
     """The ``PullPlan`` of an analyzed pull query; refuses (as ksqlDB's PullQueryValidator
     words it) what a pull query cannot have."""
+    # The analyzer refuses JOIN, WINDOW, GROUP BY, PARTITION BY and HAVING in pull queries (the
+    # one home of those rules); what it lets through but a store cannot answer is refused here.
     query = analyzed.query
     if query.is_push:
         raise pull_error("Pull queries don't support EMIT clauses.")
-    if analyzed.joins:
-        raise pull_error("Pull queries don't support JOIN clauses.")
-    if query.window is not None:
-        raise pull_error("Pull queries don't support WINDOW clauses.")
-    if analyzed.group_by or analyzed.aggregates:
+    if analyzed.aggregates:
         raise pull_error("Pull queries don't support GROUP BY clauses.")
-    if analyzed.partition_by or query.partition_by:
-        raise pull_error("Pull queries don't support PARTITION BY clauses.")
-    if analyzed.having is not None:
-        raise pull_error("Pull queries don't support HAVING clauses.")
     limit = analyzed.limit if analyzed.limit is not None else query.limit
     return PullPlan(outputs_of(analyzed.columns, analyzed.expressions), analyzed.where, limit)
 
