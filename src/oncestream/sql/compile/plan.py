@@ -97,6 +97,12 @@ def compile_query(spark: SparkSession, query: Query, analyzed: Any, settings: Re
         from oncestream.sql.compile.joins import join_frames
 
         frame, scope = join_frames(spark, analyzed, aliases, settings)
+        synthetic = getattr(analyzed, "synthetic_key", None)
+        if synthetic:
+            # ksqlDB's synthetic join key (ROWKEY of a FULL OUTER join): whichever side is present.
+            join = analyzed.joins[0]
+            scope.overrides[synthetic] = (f"coalesce({translate(join.left_key, scope)}, "
+                                          f"{translate(join.right_key, scope)})")
     else:
         alias, source = aliases[0]
         frame = read_source(spark, source, settings)
