@@ -11,9 +11,16 @@ Output keys (ksqlDB 0.10+):
 
 - aggregation: the GROUP BY expressions are the key columns;
 - ``PARTITION BY e, ...``: the partitioning expressions (``PARTITION BY NULL``: no key);
-- a join: the join expression (either side; a synthetic ``ROWKEY`` for FULL OUTER joins or when
-  a side is not a plain column);
+- a join: a side of the ON equality that is a plain column ("viable key"; the first one the
+  projection selects, left side first, the others being ordinary value columns); a synthetic
+  ``ROWKEY`` for FULL OUTER joins or when neither side is a plain column (``SELECT *`` then starts
+  with it);
 - otherwise the source's key columns.
+
+``SELECT *`` after ``PARTITION BY`` lists the new key, the remaining value columns, then the old
+key columns, as ksqlDB's repartitioned schema does. Pseudo columns (ROWTIME, ROWPARTITION,
+ROWOFFSET, and WINDOWSTART/WINDOWEND on windowed results) resolve everywhere they may; persistent
+queries must alias them.
 
 A key column takes the name of the select item that is that key expression. A persistent query
 (``sink`` given) must select every key (``Key missing from projection...``) exactly once; key
@@ -30,6 +37,8 @@ from dataclasses import dataclass, field
 from sqlglot import exp
 
 from oncestream.sql import catalog
+from oncestream.sql import types as t
+from oncestream.sql.analyzer_aggregates import AggregateRules, no_map_key
 from oncestream.sql.analyzer_expr import (
     PSEUDO_KEY,
     TYPE_KEY,
@@ -37,39 +46,20 @@ from oncestream.sql.analyzer_expr import (
     ExpressionResolver,
     Scope,
     call_parts,
+    column_ref,
     is_aggregate_call,
+    ksql_format,
     ksql_text,
+    same_expression,
     type_of,
 )
-from oncestream.sql.ast import Query, SourceKind, WindowSpec
+from oncestream.sql.analyzer_joins import AnalyzedJoin, JoinRules, JoinType
+from oncestream.sql.ast import Emit, Query, SourceKind, WindowSpec
 from oncestream.sql.catalog import Column, Namespace, SourceInfo
 from oncestream.sql.errors import StatementError
 from oncestream.sql.types import SqlType
 
-__all__ = ["AnalyzedJoin", "AnalyzedQuery", "analyze_query", "type_of", "call_parts", "TYPE_KEY", "PSEUDO_KEY"]
-
-
-class JoinType:
-    STREAM_STREAM = "STREAM_STREAM"
-    STREAM_TABLE = "STREAM_TABLE"
-    TABLE_TABLE = "TABLE_TABLE"
-
-
-@dataclass(frozen=True)
-class AnalyzedJoin:
-    """One join, resolved: ``left_key``/``right_key`` are the two sides of the ON equality
-    (``left_key`` references the sources joined so far, ``right_key`` the joined source)."""
-
-    kind: str                      # INNER | LEFT | RIGHT | FULL
-    join_type: str                 # JoinType.*
-    right_alias: str
-    right: SourceInfo
-    on: exp.Expr
-    left_key: exp.Expr
-    right_key: exp.Expr
-    within_before_ms: int | None
-    within_after_ms: int | None
-    within_grace_ms: int | None
+__all__ = ["AnalyzedJoin", "AnalyzedQuery", "JoinType", "analyze_query", "type_of", "call_parts", "TYPE_KEY", "PSEUDO_KEY"]
 
 
 @dataclass(frozen=True)
@@ -140,7 +130,8 @@ class _AliasGenerator:
                 self.used.setdefault(m.group("name"), set()).add(int(number) if number is not None else 0)
         self.next: dict[str, int] = {}
 
-    def _next(self, prefix: str, drop_zero: bool) -> str:
+    def next_name(self, prefix: str, drop_zero: bool) -> str:
+        """The next free ``<prefix>_<n>`` (``<prefix>`` alone for n = 0 when ``drop_zero``)."""
         used = self.used.get(prefix, set())
         idx = self.next.get(prefix, 0)
         while idx in used:
@@ -149,16 +140,12 @@ class _AliasGenerator:
         return prefix if (idx == 0 and drop_zero) else f"{prefix}_{idx}"
 
     def ksql_col(self) -> str:
-        return self._next("KSQL_COL", drop_zero=False)
+        return self.next_name("KSQL_COL", drop_zero=False)
 
     def struct_field(self, field_name: str) -> str:
         m = _NUMBERED.match(field_name)
         assert m is not None
-        return self._next(m.group("name"), drop_zero=True)
-
-
-def _duration_ok(ms: int | None) -> bool:
-    return ms is None or ms >= 0
+        return self.next_name(m.group("name"), drop_zero=True)
 
 
 def analyze_query(query: Query, sources: Mapping[str, SourceInfo], *, sink: str | None = None) -> AnalyzedQuery:
@@ -168,7 +155,7 @@ def analyze_query(query: Query, sources: Mapping[str, SourceInfo], *, sink: str 
     return _Analysis(query, sources, sink).run()
 
 
-class _Analysis:
+class _Analysis(JoinRules, AggregateRules):
     def __init__(self, query: Query, sources: Mapping[str, SourceInfo], sink: str | None) -> None:
         self.query = query
         self.all_sources = sources
@@ -177,113 +164,17 @@ class _Analysis:
 
     # -- sources and joins -------------------------------------------------------------------
 
-    def _source(self, name: str) -> SourceInfo:
-        info = self.all_sources.get(name)
-        if info is None:
-            raise StatementError(f"{name} does not exist.")
-        return info
-
-    def _add_source(self, name: str, alias: str | None) -> str:
-        info = self._source(name)
-        key = alias or name
-        if key in self.scope_sources:
-            raise StatementError(f"Each side of the join must have a unique alias: {key}")
-        self.scope_sources[key] = info
-        return key
-
-    def _join_sides(self, on: exp.Expr, resolver: ExpressionResolver, right_alias: str) -> tuple[exp.Expr, exp.Expr]:
-        if not isinstance(on, exp.EQ):
-            if isinstance(on, exp.And):
-                raise StatementError("Invalid join condition: joins on multiple conditions are not yet supported. "
-                                     f"Got {ksql_text(on)}.")
-            raise StatementError(f"Unsupported join expression: {ksql_text(on)}")
-        left = resolver.resolve(on.left, "JOIN ON")
-        right = resolver.resolve(on.right, "JOIN ON")
-
-        def aliases(e: exp.Expr) -> set[str]:
-            return {c.table for c in e.find_all(exp.Column) if c.table}
-
-        la, ra = aliases(left), aliases(right)
-        if right_alias in la and right_alias not in ra:
-            left, right, la, ra = right, left, ra, la
-        if ra != {right_alias} or not la or right_alias in la:
-            raise StatementError(f"Invalid comparison expression '{ksql_text(on)}' in join '{ksql_text(on)}'. "
-                                 "Each side of the join comparision must contain references from exactly one source.")
-        if type_of(left) != type_of(right):
-            raise StatementError(f"Invalid join condition: types don't match. Got {ksql_text(left)}{{{_t(left)}}} = "
-                                 f"{ksql_text(right)}{{{_t(right)}}}.")
-        return left, right
-
-    @staticmethod
-    def _is_key_ref(e: exp.Expr, info: SourceInfo) -> bool:
-        if not isinstance(e, exp.Column) or e.meta.get(PSEUDO_KEY):
-            return False
-        col = info.column(e.name)
-        return col is not None and col.is_key and len(info.key_columns) == 1
-
-    def _analyze_joins(self, from_alias: str) -> tuple[list[AnalyzedJoin], SourceKind]:
-        joins: list[AnalyzedJoin] = []
-        left_kind = self.scope_sources[from_alias].kind
-        for spec in self.query.joins:
-            right_alias = self._add_source(spec.source, spec.alias)
-            right = self.scope_sources[right_alias]
-            resolver = ExpressionResolver(Scope(dict(self.scope_sources)))
-            left_key, right_key = self._join_sides(spec.on, resolver, right_alias)
-            kind = spec.kind.upper()
-            has_within = spec.within_before_ms is not None or spec.within_after_ms is not None
-            if left_kind is SourceKind.STREAM and right.kind is SourceKind.STREAM:
-                join_type = JoinType.STREAM_STREAM
-                if not has_within:
-                    raise StatementError(
-                        "Stream-Stream joins must have a WITHIN clause specified. None was provided. To learn about how to "
-                        "specify a WITHIN clause with a stream-stream join, please visit: "
-                        "https://docs.confluent.io/current/ksql/docs/syntax-reference.html#create-stream-as-select")
-                if not (_duration_ok(spec.within_before_ms) and _duration_ok(spec.within_after_ms)):
-                    raise StatementError("WITHIN durations must not be negative")
-                result_kind = SourceKind.STREAM
-            elif left_kind is SourceKind.TABLE and right.kind is SourceKind.STREAM:
-                raise StatementError(f"Invalid join order: table-stream joins are not supported; only stream-table joins. "
-                                     f"Got {from_alias} [{kind}] JOIN {right_alias}.")
-            elif left_kind is SourceKind.STREAM:
-                join_type = JoinType.STREAM_TABLE
-                if has_within:
-                    raise StatementError(
-                        "A window definition was provided for a Stream-Table join. These joins are not windowed. Please drop "
-                        "the window definition (ie. the WITHIN clause) and try to execute your join again.")
-                if kind in ("FULL", "RIGHT"):
-                    what = "Full outer" if kind == "FULL" else "Right"
-                    raise StatementError(f"{what} joins between streams and tables are not supported.")
-                if not self._is_key_ref(right_key, right):
-                    raise StatementError("Invalid join condition: stream-table joins require to join on the table's primary key. "
-                                         f"Got {ksql_text(left_key)} = {ksql_text(right_key)}.")
-                result_kind = SourceKind.STREAM
-            else:
-                join_type = JoinType.TABLE_TABLE
-                if has_within:
-                    raise StatementError(
-                        "A window definition was provided for a Table-Table join. These joins are not windowed. Please drop "
-                        "the window definition (i.e. the WITHIN clause) and try to execute your join again.")
-                if not self._is_key_ref(right_key, right):
-                    raise StatementError("Invalid join condition: table-table joins require to join on the primary key of the "
-                                         f"right input table. Got {ksql_text(left_key)} = {ksql_text(right_key)}.")
-                left_info = self.scope_sources.get(left_key.table) if isinstance(left_key, exp.Column) else None
-                if left_info is None or not self._is_key_ref(left_key, left_info):
-                    raise StatementError("Invalid join condition: foreign-key table-table joins are not supported. "
-                                         f"Got {ksql_text(left_key)} = {ksql_text(right_key)}.")
-                result_kind = SourceKind.TABLE
-            on = exp.EQ(this=left_key, expression=right_key)
-            on.meta[TYPE_KEY] = None
-            joins.append(AnalyzedJoin(kind, join_type, right_alias, right, on, left_key, right_key,
-                                      spec.within_before_ms, spec.within_after_ms, spec.within_grace_ms))
-            left_kind = result_kind
-        return joins, left_kind
-
     # -- the whole query ----------------------------------------------------------------------
 
     def run(self) -> AnalyzedQuery:
         q = self.query
         from_alias = self._add_source(q.source, q.source_alias)
         joins, kind = self._analyze_joins(from_alias)
+        if joins:
+            kafka = [alias for alias, info in self.scope_sources.items() if info.value_format is catalog.Format.KAFKA]
+            if kafka:
+                raise StatementError(f"Source(s) {', '.join(kafka)} are using the 'KAFKA' value format. This format does not "
+                                     "yet support JOIN.")
         from_info = self.scope_sources[from_alias]
         select = q.select
         group_nodes = list(select.args["group"].expressions) if select.args.get("group") else []
@@ -291,6 +182,7 @@ class _Analysis:
         where_node = select.args["where"].this if select.args.get("where") else None
         window = q.window
 
+        self._check_reserved_names()
         if window is not None and not group_nodes:
             raise StatementError("WINDOW clause requires a GROUP BY clause.")
         if from_info.window is not None and window is not None:
@@ -299,7 +191,14 @@ class _Analysis:
         base_scope = Scope(dict(self.scope_sources), windowed=from_info.window is not None, default_alias=from_alias)
         resolver = ExpressionResolver(base_scope)
 
-        where = resolver.resolve(where_node, "WHERE") if where_node is not None else None
+        if self.sink is not None and from_info.window is not None and from_info.kind is SourceKind.TABLE:
+            raise StatementError("KSQL does not support persistent queries on windowed tables.")
+        where = None
+        if where_node is not None:
+            bound = next((c.name for c in where_node.find_all(exp.Column) if c.name in WINDOW_BOUNDS), None)
+            if bound is not None and from_info.window is None:
+                raise StatementError(f"Error in WHERE expression: Unknown column {bound}.")
+            where = resolver.resolve(where_node, "WHERE")
         if where is not None:
             ty = type_of(where)
             if ty is not None and ty.base.value != "BOOLEAN":
@@ -308,10 +207,13 @@ class _Analysis:
             if any(is_aggregate_call(n) for n in where.walk()):
                 raise StatementError("WHERE clause can not contain aggregate functions.")
 
-        group_by = tuple(resolver.resolve(g, "GROUP BY") for g in group_nodes)
+        group_resolver = resolver
+        if window is not None:   # so that window bounds in GROUP BY get ksqlDB's own message below
+            group_resolver = ExpressionResolver(Scope(dict(self.scope_sources), windowed=True, default_alias=from_alias))
+        group_by = tuple(group_resolver.resolve(g, "GROUP BY") for g in group_nodes)
+        self._check_group_by(group_by, window is not None)
         for g in group_by:
-            if any(is_aggregate_call(n) for n in g.walk()):
-                raise StatementError(f"GROUP BY expression can not contain aggregate functions: {ksql_text(g)}")
+            no_map_key(g)
         partition_by: tuple[exp.Expr, ...] = ()
         partition_null = len(q.partition_by) == 1 and isinstance(q.partition_by[0], exp.Null)
         if q.partition_by:
@@ -320,7 +222,18 @@ class _Analysis:
             if kind is SourceKind.TABLE:
                 raise StatementError("Cannot repartition a TABLE source.")
             if not partition_null:
-                partition_by = tuple(resolver.resolve(p, "PARTITION BY") for p in q.partition_by)
+                if any(isinstance(p, exp.Null) for p in q.partition_by):
+                    raise StatementError("Cannot PARTITION BY multiple columns including NULL")
+                try:
+                    partition_by = tuple(resolver.resolve(p, "PARTITION BY") for p in q.partition_by)
+                except StatementError as e:
+                    if e.message.startswith("PARTITION BY column '") and e.message.endswith("' cannot be resolved."):
+                        name = e.message[len("PARTITION BY column '"):-len("' cannot be resolved.")]
+                        raise StatementError(f"{e.message} '{name}' must be a column in the source schema since PARTITION BY "
+                                             "is applied on the input.") from e
+                    raise
+                for p in partition_by:
+                    no_map_key(p)
 
         # windowed aggregation: WINDOWSTART/WINDOWEND become selectable
         agg_scope = Scope(dict(self.scope_sources), windowed=window is not None or from_info.window is not None,
@@ -338,20 +251,29 @@ class _Analysis:
             key_exprs = list(partition_by)
         elif joins:
             last = joins[-1]
-            if last.kind == "FULL" or not isinstance(last.left_key, exp.Column) or not isinstance(last.right_key, exp.Column):
+            # ksqlDB's viable keys: the sides of the ON equality that are plain columns (a FULL OUTER
+            # join has none: either side may be null); without one the key is a synthetic ROWKEY
+            # (n-way joins: every join's plain-column sides are equal to the key, so all are viable)
+            viable_join_keys = [] if last.kind == "FULL" else [
+                k for j in joins for k in (j.left_key, j.right_key) if isinstance(k, exp.Column) and not k.meta.get(PSEUDO_KEY)]
+            viable_join_keys = [k for i, k in enumerate(viable_join_keys)
+                                if not any(same_expression(k, other) for other in viable_join_keys[:i])]
+            if not viable_join_keys:
                 synthetic_key = self._synthetic_key_name()
-                key_exprs = [ExpressionResolver._column_node(synthetic_key, None, type_of(last.left_key) or _t_default())]
+                key_exprs = [column_ref(synthetic_key, None, type_of(last.left_key) or t.STRING)]
                 select_resolver = ExpressionResolver(Scope(dict(self.scope_sources), windowed=agg_scope.windowed,
-                                                           extra={synthetic_key: type_of(last.left_key) or _t_default()},
+                                                           extra={synthetic_key: type_of(last.left_key) or t.STRING},
                                                            default_alias=from_alias))
             else:
-                viable_join_keys = [last.left_key, last.right_key] if last.kind != "RIGHT" else [last.right_key, last.left_key]
                 key_exprs = [viable_join_keys[0]]
         else:
-            key_exprs = [ExpressionResolver._column_node(c.name, from_alias, c.type) for c in from_info.key_columns]
+            key_exprs = [column_ref(c.name, from_alias, c.type) for c in from_info.key_columns]
 
-        # the projection
-        items = self._expand_projection(select_resolver, joins)
+        items = self._expand_projection(select_resolver, joins, partition_by, synthetic_key)
+        if viable_join_keys:
+            # the key is the first viable key (left side first) that the projection selects (ksqlDB's JoinNode)
+            chosen = next((v for v in viable_join_keys if any(same_expression(e, v) for _, e, _ in items)), None)
+            key_exprs = [chosen if chosen is not None else viable_join_keys[0]]
         aggregates: list[exp.Expr] = []
 
         def collect_aggs(e: exp.Expr) -> None:
@@ -362,25 +284,16 @@ class _Analysis:
         for _, expr, _orig in items:
             collect_aggs(expr)
         having = select_resolver.resolve(having_node, "HAVING") if having_node is not None else None
+        if having is not None and window is not None:
+            self._no_window_bounds(having)
         if having is not None:
             collect_aggs(having)
 
-        if aggregates and not group_by:
-            agg_names = ", ".join(sorted({str(a.this) for a in aggregates}))
-            raise StatementError(f"Aggregate functions ({agg_names}) are only supported with a GROUP BY clause.")
-        if group_by:
-            if not aggregates:
-                raise StatementError("GROUP BY requires aggregate functions in either the SELECT or HAVING clause.")
-            bad = [orig for _, expr, orig in items if not self._valid_in_aggregate(expr, group_by)]
-            if bad:
-                raise StatementError("Non-aggregate SELECT expression(s) not part of GROUP BY: "
-                                     + ", ".join(ksql_text(b) for b in bad))
-            if having is not None and not self._valid_in_aggregate(having, group_by):
-                raise StatementError(f"Non-aggregate HAVING expression not part of GROUP BY: {ksql_text(having)}")
-            if joins:
-                raise StatementError("Aggregations over joins are not supported yet.")
-        elif having is not None:
-            raise StatementError("HAVING requires a GROUP BY clause.")
+        self._check_aggregation(items, group_by, having, aggregates, joins, window)
+        if q.emit is Emit.FINAL and (window is None or not group_by):
+            raise StatementError("EMIT FINAL is only supported for windowed aggregations.")
+        if q.emit is Emit.NONE and self.sink is None:
+            self._check_pull_query(joins, window, group_by, having)
 
         # keys: which projection items carry them, and their names
         key_alias: dict[int, str] = {}
@@ -388,7 +301,7 @@ class _Analysis:
         key_items: list[tuple[str, exp.Expr, int]] = []
         seen_key_names: dict[int, list[str]] = {}
         for name, expr, _orig in items:
-            idx = self._key_index(expr, key_exprs, viable_join_keys)
+            idx = self._key_index(expr, key_exprs)
             if idx is not None:
                 seen_key_names.setdefault(idx, []).append(name)
                 key_items.append((name, expr, idx))
@@ -400,17 +313,22 @@ class _Analysis:
         if persistent:
             for idx, names in seen_key_names.items():
                 if len(names) > 1:
+                    aliases = " and ".join(f"`{n}`" for n in names)
+                    if group_by:   # ksqlDB's LogicalPlanner wording for grouped keys
+                        what = f"The projection contains a key column more than once: {aliases}."
+                    else:
+                        shown = _shown(key_exprs[idx])
+                        key_col = key_exprs[idx]
+                        if joins and isinstance(key_col, exp.Column) and key_col.table and shown in self._clashing_names():
+                            shown = f"{key_col.table}_{shown}"
+                        what = (f"The projection contains a key column (`{shown}`) more than once, aliased as: "
+                                f"{' and '.join(sorted(names))}.")
                     raise StatementError(
-                        f"The projection contains a key column ({_shown(key_exprs[idx])}) more than once, aliased as: "
-                        f"{' and '.join(sorted(names))}.\nEach key column must only be in the projection once. If you intended "
-                        "to copy the key into the value, then consider using the AS_VALUE function to indicate which key "
-                        "reference should be copied.")
+                        f"{what}\nEach key column must only be in the projection once. If you intended to copy the key into "
+                        "the value, then consider using the AS_VALUE function to indicate which key reference should be copied.")
             missing = [k for i, k in enumerate(key_exprs) if i not in seen_key_names]
             if missing:
                 self._missing_keys(missing, group_by, partition_by, joins, synthetic_key, viable_join_keys)
-            # ksqlDB drops un-aliased window bounds from a persistent query's value
-            value_items = [(n, e) for n, e in value_items
-                           if not (isinstance(e, exp.Column) and e.name in WINDOW_BOUNDS and n == e.name)]
             if not value_items:
                 raise StatementError("The projection contains no value columns.")
 
@@ -445,17 +363,54 @@ class _Analysis:
             aggregates=tuple(aggregates), synthetic_key=synthetic_key, persistent=persistent,
             emit_final=q.emit.value == "FINAL", limit=q.limit)
 
+    _PULL_RULES = (("joins", "Pull queries don't support JOIN clauses."),
+                   ("window", "Pull queries don't support WINDOW clauses."),
+                   ("group_by", "Pull queries don't support GROUP BY clauses."),
+                   ("partition_by", "Pull queries don't support PARTITION BY clauses."),
+                   ("having", "Pull queries don't support HAVING clauses."))
+
+    def _check_pull_query(self, joins: list[AnalyzedJoin], window: WindowSpec | None, group_by: tuple[exp.Expr, ...],
+                          having: exp.Expr | None) -> None:
+        """ksqlDB's PullQueryValidator rules (a query without EMIT is a pull query)."""
+        present = {"joins": bool(joins), "window": window is not None, "group_by": bool(group_by),
+                   "partition_by": bool(self.query.partition_by), "having": having is not None}
+        for what, message in self._PULL_RULES:
+            if present[what]:
+                raise StatementError(message)
+        if self.query.limit is not None and self.query.limit < 0:
+            raise StatementError("Pull queries don't support negative integers in the LIMIT clause.")
+
+    def _check_reserved_names(self) -> None:
+        """ksqlDB's reserved-token checks on the projection as written (before resolution): a
+        system column's name as an alias of something else, or an un-aliased system column in a
+        persistent query (its sink would get a column by that name)."""
+        reserved = (catalog.ROWTIME, catalog.ROWPARTITION, catalog.ROWOFFSET, *WINDOW_BOUNDS)
+        is_join = bool(self.query.joins)
+        for item in self.query.select.expressions:
+            if isinstance(item, exp.Alias):
+                name, inner = item.alias, item.this
+            elif isinstance(item, exp.Column) and not isinstance(item.this, exp.Star):
+                if is_join and item.table:
+                    continue       # named <ALIAS>_<COLUMN> in a join
+                name, inner = item.name, item
+            else:
+                continue
+            if name.upper() not in reserved:
+                continue
+            if not (isinstance(inner, exp.Column) and inner.name.upper() == name.upper()):
+                raise StatementError(f"`{name.upper()}` is a reserved column name. You cannot use it as an alias for a column.")
+            if self.sink is not None:
+                raise StatementError(f"Reserved column name in select: `{name.upper()}`. Please remove or alias the column.")
+
     def _synthetic_key_name(self) -> str:
         gen = _AliasGenerator(self.scope_sources)
-        return gen._next("ROWKEY", drop_zero=True)
+        return gen.next_name("ROWKEY", drop_zero=True)
 
     @staticmethod
-    def _key_index(expr: exp.Expr, key_exprs: list[exp.Expr], viable: list[exp.Expr]) -> int | None:
+    def _key_index(expr: exp.Expr, key_exprs: list[exp.Expr]) -> int | None:
         for i, k in enumerate(key_exprs):
-            if expr == k:
+            if same_expression(expr, k):
                 return i
-        if viable and any(expr == v for v in viable):
-            return 0
         return None
 
     def _missing_keys(self, missing: list[exp.Expr], group_by: tuple[exp.Expr, ...],
@@ -463,46 +418,48 @@ class _Analysis:
                       viable: list[exp.Expr]) -> None:
         sink = self.sink
         if group_by:
-            what, shown = "grouping expression", [_shown(m) for m in missing]
+            what, shown = "grouping expression", [ksql_format(m) for m in missing]
         elif partition_by:
-            what, shown = "partitioning expression", [_shown(m) for m in missing]
+            # ksqlDB lists every partitioning expression, qualified, when any is missing
+            what, shown = "partitioning expression", [ksql_format(p, qualify=True) for p in partition_by]
         elif joins and synthetic is None:
-            options = [ksql_text(v) for v in viable]
+            options = [ksql_format(v, qualify=True) for v in viable]
+            plural = "s" if len(options) > 1 else ""
             raise StatementError("Key missing from projection (ie, SELECT).\nThe query used to build "
-                                 f"{sink} must include the join expression {' or '.join(options)} in its projection "
+                                 f"`{sink}` must include the join expression{plural} {' or '.join(options)} in its projection "
                                  f"(eg, SELECT {options[0]}...).")
         elif synthetic is not None:
             raise StatementError(
-                "Key missing from projection (ie, SELECT). See https://cnfl.io/0.19-synthetic-join-keys.\nThe query used to "
-                f"build {sink} must include the join expression {synthetic} in its projection (eg, SELECT {synthetic}...).\n"
+                "Key missing from projection (ie, SELECT). See https://cnfl.io/2LV7ouS.\nThe query used to "
+                f"build `{sink}` must include the join expression {synthetic} in its projection (eg, SELECT {synthetic}...).\n"
                 f"{synthetic} was added as a synthetic key column because the join criteria did not match any source column. "
-                "This expression must be included in the projection and may be aliased. ")
+                "This expression must be included in the projection and may be aliased.")
         else:
-            what, shown = "key column", [m.name for m in missing]
+            # ksqlDB lists every key column of the source when any is missing
+            what, shown = "key column", [k.name for k in self.scope_sources[next(iter(self.scope_sources))].key_columns]
         plural = "s" if len(shown) > 1 else ""
         types = what + plural
         joined = " and ".join(shown) if len(shown) <= 2 else ", ".join(shown[:-1]) + " and " + shown[-1]
-        raise StatementError(f"Key{plural} missing from projection (ie, SELECT).\nThe query used to build {sink} must include "
+        raise StatementError(f"Key{plural} missing from projection (ie, SELECT).\nThe query used to build `{sink}` must include "
                              f"the {types} {joined} in its projection (eg, SELECT {', '.join(shown)}...).")
 
-    @staticmethod
-    def _valid_in_aggregate(expr: exp.Expr, group_by: tuple[exp.Expr, ...]) -> bool:
-        if any(expr == g for g in group_by) or is_aggregate_call(expr):
-            return True
-        if isinstance(expr, exp.Column):
-            return bool(expr.meta.get(PSEUDO_KEY)) and expr.name in WINDOW_BOUNDS
-        children = [c for c in expr.iter_expressions()]
-        return all(_Analysis._valid_in_aggregate(c, group_by) for c in children if not isinstance(c, exp.DataType))
-
-    def _expand_projection(self, resolver: ExpressionResolver,
-                           joins: list[AnalyzedJoin]) -> list[tuple[str, exp.Expr, exp.Expr]]:
+    def _expand_projection(self, resolver: ExpressionResolver, joins: list[AnalyzedJoin],
+                           partition_by: tuple[exp.Expr, ...] = (),
+                           synthetic_key: str | None = None) -> list[tuple[str, exp.Expr, exp.Expr]]:
         """(output name, resolved expression, original expression) per output column."""
         gen = _AliasGenerator(self.scope_sources)
         is_join = bool(joins)
         clashing = self._clashing_names()
         out: list[tuple[str, exp.Expr, exp.Expr]] = []
         for item in self.query.select.expressions:
+            if isinstance(item, exp.Star) and partition_by and not is_join:
+                out.extend(self._star_repartitioned(partition_by))
+                continue
             if isinstance(item, exp.Star):
+                if synthetic_key is not None:
+                    # ksqlDB's SELECT * over a join with a synthetic key starts with that key
+                    syn = resolver.resolve(exp.column(synthetic_key, quoted=True))
+                    out.append((synthetic_key, syn, syn))
                 for alias in self.scope_sources:
                     out.extend(self._star(alias, is_join))
                 continue
@@ -528,22 +485,49 @@ class _Analysis:
             out.append((name, expr, item))
         return out
 
+    def _star_repartitioned(self, partition_by: tuple[exp.Expr, ...]) -> list[tuple[str, exp.Expr, exp.Expr]]:
+        """``SELECT *`` after ``PARTITION BY``, as ksqlDB lays the repartitioned schema out: the
+        new key columns (named after the column or struct field, else ``KSQL_COL_<n>``), the
+        value columns not moved into the key, then the old key columns."""
+        gen = _AliasGenerator(self.scope_sources)
+        alias = next(iter(self.scope_sources))
+        info = self.scope_sources[alias]
+        out: list[tuple[str, exp.Expr, exp.Expr]] = []
+        moved: set[str] = set()
+        for p in partition_by:
+            if isinstance(p, exp.Column) and not p.meta.get(PSEUDO_KEY):
+                name = p.name
+                moved.add(p.name)
+            elif isinstance(p, exp.Dot):
+                name = gen.struct_field(p.expression.name)
+            else:
+                name = gen.ksql_col()
+            out.append((name, p, p))
+        for col in (*info.value_columns, *info.key_columns):
+            if col.name not in moved:
+                node = column_ref(col.name, alias, col.type)
+                out.append((col.name, node, node))
+        return out
+
     def _clashing_names(self) -> set[str]:
         counts: dict[str, int] = {}
         for info in self.scope_sources.values():
             for col in info.columns:
                 counts[col.name] = counts.get(col.name, 0) + 1
-        return {n for n, c in counts.items() if c > 1}
+        clashing = {n for n, c in counts.items() if c > 1}
+        if len(self.scope_sources) > 1:   # every source has the pseudo columns
+            clashing |= {catalog.ROWTIME, catalog.ROWPARTITION, catalog.ROWOFFSET}
+        return clashing
 
     def _star(self, alias: str, is_join: bool) -> list[tuple[str, exp.Expr, exp.Expr]]:
         info = self.scope_sources[alias]
         out: list[tuple[str, exp.Expr, exp.Expr]] = []
         cols: list[tuple[str, SqlType]] = [(c.name, c.type) for c in info.key_columns]
         if info.window is not None:
-            cols += [(b, _bigint()) for b in WINDOW_BOUNDS]
+            cols += [(b, t.BIGINT) for b in WINDOW_BOUNDS]
         cols += [(c.name, c.type) for c in info.value_columns]
         for name, ty in cols:
-            node = ExpressionResolver._column_node(name, alias, ty)
+            node = column_ref(name, alias, ty)
             out.append((f"{alias}_{name}" if is_join else name, node, node))
         return out
 
@@ -556,11 +540,6 @@ def _shown(e: exp.Expr) -> str:
     return ksql_text(copy)
 
 
-def _t(e: exp.Expr) -> str:
-    ty = type_of(e)
-    return "NULL" if ty is None else ty.ksql_name
-
-
 def _type(e: exp.Expr) -> SqlType:
     ty = type_of(e)
     if ty is None:
@@ -570,30 +549,5 @@ def _type(e: exp.Expr) -> SqlType:
     return ty
 
 
-def _bigint() -> SqlType:
-    from oncestream.sql.types import BIGINT
-    return BIGINT
-
-
-def _t_default() -> SqlType:
-    from oncestream.sql.types import STRING
-    return STRING
-
-
 def _default_key_name(k: exp.Expr) -> str:
     return k.name if isinstance(k, exp.Column) else "KSQL_COL_0"
-
-
-def windowed_key_columns(analyzed: AnalyzedQuery) -> tuple[str, ...]:
-    """The pseudo columns a windowed result adds beside its key (ksqlDB's WINDOWSTART/WINDOWEND)."""
-    return WINDOW_BOUNDS if analyzed.windowed else ()
-
-
-def output_source(analyzed: AnalyzedQuery, *, name: str, topic: str, key_format: catalog.Format,
-                  value_format: catalog.Format, statement: str, partitions: int, replicas: int = 1,
-                  created_by: str | None = None, timestamp_column: str | None = None) -> SourceInfo:
-    """The ``SourceInfo`` of the sink a persistent query creates (CREATE ... AS SELECT)."""
-    cols = tuple(analyzed.columns)
-    return SourceInfo(name=name, kind=analyzed.result_kind, topic=topic, key_format=key_format, value_format=value_format,
-                      columns=cols, statement=statement, partitions=partitions, replicas=replicas,
-                      timestamp_column=timestamp_column, window=analyzed.window, created_by=created_by)

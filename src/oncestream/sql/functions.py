@@ -60,6 +60,7 @@ class FunctionDef:
     description: str
     spark_doc: str                    # the Spark equivalent as docs/sql-functions.md shows it
     aliases: tuple[str, ...] = field(default=())
+    category: str = "OTHER"           # SHOW FUNCTIONS' category (STRING, MATHEMATICAL, ...)
 
     def result_type(self, arg_types: Sequence[SqlType | None]) -> SqlType:
         """The call's type; raises ``FunctionTypeError`` with ksqlDB's message when refused."""
@@ -185,6 +186,10 @@ def _common_type(name: str) -> TypeRule:
             for a in known:
                 out = wider_numeric(out, a)
             return out or t.INTEGER
+        temporal = [a for a in known if a.base in (BaseType.DATE, BaseType.TIME, BaseType.TIMESTAMP)]
+        if temporal and all(a == temporal[0] or a.base is BaseType.STRING for a in known):
+            # ksqlDB reads string arguments as the temporal type (GREATEST(d1, d2, '2022-06-14'))
+            return temporal[0]
         if any(a != known[0] for a in known):
             raise FunctionTypeError(_refused(name, arg_types))
         return known[0]
@@ -314,11 +319,47 @@ def _array_sort(c: CallSite) -> str:
     return f"sort_array({c.args[0]}, upper({c.args[1]}) <> 'DESC')"
 
 
-def _latest(spark_name: str) -> SparkRule:
+def _by_offset(latest: bool) -> SparkRule:
+    """LATEST_BY_OFFSET / EARLIEST_BY_OFFSET (x [, ignoreNulls]) and (x, n [, ignoreNulls])."""
     def rule(c: CallSite) -> str:
         order = c.order_sql or "ROWOFFSET"
-        # ksqlDB's *_BY_OFFSET ignore NULL values by default: a NULL ordering key drops the row.
-        return f"{spark_name}({c.args[0]}, CASE WHEN {c.args[0]} IS NOT NULL THEN {order} END)"
+        x = c.args[0]
+        with_n = len(c.args) >= 2 and not _is_boolean(c, 1)
+        ignore_nulls_arg = c.args[2] if with_n and len(c.args) > 2 else (c.args[1] if not with_n and len(c.args) > 1 else "true")
+        ignore_nulls = ignore_nulls_arg.strip().lower() != "false"
+        if not with_n:
+            if not ignore_nulls:
+                return f"{'max_by' if latest else 'min_by'}({x}, {order})"
+            # ksqlDB ignores NULL values by default: a NULL ordering key makes max_by/min_by skip the row
+            return f"{'max_by' if latest else 'min_by'}({x}, CASE WHEN {x} IS NOT NULL THEN {order} END)"
+        entry = f"struct({order} AS o, {x} AS v)"
+        collected = f"collect_list(CASE WHEN {x} IS NOT NULL THEN {entry} END)" if ignore_nulls else f"collect_list({entry})"
+        # the n latest (or earliest), returned oldest first as ksqlDB does
+        picked = f"slice(sort_array({collected}, {'false' if latest else 'true'}), 1, {c.args[1]})"
+        values = f"transform({picked}, e -> e.v)"
+        return f"reverse({values})" if latest else values
+    return rule
+
+
+def _is_boolean(c: CallSite, index: int) -> bool:
+    ty = c.types[index] if len(c.types) > index else None
+    if ty is not None:
+        return ty.base is BaseType.BOOLEAN
+    return c.args[index].strip().lower() in ("true", "false")
+
+
+def _by_offset_type(name: str) -> TypeRule:
+    def rule(arg_types: Sequence[SqlType | None]) -> SqlType:
+        n = len(arg_types)
+        x = arg_types[0] if arg_types else None
+        def boolean(a: SqlType | None) -> bool:
+            return a is None or a.base is BaseType.BOOLEAN
+
+        if n == 1 or (n == 2 and boolean(arg_types[1]) and arg_types[1] is not None):
+            return x or INT
+        if n in (2, 3) and is_integral(arg_types[1]) and (n == 2 or boolean(arg_types[2])):
+            return t.array_of(x or INT)
+        raise FunctionTypeError(_refused(name, arg_types))
     return rule
 
 
@@ -333,11 +374,17 @@ def _topk(distinct: bool) -> SparkRule:
 # the catalog
 
 _CATALOG: dict[str, FunctionDef] = {}
+_category = "OTHER"
+
+
+def _section(category: str) -> None:
+    global _category
+    _category = category
 
 
 def _add(name: str, min_args: int, max_args: int | None, rule: TypeRule, spark: SparkRule, description: str,
          spark_doc: str, *, aggregate: bool = False, aliases: tuple[str, ...] = ()) -> None:
-    fd = FunctionDef(name, aggregate, min_args, max_args, rule, spark, description, spark_doc, aliases)
+    fd = FunctionDef(name, aggregate, min_args, max_args, rule, spark, description, spark_doc, aliases, _category)
     for n in (name, *aliases):
         _CATALOG[n] = fd
 
@@ -345,6 +392,7 @@ def _add(name: str, min_args: int, max_args: int | None, rule: TypeRule, spark: 
 S, INT, B, D = t.STRING, t.INTEGER, t.BIGINT, t.DOUBLE
 
 # strings
+_section("STRING")
 _add("UCASE", 1, 1, _sig("UCASE", is_string, result=S), _call("upper"), "Upper-case a string.", "upper(s)")
 _add("LCASE", 1, 1, _sig("LCASE", is_string, result=S), _call("lower"), "Lower-case a string.", "lower(s)")
 _add("CONCAT", 1, None, _all(is_string, "CONCAT", lambda _: S), lambda c: f"concat_ws('', {', '.join(c.args)})",
@@ -375,8 +423,17 @@ _add("REGEXP_REPLACE", 3, 3, _sig("REGEXP_REPLACE", is_string, is_string, is_str
      "Replace every regex match.", "regexp_replace(s, p, r)")
 _add("MASK", 1, 1, _sig("MASK", is_string, result=S), lambda c: f"mask({c.args[0]}, 'X', 'x', 'n', '-')",
      "Mask letters (X/x), digits (n) and other characters (-).", "mask(s, 'X', 'x', 'n', '-')")
+_add("MD5", 1, 1, _sig("MD5", is_string, result=S), _call("md5"), "Hex MD5 digest of the UTF-8 string.", "md5(s)")
+_add("CHR", 1, 1, _sig("CHR", is_integral, result=S), _call("chr"), "The character with that code point.", "chr(n)")
+_add("REGEXP_EXTRACT_ALL", 2, 3,
+     _sig("REGEXP_EXTRACT_ALL", is_string, is_string, is_integral, result=t.array_of(S), optional_from=2),
+     lambda c: f"regexp_extract_all({c.args[1]}, {c.args[0]}, {c.args[2] if len(c.args) > 2 else '0'})",
+     "Every match of a regex (or of a group).", "regexp_extract_all(s, p, g)")
+_add("REGEXP_SPLIT_TO_ARRAY", 2, 2, _sig("REGEXP_SPLIT_TO_ARRAY", is_string, is_string, result=t.array_of(S)),
+     lambda c: f"split({c.args[0]}, {c.args[1]}, -1)", "Split on a regex.", "split(s, regex, -1)")
 
 # math
+_section("MATHEMATICAL")
 _add("ABS", 1, 1, _same_as_first("ABS", is_numeric), _call("abs"), "Absolute value.", "abs(x)")
 _add("CEIL", 1, 1, _same_as_first("CEIL", is_numeric), _ceil_floor("ceil"), "Round up.", "ceil(x) (cast back to the input type)")
 _add("FLOOR", 1, 1, _same_as_first("FLOOR", is_numeric), _ceil_floor("floor"),
@@ -403,8 +460,17 @@ _add("SIGN", 1, 1, _sig("SIGN", is_numeric, result=INT), _cast(_call("sign"), "I
 _add("RANDOM", 0, 0, _sig("RANDOM", result=D), lambda c: "rand()", "A random DOUBLE in [0, 1).", "rand()")
 _add("GREATEST", 1, None, _common_type("GREATEST"), _call("greatest"), "The largest argument, NULLs ignored.", "greatest(a, ...)")
 _add("LEAST", 1, None, _common_type("LEAST"), _call("least"), "The smallest argument, NULLs ignored.", "least(a, ...)")
+for _trig in ("ACOS", "ASIN", "ATAN", "COS", "COSH", "COT", "SIN", "SINH", "TAN", "TANH", "DEGREES", "RADIANS", "CBRT"):
+    _add(_trig, 1, 1, _sig(_trig, is_numeric, result=D), _call(_trig.lower()), f"{_trig.capitalize()} of x, as DOUBLE.",
+         f"{_trig.lower()}(x)")
+_add("ATAN2", 2, 2, _sig("ATAN2", is_numeric, is_numeric, result=D), _call("atan2"), "Arc tangent of y/x.", "atan2(y, x)")
+_add("PI", 0, 0, _sig("PI", result=D), lambda c: "pi()", "The constant pi.", "pi()")
+_add("LOG", 1, 2, _sig("LOG", is_numeric, is_numeric, result=D, optional_from=1),
+     lambda c: f"ln({c.args[0]})" if len(c.args) == 1 else f"log({c.args[0]}, {c.args[1]})",
+     "Natural logarithm, or LOG(base, x).", "ln(x) / log(base, x)")
 
 # date and time (BIGINT epoch milliseconds or TIMESTAMP)
+_section("DATE / TIME")
 _add("UNIX_TIMESTAMP", 0, 1, _sig("UNIX_TIMESTAMP", is_timestamp, result=B, optional_from=0),
      _unix_timestamp, "Epoch milliseconds now, or of a TIMESTAMP.", "unix_millis(current_timestamp()) / unix_millis(ts)")
 _add("TIMESTAMPTOSTRING", 2, 3, _sig("TIMESTAMPTOSTRING", is_integral, is_string, is_string, result=S, optional_from=2),
@@ -425,8 +491,20 @@ _add("FORMAT_DATE", 2, 2, _sig("FORMAT_DATE", is_date, is_string, result=S), _ca
      "Format a DATE with a pattern.", "date_format(d, fmt)")
 _add("PARSE_DATE", 2, 2, _sig("PARSE_DATE", is_string, is_string, result=t.DATE), _call("to_date"),
      "Parse a string into a DATE.", "to_date(s, fmt)")
+_add("FROM_DAYS", 1, 1, _sig("FROM_DAYS", is_integral, result=t.DATE), _call("date_from_unix_date"),
+     "Days since the epoch to DATE.", "date_from_unix_date(n)")
+_add("UNIX_DATE", 0, 1, _sig("UNIX_DATE", is_date, result=INT, optional_from=0),
+     lambda c: f"unix_date({c.args[0]})" if c.args else "unix_date(current_date())",
+     "Days since the epoch, today or of a DATE.", "unix_date(d)")
+_add("DATETOSTRING", 2, 2, _sig("DATETOSTRING", is_integral, is_string, result=S),
+     lambda c: f"date_format(date_from_unix_date({c.args[0]}), {c.args[1]})",
+     "Format days since the epoch with a pattern.", "date_format(date_from_unix_date(n), fmt)")
+_add("STRINGTODATE", 2, 2, _sig("STRINGTODATE", is_string, is_string, result=INT),
+     lambda c: f"unix_date(to_date({c.args[0]}, {c.args[1]}))",
+     "Parse a string into days since the epoch.", "unix_date(to_date(s, fmt))")
 
 # nulls
+_section("CONDITIONAL")
 _add("IFNULL", 2, 2, _common_type("IFNULL"), _call("coalesce"),
      "The first argument unless NULL, else the second.", "coalesce(a, b)")
 _add("COALESCE", 1, None, _common_type("COALESCE"), _call("coalesce"), "The first non-NULL argument.", "coalesce(a, ...)")
@@ -443,6 +521,7 @@ _add("AS_VALUE", 1, 1, _sig("AS_VALUE", _any, result=_first_non_null), lambda c:
      "Copy a key column into the value.", "the argument itself")
 
 # collections
+_section("ARRAY")
 _add("ARRAY_LENGTH", 1, 1, _sig("ARRAY_LENGTH", is_array, result=INT), _null_if_null(lambda c: f"size({c.args[0]})"),
      "Number of elements, NULL for NULL.", "size(a) (NULL for NULL)")
 _add("ARRAY_CONTAINS", 2, 2, _sig("ARRAY_CONTAINS", is_array, _any, result=t.BOOLEAN), _call("array_contains"),
@@ -463,6 +542,16 @@ _add("ARRAY_EXCEPT", 2, 2, _sig("ARRAY_EXCEPT", is_array, is_array, result=_firs
      "Distinct elements of a not in b.", "array_except(a, b)")
 _add("ARRAY_JOIN", 1, 2, _sig("ARRAY_JOIN", is_array, is_string, result=S, optional_from=1), _array_join,
      "Join elements into a string (default delimiter ',').", "array_join(a, delim)")
+_add("ARRAY_CONCAT", 2, 2, _sig("ARRAY_CONCAT", is_array, is_array, result=_first_non_null),
+     lambda c: f"CASE WHEN {c.args[0]} IS NULL THEN {c.args[1]} WHEN {c.args[1]} IS NULL THEN {c.args[0]} "
+               f"ELSE concat({c.args[0]}, {c.args[1]}) END",
+     "Concatenate two arrays; a NULL array counts as empty (NULL if both are).", "concat(a, b) (NULL-guarded)")
+_add("SLICE", 3, 3, _sig("SLICE", is_array, is_integral, is_integral, result=_first_non_null),
+     lambda c: f"slice({c.args[0]}, {c.args[1]}, {c.args[2]} - {c.args[1]} + 1)",
+     "Elements from a 1-based position to another, inclusive.", "slice(a, from, to - from + 1)")
+_add("AS_MAP", 2, 2, _sig("AS_MAP", is_array, is_array, result=lambda a: t.map_of(_element(a), _element(a[1:]))),
+     _call("map_from_arrays"), "A map from an array of keys and an array of values.", "map_from_arrays(k, v)")
+_section("MAP")
 _add("MAP_KEYS", 1, 1, _sig("MAP_KEYS", is_map, result=lambda a: t.array_of(a[0].key if a[0] and a[0].key else S)),
      _call("map_keys"), "The keys of a map.", "map_keys(m)")
 _add("MAP_VALUES", 1, 1, _sig("MAP_VALUES", is_map, result=lambda a: t.array_of(_element(a))),
@@ -475,15 +564,19 @@ def _elt_type(arg_types: Sequence[SqlType | None]) -> SqlType:
     return S
 
 
+_section("STRING")
 _add("ELT", 2, None, _elt_type, _call("elt"),
      "The n-th (1-based) of the string arguments, NULL out of range.", "elt(n, a, ...)")
 _add("FIELD", 2, None, _all(is_string, "FIELD", lambda _: INT), _field,
      "1-based position of the first argument among the others, 0 if absent.", "array_position(array(...), s)")
+_section("JSON")
 _add("EXTRACTJSONFIELD", 2, 2, _sig("EXTRACTJSONFIELD", is_string, is_string, result=S), _call("get_json_object"),
      "The JSON value at a JSONPath, as a string.", "get_json_object(json, path)")
+_section("OTHER")
 _add("UUID", 0, 0, _sig("UUID", result=S), lambda c: "uuid()", "A random UUID string.", "uuid()")
 
 # aggregates
+_section("AGGREGATE")
 
 
 def _sum_type(arg_types: Sequence[SqlType | None]) -> SqlType:
@@ -520,10 +613,12 @@ _add("COLLECT_LIST", 1, 1, _sig("COLLECT_LIST", _any, result=lambda a: t.array_o
      "Array of the values.", "collect_list(x)", aggregate=True)
 _add("COLLECT_SET", 1, 1, _sig("COLLECT_SET", _any, result=lambda a: t.array_of(a[0] or S)), _call("collect_set"),
      "Array of the distinct values.", "collect_set(x)", aggregate=True)
-_add("LATEST_BY_OFFSET", 1, 1, _sig("LATEST_BY_OFFSET", _any, result=_first_non_null), _latest("max_by"),
-     "The latest non-NULL value in offset order.", "max_by(x, <offset order>)", aggregate=True)
-_add("EARLIEST_BY_OFFSET", 1, 1, _sig("EARLIEST_BY_OFFSET", _any, result=_first_non_null), _latest("min_by"),
-     "The earliest non-NULL value in offset order.", "min_by(x, <offset order>)", aggregate=True)
+_add("LATEST_BY_OFFSET", 1, 3, _by_offset_type("LATEST_BY_OFFSET"), _by_offset(latest=True),
+     "The latest value in offset order (NULLs ignored unless ignoreNulls is false); with n, the n latest as an ARRAY.",
+     "max_by(x, <offset order>); n: slice(sort_array(collect_list(struct(order, x)), false), 1, n)", aggregate=True)
+_add("EARLIEST_BY_OFFSET", 1, 3, _by_offset_type("EARLIEST_BY_OFFSET"), _by_offset(latest=False),
+     "The earliest value in offset order (NULLs ignored unless ignoreNulls is false); with n, the n earliest as an ARRAY.",
+     "min_by(x, <offset order>); n: slice(sort_array(collect_list(struct(order, x))), 1, n)", aggregate=True)
 _add("TOPK", 2, 2, _sig("TOPK", lambda a: a is None or a.base not in (BaseType.ARRAY, BaseType.MAP),
                         is_integral, result=lambda a: t.array_of(a[0] or INT)), _topk(False),
      "The k largest values, descending.", "slice(sort_array(collect_list(x), false), 1, k)", aggregate=True)
@@ -531,7 +626,9 @@ _add("TOPKDISTINCT", 2, 2, _sig("TOPKDISTINCT", lambda a: a is None or a.base no
                                 is_integral, result=lambda a: t.array_of(a[0] or INT)), _topk(True),
      "The k largest distinct values, descending.", "slice(sort_array(collect_set(x), false), 1, k)", aggregate=True)
 _add("STDDEV_SAMP", 1, 1, _sig("STDDEV_SAMP", is_numeric, result=D), _call("stddev_samp"), "Sample standard deviation.",
-     "stddev_samp(x)", aggregate=True)
+     "stddev_samp(x)", aggregate=True, aliases=("STDDEV_SAMPLE",))
+_add("CORRELATION", 2, 2, _sig("CORRELATION", is_numeric, is_numeric, result=D), _call("corr"), "Pearson correlation of x and y.",
+     "corr(x, y)", aggregate=True)
 
 
 # ksqlDB functions with no faithful Spark SQL translation here (docs/sql-functions.md explains).
@@ -565,18 +662,27 @@ NOT_SUPPORTED: dict[str, str] = {
     "IS_JSON_STRING": "no Spark SQL equivalent",
     "JSON_ARRAY_LENGTH": "use ARRAY_LENGTH over a typed column instead",
     "TO_JSON_STRING": "to_json differs on top-level primitives",
-    "ARRAY_CONCAT": "not translated yet",
     "ENTRIES": "not translated yet",
-    "SLICE": "not translated yet",
-    "CHR": "not translated yet",
-    "LOG": "ksqlDB's LOG(base, x) argument order is not translated yet; use LN",
-    "CBRT": "not translated yet",
     "TRUNC": "not translated yet",
-    "UNIX_DATE": "not translated yet",
     "CONVERT_TZ": "not translated yet",
-    "STDDEV_SAMPLE": "not translated yet; STDDEV_SAMP is",
-    "CORRELATION": "not translated yet",
     "ATTEMPT_TO_CAST": "not translated yet",
+    "MAP_UNION": "Spark's map_concat fails on duplicate keys where ksqlDB keeps the last",
+    "SPLIT_TO_MAP": "Spark's str_to_map takes regex delimiters",
+    "MASK_KEEP_LEFT": "not translated yet",
+    "MASK_KEEP_RIGHT": "not translated yet",
+    "MASK_LEFT": "not translated yet",
+    "MASK_RIGHT": "not translated yet",
+    "FORMAT_TIME": "Spark has no TIME type",
+    "PARSE_TIME": "Spark has no TIME type",
+    "TIMEADD": "Spark has no TIME type",
+    "TIMESUB": "Spark has no TIME type",
+    "GENERATE_SERIES": "table functions are not supported",
+    "JSON_ARRAY_CONTAINS": "not translated yet",
+    "JSON_ITEMS": "not translated yet",
+    "BIGINT_FROM_BYTES": "BYTES conversions are not supported",
+    "DOUBLE_FROM_BYTES": "BYTES conversions are not supported",
+    "INT_FROM_BYTES": "BYTES conversions are not supported",
+    "REGEXP_SPLIT_TO_MAP": "not translated yet",
 }
 
 

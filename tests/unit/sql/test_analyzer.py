@@ -159,7 +159,7 @@ def test_unknown_column_names_the_clause() -> None:
         analyze_query(query("SELECT nope FROM orders"), SOURCES)
     with pytest.raises(StatementError, match=r"WHERE column 'NOPE' cannot be resolved\."):
         analyze_query(query("SELECT id FROM orders WHERE nope = 1"), SOURCES)
-    with pytest.raises(StatementError, match=r"SELECT column 'X.ID' cannot be resolved\."):
+    with pytest.raises(StatementError, match=r"'X' is not a valid stream/table name or alias\."):
         analyze_query(query("SELECT x.id FROM orders o"), SOURCES)
 
 
@@ -207,7 +207,7 @@ def test_stream_keeps_source_key_in_persistent_query() -> None:
 
 
 def test_persistent_query_must_select_the_key() -> None:
-    with pytest.raises(StatementError, match=r"Key missing from projection \(ie, SELECT\)\.\nThe query used to build S2 "
+    with pytest.raises(StatementError, match=r"Key missing from projection \(ie, SELECT\)\.\nThe query used to build `S2` "
                                              r"must include the key column ID in its projection \(eg, SELECT ID\.\.\.\)\."):
         analyze_query(query("SELECT userid FROM orders"), SOURCES, sink="S2")
 
@@ -218,15 +218,30 @@ def test_push_query_needs_no_key_and_keeps_projection_order() -> None:
 
 
 def test_key_selected_twice_is_refused() -> None:
-    with pytest.raises(StatementError, match=r"The projection contains a key column \(ID\) more than once, aliased as: A and ID\."):
+    with pytest.raises(StatementError,
+                       match=r"The projection contains a key column \(`ID`\) more than once, aliased as: A and ID\."):
         analyze_query(query("SELECT id, id AS a, userid FROM orders"), SOURCES, sink="S2")
 
 
 def test_partition_by_sets_the_key_named_by_the_projection() -> None:
     a = analyze_query(query("SELECT userid AS u, id, amount FROM orders", partition_by=("userid",)), SOURCES, sink="S2")
     assert schema(a) == "`U` STRING KEY, `ID` INTEGER, `AMOUNT` DOUBLE"
-    with pytest.raises(StatementError, match="must include the partitioning expression USERID in its projection"):
+    with pytest.raises(StatementError, match="must include the partitioning expression ORDERS.USERID in its projection"):
         analyze_query(query("SELECT id, amount FROM orders", partition_by=("userid",)), SOURCES, sink="S2")
+
+
+def test_select_star_after_partition_by_lays_out_the_repartitioned_schema() -> None:
+    # ksqlDB: the new key first, the value columns left, then the old key columns
+    a = analyze_query(query("SELECT * FROM orders", partition_by=("userid",)), SOURCES, sink="S2")
+    assert [c.name for c in a.columns][:3] == ["USERID", "AMOUNT", "QTY"] and a.columns[0].is_key
+    assert [c.name for c in a.columns][-1] == "ID" and not a.columns[-1].is_key
+    a = analyze_query(query("SELECT * FROM orders", partition_by=("abs(qty)",)), SOURCES, sink="S2")
+    assert a.columns[0].name == "KSQL_COL_0" and a.columns[0].is_key and a.columns[-1].name == "ID"
+
+
+def test_map_keys_are_refused() -> None:
+    with pytest.raises(StatementError, match="Map keys, including types that contain maps, are not supported"):
+        analyze_query(query("SELECT attrs, id FROM orders", partition_by=("attrs",)), SOURCES, sink="S2")
 
 
 def test_partition_by_null_gives_no_key() -> None:
@@ -287,11 +302,13 @@ def test_aggregate_of_a_table_source_is_a_table() -> None:
 
 def test_windowed_aggregation() -> None:
     w = WindowSpec(WindowKind.TUMBLING, size_ms=60_000)
-    a = analyze_query(query("SELECT userid, COUNT(*) AS c, windowstart AS ws, windowend FROM orders GROUP BY userid",
+    a = analyze_query(query("SELECT userid, COUNT(*) AS c, windowstart AS ws FROM orders GROUP BY userid",
                             window=w), SOURCES, sink="T")
     assert a.window == w and a.windowed
-    # un-aliased window bounds are dropped from a persistent query's value, aliased ones kept
     assert schema(a) == "`USERID` STRING KEY, `C` BIGINT, `WS` BIGINT"
+    # un-aliased window bounds would give the sink a reserved column name
+    with pytest.raises(StatementError, match=r"Reserved column name in select: `WINDOWEND`\. Please remove or alias"):
+        analyze_query(query("SELECT userid, COUNT(*) AS c, windowend FROM orders GROUP BY userid", window=w), SOURCES, sink="T")
     push = analyze_query(query("SELECT userid, windowstart, COUNT(*) FROM orders GROUP BY userid", window=w), SOURCES)
     assert names(push) == ["USERID", "WINDOWSTART", "KSQL_COL_0"]
 

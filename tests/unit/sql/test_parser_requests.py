@@ -197,3 +197,27 @@ def test_too_deep_nesting_is_a_parse_error_not_a_crash() -> None:
     assert "Statement is too large to parse" in e.message
     e = error_of("SELECT " + " + ".join(["a"] * 1000) + " FROM s;")
     assert "nested deeper than" in e.message
+
+
+def _doc_examples() -> list[str]:
+    """The ```sql blocks of docs/sql-reference.md."""
+    from pathlib import Path
+    doc = Path(__file__).resolve().parents[3] / "docs" / "sql-reference.md"
+    blocks: list[str] = []
+    current: list[str] | None = None
+    for line in doc.read_text().splitlines():
+        if current is None and line.strip() == "```sql":
+            current = []
+        elif current is not None and line.strip() == "```":
+            blocks.append("\n".join(current))
+            current = None
+        elif current is not None:
+            current.append(line)
+    return blocks
+
+
+def test_every_example_of_the_sql_reference_parses() -> None:
+    examples = _doc_examples()
+    assert len(examples) >= 8
+    for example in examples:
+        assert parse(example), example

@@ -325,3 +325,78 @@ def test_set_and_unset() -> None:
     a, b = parse("SET 'auto.offset.reset' = 'earliest'; UNSET 'auto.offset.reset';")
     assert isinstance(a, ast.SetProperty) and (a.name, a.value) == ("auto.offset.reset", "earliest")
     assert isinstance(b, ast.UnsetProperty) and b.name == "auto.offset.reset"
+
+
+def test_comments_stay_in_the_text_but_not_in_the_trees() -> None:
+    s = one("SELECT a -- */ , secret\n, b /* x */ FROM s WHERE /* c */ x = 1 EMIT CHANGES;")
+    assert isinstance(s, ast.QueryStatement)
+    assert "secret" in s.text
+    assert s.query.select.sql() == "SELECT A, B FROM S WHERE X = 1"
+    assert not any(node.comments for node in s.query.select.walk())
+
+
+def test_with_property_literal_kinds() -> None:
+    s = one("CREATE STREAM s (a INT) WITH (kafka_topic='s', PARTITIONS=-1, X=2.5, Y=TRUE, Z=FALSE, W=NULL);")
+    assert isinstance(s, ast.CreateSource)
+    assert s.properties == {"KAFKA_TOPIC": "s", "PARTITIONS": -1, "X": 2.5, "Y": True, "Z": False, "W": None}
+
+
+def test_create_without_columns_or_properties() -> None:
+    s = one("CREATE STREAM s;")
+    assert isinstance(s, ast.CreateSource) and (s.columns, s.properties) == ((), {})
+
+
+def test_struct_with_duplicate_field_names_is_an_error() -> None:
+    from oncestream.sql.errors import ParseError
+    with pytest.raises(ParseError) as caught:
+        parse("CREATE STREAM s (a STRUCT<x INT, X INT>);")
+    assert caught.value.message == "line 1:20: Syntax Error\nDuplicate field names found in STRUCT"
+
+
+def test_create_source_as_select_is_an_error() -> None:
+    from oncestream.sql.errors import ParseError
+    with pytest.raises(ParseError) as caught:
+        parse("CREATE SOURCE TABLE t AS SELECT * FROM s;")
+    assert caught.value.column == 23
+
+
+@pytest.mark.parametrize(("options", "detail"), [
+    ("GRACE PERIOD 1 MINUTE, RETENTION 1 DAY", "mismatched input ',' expecting ')'"),
+    ("RETENTION 1 DAY, RETENTION 2 DAYS", "mismatched input 'RETENTION' expecting 'GRACE'"),
+    ("FOO 1 DAY", "mismatched input 'FOO' expecting {'RETENTION', 'GRACE'}"),
+])
+def test_window_options_retention_then_grace_period(options: str, detail: str) -> None:
+    from oncestream.sql.errors import ParseError
+    with pytest.raises(ParseError) as caught:
+        parse(f"SELECT k, COUNT(*) FROM s WINDOW TUMBLING (SIZE 1 HOUR, {options}) GROUP BY k EMIT CHANGES;")
+    assert caught.value.message.endswith(detail)
+
+
+@pytest.mark.parametrize(("text", "column", "message"), [
+    ("CREATE STREAM s (id INT PRIMARY KEY) WITH (kafka_topic='s');", 18,
+     "Column `ID` is a 'PRIMARY KEY' column: please use 'KEY' for streams.\n"
+     "Tables have PRIMARY KEYs, which are unique and NON NULL.\n"
+     "Streams have KEYs, which have no uniqueness or NON NULL constraints."),
+    ("CREATE TABLE t (v INT, id INT KEY) WITH (kafka_topic='t');", 24,
+     "Column `ID` is a 'KEY' column: please use 'PRIMARY KEY' for tables.\n"
+     "Tables have PRIMARY KEYs, which are unique and NON NULL.\n"
+     "Streams have KEYs, which have no uniqueness or NON NULL constraints."),
+    ("CREATE STREAM s (a INT, b INT, A STRING) WITH (kafka_topic='s');", 32, "Duplicate column names: `A`"),
+])
+def test_ksqldb_parse_time_column_checks(text: str, column: int, message: str) -> None:
+    from oncestream.sql.errors import ParseError
+    with pytest.raises(ParseError) as caught:
+        parse(text)
+    assert caught.value.message == f"line 1:{column}: {message}"
+
+
+def test_quoted_and_unquoted_names_differ() -> None:
+    s = one("CREATE STREAM s (a INT, `a` INT) WITH (kafka_topic='s');")
+    assert isinstance(s, ast.CreateSource)
+    assert [c.name for c in s.columns] == ["A", "a"]
+
+
+def test_explain_statement_without_semicolon_gets_one_in_both_texts() -> None:
+    s = one("EXPLAIN SHOW STREAMS")
+    assert isinstance(s, ast.Explain) and s.statement is not None
+    assert (s.text, s.statement.text) == ("EXPLAIN SHOW STREAMS;", "SHOW STREAMS;")

@@ -51,6 +51,19 @@ _NOT_A_NAME = frozenset({TokenType.L_PAREN, TokenType.R_PAREN, TokenType.L_BRACK
                          TokenType.TRUE, TokenType.FALSE})
 
 
+def number_value(text: str) -> int | float | None:
+    """The value of a NUMBER token as ksqlDB reads it (``42``, ``2.5``, ``1e5``), None for what
+    sqlglot's tokenizer lets through as a number but is not one (``2E``, ``1_000``)."""
+    if not text or not text.isascii() or any(c not in "0123456789.eE+-" for c in text):
+        return None
+    if text.isdigit():
+        return int(text)
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
 def normalise_name(token: Token) -> str:
     """ksqlDB's identifier rule: quoted names keep their case, the others are upper-cased."""
     if token.token_type == TokenType.IDENTIFIER:
@@ -130,13 +143,19 @@ class BaseParser(Parser):
     def fail(self, *expected: str) -> NoReturn:
         raise mismatched(self.token(), expected)
 
-    def issue(self, detail: str, token: Token | None = None) -> NoReturn:
-        raise SyntaxIssue(token if token is not None else self.token(), detail)
+    def issue(self, detail: str, token: Token | None = None, *, syntax: bool = True) -> NoReturn:
+        """A failure at ``token`` (default: the current one); ``syntax`` False for the checks
+        ksqlDB makes while building its AST, whose messages have no "Syntax Error" heading."""
+        raise SyntaxIssue(token if token is not None else self.token(), detail, syntax=syntax)
 
     # -- names and numbers ------------------------------------------------------------------------
     def is_name(self) -> bool:
+        """Whether the current token can be a name: a quoted identifier, or a word (sqlglot's
+        multi-word keyword tokens such as ``GROUP BY`` are not names)."""
         curr = self._curr
-        return bool(curr) and curr.token_type not in _NOT_A_NAME
+        if not curr or curr.token_type in _NOT_A_NAME:
+            return False
+        return curr.token_type == TokenType.IDENTIFIER or not any(c.isspace() for c in curr.text)
 
     def name(self) -> str:
         """An identifier (source, column, query id...), normalised as ksqlDB does."""
@@ -154,7 +173,7 @@ class BaseParser(Parser):
     def integer(self) -> int:
         """``[-] digits``; anything else is a syntax error."""
         negative = self._match(TokenType.DASH)
-        if not self.is_type(TokenType.NUMBER) or not self._curr.text.isdigit():
+        if not self.is_type(TokenType.NUMBER) or not (self._curr.text.isascii() and self._curr.text.isdigit()):
             self.fail("an integer")
         self._advance()
         value = int(self._prev.text)
@@ -176,9 +195,8 @@ class BaseParser(Parser):
         if self._match(TokenType.FALSE):
             return False
         negative = self._match(TokenType.DASH)
-        if not self._match(TokenType.NUMBER):
+        number = number_value(self._curr.text) if self.is_type(TokenType.NUMBER) else None
+        if number is None:
             self.fail("a literal")
-        text = self._prev.text
-        number: int | float
-        number = int(text) if text.isdigit() else float(text)
+        self._advance()
         return -number if negative else number

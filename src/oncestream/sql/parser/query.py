@@ -93,10 +93,12 @@ class QueryParser(ExpressionParser):
 
     def _expression_list(self) -> tuple[exp.Expression, ...]:
         """ksqlDB's groupBy/partitionBy: ``e (, e)*`` or ``( [e (, e)*] )``."""
-        first = self.parse_value_expression()
+        first = self.parse_value_expression(allow_tuple=True)
         items = [first]
         while self.accept_type(TokenType.COMMA):
             items.append(self.parse_value_expression())
+        if isinstance(first, exp.Tuple) and len(items) > 1:
+            self.issue("a parenthesised list cannot be followed by ','", self.token())
         if len(items) == 1 and isinstance(first, exp.Tuple):
             items = list(first.expressions)
         elif len(items) == 1 and isinstance(first, exp.Paren):
@@ -129,13 +131,19 @@ class QueryParser(ExpressionParser):
                 self.expect("ADVANCE", "BY")
                 advance_ms = self.duration_ms()
         retention_ms = grace_ms = None
-        while self.accept_type(TokenType.COMMA):
+        while self.is_type(TokenType.COMMA):
+            allowed = ["'RETENTION'"] if retention_ms is None and grace_ms is None else []
+            if grace_ms is None:
+                allowed.append("'GRACE'")
+            if not allowed:
+                self.fail("')'")   # GRACE PERIOD is the last option
+            self._advance()
             if retention_ms is None and grace_ms is None and self.accept("RETENTION"):
                 retention_ms = self.duration_ms()
             elif grace_ms is None and self.accept("GRACE", "PERIOD"):
                 grace_ms = self.duration_ms()
             else:
-                self.fail("'GRACE'" if retention_ms is not None else "{'RETENTION', 'GRACE'}")
+                self.fail(*allowed)
         self.expect_type(TokenType.R_PAREN, "')'" if grace_ms is not None else "{',', ')'}")
         return ast.WindowSpec(kind=kind, size_ms=size_ms, advance_ms=advance_ms, retention_ms=retention_ms,
                               grace_ms=grace_ms)

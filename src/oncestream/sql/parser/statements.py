@@ -31,6 +31,10 @@ _UNSUPPORTED_STATEMENTS = {
 }
 
 
+_KEYS_EXPLAINED = ("Tables have PRIMARY KEYs, which are unique and NON NULL.\n"
+                   "Streams have KEYs, which have no uniqueness or NON NULL constraints.")
+
+
 class StatementParser(QueryParser):
     """Adds ``parse_statement(text, position)``: the whole statement or a SyntaxIssue."""
 
@@ -66,7 +70,7 @@ class StatementParser(QueryParser):
             self._advance()
             if self.is_word(*STATEMENT_KEYWORDS):
                 inner_start = self._curr.start
-                inner_text = self.sql[inner_start:self.text_end]
+                inner_text = self.sql[inner_start:self.text_end] + ("" if self.end_token is not None else ";")
                 inner = self._statement(inner_text, position_of(self.sql, inner_start))
                 return ast.Explain(text=text, position=position, statement=inner)
             return ast.Explain(text=text, position=position, query_id=self.name())
@@ -106,10 +110,15 @@ class StatementParser(QueryParser):
                 return props
             self.expect_type(TokenType.COMMA, "{',', ')'}")
 
-    def _column_defs(self) -> tuple[ast.ColumnDef, ...]:
+    def _column_defs(self, kind: ast.SourceKind) -> tuple[ast.ColumnDef, ...]:
+        """The ``(name type [KEY | PRIMARY KEY], ...)`` list, with ksqlDB's parse-time checks:
+        no duplicate names, KEY only on streams, PRIMARY KEY only on tables."""
         columns: list[ast.ColumnDef] = []
         while True:
+            name_token = self.token()
             name = self.name()
+            if any(c.name == name for c in columns):
+                self.issue(f"Duplicate column names: `{name}`", name_token, syntax=False)
             column_type = self.sql_type()
             key = primary = False
             if self.accept_type(TokenType.PRIMARY_KEY) or self.accept("PRIMARY", "KEY"):
@@ -118,6 +127,12 @@ class StatementParser(QueryParser):
                 key = True
             elif self.is_word("HEADERS", "HEADER"):
                 raise unsupported(self.token(), "A HEADERS column")
+            if primary and kind is ast.SourceKind.STREAM:
+                self.issue(f"Column `{name}` is a 'PRIMARY KEY' column: please use 'KEY' for streams.\n{_KEYS_EXPLAINED}",
+                           name_token, syntax=False)
+            if key and not primary and kind is ast.SourceKind.TABLE:
+                self.issue(f"Column `{name}` is a 'KEY' column: please use 'PRIMARY KEY' for tables.\n{_KEYS_EXPLAINED}",
+                           name_token, syntax=False)
             columns.append(ast.ColumnDef(name=name, type=column_type, key=key, primary_key=primary))
             if self.accept_type(TokenType.R_PAREN):
                 return tuple(columns)
@@ -139,7 +154,7 @@ class StatementParser(QueryParser):
         name = self.name()
         columns: tuple[ast.ColumnDef, ...] = ()
         if self.accept_type(TokenType.L_PAREN):
-            columns = self._column_defs()
+            columns = self._column_defs(kind)
         properties: dict[str, Any] = {}
         if self.accept("WITH"):
             properties = self._properties()

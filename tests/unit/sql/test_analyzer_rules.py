@@ -1,0 +1,174 @@
+"""ksqlDB's analysis rules checked on parsed statements, each with ksqlDB's wording: reserved
+names, aggregation rules, window bounds, join restrictions (windowed, co-partitioned, self joins,
+KAFKA format), IN coercion, CAST, constructors, literals, WITH-clause properties."""
+
+from __future__ import annotations
+
+import pytest
+
+from oncestream.sql import ast
+from oncestream.sql import types as t
+from oncestream.sql.analyzer import analyze_query
+from oncestream.sql.errors import StatementError
+from oncestream.sql.metastore import Metastore, StartQuery
+from oncestream.sql.parser import parse
+
+DDL = """
+CREATE STREAM s (k STRING KEY, id BIGINT, v INT, d DOUBLE, name STRING, arr ARRAY<BIGINT>, m MAP<STRING, BIGINT>,
+                 st STRUCT<a BIGINT>, flag BOOLEAN) WITH (kafka_topic='s', value_format='json');
+CREATE STREAM s2 (k STRING KEY, w INT) WITH (kafka_topic='s2', value_format='json');
+CREATE STREAM s3 (k STRING KEY, w INT) WITH (kafka_topic='s3', value_format='json');
+CREATE TABLE t (k STRING PRIMARY KEY, x INT) WITH (kafka_topic='t', value_format='json');
+CREATE STREAM kv (k STRING KEY, v INT) WITH (kafka_topic='kv', value_format='kafka');
+CREATE TABLE wt (k STRING PRIMARY KEY, c BIGINT) WITH (kafka_topic='wt', value_format='json', window_type='tumbling',
+                                                       window_size='10 seconds');
+CREATE STREAM ws (k STRING KEY, c BIGINT) WITH (kafka_topic='ws', value_format='json', window_type='session');
+"""
+TOPICS = {"s": 2, "s2": 2, "s3": 4, "t": 2, "kv": 2, "wt": 2, "ws": 2}
+
+
+@pytest.fixture()
+def ms() -> Metastore:
+    m = Metastore()
+    for offset, s in enumerate(parse(DDL)):
+        m.apply(m.validate(s, {}, TOPICS), offset)
+    return m
+
+
+def refused(ms: Metastore, sql: str, pattern: str) -> None:
+    (s,) = parse(sql)
+    with pytest.raises(StatementError, match=pattern):
+        if isinstance(s, ast.QueryStatement):   # push / pull queries are analyzed, not validated as commands
+            analyze_query(s.query, ms.source_map())
+        else:
+            ms.validate(s, {}, TOPICS)
+
+
+def accepted(ms: Metastore, sql: str, offset: int = 100) -> list:
+    (s,) = parse(sql)
+    effects = ms.apply(ms.validate(s, {}, TOPICS), offset)
+    assert effects[-1].status == "SUCCESS", effects[-1]
+    return effects
+
+
+@pytest.mark.parametrize("sql, pattern", [
+    # reserved names
+    ("CREATE STREAM o AS SELECT k, ROWTIME FROM s;", r"Reserved column name in select: `ROWTIME`\. Please remove or alias"),
+    ("CREATE STREAM o AS SELECT k, WINDOWSTART FROM s;", r"Reserved column name in select: `WINDOWSTART`"),
+    ("CREATE STREAM o AS SELECT k, v AS rowtime FROM s;", "`ROWTIME` is a reserved column name. You cannot use it as an alias"),
+    # aggregation
+    ("CREATE TABLE o AS SELECT k, COUNT(*) AS c FROM s GROUP BY k, k;", r"Duplicate GROUP BY expression: S\.K"),
+    ("CREATE TABLE o AS SELECT k, COUNT(*) AS c FROM s GROUP BY k, SUM(v);",
+     "GROUP BY does not support aggregate functions: SUM is an aggregate function."),
+    ("CREATE TABLE o AS SELECT k, v + 1 AS w, COUNT(*) AS c FROM s GROUP BY k;",
+     r"Non-aggregate SELECT expression\(s\) not part of GROUP BY: \(V \+ 1\)\nEither add the column\(s\) to the GROUP BY"),
+    ("CREATE TABLE o AS SELECT k, COUNT(*) AS c FROM s GROUP BY k HAVING v > 1;",
+     "Non-aggregate HAVING expression not part of GROUP BY: V\nConsider switching the HAVING clause to a WHERE clause"),
+    ("CREATE TABLE o AS SELECT k, v, COUNT(*) AS c FROM s;", r"Non-aggregate SELECT expression\(s\) not part of GROUP BY: K, V"),
+    ("CREATE TABLE o AS SELECT COUNT(*) AS c FROM s;", r"does not support aggregate function \[COUNT\(\*\)\] without a GROUP BY"),
+    ("CREATE TABLE o AS SELECT k, MAX(x) AS m FROM t GROUP BY k;",
+     "The aggregation function MAX cannot be applied to a table source, only to a stream source."),
+    ("CREATE TABLE o AS SELECT k, COUNT(*) AS c FROM t WINDOW TUMBLING (SIZE 1 SECOND) GROUP BY k;",
+     "Windowing not supported for table aggregations."),
+    ("CREATE TABLE o AS SELECT k, COUNT(*) AS c FROM kv GROUP BY k;",
+     "Source\\(s\\) KV are using the 'KAFKA' value format. This format does not yet support GROUP BY."),
+    ("CREATE TABLE o AS SELECT k, MIN(WINDOWSTART) AS m FROM s WINDOW TUMBLING (SIZE 1 SECOND) GROUP BY k;",
+     "Window bounds column WINDOWSTART can only be used in the SELECT clause of windowed aggregations"),
+    ("CREATE TABLE o AS SELECT k, COUNT(*) AS c FROM s WINDOW TUMBLING (SIZE 1 SECOND) GROUP BY k, WINDOWSTART;",
+     "Window bounds column WINDOWSTART can only be used in the SELECT clause"),
+    ("CREATE TABLE o AS SELECT k, LATEST_BY_OFFSET(v, v) AS l FROM s GROUP BY k;",
+     "Parameter 2 passed to function LATEST_BY_OFFSET must be a literal constant, but was expression: 'V'"),
+    ("CREATE TABLE o AS SELECT m, COUNT(*) AS c FROM s GROUP BY m;",
+     "Map keys, including types that contain maps, are not supported"),
+    ("SELECT * FROM s WHERE WINDOWSTART > 1 EMIT CHANGES;", "Error in WHERE expression: Unknown column WINDOWSTART."),
+    # joins
+    ("CREATE STREAM o AS SELECT s.k, w FROM s JOIN s WITHIN 1 SECOND ON s.k = s.k;", "self joins are not yet supported"),
+    ("CREATE STREAM o AS SELECT s.k, w FROM s JOIN s3 WITHIN 1 SECOND ON s.k = s3.k;",
+     r"Can't join `S` with `S3` since the number of partitions don't match. `S` partitions = 2; `S3` partitions = 4."),
+    ("CREATE STREAM o AS SELECT s.k, kv.v AS kvv FROM s JOIN kv WITHIN 1 SECOND ON s.k = kv.k;",
+     "Source\\(s\\) KV are using the 'KAFKA' value format. This format does not yet support JOIN."),
+    ("SELECT * FROM s JOIN ws WITHIN 1 SECOND ON s.k = ws.k EMIT CHANGES;",
+     "Can not join windowed source to non-windowed source.\n`WS` is SESSION windowed\n`S` is not windowed"),
+    ("SELECT * FROM s FULL JOIN t ON s.k = t.k EMIT CHANGES;",
+     r"Invalid join type: full-outer join not supported for stream-table join. Got S \[FULL\] OUTER JOIN T."),
+    ("SELECT * FROM t JOIN s WITHIN 1 SECOND ON t.k = s.k EMIT CHANGES;",
+     r"Invalid join order: table-stream joins are not supported; only stream-table joins. Got T \[INNER\] JOIN S."),
+    ("SELECT * FROM s JOIN t ON s.name = t.x EMIT CHANGES;", r"Invalid join condition: types don't match"),
+    ("SELECT * FROM s JOIN t ON s.k = 'x' EMIT CHANGES;",
+     r"Invalid comparison expression ''x'' in join '\(S.K = 'x'\)'. Each side of the join comparision must contain"),
+    ("SELECT * FROM s JOIN t ON s.k = t.k AND s.v = t.x EMIT CHANGES;",
+     r"joins on multiple conditions are not yet supported. Got \(\(S.K = T.K\) AND \(S.V = T.X\)\)"),
+    ("SELECT x.k FROM s EMIT CHANGES;", "'X' is not a valid stream/table name or alias."),
+    ("CREATE TABLE o AS SELECT * FROM wt;", "KSQL does not support persistent queries on windowed tables."),
+    # expressions
+    ("SELECT * FROM s WHERE arr < arr EMIT CHANGES;",
+     r"Cannot compare ARR \(ARRAY<BIGINT>\) to ARR \(ARRAY<BIGINT>\) with LESS_THAN"),
+    ("SELECT * FROM s WHERE NULL = NULL EMIT CHANGES;", "Comparison with NULL not supported: NULL = NULL"),
+    ("SELECT * FROM s WHERE v IN (1, 'x') EMIT CHANGES;", 'invalid input syntax for type INTEGER: "x"'),
+    ("SELECT CAST(name AS ARRAY<INT>) FROM s EMIT CHANGES;", "Invalid Select: Cast of STRING to ARRAY<INTEGER> is not supported"),
+    ("SELECT CASE WHEN v > 1 THEN NULL ELSE NULL END FROM s EMIT CHANGES;",
+     "Invalid Case expression. All case branches have NULL type"),
+    ("SELECT ARRAY[NULL, NULL] FROM s EMIT CHANGES;", "Cannot construct an array with all NULL elements"),
+    ("SELECT STRUCT(a := 1, a := 2) FROM s EMIT CHANGES;", "Duplicate field names found in STRUCT"),
+    ("SELECT 9223372036854775808 FROM s EMIT CHANGES;", "Invalid numeric literal: 9223372036854775808"),
+    # WITH clause
+    ("CREATE STREAM o (a INT, b INT) WITH (kafka_topic='s', value_format='delimited', value_delimiter='<~>');",
+     "Configuration VALUE_DELIMITER is invalid: Invalid delimiter value: '<~>'"),
+    ("CREATE STREAM o (a INT) WITH (kafka_topic='s', value_format='json', value_delimiter='|');",
+     r"JSON does not support the following configs: \[delimiter\]"),
+    ("CREATE STREAM o (a INT) WITH (kafka_topic='s', value_format='kafka', wrap_single_value=true);",
+     "Format 'KAFKA' does not support 'WRAP_SINGLE_VALUE' set to 'true'."),
+    ("CREATE STREAM o (a INT, b INT) WITH (kafka_topic='s', value_format='json', wrap_single_value=true);",
+     "'WRAP_SINGLE_VALUE' is only valid for single-field value schemas"),
+    ("CREATE STREAM o (k INT KEY, a INT) WITH (kafka_topic='s', value_format='json', window_type='hopping');",
+     "HOPPING windows require 'WINDOW_SIZE' to be provided in the WITH clause."),
+    ("CREATE STREAM o (a INT) WITH (kafka_topic='s', value_format='json', window_type='session');",
+     "Windowed sources require a key column."),
+    ("CREATE STREAM o (k MAP<STRING, INT> KEY, a INT) WITH (kafka_topic='s', value_format='json', key_format='json');",
+     "Map keys, including types that contain maps, are not supported"),
+    ("CREATE STREAM o (k STRING KEY, a MAP<INT, INT>) WITH (kafka_topic='s', value_format='json');",
+     "JSON only supports MAP types with STRING keys"),
+    ("CREATE STREAM o WITH (timestamp='v') AS SELECT k, name FROM s;",
+     "The TIMESTAMP column set in the WITH clause does not exist in the schema: 'V'"),
+    ("CREATE STREAM o WITH (timestamp='v') AS SELECT k, v FROM s;", "Timestamp column, `V`, should be LONG"),
+])
+def test_refused(ms: Metastore, sql: str, pattern: str) -> None:
+    refused(ms, sql, pattern)
+
+
+def test_join_keys_follow_ksqldb(ms: Metastore) -> None:
+    # both join columns selected: the left one is the key, the right one a value column
+    effects = accepted(ms, "CREATE STREAM o AS SELECT * FROM s JOIN s2 WITHIN 1 SECOND ON s.k = s2.k;")
+    sink = next(e for e in effects if isinstance(e, StartQuery)).sink
+    assert [c.name for c in sink.key_columns] == ["S_K"] and "S2_K" in [c.name for c in sink.value_columns]
+    # a FULL OUTER join's SELECT * starts with the synthetic key
+    effects = accepted(ms, "CREATE STREAM o2 AS SELECT * FROM s FULL JOIN s2 WITHIN 1 SECOND ON s.k = s2.k;", 101)
+    sink = next(e for e in effects if isinstance(e, StartQuery)).sink
+    assert sink.columns[0].name == "ROWKEY" and sink.columns[0].is_key and sink.columns[0].type == t.STRING
+
+
+def test_in_coerces_literals_and_rowtime_compares_with_timestamp_strings(ms: Metastore) -> None:
+    accepted(ms, "CREATE STREAM o AS SELECT * FROM s WHERE v IN (1, '2', 3.0) AND flag IN ('true', 'no') "
+                 "AND name IN (1, true) AND ROWTIME > '2020-01-01T00:00:00';")
+
+
+def test_coerced_literals_are_rewritten_in_the_resolved_tree(ms: Metastore) -> None:
+    (stmt,) = parse("SELECT k FROM s WHERE ROWTIME > '2020-01-01T00:00:00' AND v IN (1, '2') AND flag IN ('tr', 'no') "
+                    "AND name IN (1, TRUE) EMIT CHANGES;")
+    a = analyze_query(stmt.query, ms.source_map())
+    assert a.where is not None
+    assert a.where.sql() == ('"S"."ROWTIME" > 1577836800000 AND "S"."V" IN (1, 2) AND "S"."FLAG" IN (TRUE, FALSE) '
+                             'AND "S"."NAME" IN (\'1\', \'true\')')
+    refused(ms, "SELECT k FROM s WHERE v > '2020-01-01' EMIT CHANGES;", r"Cannot compare V \(INTEGER\) to '2020-01-01'")
+
+
+def test_windowed_sources(ms: Metastore) -> None:
+    wt = ms.source("WT")
+    assert wt is not None and wt.window is not None and wt.window.size_ms == 10_000
+    effects = accepted(ms, "CREATE STREAM o AS SELECT k, c FROM ws WHERE c > 1;")
+    assert next(e for e in effects if isinstance(e, StartQuery)).sink.window == ms.source("WS").window
+
+
+def test_delimiter_names(ms: Metastore) -> None:
+    accepted(ms, "CREATE STREAM o (a INT, b INT) WITH (kafka_topic='s', value_format='delimited', value_delimiter='TAB');")
+    assert ms.source("O").value_delimiter == "\t"

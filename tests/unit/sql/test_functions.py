@@ -1,0 +1,154 @@
+"""The ksqlDB function catalog: return-type rules as ksqlDB documents them, Spark SQL
+translations that are valid Spark SQL, and docs/sql-functions.md listing every function."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import sqlglot
+
+from oncestream.sql import functions
+from oncestream.sql import types as t
+from oncestream.sql.functions import CallSite, FunctionTypeError
+
+DOCS = Path(__file__).resolve().parents[3] / "docs" / "sql-functions.md"
+
+
+def rt(name: str, *types: t.SqlType | None) -> t.SqlType:
+    fd = functions.lookup(name)
+    assert fd is not None
+    return fd.result_type(list(types))
+
+
+@pytest.mark.parametrize("name, args, expected", [
+    ("UCASE", [t.STRING], t.STRING),
+    ("LEN", [t.STRING], t.INTEGER),
+    ("SUBSTRING", [t.STRING, t.INTEGER], t.STRING),
+    ("SUBSTRING", [t.STRING, t.INTEGER, t.INTEGER], t.STRING),
+    ("SPLIT", [t.STRING, t.STRING], t.array_of(t.STRING)),
+    ("CONCAT", [t.STRING, t.STRING, None], t.STRING),
+    ("ABS", [t.BIGINT], t.BIGINT),
+    ("ROUND", [t.DOUBLE], t.BIGINT),
+    ("ROUND", [t.DOUBLE, t.INTEGER], t.DOUBLE),
+    ("ROUND", [t.decimal(5, 2)], t.decimal(4, 0)),
+    ("ROUND", [t.INTEGER], t.INTEGER),
+    ("CEIL", [t.DOUBLE], t.DOUBLE),
+    ("SQRT", [t.INTEGER], t.DOUBLE),
+    ("SIGN", [t.DOUBLE], t.INTEGER),
+    ("GREATEST", [t.INTEGER, t.BIGINT, t.DOUBLE], t.DOUBLE),
+    ("LEAST", [t.INTEGER, t.INTEGER], t.INTEGER),
+    ("GREATEST", [t.DATE, None, t.STRING], t.DATE),
+    ("COALESCE", [None, t.STRING], t.STRING),
+    ("IFNULL", [t.INTEGER, t.BIGINT], t.BIGINT),
+    ("TIMESTAMPTOSTRING", [t.BIGINT, t.STRING], t.STRING),
+    ("STRINGTOTIMESTAMP", [t.STRING, t.STRING, t.STRING], t.BIGINT),
+    ("PARSE_TIMESTAMP", [t.STRING, t.STRING], t.TIMESTAMP),
+    ("FROM_UNIXTIME", [t.BIGINT], t.TIMESTAMP),
+    ("UNIX_TIMESTAMP", [], t.BIGINT),
+    ("ARRAY_LENGTH", [t.array_of(t.STRING)], t.INTEGER),
+    ("ARRAY_MAX", [t.array_of(t.DOUBLE)], t.DOUBLE),
+    ("MAP_KEYS", [t.map_of(t.STRING, t.INTEGER)], t.array_of(t.STRING)),
+    ("MAP_VALUES", [t.map_of(t.STRING, t.INTEGER)], t.array_of(t.INTEGER)),
+    ("ELT", [t.INTEGER, t.STRING, t.STRING], t.STRING),
+    ("FIELD", [t.STRING, t.STRING, t.STRING], t.INTEGER),
+    ("EXTRACTJSONFIELD", [t.STRING, t.STRING], t.STRING),
+    ("COUNT", [], t.BIGINT),
+    ("COUNT", [t.STRING], t.BIGINT),
+    ("SUM", [t.INTEGER], t.INTEGER),
+    ("SUM", [t.decimal(6, 2)], t.decimal(6, 2)),
+    ("AVG", [t.INTEGER], t.DOUBLE),
+    ("MIN", [t.STRING], t.STRING),
+    ("COUNT_DISTINCT", [t.STRING], t.BIGINT),
+    ("COLLECT_LIST", [t.INTEGER], t.array_of(t.INTEGER)),
+    ("COLLECT_SET", [t.STRING], t.array_of(t.STRING)),
+    ("LATEST_BY_OFFSET", [t.DOUBLE], t.DOUBLE),
+    ("EARLIEST_BY_OFFSET", [t.STRING], t.STRING),
+    ("TOPK", [t.INTEGER, t.INTEGER], t.array_of(t.INTEGER)),
+    ("LATEST_BY_OFFSET", [t.DOUBLE, t.BOOLEAN], t.DOUBLE),
+    ("LATEST_BY_OFFSET", [t.DOUBLE, t.INTEGER], t.array_of(t.DOUBLE)),
+    ("EARLIEST_BY_OFFSET", [t.STRING, t.INTEGER, t.BOOLEAN], t.array_of(t.STRING)),
+    ("LOG", [t.INTEGER], t.DOUBLE),
+    ("LOG", [t.INTEGER, t.DOUBLE], t.DOUBLE),
+    ("SLICE", [t.array_of(t.STRING), t.INTEGER, t.INTEGER], t.array_of(t.STRING)),
+    ("AS_MAP", [t.array_of(t.STRING), t.array_of(t.BIGINT)], t.map_of(t.STRING, t.BIGINT)),
+    ("STRINGTODATE", [t.STRING, t.STRING], t.INTEGER),
+    ("FROM_DAYS", [t.INTEGER], t.DATE),
+    ("STDDEV_SAMPLE", [t.INTEGER], t.DOUBLE),
+    ("CORRELATION", [t.DOUBLE, t.DOUBLE], t.DOUBLE),
+])
+def test_return_type_rules(name: str, args: list, expected: t.SqlType) -> None:
+    assert rt(name, *args) == expected
+
+
+@pytest.mark.parametrize("name, args", [
+    ("UCASE", [t.INTEGER]), ("LEN", [t.STRING, t.STRING]), ("ABS", [t.STRING]), ("SUM", [t.STRING]),
+    ("ARRAY_LENGTH", [t.STRING]), ("MIN", [t.array_of(t.INTEGER)]), ("COALESCE", [t.STRING, t.INTEGER]),
+    ("ELT", [t.STRING, t.STRING]), ("SUBSTRING", [t.STRING]),
+])
+def test_refused_arguments_use_ksqldb_wording(name: str, args: list) -> None:
+    fd = functions.lookup(name)
+    assert fd is not None
+    with pytest.raises(FunctionTypeError, match=rf"^Function '{name}' does not accept parameters \(.*\)\.$"):
+        fd.result_type(args)
+
+
+def test_aliases_and_case_insensitive_lookup() -> None:
+    assert functions.lookup("ucase") is functions.lookup("UCASE")
+    assert functions.lookup("nope") is None
+    assert functions.is_aggregate("count") and not functions.is_aggregate("ucase")
+    assert "Can't find any functions with the name 'NOPE'" == functions.unknown_function_message("nope")
+    assert functions.unknown_function_message("explode").startswith("Function 'EXPLODE' is not supported")
+
+
+def _sample_args(fd: functions.FunctionDef) -> tuple[list[str], list[t.SqlType | None]]:
+    n = fd.min_args if fd.max_args is None or fd.min_args > 0 else 0
+    n = max(n, 1) if fd.max_args != 0 else 0
+    return [f"a{i}" for i in range(n)], [None] * n
+
+
+@pytest.mark.parametrize("name", sorted(functions.catalog()))
+def test_every_translation_is_valid_spark_sql(name: str) -> None:
+    fd = functions.catalog()[name]
+    args, types = _sample_args(fd)
+    if fd.max_args is not None and fd.max_args >= 2 and len(args) < fd.min_args:
+        args, types = [f"a{i}" for i in range(fd.min_args)], [None] * fd.min_args
+    sql = fd.spark(CallSite(args=args, types=types, order_sql="struct(o1, o2)"))
+    sqlglot.parse_one(f"SELECT {sql}", dialect="spark")   # raises on a syntax error
+
+
+def test_translations_keep_ksqldb_semantics() -> None:
+    def spark(name: str, args: list[str], types: list[t.SqlType | None] | None = None) -> str:
+        fd = functions.lookup(name)
+        assert fd is not None
+        return fd.spark(CallSite(args=args, types=types or [None] * len(args), order_sql="o"))
+    assert spark("UCASE", ["s"]) == "upper(s)"
+    assert spark("CONCAT", ["a", "b"]) == "concat_ws('', a, b)"       # NULLs count as ''
+    assert spark("SUM", ["x"], [t.INTEGER]) == "CAST(sum(x) AS INT)"   # ksqlDB keeps INT
+    assert spark("ROUND", ["x"], [t.DOUBLE]) == "CAST(round(x) AS BIGINT)"
+    assert spark("REGEXP_EXTRACT", ["p", "s"]).startswith("CASE WHEN s RLIKE p")  # ksqlDB's (pattern, string) order
+    assert spark("ARRAY_LENGTH", ["a"]) == "CASE WHEN a IS NULL THEN NULL ELSE size(a) END"
+    assert spark("LATEST_BY_OFFSET", ["x"]) == "max_by(x, CASE WHEN x IS NOT NULL THEN o END)"
+    assert spark("LATEST_BY_OFFSET", ["x", "false"], [t.INTEGER, t.BOOLEAN]) == "max_by(x, o)"
+    assert spark("LATEST_BY_OFFSET", ["x", "2"], [t.INTEGER, t.INTEGER]) == (
+        "reverse(transform(slice(sort_array(collect_list(CASE WHEN x IS NOT NULL THEN struct(o AS o, x AS v) END), false), "
+        "1, 2), e -> e.v))")
+    assert spark("COUNT", ["*"]) == "count(*)"
+    assert spark("AS_VALUE", ["k"]) == "k"
+    assert spark("SLICE", ["a", "2", "3"]) == "slice(a, 2, 3 - 2 + 1)"   # ksqlDB: inclusive end, Spark: a length
+    assert spark("LOG", ["x"]) == "ln(x)" and spark("LOG", ["b", "x"]) == "log(b, x)"
+    assert spark("TIMESTAMPTOSTRING", ["ts", "'yyyy'", "'Europe/Paris'"]) == \
+        "date_format(from_utc_timestamp(timestamp_millis(ts), 'Europe/Paris'), 'yyyy')"
+
+
+def test_spark_type_names() -> None:
+    assert functions.spark_type_name(t.struct_of(("A", t.array_of(t.INTEGER)), ("B", t.map_of(t.STRING, t.decimal(4, 2))))) == \
+        "STRUCT<`A`: ARRAY<INT>, `B`: MAP<STRING, DECIMAL(4, 2)>>"
+
+
+def test_docs_list_every_function_and_every_unsupported_one() -> None:
+    text = DOCS.read_text()
+    for name in functions.catalog():
+        assert f"`{name}`" in text, name
+    for name in functions.NOT_SUPPORTED:
+        assert f"`{name}`" in text, name

@@ -1,0 +1,138 @@
+"""Every error family of the metastore's validation, on parsed statements, with ksqlDB's wording
+(each is a StatementError: HTTP 400, error_code 40001, carrying the statement text)."""
+
+from __future__ import annotations
+
+import pytest
+
+from oncestream.sql.catalog import Format
+from oncestream.sql.errors import BAD_STATEMENT, StatementError
+from oncestream.sql.metastore import CommandResult, CreateTopic, Metastore, StartQuery, StopQuery
+from oncestream.sql.parser import parse
+
+TOPICS = {"orders": 2, "users": 1, "raw": 6}
+BASE = """
+CREATE STREAM orders (id INT KEY, userid STRING, amount DOUBLE, ts BIGINT) WITH (kafka_topic='orders', value_format='json');
+CREATE TABLE users (userid STRING PRIMARY KEY, name STRING) WITH (kafka_topic='users', value_format='json');
+CREATE STREAM orders2 (id INT KEY, userid STRING, amount DOUBLE, ts BIGINT) WITH (kafka_topic='orders', value_format='json');
+CREATE SOURCE TABLE ro (k STRING PRIMARY KEY, v STRING) WITH (kafka_topic='users', value_format='json');
+"""
+
+
+def fresh() -> Metastore:
+    ms = Metastore()
+    for offset, s in enumerate(parse(BASE)):
+        ms.apply(ms.validate(s, {}, TOPICS), offset)
+    return ms
+
+
+def run(ms: Metastore, sql: str, offset: int) -> list:
+    (s,) = parse(sql)
+    return ms.apply(ms.validate(s, {}, TOPICS), offset)
+
+
+def refused(ms: Metastore, sql: str, pattern: str) -> StatementError:
+    (s,) = parse(sql)
+    with pytest.raises(StatementError, match=pattern) as info:
+        ms.validate(s, {}, TOPICS)
+    assert info.value.error_code == BAD_STATEMENT and info.value.http_status == 400
+    assert info.value.statement_text == s.text
+    return info.value
+
+
+@pytest.mark.parametrize("sql, pattern", [
+    ("CREATE STREAM s (a INT) WITH (value_format='json');", 'Missing required property "KAFKA_TOPIC"'),
+    ("CREATE STREAM s (a INT) WITH (kafka_topic='raw');", "Statement is missing the 'VALUE_FORMAT' property"),
+    ("CREATE STREAM s (a INT) WITH (kafka_topic='raw', value_format='avro');", "VALUE_FORMAT 'AVRO' is not supported"),
+    ("CREATE STREAM s (a INT, b INT) WITH (kafka_topic='raw', value_format='kafka');",
+     r"The 'KAFKA' format only supports a single field. Got: \[`A` INTEGER, `B` INTEGER\]"),
+    ("CREATE STREAM s (a INT, b STRING) WITH (kafka_topic='raw', value_format='json', timestamp='c');",
+     "The TIMESTAMP column set in the WITH clause does not exist in the schema: 'C'"),
+    ("CREATE STREAM s (a INT, b STRING) WITH (kafka_topic='raw', value_format='json', timestamp='b');",
+     "Timestamp column, `B`, should be LONG"),
+    ("CREATE STREAM s (a INT) WITH (kafka_topic='raw', value_format='json', partitions=3);",
+     "A Kafka topic with the name 'raw' already exists, with different partition/replica configuration than required. "
+     r"KSQL expects 3 partitions \(topic has 6\)"),
+    ("CREATE STREAM s (a INT) WITH (kafka_topic='nope', value_format='json');",
+     "Topic 'nope' does not exist. If you want to create a new topic for the stream/table please re-run the statement "
+     "providing the required 'PARTITIONS' configuration in the WITH clause"),
+    ("CREATE TABLE t (a INT, b INT) WITH (kafka_topic='raw', value_format='json');", "Tables require a PRIMARY KEY"),
+    ("CREATE STREAM orders (a INT) WITH (kafka_topic='raw', value_format='json');",
+     "Cannot add stream 'ORDERS': A stream with the same name already exists"),
+    ("CREATE TABLE orders (a INT PRIMARY KEY) WITH (kafka_topic='raw', value_format='json');",
+     "Cannot add table 'ORDERS': A stream with the same name already exists"),
+    ("CREATE OR REPLACE TABLE ro (k STRING PRIMARY KEY, v STRING) WITH (kafka_topic='users', value_format='json');",
+     "CREATE OR REPLACE is not supported on source tables"),
+    ("CREATE STREAM s AS SELECT id, amount FROM nope;", "NOPE does not exist."),
+    ("CREATE STREAM users AS SELECT id, amount FROM orders;",
+     "Cannot add stream 'USERS': A table with the same name already exists"),
+    ("CREATE TABLE t AS SELECT id, amount FROM orders;",
+     "Invalid result type. Your SELECT query produces a STREAM. Please use CREATE STREAM AS SELECT statement instead."),
+    ("CREATE STREAM s WITH (value_format='kafka') AS SELECT id, userid, amount FROM orders;",
+     "The 'KAFKA' format only supports a single field"),
+    ("CREATE STREAM s WITH (key_format='json') AS SELECT id, amount FROM orders PARTITION BY NULL;",
+     "Key format specified for stream without key columns."),
+    ("CREATE STREAM s AS SELECT * FROM orders LIMIT 3;", "CREATE STREAM AS SELECT statements don't support LIMIT clause."),
+    ("INSERT INTO nope SELECT * FROM orders;", "Source `NOPE` does not exist."),
+    ("INSERT INTO users SELECT * FROM orders;", "INSERT INTO can only be used to insert into a stream. USERS is a table."),
+    ("INSERT INTO orders SELECT * FROM orders;", "a query cannot read from its own sink"),
+    ("INSERT INTO orders2 WITH (query_id='csas_mine') SELECT * FROM orders;", "Query IDs must not start with a reserved"),
+    ("DROP STREAM nope;", "Stream NOPE does not exist."),
+    ("DROP TABLE nope;", "Table NOPE does not exist."),
+    ("DROP TABLE orders;", "Incompatible data source type is stream, but statement was DROP table"),
+    ("DROP TABLE ro DELETE TOPIC;", "Cannot delete topic for read-only source: RO"),
+    ("DROP STREAM orders DELETE TOPIC;", r"Refusing to delete topic. Found other data sources \(ORDERS2\) using topic orders"),
+    ("TERMINATE CSAS_NOPE_9;", "Unknown queryId: CSAS_NOPE_9"),
+])
+def test_refused_statements(sql: str, pattern: str) -> None:
+    refused(fresh(), sql, pattern)
+
+
+def test_read_only_sources_cannot_be_inserted_into() -> None:
+    ms = fresh()
+    run(ms, "CREATE SOURCE STREAM ros (id INT KEY, v STRING) WITH (kafka_topic='raw', value_format='json');", 9)
+    refused(ms, "INSERT INTO ros SELECT id, userid AS v FROM orders;", "Cannot insert into read-only stream: ROS")
+
+
+def test_local_statements_are_refused_by_validate() -> None:
+    refused(fresh(), "SHOW STREAMS;", "answered locally")
+
+
+def test_new_topic_with_partitions_and_compaction_for_tables() -> None:
+    ms = fresh()
+    effects = run(ms, "CREATE TABLE t (k STRING PRIMARY KEY, v INT) WITH (kafka_topic='new_t', value_format='json', "
+                      "partitions=3, replicas=1);", 10)
+    assert effects == [CreateTopic("new_t", 3, 1, compacted=True), CommandResult("SUCCESS", "Table created")]
+
+
+def test_sink_defaults_topic_partitions_and_formats_from_the_source() -> None:
+    ms = fresh()
+    effects = run(ms, "CREATE STREAM big WITH (value_format='delimited') AS SELECT id, amount FROM orders;", 10)
+    start = next(e for e in effects if isinstance(e, StartQuery))
+    assert (start.sink.topic, start.sink.partitions, start.sink.key_format, start.sink.value_format) == \
+        ("BIG", 2, Format.KAFKA, Format.DELIMITED)
+    effects = run(ms, "CREATE STREAM nokey AS SELECT id, amount FROM orders PARTITION BY NULL;", 11)
+    start = next(e for e in effects if isinstance(e, StartQuery))
+    assert start.sink.key_format is Format.NONE and start.sink.key_columns == ()
+
+
+def test_create_or_replace_as_select_keeps_the_query_id() -> None:
+    ms = fresh()
+    run(ms, "CREATE STREAM big AS SELECT id, amount FROM orders WHERE amount > 10;", 10)
+    effects = run(ms, "CREATE OR REPLACE STREAM big AS SELECT id, amount FROM orders WHERE amount > 20;", 11)
+    assert effects[0] == StopQuery("CSAS_BIG_10")
+    start = next(e for e in effects if isinstance(e, StartQuery))
+    assert start.query.query_id == "CSAS_BIG_10" and "amount > 20" in start.query.statement
+    assert [q.query_id for q in ms.queries()] == ["CSAS_BIG_10"]
+    refused(ms, "CREATE OR REPLACE STREAM big AS SELECT id, userid FROM orders;", "Cannot upgrade data source")
+
+
+def test_insert_into_with_query_id_and_terminate_all() -> None:
+    ms = fresh()
+    run(ms, "CREATE STREAM big AS SELECT * FROM orders;", 10)
+    effects = run(ms, "INSERT INTO big WITH (query_id='my_q') SELECT * FROM orders;", 11)
+    assert effects[-1] == CommandResult("SUCCESS", "Created query with ID MY_Q", "MY_Q")
+    refused(ms, "INSERT INTO big WITH (query_id='my_q') SELECT * FROM orders;", "Query ID 'MY_Q' already exists.")
+    effects = run(ms, "TERMINATE ALL;", 12)
+    assert effects == [StopQuery("CSAS_BIG_10"), StopQuery("MY_Q"), CommandResult("SUCCESS", "All queries terminated.")]
+    assert ms.queries() == []
