@@ -3,7 +3,7 @@ the SQL runtime (``QueryRuntime.start_persistent``: parse, analyze, compile, JSO
 sink) against the same query written by hand in PySpark with our connector (from_json / to_json,
 the same sink), one run each, in alternating order. Issue 12's goal: ratio SQL / hand-written >= 0.9.
 
-    .venv/bin/python bench/sql_pipeline.py [--records 200000] [--rounds 2]
+    .venv/bin/python bench/sql_pipeline.py [--records 200000] [--rounds 3]
 
 Everything runs on this machine: one oncestream broker (two-phase commit enabled) on a free port
 and one SparkSession (``local[<cores>]``) configured with ``runtime.spark_session_config()``.
@@ -88,14 +88,14 @@ def _show_batches(kind: str, progress) -> None:
 
 
 def _run_sql(runtime, source, round_no: int, topic_out: str, records: int) -> float:
-    from oncestream.sql.analyzer import analyze_query, output_source
-    from oncestream.sql.catalog import Format, QueryInfo
+    from oncestream.sql.analyzer import analyze_query
+    from oncestream.sql.catalog import Format, QueryInfo, SourceInfo
     from oncestream.sql.parser import parse
 
     (statement,) = parse(QUERY.format(n=round_no))
     analyzed = analyze_query(statement.query, {"ORDERS": source}, sink=statement.name)
-    sink = output_source(analyzed, name=statement.name, topic=topic_out, key_format=Format.KAFKA,
-                         value_format=Format.JSON, statement=statement.text, partitions=2)
+    sink = SourceInfo(name=statement.name, kind=analyzed.result_kind, topic=topic_out, key_format=Format.KAFKA,
+                      value_format=Format.JSON, columns=tuple(analyzed.columns), statement=statement.text, partitions=2)
     query_id = f"CSAS_OUT_{round_no}"
     info = QueryInfo(query_id=query_id, statement=statement.text, sink=sink.name, sources=("ORDERS",),
                      query=statement.query, output_columns=analyzed.columns, command_offset=round_no)
@@ -138,7 +138,7 @@ def main() -> int:
     parser.add_argument("--partitions", type=int, default=2)
     parser.add_argument("--max-offsets", type=int, default=50_000, help="maxOffsetsPerTrigger of both pipelines")
     parser.add_argument("--trigger-ms", type=int, default=200)
-    parser.add_argument("--rounds", type=int, default=2, help="runs of each pipeline, alternating which goes first")
+    parser.add_argument("--rounds", type=int, default=3, help="runs of each pipeline, alternating which goes first")
     parser.add_argument("--master", default=f"local[{os.cpu_count() or 2}]")
     args = parser.parse_args()
 
@@ -180,7 +180,7 @@ def main() -> int:
         # loading and JIT; run both pipelines once over a small topic first.
         warm_in = "warmup"
         _create_topics(bootstrap, args.partitions, warm_in, "warm-sql", "warm-hand")
-        warm_records = min(args.records, 5_000)
+        warm_records = min(args.records, 50_000)
         _fill(bootstrap, warm_in, warm_records)
         warm_source = SourceInfo(**{**source.__dict__, "topic": warm_in})
         _run_sql(runtime, warm_source, 1000, "warm-sql", warm_records)

@@ -180,3 +180,27 @@ def test_stream_table_join_uses_the_table_row_current_at_each_stream_row(runtime
         (_int(1), b'{"PAGE":"p3","NAME":"anna"}')])
     runtime.stop_persistent("CSAS_ENRICHED_1")
     runtime.stop_persistent("CSAS_KNOWN_2")
+
+
+def test_a_restarted_aggregation_resumes_from_its_checkpoint_exactly_once(runtime, eos_broker):
+    """Stop a CTAS at a batch boundary and start it again under the same query id (as a node
+    taking the query over does): its state and offsets come from the checkpoint, so the next
+    update continues the counts and nothing already written is written again."""
+    bootstrap = eos_broker.bootstrap
+    topic, out = unique("restart_in"), unique("restart_out")
+    create_topics(bootstrap, topic, out)
+    s = ddl(f"CREATE STREAM S (ID INT KEY, K STRING) WITH (KAFKA_TOPIC='{topic}', VALUE_FORMAT='JSON');")
+    produce(bootstrap, topic, [(_int(1), b'{"K":"a"}', T0), (_int(2), b'{"K":"a"}', T0 + 1), (_int(3), b'{"K":"b"}', T0 + 2)])
+    _s, analyzed = analyze("CREATE TABLE CNT AS SELECT K, COUNT(*) AS C FROM S GROUP BY K EMIT CHANGES;", {"S": s})
+    sink = sink_of(analyzed, "CNT", out)
+    start(runtime, "CTAS_CNT_9", analyzed, sink)
+    assert sorted(read_output(bootstrap, out, 2, runtime=runtime, query_id="CTAS_CNT_9")) == \
+        [(b"a", b'{"C":2}'), (b"b", b'{"C":1}')]
+    runtime.stop_persistent("CTAS_CNT_9")
+    produce(bootstrap, topic, [(_int(4), b'{"K":"a"}', T0 + 3)])
+    # auto.offset.reset no longer matters: the checkpoint holds the offsets.
+    start(runtime, "CTAS_CNT_9", analyzed, sink, properties={})
+    got = read_output(bootstrap, out, 3, runtime=runtime, query_id="CTAS_CNT_9")
+    assert got[2:] == [(b"a", b'{"C":3}')]
+    assert len(read_output(bootstrap, out, 3)) == 3
+    runtime.stop_persistent("CTAS_CNT_9")
