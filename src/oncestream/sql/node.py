@@ -50,6 +50,7 @@ from oncestream.sql.insert_values import json_row, values_row
 from oncestream.sql.local_queries import LocalQueries, StartSpec
 from oncestream.sql.metastore import CommandResult, Metastore, StartQuery, StopQuery
 from oncestream.sql.parser import parse
+from oncestream.sql.pull.node_hooks import PullQueries
 from oncestream.testing_hooks import SQL_CRASH_STEP_PROPERTY, SqlCrashPoint
 
 log = logging.getLogger("oncestream.sql")
@@ -70,6 +71,7 @@ class NodeSettings:
     session_timeout_ms: int = 10_000
     heartbeat_interval_ms: int = 1_000
     replication_factor: int = 1
+    state_dir: str | None = None      # materialized tables for pull queries live under it
 
     @property
     def client_conf(self) -> dict[str, Any]:
@@ -89,6 +91,7 @@ class Node:
         self._terminating = False
         self.topic = command_topic_name(settings.service_id)
         self._admin = Admin(settings.client_conf)
+        self._pull = PullQueries(settings.state_dir or ".", settings.bootstrap_servers, settings.client_properties)
         self._runner = CommandRunner(topic=self.topic, client_conf=settings.client_conf, decode=self._decode,
                                      apply=self._apply, incompatible=(commands.IncompatibleCommandError,))
         crash = SqlCrashPoint(settings.properties.get(SQL_CRASH_STEP_PROPERTY), WRITE_STEPS)
@@ -136,6 +139,7 @@ class Node:
         if self._assignment is not None:
             self._assignment.stop()
         self._runner.stop()
+        self._pull.close()
         self._admin.close()
 
     # --- the command runner's side (runner thread, under runner.lock) -------------------------------
@@ -163,6 +167,8 @@ class Node:
             self._local.poke()
             if self._assignment is not None:
                 self._assignment.poke()
+        # Every node materializes every table for pull queries (new tables start, dropped ones go).
+        self._pull.metastore_changed(self._metastore.sources())
         return result
 
     # --- query placement ------------------------------------------------------------------------------
@@ -262,7 +268,8 @@ class Node:
             status[_host_port(url)] = {"hostAlive": True, "lastStatusUpdateMs": now_ms,
                                        "activeStandbyPerQuery": {q: {"activeStores": [], "standByStores": []}
                                                                  for q in sorted(queries)},
-                                       "hostStoreLags": {"stateStoreLags": {}, "updateTimeMs": now_ms}}
+                                       "hostStoreLags": {"stateStoreLags": self._pull.store_lags() if url == self.url else {},
+                                                         "updateTimeMs": now_ms}}
         return {"clusterStatus": status}
 
     def command_status(self, command_id: str) -> dict[str, Any] | None:
@@ -397,6 +404,8 @@ class Node:
                                      statement_text=text)
             description = entities.source_description(snapshot, source, extended=statement.extended, states=states,
                                                       error_stats=self._error_stats(snapshot, source.name)
+                                                      if statement.extended else "",
+                                                      statistics=self._pull.statistics_text(source.name)
                                                       if statement.extended else "")
             return {"@type": "sourceDescription", "statementText": text, "sourceDescription": description,
                     "warnings": []}
@@ -504,6 +513,9 @@ class Node:
             if exc.statement_text is None:
                 exc.statement_text = statement.text
             raise
+        if PullQueries.is_pull(statement):
+            # Answered from this node's materialized copy; not a push query, so not registered.
+            return await self._pull.start_query(analyzed)
         stream: QueryStream = await asyncio.to_thread(self.runtime.start_push, analyzed, dict(properties),
                                                       query=statement.query)
         with self._push_lock:

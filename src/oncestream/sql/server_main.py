@@ -205,6 +205,7 @@ def run(args: argparse.Namespace) -> int:
         session_timeout_ms=int(props.get("ksql.query.assignment.session.timeout.ms", 10_000)),
         heartbeat_interval_ms=int(props.get("ksql.query.assignment.heartbeat.interval.ms", 1_000)),
         replication_factor=int(props.get("ksql.internal.topic.replicas", 1)),
+        state_dir=str(state_dir),
     )
     host, port = _listen(args.listen)
 
