@@ -11,9 +11,16 @@ Output keys (ksqlDB 0.10+):
 
 - aggregation: the GROUP BY expressions are the key columns;
 - ``PARTITION BY e, ...``: the partitioning expressions (``PARTITION BY NULL``: no key);
-- a join: the join expression (either side; a synthetic ``ROWKEY`` for FULL OUTER joins or when
-  a side is not a plain column);
+- a join: a side of the ON equality that is a plain column ("viable key"; the first one the
+  projection selects, left side first, the others being ordinary value columns); a synthetic
+  ``ROWKEY`` for FULL OUTER joins or when neither side is a plain column (``SELECT *`` then starts
+  with it);
 - otherwise the source's key columns.
+
+``SELECT *`` after ``PARTITION BY`` lists the new key, the remaining value columns, then the old
+key columns, as ksqlDB's repartitioned schema does. Pseudo columns (ROWTIME, ROWPARTITION,
+ROWOFFSET, and WINDOWSTART/WINDOWEND on windowed results) resolve everywhere they may; persistent
+queries must alias them.
 
 A key column takes the name of the select item that is that key expression. A persistent query
 (``sink`` given) must select every key (``Key missing from projection...``) exactly once; key
@@ -123,7 +130,8 @@ class _AliasGenerator:
                 self.used.setdefault(m.group("name"), set()).add(int(number) if number is not None else 0)
         self.next: dict[str, int] = {}
 
-    def _next(self, prefix: str, drop_zero: bool) -> str:
+    def next_name(self, prefix: str, drop_zero: bool) -> str:
+        """The next free ``<prefix>_<n>`` (``<prefix>`` alone for n = 0 when ``drop_zero``)."""
         used = self.used.get(prefix, set())
         idx = self.next.get(prefix, 0)
         while idx in used:
@@ -132,12 +140,12 @@ class _AliasGenerator:
         return prefix if (idx == 0 and drop_zero) else f"{prefix}_{idx}"
 
     def ksql_col(self) -> str:
-        return self._next("KSQL_COL", drop_zero=False)
+        return self.next_name("KSQL_COL", drop_zero=False)
 
     def struct_field(self, field_name: str) -> str:
         m = _NUMBERED.match(field_name)
         assert m is not None
-        return self._next(m.group("name"), drop_zero=True)
+        return self.next_name(m.group("name"), drop_zero=True)
 
 
 def analyze_query(query: Query, sources: Mapping[str, SourceInfo], *, sink: str | None = None) -> AnalyzedQuery:
@@ -396,7 +404,7 @@ class _Analysis(JoinRules, AggregateRules):
 
     def _synthetic_key_name(self) -> str:
         gen = _AliasGenerator(self.scope_sources)
-        return gen._next("ROWKEY", drop_zero=True)
+        return gen.next_name("ROWKEY", drop_zero=True)
 
     @staticmethod
     def _key_index(expr: exp.Expr, key_exprs: list[exp.Expr]) -> int | None:
@@ -530,11 +538,6 @@ def _shown(e: exp.Expr) -> str:
     for col in copy.find_all(exp.Column):
         col.set("table", None)
     return ksql_text(copy)
-
-
-def _t(e: exp.Expr) -> str:
-    ty = type_of(e)
-    return "NULL" if ty is None else ty.ksql_name
 
 
 def _type(e: exp.Expr) -> SqlType:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from sqlglot import exp
 
@@ -458,7 +459,11 @@ class ExpressionResolver:
                     raise StatementError(f"Comparison with NULL not supported: NULL {_FORMAT_OPS.get(cls, op_name)} NULL")
                 ordering_complex = not isinstance(node, _EQUALITY_OPS) and any(
                     x is not None and x.base in complex_types for x in (lt, rt))
-                if ordering_complex or not (_comparable(lt, rt) or _time_column_vs_string(left, right)):
+                if not ordering_complex and not _comparable(lt, rt):
+                    # ROWTIME > '2020-01-01T00:00:00': the string becomes epoch milliseconds here
+                    left, right = _timestamp_string_as_millis(left, right), _timestamp_string_as_millis(right, left)
+                    lt, rt = type_of(left), type_of(right)
+                if ordering_complex or not _comparable(lt, rt):
                     raise StatementError(f"Cannot compare {ksql_text(node.left)} ({_tname(type_of(left))}) to "
                                          f"{ksql_text(node.right)} ({_tname(type_of(right))}) with {op_name}.")
                 return self._typed(cls(this=left, expression=right), t.BOOLEAN)
@@ -488,9 +493,9 @@ class ExpressionResolver:
         if isinstance(node, exp.In):
             this = self._resolve(node.this, clause)
             items = [self._resolve(e, clause) for e in node.expressions]
+            # ksqlDB coerces IN literals to the tested column's type; the tree gets the coerced literal
+            items = [_coerce_in_literal(type_of(this), item) for item in items]
             for item, orig in zip(items, node.expressions):
-                if _in_literal_coercible(type_of(this), item):
-                    continue
                 if not _comparable(type_of(this), type_of(item)):
                     raise StatementError(f"Cannot compare {ksql_text(node.this)} ({_tname(type_of(this))}) to "
                                          f"{ksql_text(orig)} ({_tname(type_of(item))}) with EQUAL.")
@@ -681,37 +686,60 @@ class ExpressionResolver:
         return self._typed(out, ty)
 
 
-def _time_column_vs_string(left: exp.Expr, right: exp.Expr) -> bool:
-    """ksqlDB compares ROWTIME / WINDOWSTART / WINDOWEND with a string literal holding a timestamp
-    ('2020-01-01T00:00:00'): the string is parsed into epoch milliseconds."""
-    for col, other in ((left, right), (right, left)):
-        if isinstance(col, exp.Column) and col.meta.get(PSEUDO_KEY) and col.name in (catalog.ROWTIME, *WINDOW_BOUNDS) \
-                and isinstance(other, exp.Literal) and other.is_string:
-            return True
-    return False
+def _timestamp_string_as_millis(node: exp.Expr, other: exp.Expr) -> exp.Expr:
+    """A string literal compared with ROWTIME / WINDOWSTART / WINDOWEND: ksqlDB reads it as a
+    timestamp ('2020-01-01', '2020-01-01T10:00:00[.SSS][Z|+hh:mm]', UTC unless a zone is given) and
+    compares epoch milliseconds. Other nodes are returned unchanged."""
+    time_column = isinstance(other, exp.Column) and bool(other.meta.get(PSEUDO_KEY)) and \
+        other.name in (catalog.ROWTIME, *WINDOW_BOUNDS)
+    if not (time_column and isinstance(node, exp.Literal) and node.is_string):
+        return node
+    text = str(node.this).strip()
+    try:
+        parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return node
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=UTC)
+    millis = int(parsed.timestamp() * 1000)
+    out = exp.Literal.number(millis)
+    out.meta[TYPE_KEY] = t.BIGINT
+    return out
 
 
-def _in_literal_coercible(column: SqlType | None, item: exp.Expr) -> bool:
-    """ksqlDB's IN coerces literals: a string literal to a number or boolean column (when it parses),
-    any primitive literal to a STRING column."""
+def _coerce_in_literal(column: SqlType | None, item: exp.Expr) -> exp.Expr:
+    """ksqlDB's IN coerces literals to the tested column's type: a string literal to a number or
+    boolean column (when it parses), any primitive literal to a STRING column."""
     if column is None or not isinstance(item, (exp.Literal, exp.Boolean)):
-        return False
+        return item
+    is_string_literal = isinstance(item, exp.Literal) and item.is_string
     if column.base is BaseType.STRING:
-        return True
-    if not (isinstance(item, exp.Literal) and item.is_string):
-        return False
+        if is_string_literal:
+            return item
+        text = ("true" if item.this else "false") if isinstance(item, exp.Boolean) else str(item.this)
+        out: exp.Expr = exp.Literal.string(text)
+        out.meta[TYPE_KEY] = t.STRING
+        return out
+    if not is_string_literal:
+        return item
     text = str(item.this).strip()
     if column.base is BaseType.BOOLEAN:
-        if text.lower() not in ("true", "false", "t", "f", "yes", "no", "y", "n"):
+        # ksqlDB's SqlBooleans: any prefix of true / false / yes / no
+        lowered = text.lower()
+        if not lowered or not any(word.startswith(lowered) for word in ("true", "false", "yes", "no")):
             raise StatementError(f'Invalid Predicate: invalid input syntax for type BOOLEAN: "{text}".')
-        return True
+        out = exp.Boolean(this=any(word.startswith(lowered) for word in ("true", "yes")))
+        out.meta[TYPE_KEY] = t.BOOLEAN
+        return out
     if functions.is_numeric(column):
         try:
             float(text)
         except ValueError:
             raise StatementError(f'Invalid Predicate: invalid input syntax for type {column.base.value}: "{text}".') from None
-        return True
-    return False
+        out = exp.Literal.number(text)
+        out.meta[TYPE_KEY] = number_type(text)
+        return out
+    return item
 
 
 # aggregates whose arguments after the first are parameters (n, ignoreNulls, k), fixed per query

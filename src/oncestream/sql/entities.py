@@ -108,9 +108,29 @@ def kafka_topics(topics: Mapping[str, Sequence[int]], statement_text: str) -> di
     return _entity("kafka_topics", statement_text, {"topics": items})
 
 
+# ksqlDB's PropertiesList.MutableSystemProperties (ALTER SYSTEM-able), by their resolved names.
+MUTABLE_SYSTEM_PROPERTIES = frozenset({
+    "max.poll.records", "max.poll.interval.ms", "session.timeout.ms", "heartbeat.interval.ms", "fetch.min.bytes",
+    "fetch.max.bytes", "fetch.max.wait.ms", "metadata.max.age.ms", "max.partition.fetch.bytes", "batch.size", "linger.ms",
+    "delivery.timeout.ms", "max.request.size", "max.block.ms", "buffer.memory", "compression.type",
+    "acceptable.recovery.lag", "commit.interval.ms", "max.warmup.replicas", "num.standby.replicas", "poll.ms",
+    "probing.rebalance.interval.ms", "processing.guarantee", "window.size.ms",
+})
+
+
 def _property_level(name: str) -> str:
-    bare = name.removeprefix("ksql.streams.")
-    return "QUERY" if name in QUERY_LEVEL_PROPERTIES or bare in QUERY_LEVEL_PROPERTIES else "SERVER"
+    # as ksqlDB: the exact name decides the level ("ksql.streams.auto.offset.reset" is SERVER) ...
+    return "QUERY" if name in QUERY_LEVEL_PROPERTIES else "SERVER"
+
+
+def _property_editable(name: str) -> bool:
+    # ... while editability is judged on the resolved name (prefixes stripped)
+    bare = name
+    for prefix in ("ksql.streams.consumer.", "ksql.streams.producer.", "ksql.streams.", "ksql.consumer.", "ksql.producer."):
+        if name.startswith(prefix):
+            bare = name[len(prefix):]
+            break
+    return bare in QUERY_LEVEL_PROPERTIES or bare in MUTABLE_SYSTEM_PROPERTIES or name in QUERY_LEVEL_PROPERTIES
 
 
 def properties(server: Mapping[str, Any], overrides: Mapping[str, Any], statement_text: str,
@@ -122,8 +142,8 @@ def properties(server: Mapping[str, Any], overrides: Mapping[str, Any], statemen
     merged.update({k: str(v) for k, v in overrides.items()})
     items = []
     for name in sorted(merged):
-        level = _property_level(name)
-        items.append({"name": name, "scope": "KSQL", "value": merged[name], "editable": level == "QUERY", "level": level})
+        items.append({"name": name, "scope": "KSQL", "value": merged[name], "editable": _property_editable(name),
+                      "level": _property_level(name)})
     overwritten = [n for n in sorted(merged) if n in overrides and str(server.get(n)) != merged[n]]
     default = [n for n in sorted(merged) if defaults is not None and n in defaults and str(defaults[n]) == merged[n]]
     return _entity("properties", statement_text, {"properties": items, "overwrittenProperties": overwritten,

@@ -186,6 +186,10 @@ def _common_type(name: str) -> TypeRule:
             for a in known:
                 out = wider_numeric(out, a)
             return out or t.INTEGER
+        temporal = [a for a in known if a.base in (BaseType.DATE, BaseType.TIME, BaseType.TIMESTAMP)]
+        if temporal and all(a == temporal[0] or a.base is BaseType.STRING for a in known):
+            # ksqlDB reads string arguments as the temporal type (GREATEST(d1, d2, '2022-06-14'))
+            return temporal[0]
         if any(a != known[0] for a in known):
             raise FunctionTypeError(_refused(name, arg_types))
         return known[0]

@@ -171,6 +171,8 @@ def _check_wrap_single_value(props: Mapping[str, Any], value_format: Format, val
         return
     wrap = str(raw).lower()
     if value_format in (Format.KAFKA, Format.DELIMITED):
+        if wrap == "false":   # these formats never wrap: 'false' only says so
+            return
         raise StatementError(f"Format '{value_format.value}' does not support 'WRAP_SINGLE_VALUE' set to '{wrap}'.")
     if len(value_columns) != 1:
         raise StatementError("'WRAP_SINGLE_VALUE' is only valid for single-field value schemas")
@@ -624,6 +626,11 @@ class Metastore:
             raise StatementError(f"Incompatible data source type is {_lower_kind(existing.kind)}, but statement was DROP {kind}")
         if existing.read_only and stmt.delete_topic:
             raise StatementError(f"Cannot delete topic for read-only source: {stmt.name}")
+        if stmt.delete_topic:
+            sharing = sorted(s.name for s in self._sources.values() if s.topic == existing.topic and s.name != stmt.name)
+            if sharing:
+                raise StatementError(f"Refusing to delete topic. Found other data sources ({', '.join(sharing)}) using topic "
+                                     f"{existing.topic}")
         # ksqlDB checks the INSERT INTO queries first, then the sources created from this one
         readers = [q for q in self.readers_of(stmt.name) if q.startswith("INSERTQUERY_") or not self._is_create_as(q)]
         writers = [q for q in self.writers_of(stmt.name) if q != existing.created_by]

@@ -402,7 +402,7 @@ class Node:
                     "warnings": []}
         if isinstance(statement, ast.Explain):
             if statement.query_id is None:
-                raise StatementError("EXPLAIN of a statement is not supported; EXPLAIN a query id", statement_text=text)
+                return self._explain_statement(statement)
             with self._runner.lock:
                 snapshot = self._metastore.copy()
             info = snapshot.query(statement.query_id)
@@ -416,6 +416,20 @@ class Node:
                 snapshot, info, text, host_states=self.host_statuses(info.query_id), errors=errors,
                 overridden_properties=self._query_properties.get(info.query_id, {}))
         raise StatementError(f"Unsupported statement: {type(statement).__name__}", statement_text=text)
+
+    def _explain_statement(self, statement: ast.Explain) -> dict[str, Any]:
+        """``EXPLAIN <SELECT | CREATE ... AS SELECT | INSERT INTO ... SELECT>``: the query as the
+        analyzer sees it, not running anywhere."""
+        inner = statement.statement
+        query = getattr(inner, "query", None)
+        if inner is None or not isinstance(query, ast.Query):
+            raise StatementError("EXPLAIN takes a query id or a statement with a query", statement_text=statement.text)
+        with self._runner.lock:
+            sources = self._sources_map()
+        sink = getattr(inner, "name", None) or getattr(inner, "target", None)
+        analyzed = analyze_query(query, sources, sink=sink)
+        names = list(dict.fromkeys(s.name for s in analyzed.sources.values()))
+        return entities.transient_query_description(statement.text, inner.text, analyzed.columns, names)
 
     def _show(self, statement: ast.Show, properties: dict[str, Any]) -> dict[str, Any]:
         text = statement.text

@@ -187,6 +187,8 @@ def run(args: argparse.Namespace) -> int:
     """Run one node until SIGTERM/SIGINT; 0 on a clean stop."""
     logging.basicConfig(level=getattr(logging, str(args.log_level).upper()),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from oncestream.client import KafkaException
+    from oncestream.sql.errors import KsqlError
     from oncestream.sql.node import Node, NodeSettings
     from oncestream.sql.rest.app import create_app
     from oncestream.sql.runtime import QueryRuntime, RuntimeSettings
@@ -218,6 +220,7 @@ def run(args: argparse.Namespace) -> int:
         signal.signal(sig, _terminated)
     runtime: SparkRuntime | None = None
     node: Any = None
+    status = 0
     try:
         runtime = SparkRuntime(make, eager=props.get("ksql.spark.start", "eager") != "lazy")
         node = Node(settings, runtime)
@@ -228,6 +231,10 @@ def run(args: argparse.Namespace) -> int:
         asyncio.run(_serve(app, node, host, port, args))
     except _Terminated:
         log.info("oncestream sql: terminated while starting")
+    except (KafkaException, KsqlError) as exc:
+        # No traceback for what the operator must fix (unreachable cluster, credentials...).
+        log.error("oncestream sql: cannot start the node against %s: %s", args.bootstrap_server, exc)
+        status = 1
     finally:
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, signal.SIG_IGN)  # one clean stop, not interrupted by a second signal
@@ -239,7 +246,7 @@ def run(args: argparse.Namespace) -> int:
         elif "pyspark" in sys.modules:
             _stop_spark_if_started()
         _end_children()
-    return 0
+    return status
 
 
 def _children() -> list[int]:

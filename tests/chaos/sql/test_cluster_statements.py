@@ -81,6 +81,13 @@ def test_concurrent_conflicting_creates_exactly_one_wins(broker, tmp_path: Path,
             node.ok("SHOW STREAMS;", command_sequence_number=last_sequence)
         wait_until(lambda: _describe_all(nodes[0], names) == _describe_all(nodes[1], names),
                    "both metastores equal", timeout_s=60)
+        # Every node answers /status for any command, and /clusterStatus lists both nodes.
+        for node in nodes:
+            status_of = node.get(f"/status/stream/`{names[-1]}`/create").json()
+            assert status_of == {"status": "SUCCESS", "message": "Stream created", "queryId": None}, status_of
+        hosts = sorted(n.url.split("://", 1)[1] for n in nodes if n.url)
+        wait_until(lambda: sorted(nodes[0].get("/clusterStatus").json()["clusterStatus"]) == hosts,
+                   "both nodes in /clusterStatus", nodes=nodes)
     finally:
         for node in nodes:
             node.kill()

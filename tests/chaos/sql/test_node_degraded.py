@@ -41,6 +41,8 @@ def _check_degraded(node: SqlServerProcess) -> None:
     names = [s["name"] for s in node.ok("SHOW STREAMS;")[0]["streams"]]
     assert "BEFORE_GARBAGE" in names and "AFTER_GARBAGE" not in names
     assert node.ok("DESCRIBE BEFORE_GARBAGE;")[0]["sourceDescription"]["name"] == "BEFORE_GARBAGE"
+    explained = node.ok("EXPLAIN SELECT ID, V FROM BEFORE_GARBAGE EMIT CHANGES;")[0]["queryDescription"]
+    assert explained["sources"] == ["BEFORE_GARBAGE"] and [f["name"] for f in explained["fields"]] == ["ID", "V"]
     refused = node.ksql("CREATE STREAM NEW_ONE (ID INT KEY, V STRING) WITH (KAFKA_TOPIC='new_one', PARTITIONS=1, "
                         "VALUE_FORMAT='JSON');")
     assert refused.status_code == 500, refused.text

@@ -152,6 +152,16 @@ def test_in_coerces_literals_and_rowtime_compares_with_timestamp_strings(ms: Met
                  "AND name IN (1, true) AND ROWTIME > '2020-01-01T00:00:00';")
 
 
+def test_coerced_literals_are_rewritten_in_the_resolved_tree(ms: Metastore) -> None:
+    (stmt,) = parse("SELECT k FROM s WHERE ROWTIME > '2020-01-01T00:00:00' AND v IN (1, '2') AND flag IN ('tr', 'no') "
+                    "AND name IN (1, TRUE) EMIT CHANGES;")
+    a = analyze_query(stmt.query, ms.source_map())
+    assert a.where is not None
+    assert a.where.sql() == ('"S"."ROWTIME" > 1577836800000 AND "S"."V" IN (1, 2) AND "S"."FLAG" IN (TRUE, FALSE) '
+                             'AND "S"."NAME" IN (\'1\', \'true\')')
+    refused(ms, "SELECT k FROM s WHERE v > '2020-01-01' EMIT CHANGES;", r"Cannot compare V \(INTEGER\) to '2020-01-01'")
+
+
 def test_windowed_sources(ms: Metastore) -> None:
     wt = ms.source("WT")
     assert wt is not None and wt.window is not None and wt.window.size_ms == 10_000

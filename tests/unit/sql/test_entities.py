@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 from oncestream.sql import entities
+from oncestream.sql.analyzer import analyze_query
 from oncestream.sql.metastore import Metastore
 from oncestream.sql.parser import parse
 
@@ -121,14 +122,17 @@ def test_current_status() -> None:
 
 
 def test_properties_list() -> None:
-    e = entities.properties({"ksql.service.id": "svc", "ksql.streams.auto.offset.reset": "latest"},
+    e = entities.properties({"ksql.service.id": "svc", "ksql.streams.auto.offset.reset": "latest",
+                             "auto.offset.reset": "latest"},
                             {"ksql.streams.auto.offset.reset": "earliest"}, "SHOW PROPERTIES;",
                             defaults={"ksql.service.id": "svc"})
     common(e, "properties", "SHOW PROPERTIES;")
     props = {p["name"]: p for p in e["properties"]}
+    # ksqlDB: the level comes from the exact name, editability from the name without its prefix
     assert props["ksql.streams.auto.offset.reset"] == {"name": "ksql.streams.auto.offset.reset", "scope": "KSQL",
-                                                       "value": "earliest", "editable": True, "level": "QUERY"}
+                                                       "value": "earliest", "editable": True, "level": "SERVER"}
     assert props["ksql.service.id"]["level"] == "SERVER" and not props["ksql.service.id"]["editable"]
+    assert props["auto.offset.reset"]["level"] == "QUERY" and props["auto.offset.reset"]["editable"]
     assert e["overwrittenProperties"] == ["ksql.streams.auto.offset.reset"] and e["defaultProperties"] == ["ksql.service.id"]
 
 
@@ -147,3 +151,19 @@ def test_functions_entities() -> None:
     d = entities.describe_function("ucase", "DESCRIBE FUNCTION ucase;")
     assert d is not None and d["name"] == "UCASE" and d["type"] == "SCALAR"
     assert entities.describe_function("nope", "") is None
+
+
+def test_explain_of_a_statement_describes_a_query_that_is_not_running() -> None:
+    ms = metastore()
+    (stmt,) = parse("SELECT id, userid FROM orders EMIT CHANGES;")
+    a = analyze_query(stmt.query, ms.source_map())
+    e = entities.transient_query_description("EXPLAIN SELECT id, userid FROM orders EMIT CHANGES;", stmt.text, a.columns,
+                                             ["ORDERS"])
+    common(e, "queryDescription", "EXPLAIN SELECT id, userid FROM orders EMIT CHANGES;")
+    d = e["queryDescription"]
+    assert d["sources"] == ["ORDERS"] and d["sinks"] == [] and d["ksqlHostQueryStatus"] == {}
+    assert [f["name"] for f in d["fields"]] == ["ID", "USERID"]
+
+
+def test_command_status_is_the_status_endpoint_body() -> None:
+    assert entities.command_status("ERROR", "boom") == {"status": "ERROR", "message": "boom", "queryId": None}

@@ -38,6 +38,7 @@ def rt(name: str, *types: t.SqlType | None) -> t.SqlType:
     ("SIGN", [t.DOUBLE], t.INTEGER),
     ("GREATEST", [t.INTEGER, t.BIGINT, t.DOUBLE], t.DOUBLE),
     ("LEAST", [t.INTEGER, t.INTEGER], t.INTEGER),
+    ("GREATEST", [t.DATE, None, t.STRING], t.DATE),
     ("COALESCE", [None, t.STRING], t.STRING),
     ("IFNULL", [t.INTEGER, t.BIGINT], t.BIGINT),
     ("TIMESTAMPTOSTRING", [t.BIGINT, t.STRING], t.STRING),

@@ -81,6 +81,7 @@ def refused(ms: Metastore, sql: str, pattern: str) -> StatementError:
     ("DROP TABLE nope;", "Table NOPE does not exist."),
     ("DROP TABLE orders;", "Incompatible data source type is stream, but statement was DROP table"),
     ("DROP TABLE ro DELETE TOPIC;", "Cannot delete topic for read-only source: RO"),
+    ("DROP STREAM orders DELETE TOPIC;", r"Refusing to delete topic. Found other data sources \(ORDERS2\) using topic orders"),
     ("TERMINATE CSAS_NOPE_9;", "Unknown queryId: CSAS_NOPE_9"),
 ])
 def test_refused_statements(sql: str, pattern: str) -> None:
