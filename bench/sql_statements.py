@@ -21,7 +21,9 @@ suites start them (``tests/support/sql_servers.py``).
    (``auto.offset.reset=earliest``) until that consumer returns the first record. Same for
    ``CREATE TABLE ... AS SELECT ... GROUP BY``. Each query is terminated and its sink dropped
    before the next repetition; one unmeasured CSAS first warms up Spark's Python workers.
-   Median over ``--repetitions``.
+   Median over ``--repetitions``. Also reported: when the POST was answered, and when the node
+   logged that the query-assignment group gave it the query (its log's wall clock; ms resolution),
+   so the time splits into placement and Spark (start, first micro-batch, transaction commit).
 
 Prints each figure, the machine's load average before and after, and a JSON summary at the end.
 """
@@ -29,8 +31,10 @@ Prints each figure, the machine's load average before and after, and a JSON summ
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
+import re
 import statistics
 import struct
 import sys
@@ -53,6 +57,9 @@ from tests.support.sql_servers import LAZY_SPARK, SqlServerProcess  # noqa: E402
 HEADERS = {"Accept": "application/vnd.ksql.v1+json"}
 HTTP_TIMEOUT_S = 120.0
 FIRST_OUTPUT_TIMEOUT_S = 300.0
+# The node's INFO line when the query-assignment group hands it queries (sql/assignment.py).
+ASSIGNED_LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) INFO oncestream\.sql: oncestream sql: "
+                           r"generation \d+ assigns this node \[(.*)\]$", re.MULTILINE)
 
 
 def load_average() -> str:
@@ -124,9 +131,20 @@ def produce_input(bootstrap: str, topic: str, records: int) -> None:
         raise RuntimeError("input not delivered")
 
 
+def assigned_after_s(node: SqlServerProcess, query_id: str, sent_epoch_s: float) -> float | None:
+    """Seconds from ``sent_epoch_s`` until the node logged that the assignment group gave it
+    ``query_id`` (its log's wall-clock time, local time zone, millisecond resolution)."""
+    for match in ASSIGNED_LINE.finditer(node.log_tail(1 << 22)):
+        if f"'{query_id}'" in match.group(2):
+            logged = datetime.datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()
+            return logged - sent_epoch_s
+    return None
+
+
 def first_output_s(node: SqlServerProcess, client: httpx.Client, bootstrap: str, statement: str,
-                   topic: str) -> tuple[float, float, str]:
-    """(seconds to the first committed output record, seconds of the POST itself, query id)."""
+                   topic: str) -> tuple[float, float, str, float]:
+    """(seconds to the first committed output record, seconds of the POST itself, query id, the
+    wall-clock time the statement was sent)."""
     from confluent_kafka import Consumer
 
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex[:8]}",
@@ -138,6 +156,7 @@ def first_output_s(node: SqlServerProcess, client: httpx.Client, bootstrap: str,
     consumer.subscribe([topic])
     try:
         consumer.poll(0.1)  # joins the group before the clock starts (no partitions yet)
+        sent_epoch_s = time.time()
         started = time.perf_counter()
         entities = post_ksql(client, str(node.url), statement, {"ksql.streams.auto.offset.reset": "earliest"})
         posted = time.perf_counter() - started
@@ -150,7 +169,7 @@ def first_output_s(node: SqlServerProcess, client: httpx.Client, bootstrap: str,
                 continue
             if msg.error() is not None:
                 continue  # UNKNOWN_TOPIC_OR_PART until the sink topic exists
-            return time.perf_counter() - started, posted, str(status.get("queryId"))
+            return time.perf_counter() - started, posted, str(status.get("queryId")), sent_epoch_s
         raise RuntimeError(f"no output on {topic} within {FIRST_OUTPUT_TIMEOUT_S:.0f} s:\n{node.log_tail()}")
     finally:
         consumer.close()
@@ -175,14 +194,17 @@ def time_to_first_output(node: SqlServerProcess, bootstrap: str, repetitions: in
             source_kind, template = kinds[kind]
             name = f"OUT_{uuid.uuid4().hex[:6].upper()}"
             topic = f"bench_out_{name.lower()}"
-            first_s, posted_s, query_id = first_output_s(node, client, bootstrap, template.format(name=name, topic=topic),
-                                                         topic)
+            first_s, posted_s, query_id, sent_epoch_s = first_output_s(
+                node, client, bootstrap, template.format(name=name, topic=topic), topic)
+            assigned_s = assigned_after_s(node, query_id, sent_epoch_s)
+            assigned_ms = None if assigned_s is None else round(assigned_s * 1000, 1)
             print(f"  {kind} {label}: first output after {first_s * 1000:.0f} ms "
-                  f"(POST answered after {posted_s * 1000:.0f} ms)", flush=True)
+                  f"(POST answered after {posted_s * 1000:.0f} ms, query assigned after {assigned_ms} ms)", flush=True)
             if label != "warm-up":
-                results.setdefault(kind, {"first_output_ms": [], "post_ms": []})
+                results.setdefault(kind, {"first_output_ms": [], "post_ms": [], "assigned_ms": []})
                 results[kind]["first_output_ms"].append(round(first_s * 1000, 1))
                 results[kind]["post_ms"].append(round(posted_s * 1000, 1))
+                results[kind]["assigned_ms"].append(assigned_ms)
             post_ksql(client, str(node.url), f"TERMINATE {query_id};")
             post_ksql(client, str(node.url), f"DROP {source_kind} {name};")
     finally:
@@ -190,6 +212,8 @@ def time_to_first_output(node: SqlServerProcess, bootstrap: str, repetitions: in
     for figures in results.values():
         figures["median_first_output_ms"] = statistics.median(figures["first_output_ms"])
         figures["median_post_ms"] = statistics.median(figures["post_ms"])
+        assigned = [a for a in figures["assigned_ms"] if a is not None]
+        figures["median_assigned_ms"] = statistics.median(assigned) if assigned else None
     return results
 
 
