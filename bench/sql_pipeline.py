@@ -88,14 +88,14 @@ def _show_batches(kind: str, progress) -> None:
 
 
 def _run_sql(runtime, source, round_no: int, topic_out: str, records: int) -> float:
-    from oncestream.sql.analyzer import analyze_query, output_source
-    from oncestream.sql.catalog import Format, QueryInfo
+    from oncestream.sql.analyzer import analyze_query
+    from oncestream.sql.catalog import Format, QueryInfo, SourceInfo
     from oncestream.sql.parser import parse
 
     (statement,) = parse(QUERY.format(n=round_no))
     analyzed = analyze_query(statement.query, {"ORDERS": source}, sink=statement.name)
-    sink = output_source(analyzed, name=statement.name, topic=topic_out, key_format=Format.KAFKA,
-                         value_format=Format.JSON, statement=statement.text, partitions=2)
+    sink = SourceInfo(name=statement.name, kind=analyzed.result_kind, topic=topic_out, key_format=Format.KAFKA,
+                      value_format=Format.JSON, columns=tuple(analyzed.columns), statement=statement.text, partitions=2)
     query_id = f"CSAS_OUT_{round_no}"
     info = QueryInfo(query_id=query_id, statement=statement.text, sink=sink.name, sources=("ORDERS",),
                      query=statement.query, output_columns=analyzed.columns, command_offset=round_no)

@@ -115,14 +115,12 @@ def analyze(sql: str, sources: Mapping[str, SourceInfo]) -> tuple[Any, Any]:
 
 def sink_of(analyzed: Any, name: str, topic: str, *, key_format: Format = Format.KAFKA,
             value_format: Format = Format.JSON, **kw: Any) -> SourceInfo:
-    """The sink a CREATE ... AS SELECT creates (the analyzer's ``output_source``)."""
-    from oncestream.sql.analyzer import output_source
-
+    """The sink a CREATE ... AS SELECT creates: the analyzed query's columns, kind and window."""
     if not analyzed.key_columns:
         key_format = Format.NONE
-    info = output_source(analyzed, name=name, topic=topic, key_format=key_format, value_format=value_format,
-                         statement="", partitions=1)
-    return SourceInfo(**{**info.__dict__, **kw}) if kw else info
+    return SourceInfo(name=name, kind=analyzed.result_kind, topic=topic, key_format=key_format,
+                      value_format=value_format, columns=tuple(analyzed.columns), statement="",
+                      window=analyzed.window, **kw)
 
 
 def ddl(sql: str) -> SourceInfo:

@@ -24,12 +24,12 @@ from pyspark.sql import functions as F
 from sqlglot import exp
 
 from oncestream.sql.ast import JoinSpec, Query, SourceKind, WindowKind, WindowSpec
-from oncestream.sql.catalog import WINDOWEND, WINDOWSTART, Column, SourceInfo
+from oncestream.sql.catalog import WINDOWEND, WINDOWSTART, Column, Format, SourceInfo
 from oncestream.sql.compile import serde_columns
 from oncestream.sql.compile.expressions import Scope, is_aggregate, quote, translate
-from oncestream.sql.compile.sources import TOMBSTONE, TS, ReadSettings, read_source
+from oncestream.sql.compile.sources import RAW_KEY, TOMBSTONE, TS, ReadSettings, read_source
 from oncestream.sql.errors import StatementError
-from oncestream.sql.serde import RecordLayout
+from oncestream.sql.serde import RecordLayout, layout_of
 
 WSTART = "__WSTART"
 WEND = "__WEND"
@@ -53,6 +53,9 @@ class CompiledQuery:
     window: WindowSpec | None
     output_mode: str            # "append" or "update"
     has_delete: bool
+    # Set when the output key is the source's key unchanged: the source's key layout. A sink with
+    # the same key layout gets the record key's bytes as they were (no decode/encode per row).
+    raw_key_layout: tuple[Any, ...] | None = None
 
     def rows(self) -> DataFrame:
         """The output columns in order, tombstones dropped (push queries)."""
@@ -65,11 +68,35 @@ class CompiledQuery:
         values = {c.name: F.col(quote(c.name)) for c in self.columns}
         start = F.col(WSTART) if self.window is not None else None
         end = F.col(WEND) if self.window is not None else None
-        key = serde_columns.encode_key(layout, values, start, end)
+        if self.raw_key_layout is not None and self.raw_key_layout == key_layout_of(layout):
+            key = F.col(RAW_KEY)
+        else:
+            key = serde_columns.encode_key(layout, values, start, end)
         value = serde_columns.encode_value(layout, values)
         if self.has_delete:
             value = F.when(F.col(DELETE), F.lit(None).cast("binary")).otherwise(value)
         return self.frame.select(key.alias("key"), value.alias("value"))
+
+
+def key_layout_of(layout: RecordLayout) -> tuple[Any, ...]:
+    """What decides a record key's bytes: format, key column types, delimiter, window kind."""
+    delimiter = layout.value_delimiter if layout.key_format is Format.DELIMITED else None
+    return (layout.key_format, tuple(c.type for c in layout.key_columns), delimiter, layout.window)
+
+
+def _passes_key_through(analyzed: Any, scope: Scope, alias: str, source: SourceInfo) -> bool:
+    """Whether the output key is exactly the source's key columns, in order."""
+    keys = tuple(getattr(analyzed, "key_expressions", ()) or ())
+    source_keys = source.key_columns
+    if not source_keys or len(keys) != len(source_keys) or analyzed.partition_by:
+        return False
+    for expression, column in zip(keys, source_keys, strict=True):
+        if not isinstance(expression, exp.Column):
+            return False
+        if scope.resolve(expression.name, expression.table or None) != scope.internal(alias, column.name):
+            return False
+    output_keys = [c.type for c in analyzed.columns if c.is_key]
+    return output_keys == [c.type for c in source_keys]
 
 
 def source_aliases(analyzed: Any) -> list[tuple[str, SourceInfo]]:
@@ -97,6 +124,12 @@ def compile_query(spark: SparkSession, query: Query, analyzed: Any, settings: Re
         from oncestream.sql.compile.joins import join_frames
 
         frame, scope = join_frames(spark, analyzed, aliases, settings)
+        synthetic = getattr(analyzed, "synthetic_key", None)
+        if synthetic:
+            # ksqlDB's synthetic join key (ROWKEY of a FULL OUTER join): whichever side is present.
+            join = analyzed.joins[0]
+            scope.overrides[synthetic] = (f"coalesce({translate(join.left_key, scope)}, "
+                                          f"{translate(join.right_key, scope)})")
     else:
         alias, source = aliases[0]
         frame = read_source(spark, source, settings)
@@ -118,17 +151,23 @@ def compile_query(spark: SparkSession, query: Query, analyzed: Any, settings: Re
         # A windowed source keeps its window in the key: carry it to the output key.
         extra = [F.col(quote(WINDOWSTART)).alias(WSTART), F.col(quote(WINDOWEND)).alias(WEND)]
     keep = F.expr(translate(where, scope)) if where is not None else None
+    raw_key = None
+    if len(aliases) == 1 and _passes_key_through(analyzed, scope, first_alias, first_source):
+        extra.append(F.col(RAW_KEY))
+        raw_key = key_layout_of(layout_of(first_source))
     if result_kind is SourceKind.TABLE and first_source.kind is SourceKind.TABLE:
         # A table's changelog: a deleted row stays a delete; a row now failing WHERE deletes its key.
         delete = F.col(scope.internal(first_alias, TOMBSTONE))
         if keep is not None:
             delete = delete | ~F.coalesce(keep, F.lit(False))
         projected = frame.select(*selected, *extra, delete.alias(DELETE))
-        return CompiledQuery(projected, columns, result_kind, first_source.window, "append", True)
+        return CompiledQuery(projected, columns, result_kind, first_source.window if len(aliases) == 1 else None,
+                             "append", True, raw_key)
     if keep is not None:
         frame = frame.where(keep)
     projected = frame.select(*selected, *extra)
-    return CompiledQuery(projected, columns, result_kind, first_source.window if extra else None, "append", False)
+    return CompiledQuery(projected, columns, result_kind, first_source.window if len(aliases) == 1 else None,
+                         "append", False, raw_key)
 
 
 def _window_sql(window: WindowSpec, ts: str) -> str:

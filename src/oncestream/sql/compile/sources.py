@@ -4,7 +4,8 @@
 The frame of one source holds its key columns, value columns, ``ROWTIME`` (BIGINT ms: the record
 timestamp, or the ``TIMESTAMP`` column), ``ROWPARTITION``, ``ROWOFFSET``, a windowed source's
 ``WINDOWSTART``/``WINDOWEND``, ``__TS`` (ROWTIME as a Spark timestamp, for windows and watermarks)
-and ``__TOMBSTONE`` (the record's value is null). A stream drops records with a null value, as
+and ``__TOMBSTONE`` (the record's value is null) and ``__RAWKEY`` (the record key's bytes, written
+through unchanged when the output key is the source key in the same layout). A stream drops records with a null value, as
 ksqlDB does; a table keeps them (they delete the key).
 """
 
@@ -25,6 +26,7 @@ from oncestream.sql.types import BaseType
 
 TS = "__TS"
 TOMBSTONE = serde_columns.TOMBSTONE
+RAW_KEY = "__RAWKEY"
 
 EARLIEST = "earliest"
 LATEST = "latest"
@@ -92,7 +94,8 @@ def read_source(spark: SparkSession, source: SourceInfo, settings: ReadSettings,
     layout = layout_of(source)
     decoded = raw.select(*serde_columns.decode_key(layout, F.col("key")),
                          *serde_columns.decode_value(layout, F.col("value")),
-                         F.col("timestamp"), F.col("partition").alias(ROWPARTITION), F.col("offset").alias(ROWOFFSET))
+                         F.col("timestamp"), F.col("partition").alias(ROWPARTITION), F.col("offset").alias(ROWOFFSET),
+                         F.col("key").alias(RAW_KEY))
     frame = decoded.withColumn(ROWTIME, _rowtime(source)).drop("timestamp").withColumn(TS, F.timestamp_millis(F.col(ROWTIME)))
     if source.kind is SourceKind.STREAM:
         frame = frame.where(~F.col(TOMBSTONE))

@@ -1,0 +1,62 @@
+"""Every statement shape the golden tests do not run compiles into a Spark plan that Spark's
+analyzer accepts, with the connector's key/value columns (the plans are analyzed, not started:
+nothing reads the topics)."""
+
+from __future__ import annotations
+
+import pytest
+
+from oncestream.sql.catalog import Format
+from oncestream.sql.compile.plan import compile_query
+from oncestream.sql.compile.sources import ReadSettings
+from oncestream.sql.errors import StatementError
+from oncestream.sql.serde import layout_for
+from tests.spark.sql.golden import analyze, ddl
+
+pytestmark = [pytest.mark.spark]
+
+SOURCES = {
+    "S": ddl("CREATE STREAM S (ID INT KEY, NAME STRING, X BIGINT, D DOUBLE, TS TIMESTAMP, A ARRAY<INT>, "
+             "M MAP<STRING, INT>, ST STRUCT<F STRING, G INT>) WITH (KAFKA_TOPIC='s', VALUE_FORMAT='JSON');"),
+    "S2": ddl("CREATE STREAM S2 (ID INT KEY, Y STRING) WITH (KAFKA_TOPIC='s2', VALUE_FORMAT='JSON');"),
+    "T": ddl("CREATE TABLE T (TID INT PRIMARY KEY, TNAME STRING) WITH (KAFKA_TOPIC='t', VALUE_FORMAT='JSON');"),
+    "TS_S": ddl("CREATE STREAM TS_S (ID INT KEY, EVENT_TIME STRING) WITH (KAFKA_TOPIC='tss', VALUE_FORMAT='DELIMITED', "
+                "TIMESTAMP='EVENT_TIME', TIMESTAMP_FORMAT='yyyy-MM-dd HH:mm:ss');"),
+}
+
+STATEMENTS = [
+    "CREATE STREAM O AS SELECT ID, CONCAT(NAME, '!') AS C, SUBSTRING(NAME, 2) AS SUB, ABS(X) AS AX, ROUND(D) AS R, "
+    "COALESCE(NAME, 'none') AS N, LEN(NAME) AS L, ARRAY_LENGTH(A) AS AL, M['k'] AS MK, ST->G AS G, A[-1] AS LAST, "
+    "CAST(D AS DECIMAL(10, 2)) AS DEC, CAST(TS AS STRING) AS TSS, X / 0 AS DIV, "
+    "CASE WHEN X IS NULL THEN 0 WHEN X > 10 THEN 1 ELSE 2 END AS K FROM S WHERE NAME LIKE 'a%' AND X BETWEEN 1 AND 9 "
+    "EMIT CHANGES;",
+    "CREATE STREAM O AS SELECT ID, ROWTIME AS RT, ROWPARTITION AS RP, ROWOFFSET AS RO FROM TS_S EMIT CHANGES;",
+    "CREATE STREAM O AS SELECT ROWKEY, S.NAME, S2.Y FROM S FULL OUTER JOIN S2 WITHIN 5 SECONDS ON S.ID = S2.ID EMIT CHANGES;",
+    "CREATE STREAM O AS SELECT S2.ID, S.NAME, S2.Y FROM S RIGHT JOIN S2 WITHIN (1 SECOND, 2 SECONDS) ON S.ID = S2.ID "
+    "EMIT CHANGES;",
+    "CREATE STREAM O AS SELECT S.ID, S.NAME, T.TNAME FROM S JOIN T ON S.ID = T.TID WHERE T.TNAME <> S.NAME EMIT CHANGES;",
+    "SELECT S.ID, ST, M, TS FROM S EMIT CHANGES LIMIT 1;",
+    "CREATE TABLE O AS SELECT NAME, MAX(X) AS MX, EARLIEST_BY_OFFSET(D) AS E, WINDOWSTART AS WS FROM S "
+    "WINDOW HOPPING (SIZE 1 MINUTE, ADVANCE BY 10 SECONDS, GRACE PERIOD 5 SECONDS) GROUP BY NAME "
+    "HAVING SUM(X) > 3 EMIT CHANGES;",
+    "CREATE TABLE O AS SELECT ID, NAME, COUNT(*) AS C FROM S GROUP BY ID, NAME EMIT CHANGES;",
+]
+
+
+@pytest.mark.parametrize("sql", STATEMENTS)
+def test_statement_compiles_to_an_analyzable_plan(sql_spark, sql):
+    _statement, analyzed = analyze(sql, SOURCES)
+    compiled = compile_query(sql_spark, analyzed.query, analyzed, ReadSettings("127.0.0.1:1"))
+    key_format = Format.KAFKA if len(analyzed.key_columns) == 1 else Format.JSON
+    layout = layout_for(analyzed.columns, key_format if analyzed.key_columns else Format.NONE, Format.JSON,
+                        window=analyzed.window)
+    records = compiled.records(layout)
+    assert [(f.name, f.dataType.typeName()) for f in records.schema.fields] == [("key", "binary"), ("value", "binary")]
+    assert [f.name for f in compiled.rows().schema.fields] == [c.name for c in analyzed.columns]
+
+
+def test_unsupported_shapes_are_statement_errors(sql_spark):
+    for sql in ("CREATE TABLE O AS SELECT TNAME, COUNT(*) AS C FROM T GROUP BY TNAME EMIT CHANGES;",):
+        _statement, analyzed = analyze(sql, SOURCES)
+        with pytest.raises(StatementError):
+            compile_query(sql_spark, analyzed.query, analyzed, ReadSettings("127.0.0.1:1"))
