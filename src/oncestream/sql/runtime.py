@@ -186,6 +186,9 @@ class QueryRuntime:
                 return
         self._set(query_id, PENDING)
         try:
+            # Callers start queries from their own threads, whose JVM thread has no active session;
+            # without one, DataStreamWriter.start does not find format("oncestream") (DATA_SOURCE_NOT_FOUND).
+            self.spark._jvm.org.apache.spark.sql.SparkSession.setActiveSession(self.spark._jsparkSession)
             compiled = compile_query(self.spark, _query_of(analyzed, info.query), analyzed,
                                      self._read_settings(properties or {}))
             layout = layout_for(compiled.columns, sink.key_format, sink.value_format,

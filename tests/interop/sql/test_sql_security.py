@@ -1,0 +1,199 @@
+"""The SQL server against a secured cluster (issue 14 point 5, issue 12): every Kafka client the
+node creates takes the client security options given with ``--config``.
+
+The broker has one listener only, SASL_SSL with ``ssl.client.auth=required`` (so each client needs
+``ssl.ca.location``, ``ssl.certificate.location``, ``ssl.key.location``, ``security.protocol``,
+``sasl.mechanism``, ``sasl.username`` and ``sasl.password``), and the StandardAuthorizer on with
+``allow.everyone.if.no.acl.found=false``. The node's user ``ksql`` (SCRAM-SHA-256) is granted ACLs
+on its own resources only: the command topic and internal topics/groups (prefix
+``_confluent-ksql-<service id>``), the command producer's transactional id (the service id), the
+queries' sink transactional ids (``oncestream-sql-<service id>``), the Spark sink's commit journal,
+and the user topics (prefix ``sec_``). Through the REST API only: CREATE STREAM (command topic
+producer and consumer, admin), INSERT VALUES (the runtime's producer), a persistent CSAS (the Spark
+connector's ``kafka.*`` options; exactly-once sink with KIP-939 two-phase commit) whose output a
+confluent-kafka ``read_committed`` consumer reads as another user, and a push query with LIMIT.
+With a wrong password the node does not come up healthy and says why.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from confluent_kafka import Consumer as CkConsumer
+from confluent_kafka.admin import AclBinding, AclOperation, AclPermissionType, AdminClient, ResourcePatternType, ResourceType
+
+from tests.support.brokers import BrokerProcess
+from tests.support.certs import Pki, make_pki
+from tests.support.sasl import add_scram_users, plain_jaas, sasl_broker_config
+from tests.support.sql_servers import SqlServerProcess, wait_until
+
+pytestmark = [pytest.mark.interop, pytest.mark.spark]
+
+TIMEOUT_S = 60.0
+USERS = {"admin": "admin-secret", "reader": "reader-secret"}  # PLAIN
+KSQL_USER, KSQL_PASSWORD = "ksql", "ksql-scram-secret"       # SCRAM-SHA-256
+SERVICE_ID = f"sec_{uuid.uuid4().hex[:6]}_"
+EARLIEST = {"ksql.streams.auto.offset.reset": "earliest"}
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    return make_pki(tmp_path_factory.mktemp("pki"))
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory, pki: Pki) -> Iterator[BrokerProcess]:
+    data_dir = tmp_path_factory.mktemp("sql-secured-broker") / "data"
+    data_dir.mkdir(parents=True)
+    add_scram_users(data_dir, {KSQL_USER: KSQL_PASSWORD})
+    config = sasl_broker_config({
+        "listeners": "SASL_SSL://127.0.0.1:0",
+        "listener.security.protocol.map": "SASL_SSL:SASL_SSL",
+        "listener.name.sasl_ssl.plain.sasl.jaas.config": plain_jaas(USERS),
+        "listener.name.sasl_ssl.ssl.client.auth": "required",
+        "ssl.keystore.type": "PEM",
+        "ssl.keystore.location": str(pki.server_keystore),
+        "ssl.truststore.type": "PEM",
+        "ssl.truststore.location": str(pki.ca),
+        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        "super.users": "User:admin",
+        "allow.everyone.if.no.acl.found": "false",
+        # The queries' exactly-once sink prepares its transactions (KIP-939).
+        "transaction.two.phase.commit.enable": "true",
+    })
+    process = BrokerProcess(data_dir=data_dir, config=config)
+    process.start()
+    try:
+        yield process
+    finally:
+        process.stop()
+
+
+def _security(pki: Pki, mechanism: str, user: str, password: str) -> dict[str, str]:
+    """The seven client security options (librdkafka's names)."""
+    return {"security.protocol": "SASL_SSL", "sasl.mechanism": mechanism, "sasl.username": user,
+            "sasl.password": password, "ssl.ca.location": str(pki.ca),
+            "ssl.certificate.location": str(pki.alice.cert), "ssl.key.location": str(pki.alice.key)}
+
+
+def _grant(broker: BrokerProcess, pki: Pki, bindings: list[AclBinding]) -> None:
+    admin = AdminClient({"bootstrap.servers": broker.listener_bootstrap("SASL_SSL"),
+                         **_security(pki, "PLAIN", "admin", USERS["admin"])})
+    for future in admin.create_acls(bindings, request_timeout=TIMEOUT_S).values():
+        future.result(timeout=TIMEOUT_S)
+
+
+def _allow(principal: str, rtype: ResourceType, name: str, pattern: ResourcePatternType,
+           op: AclOperation = AclOperation.ALL) -> AclBinding:
+    return AclBinding(rtype, name, pattern, f"User:{principal}", "*", op, AclPermissionType.ALLOW)
+
+
+@pytest.fixture(scope="module")
+def node(broker: BrokerProcess, pki: Pki, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SqlServerProcess]:
+    prefixed, literal = ResourcePatternType.PREFIXED, ResourcePatternType.LITERAL
+    internal = f"_confluent-ksql-{SERVICE_ID}"
+    _grant(broker, pki, [
+        _allow(KSQL_USER, ResourceType.TOPIC, internal, prefixed),
+        _allow(KSQL_USER, ResourceType.GROUP, internal, prefixed),
+        _allow(KSQL_USER, ResourceType.TOPIC, "sec_", prefixed),
+        _allow(KSQL_USER, ResourceType.TOPIC, "__oncestream_spark_commits", literal),
+        _allow(KSQL_USER, ResourceType.TRANSACTIONAL_ID, SERVICE_ID, literal),
+        _allow(KSQL_USER, ResourceType.TRANSACTIONAL_ID, f"oncestream-sql-{SERVICE_ID}", prefixed),
+        _allow("reader", ResourceType.TOPIC, "sec_", prefixed, AclOperation.READ),
+        _allow("reader", ResourceType.GROUP, "reader-", prefixed, AclOperation.READ),
+    ])
+    process = SqlServerProcess(bootstrap=broker.listener_bootstrap("SASL_SSL"), service_id=SERVICE_ID,
+                               state_dir=tmp_path_factory.mktemp("sql-secured-node"),
+                               config=_security(pki, "SCRAM-SHA-256", KSQL_USER, KSQL_PASSWORD))
+    process.start()
+    try:
+        yield process
+    finally:
+        if process.alive:
+            process.terminate()
+        process.kill()
+
+
+def _read_committed(broker: BrokerProcess, pki: Pki, topic: str, count: int) -> list[tuple[bytes | None, bytes | None]]:
+    consumer = CkConsumer({"bootstrap.servers": broker.listener_bootstrap("SASL_SSL"),
+                           **_security(pki, "PLAIN", "reader", USERS["reader"]),
+                           "group.id": f"reader-{uuid.uuid4().hex[:8]}", "auto.offset.reset": "earliest",
+                           "isolation.level": "read_committed", "enable.auto.commit": False})
+    consumer.subscribe([topic])
+    records: list[tuple[bytes | None, bytes | None]] = []
+    deadline = time.monotonic() + 240
+    try:
+        while len(records) < count and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            assert msg.error() is None, msg.error()
+            records.append((msg.key(), msg.value()))
+    finally:
+        consumer.close()
+    return records
+
+
+def test_statements_inserts_persistent_and_push_queries_over_sasl_ssl_with_acls(
+        broker: BrokerProcess, pki: Pki, node: SqlServerProcess) -> None:
+    assert node.get("/healthcheck").json()["isHealthy"] is True
+    src, dst = f"sec_src_{uuid.uuid4().hex[:6]}", f"sec_dst_{uuid.uuid4().hex[:6]}"
+    created = node.ok(f"CREATE STREAM SRC (ID INT KEY, V STRING) WITH (KAFKA_TOPIC='{src}', PARTITIONS=1, "
+                      "VALUE_FORMAT='JSON');")[0]
+    assert created["commandStatus"]["status"] == "SUCCESS", created
+    for i, v in enumerate(["a", "b", "c"]):
+        node.ok(f"INSERT INTO SRC (ID, V) VALUES ({i}, '{v}');")
+    status = node.ok(f"CREATE STREAM DST WITH (KAFKA_TOPIC='{dst}') AS SELECT ID, UCASE(V) AS U FROM SRC "
+                     "WHERE ID > 0 EMIT CHANGES;", EARLIEST)[0]
+    query_id = status["commandStatus"]["queryId"]
+
+    records = _read_committed(broker, pki, dst, 2)
+    assert [json.loads(v) for _, v in records if v is not None] == [{"U": "B"}, {"U": "C"}], node.log_tail()
+    queries = node.ok("SHOW QUERIES;")[0]["queries"]
+    assert [q["state"] for q in queries if q["id"] == query_id] == ["RUNNING"]
+
+    with httpx.stream("POST", f"{node.url}/query-stream", timeout=240,
+                      json={"sql": "SELECT ID, V FROM SRC EMIT CHANGES LIMIT 2;",
+                            "properties": {"auto.offset.reset": "earliest"}}) as response:
+        assert response.status_code == 200
+        lines = [json.loads(line) for line in response.iter_lines() if line.strip()]
+    assert lines[0]["columnNames"] == ["ID", "V"] and lines[1:] == [[0, "a"], [1, "b"]], lines
+    assert node.get("/healthcheck").json()["isHealthy"] is True
+
+
+def test_wrong_password_is_reported_not_hung(broker: BrokerProcess, pki: Pki, tmp_path: Path) -> None:
+    """A node whose SCRAM password is wrong does not hang: it never says it is ready, and exits
+    with status 1 and a message naming the authentication failure (were it to serve instead,
+    /healthcheck would have to say it is not healthy: ``outcome`` watches for both)."""
+    process = SqlServerProcess(bootstrap=broker.listener_bootstrap("SASL_SSL"), service_id=f"bad_{uuid.uuid4().hex[:6]}_",
+                               state_dir=tmp_path / "node",
+                               config={**_security(pki, "SCRAM-SHA-256", KSQL_USER, "wrong-password"),
+                                       "ksql.spark.start": "lazy"})
+    process.start(wait=False)
+    try:
+        def outcome() -> str | None:
+            if not process.alive:
+                return "exited"
+            ready = sorted(process.state_dir.glob("ready-*.json"))
+            if ready:
+                process.url = json.loads(ready[-1].read_text())["url"]
+                health = process.get("/healthcheck").json()
+                return None if health.get("isHealthy") else "unhealthy"
+            return None
+
+        seen = wait_until(outcome, "the node to fail or report itself unhealthy", timeout_s=180, nodes=[process])
+        # What the node does: it exits 1 at start-up (creating the command topic is its first
+        # call) with one line naming the cause, not a traceback.
+        assert seen == "exited", process.log_tail()
+        assert process.process is not None and process.process.returncode == 1
+        log = process.log_tail(20000)
+        assert "cannot start the node" in log and "SASL authentication failed" in log, log
+        assert "Traceback" not in log, log
+    finally:
+        process.kill()
