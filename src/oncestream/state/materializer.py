@@ -277,12 +277,16 @@ def main(argv: list[str] | None = None) -> int:
         uncommitted_max_bytes=args.uncommitted_max_bytes, poll_max_records=args.poll_max_records,
         events=emit, fault_hook=state_commit_crash_hook_from_env())
     try:
-        materializer.start()
         targets = None
         if args.stop_when_caught_up:
+            # Before start() assigns the partitions: once fetches are in flight, a ListOffsets
+            # request on the same connection waits behind a fetch the broker holds for
+            # fetch.wait.max.ms (Kafka answers one request per connection at a time), which
+            # cost a recovering process two such waits, about 1 s (bench/state_store.py).
             count = source.partition_count(args.topic)
             marks = source.watermarks(args.topic, list(range(count)))
             targets = {(args.topic, p): end for p, (_low, end) in marks.items()}
+        materializer.start()
         while not stop.is_set():
             materializer.step(0.2)
             if targets is not None:
