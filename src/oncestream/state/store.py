@@ -384,6 +384,12 @@ class StateStore:
         return len(self._pending)
 
     @property
+    def uncommitted_batch_bytes(self) -> int:
+        """Bytes of the RocksDB WriteBatch holding the pending writes (every write since the last
+        commit, overwrites included, until overwrites make it rebuild from the index)."""
+        return int(self._batch.size_in_bytes())
+
+    @property
     def commit_needed(self) -> bool:
         """True once the pending writes reached ``statestore.uncommitted.max.bytes``."""
         return self._pending.size_bytes >= self.uncommitted_max_bytes
