@@ -28,6 +28,7 @@ def _run(code: str) -> str:
 def test_importing_the_client_and_using_the_codec_does_not_import_hypothesis() -> None:
     out = _run("""
         import sys
+        import oncestream.errors  # imports kio first of all (the broker's first import)
         from oncestream.client import Consumer, Producer, Admin
         from oncestream.protocol.schemas import request_class
         import kio.static._phantom as phantom

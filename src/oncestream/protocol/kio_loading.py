@@ -30,8 +30,10 @@ so they work from a checkout whose installed metadata predates the entry point.
 Limit: a thread importing hypothesis for the first time during that one import of kio's phantom
 module (a few milliseconds, at the process's first protocol import) would get ImportError.
 
-Called at the top of ``oncestream.protocol`` and ``oncestream.client`` (package ``__init__``), which
-run before any of their modules imports kio.
+Called by the package root ``oncestream/__init__.py`` (and, explicitly again, by
+``oncestream.protocol`` and ``oncestream.client``), which runs before any oncestream module
+imports kio: the broker, the client, the SQL server and the Spark connector all start without
+hypothesis.
 """
 
 from __future__ import annotations
