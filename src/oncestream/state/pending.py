@@ -6,12 +6,13 @@ and merged in on the next scan (Timsort merges the two sorted runs in linear tim
 run of puts costs O(1) each and a scan after them O(n), never O(n) per put.
 
 Every write is also handed, as it is applied, to a ``BatchSink`` (the store's RocksDB
-``WriteBatch``), so a commit only adds the offsets and writes: the batch is built while each
-key and value is still in the CPU cache, instead of in one pass over every pending entry at
-commit time (that pass cost 0.25 µs per entry, mostly cache misses, on a 300,000-entry commit;
-bench/state_store.py). The sink receives every write, overwrites included (RocksDB applies a
-batch in order, so the last write of a key wins, as in the dict); ``sink_rebuild_needed`` tells
-the owner when overwrites made the batch much larger than the entries it stands for.
+``WriteBatch``), so a commit only adds the offsets and writes, instead of walking every pending
+entry to build the batch: measured without a broker on 300,000 entries, the commit went from
+0.6 to 0.28 µs per entry and applying a write from 0.5 to 0.58 µs (the key and value are added
+while just decoded, probably still in the CPU cache; the walk at commit time touched them
+again). The sink receives every write, overwrites included (RocksDB applies a batch in order,
+so the last write of a key wins, as in the dict); ``sink_rebuild_needed`` tells the owner when
+overwrites made the batch much larger than the entries it stands for.
 """
 
 from __future__ import annotations
