@@ -12,18 +12,21 @@ LMDB sync write txn), then ``--keys`` random point gets, then a full ordered sca
 
 ``changelog``: one broker, a changelog topic of ``--keys`` distinct keys (100-byte values) over
 ``--partitions`` partitions.
-1. plain consumer (oncestream.client, read_committed, manual assignment) reads it to the end;
-   the materializer (same client inside) reads, applies and commits it to the end in the same
-   process: throughput ratio (records/s).
+1. throughput, ``--throughput-rounds`` alternating rounds: a plain consumer (oncestream.client,
+   read_committed, manual assignment) reads the topic to the end; the materializer (same client
+   inside) reads, applies and commits it to the end into a fresh store, in the same process.
+   Ratio of records/s, medians.
 2. ``--window`` more records are produced (overwrites), a materializer process applies them and
    is SIGKILLed at its commit (test-only crash point before-batch): a store of ``--keys`` keys
-   with a lost uncommitted window, as a crashed Kafka Streams task leaves it.
-3. recovery, transactional store: a fresh materializer process opens the store (RocksDB WAL
-   recovery, nothing replayed) and re-reads the lost window from its stored offsets to the end.
-4. recovery, wipe-and-replay (what KIP-892 replaces under EOS): a fresh process on an empty
-   directory replays the whole changelog.
-Times are wall clock from process spawn to exit (interpreter start, connect, open, catch up, final
-commit), and also in-process from ``start()`` to caught up (no interpreter start). One run each.
+   with a lost uncommitted window, as a crashed Kafka Streams task leaves it. That directory is
+   copied aside.
+3. ``--recovery-rounds`` alternating rounds, each on a fresh copy of the crashed directory or an
+   empty one: recovery of the transactional store (RocksDB WAL recovery, nothing replayed, the
+   lost window re-read from the stored offsets) vs wipe-and-replay of the whole changelog (what
+   KIP-892 replaces under EOS), each timed as a process (``python -m
+   oncestream.state.materializer --stop-when-caught-up``: spawn to exit, i.e. interpreter start,
+   imports, connect, open, catch up, final commit) and in-process (from ``Materializer(...)`` to
+   caught up and committed). Medians, each round printed, with the load average.
 
 This is a benchmark command, not a test.
 """
@@ -327,6 +330,11 @@ def _high_watermarks(bootstrap: str, topic: str, partitions: int) -> dict[int, i
         consumer.close()
 
 
+def _load() -> str:
+    one, five, _ = os.getloadavg()
+    return f"load {one:.1f}/{five:.1f}"
+
+
 def run_changelog(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory(dir=args.tmp) as tmp_name:
         tmp = Path(tmp_name)
@@ -336,11 +344,11 @@ def run_changelog(args: argparse.Namespace) -> None:
             create_topic(broker.bootstrap, topic, partitions=args.partitions)
             t0 = time.perf_counter()
             _produce(broker.bootstrap, topic, args.partitions, range(args.keys), 0)
-            print(f"produced {args.keys:,} records in {time.perf_counter() - t0:.1f}s", flush=True)
+            print(f"produced {args.keys:,} records in {time.perf_counter() - t0:.1f}s ({_load()})", flush=True)
             ends = _high_watermarks(broker.bootstrap, topic, args.partitions)
 
             # Alternate the two readers so drift of the shared machine lands on both; each
-            # materializer round builds a fresh store (the last one is kept for recovery).
+            # materializer round builds a fresh store (the last one is kept for the crash).
             plain_runs, mat_runs = [], []
             store_dir = tmp / "store"
             for round_number in range(1, args.throughput_rounds + 1):
@@ -349,41 +357,57 @@ def run_changelog(args: argparse.Namespace) -> None:
                 _total_s, mat_s, applied = _materialize_in_process(broker.bootstrap, topic, store_dir, ends)
                 assert applied == args.keys
                 mat_runs.append(mat_s)
-                print(f"round {round_number}: plain consumer {args.keys / plain_runs[-1]:,.0f} records/s; "
+                print(f"throughput round {round_number}: plain consumer {args.keys / plain_runs[-1]:,.0f} records/s; "
                       f"materializer {args.keys / mat_s:,.0f} records/s applied+committed; "
-                      f"ratio {plain_runs[-1] / mat_s:.2f}x", flush=True)
+                      f"ratio {plain_runs[-1] / mat_s:.2f}x ({_load()})", flush=True)
             plain_s, mat_s = statistics.median(plain_runs), statistics.median(mat_runs)
 
+            # One crash: --window more records, a materializer process applies them and is
+            # SIGKILLed at its commit. Every recovery round starts from a copy of that directory
+            # (the RocksDB files as the killed process left them, WAL included).
             _produce(broker.bootstrap, topic, args.partitions, range(args.window), 1)
             crash_s, lost = _materializer_process(broker.bootstrap, topic, store_dir, tmp / "crash.jsonl", crash=True)
             print(f"SIGKILLed with {lost:,} applied, uncommitted records ({crash_s:.1f}s)", flush=True)
+            crashed = tmp / "crashed"
+            shutil.copytree(store_dir, crashed)
             total = args.keys + args.window
-
-            txn_s, reread = _materializer_process(broker.bootstrap, topic, store_dir, tmp / "recover.jsonl")
-            replay_dir = tmp / "replay"
-            replay_s, replayed = _materializer_process(broker.bootstrap, topic, replay_dir, tmp / "replay.jsonl")
-            assert replayed == total, replayed
-            print(f"recovery (process): transactional {txn_s:.2f}s re-reading {reread:,} records; "
-                  f"wipe-and-replay {replay_s:.2f}s replaying {replayed:,}; {replay_s / txn_s:.1f}x", flush=True)
-
-            # In-process (no interpreter start): crash again, recover, and replay into a wiped dir.
-            _produce(broker.bootstrap, topic, args.partitions, range(args.window), 2)
-            _materializer_process(broker.bootstrap, topic, store_dir, tmp / "crash2.jsonl", crash=True)
             ends = _high_watermarks(broker.bootstrap, topic, args.partitions)
-            txn_in_s, _, reread_in = _materialize_in_process(broker.bootstrap, topic, store_dir, ends)
-            shutil.rmtree(replay_dir)
-            replay_in_s, _, replayed_in = _materialize_in_process(broker.bootstrap, topic, replay_dir, ends)
-            print(f"recovery (in-process): transactional {txn_in_s:.2f}s re-reading {reread_in:,}; "
-                  f"wipe-and-replay {replay_in_s:.2f}s replaying {replayed_in:,}; {replay_in_s / txn_in_s:.1f}x")
+            recover_dir, replay_dir = tmp / "recover", tmp / "replay"
+
+            def fresh(directory: Path, copy_crashed: bool) -> Path:
+                shutil.rmtree(directory, ignore_errors=True)
+                if copy_crashed:
+                    shutil.copytree(crashed, directory)
+                return directory
+
+            rows = []
+            for n in range(1, args.recovery_rounds + 1):
+                txn_s, reread = _materializer_process(broker.bootstrap, topic, fresh(recover_dir, True),
+                                                      tmp / f"recover{n}.jsonl")
+                replay_s, replayed = _materializer_process(broker.bootstrap, topic, fresh(replay_dir, False),
+                                                           tmp / f"replay{n}.jsonl")
+                assert replayed == total, replayed
+                txn_in_s, _, reread_in = _materialize_in_process(broker.bootstrap, topic, fresh(recover_dir, True), ends)
+                replay_in_s, _, replayed_in = _materialize_in_process(broker.bootstrap, topic, fresh(replay_dir, False),
+                                                                      ends)
+                assert replayed_in == total, replayed_in
+                rows.append((txn_s, reread, replay_s, txn_in_s, reread_in, replay_in_s))
+                print(f"recovery round {n}: process: transactional {txn_s:.2f}s re-reading {reread:,}, "
+                      f"wipe-and-replay {replay_s:.2f}s replaying {replayed:,} ({replay_s / txn_s:.1f}x); in-process: "
+                      f"{txn_in_s:.3f}s re-reading {reread_in:,}, {replay_in_s:.2f}s replaying {replayed_in:,} "
+                      f"({replay_in_s / txn_in_s:.1f}x) ({_load()})", flush=True)
+            med = [statistics.median(r[i] for r in rows) for i in range(6)]
+            print(f"\nmedians of {args.recovery_rounds} alternating recovery rounds ({_load()}):")
             print("\n| measurement | transactional store | wipe-and-replay | ratio |\n| --- | ---: | ---: | ---: |")
-            print(f"| recovery, process spawn to caught up | {txn_s:.2f} s ({reread:,} records re-read) | "
-                  f"{replay_s:.2f} s ({replayed:,} records) | {replay_s / txn_s:.1f}x |")
-            print(f"| recovery, in-process start() to caught up | {txn_in_s:.2f} s ({reread_in:,} re-read) | "
-                  f"{replay_in_s:.2f} s ({replayed_in:,}) | {replay_in_s / txn_in_s:.1f}x |")
-            print(f"\nmedian of {args.throughput_rounds} rounds")
+            print(f"| recovery, in-process, from Materializer(...) to caught up and committed | {med[3]:.3f} s "
+                  f"({med[4]:,.0f} records re-read) | {med[5]:.2f} s ({total:,} records) | {med[5] / med[3]:.1f}x |")
+            print(f"| recovery, process spawn to exit | {med[0]:.2f} s ({med[1]:,.0f} records re-read) | "
+                  f"{med[2]:.2f} s ({total:,} records) | {med[2] / med[0]:.1f}x |")
+            print(f"\nthroughput, median of {args.throughput_rounds} alternating rounds")
             print(f"\n| reader | records/s |\n| --- | ---: |\n| plain consumer (oncestream.client) | "
                   f"{args.keys / plain_s:,.0f} |\n| materializer (applied + committed) | {args.keys / mat_s:,.0f} |"
-                  f"\n\nratio materializer / plain consumer: {plain_s / mat_s:.2f}x")
+                  f"\n\nratio materializer / plain consumer: {plain_s / mat_s:.2f}x (rounds "
+                  f"{', '.join(f'{p / m:.2f}' for p, m in zip(plain_runs, mat_runs))})")
         finally:
             broker.stop()
 
@@ -396,6 +420,8 @@ def main() -> int:
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--throughput-rounds", type=int, default=3,
                         help="alternating plain-consumer / materializer rounds (medians reported)")
+    parser.add_argument("--recovery-rounds", type=int, default=3,
+                        help="alternating recovery / wipe-and-replay rounds from the one crashed store (medians)")
     parser.add_argument("--tmp", default=None, help="directory for the stores (default: system temp)")
     args = parser.parse_args()
     if args.what == "backends":

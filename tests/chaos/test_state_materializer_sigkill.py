@@ -2,8 +2,9 @@
 aborted and open transactions on the changelog, partitions added, topic recreated.
 
 Crash points (``ONCESTREAM_STATE_CRASH_POINT``, test-only): ``before-batch`` (records applied,
-the commit's WriteBatch not built), ``inside-batch`` (half of the pending writes in the batch),
-``after-batch`` (the batch is durable, the materializer has not acknowledged it). After the kill
+in the commit's WriteBatch, no offsets in it yet), ``inside-batch`` (half of the partitions'
+offsets in the batch), ``after-batch`` (the batch is durable, the materializer has not
+acknowledged it). After the kill
 the store must hold exactly the changelog prefix named by its stored offsets; the restarted
 materializer must resume there, so what it re-reads is bounded by the uncommitted window
 (statestore.uncommitted.max.bytes), not by the log's length.

@@ -22,9 +22,13 @@ from kio.static.primitive import Records
 
 from oncestream.protocol.api_keys import API_VERSIONS
 from oncestream.protocol.codec import MalformedRequestError, RequestHeader, decode_request
+from oncestream.protocol.kio_loading import register_kio_strategies
 from oncestream.protocol.length_guard import ArrayLengthError, check_array_lengths
 from oncestream.protocol.schemas import request_class
 
+# kio's integer/string/time types get their strategies here even when oncestream.protocol loaded
+# kio before hypothesis was imported (protocol/kio_loading.py keeps hypothesis out of start-up).
+register_kio_strategies()
 # Record bytes are opaque to the codec: any bytes will do.
 st.register_type_strategy(Records, st.binary(max_size=64).map(Records))
 

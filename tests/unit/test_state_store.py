@@ -298,3 +298,26 @@ def test_apply_messages_reads_kafka_shaped_records_like_put_many(store_dir):
     with StateStore(store_dir) as store:
         assert store.apply_messages(messages) == (4, 1)
         assert list(store.range()) == [(b"b", b"2")]
+
+
+def test_overwrites_do_not_grow_the_pending_write_batch_without_bound(store_dir):
+    """Writes go into the commit's RocksDB WriteBatch as they are applied, overwrites included;
+    once overwrites make it hold more than twice the pending entries (+ 1 MiB) it is rebuilt from
+    the index, so its memory follows statestore.uncommitted.max.bytes, and the commit still
+    stores the last write of each key."""
+    value_bytes = 100
+    with StateStore(store_dir) as store:
+        for i in range(30_000):  # ~3.5 MB of writes to two keys
+            store.put(b"hot", b"%06d" % i + b"v" * (value_bytes - 6))
+            if i % 1000 == 0:
+                store.delete(b"flapping")
+            else:
+                store.put_many([(b"flapping", b"x" * value_bytes)])
+            assert store.uncommitted_batch_bytes <= 2 * store.uncommitted_bytes + (1 << 20) + 2 * (value_bytes + 64)
+        assert store.uncommitted_count == 2
+        store.commit({("t", 0): 30_000})
+        assert store.uncommitted_batch_bytes < 64  # a new, empty batch (RocksDB's 12-byte header)
+    with StateStore(store_dir) as reopened:
+        assert reopened.get(b"hot") == b"029999" + b"v" * (value_bytes - 6)
+        assert reopened.get(b"flapping") == b"x" * value_bytes
+        assert reopened.committed_offsets() == {("t", 0): 30_000}

@@ -1,33 +1,61 @@
 """oncestream's Kafka client: ``Producer`` (idempotent, transactional, KIP-939 two-phase commit),
 ``Consumer`` (groups, read_committed) and ``Admin``, configured with Kafka property names and
 shaped like confluent-kafka's API.
+
+The public names are imported on first use (PEP 562 ``__getattr__``), so a process that only
+consumes does not import the producer and admin machinery at start-up (``from oncestream.client
+import Consumer`` loads the consumer's modules alone). ``oncestream.protocol`` is imported first:
+it loads kio without hypothesis (see ``oncestream.protocol.kio_loading``).
 """
 
-from oncestream.client.admin import (
-    AbortTransactionSpec,
-    Admin,
-    AdminClient,
-    GroupDescription,
-    NewTopic,
-    TopicDescription,
-    TransactionDescription,
-)
-from oncestream.client.consumer import Consumer
-from oncestream.client.errors import KafkaError, KafkaException, QueueFullError
-from oncestream.client.message import (
-    OFFSET_BEGINNING,
-    OFFSET_END,
-    OFFSET_INVALID,
-    OFFSET_STORED,
-    TIMESTAMP_CREATE_TIME,
-    TIMESTAMP_LOG_APPEND_TIME,
-    TIMESTAMP_NOT_AVAILABLE,
-    ConsumerGroupMetadata,
-    Message,
-    TopicPartition,
-)
-from oncestream.client.prepared_txn import PreparedTxnState
-from oncestream.client.producer import Producer
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+from oncestream.protocol.kio_loading import load_kio
+
+load_kio()  # before any client module imports kio (already done by oncestream.protocol; explicit)
+
+if TYPE_CHECKING:
+    from oncestream.client.admin import (
+        AbortTransactionSpec,
+        Admin,
+        AdminClient,
+        GroupDescription,
+        NewTopic,
+        TopicDescription,
+        TransactionDescription,
+    )
+    from oncestream.client.consumer import Consumer
+    from oncestream.client.errors import KafkaError, KafkaException, QueueFullError
+    from oncestream.client.message import (
+        OFFSET_BEGINNING,
+        OFFSET_END,
+        OFFSET_INVALID,
+        OFFSET_STORED,
+        TIMESTAMP_CREATE_TIME,
+        TIMESTAMP_LOG_APPEND_TIME,
+        TIMESTAMP_NOT_AVAILABLE,
+        ConsumerGroupMetadata,
+        Message,
+        TopicPartition,
+    )
+    from oncestream.client.prepared_txn import PreparedTxnState
+    from oncestream.client.producer import Producer
+
+# Public name -> the module defining it.
+_EXPORTS: dict[str, str] = {
+    **dict.fromkeys(("AbortTransactionSpec", "Admin", "AdminClient", "GroupDescription", "NewTopic",
+                     "TopicDescription", "TransactionDescription"), "oncestream.client.admin"),
+    "Consumer": "oncestream.client.consumer",
+    **dict.fromkeys(("KafkaError", "KafkaException", "QueueFullError"), "oncestream.client.errors"),
+    **dict.fromkeys(("OFFSET_BEGINNING", "OFFSET_END", "OFFSET_INVALID", "OFFSET_STORED", "TIMESTAMP_CREATE_TIME",
+                     "TIMESTAMP_LOG_APPEND_TIME", "TIMESTAMP_NOT_AVAILABLE", "ConsumerGroupMetadata", "Message",
+                     "TopicPartition"), "oncestream.client.message"),
+    "PreparedTxnState": "oncestream.client.prepared_txn",
+    "Producer": "oncestream.client.producer",
+}
 
 __all__ = [
     "AbortTransactionSpec",
@@ -54,3 +82,17 @@ __all__ = [
     "QueueFullError",
     "TopicPartition",
 ]
+
+
+def __getattr__(name: str) -> object:
+    """Import a public name's module on first use and cache the name in this package."""
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -31,8 +31,6 @@ import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-import crc32c
-
 from oncestream.errors import CorruptRecordError, UnsupportedMagicError
 
 HEADER_SIZE_BYTES = 61
@@ -133,6 +131,10 @@ def parse_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHead
 
 def compute_crc(batch: bytes | bytearray | memoryview) -> int:
     """CRC32C over attributes..end, as stored in the crc field."""
+    # Imported on first use: the crc32c package calls importlib.metadata when imported (12 ms of
+    # a client's start-up), and a consumer without check.crcs never computes a CRC.
+    import crc32c
+
     return crc32c.crc32c(memoryview(batch)[ATTRIBUTES_OFFSET:])
 
 

