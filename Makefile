@@ -90,11 +90,11 @@ $(VPY):
 	  && $(SUDO) apt-get install -y python3-venv && $(PYTHON) -m venv $(VENV); }
 
 $(STAMP): pyproject.toml setup.py src/oncestream/_native/record_columns.c | $(VPY)
-	$(VPY) -m pip install -q -e '.[test,demo,state]'
+	$(VPY) -m pip install -q -e '.[test,demo,state,sql]'
 	touch $@
 
 $(BENCH_STAMP): pyproject.toml $(STAMP)
-	$(VPY) -m pip install -q -e '.[test,demo,bench,state]'
+	$(VPY) -m pip install -q -e '.[test,demo,bench,spark,state,sql]'
 	touch $@
 
 # Debian's kcat is librdkafka's own CLI, a second real client for the interop tests.
