@@ -180,10 +180,9 @@ class QueryRuntime:
         from oncestream.sql.compile.update_sink import batch_writer
 
         query_id = info.query_id
-        with self._lock:
-            entry = self._queries.get(query_id)
-            if entry is not None and entry.state in (RUNNING, PENDING):
-                return
+        # status() first: a query whose Spark query died is still RUNNING here until looked at.
+        if self.status(query_id).state in (RUNNING, PENDING) and query_id in self._queries:
+            return
         self._set(query_id, PENDING)
         try:
             compiled = compile_query(self.spark, _query_of(analyzed, info.query), analyzed,
