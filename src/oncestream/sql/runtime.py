@@ -180,10 +180,9 @@ class QueryRuntime:
         from oncestream.sql.compile.update_sink import batch_writer
 
         query_id = info.query_id
-        with self._lock:
-            entry = self._queries.get(query_id)
-            if entry is not None and entry.state in (RUNNING, PENDING):
-                return
+        # status() first: a query whose Spark query died is still RUNNING here until looked at.
+        if self.status(query_id).state in (RUNNING, PENDING) and query_id in self._queries:
+            return
         self._set(query_id, PENDING)
         try:
             # Callers start queries from their own threads, whose JVM thread has no active session;
@@ -326,9 +325,22 @@ def _spark_name(query_id: str) -> str:
     return f"oncestream_{query_id}"
 
 
+ERROR_TEXT_CHARS = 1000
+
+
 def _error_text(e: BaseException) -> str:
-    text = getattr(e, "desc", None) or getattr(e, "message", None) or str(e)
-    return str(text).strip().splitlines()[0] if str(text).strip() else type(e).__name__
+    """One line saying why a query failed: Spark's headline plus, when the error wraps a Python
+    traceback (a data source or UDF failure), the traceback's last ``...Error: message`` line."""
+    text = str(getattr(e, "desc", None) or getattr(e, "message", None) or e).strip()
+    if not text:
+        return type(e).__name__
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    headline = lines[0]
+    causes = [line for line in lines[1:] if not line.startswith(("at ", "File ", "^", "~"))
+              and ("Error:" in line or "Exception:" in line)]
+    if causes and causes[-1] not in headline:
+        headline = f"{headline.removesuffix('Traceback (most recent call last):').strip()} {causes[-1]}"
+    return headline[:ERROR_TEXT_CHARS]
 
 
 def _stop_at_boundary(handle: Any) -> None:

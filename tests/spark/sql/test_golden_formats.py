@@ -88,3 +88,34 @@ def _info(query_id, analyzed):
 
     return QueryInfo(query_id=query_id, statement="", sink="", sources=tuple(analyzed.sources), query=analyzed.query,
                      output_columns=tuple(analyzed.columns), command_offset=0)
+
+
+@pytest.mark.slow  # waits for Spark to notice the deleted topic and fail the query
+def test_a_query_failing_while_running_shows_error_with_its_cause(runtime, eos_broker):
+    """The source topic of a running query is deleted: Spark fails the query (data loss, the
+    connector's failOnDataLoss default); status() turns RUNNING into ERROR with the cause, and
+    nothing is raised into the caller."""
+    import time
+
+    from confluent_kafka.admin import AdminClient
+
+    bootstrap = eos_broker.bootstrap
+    topic, out = unique("doomed"), unique("doomed_out")
+    create_topics(bootstrap, topic, out)
+    s = ddl(f"CREATE STREAM S (ID INT KEY, NAME STRING) WITH (KAFKA_TOPIC='{topic}', VALUE_FORMAT='JSON');")
+    produce(bootstrap, topic, [(struct.pack(">i", 1), b'{"NAME":"x"}', T0)])
+    _s, analyzed = analyze("CREATE STREAM C AS SELECT ID, NAME FROM S EMIT CHANGES;", {"S": s})
+    start(runtime, "CSAS_DOOMED_1", analyzed, sink_of(analyzed, "C", out))
+    assert read_output(bootstrap, out, 1, runtime=runtime, query_id="CSAS_DOOMED_1") == \
+        [(struct.pack(">i", 1), b'{"NAME":"x"}')]
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.delete_topics([topic]).values():
+        future.result(30)
+    deadline = time.monotonic() + 180
+    while runtime.status("CSAS_DOOMED_1").state == RUNNING and time.monotonic() < deadline:
+        time.sleep(0.5)
+    status = runtime.status("CSAS_DOOMED_1")
+    assert status.state == ERROR, status
+    assert "deleted" in (status.error or ""), status.error
+    assert "CSAS_DOOMED_1" not in runtime.running()
+    runtime.stop_persistent("CSAS_DOOMED_1")
