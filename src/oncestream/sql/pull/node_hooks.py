@@ -1,6 +1,6 @@
 """The few calls a SQL-server node makes for pull queries (``oncestream.sql.node.Node``).
 
-Wiring (a few lines in the node, which this package does not edit; tested with exactly these
+Wiring (a few lines in ``sql/node.py`` and ``sql/server_main.py``; tested with exactly these
 by tests/interop/sql/test_pull_two_nodes.py and test_pull_ctas.py):
 
 1. ``NodeSettings`` gets ``state_dir: str | None = None``; ``server_main`` passes
