@@ -97,8 +97,12 @@ def _write_ready(path: Path, body: dict[str, Any]) -> None:
 
 
 def _spark_session(master: str | None, props: dict[str, str], state_dir: Path) -> Any:
-    """The node's one SparkSession (the runtime's recommended settings, then ``spark.*`` overrides)."""
-    os.environ["PYSPARK_PYTHON"] = sys.executable
+    """The node's one SparkSession (the runtime's recommended settings, then ``spark.*`` overrides).
+
+    The Python every Spark Python worker runs, the executors' included, is the driver's
+    ``PYSPARK_PYTHON``: an operator's setting (the interpreter path that exists on every machine of
+    a cluster, docs/spark-cluster.md) is kept; unset, it is this server's own interpreter."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 

@@ -63,7 +63,9 @@ def test_sql_pipeline_runs_on_a_local_cluster_exactly_once(eos_broker, tmp_path:
     node = SqlServerProcess(
         bootstrap=bootstrap, service_id=service_id, state_dir=tmp_path / "node", spark_master=CLUSTER_MASTER,
         # Port 0: Spark's UI on any free port (its REST API is how the test sees the executors).
-        config={"checkpoint.root": shared.as_uri(), "spark.ui.enabled": "true", "spark.ui.port": "0"})
+        # Two shuffle partitions: one task per single-core executor in the aggregation's stage.
+        config={"checkpoint.root": shared.as_uri(), "spark.ui.enabled": "true", "spark.ui.port": "0",
+                "spark.sql.shuffle.partitions": "2"})
     try:
         node.start()
         ui_url = node.ready_info["sparkUiUrl"]
@@ -95,8 +97,9 @@ def test_sql_pipeline_runs_on_a_local_cluster_exactly_once(eos_broker, tmp_path:
             return latest
 
         wait_until(lambda: sum(big_output().values()) >= sum(want_big.values()), "the stream's output", timeout_s=240,
-                   nodes=[node])
-        wait_until(lambda: latest_totals() == want_totals, "the table's final counts", timeout_s=240, nodes=[node])
+                   interval_s=1.0, nodes=[node])
+        wait_until(lambda: latest_totals() == want_totals, "the table's final counts", timeout_s=240,
+                   interval_s=1.0, nodes=[node])
         # Exactly once: every selected input record once, nothing else.
         assert big_output() == want_big
         # The changelog: each customer's count only grows (no batch applied twice), ends exact.
