@@ -26,18 +26,21 @@ LAZY_SPARK = {"ksql.spark.start": "lazy"}
 
 
 class SqlServerProcess:
-    """One node; ``start`` again after ``kill``/``terminate`` restarts it on a new port with the
-    same state directory."""
+    """One node (``spark_master``: its ``--spark-master``, default the node's ``local[*]``);
+    ``start`` again after ``kill``/``terminate`` restarts it on a new port with the same state
+    directory."""
 
     def __init__(self, *, bootstrap: str, service_id: str, state_dir: Path, config: dict[str, str] | None = None,
-                 name: str = "node") -> None:
+                 name: str = "node", spark_master: str | None = None) -> None:
         self.bootstrap = bootstrap
+        self.spark_master = spark_master
         self.service_id = service_id
         self.state_dir = Path(state_dir)
         self.config = dict(config or {})
         self.name = name
         self.process: subprocess.Popen[bytes] | None = None
         self.url: str | None = None
+        self.ready_info: dict[str, Any] = {}   # the node's --ready-file (url, serviceId, sparkUiUrl)
         self.runs = 0
         self._log: Path | None = None
 
@@ -50,6 +53,8 @@ class SqlServerProcess:
         argv = [sys.executable, "-m", "oncestream.cli", "sql-server", "--bootstrap-server", self.bootstrap,
                 "--listen", "127.0.0.1:0", "--service-id", self.service_id, "--state-dir", str(self.state_dir),
                 "--ready-file", str(ready)]
+        if self.spark_master is not None:
+            argv += ["--spark-master", self.spark_master]
         for key, value in (config if config is not None else self.config).items():
             argv += ["--config", f"{key}={value}"]
         env = dict(os.environ)
@@ -71,7 +76,8 @@ class SqlServerProcess:
             if time.monotonic() > deadline:
                 raise AssertionError(f"{self.name} not ready within {READY_TIMEOUT_S:.0f} s:\n{self.log_tail()}")
             time.sleep(0.1)
-        self.url = json.loads(ready.read_text())["url"]
+        self.ready_info = json.loads(ready.read_text())
+        self.url = self.ready_info["url"]
 
     def log_tail(self, size: int = 8000) -> str:
         if self._log is None or not self._log.exists():

@@ -20,7 +20,9 @@ replay, query placement) and the REST API (HTTP/1.1 and h2c on one port). ``--co
 SIGTERM (or SIGINT): stop serving, leave the assignment group (the survivors take the queries at
 once), stop the local queries at a batch boundary, stop Spark and its JVM, exit 0.
 ``--ready-file F`` is written (whole, by rename) once the node has replayed its command topic and
-listens: ``{"host", "port", "url", "serviceId"}``.
+listens: ``{"host", "port", "url", "serviceId", "sparkUiUrl"}`` (``sparkUiUrl``: the driver's Spark UI,
+whose REST API under ``/api/v1`` lists the executors; null while Spark has not started or with
+``spark.ui.enabled=false``, the default).
 """
 
 from __future__ import annotations
@@ -95,8 +97,12 @@ def _write_ready(path: Path, body: dict[str, Any]) -> None:
 
 
 def _spark_session(master: str | None, props: dict[str, str], state_dir: Path) -> Any:
-    """The node's one SparkSession (the runtime's recommended settings, then ``spark.*`` overrides)."""
-    os.environ["PYSPARK_PYTHON"] = sys.executable
+    """The node's one SparkSession (the runtime's recommended settings, then ``spark.*`` overrides).
+
+    The Python every Spark Python worker runs, the executors' included, is the driver's
+    ``PYSPARK_PYTHON``: an operator's setting (the interpreter path that exists on every machine of
+    a cluster, docs/spark-cluster.md) is kept; unset, it is this server's own interpreter."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
@@ -165,6 +171,12 @@ class SparkRuntime:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.get(), name)
 
+    def ui_url(self) -> str | None:
+        """The Spark UI of this node's driver (None before Spark started or with the UI disabled)."""
+        with self._lock:
+            spark = self._spark
+        return None if spark is None else spark.sparkContext.uiWebUrl
+
     def running(self) -> list[str]:
         with self._lock:
             runtime = self._runtime
@@ -229,7 +241,7 @@ def run(args: argparse.Namespace) -> int:
         if not node.runner.wait_replayed(_REPLAY_TIMEOUT_S) and node.runner.degraded_reason is None:
             log.error("oncestream sql: the command topic was not replayed within %.0f s", _REPLAY_TIMEOUT_S)
         app = create_app(node, max_body_bytes=int(props.get("ksql.max.body.bytes", _DEFAULT_MAX_BODY_BYTES)))
-        asyncio.run(_serve(app, node, host, port, args))
+        asyncio.run(_serve(app, node, runtime, host, port, args))
     except _Terminated:
         log.info("oncestream sql: terminated while starting")
     except (KafkaException, KsqlError) as exc:
@@ -313,7 +325,7 @@ class _NoSession:
         """Nothing to stop but the JVM (``_stop_spark`` does that)."""
 
 
-async def _serve(app: Any, node: Any, host: str, port: int, args: argparse.Namespace) -> None:
+async def _serve(app: Any, node: Any, runtime: SparkRuntime, host: str, port: int, args: argparse.Namespace) -> None:
     from oncestream.sql.rest.serve import serve
 
     shutdown = asyncio.Event()
@@ -326,7 +338,7 @@ async def _serve(app: Any, node: Any, host: str, port: int, args: argparse.Names
         node.join_cluster(advertised)
         if args.ready_file:
             _write_ready(Path(args.ready_file), {"host": host, "port": bound_port, "url": advertised,
-                                                 "serviceId": node.service_id})
+                                                 "serviceId": node.service_id, "sparkUiUrl": runtime.ui_url()})
         log.info("oncestream sql: node %s of service %s ready", advertised, node.service_id)
 
     await serve(app, host, port, shutdown, ready)

@@ -75,14 +75,22 @@ def _move_back(bootstrap: str, nodes: list[SqlServerProcess], restarted: SqlServ
         assert sorted(_values(bootstrap, topic)) == expected, topic
 
 
-@pytest.mark.parametrize(("records", "move_back"), [(200, False), pytest.param(3000, True, marks=pytest.mark.slow)])
-def test_query_fails_over_exactly_once(broker_factory, tmp_path: Path, records: int, move_back: bool) -> None:
-    """``move_back`` (long variant): then restart the killed node and add a second query; the
-    group balances one query per node by stopping one on the survivor (at a batch boundary)
-    before the restarted node starts it: both outputs still hold every input exactly once."""
+@pytest.mark.parametrize(("records", "move_back", "root_form"), [
+    (200, False, "url"),
+    pytest.param(200, False, "path", marks=pytest.mark.slow),
+    pytest.param(3000, True, "url", marks=pytest.mark.slow),
+])
+def test_query_fails_over_exactly_once(broker_factory, tmp_path: Path, records: int, move_back: bool,
+                                       root_form: str) -> None:
+    """``root_form``: ``checkpoint.root`` as a Hadoop ``file://`` URL (the form a cluster uses,
+    e.g. ``hdfs://``; the default run) or as a plain path. ``move_back`` (long variant): then
+    restart the killed node and add a second query; the group balances one query per node by
+    stopping one on the survivor (at a batch boundary) before the restarted node starts it: both
+    outputs still hold every input exactly once."""
     broker = broker_factory(BROKER_CONFIG)
     service_id = f"failover_{uuid.uuid4().hex[:6]}_"
-    config = {**NODE_CONFIG, "checkpoint.root": str(tmp_path / "shared-checkpoints")}
+    shared = tmp_path / "shared-checkpoints"
+    config = {**NODE_CONFIG, "checkpoint.root": shared.as_uri() if root_form == "url" else str(shared)}
     nodes = [SqlServerProcess(bootstrap=broker.bootstrap, service_id=service_id, state_dir=tmp_path / n,
                               config=config, name=n) for n in ("a", "b")]
     for node in nodes:
@@ -107,6 +115,8 @@ def test_query_fails_over_exactly_once(broker_factory, tmp_path: Path, records: 
         assert sorted(_values(broker.bootstrap, "dst")) == expected  # every input exactly once
         shows = survivor.ok("SHOW QUERIES;")[0]["queries"]
         assert [q["state"] for q in shows if q["id"] == query_id] == ["RUNNING"], shows
+        # Both nodes ran the query from the one checkpoint the root names, URL or path.
+        assert (shared / service_id / query_id / "commits").is_dir()
         if move_back:
             _move_back(broker.bootstrap, nodes, owner, survivor, query_id, records)
 
