@@ -18,6 +18,7 @@ overwrites made the batch much larger than the entries it stands for.
 from __future__ import annotations
 
 import bisect
+from collections import deque
 from collections.abc import Iterator, Sequence
 from typing import Any, Protocol
 
@@ -27,6 +28,8 @@ DELETED = None
 # so a flood of tiny writes is bounded too.
 ENTRY_OVERHEAD_BYTES = 16
 _MISSING = object()
+_BYTES = {bytes}
+_BYTES_OR_NONE = {bytes, type(None)}
 # A sink holding this many more bytes than twice the entries' size is rebuilt from the entries.
 SINK_REBUILD_SLACK_BYTES = 1 << 20
 
@@ -69,6 +72,7 @@ class PendingWrites:
         self._entries: dict[bytes, bytes | None] = {}
         self._sorted: list[bytes] = []
         self._unsorted: list[bytes] = []
+        self._resort = False  # keys were added in bulk without being listed: sort them all on the next scan
         self.size_bytes = 0
         self.sink: BatchSink = sink if sink is not None else _NoSink()
 
@@ -158,6 +162,50 @@ class PendingWrites:
             self.size_bytes = size
         return i, skipped
 
+    def set_columns(self, keys: list[bytes | None], values: list[bytes | None], start: int, soft_limit_bytes: int,
+                    hard_limit_bytes: int, *, null_keys: int = 0, null_values: int = 0) -> tuple[int, int]:
+        """``set_many`` over two lists (``keys[i]``, ``values[i]``), in bulk: when no key is None
+        and the whole rest fits below ``soft_limit_bytes``, the writes go to the sink through
+        ``map`` and to the index through one ``dict.update``, with no Python code per entry.
+
+        Counting: the bulk path counts every write in full (key, value and the per-entry
+        overhead), without crediting an overwritten entry, so ``size_bytes`` stays an upper
+        bound of the entries' bytes (and matches what the sink holds: every write since the
+        commit). Otherwise (a None key, or the bound reached inside the lists) this is
+        ``set_many``, entry by entry, with its stop and ``OverflowError`` rules.
+        ``null_keys`` / ``null_values``: how many keys / values are None in the lists (the
+        caller knows them from decoding; wrong counts make the bulk path mishandle None).
+        """
+        n = len(keys)
+        if start >= n:
+            return start, 0
+        whole = start == 0
+        ks = keys if whole else keys[start:]
+        vs = values if whole else values[start:]
+        if null_keys or (not whole and None in ks):
+            return self.set_many(list(zip(keys, values, strict=True)), start, soft_limit_bytes, hard_limit_bytes)
+        tombstones = null_values > 0 and (whole or None in vs)
+        if not set(map(type, ks)) <= _BYTES or not set(map(type, vs)) <= (_BYTES_OR_NONE if tombstones else _BYTES):
+            raise TypeError("keys and values must be bytes")
+        grown = (self.size_bytes + sum(map(len, ks)) + (ENTRY_OVERHEAD_BYTES * len(ks))
+                 + sum(map(len, filter(None, vs)) if tombstones else map(len, vs)))  # type: ignore[arg-type]
+        if grown >= soft_limit_bytes:
+            return self.set_many(list(zip(keys, values, strict=True)), start, soft_limit_bytes, hard_limit_bytes)
+        sink = self.sink
+        if tombstones:
+            put, delete = sink.put, sink.delete
+            for key, value in zip(ks, vs, strict=True):
+                if value is None:
+                    delete(key)  # type: ignore[arg-type]
+                else:
+                    put(key, value)  # type: ignore[arg-type]
+        else:
+            deque(map(sink.put, ks, vs), maxlen=0)  # type: ignore[arg-type]
+        self._entries.update(zip(ks, vs, strict=True))  # type: ignore[arg-type]
+        self._resort = True
+        self.size_bytes = grown
+        return n, 0
+
     def items(self) -> Iterator[tuple[bytes, bytes | None]]:
         """Every entry in insertion order (the order of the write batch does not matter: one
         entry per key)."""
@@ -168,6 +216,7 @@ class PendingWrites:
         self._entries.clear()
         self._sorted.clear()
         self._unsorted.clear()
+        self._resort = False
         self.size_bytes = 0
         self.sink = sink if sink is not None else _NoSink()
 
@@ -189,7 +238,11 @@ class PendingWrites:
 
     def sorted_keys(self) -> list[bytes]:
         """Keys in byte order (RocksDB's default comparator)."""
-        if self._unsorted:
+        if self._resort:
+            self._sorted = sorted(self._entries)
+            self._unsorted.clear()
+            self._resort = False
+        elif self._unsorted:
             self._unsorted.sort()
             self._sorted.extend(self._unsorted)
             self._sorted.sort()
