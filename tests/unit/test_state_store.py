@@ -340,8 +340,7 @@ def test_apply_columns_in_bulk_gives_the_same_store_as_put_and_delete_one_by_one
         single.commit()
         for lo in range(0, len(keys), 500):  # four chunks, as four fetch responses
             ks, vs = keys[lo:lo + 500], values[lo:lo + 500]
-            assert bulk.apply_columns(ks, vs, null_keys=ks.count(None), null_values=vs.count(None)) == \
-                (len(ks), ks.count(None))
+            assert bulk.apply_columns(ks, vs) == (len(ks), ks.count(None))
             for k, v in zip(ks, vs, strict=True):
                 if k is None:
                     continue

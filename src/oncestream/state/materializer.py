@@ -199,8 +199,7 @@ class Materializer:
             tp = (chunk.topic, chunk.partition)
             done = 0
             while done < n:
-                upto, skipped = store.apply_columns(chunk.keys, chunk.values, done,
-                                                    null_keys=chunk.null_keys, null_values=chunk.null_values)
+                upto, skipped = store.apply_columns(chunk.keys, chunk.values, done)
                 self.skipped_records += skipped
                 self.applied_records += upto - done
                 if upto < n or store.commit_needed:

@@ -28,8 +28,9 @@ DELETED = None
 # so a flood of tiny writes is bounded too.
 ENTRY_OVERHEAD_BYTES = 16
 _MISSING = object()
+_NONE_TYPE = type(None)
 _BYTES = {bytes}
-_BYTES_OR_NONE = {bytes, type(None)}
+_BYTES_OR_NONE = {bytes, _NONE_TYPE}
 # A sink holding this many more bytes than twice the entries' size is rebuilt from the entries.
 SINK_REBUILD_SLACK_BYTES = 1 << 20
 
@@ -162,33 +163,36 @@ class PendingWrites:
             self.size_bytes = size
         return i, skipped
 
-    def set_columns(self, keys: list[bytes | None], values: list[bytes | None], start: int, soft_limit_bytes: int,
-                    hard_limit_bytes: int, *, null_keys: int = 0, null_values: int = 0) -> tuple[int, int]:
+    def set_columns(self, keys: Sequence[bytes | None], values: Sequence[bytes | None], start: int,
+                    soft_limit_bytes: int, hard_limit_bytes: int) -> tuple[int, int]:
         """``set_many`` over two lists (``keys[i]``, ``values[i]``), in bulk: when no key is None
         and the whole rest fits below ``soft_limit_bytes``, the writes go to the sink through
-        ``map`` and to the index through one ``dict.update``, with no Python code per entry.
+        ``map`` (or one loop when there are tombstones) and to the index through one
+        ``dict.update``: a few C-level passes over the lists instead of Python code per entry.
 
         Counting: the bulk path counts every write in full (key, value and the per-entry
         overhead), without crediting an overwritten entry, so ``size_bytes`` stays an upper
         bound of the entries' bytes (and matches what the sink holds: every write since the
         commit). Otherwise (a None key, or the bound reached inside the lists) this is
         ``set_many``, entry by entry, with its stop and ``OverflowError`` rules.
-        ``null_keys`` / ``null_values``: how many keys / values are None in the lists (the
-        caller knows them from decoding; wrong counts make the bulk path mishandle None).
         """
         n = len(keys)
         if start >= n:
             return start, 0
-        whole = start == 0
-        ks = keys if whole else keys[start:]
-        vs = values if whole else values[start:]
-        if null_keys or (not whole and None in ks):
+        ks = keys if start == 0 else keys[start:]
+        vs = values if start == 0 else values[start:]
+        if len(vs) != len(ks):
+            raise ValueError("keys and values must be as long")
+        key_types = set(map(type, ks))
+        value_types = set(map(type, vs))
+        if _NONE_TYPE in key_types:
+            # Null keys to skip: entry by entry (a changelog record always has a key).
             return self.set_many(list(zip(keys, values, strict=True)), start, soft_limit_bytes, hard_limit_bytes)
-        tombstones = null_values > 0 and (whole or None in vs)
-        if not set(map(type, ks)) <= _BYTES or not set(map(type, vs)) <= (_BYTES_OR_NONE if tombstones else _BYTES):
+        if not key_types <= _BYTES or not value_types <= _BYTES_OR_NONE:
             raise TypeError("keys and values must be bytes")
-        grown = (self.size_bytes + sum(map(len, ks)) + (ENTRY_OVERHEAD_BYTES * len(ks))
-                 + sum(map(len, filter(None, vs)) if tombstones else map(len, vs)))  # type: ignore[arg-type]
+        tombstones = _NONE_TYPE in value_types
+        value_bytes = sum(map(len, filter(None, vs))) if tombstones else sum(map(len, vs))  # type: ignore[arg-type]
+        grown = self.size_bytes + sum(map(len, ks)) + ENTRY_OVERHEAD_BYTES * len(ks) + value_bytes  # type: ignore[arg-type]
         if grown >= soft_limit_bytes:
             return self.set_many(list(zip(keys, values, strict=True)), start, soft_limit_bytes, hard_limit_bytes)
         sink = self.sink

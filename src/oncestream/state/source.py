@@ -56,7 +56,7 @@ class ChangelogChunk(Protocol):
     ``oncestream.client.batch_reader.PartitionColumns`` has this shape): ``keys[i]`` and
     ``values[i]`` (None value: a tombstone; None key: not a changelog record) at ``offsets[i]``;
     ``next_offset``: the partition's read position once all of them are applied (past trailing
-    aborted records and markers too); ``null_keys`` / ``null_values``: how many are None."""
+    aborted records and markers too)."""
 
     topic: str
     partition: int
@@ -64,8 +64,6 @@ class ChangelogChunk(Protocol):
     values: list[bytes | None]
     offsets: Sequence[int]
     next_offset: int
-    null_keys: int
-    null_values: int
 
     def __len__(self) -> int: ...
 
@@ -73,7 +71,7 @@ class ChangelogChunk(Protocol):
 class ChangelogColumns:
     """A ``ChangelogChunk`` built from records (in-memory sources and tests)."""
 
-    __slots__ = ("keys", "next_offset", "null_keys", "null_values", "offsets", "partition", "topic", "values")
+    __slots__ = ("keys", "next_offset", "offsets", "partition", "topic", "values")
 
     def __init__(self, topic: str, partition: int, records: Sequence[ChangelogRecord]) -> None:
         self.topic, self.partition = topic, partition
@@ -81,8 +79,6 @@ class ChangelogColumns:
         self.values = [r.value() for r in records]
         self.offsets = [r.offset() for r in records]
         self.next_offset = self.offsets[-1] + 1 if records else -1
-        self.null_keys = self.keys.count(None)
-        self.null_values = self.values.count(None)
 
     def __len__(self) -> int:
         return len(self.keys)
