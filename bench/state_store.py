@@ -264,41 +264,44 @@ def _produce(bootstrap: str, topic: str, partitions: int, ids: range, generation
     assert producer.flush(120) == 0
 
 
-def _plain_consume(bootstrap: str, topic: str, partitions: int, total: int) -> float:
+def _plain_consume(bootstrap: str, topic: str, partitions: int, total: int) -> tuple[float, float]:
+    """(seconds to read ``total`` records, CPU seconds of this process meanwhile: every thread,
+    the consumer's I/O thread included)."""
     from oncestream.client import Consumer, TopicPartition
 
     consumer = Consumer({"bootstrap.servers": bootstrap, "isolation.level": "read_committed",
                          "enable.auto.commit": False})
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
     n = 0
     while n < total:
         for msg in consumer.consume(500, 1.0):
             if msg.error() is None:
                 n += 1
-    elapsed = time.perf_counter() - start
+    elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu_start
     consumer.close()
-    return elapsed
+    return elapsed, cpu
 
 
 def _materialize_in_process(bootstrap: str, topic: str, state_dir: Path,
-                            ends: dict[int, int]) -> tuple[float, float, int]:
+                            ends: dict[int, int]) -> tuple[float, float, int, float]:
     """(seconds from creating the materializer to caught up and committed, seconds from after
     ``start()`` — store open, offsets checked, partitions assigned — to the same point, records
-    applied)."""
+    applied, CPU seconds of this process over that second span: every thread, RocksDB's
+    included)."""
     from oncestream.state.materializer import Materializer
     from oncestream.state.source import KafkaChangelogSource
 
     start = time.perf_counter()
     m = Materializer(state_dir, topic, KafkaChangelogSource(bootstrap))
     m.start()
-    started = time.perf_counter()
+    started, cpu_start = time.perf_counter(), time.process_time()
     while any(m.positions().get((topic, p), 0) < end for p, end in ends.items()):
         m.step(1.0)
     m.commit()  # applied and committed (durable): the point being measured
-    end_s = time.perf_counter()
+    end_s, cpu = time.perf_counter(), time.process_time() - cpu_start
     m.close()  # RocksDB flushes its memtables on close: not part of catching up
-    return end_s - start, end_s - started, m.applied_records
+    return end_s - start, end_s - started, m.applied_records, cpu
 
 
 def _materializer_process(bootstrap: str, topic: str, state_dir: Path, events: Path,
@@ -349,18 +352,23 @@ def run_changelog(args: argparse.Namespace) -> None:
 
             # Alternate the two readers so drift of the shared machine lands on both; each
             # materializer round builds a fresh store (the last one is kept for the crash).
-            plain_runs, mat_runs = [], []
+            plain_runs, mat_runs, plain_cpus, mat_cpus = [], [], [], []
             store_dir = tmp / "store"
             for round_number in range(1, args.throughput_rounds + 1):
-                plain_runs.append(_plain_consume(broker.bootstrap, topic, args.partitions, args.keys))
+                plain_s, plain_cpu = _plain_consume(broker.bootstrap, topic, args.partitions, args.keys)
+                plain_runs.append(plain_s)
+                plain_cpus.append(plain_cpu)
                 shutil.rmtree(store_dir, ignore_errors=True)
-                _total_s, mat_s, applied = _materialize_in_process(broker.bootstrap, topic, store_dir, ends)
+                _total_s, mat_s, applied, mat_cpu = _materialize_in_process(broker.bootstrap, topic, store_dir, ends)
                 assert applied == args.keys
                 mat_runs.append(mat_s)
-                print(f"throughput round {round_number}: plain consumer {args.keys / plain_runs[-1]:,.0f} records/s; "
-                      f"materializer {args.keys / mat_s:,.0f} records/s applied+committed; "
-                      f"ratio {plain_runs[-1] / mat_s:.2f}x ({_load()})", flush=True)
+                mat_cpus.append(mat_cpu)
+                print(f"throughput round {round_number}: plain consumer {args.keys / plain_s:,.0f} records/s "
+                      f"({plain_cpu / args.keys * 1e6:.2f} us CPU/record); materializer {args.keys / mat_s:,.0f} "
+                      f"records/s applied+committed ({mat_cpu / args.keys * 1e6:.2f} us CPU/record); "
+                      f"ratio {plain_s / mat_s:.2f}x ({_load()})", flush=True)
             plain_s, mat_s = statistics.median(plain_runs), statistics.median(mat_runs)
+            plain_cpu, mat_cpu = statistics.median(plain_cpus), statistics.median(mat_cpus)
 
             # One crash: --window more records, a materializer process applies them and is
             # SIGKILLed at its commit. Every recovery round starts from a copy of that directory
@@ -387,8 +395,8 @@ def run_changelog(args: argparse.Namespace) -> None:
                 replay_s, replayed = _materializer_process(broker.bootstrap, topic, fresh(replay_dir, False),
                                                            tmp / f"replay{n}.jsonl")
                 assert replayed == total, replayed
-                txn_in_s, _, reread_in = _materialize_in_process(broker.bootstrap, topic, fresh(recover_dir, True), ends)
-                replay_in_s, _, replayed_in = _materialize_in_process(broker.bootstrap, topic, fresh(replay_dir, False),
+                txn_in_s, _, reread_in, _ = _materialize_in_process(broker.bootstrap, topic, fresh(recover_dir, True), ends)
+                replay_in_s, _, replayed_in, _ = _materialize_in_process(broker.bootstrap, topic, fresh(replay_dir, False),
                                                                       ends)
                 assert replayed_in == total, replayed_in
                 rows.append((txn_s, reread, replay_s, txn_in_s, reread_in, replay_in_s))
@@ -404,8 +412,10 @@ def run_changelog(args: argparse.Namespace) -> None:
             print(f"| recovery, process spawn to exit | {med[0]:.2f} s ({med[1]:,.0f} records re-read) | "
                   f"{med[2]:.2f} s ({total:,} records) | {med[2] / med[0]:.1f}x |")
             print(f"\nthroughput, median of {args.throughput_rounds} alternating rounds")
-            print(f"\n| reader | records/s |\n| --- | ---: |\n| plain consumer (oncestream.client) | "
-                  f"{args.keys / plain_s:,.0f} |\n| materializer (applied + committed) | {args.keys / mat_s:,.0f} |"
+            print(f"\n| reader | records/s | CPU per record |\n| --- | ---: | ---: |\n"
+                  f"| plain consumer (oncestream.client) | {args.keys / plain_s:,.0f} | "
+                  f"{plain_cpu / args.keys * 1e6:.2f} us |\n| materializer (applied + committed) | "
+                  f"{args.keys / mat_s:,.0f} | {mat_cpu / args.keys * 1e6:.2f} us |"
                   f"\n\nratio materializer / plain consumer: {plain_s / mat_s:.2f}x (rounds "
                   f"{', '.join(f'{p / m:.2f}' for p, m in zip(plain_runs, mat_runs))})")
         finally:
