@@ -4,6 +4,7 @@ materializer throughput vs a plain consumer, and RocksDB vs SQLite vs LMDB as th
     .venv/bin/python bench/state_store.py backends                 # ~1 min, no broker
     .venv/bin/python bench/state_store.py changelog --keys 1000000 # recovery + throughput, one broker
     .venv/bin/python bench/state_store.py open --keys 1000000      # store open after SIGKILL, full WAL
+    .venv/bin/python bench/state_store.py apply --keys 300000      # per-record CPU of each step, no broker
 
 ``backends``: the store's write pattern on each engine: ``--keys`` puts in windows of
 ``--window`` distinct keys, each window committed as one atomic, fsynced transaction together
@@ -27,6 +28,13 @@ LMDB sync write txn), then ``--keys`` random point gets, then a full ordered sca
    oncestream.state.materializer --stop-when-caught-up``: spawn to exit, i.e. interpreter start,
    imports, connect, open, catch up, final commit) and in-process (from ``Materializer(...)`` to
    caught up and committed). Medians, each round printed, with the load average.
+
+``apply``: no broker; ``--keys`` records (100-byte values) in batches of 500 as one fetch
+response; CPU time per record (process CPU, RocksDB's threads included) of each step of the
+materializer's path against the plain consumer's decoding: decoding to messages (the client's
+decoder), decoding to columns, applying the columns to a store (``apply_columns``), committing
+(synced write, background flush), and the message path's apply (``apply_messages``) for
+comparison. Best of ``--throughput-rounds``.
 
 This is a benchmark command, not a test.
 """
@@ -422,9 +430,66 @@ def run_changelog(args: argparse.Namespace) -> None:
             broker.stop()
 
 
+def run_apply(args: argparse.Namespace) -> None:
+    from oncestream.client.batch_reader import decode_columns, native_available
+    from oncestream.client.fetch_decoder import decode_partition
+    from oncestream.protocol.records import NewRecord, encode_batch
+    from oncestream.state.store import StateStore
+
+    n = args.keys
+    data = b"".join(encode_batch([NewRecord(_value(i), _key(i)) for i in range(lo, min(n, lo + 500))],
+                                 now_ms=0, base_offset=lo) for lo in range(0, n, 500))
+    rounds = max(1, args.throughput_rounds)
+
+    def best(label: str, run, prepare=None) -> float:
+        times = []
+        for _ in range(rounds):
+            state = prepare() if prepare is not None else None
+            start = time.process_time()
+            run(state)
+            times.append(time.process_time() - start)
+        us = min(times) / n * 1e6
+        print(f"| {label} | {us:.3f} us |", flush=True)
+        return us
+
+    print(f"{n:,} records, {len(data) / 1e6:.1f} MB of batches, C column builder: {native_available()} ({_load()})\n")
+    print("| step | CPU per record (best of rounds) |\n| --- | ---: |")
+    best("decode to messages (the plain consumer's decoder)",
+         lambda _: decode_partition(data, "t", 0, 0, read_committed=True))
+    best("decode to columns (C builder, keys and values cut into bytes)",
+         lambda _: decode_columns(data, "t", 0, 0, read_committed=True))
+    chunk = decode_columns(data, "t", 0, 0, read_committed=True)
+    messages = decode_partition(data, "t", 0, 0, read_committed=True).messages
+    with tempfile.TemporaryDirectory(dir=args.tmp) as tmp_name:
+        stores: list[StateStore] = []
+
+        def fresh_store() -> StateStore:
+            for old in stores:
+                old.close()
+            stores.clear()
+            directory = Path(tmp_name) / f"s{random.getrandbits(32)}"
+            stores.append(StateStore(directory, uncommitted_max_bytes=1 << 40))
+            return stores[-1]
+
+        best("apply_columns (bulk: WriteBatch.put via map, index dict.update)",
+             lambda store: store.apply_columns(chunk.keys, chunk.values), fresh_store)
+        best("apply_messages (entry by entry, the previous path)",
+             lambda store: store.apply_messages(messages), fresh_store)
+
+        def filled() -> StateStore:
+            store = fresh_store()
+            store.apply_columns(chunk.keys, chunk.values)
+            return store
+
+        best("commit (synced write of the batch; the background flush it starts is not counted)",
+             lambda store: store.commit({("t", 0): n}), filled)
+        for old in stores:
+            old.close()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("what", choices=("backends", "changelog", "open"))
+    parser.add_argument("what", choices=("backends", "changelog", "open", "apply"))
     parser.add_argument("--keys", type=int, default=1_000_000)
     parser.add_argument("--window", type=int, default=10_000, help="uncommitted window (records)")
     parser.add_argument("--partitions", type=int, default=4)
@@ -438,6 +503,8 @@ def main() -> int:
         run_backends(args)
     elif args.what == "open":
         run_open(args)
+    elif args.what == "apply":
+        run_apply(args)
     else:
         run_changelog(args)
     return 0
