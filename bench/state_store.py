@@ -4,6 +4,7 @@ materializer throughput vs a plain consumer, and RocksDB vs SQLite vs LMDB as th
     .venv/bin/python bench/state_store.py backends                 # ~1 min, no broker
     .venv/bin/python bench/state_store.py changelog --keys 1000000 # recovery + throughput, one broker
     .venv/bin/python bench/state_store.py open --keys 1000000      # store open after SIGKILL, full WAL
+    .venv/bin/python bench/state_store.py apply --keys 300000      # per-record CPU of each step, no broker
 
 ``backends``: the store's write pattern on each engine: ``--keys`` puts in windows of
 ``--window`` distinct keys, each window committed as one atomic, fsynced transaction together
@@ -27,6 +28,13 @@ LMDB sync write txn), then ``--keys`` random point gets, then a full ordered sca
    oncestream.state.materializer --stop-when-caught-up``: spawn to exit, i.e. interpreter start,
    imports, connect, open, catch up, final commit) and in-process (from ``Materializer(...)`` to
    caught up and committed). Medians, each round printed, with the load average.
+
+``apply``: no broker; ``--keys`` records (100-byte values) in batches of 500 as one fetch
+response; CPU time per record (process CPU, RocksDB's threads included) of each step of the
+materializer's path against the plain consumer's decoding: decoding to messages (the client's
+decoder), decoding to columns, applying the columns to a store (``apply_columns``), committing
+(synced write, background flush), and the message path's apply (``apply_messages``) for
+comparison. Best of ``--throughput-rounds``.
 
 This is a benchmark command, not a test.
 """
@@ -264,41 +272,44 @@ def _produce(bootstrap: str, topic: str, partitions: int, ids: range, generation
     assert producer.flush(120) == 0
 
 
-def _plain_consume(bootstrap: str, topic: str, partitions: int, total: int) -> float:
+def _plain_consume(bootstrap: str, topic: str, partitions: int, total: int) -> tuple[float, float]:
+    """(seconds to read ``total`` records, CPU seconds of this process meanwhile: every thread,
+    the consumer's I/O thread included)."""
     from oncestream.client import Consumer, TopicPartition
 
     consumer = Consumer({"bootstrap.servers": bootstrap, "isolation.level": "read_committed",
                          "enable.auto.commit": False})
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
     n = 0
     while n < total:
         for msg in consumer.consume(500, 1.0):
             if msg.error() is None:
                 n += 1
-    elapsed = time.perf_counter() - start
+    elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu_start
     consumer.close()
-    return elapsed
+    return elapsed, cpu
 
 
 def _materialize_in_process(bootstrap: str, topic: str, state_dir: Path,
-                            ends: dict[int, int]) -> tuple[float, float, int]:
+                            ends: dict[int, int]) -> tuple[float, float, int, float]:
     """(seconds from creating the materializer to caught up and committed, seconds from after
     ``start()`` — store open, offsets checked, partitions assigned — to the same point, records
-    applied)."""
+    applied, CPU seconds of this process over that second span: every thread, RocksDB's
+    included)."""
     from oncestream.state.materializer import Materializer
     from oncestream.state.source import KafkaChangelogSource
 
     start = time.perf_counter()
     m = Materializer(state_dir, topic, KafkaChangelogSource(bootstrap))
     m.start()
-    started = time.perf_counter()
+    started, cpu_start = time.perf_counter(), time.process_time()
     while any(m.positions().get((topic, p), 0) < end for p, end in ends.items()):
         m.step(1.0)
     m.commit()  # applied and committed (durable): the point being measured
-    end_s = time.perf_counter()
+    end_s, cpu = time.perf_counter(), time.process_time() - cpu_start
     m.close()  # RocksDB flushes its memtables on close: not part of catching up
-    return end_s - start, end_s - started, m.applied_records
+    return end_s - start, end_s - started, m.applied_records, cpu
 
 
 def _materializer_process(bootstrap: str, topic: str, state_dir: Path, events: Path,
@@ -349,18 +360,23 @@ def run_changelog(args: argparse.Namespace) -> None:
 
             # Alternate the two readers so drift of the shared machine lands on both; each
             # materializer round builds a fresh store (the last one is kept for the crash).
-            plain_runs, mat_runs = [], []
+            plain_runs, mat_runs, plain_cpus, mat_cpus = [], [], [], []
             store_dir = tmp / "store"
             for round_number in range(1, args.throughput_rounds + 1):
-                plain_runs.append(_plain_consume(broker.bootstrap, topic, args.partitions, args.keys))
+                plain_s, plain_cpu = _plain_consume(broker.bootstrap, topic, args.partitions, args.keys)
+                plain_runs.append(plain_s)
+                plain_cpus.append(plain_cpu)
                 shutil.rmtree(store_dir, ignore_errors=True)
-                _total_s, mat_s, applied = _materialize_in_process(broker.bootstrap, topic, store_dir, ends)
+                _total_s, mat_s, applied, mat_cpu = _materialize_in_process(broker.bootstrap, topic, store_dir, ends)
                 assert applied == args.keys
                 mat_runs.append(mat_s)
-                print(f"throughput round {round_number}: plain consumer {args.keys / plain_runs[-1]:,.0f} records/s; "
-                      f"materializer {args.keys / mat_s:,.0f} records/s applied+committed; "
-                      f"ratio {plain_runs[-1] / mat_s:.2f}x ({_load()})", flush=True)
+                mat_cpus.append(mat_cpu)
+                print(f"throughput round {round_number}: plain consumer {args.keys / plain_s:,.0f} records/s "
+                      f"({plain_cpu / args.keys * 1e6:.2f} us CPU/record); materializer {args.keys / mat_s:,.0f} "
+                      f"records/s applied+committed ({mat_cpu / args.keys * 1e6:.2f} us CPU/record); "
+                      f"ratio {plain_s / mat_s:.2f}x ({_load()})", flush=True)
             plain_s, mat_s = statistics.median(plain_runs), statistics.median(mat_runs)
+            plain_cpu, mat_cpu = statistics.median(plain_cpus), statistics.median(mat_cpus)
 
             # One crash: --window more records, a materializer process applies them and is
             # SIGKILLed at its commit. Every recovery round starts from a copy of that directory
@@ -387,8 +403,8 @@ def run_changelog(args: argparse.Namespace) -> None:
                 replay_s, replayed = _materializer_process(broker.bootstrap, topic, fresh(replay_dir, False),
                                                            tmp / f"replay{n}.jsonl")
                 assert replayed == total, replayed
-                txn_in_s, _, reread_in = _materialize_in_process(broker.bootstrap, topic, fresh(recover_dir, True), ends)
-                replay_in_s, _, replayed_in = _materialize_in_process(broker.bootstrap, topic, fresh(replay_dir, False),
+                txn_in_s, _, reread_in, _ = _materialize_in_process(broker.bootstrap, topic, fresh(recover_dir, True), ends)
+                replay_in_s, _, replayed_in, _ = _materialize_in_process(broker.bootstrap, topic, fresh(replay_dir, False),
                                                                       ends)
                 assert replayed_in == total, replayed_in
                 rows.append((txn_s, reread, replay_s, txn_in_s, reread_in, replay_in_s))
@@ -404,17 +420,76 @@ def run_changelog(args: argparse.Namespace) -> None:
             print(f"| recovery, process spawn to exit | {med[0]:.2f} s ({med[1]:,.0f} records re-read) | "
                   f"{med[2]:.2f} s ({total:,} records) | {med[2] / med[0]:.1f}x |")
             print(f"\nthroughput, median of {args.throughput_rounds} alternating rounds")
-            print(f"\n| reader | records/s |\n| --- | ---: |\n| plain consumer (oncestream.client) | "
-                  f"{args.keys / plain_s:,.0f} |\n| materializer (applied + committed) | {args.keys / mat_s:,.0f} |"
+            print(f"\n| reader | records/s | CPU per record |\n| --- | ---: | ---: |\n"
+                  f"| plain consumer (oncestream.client) | {args.keys / plain_s:,.0f} | "
+                  f"{plain_cpu / args.keys * 1e6:.2f} us |\n| materializer (applied + committed) | "
+                  f"{args.keys / mat_s:,.0f} | {mat_cpu / args.keys * 1e6:.2f} us |"
                   f"\n\nratio materializer / plain consumer: {plain_s / mat_s:.2f}x (rounds "
                   f"{', '.join(f'{p / m:.2f}' for p, m in zip(plain_runs, mat_runs))})")
         finally:
             broker.stop()
 
 
+def run_apply(args: argparse.Namespace) -> None:
+    from oncestream.client.batch_reader import decode_columns, native_available
+    from oncestream.client.fetch_decoder import decode_partition
+    from oncestream.protocol.records import NewRecord, encode_batch
+    from oncestream.state.store import StateStore
+
+    n = args.keys
+    data = b"".join(encode_batch([NewRecord(_value(i), _key(i)) for i in range(lo, min(n, lo + 500))],
+                                 now_ms=0, base_offset=lo) for lo in range(0, n, 500))
+    rounds = max(1, args.throughput_rounds)
+
+    def best(label: str, run, prepare=None) -> float:
+        times = []
+        for _ in range(rounds):
+            state = prepare() if prepare is not None else None
+            start = time.process_time()
+            run(state)
+            times.append(time.process_time() - start)
+        us = min(times) / n * 1e6
+        print(f"| {label} | {us:.3f} us |", flush=True)
+        return us
+
+    print(f"{n:,} records, {len(data) / 1e6:.1f} MB of batches, C column builder: {native_available()} ({_load()})\n")
+    print("| step | CPU per record (best of rounds) |\n| --- | ---: |")
+    best("decode to messages (the plain consumer's decoder)",
+         lambda _: decode_partition(data, "t", 0, 0, read_committed=True))
+    best("decode to columns (C builder, keys and values cut into bytes)",
+         lambda _: decode_columns(data, "t", 0, 0, read_committed=True))
+    chunk = decode_columns(data, "t", 0, 0, read_committed=True)
+    messages = decode_partition(data, "t", 0, 0, read_committed=True).messages
+    with tempfile.TemporaryDirectory(dir=args.tmp) as tmp_name:
+        stores: list[StateStore] = []
+
+        def fresh_store() -> StateStore:
+            for old in stores:
+                old.close()
+            stores.clear()
+            directory = Path(tmp_name) / f"s{random.getrandbits(32)}"
+            stores.append(StateStore(directory, uncommitted_max_bytes=1 << 40))
+            return stores[-1]
+
+        best("apply_columns (bulk: WriteBatch.put via map, index dict.update)",
+             lambda store: store.apply_columns(chunk.keys, chunk.values), fresh_store)
+        best("apply_messages (entry by entry, the previous path)",
+             lambda store: store.apply_messages(messages), fresh_store)
+
+        def filled() -> StateStore:
+            store = fresh_store()
+            store.apply_columns(chunk.keys, chunk.values)
+            return store
+
+        best("commit (synced write of the batch; the background flush it starts is not counted)",
+             lambda store: store.commit({("t", 0): n}), filled)
+        for old in stores:
+            old.close()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("what", choices=("backends", "changelog", "open"))
+    parser.add_argument("what", choices=("backends", "changelog", "open", "apply"))
     parser.add_argument("--keys", type=int, default=1_000_000)
     parser.add_argument("--window", type=int, default=10_000, help="uncommitted window (records)")
     parser.add_argument("--partitions", type=int, default=4)
@@ -428,6 +503,8 @@ def main() -> int:
         run_backends(args)
     elif args.what == "open":
         run_open(args)
+    elif args.what == "apply":
+        run_apply(args)
     else:
         run_changelog(args)
     return 0

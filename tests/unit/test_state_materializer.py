@@ -11,7 +11,7 @@ import pytest
 
 from oncestream.state import CommitFailedError, StateStore
 from oncestream.state.materializer import Materializer
-from oncestream.state.source import ChangelogOffsetOutOfRangeError, ChangelogRecord
+from oncestream.state.source import ChangelogColumns, ChangelogOffsetOutOfRangeError, ChangelogRecord, chunks_of
 
 TOPIC = "changelog"
 
@@ -38,7 +38,7 @@ class FakeChangelog:
     def assign(self, starts):
         self.pos.update(starts)
 
-    def poll(self, max_records: int, timeout_s: float) -> list[ChangelogRecord]:
+    def poll(self, max_records: int, timeout_s: float) -> list[ChangelogColumns]:
         out = []
         for (topic, partition), offset in sorted(self.pos.items()):
             log = self.logs[partition]
@@ -50,7 +50,7 @@ class FakeChangelog:
                 offset += 1
             self.pos[(topic, partition)] = offset
         self.polled += len(out)
-        return out
+        return chunks_of(out)
 
     def positions(self):
         return dict(self.pos)

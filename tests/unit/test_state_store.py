@@ -321,3 +321,52 @@ def test_overwrites_do_not_grow_the_pending_write_batch_without_bound(store_dir)
         assert reopened.get(b"hot") == b"029999" + b"v" * (value_bytes - 6)
         assert reopened.get(b"flapping") == b"x" * value_bytes
         assert reopened.committed_offsets() == {("t", 0): 30_000}
+
+
+def test_apply_columns_in_bulk_gives_the_same_store_as_put_and_delete_one_by_one(store_dir, tmp_path):
+    """The materializer's column path: keys and values as two lists, tombstones delete, null keys
+    are skipped, later writes of a key win; committed data equals applying the writes singly."""
+    import random
+
+    rng = random.Random(892)
+    # Null keys in the first chunk only: the others take the bulk path, tombstones included.
+    keys: list[bytes | None] = [None if i < 500 and rng.random() < 0.05 else b"k%03d" % rng.randrange(200)
+                                for i in range(2000)]
+    values: list[bytes | None] = [None if rng.random() < 0.2 else rng.randbytes(rng.randrange(50)) for _ in keys]
+    with StateStore(store_dir) as bulk, StateStore(tmp_path / "single") as single:
+        bulk.put(b"k000", b"committed before")
+        bulk.commit()
+        single.put(b"k000", b"committed before")
+        single.commit()
+        for lo in range(0, len(keys), 500):  # four chunks, as four fetch responses
+            ks, vs = keys[lo:lo + 500], values[lo:lo + 500]
+            assert bulk.apply_columns(ks, vs) == (len(ks), ks.count(None))
+            for k, v in zip(ks, vs, strict=True):
+                if k is None:
+                    continue
+                single.delete(k) if v is None else single.put(k, v)
+        assert list(bulk.range()) == list(single.range())  # the writer's view, pending index sorted
+        assert bulk.get(b"k001") == single.get(b"k001")
+        # Every write counted in full: an upper bound of the entries' bytes (here strictly above: the bulk path ran).
+        assert bulk.uncommitted_bytes > single.uncommitted_bytes
+        bulk.commit({("t", 0): len(keys)})
+        single.commit({("t", 0): len(keys)})
+        assert list(bulk.reader().range()) == list(single.reader().range())
+
+
+def test_apply_columns_stops_right_after_the_write_that_reaches_the_bound(store_dir):
+    """statestore.uncommitted.max.bytes inside a chunk: the entry-by-entry path takes over and
+    returns the index after the write that reached it, so the caller commits mid-chunk."""
+    with StateStore(store_dir, uncommitted_max_bytes=100) as store:
+        keys: list[bytes | None] = [b"a", b"b", b"c", b"d", b"e", b"f"]
+        values: list[bytes | None] = [b"x" * 20] * 6
+        upto, skipped = store.apply_columns(keys, values)
+        assert (upto, skipped) == (3, 0) and store.commit_needed  # 3 x 37 = 111 >= 100
+        store.commit()
+        assert store.apply_columns(keys, values, upto) == (6, 0)
+        assert [k for k, _ in store.range()] == keys
+        with pytest.raises(UncommittedLimitError):
+            store.apply_columns([b"big"], [b"z" * 300])
+        with pytest.raises(TypeError):
+            store.apply_columns(["text-key"], [b"v"])  # type: ignore[list-item]
+        assert store.get(b"big") is None

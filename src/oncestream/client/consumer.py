@@ -449,20 +449,26 @@ class Consumer:
                     state.epoch += 1
                     state.fetch_position = state.position
                 continue
-            result = decode_partition(fetch.records, state.topic, state.partition, state.position,
-                                      read_committed=self._read_committed, aborted=fetch.aborted or (),
-                                      check_crcs=self._check_crcs)
-            self._rec_list = result.messages
+            items, next_offset = self._decode_fetch(fetch, state)
+            self._rec_list = items
             self._rec_pos = 0
-            self._rec_len = len(result.messages)
+            self._rec_len = len(items)
             self._rec_state = state
             self._rec_epoch = state.epoch
-            self._rec_next_offset = result.next_offset
+            self._rec_next_offset = next_offset
             if not self._rec_len:
                 self._sync_position()  # e.g. only aborted or control batches: move past them
                 continue
             return True
         return False
+
+    def _decode_fetch(self, fetch: CompletedFetch, state: PartitionState) -> tuple[list[Any], int]:
+        """The items one completed fetch hands out (here its messages) and the offset after its
+        complete batches (-1: none). ``client.batch_reader.ColumnConsumer`` decodes to columns instead."""
+        result = decode_partition(fetch.records, state.topic, state.partition, state.position or 0,
+                                  read_committed=self._read_committed, aborted=fetch.aborted or (),
+                                  check_crcs=self._check_crcs)
+        return result.messages, result.next_offset
 
     def _handle_fetch_error(self, state: PartitionState, code: int) -> None:
         if code == ErrorCode.offset_out_of_range:

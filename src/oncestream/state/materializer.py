@@ -182,32 +182,41 @@ class Materializer:
             self._next_metadata_ms = now + self._metadata_interval_ms
             self._add_partitions(self._source.partition_count(self.topic))
         try:
-            records = self._source.poll(self._poll_max_records, timeout_s)
+            chunks = self._source.poll(self._poll_max_records, timeout_s)
         except ChangelogOffsetOutOfRangeError as exc:
             # The log lost the offset we read from while running (topic recreated): rebuild now
             # and read every partition again from its start.
             self._rebuild(str(exc))
             self._add_partitions(self._source.partition_count(self.topic))
             return 0
-        # Bulk path: one put_many per poll; it stops when statestore.uncommitted.max.bytes is
-        # reached, we commit (positions from the records applied so far) and go on.
-        done = 0
-        while done < len(records):
-            upto, skipped = store.apply_messages(records, done)
-            self.skipped_records += skipped
-            self.applied_records += upto - done
-            if upto < len(records) or store.commit_needed:
-                for r in records[done:upto]:
-                    self._positions[(r.topic(), r.partition())] = r.offset() + 1
-                self.commit()
-            done = upto
+        # Bulk path: one apply_columns per chunk (a partition's fetched records as key and value
+        # lists); it stops when statestore.uncommitted.max.bytes is reached, we commit (this
+        # partition's position from the records applied so far) and go on.
+        applied = 0
+        positions = self._positions
+        for chunk in chunks:
+            n = len(chunk)
+            tp = (chunk.topic, chunk.partition)
+            done = 0
+            while done < n:
+                upto, skipped = store.apply_columns(chunk.keys, chunk.values, done)
+                self.skipped_records += skipped
+                self.applied_records += upto - done
+                if upto < n or store.commit_needed:
+                    if upto > 0:
+                        positions[tp] = max(positions.get(tp, -1), chunk.offsets[upto - 1] + 1)
+                    self.commit()
+                done = upto
+            applied += n
+            if chunk.next_offset > positions.get(tp, -1):
+                positions[tp] = chunk.next_offset
         # The source's positions also step over aborted records and transaction markers.
         for tp, position in self._source.positions().items():
             if position > self._positions.get(tp, -1):
                 self._positions[tp] = position
         if self._clock_ms() >= self._next_commit_ms:
             self.commit()
-        return len(records)
+        return applied
 
     def commit(self) -> None:
         """Commit the pending writes with the current positions (if anything moved)."""

@@ -18,6 +18,7 @@ overwrites made the batch much larger than the entries it stands for.
 from __future__ import annotations
 
 import bisect
+from collections import deque
 from collections.abc import Iterator, Sequence
 from typing import Any, Protocol
 
@@ -27,6 +28,9 @@ DELETED = None
 # so a flood of tiny writes is bounded too.
 ENTRY_OVERHEAD_BYTES = 16
 _MISSING = object()
+_NONE_TYPE = type(None)
+_BYTES = {bytes}
+_BYTES_OR_NONE = {bytes, _NONE_TYPE}
 # A sink holding this many more bytes than twice the entries' size is rebuilt from the entries.
 SINK_REBUILD_SLACK_BYTES = 1 << 20
 
@@ -69,6 +73,7 @@ class PendingWrites:
         self._entries: dict[bytes, bytes | None] = {}
         self._sorted: list[bytes] = []
         self._unsorted: list[bytes] = []
+        self._resort = False  # keys were added in bulk without being listed: sort them all on the next scan
         self.size_bytes = 0
         self.sink: BatchSink = sink if sink is not None else _NoSink()
 
@@ -158,6 +163,53 @@ class PendingWrites:
             self.size_bytes = size
         return i, skipped
 
+    def set_columns(self, keys: Sequence[bytes | None], values: Sequence[bytes | None], start: int,
+                    soft_limit_bytes: int, hard_limit_bytes: int) -> tuple[int, int]:
+        """``set_many`` over two lists (``keys[i]``, ``values[i]``), in bulk: when no key is None
+        and the whole rest fits below ``soft_limit_bytes``, the writes go to the sink through
+        ``map`` (or one loop when there are tombstones) and to the index through one
+        ``dict.update``: a few C-level passes over the lists instead of Python code per entry.
+
+        Counting: the bulk path counts every write in full (key, value and the per-entry
+        overhead), without crediting an overwritten entry, so ``size_bytes`` stays an upper
+        bound of the entries' bytes (and matches what the sink holds: every write since the
+        commit). Otherwise (a None key, or the bound reached inside the lists) this is
+        ``set_many``, entry by entry, with its stop and ``OverflowError`` rules.
+        """
+        n = len(keys)
+        if start >= n:
+            return start, 0
+        ks = keys if start == 0 else keys[start:]
+        vs = values if start == 0 else values[start:]
+        if len(vs) != len(ks):
+            raise ValueError("keys and values must be as long")
+        key_types = set(map(type, ks))
+        value_types = set(map(type, vs))
+        if _NONE_TYPE in key_types:
+            # Null keys to skip: entry by entry (a changelog record always has a key).
+            return self.set_many(list(zip(keys, values, strict=True)), start, soft_limit_bytes, hard_limit_bytes)
+        if not key_types <= _BYTES or not value_types <= _BYTES_OR_NONE:
+            raise TypeError("keys and values must be bytes")
+        tombstones = _NONE_TYPE in value_types
+        value_bytes = sum(map(len, filter(None, vs))) if tombstones else sum(map(len, vs))  # type: ignore[arg-type]
+        grown = self.size_bytes + sum(map(len, ks)) + ENTRY_OVERHEAD_BYTES * len(ks) + value_bytes  # type: ignore[arg-type]
+        if grown >= soft_limit_bytes:
+            return self.set_many(list(zip(keys, values, strict=True)), start, soft_limit_bytes, hard_limit_bytes)
+        sink = self.sink
+        if tombstones:
+            put, delete = sink.put, sink.delete
+            for key, value in zip(ks, vs, strict=True):
+                if value is None:
+                    delete(key)  # type: ignore[arg-type]
+                else:
+                    put(key, value)  # type: ignore[arg-type]
+        else:
+            deque(map(sink.put, ks, vs), maxlen=0)  # type: ignore[arg-type]
+        self._entries.update(zip(ks, vs, strict=True))  # type: ignore[arg-type]
+        self._resort = True
+        self.size_bytes = grown
+        return n, 0
+
     def items(self) -> Iterator[tuple[bytes, bytes | None]]:
         """Every entry in insertion order (the order of the write batch does not matter: one
         entry per key)."""
@@ -168,6 +220,7 @@ class PendingWrites:
         self._entries.clear()
         self._sorted.clear()
         self._unsorted.clear()
+        self._resort = False
         self.size_bytes = 0
         self.sink = sink if sink is not None else _NoSink()
 
@@ -189,7 +242,11 @@ class PendingWrites:
 
     def sorted_keys(self) -> list[bytes]:
         """Keys in byte order (RocksDB's default comparator)."""
-        if self._unsorted:
+        if self._resort:
+            self._sorted = sorted(self._entries)
+            self._unsorted.clear()
+            self._resort = False
+        elif self._unsorted:
             self._unsorted.sort()
             self._sorted.extend(self._unsorted)
             self._sorted.sort()

@@ -7,7 +7,8 @@ in-memory log and an injected clock, and keeps the Kafka client out of the apply
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from collections.abc import Sequence
+from typing import Protocol
 
 from oncestream.state.errors import StateStoreError
 
@@ -50,6 +51,53 @@ class ChangelogRecord:
         return self._value
 
 
+class ChangelogChunk(Protocol):
+    """Records of one changelog partition, column-wise, in offset order (what ``poll`` returns;
+    ``oncestream.client.batch_reader.PartitionColumns`` has this shape): ``keys[i]`` and
+    ``values[i]`` (None value: a tombstone; None key: not a changelog record) at ``offsets[i]``;
+    ``next_offset``: the partition's read position once all of them are applied (past trailing
+    aborted records and markers too)."""
+
+    topic: str
+    partition: int
+    keys: list[bytes | None]
+    values: list[bytes | None]
+    offsets: Sequence[int]
+    next_offset: int
+
+    def __len__(self) -> int: ...
+
+
+class ChangelogColumns:
+    """A ``ChangelogChunk`` built from records (in-memory sources and tests)."""
+
+    __slots__ = ("keys", "next_offset", "offsets", "partition", "topic", "values")
+
+    def __init__(self, topic: str, partition: int, records: Sequence[ChangelogRecord]) -> None:
+        self.topic, self.partition = topic, partition
+        self.keys = [r.key() for r in records]
+        self.values = [r.value() for r in records]
+        self.offsets = [r.offset() for r in records]
+        self.next_offset = self.offsets[-1] + 1 if records else -1
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+
+def chunks_of(records: Sequence[ChangelogRecord]) -> list[ChangelogColumns]:
+    """Records cut into chunks, one per run of consecutive records of one partition."""
+    chunks: list[ChangelogColumns] = []
+    run: list[ChangelogRecord] = []
+    for record in records:
+        if run and (record.topic(), record.partition()) != (run[0].topic(), run[0].partition()):
+            chunks.append(ChangelogColumns(run[0].topic(), run[0].partition(), run))
+            run = []
+        run.append(record)
+    if run:
+        chunks.append(ChangelogColumns(run[0].topic(), run[0].partition(), run))
+    return chunks
+
+
 class ChangelogSource(Protocol):
     """What a materializer reads (see module docstring)."""
 
@@ -63,8 +111,9 @@ class ChangelogSource(Protocol):
     def assign(self, starts: dict[TopicPartition, int]) -> None:
         """Add partitions to the assignment, each read from the given offset."""
 
-    def poll(self, max_records: int, timeout_s: float) -> list[Any]:
-        """Up to ``max_records`` committed records (read_committed), waiting up to ``timeout_s``."""
+    def poll(self, max_records: int, timeout_s: float) -> list[ChangelogChunk]:
+        """Committed records (read_committed) in chunks, about ``max_records`` of them (a source
+        may hand out a fetched chunk whole), waiting up to ``timeout_s`` for the first."""
 
     def positions(self) -> dict[TopicPartition, int]:
         """Next offset to read per assigned partition, past every record returned by ``poll``
@@ -77,11 +126,13 @@ class ChangelogSource(Protocol):
 class KafkaChangelogSource:
     """``ChangelogSource`` over ``oncestream.client.Consumer`` with manual assignment, no group,
     ``isolation.level=read_committed`` and ``auto.offset.reset=error`` (an offset the log no
-    longer has must rebuild the store, never silently skip or re-read records)."""
+    longer has must rebuild the store, never silently skip or re-read records). It reads through
+    ``client.batch_reader.ColumnConsumer``: keys and values come as lists, no message objects."""
 
     def __init__(self, bootstrap_servers: str, *, client_id: str = "oncestream-materializer",
                  extra_conf: dict[str, object] | None = None) -> None:
-        from oncestream.client import Consumer  # the client pulls in asyncio machinery
+        # The client pulls in asyncio machinery: imported when a source is made, not with this module.
+        from oncestream.client.batch_reader import ColumnConsumer
 
         conf: dict[str, object] = {
             "bootstrap.servers": bootstrap_servers,
@@ -93,7 +144,7 @@ class KafkaChangelogSource:
             "allow.auto.create.topics": False,
         }
         conf.update(extra_conf or {})
-        self._consumer = Consumer(conf)
+        self._consumer = ColumnConsumer(conf)
 
     def partition_count(self, topic: str) -> int:
         return self._consumer.list_topics(topic, timeout=30).get(topic, 0)
@@ -120,17 +171,19 @@ class KafkaChangelogSource:
 
         self._consumer.incremental_assign([KafkaTopicPartition(t, p, o) for (t, p), o in starts.items()])
 
-    def poll(self, max_records: int, timeout_s: float) -> list[Any]:
-        """Messages as the client returns them (an error comes alone, as a one-message list)."""
-        messages = self._consumer.consume(max_records, timeout_s)
-        if len(messages) == 1:
-            error = messages[0].error()
+    def poll(self, max_records: int, timeout_s: float) -> list[ChangelogChunk]:
+        """One chunk per fetched partition response, each whole (so possibly more than
+        ``max_records`` records: a response holds up to ``max.partition.fetch.bytes``); an error
+        raises ``ChangelogOffsetOutOfRangeError`` or ``ChangelogError``."""
+        items = self._consumer.consume_columns(1, timeout_s)
+        if len(items) == 1:
+            error = items[0].error()
             if error is not None:
                 text = str(error)
                 if "out of range" in text:
                     raise ChangelogOffsetOutOfRangeError(text)
                 raise ChangelogError(text)
-        return messages
+        return items  # type: ignore[return-value]
 
     def positions(self) -> dict[TopicPartition, int]:
         assigned = self._consumer.assignment()

@@ -343,6 +343,22 @@ class StateStore:
         ``oncestream.client`` and confluent-kafka return them): the materializer's hot path."""
         return self._put_many(messages, start, messages=True)
 
+    def apply_columns(self, keys: Sequence[bytes | None], values: Sequence[bytes | None],
+                      start: int = 0) -> tuple[int, int]:
+        """``put_many`` over two lists (``keys[i]`` written with ``values[i]``; a None value
+        deletes, a None key is skipped), as ``client.batch_reader.PartitionColumns`` holds them:
+        the materializer's hot path. Applied in bulk (no Python code per entry) while the lists
+        fit below ``statestore.uncommitted.max.bytes``; every write is then counted in full (see
+        ``PendingWrites.set_columns``). Returns ``(next index, skipped)`` as ``put_many`` does."""
+        self._check_usable()
+        try:
+            return self._pending.set_columns(keys, values, start, self.uncommitted_max_bytes,
+                                             self.uncommitted_max_bytes * HARD_LIMIT_FACTOR)
+        except OverflowError as exc:
+            raise UncommittedLimitError(f"{exc}; commit first") from None
+        finally:
+            self._after_write()
+
     def _put_many(self, items: Sequence[Any], start: int, *, messages: bool) -> tuple[int, int]:
         self._check_usable()
         try:
