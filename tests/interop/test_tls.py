@@ -43,10 +43,7 @@ def tls_broker(tmp_path_factory: pytest.TempPathFactory, pki: Pki) -> Iterator[B
     config = {
         "listeners": "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0,MTLS://127.0.0.1:0,OPT://127.0.0.1:0",
         "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SSL:SSL,MTLS:SSL,OPT:SSL",
-        "ssl.keystore.type": "PEM",
-        "ssl.keystore.location": str(pki.server_keystore),
-        "ssl.truststore.type": "PEM",
-        "ssl.truststore.location": str(pki.ca),
+        **pki.broker_stores(),
         "listener.name.mtls.ssl.client.auth": "required",
         "listener.name.opt.ssl.client.auth": "requested",
     }

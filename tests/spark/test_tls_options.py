@@ -38,8 +38,7 @@ def mtls_broker(tmp_path_factory, pki: Pki):
         **TWO_PC_CONFIG,
         "listeners": "PLAINTEXT://127.0.0.1:0,MTLS://127.0.0.1:0,SASL_SSL://127.0.0.1:0",
         "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,MTLS:SSL,SASL_SSL:SASL_SSL",
-        "ssl.keystore.type": "PEM", "ssl.keystore.location": str(pki.server_keystore),
-        "ssl.truststore.type": "PEM", "ssl.truststore.location": str(pki.ca),
+        **pki.broker_stores(),
         "listener.name.mtls.ssl.client.auth": "required",
         "listener.name.sasl_ssl.plain.sasl.jaas.config": plain_jaas(PLAIN_USERS),
     })

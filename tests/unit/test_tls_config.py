@@ -89,8 +89,7 @@ def test_no_client_certificate_is_anonymous() -> None:
 
 
 def test_server_context_from_pem_stores_is_tls12_plus_with_client_auth_modes(pki: Pki) -> None:
-    base = {"ssl.keystore.type": "PEM", "ssl.keystore.location": str(pki.server_keystore),
-            "ssl.truststore.type": "PEM", "ssl.truststore.location": str(pki.ca)}
+    base = pki.broker_stores()
     modes = {"none": ssl.CERT_NONE, "requested": ssl.CERT_OPTIONAL, "required": ssl.CERT_REQUIRED}
     for text, mode in modes.items():
         ctx = server_ssl_context({**base, "ssl.client.auth": text}, "SSL")

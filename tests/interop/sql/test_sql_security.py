@@ -28,6 +28,7 @@ import pytest
 from confluent_kafka import Consumer as CkConsumer
 from confluent_kafka.admin import AclBinding, AclOperation, AclPermissionType, AdminClient, ResourcePatternType, ResourceType
 
+from tests.support.acl import AUTHORIZER
 from tests.support.brokers import BrokerProcess
 from tests.support.certs import Pki, make_pki
 from tests.support.sasl import add_scram_users, plain_jaas, sasl_broker_config
@@ -57,12 +58,8 @@ def broker(tmp_path_factory: pytest.TempPathFactory, pki: Pki) -> Iterator[Broke
         "listener.security.protocol.map": "SASL_SSL:SASL_SSL",
         "listener.name.sasl_ssl.plain.sasl.jaas.config": plain_jaas(USERS),
         "listener.name.sasl_ssl.ssl.client.auth": "required",
-        "ssl.keystore.type": "PEM",
-        "ssl.keystore.location": str(pki.server_keystore),
-        "ssl.truststore.type": "PEM",
-        "ssl.truststore.location": str(pki.ca),
-        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
-        "super.users": "User:admin",
+        **pki.broker_stores(),
+        **AUTHORIZER,
         "allow.everyone.if.no.acl.found": "false",
         # The queries' exactly-once sink prepares its transactions (KIP-939).
         "transaction.two.phase.commit.enable": "true",
