@@ -34,7 +34,7 @@ from oncestream.client.sasl import SaslClientError, SaslCredentials
 from oncestream.client.tls import ssl_context_for
 from tests.support.acl import AUTHORIZER
 from tests.support.brokers import BrokerProcess
-from tests.support.certs import Pki, make_pki
+from tests.support.certs import Pki
 from tests.support.sasl import (
     ALL_MECHANISMS,
     MECHANISM_USERS,
@@ -49,11 +49,6 @@ pytestmark = pytest.mark.interop
 TIMEOUT_S = 60.0
 ADMIN = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
          "sasl.username": "admin", "sasl.password": PLAIN_USERS["admin"]}
-
-
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
-    return make_pki(tmp_path_factory.mktemp("pki"))
 
 
 @pytest.fixture(scope="module")

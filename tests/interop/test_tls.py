@@ -25,16 +25,11 @@ from oncestream.client.tls import ssl_context_for
 from oncestream.protocol.api_keys import METADATA
 from oncestream.protocol.codec import build
 from tests.support.brokers import BrokerProcess
-from tests.support.certs import ClientCert, Pki, make_pki
+from tests.support.certs import ClientCert, Pki
 
 pytestmark = pytest.mark.interop
 
 TIMEOUT_S = 60.0
-
-
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
-    return make_pki(tmp_path_factory.mktemp("pki"))
 
 
 @pytest.fixture(scope="module")

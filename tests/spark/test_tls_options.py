@@ -18,15 +18,10 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from tests.spark.conftest import TWO_PC_CONFIG
 from tests.spark.spark_support import read_committed
 from tests.support.brokers import BrokerProcess
-from tests.support.certs import Pki, make_pki
+from tests.support.certs import Pki
 from tests.support.sasl import MECHANISM_USERS, PLAIN_USERS, add_scram_users, plain_jaas
 
 pytestmark = pytest.mark.spark
-
-
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory) -> Pki:
-    return make_pki(tmp_path_factory.mktemp("pki"))
 
 
 @pytest.fixture(scope="module")

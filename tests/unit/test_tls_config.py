@@ -17,12 +17,7 @@ from oncestream.client import KafkaException
 from oncestream.client.config import resolve
 from oncestream.client.tls import ssl_context_for
 from oncestream.errors import InvalidConfigError
-from tests.support.certs import Pki, make_pki
-
-
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
-    return make_pki(tmp_path_factory.mktemp("pki"))
+from tests.support.certs import Pki
 
 
 def test_listen_alone_is_one_plaintext_listener_advertising_itself() -> None:

@@ -30,7 +30,7 @@ from confluent_kafka.admin import AclBinding, AclOperation, AclPermissionType, A
 
 from tests.support.acl import AUTHORIZER
 from tests.support.brokers import BrokerProcess
-from tests.support.certs import Pki, make_pki
+from tests.support.certs import Pki
 from tests.support.sasl import add_scram_users, plain_jaas, sasl_broker_config
 from tests.support.sql_servers import SqlServerProcess, wait_until
 
@@ -41,11 +41,6 @@ USERS = {"admin": "admin-secret", "reader": "reader-secret"}  # PLAIN
 KSQL_USER, KSQL_PASSWORD = "ksql", "ksql-scram-secret"       # SCRAM-SHA-256
 SERVICE_ID = f"sec_{uuid.uuid4().hex[:6]}_"
 EARLIEST = {"ksql.streams.auto.offset.reset": "earliest"}
-
-
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
-    return make_pki(tmp_path_factory.mktemp("pki"))
 
 
 @pytest.fixture(scope="module")
