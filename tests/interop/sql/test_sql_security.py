@@ -107,9 +107,7 @@ def node(broker: BrokerProcess, pki: Pki, tmp_path_factory: pytest.TempPathFacto
     try:
         yield process
     finally:
-        if process.alive:
-            process.terminate()
-        process.kill()
+        process.stop()
 
 
 def _read_committed(broker: BrokerProcess, pki: Pki, topic: str, count: int) -> list[tuple[bytes | None, bytes | None]]:
