@@ -161,6 +161,25 @@ def _load(run: Callable[[int], Any], keys: int, clients: int, queries: int) -> t
     return [x for per in latencies for x in per], elapsed, sum(misses)
 
 
+def _load_while_updating(run: Callable[[int], Any], bootstrap: str, topic: str,
+                         args: argparse.Namespace) -> tuple[list[float], float, int, int]:
+    """``_load`` while ``_updater`` writes ``args.update_rate`` records/s (none at 0); also returns
+    how many updates were written meanwhile."""
+    stop = threading.Event()
+    updated = [0]
+    updater = threading.Thread(target=_updater, args=(bootstrap, topic, args.partitions, args.keys,
+                                                      args.update_rate, stop, updated))
+    if args.update_rate > 0:
+        updater.start()
+    try:
+        latencies, elapsed, misses = _load(run, args.keys, args.clients, args.queries)
+    finally:
+        stop.set()
+        if updater.is_alive():
+            updater.join()
+    return latencies, elapsed, misses, updated[0]
+
+
 def _report(label: str, latencies: list[float], elapsed: float, misses: int, clients: int) -> None:
     ordered = sorted(latencies)
     p = lambda q: ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000  # noqa: E731
@@ -196,19 +215,8 @@ def run_package(args: argparse.Namespace) -> None:
                 print(f"materialized in {time.monotonic() - started:.1f} s")
                 label, run = _query_runner(mats, source)
                 run(0)  # warm up imports and caches
-                stop = threading.Event()
-                updated = [0]
-                updater = threading.Thread(target=_updater, args=(broker.bootstrap, topic, args.partitions, args.keys,
-                                                                  args.update_rate, stop, updated))
-                if args.update_rate > 0:
-                    updater.start()
-                try:
-                    latencies, elapsed, misses = _load(run, args.keys, args.clients, args.queries)
-                finally:
-                    stop.set()
-                    if updater.is_alive():
-                        updater.join()
-                _report(f"package ({label}), {args.keys} rows, {updated[0]} concurrent updates", latencies, elapsed,
+                latencies, elapsed, misses, updated = _load_while_updating(run, broker.bootstrap, topic, args)
+                _report(f"package ({label}), {args.keys} rows, {updated} concurrent updates", latencies, elapsed,
                         misses, args.clients)
             finally:
                 mats.close()
@@ -265,19 +273,8 @@ def run_node(args: argparse.Namespace) -> None:
             assert node.url is not None
             run = _rest_runner(node.url, TABLE, "ID")
             run(0)
-            stop = threading.Event()
-            updated = [0]
-            updater = threading.Thread(target=_updater, args=(broker.bootstrap, topic, args.partitions, args.keys,
-                                                              args.update_rate, stop, updated))
-            if args.update_rate > 0:
-                updater.start()
-            try:
-                latencies, elapsed, misses = _load(run, args.keys, args.clients, args.queries)
-            finally:
-                stop.set()
-                if updater.is_alive():
-                    updater.join()
-            _report(f"node (REST /query-stream, HTTP/2), {args.keys} rows, {updated[0]} concurrent updates", latencies,
+            latencies, elapsed, misses, updated = _load_while_updating(run, broker.bootstrap, topic, args)
+            _report(f"node (REST /query-stream, HTTP/2), {args.keys} rows, {updated} concurrent updates", latencies,
                     elapsed, misses, args.clients)
         finally:
             node.kill()

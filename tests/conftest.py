@@ -12,6 +12,7 @@ import os
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -21,6 +22,9 @@ if _PROJECT_ROOT not in sys.path:
     sys.path.insert(0, _PROJECT_ROOT)
 
 from tests.support.brokers import BrokerProcess, ManagedBroker, TansuProcess  # noqa: E402
+
+if TYPE_CHECKING:
+    from tests.support.certs import Pki
 
 BROKER_KIND_ENV = "ONCESTREAM_TEST_BROKER"
 
@@ -46,6 +50,14 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ManagedBroker]:
         yield process
     finally:
         process.stop()
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    """A fresh CA, broker key store and client certificates for one test module (the TLS suites)."""
+    from tests.support.certs import make_pki  # cryptography is loaded only by the suites that use TLS
+
+    return make_pki(tmp_path_factory.mktemp("pki"))
 
 
 @pytest.fixture

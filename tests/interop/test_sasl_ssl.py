@@ -32,8 +32,9 @@ from oncestream.client import Consumer, Producer, TopicPartition
 from oncestream.client.connection import BrokerConnection
 from oncestream.client.sasl import SaslClientError, SaslCredentials
 from oncestream.client.tls import ssl_context_for
+from tests.support.acl import AUTHORIZER
 from tests.support.brokers import BrokerProcess
-from tests.support.certs import Pki, make_pki
+from tests.support.certs import Pki
 from tests.support.sasl import (
     ALL_MECHANISMS,
     MECHANISM_USERS,
@@ -51,11 +52,6 @@ ADMIN = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
 
 
 @pytest.fixture(scope="module")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
-    return make_pki(tmp_path_factory.mktemp("pki"))
-
-
-@pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory, pki: Pki) -> Iterator[BrokerProcess]:
     data_dir = tmp_path_factory.mktemp("sasl-ssl-broker") / "data"
     data_dir.mkdir(parents=True)
@@ -68,12 +64,8 @@ def broker(tmp_path_factory: pytest.TempPathFactory, pki: Pki) -> Iterator[Broke
         "listener.name.mtls.plain.sasl.jaas.config": jaas,
         "listener.name.saslp.plain.sasl.jaas.config": jaas,
         "listener.name.mtls.ssl.client.auth": "required",
-        "ssl.keystore.type": "PEM",
-        "ssl.keystore.location": str(pki.server_keystore),
-        "ssl.truststore.type": "PEM",
-        "ssl.truststore.location": str(pki.ca),
-        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
-        "super.users": "User:admin",
+        **pki.broker_stores(),
+        **AUTHORIZER,
         # The SASL users below may do everything they are not denied: this module tests
         # transport and identity; the ACL test denies explicitly.
         "allow.everyone.if.no.acl.found": "true",

@@ -25,16 +25,11 @@ from oncestream.client.tls import ssl_context_for
 from oncestream.protocol.api_keys import METADATA
 from oncestream.protocol.codec import build
 from tests.support.brokers import BrokerProcess
-from tests.support.certs import ClientCert, Pki, make_pki
+from tests.support.certs import ClientCert, Pki
 
 pytestmark = pytest.mark.interop
 
 TIMEOUT_S = 60.0
-
-
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
-    return make_pki(tmp_path_factory.mktemp("pki"))
 
 
 @pytest.fixture(scope="module")
@@ -43,10 +38,7 @@ def tls_broker(tmp_path_factory: pytest.TempPathFactory, pki: Pki) -> Iterator[B
     config = {
         "listeners": "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0,MTLS://127.0.0.1:0,OPT://127.0.0.1:0",
         "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SSL:SSL,MTLS:SSL,OPT:SSL",
-        "ssl.keystore.type": "PEM",
-        "ssl.keystore.location": str(pki.server_keystore),
-        "ssl.truststore.type": "PEM",
-        "ssl.truststore.location": str(pki.ca),
+        **pki.broker_stores(),
         "listener.name.mtls.ssl.client.auth": "required",
         "listener.name.opt.ssl.client.auth": "requested",
     }

@@ -18,15 +18,10 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from tests.spark.conftest import TWO_PC_CONFIG
 from tests.spark.spark_support import read_committed
 from tests.support.brokers import BrokerProcess
-from tests.support.certs import Pki, make_pki
+from tests.support.certs import Pki
 from tests.support.sasl import MECHANISM_USERS, PLAIN_USERS, add_scram_users, plain_jaas
 
 pytestmark = pytest.mark.spark
-
-
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory) -> Pki:
-    return make_pki(tmp_path_factory.mktemp("pki"))
 
 
 @pytest.fixture(scope="module")
@@ -38,8 +33,7 @@ def mtls_broker(tmp_path_factory, pki: Pki):
         **TWO_PC_CONFIG,
         "listeners": "PLAINTEXT://127.0.0.1:0,MTLS://127.0.0.1:0,SASL_SSL://127.0.0.1:0",
         "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,MTLS:SSL,SASL_SSL:SASL_SSL",
-        "ssl.keystore.type": "PEM", "ssl.keystore.location": str(pki.server_keystore),
-        "ssl.truststore.type": "PEM", "ssl.truststore.location": str(pki.ca),
+        **pki.broker_stores(),
         "listener.name.mtls.ssl.client.auth": "required",
         "listener.name.sasl_ssl.plain.sasl.jaas.config": plain_jaas(PLAIN_USERS),
     })

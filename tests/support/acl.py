@@ -21,9 +21,13 @@ from oncestream.client.connection import BrokerConnection
 from tests.support.brokers import BrokerProcess
 from tests.support.clients import CLIENT_TIMEOUT_S, unique_topic
 
-SECURED = {
+# Kafka's StandardAuthorizer with the tests' super user, ``User:admin``.
+AUTHORIZER = {
     "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
     "super.users": "User:admin",
+}
+SECURED = {
+    **AUTHORIZER,
     "oncestream.test.principal.from.client.id": "true",
     "transaction.two.phase.commit.enable": "true",
 }

@@ -43,6 +43,11 @@ class Pki:
     self_signed: ClientCert  # CN=mallory, signed by itself
     other_ca: ClientCert  # CN=eve, signed by a CA the broker does not trust
 
+    def broker_stores(self) -> dict[str, str]:
+        """A broker's TLS properties for this PKI: its PEM key store and, as trust store, the CA."""
+        return {"ssl.keystore.type": "PEM", "ssl.keystore.location": str(self.server_keystore),
+                "ssl.truststore.type": "PEM", "ssl.truststore.location": str(self.ca)}
+
 
 def _name(**parts: str) -> x509.Name:
     oids = {"C": NameOID.COUNTRY_NAME, "O": NameOID.ORGANIZATION_NAME,

@@ -108,6 +108,13 @@ class SqlServerProcess:
             self.kill()
             raise AssertionError(f"{self.name} did not stop on SIGTERM:\n{self.log_tail()}") from None
 
+    def stop(self) -> None:
+        """End the node for good (a fixture's teardown): SIGTERM if it still runs, then SIGKILL
+        whatever its session left behind."""
+        if self.alive:
+            self.terminate()
+        self.kill()
+
     def session_processes(self) -> list[int]:
         """Pids still in the node's session (its children included), from /proc."""
         assert self.process is not None

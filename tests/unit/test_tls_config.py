@@ -17,12 +17,7 @@ from oncestream.client import KafkaException
 from oncestream.client.config import resolve
 from oncestream.client.tls import ssl_context_for
 from oncestream.errors import InvalidConfigError
-from tests.support.certs import Pki, make_pki
-
-
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
-    return make_pki(tmp_path_factory.mktemp("pki"))
+from tests.support.certs import Pki
 
 
 def test_listen_alone_is_one_plaintext_listener_advertising_itself() -> None:
@@ -89,8 +84,7 @@ def test_no_client_certificate_is_anonymous() -> None:
 
 
 def test_server_context_from_pem_stores_is_tls12_plus_with_client_auth_modes(pki: Pki) -> None:
-    base = {"ssl.keystore.type": "PEM", "ssl.keystore.location": str(pki.server_keystore),
-            "ssl.truststore.type": "PEM", "ssl.truststore.location": str(pki.ca)}
+    base = pki.broker_stores()
     modes = {"none": ssl.CERT_NONE, "requested": ssl.CERT_OPTIONAL, "required": ssl.CERT_REQUIRED}
     for text, mode in modes.items():
         ctx = server_ssl_context({**base, "ssl.client.auth": text}, "SSL")

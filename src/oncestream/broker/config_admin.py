@@ -19,10 +19,9 @@ Kafka's behaviour followed (ConfigAdminManager, ConfigurationControlManager, Con
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from enum import IntEnum
 
-from oncestream.broker.dynamic_config import BROKER_CONFIG_DEFS, DynamicBrokerConfigs
+from oncestream.broker.dynamic_config import BROKER_CONFIG_DEFS, ConfigEntry, DynamicBrokerConfigs
 from oncestream.errors import InvalidConfigError, InvalidRequestError
 from oncestream.log.config import LogConfig
 from oncestream.log.topic_config_defs import TOPIC_CONFIG_DEFS, ConfigSource, ConfigType, validate_topic_config
@@ -38,25 +37,6 @@ class AlterOp(IntEnum):
     DELETE = 1
     APPEND = 2
     SUBTRACT = 3
-
-
-@dataclass(frozen=True, slots=True)
-class ConfigEntry:
-    """One described config, in the shape of a DescribeConfigsResourceResult."""
-
-    name: str
-    value: str | None
-    source: ConfigSource
-    read_only: bool
-    sensitive: bool
-    type: ConfigType
-    doc: str | None
-    synonyms: tuple[tuple[str, str | None, ConfigSource], ...]
-
-    @property
-    def is_default(self) -> bool:
-        """Kafka's ConfigEntry.isDefault: the value comes from the config's own default."""
-        return self.source == ConfigSource.DEFAULT_CONFIG
 
 
 def describe_topic(overrides: Mapping[str, str], dynamic: DynamicBrokerConfigs, *, include_synonyms: bool,
@@ -107,11 +87,7 @@ def describe_topic(overrides: Mapping[str, str], dynamic: DynamicBrokerConfigs, 
 def describe_broker(dynamic: DynamicBrokerConfigs, resource_name: str, *, include_synonyms: bool,
                     include_documentation: bool) -> list[ConfigEntry]:
     """Every config of a BROKER resource ("" = the dynamic cluster defaults only)."""
-    return [
-        ConfigEntry(e.name, e.value, e.source, e.read_only, e.sensitive, e.type, e.doc, e.synonyms)
-        for e in dynamic.describe(resource_name, include_synonyms=include_synonyms,
-                                  include_documentation=include_documentation)
-    ]
+    return dynamic.describe(resource_name, include_synonyms=include_synonyms, include_documentation=include_documentation)
 
 
 def _list_type(resource_type: int, name: str) -> bool:

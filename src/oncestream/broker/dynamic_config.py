@@ -162,8 +162,9 @@ def is_sensitive_name(name: str) -> bool:
 
 
 @dataclass(frozen=True, slots=True)
-class BrokerEntry:
-    """One described broker config: value (None when sensitive or unset), source, synonyms."""
+class ConfigEntry:
+    """One described config (topic or broker), in the shape of a DescribeConfigsResourceResult:
+    value (None when sensitive or unset), source, synonyms."""
 
     name: str
     value: str | None
@@ -173,6 +174,11 @@ class BrokerEntry:
     type: ConfigType
     doc: str | None
     synonyms: tuple[tuple[str, str | None, ConfigSource], ...]
+
+    @property
+    def is_default(self) -> bool:
+        """Kafka's ConfigEntry.isDefault: the value comes from the config's own default."""
+        return self.source == ConfigSource.DEFAULT_CONFIG
 
 
 @dataclass
@@ -223,14 +229,14 @@ class DynamicBrokerConfigs:
             found.pop(0)
         return found
 
-    def describe(self, resource_name: str, *, include_synonyms: bool, include_documentation: bool) -> list[BrokerEntry]:
+    def describe(self, resource_name: str, *, include_synonyms: bool, include_documentation: bool) -> list[ConfigEntry]:
         """DescribeConfigs of a BROKER resource: for this node's id every property (defined ones and
         those given statically or dynamically); for "" only the dynamic cluster defaults."""
         self.check_resource_name(resource_name)
         per_broker = resource_name != ""
         names = set(BROKER_CONFIG_DEFS) | set(self.static) | set(self.cluster) | set(self.broker) if per_broker \
             else set(self.cluster)
-        entries: list[BrokerEntry] = []
+        entries: list[ConfigEntry] = []
         for name in sorted(names):
             definition = BROKER_CONFIG_DEFS.get(name)
             sensitive = is_sensitive_name(name)
@@ -239,7 +245,7 @@ class DynamicBrokerConfigs:
                 synonyms = [s for s in synonyms if s[2] == ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG]
             source = synonyms[0][2] if synonyms else ConfigSource.DEFAULT_CONFIG
             value = None if sensitive or not synonyms else synonyms[0][1]
-            entries.append(BrokerEntry(
+            entries.append(ConfigEntry(
                 name=name, value=value, source=source,
                 read_only=definition is None or not definition.dynamic,
                 sensitive=sensitive,

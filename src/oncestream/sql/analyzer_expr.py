@@ -24,6 +24,8 @@ from oncestream.sql import catalog, functions
 from oncestream.sql import types as t
 from oncestream.sql.catalog import SourceInfo
 from oncestream.sql.errors import StatementError
+from oncestream.sql.parser import typeparse
+from oncestream.sql.parser.typeparse import UnknownDataTypeError
 from oncestream.sql.types import BaseType, SqlType
 
 TYPE_KEY = "ksql_type"
@@ -138,46 +140,13 @@ def same_expression(a: exp.Expr, b: exp.Expr) -> bool:
     return unparen(a) == unparen(b)
 
 
-_DTYPE: dict[object, SqlType] = {
-    exp.DataType.Type.BOOLEAN: t.BOOLEAN,
-    exp.DataType.Type.INT: t.INTEGER,
-    exp.DataType.Type.BIGINT: t.BIGINT,
-    exp.DataType.Type.DOUBLE: t.DOUBLE,
-    exp.DataType.Type.FLOAT: t.DOUBLE,
-    exp.DataType.Type.VARCHAR: t.STRING,
-    exp.DataType.Type.TEXT: t.STRING,
-    exp.DataType.Type.CHAR: t.STRING,
-    exp.DataType.Type.VARBINARY: t.BYTES,
-    exp.DataType.Type.BINARY: t.BYTES,
-    exp.DataType.Type.TIMESTAMP: t.TIMESTAMP,
-    exp.DataType.Type.DATE: t.DATE,
-    exp.DataType.Type.TIME: t.TIME,
-}
-
-
 def sql_type_of(dt: exp.DataType) -> SqlType:
-    """The ksqlDB type of a CAST target (``exp.DataType``)."""
-    kind = dt.this
-    args = dt.expressions
-    if kind == exp.DataType.Type.ARRAY and len(args) == 1 and isinstance(args[0], exp.DataType):
-        return t.array_of(sql_type_of(args[0]))
-    if kind == exp.DataType.Type.MAP and len(args) == 2 and all(isinstance(a, exp.DataType) for a in args):
-        return t.map_of(sql_type_of(args[0]), sql_type_of(args[1]))
-    if kind == exp.DataType.Type.STRUCT:
-        fields = []
-        for col in args:
-            kind_dt = col.args.get("kind")
-            if not isinstance(kind_dt, exp.DataType):
-                raise StatementError(f"Unsupported STRUCT field: {col.sql()}")
-            fields.append((col.name, sql_type_of(kind_dt)))
-        return t.struct_of(*fields)
-    if kind == exp.DataType.Type.DECIMAL:
-        if len(args) == 2:
-            return t.decimal(int(args[0].name), int(args[1].name))
-        raise StatementError("DECIMAL requires a precision and a scale")
-    if kind in _DTYPE:
-        return _DTYPE[kind]
-    raise StatementError(f"Unsupported type: {dt.sql()}")
+    """The ksqlDB type of a CAST target (``exp.DataType``), the parser's own reading
+    (``typeparse.sql_type_of``) with a type ksqlDB does not have as a statement error."""
+    try:
+        return typeparse.sql_type_of(dt)
+    except UnknownDataTypeError as e:
+        raise StatementError(str(e)) from None
 
 
 def column_ref(name: str, alias: str | None, ty: SqlType) -> exp.Column:

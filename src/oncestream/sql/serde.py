@@ -36,7 +36,7 @@ import base64
 import datetime as dt
 import json
 import struct
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
@@ -223,29 +223,23 @@ def _time_ms(value: Any) -> int:
     return int(value)
 
 
+# How each scalar type is written in JSON: TIMESTAMP as epoch ms, DATE as epoch days, TIME as ms of the day, BYTES as base64.
+_TO_JSON_SCALAR: dict[BaseType, Callable[[Any], Any]] = {
+    BaseType.BOOLEAN: bool, BaseType.INTEGER: int, BaseType.BIGINT: int, BaseType.DOUBLE: float,
+    BaseType.DECIMAL: float, BaseType.STRING: str,
+    BaseType.BYTES: lambda value: base64.b64encode(bytes(value)).decode(),
+    BaseType.TIMESTAMP: _millis, BaseType.DATE: _days, BaseType.TIME: _time_ms,
+}
+
+
 def to_json_wire(value: Any, t: SqlType) -> Any:
     """A column value as ksqlDB's JSON holds it (TIMESTAMP epoch ms, BYTES base64...)."""
     if value is None:
         return None
     b = t.base
-    if b is BaseType.BOOLEAN:
-        return bool(value)
-    if b in (BaseType.INTEGER, BaseType.BIGINT):
-        return int(value)
-    if b is BaseType.DOUBLE:
-        return float(value)
-    if b is BaseType.DECIMAL:
-        return float(value)
-    if b is BaseType.STRING:
-        return str(value)
-    if b is BaseType.BYTES:
-        return base64.b64encode(bytes(value)).decode()
-    if b is BaseType.TIMESTAMP:
-        return _millis(value)
-    if b is BaseType.DATE:
-        return _days(value)
-    if b is BaseType.TIME:
-        return _time_ms(value)
+    scalar = _TO_JSON_SCALAR.get(b)
+    if scalar is not None:
+        return scalar(value)
     if b is BaseType.ARRAY and t.element is not None:
         return [to_json_wire(v, t.element) for v in value]
     if b is BaseType.MAP and t.element is not None:

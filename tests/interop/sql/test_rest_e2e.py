@@ -41,8 +41,7 @@ def node(broker: ManagedBroker, tmp_path_factory: pytest.TempPathFactory) -> Ite
     try:
         yield process
     finally:
-        if process.alive:
-            process.terminate()
+        process.stop()
 
 
 @pytest.fixture(scope="module")

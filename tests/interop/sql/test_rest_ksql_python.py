@@ -9,13 +9,12 @@ e2e test with a real node is tests/interop/sql/test_rest_e2e.py."""
 from __future__ import annotations
 
 import json
-import threading
 import warnings
 from collections.abc import Iterator
 
 import pytest
 
-from tests.unit.sql.test_rest_support import RunningServer, running_server, wait_until
+from tests.unit.sql.test_rest_support import RunningServer, publish_when_running, running_server
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)  # ksql.utils imports telnetlib
@@ -36,19 +35,6 @@ def server() -> Iterator[RunningServer]:
 def api(server: RunningServer) -> KSQLAPI:
     # The constructor checks the server's version through GET /info.
     return KSQLAPI(server.url, timeout=30)
-
-
-def publish_when_running(server: RunningServer, rows: list[list[object]]) -> threading.Thread:
-    before = len(server.engine.queries)
-
-    def run() -> None:
-        wait_until(lambda: len(server.engine.queries) > before)
-        for row in rows:
-            server.engine.publish("S", row)
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    return thread
 
 
 def test_version_and_statements(api: KSQLAPI, server: RunningServer) -> None:

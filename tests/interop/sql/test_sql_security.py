@@ -28,8 +28,9 @@ import pytest
 from confluent_kafka import Consumer as CkConsumer
 from confluent_kafka.admin import AclBinding, AclOperation, AclPermissionType, AdminClient, ResourcePatternType, ResourceType
 
+from tests.support.acl import AUTHORIZER
 from tests.support.brokers import BrokerProcess
-from tests.support.certs import Pki, make_pki
+from tests.support.certs import Pki
 from tests.support.sasl import add_scram_users, plain_jaas, sasl_broker_config
 from tests.support.sql_servers import SqlServerProcess, wait_until
 
@@ -43,11 +44,6 @@ EARLIEST = {"ksql.streams.auto.offset.reset": "earliest"}
 
 
 @pytest.fixture(scope="module")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
-    return make_pki(tmp_path_factory.mktemp("pki"))
-
-
-@pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory, pki: Pki) -> Iterator[BrokerProcess]:
     data_dir = tmp_path_factory.mktemp("sql-secured-broker") / "data"
     data_dir.mkdir(parents=True)
@@ -57,12 +53,8 @@ def broker(tmp_path_factory: pytest.TempPathFactory, pki: Pki) -> Iterator[Broke
         "listener.security.protocol.map": "SASL_SSL:SASL_SSL",
         "listener.name.sasl_ssl.plain.sasl.jaas.config": plain_jaas(USERS),
         "listener.name.sasl_ssl.ssl.client.auth": "required",
-        "ssl.keystore.type": "PEM",
-        "ssl.keystore.location": str(pki.server_keystore),
-        "ssl.truststore.type": "PEM",
-        "ssl.truststore.location": str(pki.ca),
-        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
-        "super.users": "User:admin",
+        **pki.broker_stores(),
+        **AUTHORIZER,
         "allow.everyone.if.no.acl.found": "false",
         # The queries' exactly-once sink prepares its transactions (KIP-939).
         "transaction.two.phase.commit.enable": "true",
@@ -115,9 +107,7 @@ def node(broker: BrokerProcess, pki: Pki, tmp_path_factory: pytest.TempPathFacto
     try:
         yield process
     finally:
-        if process.alive:
-            process.terminate()
-        process.kill()
+        process.stop()
 
 
 def _read_committed(broker: BrokerProcess, pki: Pki, topic: str, count: int) -> list[tuple[bytes | None, bytes | None]]:

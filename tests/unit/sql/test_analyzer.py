@@ -15,24 +15,16 @@ from oncestream.sql.analyzer import analyze_query, type_of
 from oncestream.sql.ast import Emit, JoinSpec, Query, SourceKind, WindowKind, WindowSpec
 from oncestream.sql.catalog import Column, Format, Namespace, SourceInfo
 from oncestream.sql.errors import StatementError
-
-
-def _upper(tree: exp.Expr) -> exp.Expr:
-    for node in tree.walk():
-        if isinstance(node, exp.Identifier) and not node.quoted:
-            node.set("this", node.this.upper())
-        elif isinstance(node, exp.Anonymous) and isinstance(node.this, str):
-            node.set("this", node.this.upper())
-    return tree
+from oncestream.sql.parser.expressions import normalise_names
 
 
 def expr(text: str) -> exp.Expr:
-    return _upper(sqlglot.parse_one(text))
+    return normalise_names(sqlglot.parse_one(text))
 
 
 def query(sql: str, *, joins: tuple[JoinSpec, ...] = (), window: WindowSpec | None = None,
           partition_by: tuple[str, ...] = (), emit: Emit = Emit.CHANGES) -> Query:
-    select = _upper(sqlglot.parse_one(sql))
+    select = normalise_names(sqlglot.parse_one(sql))
     assert isinstance(select, exp.Select)
     table = select.args["from_"].this if "from_" in select.args else select.args["from"].this
     source, alias = table.name, (table.alias or None)

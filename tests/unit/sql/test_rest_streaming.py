@@ -21,7 +21,7 @@ import httpx
 import pytest
 
 from oncestream.sql.engine import ColumnHeader
-from tests.unit.sql.test_rest_support import MemoryEngine, RunningServer, running_server, wait_until
+from tests.unit.sql.test_rest_support import MemoryEngine, RunningServer, publish_when_running, running_server, wait_until
 
 DELIMITED = "application/vnd.ksqlapi.delimited.v1"
 KSQL_V1 = "application/vnd.ksql.v1+json"
@@ -31,19 +31,6 @@ KSQL_V1 = "application/vnd.ksql.v1+json"
 def server() -> Iterator[RunningServer]:
     with running_server(max_body_bytes=4096, heartbeat_ms=50) as srv:
         yield srv
-
-
-def publish_when_running(server: RunningServer, rows: list[list[object]], queries_before: int) -> threading.Thread:
-    """Publish ``rows`` once a new query has started (so a ``latest`` push query sees them)."""
-
-    def run() -> None:
-        wait_until(lambda: len(server.engine.queries) > queries_before)
-        for row in rows:
-            server.engine.publish("S", row)
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    return thread
 
 
 def latest_query(server: RunningServer) -> str:

@@ -239,6 +239,22 @@ def running_server(engine: Any = None, *, max_body_bytes: int = 64 * 1024, heart
             raise RuntimeError("server did not stop")
 
 
+def publish_when_running(server: RunningServer, rows: list[list[object]],
+                         queries_before: int | None = None) -> threading.Thread:
+    """Publish ``rows`` to stream ``S`` once a query beyond the first ``queries_before`` has started
+    (default: those running now), so that a ``latest`` push query sees them."""
+    before = len(server.engine.queries) if queries_before is None else queries_before
+
+    def run() -> None:
+        wait_until(lambda: len(server.engine.queries) > before)
+        for row in rows:
+            server.engine.publish("S", row)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread
+
+
 def wait_until(predicate: Any, timeout_s: float = 20.0) -> bool:
     """Poll ``predicate`` until true (a liveness wait, not a timing assertion)."""
     import time

@@ -9,7 +9,7 @@ IEEE-754 bits and goes through a vectorized (Arrow) UDF built on ``serde.kafka_e
 from __future__ import annotations
 
 import struct
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
@@ -80,9 +80,19 @@ def _wire_type(t: SqlType) -> T.DataType:
     return spark_type(t)
 
 
+# The leaf conversions between a Spark value and its JSON/CSV form, one table per direction; the
+# walk through ARRAY/MAP/STRUCT that reaches them is shared (``_map_wire``).
+_TO_WIRE: dict[BaseType, Callable[[SparkColumn], SparkColumn]] = {
+    BaseType.TIMESTAMP: F.unix_millis, BaseType.DATE: F.unix_date, BaseType.BYTES: F.base64,
+}
+_FROM_WIRE: dict[BaseType, Callable[[SparkColumn], SparkColumn]] = {
+    BaseType.TIMESTAMP: F.timestamp_millis, BaseType.DATE: F.date_from_unix_date, BaseType.BYTES: F.unbase64,
+}
+
+
 def _converts(t: SqlType) -> bool:
     b = t.base
-    if b in (BaseType.TIMESTAMP, BaseType.DATE, BaseType.BYTES):
+    if b in _TO_WIRE:
         return True
     if b in (BaseType.ARRAY, BaseType.MAP) and t.element is not None:
         return _converts(t.element)
@@ -91,44 +101,31 @@ def _converts(t: SqlType) -> bool:
     return False
 
 
-def to_wire(col: SparkColumn, t: SqlType) -> SparkColumn:
-    """A Spark column as its JSON/CSV form (see ``serde.to_json_wire``)."""
+def _map_wire(col: SparkColumn, t: SqlType, leaves: Mapping[BaseType, Callable[[SparkColumn], SparkColumn]]) -> SparkColumn:
+    """``col`` with ``leaves`` applied to every TIMESTAMP/DATE/BYTES inside it, however nested."""
     if not _converts(t):
         return col
     b = t.base
-    if b is BaseType.TIMESTAMP:
-        return F.unix_millis(col)
-    if b is BaseType.DATE:
-        return F.unix_date(col)
-    if b is BaseType.BYTES:
-        return F.base64(col)
+    leaf = leaves.get(b)
+    if leaf is not None:
+        return leaf(col)
     element = t.element
     if b is BaseType.ARRAY and element is not None:
-        return F.transform(col, lambda x: to_wire(x, element))
+        return F.transform(col, lambda x: _map_wire(x, element, leaves))
     if b is BaseType.MAP and element is not None:
-        return F.transform_values(col, lambda _k, v: to_wire(v, element))
-    fields = [to_wire(col.getField(f.name), f.type).alias(f.name) for f in t.fields]
+        return F.transform_values(col, lambda _k, v: _map_wire(v, element, leaves))
+    fields = [_map_wire(col.getField(f.name), f.type, leaves).alias(f.name) for f in t.fields]
     return F.when(col.isNull(), F.lit(None)).otherwise(F.struct(*fields))
+
+
+def to_wire(col: SparkColumn, t: SqlType) -> SparkColumn:
+    """A Spark column as its JSON/CSV form (see ``serde.to_json_wire``)."""
+    return _map_wire(col, t, _TO_WIRE)
 
 
 def from_wire(col: SparkColumn, t: SqlType) -> SparkColumn:
     """The inverse of ``to_wire``."""
-    if not _converts(t):
-        return col
-    b = t.base
-    if b is BaseType.TIMESTAMP:
-        return F.timestamp_millis(col)
-    if b is BaseType.DATE:
-        return F.date_from_unix_date(col)
-    if b is BaseType.BYTES:
-        return F.unbase64(col)
-    element = t.element
-    if b is BaseType.ARRAY and element is not None:
-        return F.transform(col, lambda x: from_wire(x, element))
-    if b is BaseType.MAP and element is not None:
-        return F.transform_values(col, lambda _k, v: from_wire(v, element))
-    fields = [from_wire(col.getField(f.name), f.type).alias(f.name) for f in t.fields]
-    return F.when(col.isNull(), F.lit(None)).otherwise(F.struct(*fields))
+    return _map_wire(col, t, _FROM_WIRE)
 
 
 # -- KAFKA format ------------------------------------------------------------------------------

@@ -71,20 +71,22 @@ def sql_type_of(data_type: exp.DataType) -> t.SqlType:
     args = data_type.expressions
     if kind == exp.DataType.Type.ARRAY and len(args) == 1 and isinstance(args[0], exp.DataType):
         return t.array_of(sql_type_of(args[0]))
-    if kind == exp.DataType.Type.MAP and len(args) == 2:
+    if kind == exp.DataType.Type.MAP and len(args) == 2 and all(isinstance(a, exp.DataType) for a in args):
         return t.map_of(sql_type_of(args[0]), sql_type_of(args[1]))
     if kind == exp.DataType.Type.STRUCT:
         fields = []
         for col in args:
             if not isinstance(col, exp.ColumnDef) or not isinstance(col.args.get("kind"), exp.DataType):
-                raise UnknownDataTypeError(f"unsupported STRUCT field: {col.sql()}")
+                raise UnknownDataTypeError(f"Unsupported STRUCT field: {col.sql()}")
             fields.append((col.name, sql_type_of(col.args["kind"])))
         return t.struct_of(*fields)
-    if kind == exp.DataType.Type.DECIMAL and len(args) == 2:
-        return t.decimal(int(args[0].name), int(args[1].name))
+    if kind == exp.DataType.Type.DECIMAL:
+        if len(args) == 2:
+            return t.decimal(int(args[0].name), int(args[1].name))
+        raise UnknownDataTypeError("DECIMAL requires a precision and a scale")
     if kind in _FROM_DTYPE and not args:
         return _FROM_DTYPE[kind]
-    raise UnknownDataTypeError(f"unsupported type: {data_type.sql()}")
+    raise UnknownDataTypeError(f"Unsupported type: {data_type.sql()}")
 
 
 class TypeParser(BaseParser):

@@ -274,24 +274,16 @@ def _not(value: Any) -> bool | None:
     return None if value is None else not value
 
 
-def _and(node: exp.And, row: Row) -> bool | None:
+def _connective(node: exp.And | exp.Or, row: Row, decisive: bool) -> bool | None:
+    """SQL's three-valued AND (``decisive`` False) or OR (``decisive`` True): one operand equal to
+    ``decisive`` settles it even if the other is NULL; otherwise a NULL makes the result NULL."""
     left = evaluate(node.this, row)
-    if left is False:
-        return False
+    if left is decisive:
+        return decisive
     right = evaluate(node.expression, row)
-    if right is False:
-        return False
-    return None if left is None or right is None else True
-
-
-def _or(node: exp.Or, row: Row) -> bool | None:
-    left = evaluate(node.this, row)
-    if left is True:
-        return True
-    right = evaluate(node.expression, row)
-    if right is True:
-        return True
-    return None if left is None or right is None else False
+    if right is decisive:
+        return decisive
+    return None if left is None or right is None else not decisive
 
 
 def _in(node: exp.In, row: Row) -> bool | None:
@@ -349,10 +341,8 @@ def evaluate(node: exp.Expr, row: Row) -> Any:
         return None
     if isinstance(node, (exp.Paren, exp.Alias)):
         return evaluate(node.this, row)
-    if isinstance(node, exp.And):
-        return _and(node, row)
-    if isinstance(node, exp.Or):
-        return _or(node, row)
+    if isinstance(node, (exp.And, exp.Or)):
+        return _connective(node, row, decisive=isinstance(node, exp.Or))
     if isinstance(node, exp.Not):
         return _not(evaluate(node.this, row))
     if isinstance(node, (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE)):

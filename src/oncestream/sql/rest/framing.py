@@ -84,22 +84,12 @@ class RowWriter(Protocol):
 
 
 @dataclass
-class LegacyQueryWriter:
-    """``POST /query`` push queries (ksqlDB's QueryStreamWriter): ``[`` then the header and every row
-    each followed by ``,\\n``; a lone ``\\n`` while idle (ksqlDB probes for a closed connection
-    that way); at the end ``{"finalMessage":"Limit Reached"}`` (or ``"Query Completed"``) and ``]\\n``.
-
-    Pull queries (``is_pull``, PullQueryStreamWriter) have no final message: ``[header,\\nrow,\\nrow]``.
-    Because the separator before a pull row depends on whether another row follows, pull rows are
-    written as ``,\\n`` + row (same bytes on the wire once the stream is joined)."""
+class _StreamedRowArray:
+    """The header and rows shared by the two StreamedRow writers (``/query`` and ``/query-stream``
+    as ``application/vnd.ksql.v1+json``): ``[`` + header, each row as ``{"row":{"columns":...}}``;
+    a push query ends each with ``,\\n``, a pull query puts ``,\\n`` before each row."""
 
     is_pull: bool = False
-    media_type: str = JSON
-    heartbeat: bytes | None = b"\n"
-
-    def __post_init__(self) -> None:
-        if self.is_pull:
-            self.heartbeat = None
 
     def start(self, query_id: str, columns: list[ColumnHeader]) -> bytes:
         head = b"[" + dumps(streamed_header(query_id, columns))
@@ -108,6 +98,24 @@ class LegacyQueryWriter:
     def row(self, values: list[Any]) -> bytes:
         body = dumps({"row": {"columns": values}})
         return b",\n" + body if self.is_pull else body + b",\n"
+
+
+@dataclass
+class LegacyQueryWriter(_StreamedRowArray):
+    """``POST /query`` push queries (ksqlDB's QueryStreamWriter): ``[`` then the header and every row
+    each followed by ``,\\n``; a lone ``\\n`` while idle (ksqlDB probes for a closed connection
+    that way); at the end ``{"finalMessage":"Limit Reached"}`` (or ``"Query Completed"``) and ``]\\n``.
+
+    Pull queries (``is_pull``, PullQueryStreamWriter) have no final message: ``[header,\\nrow,\\nrow]``.
+    Because the separator before a pull row depends on whether another row follows, pull rows are
+    written as ``,\\n`` + row (same bytes on the wire once the stream is joined)."""
+
+    media_type: str = JSON
+    heartbeat: bytes | None = b"\n"
+
+    def __post_init__(self) -> None:
+        if self.is_pull:
+            self.heartbeat = None
 
     def error(self, entity: dict[str, Any]) -> bytes:
         # QueryStreamWriter.outputException: a newline, the error row, ",\n"; the stream stays open
@@ -126,23 +134,14 @@ class LegacyQueryWriter:
 
 
 @dataclass
-class StreamedRowWriter:
+class StreamedRowWriter(_StreamedRowArray):
     """``/query-stream`` with ``Accept: application/vnd.ksql.v1+json`` (ksqlDB's
     JsonStreamedRowResponseWriter, unbuffered push form): ``[`` + header + ``,\\n``, each row +
     ``,\\n``, then the final message and ``]``. For a pull query (buffered form) the rows are joined
     with ``,\\n`` and no final message is written."""
 
-    is_pull: bool = False
     media_type: str = KSQL_V1_JSON
     heartbeat: bytes | None = None
-
-    def start(self, query_id: str, columns: list[ColumnHeader]) -> bytes:
-        head = b"[" + dumps(streamed_header(query_id, columns))
-        return head if self.is_pull else head + b",\n"
-
-    def row(self, values: list[Any]) -> bytes:
-        body = dumps({"row": {"columns": values}})
-        return b",\n" + body if self.is_pull else body + b",\n"
 
     def error(self, entity: dict[str, Any]) -> bytes:
         body = dumps({"errorMessage": entity})

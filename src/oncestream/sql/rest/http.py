@@ -96,6 +96,15 @@ def negotiate(accept: str | None, produces: tuple[str, ...], *, default: str) ->
                              f"({', '.join(produces)})")
 
 
+async def _body_chunk(receive: Receive) -> tuple[bytes, bool]:
+    """The next piece of the request body and whether more follows; ClientDisconnected if the
+    client left instead."""
+    message = await receive()
+    if message["type"] == "http.disconnect":
+        raise ClientDisconnected()
+    return message.get("body", b""), bool(message.get("more_body", False))
+
+
 async def read_body(scope: Scope, receive: Receive, limit_bytes: int) -> bytes:
     """The whole request body, refusing (BodyTooLargeError) as soon as it would exceed
     ``limit_bytes``: a Content-Length over the limit is refused before reading a byte, and a chunked
@@ -106,15 +115,12 @@ async def read_body(scope: Scope, receive: Receive, limit_bytes: int) -> bytes:
     chunks: list[bytes] = []
     size = 0
     while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise ClientDisconnected()
-        chunk = message.get("body", b"")
+        chunk, more = await _body_chunk(receive)
         size += len(chunk)
         if size > limit_bytes:
             raise BodyTooLargeError(f"Request body exceeds the limit of {limit_bytes} bytes")
         chunks.append(chunk)
-        if not message.get("more_body", False):
+        if not more:
             return b"".join(chunks)
 
 
@@ -124,10 +130,8 @@ async def body_lines(receive: Receive, limit_bytes: int) -> AsyncIterator[bytes]
     streaming without newlines cannot make us buffer without bound."""
     pending = b""
     while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise ClientDisconnected()
-        pending += message.get("body", b"")
+        chunk, more = await _body_chunk(receive)
+        pending += chunk
         *lines, pending = pending.split(b"\n")
         for line in lines:
             if len(line) > limit_bytes:
@@ -136,7 +140,7 @@ async def body_lines(receive: Receive, limit_bytes: int) -> AsyncIterator[bytes]
                 yield line
         if len(pending) > limit_bytes:
             raise BodyTooLargeError(f"Inserts-stream line exceeds the limit of {limit_bytes} bytes")
-        if not message.get("more_body", False):
+        if not more:
             if pending.strip():
                 yield pending
             return
