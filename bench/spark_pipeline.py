@@ -95,10 +95,13 @@ def _committed_count(bootstrap: str, topic: str, partitions: int) -> int:
     return count
 
 
-def _spark_read_mb_s(spark, bootstrap: str, topic: str, records: int, record_bytes: int) -> tuple[float, float]:
+def _spark_read_mb_s(spark, bootstrap: str, topic: str, records: int, record_bytes: int, *,
+                     min_partitions: int = 0) -> tuple[float, float]:
     start = time.perf_counter()
-    (spark.read.format("oncestream").option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic)
-     .load().write.format("noop").mode("overwrite").save())
+    reader = spark.read.format("oncestream").option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic)
+    if min_partitions:
+        reader = reader.option("minPartitions", str(min_partitions))
+    reader.load().write.format("noop").mode("overwrite").save()
     elapsed = time.perf_counter() - start
     return records * record_bytes / elapsed / 1e6, elapsed
 
