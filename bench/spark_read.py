@@ -132,11 +132,17 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--decoder", choices=["default", "python"], default="default",
                         help="python: the pure-Python column builder (ONCESTREAM_NATIVE=0)")
+    parser.add_argument("--master", default=f"local[{os.cpu_count() or 2}]",
+                        help="Spark master, e.g. local[2] or local-cluster[2,1,1024] (separate executor JVMs)")
     parser.add_argument("--min-partitions", type=int, default=0,
                         help="also time the batch read with minPartitions=N (0: not)")
     args = parser.parse_args()
 
     os.environ["PYSPARK_PYTHON"] = sys.executable
+    # Executors (local-cluster) inherit this process's environment: their Python workers must
+    # import this checkout's oncestream and this script's floor source.
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(ROOT / "src"), str(ROOT), str(ROOT / "bench"), os.environ.get("PYTHONPATH", "")) if p)
     if args.decoder == "python":
         os.environ["ONCESTREAM_NATIVE"] = "0"
     from oncestream.spark.arrow_columns import native_available
@@ -159,7 +165,7 @@ def main() -> int:
 
         import oncestream.spark
 
-        spark = (SparkSession.builder.master(f"local[{os.cpu_count() or 2}]").appName("oncestream-read-bench")
+        spark = (SparkSession.builder.master(args.master).appName("oncestream-read-bench")
                  .config("spark.ui.enabled", "false").getOrCreate())
         spark.sparkContext.setLogLevel("ERROR")
         oncestream.spark.register(spark)
@@ -193,7 +199,8 @@ def main() -> int:
     median = {name: statistics.median(values) for name, values in runs.items()}
     split = f" --min-partitions {args.min_partitions}" if args.min_partitions else ""
     print(f"\nCommand: `.venv/bin/python bench/spark_read.py --records {args.records} --record-bytes "
-          f"{args.record_bytes} --partitions {args.partitions} --rounds {args.rounds} --decoder {args.decoder}{split}`  ")
+          f"{args.record_bytes} --partitions {args.partitions} --rounds {args.rounds} --decoder {args.decoder}{split} "
+          f"--master '{args.master}'`  ")
     print(f"Date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}  ")
     print(f"Machine: {os.cpu_count()} cores, {platform.system()} {platform.release()}, "
           f"Python {platform.python_version()}; column builder: {builder}; load average before: "
