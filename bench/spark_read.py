@@ -100,7 +100,9 @@ def _process_cpu_s() -> dict[str, float]:
                 cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue  # exited meanwhile
-        procs[int(entry)] = (int(fields[1]), cmd, (int(fields[11]) + int(fields[12])) / tick)
+        # utime + stime, plus cutime + cstime: the time of children already reaped (a Python
+        # worker that exited within the run), which would otherwise vanish with them.
+        procs[int(entry)] = (int(fields[1]), cmd, sum(int(x) for x in fields[11:15]) / tick)
     mine, grew = {os.getpid()}, True
     while grew:
         grew = False
