@@ -71,7 +71,7 @@ def _librdkafka_read_mb_s(bootstrap: str, topic: str, partitions: int, records: 
         for msg in consumer.consume(10000, 1.0):
             if msg.error() is None:
                 count += 1
-                size += len(msg.value())
+                size += len(msg.value() or b"")
     elapsed = time.perf_counter() - start
     consumer.close()
     return size / elapsed / 1e6, elapsed
@@ -84,21 +84,25 @@ def _committed_count(bootstrap: str, topic: str, partitions: int) -> int:
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-check", "enable.auto.commit": False,
                          "isolation.level": "read_committed", "enable.partition.eof": True})
     consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-    count, at_end = 0, set()
+    count, at_end = 0, set[int | None]()
     while len(at_end) < partitions:
         for msg in consumer.consume(10000, 1.0):
-            if msg.error() is None:
+            error = msg.error()
+            if error is None:
                 count += 1
-            elif msg.error().code() == -191:  # _PARTITION_EOF
+            elif error.code() == -191:  # _PARTITION_EOF
                 at_end.add(msg.partition())
     consumer.close()
     return count
 
 
-def _spark_read_mb_s(spark, bootstrap: str, topic: str, records: int, record_bytes: int) -> tuple[float, float]:
+def _spark_read_mb_s(spark, bootstrap: str, topic: str, records: int, record_bytes: int, *,
+                     min_partitions: int = 0) -> tuple[float, float]:
     start = time.perf_counter()
-    (spark.read.format("oncestream").option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic)
-     .load().write.format("noop").mode("overwrite").save())
+    reader = spark.read.format("oncestream").option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic)
+    if min_partitions:
+        reader = reader.option("minPartitions", str(min_partitions))
+    reader.load().write.format("noop").mode("overwrite").save()
     elapsed = time.perf_counter() - start
     return records * record_bytes / elapsed / 1e6, elapsed
 
@@ -194,9 +198,9 @@ def main() -> int:
     print("| sink | run | records | micro-batches | wall s | records/s (wall) | records/s (in batches) |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
     for name, results in runs.items():
-        for i, r in enumerate(results, 1):
-            print(f"| {name} | {i} | {r['rows']} | {r['batches']} | {r['elapsed_s']:.1f} | {r['rows_per_s']:,.0f} | "
-                  f"{r['rows_per_batch_s']:,.0f} |")
+        for i, run in enumerate(results, 1):
+            print(f"| {name} | {i} | {run['rows']} | {run['batches']} | {run['elapsed_s']:.1f} | {run['rows_per_s']:,.0f} | "
+                  f"{run['rows_per_batch_s']:,.0f} |")
     med = {name: (statistics.median(r["rows_per_s"] for r in results),
                   statistics.median(r["rows_per_batch_s"] for r in results)) for name, results in runs.items()}
     eos, alo = med["exactly-once"], med["at-least-once"]

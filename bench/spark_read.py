@@ -12,6 +12,12 @@ pure-Python column builder (ONCESTREAM_NATIVE=0) in the Spark workers, to compar
 native one. The "Spark floor" row is a Python data source with the same schema, tasks and rows that
 yields one prebuilt Arrow batch over and over (no broker, no decoding): what Spark's Python data
 source path itself costs (worker hand-off, Arrow IPC to the JVM, rows for the sink).
+``--min-partitions N`` adds a fourth reader: the same batch read with ``minPartitions=N`` (more
+Spark tasks than Kafka partitions, each an offset range). Each reader's row also gives the CPU
+seconds of one of its runs by process (the Spark JVM, its Python workers, the broker, this
+process, from /proc): on a shared 2-core machine the CPU a read costs is steadier than its wall
+time. The script refuses to run with the pure-Python column builder unless ``--decoder python``
+asks for it (a checkout without the built extension silently measured that builder before).
 """
 
 from __future__ import annotations
@@ -34,8 +40,8 @@ from oncestream.broker_process import OnceStreamBroker  # noqa: E402
 from spark_pipeline import _create_topics, _fill, _librdkafka_read_mb_s, _spark_read_mb_s  # noqa: E402
 
 
-def _floor_source(rows_per_task: int, record_bytes: int):
-    """A data source whose two tasks yield one prebuilt Arrow batch of the source's schema until
+def _floor_source(rows_per_task: int, record_bytes: int, tasks: int = 2):
+    """A data source whose ``tasks`` tasks yield one prebuilt Arrow batch of the source's schema until
     ``rows_per_task`` rows are out."""
     from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
@@ -43,7 +49,7 @@ def _floor_source(rows_per_task: int, record_bytes: int):
 
     class FloorReader(DataSourceReader):
         def partitions(self):
-            return [InputPartition(0), InputPartition(1)]
+            return [InputPartition(i) for i in range(tasks)]
 
         def read(self, partition):
             import pyarrow as pa
@@ -79,6 +85,47 @@ def _floor_mb_s(spark, records: int, record_bytes: int) -> float:
     return records * record_bytes / (time.perf_counter() - start) / 1e6
 
 
+def _process_cpu_s() -> dict[str, float]:
+    """CPU seconds (user + system) so far of this process and its descendants, by kind: the Spark
+    JVM (driver and executors), Spark's Python workers, the broker, this process."""
+    tick = os.sysconf("SC_CLK_TCK")
+    procs: dict[int, tuple[int, str, float]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue  # exited meanwhile
+        # utime + stime, plus cutime + cstime: the time of children already reaped (a Python
+        # worker that exited within the run), which would otherwise vanish with them.
+        procs[int(entry)] = (int(fields[1]), cmd, sum(int(x) for x in fields[11:15]) / tick)
+    mine, grew = {os.getpid()}, True
+    while grew:
+        grew = False
+        for pid, (ppid, _, _) in procs.items():
+            if ppid in mine and pid not in mine:
+                mine.add(pid)
+                grew = True
+    out: dict[str, float] = {}
+    for pid in mine:
+        if pid not in procs:
+            continue
+        _, cmd, cpu_s = procs[pid]
+        kind = ("this process" if pid == os.getpid() else "JVM" if os.path.basename(cmd.split(" ")[0]) == "java"
+                else "broker" if " broker " in cmd else "Python workers" if "pyspark" in cmd else "other")
+        out[kind] = out.get(kind, 0.0) + cpu_s
+    return out
+
+
+def _cpu_delta(before: dict[str, float], after: dict[str, float]) -> str:
+    parts = [f"{k} {after.get(k, 0.0) - before.get(k, 0.0):.2f}" for k in ("JVM", "Python workers", "broker", "this process")]
+    return ", ".join(parts)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=int, default=200_000)
@@ -87,11 +134,27 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--decoder", choices=["default", "python"], default="default",
                         help="python: the pure-Python column builder (ONCESTREAM_NATIVE=0)")
+    parser.add_argument("--master", default=f"local[{os.cpu_count() or 2}]",
+                        help="Spark master, e.g. local[2] or local-cluster[2,1,1024] (separate executor JVMs)")
+    parser.add_argument("--min-partitions", type=int, default=0,
+                        help="also time the batch read with minPartitions=N (0: not)")
     args = parser.parse_args()
 
     os.environ["PYSPARK_PYTHON"] = sys.executable
+    # Executors (local-cluster) inherit this process's environment: their Python workers must
+    # import this checkout's oncestream and this script's floor source.
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(ROOT / "src"), str(ROOT), str(ROOT / "bench"), os.environ.get("PYTHONPATH", "")) if p)
     if args.decoder == "python":
         os.environ["ONCESTREAM_NATIVE"] = "0"
+    from oncestream.spark.arrow_columns import native_available
+
+    builder = "pure-Python" if args.decoder == "python" else "C (oncestream._native.record_columns)"
+    if args.decoder == "default" and not native_available():
+        print("the C column builder is not built (pip install -e . or python setup.py build_ext --inplace); "
+              "pass --decoder python to measure the pure-Python one", file=sys.stderr)
+        return 2
+    load_before = os.getloadavg()
     work = Path(tempfile.mkdtemp(prefix="oncestream-spark-read-"))
     broker = OnceStreamBroker(work / "data")
     broker.start()
@@ -104,45 +167,61 @@ def main() -> int:
 
         import oncestream.spark
 
-        spark = (SparkSession.builder.master(f"local[{os.cpu_count() or 2}]").appName("oncestream-read-bench")
+        spark = (SparkSession.builder.master(args.master).appName("oncestream-read-bench")
                  .config("spark.ui.enabled", "false").getOrCreate())
         spark.sparkContext.setLogLevel("ERROR")
         oncestream.spark.register(spark)
-        spark.dataSource.register(_floor_source(args.records // 2, args.record_bytes))
+        spark.dataSource.register(_floor_source(args.records // args.partitions, args.record_bytes, args.partitions))
         _spark_read_mb_s(spark, bootstrap, "in", args.records, args.record_bytes)  # warm-up
         _floor_mb_s(spark, args.records, args.record_bytes)
-        spark_runs, rdk_runs, floor_runs = [], [], []
+        if args.min_partitions:
+            _spark_read_mb_s(spark, bootstrap, "in", args.records, args.record_bytes, min_partitions=args.min_partitions)
+        readers = ["spark", "rdk", "floor"] + (["split"] if args.min_partitions else [])
+        runs: dict[str, list[float]] = {name: [] for name in readers}
+        cpu: dict[str, str] = {}
         for r in range(args.rounds):
-            order = ("spark", "rdk", "floor") if r % 2 == 0 else ("floor", "rdk", "spark")
-            for name in order:
+            for name in (readers if r % 2 == 0 else readers[::-1]):
+                before = _process_cpu_s()
                 if name == "spark":
-                    spark_runs.append(_spark_read_mb_s(spark, bootstrap, "in", args.records, args.record_bytes)[0])
+                    mb_s = _spark_read_mb_s(spark, bootstrap, "in", args.records, args.record_bytes)[0]
+                elif name == "split":
+                    mb_s = _spark_read_mb_s(spark, bootstrap, "in", args.records, args.record_bytes,
+                                            min_partitions=args.min_partitions)[0]
                 elif name == "floor":
-                    floor_runs.append(_floor_mb_s(spark, args.records, args.record_bytes))
+                    mb_s = _floor_mb_s(spark, args.records, args.record_bytes)
                 else:
-                    rdk_runs.append(_librdkafka_read_mb_s(bootstrap, "in", args.partitions, args.records)[0])
+                    mb_s = _librdkafka_read_mb_s(bootstrap, "in", args.partitions, args.records)[0]
+                runs[name].append(mb_s)
+                cpu[name] = _cpu_delta(before, _process_cpu_s())  # the last round's
         spark.stop()
     finally:
         broker.stop()
 
     load = os.getloadavg()
-    spark_mb_s, rdk_mb_s = statistics.median(spark_runs), statistics.median(rdk_runs)
+    median = {name: statistics.median(values) for name, values in runs.items()}
+    split = f" --min-partitions {args.min_partitions}" if args.min_partitions else ""
     print(f"\nCommand: `.venv/bin/python bench/spark_read.py --records {args.records} --record-bytes "
-          f"{args.record_bytes} --partitions {args.partitions} --rounds {args.rounds} --decoder {args.decoder}`  ")
+          f"{args.record_bytes} --partitions {args.partitions} --rounds {args.rounds} --decoder {args.decoder}{split} "
+          f"--master '{args.master}'`  ")
     print(f"Date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}  ")
     print(f"Machine: {os.cpu_count()} cores, {platform.system()} {platform.release()}, "
-          f"Python {platform.python_version()}; load average after: {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f}\n")
-    print("| reader | runs MB/s | median MB/s |")
-    print("| --- | --- | ---: |")
-    print(f"| format(\"oncestream\") batch read, {args.partitions} tasks, noop sink | "
-          f"{', '.join(f'{x:.0f}' for x in spark_runs)} | {spark_mb_s:.1f} |")
-    print(f"| librdkafka consumer, read_committed, one Python thread | "
-          f"{', '.join(f'{x:.0f}' for x in rdk_runs)} | {rdk_mb_s:.1f} |")
-    floor_mb_s = statistics.median(floor_runs)
-    print(f"| Spark floor: prebuilt Arrow batches, same schema and rows, 2 tasks, noop sink | "
-          f"{', '.join(f'{x:.0f}' for x in floor_runs)} | {floor_mb_s:.1f} |")
-    print(f"\nSpark source / librdkafka: **{spark_mb_s / rdk_mb_s:.2f}x**; Spark floor / librdkafka: "
-          f"{floor_mb_s / rdk_mb_s:.2f}x; source / floor: {spark_mb_s / floor_mb_s:.2f}")
+          f"Python {platform.python_version()}; column builder: {builder}; load average before: "
+          f"{load_before[0]:.2f} / {load_before[1]:.2f} / {load_before[2]:.2f}, after: "
+          f"{load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f}\n")
+    labels = {
+        "spark": f"format(\"oncestream\") batch read, {args.partitions} tasks, noop sink",
+        "split": f"format(\"oncestream\") batch read, minPartitions={args.min_partitions}, noop sink",
+        "rdk": "librdkafka consumer, read_committed, one Python thread",
+        "floor": f"Spark floor: prebuilt Arrow batches, same schema and rows, {args.partitions} tasks, noop sink",
+    }
+    print("| reader | runs MB/s | median MB/s | CPU s of the last run |")
+    print("| --- | --- | ---: | --- |")
+    for name in runs:
+        print(f"| {labels[name]} | {', '.join(f'{x:.0f}' for x in runs[name])} | {median[name]:.1f} | {cpu[name]} |")
+    print(f"\nSpark source / librdkafka: **{median['spark'] / median['rdk']:.2f}x**; Spark floor / librdkafka: "
+          f"{median['floor'] / median['rdk']:.2f}x; source / floor: {median['spark'] / median['floor']:.2f}")
+    if args.min_partitions:
+        print(f"minPartitions={args.min_partitions} / default split: {median['split'] / median['spark']:.2f}")
     return 0
 
 
