@@ -4,7 +4,9 @@ Threads: the caller's thread runs ``poll``/``consume`` (record decoding, rebalan
 commit callbacks); the background event loop runs the fetcher, heartbeats and every request.
 The fast path of ``poll`` returns the next already-decoded message with two attribute reads; the
 position of the partition being read is materialized from the decoded list only when someone
-needs it (commit, position, seek, rebalance), not per message.
+needs it (commit, position, seek, rebalance), not per message. Sending commits and fetching
+committed offsets is :class:`~oncestream.client.offset_commits.OffsetCommitter`'s job; the
+consumer decides which offsets (positions or stored offsets) and when.
 """
 
 from __future__ import annotations
@@ -29,7 +31,6 @@ from oncestream.client.errors import (
     _INVALID_ARG,
     _MAX_POLL_EXCEEDED,
     _STATE,
-    _TIMED_OUT,
     BrokerResponseError,
     ConnectionLostError,
     KafkaError,
@@ -51,6 +52,7 @@ from oncestream.client.message import (
     Message,
     TopicPartition,
 )
+from oncestream.client.offset_commits import OffsetCommitter, require_group
 from oncestream.client.sasl import SaslCredentials
 from oncestream.client.tls import ssl_context_for
 
@@ -125,11 +127,11 @@ class Consumer:
         self._rec_next_offset = -1
         self._attention = True  # something besides handing out records needs poll's slow path
         self._stored: dict[TP, tuple[int, str | None]] = {}
-        self._commit_results: collections.deque[tuple[Any, Any]] = collections.deque()
         self._next_auto_commit = time.monotonic() + self._auto_commit_interval_s
         self._pending_errors: collections.deque[KafkaError] = collections.deque()
         self._closed = False
         self._io = IoThread("oncestream-consumer")
+        self._committer = OffsetCommitter(self._io, self._on_commit, self._notify)
         self._io.run(self._start(), 10)
 
     async def _start(self) -> None:
@@ -502,7 +504,7 @@ class Consumer:
                 self._check_subscription_metadata()
                 if group.rejoin_needed or self._join_future is not None:
                     self._rebalance(deadline)
-        self._serve_commit_results()
+        self._committer.serve_results()
         if self._auto_commit and time.monotonic() >= self._next_auto_commit:
             self._next_auto_commit = time.monotonic() + self._auto_commit_interval_s
             self._commit_positions(asynchronous=True)
@@ -612,9 +614,7 @@ class Consumer:
     # --- commits ------------------------------------------------------------------------------
 
     def _require_group(self) -> GroupMembership:
-        if self._group is None:  # callers check group.id first; raised, not asserted (python -O)
-            raise KafkaException(KafkaError(_STATE, "no consumer group (group.id not set)"))
-        return self._group
+        return require_group(self._group)
 
     def _offsets_to_commit(self) -> list[TopicPartition]:
         self._sync_position()
@@ -630,26 +630,12 @@ class Consumer:
         return self._commit(offsets, asynchronous)
 
     def _final_commit(self, timeout_s: float) -> None:
-        """The auto-commit of an assignment given up (rebalance, close). As librdkafka does, its
-        outcome goes to ``on_commit``, a failure included (the error on every partition), and
-        it never raises; without ``on_commit`` a failure is logged, never dropped silently."""
+        """The auto-commit of an assignment given up (rebalance, close); never raises (see
+        :meth:`OffsetCommitter.final_commit`)."""
         offsets = self._offsets_to_commit()
         if not offsets:
             return
-        try:
-            self._commit(offsets, asynchronous=False, timeout_s=timeout_s)  # reports to on_commit
-            return
-        except KafkaException as exc:
-            error = exc.args[0]
-        except (ConnectionLostError, RequestTimedOutError, BrokerResponseError) as exc:
-            error = KafkaError(getattr(exc, "code", _TIMED_OUT), str(exc))
-        failed = [TopicPartition(tp.topic, tp.partition, tp.offset, tp.metadata) for tp in offsets]
-        for tp in failed:
-            tp.error = error
-        if self._on_commit is not None:
-            self._on_commit(error, failed)
-        else:
-            log.warning("final offset commit of %d partitions failed: %s", len(failed), error)
+        self._committer.final_commit(self._group, offsets, timeout_s, subscribed=self._subscription is not None)
 
     def commit(self, message: Message | None = None, offsets: list[TopicPartition] | None = None,
                asynchronous: bool = True) -> list[TopicPartition] | None:
@@ -672,54 +658,8 @@ class Consumer:
 
     def _commit(self, offsets: list[TopicPartition], asynchronous: bool,
                 timeout_s: float = 60.0) -> list[TopicPartition] | None:
-        group = self._require_group()
-        in_group = self._subscription is not None and group.generation_id >= 0
-        items = [(tp.topic, tp.partition, tp.offset, tp.metadata,
-                  tp.leader_epoch if tp.leader_epoch is not None else -1) for tp in offsets]
-
-        def result_of(errors: dict[TP, int]) -> list[TopicPartition]:
-            out = []
-            for tp in offsets:
-                r = TopicPartition(tp.topic, tp.partition, tp.offset, tp.metadata)
-                code = errors.get((tp.topic, tp.partition), 0)
-                if code:
-                    r.error = KafkaError(code)
-                out.append(r)
-            return out
-
-        if asynchronous:
-            future = self._io.submit(group.commit(items, in_group=in_group))
-
-            def done(f: Any) -> None:
-                try:
-                    result = result_of(f.result())
-                    errors = [r.error for r in result if r.error is not None]
-                    self._commit_results.append((errors[0] if errors else None, result))
-                except Exception as exc:  # delivered to on_commit like librdkafka does
-                    error = exc.args[0] if isinstance(exc, KafkaException) else KafkaError(-1, repr(exc))
-                    self._commit_results.append((error, []))
-                self._notify()
-
-            future.add_done_callback(done)
-            return None
-        try:
-            errors = self._io.run(group.commit(items, in_group=in_group), timeout_s)
-        except TimeoutError:
-            raise KafkaException(KafkaError(_TIMED_OUT, "commit timed out", retriable=True)) from None
-        result = result_of(errors)
-        failed = [r for r in result if r.error is not None]
-        first_error = failed[0].error if failed else None
-        if first_error is not None and len(failed) == len(result):
-            raise KafkaException(first_error)
-        if self._on_commit is not None:
-            self._on_commit(failed[0].error if failed else None, result)
-        return result
-
-    def _serve_commit_results(self) -> None:
-        while self._commit_results:
-            error, partitions = self._commit_results.popleft()
-            if self._on_commit is not None:
-                self._on_commit(error, partitions)
+        return self._committer.commit(self._group, offsets, asynchronous, subscribed=self._subscription is not None,
+                                      timeout_s=timeout_s)
 
     def store_offsets(self, message: Message | None = None, offsets: list[TopicPartition] | None = None) -> None:
         """Store offsets to be committed (with enable.auto.offset.store=false)."""
@@ -736,21 +676,8 @@ class Consumer:
         self._check_open()
         if self._group is None:
             raise KafkaException(KafkaError(_INVALID_ARG, "committed() requires group.id"))
-        keys = [(tp.topic, tp.partition) for tp in partitions]
         timeout_s = None if timeout is None or timeout < 0 else timeout
-        try:
-            answers = self._io.run(self._group.fetch_committed(keys, require_stable=self._read_committed),
-                                   timeout_s)
-        except TimeoutError:
-            raise KafkaException(KafkaError(_TIMED_OUT, "committed() timed out", retriable=True)) from None
-        out = []
-        for tp in partitions:
-            offset, metadata, code = answers.get((tp.topic, tp.partition), (-1, None, 0))
-            r = TopicPartition(tp.topic, tp.partition, offset if offset >= 0 else OFFSET_INVALID, metadata)
-            if code:
-                r.error = KafkaError(code)
-            out.append(r)
-        return out
+        return self._committer.committed(self._group, partitions, timeout_s, require_stable=self._read_committed)
 
     # --- metadata queries ---------------------------------------------------------------------
 
@@ -826,7 +753,7 @@ class Consumer:
                     pass
             elif self._auto_commit and self._partitions:
                 self._final_commit(self._commit_timeout_s)
-            self._serve_commit_results()
+            self._committer.serve_results()
         finally:
             self._closed = True
             try:

@@ -27,6 +27,9 @@ skip them (a fetch inside a gap gets the next batch).
 Durability: appends go to the page cache (survives a process crash). ``flush()`` fsyncs; the
 broker calls it before acknowledging when ``needs_flush_on_ack()`` (flush.messages=1), and the
 log flushes by itself every ``flush.messages`` messages otherwise.
+
+Kept apart: the read path over the segments (``read_path``: fetch ranges, timestamp lookups) and
+the LogAppendTime header rewrite (``log_append_time``).
 """
 
 from __future__ import annotations
@@ -35,15 +38,11 @@ import logging
 import os
 import pathlib
 import struct
-from bisect import bisect_right
 from dataclasses import dataclass
 from itertools import pairwise
 
-import crc32c
-
 from oncestream.errors import (
     InvalidRecordError,
-    KafkaError,
     LogInvariantError,
     MessageTooLargeError,
     OffsetOutOfRangeError,
@@ -55,6 +54,7 @@ from oncestream.log.config import INT64_MAX, LogConfig
 from oncestream.log.descriptors import SegmentDescriptors
 from oncestream.log.durable_files import fsync_directory
 from oncestream.log.flush_job import FdatasyncFn, FlushJob
+from oncestream.log.log_append_time import prepare_log_append_time
 from oncestream.log.log_cleaning import CleanableLog
 from oncestream.log.log_start import LogStartMove
 from oncestream.log.producer_state import (
@@ -62,6 +62,13 @@ from oncestream.log.producer_state import (
     PendingSnapshot,
     ProducerStateInfo,
     ProducerStateManager,
+)
+from oncestream.log.read_path import (
+    ReadResult,
+    max_timestamp_ms,
+    offset_for_timestamp,
+    read_batches,
+    segment_index_for,
 )
 from oncestream.log.recompression import needs_recompression
 from oncestream.log.recovery import (
@@ -82,31 +89,18 @@ from oncestream.log.transactions import (
 from oncestream.log.txn_index import TxnIndexes
 from oncestream.protocol.compression import recompress_batch
 from oncestream.protocol.record_batch import (
-    ATTR_TIMESTAMP_TYPE_LOG_APPEND,
-    ATTRIBUTES_OFFSET,
-    CRC_OFFSET,
-    HEADER_SIZE_BYTES,
     BatchHeader,
     iter_batches,
-    parse_header,
-    patch_base_offset,
 )
 from oncestream.protocol.records import (
     CONTROL_ABORT,
     CONTROL_COMMIT,
-    decode_batch,
     encode_control_batch,
 )
 
 log = logging.getLogger(__name__)
 
 _BASE_OFFSET = struct.Struct(">q")
-_INT16 = struct.Struct(">h")
-_INT64 = struct.Struct(">q")
-_UINT32 = struct.Struct(">I")
-_INT32 = struct.Struct(">i")
-_LAST_OFFSET_DELTA_OFFSET = 23
-_MAX_TIMESTAMP_OFFSET = 35
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,57 +114,12 @@ class AppendResult:
     duplicate: bool
 
 
-@dataclass(frozen=True, slots=True)
-class ReadResult:
-    """Whole batches for a fetch plus the partition's offsets at the time of the read."""
-
-    chunks: list[bytes]  # whole batches, concatenated on the wire in this order
-    size_bytes: int  # sum of len(chunks)
-    high_watermark: int
-    log_start_offset: int
-    last_stable_offset: int  # first offset of the earliest open transaction, else high_watermark
-    # (producer_id, first_offset) of the aborted transactions the returned range overlaps; only
-    # filled for read(with_aborted=True) (read_committed fetches), else None.
-    aborted_transactions: list[tuple[int, int]] | None = None
-
-
 def parse_partition_dir_name(name: str) -> tuple[str, int]:
     """``"my-topic-3"`` -> ``("my-topic", 3)``; ValueError if the name has no partition suffix."""
     topic, sep, partition_text = name.rpartition("-")
     if not sep or not topic or not partition_text.isdigit():
         raise ValueError(f"{name!r} is not a <topic>-<partition> directory name")
     return topic, int(partition_text)
-
-
-def _prepare_log_append_time(batch: memoryview, base_offset: int, now_ms: int) -> PreparedBatch:
-    """Stamp a batch with the broker's time without copying its records.
-
-    Sets the timestamp-type bit and maxTimestamp (as Kafka does for LogAppendTime) in a copy of the
-    61-byte header and computes the new CRC over that header part followed by the untouched records.
-    """
-    head = bytearray(batch[:HEADER_SIZE_BYTES])
-    attributes = _INT16.unpack_from(head, ATTRIBUTES_OFFSET)[0] | ATTR_TIMESTAMP_TYPE_LOG_APPEND
-    _INT16.pack_into(head, ATTRIBUTES_OFFSET, attributes)
-    _INT64.pack_into(head, _MAX_TIMESTAMP_OFFSET, now_ms)
-    tail = batch[HEADER_SIZE_BYTES:]
-    crc = crc32c.crc32c(tail, crc32c.crc32c(memoryview(head)[ATTRIBUTES_OFFSET:]))
-    _UINT32.pack_into(head, CRC_OFFSET, crc)
-    patch_base_offset(head, base_offset)
-    last_offset_delta = _INT32.unpack_from(head, _LAST_OFFSET_DELTA_OFFSET)[0]
-    return PreparedBatch(bytes(head), tail, base_offset, base_offset + last_offset_delta, now_ms)
-
-
-def _first_record_at_or_after(batch: bytes, timestamp_ms: int, from_offset: int) -> tuple[int, int]:
-    """(offset, timestamp) of the first record in ``batch`` reaching ``timestamp_ms`` at/after ``from_offset``."""
-    header = parse_header(batch)
-    try:
-        for record in decode_batch(batch, verify_crc=False).records:
-            if record.timestamp_ms >= timestamp_ms and record.offset >= from_offset:
-                return record.offset, record.timestamp_ms
-    except (KafkaError, ValueError, IndexError, struct.error) as exc:
-        log.warning("cannot decode batch at offset %d for a timestamp lookup: %s", header.base_offset, exc)
-    # Undecodable, or record timestamps that contradict the header: answer at batch granularity.
-    return max(header.base_offset, from_offset), header.max_timestamp
 
 
 class PartitionLog(CleanableLog):
@@ -384,7 +333,7 @@ class PartitionLog(CleanableLog):
                         f"exceeds max.message.bytes={config.max_message_bytes}"
                     )
             if log_append_time:
-                prepared.append(_prepare_log_append_time(batch, next_offset, now_ms))
+                prepared.append(prepare_log_append_time(batch, next_offset, now_ms))
             else:
                 prepared.append(
                     PreparedBatch(_BASE_OFFSET.pack(next_offset), batch[8:], next_offset, last_offset, max_timestamp_ms)
@@ -477,7 +426,7 @@ class PartitionLog(CleanableLog):
     # --- read -----------------------------------------------------------------------------------
 
     def _segment_index_for(self, offset: int) -> int:
-        return bisect_right(self._segments, offset, key=lambda segment: segment.base_offset) - 1
+        return segment_index_for(self._segments, offset)
 
     def read(
         self,
@@ -503,30 +452,9 @@ class PartitionLog(CleanableLog):
                 f"offset {fetch_offset} is outside [{self.log_start_offset}, {self.log_end_offset}]"
             )
         upper = self.high_watermark if upper_offset is None else min(upper_offset, self.high_watermark)
-        chunks: list[bytes] = []
-        total_bytes = 0
-        offset = fetch_offset
-        returned_end_offset = fetch_offset  # offset after the last returned batch
-        if offset < upper:
-            for segment in self._segments[self._segment_index_for(offset) :]:
-                if segment.base_offset >= upper:
-                    break
-                start = max(offset, segment.base_offset)
-                if segment.size_bytes == 0 or start >= segment.next_offset:
-                    continue  # empty, or the offset lies in a gap compaction left at its end
-                extent = segment.extent(
-                    start,
-                    max_bytes - total_bytes,
-                    upper,
-                    allow_oversize_first=min_one and total_bytes == 0,
-                )
-                if extent.end_position > extent.start_position:
-                    chunks.append(segment.read(extent.start_position, extent.end_position))
-                    total_bytes += extent.end_position - extent.start_position
-                    returned_end_offset = extent.next_offset
-                if not extent.segment_exhausted:
-                    break
-                offset = segment.next_offset
+        chunks, total_bytes, returned_end_offset = read_batches(
+            self._segments, fetch_offset, max_bytes, upper, min_one=min_one
+        )
         aborted_transactions = None
         if with_aborted:
             aborted_transactions = []
@@ -555,12 +483,7 @@ class PartitionLog(CleanableLog):
         start = self.log_start_offset
         if start >= self.log_end_offset:
             return None
-        for segment in self._segments[self._segment_index_for(start) :]:
-            found = segment.find_by_timestamp(timestamp_ms, start)
-            if found is not None:
-                position, size_bytes = found
-                return _first_record_at_or_after(segment.read(position, position + size_bytes), timestamp_ms, start)
-        return None
+        return offset_for_timestamp(self._segments, start, timestamp_ms)
 
     def offset_for_max_timestamp(self) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record carrying the log's largest timestamp (KIP-734,
@@ -569,10 +492,7 @@ class PartitionLog(CleanableLog):
         start = self.log_start_offset
         if start >= self.log_end_offset:
             return None
-        max_ts = max(
-            (segment.max_timestamp_ms for segment in self._segments[self._segment_index_for(start) :]),
-            default=-1,
-        )
+        max_ts = max_timestamp_ms(self._segments, start)
         if max_ts < 0:
             return None
         return self.offset_for_timestamp(max_ts)

@@ -23,24 +23,28 @@ Clocks: ``now_ms`` is wall-clock time and only ends up in records (start and las
 timestamps, as Kafka persists them). Transaction timeouts and transactional-id expiry run on the
 monotonic clock given as the keyword ``mono_ms`` to :meth:`load`, :meth:`on_persisted` and
 :meth:`tick` (callers with one clock for both, such as tests, may leave it out): the coordinator
-notes the monotonic time at which a transaction started and each id last changed, so a wall-clock
-step either way neither aborts a transaction early nor keeps it open forever. Monotonic times are
+notes (in :class:`~oncestream.coordinator.txn.timeouts.TxnTimers`) the monotonic time at which a
+transaction started and each id last changed, so a wall-clock step either way neither aborts a
+transaction early nor keeps it open forever. Monotonic times are
 never persisted; after a restart they are derived once from the persisted wall timestamps, the
 age clamped to ``[0, timeout]`` so a wall step while the broker was down cannot stretch a timeout.
 
 At most one transition per transactional id is in flight; requests meanwhile get
 CONCURRENT_TRANSACTIONS (retriable), exactly as Kafka answers while a pending state is set.
+
+Kept apart: the monotonic timers (``timeouts.py``), InitProducerId's identity rules
+(``producer_identity.py``) and the read-only KIP-664 queries (``admin_queries.py``).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Callable, Iterable, Sequence
 
 from kio.schema.errors import ErrorCode
 
 from oncestream.coordinator.txn import metadata as m
+from oncestream.coordinator.txn.admin_queries import describe_transactions, list_transactions
 from oncestream.coordinator.txn.config import TxnCoordinatorConfig
 from oncestream.coordinator.txn.messages import (
     CONSUMER_OFFSETS_TOPIC,
@@ -56,7 +60,6 @@ from oncestream.coordinator.txn.messages import (
     PendingWrite,
     TopicPartition,
     TransactionDescription,
-    TransactionListing,
     VerifyPartitionsResponse,
 )
 from oncestream.coordinator.txn.metadata import (
@@ -65,14 +68,20 @@ from oncestream.coordinator.txn.metadata import (
     TxnSnapshot,
     WriteKind,
 )
+from oncestream.coordinator.txn.producer_identity import (
+    expected_identity,
+    init_response,
+    is_valid_expected_producer_id,
+    keep_prepared_response,
+)
 from oncestream.coordinator.txn.records import encode_key, encode_value, replay
-from oncestream.coordinator.txn.state import EXPIRATION_ALLOWED, TxnState, parse_state
+from oncestream.coordinator.txn.state import TxnState
+from oncestream.coordinator.txn.timeouts import TimerAction, TxnTimers
 from oncestream.errors import (
     ConcurrentTransactionsError,
     CoordinatorInvariantError,
     CoordinatorLoadInProgressError,
     InvalidProducerIdMappingError,
-    InvalidRegularExpressionError,
     InvalidRequestError,
     InvalidTransactionTimeoutError,
     InvalidTxnStateError,
@@ -112,8 +121,7 @@ class TransactionCoordinator:
         self._loaded = False
         self._coordinator_epoch = 0
         # Monotonic ms at which each Ongoing transaction started / each id last changed state.
-        self._ongoing_since_mono: dict[str, int] = {}
-        self._updated_mono: dict[str, int] = {}
+        self._timers = TxnTimers()
 
     # --- loading / recovery -------------------------------------------------------------------
 
@@ -151,19 +159,7 @@ class TransactionCoordinator:
         self._coordinator_epoch = coordinator_epoch
         self._loaded = True
         mono = now_ms if mono_ms is None else mono_ms
-        self._ongoing_since_mono.clear()
-        self._updated_mono.clear()
-        expiration_ms = self._config.transactional_id_expiration_ms
-        for tid, meta in self._txns.items():
-            s = meta.current
-            # One wall-clock reading turns each persisted age into a monotonic time; the clamp
-            # keeps an overdue transaction overdue and a "future" timestamp (the wall clock
-            # stepped back) from granting more than one whole timeout.
-            updated_age_ms = min(max(now_ms - s.last_update_timestamp_ms, 0), expiration_ms)
-            self._updated_mono[tid] = mono - updated_age_ms
-            if s.state is _S.ONGOING:
-                started_age_ms = min(max(now_ms - s.start_timestamp_ms, 0), s.timeout_ms + 1)
-                self._ongoing_since_mono[tid] = mono - started_age_ms
+        self._timers.reset(self._txns, now_ms, mono, self._config.transactional_id_expiration_ms)
         writes: list[PendingWrite] = []
         markers: list[MarkerJob] = []
         for tid in sorted(self._txns):
@@ -245,7 +241,7 @@ class TransactionCoordinator:
             )
         # KIP-939: a two-phase-commit transaction never times out (Kafka stores Integer.MAX).
         resolved_timeout_ms = TWO_PHASE_COMMIT_TIMEOUT_MS if enable_2pc else timeout_ms
-        expected = _expected_identity(producer_id, producer_epoch)
+        expected = expected_identity(producer_id, producer_epoch)
 
         meta = self._txns.get(transactional_id)
         if meta is None:
@@ -255,7 +251,7 @@ class TransactionCoordinator:
         if meta.pending is not None:
             raise ConcurrentTransactionsError(f"{transactional_id}: a transition is in flight")
         s = meta.current
-        if expected is not None and not _is_valid_expected_producer_id(s, expected):
+        if expected is not None and not is_valid_expected_producer_id(s, expected):
             raise ProducerFencedError(f"{transactional_id}: producer id {expected[0]} is stale")
 
         if s.state in _PREPARED:
@@ -282,7 +278,7 @@ class TransactionCoordinator:
                 meta,
                 WriteKind.INIT_PRODUCER_ID,
                 target,
-                respond=_init_response,
+                respond=init_response,
                 respond_error=InitProducerIdResponse,
             )
             return Outcome(None, (write,))
@@ -325,7 +321,7 @@ class TransactionCoordinator:
             meta,
             WriteKind.KEEP_PREPARED,
             target,
-            respond=_keep_prepared_response,
+            respond=keep_prepared_response,
             respond_error=InitProducerIdResponse,
         )
         return Outcome(None, (write,))
@@ -596,15 +592,10 @@ class TransactionCoordinator:
         tid = meta.transactional_id
         if pending.kind is WriteKind.EXPIRE:
             del self._txns[tid]
-            self._updated_mono.pop(tid, None)
-            self._ongoing_since_mono.pop(tid, None)
+            self._timers.forget(tid)
             return Outcome()
         mono = now_ms if mono_ms is None else mono_ms
-        self._updated_mono[tid] = mono
-        if meta.current.state is not _S.ONGOING:
-            self._ongoing_since_mono.pop(tid, None)
-        elif not was_ongoing:
-            self._ongoing_since_mono[tid] = mono
+        self._timers.on_transition(tid, was_ongoing, meta.current.state is _S.ONGOING, mono)
         response = pending.respond(meta.current) if pending.respond is not None else None
         writes: tuple[PendingWrite, ...] = ()
         markers: tuple[MarkerJob, ...] = ()
@@ -651,59 +642,20 @@ class TransactionCoordinator:
             return Outcome()
         writes: list[PendingWrite] = []
         mono = now_ms if mono_ms is None else mono_ms
-        expire_before_mono = mono - self._config.transactional_id_expiration_ms
-        for tid in sorted(self._txns):
-            meta = self._txns[tid]
-            if meta.pending is not None:
-                continue
-            s = meta.current
-            if s.state is _S.ONGOING:
-                started_mono = self._ongoing_since_mono.setdefault(tid, mono)
-                if not s.is_exempt_from_timeout and started_mono + s.timeout_ms < mono:
-                    writes.append(self._prepare_fence(meta, now_ms))
-            elif s.state in EXPIRATION_ALLOWED and self._updated_mono.setdefault(tid, mono) <= expire_before_mono:
-                dead = _dead(s)
-                writes.append(self._prepare(meta, WriteKind.EXPIRE, dead))
+        for meta, action in self._timers.due(self._txns, mono, self._config.transactional_id_expiration_ms):
+            if action is TimerAction.FENCE:
+                writes.append(self._prepare_fence(meta, now_ms))
+            else:
+                writes.append(self._prepare(meta, WriteKind.EXPIRE, _dead(meta.current)))
         return Outcome(None, tuple(writes))
 
-    # --- KIP-664 admin ------------------------------------------------------------------------
+    # --- KIP-664 admin (read-only; the queries live in admin_queries.py) -----------------------
 
     def describe_transactions(
         self, transactional_ids: Iterable[str]
     ) -> tuple[TransactionDescription, ...]:
         """DescribeTransactions: one entry per id, TRANSACTIONAL_ID_NOT_FOUND for unknown ids."""
-        result = []
-        for tid in transactional_ids:
-            if not self._loaded:
-                result.append(TransactionDescription(tid, ErrorCode.coordinator_load_in_progress))
-                continue
-            if not tid:
-                result.append(TransactionDescription(tid, ErrorCode.invalid_request))
-                continue
-            meta = self._txns.get(tid)
-            if meta is None:
-                result.append(TransactionDescription(tid, ErrorCode.transactional_id_not_found))
-                continue
-            s = meta.current
-            result.append(
-                TransactionDescription(
-                    transactional_id=tid,
-                    error=ErrorCode.none,
-                    state=s.state.value,
-                    producer_id=s.producer_id,
-                    producer_epoch=s.producer_epoch,
-                    transaction_timeout_ms=s.timeout_ms,
-                    transaction_start_time_ms=s.start_timestamp_ms,
-                    partitions=tuple(sorted(s.partitions)),
-                    last_update_time_ms=s.last_update_timestamp_ms,
-                    two_phase_commit=s.two_phase_commit,
-                    ongoing_txn_producer_id=s.ongoing_txn_producer_id,
-                    ongoing_txn_producer_epoch=s.ongoing_txn_producer_epoch,
-                    client_transaction_version=s.client_transaction_version,
-                    pending_state=meta.pending.pending_state.value if meta.pending else "",
-                )
-            )
-        return tuple(result)
+        return describe_transactions(self._txns, self._loaded, transactional_ids)
 
     def list_transactions(
         self,
@@ -714,38 +666,17 @@ class TransactionCoordinator:
         duration_filter_ms: int = -1,
         transactional_id_pattern: str | None = None,
     ) -> ListTransactionsResponse:
-        """ListTransactions (KIP-664, KIP-994 duration filter, KIP-1152 id pattern). Unknown state
-        names are echoed in ``unknown_state_filters``; if every given state name is unknown,
-        nothing matches. A duration filter >= 0 keeps only transactions that started more than
-        that many ms ago."""
-        if not self._loaded:
-            return ListTransactionsResponse(ErrorCode.coordinator_load_in_progress)
-        names = tuple(state_filters)
-        states = {parse_state(name) for name in names} - {None}
-        unknown = tuple(name for name in names if parse_state(name) is None)
-        if names and not states:
-            return ListTransactionsResponse(ErrorCode.none, (), unknown)
-        try:
-            pattern = re.compile(transactional_id_pattern) if transactional_id_pattern else None
-        except re.error as exc:
-            err = InvalidRegularExpressionError(str(exc))
-            return ListTransactionsResponse(err.code, (), unknown)
-        producer_ids = set(producer_id_filters)
-        listed = []
-        for tid in sorted(self._txns):
-            s = self._txns[tid].current
-            if states and s.state not in states:
-                continue
-            if producer_ids and s.producer_id not in producer_ids:
-                continue
-            if duration_filter_ms >= 0 and (
-                s.start_timestamp_ms < 0 or now_ms - s.start_timestamp_ms <= duration_filter_ms
-            ):
-                continue
-            if pattern is not None and pattern.fullmatch(tid) is None:
-                continue
-            listed.append(TransactionListing(tid, s.producer_id, s.state.value))
-        return ListTransactionsResponse(ErrorCode.none, tuple(listed), unknown)
+        """ListTransactions (KIP-664, KIP-994 duration filter, KIP-1152 id pattern); see
+        :func:`~oncestream.coordinator.txn.admin_queries.list_transactions`."""
+        return list_transactions(
+            self._txns,
+            self._loaded,
+            now_ms,
+            state_filters=state_filters,
+            producer_id_filters=producer_id_filters,
+            duration_filter_ms=duration_filter_ms,
+            transactional_id_pattern=transactional_id_pattern,
+        )
 
     # --- internals ----------------------------------------------------------------------------
 
@@ -841,40 +772,9 @@ class TransactionCoordinator:
         return self._txns[tid]
 
 
-def _expected_identity(producer_id: int, producer_epoch: int) -> tuple[int, int] | None:
-    """The (producer id, epoch) an InitProducerId carries, None when it carries none (KIP-360)."""
-    if producer_id == NO_PRODUCER_ID and producer_epoch == NO_PRODUCER_EPOCH:
-        return None
-    if producer_id == NO_PRODUCER_ID or producer_epoch == NO_PRODUCER_EPOCH:
-        raise InvalidRequestError("producer id and epoch must be given together")
-    return (producer_id, producer_epoch)
-
-
-def _is_valid_expected_producer_id(s: TxnSnapshot, expected: tuple[int, int]) -> bool:
-    """Kafka's isValidProducerId: a fresh id (no epoch yet) accepts anything; otherwise the id must
-    be the current one, or the previous one after an epoch-exhaustion rotation being retried."""
-    if s.producer_epoch == NO_PRODUCER_EPOCH or expected[0] == s.producer_id:
-        return True
-    return expected[0] == s.last_producer_id and m.is_epoch_exhausted(expected[1])
-
-
 def _check_transaction_version(version: int) -> None:
     if version not in (0, 1, 2):
         raise InvalidRequestError(f"unknown transaction version {version}")
-
-
-def _init_response(snap: TxnSnapshot) -> InitProducerIdResponse:
-    return InitProducerIdResponse(ErrorCode.none, snap.producer_id, snap.producer_epoch)
-
-
-def _keep_prepared_response(snap: TxnSnapshot) -> InitProducerIdResponse:
-    return InitProducerIdResponse(
-        ErrorCode.none,
-        snap.producer_id,
-        snap.producer_epoch,
-        snap.ongoing_txn_producer_id,
-        snap.ongoing_txn_producer_epoch,
-    )
 
 
 def _dead(s: TxnSnapshot) -> TxnSnapshot:
