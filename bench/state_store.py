@@ -55,6 +55,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -291,8 +292,25 @@ def _plain_consume(bootstrap: str, topic: str, partitions: int, total: int) -> t
     return elapsed, cpu
 
 
-def _materialize_in_process(bootstrap: str, topic: str, state_dir: Path,
-                            ends: dict[int, int]) -> tuple[float, float, int, float]:
+def _time_phases(m: Any, source: Any, phases: dict[str, float], start: float) -> None:
+    """Wrap the materializer's store open and the source's calls made during ``start()`` so
+    each records when it ended (seconds since ``start``) into ``phases``."""
+    def timed(name: str, fn: Any) -> Any:
+        def run(*a: Any, **kw: Any) -> Any:
+            try:
+                return fn(*a, **kw)
+            finally:
+                phases.setdefault(name, time.perf_counter() - start)
+        return run
+
+    m._open_store = timed("store open", m._open_store)
+    source.partition_count = timed("metadata", source.partition_count)
+    source.watermarks = timed("ListOffsets", source.watermarks)
+    source.assign = timed("assign", source.assign)
+
+
+def _materialize_in_process(bootstrap: str, topic: str, state_dir: Path, ends: dict[int, int],
+                            phases_out: dict[str, float] | None = None) -> tuple[float, float, int, float]:
     """(seconds from creating the materializer to caught up and committed, seconds from after
     ``start()`` — store open, offsets checked, partitions assigned — to the same point, records
     applied, CPU seconds of this process over that second span: every thread, RocksDB's
@@ -301,13 +319,23 @@ def _materialize_in_process(bootstrap: str, topic: str, state_dir: Path,
     from oncestream.state.source import KafkaChangelogSource
 
     start = time.perf_counter()
-    m = Materializer(state_dir, topic, KafkaChangelogSource(bootstrap))
+    source = KafkaChangelogSource(bootstrap)
+    m = Materializer(state_dir, topic, source)
+    phases: dict[str, float] = {}
+    if phases_out is not None:
+        _time_phases(m, source, phases, start)
     m.start()
     started, cpu_start = time.perf_counter(), time.process_time()
+    phases["start"] = started - start
     while any(m.positions().get((topic, p), 0) < end for p, end in ends.items()):
-        m.step(1.0)
+        if m.step(1.0) and "first records" not in phases:
+            phases["first records"] = time.perf_counter() - start
+    phases["caught up"] = time.perf_counter() - start
     m.commit()  # applied and committed (durable): the point being measured
     end_s, cpu = time.perf_counter(), time.process_time() - cpu_start
+    phases["committed"] = end_s - start
+    if phases_out is not None:
+        phases_out.update(phases)
     m.close()  # RocksDB flushes its memtables on close: not part of catching up
     return end_s - start, end_s - started, m.applied_records, cpu
 
@@ -397,13 +425,17 @@ def run_changelog(args: argparse.Namespace) -> None:
                 return directory
 
             rows = []
+            phase_rows: list[dict[str, float]] = []
             for n in range(1, args.recovery_rounds + 1):
                 txn_s, reread = _materializer_process(broker.bootstrap, topic, fresh(recover_dir, True),
                                                       tmp / f"recover{n}.jsonl")
                 replay_s, replayed = _materializer_process(broker.bootstrap, topic, fresh(replay_dir, False),
                                                            tmp / f"replay{n}.jsonl")
                 assert replayed == total, replayed
-                txn_in_s, _, reread_in, _ = _materialize_in_process(broker.bootstrap, topic, fresh(recover_dir, True), ends)
+                phases: dict[str, float] = {}
+                txn_in_s, _, reread_in, _ = _materialize_in_process(broker.bootstrap, topic, fresh(recover_dir, True), ends,
+                                                                    phases)
+                phase_rows.append(phases)
                 replay_in_s, _, replayed_in, _ = _materialize_in_process(broker.bootstrap, topic, fresh(replay_dir, False),
                                                                       ends)
                 assert replayed_in == total, replayed_in
@@ -412,7 +444,12 @@ def run_changelog(args: argparse.Namespace) -> None:
                       f"wipe-and-replay {replay_s:.2f}s replaying {replayed:,} ({replay_s / txn_s:.1f}x); in-process: "
                       f"{txn_in_s:.3f}s re-reading {reread_in:,}, {replay_in_s:.2f}s replaying {replayed_in:,} "
                       f"({replay_in_s / txn_in_s:.1f}x) ({_load()})", flush=True)
+                print("  transactional in-process phases (ms since Materializer(...), each at its end): "
+                      + ", ".join(f"{k} {v * 1000:.0f}" for k, v in phases.items()), flush=True)
             med = [statistics.median(r[i] for r in rows) for i in range(6)]
+            names = list(dict.fromkeys(k for r in phase_rows for k in r))
+            print("\ntransactional in-process phases, median ms since Materializer(...): "
+                  + ", ".join(f"{k} {statistics.median(r[k] for r in phase_rows if k in r) * 1000:.0f}" for k in names))
             print(f"\nmedians of {args.recovery_rounds} alternating recovery rounds ({_load()}):")
             print("\n| measurement | transactional store | wipe-and-replay | ratio |\n| --- | ---: | ---: | ---: |")
             print(f"| recovery, in-process, from Materializer(...) to caught up and committed | {med[3]:.3f} s "
