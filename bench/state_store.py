@@ -22,12 +22,15 @@ LMDB sync write txn), then ``--keys`` random point gets, then a full ordered sca
    with a lost uncommitted window, as a crashed Kafka Streams task leaves it. That directory is
    copied aside.
 3. ``--recovery-rounds`` alternating rounds, each on a fresh copy of the crashed directory or an
-   empty one: recovery of the transactional store (RocksDB WAL recovery, nothing replayed, the
-   lost window re-read from the stored offsets) vs wipe-and-replay of the whole changelog (what
+   empty one (written back with ``sync`` before the clock starts, and the benchmark's own garbage
+   collected before an in-process round): recovery of the transactional store (RocksDB WAL
+   recovery, nothing replayed, the lost window re-read from the stored offsets) vs wipe-and-replay of the whole changelog (what
    KIP-892 replaces under EOS), each timed as a process (``python -m
    oncestream.state.materializer --stop-when-caught-up``: spawn to exit, i.e. interpreter start,
    imports, connect, open, catch up, final commit) and in-process (from ``Materializer(...)`` to
-   caught up and committed). Medians, each round printed, with the load average.
+   caught up and committed). Medians, each round printed, with the load average, and the
+   transactional in-process round's phases (each phase's end, ms since ``Materializer(...)``:
+   store open, metadata, ListOffsets, assign, first records, caught up, committed).
 
 ``apply``: no broker; ``--keys`` records (100-byte values) in batches of 500 as one fetch
 response; CPU time per record (process CPU, RocksDB's threads included) of each step of the
@@ -42,6 +45,7 @@ This is a benchmark command, not a test.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import random
@@ -55,6 +59,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -279,6 +284,7 @@ def _plain_consume(bootstrap: str, topic: str, partitions: int, total: int) -> t
 
     consumer = Consumer({"bootstrap.servers": bootstrap, "isolation.level": "read_committed",
                          "enable.auto.commit": False})
+    gc.collect()  # as before a materializer round: the previous rounds' garbage is not this one's
     start, cpu_start = time.perf_counter(), time.process_time()
     consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
     n = 0
@@ -291,8 +297,27 @@ def _plain_consume(bootstrap: str, topic: str, partitions: int, total: int) -> t
     return elapsed, cpu
 
 
-def _materialize_in_process(bootstrap: str, topic: str, state_dir: Path,
-                            ends: dict[int, int]) -> tuple[float, float, int, float]:
+def _time_phases(m: Any, source: Any, phases: dict[str, float], start: float, cpu0: float) -> None:
+    """Wrap the materializer's store open and the source's calls made during ``start()`` so
+    each records when it ended (seconds since ``start``, and process CPU seconds since ``cpu0``
+    under ``NAME cpu``) into ``phases``."""
+    def timed(name: str, fn: Any) -> Any:
+        def run(*a: Any, **kw: Any) -> Any:
+            try:
+                return fn(*a, **kw)
+            finally:
+                phases.setdefault(name, time.perf_counter() - start)
+                phases.setdefault(f"{name} cpu", time.process_time() - cpu0)
+        return run
+
+    m._open_store = timed("store open", m._open_store)
+    source.partition_count = timed("metadata", source.partition_count)
+    source.watermarks = timed("ListOffsets", source.watermarks)
+    source.assign = timed("assign", source.assign)
+
+
+def _materialize_in_process(bootstrap: str, topic: str, state_dir: Path, ends: dict[int, int],
+                            phases_out: dict[str, float] | None = None) -> tuple[float, float, int, float]:
     """(seconds from creating the materializer to caught up and committed, seconds from after
     ``start()`` — store open, offsets checked, partitions assigned — to the same point, records
     applied, CPU seconds of this process over that second span: every thread, RocksDB's
@@ -300,14 +325,40 @@ def _materialize_in_process(bootstrap: str, topic: str, state_dir: Path,
     from oncestream.state.materializer import Materializer
     from oncestream.state.source import KafkaChangelogSource
 
-    start = time.perf_counter()
-    m = Materializer(state_dir, topic, KafkaChangelogSource(bootstrap))
+    # Garbage of the previous rounds (a million-record replay, the throughput rounds) would be
+    # collected during this one: a recovering process starts with a fresh heap.
+    gc.collect()
+    gc_pauses: list[float] = []
+    gc_started: list[float] = []
+
+    def on_gc(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            gc_started.append(time.perf_counter())
+        elif gc_started:
+            gc_pauses.append(time.perf_counter() - gc_started.pop())
+
+    gc.callbacks.append(on_gc)
+    start, cpu0 = time.perf_counter(), time.process_time()
+    source = KafkaChangelogSource(bootstrap)
+    m = Materializer(state_dir, topic, source)
+    phases: dict[str, float] = {"source": time.perf_counter() - start, "source cpu": time.process_time() - cpu0}
+    if phases_out is not None:
+        _time_phases(m, source, phases, start, cpu0)
     m.start()
     started, cpu_start = time.perf_counter(), time.process_time()
+    phases["start"], phases["start cpu"] = started - start, cpu_start - cpu0
     while any(m.positions().get((topic, p), 0) < end for p, end in ends.items()):
-        m.step(1.0)
+        if m.step(1.0) and "first records" not in phases:
+            phases["first records"] = time.perf_counter() - start
+            phases["first records cpu"] = time.process_time() - cpu0
+    phases["caught up"], phases["caught up cpu"] = time.perf_counter() - start, time.process_time() - cpu0
     m.commit()  # applied and committed (durable): the point being measured
     end_s, cpu = time.perf_counter(), time.process_time() - cpu_start
+    phases["committed"], phases["committed cpu"] = end_s - start, time.process_time() - cpu0
+    gc.callbacks.remove(on_gc)
+    phases["(gc pauses)"] = sum(gc_pauses)
+    if phases_out is not None:
+        phases_out.update(phases)
     m.close()  # RocksDB flushes its memtables on close: not part of catching up
     return end_s - start, end_s - started, m.applied_records, cpu
 
@@ -394,29 +445,52 @@ def run_changelog(args: argparse.Namespace) -> None:
                 shutil.rmtree(directory, ignore_errors=True)
                 if copy_crashed:
                     shutil.copytree(crashed, directory)
+                # The copy dirtied the store's size in page cache; the crashed process's files
+                # were written long before its crash. Written back now, so RocksDB's fsyncs while
+                # opening do not wait behind the benchmark's own copy (both sides, every round).
+                os.sync()
                 return directory
 
             rows = []
+            phase_rows: list[dict[str, float]] = []
             for n in range(1, args.recovery_rounds + 1):
                 txn_s, reread = _materializer_process(broker.bootstrap, topic, fresh(recover_dir, True),
                                                       tmp / f"recover{n}.jsonl")
                 replay_s, replayed = _materializer_process(broker.bootstrap, topic, fresh(replay_dir, False),
                                                            tmp / f"replay{n}.jsonl")
                 assert replayed == total, replayed
-                txn_in_s, _, reread_in, _ = _materialize_in_process(broker.bootstrap, topic, fresh(recover_dir, True), ends)
+                phases: dict[str, float] = {}
+                txn_in_s, _, reread_in, _ = _materialize_in_process(broker.bootstrap, topic, fresh(recover_dir, True), ends,
+                                                                    phases)
+                phase_rows.append(phases)
+                replay_phases: dict[str, float] = {}
                 replay_in_s, _, replayed_in, _ = _materialize_in_process(broker.bootstrap, topic, fresh(replay_dir, False),
-                                                                      ends)
+                                                                      ends, replay_phases)
                 assert replayed_in == total, replayed_in
-                rows.append((txn_s, reread, replay_s, txn_in_s, reread_in, replay_in_s))
+                # Process CPU (every thread of this process) from Materializer(...) to committed:
+                # the work each side does, which the machine's load does not stretch as it
+                # stretches wall time.
+                txn_cpu, replay_cpu = phases["committed cpu"], replay_phases["committed cpu"]
+                rows.append((txn_s, reread, replay_s, txn_in_s, reread_in, replay_in_s, txn_cpu, replay_cpu))
                 print(f"recovery round {n}: process: transactional {txn_s:.2f}s re-reading {reread:,}, "
                       f"wipe-and-replay {replay_s:.2f}s replaying {replayed:,} ({replay_s / txn_s:.1f}x); in-process: "
                       f"{txn_in_s:.3f}s re-reading {reread_in:,}, {replay_in_s:.2f}s replaying {replayed_in:,} "
-                      f"({replay_in_s / txn_in_s:.1f}x) ({_load()})", flush=True)
-            med = [statistics.median(r[i] for r in rows) for i in range(6)]
+                      f"({replay_in_s / txn_in_s:.1f}x); in-process CPU {txn_cpu * 1000:.0f} ms vs "
+                      f"{replay_cpu:.2f} s ({replay_cpu / txn_cpu:.1f}x) ({_load()})", flush=True)
+                print("  transactional in-process phases, ms since Materializer(...) at each one's end, wall / process "
+                      "CPU: " + ", ".join(f"{k} {v * 1000:.0f} / {phases.get(k + ' cpu', 0) * 1000:.0f}"
+                                          for k, v in phases.items() if not k.endswith(" cpu")), flush=True)
+            med = [statistics.median(r[i] for r in rows) for i in range(8)]
+            names = list(dict.fromkeys(k for r in phase_rows for k in r))
+            print("\ntransactional in-process phases, medians, ms since Materializer(...) at each one's end (CPU: "
+                  "process CPU ms): " + ", ".join(
+                      f"{k} {statistics.median(r[k] for r in phase_rows if k in r) * 1000:.0f}" for k in names))
             print(f"\nmedians of {args.recovery_rounds} alternating recovery rounds ({_load()}):")
             print("\n| measurement | transactional store | wipe-and-replay | ratio |\n| --- | ---: | ---: | ---: |")
             print(f"| recovery, in-process, from Materializer(...) to caught up and committed | {med[3]:.3f} s "
                   f"({med[4]:,.0f} records re-read) | {med[5]:.2f} s ({total:,} records) | {med[5] / med[3]:.1f}x |")
+            print(f"| process CPU of the in-process recovery (every thread) | {med[6] * 1000:.0f} ms | "
+                  f"{med[7]:.2f} s | {med[7] / med[6]:.1f}x |")
             print(f"| recovery, process spawn to exit | {med[0]:.2f} s ({med[1]:,.0f} records re-read) | "
                   f"{med[2]:.2f} s ({total:,} records) | {med[2] / med[0]:.1f}x |")
             print(f"\nthroughput, median of {args.throughput_rounds} alternating rounds")

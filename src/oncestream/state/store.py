@@ -214,6 +214,9 @@ class StateStore:
         # RocksDB's own bound on live WAL files (flushes the column families pinning old ones),
         # in case the owner never reaches flush_after_bytes in one store object's lifetime.
         opts.set_max_total_wal_size(4 * DEFAULT_FLUSH_AFTER_BYTES)
+        # Open time is recovery time: skip reading SST table properties that only feed
+        # compaction heuristics (what is read and recovered is unchanged).
+        opts.set_skip_stats_update_on_db_open(True)
         return opts, {OFFSETS_CF: rocksdict.Options(raw_mode=True)}
 
     def _open(self) -> tuple[rocksdict.Rdict, rocksdict.Rdict]:
