@@ -196,3 +196,42 @@ def test_log_append_time_batches_agree() -> None:
     assert native == _outcome(PythonColumns, batch, 0, 100)
     assert native["timestampType"] == [1]
     assert [t.timestamp() * 1000 for t in native["timestamp"]] == [NOW_MS + 7]
+
+
+@pytest.mark.parametrize("first_null", [0, 1, 7, 8, 9, 16, 23])
+def test_a_validity_bitmap_begun_at_the_first_null_marks_every_earlier_row_valid(first_null: int) -> None:
+    """The C builder writes a validity bitmap only once a null appears (none means all valid, in
+    Arrow); the rows before that null, across byte boundaries, must read as valid."""
+    rows = first_null + 10
+    records = [NewRecord(key=None if i in (first_null, rows - 1) else b"k%d" % i,
+                         value=None if i == first_null + 3 else b"v%d" % i,
+                         headers=(("h", b"x"),) if i % 3 == 0 else ())
+               for i in range(rows)]
+    native, python = _both(encode_batch(records, now_ms=NOW_MS, base_offset=0), 0, rows, False, ())
+    _assert_same(native, python)
+    (batch,) = native
+    assert batch.column("key").null_count == 2 and batch.column("value").null_count == 1
+    assert batch.column("key").to_pylist()[:first_null] == [b"k%d" % i for i in range(first_null)]
+    no_nulls = list(pr.decode_to_arrow(encode_batch(records[:first_null] or [NewRecord(key=b"k", value=b"v")],
+                                                    now_ms=NOW_MS, base_offset=0), "t", 0, 0, rows,
+                                       read_committed=False, native=True))[0]
+    assert no_nulls.column("key").buffers()[0] is None  # all valid: no bitmap at all
+
+
+def test_pooled_column_memory_is_reused_only_after_its_batch_is_dropped() -> None:
+    """Finished column buffers go back to the builder's memory pool when Arrow drops them; a batch
+    still held must keep its bytes while later batches are built (and reuse freed memory)."""
+    def batch_of(fill: bytes) -> pa.RecordBatch:
+        records = [NewRecord(key=b"k%d" % i, value=fill * 100_000) for i in range(3)]  # 300 KB values: pooled
+        (out,) = pr.decode_to_arrow(encode_batch(records, now_ms=NOW_MS, base_offset=0), "t", 0, 0, 3,
+                                    read_committed=False, native=True)
+        return out
+
+    held = batch_of(b"a")
+    expected = held.to_pydict()
+    for fill in (b"b", b"c", b"d"):
+        later = batch_of(fill)  # dropped at once: its memory returns to the pool for the next one
+        assert later.column("value").to_pylist() == [fill * 100_000] * 3
+        del later
+    assert held.to_pydict() == expected
+    held.validate(full=True)

@@ -10,8 +10,9 @@
  * One ColumnBuilder gathers the rows of one Arrow batch. append() walks the records of a batch
  * and appends, for each record whose offset lies in [position, end), its offset, timestamp (us),
  * timestamp type, key, value and headers to growable buffers laid out as Arrow wants them
- * (int32 offsets + data + validity bitmaps); finish() hands the buffers (bytearrays, no copy) to
- * Python, which wraps them with pyarrow's Array.from_buffers (oncestream/spark/arrow_columns.py).
+ * (int32 offsets + data + validity bitmaps, the latter only once a null appears); finish() hands the
+ * buffers (Block objects, buffer protocol, no copy) to Python, which wraps them with pyarrow's
+ * Array.from_buffers (oncestream/spark/arrow_columns.py). Their memory is pooled (see below).
  *
  * It follows exactly the rules of the pure-Python builder in oncestream/spark/partition_reader.py
  * (_append_records), which stays the fallback when this module is not built; the unit tests run
@@ -30,31 +31,116 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 static PyObject *CorruptRecordError;
 static PyObject *MessageTooLargeError;
 
-/* ---- growable buffer backed by a bytearray (handed to Python without a copy) ------------- */
+/* ---- pooled memory blocks ----------------------------------------------------------------
+ *
+ * Column buffers are handed to pyarrow without a copy, so their memory lives until Arrow drops the
+ * batch (in Spark's worker: right after writing it to the JVM). Allocated fresh for every batch,
+ * the large ones (a value column is ~8 MB) came from mmap each time: every page faulted and was
+ * zeroed by the kernel, as costly as the copy itself. Freed blocks of at least POOL_MIN_BYTES are
+ * kept here (bounded) and reused by the next batch, warm. Only ever touched with the GIL held. */
 
-typedef struct {
-    PyObject *ba;
-    Py_ssize_t len;
+#define POOL_SLOTS 32
+#define POOL_MIN_BYTES ((Py_ssize_t)64 * 1024)
+#define POOL_MAX_BYTES ((Py_ssize_t)64 * 1024 * 1024)
+
+static struct {
+    char *data;
     Py_ssize_t cap;
-} Buf;
+} pool[POOL_SLOTS];
+static int pool_count;
+static Py_ssize_t pool_bytes;
 
-static int buf_init(Buf *b) {
-    b->ba = PyByteArray_FromStringAndSize(NULL, 0);
-    b->len = 0;
-    b->cap = 0;
-    return b->ba == NULL ? -1 : 0;
+/* The smallest pooled block of at least ``want`` bytes (NULL if none); its capacity in *cap. */
+static char *pool_take(Py_ssize_t want, Py_ssize_t *cap) {
+    int best = -1;
+    for (int i = 0; i < pool_count; i++) {
+        if (pool[i].cap >= want && (best < 0 || pool[i].cap < pool[best].cap))
+            best = i;
+    }
+    if (best < 0)
+        return NULL;
+    char *data = pool[best].data;
+    *cap = pool[best].cap;
+    pool_bytes -= *cap;
+    pool[best] = pool[--pool_count];
+    return data;
 }
 
-static int buf_reserve(Buf *b, Py_ssize_t extra) {
-    Py_ssize_t need = b->len + extra;
-    if (need <= b->cap)
-        return 0;
-    Py_ssize_t cap = b->cap ? b->cap : 1024;
+static void pool_give(char *data, Py_ssize_t cap) {
+    if (data == NULL)
+        return;
+    if (cap >= POOL_MIN_BYTES && pool_count < POOL_SLOTS && pool_bytes + cap <= POOL_MAX_BYTES) {
+        pool[pool_count].data = data;
+        pool[pool_count].cap = cap;
+        pool_count++;
+        pool_bytes += cap;
+        return;
+    }
+    free(data);
+}
+
+/* A finished column buffer: exports its bytes through the buffer protocol (pyarrow.py_buffer wraps
+ * it without a copy) and returns its memory to the pool when the last reference goes. */
+typedef struct {
+    PyObject_HEAD
+    char *data;
+    Py_ssize_t len;
+    Py_ssize_t cap;
+} Block;
+
+static int block_getbuffer(Block *self, Py_buffer *view, int flags) {
+    return PyBuffer_FillInfo(view, (PyObject *)self, self->data, self->len, 0, flags);
+}
+
+static void block_dealloc(Block *self) {
+    pool_give(self->data, self->cap);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static Py_ssize_t block_len(Block *self) { return self->len; }
+
+static PyBufferProcs block_as_buffer = {
+    .bf_getbuffer = (getbufferproc)block_getbuffer,
+};
+
+static PySequenceMethods block_as_sequence = {
+    .sq_length = (lenfunc)block_len,
+};
+
+static PyTypeObject BlockType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "oncestream._native.record_columns.Block",
+    .tp_doc = PyDoc_STR("One finished column buffer (buffer protocol; its memory is reused once it is dropped)."),
+    .tp_basicsize = sizeof(Block),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_dealloc = (destructor)block_dealloc,
+    .tp_as_buffer = &block_as_buffer,
+    .tp_as_sequence = &block_as_sequence,
+};
+
+/* ---- growable buffer ------------------------------------------------------------------------ */
+
+typedef struct {
+    char *data;
+    Py_ssize_t len;
+    Py_ssize_t cap;
+    Py_ssize_t hint; /* the length the previous batch reached: the next one starts at that size */
+} Buf;
+
+static void buf_init(Buf *b) {
+    b->data = NULL;
+    b->len = b->cap = b->hint = 0;
+}
+
+static int buf_reserve_slow(Buf *b, Py_ssize_t need) {
+    Py_ssize_t start = b->hint + b->hint / 8; /* a little headroom over the previous batch */
+    Py_ssize_t cap = b->cap ? b->cap : (start > 1024 ? start : 1024);
     while (cap < need) {
         if (cap > PY_SSIZE_T_MAX / 2) {
             cap = need;
@@ -62,47 +148,73 @@ static int buf_reserve(Buf *b, Py_ssize_t extra) {
         }
         cap *= 2;
     }
-    if (PyByteArray_Resize(b->ba, cap) < 0)
+    char *data;
+    if (b->data == NULL) {
+        Py_ssize_t got;
+        data = pool_take(cap, &got);
+        if (data != NULL)
+            cap = got;
+        else
+            data = malloc((size_t)cap);
+    } else {
+        data = realloc(b->data, (size_t)cap);
+    }
+    if (data == NULL) {
+        PyErr_NoMemory();
         return -1;
+    }
+    b->data = data;
     b->cap = cap;
     return 0;
 }
 
-static inline char *buf_ptr(Buf *b) { return PyByteArray_AS_STRING(b->ba); }
+static inline int buf_reserve(Buf *b, Py_ssize_t extra) {
+    Py_ssize_t need = b->len + extra;
+    return need <= b->cap ? 0 : buf_reserve_slow(b, need);
+}
 
 static inline int buf_put(Buf *b, const void *src, Py_ssize_t n) {
     if (buf_reserve(b, n) < 0)
         return -1;
-    memcpy(buf_ptr(b) + b->len, src, (size_t)n);
+    memcpy(b->data + b->len, src, (size_t)n);
     b->len += n;
     return 0;
 }
 
 /* Set bit ``index`` of a validity bitmap to ``valid`` (bits of new bytes start at zero). */
-static int bit_put(Buf *b, Py_ssize_t index, int valid) {
+static inline int bit_put(Buf *b, Py_ssize_t index, int valid) {
     Py_ssize_t byte = index >> 3;
     if (byte >= b->len) {
         Py_ssize_t grow = byte + 1 - b->len;
         if (buf_reserve(b, grow) < 0)
             return -1;
-        memset(buf_ptr(b) + b->len, 0, (size_t)grow);
+        memset(b->data + b->len, 0, (size_t)grow);
         b->len = byte + 1;
     }
     if (valid)
-        buf_ptr(b)[byte] |= (char)(1 << (index & 7));
+        b->data[byte] |= (char)(1 << (index & 7));
     return 0;
 }
 
-/* Trim to the used length and give the bytearray away; ``b`` starts empty again. */
+/* Give the bytes away as a Block; ``b`` starts empty again, sized for as much next time. */
 static PyObject *buf_take(Buf *b) {
-    if (PyByteArray_Resize(b->ba, b->len) < 0)
+    if (b->data == NULL && buf_reserve_slow(b, 1) < 0) /* a zero-length buffer still needs an address */
         return NULL;
-    PyObject *out = b->ba;
-    if (buf_init(b) < 0) {
-        b->ba = out; /* keep a valid object for dealloc */
+    Block *block = PyObject_New(Block, &BlockType);
+    if (block == NULL)
         return NULL;
-    }
-    return out;
+    block->data = b->data;
+    block->len = b->len;
+    block->cap = b->cap;
+    b->hint = b->len;
+    b->data = NULL;
+    b->len = b->cap = 0;
+    return (PyObject *)block;
+}
+
+static void buf_free(Buf *b) {
+    free(b->data);
+    buf_init(b);
 }
 
 /* ---- a variable-length column: int32 offsets, data, validity ------------------------------ */
@@ -115,16 +227,33 @@ typedef struct {
 static int varcol_init(VarCol *c) {
     int32_t zero = 0;
     c->count = c->nulls = 0;
-    c->offsets.ba = c->data.ba = c->valid.ba = NULL;
-    if (buf_init(&c->offsets) < 0 || buf_init(&c->data) < 0 || buf_init(&c->valid) < 0)
-        return -1;
+    buf_init(&c->offsets);
+    buf_init(&c->data);
+    buf_init(&c->valid);
     return buf_put(&c->offsets, &zero, 4);
 }
 
 static void varcol_clear(VarCol *c) {
-    Py_CLEAR(c->offsets.ba);
-    Py_CLEAR(c->data.ba);
-    Py_CLEAR(c->valid.ba);
+    buf_free(&c->offsets);
+    buf_free(&c->data);
+    buf_free(&c->valid);
+}
+
+/* Record whether entry ``c->count`` is valid. The bitmap is only written once a null appears
+ * (Arrow's "no validity buffer" means all valid): then the bits of the entries before it are set. */
+static inline int validity_put(VarCol *c, int valid) {
+    if (!valid && c->nulls++ == 0) {
+        Py_ssize_t full = c->count >> 3, rest = c->count & 7;
+        if (buf_reserve(&c->valid, full + 1) < 0)
+            return -1;
+        memset(c->valid.data, 0xFF, (size_t)full);
+        c->valid.len = full;
+        if (rest) {
+            c->valid.data[full] = (char)((1 << rest) - 1);
+            c->valid.len = full + 1;
+        }
+    }
+    return c->nulls ? bit_put(&c->valid, c->count, valid) : 0;
 }
 
 /* Append one value (``n`` < 0: null). */
@@ -136,10 +265,8 @@ static int varcol_put(VarCol *c, const char *src, int64_t n) {
         }
         if (buf_put(&c->data, src, (Py_ssize_t)n) < 0)
             return -1;
-    } else {
-        c->nulls++;
     }
-    if (bit_put(&c->valid, c->count, n >= 0) < 0)
+    if (validity_put(c, n >= 0) < 0)
         return -1;
     int32_t end = (int32_t)c->data.len;
     if (buf_put(&c->offsets, &end, 4) < 0)
@@ -315,9 +442,7 @@ static int builder_walk(ColumnBuilder *self, const uint8_t *p, Py_ssize_t size, 
         }
         VarCol *lists = &self->header_lists;
         int32_t list_end = (int32_t)items;
-        if (count <= 0)
-            lists->nulls++;
-        if (bit_put(&lists->valid, lists->count, count > 0) < 0 || buf_put(&lists->offsets, &list_end, 4) < 0)
+        if (validity_put(lists, count > 0) < 0 || buf_put(&lists->offsets, &list_end, 4) < 0)
             return -1;
         lists->count++;
         if (varcol_put(&self->keys, (const char *)key, klen) < 0 || varcol_put(&self->values, (const char *)value, vlen) < 0)
@@ -370,7 +495,8 @@ static PyObject *builder_append(ColumnBuilder *self, PyObject *args) {
 PyDoc_STRVAR(finish_doc,
 "finish() -> (rows, offsets, timestamps_us, timestamp_types, keys, values, header_lists, header_keys,\n"
 "header_values)\n--\n\n"
-"The buffers gathered so far (bytearrays in native byte order, given away without a copy); the\n"
+"The buffers gathered so far (Blocks: buffer-protocol objects in native byte order, given away\n"
+"without a copy); the\n"
 "builder starts empty again. keys, values, header_keys and header_values are (validity or None,\n"
 "null count, int32 offsets, data); header_lists is (validity or None, null count, int32 offsets\n"
 "into the header items, unused).");
@@ -408,9 +534,9 @@ static Py_ssize_t builder_len(ColumnBuilder *self) { return self->rows; }
 
 static void builder_reset(ColumnBuilder *self) {
     self->rows = 0;
-    Py_CLEAR(self->offsets.ba);
-    Py_CLEAR(self->stamps_us.ba);
-    Py_CLEAR(self->stamp_types.ba);
+    buf_free(&self->offsets);
+    buf_free(&self->stamps_us);
+    buf_free(&self->stamp_types);
     varcol_clear(&self->keys);
     varcol_clear(&self->values);
     varcol_clear(&self->header_lists);
@@ -420,8 +546,9 @@ static void builder_reset(ColumnBuilder *self) {
 
 static int builder_setup(ColumnBuilder *self) {
     self->rows = 0;
-    if (buf_init(&self->offsets) < 0 || buf_init(&self->stamps_us) < 0 || buf_init(&self->stamp_types) < 0)
-        return -1;
+    buf_init(&self->offsets);
+    buf_init(&self->stamps_us);
+    buf_init(&self->stamp_types);
     if (varcol_init(&self->keys) < 0 || varcol_init(&self->values) < 0 || varcol_init(&self->header_lists) < 0 ||
         varcol_init(&self->header_keys) < 0 || varcol_init(&self->header_values) < 0)
         return -1;
@@ -493,7 +620,7 @@ PyMODINIT_FUNC PyInit_record_columns(void) {
     Py_DECREF(errors);
     if (CorruptRecordError == NULL || MessageTooLargeError == NULL)
         return NULL;
-    if (PyType_Ready(&ColumnBuilderType) < 0)
+    if (PyType_Ready(&ColumnBuilderType) < 0 || PyType_Ready(&BlockType) < 0)
         return NULL;
     PyObject *module = PyModule_Create(&module_def);
     if (module == NULL)

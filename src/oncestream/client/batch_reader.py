@@ -74,10 +74,11 @@ class PartitionColumns:
         return None
 
 
-def _split(column: tuple[bytearray | None, int, bytearray, bytearray], rows: int) -> list[bytes | None]:
+def _split(column: tuple[Any, int, Any, Any], rows: int) -> list[bytes | None]:
     """``bytes`` per row of one of the builder's variable-width columns (validity, null count,
-    int32 offsets, data)."""
-    valid, nulls, raw_offsets, raw_data = column
+    int32 offsets, data: buffer-protocol objects)."""
+    raw_valid, nulls, raw_offsets, raw_data = column
+    valid = None if raw_valid is None else memoryview(raw_valid)
     data = bytes(raw_data)
     ends = memoryview(raw_offsets).cast("i").tolist()
     out: list[bytes | None] = [data[a:b] for a, b in zip(ends, ends[1:], strict=False)]

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 from types import ModuleType
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import pyarrow as pa
 
@@ -22,6 +22,9 @@ from oncestream.errors import CorruptRecordError
 from oncestream.protocol import record_batch as rb
 from oncestream.protocol.compression import COMPRESSION_NONE, decompress
 from oncestream.protocol.varint import read_varint
+
+if TYPE_CHECKING:
+    from oncestream._native.record_columns import Block
 
 _native: ModuleType | None
 try:
@@ -81,7 +84,8 @@ def _arrow_overflow(exc: Exception) -> CorruptRecordError:
 
 
 class NativeColumns:
-    """Builder backed by the C extension: buffers filled in C, wrapped without copying."""
+    """Builder backed by the C extension: buffers filled in C, wrapped without copying (their
+    memory goes back to the extension's pool once Arrow drops the batch)."""
 
     __slots__ = ("_builder", "section_bytes")
 
@@ -130,7 +134,7 @@ class NativeColumns:
         ], schema=ARROW_SCHEMA)
 
 
-def _buffer(data: bytearray | None) -> pa.Buffer | None:
+def _buffer(data: Block | None) -> pa.Buffer | None:
     return None if data is None else pa.py_buffer(data)
 
 
