@@ -34,8 +34,6 @@ from oncestream.client.errors import (
 from oncestream.client.io_thread import IoThread
 from oncestream.client.list_offsets import list_offsets
 from oncestream.client.message import TopicPartition
-from oncestream.client.sasl import SaslCredentials
-from oncestream.client.tls import ssl_context_for
 from oncestream.protocol.api_keys import (
     CREATE_PARTITIONS,
     CREATE_TOPICS,
@@ -260,18 +258,7 @@ class Admin(AclAdmin):
         self._conf = c = resolve(merged, "admin")
         self._timeout_s = c["request.timeout.ms"] / 1000
         self._retry_backoff_s = c["retry.backoff.ms"] / 1000
-        self._cluster = Cluster(
-            c["bootstrap.servers"],
-            client_id=c["client.id"],
-            request_timeout_ms=c["request.timeout.ms"],
-            socket_timeout_ms=c["socket.connection.setup.timeout.ms"],
-            reconnect_backoff_ms=c["reconnect.backoff.ms"],
-            reconnect_backoff_max_ms=c["reconnect.backoff.max.ms"],
-            metadata_max_age_ms=c["metadata.max.age.ms"],
-            allow_auto_create_topics=False,
-            sasl=SaslCredentials.from_config(c),
-            ssl_context=ssl_context_for(c),
-        )
+        self._cluster = Cluster.from_config(c, allow_auto_create_topics=False)
         self._io = IoThread("oncestream-admin")
         self._io.run(self._start(), 10)
         self._closed = False

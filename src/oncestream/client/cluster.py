@@ -13,7 +13,7 @@ import random
 import ssl
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +22,7 @@ from kio.schema.errors import ErrorCode
 from oncestream.client.errors import BrokerResponseError, ConnectionLostError, RequestTimedOutError
 from oncestream.client.network import Connection, request_module
 from oncestream.client.sasl import SaslCredentials
+from oncestream.client.tls import ssl_context_for
 from oncestream.protocol.api_keys import FIND_COORDINATOR, METADATA
 from oncestream.protocol.codec import build
 
@@ -111,6 +112,26 @@ class Cluster:
 
     # --- connections --------------------------------------------------------------------------
 
+
+    @classmethod
+    def from_config(cls, c: Mapping[str, Any], *, allow_auto_create_topics: bool | None = None) -> Cluster:
+        """The cluster of a resolved client configuration (``client.config.resolve``): the
+        bootstrap, timeout, backoff and security properties every client kind shares.
+        ``allow_auto_create_topics`` overrides the configuration's (an admin client never
+        creates topics by asking for their metadata)."""
+        return cls(
+            c["bootstrap.servers"],
+            client_id=c["client.id"],
+            request_timeout_ms=c["request.timeout.ms"],
+            socket_timeout_ms=c["socket.connection.setup.timeout.ms"],
+            reconnect_backoff_ms=c["reconnect.backoff.ms"],
+            reconnect_backoff_max_ms=c["reconnect.backoff.max.ms"],
+            metadata_max_age_ms=c["metadata.max.age.ms"],
+            allow_auto_create_topics=c["allow.auto.create.topics"] if allow_auto_create_topics is None
+            else allow_auto_create_topics,
+            sasl=SaslCredentials.from_config(c),
+            ssl_context=ssl_context_for(c),
+        )
     def start(self) -> None:
         """Start the request-timeout watchdog (call from the loop)."""
         self._ticker = asyncio.get_running_loop().create_task(self._watchdog())

@@ -53,8 +53,6 @@ from oncestream.client.message import (
     TopicPartition,
 )
 from oncestream.client.offset_commits import OffsetCommitter, require_group
-from oncestream.client.sasl import SaslCredentials
-from oncestream.client.tls import ssl_context_for
 
 TP = tuple[str, int]
 log = logging.getLogger("oncestream.client")
@@ -85,18 +83,7 @@ class Consumer:
         self._error_cb = c["error_cb"]
         self._check_crcs = c["check.crcs"]
         self._retry_backoff_s = c["retry.backoff.ms"] / 1000
-        self._cluster = Cluster(
-            c["bootstrap.servers"],
-            client_id=c["client.id"],
-            request_timeout_ms=c["request.timeout.ms"],
-            socket_timeout_ms=c["socket.connection.setup.timeout.ms"],
-            reconnect_backoff_ms=c["reconnect.backoff.ms"],
-            reconnect_backoff_max_ms=c["reconnect.backoff.max.ms"],
-            metadata_max_age_ms=c["metadata.max.age.ms"],
-            allow_auto_create_topics=c["allow.auto.create.topics"],
-            sasl=SaslCredentials.from_config(c),
-            ssl_context=ssl_context_for(c),
-        )
+        self._cluster = Cluster.from_config(c)
         # Shared with the fetcher; structure changes happen under _state_lock.
         self._state_lock = threading.Lock()
         self._partitions: dict[TP, PartitionState] = {}

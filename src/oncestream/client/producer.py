@@ -43,9 +43,7 @@ from oncestream.client.message import ConsumerGroupMetadata, TopicPartition
 from oncestream.client.partitioner import key_partitioner, null_key_partition
 from oncestream.client.prepared_txn import PreparedTxnState
 from oncestream.client.record_batch_builder import encode_headers
-from oncestream.client.sasl import SaslCredentials
 from oncestream.client.sender import Sender
-from oncestream.client.tls import ssl_context_for
 from oncestream.client.transactions import TransactionManager
 from oncestream.client.txn_state import TxnState
 
@@ -100,18 +98,7 @@ class Producer:
         self._default_callback: Callable[..., Any] | None = c["on_delivery"]
         self._error_cb = c["error_cb"]
         self._reported_fatal: KafkaError | None = None
-        self._cluster = Cluster(
-            c["bootstrap.servers"],
-            client_id=c["client.id"],
-            request_timeout_ms=c["request.timeout.ms"],
-            socket_timeout_ms=c["socket.connection.setup.timeout.ms"],
-            reconnect_backoff_ms=c["reconnect.backoff.ms"],
-            reconnect_backoff_max_ms=c["reconnect.backoff.max.ms"],
-            metadata_max_age_ms=c["metadata.max.age.ms"],
-            allow_auto_create_topics=c["allow.auto.create.topics"],
-            sasl=SaslCredentials.from_config(c),
-            ssl_context=ssl_context_for(c),
-        )
+        self._cluster = Cluster.from_config(c)
         self._acc = RecordAccumulator(
             batch_size=c["batch.size"],
             batch_num_messages=c["batch.num.messages"],
