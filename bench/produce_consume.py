@@ -39,6 +39,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka import libversion as librdkafka_version
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from machine import machine_description  # noqa: E402 (bench/ is on sys.path when run as a script)
 from oncestream.broker_process import BrokerStartError, ManagedBroker, OnceStreamBroker, TansuBroker, tansu_executable
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -354,25 +355,6 @@ def run_round(name: str, round_no: int, record_count: int, value: bytes, work_di
     return RoundResult(name, round_no, produced, consumed)
 
 
-def machine_description() -> str:
-    """CPU model, core count and memory of this machine, for the results table."""
-    model = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    mem = ""
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal"):
-                mem = f", {int(line.split()[1]) / 1024 / 1024:.0f} GiB"
-                break
-    except OSError:
-        pass
-    return f"{os.cpu_count()} cores ({model}){mem}, Linux {platform.release()}"
 
 
 def filesystem_of(path: Path) -> str:

@@ -46,6 +46,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka import libversion as librdkafka_version
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from machine import machine_description  # noqa: E402 (bench/ is on sys.path when run as a script)
 from oncestream.broker_process import BrokerStartError, OnceStreamBroker
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -369,17 +370,6 @@ def broker_rtts_ms(bootstrap: str, admin: AdminClient, transactions: int = 100) 
 
 
 # -- report --------------------------------------------------------------------------------------
-def machine_description() -> str:
-    model = "unknown CPU"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    return f"{os.cpu_count()} cores ({model}), {mem_gib:.0f} GiB, {platform.system()} {platform.release()}"
 
 
 def load_average() -> str:
