@@ -172,15 +172,16 @@ class Measurement:
         return self.payload_bytes / MB / self.seconds
 
 
-def produce(bootstrap: str, topic: str, record_count: int, value: bytes) -> Measurement:
-    """Produce `record_count` copies of `value` and wait until every one is acknowledged."""
+def produce(conf: dict, topic: str, record_count: int, value: bytes) -> Measurement:
+    """Produce `record_count` copies of `value` and wait until every one is acknowledged.
+    ``conf``: the connection properties (``bootstrap.servers``, security)."""
     failures: list[str] = []
 
     def on_delivery(err, _msg) -> None:
         failures.append(str(err))
 
     producer = Producer({
-        "bootstrap.servers": bootstrap, **PRODUCER_CONF,
+        **conf, **PRODUCER_CONF,
         # Only failures call back into Python: the client shares 2 cores with the broker, and
         # flush() returning 0 with no failure reported means every record was acknowledged
         # (consume() then checks offsets 0..N-1 arrived exactly once).
@@ -208,11 +209,10 @@ def produce(bootstrap: str, topic: str, record_count: int, value: bytes) -> Meas
     return Measurement(record_count, record_count * len(value), seconds)
 
 
-def consume(bootstrap: str, topic: str, record_count: int, value_size: int) -> Measurement:
-    """Read the partition from offset 0 until `record_count` records arrived; check each once."""
-    consumer = Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex}", **CONSUMER_CONF}
-    )
+def consume(conf: dict, topic: str, record_count: int, value_size: int) -> Measurement:
+    """Read the partition from offset 0 until `record_count` records arrived; check each once.
+    ``conf``: the connection properties (``bootstrap.servers``, security)."""
+    consumer = Consumer({**conf, "group.id": f"bench-{uuid.uuid4().hex}", **CONSUMER_CONF})
     try:
         consumer.list_topics(topic, timeout=30)
         received = 0
@@ -346,8 +346,9 @@ def run_round(name: str, round_no: int, record_count: int, value: bytes, work_di
         create_topic(broker.bootstrap, topic)
         if profile_stem is not None:
             profiler = Profiler(broker.pid, profile_stem)
-        produced = produce(broker.bootstrap, topic, record_count, value)
-        consumed = consume(broker.bootstrap, topic, record_count, len(value))
+        connection = {"bootstrap.servers": broker.bootstrap}
+        produced = produce(connection, topic, record_count, value)
+        consumed = consume(connection, topic, record_count, len(value))
     finally:
         if profiler is not None:
             profiler.finish()

@@ -21,11 +21,9 @@ import argparse
 import statistics
 import sys
 import tempfile
-import time
 import uuid
 from pathlib import Path
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka import libversion as librdkafka_version
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -36,64 +34,11 @@ from oncestream.broker.sasl.scram import MECHANISMS, make_credential  # noqa: E4
 from oncestream.broker_process import OnceStreamBroker  # noqa: E402
 from tests.support.certs import make_pki  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from produce_consume import consume, produce  # noqa: E402 (the same client loops as the broker benchmark)
+
 MB = 1_000_000
 VALUE_BYTES = 1024
-PRODUCER_CONF = {"acks": "all", "enable.idempotence": True, "linger.ms": 5, "batch.size": 1_048_576,
-                 "queue.buffering.max.kbytes": 262_144, "delivery.report.only.error": True}
-CONSUMER_CONF = {"enable.auto.commit": False, "fetch.max.bytes": 52_428_800,
-                 "max.partition.fetch.bytes": 10_485_760, "enable.partition.eof": False}
-
-
-def produce_mb_s(conf: dict, topic: str, count: int) -> float:
-    """Produce ``count`` 1 KiB records and wait for every acknowledgement; payload MB/s."""
-    failures: list[str] = []
-    producer = Producer({**conf, **PRODUCER_CONF, "on_delivery": lambda err, _m: failures.append(str(err))})
-    producer.list_topics(topic, timeout=30)  # connect (and handshake) before the clock starts
-    value = b"x" * VALUE_BYTES
-    started = time.perf_counter()
-    for i in range(count):
-        while True:
-            try:
-                producer.produce(topic, value, partition=0)
-                break
-            except BufferError:
-                producer.poll(0.005)
-        if i % 10_000 == 0:
-            producer.poll(0)
-    left = producer.flush(120)
-    seconds = time.perf_counter() - started
-    if left or failures:
-        raise RuntimeError(f"produce incomplete: {left} undelivered, failures {failures[:3]}")
-    return count * VALUE_BYTES / MB / seconds
-
-
-def consume_mb_s(conf: dict, topic: str, count: int) -> float:
-    """Read offsets 0..count-1 of partition 0, each exactly once; payload MB/s."""
-    consumer = Consumer({**conf, **CONSUMER_CONF, "group.id": f"bench-{uuid.uuid4().hex}"})
-    try:
-        consumer.list_topics(topic, timeout=30)
-        consumer.assign([TopicPartition(topic, 0, 0)])
-        next_offset, payload = 0, 0
-        started = time.perf_counter()
-        deadline = time.monotonic() + 300
-        while next_offset < count:
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"consume stalled at {next_offset} of {count}")
-            for msg in consumer.consume(num_messages=min(10_000, count - next_offset), timeout=1.0):
-                if msg.error() is not None:
-                    if msg.error().code() == KafkaError._PARTITION_EOF:
-                        continue
-                    raise KafkaException(msg.error())
-                if msg.offset() != next_offset:
-                    raise RuntimeError(f"expected offset {next_offset}, got {msg.offset()}")
-                next_offset += 1
-                payload += len(msg.value())
-        seconds = time.perf_counter() - started
-    finally:
-        consumer.close()
-    return payload / MB / seconds
-
-
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_SSL", "SASL_PLAINTEXT")
 SASL_USER, SASL_PASSWORD = "bench", "bench-secret"
 
@@ -137,8 +82,8 @@ def main(argv: list[str] | None = None) -> int:
                 for protocol, conf in confs.items():
                     topic = f"bench-tls-{protocol.lower()}-{uuid.uuid4().hex[:8]}"
                     admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
-                    produced = produce_mb_s(conf, topic, count)
-                    consumed = consume_mb_s(conf, topic, count)
+                    produced = produce(conf, topic, count, b"x" * VALUE_BYTES).mb_per_s
+                    consumed = consume(conf, topic, count, VALUE_BYTES).mb_per_s
                     results[protocol]["produce"].append(produced)
                     results[protocol]["consume"].append(consumed)
                     print(f"round {round_no + 1} {protocol:14s} produce {produced:7.1f} MB/s  "
