@@ -10,12 +10,10 @@ denies what it says over SASL_PLAINTEXT.
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Iterator
 
 import pytest
-from confluent_kafka import Consumer as CkConsumer
 from confluent_kafka import KafkaError as CkKafkaError
 from confluent_kafka import Producer as CkProducer
 from confluent_kafka.admin import (
@@ -28,7 +26,6 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from oncestream.client import Consumer, Producer, TopicPartition
 from oncestream.client.connection import BrokerConnection
 from oncestream.client.sasl import SaslClientError, SaslCredentials
 from oncestream.client.tls import ssl_context_for
@@ -42,6 +39,12 @@ from tests.support.sasl import (
     add_scram_users,
     plain_jaas,
     sasl_broker_config,
+)
+from tests.support.secured_roundtrips import (
+    kafka_python_roundtrip,
+    librdkafka_read_committed,
+    librdkafka_roundtrip,
+    oncestream_roundtrip,
 )
 
 pytestmark = pytest.mark.interop
@@ -85,81 +88,26 @@ def _sasl_ssl_conf(broker: BrokerProcess, pki: Pki, mechanism: str, listener: st
             "sasl.password": password}
 
 
-def _ck_read(conf: dict, topic: str, count: int) -> list[bytes]:
-    consumer = CkConsumer({**conf, "group.id": f"g-{uuid.uuid4().hex[:8]}", "auto.offset.reset": "earliest",
-                           "isolation.level": "read_committed", "enable.auto.commit": False})
-    consumer.subscribe([topic])
-    values: list[bytes] = []
-    deadline = time.monotonic() + TIMEOUT_S
-    try:
-        while len(values) < count and time.monotonic() < deadline:
-            msg = consumer.poll(0.5)
-            if msg is None:
-                continue
-            assert msg.error() is None, msg.error()
-            values.append(msg.value())
-    finally:
-        consumer.close()
-    return values
 
 
 # -- librdkafka, kafka-python and our client over SASL_SSL ----------------------------------------
 @pytest.mark.parametrize("mechanism", ALL_MECHANISMS)
 def test_librdkafka_produces_consumes_and_commits_a_transaction_over_sasl_ssl(
         broker: BrokerProcess, pki: Pki, mechanism: str) -> None:
-    conf = _sasl_ssl_conf(broker, pki, mechanism)
     topic = f"saslssl-ck-{uuid.uuid4().hex[:8]}"
-    producer = CkProducer({**conf, "linger.ms": 5})
-    for i in range(10):
-        producer.produce(topic, f"plain-{i}".encode())
-    assert producer.flush(TIMEOUT_S) == 0
-    txn = CkProducer({**conf, "transactional.id": f"saslssl-txn-{uuid.uuid4().hex[:8]}"})
-    txn.init_transactions(TIMEOUT_S)
-    txn.begin_transaction()
-    txn.produce(topic, b"aborted")
-    txn.abort_transaction(TIMEOUT_S)
-    txn.begin_transaction()
-    for i in range(5):
-        txn.produce(topic, f"txn-{i}".encode())
-    txn.commit_transaction(TIMEOUT_S)
-    assert _ck_read(conf, topic, 15) == [f"plain-{i}".encode() for i in range(10)] + [
-        f"txn-{i}".encode() for i in range(5)]
+    assert librdkafka_roundtrip(_sasl_ssl_conf(broker, pki, mechanism), topic, 10) == [
+        f"plain-{i}".encode() for i in range(10)] + [f"txn-{i}".encode() for i in range(5)]
 
 
 @pytest.mark.parametrize("mechanism", ALL_MECHANISMS)
 def test_kafka_python_produces_consumes_and_commits_a_transaction_over_sasl_ssl(
         broker: BrokerProcess, pki: Pki, mechanism: str) -> None:
-    from kafka import KafkaConsumer, KafkaProducer
-
     user, password = MECHANISM_USERS[mechanism]
     args = {"security_protocol": "SASL_SSL", "ssl_cafile": str(pki.ca), "ssl_check_hostname": True,
             "sasl_mechanism": mechanism, "sasl_plain_username": user, "sasl_plain_password": password}
-    bootstrap = broker.listener_bootstrap("SASL_SSL")
     topic = f"saslssl-kp-{uuid.uuid4().hex[:8]}"
-    producer = KafkaProducer(bootstrap_servers=bootstrap, transactional_id=f"kp-{uuid.uuid4().hex[:8]}", **args)
-    try:
-        producer.init_transactions()
-        producer.begin_transaction()
-        producer.send(topic, b"aborted")
-        producer.abort_transaction()
-        producer.begin_transaction()
-        for i in range(5):
-            producer.send(topic, f"kp-{i}".encode())
-        producer.commit_transaction()
-    finally:
-        producer.close()
-    consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
-                             isolation_level="read_committed", enable_auto_commit=False,
-                             consumer_timeout_ms=int(TIMEOUT_S * 1000), **args)
-    values: list[bytes] = []
-    try:
-        for message in consumer:
-            values.append(message.value)
-            if len(values) == 5:
-                break
-    finally:
-        consumer.close()
-    assert values == [f"kp-{i}".encode() for i in range(5)]
+    assert kafka_python_roundtrip(broker.listener_bootstrap("SASL_SSL"), args, topic) == [
+        f"kp-{i}".encode() for i in range(5)]
 
 
 @pytest.mark.parametrize("mechanism", ALL_MECHANISMS)
@@ -169,30 +117,10 @@ def test_our_client_produces_consumes_and_commits_a_transaction_over_sasl_ssl(
     conf = {**_sasl_ssl_conf(broker, pki, mechanism, "MTLS"), "ssl.certificate.location": str(pki.alice.cert),
             "ssl.key.location": str(pki.alice.key)}
     topic = f"saslssl-os-{uuid.uuid4().hex[:8]}"
-    producer = Producer({**conf, "transactional.id": f"os-{uuid.uuid4().hex[:8]}"})
-    producer.init_transactions(TIMEOUT_S)
-    producer.begin_transaction()
-    producer.produce(topic, b"aborted")
-    producer.abort_transaction(TIMEOUT_S)
-    producer.begin_transaction()
-    for i in range(5):
-        producer.produce(topic, f"os-{i}".encode())
-    producer.commit_transaction(TIMEOUT_S)
-    consumer = Consumer({**conf, "group.id": f"g-{uuid.uuid4().hex[:8]}", "isolation.level": "read_committed"})
-    consumer.assign([TopicPartition(topic, 0, 0)])
-    values: list[bytes] = []
-    deadline = time.monotonic() + TIMEOUT_S
-    try:
-        while len(values) < 5 and time.monotonic() < deadline:
-            msg = consumer.poll(0.5)
-            if msg is not None:
-                assert msg.error() is None, msg.error()
-                values.append(msg.value())
-    finally:
-        consumer.close()
+    values = oncestream_roundtrip(conf, topic)
     assert values == [f"os-{i}".encode() for i in range(5)]
     # ... and librdkafka reads the same over the other SASL_SSL listener.
-    assert _ck_read(_sasl_ssl_conf(broker, pki, mechanism), topic, 5) == values
+    assert librdkafka_read_committed(_sasl_ssl_conf(broker, pki, mechanism), topic, 5) == values
 
 
 def test_blocking_connection_does_tls_then_sasl_and_refuses_a_wrong_password(broker: BrokerProcess, pki: Pki) -> None:
@@ -240,7 +168,7 @@ def test_acl_on_a_sasl_principal_allows_and_denies_over_sasl_plaintext(broker: B
     producer.produce(denied, b"admin", on_delivery=record)
     assert producer.flush(TIMEOUT_S) == 0
     assert outcomes == {denied: None}
-    assert _ck_read(admin_conf, allowed, 1) == [b"yes"]
+    assert librdkafka_read_committed(admin_conf, allowed, 1) == [b"yes"]
     # On SASL_SSL with a client certificate the principal is still the SASL one (as Kafka): the
     # certificate's User:CN=alice has no ALLOW on the topic, SASL's User:admin is a super user.
     outcomes.clear()

@@ -16,16 +16,19 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer as CkConsumer
-from confluent_kafka import Producer as CkProducer
 
-from oncestream.client import Consumer, Producer, TopicPartition
 from oncestream.client.connection import BrokerConnection, BrokerUnreachableError
 from oncestream.client.tls import ssl_context_for
 from oncestream.protocol.api_keys import METADATA
 from oncestream.protocol.codec import build
 from tests.support.brokers import BrokerProcess
 from tests.support.certs import ClientCert, Pki
+from tests.support.secured_roundtrips import (
+    kafka_python_roundtrip,
+    librdkafka_read_committed,
+    librdkafka_roundtrip,
+    oncestream_roundtrip,
+)
 
 pytestmark = pytest.mark.interop
 
@@ -182,22 +185,6 @@ def _ck_conf(tls_broker: BrokerProcess, pki: Pki, listener: str = "SSL", cert: C
     return {"bootstrap.servers": tls_broker.listener_bootstrap(listener), **_ssl_conf(pki, cert)}
 
 
-def _ck_read(conf: dict, topic: str, count: int) -> list[bytes]:
-    consumer = CkConsumer({**conf, "group.id": f"g-{uuid.uuid4().hex[:8]}", "auto.offset.reset": "earliest",
-                           "isolation.level": "read_committed", "enable.auto.commit": False})
-    consumer.subscribe([topic])
-    values: list[bytes] = []
-    deadline = time.monotonic() + TIMEOUT_S
-    try:
-        while len(values) < count and time.monotonic() < deadline:
-            msg = consumer.poll(0.5)
-            if msg is None:
-                continue
-            assert msg.error() is None, msg.error()
-            values.append(msg.value())
-    finally:
-        consumer.close()
-    return values
 
 
 @pytest.mark.parametrize("listener, cert", [("SSL", None), ("MTLS", "alice")])
@@ -205,86 +192,26 @@ def test_librdkafka_produces_consumes_and_commits_a_transaction_over_ssl(
         tls_broker: BrokerProcess, pki: Pki, listener: str, cert: str | None) -> None:
     conf = _ck_conf(tls_broker, pki, listener, getattr(pki, cert) if cert else None)
     topic = f"tls-ck-{uuid.uuid4().hex[:8]}"
-    producer = CkProducer({**conf, "linger.ms": 5})
-    for i in range(20):
-        producer.produce(topic, f"plain-{i}".encode())
-    assert producer.flush(TIMEOUT_S) == 0
-    txn = CkProducer({**conf, "transactional.id": f"tls-txn-{uuid.uuid4().hex[:8]}"})
-    txn.init_transactions(TIMEOUT_S)
-    txn.begin_transaction()
-    txn.produce(topic, b"aborted")
-    txn.abort_transaction(TIMEOUT_S)
-    txn.begin_transaction()
-    for i in range(5):
-        txn.produce(topic, f"txn-{i}".encode())
-    txn.commit_transaction(TIMEOUT_S)
-    values = _ck_read(conf, topic, 25)
-    assert values == [f"plain-{i}".encode() for i in range(20)] + [f"txn-{i}".encode() for i in range(5)]
+    assert librdkafka_roundtrip(conf, topic, 20) == [f"plain-{i}".encode() for i in range(20)] + [
+        f"txn-{i}".encode() for i in range(5)]
 
 
 def test_kafka_python_produces_consumes_and_commits_a_transaction_over_ssl(
         tls_broker: BrokerProcess, pki: Pki) -> None:
-    from kafka import KafkaConsumer, KafkaProducer
-
     ssl_args = {"security_protocol": "SSL", "ssl_cafile": str(pki.ca), "ssl_certfile": str(pki.alice.cert),
                 "ssl_keyfile": str(pki.alice.key), "ssl_check_hostname": True}
-    bootstrap = tls_broker.listener_bootstrap("MTLS")
     topic = f"tls-kp-{uuid.uuid4().hex[:8]}"
-    producer = KafkaProducer(bootstrap_servers=bootstrap, transactional_id=f"kp-{uuid.uuid4().hex[:8]}",
-                             **ssl_args)
-    try:
-        producer.init_transactions()
-        producer.begin_transaction()
-        producer.send(topic, b"aborted")
-        producer.abort_transaction()
-        producer.begin_transaction()
-        for i in range(5):
-            producer.send(topic, f"kp-{i}".encode())
-        producer.commit_transaction()
-    finally:
-        producer.close()
-    consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
-                             isolation_level="read_committed", enable_auto_commit=False,
-                             consumer_timeout_ms=int(TIMEOUT_S * 1000), **ssl_args)
-    values: list[bytes] = []
-    try:
-        for message in consumer:
-            values.append(message.value)
-            if len(values) == 5:
-                break
-    finally:
-        consumer.close()
-    assert values == [f"kp-{i}".encode() for i in range(5)]
+    assert kafka_python_roundtrip(tls_broker.listener_bootstrap("MTLS"), ssl_args, topic) == [
+        f"kp-{i}".encode() for i in range(5)]
 
 
 def test_our_client_produces_consumes_and_commits_a_transaction_over_ssl(
         tls_broker: BrokerProcess, pki: Pki) -> None:
-    conf = _ck_conf(tls_broker, pki, "MTLS", pki.alice)
     topic = f"tls-os-{uuid.uuid4().hex[:8]}"
-    producer = Producer({**conf, "transactional.id": f"os-{uuid.uuid4().hex[:8]}"})
-    producer.init_transactions(TIMEOUT_S)
-    producer.begin_transaction()
-    producer.produce(topic, b"aborted")
-    producer.abort_transaction(TIMEOUT_S)
-    producer.begin_transaction()
-    for i in range(5):
-        producer.produce(topic, f"os-{i}".encode())
-    producer.commit_transaction(TIMEOUT_S)
-    consumer = Consumer({**conf, "group.id": f"g-{uuid.uuid4().hex[:8]}", "isolation.level": "read_committed"})
-    consumer.assign([TopicPartition(topic, 0, 0)])
-    values: list[bytes] = []
-    deadline = time.monotonic() + TIMEOUT_S
-    try:
-        while len(values) < 5 and time.monotonic() < deadline:
-            msg = consumer.poll(0.5)
-            if msg is not None:
-                assert msg.error() is None, msg.error()
-                values.append(msg.value())
-    finally:
-        consumer.close()
+    values = oncestream_roundtrip(_ck_conf(tls_broker, pki, "MTLS", pki.alice), topic)
     assert values == [f"os-{i}".encode() for i in range(5)]
     # ... and librdkafka reads the same over the other TLS listener.
-    assert _ck_read(_ck_conf(tls_broker, pki, "SSL"), topic, 5) == values
+    assert librdkafka_read_committed(_ck_conf(tls_broker, pki, "SSL"), topic, 5) == values
 
 
 
