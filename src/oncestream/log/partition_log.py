@@ -153,6 +153,7 @@ class PartitionLog(CleanableLog):
         self._tombstone_horizon_ms = compaction.NO_HORIZON
         self._cleaning: compaction.CompactionPlan | None = None  # planned, not yet installed
         self._cleaning_segments: list[Segment] = []
+        self._committing = False  # a clean's manifest is being written: its segments stay
         # Set when a committed swap failed halfway: the files are fixed by the next open, but the
         # segments in memory no longer match them, so the log refuses all work (Kafka takes the
         # log directory offline for the same reason).
@@ -570,7 +571,10 @@ class PartitionLog(CleanableLog):
     def _delete_oldest_segments(self, predicate) -> int:
         """Delete segments from the oldest while ``predicate(segment, next_segment)`` holds."""
         deleted = 0
-        while len(self._segments) > 1 and predicate(self._segments[0], self._segments[1]):
+        # A segment named by a manifest being committed stays until the swap is applied: the
+        # manifest, once durable, must describe the log (a later pass deletes it).
+        while (len(self._segments) > 1 and not self._swap_held(self._segments[0])
+               and predicate(self._segments[0], self._segments[1])):
             segment = self._segments.pop(0)
             self._size_bytes -= segment.size_bytes
             try:

@@ -1,0 +1,169 @@
+"""The last blocking disk work off the event loop: a clean's commit point, file removals, and
+producer-id blocks (issue 10 point 5, continued).
+
+As in ``test_broker_disk_off_loop``: a broker runs in this process on its own event-loop thread
+with an injected fsync that can hold a chosen file (or a held ``rmtree``), clients speak the raw
+wire protocol over real sockets, and ordering is shown with events and socket state, never with
+wall-time measurements.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import shutil
+import struct
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from oncestream.broker.cleaner import LogCleaner
+from oncestream.log import compaction, manager
+from oncestream.log.compaction import MANIFEST_FILE
+from tests.support.wire import (
+    WireConnection,
+    fetch_request_body,
+    frame,
+    int32,
+    nullable_string,
+    parse_fetch_response,
+    parse_produce_response,
+    produce_request_body,
+    record_batch,
+    request_header,
+)
+from tests.unit.test_broker_disk_off_loop import (
+    WAIT_S,
+    ControlledDisk,
+    InProcessBroker,
+    _answer_waiting,
+    _heartbeat_v0,
+    _metadata_v4,
+    _metadata_v4_topic_errors,
+)
+
+API_PRODUCE, API_FETCH, API_METADATA, API_HEARTBEAT, API_INIT_PRODUCER_ID = 0, 1, 3, 12, 22
+PRODUCE_VERSION, FETCH_VERSION = 7, 4
+
+
+@pytest.fixture
+def disk() -> ControlledDisk:
+    return ControlledDisk()
+
+
+@pytest.fixture
+def broker(tmp_path: Path, disk: ControlledDisk) -> Iterator[InProcessBroker]:
+    running = InProcessBroker(tmp_path / "data", disk, {"log.cleaner.enable": "false"})
+    running.state.logs.create_topic("plain", 1, {})
+    running.state.logs.get("plain", 0).append(record_batch([b"already there"], timestamp_ms=1), 1)
+    try:
+        yield running
+    finally:
+        disk.release.set()
+        running.stop()
+
+
+def _fetch_plain(conn: WireConnection, correlation_id: int, topic: str = "plain"):
+    return parse_fetch_response(
+        conn.request(API_FETCH, FETCH_VERSION, correlation_id,
+                     fetch_request_body(FETCH_VERSION, topic, 0, 0, max_wait_ms=0, min_bytes=1)),
+        FETCH_VERSION,
+    )
+
+
+def _produce_plain(conn: WireConnection, correlation_id: int, value: bytes) -> list[tuple[int, int]]:
+    body = produce_request_body("plain", 0, record_batch([value], timestamp_ms=1), acks=-1)
+    _, results = parse_produce_response(conn.request(API_PRODUCE, PRODUCE_VERSION, correlation_id, body),
+                                        PRODUCE_VERSION)
+    return [(r.error_code, r.base_offset) for r in results]
+
+
+def _other_clients_are_answered(running: InProcessBroker) -> None:
+    """A Heartbeat, a Metadata, a Produce and a Fetch of other clients, each answered now."""
+    with running.connect() as member, running.connect() as client:
+        heartbeat = member.request(API_HEARTBEAT, 0, 31, _heartbeat_v0("some-group"))
+        assert struct.unpack_from(">i", heartbeat)[0] == 31
+        assert _metadata_v4_topic_errors(client.request(API_METADATA, 4, 32, _metadata_v4("plain"))) == {"plain": 0}
+        [(error_code, _)] = _produce_plain(client, 33, b"meanwhile")
+        assert error_code == 0
+        fetched = _fetch_plain(client, 34)
+        assert b"already there" in fetched.partitions[0].records and b"meanwhile" in fetched.partitions[0].records
+
+
+# --- (a) the cleaner's commit point ----------------------------------------------------------
+
+
+def _fill_table(running: InProcessBroker):
+    logs = running.state.logs
+    logs.create_topic("table", 1, {"cleanup.policy": "compact", "segment.bytes": "14",
+                                   "min.cleanable.dirty.ratio": "0.01"})
+    table = logs.get("table", 0)
+    for i in range(8):
+        table.append(record_batch([b"v%d" % i], key=b"k%d" % (i % 2), timestamp_ms=1), 1)
+    return table
+
+
+def test_the_cleaners_manifest_is_written_off_the_loop_and_nothing_is_swapped_before_it_is_durable(
+    broker: InProcessBroker, disk: ControlledDisk,
+) -> None:
+    """The manifest write (the clean's commit point: temp file fsync, rename, directory fsync)
+    runs on a disk thread. Held in its first fsync, the loop answers a Heartbeat, a Metadata, a
+    Produce and a Fetch of other clients; the clean is not done, no manifest is in place and
+    the compacted table still serves every original record (nothing swapped is observable)."""
+    table = _fill_table(broker)
+    segments_before = sorted(p.name for p in table.directory.glob("*.log"))
+    cleaner = LogCleaner.for_state(broker.state)
+    disk.held_suffix = MANIFEST_FILE + ".tmp"
+    disk.hold = True
+    try:
+        cleaning = asyncio.run_coroutine_threadsafe(cleaner.clean_log(table), broker._loop)
+        assert disk.held.wait(WAIT_S), "the manifest was not fsynced through the disk threads"
+        _other_clients_are_answered(broker)
+        with broker.connect() as consumer:
+            served = _fetch_plain(consumer, 40, topic="table").partitions[0].records
+        assert not disk.release.is_set() and not cleaning.done()
+        assert not (table.directory / MANIFEST_FILE).exists(), "committed before the temp file is durable"
+        assert all(b"v%d" % i in served for i in range(8)), "a cleaned segment served before the commit"
+        assert table.cleaned_offset == 0
+        assert sorted(p.name for p in table.directory.glob("*.log")) == segments_before
+        disk.release.set()
+        assert cleaning.result(WAIT_S) is True
+    finally:
+        disk.release.set()
+        cleaner.close()
+    assert table.cleaned_offset > 0 and not (table.directory / MANIFEST_FILE).exists()
+    with broker.connect() as consumer:
+        served = _fetch_plain(consumer, 41, topic="table").partitions[0].records
+    assert b"v0" not in served and b"v7" in served
+    names = [(what, Path(path).name) for what, path, _ in disk.events]
+    assert ("fdatasync returned", MANIFEST_FILE + ".tmp") in names
+
+
+def test_segments_named_by_a_manifest_being_committed_are_not_deleted_until_the_swap(tmp_path: Path) -> None:
+    """Between the install's first step and the swap the manifest is written elsewhere; a
+    DeleteRecords meanwhile moves the log start at once but leaves the planned segments, so the
+    durable manifest still describes the log. They go at the next retention pass after the swap."""
+    from tests.unit.test_log_compaction import open_log, prepared_log, records_of
+
+    partition_log, _ = prepared_log(tmp_path)
+    plan = partition_log.compaction_plan(2_000_000)
+    result = compaction.build_cleaned(plan)
+    planned = {snapshot.path.name for snapshot in plan.segments}
+    commit = partition_log.begin_install_cleaned(result, 2_000_000)
+    assert commit is not None and commit.manifest is not None
+    cut = plan.segments[2].base_offset
+    assert partition_log.delete_records(cut) == cut
+    assert planned <= {p.name for p in partition_log.directory.glob("*.log")}, "deleted under the commit"
+    commit.run()
+    tail = partition_log.apply_install_cleaned(commit, 2_000_000)
+    assert tail is not None
+    tail.run()
+    partition_log.finish_install_cleaned(tail)
+    partition_log.apply_retention(2_000_000)
+    assert all(offset >= cut for offset, _, _ in records_of(partition_log))
+    partition_log.close()
+    reopened = open_log(tmp_path, now_ms=2_000_001)
+    assert reopened.log_start_offset == cut
+    reopened.close()
