@@ -167,3 +167,71 @@ def test_segments_named_by_a_manifest_being_committed_are_not_deleted_until_the_
     reopened = open_log(tmp_path, now_ms=2_000_001)
     assert reopened.log_start_offset == cut
     reopened.close()
+
+
+# --- (c) producer id blocks ------------------------------------------------------------------
+
+
+def _init_producer_id_v0() -> bytes:
+    return nullable_string(None) + int32(60_000)  # idempotent: no transactional id
+
+
+def _send_init_producer_id(conn: WireConnection, correlation_id: int) -> None:
+    conn.send(frame(request_header(API_INIT_PRODUCER_ID, 0, correlation_id, flexible=False) + _init_producer_id_v0()))
+
+
+def _parse_init_producer_id_v0(body: bytes) -> tuple[int, int, int]:
+    """(correlation id, error code, producer id)."""
+    correlation_id, _throttle, error_code, producer_id, _epoch = struct.unpack_from(">iihqh", body)
+    return correlation_id, error_code, producer_id
+
+
+def _init_producer_id(conn: WireConnection, correlation_id: int) -> int:
+    _send_init_producer_id(conn, correlation_id)
+    answer = _parse_init_producer_id_v0(conn.recv_frame())
+    assert answer[:2] == (correlation_id, 0), answer
+    return answer[2]
+
+
+def test_producer_id_blocks_are_reserved_off_the_loop_and_ids_stay_unique_across_a_restart(
+    tmp_path: Path, disk: ControlledDisk,
+) -> None:
+    """KIP-98 ids never repeat, and their block file is fsynced on a disk thread: blocks of 4
+    ids, the next one asked for early. While that write is held, an InitProducerId whose id is
+    in the durable block is answered, the one needing the next block waits (no id above the
+    durable end is handed out), and a Heartbeat, Metadata, Produce and Fetch of other clients
+    are answered. After a restart every new id is above all earlier ones."""
+    running = InProcessBroker(tmp_path / "data", disk)
+    running.state.producer_ids.manager.block_size = 4  # before any id was taken
+    running.state.logs.create_topic("plain", 1, {})
+    running.state.logs.get("plain", 0).append(record_batch([b"already there"], timestamp_ms=1), 1)
+    handed_out: list[int] = []
+    try:
+        with running.connect() as producer:
+            handed_out.append(_init_producer_id(producer, 1))  # reserves [0, 4) (not held)
+            disk.held_suffix = "producer_id_block.tmp"
+            disk.hold = True
+            handed_out += [_init_producer_id(producer, 2), _init_producer_id(producer, 3)]  # 1 left: asks for [4, 8)
+            assert disk.held.wait(WAIT_S), "the next block was not reserved through the disk threads"
+            handed_out.append(_init_producer_id(producer, 4))  # the last id of the durable block
+            with running.connect() as second:
+                _send_init_producer_id(second, 5)  # needs the block being written
+                _other_clients_are_answered(running)
+                assert not disk.release.is_set() and not _answer_waiting(second), "an id above the durable block"
+                disk.release.set()
+                correlation_id, error_code, producer_id = _parse_init_producer_id_v0(second.recv_frame())
+            assert (correlation_id, error_code) == (5, 0)
+            handed_out.append(producer_id)
+    finally:
+        disk.release.set()
+        running.stop()
+    assert handed_out == [0, 1, 2, 3, 4]
+    names = [(what, Path(path).name) for what, path, _ in disk.events]
+    assert ("fdatasync returned", "producer_id_block.tmp") in names
+    restarted = InProcessBroker(tmp_path / "data", ControlledDisk())
+    try:
+        with restarted.connect() as producer:
+            after_restart = [_init_producer_id(producer, 10 + i) for i in range(3)]
+    finally:
+        restarted.stop()
+    assert min(after_restart) >= 8 and len(set(after_restart)) == 3, after_restart

@@ -135,14 +135,19 @@ def test_producer_ids_resume_past_the_reserved_block_after_a_crash(tmp_path) -> 
 
 
 def test_block_reservation_failure_hands_out_nothing(tmp_path, monkeypatch) -> None:
+    from oncestream.coordinator import producer_ids
+
     manager = ProducerIdManager(tmp_path, block_size=10)
 
-    def broken(_new_end: int) -> None:
+    def broken(*_args, **_kwargs) -> None:
         raise OSError("read-only file system")
 
-    monkeypatch.setattr(manager, "_reserve", broken)
-    with pytest.raises(OSError):
-        manager.next_id()
+    with monkeypatch.context() as patch:
+        patch.setattr(producer_ids, "write_file_atomically", broken)
+        with pytest.raises(StorageError):
+            manager.next_id()
+        assert manager.available == 0 and manager.take_id() is None
+    assert manager.next_id() == 0, "the next request reserves again"
 
 
 def test_a_data_directory_is_used_by_one_broker_at_a_time(tmp_path) -> None:

@@ -23,6 +23,7 @@ from oncestream.broker.dynamic_config import DynamicBrokerConfigs
 from oncestream.broker.flusher import GroupCommitFlusher
 from oncestream.broker.group_service import GroupService
 from oncestream.broker.notify import AppendNotifier
+from oncestream.broker.producer_id_service import ProducerIdService
 from oncestream.broker.sasl.credentials import ScramCredentialStore
 from oncestream.broker.sasl.exchange import SaslSettings
 from oncestream.broker.txn_service import TxnService
@@ -115,7 +116,6 @@ class BrokerState:
             self.dynamic_config_lock = asyncio.Lock()  # one broker config change persisted at a time
             self.logs = LogManager.open(data_dir / "logs", self.log_config, self.now_ms(),
                                         descriptors=SegmentDescriptors.from_properties(config.raw))
-            self.producer_ids = ProducerIdManager(data_dir)
             self.notifier = AppendNotifier()
             # The durable SCRAM credentials (one store for the broker) and, per listener, the SASL
             # mechanisms and PLAIN users (listener.name.<l>.* overrides, broker/sasl/).
@@ -128,6 +128,8 @@ class BrokerState:
             self.disk_executor = ThreadPoolExecutor(self.DISK_THREADS, thread_name_prefix="oncestream-disk")
             self.flusher = GroupCommitFlusher(self.disk_executor, fdatasync=fdatasync)
             self.disk_fsync = fdatasync  # None: os's; the other fsyncs moved to disk_executor use it too
+            # Producer id blocks are written on the disk threads (broker/producer_id_service.py).
+            self.producer_ids = ProducerIdService(ProducerIdManager(data_dir), self.disk_executor, fdatasync)
             # CPU work that releases the GIL and must not stall the loop: recompressing produced
             # batches to a topic's compression.type (log/recompression.py).
             self.codec_executor = ThreadPoolExecutor(self.CODEC_THREADS, thread_name_prefix="oncestream-codec")
@@ -135,6 +137,7 @@ class BrokerState:
             self.transactions = TxnService(
                 self.logs, self.groups, config.raw, self.now_ms, self.producer_ids.next_id,
                 on_marker=self.notifier.notify, mono_ms=self.mono_ms,
+                producer_ids_ready=self.producer_ids.ready,
             )
             # ACLs (issue 14): None without authorizer.class.name, and then everything is allowed.
             self.acl_store = AclStore(data_dir)
