@@ -9,7 +9,9 @@ expiry deadline, so a wall-clock step cannot expire sessions or transactions ear
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import fcntl
+import logging
 import os
 import time
 import uuid
@@ -30,9 +32,22 @@ from oncestream.broker.txn_service import TxnService
 from oncestream.coordinator.producer_ids import ProducerIdManager
 from oncestream.log.config import LogConfig
 from oncestream.log.descriptors import SegmentDescriptors
+from oncestream.errors import StorageError
 from oncestream.log.durable_files import write_file_atomically
+from oncestream.log.file_removal import FileRemoval
 from oncestream.log.flush_job import FdatasyncFn
 from oncestream.log.manager import LogManager
+from oncestream.log.partition_log import PartitionLog
+
+
+log = logging.getLogger(__name__)
+
+
+def _run_removal(removal: FileRemoval) -> None:
+    try:
+        removal.run()
+    except StorageError as exc:  # below the log start already: the next open deletes them
+        log.error("removing deleted segment files failed: %s", exc)
 
 
 def wall_clock_ms() -> int:
@@ -185,13 +200,39 @@ class BrokerState:
         return None
 
     def tick(self) -> None:
-        """Periodic housekeeping: retention, producer-id expiry, and the flushes that are due
-        (on the disk threads, not awaited)."""
+        """Periodic housekeeping: retention, producer-id expiry, and the flushes and file
+        removals that are due (on the disk threads, not awaited)."""
         try:
-            self.logs.tick(self.now_ms())
+            self.logs.tick(self.now_ms(), defer_removal=True)
         finally:
+            for removal in self.logs.take_file_removals():
+                self._remove_in_background(removal)
             for partition_log in self.logs.logs_wanting_flush():
                 self.flusher.flush_in_background(partition_log)
+
+    async def remove_deleted_files(self, partition_log: PartitionLog) -> None:
+        """Unlink the files of ``partition_log``'s deleted segments on the disk threads; a
+        failure is logged (the files are below the log start: the next open deletes them)."""
+        removal = partition_log.take_file_removal()
+        if removal is None:
+            return
+        running = self._remove_in_background(removal)
+        if running is not None:
+            await asyncio.shield(asyncio.wrap_future(running))
+
+    def remove_deleted_files_in_background(self, partition_log: PartitionLog) -> None:
+        """``remove_deleted_files`` that nobody waits for."""
+        removal = partition_log.take_file_removal()
+        if removal is not None:
+            self._remove_in_background(removal)
+
+    def _remove_in_background(self, removal: FileRemoval) -> concurrent.futures.Future[None] | None:
+        try:
+            running = self.disk_executor.submit(_run_removal, removal)
+        except RuntimeError:  # the disk threads are shut down: the broker is stopping
+            _run_removal(removal)
+            return None
+        return running
 
     def close(self) -> None:
         try:
