@@ -18,9 +18,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from confluent_kafka.admin import NewTopic
 
 from oncestream.broker.cleaner import LogCleaner
-from oncestream.log import compaction, manager
+from oncestream.log import compaction
 from oncestream.log.compaction import MANIFEST_FILE
 from tests.support.wire import (
     WireConnection,
@@ -39,12 +40,18 @@ from tests.unit.test_broker_disk_off_loop import (
     ControlledDisk,
     InProcessBroker,
     _answer_waiting,
+    _create_topics_v4,
+    _delete_records_v0,
     _heartbeat_v0,
     _metadata_v4,
     _metadata_v4_topic_errors,
+    _parse_create_topics_v4,
+    _parse_delete_records_v0,
 )
 
-API_PRODUCE, API_FETCH, API_METADATA, API_HEARTBEAT, API_INIT_PRODUCER_ID = 0, 1, 3, 12, 22
+API_PRODUCE, API_FETCH, API_METADATA, API_HEARTBEAT, API_CREATE_TOPICS, API_DELETE_RECORDS, API_INIT_PRODUCER_ID = (
+    0, 1, 3, 12, 19, 21, 22)
+TOPIC_ALREADY_EXISTS = 36
 PRODUCE_VERSION, FETCH_VERSION = 7, 4
 
 
@@ -167,6 +174,102 @@ def test_segments_named_by_a_manifest_being_committed_are_not_deleted_until_the_
     reopened = open_log(tmp_path, now_ms=2_000_001)
     assert reopened.log_start_offset == cut
     reopened.close()
+
+
+# --- (b) removing deleted files ----------------------------------------------------------------
+
+
+class HeldRemoval:
+    """Holds ``shutil.rmtree`` and ``Path.unlink`` of anything under ``under`` until released."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, under: Path) -> None:
+        self.held, self.release = threading.Event(), threading.Event()
+        self.removed: list[str] = []
+        real_rmtree, real_unlink = shutil.rmtree, Path.unlink
+
+        def wait(path: object) -> None:
+            if str(path).startswith(str(under)):
+                self.held.set()
+                if not self.release.wait(WAIT_S):
+                    raise OSError(errno.ETIMEDOUT, "test never released the disk")
+                self.removed.append(Path(str(path)).name)
+
+        def rmtree(path, *args, **kwargs):
+            wait(path)
+            return real_rmtree(path, *args, **kwargs)
+
+        def unlink(path: Path, missing_ok: bool = False) -> None:
+            wait(path)
+            real_unlink(path, missing_ok=missing_ok)
+
+        monkeypatch.setattr(shutil, "rmtree", rmtree)
+        monkeypatch.setattr(Path, "unlink", unlink)
+
+
+def test_a_deleted_topics_directories_are_removed_off_the_loop(
+    broker: InProcessBroker, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """DeleteTopics removes the partition directories on a disk thread (a topic of many
+    segments takes long to unlink). Held in that ``rmtree``, the loop answers other clients; the
+    topic is gone from the metadata already, its name stays taken (a CreateTopics of it is
+    refused, so no new topic shares the directory being removed), and the DeleteTopics is
+    answered once the files are gone."""
+    from confluent_kafka.admin import AdminClient
+
+    logs = broker.state.logs
+    logs.create_topic("doomed", 2, {"segment.bytes": "14"})
+    for i in range(5):
+        logs.get("doomed", 0).append(record_batch([b"d%d" % i], timestamp_ms=1), 1)
+    directory = logs.get("doomed", 0).directory
+    gate = HeldRemoval(monkeypatch, directory.parent / "doomed-")
+    admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{broker.port}"})
+    try:
+        [deleting] = admin.delete_topics(["doomed"], request_timeout=WAIT_S).values()
+        assert gate.held.wait(WAIT_S), "the directories were not removed through the disk threads"
+        _other_clients_are_answered(broker)
+        with broker.connect() as other:
+            _, again = _parse_create_topics_v4(other.request(API_CREATE_TOPICS, 4, 50, _create_topics_v4("doomed", 1)))
+        assert not gate.release.is_set() and not deleting.done()
+        assert "doomed" not in logs.topics() and directory.is_dir()
+        gate.release.set()
+        deleting.result(timeout=WAIT_S)
+    finally:
+        gate.release.set()
+    assert again == [("doomed", TOPIC_ALREADY_EXISTS)]
+    assert not directory.exists() and not (directory.parent / "doomed-1").exists()
+    logs_now = broker.state.logs
+    assert "doomed" not in logs_now.topics()
+    [created] = admin.create_topics([NewTopic("doomed", 1)], request_timeout=WAIT_S).values()
+    created.result(timeout=WAIT_S)  # the name is free again once the files are gone
+
+
+def test_delete_records_unlinks_the_deleted_segments_off_the_loop(
+    broker: InProcessBroker, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The segments below a DeleteRecords' new log start leave the log on the loop (no read
+    reaches them) and their files are unlinked on a disk thread: held there, other clients are
+    answered, the DeleteRecords waits, and the files go once released."""
+    logs = broker.state.logs
+    logs.create_topic("rolling", 1, {"segment.bytes": "14"})
+    rolling = logs.get("rolling", 0)
+    for i in range(5):
+        rolling.append(record_batch([b"r%d" % i], timestamp_ms=1), 1)
+    segments_before = sorted(p.name for p in rolling.directory.glob("*.log"))
+    gate = HeldRemoval(monkeypatch, rolling.directory / "0000")
+    try:
+        with broker.connect() as admin:
+            admin.send(frame(request_header(API_DELETE_RECORDS, 0, 1, flexible=False) + _delete_records_v0("rolling", 0, 3)))
+            assert gate.held.wait(WAIT_S), "the segment files were not unlinked through the disk threads"
+            _other_clients_are_answered(broker)
+            assert rolling.log_start_offset == 3, "the segments left the log before their files"
+            assert not gate.release.is_set() and not _answer_waiting(admin)
+            gate.release.set()
+            answer = _parse_delete_records_v0(admin.recv_frame())
+    finally:
+        gate.release.set()
+    assert answer == (1, 3, 0)
+    assert sorted(p.name for p in rolling.directory.glob("*.log")) == segments_before[3:]
+    assert gate.removed[0] == segments_before[0], "the .log goes first, before its indexes"
 
 
 # --- (c) producer id blocks ------------------------------------------------------------------
