@@ -272,6 +272,40 @@ def test_delete_records_unlinks_the_deleted_segments_off_the_loop(
     assert gate.removed[0] == segments_before[0], "the .log goes first, before its indexes"
 
 
+def test_retention_unlinks_expired_segments_off_the_loop(
+    broker: InProcessBroker, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The housekeeping tick drops expired segments from the log on the loop and hands their
+    files to a disk thread: held there, the tick has returned and other clients are answered."""
+    logs = broker.state.logs
+    logs.create_topic("aging", 1, {"segment.bytes": "14", "retention.ms": "1000"})
+    aging = logs.get("aging", 0)
+    for i in range(4):
+        aging.append(record_batch([b"a%d" % i], timestamp_ms=1), 1)
+    segments_before = sorted(p.name for p in aging.directory.glob("*.log"))
+    gate = HeldRemoval(monkeypatch, aging.directory / "0000")
+    ticked = threading.Event()
+
+    def tick() -> None:
+        broker.state.tick()
+        ticked.set()
+
+    try:
+        broker._loop.call_soon_threadsafe(tick)
+        assert gate.held.wait(WAIT_S), "the expired segments were not unlinked through the disk threads"
+        assert ticked.wait(WAIT_S), "the tick waited for the unlinks"
+        _other_clients_are_answered(broker)
+        assert aging.log_start_offset == 3 and not gate.release.is_set()
+        gate.release.set()
+        for _ in range(WAIT_S * 100):  # polling for the disk thread; no assertion on time
+            if len(list(aging.directory.glob("*.log"))) == 1:
+                break
+            threading.Event().wait(0.01)
+    finally:
+        gate.release.set()
+    assert sorted(p.name for p in aging.directory.glob("*.log")) == segments_before[3:]
+
+
 # --- (c) producer id blocks ------------------------------------------------------------------
 
 
