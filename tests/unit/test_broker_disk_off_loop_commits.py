@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import os
 import shutil
 import struct
 import threading
@@ -174,6 +175,73 @@ def test_segments_named_by_a_manifest_being_committed_are_not_deleted_until_the_
     reopened = open_log(tmp_path, now_ms=2_000_001)
     assert reopened.log_start_offset == cut
     reopened.close()
+
+
+def test_a_commit_failing_before_its_rename_changes_nothing_and_after_it_recovery_finishes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The commit job on another thread: an fsync failing before the manifest's rename removes
+    the ``.cleaned`` files and the log carries on uncleaned; one failing after it (the directory
+    fsync) may have committed the swap, so the log goes offline and the next open finishes it."""
+    from oncestream.errors import StorageError
+    from tests.unit.test_log_compaction import open_log, prepared_log, records_of
+
+    def failing_fsync(name_suffix: str):
+        def fsync(fd: int) -> None:
+            if os.readlink(f"/proc/self/fd/{fd}").endswith(name_suffix):
+                raise OSError(errno.EIO, "injected")
+            os.fsync(fd)
+        return fsync
+
+    before_log, _ = prepared_log(tmp_path / "before")
+    expected_uncleaned = records_of(before_log)
+    commit = before_log.begin_install_cleaned(compaction.build_cleaned(before_log.compaction_plan(2_000_000)), 2_000_000)
+    assert commit is not None
+    with pytest.raises(StorageError):
+        commit.run(failing_fsync(MANIFEST_FILE + ".tmp"))
+    before_log.fail_commit_cleaned(commit, StorageError("injected"))
+    assert not list(before_log.directory.glob("*.cleaned")) and not list(before_log.directory.glob("cleaner.swap*"))
+    assert records_of(before_log) == expected_uncleaned and before_log.compaction_candidate(2_000_000) is not None
+
+    after_log, written = prepared_log(tmp_path / "after")
+    commit = after_log.begin_install_cleaned(compaction.build_cleaned(after_log.compaction_plan(2_000_000)), 2_000_000)
+    assert commit is not None
+    with pytest.raises(StorageError):
+        commit.run(failing_fsync(after_log.directory.name))  # the directory fsync, after the rename
+    after_log.fail_commit_cleaned(commit, StorageError("injected"))
+    with pytest.raises(StorageError, match="offline"):
+        records_of(after_log)
+    after_log.abandon()
+    reopened = open_log(tmp_path / "after", now_ms=2_000_001)
+    assert reopened.cleaned_offset > 0 and not (reopened.directory / MANIFEST_FILE).exists()
+    kept = records_of(reopened)
+    assert len(kept) < len(written) and all(written.get(o, (k, v)) == (k, v) for o, k, v in kept)
+    reopened.close()
+
+
+def test_deferred_segment_removal_leaves_the_files_to_their_owner(tmp_path: Path) -> None:
+    """Retention with ``defer_removal`` drops the segments from the log at once (no read
+    reaches them) and hands their files over; ``close`` removes any that were left."""
+    from oncestream.log.config import LogConfig
+    from oncestream.log.partition_log import PartitionLog
+
+    config = LogConfig.from_topic_configs({"segment.bytes": "14", "retention.ms": "1000"})
+    partition_log = PartitionLog.open(tmp_path / "t-0", config, 10_000)
+    for i in range(4):
+        partition_log.append(record_batch([b"x%d" % i], timestamp_ms=1), 10_000)
+    files_before = sorted(p.name for p in partition_log.directory.glob("*.log"))
+    assert partition_log.apply_retention(10_000, defer_removal=True) == 3
+    assert partition_log.log_start_offset == 3
+    assert sorted(p.name for p in partition_log.directory.glob("*.log")) == files_before
+    removal = partition_log.take_file_removal()
+    assert removal is not None and removal.files[0].name == files_before[0] and partition_log.take_file_removal() is None
+    removal.run()
+    assert sorted(p.name for p in partition_log.directory.glob("*.log")) == files_before[3:]
+    partition_log.append(record_batch([b"y"], timestamp_ms=1), 20_000)
+    partition_log.append(record_batch([b"z"], timestamp_ms=1), 20_000)
+    assert partition_log.apply_retention(20_000, defer_removal=True) == 2  # x3 and y; z stays active
+    partition_log.close()
+    assert len(list((tmp_path / "t-0").glob("*.log"))) == 1
 
 
 # --- (b) removing deleted files ----------------------------------------------------------------

@@ -186,3 +186,26 @@ def test_background_flushes_queue_one_round_however_often_they_are_asked_for() -
 
     assert asyncio.run(scenario()) == (1, 2, 2)
 
+
+
+def test_no_producer_id_above_the_durable_block_while_the_next_one_is_written(tmp_path) -> None:
+    """KIP-98 uniqueness across restarts: the next block is asked for early, but its ids are
+    handed out only once its write returned; one write in flight at a time (a second one could
+    rename last with a smaller end)."""
+    manager = ProducerIdManager(tmp_path, block_size=10)
+    assert manager.take_id() is None and manager.reservation_due()
+    first = manager.begin_reserve()
+    first.run()
+    manager.finish_reserve(first)
+    taken = [manager.take_id() for _ in range(9)]
+    assert taken == list(range(9)) and manager.reservation_due()
+    second = manager.begin_reserve()
+    with pytest.raises(Exception, match="already being reserved"):
+        manager.begin_reserve()
+    assert manager.take_id() == 9
+    assert manager.take_id() is None, "an id of a block whose write has not returned"
+    second.run()
+    manager.finish_reserve(second)
+    manager.finish_reserve(second)  # idempotent
+    assert manager.take_id() == 10
+    assert ProducerIdManager(tmp_path).next_id() == 20, "a restart resumes past the durable end"
