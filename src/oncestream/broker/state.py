@@ -45,7 +45,9 @@ log = logging.getLogger(__name__)
 def _run_removal(removal: FileRemoval) -> None:
     try:
         removal.run()
-    except StorageError as exc:  # below the log start already: the next open deletes them
+    except StorageError as exc:
+        # Out of the log already; a file left behind is reopened at the next start and deleted
+        # again there (below the durable log start, or expired by retention).
         log.error("removing deleted segment files failed: %s", exc)
 
 
@@ -211,7 +213,7 @@ class BrokerState:
 
     async def remove_deleted_files(self, partition_log: PartitionLog) -> None:
         """Unlink the files of ``partition_log``'s deleted segments on the disk threads; a
-        failure is logged (the files are below the log start: the next open deletes them)."""
+        failure is logged (see ``_run_removal``)."""
         removal = partition_log.take_file_removal()
         if removal is None:
             return

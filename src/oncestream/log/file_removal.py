@@ -5,8 +5,9 @@ for long on a slow or busy disk, so the log forgets the files on its own thread 
 segment is out of the segment list and its descriptor closed before its files are handed here:
 no reader of the log can reach them any more) and the owner runs the removal wherever it likes
 (the broker: its disk threads). Nothing here is fsynced: a deletion that a crash undoes leaves
-files that the next open deletes again (segments below the log start, orphan directories), as
-when the unlink ran inline and the directory was not synced yet.
+files that are deleted again after the next open (segments below the durable log start or
+expired by retention, orphan directories), as when the unlink ran inline and the directory was
+not synced yet.
 """
 
 from __future__ import annotations
