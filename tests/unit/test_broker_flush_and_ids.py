@@ -209,3 +209,47 @@ def test_no_producer_id_above_the_durable_block_while_the_next_one_is_written(tm
     manager.finish_reserve(second)  # idempotent
     assert manager.take_id() == 10
     assert ProducerIdManager(tmp_path).next_id() == 20, "a restart resumes past the durable end"
+
+
+def test_producer_id_waiters_share_one_block_write_and_a_failed_one_is_retried(tmp_path) -> None:
+    """ProducerIdService.ready: requests needing a new block await one shared write on the disk
+    threads (the loop stays free); a failed write fails them all (nothing handed out) and the
+    next request writes again; the next block is asked for before the current one runs out."""
+    import os
+    from concurrent.futures import ThreadPoolExecutor
+
+    from oncestream.broker.producer_id_service import ProducerIdService
+
+    writes: list[int] = []
+    fail_next = [True]
+
+    def fsync(fd: int) -> None:
+        if os.readlink(f"/proc/self/fd/{fd}").endswith(".tmp"):
+            writes.append(fd)
+            if fail_next[0]:
+                fail_next[0] = False
+                raise OSError(errno.EIO, "injected")
+        os.fsync(fd)
+
+    executor = ThreadPoolExecutor(1)
+    service = ProducerIdService(ProducerIdManager(tmp_path, block_size=10), executor, fsync)
+
+    async def scenario() -> list[int]:
+        failed = await asyncio.gather(service.ready(), service.ready(), return_exceptions=True)
+        assert all(isinstance(e, StorageError) for e in failed) and len(writes) == 1, (failed, writes)
+        assert service.manager.available == 0
+        await asyncio.gather(service.ready(), service.ready())
+        ids = [service.next_id() for _ in range(9)]  # the 9th leaves one: the next block is asked for
+        await asyncio.sleep(0)
+        await service.ready()
+        ids.append(service.next_id())
+        await service.ready()  # waits for the prefetched block, if it is still being written
+        ids.append(service.next_id())
+        return ids
+
+    try:
+        ids = asyncio.run(scenario())
+    finally:
+        executor.shutdown(wait=True)
+    assert ids == list(range(11)) and len(writes) == 3
+    assert ProducerIdManager(tmp_path).next_id() == 20
