@@ -149,6 +149,41 @@ def test_the_cleaners_manifest_is_written_off_the_loop_and_nothing_is_swapped_be
     assert ("fdatasync returned", MANIFEST_FILE + ".tmp") in names
 
 
+def test_after_the_commit_the_swap_serves_the_cleaned_segments_while_the_tail_runs_off_the_loop(
+    broker: InProcessBroker, disk: ControlledDisk,
+) -> None:
+    """Once the manifest is durable the renames and the new segment list are applied on the
+    loop; the tail (merged-away files, directory fsync, checkpoint, manifest removal) runs on a
+    disk thread. Held in its checkpoint write, other clients are answered, the table already
+    serves the cleaned segments, the manifest is still on disk (a crash redoes the swap), and
+    the merged-away segments' files are gone."""
+    table = _fill_table(broker)
+
+    async def flush_table() -> None:  # so that no background flush round writes its checkpoint
+        table.flush()
+
+    asyncio.run_coroutine_threadsafe(flush_table(), broker._loop).result(WAIT_S)
+    cleaner = LogCleaner.for_state(broker.state)
+    disk.held_suffix = str(table.directory / "partition.checkpoint.tmp")
+    disk.hold = True
+    try:
+        cleaning = asyncio.run_coroutine_threadsafe(cleaner.clean_log(table), broker._loop)
+        assert disk.held.wait(WAIT_S), "the tail's checkpoint was not written through the disk threads"
+        _other_clients_are_answered(broker)
+        with broker.connect() as consumer:
+            served = _fetch_plain(consumer, 40, topic="table").partitions[0].records
+        assert not disk.release.is_set() and not cleaning.done()
+        assert (table.directory / MANIFEST_FILE).exists(), "the manifest goes only after the checkpoint"
+        assert b"v0" not in served and b"v7" in served, "the swap is applied once its manifest is durable"
+        assert len(list(table.directory.glob("*.log"))) == table.segment_count
+        disk.release.set()
+        assert cleaning.result(WAIT_S) is True
+    finally:
+        disk.release.set()
+        cleaner.close()
+    assert not (table.directory / MANIFEST_FILE).exists()
+
+
 def test_segments_named_by_a_manifest_being_committed_are_not_deleted_until_the_swap(tmp_path: Path) -> None:
     """Between the install's first step and the swap the manifest is written elsewhere; a
     DeleteRecords meanwhile moves the log start at once but leaves the planned segments, so the
