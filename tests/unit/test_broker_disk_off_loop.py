@@ -507,10 +507,10 @@ def test_delete_topics_fsyncs_off_the_loop_and_removes_the_files_after(
 def test_the_cleaner_install_fsyncs_off_the_loop_and_drops_the_manifest_last(
     tmp_path: Path, disk: ControlledDisk,
 ) -> None:
-    """Issue 10 point 5: after a clean's renames, their directory fsync, the checkpoint and the
-    manifest removal run on a disk thread. While held, the loop answers another client's Fetch,
-    the clean is not done, and the committed manifest is still on disk (a crash would redo the
-    swap)."""
+    """Issue 10 point 5: the clean's directory fsyncs (the manifest's, at its commit point, then
+    the tail's after the renames, before the checkpoint and the manifest removal) run on a disk
+    thread. Held in the first one, the loop answers another client's Fetch, the clean is not
+    done, and the renamed manifest is on disk (a crash would redo the swap)."""
     from oncestream.broker.cleaner import LogCleaner
     from oncestream.log.compaction import MANIFEST_FILE
 

@@ -135,14 +135,19 @@ def test_producer_ids_resume_past_the_reserved_block_after_a_crash(tmp_path) -> 
 
 
 def test_block_reservation_failure_hands_out_nothing(tmp_path, monkeypatch) -> None:
+    from oncestream.coordinator import producer_ids
+
     manager = ProducerIdManager(tmp_path, block_size=10)
 
-    def broken(_new_end: int) -> None:
+    def broken(*_args, **_kwargs) -> None:
         raise OSError("read-only file system")
 
-    monkeypatch.setattr(manager, "_reserve", broken)
-    with pytest.raises(OSError):
-        manager.next_id()
+    with monkeypatch.context() as patch:
+        patch.setattr(producer_ids, "write_file_atomically", broken)
+        with pytest.raises(StorageError):
+            manager.next_id()
+        assert manager.available == 0 and manager.take_id() is None
+    assert manager.next_id() == 0, "the next request reserves again"
 
 
 def test_a_data_directory_is_used_by_one_broker_at_a_time(tmp_path) -> None:
@@ -181,3 +186,70 @@ def test_background_flushes_queue_one_round_however_often_they_are_asked_for() -
 
     assert asyncio.run(scenario()) == (1, 2, 2)
 
+
+
+def test_no_producer_id_above_the_durable_block_while_the_next_one_is_written(tmp_path) -> None:
+    """KIP-98 uniqueness across restarts: the next block is asked for early, but its ids are
+    handed out only once its write returned; one write in flight at a time (a second one could
+    rename last with a smaller end)."""
+    manager = ProducerIdManager(tmp_path, block_size=10)
+    assert manager.take_id() is None and manager.reservation_due()
+    first = manager.begin_reserve()
+    first.run()
+    manager.finish_reserve(first)
+    taken = [manager.take_id() for _ in range(9)]
+    assert taken == list(range(9)) and manager.reservation_due()
+    second = manager.begin_reserve()
+    with pytest.raises(Exception, match="already being reserved"):
+        manager.begin_reserve()
+    assert manager.take_id() == 9
+    assert manager.take_id() is None, "an id of a block whose write has not returned"
+    second.run()
+    manager.finish_reserve(second)
+    manager.finish_reserve(second)  # idempotent
+    assert manager.take_id() == 10
+    assert ProducerIdManager(tmp_path).next_id() == 20, "a restart resumes past the durable end"
+
+
+def test_producer_id_waiters_share_one_block_write_and_a_failed_one_is_retried(tmp_path) -> None:
+    """ProducerIdService.ready: requests needing a new block await one shared write on the disk
+    threads (the loop stays free); a failed write fails them all (nothing handed out) and the
+    next request writes again; the next block is asked for before the current one runs out."""
+    import os
+    from concurrent.futures import ThreadPoolExecutor
+
+    from oncestream.broker.producer_id_service import ProducerIdService
+
+    writes: list[int] = []
+    fail_next = [True]
+
+    def fsync(fd: int) -> None:
+        if os.readlink(f"/proc/self/fd/{fd}").endswith(".tmp"):
+            writes.append(fd)
+            if fail_next[0]:
+                fail_next[0] = False
+                raise OSError(errno.EIO, "injected")
+        os.fsync(fd)
+
+    executor = ThreadPoolExecutor(1)
+    service = ProducerIdService(ProducerIdManager(tmp_path, block_size=10), executor, fsync)
+
+    async def scenario() -> list[int]:
+        failed = await asyncio.gather(service.ready(), service.ready(), return_exceptions=True)
+        assert all(isinstance(e, StorageError) for e in failed) and len(writes) == 1, (failed, writes)
+        assert service.manager.available == 0
+        await asyncio.gather(service.ready(), service.ready())
+        ids = [service.next_id() for _ in range(9)]  # the 9th leaves one: the next block is asked for
+        await asyncio.sleep(0)
+        await service.ready()
+        ids.append(service.next_id())
+        await service.ready()  # waits for the prefetched block, if it is still being written
+        ids.append(service.next_id())
+        return ids
+
+    try:
+        ids = asyncio.run(scenario())
+    finally:
+        executor.shutdown(wait=True)
+    assert ids == list(range(11)) and len(writes) == 3
+    assert ProducerIdManager(tmp_path).next_id() == 20

@@ -3,8 +3,10 @@
 Every ``log.cleaner.backoff.ms`` (default 15000) it asks every log how dirty it is, and cleans the
 eligible ones, dirtiest first, one at a time: ``compaction_plan`` on the event loop (cheap: a
 snapshot of sealed segments), ``compaction.build_cleaned`` on a dedicated worker thread (the
-reading, decoding and writing), the install back on the loop (the manifest and the renames)
-with its durable tail (directory fsync, checkpoint, manifest removal) on the broker's disk threads.
+reading, decoding and writing), then the install: its commit point (the manifest write, two
+fsyncs) on the broker's disk threads, the renames and the new segment list back on the loop,
+and its durable tail (merged-away segments' removal, directory fsync, checkpoint, manifest
+removal) on the disk threads again.
 The loop keeps serving requests while a build runs. ``log.cleaner.enable=false`` turns it off.
 
 Nothing here may take the broker down, and no failure is swallowed: a partition whose cleaning
@@ -27,9 +29,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from oncestream.errors import InvalidConfigError
+from oncestream.errors import InvalidConfigError, StorageError
 from oncestream.log import compaction
-from oncestream.log.log_cleaning import SwapTail
+from oncestream.log.log_cleaning import SwapCommit, SwapTail
 from oncestream.log.manager import LogManager
 from oncestream.log.partition_log import PartitionLog
 
@@ -290,13 +292,15 @@ class LogCleaner:
                 return False
             raise
         try:
-            tail = partition_log.begin_install_cleaned(result, self.clock_ms())
+            commit = partition_log.begin_install_cleaned(result, self.clock_ms())
         except BaseException:
             # Without this the log would keep a plan nobody builds and never be a candidate again.
-            # (The install removes its own .cleaned files before the commit point; after it, they
-            # belong to the swap that the next open finishes.)
             partition_log.cancel_compaction(plan)
+            compaction.delete_cleaned_files(result)
             raise
+        if commit is None:
+            return False
+        tail = await self._commit(partition_log, commit)
         if tail is None:
             return False
         if not await self._finish_install(partition_log, tail):
@@ -304,11 +308,52 @@ class LogCleaner:
         self.cleaned_count += 1
         return True
 
+    def _disk(self) -> concurrent.futures.Executor | None:
+        return self.disk_executor if self.disk_executor is not None else self._executor
+
+    async def _commit(self, partition_log: PartitionLog, commit: SwapCommit) -> SwapTail | None:
+        """The manifest write (the commit point, two fsyncs) on the broker's disk threads, the
+        loop serving requests meanwhile (the old segments, still on disk); the swap back on the
+        loop once the manifest is durable. None if the log went away meanwhile."""
+        running = asyncio.get_running_loop().run_in_executor(self._disk(), commit.run, self.disk_fsync)
+        try:
+            await asyncio.shield(running)
+        except asyncio.CancelledError:
+            running.add_done_callback(lambda _: self._settle_commit(partition_log, commit, running))
+            raise
+        except BaseException as exc:
+            partition_log.fail_commit_cleaned(commit, exc)
+            if partition_log.closed:
+                log.info("log cleaner: %s went away while its clean was committed", partition_log.directory)
+                return None
+            raise
+        return partition_log.apply_install_cleaned(commit, self.clock_ms())
+
+    def _settle_commit(self, partition_log: PartitionLog, commit: SwapCommit, running: asyncio.Future[None]) -> None:
+        """The commit ended after its waiter was cancelled (shutdown): finish what it started,
+        so the log in memory never lags a durable manifest while it stays open."""
+        if running.cancelled() or running.exception() is not None:
+            partition_log.fail_commit_cleaned(commit, running.exception() or asyncio.CancelledError())
+            return
+        try:
+            tail = partition_log.apply_install_cleaned(commit, self.clock_ms())
+        except StorageError as exc:  # the log is offline now; the next open finishes the swap
+            log.warning("log cleaner: swap of %s not applied after shutdown began: %s", partition_log.directory, exc)
+            return
+        if tail is None:
+            return
+        try:
+            tail_running = asyncio.get_running_loop().run_in_executor(self._disk(), tail.run, self.disk_fsync)
+        except RuntimeError as exc:  # the executor is shut down: offline, the next open finishes
+            partition_log.fail_install_cleaned(tail, exc)
+            return
+        tail_running.add_done_callback(lambda _: _settle_install(partition_log, tail, tail_running))
+
     async def _finish_install(self, partition_log: PartitionLog, tail: SwapTail) -> bool:
-        """The install's fsyncs (directory, checkpoint, manifest removal) on the broker's disk
-        threads, the loop serving requests meanwhile; the rest back on the loop."""
-        executor = self.disk_executor if self.disk_executor is not None else self._executor
-        running = asyncio.get_running_loop().run_in_executor(executor, tail.run, self.disk_fsync)
+        """The install's removals and fsyncs (merged-away segments, directory, checkpoint,
+        manifest removal) on the broker's disk threads, the loop serving requests meanwhile; the
+        rest back on the loop."""
+        running = asyncio.get_running_loop().run_in_executor(self._disk(), tail.run, self.disk_fsync)
         try:
             await asyncio.shield(running)
         except asyncio.CancelledError:

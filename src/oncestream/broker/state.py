@@ -9,7 +9,9 @@ expiry deadline, so a wall-clock step cannot expire sessions or transactions ear
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import fcntl
+import logging
 import os
 import time
 import uuid
@@ -23,15 +25,30 @@ from oncestream.broker.dynamic_config import DynamicBrokerConfigs
 from oncestream.broker.flusher import GroupCommitFlusher
 from oncestream.broker.group_service import GroupService
 from oncestream.broker.notify import AppendNotifier
+from oncestream.broker.producer_id_service import ProducerIdService
 from oncestream.broker.sasl.credentials import ScramCredentialStore
 from oncestream.broker.sasl.exchange import SaslSettings
 from oncestream.broker.txn_service import TxnService
 from oncestream.coordinator.producer_ids import ProducerIdManager
+from oncestream.errors import StorageError
 from oncestream.log.config import LogConfig
 from oncestream.log.descriptors import SegmentDescriptors
 from oncestream.log.durable_files import write_file_atomically
+from oncestream.log.file_removal import FileRemoval
 from oncestream.log.flush_job import FdatasyncFn
 from oncestream.log.manager import LogManager
+from oncestream.log.partition_log import PartitionLog
+
+log = logging.getLogger(__name__)
+
+
+def _run_removal(removal: FileRemoval) -> None:
+    try:
+        removal.run()
+    except StorageError as exc:
+        # Out of the log already; a file left behind is reopened at the next start and deleted
+        # again there (below the durable log start, or expired by retention).
+        log.error("removing deleted segment files failed: %s", exc)
 
 
 def wall_clock_ms() -> int:
@@ -115,7 +132,6 @@ class BrokerState:
             self.dynamic_config_lock = asyncio.Lock()  # one broker config change persisted at a time
             self.logs = LogManager.open(data_dir / "logs", self.log_config, self.now_ms(),
                                         descriptors=SegmentDescriptors.from_properties(config.raw))
-            self.producer_ids = ProducerIdManager(data_dir)
             self.notifier = AppendNotifier()
             # The durable SCRAM credentials (one store for the broker) and, per listener, the SASL
             # mechanisms and PLAIN users (listener.name.<l>.* overrides, broker/sasl/).
@@ -128,6 +144,8 @@ class BrokerState:
             self.disk_executor = ThreadPoolExecutor(self.DISK_THREADS, thread_name_prefix="oncestream-disk")
             self.flusher = GroupCommitFlusher(self.disk_executor, fdatasync=fdatasync)
             self.disk_fsync = fdatasync  # None: os's; the other fsyncs moved to disk_executor use it too
+            # Producer id blocks are written on the disk threads (broker/producer_id_service.py).
+            self.producer_ids = ProducerIdService(ProducerIdManager(data_dir), self.disk_executor, fdatasync)
             # CPU work that releases the GIL and must not stall the loop: recompressing produced
             # batches to a topic's compression.type (log/recompression.py).
             self.codec_executor = ThreadPoolExecutor(self.CODEC_THREADS, thread_name_prefix="oncestream-codec")
@@ -135,6 +153,7 @@ class BrokerState:
             self.transactions = TxnService(
                 self.logs, self.groups, config.raw, self.now_ms, self.producer_ids.next_id,
                 on_marker=self.notifier.notify, mono_ms=self.mono_ms,
+                producer_ids_ready=self.producer_ids.ready,
             )
             # ACLs (issue 14): None without authorizer.class.name, and then everything is allowed.
             self.acl_store = AclStore(data_dir)
@@ -182,13 +201,39 @@ class BrokerState:
         return None
 
     def tick(self) -> None:
-        """Periodic housekeeping: retention, producer-id expiry, and the flushes that are due
-        (on the disk threads, not awaited)."""
+        """Periodic housekeeping: retention, producer-id expiry, and the flushes and file
+        removals that are due (on the disk threads, not awaited)."""
         try:
-            self.logs.tick(self.now_ms())
+            self.logs.tick(self.now_ms(), defer_removal=True)
         finally:
+            for removal in self.logs.take_file_removals():
+                self._remove_in_background(removal)
             for partition_log in self.logs.logs_wanting_flush():
                 self.flusher.flush_in_background(partition_log)
+
+    async def remove_deleted_files(self, partition_log: PartitionLog) -> None:
+        """Unlink the files of ``partition_log``'s deleted segments on the disk threads; a
+        failure is logged (see ``_run_removal``)."""
+        removal = partition_log.take_file_removal()
+        if removal is None:
+            return
+        running = self._remove_in_background(removal)
+        if running is not None:
+            await asyncio.shield(asyncio.wrap_future(running))
+
+    def remove_deleted_files_in_background(self, partition_log: PartitionLog) -> None:
+        """``remove_deleted_files`` that nobody waits for."""
+        removal = partition_log.take_file_removal()
+        if removal is not None:
+            self._remove_in_background(removal)
+
+    def _remove_in_background(self, removal: FileRemoval) -> concurrent.futures.Future[None] | None:
+        try:
+            running = self.disk_executor.submit(_run_removal, removal)
+        except RuntimeError:  # the disk threads are shut down: the broker is stopping
+            _run_removal(removal)
+            return None
+        return running
 
     def close(self) -> None:
         try:

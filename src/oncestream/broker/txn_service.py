@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -46,9 +46,13 @@ class TxnService:
 
     def __init__(self, logs, groups: GroupService, props: dict[str, str], now_ms: Callable[[], int], allocate_producer_id,
                  on_marker: Callable[[str, int], None] = lambda topic, partition: None,
-                 mono_ms: Callable[[], int] | None = None) -> None:
+                 mono_ms: Callable[[], int] | None = None,
+                 producer_ids_ready: Callable[[], Awaitable[None]] | None = None) -> None:
         """``now_ms`` is the wall clock (record timestamps), ``mono_ms`` the monotonic clock
-        (transaction timeouts, id expiry); a caller with one clock may omit ``mono_ms``."""
+        (transaction timeouts, id expiry); a caller with one clock may omit ``mono_ms``.
+        ``producer_ids_ready`` is awaited before each timer tick, whose aborts may take a new
+        producer id (exhausted epochs), so that ``allocate_producer_id`` finds a durable one."""
+        self._producer_ids_ready = producer_ids_ready
         self.now_ms = now_ms
         self.mono_ms = mono_ms or now_ms
         self._logs = logs
@@ -175,6 +179,8 @@ class TxnService:
                 failed, self._failed_jobs = self._failed_jobs, []
                 for job in failed:
                     self.drive(Outcome(None, (), (job,)))
+                if self._producer_ids_ready is not None:
+                    await self._producer_ids_ready()
                 self.drive(self.coordinator.tick(self.now_ms(), mono_ms=self.mono_ms()))
             except Exception:  # never let one bad transaction stop every timer
                 log.exception("transaction coordinator tick failed")

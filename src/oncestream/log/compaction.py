@@ -647,9 +647,12 @@ def _remove(path: Path) -> None:
     path.unlink(missing_ok=True)
 
 
-def write_manifest(directory: Path, manifest: SwapManifest) -> None:
-    """Commit a swap: write ``cleaner.swap`` durably (temp file, fsync, rename, directory fsync)."""
-    write_file_atomically(directory / MANIFEST_FILE, manifest.encode(), rename=_rename)
+def write_manifest(directory: Path, manifest: SwapManifest, *, rename: Callable[[Path, Path], None] | None = None,
+                   fsync: Callable[[int], None] | None = None) -> None:
+    """Commit a swap: write ``cleaner.swap`` durably (temp file, fsync, rename, directory fsync).
+    ``rename`` (default ``_rename``) and ``fsync`` (default ``os.fsync``) let a caller observe
+    those steps (the install's commit job, a test's held disk)."""
+    write_file_atomically(directory / MANIFEST_FILE, manifest.encode(), rename=rename or _rename, fsync=fsync)
 
 
 def read_manifest(directory: Path) -> SwapManifest | None:
@@ -663,7 +666,15 @@ def read_manifest(directory: Path) -> SwapManifest | None:
 
 def apply_swap_files(directory: Path, manifest: SwapManifest, *, sync_directory: bool = True) -> None:
     """Put the cleaned files in place and delete the segments they replace (idempotent).
-    ``sync_directory=False`` leaves the directory fsync to the caller (the install's tail)."""
+    ``sync_directory=False`` leaves the directory fsync to the caller."""
+    rename_cleaned_files(directory, manifest)
+    remove_replaced_files(directory, manifest)
+    if sync_directory:
+        fsync_directory(directory)
+
+
+def rename_cleaned_files(directory: Path, manifest: SwapManifest) -> None:
+    """The first half of ``apply_swap_files``: every ``.cleaned`` file left over its segment."""
     for base_offset in manifest.installed_bases:
         # Indexes first and the data file last; a crash in between leaves old data with new
         # indexes only while the manifest exists, and recovery finishes this loop before any
@@ -672,14 +683,18 @@ def apply_swap_files(directory: Path, manifest: SwapManifest, *, sync_directory:
             source = cleaned_path(directory, base_offset, suffix)
             if source.exists():
                 _rename(source, directory / offset_file_name(base_offset, suffix))
+
+
+def remove_replaced_files(directory: Path, manifest: SwapManifest) -> None:
+    """The second half of ``apply_swap_files``: the files of the replaced segments that no
+    cleaned segment took over (merged into an earlier one). Only after the renames: a crash in
+    between must still find the merged data in a cleaned file or under its old name."""
     installed = set(manifest.installed_bases)
     for base_offset in manifest.replaced_bases:
         if base_offset not in installed:
             for path in Segment.paths(directory, base_offset):  # .log first
                 _remove(path)
             _remove(directory / offset_file_name(base_offset, TXN_INDEX_SUFFIX))
-    if sync_directory:
-        fsync_directory(directory)
 
 
 def finish_swap(directory: Path, *, fsync: Callable[[int], None] | None = None) -> None:

@@ -30,32 +30,82 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)
+class SwapCommit:
+    """The commit point of an installed clean, for any thread (the broker: its disk threads).
+
+    ``run`` checks the ``.cleaned`` files are still there and writes the manifest durably (temp
+    file, fsync, rename, directory fsync): from its rename on, the next open redoes the swap. The
+    log's thread serves the old segments meanwhile and does not delete the planned ones (see
+    ``CleanableLog._delete_oldest_segments``), so the committed manifest always describes the log.
+    A failure before the rename removes the ``.cleaned`` files and the temp file (nothing was
+    committed); after it the swap may be committed, so everything stays for the next open.
+    """
+
+    result: compaction.CleanedResult
+    directory: pathlib.Path
+    manifest: compaction.SwapManifest | None  # None: the clean changed no file (nothing to commit)
+    renamed: bool = False  # the manifest's rename happened: the swap may be committed
+
+    def run(self, fsync: Callable[[int], None] | None = None) -> None:
+        """Write the manifest; StorageError if the disk fails (other errors pass unchanged)."""
+        if self.manifest is None:
+            return
+        manifest = self.manifest
+
+        def rename(source: pathlib.Path, target: pathlib.Path) -> None:
+            compaction._rename(source, target)  # looked up now: tests stop the swap there
+            self.renamed = True
+
+        try:
+            for group in self.result.groups:
+                for path in compaction.cleaned_paths(self.directory, group.base_offset):
+                    if not path.exists():
+                        raise StorageError(f"cleaned file {path} disappeared before the swap")
+            compaction.write_manifest(self.directory, manifest, rename=rename, fsync=fsync)
+        except BaseException as exc:
+            if not self.renamed:
+                compaction.delete_cleaned_files(self.result)
+                (self.directory / (compaction.MANIFEST_FILE + ".tmp")).unlink(missing_ok=True)
+            if isinstance(exc, OSError):
+                raise StorageError(f"cannot commit compaction of {self.directory}: {exc}") from exc
+            raise
+
+
+@dataclass(slots=True)
 class SwapTail:
     """The durable end of an installed clean, for any thread (the broker: its disk threads).
 
-    The same order as when it ran on the log's thread, so the same crash safety: the renames'
-    directory fsync, then the checkpoint carrying the new cleaned offset, then the manifest's
-    removal (offset gaps are legal only below a durable cleaned offset, and while the manifest
-    exists the next open redoes the swap). The checkpoint is written only if the log's thread has
-    not written a newer one meanwhile (which carries this cleaned offset too); then the manifest
-    is left for ``finish_install_cleaned``, which writes the checkpoint again first.
+    The same order as when it ran on the log's thread, so the same crash safety: the files of
+    the replaced segments that no cleaned segment took over are removed (their descriptors were
+    closed on the log's thread, which no longer serves them), the directory is fsynced, then the
+    checkpoint carrying the new cleaned offset is written, then the manifest is removed (offset
+    gaps are legal only below a durable cleaned offset, and while the manifest exists the next
+    open redoes the swap). The checkpoint is written only if the log's thread has not written a
+    newer one meanwhile (which carries this cleaned offset too); then the manifest is left for
+    ``finish_install_cleaned``, which writes the checkpoint again first.
     """
 
     plan: compaction.CompactionPlan
     directory: pathlib.Path
-    swapped: bool  # files were renamed: a directory to sync and a manifest to remove
+    manifest: compaction.SwapManifest | None  # None: no file was swapped (nothing to sync or remove)
     checkpoint_file: CheckpointFile
     checkpoint: Checkpoint
     since_version: int
     written: bool = False
 
+    @property
+    def swapped(self) -> bool:
+        """Whether files were renamed: a directory to sync and a manifest to remove."""
+        return self.manifest is not None
+
     def run(self, fsync: Callable[[int], None] | None = None) -> None:
-        """The fsyncs; StorageError if the disk fails."""
+        """The removals and fsyncs; StorageError if the disk fails."""
         try:
-            if self.swapped:
+            if self.manifest is not None:
+                compaction.remove_replaced_files(self.directory, self.manifest)
                 fsync_directory(self.directory, fsync=fsync)
             self.written = self.checkpoint_file.write_unless_changed(self.checkpoint, self.since_version, fsync)
-            if self.written and self.swapped:
+            if self.written and self.manifest is not None:
                 compaction.finish_swap(self.directory, fsync=fsync)
         except OSError as exc:
             raise StorageError(f"cannot finish the compaction swap of {self.directory}: {exc}") from exc
@@ -77,6 +127,7 @@ class CleanableLog:
     _tombstone_horizon_ms: int
     _cleaning: compaction.CompactionPlan | None
     _cleaning_segments: list[Segment]
+    _committing: bool
     _checkpoint_file: CheckpointFile
     _recovery_point: int
 
@@ -189,9 +240,17 @@ class CleanableLog:
         Returns False if discarded (the ``.cleaned`` files are then removed). StorageError if the
         disk fails: before the commit point nothing changed; after it the log goes offline until
         the next open, which finishes the swap. All on the calling thread; the broker splits it
-        (``begin_install_cleaned``) to run the tail's fsyncs off its loop.
+        (``begin_install_cleaned``) to run the manifest write and the tail's fsyncs off its loop.
         """
-        tail = self.begin_install_cleaned(result, now_ms)
+        commit = self.begin_install_cleaned(result, now_ms)
+        if commit is None:
+            return False
+        try:
+            commit.run()
+        except BaseException as exc:
+            self.fail_commit_cleaned(commit, exc)
+            raise
+        tail = self.apply_install_cleaned(commit, now_ms)
         if tail is None:
             return False
         try:
@@ -202,12 +261,13 @@ class CleanableLog:
         self.finish_install_cleaned(tail)
         return True
 
-    def begin_install_cleaned(self, result: compaction.CleanedResult, now_ms: int) -> SwapTail | None:
-        """The install up to the renames, on the log's thread: None if discarded (as
-        ``install_cleaned``); else the cleaned segments serve reads already, and the returned
-        tail (directory fsync, checkpoint, manifest removal) is to ``run`` on any thread, then
-        ``finish_install_cleaned`` (or ``fail_install_cleaned``) here. No new plan is taken
-        until then, so nothing else writes or removes the manifest meanwhile."""
+    def begin_install_cleaned(self, result: compaction.CleanedResult, now_ms: int) -> SwapCommit | None:
+        """Step 1 of the install, on the log's thread: None if the plan no longer holds (the
+        result is discarded, as ``install_cleaned``); else the returned commit (the manifest
+        write) is to ``run`` on any thread, then ``apply_install_cleaned`` (or
+        ``fail_commit_cleaned``) here. Until then the log serves its old segments and keeps the
+        planned ones from retention and DeleteRecords, so the manifest, once durable, still
+        describes the log; no new plan is taken until ``finish_install_cleaned``."""
         if not self._plan_still_valid(result):
             if self._cleaning is result.plan:
                 self._cleaning = None
@@ -215,38 +275,58 @@ class CleanableLog:
             compaction.delete_cleaned_files(result)
             log.info("%s: discarding a compaction whose plan no longer holds", self.directory)
             return None
-        self._cleaning_segments = []  # self._cleaning stays set: see the docstring
-        if not result.groups:
+        self._committing = True  # self._cleaning stays set: see the docstring
+        manifest = compaction.SwapManifest.for_result(result) if result.groups else None
+        return SwapCommit(result, self.directory, manifest)
+
+    def fail_commit_cleaned(self, commit: SwapCommit, exc: BaseException) -> None:
+        """``commit.run()`` failed. Before its rename nothing was committed (it removed its
+        files) and the log carries on; after it the swap may be committed, so the log goes
+        offline until the next open finishes it."""
+        self._committing = False
+        if self._cleaning is commit.result.plan:
+            self._cleaning = None
+            self._cleaning_segments = []
+        if commit.renamed and not self._closed:
+            self._offline_reason = f"compaction commit failed after its manifest rename: {exc}"
+            log.error("%s: %s; the log is offline until restarted", self.directory, self._offline_reason)
+
+    def apply_install_cleaned(self, commit: SwapCommit, now_ms: int) -> SwapTail | None:
+        """Step 2, on the log's thread once ``commit.run()`` returned: the cleaned segments are
+        renamed in and serve reads from now on; the returned tail (removal of the merged-away
+        segments, directory fsync, checkpoint, manifest removal) is to ``run`` on any thread,
+        then ``finish_install_cleaned`` (or ``fail_install_cleaned``) here. None if the log was
+        closed or went offline meanwhile: the committed manifest is then finished by the next
+        open."""
+        self._committing = False
+        result = commit.result
+        if self._closed or self._offline_reason is not None:
+            if self._cleaning is result.plan:
+                self._cleaning = None
+                self._cleaning_segments = []
+            return None
+        self._cleaning_segments = []
+        if commit.manifest is None:
             # Nothing changed on disk, but the range is clean now.
             self._cleaned_offset = max(self._cleaned_offset, result.cleaned_offset)
             self._tombstone_horizon_ms = result.tombstone_horizon_ms
-            return self._swap_tail(result, swapped=False)
-        manifest = compaction.SwapManifest.for_result(result)
+            return self._swap_tail(result, None)
         try:
-            for group in result.groups:
-                for path in compaction.cleaned_paths(self.directory, group.base_offset):
-                    if not path.exists():
-                        raise StorageError(f"cleaned file {path} disappeared before the swap")
-            compaction.write_manifest(self.directory, manifest)  # the commit point
-        except BaseException as exc:
-            self._cleaning = None
-            compaction.delete_cleaned_files(result)
-            (self.directory / (compaction.MANIFEST_FILE + ".tmp")).unlink(missing_ok=True)
-            if isinstance(exc, OSError):
-                raise StorageError(f"cannot commit compaction of {self.directory}: {exc}") from exc
-            raise
-        try:
-            self._apply_swap(result, manifest, now_ms)
+            self._apply_swap(result, commit.manifest, now_ms)
         except BaseException as exc:
             self._cleaning = None
             self._offline_reason = f"compaction swap failed after its commit point: {exc}"
             log.error("%s: %s; the log is offline until restarted", self.directory, self._offline_reason)
             raise StorageError(f"{self.directory}: {self._offline_reason}") from exc
         log.info("%s: %s", self.directory, compaction.describe(result))
-        return self._swap_tail(result, swapped=True)
+        return self._swap_tail(result, commit.manifest)
 
-    def _swap_tail(self, result: compaction.CleanedResult, *, swapped: bool) -> SwapTail:
-        return SwapTail(result.plan, self.directory, swapped, self._checkpoint_file,
+    def _swap_held(self, segment: Segment) -> bool:
+        """Whether ``segment`` is named by a manifest being committed (it may not go yet)."""
+        return self._committing and any(segment is planned for planned in self._cleaning_segments)
+
+    def _swap_tail(self, result: compaction.CleanedResult, manifest: compaction.SwapManifest | None) -> SwapTail:
+        return SwapTail(result.plan, self.directory, manifest, self._checkpoint_file,
                         self._checkpoint(self._recovery_point), self._checkpoint_file.version)
 
     def finish_install_cleaned(self, tail: SwapTail) -> None:
@@ -272,9 +352,12 @@ class CleanableLog:
             log.error("%s: %s; the log is offline until restarted", self.directory, self._offline_reason)
 
     def _apply_swap(self, result: compaction.CleanedResult, manifest: compaction.SwapManifest, now_ms: int) -> None:
-        # The renames' directory fsync is the tail's first step (SwapTail). Until it returns the
-        # manifest is on disk, so a crash redoes these renames before any segment is opened.
-        compaction.apply_swap_files(self.directory, manifest, sync_directory=False)
+        # The renames stay on the log's thread: a reader reopening a segment by path (the
+        # descriptor cache may have closed it) must find the file that matches the segment in
+        # memory, so the files switch in the same step as the segment list. The merged-away
+        # segments' files and the directory fsync are the tail's (SwapTail); until it ends the
+        # manifest is on disk, so a crash redoes all of it before any segment is opened.
+        compaction.rename_cleaned_files(self.directory, manifest)
         replaced = set(manifest.replaced_bases)
         by_group = {group.base_offset: group for group in result.groups}
         old_by_base = {s.base_offset: s for s in self._segments if s.base_offset in replaced}
@@ -308,7 +391,7 @@ class CleanableLog:
                     raise StorageError(f"cleaned segment {base_offset} has no valid aborted-transaction index")
                 self._txn_indexes.put(index)
             else:
-                self._txn_indexes.drop(base_offset)  # its file went with the segment
+                self._txn_indexes.drop(base_offset, unlink=False)  # the tail removes its file
         self._segments = segments
         self._size_bytes = sum(segment.size_bytes for segment in segments)
         self._cleaned_offset = max(self._cleaned_offset, result.cleaned_offset)

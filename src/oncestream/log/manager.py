@@ -40,6 +40,7 @@ from oncestream.errors import (
 from oncestream.log.config import LogConfig
 from oncestream.log.descriptors import SegmentDescriptors
 from oncestream.log.durable_files import fsync_directory, write_file_atomically
+from oncestream.log.file_removal import FileRemoval
 from oncestream.log.partition_log import PartitionLog, parse_partition_dir_name
 
 log = logging.getLogger(__name__)
@@ -197,6 +198,7 @@ class LogManager:
         self._creating: dict[str, TopicCreation] = {}  # names reserved by unfinished creations
         self._altering: dict[str, TopicConfigChange] = {}  # topics whose new metadata is being written
         self._deleting: dict[str, TopicDeletion] = {}  # topics whose metadata is being removed
+        self._removing: dict[str, FileRemoval] = {}  # deleted topics whose directories are being removed
         self._closed = False
         # Latest broker time seen (open/tick); new partitions start their clocks from it.
         self._now_ms = 0
@@ -336,6 +338,8 @@ class LogManager:
         validate_topic_name(name)
         if name in self._topics or name in self._creating:
             raise TopicAlreadyExistsError(f"topic {name!r} already exists")
+        if name in self._removing:  # Kafka: "marked for deletion"
+            raise TopicAlreadyExistsError(f"topic {name!r} is being deleted")
         clashes = [other for other in [*self._topics, *self._creating] if _collision_key(other) == _collision_key(name)]
         if clashes:
             raise InvalidTopicError(f"topic {name!r} collides with existing topic {clashes[0]!r}")
@@ -408,7 +412,14 @@ class LogManager:
         except BaseException:
             self.abort_delete_topic(deletion)
             raise
-        self.finish_delete_topic(deletion)
+        removal = self.finish_delete_topic(deletion)
+        if removal is not None:
+            try:
+                removal.run()
+            except StorageError as exc:
+                log.warning("topic %r deleted, but not all its files: %s (removed at the next start)", name, exc)
+            finally:
+                self.finish_topic_removal(name, removal)
 
     def begin_delete_topic(self, name: str) -> TopicDeletion:
         """Step 1 of DeleteTopics, on the owner's thread: reserve the topic (deleting, growing
@@ -422,13 +433,17 @@ class LogManager:
         self._deleting[name] = deletion
         return deletion
 
-    def finish_delete_topic(self, deletion: TopicDeletion) -> None:
+    def finish_delete_topic(self, deletion: TopicDeletion) -> FileRemoval | None:
         """Step 3, after ``deletion.run()`` succeeded (the topic is gone for good on disk): its
-        logs close and its directories are removed."""
+        logs close. Returns the removal of its directories, to ``run`` on any thread (the
+        broker: a disk thread; a topic of many segments takes long to unlink) and then
+        ``finish_topic_removal`` here: until then the name stays taken, so a new topic of that
+        name never shares a directory with the removal. None if the manager closed meanwhile
+        (the next start removes the orphan directories)."""
         self.abort_delete_topic(deletion)  # releases the reservation
         name, info = deletion.info.name, deletion.info
         if self._closed:
-            return  # gone on disk; the next start removes the orphan directories
+            return None
         if self._topics.get(name) is not info:
             raise LogInvariantError(f"topic {name!r} changed while reserved for deletion")
         del self._topics[name]
@@ -436,8 +451,15 @@ class LogManager:
             partition_log = self._logs.pop((name, partition), None)
             if partition_log is not None:
                 partition_log.abandon()
-            # A failure here leaves an orphan directory, removed at the next start.
-            shutil.rmtree(self._partition_dir(name, partition), ignore_errors=True)
+        removal = FileRemoval(directories=[self._partition_dir(name, p) for p in range(info.num_partitions)])
+        self._removing[name] = removal
+        return removal
+
+    def finish_topic_removal(self, name: str, removal: FileRemoval) -> None:
+        """After the deleted topic's ``removal`` ran (or failed: a directory left behind is an
+        orphan, removed at the next start): its name is free again."""
+        if self._removing.get(name) is removal:
+            del self._removing[name]
 
     def abort_delete_topic(self, deletion: TopicDeletion) -> None:
         """Release the reservation of ``deletion`` (its ``run()`` failed: the topic stays)."""
@@ -559,9 +581,10 @@ class LogManager:
 
     # --- housekeeping and lifecycle -------------------------------------------------------------
 
-    def tick(self, now_ms: int) -> int:
+    def tick(self, now_ms: int, *, defer_removal: bool = False) -> int:
         """Retention and producer-id expiry on every log (the flushes they make due are for the
-        caller to run, see ``logs_wanting_flush``).
+        caller to run, see ``logs_wanting_flush``; with ``defer_removal`` so are the deleted
+        segments' file removals, see ``take_file_removals``).
 
         Returns the number of segments deleted. One failing log does not stop the others; the
         first error is raised after all were visited.
@@ -572,7 +595,7 @@ class LogManager:
         first_error: BaseException | None = None
         for partition_log in list(self._logs.values()):
             try:
-                deleted += partition_log.apply_retention(now_ms)
+                deleted += partition_log.apply_retention(now_ms, defer_removal=defer_removal)
                 partition_log.expire_producers(now_ms)
             except (StorageError, OSError) as exc:
                 log.error("housekeeping of %s failed: %s", partition_log.directory, exc)
@@ -580,6 +603,10 @@ class LogManager:
         if first_error is not None:
             raise first_error
         return deleted
+
+    def take_file_removals(self) -> list[FileRemoval]:
+        """The files of every log's deleted segments, to remove on any thread."""
+        return [removal for partition_log in self._logs.values() if (removal := partition_log.take_file_removal())]
 
     def logs_wanting_flush(self) -> list[PartitionLog]:
         """The logs whose ``wants_flush()`` says a flush is due (rolled segments, flush.messages)."""

@@ -53,6 +53,7 @@ from oncestream.log.batch_records import has_keyless_record
 from oncestream.log.config import INT64_MAX, LogConfig
 from oncestream.log.descriptors import SegmentDescriptors
 from oncestream.log.durable_files import fsync_directory
+from oncestream.log.file_removal import FileRemoval
 from oncestream.log.flush_job import FdatasyncFn, FlushJob
 from oncestream.log.log_append_time import prepare_log_append_time
 from oncestream.log.log_cleaning import CleanableLog
@@ -86,7 +87,7 @@ from oncestream.log.segment import (
 from oncestream.log.transactions import (
     read_control_marker,
 )
-from oncestream.log.txn_index import TxnIndexes
+from oncestream.log.txn_index import TxnIndexes, txn_index_path
 from oncestream.protocol.compression import recompress_batch
 from oncestream.protocol.record_batch import (
     BatchHeader,
@@ -153,6 +154,8 @@ class PartitionLog(CleanableLog):
         self._tombstone_horizon_ms = compaction.NO_HORIZON
         self._cleaning: compaction.CompactionPlan | None = None  # planned, not yet installed
         self._cleaning_segments: list[Segment] = []
+        self._committing = False  # a clean's manifest is being written: its segments stay
+        self._doomed_files: list[pathlib.Path] = []  # of deleted segments, not removed yet (take_file_removal)
         # Set when a committed swap failed halfway: the files are fixed by the next open, but the
         # segments in memory no longer match them, so the log refuses all work (Kafka takes the
         # log directory offline for the same reason).
@@ -510,6 +513,7 @@ class PartitionLog(CleanableLog):
         if move is not None:
             move.run()
             self.finish_delete_records(move)
+            self._remove_deleted_files()
         return self.log_start_offset
 
     def begin_delete_records(self, before_offset: int) -> LogStartMove | None:
@@ -531,19 +535,20 @@ class PartitionLog(CleanableLog):
 
     def finish_delete_records(self, move: LogStartMove) -> int:
         """DeleteRecords' last step, once ``move`` ran: delete the segments wholly below the log
-        start it made durable (not below a later one that may not be durable yet). Returns the
-        log start offset."""
+        start it made durable (not below a later one that may not be durable yet); their files
+        are left to ``take_file_removal``. Returns the log start offset."""
         self._check_open()
         if not move.written:
             self._write_checkpoint()  # rare: a concurrent write may have failed (see LogStartMove)
         self._delete_oldest_segments(lambda segment, next_segment: next_segment.base_offset <= move.log_start_offset)
         return self.log_start_offset
 
-    def apply_retention(self, now_ms: int) -> int:
+    def apply_retention(self, now_ms: int, *, defer_removal: bool = False) -> int:
         """Delete old segments by retention.ms (segment max timestamp) and retention.bytes.
 
         Only for cleanup.policy containing ``delete``; the active segment is never deleted. Returns
-        the number of segments deleted.
+        the number of segments deleted. Their files are removed before returning, or with
+        ``defer_removal`` left to ``take_file_removal`` (the broker removes them off its loop).
         """
         self._check_open()
         config = self.config
@@ -565,21 +570,27 @@ class PartitionLog(CleanableLog):
             deleted += self._delete_oldest_segments(over_size)
         # DeleteRecords may have moved the log start beyond whole segments since the last check.
         deleted += self._delete_oldest_segments(lambda _, next_segment: next_segment.base_offset <= self.log_start_offset)
+        if not defer_removal:
+            self._remove_deleted_files()
         return deleted
 
     def _delete_oldest_segments(self, predicate) -> int:
         """Delete segments from the oldest while ``predicate(segment, next_segment)`` holds."""
         deleted = 0
-        while len(self._segments) > 1 and predicate(self._segments[0], self._segments[1]):
+        # A segment named by a manifest being committed stays until the swap is applied: the
+        # manifest, once durable, must describe the log (a later pass deletes it).
+        while (len(self._segments) > 1 and not self._swap_held(self._segments[0])
+               and predicate(self._segments[0], self._segments[1])):
             segment = self._segments.pop(0)
             self._size_bytes -= segment.size_bytes
-            try:
-                segment.delete()
-            except OSError as exc:
-                raise StorageError(f"cannot delete segment {segment.log_path}: {exc}") from exc
+            # Out of the list and its descriptor closed: nothing reaches the files any more, so
+            # their unlinks may run later on another thread (``take_file_removal``).
+            segment.release()
+            self._doomed_files.extend(Segment.paths(self.directory, segment.base_offset))  # .log first
             # Aborts indexed with this segment's markers go with it (after the .log, so a crash
             # in between leaves an orphan index that the next open removes).
-            self._txn_indexes.drop(segment.base_offset)
+            self._txn_indexes.drop(segment.base_offset, unlink=False)
+            self._doomed_files.append(txn_index_path(self.directory, segment.base_offset))
             self._directory_dirty = True
             deleted += 1
         if deleted:
@@ -588,6 +599,20 @@ class PartitionLog(CleanableLog):
             log.info("%s: deleted %d segment(s); log start %d", self.directory, deleted, self.log_start_offset)
         self._assert_invariants()
         return deleted
+
+    def take_file_removal(self) -> FileRemoval | None:
+        """The files of segments deleted since the last call (retention, DeleteRecords), for
+        the owner to remove on any thread (the broker: its disk threads); None if there are none."""
+        if not self._doomed_files:
+            return None
+        doomed, self._doomed_files = self._doomed_files, []
+        return FileRemoval(files=doomed)
+
+    def _remove_deleted_files(self) -> None:
+        """The synchronous API's removal: the deleted segments' files go now, on this thread."""
+        removal = self.take_file_removal()
+        if removal is not None:
+            removal.run()
 
     def expire_producers(self, now_ms: int) -> int:
         """Forget producers idle for producer.id.expiration.ms; returns how many."""
@@ -715,6 +740,7 @@ class PartitionLog(CleanableLog):
             # The files no longer match the segments in memory; the next open repairs them.
             self.abandon()
             return
+        self._remove_deleted_files()  # an owner that left them: gone before the log counts as clean
         for segment in self._segments:
             segment.seal()
             segment.flush(include_indexes=True)

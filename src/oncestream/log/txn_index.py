@@ -264,13 +264,17 @@ class TxnIndexes:
         except OSError as exc:
             raise StorageError(f"cannot create {txn_index_path(self.directory, base_offset)}: {exc}") from exc
 
-    def drop(self, base_offset: int) -> None:
-        """Delete a segment's index with the segment (whether or not it was loaded)."""
+    def drop(self, base_offset: int, *, unlink: bool = True) -> None:
+        """Delete a segment's index with the segment (whether or not it was loaded);
+        ``unlink=False`` only forgets it, leaving the file to a caller that removes it later
+        (off the log's thread)."""
         index = self._by_base.pop(base_offset, None)
         if index is not None:
             index.release()
         self._note_aborts(base_offset, False)
         self._unsynced.discard(base_offset)
+        if not unlink:
+            return
         try:
             txn_index_path(self.directory, base_offset).unlink(missing_ok=True)
         except OSError as exc:

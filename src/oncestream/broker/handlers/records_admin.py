@@ -3,7 +3,8 @@
 Per partition, in the log's three steps (``log/log_start.py``): the log start moves on the loop,
 its checkpoint is written and fsynced on the broker's disk threads while the loop serves other
 clients, and the segments below it are deleted back on the loop once that write returned (the
-synchronous order, so a crash leaves no log start behind deleted data).
+synchronous order, so a crash leaves no log start behind deleted data); their files are unlinked
+on the disk threads again before the answer.
 """
 
 from __future__ import annotations
@@ -32,17 +33,20 @@ async def _make_durable(state: BrokerState, partition_log: PartitionLog, move: L
     try:
         await asyncio.shield(running)
     except asyncio.CancelledError:
-        running.add_done_callback(lambda _: _finish_later(partition_log, move, running))
+        running.add_done_callback(lambda _: _finish_later(state, partition_log, move, running))
         raise
 
 
-def _finish_later(partition_log: PartitionLog, move: LogStartMove, running: asyncio.Future[None]) -> None:
+def _finish_later(state: BrokerState, partition_log: PartitionLog, move: LogStartMove,
+                  running: asyncio.Future[None]) -> None:
     if running.cancelled() or running.exception() is not None or partition_log.closed:
         return  # the segments stay below the log start until the next DeleteRecords or retention
     try:
         partition_log.finish_delete_records(move)
     except KafkaError as exc:
         log.warning("%s: deleting segments below the log start failed: %s", partition_log.directory, exc)
+        return
+    state.remove_deleted_files_in_background(partition_log)
 
 
 async def handle_delete_records(state: BrokerState, header: RequestHeader, request) -> object:
@@ -64,6 +68,7 @@ async def handle_delete_records(state: BrokerState, header: RequestHeader, reque
                     if partition_log.closed:  # the topic was deleted meanwhile
                         raise UnknownTopicOrPartitionError(f"{t.name}-{p.partition_index} was deleted")
                     partition_log.finish_delete_records(move)
+                    await state.remove_deleted_files(partition_log)
                 low = partition_log.log_start_offset
             except KafkaError as exc:
                 error = exc.code

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import datetime
+import logging
 import uuid
 
 from kio.schema.errors import ErrorCode
@@ -14,10 +15,12 @@ from oncestream.broker.disk_step import run_disk_step
 from oncestream.broker.handlers.metadata import INTERNAL_TOPICS
 from oncestream.broker.state import BrokerState
 from oncestream.broker.topic_creation import run_creation
-from oncestream.errors import KafkaError
+from oncestream.errors import KafkaError, StorageError
 from oncestream.log.config import LogConfig
 from oncestream.protocol.api_keys import CREATE_PARTITIONS, CREATE_TOPICS, DELETE_TOPICS
 from oncestream.protocol.codec import RequestHeader, build, response_module
+
+log = logging.getLogger(__name__)
 
 _NIL_UUID = uuid.UUID(int=0)
 # Kafka's controller (ReplicationControlManager.MAX_PARTITIONS_PER_BATCH) refuses a CreateTopics or
@@ -148,14 +151,27 @@ async def handle_delete(state: BrokerState, header: RequestHeader, request) -> o
 
 async def _delete_topic(state: BrokerState, name: str) -> None:
     """The metadata file is unlinked and its directory fsynced on the disk threads; the logs
-    close and the directories go back on the loop, after that (``LogManager.begin_delete_topic``)."""
+    close back on the loop after that (``LogManager.begin_delete_topic``); then the partition
+    directories are removed on the disk threads too (a topic of many segments takes long to
+    unlink), the name staying taken until they are gone. The answer waits for all of it."""
     deletion = state.logs.begin_delete_topic(name)
-    await run_disk_step(
+    removal = await run_disk_step(
         state, lambda: deletion.run(state.disk_fsync),
         finish=lambda: state.logs.finish_delete_topic(deletion),
         abort=lambda: state.logs.abort_delete_topic(deletion),
         what=f"deletion of topic {name!r}",
     )
+    if removal is None:
+        return
+    try:
+        await run_disk_step(
+            state, removal.run,
+            finish=lambda: state.logs.finish_topic_removal(name, removal),
+            abort=lambda: state.logs.finish_topic_removal(name, removal),
+            what=f"removal of the files of deleted topic {name!r}",
+        )
+    except StorageError as exc:  # the topic is gone; a directory left is removed at the next start
+        log.warning("topic %r deleted, but not all its files: %s", name, exc)
 
 
 async def handle_create_partitions(state: BrokerState, header: RequestHeader, request) -> object:

@@ -15,7 +15,7 @@ from oncestream.broker.authorize import Op, Res, authorize, authorize_any
 from oncestream.broker.state import BrokerState
 from oncestream.broker.txn_service import fenced_for_version
 from oncestream.coordinator.group.messages import PartitionOffsetCommit
-from oncestream.errors import KafkaError, TopicAuthorizationFailedError
+from oncestream.errors import KafkaError, StorageError, TopicAuthorizationFailedError
 from oncestream.protocol import api_keys as k
 from oncestream.protocol.codec import RequestHeader, build, response_module
 from oncestream.topic_partition import TopicPartition
@@ -48,11 +48,18 @@ def _init_producer_id_refusal(state: BrokerState, request) -> ErrorCode | None:
     return None
 
 
-def handle_init_producer_id(state: BrokerState, header: RequestHeader, request) -> object:
+async def handle_init_producer_id(state: BrokerState, header: RequestHeader, request) -> object:
     m = response_module(k.INIT_PRODUCER_ID, header.api_version)
     if (refusal := _init_producer_id_refusal(state, request)) is not None:
         return build(m.InitProducerIdResponse, throttle_time=_ZERO, error_code=refusal, producer_id=-1,
                      producer_epoch=-1)
+    # A new producer id may be needed: wait (off the loop) until one is durable. Nothing runs
+    # between this and the synchronous coordinator call below, so the id is still there.
+    try:
+        await state.producer_ids.ready()
+    except StorageError:
+        return build(m.InitProducerIdResponse, throttle_time=_ZERO, error_code=ErrorCode.coordinator_not_available,
+                     producer_id=-1, producer_epoch=-1)
     if request.transactional_id is None:
         # Idempotent producers always get a fresh id (also when bumping after a sequence error,
         # KIP-360): a new id gives a clean sequence space.
@@ -188,10 +195,15 @@ def handle_add_offsets_to_txn(state: BrokerState, header: RequestHeader, request
     return build(m.AddOffsetsToTxnResponse, throttle_time=_ZERO, error_code=error)
 
 
-def handle_end_txn(state: BrokerState, header: RequestHeader, request) -> object:
+async def handle_end_txn(state: BrokerState, header: RequestHeader, request) -> object:
     m = response_module(k.END_TXN, header.api_version)
     if not _txn_id_allowed(state, request.transactional_id):
         return build(m.EndTxnResponse, throttle_time=_ZERO, error_code=ErrorCode.transactional_id_authorization_failed,
+                     producer_id=-1, producer_epoch=-1)
+    try:
+        await state.producer_ids.ready()  # an exhausted epoch takes a new producer id (KIP-890)
+    except StorageError:
+        return build(m.EndTxnResponse, throttle_time=_ZERO, error_code=ErrorCode.coordinator_not_available,
                      producer_id=-1, producer_epoch=-1)
     txn = state.transactions
     resp = txn.call(
