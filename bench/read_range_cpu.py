@@ -23,10 +23,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "src"), str(ROOT / "bench")]
 
-from spark_pipeline import _create_topics, _fill  # noqa: E402
-
 from oncestream.broker_process import OnceStreamBroker  # noqa: E402
 from oncestream.spark.partition_reader import OffsetRange, read_range  # noqa: E402
+from spark_pipeline import _create_topics, _fill  # noqa: E402
 
 PARTITIONS = 2
 
