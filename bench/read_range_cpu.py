@@ -8,11 +8,11 @@ It fills a 2-partition topic with ``--records`` records of ``--record-bytes`` by
 is 205 MB), reads it once to warm up, then reads it ``--rounds`` times and prints each run.
 
     PYTHONPATH=src .venv/bin/python bench/read_range_cpu.py --records 200000 --rounds 5
-    PYTHONPATH=src .venv/bin/python bench/read_range_cpu.py --rounds 5 --receive-buffer bytearray
 
 It refuses to run without the C column builder built in the checkout it runs from (``python
-setup.py build_ext --inplace``): it would otherwise measure the pure-Python builder. ``--receive-buffer`` needs a checkout whose
-``LogClient`` takes ``buffer_factory``; the default mode runs on older checkouts too.
+setup.py build_ext --inplace``): it would otherwise measure the pure-Python builder. It runs
+unchanged on older checkouts (before and after a change: run it from each); ``fetch_buffers_ab.py``
+compares variants of the receive path in one process, which is steadier on a shared machine.
 """
 
 from __future__ import annotations
@@ -28,11 +28,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "src"), str(ROOT / "bench")]
 
-import pyarrow as pa  # noqa: E402
-
 from oncestream.broker_process import OnceStreamBroker  # noqa: E402
 from oncestream.spark.arrow_columns import native_available  # noqa: E402
-from oncestream.spark.log_client import LogClient  # noqa: E402
 from oncestream.spark.partition_reader import OffsetRange, read_range  # noqa: E402
 from spark_pipeline import _create_topics, _fill  # noqa: E402
 
@@ -49,16 +46,11 @@ def _end_offsets(bootstrap: str, topic: str) -> list[int]:
         consumer.close()
 
 
-def _read_all(bootstrap: str, topic: str, ends: list[int], receive_buffer: str) -> int:
+def _read_all(bootstrap: str, topic: str, ends: list[int]) -> int:
+    """Read every partition as a Spark task does (``read_range`` makes its own client)."""
     rows = 0
     for partition, end in enumerate(ends):
-        rng = OffsetRange(topic, partition, 0, end, bootstrap, True, True)
-        if receive_buffer == "default":  # what a Spark task does: read_range makes its own client
-            rows += sum(batch.num_rows for batch in read_range(rng))
-            continue
-        factory = bytearray if receive_buffer == "bytearray" else pa.allocate_buffer
-        with LogClient(bootstrap, client_id="oncestream-spark-source", buffer_factory=factory) as client:
-            rows += sum(batch.num_rows for batch in read_range(rng, client))
+        rows += sum(batch.num_rows for batch in read_range(OffsetRange(topic, partition, 0, end, bootstrap, True, True)))
     return rows
 
 
@@ -67,8 +59,6 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=200_000)
     parser.add_argument("--record-bytes", type=int, default=1024)
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--receive-buffer", choices=("default", "bytearray", "pyarrow"), default="default",
-                        help="what Fetch responses are received into (default: read_range's choice)")
     args = parser.parse_args()
     if not native_available():
         raise SystemExit("the C column builder is not built in this checkout: python setup.py build_ext --inplace")
@@ -79,13 +69,13 @@ def main() -> None:
             _create_topics(broker.bootstrap, PARTITIONS, "in")
             _fill(broker.bootstrap, "in", args.records, args.record_bytes)
             ends = _end_offsets(broker.bootstrap, "in")
-            if _read_all(broker.bootstrap, "in", ends, args.receive_buffer) != args.records:  # warm-up, and a check
+            if _read_all(broker.bootstrap, "in", ends) != args.records:  # warm-up, and a check
                 raise SystemExit("read back a different number of records")
             cpu_s, faults = [], []
             for round_no in range(args.rounds):
                 before = resource.getrusage(resource.RUSAGE_SELF)
                 started = time.perf_counter()
-                rows = _read_all(broker.bootstrap, "in", ends, args.receive_buffer)
+                rows = _read_all(broker.bootstrap, "in", ends)
                 wall_s = time.perf_counter() - started
                 after = resource.getrusage(resource.RUSAGE_SELF)
                 user_s, sys_s = after.ru_utime - before.ru_utime, after.ru_stime - before.ru_stime

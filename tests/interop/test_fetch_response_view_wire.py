@@ -100,15 +100,3 @@ def test_log_client_fetch_returns_records_as_a_view(broker, topic_with_transacti
     assert isinstance(result.records, memoryview) and result.records.readonly
     assert b"plain-0-0" in bytes(result.records) and b"after-0" in bytes(result.records)
 
-
-def test_responses_received_into_pyarrow_buffers_read_the_same(broker, topic_with_transactions) -> None:
-    """With pyarrow's allocator as the receive buffer (what ``read_range`` passes), the records
-    are a view of that pyarrow buffer and equal what a bytearray-backed client reads."""
-    import pyarrow as pa
-
-    tp = (topic_with_transactions, 0)
-    with LogClient(broker.bootstrap) as plain, LogClient(broker.bootstrap, buffer_factory=pa.allocate_buffer) as pooled:
-        expected = plain.fetch(tp, 0, max_bytes=1 << 20, read_committed=True)
-        got = pooled.fetch(tp, 0, max_bytes=1 << 20, read_committed=True)
-    assert isinstance(got.records.obj, pa.Buffer)
-    assert bytes(got.records) == bytes(expected.records) and got.aborted == expected.aborted

@@ -338,8 +338,8 @@ def test_spark_log_client_passes_kafka_ssl_options_through(tls_broker: BrokerPro
 
 def test_spark_partition_reader_reads_over_tls(tls_broker: BrokerProcess, pki: Pki) -> None:
     """The source's task body (``read_range``) over an SSL listener: each Fetch response is
-    received with ``recv_into`` through the TLS socket into a pyarrow buffer, several MB of it
-    (many TLS records per response), and every record comes back once, in order."""
+    received with ``recv_into`` through the TLS socket into one buffer, several MB of it (many TLS
+    records per response), read without copying, and every record comes back once, in order."""
     from oncestream.spark.log_client import ClientSettings
     from oncestream.spark.options import kafka_params
     from oncestream.spark.partition_reader import OffsetRange, read_range

@@ -48,13 +48,8 @@ class BrokerConnection:
         max_versions: dict[int, int] | None = None,
         sasl: SaslCredentials | None = None,
         ssl_context: ssl.SSLContext | None = None,
-        buffer_factory: Callable[[int], Any] = bytearray,
     ) -> None:
-        """Connect, ask ApiVersions and authenticate (``sasl``). ``buffer_factory(size)`` makes
-        the buffer each response frame is received into (anything exporting a writable buffer;
-        default ``bytearray``, zero-filled): a caller may pass an allocator of uninitialized memory."""
         self.host, self.port = host, port
-        self._buffer_factory = buffer_factory
         self._client_id = client_id.encode()
         self._max_versions = max_versions or {}
         self._correlation_id = 0
@@ -159,13 +154,12 @@ class BrokerConnection:
                 raise BrokerUnreachableError(f"{self.host}:{self.port}: response header runs past the frame")
         return payload, pos
 
-    def _recv_exact(self, size: int, factory: Callable[[int], Any] = bytearray) -> Any:
-        """Exactly ``size`` bytes from the socket, received straight into one buffer made by
-        ``factory(size)`` (anything exporting a writable buffer).
+    def _recv_exact(self, size: int) -> bytearray:
+        """Exactly ``size`` bytes from the socket, received straight into one buffer.
 
         One allocation and no copy beyond the kernel's: a Fetch response of tens of MB was
         otherwise copied three times (chunks, their concatenation, the final bytes)."""
-        buf = factory(size)
+        buf = bytearray(size)
         view = memoryview(buf)
         got = 0
         while got < size:
@@ -180,10 +174,10 @@ class BrokerConnection:
         (size,) = _SIZE.unpack(self._recv_exact(4))
         if size < 0:
             raise BrokerUnreachableError(f"{self.host}:{self.port}: negative response size {size}")
-        # Read-only: kio's reader refuses writable buffers, and views handed out must not be
-        # able to change the frame under another view.
-        view = memoryview(self._recv_exact(size, self._buffer_factory)).toreadonly()
-        return view if view.format == "B" else view.cast("B")
+        # Read-only: kio's reader refuses writable buffers, and views handed out (call_raw) must
+        # not be able to change the frame under another view. (Receiving into pyarrow's pool
+        # instead, uninitialized memory, was measured and dropped: docs/benchmarks.md.)
+        return memoryview(self._recv_exact(size)).toreadonly()
 
     def close(self) -> None:
         self._sock.close()

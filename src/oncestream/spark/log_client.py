@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import datetime
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from kio.schema.errors import ErrorCode
 
@@ -148,10 +147,7 @@ class LogClient:
     """Blocking connections to a cluster's brokers, keyed by node id."""
 
     def __init__(self, bootstrap_servers: str, *, client_id: str = "oncestream-spark",
-                 timeout_s: float | None = None, settings: ClientSettings | None = None,
-                 buffer_factory: Callable[[int], Any] = bytearray) -> None:
-        """``buffer_factory(size)`` makes the buffer each response is received into (see
-        ``BrokerConnection``); the partition reader passes pyarrow's allocator (``read_range``)."""
+                 timeout_s: float | None = None, settings: ClientSettings | None = None) -> None:
         self.settings = settings or ClientSettings()
         # A user's kafka.client.id names every connection, as it does every Kafka client of
         # Spark's connector; otherwise the caller's role name does.
@@ -159,7 +155,6 @@ class LogClient:
         self._timeout_s = timeout_s if timeout_s is not None else self.settings.request_timeout_ms / 1000
         self._backoff_s = self.settings.retry_backoff_ms / 1000
         self._bootstrap = _split_bootstrap(bootstrap_servers)
-        self._buffer_factory = buffer_factory
         self._any: BrokerConnection | None = None
         self._by_node: dict[int, BrokerConnection] = {}
         self._brokers: dict[int, tuple[str, int]] = {}
@@ -173,8 +168,7 @@ class LogClient:
     def _connect(self, host: str, port: int) -> BrokerConnection:
         # Fetch v13+ names topics by id; the connector names them, so it stays at v12.
         return BrokerConnection(host, port, client_id=self._client_id, timeout_s=self._timeout_s,
-                                max_versions={FETCH: 12}, ssl_context=self._ssl_context, sasl=self._sasl,
-                                buffer_factory=self._buffer_factory)
+                                max_versions={FETCH: 12}, ssl_context=self._ssl_context, sasl=self._sasl)
 
     def any_connection(self) -> BrokerConnection:
         """A connection to some broker (the first bootstrap server that answers)."""

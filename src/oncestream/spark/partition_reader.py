@@ -174,10 +174,7 @@ def read_range(rng: OffsetRange, client: LogClient | None = None) -> Iterator[pa
     The next Fetch runs ahead on a background thread (``FetchAhead``): a caller's ``client`` is
     in use until the generator is exhausted or closed, which waits for a fetch in flight."""
     own = client is None
-    # Responses land in pyarrow's pool (uninitialized memory it keeps for reuse: no zero-fill, few
-    # page faults; measured in docs/benchmarks.md) and the records stay views of them.
-    log = client or LogClient(rng.bootstrap_servers, client_id="oncestream-spark-source", settings=rng.client,
-                              buffer_factory=pa.allocate_buffer)
+    log = client or LogClient(rng.bootstrap_servers, client_id="oncestream-spark-source", settings=rng.client)
     fetches = FetchAhead(log, rng)
     try:
         yield from _read(rng, fetches)
