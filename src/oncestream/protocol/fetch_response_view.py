@@ -9,8 +9,10 @@ request) still goes through kio.
 
 The field order follows the protocol guide's FetchResponse schema for v4-v12 (the versions the
 Spark log client negotiates; v13+ names topics by id). v12 is flexible: compact lengths, and
-tagged fields after the header, each topic, each partition and each aborted transaction, which
-are skipped (this reader needs none of them; their presence changes nothing it returns).
+tagged fields after each aborted transaction, partition and topic and at the end of the body,
+which are skipped (this reader needs none of them; their presence changes nothing it returns).
+The response header (correlation id and, in v12, its own tagged fields) is the connection's:
+the body starts after it (``BrokerConnection.call_raw`` returns where).
 
 Every malformed or truncated body raises ``MalformedFetchResponseError`` and nothing else: lengths
 are checked against the bytes left before anything is sliced or any array is built, so a length

@@ -23,6 +23,7 @@ from oncestream.client.sasl import SaslCredentials
 from oncestream.client.tls import ssl_context_for
 from oncestream.protocol.api_keys import CREATE_TOPICS, FETCH, LIST_OFFSETS, LIST_TRANSACTIONS, METADATA, PRODUCE
 from oncestream.protocol.codec import build
+from oncestream.protocol.fetch_response_view import MAX_VERSION as FETCH_VIEW_MAX_VERSION
 from oncestream.protocol.fetch_response_view import (
     FetchResponseView,
     MalformedFetchResponseError,
@@ -166,9 +167,11 @@ class LogClient:
     # --- connections ------------------------------------------------------------------------
 
     def _connect(self, host: str, port: int) -> BrokerConnection:
-        # Fetch v13+ names topics by id; the connector names them, so it stays at v12.
+        # Fetch v13+ names topics by id; the connector names them, so it stays at v12, the last
+        # version the zero-copy reader (fetch_response_view) reads.
         return BrokerConnection(host, port, client_id=self._client_id, timeout_s=self._timeout_s,
-                                max_versions={FETCH: 12}, ssl_context=self._ssl_context, sasl=self._sasl)
+                                max_versions={FETCH: FETCH_VIEW_MAX_VERSION}, ssl_context=self._ssl_context,
+                                sasl=self._sasl)
 
     def any_connection(self) -> BrokerConnection:
         """A connection to some broker (the first bootstrap server that answers)."""
