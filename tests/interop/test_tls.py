@@ -263,6 +263,29 @@ def test_spark_log_client_passes_kafka_ssl_options_through(tls_broker: BrokerPro
         client.close()
 
 
+def test_spark_partition_reader_reads_over_tls(tls_broker: BrokerProcess, pki: Pki) -> None:
+    """The source's task body (``read_range``) over an SSL listener: each Fetch response is
+    received with ``recv_into`` through the TLS socket into one buffer, several MB of it (many TLS
+    records per response), read without copying, and every record comes back once, in order."""
+    from oncestream.spark.log_client import ClientSettings
+    from oncestream.spark.options import kafka_params
+    from oncestream.spark.partition_reader import OffsetRange, read_range
+    from tests.support.clients import create_topic, unique_topic
+    from tests.support.txn import plain_produce
+
+    topic = unique_topic("tls-read")
+    plain = tls_broker.listener_bootstrap("PLAINTEXT")
+    create_topic(plain, topic)
+    values = [b"%06d" % i + b"x" * 4000 for i in range(1500)]  # 6 MB: two responses of up to 4 MiB
+    plain_produce(plain, topic, {0: values})
+    options = {f"kafka.{k}": v for k, v in _ssl_conf(pki).items()}
+    settings = ClientSettings.from_config(kafka_params({"kafka.bootstrap.servers": "unused:0", **options}))
+    rng = OffsetRange(topic, 0, 0, len(values), tls_broker.listener_bootstrap("SSL"), read_committed=True,
+                      fail_on_data_loss=True, client=settings)
+    read = [v for batch in read_range(rng) for v in batch.column("value").to_pylist()]
+    assert read == values
+
+
 # -- the broker command --------------------------------------------------------------------------
 @pytest.mark.parametrize("args, message", [
     (["--listen", "127.0.0.1:0", "--config", "listeners=PLAINTEXT://127.0.0.1:0"], "either --listen or"),

@@ -51,7 +51,7 @@ class FakeLog:
             if offset == self.failing_offset:
                 raise BrokerRequestError("broker gone")
             count = max(0, min(2, self.end - offset))
-            return FetchResult(ErrorCode.none, _records(offset, count), (), self.end, self.end, 0)
+            return FetchResult(ErrorCode.none, memoryview(_records(offset, count)), (), self.end, self.end, 0)
         finally:
             self._busy.release()
 

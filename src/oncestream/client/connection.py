@@ -35,7 +35,8 @@ class UnsupportedApiError(RuntimeError):
 
 
 class BrokerConnection:
-    """One TCP connection; ``call`` sends a request and returns the decoded response."""
+    """One TCP connection; ``call`` sends a request and returns the decoded response, ``call_raw``
+    the response frame undecoded."""
 
     def __init__(
         self,
@@ -86,7 +87,29 @@ class BrokerConnection:
         version = self.version_for(api_key)
         return self._call_version(api_key, version, lambda m: make(m, version))
 
+    def call_raw(self, api_key: int, make: Callable[[ModuleType], Any]) -> tuple[int, memoryview, int]:
+        """Send ``make(request_module)`` at the negotiated version; return the response undecoded.
+
+        Returns (version, payload, body_offset): ``payload`` is the read-only response frame
+        (without its size prefix) in the buffer it was received into, and the body starts at
+        ``body_offset`` (after the correlation id and the header's tagged fields). For a reader
+        that keeps parts of the frame as views instead of copying them (``fetch_response_view``).
+        """
+        version = self.version_for(api_key)
+        correlation_id = self._send(api_key, version, make)
+        payload, body_offset = self._receive(api_key, version, correlation_id)
+        return version, payload, body_offset
+
     def _call_version(self, api_key: int, version: int, make: Callable[[ModuleType], Any]) -> Any:
+        correlation_id = self._send(api_key, version, make)
+        payload, pos = self._receive(api_key, version, correlation_id)
+        resp_cls = response_class(api_key, version)
+        check_array_lengths(resp_cls, payload, pos)  # kio would abort the process (length_guard)
+        response, _ = reader_for(resp_cls)(payload, pos)
+        return response
+
+    def _send(self, api_key: int, version: int, make: Callable[[ModuleType], Any]) -> int:
+        """Frame and send one request; returns its correlation id."""
         request = make(request_module(api_key, version))
         self._correlation_id += 1
         correlation_id = self._correlation_id
@@ -101,24 +124,35 @@ class BrokerConnection:
         _SIZE.pack_into(frame, 0, len(frame) - 4)
         try:
             self._sock.sendall(frame)
+        except OSError as exc:
+            raise BrokerUnreachableError(f"{self.host}:{self.port}: {exc}") from exc
+        finally:
             del frame
+        return correlation_id
+
+    def _receive(self, api_key: int, version: int, correlation_id: int) -> tuple[memoryview, int]:
+        """The response frame to ``correlation_id`` and the offset of its body (after the
+        response header: correlation id, then tagged fields in header v1)."""
+        try:
             payload = self._recv_frame()
         except OSError as exc:
             raise BrokerUnreachableError(f"{self.host}:{self.port}: {exc}") from exc
+        if len(payload) < 4:
+            raise BrokerUnreachableError(f"{self.host}:{self.port}: response shorter than its header")
         (got_id,) = _SIZE.unpack_from(payload, 0)
         if got_id != correlation_id:
             raise BrokerUnreachableError("response correlation id mismatch")
         pos = 4
-        resp_cls = response_class(api_key, version)
-        if resp_cls.__flexible__ and api_key != API_VERSIONS_KEY:
+        # Flexible responses use header v1, except ApiVersions' (always v0, KIP-511).
+        if response_class(api_key, version).__flexible__ and api_key != API_VERSIONS_KEY:
             count, pos = read_uvarint(payload, pos)
             for _ in range(count):
                 _tag, pos = read_uvarint(payload, pos)
                 size, pos = read_uvarint(payload, pos)
                 pos += size
-        check_array_lengths(resp_cls, payload, pos)  # kio would abort the process (length_guard)
-        response, _ = reader_for(resp_cls)(payload, pos)
-        return response
+            if pos > len(payload):
+                raise BrokerUnreachableError(f"{self.host}:{self.port}: response header runs past the frame")
+        return payload, pos
 
     def _recv_exact(self, size: int) -> bytearray:
         """Exactly ``size`` bytes from the socket, received straight into one buffer.
@@ -138,7 +172,11 @@ class BrokerConnection:
 
     def _recv_frame(self) -> memoryview:
         (size,) = _SIZE.unpack(self._recv_exact(4))
-        # Read-only: kio's reader refuses writable buffers.
+        if size < 0:
+            raise BrokerUnreachableError(f"{self.host}:{self.port}: negative response size {size}")
+        # Read-only: kio's reader refuses writable buffers, and views handed out (call_raw) must
+        # not be able to change the frame under another view. (Receiving into pyarrow's pool
+        # instead, uninitialized memory, was measured and dropped: docs/benchmarks.md.)
         return memoryview(self._recv_exact(size)).toreadonly()
 
     def close(self) -> None:

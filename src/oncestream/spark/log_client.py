@@ -23,6 +23,13 @@ from oncestream.client.sasl import SaslCredentials
 from oncestream.client.tls import ssl_context_for
 from oncestream.protocol.api_keys import CREATE_TOPICS, FETCH, LIST_OFFSETS, LIST_TRANSACTIONS, METADATA, PRODUCE
 from oncestream.protocol.codec import build
+from oncestream.protocol.fetch_response_view import MAX_VERSION as FETCH_VIEW_MAX_VERSION
+from oncestream.protocol.fetch_response_view import (
+    FetchResponseView,
+    MalformedFetchResponseError,
+    PartitionView,
+    parse_fetch_response,
+)
 from oncestream.spark.errors import BrokerRequestError
 
 TopicPartition = tuple[str, int]
@@ -94,14 +101,39 @@ class ClientSettings:
 
 @dataclass(frozen=True)
 class FetchResult:
-    """One partition's slice of a Fetch response."""
+    """One partition's slice of a Fetch response.
+
+    ``records`` is a read-only view of the buffer the response was received into (no copy; the
+    view keeps that buffer alive, the whole response's, as long as it is held)."""
 
     error: ErrorCode
-    records: bytes
+    records: memoryview
     aborted: tuple[tuple[int, int], ...]  # (producer id, first offset), read_committed only
     high_watermark: int
     last_stable_offset: int
     log_start_offset: int
+
+
+def _error_code(code: int) -> ErrorCode:
+    """The ErrorCode of a wire code; a code this client does not know is UNKNOWN_SERVER_ERROR, as
+    Kafka's own client reads it (Errors.forCode)."""
+    try:
+        return ErrorCode(code)
+    except ValueError:
+        return ErrorCode.unknown_server_error
+
+
+def _only_partition(response: FetchResponseView, tp: TopicPartition) -> PartitionView:
+    """The one partition a single-partition Fetch asked for; any other answer is malformed."""
+    if len(response.topics) != 1 or len(response.topics[0].partitions) != 1:
+        raise MalformedFetchResponseError(
+            f"Fetch of {tp[0]}[{tp[1]}] answered with {sum(len(t.partitions) for t in response.topics)} partitions")
+    topic = response.topics[0]
+    part = topic.partitions[0]
+    if (topic.topic, part.partition_index) != tp:
+        raise MalformedFetchResponseError(
+            f"Fetch of {tp[0]}[{tp[1]}] answered for {topic.topic}[{part.partition_index}]")
+    return part
 
 
 def _split_bootstrap(servers: str) -> list[tuple[str, int]]:
@@ -135,9 +167,11 @@ class LogClient:
     # --- connections ------------------------------------------------------------------------
 
     def _connect(self, host: str, port: int) -> BrokerConnection:
-        # Fetch v13+ names topics by id; the connector names them, so it stays at v12.
+        # Fetch v13+ names topics by id; the connector names them, so it stays at v12, the last
+        # version the zero-copy reader (fetch_response_view) reads.
         return BrokerConnection(host, port, client_id=self._client_id, timeout_s=self._timeout_s,
-                                max_versions={FETCH: 12}, ssl_context=self._ssl_context, sasl=self._sasl)
+                                max_versions={FETCH: FETCH_VIEW_MAX_VERSION}, ssl_context=self._ssl_context,
+                                sasl=self._sasl)
 
     def any_connection(self) -> BrokerConnection:
         """A connection to some broker (the first bootstrap server that answers)."""
@@ -314,28 +348,28 @@ class LogClient:
                 )
 
             try:
-                response = conn.call(FETCH, make)
+                # Undecoded: the records stay a view of the received frame (fetch_response_view).
+                version, payload, body_offset = conn.call_raw(FETCH, make)
             except BrokerUnreachableError:
                 self._drop(conn)
                 time.sleep(self._backoff_s)
                 continue
-            if getattr(response, "error_code", ErrorCode.none) != ErrorCode.none:
-                raise BrokerRequestError(f"Fetch: {response.error_code.name}")
-            (topic,) = response.responses
-            (part,) = topic.partitions
-            if part.error_code in _RETRIABLE:
+            response = parse_fetch_response(version, payload, body_offset)
+            if response.error_code != ErrorCode.none:
+                raise BrokerRequestError(f"Fetch: {_error_code(response.error_code).name}")
+            part = _only_partition(response, tp)
+            error = _error_code(part.error_code)
+            if error in _RETRIABLE:
                 self._leaders.pop(tp, None)
                 time.sleep(self._backoff_s)
                 continue
-            aborted = tuple((int(a.producer_id), int(a.first_offset))
-                            for a in (part.aborted_transactions or ()))
             return FetchResult(
-                error=part.error_code,
-                records=bytes(part.records or b""),
-                aborted=aborted,
-                high_watermark=int(part.high_watermark),
-                last_stable_offset=int(getattr(part, "last_stable_offset", -1)),
-                log_start_offset=int(getattr(part, "log_start_offset", -1)),
+                error=error,
+                records=part.records if part.records is not None else memoryview(b""),
+                aborted=part.aborted_transactions or (),
+                high_watermark=part.high_watermark,
+                last_stable_offset=part.last_stable_offset,
+                log_start_offset=part.log_start_offset,
             )
         raise BrokerRequestError(f"Fetch {tp[0]}[{tp[1]}] did not succeed")
 

@@ -77,7 +77,7 @@ class ColumnDecoder:
         self._filter = AbortedFilter(read_committed)
         self._cols = new_builder(native)
 
-    def feed(self, records: bytes, aborted: Iterable[tuple[int, int]] = ()) -> Iterator[pa.RecordBatch]:
+    def feed(self, records: bytes | memoryview, aborted: Iterable[tuple[int, int]] = ()) -> Iterator[pa.RecordBatch]:
         """Decode the complete batches of one fetch response (``aborted``: its aborted
         transactions as (producer id, first offset)), yielding each Arrow batch that fills up."""
         self._filter.add(aborted)
@@ -104,7 +104,7 @@ class ColumnDecoder:
         return self._cols.to_arrow(self.topic, self.partition)
 
 
-def decode_to_arrow(records: bytes, topic: str, partition: int, position: int, end: int, *,
+def decode_to_arrow(records: bytes | memoryview, topic: str, partition: int, position: int, end: int, *,
                     read_committed: bool, aborted: Iterable[tuple[int, int]] = (),
                     native: bool | None = None) -> Iterator[pa.RecordBatch]:
     """The Arrow batches of one fetch response's records in [position, end) (benchmarks, tests)."""
