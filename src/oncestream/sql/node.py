@@ -73,6 +73,7 @@ class NodeSettings:
     heartbeat_interval_ms: int = 1_000
     replication_factor: int = 1
     state_dir: str | None = None      # materialized tables for pull queries live under it
+    instance_id: str | None = None    # group.instance.id in the query-assignment group (node_identity)
 
     @property
     def client_conf(self) -> dict[str, Any]:
@@ -126,7 +127,7 @@ class Node:
             known_queries=self._known_queries, owned=self._local.owned, errors=self._local.errors,
             wait_for_offset=lambda offset, timeout_s: self._runner.wait_position(offset + 1, timeout_s),
             on_assignment=self._on_assignment, session_timeout_ms=self.settings.session_timeout_ms,
-            heartbeat_interval_ms=self.settings.heartbeat_interval_ms)
+            heartbeat_interval_ms=self.settings.heartbeat_interval_ms, instance_id=self.settings.instance_id)
         self._assignment.start()
 
     def stop(self) -> None:
