@@ -17,6 +17,7 @@ The members are the real ``QueryAssignment`` each in a process of its own
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -153,3 +154,57 @@ def test_sql_node_keeps_its_instance_id_across_a_crash_and_leaves_on_sigterm(bro
         wait_until(lambda: not _describe(broker.bootstrap, group_id).members, "the group empty", timeout_s=BOUND_S)
     finally:
         node.kill()
+
+
+@pytest.mark.slow
+@pytest.mark.spark
+def test_sigkilled_node_restarted_runs_its_persistent_query_again_at_once(tmp_path: Path) -> None:
+    """The whole node (Spark started with it): a persistent query runs on the one node; SIGKILL,
+    restart on the same state dir, and the query runs there again, from its checkpoint, with
+    every input exactly once in its output. The node's session timeout is 120 s and the wait
+    after the restarted node is ready 40 s: a dynamic member would wait for the coordinator's
+    rebalance to give up on the dead member (its 60 s rebalance timeout at least)."""
+    from confluent_kafka import Producer
+
+    from tests.spark.spark_support import read_committed
+
+    broker = BrokerProcess(data_dir=tmp_path / "broker", config={**GROUP_BROKER_CONFIG,
+                                                                  "transaction.two.phase.commit.enable": "true"})
+    broker.start()
+    node = SqlServerProcess(bootstrap=broker.bootstrap, service_id=f"static_q_{uuid.uuid4().hex[:6]}_",
+                            state_dir=tmp_path / "node",
+                            config={"ksql.query.assignment.session.timeout.ms": "120000",
+                                    "ksql.query.assignment.heartbeat.interval.ms": "500"})
+
+    def produce(ids: range) -> None:
+        producer = Producer({"bootstrap.servers": broker.bootstrap, "enable.idempotence": True})
+        for i in ids:
+            producer.produce("static_src", f'{{"V": "v{i}"}}'.encode(), i.to_bytes(4, "big"))
+        assert producer.flush(60) == 0
+
+    def output() -> list[str]:
+        return sorted(json.loads(v)["V"] for _k, v in read_committed(broker.bootstrap, "static_dst") if v is not None)
+
+    def running_here() -> bool:
+        description = node.ok(f"EXPLAIN {query_id};")[0]["queryDescription"]
+        host = node.url.split("://", 1)[1]  # type: ignore[union-attr]
+        return description["ksqlHostQueryStatus"].get(host) == "RUNNING"
+
+    try:
+        node.start()
+        node.ok("CREATE STREAM SRC (ID INT KEY, V STRING) WITH (KAFKA_TOPIC='static_src', PARTITIONS=1, "
+                "VALUE_FORMAT='JSON');")
+        status = node.ok("CREATE STREAM DST WITH (KAFKA_TOPIC='static_dst', PARTITIONS=1) AS SELECT ID, V FROM SRC "
+                         "EMIT CHANGES;", {"ksql.streams.auto.offset.reset": "earliest"})[0]
+        query_id = status["commandStatus"]["queryId"]
+        produce(range(50))
+        wait_until(lambda: len(output()) >= 50, "the first output", timeout_s=240, nodes=[node])
+        node.kill()
+        produce(range(50, 100))
+        node.start()
+        wait_until(running_here, "the query running on the restarted node", timeout_s=40, nodes=[node])
+        wait_until(lambda: len(output()) >= 100, "all output", timeout_s=240, nodes=[node])
+        assert output() == sorted(f"v{i}" for i in range(100))  # every input exactly once
+    finally:
+        node.kill()
+        broker.kill()
