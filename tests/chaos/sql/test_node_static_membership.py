@@ -85,7 +85,8 @@ def test_sigkilled_member_restarted_takes_its_share_back_in_the_same_generation(
         old_member_id = b.latest()["memberId"]  # type: ignore[index]
         b.kill()
         b.start()  # same instance id, a new process
-        restarted = wait_until(lambda: b.latest(), "the restarted member's first assignment", timeout_s=BOUND_S)
+        wait_until(lambda: b.latest(), "the restarted member's first assignment", timeout_s=BOUND_S)
+        restarted = b.of_this_run()[0]  # its first (a second may have followed already)
         # KIP-345: the coordinator handed the new process its slot and the generation's assignment;
         # no rebalance, so nothing waited for the old session.
         assert restarted["generation"] == generation, (restarted, generation)
@@ -117,6 +118,35 @@ def test_sigterm_leaves_the_group_so_the_other_member_takes_over_at_once(broker:
     finally:
         a.kill()
         b.kill()
+
+
+def test_a_second_process_with_the_same_instance_id_fences_the_first(broker: BrokerProcess, tmp_path: Path) -> None:
+    """Two live processes given one instance id (a copied state dir, or a zombie of a restarted
+    node): the newcomer takes the slot (KIP-345), the old one is fenced (FENCED_INSTANCE_ID) and,
+    as Kafka's clients treat that error, stops every query and stays out instead of fencing back."""
+    service_id = f"static_{uuid.uuid4().hex[:6]}_"
+    for name in ("first", "second"):
+        (tmp_path / name).mkdir()
+    first = _member(broker, service_id, "x", 1, tmp_path / "first")
+    try:
+        wait_until(lambda: (first.latest() or {}).get("mine") == QUERIES, "the first process running every query",
+                   timeout_s=60)
+        second = _member(broker, service_id, "x", 2, tmp_path / "second")
+        try:
+            wait_until(lambda: (second.latest() or {}).get("mine") == QUERIES, "the second process holding the slot",
+                       timeout_s=BOUND_S)
+            # Its membership lost: the member records ``mine: null`` (every query stopped).
+            wait_until(lambda: (first.latest() or {"mine": []})["mine"] is None, "the first process fenced",
+                       timeout_s=BOUND_S)
+            assert first.process is not None and first.process.poll() is None   # alive, but out of the group
+            group = _describe(broker.bootstrap, assignment_group_id(service_id))
+            assert [(m.group_instance_id, m.member_id) for m in group.members] == \
+                [("node-x", second.latest()["memberId"])]  # type: ignore[index]
+            assert (second.latest() or {}).get("mine") == QUERIES
+        finally:
+            second.kill()
+    finally:
+        first.kill()
 
 
 def test_sql_node_keeps_its_instance_id_across_a_crash_and_leaves_on_sigterm(broker: BrokerProcess,
