@@ -22,6 +22,7 @@ if TYPE_CHECKING:
         AbortTransactionSpec,
         Admin,
         AdminClient,
+        ClusterDescription,
         GroupDescription,
         NewTopic,
         TopicDescription,
@@ -46,7 +47,7 @@ if TYPE_CHECKING:
 
 # Public name -> the module defining it.
 _EXPORTS: dict[str, str] = {
-    **dict.fromkeys(("AbortTransactionSpec", "Admin", "AdminClient", "GroupDescription", "NewTopic",
+    **dict.fromkeys(("AbortTransactionSpec", "Admin", "AdminClient", "ClusterDescription", "GroupDescription", "NewTopic",
                      "TopicDescription", "TransactionDescription"), "oncestream.client.admin"),
     "Consumer": "oncestream.client.consumer",
     **dict.fromkeys(("KafkaError", "KafkaException", "QueueFullError"), "oncestream.client.errors"),
@@ -61,6 +62,7 @@ __all__ = [
     "AbortTransactionSpec",
     "Admin",
     "AdminClient",
+    "ClusterDescription",
     "GroupDescription",
     "NewTopic",
     "TopicDescription",

@@ -45,6 +45,7 @@ from oncestream.protocol.api_keys import (
     INIT_PRODUCER_ID,
     LIST_GROUPS,
     LIST_TRANSACTIONS,
+    METADATA,
     OFFSET_FETCH,
     WRITE_TXN_MARKERS,
 )
@@ -86,6 +87,15 @@ class TopicDescription:
     is_internal: bool = False
     error: KafkaError | None = None
     topic_id: uuid.UUID | None = None  # Metadata v10+; None from older brokers
+
+
+@dataclass
+class ClusterDescription:
+    """The cluster as Metadata v2+ describes it (confluent-kafka's ``DescribeClusterResult``)."""
+
+    cluster_id: str | None          # None: the broker answers Metadata below v2 (no cluster id)
+    controller_id: int              # -1 when the broker names none
+    nodes: list[tuple[int, str, int]] = field(default_factory=list)   # (node id, host, port)
 
 
 @dataclass
@@ -372,6 +382,24 @@ class Admin(AclAdmin):
             await self._cluster.refresh(all_topics=True)
             return sorted(n for n, info in self._cluster.topics.items()
                           if info.error == 0 and (include_internal or not info.is_internal))
+
+        return self._run(run(), timeout)
+
+    def describe_cluster(self, timeout: float | None = None) -> ClusterDescription:
+        """Cluster id, controller and brokers, from one Metadata request naming no topic (the
+        cluster id is Metadata v2+'s ``cluster_id``, what librdkafka reports as
+        ``list_topics().cluster_id``)."""
+        async def run() -> ClusterDescription:
+            def make(m: Any, version: int) -> Any:
+                return build(m.MetadataRequest, topics=(), allow_auto_topic_creation=False,
+                             include_cluster_authorized_operations=False,
+                             include_topic_authorized_operations=False)
+
+            response = await self._cluster.send(None, METADATA, make, min_version=1)
+            self._cluster.apply_metadata(response)
+            nodes = sorted((b.node_id, b.host, b.port) for b in response.brokers)
+            return ClusterDescription(getattr(response, "cluster_id", None),
+                                      int(getattr(response, "controller_id", -1)), nodes)
 
         return self._run(run(), timeout)
 

@@ -99,6 +99,7 @@ class Cluster:
         self.want_all_topics = False  # pattern subscriptions need every topic's metadata
         self._background_refresh: asyncio.Task | None = None
         self.controller_id = -1
+        self.cluster_id: str | None = None  # Metadata v2+ (None from older brokers or before the first answer)
         self._connections: dict[int, Connection] = {}
         self._connecting: dict[int, asyncio.Task] = {}
         self._failures: dict[int, tuple[int, float]] = {}  # node -> (consecutive failures, retry at)
@@ -313,6 +314,9 @@ class Cluster:
             kept = {i: hp for i, hp in self.nodes.items() if i < 0}  # bootstrap and coordinators
             self.nodes = {**kept, **nodes}
         self.controller_id = getattr(response, "controller_id", -1)
+        cluster_id = getattr(response, "cluster_id", None)
+        if cluster_id is not None:
+            self.cluster_id = cluster_id
         for t in response.topics:
             leaders = [-1] * len(t.partitions)
             ordered = sorted(t.partitions, key=lambda p: p.partition_index)

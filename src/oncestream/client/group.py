@@ -9,7 +9,8 @@ generation, or no successful heartbeat within session.timeout.ms). It also enfor
 max.poll.interval.ms: a member whose application stopped polling leaves the group.
 
 KIP-394 (MEMBER_ID_REQUIRED) and KIP-345 (group.instance.id: static members do not send
-LeaveGroup on close and keep their identity across restarts) are handled here.
+LeaveGroup on close unless asked to, ``leave(static_too=True)``, and keep their identity across
+restarts) are handled here.
 
 The membership itself is not consumer-specific: ``join_protocol`` joins with opaque member
 metadata under ``protocol_type`` and returns the opaque assignment, the leader computing it with
@@ -335,24 +336,34 @@ class GroupMembership:
         except (ConnectionLostError, RequestTimedOutError, BrokerResponseError, KafkaException):
             pass
 
-    async def leave(self) -> None:
-        """LeaveGroup (dynamic members only: a static member keeps its slot, KIP-345)."""
+    async def leave(self, *, static_too: bool = False) -> None:
+        """LeaveGroup. A static member (KIP-345) keeps its slot by default, so its restart takes
+        the slot back without a rebalance; ``static_too`` makes it leave all the same (LeaveGroup
+        v3+ naming its ``group.instance.id``, as Kafka Streams' close with leaveGroup does) when
+        it stops for good and the others should take its work at once."""
         self.stop_heartbeats()
-        if not self.member_id or self.group_instance_id is not None:
+        static = self.group_instance_id is not None
+        if not self.member_id or (static and not static_too):
             return
         member_id = self.member_id
+        instance_id = self.group_instance_id
 
         def make(m: Any, version: int) -> Any:
             return build(
                 m.LeaveGroupRequest,
                 group_id=self.group_id,
                 member_id=member_id,
-                members=(build(m.MemberIdentity, member_id=member_id, group_instance_id=None,
+                members=(build(m.MemberIdentity, member_id=member_id, group_instance_id=instance_id,
                                reason="the consumer is leaving"),),
             )
 
         try:
-            await self._send(LEAVE_GROUP, make, timeout_s=5)
+            response = await self._send(LEAVE_GROUP, make, timeout_s=5)
+            codes = [int(response.error_code), *(int(m.error_code) for m in getattr(response, "members", ()))]
+            failed = [code for code in codes if code]
+            if failed:
+                log.info("oncestream client: LeaveGroup of %s from %s: %s", member_id, self.group_id,
+                         ", ".join(error_name(code) for code in failed))
         finally:
             self.member_id = ""
             self.generation_id = -1

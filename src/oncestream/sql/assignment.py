@@ -18,6 +18,15 @@ and the survivors' next generation gives its queries to them; they restart from 
 checkpoints (``checkpoint.root`` reachable by every node), and the exactly-once sink's
 transactional ids (derived from the service and query ids) fence the dead writer.
 
+Static membership (KIP-345): a node joins with a ``group.instance.id`` of its own (stable across
+restarts, see ``node_identity``). A node that crashed and comes back before its session timed out
+takes its slot over at once, without a rebalance: the coordinator hands the new process the
+current generation's assignment, which it reads under its previous member id
+(``Assignment.taken_over``), so it restarts its queries right away instead of waiting out
+``session.timeout.ms``. A clean stop still leaves the group (LeaveGroup naming the instance id)
+so the others take its queries at once. Should another process join with the same instance id,
+this one is fenced (FENCED_INSTANCE_ID): it stops its queries and stays out.
+
 Cooperative moves (as Kafka's incremental cooperative rebalancing): a query owned by a live
 member is never handed to another member in the same generation. The leader first takes it off
 its owner's list; the owner stops it (at a batch boundary) and rejoins with a smaller ``owned``;
@@ -74,19 +83,23 @@ class MemberInfo:
     owned: tuple[str, ...] = ()
     query_offset: int = -1
     errors: tuple[tuple[str, str], ...] = ()        # (query id, error) of its failed queries
+    instance_id: str | None = None                  # its group.instance.id (KIP-345), None: dynamic
 
     def encode(self) -> bytes:
-        return json.dumps({"version": FORMAT_VERSION, "url": self.url, "owned": sorted(self.owned),
-                           "queryOffset": self.query_offset, "errors": dict(sorted(self.errors))},
-                          sort_keys=True).encode()
+        doc: dict[str, Any] = {"version": FORMAT_VERSION, "url": self.url, "owned": sorted(self.owned),
+                               "queryOffset": self.query_offset, "errors": dict(sorted(self.errors))}
+        if self.instance_id is not None:
+            doc["instanceId"] = self.instance_id
+        return json.dumps(doc, sort_keys=True).encode()
 
     @classmethod
     def decode(cls, member_id: str, data: bytes) -> MemberInfo:
         try:
             doc = json.loads(bytes(data))
             errors = tuple(sorted((str(k), str(v)) for k, v in dict(doc.get("errors", {})).items()))
+            instance_id = doc.get("instanceId")
             return cls(member_id, str(doc["url"]), tuple(doc.get("owned", ())), int(doc.get("queryOffset", -1)),
-                       errors)
+                       errors, None if instance_id is None else str(instance_id))
         except (ValueError, KeyError, TypeError) as exc:
             raise AssignmentFormatError(f"unreadable member metadata of {member_id}: {exc}") from exc
 
@@ -102,10 +115,36 @@ class Assignment:
     queries: dict[str, tuple[str, ...]]              # member id -> query ids
     query_offset: int = -1
     errors: dict[str, str] = field(default_factory=dict)   # query id -> error on its owner
+    instances: dict[str, str] = field(default_factory=dict)  # member id -> group.instance.id (static members)
 
     @property
     def mine(self) -> tuple[str, ...]:
         return self.queries.get(self.member_id, ())
+
+    def taken_over(self, instance_id: str | None, url: str) -> Assignment:
+        """This assignment as seen by a restarted static member (KIP-345).
+
+        A static member that comes back before its session timed out takes its slot over without
+        a rebalance: the coordinator hands it the generation's assignment, computed by the leader
+        for the member id of its previous incarnation. The member finds its share under that old
+        id (the one whose ``group.instance.id`` is its own) and takes it as its own, URL included;
+        anything else (a dynamic member, no or several matching entries) is returned unchanged."""
+        if instance_id is None or self.member_id in self.queries:
+            return self
+        previous = [m for m, i in self.instances.items() if i == instance_id and m != self.member_id]
+        if len(previous) != 1:
+            return self
+        old = previous[0]
+
+        def rekey(mapping: dict[str, Any], value: Any) -> dict[str, Any]:
+            out = {k: v for k, v in mapping.items() if k != old}
+            if old in mapping:
+                out[self.member_id] = value if value is not None else mapping[old]
+            return out
+
+        leader_url = url if self.leader_url == self.urls.get(old) else self.leader_url
+        return Assignment(self.generation, self.member_id, leader_url, rekey(self.urls, url),
+                          rekey(self.queries, None), self.query_offset, dict(self.errors), rekey(self.instances, None))
 
     def owner_url(self, query_id: str) -> str | None:
         """The URL of the node assigned ``query_id`` in this generation (None: nobody yet)."""
@@ -117,7 +156,8 @@ class Assignment:
     def encode(self) -> bytes:
         return json.dumps({"version": FORMAT_VERSION, "generation": self.generation, "leader": self.leader_url,
                            "members": self.urls, "assignment": {m: list(q) for m, q in self.queries.items()},
-                           "queryOffset": self.query_offset, "errors": self.errors}, sort_keys=True).encode()
+                           "queryOffset": self.query_offset, "errors": self.errors, "instances": self.instances},
+                          sort_keys=True).encode()
 
     @classmethod
     def decode(cls, member_id: str, data: bytes) -> Assignment:
@@ -128,7 +168,8 @@ class Assignment:
             return cls(int(doc["generation"]), member_id, str(doc["leader"]),
                        {str(k): str(v) for k, v in doc["members"].items()},
                        {str(k): tuple(v) for k, v in doc["assignment"].items()}, int(doc.get("queryOffset", -1)),
-                       {str(k): str(v) for k, v in dict(doc.get("errors", {})).items()})
+                       {str(k): str(v) for k, v in dict(doc.get("errors", {})).items()},
+                       {str(k): str(v) for k, v in dict(doc.get("instances", {})).items()})
         except (ValueError, KeyError, TypeError) as exc:
             raise AssignmentFormatError(f"unreadable assignment: {exc}") from exc
 
@@ -207,8 +248,9 @@ class QueryAssignment:
                  wait_for_offset: Callable[[int, float], bool],
                  on_assignment: Callable[[Assignment | None], None],
                  session_timeout_ms: int = 10_000, heartbeat_interval_ms: int = 1_000,
-                 rebalance_timeout_ms: int = 60_000) -> None:
+                 rebalance_timeout_ms: int = 60_000, instance_id: str | None = None) -> None:
         self.url = url
+        self.instance_id = instance_id
         self.group_id = assignment_group_id(service_id)
         self._known_queries = known_queries
         self._owned = owned
@@ -218,7 +260,7 @@ class QueryAssignment:
         conf = {k: v for k, v in client_conf.items()}
         conf.update({"group.id": self.group_id, "session.timeout.ms": session_timeout_ms,
                      "heartbeat.interval.ms": heartbeat_interval_ms, "max.poll.interval.ms": rebalance_timeout_ms,
-                     "client.id": f"oncestream-sql-{service_id}-assignment"})
+                     "client.id": f"oncestream-sql-{service_id}-assignment", "group.instance.id": instance_id})
         c = resolve(conf, "consumer")
         self._io = IoThread("oncestream-sql-assignment")
         self._cluster = Cluster(
@@ -264,7 +306,9 @@ class QueryAssignment:
             return self._state.last_error
 
     def stop(self, timeout_s: float = 10.0) -> None:
-        """Leave the group (so the survivors rebalance at once, not after the session timeout)."""
+        """Leave the group (so the survivors rebalance at once, not after the session timeout); a
+        static member too (LeaveGroup naming its instance id): stopping is for good, a crash is
+        what static membership is for."""
         if self._stop.is_set():
             return
         self._stop.set()
@@ -272,7 +316,7 @@ class QueryAssignment:
         if self._thread.is_alive():
             self._thread.join(timeout_s)
         try:
-            self._io.run(self._group.leave(), 5)
+            self._io.run(self._group.leave(static_too=True), 5)
         except (KafkaException, TimeoutError, OSError, RuntimeError) as exc:
             log.debug("oncestream sql: leaving the assignment group: %s", exc)
         try:
@@ -286,12 +330,15 @@ class QueryAssignment:
     def _metadata(self) -> bytes:
         query_offset, _ids = self._known_queries()
         return MemberInfo(self._group.member_id, self.url, tuple(sorted(self._owned())), query_offset,
-                          tuple(sorted(self._errors().items()))).encode()
+                          tuple(sorted(self._errors().items())), self.instance_id).encode()
 
     def _run(self) -> None:
         group = self._group
         while not self._stop.is_set():
             group.last_poll_monotonic = time.monotonic()
+            if group.fatal_error is not None:
+                self._fenced(group.fatal_error)
+                continue
             if group.assignment_lost:
                 group.assignment_lost = False
                 with self._lock:
@@ -307,6 +354,25 @@ class QueryAssignment:
             self._wake.wait(_LOOP_S)
             self._wake.clear()
 
+    def _fenced(self, error: Any) -> None:
+        """FENCED_INSTANCE_ID (KIP-345): another process joined with this node's instance id, so it
+        holds this node's slot and queries now (this one is a zombie of a restarted node, or two
+        nodes were given one id). As Kafka's clients treat it, fatal: stop every local query, stay
+        out of the group (rejoining would fence the other process in turn) until stopped."""
+        log.error("oncestream sql: %s; this node stops its queries and leaves query placement to the "
+                  "process now holding group.instance.id %s", error, self.instance_id)
+        with self._lock:
+            self._state.last_error = str(error)
+            had = self._state.current
+            self._state.current = None
+        # No heartbeat runs any more (the loop ended on the error, or the join failed with it);
+        # forgetting the member id keeps stop() from sending a LeaveGroup that would remove the
+        # other process (an empty member id with an instance id is KIP-345's admin removal).
+        self._group.member_id = ""
+        if had is not None:
+            self._on_assignment(None)
+        self._stop.wait()
+
     def _join(self) -> None:
         sent: list[bytes] = []
 
@@ -316,7 +382,7 @@ class QueryAssignment:
             return data
 
         def decode(data: bytes) -> Assignment:
-            return Assignment.decode(self._group.member_id, data)
+            return Assignment.decode(self._group.member_id, data).taken_over(self.instance_id, self.url)
 
         try:
             assignment: Assignment = self._io.run(self._group.join_protocol(metadata, decode),
@@ -343,8 +409,9 @@ class QueryAssignment:
         urls = {m.member_id: m.url for m in members}
         generation = self._group.generation_id
         errors = {q: e for m in members for q, e in m.errors if q in placement.get(m.member_id, ())}
+        instances = {m.member_id: m.instance_id for m in members if m.instance_id is not None}
         return {
             m.member_id: Assignment(generation, m.member_id, self.url, urls,
-                                    {k: tuple(v) for k, v in placement.items()}, query_offset, errors).encode()
+                                    {k: tuple(v) for k, v in placement.items()}, query_offset, errors, instances).encode()
             for m in members
         }

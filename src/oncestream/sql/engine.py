@@ -57,7 +57,9 @@ class SqlEngine(Protocol):
 
     def health(self) -> dict[str, Any]:
         """``{"isHealthy": bool, "details": {"metastore": {"isHealthy": ..}, "kafka": {..},
-        "commandRunner": {..}}}``; healthy once the command topic is replayed."""
+        "commandRunner": {..}}, "serverState": "READY"}`` (answered with 200 even when not
+        healthy, as ksqlDB does); raises ``NotReadyError`` (503) while the node replays its command
+        topic or shuts down."""
         ...
 
     def cluster_status(self) -> dict[str, Any]:

@@ -40,6 +40,7 @@ from oncestream.sql.engine import QueryStream
 from oncestream.sql.errors import (
     COMMAND_QUEUE_CATCHUP_TIMEOUT,
     QUERY_ENDPOINT,
+    SERVER_SHUTTING_DOWN,
     DegradedError,
     KsqlError,
     NotFoundError,
@@ -72,6 +73,7 @@ class NodeSettings:
     heartbeat_interval_ms: int = 1_000
     replication_factor: int = 1
     state_dir: str | None = None      # materialized tables for pull queries live under it
+    instance_id: str | None = None    # group.instance.id in the query-assignment group (node_identity)
 
     @property
     def client_conf(self) -> dict[str, Any]:
@@ -102,12 +104,16 @@ class Node:
         self._assignment: QueryAssignment | None = None
         self._push: dict[str, QueryStream] = {}
         self._push_lock = threading.Lock()
+        self._kafka_cluster_id: str | None = None     # the Kafka cluster's id, read once at start
 
     # --- lifecycle --------------------------------------------------------------------------------
 
     def start(self, replay_timeout_s: float | None = None) -> None:
         """Create the command topic if missing and start replaying it."""
         ensure_command_topic(self._admin, self.topic, self.settings.replication_factor)
+        # /info's kafkaClusterId (ksqlDB asks DescribeCluster once too): the cluster cannot change
+        # its id under a running node, so one answer is enough.
+        self._kafka_cluster_id = self._admin.describe_cluster(timeout=30).cluster_id
         self._runner.start()
         self._local.start()
         if replay_timeout_s is not None:
@@ -121,7 +127,7 @@ class Node:
             known_queries=self._known_queries, owned=self._local.owned, errors=self._local.errors,
             wait_for_offset=lambda offset, timeout_s: self._runner.wait_position(offset + 1, timeout_s),
             on_assignment=self._on_assignment, session_timeout_ms=self.settings.session_timeout_ms,
-            heartbeat_interval_ms=self.settings.heartbeat_interval_ms)
+            heartbeat_interval_ms=self.settings.heartbeat_interval_ms, instance_id=self.settings.instance_id)
         self._assignment.start()
 
     def stop(self) -> None:
@@ -237,25 +243,41 @@ class Node:
         return {"version": VERSION, "kafkaClusterId": self._cluster_id(), "ksqlServiceId": self.service_id,
                 "serverStatus": status}
 
-    def _cluster_id(self) -> str:
-        return "oncestream"
+    def _cluster_id(self) -> str | None:
+        """The Kafka cluster's id (Metadata v2+ ``cluster_id``; None from a broker too old to say)."""
+        return self._kafka_cluster_id
 
     def health(self) -> dict[str, Any]:
+        """ksqlDB's ``HealthCheckResponse`` (HealthCheckAgent): 200 whatever the checks say, so
+        ``isHealthy`` false (degraded replay, Kafka unreachable) is still a 200; only a node that
+        is not serving yet (replaying) or any more (shutting down) answers 503, as ksqlDB's
+        ServerStateHandler does for every endpoint, /healthcheck included."""
+        self._check_ready()
         degraded = self._runner.degraded_reason
-        replayed = self._runner.replayed
-        runner_ok = replayed and degraded is None
         kafka_ok = self._runner.error is None
         details: dict[str, Any] = {
-            "metastore": {"isHealthy": replayed},
+            "metastore": {"isHealthy": self._metastore_readable()},
             "kafka": {"isHealthy": kafka_ok},
-            "commandRunner": {"isHealthy": runner_ok},
+            "commandRunner": {"isHealthy": degraded is None},
         }
         if degraded is not None:
             details["commandRunner"]["error"] = degraded
         if self._runner.error is not None:
             details["kafka"]["error"] = self._runner.error
-        return {"isHealthy": replayed and kafka_ok and degraded is None and not self._terminating,
-                "details": details}
+        return {"isHealthy": all(d["isHealthy"] for d in details.values()), "details": details,
+                "serverState": "READY"}
+
+    def _metastore_readable(self) -> bool:
+        """ksqlDB's metastore check runs ``LIST STREAMS; LIST TABLES; LIST QUERIES;``: the same
+        reads, straight from this node's metastore."""
+        try:
+            snapshot = self._snapshot()
+            snapshot.sources()
+            snapshot.queries()
+        except (KsqlError, ValueError, KeyError, TypeError) as exc:
+            log.warning("oncestream sql: health check could not list the metastore: %s", exc)
+            return False
+        return True
 
     def cluster_status(self) -> dict[str, Any]:
         assignment = self._assignment.current if self._assignment is not None else None
@@ -304,9 +326,9 @@ class Node:
 
     def _check_ready(self) -> None:
         if self._terminating:
-            raise NotReadyError("The server is shutting down")
+            raise NotReadyError("The server is shutting down", error_code=SERVER_SHUTTING_DOWN)
         if not self._runner.replayed and self._runner.degraded_reason is None:
-            raise NotReadyError("The server is replaying its command topic and is not ready yet")
+            raise NotReadyError("KSQL is not yet ready to serve requests: the command topic is still being replayed")
 
     def _execute_one(self, statement: ast.Statement, properties: dict[str, Any]) -> dict[str, Any] | None:
         if isinstance(statement, ast.SetProperty):

@@ -14,11 +14,14 @@ replay, query placement) and the REST API (HTTP/1.1 and h2c on one port). ``--co
 - ``spark.*`` properties for the SparkSession;
 - ``ksql.spark.start=lazy`` to start Spark only when a query first needs it (default ``eager``);
 - the node's own settings (``ksql.command.timeout.ms``, ``ksql.query.assignment.session.timeout.ms``,
-  ``ksql.query.assignment.heartbeat.interval.ms``, ``ksql.internal.topic.replicas``,
-  ``ksql.max.body.bytes``) and test hooks (``oncestream.test.*``, see testing_hooks).
+  ``ksql.query.assignment.heartbeat.interval.ms``, ``ksql.query.assignment.instance.id`` (the
+  node's ``group.instance.id``; default: an id kept in the state dir, empty: none, see
+  node_identity), ``ksql.internal.topic.replicas``, ``ksql.max.body.bytes``) and test hooks
+  (``oncestream.test.*``, see testing_hooks).
 
 SIGTERM (or SIGINT): stop serving, leave the assignment group (the survivors take the queries at
-once), stop the local queries at a batch boundary, stop Spark and its JVM, exit 0.
+once; a SIGKILLed node restarted on the same state dir instead takes its own queries back at once,
+static membership), stop the local queries at a batch boundary, stop Spark and its JVM, exit 0.
 ``--ready-file F`` is written (whole, by rename) once the node has replayed its command topic and
 listens: ``{"host", "port", "url", "serviceId", "sparkUiUrl"}`` (``sparkUiUrl``: the driver's Spark UI,
 whose REST API under ``/api/v1`` lists the executors; null while Spark has not started or with
@@ -202,6 +205,7 @@ def run(args: argparse.Namespace) -> int:
     from oncestream.client import KafkaException
     from oncestream.sql.errors import KsqlError
     from oncestream.sql.node import Node, NodeSettings
+    from oncestream.sql.node_identity import NodeIdentityError, node_instance_id
     from oncestream.sql.rest.app import create_app
     from oncestream.sql.runtime import QueryRuntime, RuntimeSettings
 
@@ -210,6 +214,11 @@ def run(args: argparse.Namespace) -> int:
     state_dir.mkdir(parents=True, exist_ok=True)
     checkpoint_root = props.get("checkpoint.root") or str(state_dir / "checkpoints")
     clients = client_properties(props)
+    try:
+        instance_id = node_instance_id(props, state_dir)
+    except (NodeIdentityError, OSError) as exc:
+        log.error("oncestream sql: %s", exc)
+        return 1
     settings = NodeSettings(
         service_id=args.service_id, bootstrap_servers=args.bootstrap_server, client_properties=clients,
         properties=props,
@@ -217,7 +226,7 @@ def run(args: argparse.Namespace) -> int:
         session_timeout_ms=int(props.get("ksql.query.assignment.session.timeout.ms", 10_000)),
         heartbeat_interval_ms=int(props.get("ksql.query.assignment.heartbeat.interval.ms", 1_000)),
         replication_factor=int(props.get("ksql.internal.topic.replicas", 1)),
-        state_dir=str(state_dir),
+        state_dir=str(state_dir), instance_id=instance_id,
     )
     host, port = _listen(args.listen)
 

@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from oncestream.sql.errors import NotReadyError
+from oncestream.sql.errors import SERVER_SHUTTING_DOWN, NotReadyError
 from oncestream.sql.rest.app import create_app
 from oncestream.sql.rest.serve import serve
 from tests.unit.sql.test_rest_support import MemoryEngine, RunningServer, running_server
@@ -201,6 +201,31 @@ def test_node_not_ready_is_503_with_ksqldb_code() -> None:
         for r in (c.get("/healthcheck"), c.post("/ksql", json={"ksql": "SHOW STREAMS;"})):
             assert r.status_code == 503
             assert r.json() == {"@type": "generic_error", "error_code": 50303, "message": "Server initializing"}
+
+
+def test_unhealthy_node_is_still_200_and_shutting_down_is_503_50302() -> None:
+    """ksqlDB's HealthCheckResource always answers 200 with the agent's verdict in the body; only
+    its ServerStateHandler answers 503 (50303 initializing, 50302 shutting down)."""
+    verdict: dict[str, object] = {"isHealthy": False, "serverState": "READY",
+                                  "details": {"metastore": {"isHealthy": True}, "kafka": {"isHealthy": True},
+                                              "commandRunner": {"isHealthy": False, "error": "offset 7"}}}
+
+    class Unhealthy(MemoryEngine):
+        stopping = False
+
+        def health(self) -> dict[str, object]:
+            if self.stopping:
+                raise NotReadyError("The server is shutting down", error_code=SERVER_SHUTTING_DOWN)
+            return verdict
+
+    engine = Unhealthy()
+    with running_server(engine) as srv, httpx.Client(base_url=srv.url) as c:
+        r = c.get("/healthcheck", headers={"Accept": KSQL_V1})
+        assert (r.status_code, r.headers["content-type"], r.json()) == (200, KSQL_V1, verdict)
+        engine.stopping = True
+        r = c.get("/healthcheck")
+        assert r.status_code == 503
+        assert r.json() == {"@type": "generic_error", "error_code": 50302, "message": "The server is shutting down"}
 
 
 def test_serve_reports_the_bound_port_and_a_failing_ready_callback_releases_the_socket() -> None:

@@ -89,7 +89,7 @@ class MemoryEngine:
 
     def health(self) -> dict[str, Any]:
         return {"isHealthy": True, "details": {"metastore": {"isHealthy": True}, "kafka": {"isHealthy": True},
-                                               "commandRunner": {"isHealthy": True}}}
+                                               "commandRunner": {"isHealthy": True}}, "serverState": "READY"}
 
     def cluster_status(self) -> dict[str, Any]:
         return {"clusterStatus": {"localhost:0": {"hostAlive": True, "lastStatusUpdateMs": 0}}}

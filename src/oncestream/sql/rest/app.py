@@ -326,7 +326,8 @@ class KsqlRestApp:
         await response.json(200, content_type, {"KsqlServerInfo": self.engine.server_info()})
 
     async def _healthcheck(self, scope: Scope, receive: RequestReader, response: Response, content_type: str) -> None:
-        # ksqlDB answers 200 with the body whatever it says; a node not ready raises NotReadyError (503).
+        # ksqlDB answers 200 whatever the body says (isHealthy false included: HealthCheckResource
+        # always returns ok); a node replaying or shutting down raises NotReadyError (503).
         await response.json(200, content_type, self.engine.health())
 
     async def _cluster_status(self, scope: Scope, receive: RequestReader, response: Response, content_type: str) -> None:
