@@ -4,10 +4,11 @@ Spark's noop sink vs a plain librdkafka consumer (confluent-kafka) reading the s
     .venv/bin/python bench/spark_read.py [--records 200000] [--record-bytes 1024] [--rounds 3]
 
 One oncestream broker on a free port, one topic of ``--partitions`` partitions filled by
-librdkafka with 1 KiB values, one local[N] SparkSession in this process (N = cores). After a
-warm-up read (JVM, Python workers), ``--rounds`` rounds each time the Spark read and the
-librdkafka read in alternating order; the medians and their ratio are printed. Only the read is
-timed (the pipeline figures are bench/spark_pipeline.py's). ``--decoder python`` forces the
+librdkafka with 1 KiB values, one local[N] SparkSession in this process (N = cores). After
+``--warmup`` untimed reads of each Spark reader (JVM start and JIT, Python workers), ``--rounds``
+rounds each time the Spark read and the librdkafka read in alternating order; the medians and
+their ratio are printed. Only the read is timed (the pipeline figures are
+bench/spark_pipeline.py's). ``--decoder python`` forces the
 pure-Python column builder (ONCESTREAM_NATIVE=0) in the Spark workers, to compare it with the
 native one. The "Spark floor" row is a Python data source with the same schema, tasks and rows that
 yields one prebuilt Arrow batch over and over (no broker, no decoding): what Spark's Python data
@@ -132,6 +133,7 @@ def main() -> int:
     parser.add_argument("--record-bytes", type=int, default=1024)
     parser.add_argument("--partitions", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--warmup", type=int, default=3, help="untimed reads of each Spark reader first")
     parser.add_argument("--decoder", choices=["default", "python"], default="default",
                         help="python: the pure-Python column builder (ONCESTREAM_NATIVE=0)")
     parser.add_argument("--master", default=f"local[{os.cpu_count() or 2}]",
@@ -172,10 +174,14 @@ def main() -> int:
         spark.sparkContext.setLogLevel("ERROR")
         oncestream.spark.register(spark)
         spark.dataSource.register(_floor_source(args.records // args.partitions, args.record_bytes, args.partitions))
-        _spark_read_mb_s(spark, bootstrap, "in", args.records, args.record_bytes)  # warm-up
-        _floor_mb_s(spark, args.records, args.record_bytes)
-        if args.min_partitions:
-            _spark_read_mb_s(spark, bootstrap, "in", args.records, args.record_bytes, min_partitions=args.min_partitions)
+        # Warm-up: the JVM compiles the row conversion as it runs, and the first reads after start
+        # are markedly slower (JVM CPU per read fell ~25% over the first ten reads in one session).
+        for _ in range(args.warmup):
+            _spark_read_mb_s(spark, bootstrap, "in", args.records, args.record_bytes)
+            _floor_mb_s(spark, args.records, args.record_bytes)
+            if args.min_partitions:
+                _spark_read_mb_s(spark, bootstrap, "in", args.records, args.record_bytes,
+                                 min_partitions=args.min_partitions)
         readers = ["spark", "rdk", "floor"] + (["split"] if args.min_partitions else [])
         runs: dict[str, list[float]] = {name: [] for name in readers}
         cpu: dict[str, str] = {}
@@ -201,7 +207,8 @@ def main() -> int:
     median = {name: statistics.median(values) for name, values in runs.items()}
     split = f" --min-partitions {args.min_partitions}" if args.min_partitions else ""
     print(f"\nCommand: `.venv/bin/python bench/spark_read.py --records {args.records} --record-bytes "
-          f"{args.record_bytes} --partitions {args.partitions} --rounds {args.rounds} --decoder {args.decoder}{split} "
+          f"{args.record_bytes} --partitions {args.partitions} --rounds {args.rounds} --warmup {args.warmup} "
+          f"--decoder {args.decoder}{split} "
           f"--master '{args.master}'`  ")
     print(f"Date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}  ")
     print(f"Machine: {os.cpu_count()} cores, {platform.system()} {platform.release()}, "
