@@ -13,6 +13,7 @@ Both decompress through ``protocol.compression`` and follow the record layout of
 from __future__ import annotations
 
 import os
+from array import array
 from types import ModuleType
 from typing import TYPE_CHECKING, Protocol
 
@@ -125,13 +126,29 @@ class NativeColumns:
         return pa.RecordBatch.from_arrays([
             _var_array(pa.binary(), rows, keys),
             _var_array(pa.binary(), rows, values),
-            pa.repeat(pa.scalar(topic, pa.string()), rows),
-            pa.repeat(pa.scalar(partition, pa.int32()), rows),
+            _constant_string(topic, rows),
+            _constant_int32(partition, rows),
             pa.Array.from_buffers(pa.int64(), rows, [None, pa.py_buffer(offsets)], null_count=0),
             pa.Array.from_buffers(TIMESTAMP_TYPE, rows, [None, pa.py_buffer(stamps_us)], null_count=0),
             pa.Array.from_buffers(pa.int32(), rows, [None, pa.py_buffer(stamp_types)], null_count=0),
             headers,
         ], schema=ARROW_SCHEMA)
+
+
+def _constant_string(value: str, rows: int) -> pa.Array:
+    """``rows`` times ``value``, built from buffers: ``pa.scalar`` would import pandas (pyarrow
+    checks for pandas types), ~0.25 s of CPU in every fresh Spark Python worker, which does not
+    import pandas by itself."""
+    data = value.encode()
+    width = len(data)
+    offsets = array("i", range(0, width * rows + 1, width)) if width else array("i", [0]) * (rows + 1)
+    return pa.Array.from_buffers(pa.string(), rows, [None, pa.py_buffer(offsets), pa.py_buffer(data * rows)],
+                                 null_count=0)
+
+
+def _constant_int32(value: int, rows: int) -> pa.Array:
+    """``rows`` times ``value`` as int32 (no ``pa.scalar``: see ``_constant_string``)."""
+    return pa.Array.from_buffers(pa.int32(), rows, [None, pa.py_buffer(array("i", [value]) * rows)], null_count=0)
 
 
 def _buffer(data: Block | None) -> pa.Buffer | None:
