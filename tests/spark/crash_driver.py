@@ -75,7 +75,7 @@ def main() -> int:
     oncestream.spark.register(spark)
     source = (spark.readStream.format("oncestream").option("kafka.bootstrap.servers", args.bootstrap)
               .option("subscribe", args.in_topic).option("startingOffsets", "earliest")
-              .option("maxOffsetsPerTrigger", str(args.max_offsets)).load())
+              .option("includeHeaders", "true").option("maxOffsetsPerTrigger", str(args.max_offsets)).load())
     if args.mode == "passthrough":
         writer = (source.select("key", "value", "headers").writeStream.format("oncestream")
                   .option("kafka.bootstrap.servers", args.bootstrap).option("topic", args.out_topic))

@@ -57,7 +57,7 @@ def test_batch_read_has_kafka_columns_and_skips_aborted_records(spark, eos_broke
     """read_committed (KIP-98): aborted records and markers never show; columns match Spark's."""
     topic = _topic(eos_broker.bootstrap)
     committed = _produce_with_aborted(eos_broker.bootstrap, topic)
-    df = _read(spark, eos_broker.bootstrap, subscribe=topic)
+    df = _read(spark, eos_broker.bootstrap, subscribe=topic, includeHeaders="true")
     assert [f.name for f in df.schema.fields] == [
         "key", "value", "topic", "partition", "offset", "timestamp", "timestampType", "headers"]
     rows = df.collect()
@@ -105,11 +105,11 @@ def test_batch_write_round_trip_is_atomic_and_complete(spark, eos_broker):
     source = _topic(eos_broker.bootstrap)
     target = _topic(eos_broker.bootstrap, partitions=3)
     committed = _produce_with_aborted(eos_broker.bootstrap, source)
-    df = _read(spark, eos_broker.bootstrap, subscribe=source).selectExpr(
+    df = _read(spark, eos_broker.bootstrap, subscribe=source, includeHeaders="true").selectExpr(
         "key", "value", "headers", "CAST(offset % 3 AS INT) AS partition")
     (df.repartition(3).write.format("oncestream").option("kafka.bootstrap.servers", eos_broker.bootstrap)
      .option("topic", target).mode("append").save())
-    out = _read(spark, eos_broker.bootstrap, subscribe=target).collect()
+    out = _read(spark, eos_broker.bootstrap, subscribe=target, includeHeaders="true").collect()
     assert sorted(bytes(r.value) for r in out) == sorted(committed)
     assert {bytes(r.value): r.key for r in out}[b"c0"] == b"k0"
     with_headers = next(r for r in out if r.value == b"c5")

@@ -278,12 +278,13 @@ def test_progress_reports_latest_offset_and_offsets_behind_latest(spark, eos_bro
 
 
 def test_include_headers(spark, eos_broker):
-    """includeHeaders=false leaves the headers column out (Spark's default schema); true or unset
+    """includeHeaders=false or unset leaves the headers column out (Spark's default schema); true
     keeps it with the records' headers."""
     topic = _topic(eos_broker.bootstrap)
     _produce_timed(eos_broker.bootstrap, topic, count=2)
     plain = _read(spark, eos_broker.bootstrap, topic, includeHeaders="false")
     assert "headers" not in plain.columns and len(plain.columns) == 7
+    assert _read(spark, eos_broker.bootstrap, topic).columns == plain.columns  # the default
     assert _values(plain.collect()) == _expected(range(2))
     _query, streamed = _run_available_now(spark, _stream(spark, eos_broker.bootstrap, topic, includeHeaders="false",
                                                          startingOffsets="earliest"))

@@ -67,9 +67,10 @@ def test_min_and_max_offsets_per_trigger_and_trigger_delay():
 
 
 def test_include_headers_group_id_and_group_id_prefix_are_accepted():
-    """includeHeaders defaults to true here; kafka.group.id and groupIdPrefix are accepted (Spark
-    only names its consumer groups with them) and never reach a group membership."""
-    assert _opts().include_headers is True
+    """includeHeaders defaults to false, as in Spark; kafka.group.id and groupIdPrefix are accepted
+    (Spark only names its consumer groups with them) and never reach a group membership."""
+    assert _opts().include_headers is False
+    assert _opts(includeHeaders="true").include_headers is True
     assert _opts(includeHeaders="false").include_headers is False
     opts = _opts(streaming=True, **{"kafka.group.id": "g1", "groupIdPrefix": "p"})
     assert opts.client_config["group.id"] == "g1"

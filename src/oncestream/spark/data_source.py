@@ -30,8 +30,8 @@ class OnceStreamDataSource(DataSource):
         return FORMAT_NAME
 
     def schema(self) -> str:
-        """Spark's Kafka source columns; ``headers`` (null when a record has none) unless
-        includeHeaders=false."""
+        """Spark's Kafka source columns; with includeHeaders=true also ``headers`` (null when a
+        record has none)."""
         return SPARK_SCHEMA_DDL if include_headers(self.options) else SPARK_SCHEMA_NO_HEADERS_DDL
 
     def reader(self, schema: StructType) -> DataSourceReader:

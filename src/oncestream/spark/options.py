@@ -20,7 +20,7 @@ validated settings once, so the reader and writer never parse strings themselves
   partition without such a record starts from; an end without one is the latest offset;
 - ``maxOffsetsPerTrigger``, ``minOffsetsPerTrigger`` with ``maxTriggerDelay`` (default 15m),
   ``minPartitions``, ``maxRecordsPerPartition``, ``failOnDataLoss``;
-- ``includeHeaders`` (default true here, false in Spark: see docs/spark-connector-options.md);
+- ``includeHeaders`` (default false, as in Spark: no ``headers`` column unless asked for);
 - ``kafka.group.id`` / ``groupIdPrefix``: accepted and unused, since the connector reads by offset
   ranges and never joins a consumer group (Spark uses them only to name its consumers' groups);
 - ``topic`` for writes (overrides a ``topic`` column, as in Spark);
@@ -143,7 +143,7 @@ class SourceOptions:
     client_config: dict[str, str]
     min_offsets_per_trigger: int | None = None
     max_trigger_delay_ms: int = DEFAULT_MAX_TRIGGER_DELAY_MS
-    include_headers: bool = True
+    include_headers: bool = False
     test_clock_file: str | None = None
 
 
@@ -382,8 +382,9 @@ def source_options(options: Mapping[str, str], *, streaming: bool) -> SourceOpti
 
 
 def include_headers(options: Mapping[str, str]) -> bool:
-    """``includeHeaders``: whether the read schema has the ``headers`` column (default true)."""
-    return _bool(_lower(options), "includeHeaders", True)
+    """``includeHeaders``: whether the read schema has the ``headers`` column (default false, as in
+    Spark's connector: a query written for ``format("kafka")`` gets the same seven columns)."""
+    return _bool(_lower(options), "includeHeaders", False)
 
 
 def sink_options(options: Mapping[str, str]) -> SinkOptions:
