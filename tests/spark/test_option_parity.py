@@ -325,7 +325,7 @@ def test_write_headers_and_topic_per_row_and_topic_option_override(spark, eos_br
     df = spark.createDataFrame(rows, "topic string, value binary, headers array<struct<key:string,value:binary>>")
     df.write.format("oncestream").option("kafka.bootstrap.servers", eos_broker.bootstrap).mode("append").save()
     got = {bytes(r.value): [(h.key, h.value) for h in r.headers or []]
-           for t in (a, b) for r in _read(spark, eos_broker.bootstrap, t).collect()}
+           for t in (a, b) for r in _read(spark, eos_broker.bootstrap, t, includeHeaders="true").collect()}
     assert got == {b"to-a": [("h", b"1")], b"to-b": [("h", b"2"), ("x", None)], b"to-a-2": []}
     df.write.format("oncestream").option("kafka.bootstrap.servers", eos_broker.bootstrap).option("topic", c) \
         .mode("append").save()

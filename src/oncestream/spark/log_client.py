@@ -262,8 +262,15 @@ class LogClient:
         raise AssertionError("unreachable")
 
     def _leader(self, tp: TopicPartition) -> int:
-        if tp not in self._leaders or self._leaders[tp] < 0:
-            self.metadata([tp[0]])
+        # A partition without a known leader (a topic created a moment ago, a leader moving) is
+        # retriable, as LEADER_NOT_AVAILABLE is for Kafka's clients: ask again after the backoff.
+        for attempt in range(_RETRY_ATTEMPTS):
+            if tp not in self._leaders or self._leaders[tp] < 0:
+                if attempt:
+                    time.sleep(self._backoff_s)
+                self.metadata([tp[0]])
+            if self._leaders.get(tp, -1) >= 0:
+                break
         leader = self._leaders.get(tp, -1)
         if leader < 0:
             raise BrokerRequestError(f"{tp[0]}[{tp[1]}] has no leader")
