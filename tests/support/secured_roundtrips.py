@@ -49,15 +49,7 @@ def librdkafka_roundtrip(conf: dict[str, Any], topic: str, plain: int) -> list[b
     for i in range(plain):
         producer.produce(topic, f"plain-{i}".encode())
     assert producer.flush(TIMEOUT_S) == 0
-    txn = CkProducer({**conf, "transactional.id": f"ck-txn-{uuid.uuid4().hex[:8]}"})
-    txn.init_transactions(TIMEOUT_S)
-    txn.begin_transaction()
-    txn.produce(topic, b"aborted")
-    txn.abort_transaction(TIMEOUT_S)
-    txn.begin_transaction()
-    for i in range(COMMITTED):
-        txn.produce(topic, f"txn-{i}".encode())
-    txn.commit_transaction(TIMEOUT_S)
+    _abort_then_commit(CkProducer({**conf, "transactional.id": f"ck-txn-{uuid.uuid4().hex[:8]}"}), topic, "txn")
     return librdkafka_read_committed(conf, topic, plain + COMMITTED)
 
 
@@ -95,15 +87,7 @@ def kafka_python_roundtrip(bootstrap: str, args: dict[str, Any], topic: str) -> 
 def oncestream_roundtrip(conf: dict[str, Any], topic: str) -> list[bytes]:
     """An aborted and a committed transaction (``os-i``) by our producer; what our consumer then
     reads read_committed from partition 0."""
-    producer = Producer({**conf, "transactional.id": f"os-{uuid.uuid4().hex[:8]}"})
-    producer.init_transactions(TIMEOUT_S)
-    producer.begin_transaction()
-    producer.produce(topic, b"aborted")
-    producer.abort_transaction(TIMEOUT_S)
-    producer.begin_transaction()
-    for i in range(COMMITTED):
-        producer.produce(topic, f"os-{i}".encode())
-    producer.commit_transaction(TIMEOUT_S)
+    _abort_then_commit(Producer({**conf, "transactional.id": f"os-{uuid.uuid4().hex[:8]}"}), topic, "os")
     consumer = Consumer({**conf, "group.id": f"g-{uuid.uuid4().hex[:8]}", "isolation.level": "read_committed"})
     consumer.assign([TopicPartition(topic, 0, 0)])
     values: list[bytes] = []
@@ -117,3 +101,16 @@ def oncestream_roundtrip(conf: dict[str, Any], topic: str) -> list[bytes]:
     finally:
         consumer.close()
     return values
+
+
+def _abort_then_commit(producer: Any, topic: str, prefix: str) -> None:
+    """An aborted transaction (``aborted``), then a committed one (``<prefix>-i``), by a
+    transactional producer with confluent-kafka's API (librdkafka's or ours, which mirrors it)."""
+    producer.init_transactions(TIMEOUT_S)
+    producer.begin_transaction()
+    producer.produce(topic, b"aborted")
+    producer.abort_transaction(TIMEOUT_S)
+    producer.begin_transaction()
+    for i in range(COMMITTED):
+        producer.produce(topic, f"{prefix}-{i}".encode())
+    producer.commit_transaction(TIMEOUT_S)
