@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
@@ -21,6 +22,9 @@ from oncestream.errors import KafkaError
 from oncestream.protocol import api_keys as k
 from oncestream.protocol.codec import RequestHeader, build, response_module
 
+if TYPE_CHECKING:
+    from oncestream.protocol.request_types import CreateAclsRequest, DeleteAclsRequest, DescribeAclsRequest
+
 _ZERO = datetime.timedelta(0)
 
 
@@ -29,7 +33,7 @@ async def _persist(state: BrokerState, acls: list[AclBinding]) -> None:
     await asyncio.get_running_loop().run_in_executor(state.disk_executor, state.acl_store.save, acls)
 
 
-async def handle_create(state: BrokerState, header: RequestHeader, request) -> object:
+async def handle_create(state: BrokerState, header: RequestHeader, request: CreateAclsRequest) -> object:
     m = response_module(k.CREATE_ACLS, header.api_version)
 
     def result(code: ErrorCode, message: str | None = None):
@@ -70,7 +74,7 @@ def _filter_of(f, name_attr: str = "resource_name_filter") -> AclBindingFilter:
                                       f.principal_filter, f.host_filter, f.operation, f.permission_type)
 
 
-def handle_describe(state: BrokerState, header: RequestHeader, request) -> object:
+def handle_describe(state: BrokerState, header: RequestHeader, request: DescribeAclsRequest) -> object:
     m = response_module(k.DESCRIBE_ACLS, header.api_version)
 
     def answer(code: ErrorCode, message: str | None = None, resources: tuple = ()):
@@ -97,7 +101,7 @@ def handle_describe(state: BrokerState, header: RequestHeader, request) -> objec
     return answer(ErrorCode.none, None, resources)
 
 
-async def handle_delete(state: BrokerState, header: RequestHeader, request) -> object:
+async def handle_delete(state: BrokerState, header: RequestHeader, request: DeleteAclsRequest) -> object:
     m = response_module(k.DELETE_ACLS, header.api_version)
 
     def filter_result(code: ErrorCode, message: str | None = None, matching: tuple = ()):

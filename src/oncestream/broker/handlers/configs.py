@@ -18,7 +18,7 @@ from __future__ import annotations
 import datetime
 import logging
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
@@ -31,6 +31,9 @@ from oncestream.log.config import LogConfig
 from oncestream.log.manager import validate_topic_name
 from oncestream.protocol.api_keys import ALTER_CONFIGS, DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS
 from oncestream.protocol.codec import RequestHeader, build, response_module
+
+if TYPE_CHECKING:
+    from oncestream.protocol.request_types import AlterConfigsRequest, DescribeConfigsRequest, IncrementalAlterConfigsRequest
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +72,7 @@ def _describe_entries(state: BrokerState, request, res) -> list[admin.ConfigEntr
     raise InvalidRequestError(f"Unsupported resource type: {res.resource_type}")
 
 
-def handle_describe(state: BrokerState, header: RequestHeader, request) -> object:
+def handle_describe(state: BrokerState, header: RequestHeader, request: DescribeConfigsRequest) -> object:
     m = response_module(DESCRIBE_CONFIGS, header.api_version)
     results = []
     for res in request.resources:
@@ -194,7 +197,7 @@ async def _alter(state: BrokerState, request, ops_of: Callable[[Any], list[tuple
     return results
 
 
-async def handle_alter(state: BrokerState, header: RequestHeader, request) -> object:
+async def handle_alter(state: BrokerState, header: RequestHeader, request: AlterConfigsRequest) -> object:
     m = response_module(ALTER_CONFIGS, header.api_version)
 
     def as_sets(res) -> list[tuple[str, int, str | None]]:
@@ -206,7 +209,7 @@ async def handle_alter(state: BrokerState, header: RequestHeader, request) -> ob
     return build(m.AlterConfigsResponse, throttle_time=datetime.timedelta(0), responses=_alter_response(m, results))
 
 
-async def handle_incremental_alter(state: BrokerState, header: RequestHeader, request) -> object:
+async def handle_incremental_alter(state: BrokerState, header: RequestHeader, request: IncrementalAlterConfigsRequest) -> object:
     m = response_module(INCREMENTAL_ALTER_CONFIGS, header.api_version)
 
     def as_ops(res) -> list[tuple[str, int, str | None]]:

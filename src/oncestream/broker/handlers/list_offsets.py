@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import datetime
+from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
@@ -13,13 +14,16 @@ from oncestream.errors import KafkaError, TopicAuthorizationFailedError
 from oncestream.protocol.api_keys import LIST_OFFSETS
 from oncestream.protocol.codec import RequestHeader, build, response_module
 
+if TYPE_CHECKING:
+    from oncestream.protocol.request_types import ListOffsetsRequest
+
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
 MAX_TIMESTAMP = -3  # KIP-734, ListOffsets v7+
 READ_COMMITTED = 1
 
 
-def handle(state: BrokerState, header: RequestHeader, request) -> object:
+def handle(state: BrokerState, header: RequestHeader, request: ListOffsetsRequest) -> object:
     m = response_module(LIST_OFFSETS, header.api_version)
     read_committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
     topics_out = []

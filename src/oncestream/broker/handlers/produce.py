@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
@@ -23,11 +24,14 @@ from oncestream.protocol.api_keys import PRODUCE
 from oncestream.protocol.codec import RequestHeader, build, response_module
 from oncestream.protocol.record_batch import BatchHeader, iter_batches
 
+if TYPE_CHECKING:
+    from oncestream.protocol.request_types import ProduceRequest
+
 _VALID_ACKS = (0, 1, -1)
 _IN_SYNC_REPLICAS = 1  # a single node: every partition's ISR is this broker
 
 
-async def handle(state: BrokerState, header: RequestHeader, request) -> object | None:
+async def handle(state: BrokerState, header: RequestHeader, request: ProduceRequest) -> object | None:
     m = response_module(PRODUCE, header.api_version)
     rewritten = await _recompress_ahead(state, request) if request.acks in _VALID_ACKS else {}
     now_ms = state.now_ms()
@@ -44,7 +48,7 @@ async def handle(state: BrokerState, header: RequestHeader, request) -> object |
         parts: list[dict] = []
         topic_denied = not authorize(state, Op.WRITE, Res.TOPIC, topic.name)
         for part in topic.partition_data:
-            answer = {"index": part.index, "error_code": ErrorCode.none, "error_message": None,
+            answer: dict[str, Any] = {"index": part.index, "error_code": ErrorCode.none, "error_message": None,
                       "base_offset": -1, "log_start_offset": -1, "log_append_time": None}
             if acks not in _VALID_ACKS:
                 answer["error_code"] = ErrorCode.invalid_required_acks

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import logging
+from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
@@ -22,6 +23,9 @@ from oncestream.log.log_start import LogStartMove
 from oncestream.log.partition_log import PartitionLog
 from oncestream.protocol.api_keys import DELETE_RECORDS
 from oncestream.protocol.codec import RequestHeader, build, response_module
+
+if TYPE_CHECKING:
+    from oncestream.protocol.request_types import DeleteRecordsRequest
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +53,7 @@ def _finish_later(state: BrokerState, partition_log: PartitionLog, move: LogStar
     state.remove_deleted_files_in_background(partition_log)
 
 
-async def handle_delete_records(state: BrokerState, header: RequestHeader, request) -> object:
+async def handle_delete_records(state: BrokerState, header: RequestHeader, request: DeleteRecordsRequest) -> object:
     m = response_module(DELETE_RECORDS, header.api_version)
     topics_out = []
     for t in request.topics:

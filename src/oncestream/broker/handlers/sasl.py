@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import struct
+from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
@@ -22,6 +23,9 @@ from oncestream.errors import KafkaError
 from oncestream.protocol.api_keys import SASL_AUTHENTICATE, SASL_HANDSHAKE
 from oncestream.protocol.codec import RequestHeader, build, response_module
 
+if TYPE_CHECKING:
+    from oncestream.protocol.request_types import SaslAuthenticateRequest, SaslHandshakeRequest
+
 
 def exchange_of(state: BrokerState) -> SaslExchange:
     """The current connection's SASL exchange."""
@@ -29,7 +33,7 @@ def exchange_of(state: BrokerState) -> SaslExchange:
     return current_exchange(state.sasl_for(session.listener_name), session)
 
 
-def handle_handshake(state: BrokerState, header: RequestHeader, request) -> object:
+def handle_handshake(state: BrokerState, header: RequestHeader, request: SaslHandshakeRequest) -> object:
     m = response_module(SASL_HANDSHAKE, header.api_version)
     exchange = exchange_of(state)
     error = ErrorCode.none
@@ -51,7 +55,7 @@ async def _delay_failure(exchange: SaslExchange) -> None:
         await asyncio.sleep(delay_ms / 1000)
 
 
-async def handle_authenticate(state: BrokerState, header: RequestHeader, request) -> object:
+async def handle_authenticate(state: BrokerState, header: RequestHeader, request: SaslAuthenticateRequest) -> object:
     m = response_module(SASL_AUTHENTICATE, header.api_version)
     exchange = exchange_of(state)
     now_ms = state.mono_ms()
