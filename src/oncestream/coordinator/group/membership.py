@@ -296,7 +296,8 @@ class GroupMetadataManager:
         self._rt.invoke_join(member, JoinResult(ErrorCode.fenced_instance_id, old_member_id))
         self._rt.invoke_sync(member, SyncResult(ErrorCode.fenced_instance_id))
         if request.group_instance_id is None:
-            raise CoordinatorInvariantError('invariant violated: request.group_instance_id is not None')
+            raise CoordinatorInvariantError(
+                f"group {group.group_id}: only a static member (one with an instance id) can replace member {old_member_id}")
         group.replace_static_member(request.group_instance_id, old_member_id, new_member_id)
         member.heartbeat_deadline_ms = mono_ms + member.session_timeout_ms
         superseded = group.update_member(
@@ -307,7 +308,9 @@ class GroupMetadataManager:
             respond,
         )
         if superseded is not None:
-            raise CoordinatorInvariantError('invariant violated: superseded is None')
+            raise CoordinatorInvariantError(
+                f"group {group.group_id}: static member {new_member_id} replaced {old_member_id} but a JoinGroup "
+                "of the old member was still waiting")
 
         if group.is_(_S.STABLE):
             if group.protocol_name == group.select_protocol():
@@ -388,7 +391,7 @@ class GroupMetadataManager:
     def _on_join_timer(self, group: GroupMetadata, mono_ms: int) -> None:
         timer = group.join_timer
         if timer is None:
-            raise CoordinatorInvariantError('invariant violated: timer is not None')
+            raise CoordinatorInvariantError(f"group {group.group_id}: the join timer fired but none was set")
         group.join_timer = None
         if timer.initial and group.new_member_added and timer.remaining_ms != 0:
             # Members are still arriving: wait one more delay, within the rebalance timeout.
@@ -440,7 +443,7 @@ class GroupMetadataManager:
         """Members that joined but never synced within the rebalance timeout are removed."""
         timer = group.sync_timer
         if timer is None:
-            raise CoordinatorInvariantError('invariant violated: timer is not None')
+            raise CoordinatorInvariantError(f"group {group.group_id}: the sync timer fired but none was set")
         group.sync_timer = None
         if timer.generation_id != group.generation_id:
             return

@@ -743,7 +743,9 @@ class TransactionCoordinator:
     ) -> tuple[tuple[PendingWrite, ...], tuple[MarkerJob, ...]]:
         """A Prepare* is durable: markers for its partitions, or straight to Complete* without."""
         if not (meta.current.state in _PREPARED and meta.pending is None):
-            raise CoordinatorInvariantError('invariant violated: meta.current.state in _PREPARED and meta.pending is None')
+            raise CoordinatorInvariantError(
+                f"transaction {meta.transactional_id}: completion starts only from a durable Prepare state with "
+                f"no transition in flight, but it is {meta.current.state.name} with pending {meta.pending}")
         if meta.current.partitions:
             return (), (self._marker_job(meta),)
         return (self._prepare_complete(meta, now_ms),), ()
@@ -751,7 +753,8 @@ class TransactionCoordinator:
     def _marker_job(self, meta: TransactionMetadata) -> MarkerJob:
         s = meta.current
         if s.state not in _PREPARED:
-            raise CoordinatorInvariantError('invariant violated: s.state in _PREPARED')
+            raise CoordinatorInvariantError(
+                f"transaction {meta.transactional_id}: markers are written only from a Prepare state, not {s.state.name}")
         producer_id, epoch = s.marker_identity()
         return MarkerJob(
             transactional_id=meta.transactional_id,
