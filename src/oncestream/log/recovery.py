@@ -35,7 +35,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
-from oncestream.errors import KafkaError, LogInvariantError, StorageError
+from oncestream.errors import LogInvariantError, OnceStreamError, StorageError
 from oncestream.log import compaction
 from oncestream.log.descriptors import SegmentDescriptors
 from oncestream.log.durable_files import (
@@ -308,7 +308,7 @@ def _batches_from(
             if header.is_control:
                 try:
                     marker = read_control_marker(segment.read(position, position + header.size_bytes))
-                except (KafkaError, ValueError, IndexError, struct.error) as exc:
+                except (OnceStreamError, ValueError, IndexError, struct.error) as exc:
                     # It was validated when written; a batch that no longer decodes is skipped
                     # rather than failing the whole partition.
                     log.error(

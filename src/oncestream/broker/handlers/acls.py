@@ -18,7 +18,7 @@ from kio.schema.errors import ErrorCode
 from oncestream.authz.acl import AclBinding, AclBindingFilter, binding_from_wire
 from oncestream.broker.authorize import Op, Res, authorize
 from oncestream.broker.state import BrokerState
-from oncestream.errors import KafkaError
+from oncestream.errors import OnceStreamError
 from oncestream.protocol import api_keys as k
 from oncestream.protocol.codec import RequestHeader, build, response_module
 
@@ -51,7 +51,7 @@ async def handle_create(state: BrokerState, header: RequestHeader, request: Crea
                 valid.append(binding_from_wire(c.resource_type, c.resource_name, c.resource_pattern_type,
                                                c.principal, c.host, c.operation, c.permission_type))
                 answers.append(result(ErrorCode.none))
-            except KafkaError as exc:
+            except OnceStreamError as exc:
                 answers.append(result(exc.code, str(exc)))
         if valid:
             async with state.acl_write_lock:
@@ -87,7 +87,7 @@ def handle_describe(state: BrokerState, header: RequestHeader, request: Describe
         return answer(ErrorCode.cluster_authorization_failed)
     try:
         acl_filter = _filter_of(request)
-    except KafkaError as exc:
+    except OnceStreamError as exc:
         return answer(exc.code, str(exc))
     by_resource: dict[tuple, list[AclBinding]] = {}
     for acl in state.authorizer.matching(acl_filter):
@@ -120,7 +120,7 @@ async def handle_delete(state: BrokerState, header: RequestHeader, request: Dele
         for f in request.filters:
             try:
                 matched = authorizer.matching(_filter_of(f))
-            except KafkaError as exc:
+            except OnceStreamError as exc:
                 per_filter.append((exc.code, str(exc), []))
                 continue
             per_filter.append((ErrorCode.none, None, matched))

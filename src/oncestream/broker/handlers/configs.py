@@ -26,7 +26,7 @@ from oncestream.broker import config_admin as admin
 from oncestream.broker.authorize import Op, Res, authorize
 from oncestream.broker.disk_step import run_disk_step
 from oncestream.broker.state import BrokerState
-from oncestream.errors import InvalidRequestError, KafkaError, UnknownTopicOrPartitionError
+from oncestream.errors import InvalidRequestError, OnceStreamError, UnknownTopicOrPartitionError
 from oncestream.log.config import LogConfig
 from oncestream.log.manager import validate_topic_name
 from oncestream.protocol.api_keys import ALTER_CONFIGS, DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS
@@ -83,7 +83,7 @@ def handle_describe(state: BrokerState, header: RequestHeader, request: Describe
         else:
             try:
                 entries = _describe_entries(state, request, res)
-            except KafkaError as exc:
+            except OnceStreamError as exc:
                 error, message = exc.code, str(exc)
         configs = tuple(
             build(
@@ -139,7 +139,7 @@ async def _apply_broker_configs(state: BrokerState, resource_name: str,
         # The whole result must still make valid topic defaults before anything is written.
         try:
             LogConfig.from_broker_configs(updated.effective())
-        except KafkaError as exc:
+        except OnceStreamError as exc:
             raise InvalidRequestError(str(exc)) from None
         await run_disk_step(
             state, lambda: updated.save(state.data_dir, state.disk_fsync),
@@ -180,7 +180,7 @@ async def _alter(state: BrokerState, request, ops_of: Callable[[Any], list[tuple
             if (res.resource_type, res.resource_name) in repeated:
                 raise InvalidRequestError("Each resource must appear at most once.")
             if (denied := _denied(state, Op.ALTER_CONFIGS, res)) is not None:
-                raise KafkaError(denied[1], code=denied[0])
+                raise OnceStreamError(denied[1], code=denied[0])
             ops = ops_of(res)
             if res.resource_type == RESOURCE_TOPIC:
                 current = _topic_overrides(state, res.resource_name)  # the topic must exist
@@ -191,7 +191,7 @@ async def _alter(state: BrokerState, request, ops_of: Callable[[Any], list[tuple
                 await _apply_broker_configs(state, res.resource_name, _broker_layer(ops, replace), request.validate_only)
             else:
                 raise InvalidRequestError(f"Unknown resource type {res.resource_type}")
-        except KafkaError as exc:
+        except OnceStreamError as exc:
             error, message = exc.code, str(exc)
         results.append((res, error, message))
     return results

@@ -22,7 +22,7 @@ from kio.schema.errors import ErrorCode
 
 from oncestream.broker.authorize import Op, Res, authorize
 from oncestream.broker.state import BrokerState
-from oncestream.errors import KafkaError, TopicAuthorizationFailedError
+from oncestream.errors import OnceStreamError, TopicAuthorizationFailedError
 from oncestream.protocol.codec import RequestHeader
 from oncestream.protocol.fetch_response import PartitionFetchResult, encode_fetch_response
 
@@ -95,7 +95,7 @@ def _read_once(state: BrokerState, request: FetchRequest, denied: set[str]) -> t
                     min_one=(total == 0),
                     with_aborted=read_committed,
                 )
-            except KafkaError as exc:
+            except OnceStreamError as exc:
                 result.error_code = exc.code
                 any_error = True
             else:

@@ -10,7 +10,7 @@ from kio.schema.errors import ErrorCode
 
 from oncestream.broker.authorize import Op, Res, authorize
 from oncestream.broker.state import BrokerState
-from oncestream.errors import KafkaError, TopicAuthorizationFailedError
+from oncestream.errors import OnceStreamError, TopicAuthorizationFailedError
 from oncestream.protocol.api_keys import LIST_OFFSETS
 from oncestream.protocol.codec import RequestHeader, build, response_module
 
@@ -37,7 +37,7 @@ def handle(state: BrokerState, header: RequestHeader, request: ListOffsetsReques
                 if not allowed:
                     raise TopicAuthorizationFailedError(t.name)
                 plog = state.logs.get(t.name, p.partition_index)
-            except KafkaError as exc:
+            except OnceStreamError as exc:
                 error = exc.code
             else:
                 if p.timestamp == EARLIEST_TIMESTAMP:

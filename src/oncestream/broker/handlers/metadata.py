@@ -13,7 +13,7 @@ from oncestream.broker.authorize import Op, Res, authorize, authorized_operation
 from oncestream.broker.connection_context import current_session
 from oncestream.broker.state import BrokerState
 from oncestream.broker.topic_creation import auto_create_topic
-from oncestream.errors import KafkaError
+from oncestream.errors import OnceStreamError
 from oncestream.protocol.api_keys import METADATA
 from oncestream.protocol.codec import RequestHeader, build, response_module
 
@@ -62,7 +62,7 @@ async def handle(state: BrokerState, header: RequestHeader, request: MetadataReq
                     # Off the event loop (issue 10): file creation and fsyncs run on disk threads.
                     info = await auto_create_topic(state, name, state.config.num_partitions, {})
                     topics = state.logs.topics()
-                except KafkaError as exc:
+                except OnceStreamError as exc:
                     error = exc.code
         if info is None or name is None:  # (a topic found is always found by a name)
             if error == ErrorCode.none:

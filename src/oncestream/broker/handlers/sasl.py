@@ -19,7 +19,7 @@ from oncestream.broker.connection_context import current_session
 from oncestream.broker.sasl.errors import SaslAuthenticationError
 from oncestream.broker.sasl.exchange import SaslExchange, current_exchange
 from oncestream.broker.state import BrokerState
-from oncestream.errors import KafkaError
+from oncestream.errors import OnceStreamError
 from oncestream.protocol.api_keys import SASL_AUTHENTICATE, SASL_HANDSHAKE
 from oncestream.protocol.codec import RequestHeader, build, response_module
 
@@ -44,7 +44,7 @@ def handle_handshake(state: BrokerState, header: RequestHeader, request: SaslHan
     else:
         try:
             exchange.handshake(str(request.mechanism), header.api_version)
-        except KafkaError as exc:
+        except OnceStreamError as exc:
             error = exc.code
     return build(m.SaslHandshakeResponse, error_code=error, mechanisms=exchange.settings.enabled_mechanisms)
 
@@ -66,7 +66,7 @@ async def handle_authenticate(state: BrokerState, header: RequestHeader, request
     else:
         try:
             reply = exchange.authenticate(bytes(request.auth_bytes), now_ms)
-        except KafkaError as exc:
+        except OnceStreamError as exc:
             error, message = exc.code, str(exc)
     return build(m.SaslAuthenticateResponse, error_code=error, error_message=message, auth_bytes=reply,
                  session_lifetime=datetime.timedelta(milliseconds=exchange.session_lifetime_ms(now_ms)))

@@ -16,7 +16,7 @@ from oncestream.broker.disk_step import run_disk_step
 from oncestream.broker.handlers.metadata import INTERNAL_TOPICS
 from oncestream.broker.state import BrokerState
 from oncestream.broker.topic_creation import run_creation
-from oncestream.errors import KafkaError, StorageError
+from oncestream.errors import OnceStreamError, StorageError
 from oncestream.log.config import LogConfig
 from oncestream.protocol.api_keys import CREATE_PARTITIONS, CREATE_TOPICS, DELETE_TOPICS
 from oncestream.protocol.codec import RequestHeader, build, response_module
@@ -93,7 +93,7 @@ async def handle_create(state: BrokerState, header: RequestHeader, request: Crea
                     topic_id = (await run_creation(state, creation)).topic_id
                 else:
                     granted += num_partitions
-            except KafkaError as exc:
+            except OnceStreamError as exc:
                 error, message = exc.code, str(exc)
         results.append(
             build(
@@ -142,7 +142,7 @@ async def handle_delete(state: BrokerState, header: RequestHeader, request: Dele
                     info = topics.get(name)
                     topic_id = info.topic_id if info is not None else topic_id
                     await _delete_topic(state, name)
-                except KafkaError as exc:
+                except OnceStreamError as exc:
                     error, message = exc.code, str(exc)
         results.append(
             build(
@@ -222,7 +222,7 @@ async def handle_create_partitions(state: BrokerState, header: RequestHeader, re
         else:
             try:
                 await run_creation(state, state.logs.begin_create_partitions(t.name, t.count))
-            except KafkaError as exc:
+            except OnceStreamError as exc:
                 error, message = exc.code, str(exc)
         results.append(build(m.CreatePartitionsTopicResult, name=t.name, error_code=error,
                              error_message=message))

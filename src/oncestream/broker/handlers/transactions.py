@@ -16,7 +16,7 @@ from oncestream.broker.authorize import Op, Res, authorize, authorize_any
 from oncestream.broker.state import BrokerState
 from oncestream.broker.txn_service import fenced_for_version
 from oncestream.coordinator.group.messages import PartitionOffsetCommit
-from oncestream.errors import KafkaError, StorageError, TopicAuthorizationFailedError
+from oncestream.errors import OnceStreamError, StorageError, TopicAuthorizationFailedError
 from oncestream.protocol import api_keys as k
 from oncestream.protocol.codec import RequestHeader, build, response_module
 from oncestream.topic_partition import TopicPartition
@@ -438,7 +438,7 @@ def handle_describe_producers(state: BrokerState, header: RequestHeader, request
                 if not allowed:
                     raise TopicAuthorizationFailedError(t.name)
                 infos = state.logs.get(t.name, p).producer_states()
-            except KafkaError as exc:
+            except OnceStreamError as exc:
                 error, message = exc.code, str(exc)
             else:
                 active = tuple(

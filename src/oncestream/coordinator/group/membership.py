@@ -45,7 +45,7 @@ from oncestream.errors import (
     IllegalGenerationError,
     InconsistentGroupProtocolError,
     InvalidSessionTimeoutError,
-    KafkaError,
+    OnceStreamError,
     RebalanceInProgressError,
     UnknownMemberIdError,
 )
@@ -720,7 +720,7 @@ class GroupMetadataManager:
         """One group of DescribeGroups; an unknown group is reported Dead with no error (Kafka)."""
         try:
             self._rt.validate_group_id(group_id, allow_empty=True)
-        except KafkaError as exc:
+        except OnceStreamError as exc:
             return GroupDescription(group_id, exc.code, "", "", "")
         group = self._rt.groups.get(group_id)
         if group is None:
@@ -752,7 +752,7 @@ class GroupMetadataManager:
         offsets and metadata are tombstoned."""
         try:
             self._rt.validate_group_id(group_id, allow_empty=True)
-        except KafkaError as exc:
+        except OnceStreamError as exc:
             return exc.code
         group = self._rt.groups.get(group_id)
         if group is None or group.is_(_S.DEAD):
