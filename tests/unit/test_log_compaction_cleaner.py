@@ -328,6 +328,43 @@ def test_cancel_during_a_build_aborts_it_and_waits_for_it(
     assert partition_log.compaction_candidate(state.now_ms()) is not None, "the plan was given back"
 
 
+def test_a_build_that_fails_while_being_cancelled_is_logged_and_recorded_not_dropped(
+    state: BrokerState, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Shutdown aborts a running build; a build that then fails with an error of its own (not the
+    abort) reports it: logged with its traceback and recorded against the partition."""
+    state.logs.create_topic("table", 1, {"cleanup.policy": "compact"})
+    fill(state, "table", keys=3, rounds=5)
+    started = threading.Event()
+
+    def failing_build(plan):
+        started.set()
+        assert plan.abort.wait(WAIT_CAP_S)
+        raise StorageError("injected: the disk failed under the build")
+
+    monkeypatch.setattr(compaction, "build_cleaned", failing_build)
+    cleaner = LogCleaner.for_state(state)
+
+    async def scenario() -> None:
+        task = asyncio.create_task(cleaner.run())
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + WAIT_CAP_S
+        while not started.is_set() and loop.time() < deadline:
+            await asyncio.sleep(0.01)
+        assert started.is_set()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    with caplog.at_level(logging.ERROR, logger="oncestream.cleaner"):
+        asyncio.run(scenario())
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 1 and "injected: the disk failed" in errors[0].getMessage()
+    assert errors[0].exc_info is not None, "the traceback is logged"
+    failure = cleaner.failures.failures[("table", 0)]
+    assert failure.count == 1 and "failing_build" in failure.traceback
+
+
 def test_disabled_cleaner_does_nothing(state: BrokerState) -> None:
     state.logs.create_topic("table", 1, {"cleanup.policy": "compact"})
     fill(state, "table", keys=3, rounds=5)
