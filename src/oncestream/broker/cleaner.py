@@ -273,7 +273,7 @@ class LogCleaner:
                 leftover = await future
             except (compaction.CompactionAborted, compaction.StalePlan):
                 pass  # the build stopped as asked (or found its plan gone) and removed its own files
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - recorded and logged with its traceback
                 # The build failed on its own while it was being stopped: a real fault of this
                 # partition, logged with its traceback and recorded like any failed clean.
                 self._failed(partition_log, "cleaning (stopped by shutdown)", exc)
