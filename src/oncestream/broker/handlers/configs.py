@@ -92,7 +92,6 @@ def handle_describe(state: BrokerState, header: RequestHeader, request: Describe
                 value=e.value,
                 read_only=e.read_only,
                 config_source=int(e.source),
-                is_default=e.is_default,
                 is_sensitive=e.sensitive,
                 synonyms=tuple(build(m.DescribeConfigsSynonym, name=n, value=v, source=int(s)) for n, v, s in e.synonyms),
                 config_type=int(e.type),

@@ -64,7 +64,8 @@ def handle(state: BrokerState, header: RequestHeader, request: ListOffsetsReques
                     error_code=error,
                     timestamp=timestamp,
                     offset=offset,
-                    leader_epoch=0 if error == ErrorCode.none else -1,
+                    # LeaderEpoch is v4+ and not ignorable: earlier versions get the default.
+                    leader_epoch=0 if error == ErrorCode.none and header.api_version >= 4 else -1,
                 )
             )
         topics_out.append(build(m.ListOffsetsTopicResponse, name=t.name, partitions=tuple(parts_out)))

@@ -116,7 +116,7 @@ async def handle_delete(state: BrokerState, header: RequestHeader, request: Dele
     if hasattr(request, "topic_names"):
         wanted = [(name, None) for name in request.topic_names]
     else:
-        wanted = [(t.name, t.topic_id) for t in request.topics]
+        wanted = [(t.name, t.topic_id) for t in request.topics]  # kio reads the zero uuid as None
     results = []
     for name, topic_id in wanted:
         error, message = ErrorCode.none, None
@@ -125,8 +125,8 @@ async def handle_delete(state: BrokerState, header: RequestHeader, request: Dele
             name = next((n for n, info in topics.items() if info.topic_id == topic_id), None)
             if name is None:
                 error = ErrorCode.unknown_topic_id
-        elif name is None:  # v6+: a topic entry with neither a name nor an id
-            error, message = ErrorCode.invalid_request, "a topic to delete needs a name or an id"
+        elif name is None:  # v6+: a topic entry with neither a name nor an id (Kafka's controller)
+            error, message = ErrorCode.invalid_request, "neither a topic name nor a topic id was given"
         if error == ErrorCode.none and not authorize(state, Op.DELETE, Res.TOPIC, name or ""):
             # Kafka's controller: without DESCRIBE the topic's existence is not revealed; with
             # DESCRIBE a missing topic is UNKNOWN_TOPIC_OR_PARTITION, an existing one refused.
