@@ -78,13 +78,12 @@ from oncestream.log.segment import INT32_MAX, PreparedBatch, Segment
 from oncestream.log.segment_list import DeletePredicate, SegmentList
 from oncestream.log.transactions import read_control_marker
 from oncestream.protocol.compression import recompress_batch
+from oncestream.protocol.markers import CONTROL_ABORT, CONTROL_COMMIT
 from oncestream.protocol.record_batch import (
     BatchHeader,
     iter_batches,
 )
 from oncestream.protocol.records import (
-    CONTROL_ABORT,
-    CONTROL_COMMIT,
     encode_control_batch,
 )
 
