@@ -14,7 +14,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from oncestream.client import (
     OFFSET_BEGINNING,
@@ -32,6 +32,9 @@ from oncestream.client import (
 from oncestream.client.connection import parse_bootstrap
 from oncestream.client.partitioner import partition_for_key
 from oncestream.errors import InvalidConfigError
+
+if TYPE_CHECKING:
+    from oncestream.broker.seams import BrokerSeams
 
 
 class CliError(Exception):
@@ -58,7 +61,9 @@ def _parse_listen(listen: str) -> tuple[str, int]:
 # --- broker --------------------------------------------------------------------------------------
 
 
-def cmd_broker(args: argparse.Namespace) -> int:
+def cmd_broker(args: argparse.Namespace, seams: BrokerSeams | None = None) -> int:
+    """``oncestream broker``; ``seams`` are interfaces a caller building the broker from Python
+    injects (broker/seams.py), none from the command line."""
     from oncestream.broker.server import run_broker
     from oncestream.broker.state import DataDirInUseError
 
@@ -72,7 +77,7 @@ def cmd_broker(args: argparse.Namespace) -> int:
     host, port = _parse_listen(args.listen or "127.0.0.1:9092")
     ready_file = Path(args.ready_file) if args.ready_file else None
     try:
-        return run_broker(Path(args.data_dir), host, port, props, ready_file=ready_file)
+        return run_broker(Path(args.data_dir), host, port, props, ready_file=ready_file, seams=seams)
     except (DataDirInUseError, InvalidConfigError) as exc:
         raise CliError(str(exc)) from None
 
@@ -495,7 +500,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     d = sub.add_parser("demo", help="run the end-to-end demo")
     d.add_argument("rest", nargs=argparse.REMAINDER)
-    d.set_defaults(func=lambda a: __import__("oncestream.demo", fromlist=["main"]).main(a.rest))
+    d.set_defaults(func=lambda a: __import__("oncestream.demos.broker_crash", fromlist=["main"]).main(a.rest))
     return parser
 
 
@@ -510,7 +515,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["demo"]:
         # The demo parses its own options (argparse REMAINDER rejects a leading --option).
-        from oncestream.demo import main as demo_main
+        from oncestream.demos.broker_crash import main as demo_main
 
         return demo_main(argv[1:])
     parser = build_parser()

@@ -62,7 +62,6 @@ TXN_BROKER_CONFIG = {
     "group.initial.rebalance.delay.ms": "0",
     "group.min.session.timeout.ms": "1000",
 }
-CRASH_POINT_PROPERTY = "oncestream.fault.txn.crash.point"
 
 
 def start_txn_broker(
@@ -780,7 +779,6 @@ if __name__ == "__main__":
 
 
 __all__ = [
-    "CRASH_POINT_PROPERTY",
     "READ_COMMITTED",
     "READ_UNCOMMITTED",
     "TXN_BROKER_CONFIG",

@@ -184,17 +184,6 @@ def test_authorizer_config_kafka_names_and_unknown_class_refused() -> None:
         BrokerConfig.from_properties("127.0.0.1", 0, {"authorizer.class.name": "com.example.Typo"})
 
 
-def test_principal_from_client_id_hook_is_off_by_default() -> None:
-    from oncestream.testing_hooks import principal_from_client_id, principal_from_client_id_enabled
-
-    assert not principal_from_client_id_enabled({})
-    assert principal_from_client_id_enabled({"oncestream.test.principal.from.client.id": "true"})
-    assert principal_from_client_id("principal:alice") == "User:alice"
-    assert principal_from_client_id("principal:") is None
-    assert principal_from_client_id("rdkafka") is None
-    assert principal_from_client_id(None) is None
-
-
 def test_broker_state_loads_stored_acls_only_with_an_authorizer(tmp_path) -> None:
     """The authorizer is built from the ACL file at start; without authorizer.class.name there is
     none (everything allowed, as in Kafka)."""

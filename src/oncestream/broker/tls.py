@@ -151,12 +151,3 @@ def principal_from_certificate(peer_cert: Mapping[str, Any] | None) -> str:
     if not peer_cert or not peer_cert.get("subject"):
         return ANONYMOUS_PRINCIPAL
     return "User:" + rfc2253_name(peer_cert["subject"])
-
-
-def principal_of_ssl_object(ssl_object: ssl.SSLObject | ssl.SSLSocket | None) -> str:
-    """The principal of a finished TLS handshake (the transport's ``ssl_object``)."""
-    if ssl_object is None:
-        return ANONYMOUS_PRINCIPAL
-    # getpeercert() decodes the certificate only when it was verified, which the context's
-    # verify mode guarantees for every certificate a client managed to present.
-    return principal_from_certificate(ssl_object.getpeercert())

@@ -1,4 +1,4 @@
-"""Drivers for exercising the coordinator without a broker: tests and deterministic simulations.
+"""Drivers for exercising the group coordinator without a broker (test tree only): tests and deterministic simulations.
 
 * :class:`Captured` records what a ``respond`` callback received.
 * :class:`InMemoryOffsetsLog` stands in for the __consumer_offsets partitions: it appends the
