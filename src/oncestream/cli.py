@@ -29,8 +29,8 @@ from oncestream.client import (
     TopicPartition,
     TransactionDescription,
 )
-from oncestream.client.connection import parse_bootstrap
-from oncestream.client.partitioner import partition_for_key
+from oncestream.client.common.connection import parse_bootstrap
+from oncestream.client.producer.partitioner import partition_for_key
 from oncestream.errors import InvalidConfigError
 
 

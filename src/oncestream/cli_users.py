@@ -26,9 +26,9 @@ from oncestream.broker.sasl.scram import (
     TYPE_BY_NAME,
     make_credential,
 )
-from oncestream.client.connection import BrokerConnection, parse_bootstrap
-from oncestream.client.sasl import SaslCredentials
-from oncestream.client.tls import ssl_context_for
+from oncestream.client.common.connection import BrokerConnection, parse_bootstrap
+from oncestream.client.common.sasl import SaslCredentials
+from oncestream.client.common.tls import ssl_context_for
 from oncestream.protocol.api_keys import ALTER_USER_SCRAM_CREDENTIALS, DESCRIBE_USER_SCRAM_CREDENTIALS
 
 _NAME_BY_TYPE = {t: name for name, t in TYPE_BY_NAME.items()}

@@ -14,8 +14,8 @@ from oncestream.broker.connection_context import ANONYMOUS_PRINCIPAL
 from oncestream.broker.listeners import parse_listeners
 from oncestream.broker.tls import principal_from_certificate, rfc2253_name, server_ssl_context
 from oncestream.client import KafkaException
-from oncestream.client.config import resolve
-from oncestream.client.tls import ssl_context_for
+from oncestream.client.common.config import resolve
+from oncestream.client.common.tls import ssl_context_for
 from oncestream.errors import InvalidConfigError
 from tests.support.certs import Pki
 

@@ -200,7 +200,7 @@ def _client_config(params: Mapping[str, str], role: str) -> tuple[dict, ClientSe
     value fails on the driver with the option's name instead of in every task. Returns the parsed
     configuration and the part the connector's own protocol client uses."""
     from oncestream.client import KafkaException
-    from oncestream.client.config import resolve
+    from oncestream.client.common.config import resolve
 
     try:
         resolved = resolve({**params, "bootstrap.servers": params.get("bootstrap.servers") or "unused:0"}, role)

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from oncestream.client.errors import KafkaException
+from oncestream.client.common.errors import KafkaException
 from oncestream.spark.errors import CommitResolutionError, TwoPhaseCommitUnsupportedError
 
 # Transactions completed in parallel by the driver (each is a few round trips to the coordinator).
@@ -56,7 +56,7 @@ def init_keeping_prepared(producer) -> str:
 
     Translates the client's 'no InitProducerId v6' failure into the connector's clear error.
     """
-    from oncestream.client.errors import KafkaException
+    from oncestream.client.common.errors import KafkaException
 
     try:
         producer.init_transactions(_TIMEOUT_S, keep_prepared_txn=True)

@@ -53,7 +53,7 @@ class ChangelogRecord:
 
 class ChangelogChunk(Protocol):
     """Records of one changelog partition, column-wise, in offset order (what ``poll`` returns;
-    ``oncestream.client.batch_reader.PartitionColumns`` has this shape): ``keys[i]`` and
+    ``oncestream.client.consumer.batch_reader.PartitionColumns`` has this shape): ``keys[i]`` and
     ``values[i]`` (None value: a tombstone; None key: not a changelog record) at ``offsets[i]``;
     ``next_offset``: the partition's read position once all of them are applied (past trailing
     aborted records and markers too)."""
@@ -127,12 +127,12 @@ class KafkaChangelogSource:
     """``ChangelogSource`` over ``oncestream.client.Consumer`` with manual assignment, no group,
     ``isolation.level=read_committed`` and ``auto.offset.reset=error`` (an offset the log no
     longer has must rebuild the store, never silently skip or re-read records). It reads through
-    ``client.batch_reader.ColumnConsumer``: keys and values come as lists, no message objects."""
+    ``client.consumer.batch_reader.ColumnConsumer``: keys and values come as lists, no message objects."""
 
     def __init__(self, bootstrap_servers: str, *, client_id: str = "oncestream-materializer",
                  extra_conf: dict[str, object] | None = None) -> None:
         # The client pulls in asyncio machinery: imported when a source is made, not with this module.
-        from oncestream.client.batch_reader import ColumnConsumer
+        from oncestream.client.consumer.batch_reader import ColumnConsumer
 
         conf: dict[str, object] = {
             "bootstrap.servers": bootstrap_servers,

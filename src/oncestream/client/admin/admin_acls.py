@@ -16,8 +16,8 @@ from oncestream.authz.acl import (
     PatternType,
     ResourceType,
 )
-from oncestream.client.cluster import Cluster
-from oncestream.client.errors import BrokerResponseError, KafkaError
+from oncestream.client.common.cluster import Cluster
+from oncestream.client.common.errors import BrokerResponseError, KafkaError
 from oncestream.protocol.api_keys import CREATE_ACLS, DELETE_ACLS, DESCRIBE_ACLS
 from oncestream.protocol.codec import build
 
