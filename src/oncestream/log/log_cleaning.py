@@ -16,11 +16,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from oncestream.durable_files import fsync_directory
 from oncestream.errors import LogInvariantError, StorageError
 from oncestream.log import compaction
 from oncestream.log.config import LogConfig
 from oncestream.log.descriptors import SegmentDescriptors
-from oncestream.log.durable_files import fsync_directory
 from oncestream.log.producer_state import ProducerStateManager
 from oncestream.log.recovery import Checkpoint, CheckpointFile
 from oncestream.log.segment import Segment
