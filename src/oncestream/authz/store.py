@@ -13,9 +13,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from oncestream.authz.acl import AclBinding
 from oncestream.durable_files import write_file_atomically
 from oncestream.errors import StorageError
+from oncestream.protocol.acl import AclBinding
 
 ACL_FILE_NAME = "acls.json"
 _FORMAT_VERSION = 1
