@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from kio.schema.errors import ErrorCode
 
 from oncestream.client.common.cluster import parse_bootstrap_list
+from oncestream.client.common.config import resolve
 from oncestream.client.common.connection import BrokerConnection, BrokerUnreachableError
 from oncestream.client.common.sasl import SaslCredentials
 from oncestream.client.common.tls import ssl_context_for
@@ -79,8 +80,6 @@ class ClientSettings:
         Values are parsed and checked by the client's own configuration code (same names,
         aliases and errors as ``oncestream.client``); raises ``KafkaException`` on a bad value.
         """
-        from oncestream.client.common.config import resolve
-
         given = dict(config)
         resolved = resolve({**given, "bootstrap.servers": given.get("bootstrap.servers") or "unused:0"},
                            "consumer")

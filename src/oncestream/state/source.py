@@ -10,6 +10,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
+from oncestream.client.common.message import OFFSET_BEGINNING, OFFSET_END
+from oncestream.client.common.message import TopicPartition as KafkaTopicPartition
+from oncestream.client.consumer.batch_reader import ColumnConsumer
 from oncestream.state.errors import StateStoreError
 
 TopicPartition = tuple[str, int]
@@ -131,9 +134,6 @@ class KafkaChangelogSource:
 
     def __init__(self, bootstrap_servers: str, *, client_id: str = "oncestream-materializer",
                  extra_conf: dict[str, object] | None = None) -> None:
-        # The client pulls in asyncio machinery: imported when a source is made, not with this module.
-        from oncestream.client.consumer.batch_reader import ColumnConsumer
-
         conf: dict[str, object] = {
             "bootstrap.servers": bootstrap_servers,
             "client.id": client_id,
@@ -150,9 +150,6 @@ class KafkaChangelogSource:
         return self._consumer.list_topics(topic, timeout=30).get(topic, 0)
 
     def watermarks(self, topic: str, partitions: list[int]) -> dict[int, tuple[int, int]]:
-        from oncestream.client import OFFSET_BEGINNING, OFFSET_END
-        from oncestream.client import TopicPartition as KafkaTopicPartition
-
         if not partitions:
             return {}
         # One ListOffsets per bound for all partitions (offsets_for_times takes the special
@@ -167,8 +164,6 @@ class KafkaChangelogSource:
         return {p: (low, end) for p, (low, end) in answers.items()}
 
     def assign(self, starts: dict[TopicPartition, int]) -> None:
-        from oncestream.client import TopicPartition as KafkaTopicPartition
-
         self._consumer.incremental_assign([KafkaTopicPartition(t, p, o) for (t, p), o in starts.items()])
 
     def poll(self, max_records: int, timeout_s: float) -> list[ChangelogChunk]:

@@ -29,7 +29,7 @@ import functools
 import logging
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
@@ -52,12 +52,10 @@ from oncestream.client.common.errors import (
 from oncestream.client.common.network import PRODUCE_KEY, UnsupportedApiError, produce_request_body
 from oncestream.client.producer.accumulator import ProducerBatch, RecordAccumulator, increment_sequence
 from oncestream.client.producer.delivery import DeliveryReports
+from oncestream.client.producer.transactions import TransactionManager
 from oncestream.protocol.api_keys import INIT_PRODUCER_ID
 from oncestream.protocol.codec import build
 from oncestream.protocol.records import COMPRESSION_BY_NAME
-
-if TYPE_CHECKING:
-    from oncestream.client.producer.transactions import TransactionManager
 
 log = logging.getLogger("oncestream.client")
 
