@@ -3,7 +3,7 @@
 #   make test    the whole suite (tests/): unit, interop with real clients, chaos, Spark
 #   make unit    tests/unit only (sans-io, seconds)
 #   make test-slow  the long soak/chaos runs (marked slow) that make test leaves out
-#   make lint    ruff and mypy (configured in pyproject.toml); part of make test
+#   make lint    ruff, mypy and the import contracts (lint-imports; all in pyproject.toml); part of make test
 #   make demo    the bank-transfer pipeline on Spark, driver SIGKILLed and restarted; checks exactly-once
 #   make broker-demo  SIGKILL/restart the broker mid-stream and check exactly-once end to end
 #   make bench   produce/consume MB/s of oncestream vs Tansu (BENCH_ARGS="--rounds 5 ...")
@@ -72,6 +72,7 @@ spark-demo: demo
 lint: $(STAMP)
 	$(VPY) -m ruff check src tests bench
 	$(VPY) -m mypy
+	$(VENV)/bin/lint-imports
 
 unit: venv
 	$(VPY) -m pytest -q tests/unit
