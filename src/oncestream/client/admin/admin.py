@@ -50,9 +50,8 @@ from oncestream.protocol.api_keys import (
     WRITE_TXN_MARKERS,
 )
 from oncestream.protocol.codec import build, read_uvarint
+from oncestream.protocol.config_resources import RESOURCE_BROKER, RESOURCE_TOPIC
 
-RESOURCE_TOPIC = 2
-RESOURCE_BROKER = 4
 _ZERO_UUID = uuid.UUID(int=0)
 # Transaction timeout sent with a fencing InitProducerId (Kafka's fenceProducers default).
 _FENCE_TXN_TIMEOUT_MS = 60_000
