@@ -3,6 +3,8 @@
 The numbers are Kafka's (``ResourceType``, ``PatternType``, ``AclOperation``,
 ``AclPermissionType`` in ``org.apache.kafka.common``): they travel in CreateAcls/DescribeAcls/
 DeleteAcls and in the KIP-430 authorized-operations bit fields (bit ``1 << operation``).
+One home below both sides, as Kafka's ``org.apache.kafka.common.acl``: the broker's authorizer
+(``oncestream.authz``) and the client's admin (``client.admin.admin_acls``) import them.
 """
 
 from __future__ import annotations
