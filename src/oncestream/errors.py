@@ -4,8 +4,8 @@ Inside the sans-io core we raise these; at the protocol edge the broker turns ``
 error code field of the response. Never raise a bare ``Exception`` for a protocol-level condition.
 
 Why the root is ``OnceStreamError`` and not ``KafkaError``: there is one ``KafkaError`` in
-oncestream, the client's error value (``oncestream.client.errors.KafkaError``), because
-confluent-kafka code reads it under that name (``msg.error()``, ``KafkaException.args[0]``,
+oncestream, the client's error value (``oncestream.client.KafkaError``, defined in
+``client/common/errors.py``), because confluent-kafka code reads it under that name (``msg.error()``, ``KafkaException.args[0]``,
 ``KafkaError._PARTITION_EOF``) and our client is a drop-in for it. These exceptions are a different
 thing, raised and caught inside the broker, the log and the coordinators (and by the record
 decoders the client shares), so they take the project's name. A user of the client never sees one
