@@ -165,7 +165,7 @@ def test_delete_topics_entry_with_neither_name_nor_id_is_an_invalid_request(brok
 
     from kio.schema.errors import ErrorCode
 
-    from oncestream.client.connection import BrokerConnection
+    from oncestream.client.common.connection import BrokerConnection
     from oncestream.protocol.api_keys import DELETE_TOPICS
 
     topic = unique_topic("delete-by-nothing")
