@@ -6,10 +6,16 @@ is a misspelling, refused."""
 
 from __future__ import annotations
 
+import ast
+import dataclasses
 import datetime
+import importlib
+import pathlib
 
 import pytest
+from kio.schema.index import schema_name_map
 
+import oncestream
 from oncestream.protocol.api_keys import FIND_COORDINATOR, LIST_OFFSETS, PRODUCE
 from oncestream.protocol.codec import UnknownFieldError, UnsupportedFieldVersionError, build
 from oncestream.protocol.schemas import request_module, response_module
@@ -80,11 +86,6 @@ def test_every_field_of_the_version_passes_through() -> None:
 
 def _kio_fields_by_class_name() -> dict[str, set[str]]:
     """Every field of every kio message class, by class name, over all APIs and versions."""
-    import dataclasses
-    import importlib
-
-    from kio.schema.index import schema_name_map
-
     by_name: dict[str, set[str]] = {}
     for api, versions in schema_name_map.items():
         for version in versions:
@@ -103,11 +104,6 @@ def test_every_build_call_in_the_source_names_fields_kio_has() -> None:
     """A static sweep over ``build(m.<Class>, name=...)`` calls in src: every keyword is a field
     of some kio class of that name. (It found DescribeConfigs' ``is_default``, a field of v0 only,
     a version neither we nor kio have, passed on every answer and dropped without a word.)"""
-    import ast
-    import pathlib
-
-    import oncestream
-
     known = _kio_fields_by_class_name()
     unknown = []
     for path in sorted(pathlib.Path(oncestream.__file__).parent.rglob("*.py")):

@@ -13,6 +13,7 @@ import pathlib
 from kio.schema.index import api_key_map
 
 import oncestream.protocol.request_types as request_types
+from oncestream.broker.dispatch import HANDLERS
 from oncestream.protocol.api_keys import API_VERSIONS
 from oncestream.protocol.schemas import request_class
 
@@ -75,8 +76,6 @@ def test_request_types_match_the_api_table() -> None:
 
 def test_every_handler_takes_its_typed_request() -> None:
     """The dispatcher's handler for each API is annotated with that API's request alias."""
-    from oncestream.broker.dispatch import HANDLERS
-
     for api_key, handler in HANDLERS.items():
         annotation = handler.__annotations__.get("request", "")
         # A bare alias, or one reached through the module (``wire.OffsetCommitRequest``).
