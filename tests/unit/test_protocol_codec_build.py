@@ -18,6 +18,7 @@ from kio.schema.index import schema_name_map
 import oncestream
 from oncestream.protocol.api_keys import FIND_COORDINATOR, LIST_OFFSETS, PRODUCE
 from oncestream.protocol.codec import UnknownFieldError, UnsupportedFieldVersionError, build
+from oncestream.protocol.ignorable_fields import IGNORABLE_FIELDS
 from oncestream.protocol.schemas import request_module, response_module
 
 
@@ -122,3 +123,18 @@ def test_every_build_call_in_the_source_names_fields_kio_has() -> None:
                 if kw.arg is not None and kw.arg not in known[class_name]
             )
     assert unknown == [], "\n".join(unknown)
+
+
+def test_every_ignorable_entry_names_a_kio_field_of_its_api() -> None:
+    """protocol/ignorable_fields.py is keyed by kio names: a typo there would silently never match."""
+    missing = []
+    for api, class_name, field_name in sorted(IGNORABLE_FIELDS):
+        names: set[str] = set()
+        for version in schema_name_map[api]:
+            for kind in ("request", "response"):
+                cls = getattr(importlib.import_module(f"kio.schema.{api}.v{version}.{kind}"), class_name, None)
+                if cls is not None:
+                    names.update(f.name for f in dataclasses.fields(cls))
+        if field_name not in names:
+            missing.append((api, class_name, field_name))
+    assert missing == []
