@@ -490,7 +490,7 @@ def build_parser() -> argparse.ArgumentParser:
     x.set_defaults(func=cmd_transactions)
 
     __import__("oncestream.cli_users", fromlist=["register"]).register(sub)  # SCRAM users
-    __import__("oncestream.sql.shell", fromlist=["register"]).register(sub)  # oncestream sql: the SQL shell
+    __import__("oncestream.sql.server.shell", fromlist=["register"]).register(sub)  # oncestream sql: the SQL shell
     _register_sql_server(sub)
 
     d = sub.add_parser("demo", help="run the end-to-end demo")
@@ -500,8 +500,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _register_sql_server(sub: Any) -> None:
-    """``oncestream sql-server`` (its options and code live in oncestream.sql.server_main)."""
-    from oncestream.sql.server_main import register
+    """``oncestream sql-server`` (its options and code live in oncestream.sql.server.server_main)."""
+    from oncestream.sql.server.server_main import register
 
     register(sub)
 

@@ -45,7 +45,7 @@ State-store materializer (``state_commit_crash_hook_from_env``)
 
 SQL server write protocol (``SqlCrashPoint``)
     SQL-server property ``oncestream.test.sql.crash.step`` (``--config``) names a step of the
-    command-topic write protocol (``oncestream.sql.command_topic.WRITE_STEPS``: ``init``,
+    command-topic write protocol (``oncestream.sql.server.command_topic.WRITE_STEPS``: ``init``,
     ``begun``, ``end-offset``, ``caught-up``, ``validated``, ``produced``, ``committed``,
     ``applied``): the node SIGKILLs itself the first time a statement reaches it; the chaos suite
     restarts it without the property and checks that nothing was lost, doubled or half-applied.

@@ -3,7 +3,7 @@ statement is lost after its HTTP success, none is applied twice, none half-appli
 node rebuilds the same metastore as a node replaying the topic from scratch.
 
 The node kills itself at the step named by ``oncestream.test.sql.crash.step``
-(oncestream.testing_hooks.SqlCrashPoint; steps in oncestream.sql.command_topic.WRITE_STEPS).
+(oncestream.testing_hooks.SqlCrashPoint; steps in oncestream.sql.server.command_topic.WRITE_STEPS).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import httpx
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from oncestream.sql.command_topic import WRITE_STEPS, command_topic_name
+from oncestream.sql.server.command_topic import WRITE_STEPS, command_topic_name
 from oncestream.testing_hooks import SQL_CRASH_STEP_PROPERTY
 from tests.support.sql_servers import LAZY_SPARK, SqlServerProcess
 

@@ -8,9 +8,9 @@ import decimal
 import pytest
 import sqlglot
 
+from oncestream.sql.engine.pull.evaluate import UnsupportedInPullQueryError, check_supported, evaluate
 from oncestream.sql.errors import StatementError
-from oncestream.sql.parser import parse_expression
-from oncestream.sql.pull.evaluate import UnsupportedInPullQueryError, check_supported, evaluate
+from oncestream.sql.language.parser import parse_expression
 
 ROW = {"A": 7, "B": -7, "S": "Hello", "N": None, "X": 2.5, "T": True, "F": False,
        "ARR": [10, 20, 30], "M": {"k": "v"}, "ST": {"F1": 1, "INNER": {"G": "deep"}}}

@@ -16,8 +16,8 @@ from prompt_toolkit.input import create_pipe_input
 from prompt_toolkit.output import DummyOutput
 
 from oncestream.cli import build_parser
-from oncestream.sql import shell
-from oncestream.sql.shell import render_entity, render_table, split_statements
+from oncestream.sql.server import shell
+from oncestream.sql.server.shell import render_entity, render_table, split_statements
 from tests.unit.sql.test_rest_support import RunningServer, running_server
 
 
@@ -184,7 +184,7 @@ def test_missing_file_is_exit_code_1(server: RunningServer, tmp_path: Path) -> N
 
 def test_query_header_schema_splits_into_columns_even_with_nested_types() -> None:
     """The shell names its columns from the /query-stream ``vnd.ksql.v1+json`` header's schema."""
-    from oncestream.sql.rest.client import _split_column, _split_schema
+    from oncestream.sql.server.rest.client import _split_column, _split_schema
 
     schema = "`ID` INTEGER, `S` STRUCT<`A` INTEGER, `B, C` MAP<STRING, DECIMAL(4, 2)>>, `N` STRING"
     assert [_split_column(c) for c in _split_schema(schema)] == [

@@ -1,0 +1,9 @@
+"""ksqlDB's SQL as a language, sans-io (no Spark, no Kafka, no clock).
+
+- ``types``        ksqlDB's SQL types (``SqlType``) and how ksqlDB writes them.
+- ``sql_ast``      the parsed statements (dataclasses; expressions are sqlglot trees).
+- ``parser/``      ksqlDB's grammar on sqlglot: ``parse(text)``, ``split_statements(text)``.
+- ``catalog``      what a statement is checked against: sources (streams, tables), queries.
+- ``analyzer*``    name resolution, typing and the rules of a query (push, pull, persistent).
+- ``functions``    the function table: types, null handling, Python and Spark forms.
+"""
