@@ -39,7 +39,7 @@ from sqlglot import exp
 from oncestream.sql.errors import StatementError
 from oncestream.sql.language import catalog
 from oncestream.sql.language import types as t
-from oncestream.sql.language.analyzer_aggregates import AggregateRules, no_map_key
+from oncestream.sql.language.analyzer_aggregates import AggregateRules
 from oncestream.sql.language.analyzer_expr import (
     PSEUDO_KEY,
     TYPE_KEY,
@@ -51,6 +51,7 @@ from oncestream.sql.language.analyzer_expr import (
     is_aggregate_call,
     ksql_format,
     ksql_text,
+    no_map_key,
     same_expression,
     type_of,
 )

@@ -4,8 +4,6 @@ table aggregations, map-typed keys, with ksqlDB's messages."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from sqlglot import exp
 
 from oncestream.sql.errors import StatementError
@@ -16,33 +14,10 @@ from oncestream.sql.language.analyzer_expr import (
     is_aggregate_call,
     ksql_format,
     same_expression,
-    type_of,
 )
+from oncestream.sql.language.analyzer_joins import AnalyzedJoin
 from oncestream.sql.language.catalog import SourceInfo
 from oncestream.sql.language.sql_ast import SourceKind, WindowSpec
-from oncestream.sql.language.types import BaseType, SqlType
-
-if TYPE_CHECKING:
-    from oncestream.sql.language.analyzer_joins import AnalyzedJoin
-
-
-def no_map_key(e: exp.Expr) -> None:
-    """ksqlDB refuses key columns whose type holds a MAP (their serialization is not stable)."""
-    ty = type_of(e)
-
-    def has_map(x: SqlType | None) -> bool:
-        if x is None:
-            return False
-        if x.base is BaseType.MAP:
-            return True
-        return has_map(x.element) or any(has_map(f.type) for f in x.fields)
-
-    if has_map(ty):
-        assert ty is not None
-        name = e.name if isinstance(e, exp.Column) else ksql_format(e)
-        raise StatementError("Map keys, including types that contain maps, are not supported as they may lead to unexpected "
-                             f"behavior due to inconsistent serialization. Key column name: `{name}`. Column type: "
-                             f"{ty.ksql_name}. See https://github.com/confluentinc/ksql/issues/6621 for more.")
 
 
 class AggregateRules:

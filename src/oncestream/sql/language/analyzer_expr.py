@@ -717,3 +717,22 @@ _LITERAL_PARAMETERS = frozenset({"LATEST_BY_OFFSET", "EARLIEST_BY_OFFSET", "TOPK
 
 def _tname(ty: SqlType | None) -> str:
     return "NULL" if ty is None else ty.ksql_name
+
+
+def no_map_key(e: exp.Expr) -> None:
+    """ksqlDB refuses key columns whose type holds a MAP (their serialization is not stable)."""
+    ty = type_of(e)
+
+    def has_map(x: SqlType | None) -> bool:
+        if x is None:
+            return False
+        if x.base is BaseType.MAP:
+            return True
+        return has_map(x.element) or any(has_map(f.type) for f in x.fields)
+
+    if has_map(ty):
+        assert ty is not None
+        name = e.name if isinstance(e, exp.Column) else ksql_format(e)
+        raise StatementError("Map keys, including types that contain maps, are not supported as they may lead to unexpected "
+                             f"behavior due to inconsistent serialization. Key column name: `{name}`. Column type: "
+                             f"{ty.ksql_name}. See https://github.com/confluentinc/ksql/issues/6621 for more.")

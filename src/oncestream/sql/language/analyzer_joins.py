@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from sqlglot import exp
 
 from oncestream.sql.errors import StatementError
-from oncestream.sql.language.analyzer_aggregates import no_map_key
 from oncestream.sql.language.analyzer_expr import (
     PSEUDO_KEY,
     TYPE_KEY,
@@ -19,6 +18,7 @@ from oncestream.sql.language.analyzer_expr import (
     column_ref,
     ksql_format,
     ksql_text,
+    no_map_key,
     type_of,
 )
 from oncestream.sql.language.catalog import SourceInfo

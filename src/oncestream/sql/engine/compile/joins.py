@@ -31,7 +31,7 @@ from oncestream.sql.engine.compile.expressions import Scope, quote, translate
 from oncestream.sql.engine.compile.sources import TOMBSTONE, TS, ReadSettings, read_source
 from oncestream.sql.errors import StatementError
 from oncestream.sql.language.catalog import ROWOFFSET, ROWPARTITION, ROWTIME, SourceInfo
-from oncestream.sql.language.sql_ast import SourceKind
+from oncestream.sql.language.sql_ast import JoinSpec, SourceKind
 
 DEFAULT_GRACE_MS = 24 * 60 * 60 * 1000
 
@@ -63,8 +63,6 @@ def join_frames(spark: SparkSession, analyzed: Any, aliases: Sequence[tuple[str,
 
 def _stream_stream(spark: SparkSession, spec: Any, scope: Scope, aliases: Sequence[tuple[str, SourceInfo]],
                    settings: ReadSettings) -> DataFrame:
-    from oncestream.sql.engine.compile.plan import join_kind
-
     (left_alias, left), (right_alias, right) = aliases
     if spec.within_before_ms is None:
         raise StatementError("Stream-Stream joins must have a WITHIN clause specified. None was provided.")
@@ -143,3 +141,12 @@ def _stream_table(spark: SparkSession, scope: Scope, stream: tuple[str, SourceIn
     s_schema, t_schema = sf.schema, tf.schema
     return joined.select(F.from_json("__S", s_schema).alias("__s"), F.from_json("__T", t_schema).alias("__t")) \
         .select("__s.*", "__t.*")
+
+
+def join_kind(spec: JoinSpec) -> str:
+    """Spark's join type for a ksqlDB join kind."""
+    kinds = {"INNER": "inner", "LEFT": "left_outer", "RIGHT": "right_outer", "FULL": "full_outer", "OUTER": "full_outer"}
+    kind = kinds.get(spec.kind.upper())
+    if kind is None:
+        raise StatementError(f"join type {spec.kind} is not supported")
+    return kind

@@ -25,11 +25,12 @@ from sqlglot import exp
 
 from oncestream.sql.engine.compile import serde_columns
 from oncestream.sql.engine.compile.expressions import Scope, is_aggregate, quote, translate
+from oncestream.sql.engine.compile.joins import join_frames
 from oncestream.sql.engine.compile.sources import RAW_KEY, TOMBSTONE, TS, ReadSettings, read_source
 from oncestream.sql.engine.serde import RecordLayout, layout_of
 from oncestream.sql.errors import StatementError
 from oncestream.sql.language.catalog import WINDOWEND, WINDOWSTART, Column, Format, SourceInfo
-from oncestream.sql.language.sql_ast import JoinSpec, Query, SourceKind, WindowKind, WindowSpec
+from oncestream.sql.language.sql_ast import Query, SourceKind, WindowKind, WindowSpec
 
 WSTART = "__WSTART"
 WEND = "__WEND"
@@ -121,8 +122,6 @@ def compile_query(spark: SparkSession, query: Query, analyzed: Any, settings: Re
     result_kind = analyzed.result_kind
     window = analyzed.window
     if aliases[1:]:
-        from oncestream.sql.engine.compile.joins import join_frames
-
         frame, scope = join_frames(spark, analyzed, aliases, settings)
         synthetic = getattr(analyzed, "synthetic_key", None)
         if synthetic:
@@ -224,12 +223,3 @@ def _aggregate(spark: SparkSession, frame: DataFrame, scope: Scope, columns: Seq
         # Kafka Streams never opens a hopping window that starts before the epoch; Spark does.
         aggregated = aggregated.where(F.col(WSTART) >= 0)
     return CompiledQuery(aggregated, tuple(columns), result_kind, window, output_mode, has_delete)
-
-
-def join_kind(spec: JoinSpec) -> str:
-    """Spark's join type for a ksqlDB join kind."""
-    kinds = {"INNER": "inner", "LEFT": "left_outer", "RIGHT": "right_outer", "FULL": "full_outer", "OUTER": "full_outer"}
-    kind = kinds.get(spec.kind.upper())
-    if kind is None:
-        raise StatementError(f"join type {spec.kind} is not supported")
-    return kind
