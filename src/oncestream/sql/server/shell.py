@@ -10,7 +10,7 @@
   /query-stream); ``RUN SCRIPT 'file.sql';`` runs a file's statements; ``exit``/``quit`` (or
   Ctrl-D) leave.
 
-Statements are split here with a small scanner (quotes, backticks, comments), never parsed: the
+Statements are cut with the parser's tokenizer (``split_statement_texts``), never parsed: the
 server parses them. Only the first word matters to the shell (SELECT/PRINT stream; the rest go to
 /ksql).
 """
@@ -25,9 +25,12 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-if TYPE_CHECKING:  # imported lazily at run time: `oncestream --help` must not load httpx / prompt-toolkit
+from oncestream.sql.errors import ParseError
+
+if TYPE_CHECKING:  # imported lazily at run time: `oncestream --help` must not load httpx / prompt-toolkit / sqlglot
     from prompt_toolkit import PromptSession
 
+    from oncestream.sql.language.parser import Word
     from oncestream.sql.server.rest.client import RestClient
 
 DEFAULT_SERVER = "http://localhost:8088"
@@ -37,103 +40,28 @@ CONTINUATION_PROMPT = "   > "
 QUERY_VERBS = ("SELECT", "PRINT")
 
 
-# --- splitting statements ----------------------------------------------------------------------------
+# --- words of a statement -------------------------------------------------------------------------------
 
 
-def split_statements(text: str) -> tuple[list[str], str]:
-    """The complete statements of ``text`` (each ending with its ``;``, stripped) and the
-    incomplete rest. Semicolons inside 'strings' (``''`` escapes a quote), `identifiers`,
-    "quoted names", ``--`` line comments and ``/* */`` comments do not end a statement."""
-    statements: list[str] = []
-    start = 0
-    i = 0
-    n = len(text)
-    while i < n:
-        ch = text[i]
-        if ch in "'`\"":
-            i += 1
-            while i < n:
-                if text[i] == ch:
-                    if i + 1 < n and text[i + 1] == ch:  # doubled quote = the quote itself
-                        i += 2
-                        continue
-                    break
-                i += 1
-        elif text.startswith("--", i):
-            end = text.find("\n", i)
-            i = n if end < 0 else end
-        elif text.startswith("/*", i):
-            end = text.find("*/", i + 2)
-            i = n if end < 0 else end + 1
-        elif ch == ";":
-            statement = text[start:i + 1].strip()
-            if strip_comments(statement).strip(" \t\r\n;"):
-                statements.append(statement)
-            start = i + 1
-        i += 1
-    rest = text[start:]
-    return statements, rest if strip_comments(rest).strip() else ""
+def _words(statement: str) -> list[Word]:
+    """The statement's tokens (the parser's tokenizer); none for text it cannot read, which then
+    goes to the server as it is, to be answered with the server's syntax error."""
+    from oncestream.sql.language.parser import words_of  # sqlglot: loaded when a statement runs
 
-
-def strip_comments(text: str) -> str:
-    """``text`` without its comments (quotes respected)."""
-    out: list[str] = []
-    i = 0
-    n = len(text)
-    while i < n:
-        ch = text[i]
-        if ch in "'`\"":
-            end = i + 1
-            while end < n:
-                if text[end] == ch:
-                    if end + 1 < n and text[end + 1] == ch:
-                        end += 2
-                        continue
-                    break
-                end += 1
-            out.append(text[i:end + 1])
-            i = end + 1
-        elif text.startswith("--", i):
-            end = text.find("\n", i)
-            i = n if end < 0 else end
-        elif text.startswith("/*", i):
-            end = text.find("*/", i + 2)
-            out.append(" ")
-            i = n if end < 0 else end + 2
-        else:
-            out.append(ch)
-            i += 1
-    return "".join(out)
+    try:
+        return [w for w in words_of(statement) if w.is_string or w.text != ";"]
+    except ParseError:
+        return []
 
 
 def first_word(statement: str) -> str:
-    words = strip_comments(statement).replace(";", " ").split()
-    return words[0].upper() if words else ""
+    words = _words(statement)
+    return words[0].text.upper() if words else ""
 
 
 def _quoted_words(statement: str) -> list[str]:
     """The 'single-quoted' strings of a statement, in order (``''`` unescaped)."""
-    words: list[str] = []
-    text = strip_comments(statement)
-    i = 0
-    while i < len(text):
-        if text[i] == "'":
-            j = i + 1
-            value: list[str] = []
-            while j < len(text):
-                if text[j] == "'":
-                    if j + 1 < len(text) and text[j + 1] == "'":
-                        value.append("'")
-                        j += 2
-                        continue
-                    break
-                value.append(text[j])
-                j += 1
-            words.append("".join(value))
-            i = j + 1
-        else:
-            i += 1
-    return words
+    return [w.text for w in _words(statement) if w.is_string]
 
 
 # --- rendering -----------------------------------------------------------------------------------------
@@ -275,7 +203,9 @@ class Shell:
     def run_text(self, text: str) -> bool:
         """Run every complete statement of ``text`` (an unterminated last one too); False at the
         first error."""
-        statements, rest = split_statements(text)
+        from oncestream.sql.language.parser import split_statement_texts
+
+        statements, rest = split_statement_texts(text)
         if rest.strip():
             statements.append(rest.strip())
         return all(self.run_statement(s) for s in statements)
@@ -334,7 +264,7 @@ class Shell:
     def _run_script(self, statement: str) -> bool:
         """``RUN SCRIPT 'file.sql';`` (ksqlDB's CLI): the file's statements, in order."""
         words = _quoted_words(statement)
-        second = [w.upper() for w in strip_comments(statement).split()[1:2]]
+        second = [w.text.upper() for w in _words(statement)[1:2]]
         if second != ["SCRIPT"] or len(words) != 1:
             self.err.write("Usage: RUN SCRIPT '<file>';\n")
             return False
@@ -377,6 +307,8 @@ class Shell:
 
     def interactive(self, session: PromptSession[str]) -> int:
         """Read statements until ``exit``/``quit`` or end of input."""
+        from oncestream.sql.language.parser import split_statement_texts
+
         buffer = ""
         while True:
             try:
@@ -392,7 +324,7 @@ class Shell:
                 self.print(HELP)
                 continue
             buffer = f"{buffer}\n{line}" if buffer else line
-            statements, buffer = split_statements(buffer)
+            statements, buffer = split_statement_texts(buffer)
             for statement in statements:
                 try:
                     self.run_statement(statement)

@@ -12,7 +12,8 @@ by a stack of layers, one module each, all walking sqlglot's token cursor:
 - ``query``       the SELECT rule, recursive descent, handing every expression to the layer below
                   and lifting WINDOW / WITHIN / PARTITION BY / EMIT / LIMIT into ``ast.Query``;
 - ``statements``  every statement family, recursive descent;
-- ``api``         tokenize once, split on ``;`` tokens, parse each statement, map errors.
+- ``api``         tokenize once, split on ``;`` tokens, parse each statement, map errors; the same
+                  split as text for the shell (``split_statement_texts``, ``words_of``).
 
 Why not sqlglot's own statement parser: ksqlDB's statements (CREATE STREAM, EMIT CHANGES, WINDOW
 TUMBLING, WITHIN, TERMINATE...) are not SQL that any sqlglot dialect knows, and ksqlDB's clause
@@ -25,7 +26,8 @@ whole request, worded as ksqlDB words them (``line 1:10: Syntax Error\\nmismatch
 expecting {',', 'FROM'}``). docs/sql-reference.md lists the grammar and what is not supported.
 """
 
-from oncestream.sql.language.parser.api import parse, parse_expression, split_statements
+from oncestream.sql.language.parser.api import Word, parse, parse_expression, split_statement_texts, split_statements, words_of
 from oncestream.sql.language.parser.typeparse import UnknownDataTypeError, sql_type_of, to_data_type
 
-__all__ = ["parse", "parse_expression", "split_statements", "sql_type_of", "to_data_type", "UnknownDataTypeError"]
+__all__ = ["parse", "parse_expression", "split_statements", "split_statement_texts", "words_of", "Word", "sql_type_of",
+           "to_data_type", "UnknownDataTypeError"]

@@ -1,4 +1,6 @@
-"""``parse`` and ``parse_expression``: a request's text in, statements (or a ``ParseError``) out.
+"""``parse`` and ``parse_expression``: a request's text in, statements (or a ``ParseError``) out;
+``split_statement_texts`` and ``words_of`` for clients that only cut text into statements (the
+shell), with the same tokenizer, so client and server agree on where a statement ends.
 
 The request is tokenized once (so offsets, and so error positions, are relative to the whole
 request), split on ``;`` tokens (a ``;`` inside a string literal, a quoted identifier or a comment
@@ -6,6 +8,8 @@ is part of that token, never a separator), and each statement is parsed on its o
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from sqlglot import exp
 from sqlglot.errors import TokenError
@@ -140,3 +144,48 @@ def parse_expression(text: str) -> exp.Expression:
     except RecursionError:
         raise _too_deep(text, text, 0) from None
     return tree
+
+
+def split_statement_texts(text: str) -> tuple[list[str], str]:
+    """The complete statements of ``text`` as typed, and the incomplete rest.
+
+    Each statement runs from the end of the one before through its ``;`` (comments kept,
+    surrounding whitespace stripped); statements holding nothing but comments are dropped. A
+    ``;`` inside a string, a quoted identifier or a comment does not end a statement. The rest
+    is what follows the last ``;`` ("" when it holds only whitespace and comments); a string,
+    quoted identifier or comment still open makes the statement it is in part of the rest."""
+    limit = len(text)
+    try:
+        tokens = _tokenize(text)
+    except ParseError:
+        limit, what = _unterminated_at(text)
+        if what == "unreadable input":   # not a matter of waiting for more: the server will say what is wrong
+            stripped = text.strip()
+            return ([stripped], "") if stripped.endswith(";") else ([], text)
+        tokens = _tokenize(text[:limit])
+    statements: list[str] = []
+    start = 0
+    pending = False   # a token since the last ';'
+    for token in tokens:
+        if token.token_type == TokenType.SEMICOLON:
+            if pending:
+                statements.append(text[start:token.end + 1].strip())
+            start, pending = token.end + 1, False
+        else:
+            pending = True
+    return statements, text[start:] if pending or limit < len(text) else ""
+
+
+@dataclass(frozen=True)
+class Word:
+    """One token of a statement as written: a keyword or name, or a 'string literal' (``text``
+    then holds its value, ``''`` unescaped)."""
+
+    text: str
+    is_string: bool
+
+
+def words_of(statement: str) -> list[Word]:
+    """The tokens of ``statement`` without its comments (raises ``ParseError`` on an unterminated
+    string, identifier or comment)."""
+    return [Word(t.text, t.token_type == TokenType.STRING) for t in _tokenize(statement)]
