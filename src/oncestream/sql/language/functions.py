@@ -1,12 +1,17 @@
-"""ksqlDB's function catalog, restricted to what Spark SQL can express.
+"""ksqlDB's function catalog, restricted to what Spark SQL can express: the one home of what a
+function means, for the analyzer, the compiler and the pull-query evaluator.
 
-Each ``FunctionDef`` carries two rules:
+Each ``FunctionDef`` carries its rules side by side:
 
 - ``return_type(arg_types) -> SqlType``: ksqlDB's return-type rule (raises ``FunctionTypeError``
   when ksqlDB would refuse the arguments);
 - ``spark(call) -> str``: the Spark SQL text for a call, built from the *already translated* Spark
   SQL of the arguments (``CallSite.args``) and their ksqlDB types. It is a plain function from
-  strings to a string (not a sqlglot transform), so the compiler can use it with any renderer.
+  strings to a string (not a sqlglot transform), so the compiler can use it with any renderer;
+- ``python(values) -> value`` (for the functions pull queries may call): the same function over
+  Python values (None is NULL), used by ``oncestream.sql.language.evaluate``. Its null handling is
+  ksqlDB's, as the Spark form's guards give it (``tests/spark/sql/test_expression_agreement.py``
+  runs both forms on the same inputs).
 
 The analyzer rewrites every function call of a query into ``exp.Anonymous(this=<ksqlDB name>,
 expressions=[args])`` with ``meta["ksql_type"]`` on every node, so the compiler only needs
@@ -19,8 +24,11 @@ guard that gives ksqlDB's answer; the remaining differences are written in the d
 
 from __future__ import annotations
 
+import decimal
+import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 from oncestream.sql.language import types as t
 from oncestream.sql.language.types import BaseType, SqlType
@@ -45,6 +53,7 @@ class CallSite:
 
 TypeRule = Callable[[Sequence[SqlType | None]], SqlType]
 SparkRule = Callable[[CallSite], str]
+PythonRule = Callable[[list[Any]], Any]
 
 
 @dataclass(frozen=True)
@@ -61,6 +70,7 @@ class FunctionDef:
     spark_doc: str                    # the Spark equivalent as docs/sql-functions.md shows it
     aliases: tuple[str, ...] = field(default=())
     category: str = "OTHER"           # SHOW FUNCTIONS' category (STRING, MATHEMATICAL, ...)
+    python: PythonRule | None = None  # the same function over Python values (None: Spark only)
 
     def result_type(self, arg_types: Sequence[SqlType | None]) -> SqlType:
         """The call's type; raises ``FunctionTypeError`` with ksqlDB's message when refused."""
@@ -631,6 +641,65 @@ _add("CORRELATION", 2, 2, _sig("CORRELATION", is_numeric, is_numeric, result=D),
      "corr(x, y)", aggregate=True)
 
 
+# ----------------------------------------------------------------------------------------------
+# Python forms (pull queries): the same functions over Python values, None being NULL
+
+
+def _strict(fn: Callable[..., Any]) -> PythonRule:
+    """A function that is NULL when any argument is NULL (most of ksqlDB's, and Spark's)."""
+    return lambda args: None if any(a is None for a in args) else fn(*args)
+
+
+def _py_round(args: list[Any]) -> Any:
+    value = args[0]
+    places = args[1] if len(args) > 1 else 0
+    if value is None or places is None:
+        return None
+    # ksqlDB rounds half up (away from zero for .5) and ROUND(x) of a DOUBLE is a BIGINT.
+    quantum = decimal.Decimal(1).scaleb(-int(places))
+    rounded = decimal.Decimal(str(value)).quantize(quantum, rounding=decimal.ROUND_HALF_UP)
+    if len(args) == 1:
+        return int(rounded)
+    return float(rounded) if isinstance(value, float) else rounded
+
+
+def _py_substring(args: list[Any]) -> Any:
+    if any(a is None for a in args):
+        return None
+    text, pos = str(args[0]), int(args[1])
+    # ksqlDB's SUBSTRING is 1-based; a negative position counts from the end.
+    start = pos - 1 if pos > 0 else max(len(text) + pos, 0)
+    if len(args) > 2:
+        return text[start:start + max(int(args[2]), 0)]
+    return text[start:]
+
+
+def _py_ceil_floor(fn: Callable[[float], int]) -> PythonRule:
+    # an integer stays itself; a DOUBLE stays a DOUBLE (as the Spark form casts back)
+    return _strict(lambda x: x if isinstance(x, int) else float(fn(x)))
+
+
+def _with_python(name: str, rule: PythonRule) -> None:
+    fd = replace(_CATALOG[name], python=rule)
+    for n in (fd.name, *fd.aliases):
+        _CATALOG[n] = fd
+
+
+_with_python("UCASE", _strict(lambda s: str(s).upper()))
+_with_python("LCASE", _strict(lambda s: str(s).lower()))
+_with_python("LEN", _strict(lambda s: len(s)))
+_with_python("TRIM", _strict(lambda s: str(s).strip()))
+_with_python("ABS", _strict(abs))
+_with_python("ROUND", _py_round)
+_with_python("FLOOR", _py_ceil_floor(math.floor))
+_with_python("CEIL", _py_ceil_floor(math.ceil))
+_with_python("SUBSTRING", _py_substring)
+# CONCAT skips NULL arguments; COALESCE / IFNULL give the first non-NULL.
+_with_python("CONCAT", lambda args: "".join(str(a) for a in args if a is not None))
+_with_python("COALESCE", lambda args: next((a for a in args if a is not None), None))
+_with_python("IFNULL", lambda args: args[0] if args[0] is not None else args[1])
+
+
 # ksqlDB functions with no faithful Spark SQL translation here (docs/sql-functions.md explains).
 NOT_SUPPORTED: dict[str, str] = {
     "HISTOGRAM": "no Spark aggregate builds a value->count map incrementally in streaming state",
@@ -707,3 +776,8 @@ def unknown_function_message(name: str) -> str:
     if reason is not None:
         return f"Function '{name.upper()}' is not supported: {reason}"
     return f"Can't find any functions with the name '{name.upper()}'"
+
+
+def python_functions() -> dict[str, FunctionDef]:
+    """The functions with a Python form (those pull queries can evaluate), by ksqlDB name."""
+    return {name: fd for name, fd in catalog().items() if fd.python is not None}

@@ -33,7 +33,7 @@ Interface for the node (``oncestream.sql.server.node``):
 ``node_hooks.PullQueries``: the five calls the node makes (its docstring says where).
 
 Modules: ``materializations`` (stores and their threads), ``lookup`` (access path from WHERE),
-``evaluate`` (expressions), ``execute`` (decode with ``oncestream.sql.engine.serde``, filter, project).
+``oncestream.sql.language.evaluate`` (expressions), ``execute`` (decode with ``oncestream.sql.engine.serde``, filter, project).
 See docs/state-stores.md, "Pull queries".
 """
 

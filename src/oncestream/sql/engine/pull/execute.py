@@ -18,12 +18,12 @@ from typing import Any
 from sqlglot import exp
 
 from oncestream.sql.engine.interface import ColumnHeader
-from oncestream.sql.engine.pull.evaluate import check_supported, column_name, evaluate
 from oncestream.sql.engine.pull.lookup import plan_key_access, read_candidates
 from oncestream.sql.engine.serde import RecordLayout, SerdeError, layout_of
 from oncestream.sql.errors import StatementError
 from oncestream.sql.language.analyzer import PULL_QUERY_HELP
 from oncestream.sql.language.catalog import ROWOFFSET, ROWPARTITION, ROWTIME, WINDOWEND, WINDOWSTART, SourceInfo
+from oncestream.sql.language.evaluate import check_supported, column_name, evaluate
 from oncestream.sql.language.sql_ast import SourceKind
 from oncestream.sql.language.types import BaseType, SqlType
 

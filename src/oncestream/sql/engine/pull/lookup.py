@@ -30,9 +30,9 @@ from typing import Any
 
 from sqlglot import exp
 
-from oncestream.sql.engine.pull.evaluate import column_name, constant_value, is_constant
 from oncestream.sql.engine.serde import RecordLayout, SerdeError
 from oncestream.sql.language.catalog import WINDOWEND, WINDOWSTART, Format, SourceInfo
+from oncestream.sql.language.evaluate import column_name, constant_value, is_constant
 from oncestream.sql.language.sql_ast import WindowKind
 from oncestream.sql.language.types import BaseType
 

@@ -1,8 +1,12 @@
-"""A small evaluator for pull-query expressions (projection and WHERE) over one row.
+"""ksqlDB's expression semantics over Python values: the evaluator of pull-query expressions
+(projection and WHERE) over one row.
 
 Pull queries are answered in Python from the state store, not by Spark, so their expressions are
-evaluated here, over the sqlglot trees the parser and analyzer produce. Only the subset a lookup
-needs is supported (ksqlDB also refuses much in pull queries):
+evaluated here, over the sqlglot trees the parser and analyzer produce. Function calls are named
+as the analyzer names them (``analyzer_expr.call_parts``) and run by the function catalog's Python
+form (``functions.FunctionDef.python``), beside the same entry's type rule and Spark form, so a
+function means the same in a pull query and in a compiled query. Only the subset a lookup needs is
+supported (ksqlDB also refuses much in pull queries):
 
 - column references (qualified or not) and the pseudo columns present in the row
   (``WINDOWSTART``, ``WINDOWEND`` of windowed tables);
@@ -14,8 +18,9 @@ needs is supported (ksqlDB also refuses much in pull queries):
 - ``CAST(x AS INTEGER|BIGINT|DOUBLE|STRING|BOOLEAN)``, ``CASE``;
 - struct fields ``s->f`` and subscripts ``a[i]`` (arrays 1-based, negative from the end, out of
   range NULL, as ksqlDB) and ``m['k']``;
-- functions: ``UCASE``/``UPPER``, ``LCASE``/``LOWER``, ``LEN``/``LENGTH``, ``ABS``, ``ROUND``,
-  ``FLOOR``, ``CEIL``, ``CONCAT``, ``COALESCE``, ``IFNULL``, ``SUBSTRING``, ``TRIM``.
+- the catalog's functions that have a Python form (``functions.python_functions()``: ``UCASE``,
+  ``LCASE``, ``LEN``, ``ABS``, ``ROUND``, ``FLOOR``, ``CEIL``, ``CONCAT``, ``COALESCE``, ``IFNULL``,
+  ``SUBSTRING``, ``TRIM``...).
 
 Anything else raises ``StatementError`` naming the expression (``check_supported`` does it
 before any row is read, so an unsupported query fails whatever the table holds).
@@ -26,12 +31,14 @@ from __future__ import annotations
 import decimal
 import math
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from sqlglot import exp
 
 from oncestream.sql.errors import StatementError
+from oncestream.sql.language import functions
+from oncestream.sql.language.analyzer_expr import call_parts
 
 Row = Mapping[str, Any]
 
@@ -51,89 +58,17 @@ def column_name(node: exp.Column) -> str:
 
 # --- functions -------------------------------------------------------------------------------
 
-def _null_in(args: list[Any]) -> bool:
-    return any(a is None for a in args)
 
-
-def _round(args: list[Any]) -> Any:
-    value = args[0]
-    places = args[1] if len(args) > 1 else 0
-    if value is None or places is None:
+def _function_call(node: exp.Expr) -> tuple[functions.FunctionDef, list[exp.Expr]] | None:
+    """The catalog's function (with a Python form) ``node`` calls, by the analyzer's naming of
+    calls, and its argument expressions; None if ``node`` is no such call."""
+    parts = call_parts(node)
+    if parts is None:
         return None
-    # ksqlDB rounds half up (away from zero for .5) and ROUND(x) of a DOUBLE is a BIGINT.
-    quantum = decimal.Decimal(1).scaleb(-int(places))
-    rounded = decimal.Decimal(str(value)).quantize(quantum, rounding=decimal.ROUND_HALF_UP)
-    if len(args) == 1:
-        return int(rounded)
-    return float(rounded) if isinstance(value, float) else rounded
-
-
-def _substring(args: list[Any]) -> Any:
-    if _null_in(args[:2]) or (len(args) > 2 and args[2] is None):
+    definition = functions.lookup(parts[0])
+    if definition is None or definition.python is None:
         return None
-    text, pos = str(args[0]), int(args[1])
-    # ksqlDB's SUBSTRING is 1-based; a negative position counts from the end.
-    start = pos - 1 if pos > 0 else max(len(text) + pos, 0)
-    if len(args) > 2:
-        return text[start:start + max(int(args[2]), 0)]
-    return text[start:]
-
-
-def _strict(fn: Callable[..., Any]) -> Callable[[list[Any]], Any]:
-    """A function that is NULL when any argument is NULL."""
-    return lambda args: None if _null_in(args) else fn(*args)
-
-
-_FUNCTIONS: dict[str, tuple[int, int, Callable[[list[Any]], Any]]] = {
-    # name -> (min args, max args, implementation over evaluated arguments)
-    "UCASE": (1, 1, _strict(lambda s: str(s).upper())),
-    "UPPER": (1, 1, _strict(lambda s: str(s).upper())),
-    "LCASE": (1, 1, _strict(lambda s: str(s).lower())),
-    "LOWER": (1, 1, _strict(lambda s: str(s).lower())),
-    "LEN": (1, 1, _strict(lambda s: len(s))),
-    "LENGTH": (1, 1, _strict(lambda s: len(s))),
-    "ABS": (1, 1, _strict(abs)),
-    "ROUND": (1, 2, _round),
-    "FLOOR": (1, 1, _strict(lambda x: x if isinstance(x, int) else float(math.floor(x)))),
-    "CEIL": (1, 1, _strict(lambda x: x if isinstance(x, int) else float(math.ceil(x)))),
-    # ksqlDB's CONCAT skips NULL arguments; COALESCE/IFNULL give the first non-NULL.
-    "CONCAT": (1, 1_000, lambda args: "".join(str(a) for a in args if a is not None)),
-    "COALESCE": (1, 1_000, lambda args: next((a for a in args if a is not None), None)),
-    "IFNULL": (2, 2, lambda args: args[0] if args[0] is not None else args[1]),
-    "SUBSTRING": (2, 3, _substring),
-    "TRIM": (1, 1, _strict(lambda s: str(s).strip())),
-}
-
-# sqlglot's own nodes for functions it knows, by class: name in _FUNCTIONS and argument keys.
-_FUNCTION_NODES: dict[type[exp.Expr], tuple[str, tuple[str, ...]]] = {
-    exp.Upper: ("UPPER", ("this",)),
-    exp.Lower: ("LOWER", ("this",)),
-    exp.Length: ("LENGTH", ("this",)),
-    exp.Abs: ("ABS", ("this",)),
-    exp.Round: ("ROUND", ("this", "decimals")),
-    exp.Floor: ("FLOOR", ("this",)),
-    exp.Ceil: ("CEIL", ("this",)),
-    exp.Substring: ("SUBSTRING", ("this", "start", "length")),
-    exp.Trim: ("TRIM", ("this",)),
-}
-
-
-def _function_call(node: exp.Expr) -> tuple[str, list[exp.Expr]] | None:
-    """``(function name, argument expressions)`` if ``node`` is a call we evaluate."""
-    if isinstance(node, exp.Anonymous):
-        return str(node.name).upper(), list(node.expressions)
-    if isinstance(node, exp.Concat):
-        return "CONCAT", list(node.expressions)
-    if isinstance(node, exp.Coalesce):
-        return "COALESCE", [node.this, *node.expressions]
-    entry = _FUNCTION_NODES.get(type(node))
-    if entry is None:
-        return None
-    name, keys = entry
-    if any(value is not None and value is not False and key not in keys for key, value in node.args.items()):
-        return None   # another form of the function (TRIM(LEADING 'x' FROM ...), LENGTH(s, binary)...)
-    args = [node.args[k] for k in keys if node.args.get(k) is not None]
-    return name, args
+    return definition, parts[1]
 
 
 # --- checks ----------------------------------------------------------------------------------
@@ -168,13 +103,13 @@ def check_supported(node: exp.Expr) -> None:
             check_supported(child)
         return
     call = _function_call(node)
-    if call is None or call[0] not in _FUNCTIONS:
+    if call is None:
         raise _unsupported(node)
-    low, high, _fn = _FUNCTIONS[call[0]]
-    if not low <= len(call[1]) <= high:
+    definition, args = call
+    if len(args) < definition.min_args or (definition.max_args is not None and len(args) > definition.max_args):
         raise UnsupportedInPullQueryError(
-            f"Function {call[0]} does not accept {len(call[1])} argument(s): '{node.sql()}'.")
-    for arg in call[1]:
+            f"Function {definition.name} does not accept {len(args)} argument(s): '{node.sql()}'.")
+    for arg in args:
         check_supported(arg)
 
 
@@ -391,8 +326,10 @@ def evaluate(node: exp.Expr, row: Row) -> Any:
         other = node.args.get("false")
         return evaluate(node.args["true"], row) if hit is True else (evaluate(other, row) if other is not None else None)
     call = _function_call(node)
-    if call is not None and call[0] in _FUNCTIONS:
-        return _FUNCTIONS[call[0]][2]([evaluate(arg, row) for arg in call[1]])
+    if call is not None:
+        definition, args = call
+        assert definition.python is not None   # _function_call returns only functions with a Python form
+        return definition.python([evaluate(arg, row) for arg in args])
     raise _unsupported(node)
 
 
