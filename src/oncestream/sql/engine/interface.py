@@ -1,5 +1,7 @@
-"""The interface between the REST layer (``oncestream.sql.server.rest``) and a SQL-server node
-(``oncestream.sql.server.node.Node`` implements it).
+"""The engine's interfaces: what a SQL-server node offers the REST layer (``SqlEngine``, which
+``oncestream.sql.server.node.Node`` implements, and the ``QueryStream`` it hands back), and what a
+node needs of the runtime that runs its queries (``QueryRunner``, which
+``oncestream.sql.engine.runtime.QueryRuntime`` implements on Spark).
 
 The REST layer only moves bytes: it parses HTTP, calls these methods, and writes what they return
 as ksqlDB writes it. Every method that may wait (command-topic round trips, Spark) is a coroutine;
@@ -13,6 +15,10 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
+
+from oncestream.sql.language.analyzer import AnalyzedQuery
+from oncestream.sql.language.catalog import QueryInfo, SourceInfo
+from oncestream.sql.language.sql_ast import Query
 
 
 @dataclass(frozen=True)
@@ -92,4 +98,46 @@ class SqlEngine(Protocol):
     async def insert_row(self, target: str, row: Mapping[str, Any]) -> None:
         """Insert one row (``/inserts-stream``) into stream ``target`` as ``INSERT INTO ...
         VALUES`` would; raises ``KsqlError`` on a bad row or unknown target."""
+        ...
+
+
+class RunStatus(Protocol):
+    """A persistent query's state in the runtime (RUNNING, ERROR, PENDING, NOT_RUNNING) and, for
+    ERROR, why."""
+
+    @property
+    def state(self) -> str: ...
+
+    @property
+    def error(self) -> str | None: ...
+
+
+class PersistentQueryRunner(Protocol):
+    """What a node's placement needs to run its share of the persistent queries."""
+
+    def start_persistent(self, info: QueryInfo, analyzed: AnalyzedQuery, sink: SourceInfo,
+                         properties: Mapping[str, Any] | None = None) -> None:
+        """Start ``info``'s query writing to ``sink``; a failure is recorded (``status`` ERROR),
+        not raised."""
+        ...
+
+    def stop_persistent(self, query_id: str) -> None:
+        """Stop a query at a micro-batch boundary."""
+        ...
+
+    def status(self, query_id: str) -> RunStatus:
+        """The query's state here (NOT_RUNNING for unknown ids)."""
+        ...
+
+
+class QueryRunner(PersistentQueryRunner, Protocol):
+    """Everything a node asks of its query runtime: persistent queries, push queries, inserts."""
+
+    def start_push(self, analyzed: AnalyzedQuery, properties: Mapping[str, Any] | None = None, *,
+                   query: Query | None = None) -> QueryStream:
+        """Start a push query (``SELECT ... EMIT CHANGES``)."""
+        ...
+
+    def insert_values(self, sink: SourceInfo, row: Mapping[str, Any]) -> None:
+        """Write one row to ``sink``'s topic in its formats."""
         ...

@@ -29,6 +29,10 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
+from oncestream.sql.engine.interface import PersistentQueryRunner
+from oncestream.sql.language.analyzer import AnalyzedQuery
+from oncestream.sql.language.catalog import QueryInfo, SourceInfo
+
 log = logging.getLogger("oncestream.sql")
 
 _STATUS_POLL_S = 2.0
@@ -57,9 +61,9 @@ class IllegalQueryTransition(RuntimeError):
 class StartSpec:
     """What the runtime needs to start one query (resolved from this node's metastore)."""
 
-    info: Any            # catalog.QueryInfo
-    analyzed: Any        # analyzer.AnalyzedQuery
-    sink: Any            # catalog.SourceInfo
+    info: QueryInfo
+    analyzed: AnalyzedQuery
+    sink: SourceInfo
     properties: dict[str, Any]
 
 
@@ -75,7 +79,8 @@ class LocalQueries:
     node's metastore does not know it (yet: it retries after ``poke``). ``changed()`` is called
     when the set of owned queries or their errors changed (the assignment member rejoins)."""
 
-    def __init__(self, runtime: Any, resolve: Callable[[str], StartSpec | None], changed: Callable[[], None]) -> None:
+    def __init__(self, runtime: PersistentQueryRunner, resolve: Callable[[str], StartSpec | None],
+                 changed: Callable[[], None]) -> None:
         self._runtime = runtime
         self._resolve = resolve
         self._changed = changed
