@@ -4,6 +4,11 @@ Column references are rewritten to the compiled frame's internal column names (a
 which); ksqlDB's own constructs are mapped to Spark's: a 1-based array index ``a[1]`` becomes
 ``try_element_at(a, 1)`` (null when out of range, as ksqlDB), ksqlDB-only functions and
 aggregates get their Spark equivalents, and the rest is sqlglot's Spark dialect generator.
+
+The semantics are ksqlDB's, the same as the pull-query evaluator's (``language.evaluate``;
+tests/spark/sql/test_expression_agreement.py runs both on one table of expressions): where Spark's
+operators differ they are rewritten (``_operator``): an integer division truncates as Java's does
+(Spark's ``/`` gives a DOUBLE), ``STRING + STRING`` concatenates (Spark casts to numbers).
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from sqlglot import exp
 from oncestream.sql.errors import StatementError
 from oncestream.sql.language import functions
 from oncestream.sql.language.catalog import ROWOFFSET, ROWPARTITION, ROWTIME, WINDOWEND, WINDOWSTART, SourceInfo
+from oncestream.sql.language.types import BaseType
 
 PSEUDO_COLUMNS = (ROWTIME, ROWPARTITION, ROWOFFSET)
 TYPE_KEY = "ksql_type"  # the analyzer's type annotation on every expression node (analyzer_expr.TYPE_KEY)
@@ -128,6 +134,23 @@ def _function_call(node: exp.Anonymous, scope: Scope) -> exp.Expression:
     return exp.Paren(this=exp.Var(this=definition.spark(site)))
 
 
+_INTEGRAL_SPARK_TYPES = {BaseType.INTEGER: "INT", BaseType.BIGINT: "BIGINT"}
+
+
+def _operator(node: exp.Expression) -> exp.Expression | None:
+    """ksqlDB's arithmetic where Spark's differs, by the type the analyzer gave ``node``; None
+    where Spark's own operator already means the same."""
+    ty = node.meta.get(TYPE_KEY)
+    base = getattr(ty, "base", None)
+    if isinstance(node, exp.Div) and base in _INTEGRAL_SPARK_TYPES:
+        # Java's integer division (truncates toward zero); a division by zero is NULL (ANSI off)
+        divided = exp.IntDiv(this=node.this, expression=node.expression)
+        return exp.Cast(this=divided, to=exp.DataType.build(_INTEGRAL_SPARK_TYPES[base]))
+    if isinstance(node, exp.Add) and base is BaseType.STRING:
+        return _call("concat", node.this, node.expression)
+    return None
+
+
 def translate(expression: exp.Expression, scope: Scope) -> str:
     """Spark SQL text for a ksqlDB expression evaluated over ``scope``'s frame."""
 
@@ -156,7 +179,7 @@ def translate(expression: exp.Expression, scope: Scope) -> str:
             return _call("try_element_at", node.this, node.expressions[0])
         if isinstance(node, exp.Anonymous):
             return _function_call(node, scope)
-        return node
+        return _operator(node) or node
 
     return _post_order(expression.copy(), rewrite).sql(dialect="spark")
 
