@@ -9,6 +9,7 @@ import pytest
 import sqlglot
 
 from oncestream.sql.errors import StatementError
+from oncestream.sql.language import functions
 from oncestream.sql.language.evaluate import UnsupportedInPullQueryError, check_supported, evaluate
 from oncestream.sql.language.parser import parse_expression
 
@@ -74,3 +75,17 @@ def test_unknown_column_and_type_mismatch_are_statement_errors():
         ev("MISSING = 1")
     with pytest.raises(StatementError, match="Cannot compare"):
         ev("S > 1")
+
+
+def test_the_evaluator_runs_exactly_the_functions_with_a_python_form():
+    """One function table: the evaluator has no functions of its own, it runs the catalog's."""
+    with_python = functions.python_functions()
+    assert {"UCASE", "LCASE", "LEN", "ABS", "ROUND", "FLOOR", "CEIL", "CONCAT", "COALESCE", "IFNULL", "SUBSTRING",
+            "TRIM"} <= set(with_python)
+    for name, definition in functions.catalog().items():
+        call = parse_expression(f"{name}({', '.join(['S'] * max(definition.min_args, 1))})")
+        if name in with_python:
+            check_supported(call)
+        else:
+            with pytest.raises(UnsupportedInPullQueryError):
+                check_supported(call)
