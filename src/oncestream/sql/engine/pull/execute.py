@@ -25,7 +25,7 @@ from oncestream.sql.language.analyzer import PULL_QUERY_HELP
 from oncestream.sql.language.catalog import ROWOFFSET, ROWPARTITION, ROWTIME, WINDOWEND, WINDOWSTART, SourceInfo
 from oncestream.sql.language.evaluate import check_supported, column_name, evaluate
 from oncestream.sql.language.sql_ast import SourceKind
-from oncestream.sql.language.types import BaseType, SqlType
+from oncestream.sql.language.types import BIGINT, BaseType, SqlType
 
 log = logging.getLogger(__name__)
 
@@ -155,8 +155,6 @@ def run_plan(plan: PullPlan, source: SourceInfo, reader: Any) -> tuple[list[Colu
 def star_outputs(source: SourceInfo) -> list[OutputColumn]:
     """``SELECT *`` of a table as ksqlDB's pull queries answer it: key columns, then
     ``WINDOWSTART``/``WINDOWEND`` for a windowed table, then the value columns."""
-    from oncestream.sql.language.types import BIGINT
-
     out = [OutputColumn(c.name, c.type, exp.column(c.name, quoted=True)) for c in source.key_columns]
     if source.window is not None:
         out += [OutputColumn(n, BIGINT, exp.column(n, quoted=True)) for n in (WINDOWSTART, WINDOWEND)]

@@ -25,16 +25,14 @@ import asyncio
 import logging
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from oncestream.sql.engine.pull.materializations import TableMaterializations, TableNotMaterializedError
 from oncestream.sql.engine.pull.query import PullQueryStream, start_pull_query
 from oncestream.sql.errors import KsqlError
 from oncestream.sql.language import sql_ast
+from oncestream.sql.language.analyzer import AnalyzedQuery
 from oncestream.sql.language.catalog import SourceInfo
-
-if TYPE_CHECKING:
-    from oncestream.sql.language.analyzer import AnalyzedQuery
 
 log = logging.getLogger(__name__)
 

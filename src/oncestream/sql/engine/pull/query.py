@@ -6,15 +6,13 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from oncestream.sql.engine.interface import ColumnHeader
 from oncestream.sql.engine.pull.execute import PullPlan, outputs_of, pull_error, run_plan, validate_plan
 from oncestream.sql.engine.pull.materializations import TableMaterializations
+from oncestream.sql.language.analyzer import AnalyzedQuery
 from oncestream.sql.language.catalog import SourceInfo
-
-if TYPE_CHECKING:
-    from oncestream.sql.language.analyzer import AnalyzedQuery
 
 _query_numbers = itertools.count(1)
 
