@@ -39,6 +39,14 @@ EXPRESSIONS = [
     "UCASE(S)", "LCASE(S)", "LCASE(N)", "LEN(S)", "TRIM('  a ')", "ABS(B)", "ROUND(X)", "ROUND(2.345, 2)",
     "FLOOR(X)", "CEIL(X)", "CONCAT(S, N, '-', 'x')", "COALESCE(N, 'd')", "IFNULL(N, 'd')", "SUBSTRING(S, 2)",
     "SUBSTRING(S, 2, 3)", "SUBSTRING(S, -3)", "S || '!'",
+    # corners: overflow wraps (Java ints), substring from 0, subscript 0, boolean words, NULL arguments
+    "A * 1000000000", "CAST(A AS BIGINT) * 1000000000000", "-(A * 1000000000)", "SUBSTRING(S, 0)", "SUBSTRING(S, 10)",
+    "SUBSTRING(S, 2, -1)", "SUBSTRING(S, -10)", "ARR[0]", "ARR[-4]", "M['K']", "CAST('yes' AS BOOLEAN)",
+    "CAST(' n ' AS BOOLEAN)", "CAST('maybe' AS BOOLEAN)", "CAST(X AS INTEGER)", "CAST(' 12 ' AS INTEGER)",
+    "CAST(X AS STRING)", "CAST(F AS STRING)", "S = 'Hello'", "S > 'A'", "A = 7.0", "A / 2.0", "X / 0", "X % 2",
+    "ABS(-2.5)", "ROUND(-2.5)", "ROUND(2.5)", "ROUND(-2.345, 2)", "FLOOR(-2.5)", "CEIL(-2.5)", "FLOOR(A)", "LEN('')",
+    "TRIM(N)", "CONCAT(N)", "COALESCE(N, N)", "IFNULL(A, 0)", "CASE N WHEN 'x' THEN 1 ELSE 2 END",
+    "A BETWEEN 9 AND 8", "S LIKE '%'", "N LIKE '%'", "S IN ('Hello', N)", "S IN ('x', N)", "NOT T",
 ]
 
 

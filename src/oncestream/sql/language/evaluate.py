@@ -38,7 +38,8 @@ from sqlglot import exp
 
 from oncestream.sql.errors import StatementError
 from oncestream.sql.language import functions
-from oncestream.sql.language.analyzer_expr import call_parts
+from oncestream.sql.language.analyzer_expr import TYPE_KEY, call_parts
+from oncestream.sql.language.types import BaseType, SqlType
 
 Row = Mapping[str, Any]
 
@@ -149,7 +150,25 @@ def _compare(op: type[exp.Expr], left: Any, right: Any) -> bool | None:
                              f"({left!r}, {right!r}).") from None
 
 
+# Java's integer widths: ksqlDB's INTEGER and BIGINT arithmetic wraps on overflow (as Spark's does
+# with ANSI off), by the type the analyzer gave the expression.
+_INTEGER_BITS = {BaseType.INTEGER: 32, BaseType.BIGINT: 64}
+
+
+def _wrapped(node: exp.Expr, value: Any) -> Any:
+    ty = node.meta.get(TYPE_KEY)
+    bits = _INTEGER_BITS.get(ty.base) if isinstance(ty, SqlType) else None
+    if bits is None or not isinstance(value, int) or isinstance(value, bool):
+        return value
+    half = 1 << (bits - 1)
+    return (value + half) % (1 << bits) - half
+
+
 def _arith(node: exp.Expr, left: Any, right: Any) -> Any:
+    return _wrapped(node, _java_arith(node, left, right))
+
+
+def _java_arith(node: exp.Expr, left: Any, right: Any) -> Any:
     if left is None or right is None:
         return None
     if isinstance(left, decimal.Decimal) and isinstance(right, float):
@@ -179,6 +198,10 @@ def _arith(node: exp.Expr, left: Any, right: Any) -> Any:
         raise StatementError(f"Cannot apply '{node.sql()}' to {left!r} and {right!r}.") from None
 
 
+# ksqlDB's (SqlBooleans) and Spark's words for a STRING cast to BOOLEAN; anything else is NULL
+_BOOLEAN_WORDS = {"true": True, "t": True, "yes": True, "y": True, "false": False, "f": False, "no": False, "n": False}
+
+
 def _cast(value: Any, target: str) -> Any:
     if value is None:
         return None
@@ -189,7 +212,7 @@ def _cast(value: Any, target: str) -> Any:
             return float(value)
         if target == "BOOLEAN":
             if isinstance(value, str):
-                return {"true": True, "false": False}.get(value.strip().lower())
+                return _BOOLEAN_WORDS.get(value.strip().lower())
             return bool(value)
         if isinstance(value, bool):
             return "true" if value else "false"
@@ -300,7 +323,7 @@ def evaluate(node: exp.Expr, row: Row) -> Any:
         return _like(evaluate(node.this, row), evaluate(node.expression, row))
     if isinstance(node, exp.Neg):
         value = evaluate(node.this, row)
-        return None if value is None else -value
+        return None if value is None else _wrapped(node, -value)
     if isinstance(node, (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Mod)):
         return _arith(node, evaluate(node.this, row), evaluate(node.expression, row))
     if isinstance(node, exp.DPipe):

@@ -667,8 +667,8 @@ def _py_substring(args: list[Any]) -> Any:
     if any(a is None for a in args):
         return None
     text, pos = str(args[0]), int(args[1])
-    # ksqlDB's SUBSTRING is 1-based; a negative position counts from the end.
-    start = pos - 1 if pos > 0 else max(len(text) + pos, 0)
+    # ksqlDB's SUBSTRING is 1-based (0 counts as 1); a negative position counts from the end.
+    start = max(pos - 1, 0) if pos >= 0 else max(len(text) + pos, 0)
     if len(args) > 2:
         return text[start:start + max(int(args[2]), 0)]
     return text[start:]

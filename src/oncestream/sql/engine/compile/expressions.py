@@ -8,7 +8,8 @@ aggregates get their Spark equivalents, and the rest is sqlglot's Spark dialect 
 The semantics are ksqlDB's, the same as the pull-query evaluator's (``language.evaluate``;
 tests/spark/sql/test_expression_agreement.py runs both on one table of expressions): where Spark's
 operators differ they are rewritten (``_operator``): an integer division truncates as Java's does
-(Spark's ``/`` gives a DOUBLE), ``STRING + STRING`` concatenates (Spark casts to numbers).
+(Spark's ``/`` gives a DOUBLE), ``STRING + STRING`` concatenates (Spark casts to numbers), an
+array subscript 0 is NULL (Spark fails the query).
 """
 
 from __future__ import annotations
@@ -135,6 +136,7 @@ def _function_call(node: exp.Anonymous, scope: Scope) -> exp.Expression:
 
 
 _INTEGRAL_SPARK_TYPES = {BaseType.INTEGER: "INT", BaseType.BIGINT: "BIGINT"}
+_ARRAY_INDEX = "oncestream_array_index"   # meta flag: a subscript of an ARRAY (not of a MAP)
 
 
 def _operator(node: exp.Expression) -> exp.Expression | None:
@@ -176,12 +178,23 @@ def translate(expression: exp.Expression, scope: Scope) -> str:
             return node
         if isinstance(node, exp.Bracket) and node.expressions:
             # ksqlDB indexes arrays from 1 (negative from the end) and answers null out of range.
-            return _call("try_element_at", node.this, node.expressions[0])
+            index = node.expressions[0]
+            element = _call("try_element_at", node.this, index)
+            if not node.meta.get(_ARRAY_INDEX):
+                return element
+            # and null for index 0 too, which Spark refuses even in try_element_at (INVALID_INDEX_OF_ZERO)
+            zero = exp.EQ(this=index.copy(), expression=exp.Literal.number(0))
+            return exp.Case(ifs=[exp.If(this=zero, true=exp.Null())], default=element)
         if isinstance(node, exp.Anonymous):
             return _function_call(node, scope)
         return _operator(node) or node
 
-    return _post_order(expression.copy(), rewrite).sql(dialect="spark")
+    tree = expression.copy()
+    for bracket in tree.find_all(exp.Bracket):
+        # marked before the rewrite, which replaces the container's node (and its type)
+        if getattr(bracket.this.meta.get(TYPE_KEY), "base", None) is BaseType.ARRAY:
+            bracket.meta[_ARRAY_INDEX] = True
+    return _post_order(tree, rewrite).sql(dialect="spark")
 
 
 def is_aggregate(expression: exp.Expression) -> bool:
