@@ -88,9 +88,9 @@ def _show_batches(kind: str, progress) -> None:
 
 
 def _run_sql(runtime, source, round_no: int, topic_out: str, records: int) -> float:
-    from oncestream.sql.analyzer import analyze_query
-    from oncestream.sql.catalog import Format, QueryInfo, SourceInfo
-    from oncestream.sql.parser import parse
+    from oncestream.sql.language.analyzer import analyze_query
+    from oncestream.sql.language.catalog import Format, QueryInfo, SourceInfo
+    from oncestream.sql.language.parser import parse
 
     (statement,) = parse(QUERY.format(n=round_no))
     analyzed = analyze_query(statement.query, {"ORDERS": source}, sink=statement.name)
@@ -154,7 +154,7 @@ def main() -> int:
         from pyspark.sql import SparkSession
 
         import oncestream.spark
-        from oncestream.sql.runtime import QueryRuntime, RuntimeSettings, spark_session_config
+        from oncestream.sql.engine.runtime import QueryRuntime, RuntimeSettings, spark_session_config
 
         bootstrap = broker.bootstrap
         topic_in = "orders"
@@ -170,8 +170,8 @@ def main() -> int:
         runtime = QueryRuntime(spark, RuntimeSettings(bootstrap_servers=bootstrap, checkpoint_root=str(work / "cp"),
                                                       service_id="bench", trigger_interval_ms=args.trigger_ms,
                                                       max_offsets_per_trigger=args.max_offsets))
-        from oncestream.sql.catalog import Column, Format, Namespace, SourceInfo
-        from oncestream.sql.parser import parse
+        from oncestream.sql.language.catalog import Column, Format, Namespace, SourceInfo
+        from oncestream.sql.language.parser import parse
 
         (ddl,) = parse(SOURCE.format(topic=topic_in))
         source = SourceInfo(name="ORDERS", kind=ddl.kind, topic=topic_in, key_format=Format.KAFKA, value_format=Format.JSON,

@@ -16,7 +16,7 @@ from collections.abc import Callable
 import pytest
 
 from oncestream.client import Admin
-from oncestream.sql.assignment import (
+from oncestream.sql.server.assignment import (
     PROTOCOL_TYPE,
     Assignment,
     MemberInfo,

@@ -13,10 +13,10 @@ from typing import Any
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from oncestream.sql.ast import SourceKind, WindowSpec
-from oncestream.sql.catalog import Column, Format, Namespace, QueryInfo, SourceInfo
-from oncestream.sql.runtime import ERROR, QueryRuntime
-from oncestream.sql.types import SqlType
+from oncestream.sql.engine.runtime import ERROR, QueryRuntime
+from oncestream.sql.language.catalog import Column, Format, Namespace, QueryInfo, SourceInfo
+from oncestream.sql.language.sql_ast import SourceKind, WindowSpec
+from oncestream.sql.language.types import SqlType
 
 OUTPUT_TIMEOUT_S = 180.0
 EARLIEST = {"auto.offset.reset": "earliest"}
@@ -105,8 +105,8 @@ def start(runtime: QueryRuntime, query_id: str, analyzed: Any, sink: SourceInfo,
 
 def analyze(sql: str, sources: Mapping[str, SourceInfo]) -> tuple[Any, Any]:
     """(statement, analyzed query) of one statement, parsed and analyzed by the SQL layer."""
-    from oncestream.sql.analyzer import analyze_query
-    from oncestream.sql.parser import parse
+    from oncestream.sql.language.analyzer import analyze_query
+    from oncestream.sql.language.parser import parse
 
     (statement,) = parse(sql)
     sink = getattr(statement, "name", None) or getattr(statement, "target", None)
@@ -126,7 +126,7 @@ def sink_of(analyzed: Any, name: str, topic: str, *, key_format: Format = Format
 def ddl(sql: str) -> SourceInfo:
     """The source a ``CREATE STREAM|TABLE`` statement declares (parsed by the SQL layer; formats
     default as ksqlDB's: KEY_FORMAT KAFKA, VALUE_FORMAT from FORMAT or JSON)."""
-    from oncestream.sql.parser import parse
+    from oncestream.sql.language.parser import parse
 
     (statement,) = parse(sql)
     props = {k.upper(): v for k, v in statement.properties.items()}

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from oncestream.sql import types as t
-from oncestream.sql.analyzer import analyze_query, type_of
-from oncestream.sql.ast import SourceKind, WindowKind
 from oncestream.sql.errors import StatementError
-from oncestream.sql.metastore import Metastore
-from oncestream.sql.parser import parse
+from oncestream.sql.language import types as t
+from oncestream.sql.language.analyzer import analyze_query, type_of
+from oncestream.sql.language.parser import parse
+from oncestream.sql.language.sql_ast import SourceKind, WindowKind
+from oncestream.sql.server.metastore import Metastore
 
 DDL = """
 CREATE STREAM pageviews (viewtime BIGINT, userid VARCHAR KEY, pageid VARCHAR)

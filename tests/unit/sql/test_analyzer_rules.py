@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import pytest
 
-from oncestream.sql import ast
-from oncestream.sql import types as t
-from oncestream.sql.analyzer import analyze_query
 from oncestream.sql.errors import StatementError
-from oncestream.sql.metastore import Metastore, StartQuery
-from oncestream.sql.parser import parse
+from oncestream.sql.language import sql_ast
+from oncestream.sql.language import types as t
+from oncestream.sql.language.analyzer import analyze_query
+from oncestream.sql.language.parser import parse
+from oncestream.sql.server.metastore import Metastore, StartQuery
 
 DDL = """
 CREATE STREAM s (k STRING KEY, id BIGINT, v INT, d DOUBLE, name STRING, arr ARRAY<BIGINT>, m MAP<STRING, BIGINT>,
@@ -38,7 +38,7 @@ def ms() -> Metastore:
 def refused(ms: Metastore, sql: str, pattern: str) -> None:
     (s,) = parse(sql)
     with pytest.raises(StatementError, match=pattern):
-        if isinstance(s, ast.QueryStatement):   # push / pull queries are analyzed, not validated as commands
+        if isinstance(s, sql_ast.QueryStatement):   # push / pull queries are analyzed, not validated as commands
             analyze_query(s.query, ms.source_map())
         else:
             ms.validate(s, {}, TOPICS)

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import json
 
-from oncestream.sql import entities
-from oncestream.sql.analyzer import analyze_query
-from oncestream.sql.metastore import Metastore
-from oncestream.sql.parser import parse
+from oncestream.sql.language.analyzer import analyze_query
+from oncestream.sql.language.parser import parse
+from oncestream.sql.server import entities
+from oncestream.sql.server.metastore import Metastore
 
 SETUP = """
 CREATE STREAM orders (id INT KEY, userid STRING, amount DECIMAL(4, 2), tags ARRAY<STRING>,

@@ -1,4 +1,4 @@
-"""The node's local query lifecycle (oncestream.sql.local_queries): it starts what is assigned,
+"""The node's local query lifecycle (oncestream.sql.server.local_queries): it starts what is assigned,
 stops what is taken away, keeps a failed query owned (shown as ERROR) and notices queries that fail
 while running. The runtime here is a small recorder with the QueryRuntime methods the lifecycle
 calls; the lifecycle is the thing under test."""
@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from oncestream.sql.local_queries import IllegalQueryTransition, LocalQueries, LocalState, StartSpec
+from oncestream.sql.server.local_queries import IllegalQueryTransition, LocalQueries, LocalState, StartSpec
 
 
 class RecordingRuntime:

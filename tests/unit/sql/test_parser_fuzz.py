@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from oncestream.sql.errors import ParseError
-from oncestream.sql.parser import parse, parse_expression
+from oncestream.sql.language.parser import parse, parse_expression
 
 # Fragments of ksqlDB (and of other SQL) so that random sequences get deep into the grammar.
 FRAGMENTS = [

@@ -9,14 +9,14 @@ from typing import Any
 
 import pytest
 
-from oncestream.sql.analyzer import analyze_query
-from oncestream.sql.ast import SourceKind, WindowKind, WindowSpec
-from oncestream.sql.catalog import Column, Format, Namespace, SourceInfo
+from oncestream.sql.engine.pull import PullQueryStream, execute_pull, source_of
+from oncestream.sql.engine.serde import Window, layout_of
 from oncestream.sql.errors import StatementError
-from oncestream.sql.parser import parse
-from oncestream.sql.pull import PullQueryStream, execute_pull, source_of
-from oncestream.sql.serde import Window, layout_of
-from oncestream.sql.types import BIGINT, DOUBLE, INTEGER, STRING
+from oncestream.sql.language.analyzer import analyze_query
+from oncestream.sql.language.catalog import Column, Format, Namespace, SourceInfo
+from oncestream.sql.language.parser import parse
+from oncestream.sql.language.sql_ast import SourceKind, WindowKind, WindowSpec
+from oncestream.sql.language.types import BIGINT, DOUBLE, INTEGER, STRING
 from oncestream.state import StateStore
 
 USERS = SourceInfo(name="USERS", kind=SourceKind.TABLE, topic="users", key_format=Format.KAFKA, value_format=Format.JSON,
@@ -114,7 +114,7 @@ def test_uncommitted_store_writes_are_not_read(tmp_path):
 
 
 def test_pull_query_stream_yields_the_rows():
-    from oncestream.sql.engine import ColumnHeader
+    from oncestream.sql.engine.interface import ColumnHeader
 
     stream = PullQueryStream([ColumnHeader("ID", "BIGINT")], [[1], [2]], limit=2)
 
@@ -126,9 +126,9 @@ def test_pull_query_stream_yields_the_rows():
 
 
 def test_struct_fields_and_subscripts(tmp_path):
-    from oncestream.sql.ast import SourceKind
-    from oncestream.sql.catalog import Column, Format, Namespace, SourceInfo
-    from oncestream.sql.types import BIGINT, STRING, array_of, map_of, struct_of
+    from oncestream.sql.language.catalog import Column, Format, Namespace, SourceInfo
+    from oncestream.sql.language.sql_ast import SourceKind
+    from oncestream.sql.language.types import BIGINT, STRING, array_of, map_of, struct_of
 
     table = SourceInfo(name="NESTED", kind=SourceKind.TABLE, topic="nested", key_format=Format.KAFKA,
                        value_format=Format.JSON, statement="CREATE TABLE NESTED ...;",
@@ -145,7 +145,7 @@ def test_struct_fields_and_subscripts(tmp_path):
 
 def test_pull_query_refuses_streams_and_tables_this_node_does_not_hold(tmp_path):
     """Checked before any store or broker is touched (the bootstrap address is never dialled)."""
-    from oncestream.sql.pull import TableMaterializations, TableNotMaterializedError, pull_query
+    from oncestream.sql.engine.pull import TableMaterializations, TableNotMaterializedError, pull_query
 
     stream = SourceInfo(name="CLICKS", kind=SourceKind.STREAM, topic="clicks", key_format=USERS.key_format,
                         value_format=USERS.value_format, columns=USERS.columns, statement="CREATE STREAM CLICKS ...;")
