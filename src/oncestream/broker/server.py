@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import io
 import json
 import logging
 import os
@@ -258,8 +257,8 @@ class BrokerServer:
         while pending:
             _done, pending = await asyncio.wait(pending, timeout=self.stuck_report_s)
             for task in pending:
-                log.warning("shutdown: %s still running after %.1f s, cancelling it again:\n%s",
-                            what, self.stuck_report_s, _stack_of(task))
+                log.warning("shutdown: one of the %s still runs %.1f s after its cancellation; "
+                            "cancelling it again. %s", what, self.stuck_report_s, _stack_of(task))
                 if close is not None:
                     close(task)
                 task.cancel()
@@ -411,6 +410,13 @@ async def _awaited(awaitable: Awaitable[None]) -> None:
 
 
 def _stack_of(task: asyncio.Task[None]) -> str:
-    out = io.StringIO()
-    task.print_stack(file=out)
-    return out.getvalue()
+    """Where ``task`` waits, down its chain of awaited coroutines (``Task.print_stack`` shows
+    only the outermost frame of a suspended coroutine)."""
+    lines = [f"task {task.get_name()}:"]
+    coro: object = task.get_coro()
+    while coro is not None:
+        frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)
+        if frame is not None:
+            lines.append(f'  File "{frame.f_code.co_filename}", line {frame.f_lineno}, in {frame.f_code.co_name}')
+        coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
+    return "\n".join(lines)
