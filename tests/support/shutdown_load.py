@@ -73,12 +73,25 @@ class Acknowledged:
     """Values the broker acknowledged, per topic (thread-safe appends)."""
 
     by_topic: dict[str, list[bytes]] = field(default_factory=dict)
+    # Compacted topics: each key's latest acknowledged (offset, value).
+    latest_by_key: dict[bytes, tuple[int, bytes]] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def add(self, topic: str, values: list[bytes]) -> None:
         with self.lock:
             self.by_topic.setdefault(topic, []).extend(values)
+
+    def add_keyed(self, key: bytes, offset: int, value: bytes) -> None:
+        with self.lock:
+            previous = self.latest_by_key.get(key)
+            if previous is None or previous[0] < offset:
+                self.latest_by_key[key] = (offset, value)
+
+    def count(self) -> int:
+        """Acknowledged values so far (every topic)."""
+        with self.lock:
+            return sum(len(values) for values in self.by_topic.values()) + len(self.latest_by_key)
 
 
 class ClientLoad:
@@ -190,12 +203,15 @@ class ClientLoad:
     def _compacted(self) -> None:
         topic = self.topics.compacted
         producer = self._producer(**{"enable.idempotence": True, "acks": "all", "batch.num.messages": 20})
-        on_delivery = self._delivery(topic)
+
+        def on_delivery(err: KafkaError | None, msg) -> None:
+            if err is None:
+                self.acked.add_keyed(msg.key(), msg.offset(), msg.value())
         try:
             for number in itertools.count():
                 if self._stop.is_set():
                     return
-                key = f"key-{number % 16}".encode()
+                key = f"{self.tag}-key-{number % 16}".encode()
                 try:
                     producer.produce(topic, f"{self.tag}-compact-{number}".encode() * 8, key=key,
                                      on_delivery=on_delivery)
