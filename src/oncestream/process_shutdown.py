@@ -60,18 +60,21 @@ def _write_stderr(text: str) -> None:
 class ShutdownBound:
     """The clock of one process's shutdown, and the way out when it runs over.
 
-    ``begin()`` (idempotent) starts the clock; ``finished()`` says the clean stop is done (the
+    ``begin()`` (idempotent) starts the clock (call it from the main thread); ``finished()`` says the clean stop is done (the
     durable state is closed), after which the bound passing exits with status 0: only threads
     nobody can join are left. ``force(reason)`` exits at once with ``FORCED_EXIT_CODE``.
     ``exit_now`` is ``os._exit`` outside unit tests.
     """
 
-    def __init__(self, bound_ms: int, what: str, *, exit_now: Callable[[int], object] = os._exit) -> None:
+    def __init__(self, bound_ms: int, what: str, *, exit_now: Callable[[int], object] = os._exit,
+                 before_forced_exit: Callable[[], object] | None = None) -> None:
         if bound_ms < 1:
             raise ValueError(f"the shutdown bound must be positive, not {bound_ms} ms")
         self.bound_ms = bound_ms
         self.what = what
         self._exit_now = exit_now
+        # Best effort before a forced exit (the SQL server kills its Spark JVM): never raises.
+        self._before_forced_exit = before_forced_exit
         self._begun = False
         self._finished = threading.Event()
         self._lock = threading.Lock()
@@ -103,6 +106,11 @@ class ShutdownBound:
             faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
         except (OSError, ValueError, RuntimeError):
             pass  # no usable stderr: exit all the same
+        if self._before_forced_exit is not None:
+            try:
+                self._before_forced_exit()
+            except Exception as exc:  # noqa: BLE001  # exiting all the same; say why it failed
+                _write_stderr(f"{self.what}: before exiting: {type(exc).__name__}: {exc}\n")
         self._exit_now(FORCED_EXIT_CODE)
 
     def _watch(self) -> None:

@@ -8,7 +8,9 @@
 - a keyed producer overwriting a few keys of a compacted topic with small segments, so the
   broker's log cleaner keeps running;
 - classic group members (``group.protocol=classic``) subscribed to the idempotent topic;
-- a long-poll consumer on a topic nobody writes to (its fetches wait ``fetch.wait.max.ms``).
+- long-poll consumers (``fetch.min.bytes`` far above what arrives, so every fetch waits out
+  ``fetch.wait.max.ms``, woken again and again by appends to the topic the idempotent producer
+  writes: the wake-up that used to race the shutdown's cancellation).
 
 Every acknowledged value (delivery report without error; for the transactional producer, the
 values of a transaction whose commit returned) is remembered per topic, so a test can check that
@@ -99,7 +101,7 @@ class ClientLoad:
     (and transactional ids, group ids) unique per load."""
 
     def __init__(self, bootstrap: str, topics: LoadTopics, acked: Acknowledged, tag: str, *,
-                 group_members: int = 2) -> None:
+                 group_members: int = 2, long_polls: int = 3) -> None:
         self.bootstrap = bootstrap
         self.topics = topics
         self.acked = acked
@@ -108,8 +110,8 @@ class ClientLoad:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._workers: list[Callable[[], None]] = [
-            self._transactional, self._idempotent, self._compacted, self._long_poll,
-            *[self._group_member] * group_members,
+            self._transactional, self._idempotent, self._compacted,
+            *[self._long_poll] * long_polls, *[self._group_member] * group_members,
         ]
 
     def start(self) -> ClientLoad:
