@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -21,6 +20,7 @@ import pytest
 from oncestream.process_shutdown import FORCED_EXIT_CODE
 from tests.support.brokers import READY_TIMEOUT_S, BrokerProcess, ManagedBroker
 from tests.support.clients import create_topic, unique_topic
+from tests.support.shutdown_load import wait_for_exit
 
 pytestmark = pytest.mark.chaos
 
@@ -55,12 +55,7 @@ class StuckBroker(ManagedBroker):
 
 def _wait_exit(broker: ManagedBroker, timeout_s: float) -> int:
     assert broker.process is not None
-    try:
-        return broker.process.wait(timeout_s)
-    except subprocess.TimeoutExpired:
-        tail = broker.output_tail()
-        broker.kill()
-        raise AssertionError(f"still running {timeout_s:.0f} s after SIGTERM:\n{tail}") from None
+    return wait_for_exit(broker.process, timeout_s, "the broker", broker.output_tail, broker.kill)
 
 
 def _wait_for_output(broker: ManagedBroker, text: str, timeout_s: float) -> None:

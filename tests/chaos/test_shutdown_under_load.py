@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import random
 import signal
-import subprocess
 import time
 from collections import Counter
 from pathlib import Path
@@ -28,7 +27,14 @@ from pathlib import Path
 import pytest
 
 from tests.support.brokers import BrokerProcess
-from tests.support.shutdown_load import CLEANER_PROPS, Acknowledged, ClientLoad, LoadTopics, wait_for
+from tests.support.shutdown_load import (
+    CLEANER_PROPS,
+    Acknowledged,
+    ClientLoad,
+    LoadTopics,
+    wait_for,
+    wait_for_exit,
+)
 from tests.support.txn import READ_COMMITTED, read_to_end
 
 pytestmark = pytest.mark.chaos
@@ -43,13 +49,8 @@ SLOW_ROUNDS = 20
 def _sigterm_and_wait(broker: BrokerProcess, round_number: int) -> None:
     assert broker.process is not None
     broker.process.send_signal(signal.SIGTERM)
-    try:
-        code = broker.process.wait(BOUND_MS / 1000 + EXIT_MARGIN_S)
-    except subprocess.TimeoutExpired:
-        tail = broker.output_tail()
-        broker.kill()
-        raise AssertionError(f"round {round_number}: broker still running "
-                             f"{BOUND_MS / 1000 + EXIT_MARGIN_S:.0f} s after SIGTERM:\n{tail}") from None
+    code = wait_for_exit(broker.process, BOUND_MS / 1000 + EXIT_MARGIN_S, f"round {round_number}: the broker",
+                         broker.output_tail, broker.kill)
     tail = broker.output_tail()
     assert code == 0, f"round {round_number}: exit status {code}:\n{tail}"
     assert "oncestream broker stopped cleanly" in tail, f"round {round_number}:\n{tail}"

@@ -21,6 +21,7 @@ away and coming back; ``stop()`` ends them without waiting for a broker that is 
 from __future__ import annotations
 
 import itertools
+import subprocess
 import threading
 import time
 from collections.abc import Callable
@@ -186,37 +187,33 @@ class ClientLoad:
         return on_delivery
 
     def _idempotent(self) -> None:
-        topic = self.topics.plain
         producer = self._producer(**{"enable.idempotence": True, "acks": "all", "message.timeout.ms": 60_000})
-        on_delivery = self._delivery(topic)
-        try:
-            for number in itertools.count():
-                if self._stop.is_set():
-                    return
-                try:
-                    producer.produce(topic, f"{self.tag}-plain-{number}".encode(), on_delivery=on_delivery)
-                except BufferError:
-                    producer.poll(0.05)
-                producer.poll(0.002)
-        finally:
-            producer.purge()
-            producer.flush(0)
+        self._produce_until_stopped(producer, self.topics.plain, lambda n: (None, f"{self.tag}-plain-{n}".encode()),
+                                    self._delivery(self.topics.plain))
 
     def _compacted(self) -> None:
-        topic = self.topics.compacted
         producer = self._producer(**{"enable.idempotence": True, "acks": "all", "batch.num.messages": 20})
 
         def on_delivery(err: KafkaError | None, msg) -> None:
             if err is None:
                 self.acked.add_keyed(msg.key(), msg.offset(), msg.value())
+
+        def record(number: int) -> tuple[bytes | None, bytes]:
+            return f"{self.tag}-key-{number % 16}".encode(), f"{self.tag}-compact-{number}".encode() * 8
+
+        self._produce_until_stopped(producer, self.topics.compacted, record, on_delivery)
+
+    def _produce_until_stopped(self, producer: Producer, topic: str,
+                               record: Callable[[int], tuple[bytes | None, bytes]],
+                               on_delivery: Callable[[KafkaError | None, object], None]) -> None:
+        """Produce ``record(n)`` (key, value) for n = 0, 1, ... until ``stop()``."""
         try:
             for number in itertools.count():
                 if self._stop.is_set():
                     return
-                key = f"{self.tag}-key-{number % 16}".encode()
+                key, value = record(number)
                 try:
-                    producer.produce(topic, f"{self.tag}-compact-{number}".encode() * 8, key=key,
-                                     on_delivery=on_delivery)
+                    producer.produce(topic, value, key=key, on_delivery=on_delivery)
                 except BufferError:
                     producer.poll(0.05)
                 producer.poll(0.002)
@@ -249,6 +246,18 @@ class ClientLoad:
         finally:
             # close() leaves the group: bounded by librdkafka's own timeouts when the broker is gone
             consumer.close()
+
+
+def wait_for_exit(process: subprocess.Popen[bytes], timeout_s: float, what: str,
+                  output_tail: Callable[[], str], kill: Callable[[], object]) -> int:
+    """``process``'s exit status once it exits; if it still runs after ``timeout_s``, ``kill()``
+    it and fail with ``output_tail()`` (read before the kill)."""
+    try:
+        return process.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        tail = output_tail()
+        kill()
+        raise AssertionError(f"{what} still runs {timeout_s:.0f} s after SIGTERM:\n{tail}") from None
 
 
 def wait_for(predicate: Callable[[], bool], timeout_s: float, what: str) -> None:

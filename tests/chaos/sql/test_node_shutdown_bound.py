@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from oncestream.process_shutdown import FORCED_EXIT_CODE
+from tests.support.shutdown_load import wait_for_exit
 from tests.support.sql_servers import SqlServerProcess, wait_until
 
 pytestmark = [pytest.mark.chaos, pytest.mark.spark]
@@ -36,12 +36,7 @@ def _node_with_a_hung_jvm(broker, tmp_path: Path, bound_ms: int) -> SqlServerPro
 
 def _wait_exit(node: SqlServerProcess, timeout_s: float) -> int:
     assert node.process is not None
-    try:
-        return node.process.wait(timeout_s)
-    except subprocess.TimeoutExpired:
-        tail = node.log_tail()
-        node.kill()
-        raise AssertionError(f"the node still runs {timeout_s:.0f} s after SIGTERM:\n{tail}") from None
+    return wait_for_exit(node.process, timeout_s, "the node", node.log_tail, node.kill)
 
 
 def _no_child_left(node: SqlServerProcess) -> bool:
