@@ -1,56 +1,35 @@
 """The bound on a broker's shutdown (issue 19, point 6), shown with a loop that never ends.
 
-The broker runs with one extra background loop that swallows every cancellation (handed to
-``run_broker`` through its ``background`` seam by ``tests/support/stuck_broker.py``), so its clean
-stop can never finish. SIGTERM must still end the process: at ``oncestream.shutdown.timeout.ms``
+The broker runs with one extra background loop that swallows every cancellation, or with a disk
+thread stuck in an fdatasync that never returns (handed to ``run_broker`` through its
+seams, ``BrokerSeams.background_loops`` and ``.fdatasync``, by ``tests/support/broker_with_faults.py``), so its clean stop can
+never finish. SIGTERM must still end the process: at ``oncestream.shutdown.timeout.ms``
 with the forced status and the threads' stacks in its log, or at once on a second SIGTERM. Either
 way the data directory is released and a normal broker starts on it.
 """
 
 from __future__ import annotations
 
-import os
 import signal
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from oncestream.process_shutdown import FORCED_EXIT_CODE
-from tests.support.brokers import READY_TIMEOUT_S, BrokerProcess, ManagedBroker
+from tests.support.brokers import BrokerFaults, BrokerProcess, ManagedBroker
 from tests.support.clients import create_topic, unique_topic
 from tests.support.shutdown_load import wait_for_exit
 
 pytestmark = pytest.mark.chaos
 
-ROOT = Path(__file__).resolve().parents[2]
 BOUND_MS = 3000
 # How long past the bound a loaded machine may take to notice and exit: a cap, not a speed claim.
 EXIT_MARGIN_S = 30.0
 
 
-class StuckBroker(ManagedBroker):
-    """``tests.support.stuck_broker`` on a data directory."""
-
-    name = "stuck-broker"
-
-    def __init__(self, data_dir: Path, config: dict[str, str]) -> None:
-        super().__init__(data_dir.parent / "logs", ready_timeout_s=READY_TIMEOUT_S)
-        self.data_dir = data_dir
-        self.config = config
-
-    def command(self) -> list[str]:
-        argv = [sys.executable, "-m", "tests.support.stuck_broker", "--data-dir", str(self.data_dir),
-                "--listen", self.bootstrap]
-        for key, value in self.config.items():
-            argv += ["--config", f"{key}={value}"]
-        return argv
-
-    def environment(self) -> dict[str, str]:
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), str(ROOT), env.get("PYTHONPATH", "")])
-        return env
+def _stuck_broker(tmp_path: Path, bound_ms: int, faults: BrokerFaults) -> BrokerProcess:
+    return BrokerProcess(tmp_path / "data", config={"oncestream.shutdown.timeout.ms": str(bound_ms)}, faults=faults)
 
 
 def _wait_exit(broker: ManagedBroker, timeout_s: float) -> int:
@@ -81,7 +60,7 @@ def _restarts_cleanly(data_dir: Path, topic: str) -> None:
 
 def test_a_shutdown_that_cannot_finish_ends_at_the_bound(tmp_path: Path) -> None:
     data_dir = tmp_path / "data"
-    broker = StuckBroker(data_dir, {"oncestream.shutdown.timeout.ms": str(BOUND_MS)})
+    broker = _stuck_broker(tmp_path, BOUND_MS, BrokerFaults(stuck_background_loop=True))
     broker.start()
     topic = unique_topic("bound")
     create_topic(broker.bootstrap, topic)
@@ -97,7 +76,7 @@ def test_a_shutdown_that_cannot_finish_ends_at_the_bound(tmp_path: Path) -> None
 def test_a_second_sigterm_exits_at_once(tmp_path: Path) -> None:
     data_dir = tmp_path / "data"
     # A bound far beyond the wait below: only the second signal can end this process in time.
-    broker = StuckBroker(data_dir, {"oncestream.shutdown.timeout.ms": "3600000"})
+    broker = _stuck_broker(tmp_path, 3_600_000, BrokerFaults(stuck_background_loop=True))
     broker.start()
     topic = unique_topic("second")
     create_topic(broker.bootstrap, topic)
@@ -108,4 +87,31 @@ def test_a_second_sigterm_exits_at_once(tmp_path: Path) -> None:
     output = broker.output_tail()
     assert code == FORCED_EXIT_CODE, output
     assert "second SIGTERM during shutdown" in output
+    _restarts_cleanly(data_dir, topic)
+
+
+def test_a_disk_thread_stuck_in_fsync_cannot_hold_the_process(tmp_path: Path) -> None:
+    """acks=all on a flush.messages=1 topic puts a disk thread in the hanging fdatasync; the
+    clean stop then cannot join the disk threads, and the bound ends the process."""
+    from confluent_kafka import Producer
+
+    data_dir = tmp_path / "data"
+    gate = tmp_path / "hang-fsync"
+    broker = _stuck_broker(tmp_path, BOUND_MS, BrokerFaults(hang_fsync_file=gate))
+    broker.start()
+    topic = unique_topic("fsync")
+    create_topic(broker.bootstrap, topic, config={"flush.messages": "1"})
+    gate.touch()
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all", "log_level": 0})
+    producer.produce(topic, b"never acknowledged")
+    producer.poll(0)
+    _wait_for_output(broker, "fdatasync hangs", EXIT_MARGIN_S)
+    broker.process.send_signal(signal.SIGTERM)  # type: ignore[union-attr]
+    code = _wait_exit(broker, BOUND_MS / 1000 + EXIT_MARGIN_S)
+    output = broker.output_tail()
+    assert code == FORCED_EXIT_CODE, output
+    assert "shutdown did not finish within oncestream.shutdown.timeout.ms=3000" in output
+    producer.purge()
+    producer.flush(0)
+    gate.unlink()
     _restarts_cleanly(data_dir, topic)

@@ -50,7 +50,7 @@ from oncestream.broker.dispatch import CloseConnection, Dispatcher
 from oncestream.broker.listeners import Listener
 from oncestream.broker.memory_pool import RequestMemoryPool
 from oncestream.broker.sasl.exchange import close_delay_s
-from oncestream.broker.seams import BrokerSeams
+from oncestream.broker.seams import BackgroundLoop, BrokerSeams
 from oncestream.broker.state import BrokerState
 from oncestream.broker.tls import server_ssl_context
 from oncestream.process_shutdown import ShutdownBound, install_stop_signals
@@ -127,10 +127,6 @@ class _IdleWatch:
         if self._handle is not None:
             self._handle.cancel()
             self._handle = None
-
-
-# A background loop: started with the broker, cancelled (and awaited) when it stops.
-BackgroundLoop = Callable[[BrokerState], Awaitable[None]]
 
 
 class BrokerServer:
@@ -227,7 +223,7 @@ class BrokerServer:
             asyncio.create_task(self.state.groups.run_timers()),
             asyncio.create_task(self.state.transactions.run_timers()),
             asyncio.create_task(LogCleaner.for_state(self.state).run()),
-            *(asyncio.create_task(_awaited(loop(self.state))) for loop in self.background),
+            *(asyncio.create_task(_awaited(loop())) for loop in self.background),
         ]
         await self._stopping.wait()
         log.info("oncestream broker stopping: closing %d client connection(s)", len(self._connections))
@@ -369,14 +365,13 @@ class BrokerServer:
 
 
 def run_broker(data_dir: Path, host: str, port: int, props: dict[str, str], *,
-               ready_file: Path | None = None, seams: BrokerSeams | None = None,
-               background: Sequence[BackgroundLoop] = ()) -> int:
+               ready_file: Path | None = None, seams: BrokerSeams | None = None) -> int:
     """Run a broker in the foreground until SIGTERM/SIGINT. Returns the process exit code.
 
     ``host:port`` is the single PLAINTEXT listener used when ``props`` has no ``listeners``;
     ``ready_file`` receives the bound listeners once all are listening (see ``BrokerServer``);
-    ``seams`` are injected interfaces (broker/seams.py; none: the shipped ones);
-    ``background`` adds loops run beside the broker's own (see ``BrokerServer``).
+    ``seams`` are injected interfaces (broker/seams.py; none: the shipped ones), among them
+    extra background loops and the disk threads' ``fdatasync``.
 
     The stop that SIGTERM/SIGINT starts is bounded by ``oncestream.shutdown.timeout.ms``
     (``process_shutdown``): past it, or on a second signal, the process exits at once."""
@@ -393,8 +388,9 @@ def run_broker(data_dir: Path, host: str, port: int, props: dict[str, str], *,
             server_ssl_context(config.raw, listener.name)
 
     async def main() -> None:
-        state = BrokerState(data_dir, config, seams=seams)
-        server = BrokerServer(state, ready_file=ready_file, background=background,
+        seams_used = seams or BrokerSeams()
+        state = BrokerState(data_dir, config, fdatasync=seams_used.fdatasync, seams=seams_used)
+        server = BrokerServer(state, ready_file=ready_file, background=seams_used.background_loops,
                               stuck_report_s=bound.bound_ms / 4000)
         install_stop_signals(asyncio.get_running_loop(), bound, server.stop)
         await server.start()
