@@ -24,6 +24,9 @@ command-topic write steps (command_topic.WriteStepObserver; tests inject crashes
 SIGTERM (or SIGINT): stop serving, leave the assignment group (the survivors take the queries at
 once; a SIGKILLed node restarted on the same state dir instead takes its own queries back at once,
 static membership), stop the local queries at a batch boundary, stop Spark and its JVM, exit 0.
+The stop is bounded by ``oncestream.shutdown.timeout.ms`` (default 60 s; ``process_shutdown``):
+past it, or on a second SIGTERM/SIGINT, the node kills its children (the JVM) and exits at once
+with status 1.
 ``--ready-file F`` is written (whole, by rename) once the node has replayed its command topic and
 listens: ``{"host", "port", "url", "serviceId", "sparkUiUrl"}`` (``sparkUiUrl``: the driver's Spark UI,
 whose REST API under ``/api/v1`` lists the executors; null while Spark has not started or with
@@ -48,12 +51,16 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from oncestream.sql.server.command_topic import WriteStepObserver
 
+from oncestream.process_shutdown import STOP_SIGNALS, ShutdownBound, install_stop_signals, shutdown_timeout_ms
+
 log = logging.getLogger("oncestream.sql")
 
 CLIENT_PROPERTY_PREFIXES = ("security.", "sasl.", "ssl.", "client.", "enable.ssl.", "socket.", "request.timeout.ms",
                             "reconnect.", "metadata.max.age.ms", "retry.backoff.ms")
 _REPLAY_TIMEOUT_S = 300.0
 _DEFAULT_MAX_BODY_BYTES = 1 << 20
+# Stopping queries at a batch boundary and Spark's JVM takes longer than a broker's stop.
+_DEFAULT_SHUTDOWN_TIMEOUT_MS = 60_000
 
 
 def register(sub: Any) -> None:
@@ -216,6 +223,12 @@ def run(args: argparse.Namespace, *, write_steps: WriteStepObserver | None = Non
     from oncestream.sql.server.rest.app import create_app
 
     props = _parse_config(args.config)
+    try:
+        bound = ShutdownBound(shutdown_timeout_ms(props, _DEFAULT_SHUTDOWN_TIMEOUT_MS), "oncestream sql",
+                              before_forced_exit=_kill_children)
+    except ValueError as exc:
+        log.error("oncestream sql: %s", exc)
+        return 1
     state_dir = Path(args.state_dir).resolve()
     state_dir.mkdir(parents=True, exist_ok=True)
     checkpoint_root = props.get("checkpoint.root") or str(state_dir / "checkpoints")
@@ -244,8 +257,13 @@ def run(args: argparse.Namespace, *, write_steps: WriteStepObserver | None = Non
 
     # SIGTERM during start-up (Spark's JVM takes seconds) also ends in a clean stop; once
     # serving, the event loop's handlers take over.
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, _terminated)
+    def terminated(_signum: int, _frame: Any) -> None:
+        bound.arm_second_signal()
+        bound.begin()
+        raise _Terminated()
+
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, terminated)
     runtime: SparkRuntime | None = None
     node: Any = None
     status = 0
@@ -256,7 +274,7 @@ def run(args: argparse.Namespace, *, write_steps: WriteStepObserver | None = Non
         if not node.runner.wait_replayed(_REPLAY_TIMEOUT_S) and node.runner.degraded_reason is None:
             log.error("oncestream sql: the command topic was not replayed within %.0f s", _REPLAY_TIMEOUT_S)
         app = create_app(node, max_body_bytes=int(props.get("ksql.max.body.bytes", _DEFAULT_MAX_BODY_BYTES)))
-        asyncio.run(_serve(app, node, runtime, host, port, args))
+        asyncio.run(_serve(app, node, runtime, host, port, args, bound))
     except _Terminated:
         log.info("oncestream sql: terminated while starting")
     except (KafkaException, KsqlError) as exc:
@@ -264,8 +282,9 @@ def run(args: argparse.Namespace, *, write_steps: WriteStepObserver | None = Non
         log.error("oncestream sql: cannot start the node against %s: %s", args.bootstrap_server, exc)
         status = 1
     finally:
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, signal.SIG_IGN)  # one clean stop, not interrupted by a second signal
+        # One bounded stop: a signal from now on exits at once (the first one already did this).
+        bound.arm_second_signal()
+        bound.begin()
         log.info("oncestream sql: shutting down")
         if node is not None:
             node.stop()
@@ -274,6 +293,7 @@ def run(args: argparse.Namespace, *, write_steps: WriteStepObserver | None = Non
         elif "pyspark" in sys.modules:
             _stop_spark_if_started()
         _end_children()
+    bound.finished()
     return status
 
 
@@ -290,6 +310,14 @@ def _children() -> list[int]:
             if fields[1] == me and fields[0] != "Z":
                 out.append(int(entry.name))
     return out
+
+
+def _kill_children() -> None:
+    """SIGKILL every child left (the Spark JVM, its workers): a forced exit must not leave them."""
+    if Path("/proc").is_dir():
+        for pid in _children():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
 
 def _end_children(timeout_s: float = 15.0) -> None:
@@ -321,10 +349,6 @@ class _Terminated(Exception):
     """SIGTERM/SIGINT before the server was serving."""
 
 
-def _terminated(signum: int, frame: Any) -> None:
-    raise _Terminated()
-
-
 def _stop_spark_if_started() -> None:
     """A JVM started by a SparkSession that never finished building (terminated meanwhile)."""
     from pyspark import SparkContext
@@ -340,13 +364,12 @@ class _NoSession:
         """Nothing to stop but the JVM (``_stop_spark`` does that)."""
 
 
-async def _serve(app: Any, node: Any, runtime: SparkRuntime, host: str, port: int, args: argparse.Namespace) -> None:
+async def _serve(app: Any, node: Any, runtime: SparkRuntime, host: str, port: int, args: argparse.Namespace,
+                 bound: ShutdownBound) -> None:
     from oncestream.sql.server.rest.serve import serve
 
     shutdown = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, shutdown.set)
+    install_stop_signals(asyncio.get_running_loop(), bound, shutdown.set)
 
     def ready(bound_port: int) -> None:
         advertised = args.advertised_url or f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{bound_port}"
