@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from kio.schema.errors import ErrorCode
 
@@ -34,6 +35,7 @@ from oncestream.protocol.fetch_response_view import (
 )
 
 TopicPartition = tuple[str, int]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -85,25 +87,14 @@ async def fetch_raw(cluster: Cluster, tp: TopicPartition, offset: int, *, max_by
     def decode(frame: bytes | memoryview, pos: int) -> FetchResponseView:
         return parse_fetch_response(version_sent[0], frame, pos)
 
-    last = "no attempt"
-    for attempt in range(attempts):
-        if attempt:
-            await asyncio.sleep(retry_backoff_s)
-        node = await cluster.leader(*tp, retry_backoff_s=retry_backoff_s, attempts=attempts)
-        try:
-            response = await cluster.send(node, FETCH, make, min_version=FETCH_VIEW_MIN_VERSION,
-                                          max_version=FETCH_VIEW_MAX_VERSION, decoder=decode)
-        except (ConnectionLostError, RequestTimedOutError) as exc:
-            cluster.forget_leader(*tp)
-            last = str(exc)
-            continue
+    async def once(node: int) -> FetchResult:
+        response = await cluster.send(node, FETCH, make, min_version=FETCH_VIEW_MIN_VERSION,
+                                      max_version=FETCH_VIEW_MAX_VERSION, decoder=decode)
         if response.error_code:
             raise BrokerResponseError(response.error_code, f"Fetch: {error_code(response.error_code).name}")
         part = _only_partition(response, tp)
         if part.error_code in RETRY_AFTER_METADATA:
-            cluster.forget_leader(*tp)
-            last = error_code(part.error_code).name
-            continue
+            raise _StaleMetadata(part.error_code)
         return FetchResult(
             error=error_code(part.error_code),
             records=part.records if part.records is not None else memoryview(b""),
@@ -112,8 +103,8 @@ async def fetch_raw(cluster: Cluster, tp: TopicPartition, offset: int, *, max_by
             last_stable_offset=part.last_stable_offset,
             log_start_offset=part.log_start_offset,
         )
-    raise BrokerResponseError(int(ErrorCode.request_timed_out),
-                              f"Fetch {tp[0]}[{tp[1]}] did not succeed in {attempts} attempts ({last})")
+
+    return await _on_leader(cluster, tp, "Fetch", once, retry_backoff_s=retry_backoff_s, attempts=attempts)
 
 
 def _only_partition(response: FetchResponseView, tp: TopicPartition) -> PartitionView:
@@ -141,25 +132,40 @@ async def produce_batch(cluster: Cluster, tp: TopicPartition, batch: bytes, *, t
                      topic_data=(build(m.TopicProduceData, name=tp[0], partition_data=(
                          build(m.PartitionProduceData, index=tp[1], records=batch),)),))
 
+    async def once(node: int) -> int:
+        response = await cluster.send(node, PRODUCE, make, min_version=3)
+        (topic,) = response.responses
+        (part,) = topic.partition_responses
+        if part.error_code in RETRY_AFTER_METADATA:
+            raise _StaleMetadata(part.error_code)
+        if part.error_code != ErrorCode.none:
+            raise BrokerResponseError(int(part.error_code),
+                                      f"Produce {tp[0]}[{tp[1]}]: {error_code(part.error_code).name}")
+        return int(part.base_offset)
+
+    return await _on_leader(cluster, tp, "Produce", once, retry_backoff_s=retry_backoff_s, attempts=attempts)
+
+
+class _StaleMetadata(Exception):
+    """A partition error of ``RETRY_AFTER_METADATA``: try again at the leader fresh metadata names."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(error_code(code).name)
+
+
+async def _on_leader(cluster: Cluster, tp: TopicPartition, what: str, once: Callable[[int], Awaitable[T]], *,
+                     retry_backoff_s: float, attempts: int) -> T:
+    """``once(leader node)`` under the partition retry rule: a lost connection, a timeout or a
+    stale-metadata error forgets the leader and tries again after the backoff."""
     last = "no attempt"
     for attempt in range(attempts):
         if attempt:
             await asyncio.sleep(retry_backoff_s)
         node = await cluster.leader(*tp, retry_backoff_s=retry_backoff_s, attempts=attempts)
         try:
-            response = await cluster.send(node, PRODUCE, make, min_version=3)
-        except (ConnectionLostError, RequestTimedOutError) as exc:
-            cluster.forget_leader(*tp)
+            return await once(node)
+        except (ConnectionLostError, RequestTimedOutError, _StaleMetadata) as exc:
             last = str(exc)
-            continue
-        (topic,) = response.responses
-        (part,) = topic.partition_responses
-        if part.error_code == ErrorCode.none:
-            return int(part.base_offset)
-        if part.error_code in RETRY_AFTER_METADATA:
-            cluster.forget_leader(*tp)
-            last = error_code(part.error_code).name
-            continue
-        raise BrokerResponseError(int(part.error_code), f"Produce {tp[0]}[{tp[1]}]: {error_code(part.error_code).name}")
+        cluster.forget_leader(*tp)
     raise BrokerResponseError(int(ErrorCode.request_timed_out),
-                              f"Produce {tp[0]}[{tp[1]}] did not succeed in {attempts} attempts ({last})")
+                              f"{what} {tp[0]}[{tp[1]}] did not succeed in {attempts} attempts ({last})")
