@@ -3,21 +3,34 @@ face of it: a partition whose leader is unknown at first (its topic is created a
 client's first Metadata answer) is retriable; metadata is asked again after ``retry.backoff.ms``,
 up to the retry bound, and the request then succeeds. Before the rule lived in ``Cluster.leader``
 the admin client's DescribeProducers failed at once with LEADER_NOT_AVAILABLE. The topic is
-created by librdkafka's admin client, against a real broker process."""
+created by librdkafka's admin client, against a real broker process: ours, which answers
+DescribeProducers (KIP-664; Tansu does not, so ``ONCESTREAM_TEST_BROKER=tansu`` does not apply)."""
 
 from __future__ import annotations
 
 import threading
 import uuid
+from collections.abc import Iterator
 
 import pytest
 
 from oncestream.client import TopicPartition
 from oncestream.client.admin.admin import Admin
 from oncestream.client.common.errors import KafkaException
+from tests.support.brokers import BrokerProcess
 from tests.support.clients import create_topic
 
 pytestmark = pytest.mark.interop
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    process = BrokerProcess(data_dir=tmp_path_factory.mktemp("broker") / "data")
+    process.start()
+    try:
+        yield process
+    finally:
+        process.stop()
 
 
 def test_admin_finds_a_partition_whose_topic_appears_after_the_first_metadata_answer(broker) -> None:
