@@ -10,32 +10,22 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Iterator
 
 import pytest
 
 from oncestream.client import TopicPartition
 from oncestream.client.admin.admin import Admin
 from oncestream.client.common.errors import KafkaException
-from tests.support.brokers import BrokerProcess
 from tests.support.clients import create_topic
 
 pytestmark = pytest.mark.interop
 
 
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    process = BrokerProcess(data_dir=tmp_path_factory.mktemp("broker") / "data")
-    process.start()
-    try:
-        yield process
-    finally:
-        process.stop()
-
-
-def test_admin_finds_a_partition_whose_topic_appears_after_the_first_metadata_answer(broker) -> None:
+def test_admin_finds_a_partition_whose_topic_appears_after_the_first_metadata_answer(broker_factory) -> None:
+    broker = broker_factory()
     topic = f"late-admin-{uuid.uuid4().hex[:8]}"
-    with Admin({"bootstrap.servers": broker.bootstrap, "retry.backoff.ms": 200}) as admin:
+    # retry.backoff.ms 500: a 10 s window (20 attempts) for librdkafka's CreateTopics on a loaded machine
+    with Admin({"bootstrap.servers": broker.bootstrap, "retry.backoff.ms": 500}) as admin:
         assert topic not in admin.list_topics()  # the client's metadata: not there yet
         creator = threading.Timer(0.3, create_topic, args=(broker.bootstrap, topic), kwargs={"partitions": 1})
         creator.start()
@@ -46,7 +36,8 @@ def test_admin_finds_a_partition_whose_topic_appears_after_the_first_metadata_an
     assert producers == {(topic, 0): []}
 
 
-def test_admin_names_the_partition_when_its_leader_never_appears(broker) -> None:
+def test_admin_names_the_partition_when_its_leader_never_appears(broker_factory) -> None:
+    broker = broker_factory()
     topic = f"never-admin-{uuid.uuid4().hex[:8]}"
     with Admin({"bootstrap.servers": broker.bootstrap, "retry.backoff.ms": 10}) as admin:
         with pytest.raises(KafkaException, match=f"{topic}\\[0\\] has no leader"):
