@@ -441,8 +441,7 @@ class Node:
                 raise StatementError(f"Query with id:{statement.query_id} does not exist, "
                                      "use SHOW QUERIES to view the full set of running queries.", statement_text=text)
             _state, error, _owner = self.query_state(info.query_id)
-            errors = [] if error is None else [{"type": "UNKNOWN", "errorMessage": error,
-                                                "timestamp": int(time.time() * 1000)}]
+            errors = [] if error is None else [entities.query_error(error, int(time.time() * 1000))]
             return entities.query_description_entity(
                 snapshot, info, text, host_states=self.host_statuses(info.query_id), errors=errors,
                 overridden_properties=self._query_properties.get(info.query_id, {}))

@@ -19,6 +19,12 @@ replay, query placement) and the REST API (HTTP/1.1 and h2c on one port). ``--co
   node_identity), ``ksql.internal.topic.replicas``, ``ksql.max.body.bytes``) and test hooks
   (``oncestream.test.*``, see testing_hooks).
 
+At start the node asks the broker for KIP-939 two-phase commit, as the queries' exactly-once sink
+will (``two_phase_check``): a broker that refuses it (not started with
+``transaction.two.phase.commit.enable=true``) gets an ERROR line naming that setting in the log; the
+node still serves statements, INSERT, push and pull queries, and shows every persistent query as
+ERROR with the reason.
+
 SIGTERM (or SIGINT): stop serving, leave the assignment group (the survivors take the queries at
 once; a SIGKILLed node restarted on the same state dir instead takes its own queries back at once,
 static membership), stop the local queries at a batch boundary, stop Spark and its JVM, exit 0.
@@ -243,6 +249,8 @@ def run(args: argparse.Namespace) -> int:
     runtime: SparkRuntime | None = None
     node: Any = None
     status = 0
+    threading.Thread(target=_check_two_phase_commit, args=(args.bootstrap_server, clients, args.service_id),
+                     name="sql-two-phase-commit-check", daemon=True).start()
     try:
         runtime = SparkRuntime(make, eager=props.get("ksql.spark.start", "eager") != "lazy")
         node = Node(settings, runtime)
@@ -269,6 +277,23 @@ def run(args: argparse.Namespace) -> int:
             _stop_spark_if_started()
         _end_children()
     return status
+
+
+def _check_two_phase_commit(bootstrap_servers: str, clients: dict[str, str], service_id: str) -> None:
+    """Say at start, loudly, when the broker refuses the two-phase commit every persistent query
+    needs. The node still serves (statements, INSERT, push and pull queries need no 2PC, and the
+    broker may be reconfigured while it runs); each persistent query started meanwhile is ERROR
+    with the same reason (runtime.start_persistent). Runs beside the start: it delays nothing."""
+    from oncestream.client import KafkaException
+    from oncestream.sql.two_phase_check import two_phase_commit_refusal
+
+    try:
+        refusal = two_phase_commit_refusal(bootstrap_servers, clients, service_id)
+    except KafkaException as exc:
+        log.warning("oncestream sql: could not check that the broker allows two-phase commit: %s", exc)
+        return
+    if refusal is not None:
+        log.error("oncestream sql: persistent queries cannot run: %s", refusal)
 
 
 def _children() -> list[int]:
