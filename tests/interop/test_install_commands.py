@@ -24,19 +24,18 @@ import re
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from tests.support.ports import free_tcp_port
+from tests.support.ready_processes import start_ready, stop
 
 pytestmark = [pytest.mark.interop]
 
 ROOT = Path(__file__).resolve().parents[2]
 INSTALL = re.compile(r"pip install (-e )?'?(\.|oncestream)\[([a-z,]+)\]'?")
 INSTALL_TIMEOUT_S = 900.0
-READY_TIMEOUT_S = 240.0
 COMMAND_TIMEOUT_S = 120.0
 # The command the README's SQL-server section gives by hand: the one run in the default suite.
 README_SQL_COMMAND = ("-e ", ".", "sql")
@@ -86,36 +85,13 @@ def _run(argv: list[str], env: dict[str, str], timeout_s: float = COMMAND_TIMEOU
     return out
 
 
-def _start(argv: list[str], ready: Path, log: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
-    with open(log, "wb") as out:
-        process = subprocess.Popen(argv + ["--ready-file", str(ready)], stdout=out, stderr=subprocess.STDOUT,
-                                   stdin=subprocess.DEVNULL, env=env, start_new_session=True)
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    while not ready.exists():
-        if process.poll() is not None or time.monotonic() > deadline:
-            _stop(process)
-            raise AssertionError(f"{argv[:2]} not ready (exit {process.returncode}):\n{log.read_text()[-6000:]}")
-        time.sleep(0.2)
-    return process
-
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(timeout=90)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, 9)
-            process.wait(timeout=30)
-
-
 def _check_sql_server(bin_dir: Path, env: dict[str, str], work: Path) -> None:
     broker_port, sql_port = free_tcp_port(), free_tcp_port()
-    broker = _start([str(bin_dir / "oncestream"), "broker", "--data-dir", str(work / "broker"), "--listen",
+    broker = start_ready([str(bin_dir / "oncestream"), "broker", "--data-dir", str(work / "broker"), "--listen",
                      f"127.0.0.1:{broker_port}", "--config", "transaction.two.phase.commit.enable=true"],
                     work / "broker.ready", work / "broker.log", env)
     try:
-        server = _start([str(bin_dir / "oncestream"), "sql-server", "--bootstrap-server", f"127.0.0.1:{broker_port}",
+        server = start_ready([str(bin_dir / "oncestream"), "sql-server", "--bootstrap-server", f"127.0.0.1:{broker_port}",
                          "--listen", f"127.0.0.1:{sql_port}", "--service-id", "install_", "--state-dir",
                          str(work / "sql")], work / "sql.ready", work / "sql.log", env)
         try:
@@ -123,11 +99,11 @@ def _check_sql_server(bin_dir: Path, env: dict[str, str], work: Path) -> None:
                         "-e", "SHOW STREAMS;"], env)
             assert "Stream Name" in out, out
         finally:
-            _stop(server)
+            stop(server)
         log = (work / "sql.log").read_text()
         assert "persistent queries cannot run" not in log, log[-4000:]
     finally:
-        _stop(broker)
+        stop(broker)
 
 
 @pytest.mark.parametrize("command", [_param(c) for c in documented_commands()])

@@ -224,14 +224,13 @@ class QueryRuntime:
     def _two_phase_commit_refusal(self) -> str | None:
         """Why the broker refuses the exactly-once sink's two-phase commit (None: it grants it, or
         could not be asked now: then the query starts and Spark's retries meet the broker)."""
-        from oncestream.client import KafkaException
         from oncestream.sql.two_phase_check import two_phase_commit_refusal
 
         try:
             return two_phase_commit_refusal(self.settings.bootstrap_servers, self.settings.client_properties,
                                             self.settings.service_id)
-        except KafkaException as e:
-            log.info("two-phase commit check inconclusive: %s", e)
+        except Exception as e:  # noqa: BLE001 - inconclusive: the query's own start and retries decide
+            log.info("two-phase commit check inconclusive: %s: %s", type(e).__name__, e)
             return None
 
     def stop_persistent(self, query_id: str) -> None:

@@ -249,12 +249,14 @@ def run(args: argparse.Namespace) -> int:
     runtime: SparkRuntime | None = None
     node: Any = None
     status = 0
-    threading.Thread(target=_check_two_phase_commit, args=(args.bootstrap_server, clients, args.service_id),
-                     name="sql-two-phase-commit-check", daemon=True).start()
     try:
         runtime = SparkRuntime(make, eager=props.get("ksql.spark.start", "eager") != "lazy")
         node = Node(settings, runtime)
         node.start()
+        # Once the node reached the cluster (an unreachable one or bad credentials are the start's
+        # own error above), beside the rest of the start: the check delays nothing.
+        threading.Thread(target=_check_two_phase_commit, args=(args.bootstrap_server, clients, args.service_id),
+                         name="sql-two-phase-commit-check", daemon=True).start()
         if not node.runner.wait_replayed(_REPLAY_TIMEOUT_S) and node.runner.degraded_reason is None:
             log.error("oncestream sql: the command topic was not replayed within %.0f s", _REPLAY_TIMEOUT_S)
         app = create_app(node, max_body_bytes=int(props.get("ksql.max.body.bytes", _DEFAULT_MAX_BODY_BYTES)))
@@ -289,8 +291,9 @@ def _check_two_phase_commit(bootstrap_servers: str, clients: dict[str, str], ser
 
     try:
         refusal = two_phase_commit_refusal(bootstrap_servers, clients, service_id)
-    except KafkaException as exc:
-        log.warning("oncestream sql: could not check that the broker allows two-phase commit: %s", exc)
+    except Exception as exc:  # noqa: BLE001 - inconclusive (broker gone, node stopping): one line, no traceback
+        log.warning("oncestream sql: could not check that the broker allows two-phase commit: %s",
+                    exc if isinstance(exc, KafkaException) else f"{type(exc).__name__}: {exc}")
         return
     if refusal is not None:
         log.error("oncestream sql: persistent queries cannot run: %s", refusal)

@@ -15,19 +15,18 @@ import re
 import shlex
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from tests.support.ports import free_tcp_port
+from tests.support.ready_processes import start_ready, stop
 
 pytestmark = [pytest.mark.interop, pytest.mark.spark]
 
 ROOT = Path(__file__).resolve().parents[3]
 SECTION = "## SQL server:"
 PROGRAM = ".venv/bin/oncestream"
-READY_TIMEOUT_S = 240.0
 SHELL_TIMEOUT_S = 480.0
 
 
@@ -74,29 +73,23 @@ def test_readme_sql_quickstart_prints_the_row(tmp_path: Path) -> None:
     env["PYSPARK_PYTHON"] = sys.executable
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), str(ROOT), env.get("PYTHONPATH", "")])
     processes: list[subprocess.Popen[bytes]] = []
-    logs: list[Path] = []
+    logs = {name: tmp_path / f"{name}.log" for name in ("broker", "sql-server")}
 
     def start(words: list[str], name: str) -> None:
-        ready = tmp_path / f"{name}.ready"
-        logs.append(tmp_path / f"{name}.log")
-        with open(logs[-1], "wb") as out:
-            process = subprocess.Popen(local(words) + ["--ready-file", str(ready)], stdout=out,
-                                       stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                                       start_new_session=True)
-        processes.append(process)
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while not ready.exists():
-            assert process.poll() is None, f"{name} exited with {process.returncode}:\n{logs[-1].read_text()[-4000:]}"
-            assert time.monotonic() < deadline, f"{name} not ready in {READY_TIMEOUT_S:.0f} s"
-            time.sleep(0.2)
+        processes.append(start_ready(local(words), tmp_path / f"{name}.ready", logs[name], env))
 
     try:
         start(commands[0], "broker")
         start(commands[1], "sql-server")
-        shell = subprocess.run(local(commands[2]), input=sql_blocks[0].encode(), capture_output=True, env=env,
-                               timeout=SHELL_TIMEOUT_S)
+        try:
+            shell = subprocess.run(local(commands[2]), input=sql_blocks[0].encode(), capture_output=True, env=env,
+                                   timeout=SHELL_TIMEOUT_S)
+        except subprocess.TimeoutExpired as waited:
+            printed = (waited.stdout or b"").decode()
+            raise AssertionError(f"the README's statements did not end within {SHELL_TIMEOUT_S:.0f} s; the shell "
+                                 f"printed:\n{printed}\n{logs['sql-server'].read_text()[-4000:]}") from None
         out, err = shell.stdout.decode(), shell.stderr.decode()
-        server_log = logs[1].read_text()
+        server_log = logs["sql-server"].read_text()
         assert shell.returncode == 0, f"shell exit {shell.returncode}\n{out}\n{err}\n{server_log[-4000:]}"
         rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in out.splitlines()
                 if line.startswith("|")]
@@ -106,10 +99,4 @@ def test_readme_sql_quickstart_prints_the_row(tmp_path: Path) -> None:
         assert "persistent queries cannot run" not in server_log
     finally:
         for process in reversed(processes):
-            if process.poll() is None:
-                process.terminate()
-                try:
-                    process.wait(timeout=90)
-                except subprocess.TimeoutExpired:
-                    os.killpg(process.pid, 9)
-                    process.wait(timeout=30)
+            stop(process)
