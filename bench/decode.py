@@ -20,7 +20,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from oncestream.client.fetch_decoder import decode_partition
+from oncestream.client.consumer.fetch_decoder import decode_partition
 from oncestream.protocol.records import COMPRESSION_BY_NAME, NewRecord, encode_batch
 
 RECORDS_PER_BATCH = 100

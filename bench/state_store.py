@@ -65,6 +65,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tests.support.brokers import BrokerProcess
 from tests.support.clients import create_topic
+from tests.support.faults import test_tree_environment
 
 VALUE_BYTES = 100
 OFFSET = struct.Struct(">q")
@@ -365,11 +366,11 @@ def _materialize_in_process(bootstrap: str, topic: str, state_dir: Path, ends: d
 
 def _materializer_process(bootstrap: str, topic: str, state_dir: Path, events: Path,
                           crash: bool = False) -> tuple[float, int]:
-    env = dict(os.environ)
-    if crash:
-        env["ONCESTREAM_STATE_CRASH_POINT"] = "before-batch"
-        env["ONCESTREAM_STATE_CRASH_AT_COMMIT"] = "1"
-    cmd = [sys.executable, "-m", "oncestream.state.materializer", "--bootstrap-server", bootstrap,
+    # The crash is injected into the store by the test tree's driver (no switch in shipped code).
+    env = test_tree_environment()
+    entry = ["tests.support.materializer_with_crash", "--crash-point", "before-batch", "--"] if crash \
+        else ["oncestream.state.materializer"]
+    cmd = [sys.executable, "-m", *entry, "--bootstrap-server", bootstrap,
            "--topic", topic, "--state-dir", str(state_dir), "--events-file", str(events),
            "--commit-interval-ms", str(10**9 if crash else 1000), "--stop-when-caught-up"]
     start = time.perf_counter()
@@ -505,8 +506,8 @@ def run_changelog(args: argparse.Namespace) -> None:
 
 
 def run_apply(args: argparse.Namespace) -> None:
-    from oncestream.client.batch_reader import decode_columns, native_available
-    from oncestream.client.fetch_decoder import decode_partition
+    from oncestream.client.consumer.batch_reader import decode_columns, native_available
+    from oncestream.client.consumer.fetch_decoder import decode_partition
     from oncestream.protocol.records import NewRecord, encode_batch
     from oncestream.state.store import StateStore
 

@@ -21,7 +21,7 @@ _PROJECT_ROOT = str(Path(__file__).resolve().parent.parent)
 if _PROJECT_ROOT not in sys.path:
     sys.path.insert(0, _PROJECT_ROOT)
 
-from tests.support.brokers import BrokerProcess, ManagedBroker, TansuProcess  # noqa: E402
+from tests.support.brokers import BrokerFaults, BrokerProcess, ManagedBroker, TansuProcess  # noqa: E402
 
 if TYPE_CHECKING:
     from tests.support.certs import Pki
@@ -65,8 +65,9 @@ def broker_factory(tmp_path: Path) -> Iterator[Callable[..., BrokerProcess]]:
     """Start our broker with its data dir under ``tmp_path``; every one is killed at teardown."""
     started: list[BrokerProcess] = []
 
-    def start(config: dict[str, str] | None = None, name: str = "broker") -> BrokerProcess:
-        process = BrokerProcess(data_dir=tmp_path / name / "data", config=config)
+    def start(config: dict[str, str] | None = None, name: str = "broker",
+              faults: BrokerFaults | None = None) -> BrokerProcess:
+        process = BrokerProcess(data_dir=tmp_path / name / "data", config=config, faults=faults)
         started.append(process)
         return process.start()  # type: ignore[return-value]
 

@@ -1,7 +1,7 @@
 """Materializer against a real broker (issue 13): SIGKILL at every point of a store commit,
 aborted and open transactions on the changelog, partitions added, topic recreated.
 
-Crash points (``ONCESTREAM_STATE_CRASH_POINT``, test-only): ``before-batch`` (records applied,
+Crash points (injected into the store by tests/support/materializer_with_crash.py): ``before-batch`` (records applied,
 in the commit's WriteBatch, no offsets in it yet), ``inside-batch`` (half of the partitions'
 offsets in the batch), ``after-batch`` (the batch is durable, the materializer has not
 acknowledged it). After the kill
@@ -16,7 +16,6 @@ ONCESTREAM_TEST_BROKER says: the transaction tests need our broker's read_commit
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -29,8 +28,8 @@ from confluent_kafka.admin import AdminClient, NewPartitions
 from oncestream.state import StateStore
 from oncestream.state.materializer import Materializer
 from oncestream.state.source import KafkaChangelogSource
-from oncestream.testing_hooks import STATE_CRASH_AT_COMMIT_ENV, STATE_CRASH_POINT_ENV
 from tests.support.clients import CLIENT_TIMEOUT_S, create_topic, unique_topic
+from tests.support.faults import test_tree_environment
 from tests.support.txn import list_offset, transactional_producer, wait_until
 
 pytestmark = pytest.mark.chaos
@@ -102,12 +101,11 @@ def _events(path: Path) -> list[dict]:
 
 def _run_materializer(bootstrap: str, topic: str, state_dir: Path, events: Path, *,
                       crash_point: str | None = None, crash_at_commit: int = 3) -> int:
-    env = dict(os.environ)
-    env.pop(STATE_CRASH_POINT_ENV, None)
-    if crash_point is not None:
-        env[STATE_CRASH_POINT_ENV] = crash_point
-        env[STATE_CRASH_AT_COMMIT_ENV] = str(crash_at_commit)
-    cmd = [sys.executable, "-m", "oncestream.state.materializer", "--bootstrap-server", bootstrap,
+    env = test_tree_environment()
+    entry = ["oncestream.state.materializer"] if crash_point is None else [
+        "tests.support.materializer_with_crash", "--crash-point", crash_point,
+        "--crash-at-commit", str(crash_at_commit), "--"]
+    cmd = [sys.executable, "-m", *entry, "--bootstrap-server", bootstrap,
            "--topic", topic, "--state-dir", str(state_dir), "--events-file", str(events),
            "--uncommitted-max-bytes", str(UNCOMMITTED_MAX_BYTES), "--commit-interval-ms", "100000000",
            "--poll-max-records", "50", "--stop-when-caught-up"]

@@ -1,10 +1,11 @@
 """Atomic commit across broker crashes at every step of the coordinator (KIP-98 recovery).
 
-The broker's test-only property ``oncestream.fault.txn.crash.point`` makes it SIGKILL itself
+The broker is started with a transaction step observer injected from the test tree
+(``BrokerFaults(txn_crash_point=...)``, tests/support/broker_with_faults.py) that SIGKILLs it
 during every committing transaction once PrepareCommit is durable: before any marker, between the
 first and the second marker, or after all markers but before CompleteCommit. The transaction's
 outcome is decided at that point, so after a restart (same port and data dir, without the
-property) recovery must finish it: every record on every partition readable with
+fault) recovery must finish it: every record on every partition readable with
 read_committed, the consumer offsets sent with the transaction committed, the transaction in
 CompleteCommit, and nothing torn (no partition committed while another is not, no record twice).
 
@@ -20,10 +21,10 @@ import uuid
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
+from tests.support.brokers import BrokerFaults
 from tests.support.clients import CLIENT_TIMEOUT_S, confluent_produce, create_topic, unique_topic
 from tests.support.records import SentRecord
 from tests.support.txn import (
-    CRASH_POINT_PROPERTY,
     READ_COMMITTED,
     READ_UNCOMMITTED,
     TXN_BROKER_CONFIG,
@@ -59,7 +60,7 @@ def test_commit_survives_broker_sigkill_at_coordinator_step(broker_factory, cras
     """A transaction over 3 partitions (plus consumer offsets in the offsets variants) is
     committed while the broker kills itself at ``crash_point``; after the restart it is committed
     entirely."""
-    broker = broker_factory(config={**TXN_BROKER_CONFIG, CRASH_POINT_PROPERTY: crash_point})
+    broker = broker_factory(config=TXN_BROKER_CONFIG, faults=BrokerFaults(txn_crash_point=crash_point))
     bootstrap = broker.bootstrap
     topic = unique_topic("crash-data")
     input_topic = unique_topic("crash-in")
@@ -116,7 +117,7 @@ def test_commit_survives_broker_sigkill_at_coordinator_step(broker_factory, cras
         f"stderr:\n{broker.stderr_tail()}"
     )
 
-    del broker.config[CRASH_POINT_PROPERTY]
+    broker.faults = None
     broker.start()
     committer.join(CLIENT_TIMEOUT_S + 10)
     assert not committer.is_alive(), "commit_transaction() never returned"

@@ -2,9 +2,9 @@
 ANY/MATCH/LITERAL/PREFIXED filters and DeleteAcls round-trip; only a principal with ALTER on
 the cluster may change them; they survive a broker SIGKILL and are enforced after it.
 
-Identities come from the test-only broker property ``oncestream.test.principal.from.client.id``
-(client.id ``principal:NAME`` -> ``User:NAME``); tests/interop/test_sasl_ssl.py checks ACLs on real SASL
-principals."""
+Identities come from the test tree's principal builder plugged in with ``principal.builder.class``
+(tests/support/principals.py: client.id ``principal:NAME`` -> ``User:NAME``);
+tests/interop/test_sasl_ssl.py checks ACLs on real SASL principals."""
 
 from __future__ import annotations
 
@@ -24,17 +24,18 @@ from confluent_kafka.admin import (
 )
 from kio.schema.errors import ErrorCode
 
-from oncestream.client.connection import BrokerConnection
+from oncestream.client.common.connection import BrokerConnection
 from oncestream.protocol.api_keys import CREATE_ACLS, DELETE_ACLS, DESCRIBE_ACLS
 from tests.support.brokers import BrokerProcess
 from tests.support.clients import CLIENT_TIMEOUT_S, unique_topic
+from tests.support.principals import CLIENT_ID_PRINCIPAL_BUILDER
 
 pytestmark = pytest.mark.interop
 
 SECURED = {
     "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
     "super.users": "User:admin",
-    "oncestream.test.principal.from.client.id": "true",
+    "principal.builder.class": CLIENT_ID_PRINCIPAL_BUILDER,
 }
 
 
@@ -149,9 +150,9 @@ def test_acl_apis_without_an_authorizer_answer_security_disabled(broker_factory)
 
 def test_oncestream_admin_acl_methods_round_trip(secured: BrokerProcess) -> None:
     """Our own Admin client: create_acls / describe_acls / delete_acls, shaped like confluent's."""
-    from oncestream.client import admin_acls as ours
-    from oncestream.client.admin import Admin
-    from oncestream.client.errors import KafkaException as OursKafkaException
+    from oncestream.client.admin import admin_acls as ours
+    from oncestream.client.admin.admin import Admin
+    from oncestream.client.common.errors import KafkaException as OursKafkaException
 
     group = unique_topic("acl-ours")
     binding = ours.AclBinding(ours.ResourceType.GROUP, group, ours.ResourcePatternType.PREFIXED, "User:dave", "*",

@@ -1,6 +1,6 @@
-"""``python -m oncestream.demo`` end to end: the shipped exactly-once demo passes its own check.
+"""``python -m oncestream.demos.broker_crash`` end to end: the shipped exactly-once demo passes its own check.
 
-The demo (src/oncestream/demo.py) starts our broker on a free port, streams sequence-numbered
+The demo (src/oncestream/demos/broker_crash.py) starts our broker on a free port, streams sequence-numbered
 records through an idempotent librdkafka producer (acks=all), SIGKILLs and restarts the broker
 mid-stream, reads the topic back and prints a check: nothing lost, nothing duplicated, order and
 acknowledged offsets kept; it exits 1 on any violation. This test runs it small (a few thousand
@@ -35,7 +35,7 @@ def _run_demo(data_dir: Path) -> tuple[int, str]:
     its own, see ``oncestream.broker_process``) dies with it (``die_with_parent``).
     """
     argv = [
-        sys.executable, "-m", "oncestream.demo",
+        sys.executable, "-m", "oncestream.demos.broker_crash",
         "--data-dir", str(data_dir),
         "--records", str(RECORDS),
         "--rate", "1000",  # a three-second stream: both crashes land mid-stream

@@ -6,8 +6,8 @@ InitProducerId (whose
 __transaction_state record cannot be written) is answered COORDINATOR_NOT_AVAILABLE with no
 producer id; once appends work again the same requests succeed.
 
-The failure is injected with the test-only broker property
-``oncestream.test.internal.append.fail.file`` (appends fail while that file exists). Requests and
+The failure is injected through the broker's internal-topic appender seam from the test tree
+(``BrokerFaults(internal_append_fail_file=...)``: appends fail while that file exists). Requests and
 responses are written by hand from the protocol guide (OffsetCommit v2, OffsetFetch v1,
 JoinGroup v4, SyncGroup v3, InitProducerId v1), so the broker's codec is not the judge of itself.
 """
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.support.brokers import BrokerFaults
 from tests.support.clients import CLIENT_TIMEOUT_S, create_topic, unique_topic
 from tests.support.wire import (
     ResponseReader,
@@ -30,7 +31,6 @@ pytestmark = pytest.mark.interop
 
 API_OFFSET_COMMIT, API_OFFSET_FETCH, API_JOIN_GROUP, API_SYNC_GROUP, API_INIT_PRODUCER_ID = 8, 9, 11, 14, 22
 ERROR_NONE, ERROR_COORDINATOR_NOT_AVAILABLE, ERROR_MEMBER_ID_REQUIRED = 0, 15, 79
-FAULT_PROPERTY = "oncestream.test.internal.append.fail.file"
 
 
 def _commit(conn: WireConnection, group: str, topic: str, offset: int) -> int:
@@ -100,7 +100,7 @@ def _sync_v3(conn: WireConnection, group: str, generation: int, member_id: str) 
 
 def test_sync_group_whose_group_record_is_not_appended_is_not_acknowledged(broker_factory, tmp_path):
     fault_file = tmp_path / "fail-internal-appends"
-    broker = broker_factory({FAULT_PROPERTY: str(fault_file), "group.initial.rebalance.delay.ms": "0"})
+    broker = broker_factory({"group.initial.rebalance.delay.ms": "0"}, faults=BrokerFaults(internal_append_fail_file=fault_file))
     group = "durable-sync"
     with WireConnection(broker.host, broker.port, timeout_s=CLIENT_TIMEOUT_S) as conn:
         error, _, member = _join_v4(conn, group, "")
@@ -126,7 +126,7 @@ def _init_producer_id(conn: WireConnection, transactional_id: str) -> tuple[int,
 
 def test_init_producer_id_not_appended_is_not_acknowledged(broker_factory, tmp_path):
     fault_file = tmp_path / "fail-internal-appends"
-    broker = broker_factory({FAULT_PROPERTY: str(fault_file)})
+    broker = broker_factory(faults=BrokerFaults(internal_append_fail_file=fault_file))
     with WireConnection(broker.host, broker.port, timeout_s=CLIENT_TIMEOUT_S) as conn:
         fault_file.touch()
         assert _init_producer_id(conn, "durable-txn") == (ERROR_COORDINATOR_NOT_AVAILABLE, -1)
@@ -137,7 +137,7 @@ def test_init_producer_id_not_appended_is_not_acknowledged(broker_factory, tmp_p
 
 def test_offset_commit_not_appended_is_not_acknowledged(broker_factory, tmp_path):
     fault_file = tmp_path / "fail-internal-appends"
-    broker = broker_factory({FAULT_PROPERTY: str(fault_file)})
+    broker = broker_factory(faults=BrokerFaults(internal_append_fail_file=fault_file))
     topic, group = unique_topic("durable"), "durable-group"
     create_topic(broker.bootstrap, topic)
     with WireConnection(broker.host, broker.port, timeout_s=CLIENT_TIMEOUT_S) as conn:

@@ -1,5 +1,6 @@
 """Helpers for the ACL interop tests: a broker with an authorizer, users acting through the
-test-only identity hook (client.id ``principal:NAME``), ACLs created by the super user."""
+test tree's principal builder (client.id ``principal:NAME``, tests/support/principals.py), ACLs
+created by the super user."""
 
 from __future__ import annotations
 
@@ -17,9 +18,10 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from oncestream.client.connection import BrokerConnection
+from oncestream.client.common.connection import BrokerConnection
 from tests.support.brokers import BrokerProcess
 from tests.support.clients import CLIENT_TIMEOUT_S, unique_topic
+from tests.support.principals import CLIENT_ID_PRINCIPAL_BUILDER
 
 # Kafka's StandardAuthorizer with the tests' super user, ``User:admin``.
 AUTHORIZER = {
@@ -28,7 +30,7 @@ AUTHORIZER = {
 }
 SECURED = {
     **AUTHORIZER,
-    "oncestream.test.principal.from.client.id": "true",
+    "principal.builder.class": CLIENT_ID_PRINCIPAL_BUILDER,
     "transaction.two.phase.commit.enable": "true",
 }
 T = 10.0  # seconds a client may spend on one refused call

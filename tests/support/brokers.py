@@ -9,6 +9,8 @@ the tail of its stderr so the cause is in the test report.
 
 from __future__ import annotations
 
+import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from oncestream.broker_process import (
@@ -21,6 +23,7 @@ from oncestream.broker_process import (
     oncestream_command,
     tansu_executable,
 )
+from tests.support.faults import test_tree_environment
 
 READY_TIMEOUT_S = 20.0
 STOP_TIMEOUT_S = 15.0
@@ -30,6 +33,7 @@ __all__ = [
     "READY_TIMEOUT_S",
     "STOP_TIMEOUT_S",
     "BrokerExitedEarly",
+    "BrokerFaults",
     "BrokerProcess",
     "BrokerStartError",
     "ManagedBroker",
@@ -47,15 +51,45 @@ def oncestream_executable() -> str:
     return command[0]
 
 
+@dataclass(frozen=True)
+class BrokerFaults:
+    """Faults injected into the broker through its seams (tests/support/broker_with_faults.py)."""
+
+    txn_crash_point: str | None = None          # txn_service.TXN_STEPS: SIGKILL at that commit step
+    internal_append_fail_file: Path | None = None  # internal-topic appends fail while it exists
+
+    def argv(self) -> list[str]:
+        out: list[str] = []
+        if self.txn_crash_point is not None:
+            out += ["--txn-crash-point", self.txn_crash_point]
+        if self.internal_append_fail_file is not None:
+            out += ["--internal-append-fail-file", str(self.internal_append_fail_file)]
+        return out
+
+
 class BrokerProcess(OnceStreamBroker):
     """An ``oncestream broker`` process with a data directory that survives restarts.
 
-    ``config`` holds Kafka broker property names passed as ``--config key=value``.
+    ``config`` holds Kafka broker property names passed as ``--config key=value``. With
+    ``faults`` the broker is started through ``python -m tests.support.broker_with_faults`` with
+    those faults injected; set ``faults`` to None before a restart to bring it back without them.
+    The process can import the test tree (``principal.builder.class`` from tests/support).
     """
 
     def __init__(self, data_dir: Path, port: int | None = None, config: dict[str, str] | None = None,
-                 log_dir: Path | None = None) -> None:
+                 log_dir: Path | None = None, faults: BrokerFaults | None = None) -> None:
         super().__init__(data_dir, port, config, log_dir, ready_timeout_s=READY_TIMEOUT_S)
+        self.faults = faults
+
+    def command(self) -> list[str]:
+        argv = super().command()
+        if self.faults is None:
+            return argv
+        cli_args = argv[len(oncestream_command()):]  # ``broker --data-dir ...``
+        return [sys.executable, "-m", "tests.support.broker_with_faults", *self.faults.argv(), "--", *cli_args]
+
+    def environment(self) -> dict[str, str]:
+        return test_tree_environment(super().environment())
 
     def stderr_tail(self) -> str:
         """The last few KB of the current run's stderr, for failure messages."""

@@ -1,4 +1,5 @@
-"""SQL-server node processes for tests: ``python -m oncestream.cli sql-server ...`` in its own
+"""SQL-server node processes for tests: ``python -m oncestream.cli sql-server ...`` (or, with
+faults injected, ``python -m tests.support.sql_node_with_faults ... -- sql-server ...``) in its own
 session (so a test can SIGKILL the node with its Spark JVM and Python workers at once, like a
 machine crash), ready when its ``--ready-file`` appears, spoken to over its REST API.
 """
@@ -44,13 +45,19 @@ class SqlServerProcess:
         self.runs = 0
         self._log: Path | None = None
 
-    def start(self, config: dict[str, str] | None = None, wait: bool = True) -> SqlServerProcess:
-        """Start the node (``config`` replaces the constructor's for this run)."""
+    def start(self, config: dict[str, str] | None = None, wait: bool = True, *,
+              crash_step: str | None = None) -> SqlServerProcess:
+        """Start the node (``config`` replaces the constructor's for this run). With
+        ``crash_step`` (command_topic.WRITE_STEPS) the node is started through
+        ``python -m tests.support.sql_node_with_faults`` and SIGKILLs itself when a statement's
+        write reaches that step (injected into the node, for this run only)."""
         self.state_dir.mkdir(parents=True, exist_ok=True)
         ready = self.state_dir / f"ready-{self.runs}.json"
         self._log = self.state_dir / f"{self.name}-{self.runs}.log"
         self.runs += 1
-        argv = [sys.executable, "-m", "oncestream.cli", "sql-server", "--bootstrap-server", self.bootstrap,
+        launcher = ["oncestream.cli"] if crash_step is None else \
+            ["tests.support.sql_node_with_faults", "--crash-step", crash_step, "--"]
+        argv = [sys.executable, "-m", *launcher, "sql-server", "--bootstrap-server", self.bootstrap,
                 "--listen", "127.0.0.1:0", "--service-id", self.service_id, "--state-dir", str(self.state_dir),
                 "--ready-file", str(ready)]
         if self.spark_master is not None:

@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-from oncestream.authz.acl import (
+from oncestream.authz.authorizer import StandardAuthorizer, parse_super_users
+from oncestream.authz.store import AclStore, AclStoreError
+from oncestream.errors import InvalidRequestError
+from oncestream.protocol.acl import (
     AclBinding,
     AclBindingFilter,
     AclOperation,
@@ -16,9 +19,6 @@ from oncestream.authz.acl import (
     ResourceType,
     binding_from_wire,
 )
-from oncestream.authz.authorizer import StandardAuthorizer, parse_super_users
-from oncestream.authz.store import AclStore, AclStoreError
-from oncestream.errors import InvalidRequestError
 
 Op, Perm, Pat, Res = AclOperation, AclPermissionType, PatternType, ResourceType
 ALICE, BOB = "User:alice", "User:bob"
@@ -182,17 +182,6 @@ def test_authorizer_config_kafka_names_and_unknown_class_refused() -> None:
     assert not BrokerConfig.from_properties("127.0.0.1", 0, {}).allow_everyone_if_no_acl_found
     with pytest.raises(InvalidConfigError):  # a typo must not start a broker without ACLs
         BrokerConfig.from_properties("127.0.0.1", 0, {"authorizer.class.name": "com.example.Typo"})
-
-
-def test_principal_from_client_id_hook_is_off_by_default() -> None:
-    from oncestream.testing_hooks import principal_from_client_id, principal_from_client_id_enabled
-
-    assert not principal_from_client_id_enabled({})
-    assert principal_from_client_id_enabled({"oncestream.test.principal.from.client.id": "true"})
-    assert principal_from_client_id("principal:alice") == "User:alice"
-    assert principal_from_client_id("principal:") is None
-    assert principal_from_client_id("rdkafka") is None
-    assert principal_from_client_id(None) is None
 
 
 def test_broker_state_loads_stored_acls_only_with_an_authorizer(tmp_path) -> None:

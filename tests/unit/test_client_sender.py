@@ -10,11 +10,11 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from oncestream.client.accumulator import RecordAccumulator
-from oncestream.client.config import resolve
-from oncestream.client.delivery import DeliveryReports
-from oncestream.client.network import request_module
-from oncestream.client.sender import Sender
+from oncestream.client.common.config import resolve
+from oncestream.client.common.network import request_module
+from oncestream.client.producer.accumulator import RecordAccumulator
+from oncestream.client.producer.delivery import DeliveryReports
+from oncestream.client.producer.sender import Sender
 
 T = "t"
 
@@ -259,7 +259,7 @@ def test_non_retriable_error_fails_the_batch_and_resyncs_sequences() -> None:
 
 def test_lost_connection_retries_everything_in_flight() -> None:
     async def scenario() -> None:
-        from oncestream.client.errors import ConnectionLostError
+        from oncestream.client.common.errors import ConnectionLostError
 
         h = Harness()
         h.sender.start()

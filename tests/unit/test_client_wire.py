@@ -9,7 +9,7 @@ import io
 import pytest
 from kio.serial import entity_writer
 
-from oncestream.client.network import fetch_request_body, produce_request_body, request_module
+from oncestream.client.common.network import fetch_request_body, produce_request_body, request_module
 from oncestream.protocol.codec import build
 
 

@@ -21,10 +21,10 @@ from oncestream.coordinator.group.messages import (
     PartitionOffsetCommit,
     SyncRequest,
 )
-from oncestream.coordinator.group.testing import Captured
 from oncestream.coordinator.txn import TransactionCoordinator, TxnCoordinatorConfig
 from oncestream.coordinator.txn.state import TxnState
 from oncestream.topic_partition import TopicPartition
+from tests.support.group_harness import Captured
 
 HOUR_MS = 3_600_000
 WALL0 = 1_700_000_000_000

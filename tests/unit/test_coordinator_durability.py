@@ -4,8 +4,8 @@ COORDINATOR_NOT_AVAILABLE (as Kafka maps a failed coordinator append), never NON
 coordinator state is what the log holds.
 
 The broker's own services (``GroupService``, ``TxnService``) run over a real ``LogManager``; the
-failure is injected through ``InternalTopic.append_fault`` (the test hook the broker property
-``oncestream.test.internal.append.fail.file`` drives), which makes ``append`` raise StorageError.
+failure is injected through their ``appender`` seam (internal_topic.InternalAppender), which
+raises StorageError as a failing disk would.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from pathlib import Path
 from kio.schema.errors import ErrorCode
 
 from oncestream.broker.group_service import GroupService
+from oncestream.broker.internal_topic import LogAppender
 from oncestream.broker.txn_service import TxnService
 from oncestream.coordinator.group.messages import (
     JoinProtocol,
@@ -30,8 +31,10 @@ from oncestream.coordinator.group.messages import (
     SyncRequest,
 )
 from oncestream.coordinator.txn.state import TxnState
+from oncestream.errors import StorageError
 from oncestream.log.config import LogConfig
 from oncestream.log.manager import LogManager
+from oncestream.log.partition_log import PartitionLog
 from oncestream.topic_partition import TopicPartition
 
 T0 = 1_700_000_000_000
@@ -41,14 +44,16 @@ PROPS = {"offsets.topic.num.partitions": "2", "transaction.state.log.num.partiti
          "group.initial.rebalance.delay.ms": "0"}
 
 
-class Fault:
-    """The append fault: appends fail while ``on`` is set."""
+class Fault(LogAppender):
+    """The injected appender: appends fail with StorageError while ``on`` is set."""
 
     def __init__(self) -> None:
         self.on = False
 
-    def __call__(self) -> bool:
-        return self.on
+    def append(self, topic: str, partition: int, log: PartitionLog, batch: bytes, now_ms: int) -> None:
+        if self.on:
+            raise StorageError(f"injected append failure on {topic}-{partition}")
+        super().append(topic, partition, log, batch, now_ms)
 
 
 class Services:
@@ -56,13 +61,12 @@ class Services:
         self.now = T0
         self.logs = LogManager.open(data_dir, LogConfig(), self.now)
         self.logs.create_topic("orders", 1, {}, now_ms=self.now)
-        self.groups = GroupService(self.logs, PROPS, lambda: self.now)
-        pids = itertools.count(1000)
-        self.txns = TxnService(self.logs, self.groups, PROPS, lambda: self.now, lambda: next(pids))
         self.offsets_fault = Fault()
         self.txn_fault = Fault()
-        self.groups.topic.append_fault = self.offsets_fault
-        self.txns.topic.append_fault = self.txn_fault
+        self.groups = GroupService(self.logs, PROPS, lambda: self.now, appender=self.offsets_fault)
+        pids = itertools.count(1000)
+        self.txns = TxnService(self.logs, self.groups, PROPS, lambda: self.now, lambda: next(pids),
+                               appender=self.txn_fault)
 
     def commit(self, offset: int, **member) -> ErrorCode:
         coord = self.groups.coordinator

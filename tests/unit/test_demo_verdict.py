@@ -1,4 +1,4 @@
-"""The broker demo's exactly-once verdict (``oncestream.demo.check`` and ``report``), fed outcomes
+"""The broker demo's exactly-once verdict (``oncestream.demos.broker_crash.check`` and ``report``), fed outcomes
 directly: a clean run passes with exit code 0, and a duplicate, a loss, a failed (aborted) write
 that is visible anyway, and a record the demo never wrote are each reported and exit 1. This is
 what shows the demo's final check can fail at all."""
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from oncestream.demo import LiveStats, ProducerLedger, ReadBack, Verdict, check, report
+from oncestream.demos.broker_crash import LiveStats, ProducerLedger, ReadBack, Verdict, check, report
 
 RECORDS = 6
 

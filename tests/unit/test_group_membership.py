@@ -16,7 +16,7 @@ from oncestream.coordinator.group import (
     LeavingMember,
     TopicPartition,
 )
-from oncestream.coordinator.group.testing import GroupHarness
+from tests.support.group_harness import GroupHarness
 
 E = ErrorCode
 S = GroupState

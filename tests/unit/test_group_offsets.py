@@ -16,7 +16,7 @@ from oncestream.coordinator.group import (
     TopicPartition,
 )
 from oncestream.coordinator.group.consumer_protocol import encode_subscription
-from oncestream.coordinator.group.testing import GroupHarness
+from tests.support.group_harness import GroupHarness
 
 E = ErrorCode
 S = GroupState

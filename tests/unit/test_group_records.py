@@ -34,8 +34,8 @@ from oncestream.coordinator.group.records import (
     encode_key,
     encode_offset_value,
 )
-from oncestream.coordinator.group.testing import GroupHarness, InMemoryOffsetsLog
 from oncestream.errors import CorruptRecordError
+from tests.support.group_harness import GroupHarness, InMemoryOffsetsLog
 
 E = ErrorCode
 T0 = TopicPartition("orders", 0)

@@ -23,7 +23,7 @@ from oncestream.coordinator.group import (
     TopicPartition,
 )
 from oncestream.coordinator.group.consumer_protocol import encode_subscription
-from oncestream.coordinator.group.testing import Captured, GroupHarness
+from tests.support.group_harness import Captured, GroupHarness
 
 E = ErrorCode
 S = GroupState

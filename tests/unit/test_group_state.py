@@ -21,8 +21,8 @@ from oncestream.coordinator.group.state import (
     check_transition,
     parse_state,
 )
-from oncestream.coordinator.group.testing import GroupHarness
 from oncestream.errors import KafkaError
+from tests.support.group_harness import GroupHarness
 
 S = GroupState
 

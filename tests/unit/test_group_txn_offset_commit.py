@@ -24,7 +24,7 @@ from oncestream.coordinator.group import (
     TopicPartition,
 )
 from oncestream.coordinator.group.consumer_protocol import encode_subscription
-from oncestream.coordinator.group.testing import GroupHarness
+from tests.support.group_harness import GroupHarness
 
 E = ErrorCode
 T0 = TopicPartition("orders", 0)

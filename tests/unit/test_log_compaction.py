@@ -303,7 +303,7 @@ def test_dirty_ratio_threshold(tmp_path: Path) -> None:
     partition_log.append(keyed("key-0", "late"), T0)
     roll(partition_log)
     candidate = compaction.evaluate_candidate(
-        partition_log._segments,
+        partition_log._segments.segments,
         cleaned_offset=partition_log.cleaned_offset,
         last_stable_offset=partition_log.last_stable_offset,
         tombstone_horizon_ms=compaction.NO_HORIZON,

@@ -415,13 +415,13 @@ def test_a_failing_install_gives_the_plan_back(state: BrokerState, monkeypatch: 
     fill(state, "table", keys=3, rounds=5)
     partition_log = state.logs.get("table", 0)
 
-    def broken_check(result):
+    def broken_check(config, result):
         raise StorageError("injected: cannot check the plan")
 
     cleaner = LogCleaner.for_state(state)
     try:
         with monkeypatch.context() as patch:
-            patch.setattr(partition_log, "_plan_still_valid", broken_check)
+            patch.setattr(partition_log._cleaning, "_plan_still_valid", broken_check)
             assert asyncio.run(cleaner.clean_once()) == 0
         assert cleaner.failures.failures[("table", 0)].count == 1, "a real failure is still counted"
         assert partition_log.compaction_candidate(state.now_ms()) is not None, "the plan was given back"

@@ -100,7 +100,7 @@ def test_kip98_interleaved_transactions_of_two_producers(tmp_path: Path) -> None
 
     assert aborted(log, 0) == [(P2, 1), (P2, 4)]
     # The LSO recorded with each abort: P1's open transaction at 0 for the first, none for the second.
-    index = log._txn_indexes.get(0)
+    index = log._segments.txn_indexes.get(0)
     assert index.entries == (AbortedTxn(P2, 1, 3, 0), AbortedTxn(P2, 4, 6, 7))
 
 
@@ -256,8 +256,8 @@ def test_abort_spanning_segments_is_found_through_its_marker_segment(tmp_path: P
         log.append(make_batch(1), 1)  # 1-3
     marker(log, P1, 0, commit=False)  # 4, in the fifth segment
     assert aborted(log, 2, upper_offset=3) == [(P1, 0)]
-    assert log._txn_indexes.get(4).entries == (AbortedTxn(P1, 0, 4, 5),)
-    assert all(not log._txn_indexes.get(base).entries for base in range(4))
+    assert log._segments.txn_indexes.get(4).entries == (AbortedTxn(P1, 0, 4, 5),)
+    assert all(not log._segments.txn_indexes.get(base).entries for base in range(4))
 
 
 # --- recovery ---------------------------------------------------------------------------------------

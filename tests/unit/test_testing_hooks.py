@@ -1,6 +1,5 @@
 """oncestream.testing_hooks: every test-only hook is inert unless switched on, and does what the
-suites that switch it on rely on (the chaos suite's broker crash points, the Spark suite's driver
-crash points and task gates)."""
+suites that switch it on rely on (the Spark suite's driver crash points and task gates)."""
 
 from __future__ import annotations
 
@@ -8,39 +7,11 @@ import pytest
 
 from oncestream.testing_hooks import (
     CRASH_ENV,
-    CRASH_POINT_PROPERTY,
-    CRASH_POINTS,
     InjectedTaskFailure,
-    TxnCrashPoint,
     armed,
     gate_after_prepare,
     gate_before_prepare,
 )
-
-
-def test_txn_crash_point_is_inert_without_the_property() -> None:
-    crashes: list[str] = []
-    point = TxnCrashPoint.from_properties({})
-    for step in CRASH_POINTS:
-        point.reached(step)
-    point = TxnCrashPoint(None, crash=lambda: crashes.append("crash"))
-    for step in CRASH_POINTS:
-        point.reached(step)
-    assert crashes == []
-
-
-@pytest.mark.parametrize("configured", CRASH_POINTS)
-def test_txn_crash_point_fires_only_at_its_step(configured: str) -> None:
-    crashes: list[str] = []
-    point = TxnCrashPoint(configured, crash=lambda: crashes.append(configured))
-    for step in CRASH_POINTS:
-        point.reached(step)
-    assert crashes == [configured]
-
-
-def test_unknown_txn_crash_point_is_refused_at_startup() -> None:
-    with pytest.raises(ValueError, match=CRASH_POINT_PROPERTY):
-        TxnCrashPoint.from_properties({CRASH_POINT_PROPERTY: "after-lunch"})
 
 
 def test_spark_crash_point_is_armed_per_step_and_batch(monkeypatch) -> None:

@@ -5,15 +5,24 @@ context, so setting the variable once per connection is enough. ``ConnectionSess
 place a connection's identity lives: the peer address, the listener it came in on, that
 listener's security protocol, and the principal it authenticated as (``User:ANONYMOUS`` until
 SASL or a TLS client certificate says otherwise, as in Kafka). Authorization reads the principal
-and host from here; nothing else decides who a client is.
+and host from here; the principal comes from the broker's principal builder
+(``principal.builder.class``, broker/principal.py) and nothing else decides who a client is.
 """
 
 from __future__ import annotations
 
 import contextvars
-from dataclasses import dataclass
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
-ANONYMOUS_PRINCIPAL = "User:ANONYMOUS"
+from oncestream.broker.principal import (
+    ANONYMOUS_PRINCIPAL,
+    AuthenticationContext,
+    DefaultKafkaPrincipalBuilder,
+    KafkaPrincipalBuilder,
+)
 
 
 @dataclass
@@ -25,18 +34,48 @@ class ConnectionSession:
     security_protocol: str = "PLAINTEXT"  # PLAINTEXT | SSL | SASL_PLAINTEXT | SASL_SSL
     principal: str = ANONYMOUS_PRINCIPAL
     authenticated: bool = False  # True once SASL completed (or not needed on this listener)
+    # What the principal builder sees (broker/principal.py): the verified TLS client certificate,
+    # the SASL identity once authenticated, the client.id (only for builders that read it).
+    peer_certificate: Mapping[str, Any] | None = None
+    sasl_mechanism: str | None = None
+    sasl_authorization_id: str | None = None
+    client_id: str | None = None
+    principal_builder: KafkaPrincipalBuilder | None = field(default=None, repr=False)
+
+    def authentication_context(self) -> AuthenticationContext:
+        """The facts about this connection a principal builder is given."""
+        return AuthenticationContext(
+            security_protocol=self.security_protocol, listener_name=self.listener_name,
+            client_address=self.peer_host, peer_certificate=self.peer_certificate,
+            sasl_mechanism=self.sasl_mechanism, sasl_authorization_id=self.sasl_authorization_id,
+            client_id=self.client_id)
+
+    def principal_for(self, **changes: Any) -> str:
+        """The principal the builder gives this connection with ``changes`` to its facts (the
+        default builder without one); the session itself is not changed."""
+        builder = self.principal_builder or DefaultKafkaPrincipalBuilder()
+        context = self.authentication_context()
+        if changes:
+            context = dataclasses.replace(context, **changes)
+        return builder.build(context)
 
 
 _session: contextvars.ContextVar[ConnectionSession | None] = contextvars.ContextVar("session", default=None)
 
 
-def start_session(peer: object, *, listener_name: str = "PLAINTEXT",
-                  security_protocol: str = "PLAINTEXT") -> ConnectionSession:
-    """Create and install the session of the current connection task."""
+def start_session(peer: object, *, listener_name: str = "PLAINTEXT", security_protocol: str = "PLAINTEXT",
+                  principal_builder: KafkaPrincipalBuilder | None = None,
+                  peer_certificate: Mapping[str, Any] | None = None) -> ConnectionSession:
+    """Create and install the session of the current connection task. A connection on a
+    PLAINTEXT or SSL listener is authenticated now: its principal comes from the builder; on a
+    SASL listener it stays anonymous until SASL completes."""
     host = peer[0] if isinstance(peer, tuple) and peer else str(peer or "")
+    sasl = security_protocol.startswith("SASL_")
     session = ConnectionSession(peer_host=str(host), listener_name=listener_name,
-                                security_protocol=security_protocol,
-                                authenticated=not security_protocol.startswith("SASL_"))
+                                security_protocol=security_protocol, authenticated=not sasl,
+                                peer_certificate=peer_certificate, principal_builder=principal_builder)
+    if not sasl:
+        session.principal = session.principal_for()
     _session.set(session)
     return session
 

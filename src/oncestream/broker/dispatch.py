@@ -42,7 +42,6 @@ from oncestream.protocol.codec import (
     encode_response,
     parse_request_header,
 )
-from oncestream.testing_hooks import principal_from_client_id, principal_from_client_id_enabled
 
 log = logging.getLogger("oncestream.broker")
 
@@ -118,7 +117,8 @@ class Dispatcher:
     def __init__(self, state: BrokerState) -> None:
         self.state = state
         self._async = {key: inspect.iscoroutinefunction(h) for key, h in HANDLERS.items()}
-        self._principal_from_client_id = principal_from_client_id_enabled(state.config.raw)
+        # Only a principal builder that asks for it sees the client.id (broker/principal.py).
+        self._client_id_principal = state.principal_builder.reads_client_id
 
     async def handle_frame(self, frame: bytes) -> bytes | list | None:
         """Answer one request frame; raise CloseConnection when the frame is not acceptable."""
@@ -133,10 +133,11 @@ class Dispatcher:
             header = parse_request_header(frame)
         except MalformedRequestError as exc:
             raise CloseConnection(str(exc)) from None
-        if self._principal_from_client_id:  # test-only identity (testing_hooks.py)
-            principal = principal_from_client_id(header.client_id)
-            if principal is not None:
-                current_session().principal = principal
+        if self._client_id_principal:
+            session = current_session()
+            if session.authenticated and session.client_id != header.client_id:
+                session.client_id = header.client_id
+                session.principal = session.principal_for()
         supported = API_VERSIONS.get(header.api_key)
         if supported is None:
             raise CloseConnection(f"unknown api key {header.api_key}")

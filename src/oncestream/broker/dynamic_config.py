@@ -22,9 +22,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from oncestream.durable_files import write_file_atomically
 from oncestream.errors import InvalidRequestError, KafkaError, StorageError
 from oncestream.log.config import LogConfig
-from oncestream.log.durable_files import write_file_atomically
 from oncestream.log.topic_config_defs import TOPIC_CONFIG_DEFS, ConfigSource, ConfigType
 from oncestream.log.topic_config_defs import ConfigDef as TopicConfigDef
 
@@ -111,6 +111,9 @@ _STATIC_DEFS = [
     BrokerConfigDef("authorizer.class.name", _S, "", "The ACL authorizer; empty: everything allowed."),
     BrokerConfigDef("super.users", _S, None, "Principals allowed everything."),
     BrokerConfigDef("allow.everyone.if.no.acl.found", _B, "false", "Allow a resource that has no ACL."),
+    BrokerConfigDef("principal.builder.class", _S,
+                    "org.apache.kafka.common.security.authenticator.DefaultKafkaPrincipalBuilder",
+                    "Maps an authenticated connection to its principal (module:Class)."),
     BrokerConfigDef("sasl.enabled.mechanisms", _LIST, "GSSAPI", "SASL mechanisms offered."),
     BrokerConfigDef("sasl.jaas.config", _P, None, "JAAS login configuration."),
     BrokerConfigDef("ssl.keystore.location", _S, None, "Key store file."),

@@ -18,7 +18,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from oncestream.broker.internal_topic import InternalTopic
+from oncestream.broker.internal_topic import InternalAppender, InternalTopic
 from oncestream.coordinator.group import GroupCoordinator, GroupCoordinatorConfig
 from oncestream.coordinator.group.messages import (
     DeleteGroupsResult,
@@ -30,7 +30,6 @@ from oncestream.coordinator.group.messages import (
     SyncResult,
 )
 from oncestream.errors import KafkaError
-from oncestream.testing_hooks import internal_append_fault_from
 
 log = logging.getLogger("oncestream.broker")
 
@@ -94,9 +93,10 @@ class GroupService:
     """The group coordinator plus its offsets topic, its outbox and its timer task."""
 
     def __init__(self, logs, props: dict[str, str], now_ms: Callable[[], int],
-                 mono_ms: Callable[[], int] | None = None) -> None:
+                 mono_ms: Callable[[], int] | None = None, appender: InternalAppender | None = None) -> None:
         """``now_ms`` is the wall clock (record timestamps), ``mono_ms`` the monotonic clock
-        (every timer); a caller with one clock may omit ``mono_ms``."""
+        (every timer); a caller with one clock may omit ``mono_ms``. ``appender`` writes the
+        offsets topic's batches (the log's own append by default; internal_topic.py)."""
         self.now_ms = now_ms
         self.mono_ms = mono_ms or now_ms
         config = group_config_from(props)
@@ -106,7 +106,7 @@ class GroupService:
             config.offsets_topic_partitions,
             {"cleanup.policy": "compact", "segment.bytes": "104857600"},
             now_ms(),
-            append_fault=internal_append_fault_from(props),
+            appender=appender,
         )
         if self.topic.num_partitions != config.offsets_topic_partitions:
             config = GroupCoordinatorConfig(

@@ -4,27 +4,51 @@ Coordinators are sans-io and hand back (key, value) records to persist; this mod
 as record batches to a partition of their internal topic and, at start-up, reads every record back
 so the coordinator can rebuild its state. The topics are compacted, so the latest value per key is
 what survives, exactly what the coordinators' ``load`` expects.
+
+Each encoded batch reaches its partition through an ``InternalAppender``: the log's own append by
+default; a caller (broker/seams.py) may wrap it, e.g. to make appends fail the way a full or broken
+disk does and check that no coordinator answers for records that never reached the log.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Protocol
 
-from oncestream.errors import StorageError, UnknownTopicOrPartitionError
+from oncestream.errors import UnknownTopicOrPartitionError
 from oncestream.log.manager import LogManager
+from oncestream.log.partition_log import PartitionLog
 from oncestream.protocol.records import NewRecord, decode_batches, encode_batch
 
 _READ_CHUNK_BYTES = 8 * 1024 * 1024
 # Keep each appended batch well under the default max.message.bytes.
 _MAX_RECORDS_PER_BATCH = 500
+
+
+class InternalAppender(Protocol):
+    """Appends one encoded batch of coordinator records to a partition of an internal topic;
+    raises (KafkaError, OSError) when the batch did not reach the log."""
+
+    def append(self, topic: str, partition: int, log: PartitionLog, batch: bytes, now_ms: int) -> None:
+        """Append ``batch`` to ``log`` (partition ``partition`` of ``topic``)."""
+        ...
+
+
+class LogAppender:
+    """The shipped appender: the partition log's own append, as for any produce."""
+
+    def append(self, topic: str, partition: int, log: PartitionLog, batch: bytes, now_ms: int) -> None:
+        """Append ``batch`` to ``log``; the log raises what went wrong."""
+        log.append(batch, now_ms, from_client=False)
+
+
 class InternalTopic:
     """One internal compacted topic: append coordinator records, replay them on start."""
 
     def __init__(self, logs: LogManager, name: str, num_partitions: int, configs: dict[str, str], now_ms: int,
-                 append_fault: Callable[[], bool] | None = None) -> None:
+                 appender: InternalAppender | None = None) -> None:
         self.name = name
-        # Test hook: when it returns True, append raises StorageError instead of writing.
-        self.append_fault = append_fault
+        self._appender: InternalAppender = appender or LogAppender()
         self._logs = logs
         info = logs.topics().get(name)
         if info is None:
@@ -36,13 +60,11 @@ class InternalTopic:
         """Append records to one partition (synchronously, in the page cache like any produce)."""
         if not 0 <= partition < self.num_partitions:
             raise UnknownTopicOrPartitionError(f"{self.name} has no partition {partition}")
-        if self.append_fault is not None and self.append_fault():
-            raise StorageError(f"injected append failure on {self.name}-{partition} (test hook)")
         log = self._logs.get(self.name, partition)
         for start in range(0, len(records), _MAX_RECORDS_PER_BATCH):
             chunk = records[start : start + _MAX_RECORDS_PER_BATCH]
             batch = encode_batch([NewRecord(value=v, key=k) for k, v in chunk], now_ms=now_ms)
-            log.append(batch, now_ms, from_client=False)
+            self._appender.append(self.name, partition, log, batch, now_ms)
 
     def read_all(self, partitions: Iterable[int] | None = None) -> Iterator[tuple[bytes, bytes | None]]:
         """Every (key, value) record of the given partitions in log order; control batches skipped."""

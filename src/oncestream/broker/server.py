@@ -35,14 +35,15 @@ from pathlib import Path
 
 from oncestream.broker.cleaner import LogCleaner
 from oncestream.broker.config import BrokerConfig
-from oncestream.broker.connection_context import ANONYMOUS_PRINCIPAL, start_session
+from oncestream.broker.connection_context import start_session
 from oncestream.broker.connection_limits import ConnectionQuotas, IdleTracker
 from oncestream.broker.dispatch import CloseConnection, Dispatcher
 from oncestream.broker.listeners import Listener
 from oncestream.broker.memory_pool import RequestMemoryPool
 from oncestream.broker.sasl.exchange import close_delay_s
+from oncestream.broker.seams import BrokerSeams
 from oncestream.broker.state import BrokerState
-from oncestream.broker.tls import principal_of_ssl_object, server_ssl_context
+from oncestream.broker.tls import server_ssl_context
 
 log = logging.getLogger("oncestream.broker")
 
@@ -248,13 +249,16 @@ class BrokerServer:
         task = asyncio.current_task()
         if task is not None:  # always set for a coroutine the protocol runs as a task
             self._connections.add(task)
-        session = start_session(peer, listener_name=listener.name, security_protocol=listener.security_protocol)
         ssl_object: ssl.SSLObject | None = writer.get_extra_info("ssl_object")
-        # On SSL the certificate names the client; on SASL_SSL only SASL does (as in Kafka).
-        if ssl_object is not None and listener.security_protocol == "SSL":
-            session.principal = principal_of_ssl_object(ssl_object)
-            if session.principal != ANONYMOUS_PRINCIPAL:  # only mutual TLS is worth a line
-                log.info("%s on listener %s: client certificate principal %s", peer, listener.name, session.principal)
+        # getpeercert() decodes the certificate only when it was verified, which the context's
+        # verify mode guarantees for every certificate a client managed to present.
+        peer_certificate = ssl_object.getpeercert() if ssl_object is not None else None
+        # The principal builder names the client (broker/principal.py): on SSL the default one
+        # maps the certificate; on SASL_SSL only SASL does, once it completes (as in Kafka).
+        session = start_session(peer, listener_name=listener.name, security_protocol=listener.security_protocol,
+                                principal_builder=self.state.principal_builder, peer_certificate=peer_certificate)
+        if peer_certificate and listener.security_protocol == "SSL":  # only mutual TLS is worth a line
+            log.info("%s on listener %s: client certificate principal %s", peer, listener.name, session.principal)
         watch = _IdleWatch(idle, writer, peer, asyncio.get_running_loop())
         max_bytes = self.state.config.socket_request_max_bytes
         pool = self.memory_pool
@@ -321,11 +325,12 @@ class BrokerServer:
 
 
 def run_broker(data_dir: Path, host: str, port: int, props: dict[str, str], *,
-               ready_file: Path | None = None) -> int:
+               ready_file: Path | None = None, seams: BrokerSeams | None = None) -> int:
     """Run a broker in the foreground until SIGTERM/SIGINT. Returns the process exit code.
 
     ``host:port`` is the single PLAINTEXT listener used when ``props`` has no ``listeners``;
-    ``ready_file`` receives the bound listeners once all are listening (see ``BrokerServer``)."""
+    ``ready_file`` receives the bound listeners once all are listening (see ``BrokerServer``);
+    ``seams`` are injected interfaces (broker/seams.py; none: the shipped ones)."""
     try:
         import uvloop
 
@@ -338,7 +343,7 @@ def run_broker(data_dir: Path, host: str, port: int, props: dict[str, str], *,
             server_ssl_context(config.raw, listener.name)
 
     async def main() -> None:
-        state = BrokerState(data_dir, config)
+        state = BrokerState(data_dir, config, seams=seams)
         server = BrokerServer(state, ready_file=ready_file)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):

@@ -25,15 +25,17 @@ from oncestream.broker.dynamic_config import DynamicBrokerConfigs
 from oncestream.broker.flusher import GroupCommitFlusher
 from oncestream.broker.group_service import GroupService
 from oncestream.broker.notify import AppendNotifier
+from oncestream.broker.principal import load_principal_builder
 from oncestream.broker.producer_id_service import ProducerIdService
 from oncestream.broker.sasl.credentials import ScramCredentialStore
 from oncestream.broker.sasl.exchange import SaslSettings
+from oncestream.broker.seams import BrokerSeams
 from oncestream.broker.txn_service import TxnService
 from oncestream.coordinator.producer_ids import ProducerIdManager
+from oncestream.durable_files import write_file_atomically
 from oncestream.errors import StorageError
 from oncestream.log.config import LogConfig
 from oncestream.log.descriptors import SegmentDescriptors
-from oncestream.log.durable_files import write_file_atomically
 from oncestream.log.file_removal import FileRemoval
 from oncestream.log.flush_job import FdatasyncFn
 from oncestream.log.manager import LogManager
@@ -113,15 +115,21 @@ class BrokerState:
     CODEC_THREADS = 2
 
     def __init__(self, data_dir: Path, config: BrokerConfig, clock_ms=wall_clock_ms,
-                 mono_clock_ms=monotonic_clock_ms, *, fdatasync: FdatasyncFn | None = None) -> None:
+                 mono_clock_ms=monotonic_clock_ms, *, fdatasync: FdatasyncFn | None = None,
+                 seams: BrokerSeams | None = None) -> None:
         """``clock_ms`` is the wall clock (record timestamps), ``mono_clock_ms`` the monotonic one
         (timeouts, sessions); ``fdatasync`` replaces ``os.fdatasync`` in the group-commit rounds
-        (tests observe, delay or fail the disk)."""
+        (tests observe, delay or fail the disk); ``seams`` are the other injected interfaces
+        (principal builder, transaction step observer, internal-topic appender; broker/seams.py)."""
         data_dir.mkdir(parents=True, exist_ok=True)
         self._lock = DataDirLock(data_dir)  # before anything reads or writes the directory
         try:
             self.data_dir = data_dir
             self.config = config
+            seams = seams or BrokerSeams()
+            # Who each connection is (principal.builder.class, or the one a caller passes in;
+            # broker/principal.py). A class that cannot be loaded fails the start here.
+            self.principal_builder = seams.principal_builder or load_principal_builder(config.raw)
             self.now_ms = clock_ms
             self.mono_ms = mono_clock_ms
             self.cluster_id = _load_cluster_id(data_dir)
@@ -149,11 +157,13 @@ class BrokerState:
             # CPU work that releases the GIL and must not stall the loop: recompressing produced
             # batches to a topic's compression.type (log/recompression.py).
             self.codec_executor = ThreadPoolExecutor(self.CODEC_THREADS, thread_name_prefix="oncestream-codec")
-            self.groups = GroupService(self.logs, config.raw, self.now_ms, self.mono_ms)
+            self.groups = GroupService(self.logs, config.raw, self.now_ms, self.mono_ms,
+                                       appender=seams.internal_appender)
             self.transactions = TxnService(
                 self.logs, self.groups, config.raw, self.now_ms, self.producer_ids.next_id,
                 on_marker=self.notifier.notify, mono_ms=self.mono_ms,
                 producer_ids_ready=self.producer_ids.ready,
+                steps=seams.txn_steps, appender=seams.internal_appender,
             )
             # ACLs (issue 14): None without authorizer.class.name, and then everything is allowed.
             self.acl_store = AclStore(data_dir)

@@ -10,6 +10,9 @@ once its record is in the log, and markers are only written once PrepareCommit/P
 
 Marker jobs that fail (a disk error) are kept and retried by the timer task; a partition whose
 topic was deleted is skipped, as Kafka does.
+
+A ``TxnStepObserver`` (injected, none by default) is told each step of a committing transaction
+(``TXN_STEPS``), so a test can stop the broker exactly there and check that recovery finishes it.
 """
 
 from __future__ import annotations
@@ -18,12 +21,12 @@ import asyncio
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
 from oncestream.broker.group_service import GroupService
-from oncestream.broker.internal_topic import InternalTopic
+from oncestream.broker.internal_topic import InternalAppender, InternalTopic
 from oncestream.coordinator.group.partitioning import partition_for
 from oncestream.coordinator.txn import (
     MarkerJob,
@@ -32,13 +35,29 @@ from oncestream.coordinator.txn import (
     TxnCoordinatorConfig,
 )
 from oncestream.errors import KafkaError, UnknownTopicOrPartitionError
-from oncestream.testing_hooks import TxnCrashPoint, internal_append_fault_from
 from oncestream.topic_partition import TopicPartition
 
 log = logging.getLogger("oncestream.broker")
 
 TRANSACTION_STATE_TOPIC = "__transaction_state"
 OFFSETS_TOPIC = "__consumer_offsets"
+
+# The steps of a commit an observer is told, in order: PrepareCommit durable and no marker written;
+# the first marker written (with two or more partitions); every marker written, CompleteCommit not.
+TXN_STEPS = ("before-markers", "between-markers", "before-complete")
+
+
+class TxnStepObserver(Protocol):
+    """Told when a committing transaction reaches a step of ``TXN_STEPS``."""
+
+    def reached(self, step: str) -> None:
+        """The commit of one transaction is at ``step`` (called on the event loop)."""
+        ...
+
+
+class _NoObserver:
+    def reached(self, step: str) -> None:
+        pass
 
 
 class TxnService:
@@ -47,11 +66,14 @@ class TxnService:
     def __init__(self, logs, groups: GroupService, props: dict[str, str], now_ms: Callable[[], int], allocate_producer_id,
                  on_marker: Callable[[str, int], None] = lambda topic, partition: None,
                  mono_ms: Callable[[], int] | None = None,
-                 producer_ids_ready: Callable[[], Awaitable[None]] | None = None) -> None:
+                 producer_ids_ready: Callable[[], Awaitable[None]] | None = None,
+                 steps: TxnStepObserver | None = None, appender: InternalAppender | None = None) -> None:
         """``now_ms`` is the wall clock (record timestamps), ``mono_ms`` the monotonic clock
         (transaction timeouts, id expiry); a caller with one clock may omit ``mono_ms``.
         ``producer_ids_ready`` is awaited before each timer tick, whose aborts may take a new
-        producer id (exhausted epochs), so that ``allocate_producer_id`` finds a durable one."""
+        producer id (exhausted epochs), so that ``allocate_producer_id`` finds a durable one.
+        ``steps`` is told each step of a commit; ``appender`` writes the transaction log's
+        batches (the log's own append by default; internal_topic.py)."""
         self._producer_ids_ready = producer_ids_ready
         self.now_ms = now_ms
         self.mono_ms = mono_ms or now_ms
@@ -67,7 +89,7 @@ class TxnService:
             int(props.get("transaction.state.log.num.partitions", "10")),
             {"cleanup.policy": "compact", "segment.bytes": "104857600"},
             now_ms(),
-            append_fault=internal_append_fault_from(props),
+            appender=appender,
         )
         self.coordinator = TransactionCoordinator(
             self.config,
@@ -75,8 +97,7 @@ class TxnService:
             offsets_partition_for=groups.coordinator.partition_for,
         )
         self._failed_jobs: list[MarkerJob] = []
-        # Fault injection for chaos tests only (oncestream.testing_hooks): SIGKILL at one step of a commit.
-        self._crash_point = TxnCrashPoint.from_properties(props)
+        self._steps: TxnStepObserver = steps or _NoObserver()
         # Recovery: replay the transaction log and finish every prepared transaction.
         self.drive(self.coordinator.load(self.topic.read_all(), now_ms(), mono_ms=self.mono_ms()))
 
@@ -114,7 +135,7 @@ class TxnService:
             for job in current.markers_to_write:
                 if self._write_markers(job):
                     if job.commit:
-                        self._crash_point.reached("before-complete")
+                        self._steps.reached("before-complete")
                     outcome_after = self.coordinator.markers_written(
                         job.transactional_id, job.producer_id, job.producer_epoch, self.now_ms()
                     )
@@ -127,10 +148,10 @@ class TxnService:
         now = self.now_ms()
         ok = True
         if job.commit:
-            self._crash_point.reached("before-markers")
+            self._steps.reached("before-markers")
         for index, tp in enumerate(job.partitions):
             if job.commit and index == 1:
-                self._crash_point.reached("between-markers")
+                self._steps.reached("between-markers")
             try:
                 plog = self._logs.get(tp.topic, tp.partition)
             except UnknownTopicOrPartitionError:

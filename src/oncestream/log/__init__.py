@@ -6,8 +6,9 @@ The broker talks to two objects: ``LogManager`` (topics in a data directory) and
 
 from oncestream.log.config import LogConfig
 from oncestream.log.manager import LogManager, TopicInfo
-from oncestream.log.partition_log import AppendResult, PartitionLog, ReadResult
+from oncestream.log.partition_log import AppendResult, PartitionLog
 from oncestream.log.producer_state import ProducerStateInfo
+from oncestream.log.read_path import ReadResult
 
 __all__ = [
     "AppendResult",

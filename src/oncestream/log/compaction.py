@@ -80,14 +80,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from oncestream.durable_files import fsync_directory, write_file_atomically
 from oncestream.errors import LogInvariantError, StorageError
 from oncestream.log.batch_records import (
+    RawRecord,
     delete_horizon_ms,
     iter_raw_records,
     rebuild_batch,
 )
 from oncestream.log.config import INT64_MAX
-from oncestream.log.durable_files import fsync_directory, write_file_atomically
 from oncestream.log.segment import (
     INDEX_SUFFIX,
     INT32_MAX,
@@ -477,7 +478,7 @@ def _clean_batch(
         counters.records_removed += len(records)
         return _rebuilt_or_dropped(header, [], None, plan, counters), True
     horizon_ms = delete_horizon_ms(header)
-    kept = []
+    kept: list[RawRecord] = []
     keeps_tombstone = False
     for record in records:
         if record.key is None:
@@ -504,7 +505,7 @@ def _clean_batch(
     return _rebuilt_or_dropped(header, kept, new_horizon_ms, plan, counters), True
 
 
-def _rebuilt_or_dropped(header: BatchHeader, kept: list, new_horizon_ms: int | None, plan: CompactionPlan,
+def _rebuilt_or_dropped(header: BatchHeader, kept: list[RawRecord], new_horizon_ms: int | None, plan: CompactionPlan,
                         counters: _Counters) -> bytes | None:
     """The batch with only ``kept``; None (dropped) when empty, unless it is the last batch of a
     live producer, which stays (empty) so producer state survives a restart."""

@@ -42,7 +42,7 @@ _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _INDEX_OPEN_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_APPEND | _CLOEXEC
 
 
-def _big_endian_column(raw: bytes, typecode: str) -> array:
+def _big_endian_column(raw: bytes, typecode: str) -> array[int]:
     column = array(typecode)
     column.frombytes(raw)
     if sys.byteorder == "little":
@@ -50,7 +50,7 @@ def _big_endian_column(raw: bytes, typecode: str) -> array:
     return column
 
 
-def _strictly_increasing(column: array) -> bool:
+def _strictly_increasing(column: array[int]) -> bool:
     return all(a < b for a, b in pairwise(column))
 
 
@@ -131,7 +131,7 @@ class _IndexFile:
 class OffsetIndex(_IndexFile):
     """Sparse map from relative offset to file position (Kafka's ``.index``)."""
 
-    def __init__(self, path: Path, relative_offsets: array | None = None, positions: array | None = None) -> None:
+    def __init__(self, path: Path, relative_offsets: array[int] | None = None, positions: array[int] | None = None) -> None:
         super().__init__(path)
         self._relative_offsets = relative_offsets if relative_offsets is not None else array("i")
         self._positions = positions if positions is not None else array("i")
@@ -215,7 +215,7 @@ class OffsetIndex(_IndexFile):
 class TimeIndex(_IndexFile):
     """Map from a segment's rising max timestamps to the batch that reached them (``.timeindex``)."""
 
-    def __init__(self, path: Path, timestamps: array | None = None, relative_offsets: array | None = None) -> None:
+    def __init__(self, path: Path, timestamps: array[int] | None = None, relative_offsets: array[int] | None = None) -> None:
         super().__init__(path)
         self._timestamps = timestamps if timestamps is not None else array("q")
         self._relative_offsets = relative_offsets if relative_offsets is not None else array("i")

@@ -1,11 +1,15 @@
 """The log cleaner's side of a partition log: when to clean, the plan, installing the result.
 
-Split from ``partition_log`` to keep that module about appends, reads and retention;
-``PartitionLog`` inherits it. The rules (what a clean keeps, tombstones, transactions) and the
-crash-safe swap protocol are in ``compaction``; this class takes the plan on the log's thread
-(paths and file identities of sealed, immutable segments, no descriptors), and installs the cleaned segments back on
-it, discarding a result whose plan no longer holds (retention, DeleteRecords or a config change
-got there first).
+``LogCleaning`` is one of ``PartitionLog``'s collaborators (see ``log_state``): it holds the
+cleaner's state of one log (the plan being built, the segments it names, whether its manifest is
+being committed) and works on the log's segments, producers and positions, which it is given;
+``PartitionLog``'s compaction methods hand it the topic config and the last stable offset.
+
+The rules (what a clean keeps, tombstones, transactions) and the crash-safe swap protocol are in
+``compaction``; this class takes the plan on the log's thread (paths and file identities of
+sealed, immutable segments, no descriptors), and installs the cleaned segments back on it,
+discarding a result whose plan no longer holds (retention, DeleteRecords or a config change got
+there first).
 """
 
 from __future__ import annotations
@@ -14,17 +18,17 @@ import logging
 import pathlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
+from oncestream.durable_files import fsync_directory
 from oncestream.errors import LogInvariantError, StorageError
 from oncestream.log import compaction
 from oncestream.log.config import LogConfig
-from oncestream.log.descriptors import SegmentDescriptors
-from oncestream.log.durable_files import fsync_directory
+from oncestream.log.log_state import LogPositions, LogStatus
 from oncestream.log.producer_state import ProducerStateManager
 from oncestream.log.recovery import Checkpoint, CheckpointFile
 from oncestream.log.segment import Segment
-from oncestream.log.txn_index import TxnIndex, TxnIndexes
+from oncestream.log.segment_list import SegmentList
+from oncestream.log.txn_index import TxnIndex
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +40,7 @@ class SwapCommit:
     ``run`` checks the ``.cleaned`` files are still there and writes the manifest durably (temp
     file, fsync, rename, directory fsync): from its rename on, the next open redoes the swap. The
     log's thread serves the old segments meanwhile and does not delete the planned ones (see
-    ``CleanableLog._delete_oldest_segments``), so the committed manifest always describes the log.
+    ``LogCleaning.holds``), so the committed manifest always describes the log.
     A failure before the rename removes the ``.cleaned`` files and the temp file (nothing was
     committed); after it the swap may be committed, so everything stays for the next open.
     """
@@ -111,75 +115,63 @@ class SwapTail:
             raise StorageError(f"cannot finish the compaction swap of {self.directory}: {exc}") from exc
 
 
-class CleanableLog:
-    """Compaction methods of ``PartitionLog`` (the fields below are set by its constructor)."""
+class LogCleaning:
+    """The cleaner's state of one partition log and the steps that change it.
 
-    directory: pathlib.Path
-    config: LogConfig
-    _segments: list[Segment]
-    _producers: ProducerStateManager
-    _txn_indexes: TxnIndexes
-    _descriptors: SegmentDescriptors
-    _size_bytes: int
-    _closed: bool
-    _offline_reason: str | None
-    _cleaned_offset: int
-    _tombstone_horizon_ms: int
-    _cleaning: compaction.CompactionPlan | None
-    _cleaning_segments: list[Segment]
-    _committing: bool
-    _checkpoint_file: CheckpointFile
-    _recovery_point: int
+    Public through ``PartitionLog``'s compaction methods (``compaction_plan``, ``install_cleaned``
+    and the split install steps), which pass the topic config and the last stable offset.
+    """
 
-    if TYPE_CHECKING:  # PartitionLog's, declared for the type checker only
+    def __init__(self, directory: pathlib.Path, segments: SegmentList, producers: ProducerStateManager,
+                 positions: LogPositions, status: LogStatus) -> None:
+        self.directory = directory
+        self._segments = segments
+        self._producers = producers
+        self._positions = positions
+        self._status = status
+        self._plan: compaction.CompactionPlan | None = None  # planned, not yet installed
+        self._planned: list[Segment] = []  # the segments the plan names
+        self._committing = False  # the plan's manifest is being written: its segments stay
 
-        @property
-        def last_stable_offset(self) -> int: ...
+    def holds(self, segment: Segment) -> bool:
+        """Whether ``segment`` is named by a manifest being committed (it may not go yet: the
+        manifest, once durable, must describe the log; a later pass deletes it)."""
+        return self._committing and any(segment is planned for planned in self._planned)
 
-        def _write_checkpoint(self) -> None: ...
+    def _forget(self, plan: compaction.CompactionPlan) -> None:
+        if self._plan is plan:
+            self._plan = None
+            self._planned = []
 
-        def _checkpoint(self, recovery_point: int) -> Checkpoint: ...
-
-        def _assert_invariants(self) -> None: ...
-
-    def compaction_candidate(self, now_ms: int) -> compaction.CompactionCandidate | None:
-        """How dirty this log is, or None if it is not to be cleaned now.
-
-        None unless cleanup.policy contains ``compact`` and either the dirty ratio reaches
-        min.cleanable.dirty.ratio or a kept tombstone's delete horizon has passed; also None while
-        a plan of this log is being built.
-        """
-        if self._closed or self._offline_reason is not None or self._cleaning is not None:
+    def candidate(self, config: LogConfig, last_stable_offset: int, now_ms: int) -> compaction.CompactionCandidate | None:
+        """How dirty the log is, or None if it is not to be cleaned now (see
+        ``PartitionLog.compaction_candidate``)."""
+        if not self._status.serving or self._plan is not None:
             return None
-        if not self.config.compacts:
+        if not config.compacts:
             return None
         return compaction.evaluate_candidate(
-            self._segments,
-            cleaned_offset=self._cleaned_offset,
-            last_stable_offset=self.last_stable_offset,
-            tombstone_horizon_ms=self._tombstone_horizon_ms,
-            min_compaction_lag_ms=self.config.min_compaction_lag_ms,
-            min_cleanable_dirty_ratio=self.config.min_cleanable_dirty_ratio,
+            self._segments.segments,
+            cleaned_offset=self._positions.cleaned_offset,
+            last_stable_offset=last_stable_offset,
+            tombstone_horizon_ms=self._positions.tombstone_horizon_ms,
+            min_compaction_lag_ms=config.min_compaction_lag_ms,
+            min_cleanable_dirty_ratio=config.min_cleanable_dirty_ratio,
             now_ms=now_ms,
         )
 
-    def compaction_plan(
-        self, now_ms: int, *, max_map_bytes: int = compaction.DEFAULT_MAX_MAP_BYTES
-    ) -> compaction.CompactionPlan | None:
-        """Snapshot what a clean would rewrite (None if ``compaction_candidate`` says no).
-
-        The plan names the sealed segments below the first uncleanable offset by path and file
-        identity and holds no descriptor, so a log of thousands of segments stays under the
-        broker's open-files bound; ``compaction.build_cleaned`` (any thread) opens them one at a
-        time. Hand the result to ``install_cleaned``, or give the plan back with
-        ``cancel_compaction``. One plan at a time.
-        """
-        candidate = self.compaction_candidate(now_ms)
+    def plan(self, config: LogConfig, last_stable_offset: int, now_ms: int,
+             max_map_bytes: int) -> compaction.CompactionPlan | None:
+        """Snapshot what a clean would rewrite (see ``PartitionLog.compaction_plan``)."""
+        candidate = self.candidate(config, last_stable_offset, now_ms)
         if candidate is None:
             return None
-        planned = [s for s in self._segments if s.base_offset < candidate.first_uncleanable_offset]
-        if not (planned and self._segments[-1] not in planned):
-            raise LogInvariantError("the active segment is never cleaned")
+        segments = self._segments
+        planned = [s for s in segments if s.base_offset < candidate.first_uncleanable_offset]
+        if not planned or segments.active in planned:
+            raise LogInvariantError(
+                f"{self.directory}: a clean below offset {candidate.first_uncleanable_offset} would take the active segment"
+            )
         try:
             snapshots = [
                 compaction.SegmentSnapshot.of_file(segment.base_offset, segment.next_offset, segment.size_bytes,
@@ -188,6 +180,7 @@ class CleanableLog:
             ]
         except OSError as exc:
             raise StorageError(f"cannot plan compaction of {self.directory}: {exc}") from exc
+        txn_indexes = segments.txn_indexes
         plan = compaction.CompactionPlan(
             directory=self.directory,
             segments=tuple(snapshots),
@@ -197,161 +190,129 @@ class CleanableLog:
                 pid: entry.last_offset for pid, entry in self._producers.entries.items() if entry.batches
             },
             aborted_txns={
-                s.base_offset: self._txn_indexes.get(s.base_offset).entries
+                s.base_offset: txn_indexes.get(s.base_offset).entries
                 for s in planned
-                if s.base_offset in self._txn_indexes
+                if s.base_offset in txn_indexes
             },
             aborted_data=compaction.AbortedData(
-                self._txn_indexes.overlapping(planned[0].base_offset, planned[0].base_offset,
-                                              candidate.first_uncleanable_offset)
+                txn_indexes.overlapping(planned[0].base_offset, planned[0].base_offset,
+                                        candidate.first_uncleanable_offset)
             ),
             now_ms=now_ms,
-            delete_retention_ms=self.config.delete_retention_ms,
-            segment_bytes=self.config.segment_bytes,
-            index_interval_bytes=self.config.index_interval_bytes,
+            delete_retention_ms=config.delete_retention_ms,
+            segment_bytes=config.segment_bytes,
+            index_interval_bytes=config.index_interval_bytes,
             max_map_bytes=max_map_bytes,
         )
-        self._cleaning = plan
-        self._cleaning_segments = planned
+        self._plan = plan
+        self._planned = planned
         return plan
 
-    def cancel_compaction(self, plan: compaction.CompactionPlan) -> None:
-        """Give back a plan that will not be installed (the build failed, was cancelled or went
-        stale, or installing it failed before taking it). Idempotent; a plan already taken or
-        replaced by another one is left alone."""
-        if self._cleaning is plan:
-            self._cleaning = None
-            self._cleaning_segments = []
+    def cancel(self, plan: compaction.CompactionPlan) -> None:
+        """Give back a plan that will not be installed (idempotent; another plan is left alone)."""
+        self._forget(plan)
 
-    def _plan_still_valid(self, result: compaction.CleanedResult) -> bool:
-        if self._closed or self._offline_reason is not None or self._cleaning is not result.plan:
+    def _plan_still_valid(self, config: LogConfig, result: compaction.CleanedResult) -> bool:
+        if not self._status.serving or self._plan is not result.plan:
             return False
-        if not self.config.compacts:
+        if not config.compacts:
             return False  # cleanup.policy changed meanwhile
-        cleaned = [s for s in self._cleaning_segments if s.base_offset < result.cleaned_offset]
+        cleaned = [s for s in self._planned if s.base_offset < result.cleaned_offset]
         # Retention or DeleteRecords deleting a planned segment, or anything else replacing one,
         # shows up here; appends only add segments after them.
-        current = self._segments[: len(cleaned)]
+        current = self._segments.segments[: len(cleaned)]
         return len(self._segments) > len(cleaned) and all(a is b for a, b in zip(current, cleaned))
 
-    def install_cleaned(self, result: compaction.CleanedResult, now_ms: int) -> bool:
-        """Swap the cleaned segments in (crash-safely), or discard them if the plan went stale.
-
-        Returns False if discarded (the ``.cleaned`` files are then removed). StorageError if the
-        disk fails: before the commit point nothing changed; after it the log goes offline until
-        the next open, which finishes the swap. All on the calling thread; the broker splits it
-        (``begin_install_cleaned``) to run the manifest write and the tail's fsyncs off its loop.
-        """
-        commit = self.begin_install_cleaned(result, now_ms)
+    def install(self, config: LogConfig, result: compaction.CleanedResult, now_ms: int) -> bool:
+        """Every install step on the calling thread (see ``PartitionLog.install_cleaned``)."""
+        commit = self.begin_install(config, result)
         if commit is None:
             return False
         try:
             commit.run()
         except BaseException as exc:
-            self.fail_commit_cleaned(commit, exc)
+            self.fail_commit(commit, exc)
             raise
-        tail = self.apply_install_cleaned(commit, now_ms)
+        tail = self.apply_install(config, commit, now_ms)
         if tail is None:
             return False
         try:
             tail.run()
         except BaseException as exc:
-            self.fail_install_cleaned(tail, exc)
+            self.fail_install(tail, exc)
             raise
-        self.finish_install_cleaned(tail)
+        self.finish_install(tail)
         return True
 
-    def begin_install_cleaned(self, result: compaction.CleanedResult, now_ms: int) -> SwapCommit | None:
-        """Step 1 of the install, on the log's thread: None if the plan no longer holds (the
-        result is discarded, as ``install_cleaned``); else the returned commit (the manifest
-        write) is to ``run`` on any thread, then ``apply_install_cleaned`` (or
-        ``fail_commit_cleaned``) here. Until then the log serves its old segments and keeps the
-        planned ones from retention and DeleteRecords, so the manifest, once durable, still
-        describes the log; no new plan is taken until ``finish_install_cleaned``."""
-        if not self._plan_still_valid(result):
-            if self._cleaning is result.plan:
-                self._cleaning = None
-                self._cleaning_segments = []
+    def begin_install(self, config: LogConfig, result: compaction.CleanedResult) -> SwapCommit | None:
+        """Step 1 (see ``PartitionLog.begin_install_cleaned``)."""
+        if not self._plan_still_valid(config, result):
+            self._forget(result.plan)
             compaction.delete_cleaned_files(result)
             log.info("%s: discarding a compaction whose plan no longer holds", self.directory)
             return None
-        self._committing = True  # self._cleaning stays set: see the docstring
+        self._committing = True  # the plan stays set: no new plan until finish_install
         manifest = compaction.SwapManifest.for_result(result) if result.groups else None
         return SwapCommit(result, self.directory, manifest)
 
-    def fail_commit_cleaned(self, commit: SwapCommit, exc: BaseException) -> None:
-        """``commit.run()`` failed. Before its rename nothing was committed (it removed its
-        files) and the log carries on; after it the swap may be committed, so the log goes
-        offline until the next open finishes it."""
+    def fail_commit(self, commit: SwapCommit, exc: BaseException) -> None:
+        """``commit.run()`` failed (see ``PartitionLog.fail_commit_cleaned``)."""
         self._committing = False
-        if self._cleaning is commit.result.plan:
-            self._cleaning = None
-            self._cleaning_segments = []
-        if commit.renamed and not self._closed:
-            self._offline_reason = f"compaction commit failed after its manifest rename: {exc}"
-            log.error("%s: %s; the log is offline until restarted", self.directory, self._offline_reason)
+        self._forget(commit.result.plan)
+        if commit.renamed:
+            self._status.take_offline(f"compaction commit failed after its manifest rename: {exc}")
 
-    def apply_install_cleaned(self, commit: SwapCommit, now_ms: int) -> SwapTail | None:
-        """Step 2, on the log's thread once ``commit.run()`` returned: the cleaned segments are
-        renamed in and serve reads from now on; the returned tail (removal of the merged-away
-        segments, directory fsync, checkpoint, manifest removal) is to ``run`` on any thread,
-        then ``finish_install_cleaned`` (or ``fail_install_cleaned``) here. None if the log was
-        closed or went offline meanwhile: the committed manifest is then finished by the next
-        open."""
+    def apply_install(self, config: LogConfig, commit: SwapCommit, now_ms: int) -> SwapTail | None:
+        """Step 2 (see ``PartitionLog.apply_install_cleaned``)."""
         self._committing = False
         result = commit.result
-        if self._closed or self._offline_reason is not None:
-            if self._cleaning is result.plan:
-                self._cleaning = None
-                self._cleaning_segments = []
+        if not self._status.serving:
+            self._forget(result.plan)
             return None
-        self._cleaning_segments = []
+        self._planned = []
+        positions = self._positions
         if commit.manifest is None:
             # Nothing changed on disk, but the range is clean now.
-            self._cleaned_offset = max(self._cleaned_offset, result.cleaned_offset)
-            self._tombstone_horizon_ms = result.tombstone_horizon_ms
+            positions.cleaned_offset = max(positions.cleaned_offset, result.cleaned_offset)
+            positions.tombstone_horizon_ms = result.tombstone_horizon_ms
             return self._swap_tail(result, None)
         try:
-            self._apply_swap(result, commit.manifest, now_ms)
+            self._apply_swap(config, result, commit.manifest, now_ms)
         except BaseException as exc:
-            self._cleaning = None
-            self._offline_reason = f"compaction swap failed after its commit point: {exc}"
-            log.error("%s: %s; the log is offline until restarted", self.directory, self._offline_reason)
-            raise StorageError(f"{self.directory}: {self._offline_reason}") from exc
+            self._plan = None
+            reason = f"compaction swap failed after its commit point: {exc}"
+            self._status.take_offline(reason)
+            raise StorageError(f"{self.directory}: {reason}") from exc
         log.info("%s: %s", self.directory, compaction.describe(result))
         return self._swap_tail(result, commit.manifest)
 
-    def _swap_held(self, segment: Segment) -> bool:
-        """Whether ``segment`` is named by a manifest being committed (it may not go yet)."""
-        return self._committing and any(segment is planned for planned in self._cleaning_segments)
-
     def _swap_tail(self, result: compaction.CleanedResult, manifest: compaction.SwapManifest | None) -> SwapTail:
-        return SwapTail(result.plan, self.directory, manifest, self._checkpoint_file,
-                        self._checkpoint(self._recovery_point), self._checkpoint_file.version)
+        positions = self._positions
+        return SwapTail(result.plan, self.directory, manifest, positions.file, positions.checkpoint(),
+                        positions.file.version)
 
-    def finish_install_cleaned(self, tail: SwapTail) -> None:
-        """Back on the log's thread after ``tail.run()`` returned: the clean is complete."""
-        if self._cleaning is tail.plan:
-            self._cleaning = None
-        if self._closed:
+    def finish_install(self, tail: SwapTail) -> None:
+        """Back on the log's thread after ``tail.run()`` (see ``PartitionLog.finish_install_cleaned``)."""
+        if self._plan is tail.plan:
+            self._plan = None
+        if self._status.closed:
             return  # a manifest left behind is finished by the next open
         if not tail.written:
             # The log's thread wrote the checkpoint meanwhile (with this clean's cleaned offset)
             # and may have failed: write it once more before the manifest goes.
-            self._write_checkpoint()
+            self._positions.write()
             if tail.swapped:
                 compaction.finish_swap(self.directory)
 
-    def fail_install_cleaned(self, tail: SwapTail, exc: BaseException) -> None:
-        """``tail.run()`` failed after the commit point: offline until the next open finishes
-        the swap (as when the swap itself fails)."""
-        if self._cleaning is tail.plan:
-            self._cleaning = None
-        if not self._closed and tail.swapped:
-            self._offline_reason = f"compaction swap failed after its commit point: {exc}"
-            log.error("%s: %s; the log is offline until restarted", self.directory, self._offline_reason)
+    def fail_install(self, tail: SwapTail, exc: BaseException) -> None:
+        """``tail.run()`` failed after the commit point (see ``PartitionLog.fail_install_cleaned``)."""
+        if self._plan is tail.plan:
+            self._plan = None
+        if tail.swapped:
+            self._status.take_offline(f"compaction swap failed after its commit point: {exc}")
 
-    def _apply_swap(self, result: compaction.CleanedResult, manifest: compaction.SwapManifest, now_ms: int) -> None:
+    def _apply_swap(self, config: LogConfig, result: compaction.CleanedResult,
+                    manifest: compaction.SwapManifest, now_ms: int) -> None:
         # The renames stay on the log's thread: a reader reopening a segment by path (the
         # descriptor cache may have closed it) must find the file that matches the segment in
         # memory, so the files switch in the same step as the segment list. The merged-away
@@ -374,26 +335,27 @@ class CleanableLog:
                 group.base_offset,
                 now_ms,
                 recover=False,
-                index_interval_bytes=self.config.index_interval_bytes,
+                index_interval_bytes=config.index_interval_bytes,
                 compacted_below=result.cleaned_offset,
             )
-            new_segment.use_descriptor_cache(self._descriptors)
+            new_segment.use_descriptor_cache(self._segments.descriptors)
             if truncated_bytes or new_segment.size_bytes != group.size_bytes:
                 raise StorageError(f"cleaned segment {group.base_offset} does not match what was written")
             # Retention's fallback clock for batches without timestamps must not restart.
             new_segment.last_append_ms = max(old_by_base[b].last_append_ms for b in group.replaced_bases)
             segments.append(new_segment)
+        txn_indexes = self._segments.txn_indexes
         for base_offset in replaced:
             old_by_base[base_offset].release()  # their files are gone or replaced already
             if base_offset in by_group:
                 index = TxnIndex.load(self.directory, base_offset)  # the merged one just renamed in
                 if index is None:
                     raise StorageError(f"cleaned segment {base_offset} has no valid aborted-transaction index")
-                self._txn_indexes.put(index)
+                txn_indexes.put(index)
             else:
-                self._txn_indexes.drop(base_offset, unlink=False)  # the tail removes its file
-        self._segments = segments
-        self._size_bytes = sum(segment.size_bytes for segment in segments)
-        self._cleaned_offset = max(self._cleaned_offset, result.cleaned_offset)
-        self._tombstone_horizon_ms = result.tombstone_horizon_ms
-        self._assert_invariants()
+                txn_indexes.drop(base_offset, unlink=False)  # the tail removes its file
+        self._segments.replace(segments)
+        positions = self._positions
+        positions.cleaned_offset = max(positions.cleaned_offset, result.cleaned_offset)
+        positions.tombstone_horizon_ms = result.tombstone_horizon_ms
+        self._segments.check(positions.log_start_offset, positions.cleaned_offset)

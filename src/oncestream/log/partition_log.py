@@ -28,8 +28,11 @@ Durability: appends go to the page cache (survives a process crash). ``flush()``
 broker calls it before acknowledging when ``needs_flush_on_ack()`` (flush.messages=1), and the
 log flushes by itself every ``flush.messages`` messages otherwise.
 
-Kept apart: the read path over the segments (``read_path``: fetch ranges, timestamp lookups) and
-the LogAppendTime header rewrite (``log_append_time``).
+Made of collaborators, each about one thing: the segments and their aborted-transaction indexes
+(``segment_list``), producer state (``producer_state``), the cleaner's state and steps
+(``log_cleaning``), and what they share (``log_state``: open/closed/offline, the checkpointed
+positions). Kept apart too: the read path over the segments (``read_path``: fetch ranges,
+timestamp lookups) and the LogAppendTime header rewrite (``log_append_time``).
 """
 
 from __future__ import annotations
@@ -39,11 +42,10 @@ import os
 import pathlib
 import struct
 from dataclasses import dataclass
-from itertools import pairwise
 
+from oncestream.durable_files import fsync_directory
 from oncestream.errors import (
     InvalidRecordError,
-    LogInvariantError,
     MessageTooLargeError,
     OffsetOutOfRangeError,
     StorageError,
@@ -52,12 +54,12 @@ from oncestream.log import compaction
 from oncestream.log.batch_records import has_keyless_record
 from oncestream.log.config import INT64_MAX, LogConfig
 from oncestream.log.descriptors import SegmentDescriptors
-from oncestream.log.durable_files import fsync_directory
 from oncestream.log.file_removal import FileRemoval
 from oncestream.log.flush_job import FdatasyncFn, FlushJob
 from oncestream.log.log_append_time import prepare_log_append_time
-from oncestream.log.log_cleaning import CleanableLog
+from oncestream.log.log_cleaning import LogCleaning, SwapCommit, SwapTail
 from oncestream.log.log_start import LogStartMove
+from oncestream.log.log_state import LogPositions, LogStatus
 from oncestream.log.producer_state import (
     BatchMetadata,
     PendingSnapshot,
@@ -69,33 +71,19 @@ from oncestream.log.read_path import (
     max_timestamp_ms,
     offset_for_timestamp,
     read_batches,
-    segment_index_for,
 )
 from oncestream.log.recompression import needs_recompression
-from oncestream.log.recovery import (
-    CLEAN_SHUTDOWN_FILE,
-    Checkpoint,
-    CheckpointFile,
-    recover_log,
-)
-from oncestream.log.segment import (
-    INT32_MAX,
-    PreparedBatch,
-    Segment,
-    offsets_follow,
-)
-from oncestream.log.transactions import (
-    read_control_marker,
-)
-from oncestream.log.txn_index import TxnIndexes, txn_index_path
+from oncestream.log.recovery import CLEAN_SHUTDOWN_FILE, recover_log
+from oncestream.log.segment import INT32_MAX, PreparedBatch, Segment
+from oncestream.log.segment_list import DeletePredicate, SegmentList
+from oncestream.log.transactions import read_control_marker
 from oncestream.protocol.compression import recompress_batch
+from oncestream.protocol.markers import CONTROL_ABORT, CONTROL_COMMIT
 from oncestream.protocol.record_batch import (
     BatchHeader,
     iter_batches,
 )
 from oncestream.protocol.records import (
-    CONTROL_ABORT,
-    CONTROL_COMMIT,
     encode_control_batch,
 )
 
@@ -123,43 +111,25 @@ def parse_partition_dir_name(name: str) -> tuple[str, int]:
     return topic, int(partition_text)
 
 
-class PartitionLog(CleanableLog):
-    """One partition's durable, segmented log with idempotent-producer checks (compaction's
-    side of it in ``CleanableLog``)."""
+class PartitionLog:
+    """One partition's durable, segmented log with idempotent-producer checks."""
 
     def __init__(
         self, directory: pathlib.Path, config: LogConfig, descriptors: SegmentDescriptors | None = None
     ) -> None:
         # Use PartitionLog.open(); the constructor only sets fields.
         self.directory = directory
-        # Sealed segments close their files through this (shared by a broker's logs).
-        self._descriptors = descriptors if descriptors is not None else SegmentDescriptors()
         self.topic, self.partition = parse_partition_dir_name(directory.name)
         self.config = config
-        self._segments: list[Segment] = []
+        self._status = LogStatus(directory)
+        self._positions = LogPositions(directory)
+        # Sealed segments close their files through ``descriptors`` (shared by a broker's logs).
+        self._segments = SegmentList(directory, descriptors if descriptors is not None else SegmentDescriptors())
         self._producers = ProducerStateManager(directory)
-        self._txn_indexes = TxnIndexes(directory)  # aborted transactions, per segment
-        self.log_start_offset = 0
-        self._recovery_point = 0  # segments at or after the one holding it are scanned after a crash
-        self._size_bytes = 0
+        self._cleaning = LogCleaning(directory, self._segments, self._producers, self._positions, self._status)
         self._unflushed_messages = 0
-        self._directory_dirty = False
         self._flush_jobs: list[FlushJob] = []  # begun, not yet finished or failed
         self._pending_snapshot: PendingSnapshot | None = None  # taken at a roll, written by a flush
-        self._checkpoint_file = CheckpointFile(directory)
-        self._closed = False
-        # Log cleaner state: everything below the cleaned offset has been compacted; the horizon
-        # is the earliest time a kept tombstone may go (NO_HORIZON: none is waiting).
-        self._cleaned_offset = 0
-        self._tombstone_horizon_ms = compaction.NO_HORIZON
-        self._cleaning: compaction.CompactionPlan | None = None  # planned, not yet installed
-        self._cleaning_segments: list[Segment] = []
-        self._committing = False  # a clean's manifest is being written: its segments stay
-        self._doomed_files: list[pathlib.Path] = []  # of deleted segments, not removed yet (take_file_removal)
-        # Set when a committed swap failed halfway: the files are fixed by the next open, but the
-        # segments in memory no longer match them, so the log refuses all work (Kafka takes the
-        # log directory offline for the same reason).
-        self._offline_reason: str | None = None
 
     # --- open and recovery ----------------------------------------------------------------------
 
@@ -189,31 +159,30 @@ class PartitionLog(CleanableLog):
             self.directory,
             index_interval_bytes=self.config.index_interval_bytes,
             producers=self._producers,
-            txn_indexes=self._txn_indexes,
-            descriptors=self._descriptors,
+            txn_indexes=self._segments.txn_indexes,
+            descriptors=self._segments.descriptors,
             now_ms=now_ms,
         )
-        self._segments = recovered.segments
-        self._size_bytes = sum(segment.size_bytes for segment in self._segments)
-        self.log_start_offset = recovered.log_start_offset
-        self._recovery_point = recovered.recovery_point
-        self._cleaned_offset = recovered.cleaned_offset
-        self._tombstone_horizon_ms = recovered.tombstone_horizon_ms
-        self._directory_dirty = recovered.directory_dirty
-        self._assert_invariants()
-
-    def _write_checkpoint(self) -> None:
-        self._checkpoint_file.write(self._checkpoint(self._recovery_point))
-
-    def _checkpoint(self, recovery_point: int) -> Checkpoint:
-        return Checkpoint(self.log_start_offset, recovery_point, self._cleaned_offset, self._tombstone_horizon_ms)
+        self._segments.replace(recovered.segments)
+        self._segments.directory_dirty = recovered.directory_dirty
+        positions = self._positions
+        positions.log_start_offset = recovered.log_start_offset
+        positions.recovery_point = recovered.recovery_point
+        positions.cleaned_offset = recovered.cleaned_offset
+        positions.tombstone_horizon_ms = recovered.tombstone_horizon_ms
+        self._check_invariants()
 
     # --- properties -----------------------------------------------------------------------------
 
     @property
+    def log_start_offset(self) -> int:
+        """The first offset served (retention and DeleteRecords move it)."""
+        return self._positions.log_start_offset
+
+    @property
     def log_end_offset(self) -> int:
         """Offset the next appended record will get."""
-        return self._segments[-1].next_offset
+        return self._segments.log_end_offset
 
     @property
     def high_watermark(self) -> int:
@@ -235,7 +204,7 @@ class PartitionLog(CleanableLog):
     @property
     def size_bytes(self) -> int:
         """Bytes in all segments."""
-        return self._size_bytes
+        return self._segments.size_bytes
 
     @property
     def segment_count(self) -> int:
@@ -243,14 +212,12 @@ class PartitionLog(CleanableLog):
 
     def segment_base_offsets(self) -> list[int]:
         """Base offsets of the segments, oldest first (for tests and tools)."""
-        return [segment.base_offset for segment in self._segments]
+        return self._segments.base_offsets()
 
     def move_descriptors_to(self, descriptors: SegmentDescriptors) -> None:
         """Put this log's open files under ``descriptors`` (a log opened on another thread with a
         cache of its own joins the broker's on the owner's thread)."""
-        self._descriptors = descriptors
-        for segment in self._segments:
-            segment.use_descriptor_cache(descriptors)
+        self._segments.move_descriptors_to(descriptors)
 
     def update_config(self, config: LogConfig) -> None:
         """Apply new topic settings; they take effect from the next append, read or tick."""
@@ -357,14 +324,10 @@ class PartitionLog(CleanableLog):
         incoming_bytes = sum(batch.size_bytes for batch in prepared)
         if self._should_roll(incoming_bytes, len(prepared), prepared[-1].last_offset, now_ms):
             self._roll(now_ms)
-        active = self._segments[-1]
-        active.append(prepared, config.index_interval_bytes, now_ms)
         completed_txns = staged.commit()
-        self._size_bytes += incoming_bytes
-        self._unflushed_messages += sum(header.record_count for header, _ in parsed)
         aborted = [txn.aborted_entry() for txn in completed_txns if txn.aborted]
-        if aborted:
-            self._txn_indexes.record_aborts(active.base_offset, aborted)
+        self._segments.append(prepared, config.index_interval_bytes, now_ms, aborted)
+        self._unflushed_messages += sum(header.record_count for header, _ in parsed)
         # flush.messages=N and rolls make a flush due (wants_flush); whoever owns the log runs it,
         # the broker off its event loop. N=1 is the acknowledgement's own group commit.
         return AppendResult(
@@ -397,7 +360,7 @@ class PartitionLog(CleanableLog):
         return self.append(batch, now_ms, from_client=False).base_offset
 
     def _should_roll(self, incoming_bytes: int, batch_count: int, last_offset: int, now_ms: int) -> bool:
-        active = self._segments[-1]
+        active = self._segments.active
         if active.size_bytes == 0:
             return False  # an append larger than segment.bytes gets a segment of its own
         if active.size_bytes > self.config.segment_bytes - incoming_bytes:
@@ -411,25 +374,13 @@ class PartitionLog(CleanableLog):
 
     def _roll(self, now_ms: int) -> None:
         """Seal the active segment, snapshot producer state at the log end, start a new segment."""
-        active = self._segments[-1]
-        active.seal(self._descriptors)
-        new_base = self.log_end_offset
         # No fsync here (the event loop may be the caller): the next flush job fsyncs the sealed
         # segment and its txn index, and only then writes this snapshot, because recovery trusts
         # txn index entries below a snapshot's offset. Until then a crash rescans the segment.
-        self._txn_indexes.seal(active.base_offset)
-        self._pending_snapshot = self._producers.take_snapshot(new_base)
-        new_segment = Segment.create(self.directory, new_base, now_ms)
-        new_segment.use_descriptor_cache(self._descriptors)
-        self._segments.append(new_segment)
-        self._txn_indexes.create(new_base)
-        self._directory_dirty = True
-        log.debug("%s: rolled to segment %d", self.directory, new_base)
+        self._pending_snapshot = self._producers.take_snapshot(self.log_end_offset)
+        self._segments.roll(now_ms)
 
     # --- read -----------------------------------------------------------------------------------
-
-    def _segment_index_for(self, offset: int) -> int:
-        return segment_index_for(self._segments, offset)
 
     def read(
         self,
@@ -456,15 +407,15 @@ class PartitionLog(CleanableLog):
             )
         upper = self.high_watermark if upper_offset is None else min(upper_offset, self.high_watermark)
         chunks, total_bytes, returned_end_offset = read_batches(
-            self._segments, fetch_offset, max_bytes, upper, min_one=min_one
+            self._segments.segments, fetch_offset, max_bytes, upper, min_one=min_one
         )
         aborted_transactions = None
         if with_aborted:
             aborted_transactions = []
             if returned_end_offset > fetch_offset:
                 # An abort is indexed with its marker, which may lie in any later segment.
-                from_base = self._segments[self._segment_index_for(fetch_offset)].base_offset
-                aborted_transactions = self._txn_indexes.collect(from_base, fetch_offset, returned_end_offset)
+                from_base = self._segments[self._segments.index_for(fetch_offset)].base_offset
+                aborted_transactions = self._segments.txn_indexes.collect(from_base, fetch_offset, returned_end_offset)
         return ReadResult(
             chunks=chunks,
             size_bytes=total_bytes,
@@ -486,7 +437,7 @@ class PartitionLog(CleanableLog):
         start = self.log_start_offset
         if start >= self.log_end_offset:
             return None
-        return offset_for_timestamp(self._segments, start, timestamp_ms)
+        return offset_for_timestamp(self._segments.segments, start, timestamp_ms)
 
     def offset_for_max_timestamp(self) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record carrying the log's largest timestamp (KIP-734,
@@ -495,7 +446,7 @@ class PartitionLog(CleanableLog):
         start = self.log_start_offset
         if start >= self.log_end_offset:
             return None
-        max_ts = max_timestamp_ms(self._segments, start)
+        max_ts = max_timestamp_ms(self._segments.segments, start)
         if max_ts < 0:
             return None
         return self.offset_for_timestamp(max_ts)
@@ -527,11 +478,11 @@ class PartitionLog(CleanableLog):
             raise OffsetOutOfRangeError(
                 f"cannot delete records before {before_offset}: high watermark is {self.high_watermark}"
             )
-        if before_offset <= self.log_start_offset:
+        positions = self._positions
+        if before_offset <= positions.log_start_offset:
             return None
-        self.log_start_offset = before_offset
-        return LogStartMove(before_offset, self._checkpoint_file, self._checkpoint(self._recovery_point),
-                            self._checkpoint_file.version)
+        positions.log_start_offset = before_offset
+        return LogStartMove(before_offset, positions.file, positions.checkpoint(), positions.file.version)
 
     def finish_delete_records(self, move: LogStartMove) -> int:
         """DeleteRecords' last step, once ``move`` ran: delete the segments wholly below the log
@@ -539,7 +490,7 @@ class PartitionLog(CleanableLog):
         are left to ``take_file_removal``. Returns the log start offset."""
         self._check_open()
         if not move.written:
-            self._write_checkpoint()  # rare: a concurrent write may have failed (see LogStartMove)
+            self._positions.write()  # rare: a concurrent write may have failed (see LogStartMove)
         self._delete_oldest_segments(lambda segment, next_segment: next_segment.base_offset <= move.log_start_offset)
         return self.log_start_offset
 
@@ -558,7 +509,7 @@ class PartitionLog(CleanableLog):
                 lambda segment, _: now_ms - segment.retention_timestamp_ms > config.retention_ms
             )
         if config.deletes_by_retention and config.retention_bytes >= 0:
-            excess_bytes = self._size_bytes - config.retention_bytes
+            excess_bytes = self._segments.size_bytes - config.retention_bytes
 
             def over_size(segment: Segment, _: Segment) -> bool:
                 nonlocal excess_bytes
@@ -574,39 +525,23 @@ class PartitionLog(CleanableLog):
             self._remove_deleted_files()
         return deleted
 
-    def _delete_oldest_segments(self, predicate) -> int:
+    def _delete_oldest_segments(self, predicate: DeletePredicate) -> int:
         """Delete segments from the oldest while ``predicate(segment, next_segment)`` holds."""
-        deleted = 0
-        # A segment named by a manifest being committed stays until the swap is applied: the
-        # manifest, once durable, must describe the log (a later pass deletes it).
-        while (len(self._segments) > 1 and not self._swap_held(self._segments[0])
-               and predicate(self._segments[0], self._segments[1])):
-            segment = self._segments.pop(0)
-            self._size_bytes -= segment.size_bytes
-            # Out of the list and its descriptor closed: nothing reaches the files any more, so
-            # their unlinks may run later on another thread (``take_file_removal``).
-            segment.release()
-            self._doomed_files.extend(Segment.paths(self.directory, segment.base_offset))  # .log first
-            # Aborts indexed with this segment's markers go with it (after the .log, so a crash
-            # in between leaves an orphan index that the next open removes).
-            self._txn_indexes.drop(segment.base_offset, unlink=False)
-            self._doomed_files.append(txn_index_path(self.directory, segment.base_offset))
-            self._directory_dirty = True
-            deleted += 1
+        # A segment named by a manifest being committed stays until the swap is applied.
+        deleted = self._segments.delete_oldest(predicate, held=self._cleaning.holds)
         if deleted:
-            self.log_start_offset = max(self.log_start_offset, self._segments[0].base_offset)
-            self._recovery_point = max(self._recovery_point, self._segments[0].base_offset)
-            log.info("%s: deleted %d segment(s); log start %d", self.directory, deleted, self.log_start_offset)
-        self._assert_invariants()
+            positions = self._positions
+            first_base = self._segments[0].base_offset
+            positions.log_start_offset = max(positions.log_start_offset, first_base)
+            positions.recovery_point = max(positions.recovery_point, first_base)
+            log.info("%s: deleted %d segment(s); log start %d", self.directory, deleted, positions.log_start_offset)
+        self._check_invariants()
         return deleted
 
     def take_file_removal(self) -> FileRemoval | None:
         """The files of segments deleted since the last call (retention, DeleteRecords), for
         the owner to remove on any thread (the broker: its disk threads); None if there are none."""
-        if not self._doomed_files:
-            return None
-        doomed, self._doomed_files = self._doomed_files, []
-        return FileRemoval(files=doomed)
+        return self._segments.take_file_removal()
 
     def _remove_deleted_files(self) -> None:
         """The synchronous API's removal: the deleted segments' files go now, on this thread."""
@@ -624,12 +559,83 @@ class PartitionLog(CleanableLog):
     @property
     def closed(self) -> bool:
         """Whether the log was closed or abandoned (deleted topic, broker shutdown)."""
-        return self._closed
+        return self._status.closed
 
     @property
     def cleaned_offset(self) -> int:
         """Offsets below this have been compacted (0 if the log never was)."""
-        return self._cleaned_offset
+        return self._positions.cleaned_offset
+
+    def compaction_candidate(self, now_ms: int) -> compaction.CompactionCandidate | None:
+        """How dirty this log is, or None if it is not to be cleaned now.
+
+        None unless cleanup.policy contains ``compact`` and either the dirty ratio reaches
+        min.cleanable.dirty.ratio or a kept tombstone's delete horizon has passed; also None while
+        a plan of this log is being built.
+        """
+        return self._cleaning.candidate(self.config, self.last_stable_offset, now_ms)
+
+    def compaction_plan(
+        self, now_ms: int, *, max_map_bytes: int = compaction.DEFAULT_MAX_MAP_BYTES
+    ) -> compaction.CompactionPlan | None:
+        """Snapshot what a clean would rewrite (None if ``compaction_candidate`` says no).
+
+        The plan names the sealed segments below the first uncleanable offset by path and file
+        identity and holds no descriptor, so a log of thousands of segments stays under the
+        broker's open-files bound; ``compaction.build_cleaned`` (any thread) opens them one at a
+        time. Hand the result to ``install_cleaned``, or give the plan back with
+        ``cancel_compaction``. One plan at a time.
+        """
+        return self._cleaning.plan(self.config, self.last_stable_offset, now_ms, max_map_bytes)
+
+    def cancel_compaction(self, plan: compaction.CompactionPlan) -> None:
+        """Give back a plan that will not be installed (the build failed, was cancelled or went
+        stale, or installing it failed before taking it). Idempotent; a plan already taken or
+        replaced by another one is left alone."""
+        self._cleaning.cancel(plan)
+
+    def install_cleaned(self, result: compaction.CleanedResult, now_ms: int) -> bool:
+        """Swap the cleaned segments in (crash-safely), or discard them if the plan went stale.
+
+        Returns False if discarded (the ``.cleaned`` files are then removed). StorageError if the
+        disk fails: before the commit point nothing changed; after it the log goes offline until
+        the next open, which finishes the swap. All on the calling thread; the broker splits it
+        (``begin_install_cleaned``) to run the manifest write and the tail's fsyncs off its loop.
+        """
+        return self._cleaning.install(self.config, result, now_ms)
+
+    def begin_install_cleaned(self, result: compaction.CleanedResult, now_ms: int) -> SwapCommit | None:
+        """Step 1 of the install, on the log's thread: None if the plan no longer holds (the
+        result is discarded, as ``install_cleaned``); else the returned commit (the manifest
+        write) is to ``run`` on any thread, then ``apply_install_cleaned`` (or
+        ``fail_commit_cleaned``) here. Until then the log serves its old segments and keeps the
+        planned ones from retention and DeleteRecords, so the manifest, once durable, still
+        describes the log; no new plan is taken until ``finish_install_cleaned``."""
+        return self._cleaning.begin_install(self.config, result)
+
+    def fail_commit_cleaned(self, commit: SwapCommit, exc: BaseException) -> None:
+        """``commit.run()`` failed. Before its rename nothing was committed (it removed its
+        files) and the log carries on; after it the swap may be committed, so the log goes
+        offline until the next open finishes it."""
+        self._cleaning.fail_commit(commit, exc)
+
+    def apply_install_cleaned(self, commit: SwapCommit, now_ms: int) -> SwapTail | None:
+        """Step 2, on the log's thread once ``commit.run()`` returned: the cleaned segments are
+        renamed in and serve reads from now on; the returned tail (removal of the merged-away
+        segments, directory fsync, checkpoint, manifest removal) is to ``run`` on any thread,
+        then ``finish_install_cleaned`` (or ``fail_install_cleaned``) here. None if the log was
+        closed or went offline meanwhile: the committed manifest is then finished by the next
+        open."""
+        return self._cleaning.apply_install(self.config, commit, now_ms)
+
+    def finish_install_cleaned(self, tail: SwapTail) -> None:
+        """Back on the log's thread after ``tail.run()`` returned: the clean is complete."""
+        self._cleaning.finish_install(tail)
+
+    def fail_install_cleaned(self, tail: SwapTail, exc: BaseException) -> None:
+        """``tail.run()`` failed after the commit point: offline until the next open finishes
+        the swap (as when the swap itself fails)."""
+        self._cleaning.fail_install(tail, exc)
 
     # --- durability and lifecycle ---------------------------------------------------------------
 
@@ -655,30 +661,32 @@ class PartitionLog(CleanableLog):
     def begin_flush(self, fdatasync: FdatasyncFn | None = None) -> FlushJob | None:
         """Step 1 of a flush, on the log's own thread: what must be fsynced, as a FlushJob whose
         ``run()`` may go to any thread (None once closed). StorageError if the log is offline."""
-        if self._closed:
+        if self._status.closed:
             return None
         self._check_open()
-        active = self._segments[-1]
+        segments = self._segments
+        active = segments.active
         descriptors: list[tuple[int, str]] = []
         try:
-            for segment in self._segments:
+            for segment in segments:
                 if segment.needs_flush:
                     descriptors.extend(segment.take_flush_descriptors(include_indexes=segment is not active))
             # Sealed segments fall below the recovery point after this job: their indexes too.
-            descriptors.extend(self._txn_indexes.take_flush_descriptors(except_base_offset=active.base_offset))
+            descriptors.extend(segments.txn_indexes.take_flush_descriptors(except_base_offset=active.base_offset))
         except OSError as exc:
             for fd, _ in descriptors:
                 os.close(fd)
-            self._take_offline(f"cannot prepare a flush: {exc}")
+            self._status.take_offline(f"cannot prepare a flush: {exc}")
             raise StorageError(f"{self.directory}: cannot prepare a flush: {exc}") from exc
-        directory = self.directory if self._directory_dirty else None
-        self._directory_dirty = False
+        directory = self.directory if segments.directory_dirty else None
+        segments.directory_dirty = False
         self._unflushed_messages = 0
         job = FlushJob(descriptors, directory, active.base_offset, self._pending_snapshot)
         self._pending_snapshot = None
-        if active.base_offset > self._recovery_point:
+        positions = self._positions
+        if active.base_offset > positions.recovery_point:
             # Every sealed segment is durable once the job ran: it records that itself.
-            job.checkpoint = (self._checkpoint_file, self._checkpoint(active.base_offset), self._checkpoint_file.version)
+            job.checkpoint = (positions.file, positions.checkpoint(active.base_offset), positions.file.version)
         if fdatasync is not None:
             job.fdatasync = job.fsync = fdatasync
         self._flush_jobs.append(job)
@@ -688,11 +696,11 @@ class PartitionLog(CleanableLog):
         """Step 3, back on the log's thread after ``job.run()`` succeeded: every sealed segment
         the job covered is durable, so a crash only needs the segments above it scanned."""
         self._forget_flush_job(job)
-        if self._closed or self._offline_reason is not None:
+        if not self._status.serving:
             return
         # The job wrote the checkpoint (unless a newer one came meanwhile: then the next write
         # carries this recovery point). A crash before it was written rescans a little more.
-        self._recovery_point = max(self._recovery_point, job.recovery_point)
+        self._positions.recovery_point = max(self._positions.recovery_point, job.recovery_point)
 
     def fail_flush(self, job: FlushJob, error: BaseException) -> None:
         """Step 3 after ``job.run()`` failed: take the log offline. The kernel may have dropped
@@ -701,84 +709,66 @@ class PartitionLog(CleanableLog):
         read fails with StorageError until a restart recovers the log (Kafka takes the log
         directory offline on an IOException)."""
         self._forget_flush_job(job)
-        self._take_offline(f"fsync failed: {error}")
+        self._status.take_offline(f"fsync failed: {error}")
 
     def _forget_flush_job(self, job: FlushJob) -> None:
         if job in self._flush_jobs:
             self._flush_jobs.remove(job)
-
-    def _take_offline(self, reason: str) -> None:
-        if self._closed or self._offline_reason is not None:
-            return
-        self._offline_reason = reason
-        log.error("%s: %s; the log is offline until restarted", self.directory, reason)
 
     def wants_flush(self) -> bool:
         """Whether a flush is due: a roll left a sealed segment (and the producer snapshot taken
         at it) to make durable, or ``flush.messages`` (N > 1) messages came since the last one.
         The log never fsyncs during an append or a roll; the broker runs the flush on its disk
         threads (``GroupCommitFlusher.flush_in_background``), other owners call ``flush()``."""
-        if self._closed or self._offline_reason is not None:
+        if not self._status.serving:
             return False
         every = self.config.flush_messages
         return (
             self._pending_snapshot is not None
-            or self._segments[-1].base_offset > self._recovery_point
+            or self._segments.active.base_offset > self._positions.recovery_point
             or (every not in (1, INT64_MAX) and self._unflushed_messages >= every)
         )
 
     def close(self) -> None:
         """Flush everything, snapshot producer state, release files and mark the shutdown clean."""
-        if self._closed:
+        status = self._status
+        if status.closed:
             return
         for job in list(self._flush_jobs):
             # A round still running, or failed without its owner having heard: its dirty marks
             # are cleared, so flushing here would not cover its files. No clean marker then.
             if not job.done or job.error is not None:
-                self._take_offline(f"closed with an unfinished or failed fsync round: {job.error}")
-        if self._offline_reason is not None:
+                status.take_offline(f"closed with an unfinished or failed fsync round: {job.error}")
+        if status.offline_reason is not None:
             # The files no longer match the segments in memory; the next open repairs them.
             self.abandon()
             return
         self._remove_deleted_files()  # an owner that left them: gone before the log counts as clean
-        for segment in self._segments:
+        segments = self._segments
+        for segment in segments:
             segment.seal()
             segment.flush(include_indexes=True)
         self.flush()
-        self._txn_indexes.fsync()  # the active one too: nothing is rebuilt after a clean close
+        segments.txn_indexes.fsync()  # the active one too: nothing is rebuilt after a clean close
         self._producers.write_snapshot(self.log_end_offset)
-        self._recovery_point = self.log_end_offset
-        self._write_checkpoint()
-        for segment in self._segments:
+        self._positions.recovery_point = self.log_end_offset
+        self._positions.write()
+        for segment in segments:
             segment.close()
-        self._txn_indexes.release_all()
+        segments.txn_indexes.release_all()
         (self.directory / CLEAN_SHUTDOWN_FILE).touch()
         fsync_directory(self.directory)
-        self._closed = True
+        status.closed = True
 
     def abandon(self) -> None:
         """Release file descriptors without flushing or marking clean (the log is being deleted)."""
-        if self._closed:
+        if self._status.closed:
             return
-        self._closed = True
-        for segment in self._segments:
-            segment.release()
-        self._txn_indexes.release_all()
+        self._status.closed = True
+        self._segments.release_all()
 
     def _check_open(self) -> None:
-        if self._closed:
-            raise StorageError(f"log {self.directory} is closed")
-        if self._offline_reason is not None:
-            raise StorageError(f"log {self.directory} is offline: {self._offline_reason}")
+        self._status.check_open()
 
-    def _assert_invariants(self) -> None:
-        segments = self._segments
-        if not segments:
-            raise LogInvariantError("a log always has an active segment")
-        for previous, current in pairwise(segments):
-            if not offsets_follow(previous.next_offset, current.base_offset, self._cleaned_offset):
-                raise LogInvariantError("offsets must be contiguous across segments, except for gaps compaction left")
-        if not (segments[0].base_offset <= self.log_start_offset <= self.log_end_offset):
-            raise LogInvariantError("broken invariant: segments[0].base_offset <= self.log_start_offset <= self.log_end_offset")
-        if not (self._size_bytes == sum(segment.size_bytes for segment in segments)):
-            raise LogInvariantError("broken invariant: self._size_bytes == sum(segment.size_bytes for segment in segments)")
+    def _check_invariants(self) -> None:
+        self._segments.check(self._positions.log_start_offset, self._positions.cleaned_offset)

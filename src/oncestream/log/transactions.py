@@ -43,9 +43,8 @@ from oncestream.errors import (
     LogInvariantError,
 )
 from oncestream.log.txn_index import AbortedTxn
+from oncestream.protocol.markers import CONTROL_ABORT, CONTROL_COMMIT
 from oncestream.protocol.records import (
-    CONTROL_ABORT,
-    CONTROL_COMMIT,
     control_marker_type,
     decode_batch,
 )

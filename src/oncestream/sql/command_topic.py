@@ -25,6 +25,9 @@ command's offset). One writer at a time per node (a lock); many nodes contend th
 A commit whose outcome is unknown (the connection dropped during EndTxn) is never retried blindly:
 the next attempt's ``init_transactions`` completes or aborts it, and the runner then shows whether
 the record at the offset we produced is there (committed) or not (aborted).
+
+A ``WriteStepObserver`` (injected into the node, none by default) is told each step of a write
+(``WRITE_STEPS``), so a test can stop the node exactly there and check what a restart makes of it.
 """
 
 from __future__ import annotations
@@ -34,22 +37,34 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
 from oncestream.client import Admin, KafkaException, NewTopic, Producer
 from oncestream.sql.command_runner import CommandRunner, CommandStatus, end_offset
 from oncestream.sql.errors import COMMAND_QUEUE_CATCHUP_TIMEOUT, DegradedError, KsqlError
-from oncestream.testing_hooks import SqlCrashPoint
 
 log = logging.getLogger("oncestream.sql")
 
 INTERNAL_TOPIC_PREFIX = "_confluent-ksql-"
 COMMAND_TOPIC_SUFFIX = "command_topic"
 
-# The steps of one write, in order; the test hook (testing_hooks.SqlCrashPoint) names one of them.
+# The steps of one write, in order (what a WriteStepObserver is told).
 WRITE_STEPS = ("init", "begun", "end-offset", "caught-up", "validated", "produced", "committed", "applied")
+
+
+class WriteStepObserver(Protocol):
+    """Told when a statement being written reaches a step of ``WRITE_STEPS``."""
+
+    def reached(self, step: str) -> None:
+        """The write is at ``step`` (called on the writing thread, under the writer's lock)."""
+        ...
+
+
+class _NoObserver:
+    def reached(self, step: str) -> None:
+        pass
 
 _RETRY_BACKOFF_S = 0.1
 _RETRY_BACKOFF_MAX_S = 1.0
@@ -101,18 +116,18 @@ class CommandWriter:
     """Writes statements to the command topic with the protocol above (thread-safe)."""
 
     def __init__(self, *, topic: str, service_id: str, client_conf: Mapping[str, Any], runner: CommandRunner,
-                 admin: Admin, crash: SqlCrashPoint | None = None, timeout_ms: int = 60_000) -> None:
+                 admin: Admin, steps: WriteStepObserver | None = None, timeout_ms: int = 60_000) -> None:
         self.topic = topic
         self._service_id = service_id
         self._client_conf = dict(client_conf)
         self._runner = runner
         self._admin = admin
-        self._crash = crash or SqlCrashPoint(None, WRITE_STEPS)
+        self._steps: WriteStepObserver = steps or _NoObserver()
         self._timeout_s = timeout_ms / 1000
         self._lock = threading.Lock()  # one writer at a time on this node
 
     def _step(self, name: str) -> None:
-        self._crash.reached(name)
+        self._steps.reached(name)
 
     def _check_degraded(self) -> None:
         reason = self._runner.degraded_reason

@@ -30,9 +30,9 @@ from oncestream.sql.assignment import Assignment, QueryAssignment
 from oncestream.sql.catalog import SourceInfo
 from oncestream.sql.command_runner import Applied, CommandRunner
 from oncestream.sql.command_topic import (
-    WRITE_STEPS,
     CommandWriter,
     PreparedCommand,
+    WriteStepObserver,
     command_topic_name,
     ensure_command_topic,
 )
@@ -52,7 +52,6 @@ from oncestream.sql.local_queries import LocalQueries, StartSpec
 from oncestream.sql.metastore import CommandResult, Metastore, StartQuery, StopQuery
 from oncestream.sql.parser import parse
 from oncestream.sql.pull.node_hooks import PullQueries
-from oncestream.testing_hooks import SQL_CRASH_STEP_PROPERTY, SqlCrashPoint
 
 log = logging.getLogger("oncestream.sql")
 
@@ -83,7 +82,9 @@ class NodeSettings:
 class Node:
     """A SQL-server node (implements ``engine.SqlEngine``)."""
 
-    def __init__(self, settings: NodeSettings, runtime: Any) -> None:
+    def __init__(self, settings: NodeSettings, runtime: Any, *, write_steps: WriteStepObserver | None = None) -> None:
+        """``write_steps`` is told each step of the command-topic write protocol (injected;
+        command_topic.WriteStepObserver), nobody by default."""
         self.settings = settings
         self.runtime = runtime
         self.url: str | None = None
@@ -96,9 +97,8 @@ class Node:
         self._pull = PullQueries(settings.state_dir or ".", settings.bootstrap_servers, settings.client_properties)
         self._runner = CommandRunner(topic=self.topic, client_conf=settings.client_conf, decode=self._decode,
                                      apply=self._apply, incompatible=(commands.IncompatibleCommandError,))
-        crash = SqlCrashPoint(settings.properties.get(SQL_CRASH_STEP_PROPERTY), WRITE_STEPS)
         self._writer = CommandWriter(topic=self.topic, service_id=settings.service_id, client_conf=settings.client_conf,
-                                     runner=self._runner, admin=self._admin, crash=crash,
+                                     runner=self._runner, admin=self._admin, steps=write_steps,
                                      timeout_ms=settings.command_timeout_ms)
         self._local = LocalQueries(runtime, self._start_spec, self._queries_changed)
         self._assignment: QueryAssignment | None = None

@@ -16,8 +16,10 @@ replay, query placement) and the REST API (HTTP/1.1 and h2c on one port). ``--co
 - the node's own settings (``ksql.command.timeout.ms``, ``ksql.query.assignment.session.timeout.ms``,
   ``ksql.query.assignment.heartbeat.interval.ms``, ``ksql.query.assignment.instance.id`` (the
   node's ``group.instance.id``; default: an id kept in the state dir, empty: none, see
-  node_identity), ``ksql.internal.topic.replicas``, ``ksql.max.body.bytes``) and test hooks
-  (``oncestream.test.*``, see testing_hooks).
+  node_identity), ``ksql.internal.topic.replicas``, ``ksql.max.body.bytes``).
+
+A caller building the node from Python passes ``run(args, write_steps=...)``: an observer of the
+command-topic write steps (command_topic.WriteStepObserver; tests inject crashes this way).
 
 At start the node asks the broker for KIP-939 two-phase commit, as the queries' exactly-once sink
 will (``two_phase_check``): a broker that refuses it (not started with
@@ -47,7 +49,10 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from oncestream.sql.command_topic import WriteStepObserver
 
 log = logging.getLogger("oncestream.sql")
 
@@ -204,8 +209,9 @@ class SparkRuntime:
         _stop_spark(spark)
 
 
-def run(args: argparse.Namespace) -> int:
-    """Run one node until SIGTERM/SIGINT; 0 on a clean stop."""
+def run(args: argparse.Namespace, *, write_steps: WriteStepObserver | None = None) -> int:
+    """Run one node until SIGTERM/SIGINT; 0 on a clean stop. ``write_steps`` is injected into
+    the node (told each step of the command-topic write protocol)."""
     logging.basicConfig(level=getattr(logging, str(args.log_level).upper()),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from oncestream.client import KafkaException
@@ -251,7 +257,7 @@ def run(args: argparse.Namespace) -> int:
     status = 0
     try:
         runtime = SparkRuntime(make, eager=props.get("ksql.spark.start", "eager") != "lazy")
-        node = Node(settings, runtime)
+        node = Node(settings, runtime, write_steps=write_steps)
         node.start()
         # Once the node reached the cluster (an unreachable one or bad credentials are the start's
         # own error above), beside the rest of the start: the check delays nothing.

@@ -45,7 +45,6 @@ from oncestream.state.store import (
     FaultHook,
     StateStore,
 )
-from oncestream.testing_hooks import state_commit_crash_hook_from_env
 
 log = logging.getLogger(__name__)
 
@@ -273,8 +272,10 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run a materializer until SIGTERM/SIGINT (or until caught up), committing on the way out."""
+def main(argv: list[str] | None = None, *, fault_hook: FaultHook | None = None) -> int:
+    """Run a materializer until SIGTERM/SIGINT (or until caught up), committing on the way out.
+    ``fault_hook`` is the store's commit observer (store.COMMIT_FAULT_POINTS), injected by a
+    caller running this entry from Python; none from the command line."""
     args = _parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     events_file = open(args.events_file, "a", buffering=1) if args.events_file else None  # noqa: SIM115
@@ -292,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
         args.state_dir, args.topic, source,
         commit_interval_ms=args.commit_interval_ms, metadata_interval_ms=args.metadata_interval_ms,
         uncommitted_max_bytes=args.uncommitted_max_bytes, poll_max_records=args.poll_max_records,
-        events=emit, fault_hook=state_commit_crash_hook_from_env())
+        events=emit, fault_hook=fault_hook)
     try:
         targets = None
         if args.stop_when_caught_up:

@@ -2,8 +2,9 @@
 statement is lost after its HTTP success, none is applied twice, none half-applied; the restarted
 node rebuilds the same metastore as a node replaying the topic from scratch.
 
-The node kills itself at the step named by ``oncestream.test.sql.crash.step``
-(oncestream.testing_hooks.SqlCrashPoint; steps in oncestream.sql.command_topic.WRITE_STEPS).
+The node kills itself at a step of oncestream.sql.command_topic.WRITE_STEPS through a write-step
+observer the test tree injects (``SqlServerProcess.start(crash_step=...)``,
+tests/support/sql_node_with_faults.py).
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from oncestream.sql.command_topic import WRITE_STEPS, command_topic_name
-from oncestream.testing_hooks import SQL_CRASH_STEP_PROPERTY
 from tests.support.sql_servers import LAZY_SPARK, SqlServerProcess
 
 pytestmark = pytest.mark.chaos
@@ -73,13 +73,13 @@ def test_sigkill_at_every_write_step(broker, tmp_path: Path, cycles: int) -> Non
             node.ok(_create(before))            # acknowledged: must survive every crash
             acknowledged.append(before)
             node.kill()
-            node.start({**LAZY_SPARK, SQL_CRASH_STEP_PROPERTY: step})
+            node.start(crash_step=step)
             victim = f"CRASH_{index}_{uuid.uuid4().hex[:4]}".upper()
             with pytest.raises(httpx.TransportError):
                 node.ksql(_create(victim))      # the node dies before answering
             node.process.wait(60)  # type: ignore[union-attr]
             assert node.process.returncode == -9, node.log_tail()  # type: ignore[union-attr]
-            node.start()                        # restarted without the hook
+            node.start()                        # restarted without the fault
             names = [name for name, _topic in _streams(node)]
             assert all(a in names for a in acknowledged), (step, names)
             if index >= COMMITTED_FROM:

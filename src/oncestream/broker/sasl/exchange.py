@@ -137,7 +137,8 @@ class SaslExchange:
                     return scram.first(token)
                 reply = scram.final(token)
                 username = scram.username
-            principal = f"User:{username}"
+            # The principal builder maps the SASL identity (broker/principal.py).
+            principal = self.session.principal_for(sasl_mechanism=self.mechanism, sasl_authorization_id=username)
             if self.reauthenticating and principal != self.session.principal:
                 raise SaslAuthenticationError("re-authentication must keep the same principal")
         except (SaslAuthenticationError, IllegalSaslStateError):
@@ -145,6 +146,7 @@ class SaslExchange:
             self.close_requested = True
             raise
         self.session.principal = principal
+        self.session.sasl_mechanism, self.session.sasl_authorization_id = self.mechanism, username
         self.session.authenticated = True
         self.state = "complete"
         self.reauthenticating = False

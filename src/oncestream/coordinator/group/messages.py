@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
 
-from oncestream.topic_partition import TopicPartition
+from oncestream.topic_partition import TopicPartition as TopicPartition  # part of the messages vocabulary
 
 NO_MEMBER_ID = ""
 NO_GENERATION = -1

@@ -23,7 +23,7 @@ from typing import Generic, TypeVar
 
 from kio.schema.errors import ErrorCode
 
-from oncestream.topic_partition import TopicPartition
+from oncestream.topic_partition import TopicPartition as TopicPartition  # part of the messages vocabulary
 
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1

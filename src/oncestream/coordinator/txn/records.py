@@ -30,6 +30,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterable
 from itertools import groupby
+from typing import Any
 
 from oncestream.coordinator.txn.metadata import TxnSnapshot
 from oncestream.coordinator.txn.state import PERSISTABLE_STATES, state_from_id
@@ -58,7 +59,7 @@ class _Reader:
         self._pos = 0
         self._what = what
 
-    def take(self, fmt: struct.Struct) -> tuple:
+    def take(self, fmt: struct.Struct) -> tuple[Any, ...]:
         end = self._pos + fmt.size
         if end > len(self._data):
             raise CorruptRecordError(f"{self._what} truncated at byte {self._pos}")
@@ -67,10 +68,12 @@ class _Reader:
         return fields
 
     def int16(self) -> int:
-        return self.take(_I16)[0]
+        value: int = self.take(_I16)[0]
+        return value
 
     def int32(self) -> int:
-        return self.take(_I32)[0]
+        value: int = self.take(_I32)[0]
+        return value
 
     def string(self) -> str:
         length = self.int16()

@@ -1,0 +1,27 @@
+"""The interfaces a broker is built with instead of reading test switches from its properties.
+
+Production passes none of them and gets the shipped behaviour; a caller that builds the broker
+through its Python entry (``BrokerState``, ``server.run_broker``) may pass its own, as trio's
+MockClock or Kafka's ``MockTime`` are passed in. Tests do exactly that from the test tree (e.g.
+tests/support/broker_with_faults.py), so no shipped code reads a fault or identity switch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from oncestream.broker.internal_topic import InternalAppender
+from oncestream.broker.principal import KafkaPrincipalBuilder
+from oncestream.broker.txn_service import TxnStepObserver
+
+
+@dataclass(frozen=True)
+class BrokerSeams:
+    """Injected interfaces; ``None`` means the shipped one."""
+
+    # Who a connection is; None: the class ``principal.builder.class`` names (broker/principal.py).
+    principal_builder: KafkaPrincipalBuilder | None = None
+    # Told each step of a committing transaction (txn_service.TXN_STEPS); None: nobody is told.
+    txn_steps: TxnStepObserver | None = None
+    # Appends coordinator records to __consumer_offsets / __transaction_state; None: the log's.
+    internal_appender: InternalAppender | None = None

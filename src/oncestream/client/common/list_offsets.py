@@ -1,0 +1,106 @@
+"""ListOffsets (earliest = -2, latest = -1, or a timestamp) for many partitions, grouped by
+leader, with metadata refresh and retry on leadership errors. Used by the consumer (offset
+reset, watermarks, offsets_for_times) and the admin client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from oncestream.client.common.cluster import Cluster
+from oncestream.client.common.errors import BrokerResponseError, ConnectionLostError, RequestTimedOutError
+from oncestream.protocol.api_keys import LIST_OFFSETS
+from oncestream.protocol.codec import build
+
+EARLIEST = -2
+LATEST = -1
+_RETRY = (
+    ErrorCode.not_leader_or_follower,
+    ErrorCode.unknown_topic_or_partition,
+    ErrorCode.leader_not_available,
+    ErrorCode.offset_not_available,
+    ErrorCode.request_timed_out,
+    ErrorCode.fenced_leader_epoch,
+    ErrorCode.unknown_leader_epoch,
+)
+
+
+async def list_offsets(
+    cluster: Cluster,
+    timestamps: dict[tuple[str, int], int],
+    *,
+    read_committed: bool,
+    retry_backoff_s: float,
+    attempts: int = 20,
+) -> dict[tuple[str, int], tuple[int, int, int]]:
+    """(offset, timestamp, error code) per partition; retriable errors are retried."""
+    pending = dict(timestamps)
+    result: dict[tuple[str, int], tuple[int, int, int]] = {}
+    for attempt in range(attempts):
+        if not pending:
+            break
+        if attempt:
+            await asyncio.sleep(retry_backoff_s)
+        if any(cluster.leader_for(t, p) < 0 for t, p in pending):
+            try:
+                await cluster.refresh({t for t, _ in pending})
+            except (ConnectionLostError, RequestTimedOutError, BrokerResponseError):
+                continue
+        by_node: dict[int, dict[tuple[str, int], int]] = {}
+        for tp, ts in pending.items():
+            node = cluster.leader_for(*tp)
+            if node >= 0:
+                by_node.setdefault(node, {})[tp] = ts
+        answers = await asyncio.gather(
+            *(_ask(cluster, node, tps, read_committed) for node, tps in by_node.items()),
+            return_exceptions=True,
+        )
+        for answer in answers:
+            if isinstance(answer, BaseException):
+                if not isinstance(answer, (ConnectionLostError, RequestTimedOutError, BrokerResponseError)):
+                    raise answer
+                continue
+            for tp, (offset, ts, code) in answer.items():
+                if code in _RETRY:
+                    continue
+                result[tp] = (offset, ts, code)
+                pending.pop(tp, None)
+        if any(True for _ in pending):
+            try:
+                await cluster.refresh({t for t, _ in pending})
+            except (ConnectionLostError, RequestTimedOutError, BrokerResponseError):
+                pass
+    for tp in pending:
+        result[tp] = (-1, -1, int(ErrorCode.leader_not_available))
+    return result
+
+
+async def _ask(cluster: Cluster, node: int, tps: dict[tuple[str, int], int],
+               read_committed: bool) -> dict[tuple[str, int], tuple[int, int, int]]:
+    by_topic: dict[str, list[tuple[int, int]]] = {}
+    for (topic, partition), ts in tps.items():
+        by_topic.setdefault(topic, []).append((partition, ts))
+
+    def make(m: Any, version: int) -> Any:
+        return build(
+            m.ListOffsetsRequest,
+            replica_id=-1,
+            isolation_level=1 if read_committed else 0,
+            topics=tuple(
+                build(m.ListOffsetsTopic, name=topic,
+                      partitions=tuple(build(m.ListOffsetsPartition, partition_index=p, timestamp=ts,
+                                             current_leader_epoch=-1, max_num_offsets=1)
+                                       for p, ts in parts))
+                for topic, parts in by_topic.items()
+            ),
+        )
+
+    response = await cluster.send(node, LIST_OFFSETS, make, min_version=1, max_version=6)
+    out: dict[tuple[str, int], tuple[int, int, int]] = {}
+    for topic in response.topics:
+        for p in topic.partitions:
+            out[(topic.name, p.partition_index)] = (p.offset, getattr(p, "timestamp", -1), int(p.error_code))
+    return out

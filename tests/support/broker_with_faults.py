@@ -1,0 +1,48 @@
+"""``python -m tests.support.broker_with_faults [faults] -- broker --data-dir ... [--config ...]``:
+our broker built through its Python entry (``cli.cmd_broker`` -> ``server.run_broker``) with
+faults injected through its seams (broker/seams.py); the part after ``--`` is the ordinary
+``oncestream`` command line. Faults:
+
+- ``--txn-crash-point STEP`` (txn_service.TXN_STEPS: ``before-markers``, ``between-markers``,
+  ``before-complete``): SIGKILL at that step of every committing transaction;
+- ``--internal-append-fail-file PATH``: appends to __consumer_offsets and __transaction_state
+  fail with StorageError while PATH exists.
+
+``tests.support.brokers.BrokerProcess(faults=BrokerFaults(...))`` starts a broker this way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from oncestream.broker.seams import BrokerSeams
+from oncestream.broker.txn_service import TXN_STEPS
+from oncestream.cli import CliError, build_parser, cmd_broker
+from tests.support.faults import FileSwitchedAppendFault, SigkillAtStep, split_launcher_argv
+
+
+def main(argv: list[str] | None = None) -> int:
+    own, rest = split_launcher_argv(sys.argv[1:] if argv is None else argv)
+    parser = argparse.ArgumentParser(prog="python -m tests.support.broker_with_faults")
+    parser.add_argument("--txn-crash-point", choices=TXN_STEPS)
+    parser.add_argument("--internal-append-fail-file")
+    faults = parser.parse_args(own)
+    args = build_parser().parse_args(rest)
+    if args.func is not cmd_broker:
+        raise SystemExit("the command line after -- must be `broker ...`")
+    seams = BrokerSeams(
+        txn_steps=(SigkillAtStep(faults.txn_crash_point, TXN_STEPS, what="transaction coordinator")
+                   if faults.txn_crash_point else None),
+        internal_appender=(FileSwitchedAppendFault(faults.internal_append_fail_file)
+                           if faults.internal_append_fail_file else None),
+    )
+    try:
+        return cmd_broker(args, seams=seams)
+    except CliError as exc:
+        print(f"oncestream: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
