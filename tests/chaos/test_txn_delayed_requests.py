@@ -83,7 +83,7 @@ class InBackground:
     def _run(self, fn) -> None:
         try:
             self.result = fn()
-        except BaseException as exc:  # surfaced by join()
+        except BaseException as exc:  # noqa: BLE001 - surfaced by join()
             self.error = exc
 
     def join(self, timeout_s: float = CLIENT_TIMEOUT_S) -> object:
@@ -275,7 +275,7 @@ def test_librdkafka_produce_delivered_after_its_transaction_was_aborted(proxied_
     try:
         producer.commit_transaction(CLIENT_TIMEOUT_S)
         raise AssertionError("a transaction with a failed produce must not commit")
-    except Exception as exc:  # KafkaException: abortable
+    except Exception as exc:  # noqa: BLE001 - the client's KafkaException, checked below
         assert exc.args[0].txn_requires_abort(), exc
     producer.abort_transaction(CLIENT_TIMEOUT_S)
 

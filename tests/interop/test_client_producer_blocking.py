@@ -57,7 +57,7 @@ def call_with_hang_guard(fn, what: str):
     def run() -> None:
         try:
             outcome.append(("ok", fn()))
-        except BaseException as exc:  # handed to the test thread
+        except BaseException as exc:  # noqa: BLE001 - handed to the test thread
             outcome.append(("raised", exc))
 
     worker = threading.Thread(target=run, daemon=True)

@@ -194,7 +194,7 @@ def test_group_shared_with_a_librdkafka_member(broker):
                         ours_seen.append((msg.partition(), msg.offset()))
             finally:
                 consumer.close()
-        except BaseException as exc:  # reported by the main thread
+        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
             errors.append(exc)
 
     theirs = ck.Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group,

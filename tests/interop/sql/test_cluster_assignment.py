@@ -86,7 +86,7 @@ def wait_until(check: Callable[[], bool], what: str) -> None:
         time.sleep(0.1)
 
 
-def test_queries_shared_out_and_taken_over(group_broker) -> None:  # noqa: F811
+def test_queries_shared_out_and_taken_over(group_broker) -> None:
     service_id = f"svc_{uuid.uuid4().hex[:8]}"
     known = {"offset": 3, "ids": ["CSAS_A_1", "CSAS_B_2", "CTAS_C_3"]}
 
