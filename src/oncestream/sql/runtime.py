@@ -45,6 +45,7 @@ from oncestream.sql.catalog import Column, QueryInfo, SourceInfo
 from oncestream.sql.engine import ColumnHeader
 from oncestream.sql.errors import KsqlError, StatementError
 from oncestream.sql.serde import layout_for, layout_of
+from oncestream.sql.two_phase_check import two_phase_commit_refusal
 from oncestream.sql.types import BaseType
 
 log = logging.getLogger("oncestream.sql.runtime")
@@ -224,8 +225,6 @@ class QueryRuntime:
     def _two_phase_commit_refusal(self) -> str | None:
         """Why the broker refuses the exactly-once sink's two-phase commit (None: it grants it, or
         could not be asked now: then the query starts and Spark's retries meet the broker)."""
-        from oncestream.sql.two_phase_check import two_phase_commit_refusal
-
         try:
             return two_phase_commit_refusal(self.settings.bootstrap_servers, self.settings.client_properties,
                                             self.settings.service_id)

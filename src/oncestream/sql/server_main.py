@@ -51,6 +51,9 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from oncestream.client import KafkaException
+from oncestream.sql.two_phase_check import two_phase_commit_refusal
+
 if TYPE_CHECKING:
     from oncestream.sql.command_topic import WriteStepObserver
 
@@ -214,7 +217,6 @@ def run(args: argparse.Namespace, *, write_steps: WriteStepObserver | None = Non
     the node (told each step of the command-topic write protocol)."""
     logging.basicConfig(level=getattr(logging, str(args.log_level).upper()),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from oncestream.client import KafkaException
     from oncestream.sql.errors import KsqlError
     from oncestream.sql.node import Node, NodeSettings
     from oncestream.sql.node_identity import NodeIdentityError, node_instance_id
@@ -292,9 +294,6 @@ def _check_two_phase_commit(bootstrap_servers: str, clients: dict[str, str], ser
     needs. The node still serves (statements, INSERT, push and pull queries need no 2PC, and the
     broker may be reconfigured while it runs); each persistent query started meanwhile is ERROR
     with the same reason (runtime.start_persistent). Runs beside the start: it delays nothing."""
-    from oncestream.client import KafkaException
-    from oncestream.sql.two_phase_check import two_phase_commit_refusal
-
     try:
         refusal = two_phase_commit_refusal(bootstrap_servers, clients, service_id)
     except Exception as exc:  # noqa: BLE001 - inconclusive (broker gone, node stopping): one line, no traceback

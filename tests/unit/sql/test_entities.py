@@ -9,6 +9,7 @@ from oncestream.sql import entities
 from oncestream.sql.analyzer import analyze_query
 from oncestream.sql.metastore import Metastore
 from oncestream.sql.parser import parse
+from oncestream.sql.two_phase_check import refusal_text
 
 SETUP = """
 CREATE STREAM orders (id INT KEY, userid STRING, amount DECIMAL(4, 2), tags ARRAY<STRING>,
@@ -173,8 +174,6 @@ def test_query_error_has_ksqldb_shape_and_classifies_what_the_user_fixes() -> No
     """ksqlDB's QueryError: {"type", "errorMessage", "timestamp"}; authorization failures and a
     broker refusing two-phase commit are USER errors (ksqlDB's AuthorizationClassifier), the rest
     UNKNOWN."""
-    from oncestream.sql.two_phase_check import refusal_text
-
     refused = entities.query_error(refusal_text("b:9092", "TRANSACTIONAL_ID_AUTHORIZATION_FAILED: no"), 7)
     assert refused == {"type": "USER", "errorMessage": refusal_text("b:9092", "TRANSACTIONAL_ID_AUTHORIZATION_FAILED: no"),
                        "timestamp": 7}
