@@ -58,3 +58,45 @@ def test_query_refused_two_phase_commit_shows_the_cause(broker_factory, tmp_path
         assert node.get("/healthcheck").json()["isHealthy"] is True
     finally:
         node.kill()
+
+
+def test_broker_refusing_two_phase_commit_is_named_at_start_and_fails_queries_at_once(broker_factory,
+                                                                                      tmp_path: Path) -> None:
+    """Issue 24 point 7: the node says at start that its broker refuses two-phase commit, naming the
+    setting to change; a persistent query over an idle input (nothing ever written, so Spark never
+    runs the sink) is shown as ERROR at once, with ksqlDB's QueryError shape, instead of RUNNING
+    without ever being able to write."""
+    broker = broker_factory()  # two-phase commit left disabled (the default)
+    service_id = f"refused_{uuid.uuid4().hex[:6]}_"
+    node = SqlServerProcess(bootstrap=broker.bootstrap, service_id=service_id, state_dir=tmp_path / "node",
+                            config=LAZY_SPARK)
+    try:
+        node.start()
+        src = f"idle_{uuid.uuid4().hex[:6]}"
+        node.ok(f"CREATE STREAM SRC (ID INT KEY, V STRING) WITH (KAFKA_TOPIC='{src}', PARTITIONS=1, VALUE_FORMAT='JSON');")
+        status = node.ok("CREATE TABLE COUNTS AS SELECT ID, COUNT(*) AS N FROM SRC GROUP BY ID EMIT CHANGES;")[0]
+        query_id = status["commandStatus"]["queryId"]
+
+        def shown_error() -> list[dict[str, object]]:
+            queries = node.ok("SHOW QUERIES;")[0]["queries"]
+            return [q for q in queries if q["id"] == query_id and q["state"] == "ERROR"]
+
+        wait_until(shown_error, "the idle query shown as ERROR", timeout_s=240, nodes=[node])
+        description = node.ok("DESCRIBE COUNTS EXTENDED;")[0]["sourceDescription"]
+        assert [q["state"] for q in description["writeQueries"]] == ["ERROR"], description["writeQueries"]
+        assert "transaction.two.phase.commit.enable=true" in description["errorStats"], description["errorStats"]
+        explained = node.ok(f"EXPLAIN {query_id};")[0]["queryDescription"]
+        assert explained["state"] == "ERROR", explained
+        [error] = explained["queryErrors"]
+        assert set(error) == {"type", "errorMessage", "timestamp"}, error
+        assert error["type"] == "USER" and isinstance(error["timestamp"], int), error
+        assert "transaction.two.phase.commit.enable=true" in error["errorMessage"], error
+        assert node.get("/healthcheck").json()["isHealthy"] is True
+        # Said at start, in the node's log, with the setting to change (checked last: a node
+        # that only logged it would still leave the query RUNNING).
+        wait_until(lambda: "persistent queries cannot run" in node.log_tail(200_000),
+                   "the start-up check's ERROR line", timeout_s=120, nodes=[node])
+        line = next(t for t in node.log_tail(200_000).splitlines() if "persistent queries cannot run" in t)
+        assert " ERROR " in line and "transaction.two.phase.commit.enable=true" in line, line
+    finally:
+        node.kill()

@@ -9,6 +9,7 @@ from oncestream.sql.language.analyzer import analyze_query
 from oncestream.sql.language.parser import parse
 from oncestream.sql.server import entities
 from oncestream.sql.server.metastore import Metastore
+from oncestream.sql.engine.two_phase_check import refusal_text
 
 SETUP = """
 CREATE STREAM orders (id INT KEY, userid STRING, amount DECIMAL(4, 2), tags ARRAY<STRING>,
@@ -167,3 +168,15 @@ def test_explain_of_a_statement_describes_a_query_that_is_not_running() -> None:
 
 def test_command_status_is_the_status_endpoint_body() -> None:
     assert entities.command_status("ERROR", "boom") == {"status": "ERROR", "message": "boom", "queryId": None}
+
+
+def test_query_error_has_ksqldb_shape_and_classifies_what_the_user_fixes() -> None:
+    """ksqlDB's QueryError: {"type", "errorMessage", "timestamp"}; authorization failures and a
+    broker refusing two-phase commit are USER errors (ksqlDB's AuthorizationClassifier), the rest
+    UNKNOWN."""
+    refused = entities.query_error(refusal_text("b:9092", "TRANSACTIONAL_ID_AUTHORIZATION_FAILED: no"), 7)
+    assert refused == {"type": "USER", "errorMessage": refusal_text("b:9092", "TRANSACTIONAL_ID_AUTHORIZATION_FAILED: no"),
+                       "timestamp": 7}
+    assert entities.query_error("KafkaError{code=TOPIC_AUTHORIZATION_FAILED}", 1)["type"] == "USER"
+    assert entities.query_error("java.lang.OutOfMemoryError: Java heap space", 1)["type"] == "UNKNOWN"
+    assert json.loads(json.dumps(refused)) == refused

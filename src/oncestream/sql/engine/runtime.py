@@ -6,7 +6,8 @@
   the service id and query id, so the same query restarted on another node (from the same
   checkpoint) fences the writer it replaces.
 - A query that fails (at compile time or while running) shows ``ERROR`` with its error in
-  ``status``; nothing here raises out of a running query into the node.
+  ``status``; nothing here raises out of a running query into the node. A broker that refuses the
+  sink's KIP-939 two-phase commit (``two_phase_check``) fails the query at start, before Spark.
 - ``stop_persistent`` waits (bounded) for the running micro-batch to end, then stops: an
   interrupted batch would only be aborted and replayed, but a clean boundary is cheaper.
 - ``start_push``: the same plan, rows handed from Spark's ``foreachBatch`` to a bounded,
@@ -45,6 +46,7 @@ from oncestream.sql.errors import KsqlError, StatementError
 from oncestream.sql.language.catalog import Column, QueryInfo, SourceInfo
 from oncestream.sql.language.sql_ast import Query, SourceKind
 from oncestream.sql.language.types import BaseType
+from oncestream.sql.engine.two_phase_check import two_phase_commit_refusal
 
 log = logging.getLogger("oncestream.sql.engine.runtime")
 
@@ -184,6 +186,12 @@ class QueryRuntime:
         if self.status(query_id).state in (RUNNING, PENDING) and query_id in self._queries:
             return
         self._set(query_id, PENDING)
+        refusal = self._two_phase_commit_refusal()
+        if refusal is not None:
+            # The sink could never write: ERROR now, not RUNNING until the first row fails.
+            log.warning("query %s cannot start: %s", query_id, refusal)
+            self._set(query_id, ERROR, refusal)
+            return
         try:
             # Callers start queries from their own threads, whose JVM thread has no active session;
             # without one, DataStreamWriter.start does not find format("oncestream") (DATA_SOURCE_NOT_FOUND).
@@ -213,6 +221,16 @@ class QueryRuntime:
             self._set(query_id, ERROR, _error_text(e))
             return
         self._set(query_id, RUNNING, handle=handle)
+
+    def _two_phase_commit_refusal(self) -> str | None:
+        """Why the broker refuses the exactly-once sink's two-phase commit (None: it grants it, or
+        could not be asked now: then the query starts and Spark's retries meet the broker)."""
+        try:
+            return two_phase_commit_refusal(self.settings.bootstrap_servers, self.settings.client_properties,
+                                            self.settings.service_id)
+        except Exception as e:  # noqa: BLE001 - inconclusive: the query's own start and retries decide
+            log.info("two-phase commit check inconclusive: %s: %s", type(e).__name__, e)
+            return None
 
     def stop_persistent(self, query_id: str) -> None:
         """Stop a query at a micro-batch boundary (waiting up to STOP_WAIT_S for the running one)."""

@@ -228,6 +228,19 @@ def query_description(metastore: Metastore, q: QueryInfo, *, host_states: Mappin
     }
 
 
+# ksqlDB's QueryError.Type: USER for what the user must fix (ksqlDB's AuthorizationClassifier puts
+# Kafka authorization failures there; a broker that refuses two-phase commit is fixed by its
+# operator the same way), UNKNOWN for the rest. Our errors travel between nodes as text, so the
+# class is read from the words every such error carries.
+_USER_ERROR_MARKERS = ("AUTHORIZATION_FAILED", "two-phase commit")
+
+
+def query_error(message: str, timestamp_ms: int) -> dict[str, Any]:
+    """One entry of ``queryErrors`` (ksqlDB's ``QueryError``: errorMessage, timestamp, type)."""
+    kind = "USER" if any(marker in message for marker in _USER_ERROR_MARKERS) else "UNKNOWN"
+    return {"type": kind, "errorMessage": message, "timestamp": timestamp_ms}
+
+
 def query_description_entity(metastore: Metastore, q: QueryInfo, statement_text: str, *, host_states: Mapping[str, str],
                              **kw: Any) -> dict[str, Any]:
     """``EXPLAIN <query id>``: ``{"@type": "queryDescription", "queryDescription": {...}}``."""

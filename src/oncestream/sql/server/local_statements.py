@@ -41,8 +41,7 @@ class LocalStatements:
                 raise StatementError(f"Query with id:{statement.query_id} does not exist, "
                                      "use SHOW QUERIES to view the full set of running queries.", statement_text=text)
             _state, error, _owner = self._placement.query_state(info.query_id)
-            errors = [] if error is None else [{"type": "UNKNOWN", "errorMessage": error,
-                                                "timestamp": int(time.time() * 1000)}]
+            errors = [] if error is None else [entities.query_error(error, int(time.time() * 1000))]
             return entities.query_description_entity(
                 snapshot, info, text, host_states=self._placement.host_statuses(info.query_id), errors=errors,
                 overridden_properties=snapshot.query_properties(info.query_id))

@@ -21,6 +21,12 @@ replay, query placement) and the REST API (HTTP/1.1 and h2c on one port). ``--co
 A caller building the node from Python passes ``run(args, write_steps=...)``: an observer of the
 command-topic write steps (command_topic.WriteStepObserver; tests inject crashes this way).
 
+At start the node asks the broker for KIP-939 two-phase commit, as the queries' exactly-once sink
+will (``two_phase_check``): a broker that refuses it (not started with
+``transaction.two.phase.commit.enable=true``) gets an ERROR line naming that setting in the log; the
+node still serves statements, INSERT, push and pull queries, and shows every persistent query as
+ERROR with the reason.
+
 SIGTERM (or SIGINT): stop serving, leave the assignment group (the survivors take the queries at
 once; a SIGKILLed node restarted on the same state dir instead takes its own queries back at once,
 static membership), stop the local queries at a batch boundary, stop Spark and its JVM, exit 0.
@@ -46,12 +52,12 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from oncestream.sql.server.command_topic import WriteStepObserver
-
+from oncestream.client import KafkaException
 from oncestream.process_shutdown import STOP_SIGNALS, ShutdownBound, install_stop_signals, shutdown_timeout_ms
+from oncestream.sql.engine.two_phase_check import two_phase_commit_refusal
+from oncestream.sql.server.command_topic import WriteStepObserver
 
 log = logging.getLogger("oncestream.sql")
 
@@ -215,7 +221,6 @@ def run(args: argparse.Namespace, *, write_steps: WriteStepObserver | None = Non
     the node (told each step of the command-topic write protocol)."""
     logging.basicConfig(level=getattr(logging, str(args.log_level).upper()),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from oncestream.client import KafkaException
     from oncestream.sql.engine.runtime import QueryRuntime, RuntimeSettings
     from oncestream.sql.errors import KsqlError
     from oncestream.sql.server.node import Node, NodeSettings
@@ -271,6 +276,10 @@ def run(args: argparse.Namespace, *, write_steps: WriteStepObserver | None = Non
         runtime = SparkRuntime(make, eager=props.get("ksql.spark.start", "eager") != "lazy")
         node = Node(settings, runtime, write_steps=write_steps)
         node.start()
+        # Once the node reached the cluster (an unreachable one or bad credentials are the start's
+        # own error above), beside the rest of the start: the check delays nothing.
+        threading.Thread(target=_check_two_phase_commit, args=(args.bootstrap_server, clients, args.service_id),
+                         name="sql-two-phase-commit-check", daemon=True).start()
         if not node.runner.wait_replayed(_REPLAY_TIMEOUT_S) and node.runner.degraded_reason is None:
             log.error("oncestream sql: the command topic was not replayed within %.0f s", _REPLAY_TIMEOUT_S)
         app = create_app(node, max_body_bytes=int(props.get("ksql.max.body.bytes", _DEFAULT_MAX_BODY_BYTES)))
@@ -295,6 +304,21 @@ def run(args: argparse.Namespace, *, write_steps: WriteStepObserver | None = Non
         _end_children()
     bound.finished()
     return status
+
+
+def _check_two_phase_commit(bootstrap_servers: str, clients: dict[str, str], service_id: str) -> None:
+    """Say at start, loudly, when the broker refuses the two-phase commit every persistent query
+    needs. The node still serves (statements, INSERT, push and pull queries need no 2PC, and the
+    broker may be reconfigured while it runs); each persistent query started meanwhile is ERROR
+    with the same reason (runtime.start_persistent). Runs beside the start: it delays nothing."""
+    try:
+        refusal = two_phase_commit_refusal(bootstrap_servers, clients, service_id)
+    except Exception as exc:  # noqa: BLE001 - inconclusive (broker gone, node stopping): one line, no traceback
+        log.warning("oncestream sql: could not check that the broker allows two-phase commit: %s",
+                    exc if isinstance(exc, KafkaException) else f"{type(exc).__name__}: {exc}")
+        return
+    if refusal is not None:
+        log.error("oncestream sql: persistent queries cannot run: %s", refusal)
 
 
 def _children() -> list[int]:
