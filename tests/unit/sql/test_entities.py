@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import json
 
+from oncestream.sql.engine.two_phase_check import refusal_text
 from oncestream.sql.language.analyzer import analyze_query
 from oncestream.sql.language.parser import parse
 from oncestream.sql.server import entities
 from oncestream.sql.server.metastore import Metastore
-from oncestream.sql.engine.two_phase_check import refusal_text
 
 SETUP = """
 CREATE STREAM orders (id INT KEY, userid STRING, amount DECIMAL(4, 2), tags ARRAY<STRING>,

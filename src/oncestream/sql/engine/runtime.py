@@ -42,11 +42,11 @@ from typing import Any
 
 from oncestream.sql.engine.interface import ColumnHeader
 from oncestream.sql.engine.serde import layout_for, layout_of
+from oncestream.sql.engine.two_phase_check import two_phase_commit_refusal
 from oncestream.sql.errors import KsqlError, StatementError
 from oncestream.sql.language.catalog import Column, QueryInfo, SourceInfo
 from oncestream.sql.language.sql_ast import Query, SourceKind
 from oncestream.sql.language.types import BaseType
-from oncestream.sql.engine.two_phase_check import two_phase_commit_refusal
 
 log = logging.getLogger("oncestream.sql.engine.runtime")
 
