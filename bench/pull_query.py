@@ -110,11 +110,14 @@ def _query_runner(mats: Any, source: SourceInfo) -> tuple[str, Callable[[int], l
     """A function running ``SELECT * FROM BENCH WHERE ID = k`` the way a node does."""
     try:
         from oncestream.sql.analyzer import analyze_query
+        from oncestream.sql.ast import QueryStatement
         from oncestream.sql.parser import parse
         from oncestream.sql.pull import pull_query
 
         def full(key: int) -> list[list[Any]]:
             statement = parse(f"SELECT * FROM {TABLE} WHERE ID = {key};")[0]
+            if not isinstance(statement, QueryStatement):
+                raise TypeError(f"a pull query parsed as {type(statement).__name__}")
             analyzed = analyze_query(statement.query, {TABLE: source})
             return pull_query(mats, analyzed)[1]
 

@@ -63,7 +63,7 @@ def describe(admin: AdminClient, acl_filter: AclBindingFilter) -> set[AclBinding
 
 
 def everything_on(name: str | None, pattern: ResourcePatternType = ResourcePatternType.ANY) -> AclBindingFilter:
-    return AclBindingFilter(ResourceType.ANY, name, pattern, None, None, AclOperation.ANY, AclPermissionType.ANY)
+    return AclBindingFilter(ResourceType.ANY, name, pattern, None, None, AclOperation.ANY, AclPermissionType.ANY)  # type: ignore[arg-type]  # the stub types name/principal/host as str: None means any
 
 
 def test_create_describe_delete_round_trip(secured: BrokerProcess) -> None:
@@ -80,11 +80,11 @@ def test_create_describe_delete_round_trip(secured: BrokerProcess) -> None:
     assert describe(admin, everything_on(topic, ResourcePatternType.LITERAL)) == {read}
     # MATCH: every ACL that applies to the name, the PREFIXED one included.
     assert describe(admin, everything_on(topic, ResourcePatternType.MATCH)) == {read, deny}
-    by_principal = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, "User:alice", None,
+    by_principal = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, "User:alice", None,  # type: ignore[arg-type]  # the stub types name/principal/host as str: None means any
                                     AclOperation.ANY, AclPermissionType.ANY)
     assert {read, group} <= describe(admin, by_principal)
 
-    filt = AclBindingFilter(ResourceType.TOPIC, topic, ResourcePatternType.MATCH, None, None,
+    filt = AclBindingFilter(ResourceType.TOPIC, topic, ResourcePatternType.MATCH, None, None,  # type: ignore[arg-type]  # the stub types name/principal/host as str: None means any
                             AclOperation.ANY, AclPermissionType.DENY)
     [(_, future)] = admin.delete_acls([filt], request_timeout=CLIENT_TIMEOUT_S).items()
     assert set(future.result(timeout=CLIENT_TIMEOUT_S)) == {deny}

@@ -100,8 +100,10 @@ def test_list_offsets_needs_describe_and_fetch_needs_read(secured: BrokerProcess
         assert consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=T) == (0, 1)
         consumer.assign([TopicPartition(topic, 0, 0)])
         msg = consumer.poll(T)
-        assert msg is not None and msg.error() is not None
-        assert msg.error().code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+        assert msg is not None
+        error = msg.error()
+        assert error is not None
+        assert error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
     finally:
         consumer.close()
 

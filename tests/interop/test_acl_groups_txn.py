@@ -63,8 +63,10 @@ def test_subscribe_needs_read_on_the_group(secured: BrokerProcess) -> None:
     try:
         consumer.subscribe([topic])
         msg = consumer.poll(CLIENT_TIMEOUT_S)
-        assert msg is not None and msg.error() is not None
-        assert msg.error().code() == KafkaError.GROUP_AUTHORIZATION_FAILED
+        assert msg is not None
+        error = msg.error()
+        assert error is not None
+        assert error.code() == KafkaError.GROUP_AUTHORIZATION_FAILED
     finally:
         consumer.close()
     allow(secured, name, ResourceType.GROUP, group, AclOperation.READ)

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
+from tests.support.brokers import BrokerProcess
 from tests.support.clients import confluent_consume, unique_topic
 from tests.support.delay_proxy import DelayProxy
 from tests.support.ports import free_tcp_port
@@ -64,7 +65,7 @@ def test_produce_keyed_lines_then_consume_from_beginning_and_latest(broker) -> N
 def test_consume_latest_prints_only_records_produced_after_it_started(broker_factory) -> None:
     """``consume --latest`` starts at the end: of a topic holding records, it prints only the one
     produced after it positioned itself."""
-    holder: dict[str, object] = {}
+    holder: dict[str, BrokerProcess] = {}
     with DelayProxy(lambda: (holder["broker"].host, holder["broker"].port)) as proxy:
         # The broker advertises the proxy, so the CLI's consumer stays on it after bootstrapping.
         broker = broker_factory(config={"advertised.listeners": f"PLAINTEXT://{proxy.bootstrap}"})

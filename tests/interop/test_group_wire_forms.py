@@ -24,6 +24,7 @@ from kafka.structs import OffsetAndMetadata
 
 from tests.support.clients import CLIENT_TIMEOUT_S, create_topic, unique_topic
 from tests.support.groups import group_broker, unique_group, wait_until  # noqa: F401 - fixture
+from tests.support.narrow import present
 from tests.support.wire import (
     API_VERSIONS,
     ERROR_NONE,
@@ -172,10 +173,10 @@ def _offset_fetch_v8(
     reader.take(">i")  # throttle_time_ms
     answer: dict[str, tuple[int, dict[tuple[str, int], FetchedOffset]]] = {}
     for _ in range(reader.compact_array_length()):
-        group_id = reader.compact_string()
-        offsets = {}
+        group_id = present(reader.compact_string(), "group id")
+        offsets: dict[tuple[str, int], FetchedOffset] = {}
         for _ in range(reader.compact_array_length()):
-            topic = reader.compact_string()
+            topic = present(reader.compact_string(), "topic")
             for _ in range(reader.compact_array_length()):
                 partition = reader.take(">i")
                 offset = reader.take(">q")
@@ -389,7 +390,7 @@ def test_kip345_leave_group_v3_removes_several_members_in_one_request(group_brok
         top_level_error = reader.take(">h")
         outcomes = {}
         for _ in range(reader.take(">i")):
-            member_id = reader.string()
+            member_id = present(reader.string(), "member id")
             reader.string()  # group_instance_id
             outcomes[member_id] = reader.take(">h")
         _assert_consumed(reader, "LeaveGroup v3")

@@ -14,6 +14,8 @@ OffsetDelete refuses partitions of a topic the group is subscribed to
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from confluent_kafka import (
     OFFSET_INVALID,
@@ -42,7 +44,7 @@ PARTITIONS = 3
 
 
 def _listed(admin, states: set[ConsumerGroupState] | None = None) -> dict[str, object]:
-    kwargs = {"request_timeout": 30}
+    kwargs: dict[str, Any] = {"request_timeout": 30}
     if states is not None:
         kwargs["states"] = states
     result = admin.list_consumer_groups(**kwargs).result(timeout=WAIT_TIMEOUT_S)

@@ -14,6 +14,7 @@ from tests.support.clients import (
     create_topic,
     unique_topic,
 )
+from tests.support.narrow import present
 
 pytestmark = pytest.mark.interop
 
@@ -39,7 +40,7 @@ def _produce_one(bootstrap: str, topic: str, value: bytes) -> tuple[KafkaError |
     )
     reports: list[tuple[KafkaError | None, int]] = []
     producer.produce(topic, value, key=b"k", partition=0,
-                     on_delivery=lambda err, msg: reports.append((err, msg.offset())))
+                     on_delivery=lambda err, msg: reports.append((err, present(msg.offset(), "delivered offset"))))
     assert producer.flush(CLIENT_TIMEOUT_S) == 0
     [report] = reports
     return report

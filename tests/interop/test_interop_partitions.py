@@ -22,6 +22,7 @@ from tests.support.clients import (
     create_topic,
     unique_topic,
 )
+from tests.support.narrow import message_position, message_value
 
 pytestmark = pytest.mark.interop
 
@@ -150,5 +151,5 @@ def _poll_one(consumer: Consumer) -> tuple[int, bytes] | None:
     while time.monotonic() < deadline:
         msg = consumer.poll(0.2)
         if msg is not None and msg.error() is None:
-            return msg.partition(), msg.value()
+            return message_position(msg)[0], message_value(msg)
     return None

@@ -30,7 +30,8 @@ def _produce_with_aborted(bootstrap: str, topic: str) -> list[bytes]:
     producer.init_transactions(30)
     producer.begin_transaction()
     for i in range(20):
-        headers = [("trace", f"h{i}".encode()), ("empty", None)] if i % 5 == 0 else None
+        headers: list[tuple[str, str | bytes | None]] | None = (
+            [("trace", f"h{i}".encode()), ("empty", None)] if i % 5 == 0 else None)
         producer.produce(topic, value=f"c{i}".encode(), key=f"k{i}".encode(), partition=i % 2,
                          headers=headers, timestamp=1_700_000_000_000 + i)
     producer.commit_transaction(30)

@@ -31,6 +31,7 @@ from tests.spark.spark_support import (
     wait_for_executors,
 )
 from tests.spark.test_exactly_once_sink import _produce, _topics
+from tests.support.narrow import present
 from tests.support.txn import wait_until
 
 pytestmark = [pytest.mark.spark, pytest.mark.chaos]
@@ -44,7 +45,7 @@ def _app_id(spark) -> str:
 
 def _ongoing(bootstrap: str, query_id: str = "") -> list[tuple[str, int, str]]:
     with LogClient(bootstrap, client_id="test-check") as client:
-        return [t for t in client.list_transactions() if t[2] == "Ongoing" and query_id in t[0]]
+        return [t for t in present(client.list_transactions(), "transactions") if t[2] == "Ongoing" and query_id in t[0]]
 
 
 def test_tasks_run_in_two_executor_processes(spark_cluster):

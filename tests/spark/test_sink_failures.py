@@ -13,7 +13,9 @@ from __future__ import annotations
 import threading
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
+from typing import Generic, TypeVar
 
 import pyarrow as pa
 import pytest
@@ -26,11 +28,14 @@ from oncestream.spark.log_client import LogClient
 from oncestream.spark.options import sink_options
 from oncestream.spark.sink import _LazyJournal, _TaskWriter, transactional_id
 from tests.spark.spark_support import read_committed
+from tests.support.narrow import present
 from tests.support.txn import describe_transaction, wait_until
 
 pytestmark = pytest.mark.spark
 
 GATE_WAIT_S = 240.0  # hang guard only: tasks reach their gates in seconds
+
+T = TypeVar("T")
 
 
 def _topic(bootstrap: str, partitions: int = 1) -> str:
@@ -60,7 +65,7 @@ def _offsets(bootstrap: str, topic: str) -> dict[int, tuple[int, int]]:
 
 def _open_transactions(bootstrap: str) -> list[tuple[str, int, str]]:
     with LogClient(bootstrap, client_id="test-check") as client:
-        return [t for t in client.list_transactions() if t[2] == "Ongoing"]
+        return [t for t in present(client.list_transactions(), "transactions") if t[2] == "Ongoing"]
 
 
 def _prepared(gate: Path, partitions: list[int]) -> dict[int, tuple[str, str]]:
@@ -81,16 +86,16 @@ def _prepared(gate: Path, partitions: list[int]) -> dict[int, tuple[str, str]]:
     return reported()
 
 
-class Background:
+class Background(Generic[T]):
     """Run a blocking call on a thread; keep its exception."""
 
-    def __init__(self, fn) -> None:
+    def __init__(self, fn: Callable[[], T]) -> None:
         self.error: BaseException | None = None
-        self.result: object = None
+        self.result: T | None = None
         self._thread = threading.Thread(target=self._run, args=(fn,), daemon=True)
         self._thread.start()
 
-    def _run(self, fn) -> None:
+    def _run(self, fn: Callable[[], T]) -> None:
         try:
             self.result = fn()
         except BaseException as exc:  # noqa: BLE001 - examined by the test
@@ -360,7 +365,7 @@ def test_zombie_writing_while_its_batch_commits_cannot_make_its_records_visible(
     # Either the zombie's transaction was aborted under it by the driver (fenced: an error) or it
     # saw the record after preparing and aborted itself (no transaction reported).
     if producing_zombie.error is None:
-        assert producing_zombie.result.transactional_id is None  # type: ignore[attr-defined]
+        assert present(producing_zombie.result, "zombie write result").transactional_id is None
     else:
         assert isinstance(producing_zombie.error, KafkaException), producing_zombie.error
     late = task.write_attempt(iter([_values_batch([b"zombie-1"])]), query_id, 1, 0, batch_id=0)

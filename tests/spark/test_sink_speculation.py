@@ -29,6 +29,7 @@ from oncestream.spark.commit_journal import CommitJournal
 from oncestream.spark.log_client import LogClient
 from oncestream.spark.sink import ID_ALTERNATIVES, ID_WINDOW
 from tests.spark.spark_support import read_committed
+from tests.support.narrow import present
 from tests.support.ports import free_tcp_port, port_accepts_connections
 from tests.support.txn import wait_until
 
@@ -39,7 +40,7 @@ DRIVER = Path(__file__).resolve().parent / "speculation_driver.py"
 PARTITIONS = 2
 MAX_ATTEMPTS = 4  # spark.task.maxFailures in the driver, plus speculative copies below it
 CLUSTER_START_S = 240.0  # hang guard: JVMs start in seconds to tens of seconds on a loaded box
-SPARK_HOME = Path(__import__("pyspark").__file__).parent
+SPARK_HOME = Path(present(__import__("pyspark").__file__, "pyspark module file")).parent
 
 
 class StandaloneCluster:

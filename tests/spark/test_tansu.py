@@ -13,6 +13,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.support.brokers import TansuProcess
+from tests.support.narrow import message_value
 
 pytestmark = [pytest.mark.spark, pytest.mark.interop]
 
@@ -64,7 +65,7 @@ def _consume_all(bootstrap: str, topic: str, count: int) -> list[bytes]:
                 break
             continue
         idle = 0
-        out.append(msg.value())
+        out.append(message_value(msg))
     consumer.close()
     return out
 

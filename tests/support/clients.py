@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from tests.support.narrow import consumed_record
 from tests.support.records import ConsumedRecord, SentRecord
 
 CLIENT_TIMEOUT_S = 60.0
@@ -133,8 +134,9 @@ def confluent_consume(bootstrap: str, topic: str, partitions: int) -> list[Consu
             for msg in consumer.consume(num_messages=1000, timeout=0.5):
                 if msg.error() is not None:
                     raise KafkaException(msg.error())
-                consumed.append(ConsumedRecord(msg.partition(), msg.offset(), msg.key(), msg.value()))
-                next_offsets[msg.partition()] = msg.offset() + 1
+                record = consumed_record(msg)
+                consumed.append(record)
+                next_offsets[record.partition] = record.offset + 1
     finally:
         consumer.close()
     return consumed

@@ -84,8 +84,8 @@ def assert_exactly_once_in_key_order(
     assert not split_keys, f"keys spread over several partitions: {split_keys}"
 
     sent_by_key: dict[bytes, list[bytes]] = defaultdict(list)
-    for record in sent:
-        sent_by_key[record.key].append(record.value)
+    for sent_record in sent:
+        sent_by_key[sent_record.key].append(sent_record.value)
     for key, values in sent_by_key.items():
         assert by_key[key] == values, f"key {key!r} out of send order: {by_key[key][:10]} ..."
 

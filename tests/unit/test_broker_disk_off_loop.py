@@ -22,6 +22,7 @@ from oncestream.broker.config import BrokerConfig
 from oncestream.broker.server import BrokerServer
 from oncestream.broker.state import BrokerState
 from oncestream.log.manager import TOPICS_DIR
+from tests.support.narrow import present
 from tests.support.wire import (
     ResponseReader,
     WireConnection,
@@ -264,9 +265,9 @@ def _parse_create_topics_v4(frame_body: bytes) -> tuple[int, list[tuple[str, int
     reader = ResponseReader(frame_body)
     correlation_id = reader.take(">i")
     reader.take(">i")  # throttle_time_ms
-    results = []
+    results: list[tuple[str, int]] = []
     for _ in range(reader.take(">i")):
-        name = reader.string()
+        name = present(reader.string(), "topic name")
         error_code = reader.take(">h")
         reader.string()  # error_message
         results.append((name, error_code))

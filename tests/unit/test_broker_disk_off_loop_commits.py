@@ -24,6 +24,7 @@ from confluent_kafka.admin import NewTopic
 from oncestream.broker.cleaner import LogCleaner
 from oncestream.log import compaction
 from oncestream.log.compaction import MANIFEST_FILE
+from tests.support.narrow import present
 from tests.support.wire import (
     WireConnection,
     fetch_request_body,
@@ -191,7 +192,7 @@ def test_segments_named_by_a_manifest_being_committed_are_not_deleted_until_the_
     from tests.unit.test_log_compaction import open_log, prepared_log, records_of
 
     partition_log, _ = prepared_log(tmp_path)
-    plan = partition_log.compaction_plan(2_000_000)
+    plan = present(partition_log.compaction_plan(2_000_000), "compaction plan")
     result = compaction.build_cleaned(plan)
     planned = {snapshot.path.name for snapshot in plan.segments}
     commit = partition_log.begin_install_cleaned(result, 2_000_000)
@@ -230,7 +231,8 @@ def test_a_commit_failing_before_its_rename_changes_nothing_and_after_it_recover
 
     before_log, _ = prepared_log(tmp_path / "before")
     expected_uncleaned = records_of(before_log)
-    commit = before_log.begin_install_cleaned(compaction.build_cleaned(before_log.compaction_plan(2_000_000)), 2_000_000)
+    before_plan = present(before_log.compaction_plan(2_000_000), "compaction plan")
+    commit = before_log.begin_install_cleaned(compaction.build_cleaned(before_plan), 2_000_000)
     assert commit is not None
     with pytest.raises(StorageError):
         commit.run(failing_fsync(MANIFEST_FILE + ".tmp"))
@@ -239,7 +241,8 @@ def test_a_commit_failing_before_its_rename_changes_nothing_and_after_it_recover
     assert records_of(before_log) == expected_uncleaned and before_log.compaction_candidate(2_000_000) is not None
 
     after_log, written = prepared_log(tmp_path / "after")
-    commit = after_log.begin_install_cleaned(compaction.build_cleaned(after_log.compaction_plan(2_000_000)), 2_000_000)
+    after_plan = present(after_log.compaction_plan(2_000_000), "compaction plan")
+    commit = after_log.begin_install_cleaned(compaction.build_cleaned(after_plan), 2_000_000)
     assert commit is not None
     with pytest.raises(StorageError):
         commit.run(failing_fsync(after_log.directory.name))  # the directory fsync, after the rename

@@ -18,6 +18,7 @@ from oncestream.broker_process import (
     free_tcp_port,
     port_accepts_connections,
 )
+from tests.support.narrow import present
 
 # Listens on the port given as argv[1] until killed (SIGTERM exits 0, as a broker's clean stop).
 LISTENER = """
@@ -84,8 +85,8 @@ def test_child_that_never_listens_hits_the_readiness_cap(tmp_path) -> None:
 
 def test_exit_on_its_own_is_told_apart_from_our_kill(tmp_path) -> None:
     child = _Child(LISTENER, log_dir=tmp_path).start()
-    child.process.kill()  # not through the helper: as if the broker crashed by itself
-    child.process.wait()
+    present(child.process, "child process").kill()  # not through the helper: as if the broker crashed by itself
+    present(child.process, "child process").wait()
     assert child.exited_on_its_own() == -9
     child.restart()
     child.kill()

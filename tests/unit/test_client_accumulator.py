@@ -22,7 +22,7 @@ def _acc(**overrides: int) -> RecordAccumulator:
     return RecordAccumulator(**conf)
 
 
-def _append(acc: RecordAccumulator, partition: int = 0, value: bytes = b"v", *, key: bytes | None = None,
+def _append(acc: RecordAccumulator, partition: int = 0, value: bytes | None = b"v", *, key: bytes | None = None,
             ts: int = TS, headers: bytes | None = None, topic: str = "t", max_block_s: float = 5.0):
     return acc.append(topic, partition, 3, ts, key, value, headers, None, max_block_s)
 

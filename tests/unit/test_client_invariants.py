@@ -29,7 +29,7 @@ def test_sequences_do_not_restart_under_a_batch_in_flight() -> None:
     """KIP-360: a new producer identity restarts sequences at 0, which is only safe when no batch
     of the old identity can still be acknowledged."""
     sequences = PartitionSequences()
-    sequences.in_flight.append(object())
+    sequences.in_flight.append(ProducerBatch("t", 0, created_ms=0, timestamp_ms=0))
     with pytest.raises(ClientInvariantError):
         sequences.reset()
 

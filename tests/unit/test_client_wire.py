@@ -8,12 +8,13 @@ import io
 
 import pytest
 from kio.serial import entity_writer
+from kio.static.protocol import Entity
 
 from oncestream.client.network import fetch_request_body, produce_request_body, request_module
 from oncestream.protocol.codec import build
 
 
-def _kio_bytes(request: object) -> bytes:
+def _kio_bytes(request: Entity) -> bytes:
     buf = io.BytesIO()
     entity_writer(type(request))(buf, request)
     return buf.getvalue()

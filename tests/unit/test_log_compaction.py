@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -28,6 +29,7 @@ from oncestream.protocol.records import (
     encode_batch,
     encode_control_batch,
 )
+from tests.support.narrow import present
 
 T0 = 1_000_000
 SEGMENT_BYTES = 400  # a few small batches per segment
@@ -35,7 +37,7 @@ DIR_NAME = "compacted-0"
 
 
 def compact_config(**overrides) -> LogConfig:
-    settings = dict(
+    settings: dict[str, Any] = dict(
         cleanup_policy="compact",
         segment_bytes=SEGMENT_BYTES,
         min_cleanable_dirty_ratio=0.0,
@@ -86,9 +88,11 @@ def clean(partition_log: PartitionLog, now_ms: int, **plan_kwargs) -> compaction
     return result
 
 
-def write_overwrites(partition_log: PartitionLog, keys: int, rounds: int, *, now_ms: int = T0) -> dict[int, tuple[bytes, bytes]]:
+def write_overwrites(
+    partition_log: PartitionLog, keys: int, rounds: int, *, now_ms: int = T0
+) -> dict[int, tuple[bytes, bytes | None]]:
     """``rounds`` values for each of ``keys`` keys, one record per batch; returns offset -> (key, value)."""
-    written = {}
+    written: dict[int, tuple[bytes, bytes | None]] = {}
     for round_number in range(rounds):
         for k in range(keys):
             key, value = f"key-{k}", f"value-{k}-{round_number}"
@@ -262,7 +266,7 @@ def test_tombstone_horizon_survives_a_restart(tmp_path: Path) -> None:
 
     reopened = open_log(tmp_path, now_ms=T0 + 2_000)
     assert reopened.compaction_candidate(T0 + 999) is None
-    assert reopened.compaction_candidate(T0 + 1_000).tombstones_due
+    assert present(reopened.compaction_candidate(T0 + 1_000), "compaction candidate").tombstones_due
     clean(reopened, T0 + 1_000)
     assert b"gone" not in [k for _, k, _ in records_of(reopened)]
 
@@ -296,7 +300,7 @@ def test_dirty_ratio_threshold(tmp_path: Path) -> None:
     partition_log = open_log(tmp_path, min_cleanable_dirty_ratio=0.5)
     write_overwrites(partition_log, keys=30, rounds=1)  # distinct keys: the clean part stays big
     roll(partition_log)
-    assert partition_log.compaction_candidate(T0).dirty_ratio == 1.0
+    assert present(partition_log.compaction_candidate(T0), "compaction candidate").dirty_ratio == 1.0
     clean(partition_log, T0)
     assert partition_log.compaction_candidate(T0) is None, "nothing dirty after a clean"
     # One small new sealed segment next to a larger clean part stays below the threshold.
@@ -311,7 +315,7 @@ def test_dirty_ratio_threshold(tmp_path: Path) -> None:
         min_cleanable_dirty_ratio=0.0,
         now_ms=T0,
     )
-    assert 0 < candidate.dirty_ratio < 0.5
+    assert 0 < present(candidate, "compaction candidate").dirty_ratio < 0.5
     assert partition_log.compaction_candidate(T0) is None
 
 
@@ -464,7 +468,7 @@ def test_reads_inside_removed_ranges_return_the_next_batch(tmp_path: Path) -> No
         assert batches, f"a read at {offset} returns data"
         assert batches[0].records[0].offset == min(o for o in survivors if o > offset)
     # Reads from the log start and with tiny byte limits (one batch at a time) walk the same data.
-    position, walked = partition_log.log_start_offset, []
+    position, walked = partition_log.log_start_offset, list[int]()
     while position < partition_log.log_end_offset:
         result = partition_log.read(position, 1)
         (batch,) = decode_batches(b"".join(result.chunks))
@@ -499,7 +503,7 @@ def test_offset_for_timestamp_and_delete_records_on_a_compacted_log(tmp_path: Pa
         partition_log.append(keyed(f"k{i % 3}", f"v{i}", now_ms=T0 + i), T0 + i)
     roll(partition_log, now_ms=T0 + 100)
     clean(partition_log, T0 + 200)
-    offset, timestamp_ms = partition_log.offset_for_timestamp(T0)
+    offset, timestamp_ms = present(partition_log.offset_for_timestamp(T0), "offset for T0")
     assert offset == min(o for o, _, _ in records_of(partition_log)) and timestamp_ms >= T0
     # DeleteRecords to an offset inside a gap: reads from the new start return the next batch.
     first_two = sorted(o for o, _, _ in records_of(partition_log))[:2]
@@ -562,7 +566,7 @@ def test_plan_invalidated_by_retention_is_discarded(tmp_path: Path) -> None:
     roll(partition_log, now_ms=T0)
     write_overwrites(partition_log, keys=2, rounds=5, now_ms=T0 + 10_000)
     roll(partition_log, now_ms=T0 + 10_000)
-    plan = partition_log.compaction_plan(T0 + 10_000)
+    plan = present(partition_log.compaction_plan(T0 + 10_000), "compaction plan")
     result = compaction.build_cleaned(plan)
     assert result.groups
     before = records_of(partition_log)
@@ -583,12 +587,12 @@ def test_plan_invalidated_by_delete_records_or_policy_change_is_discarded(tmp_pa
     partition_log = open_log(tmp_path)
     write_overwrites(partition_log, keys=2, rounds=8)
     roll(partition_log)
-    plan = partition_log.compaction_plan(T0)
+    plan = present(partition_log.compaction_plan(T0), "compaction plan")
     result = compaction.build_cleaned(plan)
     partition_log.delete_records(partition_log.segment_base_offsets()[2])
     assert partition_log.install_cleaned(result, T0) is False
 
-    plan = partition_log.compaction_plan(T0)
+    plan = present(partition_log.compaction_plan(T0), "compaction plan")
     result = compaction.build_cleaned(plan)
     partition_log.update_config(dataclasses.replace(partition_log.config, cleanup_policy="delete"))
     assert partition_log.install_cleaned(result, T0) is False
@@ -610,7 +614,7 @@ def test_closed_log_discards_a_finished_build(tmp_path: Path) -> None:
     partition_log = open_log(tmp_path)
     write_overwrites(partition_log, keys=2, rounds=8)
     roll(partition_log)
-    result = compaction.build_cleaned(partition_log.compaction_plan(T0))
+    result = compaction.build_cleaned(present(partition_log.compaction_plan(T0), "compaction plan"))
     partition_log.close()
     assert partition_log.install_cleaned(result, T0) is False
     assert not list((tmp_path / DIR_NAME).glob("*.cleaned"))
@@ -684,7 +688,7 @@ def run_swap_with_crash(directory: Path, monkeypatch: pytest.MonkeyPatch, crash_
     with monkeypatch.context() as patch:
         patch.setattr(compaction, "_rename", counted(real_rename))
         patch.setattr(compaction, "_remove", counted(real_remove))
-        plan = partition_log.compaction_plan(T0 + 1)
+        plan = present(partition_log.compaction_plan(T0 + 1), "compaction plan")
         result = compaction.build_cleaned(plan)
         assert len(result.groups) > 1
         if crash_at is None:
@@ -729,7 +733,7 @@ def test_crash_at_every_step_of_the_swap_leaves_a_valid_log(tmp_path: Path, monk
 def test_crash_after_the_build_leaves_the_old_log(tmp_path: Path) -> None:
     partition_log, written = prepared_log(tmp_path)
     before = records_of(partition_log)
-    result = compaction.build_cleaned(partition_log.compaction_plan(T0 + 1))
+    result = compaction.build_cleaned(present(partition_log.compaction_plan(T0 + 1), "compaction plan"))
     assert list((tmp_path / DIR_NAME).glob("*.cleaned"))
     # A half-written manifest temp file: the rename (the commit) never happened.
     (tmp_path / DIR_NAME / (compaction.MANIFEST_FILE + ".tmp")).write_bytes(b'{"version": 1, "repl')
@@ -746,7 +750,7 @@ def test_crash_after_the_build_leaves_the_old_log(tmp_path: Path) -> None:
 def test_truncated_cleaned_file_of_an_unfinished_build_is_ignored(tmp_path: Path) -> None:
     partition_log, written = prepared_log(tmp_path)
     before = records_of(partition_log)
-    result = compaction.build_cleaned(partition_log.compaction_plan(T0 + 1))
+    result = compaction.build_cleaned(present(partition_log.compaction_plan(T0 + 1), "compaction plan"))
     cleaned = compaction.cleaned_path(tmp_path / DIR_NAME, result.groups[0].base_offset, ".log")
     cleaned.write_bytes(cleaned.read_bytes()[:7])  # the build died mid-write
     partition_log.abandon()
@@ -775,7 +779,7 @@ def test_crash_while_recovery_finishes_a_swap(tmp_path: Path, monkeypatch: pytes
 def test_cancelled_build_removes_its_files(tmp_path: Path) -> None:
     partition_log, _ = prepared_log(tmp_path)
     before = records_of(partition_log)
-    plan = partition_log.compaction_plan(T0 + 1)
+    plan = present(partition_log.compaction_plan(T0 + 1), "compaction plan")
     plan.abort.set()
     with pytest.raises(compaction.CompactionAborted):
         compaction.build_cleaned(plan)

@@ -62,7 +62,7 @@ def fill(state: BrokerState, topic: str, keys: int, rounds: int, now_ms: int = T
     return latest
 
 
-def contents(state: BrokerState, topic: str) -> list[tuple[bytes, bytes]]:
+def contents(state: BrokerState, topic: str) -> list[tuple[bytes | None, bytes | None]]:
     partition_log = state.logs.get(topic, 0)
     result = partition_log.read(partition_log.log_start_offset, 2**30)
     return [(r.key, r.value) for b in decode_batches(b"".join(result.chunks)) for r in b.records]

@@ -44,7 +44,7 @@ def _append(partition_log: PartitionLog, key: bytes, value: bytes) -> None:
 
 
 def _contents(partition_log: PartitionLog) -> list[tuple[bytes | None, bytes | None]]:
-    records = []
+    records: list[tuple[bytes | None, bytes | None]] = []
     offset = partition_log.log_start_offset
     while offset < partition_log.log_end_offset:
         result = partition_log.read(offset, 1 << 20)

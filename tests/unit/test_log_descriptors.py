@@ -12,6 +12,7 @@ from oncestream.errors import InvalidConfigError
 from oncestream.log.config import LogConfig
 from oncestream.log.descriptors import MAX_OPEN_PROPERTY, SegmentDescriptors
 from oncestream.log.partition_log import PartitionLog
+from tests.support.narrow import present
 from tests.support.wire import decode_batches, record_batch
 
 SEGMENTS = 1500
@@ -28,12 +29,12 @@ def open_fds() -> int:
 
 def _values(partition_log: PartitionLog, start: int, end: int) -> list[bytes]:
     """Every value in [start, end), one batch per read: each read opens a sealed segment."""
-    values = []
+    values: list[bytes] = []
     offset = start
     while offset < end:
         result = partition_log.read(offset, 1)  # min_one: exactly the next batch
         batches = decode_batches(b"".join(result.chunks))
-        values.extend(value for _, _, value in batches)
+        values.extend(present(value, f"value at {offset}") for offset, _, value in batches)
         offset = batches[-1][0] + 1
     return values
 

@@ -11,7 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from oncestream.log.config import LogConfig
-from oncestream.log.partition_log import CLEAN_SHUTDOWN_FILE, PartitionLog
+from oncestream.log.partition_log import PartitionLog
+from oncestream.log.recovery import CLEAN_SHUTDOWN_FILE
 from tests.unit._batches import (
     header_fields,
     idempotent_batch,

@@ -13,6 +13,7 @@ import pytest
 
 from oncestream.log.config import LogConfig
 from oncestream.log.partition_log import PartitionLog
+from tests.support.narrow import present
 from tests.unit._batches import ATTR_TRANSACTIONAL, make_batch
 
 PID = 4242
@@ -81,7 +82,7 @@ def test_the_flush_job_writes_the_advanced_recovery_point_but_never_over_a_newer
         partition_log.append(make_batch(3, value_size=40), 1)
     active_base = partition_log.segment_base_offsets()[-1]
     disk_calls.clear()
-    job = partition_log.begin_flush()
+    job = present(partition_log.begin_flush(), "flush job")
     assert disk_calls == []  # begin_flush, on the loop, waits on nothing
     job.run()
     checkpoint_fsyncs = [i for i, path in enumerate(disk_calls) if path.endswith("partition.checkpoint.tmp")]
@@ -92,7 +93,7 @@ def test_the_flush_job_writes_the_advanced_recovery_point_but_never_over_a_newer
 
     for _ in range(6):
         partition_log.append(make_batch(3, value_size=40), 1)
-    stale = partition_log.begin_flush()
+    stale = present(partition_log.begin_flush(), "flush job")
     partition_log.delete_records(3)  # the loop writes a newer checkpoint while the job is out
     stale.run()
     partition_log.finish_flush(stale)

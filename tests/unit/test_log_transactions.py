@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,6 @@ from oncestream.errors import (
     InvalidTxnStateError,
     StorageError,
 )
-from oncestream.log import txn_index as txn_index_module
 from oncestream.log.config import LogConfig
 from oncestream.log.partition_log import PartitionLog
 from oncestream.log.transactions import OngoingTransactions
@@ -414,7 +414,7 @@ def test_failed_txn_index_write_keeps_the_abort_in_memory_and_forces_a_rebuild(
         raise OSError(28, "No space left on device")
 
     with monkeypatch.context() as patch:
-        patch.setattr(txn_index_module.os, "write", full_disk)
+        patch.setattr(os, "write", full_disk)  # the os module txn_index writes through
         with pytest.raises(StorageError):
             marker(log, P1, 0, commit=False)
     assert log.log_end_offset == 2 and aborted(log, 0) == [(P1, 0)]

@@ -20,6 +20,7 @@ from oncestream.log.producer_state import (
     ProducerEntry,
     ProducerStateManager,
 )
+from tests.support.narrow import present
 from tests.unit._batches import control_batch, idempotent_batch, make_batch
 
 INT32_MAX = 2**31 - 1
@@ -263,7 +264,7 @@ def test_snapshot_encoding_round_trips_and_detects_damage(tmp_path: Path) -> Non
         4: ProducerEntry(4, 0, [], 1, 2, coordinator_epoch=3, current_txn_first_offset=12),
     }
     data = manager.encode_snapshot(16)
-    offset, entries = ProducerStateManager.decode_snapshot(data)
+    offset, entries = present(ProducerStateManager.decode_snapshot(data), "decoded snapshot")
     assert offset == 16 and entries == manager.entries
     assert ProducerStateManager.decode_snapshot(data[:-3]) is None
     assert ProducerStateManager.decode_snapshot(data + b"\x00") is None

@@ -39,7 +39,7 @@ class FakeChangelog:
         self.pos.update(starts)
 
     def poll(self, max_records: int, timeout_s: float) -> list[ChangelogColumns]:
-        out = []
+        out: list[ChangelogRecord] = []
         for (topic, partition), offset in sorted(self.pos.items()):
             log = self.logs[partition]
             if offset > len(log) or offset < self.log_start.get(partition, 0):

@@ -18,6 +18,8 @@ from oncestream.coordinator.txn import (
     CONSUMER_OFFSETS_TOPIC,
     MAX_PRODUCER_EPOCH,
     TWO_PHASE_COMMIT_TIMEOUT_MS,
+    EndTxnResponse,
+    InitProducerIdResponse,
     MarkerJob,
     Outcome,
     TopicPartition,
@@ -28,6 +30,7 @@ from oncestream.coordinator.txn import (
 from oncestream.coordinator.txn.metadata import TxnSnapshot
 from oncestream.coordinator.txn.records import decode_key, decode_value, encode_key, encode_value
 from oncestream.errors import InvalidConfigError
+from tests.support.narrow import of_type, present
 
 S = TxnState
 A0, A1, B0 = TopicPartition("a", 0), TopicPartition("a", 1), TopicPartition("b", 0)
@@ -62,7 +65,7 @@ class Lead:
             if writes:
                 write = writes.pop(0)
                 self.log.append((write.key, write.value))
-                nxt = self.coord.on_persisted(write.write_id, self.now)
+                nxt: Outcome[object] | Outcome[None] = self.coord.on_persisted(write.write_id, self.now)
             else:
                 job = jobs.pop(0)
                 self.markers.append(job)
@@ -132,9 +135,9 @@ def test_init_new_transactional_id_allocates_a_producer_id_at_epoch_zero() -> No
     # Persist before acting: no answer until the record is durable.
     assert outcome.response is None and len(outcome.records_to_persist) == 1
     write = outcome.records_to_persist[0]
-    assert decode_key(write.key) == "t" and decode_value(write.value).producer_epoch == 0
+    assert decode_key(write.key) == "t" and decode_value(present(write.value, "record value")).producer_epoch == 0
     assert lead.describe().pending_state == "Empty"
-    response = lead.coord.on_persisted(write.write_id, lead.now).response
+    response = of_type(lead.coord.on_persisted(write.write_id, lead.now).response, InitProducerIdResponse)
     assert (response.error, response.producer_id, response.producer_epoch) == (E.none, 1000, 0)
     assert lead.describe().pending_state == ""
 
@@ -160,16 +163,16 @@ def test_init_rejects_bad_requests() -> None:
 def test_init_without_transactional_id_always_hands_out_a_fresh_producer_id() -> None:
     lead = Lead()
     outcomes = [lead.coord.init_producer_id(None, 0, lead.now) for _ in range(2)]
-    assert [o.response.producer_id for o in outcomes] == [1000, 1001]
-    assert all(o.response.producer_epoch == 0 and not o.records_to_persist for o in outcomes)
+    assert [present(o.response, "response").producer_id for o in outcomes] == [1000, 1001]
+    assert all(present(o.response, "response").producer_epoch == 0 and not o.records_to_persist for o in outcomes)
 
 
 def test_requests_before_load_get_coordinator_load_in_progress() -> None:
     coord = TransactionCoordinator(TxnCoordinatorConfig(), lambda: 1, offsets_partition_for)
     loading = E.coordinator_load_in_progress
-    assert coord.init_producer_id("t", TIMEOUT_MS, 0).response.error == loading
-    assert coord.add_partitions("t", 1, 0, [A0], 0).response.error == E.coordinator_load_in_progress
-    assert coord.end_txn("t", 1, 0, True, 0).response.error == E.coordinator_load_in_progress
+    assert present(coord.init_producer_id("t", TIMEOUT_MS, 0).response, "response").error == loading
+    assert present(coord.add_partitions("t", 1, 0, [A0], 0).response, "response").error == E.coordinator_load_in_progress
+    assert present(coord.end_txn("t", 1, 0, True, 0).response, "response").error == E.coordinator_load_in_progress
     assert coord.verify_partitions("t", 1, 0, [A0]).errors == {A0: E.coordinator_load_in_progress}
     assert coord.describe_transactions(["t"])[0].error == E.coordinator_load_in_progress
     assert coord.list_transactions(0).error == E.coordinator_load_in_progress
@@ -199,7 +202,7 @@ def test_init_while_markers_are_being_written_answers_concurrent_transactions() 
     assert lead.end("t", pid, epoch, True, write_markers=False).error == E.none
     assert lead.state() == "PrepareCommit"
     assert lead.init().error == E.concurrent_transactions
-    assert lead.coord.end_txn("t", pid, epoch, True, lead.now).response.error == (
+    assert present(lead.coord.end_txn("t", pid, epoch, True, lead.now).response, "response").error == (
         E.concurrent_transactions
     )
 
@@ -210,7 +213,7 @@ def test_any_request_while_a_write_is_in_flight_answers_concurrent_transactions(
     pending = lead.coord.add_partitions("t", r.producer_id, 0, [A0], lead.now)
     assert pending.response is None
     assert lead.init().error == E.concurrent_transactions
-    assert lead.coord.add_partitions("t", r.producer_id, 0, [B0], lead.now).response.error == (
+    assert present(lead.coord.add_partitions("t", r.producer_id, 0, [B0], lead.now).response, "response").error == (
         E.concurrent_transactions
     )
     assert lead.run(pending).error == E.none
@@ -287,7 +290,7 @@ def test_add_partitions_starts_the_transaction_and_accumulates_partitions() -> N
     assert d.last_update_time_ms == lead.now
     # Partitions already in the transaction: answered at once, nothing written.
     outcome = lead.coord.add_partitions("t", r.producer_id, 0, [A0], lead.now)
-    assert outcome.response.error == E.none and not outcome.records_to_persist
+    assert present(outcome.response, "response").error == E.none and not outcome.records_to_persist
 
 
 def test_add_partitions_errors() -> None:
@@ -299,7 +302,7 @@ def test_add_partitions_errors() -> None:
     assert lead.add("", pid, epoch).error == E.invalid_request
     lead.end("t", pid, epoch, True, write_markers=False)
     assert lead.add("t", pid, epoch, (B0,)).error == E.concurrent_transactions
-    response = lead.coord.add_partitions("t", pid, epoch, [A0, B0], lead.now).response
+    response = present(lead.coord.add_partitions("t", pid, epoch, [A0, B0], lead.now).response, "response")
     assert response.partitions == (A0, B0)
 
 
@@ -350,10 +353,10 @@ def test_end_txn_prepares_writes_markers_then_completes(commit: bool) -> None:
     outcome = lead.coord.end_txn("t", pid, epoch, commit, lead.now)
     assert outcome.response is None and not outcome.markers_to_write
     (prepare,) = outcome.records_to_persist
-    assert decode_value(prepare.value).state is (S.PREPARE_COMMIT if commit else S.PREPARE_ABORT)
+    assert decode_value(present(prepare.value, "record value")).state is (S.PREPARE_COMMIT if commit else S.PREPARE_ABORT)
     after_prepare = lead.coord.on_persisted(prepare.write_id, lead.now)
     # The decision is durable: the client is answered, and only now are markers handed out.
-    assert after_prepare.response.error == E.none
+    assert of_type(after_prepare.response, EndTxnResponse).error == E.none
     (job,) = after_prepare.markers_to_write
     assert job == MarkerJob("t", pid, epoch, commit, (A0, A1), 3, 1)
     assert lead.state() == ("PrepareCommit" if commit else "PrepareAbort")
@@ -488,14 +491,15 @@ def test_failed_write_answers_the_error_and_leaves_the_state_unchanged() -> None
     lead = Lead()
     outcome = lead.coord.init_producer_id("t", TIMEOUT_MS, lead.now)
     failed = lead.coord.on_persist_failed(outcome.records_to_persist[0].write_id, E.not_coordinator)
-    assert failed.response.error == E.not_coordinator and failed.response.producer_id == -1
+    failed_init = of_type(failed.response, InitProducerIdResponse)
+    assert failed_init.error == E.not_coordinator and failed_init.producer_id == -1
     assert lead.describe().producer_epoch == -1  # never durable
     assert lead.init().producer_epoch == 0
     pid, epoch = 1000, 0
     lead.add("t", pid, epoch)
     end = lead.coord.end_txn("t", pid, epoch, True, lead.now)
     failed = lead.coord.on_persist_failed(end.records_to_persist[0].write_id)
-    assert failed.response.error == E.coordinator_not_available and not failed.markers_to_write
+    assert of_type(failed.response, EndTxnResponse).error == E.coordinator_not_available and not failed.markers_to_write
     assert lead.state() == "Ongoing"
     assert lead.end("t", pid, epoch, True).error == E.none and lead.state() == "CompleteCommit"
 
@@ -519,7 +523,7 @@ def test_failed_fence_write_is_retried_with_the_same_epoch() -> None:
     lead.now += TIMEOUT_MS + 1
     first = lead.coord.tick(lead.now)
     (write,) = first.records_to_persist
-    assert decode_value(write.value).producer_epoch == epoch + 1
+    assert decode_value(present(write.value, "record value")).producer_epoch == epoch + 1
     lead.coord.on_persist_failed(write.write_id)
     assert lead.state() == "Ongoing" and lead.describe().producer_epoch == epoch
     lead.tick()
@@ -604,7 +608,7 @@ def test_an_id_used_recently_does_not_expire() -> None:
 def test_2pc_disabled_on_the_broker_is_an_authorization_failure() -> None:
     lead = Lead(TxnCoordinatorConfig())
     assert lead.init(enable_2pc=True).error == E.transactional_id_authorization_failed
-    assert lead.coord.init_producer_id(None, 0, 0, enable_2pc=True).response.error == (
+    assert present(lead.coord.init_producer_id(None, 0, 0, enable_2pc=True).response, "response").error == (
         E.invalid_request
     )
 
@@ -845,7 +849,7 @@ def test_recovery_of_an_empty_tv2_abort_completes_it_directly() -> None:
     recovered = lead.restart()
     assert recovered.markers_to_write == ()
     (complete,) = recovered.records_to_persist
-    assert decode_value(complete.value).state is S.COMPLETE_ABORT
+    assert decode_value(present(complete.value, "record value")).state is S.COMPLETE_ABORT
     lead.run(recovered)
     assert (lead.state(), lead.describe().producer_epoch) == ("CompleteAbort", 1)
 

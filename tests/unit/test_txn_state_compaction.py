@@ -67,7 +67,7 @@ class TxnLogDriver:
                 write = writes.pop(0)
                 self.topic.append(0, [(write.key, write.value)], self.now)
                 self.records_written += 1
-                nxt = self.coord.on_persisted(write.write_id, self.now)
+                nxt: Outcome[object] | Outcome[None] = self.coord.on_persisted(write.write_id, self.now)
             else:
                 job = jobs.pop(0)
                 nxt = self.coord.markers_written(job.transactional_id, job.producer_id, job.producer_epoch, self.now)

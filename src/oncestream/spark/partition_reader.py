@@ -10,7 +10,7 @@ reader advances by batch boundaries, not by counting records.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Generator, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -167,7 +167,7 @@ class FetchAhead:
             self._pool = None
 
 
-def read_range(rng: OffsetRange, client: LogClient | None = None) -> Iterator[pa.RecordBatch]:
+def read_range(rng: OffsetRange, client: LogClient | None = None) -> Generator[pa.RecordBatch, None, None]:
     """Yield the records of ``rng`` as Arrow batches; raise DataLossError (failOnDataLoss) when
     offsets in the range are gone.
 

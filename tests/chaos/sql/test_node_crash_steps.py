@@ -17,6 +17,7 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from oncestream.sql.command_topic import WRITE_STEPS, command_topic_name
+from tests.support.narrow import present
 from tests.support.sql_servers import LAZY_SPARK, SqlServerProcess
 
 pytestmark = pytest.mark.chaos
@@ -50,7 +51,7 @@ def _committed_commands(bootstrap: str, topic: str) -> list[str]:
                     return keys
                 continue
             assert message.error() is None, message.error()
-            keys.append(message.key().decode())
+            keys.append(present(message.key(), "record key").decode())
     finally:
         consumer.close()
 

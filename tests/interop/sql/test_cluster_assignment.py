@@ -12,6 +12,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import pytest
 
@@ -86,12 +87,20 @@ def wait_until(check: Callable[[], bool], what: str) -> None:
         time.sleep(0.1)
 
 
+@dataclass
+class KnownQueries:
+    """The command-topic offset and query ids the members are told about (changed by the test)."""
+
+    offset: int
+    ids: list[str]
+
+
 def test_queries_shared_out_and_taken_over(group_broker) -> None:  # noqa: F811
     service_id = f"svc_{uuid.uuid4().hex[:8]}"
-    known = {"offset": 3, "ids": ["CSAS_A_1", "CSAS_B_2", "CTAS_C_3"]}
+    known = KnownQueries(offset=3, ids=["CSAS_A_1", "CSAS_B_2", "CTAS_C_3"])
 
     def queries() -> tuple[int, list[str]]:
-        return known["offset"], list(known["ids"])  # type: ignore[arg-type]
+        return known.offset, list(known.ids)
 
     a = Member(group_broker.bootstrap, service_id, "http://127.0.0.1:1", queries)
     b = Member(group_broker.bootstrap, service_id, "http://127.0.0.1:2", queries)
@@ -100,7 +109,7 @@ def test_queries_shared_out_and_taken_over(group_broker) -> None:  # noqa: F811
     try:
         def split_ok() -> bool:
             ra, rb = a.owned(), b.owned()
-            return sorted(ra + rb) == sorted(known["ids"]) and not set(ra) & set(rb) and ra != [] and rb != []
+            return sorted(ra + rb) == sorted(known.ids) and not set(ra) & set(rb) and ra != [] and rb != []
 
         wait_until(split_ok, "the three queries split over both members")
         with Admin({"bootstrap.servers": group_broker.bootstrap}) as admin:
@@ -110,14 +119,14 @@ def test_queries_shared_out_and_taken_over(group_broker) -> None:  # noqa: F811
         assert current is not None and current.owner_url("CTAS_C_3") in ("http://127.0.0.1:1", "http://127.0.0.1:2")
 
         # A new query: members notice their known set changed and rebalance.
-        known["offset"], known["ids"] = 4, [*known["ids"], "CSAS_D_4"]  # type: ignore[list-item]
+        known.offset, known.ids = 4, [*known.ids, "CSAS_D_4"]
         a.member.poke()
         b.member.poke()
         wait_until(split_ok, "the new query placed")
 
         # b leaves (as on SIGTERM): a takes everything.
         b.member.stop()
-        wait_until(lambda: a.owned() == sorted(known["ids"]), "a running every query")
+        wait_until(lambda: a.owned() == sorted(known.ids), "a running every query")
     finally:
         a.member.stop()
         b.member.stop()

@@ -13,10 +13,12 @@ from typing import Any
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from oncestream.sql import ast
 from oncestream.sql.ast import SourceKind, WindowSpec
 from oncestream.sql.catalog import Column, Format, Namespace, QueryInfo, SourceInfo
 from oncestream.sql.runtime import ERROR, QueryRuntime
 from oncestream.sql.types import SqlType
+from tests.support.narrow import of_type
 
 OUTPUT_TIMEOUT_S = 180.0
 EARLIEST = {"auto.offset.reset": "earliest"}
@@ -109,8 +111,11 @@ def analyze(sql: str, sources: Mapping[str, SourceInfo]) -> tuple[Any, Any]:
     from oncestream.sql.parser import parse
 
     (statement,) = parse(sql)
-    sink = getattr(statement, "name", None) or getattr(statement, "target", None)
-    return statement, analyze_query(statement.query, sources, sink=sink)
+    if isinstance(statement, ast.CreateAsSelect):
+        return statement, analyze_query(statement.query, sources, sink=statement.name)
+    if isinstance(statement, ast.InsertInto):
+        return statement, analyze_query(statement.query, sources, sink=statement.target)
+    return statement, analyze_query(of_type(statement, ast.QueryStatement, sql).query, sources)
 
 
 def sink_of(analyzed: Any, name: str, topic: str, *, key_format: Format = Format.KAFKA,
@@ -128,7 +133,8 @@ def ddl(sql: str) -> SourceInfo:
     default as ksqlDB's: KEY_FORMAT KAFKA, VALUE_FORMAT from FORMAT or JSON)."""
     from oncestream.sql.parser import parse
 
-    (statement,) = parse(sql)
+    (parsed,) = parse(sql)
+    statement = of_type(parsed, ast.CreateSource, sql)
     props = {k.upper(): v for k, v in statement.properties.items()}
     fmt = props.get("FORMAT")
     columns = tuple(Column(c.name, c.type, Namespace.KEY if c.key else Namespace.VALUE) for c in statement.columns)

@@ -16,10 +16,11 @@ from oncestream.sql.ast import Emit, JoinSpec, Query, SourceKind, WindowKind, Wi
 from oncestream.sql.catalog import Column, Format, Namespace, SourceInfo
 from oncestream.sql.errors import StatementError
 from oncestream.sql.parser.expressions import normalise_names
+from tests.support.narrow import of_type
 
 
-def expr(text: str) -> exp.Expr:
-    return normalise_names(sqlglot.parse_one(text))
+def expr(text: str) -> exp.Expression:
+    return of_type(normalise_names(sqlglot.parse_one(text)), exp.Expression, text)
 
 
 def query(sql: str, *, joins: tuple[JoinSpec, ...] = (), window: WindowSpec | None = None,

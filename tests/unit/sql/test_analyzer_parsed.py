@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import pytest
 
+from oncestream.sql import ast
 from oncestream.sql import types as t
 from oncestream.sql.analyzer import analyze_query, type_of
 from oncestream.sql.ast import SourceKind, WindowKind
 from oncestream.sql.errors import StatementError
 from oncestream.sql.metastore import Metastore
 from oncestream.sql.parser import parse
+from tests.support.narrow import of_type
 
 DDL = """
 CREATE STREAM pageviews (viewtime BIGINT, userid VARCHAR KEY, pageid VARCHAR)
@@ -35,7 +37,7 @@ def sources():
 
 def analyze(sources, sql: str, sink: str | None = None):
     (stmt,) = parse(sql)
-    return analyze_query(stmt.query, sources, sink=sink)
+    return analyze_query(of_type(stmt, ast.QueryStatement).query, sources, sink=sink)
 
 
 def schema(a) -> str:

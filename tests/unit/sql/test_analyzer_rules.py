@@ -10,8 +10,9 @@ from oncestream.sql import ast
 from oncestream.sql import types as t
 from oncestream.sql.analyzer import analyze_query
 from oncestream.sql.errors import StatementError
-from oncestream.sql.metastore import Metastore, StartQuery
+from oncestream.sql.metastore import CommandResult, Metastore, StartQuery
 from oncestream.sql.parser import parse
+from tests.support.narrow import of_type, present
 
 DDL = """
 CREATE STREAM s (k STRING KEY, id BIGINT, v INT, d DOUBLE, name STRING, arr ARRAY<BIGINT>, m MAP<STRING, BIGINT>,
@@ -47,7 +48,7 @@ def refused(ms: Metastore, sql: str, pattern: str) -> None:
 def accepted(ms: Metastore, sql: str, offset: int = 100) -> list:
     (s,) = parse(sql)
     effects = ms.apply(ms.validate(s, {}, TOPICS), offset)
-    assert effects[-1].status == "SUCCESS", effects[-1]
+    assert of_type(effects[-1], CommandResult, "last effect").status == "SUCCESS", effects[-1]
     return effects
 
 
@@ -155,7 +156,7 @@ def test_in_coerces_literals_and_rowtime_compares_with_timestamp_strings(ms: Met
 def test_coerced_literals_are_rewritten_in_the_resolved_tree(ms: Metastore) -> None:
     (stmt,) = parse("SELECT k FROM s WHERE ROWTIME > '2020-01-01T00:00:00' AND v IN (1, '2') AND flag IN ('tr', 'no') "
                     "AND name IN (1, TRUE) EMIT CHANGES;")
-    a = analyze_query(stmt.query, ms.source_map())
+    a = analyze_query(of_type(stmt, ast.QueryStatement).query, ms.source_map())
     assert a.where is not None
     assert a.where.sql() == ('"S"."ROWTIME" > 1577836800000 AND "S"."V" IN (1, 2) AND "S"."FLAG" IN (TRUE, FALSE) '
                              'AND "S"."NAME" IN (\'1\', \'true\')')
@@ -166,9 +167,9 @@ def test_windowed_sources(ms: Metastore) -> None:
     wt = ms.source("WT")
     assert wt is not None and wt.window is not None and wt.window.size_ms == 10_000
     effects = accepted(ms, "CREATE STREAM o AS SELECT k, c FROM ws WHERE c > 1;")
-    assert next(e for e in effects if isinstance(e, StartQuery)).sink.window == ms.source("WS").window
+    assert next(e for e in effects if isinstance(e, StartQuery)).sink.window == present(ms.source("WS"), "source WS").window
 
 
 def test_delimiter_names(ms: Metastore) -> None:
     accepted(ms, "CREATE STREAM o (a INT, b INT) WITH (kafka_topic='s', value_format='delimited', value_delimiter='TAB');")
-    assert ms.source("O").value_delimiter == "\t"
+    assert present(ms.source("O"), "source O").value_delimiter == "\t"

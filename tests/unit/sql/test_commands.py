@@ -16,8 +16,9 @@ from oncestream.sql.commands import (
     encode,
     goes_to_command_topic,
 )
-from oncestream.sql.metastore import Metastore
+from oncestream.sql.metastore import CommandResult, Metastore
 from oncestream.sql.parser import parse
+from tests.support.narrow import of_type, present
 
 
 def stmt(text: str):
@@ -92,10 +93,11 @@ def test_decoded_commands_replay_through_the_parser_into_an_equal_metastore() ->
         leader.apply(cmd, offset)
         follower.apply(decode(*encode(cmd)), offset)   # no AST: parsed from the record's text
     assert leader == follower
-    assert follower.source("T2").partitions == 4 and [q.query_id for q in follower.queries()] == ["CTAS_T2_2"]
+    assert present(follower.source("T2"), "source T2").partitions == 4
+    assert [q.query_id for q in follower.queries()] == ["CTAS_T2_2"]
 
 
 def test_a_record_that_no_longer_parses_is_an_error_result() -> None:
     ms = Metastore()
     effects = ms.apply(Command("stream/`S`/create", "CREATE STREAM oops ("), 0)
-    assert effects[-1].status == "ERROR" and ms.sources() == []
+    assert of_type(effects[-1], CommandResult, "last effect").status == "ERROR" and ms.sources() == []

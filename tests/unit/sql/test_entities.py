@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import json
 
-from oncestream.sql import entities
+from oncestream.sql import ast, entities
 from oncestream.sql.analyzer import analyze_query
 from oncestream.sql.metastore import Metastore
 from oncestream.sql.parser import parse
+from tests.support.narrow import of_type, present
 
 SETUP = """
 CREATE STREAM orders (id INT KEY, userid STRING, amount DECIMAL(4, 2), tags ARRAY<STRING>,
@@ -62,7 +63,7 @@ def test_queries_list_with_runtime_state_from_the_caller() -> None:
 
 def test_source_description_fields_and_keys() -> None:
     ms = metastore()
-    e = entities.source_description_entity(ms, ms.source("ORDERS"), "DESCRIBE orders;")
+    e = entities.source_description_entity(ms, present(ms.source("ORDERS"), "source ORDERS"), "DESCRIBE orders;")
     common(e, "sourceDescription", "DESCRIBE orders;")
     d = e["sourceDescription"]
     assert list(d) == ["name", "windowType", "readQueries", "writeQueries", "fields", "type", "timestamp", "statistics",
@@ -86,7 +87,7 @@ def test_source_description_fields_and_keys() -> None:
 
 def test_describe_extended_reports_partitions_and_replication() -> None:
     ms = metastore()
-    d = entities.source_description(ms, ms.source("COUNTS"), extended=True)
+    d = entities.source_description(ms, present(ms.source("COUNTS"), "source COUNTS"), extended=True)
     assert d["extended"] is True and d["partitions"] == 3 and d["replication"] == 1
     assert d["windowType"] == "TUMBLING" and [q["id"] for q in d["writeQueries"]] == ["CTAS_COUNTS_3"]
 
@@ -99,7 +100,7 @@ def test_source_descriptions_list() -> None:
 
 def test_query_description() -> None:
     ms = metastore()
-    q = ms.query("CSAS_BIG_2")
+    q = present(ms.query("CSAS_BIG_2"), "query CSAS_BIG_2")
     e = entities.query_description_entity(ms, q, "EXPLAIN CSAS_BIG_2;",
                                           host_states={"127.0.0.1:8088": "RUNNING", "127.0.0.1:8089": "NOT_RUNNING"})
     common(e, "queryDescription", "EXPLAIN CSAS_BIG_2;")
@@ -156,7 +157,7 @@ def test_functions_entities() -> None:
 def test_explain_of_a_statement_describes_a_query_that_is_not_running() -> None:
     ms = metastore()
     (stmt,) = parse("SELECT id, userid FROM orders EMIT CHANGES;")
-    a = analyze_query(stmt.query, ms.source_map())
+    a = analyze_query(of_type(stmt, ast.QueryStatement).query, ms.source_map())
     e = entities.transient_query_description("EXPLAIN SELECT id, userid FROM orders EMIT CHANGES;", stmt.text, a.columns,
                                              ["ORDERS"])
     common(e, "queryDescription", "EXPLAIN SELECT id, userid FROM orders EMIT CHANGES;")

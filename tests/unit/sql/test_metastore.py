@@ -16,6 +16,7 @@ from oncestream.sql.catalog import Format, Namespace
 from oncestream.sql.commands import decode, encode
 from oncestream.sql.errors import StatementError
 from oncestream.sql.metastore import CommandResult, CreateTopic, DeleteTopic, Metastore, StartQuery, StopQuery
+from tests.support.narrow import of_type, present
 
 P = Position(1, 1)
 
@@ -33,7 +34,8 @@ def select(sql: str, partition_by: tuple[str, ...] = ()) -> Query:
     src = sel.args["from_"].this
     sel.set("from_", None)
     return Query(select=sel, source=src.name, source_alias=src.alias or None,
-                 partition_by=tuple(_upper(sqlglot.parse_one(p)) for p in partition_by), emit=ast.Emit.CHANGES)
+                 partition_by=tuple(of_type(_upper(sqlglot.parse_one(p)), exp.Expression, p) for p in partition_by),
+                 emit=ast.Emit.CHANGES)
 
 
 def create_stream(name: str = "ORDERS", topic: str = "orders", **kw) -> ast.CreateSource:
@@ -107,7 +109,7 @@ def test_or_replace_only_when_compatible() -> None:
     wider = create_stream(or_replace=True, columns=(ColumnDef("ID", t.INTEGER, key=True), ColumnDef("USERID", t.STRING),
                                                     ColumnDef("AMOUNT", t.DOUBLE), ColumnDef("NOTE", t.STRING)))
     run(ms, wider, 1)
-    assert [c.name for c in ms.source("ORDERS").columns][-1] == "NOTE"
+    assert [c.name for c in present(ms.source("ORDERS"), "source ORDERS").columns][-1] == "NOTE"
     narrower = create_stream(or_replace=True, columns=(ColumnDef("ID", t.INTEGER, key=True), ColumnDef("USERID", t.STRING)))
     with pytest.raises(StatementError, match="Cannot upgrade data source"):
         ms.validate(narrower, {}, TOPICS)
@@ -132,7 +134,7 @@ def test_csas_query_id_sink_topic_and_partitions() -> None:
     assert isinstance(start, StartQuery) and start.query.query_id == "CSAS_BIG_7"
     assert start.sink.topic == "BIG" and start.sink.created_by == "CSAS_BIG_7"
     assert result(effects) == CommandResult("SUCCESS", "Created query with ID CSAS_BIG_7", "CSAS_BIG_7")
-    assert ms.query("CSAS_BIG_7").sources == ("ORDERS",)
+    assert present(ms.query("CSAS_BIG_7"), "query CSAS_BIG_7").sources == ("ORDERS",)
 
 
 def test_ctas_is_compacted_and_kind_must_match() -> None:
@@ -144,7 +146,7 @@ def test_ctas_is_compacted_and_kind_must_match() -> None:
     effects = run(ms, csas("C", "SELECT userid, COUNT(*) AS n FROM orders GROUP BY userid", SourceKind.TABLE), 1)
     assert effects[0] == CreateTopic("C", 3, 1, compacted=True)
     assert result(effects).query_id == "CTAS_C_1"
-    assert ms.source("C").kind is SourceKind.TABLE
+    assert present(ms.source("C"), "source C").kind is SourceKind.TABLE
 
 
 def test_drop_rules() -> None:
@@ -187,7 +189,7 @@ def test_terminate() -> None:
         ms.validate(ast.Terminate(text="TERMINATE CSAS_NOPE_1;", position=P, query_id="CSAS_NOPE_1"), {}, TOPICS)
     effects = run(ms, ast.Terminate(text="TERMINATE CSAS_BIG_1;", position=P, query_id="CSAS_BIG_1"), 2)
     assert effects == [StopQuery("CSAS_BIG_1"), CommandResult("SUCCESS", "Query terminated.")]
-    assert ms.source("BIG").created_by is None and ms.queries() == []
+    assert present(ms.source("BIG"), "source BIG").created_by is None and ms.queries() == []
     drop_big = ast.DropSource(text="DROP STREAM BIG;", position=P, kind=SourceKind.STREAM, name="BIG")
     assert run(ms, drop_big, 3) == [CommandResult("SUCCESS", "Source `BIG` (topic: BIG) was dropped.")]
 
@@ -221,7 +223,7 @@ def test_apply_of_a_conflicting_command_is_an_error_result_not_an_exception() ->
     assert result(ms.apply(c1, 0)).status == "SUCCESS"
     r = result(ms.apply(c2, 1))
     assert r.status == "ERROR" and "already exists" in r.message
-    assert [c.name for c in ms.source("ORDERS").columns] == ["ID", "USERID", "AMOUNT"]
+    assert [c.name for c in present(ms.source("ORDERS"), "source ORDERS").columns] == ["ID", "USERID", "AMOUNT"]
 
 
 def test_validate_never_mutates_and_snapshot_is_independent() -> None:

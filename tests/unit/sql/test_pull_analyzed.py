@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from oncestream.sql import ast
 from oncestream.sql.analyzer import analyze_query
 from oncestream.sql.ast import SourceKind, WindowKind, WindowSpec
 from oncestream.sql.catalog import Column, Format, Namespace, SourceInfo
@@ -18,6 +19,7 @@ from oncestream.sql.pull import PullQueryStream, execute_pull, source_of
 from oncestream.sql.serde import Window, layout_of
 from oncestream.sql.types import BIGINT, DOUBLE, INTEGER, STRING
 from oncestream.state import StateStore
+from tests.support.narrow import of_type
 
 USERS = SourceInfo(name="USERS", kind=SourceKind.TABLE, topic="users", key_format=Format.KAFKA, value_format=Format.JSON,
                    columns=(Column("ID", BIGINT, Namespace.KEY), Column("NAME", STRING), Column("SCORE", DOUBLE),
@@ -55,7 +57,7 @@ def stores(tmp_path_factory):
 
 
 def _pull(stores, text: str) -> tuple[list[tuple[str, str]], list[list[Any]]]:
-    statement = parse(text)[0]
+    statement = of_type(parse(text)[0], ast.QueryStatement, text)
     analyzed = analyze_query(statement.query, SOURCES)
     source = source_of(analyzed)
     headers, rows = execute_pull(analyzed, source, stores[source.name].reader("read_committed"))

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 import io
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -29,10 +29,11 @@ def server() -> Iterator[RunningServer]:
         yield srv
 
 
-def run_shell(argv: list[str], server: RunningServer, **kwargs: object) -> tuple[int, str, str]:
+def run_shell(argv: list[str], server: RunningServer,
+              session_factory: Callable[[Path], PromptSession[str]] | None = None) -> tuple[int, str, str]:
     args = build_parser().parse_args(["sql", "--server", server.url, *argv])
     out, err = io.StringIO(), io.StringIO()
-    code = shell.run(args, out=out, err=err, **kwargs)
+    code = shell.run(args, out=out, err=err, session_factory=session_factory)
     return code, out.getvalue(), err.getvalue()
 
 
