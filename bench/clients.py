@@ -22,8 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from oncestream.broker_process import OnceStreamBroker  # noqa: E402
-from tests.support.clients import create_topic  # noqa: E402
+from oncestream.broker_process import OnceStreamBroker
+from tests.support.clients import create_topic
 
 VALUE = b"x" * 1024
 MB = 1_000_000

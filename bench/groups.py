@@ -47,7 +47,7 @@ from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka import libversion as librdkafka_version
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from machine import machine_description  # noqa: E402 (bench/ is on sys.path when run as a script)
+from machine import machine_description
 from oncestream.broker_process import ManagedBroker, OnceStreamBroker, TansuBroker, tansu_executable
 
 REPO_ROOT = Path(__file__).resolve().parent.parent

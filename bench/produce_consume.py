@@ -39,7 +39,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka import libversion as librdkafka_version
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from machine import machine_description  # noqa: E402 (bench/ is on sys.path when run as a script)
+from machine import machine_description
 from oncestream.broker_process import BrokerStartError, ManagedBroker, OnceStreamBroker, TansuBroker, tansu_executable
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -268,7 +268,7 @@ class Profiler:
         self.folded_path = out_stem.with_suffix(".folded")
         self.summary_path = out_stem.with_suffix(".top.txt")
         self.log_path = out_stem.with_suffix(".py-spy.log")
-        self._log = open(self.log_path, "wb")
+        self._log = open(self.log_path, "wb")  # noqa: SIM115 - py-spy's log, closed once py-spy has stopped
         # --nonblocking: sample without pausing the broker, so the profiled round runs near full speed.
         self.process = subprocess.Popen(
             [str(py_spy), "record", "--pid", str(pid), "--rate", "500", "--nonblocking",

@@ -42,9 +42,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from oncestream.sql.ast import SourceKind  # noqa: E402
-from oncestream.sql.catalog import Column, Format, Namespace, SourceInfo  # noqa: E402
-from oncestream.sql.types import BIGINT, STRING  # noqa: E402
+from oncestream.sql.ast import SourceKind
+from oncestream.sql.catalog import Column, Format, Namespace, SourceInfo
+from oncestream.sql.types import BIGINT, STRING
 
 TABLE = "BENCH"
 

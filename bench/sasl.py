@@ -22,11 +22,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from oncestream.broker.sasl.scram import SCRAM_SHA_512, ScramServer, make_credential  # noqa: E402
-from oncestream.broker_process import OnceStreamBroker  # noqa: E402
-from oncestream.client.connection import BrokerConnection  # noqa: E402
-from oncestream.client.sasl import SaslCredentials, ScramClient  # noqa: E402
-from tests.support.sasl import add_scram_users, sasl_broker_config  # noqa: E402
+from oncestream.broker.sasl.scram import SCRAM_SHA_512, ScramServer, make_credential
+from oncestream.broker_process import OnceStreamBroker
+from oncestream.client.connection import BrokerConnection
+from oncestream.client.sasl import SaslCredentials, ScramClient
+from tests.support.sasl import add_scram_users, sasl_broker_config
 
 
 def end_to_end(bootstrap: str, creds: SaslCredentials | None, seconds: float, threads: int) -> float:

@@ -29,13 +29,13 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from oncestream.broker.sasl.credentials import ScramCredentialStore  # noqa: E402
-from oncestream.broker.sasl.scram import MECHANISMS, make_credential  # noqa: E402
-from oncestream.broker_process import OnceStreamBroker  # noqa: E402
-from tests.support.certs import make_pki  # noqa: E402
+from oncestream.broker.sasl.credentials import ScramCredentialStore
+from oncestream.broker.sasl.scram import MECHANISMS, make_credential
+from oncestream.broker_process import OnceStreamBroker
+from tests.support.certs import make_pki
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from produce_consume import consume, produce  # noqa: E402 (the same client loops as the broker benchmark)
+from produce_consume import consume, produce
 
 MB = 1_000_000
 VALUE_BYTES = 1024

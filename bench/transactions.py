@@ -46,7 +46,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka import libversion as librdkafka_version
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from machine import machine_description  # noqa: E402 (bench/ is on sys.path when run as a script)
+from machine import machine_description
 from oncestream.broker_process import BrokerStartError, OnceStreamBroker
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -247,7 +247,7 @@ def latency_round(bootstrap: str, admin: AdminClient, mode: str, rate_per_s: int
                     warmed_up.set()
                     continue
                 result.latencies_ms.append((received_ns - sent_ns) / 1e6)
-        except BaseException as exc:
+        except BaseException as exc:  # noqa: BLE001 - handed to the main thread, which raises it
             failure.append(exc)
 
     reader = threading.Thread(target=consume, name="latency-consumer")

@@ -29,7 +29,7 @@ from oncestream.state import StateStore
 from oncestream.state.materializer import Materializer
 from oncestream.state.source import KafkaChangelogSource
 from tests.support.clients import CLIENT_TIMEOUT_S, create_topic, unique_topic
-from tests.support.faults import test_tree_environment
+from tests.support.faults import child_environment
 from tests.support.txn import list_offset, transactional_producer, wait_until
 
 pytestmark = pytest.mark.chaos
@@ -64,7 +64,8 @@ def _produce_changelog(bootstrap: str, topic: str) -> dict[int, list[tuple[int, 
             key, value = b"p%d-k%04d" % (partition, i // PARTITIONS), b"v%05d" % i
         producer.produce(topic, value, key=key, partition=partition, on_delivery=delivered)
         producer.poll(0)
-    assert producer.flush(CLIENT_TIMEOUT_S) == 0 and not errors
+    assert producer.flush(CLIENT_TIMEOUT_S) == 0
+    assert not errors
     for records in log.values():
         records.sort()
     return log
@@ -101,7 +102,7 @@ def _events(path: Path) -> list[dict]:
 
 def _run_materializer(bootstrap: str, topic: str, state_dir: Path, events: Path, *,
                       crash_point: str | None = None, crash_at_commit: int = 3) -> int:
-    env = test_tree_environment()
+    env = child_environment()
     entry = ["oncestream.state.materializer"] if crash_point is None else [
         "tests.support.materializer_with_crash", "--crash-point", crash_point,
         "--crash-at-commit", str(crash_at_commit), "--"]
@@ -138,7 +139,8 @@ def test_sigkill_at_each_commit_point_recovers_the_committed_prefix(broker_facto
     before_kill = _events(events)
     begins = [e for e in before_kill if e["event"] == "commit-begin"]
     acked = [e for e in before_kill if e["event"] == "committed"]
-    assert len(begins) == 3 and len(acked) == 2  # killed in the third commit, never acknowledged
+    assert len(begins) == 3
+    assert len(acked) == 2
     crashing = _parse_offsets(begins[-1]["offsets"])
     previous = _parse_offsets(acked[-1]["offsets"])
 

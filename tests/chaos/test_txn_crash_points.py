@@ -106,7 +106,7 @@ def test_commit_survives_broker_sigkill_at_coordinator_step(broker_factory, cras
         try:
             producer.commit_transaction(CLIENT_TIMEOUT_S)
             commit_outcome.append("committed")
-        except Exception as exc:  # any outcome is acceptable; the final state is what counts
+        except Exception as exc:  # noqa: BLE001 - any outcome is acceptable; the final state is what counts
             commit_outcome.append(exc)
 
     committer = threading.Thread(target=commit, name="commit-transaction", daemon=True)

@@ -106,7 +106,9 @@ def test_idempotent_producer_uses_a_producer_id(broker_factory):
         producers = admin.describe_producers([TopicPartition(topic, 0)])[(topic, 0)]
     finally:
         admin.close()
-    assert len(producers) == 1 and producers[0].producer_id >= 0 and producers[0].last_sequence == 99
+    assert len(producers) == 1
+    assert producers[0].producer_id >= 0
+    assert producers[0].last_sequence == 99
     consumer = ck.Consumer({"bootstrap.servers": broker.bootstrap, "group.id": unique_topic("g")})
     try:
         low, high = consumer.get_watermark_offsets(ck.TopicPartition(topic, 0), timeout=30)

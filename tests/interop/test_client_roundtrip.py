@@ -194,7 +194,7 @@ def test_group_shared_with_a_librdkafka_member(broker):
                         ours_seen.append((msg.partition(), msg.offset()))
             finally:
                 consumer.close()
-        except BaseException as exc:  # reported by the main thread
+        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
             errors.append(exc)
 
     theirs = ck.Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group,
@@ -225,9 +225,11 @@ def test_group_shared_with_a_librdkafka_member(broker):
         theirs.close()
     assert not errors, errors
     assert not set(ours_seen) & set(theirs_seen), "a record was read by both members"
-    assert len(ours_seen) == len(set(ours_seen)) and len(theirs_seen) == len(set(theirs_seen))
+    assert len(ours_seen) == len(set(ours_seen))
+    assert len(theirs_seen) == len(set(theirs_seen))
     assert {p for p, _ in ours_seen}.isdisjoint({p for p, _ in theirs_seen})
-    assert ours_seen and theirs_seen
+    assert ours_seen
+    assert theirs_seen
 
 
 def test_commit_committed_seek_position_and_offset_reset(broker_factory):
@@ -262,7 +264,8 @@ def test_commit_committed_seek_position_and_offset_reset(broker_factory):
     try:
         resumed.assign([tp])
         first = resumed.poll(10.0)
-        assert first is not None and first.offset() == 20
+        assert first is not None
+        assert first.offset() == 20
     finally:
         resumed.close()
     # ... a consumer without a committed offset follows auto.offset.reset.
@@ -278,7 +281,8 @@ def test_commit_committed_seek_position_and_offset_reset(broker_factory):
     try:
         strict.assign([tp])
         msg = strict.poll(5.0)
-        assert msg is not None and msg.error() is not None
+        assert msg is not None
+        assert msg.error() is not None
     finally:
         strict.close()
 
@@ -380,9 +384,11 @@ def test_admin_topics_and_configs(broker):
     try:
         assert admin.create_topics([NewTopic(topic, 3, 1)]) == {topic: None}
         again = admin.create_topics([NewTopic(topic, 3, 1)])[topic]
-        assert again is not None and again.name() == "TOPIC_ALREADY_EXISTS"
+        assert again is not None
+        assert again.name() == "TOPIC_ALREADY_EXISTS"
         described = admin.describe_topics([topic])[topic]
-        assert [p.id for p in described.partitions] == [0, 1, 2] and described.error is None
+        assert [p.id for p in described.partitions] == [0, 1, 2]
+        assert described.error is None
         assert topic in admin.list_topics()
         assert admin.delete_topics([topic]) == {topic: None}
     finally:
@@ -484,7 +490,8 @@ def test_non_idempotent_producer_with_each_acks_setting(broker, acks):
         assert producer.flush(CLIENT_TIMEOUT_S) == 0
     finally:
         producer.close()
-    assert len(offsets) == 200 and -99 not in offsets
+    assert len(offsets) == 200
+    assert -99 not in offsets
     if acks == "0":
         assert offsets == [OFFSET_INVALID] * 200
     else:
@@ -565,7 +572,8 @@ def test_max_poll_interval_exceeded_leaves_the_group_and_the_assignment_is_lost(
         assert theirs_assigned[-1] == [0, 1]  # the left member held nothing any more
         # Back to polling: the error, then on_lost, then a rejoin beside the librdkafka member.
         first = ours.poll(1.0)
-        assert first is not None and first.error() is not None
+        assert first is not None
+        assert first.error() is not None
         assert first.error().code() == -147, first.error()  # _MAX_POLL_EXCEEDED, as librdkafka
         deadline = time.monotonic() + CLIENT_TIMEOUT_S
         while not (len(calls) >= 3 and calls[-1][0] == "assign" and theirs_assigned[-1] != [0, 1]):

@@ -192,7 +192,8 @@ def test_abortable_error_then_abort_then_next_transaction_commits(txn_broker):
         with pytest.raises(KafkaException) as info:
             producer.commit_transaction(CLIENT_TIMEOUT_S)
         error = info.value.args[0]
-        assert error.txn_requires_abort() and not error.fatal(), error
+        assert error.txn_requires_abort(), error
+        assert not error.fatal(), error
         assert any(e is not None for e in errors)
         producer.abort_transaction(CLIENT_TIMEOUT_S)
         committed = _run(producer, topic, "after", 4, commit=True)
@@ -233,7 +234,8 @@ def test_send_offsets_to_transaction_consume_transform_produce(txn_broker):
                 producer.produce(sink, m.value().replace(b"in", b"out"), partition=m.partition())
             positions = consumer.position(consumer.assignment())
             metadata = consumer.consumer_group_metadata()
-            assert metadata.generation_id >= 1 and metadata.member_id
+            assert metadata.generation_id >= 1
+            assert metadata.member_id
             producer.send_offsets_to_transaction(positions, metadata, CLIENT_TIMEOUT_S)
             if commit:
                 producer.commit_transaction(CLIENT_TIMEOUT_S)

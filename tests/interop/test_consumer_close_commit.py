@@ -107,7 +107,8 @@ def test_final_commit_refused_by_the_broker_reaches_on_commit_with_the_partition
 
     assert len(reports) == 1, reports
     error, partitions = reports[0]
-    assert error is not None and error.code() == confluent_kafka.KafkaError.UNKNOWN_TOPIC_OR_PART
+    assert error is not None
+    assert error.code() == confluent_kafka.KafkaError.UNKNOWN_TOPIC_OR_PART
     assert [(tp.topic, tp.partition, tp.offset, tp.error.code()) for tp in partitions] == [
         (topic, 0, len(VALUES), confluent_kafka.KafkaError.UNKNOWN_TOPIC_OR_PART)
     ]

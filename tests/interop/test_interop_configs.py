@@ -112,7 +112,8 @@ def test_produce_over_max_message_bytes_is_message_too_large(broker):
         ConfigEntry("max.message.bytes", "1024", incremental_operation=AlterConfigOpType.SET),
     )
     err, _ = _produce_one(broker.bootstrap, topic, b"y" * 4096)
-    assert err is not None and err.code() == KafkaError.MSG_SIZE_TOO_LARGE, err
+    assert err is not None, err
+    assert err.code() == KafkaError.MSG_SIZE_TOO_LARGE, err
     assert _produce_one(broker.bootstrap, topic, b"small") == (None, 1)
 
     consumed = confluent_consume(broker.bootstrap, topic, 1)
@@ -124,4 +125,5 @@ def test_topic_created_with_small_max_message_bytes_rejects_big_batch(broker):
     topic = unique_topic("cfg-size-create")
     create_topic(broker.bootstrap, topic, partitions=1, config={"max.message.bytes": "512"})
     err, _ = _produce_one(broker.bootstrap, topic, b"z" * 2048)
-    assert err is not None and err.code() == KafkaError.MSG_SIZE_TOO_LARGE, err
+    assert err is not None, err
+    assert err.code() == KafkaError.MSG_SIZE_TOO_LARGE, err

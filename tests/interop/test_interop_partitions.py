@@ -100,7 +100,8 @@ def test_kafka_python_and_our_admin_grow_topics(broker):
     try:
         assert ours.create_partitions({topic: 4}) == {topic: None}
         error = ours.create_partitions({topic: 3})[topic]
-        assert error is not None and error.name() == "INVALID_PARTITIONS"
+        assert error is not None
+        assert error.name() == "INVALID_PARTITIONS"
         assert len(ours.describe_topics([topic])[topic].partitions) == 4
     finally:
         ours.close()

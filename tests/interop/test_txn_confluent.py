@@ -170,7 +170,8 @@ def test_second_producer_with_same_transactional_id_fences_the_first(txn_broker)
         with pytest.raises(KafkaException) as raised_abort:
             zombie.abort_transaction(CLIENT_TIMEOUT_S)
         fatal, code = fatal_code(raised_abort.value)
-        assert fatal and code in FENCED_CODES, f"the coordinator must fence the zombie, got {raised_abort.value}"
+        assert fatal, f"the coordinator must fence the zombie, got {raised_abort.value}"
+        assert code in FENCED_CODES, f"the coordinator must fence the zombie, got {raised_abort.value}"
 
     successor_values = transaction_values("successor", range(PARTITIONS), 5)
     run_transaction(successor, topic, successor_values, commit=True)

@@ -71,7 +71,9 @@ def test_batch_read_has_kafka_columns_and_skips_aborted_records(spark, eos_broke
     assert next(r for r in rows if r.value == b"c1").headers is None
     # Offsets inside a partition are increasing and skip the aborted batch and the markers.
     p0 = sorted(r.offset for r in rows if r.partition == 0)
-    assert len(p0) == 15 and p0 == sorted(set(p0)) and p0[-1] > 15
+    assert len(p0) == 15
+    assert p0 == sorted(set(p0))
+    assert p0[-1] > 15
 
 
 def test_read_uncommitted_returns_aborted_records(spark, eos_broker):
@@ -92,12 +94,14 @@ def test_offset_ranges_assign_and_pattern(spark, eos_broker):
                    endingOffsets=f'{{"{topic}":{{"0":5,"1":3}}}}').collect()
     assert sorted((r.partition, r.offset) for r in ranged) == [(0, 2), (0, 3), (0, 4), (1, 0), (1, 1), (1, 2)]
     assigned = _read(spark, eos_broker.bootstrap, assign=f'{{"{topic}":[1]}}').collect()
-    assert {r.partition for r in assigned} == {1} and len(assigned) == 15
+    assert {r.partition for r in assigned} == {1}
+    assert len(assigned) == 15
     prefix = topic[:6]
     matched = _read(spark, eos_broker.bootstrap, subscribePattern=f"{prefix}.*").collect()
     assert {r.topic for r in matched} == {topic}
     split = _read(spark, eos_broker.bootstrap, subscribe=topic, maxRecordsPerPartition="4")
-    assert split.rdd.getNumPartitions() >= 8 and split.count() == 30
+    assert split.rdd.getNumPartitions() >= 8
+    assert split.count() == 30
 
 
 def test_batch_write_round_trip_is_atomic_and_complete(spark, eos_broker):
@@ -133,7 +137,7 @@ def test_topic_column_routes_rows(spark, eos_broker):
 
 def test_option_errors_are_clear(spark, eos_broker):
     """Missing or conflicting options fail with the connector's messages."""
-    with pytest.raises(Exception, match="kafka.bootstrap.servers is required"):
+    with pytest.raises(Exception, match=r"kafka\.bootstrap\.servers is required"):
         spark.read.format("oncestream").option("subscribe", "x").load().collect()
     with pytest.raises(Exception, match="exactly one of the options subscribe"):
         _read(spark, eos_broker.bootstrap, subscribe="x", assign='{"x":[0]}').collect()

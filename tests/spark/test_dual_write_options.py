@@ -45,13 +45,13 @@ def test_dual_write_options_reach_the_producer_and_are_validated_like_the_sink()
         transactional_id="b", producer_config={"linger.ms": 9}, store=None, apply=_apply)
     assert (writer.transactional_id, writer.producer_config) == ("b", {"linger.ms": 9})
 
-    with pytest.raises(OptionError, match="kafka.value.serializer"):
+    with pytest.raises(OptionError, match=r"kafka\.value\.serializer"):
         oncestream.spark.dual_write(options={"kafka.bootstrap.servers": "h:1", "kafka.transactional.id": "a",
                                              "kafka.value.serializer": "x"}, store=None, apply=_apply)
-    with pytest.raises(OptionError, match="kafka.acks"):
+    with pytest.raises(OptionError, match=r"kafka\.acks"):
         oncestream.spark.dual_write(options={"kafka.bootstrap.servers": "h:1", "kafka.transactional.id": "a",
                                              "kafka.acks": "1"}, store=None, apply=_apply)
-    with pytest.raises(OptionError, match="transactional.id"):
+    with pytest.raises(OptionError, match=r"transactional\.id"):
         oncestream.spark.dual_write(options={"kafka.bootstrap.servers": "h:1"}, store=None, apply=_apply)
 
 

@@ -110,9 +110,11 @@ def test_task_failing_after_prepare_is_retried_without_duplicates(spark, eos_bro
         record = journal.last(str(query.id))
     finally:
         journal.close()
-    assert record is not None and record.batch_id == 0
+    assert record is not None
+    assert record.batch_id == 0
     # <prefix>-<query>-<slot>-<partition>-<attempt>-<alternative>: attempt 1 won everywhere.
-    assert record.txns and all(txn_id.rsplit("-", 2)[1] == "1" for txn_id in record.txns), record.txns
+    assert record.txns, record.txns
+    assert all(txn_id.rsplit("-", 2)[1] == "1" for txn_id in record.txns), record.txns
 
 
 def test_batch_crashing_in_every_attempt_then_restart_is_exactly_once(spark, eos_broker, tmp_path):

@@ -52,14 +52,16 @@ def test_tasks_run_in_two_executor_processes(spark_cluster):
     """The premise of this module: two executor JVMs, none of them the driver, and Python workers
     whose parent is an executor JVM, not the driver's."""
     pids = wait_for_executors(_app_id(spark_cluster), 2)
-    assert len(pids) == 2 and os.getpid() not in pids.values()
+    assert len(pids) == 2
+    assert os.getpid() not in pids.values()
     workers = (spark_cluster.sparkContext.parallelize(range(8), 8)
                .map(lambda _: (os.getpid(), os.getppid())).collect())
     assert {pid for pid, _ in workers}.isdisjoint({os.getpid()})
     # The Python daemon that forks the workers is a child of its executor JVM.
     parents_of_daemons = {int(Path(f"/proc/{ppid}/stat").read_text().split(") ")[1].split()[1])
                           for _, ppid in workers if Path(f"/proc/{ppid}").exists()}
-    assert parents_of_daemons and parents_of_daemons <= set(pids.values()), (parents_of_daemons, pids)
+    assert parents_of_daemons, (parents_of_daemons, pids)
+    assert parents_of_daemons <= set(pids.values()), (parents_of_daemons, pids)
 
 
 def test_batch_read_on_executors_returns_exactly_the_committed_records(spark_cluster, eos_broker):

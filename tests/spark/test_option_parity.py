@@ -256,7 +256,8 @@ def test_available_now_reads_everything_in_capped_batches_despite_min_offsets(sp
                                                     maxTriggerDelay="1h"))
     assert _values(rows) == _expected(range(PER_PARTITION))
     sizes = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
-    assert max(sizes) <= 6 and sum(sizes) == 2 * PER_PARTITION
+    assert max(sizes) <= 6
+    assert sum(sizes) == 2 * PER_PARTITION
     assert not query.isActive
 
 
@@ -283,7 +284,8 @@ def test_include_headers(spark, eos_broker):
     topic = _topic(eos_broker.bootstrap)
     _produce_timed(eos_broker.bootstrap, topic, count=2)
     plain = _read(spark, eos_broker.bootstrap, topic, includeHeaders="false")
-    assert "headers" not in plain.columns and len(plain.columns) == 7
+    assert "headers" not in plain.columns
+    assert len(plain.columns) == 7
     assert _read(spark, eos_broker.bootstrap, topic).columns == plain.columns  # the default
     assert _values(plain.collect()) == _expected(range(2))
     _query, streamed = _run_available_now(spark, _stream(spark, eos_broker.bootstrap, topic, includeHeaders="false",

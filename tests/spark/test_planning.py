@@ -62,7 +62,9 @@ def test_option_validation():
         source_options({**base, "subscribe": "t", "startingOffsets": "latest"}, streaming=False)
     opts = source_options({**base, "SubscribePattern": "t.*", "kafka.isolation.level": "read_uncommitted",
                            "maxOffsetsPerTrigger": "9"}, streaming=True)
-    assert opts.subscription.matches("tx") and not opts.read_committed and opts.max_offsets_per_trigger == 9
+    assert opts.subscription.matches("tx")
+    assert not opts.read_committed
+    assert opts.max_offsets_per_trigger == 9
     sink = sink_options({**base, "topic": "out", "exactlyOnce": "false", "kafka.linger.ms": "3",
                          "kafka.transactional.id": "app"})
     assert (sink.topic, sink.exactly_once, sink.transactional_id_prefix) == ("out", False, "app")

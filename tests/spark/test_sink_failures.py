@@ -287,7 +287,8 @@ def test_zombie_of_an_earlier_batch_cannot_stall_a_later_batch(spark, eos_broker
         inputs.append(values)
         query_id = _finished(_run_available_now(spark, bootstrap, topic_in, checkpoint, options))
     record = _last_record(bootstrap, query_id)
-    assert record is not None and record.batch_id == 1
+    assert record is not None
+    assert record.batch_id == 1
 
     gate = tmp_path / "gate"
     gate.mkdir()
@@ -301,12 +302,14 @@ def test_zombie_of_an_earlier_batch_cannot_stall_a_later_batch(spark, eos_broker
         batch_2_txn, batch_2_state = _prepared(gate, [0])[0]
         task = _TaskWriter(sink_options(options))
         fresh = task.write_attempt(iter([_values_batch([b"zombie-1"])]), query_id, 0, 0, batch_id=1)
-        assert fresh.transactional_id is None and fresh.records == 0
+        assert fresh.transactional_id is None
+        assert fresh.records == 0
         # The late zombie's journal check ran before batch 0 was recorded: it saw nothing committed.
         monkeypatch.setattr(_LazyJournal, "committed_batch", lambda self, q: NO_COMMIT)
         late = task.write_attempt(iter([_values_batch([b"zombie-0"])]), query_id, 0, 0, batch_id=0)
         monkeypatch.undo()
-        assert late.transactional_id is None and late.records == 0
+        assert late.transactional_id is None
+        assert late.records == 0
         assert transactional_id(sink_options(options).transactional_id_prefix, query_id, 0, 0, 0, 0) \
             == batch_2_txn, "the late zombie must have initialized on batch 2's id"
         assert describe_transaction(bootstrap, batch_2_txn).state == "Ongoing"
@@ -315,7 +318,9 @@ def test_zombie_of_an_earlier_batch_cannot_stall_a_later_batch(spark, eos_broker
     assert _finished(held_query) == query_id
     assert describe_transaction(bootstrap, batch_2_txn).state == "CompleteCommit"
     record = _last_record(bootstrap, query_id)
-    assert record is not None and record.batch_id == 2 and record.txns[batch_2_txn] == batch_2_state
+    assert record is not None
+    assert record.batch_id == 2
+    assert record.txns[batch_2_txn] == batch_2_state
 
     fourth = {1: [f"b3-1-{i:03d}".encode() for i in range(10)]}
     _produce(bootstrap, topic_in, fourth)
@@ -357,7 +362,8 @@ def test_zombie_writing_while_its_batch_commits_cannot_make_its_records_visible(
     producing_zombie = Background(lambda: task.write_attempt(rows(), query_id, 0, 7, batch_id=0))
     assert _finished(query) == query_id
     record = _last_record(bootstrap, query_id)
-    assert record is not None and record.batch_id == 0
+    assert record is not None
+    assert record.batch_id == 0
     assert sorted(t.rsplit("-", 4)[1:] for t in record.txns) == [["0", "0", "1", "0"], ["0", "1", "1", "0"]], \
         record.txns
     go_on.set()
@@ -369,7 +375,8 @@ def test_zombie_writing_while_its_batch_commits_cannot_make_its_records_visible(
     else:
         assert isinstance(producing_zombie.error, KafkaException), producing_zombie.error
     late = task.write_attempt(iter([_values_batch([b"zombie-1"])]), query_id, 1, 0, batch_id=0)
-    assert late.transactional_id is None and late.records == 0
+    assert late.transactional_id is None
+    assert late.records == 0
 
     got = Counter(v for _k, v in read_committed(bootstrap, topic_out))
     want = Counter(v for vs in first.values() for v in vs)

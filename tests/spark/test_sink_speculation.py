@@ -128,7 +128,8 @@ def _run(tmp_path: Path, bootstrap: str, master: str, batches: int) -> None:
         record = journal.last(query_id)
     finally:
         journal.close()
-    assert record is not None and record.batch_id >= batches - 1, record
+    assert record is not None, record
+    assert record.batch_id >= batches - 1, record
     copies = sorted(m.name for m in marks.iterdir() if not m.name.endswith("-a0"))
     slow = [b for b in range(batches) if b % 3 == 1]
     assert copies, f"no speculative copy ran (slow batches {slow}); marks: {sorted(os.listdir(marks))}"

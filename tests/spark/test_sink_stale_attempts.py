@@ -94,7 +94,8 @@ def test_transactional_ids_of_a_query_stay_bounded_over_many_batches(spark, eos_
         record = journal.last(query_id)
     finally:
         journal.close()
-    assert record is not None and record.batch_id >= 7, record
+    assert record is not None, record
+    assert record.batch_id >= 7, record
     with LogClient(bootstrap, client_id="test-check") as client:
         listed = client.list_transactions() or []
     prefix = f"oncestream-spark-{query_id}-"

@@ -78,7 +78,8 @@ def test_source_reads_tansu(spark, tansu):
           .option("subscribe", topic).options(**UNCOMMITTED).load())
     rows = df.collect()
     assert Counter(bytes(r.value) for r in rows) == Counter(values)
-    assert {r.partition for r in rows} == {0, 1} and all(r.topic == topic for r in rows)
+    assert {r.partition for r in rows} == {0, 1}
+    assert all(r.topic == topic for r in rows)
     stream = (spark.readStream.format("oncestream").option("kafka.bootstrap.servers", tansu.bootstrap)
               .option("subscribe", topic).option("startingOffsets", "earliest").options(**UNCOMMITTED)
               .option("maxOffsetsPerTrigger", "30").load())

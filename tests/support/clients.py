@@ -260,7 +260,8 @@ def aiokafka_consume(bootstrap: str, topic: str, partitions: int) -> list[Consum
 def kcat_produce(bootstrap: str, topic: str, records: Sequence[SentRecord]) -> list[tuple[int, int]]:
     """Produce keyed lines with ``kcat -P -K:``; kcat reports no offsets, so none are returned."""
     for record in records:
-        assert b":" not in record.key and b"\n" not in record.key + record.value
+        assert b":" not in record.key
+        assert b"\n" not in record.key + record.value
     lines = b"".join(record.key + b":" + record.value + b"\n" for record in records)
     result = subprocess.run(
         [KCAT, "-b", bootstrap, "-P", "-t", topic, "-K:", "-X", "acks=all"],

@@ -251,10 +251,10 @@ class _KafkaPythonDriver:
         from kafka.coordinator.assignors.range import RangePartitionAssignor
 
         class Listener(ConsumerRebalanceListener):
-            def on_partitions_revoked(self, revoked):  # noqa: D401 - kafka-python's interface
+            def on_partitions_revoked(self, revoked):
                 on_revoke(tp.partition for tp in revoked)
 
-            def on_partitions_assigned(self, assigned):  # noqa: D401
+            def on_partitions_assigned(self, assigned):
                 on_assign(tp.partition for tp in assigned)
 
         self.topic = topic
@@ -480,13 +480,13 @@ class GroupMember:
             self._ready.set()
             while not self._stop.is_set():
                 self._poll_once(driver)
-        except BaseException as exc:  # reported to the main thread by check()
+        except BaseException as exc:  # noqa: BLE001 - reported to the main thread by check()
             self._error = exc
         finally:
             if driver is not None:
                 try:
                     driver.close()
-                except BaseException as exc:  # a close failure is a failure too
+                except BaseException as exc:  # noqa: BLE001 - a close failure is a failure too
                     if self._error is None:
                         self._error = exc
 
@@ -686,7 +686,8 @@ def produce_spread(bootstrap: str, topic: str, partitions: int, count: int,
                          on_delivery=on_delivery)
         producer.poll(0)
     remaining = producer.flush(WAIT_TIMEOUT_S)
-    assert remaining == 0 and not errors, f"produce failed: {remaining} unsent, {errors[:3]}"
+    assert remaining == 0, f"produce failed: {remaining} unsent, {errors[:3]}"
+    assert not errors, f"produce failed: {remaining} unsent, {errors[:3]}"
     assert len(positions) == count
     return positions
 

@@ -35,7 +35,8 @@ def keyed_records(count: int, key_count: int, *, tag: str = "", seed: int = 0) -
     The interleaving is random (seeded, so reproducible) to make per-key order a real check: a
     round-robin pattern would let some reordering bugs slip through.
     """
-    assert count > 0 and key_count > 0
+    assert count > 0
+    assert key_count > 0
     rng = random.Random(seed)
     next_seq: dict[int, int] = defaultdict(int)
     records = []

@@ -165,7 +165,8 @@ def plain_produce(bootstrap: str, topic: str, values_by_partition: dict[int, lis
     log = DeliveryLog()
     produce_values(producer, topic, values_by_partition, log)
     remaining = producer.flush(CLIENT_TIMEOUT_S)
-    assert remaining == 0 and not log.errors, f"plain produce failed: {remaining} left, {log.errors[:3]}"
+    assert remaining == 0, f"plain produce failed: {remaining} left, {log.errors[:3]}"
+    assert not log.errors, f"plain produce failed: {remaining} left, {log.errors[:3]}"
 
 
 def isolated_consumer(bootstrap: str, isolation: str, **overrides: object) -> Consumer:
@@ -692,7 +693,7 @@ def copier_main(args: argparse.Namespace) -> int:
     producer = transactional_producer(args.bootstrap, args.transactional_id, **producer_conf)
     producer.init_transactions(CLIENT_TIMEOUT_S)
     consumer.subscribe([args.input])
-    progress = open(args.progress, "a", buffering=1)
+    progress = open(args.progress, "a", buffering=1)  # noqa: SIM115 - written until the process is killed
 
     def rewind() -> None:
         """Back to the last committed positions: the aborted batch must be copied again."""

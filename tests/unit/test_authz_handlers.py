@@ -69,5 +69,7 @@ def test_create_and_delete_are_stored_before_the_answer(tmp_path: Path) -> None:
     assert [r.error_code for r in _create(state).results] == [ErrorCode.none]
     assert {a.resource_name for a in AclStore(tmp_path).load()} == {"old", "new"}
     [result] = _delete_all(state).filter_results
-    assert result.error_code == ErrorCode.none and len(result.matching_acls) == 2
-    assert AclStore(tmp_path).load() == [] and state.authorizer.acls() == []
+    assert result.error_code == ErrorCode.none
+    assert len(result.matching_acls) == 2
+    assert AclStore(tmp_path).load() == []
+    assert state.authorizer.acls() == []

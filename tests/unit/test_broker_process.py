@@ -51,11 +51,14 @@ def test_start_waits_for_the_port_and_restart_keeps_it(tmp_path) -> None:
         port = child.port
         assert port_accepts_connections(child.host, port)
         child.restart(crash=True)
-        assert child.port == port and child.is_alive() and child.kill_count == 1
+        assert child.port == port
+        assert child.is_alive()
+        assert child.kill_count == 1
         assert child.exited_on_its_own() is None
         assert child.stop() == 0
     log = (tmp_path / "child.log").read_text()
-    assert log.count("=== start #") == 2 and log.splitlines().count("listening") == 2
+    assert log.count("=== start #") == 2
+    assert log.splitlines().count("listening") == 2
 
 
 def test_child_that_exits_at_startup_fails_with_its_output(tmp_path) -> None:
@@ -100,7 +103,8 @@ def test_oncestream_broker_restarts_on_its_port_with_its_data(tmp_path) -> None:
         assert (tmp_path / "data" / ".lock").exists()
         port = broker.port
         broker.restart(crash=True)
-        assert broker.port == port and port_accepts_connections(broker.host, port)
+        assert broker.port == port
+        assert port_accepts_connections(broker.host, port)
         assert broker.stop() == 0
     finally:
         broker.kill()

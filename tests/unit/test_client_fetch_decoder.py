@@ -38,7 +38,9 @@ def test_decodes_every_codec_with_keys_headers_and_timestamps(codec: int) -> Non
     assert [m.value() for m in result.messages] == values
     assert [m.offset() for m in result.messages] == list(range(10, 10 + len(values)))
     first = result.messages[0]
-    assert first.topic() == "t" and first.partition() == 3 and first.key() == b"k" + values[0]
+    assert first.topic() == "t"
+    assert first.partition() == 3
+    assert first.key() == b"k" + values[0]
     assert first.headers() == [("h", values[0]), ("n", None)]
     assert first.timestamp() == (TIMESTAMP_CREATE_TIME, NOW)
     assert result.messages[5].timestamp() == (TIMESTAMP_CREATE_TIME, NOW + 5)
@@ -48,7 +50,9 @@ def test_decodes_every_codec_with_keys_headers_and_timestamps(codec: int) -> Non
 def test_null_key_and_value_and_no_headers() -> None:
     data = rec.encode_batch([rec.NewRecord(value=None, key=None)], now_ms=NOW)
     (m,) = decode_partition(data, "t", 0, 0).messages
-    assert m.key() is None and m.value() is None and m.headers() is None
+    assert m.key() is None
+    assert m.value() is None
+    assert m.headers() is None
 
 
 def test_log_append_time_batches_use_max_timestamp() -> None:

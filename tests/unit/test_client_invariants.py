@@ -35,7 +35,7 @@ def test_sequences_do_not_restart_under_a_batch_in_flight() -> None:
 
 
 def test_bad_limits_and_partition_counts_are_value_errors() -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"batch_size, batch_num_messages and buffer_memory must be positive"):
         RecordAccumulator(batch_size=0, batch_num_messages=10, linger_ms=0, buffer_memory=10)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"a topic has at least one partition, not 0"):
         partition_for_key(b"k", 0)

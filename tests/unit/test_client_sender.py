@@ -128,7 +128,8 @@ def test_idempotent_producer_gets_an_id_then_numbers_batches_per_partition() -> 
         h.produce(3, partition=0)
         h.produce(2, partition=1)
         await h.settle()
-        assert len(h.cluster.init_calls) == 1 and h.cluster.init_calls[0].producer_id == -1
+        assert len(h.cluster.init_calls) == 1
+        assert h.cluster.init_calls[0].producer_id == -1
         seqs = [(b.partition, b.base_sequence, b.producer_id) for req in h.sent for b in req]
         by_partition = {p: [s for q, s, _ in seqs if q == p] for p in (0, 1)}
         assert by_partition == {0: [0, 1, 2], 1: [0, 1]}
@@ -250,7 +251,8 @@ def test_non_retriable_error_fails_the_batch_and_resyncs_sequences() -> None:
         h.answer(2, {})
         await h.settle()
         errors = [err for err, _ in h.served()]
-        assert errors[0] is not None and errors[0].code() == int(ErrorCode.message_too_large)
+        assert errors[0] is not None
+        assert errors[0].code() == int(ErrorCode.message_too_large)
         assert errors[1] is None
         await h.sender.close()
 

@@ -79,4 +79,5 @@ def test_every_advertised_fetch_version_has_an_encoder() -> None:
     from oncestream.protocol.api_keys import API_VERSIONS, FETCH
 
     low, high = API_VERSIONS[FETCH]
-    assert fetch_response.MIN_VERSION <= low and high <= fetch_response.MAX_VERSION
+    assert fetch_response.MIN_VERSION <= low
+    assert high <= fetch_response.MAX_VERSION

@@ -107,7 +107,8 @@ def check_invariants(coordinator: GroupCoordinator) -> None:
             if member.is_awaiting_sync:
                 assert group.state is S.COMPLETING_REBALANCE
         if group.state in (S.COMPLETING_REBALANCE, S.STABLE):
-            assert group.protocol_name is not None and group.generation_id > 0
+            assert group.protocol_name is not None
+            assert group.generation_id > 0
             for member in group.members.values():
                 assert group.protocol_name in member.protocol_names()
         assert not set(group.pending_members) & set(group.members)

@@ -131,7 +131,8 @@ def test_latest_value_per_key_survives_across_sealed_segments(tmp_path: Path) ->
 
     result = clean(partition_log, T0 + 1)
 
-    assert result is not None and result.stats.records_removed > 0
+    assert result is not None
+    assert result.stats.records_removed > 0
     assert partition_log.size_bytes < size_before
     survivors = [(o, k, v) for o, k, v in records_of(partition_log) if k != b"roll-filler"]
     expected = latest_per_key(written)
@@ -181,7 +182,8 @@ def test_active_segment_is_never_touched(tmp_path: Path) -> None:
 
     assert active_file.read_bytes() == active_bytes
     values = [(k, v) for _, k, v in records_of(partition_log)]
-    assert (b"key-0", b"in-active") in values and (b"key-0", b"in-active-2") in values
+    assert (b"key-0", b"in-active") in values
+    assert (b"key-0", b"in-active-2") in values
     # The sealed part still has key-0's latest sealed value: the active segment supersedes nothing.
     sealed = [(k, v) for o, k, v in records_of(partition_log) if o < active_base]
     assert (b"key-0", b"value-0-3") in sealed
@@ -250,10 +252,12 @@ def test_tombstone_survives_delete_retention_after_first_clean_then_goes(tmp_pat
 
     # At the horizon the log is cleanable without new dirty data, and the tombstone goes.
     candidate = partition_log.compaction_candidate(first_clean_ms + retention_ms)
-    assert candidate is not None and candidate.tombstones_due
+    assert candidate is not None
+    assert candidate.tombstones_due
     clean(partition_log, first_clean_ms + retention_ms)
     keys = [k for _, k, _ in records_of(partition_log)]
-    assert b"gone" not in keys and b"kept" in keys
+    assert b"gone" not in keys
+    assert b"kept" in keys
 
 
 def test_tombstone_horizon_survives_a_restart(tmp_path: Path) -> None:
@@ -288,7 +292,8 @@ def test_min_compaction_lag_keeps_young_segments_dirty(tmp_path: Path) -> None:
 
     clean_ms = T0 + lag_ms + 1  # old segments are older than the lag, young ones are not
     result = clean(partition_log, clean_ms)
-    assert result is not None and result.cleaned_offset <= young_start
+    assert result is not None
+    assert result.cleaned_offset <= young_start
     young = [(o, k, v) for o, k, v in records_of(partition_log) if o >= young_start and k != b"roll-filler"]
     assert len(young) == 6, "records younger than min.compaction.lag.ms are all still there"
     # The old part is compacted on its own: latest old value per key only.
@@ -333,9 +338,12 @@ def test_broker_and_topic_properties_configure_the_cleaner() -> None:
     )
     assert (broker.min_cleanable_dirty_ratio, broker.min_compaction_lag_ms) == (0.01, 5)
     topic = LogConfig.from_topic_configs({"min.cleanable.dirty.ratio": "0.2", "cleanup.policy": "compact,delete"}, broker)
-    assert topic.min_cleanable_dirty_ratio == 0.2 and topic.compacts and topic.deletes_by_retention
+    assert topic.min_cleanable_dirty_ratio == 0.2
+    assert topic.compacts
+    assert topic.deletes_by_retention
     assert topic.to_topic_configs()["min.cleanable.dirty.ratio"] == "0.2"
-    assert LogConfig().min_cleanable_dirty_ratio == 0.5 and LogConfig().min_compaction_lag_ms == 0
+    assert LogConfig().min_cleanable_dirty_ratio == 0.5
+    assert LogConfig().min_compaction_lag_ms == 0
 
 
 # --- appends to compacted topics -------------------------------------------------------------
@@ -370,7 +378,8 @@ def test_control_batches_need_no_key_check_and_survive_cleaning(tmp_path: Path) 
     offsets = {b.header.base_offset for b in batches}
     # The marker stays; the committed record is superseded, its batch kept (empty) because it is
     # producer 7's last one.
-    assert txn.base_offset in offsets and marker_offset in offsets
+    assert txn.base_offset in offsets
+    assert marker_offset in offsets
     assert [r.value for b in batches if not b.header.is_control for r in b.records
             if r.key == b"t"] == [b"plain-new"]
 
@@ -413,7 +422,8 @@ def test_committed_transactional_records_compact_and_aborted_ones_are_dropped(tm
 
     result = clean(partition_log, T0 + 1)
 
-    assert result is not None and result.stats.records_removed >= 3  # b=committed, a and c aborted
+    assert result is not None
+    assert result.stats.records_removed >= 3
     assert _values_of(partition_log, b"a") == [b"committed"]  # the aborted a never hid it
     assert _values_of(partition_log, b"b") == [b"plain-later"]
     assert _values_of(partition_log, b"c") == []
@@ -504,7 +514,8 @@ def test_offset_for_timestamp_and_delete_records_on_a_compacted_log(tmp_path: Pa
     roll(partition_log, now_ms=T0 + 100)
     clean(partition_log, T0 + 200)
     offset, timestamp_ms = present(partition_log.offset_for_timestamp(T0), "offset for T0")
-    assert offset == min(o for o, _, _ in records_of(partition_log)) and timestamp_ms >= T0
+    assert offset == min(o for o, _, _ in records_of(partition_log))
+    assert timestamp_ms >= T0
     # DeleteRecords to an offset inside a gap: reads from the new start return the next batch.
     first_two = sorted(o for o, _, _ in records_of(partition_log))[:2]
     partition_log.delete_records(first_two[0] + 1)
@@ -533,7 +544,9 @@ def test_idempotent_dedup_survives_compaction_and_a_restart_without_snapshots(tm
     kept = {b.header.base_offset: b for b in read_all(partition_log)}
     assert appended[0].base_offset not in kept
     last = kept[appended[2].base_offset]
-    assert last.records == [] and last.header.producer_id == pid and last.header.last_offset == appended[2].last_offset
+    assert last.records == []
+    assert last.header.producer_id == pid
+    assert last.header.last_offset == appended[2].last_offset
 
     partition_log.close()
     for snapshot in (tmp_path / DIR_NAME).glob("*.snapshot"):
@@ -542,7 +555,8 @@ def test_idempotent_dedup_survives_compaction_and_a_restart_without_snapshots(tm
     (state,) = reopened.producer_states()
     assert (state.producer_id, state.producer_epoch, state.last_sequence) == (pid, 3, 5)
     retry = reopened.append(batches[2], T0 + 2)
-    assert retry.duplicate and retry.base_offset == appended[2].base_offset
+    assert retry.duplicate
+    assert retry.base_offset == appended[2].base_offset
     following = keyed_many([("p3", "x"), ("hot", "h3")], producer_id=pid, producer_epoch=3, base_sequence=6)
     assert not reopened.append(following, T0 + 2).duplicate
 
@@ -627,12 +641,14 @@ def test_the_key_map_bound_cleans_in_steps(tmp_path: Path) -> None:
     end = partition_log.segment_base_offsets()[-1]
     three_keys = 3 * (len(b"key-00") + compaction.MAP_ENTRY_OVERHEAD_BYTES)
     result = clean(partition_log, T0, max_map_bytes=three_keys)
-    assert result is not None and result.cleaned_offset < end
+    assert result is not None
+    assert result.cleaned_offset < end
     steps = 1
     while (result := clean(partition_log, T0, max_map_bytes=three_keys)) is not None:
         steps += 1
         assert steps < 50
-    assert partition_log.cleaned_offset == end and steps > 1
+    assert partition_log.cleaned_offset == end
+    assert steps > 1
     survivors = {k: (o, v) for o, k, v in records_of(partition_log) if k != b"roll-filler"}
     # Earlier steps saw only part of the keys' history, so older values may remain; the latest
     # value of every key is always there, exactly once.
@@ -748,7 +764,7 @@ def test_crash_after_the_build_leaves_the_old_log(tmp_path: Path) -> None:
 
 
 def test_truncated_cleaned_file_of_an_unfinished_build_is_ignored(tmp_path: Path) -> None:
-    partition_log, written = prepared_log(tmp_path)
+    partition_log, _written = prepared_log(tmp_path)
     before = records_of(partition_log)
     result = compaction.build_cleaned(present(partition_log.compaction_plan(T0 + 1), "compaction plan"))
     cleaned = compaction.cleaned_path(tmp_path / DIR_NAME, result.groups[0].base_offset, ".log")

@@ -81,7 +81,8 @@ def test_rebuilt_batch_keeps_offsets_timestamps_and_producer_fields(records, kee
         assert delete_horizon_ms(new) == horizon
         assert bool(new.attributes & ATTR_DELETE_HORIZON) == (horizon is not None)
     else:
-        assert new.compression == COMPRESSION_NONE and decoded.records == []
+        assert new.compression == COMPRESSION_NONE
+        assert decoded.records == []
 
 
 def test_a_horizon_once_set_never_moves() -> None:

@@ -159,9 +159,11 @@ def test_uncommitted_bound_asks_for_a_commit_once_and_hard_limit_refuses_writes(
         value = b"x" * 84  # 84 + 2-byte key + 16 overhead = 102 bytes per entry
         for i in range(9):
             store.put(b"%02d" % i, value)
-        assert not store.commit_needed and asked == []
+        assert not store.commit_needed
+        assert asked == []
         store.put(b"09", value)
-        assert store.commit_needed and asked == [1]
+        assert store.commit_needed
+        assert asked == [1]
         for i in range(10, 19):
             store.put(b"%02d" % i, value)
         assert asked == [1]  # signalled once per window
@@ -169,7 +171,8 @@ def test_uncommitted_bound_asks_for_a_commit_once_and_hard_limit_refuses_writes(
             store.put(b"19", value)  # 20 x 102 > 2 x 1000
         assert store.get(b"19") is None
         store.commit()
-        assert not store.commit_needed and store.uncommitted_bytes == 0
+        assert not store.commit_needed
+        assert store.uncommitted_bytes == 0
         store.put(b"19", value)
         assert store.uncommitted_bytes == 102
 
@@ -178,11 +181,13 @@ def test_write_batch_is_all_or_nothing_at_the_hard_limit(store_dir: Path) -> Non
     with StateStore(store_dir, uncommitted_max_bytes=100) as store:
         batch = WriteBatch().put(b"a", b"1").delete(b"b").put(b"a", b"2")
         store.write(batch)
-        assert store.get(b"a") == b"2" and store.uncommitted_count == 2
+        assert store.get(b"a") == b"2"
+        assert store.uncommitted_count == 2
         big = WriteBatch().put(b"c", b"y" * 50).put(b"d", b"y" * 150)
         with pytest.raises(UncommittedLimitError):
             store.write(big)
-        assert store.get(b"c") is None and store.uncommitted_count == 2
+        assert store.get(b"c") is None
+        assert store.uncommitted_count == 2
 
 
 def test_failed_commit_keeps_previous_commit_and_poisons_the_store(store_dir: Path) -> None:
@@ -245,21 +250,25 @@ def test_put_many_applies_in_order_skips_null_keys_and_stops_at_the_bound(store_
                  (b"b", b"y" * 200), (b"c", b"3"), (b"d", b"4")]
         upto, skipped = store.put_many(pairs)
         # a 18 + tombstone of gone 20 + a again (same size) + b 217 + c 18 + d 18 = 291 < 300
-        assert (upto, skipped) == (7, 1) and not store.commit_needed
+        assert (upto, skipped) == (7, 1)
+        assert not store.commit_needed
         assert list(store.range()) == [(b"a", b"2"), (b"b", b"y" * 200), (b"c", b"3"), (b"d", b"4")]
         more = [(b"e", b"5"), (b"f", b"6"), (b"g", b"7")]
         upto, skipped = store.put_many(more)
-        assert upto == 1 and store.commit_needed  # 291 + 18 >= 300: stop right after "e"
+        assert upto == 1
+        assert store.commit_needed
         store.commit()
         upto, _ = store.put_many(more, upto)
-        assert upto == 3 and store.get(b"g") == b"7"
+        assert upto == 3
+        assert store.get(b"g") == b"7"
 
 
 def test_put_many_refuses_an_entry_past_the_hard_limit_and_keeps_the_ones_before(store_dir: Path) -> None:
     with StateStore(store_dir, uncommitted_max_bytes=100) as store:
         with pytest.raises(UncommittedLimitError):
             store.put_many([(b"a", b"1"), (b"big", b"z" * 300)])
-        assert store.get(b"a") == b"1" and store.get(b"big") is None
+        assert store.get(b"a") == b"1"
+        assert store.get(b"big") is None
         assert store.uncommitted_bytes == 18
         with pytest.raises(TypeError):
             store.put_many([("text-key", b"v")])  # type: ignore[list-item]
@@ -361,7 +370,8 @@ def test_apply_columns_stops_right_after_the_write_that_reaches_the_bound(store_
         keys: list[bytes | None] = [b"a", b"b", b"c", b"d", b"e", b"f"]
         values: list[bytes | None] = [b"x" * 20] * 6
         upto, skipped = store.apply_columns(keys, values)
-        assert (upto, skipped) == (3, 0) and store.commit_needed  # 3 x 37 = 111 >= 100
+        assert (upto, skipped) == (3, 0)
+        assert store.commit_needed
         store.commit()
         assert store.apply_columns(keys, values, upto) == (6, 0)
         assert [k for k, _ in store.range()] == keys

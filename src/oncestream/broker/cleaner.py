@@ -271,7 +271,7 @@ class LogCleaner:
             plan.abort.set()
             try:
                 leftover = await future
-            except BaseException:  # noqa: BLE001, S110  # aborted builds remove their own files
+            except BaseException:  # noqa: BLE001  # aborted builds remove their own files
                 pass
             else:
                 compaction.delete_cleaned_files(leftover)

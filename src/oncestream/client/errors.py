@@ -93,7 +93,7 @@ def is_retriable_code(code: int) -> bool:
 class KafkaError:
     """An error code with its message and classification (confluent-kafka's KafkaError API)."""
 
-    __slots__ = ("_code", "_message", "_fatal", "_retriable", "_txn_requires_abort")
+    __slots__ = ("_code", "_fatal", "_message", "_retriable", "_txn_requires_abort")
 
     # Class attributes mirror confluent_kafka.KafkaError's named codes for the local ones.
     _MSG_TIMED_OUT = _MSG_TIMED_OUT

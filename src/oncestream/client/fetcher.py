@@ -50,8 +50,19 @@ _METADATA_ERRORS = (
 class PartitionState:
     """One assigned partition (see the module docstring for who writes what)."""
 
-    __slots__ = ("topic", "partition", "position", "fetch_position", "epoch", "paused", "queued",
-                 "high_watermark", "last_stable_offset", "log_start_offset", "reset_error")
+    __slots__ = (
+        "epoch",
+        "fetch_position",
+        "high_watermark",
+        "last_stable_offset",
+        "log_start_offset",
+        "partition",
+        "paused",
+        "position",
+        "queued",
+        "reset_error",
+        "topic",
+    )
 
     def __init__(self, topic: str, partition: int) -> None:
         self.topic = topic
@@ -70,7 +81,7 @@ class PartitionState:
 class CompletedFetch:
     """One partition's part of a fetch response, for the user's thread."""
 
-    __slots__ = ("state", "epoch", "fetch_offset", "records", "error_code", "aborted")
+    __slots__ = ("aborted", "epoch", "error_code", "fetch_offset", "records", "state")
 
     def __init__(self, state: PartitionState, epoch: int, fetch_offset: int, records: bytes,
                  error_code: int, aborted: list[tuple[int, int]] | None) -> None:
@@ -126,7 +137,7 @@ class Fetcher:
             self._task.cancel()
             try:
                 await self._task
-            except (asyncio.CancelledError, Exception):
+            except (asyncio.CancelledError, Exception):  # noqa: BLE001 - the loop logged its own failures
                 pass
 
     async def _run(self) -> None:

@@ -162,10 +162,10 @@ class Connection(asyncio.BufferedProtocol):
         return await loop.create_connection(lambda: self, self.host, self.port, ssl=self.ssl_context,
                                             server_hostname=self.host)
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:  # noqa: D102
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]
 
-    def connection_lost(self, exc: Exception | None) -> None:  # noqa: D102
+    def connection_lost(self, exc: Exception | None) -> None:
         self._fail_all(ConnectionLostError(f"{self.host}:{self.port} closed: {exc!r}"))
 
     def close(self, reason: BaseException | None = None) -> None:
@@ -319,10 +319,10 @@ class Connection(asyncio.BufferedProtocol):
         self._drain_waiters.append(waiter)
         await waiter
 
-    def pause_writing(self) -> None:  # noqa: D102
+    def pause_writing(self) -> None:
         self._write_paused = True
 
-    def resume_writing(self) -> None:  # noqa: D102
+    def resume_writing(self) -> None:
         self._write_paused = False
         for waiter in self._drain_waiters:
             if not waiter.done():
@@ -331,14 +331,14 @@ class Connection(asyncio.BufferedProtocol):
 
     # --- receiving ----------------------------------------------------------------------------
 
-    def get_buffer(self, sizehint: int) -> memoryview:  # noqa: D102
+    def get_buffer(self, sizehint: int) -> memoryview:
         if self._frame_view is not None:
             return self._frame_view[self._frame_pos :]
         if self._stage_len == _STAGE_BYTES:  # cannot happen: a full stage always holds a frame
             raise AssertionError("staging buffer full")
         return self._stage_view[self._stage_len :]
 
-    def buffer_updated(self, nbytes: int) -> None:  # noqa: D102
+    def buffer_updated(self, nbytes: int) -> None:
         if self._frame is not None:
             self._frame_pos += nbytes
             if self._frame_pos == len(self._frame):
@@ -373,7 +373,7 @@ class Connection(asyncio.BufferedProtocol):
                 stage[:remaining] = stage[pos:end]
             self._stage_len = remaining
 
-    def eof_received(self) -> bool:  # noqa: D102
+    def eof_received(self) -> bool:
         return False
 
     def _deliver(self, frame: bytes | memoryview) -> None:
@@ -405,7 +405,7 @@ class Connection(asyncio.BufferedProtocol):
                 # kio aborts the process on an array length it cannot allocate (length_guard).
                 check_array_lengths(pending.response_cls, frame, pos)
                 response, _ = reader_for(pending.response_cls)(frame, pos)
-        except Exception as exc:  # kio raises assorted errors on a body it cannot parse
+        except Exception as exc:  # noqa: BLE001 - kio raises assorted errors on a body it cannot parse
             error = _ResponseDecodeError(f"cannot decode response: {exc!r}")
             pending.future.set_exception(error)
             if pending.on_response is not None:

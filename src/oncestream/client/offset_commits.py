@@ -82,7 +82,7 @@ class OffsetCommitter:
                     result = result_of(f.result())
                     errors = [r.error for r in result if r.error is not None]
                     self._results.append((errors[0] if errors else None, result))
-                except Exception as exc:  # delivered to on_commit like librdkafka does
+                except Exception as exc:  # noqa: BLE001 - delivered to on_commit like librdkafka does
                     error = exc.args[0] if isinstance(exc, KafkaException) else KafkaError(-1, repr(exc))
                     self._results.append((error, []))
                 self._notify()

@@ -80,7 +80,7 @@ def monotonic_ms() -> int:
 class ProducerIdentity:
     """The producer id and epoch the sender stamps on batches (-1/-1 until known)."""
 
-    __slots__ = ("producer_id", "epoch")
+    __slots__ = ("epoch", "producer_id")
 
     def __init__(self) -> None:
         self.producer_id = -1
@@ -95,7 +95,7 @@ class ProducerIdentity:
 class PartitionSequences:
     """Idempotence bookkeeping for one partition (event loop only)."""
 
-    __slots__ = ("next_sequence", "last_acked", "in_flight", "retries", "muted")
+    __slots__ = ("in_flight", "last_acked", "muted", "next_sequence", "retries")
 
     def __init__(self) -> None:
         self.next_sequence = 0
@@ -178,7 +178,7 @@ class Sender:
             self._task.cancel()
             try:
                 await self._task
-            except (asyncio.CancelledError, Exception):
+            except (asyncio.CancelledError, Exception):  # noqa: BLE001 - the loop logged its own failures
                 pass
 
     # --- main loop ----------------------------------------------------------------------------

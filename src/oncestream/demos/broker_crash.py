@@ -171,7 +171,7 @@ class LiveTail(threading.Thread):
                     if seq <= last_seq[partition]:
                         self.out_of_order += 1
                     last_seq[partition] = max(last_seq[partition], seq)
-        except Exception as exc:  # reported in the summary; the read-back check still runs
+        except Exception as exc:  # noqa: BLE001 - reported in the summary; the read-back check still runs
             self.error = repr(exc)
         finally:
             consumer.close()

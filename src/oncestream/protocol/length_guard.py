@@ -68,7 +68,7 @@ class _Unparseable(Exception):
 class EntityPlan:
     """How to walk one kio entity class: its untagged fields in order, and its tagged ones."""
 
-    __slots__ = ("flexible", "steps", "tagged", "min_size_bytes")
+    __slots__ = ("flexible", "min_size_bytes", "steps", "tagged")
 
     def __init__(self) -> None:
         self.flexible = False
@@ -207,7 +207,7 @@ def _walk_entity(plan: EntityPlan, buf: memoryview, pos: int) -> int:
         count, pos = _uvarint(buf, pos)
         for _ in range(count):
             tag, pos = _uvarint(buf, pos)
-            size, pos = _uvarint(buf, pos)
+            _size, pos = _uvarint(buf, pos)
             step = plan.tagged.get(tag)
             if step is None:
                 raise _Unparseable  # kio refuses unknown tags itself

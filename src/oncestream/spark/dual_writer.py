@@ -162,7 +162,7 @@ class DualWriter:
     def _abort_quietly(self) -> None:
         try:
             self._producer.abort_transaction(_TIMEOUT_S)
-        except Exception:  # noqa: BLE001 - the original error matters more; recovery aborts later
+        except Exception:
             log.exception("dual write %s: abort after a failed batch failed", self.transactional_id)
 
     def close(self) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Generator, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pyarrow as pa
 from kio.schema.errors import ErrorCode
@@ -59,7 +59,7 @@ class OffsetRange:
     bootstrap_servers: str
     read_committed: bool
     fail_on_data_loss: bool
-    client: ClientSettings = ClientSettings()  # the query's kafka.* client properties
+    client: ClientSettings = field(default_factory=ClientSettings)  # the query's kafka.* client properties
 
 
 class ColumnDecoder:

@@ -103,7 +103,7 @@ _BINARY_LIKE = ("binary", "string")
 def _abort_quietly(producer, txn_id: str) -> None:
     try:
         producer.abort_transaction(_TIMEOUT_S)
-    except Exception:  # noqa: BLE001 - the task's own error is the one to report
+    except Exception:
         log.exception("%s: could not abort after a failed write", txn_id)
 
 

@@ -90,7 +90,8 @@ def test_sigkill_at_every_write_step(broker, tmp_path: Path, cycles: int) -> Non
             # Retrying the statement: applied exactly once either way.
             retry = node.ksql(_create(victim))
             if victim in names:
-                assert retry.status_code == 400 and "already exists" in retry.json()["message"], retry.text
+                assert retry.status_code == 400, retry.text
+                assert "already exists" in retry.json()["message"], retry.text
             else:
                 assert retry.status_code == 200, retry.text
             keys = _committed_commands(broker.bootstrap, topic)
@@ -107,7 +108,8 @@ def test_sigkill_at_every_write_step(broker, tmp_path: Path, cycles: int) -> Non
             for name, _topic in expected:
                 a = node.ok(f"DESCRIBE {name};")[0]["sourceDescription"]
                 b = fresh.ok(f"DESCRIBE {name};")[0]["sourceDescription"]
-                assert a["fields"] == b["fields"] and a["statement"] == b["statement"]
+                assert a["fields"] == b["fields"]
+                assert a["statement"] == b["statement"]
         finally:
             fresh.kill()
     finally:

@@ -54,7 +54,8 @@ def test_query_refused_two_phase_commit_shows_the_cause(broker_factory, tmp_path
         # Not a dangling traceback header in place of the error.
         assert not error_stats.rstrip().endswith("Traceback (most recent call last):"), error_stats
         errors = node.ok(f"EXPLAIN {query_id};")[0]["queryDescription"]["queryErrors"]
-        assert len(errors) == 1 and CAUSE.search(errors[0]["errorMessage"]), errors
+        assert len(errors) == 1, errors
+        assert CAUSE.search(errors[0]["errorMessage"]), errors
         assert node.get("/healthcheck").json()["isHealthy"] is True
     finally:
         node.kill()

@@ -118,7 +118,7 @@ def test_delimited_with_another_delimiter(sql_spark):
     assert got_records == records
 
 
-@pytest.mark.parametrize("ty, values", [
+@pytest.mark.parametrize(("ty", "values"), [
     (t.INTEGER, [0, -1, 2 ** 31 - 1, -(2 ** 31), None]),
     (t.BIGINT, [0, -1, 2 ** 63 - 1, -(2 ** 63), None]),
     (t.DOUBLE, [0.0, -2.5, 1e300, None]),
@@ -136,12 +136,15 @@ def test_json_keys_single_and_several(sql_spark):
     single = _layout(Format.JSON, Format.JSON, keys=[("K", t.STRING)], values=[("V", t.INTEGER)])
     rows = [{"K": 'q"uote', "V": 1}, {"K": None, "V": 2}]
     records, got_rows, got_records = _round_trip(sql_spark, single, rows, [None, None])
-    assert records[0][0] == b'"q\\"uote"' and records[1][0] is None
-    assert got_rows == rows and got_records == records
+    assert records[0][0] == b'"q\\"uote"'
+    assert records[1][0] is None
+    assert got_rows == rows
+    assert got_records == records
     several = _layout(Format.JSON, Format.JSON, keys=[("A", t.INTEGER), ("B", t.STRING)], values=[("V", t.INTEGER)])
     rows = [{"A": 1, "B": "x", "V": 3}]
     records, got_rows, got_records = _round_trip(sql_spark, several, rows, [None])
-    assert got_rows == rows and got_records == records
+    assert got_rows == rows
+    assert got_records == records
 
 
 def test_windowed_keys(sql_spark):

@@ -28,7 +28,7 @@ CREATE STREAM ws (k STRING KEY, c BIGINT) WITH (kafka_topic='ws', value_format='
 TOPICS = {"s": 2, "s2": 2, "s3": 4, "t": 2, "kv": 2, "wt": 2, "ws": 2}
 
 
-@pytest.fixture()
+@pytest.fixture
 def ms() -> Metastore:
     m = Metastore()
     for offset, s in enumerate(parse(DDL)):
@@ -38,10 +38,11 @@ def ms() -> Metastore:
 
 def refused(ms: Metastore, sql: str, pattern: str) -> None:
     (s,) = parse(sql)
-    with pytest.raises(StatementError, match=pattern):
-        if isinstance(s, ast.QueryStatement):   # push / pull queries are analyzed, not validated as commands
+    if isinstance(s, ast.QueryStatement):   # push / pull queries are analyzed, not validated as commands
+        with pytest.raises(StatementError, match=pattern):
             analyze_query(s.query, ms.source_map())
-        else:
+    else:
+        with pytest.raises(StatementError, match=pattern):
             ms.validate(s, {}, TOPICS)
 
 
@@ -52,7 +53,7 @@ def accepted(ms: Metastore, sql: str, offset: int = 100) -> list:
     return effects
 
 
-@pytest.mark.parametrize("sql, pattern", [
+@pytest.mark.parametrize(("sql", "pattern"), [
     # reserved names
     ("CREATE STREAM o AS SELECT k, ROWTIME FROM s;", r"Reserved column name in select: `ROWTIME`\. Please remove or alias"),
     ("CREATE STREAM o AS SELECT k, WINDOWSTART FROM s;", r"Reserved column name in select: `WINDOWSTART`"),
@@ -141,11 +142,14 @@ def test_join_keys_follow_ksqldb(ms: Metastore) -> None:
     # both join columns selected: the left one is the key, the right one a value column
     effects = accepted(ms, "CREATE STREAM o AS SELECT * FROM s JOIN s2 WITHIN 1 SECOND ON s.k = s2.k;")
     sink = next(e for e in effects if isinstance(e, StartQuery)).sink
-    assert [c.name for c in sink.key_columns] == ["S_K"] and "S2_K" in [c.name for c in sink.value_columns]
+    assert [c.name for c in sink.key_columns] == ["S_K"]
+    assert "S2_K" in [c.name for c in sink.value_columns]
     # a FULL OUTER join's SELECT * starts with the synthetic key
     effects = accepted(ms, "CREATE STREAM o2 AS SELECT * FROM s FULL JOIN s2 WITHIN 1 SECOND ON s.k = s2.k;", 101)
     sink = next(e for e in effects if isinstance(e, StartQuery)).sink
-    assert sink.columns[0].name == "ROWKEY" and sink.columns[0].is_key and sink.columns[0].type == t.STRING
+    assert sink.columns[0].name == "ROWKEY"
+    assert sink.columns[0].is_key
+    assert sink.columns[0].type == t.STRING
 
 
 def test_in_coerces_literals_and_rowtime_compares_with_timestamp_strings(ms: Metastore) -> None:
@@ -165,7 +169,9 @@ def test_coerced_literals_are_rewritten_in_the_resolved_tree(ms: Metastore) -> N
 
 def test_windowed_sources(ms: Metastore) -> None:
     wt = ms.source("WT")
-    assert wt is not None and wt.window is not None and wt.window.size_ms == 10_000
+    assert wt is not None
+    assert wt.window is not None
+    assert wt.window.size_ms == 10_000
     effects = accepted(ms, "CREATE STREAM o AS SELECT k, c FROM ws WHERE c > 1;")
     assert next(e for e in effects if isinstance(e, StartQuery)).sink.window == present(ms.source("WS"), "source WS").window
 

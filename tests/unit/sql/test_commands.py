@@ -26,7 +26,7 @@ def stmt(text: str):
     return s
 
 
-@pytest.mark.parametrize("text, expected", [
+@pytest.mark.parametrize(("text", "expected"), [
     ("CREATE STREAM s (id INT KEY, v STRING) WITH (kafka_topic='t', value_format='json');", "stream/`S`/create"),
     ("CREATE TABLE t (id INT PRIMARY KEY, v STRING) WITH (kafka_topic='t', value_format='json');", "table/`T`/create"),
     ("CREATE STREAM s2 AS SELECT * FROM s;", "stream/`S2`/create"),
@@ -49,7 +49,7 @@ def test_command_ids_as_ksqldb_writes_them(text: str, expected: str) -> None:
 def test_local_statements_do_not_go_to_the_command_topic(text: str) -> None:
     s = stmt(text)
     assert not goes_to_command_topic(s)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"does not go to the command topic"):
         command_id(s)
 
 
@@ -65,7 +65,7 @@ def test_encode_decode_round_trip() -> None:
     assert decode(key, value) == cmd
 
 
-@pytest.mark.parametrize("key, value, reason", [
+@pytest.mark.parametrize(("key", "value", "reason"), [
     (b"stream/`S`/create", b"{not json", "unreadable"),
     (b"stream/`S`/create", b"\xff\xfe", "unreadable"),
     (b"stream/`S`/create", b"[1, 2]", "not a JSON object"),
@@ -100,4 +100,5 @@ def test_decoded_commands_replay_through_the_parser_into_an_equal_metastore() ->
 def test_a_record_that_no_longer_parses_is_an_error_result() -> None:
     ms = Metastore()
     effects = ms.apply(Command("stream/`S`/create", "CREATE STREAM oops ("), 0)
-    assert of_type(effects[-1], CommandResult, "last effect").status == "ERROR" and ms.sources() == []
+    assert of_type(effects[-1], CommandResult, "last effect").status == "ERROR"
+    assert ms.sources() == []

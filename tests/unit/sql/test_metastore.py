@@ -77,7 +77,9 @@ def test_create_stream_over_existing_topic_takes_its_partitions() -> None:
     effects = run(ms, create_stream(), 0)
     assert effects == [CommandResult("SUCCESS", "Stream created")]
     src = ms.source("ORDERS")
-    assert src is not None and src.partitions == 3 and src.key_format is Format.KAFKA
+    assert src is not None
+    assert src.partitions == 3
+    assert src.key_format is Format.KAFKA
     assert [c.namespace for c in src.columns] == [Namespace.KEY, Namespace.VALUE, Namespace.VALUE]
 
 
@@ -117,7 +119,7 @@ def test_or_replace_only_when_compatible() -> None:
 
 def test_table_rules() -> None:
     ms = Metastore()
-    with pytest.raises(StatementError, match="Tables require a PRIMARY KEY. Please define the PRIMARY KEY."):
+    with pytest.raises(StatementError, match=r"Tables require a PRIMARY KEY\. Please define the PRIMARY KEY\."):
         ms.validate(create_table(columns=(ColumnDef("NAME", t.STRING),)), {}, TOPICS)
     with pytest.raises(StatementError, match="is a 'PRIMARY KEY' column: please use 'KEY' for streams"):
         ms.validate(create_stream(columns=(ColumnDef("ID", t.INTEGER, key=True, primary_key=True),)), {}, TOPICS)
@@ -131,8 +133,10 @@ def test_csas_query_id_sink_topic_and_partitions() -> None:
     effects = run(ms, csas("BIG", "SELECT id, amount FROM orders WHERE amount > 10"), 7)
     assert effects[0] == CreateTopic("BIG", 3, 1, compacted=False)
     start = effects[1]
-    assert isinstance(start, StartQuery) and start.query.query_id == "CSAS_BIG_7"
-    assert start.sink.topic == "BIG" and start.sink.created_by == "CSAS_BIG_7"
+    assert isinstance(start, StartQuery)
+    assert start.query.query_id == "CSAS_BIG_7"
+    assert start.sink.topic == "BIG"
+    assert start.sink.created_by == "CSAS_BIG_7"
     assert result(effects) == CommandResult("SUCCESS", "Created query with ID CSAS_BIG_7", "CSAS_BIG_7")
     assert present(ms.query("CSAS_BIG_7"), "query CSAS_BIG_7").sources == ("ORDERS",)
 
@@ -140,7 +144,7 @@ def test_csas_query_id_sink_topic_and_partitions() -> None:
 def test_ctas_is_compacted_and_kind_must_match() -> None:
     ms = Metastore()
     run(ms, create_stream(), 0)
-    with pytest.raises(StatementError, match="Invalid result type. Your SELECT query produces a TABLE. Please use CREATE "
+    with pytest.raises(StatementError, match=r"Invalid result type\. Your SELECT query produces a TABLE\. Please use CREATE "
                                              "TABLE AS SELECT statement instead."):
         ms.validate(csas("C", "SELECT userid, COUNT(*) AS n FROM orders GROUP BY userid"), {}, TOPICS)
     effects = run(ms, csas("C", "SELECT userid, COUNT(*) AS n FROM orders GROUP BY userid", SourceKind.TABLE), 1)
@@ -166,7 +170,7 @@ def test_drop_rules() -> None:
                                              r"You need to terminate them before dropping ORDERS\."):
         ms.validate(drop_orders, {}, TOPICS)
     run(ms, ast.Terminate(text="TERMINATE INSERTQUERY_2;", position=P, query_id="INSERTQUERY_2"), 3)
-    with pytest.raises(StatementError, match="Stream NOPE does not exist."):
+    with pytest.raises(StatementError, match=r"Stream NOPE does not exist\."):
         ms.validate(ast.DropSource(text="", position=P, kind=SourceKind.STREAM, name="NOPE"), {}, TOPICS)
     with pytest.raises(StatementError, match="Incompatible data source type is stream, but statement was DROP table"):
         ms.validate(ast.DropSource(text="", position=P, kind=SourceKind.TABLE, name="BIG"), {}, TOPICS)
@@ -189,7 +193,8 @@ def test_terminate() -> None:
         ms.validate(ast.Terminate(text="TERMINATE CSAS_NOPE_1;", position=P, query_id="CSAS_NOPE_1"), {}, TOPICS)
     effects = run(ms, ast.Terminate(text="TERMINATE CSAS_BIG_1;", position=P, query_id="CSAS_BIG_1"), 2)
     assert effects == [StopQuery("CSAS_BIG_1"), CommandResult("SUCCESS", "Query terminated.")]
-    assert present(ms.source("BIG"), "source BIG").created_by is None and ms.queries() == []
+    assert present(ms.source("BIG"), "source BIG").created_by is None
+    assert ms.queries() == []
     drop_big = ast.DropSource(text="DROP STREAM BIG;", position=P, kind=SourceKind.STREAM, name="BIG")
     assert run(ms, drop_big, 3) == [CommandResult("SUCCESS", "Source `BIG` (topic: BIG) was dropped.")]
 
@@ -204,10 +209,10 @@ def test_insert_into() -> None:
     effects = run(ms, ins, 5)
     assert result(effects).query_id == "INSERTQUERY_5"
     bad = ast.InsertInto(text="", position=P, target="USERS", query=select("SELECT * FROM orders"))
-    with pytest.raises(StatementError, match="INSERT INTO can only be used to insert into a stream. USERS is a table."):
+    with pytest.raises(StatementError, match=r"INSERT INTO can only be used to insert into a stream\. USERS is a table\."):
         ms.validate(bad, {}, TOPICS)
     mismatch = ast.InsertInto(text="", position=P, target="ORDERS2", query=select("SELECT id, userid FROM orders"))
-    with pytest.raises(StatementError, match="Incompatible schema between results and sink.\nResult schema is `ID` INTEGER "
+    with pytest.raises(StatementError, match=r"Incompatible schema between results and sink\.\nResult schema is `ID` INTEGER "
                                              "KEY, `USERID` STRING\nSink schema is `ID` INTEGER KEY, `USERID` STRING, `AMOUNT` "
                                              "DOUBLE"):
         ms.validate(mismatch, {}, TOPICS)
@@ -222,7 +227,8 @@ def test_apply_of_a_conflicting_command_is_an_error_result_not_an_exception() ->
     c1, c2 = ms.validate(first, {}, TOPICS), ms.validate(second, {}, TOPICS)   # both valid against the same snapshot
     assert result(ms.apply(c1, 0)).status == "SUCCESS"
     r = result(ms.apply(c2, 1))
-    assert r.status == "ERROR" and "already exists" in r.message
+    assert r.status == "ERROR"
+    assert "already exists" in r.message
     assert [c.name for c in present(ms.source("ORDERS"), "source ORDERS").columns] == ["ID", "USERID", "AMOUNT"]
 
 
@@ -233,7 +239,8 @@ def test_validate_never_mutates_and_snapshot_is_independent() -> None:
     run(ms, create_stream(), 0)
     snap = ms.snapshot()
     run(ms, create_table(), 1)
-    assert snap.source("USERS") is None and ms.source("USERS") is not None
+    assert snap.source("USERS") is None
+    assert ms.source("USERS") is not None
 
 
 def test_same_commands_give_equal_metastores() -> None:
@@ -248,7 +255,8 @@ def test_same_commands_give_equal_metastores() -> None:
         # b replays what went through the command topic (plan included), carrying the AST across
         decoded = dataclasses.replace(decode(key, value), statement_ast=s)
         b.apply(decoded, i)
-    assert a == b and a.describe_all() == b.describe_all()
+    assert a == b
+    assert a.describe_all() == b.describe_all()
     assert [q.query_id for q in a.queries()] == ["CTAS_C_3"]
     c = Metastore()
     assert c != a
@@ -265,4 +273,5 @@ def test_query_properties_come_from_the_command() -> None:
     replay = Metastore()
     replay.apply(replay.validate(create_stream(), {}, TOPICS), 0)
     replay.apply(dataclasses.replace(decode(*encode(cmd)), statement_ast=cmd.statement_ast), 1)
-    assert replay.query_properties("CSAS_BIG_1") == {"ksql.streams.auto.offset.reset": "earliest"} and replay == ms
+    assert replay.query_properties("CSAS_BIG_1") == {"ksql.streams.auto.offset.reset": "earliest"}
+    assert replay == ms

@@ -64,9 +64,14 @@ def test_random_requests_parse_or_raise_parse_error(text: str) -> None:
     try:
         statements = parse(text)
     except ParseError as e:
-        assert e.line >= 1 and e.column >= 1
-        assert e.line <= text.count("\n") + 1
-        assert e.statement_text is not None
+        error: ParseError | None = e
+    else:
+        error = None
+    if error is not None:
+        assert error.line >= 1
+        assert error.column >= 1
+        assert error.line <= text.count("\n") + 1
+        assert error.statement_text is not None
         return
     for statement in statements:
         assert statement.text.endswith(";")
@@ -83,4 +88,9 @@ def test_random_expressions_parse_or_raise_parse_error(text: str) -> None:
     try:
         parse_expression(text)
     except ParseError as e:
-        assert e.line >= 1 and e.column >= 1
+        error: ParseError | None = e
+    else:
+        error = None
+    if error is not None:
+        assert error.line >= 1
+        assert error.column >= 1

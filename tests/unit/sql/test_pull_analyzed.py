@@ -35,7 +35,8 @@ def _fill(store: StateStore, source: SourceInfo, rows: list[dict[str, Any]], win
     for i, row in enumerate(rows):
         key = layout.encode_key(row, windows[i] if windows else None)
         value = layout.encode_value({c.name: row.get(c.name) for c in source.value_columns})
-        assert key is not None and value is not None
+        assert key is not None
+        assert value is not None
         store.put(key, value)
     store.commit({(source.topic, 0): len(rows)})
 
@@ -124,7 +125,9 @@ def test_pull_query_stream_yields_the_rows():
         return [row async for row in stream.rows()]
 
     assert asyncio.run(collect()) == [[1], [2]]
-    assert stream.is_pull and stream.limit_reached and stream.query_id.startswith("query_")
+    assert stream.is_pull
+    assert stream.limit_reached
+    assert stream.query_id.startswith("query_")
 
 
 def test_struct_fields_and_subscripts(tmp_path):

@@ -65,7 +65,7 @@ def test_functions(text, expected):
 ])
 def test_unsupported_expressions_are_refused(text):
     """sqlglot's own nodes too (the evaluator's guard does not rely on the parser)."""
-    with pytest.raises(UnsupportedInPullQueryError, match="Pull queries don't support|does not accept"):
+    with pytest.raises(UnsupportedInPullQueryError, match=r"Pull queries don't support|does not accept"):
         check_supported(sqlglot.parse_one(text))
 
 

@@ -28,4 +28,4 @@ expecting {',', 'FROM'}``). docs/sql-reference.md lists the grammar and what is 
 from oncestream.sql.parser.api import parse, parse_expression, split_statements
 from oncestream.sql.parser.typeparse import UnknownDataTypeError, sql_type_of, to_data_type
 
-__all__ = ["parse", "parse_expression", "split_statements", "sql_type_of", "to_data_type", "UnknownDataTypeError"]
+__all__ = ["UnknownDataTypeError", "parse", "parse_expression", "split_statements", "sql_type_of", "to_data_type"]
