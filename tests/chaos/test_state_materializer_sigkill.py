@@ -30,6 +30,7 @@ from oncestream.state.materializer import Materializer
 from oncestream.state.source import KafkaChangelogSource
 from tests.support.clients import CLIENT_TIMEOUT_S, create_topic, unique_topic
 from tests.support.faults import child_environment
+from tests.support.narrow import present
 from tests.support.txn import list_offset, transactional_producer, wait_until
 
 pytestmark = pytest.mark.chaos
@@ -211,14 +212,14 @@ def test_aborted_and_open_transactions_never_reach_the_store(broker_factory, tmp
         _step_until(m, lambda: all(m.committed_offsets().get(tp, -1) >= o for tp, o in target.items()),
                     "materializer at the LSO")
         for isolation in ("read_committed", "read_uncommitted"):
-            reader = m.store.reader(isolation)
+            reader = present(m.store, "materializer store").reader(isolation)
             assert dict(reader.range()) == {b"a": b"1", b"b": b"2", b"c": b"1", b"d": b"2"}
             reader.close()
         producer.commit_transaction(CLIENT_TIMEOUT_S)
         target = _lso(broker.bootstrap, topic, PARTITIONS)
         _step_until(m, lambda: all(m.committed_offsets().get(tp, -1) >= o for tp, o in target.items()),
                     "materializer past the committed transaction")
-        reader = m.store.reader()
+        reader = present(m.store, "materializer store").reader()
         assert dict(reader.range()) == {b"a": b"1", b"b": b"OPEN", b"c": b"1", b"d": b"2", b"open": b"OPEN"}
         reader.close()
     finally:
@@ -236,7 +237,7 @@ def test_partitions_added_to_the_changelog_are_materialized(broker_factory, tmp_
                      commit_interval_ms=0, metadata_interval_ms=200)
     m.start()
     try:
-        _step_until(m, lambda: m.store.get(b"k0") == b"v0", "partition 0")
+        _step_until(m, lambda: present(m.store, "materializer store").get(b"k0") == b"v0", "partition 0")
         admin = AdminClient({"bootstrap.servers": broker.bootstrap})
         admin.create_partitions([NewPartitions(topic, 3)])[topic].result(CLIENT_TIMEOUT_S)
         wait_until(lambda: _partition_count(broker.bootstrap, topic) == 3, 30, "3 partitions")
@@ -244,7 +245,11 @@ def test_partitions_added_to_the_changelog_are_materialized(broker_factory, tmp_
         for p in (1, 2):
             producer.produce(topic, b"v%d" % p, key=b"k%d" % p, partition=p)
         assert producer.flush(CLIENT_TIMEOUT_S) == 0
-        _step_until(m, lambda: m.store.get(b"k2") == b"v2" and m.store.get(b"k1") == b"v1", "new partitions")
+        def holds_the_new_partitions() -> bool:
+            store = present(m.store, "materializer store")  # reopened when the partitions change
+            return store.get(b"k2") == b"v2" and store.get(b"k1") == b"v1"
+
+        _step_until(m, holds_the_new_partitions, "new partitions")
     finally:
         m.close()
     with StateStore(tmp_path / "store") as store:

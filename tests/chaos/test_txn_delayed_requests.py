@@ -23,11 +23,14 @@ from __future__ import annotations
 
 import threading
 import uuid
+from collections.abc import Callable
+from typing import Generic, TypeVar
 
 import pytest
 from confluent_kafka import KafkaException
 from kio.schema.errors import ErrorCode
 
+from tests.support.brokers import BrokerProcess
 from tests.support.clients import CLIENT_TIMEOUT_S, create_topic, unique_topic
 from tests.support.delay_proxy import DelayProxy
 from tests.support.txn import (
@@ -53,12 +56,14 @@ pytestmark = pytest.mark.chaos
 HOLD_WAIT_S = 30.0
 STALE_EPOCH_ERRORS = (ErrorCode.producer_fenced, ErrorCode.invalid_producer_epoch)
 
+T = TypeVar("T")
+
 
 @pytest.fixture(scope="module")
 def proxied_broker(tmp_path_factory):
     """(broker, proxy): our broker advertising a DelayProxy in front of it, so every client
     connection, bootstrap or not, goes through the proxy."""
-    holder: dict[str, object] = {}
+    holder: dict[str, BrokerProcess] = {}
     proxy = DelayProxy(lambda: (holder["broker"].host, holder["broker"].port)).start()
     broker = start_txn_broker(
         tmp_path_factory.mktemp("delay-broker") / "data",
@@ -72,27 +77,28 @@ def proxied_broker(tmp_path_factory):
         broker.stop()
 
 
-class InBackground:
+class InBackground(Generic[T]):
     """Run one blocking call on a thread (it waits on a held request) and keep its result."""
 
-    def __init__(self, fn) -> None:
-        self.result: object = None
+    def __init__(self, fn: Callable[[], T]) -> None:
+        self._results: list[T] = []  # the call's result, once it returned
         self.error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, args=(fn,), daemon=True)
         self._thread.start()
 
-    def _run(self, fn) -> None:
+    def _run(self, fn: Callable[[], T]) -> None:
         try:
-            self.result = fn()
+            self._results.append(fn())
         except BaseException as exc:  # noqa: BLE001 - surfaced by join()
             self.error = exc
 
-    def join(self, timeout_s: float = CLIENT_TIMEOUT_S) -> object:
+    def join(self, timeout_s: float = CLIENT_TIMEOUT_S) -> T:
         self._thread.join(timeout_s)
         assert not self._thread.is_alive(), "the delayed call never returned"
         if self.error is not None:
             raise self.error
-        return self.result
+        (result,) = self._results
+        return result
 
 
 def _txn_id(prefix: str) -> str:

@@ -25,6 +25,7 @@ from confluent_kafka import (
     KafkaException,
     TopicPartition,
 )
+from confluent_kafka.admin import ConsumerGroupListing
 
 from tests.support.clients import create_topic, unique_topic
 from tests.support.groups import (
@@ -43,7 +44,7 @@ pytestmark = pytest.mark.interop
 PARTITIONS = 3
 
 
-def _listed(admin, states: set[ConsumerGroupState] | None = None) -> dict[str, object]:
+def _listed(admin, states: set[ConsumerGroupState] | None = None) -> dict[str, ConsumerGroupListing]:
     kwargs: dict[str, Any] = {"request_timeout": 30}
     if states is not None:
         kwargs["states"] = states

@@ -53,7 +53,7 @@ def test_create_topic_with_config_is_described(broker):
     described = _describe(broker.bootstrap, topic)
     assert described["retention.ms"].value == "3600000"
     assert not described["retention.ms"].is_default
-    assert int(described["max.message.bytes"].value) > 0
+    assert int(present(described["max.message.bytes"].value, "max.message.bytes")) > 0
 
 
 def test_incremental_alter_configs_set_and_delete(broker):

@@ -24,6 +24,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from tests.support.clients import CLIENT_TIMEOUT_S, create_topic, unique_topic
+from tests.support.narrow import present
 from tests.support.txn import (
     READ_COMMITTED,
     READ_UNCOMMITTED,
@@ -244,7 +245,7 @@ def test_sigkilled_producer_transaction_is_aborted_by_timeout(txn_broker, tmp_pa
             cwd=PROJECT_ROOT, stdout=subprocess.PIPE, stderr=stderr, start_new_session=True,
         )
     try:
-        line = child.stdout.readline()
+        line = present(child.stdout, "hang-producer stdout").readline()
         assert line, f"hang-producer exited: {stderr_path.read_text()[-2000:]}"
         report = json.loads(line)
         assert "open" in report, report
@@ -254,7 +255,7 @@ def test_sigkilled_producer_transaction_is_aborted_by_timeout(txn_broker, tmp_pa
     finally:
         child.kill()  # SIGKILL: no abort, no close
         child.wait()
-        child.stdout.close()
+        present(child.stdout, "hang-producer stdout").close()
 
     later = transaction_values("after-kill", [0, 1], 3)
     plain_produce(bootstrap, topic, later)

@@ -11,7 +11,8 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from oncestream.spark.log_client import LogClient
-from tests.spark.spark_support import read_committed
+from tests.spark.spark_support import committed_values
+from tests.support.narrow import present
 
 pytestmark = pytest.mark.spark
 
@@ -119,9 +120,9 @@ def test_batch_write_round_trip_is_atomic_and_complete(spark, eos_broker):
     assert {bytes(r.value): r.key for r in out}[b"c0"] == b"k0"
     with_headers = next(r for r in out if r.value == b"c5")
     assert [(h.key, h.value) for h in with_headers.headers] == [("trace", b"h5"), ("empty", None)]
-    assert sorted(v for _k, v in read_committed(eos_broker.bootstrap, target)) == sorted(committed)
+    assert sorted(v for v in committed_values(eos_broker.bootstrap, target)) == sorted(committed)
     with LogClient(eos_broker.bootstrap) as client:
-        open_txns = [t for t in client.list_transactions() if t[2] == "Ongoing"]
+        open_txns = [t for t in present(client.list_transactions(), "transactions") if t[2] == "Ongoing"]
     assert open_txns == []
 
 
@@ -131,8 +132,8 @@ def test_topic_column_routes_rows(spark, eos_broker):
     rows = [(a, b"to-a"), (b, b"to-b"), (a, b"to-a-2")]
     df = spark.createDataFrame(rows, "topic string, value binary")
     df.write.format("oncestream").option("kafka.bootstrap.servers", eos_broker.bootstrap).mode("append").save()
-    assert sorted(v for _k, v in read_committed(eos_broker.bootstrap, a)) == [b"to-a", b"to-a-2"]
-    assert [v for _k, v in read_committed(eos_broker.bootstrap, b)] == [b"to-b"]
+    assert sorted(v for v in committed_values(eos_broker.bootstrap, a)) == [b"to-a", b"to-a-2"]
+    assert [v for v in committed_values(eos_broker.bootstrap, b)] == [b"to-b"]
 
 
 def test_option_errors_are_clear(spark, eos_broker):

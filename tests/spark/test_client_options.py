@@ -21,7 +21,7 @@ from oncestream.spark.errors import OptionError
 from oncestream.spark.log_client import LogClient
 from oncestream.spark.options import sink_options, source_options
 from tests.spark.conftest import TWO_PC_CONFIG
-from tests.spark.spark_support import read_committed
+from tests.spark.spark_support import committed_values, read_committed
 from tests.support.brokers import BrokerProcess
 from tests.support.delay_proxy import DelayProxy, RequestInfo
 
@@ -130,7 +130,7 @@ def test_batch_write_task_producers_compress_and_every_client_uses_client_id(spa
             data_batches += [h for h, _ in rb.iter_batches(memoryview(records)) if not h.is_control]
     assert data_batches, [h.compression for h in data_batches]
     assert all(h.compression == GZIP for h in data_batches), [h.compression for h in data_batches]
-    assert sorted(v for _k, v in read_committed(bootstrap, topic)) == sorted(values)
+    assert sorted(v for v in committed_values(bootstrap, topic)) == sorted(values)
 
 
 def test_streaming_driver_journal_and_leftover_clients_use_client_id(spark, proxied, tmp_path):

@@ -12,7 +12,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 import oncestream.spark
 from oncestream.spark.errors import OptionError
-from tests.spark.spark_support import read_committed
+from tests.spark.spark_support import committed_values
 
 pytestmark = pytest.mark.spark
 
@@ -84,6 +84,6 @@ def test_dual_write_with_kafka_options_writes_log_and_database_once(spark, eos_b
         replay.close()
 
     want = Counter(v for values in batches for v in values)
-    assert Counter(v for _k, v in read_committed(bootstrap, topic)) == want
+    assert Counter(v for v in committed_values(bootstrap, topic)) == want
     with sqlite3.connect(tmp_path / "events.db") as conn:
         assert Counter(r[0].encode() for r in conn.execute("SELECT v FROM events")) == want

@@ -25,9 +25,9 @@ from confluent_kafka import Producer
 from oncestream.spark.log_client import LogClient
 from tests.spark.spark_support import (
     DriverRun,
+    committed_values,
     executor_pids,
     executors_in_group,
-    read_committed,
     wait_for_executors,
 )
 from tests.spark.test_exactly_once_sink import _produce, _topics
@@ -145,7 +145,7 @@ def test_executor_sigkilled_holding_a_prepared_transaction_output_exactly_once(s
     assert query.exception() is None
     retried = sorted(m.name for m in gate.glob("prepared-*-1"))
     assert len(retried) == 1, f"one task re-run after the executor loss, got {retried}"
-    got = Counter(v for _k, v in read_committed(bootstrap, topic_out))
+    got = Counter(v for v in committed_values(bootstrap, topic_out))
     want = Counter(expected)
     assert got == want, (f"missing {sorted((want - got).elements())[:10]}, "
                          f"duplicated or foreign {sorted((got - want).elements())[:10]}")
@@ -187,7 +187,7 @@ def test_executor_sigkilled_mid_write_output_exactly_once(spark_cluster, eos_bro
         query.stop()
     assert query.exception() is None
     assert len(list(gate.glob("prepared-*-1"))) >= 1, "the killed task was re-run"
-    got = Counter(v for _k, v in read_committed(bootstrap, topic_out))
+    got = Counter(v for v in committed_values(bootstrap, topic_out))
     want = Counter(expected)
     assert got == want, (f"missing {sorted((want - got).elements())[:10]}, "
                          f"duplicated or foreign {sorted((got - want).elements())[:10]}")
@@ -246,7 +246,7 @@ def test_driver_sigkilled_with_executors_output_exactly_once(tmp_path, eos_broke
     final = _cluster_driver(tmp_path, [*argv, "--available-now"])
     assert final.wait(300) == 0, final.stderr_tail()
 
-    got = Counter(v for _k, v in read_committed(bootstrap, topic_out))
+    got = Counter(v for v in committed_values(bootstrap, topic_out))
     want = Counter(expected)
     assert got == want, (f"missing {sorted((want - got).elements())[:10]}, "
                          f"duplicated or foreign {sorted((got - want).elements())[:10]}")
@@ -272,6 +272,6 @@ def test_dual_write_in_local_cluster_under_driver_sigkill(tmp_path, eos_broker):
     assert final.wait(300) == 0, final.stderr_tail()
     with sqlite3.connect(db) as conn:
         db_values = [r[0].encode() for r in conn.execute("SELECT v FROM events")]
-    log_values = [v for _k, v in read_committed(bootstrap, topic_out)]
+    log_values = [v for v in committed_values(bootstrap, topic_out)]
     assert Counter(log_values) == Counter(expected)
     assert Counter(db_values) == Counter(expected), "database and log disagree"

@@ -27,7 +27,7 @@ from oncestream.spark.commit_journal import NO_COMMIT, CommitJournal
 from oncestream.spark.log_client import LogClient
 from oncestream.spark.options import sink_options
 from oncestream.spark.sink import _LazyJournal, _TaskWriter, transactional_id
-from tests.spark.spark_support import read_committed
+from tests.spark.spark_support import committed_values, read_committed
 from tests.support.narrow import present
 from tests.support.txn import describe_transaction, wait_until
 
@@ -188,7 +188,7 @@ def test_batch_write_is_invisible_until_the_job_commits(spark, eos_broker, tmp_p
     for txn_id, _state in prepared.values():
         assert describe_transaction(bootstrap, txn_id).state == "CompleteCommit", txn_id
     _all_decided(bootstrap, topic)
-    assert Counter(v for _k, v in read_committed(bootstrap, topic)) == Counter(values)
+    assert Counter(v for v in committed_values(bootstrap, topic)) == Counter(values)
 
 
 def test_failed_micro_batch_aborts_prepared_transactions_and_restart_writes_once(spark, eos_broker, tmp_path):
@@ -236,7 +236,7 @@ def test_failed_micro_batch_aborts_prepared_transactions_and_restart_writes_once
     restarted = start(None)
     restarted.awaitTermination(300)
     assert restarted.exception() is None
-    assert Counter(v for _k, v in read_committed(bootstrap, topic_out)) == \
+    assert Counter(v for v in committed_values(bootstrap, topic_out)) == \
         Counter(v for vs in expected.values() for v in vs)
     _all_decided(bootstrap, topic_out)
 
@@ -326,7 +326,7 @@ def test_zombie_of_an_earlier_batch_cannot_stall_a_later_batch(spark, eos_broker
     _produce(bootstrap, topic_in, fourth)
     inputs.append(fourth)
     assert _finished(_run_available_now(spark, bootstrap, topic_in, checkpoint, options)) == query_id
-    got = Counter(v for _k, v in read_committed(bootstrap, topic_out))
+    got = Counter(v for v in committed_values(bootstrap, topic_out))
     want = Counter(v for batch in inputs for vs in batch.values() for v in vs)
     assert got == want, (f"missing {sorted((want - got).elements())[:5]}, "
                          f"extra {sorted((got - want).elements())[:5]}")
@@ -378,7 +378,7 @@ def test_zombie_writing_while_its_batch_commits_cannot_make_its_records_visible(
     assert late.transactional_id is None
     assert late.records == 0
 
-    got = Counter(v for _k, v in read_committed(bootstrap, topic_out))
+    got = Counter(v for v in committed_values(bootstrap, topic_out))
     want = Counter(v for vs in first.values() for v in vs)
     assert got == want, (f"missing {sorted((want - got).elements())[:5]}, "
                          f"extra {sorted((got - want).elements())[:5]}")

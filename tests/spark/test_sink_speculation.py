@@ -28,7 +28,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from oncestream.spark.commit_journal import CommitJournal
 from oncestream.spark.log_client import LogClient
 from oncestream.spark.sink import ID_ALTERNATIVES, ID_WINDOW
-from tests.spark.spark_support import read_committed
+from tests.spark.spark_support import committed_values
 from tests.support.narrow import present
 from tests.support.ports import free_tcp_port, port_accepts_connections
 from tests.support.txn import wait_until
@@ -134,7 +134,7 @@ def _run(tmp_path: Path, bootstrap: str, master: str, batches: int) -> None:
     slow = [b for b in range(batches) if b % 3 == 1]
     assert copies, f"no speculative copy ran (slow batches {slow}); marks: {sorted(os.listdir(marks))}"
 
-    assert Counter(v for _k, v in read_committed(bootstrap, topic_out)) == Counter(values)
+    assert Counter(v for v in committed_values(bootstrap, topic_out)) == Counter(values)
     with LogClient(bootstrap, client_id="test-check") as client:
         listed = client.list_transactions() or []
     prefix = f"oncestream-spark-{query_id}-"

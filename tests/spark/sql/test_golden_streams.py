@@ -11,7 +11,7 @@ import struct
 
 import pytest
 
-from oncestream.sql.catalog import Format
+from oncestream.sql.catalog import Format, SourceInfo
 from oncestream.sql.runtime import RUNNING
 from tests.spark.sql.golden import EARLIEST, analyze, create_topics, ddl, produce, read_output, sink_of, start, unique
 
@@ -22,7 +22,7 @@ def _int(v: int) -> bytes:
     return struct.pack(">i", v)
 
 
-def _orders(bootstrap: str) -> tuple[str, object]:
+def _orders(bootstrap: str) -> tuple[str, SourceInfo]:
     topic = unique("orders")
     create_topics(bootstrap, topic)
     source = ddl(f"CREATE STREAM ORDERS (ID INT KEY, NAME STRING, X BIGINT, ST STRUCT<F STRING>, A ARRAY<INT>) "

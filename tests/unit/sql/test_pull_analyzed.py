@@ -108,7 +108,7 @@ def test_uncommitted_store_writes_are_not_read(tmp_path):
     with StateStore(tmp_path / "s") as store:
         _fill(store, USERS, [{"ID": 1, "NAME": "a", "SCORE": 1.0, "AGE": 1}])
         store.put(layout_of(USERS).encode_key({"ID": 2}) or b"", b'{"NAME":"b","SCORE":2,"AGE":2}')
-        analyzed = analyze_query(parse("SELECT ID FROM USERS;")[0].query, SOURCES)
+        analyzed = analyze_query(of_type(parse("SELECT ID FROM USERS;")[0], ast.QueryStatement).query, SOURCES)
         _h, rows = execute_pull(analyzed, USERS, store.reader("read_committed"))
         assert rows == [[1]]
         store.commit({("users", 0): 2})
@@ -142,7 +142,7 @@ def test_struct_fields_and_subscripts(tmp_path):
     with StateStore(tmp_path / "nested") as store:
         _fill(store, table, [{"K": "k", "ST": {"F1": 5, "F2": "x"}, "ARR": [1, 2, 3], "M": {"a": "b"}}])
         text = "SELECT ST->F1, ARR[-1] AS LAST, M['a'] AS A FROM NESTED WHERE K = 'k' AND ST->F2 = 'x';"
-        analyzed = analyze_query(parse(text)[0].query, {"NESTED": table})
+        analyzed = analyze_query(of_type(parse(text)[0], ast.QueryStatement).query, {"NESTED": table})
         headers, rows = execute_pull(analyzed, table, store.reader("read_committed"))
     assert [(h.name, h.type) for h in headers] == [("F1", "BIGINT"), ("LAST", "BIGINT"), ("A", "STRING")]
     assert rows == [[5, 3, "b"]]
@@ -156,10 +156,11 @@ def test_pull_query_refuses_streams_and_tables_this_node_does_not_hold(tmp_path)
                         value_format=USERS.value_format, columns=USERS.columns, statement="CREATE STREAM CLICKS ...;")
     tables = TableMaterializations(tmp_path, "127.0.0.1:1")
     try:
-        analyzed = analyze_query(parse("SELECT * FROM CLICKS WHERE ID = 1;")[0].query, {"CLICKS": stream})
+        statement = of_type(parse("SELECT * FROM CLICKS WHERE ID = 1;")[0], ast.QueryStatement)
+        analyzed = analyze_query(statement.query, {"CLICKS": stream})
         with pytest.raises(StatementError, match="Pull queries on streams are not supported"):
             pull_query(tables, analyzed)
-        analyzed = analyze_query(parse("SELECT * FROM USERS WHERE ID = 1;")[0].query, SOURCES)
+        analyzed = analyze_query(of_type(parse("SELECT * FROM USERS WHERE ID = 1;")[0], ast.QueryStatement).query, SOURCES)
         with pytest.raises(TableNotMaterializedError, match="Table USERS is not materialized on this node"):
             pull_query(tables, analyzed)
     finally:
