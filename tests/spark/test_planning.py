@@ -7,14 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from oncestream.protocol import record_batch as rb
-from oncestream.protocol.records import (
-    CONTROL_ABORT,
-    CONTROL_COMMIT,
-    NewRecord,
-    decode_batches,
-    encode_batch,
-    encode_control_batch,
-)
+from oncestream.protocol.markers import CONTROL_ABORT, CONTROL_COMMIT
+from oncestream.protocol.records import NewRecord, decode_batches, encode_batch, encode_control_batch
 from oncestream.spark.errors import OptionError
 from oncestream.spark.options import offsets_from_json, offsets_to_json, parse_offset_spec, sink_options, source_options
 from oncestream.spark.partition_reader import _append_records, _Columns, decode_to_arrow

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import pytest
 
-from oncestream.client.fetch_decoder import complete_batches_end, decode_partition
+from oncestream.client.fetch_decoder import decode_partition
 from oncestream.client.message import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME
 from oncestream.errors import CorruptRecordError
 from oncestream.protocol import records as rec
+from oncestream.protocol.batch_walk import complete_batches_end
+from oncestream.protocol.markers import CONTROL_ABORT, CONTROL_COMMIT
 from oncestream.protocol.record_batch import ATTR_TIMESTAMP_TYPE_LOG_APPEND
 
 NOW = 1_700_000_000_000
@@ -25,7 +27,7 @@ def _batch(base: int, values: list[bytes], *, pid: int = -1, txn: bool = False, 
 
 
 def _marker(base: int, pid: int, commit: bool) -> bytes:
-    return rec.encode_control_batch(marker=rec.CONTROL_COMMIT if commit else rec.CONTROL_ABORT,
+    return rec.encode_control_batch(marker=CONTROL_COMMIT if commit else CONTROL_ABORT,
                                     producer_id=pid, producer_epoch=0, coordinator_epoch=0,
                                     now_ms=NOW, base_offset=base)
 

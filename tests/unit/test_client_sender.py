@@ -13,8 +13,8 @@ from kio.schema.errors import ErrorCode
 from oncestream.client.accumulator import RecordAccumulator
 from oncestream.client.config import resolve
 from oncestream.client.delivery import DeliveryReports
-from oncestream.client.network import request_module
 from oncestream.client.sender import Sender
+from oncestream.protocol.schemas import request_module
 
 T = "t"
 

@@ -10,8 +10,9 @@ import pytest
 from kio.serial import entity_writer
 from kio.static.protocol import Entity
 
-from oncestream.client.network import fetch_request_body, produce_request_body, request_module
+from oncestream.client.network import fetch_request_body, produce_request_body
 from oncestream.protocol.codec import build
+from oncestream.protocol.schemas import request_module
 
 
 def _kio_bytes(request: Entity) -> bytes:

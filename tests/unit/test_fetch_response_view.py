@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
 
-from oncestream.protocol.codec import build, reader_for, response_class, response_module, writer_for
+from oncestream.protocol.codec import build, reader_for, writer_for
 from oncestream.protocol.fetch_response_view import (
     MAX_VERSION,
     MIN_VERSION,
@@ -27,6 +27,7 @@ from oncestream.protocol.fetch_response_view import (
     MalformedFetchResponseError,
     parse_fetch_response,
 )
+from oncestream.protocol.schemas import response_class, response_module
 from oncestream.protocol.varint import encode_uvarint, read_uvarint
 
 VERSIONS = range(MIN_VERSION, MAX_VERSION + 1)

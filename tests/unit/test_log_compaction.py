@@ -18,17 +18,10 @@ from oncestream.errors import InvalidRecordError, StorageError
 from oncestream.log import compaction
 from oncestream.log.config import LogConfig
 from oncestream.log.partition_log import PartitionLog
+from oncestream.protocol.compression import COMPRESSION_GZIP, COMPRESSION_NONE, COMPRESSION_ZSTD
+from oncestream.protocol.markers import CONTROL_COMMIT
 from oncestream.protocol.record_batch import ATTR_DELETE_HORIZON
-from oncestream.protocol.records import (
-    COMPRESSION_GZIP,
-    COMPRESSION_NONE,
-    COMPRESSION_ZSTD,
-    CONTROL_COMMIT,
-    NewRecord,
-    decode_batches,
-    encode_batch,
-    encode_control_batch,
-)
+from oncestream.protocol.records import NewRecord, decode_batches, encode_batch, encode_control_batch
 from tests.support.narrow import present
 
 T0 = 1_000_000

@@ -358,7 +358,8 @@ def test_client_control_batches_are_rejected(tmp_path) -> None:
     from oncestream.errors import InvalidRecordError
     from oncestream.log.config import LogConfig
     from oncestream.log.partition_log import PartitionLog
-    from oncestream.protocol.records import CONTROL_COMMIT, encode_control_batch
+    from oncestream.protocol.markers import CONTROL_COMMIT
+    from oncestream.protocol.records import encode_control_batch
 
     log = PartitionLog.open(tmp_path / "t-0", LogConfig(), 0)
     marker = encode_control_batch(marker=CONTROL_COMMIT, producer_id=1, producer_epoch=0, coordinator_epoch=0, now_ms=1)

@@ -17,12 +17,8 @@ from oncestream.log.config import LogConfig
 from oncestream.log.partition_log import PartitionLog
 from oncestream.log.transactions import OngoingTransactions
 from oncestream.log.txn_index import TXN_ENTRY, AbortedTxn, decode_entries
-from oncestream.protocol.records import (
-    CONTROL_ABORT,
-    CONTROL_COMMIT,
-    control_marker_type,
-    decode_batches,
-)
+from oncestream.protocol.markers import CONTROL_ABORT, CONTROL_COMMIT
+from oncestream.protocol.records import control_marker_type, decode_batches
 from tests.unit._batches import ATTR_TRANSACTIONAL, idempotent_batch, make_batch
 
 P1, P2, P3 = 101, 202, 303

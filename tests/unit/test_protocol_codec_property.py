@@ -23,16 +23,9 @@ from oncestream.log.batch_records import iter_raw_records
 from oncestream.protocol import record_batch as rb
 from oncestream.protocol.aborted_filter import AbortedFilter
 from oncestream.protocol.batch_walk import complete_batches_end
-from oncestream.protocol.records import (
-    COMPRESSION_BY_NAME,
-    CONTROL_ABORT,
-    CONTROL_COMMIT,
-    NewRecord,
-    committed_records,
-    decode_batches,
-    encode_batch,
-    encode_control_batch,
-)
+from oncestream.protocol.compression import COMPRESSION_BY_NAME
+from oncestream.protocol.markers import CONTROL_ABORT, CONTROL_COMMIT
+from oncestream.protocol.records import NewRecord, committed_records, decode_batches, encode_batch, encode_control_batch
 
 NOW_MS = 1_700_000_000_000
 CODECS = sorted(COMPRESSION_BY_NAME.values())

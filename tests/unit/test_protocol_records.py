@@ -15,9 +15,9 @@ from oncestream.protocol.codec import (
     encode_response,
     parse_request_header,
 )
+from oncestream.protocol.compression import COMPRESSION_BY_NAME
+from oncestream.protocol.markers import CONTROL_COMMIT
 from oncestream.protocol.records import (
-    COMPRESSION_BY_NAME,
-    CONTROL_COMMIT,
     NewRecord,
     control_marker_type,
     decode_batch,
@@ -112,7 +112,7 @@ def test_malformed_header_and_body_raise() -> None:
 def test_api_versions_response_uses_header_v0() -> None:
     """KIP-511: ApiVersions responses carry header v0 even in flexible versions."""
     from oncestream.broker.handlers import api_versions
-    from oncestream.protocol.codec import response_class
+    from oncestream.protocol.schemas import response_class
 
     cls = response_class(18, 3)
     import datetime

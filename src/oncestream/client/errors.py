@@ -182,11 +182,12 @@ class KafkaException(Exception):
         if not isinstance(error, KafkaError):
             error = KafkaError(error, message)
         super().__init__(error)
+        self._error = error
 
     @property
     def error(self) -> KafkaError:
         """The KafkaError this exception carries."""
-        return self.args[0]
+        return self._error
 
     def __str__(self) -> str:
         return str(self.args[0])

@@ -110,13 +110,13 @@ class Fetcher:
         self._partition_max_bytes = conf["max.partition.fetch.bytes"]
         self._isolation = 1 if conf["isolation.level"] == "read_committed" else 0
         self._max_buffered_bytes = conf["queued.max.messages.kbytes"] * 1024
-        self._retry_backoff_s = conf["retry.backoff.ms"] / 1000
+        self._retry_backoff_s: float = conf["retry.backoff.ms"] / 1000
         self.buffered_bytes = 0  # fetcher adds, user thread subtracts via consumed()
         self.consumed_bytes = 0
         self._in_flight: set[int] = set()
         self._event: asyncio.Event | None = None
-        self._task: asyncio.Task | None = None
-        self._metadata_task: asyncio.Task | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._metadata_task: asyncio.Task[None] | None = None
         self._node_backoff_until: dict[int, float] = {}
         self.closed = False
 

@@ -54,7 +54,7 @@ from oncestream.client.errors import (
 from oncestream.client.network import PRODUCE_KEY, UnsupportedApiError, produce_request_body
 from oncestream.protocol.api_keys import INIT_PRODUCER_ID
 from oncestream.protocol.codec import build
-from oncestream.protocol.records import COMPRESSION_BY_NAME
+from oncestream.protocol.compression import COMPRESSION_BY_NAME
 
 if TYPE_CHECKING:
     from oncestream.client.transactions import TransactionManager
@@ -143,17 +143,17 @@ class Sender:
         self._transactional_id = txn.transactional_id if txn is not None else None
         self._parts: dict[tuple[str, int], PartitionSequences] = {}
         self._event: asyncio.Event | None = None
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[None] | None = None
         self._connecting: set[int] = set()
-        self._metadata_task: asyncio.Task | None = None
+        self._metadata_task: asyncio.Task[None] | None = None
         self._metadata_retry_at = 0.0
         self._bump_needed = False
-        self._identity_task: asyncio.Task | None = None
+        self._identity_task: asyncio.Task[None] | None = None
         self._identity_error: KafkaError | None = None
         self._in_flight_requests = 0
         self._last_expiry_check_ms = 0
         self._closing = False
-        self._idle_waiters: list[asyncio.Future] = []
+        self._idle_waiters: list[asyncio.Future[Any]] = []
         self.fatal_error: KafkaError | None = None
         self.on_identity_change: list[Callable[[], None]] = []
         self.on_fatal: list[Callable[[KafkaError], None]] = []
@@ -431,7 +431,7 @@ class Sender:
         self._in_flight_requests += 1
         future.add_done_callback(functools.partial(self._on_response, batches))
 
-    def _on_response(self, batches: list[ProducerBatch], future: asyncio.Future) -> None:
+    def _on_response(self, batches: list[ProducerBatch], future: asyncio.Future[Any]) -> None:
         self._in_flight_requests -= 1
         now = monotonic_ms()
         error = future.exception() if not future.cancelled() else ConnectionLostError("cancelled")

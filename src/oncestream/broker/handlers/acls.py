@@ -19,7 +19,8 @@ from oncestream.broker.authorize import Op, Res, authorize
 from oncestream.broker.state import BrokerState
 from oncestream.errors import KafkaError
 from oncestream.protocol import api_keys as k
-from oncestream.protocol.codec import RequestHeader, build, response_module
+from oncestream.protocol.codec import RequestHeader, build
+from oncestream.protocol.schemas import response_module
 
 _ZERO = datetime.timedelta(0)
 

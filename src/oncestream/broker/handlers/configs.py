@@ -25,12 +25,14 @@ from kio.schema.errors import ErrorCode
 from oncestream.broker import config_admin as admin
 from oncestream.broker.authorize import Op, Res, authorize
 from oncestream.broker.disk_step import run_disk_step
+from oncestream.broker.dynamic_config import ConfigEntry
 from oncestream.broker.state import BrokerState
 from oncestream.errors import InvalidRequestError, KafkaError, UnknownTopicOrPartitionError
 from oncestream.log.config import LogConfig
 from oncestream.log.manager import validate_topic_name
 from oncestream.protocol.api_keys import ALTER_CONFIGS, DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS
-from oncestream.protocol.codec import RequestHeader, build, response_module
+from oncestream.protocol.codec import RequestHeader, build
+from oncestream.protocol.schemas import response_module
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +59,7 @@ def _topic_overrides(state: BrokerState, name: str) -> dict[str, str]:
     return dict(info.configs)
 
 
-def _describe_entries(state: BrokerState, request, res) -> list[admin.ConfigEntry]:
+def _describe_entries(state: BrokerState, request, res) -> list[ConfigEntry]:
     include_synonyms = bool(getattr(request, "include_synonyms", False))
     include_documentation = bool(getattr(request, "include_documentation", False))
     if res.resource_type == RESOURCE_TOPIC:

@@ -30,7 +30,8 @@ from oncestream.coordinator.group.messages import (
     SyncRequest,
 )
 from oncestream.protocol import api_keys as k
-from oncestream.protocol.codec import RequestHeader, build, response_module
+from oncestream.protocol.codec import RequestHeader, build
+from oncestream.protocol.schemas import response_module
 from oncestream.topic_partition import TopicPartition
 
 _ZERO = datetime.timedelta(0)

@@ -11,7 +11,8 @@ from oncestream.broker.authorize import Op, Res, authorize
 from oncestream.broker.state import BrokerState
 from oncestream.errors import KafkaError, TopicAuthorizationFailedError
 from oncestream.protocol.api_keys import LIST_OFFSETS
-from oncestream.protocol.codec import RequestHeader, build, response_module
+from oncestream.protocol.codec import RequestHeader, build
+from oncestream.protocol.schemas import response_module
 
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2

@@ -14,7 +14,8 @@ from oncestream.broker.state import BrokerState
 from oncestream.broker.topic_creation import auto_create_topic
 from oncestream.errors import KafkaError
 from oncestream.protocol.api_keys import METADATA
-from oncestream.protocol.codec import RequestHeader, build, response_module
+from oncestream.protocol.codec import RequestHeader, build
+from oncestream.protocol.schemas import response_module
 
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 

@@ -20,8 +20,9 @@ from oncestream.log.config import LogConfig
 from oncestream.log.partition_log import PartitionLog
 from oncestream.log.recompression import recompressed_records
 from oncestream.protocol.api_keys import PRODUCE
-from oncestream.protocol.codec import RequestHeader, build, response_module
+from oncestream.protocol.codec import RequestHeader, build
 from oncestream.protocol.record_batch import BatchHeader, iter_batches
+from oncestream.protocol.schemas import response_module
 
 _VALID_ACKS = (0, 1, -1)
 _IN_SYNC_REPLICAS = 1  # a single node: every partition's ISR is this broker

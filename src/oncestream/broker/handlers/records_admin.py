@@ -21,7 +21,8 @@ from oncestream.errors import KafkaError, TopicAuthorizationFailedError, Unknown
 from oncestream.log.log_start import LogStartMove
 from oncestream.log.partition_log import PartitionLog
 from oncestream.protocol.api_keys import DELETE_RECORDS
-from oncestream.protocol.codec import RequestHeader, build, response_module
+from oncestream.protocol.codec import RequestHeader, build
+from oncestream.protocol.schemas import response_module
 
 log = logging.getLogger(__name__)
 

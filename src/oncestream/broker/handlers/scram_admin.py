@@ -26,7 +26,8 @@ from oncestream.broker.sasl.scram import (
 )
 from oncestream.broker.state import BrokerState
 from oncestream.protocol.api_keys import ALTER_USER_SCRAM_CREDENTIALS, DESCRIBE_USER_SCRAM_CREDENTIALS
-from oncestream.protocol.codec import RequestHeader, build, response_module
+from oncestream.protocol.codec import RequestHeader, build
+from oncestream.protocol.schemas import response_module
 
 
 def handle_describe(state: BrokerState, header: RequestHeader, request) -> object:

@@ -18,7 +18,8 @@ from oncestream.broker.topic_creation import run_creation
 from oncestream.errors import KafkaError, StorageError
 from oncestream.log.config import LogConfig
 from oncestream.protocol.api_keys import CREATE_PARTITIONS, CREATE_TOPICS, DELETE_TOPICS
-from oncestream.protocol.codec import RequestHeader, build, response_module
+from oncestream.protocol.codec import RequestHeader, build
+from oncestream.protocol.schemas import response_module
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,8 @@ from oncestream.broker.txn_service import fenced_for_version
 from oncestream.coordinator.group.messages import PartitionOffsetCommit
 from oncestream.errors import KafkaError, StorageError, TopicAuthorizationFailedError
 from oncestream.protocol import api_keys as k
-from oncestream.protocol.codec import RequestHeader, build, response_module
+from oncestream.protocol.codec import RequestHeader, build
+from oncestream.protocol.schemas import response_module
 from oncestream.topic_partition import TopicPartition
 
 _ZERO = datetime.timedelta(0)
