@@ -3,7 +3,7 @@
 #   make test    the whole suite (tests/): unit, interop with real clients, chaos, Spark
 #   make unit    tests/unit only (sans-io, seconds)
 #   make test-slow  the long soak/chaos runs (marked slow) that make test leaves out
-#   make lint    ruff, mypy (configured in pyproject.toml) and tests/lint (no test switch in src/); part of make test
+#   make lint    ruff, mypy, the import contracts (lint-imports) and tests/lint (no test switch in src/); part of make test
 #   make demo    the bank-transfer pipeline on Spark, driver SIGKILLed and restarted; checks exactly-once
 #   make broker-demo  SIGKILL/restart the broker mid-stream and check exactly-once end to end
 #   make bench   produce/consume MB/s of oncestream vs Tansu (BENCH_ARGS="--rounds 5 ...")
@@ -73,6 +73,7 @@ spark-demo: demo
 lint: $(STAMP)
 	$(VPY) -m ruff check src tests bench
 	$(VPY) -m mypy
+	$(VENV)/bin/lint-imports
 	$(VPY) -m pytest -q -p no:randomly tests/lint
 
 unit: venv

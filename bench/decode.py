@@ -20,7 +20,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from oncestream.client.fetch_decoder import decode_partition
+from oncestream.client.consumer.fetch_decoder import decode_partition
 from oncestream.protocol.compression import COMPRESSION_BY_NAME
 from oncestream.protocol.records import NewRecord, encode_batch
 

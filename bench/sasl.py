@@ -1,7 +1,7 @@
 """SASL authentication handshakes per second on one oncestream broker (issue 14 benchmark).
 
 Each handshake is a new TCP connection: ApiVersions, SaslHandshake v1, then SaslAuthenticate
-round trips (two for SCRAM), made by our blocking client (``client/connection.py``) from
+round trips (two for SCRAM), made by our blocking client (``client/common/connection.py``) from
 ``--threads`` threads. The client pre-computes nothing: every SCRAM login runs the client's
 PBKDF2 too, so the end-to-end figure is bounded by both sides sharing the machine's cores; the
 in-process figure is the broker's sans-io ``ScramServer`` alone (verification work per login).
@@ -24,8 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from oncestream.broker.sasl.scram import SCRAM_SHA_512, ScramServer, make_credential
 from oncestream.broker_process import OnceStreamBroker
-from oncestream.client.connection import BrokerConnection
-from oncestream.client.sasl import SaslCredentials, ScramClient
+from oncestream.client.common.connection import BrokerConnection
+from oncestream.client.common.sasl import SaslCredentials, ScramClient
 from tests.support.sasl import add_scram_users, sasl_broker_config
 
 

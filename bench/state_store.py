@@ -506,8 +506,8 @@ def run_changelog(args: argparse.Namespace) -> None:
 
 
 def run_apply(args: argparse.Namespace) -> None:
-    from oncestream.client.batch_reader import decode_columns, native_available
-    from oncestream.client.fetch_decoder import decode_partition
+    from oncestream.client.consumer.batch_reader import decode_columns, native_available
+    from oncestream.client.consumer.fetch_decoder import decode_partition
     from oncestream.protocol.records import NewRecord, encode_batch
     from oncestream.state.store import StateStore
 

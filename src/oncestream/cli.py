@@ -16,6 +16,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from oncestream.cli_common import CliError, read_command_config
+from oncestream.cli_users import register as register_users
 from oncestream.client import (
     OFFSET_BEGINNING,
     OFFSET_END,
@@ -29,16 +31,15 @@ from oncestream.client import (
     TopicPartition,
     TransactionDescription,
 )
-from oncestream.client.connection import parse_bootstrap
-from oncestream.client.partitioner import partition_for_key
+from oncestream.client.common.connection import parse_bootstrap
+from oncestream.client.producer.partitioner import partition_for_key
+from oncestream.demos.broker_crash import main as demo_main
 from oncestream.errors import InvalidConfigError
+from oncestream.sql.server_main import register
+from oncestream.sql.shell import register as register_sql_shell
 
 if TYPE_CHECKING:
     from oncestream.broker.seams import BrokerSeams
-
-
-class CliError(Exception):
-    """A user-facing failure: printed without a traceback, exit code 1."""
 
 
 def _parse_props(items: list[str] | None) -> dict[str, str]:
@@ -92,26 +93,6 @@ _EARLIEST, _LATEST = -2, -1
 _FETCH_WAIT_S = 0.5
 _PRODUCE_FLUSH_TIMEOUT_S = 60.0
 _FIRST_FETCH_CAP_S = 60.0
-
-
-def read_command_config(path: str) -> dict[str, str]:
-    """Client properties from a ``--command-config`` file, as Kafka's tools read it: one
-    ``key=value`` per line (librdkafka property names, e.g. ``security.protocol=SSL``,
-    ``ssl.ca.location=...``), blank lines and lines starting with ``#`` or ``!`` ignored."""
-    props: dict[str, str] = {}
-    try:
-        lines = Path(path).read_text().splitlines()
-    except OSError as exc:
-        raise CliError(f"--command-config {path}: {exc.strerror or exc}") from None
-    for number, raw in enumerate(lines, 1):
-        line = raw.strip()
-        if not line or line.startswith(("#", "!")):
-            continue
-        key, sep, value = line.partition("=")
-        if not sep or not key.strip():
-            raise CliError(f"--command-config {path}:{number}: expected key=value, got {raw!r}")
-        props[key.strip()] = value.strip()
-    return props
 
 
 def _conf(args: argparse.Namespace, **extra: Any) -> dict[str, Any]:
@@ -494,20 +475,18 @@ def build_parser() -> argparse.ArgumentParser:
     client_args(x)
     x.set_defaults(func=cmd_transactions)
 
-    __import__("oncestream.cli_users", fromlist=["register"]).register(sub)  # SCRAM users
-    __import__("oncestream.sql.shell", fromlist=["register"]).register(sub)  # oncestream sql: the SQL shell
+    register_users(sub)  # SCRAM users
+    register_sql_shell(sub)  # oncestream sql: the SQL shell
     _register_sql_server(sub)
 
     d = sub.add_parser("demo", help="run the end-to-end demo")
     d.add_argument("rest", nargs=argparse.REMAINDER)
-    d.set_defaults(func=lambda a: __import__("oncestream.demos.broker_crash", fromlist=["main"]).main(a.rest))
+    d.set_defaults(func=lambda a: demo_main(a.rest))
     return parser
 
 
 def _register_sql_server(sub: Any) -> None:
     """``oncestream sql-server`` (its options and code live in oncestream.sql.server_main)."""
-    from oncestream.sql.server_main import register
-
     register(sub)
 
 
@@ -515,8 +494,6 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["demo"]:
         # The demo parses its own options (argparse REMAINDER rejects a leading --option).
-        from oncestream.demos.broker_crash import main as demo_main
-
         return demo_main(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)

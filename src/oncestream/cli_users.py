@@ -26,9 +26,10 @@ from oncestream.broker.sasl.scram import (
     TYPE_BY_NAME,
     make_credential,
 )
-from oncestream.client.connection import BrokerConnection, parse_bootstrap
-from oncestream.client.sasl import SaslCredentials
-from oncestream.client.tls import ssl_context_for
+from oncestream.cli_common import CliError, read_command_config
+from oncestream.client.common.connection import BrokerConnection, parse_bootstrap
+from oncestream.client.common.sasl import SaslCredentials
+from oncestream.client.common.tls import ssl_context_for
 from oncestream.protocol.api_keys import ALTER_USER_SCRAM_CREDENTIALS, DESCRIBE_USER_SCRAM_CREDENTIALS
 
 _NAME_BY_TYPE = {t: name for name, t in TYPE_BY_NAME.items()}
@@ -112,8 +113,6 @@ def _offline(args: argparse.Namespace) -> list[str]:
 
 
 def _online(args: argparse.Namespace) -> list[str]:
-    from oncestream.cli import CliError, read_command_config  # the one --command-config reader
-
     try:
         # The same properties as every other tool: TLS (ssl.*) first, then SASL (sasl.*).
         props = read_command_config(args.command_config) if args.command_config else {}

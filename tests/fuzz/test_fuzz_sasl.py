@@ -13,7 +13,7 @@ from confluent_kafka import Producer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from oncestream.client.sasl import ScramClient
+from oncestream.client.common.sasl import ScramClient
 from tests.support.clients import CLIENT_TIMEOUT_S, unique_topic
 from tests.support.sasl import librdkafka_conf, start_sasl_broker
 from tests.support.wire import PeerClosed, ResponseReader, WireConnection, int16, int32

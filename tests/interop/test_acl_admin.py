@@ -24,7 +24,7 @@ from confluent_kafka.admin import (
 )
 from kio.schema.errors import ErrorCode
 
-from oncestream.client.connection import BrokerConnection
+from oncestream.client.common.connection import BrokerConnection
 from oncestream.protocol.api_keys import CREATE_ACLS, DELETE_ACLS, DESCRIBE_ACLS
 from tests.support.brokers import BrokerProcess
 from tests.support.clients import CLIENT_TIMEOUT_S, unique_topic
@@ -153,9 +153,9 @@ def test_acl_apis_without_an_authorizer_answer_security_disabled(broker_factory)
 
 def test_oncestream_admin_acl_methods_round_trip(secured: BrokerProcess) -> None:
     """Our own Admin client: create_acls / describe_acls / delete_acls, shaped like confluent's."""
-    from oncestream.client import admin_acls as ours
-    from oncestream.client.admin import Admin
-    from oncestream.client.errors import KafkaException as OursKafkaException
+    from oncestream.client.admin import admin_acls as ours
+    from oncestream.client.admin.admin import Admin
+    from oncestream.client.common.errors import KafkaException as OursKafkaException
 
     group = unique_topic("acl-ours")
     binding = ours.AclBinding(ours.ResourceType.GROUP, group, ours.ResourcePatternType.PREFIXED, "User:dave", "*",

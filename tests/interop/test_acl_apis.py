@@ -24,8 +24,8 @@ from confluent_kafka.admin import (
 )
 from kio.schema.errors import ErrorCode
 
-from oncestream.client.admin import Admin as OnceStreamAdmin
-from oncestream.client.errors import KafkaException as OnceStreamKafkaException
+from oncestream.client.admin.admin import Admin as OnceStreamAdmin
+from oncestream.client.common.errors import KafkaException as OnceStreamKafkaException
 from oncestream.protocol import api_keys as k
 from tests.support.acl import SECURED, T, admin, allow, code_of, new_topic, produce_one, user, wire
 from tests.support.brokers import BrokerProcess

@@ -17,7 +17,7 @@ from kafka.admin import ConfigResource as KpConfigResource
 from kafka.admin import ConfigResourceType, KafkaAdminClient
 from kio.schema.errors import ErrorCode
 
-from oncestream.client.connection import BrokerConnection, parse_bootstrap
+from oncestream.client.common.connection import BrokerConnection, parse_bootstrap
 from oncestream.protocol.api_keys import CREATE_TOPICS, DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS
 from oncestream.protocol.codec import build
 from oncestream.protocol.compression import COMPRESSION_GZIP, COMPRESSION_NONE

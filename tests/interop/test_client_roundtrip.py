@@ -40,7 +40,7 @@ from oncestream.client import (
     Producer,
     TopicPartition,
 )
-from oncestream.client.partitioner import partition_for_key
+from oncestream.client.producer.partitioner import partition_for_key
 from tests.support.clients import CLIENT_TIMEOUT_S, confluent_produce, create_topic, unique_topic
 from tests.support.narrow import message_position, message_value, present
 from tests.support.records import SentRecord

@@ -13,7 +13,7 @@ import datetime
 
 import pytest
 
-from oncestream.client.connection import BrokerConnection, parse_bootstrap
+from oncestream.client.common.connection import BrokerConnection, parse_bootstrap
 from oncestream.protocol.api_keys import FETCH
 from oncestream.protocol.codec import build
 from oncestream.protocol.fetch_response_view import parse_fetch_response

@@ -135,8 +135,8 @@ def test_a_forged_abort_marker_is_refused_and_the_victims_commit_is_whole(ours):
     producer_id = None
     with wire_connection(ours.bootstrap) as conn:
         # The victim's producer id and epoch, as an attacker would learn them (DescribeProducers).
-        from oncestream.client.admin import Admin
-        from oncestream.client.message import TopicPartition
+        from oncestream.client.admin.admin import Admin
+        from oncestream.client.common.message import TopicPartition
 
         admin = Admin({"bootstrap.servers": ours.bootstrap})
         try:

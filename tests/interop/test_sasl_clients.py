@@ -107,7 +107,7 @@ def test_transaction_round_trip_over_sasl(sasl_broker, client, mechanism):
 def test_spark_log_client_authenticates_with_kafka_sasl_options(sasl_broker):
     """The Spark connector's protocol client takes the kafka.sasl.* options (without the prefix,
     as the connector hands them over) and refuses a wrong password with a SASL error."""
-    from oncestream.client.sasl import SaslClientError
+    from oncestream.client.common.sasl import SaslClientError
     from oncestream.spark.log_client import ClientSettings, LogClient
 
     topic = unique_topic("sasl-spark")

@@ -12,8 +12,8 @@ import pytest
 from confluent_kafka import KafkaError as CKafkaError
 from confluent_kafka import Producer
 
-from oncestream.client.connection import BrokerConnection
-from oncestream.client.sasl import SaslClientError, SaslCredentials
+from oncestream.client.common.connection import BrokerConnection
+from oncestream.client.common.sasl import SaslClientError, SaslCredentials
 from tests.support.clients import CLIENT_TIMEOUT_S, unique_topic
 from tests.support.sasl import kafka_python_conf, librdkafka_conf, start_sasl_broker
 from tests.support.wire import PeerClosed, ResponseReader, WireConnection, int16, int32
@@ -142,7 +142,7 @@ def _raw_token(conn: WireConnection, token: bytes) -> bytes:
 def test_handshake_v0_then_bare_tokens_as_kafka(sasl_broker, mechanism):
     """SaslHandshake v0: the tokens follow as bare size-prefixed frames (no request header), then
     the connection serves requests; a bad bare token just closes the connection."""
-    from oncestream.client.sasl import ScramClient
+    from oncestream.client.common.sasl import ScramClient
 
     with _connect(sasl_broker) as conn:
         body = conn.request(SASL_HANDSHAKE, 0, 1, int16(len(mechanism)) + mechanism.encode())

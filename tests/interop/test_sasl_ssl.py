@@ -26,9 +26,9 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from oncestream.client.connection import BrokerConnection
-from oncestream.client.sasl import SaslClientError, SaslCredentials
-from oncestream.client.tls import ssl_context_for
+from oncestream.client.common.connection import BrokerConnection
+from oncestream.client.common.sasl import SaslClientError, SaslCredentials
+from oncestream.client.common.tls import ssl_context_for
 from tests.support.acl import AUTHORIZER
 from tests.support.brokers import BrokerProcess
 from tests.support.certs import Pki

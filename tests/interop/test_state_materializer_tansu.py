@@ -1,4 +1,4 @@
-"""The materializer's column-wise changelog reading (``client.batch_reader.ColumnConsumer``)
+"""The materializer's column-wise changelog reading (``client.consumer.batch_reader.ColumnConsumer``)
 against Tansu, the second Kafka-protocol broker: a compacted-style changelog with overwrites and
 tombstones over three partitions, compressed or not, ends up in the store as the last write per
 key. (Transactions are not tested against Tansu: it returns aborted records to read_committed

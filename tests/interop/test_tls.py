@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from oncestream.client.connection import BrokerConnection, BrokerUnreachableError
-from oncestream.client.tls import ssl_context_for
+from oncestream.client.common.connection import BrokerConnection, BrokerUnreachableError
+from oncestream.client.common.tls import ssl_context_for
 from oncestream.protocol.api_keys import METADATA
 from oncestream.protocol.codec import build
 from tests.support.brokers import BrokerProcess

@@ -12,7 +12,7 @@ import time
 import pytest
 from kio.schema.errors import ErrorCode
 
-from oncestream.client.connection import BrokerConnection, parse_bootstrap
+from oncestream.client.common.connection import BrokerConnection, parse_bootstrap
 from oncestream.protocol.codec import build
 from oncestream.protocol.records import NewRecord, encode_batch
 from tests.support.clients import create_topic, unique_topic

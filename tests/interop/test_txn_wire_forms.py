@@ -22,7 +22,7 @@ from collections.abc import Iterator
 import pytest
 from kio.schema.errors import ErrorCode
 
-from oncestream.client.connection import BrokerConnection, parse_bootstrap
+from oncestream.client.common.connection import BrokerConnection, parse_bootstrap
 from oncestream.protocol.codec import build
 from tests.support.brokers import BrokerProcess
 from tests.support.clients import CLIENT_TIMEOUT_S, create_topic, unique_topic

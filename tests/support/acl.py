@@ -18,7 +18,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from oncestream.client.connection import BrokerConnection
+from oncestream.client.common.connection import BrokerConnection
 from tests.support.brokers import BrokerProcess
 from tests.support.clients import CLIENT_TIMEOUT_S, unique_topic
 from tests.support.principals import CLIENT_ID_PRINCIPAL_BUILDER

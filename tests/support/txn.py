@@ -271,7 +271,7 @@ def fatal_code(exc: KafkaException) -> tuple[bool, int]:
 
 # -- wire-level views --------------------------------------------------------------------------
 def _connection(bootstrap: str):
-    from oncestream.client.connection import BrokerConnection, parse_bootstrap
+    from oncestream.client.common.connection import BrokerConnection, parse_bootstrap
 
     host, port = parse_bootstrap(bootstrap)
     return BrokerConnection(host, port, client_id="txn-tests", timeout_s=CLIENT_TIMEOUT_S)
@@ -319,7 +319,7 @@ def describe_transaction(bootstrap: str, transactional_id: str) -> TxnDescriptio
     import socket
     import struct
 
-    from oncestream.client.connection import parse_bootstrap
+    from oncestream.client.common.connection import parse_bootstrap
 
     def uvarint(value: int) -> bytes:
         out = bytearray()
@@ -435,7 +435,7 @@ RETRIABLE_INIT_ERRORS = ("concurrent_transactions", "coordinator_load_in_progres
 
 def wire_connection(bootstrap: str, client_id: str = "wire-txn"):
     """A BrokerConnection that speaks like a client (AddPartitionsToTxn capped at v3)."""
-    from oncestream.client.connection import BrokerConnection, parse_bootstrap
+    from oncestream.client.common.connection import BrokerConnection, parse_bootstrap
 
     host, port = parse_bootstrap(bootstrap)
     return BrokerConnection(host, port, client_id=client_id, timeout_s=CLIENT_TIMEOUT_S, max_versions=CLIENT_MAX_VERSIONS)

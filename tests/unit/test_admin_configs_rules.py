@@ -9,11 +9,12 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from oncestream.broker import config_admin as admin
-from oncestream.broker.config_admin import RESOURCE_BROKER, RESOURCE_TOPIC, AlterOp
+from oncestream.broker.config_admin import AlterOp
 from oncestream.broker.dynamic_config import DynamicBrokerConfigs
 from oncestream.errors import KafkaError, StorageError
 from oncestream.log.config import LogConfig
 from oncestream.log.topic_config_defs import ConfigSource, ConfigType
+from oncestream.protocol.config_resources import RESOURCE_BROKER, RESOURCE_TOPIC
 
 # The topic configs Kafka 4.x's DescribeConfigs returns for a topic (LogConfig's definitions).
 KAFKA_4_TOPIC_CONFIGS = {

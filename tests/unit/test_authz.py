@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-from oncestream.authz.acl import (
+from oncestream.authz.authorizer import StandardAuthorizer, parse_super_users
+from oncestream.authz.store import AclStore, AclStoreError
+from oncestream.errors import InvalidRequestError
+from oncestream.protocol.acl import (
     AclBinding,
     AclBindingFilter,
     AclOperation,
@@ -16,9 +19,6 @@ from oncestream.authz.acl import (
     ResourceType,
     binding_from_wire,
 )
-from oncestream.authz.authorizer import StandardAuthorizer, parse_super_users
-from oncestream.authz.store import AclStore, AclStoreError
-from oncestream.errors import InvalidRequestError
 
 Op, Perm, Pat, Res = AclOperation, AclPermissionType, PatternType, ResourceType
 ALICE, BOB = "User:alice", "User:bob"

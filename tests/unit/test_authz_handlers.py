@@ -13,12 +13,12 @@ from kio.schema.create_acls.v3.response import CreateAclsResponse
 from kio.schema.delete_acls.v3.response import DeleteAclsResponse
 from kio.schema.errors import ErrorCode
 
-from oncestream.authz.acl import AclBinding, AclOperation, AclPermissionType, PatternType, ResourceType
 from oncestream.authz.authorizer import StandardAuthorizer
 from oncestream.authz.store import AclStore
-from oncestream.broker.connection_context import ANONYMOUS_PRINCIPAL
 from oncestream.broker.handlers import acls
+from oncestream.broker.principal import ANONYMOUS_PRINCIPAL
 from oncestream.protocol import api_keys as k
+from oncestream.protocol.acl import AclBinding, AclOperation, AclPermissionType, PatternType, ResourceType
 from oncestream.protocol.codec import RequestHeader
 from oncestream.protocol.schemas import request_module
 from tests.support.narrow import of_type

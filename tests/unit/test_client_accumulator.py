@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from oncestream.client.accumulator import BufferExhaustedError, RecordAccumulator, increment_sequence
-from oncestream.client.record_batch_builder import encode_headers
+from oncestream.client.producer.accumulator import BufferExhaustedError, RecordAccumulator, increment_sequence
+from oncestream.client.producer.record_batch_builder import encode_headers
 from oncestream.protocol import records as rec
 
 TS = 1_700_000_000_000
@@ -242,7 +242,7 @@ def test_sequence_numbers_wrap_at_int32_max() -> None:
 
 def test_a_record_larger_than_max_request_size_is_refused() -> None:
     """It could never be sent (librdkafka: MSG_SIZE_TOO_LARGE at produce time)."""
-    from oncestream.client.accumulator import RecordTooLargeError
+    from oncestream.client.producer.accumulator import RecordTooLargeError
 
     acc = RecordAccumulator(batch_size=10_000, batch_num_messages=1000, linger_ms=5,
                             buffer_memory=10_000_000, max_request_size=5000)

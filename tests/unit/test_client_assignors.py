@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from oncestream.client.assignors import MemberSubscription, parse_strategies, range_assign, roundrobin_assign
+from oncestream.client.consumer.assignors import MemberSubscription, parse_strategies, range_assign, roundrobin_assign
 
 
 def _members(*specs: tuple[str, tuple[str, ...]]) -> list[MemberSubscription]:

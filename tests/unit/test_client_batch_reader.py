@@ -1,4 +1,4 @@
-"""Columnar decoding of fetch responses (``client.batch_reader``): the same records, offsets and
+"""Columnar decoding of fetch responses (``client.consumer.batch_reader``): the same records, offsets and
 read_committed filtering (KIP-98: aborted transactions and markers never visible) as the
 client's message decoder, with the C builder and with the pure-Python fallback."""
 
@@ -8,8 +8,8 @@ import random
 
 import pytest
 
-from oncestream.client.batch_reader import decode_columns, native_available
-from oncestream.client.fetch_decoder import decode_partition
+from oncestream.client.consumer.batch_reader import decode_columns, native_available
+from oncestream.client.consumer.fetch_decoder import decode_partition
 from oncestream.protocol.compression import COMPRESSION_GZIP, COMPRESSION_NONE
 from oncestream.protocol.markers import CONTROL_ABORT, CONTROL_COMMIT
 from oncestream.protocol.records import NewRecord, encode_batch, encode_control_batch

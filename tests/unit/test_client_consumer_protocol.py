@@ -8,7 +8,7 @@ import struct
 
 import pytest
 
-from oncestream.client.consumer_protocol import (
+from oncestream.client.common.consumer_protocol import (
     Assignment,
     ConsumerProtocolError,
     Subscription,

@@ -7,7 +7,7 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from oncestream.client import KafkaError, KafkaException, QueueFullError
-from oncestream.client.errors import _MSG_TIMED_OUT, _QUEUE_FULL, broker_error, error_name, local_error
+from oncestream.client.common.errors import _MSG_TIMED_OUT, _QUEUE_FULL, broker_error, error_name, local_error
 
 
 def test_kafka_error_api_matches_confluent_shape() -> None:

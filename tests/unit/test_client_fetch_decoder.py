@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from oncestream.client.fetch_decoder import decode_partition
-from oncestream.client.message import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME
+from oncestream.client.common.message import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME
+from oncestream.client.consumer.fetch_decoder import decode_partition
 from oncestream.errors import CorruptRecordError
 from oncestream.protocol import records as rec
 from oncestream.protocol.batch_walk import complete_batches_end

@@ -8,7 +8,7 @@ import struct
 import threading
 from types import SimpleNamespace
 
-from oncestream.client.fetcher import Fetcher, PartitionState
+from oncestream.client.consumer.fetcher import Fetcher, PartitionState
 from oncestream.protocol.records import NewRecord, encode_batch
 
 CONF = {

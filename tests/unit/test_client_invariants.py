@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from oncestream.client.accumulator import ProducerBatch, RecordAccumulator
-from oncestream.client.errors import ClientInvariantError
-from oncestream.client.partitioner import partition_for_key
-from oncestream.client.sender import PartitionSequences
+from oncestream.client.common.errors import ClientInvariantError
+from oncestream.client.producer.accumulator import ProducerBatch, RecordAccumulator
+from oncestream.client.producer.partitioner import partition_for_key
+from oncestream.client.producer.sender import PartitionSequences
 
 
 def test_an_open_batch_cannot_be_sealed_or_sent() -> None:

@@ -7,8 +7,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from oncestream.client import io_thread
-from oncestream.client.io_thread import IoThread
+from oncestream.client.common import io_thread
+from oncestream.client.common.io_thread import IoThread
 
 
 def test_stop_all_at_exit_stops_every_loop_still_running() -> None:
@@ -31,7 +31,7 @@ def test_the_hook_runs_at_a_real_interpreter_exit() -> None:
         "import atexit\n"
         "threads = []\n"
         "atexit.register(lambda: print('alive at exit:', threads[0].is_alive(), flush=True))\n"
-        "from oncestream.client.io_thread import IoThread\n"  # registers the module's hook later
+        "from oncestream.client.common.io_thread import IoThread\n"  # registers the module's hook later
         "threads.append(IoThread('never-closed'))\n"
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)

@@ -7,7 +7,7 @@ import zlib
 
 import pytest
 
-from oncestream.client.partitioner import (
+from oncestream.client.producer.partitioner import (
     consistent_partition,
     fnv1a_partition,
     key_partitioner,

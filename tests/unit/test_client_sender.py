@@ -10,10 +10,10 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from oncestream.client.accumulator import RecordAccumulator
-from oncestream.client.config import resolve
-from oncestream.client.delivery import DeliveryReports
-from oncestream.client.sender import Sender
+from oncestream.client.common.config import resolve
+from oncestream.client.producer.accumulator import RecordAccumulator
+from oncestream.client.producer.delivery import DeliveryReports
+from oncestream.client.producer.sender import Sender
 from oncestream.protocol.schemas import request_module
 
 T = "t"
@@ -261,7 +261,7 @@ def test_non_retriable_error_fails_the_batch_and_resyncs_sequences() -> None:
 
 def test_lost_connection_retries_everything_in_flight() -> None:
     async def scenario() -> None:
-        from oncestream.client.errors import ConnectionLostError
+        from oncestream.client.common.errors import ConnectionLostError
 
         h = Harness()
         h.sender.start()

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from oncestream.client import KafkaError, KafkaException
-from oncestream.client.errors import _STATE
-from oncestream.client.txn_state import VALID_PREVIOUS, TxnState, TxnStateMachine
+from oncestream.client.common.errors import _STATE
+from oncestream.client.producer.txn_state import VALID_PREVIOUS, TxnState, TxnStateMachine
 
 S = TxnState
 

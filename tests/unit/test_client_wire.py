@@ -10,7 +10,7 @@ import pytest
 from kio.serial import entity_writer
 from kio.static.protocol import Entity
 
-from oncestream.client.network import fetch_request_body, produce_request_body
+from oncestream.client.common.network import fetch_request_body, produce_request_body
 from oncestream.protocol.codec import build
 from oncestream.protocol.schemas import request_module
 

@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 
 from oncestream.broker.config import BrokerConfig
-from oncestream.broker.connection_context import ANONYMOUS_PRINCIPAL, current_session, start_session
+from oncestream.broker.connection_context import current_session, start_session
 from oncestream.broker.dispatch import Dispatcher
 from oncestream.broker.principal import (
+    ANONYMOUS_PRINCIPAL,
     KAFKA_DEFAULT_PRINCIPAL_BUILDER,
     AuthenticationContext,
     DefaultKafkaPrincipalBuilder,

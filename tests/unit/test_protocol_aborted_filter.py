@@ -5,7 +5,7 @@ reader, CLI) applies the same rule."""
 
 from __future__ import annotations
 
-from oncestream.client.fetch_decoder import decode_partition
+from oncestream.client.consumer.fetch_decoder import decode_partition
 from oncestream.log.batch_records import iter_raw_records, rebuild_batch
 from oncestream.protocol import record_batch as rb
 from oncestream.protocol.aborted_filter import AbortedFilter

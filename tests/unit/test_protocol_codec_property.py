@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from oncestream.client.fetch_decoder import decode_partition
+from oncestream.client.consumer.fetch_decoder import decode_partition
 from oncestream.log.batch_records import iter_raw_records
 from oncestream.protocol import record_batch as rb
 from oncestream.protocol.aborted_filter import AbortedFilter

@@ -130,7 +130,7 @@ def test_api_versions_response_uses_header_v0() -> None:
 
 def test_an_empty_batch_is_refused_with_a_typed_error() -> None:
     """A batch of no records would carry last offset delta -1: refused even under ``python -O``."""
-    from oncestream.client.record_batch_builder import SealedBatch
+    from oncestream.client.producer.record_batch_builder import SealedBatch
     from oncestream.errors import InvalidRecordError
 
     with pytest.raises(InvalidRecordError):

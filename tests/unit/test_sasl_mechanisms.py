@@ -23,7 +23,7 @@ from oncestream.broker.sasl.scram import (
     ScramServer,
     make_credential,
 )
-from oncestream.client.sasl import SaslClientError, ScramClient
+from oncestream.client.common.sasl import SaslClientError, ScramClient
 from oncestream.errors import InvalidConfigError
 from oncestream.protocol import api_keys as k
 

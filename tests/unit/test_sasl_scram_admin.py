@@ -80,7 +80,8 @@ def test_kip554_needs_describe_and_alter_on_the_cluster(tmp_path):
     CLUSTER_AUTHORIZATION_FAILED for every user named and stores nothing."""
     import contextvars
 
-    from oncestream.authz.acl import (
+    from oncestream.authz.authorizer import StandardAuthorizer
+    from oncestream.protocol.acl import (
         CLUSTER_NAME,
         AclBinding,
         AclOperation,
@@ -88,7 +89,6 @@ def test_kip554_needs_describe_and_alter_on_the_cluster(tmp_path):
         PatternType,
         ResourceType,
     )
-    from oncestream.authz.authorizer import StandardAuthorizer
 
     state = _state(tmp_path)
     _alter(state, upserts=[("amy", SHA256, 4096)])  # no authorizer yet: allowed

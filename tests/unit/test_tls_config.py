@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 
 from oncestream.broker.config import BrokerConfig
-from oncestream.broker.connection_context import ANONYMOUS_PRINCIPAL
 from oncestream.broker.listeners import parse_listeners
-from oncestream.broker.tls import principal_from_certificate, rfc2253_name, server_ssl_context
+from oncestream.broker.principal import ANONYMOUS_PRINCIPAL, principal_from_certificate, rfc2253_name
+from oncestream.broker.tls import server_ssl_context
 from oncestream.client import KafkaException
-from oncestream.client.config import resolve
-from oncestream.client.tls import ssl_context_for
+from oncestream.client.common.config import resolve
+from oncestream.client.common.tls import ssl_context_for
 from oncestream.errors import InvalidConfigError
 from tests.support.certs import Pki
 

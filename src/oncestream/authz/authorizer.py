@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from oncestream.authz.acl import (
+from oncestream.protocol.acl import (
     SUPPORTED_OPERATIONS,
     WILDCARD_HOST,
     WILDCARD_PRINCIPAL,

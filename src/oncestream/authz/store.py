@@ -1,6 +1,6 @@
 """Durable ACL storage: one JSON file, ``DATA_DIR/acls.json``, replaced atomically.
 
-Written with ``log/durable_files.write_file_atomically`` (temp file, fsync, rename, directory
+Written with ``oncestream.durable_files.write_file_atomically`` (temp file, fsync, rename, directory
 fsync) before a CreateAcls/DeleteAcls answer leaves the broker, so an acknowledged change
 survives SIGKILL and power loss, and a crash mid-write leaves the previous set. A file was
 chosen over a compacted internal topic because ACL changes are rare, the whole set is small, and
@@ -13,9 +13,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from oncestream.authz.acl import AclBinding
+from oncestream.durable_files import write_file_atomically
 from oncestream.errors import StorageError
-from oncestream.log.durable_files import write_file_atomically
+from oncestream.protocol.acl import AclBinding
 
 ACL_FILE_NAME = "acls.json"
 _FORMAT_VERSION = 1

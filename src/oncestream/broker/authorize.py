@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from oncestream.authz.acl import CLUSTER_NAME, SUPPORTED_OPERATIONS, AclOperation, ResourceType
 from oncestream.authz.authorizer import AUTHORIZED_OPERATIONS_OMITTED
 from oncestream.broker.connection_context import current_session
 from oncestream.broker.state import BrokerState
+from oncestream.protocol.acl import CLUSTER_NAME, SUPPORTED_OPERATIONS, AclOperation, ResourceType
 
 Op = AclOperation
 Res = ResourceType

@@ -27,16 +27,13 @@ import time
 import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
+from oncestream.broker.state import BrokerState
 from oncestream.errors import InvalidConfigError, StorageError
 from oncestream.log import compaction
 from oncestream.log.log_cleaning import SwapCommit, SwapTail
 from oncestream.log.manager import LogManager
 from oncestream.log.partition_log import PartitionLog
-
-if TYPE_CHECKING:
-    from oncestream.broker.state import BrokerState
 
 log = logging.getLogger("oncestream.cleaner")
 

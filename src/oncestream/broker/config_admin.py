@@ -25,9 +25,7 @@ from oncestream.broker.dynamic_config import BROKER_CONFIG_DEFS, ConfigEntry, Dy
 from oncestream.errors import InvalidConfigError, InvalidRequestError
 from oncestream.log.config import LogConfig
 from oncestream.log.topic_config_defs import TOPIC_CONFIG_DEFS, ConfigSource, ConfigType, validate_topic_config
-
-RESOURCE_TOPIC = 2
-RESOURCE_BROKER = 4
+from oncestream.protocol.config_resources import RESOURCE_TOPIC
 
 
 class AlterOp(IntEnum):

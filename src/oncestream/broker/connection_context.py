@@ -15,12 +15,14 @@ import contextvars
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from oncestream.broker.principal import AuthenticationContext, KafkaPrincipalBuilder
-
-ANONYMOUS_PRINCIPAL = "User:ANONYMOUS"
+from oncestream.broker.principal import (
+    ANONYMOUS_PRINCIPAL,
+    AuthenticationContext,
+    DefaultKafkaPrincipalBuilder,
+    KafkaPrincipalBuilder,
+)
 
 
 @dataclass
@@ -42,8 +44,6 @@ class ConnectionSession:
 
     def authentication_context(self) -> AuthenticationContext:
         """The facts about this connection a principal builder is given."""
-        from oncestream.broker.principal import AuthenticationContext  # principal -> tls -> here
-
         return AuthenticationContext(
             security_protocol=self.security_protocol, listener_name=self.listener_name,
             client_address=self.peer_host, peer_certificate=self.peer_certificate,
@@ -53,8 +53,6 @@ class ConnectionSession:
     def principal_for(self, **changes: Any) -> str:
         """The principal the builder gives this connection with ``changes`` to its facts (the
         default builder without one); the session itself is not changed."""
-        from oncestream.broker.principal import DefaultKafkaPrincipalBuilder
-
         builder = self.principal_builder or DefaultKafkaPrincipalBuilder()
         context = self.authentication_context()
         if changes:

@@ -22,9 +22,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from oncestream.durable_files import write_file_atomically
 from oncestream.errors import InvalidRequestError, KafkaError, StorageError
 from oncestream.log.config import LogConfig
-from oncestream.log.durable_files import write_file_atomically
 from oncestream.log.topic_config_defs import TOPIC_CONFIG_DEFS, ConfigSource, ConfigType
 from oncestream.log.topic_config_defs import ConfigDef as TopicConfigDef
 

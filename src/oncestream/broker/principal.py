@@ -21,17 +21,72 @@ for identities that depend on it; the shipped builder does not read it.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from oncestream.broker.connection_context import ANONYMOUS_PRINCIPAL
-from oncestream.broker.tls import principal_from_certificate
 from oncestream.errors import InvalidConfigError
 
+ANONYMOUS_PRINCIPAL = "User:ANONYMOUS"
 PRINCIPAL_BUILDER_PROPERTY = "principal.builder.class"
 # Kafka's default builder's class name: means ours, so a Kafka server.properties carries over.
 KAFKA_DEFAULT_PRINCIPAL_BUILDER = "org.apache.kafka.common.security.authenticator.DefaultKafkaPrincipalBuilder"
+
+
+# The attribute keywords RFC 2253 writes by name, keyed by the long names Python's getpeercert()
+# uses. Java's X500Principal.getName() writes any other attribute as its OID with a hex-encoded
+# value; for those we write the OID (when known) and the value as a string, documented here as
+# the one departure.
+_RFC2253_KEYWORDS = {
+    "commonName": "CN",
+    "countryName": "C",
+    "localityName": "L",
+    "stateOrProvinceName": "ST",
+    "organizationName": "O",
+    "organizationalUnitName": "OU",
+    "streetAddress": "STREET",
+    "domainComponent": "DC",
+    "userId": "UID",
+}
+_KNOWN_OIDS = {
+    "emailAddress": "1.2.840.113549.1.9.1",
+    "serialNumber": "2.5.4.5",
+    "title": "2.5.4.12",
+    "surname": "2.5.4.4",
+    "givenName": "2.5.4.42",
+}
+
+
+def _escape_rfc2253(value: str) -> str:
+    out = []
+    for i, ch in enumerate(value):
+        if ch in ',+"\\<>;' or (ch == "#" and i == 0) or (ch == " " and (i == 0 or i == len(value) - 1)):
+            out.append("\\" + ch)
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def rfc2253_name(subject: Sequence[Sequence[tuple[str, str]]]) -> str:
+    """A distinguished name as ``getpeercert()['subject']`` gives it (RDNs in certificate order,
+    each a tuple of (attribute, value)) in RFC 2253 form: most specific RDN first, ``+`` between
+    the parts of a multi-valued RDN, special characters escaped."""
+    rdns = []
+    for rdn in reversed(list(subject)):
+        parts = []
+        for attribute, value in rdn:
+            keyword = _RFC2253_KEYWORDS.get(attribute) or _KNOWN_OIDS.get(attribute) or attribute
+            parts.append(f"{keyword}={_escape_rfc2253(value)}")
+        rdns.append("+".join(parts))
+    return ",".join(rdns)
+
+
+def principal_from_certificate(peer_cert: Mapping[str, Any] | None) -> str:
+    """Kafka's default SSL principal for a verified peer certificate (``getpeercert()``):
+    ``User:<RFC 2253 subject>``; ``User:ANONYMOUS`` when the client sent none."""
+    if not peer_cert or not peer_cert.get("subject"):
+        return ANONYMOUS_PRINCIPAL
+    return "User:" + rfc2253_name(peer_cert["subject"])
 
 
 @dataclass(frozen=True)

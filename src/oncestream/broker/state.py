@@ -33,10 +33,10 @@ from oncestream.broker.sasl.exchange import SaslSettings
 from oncestream.broker.seams import BrokerSeams
 from oncestream.broker.txn_service import TxnService
 from oncestream.coordinator.producer_ids import ProducerIdManager
+from oncestream.durable_files import write_file_atomically
 from oncestream.errors import StorageError
 from oncestream.log.config import LogConfig
 from oncestream.log.descriptors import SegmentDescriptors
-from oncestream.log.durable_files import write_file_atomically
 from oncestream.log.file_removal import FileRemoval
 from oncestream.log.flush_job import FdatasyncFn
 from oncestream.log.manager import LogManager

@@ -18,7 +18,7 @@ from oncestream.protocol.kio_loading import load_kio
 load_kio()  # before any client module imports kio (already done by oncestream.protocol; explicit)
 
 if TYPE_CHECKING:
-    from oncestream.client.admin import (
+    from oncestream.client.admin.admin import (
         AbortTransactionSpec,
         Admin,
         AdminClient,
@@ -28,9 +28,8 @@ if TYPE_CHECKING:
         TopicDescription,
         TransactionDescription,
     )
-    from oncestream.client.consumer import Consumer
-    from oncestream.client.errors import KafkaError, KafkaException, QueueFullError
-    from oncestream.client.message import (
+    from oncestream.client.common.errors import KafkaError, KafkaException, QueueFullError
+    from oncestream.client.common.message import (
         OFFSET_BEGINNING,
         OFFSET_END,
         OFFSET_INVALID,
@@ -42,20 +41,21 @@ if TYPE_CHECKING:
         Message,
         TopicPartition,
     )
-    from oncestream.client.prepared_txn import PreparedTxnState
-    from oncestream.client.producer import Producer
+    from oncestream.client.consumer.consumer import Consumer
+    from oncestream.client.producer.prepared_txn import PreparedTxnState
+    from oncestream.client.producer.producer import Producer
 
 # Public name -> the module defining it.
 _EXPORTS: dict[str, str] = {
     **dict.fromkeys(("AbortTransactionSpec", "Admin", "AdminClient", "ClusterDescription", "GroupDescription", "NewTopic",
-                     "TopicDescription", "TransactionDescription"), "oncestream.client.admin"),
-    "Consumer": "oncestream.client.consumer",
-    **dict.fromkeys(("KafkaError", "KafkaException", "QueueFullError"), "oncestream.client.errors"),
+                     "TopicDescription", "TransactionDescription"), "oncestream.client.admin.admin"),
+    "Consumer": "oncestream.client.consumer.consumer",
+    **dict.fromkeys(("KafkaError", "KafkaException", "QueueFullError"), "oncestream.client.common.errors"),
     **dict.fromkeys(("OFFSET_BEGINNING", "OFFSET_END", "OFFSET_INVALID", "OFFSET_STORED", "TIMESTAMP_CREATE_TIME",
                      "TIMESTAMP_LOG_APPEND_TIME", "TIMESTAMP_NOT_AVAILABLE", "ConsumerGroupMetadata", "Message",
-                     "TopicPartition"), "oncestream.client.message"),
-    "PreparedTxnState": "oncestream.client.prepared_txn",
-    "Producer": "oncestream.client.producer",
+                     "TopicPartition"), "oncestream.client.common.message"),
+    "PreparedTxnState": "oncestream.client.producer.prepared_txn",
+    "Producer": "oncestream.client.producer.producer",
 }
 
 __all__ = [

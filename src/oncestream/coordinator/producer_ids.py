@@ -2,7 +2,7 @@
 
 Kafka allocates producer ids in blocks recorded by the controller. We do the same on one node:
 before handing out any id of a block, the end of the block is written to ``producer_id_block``
-(``log/durable_files``: temp file, fsync, rename, fsync of the directory). After a crash, allocation resumes at the
+(``durable_files``: temp file, fsync, rename, fsync of the directory). After a crash, allocation resumes at the
 recorded end, so ids handed out from a partially used block are skipped, never reused (KIP-98:
 a producer id names one producer for good).
 
@@ -20,8 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from oncestream.durable_files import write_file_atomically
 from oncestream.errors import CoordinatorInvariantError, StorageError
-from oncestream.log.durable_files import write_file_atomically
 
 BLOCK_SIZE = 1000
 _FILE_NAME = "producer_id_block"

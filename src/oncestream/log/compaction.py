@@ -80,6 +80,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from oncestream.durable_files import fsync_directory, write_file_atomically
 from oncestream.errors import LogInvariantError, StorageError
 from oncestream.log.batch_records import (
     RawRecord,
@@ -88,7 +89,6 @@ from oncestream.log.batch_records import (
     rebuild_batch,
 )
 from oncestream.log.config import INT64_MAX
-from oncestream.log.durable_files import fsync_directory, write_file_atomically
 from oncestream.log.segment import (
     INDEX_SUFFIX,
     INT32_MAX,

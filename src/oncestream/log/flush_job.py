@@ -31,8 +31,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from oncestream.durable_files import fsync_directory
 from oncestream.errors import StorageError
-from oncestream.log.durable_files import fsync_directory
 from oncestream.log.producer_state import PendingSnapshot
 from oncestream.log.recovery import Checkpoint, CheckpointFile
 

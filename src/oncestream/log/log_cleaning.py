@@ -19,10 +19,10 @@ import pathlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from oncestream.durable_files import fsync_directory
 from oncestream.errors import LogInvariantError, StorageError
 from oncestream.log import compaction
 from oncestream.log.config import LogConfig
-from oncestream.log.durable_files import fsync_directory
 from oncestream.log.log_state import LogPositions, LogStatus
 from oncestream.log.producer_state import ProducerStateManager
 from oncestream.log.recovery import Checkpoint, CheckpointFile

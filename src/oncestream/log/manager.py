@@ -26,6 +26,7 @@ from pathlib import Path
 
 from kio.schema.errors import ErrorCode
 
+from oncestream.durable_files import fsync_directory, write_file_atomically
 from oncestream.errors import (
     InvalidConfigError,
     InvalidPartitionsError,
@@ -39,7 +40,6 @@ from oncestream.errors import (
 )
 from oncestream.log.config import LogConfig
 from oncestream.log.descriptors import SegmentDescriptors
-from oncestream.log.durable_files import fsync_directory, write_file_atomically
 from oncestream.log.file_removal import FileRemoval
 from oncestream.log.partition_log import PartitionLog, parse_partition_dir_name
 

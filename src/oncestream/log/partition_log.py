@@ -43,6 +43,7 @@ import pathlib
 import struct
 from dataclasses import dataclass
 
+from oncestream.durable_files import fsync_directory
 from oncestream.errors import (
     InvalidRecordError,
     MessageTooLargeError,
@@ -53,7 +54,6 @@ from oncestream.log import compaction
 from oncestream.log.batch_records import has_keyless_record
 from oncestream.log.config import INT64_MAX, LogConfig
 from oncestream.log.descriptors import SegmentDescriptors
-from oncestream.log.durable_files import fsync_directory
 from oncestream.log.file_removal import FileRemoval
 from oncestream.log.flush_job import FdatasyncFn, FlushJob
 from oncestream.log.log_append_time import prepare_log_append_time

@@ -56,6 +56,7 @@ from pathlib import Path
 
 import crc32c
 
+from oncestream.durable_files import write_file_atomically
 from oncestream.errors import (
     InvalidProducerEpochError,
     InvalidTxnStateError,
@@ -64,7 +65,6 @@ from oncestream.errors import (
     StorageError,
     UnknownProducerIdError,
 )
-from oncestream.log.durable_files import write_file_atomically
 from oncestream.log.segment import offset_file_name, parse_offset_file_name
 from oncestream.log.transactions import CompletedTxn, ControlMarker, OngoingTransactions
 from oncestream.protocol.record_batch import (

@@ -35,14 +35,14 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
-from oncestream.errors import KafkaError, LogInvariantError, StorageError
-from oncestream.log import compaction
-from oncestream.log.descriptors import SegmentDescriptors
-from oncestream.log.durable_files import (
+from oncestream.durable_files import (
     TMP_SUFFIX,
     fsync_directory,
     write_file_atomically,
 )
+from oncestream.errors import KafkaError, LogInvariantError, StorageError
+from oncestream.log import compaction
+from oncestream.log.descriptors import SegmentDescriptors
 from oncestream.log.producer_state import ProducerStateManager
 from oncestream.log.segment import (
     INDEX_SUFFIX,

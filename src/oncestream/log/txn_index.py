@@ -34,8 +34,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from oncestream.durable_files import write_file_atomically
 from oncestream.errors import LogInvariantError, StorageError
-from oncestream.log.durable_files import write_file_atomically
 from oncestream.log.segment import offset_file_name
 
 log = logging.getLogger(__name__)

@@ -38,6 +38,8 @@ from pathlib import Path
 
 from oncestream.broker_process import BrokerStartError, OnceStreamBroker
 from oncestream.child_process import die_with_parent
+from oncestream.client.producer.producer import Producer
+from oncestream.spark.log_client import LogClient
 
 ACCOUNTS = 20
 INITIAL_BALANCE = 1_000
@@ -186,8 +188,6 @@ class Generator(threading.Thread):
 
     def run(self) -> None:
         """Produce until stopped (idempotent, acks=all); errors are kept for the orchestrator."""
-        from oncestream.client import Producer
-
         try:
             producer = Producer({"bootstrap.servers": self.bootstrap, "enable.idempotence": True,
                                  "acks": "all", "linger.ms": 5})
@@ -243,8 +243,6 @@ def _applied_count(db_path: Path) -> int:
 
 
 def _log_end(bootstrap: str, topic: str) -> int:
-    from oncestream.spark.log_client import LogClient
-
     with LogClient(bootstrap) as client:
         parts = client.metadata([topic])[topic]
         return sum(client.list_offsets([(topic, p) for p in parts], -1, read_committed=True).values())
@@ -252,7 +250,6 @@ def _log_end(bootstrap: str, topic: str) -> int:
 
 def _read_topic(bootstrap: str, topic: str) -> list[dict]:
     """Every committed record of a topic (read_committed), decoded from JSON."""
-    from oncestream.spark.log_client import LogClient
     from oncestream.spark.partition_reader import OffsetRange, read_range
 
     out: list[dict] = []
@@ -386,8 +383,6 @@ def run_demo(kills: int, rate_per_s: float, seed: int, keep: bool) -> int:
     driver: Driver | None = None
     succeeded = False
     try:
-        from oncestream.spark.log_client import LogClient
-
         with LogClient(bootstrap) as client:
             for topic, partitions in TOPICS.items():
                 client.create_topic(topic, partitions)

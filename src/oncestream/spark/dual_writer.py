@@ -40,6 +40,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from oncestream.spark.errors import CommitResolutionError, OptionError
+from oncestream.spark.options import kafka_params, sink_options
 from oncestream.spark.stores import DualWriteState, Transaction, _Store
 from oncestream.spark.txn_resolution import init_keeping_prepared, two_phase_producer
 from oncestream.testing_hooks import crash_if_armed
@@ -194,8 +195,6 @@ def dual_write(
     """
     config: dict[str, Any] = {}
     if options:
-        from oncestream.spark.options import kafka_params, sink_options
-
         # Validated as the sink validates its options, so a bad value fails here, by name.
         parsed = sink_options({**options, "exactlyOnce": "true"})
         bootstrap_servers = bootstrap_servers or parsed.bootstrap_servers

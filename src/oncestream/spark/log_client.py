@@ -1,7 +1,7 @@
 """A small blocking Kafka-protocol client for the connector's reads and admin calls.
 
 It speaks to any Kafka-protocol cluster (ours, Tansu, Apache Kafka) through
-``oncestream.client.connection.BrokerConnection``: Metadata to find partitions and their leaders,
+``oncestream.client.common.connection.BrokerConnection``: Metadata to find partitions and their leaders,
 ListOffsets for earliest/latest (the last stable offset under read_committed), Fetch, CreateTopics
 and ListTransactions. Requests for a partition go to its leader; a leadership change refreshes
 metadata and retries. Blocking I/O is what Spark's Python workers want: each task reads one offset
@@ -17,10 +17,11 @@ from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
-from oncestream.client.cluster import parse_bootstrap_list
-from oncestream.client.connection import BrokerConnection, BrokerUnreachableError
-from oncestream.client.sasl import SaslCredentials
-from oncestream.client.tls import ssl_context_for
+from oncestream.client.common.cluster import parse_bootstrap_list
+from oncestream.client.common.config import resolve
+from oncestream.client.common.connection import BrokerConnection, BrokerUnreachableError
+from oncestream.client.common.sasl import SaslCredentials
+from oncestream.client.common.tls import ssl_context_for
 from oncestream.protocol.api_keys import CREATE_TOPICS, FETCH, LIST_OFFSETS, LIST_TRANSACTIONS, METADATA, PRODUCE
 from oncestream.protocol.codec import build
 from oncestream.protocol.fetch_response_view import MAX_VERSION as FETCH_VIEW_MAX_VERSION
@@ -68,8 +69,8 @@ class ClientSettings:
     partition_fetch_max_bytes: int = DEFAULT_PARTITION_FETCH_BYTES
     fetch_max_wait_ms: int = 500
     # security.protocol, ssl.* and sasl.* as given (strings, so the settings pickle to the
-    # tasks); each LogClient builds its SSL context (client/tls.py) and SASL credentials
-    # (client/sasl.py) from them: TLS first, then SASL on sasl_ssl.
+    # tasks); each LogClient builds its SSL context (client/common/tls.py) and SASL credentials
+    # (client/common/sasl.py) from them: TLS first, then SASL on sasl_ssl.
     security: tuple[tuple[str, str], ...] = ()
 
     @classmethod
@@ -79,8 +80,6 @@ class ClientSettings:
         Values are parsed and checked by the client's own configuration code (same names,
         aliases and errors as ``oncestream.client``); raises ``KafkaException`` on a bad value.
         """
-        from oncestream.client.config import resolve
-
         given = dict(config)
         resolved = resolve({**given, "bootstrap.servers": given.get("bootstrap.servers") or "unused:0"},
                            "consumer")

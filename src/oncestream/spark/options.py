@@ -35,6 +35,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from oncestream.client.common.config import resolve
+from oncestream.client.common.errors import KafkaException
 from oncestream.spark.errors import OptionError
 from oncestream.spark.log_client import ClientSettings
 
@@ -199,9 +201,6 @@ def _client_config(params: Mapping[str, str], role: str) -> tuple[dict, ClientSe
     """Parse the client properties as the client will (names, aliases, value types), so a bad
     value fails on the driver with the option's name instead of in every task. Returns the parsed
     configuration and the part the connector's own protocol client uses."""
-    from oncestream.client import KafkaException
-    from oncestream.client.config import resolve
-
     try:
         resolved = resolve({**params, "bootstrap.servers": params.get("bootstrap.servers") or "unused:0"}, role)
         return dict(resolved), ClientSettings.from_config(params)

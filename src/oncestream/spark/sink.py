@@ -70,6 +70,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from oncestream.client.producer.producer import Producer
 from oncestream.spark.commit_journal import NO_COMMIT, CommitJournal, CommitRecord
 from oncestream.spark.errors import (
     CommitResolutionError,
@@ -364,8 +365,6 @@ class _TaskWriter:
         return count
 
     def _write_at_least_once(self, batches: Iterator[pa.RecordBatch]) -> int:
-        from oncestream.client import Producer
-
         conf = {"linger.ms": 5, "batch.size": 1 << 20, **self.opts.producer_config,
                 "bootstrap.servers": self.opts.bootstrap_servers, "acks": "all",
                 "enable.idempotence": True}

@@ -13,7 +13,8 @@ from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from oncestream.client.errors import KafkaException
+from oncestream.client.common.errors import KafkaException
+from oncestream.client.producer.producer import Producer
 from oncestream.spark.errors import CommitResolutionError, TwoPhaseCommitUnsupportedError
 
 # Transactions completed in parallel by the driver (each is a few round trips to the coordinator).
@@ -35,8 +36,6 @@ class Outcome(enum.Enum):
 def two_phase_producer(bootstrap_servers: str, transactional_id: str,
                        producer_config: Mapping[str, str] | None = None):
     """A transactional producer with KIP-939 two-phase commit enabled."""
-    from oncestream.client import Producer
-
     conf = {
         "linger.ms": 5,
         "batch.size": 1 << 20,
@@ -56,8 +55,6 @@ def init_keeping_prepared(producer) -> str:
 
     Translates the client's 'no InitProducerId v6' failure into the connector's clear error.
     """
-    from oncestream.client.errors import KafkaException
-
     try:
         producer.init_transactions(_TIMEOUT_S, keep_prepared_txn=True)
     except KafkaException as exc:

@@ -47,13 +47,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from oncestream.client.cluster import Cluster
-from oncestream.client.config import resolve
-from oncestream.client.errors import KafkaException
-from oncestream.client.group import GroupMembership
-from oncestream.client.io_thread import IoThread
-from oncestream.client.sasl import SaslCredentials
-from oncestream.client.tls import ssl_context_for
+from oncestream.client.common.cluster import Cluster
+from oncestream.client.common.config import resolve
+from oncestream.client.common.errors import KafkaException
+from oncestream.client.common.io_thread import IoThread
+from oncestream.client.common.sasl import SaslCredentials
+from oncestream.client.common.tls import ssl_context_for
+from oncestream.client.consumer.group import GroupMembership
 from oncestream.sql.command_topic import internal_topic_name
 
 log = logging.getLogger("oncestream.sql")

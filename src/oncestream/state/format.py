@@ -1,7 +1,8 @@
 """The format marker of a state store directory.
 
-``STATE_FORMAT`` is a small JSON file written atomically (temp file, fsync, rename, fsync of the
-directory). It says which format version wrote the directory and whether creation finished:
+``STATE_FORMAT`` is a small JSON file written atomically by ``oncestream.durable_files`` (temp
+file, fsync, rename, fsync of the directory). It says which format version wrote the directory and
+whether creation finished:
 
 - ``creating``: the marker is written *before* RocksDB is created, so a crash during creation
   leaves a directory that is known to hold nothing committed and may be recreated;
@@ -12,10 +13,10 @@ directory). It says which format version wrote the directory and whether creatio
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from oncestream.durable_files import write_file_atomically
 from oncestream.state.errors import IncompatibleFormatError, StoreCorruptedError
 
 MARKER_NAME = "STATE_FORMAT"
@@ -46,15 +47,7 @@ def write_marker(directory: Path, status: str) -> None:
     if status not in _STATUSES:
         raise ValueError(f"unknown marker status {status!r}")
     body = json.dumps({"magic": MAGIC, "format_version": FORMAT_VERSION, "status": status}).encode()
-    tmp = directory / (MARKER_NAME + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        os.write(fd, body)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, marker_path(directory))
-    fsync_directory(directory)
+    write_file_atomically(marker_path(directory), body)
 
 
 def read_marker(directory: Path) -> FormatMarker:
@@ -86,11 +79,3 @@ def read_marker(directory: Path) -> FormatMarker:
         raise StoreCorruptedError(f"{path}: unknown status {status!r}")
     return FormatMarker(version=version, status=status)
 
-
-def fsync_directory(directory: Path) -> None:
-    """Make renames and new entries in ``directory`` durable."""
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -10,6 +10,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
+from oncestream.client.common.message import OFFSET_BEGINNING, OFFSET_END
+from oncestream.client.common.message import TopicPartition as KafkaTopicPartition
+from oncestream.client.consumer.batch_reader import ColumnConsumer
 from oncestream.state.errors import StateStoreError
 
 TopicPartition = tuple[str, int]
@@ -53,7 +56,7 @@ class ChangelogRecord:
 
 class ChangelogChunk(Protocol):
     """Records of one changelog partition, column-wise, in offset order (what ``poll`` returns;
-    ``oncestream.client.batch_reader.PartitionColumns`` has this shape): ``keys[i]`` and
+    ``oncestream.client.consumer.batch_reader.PartitionColumns`` has this shape): ``keys[i]`` and
     ``values[i]`` (None value: a tombstone; None key: not a changelog record) at ``offsets[i]``;
     ``next_offset``: the partition's read position once all of them are applied (past trailing
     aborted records and markers too)."""
@@ -127,13 +130,10 @@ class KafkaChangelogSource:
     """``ChangelogSource`` over ``oncestream.client.Consumer`` with manual assignment, no group,
     ``isolation.level=read_committed`` and ``auto.offset.reset=error`` (an offset the log no
     longer has must rebuild the store, never silently skip or re-read records). It reads through
-    ``client.batch_reader.ColumnConsumer``: keys and values come as lists, no message objects."""
+    ``client.consumer.batch_reader.ColumnConsumer``: keys and values come as lists, no message objects."""
 
     def __init__(self, bootstrap_servers: str, *, client_id: str = "oncestream-materializer",
                  extra_conf: dict[str, object] | None = None) -> None:
-        # The client pulls in asyncio machinery: imported when a source is made, not with this module.
-        from oncestream.client.batch_reader import ColumnConsumer
-
         conf: dict[str, object] = {
             "bootstrap.servers": bootstrap_servers,
             "client.id": client_id,
@@ -150,9 +150,6 @@ class KafkaChangelogSource:
         return self._consumer.list_topics(topic, timeout=30).get(topic, 0)
 
     def watermarks(self, topic: str, partitions: list[int]) -> dict[int, tuple[int, int]]:
-        from oncestream.client import OFFSET_BEGINNING, OFFSET_END
-        from oncestream.client import TopicPartition as KafkaTopicPartition
-
         if not partitions:
             return {}
         # One ListOffsets per bound for all partitions (offsets_for_times takes the special
@@ -167,8 +164,6 @@ class KafkaChangelogSource:
         return {p: (low, end) for p, (low, end) in answers.items()}
 
     def assign(self, starts: dict[TopicPartition, int]) -> None:
-        from oncestream.client import TopicPartition as KafkaTopicPartition
-
         self._consumer.incremental_assign([KafkaTopicPartition(t, p, o) for (t, p), o in starts.items()])
 
     def poll(self, max_records: int, timeout_s: float) -> list[ChangelogChunk]:

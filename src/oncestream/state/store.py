@@ -349,7 +349,7 @@ class StateStore:
     def apply_columns(self, keys: Sequence[bytes | None], values: Sequence[bytes | None],
                       start: int = 0) -> tuple[int, int]:
         """``put_many`` over two lists (``keys[i]`` written with ``values[i]``; a None value
-        deletes, a None key is skipped), as ``client.batch_reader.PartitionColumns`` holds them:
+        deletes, a None key is skipped), as ``client.consumer.batch_reader.PartitionColumns`` holds them:
         the materializer's hot path. Applied in bulk (no Python code per entry) while the lists
         fit below ``statestore.uncommitted.max.bytes``; every write is then counted in full (see
         ``PendingWrites.set_columns``). Returns ``(next index, skipped)`` as ``put_many`` does."""

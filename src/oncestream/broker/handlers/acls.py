@@ -14,11 +14,11 @@ import datetime
 
 from kio.schema.errors import ErrorCode
 
-from oncestream.authz.acl import AclBinding, AclBindingFilter, binding_from_wire
 from oncestream.broker.authorize import Op, Res, authorize
 from oncestream.broker.state import BrokerState
 from oncestream.errors import KafkaError
 from oncestream.protocol import api_keys as k
+from oncestream.protocol.acl import AclBinding, AclBindingFilter, binding_from_wire
 from oncestream.protocol.codec import RequestHeader, build
 from oncestream.protocol.schemas import response_module
 

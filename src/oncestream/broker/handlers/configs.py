@@ -32,12 +32,10 @@ from oncestream.log.config import LogConfig
 from oncestream.log.manager import validate_topic_name
 from oncestream.protocol.api_keys import ALTER_CONFIGS, DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS
 from oncestream.protocol.codec import RequestHeader, build
+from oncestream.protocol.config_resources import RESOURCE_BROKER, RESOURCE_TOPIC
 from oncestream.protocol.schemas import response_module
 
 log = logging.getLogger(__name__)
-
-RESOURCE_TOPIC = admin.RESOURCE_TOPIC
-RESOURCE_BROKER = admin.RESOURCE_BROKER
 
 
 def _denied(state: BrokerState, op: Op, res) -> tuple[ErrorCode, str] | None:

@@ -7,12 +7,12 @@ import uuid
 
 from kio.schema.errors import ErrorCode
 
-from oncestream.authz.acl import CLUSTER_NAME
 from oncestream.broker.authorize import Op, Res, authorize, authorized_operations
 from oncestream.broker.connection_context import current_session
 from oncestream.broker.state import BrokerState
 from oncestream.broker.topic_creation import auto_create_topic
 from oncestream.errors import KafkaError
+from oncestream.protocol.acl import CLUSTER_NAME
 from oncestream.protocol.api_keys import METADATA
 from oncestream.protocol.codec import RequestHeader, build
 from oncestream.protocol.schemas import response_module

@@ -2,7 +2,7 @@
 
 One small JSON file holding, per user and mechanism, the salt, StoredKey, ServerKey and
 iteration count (base64), never a password. Every change rewrites it with
-``log/durable_files.write_file_atomically`` (temp file, fsync, rename, directory fsync) before
+``oncestream.durable_files.write_file_atomically`` (temp file, fsync, rename, directory fsync) before
 the change is acknowledged, so an acknowledged AlterUserScramCredentials or ``oncestream users
 add`` survives a SIGKILL or power cut, and a crash mid-write leaves the previous version. A file
 rather than an internal topic: the set is tiny, read whole at start, and the offline CLI
@@ -18,8 +18,8 @@ import json
 from pathlib import Path
 
 from oncestream.broker.sasl.scram import MECHANISMS, ScramCredential
+from oncestream.durable_files import write_file_atomically
 from oncestream.errors import StorageError
-from oncestream.log.durable_files import write_file_atomically
 
 FILE_NAME = "scram-credentials.json"
 _FORMAT_VERSION = 1

@@ -26,7 +26,7 @@ from oncestream.coordinator.group.state import (
     can_transition,
     check_transition,
 )
-from oncestream.errors import CoordinatorInvariantError
+from oncestream.errors import CoordinatorInvariantError, FencedInstanceIdError, UnknownMemberIdError
 
 
 @dataclass(frozen=True)
@@ -471,3 +471,18 @@ class GroupMetadata:
             elif now_ms >= expire_ts:
                 out.append(tp)
         return sorted(out)
+
+
+def validate_current_member(group: GroupMetadata, member_id: str, instance_id: str | None) -> None:
+    """Kafka's validateCurrentMember: an instance id must be owned, and by this member id;
+    the member id must be in the group."""
+    if group.is_static_member_fenced(instance_id, member_id):
+        raise FencedInstanceIdError(
+            f"instance {instance_id!r} is owned by another member than {member_id!r}"
+        )
+    if instance_id is not None and group.current_static_member_id(instance_id) is None:
+        # An instance id nobody owns is not trusted, even when the member id is a live
+        # (dynamic) member.
+        raise UnknownMemberIdError(f"instance {instance_id!r} is not in {group.group_id!r}")
+    if not group.has(member_id):
+        raise UnknownMemberIdError(f"{member_id!r} is not a member of {group.group_id!r}")

@@ -11,11 +11,11 @@ frame (clocks, due timers, records and answers) in :mod:`oncestream.coordinator.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from oncestream.coordinator.group.group import GroupMetadata, JoinTimer, SyncTimer
+from oncestream.coordinator.group.group import GroupMetadata, JoinTimer, SyncTimer, validate_current_member
 from oncestream.coordinator.group.member import (
     JoinCallback,
     MemberMetadata,
@@ -36,12 +36,12 @@ from oncestream.coordinator.group.messages import (
     SyncRequest,
     SyncResult,
 )
+from oncestream.coordinator.group.offsets import OffsetMetadataManager
 from oncestream.coordinator.group.runtime import GroupRuntime
 from oncestream.coordinator.group.state import GroupState
 from oncestream.errors import (
     CoordinatorInvariantError,
     CoordinatorNotAvailableError,
-    FencedInstanceIdError,
     IllegalGenerationError,
     InconsistentGroupProtocolError,
     InvalidSessionTimeoutError,
@@ -50,9 +50,6 @@ from oncestream.errors import (
     UnknownMemberIdError,
 )
 
-if TYPE_CHECKING:
-    from oncestream.coordinator.group.offsets import OffsetMetadataManager
-
 # JoinGroup v4+ (KIP-394): a dynamic member must first obtain its member id.
 _MIN_VERSION_REQUIRING_KNOWN_MEMBER_ID = 4
 # JoinGroup v9+ (KIP-814): a static leader replaced while Stable is told to skip the assignment.
@@ -60,22 +57,6 @@ _MIN_VERSION_SUPPORTING_SKIP_ASSIGNMENT = 9
 CLASSIC_GROUP_TYPE = "classic"
 
 _S = GroupState
-
-
-def validate_current_member(group: GroupMetadata, member_id: str, instance_id: str | None) -> None:
-    """Kafka's validateCurrentMember: an instance id must be owned, and by this member id;
-    the member id must be in the group."""
-    if group.is_static_member_fenced(instance_id, member_id):
-        raise FencedInstanceIdError(
-            f"instance {instance_id!r} is owned by another member than {member_id!r}"
-        )
-    if instance_id is not None and group.current_static_member_id(instance_id) is None:
-        # An instance id nobody owns is not trusted, even when the member id is a live
-        # (dynamic) member.
-        raise UnknownMemberIdError(f"instance {instance_id!r} is not in {group.group_id!r}")
-    if not group.has(member_id):
-        raise UnknownMemberIdError(f"{member_id!r} is not a member of {group.group_id!r}")
-
 
 
 class GroupMetadataManager:

@@ -15,8 +15,7 @@ from collections.abc import Mapping
 from kio.schema.errors import ErrorCode
 
 from oncestream.coordinator.group.consumer_protocol import CONSUMER_PROTOCOL_TYPE
-from oncestream.coordinator.group.group import CommittedOffset, GroupMetadata
-from oncestream.coordinator.group.membership import validate_current_member
+from oncestream.coordinator.group.group import CommittedOffset, GroupMetadata, validate_current_member
 from oncestream.coordinator.group.messages import (
     NO_MEMBER_ID,
     FetchedOffset,

@@ -18,11 +18,11 @@ from typing import Any, TypeVar
 
 from kio.schema.errors import ErrorCode
 
-from oncestream.client.admin_acls import AclAdmin
-from oncestream.client.cluster import COORDINATOR_GROUP, COORDINATOR_TRANSACTION, Cluster
-from oncestream.client.config import resolve
-from oncestream.client.consumer_protocol import ConsumerProtocolError, decode_assignment
-from oncestream.client.errors import (
+from oncestream.client.admin.admin_acls import AclAdmin
+from oncestream.client.common.cluster import COORDINATOR_GROUP, COORDINATOR_TRANSACTION, Cluster
+from oncestream.client.common.config import resolve
+from oncestream.client.common.consumer_protocol import ConsumerProtocolError, decode_assignment
+from oncestream.client.common.errors import (
     _INVALID_ARG,
     _TIMED_OUT,
     BrokerResponseError,
@@ -31,9 +31,9 @@ from oncestream.client.errors import (
     KafkaException,
     RequestTimedOutError,
 )
-from oncestream.client.io_thread import IoThread
-from oncestream.client.list_offsets import list_offsets
-from oncestream.client.message import TopicPartition
+from oncestream.client.common.io_thread import IoThread
+from oncestream.client.common.list_offsets import list_offsets
+from oncestream.client.common.message import TopicPartition
 from oncestream.protocol.api_keys import (
     CREATE_PARTITIONS,
     CREATE_TOPICS,
@@ -50,12 +50,11 @@ from oncestream.protocol.api_keys import (
     WRITE_TXN_MARKERS,
 )
 from oncestream.protocol.codec import build
+from oncestream.protocol.config_resources import RESOURCE_BROKER, RESOURCE_TOPIC
 from oncestream.protocol.varint import read_uvarint
 
 T = TypeVar("T")
 
-RESOURCE_TOPIC = 2
-RESOURCE_BROKER = 4
 _ZERO_UUID = uuid.UUID(int=0)
 # Transaction timeout sent with a fencing InitProducerId (Kafka's fenceProducers default).
 _FENCE_TXN_TIMEOUT_MS = 60_000

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from oncestream.client.errors import KafkaError
+from oncestream.client.common.errors import KafkaError
 
 OFFSET_BEGINNING = -2
 OFFSET_END = -1

@@ -12,7 +12,7 @@ from __future__ import annotations
 import enum
 import threading
 
-from oncestream.client.errors import _STATE, KafkaError, KafkaException
+from oncestream.client.common.errors import _STATE, KafkaError, KafkaException
 
 
 class TxnState(enum.Enum):

@@ -10,8 +10,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from oncestream.client.cluster import Cluster
-from oncestream.client.errors import BrokerResponseError, ConnectionLostError, RequestTimedOutError
+from oncestream.client.common.cluster import Cluster
+from oncestream.client.common.errors import BrokerResponseError, ConnectionLostError, RequestTimedOutError
 from oncestream.protocol.api_keys import LIST_OFFSETS
 from oncestream.protocol.codec import build
 

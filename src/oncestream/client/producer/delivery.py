@@ -8,8 +8,8 @@ import collections
 import threading
 import time
 
-from oncestream.client.accumulator import ProducerBatch
-from oncestream.client.message import OFFSET_INVALID, TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME, Message
+from oncestream.client.common.message import OFFSET_INVALID, TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME, Message
+from oncestream.client.producer.accumulator import ProducerBatch
 
 
 class DeliveryReports:

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-from oncestream.client.sasl import SaslClientError, SaslCredentials, authenticate_blocking
+from oncestream.client.common.sasl import SaslClientError, SaslCredentials, authenticate_blocking
 from oncestream.protocol.api_keys import API_VERSIONS_KEY, SASL_AUTHENTICATE
 from oncestream.protocol.codec import reader_for, writer_for
 from oncestream.protocol.length_guard import check_array_lengths

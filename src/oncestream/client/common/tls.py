@@ -19,7 +19,7 @@ from typing import Any
 
 TLS_PROTOCOLS = ("ssl", "sasl_ssl")
 
-# Properties the TLS layer reads, with their defaults (client/config.py registers them).
+# Properties the TLS layer reads, with their defaults (client/common/config.py registers them).
 TLS_PROPERTIES: dict[str, Any] = {
     "ssl.ca.location": None,
     "ssl.certificate.location": None,

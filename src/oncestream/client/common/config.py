@@ -13,9 +13,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from oncestream.client.errors import _INVALID_ARG, KafkaError, KafkaException
-from oncestream.client.sasl import SaslCredentials
-from oncestream.client.tls import check_endpoint_algorithm, ssl_context_for
+from oncestream.client.common.errors import _INVALID_ARG, KafkaError, KafkaException
+from oncestream.client.common.sasl import SaslCredentials
+from oncestream.client.common.tls import check_endpoint_algorithm, ssl_context_for
 
 log = logging.getLogger("oncestream.client")
 
@@ -104,7 +104,7 @@ _COMMON: dict[str, _Key] = {
     "sasl.mechanism": _Key(_str, "GSSAPI"),
     "sasl.username": _Key(_str, None),
     "sasl.password": _Key(_str, None),
-    # TLS (client/tls.py), librdkafka's names and defaults.
+    # TLS (client/common/tls.py), librdkafka's names and defaults.
     "ssl.ca.location": _Key(_str, None),
     "ssl.certificate.location": _Key(_str, None),
     "ssl.key.location": _Key(_str, None),
@@ -226,7 +226,7 @@ def resolve(conf: Mapping[str, Any], role: str) -> Config:
     return out
 
 
-# The protocols this client speaks: TLS (client/tls.py) and SASL (client/sasl.py), alone or
+# The protocols this client speaks: TLS (client/common/tls.py) and SASL (client/common/sasl.py), alone or
 # together (SASL over TLS).
 _SECURITY_PROTOCOLS = ("plaintext", "ssl", "sasl_plaintext", "sasl_ssl")
 

@@ -29,8 +29,8 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from oncestream.client.errors import ClientInvariantError
-from oncestream.client.record_batch_builder import (
+from oncestream.client.common.errors import ClientInvariantError
+from oncestream.client.producer.record_batch_builder import (
     _NULL,
     _TABLE_SIZE,
     VARINT,

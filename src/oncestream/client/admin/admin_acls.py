@@ -1,14 +1,16 @@
 """The ACL methods of ``Admin`` (CreateAcls, DescribeAcls, DeleteAcls), shaped like
 confluent-kafka's AdminClient: the same ``AclBinding`` / ``AclBindingFilter`` field order and
 enum names, but, as the rest of ``Admin``, returning results instead of futures. The binding
-types are the broker's own (``oncestream.authz.acl``), re-exported here."""
+types are the ones the broker uses (``oncestream.protocol.acl``), re-exported here."""
 
 from __future__ import annotations
 
 from collections.abc import Coroutine, Iterable
 from typing import Any, TypeVar
 
-from oncestream.authz.acl import (
+from oncestream.client.common.cluster import Cluster
+from oncestream.client.common.errors import BrokerResponseError, KafkaError
+from oncestream.protocol.acl import (
     AclBinding,
     AclBindingFilter,
     AclOperation,
@@ -16,8 +18,6 @@ from oncestream.authz.acl import (
     PatternType,
     ResourceType,
 )
-from oncestream.client.cluster import Cluster
-from oncestream.client.errors import BrokerResponseError, KafkaError
 from oncestream.protocol.api_keys import CREATE_ACLS, DELETE_ACLS, DESCRIBE_ACLS
 from oncestream.protocol.codec import build
 

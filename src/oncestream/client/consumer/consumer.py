@@ -5,7 +5,7 @@ commit callbacks); the background event loop runs the fetcher, heartbeats and ev
 The fast path of ``poll`` returns the next already-decoded message with two attribute reads; the
 position of the partition being read is materialized from the decoded list only when someone
 needs it (commit, position, seek, rebalance), not per message. Sending commits and fetching
-committed offsets is :class:`~oncestream.client.offset_commits.OffsetCommitter`'s job; the
+committed offsets is :class:`~oncestream.client.consumer.offset_commits.OffsetCommitter`'s job; the
 consumer decides which offsets (positions or stored offsets) and when.
 """
 
@@ -23,10 +23,9 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from oncestream.client.assignors import parse_strategies
-from oncestream.client.cluster import Cluster
-from oncestream.client.config import resolve
-from oncestream.client.errors import (
+from oncestream.client.common.cluster import Cluster
+from oncestream.client.common.config import resolve
+from oncestream.client.common.errors import (
     _AUTO_OFFSET_RESET,
     _INVALID_ARG,
     _MAX_POLL_EXCEEDED,
@@ -38,12 +37,9 @@ from oncestream.client.errors import (
     RequestTimedOutError,
     error_name,
 )
-from oncestream.client.fetch_decoder import decode_partition
-from oncestream.client.fetcher import CompletedFetch, Fetcher, PartitionState
-from oncestream.client.group import GroupMembership
-from oncestream.client.io_thread import IoThread
-from oncestream.client.list_offsets import EARLIEST, LATEST, list_offsets
-from oncestream.client.message import (
+from oncestream.client.common.io_thread import IoThread
+from oncestream.client.common.list_offsets import EARLIEST, LATEST, list_offsets
+from oncestream.client.common.message import (
     OFFSET_BEGINNING,
     OFFSET_END,
     OFFSET_INVALID,
@@ -52,7 +48,11 @@ from oncestream.client.message import (
     Message,
     TopicPartition,
 )
-from oncestream.client.offset_commits import OffsetCommitter, require_group
+from oncestream.client.consumer.assignors import parse_strategies
+from oncestream.client.consumer.fetch_decoder import decode_partition
+from oncestream.client.consumer.fetcher import CompletedFetch, Fetcher, PartitionState
+from oncestream.client.consumer.group import GroupMembership
+from oncestream.client.consumer.offset_commits import OffsetCommitter, require_group
 
 TP = tuple[str, int]
 log = logging.getLogger("oncestream.client")

@@ -24,8 +24,8 @@ from typing import Any
 
 from kio.schema.index import api_key_map
 
-from oncestream.client.errors import BrokerResponseError, ClientInvariantError, ConnectionLostError, RequestTimedOutError
-from oncestream.client.sasl import REAUTH_AT_LIFETIME_SHARE, SaslClientError, SaslCredentials, authenticate_async
+from oncestream.client.common.errors import BrokerResponseError, ClientInvariantError, ConnectionLostError, RequestTimedOutError
+from oncestream.client.common.sasl import REAUTH_AT_LIFETIME_SHARE, SaslClientError, SaslCredentials, authenticate_async
 from oncestream.protocol.api_keys import API_VERSIONS_KEY, PRODUCE, SASL_AUTHENTICATE
 from oncestream.protocol.codec import reader_for, writer_for
 from oncestream.protocol.length_guard import check_array_lengths
@@ -64,7 +64,7 @@ class Connection(asyncio.BufferedProtocol):
                  request_timeout_s: float = 30.0, ssl_context: ssl.SSLContext | None = None,
                  sasl: SaslCredentials | None = None) -> None:
         self.host, self.port, self.node_id = host, port, node_id
-        # TLS (client/tls.py) when security.protocol is ssl or sasl_ssl; SASL (client/sasl.py)
+        # TLS (client/common/tls.py) when security.protocol is ssl or sasl_ssl; SASL (client/common/sasl.py)
         # over it after ApiVersions when it is sasl_plaintext or sasl_ssl.
         self.ssl_context = ssl_context
         self._sasl = sasl
@@ -128,7 +128,7 @@ class Connection(asyncio.BufferedProtocol):
             await self._authenticate(self._sasl, timeout_s)
 
     async def _authenticate(self, creds: SaslCredentials, timeout_s: float) -> None:
-        """SASL right after ApiVersions (client/sasl.py); a refusal closes the connection and
+        """SASL right after ApiVersions (client/common/sasl.py); a refusal closes the connection and
         surfaces as ConnectionLostError naming the reason."""
         async def send(api_key: int, version: int, request: Any) -> Any:
             return await asyncio.wait_for(self.send(api_key, version, request), timeout_s)

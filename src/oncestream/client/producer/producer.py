@@ -20,11 +20,9 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from oncestream.client.accumulator import BufferExhaustedError, RecordAccumulator, RecordTooLargeError
-from oncestream.client.cluster import Cluster
-from oncestream.client.config import resolve
-from oncestream.client.delivery import DeliveryReports
-from oncestream.client.errors import (
+from oncestream.client.common.cluster import Cluster
+from oncestream.client.common.config import resolve
+from oncestream.client.common.errors import (
     _INVALID_ARG,
     _NOT_CONFIGURED,
     _STATE,
@@ -38,14 +36,16 @@ from oncestream.client.errors import (
     QueueFullError,
     RequestTimedOutError,
 )
-from oncestream.client.io_thread import IoThread
-from oncestream.client.message import ConsumerGroupMetadata, TopicPartition
-from oncestream.client.partitioner import key_partitioner, null_key_partition
-from oncestream.client.prepared_txn import PreparedTxnState
-from oncestream.client.record_batch_builder import encode_headers
-from oncestream.client.sender import Sender
-from oncestream.client.transactions import TransactionManager
-from oncestream.client.txn_state import TxnState
+from oncestream.client.common.io_thread import IoThread
+from oncestream.client.common.message import ConsumerGroupMetadata, TopicPartition
+from oncestream.client.producer.accumulator import BufferExhaustedError, RecordAccumulator, RecordTooLargeError
+from oncestream.client.producer.delivery import DeliveryReports
+from oncestream.client.producer.partitioner import key_partitioner, null_key_partition
+from oncestream.client.producer.prepared_txn import PreparedTxnState
+from oncestream.client.producer.record_batch_builder import encode_headers
+from oncestream.client.producer.sender import Sender
+from oncestream.client.producer.transactions import TransactionManager
+from oncestream.client.producer.txn_state import TxnState
 
 _S = TxnState
 HeadersArg = list[tuple[str, Any]] | Mapping[str, Any] | None

@@ -1,12 +1,14 @@
-"""Durable small files: the one place the log writes a file atomically or fsyncs a directory.
+"""Durable small files: the one place oncestream writes a file atomically or fsyncs a directory.
 
 ``write_file_atomically`` is the classic sequence: write a ``<name>.tmp`` sibling, fsync it,
 rename it over the target, fsync the directory. A crash at any point leaves either the old file
 or the new one, never a torn one, and once it returns the new one survives a power loss. Leftover
 ``.tmp`` files are removed when a log directory is opened (``PartitionLog``, ``LogManager``).
 
-Used for checkpoints, producer snapshots, aborted-transaction indexes, topic metadata, the
-compaction manifest and the broker's ``meta.properties``.
+Used for the log's checkpoints, producer snapshots, aborted-transaction indexes, topic metadata
+and compaction manifest, the broker's ``meta.properties``, producer-id blocks, ACLs, SCRAM
+credentials, dynamic broker configs and state-store format markers. Below every layer (it imports
+nothing of oncestream), so each of them uses this one sequence.
 """
 
 from __future__ import annotations

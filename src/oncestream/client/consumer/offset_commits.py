@@ -1,6 +1,6 @@
 """A consumer's offset commits (OffsetCommit) and committed-offset lookups (OffsetFetch).
 
-:class:`OffsetCommitter` sends the offsets the :class:`~oncestream.client.consumer.Consumer`
+:class:`OffsetCommitter` sends the offsets the :class:`~oncestream.client.consumer.consumer.Consumer`
 chose through its group membership, synchronously or asynchronously, and hands the outcomes to
 ``on_commit`` as librdkafka does: a synchronous commit right away, an asynchronous one from the
 caller's thread on its next poll (:meth:`OffsetCommitter.serve_results`), the final commit of an
@@ -15,7 +15,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from oncestream.client.errors import (
+from oncestream.client.common.errors import (
     _STATE,
     _TIMED_OUT,
     BrokerResponseError,
@@ -24,9 +24,9 @@ from oncestream.client.errors import (
     KafkaException,
     RequestTimedOutError,
 )
-from oncestream.client.group import GroupMembership
-from oncestream.client.io_thread import IoThread
-from oncestream.client.message import OFFSET_INVALID, TopicPartition
+from oncestream.client.common.io_thread import IoThread
+from oncestream.client.common.message import OFFSET_INVALID, TopicPartition
+from oncestream.client.consumer.group import GroupMembership
 
 TP = tuple[str, int]
 log = logging.getLogger("oncestream.client")

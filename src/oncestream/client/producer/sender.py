@@ -29,14 +29,12 @@ import functools
 import logging
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from oncestream.client.accumulator import ProducerBatch, RecordAccumulator, increment_sequence
-from oncestream.client.cluster import Cluster
-from oncestream.client.delivery import DeliveryReports
-from oncestream.client.errors import (
+from oncestream.client.common.cluster import Cluster
+from oncestream.client.common.errors import (
     _FAIL,
     _MSG_TIMED_OUT,
     _PURGE_QUEUE,
@@ -51,13 +49,13 @@ from oncestream.client.errors import (
     is_retriable_code,
     local_error,
 )
-from oncestream.client.network import PRODUCE_KEY, UnsupportedApiError, produce_request_body
+from oncestream.client.common.network import PRODUCE_KEY, UnsupportedApiError, produce_request_body
+from oncestream.client.producer.accumulator import ProducerBatch, RecordAccumulator, increment_sequence
+from oncestream.client.producer.delivery import DeliveryReports
+from oncestream.client.producer.transactions import TransactionManager
 from oncestream.protocol.api_keys import INIT_PRODUCER_ID
 from oncestream.protocol.codec import build
 from oncestream.protocol.compression import COMPRESSION_BY_NAME
-
-if TYPE_CHECKING:
-    from oncestream.client.transactions import TransactionManager
 
 log = logging.getLogger("oncestream.client")
 

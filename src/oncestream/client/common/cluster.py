@@ -19,10 +19,10 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from oncestream.client.errors import BrokerResponseError, ConnectionLostError, RequestTimedOutError
-from oncestream.client.network import Connection
-from oncestream.client.sasl import SaslCredentials
-from oncestream.client.tls import ssl_context_for
+from oncestream.client.common.errors import BrokerResponseError, ConnectionLostError, RequestTimedOutError
+from oncestream.client.common.network import Connection
+from oncestream.client.common.sasl import SaslCredentials
+from oncestream.client.common.tls import ssl_context_for
 from oncestream.protocol.api_keys import FIND_COORDINATOR, METADATA
 from oncestream.protocol.codec import build
 from oncestream.protocol.schemas import request_module
@@ -81,7 +81,7 @@ class Cluster:
         sasl: SaslCredentials | None = None,
         ssl_context: ssl.SSLContext | None = None,
     ) -> None:
-        self._sasl = sasl  # SASL credentials every connection authenticates with (client/sasl.py)
+        self._sasl = sasl  # SASL credentials every connection authenticates with (client/common/sasl.py)
         self._bootstrap = parse_bootstrap_list(bootstrap_servers)
         self._ssl_context = ssl_context
         self._client_id = client_id

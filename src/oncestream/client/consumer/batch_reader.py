@@ -22,10 +22,10 @@ from collections.abc import Iterable, Sequence
 from types import ModuleType
 from typing import Any
 
-from oncestream.client.consumer import Consumer
-from oncestream.client.fetch_decoder import decode_partition
-from oncestream.client.fetcher import CompletedFetch, PartitionState
-from oncestream.client.message import Message
+from oncestream.client.common.message import Message
+from oncestream.client.consumer.consumer import Consumer
+from oncestream.client.consumer.fetch_decoder import decode_partition
+from oncestream.client.consumer.fetcher import CompletedFetch, PartitionState
 from oncestream.errors import CorruptRecordError
 from oncestream.protocol import record_batch as rb
 from oncestream.protocol.aborted_filter import AbortedFilter

@@ -18,7 +18,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterable
 
-from oncestream.client.message import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME, Message
+from oncestream.client.common.message import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME, Message
 from oncestream.errors import CorruptRecordError
 from oncestream.protocol import record_batch as rb
 from oncestream.protocol.aborted_filter import AbortedFilter

@@ -23,9 +23,9 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from oncestream.client.cluster import Cluster
-from oncestream.client.errors import BrokerResponseError, ConnectionLostError, RequestTimedOutError
-from oncestream.client.network import fetch_request_body
+from oncestream.client.common.cluster import Cluster
+from oncestream.client.common.errors import BrokerResponseError, ConnectionLostError, RequestTimedOutError
+from oncestream.client.common.network import fetch_request_body
 from oncestream.errors import CorruptRecordError
 from oncestream.protocol.api_keys import FETCH
 from oncestream.protocol.batch_walk import complete_batches_end

@@ -36,8 +36,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from oncestream.client.cluster import COORDINATOR_GROUP, COORDINATOR_TRANSACTION, Cluster
-from oncestream.client.errors import (
+from oncestream.client.common.cluster import COORDINATOR_GROUP, COORDINATOR_TRANSACTION, Cluster
+from oncestream.client.common.errors import (
     _UNSUPPORTED_FEATURE,
     BrokerResponseError,
     ClientInvariantError,
@@ -48,10 +48,10 @@ from oncestream.client.errors import (
     broker_error,
     error_name,
 )
-from oncestream.client.message import ConsumerGroupMetadata, TopicPartition
-from oncestream.client.network import UnsupportedApiError
-from oncestream.client.prepared_txn import PreparedTxnState
-from oncestream.client.txn_state import TxnState, TxnStateMachine
+from oncestream.client.common.message import ConsumerGroupMetadata, TopicPartition
+from oncestream.client.common.network import UnsupportedApiError
+from oncestream.client.producer.prepared_txn import PreparedTxnState
+from oncestream.client.producer.txn_state import TxnState, TxnStateMachine
 from oncestream.protocol.api_keys import (
     ADD_OFFSETS_TO_TXN,
     ADD_PARTITIONS_TO_TXN,

@@ -30,9 +30,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from oncestream.client.assignors import ASSIGNORS, MemberSubscription
-from oncestream.client.cluster import COORDINATOR_GROUP, Cluster
-from oncestream.client.consumer_protocol import (
+from oncestream.client.common.cluster import COORDINATOR_GROUP, Cluster
+from oncestream.client.common.consumer_protocol import (
     Assignment,
     ConsumerProtocolError,
     Subscription,
@@ -41,7 +40,7 @@ from oncestream.client.consumer_protocol import (
     encode_assignment,
     encode_subscription,
 )
-from oncestream.client.errors import (
+from oncestream.client.common.errors import (
     BrokerResponseError,
     ConnectionLostError,
     KafkaError,
@@ -49,6 +48,7 @@ from oncestream.client.errors import (
     RequestTimedOutError,
     error_name,
 )
+from oncestream.client.consumer.assignors import ASSIGNORS, MemberSubscription
 from oncestream.protocol.api_keys import HEARTBEAT, JOIN_GROUP, LEAVE_GROUP, OFFSET_COMMIT, OFFSET_FETCH, SYNC_GROUP
 from oncestream.protocol.codec import build
 

@@ -1,0 +1,8 @@
+"""Kafka's config resource type codes (``ConfigResource.Type``), as DescribeConfigs,
+AlterConfigs and IncrementalAlterConfigs carry them. One home for the broker's config APIs
+(``broker/config_admin.py``) and the client's ``Admin.describe_configs``."""
+
+from __future__ import annotations
+
+RESOURCE_TOPIC = 2
+RESOURCE_BROKER = 4
