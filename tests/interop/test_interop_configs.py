@@ -33,14 +33,14 @@ def _incremental(bootstrap: str, topic: str, *entries: ConfigEntry) -> None:
     futures[resource].result(timeout=CLIENT_TIMEOUT_S)
 
 
-def _produce_one(bootstrap: str, topic: str, value: bytes) -> tuple[KafkaError | None, int]:
-    """Send one record alone in its batch; return (delivery error, offset)."""
+def _produce_one(bootstrap: str, topic: str, value: bytes) -> tuple[KafkaError | None, int | None]:
+    """Send one record alone in its batch; return (delivery error, offset: None when it failed)."""
     producer = Producer(
         {"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": False, "linger.ms": 0}
     )
-    reports: list[tuple[KafkaError | None, int]] = []
+    reports: list[tuple[KafkaError | None, int | None]] = []
     producer.produce(topic, value, key=b"k", partition=0,
-                     on_delivery=lambda err, msg: reports.append((err, present(msg.offset(), "delivered offset"))))
+                     on_delivery=lambda err, msg: reports.append((err, msg.offset())))
     assert producer.flush(CLIENT_TIMEOUT_S) == 0
     [report] = reports
     return report
