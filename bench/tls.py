@@ -35,7 +35,7 @@ from oncestream.broker_process import OnceStreamBroker
 from tests.support.certs import make_pki
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from produce_consume import consume, produce
+from produce_consume import consume, produce  # the same client loops as the broker benchmark
 
 MB = 1_000_000
 VALUE_BYTES = 1024

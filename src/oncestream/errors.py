@@ -2,6 +2,14 @@
 
 Inside the sans-io core we raise these; at the protocol edge the broker turns ``exc.code`` into the
 error code field of the response. Never raise a bare ``Exception`` for a protocol-level condition.
+
+Why the root is ``OnceStreamError`` and not ``KafkaError``: there is one ``KafkaError`` in
+oncestream, the client's error value (``oncestream.client.KafkaError``, defined in
+``client/common/errors.py``), because confluent-kafka code reads it under that name (``msg.error()``, ``KafkaException.args[0]``,
+``KafkaError._PARTITION_EOF``) and our client is a drop-in for it. These exceptions are a different
+thing, raised and caught inside the broker, the log and the coordinators (and by the record
+decoders the client shares), so they take the project's name. A user of the client never sees one
+of them: the client turns a broker's error code into a ``KafkaError`` value.
 """
 
 from __future__ import annotations
@@ -9,8 +17,8 @@ from __future__ import annotations
 from kio.schema.errors import ErrorCode
 
 
-class KafkaError(Exception):
-    """Base of every error that has a Kafka error code."""
+class OnceStreamError(Exception):
+    """Base of every internal error that has a Kafka error code (the ``code`` a response carries)."""
 
     code: ErrorCode = ErrorCode.unknown_server_error
 
@@ -20,61 +28,61 @@ class KafkaError(Exception):
             self.code = code
 
 
-class CorruptRecordError(KafkaError):
+class CorruptRecordError(OnceStreamError):
     """A batch failed its CRC or structural checks (CORRUPT_MESSAGE)."""
 
     code = ErrorCode.corrupt_message
 
 
-class InvalidRecordError(KafkaError):
+class InvalidRecordError(OnceStreamError):
     """A batch is well-formed but violates a rule (INVALID_RECORD)."""
 
     code = ErrorCode.invalid_record
 
 
-class UnsupportedMagicError(KafkaError):
+class UnsupportedMagicError(OnceStreamError):
     """Record batches older than magic 2 are not accepted (UNSUPPORTED_FOR_MESSAGE_FORMAT)."""
 
     code = ErrorCode.unsupported_for_message_format
 
 
-class MessageTooLargeError(KafkaError):
+class MessageTooLargeError(OnceStreamError):
     """A batch is larger than max.message.bytes (MESSAGE_TOO_LARGE)."""
 
     code = ErrorCode.message_too_large
 
 
-class OutOfOrderSequenceError(KafkaError):
+class OutOfOrderSequenceError(OnceStreamError):
     """An idempotent batch leaves a gap in the sequence (OUT_OF_ORDER_SEQUENCE_NUMBER)."""
 
     code = ErrorCode.out_of_order_sequence_number
 
 
-class InvalidProducerEpochError(KafkaError):
+class InvalidProducerEpochError(OnceStreamError):
     """A batch carries an epoch older than the partition has seen (INVALID_PRODUCER_EPOCH)."""
 
     code = ErrorCode.invalid_producer_epoch
 
 
-class UnknownProducerIdError(KafkaError):
+class UnknownProducerIdError(OnceStreamError):
     """The partition has no state for this producer and the batch does not start at 0 (KIP-360)."""
 
     code = ErrorCode.unknown_producer_id
 
 
-class OffsetOutOfRangeError(KafkaError):
+class OffsetOutOfRangeError(OnceStreamError):
     """A fetch or delete asked for an offset outside [log start, high watermark]."""
 
     code = ErrorCode.offset_out_of_range
 
 
-class InvalidConfigError(KafkaError):
+class InvalidConfigError(OnceStreamError):
     """A topic or broker config value is not acceptable (INVALID_CONFIG)."""
 
     code = ErrorCode.invalid_config
 
 
-class StorageError(KafkaError):
+class StorageError(OnceStreamError):
     """The disk failed us (KAFKA_STORAGE_ERROR)."""
 
     code = ErrorCode.kafka_storage_error
@@ -89,103 +97,103 @@ class LogInvariantError(StorageError):
 # --- group coordinator (classic consumer group protocol) -------------------------------------------
 
 
-class InvalidGroupIdError(KafkaError):
+class InvalidGroupIdError(OnceStreamError):
     """The group id is missing or empty where the API requires one (INVALID_GROUP_ID)."""
 
     code = ErrorCode.invalid_group_id
 
 
-class CoordinatorNotAvailableError(KafkaError):
+class CoordinatorNotAvailableError(OnceStreamError):
     """The group is being torn down (Dead); the client should rediscover the coordinator."""
 
     code = ErrorCode.coordinator_not_available
 
 
-class NotCoordinatorError(KafkaError):
+class NotCoordinatorError(OnceStreamError):
     """This broker does not (or no longer) own the group's __consumer_offsets partition."""
 
     code = ErrorCode.not_coordinator
 
 
-class CoordinatorLoadInProgressError(KafkaError):
+class CoordinatorLoadInProgressError(OnceStreamError):
     """The group's __consumer_offsets partition is still being loaded (COORDINATOR_LOAD_IN_PROGRESS)."""
 
     code = ErrorCode.coordinator_load_in_progress
 
 
-class IllegalGenerationError(KafkaError):
+class IllegalGenerationError(OnceStreamError):
     """The request carries a generation id other than the group's current one (ILLEGAL_GENERATION)."""
 
     code = ErrorCode.illegal_generation
 
 
-class UnknownMemberIdError(KafkaError):
+class UnknownMemberIdError(OnceStreamError):
     """The member id is not (or no longer) a member of the group (UNKNOWN_MEMBER_ID)."""
 
     code = ErrorCode.unknown_member_id
 
 
-class RebalanceInProgressError(KafkaError):
+class RebalanceInProgressError(OnceStreamError):
     """The group is rebalancing; the member must rejoin (REBALANCE_IN_PROGRESS)."""
 
     code = ErrorCode.rebalance_in_progress
 
 
-class MemberIdRequiredError(KafkaError):
+class MemberIdRequiredError(OnceStreamError):
     """KIP-394: the first JoinGroup of a dynamic member gets an id and must rejoin with it."""
 
     code = ErrorCode.member_id_required
 
 
-class FencedInstanceIdError(KafkaError):
+class FencedInstanceIdError(OnceStreamError):
     """KIP-345: another member now owns this group.instance.id (FENCED_INSTANCE_ID)."""
 
     code = ErrorCode.fenced_instance_id
 
 
-class InconsistentGroupProtocolError(KafkaError):
+class InconsistentGroupProtocolError(OnceStreamError):
     """The member's protocol type or protocols do not fit the group's (INCONSISTENT_GROUP_PROTOCOL)."""
 
     code = ErrorCode.inconsistent_group_protocol
 
 
-class GroupIdNotFoundError(KafkaError):
+class GroupIdNotFoundError(OnceStreamError):
     """The group does not exist (GROUP_ID_NOT_FOUND)."""
 
     code = ErrorCode.group_id_not_found
 
 
-class NonEmptyGroupError(KafkaError):
+class NonEmptyGroupError(OnceStreamError):
     """The group still has members, so it cannot be deleted (NON_EMPTY_GROUP)."""
 
     code = ErrorCode.non_empty_group
 
 
-class UnstableOffsetCommitError(KafkaError):
+class UnstableOffsetCommitError(OnceStreamError):
     """A transactional offset commit for the partition is still pending (UNSTABLE_OFFSET_COMMIT)."""
 
     code = ErrorCode.unstable_offset_commit
 
 
-class InvalidSessionTimeoutError(KafkaError):
+class InvalidSessionTimeoutError(OnceStreamError):
     """The session timeout is outside group.min/max.session.timeout.ms (INVALID_SESSION_TIMEOUT)."""
 
     code = ErrorCode.invalid_session_timeout
 
 
-class GroupMaxSizeReachedError(KafkaError):
+class GroupMaxSizeReachedError(OnceStreamError):
     """The group already has group.max.size members (GROUP_MAX_SIZE_REACHED)."""
 
     code = ErrorCode.group_max_size_reached
 
 
-class GroupSubscribedToTopicError(KafkaError):
+class GroupSubscribedToTopicError(OnceStreamError):
     """OffsetDelete of a topic the group is still subscribed to (GROUP_SUBSCRIBED_TO_TOPIC)."""
 
     code = ErrorCode.group_subscribed_to_topic
 
 
-class OffsetMetadataTooLargeError(KafkaError):
+class OffsetMetadataTooLargeError(OnceStreamError):
     """The committed metadata string is longer than offset.metadata.max.bytes."""
 
     code = ErrorCode.offset_metadata_too_large
@@ -194,25 +202,25 @@ class OffsetMetadataTooLargeError(KafkaError):
 # --- topics and partitions (log manager) ---------------------------------------------------------
 
 
-class UnknownTopicOrPartitionError(KafkaError):
+class UnknownTopicOrPartitionError(OnceStreamError):
     """The topic or partition does not exist on this broker (UNKNOWN_TOPIC_OR_PARTITION)."""
 
     code = ErrorCode.unknown_topic_or_partition
 
 
-class TopicAlreadyExistsError(KafkaError):
+class TopicAlreadyExistsError(OnceStreamError):
     """CreateTopics named a topic that already exists (TOPIC_ALREADY_EXISTS)."""
 
     code = ErrorCode.topic_already_exists
 
 
-class InvalidTopicError(KafkaError):
+class InvalidTopicError(OnceStreamError):
     """A topic name is illegal or collides with an existing one (INVALID_TOPIC_EXCEPTION)."""
 
     code = ErrorCode.invalid_topic_exception
 
 
-class InvalidPartitionsError(KafkaError):
+class InvalidPartitionsError(OnceStreamError):
     """A partition count is not acceptable (INVALID_PARTITIONS)."""
 
     code = ErrorCode.invalid_partitions
@@ -221,55 +229,55 @@ class InvalidPartitionsError(KafkaError):
 # --- transaction coordinator (KIP-98, KIP-360, KIP-890, KIP-939) ---------------------------------
 
 
-class InvalidRequestError(KafkaError):
+class InvalidRequestError(OnceStreamError):
     """The request is malformed in a way the schema cannot express (INVALID_REQUEST)."""
 
     code = ErrorCode.invalid_request
 
 
-class ConcurrentTransactionsError(KafkaError):
+class ConcurrentTransactionsError(OnceStreamError):
     """A state change of this transactional id is in flight; retry (CONCURRENT_TRANSACTIONS)."""
 
     code = ErrorCode.concurrent_transactions
 
 
-class InvalidTxnStateError(KafkaError):
+class InvalidTxnStateError(OnceStreamError):
     """The request does not fit the transaction's current state (INVALID_TXN_STATE)."""
 
     code = ErrorCode.invalid_txn_state
 
 
-class ProducerFencedError(KafkaError):
+class ProducerFencedError(OnceStreamError):
     """A newer producer (higher epoch) owns this transactional id (PRODUCER_FENCED)."""
 
     code = ErrorCode.producer_fenced
 
 
-class InvalidProducerIdMappingError(KafkaError):
+class InvalidProducerIdMappingError(OnceStreamError):
     """The producer id is not the transactional id's (INVALID_PRODUCER_ID_MAPPING)."""
 
     code = ErrorCode.invalid_producer_id_mapping
 
 
-class InvalidTransactionTimeoutError(KafkaError):
+class InvalidTransactionTimeoutError(OnceStreamError):
     """transaction.timeout.ms not in (0, transaction.max.timeout.ms] (INVALID_TRANSACTION_TIMEOUT)."""
 
     code = ErrorCode.invalid_transaction_timeout
 
 
-class TransactionalIdNotFoundError(KafkaError):
+class TransactionalIdNotFoundError(OnceStreamError):
     """DescribeTransactions named an unknown (or expired) transactional id."""
 
     code = ErrorCode.transactional_id_not_found
 
 
-class TransactionalIdAuthorizationFailedError(KafkaError):
+class TransactionalIdAuthorizationFailedError(OnceStreamError):
     """Also KIP-939's answer to enable2Pc when transaction.two.phase.commit.enable is false."""
 
     code = ErrorCode.transactional_id_authorization_failed
 
 
-class InvalidRegularExpressionError(KafkaError):
+class InvalidRegularExpressionError(OnceStreamError):
     """A ListTransactions transactional id pattern does not compile (INVALID_REGULAR_EXPRESSION)."""
 
     code = ErrorCode.invalid_regular_expression
@@ -278,7 +286,7 @@ class InvalidRegularExpressionError(KafkaError):
 # --- invariants -----------------------------------------------------------------------------------
 
 
-class CoordinatorInvariantError(KafkaError):
+class CoordinatorInvariantError(OnceStreamError):
     """A coordinator invariant that guards data does not hold: a bug, never a client's mistake.
 
     Raised instead of ``assert`` (which ``python -O`` strips) wherever going on would persist or
@@ -292,7 +300,7 @@ class CoordinatorInvariantError(KafkaError):
 # --- authorization ----------------------------------------------------------------------------------
 
 
-class TopicAuthorizationFailedError(KafkaError):
+class TopicAuthorizationFailedError(OnceStreamError):
     """The connection's principal lacks the operation on the topic (an ACL decision)."""
 
     code = ErrorCode.topic_authorization_failed

@@ -5,12 +5,17 @@ producer ids never repeat across restarts, and the fsync-before-ack flush policy
 
 from __future__ import annotations
 
+import datetime
 import socket
 import time
+import uuid
 
 import pytest
 from confluent_kafka import Producer
+from kio.schema.errors import ErrorCode
 
+from oncestream.client.common.connection import BrokerConnection
+from oncestream.protocol.api_keys import DELETE_TOPICS
 from tests.support.clients import confluent_consume, create_topic, unique_topic
 from tests.support.wire import (
     WireConnection,
@@ -155,3 +160,17 @@ def test_fsync_before_ack_flush_policy_acknowledges_and_keeps_everything(broker_
     _produce_values(broker.bootstrap, topic, values, acks="all", **{"enable.idempotence": True})
     broker.restart(crash=True)
     assert [r.value for r in confluent_consume(broker.bootstrap, topic, 1)] == values
+
+
+def test_delete_topics_entry_with_neither_name_nor_id_is_an_invalid_request(broker) -> None:
+    """DeleteTopics v6 (KIP-516) names a topic by name or by id; an entry with neither is refused
+    as INVALID_REQUEST for that entry, the others still answered (found by typing the handler)."""
+    topic = unique_topic("delete-by-nothing")
+    create_topic(broker.bootstrap, topic, partitions=1)
+    with BrokerConnection(*_host_port(broker.bootstrap), max_versions={DELETE_TOPICS: 6}) as conn:
+        response = conn.call(DELETE_TOPICS, lambda m: m.DeleteTopicsRequest(
+            topics=(m.DeleteTopicState(name=None, topic_id=uuid.UUID(int=0)),
+                    m.DeleteTopicState(name=topic, topic_id=uuid.UUID(int=0))),
+            timeout=datetime.timedelta(seconds=30)))
+    codes = {r.name: r.error_code for r in response.responses}
+    assert codes == {None: ErrorCode.invalid_request, topic: ErrorCode.none}

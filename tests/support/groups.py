@@ -251,7 +251,7 @@ class _KafkaPythonDriver:
         from kafka.coordinator.assignors.range import RangePartitionAssignor
 
         class Listener(ConsumerRebalanceListener):
-            def on_partitions_revoked(self, revoked):
+            def on_partitions_revoked(self, revoked):  # kafka-python's interface
                 on_revoke(tp.partition for tp in revoked)
 
             def on_partitions_assigned(self, assigned):

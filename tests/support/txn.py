@@ -693,7 +693,7 @@ def copier_main(args: argparse.Namespace) -> int:
     producer = transactional_producer(args.bootstrap, args.transactional_id, **producer_conf)
     producer.init_transactions(CLIENT_TIMEOUT_S)
     consumer.subscribe([args.input])
-    progress = open(args.progress, "a", buffering=1)  # noqa: SIM115 - written until the process is killed
+    progress = open(args.progress, "a", buffering=1)  # noqa: SIM115 - line-buffered for the whole run of this copier process, closed by its exit
 
     def rewind() -> None:
         """Back to the last committed positions: the aborted batch must be copied again."""

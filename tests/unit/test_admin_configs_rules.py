@@ -11,7 +11,7 @@ from kio.schema.errors import ErrorCode
 from oncestream.broker import config_admin as admin
 from oncestream.broker.config_admin import AlterOp
 from oncestream.broker.dynamic_config import DynamicBrokerConfigs
-from oncestream.errors import KafkaError, StorageError
+from oncestream.errors import OnceStreamError, StorageError
 from oncestream.log.config import LogConfig
 from oncestream.log.topic_config_defs import ConfigSource, ConfigType
 from oncestream.protocol.config_resources import RESOURCE_BROKER, RESOURCE_TOPIC
@@ -31,7 +31,7 @@ KAFKA_4_TOPIC_CONFIGS = {
 
 
 def _code(info: pytest.ExceptionInfo) -> ErrorCode:
-    assert isinstance(info.value, KafkaError)
+    assert isinstance(info.value, OnceStreamError)
     return info.value.code
 
 
@@ -78,7 +78,7 @@ def test_subtract_round_trip_and_empty_list() -> None:
 @pytest.mark.parametrize("op", [AlterOp.APPEND, AlterOp.SUBTRACT])
 @pytest.mark.parametrize("name", ["retention.ms", "compression.type", "no.such.config"])
 def test_append_or_subtract_on_a_non_list_is_invalid_config(op: AlterOp, name: str) -> None:
-    with pytest.raises(KafkaError) as info:
+    with pytest.raises(OnceStreamError) as info:
         admin.apply_incremental(RESOURCE_TOPIC, {}, [(name, op, "1")])
     assert _code(info) == ErrorCode.invalid_config
     assert "because its type is not LIST" in str(info.value)
@@ -87,7 +87,7 @@ def test_append_or_subtract_on_a_non_list_is_invalid_config(op: AlterOp, name: s
 def test_list_ops_on_broker_list_configs() -> None:
     out = admin.apply_incremental(RESOURCE_BROKER, {}, [("log.cleanup.policy", AlterOp.APPEND, "compact")])
     assert out == {"log.cleanup.policy": "delete,compact"}
-    with pytest.raises(KafkaError) as info:
+    with pytest.raises(OnceStreamError) as info:
         admin.apply_incremental(RESOURCE_BROKER, {}, [("message.max.bytes", AlterOp.APPEND, "1")])
     assert _code(info) == ErrorCode.invalid_config
 
@@ -99,7 +99,7 @@ def test_list_ops_on_broker_list_configs() -> None:
     [("retention.ms", 7, "1")],  # unknown operation
 ])
 def test_malformed_operations_are_invalid_request(ops: list) -> None:
-    with pytest.raises(KafkaError) as info:
+    with pytest.raises(OnceStreamError) as info:
         admin.apply_incremental(RESOURCE_TOPIC, {}, ops)
     assert _code(info) == ErrorCode.invalid_request
 
@@ -110,7 +110,7 @@ def test_malformed_operations_are_invalid_request(ops: list) -> None:
     {"leader.replication.throttled.replicas": "0:x"}, {"segment.index.bytes": "1"},
 ])
 def test_bad_topic_configs_are_invalid_config(configs: dict[str, str]) -> None:
-    with pytest.raises(KafkaError) as info:
+    with pytest.raises(OnceStreamError) as info:
         admin.validate_topic_configs(configs)
     assert _code(info) == ErrorCode.invalid_config
 
@@ -206,7 +206,7 @@ def test_broker_describe_marks_read_only_and_hides_passwords() -> None:
 
 @pytest.mark.parametrize("name", ["1", "x", "-1"])
 def test_broker_resource_must_be_this_node_or_empty(name: str) -> None:
-    with pytest.raises(KafkaError) as info:
+    with pytest.raises(OnceStreamError) as info:
         _dyn().describe(name, include_synonyms=False, include_documentation=False)
     assert _code(info) == ErrorCode.invalid_request
 
@@ -216,7 +216,7 @@ def test_broker_resource_must_be_this_node_or_empty(name: str) -> None:
                                    {"log.retention.hours": "x"}])
 def test_read_only_or_bad_broker_configs_are_invalid_request(layer: dict[str, str]) -> None:
     """DynamicBrokerConfig.validateConfigs: ConfigException, turned into INVALID_REQUEST (KAFKA-13609)."""
-    with pytest.raises(KafkaError) as info:
+    with pytest.raises(OnceStreamError) as info:
         _dyn().validate_layer("", layer)
     assert _code(info) == ErrorCode.invalid_request
 
@@ -304,7 +304,7 @@ def test_a_dynamic_layer_is_bounded() -> None:
     from oncestream.broker.dynamic_config import MAX_DYNAMIC_CONFIGS_PER_LAYER
 
     many = {f"custom.{i}": "x" for i in range(MAX_DYNAMIC_CONFIGS_PER_LAYER + 1)}
-    with pytest.raises(KafkaError) as info:
+    with pytest.raises(OnceStreamError) as info:
         _dyn().validate_layer("", many)
     assert _code(info) == ErrorCode.invalid_request
     assert len(_dyn().validate_layer("", dict(list(many.items())[:10]))) == 10  # unknown names are kept

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import struct
 import threading
@@ -54,3 +55,32 @@ def test_a_corrupt_batch_length_reaches_the_application() -> None:
     assert state.fetch_position == 5
     (fetch,) = completed
     assert fetch.records == bytes(bad)
+
+
+class InjectedCrash(BaseException):
+    """Escapes the fetcher's per-iteration ``except Exception``: the task itself dies."""
+
+
+def test_a_crashed_fetch_task_is_kept_for_the_consumer_and_the_user_is_woken() -> None:
+    """A fetch task that dies is logged with its traceback and kept in ``crash_error`` (the
+    consumer's poll reports it as a fatal error event); close() does not raise it again."""
+    woken: list[bool] = []
+
+    class BrokenCluster:
+        def leader_for(self, topic: str, partition: int) -> int:
+            raise InjectedCrash("injected: the cluster view broke")
+
+    state = PartitionState("t", 0)
+    state.position = state.fetch_position = 0
+    fetcher = Fetcher(CONF, BrokenCluster(), {("t", 0): state}, threading.Lock(),  # type: ignore[arg-type]
+                      collections.deque(), lambda: woken.append(True))
+
+    async def scenario() -> None:
+        fetcher.start()
+        for _ in range(50):
+            await asyncio.sleep(0)
+        assert isinstance(fetcher.crash_error, InjectedCrash)
+        assert woken, "the user's thread is woken to report it"
+        await fetcher.close()
+
+    asyncio.run(asyncio.wait_for(scenario(), 30))

@@ -277,3 +277,36 @@ def test_lost_connection_retries_everything_in_flight() -> None:
         await h.sender.close()
 
     _run(scenario())
+
+
+class InjectedCrash(BaseException):
+    """Escapes the sender's per-iteration ``except Exception``: the task itself dies."""
+
+
+def test_a_crashed_sender_task_fails_queued_messages_with_a_fatal_error_and_close_returns() -> None:
+    """A sender task that dies is not silently dropped: it is logged with its traceback, becomes
+    the producer's fatal error, and every queued message's delivery callback gets that error."""
+
+    async def scenario() -> None:
+        h = Harness(**{"enable.idempotence": False})
+        fatal: list[Any] = []
+        h.sender.on_fatal.append(fatal.append)
+
+        def crash(topic: str, partition: int) -> int:
+            raise InjectedCrash("injected: the cluster view broke")
+
+        h.cluster.leader_for = crash  # type: ignore[method-assign]
+        h.sender.start()
+        h.produce(2)
+        await h.settle()
+        assert h.sender.fatal_error is not None
+        assert h.sender.fatal_error.fatal()
+        assert "sender task crashed" in h.sender.fatal_error.str()
+        assert "InjectedCrash" in h.sender.fatal_error.str()
+        assert fatal == [h.sender.fatal_error]
+        served = h.served()
+        assert len(served) == 2
+        assert all(err is h.sender.fatal_error for err, _ in served)
+        await h.sender.close()  # the crash was reported already: close neither hangs nor raises
+
+    _run(scenario())

@@ -13,8 +13,10 @@ from pathlib import Path
 import pytest
 
 from oncestream.coordinator.group import GroupCoordinator
+from oncestream.coordinator.group.config import GroupCoordinatorConfig
 from oncestream.coordinator.group.messages import NO_MEMBER_ID, PartitionOffsetCommit
-from oncestream.errors import CoordinatorInvariantError
+from oncestream.coordinator.txn.config import TxnCoordinatorConfig
+from oncestream.errors import CoordinatorInvariantError, InvalidConfigError
 from oncestream.topic_partition import TopicPartition
 
 SRC = Path(__file__).resolve().parents[2] / "src"
@@ -50,3 +52,14 @@ def test_group_coordinator_does_not_answer_a_broken_invariant():
     with pytest.raises(CoordinatorInvariantError):
         coord.add_pending_txn_offsets("g", -1, {TopicPartition("t", 0): PartitionOffsetCommit(1)}, 0,
                                       member_id=NO_MEMBER_ID)
+
+
+def test_invariant_errors_say_what_went_wrong_in_words_with_the_values() -> None:
+    """Issue 19: no ``invariant violated: <python expression>``; the property and the value."""
+    with pytest.raises(InvalidConfigError, match=r"^transaction\.max\.timeout\.ms must be between 1 and 2147483647, got 0$"):
+        TxnCoordinatorConfig(transaction_max_timeout_ms=0)
+    with pytest.raises(InvalidConfigError, match=r"^group\.max\.size must be positive, got -3$"):
+        GroupCoordinatorConfig(group_max_size=-3)
+    between = r"group\.min\.session\.timeout\.ms \(9\) .* group\.max\.session\.timeout\.ms \(5\)"
+    with pytest.raises(InvalidConfigError, match=between):
+        GroupCoordinatorConfig(group_min_session_timeout_ms=9, group_max_session_timeout_ms=5)

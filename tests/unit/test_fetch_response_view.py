@@ -55,7 +55,7 @@ def responses(draw, version: int):
             high_watermark=draw(I64), last_stable_offset=draw(I64), log_start_offset=draw(I64),
             aborted_transactions=draw(st.none() | st.lists(st.tuples(I64, I64), max_size=3).map(
                 lambda pairs: tuple(build(m.AbortedTransaction, producer_id=a, first_offset=b) for a, b in pairs))),
-            preferred_read_replica=draw(I32),
+            preferred_read_replica=draw(I32) if version >= 11 else -1,  # v11+, not ignorable
             records=draw(st.none() | st.binary(max_size=64)),
         )
         if version >= FLEXIBLE and draw(st.booleans()):
@@ -72,7 +72,8 @@ def responses(draw, version: int):
         for _ in range(draw(st.integers(0, 3)))
     )
     return build(m.FetchResponse, throttle_time=datetime.timedelta(milliseconds=draw(st.integers(0, 2**31 - 1))),
-                 error_code=draw(st.sampled_from(list(ErrorCode))), session_id=draw(I32), responses=topics)
+                 error_code=draw(st.sampled_from(list(ErrorCode))),
+                 session_id=draw(I32) if version >= 7 else 0, responses=topics)  # SessionId: v7+
 
 
 def _kio_body(entity) -> bytes:

@@ -21,7 +21,7 @@ from oncestream.coordinator.group.state import (
     check_transition,
     parse_state,
 )
-from oncestream.errors import KafkaError
+from oncestream.errors import OnceStreamError
 from tests.support.group_harness import GroupHarness
 
 S = GroupState
@@ -74,7 +74,7 @@ def test_every_illegal_transition_is_rejected(current: GroupState, target: Group
     assert info.value.target is target
     assert current.value in str(info.value)
     assert target.value in str(info.value)
-    assert isinstance(info.value, KafkaError)
+    assert isinstance(info.value, OnceStreamError)
     assert info.value.code == ErrorCode.unknown_server_error
     assert not can_transition(current, target)
 

@@ -303,6 +303,15 @@ def test_run_cleans_in_the_background_and_stops_when_cancelled(
     assert_compacted(state, "table", expected, written=15 + 6)
 
 
+async def cancel_once_building(cleaner: LogCleaner, started: threading.Event) -> None:
+    """Run the cleaner, cancel it once a build has started, and wait for run() to return."""
+    task = asyncio.create_task(cleaner.run())
+    assert await asyncio.to_thread(started.wait, WAIT_CAP_S)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
 def test_cancel_during_a_build_aborts_it_and_waits_for_it(
     state: BrokerState, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
@@ -326,19 +335,40 @@ def test_cancel_during_a_build_aborts_it_and_waits_for_it(
     monkeypatch.setattr(compaction, "build_cleaned", slow_build)
     cleaner = LogCleaner.for_state(state)
 
-    async def scenario() -> None:
-        task = asyncio.create_task(cleaner.run())
-        assert await asyncio.to_thread(started.wait, WAIT_CAP_S)
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-        # run() returned only after the worker finished: the logs can be closed safely now.
-        assert finished.is_set()
-
-    asyncio.run(scenario())
+    asyncio.run(cancel_once_building(cleaner, started))
+    # run() returned only after the worker finished: the logs can be closed safely now.
+    assert finished.is_set()
     assert contents(state, "table") == before
     assert not list(partition_log.directory.glob("*.cleaned"))
     assert partition_log.compaction_candidate(state.now_ms()) is not None, "the plan was given back"
+
+
+def test_a_build_that_fails_while_being_cancelled_is_logged_and_recorded_not_dropped(
+    state: BrokerState, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Shutdown aborts a running build; a build that then fails with an error of its own (not the
+    abort) reports it: logged with its traceback and recorded against the partition."""
+    state.logs.create_topic("table", 1, {"cleanup.policy": "compact"})
+    fill(state, "table", keys=3, rounds=5)
+    started = threading.Event()
+
+    def failing_build(plan):
+        started.set()
+        assert plan.abort.wait(WAIT_CAP_S)
+        raise StorageError("injected: the disk failed under the build")
+
+    monkeypatch.setattr(compaction, "build_cleaned", failing_build)
+    cleaner = LogCleaner.for_state(state)
+
+    with caplog.at_level(logging.ERROR, logger="oncestream.cleaner"):
+        asyncio.run(cancel_once_building(cleaner, started))
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 1
+    assert "injected: the disk failed" in errors[0].getMessage()
+    assert errors[0].exc_info is not None, "the traceback is logged"
+    failure = cleaner.failures.failures[("table", 0)]
+    assert failure.count == 1
+    assert "failing_build" in failure.traceback
 
 
 def test_disabled_cleaner_does_nothing(state: BrokerState) -> None:

@@ -269,8 +269,12 @@ class LogCleaner:
             plan.abort.set()
             try:
                 leftover = await future
-            except BaseException:  # noqa: BLE001  # aborted builds remove their own files
-                pass
+            except (compaction.CompactionAborted, compaction.StalePlan):
+                pass  # the build stopped as asked (or found its plan gone) and removed its own files
+            except Exception as exc:  # noqa: BLE001 - recorded and logged with its traceback
+                # The build failed on its own while it was being stopped: a real fault of this
+                # partition, logged with its traceback and recorded like any failed clean.
+                self._failed(partition_log, "cleaning (stopped by shutdown)", exc)
             else:
                 compaction.delete_cleaned_files(leftover)
             partition_log.cancel_compaction(plan)

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from oncestream.broker.state import BrokerState
-from oncestream.errors import KafkaError
+from oncestream.errors import OnceStreamError
 
 log = logging.getLogger(__name__)
 
@@ -47,5 +47,5 @@ def _settle_later(done: asyncio.Future[None], finish: Callable[[], object], abor
         return
     try:
         finish()
-    except KafkaError as exc:
+    except OnceStreamError as exc:
         log.warning("%s not finished after its request went away: %s", what, exc)

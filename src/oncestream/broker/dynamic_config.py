@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from oncestream.durable_files import write_file_atomically
-from oncestream.errors import InvalidRequestError, KafkaError, StorageError
+from oncestream.errors import InvalidRequestError, OnceStreamError, StorageError
 from oncestream.log.config import LogConfig
 from oncestream.log.topic_config_defs import TOPIC_CONFIG_DEFS, ConfigSource, ConfigType
 from oncestream.log.topic_config_defs import ConfigDef as TopicConfigDef
@@ -287,7 +287,7 @@ class DynamicBrokerConfigs:
                     out[name] = str(int(value.strip()))
                 else:
                     out[name] = value
-            except (KafkaError, ValueError) as exc:
+            except (OnceStreamError, ValueError) as exc:
                 raise InvalidRequestError(f"Invalid value {value} for configuration {name}: {exc}") from None
         return out
 
@@ -336,7 +336,7 @@ class DynamicBrokerConfigs:
                 try:
                     checked = self.validate_layer(resource_name, {name: value})
                     LogConfig.from_broker_configs(checked)
-                except KafkaError as exc:
+                except OnceStreamError as exc:
                     log.error("dynamic broker config %s=%r is invalid and ignored: %s", name, value, exc)
                     continue
                 usable.update(checked)

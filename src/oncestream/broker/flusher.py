@@ -22,7 +22,7 @@ import logging
 from concurrent.futures import Executor
 from typing import Protocol
 
-from oncestream.errors import KafkaError, StorageError
+from oncestream.errors import OnceStreamError, StorageError
 from oncestream.log.flush_job import FdatasyncFn, FlushJob
 
 logger = logging.getLogger(__name__)
@@ -84,7 +84,7 @@ class GroupCommitFlusher:
     def _start_round(self, key: int, log: Flushable, waiters: list[asyncio.Future[None]]) -> None:
         try:
             job = log.begin_flush(self._fdatasync)
-        except (OSError, KafkaError) as exc:
+        except (OSError, OnceStreamError) as exc:
             _settle(waiters, exc)
             return
         if job is None:  # closed meanwhile: close() flushed everything
@@ -108,7 +108,7 @@ class GroupCommitFlusher:
         if error is None:
             try:
                 log.finish_flush(job)
-            except (OSError, KafkaError) as exc:
+            except (OSError, OnceStreamError) as exc:
                 error = exc
         else:
             log.fail_flush(job, error)

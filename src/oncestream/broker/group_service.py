@@ -29,7 +29,7 @@ from oncestream.coordinator.group.messages import (
     OffsetsTopicWrite,
     SyncResult,
 )
-from oncestream.errors import KafkaError
+from oncestream.errors import OnceStreamError
 from oncestream.log.manager import LogManager
 
 log = logging.getLogger("oncestream.broker")
@@ -172,7 +172,7 @@ class GroupService:
                 continue
             try:
                 self.topic.append(write.partition, write.records, now)
-            except (KafkaError, OSError) as exc:
+            except (OnceStreamError, OSError) as exc:
                 log.error("cannot append to %s-%d: %s", OFFSETS_TOPIC, write.partition, exc)
                 failed.add(write.partition)
         for partition in failed:
@@ -188,7 +188,7 @@ class GroupService:
         for partition in sorted(self._reload):
             try:
                 records = list(self.topic.read_all([partition]))
-            except (KafkaError, OSError) as exc:
+            except (OnceStreamError, OSError) as exc:
                 log.error("cannot reload %s-%d: %s", OFFSETS_TOPIC, partition, exc)
                 continue
             self.coordinator.load(records, self.now_ms(), partitions=[partition], mono_ms=self.mono_ms())

@@ -34,7 +34,7 @@ from oncestream.coordinator.txn import (
     TransactionCoordinator,
     TxnCoordinatorConfig,
 )
-from oncestream.errors import KafkaError, UnknownTopicOrPartitionError
+from oncestream.errors import OnceStreamError, UnknownTopicOrPartitionError
 from oncestream.log.manager import LogManager
 from oncestream.topic_partition import TopicPartition
 
@@ -129,7 +129,7 @@ class TxnService:
                 now = self.now_ms()
                 try:
                     self.topic.append(self.partition_for(write.transactional_id), [(write.key, write.value)], now)
-                except (KafkaError, OSError) as exc:
+                except (OnceStreamError, OSError) as exc:
                     log.error("cannot persist transaction %r: %s", write.transactional_id, exc)
                     work.append((self.coordinator.on_persist_failed(write.write_id), sink))
                     continue
@@ -166,7 +166,7 @@ class TxnService:
                     coordinator_epoch=job.coordinator_epoch,
                     now_ms=now,
                 )
-            except (KafkaError, OSError) as exc:
+            except (OnceStreamError, OSError) as exc:
                 log.error("marker for %r on %s-%d failed: %s", job.transactional_id, tp.topic, tp.partition, exc)
                 ok = False
                 continue

@@ -48,7 +48,7 @@ class ProducerIdManager:
 
     def __init__(self, data_dir: Path, block_size: int = BLOCK_SIZE) -> None:
         if block_size <= 0:
-            raise CoordinatorInvariantError('invariant violated: block_size > 0')
+            raise CoordinatorInvariantError(f"the producer id block size must be positive, got {block_size}")
         self._path = data_dir / _FILE_NAME
         self.block_size = block_size  # public so a test can make blocks run out quickly
         reserved_end = self._read_reserved_end()
@@ -124,5 +124,5 @@ class ProducerIdManager:
             self.finish_reserve(reservation)
         producer_id = self.take_id()
         if producer_id is None:
-            raise CoordinatorInvariantError('invariant violated: producer_id < self._block_end')
+            raise CoordinatorInvariantError(f"no producer id left after reserving a new block (block ends at {self._block_end})")
         return producer_id

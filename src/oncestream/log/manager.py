@@ -32,8 +32,8 @@ from oncestream.errors import (
     InvalidPartitionsError,
     InvalidRequestError,
     InvalidTopicError,
-    KafkaError,
     LogInvariantError,
+    OnceStreamError,
     StorageError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
@@ -91,7 +91,7 @@ def _collision_key(name: str) -> str:
     return name.replace(".", "_")
 
 
-class TopicBeingCreatedError(KafkaError):
+class TopicBeingCreatedError(OnceStreamError):
     """The topic's creation has begun but not finished: LEADER_NOT_AVAILABLE, as Kafka answers
     a Metadata request for a topic whose partitions have no leader yet (clients retry)."""
 

@@ -18,7 +18,7 @@ from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from oncestream.errors import KafkaError
+from oncestream.errors import OnceStreamError
 from oncestream.log.segment import Segment
 from oncestream.protocol.record_batch import parse_header
 from oncestream.protocol.records import decode_batch
@@ -107,7 +107,7 @@ def first_record_at_or_after(batch: bytes, timestamp_ms: int, from_offset: int) 
         for record in decode_batch(batch, verify_crc=False).records:
             if record.timestamp_ms >= timestamp_ms and record.offset >= from_offset:
                 return record.offset, record.timestamp_ms
-    except (KafkaError, ValueError, IndexError, struct.error) as exc:
+    except (OnceStreamError, ValueError, IndexError, struct.error) as exc:
         log.warning("cannot decode batch at offset %d for a timestamp lookup: %s", header.base_offset, exc)
     # Undecodable, or record timestamps that contradict the header: answer at batch granularity.
     return max(header.base_offset, from_offset), header.max_timestamp

@@ -15,7 +15,7 @@ uninterrupted step on the loop (no await between the transaction check and the a
 
 from __future__ import annotations
 
-from oncestream.errors import KafkaError
+from oncestream.errors import OnceStreamError
 from oncestream.log.config import LogConfig
 from oncestream.protocol import record_batch as rb
 from oncestream.protocol.compression import recompress_batch
@@ -35,7 +35,7 @@ def recompressed_records(config: LogConfig, records: bytes) -> bytes | None:
     on any thread, with ``config`` the log's settings when the request arrived."""
     try:
         batches = list(rb.iter_batches(records))
-    except KafkaError:
+    except OnceStreamError:
         return None
     if len(batches) != 1:
         return None
@@ -47,5 +47,5 @@ def recompressed_records(config: LogConfig, records: bytes) -> bytes | None:
         return None
     try:
         return recompress_batch(batch, target[0], target[1])
-    except KafkaError:
+    except OnceStreamError:
         return None

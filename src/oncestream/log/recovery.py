@@ -40,7 +40,7 @@ from oncestream.durable_files import (
     fsync_directory,
     write_file_atomically,
 )
-from oncestream.errors import KafkaError, LogInvariantError, StorageError
+from oncestream.errors import LogInvariantError, OnceStreamError, StorageError
 from oncestream.log import compaction
 from oncestream.log.descriptors import SegmentDescriptors
 from oncestream.log.producer_state import ProducerStateManager
@@ -308,7 +308,7 @@ def _batches_from(
             if header.is_control:
                 try:
                     marker = read_control_marker(segment.read(position, position + header.size_bytes))
-                except (KafkaError, ValueError, IndexError, struct.error) as exc:
+                except (OnceStreamError, ValueError, IndexError, struct.error) as exc:
                     # It was validated when written; a batch that no longer decodes is skipped
                     # rather than failing the whole partition.
                     log.error(

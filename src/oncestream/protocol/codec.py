@@ -5,21 +5,32 @@ This module adds the three things kio leaves to the embedder: reading the reques
 by hand because the header version depends on whether the *body* version is flexible, which is
 only known after reading api key and version), framing a response with the right header version
 (ApiVersions always answers with header v0, KIP-511), and ``build`` — constructing a kio dataclass
-from keyword arguments while dropping fields that the chosen version does not have, so that one
-handler can answer every version it supports.
+from keyword arguments, so that one handler can answer every version it supports.
+
+``build`` follows Kafka's generated message classes, which span versions: a field that another
+version of the message has may be left out of this version's object only while it holds its
+default (Kafka's ``write`` throws UnsupportedVersionException for a non-default value the version
+cannot carry: ``UnsupportedFieldVersionError`` here, unless Kafka's schema marks the field
+ignorable: protocol/ignorable_fields.py); a name no version of the message has is a
+misspelling, always refused (``UnknownFieldError``), never silently dropped.
 """
 
 from __future__ import annotations
 
+import datetime
 import functools
+import importlib
 import io
 import struct
-from dataclasses import dataclass, fields
+import uuid
+from dataclasses import MISSING, Field, dataclass, fields
 from typing import Any
 
+from kio.schema.index import schema_name_map
 from kio.serial import entity_reader, entity_writer
 
 from oncestream.protocol.api_keys import API_VERSIONS, API_VERSIONS_KEY
+from oncestream.protocol.ignorable_fields import IGNORABLE_FIELDS
 from oncestream.protocol.length_guard import ArrayLengthError, check_array_lengths
 from oncestream.protocol.schemas import request_class, response_class, response_module  # noqa: F401 (re-exported for handlers)
 from oncestream.protocol.varint import MalformedVarintError, read_uvarint
@@ -119,10 +130,89 @@ def _field_names(cls: type) -> frozenset[str]:
     return frozenset(f.name for f in fields(cls))
 
 
+class UnknownFieldError(TypeError):
+    """``build`` was given a field name that no version of the message has (a misspelling)."""
+
+    def __init__(self, field_name: str, cls: type, version: int) -> None:
+        super().__init__(f"{cls.__name__} has no field {field_name!r} in any version (building version {version})")
+        self.field_name, self.message_class, self.version = field_name, cls, version
+
+
+class UnsupportedFieldVersionError(ValueError):
+    """``build`` was given a non-default value for a field that other versions of the message have
+    but this one does not: answering would silently lose it (Kafka's UnsupportedVersionException)."""
+
+    def __init__(self, field_name: str, cls: type, version: int, value: object) -> None:
+        super().__init__(
+            f"{cls.__name__} version {version} has no field {field_name!r}, "
+            f"so it cannot carry the non-default value {value!r}"
+        )
+        self.field_name, self.message_class, self.version, self.value = field_name, cls, version, value
+
+
+def _is_default(field: Field[Any], value: object) -> bool:
+    """Whether ``value`` is what Kafka would write for this field when nothing was set: the
+    field's declared default, else (Kafka's implicit defaults) null, zero, false or empty."""
+    if value is None:
+        return True  # a nullable field's absence
+    if field.default is not MISSING:
+        return bool(value == field.default)
+    if field.default_factory is not MISSING:
+        return bool(value == field.default_factory())
+    if isinstance(value, uuid.UUID):
+        return value.int == 0
+    return isinstance(value, int | float | str | bytes | tuple | list | datetime.timedelta) and not value
+
+
+def _api_of(cls: type) -> str:
+    """kio's module name of the API a message class belongs to (``kio.schema.<api>.v<N>...``)."""
+    return cls.__module__.split(".")[2]
+
+
+@functools.cache
+def _fields_of_other_versions(cls: type) -> dict[str, Field[Any]]:
+    """The fields other versions of this message (the class of the same name in every version
+    module of the same API) have and this version lacks, by name."""
+    package, _, kind = cls.__module__.rpartition(".")  # kio.schema.<api>.v<N> . request|response
+    api_package = package.rpartition(".")[0]
+    own = _field_names(cls)
+    found: dict[str, Field[Any]] = {}
+    for version in sorted(schema_name_map.get(api_package.rpartition(".")[2], {})):
+        try:
+            module = importlib.import_module(f"{api_package}.v{version}.{kind}")
+        except ImportError:
+            continue
+        other = getattr(module, cls.__name__, None)
+        if other is None or other is cls:
+            continue
+        for f in fields(other):
+            if f.name not in own:
+                found.setdefault(f.name, f)
+    return found
+
+
 def build(cls: type, **values: Any) -> Any:
-    """Construct a kio dataclass, silently dropping fields this version does not have."""
+    """Construct a kio dataclass of one version from keyword arguments meant for every version.
+
+    A field this version lacks is left out when another version has it and the value is its
+    default; a non-default value raises UnsupportedFieldVersionError, a name no version has raises
+    UnknownFieldError.
+    """
     names = _field_names(cls)
-    return cls(**{k: v for k, v in values.items() if k in names})
+    if names.issuperset(values):
+        return cls(**values)  # the common case: nothing to drop
+    others = _fields_of_other_versions(cls)
+    kept: dict[str, Any] = {}
+    for name, value in values.items():
+        if name in names:
+            kept[name] = value
+            continue
+        other = others.get(name)
+        if other is None:
+            raise UnknownFieldError(name, cls, cls.__version__)  # type: ignore[attr-defined]
+        if not _is_default(other, value) and (_api_of(cls), cls.__name__, name) not in IGNORABLE_FIELDS:
+            raise UnsupportedFieldVersionError(name, cls, cls.__version__, value)  # type: ignore[attr-defined]
+    return cls(**kept)
 
 
 def encode_response(api_key: int, api_version: int, correlation_id: int, response: Any) -> bytes:

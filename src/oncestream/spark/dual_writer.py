@@ -163,7 +163,7 @@ class DualWriter:
     def _abort_quietly(self) -> None:
         try:
             self._producer.abort_transaction(_TIMEOUT_S)
-        except Exception:
+        except Exception:  # the original error matters more; recovery aborts later
             log.exception("dual write %s: abort after a failed batch failed", self.transactional_id)
 
     def close(self) -> None:

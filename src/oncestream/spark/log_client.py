@@ -299,7 +299,7 @@ class LogClient:
                         topics=tuple(
                             build(m.ListOffsetsTopic, name=t, partitions=tuple(
                                 build(m.ListOffsetsPartition, partition_index=p, timestamp=timestamp,
-                                      current_leader_epoch=-1, max_num_offsets=1)
+                                      current_leader_epoch=-1)
                                 for p in ps))
                             for t, ps in topics.items()),
                     )

@@ -104,7 +104,7 @@ _BINARY_LIKE = ("binary", "string")
 def _abort_quietly(producer, txn_id: str) -> None:
     try:
         producer.abort_transaction(_TIMEOUT_S)
-    except Exception:
+    except Exception:  # the task's own error is the one to report
         log.exception("%s: could not abort after a failed write", txn_id)
 
 

@@ -183,7 +183,7 @@ class CommandRunner:
             except KsqlError as exc:
                 # Deterministic rejection: every node rejects this command the same way.
                 status = CommandStatus(command_id, offset, CommandState.ERROR, exc.message)
-            except Exception as exc:
+            except Exception as exc:  # a bug while applying must not skip the command
                 log.exception("oncestream sql: applying command %s at offset %d failed", command_id, offset)
                 self._degrade(f"applying the command at offset {offset} ({command_id}) failed: "
                               f"{type(exc).__name__}: {exc}. The server is in degraded mode")

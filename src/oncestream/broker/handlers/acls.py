@@ -11,16 +11,20 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
 from oncestream.broker.authorize import Op, Res, authorize
 from oncestream.broker.state import BrokerState
-from oncestream.errors import KafkaError
+from oncestream.errors import OnceStreamError
 from oncestream.protocol import api_keys as k
 from oncestream.protocol.acl import AclBinding, AclBindingFilter, binding_from_wire
 from oncestream.protocol.codec import RequestHeader, build
 from oncestream.protocol.schemas import response_module
+
+if TYPE_CHECKING:
+    from oncestream.protocol.request_types import CreateAclsRequest, DeleteAclsRequest, DescribeAclsRequest
 
 _ZERO = datetime.timedelta(0)
 
@@ -30,7 +34,7 @@ async def _persist(state: BrokerState, acls: list[AclBinding]) -> None:
     await asyncio.get_running_loop().run_in_executor(state.disk_executor, state.acl_store.save, acls)
 
 
-async def handle_create(state: BrokerState, header: RequestHeader, request) -> object:
+async def handle_create(state: BrokerState, header: RequestHeader, request: CreateAclsRequest) -> object:
     m = response_module(k.CREATE_ACLS, header.api_version)
 
     def result(code: ErrorCode, message: str | None = None):
@@ -48,7 +52,7 @@ async def handle_create(state: BrokerState, header: RequestHeader, request) -> o
                 valid.append(binding_from_wire(c.resource_type, c.resource_name, c.resource_pattern_type,
                                                c.principal, c.host, c.operation, c.permission_type))
                 answers.append(result(ErrorCode.none))
-            except KafkaError as exc:
+            except OnceStreamError as exc:
                 answers.append(result(exc.code, str(exc)))
         if valid:
             async with state.acl_write_lock:
@@ -71,7 +75,7 @@ def _filter_of(f, name_attr: str = "resource_name_filter") -> AclBindingFilter:
                                       f.principal_filter, f.host_filter, f.operation, f.permission_type)
 
 
-def handle_describe(state: BrokerState, header: RequestHeader, request) -> object:
+def handle_describe(state: BrokerState, header: RequestHeader, request: DescribeAclsRequest) -> object:
     m = response_module(k.DESCRIBE_ACLS, header.api_version)
 
     def answer(code: ErrorCode, message: str | None = None, resources: tuple = ()):
@@ -84,7 +88,7 @@ def handle_describe(state: BrokerState, header: RequestHeader, request) -> objec
         return answer(ErrorCode.cluster_authorization_failed)
     try:
         acl_filter = _filter_of(request)
-    except KafkaError as exc:
+    except OnceStreamError as exc:
         return answer(exc.code, str(exc))
     by_resource: dict[tuple, list[AclBinding]] = {}
     for acl in state.authorizer.matching(acl_filter):
@@ -98,7 +102,7 @@ def handle_describe(state: BrokerState, header: RequestHeader, request) -> objec
     return answer(ErrorCode.none, None, resources)
 
 
-async def handle_delete(state: BrokerState, header: RequestHeader, request) -> object:
+async def handle_delete(state: BrokerState, header: RequestHeader, request: DeleteAclsRequest) -> object:
     m = response_module(k.DELETE_ACLS, header.api_version)
 
     def filter_result(code: ErrorCode, message: str | None = None, matching: tuple = ()):
@@ -117,7 +121,7 @@ async def handle_delete(state: BrokerState, header: RequestHeader, request) -> o
         for f in request.filters:
             try:
                 matched = authorizer.matching(_filter_of(f))
-            except KafkaError as exc:
+            except OnceStreamError as exc:
                 per_filter.append((exc.code, str(exc), []))
                 continue
             per_filter.append((ErrorCode.none, None, matched))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import struct
+from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
@@ -11,6 +12,9 @@ from oncestream.broker.state import BrokerState
 from oncestream.protocol.api_keys import API_VERSIONS, API_VERSIONS_KEY, FEATURES
 from oncestream.protocol.codec import RequestHeader, build
 from oncestream.protocol.schemas import response_module
+
+if TYPE_CHECKING:
+    from oncestream.protocol.request_types import ApiVersionsRequest
 
 
 def finalized_levels(state: BrokerState) -> dict[str, int]:
@@ -27,7 +31,7 @@ def finalized_levels(state: BrokerState) -> dict[str, int]:
     return levels
 
 
-def handle(state: BrokerState, header: RequestHeader, request: object) -> object:
+def handle(state: BrokerState, header: RequestHeader, request: ApiVersionsRequest) -> object:
     m = response_module(API_VERSIONS_KEY, header.api_version)
     keys = tuple(
         build(m.ApiVersion, api_key=key, min_version=lo, max_version=hi)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import datetime
 import logging
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
@@ -27,13 +27,16 @@ from oncestream.broker.authorize import Op, Res, authorize
 from oncestream.broker.disk_step import run_disk_step
 from oncestream.broker.dynamic_config import ConfigEntry
 from oncestream.broker.state import BrokerState
-from oncestream.errors import InvalidRequestError, KafkaError, UnknownTopicOrPartitionError
+from oncestream.errors import InvalidRequestError, OnceStreamError, UnknownTopicOrPartitionError
 from oncestream.log.config import LogConfig
 from oncestream.log.manager import validate_topic_name
 from oncestream.protocol.api_keys import ALTER_CONFIGS, DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS
 from oncestream.protocol.codec import RequestHeader, build
 from oncestream.protocol.config_resources import RESOURCE_BROKER, RESOURCE_TOPIC
 from oncestream.protocol.schemas import response_module
+
+if TYPE_CHECKING:
+    from oncestream.protocol.request_types import AlterConfigsRequest, DescribeConfigsRequest, IncrementalAlterConfigsRequest
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +72,7 @@ def _describe_entries(state: BrokerState, request, res) -> list[ConfigEntry]:
     raise InvalidRequestError(f"Unsupported resource type: {res.resource_type}")
 
 
-def handle_describe(state: BrokerState, header: RequestHeader, request) -> object:
+def handle_describe(state: BrokerState, header: RequestHeader, request: DescribeConfigsRequest) -> object:
     m = response_module(DESCRIBE_CONFIGS, header.api_version)
     results = []
     for res in request.resources:
@@ -80,7 +83,7 @@ def handle_describe(state: BrokerState, header: RequestHeader, request) -> objec
         else:
             try:
                 entries = _describe_entries(state, request, res)
-            except KafkaError as exc:
+            except OnceStreamError as exc:
                 error, message = exc.code, str(exc)
         configs = tuple(
             build(
@@ -89,7 +92,6 @@ def handle_describe(state: BrokerState, header: RequestHeader, request) -> objec
                 value=e.value,
                 read_only=e.read_only,
                 config_source=int(e.source),
-                is_default=e.is_default,
                 is_sensitive=e.sensitive,
                 synonyms=tuple(build(m.DescribeConfigsSynonym, name=n, value=v, source=int(s)) for n, v, s in e.synonyms),
                 config_type=int(e.type),
@@ -136,7 +138,7 @@ async def _apply_broker_configs(state: BrokerState, resource_name: str,
         # The whole result must still make valid topic defaults before anything is written.
         try:
             LogConfig.from_broker_configs(updated.effective())
-        except KafkaError as exc:
+        except OnceStreamError as exc:
             raise InvalidRequestError(str(exc)) from None
         await run_disk_step(
             state, lambda: updated.save(state.data_dir, state.disk_fsync),
@@ -177,7 +179,7 @@ async def _alter(state: BrokerState, request, ops_of: Callable[[Any], list[tuple
             if (res.resource_type, res.resource_name) in repeated:
                 raise InvalidRequestError("Each resource must appear at most once.")
             if (denied := _denied(state, Op.ALTER_CONFIGS, res)) is not None:
-                raise KafkaError(denied[1], code=denied[0])
+                raise OnceStreamError(denied[1], code=denied[0])
             ops = ops_of(res)
             if res.resource_type == RESOURCE_TOPIC:
                 current = _topic_overrides(state, res.resource_name)  # the topic must exist
@@ -188,13 +190,13 @@ async def _alter(state: BrokerState, request, ops_of: Callable[[Any], list[tuple
                 await _apply_broker_configs(state, res.resource_name, _broker_layer(ops, replace), request.validate_only)
             else:
                 raise InvalidRequestError(f"Unknown resource type {res.resource_type}")
-        except KafkaError as exc:
+        except OnceStreamError as exc:
             error, message = exc.code, str(exc)
         results.append((res, error, message))
     return results
 
 
-async def handle_alter(state: BrokerState, header: RequestHeader, request) -> object:
+async def handle_alter(state: BrokerState, header: RequestHeader, request: AlterConfigsRequest) -> object:
     m = response_module(ALTER_CONFIGS, header.api_version)
 
     def as_sets(res) -> list[tuple[str, int, str | None]]:
@@ -206,7 +208,7 @@ async def handle_alter(state: BrokerState, header: RequestHeader, request) -> ob
     return build(m.AlterConfigsResponse, throttle_time=datetime.timedelta(0), responses=_alter_response(m, results))
 
 
-async def handle_incremental_alter(state: BrokerState, header: RequestHeader, request) -> object:
+async def handle_incremental_alter(state: BrokerState, header: RequestHeader, request: IncrementalAlterConfigsRequest) -> object:
     m = response_module(INCREMENTAL_ALTER_CONFIGS, header.api_version)
 
     def as_ops(res) -> list[tuple[str, int, str | None]]:

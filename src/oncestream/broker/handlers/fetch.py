@@ -16,20 +16,24 @@ to send full fetch requests, as the protocol allows. KIP-227's rules for the req
 from __future__ import annotations
 
 import asyncio
+from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
 from oncestream.broker.authorize import Op, Res, authorize
 from oncestream.broker.state import BrokerState
-from oncestream.errors import KafkaError, TopicAuthorizationFailedError
+from oncestream.errors import OnceStreamError, TopicAuthorizationFailedError
 from oncestream.protocol.codec import RequestHeader
 from oncestream.protocol.fetch_response import PartitionFetchResult, encode_fetch_response
+
+if TYPE_CHECKING:
+    from oncestream.protocol.request_types import FetchRequest
 
 READ_COMMITTED = 1
 FINAL_EPOCH, INITIAL_EPOCH = -1, 0
 
 
-async def handle(state: BrokerState, header: RequestHeader, request) -> list:
+async def handle(state: BrokerState, header: RequestHeader, request: FetchRequest) -> list:
     """Answer with pre-framed buffers (see protocol/fetch_response.py for why)."""
     # v4-v6 requests carry no session fields (kio's request has no such attribute): full fetch.
     if getattr(request, "session_epoch", FINAL_EPOCH) not in (FINAL_EPOCH, INITIAL_EPOCH):
@@ -43,7 +47,7 @@ async def handle(state: BrokerState, header: RequestHeader, request) -> list:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max_wait_ms / 1000
     # READ on each topic, decided once per request (Kafka's Fetch check).
-    denied = {t.topic for t in request.topics if not authorize(state, Op.READ, Res.TOPIC, t.topic)}
+    denied: set[str] = {t.topic for t in request.topics if not authorize(state, Op.READ, Res.TOPIC, t.topic)}
     wanted = [(t.topic, p.partition) for t in request.topics for p in t.partitions if t.topic not in denied]
     while True:
         topics_out, total_bytes, any_error = _read_once(state, request, denied)
@@ -59,7 +63,7 @@ async def handle(state: BrokerState, header: RequestHeader, request) -> list:
             state.notifier.discard(waiter, wanted)
 
 
-def _read_once(state: BrokerState, request, denied: set[str]) -> tuple[list, int, bool]:
+def _read_once(state: BrokerState, request: FetchRequest, denied: set[str]) -> tuple[list, int, bool]:
     read_committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
     # The broker's fetch.max.bytes bounds every response, whatever the request asks for (Kafka's
     # rule); the first batch is still returned whole, so a consumer always makes progress.
@@ -91,7 +95,7 @@ def _read_once(state: BrokerState, request, denied: set[str]) -> tuple[list, int
                     min_one=(total == 0),
                     with_aborted=read_committed,
                 )
-            except KafkaError as exc:
+            except OnceStreamError as exc:
                 result.error_code = exc.code
                 any_error = True
             else:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
@@ -34,6 +35,10 @@ from oncestream.protocol.codec import RequestHeader, build
 from oncestream.protocol.schemas import response_module
 from oncestream.topic_partition import TopicPartition
 
+if TYPE_CHECKING:
+    # The wire requests, apart from the coordinator's own request types of the same names.
+    from oncestream.protocol import request_types as wire
+
 _ZERO = datetime.timedelta(0)
 KEY_TYPE_GROUP = 0
 KEY_TYPE_TRANSACTION = 1
@@ -43,13 +48,13 @@ def _ms(delta: datetime.timedelta) -> int:
     return int(delta.total_seconds() * 1000)
 
 
-def handle_find_coordinator(state: BrokerState, header: RequestHeader, request) -> object:
+def handle_find_coordinator(state: BrokerState, header: RequestHeader, request: wire.FindCoordinatorRequest) -> object:
     m = response_module(k.FIND_COORDINATOR, header.api_version)
     # The endpoint of the listener this request came in on, as Kafka answers.
     host, port = state.config.advertised_for(current_session().listener_name)
     node_id = state.config.node_id
     key_type = getattr(request, "key_type", KEY_TYPE_GROUP)
-    keys = request.coordinator_keys if hasattr(request, "coordinator_keys") else (request.key,)
+    keys = (request.key,) if hasattr(request, "key") else request.coordinator_keys
     error = ErrorCode.none
     if key_type not in (KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION):
         error = ErrorCode.invalid_request
@@ -73,7 +78,7 @@ def handle_find_coordinator(state: BrokerState, header: RequestHeader, request) 
                                       host=host if key_ok else "", port=port if key_ok else -1,
                                       error_code=key_err, error_message=None))
         return build(m.FindCoordinatorResponse, throttle_time=_ZERO, coordinators=tuple(coordinators))
-    error = key_error(request.key)
+    error = key_error(keys[0])  # versions before 4 (KIP-699) carry exactly one key
     ok = error == ErrorCode.none
     return build(
         m.FindCoordinatorResponse,
@@ -86,7 +91,7 @@ def handle_find_coordinator(state: BrokerState, header: RequestHeader, request) 
     )
 
 
-async def handle_join_group(state: BrokerState, header: RequestHeader, request) -> object:
+async def handle_join_group(state: BrokerState, header: RequestHeader, request: wire.JoinGroupRequest) -> object:
     m = response_module(k.JOIN_GROUP, header.api_version)
     if not authorize(state, Op.READ, Res.GROUP, request.group_id):
         return build(m.JoinGroupResponse, throttle_time=_ZERO, error_code=ErrorCode.group_authorization_failed,
@@ -131,7 +136,7 @@ async def handle_join_group(state: BrokerState, header: RequestHeader, request) 
     )
 
 
-async def handle_sync_group(state: BrokerState, header: RequestHeader, request) -> object:
+async def handle_sync_group(state: BrokerState, header: RequestHeader, request: wire.SyncGroupRequest) -> object:
     m = response_module(k.SYNC_GROUP, header.api_version)
     if not authorize(state, Op.READ, Res.GROUP, request.group_id):
         return build(m.SyncGroupResponse, throttle_time=_ZERO, error_code=ErrorCode.group_authorization_failed,
@@ -161,7 +166,7 @@ async def handle_sync_group(state: BrokerState, header: RequestHeader, request) 
     )
 
 
-def handle_heartbeat(state: BrokerState, header: RequestHeader, request) -> object:
+def handle_heartbeat(state: BrokerState, header: RequestHeader, request: wire.HeartbeatRequest) -> object:
     m = response_module(k.HEARTBEAT, header.api_version)
     if not authorize(state, Op.READ, Res.GROUP, request.group_id):
         return build(m.HeartbeatResponse, throttle_time=_ZERO, error_code=ErrorCode.group_authorization_failed)
@@ -180,7 +185,7 @@ def handle_heartbeat(state: BrokerState, header: RequestHeader, request) -> obje
     return build(m.HeartbeatResponse, throttle_time=_ZERO, error_code=result.error)
 
 
-def handle_leave_group(state: BrokerState, header: RequestHeader, request) -> object:
+def handle_leave_group(state: BrokerState, header: RequestHeader, request: wire.LeaveGroupRequest) -> object:
     m = response_module(k.LEAVE_GROUP, header.api_version)
     if not authorize(state, Op.READ, Res.GROUP, request.group_id):
         return build(m.LeaveGroupResponse, throttle_time=_ZERO, error_code=ErrorCode.group_authorization_failed, members=())
@@ -208,7 +213,7 @@ def handle_leave_group(state: BrokerState, header: RequestHeader, request) -> ob
     return build(m.LeaveGroupResponse, throttle_time=_ZERO, error_code=error, members=members)
 
 
-def handle_offset_commit(state: BrokerState, header: RequestHeader, request) -> object:
+def handle_offset_commit(state: BrokerState, header: RequestHeader, request: wire.OffsetCommitRequest) -> object:
     m = response_module(k.OFFSET_COMMIT, header.api_version)
     svc = state.groups
     offsets: dict[TopicPartition, PartitionOffsetCommit] = {}
@@ -291,7 +296,7 @@ def _fetch_one_group(state: BrokerState, group_id: str, topics, require_stable: 
     return result.error, by_topic
 
 
-def handle_offset_fetch(state: BrokerState, header: RequestHeader, request) -> object:
+def handle_offset_fetch(state: BrokerState, header: RequestHeader, request: wire.OffsetFetchRequest) -> object:
     m = response_module(k.OFFSET_FETCH, header.api_version)
     require_stable = getattr(request, "require_stable", False)
 
@@ -337,7 +342,7 @@ def handle_offset_fetch(state: BrokerState, header: RequestHeader, request) -> o
     )
 
 
-def handle_describe_groups(state: BrokerState, header: RequestHeader, request) -> object:
+def handle_describe_groups(state: BrokerState, header: RequestHeader, request: wire.DescribeGroupsRequest) -> object:
     m = response_module(k.DESCRIBE_GROUPS, header.api_version)
     permitted = [g for g in request.groups if authorize(state, Op.DESCRIBE, Res.GROUP, g)]
     descriptions = state.groups.coordinator.describe_groups(permitted, state.now_ms(), mono_ms=state.mono_ms())
@@ -375,7 +380,7 @@ def handle_describe_groups(state: BrokerState, header: RequestHeader, request) -
     return build(m.DescribeGroupsResponse, throttle_time=_ZERO, groups=groups + refused)
 
 
-def handle_list_groups(state: BrokerState, header: RequestHeader, request) -> object:
+def handle_list_groups(state: BrokerState, header: RequestHeader, request: wire.ListGroupsRequest) -> object:
     m = response_module(k.LIST_GROUPS, header.api_version)
     result = state.groups.coordinator.list_groups(
         states_filter=tuple(getattr(request, "states_filter", ())),
@@ -391,7 +396,7 @@ def handle_list_groups(state: BrokerState, header: RequestHeader, request) -> ob
     return build(m.ListGroupsResponse, throttle_time=_ZERO, error_code=result.error, groups=groups)
 
 
-def handle_delete_groups(state: BrokerState, header: RequestHeader, request) -> object:
+def handle_delete_groups(state: BrokerState, header: RequestHeader, request: wire.DeleteGroupsRequest) -> object:
     m = response_module(k.DELETE_GROUPS, header.api_version)
     permitted = [g for g in request.groups_names if authorize(state, Op.DELETE, Res.GROUP, g)]
     result, writes = state.groups.coordinator.delete_groups(permitted, state.now_ms(), mono_ms=state.mono_ms())
@@ -407,7 +412,7 @@ def handle_delete_groups(state: BrokerState, header: RequestHeader, request) -> 
     )
 
 
-def handle_offset_delete(state: BrokerState, header: RequestHeader, request) -> object:
+def handle_offset_delete(state: BrokerState, header: RequestHeader, request: wire.OffsetDeleteRequest) -> object:
     m = response_module(k.OFFSET_DELETE, header.api_version)
     if not authorize(state, Op.DELETE, Res.GROUP, request.group_id):
         return build(m.OffsetDeleteResponse, error_code=ErrorCode.group_authorization_failed, throttle_time=_ZERO,

@@ -4,15 +4,19 @@
 from __future__ import annotations
 
 import datetime
+from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
 from oncestream.broker.authorize import Op, Res, authorize
 from oncestream.broker.state import BrokerState
-from oncestream.errors import KafkaError, TopicAuthorizationFailedError
+from oncestream.errors import OnceStreamError, TopicAuthorizationFailedError
 from oncestream.protocol.api_keys import LIST_OFFSETS
 from oncestream.protocol.codec import RequestHeader, build
 from oncestream.protocol.schemas import response_module
+
+if TYPE_CHECKING:
+    from oncestream.protocol.request_types import ListOffsetsRequest
 
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
@@ -20,7 +24,7 @@ MAX_TIMESTAMP = -3  # KIP-734, ListOffsets v7+
 READ_COMMITTED = 1
 
 
-def handle(state: BrokerState, header: RequestHeader, request) -> object:
+def handle(state: BrokerState, header: RequestHeader, request: ListOffsetsRequest) -> object:
     m = response_module(LIST_OFFSETS, header.api_version)
     read_committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
     topics_out = []
@@ -34,7 +38,7 @@ def handle(state: BrokerState, header: RequestHeader, request) -> object:
                 if not allowed:
                     raise TopicAuthorizationFailedError(t.name)
                 plog = state.logs.get(t.name, p.partition_index)
-            except KafkaError as exc:
+            except OnceStreamError as exc:
                 error = exc.code
             else:
                 if p.timestamp == EARLIEST_TIMESTAMP:
@@ -61,7 +65,8 @@ def handle(state: BrokerState, header: RequestHeader, request) -> object:
                     error_code=error,
                     timestamp=timestamp,
                     offset=offset,
-                    leader_epoch=0 if error == ErrorCode.none else -1,
+                    # LeaderEpoch is v4+ and not ignorable: earlier versions get the default.
+                    leader_epoch=0 if error == ErrorCode.none and header.api_version >= 4 else -1,
                 )
             )
         topics_out.append(build(m.ListOffsetsTopicResponse, name=t.name, partitions=tuple(parts_out)))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import uuid
+from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
@@ -11,30 +12,35 @@ from oncestream.broker.authorize import Op, Res, authorize, authorized_operation
 from oncestream.broker.connection_context import current_session
 from oncestream.broker.state import BrokerState
 from oncestream.broker.topic_creation import auto_create_topic
-from oncestream.errors import KafkaError
+from oncestream.errors import OnceStreamError
 from oncestream.protocol.acl import CLUSTER_NAME
 from oncestream.protocol.api_keys import METADATA
 from oncestream.protocol.codec import RequestHeader, build
 from oncestream.protocol.schemas import response_module
 
+if TYPE_CHECKING:
+    from oncestream.protocol.request_types import MetadataRequest
+
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 
 
-async def handle(state: BrokerState, header: RequestHeader, request) -> object:
+async def handle(state: BrokerState, header: RequestHeader, request: MetadataRequest) -> object:
     m = response_module(METADATA, header.api_version)
     node_id = state.config.node_id
     topics = state.logs.topics()
     requested = request.topics
+    names: list[str | None]
     if requested is None or (header.api_version == 0 and not requested):
         # All topics: only those the principal may DESCRIBE, as Kafka lists them.
-        names = sorted(name for name in topics if authorize(state, Op.DESCRIBE, Res.TOPIC, name))
+        names = [name for name in sorted(topics) if authorize(state, Op.DESCRIBE, Res.TOPIC, name)]
     else:
         by_id = {info.topic_id: name for name, info in topics.items()}
         names = []
         for t in requested:
-            name = t.name
-            if name is None and getattr(t, "topic_id", None) is not None:
-                name = by_id.get(t.topic_id)
+            name: str | None = t.name
+            topic_id = getattr(t, "topic_id", None)  # v10+ (KIP-516) may name a topic by id only
+            if name is None and topic_id is not None:
+                name = by_id.get(topic_id)
             names.append(name)
     auto_create = state.config.auto_create_topics_enable and getattr(
         request, "allow_auto_topic_creation", True
@@ -57,9 +63,9 @@ async def handle(state: BrokerState, header: RequestHeader, request) -> object:
                     # Off the event loop (issue 10): file creation and fsyncs run on disk threads.
                     info = await auto_create_topic(state, name, state.config.num_partitions, {})
                     topics = state.logs.topics()
-                except KafkaError as exc:
+                except OnceStreamError as exc:
                     error = exc.code
-        if info is None:
+        if info is None or name is None:  # (a topic found is always found by a name)
             if error == ErrorCode.none:
                 error = ErrorCode.unknown_topic_or_partition
             out.append(

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
 from oncestream.broker.authorize import Op, Res, authorize
 from oncestream.broker.state import BrokerState
 from oncestream.coordinator.txn import TopicPartition
-from oncestream.errors import KafkaError, StorageError
+from oncestream.errors import OnceStreamError, StorageError
 from oncestream.log.config import LogConfig
 from oncestream.log.partition_log import PartitionLog
 from oncestream.log.recompression import recompressed_records
@@ -24,11 +25,14 @@ from oncestream.protocol.codec import RequestHeader, build
 from oncestream.protocol.record_batch import BatchHeader, iter_batches
 from oncestream.protocol.schemas import response_module
 
+if TYPE_CHECKING:
+    from oncestream.protocol.request_types import ProduceRequest
+
 _VALID_ACKS = (0, 1, -1)
 _IN_SYNC_REPLICAS = 1  # a single node: every partition's ISR is this broker
 
 
-async def handle(state: BrokerState, header: RequestHeader, request) -> object | None:
+async def handle(state: BrokerState, header: RequestHeader, request: ProduceRequest) -> object | None:
     m = response_module(PRODUCE, header.api_version)
     rewritten = await _recompress_ahead(state, request) if request.acks in _VALID_ACKS else {}
     now_ms = state.now_ms()
@@ -45,7 +49,7 @@ async def handle(state: BrokerState, header: RequestHeader, request) -> object |
         parts: list[dict] = []
         topic_denied = not authorize(state, Op.WRITE, Res.TOPIC, topic.name)
         for part in topic.partition_data:
-            answer = {"index": part.index, "error_code": ErrorCode.none, "error_message": None,
+            answer: dict[str, Any] = {"index": part.index, "error_code": ErrorCode.none, "error_message": None,
                       "base_offset": -1, "log_start_offset": -1, "log_append_time": None}
             if acks not in _VALID_ACKS:
                 answer["error_code"] = ErrorCode.invalid_required_acks
@@ -64,11 +68,11 @@ async def handle(state: BrokerState, header: RequestHeader, request) -> object |
                     if acks == -1 and plog.config.min_insync_replicas > _IN_SYNC_REPLICAS:
                         # Kafka's Partition.appendRecordsToLeader: fewer in-sync replicas than
                         # min.insync.replicas refuses acks=all writes (acks 0 and 1 go through).
-                        raise KafkaError(
+                        raise OnceStreamError(
                             f"the in-sync replicas ({_IN_SYNC_REPLICAS}) are fewer than "
                             f"min.insync.replicas={plog.config.min_insync_replicas}", code=ErrorCode.not_enough_replicas)
                     result = plog.append(records, now_ms)
-                except KafkaError as exc:
+                except OnceStreamError as exc:
                     answer["error_code"], answer["error_message"] = exc.code, str(exc)
                 else:
                     answer["base_offset"] = result.base_offset
@@ -114,7 +118,7 @@ async def _recompress_ahead(state: BrokerState, request) -> dict[tuple[str, int]
         for part in topic.partition_data:
             try:
                 config = state.logs.get(topic.name, part.index).config
-            except KafkaError:
+            except OnceStreamError:
                 continue
             if part.records is not None and config.target_compression is not None:
                 jobs.append(((topic.name, part.index), config, part.records))
@@ -140,7 +144,7 @@ def _check_batches(
     for every read_committed reader. The CRC is checked later, by the log."""
     try:
         headers = [batch_header for batch_header, _ in iter_batches(records, verify_crc=False)]
-    except KafkaError as exc:
+    except OnceStreamError as exc:
         return exc.code, str(exc)
     if len(headers) == 1 or header.api_version < 12:
         # v12 adds the partition to the transaction as a side effect: only for a valid request.
@@ -189,7 +193,7 @@ async def _flush_all(state: BrokerState, waiting: list[tuple[PartitionLog, dict]
     outcomes = await asyncio.gather(*futures, return_exceptions=True)
     for (_, answer), outcome in zip(waiting, outcomes):
         if isinstance(outcome, BaseException):
-            if not isinstance(outcome, KafkaError):
+            if not isinstance(outcome, OnceStreamError):
                 raise outcome
             answer["error_code"], answer["error_message"] = StorageError.code, f"not durable: {outcome}"
             answer["base_offset"], answer["log_append_time"] = -1, None

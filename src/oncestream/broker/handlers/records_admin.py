@@ -12,17 +12,21 @@ from __future__ import annotations
 import asyncio
 import datetime
 import logging
+from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
 from oncestream.broker.authorize import Op, Res, authorize
 from oncestream.broker.state import BrokerState
-from oncestream.errors import KafkaError, TopicAuthorizationFailedError, UnknownTopicOrPartitionError
+from oncestream.errors import OnceStreamError, TopicAuthorizationFailedError, UnknownTopicOrPartitionError
 from oncestream.log.log_start import LogStartMove
 from oncestream.log.partition_log import PartitionLog
 from oncestream.protocol.api_keys import DELETE_RECORDS
 from oncestream.protocol.codec import RequestHeader, build
 from oncestream.protocol.schemas import response_module
+
+if TYPE_CHECKING:
+    from oncestream.protocol.request_types import DeleteRecordsRequest
 
 log = logging.getLogger(__name__)
 
@@ -44,13 +48,13 @@ def _finish_later(state: BrokerState, partition_log: PartitionLog, move: LogStar
         return  # the segments stay below the log start until the next DeleteRecords or retention
     try:
         partition_log.finish_delete_records(move)
-    except KafkaError as exc:
+    except OnceStreamError as exc:
         log.warning("%s: deleting segments below the log start failed: %s", partition_log.directory, exc)
         return
     state.remove_deleted_files_in_background(partition_log)
 
 
-async def handle_delete_records(state: BrokerState, header: RequestHeader, request) -> object:
+async def handle_delete_records(state: BrokerState, header: RequestHeader, request: DeleteRecordsRequest) -> object:
     m = response_module(DELETE_RECORDS, header.api_version)
     topics_out = []
     for t in request.topics:
@@ -71,7 +75,7 @@ async def handle_delete_records(state: BrokerState, header: RequestHeader, reque
                     partition_log.finish_delete_records(move)
                     await state.remove_deleted_files(partition_log)
                 low = partition_log.log_start_offset
-            except KafkaError as exc:
+            except OnceStreamError as exc:
                 error = exc.code
             parts_out.append(
                 build(m.DeleteRecordsPartitionResult, partition_index=p.partition_index, low_watermark=low, error_code=error)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import struct
+from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
@@ -18,10 +19,13 @@ from oncestream.broker.connection_context import current_session
 from oncestream.broker.sasl.errors import SaslAuthenticationError
 from oncestream.broker.sasl.exchange import SaslExchange, current_exchange
 from oncestream.broker.state import BrokerState
-from oncestream.errors import KafkaError
+from oncestream.errors import OnceStreamError
 from oncestream.protocol.api_keys import SASL_AUTHENTICATE, SASL_HANDSHAKE
 from oncestream.protocol.codec import RequestHeader, build
 from oncestream.protocol.schemas import response_module
+
+if TYPE_CHECKING:
+    from oncestream.protocol.request_types import SaslAuthenticateRequest, SaslHandshakeRequest
 
 
 def exchange_of(state: BrokerState) -> SaslExchange:
@@ -30,7 +34,7 @@ def exchange_of(state: BrokerState) -> SaslExchange:
     return current_exchange(state.sasl_for(session.listener_name), session)
 
 
-def handle_handshake(state: BrokerState, header: RequestHeader, request) -> object:
+def handle_handshake(state: BrokerState, header: RequestHeader, request: SaslHandshakeRequest) -> object:
     m = response_module(SASL_HANDSHAKE, header.api_version)
     exchange = exchange_of(state)
     error = ErrorCode.none
@@ -41,7 +45,7 @@ def handle_handshake(state: BrokerState, header: RequestHeader, request) -> obje
     else:
         try:
             exchange.handshake(str(request.mechanism), header.api_version)
-        except KafkaError as exc:
+        except OnceStreamError as exc:
             error = exc.code
     return build(m.SaslHandshakeResponse, error_code=error, mechanisms=exchange.settings.enabled_mechanisms)
 
@@ -52,7 +56,7 @@ async def _delay_failure(exchange: SaslExchange) -> None:
         await asyncio.sleep(delay_ms / 1000)
 
 
-async def handle_authenticate(state: BrokerState, header: RequestHeader, request) -> object:
+async def handle_authenticate(state: BrokerState, header: RequestHeader, request: SaslAuthenticateRequest) -> object:
     m = response_module(SASL_AUTHENTICATE, header.api_version)
     exchange = exchange_of(state)
     now_ms = state.mono_ms()
@@ -63,7 +67,7 @@ async def handle_authenticate(state: BrokerState, header: RequestHeader, request
     else:
         try:
             reply = exchange.authenticate(bytes(request.auth_bytes), now_ms)
-        except KafkaError as exc:
+        except OnceStreamError as exc:
             error, message = exc.code, str(exc)
     return build(m.SaslAuthenticateResponse, error_code=error, error_message=message, auth_bytes=reply,
                  session_lifetime=datetime.timedelta(milliseconds=exchange.session_lifetime_ms(now_ms)))

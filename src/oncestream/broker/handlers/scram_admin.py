@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime
 from collections import Counter
+from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
@@ -29,8 +30,11 @@ from oncestream.protocol.api_keys import ALTER_USER_SCRAM_CREDENTIALS, DESCRIBE_
 from oncestream.protocol.codec import RequestHeader, build
 from oncestream.protocol.schemas import response_module
 
+if TYPE_CHECKING:
+    from oncestream.protocol.request_types import AlterUserScramCredentialsRequest, DescribeUserScramCredentialsRequest
 
-def handle_describe(state: BrokerState, header: RequestHeader, request) -> object:
+
+def handle_describe(state: BrokerState, header: RequestHeader, request: DescribeUserScramCredentialsRequest) -> object:
     m = response_module(DESCRIBE_USER_SCRAM_CREDENTIALS, header.api_version)
     if not authorize(state, Op.DESCRIBE, Res.CLUSTER):
         refused = ErrorCode.cluster_authorization_failed
@@ -83,7 +87,7 @@ def _user_error(state: BrokerState, user: str, entries: list) -> tuple[ErrorCode
     return None
 
 
-def handle_alter(state: BrokerState, header: RequestHeader, request) -> object:
+def handle_alter(state: BrokerState, header: RequestHeader, request: AlterUserScramCredentialsRequest) -> object:
     m = response_module(ALTER_USER_SCRAM_CREDENTIALS, header.api_version)
     by_user: dict[str, list] = {}
     for d in request.deletions:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime
 import logging
 import uuid
+from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
@@ -15,11 +16,14 @@ from oncestream.broker.disk_step import run_disk_step
 from oncestream.broker.handlers.metadata import INTERNAL_TOPICS
 from oncestream.broker.state import BrokerState
 from oncestream.broker.topic_creation import run_creation
-from oncestream.errors import KafkaError, StorageError
+from oncestream.errors import OnceStreamError, StorageError
 from oncestream.log.config import LogConfig
 from oncestream.protocol.api_keys import CREATE_PARTITIONS, CREATE_TOPICS, DELETE_TOPICS
 from oncestream.protocol.codec import RequestHeader, build
 from oncestream.protocol.schemas import response_module
+
+if TYPE_CHECKING:
+    from oncestream.protocol.request_types import CreatePartitionsRequest, CreateTopicsRequest, DeleteTopicsRequest
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +59,7 @@ def _created_configs(m, state: BrokerState, name: str, configs: dict[str, str], 
     }
 
 
-async def handle_create(state: BrokerState, header: RequestHeader, request) -> object:
+async def handle_create(state: BrokerState, header: RequestHeader, request: CreateTopicsRequest) -> object:
     m = response_module(CREATE_TOPICS, header.api_version)
     results = []
     too_many = sum(max(_requested_partitions(state, t), 0) for t in request.topics) > MAX_PARTITIONS_PER_REQUEST
@@ -90,7 +94,7 @@ async def handle_create(state: BrokerState, header: RequestHeader, request) -> o
                     topic_id = (await run_creation(state, creation)).topic_id
                 else:
                     granted += num_partitions
-            except KafkaError as exc:
+            except OnceStreamError as exc:
                 error, message = exc.code, str(exc)
         results.append(
             build(
@@ -107,12 +111,13 @@ async def handle_create(state: BrokerState, header: RequestHeader, request) -> o
     return build(m.CreateTopicsResponse, throttle_time=datetime.timedelta(0), topics=tuple(results))
 
 
-async def handle_delete(state: BrokerState, header: RequestHeader, request) -> object:
+async def handle_delete(state: BrokerState, header: RequestHeader, request: DeleteTopicsRequest) -> object:
     m = response_module(DELETE_TOPICS, header.api_version)
+    wanted: list[tuple[str | None, uuid.UUID | None]]
     if hasattr(request, "topic_names"):
         wanted = [(name, None) for name in request.topic_names]
     else:
-        wanted = [(t.name, t.topic_id) for t in request.topics]
+        wanted = [(t.name, t.topic_id) for t in request.topics]  # kio reads the zero uuid as None
     results = []
     for name, topic_id in wanted:
         error, message = ErrorCode.none, None
@@ -121,6 +126,8 @@ async def handle_delete(state: BrokerState, header: RequestHeader, request) -> o
             name = next((n for n, info in topics.items() if info.topic_id == topic_id), None)
             if name is None:
                 error = ErrorCode.unknown_topic_id
+        elif name is None:  # v6+: a topic entry with neither a name nor an id (Kafka's controller)
+            error, message = ErrorCode.invalid_request, "neither a topic name nor a topic id was given"
         if error == ErrorCode.none and not authorize(state, Op.DELETE, Res.TOPIC, name or ""):
             # Kafka's controller: without DESCRIBE the topic's existence is not revealed; with
             # DESCRIBE a missing topic is UNKNOWN_TOPIC_OR_PARTITION, an existing one refused.
@@ -128,7 +135,7 @@ async def handle_delete(state: BrokerState, header: RequestHeader, request) -> o
                 error = ErrorCode.unknown_topic_or_partition
             else:
                 error, message = ErrorCode.topic_authorization_failed, "DELETE on the topic not allowed"
-        if error == ErrorCode.none:
+        if error == ErrorCode.none and name is not None:
             if name in INTERNAL_TOPICS:
                 error, message = ErrorCode.topic_authorization_failed, "internal topics cannot be deleted"
             else:
@@ -136,7 +143,7 @@ async def handle_delete(state: BrokerState, header: RequestHeader, request) -> o
                     info = topics.get(name)
                     topic_id = info.topic_id if info is not None else topic_id
                     await _delete_topic(state, name)
-                except KafkaError as exc:
+                except OnceStreamError as exc:
                     error, message = exc.code, str(exc)
         results.append(
             build(
@@ -175,7 +182,7 @@ async def _delete_topic(state: BrokerState, name: str) -> None:
         log.warning("topic %r deleted, but not all its files: %s", name, exc)
 
 
-async def handle_create_partitions(state: BrokerState, header: RequestHeader, request) -> object:
+async def handle_create_partitions(state: BrokerState, header: RequestHeader, request: CreatePartitionsRequest) -> object:
     """Grow topics to ``count`` partitions. New partitions start empty at offset 0; clients see them
     in their next Metadata. Internal topics keep their partition count: the coordinators hash group
     and transactional ids over it, so changing it would move every id's coordinator partition."""
@@ -216,7 +223,7 @@ async def handle_create_partitions(state: BrokerState, header: RequestHeader, re
         else:
             try:
                 await run_creation(state, state.logs.begin_create_partitions(t.name, t.count))
-            except KafkaError as exc:
+            except OnceStreamError as exc:
                 error, message = exc.code, str(exc)
         results.append(build(m.CreatePartitionsTopicResult, name=t.name, error_code=error,
                              error_message=message))

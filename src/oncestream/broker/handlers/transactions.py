@@ -8,6 +8,7 @@ KIP-588 version rules: clients too old to know PRODUCER_FENCED get INVALID_PRODU
 from __future__ import annotations
 
 import datetime
+from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
@@ -15,11 +16,24 @@ from oncestream.broker.authorize import Op, Res, authorize, authorize_any
 from oncestream.broker.state import BrokerState
 from oncestream.broker.txn_service import fenced_for_version
 from oncestream.coordinator.group.messages import PartitionOffsetCommit
-from oncestream.errors import KafkaError, StorageError, TopicAuthorizationFailedError
+from oncestream.errors import OnceStreamError, StorageError, TopicAuthorizationFailedError
 from oncestream.protocol import api_keys as k
 from oncestream.protocol.codec import RequestHeader, build
 from oncestream.protocol.schemas import response_module
 from oncestream.topic_partition import TopicPartition
+
+if TYPE_CHECKING:
+    from oncestream.protocol.request_types import (
+        AddOffsetsToTxnRequest,
+        AddPartitionsToTxnRequest,
+        DescribeProducersRequest,
+        DescribeTransactionsRequest,
+        EndTxnRequest,
+        InitProducerIdRequest,
+        ListTransactionsRequest,
+        TxnOffsetCommitRequest,
+        WriteTxnMarkersRequest,
+    )
 
 _ZERO = datetime.timedelta(0)
 
@@ -49,7 +63,7 @@ def _init_producer_id_refusal(state: BrokerState, request) -> ErrorCode | None:
     return None
 
 
-async def handle_init_producer_id(state: BrokerState, header: RequestHeader, request) -> object:
+async def handle_init_producer_id(state: BrokerState, header: RequestHeader, request: InitProducerIdRequest) -> object:
     m = response_module(k.INIT_PRODUCER_ID, header.api_version)
     if (refusal := _init_producer_id_refusal(state, request)) is not None:
         return build(m.InitProducerIdResponse, throttle_time=_ZERO, error_code=refusal, producer_id=-1,
@@ -147,7 +161,7 @@ def _add_or_verify(state: BrokerState, txn_id: str, pid: int, epoch: int, partit
     return lambda t, p: error
 
 
-def handle_add_partitions_to_txn(state: BrokerState, header: RequestHeader, request) -> object:
+def handle_add_partitions_to_txn(state: BrokerState, header: RequestHeader, request: AddPartitionsToTxnRequest) -> object:
     m = response_module(k.ADD_PARTITIONS_TO_TXN, header.api_version)
     if hasattr(request, "transactions"):  # v4+: batched, possibly verify-only (KIP-890 part 1)
         if not authorize(state, Op.CLUSTER_ACTION, Res.CLUSTER):  # Kafka: v4+ is broker-to-broker
@@ -179,7 +193,7 @@ def handle_add_partitions_to_txn(state: BrokerState, header: RequestHeader, requ
                  results_by_topic_v3_and_below=_topic_results(m, parts, error_of))
 
 
-def handle_add_offsets_to_txn(state: BrokerState, header: RequestHeader, request) -> object:
+def handle_add_offsets_to_txn(state: BrokerState, header: RequestHeader, request: AddOffsetsToTxnRequest) -> object:
     m = response_module(k.ADD_OFFSETS_TO_TXN, header.api_version)
     if not _txn_id_allowed(state, request.transactional_id):
         return build(m.AddOffsetsToTxnResponse, throttle_time=_ZERO,
@@ -196,7 +210,7 @@ def handle_add_offsets_to_txn(state: BrokerState, header: RequestHeader, request
     return build(m.AddOffsetsToTxnResponse, throttle_time=_ZERO, error_code=error)
 
 
-async def handle_end_txn(state: BrokerState, header: RequestHeader, request) -> object:
+async def handle_end_txn(state: BrokerState, header: RequestHeader, request: EndTxnRequest) -> object:
     m = response_module(k.END_TXN, header.api_version)
     if not _txn_id_allowed(state, request.transactional_id):
         return build(m.EndTxnResponse, throttle_time=_ZERO, error_code=ErrorCode.transactional_id_authorization_failed,
@@ -231,7 +245,7 @@ async def handle_end_txn(state: BrokerState, header: RequestHeader, request) -> 
     )
 
 
-def handle_txn_offset_commit(state: BrokerState, header: RequestHeader, request) -> object:
+def handle_txn_offset_commit(state: BrokerState, header: RequestHeader, request: TxnOffsetCommitRequest) -> object:
     m = response_module(k.TXN_OFFSET_COMMIT, header.api_version)
     # Kafka: WRITE on the transactional id, READ on the group (each refusing every partition),
     # then READ on each topic. Checked before v5 adds the offsets partition to the transaction.
@@ -286,7 +300,8 @@ def handle_txn_offset_commit(state: BrokerState, header: RequestHeader, request)
         errors.update((tp, fenced_for_version(verify_error, header.api_version, 3)) for tp in offsets)
     else:
         member = {}
-        if header.api_version >= 3:  # KIP-447: the group's generation fences zombies
+        # v3+ (all three fields together), KIP-447: the group's generation fences zombies.
+        if hasattr(request, "member_id") and hasattr(request, "generation_id") and hasattr(request, "group_instance_id"):
             member = {
                 "member_id": request.member_id,
                 "generation_id": request.generation_id,
@@ -318,7 +333,7 @@ def handle_txn_offset_commit(state: BrokerState, header: RequestHeader, request)
     )
 
 
-def handle_write_txn_markers(state: BrokerState, header: RequestHeader, request) -> object:
+def handle_write_txn_markers(state: BrokerState, header: RequestHeader, request: WriteTxnMarkersRequest) -> object:
     """WriteTxnMarkers is how Kafka's transaction coordinator reaches the partition leaders;
     Kafka authorizes it as ClusterAction, which only brokers hold. Our coordinator writes its
     markers to the local logs directly, never over the wire, so a request arriving on a
@@ -352,7 +367,7 @@ def handle_write_txn_markers(state: BrokerState, header: RequestHeader, request)
     )
 
 
-def handle_describe_transactions(state: BrokerState, header: RequestHeader, request) -> object:
+def handle_describe_transactions(state: BrokerState, header: RequestHeader, request: DescribeTransactionsRequest) -> object:
     m = response_module(k.DESCRIBE_TRANSACTIONS, header.api_version)
     permitted = [t for t in request.transactional_ids if authorize(state, Op.DESCRIBE, Res.TRANSACTIONAL_ID, t)]
     descriptions = state.transactions.coordinator.describe_transactions(permitted)
@@ -390,7 +405,7 @@ def handle_describe_transactions(state: BrokerState, header: RequestHeader, requ
     return build(m.DescribeTransactionsResponse, throttle_time=_ZERO, transaction_states=tuple(out))
 
 
-def handle_list_transactions(state: BrokerState, header: RequestHeader, request) -> object:
+def handle_list_transactions(state: BrokerState, header: RequestHeader, request: ListTransactionsRequest) -> object:
     m = response_module(k.LIST_TRANSACTIONS, header.api_version)
     resp = state.transactions.coordinator.list_transactions(
         state.now_ms(),
@@ -412,7 +427,7 @@ def handle_list_transactions(state: BrokerState, header: RequestHeader, request)
     )
 
 
-def handle_describe_producers(state: BrokerState, header: RequestHeader, request) -> object:
+def handle_describe_producers(state: BrokerState, header: RequestHeader, request: DescribeProducersRequest) -> object:
     m = response_module(k.DESCRIBE_PRODUCERS, header.api_version)
     topics_out = []
     for t in request.topics:
@@ -424,7 +439,7 @@ def handle_describe_producers(state: BrokerState, header: RequestHeader, request
                 if not allowed:
                     raise TopicAuthorizationFailedError(t.name)
                 infos = state.logs.get(t.name, p).producer_states()
-            except KafkaError as exc:
+            except OnceStreamError as exc:
                 error, message = exc.code, str(exc)
             else:
                 active = tuple(

@@ -358,7 +358,9 @@ class Cluster:
             return cached
 
         def make(m: Any, version: int) -> Any:
-            return build(m.FindCoordinatorRequest, key=key, key_type=key_type, coordinator_keys=(key,))
+            if version >= 4:  # KIP-699: a list of keys replaces the single key
+                return build(m.FindCoordinatorRequest, key_type=key_type, coordinator_keys=(key,))
+            return build(m.FindCoordinatorRequest, key=key, key_type=key_type)
 
         response = await self.send(None, FIND_COORDINATOR, make, min_version=1 if key_type else 0)
         if hasattr(response, "coordinators") and response.coordinators:

@@ -4,7 +4,8 @@ A ``KafkaError`` is a value: a code (Kafka's protocol error codes, plus librdkaf
 codes for conditions that happen inside the client), a message and three classification flags.
 ``KafkaException`` carries one as ``args[0]``, as confluent-kafka does, so code written for
 confluent-kafka (``exc.args[0].code()``, ``err.fatal()``, ``err.txn_requires_abort()``) works
-unchanged.
+unchanged. It is the only class named ``KafkaError`` in oncestream: the broker's exceptions that
+carry an error code derive from ``oncestream.errors.OnceStreamError`` (see that module for why).
 
 Classification follows Kafka's TransactionManager and KIP-588/KIP-360:
 

@@ -92,7 +92,7 @@ async def _ask(cluster: Cluster, node: int, tps: dict[tuple[str, int], int],
             topics=tuple(
                 build(m.ListOffsetsTopic, name=topic,
                       partitions=tuple(build(m.ListOffsetsPartition, partition_index=p, timestamp=ts,
-                                             current_leader_epoch=-1, max_num_offsets=1)
+                                             current_leader_epoch=-1)
                                        for p, ts in parts))
                 for topic, parts in by_topic.items()
             ),

@@ -405,7 +405,7 @@ class Connection(asyncio.BufferedProtocol):
                 # kio aborts the process on an array length it cannot allocate (length_guard).
                 check_array_lengths(pending.response_cls, frame, pos)
                 response, _ = reader_for(pending.response_cls)(frame, pos)
-        except Exception as exc:  # noqa: BLE001 - kio raises assorted errors on a body it cannot parse
+        except Exception as exc:  # noqa: BLE001 - kio raises assorted errors on a body it cannot parse; handed to the caller
             error = _ResponseDecodeError(f"cannot decode response: {exc!r}")
             pending.future.set_exception(error)
             if pending.on_response is not None:

@@ -27,6 +27,7 @@ from oncestream.client.common.cluster import Cluster
 from oncestream.client.common.config import resolve
 from oncestream.client.common.errors import (
     _AUTO_OFFSET_RESET,
+    _FATAL,
     _INVALID_ARG,
     _MAX_POLL_EXCEEDED,
     _STATE,
@@ -36,6 +37,7 @@ from oncestream.client.common.errors import (
     KafkaException,
     RequestTimedOutError,
     error_name,
+    local_error,
 )
 from oncestream.client.common.io_thread import IoThread
 from oncestream.client.common.list_offsets import EARLIEST, LATEST, list_offsets
@@ -116,6 +118,7 @@ class Consumer:
         self._stored: dict[TP, tuple[int, str | None]] = {}
         self._next_auto_commit = time.monotonic() + self._auto_commit_interval_s
         self._pending_errors: collections.deque[KafkaError] = collections.deque()
+        self._fetch_crash_reported = False
         self._closed = False
         self._io = IoThread("oncestream-consumer")
         self._committer = OffsetCommitter(self._io, self._on_commit, self._notify)
@@ -477,6 +480,10 @@ class Consumer:
 
     def _housekeeping(self, deadline: float | None) -> KafkaError | None:
         """Everything poll does besides returning records; returns an error event to deliver."""
+        if self._fetcher.crash_error is not None and not self._fetch_crash_reported:
+            self._fetch_crash_reported = True  # nothing is fetched any more: say so, once
+            self._pending_errors.append(local_error(
+                _FATAL, f"the consumer's fetch task crashed: {self._fetcher.crash_error!r}", fatal=True))
         if self._pending_errors:
             return self._pending_errors.popleft()
         group = self._group

@@ -119,11 +119,23 @@ class Fetcher:
         self._metadata_task: asyncio.Task[None] | None = None
         self._node_backoff_until: dict[int, float] = {}
         self.closed = False
+        self.crash_error: BaseException | None = None  # why the fetch task died, if it did
 
     def start(self) -> None:
         """Start the fetch task (event loop)."""
         self._event = asyncio.Event()
         self._task = asyncio.get_running_loop().create_task(self._run())
+        self._task.add_done_callback(self._on_run_exit)
+
+    def _on_run_exit(self, task: asyncio.Task[None]) -> None:
+        """The fetch task ended. Cancelled by close() is the normal end; anything else is a crash,
+        after which nothing would ever be fetched: logged with its traceback and kept in
+        ``crash_error`` for the consumer to report from poll()."""
+        if task.cancelled() or task.exception() is None:
+            return
+        self.crash_error = task.exception()
+        log.error("oncestream consumer: the fetch task crashed", exc_info=self.crash_error)
+        self._notify_user()
 
     def wakeup(self) -> None:
         """Event loop: look for fetchable partitions now."""
@@ -135,10 +147,8 @@ class Fetcher:
         self.closed = True
         if self._task is not None:
             self._task.cancel()
-            try:
-                await self._task
-            except (asyncio.CancelledError, Exception):  # noqa: BLE001 - the loop logged its own failures
-                pass
+            # Waits without raising: a crash was already reported by _on_run_exit.
+            await asyncio.wait([self._task])
 
     async def _run(self) -> None:
         if self._event is None:

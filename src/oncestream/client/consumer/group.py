@@ -349,10 +349,11 @@ class GroupMembership:
         instance_id = self.group_instance_id
 
         def make(m: Any, version: int) -> Any:
+            if version < 3:  # KIP-345 replaced the single member id by a list of members in v3
+                return build(m.LeaveGroupRequest, group_id=self.group_id, member_id=member_id)
             return build(
                 m.LeaveGroupRequest,
                 group_id=self.group_id,
-                member_id=member_id,
                 members=(build(m.MemberIdentity, member_id=member_id, group_instance_id=instance_id,
                                reason="the consumer is leaving"),),
             )
@@ -389,8 +390,7 @@ class GroupMembership:
                         name=topic,
                         partitions=tuple(
                             build(m.OffsetCommitRequestPartition, partition_index=p, committed_offset=o,
-                                  committed_leader_epoch=e, committed_metadata=md if md is not None else "",
-                                  commit_timestamp=-1)
+                                  committed_leader_epoch=e, committed_metadata=md if md is not None else "")
                             for p, o, md, e in parts
                         ),
                     )
@@ -399,7 +399,6 @@ class GroupMembership:
                 return build(
                     m.OffsetCommitRequest,
                     group_id=self.group_id,
-                    generation_id=generation,
                     generation_id_or_member_epoch=generation,
                     member_id=member_id,
                     group_instance_id=self.group_instance_id if in_group else None,

@@ -36,6 +36,7 @@ from kio.schema.errors import ErrorCode
 from oncestream.client.common.cluster import Cluster
 from oncestream.client.common.errors import (
     _FAIL,
+    _FATAL,
     _MSG_TIMED_OUT,
     _PURGE_QUEUE,
     _TIMED_OUT,
@@ -162,6 +163,19 @@ class Sender:
         """Start the sender task (call from the event loop)."""
         self._event = asyncio.Event()
         self._task = asyncio.get_running_loop().create_task(self._run())
+        self._task.add_done_callback(self._on_run_exit)
+
+    def _on_run_exit(self, task: asyncio.Task[None]) -> None:
+        """The sender task ended. Cancelled by close() is the normal end; anything else is a crash,
+        after which nothing would ever be sent: it is logged with its traceback and made the
+        producer's fatal error, which fails every queued message to its delivery callback."""
+        if task.cancelled() or task.exception() is None:
+            return
+        crash = task.exception()
+        log.error("oncestream producer: the sender task crashed", exc_info=crash)
+        error = local_error(_FATAL, f"the producer's sender task crashed: {crash!r}", fatal=True)
+        self._set_fatal(error)
+        self._fail_all_queued(error)
 
     def wakeup(self) -> None:
         """Loop thread: re-run the drain now."""
@@ -174,10 +188,8 @@ class Sender:
         self.wakeup()
         if self._task is not None:
             self._task.cancel()
-            try:
-                await self._task
-            except (asyncio.CancelledError, Exception):  # noqa: BLE001 - the loop logged its own failures
-                pass
+            # Waits without raising: a crash was already reported by _on_run_exit.
+            await asyncio.wait([self._task])
 
     # --- main loop ----------------------------------------------------------------------------
 

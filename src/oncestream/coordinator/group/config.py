@@ -35,16 +35,19 @@ class GroupCoordinatorConfig:
             raise InvalidConfigError("offsets_topic_partitions must be positive")
         if not (0 <= self.group_min_session_timeout_ms <= self.group_max_session_timeout_ms):
             raise InvalidConfigError(
-                'invariant violated: 0 <= self.group_min_session_timeout_ms <= self.group_max_session_timeout_ms')
+                f"group.min.session.timeout.ms ({self.group_min_session_timeout_ms}) must be at least 0 and at most "
+                f"group.max.session.timeout.ms ({self.group_max_session_timeout_ms})")
         if self.group_initial_rebalance_delay_ms < 0:
-            raise InvalidConfigError('invariant violated: self.group_initial_rebalance_delay_ms >= 0')
+            raise InvalidConfigError(
+                f"group.initial.rebalance.delay.ms must not be negative, got {self.group_initial_rebalance_delay_ms}")
         if self.group_max_size <= 0:
-            raise InvalidConfigError('invariant violated: self.group_max_size > 0')
+            raise InvalidConfigError(f"group.max.size must be positive, got {self.group_max_size}")
         if self.new_member_join_timeout_ms <= 0:
-            raise InvalidConfigError('invariant violated: self.new_member_join_timeout_ms > 0')
+            raise InvalidConfigError(f"the new member join timeout must be positive, got {self.new_member_join_timeout_ms} ms")
         if self.offset_metadata_max_bytes < 0:
-            raise InvalidConfigError('invariant violated: self.offset_metadata_max_bytes >= 0')
+            raise InvalidConfigError(f"offset.metadata.max.bytes must not be negative, got {self.offset_metadata_max_bytes}")
         if self.offsets_retention_ms <= 0:
-            raise InvalidConfigError('invariant violated: self.offsets_retention_ms > 0')
+            raise InvalidConfigError(f"offsets.retention.minutes must be positive, got {self.offsets_retention_ms} ms")
         if self.offsets_retention_check_interval_ms <= 0:
-            raise InvalidConfigError('invariant violated: self.offsets_retention_check_interval_ms > 0')
+            raise InvalidConfigError(
+                f"offsets.retention.check.interval.ms must be positive, got {self.offsets_retention_check_interval_ms}")

@@ -31,7 +31,7 @@ How to drive it
   the broker calls :meth:`unload_partition` and later :meth:`load` from what the log really holds:
   the in-memory state is then exactly the durable state again, and the answers of that call must
   not be sent as successes.
-* Errors: typed KafkaError exceptions inside; results carry the ErrorCode. A broken invariant
+* Errors: typed OnceStreamError exceptions inside; results carry the ErrorCode. A broken invariant
   (CoordinatorInvariantError) or illegal state transition is a bug and propagates.
 """
 
@@ -88,7 +88,7 @@ from oncestream.coordinator.group.state import (
 from oncestream.errors import (
     CoordinatorInvariantError,
     CoordinatorLoadInProgressError,
-    KafkaError,
+    OnceStreamError,
 )
 from oncestream.topic_partition import TopicPartition
 
@@ -210,7 +210,7 @@ class GroupCoordinator:
     ) -> list[OffsetsTopicWrite]:
         """Handle SyncGroup; ``respond`` is called once with the result, now or later."""
 
-        def failed(exc: KafkaError) -> None:
+        def failed(exc: OnceStreamError) -> None:
             if isinstance(exc, CoordinatorLoadInProgressError):
                 # The rebalance in flight was lost with the old state; REBALANCE_IN_PROGRESS
                 # makes the client rejoin without rediscovering the coordinator (older clients
@@ -295,7 +295,7 @@ class GroupCoordinator:
         self._membership.fire_timers(request.group_id, mono)
         try:
             self._rt.validate_group_id(request.group_id, allow_empty=True)
-        except KafkaError as exc:
+        except OnceStreamError as exc:
             self._finish(read_only=True)
             return OffsetFetchResult(exc.code)
         self._finish(read_only=True)
@@ -457,7 +457,7 @@ class GroupCoordinator:
         now_ms: int,
         mono_ms: int | None,
         body: Callable[[int], _R],
-        on_error: Callable[[KafkaError], _R],
+        on_error: Callable[[OnceStreamError], _R],
         *,
         fire_timers_after: bool = False,
     ) -> _R:
@@ -472,7 +472,7 @@ class GroupCoordinator:
             result = body(mono)
         except (IllegalGroupStateTransitionError, CoordinatorInvariantError):
             raise
-        except KafkaError as exc:
+        except OnceStreamError as exc:
             result = on_error(exc)
         if fire_timers_after:
             self._membership.fire_timers(group_id, mono)

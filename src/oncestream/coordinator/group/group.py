@@ -125,7 +125,8 @@ class GroupMetadata:
     def add_pending_member(self, member_id: str, deadline_ms: int) -> None:
         """Remember a KIP-394 member id that must rejoin by ``deadline_ms``."""
         if member_id in self.members:
-            raise CoordinatorInvariantError('invariant violated: member_id not in self.members')
+            raise CoordinatorInvariantError(
+                f"group {self.group_id}: member {member_id} is already a member, it cannot also be pending")
         self.pending_members[member_id] = deadline_ms
 
     def add(self, member: MemberMetadata, callback: JoinCallback | None) -> None:
@@ -140,7 +141,9 @@ class GroupMetadata:
         self._supported_protocols.update(member.protocol_names())
         if member.group_instance_id is not None:
             if member.group_instance_id in self.static_members:
-                raise CoordinatorInvariantError('invariant violated: member.group_instance_id not in self.static_members')
+                raise CoordinatorInvariantError(
+                    f"group {self.group_id}: static instance {member.group_instance_id} already belongs to member "
+                    f"{self.static_members[member.group_instance_id]}")
             self.static_members[member.group_instance_id] = member.member_id
         if self.leader_id is None:
             self.leader_id = member.member_id
@@ -177,7 +180,8 @@ class GroupMetadata:
     ) -> JoinCallback | None:
         """Refresh a rejoining member; returns a superseded JoinGroup callback, if any."""
         if member.member_id not in self.members:
-            raise CoordinatorInvariantError('invariant violated: member.member_id in self.members')
+            raise CoordinatorInvariantError(
+                f"group {self.group_id}: member {member.member_id} cannot be updated, it is not a member")
         self._supported_protocols.subtract(member.protocol_names())
         member.protocols = tuple(protocols)
         self._supported_protocols.update(member.protocol_names())
@@ -197,9 +201,12 @@ class GroupMetadata:
         """
         member = self.members.pop(old_member_id)
         if not (member.join_callback is None and member.sync_callback is None):
-            raise CoordinatorInvariantError('invariant violated: member.join_callback is None and member.sync_callback is None')
+            raise CoordinatorInvariantError(
+                f"group {self.group_id}: static member {old_member_id} still has an unanswered JoinGroup or SyncGroup "
+                "when its instance id is handed over")
         if self.static_members.get(instance_id) != old_member_id:
-            raise CoordinatorInvariantError('invariant violated: self.static_members.get(instance_id) == old_member_id')
+            raise CoordinatorInvariantError(f"group {self.group_id}: static instance {instance_id} belongs to member "
+                f"{self.static_members.get(instance_id)}, not to {old_member_id}")
         member.member_id = new_member_id
         self.members[new_member_id] = member
         if self.leader_id == old_member_id:
@@ -309,9 +316,10 @@ class GroupMetadata:
         """What the leader receives in its JoinGroup response."""
         if self.state not in (GroupState.COMPLETING_REBALANCE, GroupState.STABLE):
             raise CoordinatorInvariantError(
-                'invariant violated: self.state in (GroupState.COMPLETING_REBALANCE, GroupState.STABLE)')
+                f"group {self.group_id}: member metadata is only handed out in CompletingRebalance or Stable, "
+                f"not {self.state.name}")
         if self.protocol_name is None:
-            raise CoordinatorInvariantError('invariant violated: self.protocol_name is not None')
+            raise CoordinatorInvariantError(f"group {self.group_id}: no protocol was chosen for generation {self.generation_id}")
         name = self.protocol_name
         return tuple(
             JoinedMember(m.member_id, m.group_instance_id, m.metadata_for(name))

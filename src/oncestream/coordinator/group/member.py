@@ -41,7 +41,9 @@ class MemberMetadata:
         if not self.member_id:
             raise CoordinatorInvariantError("a member always has an id")
         if not (self.session_timeout_ms > 0 and self.rebalance_timeout_ms >= 0):
-            raise CoordinatorInvariantError('invariant violated: self.session_timeout_ms > 0 and self.rebalance_timeout_ms >= 0')
+            raise CoordinatorInvariantError(
+                f"member {self.member_id}: the session timeout must be positive and the rebalance timeout not negative, "
+                f"got session {self.session_timeout_ms} ms, rebalance {self.rebalance_timeout_ms} ms")
 
     @property
     def is_static(self) -> bool:

@@ -45,7 +45,7 @@ from oncestream.errors import (
     IllegalGenerationError,
     InconsistentGroupProtocolError,
     InvalidSessionTimeoutError,
-    KafkaError,
+    OnceStreamError,
     RebalanceInProgressError,
     UnknownMemberIdError,
 )
@@ -277,7 +277,8 @@ class GroupMetadataManager:
         self._rt.invoke_join(member, JoinResult(ErrorCode.fenced_instance_id, old_member_id))
         self._rt.invoke_sync(member, SyncResult(ErrorCode.fenced_instance_id))
         if request.group_instance_id is None:
-            raise CoordinatorInvariantError('invariant violated: request.group_instance_id is not None')
+            raise CoordinatorInvariantError(
+                f"group {group.group_id}: only a static member (one with an instance id) can replace member {old_member_id}")
         group.replace_static_member(request.group_instance_id, old_member_id, new_member_id)
         member.heartbeat_deadline_ms = mono_ms + member.session_timeout_ms
         superseded = group.update_member(
@@ -288,7 +289,9 @@ class GroupMetadataManager:
             respond,
         )
         if superseded is not None:
-            raise CoordinatorInvariantError('invariant violated: superseded is None')
+            raise CoordinatorInvariantError(
+                f"group {group.group_id}: static member {new_member_id} replaced {old_member_id} but a JoinGroup "
+                "of the old member was still waiting")
 
         if group.is_(_S.STABLE):
             if group.protocol_name == group.select_protocol():
@@ -369,7 +372,7 @@ class GroupMetadataManager:
     def _on_join_timer(self, group: GroupMetadata, mono_ms: int) -> None:
         timer = group.join_timer
         if timer is None:
-            raise CoordinatorInvariantError('invariant violated: timer is not None')
+            raise CoordinatorInvariantError(f"group {group.group_id}: the join timer fired but none was set")
         group.join_timer = None
         if timer.initial and group.new_member_added and timer.remaining_ms != 0:
             # Members are still arriving: wait one more delay, within the rebalance timeout.
@@ -421,7 +424,7 @@ class GroupMetadataManager:
         """Members that joined but never synced within the rebalance timeout are removed."""
         timer = group.sync_timer
         if timer is None:
-            raise CoordinatorInvariantError('invariant violated: timer is not None')
+            raise CoordinatorInvariantError(f"group {group.group_id}: the sync timer fired but none was set")
         group.sync_timer = None
         if timer.generation_id != group.generation_id:
             return
@@ -698,7 +701,7 @@ class GroupMetadataManager:
         """One group of DescribeGroups; an unknown group is reported Dead with no error (Kafka)."""
         try:
             self._rt.validate_group_id(group_id, allow_empty=True)
-        except KafkaError as exc:
+        except OnceStreamError as exc:
             return GroupDescription(group_id, exc.code, "", "", "")
         group = self._rt.groups.get(group_id)
         if group is None:
@@ -730,7 +733,7 @@ class GroupMetadataManager:
         offsets and metadata are tombstoned."""
         try:
             self._rt.validate_group_id(group_id, allow_empty=True)
-        except KafkaError as exc:
+        except OnceStreamError as exc:
             return exc.code
         group = self._rt.groups.get(group_id)
         if group is None or group.is_(_S.DEAD):

@@ -13,7 +13,7 @@ from types import MappingProxyType
 
 from kio.schema.errors import ErrorCode
 
-from oncestream.errors import CoordinatorInvariantError, KafkaError
+from oncestream.errors import CoordinatorInvariantError, OnceStreamError
 
 
 class GroupState(enum.Enum):
@@ -50,7 +50,7 @@ if set(VALID_PREVIOUS_STATES) != set(GroupState):
     raise CoordinatorInvariantError("every state needs a row in the table")
 
 
-class IllegalGroupStateTransitionError(KafkaError):
+class IllegalGroupStateTransitionError(OnceStreamError):
     """A coordinator bug tried a transition the table forbids; maps to UNKNOWN_SERVER_ERROR."""
 
     code = ErrorCode.unknown_server_error

@@ -30,13 +30,19 @@ class TxnCoordinatorConfig:
 
     def __post_init__(self) -> None:
         if not (0 < self.transaction_max_timeout_ms <= _INT32_MAX):
-            raise InvalidConfigError('invariant violated: 0 < self.transaction_max_timeout_ms <= _INT32_MAX')
+            raise InvalidConfigError(
+                f"transaction.max.timeout.ms must be between 1 and {_INT32_MAX}, got {self.transaction_max_timeout_ms}")
         if not (0 < self.transactional_id_expiration_ms <= _INT32_MAX):
-            raise InvalidConfigError('invariant violated: 0 < self.transactional_id_expiration_ms <= _INT32_MAX')
+            raise InvalidConfigError(
+                f"transactional.id.expiration.ms must be between 1 and {_INT32_MAX}, got {self.transactional_id_expiration_ms}")
         if self.abort_timed_out_transaction_cleanup_interval_ms <= 0:
-            raise InvalidConfigError('invariant violated: self.abort_timed_out_transaction_cleanup_interval_ms > 0')
+            raise InvalidConfigError(
+                f"transaction.abort.timed.out.transaction.cleanup.interval.ms must be positive, "
+                f"got {self.abort_timed_out_transaction_cleanup_interval_ms}")
         if self.remove_expired_transaction_cleanup_interval_ms <= 0:
-            raise InvalidConfigError('invariant violated: self.remove_expired_transaction_cleanup_interval_ms > 0')
+            raise InvalidConfigError(
+                f"transaction.remove.expired.transaction.cleanup.interval.ms must be positive, "
+                f"got {self.remove_expired_transaction_cleanup_interval_ms}")
 
     @classmethod
     def from_properties(cls, properties: Mapping[str, str]) -> TxnCoordinatorConfig:

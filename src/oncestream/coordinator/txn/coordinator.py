@@ -85,7 +85,7 @@ from oncestream.errors import (
     InvalidRequestError,
     InvalidTransactionTimeoutError,
     InvalidTxnStateError,
-    KafkaError,
+    OnceStreamError,
     ProducerFencedError,
     TransactionalIdAuthorizationFailedError,
 )
@@ -208,7 +208,7 @@ class TransactionCoordinator:
                 enable_2pc,
                 keep_prepared_txn,
             )
-        except KafkaError as exc:
+        except OnceStreamError as exc:
             return Outcome(InitProducerIdResponse(exc.code))
 
     def _init_producer_id(
@@ -345,7 +345,7 @@ class TransactionCoordinator:
             return self._add_partitions(
                 transactional_id, producer_id, producer_epoch, parts, now_ms, transaction_version
             )
-        except KafkaError as exc:
+        except OnceStreamError as exc:
             return Outcome(AddPartitionsResponse(exc.code, parts))
 
     def add_offsets(
@@ -415,7 +415,7 @@ class TransactionCoordinator:
         parts = tuple(partitions)
         try:
             meta = self._current_for_producer(transactional_id, producer_id, producer_epoch)
-        except KafkaError as exc:
+        except OnceStreamError as exc:
             return VerifyPartitionsResponse({tp: exc.code for tp in parts})
         s = meta.current
         if s.state in _PREPARED:
@@ -458,7 +458,7 @@ class TransactionCoordinator:
                     transactional_id, producer_id, producer_epoch, commit, now_ms
                 )
             return self._end_txn_v1(transactional_id, producer_id, producer_epoch, commit, now_ms)
-        except KafkaError as exc:
+        except OnceStreamError as exc:
             return Outcome(EndTxnResponse(exc.code))
 
     def _end_txn_v1(
@@ -743,7 +743,9 @@ class TransactionCoordinator:
     ) -> tuple[tuple[PendingWrite, ...], tuple[MarkerJob, ...]]:
         """A Prepare* is durable: markers for its partitions, or straight to Complete* without."""
         if not (meta.current.state in _PREPARED and meta.pending is None):
-            raise CoordinatorInvariantError('invariant violated: meta.current.state in _PREPARED and meta.pending is None')
+            raise CoordinatorInvariantError(
+                f"transaction {meta.transactional_id}: completion starts only from a durable Prepare state with "
+                f"no transition in flight, but it is {meta.current.state.name} with pending {meta.pending}")
         if meta.current.partitions:
             return (), (self._marker_job(meta),)
         return (self._prepare_complete(meta, now_ms),), ()
@@ -751,7 +753,8 @@ class TransactionCoordinator:
     def _marker_job(self, meta: TransactionMetadata) -> MarkerJob:
         s = meta.current
         if s.state not in _PREPARED:
-            raise CoordinatorInvariantError('invariant violated: s.state in _PREPARED')
+            raise CoordinatorInvariantError(
+                f"transaction {meta.transactional_id}: markers are written only from a Prepare state, not {s.state.name}")
         producer_id, epoch = s.marker_identity()
         return MarkerJob(
             transactional_id=meta.transactional_id,

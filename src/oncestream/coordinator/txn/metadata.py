@@ -220,7 +220,7 @@ def rotate_producer_id(
     if s.state not in _IDLE:
         raise CoordinatorInvariantError(str(s.state))
     if new_producer_id == s.producer_id:
-        raise CoordinatorInvariantError('invariant violated: new_producer_id != s.producer_id')
+        raise CoordinatorInvariantError(f"a new producer id must differ from the exhausted one, both are {new_producer_id}")
     last = (s.producer_id, s.producer_epoch) if remember_last else None
     return _idle_after_init(s, new_producer_id, 0, last, timeout_ms, two_phase_commit, now_ms)
 
@@ -263,7 +263,7 @@ def keep_prepared(
     """KIP-939 InitProducerId(keepPreparedTxn) on an Ongoing transaction: leave it open, move the
     client to a new identity (fencing the old instance), remember the transaction's identity."""
     if s.state is not _S.ONGOING:
-        raise CoordinatorInvariantError('invariant violated: s.state is _S.ONGOING')
+        raise CoordinatorInvariantError(f"keeping a prepared transaction needs an Ongoing one, not {s.state.name}")
     if s.has_kept_transaction:
         txn_id, txn_epoch = s.ongoing_txn_producer_id, s.ongoing_txn_producer_epoch
     else:
@@ -320,10 +320,14 @@ def prepare_end(
                 raise CoordinatorInvariantError("commit with the reserved epoch")
         last_id, last_epoch = s.producer_id, s.producer_epoch
         if not ((next_producer_id != NO_PRODUCER_ID) == s.is_epoch_exhausted):
-            raise CoordinatorInvariantError('invariant violated: (next_producer_id != NO_PRODUCER_ID) == s.is_epoch_exhausted')
+            raise CoordinatorInvariantError(
+                f"a next producer id ({next_producer_id}) must be given exactly when the epoch is exhausted "
+                f"(epoch {s.producer_epoch}, exhausted: {s.is_epoch_exhausted})")
     else:
         if next_producer_id != NO_PRODUCER_ID:
-            raise CoordinatorInvariantError('invariant violated: next_producer_id == NO_PRODUCER_ID')
+            raise CoordinatorInvariantError(
+                f"a next producer id ({next_producer_id}) is only for transaction version 2 ends, "
+                f"not version {transaction_version}")
     # A version-2 abort of an idle id has no start time yet; the abort itself starts it.
     no_partitions_added = s.state in _IDLE
     return dataclasses.replace(
@@ -344,7 +348,7 @@ def fence_and_abort(s: TxnSnapshot, *, now_ms: int) -> TxnSnapshot:
     that opened it (Kafka's prepareFenceProducerEpoch followed by PrepareAbort). No retry identity
     survives: the fenced producer's requests must all fail."""
     if s.state is not _S.ONGOING:
-        raise CoordinatorInvariantError('invariant violated: s.state is _S.ONGOING')
+        raise CoordinatorInvariantError(f"only an Ongoing transaction can be fenced and aborted, not {s.state.name}")
     # The epoch only stays put when already at the reserved maximum, to avoid an overflow.
     epoch = s.producer_epoch + 1 if s.producer_epoch < MAX_PRODUCER_EPOCH else s.producer_epoch
     return dataclasses.replace(
@@ -361,7 +365,7 @@ def complete(s: TxnSnapshot, *, now_ms: int) -> TxnSnapshot:
     """Every marker is written: CompleteCommit/CompleteAbort, partitions cleared. A version-2
     overflow moves to the next producer id at epoch 0; a retry may still carry the old identity."""
     if s.state not in _PREPARED:
-        raise CoordinatorInvariantError('invariant violated: s.state in _PREPARED')
+        raise CoordinatorInvariantError(f"a transaction completes only from a Prepare state, not {s.state.name}")
     producer_id, epoch = s.producer_id, s.producer_epoch
     last_id, last_epoch = s.last_producer_id, s.last_producer_epoch
     if s.next_producer_id != NO_PRODUCER_ID:

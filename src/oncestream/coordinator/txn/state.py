@@ -18,7 +18,7 @@ from types import MappingProxyType
 
 from kio.schema.errors import ErrorCode
 
-from oncestream.errors import CoordinatorInvariantError, KafkaError
+from oncestream.errors import CoordinatorInvariantError, OnceStreamError
 
 
 class TxnState(enum.Enum):
@@ -99,7 +99,7 @@ EXPIRATION_ALLOWED: frozenset[TxnState] = frozenset(
 PERSISTABLE_STATES: frozenset[TxnState] = frozenset(TxnState) - {_S.DEAD, _S.PREPARE_EPOCH_FENCE}
 
 
-class IllegalTxnStateTransitionError(KafkaError):
+class IllegalTxnStateTransitionError(OnceStreamError):
     """A coordinator bug tried a transition the table forbids; maps to UNKNOWN_SERVER_ERROR."""
 
     code = ErrorCode.unknown_server_error

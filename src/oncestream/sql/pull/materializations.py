@@ -121,7 +121,7 @@ class _TableWorker:
         while not self._stop.is_set():
             try:
                 self._materialize()
-            except Exception as exc:
+            except Exception as exc:  # any failure: report it, back off, start again
                 log.warning("table %s: materializer failed, restarting in %d ms: %s",
                             self.name, self._retry_backoff_ms, exc, exc_info=True)
                 with self._lock:

@@ -1,0 +1,91 @@
+"""Fields Kafka's message schemas mark ``"ignorable": true``, for ``protocol.codec.build``.
+
+Kafka's generated message classes span versions; writing one at a version that lacks a field
+drops the field silently when the schema marks it ignorable and otherwise throws
+UnsupportedVersionException if the value is not the default. kio's generated dataclasses do not
+carry that flag, so it is listed here: every field of the versions we support (protocol/api_keys.py)
+that some of those versions lack and that Kafka marks ignorable, by (kio API module, message
+class, field). Taken from Kafka's clients/src/main/resources/common/message/*.json (apache/kafka
+1eb7644349c); KIP-939's InitProducerId v6 fields, newer than those schemas, are not ignorable.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+IGNORABLE_FIELDS: Final[frozenset[tuple[str, str, str]]] = frozenset({
+    ("add_partitions_to_txn", "AddPartitionsToTxnResponse", "error_code"),
+    ("api_versions", "ApiVersionsRequest", "client_software_name"),
+    ("api_versions", "ApiVersionsRequest", "client_software_version"),
+    ("api_versions", "ApiVersionsResponse", "finalized_features"),
+    ("api_versions", "ApiVersionsResponse", "finalized_features_epoch"),
+    ("api_versions", "ApiVersionsResponse", "supported_features"),
+    ("api_versions", "ApiVersionsResponse", "throttle_time"),
+    ("api_versions", "ApiVersionsResponse", "zk_migration_ready"),
+    ("create_topics", "CreatableTopicConfigs", "config_source"),
+    ("create_topics", "CreatableTopicResult", "configs"),
+    ("create_topics", "CreatableTopicResult", "num_partitions"),
+    ("create_topics", "CreatableTopicResult", "replication_factor"),
+    ("create_topics", "CreatableTopicResult", "topic_config_error_code"),
+    ("create_topics", "CreatableTopicResult", "topic_id"),
+    ("delete_topics", "DeletableTopicResult", "error_message"),
+    ("delete_topics", "DeletableTopicResult", "topic_id"),
+    ("delete_topics", "DeleteTopicsRequest", "topic_names"),
+    ("describe_configs", "DescribeConfigsResourceResult", "config_type"),
+    ("describe_configs", "DescribeConfigsResourceResult", "documentation"),
+    ("describe_groups", "DescribeGroupsResponse", "throttle_time"),
+    ("describe_groups", "DescribedGroupMember", "group_instance_id"),
+    ("end_txn", "EndTxnResponse", "producer_epoch"),
+    ("end_txn", "EndTxnResponse", "producer_id"),
+    ("fetch", "FetchPartition", "current_leader_epoch"),
+    ("fetch", "FetchPartition", "log_start_offset"),
+    ("fetch", "FetchRequest", "cluster_id"),
+    ("fetch", "FetchRequest", "rack_id"),
+    ("fetch", "FetchRequest", "session_epoch"),
+    ("fetch", "FetchRequest", "session_id"),
+    ("fetch", "FetchResponse", "error_code"),
+    ("fetch", "ForgottenTopic", "topic"),
+    ("fetch", "PartitionData", "log_start_offset"),
+    ("find_coordinator", "Coordinator", "error_message"),
+    ("find_coordinator", "FindCoordinatorResponse", "error_message"),
+    ("find_coordinator", "FindCoordinatorResponse", "throttle_time"),
+    ("heartbeat", "HeartbeatResponse", "throttle_time"),
+    ("join_group", "JoinGroupRequest", "reason"),
+    ("join_group", "JoinGroupRequest", "rebalance_timeout"),
+    ("join_group", "JoinGroupResponse", "protocol_type"),
+    ("join_group", "JoinGroupResponse", "throttle_time"),
+    ("join_group", "JoinGroupResponseMember", "group_instance_id"),
+    ("leave_group", "LeaveGroupResponse", "throttle_time"),
+    ("leave_group", "MemberIdentity", "reason"),
+    ("list_groups", "ListGroupsResponse", "throttle_time"),
+    ("list_groups", "ListedGroup", "group_state"),
+    ("list_groups", "ListedGroup", "group_type"),
+    ("list_offsets", "ListOffsetsPartition", "current_leader_epoch"),
+    ("list_offsets", "ListOffsetsResponse", "throttle_time"),
+    ("metadata", "MetadataRequestTopic", "topic_id"),
+    ("metadata", "MetadataResponse", "cluster_id"),
+    ("metadata", "MetadataResponse", "controller_id"),
+    ("metadata", "MetadataResponse", "throttle_time"),
+    ("metadata", "MetadataResponseBroker", "rack"),
+    ("metadata", "MetadataResponsePartition", "leader_epoch"),
+    ("metadata", "MetadataResponsePartition", "offline_replicas"),
+    ("metadata", "MetadataResponseTopic", "is_internal"),
+    ("metadata", "MetadataResponseTopic", "topic_id"),
+    ("offset_commit", "OffsetCommitRequest", "retention_time"),
+    ("offset_commit", "OffsetCommitRequestPartition", "committed_leader_epoch"),
+    ("offset_commit", "OffsetCommitResponse", "throttle_time"),
+    ("offset_fetch", "OffsetFetchResponse", "error_code"),
+    ("offset_fetch", "OffsetFetchResponse", "throttle_time"),
+    ("offset_fetch", "OffsetFetchResponsePartition", "committed_leader_epoch"),
+    ("offset_fetch", "OffsetFetchResponsePartitions", "committed_leader_epoch"),
+    ("produce", "PartitionProduceResponse", "error_message"),
+    ("produce", "PartitionProduceResponse", "log_start_offset"),
+    ("produce", "PartitionProduceResponse", "record_errors"),
+    ("sasl_authenticate", "SaslAuthenticateResponse", "session_lifetime"),
+    ("sync_group", "SyncGroupRequest", "protocol_name"),
+    ("sync_group", "SyncGroupRequest", "protocol_type"),
+    ("sync_group", "SyncGroupResponse", "protocol_name"),
+    ("sync_group", "SyncGroupResponse", "protocol_type"),
+    ("sync_group", "SyncGroupResponse", "throttle_time"),
+    ("txn_offset_commit", "TxnOffsetCommitRequestPartition", "committed_leader_epoch"),
+})
