@@ -8,7 +8,7 @@
 key, JSON value, ``--partitions`` partitions), materialized by ``TableMaterializations`` as a
 node does it; then ``--clients`` threads each run ``--queries`` pull queries
 ``SELECT * FROM BENCH WHERE ID = <random key>;`` through the same path a node takes for
-``/query``: ksqlDB parser (``oncestream.sql.parser``), analyzer, ``pull_query`` (store reader,
+``/query``: ksqlDB parser (``oncestream.sql.language.parser``), analyzer, ``pull_query`` (store reader,
 lookup, serde decode, projection). While they run, a producer keeps updating random keys
 (``--update-rate`` records/s, transactional, committed every 100 records) so the materializer
 applies and commits concurrently, as on a live node. Latency is per query, wall clock, in the
@@ -18,7 +18,7 @@ directly (said in the output).
 ``--mode node``: the same table and updates, but served by a real ``oncestream sql-server``
 process (``CREATE SOURCE TABLE`` over the topic, Spark not started) and queried by the client
 threads through its REST API, ``POST /query-stream`` over HTTP/2 (h2c, one httpx connection per
-client thread). Needs the node to answer pull queries (``oncestream.sql.pull.node_hooks``).
+client thread). Needs the node to answer pull queries (``oncestream.sql.engine.pull.node_hooks``).
 
 ``--mode rest``: the same lookups against an already running SQL server, table and key range
 given on the command line.
@@ -42,9 +42,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from oncestream.sql.ast import SourceKind
-from oncestream.sql.catalog import Column, Format, Namespace, SourceInfo
-from oncestream.sql.types import BIGINT, STRING
+from oncestream.sql.language.catalog import Column, Format, Namespace, SourceInfo
+from oncestream.sql.language.sql_ast import SourceKind
+from oncestream.sql.language.types import BIGINT, STRING
 
 TABLE = "BENCH"
 
@@ -64,7 +64,7 @@ def _value(i: int, generation: int) -> bytes:
 def _produce(bootstrap: str, topic: str, partitions: int, keys: int) -> None:
     from confluent_kafka import Producer
 
-    from oncestream.sql.serde import layout_of
+    from oncestream.sql.engine.serde import layout_of
 
     layout = layout_of(_source(topic, partitions))
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "enable.idempotence": True})
@@ -84,7 +84,7 @@ def _updater(bootstrap: str, topic: str, partitions: int, keys: int, rate: int, 
     """Keeps the materializer busy: transactional updates of random keys at ``rate`` records/s."""
     from confluent_kafka import Producer
 
-    from oncestream.sql.serde import layout_of
+    from oncestream.sql.engine.serde import layout_of
 
     layout = layout_of(_source(topic, partitions))
     producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"pull-bench-{time.time_ns()}",
@@ -109,10 +109,10 @@ def _updater(bootstrap: str, topic: str, partitions: int, keys: int, rate: int, 
 def _query_runner(mats: Any, source: SourceInfo) -> tuple[str, Callable[[int], list[list[Any]]]]:
     """A function running ``SELECT * FROM BENCH WHERE ID = k`` the way a node does."""
     try:
-        from oncestream.sql.analyzer import analyze_query
-        from oncestream.sql.ast import QueryStatement
-        from oncestream.sql.parser import parse
-        from oncestream.sql.pull import pull_query
+        from oncestream.sql.engine.pull import pull_query
+        from oncestream.sql.language.analyzer import analyze_query
+        from oncestream.sql.language.parser import parse
+        from oncestream.sql.language.sql_ast import QueryStatement
 
         def full(key: int) -> list[list[Any]]:
             statement = parse(f"SELECT * FROM {TABLE} WHERE ID = {key};")[0]
@@ -125,7 +125,7 @@ def _query_runner(mats: Any, source: SourceInfo) -> tuple[str, Callable[[int], l
     except ImportError:
         import sqlglot
 
-        from oncestream.sql.pull import PullPlan, run_plan, star_outputs
+        from oncestream.sql.engine.pull import PullPlan, run_plan, star_outputs
 
         outputs = tuple(star_outputs(source))
 
@@ -192,7 +192,7 @@ def _report(label: str, latencies: list[float], elapsed: float, misses: int, cli
 
 
 def run_package(args: argparse.Namespace) -> None:
-    from oncestream.sql.pull import TableMaterializations
+    from oncestream.sql.engine.pull import TableMaterializations
     from tests.support.brokers import BrokerProcess
     from tests.support.clients import create_topic
 

@@ -88,10 +88,10 @@ def _show_batches(kind: str, progress) -> None:
 
 
 def _run_sql(runtime, source, round_no: int, topic_out: str, records: int) -> float:
-    from oncestream.sql.analyzer import analyze_query
-    from oncestream.sql.ast import CreateAsSelect
-    from oncestream.sql.catalog import Format, QueryInfo, SourceInfo
-    from oncestream.sql.parser import parse
+    from oncestream.sql.language.analyzer import analyze_query
+    from oncestream.sql.language.catalog import Format, QueryInfo, SourceInfo
+    from oncestream.sql.language.parser import parse
+    from oncestream.sql.language.sql_ast import CreateAsSelect
 
     (statement,) = parse(QUERY.format(n=round_no))
     if not isinstance(statement, CreateAsSelect):
@@ -157,7 +157,7 @@ def main() -> int:
         from pyspark.sql import SparkSession
 
         import oncestream.spark
-        from oncestream.sql.runtime import QueryRuntime, RuntimeSettings, spark_session_config
+        from oncestream.sql.engine.runtime import QueryRuntime, RuntimeSettings, spark_session_config
 
         bootstrap = broker.bootstrap
         topic_in = "orders"
@@ -173,9 +173,9 @@ def main() -> int:
         runtime = QueryRuntime(spark, RuntimeSettings(bootstrap_servers=bootstrap, checkpoint_root=str(work / "cp"),
                                                       service_id="bench", trigger_interval_ms=args.trigger_ms,
                                                       max_offsets_per_trigger=args.max_offsets))
-        from oncestream.sql.ast import CreateSource
-        from oncestream.sql.catalog import Column, Format, Namespace, SourceInfo
-        from oncestream.sql.parser import parse
+        from oncestream.sql.language.catalog import Column, Format, Namespace, SourceInfo
+        from oncestream.sql.language.parser import parse
+        from oncestream.sql.language.sql_ast import CreateSource
 
         (ddl,) = parse(SOURCE.format(topic=topic_in))
         if not isinstance(ddl, CreateSource):

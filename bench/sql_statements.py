@@ -57,7 +57,7 @@ from tests.support.sql_servers import LAZY_SPARK, SqlServerProcess  # noqa: E402
 HEADERS = {"Accept": "application/vnd.ksql.v1+json"}
 HTTP_TIMEOUT_S = 120.0
 FIRST_OUTPUT_TIMEOUT_S = 300.0
-# The node's INFO line when the query-assignment group hands it queries (sql/assignment.py).
+# The node's INFO line when the query-assignment group hands it queries (sql/server/assignment.py).
 ASSIGNED_LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) INFO oncestream\.sql: oncestream sql: "
                            r"generation \d+ assigns this node \[(.*)\]$", re.MULTILINE)
 

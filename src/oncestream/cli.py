@@ -35,8 +35,8 @@ from oncestream.client.common.connection import parse_bootstrap
 from oncestream.client.producer.partitioner import partition_for_key
 from oncestream.demos.broker_crash import main as demo_main
 from oncestream.errors import InvalidConfigError
-from oncestream.sql.server_main import register
-from oncestream.sql.shell import register as register_sql_shell
+from oncestream.sql.server.server_main import register
+from oncestream.sql.server.shell import register as register_sql_shell
 
 if TYPE_CHECKING:
     from oncestream.broker.seams import BrokerSeams
@@ -486,7 +486,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _register_sql_server(sub: Any) -> None:
-    """``oncestream sql-server`` (its options and code live in oncestream.sql.server_main)."""
+    """``oncestream sql-server`` (its options and code live in oncestream.sql.server.server_main)."""
     register(sub)
 
 

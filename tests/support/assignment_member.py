@@ -1,4 +1,4 @@
-"""One query-assignment member (the real ``oncestream.sql.assignment.QueryAssignment``, what every
+"""One query-assignment member (the real ``oncestream.sql.server.assignment.QueryAssignment``, what every
 SQL-server node runs) in a process of its own, so that a test can SIGKILL it like a crashed node
 without starting a SQL server, Spark and all.
 
@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def main(argv: list[str] | None = None) -> int:
-    from oncestream.sql.assignment import Assignment, QueryAssignment
+    from oncestream.sql.server.assignment import Assignment, QueryAssignment
 
     p = argparse.ArgumentParser()
     p.add_argument("--bootstrap", required=True)

@@ -57,6 +57,8 @@ class BrokerFaults:
 
     txn_crash_point: str | None = None          # txn_service.TXN_STEPS: SIGKILL at that commit step
     internal_append_fail_file: Path | None = None  # internal-topic appends fail while it exists
+    stuck_background_loop: bool = False  # one more background loop, deaf to cancellation
+    hang_fsync_file: Path | None = None  # fdatasync never returns once it exists
 
     def argv(self) -> list[str]:
         out: list[str] = []
@@ -64,6 +66,10 @@ class BrokerFaults:
             out += ["--txn-crash-point", self.txn_crash_point]
         if self.internal_append_fail_file is not None:
             out += ["--internal-append-fail-file", str(self.internal_append_fail_file)]
+        if self.stuck_background_loop:
+            out.append("--stuck-background-loop")
+        if self.hang_fsync_file is not None:
+            out += ["--hang-fsync-file", str(self.hang_fsync_file)]
         return out
 
 

@@ -6,7 +6,11 @@ option or environment variable the shipped code reads):
   when a named step is reached, as a machine crash at exactly that point;
 - ``FileSwitchedAppendFault``: an internal-topic appender (broker/internal_topic.py) whose appends
   fail with StorageError while a file exists, so a test through a real broker process can switch
-  the failure on and off from outside.
+  the failure on and off from outside;
+- ``loop_that_loses_every_cancellation``: a broker background loop that swallows every
+  cancellation (the bug a bounded shutdown must survive);
+- ``fdatasync_hanging_when``: an ``fdatasync`` that never returns once a file exists (a disk that
+  stopped answering: the disk thread running it can never be joined).
 
 The launchers beside this module (broker_with_faults, sql_node_with_faults,
 materializer_with_crash) build our processes through their Python entries with these injected.
@@ -14,9 +18,13 @@ materializer_with_crash) build our processes through their Python entries with t
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import os
 import signal
 import sys
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from oncestream.broker.internal_topic import LogAppender
@@ -73,6 +81,29 @@ class FileSwitchedAppendFault(LogAppender):
         if self.switch_file.exists():
             raise StorageError(f"injected append failure on {topic}-{partition} ({self.switch_file} exists)")
         super().append(topic, partition, log, batch, now_ms)
+
+
+async def loop_that_loses_every_cancellation() -> None:
+    """Sleeps forever; a cancellation only starts the next sleep (logged, so a test sees it)."""
+    while True:
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            logging.getLogger("stuck-loop").info("cancelled, and carrying on")
+            continue
+
+
+def fdatasync_hanging_when(gate: Path) -> Callable[[int], None]:
+    """``os.fdatasync``, except that once ``gate`` exists it blocks forever."""
+    never = threading.Event()
+
+    def fdatasync(fd: int) -> None:
+        if gate.exists():
+            logging.getLogger("stuck-fsync").info("fdatasync hangs")
+            never.wait()
+        os.fdatasync(fd)
+
+    return fdatasync
 
 
 def split_launcher_argv(argv: list[str]) -> tuple[list[str], list[str]]:

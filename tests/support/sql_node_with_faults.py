@@ -10,8 +10,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from oncestream.sql.command_topic import WRITE_STEPS
-from oncestream.sql.server_main import add_arguments, run
+from oncestream.sql.server.command_topic import WRITE_STEPS
+from oncestream.sql.server.server_main import add_arguments, run
 from tests.support.faults import SigkillAtStep, split_launcher_argv
 
 

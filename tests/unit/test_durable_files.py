@@ -74,8 +74,8 @@ def test_nothing_else_renames_or_fsyncs_files_itself() -> None:
         # Ready files and the SQL node's instance id: atomic for readers (rename), but nothing
         # depends on them surviving a power loss, so no fsync.
         ("broker/server.py", "replace"),
-        ("sql/server_main.py", "replace"),
-        ("sql/node_identity.py", "replace"),
+        ("sql/server/server_main.py", "replace"),
+        ("sql/server/node_identity.py", "replace"),
         ("testing_hooks.py", "fsync"),  # test-only crash-point files
     }
     root = Path(oncestream.__file__).parent

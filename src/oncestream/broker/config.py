@@ -8,6 +8,7 @@ from oncestream.broker.connection_limits import UNLIMITED, parse_per_ip_override
 from oncestream.broker.listeners import Listener, parse_listeners
 from oncestream.broker.memory_pool import DEFAULT_QUEUED_MAX_REQUEST_BYTES
 from oncestream.errors import InvalidConfigError
+from oncestream.process_shutdown import DEFAULT_SHUTDOWN_TIMEOUT_MS, shutdown_timeout_ms
 from oncestream.protocol.api_keys import FEATURES
 
 # Kafka's ACL authorizers (KRaft's and ZooKeeper's): both mean our StandardAuthorizer.
@@ -56,6 +57,8 @@ class BrokerConfig:
     authorizer_class_name: str = ""
     super_users: str = ""
     allow_everyone_if_no_acl_found: bool = False
+    # How long a SIGTERM'd broker may take to stop before it exits at once (process_shutdown).
+    shutdown_timeout_ms: int = DEFAULT_SHUTDOWN_TIMEOUT_MS
     raw: dict[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -91,6 +94,7 @@ class BrokerConfig:
                 authorizer_class_name=props.get("authorizer.class.name", "").strip(),
                 super_users=props.get("super.users", ""),
                 allow_everyone_if_no_acl_found=_parse_bool(props.get("allow.everyone.if.no.acl.found", "false")),
+                shutdown_timeout_ms=shutdown_timeout_ms(props),
                 raw=dict(props),
             )
         except ValueError as exc:

@@ -18,6 +18,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from oncestream.async_wait import wait_event
 from oncestream.broker.internal_topic import InternalAppender, InternalTopic
 from oncestream.coordinator.group import GroupCoordinator, GroupCoordinatorConfig
 from oncestream.coordinator.group.messages import (
@@ -206,10 +207,8 @@ class GroupService:
             if deadline is not None:
                 sleep_s = max(0.0, min((deadline - self.mono_ms()) / 1000, _MAX_TICK_SLEEP_S))
             self._wake.clear()
-            try:
-                await asyncio.wait_for(self._wake.wait(), sleep_s)
-            except TimeoutError:
-                pass
+            # Not asyncio.wait_for: on 3.11 it can swallow the shutdown's cancellation (async_wait).
+            await wait_event(self._wake, sleep_s)
             try:
                 self._reload_partitions()
                 self.complete(self.coordinator.tick(self.now_ms(), mono_ms=self.mono_ms()), wake_timers=False)

@@ -8,11 +8,16 @@ tests/support/broker_with_faults.py), so no shipped code reads a fault or identi
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from oncestream.broker.internal_topic import InternalAppender
 from oncestream.broker.principal import KafkaPrincipalBuilder
 from oncestream.broker.txn_service import TxnStepObserver
+from oncestream.log.flush_job import FdatasyncFn
+
+# A loop run beside the broker's own: started with it, cancelled and awaited when it stops.
+BackgroundLoop = Callable[[], Awaitable[None]]
 
 
 @dataclass(frozen=True)
@@ -25,3 +30,7 @@ class BrokerSeams:
     txn_steps: TxnStepObserver | None = None
     # Appends coordinator records to __consumer_offsets / __transaction_state; None: the log's.
     internal_appender: InternalAppender | None = None
+    # Replaces os.fdatasync on the disk threads (tests stall or fail the disk); None: os's.
+    fdatasync: FdatasyncFn | None = None
+    # Loops started beside the broker's own (cleaner, timers, housekeeping) and stopped like them.
+    background_loops: tuple[BackgroundLoop, ...] = ()

@@ -18,6 +18,16 @@ naming its listener and security protocol; over TLS its principal comes from the
 certificate. A failed TLS handshake (a plaintext client on a TLS port, a missing or untrusted
 client certificate) never reaches a connection task: asyncio closes that socket and the broker
 keeps serving everyone else. Connection limits count a TLS connection once its handshake is done.
+
+Shutdown (SIGTERM/SIGINT, ``BrokerServer.stop``), in the order Kafka's follows: stop accepting,
+close every client connection (its transport aborted, its task cancelled: a client in a long poll
+or with an open transaction is cut off, as Kafka's SocketServer shutdown does), cancel the
+background loops (cleaner, group and transaction timers, housekeeping) and await them, then close
+the broker state (disk threads joined, logs flushed and closed, the clean-shutdown marker
+written). A phase that has not ended after a quarter of ``oncestream.shutdown.timeout.ms`` is
+logged with the stacks of what it waits for, and what it waits for is cancelled again (a loop that
+lost its cancellation gets another); the whole stop is bounded by ``process_shutdown``: at the
+bound, or on a second signal, the process exits at once.
 """
 
 from __future__ import annotations
@@ -27,10 +37,9 @@ import dataclasses
 import json
 import logging
 import os
-import signal
 import ssl
 import struct
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from pathlib import Path
 
 from oncestream.broker.cleaner import LogCleaner
@@ -41,9 +50,10 @@ from oncestream.broker.dispatch import CloseConnection, Dispatcher
 from oncestream.broker.listeners import Listener
 from oncestream.broker.memory_pool import RequestMemoryPool
 from oncestream.broker.sasl.exchange import close_delay_s
-from oncestream.broker.seams import BrokerSeams
+from oncestream.broker.seams import BackgroundLoop, BrokerSeams
 from oncestream.broker.state import BrokerState
 from oncestream.broker.tls import server_ssl_context
+from oncestream.process_shutdown import ShutdownBound, install_stop_signals
 
 log = logging.getLogger("oncestream.broker")
 
@@ -121,14 +131,24 @@ class _IdleWatch:
 
 class BrokerServer:
     """Owns the listening socket, the connection tasks, the connection limits and the
-    housekeeping timer."""
+    housekeeping timer.
 
-    def __init__(self, state: BrokerState, *, ready_file: Path | None = None) -> None:
+    ``background`` adds loops to the broker's own (cleaner, coordinator timers, housekeeping):
+    each is started with the broker and cancelled and awaited on shutdown like them.
+    ``stuck_report_s`` is how long a shutdown phase may wait before what it waits for is logged
+    (with stacks) and cancelled again."""
+
+    def __init__(self, state: BrokerState, *, ready_file: Path | None = None,
+                 background: Sequence[BackgroundLoop] = (), stuck_report_s: float = 5.0) -> None:
         self.state = state
         self.dispatcher = Dispatcher(state)
         self.ready_file = ready_file
+        self.background = tuple(background)
+        self.stuck_report_s = stuck_report_s
         self._servers: list[asyncio.base_events.Server] = []
-        self._connections: set[asyncio.Task[None]] = set()
+        # Connection tasks and their writers: a shutdown aborts the transports, so a task that
+        # lost its cancellation still ends (its next read fails).
+        self._connections: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
         self._stopping = asyncio.Event()
         cfg = state.config
         self.quotas = ConnectionQuotas(
@@ -203,19 +223,41 @@ class BrokerServer:
             asyncio.create_task(self.state.groups.run_timers()),
             asyncio.create_task(self.state.transactions.run_timers()),
             asyncio.create_task(LogCleaner.for_state(self.state).run()),
+            *(asyncio.create_task(_awaited(loop())) for loop in self.background),
         ]
         await self._stopping.wait()
-        for task in background:
-            task.cancel()
-        # Wait for a running clean to stop and tidy up before the logs are closed.
-        await asyncio.gather(*background, return_exceptions=True)
+        log.info("oncestream broker stopping: closing %d client connection(s)", len(self._connections))
         for server in self._servers:
-            server.close()
-        for task in list(self._connections):
-            task.cancel()
-        await asyncio.gather(*self._connections, return_exceptions=True)
+            server.close()  # no new connection from here on
+        await self._end_all(self._connections, "client connections", close=self._abort_connection)
+        # A running clean stops and tidies up before the logs are closed.
+        await self._end_all(background, "background loops")
         self.state.close()
         log.info("oncestream broker stopped cleanly")
+
+    def _abort_connection(self, task: asyncio.Task[None]) -> None:
+        writer = self._connections.get(task)
+        if writer is not None:
+            writer.transport.abort()  # abort, not close: a client that stopped reading cannot hold it
+
+    async def _end_all(self, tasks: Collection[asyncio.Task[None]], what: str,
+                       close: Callable[[asyncio.Task[None]], None] | None = None) -> None:
+        """Cancel ``tasks`` (``close`` each first) and wait until all have ended. Those still
+        running after ``stuck_report_s`` are logged with their stacks and cancelled again; the
+        process bound (``process_shutdown``) ends a wait that still does not finish."""
+        pending = set(tasks)
+        for task in pending:
+            if close is not None:
+                close(task)
+            task.cancel()
+        while pending:
+            _done, pending = await asyncio.wait(pending, timeout=self.stuck_report_s)
+            for task in pending:
+                log.warning("shutdown: one of the %s still runs %.1f s after its cancellation; "
+                            "cancelling it again. %s", what, self.stuck_report_s, _stack_of(task))
+                if close is not None:
+                    close(task)
+                task.cancel()
 
     def stop(self) -> None:
         """Ask ``serve_until_stopped`` to shut the broker down."""
@@ -248,7 +290,7 @@ class BrokerServer:
             return
         task = asyncio.current_task()
         if task is not None:  # always set for a coroutine the protocol runs as a task
-            self._connections.add(task)
+            self._connections[task] = writer
         ssl_object: ssl.SSLObject | None = writer.get_extra_info("ssl_object")
         # getpeercert() decodes the certificate only when it was verified, which the context's
         # verify mode guarantees for every certificate a client managed to present.
@@ -306,8 +348,6 @@ class BrokerServer:
             pass  # the client went away, or sat idle and was closed (logged by the watch)
         except CloseConnection as exc:
             log.warning("closing %s: %s", peer, exc)
-        except asyncio.CancelledError:
-            pass
         except Exception as exc:  # noqa: BLE001  # a bug in a handler: keep serving everyone else
             tb = exc.__traceback__
             while tb is not None and tb.tb_next is not None:
@@ -319,7 +359,7 @@ class BrokerServer:
             if reserved_bytes:
                 pool.release(reserved_bytes)
             if task is not None:
-                self._connections.discard(task)
+                self._connections.pop(task, None)
             self.quotas.release(ip)
             writer.close()
 
@@ -330,7 +370,11 @@ def run_broker(data_dir: Path, host: str, port: int, props: dict[str, str], *,
 
     ``host:port`` is the single PLAINTEXT listener used when ``props`` has no ``listeners``;
     ``ready_file`` receives the bound listeners once all are listening (see ``BrokerServer``);
-    ``seams`` are injected interfaces (broker/seams.py; none: the shipped ones)."""
+    ``seams`` are injected interfaces (broker/seams.py; none: the shipped ones), among them
+    extra background loops and the disk threads' ``fdatasync``.
+
+    The stop that SIGTERM/SIGINT starts is bounded by ``oncestream.shutdown.timeout.ms``
+    (``process_shutdown``): past it, or on a second signal, the process exits at once."""
     try:
         import uvloop
 
@@ -338,18 +382,37 @@ def run_broker(data_dir: Path, host: str, port: int, props: dict[str, str], *,
     except ImportError:  # uvloop is a dependency, but the broker works without it
         pass
     config = BrokerConfig.from_properties(host, port, props)
+    bound = ShutdownBound(config.shutdown_timeout_ms, "oncestream broker")
     for listener in config.all_listeners:  # a bad SSL store fails before the data dir is opened
         if listener.uses_tls:
             server_ssl_context(config.raw, listener.name)
 
     async def main() -> None:
-        state = BrokerState(data_dir, config, seams=seams)
-        server = BrokerServer(state, ready_file=ready_file)
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, server.stop)
+        seams_used = seams or BrokerSeams()
+        state = BrokerState(data_dir, config, fdatasync=seams_used.fdatasync, seams=seams_used)
+        server = BrokerServer(state, ready_file=ready_file, background=seams_used.background_loops,
+                              stuck_report_s=bound.bound_ms / 4000)
+        install_stop_signals(asyncio.get_running_loop(), bound, server.stop)
         await server.start()
         await server.serve_until_stopped()
 
     asyncio.run(main())
+    bound.finished()
     return 0
+
+
+async def _awaited(awaitable: Awaitable[None]) -> None:
+    await awaitable
+
+
+def _stack_of(task: asyncio.Task[None]) -> str:
+    """Where ``task`` waits, down its chain of awaited coroutines (``Task.print_stack`` shows
+    only the outermost frame of a suspended coroutine)."""
+    lines = [f"task {task.get_name()}:"]
+    coro: object = task.get_coro()
+    while coro is not None:
+        frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)
+        if frame is not None:
+            lines.append(f'  File "{frame.f_code.co_filename}", line {frame.f_lineno}, in {frame.f_code.co_name}')
+        coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
+    return "\n".join(lines)

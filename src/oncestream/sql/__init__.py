@@ -1,20 +1,13 @@
 """oncestream's SQL server: ksqlDB's SQL and REST API, with persistent queries run as Spark
 Structured Streaming queries through the exactly-once connector.
 
-Module map (one direction of dependencies, top to bottom):
+Three layers, each importing only the ones below it (docs/architecture.md draws them):
 
-- ``types``       ksqlDB's SQL types (``SqlType``) and how ksqlDB writes them.
-- ``ast``         the parsed statements (dataclasses; expressions are sqlglot trees).
-- ``parser/``     ksqlDB's grammar on sqlglot: ``parse(text) -> list[Statement]``.
-- ``catalog``     what the metastore holds: sources (streams, tables) and persistent queries.
-- ``errors``      ``KsqlError`` and its subclasses: ksqlDB's error codes and HTTP statuses.
-- ``metastore``   the sans-io metastore: validates a statement against a snapshot, applies a
-                  command in command-topic order (deterministic on every node).
-- ``commands``    the command-topic record format.
-- ``compile/``, ``serde``, ``runtime``  persistent and push queries on Spark.
-- ``command_topic``, ``command_runner``, ``assignment``, ``node``  the transactional
-                  single-writer protocol, replay, query placement over the group protocol, one node.
-- ``rest/``       the ASGI app (ksqlDB's REST API) served by hypercorn (HTTP/1.1 and h2c).
-- ``shell``       ``oncestream sql --server URL``.
-- ``engine``      the interface the REST layer calls (implemented by ``node``).
+- ``server/``    one node: statements through the command topic into the metastore, query
+                 placement over the group protocol, ksqlDB's REST API, the shell.
+- ``engine/``    running queries: compiled to Spark (``compile/``, ``runtime``), pull queries on
+                 materialized state stores (``pull/``), the record formats (``serde``).
+- ``language/``  ksqlDB's SQL, sans-io: types, the syntax tree, the parser, the catalog of
+                 sources, the analyzer and the function table (one expression semantics).
+- ``errors``     ``KsqlError`` and its subclasses (ksqlDB's error codes), raised by every layer.
 """

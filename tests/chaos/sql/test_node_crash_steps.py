@@ -2,7 +2,7 @@
 statement is lost after its HTTP success, none is applied twice, none half-applied; the restarted
 node rebuilds the same metastore as a node replaying the topic from scratch.
 
-The node kills itself at a step of oncestream.sql.command_topic.WRITE_STEPS through a write-step
+The node kills itself at a step of oncestream.sql.server.command_topic.WRITE_STEPS through a write-step
 observer the test tree injects (``SqlServerProcess.start(crash_step=...)``,
 tests/support/sql_node_with_faults.py).
 """
@@ -16,7 +16,7 @@ import httpx
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from oncestream.sql.command_topic import WRITE_STEPS, command_topic_name
+from oncestream.sql.server.command_topic import WRITE_STEPS, command_topic_name
 from tests.support.narrow import present
 from tests.support.sql_servers import LAZY_SPARK, SqlServerProcess
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
-from oncestream.sql.command_topic import command_topic_name
+from oncestream.sql.server.command_topic import command_topic_name
 from tests.support.sql_servers import LAZY_SPARK, SqlServerProcess, wait_until
 
 pytestmark = pytest.mark.chaos

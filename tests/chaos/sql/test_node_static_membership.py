@@ -26,8 +26,8 @@ from typing import Any
 import pytest
 
 from oncestream.client import Admin
-from oncestream.sql.assignment import assignment_group_id
-from oncestream.sql.node_identity import NODE_ID_FILE
+from oncestream.sql.server.assignment import assignment_group_id
+from oncestream.sql.server.node_identity import NODE_ID_FILE
 from tests.support.assignment_member import MemberProcess
 from tests.support.brokers import BrokerProcess
 from tests.support.groups import GROUP_BROKER_CONFIG

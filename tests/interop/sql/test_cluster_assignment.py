@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import pytest
 
 from oncestream.client import Admin
-from oncestream.sql.assignment import (
+from oncestream.sql.server.assignment import (
     PROTOCOL_TYPE,
     Assignment,
     MemberInfo,

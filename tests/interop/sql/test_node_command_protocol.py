@@ -21,9 +21,9 @@ import pytest
 from confluent_kafka import Producer as ConfluentProducer
 
 from oncestream.client import Admin
-from oncestream.sql.command_runner import Applied, CommandRunner, CommandState
-from oncestream.sql.command_topic import CommandWriter, PreparedCommand, command_topic_name, ensure_command_topic
 from oncestream.sql.errors import DegradedError, StatementError
+from oncestream.sql.server.command_runner import Applied, CommandRunner, CommandState
+from oncestream.sql.server.command_topic import CommandWriter, PreparedCommand, command_topic_name, ensure_command_topic
 
 pytestmark = pytest.mark.interop
 

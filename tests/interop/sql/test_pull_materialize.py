@@ -18,13 +18,13 @@ from typing import Any
 import pytest
 import sqlglot
 
-from oncestream.sql import ast
-from oncestream.sql.ast import SourceKind
-from oncestream.sql.catalog import Column, Format, Namespace, SourceInfo
-from oncestream.sql.pull import PullPlan, TableMaterializations, TableNotMaterializedError, run_plan, star_outputs
-from oncestream.sql.pull.materializations import directory_name
-from oncestream.sql.serde import layout_of
-from oncestream.sql.types import BIGINT, STRING
+from oncestream.sql.engine.pull import PullPlan, TableMaterializations, TableNotMaterializedError, run_plan, star_outputs
+from oncestream.sql.engine.pull.materializations import directory_name
+from oncestream.sql.engine.serde import layout_of
+from oncestream.sql.language import sql_ast
+from oncestream.sql.language.catalog import Column, Format, Namespace, SourceInfo
+from oncestream.sql.language.sql_ast import SourceKind
+from oncestream.sql.language.types import BIGINT, STRING
 from tests.support.clients import CLIENT_TIMEOUT_S, create_topic, unique_topic
 from tests.support.txn import transactional_producer, wait_until
 
@@ -179,9 +179,9 @@ def test_node_hooks_answer_pull_queries_and_report_lag(broker_factory, tmp_path:
     query to a ``QueryStream``, report lag for DESCRIBE EXTENDED and /clusterStatus."""
     import asyncio
 
-    from oncestream.sql.analyzer import analyze_query
-    from oncestream.sql.parser import parse
-    from oncestream.sql.pull.node_hooks import PullQueries
+    from oncestream.sql.engine.pull.node_hooks import PullQueries
+    from oncestream.sql.language.analyzer import analyze_query
+    from oncestream.sql.language.parser import parse
 
     broker = broker_factory()
     topic = unique_topic("pull-hooks")
@@ -193,7 +193,7 @@ def test_node_hooks_answer_pull_queries_and_report_lag(broker_factory, tmp_path:
         pull.metastore_changed([source])
         wait_until(lambda: _caught_up(pull.tables, "BALANCES"), WAIT_S, "the store at the LSO")
         statement = parse("SELECT OWNER, AMOUNT * 2 AS DOUBLE_AMOUNT FROM BALANCES WHERE ID IN (1, 3);")[0]
-        assert isinstance(statement, ast.QueryStatement)
+        assert isinstance(statement, sql_ast.QueryStatement)
         assert PullQueries.is_pull(statement)
         analyzed = analyze_query(statement.query, {"BALANCES": source})
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from oncestream.sql.runtime import QueryRuntime, RuntimeSettings, spark_session_config
+from oncestream.sql.engine.runtime import QueryRuntime, RuntimeSettings, spark_session_config
 
 
 @pytest.fixture(scope="module")

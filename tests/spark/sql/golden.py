@@ -13,11 +13,11 @@ from typing import Any
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from oncestream.sql import ast
-from oncestream.sql.ast import SourceKind, WindowSpec
-from oncestream.sql.catalog import Column, Format, Namespace, QueryInfo, SourceInfo
-from oncestream.sql.runtime import ERROR, QueryRuntime
-from oncestream.sql.types import SqlType
+from oncestream.sql.engine.runtime import ERROR, QueryRuntime
+from oncestream.sql.language import sql_ast
+from oncestream.sql.language.catalog import Column, Format, Namespace, QueryInfo, SourceInfo
+from oncestream.sql.language.sql_ast import SourceKind, WindowSpec
+from oncestream.sql.language.types import SqlType
 from tests.support.narrow import of_type
 
 OUTPUT_TIMEOUT_S = 180.0
@@ -107,15 +107,15 @@ def start(runtime: QueryRuntime, query_id: str, analyzed: Any, sink: SourceInfo,
 
 def analyze(sql: str, sources: Mapping[str, SourceInfo]) -> tuple[Any, Any]:
     """(statement, analyzed query) of one statement, parsed and analyzed by the SQL layer."""
-    from oncestream.sql.analyzer import analyze_query
-    from oncestream.sql.parser import parse
+    from oncestream.sql.language.analyzer import analyze_query
+    from oncestream.sql.language.parser import parse
 
     (statement,) = parse(sql)
-    if isinstance(statement, ast.CreateAsSelect):
+    if isinstance(statement, sql_ast.CreateAsSelect):
         return statement, analyze_query(statement.query, sources, sink=statement.name)
-    if isinstance(statement, ast.InsertInto):
+    if isinstance(statement, sql_ast.InsertInto):
         return statement, analyze_query(statement.query, sources, sink=statement.target)
-    return statement, analyze_query(of_type(statement, ast.QueryStatement, sql).query, sources)
+    return statement, analyze_query(of_type(statement, sql_ast.QueryStatement, sql).query, sources)
 
 
 def sink_of(analyzed: Any, name: str, topic: str, *, key_format: Format = Format.KAFKA,
@@ -131,10 +131,10 @@ def sink_of(analyzed: Any, name: str, topic: str, *, key_format: Format = Format
 def ddl(sql: str) -> SourceInfo:
     """The source a ``CREATE STREAM|TABLE`` statement declares (parsed by the SQL layer; formats
     default as ksqlDB's: KEY_FORMAT KAFKA, VALUE_FORMAT from FORMAT or JSON)."""
-    from oncestream.sql.parser import parse
+    from oncestream.sql.language.parser import parse
 
     (parsed,) = parse(sql)
-    statement = of_type(parsed, ast.CreateSource, sql)
+    statement = of_type(parsed, sql_ast.CreateSource, sql)
     props = {k.upper(): v for k, v in statement.properties.items()}
     fmt = props.get("FORMAT")
     columns = tuple(Column(c.name, c.type, Namespace.KEY if c.key else Namespace.VALUE) for c in statement.columns)

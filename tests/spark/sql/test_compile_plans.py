@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from oncestream.sql.catalog import Format
-from oncestream.sql.compile.plan import compile_query
-from oncestream.sql.compile.sources import ReadSettings
+from oncestream.sql.engine.compile.plan import compile_query
+from oncestream.sql.engine.compile.sources import ReadSettings
+from oncestream.sql.engine.serde import layout_for
 from oncestream.sql.errors import StatementError
-from oncestream.sql.serde import layout_for
+from oncestream.sql.language.catalog import Format
 from tests.spark.sql.golden import analyze, ddl
 
 pytestmark = [pytest.mark.spark]

@@ -8,8 +8,8 @@ import struct
 
 import pytest
 
-from oncestream.sql.catalog import Format
-from oncestream.sql.runtime import ERROR, NOT_RUNNING, RUNNING, sink_topic_config
+from oncestream.sql.engine.runtime import ERROR, NOT_RUNNING, RUNNING, sink_topic_config
+from oncestream.sql.language.catalog import Format
 from tests.spark.sql.golden import analyze, create_topics, ddl, produce, read_output, sink_of, start, unique
 
 pytestmark = [pytest.mark.spark]
@@ -86,7 +86,7 @@ def test_a_query_that_cannot_run_shows_error_and_the_others_keep_running(runtime
 
 
 def _info(query_id, analyzed):
-    from oncestream.sql.catalog import QueryInfo
+    from oncestream.sql.language.catalog import QueryInfo
 
     return QueryInfo(query_id=query_id, statement="", sink="", sources=tuple(analyzed.sources), query=analyzed.query,
                      output_columns=tuple(analyzed.columns), command_offset=0)

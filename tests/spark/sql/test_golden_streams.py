@@ -11,8 +11,8 @@ import struct
 
 import pytest
 
-from oncestream.sql.catalog import Format, SourceInfo
-from oncestream.sql.runtime import RUNNING
+from oncestream.sql.engine.runtime import RUNNING
+from oncestream.sql.language.catalog import Format, SourceInfo
 from tests.spark.sql.golden import EARLIEST, analyze, create_topics, ddl, produce, read_output, sink_of, start, unique
 
 pytestmark = [pytest.mark.spark]

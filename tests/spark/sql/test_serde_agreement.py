@@ -1,4 +1,4 @@
-"""The two forms of ``oncestream.sql.serde`` agree: bytes written by the Python form are read by
+"""The two forms of ``oncestream.sql.engine.serde`` agree: bytes written by the Python form are read by
 the Spark column form (``compile.serde_columns``) into the same values, and the Spark form writes
 those values back into exactly the Python form's bytes, for every format and key kind."""
 
@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from oncestream.sql import types as t
-from oncestream.sql.ast import WindowKind
-from oncestream.sql.catalog import Column, Format, Namespace
-from oncestream.sql.serde import RecordLayout, Window
+from oncestream.sql.engine.serde import RecordLayout, Window
+from oncestream.sql.language import types as t
+from oncestream.sql.language.catalog import Column, Format, Namespace
+from oncestream.sql.language.sql_ast import WindowKind
 
 pytestmark = [pytest.mark.spark]
 
@@ -41,7 +41,7 @@ def _round_trip(spark, layout: RecordLayout, rows: list[dict[str, Any]], windows
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
-    from oncestream.sql.compile import serde_columns
+    from oncestream.sql.engine.compile import serde_columns
 
     records = [(layout.encode_key(r, w), layout.encode_value(r)) for r, w in zip(rows, windows, strict=True)]
     frame = spark.createDataFrame(records, T.StructType([T.StructField("key", T.BinaryType()),
@@ -85,7 +85,7 @@ def test_json_value_with_nested_types_and_kafka_key(sql_spark):
 def test_json_fields_are_matched_case_insensitively_in_spark(sql_spark):
     from pyspark.sql import functions as F
 
-    from oncestream.sql.compile import serde_columns
+    from oncestream.sql.engine.compile import serde_columns
 
     layout = _layout(Format.NONE, Format.JSON,
                      values=[("ID", t.INTEGER), ("NAME", t.STRING), ("ST", t.struct_of(("F", t.INTEGER)))])

@@ -1,7 +1,7 @@
 """The analyzer against ksqlDB's rules: column resolution and naming, types, output keys, result
 kinds, windows, joins, GROUP BY / HAVING, and ksqlDB's error messages.
 
-Queries are built by hand as the parser's contract (``oncestream.sql.ast``) describes them: a
+Queries are built by hand as the parser's contract (``oncestream.sql.language.sql_ast``) describes them: a
 sqlglot SELECT with unquoted names upper-cased, ksqlDB-only clauses lifted into ``ast.Query``."""
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ import pytest
 import sqlglot
 from sqlglot import exp
 
-from oncestream.sql import types as t
-from oncestream.sql.analyzer import analyze_query, type_of
-from oncestream.sql.ast import Emit, JoinSpec, Query, SourceKind, WindowKind, WindowSpec
-from oncestream.sql.catalog import Column, Format, Namespace, SourceInfo
 from oncestream.sql.errors import StatementError
-from oncestream.sql.parser.expressions import normalise_names
+from oncestream.sql.language import types as t
+from oncestream.sql.language.analyzer import analyze_query, type_of
+from oncestream.sql.language.catalog import Column, Format, Namespace, SourceInfo
+from oncestream.sql.language.parser.expressions import normalise_names
+from oncestream.sql.language.sql_ast import Emit, JoinSpec, Query, SourceKind, WindowKind, WindowSpec
 from tests.support.narrow import of_type
 
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from oncestream.sql import ast
-from oncestream.sql import types as t
-from oncestream.sql.analyzer import analyze_query, type_of
-from oncestream.sql.ast import SourceKind, WindowKind
 from oncestream.sql.errors import StatementError
-from oncestream.sql.metastore import Metastore
-from oncestream.sql.parser import parse
+from oncestream.sql.language import sql_ast
+from oncestream.sql.language import types as t
+from oncestream.sql.language.analyzer import analyze_query, type_of
+from oncestream.sql.language.parser import parse
+from oncestream.sql.language.sql_ast import SourceKind, WindowKind
+from oncestream.sql.server.metastore import Metastore
 from tests.support.narrow import of_type
 
 DDL = """
@@ -37,7 +37,7 @@ def sources():
 
 def analyze(sources, sql: str, sink: str | None = None):
     (stmt,) = parse(sql)
-    return analyze_query(of_type(stmt, ast.QueryStatement).query, sources, sink=sink)
+    return analyze_query(of_type(stmt, sql_ast.QueryStatement).query, sources, sink=sink)
 
 
 def schema(a) -> str:

@@ -6,11 +6,11 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from oncestream.sql import ast
-from oncestream.sql.analyzer import analyze_query
 from oncestream.sql.errors import StatementError
-from oncestream.sql.metastore import Metastore
-from oncestream.sql.parser import parse
+from oncestream.sql.language import sql_ast
+from oncestream.sql.language.analyzer import analyze_query
+from oncestream.sql.language.parser import parse
+from oncestream.sql.server.metastore import Metastore
 
 DDL = ("CREATE STREAM s (k STRING KEY, i INT, b BIGINT, d DOUBLE, m DECIMAL(6, 2), n STRING, f BOOLEAN, a ARRAY<INT>, "
        "mp MAP<STRING, INT>, st STRUCT<x INT, y STRING>, ts TIMESTAMP) WITH (kafka_topic='s', value_format='json');"
@@ -55,7 +55,7 @@ def test_analysis_never_fails_with_anything_but_a_statement_error(select: str, w
         (stmt,) = parse(sql)
     except StatementError:
         return   # not valid syntax: the parser's business
-    assert isinstance(stmt, ast.QueryStatement)
+    assert isinstance(stmt, sql_ast.QueryStatement)
     try:
         analyzed = analyze_query(stmt.query, MS.source_map(), sink="OUT" if sink else None)
     except StatementError:

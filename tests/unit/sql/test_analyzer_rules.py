@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import pytest
 
-from oncestream.sql import ast
-from oncestream.sql import types as t
-from oncestream.sql.analyzer import analyze_query
 from oncestream.sql.errors import StatementError
-from oncestream.sql.metastore import CommandResult, Metastore, StartQuery
-from oncestream.sql.parser import parse
+from oncestream.sql.language import sql_ast
+from oncestream.sql.language import types as t
+from oncestream.sql.language.analyzer import analyze_query
+from oncestream.sql.language.parser import parse
+from oncestream.sql.server.metastore import CommandResult, Metastore, StartQuery
 from tests.support.narrow import of_type, present
 
 DDL = """
@@ -38,7 +38,7 @@ def ms() -> Metastore:
 
 def refused(ms: Metastore, sql: str, pattern: str) -> None:
     (s,) = parse(sql)
-    if isinstance(s, ast.QueryStatement):   # push / pull queries are analyzed, not validated as commands
+    if isinstance(s, sql_ast.QueryStatement):   # push / pull queries are analyzed, not validated as commands
         with pytest.raises(StatementError, match=pattern):
             analyze_query(s.query, ms.source_map())
     else:
@@ -160,7 +160,7 @@ def test_in_coerces_literals_and_rowtime_compares_with_timestamp_strings(ms: Met
 def test_coerced_literals_are_rewritten_in_the_resolved_tree(ms: Metastore) -> None:
     (stmt,) = parse("SELECT k FROM s WHERE ROWTIME > '2020-01-01T00:00:00' AND v IN (1, '2') AND flag IN ('tr', 'no') "
                     "AND name IN (1, TRUE) EMIT CHANGES;")
-    a = analyze_query(of_type(stmt, ast.QueryStatement).query, ms.source_map())
+    a = analyze_query(of_type(stmt, sql_ast.QueryStatement).query, ms.source_map())
     assert a.where is not None
     assert a.where.sql() == ('"S"."ROWTIME" > 1577836800000 AND "S"."V" IN (1, 2) AND "S"."FLAG" IN (TRUE, FALSE) '
                              'AND "S"."NAME" IN (\'1\', \'true\')')

@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from oncestream.sql.commands import (
+from oncestream.sql.language.parser import parse
+from oncestream.sql.server.commands import (
     COMMAND_VERSION,
     Command,
     IncompatibleCommandError,
@@ -16,8 +17,7 @@ from oncestream.sql.commands import (
     encode,
     goes_to_command_topic,
 )
-from oncestream.sql.metastore import CommandResult, Metastore
-from oncestream.sql.parser import parse
+from oncestream.sql.server.metastore import CommandResult, Metastore
 from tests.support.narrow import of_type, present
 
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import json
 
-from oncestream.sql import ast, entities
-from oncestream.sql.analyzer import analyze_query
-from oncestream.sql.metastore import Metastore
-from oncestream.sql.parser import parse
+from oncestream.sql.language import sql_ast
+from oncestream.sql.language.analyzer import analyze_query
+from oncestream.sql.language.parser import parse
+from oncestream.sql.server import entities
+from oncestream.sql.server.metastore import Metastore
 from tests.support.narrow import of_type, present
 
 SETUP = """
@@ -179,7 +180,7 @@ def test_functions_entities() -> None:
 def test_explain_of_a_statement_describes_a_query_that_is_not_running() -> None:
     ms = metastore()
     (stmt,) = parse("SELECT id, userid FROM orders EMIT CHANGES;")
-    a = analyze_query(of_type(stmt, ast.QueryStatement).query, ms.source_map())
+    a = analyze_query(of_type(stmt, sql_ast.QueryStatement).query, ms.source_map())
     e = entities.transient_query_description("EXPLAIN SELECT id, userid FROM orders EMIT CHANGES;", stmt.text, a.columns,
                                              ["ORDERS"])
     common(e, "queryDescription", "EXPLAIN SELECT id, userid FROM orders EMIT CHANGES;")

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import sqlglot
 
-from oncestream.sql import functions
-from oncestream.sql import types as t
-from oncestream.sql.functions import CallSite, FunctionTypeError
+from oncestream.sql.language import functions
+from oncestream.sql.language import types as t
+from oncestream.sql.language.functions import CallSite, FunctionTypeError
 
 DOCS = Path(__file__).resolve().parents[3] / "docs" / "sql-functions.md"
 

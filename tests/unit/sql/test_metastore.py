@@ -9,13 +9,13 @@ import pytest
 import sqlglot
 from sqlglot import exp
 
-from oncestream.sql import ast
-from oncestream.sql import types as t
-from oncestream.sql.ast import ColumnDef, Position, Query, SourceKind
-from oncestream.sql.catalog import Format, Namespace
-from oncestream.sql.commands import decode, encode
 from oncestream.sql.errors import StatementError
-from oncestream.sql.metastore import CommandResult, CreateTopic, DeleteTopic, Metastore, StartQuery, StopQuery
+from oncestream.sql.language import sql_ast
+from oncestream.sql.language import types as t
+from oncestream.sql.language.catalog import Format, Namespace
+from oncestream.sql.language.sql_ast import ColumnDef, Position, Query, SourceKind
+from oncestream.sql.server.commands import decode, encode
+from oncestream.sql.server.metastore import CommandResult, CreateTopic, DeleteTopic, Metastore, StartQuery, StopQuery
 from tests.support.narrow import of_type, present
 
 P = Position(1, 1)
@@ -35,33 +35,33 @@ def select(sql: str, partition_by: tuple[str, ...] = ()) -> Query:
     sel.set("from_", None)
     return Query(select=sel, source=src.name, source_alias=src.alias or None,
                  partition_by=tuple(of_type(_upper(sqlglot.parse_one(p)), exp.Expression, p) for p in partition_by),
-                 emit=ast.Emit.CHANGES)
+                 emit=sql_ast.Emit.CHANGES)
 
 
-def create_stream(name: str = "ORDERS", topic: str = "orders", **kw) -> ast.CreateSource:
+def create_stream(name: str = "ORDERS", topic: str = "orders", **kw) -> sql_ast.CreateSource:
     cols = kw.pop("columns", (ColumnDef("ID", t.INTEGER, key=True), ColumnDef("USERID", t.STRING), ColumnDef("AMOUNT", t.DOUBLE)))
     props = {"KAFKA_TOPIC": topic, "VALUE_FORMAT": "JSON", **kw.pop("props", {})}
-    return ast.CreateSource(text=f"CREATE STREAM {name} (...) WITH (KAFKA_TOPIC='{topic}');", position=P,
+    return sql_ast.CreateSource(text=f"CREATE STREAM {name} (...) WITH (KAFKA_TOPIC='{topic}');", position=P,
                             kind=SourceKind.STREAM, name=name, columns=cols, properties=props, **kw)
 
 
-def create_table(name: str = "USERS", topic: str = "users", **kw) -> ast.CreateSource:
+def create_table(name: str = "USERS", topic: str = "users", **kw) -> sql_ast.CreateSource:
     cols = kw.pop("columns", (ColumnDef("USERID", t.STRING, key=True, primary_key=True), ColumnDef("NAME", t.STRING)))
     props = {"KAFKA_TOPIC": topic, "VALUE_FORMAT": "JSON", **kw.pop("props", {})}
-    return ast.CreateSource(text=f"CREATE TABLE {name} (...);", position=P, kind=SourceKind.TABLE, name=name,
+    return sql_ast.CreateSource(text=f"CREATE TABLE {name} (...);", position=P, kind=SourceKind.TABLE, name=name,
                             columns=cols, properties=props, **kw)
 
 
-def csas(name: str, sql: str, kind: SourceKind = SourceKind.STREAM, **kw) -> ast.CreateAsSelect:
+def csas(name: str, sql: str, kind: SourceKind = SourceKind.STREAM, **kw) -> sql_ast.CreateAsSelect:
     pb = kw.pop("partition_by", ())
-    return ast.CreateAsSelect(text=f"CREATE {kind.value} {name} AS {sql};", position=P, kind=kind, name=name,
+    return sql_ast.CreateAsSelect(text=f"CREATE {kind.value} {name} AS {sql};", position=P, kind=kind, name=name,
                               query=select(sql, pb), **kw)
 
 
 TOPICS = {"orders": 3, "users": 2}
 
 
-def run(ms: Metastore, stmt: ast.Statement, offset: int, topics=TOPICS) -> list:
+def run(ms: Metastore, stmt: sql_ast.Statement, offset: int, topics=TOPICS) -> list:
     cmd = ms.validate(stmt, {}, topics)
     return ms.apply(cmd, offset)
 
@@ -157,31 +157,31 @@ def test_drop_rules() -> None:
     ms = Metastore()
     run(ms, create_stream(), 0)
     run(ms, csas("BIG", "SELECT id, amount FROM orders"), 1)
-    drop_orders = ast.DropSource(text="DROP STREAM ORDERS;", position=P, kind=SourceKind.STREAM, name="ORDERS")
+    drop_orders = sql_ast.DropSource(text="DROP STREAM ORDERS;", position=P, kind=SourceKind.STREAM, name="ORDERS")
     # a source created from ORDERS blocks its DROP (ksqlDB's drop constraints), even once its query is terminated
     with pytest.raises(StatementError, match=r"Cannot drop ORDERS\.\nThe following streams and/or tables read from this "
                                              r"source: \[BIG\]\.\nYou need to drop them before dropping ORDERS\."):
         ms.validate(drop_orders, {}, TOPICS)
-    ins = ast.InsertInto(text="INSERT INTO BIG SELECT id, amount FROM orders;", position=P, target="BIG",
+    ins = sql_ast.InsertInto(text="INSERT INTO BIG SELECT id, amount FROM orders;", position=P, target="BIG",
                          query=select("SELECT id, amount FROM orders"))
     run(ms, ins, 2)
     with pytest.raises(StatementError, match=r"Cannot drop ORDERS\.\nThe following queries read from this source: "
                                              r"\[INSERTQUERY_2\]\.\nThe following queries write into this source: \[\]\.\n"
                                              r"You need to terminate them before dropping ORDERS\."):
         ms.validate(drop_orders, {}, TOPICS)
-    run(ms, ast.Terminate(text="TERMINATE INSERTQUERY_2;", position=P, query_id="INSERTQUERY_2"), 3)
+    run(ms, sql_ast.Terminate(text="TERMINATE INSERTQUERY_2;", position=P, query_id="INSERTQUERY_2"), 3)
     with pytest.raises(StatementError, match=r"Stream NOPE does not exist\."):
-        ms.validate(ast.DropSource(text="", position=P, kind=SourceKind.STREAM, name="NOPE"), {}, TOPICS)
+        ms.validate(sql_ast.DropSource(text="", position=P, kind=SourceKind.STREAM, name="NOPE"), {}, TOPICS)
     with pytest.raises(StatementError, match="Incompatible data source type is stream, but statement was DROP table"):
-        ms.validate(ast.DropSource(text="", position=P, kind=SourceKind.TABLE, name="BIG"), {}, TOPICS)
+        ms.validate(sql_ast.DropSource(text="", position=P, kind=SourceKind.TABLE, name="BIG"), {}, TOPICS)
     # dropping the sink of a CSAS stops its query
-    effects = run(ms, ast.DropSource(text="DROP STREAM BIG DELETE TOPIC;", position=P, kind=SourceKind.STREAM, name="BIG",
+    effects = run(ms, sql_ast.DropSource(text="DROP STREAM BIG DELETE TOPIC;", position=P, kind=SourceKind.STREAM, name="BIG",
                                      delete_topic=True), 4)
     assert effects == [StopQuery("CSAS_BIG_1"), DeleteTopic("BIG"),
                        CommandResult("SUCCESS", "Source `BIG` (topic: BIG) was dropped.")]
     assert ms.queries() == []
     assert result(run(ms, drop_orders, 5)).status == "SUCCESS"
-    if_exists = ast.DropSource(text="", position=P, kind=SourceKind.STREAM, name="ORDERS", if_exists=True)
+    if_exists = sql_ast.DropSource(text="", position=P, kind=SourceKind.STREAM, name="ORDERS", if_exists=True)
     assert run(ms, if_exists, 6) == [CommandResult("SUCCESS", "Source `ORDERS` does not exist.")]
 
 
@@ -190,12 +190,12 @@ def test_terminate() -> None:
     run(ms, create_stream(), 0)
     run(ms, csas("BIG", "SELECT id, amount FROM orders"), 1)
     with pytest.raises(StatementError, match="Unknown queryId: CSAS_NOPE_1"):
-        ms.validate(ast.Terminate(text="TERMINATE CSAS_NOPE_1;", position=P, query_id="CSAS_NOPE_1"), {}, TOPICS)
-    effects = run(ms, ast.Terminate(text="TERMINATE CSAS_BIG_1;", position=P, query_id="CSAS_BIG_1"), 2)
+        ms.validate(sql_ast.Terminate(text="TERMINATE CSAS_NOPE_1;", position=P, query_id="CSAS_NOPE_1"), {}, TOPICS)
+    effects = run(ms, sql_ast.Terminate(text="TERMINATE CSAS_BIG_1;", position=P, query_id="CSAS_BIG_1"), 2)
     assert effects == [StopQuery("CSAS_BIG_1"), CommandResult("SUCCESS", "Query terminated.")]
     assert present(ms.source("BIG"), "source BIG").created_by is None
     assert ms.queries() == []
-    drop_big = ast.DropSource(text="DROP STREAM BIG;", position=P, kind=SourceKind.STREAM, name="BIG")
+    drop_big = sql_ast.DropSource(text="DROP STREAM BIG;", position=P, kind=SourceKind.STREAM, name="BIG")
     assert run(ms, drop_big, 3) == [CommandResult("SUCCESS", "Source `BIG` (topic: BIG) was dropped.")]
 
 
@@ -204,19 +204,19 @@ def test_insert_into() -> None:
     run(ms, create_stream(), 0)
     run(ms, create_stream(name="ORDERS2", topic="orders"), 1)
     run(ms, create_table(), 2)
-    ins = ast.InsertInto(text="INSERT INTO ORDERS2 SELECT * FROM ORDERS;", position=P, target="ORDERS2",
+    ins = sql_ast.InsertInto(text="INSERT INTO ORDERS2 SELECT * FROM ORDERS;", position=P, target="ORDERS2",
                          query=select("SELECT * FROM orders"))
     effects = run(ms, ins, 5)
     assert result(effects).query_id == "INSERTQUERY_5"
-    bad = ast.InsertInto(text="", position=P, target="USERS", query=select("SELECT * FROM orders"))
+    bad = sql_ast.InsertInto(text="", position=P, target="USERS", query=select("SELECT * FROM orders"))
     with pytest.raises(StatementError, match=r"INSERT INTO can only be used to insert into a stream\. USERS is a table\."):
         ms.validate(bad, {}, TOPICS)
-    mismatch = ast.InsertInto(text="", position=P, target="ORDERS2", query=select("SELECT id, userid FROM orders"))
+    mismatch = sql_ast.InsertInto(text="", position=P, target="ORDERS2", query=select("SELECT id, userid FROM orders"))
     with pytest.raises(StatementError, match=r"Incompatible schema between results and sink\.\nResult schema is `ID` INTEGER "
                                              "KEY, `USERID` STRING\nSink schema is `ID` INTEGER KEY, `USERID` STRING, `AMOUNT` "
                                              "DOUBLE"):
         ms.validate(mismatch, {}, TOPICS)
-    drop = ast.DropSource(text="", position=P, kind=SourceKind.STREAM, name="ORDERS2")
+    drop = sql_ast.DropSource(text="", position=P, kind=SourceKind.STREAM, name="ORDERS2")
     with pytest.raises(StatementError, match=r"write into this source: \[INSERTQUERY_5\]"):
         ms.validate(drop, {}, TOPICS)
 
@@ -246,7 +246,7 @@ def test_validate_never_mutates_and_snapshot_is_independent() -> None:
 def test_same_commands_give_equal_metastores() -> None:
     stmts = [create_stream(), create_table(), csas("BIG", "SELECT id, amount FROM orders"),
              csas("C", "SELECT userid, COUNT(*) AS n FROM orders GROUP BY userid", SourceKind.TABLE),
-             ast.Terminate(text="TERMINATE CSAS_BIG_2;", position=P, query_id="CSAS_BIG_2")]
+             sql_ast.Terminate(text="TERMINATE CSAS_BIG_2;", position=P, query_id="CSAS_BIG_2")]
     a, b = Metastore(), Metastore()
     for i, s in enumerate(stmts):
         cmd = a.validate(s, {}, TOPICS)

@@ -8,10 +8,10 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from oncestream.sql.commands import Command, command_id, decode, encode
 from oncestream.sql.errors import StatementError
-from oncestream.sql.metastore import CommandResult, Metastore
-from oncestream.sql.parser import parse
+from oncestream.sql.language.parser import parse
+from oncestream.sql.server.commands import Command, command_id, decode, encode
+from oncestream.sql.server.metastore import CommandResult, Metastore
 
 TOPICS = {"a": 2, "b": 2}
 NAMES = ["S1", "S2", "T1", "T2"]

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from oncestream.sql.catalog import Format
 from oncestream.sql.errors import BAD_STATEMENT, StatementError
-from oncestream.sql.metastore import CommandResult, CreateTopic, Metastore, StartQuery, StopQuery
-from oncestream.sql.parser import parse
+from oncestream.sql.language.catalog import Format
+from oncestream.sql.language.parser import parse
+from oncestream.sql.server.metastore import CommandResult, CreateTopic, Metastore, StartQuery, StopQuery
 
 TOPICS = {"orders": 2, "users": 1, "raw": 6}
 BASE = """

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from oncestream.sql.assignment import Assignment, MemberInfo
-from oncestream.sql.node_identity import INSTANCE_ID_PROPERTY, NODE_ID_FILE, NodeIdentityError, node_instance_id
+from oncestream.sql.server.assignment import Assignment, MemberInfo
+from oncestream.sql.server.node_identity import INSTANCE_ID_PROPERTY, NODE_ID_FILE, NodeIdentityError, node_instance_id
 
 
 def test_instance_id_is_created_once_and_kept_in_the_state_dir(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""Rows of INSERT INTO ... VALUES and /inserts-stream (oncestream.sql.insert_values), from
+"""Rows of INSERT INTO ... VALUES and /inserts-stream (oncestream.sql.engine.insert_values), from
 statements parsed by the real parser."""
 
 from __future__ import annotations
@@ -7,25 +7,25 @@ from decimal import Decimal
 
 import pytest
 
-from oncestream.sql import ast
-from oncestream.sql.catalog import Column, Format, Namespace, SourceInfo
+from oncestream.sql.engine.insert_values import json_row, values_row
 from oncestream.sql.errors import StatementError
-from oncestream.sql.insert_values import json_row, values_row
-from oncestream.sql.parser import parse
-from oncestream.sql.types import BIGINT, DOUBLE, INTEGER, STRING, array_of, decimal
+from oncestream.sql.language import sql_ast
+from oncestream.sql.language.catalog import Column, Format, Namespace, SourceInfo
+from oncestream.sql.language.parser import parse
+from oncestream.sql.language.types import BIGINT, DOUBLE, INTEGER, STRING, array_of, decimal
 
 STREAM = SourceInfo(
-    name="S", kind=ast.SourceKind.STREAM, topic="s", key_format=Format.KAFKA, value_format=Format.JSON,
+    name="S", kind=sql_ast.SourceKind.STREAM, topic="s", key_format=Format.KAFKA, value_format=Format.JSON,
     columns=(Column("ID", INTEGER, Namespace.KEY), Column("NAME", STRING), Column("AMOUNT", DOUBLE),
              Column("PRICE", decimal(6, 2)), Column("TAGS", array_of(STRING)), Column("N", BIGINT)),
     statement="CREATE STREAM S ...;")
-TABLE = SourceInfo(name="T", kind=ast.SourceKind.TABLE, topic="t", key_format=Format.KAFKA, value_format=Format.JSON,
+TABLE = SourceInfo(name="T", kind=sql_ast.SourceKind.TABLE, topic="t", key_format=Format.KAFKA, value_format=Format.JSON,
                    columns=(Column("ID", INTEGER, Namespace.KEY), Column("V", STRING)), statement="CREATE TABLE T ...;")
 
 
-def _insert(text: str) -> ast.InsertValues:
+def _insert(text: str) -> sql_ast.InsertValues:
     (statement,) = parse(text)
-    assert isinstance(statement, ast.InsertValues)
+    assert isinstance(statement, sql_ast.InsertValues)
     return statement
 
 

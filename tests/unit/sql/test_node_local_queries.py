@@ -1,4 +1,4 @@
-"""The node's local query lifecycle (oncestream.sql.local_queries): it starts what is assigned,
+"""The node's local query lifecycle (oncestream.sql.server.local_queries): it starts what is assigned,
 stops what is taken away, keeps a failed query owned (shown as ERROR) and notices queries that fail
 while running. The runtime here is a small recorder with the QueryRuntime methods the lifecycle
 calls; the lifecycle is the thing under test."""
@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from oncestream.sql.local_queries import IllegalQueryTransition, LocalQueries, LocalState, StartSpec
+from oncestream.sql.server.local_queries import IllegalQueryTransition, LocalQueries, LocalState, StartSpec
 
 
 class RecordingRuntime:
@@ -56,7 +56,10 @@ def local() -> Any:
     runtime = RecordingRuntime()
     known = {"Q1": 1, "Q2": 2, "Q3": 3}   # query id -> offset of the command defining it
     changes: list[int] = []
-    queries = LocalQueries(runtime, lambda q: StartSpec(Info(q, known[q]), None, None, {}) if q in known else None,
+    # Recording fakes stand in for the runtime and the query specs: only what LocalQueries reads.
+    queries = LocalQueries(runtime,  # type: ignore[arg-type]
+                           lambda q: StartSpec(Info(q, known[q]), None, None, {})  # type: ignore[arg-type]
+                           if q in known else None,
                            lambda: changes.append(1))
     queries.start()
     yield queries, runtime, known, changes

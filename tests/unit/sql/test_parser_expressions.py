@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 from sqlglot import exp
 
-from oncestream.sql import types as t
 from oncestream.sql.errors import ParseError
-from oncestream.sql.parser import UnknownDataTypeError, parse_expression, sql_type_of, to_data_type
+from oncestream.sql.language import types as t
+from oncestream.sql.language.parser import UnknownDataTypeError, parse_expression, sql_type_of, to_data_type
 
 
 def test_struct_access_is_dot_with_normalised_field_names() -> None:

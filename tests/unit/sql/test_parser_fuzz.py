@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from oncestream.sql.errors import ParseError
-from oncestream.sql.parser import parse, parse_expression
+from oncestream.sql.language.parser import parse, parse_expression
 
 T = TypeVar("T")
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from oncestream.sql import ast
 from oncestream.sql.errors import BAD_STATEMENT, ParseError
-from oncestream.sql.parser import parse
+from oncestream.sql.language import sql_ast
+from oncestream.sql.language.parser import parse
 
 
 def error_of(text: str) -> ParseError:
@@ -22,17 +22,17 @@ def error_of(text: str) -> ParseError:
 def test_statements_split_with_text_and_positions() -> None:
     text = "SHOW STREAMS;\n  LIST TABLES ;DESCRIBE s;"
     a, b, c = parse(text)
-    assert (a.text, a.position) == ("SHOW STREAMS;", ast.Position(1, 1))
-    assert (b.text, b.position) == ("LIST TABLES ;", ast.Position(2, 3))
-    assert (c.text, c.position) == ("DESCRIBE s;", ast.Position(2, 16))
+    assert (a.text, a.position) == ("SHOW STREAMS;", sql_ast.Position(1, 1))
+    assert (b.text, b.position) == ("LIST TABLES ;", sql_ast.Position(2, 3))
+    assert (c.text, c.position) == ("DESCRIBE s;", sql_ast.Position(2, 16))
 
 
 def test_semicolons_inside_string_literals_do_not_split() -> None:
     text = "INSERT INTO t (a) VALUES ('x;y'); INSERT INTO t (a) VALUES ('it''s; fine');"
     a, b = parse(text)
-    assert isinstance(a, ast.InsertValues)
+    assert isinstance(a, sql_ast.InsertValues)
     assert a.values[0].name == "x;y"
-    assert isinstance(b, ast.InsertValues)
+    assert isinstance(b, sql_ast.InsertValues)
     assert b.values[0].name == "it's; fine"
     assert b.text == "INSERT INTO t (a) VALUES ('it''s; fine');"
 
@@ -40,19 +40,19 @@ def test_semicolons_inside_string_literals_do_not_split() -> None:
 def test_semicolons_inside_quoted_names_and_comments_do_not_split() -> None:
     text = "SELECT `a;b` FROM s -- comment; still comment\nEMIT CHANGES; /* ; */ SHOW TOPICS;"
     a, b = parse(text)
-    assert isinstance(a, ast.QueryStatement)
+    assert isinstance(a, sql_ast.QueryStatement)
     assert a.query.select.expressions[0].name == "a;b"
     assert a.text == "SELECT `a;b` FROM s -- comment; still comment\nEMIT CHANGES;"
-    assert isinstance(b, ast.Show)
-    assert b.what is ast.ShowWhat.TOPICS
+    assert isinstance(b, sql_ast.Show)
+    assert b.what is sql_ast.ShowWhat.TOPICS
     assert b.text == "SHOW TOPICS;"
-    assert b.position == ast.Position(2, 23)
+    assert b.position == sql_ast.Position(2, 23)
 
 
 def test_leading_comments_are_not_part_of_the_statement_text() -> None:
     (s,) = parse("-- the first line\n/* a block\n comment */ DROP STREAM s;")
     assert s.text == "DROP STREAM s;"
-    assert s.position == ast.Position(3, 13)
+    assert s.position == sql_ast.Position(3, 13)
 
 
 def test_original_spelling_is_kept_in_text() -> None:
@@ -63,8 +63,8 @@ def test_original_spelling_is_kept_in_text() -> None:
 def test_last_statement_without_semicolon_gets_one() -> None:
     _a, b = parse("SHOW STREAMS; SHOW TABLES")
     assert b.text == "SHOW TABLES;"
-    assert isinstance(b, ast.Show)
-    assert b.what is ast.ShowWhat.TABLES
+    assert isinstance(b, sql_ast.Show)
+    assert b.what is sql_ast.ShowWhat.TABLES
 
 
 @pytest.mark.parametrize("text", ["", "   \n ", ";", ";;  ;", "-- only a comment", "/* only */ ;"])
@@ -79,7 +79,7 @@ def test_empty_statements_between_semicolons_are_skipped() -> None:
 
 def test_double_quoted_identifiers_keep_case_and_single_quotes_are_strings() -> None:
     (s,) = parse("""SELECT "MixedCase", 'literal' FROM s EMIT CHANGES;""")
-    assert isinstance(s, ast.QueryStatement)
+    assert isinstance(s, sql_ast.QueryStatement)
     first, second = s.query.select.expressions
     assert first.name == "MixedCase"
     assert second.is_string

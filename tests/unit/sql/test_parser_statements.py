@@ -1,17 +1,17 @@
-"""ksqlDB statement families (issue 12 point 3) through ``oncestream.sql.parser.parse``: each
-statement's AST, ksqlDB's name normalisation, and the text/position contract of ``ast.Statement``."""
+"""ksqlDB statement families (issue 12 point 3) through ``oncestream.sql.language.parser.parse``: each
+statement's AST, ksqlDB's name normalisation, and the text/position contract of ``sql_ast.Statement``."""
 
 from __future__ import annotations
 
 import pytest
 from sqlglot import exp
 
-from oncestream.sql import ast
-from oncestream.sql import types as t
-from oncestream.sql.parser import parse
+from oncestream.sql.language import sql_ast
+from oncestream.sql.language import types as t
+from oncestream.sql.language.parser import parse
 
 
-def one(text: str) -> ast.Statement:
+def one(text: str) -> sql_ast.Statement:
     statements = parse(text)
     assert len(statements) == 1
     return statements[0]
@@ -23,11 +23,11 @@ def test_create_stream_columns_and_with_properties() -> None:
     s = one("CREATE STREAM pageviews (viewtime BIGINT, userid VARCHAR KEY, pageid STRING) "
             "WITH (KAFKA_TOPIC='pageviews', VALUE_FORMAT='JSON', PARTITIONS=3, REPLICAS=1, TIMESTAMP='viewtime', "
             "TIMESTAMP_FORMAT='yyyy-MM-dd''T''HH:mm:ss');")
-    assert isinstance(s, ast.CreateSource)
-    assert s.kind is ast.SourceKind.STREAM
+    assert isinstance(s, sql_ast.CreateSource)
+    assert s.kind is sql_ast.SourceKind.STREAM
     assert s.name == "PAGEVIEWS"
-    assert s.columns == (ast.ColumnDef("VIEWTIME", t.BIGINT), ast.ColumnDef("USERID", t.STRING, key=True),
-                         ast.ColumnDef("PAGEID", t.STRING))
+    assert s.columns == (sql_ast.ColumnDef("VIEWTIME", t.BIGINT), sql_ast.ColumnDef("USERID", t.STRING, key=True),
+                         sql_ast.ColumnDef("PAGEID", t.STRING))
     assert s.properties == {"KAFKA_TOPIC": "pageviews", "VALUE_FORMAT": "JSON", "PARTITIONS": 3, "REPLICAS": 1,
                             "TIMESTAMP": "viewtime", "TIMESTAMP_FORMAT": "yyyy-MM-dd'T'HH:mm:ss"}
     assert (s.if_not_exists, s.or_replace, s.read_only) == (False, False, False)
@@ -36,9 +36,9 @@ def test_create_stream_columns_and_with_properties() -> None:
 def test_create_table_primary_key_and_flags() -> None:
     s = one("create or replace source table if not exists users (id int primary key, name string) "
             "with (kafka_topic='users', key_format='KAFKA', value_format='DELIMITED', value_delimiter='|');")
-    assert isinstance(s, ast.CreateSource)
-    assert s.kind is ast.SourceKind.TABLE
-    assert s.columns[0] == ast.ColumnDef("ID", t.INTEGER, key=True, primary_key=True)
+    assert isinstance(s, sql_ast.CreateSource)
+    assert s.kind is sql_ast.SourceKind.TABLE
+    assert s.columns[0] == sql_ast.ColumnDef("ID", t.INTEGER, key=True, primary_key=True)
     assert (s.if_not_exists, s.or_replace, s.read_only) == (True, True, True)
     assert s.properties["KEY_FORMAT"] == "KAFKA"
     assert s.properties["VALUE_DELIMITER"] == "|"
@@ -46,14 +46,14 @@ def test_create_table_primary_key_and_flags() -> None:
 
 def test_create_without_columns_and_with_window_properties() -> None:
     s = one("CREATE TABLE w WITH (KAFKA_TOPIC='w', FORMAT='JSON', WINDOW_TYPE='TUMBLING', WINDOW_SIZE='1 HOUR');")
-    assert isinstance(s, ast.CreateSource)
+    assert isinstance(s, sql_ast.CreateSource)
     assert s.columns == ()
     assert s.properties == {"KAFKA_TOPIC": "w", "FORMAT": "JSON", "WINDOW_TYPE": "TUMBLING", "WINDOW_SIZE": "1 HOUR"}
 
 
 def test_quoted_property_keys_are_upper_cased_values_kept() -> None:
     s = one("CREATE STREAM s (a INT) WITH ('kafka_topic'='MixedCase', value_format='json');")
-    assert isinstance(s, ast.CreateSource)
+    assert isinstance(s, sql_ast.CreateSource)
     assert s.properties == {"KAFKA_TOPIC": "MixedCase", "VALUE_FORMAT": "json"}
 
 
@@ -70,7 +70,7 @@ def test_quoted_property_keys_are_upper_cased_values_kept() -> None:
 ])
 def test_column_types(written: str, expected: t.SqlType) -> None:
     s = one(f"CREATE STREAM s (col {written}) WITH (kafka_topic='s', value_format='json');")
-    assert isinstance(s, ast.CreateSource)
+    assert isinstance(s, sql_ast.CreateSource)
     assert s.columns[0].type == expected
 
 
@@ -80,13 +80,13 @@ def test_create_table_as_select_with_window_group_by_having() -> None:
     s = one("CREATE TABLE counts WITH (KAFKA_TOPIC='counts', PARTITIONS=2) AS "
             "SELECT userid, COUNT(*) AS n FROM pageviews WINDOW TUMBLING (SIZE 1 HOUR) "
             "WHERE pageid <> 'x' GROUP BY userid HAVING COUNT(*) > 1 EMIT CHANGES;")
-    assert isinstance(s, ast.CreateAsSelect)
-    assert (s.kind, s.name) == (ast.SourceKind.TABLE, "COUNTS")
+    assert isinstance(s, sql_ast.CreateAsSelect)
+    assert (s.kind, s.name) == (sql_ast.SourceKind.TABLE, "COUNTS")
     assert s.properties == {"KAFKA_TOPIC": "counts", "PARTITIONS": 2}
     q = s.query
     assert q.source == "PAGEVIEWS"
-    assert q.window == ast.WindowSpec(ast.WindowKind.TUMBLING, size_ms=3_600_000)
-    assert q.emit is ast.Emit.CHANGES
+    assert q.window == sql_ast.WindowSpec(sql_ast.WindowKind.TUMBLING, size_ms=3_600_000)
+    assert q.emit is sql_ast.Emit.CHANGES
     assert q.select.args["where"].this == exp.NEQ(this=exp.column("PAGEID"), expression=exp.Literal.string("x"))
     assert [g.sql() for g in q.select.args["group"].expressions] == ["USERID"]
     assert q.select.args["having"].this.sql() == "COUNT(*) > 1"
@@ -95,7 +95,7 @@ def test_create_table_as_select_with_window_group_by_having() -> None:
 
 def test_create_stream_as_select_partition_by() -> None:
     s = one("CREATE OR REPLACE STREAM IF NOT EXISTS rekeyed AS SELECT * FROM s PARTITION BY col2, col3->f EMIT CHANGES;")
-    assert isinstance(s, ast.CreateAsSelect)
+    assert isinstance(s, sql_ast.CreateAsSelect)
     assert (s.or_replace, s.if_not_exists) == (True, True)
     assert [p.sql() for p in s.query.partition_by] == ["COL2", "COL3.F"]
     assert isinstance(s.query.partition_by[1], exp.Dot)
@@ -105,7 +105,7 @@ def test_create_stream_as_select_partition_by() -> None:
 
 def test_push_query_with_limit() -> None:
     s = one("SELECT * FROM pageviews EMIT CHANGES LIMIT 3;")
-    assert isinstance(s, ast.QueryStatement)
+    assert isinstance(s, sql_ast.QueryStatement)
     assert s.query.is_push
     assert s.query.limit == 3
     assert s.query.select.expressions == [exp.Star()]
@@ -113,22 +113,22 @@ def test_push_query_with_limit() -> None:
 
 def test_pull_query_has_no_emit() -> None:
     s = one("SELECT * FROM users WHERE id = 1;")
-    assert isinstance(s, ast.QueryStatement)
-    assert s.query.emit is ast.Emit.NONE
+    assert isinstance(s, sql_ast.QueryStatement)
+    assert s.query.emit is sql_ast.Emit.NONE
     assert not s.query.is_push
 
 
 def test_emit_final() -> None:
     s = one("SELECT k, COUNT(*) FROM s WINDOW SESSION (5 MINUTES) GROUP BY k EMIT FINAL;")
-    assert isinstance(s, ast.QueryStatement)
-    assert s.query.emit is ast.Emit.FINAL
+    assert isinstance(s, sql_ast.QueryStatement)
+    assert s.query.emit is sql_ast.Emit.FINAL
 
 
 def test_select_items_expressions_aliases_and_pseudo_columns() -> None:
     s = one("SELECT s.id AS `Id`, a->b->c, arr[1], m['k'], CAST(x AS DECIMAL(4, 2)) x2, "
             "CASE WHEN x > 1 THEN 'big' ELSE 'small' END AS size_class, mask_left(name, 2), ROWTIME, ROWPARTITION, "
             "ROWOFFSET, WINDOWSTART, WINDOWEND, s.* FROM src s EMIT CHANGES;")
-    assert isinstance(s, ast.QueryStatement)
+    assert isinstance(s, sql_ast.QueryStatement)
     items = s.query.select.expressions
     assert items[0] == exp.Alias(this=exp.column("ID", table="S"), alias=exp.to_identifier("Id", quoted=True))
     assert items[1] == exp.Dot(this=exp.Dot(this=exp.column("A"), expression=exp.to_identifier("B")),
@@ -152,7 +152,7 @@ def test_select_items_expressions_aliases_and_pseudo_columns() -> None:
 
 def test_back_quoted_names_keep_case_everywhere() -> None:
     s = one("SELECT `MixedCol`, lower_col FROM `MixedSrc` `m` EMIT CHANGES;")
-    assert isinstance(s, ast.QueryStatement)
+    assert isinstance(s, sql_ast.QueryStatement)
     assert [e.name for e in s.query.select.expressions] == ["MixedCol", "LOWER_COL"]
     assert (s.query.source, s.query.source_alias) == ("MixedSrc", "m")
 
@@ -160,7 +160,7 @@ def test_back_quoted_names_keep_case_everywhere() -> None:
 def test_where_operators() -> None:
     s = one("SELECT * FROM s WHERE a IS NOT NULL AND b BETWEEN 1 AND 5 AND c IN (1, 2) AND d LIKE 'x%' "
             "OR NOT e AND f || 'x' = 'yx' EMIT CHANGES;")
-    assert isinstance(s, ast.QueryStatement)
+    assert isinstance(s, sql_ast.QueryStatement)
     where = s.query.select.args["where"].this
     assert isinstance(where, exp.Or)
     assert where.find(exp.Between) is not None
@@ -171,14 +171,14 @@ def test_where_operators() -> None:
 
 def test_lambdas_use_fat_arrow() -> None:
     s = one("SELECT TRANSFORM(arr, x => x + 1), REDUCE(arr, 0, (acc, x) => acc + x) FROM s EMIT CHANGES;")
-    assert isinstance(s, ast.QueryStatement)
+    assert isinstance(s, sql_ast.QueryStatement)
     lambdas = list(s.query.select.find_all(exp.Lambda))
     assert [[i.name for i in lam.expressions] for lam in lambdas] == [["X"], ["ACC", "X"]]
 
 
 def test_group_by_in_parentheses() -> None:
     s = one("SELECT a, b, COUNT(*) FROM s GROUP BY (a, b) EMIT CHANGES;")
-    assert isinstance(s, ast.QueryStatement)
+    assert isinstance(s, sql_ast.QueryStatement)
     assert [g.name for g in s.query.select.args["group"].expressions] == ["A", "B"]
 
 
@@ -190,27 +190,27 @@ def test_group_by_in_parentheses() -> None:
 ])
 def test_window_units(unit: str, ms: int) -> None:
     s = one(f"SELECT k, COUNT(*) FROM s WINDOW TUMBLING (SIZE 2 {unit}) GROUP BY k EMIT CHANGES;")
-    assert isinstance(s, ast.QueryStatement)
-    assert s.query.window == ast.WindowSpec(ast.WindowKind.TUMBLING, size_ms=2 * ms)
+    assert isinstance(s, sql_ast.QueryStatement)
+    assert s.query.window == sql_ast.WindowSpec(sql_ast.WindowKind.TUMBLING, size_ms=2 * ms)
 
 
 @pytest.mark.parametrize(("clause", "spec"), [
     ("TUMBLING (SIZE 1 MINUTE, RETENTION 2 DAYS, GRACE PERIOD 30 SECONDS)",
-     ast.WindowSpec(ast.WindowKind.TUMBLING, 60_000, retention_ms=2 * 86_400_000, grace_ms=30_000)),
+     sql_ast.WindowSpec(sql_ast.WindowKind.TUMBLING, 60_000, retention_ms=2 * 86_400_000, grace_ms=30_000)),
     ("TUMBLING (SIZE 1 MINUTE, GRACE PERIOD 0 SECONDS)",
-     ast.WindowSpec(ast.WindowKind.TUMBLING, 60_000, grace_ms=0)),
+     sql_ast.WindowSpec(sql_ast.WindowKind.TUMBLING, 60_000, grace_ms=0)),
     ("HOPPING (SIZE 10 SECONDS, ADVANCE BY 5 SECONDS)",
-     ast.WindowSpec(ast.WindowKind.HOPPING, 10_000, advance_ms=5_000)),
+     sql_ast.WindowSpec(sql_ast.WindowKind.HOPPING, 10_000, advance_ms=5_000)),
     ("HOPPING (SIZE 1 HOUR, ADVANCE BY 10 MINUTES, RETENTION 1 DAY, GRACE PERIOD 1 MINUTE)",
-     ast.WindowSpec(ast.WindowKind.HOPPING, 3_600_000, advance_ms=600_000, retention_ms=86_400_000, grace_ms=60_000)),
-    ("SESSION (60 SECONDS)", ast.WindowSpec(ast.WindowKind.SESSION, 60_000)),
+     sql_ast.WindowSpec(sql_ast.WindowKind.HOPPING, 3_600_000, advance_ms=600_000, retention_ms=86_400_000, grace_ms=60_000)),
+    ("SESSION (60 SECONDS)", sql_ast.WindowSpec(sql_ast.WindowKind.SESSION, 60_000)),
     ("SESSION (1 HOUR, RETENTION 2 HOURS, GRACE PERIOD 5 MINUTES)",
-     ast.WindowSpec(ast.WindowKind.SESSION, 3_600_000, retention_ms=7_200_000, grace_ms=300_000)),
-    ("w1 TUMBLING (SIZE 1 SECOND)", ast.WindowSpec(ast.WindowKind.TUMBLING, 1000)),
+     sql_ast.WindowSpec(sql_ast.WindowKind.SESSION, 3_600_000, retention_ms=7_200_000, grace_ms=300_000)),
+    ("w1 TUMBLING (SIZE 1 SECOND)", sql_ast.WindowSpec(sql_ast.WindowKind.TUMBLING, 1000)),
 ])
-def test_window_specs(clause: str, spec: ast.WindowSpec) -> None:
+def test_window_specs(clause: str, spec: sql_ast.WindowSpec) -> None:
     s = one(f"SELECT k, COUNT(*) FROM s WINDOW {clause} GROUP BY k EMIT CHANGES;")
-    assert isinstance(s, ast.QueryStatement)
+    assert isinstance(s, sql_ast.QueryStatement)
     assert s.query.window == spec
 
 
@@ -222,7 +222,7 @@ def test_window_specs(clause: str, spec: ast.WindowSpec) -> None:
 ])
 def test_join_kinds(written: str, kind: str) -> None:
     s = one(f"SELECT * FROM a {written} b ON a.id = b.id EMIT CHANGES;")
-    assert isinstance(s, ast.QueryStatement)
+    assert isinstance(s, sql_ast.QueryStatement)
     (join,) = s.query.joins
     assert (join.kind, join.source, join.alias) == (kind, "B", None)
     assert join.on == exp.EQ(this=exp.column("ID", table="A"), expression=exp.column("ID", table="B"))
@@ -237,7 +237,7 @@ def test_join_kinds(written: str, kind: str) -> None:
 ])
 def test_join_within(within: str, before: int, after: int, grace: int | None) -> None:
     s = one(f"SELECT * FROM o AS x LEFT JOIN shipments y {within} ON x.id = y.order_id EMIT CHANGES;")
-    assert isinstance(s, ast.QueryStatement)
+    assert isinstance(s, sql_ast.QueryStatement)
     (join,) = s.query.joins
     assert (join.within_before_ms, join.within_after_ms, join.within_grace_ms) == (before, after, grace)
     assert (s.query.source_alias, join.alias) == ("X", "Y")
@@ -245,7 +245,7 @@ def test_join_within(within: str, before: int, after: int, grace: int | None) ->
 
 def test_multi_way_join_keeps_order() -> None:
     s = one("SELECT * FROM a JOIN b WITHIN 1 HOUR ON a.k = b.k LEFT JOIN c ON a.k = c.k EMIT CHANGES;")
-    assert isinstance(s, ast.QueryStatement)
+    assert isinstance(s, sql_ast.QueryStatement)
     assert [(j.kind, j.source) for j in s.query.joins] == [("INNER", "B"), ("LEFT", "C")]
     assert s.query.joins[1].within_before_ms is None
 
@@ -254,20 +254,20 @@ def test_multi_way_join_keeps_order() -> None:
 
 def test_insert_into_select_with_query_id() -> None:
     s = one("INSERT INTO sink WITH (QUERY_ID='my_q') SELECT * FROM src EMIT CHANGES;")
-    assert isinstance(s, ast.InsertInto)
+    assert isinstance(s, sql_ast.InsertInto)
     assert (s.target, s.properties, s.query.source) == ("SINK", {"QUERY_ID": "my_q"}, "SRC")
 
 
 def test_insert_into_select_plain() -> None:
     s = one("INSERT INTO sink SELECT a FROM src EMIT CHANGES;")
-    assert isinstance(s, ast.InsertInto)
+    assert isinstance(s, sql_ast.InsertInto)
     assert s.properties == {}
 
 
 def test_insert_values_with_and_without_columns() -> None:
     s1, s2 = parse("INSERT INTO t (id, `Name`, v) VALUES (1, 'a;b', -2.5); INSERT INTO t VALUES (ARRAY[1, 2], NULL);")
-    assert isinstance(s1, ast.InsertValues)
-    assert isinstance(s2, ast.InsertValues)
+    assert isinstance(s1, sql_ast.InsertValues)
+    assert isinstance(s2, sql_ast.InsertValues)
     assert s1.columns == ("ID", "Name", "V")
     assert s1.values[:2] == (exp.Literal.number(1), exp.Literal.string("a;b"))
     assert s1.values[2].sql() == "-2.5"
@@ -285,71 +285,71 @@ def test_insert_values_with_and_without_columns() -> None:
 ])
 def test_drop(text: str, expected: tuple[str, str, bool, bool]) -> None:
     s = one(text)
-    assert isinstance(s, ast.DropSource)
+    assert isinstance(s, sql_ast.DropSource)
     assert (s.kind.value, s.name, s.if_exists, s.delete_topic) == expected
 
 
 def test_terminate() -> None:
     a, b = parse("TERMINATE CSAS_PAGEVIEWS_3; terminate all;")
-    assert isinstance(a, ast.Terminate)
+    assert isinstance(a, sql_ast.Terminate)
     assert a.query_id == "CSAS_PAGEVIEWS_3"
-    assert isinstance(b, ast.Terminate)
+    assert isinstance(b, sql_ast.Terminate)
     assert b.query_id is None
 
 
 @pytest.mark.parametrize("verb", ["SHOW", "LIST", "show"])
-@pytest.mark.parametrize("what", list(ast.ShowWhat))
-def test_show_everything(verb: str, what: ast.ShowWhat) -> None:
+@pytest.mark.parametrize("what", list(sql_ast.ShowWhat))
+def test_show_everything(verb: str, what: sql_ast.ShowWhat) -> None:
     s = one(f"{verb} {what.value.lower()};")
-    assert isinstance(s, ast.Show)
+    assert isinstance(s, sql_ast.Show)
     assert (s.what, s.extended) == (what, False)
 
 
 @pytest.mark.parametrize("what", ["STREAMS", "TABLES", "QUERIES", "TOPICS"])
 def test_show_extended(what: str) -> None:
     s = one(f"SHOW {what} EXTENDED;")
-    assert isinstance(s, ast.Show)
+    assert isinstance(s, sql_ast.Show)
     assert s.extended
 
 
 def test_describe_forms() -> None:
     a, b, c, d, e = parse("DESCRIBE pageviews; DESCRIBE `Mixed` EXTENDED; DESCRIBE STREAMS; describe tables extended; "
                           "DESCRIBE FUNCTION substring;")
-    assert a == ast.Describe(text="DESCRIBE pageviews;", position=ast.Position(1, 1), name="PAGEVIEWS")
-    assert isinstance(b, ast.Describe)
+    assert a == sql_ast.Describe(text="DESCRIBE pageviews;", position=sql_ast.Position(1, 1), name="PAGEVIEWS")
+    assert isinstance(b, sql_ast.Describe)
     assert (b.name, b.extended) == ("Mixed", True)
-    assert isinstance(c, ast.Describe)
-    assert (c.name, c.what, c.extended) == (None, ast.ShowWhat.STREAMS, False)
-    assert isinstance(d, ast.Describe)
-    assert (d.what, d.extended) == (ast.ShowWhat.TABLES, True)
-    assert isinstance(e, ast.Describe)
+    assert isinstance(c, sql_ast.Describe)
+    assert (c.name, c.what, c.extended) == (None, sql_ast.ShowWhat.STREAMS, False)
+    assert isinstance(d, sql_ast.Describe)
+    assert (d.what, d.extended) == (sql_ast.ShowWhat.TABLES, True)
+    assert isinstance(e, sql_ast.Describe)
     assert (e.name, e.function) == ("SUBSTRING", True)
 
 
 def test_explain_query_id_and_statement() -> None:
     a, b = parse("EXPLAIN CTAS_T_1;\nEXPLAIN SELECT * FROM s EMIT CHANGES;")
-    assert isinstance(a, ast.Explain)
+    assert isinstance(a, sql_ast.Explain)
     assert (a.query_id, a.statement) == ("CTAS_T_1", None)
-    assert isinstance(b, ast.Explain)
+    assert isinstance(b, sql_ast.Explain)
     assert b.query_id is None
     inner = b.statement
-    assert isinstance(inner, ast.QueryStatement)
+    assert isinstance(inner, sql_ast.QueryStatement)
     assert inner.text == "SELECT * FROM s EMIT CHANGES;"
-    assert inner.position == ast.Position(2, 9)
+    assert inner.position == sql_ast.Position(2, 9)
     assert inner.query.is_push
 
 
 def test_set_and_unset() -> None:
     a, b = parse("SET 'auto.offset.reset' = 'earliest'; UNSET 'auto.offset.reset';")
-    assert isinstance(a, ast.SetProperty)
+    assert isinstance(a, sql_ast.SetProperty)
     assert (a.name, a.value) == ("auto.offset.reset", "earliest")
-    assert isinstance(b, ast.UnsetProperty)
+    assert isinstance(b, sql_ast.UnsetProperty)
     assert b.name == "auto.offset.reset"
 
 
 def test_comments_stay_in_the_text_but_not_in_the_trees() -> None:
     s = one("SELECT a -- */ , secret\n, b /* x */ FROM s WHERE /* c */ x = 1 EMIT CHANGES;")
-    assert isinstance(s, ast.QueryStatement)
+    assert isinstance(s, sql_ast.QueryStatement)
     assert "secret" in s.text
     assert s.query.select.sql() == "SELECT A, B FROM S WHERE X = 1"
     assert not any(node.comments for node in s.query.select.walk())
@@ -357,13 +357,13 @@ def test_comments_stay_in_the_text_but_not_in_the_trees() -> None:
 
 def test_with_property_literal_kinds() -> None:
     s = one("CREATE STREAM s (a INT) WITH (kafka_topic='s', PARTITIONS=-1, X=2.5, Y=TRUE, Z=FALSE, W=NULL);")
-    assert isinstance(s, ast.CreateSource)
+    assert isinstance(s, sql_ast.CreateSource)
     assert s.properties == {"KAFKA_TOPIC": "s", "PARTITIONS": -1, "X": 2.5, "Y": True, "Z": False, "W": None}
 
 
 def test_create_without_columns_or_properties() -> None:
     s = one("CREATE STREAM s;")
-    assert isinstance(s, ast.CreateSource)
+    assert isinstance(s, sql_ast.CreateSource)
     assert (s.columns, s.properties) == ((), {})
 
 
@@ -413,12 +413,12 @@ def test_ksqldb_parse_time_column_checks(text: str, column: int, message: str) -
 
 def test_quoted_and_unquoted_names_differ() -> None:
     s = one("CREATE STREAM s (a INT, `a` INT) WITH (kafka_topic='s');")
-    assert isinstance(s, ast.CreateSource)
+    assert isinstance(s, sql_ast.CreateSource)
     assert [c.name for c in s.columns] == ["A", "a"]
 
 
 def test_explain_statement_without_semicolon_gets_one_in_both_texts() -> None:
     s = one("EXPLAIN SHOW STREAMS")
-    assert isinstance(s, ast.Explain)
+    assert isinstance(s, sql_ast.Explain)
     assert s.statement is not None
     assert (s.text, s.statement.text) == ("EXPLAIN SHOW STREAMS;", "SHOW STREAMS;")

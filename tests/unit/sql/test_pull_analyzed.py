@@ -9,15 +9,15 @@ from typing import Any
 
 import pytest
 
-from oncestream.sql import ast
-from oncestream.sql.analyzer import analyze_query
-from oncestream.sql.ast import SourceKind, WindowKind, WindowSpec
-from oncestream.sql.catalog import Column, Format, Namespace, SourceInfo
+from oncestream.sql.engine.pull import PullQueryStream, execute_pull, source_of
+from oncestream.sql.engine.serde import Window, layout_of
 from oncestream.sql.errors import StatementError
-from oncestream.sql.parser import parse
-from oncestream.sql.pull import PullQueryStream, execute_pull, source_of
-from oncestream.sql.serde import Window, layout_of
-from oncestream.sql.types import BIGINT, DOUBLE, INTEGER, STRING
+from oncestream.sql.language import sql_ast
+from oncestream.sql.language.analyzer import analyze_query
+from oncestream.sql.language.catalog import Column, Format, Namespace, SourceInfo
+from oncestream.sql.language.parser import parse
+from oncestream.sql.language.sql_ast import SourceKind, WindowKind, WindowSpec
+from oncestream.sql.language.types import BIGINT, DOUBLE, INTEGER, STRING
 from oncestream.state import StateStore
 from tests.support.narrow import of_type
 
@@ -58,7 +58,7 @@ def stores(tmp_path_factory):
 
 
 def _pull(stores, text: str) -> tuple[list[tuple[str, str]], list[list[Any]]]:
-    statement = of_type(parse(text)[0], ast.QueryStatement, text)
+    statement = of_type(parse(text)[0], sql_ast.QueryStatement, text)
     analyzed = analyze_query(statement.query, SOURCES)
     source = source_of(analyzed)
     headers, rows = execute_pull(analyzed, source, stores[source.name].reader("read_committed"))
@@ -108,7 +108,7 @@ def test_uncommitted_store_writes_are_not_read(tmp_path):
     with StateStore(tmp_path / "s") as store:
         _fill(store, USERS, [{"ID": 1, "NAME": "a", "SCORE": 1.0, "AGE": 1}])
         store.put(layout_of(USERS).encode_key({"ID": 2}) or b"", b'{"NAME":"b","SCORE":2,"AGE":2}')
-        analyzed = analyze_query(of_type(parse("SELECT ID FROM USERS;")[0], ast.QueryStatement).query, SOURCES)
+        analyzed = analyze_query(of_type(parse("SELECT ID FROM USERS;")[0], sql_ast.QueryStatement).query, SOURCES)
         _h, rows = execute_pull(analyzed, USERS, store.reader("read_committed"))
         assert rows == [[1]]
         store.commit({("users", 0): 2})
@@ -117,7 +117,7 @@ def test_uncommitted_store_writes_are_not_read(tmp_path):
 
 
 def test_pull_query_stream_yields_the_rows():
-    from oncestream.sql.engine import ColumnHeader
+    from oncestream.sql.engine.interface import ColumnHeader
 
     stream = PullQueryStream([ColumnHeader("ID", "BIGINT")], [[1], [2]], limit=2)
 
@@ -131,9 +131,9 @@ def test_pull_query_stream_yields_the_rows():
 
 
 def test_struct_fields_and_subscripts(tmp_path):
-    from oncestream.sql.ast import SourceKind
-    from oncestream.sql.catalog import Column, Format, Namespace, SourceInfo
-    from oncestream.sql.types import BIGINT, STRING, array_of, map_of, struct_of
+    from oncestream.sql.language.catalog import Column, Format, Namespace, SourceInfo
+    from oncestream.sql.language.sql_ast import SourceKind
+    from oncestream.sql.language.types import BIGINT, STRING, array_of, map_of, struct_of
 
     table = SourceInfo(name="NESTED", kind=SourceKind.TABLE, topic="nested", key_format=Format.KAFKA,
                        value_format=Format.JSON, statement="CREATE TABLE NESTED ...;",
@@ -142,7 +142,7 @@ def test_struct_fields_and_subscripts(tmp_path):
     with StateStore(tmp_path / "nested") as store:
         _fill(store, table, [{"K": "k", "ST": {"F1": 5, "F2": "x"}, "ARR": [1, 2, 3], "M": {"a": "b"}}])
         text = "SELECT ST->F1, ARR[-1] AS LAST, M['a'] AS A FROM NESTED WHERE K = 'k' AND ST->F2 = 'x';"
-        analyzed = analyze_query(of_type(parse(text)[0], ast.QueryStatement).query, {"NESTED": table})
+        analyzed = analyze_query(of_type(parse(text)[0], sql_ast.QueryStatement).query, {"NESTED": table})
         headers, rows = execute_pull(analyzed, table, store.reader("read_committed"))
     assert [(h.name, h.type) for h in headers] == [("F1", "BIGINT"), ("LAST", "BIGINT"), ("A", "STRING")]
     assert rows == [[5, 3, "b"]]
@@ -150,17 +150,17 @@ def test_struct_fields_and_subscripts(tmp_path):
 
 def test_pull_query_refuses_streams_and_tables_this_node_does_not_hold(tmp_path):
     """Checked before any store or broker is touched (the bootstrap address is never dialled)."""
-    from oncestream.sql.pull import TableMaterializations, TableNotMaterializedError, pull_query
+    from oncestream.sql.engine.pull import TableMaterializations, TableNotMaterializedError, pull_query
 
     stream = SourceInfo(name="CLICKS", kind=SourceKind.STREAM, topic="clicks", key_format=USERS.key_format,
                         value_format=USERS.value_format, columns=USERS.columns, statement="CREATE STREAM CLICKS ...;")
     tables = TableMaterializations(tmp_path, "127.0.0.1:1")
     try:
-        statement = of_type(parse("SELECT * FROM CLICKS WHERE ID = 1;")[0], ast.QueryStatement)
+        statement = of_type(parse("SELECT * FROM CLICKS WHERE ID = 1;")[0], sql_ast.QueryStatement)
         analyzed = analyze_query(statement.query, {"CLICKS": stream})
         with pytest.raises(StatementError, match="Pull queries on streams are not supported"):
             pull_query(tables, analyzed)
-        analyzed = analyze_query(of_type(parse("SELECT * FROM USERS WHERE ID = 1;")[0], ast.QueryStatement).query, SOURCES)
+        analyzed = analyze_query(of_type(parse("SELECT * FROM USERS WHERE ID = 1;")[0], sql_ast.QueryStatement).query, SOURCES)
         with pytest.raises(TableNotMaterializedError, match="Table USERS is not materialized on this node"):
             pull_query(tables, analyzed)
     finally:

@@ -9,8 +9,12 @@ import pytest
 import sqlglot
 
 from oncestream.sql.errors import StatementError
-from oncestream.sql.parser import parse_expression
-from oncestream.sql.pull.evaluate import UnsupportedInPullQueryError, check_supported, evaluate
+from oncestream.sql.language import functions, sql_ast
+from oncestream.sql.language.analyzer import analyze_query
+from oncestream.sql.language.evaluate import UnsupportedInPullQueryError, check_supported, evaluate
+from oncestream.sql.language.parser import parse, parse_expression
+from oncestream.sql.server.metastore import Metastore
+from tests.support.narrow import of_type
 
 ROW = {"A": 7, "B": -7, "S": "Hello", "N": None, "X": 2.5, "T": True, "F": False,
        "ARR": [10, 20, 30], "M": {"k": "v"}, "ST": {"F1": 1, "INNER": {"G": "deep"}}}
@@ -44,10 +48,12 @@ def test_arithmetic_is_javas(text, expected):
 
 
 @pytest.mark.parametrize(("text", "expected"), [
-    ("UPPER(S)", "HELLO"), ("UCASE(S)", "HELLO"), ("LCASE(S)", "hello"), ("LOWER(N)", None), ("LEN(S)", 5),
-    ("LENGTH(S)", 5), ("ABS(B)", 7), ("ROUND(X)", 3), ("ROUND(2.345, 2)", decimal.Decimal("2.35")), ("FLOOR(X)", 2.0),
+    ("UCASE(S)", "HELLO"), ("LCASE(S)", "hello"), ("LCASE(N)", None), ("LEN(S)", 5),
+    ("ABS(B)", 7), ("ROUND(X)", 3), ("ROUND(2.345, 2)", decimal.Decimal("2.35")), ("FLOOR(X)", 2.0),
     ("CEIL(X)", 3.0), ("CONCAT(S, N, '-', 'x')", "Hello-x"), ("COALESCE(N, N, 3)", 3), ("IFNULL(N, 'd')", "d"),
     ("SUBSTRING(S, 2)", "ello"), ("SUBSTRING(S, 2, 3)", "ell"), ("SUBSTRING(S, -3)", "llo"), ("TRIM('  a ')", "a"),
+    ("SUBSTRING(S, 0)", "Hello"), ("CAST('yes' AS BOOLEAN)", True), ("CAST(' n ' AS BOOLEAN)", False),
+    ("CAST('maybe' AS BOOLEAN)", None),
     ("CAST(A AS STRING)", "7"), ("CAST('12' AS BIGINT)", 12), ("CAST('x' AS INTEGER)", None), ("CAST(A AS DOUBLE)", 7.0),
     ("CAST(T AS STRING)", "true"), ("CAST('TRUE' AS BOOLEAN)", True),
     ("CASE WHEN A > 10 THEN 'big' WHEN A > 5 THEN 'mid' ELSE 'small' END", "mid"),
@@ -74,3 +80,30 @@ def test_unknown_column_and_type_mismatch_are_statement_errors():
         ev("MISSING = 1")
     with pytest.raises(StatementError, match="Cannot compare"):
         ev("S > 1")
+
+
+def test_the_evaluator_runs_exactly_the_functions_with_a_python_form():
+    """One function table: the evaluator has no functions of its own, it runs the catalog's."""
+    with_python = functions.python_functions()
+    assert {"UCASE", "LCASE", "LEN", "ABS", "ROUND", "FLOOR", "CEIL", "CONCAT", "COALESCE", "IFNULL", "SUBSTRING",
+            "TRIM"} <= set(with_python)
+    for name, definition in functions.catalog().items():
+        call = parse_expression(f"{name}({', '.join(['S'] * max(definition.min_args, 1))})")
+        if name in with_python:
+            check_supported(call)
+        else:
+            with pytest.raises(UnsupportedInPullQueryError):
+                check_supported(call)
+
+
+def test_integer_arithmetic_wraps_as_javas_by_the_analyzed_type():
+    """INTEGER and BIGINT overflow wraps (Java, and Spark with ANSI off); the width is the type the
+    analyzer gave the expression."""
+    metastore = Metastore()
+    (create,) = parse("CREATE STREAM SRC (A INT, L BIGINT) WITH (KAFKA_TOPIC='t', VALUE_FORMAT='JSON', PARTITIONS=1);")
+    metastore.apply(metastore.validate(create), 0)
+    (parsed,) = parse("SELECT A * 1000000000, -(A * 1000000000), L * 2, A + 1 FROM SRC EMIT CHANGES;")
+    select = of_type(parsed, sql_ast.QueryStatement)
+    analyzed = analyze_query(select.query, metastore.source_map())
+    row = {"A": 7, "L": 2**62}
+    assert [evaluate(e, row) for e in analyzed.expressions] == [-1589934592, 1589934592, -(2**63), 8]

@@ -1,7 +1,7 @@
 """Pull queries over a real transactional store (issue 13 part 3): key lookups, IN, key ranges,
 scans with LIMIT, windowed tables with WINDOWSTART bounds, projections, refusals.
 
-Rows are written with ``oncestream.sql.serde`` (the one serde) into a ``StateStore`` and read
+Rows are written with ``oncestream.sql.engine.serde`` (the one serde) into a ``StateStore`` and read
 through its ``read_committed`` reader, as the SQL server does. A spy around the real reader
 records which store calls each query made, to check the access path (lookups do not scan).
 """
@@ -15,12 +15,12 @@ import pytest
 import sqlglot
 from sqlglot import exp
 
-from oncestream.sql.ast import SourceKind, WindowKind, WindowSpec
-from oncestream.sql.catalog import WINDOWEND, WINDOWSTART, Column, Format, Namespace, SourceInfo
+from oncestream.sql.engine.pull.execute import OutputColumn, PullPlan, run_plan, star_outputs
+from oncestream.sql.engine.serde import Window, layout_of
 from oncestream.sql.errors import StatementError
-from oncestream.sql.pull.execute import OutputColumn, PullPlan, run_plan, star_outputs
-from oncestream.sql.serde import Window, layout_of
-from oncestream.sql.types import BIGINT, BOOLEAN, DOUBLE, INTEGER, STRING, SqlType
+from oncestream.sql.language.catalog import WINDOWEND, WINDOWSTART, Column, Format, Namespace, SourceInfo
+from oncestream.sql.language.sql_ast import SourceKind, WindowKind, WindowSpec
+from oncestream.sql.language.types import BIGINT, BOOLEAN, DOUBLE, INTEGER, STRING, SqlType
 from oncestream.state import StateStore
 
 
@@ -311,8 +311,8 @@ def test_streams_are_refused():
 
 
 def test_values_are_json_ready(tmp_path):
-    from oncestream.sql.types import BYTES, DATE, TIMESTAMP
-    from oncestream.sql.types import decimal as decimal_type
+    from oncestream.sql.language.types import BYTES, DATE, TIMESTAMP
+    from oncestream.sql.language.types import decimal as decimal_type
 
     table = _table("T", [("K", STRING)], [("B", BYTES), ("D", decimal_type(4, 2)), ("TS", TIMESTAMP),
                                           ("DT", DATE), ("OK", BOOLEAN)])

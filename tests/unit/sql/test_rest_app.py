@@ -13,8 +13,8 @@ import httpx
 import pytest
 
 from oncestream.sql.errors import SERVER_SHUTTING_DOWN, NotReadyError
-from oncestream.sql.rest.app import create_app
-from oncestream.sql.rest.serve import serve
+from oncestream.sql.server.rest.app import create_app
+from oncestream.sql.server.rest.serve import serve
 from tests.unit.sql.test_rest_support import MemoryEngine, RunningServer, running_server
 
 KSQL_V1 = "application/vnd.ksql.v1+json"

@@ -9,10 +9,10 @@ import json
 
 import pytest
 
-from oncestream.sql.engine import ColumnHeader
-from oncestream.sql.rest import framing
-from oncestream.sql.rest.framing import DELIMITED, JSON, KSQL_V1_JSON
-from oncestream.sql.rest.http import NotAcceptableError, negotiate
+from oncestream.sql.engine.interface import ColumnHeader
+from oncestream.sql.server.rest import framing
+from oncestream.sql.server.rest.framing import DELIMITED, JSON, KSQL_V1_JSON
+from oncestream.sql.server.rest.http import NotAcceptableError, negotiate
 
 COLUMNS = [ColumnHeader("ID", "INTEGER"), ColumnHeader("NAME", "STRING"), ColumnHeader("S", "STRUCT<`A` INTEGER>")]
 

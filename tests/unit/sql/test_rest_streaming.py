@@ -20,7 +20,7 @@ import h2.events
 import httpx
 import pytest
 
-from oncestream.sql.engine import ColumnHeader
+from oncestream.sql.engine.interface import ColumnHeader
 from tests.unit.sql.test_rest_support import MemoryEngine, RunningServer, publish_when_running, running_server, wait_until
 
 DELIMITED = "application/vnd.ksqlapi.delimited.v1"
@@ -324,7 +324,7 @@ def test_client_leaving_a_fast_stream_closes_it_without_errors(protocol: str, ca
             return queries[-1]
 
     h2 = protocol == "h2c"
-    with caplog.at_level(logging.WARNING, logger="oncestream.sql.rest"), running_server(Flooding()) as srv:
+    with caplog.at_level(logging.WARNING, logger="oncestream.sql.server.rest"), running_server(Flooding()) as srv:
         for _ in range(3):
             with httpx.Client(http1=not h2, http2=h2, timeout=30) as c, \
                     c.stream("POST", f"{srv.url}/query-stream", json={"sql": "SELECT * FROM S EMIT CHANGES;"}) as r:

@@ -1,11 +1,11 @@
 """An in-memory SQL engine and a real hypercorn server around the REST app, for the REST-layer and
 shell tests (no test of its own lives here).
 
-``MemoryEngine`` implements ``oncestream.sql.engine.SqlEngine`` with streams held in memory: it is
+``MemoryEngine`` implements ``oncestream.sql.engine.interface.SqlEngine`` with streams held in memory: it is
 the REST layer's peer in these tests, not the thing under test, so its SQL is deliberately tiny
 (``SELECT * FROM <stream> [EMIT CHANGES] [LIMIT n]``; /ksql statements are acknowledged with a
 ``currentStatus`` entity, ``SHOW STREAMS`` lists the streams, a ``SELECT`` is refused with
-ksqlDB's 40002, ``FAIL ...`` raises a statement error). The real node (``oncestream.sql.node``)
+ksqlDB's 40002, ``FAIL ...`` raises a statement error). The real node (``oncestream.sql.server.node``)
 replaces it in the e2e test.
 """
 
@@ -18,10 +18,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from oncestream.sql.engine import ColumnHeader
+from oncestream.sql.engine.interface import ColumnHeader
 from oncestream.sql.errors import QUERY_ENDPOINT, KsqlError, NotFoundError, StatementError
-from oncestream.sql.rest.app import KsqlRestApp, create_app
-from oncestream.sql.rest.serve import serve
+from oncestream.sql.server.rest.app import KsqlRestApp, create_app
+from oncestream.sql.server.rest.serve import serve
 
 QUERY_ENDPOINT_MESSAGE = ("The following statement types should be issued to the websocket endpoint '/query':\n"
                           "\t* PRINT\n\t* SELECT")

@@ -1,4 +1,4 @@
-"""ksqlDB's record formats in Python (``oncestream.sql.serde``): the exact bytes ksqlDB and Kafka
+"""ksqlDB's record formats in Python (``oncestream.sql.engine.serde``): the exact bytes ksqlDB and Kafka
 Streams write (KAFKA widths, JSON objects, DELIMITED quoting, windowed keys, null keys,
 tombstones) and the way they are read back."""
 
@@ -12,10 +12,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from oncestream.sql import types as t
-from oncestream.sql.ast import WindowKind
-from oncestream.sql.catalog import Column, Format, Namespace
-from oncestream.sql.serde import RecordLayout, SerdeError, Window, split_csv_line
+from oncestream.sql.engine.serde import RecordLayout, SerdeError, Window, split_csv_line
+from oncestream.sql.language import types as t
+from oncestream.sql.language.catalog import Column, Format, Namespace
+from oncestream.sql.language.sql_ast import WindowKind
 
 
 def _layout(key_format: Format, value_format: Format, keys=(), values=(), window=None, size_ms=None,

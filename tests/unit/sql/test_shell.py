@@ -16,8 +16,10 @@ from prompt_toolkit.input import create_pipe_input
 from prompt_toolkit.output import DummyOutput
 
 from oncestream.cli import build_parser
-from oncestream.sql import shell
-from oncestream.sql.shell import render_entity, render_table, split_statements
+from oncestream.sql.language.parser import parse
+from oncestream.sql.language.parser import split_statement_texts as split_statements
+from oncestream.sql.server import shell
+from oncestream.sql.server.shell import render_entity, render_table
 from tests.unit.sql.test_rest_support import RunningServer, running_server
 
 
@@ -53,6 +55,21 @@ def test_split_statements_respects_quotes_and_comments() -> None:
 def test_split_statements_skips_empty_ones_and_comment_only_rest() -> None:
     assert split_statements(";;  SHOW STREAMS ;\n-- done") == (["SHOW STREAMS ;"], "")
     assert split_statements("SELECT 'unterminated;") == ([], "SELECT 'unterminated;")
+
+
+def test_split_statements_keeps_an_open_comment_or_quote_in_the_rest() -> None:
+    assert split_statements("SHOW STREAMS; SELECT /* open ; ") == (["SHOW STREAMS;"], " SELECT /* open ; ")
+    assert split_statements("SHOW TOPICS; SELECT `x; ") == (["SHOW TOPICS;"], " SELECT `x; ")
+
+
+def test_every_split_statement_is_one_statement_for_the_server() -> None:
+    # the shell cuts with the parser's tokenizer, so each piece parses as exactly one statement
+    text = ("CREATE STREAM S (A STRING) WITH (KAFKA_TOPIC='a;b', VALUE_FORMAT='JSON'); -- x;y\n"
+            "SELECT `x;y`, 'it''s; fine' /* ; */ FROM S EMIT CHANGES;\nSHOW STREAMS;")
+    statements, rest = split_statements(text)
+    assert rest == ""
+    assert [len(parse(s)) for s in statements] == [1, 1, 1]
+    assert [s.text for s in parse(text)] == [parse(s)[0].text for s in statements]
 
 
 def test_first_word_skips_comments() -> None:
@@ -190,7 +207,7 @@ def test_missing_file_is_exit_code_1(server: RunningServer, tmp_path: Path) -> N
 
 def test_query_header_schema_splits_into_columns_even_with_nested_types() -> None:
     """The shell names its columns from the /query-stream ``vnd.ksql.v1+json`` header's schema."""
-    from oncestream.sql.rest.client import _split_column, _split_schema
+    from oncestream.sql.server.rest.client import _split_column, _split_schema
 
     schema = "`ID` INTEGER, `S` STRUCT<`A` INTEGER, `B, C` MAP<STRING, DECIMAL(4, 2)>>, `N` STRING"
     assert [_split_column(c) for c in _split_schema(schema)] == [

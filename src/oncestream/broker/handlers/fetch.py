@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from oncestream.async_wait import wait_done
 from oncestream.broker.authorize import Op, Res, authorize
 from oncestream.broker.state import BrokerState
 from oncestream.errors import OnceStreamError, TopicAuthorizationFailedError
@@ -56,9 +57,8 @@ async def handle(state: BrokerState, header: RequestHeader, request: FetchReques
             return encode_fetch_response(header.api_version, header.correlation_id, topics_out)
         waiter = state.notifier.waiter(wanted)
         try:
-            await asyncio.wait_for(asyncio.shield(waiter), remaining_s)
-        except TimeoutError:
-            pass
+            # Not asyncio.wait_for: on 3.11 it can swallow the shutdown's cancellation (async_wait).
+            await wait_done(waiter, remaining_s)
         finally:
             state.notifier.discard(waiter, wanted)
 

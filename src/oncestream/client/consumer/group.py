@@ -16,7 +16,7 @@ The membership itself is not consumer-specific: ``join_protocol`` joins with opa
 metadata under ``protocol_type`` and returns the opaque assignment, the leader computing it with
 ``_assign`` (as Kafka Connect's workers use the same protocol with their own type and bytes).
 ``join`` is the consumer protocol on top of it; other protocols subclass and override
-``_assign`` (the SQL server's query placement, ``oncestream.sql.assignment``).
+``_assign`` (the SQL server's query placement, ``oncestream.sql.server.assignment``).
 """
 
 from __future__ import annotations

@@ -1,0 +1,12 @@
+"""ksqlDB queries compiled into Spark Structured Streaming plans (docs/sql-on-spark.md).
+
+- ``plan``           ``compile_query(spark, query, analyzed, settings) -> CompiledQuery``: the whole
+                     plan (projection, aggregation, windows, HAVING, table changelogs) and its
+                     ``records(layout)`` (key/value for the sink) and ``rows()`` (push queries).
+- ``sources``        one source read through ``format("oncestream")`` and deserialized, with
+                     ROWTIME/ROWPARTITION/ROWOFFSET.
+- ``joins``          stream-stream (time-bounded Spark join) and stream-table (state store) joins.
+- ``expressions``    ksqlDB expressions (sqlglot trees) to Spark SQL, with the function catalog.
+- ``serde_columns``  the Spark column form of ``oncestream.sql.engine.serde``'s formats.
+- ``update_sink``    exactly-once writes of update-mode results through ``foreachBatch``.
+"""

@@ -1,0 +1,225 @@
+"""A ksqlDB query (``ast.Query`` + the analyzer's result) compiled into a Spark streaming plan.
+
+Shape of the plan (docs/sql-on-spark.md has the semantics):
+
+    source(s) -> [join] -> WHERE -> projection                           (streams: append)
+                                 -> GROUP BY [WINDOW] aggregates, HAVING  (update; sessions: append)
+
+The compiled frame has one column per output column (named as the output column), and may add
+``__WSTART``/``__WEND`` (BIGINT ms; windowed results) and ``__DELETE`` (true: the row is a
+tombstone for its key: a table row deleted upstream, or failing WHERE/HAVING on a table).
+``records()`` turns it into the connector's ``key``/``value`` columns for a sink's formats.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql import Column as SparkColumn
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from sqlglot import exp
+
+from oncestream.sql.engine.compile import serde_columns
+from oncestream.sql.engine.compile.expressions import Scope, is_aggregate, quote, translate
+from oncestream.sql.engine.compile.joins import join_frames
+from oncestream.sql.engine.compile.sources import RAW_KEY, TOMBSTONE, TS, ReadSettings, read_source
+from oncestream.sql.engine.serde import RecordLayout, layout_of
+from oncestream.sql.errors import StatementError
+from oncestream.sql.language.catalog import WINDOWEND, WINDOWSTART, Column, Format, SourceInfo
+from oncestream.sql.language.sql_ast import Query, SourceKind, WindowKind, WindowSpec
+
+WSTART = "__WSTART"
+WEND = "__WEND"
+DELETE = "__DELETE"
+HAVING = "__HAVING"
+WINDOW = "__W"
+
+# ksqlDB's default grace period for windows and joins without GRACE PERIOD (24 hours).
+DEFAULT_GRACE_MS = 24 * 60 * 60 * 1000
+
+_view_ids = itertools.count()
+
+
+@dataclass(frozen=True)
+class CompiledQuery:
+    """A query's Spark plan: ``frame`` (see the module docstring) and how to run it."""
+
+    frame: DataFrame
+    columns: tuple[Column, ...]
+    result_kind: SourceKind
+    window: WindowSpec | None
+    output_mode: str            # "append" or "update"
+    has_delete: bool
+    # Set when the output key is the source's key unchanged: the source's key layout. A sink with
+    # the same key layout gets the record key's bytes as they were (no decode/encode per row).
+    raw_key_layout: tuple[Any, ...] | None = None
+
+    def rows(self) -> DataFrame:
+        """The output columns in order, tombstones dropped (push queries)."""
+        frame = self.frame.where(~F.col(DELETE)) if self.has_delete else self.frame
+        return frame.select(*[F.col(quote(c.name)) for c in self.columns])
+
+    def records(self, layout: RecordLayout) -> DataFrame:
+        """The connector's ``key``/``value`` columns in the sink's formats (value null for a
+        tombstone)."""
+        values = {c.name: F.col(quote(c.name)) for c in self.columns}
+        start = F.col(WSTART) if self.window is not None else None
+        end = F.col(WEND) if self.window is not None else None
+        if self.raw_key_layout is not None and self.raw_key_layout == key_layout_of(layout):
+            key = F.col(RAW_KEY)
+        else:
+            key = serde_columns.encode_key(layout, values, start, end)
+        value = serde_columns.encode_value(layout, values)
+        if self.has_delete:
+            value = F.when(F.col(DELETE), F.lit(None).cast("binary")).otherwise(value)
+        return self.frame.select(key.alias("key"), value.alias("value"))
+
+
+def key_layout_of(layout: RecordLayout) -> tuple[Any, ...]:
+    """What decides a record key's bytes: format, key column types, delimiter, window kind."""
+    delimiter = layout.value_delimiter if layout.key_format is Format.DELIMITED else None
+    return (layout.key_format, tuple(c.type for c in layout.key_columns), delimiter, layout.window)
+
+
+def _passes_key_through(analyzed: Any, scope: Scope, alias: str, source: SourceInfo) -> bool:
+    """Whether the output key is exactly the source's key columns, in order."""
+    keys = tuple(getattr(analyzed, "key_expressions", ()) or ())
+    source_keys = source.key_columns
+    if not source_keys or len(keys) != len(source_keys) or analyzed.partition_by:
+        return False
+    for expression, column in zip(keys, source_keys, strict=True):
+        if not isinstance(expression, exp.Column):
+            return False
+        if scope.resolve(expression.name, expression.table or None) != scope.internal(alias, column.name):
+            return False
+    output_keys = [c.type for c in analyzed.columns if c.is_key]
+    return output_keys == [c.type for c in source_keys]
+
+
+def source_aliases(analyzed: Any) -> list[tuple[str, SourceInfo]]:
+    """(alias, source) of the FROM source and each join, in order."""
+    sources: Mapping[str, SourceInfo] = analyzed.sources
+    first = analyzed.from_alias
+    out = [(first, sources[first])]
+    out += [(j.right_alias, j.right) for j in analyzed.joins]
+    return out
+
+
+def compile_query(spark: SparkSession, query: Query, analyzed: Any, settings: ReadSettings) -> CompiledQuery:
+    """Compile ``query`` as the analyzer resolved it (``analyzer.AnalyzedQuery``: output columns
+    parallel to their expressions, WHERE, GROUP BY, HAVING, joins) into a streaming plan over our
+    connector."""
+    aliases = source_aliases(analyzed)
+    columns: tuple[Column, ...] = tuple(analyzed.columns)
+    expressions = tuple(analyzed.expressions)
+    if len(expressions) != len(columns):
+        raise StatementError("the analyzed query's columns and expressions differ in number")
+    chosen = {c.name: e for c, e in zip(columns, expressions, strict=True)}
+    result_kind = analyzed.result_kind
+    window = analyzed.window
+    if aliases[1:]:
+        frame, scope = join_frames(spark, analyzed, aliases, settings)
+        synthetic = getattr(analyzed, "synthetic_key", None)
+        if synthetic:
+            # ksqlDB's synthetic join key (ROWKEY of a FULL OUTER join): whichever side is present.
+            join = analyzed.joins[0]
+            scope.overrides[synthetic] = (f"coalesce({translate(join.left_key, scope)}, "
+                                          f"{translate(join.right_key, scope)})")
+    else:
+        alias, source = aliases[0]
+        frame = read_source(spark, source, settings)
+        scope = Scope({alias: source})
+    where = analyzed.where
+    having = analyzed.having
+    group_exprs = list(analyzed.group_by)
+    aggregated = bool(group_exprs) or bool(getattr(analyzed, "aggregates", ())) or any(is_aggregate(e) for e in expressions)
+    first_alias, first_source = aliases[0]
+    if aggregated:
+        if first_source.kind is SourceKind.TABLE and len(aliases) == 1:
+            raise StatementError("Aggregating a table (GROUP BY over a TABLE source) is not supported by "
+                                 "oncestream's Spark runtime; aggregate the stream the table is built from.")
+        return _aggregate(spark, frame, scope, columns, chosen, group_exprs, where, having, window, result_kind,
+                          scope.internal(first_alias, TS))
+    selected = [F.expr(translate(chosen[c.name], scope)).alias(c.name) for c in columns]
+    extra: list[SparkColumn] = []
+    if first_source.window is not None and len(aliases) == 1:
+        # A windowed source keeps its window in the key: carry it to the output key.
+        extra = [F.col(quote(WINDOWSTART)).alias(WSTART), F.col(quote(WINDOWEND)).alias(WEND)]
+    keep = F.expr(translate(where, scope)) if where is not None else None
+    raw_key = None
+    if len(aliases) == 1 and _passes_key_through(analyzed, scope, first_alias, first_source):
+        extra.append(F.col(RAW_KEY))
+        raw_key = key_layout_of(layout_of(first_source))
+    if result_kind is SourceKind.TABLE and first_source.kind is SourceKind.TABLE:
+        # A table's changelog: a deleted row stays a delete; a row now failing WHERE deletes its key.
+        delete = F.col(scope.internal(first_alias, TOMBSTONE))
+        if keep is not None:
+            delete = delete | ~F.coalesce(keep, F.lit(False))
+        projected = frame.select(*selected, *extra, delete.alias(DELETE))
+        return CompiledQuery(projected, columns, result_kind, first_source.window if len(aliases) == 1 else None,
+                             "append", True, raw_key)
+    if keep is not None:
+        frame = frame.where(keep)
+    projected = frame.select(*selected, *extra)
+    return CompiledQuery(projected, columns, result_kind, first_source.window if len(aliases) == 1 else None,
+                         "append", False, raw_key)
+
+
+def _window_sql(window: WindowSpec, ts: str) -> str:
+    if window.kind is WindowKind.TUMBLING:
+        return f"window({quote(ts)}, '{window.size_ms} milliseconds')"
+    if window.kind is WindowKind.HOPPING:
+        advance = window.advance_ms or window.size_ms
+        return f"window({quote(ts)}, '{window.size_ms} milliseconds', '{advance} milliseconds')"
+    return f"session_window({quote(ts)}, '{window.size_ms} milliseconds')"
+
+
+def _aggregate(spark: SparkSession, frame: DataFrame, scope: Scope, columns: Sequence[Column],
+               chosen: Mapping[str, exp.Expression], group_exprs: Sequence[exp.Expression],
+               where: exp.Expression | None, having: exp.Expression | None, window: WindowSpec | None,
+               result_kind: SourceKind, ts: str) -> CompiledQuery:
+    if where is not None:
+        frame = frame.where(F.expr(translate(where, scope)))
+    inner = frame
+    agg_scope = scope
+    group_sql = [translate(g, scope) for g in group_exprs]
+    extra_sql: list[str] = []
+    output_mode = "update"
+    if window is not None:
+        grace_ms = window.grace_ms if window.grace_ms is not None else DEFAULT_GRACE_MS
+        # Spark's watermark: rows older than (max event time seen - grace) are dropped and their
+        # windows' state is freed (ksqlDB: grace period per partition's stream time).
+        inner = inner.withWatermark(ts, f"{grace_ms} milliseconds")
+        inner = inner.withColumn(WINDOW, F.expr(_window_sql(window, ts)))
+        group_sql.append(quote(WINDOW))
+        agg_scope = Scope(scope.sources, scope.qualified, window_column=WINDOW, overrides=scope.overrides)
+        extra_sql = [f"unix_millis({quote(WINDOW)}.start) AS {quote(WSTART)}"]
+        if window.kind is WindowKind.SESSION:
+            # ksqlDB's session WINDOWEND is the last event's time; Spark's session end is that plus
+            # the gap (exclusive).
+            extra_sql.append(f"unix_millis({quote(WINDOW)}.end) - {window.size_ms} AS {quote(WEND)}")
+            agg_scope.overrides = {**scope.overrides,
+                                   WINDOWEND: f"unix_millis({quote(WINDOW)}.end) - {window.size_ms}"}
+            # Spark has no update mode for session windows: a session is written once, when the
+            # watermark passes its end (as ksqlDB's EMIT FINAL).
+            output_mode = "append"
+        else:
+            extra_sql.append(f"unix_millis({quote(WINDOW)}.end) AS {quote(WEND)}")
+    view = f"oncestream_sql_{next(_view_ids)}"
+    inner.createOrReplaceTempView(view)
+    select_sql = [f"{translate(chosen[c.name], agg_scope)} AS {quote(c.name)}" for c in columns]
+    has_delete = having is not None
+    if having is not None:
+        select_sql.append(f"NOT coalesce({translate(having, agg_scope)}, false) AS {quote(DELETE)}")
+    sql = f"SELECT {', '.join(select_sql + extra_sql)} FROM {view}"
+    if group_sql:
+        sql += f" GROUP BY {', '.join(group_sql)}"
+    aggregated = spark.sql(sql)
+    if window is not None and window.kind is WindowKind.HOPPING:
+        # Kafka Streams never opens a hopping window that starts before the epoch; Spark does.
+        aggregated = aggregated.where(F.col(WSTART) >= 0)
+    return CompiledQuery(aggregated, tuple(columns), result_kind, window, output_mode, has_delete)

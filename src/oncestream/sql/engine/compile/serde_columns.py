@@ -1,0 +1,331 @@
+"""The Spark column form of ``oncestream.sql.engine.serde``: the same formats as expressions over a
+DataFrame's ``key``/``value`` binary columns (from_json / to_json / from_csv / to_csv and binary
+conversions), so that a compiled query reads and writes exactly the bytes ``serde`` does.
+
+Everything stays in the JVM except KAFKA-format DOUBLE, which has no Spark SQL expression for its
+IEEE-754 bits and goes through a vectorized (Arrow) UDF built on ``serde.kafka_encode``/``decode``.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable, Mapping, Sequence
+from decimal import Decimal
+from typing import Any
+
+from pyspark.sql import Column as SparkColumn
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from oncestream.sql.engine.serde import RecordLayout, SerdeError
+from oncestream.sql.language.catalog import Column, Format
+from oncestream.sql.language.sql_ast import WindowKind
+from oncestream.sql.language.types import BaseType, SqlType
+
+# Internal column marking a record whose value is null (a table's tombstone).
+TOMBSTONE = "__TOMBSTONE"
+WINDOW_START = "WINDOWSTART"
+WINDOW_END = "WINDOWEND"
+
+_JSON_WRITE = {"ignoreNullFields": "false"}
+
+
+def _csv_options(delimiter: str, *, write: bool) -> dict[str, str]:
+    # RFC 4180 quoting (doubled quotes) as ksqlDB's commons-csv writes it; whitespace is data; a
+    # null is an empty field and an empty string is "" (Spark's emptyValue means the text written
+    # for "", and on read the text standing for "", so it is only set for writing).
+    options = {"sep": delimiter, "quote": '"', "escape": '"', "ignoreLeadingWhiteSpace": "false",
+               "ignoreTrailingWhiteSpace": "false", "nullValue": ""}
+    if write:
+        options["emptyValue"] = '""'
+    return options
+
+
+def spark_type(t: SqlType) -> T.DataType:
+    """The Spark type holding a ksqlDB type inside a compiled query."""
+    b = t.base
+    simple: dict[BaseType, T.DataType] = {
+        BaseType.BOOLEAN: T.BooleanType(), BaseType.INTEGER: T.IntegerType(), BaseType.BIGINT: T.LongType(),
+        BaseType.DOUBLE: T.DoubleType(), BaseType.STRING: T.StringType(), BaseType.BYTES: T.BinaryType(),
+        BaseType.TIMESTAMP: T.TimestampType(), BaseType.DATE: T.DateType(), BaseType.TIME: T.IntegerType(),
+    }
+    if b in simple:
+        return simple[b]
+    if b is BaseType.DECIMAL:
+        return T.DecimalType(t.precision or 10, t.scale or 0)
+    if b is BaseType.ARRAY and t.element is not None:
+        return T.ArrayType(spark_type(t.element))
+    if b is BaseType.MAP and t.element is not None:
+        return T.MapType(T.StringType(), spark_type(t.element))
+    if b is BaseType.STRUCT:
+        return T.StructType([T.StructField(f.name, spark_type(f.type)) for f in t.fields])
+    raise SerdeError(f"type {t.ksql_name} has no Spark equivalent")
+
+
+def _wire_type(t: SqlType) -> T.DataType:
+    """The Spark type of a column as JSON/CSV hold it (TIMESTAMP epoch ms, BYTES base64...)."""
+    b = t.base
+    if b is BaseType.TIMESTAMP:
+        return T.LongType()
+    if b is BaseType.DATE:
+        return T.IntegerType()
+    if b is BaseType.BYTES:
+        return T.StringType()
+    if b is BaseType.ARRAY and t.element is not None:
+        return T.ArrayType(_wire_type(t.element))
+    if b is BaseType.MAP and t.element is not None:
+        return T.MapType(T.StringType(), _wire_type(t.element))
+    if b is BaseType.STRUCT:
+        return T.StructType([T.StructField(f.name, _wire_type(f.type)) for f in t.fields])
+    return spark_type(t)
+
+
+# The leaf conversions between a Spark value and its JSON/CSV form, one table per direction; the
+# walk through ARRAY/MAP/STRUCT that reaches them is shared (``_map_wire``).
+_TO_WIRE: dict[BaseType, Callable[[SparkColumn], SparkColumn]] = {
+    BaseType.TIMESTAMP: F.unix_millis, BaseType.DATE: F.unix_date, BaseType.BYTES: F.base64,
+}
+_FROM_WIRE: dict[BaseType, Callable[[SparkColumn], SparkColumn]] = {
+    BaseType.TIMESTAMP: F.timestamp_millis, BaseType.DATE: F.date_from_unix_date, BaseType.BYTES: F.unbase64,
+}
+
+
+def _converts(t: SqlType) -> bool:
+    b = t.base
+    if b in _TO_WIRE:
+        return True
+    if b in (BaseType.ARRAY, BaseType.MAP) and t.element is not None:
+        return _converts(t.element)
+    if b is BaseType.STRUCT:
+        return any(_converts(f.type) for f in t.fields)
+    return False
+
+
+def _map_wire(col: SparkColumn, t: SqlType, leaves: Mapping[BaseType, Callable[[SparkColumn], SparkColumn]]) -> SparkColumn:
+    """``col`` with ``leaves`` applied to every TIMESTAMP/DATE/BYTES inside it, however nested."""
+    if not _converts(t):
+        return col
+    b = t.base
+    leaf = leaves.get(b)
+    if leaf is not None:
+        return leaf(col)
+    element = t.element
+    if b is BaseType.ARRAY and element is not None:
+        return F.transform(col, lambda x: _map_wire(x, element, leaves))
+    if b is BaseType.MAP and element is not None:
+        return F.transform_values(col, lambda _k, v: _map_wire(v, element, leaves))
+    fields = [_map_wire(col.getField(f.name), f.type, leaves).alias(f.name) for f in t.fields]
+    return F.when(col.isNull(), F.lit(None)).otherwise(F.struct(*fields))
+
+
+def to_wire(col: SparkColumn, t: SqlType) -> SparkColumn:
+    """A Spark column as its JSON/CSV form (see ``serde.to_json_wire``)."""
+    return _map_wire(col, t, _TO_WIRE)
+
+
+def from_wire(col: SparkColumn, t: SqlType) -> SparkColumn:
+    """The inverse of ``to_wire``."""
+    return _map_wire(col, t, _FROM_WIRE)
+
+
+# -- KAFKA format ------------------------------------------------------------------------------
+
+
+def _long_bytes(col: SparkColumn) -> SparkColumn:
+    """8-byte big-endian two's complement of a BIGINT (Spark's hex() of a negative long is its
+    unsigned 64-bit form)."""
+    return F.unhex(F.lpad(F.hex(col.cast("bigint")), 16, "0"))
+
+
+def _int_bytes(col: SparkColumn) -> SparkColumn:
+    return F.unhex(F.substring(F.lpad(F.hex(col.cast("bigint")), 16, "0"), 9, 8))
+
+
+def _bytes_long(col: SparkColumn) -> SparkColumn:
+    unsigned = F.conv(F.hex(col), 16, 10).cast("decimal(20,0)")
+    signed = F.when(unsigned >= F.lit(Decimal(2 ** 63)), unsigned - F.lit(Decimal(2 ** 64))).otherwise(unsigned)
+    return F.when(F.length(col) == 8, signed.cast("bigint"))
+
+
+def _bytes_int(col: SparkColumn) -> SparkColumn:
+    unsigned = F.conv(F.hex(col), 16, 10).cast("bigint")
+    signed = F.when(unsigned >= F.lit(2 ** 31), unsigned - F.lit(2 ** 32)).otherwise(unsigned)
+    return F.when(F.length(col) == 4, signed.cast("int"))
+
+
+def _vectorized(fn: Any, result: T.DataType) -> Any:
+    """An Arrow-vectorized UDF of ``fn`` (a Series -> Series function). The hints are set here,
+    not written: with postponed annotations PySpark could not resolve ``pd.Series``."""
+    import pandas as pd
+
+    fn.__annotations__ = {"values": pd.Series, "return": pd.Series}
+    return F.pandas_udf(fn, result)  # type: ignore[call-overload]
+
+
+def _double_encoder() -> Any:
+    def encode_double(values: Any) -> Any:
+        return values.map(lambda v: None if v is None or v != v else struct.pack(">d", float(v)))
+
+    return _vectorized(encode_double, T.BinaryType())
+
+
+def _double_decoder() -> Any:
+    def decode_double(values: Any) -> Any:
+        return values.map(lambda v: None if v is None or len(v) != 8 else struct.unpack(">d", bytes(v))[0])
+
+    return _vectorized(decode_double, T.DoubleType())
+
+
+def _kafka_encode(col: SparkColumn, t: SqlType) -> SparkColumn:
+    b = t.base
+    if b is BaseType.INTEGER:
+        return _int_bytes(col)
+    if b is BaseType.BIGINT:
+        return _long_bytes(col)
+    if b is BaseType.DOUBLE:
+        return _double_encoder()(col.cast("double"))
+    if b is BaseType.STRING:
+        return col.cast("binary")
+    if b is BaseType.BYTES:
+        return col
+    raise SerdeError(f"The 'KAFKA' format does not support type '{b.value}'")
+
+
+def _kafka_decode(col: SparkColumn, t: SqlType) -> SparkColumn:
+    b = t.base
+    if b is BaseType.INTEGER:
+        return _bytes_int(col)
+    if b is BaseType.BIGINT:
+        return _bytes_long(col)
+    if b is BaseType.DOUBLE:
+        return _double_decoder()(col)
+    if b is BaseType.STRING:
+        return col.cast("string")
+    if b is BaseType.BYTES:
+        return col
+    raise SerdeError(f"The 'KAFKA' format does not support type '{b.value}'")
+
+
+# -- one format over a binary column -------------------------------------------------------------
+
+
+def _decode(fmt: Format, columns: Sequence[Column], data: SparkColumn, delimiter: str, *,
+            single_unwrapped: bool) -> list[SparkColumn]:
+    names = [c.name for c in columns]
+    if fmt is Format.JSON:
+        text = data.cast("string")
+        if single_unwrapped and len(columns) == 1:
+            t = columns[0].type
+            parsed = F.from_json(F.concat(F.lit("["), text, F.lit("]")), T.ArrayType(_wire_type(t)))
+            return [from_wire(parsed.getItem(0), t).alias(names[0])]
+        schema = T.StructType([T.StructField(c.name, _wire_type(c.type)) for c in columns])
+        exact = F.from_json(text, schema)
+        # ksqlDB matches JSON fields case-insensitively. The exact parse serves ksqlDB's own
+        # output; a field missing under its exact name is looked up in an upper-cased map of the
+        # object (a second parse, evaluated only for such rows: coalesce is lazy).
+        loose = F.transform_keys(F.from_json(text, T.MapType(T.StringType(), T.StringType())),
+                                 lambda k, _v: F.upper(k))
+        out = []
+        for c in columns:
+            wire = _wire_type(c.type)
+            raw = loose.getItem(c.name.upper())
+            fallback = F.from_json(raw, wire) if isinstance(wire, (T.StructType, T.ArrayType, T.MapType)) \
+                else raw.cast(wire)
+            out.append(from_wire(F.coalesce(exact.getField(c.name), fallback), c.type).alias(c.name))
+        return out
+    if fmt is Format.DELIMITED:
+        for c in columns:
+            if c.type.base in (BaseType.ARRAY, BaseType.MAP, BaseType.STRUCT):
+                raise SerdeError(f"The 'DELIMITED' format does not support type '{c.type.base.value}'")
+        schema = T.StructType([T.StructField(c.name, _wire_type(c.type)) for c in columns])
+        parsed = F.from_csv(data.cast("string"), F.lit(_ddl(schema)), _csv_options(delimiter, write=False))
+        return [from_wire(parsed.getField(c.name), c.type).alias(c.name) for c in columns]
+    if fmt is Format.KAFKA:
+        if len(columns) != 1:
+            raise SerdeError(f"The 'KAFKA' format only supports a single field. Got: {names}")
+        return [_kafka_decode(data, columns[0].type).alias(names[0])]
+    raise SerdeError(f"format {fmt.value} holds no columns")
+
+
+def _ddl(schema: T.StructType) -> str:
+    return ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in schema.fields)
+
+
+def _encode(fmt: Format, columns: Sequence[Column], values: Mapping[str, SparkColumn], delimiter: str, *,
+            single_unwrapped: bool) -> SparkColumn:
+    if fmt is Format.JSON:
+        if single_unwrapped and len(columns) == 1:
+            c = columns[0]
+            col = values[c.name]
+            text = F.to_json(F.array(to_wire(col, c.type)), _JSON_WRITE)
+            # to_json of a one-element array, brackets cut off: the bare JSON value.
+            return F.when(col.isNull(), F.lit(None)).otherwise(
+                F.substring(text, F.lit(2), F.length(text) - 2)).cast("binary")
+        fields = [to_wire(values[c.name], c.type).alias(c.name) for c in columns]
+        return F.to_json(F.struct(*fields), _JSON_WRITE).cast("binary")
+    if fmt is Format.DELIMITED:
+        for c in columns:
+            if c.type.base in (BaseType.ARRAY, BaseType.MAP, BaseType.STRUCT):
+                raise SerdeError(f"The 'DELIMITED' format does not support type '{c.type.base.value}'")
+        fields = [to_wire(values[c.name], c.type).alias(c.name) for c in columns]
+        return F.to_csv(F.struct(*fields), _csv_options(delimiter, write=True)).cast("binary")
+    if fmt is Format.KAFKA:
+        if len(columns) != 1:
+            raise SerdeError(f"The 'KAFKA' format only supports a single field. Got: {[c.name for c in columns]}")
+        return _kafka_encode(values[columns[0].name], columns[0].type)
+    raise SerdeError(f"format {fmt.value} holds no columns")
+
+
+# -- public: keys and values -----------------------------------------------------------------------
+
+
+def decode_value(layout: RecordLayout, value: SparkColumn) -> list[SparkColumn]:
+    """The value columns of ``layout`` read from a binary ``value`` column (each aliased to its
+    name), plus ``__TOMBSTONE`` (true when the value is null)."""
+    cols = _decode(layout.value_format, layout.value_columns, value, layout.value_delimiter,
+                   single_unwrapped=False) if layout.value_columns else []
+    return [*cols, value.isNull().alias(TOMBSTONE)]
+
+
+def decode_key(layout: RecordLayout, key: SparkColumn) -> list[SparkColumn]:
+    """The key columns of ``layout`` read from a binary ``key`` column; a windowed layout adds
+    WINDOWSTART and WINDOWEND (BIGINT ms)."""
+    if layout.key_format is Format.NONE or not layout.key_columns:
+        return []
+    extra: list[SparkColumn] = []
+    data = key
+    if layout.window is WindowKind.SESSION:
+        size = F.length(key)
+        data = F.substring(key, F.lit(1), size - 16)
+        extra = [_bytes_long(F.substring(key, size - 7, F.lit(8))).alias(WINDOW_START),
+                 _bytes_long(F.substring(key, size - 15, F.lit(8))).alias(WINDOW_END)]
+    elif layout.window is not None:
+        size = F.length(key)
+        data = F.substring(key, F.lit(1), size - 8)
+        start = _bytes_long(F.substring(key, size - 7, F.lit(8)))
+        extra = [start.alias(WINDOW_START), (start + F.lit(layout.window_size_ms or 0)).alias(WINDOW_END)]
+    cols = _decode(layout.key_format, layout.key_columns, data, layout.value_delimiter, single_unwrapped=True)
+    return [*cols, *extra]
+
+
+def encode_value(layout: RecordLayout, values: Mapping[str, SparkColumn]) -> SparkColumn:
+    """The binary record value of the value columns (``values`` by column name)."""
+    return _encode(layout.value_format, layout.value_columns, values, layout.value_delimiter, single_unwrapped=False)
+
+
+def encode_key(layout: RecordLayout, values: Mapping[str, SparkColumn], window_start: SparkColumn | None = None,
+               window_end: SparkColumn | None = None) -> SparkColumn:
+    """The binary record key: null for KEY_FORMAT NONE; windowed layouts append the window as
+    Kafka Streams does (``start``; sessions ``end`` then ``start``)."""
+    if layout.key_format is Format.NONE or not layout.key_columns:
+        return F.lit(None).cast("binary")
+    data = _encode(layout.key_format, layout.key_columns, values, layout.value_delimiter, single_unwrapped=True)
+    if layout.window is None:
+        return data
+    if window_start is None:
+        raise SerdeError("a windowed key needs its window start")
+    if layout.window is WindowKind.SESSION:
+        if window_end is None:
+            raise SerdeError("a session-windowed key needs its window end")
+        return F.concat(data, _long_bytes(window_end), _long_bytes(window_start))
+    return F.concat(data, _long_bytes(window_start))

@@ -1,0 +1,104 @@
+"""Reading a source into a compiled query: our connector (read_committed) -> the source's formats
+-> its columns plus ksqlDB's pseudo columns.
+
+The frame of one source holds its key columns, value columns, ``ROWTIME`` (BIGINT ms: the record
+timestamp, or the ``TIMESTAMP`` column), ``ROWPARTITION``, ``ROWOFFSET``, a windowed source's
+``WINDOWSTART``/``WINDOWEND``, ``__TS`` (ROWTIME as a Spark timestamp, for windows and watermarks)
+and ``__TOMBSTONE`` (the record's value is null) and ``__RAWKEY`` (the record key's bytes, written
+through unchanged when the output key is the source key in the same layout). A stream drops records with a null value, as
+ksqlDB does; a table keeps them (they delete the key).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from oncestream.sql.engine.compile import serde_columns
+from oncestream.sql.engine.serde import layout_of
+from oncestream.sql.errors import StatementError
+from oncestream.sql.language.catalog import ROWOFFSET, ROWPARTITION, ROWTIME, SourceInfo
+from oncestream.sql.language.sql_ast import SourceKind
+from oncestream.sql.language.types import BaseType
+
+TS = "__TS"
+TOMBSTONE = serde_columns.TOMBSTONE
+RAW_KEY = "__RAWKEY"
+
+EARLIEST = "earliest"
+LATEST = "latest"
+
+
+@dataclass(frozen=True)
+class ReadSettings:
+    """How a query reads its sources: the cluster, the client properties (librdkafka names,
+    security included) and where a new query starts (ksqlDB's default ``latest``)."""
+
+    bootstrap_servers: str
+    client_properties: Mapping[str, str] = field(default_factory=dict)
+    starting_offsets: str = LATEST
+    max_offsets_per_trigger: int | None = None
+
+
+def kafka_options(bootstrap_servers: str, client_properties: Mapping[str, str]) -> dict[str, str]:
+    """Connector options carrying the cluster and the client properties (``kafka.*``)."""
+    options = {f"kafka.{k}": str(v) for k, v in client_properties.items()}
+    options["kafka.bootstrap.servers"] = bootstrap_servers
+    return options
+
+
+def starting_offsets(properties: Mapping[str, object]) -> str:
+    """``earliest`` or ``latest`` from ksqlDB's property names (``auto.offset.reset``,
+    ``ksql.streams.auto.offset.reset``); ``latest`` when unset, as ksqlDB."""
+    for name in ("ksql.streams.auto.offset.reset", "auto.offset.reset", "streams.auto.offset.reset"):
+        value = properties.get(name)
+        if value is not None:
+            text = str(value).strip().lower()
+            if text not in (EARLIEST, LATEST):
+                raise StatementError(f"Invalid value {value} for configuration {name}: "
+                                     "String must be one of: earliest, latest, none")
+            return text
+    return LATEST
+
+
+def _rowtime(source: SourceInfo) -> F.Column:
+    column = source.timestamp_column
+    if column is None:
+        return F.unix_millis(F.col("timestamp"))
+    spec = source.column(column)
+    if spec is None:
+        raise StatementError(f"The TIMESTAMP column set in the WITH clause does not exist in the schema: '{column}'")
+    value = F.col(f"`{column}`")
+    if spec.type.base is BaseType.TIMESTAMP:
+        return F.unix_millis(value)
+    if spec.type.base is BaseType.STRING:
+        fmt = source.timestamp_format or "yyyy-MM-dd'T'HH:mm:ss.SSS"
+        return F.unix_millis(F.to_timestamp(value, fmt))
+    return value.cast("bigint")
+
+
+def read_source(spark: SparkSession, source: SourceInfo, settings: ReadSettings, prefix: str | None = None) -> DataFrame:
+    """The streaming frame of ``source`` (see the module docstring); with ``prefix`` every column
+    is named ``<prefix>__<column>`` (the sides of a join)."""
+    reader = spark.readStream.format("oncestream")
+    for key, value in kafka_options(settings.bootstrap_servers, settings.client_properties).items():
+        reader = reader.option(key, value)
+    reader = (reader.option("subscribe", source.topic).option("startingOffsets", settings.starting_offsets)
+              .option("includeHeaders", "false"))
+    if settings.max_offsets_per_trigger:
+        reader = reader.option("maxOffsetsPerTrigger", str(settings.max_offsets_per_trigger))
+    raw = reader.load()
+    layout = layout_of(source)
+    decoded = raw.select(*serde_columns.decode_key(layout, F.col("key")),
+                         *serde_columns.decode_value(layout, F.col("value")),
+                         F.col("timestamp"), F.col("partition").alias(ROWPARTITION), F.col("offset").alias(ROWOFFSET),
+                         F.col("key").alias(RAW_KEY))
+    frame = decoded.withColumn(ROWTIME, _rowtime(source)).drop("timestamp").withColumn(TS, F.timestamp_millis(F.col(ROWTIME)))
+    if source.kind is SourceKind.STREAM:
+        frame = frame.where(~F.col(TOMBSTONE))
+    if prefix is not None:
+        frame = frame.select(*[F.col(f"`{c}`").alias(f"{prefix}__{c}") for c in frame.columns])
+    return frame

@@ -1,0 +1,107 @@
+"""Rows of ``INSERT INTO ... VALUES`` and ``/inserts-stream``, as the column values
+``oncestream.sql.engine.serde`` encodes (ksqlDB writes such rows directly, not through the command
+topic).
+
+``INSERT INTO s [(col, ...)] VALUES (literal, ...)``: without a column list the values are for
+every column of ``s`` in order (key columns first, as DESCRIBE lists them); ``ROWTIME`` may be
+named to set the record timestamp. Values are literals (numbers, strings, booleans, NULL, a sign,
+CAST of a literal, ARRAY[...]); ksqlDB's type coercions from JSON-like values apply (a string for a
+TIMESTAMP, a number for a DOUBLE).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from sqlglot import exp
+
+from oncestream.sql.engine.serde import SerdeError, from_json_wire
+from oncestream.sql.errors import StatementError
+from oncestream.sql.language import sql_ast
+from oncestream.sql.language.catalog import ROWTIME, SourceInfo
+from oncestream.sql.language.types import BIGINT, SqlType
+
+
+def _literal(node: exp.Expression) -> Any:
+    if isinstance(node, exp.Paren):
+        return _literal(node.this)
+    if isinstance(node, exp.Null):
+        return None
+    if isinstance(node, exp.Boolean):
+        return bool(node.this)
+    if isinstance(node, exp.Neg):
+        value = _literal(node.this)
+        if not isinstance(value, int | float | Decimal):
+            raise StatementError(f"Cannot negate {node.this.sql()}")
+        return -value
+    if isinstance(node, exp.Cast):
+        return _literal(node.this)
+    if isinstance(node, exp.Array):
+        return [_literal(e) for e in node.expressions]
+    if isinstance(node, exp.Literal):
+        if node.is_string:
+            return node.this
+        text = str(node.this)
+        try:
+            if any(ch in text for ch in ".eE"):
+                return Decimal(text)
+            return int(text)
+        except (ValueError, InvalidOperation) as exc:
+            raise StatementError(f"Invalid number: {text}") from exc
+    raise StatementError(f"Only literals are supported in INSERT INTO ... VALUES, got: {node.sql()}")
+
+
+def _coerce(value: Any, sql_type: SqlType, column: str) -> Any:
+    if isinstance(value, Decimal) and sql_type.base.value != "DECIMAL":
+        value = float(value)
+    try:
+        return from_json_wire(value, sql_type)
+    except (SerdeError, ValueError, TypeError, ArithmeticError) as exc:
+        raise StatementError(f"Could not coerce value for column {column} to {sql_type.ksql_name}: {value!r}") from exc
+
+
+def values_row(statement: sql_ast.InsertValues, sink: SourceInfo) -> dict[str, Any]:
+    """The row ``statement`` inserts into ``sink`` (column name -> value); ``ROWTIME`` when given."""
+    names = list(statement.columns) if statement.columns is not None else [c.name for c in sink.columns]
+    if len(names) != len(statement.values):
+        raise StatementError(f"Expected a value for each column. Expected Columns: [{', '.join(names)}]. "
+                             f"Got {len(statement.values)} values.", statement_text=statement.text)
+    row: dict[str, Any] = {}
+    for name, node in zip(names, statement.values, strict=True):
+        value = _literal(node)
+        if name == ROWTIME:
+            row[ROWTIME] = _coerce(value, BIGINT, name)
+            continue
+        column = sink.column(name)
+        if column is None:
+            raise StatementError(f"Column name {name} does not exist.", statement_text=statement.text)
+        row[name] = _coerce(value, column.type, name)
+    _check_keys(sink, row, statement.text)
+    return row
+
+
+def json_row(sink: SourceInfo, row: Mapping[str, Any]) -> dict[str, Any]:
+    """A ``/inserts-stream`` row (JSON object, column names matched case-insensitively)."""
+    by_upper = {str(k).upper(): v for k, v in row.items()}
+    out: dict[str, Any] = {}
+    known = {c.name.upper() for c in sink.columns} | {ROWTIME}
+    unknown = sorted(set(by_upper) - known)
+    if unknown:
+        raise StatementError(f"Column name {unknown[0]} does not exist.")
+    for column in sink.columns:
+        if column.name.upper() in by_upper:
+            out[column.name] = _coerce(by_upper[column.name.upper()], column.type, column.name)
+    if ROWTIME in by_upper and by_upper[ROWTIME] is not None:
+        out[ROWTIME] = _coerce(by_upper[ROWTIME], BIGINT, ROWTIME)
+    _check_keys(sink, out, None)
+    return out
+
+
+def _check_keys(sink: SourceInfo, row: Mapping[str, Any], text: str | None) -> None:
+    if sink.kind is sql_ast.SourceKind.TABLE:
+        for key in sink.key_columns:
+            if row.get(key.name) is None:
+                raise StatementError(f"Failed to insert values into '{sink.name}'. Value for primary key column(s) "
+                                     f"{key.name} is required for tables", statement_text=text)

@@ -1,0 +1,105 @@
+"""What the metastore holds: sources (streams and tables) and persistent queries.
+
+These are plain immutable values; ``oncestream.sql.server.metastore.Metastore`` owns the mutable map
+from names to them. Every node builds identical values from the same command-topic prefix, so
+nothing here may depend on the node (no wall clock, no host): query ids, for example, are derived
+from the command's offset in the command topic.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from oncestream.sql.language.sql_ast import Query, SourceKind, WindowSpec
+from oncestream.sql.language.types import SqlType
+
+
+class Format(Enum):
+    """Key and value formats (``KEY_FORMAT`` / ``VALUE_FORMAT``). ``NONE`` is a source with no key
+    columns (its records' keys are ignored / written null)."""
+
+    JSON = "JSON"
+    DELIMITED = "DELIMITED"
+    KAFKA = "KAFKA"
+    NONE = "NONE"
+
+
+class Namespace(Enum):
+    KEY = "KEY"
+    VALUE = "VALUE"
+
+
+@dataclass(frozen=True)
+class Column:
+    """A column of a source. Key columns come first in ksqlDB's DESCRIBE output."""
+
+    name: str
+    type: SqlType
+    namespace: Namespace = Namespace.VALUE
+
+    @property
+    def is_key(self) -> bool:
+        return self.namespace is Namespace.KEY
+
+
+# Pseudo columns every source has (ksqlDB's SystemColumns); never stored in the value.
+ROWTIME = "ROWTIME"            # the record timestamp (BIGINT ms)
+ROWPARTITION = "ROWPARTITION"  # INTEGER
+ROWOFFSET = "ROWOFFSET"        # BIGINT
+WINDOWSTART = "WINDOWSTART"    # windowed sources only (BIGINT ms)
+WINDOWEND = "WINDOWEND"
+
+
+@dataclass(frozen=True)
+class SourceInfo:
+    """A stream or table of the metastore."""
+
+    name: str
+    kind: SourceKind
+    topic: str
+    key_format: Format
+    value_format: Format
+    columns: tuple[Column, ...]             # key columns first, then value columns, declared order
+    statement: str                          # the statement that created it (DESCRIBE EXTENDED shows it)
+    partitions: int = 1
+    replicas: int = 1
+    timestamp_column: str | None = None     # WITH (TIMESTAMP='col'), else ROWTIME
+    timestamp_format: str | None = None     # WITH (TIMESTAMP_FORMAT='yyyy-MM-dd ...')
+    value_delimiter: str = ","              # DELIMITED only (VALUE_DELIMITER)
+    window: WindowSpec | None = None        # windowed table/stream (the key carries the window)
+    read_only: bool = False                 # CREATE SOURCE STREAM|TABLE
+    created_by: str | None = None           # id of the persistent query writing it (C*AS)
+
+    @property
+    def key_columns(self) -> tuple[Column, ...]:
+        return tuple(c for c in self.columns if c.is_key)
+
+    @property
+    def value_columns(self) -> tuple[Column, ...]:
+        return tuple(c for c in self.columns if not c.is_key)
+
+    def column(self, name: str) -> Column | None:
+        return next((c for c in self.columns if c.name == name), None)
+
+
+class QueryKind(Enum):
+    PERSISTENT = "PERSISTENT"   # CREATE ... AS SELECT, INSERT INTO ... SELECT
+    PUSH = "PUSH"               # transient SELECT ... EMIT CHANGES (never in the metastore)
+
+
+@dataclass(frozen=True)
+class QueryInfo:
+    """A persistent query of the metastore (started on whichever node the assignment gives it).
+
+    ``query_id`` is ksqlDB's form, made unique by the command's command-topic offset:
+    ``CSAS_<SINK>_<offset>``, ``CTAS_<SINK>_<offset>``, ``INSERTQUERY_<offset>``.
+    ``output_schema`` is the sink's columns (as the analyzer computed them)."""
+
+    query_id: str
+    statement: str
+    sink: str
+    sources: tuple[str, ...]
+    query: Query
+    output_columns: tuple[Column, ...]
+    command_offset: int

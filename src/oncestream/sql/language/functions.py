@@ -1,0 +1,783 @@
+"""ksqlDB's function catalog, restricted to what Spark SQL can express: the one home of what a
+function means, for the analyzer, the compiler and the pull-query evaluator.
+
+Each ``FunctionDef`` carries its rules side by side:
+
+- ``return_type(arg_types) -> SqlType``: ksqlDB's return-type rule (raises ``FunctionTypeError``
+  when ksqlDB would refuse the arguments);
+- ``spark(call) -> str``: the Spark SQL text for a call, built from the *already translated* Spark
+  SQL of the arguments (``CallSite.args``) and their ksqlDB types. It is a plain function from
+  strings to a string (not a sqlglot transform), so the compiler can use it with any renderer;
+- ``python(values) -> value`` (for the functions pull queries may call): the same function over
+  Python values (None is NULL), used by ``oncestream.sql.language.evaluate``. Its null handling is
+  ksqlDB's, as the Spark form's guards give it (``tests/spark/sql/test_expression_agreement.py``
+  runs both forms on the same inputs).
+
+The analyzer rewrites every function call of a query into ``exp.Anonymous(this=<ksqlDB name>,
+expressions=[args])`` with ``meta["ksql_type"]`` on every node, so the compiler only needs
+``lookup(name).spark(CallSite(...))`` for each call. ``docs/sql-functions.md`` lists the catalog and
+what is not supported.
+
+Where Spark differs from ksqlDB on a corner (null handling, rounding), the translation adds the
+guard that gives ksqlDB's answer; the remaining differences are written in the docs.
+"""
+
+from __future__ import annotations
+
+import decimal
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from oncestream.sql.language import types as t
+from oncestream.sql.language.types import BaseType, SqlType
+
+
+class FunctionTypeError(Exception):
+    """The arguments' types are not accepted by the function (ksqlDB's wording in ``str()``)."""
+
+
+@dataclass(frozen=True)
+class CallSite:
+    """One call to translate: the arguments' Spark SQL text and ksqlDB types (None: NULL literal).
+
+    ``order_sql`` is only used by the offset-ordered aggregates (``LATEST_BY_OFFSET``,
+    ``EARLIEST_BY_OFFSET``): an expression (given by the compiler) that increases with the order
+    in which ksqlDB would have processed the records, e.g. ``struct(ROWTIME, ROWPARTITION, ROWOFFSET)``."""
+
+    args: Sequence[str]
+    types: Sequence[SqlType | None] = ()
+    order_sql: str | None = None
+
+
+TypeRule = Callable[[Sequence[SqlType | None]], SqlType]
+SparkRule = Callable[[CallSite], str]
+PythonRule = Callable[[list[Any]], Any]
+
+
+@dataclass(frozen=True)
+class FunctionDef:
+    """A ksqlDB function: name, arity, return-type rule and Spark SQL translation."""
+
+    name: str
+    aggregate: bool
+    min_args: int
+    max_args: int | None
+    return_type: TypeRule
+    spark: SparkRule
+    description: str
+    spark_doc: str                    # the Spark equivalent as docs/sql-functions.md shows it
+    aliases: tuple[str, ...] = field(default=())
+    category: str = "OTHER"           # SHOW FUNCTIONS' category (STRING, MATHEMATICAL, ...)
+    python: PythonRule | None = None  # the same function over Python values (None: Spark only)
+
+    def result_type(self, arg_types: Sequence[SqlType | None]) -> SqlType:
+        """The call's type; raises ``FunctionTypeError`` with ksqlDB's message when refused."""
+        n = len(arg_types)
+        if n < self.min_args or (self.max_args is not None and n > self.max_args):
+            raise FunctionTypeError(_refused(self.name, arg_types))
+        return self.return_type(arg_types)
+
+
+def _type_list(arg_types: Sequence[SqlType | None]) -> str:
+    return ", ".join("null" if a is None else a.ksql_name for a in arg_types)
+
+
+def _refused(name: str, arg_types: Sequence[SqlType | None]) -> str:
+    return f"Function '{name}' does not accept parameters ({_type_list(arg_types)})."
+
+
+# ----------------------------------------------------------------------------------------------
+# type predicates and rules
+
+NUMERIC_ORDER = (BaseType.INTEGER, BaseType.BIGINT, BaseType.DECIMAL, BaseType.DOUBLE)
+
+
+def is_numeric(ty: SqlType | None) -> bool:
+    return ty is None or ty.base in NUMERIC_ORDER
+
+
+def is_string(ty: SqlType | None) -> bool:
+    return ty is None or ty.base is BaseType.STRING
+
+
+def is_integral(ty: SqlType | None) -> bool:
+    return ty is None or ty.base in (BaseType.INTEGER, BaseType.BIGINT)
+
+
+def is_array(ty: SqlType | None) -> bool:
+    return ty is None or ty.base is BaseType.ARRAY
+
+
+def is_map(ty: SqlType | None) -> bool:
+    return ty is None or ty.base is BaseType.MAP
+
+
+def is_timestamp(ty: SqlType | None) -> bool:
+    return ty is None or ty.base is BaseType.TIMESTAMP
+
+
+def is_date(ty: SqlType | None) -> bool:
+    return ty is None or ty.base is BaseType.DATE
+
+
+def decimal_of(ty: SqlType) -> SqlType:
+    """An integer type as the DECIMAL ksqlDB widens it to (INT: (10, 0), BIGINT: (19, 0))."""
+    if ty.base is BaseType.INTEGER:
+        return t.decimal(10, 0)
+    if ty.base is BaseType.BIGINT:
+        return t.decimal(19, 0)
+    return ty
+
+
+def wider_numeric(a: SqlType | None, b: SqlType | None) -> SqlType | None:
+    """ksqlDB's numeric promotion INTEGER < BIGINT < DECIMAL < DOUBLE (for GREATEST, CASE...)."""
+    if a is None:
+        return b
+    if b is None:
+        return a
+    ia, ib = NUMERIC_ORDER.index(a.base), NUMERIC_ORDER.index(b.base)
+    if a.base is BaseType.DECIMAL and b.base is BaseType.DECIMAL:
+        scale = max(a.scale or 0, b.scale or 0)
+        whole = max((a.precision or 0) - (a.scale or 0), (b.precision or 0) - (b.scale or 0))
+        return t.decimal(min(38, whole + scale), scale)
+    if BaseType.DECIMAL in (a.base, b.base) and BaseType.DOUBLE not in (a.base, b.base):
+        return wider_numeric(decimal_of(a), decimal_of(b))
+    return a if ia >= ib else b
+
+
+def _all(pred: Callable[[SqlType | None], bool], name: str, result: Callable[[Sequence[SqlType | None]], SqlType]) -> TypeRule:
+    def rule(arg_types: Sequence[SqlType | None]) -> SqlType:
+        if not all(pred(a) for a in arg_types):
+            raise FunctionTypeError(_refused(name, arg_types))
+        return result(arg_types)
+    return rule
+
+
+def _sig(name: str, *preds: Callable[[SqlType | None], bool], result: SqlType | Callable[[Sequence[SqlType | None]], SqlType],
+         optional_from: int | None = None) -> TypeRule:
+    """A fixed signature: one predicate per argument (arguments from ``optional_from`` may be absent)."""
+    def rule(arg_types: Sequence[SqlType | None]) -> SqlType:
+        lo = len(preds) if optional_from is None else optional_from
+        if not (lo <= len(arg_types) <= len(preds)) or not all(p(a) for p, a in zip(preds, arg_types)):
+            raise FunctionTypeError(_refused(name, arg_types))
+        return result if isinstance(result, SqlType) else result(arg_types)
+    return rule
+
+
+def _any(_: SqlType | None) -> bool:
+    return True
+
+
+def _first_non_null(arg_types: Sequence[SqlType | None]) -> SqlType:
+    for a in arg_types:
+        if a is not None:
+            return a
+    return t.STRING
+
+
+def _same_as_first(name: str, pred: Callable[[SqlType | None], bool]) -> TypeRule:
+    def rule(arg_types: Sequence[SqlType | None]) -> SqlType:
+        if len(arg_types) != 1 or not pred(arg_types[0]):
+            raise FunctionTypeError(_refused(name, arg_types))
+        return arg_types[0] or t.INTEGER
+    return rule
+
+
+def _common_type(name: str) -> TypeRule:
+    """All arguments of one type (numerics widened): COALESCE, IFNULL, GREATEST, LEAST."""
+    def rule(arg_types: Sequence[SqlType | None]) -> SqlType:
+        known = [a for a in arg_types if a is not None]
+        if not known:
+            return t.STRING
+        if all(a.base in NUMERIC_ORDER for a in known):
+            out: SqlType | None = None
+            for a in known:
+                out = wider_numeric(out, a)
+            return out or t.INTEGER
+        temporal = [a for a in known if a.base in (BaseType.DATE, BaseType.TIME, BaseType.TIMESTAMP)]
+        if temporal and all(a == temporal[0] or a.base is BaseType.STRING for a in known):
+            # ksqlDB reads string arguments as the temporal type (GREATEST(d1, d2, '2022-06-14'))
+            return temporal[0]
+        if any(a != known[0] for a in known):
+            raise FunctionTypeError(_refused(name, arg_types))
+        return known[0]
+    return rule
+
+
+def _element(arg_types: Sequence[SqlType | None]) -> SqlType:
+    a = arg_types[0]
+    return a.element if a is not None and a.element is not None else t.STRING
+
+
+# ----------------------------------------------------------------------------------------------
+# Spark SQL builders
+
+
+def _call(spark_name: str) -> SparkRule:
+    return lambda c: f"{spark_name}({', '.join(c.args)})"
+
+
+def _null_if_null(expr: Callable[[CallSite], str]) -> SparkRule:
+    """Spark returns a value (-1, '') where ksqlDB returns NULL for a NULL first argument."""
+    return lambda c: f"CASE WHEN {c.args[0]} IS NULL THEN NULL ELSE {expr(c)} END"
+
+
+def _cast(inner: SparkRule, spark_type: str) -> SparkRule:
+    return lambda c: f"CAST({inner(c)} AS {spark_type})"
+
+
+def spark_type_name(ty: SqlType) -> str:
+    """The Spark SQL type a ksqlDB type maps to (used in CASTs)."""
+    b = ty.base
+    simple = {BaseType.BOOLEAN: "BOOLEAN", BaseType.INTEGER: "INT", BaseType.BIGINT: "BIGINT",
+              BaseType.DOUBLE: "DOUBLE", BaseType.STRING: "STRING", BaseType.BYTES: "BINARY",
+              BaseType.TIMESTAMP: "TIMESTAMP", BaseType.DATE: "DATE", BaseType.TIME: "TIMESTAMP"}
+    if b in simple:
+        return simple[b]
+    if b is BaseType.DECIMAL:
+        return f"DECIMAL({ty.precision}, {ty.scale})"
+    if b is BaseType.ARRAY and ty.element is not None:
+        return f"ARRAY<{spark_type_name(ty.element)}>"
+    if b is BaseType.MAP and ty.key is not None and ty.element is not None:
+        return f"MAP<{spark_type_name(ty.key)}, {spark_type_name(ty.element)}>"
+    if b is BaseType.STRUCT:
+        return "STRUCT<" + ", ".join(f"`{f.name}`: {spark_type_name(f.type)}" for f in ty.fields) + ">"
+    raise FunctionTypeError(f"no Spark type for {ty.ksql_name}")
+
+
+def _same_type_cast(inner: SparkRule) -> SparkRule:
+    """Keep ksqlDB's result type where Spark widens (SUM(INT) is INT in ksqlDB, BIGINT in Spark)."""
+    def rule(c: CallSite) -> str:
+        ty = c.types[0] if c.types else None
+        return inner(c) if ty is None else f"CAST({inner(c)} AS {spark_type_name(ty)})"
+    return rule
+
+
+def _round(c: CallSite) -> str:
+    ty = c.types[0] if c.types else None
+    if len(c.args) == 1:
+        if ty is not None and ty.base is BaseType.DOUBLE:
+            return f"CAST(round({c.args[0]}) AS BIGINT)"
+        return f"round({c.args[0]})"
+    return f"round({c.args[0]}, {c.args[1]})"
+
+
+def _ceil_floor(spark_name: str) -> SparkRule:
+    def rule(c: CallSite) -> str:
+        ty = c.types[0] if c.types else None
+        if ty is not None and ty.base is BaseType.DOUBLE:
+            return f"CAST({spark_name}({c.args[0]}) AS DOUBLE)"
+        if ty is not None and ty.base in (BaseType.INTEGER, BaseType.BIGINT):
+            return c.args[0]
+        return f"{spark_name}({c.args[0]})"
+    return rule
+
+
+def _tz_wrap(ts_sql: str, c: CallSite, index: int) -> str:
+    # Spark renders timestamps in the session time zone (the runtime sets it to UTC, ksqlDB's
+    # default); an explicit zone shifts the instant into that zone's wall clock first.
+    return f"from_utc_timestamp({ts_sql}, {c.args[index]})" if len(c.args) > index else ts_sql
+
+
+def _timestamptostring(c: CallSite) -> str:
+    return f"date_format({_tz_wrap(f'timestamp_millis({c.args[0]})', c, 2)}, {c.args[1]})"
+
+
+def _format_timestamp(c: CallSite) -> str:
+    return f"date_format({_tz_wrap(c.args[0], c, 2)}, {c.args[1]})"
+
+
+def _parse_ts(c: CallSite) -> str:
+    ts = f"to_timestamp({c.args[0]}, {c.args[1]})"
+    return f"to_utc_timestamp({ts}, {c.args[2]})" if len(c.args) > 2 else ts
+
+
+def _stringtotimestamp(c: CallSite) -> str:
+    return f"unix_millis({_parse_ts(c)})"
+
+
+def _unix_timestamp(c: CallSite) -> str:
+    return f"unix_millis({c.args[0]})" if c.args else "unix_millis(current_timestamp())"
+
+
+def _split(c: CallSite) -> str:
+    # ksqlDB splits on the literal delimiter; Spark's split takes a regex: quote it.
+    return f"split({c.args[0]}, concat('\\\\Q', {c.args[1]}, '\\\\E'), -1)"
+
+
+def _regexp_extract(c: CallSite) -> str:
+    # ksqlDB: REGEXP_EXTRACT(pattern, string [, group]) and NULL when nothing matches (Spark: '').
+    group = c.args[2] if len(c.args) > 2 else "0"
+    return f"CASE WHEN {c.args[1]} RLIKE {c.args[0]} THEN regexp_extract({c.args[1]}, {c.args[0]}, {group}) END"
+
+
+def _field(c: CallSite) -> str:
+    # ksqlDB FIELD(s, a, b, ...): 1-based position of s among the rest, 0 if absent or s is NULL.
+    return f"coalesce(array_position(array({', '.join(c.args[1:])}), {c.args[0]}), 0)"
+
+
+def _array_join(c: CallSite) -> str:
+    delim = c.args[1] if len(c.args) > 1 else "','"
+    return f"array_join({c.args[0]}, {delim})"
+
+
+def _array_sort(c: CallSite) -> str:
+    if len(c.args) == 1:
+        return f"sort_array({c.args[0]}, true)"
+    return f"sort_array({c.args[0]}, upper({c.args[1]}) <> 'DESC')"
+
+
+def _by_offset(latest: bool) -> SparkRule:
+    """LATEST_BY_OFFSET / EARLIEST_BY_OFFSET (x [, ignoreNulls]) and (x, n [, ignoreNulls])."""
+    def rule(c: CallSite) -> str:
+        order = c.order_sql or "ROWOFFSET"
+        x = c.args[0]
+        with_n = len(c.args) >= 2 and not _is_boolean(c, 1)
+        ignore_nulls_arg = c.args[2] if with_n and len(c.args) > 2 else (c.args[1] if not with_n and len(c.args) > 1 else "true")
+        ignore_nulls = ignore_nulls_arg.strip().lower() != "false"
+        if not with_n:
+            if not ignore_nulls:
+                return f"{'max_by' if latest else 'min_by'}({x}, {order})"
+            # ksqlDB ignores NULL values by default: a NULL ordering key makes max_by/min_by skip the row
+            return f"{'max_by' if latest else 'min_by'}({x}, CASE WHEN {x} IS NOT NULL THEN {order} END)"
+        entry = f"struct({order} AS o, {x} AS v)"
+        collected = f"collect_list(CASE WHEN {x} IS NOT NULL THEN {entry} END)" if ignore_nulls else f"collect_list({entry})"
+        # the n latest (or earliest), returned oldest first as ksqlDB does
+        picked = f"slice(sort_array({collected}, {'false' if latest else 'true'}), 1, {c.args[1]})"
+        values = f"transform({picked}, e -> e.v)"
+        return f"reverse({values})" if latest else values
+    return rule
+
+
+def _is_boolean(c: CallSite, index: int) -> bool:
+    ty = c.types[index] if len(c.types) > index else None
+    if ty is not None:
+        return ty.base is BaseType.BOOLEAN
+    return c.args[index].strip().lower() in ("true", "false")
+
+
+def _by_offset_type(name: str) -> TypeRule:
+    def rule(arg_types: Sequence[SqlType | None]) -> SqlType:
+        n = len(arg_types)
+        x = arg_types[0] if arg_types else None
+        def boolean(a: SqlType | None) -> bool:
+            return a is None or a.base is BaseType.BOOLEAN
+
+        if n == 1 or (n == 2 and boolean(arg_types[1]) and arg_types[1] is not None):
+            return x or INT
+        if n in (2, 3) and is_integral(arg_types[1]) and (n == 2 or boolean(arg_types[2])):
+            return t.array_of(x or INT)
+        raise FunctionTypeError(_refused(name, arg_types))
+    return rule
+
+
+def _topk(distinct: bool) -> SparkRule:
+    def rule(c: CallSite) -> str:
+        coll = "collect_set" if distinct else "collect_list"
+        return f"slice(sort_array({coll}({c.args[0]}), false), 1, {c.args[1]})"
+    return rule
+
+
+# ----------------------------------------------------------------------------------------------
+# the catalog
+
+_CATALOG: dict[str, FunctionDef] = {}
+_category = "OTHER"
+
+
+def _section(category: str) -> None:
+    global _category
+    _category = category
+
+
+def _add(name: str, min_args: int, max_args: int | None, rule: TypeRule, spark: SparkRule, description: str,
+         spark_doc: str, *, aggregate: bool = False, aliases: tuple[str, ...] = ()) -> None:
+    fd = FunctionDef(name, aggregate, min_args, max_args, rule, spark, description, spark_doc, aliases, _category)
+    for n in (name, *aliases):
+        _CATALOG[n] = fd
+
+
+S, INT, B, D = t.STRING, t.INTEGER, t.BIGINT, t.DOUBLE
+
+# strings
+_section("STRING")
+_add("UCASE", 1, 1, _sig("UCASE", is_string, result=S), _call("upper"), "Upper-case a string.", "upper(s)")
+_add("LCASE", 1, 1, _sig("LCASE", is_string, result=S), _call("lower"), "Lower-case a string.", "lower(s)")
+_add("CONCAT", 1, None, _all(is_string, "CONCAT", lambda _: S), lambda c: f"concat_ws('', {', '.join(c.args)})",
+     "Concatenate strings; NULL arguments count as empty strings.", "concat_ws('', a, b, ...)")
+_add("CONCAT_WS", 2, None, _all(is_string, "CONCAT_WS", lambda _: S), _call("concat_ws"),
+     "Concatenate with a separator, skipping NULLs.", "concat_ws(sep, a, ...)")
+_add("SUBSTRING", 2, 3, _sig("SUBSTRING", is_string, is_integral, is_integral, result=S, optional_from=2), _call("substring"),
+     "Substring from a 1-based position (negative: from the end), optional length.", "substring(s, pos[, len])")
+_add("LEN", 1, 1, _sig("LEN", is_string, result=INT), _call("char_length"), "Length in characters.", "char_length(s)")
+_add("TRIM", 1, 1, _sig("TRIM", is_string, result=S), _call("trim"), "Remove leading and trailing spaces.", "trim(s)")
+_add("LTRIM", 1, 1, _sig("LTRIM", is_string, result=S), _call("ltrim"), "Remove leading spaces.", "ltrim(s)")
+_add("RTRIM", 1, 1, _sig("RTRIM", is_string, result=S), _call("rtrim"), "Remove trailing spaces.", "rtrim(s)")
+_add("REPLACE", 3, 3, _sig("REPLACE", is_string, is_string, is_string, result=S), _call("replace"),
+     "Replace every occurrence of a substring.", "replace(s, old, new)")
+_add("SPLIT", 2, 2, _sig("SPLIT", is_string, is_string, result=t.array_of(S)), _split,
+     "Split on a literal delimiter into an array.", "split(s, quoted delimiter, -1)")
+_add("INSTR", 2, 2, _sig("INSTR", is_string, is_string, result=INT), _call("instr"),
+     "1-based position of a substring, 0 if absent.", "instr(s, sub)")
+_add("LPAD", 3, 3, _sig("LPAD", is_string, is_integral, is_string, result=S), _call("lpad"),
+     "Left-pad to a length.", "lpad(s, n, pad)")
+_add("RPAD", 3, 3, _sig("RPAD", is_string, is_integral, is_string, result=S), _call("rpad"),
+     "Right-pad to a length.", "rpad(s, n, pad)")
+_add("INITCAP", 1, 1, _sig("INITCAP", is_string, result=S), _call("initcap"), "Capitalise each word.", "initcap(s)")
+_add("REGEXP_EXTRACT", 2, 3, _sig("REGEXP_EXTRACT", is_string, is_string, is_integral, result=S, optional_from=2),
+     _regexp_extract,
+     "First match of a regex (or of a group), NULL if none.", "CASE WHEN s RLIKE p THEN regexp_extract(s, p, g) END")
+_add("REGEXP_REPLACE", 3, 3, _sig("REGEXP_REPLACE", is_string, is_string, is_string, result=S), _call("regexp_replace"),
+     "Replace every regex match.", "regexp_replace(s, p, r)")
+_add("MASK", 1, 1, _sig("MASK", is_string, result=S), lambda c: f"mask({c.args[0]}, 'X', 'x', 'n', '-')",
+     "Mask letters (X/x), digits (n) and other characters (-).", "mask(s, 'X', 'x', 'n', '-')")
+_add("MD5", 1, 1, _sig("MD5", is_string, result=S), _call("md5"), "Hex MD5 digest of the UTF-8 string.", "md5(s)")
+_add("CHR", 1, 1, _sig("CHR", is_integral, result=S), _call("chr"), "The character with that code point.", "chr(n)")
+_add("REGEXP_EXTRACT_ALL", 2, 3,
+     _sig("REGEXP_EXTRACT_ALL", is_string, is_string, is_integral, result=t.array_of(S), optional_from=2),
+     lambda c: f"regexp_extract_all({c.args[1]}, {c.args[0]}, {c.args[2] if len(c.args) > 2 else '0'})",
+     "Every match of a regex (or of a group).", "regexp_extract_all(s, p, g)")
+_add("REGEXP_SPLIT_TO_ARRAY", 2, 2, _sig("REGEXP_SPLIT_TO_ARRAY", is_string, is_string, result=t.array_of(S)),
+     lambda c: f"split({c.args[0]}, {c.args[1]}, -1)", "Split on a regex.", "split(s, regex, -1)")
+
+# math
+_section("MATHEMATICAL")
+_add("ABS", 1, 1, _same_as_first("ABS", is_numeric), _call("abs"), "Absolute value.", "abs(x)")
+_add("CEIL", 1, 1, _same_as_first("CEIL", is_numeric), _ceil_floor("ceil"), "Round up.", "ceil(x) (cast back to the input type)")
+_add("FLOOR", 1, 1, _same_as_first("FLOOR", is_numeric), _ceil_floor("floor"),
+     "Round down.", "floor(x) (cast back to the input type)")
+
+
+def _round_type(arg_types: Sequence[SqlType | None]) -> SqlType:
+    if not (1 <= len(arg_types) <= 2) or not is_numeric(arg_types[0]) or (len(arg_types) == 2 and not is_integral(arg_types[1])):
+        raise FunctionTypeError(_refused("ROUND", arg_types))
+    a = arg_types[0] or D
+    if a.base is BaseType.DOUBLE:
+        return D if len(arg_types) == 2 else B
+    if a.base is BaseType.DECIMAL and len(arg_types) == 1:
+        return t.decimal(min(38, (a.precision or 0) - (a.scale or 0) + 1), 0)
+    return a
+
+
+_add("ROUND", 1, 2, _round_type, _round, "Round half up (to n decimal places).", "round(x[, n])")
+_add("SQRT", 1, 1, _sig("SQRT", is_numeric, result=D), _call("sqrt"), "Square root.", "sqrt(x)")
+_add("EXP", 1, 1, _sig("EXP", is_numeric, result=D), _call("exp"), "e to the power x.", "exp(x)")
+_add("LN", 1, 1, _sig("LN", is_numeric, result=D), _call("ln"), "Natural logarithm.", "ln(x)")
+_add("POWER", 2, 2, _sig("POWER", is_numeric, is_numeric, result=D), _call("power"), "x to the power y.", "power(x, y)")
+_add("SIGN", 1, 1, _sig("SIGN", is_numeric, result=INT), _cast(_call("sign"), "INT"), "-1, 0 or 1.", "CAST(sign(x) AS INT)")
+_add("RANDOM", 0, 0, _sig("RANDOM", result=D), lambda c: "rand()", "A random DOUBLE in [0, 1).", "rand()")
+_add("GREATEST", 1, None, _common_type("GREATEST"), _call("greatest"), "The largest argument, NULLs ignored.", "greatest(a, ...)")
+_add("LEAST", 1, None, _common_type("LEAST"), _call("least"), "The smallest argument, NULLs ignored.", "least(a, ...)")
+for _trig in ("ACOS", "ASIN", "ATAN", "COS", "COSH", "COT", "SIN", "SINH", "TAN", "TANH", "DEGREES", "RADIANS", "CBRT"):
+    _add(_trig, 1, 1, _sig(_trig, is_numeric, result=D), _call(_trig.lower()), f"{_trig.capitalize()} of x, as DOUBLE.",
+         f"{_trig.lower()}(x)")
+_add("ATAN2", 2, 2, _sig("ATAN2", is_numeric, is_numeric, result=D), _call("atan2"), "Arc tangent of y/x.", "atan2(y, x)")
+_add("PI", 0, 0, _sig("PI", result=D), lambda c: "pi()", "The constant pi.", "pi()")
+_add("LOG", 1, 2, _sig("LOG", is_numeric, is_numeric, result=D, optional_from=1),
+     lambda c: f"ln({c.args[0]})" if len(c.args) == 1 else f"log({c.args[0]}, {c.args[1]})",
+     "Natural logarithm, or LOG(base, x).", "ln(x) / log(base, x)")
+
+# date and time (BIGINT epoch milliseconds or TIMESTAMP)
+_section("DATE / TIME")
+_add("UNIX_TIMESTAMP", 0, 1, _sig("UNIX_TIMESTAMP", is_timestamp, result=B, optional_from=0),
+     _unix_timestamp, "Epoch milliseconds now, or of a TIMESTAMP.", "unix_millis(current_timestamp()) / unix_millis(ts)")
+_add("TIMESTAMPTOSTRING", 2, 3, _sig("TIMESTAMPTOSTRING", is_integral, is_string, is_string, result=S, optional_from=2),
+     _timestamptostring,
+     "Format epoch milliseconds with a pattern (optional time zone).", "date_format(timestamp_millis(ms), fmt)")
+_add("STRINGTOTIMESTAMP", 2, 3, _sig("STRINGTOTIMESTAMP", is_string, is_string, is_string, result=B, optional_from=2),
+     _stringtotimestamp,
+     "Parse a string into epoch milliseconds.", "unix_millis(to_timestamp(s, fmt))")
+_add("FORMAT_TIMESTAMP", 2, 3,
+     _sig("FORMAT_TIMESTAMP", is_timestamp, is_string, is_string, result=S, optional_from=2),
+     _format_timestamp, "Format a TIMESTAMP with a pattern.", "date_format(ts, fmt)")
+_add("PARSE_TIMESTAMP", 2, 3, _sig("PARSE_TIMESTAMP", is_string, is_string, is_string, result=t.TIMESTAMP, optional_from=2),
+     _parse_ts,
+     "Parse a string into a TIMESTAMP.", "to_timestamp(s, fmt)")
+_add("FROM_UNIXTIME", 1, 1, _sig("FROM_UNIXTIME", is_integral, result=t.TIMESTAMP), _call("timestamp_millis"),
+     "Epoch milliseconds to TIMESTAMP.", "timestamp_millis(ms)")
+_add("FORMAT_DATE", 2, 2, _sig("FORMAT_DATE", is_date, is_string, result=S), _call("date_format"),
+     "Format a DATE with a pattern.", "date_format(d, fmt)")
+_add("PARSE_DATE", 2, 2, _sig("PARSE_DATE", is_string, is_string, result=t.DATE), _call("to_date"),
+     "Parse a string into a DATE.", "to_date(s, fmt)")
+_add("FROM_DAYS", 1, 1, _sig("FROM_DAYS", is_integral, result=t.DATE), _call("date_from_unix_date"),
+     "Days since the epoch to DATE.", "date_from_unix_date(n)")
+_add("UNIX_DATE", 0, 1, _sig("UNIX_DATE", is_date, result=INT, optional_from=0),
+     lambda c: f"unix_date({c.args[0]})" if c.args else "unix_date(current_date())",
+     "Days since the epoch, today or of a DATE.", "unix_date(d)")
+_add("DATETOSTRING", 2, 2, _sig("DATETOSTRING", is_integral, is_string, result=S),
+     lambda c: f"date_format(date_from_unix_date({c.args[0]}), {c.args[1]})",
+     "Format days since the epoch with a pattern.", "date_format(date_from_unix_date(n), fmt)")
+_add("STRINGTODATE", 2, 2, _sig("STRINGTODATE", is_string, is_string, result=INT),
+     lambda c: f"unix_date(to_date({c.args[0]}, {c.args[1]}))",
+     "Parse a string into days since the epoch.", "unix_date(to_date(s, fmt))")
+
+# nulls
+_section("CONDITIONAL")
+_add("IFNULL", 2, 2, _common_type("IFNULL"), _call("coalesce"),
+     "The first argument unless NULL, else the second.", "coalesce(a, b)")
+_add("COALESCE", 1, None, _common_type("COALESCE"), _call("coalesce"), "The first non-NULL argument.", "coalesce(a, ...)")
+
+
+def _nullif_type(arg_types: Sequence[SqlType | None]) -> SqlType:
+    if len(arg_types) != 2:
+        raise FunctionTypeError(_refused("NULLIF", arg_types))
+    return _first_non_null(arg_types)
+
+
+_add("NULLIF", 2, 2, _nullif_type, _call("nullif"), "NULL when both arguments are equal, else the first.", "nullif(a, b)")
+_add("AS_VALUE", 1, 1, _sig("AS_VALUE", _any, result=_first_non_null), lambda c: c.args[0],
+     "Copy a key column into the value.", "the argument itself")
+
+# collections
+_section("ARRAY")
+_add("ARRAY_LENGTH", 1, 1, _sig("ARRAY_LENGTH", is_array, result=INT), _null_if_null(lambda c: f"size({c.args[0]})"),
+     "Number of elements, NULL for NULL.", "size(a) (NULL for NULL)")
+_add("ARRAY_CONTAINS", 2, 2, _sig("ARRAY_CONTAINS", is_array, _any, result=t.BOOLEAN), _call("array_contains"),
+     "Whether the array holds the value.", "array_contains(a, v)")
+_add("ARRAY_DISTINCT", 1, 1, _sig("ARRAY_DISTINCT", is_array, result=_first_non_null), _call("array_distinct"),
+     "The distinct elements, first occurrence order.", "array_distinct(a)")
+_add("ARRAY_MAX", 1, 1, _sig("ARRAY_MAX", is_array, result=_element), _call("array_max"), "The largest element.", "array_max(a)")
+_add("ARRAY_MIN", 1, 1, _sig("ARRAY_MIN", is_array, result=_element), _call("array_min"), "The smallest element.", "array_min(a)")
+_add("ARRAY_SORT", 1, 2, _sig("ARRAY_SORT", is_array, is_string, result=_first_non_null, optional_from=1), _array_sort,
+     "Sort ascending (or 'DESC').", "sort_array(a, asc)")
+_add("ARRAY_REMOVE", 2, 2, _sig("ARRAY_REMOVE", is_array, _any, result=_first_non_null), _call("array_remove"),
+     "Remove every element equal to the value.", "array_remove(a, v)")
+_add("ARRAY_UNION", 2, 2, _sig("ARRAY_UNION", is_array, is_array, result=_first_non_null), _call("array_union"),
+     "Distinct elements of both.", "array_union(a, b)")
+_add("ARRAY_INTERSECT", 2, 2, _sig("ARRAY_INTERSECT", is_array, is_array, result=_first_non_null), _call("array_intersect"),
+     "Distinct elements in both.", "array_intersect(a, b)")
+_add("ARRAY_EXCEPT", 2, 2, _sig("ARRAY_EXCEPT", is_array, is_array, result=_first_non_null), _call("array_except"),
+     "Distinct elements of a not in b.", "array_except(a, b)")
+_add("ARRAY_JOIN", 1, 2, _sig("ARRAY_JOIN", is_array, is_string, result=S, optional_from=1), _array_join,
+     "Join elements into a string (default delimiter ',').", "array_join(a, delim)")
+_add("ARRAY_CONCAT", 2, 2, _sig("ARRAY_CONCAT", is_array, is_array, result=_first_non_null),
+     lambda c: f"CASE WHEN {c.args[0]} IS NULL THEN {c.args[1]} WHEN {c.args[1]} IS NULL THEN {c.args[0]} "
+               f"ELSE concat({c.args[0]}, {c.args[1]}) END",
+     "Concatenate two arrays; a NULL array counts as empty (NULL if both are).", "concat(a, b) (NULL-guarded)")
+_add("SLICE", 3, 3, _sig("SLICE", is_array, is_integral, is_integral, result=_first_non_null),
+     lambda c: f"slice({c.args[0]}, {c.args[1]}, {c.args[2]} - {c.args[1]} + 1)",
+     "Elements from a 1-based position to another, inclusive.", "slice(a, from, to - from + 1)")
+_add("AS_MAP", 2, 2, _sig("AS_MAP", is_array, is_array, result=lambda a: t.map_of(_element(a), _element(a[1:]))),
+     _call("map_from_arrays"), "A map from an array of keys and an array of values.", "map_from_arrays(k, v)")
+_section("MAP")
+_add("MAP_KEYS", 1, 1, _sig("MAP_KEYS", is_map, result=lambda a: t.array_of(a[0].key if a[0] and a[0].key else S)),
+     _call("map_keys"), "The keys of a map.", "map_keys(m)")
+_add("MAP_VALUES", 1, 1, _sig("MAP_VALUES", is_map, result=lambda a: t.array_of(_element(a))),
+     _call("map_values"), "The values of a map.", "map_values(m)")
+
+
+def _elt_type(arg_types: Sequence[SqlType | None]) -> SqlType:
+    if len(arg_types) < 2 or not is_integral(arg_types[0]) or not all(is_string(a) for a in arg_types[1:]):
+        raise FunctionTypeError(_refused("ELT", arg_types))
+    return S
+
+
+_section("STRING")
+_add("ELT", 2, None, _elt_type, _call("elt"),
+     "The n-th (1-based) of the string arguments, NULL out of range.", "elt(n, a, ...)")
+_add("FIELD", 2, None, _all(is_string, "FIELD", lambda _: INT), _field,
+     "1-based position of the first argument among the others, 0 if absent.", "array_position(array(...), s)")
+_section("JSON")
+_add("EXTRACTJSONFIELD", 2, 2, _sig("EXTRACTJSONFIELD", is_string, is_string, result=S), _call("get_json_object"),
+     "The JSON value at a JSONPath, as a string.", "get_json_object(json, path)")
+_section("OTHER")
+_add("UUID", 0, 0, _sig("UUID", result=S), lambda c: "uuid()", "A random UUID string.", "uuid()")
+
+# aggregates
+_section("AGGREGATE")
+
+
+def _sum_type(arg_types: Sequence[SqlType | None]) -> SqlType:
+    if len(arg_types) != 1 or not is_numeric(arg_types[0]):
+        raise FunctionTypeError(_refused("SUM", arg_types))
+    return arg_types[0] or INT
+
+
+def _comparable(name: str) -> TypeRule:
+    def rule(arg_types: Sequence[SqlType | None]) -> SqlType:
+        if len(arg_types) != 1 or (arg_types[0] is not None and arg_types[0].base in
+                                   (BaseType.ARRAY, BaseType.MAP, BaseType.STRUCT, BaseType.BOOLEAN)):
+            raise FunctionTypeError(_refused(name, arg_types))
+        return arg_types[0] or INT
+    return rule
+
+
+def _count_spark(c: CallSite) -> str:
+    return f"count({c.args[0] if c.args else '*'})"
+
+
+_add("COUNT", 0, 1, lambda a: B, _count_spark, "Number of rows (COUNT(*)) or of non-NULL values.", "count(x) / count(*)",
+     aggregate=True)
+_add("SUM", 1, 1, _sum_type, _same_type_cast(_call("sum")), "Sum, in the argument's type.", "CAST(sum(x) AS <type of x>)",
+     aggregate=True)
+_add("MIN", 1, 1, _comparable("MIN"), _call("min"), "Smallest value.", "min(x)", aggregate=True)
+_add("MAX", 1, 1, _comparable("MAX"), _call("max"), "Largest value.", "max(x)", aggregate=True)
+_add("AVG", 1, 1, _sig("AVG", is_numeric, result=D), _cast(_call("avg"), "DOUBLE"),
+     "Average as DOUBLE.", "CAST(avg(x) AS DOUBLE)",
+     aggregate=True)
+_add("COUNT_DISTINCT", 1, 1, _sig("COUNT_DISTINCT", _any, result=B), _call("approx_count_distinct"),
+     "Approximate number of distinct values (HyperLogLog in both).", "approx_count_distinct(x)", aggregate=True)
+_add("COLLECT_LIST", 1, 1, _sig("COLLECT_LIST", _any, result=lambda a: t.array_of(a[0] or S)), _call("collect_list"),
+     "Array of the values.", "collect_list(x)", aggregate=True)
+_add("COLLECT_SET", 1, 1, _sig("COLLECT_SET", _any, result=lambda a: t.array_of(a[0] or S)), _call("collect_set"),
+     "Array of the distinct values.", "collect_set(x)", aggregate=True)
+_add("LATEST_BY_OFFSET", 1, 3, _by_offset_type("LATEST_BY_OFFSET"), _by_offset(latest=True),
+     "The latest value in offset order (NULLs ignored unless ignoreNulls is false); with n, the n latest as an ARRAY.",
+     "max_by(x, <offset order>); n: slice(sort_array(collect_list(struct(order, x)), false), 1, n)", aggregate=True)
+_add("EARLIEST_BY_OFFSET", 1, 3, _by_offset_type("EARLIEST_BY_OFFSET"), _by_offset(latest=False),
+     "The earliest value in offset order (NULLs ignored unless ignoreNulls is false); with n, the n earliest as an ARRAY.",
+     "min_by(x, <offset order>); n: slice(sort_array(collect_list(struct(order, x))), 1, n)", aggregate=True)
+_add("TOPK", 2, 2, _sig("TOPK", lambda a: a is None or a.base not in (BaseType.ARRAY, BaseType.MAP),
+                        is_integral, result=lambda a: t.array_of(a[0] or INT)), _topk(False),
+     "The k largest values, descending.", "slice(sort_array(collect_list(x), false), 1, k)", aggregate=True)
+_add("TOPKDISTINCT", 2, 2, _sig("TOPKDISTINCT", lambda a: a is None or a.base not in (BaseType.ARRAY, BaseType.MAP),
+                                is_integral, result=lambda a: t.array_of(a[0] or INT)), _topk(True),
+     "The k largest distinct values, descending.", "slice(sort_array(collect_set(x), false), 1, k)", aggregate=True)
+_add("STDDEV_SAMP", 1, 1, _sig("STDDEV_SAMP", is_numeric, result=D), _call("stddev_samp"), "Sample standard deviation.",
+     "stddev_samp(x)", aggregate=True, aliases=("STDDEV_SAMPLE",))
+_add("CORRELATION", 2, 2, _sig("CORRELATION", is_numeric, is_numeric, result=D), _call("corr"), "Pearson correlation of x and y.",
+     "corr(x, y)", aggregate=True)
+
+
+# ----------------------------------------------------------------------------------------------
+# Python forms (pull queries): the same functions over Python values, None being NULL
+
+
+def _strict(fn: Callable[..., Any]) -> PythonRule:
+    """A function that is NULL when any argument is NULL (most of ksqlDB's, and Spark's)."""
+    return lambda args: None if any(a is None for a in args) else fn(*args)
+
+
+def _py_round(args: list[Any]) -> Any:
+    value = args[0]
+    places = args[1] if len(args) > 1 else 0
+    if value is None or places is None:
+        return None
+    # ksqlDB rounds half up (away from zero for .5) and ROUND(x) of a DOUBLE is a BIGINT.
+    quantum = decimal.Decimal(1).scaleb(-int(places))
+    rounded = decimal.Decimal(str(value)).quantize(quantum, rounding=decimal.ROUND_HALF_UP)
+    if len(args) == 1:
+        return int(rounded)
+    return float(rounded) if isinstance(value, float) else rounded
+
+
+def _py_substring(args: list[Any]) -> Any:
+    if any(a is None for a in args):
+        return None
+    text, pos = str(args[0]), int(args[1])
+    # ksqlDB's SUBSTRING is 1-based (0 counts as 1); a negative position counts from the end.
+    start = max(pos - 1, 0) if pos >= 0 else max(len(text) + pos, 0)
+    if len(args) > 2:
+        return text[start:start + max(int(args[2]), 0)]
+    return text[start:]
+
+
+def _py_ceil_floor(fn: Callable[[float], int]) -> PythonRule:
+    # an integer stays itself; a DOUBLE stays a DOUBLE (as the Spark form casts back)
+    return _strict(lambda x: x if isinstance(x, int) else float(fn(x)))
+
+
+def _with_python(name: str, rule: PythonRule) -> None:
+    fd = replace(_CATALOG[name], python=rule)
+    for n in (fd.name, *fd.aliases):
+        _CATALOG[n] = fd
+
+
+_with_python("UCASE", _strict(lambda s: str(s).upper()))
+_with_python("LCASE", _strict(lambda s: str(s).lower()))
+_with_python("LEN", _strict(lambda s: len(s)))
+_with_python("TRIM", _strict(lambda s: str(s).strip()))
+_with_python("ABS", _strict(abs))
+_with_python("ROUND", _py_round)
+_with_python("FLOOR", _py_ceil_floor(math.floor))
+_with_python("CEIL", _py_ceil_floor(math.ceil))
+_with_python("SUBSTRING", _py_substring)
+# CONCAT skips NULL arguments; COALESCE / IFNULL give the first non-NULL.
+_with_python("CONCAT", lambda args: "".join(str(a) for a in args if a is not None))
+_with_python("COALESCE", lambda args: next((a for a in args if a is not None), None))
+_with_python("IFNULL", lambda args: args[0] if args[0] is not None else args[1])
+
+
+# ksqlDB functions with no faithful Spark SQL translation here (docs/sql-functions.md explains).
+NOT_SUPPORTED: dict[str, str] = {
+    "HISTOGRAM": "no Spark aggregate builds a value->count map incrementally in streaming state",
+    "EXPLODE": "table functions (one row in, many out) are not supported",
+    "CUBE_EXPLODE": "table functions are not supported",
+    "TRANSFORM": "lambda functions are not supported",
+    "FILTER": "lambda functions are not supported",
+    "REDUCE": "lambda functions are not supported",
+    "TIMESTAMPADD": "the unit argument is a keyword the analyzer does not resolve yet",
+    "TIMESTAMPSUB": "the unit argument is a keyword the analyzer does not resolve yet",
+    "DATEADD": "the unit argument is a keyword the analyzer does not resolve yet",
+    "DATESUB": "the unit argument is a keyword the analyzer does not resolve yet",
+    "GEO_DISTANCE": "no Spark SQL equivalent",
+    "URL_EXTRACT_HOST": "no Spark SQL equivalent of ksqlDB's URL functions (parse_url differs on errors)",
+    "URL_EXTRACT_PATH": "see URL_EXTRACT_HOST",
+    "URL_EXTRACT_PORT": "see URL_EXTRACT_HOST",
+    "URL_EXTRACT_PROTOCOL": "see URL_EXTRACT_HOST",
+    "URL_EXTRACT_QUERY": "see URL_EXTRACT_HOST",
+    "URL_EXTRACT_FRAGMENT": "see URL_EXTRACT_HOST",
+    "URL_EXTRACT_PARAMETER": "see URL_EXTRACT_HOST",
+    "URL_ENCODE_PARAM": "see URL_EXTRACT_HOST",
+    "URL_DECODE_PARAM": "see URL_EXTRACT_HOST",
+    "ENCODE": "ksqlDB's charset names differ from Spark's encode/decode",
+    "TO_BYTES": "BYTES conversions are not supported",
+    "FROM_BYTES": "BYTES conversions are not supported",
+    "JSON_RECORDS": "no Spark SQL equivalent",
+    "JSON_KEYS": "no Spark SQL equivalent in Spark 4.x without a schema",
+    "JSON_CONCAT": "no Spark SQL equivalent",
+    "IS_JSON_STRING": "no Spark SQL equivalent",
+    "JSON_ARRAY_LENGTH": "use ARRAY_LENGTH over a typed column instead",
+    "TO_JSON_STRING": "to_json differs on top-level primitives",
+    "ENTRIES": "not translated yet",
+    "TRUNC": "not translated yet",
+    "CONVERT_TZ": "not translated yet",
+    "ATTEMPT_TO_CAST": "not translated yet",
+    "MAP_UNION": "Spark's map_concat fails on duplicate keys where ksqlDB keeps the last",
+    "SPLIT_TO_MAP": "Spark's str_to_map takes regex delimiters",
+    "MASK_KEEP_LEFT": "not translated yet",
+    "MASK_KEEP_RIGHT": "not translated yet",
+    "MASK_LEFT": "not translated yet",
+    "MASK_RIGHT": "not translated yet",
+    "FORMAT_TIME": "Spark has no TIME type",
+    "PARSE_TIME": "Spark has no TIME type",
+    "TIMEADD": "Spark has no TIME type",
+    "TIMESUB": "Spark has no TIME type",
+    "GENERATE_SERIES": "table functions are not supported",
+    "JSON_ARRAY_CONTAINS": "not translated yet",
+    "JSON_ITEMS": "not translated yet",
+    "BIGINT_FROM_BYTES": "BYTES conversions are not supported",
+    "DOUBLE_FROM_BYTES": "BYTES conversions are not supported",
+    "INT_FROM_BYTES": "BYTES conversions are not supported",
+    "REGEXP_SPLIT_TO_MAP": "not translated yet",
+}
+
+
+def lookup(name: str) -> FunctionDef | None:
+    """The function called ``name`` (any case; aliases included), or None."""
+    return _CATALOG.get(name.upper())
+
+
+def is_aggregate(name: str) -> bool:
+    fd = lookup(name)
+    return fd is not None and fd.aggregate
+
+
+def catalog() -> dict[str, FunctionDef]:
+    """Every function by its ksqlDB name (aliases not repeated)."""
+    return {fd.name: fd for fd in _CATALOG.values()}
+
+
+def unknown_function_message(name: str) -> str:
+    """ksqlDB's message for a call to a function it does not know (or we do not support)."""
+    reason = NOT_SUPPORTED.get(name.upper())
+    if reason is not None:
+        return f"Function '{name.upper()}' is not supported: {reason}"
+    return f"Can't find any functions with the name '{name.upper()}'"
+
+
+def python_functions() -> dict[str, FunctionDef]:
+    """The functions with a Python form (those pull queries can evaluate), by ksqlDB name."""
+    return {name: fd for name, fd in catalog().items() if fd.python is not None}

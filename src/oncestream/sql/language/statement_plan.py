@@ -1,0 +1,488 @@
+"""The rules of the statements that change the catalog (CREATE, CREATE ... AS SELECT, INSERT INTO,
+DROP, TERMINATE), checked as ksqlDB checks them: ``StatementPlanner(catalog).plan(stmt, topics,
+plan)`` says what a statement does (the source it creates, the query it starts, the topic it needs)
+or raises ``StatementError`` with ksqlDB's message.
+
+Sans-io and deterministic: the catalog is read through ``CatalogView`` (the metastore implements
+it), existing topics come as a mapping, nothing here reads a clock or Kafka. The metastore
+(``oncestream.sql.server.metastore``) validates with it before writing a command and applies the
+same plan when the command comes back from the command topic.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from sqlglot import exp
+
+from oncestream.sql.errors import StatementError
+from oncestream.sql.language import catalog, sql_ast
+from oncestream.sql.language.analyzer import AnalyzedQuery, analyze_query
+from oncestream.sql.language.analyzer_expr import column_ref, no_map_key
+from oncestream.sql.language.catalog import Column, Format, Namespace, QueryInfo, SourceInfo
+from oncestream.sql.language.sql_ast import SourceKind, WindowKind, WindowSpec
+from oncestream.sql.language.types import BaseType, SqlType
+
+RESERVED_COLUMNS = (catalog.ROWTIME, catalog.ROWPARTITION, catalog.ROWOFFSET, catalog.WINDOWSTART, catalog.WINDOWEND)
+SUPPORTED_FORMATS = {f.value: f for f in Format}
+
+
+class CatalogView(Protocol):
+    """The catalog a statement is checked against (``Metastore`` implements it)."""
+
+    def source_map(self) -> dict[str, SourceInfo]: ...
+
+    def query(self, query_id: str) -> QueryInfo | None: ...
+
+    def readers_of(self, name: str) -> list[str]: ...
+
+    def writers_of(self, name: str) -> list[str]: ...
+
+    def referenced_by(self, name: str) -> list[str]: ...
+
+
+def _prop(props: Mapping[str, Any], name: str) -> Any:
+    for k, v in props.items():
+        if k.upper() == name:
+            return v
+    return None
+
+
+def _fmt(value: Any, which: str) -> Format:
+    text = str(value).upper()
+    fmt = SUPPORTED_FORMATS.get(text)
+    if fmt is None:
+        raise StatementError(f"{which} '{text}' is not supported: supported formats are JSON, DELIMITED, KAFKA and NONE.")
+    return fmt
+
+
+def _int_prop(props: Mapping[str, Any], name: str) -> int | None:
+    v = _prop(props, name)
+    if v is None:
+        return None
+    try:
+        n = int(v)
+    except (TypeError, ValueError) as e:
+        raise StatementError(f"Invalid value for {name}: {v!r}") from e
+    if n <= 0:
+        raise StatementError(f"Invalid value for {name}: {v!r} (must be positive)")
+    return n
+
+
+def _lower_kind(kind: SourceKind) -> str:
+    return kind.value.lower()
+
+
+def _check_kafka_format(fmt: Format, columns: tuple[Column, ...], which: str) -> None:
+    """ksqlDB's format/schema compatibility check (KAFKA: one primitive column; DELIMITED: no
+    ARRAY/MAP/STRUCT; NONE: no columns), worded as ksqlDB's 'Key/Value format does not support schema'."""
+    reason: str | None = None
+    if fmt is Format.KAFKA and len(columns) > 1:
+        listed = "[" + ", ".join(_persistence_column(c) for c in columns) + "]"
+        reason = f"The 'KAFKA' format only supports a single field. Got: {listed}"
+    elif fmt is Format.KAFKA:
+        for c in columns:
+            if c.type.base not in (BaseType.INTEGER, BaseType.BIGINT, BaseType.DOUBLE, BaseType.STRING, BaseType.BYTES):
+                reason = f"The 'KAFKA' format does not support type '{c.type.base.value}'"
+                break
+    elif fmt is Format.DELIMITED:
+        for c in columns:
+            if c.type.base in (BaseType.ARRAY, BaseType.MAP, BaseType.STRUCT):
+                reason = f"The 'DELIMITED' format does not support type '{c.type.base.value}', column: `{c.name}`"
+                break
+    elif fmt is Format.JSON and any(_has_non_string_map_key(c.type) for c in columns):
+        raise StatementError("JSON only supports MAP types with STRING keys")
+    elif fmt is Format.NONE and columns:
+        reason = "The 'NONE' format can only be used when no columns are defined. Got: " + \
+            "[" + ", ".join(_persistence_column(c) for c in columns) + "]"
+    if reason is not None:
+        side = "Key" if which == "KEY_FORMAT" else "Value"
+        schema = "Persistence{columns=[" + ", ".join(_persistence_column(c) for c in columns) + "], features=[]}"
+        raise StatementError(f"{side} format does not support schema.\nformat: {fmt.value}\nschema: {schema}\nreason: {reason}")
+
+
+def _timestamp_column(props: Mapping[str, Any], columns: tuple[Column, ...]) -> tuple[str | None, str | None]:
+    """``WITH (TIMESTAMP='col' [, TIMESTAMP_FORMAT='...'])``, checked as ksqlDB does."""
+    raw, raw_fmt = _prop(props, "TIMESTAMP"), _prop(props, "TIMESTAMP_FORMAT")
+    fmt = None if raw_fmt is None else str(raw_fmt)
+    if raw is None:
+        return None, fmt
+    name = str(raw).strip("`") if str(raw).startswith("`") else str(raw).upper()
+    col = next((c for c in columns if c.name == name), None)
+    if col is None:
+        raise StatementError(f"The TIMESTAMP column set in the WITH clause does not exist in the schema: '{name}'")
+    if not (col.type.base in (BaseType.BIGINT, BaseType.TIMESTAMP) or (col.type.base is BaseType.STRING and fmt)):
+        raise StatementError(f"Timestamp column, `{name}`, should be LONG(INT64), TIMESTAMP, or a String with a "
+                             "timestamp_format specified.")
+    return name, fmt
+
+
+def _check_wrap_single_value(props: Mapping[str, Any], value_format: Format, value_columns: tuple[Column, ...]) -> None:
+    """``WRAP_SINGLE_VALUE``: ksqlDB's rules; we serialize single values wrapped (JSON object) only."""
+    raw = _prop(props, "WRAP_SINGLE_VALUE")
+    if raw is None:
+        return
+    wrap = str(raw).lower()
+    if value_format in (Format.KAFKA, Format.DELIMITED):
+        if wrap == "false":   # these formats never wrap: 'false' only says so
+            return
+        raise StatementError(f"Format '{value_format.value}' does not support 'WRAP_SINGLE_VALUE' set to '{wrap}'.")
+    if len(value_columns) != 1:
+        raise StatementError("'WRAP_SINGLE_VALUE' is only valid for single-field value schemas")
+    if wrap != "true":
+        raise StatementError("'WRAP_SINGLE_VALUE'='false' is not supported: single values are written wrapped in a JSON object.")
+
+
+def _delimiter(props: Mapping[str, Any], value_format: Format) -> str:
+    """``VALUE_DELIMITER``: one character, or TAB / SPACE; only for DELIMITED (ksqlDB's rules)."""
+    raw = _prop(props, "VALUE_DELIMITER")
+    if raw is None:
+        return ","
+    if value_format is not Format.DELIMITED:
+        raise StatementError(f"{value_format.value} does not support the following configs: [delimiter]")
+    text = str(raw)
+    named = {"TAB": "\t", "SPACE": " "}
+    if text.upper() in named:
+        return named[text.upper()]
+    if text == "":
+        raise StatementError("Configuration VALUE_DELIMITER is invalid: Delimiter cannot be empty, if you meant to have a tab "
+                             "or space for delimiter, please use the special values 'TAB' or 'SPACE'")
+    if len(text) != 1:
+        raise StatementError(f"Configuration VALUE_DELIMITER is invalid: Invalid delimiter value: '{text}'. Delimiter must be "
+                             "a single character or TAB,SPACE")
+    return text
+
+
+_UNIT_MS = {"MILLISECOND": 1, "SECOND": 1000, "MINUTE": 60_000, "HOUR": 3_600_000, "DAY": 86_400_000}
+
+
+def _window_of(props: Mapping[str, Any]) -> WindowSpec | None:
+    """``WITH (WINDOW_TYPE='TUMBLING', WINDOW_SIZE='10 SECONDS')``: a source over a windowed topic."""
+    raw_type = _prop(props, "WINDOW_TYPE")
+    raw_size = _prop(props, "WINDOW_SIZE")
+    if raw_type is None:
+        if raw_size is not None:
+            raise StatementError("'WINDOW_SIZE' requires 'WINDOW_TYPE' to be provided in the WITH clause.")
+        return None
+    try:
+        kind = WindowKind(str(raw_type).upper())
+    except ValueError as e:
+        raise StatementError(f"Invalid value for WINDOW_TYPE: {raw_type!r} (SESSION, HOPPING or TUMBLING)") from e
+    if kind is WindowKind.SESSION:
+        if raw_size is not None:
+            raise StatementError("'WINDOW_SIZE' should not be set for SESSION windows.")
+        return WindowSpec(kind, size_ms=0)
+    if raw_size is None:
+        raise StatementError(f"{kind.value} windows require 'WINDOW_SIZE' to be provided in the WITH clause. "
+                             "For example: 'WINDOW_SIZE'='10 SECONDS'")
+    parts = str(raw_size).split()
+    unit = parts[1].upper() if len(parts) == 2 else ""
+    if len(parts) != 2 or not parts[0].isdigit():
+        raise StatementError(f"Configuration WINDOW_SIZE is invalid: Invalid duration: '{raw_size}'. "
+                             "Expected a number and a time unit, e.g. '10 SECONDS'")
+    if unit.rstrip("S") not in _UNIT_MS:
+        raise StatementError(f"Configuration WINDOW_SIZE is invalid: Invalid duration: '{raw_size}'. Unknown time unit: '{unit}'")
+    unit = unit.rstrip("S")
+    size_ms = int(parts[0]) * _UNIT_MS[unit]
+    return WindowSpec(kind, size_ms=size_ms, advance_ms=size_ms if kind is WindowKind.HOPPING else None)
+
+
+def _has_non_string_map_key(ty: SqlType) -> bool:
+    if ty.base is BaseType.MAP and ty.key is not None and ty.key.base is not BaseType.STRING:
+        return True
+    return any(_has_non_string_map_key(x) for x in (ty.element, ty.key) if x is not None) or \
+        any(_has_non_string_map_key(f.type) for f in ty.fields)
+
+
+def _persistence_column(c: Column) -> str:
+    return f"`{c.name}` {c.type.ksql_name}{' KEY' if c.is_key else ''}"
+
+
+@dataclass
+class StatementPlan:
+    """What a statement does, computed from the catalog (the metastore's validate and apply share
+    it): ``plan`` is what goes into the command (topic, partitions...), ``source`` the source it
+    creates, inserts into or drops, ``analyzed`` its query, ``replace`` the source it replaces,
+    ``noop_message`` set when it changes nothing (IF NOT EXISTS, IF EXISTS)."""
+
+    stmt: sql_ast.Statement
+    plan: dict[str, Any]
+    source: SourceInfo | None = None
+    analyzed: AnalyzedQuery | None = None
+    replace: SourceInfo | None = None
+    noop_message: str | None = None
+
+
+class StatementPlanner:
+    """Plans statements against one state of the catalog (build one per statement)."""
+
+    def __init__(self, catalog_view: CatalogView) -> None:
+        self._catalog = catalog_view
+        self._sources = catalog_view.source_map()
+
+    def plan(self, stmt: sql_ast.Statement, topics: Mapping[str, int] | None,
+             plan: Mapping[str, Any] | None) -> StatementPlan:
+        """What ``stmt`` does against the catalog: ``topics`` are the existing Kafka topics with their
+        partition counts when validating (None: not checked), ``plan`` the command's recorded plan
+        when applying (None when validating). Raises ``StatementError``."""
+        if isinstance(stmt, sql_ast.CreateSource):
+            return self._plan_create(stmt, topics, plan)
+        if isinstance(stmt, sql_ast.CreateAsSelect):
+            return self._plan_create_as(stmt, topics, plan)
+        if isinstance(stmt, sql_ast.InsertInto):
+            return self._plan_insert(stmt)
+        if isinstance(stmt, sql_ast.DropSource):
+            return self._plan_drop(stmt)
+        if isinstance(stmt, sql_ast.Terminate):
+            if stmt.query_id is not None and self._catalog.query(stmt.query_id) is None:
+                raise StatementError(f"Unknown queryId: {stmt.query_id}")
+            return StatementPlan(stmt, {})
+        raise StatementError(f"Unsupported statement: {type(stmt).__name__}")
+
+    def _existing_conflict(self, kind: SourceKind, name: str, or_replace: bool, if_not_exists: bool) -> SourceInfo | None:
+        existing = self._sources.get(name)
+        if existing is None:
+            return None
+        if if_not_exists:
+            return existing
+        if not or_replace or existing.kind is not kind:
+            raise StatementError(f"Cannot add {_lower_kind(kind)} '{name}': A {_lower_kind(existing.kind)} with the same name "
+                                 "already exists")
+        if existing.read_only:
+            raise StatementError(f"Cannot add {_lower_kind(kind)} '{name}': CREATE OR REPLACE is not supported on source "
+                                 f"{_lower_kind(kind)}s.")
+        return existing
+
+    def _topic_partitions(self, stmt: sql_ast.Statement, topic: str, partitions: int | None, replicas: int | None,
+                          topics: Mapping[str, int] | None, plan: Mapping[str, Any] | None,
+                          default_partitions: int | None) -> tuple[int, bool]:
+        """(partition count, whether the topic must be created)."""
+        if plan is not None and "partitions" in plan:
+            return int(plan["partitions"]), bool(plan.get("createTopic", False))
+        if topics is not None and topic in topics:
+            existing = topics[topic]
+            if partitions is not None and partitions != existing:
+                raise StatementError(
+                    f"A Kafka topic with the name '{topic}' already exists, with different partition/replica configuration "
+                    f"than required. KSQL expects {partitions} partitions (topic has {existing}), "
+                    f"{replicas or 1} replication factor (topic has {replicas or 1}).")
+            return existing, False
+        if partitions is not None:
+            return partitions, True
+        if default_partitions is not None:
+            return default_partitions, True
+        if topics is None:
+            return 1, False
+        example = stmt.text.rstrip().rstrip(";")
+        raise StatementError(
+            f"Topic '{topic}' does not exist. If you want to create a new topic for the stream/table please re-run the "
+            "statement providing the required 'PARTITIONS' configuration in the WITH clause (and optionally 'REPLICAS'). "
+            f"For example: {example} WITH (KAFKA_TOPIC='{topic}', PARTITIONS=2);")
+
+    def _plan_create(self, stmt: sql_ast.CreateSource, topics: Mapping[str, int] | None,
+                     plan: Mapping[str, Any] | None) -> StatementPlan:
+        if stmt.or_replace and stmt.read_only:
+            kind = _lower_kind(stmt.kind)
+            raise StatementError(f"Cannot add {kind} '{stmt.name}': CREATE OR REPLACE is not supported on source {kind}s.")
+        existing = self._existing_conflict(stmt.kind, stmt.name, stmt.or_replace, stmt.if_not_exists)
+        if existing is not None and stmt.if_not_exists:
+            return StatementPlan(stmt, dict(plan or {}), noop_message=f"Cannot add {_lower_kind(stmt.kind)} `{stmt.name}`: "
+                         f"A {_lower_kind(existing.kind)} with the same name already exists.")
+        props = stmt.properties
+        topic = _prop(props, "KAFKA_TOPIC")
+        if topic is None:
+            raise StatementError('Missing required property "KAFKA_TOPIC" which has no default value.')
+        topic = str(topic)
+        fmt = _prop(props, "FORMAT")
+        value_raw = _prop(props, "VALUE_FORMAT") or fmt
+        if value_raw is None:
+            raise StatementError("Statement is missing the 'VALUE_FORMAT' property from the WITH clause. Either provide one or "
+                                 "set a default via the 'ksql.persistence.default.format.value' config.")
+        value_format = _fmt(value_raw, "VALUE_FORMAT")
+        if not stmt.columns:
+            raise StatementError("The statement does not define any columns.")
+        seen: set[str] = set()
+        columns: list[Column] = []
+        for cd in stmt.columns:
+            if cd.name in RESERVED_COLUMNS:
+                raise StatementError(f"'{cd.name}' is a reserved column name. You cannot use it as a name for a column.")
+            if cd.name in seen:
+                raise StatementError(f"Duplicate column names: `{cd.name}`")
+            seen.add(cd.name)
+            if stmt.kind is SourceKind.STREAM and cd.primary_key:
+                raise StatementError(f"Column `{cd.name}` is a 'PRIMARY KEY' column: please use 'KEY' for streams.\nTables have "
+                                     "PRIMARY KEYs, which are unique and NON NULL.\nStreams have KEYs, which have no uniqueness "
+                                     "or NON NULL constraints.")
+            if stmt.kind is SourceKind.TABLE and cd.key and not cd.primary_key:
+                raise StatementError(f"Column `{cd.name}` is a 'KEY' column: please use 'PRIMARY KEY' for tables.\nTables have "
+                                     "PRIMARY KEYs, which are unique and NON NULL.\nStreams have KEYs, which have no uniqueness "
+                                     "or NON NULL constraints.")
+            columns.append(Column(cd.name, cd.type, Namespace.KEY if (cd.key or cd.primary_key) else Namespace.VALUE))
+        ordered = tuple([c for c in columns if c.is_key] + [c for c in columns if not c.is_key])
+        keys = tuple(c for c in ordered if c.is_key)
+        for k in keys:
+            no_map_key(column_ref(k.name, None, k.type))
+        if stmt.kind is SourceKind.TABLE and not keys:
+            raise StatementError("Tables require a PRIMARY KEY. Please define the PRIMARY KEY.")
+        key_raw = _prop(props, "KEY_FORMAT") or fmt
+        # ksqlDB's default key format (ksql.persistence.default.format.key) is KAFKA, with or without key columns
+        key_format = _fmt(key_raw, "KEY_FORMAT") if key_raw is not None else Format.KAFKA
+        _check_kafka_format(key_format, keys, "KEY_FORMAT")
+        _check_kafka_format(value_format, tuple(c for c in ordered if not c.is_key), "VALUE_FORMAT")
+        ts_col, ts_fmt = _timestamp_column(props, ordered)
+        _check_wrap_single_value(props, value_format, tuple(c for c in ordered if not c.is_key))
+        partitions = _int_prop(props, "PARTITIONS")
+        replicas = _int_prop(props, "REPLICAS")
+        window = _window_of(props)
+        if window is not None and not keys:
+            raise StatementError("Windowed sources require a key column.")
+        n, create = self._topic_partitions(stmt, topic, partitions, replicas, topics, plan, None)
+        source = SourceInfo(
+            name=stmt.name, kind=stmt.kind, topic=topic, key_format=key_format, value_format=value_format, columns=ordered,
+            statement=stmt.text, partitions=n, replicas=replicas or 1, timestamp_column=ts_col, timestamp_format=ts_fmt,
+            value_delimiter=_delimiter(props, value_format), window=window, read_only=stmt.read_only)
+        if existing is not None:
+            self._check_replace(existing, source)
+        return StatementPlan(stmt, {"topic": topic, "partitions": n, "replicas": replicas or 1, "createTopic": create},
+                     source=source, replace=existing)
+
+    @staticmethod
+    def _check_replace(existing: SourceInfo, new: SourceInfo) -> None:
+        ok = (existing.kind is new.kind and existing.topic == new.topic and existing.key_columns == new.key_columns
+              and new.value_columns[:len(existing.value_columns)] == existing.value_columns
+              and existing.key_format is new.key_format and existing.value_format is new.value_format
+              and existing.window == new.window)
+        if not ok:
+            old_schema = ", ".join(f"`{c.name}` {c.type.ksql_name}{' KEY' if c.is_key else ''}" for c in existing.columns)
+            new_schema = ", ".join(f"`{c.name}` {c.type.ksql_name}{' KEY' if c.is_key else ''}" for c in new.columns)
+            raise StatementError(f"Cannot upgrade data source: DataSource '`{existing.name}`' has schema = {old_schema} which "
+                                 f"is not upgradeable to {new_schema}. (only adding value columns at the end, with the same "
+                                 "topic, formats and key, is compatible)")
+
+    def _plan_create_as(self, stmt: sql_ast.CreateAsSelect, topics: Mapping[str, int] | None,
+                        plan: Mapping[str, Any] | None) -> StatementPlan:
+        existing = self._existing_conflict(stmt.kind, stmt.name, stmt.or_replace, stmt.if_not_exists)
+        if existing is not None and stmt.if_not_exists:
+            return StatementPlan(stmt, dict(plan or {}), noop_message=f"Cannot add {_lower_kind(stmt.kind)} `{stmt.name}`: "
+                         f"A {_lower_kind(existing.kind)} with the same name already exists.")
+        if stmt.query.limit is not None:
+            raise StatementError(f"CREATE {stmt.kind.value} AS SELECT statements don't support LIMIT clause.")
+        sources = {n: s for n, s in self._sources.items() if n != stmt.name or existing is None}
+        if existing is not None:
+            sources[stmt.name] = existing
+        analyzed = analyze_query(stmt.query, sources, sink=stmt.name)
+        if analyzed.result_kind is not stmt.kind:
+            produced = analyzed.result_kind.value
+            raise StatementError(f"Invalid result type. Your SELECT query produces a {produced}. Please use CREATE {produced} AS "
+                                 "SELECT statement instead.")
+        if any(s.name == stmt.name for s in analyzed.sources.values()):
+            raise StatementError(f"Cannot {'replace' if existing else 'create'} {stmt.name}: a query cannot read from its own "
+                                 "sink.")
+        props = stmt.properties
+        from_source = analyzed.sources[analyzed.from_alias]
+        topic = str(_prop(props, "KAFKA_TOPIC") or stmt.name)
+        fmt = _prop(props, "FORMAT")
+        value_raw = _prop(props, "VALUE_FORMAT") or fmt
+        value_format = _fmt(value_raw, "VALUE_FORMAT") if value_raw is not None else from_source.value_format
+        key_raw = _prop(props, "KEY_FORMAT") or fmt
+        partition_by_null = len(stmt.query.partition_by) == 1 and isinstance(stmt.query.partition_by[0], exp.Null)
+        if partition_by_null:
+            # ksqlDB: PARTITION BY NULL gives a key-less stream whose key format is NONE
+            if key_raw is not None and str(key_raw).upper() != "NONE":
+                raise StatementError("Key format specified for stream without key columns.")
+            key_format = Format.NONE
+        elif key_raw is not None:
+            key_format = _fmt(key_raw, "KEY_FORMAT")
+        elif from_source.key_format is Format.NONE and analyzed.key_columns:
+            key_format = Format.KAFKA
+        else:
+            key_format = from_source.key_format
+        _check_kafka_format(key_format, analyzed.key_columns, "KEY_FORMAT")
+        _check_kafka_format(value_format, analyzed.value_columns, "VALUE_FORMAT")
+        partitions = _int_prop(props, "PARTITIONS")
+        replicas = _int_prop(props, "REPLICAS")
+        default_partitions = max((s.partitions for s in analyzed.sources.values()), default=1)
+        n, create = self._topic_partitions(stmt, topic, partitions, replicas, topics, plan, default_partitions)
+        ts_col, ts_fmt = _timestamp_column(props, analyzed.columns)
+        _check_wrap_single_value(props, value_format, analyzed.value_columns)
+        source = SourceInfo(
+            name=stmt.name, kind=stmt.kind, topic=topic, key_format=key_format, value_format=value_format,
+            columns=analyzed.columns, statement=stmt.text, partitions=n, replicas=replicas or 1, timestamp_column=ts_col,
+            timestamp_format=ts_fmt, value_delimiter=_delimiter(props, value_format), window=analyzed.window)
+        if existing is not None:
+            self._check_replace(existing, source)
+        return StatementPlan(stmt, {"topic": topic, "partitions": n, "replicas": replicas or 1, "createTopic": create},
+                     source=source, analyzed=analyzed, replace=existing)
+
+    def _plan_insert(self, stmt: sql_ast.InsertInto) -> StatementPlan:
+        target = self._sources.get(stmt.target)
+        if target is None:
+            raise StatementError(f"Source `{stmt.target}` does not exist.")
+        if target.kind is not SourceKind.STREAM:
+            raise StatementError(f"INSERT INTO can only be used to insert into a stream. {stmt.target} is a table.")
+        if target.read_only:
+            raise StatementError(f"Cannot insert into read-only stream: {stmt.target}")
+        analyzed = analyze_query(stmt.query, self._sources, sink=stmt.target)
+        if analyzed.result_kind is not SourceKind.STREAM:
+            raise StatementError(f"INSERT INTO can only be used to insert into a stream. The query produces a "
+                                 f"{analyzed.result_kind.value.lower()}.")
+        result_schema = analyzed.schema_text()
+        sink_schema = ", ".join(f"`{c.name}` {c.type.ksql_name}{' KEY' if c.is_key else ''}" for c in target.columns)
+        if result_schema != sink_schema:
+            raise StatementError(f"Incompatible schema between results and sink.\nResult schema is {result_schema}\n"
+                                 f"Sink schema is {sink_schema}")
+        if any(s.name == stmt.target for s in analyzed.sources.values()):
+            raise StatementError(f"Cannot insert into {stmt.target}: a query cannot read from its own sink.")
+        query_id = _prop(stmt.properties, "QUERY_ID")
+        plan: dict[str, Any] = {}
+        if query_id is not None:
+            qid = str(query_id).upper()
+            for prefix in ("INSERTQUERY_", "CTAS_", "CSAS_", "CST_"):
+                if qid.startswith(prefix):
+                    raise StatementError("Query IDs must not start with a reserved query ID prefix (INSERTQUERY_, CTAS_, "
+                                         f"CSAS_, CST_). Got '{qid}'.")
+            if not qid.replace("_", "").isalnum():
+                raise StatementError(f"Query IDs may contain only alphanumeric characters and '_'. Got: '{qid}'")
+            if self._catalog.query(qid) is not None:
+                raise StatementError(f"Query ID '{qid}' already exists.")
+            plan["queryId"] = qid
+        return StatementPlan(stmt, plan, source=target, analyzed=analyzed)
+
+    def _plan_drop(self, stmt: sql_ast.DropSource) -> StatementPlan:
+        existing = self._sources.get(stmt.name)
+        kind = _lower_kind(stmt.kind)
+        if existing is None:
+            if stmt.if_exists:
+                return StatementPlan(stmt, {}, noop_message=f"Source `{stmt.name}` does not exist.")
+            raise StatementError(f"{kind.capitalize()} {stmt.name} does not exist.")
+        if existing.kind is not stmt.kind:
+            raise StatementError(f"Incompatible data source type is {_lower_kind(existing.kind)}, but statement was DROP {kind}")
+        if existing.read_only and stmt.delete_topic:
+            raise StatementError(f"Cannot delete topic for read-only source: {stmt.name}")
+        if stmt.delete_topic:
+            sharing = sorted(s.name for s in self._sources.values() if s.topic == existing.topic and s.name != stmt.name)
+            if sharing:
+                raise StatementError(f"Refusing to delete topic. Found other data sources ({', '.join(sharing)}) using topic "
+                                     f"{existing.topic}")
+        # ksqlDB checks the INSERT INTO queries first, then the sources created from this one
+        readers = [q for q in self._catalog.readers_of(stmt.name) if q.startswith("INSERTQUERY_") or not self._is_create_as(q)]
+        writers = [q for q in self._catalog.writers_of(stmt.name) if q != existing.created_by]
+        if readers or writers:
+            raise StatementError(f"Cannot drop {stmt.name}.\n"
+                                 f"The following queries read from this source: [{', '.join(readers)}].\n"
+                                 f"The following queries write into this source: [{', '.join(writers)}].\n"
+                                 f"You need to terminate them before dropping {stmt.name}.")
+        dependants = self._catalog.referenced_by(stmt.name)
+        if dependants:
+            raise StatementError(f"Cannot drop {stmt.name}.\nThe following streams and/or tables read from this source: "
+                                 f"[{', '.join(dependants)}].\nYou need to drop them before dropping {stmt.name}.")
+        return StatementPlan(stmt, {}, source=existing)
+
+    def _is_create_as(self, query_id: str) -> bool:
+        info = self._catalog.query(query_id)
+        if info is None:
+            return False
+        sink = self._sources.get(info.sink)
+        return sink is not None and sink.created_by == query_id

@@ -1,0 +1,303 @@
+"""The sans-io metastore: streams, tables and persistent queries, built by applying command-topic
+records in order. It holds the state; the rules of each statement are
+``oncestream.sql.language.statement_plan``'s, which both ``validate`` and ``apply`` use.
+
+``validate(stmt, properties, topics)`` checks a statement against the current state and the
+snapshot of existing Kafka topics it is given (``topics``: name -> partition count) and returns
+the ``Command`` to write to the command topic; it never mutates. ``apply(command, offset)`` applies
+a command read back from the command topic and returns the effects the node must run (create or
+delete a topic, start or stop a persistent query) and a ``CommandResult`` for the command status.
+``apply`` never raises for a statement that became invalid (a conflicting statement that lost the
+race): it answers an ERROR result, so every node reaches the same state from the same commands.
+
+Nothing here reads a clock, a host name or Kafka: query ids come from the command's offset
+(``CSAS_<SINK>_<offset>``, ``CTAS_<SINK>_<offset>``, ``INSERTQUERY_<offset>``), partition counts of
+existing topics from the command's ``plan``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from oncestream.sql.errors import StatementError
+from oncestream.sql.language import sql_ast
+from oncestream.sql.language.analyzer import AnalyzedQuery
+from oncestream.sql.language.catalog import QueryInfo, SourceInfo
+from oncestream.sql.language.parser import parse
+from oncestream.sql.language.sql_ast import SourceKind
+from oncestream.sql.language.statement_plan import StatementPlan, StatementPlanner
+from oncestream.sql.server.commands import Command, command_id, goes_to_command_topic
+
+# ---------------------------------------------------------------------------------------------
+# effects
+
+
+@dataclass(frozen=True)
+class CreateTopic:
+    """Create this topic if it does not exist (idempotent on every node)."""
+
+    topic: str
+    partitions: int
+    replicas: int
+    compacted: bool
+
+
+@dataclass(frozen=True)
+class DeleteTopic:
+    topic: str
+
+
+@dataclass(frozen=True)
+class StartQuery:
+    """Start (on whichever node the assignment gives it) a persistent query writing ``sink``."""
+
+    query: QueryInfo
+    sink: SourceInfo
+    analyzed: AnalyzedQuery = field(compare=False, repr=False)
+    properties: dict[str, Any] = field(default_factory=dict, compare=False)   # the command's streamsProperties
+
+
+@dataclass(frozen=True)
+class StopQuery:
+    query_id: str
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    """The command status ksqlDB reports (``commandStatus``): SUCCESS or ERROR, its message, and
+    the id of the query it started, if any."""
+
+    status: str
+    message: str
+    query_id: str | None = None
+
+
+Effect = CreateTopic | DeleteTopic | StartQuery | StopQuery | CommandResult
+
+
+class Metastore:
+    """Streams, tables and persistent queries (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self._sources: dict[str, SourceInfo] = {}
+        self._queries: dict[str, QueryInfo] = {}
+        self._analyzed: dict[str, AnalyzedQuery] = {}
+        # source -> the sources its CREATE ... AS SELECT read (ksqlDB's drop constraints)
+        self._references: dict[str, tuple[str, ...]] = {}
+        # query id -> the streamsProperties of the command that started it (auto.offset.reset...)
+        self._query_properties: dict[str, dict[str, Any]] = {}
+        self._last_offset: int = -1
+
+    # -- lookups -------------------------------------------------------------------------------
+
+    def source(self, name: str) -> SourceInfo | None:
+        return self._sources.get(name)
+
+    def sources(self) -> list[SourceInfo]:
+        """Every source, by name."""
+        return [self._sources[n] for n in sorted(self._sources)]
+
+    def query(self, query_id: str) -> QueryInfo | None:
+        return self._queries.get(query_id)
+
+    def queries(self) -> list[QueryInfo]:
+        """Every persistent query, in the order they were created."""
+        return sorted(self._queries.values(), key=lambda q: (q.command_offset, q.query_id))
+
+    def analyzed(self, query_id: str) -> AnalyzedQuery | None:
+        """The analysis of a persistent query (what the compiler needs to start it)."""
+        return self._analyzed.get(query_id)
+
+    def query_properties(self, query_id: str) -> dict[str, Any]:
+        """The property overrides (the command's streamsProperties) a persistent query runs with."""
+        return dict(self._query_properties.get(query_id, {}))
+
+    def source_map(self) -> dict[str, SourceInfo]:
+        return dict(self._sources)
+
+    @property
+    def last_offset(self) -> int:
+        """The offset of the last command applied (-1 before any)."""
+        return self._last_offset
+
+    def readers_of(self, name: str) -> list[str]:
+        return sorted(q.query_id for q in self._queries.values() if name in q.sources)
+
+    def writers_of(self, name: str) -> list[str]:
+        return sorted(q.query_id for q in self._queries.values() if q.sink == name)
+
+    def referenced_by(self, name: str) -> list[str]:
+        """The sources created (CREATE ... AS SELECT) from ``name``: they block its DROP."""
+        return sorted(n for n, refs in self._references.items() if name in refs)
+
+    def snapshot(self) -> Metastore:
+        """An independent copy (validate against it while the live one keeps applying)."""
+        return self.copy()
+
+    def copy(self) -> Metastore:
+        other = Metastore()
+        other._sources = dict(self._sources)
+        other._queries = dict(self._queries)
+        other._analyzed = dict(self._analyzed)
+        other._references = dict(self._references)
+        other._query_properties = dict(self._query_properties)
+        other._last_offset = self._last_offset
+        return other
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Metastore):
+            return NotImplemented
+        return self.describe_all() == other.describe_all()
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def describe_all(self) -> dict[str, Any]:
+        """Everything, as plain JSON-ready data (compared across nodes in the cluster tests)."""
+        return {
+            "sources": [
+                {"name": s.name, "type": s.kind.value, "topic": s.topic, "keyFormat": s.key_format.value,
+                 "valueFormat": s.value_format.value, "partitions": s.partitions, "replicas": s.replicas,
+                 "columns": [[c.name, c.type.ksql_name, c.namespace.value] for c in s.columns],
+                 "timestamp": s.timestamp_column, "timestampFormat": s.timestamp_format,
+                 "window": None if s.window is None else [s.window.kind.value, s.window.size_ms, s.window.advance_ms],
+                 "readOnly": s.read_only, "createdBy": s.created_by, "statement": s.statement,
+                 "references": list(self._references.get(s.name, ()))}
+                for s in self.sources()],
+            "queries": [
+                {"id": q.query_id, "statement": q.statement, "sink": q.sink, "sources": list(q.sources),
+                 "columns": [[c.name, c.type.ksql_name, c.namespace.value] for c in q.output_columns],
+                 "offset": q.command_offset, "properties": self._query_properties.get(q.query_id, {})}
+                for q in self.queries()],
+        }
+
+    # -- validate ------------------------------------------------------------------------------
+
+    def validate(self, stmt: sql_ast.Statement, properties: Mapping[str, Any] | None = None,
+                 topics: Mapping[str, int] | None = None) -> Command:
+        """The command for ``stmt`` (raises ``StatementError``; never mutates). ``properties``
+        are the request's streamsProperties; ``topics`` the existing Kafka topics with their
+        partition counts (None: do not check topic existence)."""
+        if not goes_to_command_topic(stmt):
+            raise StatementError(f"{type(stmt).__name__} statements are answered locally, not through the command topic.",
+                                 statement_text=stmt.text)
+        props = dict(properties or {})
+        try:
+            planned = StatementPlanner(self).plan(stmt, topics, None)
+        except StatementError as e:
+            if e.statement_text is None:
+                e.statement_text = stmt.text
+            raise
+        return Command(command_id=command_id(stmt), statement=stmt.text, streams_properties=props,
+                       original_properties=dict(props), plan=planned.plan, statement_ast=stmt)
+
+    # -- apply ---------------------------------------------------------------------------------
+
+    def apply(self, command: Command, offset: int) -> list[Effect]:
+        """Apply one command read at ``offset`` of the command topic; returns its effects, the
+        last being the ``CommandResult``."""
+        self._last_offset = max(self._last_offset, offset)
+        stmt = command.statement_ast
+        if stmt is None:
+            try:
+                stmt = _parse_one(command.statement)
+            except StatementError as e:
+                return [CommandResult("ERROR", e.message)]
+        try:
+            planned = StatementPlanner(self).plan(stmt, None, command.plan)
+            return self._execute(planned, command, offset)
+        except StatementError as e:
+            return [CommandResult("ERROR", e.message)]
+
+    # -- execution -----------------------------------------------------------------------------
+
+    def _execute(self, p: StatementPlan, command: Command, offset: int) -> list[Effect]:
+        stmt = p.stmt
+        if p.noop_message is not None:
+            return [CommandResult("SUCCESS", p.noop_message)]
+        effects: list[Effect] = []
+        if isinstance(stmt, sql_ast.CreateSource):
+            assert p.source is not None
+            if p.plan.get("createTopic"):
+                effects.append(CreateTopic(p.source.topic, p.source.partitions, p.source.replicas,
+                                           compacted=p.source.kind is SourceKind.TABLE))
+            self._sources[stmt.name] = p.source
+            self._references.pop(stmt.name, None)
+            kind = "Stream" if stmt.kind is SourceKind.STREAM else "Table"
+            effects.append(CommandResult("SUCCESS", f"{kind} created"))
+            return effects
+        if isinstance(stmt, sql_ast.CreateAsSelect):
+            assert p.source is not None
+            assert p.analyzed is not None
+            prefix = "CSAS" if stmt.kind is SourceKind.STREAM else "CTAS"
+            old_query = p.replace.created_by if p.replace is not None else None
+            query_id = old_query or f"{prefix}_{stmt.name}_{offset}"
+            if old_query is not None and old_query in self._queries:
+                effects.append(StopQuery(old_query))
+            if p.plan.get("createTopic"):
+                effects.append(CreateTopic(p.source.topic, p.source.partitions, p.source.replicas,
+                                           compacted=p.source.kind is SourceKind.TABLE))
+            sink = replace(p.source, created_by=query_id)
+            self._sources[stmt.name] = sink
+            self._references[stmt.name] = tuple(sorted({s.name for s in p.analyzed.sources.values()}))
+            info = self._register_query(query_id, stmt.text, sink, stmt.query, p.analyzed, offset, command)
+            effects.append(StartQuery(info, sink, p.analyzed, dict(command.streams_properties)))
+            effects.append(CommandResult("SUCCESS", f"Created query with ID {query_id}", query_id))
+            return effects
+        if isinstance(stmt, sql_ast.InsertInto):
+            assert p.source is not None
+            assert p.analyzed is not None
+            query_id = p.plan.get("queryId") or f"INSERTQUERY_{offset}"
+            info = self._register_query(query_id, stmt.text, p.source, stmt.query, p.analyzed, offset, command)
+            effects.append(StartQuery(info, p.source, p.analyzed, dict(command.streams_properties)))
+            effects.append(CommandResult("SUCCESS", f"Created query with ID {query_id}", query_id))
+            return effects
+        if isinstance(stmt, sql_ast.DropSource):
+            assert p.source is not None
+            if p.source.created_by is not None and p.source.created_by in self._queries:
+                effects.append(StopQuery(p.source.created_by))
+                self._drop_query(p.source.created_by)
+            del self._sources[stmt.name]
+            self._references.pop(stmt.name, None)
+            if stmt.delete_topic:
+                effects.append(DeleteTopic(p.source.topic))
+            effects.append(CommandResult("SUCCESS", f"Source `{stmt.name}` (topic: {p.source.topic}) was dropped."))
+            return effects
+        if isinstance(stmt, sql_ast.Terminate):
+            ids = [stmt.query_id] if stmt.query_id is not None else [q.query_id for q in self.queries()]
+            for qid in ids:
+                effects.append(StopQuery(qid))
+                self._drop_query(qid)
+            effects.append(CommandResult("SUCCESS", "Query terminated." if stmt.query_id else "All queries terminated."))
+            return effects
+        raise StatementError(f"Unsupported statement: {type(stmt).__name__}")
+
+    def _register_query(self, query_id: str, text: str, sink: SourceInfo, query: sql_ast.Query, analyzed: AnalyzedQuery,
+                        offset: int, command: Command) -> QueryInfo:
+        source_names = tuple(dict.fromkeys(s.name for s in analyzed.sources.values()))
+        info = QueryInfo(query_id=query_id, statement=text, sink=sink.name, sources=source_names, query=query,
+                         output_columns=analyzed.columns, command_offset=offset)
+        self._queries[query_id] = info
+        self._analyzed[query_id] = analyzed
+        self._query_properties[query_id] = dict(command.streams_properties)
+        return info
+
+    def _drop_query(self, query_id: str) -> None:
+        info = self._queries.pop(query_id, None)
+        self._analyzed.pop(query_id, None)
+        self._query_properties.pop(query_id, None)
+        if info is None:
+            return
+        sink = self._sources.get(info.sink)
+        if sink is not None and sink.created_by == query_id:
+            # the sink stays (as in ksqlDB) but is no longer written by a query
+            self._sources[info.sink] = replace(sink, created_by=None)
+
+
+def _parse_one(text: str) -> sql_ast.Statement:
+    """Parse a command's statement text (a decoded command has no AST)."""
+    stmts = parse(text)
+    if len(stmts) != 1:
+        raise StatementError(f"expected one statement in a command, got {len(stmts)}")
+    return stmts[0]

@@ -1,0 +1,93 @@
+"""The queries a node serves itself, outside the command topic: push queries (``SELECT ... EMIT
+CHANGES``, run on the runtime), pull queries (answered from this node's materialized tables) and
+inserts (``INSERT INTO ... VALUES``, ``/inserts-stream``: written directly, as ksqlDB does)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+from oncestream.sql.engine.insert_values import json_row, values_row
+from oncestream.sql.engine.interface import QueryRunner, QueryStream
+from oncestream.sql.engine.pull.node_hooks import PullQueries
+from oncestream.sql.errors import KsqlError, NotFoundError, StatementError
+from oncestream.sql.language import sql_ast
+from oncestream.sql.language.analyzer import analyze_query
+from oncestream.sql.language.parser import parse
+from oncestream.sql.server.node_context import NodeContext
+
+
+class QueryService:
+    """Push and pull queries and inserts of one node (see the module docstring)."""
+
+    def __init__(self, context: NodeContext, runtime: QueryRunner, pull: PullQueries) -> None:
+        self._context = context
+        self._runtime = runtime
+        self._pull = pull
+        self._push: dict[str, QueryStream] = {}
+        self._push_lock = threading.Lock()
+
+    async def start_query(self, sql: str, properties: Mapping[str, Any]) -> QueryStream:
+        """Run a pull query or start a push query (``SqlEngine.start_query``)."""
+        self._context.check_ready()
+        statements = parse(sql)
+        if len(statements) != 1 or not isinstance(statements[0], sql_ast.QueryStatement):
+            raise StatementError("The /query endpoint only runs a single SELECT statement",
+                                 statement_text=statements[0].text if statements else sql)
+        statement = statements[0]
+        try:
+            analyzed = analyze_query(statement.query, self._context.sources())
+        except KsqlError as exc:
+            if exc.statement_text is None:
+                exc.statement_text = statement.text
+            raise
+        if PullQueries.is_pull(statement):
+            # Answered from this node's materialized copy; not a push query, so not registered.
+            return await self._pull.start_query(analyzed)
+        stream = await asyncio.to_thread(self._runtime.start_push, analyzed, dict(properties), query=statement.query)
+        with self._push_lock:
+            # The REST layer closes streams itself when they end: forget the finished ones.
+            for finished in [q for q, s in self._push.items() if getattr(s, "done", False)]:
+                del self._push[finished]
+            self._push[stream.query_id] = stream
+        return stream
+
+    async def close_query(self, query_id: str) -> bool:
+        """Stop a push query started here; False if unknown."""
+        with self._push_lock:
+            stream = self._push.pop(query_id, None)
+        if stream is None:
+            return False
+        await stream.close()
+        return True
+
+    def close_all(self) -> None:
+        """Stop every push query (node shutdown)."""
+        with self._push_lock:
+            pushes = list(self._push.values())
+            self._push.clear()
+        for push in pushes:
+            close = getattr(push, "close_sync", None)
+            if close is not None:
+                close()
+
+    async def insert_row(self, target: str, row: Mapping[str, Any]) -> None:
+        """One ``/inserts-stream`` row."""
+        self._context.check_ready()
+        sink = self._context.source(target)
+        if sink is None:
+            raise NotFoundError(f"Cannot insert values into an unknown stream/table: {target}")
+        await asyncio.to_thread(self._runtime.insert_values, sink, json_row(sink, row))
+
+    def insert_values(self, statement: sql_ast.InsertValues) -> None:
+        """``INSERT INTO ... VALUES`` (blocking: called from a worker thread)."""
+        sink = self._context.source(statement.target)
+        if sink is None:
+            raise StatementError(f"Cannot insert values into an unknown stream/table: {statement.target}",
+                                 statement_text=statement.text)
+        if sink.read_only:
+            raise StatementError(f"Cannot insert values into read-only {sink.kind.value.lower()}: {sink.name}",
+                                 statement_text=statement.text)
+        self._runtime.insert_values(sink, values_row(statement, sink))

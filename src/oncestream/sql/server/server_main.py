@@ -1,0 +1,394 @@
+"""``oncestream sql-server``: one SQL-server node in the foreground.
+
+    oncestream sql-server --bootstrap-server HOST:PORT --listen HOST:PORT --service-id ID
+        --state-dir DIR [--spark-master URL] [--config key=value ...] [--ready-file F]
+
+One SparkSession per process (``local[*]`` unless ``--spark-master``), the node (command topic,
+replay, query placement) and the REST API (HTTP/1.1 and h2c on one port). ``--config`` takes:
+
+- client properties passed to every Kafka client the node creates (command topic, assignment
+  group, the queries' sources and sinks): ``security.protocol``, ``sasl.*``, ``ssl.*``,
+  ``client.*`` and the other librdkafka names in ``CLIENT_PROPERTY_PREFIXES``;
+- ``checkpoint.root`` (any Hadoop filesystem URL every node reaches, needed for failover; default
+  ``<state dir>/checkpoints``);
+- ``spark.*`` properties for the SparkSession;
+- ``ksql.spark.start=lazy`` to start Spark only when a query first needs it (default ``eager``);
+- the node's own settings (``ksql.command.timeout.ms``, ``ksql.query.assignment.session.timeout.ms``,
+  ``ksql.query.assignment.heartbeat.interval.ms``, ``ksql.query.assignment.instance.id`` (the
+  node's ``group.instance.id``; default: an id kept in the state dir, empty: none, see
+  node_identity), ``ksql.internal.topic.replicas``, ``ksql.max.body.bytes``).
+
+A caller building the node from Python passes ``run(args, write_steps=...)``: an observer of the
+command-topic write steps (command_topic.WriteStepObserver; tests inject crashes this way).
+
+SIGTERM (or SIGINT): stop serving, leave the assignment group (the survivors take the queries at
+once; a SIGKILLed node restarted on the same state dir instead takes its own queries back at once,
+static membership), stop the local queries at a batch boundary, stop Spark and its JVM, exit 0.
+The stop is bounded by ``oncestream.shutdown.timeout.ms`` (default 60 s; ``process_shutdown``):
+past it, or on a second SIGTERM/SIGINT, the node kills its children (the JVM) and exits at once
+with status 1.
+``--ready-file F`` is written (whole, by rename) once the node has replayed its command topic and
+listens: ``{"host", "port", "url", "serviceId", "sparkUiUrl"}`` (``sparkUiUrl``: the driver's Spark UI,
+whose REST API under ``/api/v1`` lists the executors; null while Spark has not started or with
+``spark.ui.enabled=false``, the default).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from oncestream.sql.server.command_topic import WriteStepObserver
+
+from oncestream.process_shutdown import STOP_SIGNALS, ShutdownBound, install_stop_signals, shutdown_timeout_ms
+
+log = logging.getLogger("oncestream.sql")
+
+CLIENT_PROPERTY_PREFIXES = ("security.", "sasl.", "ssl.", "client.", "enable.ssl.", "socket.", "request.timeout.ms",
+                            "reconnect.", "metadata.max.age.ms", "retry.backoff.ms")
+_REPLAY_TIMEOUT_S = 300.0
+_DEFAULT_MAX_BODY_BYTES = 1 << 20
+# Stopping queries at a batch boundary and Spark's JVM takes longer than a broker's stop.
+_DEFAULT_SHUTDOWN_TIMEOUT_MS = 60_000
+
+
+def register(sub: Any) -> None:
+    """Add the ``sql-server`` subcommand to the ``oncestream`` command (cli.py)."""
+    p = sub.add_parser("sql-server", help="run a SQL server node (ksqlDB's REST API) in the foreground")
+    add_arguments(p)
+    p.set_defaults(func=run)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--bootstrap-server", required=True, help="Kafka bootstrap HOST:PORT[,HOST:PORT...]")
+    p.add_argument("--listen", default="127.0.0.1:8088", help="HOST:PORT of the REST API (port 0: any free port)")
+    p.add_argument("--service-id", required=True, help="nodes with the same service id share one metastore")
+    p.add_argument("--state-dir", required=True, help="local state (checkpoints unless checkpoint.root)")
+    p.add_argument("--spark-master", default=None, help="Spark master URL (default local[*])")
+    p.add_argument("--advertised-url", default=None, help="URL other nodes and clients reach this node at")
+    p.add_argument("--config", action="append", metavar="KEY=VALUE",
+                   help="client security property, checkpoint.root, spark.* or ksql.* setting")
+    p.add_argument("--ready-file", default=None, metavar="PATH", help="write host/port JSON here once ready")
+    p.add_argument("--log-level", default="info")
+
+
+def _parse_config(items: list[str] | None) -> dict[str, str]:
+    props: dict[str, str] = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise SystemExit(f"oncestream sql-server: --config expects key=value, got {item!r}")
+        props[key.strip()] = value.strip()
+    return props
+
+
+def client_properties(props: dict[str, str]) -> dict[str, str]:
+    """The --config entries that every Kafka client of the node gets."""
+    return {k: v for k, v in props.items() if k.startswith(CLIENT_PROPERTY_PREFIXES)}
+
+
+def _listen(listen: str) -> tuple[str, int]:
+    host, sep, port = listen.rpartition(":")
+    if not sep:
+        raise SystemExit(f"oncestream sql-server: --listen expects HOST:PORT, got {listen!r}")
+    return host or "0.0.0.0", int(port)
+
+
+def _write_ready(path: Path, body: dict[str, Any]) -> None:
+    temp = path.with_name(path.name + ".tmp")
+    temp.write_text(json.dumps(body))
+    os.replace(temp, path)
+
+
+def _spark_session(master: str | None, props: dict[str, str], state_dir: Path) -> Any:
+    """The node's one SparkSession (the runtime's recommended settings, then ``spark.*`` overrides).
+
+    The Python every Spark Python worker runs, the executors' included, is the driver's
+    ``PYSPARK_PYTHON``: an operator's setting (the interpreter path that exists on every machine of
+    a cluster, docs/spark-cluster.md) is kept; unset, it is this server's own interpreter."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    from oncestream.sql.engine import runtime as runtime_module
+
+    builder = SparkSession.builder.master(master or "local[*]").appName("oncestream-sql-server")
+    recommended = getattr(runtime_module, "spark_session_config", None)
+    settings: dict[str, str] = dict(recommended()) if callable(recommended) else {}
+    settings.setdefault("spark.sql.shuffle.partitions", "4")
+    settings.setdefault("spark.ui.enabled", "false")
+    settings.setdefault("spark.local.dir", str(state_dir / "spark-local"))
+    settings.update({k: v for k, v in props.items() if k.startswith("spark.")})
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    from oncestream.spark import register as register_connector
+
+    register_connector(spark)
+    return spark
+
+
+def _stop_spark(spark: Any) -> None:
+    """Stop Spark and make sure its JVM (and with it the Python workers) is gone."""
+    from pyspark import SparkContext
+
+    try:
+        spark.stop()
+    except Exception as exc:  # noqa: BLE001 - shutting down anyway
+        log.warning("oncestream sql: stopping Spark: %s", exc)
+    gateway = SparkContext._gateway
+    proc = getattr(gateway, "proc", None) if gateway is not None else None
+    try:
+        if gateway is not None:
+            gateway.shutdown()
+    except Exception as exc:  # noqa: BLE001
+        log.debug("oncestream sql: gateway shutdown: %s", exc)
+    if proc is not None:
+        try:
+            if proc.stdin is not None:
+                proc.stdin.close()  # the JVM exits when its parent's pipe closes
+            proc.wait(timeout=20)
+        except Exception:  # noqa: BLE001 - still running: make it stop
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+class SparkRuntime:
+    """The node's ``QueryRuntime`` and its SparkSession, created at start (``ksql.spark.start=eager``,
+    the default) or on first use (``lazy``: a node that only serves statements never starts a JVM;
+    the tests of the write protocol use it)."""
+
+    def __init__(self, make: Any, eager: bool) -> None:
+        self._make = make
+        self._lock = threading.Lock()
+        self._runtime: Any = None
+        self._spark: Any = None
+        if eager:
+            self.get()
+
+    def get(self) -> Any:
+        with self._lock:
+            if self._runtime is None:
+                self._spark, self._runtime = self._make()
+            return self._runtime
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.get(), name)
+
+    def ui_url(self) -> str | None:
+        """The Spark UI of this node's driver (None before Spark started or with the UI disabled)."""
+        with self._lock:
+            spark = self._spark
+        return None if spark is None else spark.sparkContext.uiWebUrl
+
+    def running(self) -> list[str]:
+        with self._lock:
+            runtime = self._runtime
+        return [] if runtime is None else list(runtime.running())
+
+    def stop(self) -> None:
+        """Stop every query, then Spark and its JVM (nothing to do if Spark never started)."""
+        with self._lock:
+            runtime, spark = self._runtime, self._spark
+        if runtime is None:
+            return
+        try:
+            runtime.stop_all()
+        except Exception as exc:  # noqa: BLE001 - shutting down anyway
+            log.warning("oncestream sql: stopping queries: %s", exc)
+        _stop_spark(spark)
+
+
+def run(args: argparse.Namespace, *, write_steps: WriteStepObserver | None = None) -> int:
+    """Run one node until SIGTERM/SIGINT; 0 on a clean stop. ``write_steps`` is injected into
+    the node (told each step of the command-topic write protocol)."""
+    logging.basicConfig(level=getattr(logging, str(args.log_level).upper()),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from oncestream.client import KafkaException
+    from oncestream.sql.engine.runtime import QueryRuntime, RuntimeSettings
+    from oncestream.sql.errors import KsqlError
+    from oncestream.sql.server.node import Node, NodeSettings
+    from oncestream.sql.server.node_identity import NodeIdentityError, node_instance_id
+    from oncestream.sql.server.rest.app import create_app
+
+    props = _parse_config(args.config)
+    try:
+        bound = ShutdownBound(shutdown_timeout_ms(props, _DEFAULT_SHUTDOWN_TIMEOUT_MS), "oncestream sql",
+                              before_forced_exit=_kill_children)
+    except ValueError as exc:
+        log.error("oncestream sql: %s", exc)
+        return 1
+    state_dir = Path(args.state_dir).resolve()
+    state_dir.mkdir(parents=True, exist_ok=True)
+    checkpoint_root = props.get("checkpoint.root") or str(state_dir / "checkpoints")
+    clients = client_properties(props)
+    try:
+        instance_id = node_instance_id(props, state_dir)
+    except (NodeIdentityError, OSError) as exc:
+        log.error("oncestream sql: %s", exc)
+        return 1
+    settings = NodeSettings(
+        service_id=args.service_id, bootstrap_servers=args.bootstrap_server, client_properties=clients,
+        properties=props,
+        command_timeout_ms=int(props.get("ksql.command.timeout.ms", 60_000)),
+        session_timeout_ms=int(props.get("ksql.query.assignment.session.timeout.ms", 10_000)),
+        heartbeat_interval_ms=int(props.get("ksql.query.assignment.heartbeat.interval.ms", 1_000)),
+        replication_factor=int(props.get("ksql.internal.topic.replicas", 1)),
+        state_dir=str(state_dir), instance_id=instance_id,
+    )
+    host, port = _listen(args.listen)
+
+    def make() -> tuple[Any, Any]:
+        spark = _spark_session(args.spark_master, props, state_dir)
+        return spark, QueryRuntime(spark, RuntimeSettings(
+            bootstrap_servers=args.bootstrap_server, client_properties=clients, checkpoint_root=checkpoint_root,
+            service_id=args.service_id))
+
+    # SIGTERM during start-up (Spark's JVM takes seconds) also ends in a clean stop; once
+    # serving, the event loop's handlers take over.
+    def terminated(_signum: int, _frame: Any) -> None:
+        bound.arm_second_signal()
+        bound.begin()
+        raise _Terminated()
+
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, terminated)
+    runtime: SparkRuntime | None = None
+    node: Any = None
+    status = 0
+    try:
+        runtime = SparkRuntime(make, eager=props.get("ksql.spark.start", "eager") != "lazy")
+        node = Node(settings, runtime, write_steps=write_steps)
+        node.start()
+        if not node.runner.wait_replayed(_REPLAY_TIMEOUT_S) and node.runner.degraded_reason is None:
+            log.error("oncestream sql: the command topic was not replayed within %.0f s", _REPLAY_TIMEOUT_S)
+        app = create_app(node, max_body_bytes=int(props.get("ksql.max.body.bytes", _DEFAULT_MAX_BODY_BYTES)))
+        asyncio.run(_serve(app, node, runtime, host, port, args, bound))
+    except _Terminated:
+        log.info("oncestream sql: terminated while starting")
+    except (KafkaException, KsqlError) as exc:
+        # No traceback for what the operator must fix (unreachable cluster, credentials...).
+        log.error("oncestream sql: cannot start the node against %s: %s", args.bootstrap_server, exc)
+        status = 1
+    finally:
+        # One bounded stop: a signal from now on exits at once (the first one already did this).
+        bound.arm_second_signal()
+        bound.begin()
+        log.info("oncestream sql: shutting down")
+        if node is not None:
+            node.stop()
+        if runtime is not None:
+            runtime.stop()
+        elif "pyspark" in sys.modules:
+            _stop_spark_if_started()
+        _end_children()
+    bound.finished()
+    return status
+
+
+def _children() -> list[int]:
+    """Pids of this process's living children (Linux /proc)."""
+    me = str(os.getpid())
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            if fields[1] == me and fields[0] != "Z":
+                out.append(int(entry.name))
+    return out
+
+
+def _kill_children() -> None:
+    """SIGKILL every child left (the Spark JVM, its workers): a forced exit must not leave them."""
+    if Path("/proc").is_dir():
+        for pid in _children():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def _end_children(timeout_s: float = 15.0) -> None:
+    """A JVM whose start was interrupted (no gateway to stop it through) would outlive us: SIGTERM
+    what is left of our children, SIGKILL after ``timeout_s``, and reap them."""
+    if not Path("/proc").is_dir():
+        return
+    pids = _children()
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    while pids and time.monotonic() < deadline:
+        for pid in list(pids):
+            with contextlib.suppress(ChildProcessError):
+                done, _status = os.waitpid(pid, os.WNOHANG)
+                if done == 0:
+                    continue
+            pids.remove(pid)
+        time.sleep(0.05)
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, 0)
+
+
+class _Terminated(Exception):
+    """SIGTERM/SIGINT before the server was serving."""
+
+
+def _stop_spark_if_started() -> None:
+    """A JVM started by a SparkSession that never finished building (terminated meanwhile)."""
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None or SparkContext._gateway is not None:
+        _stop_spark(active if active is not None else _NoSession())
+
+
+class _NoSession:
+    def stop(self) -> None:
+        """Nothing to stop but the JVM (``_stop_spark`` does that)."""
+
+
+async def _serve(app: Any, node: Any, runtime: SparkRuntime, host: str, port: int, args: argparse.Namespace,
+                 bound: ShutdownBound) -> None:
+    from oncestream.sql.server.rest.serve import serve
+
+    shutdown = asyncio.Event()
+    install_stop_signals(asyncio.get_running_loop(), bound, shutdown.set)
+
+    def ready(bound_port: int) -> None:
+        advertised = args.advertised_url or f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{bound_port}"
+        node.join_cluster(advertised)
+        if args.ready_file:
+            _write_ready(Path(args.ready_file), {"host": host, "port": bound_port, "url": advertised,
+                                                 "serviceId": node.service_id, "sparkUiUrl": runtime.ui_url()})
+        log.info("oncestream sql: node %s of service %s ready", advertised, node.service_id)
+
+    await serve(app, host, port, shutdown, ready)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m oncestream.sql.server.server_main ...`` (same options as ``oncestream sql-server``)."""
+    parser = argparse.ArgumentParser(prog="oncestream sql-server", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
