@@ -107,7 +107,7 @@ def test_transaction_round_trip_over_sasl(sasl_broker, client, mechanism):
 def test_spark_log_client_authenticates_with_kafka_sasl_options(sasl_broker):
     """The Spark connector's protocol client takes the kafka.sasl.* options (without the prefix,
     as the connector hands them over) and refuses a wrong password with a SASL error."""
-    from oncestream.client.common.sasl import SaslClientError
+    from oncestream.spark.errors import BrokerRequestError
     from oncestream.spark.log_client import ClientSettings, LogClient
 
     topic = unique_topic("sasl-spark")
@@ -121,8 +121,11 @@ def test_spark_log_client_authenticates_with_kafka_sasl_options(sasl_broker):
             client.close()
     bad = LogClient(sasl_broker.bootstrap, settings=ClientSettings.from_config(
         librdkafka_conf("SCRAM-SHA-512", password="wrong")))
-    with pytest.raises(SaslClientError):
-        bad.metadata([topic])
+    try:
+        with pytest.raises(BrokerRequestError, match="SASL authentication failed"):
+            bad.metadata([topic])
+    finally:
+        bad.close()
 
 
 def test_cli_tools_take_security_settings_from_command_config(sasl_broker, tmp_path):

@@ -2,8 +2,9 @@
 treat LEADER_NOT_AVAILABLE / UNKNOWN_TOPIC_OR_PARTITION): a partition whose topic appears a moment
 after the first Metadata answer is found on a later one. Seen in CI: two queries creating the
 commit journal topic at once, one answered TOPIC_ALREADY_EXISTS before the topic was readable,
-failed its first commit with "has no leader". Against a real broker (ours, or Tansu with
-``ONCESTREAM_TEST_BROKER=tansu``)."""
+failed its first commit with "has no leader". The rule now lives in the client
+(``Cluster.leader``; tests/interop/test_client_leader_retry.py shows it for the admin client).
+Against a real broker (ours, or Tansu with ``ONCESTREAM_TEST_BROKER=tansu``)."""
 
 from __future__ import annotations
 

@@ -250,17 +250,23 @@ def test_spark_log_client_passes_kafka_ssl_options_through(tls_broker: BrokerPro
     (options without the prefix, parsed once on the driver, pickled to the tasks)."""
     import pickle
 
+    from oncestream.spark.errors import BrokerRequestError
     from oncestream.spark.log_client import ClientSettings, LogClient
     from oncestream.spark.options import kafka_params
+    from tests.support.clients import create_topic, unique_topic
 
     options = {"kafka.bootstrap.servers": tls_broker.listener_bootstrap("MTLS"),
                **{f"kafka.{k}": v for k, v in _ssl_conf(pki, pki.alice).items()}}
     settings = pickle.loads(pickle.dumps(ClientSettings.from_config(kafka_params(options))))
-    client = LogClient(options["kafka.bootstrap.servers"], settings=settings)
-    try:
-        assert _metadata_broker_port(client.any_connection()) == tls_broker.listener_ports["MTLS"]
-    finally:
-        client.close()
+    topic = unique_topic("tls-spark")
+    create_topic(tls_broker.listener_bootstrap("PLAINTEXT"), topic, partitions=2)
+    with LogClient(options["kafka.bootstrap.servers"], settings=settings) as client:
+        assert client.metadata([topic]) == {topic: [0, 1]}
+    # Without the ssl options the MTLS listener does not answer the same client.
+    with LogClient(options["kafka.bootstrap.servers"], settings=ClientSettings(retry_backoff_ms=10),
+                   timeout_s=5) as plain:
+        with pytest.raises(BrokerRequestError):
+            plain.metadata([topic])
 
 
 def test_spark_partition_reader_reads_over_tls(tls_broker: BrokerProcess, pki: Pki) -> None:

@@ -604,12 +604,11 @@ class Admin(AclAdmin):
         async def run() -> dict[tuple[str, int], list[ProducerState]]:
             await self._cluster.refresh({t for t, _ in wanted})
             by_node: dict[int, list[tuple[str, int]]] = {}
-            for tp in wanted:
-                by_node.setdefault(self._cluster.leader_for(*tp), []).append(tp)
+            for tp in wanted:  # an unknown leader is waited for (the client's partition retry rule)
+                node = await self._cluster.leader(*tp, retry_backoff_s=self._retry_backoff_s)
+                by_node.setdefault(node, []).append(tp)
             out: dict[tuple[str, int], list[ProducerState]] = {}
             for node, tps in by_node.items():
-                if node < 0:
-                    raise BrokerResponseError(int(ErrorCode.leader_not_available), f"no leader for {tps}")
                 by_topic: dict[str, list[int]] = {}
                 for t, p in tps:
                     by_topic.setdefault(t, []).append(p)
@@ -689,9 +688,7 @@ class Admin(AclAdmin):
 
         async def run() -> None:
             await self._cluster.refresh([spec.topic])
-            node = self._cluster.leader_for(*key)
-            if node < 0:
-                raise BrokerResponseError(int(ErrorCode.leader_not_available))
+            node = await self._cluster.leader(*key, retry_backoff_s=self._retry_backoff_s)
 
             def make(m: Any, version: int) -> Any:
                 return build(

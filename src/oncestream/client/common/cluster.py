@@ -34,6 +34,23 @@ COORDINATOR_NODE_BASE = -2_000_000
 COORDINATOR_GROUP = 0
 COORDINATOR_TRANSACTION = 1
 _ZERO_UUID = uuid.UUID(int=0)
+# How often a partition request (and the wait for a partition's leader) is tried before its error
+# reaches the caller; between tries the client waits retry.backoff.ms and asks for metadata again.
+PARTITION_ATTEMPTS = 20
+# Partition errors that mean "the client's metadata is stale or the partition is not ready yet":
+# retriable for every client kind, after the backoff and a metadata refresh (Kafka's clients treat
+# them alike: the leader moved, the topic was created a moment ago, an epoch is behind).
+RETRY_AFTER_METADATA = frozenset({
+    int(ErrorCode.not_leader_or_follower),
+    int(ErrorCode.leader_not_available),
+    int(ErrorCode.unknown_topic_or_partition),
+    int(ErrorCode.fenced_leader_epoch),
+    int(ErrorCode.unknown_leader_epoch),
+    int(ErrorCode.offset_not_available),
+    int(ErrorCode.request_timed_out),
+    int(ErrorCode.kafka_storage_error),
+    int(ErrorCode.not_enough_replicas),
+})
 
 
 @dataclass(slots=True)
@@ -285,7 +302,7 @@ class Cluster:
         if missing:  # a refresh already in flight did not ask for these
             await self._fetch_metadata(set(self.interesting_topics))
 
-    async def _fetch_metadata(self, topics: set[str] | None) -> None:
+    async def _fetch_metadata(self, topics: set[str] | None) -> Any:
         def make(m: Any, version: int) -> Any:
             if topics is None:
                 names = None
@@ -301,6 +318,15 @@ class Cluster:
 
         response = await self.send(None, METADATA, make, min_version=1)
         self.apply_metadata(response, full=topics is None)
+        return response
+
+    async def fetch_metadata(self, topics: Iterable[str] | None) -> dict[str, TopicInfo]:
+        """One Metadata request for exactly ``topics`` (None: every topic), applied to the cache;
+        returns what the answer said of each topic it named (a topic that does not exist is
+        named with an error, or, for None, not at all)."""
+        wanted = None if topics is None else set(topics)
+        response = await self._fetch_metadata(wanted)
+        return {t.name: self.topics[t.name] for t in response.topics if t.name is not None}
 
     def apply_metadata(self, response: Any, *, full: bool = False) -> None:
         """Take brokers and topic leaders from a Metadata response."""
@@ -337,6 +363,39 @@ class Cluster:
         if info is None or partition >= len(info.leaders):
             return -1
         return info.leaders[partition]
+
+    async def leader(self, topic: str, partition: int, *, retry_backoff_s: float,
+                     attempts: int = PARTITION_ATTEMPTS) -> int:
+        """The leader of a partition, asking for metadata while it is unknown.
+
+        An unknown leader (a topic created a moment ago, a leader moving) is retriable, as
+        LEADER_NOT_AVAILABLE is for Kafka's clients: metadata is asked again after
+        ``retry_backoff_s``, up to ``attempts`` times; then ``BrokerResponseError``
+        (LEADER_NOT_AVAILABLE, "topic[p] has no leader"). A broker that cannot be reached
+        meanwhile counts as one more attempt."""
+        for attempt in range(attempts):
+            node = self.leader_for(topic, partition)
+            if node >= 0:
+                return node
+            if attempt:
+                await asyncio.sleep(retry_backoff_s)
+            try:
+                await self.refresh([topic])
+            except (ConnectionLostError, RequestTimedOutError):
+                if attempt == attempts - 1:
+                    raise
+        node = self.leader_for(topic, partition)
+        if node < 0:
+            raise BrokerResponseError(int(ErrorCode.leader_not_available), f"{topic}[{partition}] has no leader")
+        return node
+
+    def forget_leader(self, topic: str, partition: int) -> None:
+        """After a partition error of ``RETRY_AFTER_METADATA``: its leader is unknown until the
+        next refresh, so ``leader`` asks for metadata again."""
+        info = self.topics.get(topic)
+        if info is not None and partition < len(info.leaders):
+            info.leaders[partition] = -1
+        self._metadata_fetched_at = 0.0
 
     def partition_count(self, topic: str) -> int | None:
         """Number of partitions, or None if the topic is unknown (or errored) in metadata."""

@@ -10,22 +10,13 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from oncestream.client.common.cluster import Cluster
+from oncestream.client.common.cluster import PARTITION_ATTEMPTS, RETRY_AFTER_METADATA, Cluster
 from oncestream.client.common.errors import BrokerResponseError, ConnectionLostError, RequestTimedOutError
 from oncestream.protocol.api_keys import LIST_OFFSETS
 from oncestream.protocol.codec import build
 
 EARLIEST = -2
 LATEST = -1
-_RETRY = (
-    ErrorCode.not_leader_or_follower,
-    ErrorCode.unknown_topic_or_partition,
-    ErrorCode.leader_not_available,
-    ErrorCode.offset_not_available,
-    ErrorCode.request_timed_out,
-    ErrorCode.fenced_leader_epoch,
-    ErrorCode.unknown_leader_epoch,
-)
 
 
 async def list_offsets(
@@ -34,9 +25,11 @@ async def list_offsets(
     *,
     read_committed: bool,
     retry_backoff_s: float,
-    attempts: int = 20,
+    attempts: int = PARTITION_ATTEMPTS,
 ) -> dict[tuple[str, int], tuple[int, int, int]]:
-    """(offset, timestamp, error code) per partition; retriable errors are retried."""
+    """(offset, timestamp, error code) per partition. The client's partition retry rule: an
+    unknown leader or an error of ``RETRY_AFTER_METADATA`` is asked again after the backoff and a
+    metadata refresh, up to ``attempts`` times (then LEADER_NOT_AVAILABLE)."""
     pending = dict(timestamps)
     result: dict[tuple[str, int], tuple[int, int, int]] = {}
     for attempt in range(attempts):
@@ -64,7 +57,8 @@ async def list_offsets(
                     raise answer
                 continue
             for tp, (offset, ts, code) in answer.items():
-                if code in _RETRY:
+                if code in RETRY_AFTER_METADATA:
+                    cluster.forget_leader(*tp)
                     continue
                 result[tp] = (offset, ts, code)
                 pending.pop(tp, None)

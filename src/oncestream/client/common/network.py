@@ -94,7 +94,8 @@ class Connection(asyncio.BufferedProtocol):
         """Connect and negotiate API versions (ApiVersions v3, falling back to v0 per KIP-511)."""
         loop = asyncio.get_running_loop()
         try:
-            await asyncio.wait_for(self._create_connection(loop), timeout_s)
+            async with asyncio.timeout(timeout_s):  # not wait_for: see async_wait
+                await self._create_connection(loop)
         except (TimeoutError, OSError) as exc:  # ssl.SSLError (a failed handshake) is an OSError
             raise ConnectionLostError(f"cannot connect to {self.host}:{self.port}: {exc!r}") from exc
         response = None
@@ -104,9 +105,8 @@ class Connection(asyncio.BufferedProtocol):
             if version >= 3:
                 kwargs = {"client_software_name": "oncestream", "client_software_version": "0.1"}
             try:
-                response = await asyncio.wait_for(
-                    self.send(API_VERSIONS_KEY, version, module.ApiVersionsRequest(**kwargs)), timeout_s
-                )
+                async with asyncio.timeout(timeout_s):
+                    response = await self.send(API_VERSIONS_KEY, version, module.ApiVersionsRequest(**kwargs))
             except TimeoutError as exc:
                 self.close(RequestTimedOutError("ApiVersions timed out"))
                 raise ConnectionLostError(f"{self.host}:{self.port}: ApiVersions timed out") from exc
@@ -131,7 +131,8 @@ class Connection(asyncio.BufferedProtocol):
         """SASL right after ApiVersions (client/common/sasl.py); a refusal closes the connection and
         surfaces as ConnectionLostError naming the reason."""
         async def send(api_key: int, version: int, request: Any) -> Any:
-            return await asyncio.wait_for(self.send(api_key, version, request), timeout_s)
+            async with asyncio.timeout(timeout_s):
+                return await self.send(api_key, version, request)
 
         try:
             lifetime_ms = await authenticate_async(send, creds, self.version_for(SASL_AUTHENTICATE, 2))

@@ -23,6 +23,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from oncestream.async_wait import wait_event
 from oncestream.client.common.cluster import Cluster
 from oncestream.client.common.errors import BrokerResponseError, ConnectionLostError, RequestTimedOutError
 from oncestream.client.common.network import fetch_request_body
@@ -160,10 +161,11 @@ class Fetcher:
             except Exception:  # keep fetching whatever a single bad iteration did
                 log.exception("oncestream consumer: fetch iteration failed")
                 wait_s = self._retry_backoff_s
-            try:
-                await asyncio.wait_for(self._event.wait(), wait_s)
-            except TimeoutError:
-                pass
+            # Not asyncio.wait_for: on 3.11 it can swallow close()'s cancellation (async_wait).
+            if wait_s is None:
+                await self._event.wait()
+            else:
+                await wait_event(self._event, wait_s)
 
     def _send_fetches(self) -> float | None:
         """Send a fetch to every leader with fetchable partitions and none in flight; returns how

@@ -33,6 +33,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from oncestream.async_wait import wait_event
 from oncestream.client.common.cluster import Cluster
 from oncestream.client.common.errors import (
     _FAIL,
@@ -204,13 +205,11 @@ class Sender:
                 log.exception("oncestream producer: sender iteration failed")
                 timeout_ms = 100
             if timeout_ms is None or timeout_ms > 0:
-                try:
-                    if timeout_ms is None:
-                        await self._event.wait()
-                    else:
-                        await asyncio.wait_for(self._event.wait(), timeout_ms / 1000)
-                except TimeoutError:
-                    pass
+                # Not asyncio.wait_for: on 3.11 it can swallow close()'s cancellation (async_wait).
+                if timeout_ms is None:
+                    await self._event.wait()
+                else:
+                    await wait_event(self._event, timeout_ms / 1000)
             else:
                 await asyncio.sleep(0)
 
