@@ -21,7 +21,8 @@ import argparse
 import time
 
 from oncestream.client.consumer.fetch_decoder import decode_partition
-from oncestream.protocol.records import COMPRESSION_BY_NAME, NewRecord, encode_batch
+from oncestream.protocol.compression import COMPRESSION_BY_NAME
+from oncestream.protocol.records import NewRecord, encode_batch
 
 RECORDS_PER_BATCH = 100
 VALUE_BYTES = 1024

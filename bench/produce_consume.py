@@ -227,15 +227,16 @@ def consume(conf: dict, topic: str, record_count: int, value_size: int) -> Measu
             # Ask for no more than what is left: consume() waits out its timeout for a short batch.
             batch = consumer.consume(num_messages=min(10_000, record_count - received), timeout=1.0)
             for msg in batch:
-                if msg.error() is not None:
-                    if msg.error().code() == KafkaError._PARTITION_EOF:
+                err = msg.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
                         continue
-                    raise KafkaException(msg.error())
+                    raise KafkaException(err)
                 # Exactly once and in order: offsets arrive as 0, 1, 2, ... with nothing skipped.
                 if msg.offset() != next_offset:
                     raise RuntimeError(f"expected offset {next_offset}, got {msg.offset()}")
                 next_offset += 1
-                payload_bytes += len(msg.value())
+                payload_bytes += len(msg.value() or b"")
                 received += 1
         seconds = time.perf_counter() - started
         # Nothing beyond the N records either (a duplicate would sit past offset N-1). Not via
@@ -267,7 +268,7 @@ class Profiler:
         self.folded_path = out_stem.with_suffix(".folded")
         self.summary_path = out_stem.with_suffix(".top.txt")
         self.log_path = out_stem.with_suffix(".py-spy.log")
-        self._log = open(self.log_path, "wb")  # noqa: SIM115 - kept open for the profiler's lifetime, closed in finish()
+        self._log = open(self.log_path, "wb")  # noqa: SIM115 - py-spy's log, closed once py-spy has stopped
         # --nonblocking: sample without pausing the broker, so the profiled round runs near full speed.
         self.process = subprocess.Popen(
             [str(py_spy), "record", "--pid", str(pid), "--rate", "500", "--nonblocking",

@@ -112,9 +112,12 @@ def _query_runner(mats: Any, source: SourceInfo) -> tuple[str, Callable[[int], l
         from oncestream.sql.engine.pull import pull_query
         from oncestream.sql.language.analyzer import analyze_query
         from oncestream.sql.language.parser import parse
+        from oncestream.sql.language.sql_ast import QueryStatement
 
         def full(key: int) -> list[list[Any]]:
             statement = parse(f"SELECT * FROM {TABLE} WHERE ID = {key};")[0]
+            if not isinstance(statement, QueryStatement):
+                raise TypeError(f"a pull query parsed as {type(statement).__name__}")
             analyzed = analyze_query(statement.query, {TABLE: source})
             return pull_query(mats, analyzed)[1]
 

@@ -91,8 +91,11 @@ def _run_sql(runtime, source, round_no: int, topic_out: str, records: int) -> fl
     from oncestream.sql.language.analyzer import analyze_query
     from oncestream.sql.language.catalog import Format, QueryInfo, SourceInfo
     from oncestream.sql.language.parser import parse
+    from oncestream.sql.language.sql_ast import CreateAsSelect
 
     (statement,) = parse(QUERY.format(n=round_no))
+    if not isinstance(statement, CreateAsSelect):
+        raise TypeError(f"the benchmark query must be a CREATE ... AS SELECT, parsed as {type(statement).__name__}")
     analyzed = analyze_query(statement.query, {"ORDERS": source}, sink=statement.name)
     sink = SourceInfo(name=statement.name, kind=analyzed.result_kind, topic=topic_out, key_format=Format.KAFKA,
                       value_format=Format.JSON, columns=tuple(analyzed.columns), statement=statement.text, partitions=2)
@@ -172,8 +175,11 @@ def main() -> int:
                                                       max_offsets_per_trigger=args.max_offsets))
         from oncestream.sql.language.catalog import Column, Format, Namespace, SourceInfo
         from oncestream.sql.language.parser import parse
+        from oncestream.sql.language.sql_ast import CreateSource
 
         (ddl,) = parse(SOURCE.format(topic=topic_in))
+        if not isinstance(ddl, CreateSource):
+            raise TypeError(f"the benchmark source must be a CREATE STREAM, parsed as {type(ddl).__name__}")
         source = SourceInfo(name="ORDERS", kind=ddl.kind, topic=topic_in, key_format=Format.KAFKA, value_format=Format.JSON,
                             columns=tuple(Column(c.name, c.type, Namespace.KEY if c.key else Namespace.VALUE)
                                           for c in ddl.columns), statement=ddl.text, partitions=args.partitions)

@@ -65,7 +65,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tests.support.brokers import BrokerProcess
 from tests.support.clients import create_topic
-from tests.support.faults import test_tree_environment
+from tests.support.faults import child_environment
 
 VALUE_BYTES = 100
 OFFSET = struct.Struct(">q")
@@ -367,7 +367,7 @@ def _materialize_in_process(bootstrap: str, topic: str, state_dir: Path, ends: d
 def _materializer_process(bootstrap: str, topic: str, state_dir: Path, events: Path,
                           crash: bool = False) -> tuple[float, int]:
     # The crash is injected into the store by the test tree's driver (no switch in shipped code).
-    env = test_tree_environment()
+    env = child_environment()
     entry = ["tests.support.materializer_with_crash", "--crash-point", "before-batch", "--"] if crash \
         else ["oncestream.state.materializer"]
     cmd = [sys.executable, "-m", *entry, "--bootstrap-server", bootstrap,

@@ -242,7 +242,7 @@ def latency_round(bootstrap: str, admin: AdminClient, mode: str, rate_per_s: int
                 if msg.error() is not None:
                     raise KafkaException(msg.error())
                 received_ns = time.time_ns()
-                (sent_ns,) = struct.unpack_from(">q", msg.value(), 0)
+                (sent_ns,) = struct.unpack_from(">q", msg.value() or b"", 0)
                 if sent_ns == WARMUP_SENT_NS:
                     warmed_up.set()
                     continue
@@ -509,10 +509,10 @@ def main() -> int:
                 print(f"round {round_number + 1} {mode:13s} throughput {result.mb_per_s:7.1f} MB/s "
                       f"({result.records} records, {result.commits} commits)", flush=True)
             for mode in order:
-                result = latency_round(broker.bootstrap, admin, mode, args.rate, args.latency_seconds)
-                lat.append(result)
-                print(f"round {round_number + 1} {mode:13s} latency p50 {result.percentile(0.5):6.1f} ms "
-                      f"p99 {result.percentile(0.99):6.1f} ms", flush=True)
+                latency = latency_round(broker.bootstrap, admin, mode, args.rate, args.latency_seconds)
+                lat.append(latency)
+                print(f"round {round_number + 1} {mode:13s} latency p50 {latency.percentile(0.5):6.1f} ms "
+                      f"p99 {latency.percentile(0.99):6.1f} ms", flush=True)
     finally:
         broker.stop()
         shutil.rmtree(work_dir, ignore_errors=True)

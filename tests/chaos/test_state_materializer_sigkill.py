@@ -29,7 +29,8 @@ from oncestream.state import StateStore
 from oncestream.state.materializer import Materializer
 from oncestream.state.source import KafkaChangelogSource
 from tests.support.clients import CLIENT_TIMEOUT_S, create_topic, unique_topic
-from tests.support.faults import test_tree_environment
+from tests.support.faults import child_environment
+from tests.support.narrow import present
 from tests.support.txn import list_offset, transactional_producer, wait_until
 
 pytestmark = pytest.mark.chaos
@@ -64,7 +65,8 @@ def _produce_changelog(bootstrap: str, topic: str) -> dict[int, list[tuple[int, 
             key, value = b"p%d-k%04d" % (partition, i // PARTITIONS), b"v%05d" % i
         producer.produce(topic, value, key=key, partition=partition, on_delivery=delivered)
         producer.poll(0)
-    assert producer.flush(CLIENT_TIMEOUT_S) == 0 and not errors
+    assert producer.flush(CLIENT_TIMEOUT_S) == 0
+    assert not errors
     for records in log.values():
         records.sort()
     return log
@@ -101,7 +103,7 @@ def _events(path: Path) -> list[dict]:
 
 def _run_materializer(bootstrap: str, topic: str, state_dir: Path, events: Path, *,
                       crash_point: str | None = None, crash_at_commit: int = 3) -> int:
-    env = test_tree_environment()
+    env = child_environment()
     entry = ["oncestream.state.materializer"] if crash_point is None else [
         "tests.support.materializer_with_crash", "--crash-point", crash_point,
         "--crash-at-commit", str(crash_at_commit), "--"]
@@ -138,7 +140,8 @@ def test_sigkill_at_each_commit_point_recovers_the_committed_prefix(broker_facto
     before_kill = _events(events)
     begins = [e for e in before_kill if e["event"] == "commit-begin"]
     acked = [e for e in before_kill if e["event"] == "committed"]
-    assert len(begins) == 3 and len(acked) == 2  # killed in the third commit, never acknowledged
+    assert len(begins) == 3
+    assert len(acked) == 2
     crashing = _parse_offsets(begins[-1]["offsets"])
     previous = _parse_offsets(acked[-1]["offsets"])
 
@@ -209,14 +212,14 @@ def test_aborted_and_open_transactions_never_reach_the_store(broker_factory, tmp
         _step_until(m, lambda: all(m.committed_offsets().get(tp, -1) >= o for tp, o in target.items()),
                     "materializer at the LSO")
         for isolation in ("read_committed", "read_uncommitted"):
-            reader = m.store.reader(isolation)
+            reader = present(m.store, "materializer store").reader(isolation)
             assert dict(reader.range()) == {b"a": b"1", b"b": b"2", b"c": b"1", b"d": b"2"}
             reader.close()
         producer.commit_transaction(CLIENT_TIMEOUT_S)
         target = _lso(broker.bootstrap, topic, PARTITIONS)
         _step_until(m, lambda: all(m.committed_offsets().get(tp, -1) >= o for tp, o in target.items()),
                     "materializer past the committed transaction")
-        reader = m.store.reader()
+        reader = present(m.store, "materializer store").reader()
         assert dict(reader.range()) == {b"a": b"1", b"b": b"OPEN", b"c": b"1", b"d": b"2", b"open": b"OPEN"}
         reader.close()
     finally:
@@ -234,7 +237,7 @@ def test_partitions_added_to_the_changelog_are_materialized(broker_factory, tmp_
                      commit_interval_ms=0, metadata_interval_ms=200)
     m.start()
     try:
-        _step_until(m, lambda: m.store.get(b"k0") == b"v0", "partition 0")
+        _step_until(m, lambda: present(m.store, "materializer store").get(b"k0") == b"v0", "partition 0")
         admin = AdminClient({"bootstrap.servers": broker.bootstrap})
         admin.create_partitions([NewPartitions(topic, 3)])[topic].result(CLIENT_TIMEOUT_S)
         wait_until(lambda: _partition_count(broker.bootstrap, topic) == 3, 30, "3 partitions")
@@ -242,7 +245,11 @@ def test_partitions_added_to_the_changelog_are_materialized(broker_factory, tmp_
         for p in (1, 2):
             producer.produce(topic, b"v%d" % p, key=b"k%d" % p, partition=p)
         assert producer.flush(CLIENT_TIMEOUT_S) == 0
-        _step_until(m, lambda: m.store.get(b"k2") == b"v2" and m.store.get(b"k1") == b"v1", "new partitions")
+        def holds_the_new_partitions() -> bool:
+            store = present(m.store, "materializer store")  # reopened when the partitions change
+            return store.get(b"k2") == b"v2" and store.get(b"k1") == b"v1"
+
+        _step_until(m, holds_the_new_partitions, "new partitions")
     finally:
         m.close()
     with StateStore(tmp_path / "store") as store:

@@ -23,10 +23,14 @@ from __future__ import annotations
 
 import threading
 import uuid
+from collections.abc import Callable
+from typing import Generic, TypeVar
 
 import pytest
+from confluent_kafka import KafkaException
 from kio.schema.errors import ErrorCode
 
+from tests.support.brokers import BrokerProcess
 from tests.support.clients import CLIENT_TIMEOUT_S, create_topic, unique_topic
 from tests.support.delay_proxy import DelayProxy
 from tests.support.txn import (
@@ -52,12 +56,14 @@ pytestmark = pytest.mark.chaos
 HOLD_WAIT_S = 30.0
 STALE_EPOCH_ERRORS = (ErrorCode.producer_fenced, ErrorCode.invalid_producer_epoch)
 
+T = TypeVar("T")
+
 
 @pytest.fixture(scope="module")
 def proxied_broker(tmp_path_factory):
     """(broker, proxy): our broker advertising a DelayProxy in front of it, so every client
     connection, bootstrap or not, goes through the proxy."""
-    holder: dict[str, object] = {}
+    holder: dict[str, BrokerProcess] = {}
     proxy = DelayProxy(lambda: (holder["broker"].host, holder["broker"].port)).start()
     broker = start_txn_broker(
         tmp_path_factory.mktemp("delay-broker") / "data",
@@ -71,27 +77,28 @@ def proxied_broker(tmp_path_factory):
         broker.stop()
 
 
-class InBackground:
+class InBackground(Generic[T]):
     """Run one blocking call on a thread (it waits on a held request) and keep its result."""
 
-    def __init__(self, fn) -> None:
-        self.result: object = None
+    def __init__(self, fn: Callable[[], T]) -> None:
+        self._results: list[T] = []  # the call's result, once it returned
         self.error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, args=(fn,), daemon=True)
         self._thread.start()
 
-    def _run(self, fn) -> None:
+    def _run(self, fn: Callable[[], T]) -> None:
         try:
-            self.result = fn()
+            self._results.append(fn())
         except BaseException as exc:  # noqa: BLE001 - surfaced by join()
             self.error = exc
 
-    def join(self, timeout_s: float = CLIENT_TIMEOUT_S) -> object:
+    def join(self, timeout_s: float = CLIENT_TIMEOUT_S) -> T:
         self._thread.join(timeout_s)
         assert not self._thread.is_alive(), "the delayed call never returned"
         if self.error is not None:
             raise self.error
-        return self.result
+        (result,) = self._results
+        return result
 
 
 def _txn_id(prefix: str) -> str:
@@ -109,7 +116,7 @@ def test_delayed_produce_of_aborted_transaction_is_rejected_after_epoch_bump(pro
     """A Produce of transaction 1 (epoch e) is delayed; the client gives up, aborts, bumps its
     epoch with InitProducerId(id, e) (KIP-360) and commits transaction 2 on the same partitions.
     The late Produce is then answered with a stale-epoch error and lands nowhere."""
-    broker, proxy = proxied_broker
+    _broker, proxy = proxied_broker
     bootstrap = proxy.bootstrap
     topic = unique_topic("delay-produce")
     create_topic(bootstrap, topic, partitions=2)
@@ -149,7 +156,7 @@ def test_delayed_produce_to_partition_not_in_new_transaction_is_rejected(proxied
     client aborts and, without an epoch bump, starts transaction 2 on partition 1 only. The late
     Produce (same producer id and epoch) must be refused, not appended to partition 0 where no
     marker would ever come (a hanging transaction that would stall the LSO forever)."""
-    broker, proxy = proxied_broker
+    _broker, proxy = proxied_broker
     bootstrap = proxy.bootstrap
     topic = unique_topic("delay-verify")
     create_topic(bootstrap, topic, partitions=2)
@@ -182,7 +189,7 @@ def test_delayed_end_txn_commit_of_fenced_epoch_commits_nothing(proxied_broker):
     fences the old one (its transaction is aborted) and opens a transaction of its own. The late
     EndTxn is answered PRODUCER_FENCED and neither the old nor the new transaction commits: the
     new one stays open (LSO held at its first record) until its own producer commits it."""
-    broker, proxy = proxied_broker
+    _broker, proxy = proxied_broker
     bootstrap = proxy.bootstrap
     topic = unique_topic("delay-endtxn")
     create_topic(bootstrap, topic, partitions=2)
@@ -198,7 +205,8 @@ def test_delayed_end_txn_commit_of_fenced_epoch_commits_nothing(proxied_broker):
         held.wait_held(HOLD_WAIT_S)
 
         new.init(new_conn)  # fences the old epoch and aborts its transaction
-        assert new.producer_id == old.producer_id and new.producer_epoch > old.producer_epoch
+        assert new.producer_id == old.producer_id
+        assert new.producer_epoch > old.producer_epoch
         assert new.add_partitions(new_conn, topic, [0]) == {(topic, 0): ErrorCode.none}
         error, new_offset = new.produce(new_conn, topic, 0, [b"new-p0"])
         assert error == ErrorCode.none
@@ -222,7 +230,7 @@ def test_delayed_end_txn_commit_of_fenced_epoch_commits_nothing(proxied_broker):
 def test_delayed_add_partitions_of_fenced_epoch_adds_nothing(proxied_broker):
     """An AddPartitionsToTxn(partition 1) of the old epoch is delayed past a fence; on arrival it
     is refused and partition 1 does not join the new instance's transaction."""
-    broker, proxy = proxied_broker
+    _broker, proxy = proxied_broker
     bootstrap = proxy.bootstrap
     topic = unique_topic("delay-addparts")
     create_topic(bootstrap, topic, partitions=2)
@@ -254,7 +262,7 @@ def test_librdkafka_produce_delivered_after_its_transaction_was_aborted(proxied_
     out; the application aborts (librdkafka bumps the epoch, as a timed-out batch may have been
     written) and commits a new transaction; then the held Produce reaches the broker. It must
     not be accepted, and read_committed sees exactly the new transaction."""
-    broker, proxy = proxied_broker
+    _broker, proxy = proxied_broker
     bootstrap = proxy.bootstrap
     topic = unique_topic("delay-rdkafka")
     create_topic(bootstrap, topic, partitions=2)
@@ -271,12 +279,12 @@ def test_librdkafka_produce_delivered_after_its_transaction_was_aborted(proxied_
     produce_values(producer, topic, {0: [b"stale-p0"]}, stale)
     held.wait_held(HOLD_WAIT_S)
     assert producer.flush(CLIENT_TIMEOUT_S) == 0
-    assert not stale.delivered and stale.errors, "the held produce must fail on the client side"
-    try:
+    assert not stale.delivered, "the held produce must fail on the client side"
+    assert stale.errors, "the held produce must fail on the client side"
+    # A transaction with a failed produce must not commit: librdkafka's error is abortable.
+    with pytest.raises(KafkaException) as raised:
         producer.commit_transaction(CLIENT_TIMEOUT_S)
-        raise AssertionError("a transaction with a failed produce must not commit")
-    except Exception as exc:  # noqa: BLE001 - the client's KafkaException, checked below
-        assert exc.args[0].txn_requires_abort(), exc
+    assert raised.value.args[0].txn_requires_abort(), raised.value
     producer.abort_transaction(CLIENT_TIMEOUT_S)
 
     fresh = {0: [b"fresh-p0"], 1: [b"fresh-p1"]}
@@ -288,7 +296,8 @@ def test_librdkafka_produce_delivered_after_its_transaction_was_aborted(proxied_
     held.release()
     late_response = held.decode_response(CLIENT_TIMEOUT_S)
     errors = {p.error_code for t in late_response.responses for p in t.partition_responses}
-    assert errors and ErrorCode.none not in errors, f"the stale produce was accepted: {late_response}"
+    assert errors, f"the stale produce was accepted: {late_response}"
+    assert ErrorCode.none not in errors, f"the stale produce was accepted: {late_response}"
 
     assert values_of(read_to_end(bootstrap, topic, 2, isolation=READ_COMMITTED)) == fresh
     assert values_of(read_to_end(bootstrap, topic, 2, isolation=READ_UNCOMMITTED)) == fresh

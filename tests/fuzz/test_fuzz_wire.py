@@ -91,7 +91,8 @@ def api_table(broker) -> dict[int, tuple[int, int]]:
         response = parse_api_versions_v0(conn.request(API_VERSIONS, 0, 7, b""))
     assert response.correlation_id == 7
     assert response.error_code == ERROR_NONE
-    assert API_PRODUCE in response.versions and API_VERSIONS in response.versions
+    assert API_PRODUCE in response.versions
+    assert API_VERSIONS in response.versions
     return response.versions
 
 

@@ -63,7 +63,7 @@ def describe(admin: AdminClient, acl_filter: AclBindingFilter) -> set[AclBinding
 
 
 def everything_on(name: str | None, pattern: ResourcePatternType = ResourcePatternType.ANY) -> AclBindingFilter:
-    return AclBindingFilter(ResourceType.ANY, name, pattern, None, None, AclOperation.ANY, AclPermissionType.ANY)
+    return AclBindingFilter(ResourceType.ANY, name, pattern, None, None, AclOperation.ANY, AclPermissionType.ANY)  # type: ignore[arg-type]  # the stub types name/principal/host as str: None means any
 
 
 def test_create_describe_delete_round_trip(secured: BrokerProcess) -> None:
@@ -80,11 +80,11 @@ def test_create_describe_delete_round_trip(secured: BrokerProcess) -> None:
     assert describe(admin, everything_on(topic, ResourcePatternType.LITERAL)) == {read}
     # MATCH: every ACL that applies to the name, the PREFIXED one included.
     assert describe(admin, everything_on(topic, ResourcePatternType.MATCH)) == {read, deny}
-    by_principal = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, "User:alice", None,
+    by_principal = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, "User:alice", None,  # type: ignore[arg-type]  # the stub types name/principal/host as str: None means any
                                     AclOperation.ANY, AclPermissionType.ANY)
     assert {read, group} <= describe(admin, by_principal)
 
-    filt = AclBindingFilter(ResourceType.TOPIC, topic, ResourcePatternType.MATCH, None, None,
+    filt = AclBindingFilter(ResourceType.TOPIC, topic, ResourcePatternType.MATCH, None, None,  # type: ignore[arg-type]  # the stub types name/principal/host as str: None means any
                             AclOperation.ANY, AclPermissionType.DENY)
     [(_, future)] = admin.delete_acls([filt], request_timeout=CLIENT_TIMEOUT_S).items()
     assert set(future.result(timeout=CLIENT_TIMEOUT_S)) == {deny}
@@ -104,7 +104,8 @@ def test_only_alter_on_the_cluster_may_change_acls(secured: BrokerProcess) -> No
         answer = conn.call(DESCRIBE_ACLS, lambda m: m.DescribeAclsRequest(
             resource_type_filter=1, resource_name_filter=None, pattern_type_filter=1, principal_filter=None,
             host_filter=None, operation=1, permission_type=1))
-    assert answer.error_code == ErrorCode.cluster_authorization_failed and answer.resources == ()
+    assert answer.error_code == ErrorCode.cluster_authorization_failed
+    assert answer.resources == ()
 
     create(admin_as(secured.bootstrap, "admin"), AclBinding(
         ResourceType.BROKER, "kafka-cluster", ResourcePatternType.LITERAL, "User:carol", "*",
@@ -134,9 +135,11 @@ def test_acls_survive_sigkill_and_are_enforced_after_it(broker_factory) -> None:
     broker.restart(crash=True)  # SIGKILL, then start on the same port and data dir
     assert describe(admin_as(broker.bootstrap, "admin"), everything_on(topic)) == {binding}
     seen = admin_as(broker.bootstrap, "alice").list_topics(topic, timeout=CLIENT_TIMEOUT_S).topics[topic]
-    assert seen.error is None and len(seen.partitions) == 2
+    assert seen.error is None
+    assert len(seen.partitions) == 2
     hidden = admin_as(broker.bootstrap, "bob").list_topics(topic, timeout=CLIENT_TIMEOUT_S).topics[topic]
-    assert hidden.error is not None and hidden.error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    assert hidden.error is not None
+    assert hidden.error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
 
 
 def test_acl_apis_without_an_authorizer_answer_security_disabled(broker_factory) -> None:
@@ -165,7 +168,8 @@ def test_oncestream_admin_acl_methods_round_trip(secured: BrokerProcess) -> None
         assert admin.describe_acls(on_group) == []
     with Admin({"bootstrap.servers": secured.bootstrap, "client.id": "principal:dave"}) as admin:
         [error] = admin.create_acls([binding]).values()
-        assert error is not None and error.code() == ErrorCode.cluster_authorization_failed
+        assert error is not None
+        assert error.code() == ErrorCode.cluster_authorization_failed
         with pytest.raises(OursKafkaException) as refused:
             admin.describe_acls(on_group)
         assert refused.value.args[0].code() == ErrorCode.cluster_authorization_failed
@@ -216,12 +220,15 @@ def test_kafka_python_acl_round_trip_and_refusal(secured: BrokerProcess) -> None
     admin = KafkaAdminClient(bootstrap_servers=secured.bootstrap, client_id="principal:admin")
     try:
         created = admin.create_acls([acl])
-        assert created["failed"] == [] and len(created["succeeded"]) == 1
+        assert created["failed"] == []
+        assert len(created["succeeded"]) == 1
         described, error = admin.describe_acls(on_topic)
-        assert error.errno == 0 and [(a.principal, a.operation, a.permission_type) for a in described] == [
+        assert error.errno == 0
+        assert [(a.principal, a.operation, a.permission_type) for a in described] == [
             ("User:erin", ACLOperation.WRITE, ACLPermissionType.DENY)]
         [(_, deleted, delete_error)] = admin.delete_acls([on_topic])
-        assert delete_error.errno == 0 and len(deleted) == 1
+        assert delete_error.errno == 0
+        assert len(deleted) == 1
     finally:
         admin.close()
     erin = KafkaAdminClient(bootstrap_servers=secured.bootstrap, client_id="principal:erin")

@@ -53,7 +53,8 @@ def test_produce_needs_write_on_the_topic(secured: BrokerProcess) -> None:
     name, topic = user(), new_topic(secured, "acl-produce")
     allow(secured, name, ResourceType.TOPIC, topic, AclOperation.DESCRIBE)  # metadata, not produce
     error = produce_one(secured, name, topic)
-    assert error is not None and error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    assert error is not None
+    assert error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
     allow(secured, name, ResourceType.TOPIC, topic, AclOperation.WRITE)
     assert produce_one(secured, name, topic) is None
 
@@ -72,7 +73,8 @@ def test_idempotent_producer_needs_write_on_some_topic_kip_679(secured: BrokerPr
     assert init_pid().error_code == ErrorCode.cluster_authorization_failed
     allow(secured, name, ResourceType.TOPIC, f"{name}-", AclOperation.WRITE, ResourcePatternType.PREFIXED)
     answer = init_pid()
-    assert answer.error_code == ErrorCode.none and answer.producer_id >= 0
+    assert answer.error_code == ErrorCode.none
+    assert answer.producer_id >= 0
     # librdkafka's idempotent producer: WRITE on the topic is all it needs.
     topic = new_topic(secured, f"{name}-idem")
     assert produce_one(secured, name, topic, **{"enable.idempotence": True}) is None
@@ -100,8 +102,10 @@ def test_list_offsets_needs_describe_and_fetch_needs_read(secured: BrokerProcess
         assert consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=T) == (0, 1)
         consumer.assign([TopicPartition(topic, 0, 0)])
         msg = consumer.poll(T)
-        assert msg is not None and msg.error() is not None
-        assert msg.error().code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+        assert msg is not None
+        error = msg.error()
+        assert error is not None
+        assert error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
     finally:
         consumer.close()
 
@@ -111,7 +115,9 @@ def test_list_offsets_needs_describe_and_fetch_needs_read(secured: BrokerProcess
     try:
         consumer.assign([TopicPartition(topic, 0, 0)])
         msg = consumer.poll(CLIENT_TIMEOUT_S)
-        assert msg is not None and msg.error() is None and msg.value() == b"v"
+        assert msg is not None
+        assert msg.error() is None
+        assert msg.value() == b"v"
     finally:
         consumer.close()
 
@@ -132,7 +138,8 @@ def test_offset_commit_needs_read_on_group_and_topic(secured: BrokerProcess) -> 
         assert code_of(refused) == KafkaError.TOPIC_AUTHORIZATION_FAILED
         allow(secured, name, ResourceType.TOPIC, topic, AclOperation.READ)
         [result] = consumer.commit(offsets=[TopicPartition(topic, 0, 1)], asynchronous=False)
-        assert result.error is None and result.offset == 1
+        assert result.error is None
+        assert result.offset == 1
     finally:
         consumer.close()
 
@@ -209,7 +216,8 @@ def test_two_phase_commit_needs_two_phase_commit_on_the_transactional_id_kip_939
             operation=15, permission_type=3),)))
     assert [r.error_code for r in created.results] == [ErrorCode.none]
     answer = init_pid()
-    assert answer.error_code == ErrorCode.none and answer.producer_id >= 0
+    assert answer.error_code == ErrorCode.none
+    assert answer.producer_id >= 0
 
 
 # --- Metadata: DESCRIBE, no existence leak, CREATE for auto-creation, KIP-430 ------------------
@@ -222,7 +230,8 @@ def test_metadata_hides_topics_without_describe_and_does_not_leak_existence(secu
     # Existing and missing topics get the same answer (and the missing one is not auto-created).
     for name_asked in (topic, missing):
         seen = client.list_topics(name_asked, timeout=T).topics[name_asked]
-        assert seen.error is not None and seen.error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+        assert seen.error is not None
+        assert seen.error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
     assert missing not in admin(secured, "admin").list_topics(timeout=CLIENT_TIMEOUT_S).topics
 
     allow(secured, name, ResourceType.TOPIC, topic, AclOperation.READ)
@@ -246,7 +255,8 @@ def test_auto_creation_needs_create(secured: BrokerProcess) -> None:
     wanted = f"{name}-auto"
     allow(secured, name, ResourceType.TOPIC, f"{name}-", AclOperation.DESCRIBE, ResourcePatternType.PREFIXED)
     seen = admin(secured, name).list_topics(wanted, timeout=T).topics[wanted]
-    assert seen.error is not None and seen.error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    assert seen.error is not None
+    assert seen.error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
     allow(secured, name, ResourceType.TOPIC, f"{name}-", AclOperation.CREATE, ResourcePatternType.PREFIXED)
     with wire(secured, name) as conn:
         answer = conn.call(k.METADATA, lambda m: m.MetadataRequest(

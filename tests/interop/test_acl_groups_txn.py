@@ -47,7 +47,8 @@ def test_deny_overrides_a_prefixed_allow(secured: BrokerProcess) -> None:
     client.create_acls([deny])[deny].result(timeout=CLIENT_TIMEOUT_S)
     assert produce_one(secured, name, allowed_topic) is None
     error = produce_one(secured, name, denied_topic)
-    assert error is not None and error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    assert error is not None
+    assert error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
 
 
 def test_subscribe_needs_read_on_the_group(secured: BrokerProcess) -> None:
@@ -63,8 +64,10 @@ def test_subscribe_needs_read_on_the_group(secured: BrokerProcess) -> None:
     try:
         consumer.subscribe([topic])
         msg = consumer.poll(CLIENT_TIMEOUT_S)
-        assert msg is not None and msg.error() is not None
-        assert msg.error().code() == KafkaError.GROUP_AUTHORIZATION_FAILED
+        assert msg is not None
+        error = msg.error()
+        assert error is not None
+        assert error.code() == KafkaError.GROUP_AUTHORIZATION_FAILED
     finally:
         consumer.close()
     allow(secured, name, ResourceType.GROUP, group, AclOperation.READ)
@@ -72,7 +75,9 @@ def test_subscribe_needs_read_on_the_group(secured: BrokerProcess) -> None:
     try:
         consumer.subscribe([topic])
         msg = consumer.poll(CLIENT_TIMEOUT_S)
-        assert msg is not None and msg.error() is None and msg.value() == b"v"
+        assert msg is not None
+        assert msg.error() is None
+        assert msg.value() == b"v"
     finally:
         consumer.close()
 

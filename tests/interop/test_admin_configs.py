@@ -90,14 +90,19 @@ def test_topic_describe_with_confluent_admin_sources_and_synonyms(ours: BrokerPr
     assert {"compression.type", "min.insync.replicas", "cleanup.policy", "retention.ms", "segment.jitter.ms",
             "local.retention.ms", "remote.storage.enable", "message.timestamp.after.max.ms"} <= set(described)
     compression = described["compression.type"]
-    assert compression.value == "zstd" and compression.source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
-    assert not compression.is_default and not compression.is_read_only and not compression.is_sensitive
+    assert compression.value == "zstd"
+    assert compression.source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
+    assert not compression.is_default
+    assert not compression.is_read_only
+    assert not compression.is_sensitive
     retention = described["retention.ms"]  # from the static log.retention.hours=5
     assert retention.value == str(5 * 3_600_000)
-    assert retention.source == ConfigSource.STATIC_BROKER_CONFIG.value and not retention.is_default
+    assert retention.source == ConfigSource.STATIC_BROKER_CONFIG.value
+    assert not retention.is_default
     assert retention.synonyms["log.retention.hours"].value == "5"
     segment = described["segment.bytes"]
-    assert segment.is_default and segment.source == ConfigSource.DEFAULT_CONFIG.value
+    assert segment.is_default
+    assert segment.source == ConfigSource.DEFAULT_CONFIG.value
     assert segment.synonyms["log.segment.bytes"].value == "1073741824"
 
 
@@ -112,8 +117,11 @@ def test_topic_describe_with_kafka_python_includes_types_and_documentation(ours:
         admin.close()
     configs = result["topic"][topic]
     policy = configs["cleanup.policy"]
-    assert policy["value"] == "compact" and policy["config_source"] == "DYNAMIC_TOPIC_CONFIG"
-    assert policy["config_type"] == "LIST" and policy["read_only"] is False and policy["is_sensitive"] is False
+    assert policy["value"] == "compact"
+    assert policy["config_source"] == "DYNAMIC_TOPIC_CONFIG"
+    assert policy["config_type"] == "LIST"
+    assert policy["read_only"] is False
+    assert policy["is_sensitive"] is False
     assert policy["synonyms"] == [
         {"name": "cleanup.policy", "value": "compact", "source": "DYNAMIC_TOPIC_CONFIG"},
         {"name": "log.cleanup.policy", "value": "delete", "source": "DEFAULT_CONFIG"},
@@ -153,13 +161,17 @@ def test_include_documentation_on_the_wire(ours: BrokerProcess) -> None:
     create_topic(ours.bootstrap, topic)
     [with_doc] = _describe_wire(ours, 2, topic, include_documentation=True, keys=("compression.type",)).results[0].configs
     [without] = _describe_wire(ours, 2, topic, include_documentation=False, keys=("compression.type",)).results[0].configs
-    assert with_doc.name == "compression.type" and "recompress" in (with_doc.documentation or "")
-    assert without.documentation is None and with_doc.synonyms == () and with_doc.config_type == 2
+    assert with_doc.name == "compression.type"
+    assert "recompress" in (with_doc.documentation or "")
+    assert without.documentation is None
+    assert with_doc.synonyms == ()
+    assert with_doc.config_type == 2
 
 
 def test_broker_describe_read_only_and_sensitive(ours: BrokerProcess) -> None:
     described = _describe(ours.bootstrap, ResourceType.BROKER, "0")
-    assert described["num.partitions"].is_read_only and described["num.partitions"].value == "1"
+    assert described["num.partitions"].is_read_only
+    assert described["num.partitions"].value == "1"
     assert described["num.partitions"].source == ConfigSource.STATIC_BROKER_CONFIG.value
     assert not described["message.max.bytes"].is_read_only
     assert described["message.max.bytes"].is_default
@@ -177,7 +189,8 @@ def test_unknown_broker_id_is_invalid_request(ours: BrokerProcess) -> None:
     """Kafka's ConfigHelper: a BROKER resource is "" or this node's id (on the wire: the clients
     route a broker resource to that broker, which does not exist)."""
     result = _describe_wire(ours, 4, "7", include_documentation=False).results[0]
-    assert result.error_code == ErrorCode.invalid_request and result.configs == ()
+    assert result.error_code == ErrorCode.invalid_request
+    assert result.configs == ()
     result = _describe_wire(ours, 4, "x", include_documentation=False).results[0]
     assert result.error_code == ErrorCode.invalid_request
 
@@ -206,12 +219,13 @@ def test_cleanup_policy_append_subtract_round_trip(ours: BrokerProcess) -> None:
     _incremental(ours.bootstrap, ResourceType.TOPIC, topic,
                  _op("cleanup.policy", AlterConfigOpType.SUBTRACT, "compact,delete"))
     described = _describe(ours.bootstrap, ResourceType.TOPIC, topic)["cleanup.policy"]
-    assert described.value == "" and described.source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
+    assert described.value == ""
+    assert described.source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
     # An empty policy neither compacts (keyless records are accepted) nor deletes.
     assert _produce_one(ours.bootstrap, topic, b"no key") is None
 
 
-@pytest.mark.parametrize("entry,code", [
+@pytest.mark.parametrize(("entry", "code"), [
     (_op("retention.ms", AlterConfigOpType.SUBTRACT, "1"), KafkaError.INVALID_CONFIG),
     (_op("compression.type", AlterConfigOpType.APPEND, "gzip"), KafkaError.INVALID_CONFIG),
     (_op("no.such.config", AlterConfigOpType.SET, "1"), KafkaError.INVALID_CONFIG),
@@ -279,7 +293,8 @@ def test_dynamic_broker_config_takes_effect_and_survives_restart(tmp_path: Path)
         entry = _describe(broker.bootstrap, ResourceType.TOPIC, plain)["max.message.bytes"]
         assert (entry.value, entry.source) == ("2000", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value)
         error = _produce_one(broker.bootstrap, plain, b"y" * 4000)
-        assert error is not None and error.code() == KafkaError.MSG_SIZE_TOO_LARGE
+        assert error is not None
+        assert error.code() == KafkaError.MSG_SIZE_TOO_LARGE
         assert _produce_one(broker.bootstrap, overridden, b"z" * 4000) is None  # its own override wins
 
         broker.restart()
@@ -287,7 +302,8 @@ def test_dynamic_broker_config_takes_effect_and_survives_restart(tmp_path: Path)
         assert [(c.name, c.value, c.config_source) for c in cluster.configs] == \
             [("message.max.bytes", "2000", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value)]
         error = _produce_one(broker.bootstrap, plain, b"y" * 4000)
-        assert error is not None and error.code() == KafkaError.MSG_SIZE_TOO_LARGE
+        assert error is not None
+        assert error.code() == KafkaError.MSG_SIZE_TOO_LARGE
 
         # A per-broker value wins over the cluster default; DELETE of both restores the static one.
         _incremental(broker.bootstrap, ResourceType.BROKER, "0",
@@ -334,7 +350,8 @@ def test_create_topics_answers_with_the_described_configs(ours: BrokerProcess) -
             topics=(build(m.CreatableTopic, name=topic, num_partitions=1, replication_factor=1, assignments=(),
                           configs=(build(m.CreatableTopicConfig, name="cleanup.policy", value="delete, compact"),)),)))
     [created] = response.topics
-    assert created.error_code == ErrorCode.none and created.topic_config_error_code == ErrorCode.none
+    assert created.error_code == ErrorCode.none
+    assert created.topic_config_error_code == ErrorCode.none
     configs = {c.name: (c.value, c.config_source) for c in created.configs}
     assert configs["cleanup.policy"] == ("delete,compact", ConfigSource.DYNAMIC_TOPIC_CONFIG.value)
     assert configs["retention.ms"] == (str(5 * 3_600_000), ConfigSource.STATIC_BROKER_CONFIG.value)
@@ -358,7 +375,8 @@ def test_min_insync_replicas_above_the_single_replica_refuses_acks_all(ours: Bro
         return errors[0]
 
     error = produce("all", b"refused")
-    assert error is not None and error.code() == KafkaError.NOT_ENOUGH_REPLICAS
+    assert error is not None
+    assert error.code() == KafkaError.NOT_ENOUGH_REPLICAS
     assert produce("1", b"leader-only") is None
     _incremental(ours.bootstrap, ResourceType.TOPIC, topic, _op("min.insync.replicas", AlterConfigOpType.DELETE))
     assert produce("all", b"all") is None

@@ -93,7 +93,8 @@ def test_fetch_max_bytes_caps_a_response_that_asks_for_more(limited):
                                   max_bytes=64 * 1024 * 1024, partition_max_bytes=64 * 1024 * 1024)
         response = parse_fetch_response(conn.request(API_FETCH, FETCH_VERSION, 99, body), FETCH_VERSION)
     (part,) = response.partitions
-    assert part.error_code == 0 and part.high_watermark == BATCHES
+    assert part.error_code == 0
+    assert part.high_watermark == BATCHES
     assert 0 < len(part.records) <= FETCH_CAP_BYTES  # asked for 64 MiB; ~200 KB were there
     # A real consumer still reads everything, FETCH_CAP_BYTES at a time.
     assert values_of(read_to_end(limited.bootstrap, topic, 1, isolation=READ_UNCOMMITTED)) == {0: values}
@@ -329,7 +330,8 @@ def test_a_frame_that_cannot_reserve_pool_memory_closes_only_its_own_connection(
         for sock in sockets:  # the size prefix and part of the body: each asks for ~3 MiB
             sock.sendall(big[:64 * 1024])
         readable, _, _ = select.select(sockets, [], [], CLOSE_CAP_S)
-        assert len(readable) == 1 and _closed_by_peer(readable[0], 0), "exactly one frame gets the memory"
+        assert len(readable) == 1, "exactly one frame gets the memory"
+        assert _closed_by_peer(readable[0], 0), "exactly one frame gets the memory"
         (holder,) = [sock for sock in sockets if sock is not readable[0]]
         # While 3 MiB are held, small requests on other connections are answered...
         with WireConnection(host, port) as small:
@@ -354,4 +356,4 @@ def test_a_frame_that_cannot_reserve_pool_memory_closes_only_its_own_connection(
     finally:
         for sock in sockets:
             sock.close()
-    assert [r.value for r in confluent_consume(broker.bootstrap, topic, 1)] == [b"x" * (3 * MIB)] + values
+    assert [r.value for r in confluent_consume(broker.bootstrap, topic, 1)] == [b"x" * (3 * MIB), *values]

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
+from tests.support.brokers import BrokerProcess
 from tests.support.clients import confluent_consume, unique_topic
 from tests.support.delay_proxy import DelayProxy
 from tests.support.ports import free_tcp_port
@@ -33,13 +34,16 @@ def test_topics_create_list_describe_delete(broker) -> None:
     run_cli("topics", "create", topic, "--partitions", "3", "--config", "retention.ms=123456", *bs)
     assert topic in run_cli("topics", "list", *bs).stdout.decode().split()
     described = run_cli("topics", "describe", topic, *bs).stdout.decode()
-    assert "partitions 3" in described and "retention.ms=123456" in described
+    assert "partitions 3" in described
+    assert "retention.ms=123456" in described
     again = run_cli("topics", "create", topic, *bs, check=False)
-    assert again.returncode == 1 and b"TOPIC_ALREADY_EXISTS" in again.stderr
+    assert again.returncode == 1
+    assert b"TOPIC_ALREADY_EXISTS" in again.stderr
     run_cli("topics", "alter", topic, "--partitions", "5", *bs)
     assert "partitions 5" in run_cli("topics", "describe", topic, *bs).stdout.decode()
     shrink = run_cli("topics", "alter", topic, "--partitions", "2", *bs, check=False)
-    assert shrink.returncode == 1 and b"INVALID_PARTITIONS" in shrink.stderr
+    assert shrink.returncode == 1
+    assert b"INVALID_PARTITIONS" in shrink.stderr
     run_cli("topics", "delete", topic, *bs)
     assert topic not in run_cli("topics", "list", *bs).stdout.decode().split()
 
@@ -64,7 +68,7 @@ def test_produce_keyed_lines_then_consume_from_beginning_and_latest(broker) -> N
 def test_consume_latest_prints_only_records_produced_after_it_started(broker_factory) -> None:
     """``consume --latest`` starts at the end: of a topic holding records, it prints only the one
     produced after it positioned itself."""
-    holder: dict[str, object] = {}
+    holder: dict[str, BrokerProcess] = {}
     with DelayProxy(lambda: (holder["broker"].host, holder["broker"].port)) as proxy:
         # The broker advertises the proxy, so the CLI's consumer stays on it after bootstrapping.
         broker = broker_factory(config={"advertised.listeners": f"PLAINTEXT://{proxy.bootstrap}"})
@@ -154,7 +158,8 @@ def test_second_broker_on_a_live_data_dir_refuses_to_start(broker_factory) -> No
         [ONCESTREAM, "broker", "--data-dir", str(running.data_dir), "--listen", f"127.0.0.1:{free_tcp_port()}"],
         capture_output=True, timeout=60)
     assert second.returncode == 1
-    assert b"is in use by another broker" in second.stderr and b"Traceback" not in second.stderr
+    assert b"is in use by another broker" in second.stderr
+    assert b"Traceback" not in second.stderr
     topic = unique_topic("cli-locked")
     run_cli("topics", "create", topic, "-b", running.bootstrap)
     assert topic in run_cli("topics", "list", "-b", running.bootstrap).stdout.decode().split()

@@ -30,7 +30,8 @@ def test_list_describe_and_abort_a_hanging_transaction(broker) -> None:
     listing = run_cli("transactions", "list", *bs).stdout.decode()
     assert any(line.split("\t")[0] == txn_id and line.endswith("Ongoing") for line in listing.splitlines())
     described = run_cli("transactions", "describe", "--transactional-id", txn_id, *bs).stdout.decode()
-    assert "state Ongoing" in described and f"{topic}: partitions [0]" in described
+    assert "state Ongoing" in described
+    assert f"{topic}: partitions [0]" in described
     # The open transaction holds partition 0 back from read_committed readers: LSO 0, HW 2.
     assert list_offset(broker.bootstrap, topic, 0, read_committed=True) == 0
     assert list_offset(broker.bootstrap, topic, 0, read_committed=False) == 2
@@ -38,12 +39,14 @@ def test_list_describe_and_abort_a_hanging_transaction(broker) -> None:
     # Aborted through its coordinator (WriteTxnMarkers from a client is refused): the stuck
     # producer is fenced and its transaction ends CompleteAbort.
     aborted = run_cli("transactions", "abort", "--topic", topic, "--partition", "0", *bs).stdout.decode()
-    assert f"aborted transaction {txn_id!r}" in aborted and "starting at offset 0" in aborted
+    assert f"aborted transaction {txn_id!r}" in aborted
+    assert "starting at offset 0" in aborted
     described = run_cli("transactions", "describe", "--transactional-id", txn_id, *bs).stdout.decode()
     assert "state CompleteAbort" in described
     assert values_of(read_to_end(broker.bootstrap, topic, 2, isolation=READ_COMMITTED)) == {0: [b"after"], 1: [b"other"]}
     nothing = run_cli("transactions", "abort", "--topic", topic, "--partition", "0", *bs, check=False)
-    assert nothing.returncode == 1 and b"no open transaction" in nothing.stderr
+    assert nothing.returncode == 1
+    assert b"no open transaction" in nothing.stderr
 
 
 def test_describe_of_an_unknown_transactional_id_is_a_clear_error(broker) -> None:
@@ -52,4 +55,5 @@ def test_describe_of_an_unknown_transactional_id_is_a_clear_error(broker) -> Non
     result = run_cli("transactions", "describe", "--transactional-id", unique_topic("nobody"),
                      "-b", broker.bootstrap, check=False)
     assert result.returncode == 1
-    assert b"TRANSACTIONAL_ID_NOT_FOUND" in result.stderr and b"Traceback" not in result.stderr
+    assert b"TRANSACTIONAL_ID_NOT_FOUND" in result.stderr
+    assert b"Traceback" not in result.stderr

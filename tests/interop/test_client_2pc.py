@@ -91,7 +91,8 @@ def _prepare(bootstrap: str, transactional_id: str, topic: str, values: list[byt
         for v in values:
             producer.produce(topic, v, partition=0)
         state = producer.prepare_transaction()
-        assert str(state) and producer.transaction_state() == "PreparedTransaction"
+        assert str(state)
+        assert producer.transaction_state() == "PreparedTransaction"
         return state
     finally:
         producer.close()
@@ -333,7 +334,8 @@ def test_two_phase_commit_needs_transaction_version_2(tmp_path):
             with pytest.raises(KafkaException) as info:
                 producer.init_transactions(CLIENT_TIMEOUT_S)
             error = info.value.args[0]
-            assert error.fatal() and "transaction.version 2" in error.str()
+            assert error.fatal()
+            assert "transaction.version 2" in error.str()
         finally:
             producer.close()
     finally:

@@ -42,7 +42,8 @@ def test_groups_listed_described_with_assignments_and_offsets(admin_broker):
         consumer.commit(offsets=[TopicPartition(topic, 1, 7)], asynchronous=False)
         assert group in [g.group_id for g in admin.list_groups()]
         described = admin.describe_groups([group])[group]
-        assert described.state == "Stable" and described.protocol_type == "consumer"
+        assert described.state == "Stable"
+        assert described.protocol_type == "consumer"
         assert described.protocol == "range"
         (member,) = described.members
         assert member.member_id == consumer.memberid()
@@ -80,7 +81,8 @@ def test_transactions_listed_described_and_a_hanging_one_aborted(admin_broker):
         assert listing[txn_id].state == "Ongoing"
         assert txn_id in {t.transactional_id for t in admin.list_transactions(states=["Ongoing"])}
         described = admin.describe_transactions([txn_id])[txn_id]
-        assert described.state == "Ongoing" and described.error is None
+        assert described.state == "Ongoing"
+        assert described.error is None
         assert [(tp.topic, tp.partition) for tp in described.partitions] == [(topic, 0)]
         assert described.producer_id == listing[txn_id].producer_id
         assert list_offset(bootstrap, topic, 0, read_committed=True) == 0
@@ -88,7 +90,8 @@ def test_transactions_listed_described_and_a_hanging_one_aborted(admin_broker):
         producers = admin.describe_producers([TopicPartition(topic, 0)])[(topic, 0)]
         assert len(producers) == 2  # the transactional one and the idempotent plain one
         (active,) = [p for p in producers if p.current_txn_start_offset >= 0]
-        assert active.producer_id == described.producer_id and active.current_txn_start_offset == 0
+        assert active.producer_id == described.producer_id
+        assert active.current_txn_start_offset == 0
         # KIP-664's abort writes the marker with WriteTxnMarkers, a brokers-only API (ClusterAction):
         # refused to clients, nothing changes, the transaction still holds the LSO.
         with pytest.raises(KafkaException) as refused:
@@ -101,6 +104,7 @@ def test_transactions_listed_described_and_a_hanging_one_aborted(admin_broker):
         fencer.close()
         assert values_of(read_to_end(bootstrap, topic, 2, isolation=READ_COMMITTED)) == {0: [b"after"], 1: [b"other"]}
         unknown = admin.describe_transactions(["no-such-transactional-id"])["no-such-transactional-id"]
-        assert unknown.error is not None and unknown.error.name() == "TRANSACTIONAL_ID_NOT_FOUND"
+        assert unknown.error is not None
+        assert unknown.error.name() == "TRANSACTIONAL_ID_NOT_FOUND"
     finally:
         admin.close()

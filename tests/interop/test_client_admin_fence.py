@@ -71,6 +71,7 @@ def test_describe_topics_reports_the_topic_id(fence_broker) -> None:
     with Admin({"bootstrap.servers": fence_broker.bootstrap}) as admin:
         described = admin.describe_topics([topic])[topic]
         again = admin.describe_topics([topic])[topic]
-    assert isinstance(described.topic_id, uuid.UUID) and described.topic_id.int != 0
+    assert isinstance(described.topic_id, uuid.UUID)
+    assert described.topic_id.int != 0
     assert again.topic_id == described.topic_id
     assert [p.id for p in described.partitions] == [0, 1]

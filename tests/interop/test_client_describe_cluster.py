@@ -55,4 +55,5 @@ def test_our_cluster_id_survives_a_broker_restart(tmp_path: Path) -> None:
             again = admin.describe_cluster(timeout=30).cluster_id
     finally:
         broker.kill()
-    assert first and again == first
+    assert first
+    assert again == first

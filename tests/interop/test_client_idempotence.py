@@ -18,6 +18,7 @@ import pytest
 
 from oncestream.client import Admin, Producer, TopicPartition
 from tests.support.clients import CLIENT_TIMEOUT_S, confluent_consume, create_topic, unique_topic
+from tests.support.narrow import present
 
 pytestmark = pytest.mark.interop
 
@@ -81,10 +82,10 @@ def test_no_duplicates_or_loss_when_the_broker_is_killed_mid_stream(broker_facto
         assert delivered[record.value] == (record.partition, record.offset), "wrong offset reported"
     per_key: dict[bytes, list[bytes]] = defaultdict(list)
     for record in sorted(consumed, key=lambda r: (r.partition, r.offset)):
-        per_key[record.key].append(record.value)
+        per_key[present(record.key, "record key")].append(record.value)
     expected: dict[bytes, list[bytes]] = defaultdict(list)
-    for key, value in sent:
-        expected[key].append(value)
+    for sent_key, sent_value in sent:
+        expected[sent_key].append(sent_value)
     assert per_key == expected, "per-key order broken"
 
 
@@ -106,7 +107,9 @@ def test_idempotent_producer_uses_a_producer_id(broker_factory):
         producers = admin.describe_producers([TopicPartition(topic, 0)])[(topic, 0)]
     finally:
         admin.close()
-    assert len(producers) == 1 and producers[0].producer_id >= 0 and producers[0].last_sequence == 99
+    assert len(producers) == 1
+    assert producers[0].producer_id >= 0
+    assert producers[0].last_sequence == 99
     consumer = ck.Consumer({"bootstrap.servers": broker.bootstrap, "group.id": unique_topic("g")})
     try:
         low, high = consumer.get_watermark_offsets(ck.TopicPartition(topic, 0), timeout=30)

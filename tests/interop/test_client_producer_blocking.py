@@ -91,7 +91,8 @@ def test_max_block_ms_bounds_produce_when_buffer_memory_is_full_and_the_broker_i
     try:
         # Metadata and a connection first: from here on only buffer space can block produce().
         producer.produce(topic, b"warm-up")
-        assert producer.flush(CLIENT_TIMEOUT_S) == 0 and delivered == [0]
+        assert producer.flush(CLIENT_TIMEOUT_S) == 0
+        assert delivered == [0]
         accepted = 1
         with frozen(broker):
             def fill() -> int:
@@ -102,7 +103,8 @@ def test_max_block_ms_bounds_produce_when_buffer_memory_is_full_and_the_broker_i
                 raise AssertionError("buffer.memory never filled up")
 
             kind, raised = call_with_hang_guard(fill, "produce() into a full buffer")
-            assert kind == "raised" and isinstance(raised, QueueFullError), raised
+            assert kind == "raised", raised
+            assert isinstance(raised, QueueFullError), raised
             assert isinstance(raised, BufferError)  # confluent-kafka's type for a full queue
             assert raised.args[0].code() == KafkaError._QUEUE_FULL
             assert accepted > 1, "the first record after warm-up already found the buffer full"
@@ -130,7 +132,8 @@ def test_max_block_ms_bounds_the_first_produce_when_no_broker_is_reachable() -> 
                                                 "produce() without a reachable broker")
         finally:
             producer.close()
-    assert kind == "raised" and isinstance(raised, KafkaException), raised
+    assert kind == "raised", raised
+    assert isinstance(raised, KafkaException), raised
     assert raised.args[0].code() == KafkaError._UNKNOWN_TOPIC
     assert "max.block.ms" in str(raised)
 
@@ -160,7 +163,8 @@ def test_acks_zero_delivery_reports_do_not_wait_for_a_response_and_carry_no_offs
             assert reports["0"] == [(None, OFFSET_INVALID)] * 20
             # acks=1 needs the broker's answer: a bounded flush leaves the record outstanding.
             producers["1"].produce(topic, b"acks1")
-            assert producers["1"].flush(1.0) == 1 and reports["1"] == []
+            assert producers["1"].flush(1.0) == 1
+            assert reports["1"] == []
         assert producers["1"].flush(CLIENT_TIMEOUT_S) == 0
     finally:
         for producer in producers.values():
@@ -169,6 +173,7 @@ def test_acks_zero_delivery_reports_do_not_wait_for_a_response_and_carry_no_offs
     # the acks=0 one once the broker runs again); the acks=0 records are all stored, in order.
     ((error, offset),) = reports["1"]
     stored = values_of(read_to_end(broker.bootstrap, topic, 1, isolation="read_uncommitted"))[0]
-    assert error is None and stored[offset] == b"acks1"
+    assert error is None
+    assert stored[offset] == b"acks1"
     assert [v for v in stored[2:] if v != b"acks1"] == [b"acks0-%d" % i for i in range(20)]
     assert len(stored) == 23

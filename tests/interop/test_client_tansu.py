@@ -14,6 +14,7 @@ import pytest
 from oncestream.client import OFFSET_BEGINNING, Admin, Consumer, NewTopic, Producer, TopicPartition
 from tests.support.brokers import TansuProcess
 from tests.support.clients import CLIENT_TIMEOUT_S, unique_topic
+from tests.support.narrow import message_position, message_value
 
 pytestmark = pytest.mark.interop
 
@@ -66,7 +67,7 @@ def test_produce_and_consume(tansu, compression):
     where = _produce(tansu.bootstrap, topic, 600, **{"compression.type": compression})
     consumer = Consumer({"bootstrap.servers": tansu.bootstrap, "group.id": unique_topic("tg"),
                          "enable.auto.commit": False})
-    got = {}
+    got: dict[bytes, tuple[int, int, list[tuple[str, bytes | None]] | None]] = {}
     try:
         consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(3)])
         deadline = time.monotonic() + CLIENT_TIMEOUT_S
@@ -74,7 +75,8 @@ def test_produce_and_consume(tansu, compression):
             assert time.monotonic() < deadline, f"{len(got)} of {len(where)}"
             for msg in consumer.consume(500, 0.5):
                 assert msg.error() is None
-                got[msg.value()] = (msg.partition(), msg.offset(), msg.headers())
+                partition, offset = message_position(msg)
+                got[message_value(msg)] = (partition, offset, msg.headers())
     finally:
         consumer.close()
     for value, (partition, offset) in where.items():

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from dataclasses import dataclass
 
 import pytest
 
@@ -35,7 +36,9 @@ from oncestream.client import (
     Producer,
     TopicPartition,
 )
+from tests.support.brokers import BrokerProcess
 from tests.support.clients import CLIENT_TIMEOUT_S, create_topic, unique_topic
+from tests.support.narrow import message_position, message_value
 from tests.support.txn import (
     READ_COMMITTED,
     READ_UNCOMMITTED,
@@ -52,13 +55,24 @@ pytestmark = pytest.mark.interop
 PARTITIONS = 3
 
 
+@dataclass(frozen=True)
+class VersionedBroker:
+    """A transaction broker and the transaction.version it was started with."""
+
+    process: BrokerProcess
+    transaction_version: int
+
+    @property
+    def bootstrap(self) -> str:
+        return self.process.bootstrap
+
+
 @pytest.fixture(scope="module", params=[2, 1], ids=["tv2", "tv1"])
 def txn_broker(request, tmp_path_factory):
     broker = start_txn_broker(tmp_path_factory.mktemp("client-txn") / "data",
                               extra_config={"transaction.version": str(request.param)})
-    broker.transaction_version = request.param
     try:
-        yield broker
+        yield VersionedBroker(broker, request.param)
     finally:
         broker.stop()
 
@@ -141,7 +155,7 @@ def test_our_read_committed_consumer_agrees_with_librdkafka(txn_broker):
             assert time.monotonic() < deadline
             for msg in consumer.consume(500, 0.5):
                 assert msg.error() is None
-                got[msg.partition()].append(msg.value())
+                got[message_position(msg)[0]].append(message_value(msg))
         assert consumer.poll(0.5) is None  # nothing more: the aborted records never show up
     finally:
         consumer.close()
@@ -192,7 +206,8 @@ def test_abortable_error_then_abort_then_next_transaction_commits(txn_broker):
         with pytest.raises(KafkaException) as info:
             producer.commit_transaction(CLIENT_TIMEOUT_S)
         error = info.value.args[0]
-        assert error.txn_requires_abort() and not error.fatal(), error
+        assert error.txn_requires_abort(), error
+        assert not error.fatal(), error
         assert any(e is not None for e in errors)
         producer.abort_transaction(CLIENT_TIMEOUT_S)
         committed = _run(producer, topic, "after", 4, commit=True)
@@ -233,7 +248,8 @@ def test_send_offsets_to_transaction_consume_transform_produce(txn_broker):
                 producer.produce(sink, m.value().replace(b"in", b"out"), partition=m.partition())
             positions = consumer.position(consumer.assignment())
             metadata = consumer.consumer_group_metadata()
-            assert metadata.generation_id >= 1 and metadata.member_id
+            assert metadata.generation_id >= 1
+            assert metadata.member_id
             producer.send_offsets_to_transaction(positions, metadata, CLIENT_TIMEOUT_S)
             if commit:
                 producer.commit_transaction(CLIENT_TIMEOUT_S)

@@ -15,6 +15,7 @@ import pytest
 
 import oncestream.client
 from tests.support.clients import create_topic, unique_topic
+from tests.support.narrow import present
 
 pytestmark = pytest.mark.interop
 
@@ -55,7 +56,7 @@ def test_final_commit_failing_because_the_broker_is_gone_reaches_on_commit(broke
     else:
         consumer.assign([confluent_kafka.TopicPartition(topic, 0, confluent_kafka.OFFSET_BEGINNING)
                          if kind == "confluent-kafka" else oncestream.client.TopicPartition(topic, 0, -2)])
-    received = []
+    received: list[bytes | None] = []
     deadline = time.monotonic() + POLL_CAP_S
     while len(received) < len(VALUES):
         assert time.monotonic() < deadline, f"consumed only {received}"
@@ -84,7 +85,7 @@ def test_final_commit_refused_by_the_broker_reaches_on_commit_with_the_partition
     for value in VALUES:
         producer.produce(topic, value, partition=0)
     assert producer.flush(POLL_CAP_S) == 0
-    reports: list[tuple[object, list]] = []
+    reports: list[tuple[oncestream.client.KafkaError | None, list[oncestream.client.TopicPartition]]] = []
     consumer = oncestream.client.Consumer({
         "bootstrap.servers": broker.bootstrap,
         "group.id": unique_topic("close-commit-group"),
@@ -93,7 +94,7 @@ def test_final_commit_refused_by_the_broker_reaches_on_commit_with_the_partition
         "on_commit": lambda err, partitions: reports.append((err, list(partitions))),
     })
     consumer.assign([oncestream.client.TopicPartition(topic, 0, 0)])
-    received = []
+    received: list[bytes | None] = []
     deadline = time.monotonic() + POLL_CAP_S
     while len(received) < len(VALUES):
         assert time.monotonic() < deadline, f"consumed only {received}"
@@ -107,7 +108,8 @@ def test_final_commit_refused_by_the_broker_reaches_on_commit_with_the_partition
 
     assert len(reports) == 1, reports
     error, partitions = reports[0]
-    assert error is not None and error.code() == confluent_kafka.KafkaError.UNKNOWN_TOPIC_OR_PART
-    assert [(tp.topic, tp.partition, tp.offset, tp.error.code()) for tp in partitions] == [
+    assert error is not None
+    assert error.code() == confluent_kafka.KafkaError.UNKNOWN_TOPIC_OR_PART
+    assert [(tp.topic, tp.partition, tp.offset, present(tp.error, "partition commit error").code()) for tp in partitions] == [
         (topic, 0, len(VALUES), confluent_kafka.KafkaError.UNKNOWN_TOPIC_OR_PART)
     ]

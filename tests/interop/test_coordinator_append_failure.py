@@ -42,8 +42,10 @@ def _commit(conn: WireConnection, group: str, topic: str, offset: int) -> int:
     )
     reader = ResponseReader(conn.request(API_OFFSET_COMMIT, 2, 7, body))
     assert reader.take(">i") == 7
-    assert reader.take(">i") == 1 and reader.string() == topic
-    assert reader.take(">i") == 1 and reader.take(">i") == 0
+    assert reader.take(">i") == 1
+    assert reader.string() == topic
+    assert reader.take(">i") == 1
+    assert reader.take(">i") == 0
     error = reader.take(">h")
     assert reader.remaining() == 0
     return error
@@ -54,8 +56,10 @@ def _fetch(conn: WireConnection, group: str, topic: str) -> int:
     body = nullable_string(group) + int32(1) + nullable_string(topic) + int32(1) + int32(0)
     reader = ResponseReader(conn.request(API_OFFSET_FETCH, 1, 8, body))
     assert reader.take(">i") == 8
-    assert reader.take(">i") == 1 and reader.string() == topic
-    assert reader.take(">i") == 1 and reader.take(">i") == 0
+    assert reader.take(">i") == 1
+    assert reader.string() == topic
+    assert reader.take(">i") == 1
+    assert reader.take(">i") == 0
     offset = reader.take(">q")
     reader.string()  # metadata
     assert reader.take(">h") == ERROR_NONE
@@ -79,7 +83,8 @@ def _join_v4(conn: WireConnection, group: str, member_id: str) -> tuple[int, int
     for _ in range(reader.take(">i")):
         reader.string()
         reader.nullable_bytes()
-    assert reader.remaining() == 0 and member is not None
+    assert reader.remaining() == 0
+    assert member is not None
     return error, generation, member
 
 
@@ -132,7 +137,8 @@ def test_init_producer_id_not_appended_is_not_acknowledged(broker_factory, tmp_p
         assert _init_producer_id(conn, "durable-txn") == (ERROR_COORDINATOR_NOT_AVAILABLE, -1)
         fault_file.unlink()
         error, producer_id = _init_producer_id(conn, "durable-txn")
-        assert error == ERROR_NONE and producer_id >= 0
+        assert error == ERROR_NONE
+        assert producer_id >= 0
 
 
 def test_offset_commit_not_appended_is_not_acknowledged(broker_factory, tmp_path):

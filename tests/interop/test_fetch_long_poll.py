@@ -172,7 +172,7 @@ def _fetch_once(bootstrap: str, topic: str, version: int, **fields: object):
 
 
 @pytest.mark.parametrize(
-    "session_id, session_epoch",
+    ("session_id", "session_epoch"),
     [
         (0, FINAL_EPOCH),  # sessionless full fetch: what librdkafka always sends
         (0, INITIAL_EPOCH),  # full fetch asking for a new session
@@ -193,7 +193,7 @@ def test_kip227_full_fetch_is_answered_with_session_id_zero(broker, session_id, 
     assert decode_batches(part.records) == [(0, b"k", b"v")]
 
 
-@pytest.mark.parametrize("session_id, session_epoch", [(1234, 1), (1234, 7), (0, 1)])
+@pytest.mark.parametrize(("session_id", "session_epoch"), [(1234, 1), (1234, 7), (0, 1)])
 def test_kip227_incremental_fetch_on_unknown_session_gets_fetch_session_id_not_found(
     broker, session_id, session_epoch
 ) -> None:

@@ -90,13 +90,17 @@ def test_view_reads_the_brokers_fetch_responses_as_kio_does(broker, topic_with_t
         with BrokerConnection(host, port, max_versions={FETCH: 12}) as conn:
             view = parse_fetch_response(12, *conn.call_raw(FETCH, _fetch_request(topic_with_transactions, True))[1:])
         aborted = {p.partition_index: p.aborted_transactions for t in view.topics for p in t.partitions}
-        assert aborted[0] and len(aborted[0]) == 1 and aborted[1] == ()
+        assert aborted[0]
+        assert len(aborted[0]) == 1
+        assert aborted[1] == ()
 
 
 def test_log_client_fetch_returns_records_as_a_view(broker, topic_with_transactions) -> None:
     """``LogClient.fetch`` hands out the records as a read-only view of the received frame."""
     with LogClient(broker.bootstrap) as client:
         result = client.fetch((topic_with_transactions, 0), 0, max_bytes=1 << 20, read_committed=False)
-    assert isinstance(result.records, memoryview) and result.records.readonly
-    assert b"plain-0-0" in bytes(result.records) and b"after-0" in bytes(result.records)
+    assert isinstance(result.records, memoryview)
+    assert result.records.readonly
+    assert b"plain-0-0" in bytes(result.records)
+    assert b"after-0" in bytes(result.records)
 

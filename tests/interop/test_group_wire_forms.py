@@ -24,6 +24,7 @@ from kafka.structs import OffsetAndMetadata
 
 from tests.support.clients import CLIENT_TIMEOUT_S, create_topic, unique_topic
 from tests.support.groups import group_broker, unique_group, wait_until  # noqa: F401 - fixture
+from tests.support.narrow import present
 from tests.support.wire import (
     API_VERSIONS,
     ERROR_NONE,
@@ -117,7 +118,8 @@ def _find_coordinators_v4(conn: WireConnection, keys: list[str], key_type: int) 
         error_code = reader.take(">h")
         reader.compact_string()  # error_message
         reader.skip_tagged_fields()
-        assert key is not None and host is not None
+        assert key is not None
+        assert host is not None
         out.append(Coordinator(key, node_id, host, port, error_code))
     reader.skip_tagged_fields()
     _assert_consumed(reader, "FindCoordinator v4")
@@ -172,10 +174,10 @@ def _offset_fetch_v8(
     reader.take(">i")  # throttle_time_ms
     answer: dict[str, tuple[int, dict[tuple[str, int], FetchedOffset]]] = {}
     for _ in range(reader.compact_array_length()):
-        group_id = reader.compact_string()
-        offsets = {}
+        group_id = present(reader.compact_string(), "group id")
+        offsets: dict[tuple[str, int], FetchedOffset] = {}
         for _ in range(reader.compact_array_length()):
-            topic = reader.compact_string()
+            topic = present(reader.compact_string(), "topic")
             for _ in range(reader.compact_array_length()):
                 partition = reader.take(">i")
                 offset = reader.take(">q")
@@ -188,7 +190,8 @@ def _offset_fetch_v8(
             reader.skip_tagged_fields()
         group_error = reader.take(">h")
         reader.skip_tagged_fields()
-        assert group_id is not None and group_id not in answer, f"group {group_id} answered twice"
+        assert group_id is not None, f"group {group_id} answered twice"
+        assert group_id not in answer, f"group {group_id} answered twice"
         answer[group_id] = (group_error, offsets)
     reader.skip_tagged_fields()
     _assert_consumed(reader, "OffsetFetch v8")
@@ -200,7 +203,8 @@ def _commit_with_confluent(bootstrap: str, group: str, offsets: list[TopicPartit
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
     try:
         committed = consumer.commit(offsets=offsets, asynchronous=False)
-        assert committed is not None and all(tp.error is None for tp in committed), committed
+        assert committed is not None, committed
+        assert all(tp.error is None for tp in committed), committed
     finally:
         consumer.close()
 
@@ -354,11 +358,13 @@ def _two_joined_members(group: str, conn_a: WireConnection, conn_b: WireConnecti
     Every step waits only on answers, never on time.
     """
     first_a = _join(conn_a, group, "", 1)
-    assert first_a.error_code == ERROR_MEMBER_ID_REQUIRED and first_a.member_id
+    assert first_a.error_code == ERROR_MEMBER_ID_REQUIRED
+    assert first_a.member_id
     alone = _join(conn_a, group, first_a.member_id, 2)
     assert (alone.error_code, alone.members) == (ERROR_NONE, {first_a.member_id})
     first_b = _join(conn_b, group, "", 1)
-    assert first_b.error_code == ERROR_MEMBER_ID_REQUIRED and first_b.member_id
+    assert first_b.error_code == ERROR_MEMBER_ID_REQUIRED
+    assert first_b.member_id
     assert conn_b.send(frame(request_header(API_JOIN_GROUP, 4, 2, flexible=False)
                              + _join_group_v4_body(group, first_b.member_id)))
     rejoin_a = _join(conn_a, group, first_a.member_id, 3)
@@ -389,7 +395,7 @@ def test_kip345_leave_group_v3_removes_several_members_in_one_request(group_brok
         top_level_error = reader.take(">h")
         outcomes = {}
         for _ in range(reader.take(">i")):
-            member_id = reader.string()
+            member_id = present(reader.string(), "member id")
             reader.string()  # group_instance_id
             outcomes[member_id] = reader.take(">h")
         _assert_consumed(reader, "LeaveGroup v3")

@@ -14,6 +14,8 @@ OffsetDelete refuses partitions of a topic the group is subscribed to
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from confluent_kafka import (
     OFFSET_INVALID,
@@ -23,6 +25,7 @@ from confluent_kafka import (
     KafkaException,
     TopicPartition,
 )
+from confluent_kafka.admin import ConsumerGroupListing
 
 from tests.support.clients import create_topic, unique_topic
 from tests.support.groups import (
@@ -41,8 +44,8 @@ pytestmark = pytest.mark.interop
 PARTITIONS = 3
 
 
-def _listed(admin, states: set[ConsumerGroupState] | None = None) -> dict[str, object]:
-    kwargs = {"request_timeout": 30}
+def _listed(admin, states: set[ConsumerGroupState] | None = None) -> dict[str, ConsumerGroupListing]:
+    kwargs: dict[str, Any] = {"request_timeout": 30}
     if states is not None:
         kwargs["states"] = states
     result = admin.list_consumer_groups(**kwargs).result(timeout=WAIT_TIMEOUT_S)

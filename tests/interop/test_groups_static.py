@@ -31,6 +31,7 @@ from tests.support.groups import (
     wait_for_split,
     wait_until,
 )
+from tests.support.narrow import present
 
 pytestmark = pytest.mark.interop
 
@@ -78,7 +79,7 @@ def test_static_member_restart_keeps_assignment_without_rebalance(group_broker, 
         wait_for_split(members, PARTITIONS, {first.name: first_assigns + 1})
         static, other = (first, second) if restarted_role == "leader" else (second, first)
         before = wait_for_broker_view(bootstrap, group_id, topic, [static, other])
-        old_static_id = static.member_id
+        old_static_id = present(static.member_id, "static member id")
         assert before.instance_ids[old_static_id] == instance_id
         old_partitions = static.assignment
         other_assigns, other_revokes = other.assign_count, other.revoke_count
@@ -101,11 +102,12 @@ def test_static_member_restart_keeps_assignment_without_rebalance(group_broker, 
         assert restarted.assign_count == 1
         # No new generation: the other member never revoked or got a new assignment.
         assert (other.assign_count, other.revoke_count) == (other_assigns, other_revokes), other
-        assert other.assignment == before.members[other.member_id]
+        other_id = present(other.member_id, "other member id")
+        assert other.assignment == before.members[other_id]
 
         after = wait_for_broker_view(bootstrap, group_id, topic, [restarted, other])
-        assert after.members[other.member_id] == before.members[other.member_id]
-        assert after.instance_ids[restarted.member_id] == instance_id
+        assert after.members[other_id] == before.members[other_id]
+        assert after.instance_ids[present(restarted.member_id, "restarted member id")] == instance_id
         assert old_static_id not in after.members
         assert (other.assign_count, other.revoke_count) == (other_assigns, other_revokes), other
     finally:

@@ -14,6 +14,7 @@ from tests.support.clients import (
     create_topic,
     unique_topic,
 )
+from tests.support.narrow import present
 
 pytestmark = pytest.mark.interop
 
@@ -32,12 +33,12 @@ def _incremental(bootstrap: str, topic: str, *entries: ConfigEntry) -> None:
     futures[resource].result(timeout=CLIENT_TIMEOUT_S)
 
 
-def _produce_one(bootstrap: str, topic: str, value: bytes) -> tuple[KafkaError | None, int]:
-    """Send one record alone in its batch; return (delivery error, offset)."""
+def _produce_one(bootstrap: str, topic: str, value: bytes) -> tuple[KafkaError | None, int | None]:
+    """Send one record alone in its batch; return (delivery error, offset: None when it failed)."""
     producer = Producer(
         {"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": False, "linger.ms": 0}
     )
-    reports: list[tuple[KafkaError | None, int]] = []
+    reports: list[tuple[KafkaError | None, int | None]] = []
     producer.produce(topic, value, key=b"k", partition=0,
                      on_delivery=lambda err, msg: reports.append((err, msg.offset())))
     assert producer.flush(CLIENT_TIMEOUT_S) == 0
@@ -52,7 +53,7 @@ def test_create_topic_with_config_is_described(broker):
     described = _describe(broker.bootstrap, topic)
     assert described["retention.ms"].value == "3600000"
     assert not described["retention.ms"].is_default
-    assert int(described["max.message.bytes"].value) > 0
+    assert int(present(described["max.message.bytes"].value, "max.message.bytes")) > 0
 
 
 def test_incremental_alter_configs_set_and_delete(broker):
@@ -111,7 +112,8 @@ def test_produce_over_max_message_bytes_is_message_too_large(broker):
         ConfigEntry("max.message.bytes", "1024", incremental_operation=AlterConfigOpType.SET),
     )
     err, _ = _produce_one(broker.bootstrap, topic, b"y" * 4096)
-    assert err is not None and err.code() == KafkaError.MSG_SIZE_TOO_LARGE, err
+    assert err is not None, err
+    assert err.code() == KafkaError.MSG_SIZE_TOO_LARGE, err
     assert _produce_one(broker.bootstrap, topic, b"small") == (None, 1)
 
     consumed = confluent_consume(broker.bootstrap, topic, 1)
@@ -123,4 +125,5 @@ def test_topic_created_with_small_max_message_bytes_rejects_big_batch(broker):
     topic = unique_topic("cfg-size-create")
     create_topic(broker.bootstrap, topic, partitions=1, config={"max.message.bytes": "512"})
     err, _ = _produce_one(broker.bootstrap, topic, b"z" * 2048)
-    assert err is not None and err.code() == KafkaError.MSG_SIZE_TOO_LARGE, err
+    assert err is not None, err
+    assert err.code() == KafkaError.MSG_SIZE_TOO_LARGE, err

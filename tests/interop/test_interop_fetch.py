@@ -80,7 +80,8 @@ def test_long_poll_many_partitions_one_gets_data(broker):
         deadline = time.monotonic() + CLIENT_TIMEOUT_S
         while msg is None and time.monotonic() < deadline:
             msg = consumer.poll(1.0)
-        assert msg is not None and msg.error() is None
+        assert msg is not None
+        assert msg.error() is None
         assert (msg.partition(), msg.offset(), msg.value()) == (4, 0, b"only")
     finally:
         thread.join(CLIENT_TIMEOUT_S)

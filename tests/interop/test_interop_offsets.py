@@ -197,7 +197,8 @@ def test_delete_records_to_high_watermark_empties_partition(broker):
             msg = consumer.poll(0.5)
             if msg is not None:
                 break
-        assert msg is not None and msg.error() is None, msg and msg.error()
+        assert msg is not None, msg and msg.error()
+        assert msg.error() is None, msg and msg.error()
         assert (msg.offset(), msg.value()) == (2, b"c")
     finally:
         consumer.close()

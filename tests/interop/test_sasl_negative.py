@@ -80,7 +80,8 @@ def test_failed_plain_authentication_gets_58_then_close(sasl_broker, token):
     with _connect(sasl_broker) as conn:
         assert _handshake(conn, "PLAIN")[0] == 0
         error, message, _, _ = _authenticate_v1(conn, token)
-        assert error == SASL_AUTHENTICATION_FAILED and message
+        assert error == SASL_AUTHENTICATION_FAILED
+        assert message
         _assert_closed(conn)
     _good_client_still_served(sasl_broker)
 
@@ -98,7 +99,8 @@ def test_session_lifetime_reported_from_connections_max_reauth_ms(sasl_broker):
     with _connect(sasl_broker) as conn:
         assert _handshake(conn, "PLAIN")[0] == 0
         error, _, _, lifetime_ms = _authenticate_v1(conn, b"\0alice\0alice-secret")
-        assert error == 0 and 0 < lifetime_ms <= 3600000
+        assert error == 0
+        assert 0 < lifetime_ms <= 3600000
 
 
 @pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])

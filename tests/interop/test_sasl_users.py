@@ -56,7 +56,8 @@ def test_users_offline_bootstrap_online_management_and_sigkill(tmp_path):
     try:
         assert can_produce(broker, "SCRAM-SHA-512", "root", "root-pw")
         busy = users_cli("list", "--data-dir", str(data_dir))
-        assert busy.returncode == 1 and "in use" in busy.stderr
+        assert busy.returncode == 1
+        assert "in use" in busy.stderr
 
         # Online with the root user's SCRAM login from a librdkafka properties file.
         config = tmp_path / "client.properties"
@@ -77,9 +78,9 @@ def test_users_offline_bootstrap_online_management_and_sigkill(tmp_path):
                                                    "dave SCRAM-SHA-512 iterations=4096",
                                                    "root SCRAM-SHA-512 iterations=8192"}
         described = admin.describe_user_scram_credentials(["nobody"])
+        (future,) = described.values() if isinstance(described, dict) else [described]
         with pytest.raises(Exception, match="does not exist"):
-            for future in (described.values() if isinstance(described, dict) else [described]):
-                future.result(CLIENT_TIMEOUT_S)
+            future.result(CLIENT_TIMEOUT_S)
 
         broker.restart(crash=True)  # SIGKILL: acknowledged credentials must be on disk
         assert can_produce(broker, "SCRAM-SHA-256", "carol", "carol-pw")
@@ -89,10 +90,12 @@ def test_users_offline_bootstrap_online_management_and_sigkill(tmp_path):
         assert users_cli("delete", *online, "--user", "carol").returncode == 0
         assert not can_produce(broker, "SCRAM-SHA-256", "carol", "carol-pw")
         missing = users_cli("delete", *online, "--user", "carol", "--mechanism", "SCRAM-SHA-256")
-        assert missing.returncode == 1 and "does not exist" in missing.stderr
+        assert missing.returncode == 1
+        assert "does not exist" in missing.stderr
     finally:
         broker.kill()
     offline = users_cli("list", "--data-dir", str(data_dir))
-    assert "carol" not in offline.stdout and "dave SCRAM-SHA-512" in offline.stdout
+    assert "carol" not in offline.stdout
+    assert "dave SCRAM-SHA-512" in offline.stdout
     assert users_cli("delete", "--data-dir", str(data_dir), "--user", "dave").returncode == 0
     assert "dave" not in users_cli("list", "--data-dir", str(data_dir)).stdout

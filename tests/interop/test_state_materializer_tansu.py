@@ -16,6 +16,7 @@ from oncestream.state.materializer import Materializer
 from oncestream.state.source import KafkaChangelogSource
 from tests.support.brokers import TansuProcess
 from tests.support.clients import CLIENT_TIMEOUT_S, unique_topic
+from tests.support.narrow import present
 
 pytestmark = pytest.mark.interop
 
@@ -73,7 +74,7 @@ def test_materializer_reads_a_tansu_changelog_column_wise(tansu, tmp_path, compr
         m.commit()
         assert m.committed_offsets() == ends
         assert m.applied_records == 900
-        reader = m.store.reader()
+        reader = present(m.store, "materializer store").reader()
         assert dict(reader.range()) == expected
         reader.close()
     finally:

@@ -187,7 +187,7 @@ def _ck_conf(tls_broker: BrokerProcess, pki: Pki, listener: str = "SSL", cert: C
 
 
 
-@pytest.mark.parametrize("listener, cert", [("SSL", None), ("MTLS", "alice")])
+@pytest.mark.parametrize(("listener", "cert"), [("SSL", None), ("MTLS", "alice")])
 def test_librdkafka_produces_consumes_and_commits_a_transaction_over_ssl(
         tls_broker: BrokerProcess, pki: Pki, listener: str, cert: str | None) -> None:
     conf = _ck_conf(tls_broker, pki, listener, getattr(pki, cert) if cert else None)
@@ -293,7 +293,7 @@ def test_spark_partition_reader_reads_over_tls(tls_broker: BrokerProcess, pki: P
 
 
 # -- the broker command --------------------------------------------------------------------------
-@pytest.mark.parametrize("args, message", [
+@pytest.mark.parametrize(("args", "message"), [
     (["--listen", "127.0.0.1:0", "--config", "listeners=PLAINTEXT://127.0.0.1:0"], "either --listen or"),
     (["--config", "listeners=SSL://127.0.0.1:0"], "ssl.keystore.location is not set"),
     (["--config", "listeners=SSL://127.0.0.1:0", "--config", "ssl.keystore.location=/nonexistent.pem"],

@@ -24,6 +24,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from tests.support.clients import CLIENT_TIMEOUT_S, create_topic, unique_topic
+from tests.support.narrow import present
 from tests.support.txn import (
     READ_COMMITTED,
     READ_UNCOMMITTED,
@@ -170,7 +171,8 @@ def test_second_producer_with_same_transactional_id_fences_the_first(txn_broker)
         with pytest.raises(KafkaException) as raised_abort:
             zombie.abort_transaction(CLIENT_TIMEOUT_S)
         fatal, code = fatal_code(raised_abort.value)
-        assert fatal and code in FENCED_CODES, f"the coordinator must fence the zombie, got {raised_abort.value}"
+        assert fatal, f"the coordinator must fence the zombie, got {raised_abort.value}"
+        assert code in FENCED_CODES, f"the coordinator must fence the zombie, got {raised_abort.value}"
 
     successor_values = transaction_values("successor", range(PARTITIONS), 5)
     run_transaction(successor, topic, successor_values, commit=True)
@@ -243,7 +245,7 @@ def test_sigkilled_producer_transaction_is_aborted_by_timeout(txn_broker, tmp_pa
             cwd=PROJECT_ROOT, stdout=subprocess.PIPE, stderr=stderr, start_new_session=True,
         )
     try:
-        line = child.stdout.readline()
+        line = present(child.stdout, "hang-producer stdout").readline()
         assert line, f"hang-producer exited: {stderr_path.read_text()[-2000:]}"
         report = json.loads(line)
         assert "open" in report, report
@@ -253,7 +255,7 @@ def test_sigkilled_producer_transaction_is_aborted_by_timeout(txn_broker, tmp_pa
     finally:
         child.kill()  # SIGKILL: no abort, no close
         child.wait()
-        child.stdout.close()
+        present(child.stdout, "hang-producer stdout").close()
 
     later = transaction_values("after-kill", [0, 1], 3)
     plain_produce(bootstrap, topic, later)

@@ -81,7 +81,8 @@ def test_api_versions_announce_transaction_version_2(broker) -> None:
                          lambda m: build(m.ApiVersionsRequest, client_software_name="t", client_software_version="1"))
         finalized = {f.name: f.max_version_level for f in resp.finalized_features}
         assert finalized.get("transaction.version") == 2
-        assert conn.version_for(END_TXN) >= 5 and conn.version_for(PRODUCE) >= 12
+        assert conn.version_for(END_TXN) >= 5
+        assert conn.version_for(PRODUCE) >= 12
 
 
 def test_part1_produce_to_a_partition_not_in_the_transaction_is_refused(broker) -> None:
@@ -112,7 +113,8 @@ def test_part2_implicit_add_epoch_bump_and_delayed_batch_fenced(broker) -> None:
         next_epoch = committed.producer_epoch
         assert _produce(conn, txn_id, topic, pid, next_epoch, 0, [b"t2-aborted"]) == ErrorCode.none
         aborted = _end(conn, txn_id, pid, next_epoch, commit=False)
-        assert aborted.error_code == ErrorCode.none and aborted.producer_epoch == next_epoch + 1, "abort bumps too"
+        assert aborted.error_code == ErrorCode.none, "abort bumps too"
+        assert aborted.producer_epoch == next_epoch + 1, "abort bumps too"
         # An EndTxn of the old epoch (a delayed retry) cannot commit anything.
         stale = _end(conn, txn_id, pid, next_epoch, commit=True)
         assert stale.error_code != ErrorCode.none

@@ -118,7 +118,8 @@ def test_kip447_zombie_txn_offset_commit_with_a_stale_generation_is_refused_and_
         # The group rebalances: the zombie's consumer metadata (member, stale generation) is
         # from before it, the group itself stays alive with the same member id.
         same_member, generation = join_and_sync(conn, group, topic, member)
-        assert same_member == member and generation > stale_generation
+        assert same_member == member
+        assert generation > stale_generation
 
         zombie.init(conn)
         assert zombie.add_offsets(conn, group) == ErrorCode.none

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from oncestream.testing_hooks import CRASH_ENV, CRASH_MARKER_ENV
+from tests.support.narrow import present
 from tests.support.ports import free_tcp_port, port_accepts_connections
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -183,6 +184,11 @@ class PostgresCluster:
             except AssertionError:
                 pass  # already stopped
         shutil.rmtree(self.base_dir, ignore_errors=True)
+
+
+def committed_values(bootstrap: str, topic: str, timeout_s: float = 60.0) -> list[bytes]:
+    """The values of :func:`read_committed`'s records; a record without a value fails the test."""
+    return [present(value, f"value of a record of {topic}") for _key, value in read_committed(bootstrap, topic, timeout_s)]
 
 
 def executor_pids(application_id: str) -> dict[str, int]:

@@ -35,7 +35,12 @@ def _gate(marks: str):
         from pyspark import TaskContext
 
         ctx = TaskContext.get()
-        batch_id = int(ctx.getLocalProperty("streaming.sql.batchId"))
+        if ctx is None:
+            raise RuntimeError("pass_through runs outside a Spark task")
+        batch_property = ctx.getLocalProperty("streaming.sql.batchId")
+        if batch_property is None:
+            raise RuntimeError("no streaming.sql.batchId: pass_through runs outside a micro-batch")
+        batch_id = int(batch_property)
         partition, attempt = ctx.partitionId(), ctx.attemptNumber()
         if (batch_id, partition, attempt) in seen:
             return value

@@ -81,13 +81,14 @@ def test_balances_differing_from_the_ledger_replay_is_a_violation():
     problems = find_violations(**_outcome(ledger, balances=balances))
     assert len(problems) == 1, problems
     assert problems[0].startswith("database balances differ from a replay of the ledger")
-    assert "0: (" in problems[0] and "1: (" in problems[0]
+    assert "0: (" in problems[0]
+    assert "1: (" in problems[0]
 
 
 def test_invalid_transfer_in_the_ledger_is_a_violation_not_a_crash():
     """An invalid request (destination outside the bank) that got into the ledger is reported,
     including its account the replay does not know, instead of stopping the check."""
-    ledger = _entries(VALID) + [{"transfer_id": "t000004", "account": ACCOUNTS + 5, "delta": 9}]
+    ledger = [*_entries(VALID), {"transfer_id": "t000004", "account": ACCOUNTS + 5, "delta": 9}]
     problems = find_violations(**_outcome(ledger, balances=_balances(_entries(VALID))))
     assert "ledger holds entries of invalid transfers" in problems
     assert any(p.startswith("database balances differ from a replay") for p in problems), problems
@@ -98,7 +99,8 @@ def test_violations_make_the_demo_exit_non_zero(capsys):
     problems = ["ledger: 2 entries missing, 0 duplicated or foreign", "total balance 1 != 20000"]
     assert report(problems) == 1
     out = capsys.readouterr().out
-    assert out.count("VIOLATION:") == 2 and "OK:" not in out
+    assert out.count("VIOLATION:") == 2
+    assert "OK:" not in out
 
 
 def test_check_reads_the_run_and_reports_through_find_violations(monkeypatch, tmp_path):
@@ -114,13 +116,14 @@ def test_check_reads_the_run_and_reports_through_find_violations(monkeypatch, tm
                          [(e["transfer_id"], e["account"], e["delta"]) for e in ledger])
         # The ledger was applied to the entries table but never to the balances.
     problems = bank_demo.check("unused:0", db_path, VALID, INVALID)
-    assert len(problems) == 1 and problems[0].startswith("database balances differ from a replay"), problems
+    assert len(problems) == 1, problems
+    assert problems[0].startswith("database balances differ from a replay"), problems
 
 
 def test_torn_transfer_is_a_violation():
     """Half a transfer visible (its debit committed, its credit not: a torn transaction) is
     reported as a missing ledger entry, an entry not applied and a total balance not conserved."""
-    src, dst, amount = VALID["t000003"]
+    src, _dst, amount = VALID["t000003"]
     ledger = _entries({k: v for k, v in VALID.items() if k != "t000003"})
     ledger.append({"transfer_id": "t000003", "account": src, "delta": -amount})
     problems = find_violations(**_outcome(ledger))

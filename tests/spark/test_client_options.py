@@ -21,7 +21,7 @@ from oncestream.spark.errors import OptionError
 from oncestream.spark.log_client import LogClient
 from oncestream.spark.options import sink_options, source_options
 from tests.spark.conftest import TWO_PC_CONFIG
-from tests.spark.spark_support import read_committed
+from tests.spark.spark_support import committed_values, read_committed
 from tests.support.brokers import BrokerProcess
 from tests.support.delay_proxy import DelayProxy, RequestInfo
 
@@ -128,9 +128,9 @@ def test_batch_write_task_producers_compress_and_every_client_uses_client_id(spa
         for partition in (0, 1):
             records = client.fetch((topic, partition), 0, max_bytes=1 << 24, read_committed=False).records
             data_batches += [h for h, _ in rb.iter_batches(memoryview(records)) if not h.is_control]
-    assert data_batches and all(h.compression == GZIP for h in data_batches), \
-        [h.compression for h in data_batches]
-    assert sorted(v for _k, v in read_committed(bootstrap, topic)) == sorted(values)
+    assert data_batches, [h.compression for h in data_batches]
+    assert all(h.compression == GZIP for h in data_batches), [h.compression for h in data_batches]
+    assert sorted(v for v in committed_values(bootstrap, topic)) == sorted(values)
 
 
 def test_streaming_driver_journal_and_leftover_clients_use_client_id(spark, proxied, tmp_path):
@@ -166,17 +166,17 @@ def test_bad_or_owned_kafka_options_fail_the_query_on_the_driver(spark, proxied)
     bootstrap, _proxy = proxied
     topic = _topic(bootstrap)
     base = spark.read.format("oncestream").option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic)
-    with pytest.raises(Exception, match="invalid value for fetch.max.bytes"):
+    with pytest.raises(Exception, match=r"invalid value for fetch\.max\.bytes"):
         base.option("kafka.fetch.max.bytes", "lots").load().collect()
-    with pytest.raises(Exception, match="kafka.auto.offset.reset is not supported.*startingOffsets"):
+    with pytest.raises(Exception, match=r"kafka\.auto\.offset\.reset is not supported.*startingOffsets"):
         base.option("kafka.auto.offset.reset", "earliest").load().collect()
     df = spark.createDataFrame([(b"v",)], "value binary")
-    with pytest.raises(Exception, match="kafka.enable.idempotence cannot be changed"):
+    with pytest.raises(Exception, match=r"kafka\.enable\.idempotence cannot be changed"):
         (df.write.format("oncestream").option("kafka.bootstrap.servers", bootstrap).option("topic", topic)
          .option("kafka.enable.idempotence", "false").mode("append").save())
 
 
-@pytest.mark.parametrize("options, message", [
+@pytest.mark.parametrize(("options", "message"), [
     ({"kafka.auto.offset.reset": "latest"}, "startingOffsets"),
     ({"kafka.enable.auto.commit": "true"}, "checkpoint"),
     ({"kafka.key.deserializer": "x"}, "bytes"),
@@ -191,7 +191,7 @@ def test_source_refuses_owned_and_malformed_client_options(options, message):
         source_options({"kafka.bootstrap.servers": "h:1", "subscribe": "t", **options}, streaming=False)
 
 
-@pytest.mark.parametrize("options, message", [
+@pytest.mark.parametrize(("options", "message"), [
     ({"kafka.key.serializer": "x"}, "bytes"),
     ({"kafka.value.serializer": "x"}, "bytes"),
     ({"kafka.acks": "1"}, "acks=all"),
@@ -225,4 +225,5 @@ def test_client_settings_are_parsed_once_and_carried_to_the_clients():
     assert (source.client.client_id, source.client.partition_fetch_max_bytes, source.client.fetch_max_wait_ms,
             source.client.fetch_min_bytes) == ("r", 1024, 50, 10)
     default = source_options({"kafka.bootstrap.servers": "h:1", "subscribe": "t"}, streaming=True)
-    assert default.client.client_id is None and default.client.partition_fetch_max_bytes == 4 * 1024 * 1024
+    assert default.client.client_id is None
+    assert default.client.partition_fetch_max_bytes == 4 * 1024 * 1024

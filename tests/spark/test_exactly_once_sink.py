@@ -17,7 +17,8 @@ from pyspark.errors import StreamingQueryException
 
 from oncestream.spark.commit_journal import CommitJournal
 from oncestream.spark.log_client import LogClient
-from tests.spark.spark_support import DriverRun, read_committed
+from tests.spark.spark_support import DriverRun, committed_values
+from tests.support.narrow import present
 
 pytestmark = [pytest.mark.spark, pytest.mark.chaos]
 
@@ -78,12 +79,12 @@ def test_passthrough_survives_driver_sigkill_at_every_commit_step(tmp_path, eos_
     final = _driver(tmp_path, bootstrap, topic_in, topic_out, available_now=True)
     assert final.wait(300) == 0, final.stderr_tail()
 
-    got = Counter(v for _k, v in read_committed(bootstrap, topic_out))
+    got = Counter(v for v in committed_values(bootstrap, topic_out))
     want = Counter(expected)
     assert got == want, (f"missing {sorted((want - got).elements())[:10]}, "
                          f"duplicated or foreign {sorted((got - want).elements())[:10]}")
     with LogClient(bootstrap) as client:
-        assert [t for t in client.list_transactions() if t[2] == "Ongoing"] == []
+        assert [t for t in present(client.list_transactions(), "transactions") if t[2] == "Ongoing"] == []
 
 
 def test_task_failing_after_prepare_is_retried_without_duplicates(spark, eos_broker, tmp_path):
@@ -102,17 +103,19 @@ def test_task_failing_after_prepare_is_retried_without_duplicates(spark, eos_bro
              .option("checkpointLocation", str(tmp_path / "cp")).trigger(availableNow=True).start())
     query.awaitTermination(300)
     assert query.exception() is None
-    assert Counter(v for _k, v in read_committed(bootstrap, topic_out)) == Counter(expected)
+    assert Counter(v for v in committed_values(bootstrap, topic_out)) == Counter(expected)
     with LogClient(bootstrap) as client:
-        assert [t for t in client.list_transactions() if t[2] == "Ongoing"] == []
+        assert [t for t in present(client.list_transactions(), "transactions") if t[2] == "Ongoing"] == []
     journal = CommitJournal(bootstrap)
     try:
         record = journal.last(str(query.id))
     finally:
         journal.close()
-    assert record is not None and record.batch_id == 0
+    assert record is not None
+    assert record.batch_id == 0
     # <prefix>-<query>-<slot>-<partition>-<attempt>-<alternative>: attempt 1 won everywhere.
-    assert record.txns and all(txn_id.rsplit("-", 2)[1] == "1" for txn_id in record.txns), record.txns
+    assert record.txns, record.txns
+    assert all(txn_id.rsplit("-", 2)[1] == "1" for txn_id in record.txns), record.txns
 
 
 def test_batch_crashing_in_every_attempt_then_restart_is_exactly_once(spark, eos_broker, tmp_path):
@@ -138,11 +141,11 @@ def test_batch_crashing_in_every_attempt_then_restart_is_exactly_once(spark, eos
     with pytest.raises(StreamingQueryException):
         failed.awaitTermination(300)
     with LogClient(bootstrap) as client:
-        assert [t for t in client.list_transactions() if t[2] == "Ongoing" and str(failed.id) in t[0]], \
+        assert [t for t in present(client.list_transactions(), "transactions") if t[2] == "Ongoing" and str(failed.id) in t[0]], \
             "the crashed attempts' prepared transactions should still be open"
     restarted = start("")
     restarted.awaitTermination(300)
     assert restarted.exception() is None
-    assert Counter(v for _k, v in read_committed(bootstrap, topic_out)) == Counter(expected)
+    assert Counter(v for v in committed_values(bootstrap, topic_out)) == Counter(expected)
     with LogClient(bootstrap) as client:
-        assert [t for t in client.list_transactions() if t[2] == "Ongoing"] == []
+        assert [t for t in present(client.list_transactions(), "transactions") if t[2] == "Ongoing"] == []

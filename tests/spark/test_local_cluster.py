@@ -25,12 +25,13 @@ from confluent_kafka import Producer
 from oncestream.spark.log_client import LogClient
 from tests.spark.spark_support import (
     DriverRun,
+    committed_values,
     executor_pids,
     executors_in_group,
-    read_committed,
     wait_for_executors,
 )
 from tests.spark.test_exactly_once_sink import _produce, _topics
+from tests.support.narrow import present
 from tests.support.txn import wait_until
 
 pytestmark = [pytest.mark.spark, pytest.mark.chaos]
@@ -44,21 +45,23 @@ def _app_id(spark) -> str:
 
 def _ongoing(bootstrap: str, query_id: str = "") -> list[tuple[str, int, str]]:
     with LogClient(bootstrap, client_id="test-check") as client:
-        return [t for t in client.list_transactions() if t[2] == "Ongoing" and query_id in t[0]]
+        return [t for t in present(client.list_transactions(), "transactions") if t[2] == "Ongoing" and query_id in t[0]]
 
 
 def test_tasks_run_in_two_executor_processes(spark_cluster):
     """The premise of this module: two executor JVMs, none of them the driver, and Python workers
     whose parent is an executor JVM, not the driver's."""
     pids = wait_for_executors(_app_id(spark_cluster), 2)
-    assert len(pids) == 2 and os.getpid() not in pids.values()
+    assert len(pids) == 2
+    assert os.getpid() not in pids.values()
     workers = (spark_cluster.sparkContext.parallelize(range(8), 8)
                .map(lambda _: (os.getpid(), os.getppid())).collect())
     assert {pid for pid, _ in workers}.isdisjoint({os.getpid()})
     # The Python daemon that forks the workers is a child of its executor JVM.
     parents_of_daemons = {int(Path(f"/proc/{ppid}/stat").read_text().split(") ")[1].split()[1])
                           for _, ppid in workers if Path(f"/proc/{ppid}").exists()}
-    assert parents_of_daemons and parents_of_daemons <= set(pids.values()), (parents_of_daemons, pids)
+    assert parents_of_daemons, (parents_of_daemons, pids)
+    assert parents_of_daemons <= set(pids.values()), (parents_of_daemons, pids)
 
 
 def test_batch_read_on_executors_returns_exactly_the_committed_records(spark_cluster, eos_broker):
@@ -142,7 +145,7 @@ def test_executor_sigkilled_holding_a_prepared_transaction_output_exactly_once(s
     assert query.exception() is None
     retried = sorted(m.name for m in gate.glob("prepared-*-1"))
     assert len(retried) == 1, f"one task re-run after the executor loss, got {retried}"
-    got = Counter(v for _k, v in read_committed(bootstrap, topic_out))
+    got = Counter(v for v in committed_values(bootstrap, topic_out))
     want = Counter(expected)
     assert got == want, (f"missing {sorted((want - got).elements())[:10]}, "
                          f"duplicated or foreign {sorted((got - want).elements())[:10]}")
@@ -184,7 +187,7 @@ def test_executor_sigkilled_mid_write_output_exactly_once(spark_cluster, eos_bro
         query.stop()
     assert query.exception() is None
     assert len(list(gate.glob("prepared-*-1"))) >= 1, "the killed task was re-run"
-    got = Counter(v for _k, v in read_committed(bootstrap, topic_out))
+    got = Counter(v for v in committed_values(bootstrap, topic_out))
     want = Counter(expected)
     assert got == want, (f"missing {sorted((want - got).elements())[:10]}, "
                          f"duplicated or foreign {sorted((got - want).elements())[:10]}")
@@ -243,7 +246,7 @@ def test_driver_sigkilled_with_executors_output_exactly_once(tmp_path, eos_broke
     final = _cluster_driver(tmp_path, [*argv, "--available-now"])
     assert final.wait(300) == 0, final.stderr_tail()
 
-    got = Counter(v for _k, v in read_committed(bootstrap, topic_out))
+    got = Counter(v for v in committed_values(bootstrap, topic_out))
     want = Counter(expected)
     assert got == want, (f"missing {sorted((want - got).elements())[:10]}, "
                          f"duplicated or foreign {sorted((got - want).elements())[:10]}")
@@ -269,6 +272,6 @@ def test_dual_write_in_local_cluster_under_driver_sigkill(tmp_path, eos_broker):
     assert final.wait(300) == 0, final.stderr_tail()
     with sqlite3.connect(db) as conn:
         db_values = [r[0].encode() for r in conn.execute("SELECT v FROM events")]
-    log_values = [v for _k, v in read_committed(bootstrap, topic_out)]
+    log_values = [v for v in committed_values(bootstrap, topic_out)]
     assert Counter(log_values) == Counter(expected)
     assert Counter(db_values) == Counter(expected), "database and log disagree"

@@ -85,7 +85,8 @@ def test_stream_options_against_tansu(spark, tansu):
                                                     groupIdPrefix="tansu", includeHeaders="false", **UNCOMMITTED))
     assert _values(rows) == _expected(range(PER_PARTITION))
     sizes = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
-    assert max(sizes) <= 6 and sum(sizes) == 2 * PER_PARTITION
+    assert max(sizes) <= 6
+    assert sum(sizes) == 2 * PER_PARTITION
     first = next(p for p in query.recentProgress if p["numInputRows"])
     assert offsets_behind_latest(first["sources"][0]) == {
         "minOffsetsBehindLatest": 7.0, "maxOffsetsBehindLatest": 7.0, "avgOffsetsBehindLatest": 7.0}

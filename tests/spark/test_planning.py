@@ -7,14 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from oncestream.protocol import record_batch as rb
-from oncestream.protocol.records import (
-    CONTROL_ABORT,
-    CONTROL_COMMIT,
-    NewRecord,
-    decode_batches,
-    encode_batch,
-    encode_control_batch,
-)
+from oncestream.protocol.markers import CONTROL_ABORT, CONTROL_COMMIT
+from oncestream.protocol.records import NewRecord, decode_batches, encode_batch, encode_control_batch
 from oncestream.spark.errors import OptionError
 from oncestream.spark.options import offsets_from_json, offsets_to_json, parse_offset_spec, sink_options, source_options
 from oncestream.spark.partition_reader import _append_records, _Columns, decode_to_arrow
@@ -62,7 +56,9 @@ def test_option_validation():
         source_options({**base, "subscribe": "t", "startingOffsets": "latest"}, streaming=False)
     opts = source_options({**base, "SubscribePattern": "t.*", "kafka.isolation.level": "read_uncommitted",
                            "maxOffsetsPerTrigger": "9"}, streaming=True)
-    assert opts.subscription.matches("tx") and not opts.read_committed and opts.max_offsets_per_trigger == 9
+    assert opts.subscription.matches("tx")
+    assert not opts.read_committed
+    assert opts.max_offsets_per_trigger == 9
     sink = sink_options({**base, "topic": "out", "exactlyOnce": "false", "kafka.linger.ms": "3",
                          "kafka.transactional.id": "app"})
     assert (sink.topic, sink.exactly_once, sink.transactional_id_prefix) == ("out", False, "app")

@@ -13,7 +13,9 @@ from __future__ import annotations
 import threading
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
+from typing import Generic, TypeVar
 
 import pyarrow as pa
 import pytest
@@ -25,12 +27,15 @@ from oncestream.spark.commit_journal import NO_COMMIT, CommitJournal
 from oncestream.spark.log_client import LogClient
 from oncestream.spark.options import sink_options
 from oncestream.spark.sink import _LazyJournal, _TaskWriter, transactional_id
-from tests.spark.spark_support import read_committed
+from tests.spark.spark_support import committed_values, read_committed
+from tests.support.narrow import present
 from tests.support.txn import describe_transaction, wait_until
 
 pytestmark = pytest.mark.spark
 
 GATE_WAIT_S = 240.0  # hang guard only: tasks reach their gates in seconds
+
+T = TypeVar("T")
 
 
 def _topic(bootstrap: str, partitions: int = 1) -> str:
@@ -60,7 +65,7 @@ def _offsets(bootstrap: str, topic: str) -> dict[int, tuple[int, int]]:
 
 def _open_transactions(bootstrap: str) -> list[tuple[str, int, str]]:
     with LogClient(bootstrap, client_id="test-check") as client:
-        return [t for t in client.list_transactions() if t[2] == "Ongoing"]
+        return [t for t in present(client.list_transactions(), "transactions") if t[2] == "Ongoing"]
 
 
 def _prepared(gate: Path, partitions: list[int]) -> dict[int, tuple[str, str]]:
@@ -81,16 +86,16 @@ def _prepared(gate: Path, partitions: list[int]) -> dict[int, tuple[str, str]]:
     return reported()
 
 
-class Background:
+class Background(Generic[T]):
     """Run a blocking call on a thread; keep its exception."""
 
-    def __init__(self, fn) -> None:
+    def __init__(self, fn: Callable[[], T]) -> None:
         self.error: BaseException | None = None
-        self.result: object = None
+        self.result: T | None = None
         self._thread = threading.Thread(target=self._run, args=(fn,), daemon=True)
         self._thread.start()
 
-    def _run(self, fn) -> None:
+    def _run(self, fn: Callable[[], T]) -> None:
         try:
             self.result = fn()
         except BaseException as exc:  # noqa: BLE001 - examined by the test
@@ -183,7 +188,7 @@ def test_batch_write_is_invisible_until_the_job_commits(spark, eos_broker, tmp_p
     for txn_id, _state in prepared.values():
         assert describe_transaction(bootstrap, txn_id).state == "CompleteCommit", txn_id
     _all_decided(bootstrap, topic)
-    assert Counter(v for _k, v in read_committed(bootstrap, topic)) == Counter(values)
+    assert Counter(v for v in committed_values(bootstrap, topic)) == Counter(values)
 
 
 def test_failed_micro_batch_aborts_prepared_transactions_and_restart_writes_once(spark, eos_broker, tmp_path):
@@ -231,7 +236,7 @@ def test_failed_micro_batch_aborts_prepared_transactions_and_restart_writes_once
     restarted = start(None)
     restarted.awaitTermination(300)
     assert restarted.exception() is None
-    assert Counter(v for _k, v in read_committed(bootstrap, topic_out)) == \
+    assert Counter(v for v in committed_values(bootstrap, topic_out)) == \
         Counter(v for vs in expected.values() for v in vs)
     _all_decided(bootstrap, topic_out)
 
@@ -282,7 +287,8 @@ def test_zombie_of_an_earlier_batch_cannot_stall_a_later_batch(spark, eos_broker
         inputs.append(values)
         query_id = _finished(_run_available_now(spark, bootstrap, topic_in, checkpoint, options))
     record = _last_record(bootstrap, query_id)
-    assert record is not None and record.batch_id == 1
+    assert record is not None
+    assert record.batch_id == 1
 
     gate = tmp_path / "gate"
     gate.mkdir()
@@ -296,12 +302,14 @@ def test_zombie_of_an_earlier_batch_cannot_stall_a_later_batch(spark, eos_broker
         batch_2_txn, batch_2_state = _prepared(gate, [0])[0]
         task = _TaskWriter(sink_options(options))
         fresh = task.write_attempt(iter([_values_batch([b"zombie-1"])]), query_id, 0, 0, batch_id=1)
-        assert fresh.transactional_id is None and fresh.records == 0
+        assert fresh.transactional_id is None
+        assert fresh.records == 0
         # The late zombie's journal check ran before batch 0 was recorded: it saw nothing committed.
         monkeypatch.setattr(_LazyJournal, "committed_batch", lambda self, q: NO_COMMIT)
         late = task.write_attempt(iter([_values_batch([b"zombie-0"])]), query_id, 0, 0, batch_id=0)
         monkeypatch.undo()
-        assert late.transactional_id is None and late.records == 0
+        assert late.transactional_id is None
+        assert late.records == 0
         assert transactional_id(sink_options(options).transactional_id_prefix, query_id, 0, 0, 0, 0) \
             == batch_2_txn, "the late zombie must have initialized on batch 2's id"
         assert describe_transaction(bootstrap, batch_2_txn).state == "Ongoing"
@@ -310,13 +318,15 @@ def test_zombie_of_an_earlier_batch_cannot_stall_a_later_batch(spark, eos_broker
     assert _finished(held_query) == query_id
     assert describe_transaction(bootstrap, batch_2_txn).state == "CompleteCommit"
     record = _last_record(bootstrap, query_id)
-    assert record is not None and record.batch_id == 2 and record.txns[batch_2_txn] == batch_2_state
+    assert record is not None
+    assert record.batch_id == 2
+    assert record.txns[batch_2_txn] == batch_2_state
 
     fourth = {1: [f"b3-1-{i:03d}".encode() for i in range(10)]}
     _produce(bootstrap, topic_in, fourth)
     inputs.append(fourth)
     assert _finished(_run_available_now(spark, bootstrap, topic_in, checkpoint, options)) == query_id
-    got = Counter(v for _k, v in read_committed(bootstrap, topic_out))
+    got = Counter(v for v in committed_values(bootstrap, topic_out))
     want = Counter(v for batch in inputs for vs in batch.values() for v in vs)
     assert got == want, (f"missing {sorted((want - got).elements())[:5]}, "
                          f"extra {sorted((got - want).elements())[:5]}")
@@ -352,7 +362,8 @@ def test_zombie_writing_while_its_batch_commits_cannot_make_its_records_visible(
     producing_zombie = Background(lambda: task.write_attempt(rows(), query_id, 0, 7, batch_id=0))
     assert _finished(query) == query_id
     record = _last_record(bootstrap, query_id)
-    assert record is not None and record.batch_id == 0
+    assert record is not None
+    assert record.batch_id == 0
     assert sorted(t.rsplit("-", 4)[1:] for t in record.txns) == [["0", "0", "1", "0"], ["0", "1", "1", "0"]], \
         record.txns
     go_on.set()
@@ -360,13 +371,14 @@ def test_zombie_writing_while_its_batch_commits_cannot_make_its_records_visible(
     # Either the zombie's transaction was aborted under it by the driver (fenced: an error) or it
     # saw the record after preparing and aborted itself (no transaction reported).
     if producing_zombie.error is None:
-        assert producing_zombie.result.transactional_id is None  # type: ignore[attr-defined]
+        assert present(producing_zombie.result, "zombie write result").transactional_id is None
     else:
         assert isinstance(producing_zombie.error, KafkaException), producing_zombie.error
     late = task.write_attempt(iter([_values_batch([b"zombie-1"])]), query_id, 1, 0, batch_id=0)
-    assert late.transactional_id is None and late.records == 0
+    assert late.transactional_id is None
+    assert late.records == 0
 
-    got = Counter(v for _k, v in read_committed(bootstrap, topic_out))
+    got = Counter(v for v in committed_values(bootstrap, topic_out))
     want = Counter(v for vs in first.values() for v in vs)
     assert got == want, (f"missing {sorted((want - got).elements())[:5]}, "
                          f"extra {sorted((got - want).elements())[:5]}")

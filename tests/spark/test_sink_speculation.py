@@ -28,7 +28,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from oncestream.spark.commit_journal import CommitJournal
 from oncestream.spark.log_client import LogClient
 from oncestream.spark.sink import ID_ALTERNATIVES, ID_WINDOW
-from tests.spark.spark_support import read_committed
+from tests.spark.spark_support import committed_values
+from tests.support.narrow import present
 from tests.support.ports import free_tcp_port, port_accepts_connections
 from tests.support.txn import wait_until
 
@@ -39,7 +40,7 @@ DRIVER = Path(__file__).resolve().parent / "speculation_driver.py"
 PARTITIONS = 2
 MAX_ATTEMPTS = 4  # spark.task.maxFailures in the driver, plus speculative copies below it
 CLUSTER_START_S = 240.0  # hang guard: JVMs start in seconds to tens of seconds on a loaded box
-SPARK_HOME = Path(__import__("pyspark").__file__).parent
+SPARK_HOME = Path(present(__import__("pyspark").__file__, "pyspark module file")).parent
 
 
 class StandaloneCluster:
@@ -127,12 +128,13 @@ def _run(tmp_path: Path, bootstrap: str, master: str, batches: int) -> None:
         record = journal.last(query_id)
     finally:
         journal.close()
-    assert record is not None and record.batch_id >= batches - 1, record
+    assert record is not None, record
+    assert record.batch_id >= batches - 1, record
     copies = sorted(m.name for m in marks.iterdir() if not m.name.endswith("-a0"))
     slow = [b for b in range(batches) if b % 3 == 1]
     assert copies, f"no speculative copy ran (slow batches {slow}); marks: {sorted(os.listdir(marks))}"
 
-    assert Counter(v for _k, v in read_committed(bootstrap, topic_out)) == Counter(values)
+    assert Counter(v for v in committed_values(bootstrap, topic_out)) == Counter(values)
     with LogClient(bootstrap, client_id="test-check") as client:
         listed = client.list_transactions() or []
     prefix = f"oncestream-spark-{query_id}-"

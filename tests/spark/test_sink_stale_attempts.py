@@ -23,7 +23,7 @@ from oncestream.spark.txn_resolution import (
     init_keeping_prepared,
     two_phase_producer,
 )
-from tests.spark.spark_support import read_committed
+from tests.spark.spark_support import committed_values, read_committed
 from tests.support.txn import describe_transaction
 
 pytestmark = pytest.mark.spark
@@ -94,7 +94,8 @@ def test_transactional_ids_of_a_query_stay_bounded_over_many_batches(spark, eos_
         record = journal.last(query_id)
     finally:
         journal.close()
-    assert record is not None and record.batch_id >= 7, record
+    assert record is not None, record
+    assert record.batch_id >= 7, record
     with LogClient(bootstrap, client_id="test-check") as client:
         listed = client.list_transactions() or []
     prefix = f"oncestream-spark-{query_id}-"
@@ -102,4 +103,4 @@ def test_transactional_ids_of_a_query_stay_bounded_over_many_batches(spark, eos_
     assert 0 < len(ids) <= ID_WINDOW * 2, sorted(ids)
     assert {t[len(prefix):].split("-")[0] for t in ids} == {str(s) for s in range(ID_WINDOW)}, sorted(ids)
     assert all(state != "Ongoing" for t, _pid, state in listed if t.startswith(prefix))
-    assert Counter(v for _k, v in read_committed(bootstrap, topic_out)) == Counter(values)
+    assert Counter(v for v in committed_values(bootstrap, topic_out)) == Counter(values)

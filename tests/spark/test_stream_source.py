@@ -53,7 +53,9 @@ def test_rate_limit_and_spark_offset_json_in_checkpoint(spark, eos_broker, tmp_p
     query.awaitTermination(300)
     assert query.exception() is None
     sizes = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
-    assert sum(sizes) == 100 and max(sizes) <= 30 and len(sizes) >= 4
+    assert sum(sizes) == 100
+    assert max(sizes) <= 30
+    assert len(sizes) >= 4
     assert spark.sql(f"SELECT count(*) AS n FROM {name}").collect()[0].n == 100
     last = max((p for p in (tmp_path / "cp" / "offsets").iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
     offsets = json.loads(last.read_text().splitlines()[-1])

@@ -13,6 +13,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.support.brokers import TansuProcess
+from tests.support.narrow import message_value
 
 pytestmark = [pytest.mark.spark, pytest.mark.interop]
 
@@ -64,7 +65,7 @@ def _consume_all(bootstrap: str, topic: str, count: int) -> list[bytes]:
                 break
             continue
         idle = 0
-        out.append(msg.value())
+        out.append(message_value(msg))
     consumer.close()
     return out
 
@@ -77,7 +78,8 @@ def test_source_reads_tansu(spark, tansu):
           .option("subscribe", topic).options(**UNCOMMITTED).load())
     rows = df.collect()
     assert Counter(bytes(r.value) for r in rows) == Counter(values)
-    assert {r.partition for r in rows} == {0, 1} and all(r.topic == topic for r in rows)
+    assert {r.partition for r in rows} == {0, 1}
+    assert all(r.topic == topic for r in rows)
     stream = (spark.readStream.format("oncestream").option("kafka.bootstrap.servers", tansu.bootstrap)
               .option("subscribe", topic).option("startingOffsets", "earliest").options(**UNCOMMITTED)
               .option("maxOffsetsPerTrigger", "30").load())

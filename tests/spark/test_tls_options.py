@@ -16,7 +16,7 @@ import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.spark.conftest import TWO_PC_CONFIG
-from tests.spark.spark_support import read_committed
+from tests.spark.spark_support import committed_values
 from tests.support.brokers import BrokerProcess
 from tests.support.certs import Pki
 from tests.support.sasl import MECHANISM_USERS, PLAIN_USERS, add_scram_users, plain_jaas
@@ -60,7 +60,7 @@ def test_exactly_once_write_and_read_over_mutual_tls(spark, mtls_broker: BrokerP
     values = [f"v-{i:03d}".encode() for i in range(40)]
     df = spark.createDataFrame([(v,) for v in values], "value binary").repartition(2)
     df.write.format("oncestream").options(**tls_options).option("topic", topic).mode("append").save()
-    assert sorted(v for _k, v in read_committed(plain, topic)) == sorted(values)
+    assert sorted(v for v in committed_values(plain, topic)) == sorted(values)
 
     rows = spark.read.format("oncestream").options(**tls_options).option("subscribe", topic).load().collect()
     assert sorted(bytes(r.value) for r in rows) == sorted(values)
@@ -88,7 +88,7 @@ def test_exactly_once_write_and_read_over_sasl_ssl(spark, mtls_broker: BrokerPro
     values = [f"s-{i:03d}".encode() for i in range(30)]
     df = spark.createDataFrame([(v,) for v in values], "value binary").repartition(2)
     df.write.format("oncestream").options(**options).option("topic", topic).mode("append").save()
-    assert sorted(v for _k, v in read_committed(plain, topic)) == sorted(values)
+    assert sorted(v for v in committed_values(plain, topic)) == sorted(values)
 
     rows = spark.read.format("oncestream").options(**options).option("subscribe", topic).load().collect()
     assert sorted(bytes(r.value) for r in rows) == sorted(values)

@@ -23,7 +23,7 @@ from oncestream.broker_process import (
     oncestream_command,
     tansu_executable,
 )
-from tests.support.faults import test_tree_environment
+from tests.support.faults import child_environment
 
 READY_TIMEOUT_S = 20.0
 STOP_TIMEOUT_S = 15.0
@@ -95,7 +95,7 @@ class BrokerProcess(OnceStreamBroker):
         return [sys.executable, "-m", "tests.support.broker_with_faults", *self.faults.argv(), "--", *cli_args]
 
     def environment(self) -> dict[str, str]:
-        return test_tree_environment(super().environment())
+        return child_environment(super().environment())
 
     def stderr_tail(self) -> str:
         """The last few KB of the current run's stderr, for failure messages."""

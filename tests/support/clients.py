@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from tests.support.narrow import consumed_record
 from tests.support.records import ConsumedRecord, SentRecord
 
 CLIENT_TIMEOUT_S = 60.0
@@ -133,8 +134,9 @@ def confluent_consume(bootstrap: str, topic: str, partitions: int) -> list[Consu
             for msg in consumer.consume(num_messages=1000, timeout=0.5):
                 if msg.error() is not None:
                     raise KafkaException(msg.error())
-                consumed.append(ConsumedRecord(msg.partition(), msg.offset(), msg.key(), msg.value()))
-                next_offsets[msg.partition()] = msg.offset() + 1
+                record = consumed_record(msg)
+                consumed.append(record)
+                next_offsets[record.partition] = record.offset + 1
     finally:
         consumer.close()
     return consumed
@@ -258,7 +260,8 @@ def aiokafka_consume(bootstrap: str, topic: str, partitions: int) -> list[Consum
 def kcat_produce(bootstrap: str, topic: str, records: Sequence[SentRecord]) -> list[tuple[int, int]]:
     """Produce keyed lines with ``kcat -P -K:``; kcat reports no offsets, so none are returned."""
     for record in records:
-        assert b":" not in record.key and b"\n" not in record.key + record.value
+        assert b":" not in record.key
+        assert b"\n" not in record.key + record.value
     lines = b"".join(record.key + b":" + record.value + b"\n" for record in records)
     result = subprocess.run(
         [KCAT, "-b", bootstrap, "-P", "-t", topic, "-K:", "-X", "acks=all"],

@@ -103,9 +103,10 @@ def decode_response(api_key: int, api_version: int, payload: bytes) -> Any:
     from kio.schema.index import api_key_map
     from kio.serial import entity_reader
     from kio.static.constants import EntityType
+    from kio.static.protocol import Entity
 
     module = load_entity_module(api_key_map[api_key], api_version, EntityType.response)
-    cls = next(
+    cls: type[Entity] = next(
         v for v in vars(module).values()
         if isinstance(v, type) and getattr(v, "__type__", None) == EntityType.response
     )
@@ -116,6 +117,7 @@ def decode_response(api_key: int, api_version: int, payload: bytes) -> Any:
             _tag, pos = _read_uvarint(payload, pos)
             size, pos = _read_uvarint(payload, pos)
             pos += size
+    response: Any
     response, _ = entity_reader(cls)(payload, pos)
     return response
 

@@ -35,7 +35,7 @@ from oncestream.log.partition_log import PartitionLog
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_tree_environment(base: dict[str, str] | None = None) -> dict[str, str]:
+def child_environment(base: dict[str, str] | None = None) -> dict[str, str]:
     """``base`` (this process's environment by default) with the repository root and its src/
     first on PYTHONPATH, so a child process can import ``tests.support`` modules."""
     env = dict(os.environ if base is None else base)

@@ -27,11 +27,12 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import pytest
 
 from tests.support.brokers import BrokerProcess, TansuProcess, _ManagedBroker
+from tests.support.narrow import consumed_record
 
 CLIENTS = ("confluent", "kafka-python")
 WAIT_TIMEOUT_S = 60.0
@@ -186,11 +187,13 @@ class _ConfluentDriver:
         msg = self.consumer.poll(timeout_s)
         if msg is None:
             return []
-        if msg.error() is not None:
-            if msg.error().code() in _TRANSIENT_CONFLUENT_ERRORS:
+        err = msg.error()
+        if err is not None:
+            if err.code() in _TRANSIENT_CONFLUENT_ERRORS:
                 return []  # the broker is restarting (chaos tests): the client reconnects
-            raise KafkaException(msg.error())
-        return [PolledRecord(msg.partition(), msg.offset(), msg.value())]
+            raise KafkaException(err)
+        record = consumed_record(msg)
+        return [PolledRecord(record.partition, record.offset, record.value)]
 
     def commit(self, partition: int, next_offset: int) -> None:
         from confluent_kafka import KafkaException, TopicPartition
@@ -312,7 +315,21 @@ class _KafkaPythonDriver:
         self.consumer.close(autocommit=False)
 
 
-_DRIVERS = {"confluent": _ConfluentDriver, "kafka-python": _KafkaPythonDriver}
+class _Driver(Protocol):
+    """What a member needs of a client: the surface both drivers above provide."""
+
+    poll_timeout_s: float
+
+    def poll(self, timeout_s: float) -> list[PolledRecord]: ...
+    def commit(self, partition: int, next_offset: int) -> None: ...
+    def seek(self, partition: int, offset: int) -> None: ...
+    def pause(self, partitions: Iterable[int]) -> None: ...
+    def resume(self, partitions: Iterable[int]) -> None: ...
+    def member_id(self) -> str | None: ...
+    def close(self) -> None: ...
+
+
+_DRIVERS: dict[str, Callable[..., _Driver]] = {"confluent": _ConfluentDriver, "kafka-python": _KafkaPythonDriver}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -457,7 +474,7 @@ class GroupMember:
             self.log.revocations.append(revoked)
 
     def _run(self) -> None:
-        driver = None
+        driver: _Driver | None = None
         try:
             driver = _DRIVERS[self.client](*self._args, self._on_assign, self._on_revoke)
             self._ready.set()
@@ -473,7 +490,7 @@ class GroupMember:
                     if self._error is None:
                         self._error = exc
 
-    def _poll_once(self, driver: Any) -> None:
+    def _poll_once(self, driver: _Driver) -> None:
         with self.lock:
             can_process = self._budget is None or self._budget > 0
             # librdkafka keeps a partition paused across a revoke and a new assignment of it:
@@ -495,7 +512,7 @@ class GroupMember:
                 owned = record.partition in self.log.assignment
                 allowed = self._budget is None or self._budget > 0
                 counted = owned and allowed and self._budget is not None
-                if counted:
+                if counted and self._budget is not None:
                     self._budget -= 1
                     self._unsettled += 1
             try:
@@ -505,7 +522,7 @@ class GroupMember:
                     with self.lock:
                         self._unsettled -= 1
 
-    def _process(self, driver: Any, record: Any, owned: bool, allowed: bool,
+    def _process(self, driver: _Driver, record: PolledRecord, owned: bool, allowed: bool,
                  put_back: set[int]) -> None:
         """Deliver (and with commit_each, commit) one polled record, or put it back."""
         if not owned:
@@ -669,7 +686,8 @@ def produce_spread(bootstrap: str, topic: str, partitions: int, count: int,
                          on_delivery=on_delivery)
         producer.poll(0)
     remaining = producer.flush(WAIT_TIMEOUT_S)
-    assert remaining == 0 and not errors, f"produce failed: {remaining} unsent, {errors[:3]}"
+    assert remaining == 0, f"produce failed: {remaining} unsent, {errors[:3]}"
+    assert not errors, f"produce failed: {remaining} unsent, {errors[:3]}"
     assert len(positions) == count
     return positions
 

@@ -12,6 +12,7 @@ Registered in pyproject.toml (``[tool.importlinter] contract_types``) and run by
 
 from __future__ import annotations
 
+import itertools
 from collections import deque
 
 import grimp
@@ -100,13 +101,13 @@ class AcyclicModulesContract(Contract):
             ignore_imports=self.ignore_imports,  # type: ignore[arg-type]
             unmatched_alerting=self.unmatched_ignore_imports_alerting,  # type: ignore[arg-type]
         )
-        prefixes = tuple(self.containers)  # type: ignore[arg-type]
+        prefixes: tuple[str, ...] = tuple(self.containers)  # type: ignore[arg-type]
         cycles = []
         for component in strongly_connected_components(graph):
             if any(m == p or m.startswith(p + ".") for m in component for p in prefixes):
                 cycle = shortest_cycle(graph, component)
                 steps = []
-                for importer, imported in zip(cycle, cycle[1:], strict=False):
+                for importer, imported in itertools.pairwise(cycle):
                     lines = sorted(d["line_number"] for d in graph.get_import_details(importer=importer, imported=imported))
                     steps.append((importer, imported, lines))
                 cycles.append((component, steps))

@@ -19,7 +19,7 @@ def start_ready(argv: list[str], ready: Path, log: Path, env: dict[str, str],
     """Run ``argv --ready-file READY`` in its own session, output to ``log``; return once READY
     exists. Fails with the log's tail if the program exits or is not ready within ``timeout_s``."""
     with open(log, "wb") as out:
-        process = subprocess.Popen(argv + ["--ready-file", str(ready)], stdout=out, stderr=subprocess.STDOUT,
+        process = subprocess.Popen([*argv, "--ready-file", str(ready)], stdout=out, stderr=subprocess.STDOUT,
                                    stdin=subprocess.DEVNULL, env=env, start_new_session=True)
     deadline = time.monotonic() + timeout_s
     while not ready.exists():

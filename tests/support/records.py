@@ -35,7 +35,8 @@ def keyed_records(count: int, key_count: int, *, tag: str = "", seed: int = 0) -
     The interleaving is random (seeded, so reproducible) to make per-key order a real check: a
     round-robin pattern would let some reordering bugs slip through.
     """
-    assert count > 0 and key_count > 0
+    assert count > 0
+    assert key_count > 0
     rng = random.Random(seed)
     next_seq: dict[int, int] = defaultdict(int)
     records = []
@@ -84,8 +85,8 @@ def assert_exactly_once_in_key_order(
     assert not split_keys, f"keys spread over several partitions: {split_keys}"
 
     sent_by_key: dict[bytes, list[bytes]] = defaultdict(list)
-    for record in sent:
-        sent_by_key[record.key].append(record.value)
+    for sent_record in sent:
+        sent_by_key[sent_record.key].append(sent_record.value)
     for key, values in sent_by_key.items():
         assert by_key[key] == values, f"key {key!r} out of send order: {by_key[key][:10]} ..."
 

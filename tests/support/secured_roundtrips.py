@@ -16,6 +16,7 @@ from confluent_kafka import Consumer as CkConsumer
 from confluent_kafka import Producer as CkProducer
 
 from oncestream.client import Consumer, Producer, TopicPartition
+from tests.support.narrow import message_value
 
 TIMEOUT_S = 60.0
 COMMITTED = 5  # records of the committed transaction
@@ -97,7 +98,7 @@ def oncestream_roundtrip(conf: dict[str, Any], topic: str) -> list[bytes]:
             msg = consumer.poll(0.5)
             if msg is not None:
                 assert msg.error() is None, msg.error()
-                values.append(msg.value())
+                values.append(message_value(msg))
     finally:
         consumer.close()
     return values

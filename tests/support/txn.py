@@ -47,6 +47,7 @@ from confluent_kafka import (  # noqa: E402
 
 from tests.support.brokers import BrokerProcess  # noqa: E402
 from tests.support.clients import CLIENT_TIMEOUT_S, unique_topic  # noqa: E402
+from tests.support.narrow import consumed_record, message_position  # noqa: E402
 from tests.support.records import ConsumedRecord  # noqa: E402
 
 LIST_OFFSETS_KEY = 2
@@ -164,7 +165,8 @@ def plain_produce(bootstrap: str, topic: str, values_by_partition: dict[int, lis
     log = DeliveryLog()
     produce_values(producer, topic, values_by_partition, log)
     remaining = producer.flush(CLIENT_TIMEOUT_S)
-    assert remaining == 0 and not log.errors, f"plain produce failed: {remaining} left, {log.errors[:3]}"
+    assert remaining == 0, f"plain produce failed: {remaining} left, {log.errors[:3]}"
+    assert not log.errors, f"plain produce failed: {remaining} left, {log.errors[:3]}"
 
 
 def isolated_consumer(bootstrap: str, isolation: str, **overrides: object) -> Consumer:
@@ -214,10 +216,12 @@ def read_to_end(
                 err = msg.error()
                 if err is not None:
                     if err.code() == KafkaError._PARTITION_EOF:
-                        eof_at[msg.partition()] = msg.offset()
+                        partition, offset = message_position(msg)
+                        eof_at[partition] = offset
                         continue
                     raise KafkaException(err)
-                got[msg.partition()].append(ConsumedRecord(msg.partition(), msg.offset(), msg.key(), msg.value()))
+                record = consumed_record(msg)
+                got[record.partition].append(record)
     finally:
         consumer.close()
     for p, records in got.items():
@@ -245,7 +249,7 @@ def poll_records_for(consumer: Consumer, duration_s: float) -> list[ConsumedReco
                 if err.code() == KafkaError._PARTITION_EOF:
                     continue
                 raise KafkaException(err)
-            got.append(ConsumedRecord(msg.partition(), msg.offset(), msg.key(), msg.value()))
+            got.append(consumed_record(msg))
     return got
 
 
@@ -703,10 +707,11 @@ def copier_main(args: argparse.Namespace) -> int:
         msgs = consumer.consume(num_messages=args.max_batch, timeout=0.5)
         batch = []
         for msg in msgs:
-            if msg.error() is not None:
-                if msg.error().code() == KafkaError._PARTITION_EOF:
+            err = msg.error()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF:
                     continue
-                raise KafkaException(msg.error())
+                raise KafkaException(err)
             batch.append(msg)
         if not batch:
             continue
@@ -715,7 +720,7 @@ def copier_main(args: argparse.Namespace) -> int:
             for msg in batch:
                 while True:
                     try:
-                        producer.produce(args.output, msg.value(), key=msg.key(), partition=msg.partition())
+                        producer.produce(args.output, msg.value(), key=msg.key(), partition=message_position(msg)[0])
                         break
                     except BufferError:
                         producer.poll(0.05)

@@ -343,7 +343,7 @@ class WireConnection:
         Fails if the broker keeps the connection open past ``timeout_s`` after our EOF, or sends
         a partial frame before closing.
         """
-        frames = []
+        frames: list[bytes] = []
         deadline = time.monotonic() + timeout_s
         while True:
             self.sock.settimeout(max(0.01, deadline - time.monotonic()))

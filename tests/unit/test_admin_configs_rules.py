@@ -69,7 +69,8 @@ def test_subtract_round_trip_and_empty_list() -> None:
     assert empty == {"cleanup.policy": ""}
     assert admin.validate_topic_configs(empty) == {"cleanup.policy": ""}
     config = LogConfig.from_topic_configs(empty)
-    assert not config.compacts and not config.deletes_by_retention
+    assert not config.compacts
+    assert not config.deletes_by_retention
     # Subtracting what is not there changes nothing.
     assert admin.apply_incremental(RESOURCE_TOPIC, both, [("cleanup.policy", AlterOp.SUBTRACT, "nothing")]) == both
 
@@ -126,7 +127,8 @@ def test_topic_describe_lists_every_kafka_4_topic_config() -> None:
     assert {e.name for e in entries} == KAFKA_4_TOPIC_CONFIGS
     by_name = {e.name: e for e in entries}
     assert by_name["compression.type"].value == "producer"
-    assert by_name["min.insync.replicas"].value == "1" and by_name["min.insync.replicas"].type == ConfigType.INT
+    assert by_name["min.insync.replicas"].value == "1"
+    assert by_name["min.insync.replicas"].type == ConfigType.INT
     assert by_name["cleanup.policy"].type == ConfigType.LIST
     assert all(e.source == ConfigSource.DEFAULT_CONFIG and e.is_default for e in entries)
     assert all(not e.read_only and not e.sensitive and e.doc is None and e.synonyms == () for e in entries)
@@ -180,7 +182,8 @@ def test_broker_describe_marks_read_only_and_hides_passwords() -> None:
                            "custom.plugin.secret": "s"}, cluster={"log.retention.ms": "1000"})
     entries = {e.name: e for e in admin.describe_broker(dynamic, "0", include_synonyms=True,
                                                         include_documentation=True)}
-    assert entries["ssl.keystore.password"].value is None and entries["ssl.keystore.password"].sensitive
+    assert entries["ssl.keystore.password"].value is None
+    assert entries["ssl.keystore.password"].sensitive
     assert entries["ssl.keystore.password"].synonyms == (
         ("ssl.keystore.password", None, ConfigSource.STATIC_BROKER_CONFIG),)
     assert entries["custom.plugin.secret"].value is None  # unknown type: Kafka treats it as sensitive
@@ -191,8 +194,10 @@ def test_broker_describe_marks_read_only_and_hides_passwords() -> None:
     assert (retention.value, retention.source, retention.read_only) == \
         ("1000", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG, False)
     hours = entries["log.retention.hours"]
-    assert hours.value == "168" and hours.source == ConfigSource.DEFAULT_CONFIG
-    assert entries["message.max.bytes"].is_default and entries["message.max.bytes"].value == "1048588"
+    assert hours.value == "168"
+    assert hours.source == ConfigSource.DEFAULT_CONFIG
+    assert entries["message.max.bytes"].is_default
+    assert entries["message.max.bytes"].value == "1048588"
     # The cluster-default resource lists only the dynamic cluster defaults.
     assert [(e.name, e.value, e.source) for e in admin.describe_broker(dynamic, "", include_synonyms=False,
                                                                          include_documentation=False)] == \

@@ -199,6 +199,7 @@ def test_broker_state_loads_stored_acls_only_with_an_authorizer(tmp_path) -> Non
     secured = BrokerState(tmp_path, BrokerConfig.from_properties("127.0.0.1", 0, {
         "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer"}))
     try:
-        assert secured.authorizer is not None and secured.authorizer.acls() == [acl("t")]
+        assert secured.authorizer is not None
+        assert secured.authorizer.acls() == [acl("t")]
     finally:
         secured.close()

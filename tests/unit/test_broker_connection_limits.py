@@ -28,7 +28,8 @@ def test_broker_wide_limit_refuses_the_next_connection_until_one_closes() -> Non
 
 def test_per_ip_limit_and_overrides() -> None:
     quotas = ConnectionQuotas(max_per_ip=2, per_ip_overrides={"127.0.0.2": 3})
-    assert quotas.try_admit("127.0.0.1") is None and quotas.try_admit("127.0.0.1") is None
+    assert quotas.try_admit("127.0.0.1") is None
+    assert quotas.try_admit("127.0.0.1") is None
     assert "127.0.0.1" in (quotas.try_admit("127.0.0.1") or "")
     assert [quotas.try_admit("127.0.0.2") for _ in range(3)] == [None, None, None]  # its override: 3
     assert "max.connections.per.ip=3" in (quotas.try_admit("127.0.0.2") or "")
@@ -46,11 +47,14 @@ def test_releasing_an_unknown_connection_is_a_bookkeeping_error() -> None:
 
 def test_idle_clock_runs_only_while_the_broker_waits_for_the_client() -> None:
     idle = IdleTracker(idle_ms=1000, now_ms=0)
-    assert not idle.expired(999) and idle.expired(1000)
+    assert not idle.expired(999)
+    assert idle.expired(1000)
     idle.activity(900)  # bytes arrived (a part of a frame counts)
-    assert not idle.expired(1899) and idle.expired(1900)
+    assert not idle.expired(1899)
+    assert idle.expired(1900)
     idle.start_request()  # a long-poll fetch: the client waits for us, it is not idle
-    assert idle.deadline_ms() is None and not idle.expired(10_000_000)
+    assert idle.deadline_ms() is None
+    assert not idle.expired(10_000_000)
     idle.finish_request(20_000)
     assert idle.deadline_ms() == 21_000
     idle.activity(5)  # a late, older stamp never moves the clock back

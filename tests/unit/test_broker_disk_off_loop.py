@@ -22,6 +22,7 @@ from oncestream.broker.config import BrokerConfig
 from oncestream.broker.server import BrokerServer
 from oncestream.broker.state import BrokerState
 from oncestream.log.manager import TOPICS_DIR
+from tests.support.narrow import present
 from tests.support.wire import (
     ResponseReader,
     WireConnection,
@@ -168,13 +169,15 @@ def test_acks_all_on_flush_messages_1_is_sent_only_after_the_fdatasync_covering_
         disk.release.set()
         correlation_id, results = parse_produce_response(producer.recv_frame(), PRODUCE_VERSION)
         disk.record("ack received")
-    assert correlation_id == 7 and [(r.error_code, r.base_offset) for r in results] == [(0, 0)]
+    assert correlation_id == 7
+    assert [(r.error_code, r.base_offset) for r in results] == [(0, 0)]
     events = disk.data_events()
     covering = [
         i for i, (what, path, size) in enumerate(events)
         if what == "fdatasync returned" and "durable-0" in path and size >= len(batch)
     ]
-    assert covering and covering[0] < events.index(("ack received", "", 0)), events
+    assert covering, events
+    assert covering[0] < events.index(("ack received", "", 0)), events
 
 
 def test_a_held_fsync_does_not_stall_fetches_or_heartbeats_of_other_clients(
@@ -193,7 +196,8 @@ def test_a_held_fsync_does_not_stall_fetches_or_heartbeats_of_other_clients(
         )
         heartbeat = member.request(API_HEARTBEAT, 0, 3, _heartbeat_v0("some-group"))
         # Both answered while the fsync is still held, and the produce is still unanswered.
-        assert not disk.release.is_set() and not _answer_waiting(producer)
+        assert not disk.release.is_set()
+        assert not _answer_waiting(producer)
         disk.release.set()
         _, results = parse_produce_response(producer.recv_frame(), PRODUCE_VERSION)
     assert fetched.correlation_id == 2
@@ -264,9 +268,9 @@ def _parse_create_topics_v4(frame_body: bytes) -> tuple[int, list[tuple[str, int
     reader = ResponseReader(frame_body)
     correlation_id = reader.take(">i")
     reader.take(">i")  # throttle_time_ms
-    results = []
+    results: list[tuple[str, int]] = []
     for _ in range(reader.take(">i")):
-        name = reader.string()
+        name = present(reader.string(), "topic name")
         error_code = reader.take(">h")
         reader.string()  # error_message
         results.append((name, error_code))
@@ -331,7 +335,8 @@ def test_topic_creation_runs_off_the_loop(broker: InProcessBroker, monkeypatch) 
         heartbeat = consumer.request(API_HEARTBEAT, 0, 3, _heartbeat_v0("some-group"))
         _, twice = _parse_create_topics_v4(other.request(API_CREATE_TOPICS, 4, 4, _create_topics_v4("created", 1)))
         metadata = _metadata_v4_topic_errors(other.request(API_METADATA, 4, 5, _metadata_v4("created")))
-        assert not release.is_set() and not _answer_waiting(admin)
+        assert not release.is_set()
+        assert not _answer_waiting(admin)
         assert "created" not in broker.state.logs.topics()
         release.set()
         correlation_id, created = _parse_create_topics_v4(admin.recv_frame())
@@ -378,7 +383,8 @@ def test_metadata_auto_creation_runs_off_the_loop(broker: InProcessBroker, monke
             FETCH_VERSION,
         )
         meanwhile = _metadata_v4_topic_errors(other.request(API_METADATA, 4, 3, _metadata_v4("auto")))
-        assert not gate.release.is_set() and not _answer_waiting(first)
+        assert not gate.release.is_set()
+        assert not _answer_waiting(first)
         gate.release.set()
         created = _metadata_v4_topic_errors(first.recv_frame())
     assert [p.error_code for p in fetched.partitions] == [0]
@@ -426,11 +432,13 @@ def test_delete_records_writes_its_checkpoint_off_the_loop_and_deletes_segments_
             FETCH_VERSION,
         )
         versions = consumer.request(18, 0, 3, b"")  # ApiVersions v0
-        assert not disk.release.is_set() and not _answer_waiting(admin)
+        assert not disk.release.is_set()
+        assert not _answer_waiting(admin)
         assert sorted(path.name for path in directory.glob("*.log")) == segments_before
         disk.release.set()
         answer = _parse_delete_records_v0(admin.recv_frame())
-    assert fetched.correlation_id == 2 and b"already there" in fetched.partitions[0].records
+    assert fetched.correlation_id == 2
+    assert b"already there" in fetched.partitions[0].records
     assert struct.unpack_from(">ih", versions) == (3, 0)
     assert answer == (1, 3, 0)
     segments_after = sorted(path.name for path in directory.glob("*.log"))
@@ -462,11 +470,13 @@ def test_alter_configs_writes_the_topic_metadata_off_the_loop_and_applies_it_aft
                              fetch_request_body(FETCH_VERSION, "plain", 0, 0, max_wait_ms=0, min_bytes=1)),
             FETCH_VERSION,
         )
-    assert not disk.release.is_set() and not future.done()
+    assert not disk.release.is_set()
+    assert not future.done()
     assert plain.config.retention_ms == old_retention_ms, "applied only once durable"
     disk.release.set()
     future.result(timeout=WAIT_S)
-    assert fetched.correlation_id == 2 and b"already there" in fetched.partitions[0].records
+    assert fetched.correlation_id == 2
+    assert b"already there" in fetched.partitions[0].records
     assert plain.config.retention_ms == 123456
     assert broker.state.logs.topics()["plain"].configs == {"retention.ms": "123456"}
     assert any(what == "fdatasync returned" and path.endswith(".json.tmp") for what, path, _ in disk.events)
@@ -496,12 +506,16 @@ def test_delete_topics_fsyncs_off_the_loop_and_removes_the_files_after(
                              fetch_request_body(FETCH_VERSION, "plain", 0, 0, max_wait_ms=0, min_bytes=1)),
             FETCH_VERSION,
         )
-    assert not disk.release.is_set() and not future.done()
-    assert directory.is_dir() and doomed in logs.topics(), "nothing removed before the unlink is durable"
+    assert not disk.release.is_set()
+    assert not future.done()
+    assert directory.is_dir(), "nothing removed before the unlink is durable"
+    assert doomed in logs.topics(), "nothing removed before the unlink is durable"
     disk.release.set()
     future.result(timeout=WAIT_S)
-    assert fetched.correlation_id == 2 and b"already there" in fetched.partitions[0].records
-    assert doomed not in logs.topics() and not directory.exists()
+    assert fetched.correlation_id == 2
+    assert b"already there" in fetched.partitions[0].records
+    assert doomed not in logs.topics()
+    assert not directory.exists()
 
 
 def test_the_cleaner_install_fsyncs_off_the_loop_and_drops_the_manifest_last(
@@ -535,12 +549,14 @@ def test_the_cleaner_install_fsyncs_off_the_loop_and_drops_the_manifest_last(
                                  fetch_request_body(FETCH_VERSION, "plain", 0, 0, max_wait_ms=0, min_bytes=1)),
                 FETCH_VERSION,
             )
-        assert not disk.release.is_set() and not cleaning.done()
+        assert not disk.release.is_set()
+        assert not cleaning.done()
         assert (table.directory / MANIFEST_FILE).exists(), "the manifest goes only after the checkpoint"
         disk.release.set()
         assert cleaning.result(WAIT_S) is True
         cleaner.close()
-        assert fetched.correlation_id == 2 and b"already there" in fetched.partitions[0].records
+        assert fetched.correlation_id == 2
+        assert b"already there" in fetched.partitions[0].records
         assert not (table.directory / MANIFEST_FILE).exists()
         assert table.cleaned_offset > 0
     finally:

@@ -24,6 +24,7 @@ from confluent_kafka.admin import NewTopic
 from oncestream.broker.cleaner import LogCleaner
 from oncestream.log import compaction
 from oncestream.log.compaction import MANIFEST_FILE
+from tests.support.narrow import present
 from tests.support.wire import (
     WireConnection,
     fetch_request_body,
@@ -97,7 +98,8 @@ def _other_clients_are_answered(running: InProcessBroker) -> None:
         [(error_code, _)] = _produce_plain(client, 33, b"meanwhile")
         assert error_code == 0
         fetched = _fetch_plain(client, 34)
-        assert b"already there" in fetched.partitions[0].records and b"meanwhile" in fetched.partitions[0].records
+        assert b"already there" in fetched.partitions[0].records
+        assert b"meanwhile" in fetched.partitions[0].records
 
 
 # --- (a) the cleaner's commit point ----------------------------------------------------------
@@ -131,7 +133,8 @@ def test_the_cleaners_manifest_is_written_off_the_loop_and_nothing_is_swapped_be
         _other_clients_are_answered(broker)
         with broker.connect() as consumer:
             served = _fetch_plain(consumer, 40, topic="table").partitions[0].records
-        assert not disk.release.is_set() and not cleaning.done()
+        assert not disk.release.is_set()
+        assert not cleaning.done()
         assert not (table.directory / MANIFEST_FILE).exists(), "committed before the temp file is durable"
         assert all(b"v%d" % i in served for i in range(8)), "a cleaned segment served before the commit"
         assert table.cleaned_offset == 0
@@ -141,10 +144,12 @@ def test_the_cleaners_manifest_is_written_off_the_loop_and_nothing_is_swapped_be
     finally:
         disk.release.set()
         cleaner.close()
-    assert table.cleaned_offset > 0 and not (table.directory / MANIFEST_FILE).exists()
+    assert table.cleaned_offset > 0
+    assert not (table.directory / MANIFEST_FILE).exists()
     with broker.connect() as consumer:
         served = _fetch_plain(consumer, 41, topic="table").partitions[0].records
-    assert b"v0" not in served and b"v7" in served
+    assert b"v0" not in served
+    assert b"v7" in served
     names = [(what, Path(path).name) for what, path, _ in disk.events]
     assert ("fdatasync returned", MANIFEST_FILE + ".tmp") in names
 
@@ -172,9 +177,11 @@ def test_after_the_commit_the_swap_serves_the_cleaned_segments_while_the_tail_ru
         _other_clients_are_answered(broker)
         with broker.connect() as consumer:
             served = _fetch_plain(consumer, 40, topic="table").partitions[0].records
-        assert not disk.release.is_set() and not cleaning.done()
+        assert not disk.release.is_set()
+        assert not cleaning.done()
         assert (table.directory / MANIFEST_FILE).exists(), "the manifest goes only after the checkpoint"
-        assert b"v0" not in served and b"v7" in served, "the swap is applied once its manifest is durable"
+        assert b"v0" not in served, "the swap is applied once its manifest is durable"
+        assert b"v7" in served, "the swap is applied once its manifest is durable"
         assert len(list(table.directory.glob("*.log"))) == table.segment_count
         disk.release.set()
         assert cleaning.result(WAIT_S) is True
@@ -191,11 +198,12 @@ def test_segments_named_by_a_manifest_being_committed_are_not_deleted_until_the_
     from tests.unit.test_log_compaction import open_log, prepared_log, records_of
 
     partition_log, _ = prepared_log(tmp_path)
-    plan = partition_log.compaction_plan(2_000_000)
+    plan = present(partition_log.compaction_plan(2_000_000), "compaction plan")
     result = compaction.build_cleaned(plan)
     planned = {snapshot.path.name for snapshot in plan.segments}
     commit = partition_log.begin_install_cleaned(result, 2_000_000)
-    assert commit is not None and commit.manifest is not None
+    assert commit is not None
+    assert commit.manifest is not None
     cut = plan.segments[2].base_offset
     assert partition_log.delete_records(cut) == cut
     assert planned <= {p.name for p in partition_log.directory.glob("*.log")}, "deleted under the commit"
@@ -230,16 +238,20 @@ def test_a_commit_failing_before_its_rename_changes_nothing_and_after_it_recover
 
     before_log, _ = prepared_log(tmp_path / "before")
     expected_uncleaned = records_of(before_log)
-    commit = before_log.begin_install_cleaned(compaction.build_cleaned(before_log.compaction_plan(2_000_000)), 2_000_000)
+    before_plan = present(before_log.compaction_plan(2_000_000), "compaction plan")
+    commit = before_log.begin_install_cleaned(compaction.build_cleaned(before_plan), 2_000_000)
     assert commit is not None
     with pytest.raises(StorageError):
         commit.run(failing_fsync(MANIFEST_FILE + ".tmp"))
     before_log.fail_commit_cleaned(commit, StorageError("injected"))
-    assert not list(before_log.directory.glob("*.cleaned")) and not list(before_log.directory.glob("cleaner.swap*"))
-    assert records_of(before_log) == expected_uncleaned and before_log.compaction_candidate(2_000_000) is not None
+    assert not list(before_log.directory.glob("*.cleaned"))
+    assert not list(before_log.directory.glob("cleaner.swap*"))
+    assert records_of(before_log) == expected_uncleaned
+    assert before_log.compaction_candidate(2_000_000) is not None
 
     after_log, written = prepared_log(tmp_path / "after")
-    commit = after_log.begin_install_cleaned(compaction.build_cleaned(after_log.compaction_plan(2_000_000)), 2_000_000)
+    after_plan = present(after_log.compaction_plan(2_000_000), "compaction plan")
+    commit = after_log.begin_install_cleaned(compaction.build_cleaned(after_plan), 2_000_000)
     assert commit is not None
     with pytest.raises(StorageError):
         commit.run(failing_fsync(after_log.directory.name))  # the directory fsync, after the rename
@@ -248,9 +260,11 @@ def test_a_commit_failing_before_its_rename_changes_nothing_and_after_it_recover
         records_of(after_log)
     after_log.abandon()
     reopened = open_log(tmp_path / "after", now_ms=2_000_001)
-    assert reopened.cleaned_offset > 0 and not (reopened.directory / MANIFEST_FILE).exists()
+    assert reopened.cleaned_offset > 0
+    assert not (reopened.directory / MANIFEST_FILE).exists()
     kept = records_of(reopened)
-    assert len(kept) < len(written) and all(written.get(o, (k, v)) == (k, v) for o, k, v in kept)
+    assert len(kept) < len(written)
+    assert all(written.get(o, (k, v)) == (k, v) for o, k, v in kept)
     reopened.close()
 
 
@@ -269,7 +283,9 @@ def test_deferred_segment_removal_leaves_the_files_to_their_owner(tmp_path: Path
     assert partition_log.log_start_offset == 3
     assert sorted(p.name for p in partition_log.directory.glob("*.log")) == files_before
     removal = partition_log.take_file_removal()
-    assert removal is not None and removal.files[0].name == files_before[0] and partition_log.take_file_removal() is None
+    assert removal is not None
+    assert removal.files[0].name == files_before[0]
+    assert partition_log.take_file_removal() is None
     removal.run()
     assert sorted(p.name for p in partition_log.directory.glob("*.log")) == files_before[3:]
     partition_log.append(record_batch([b"y"], timestamp_ms=1), 20_000)
@@ -332,14 +348,17 @@ def test_a_deleted_topics_directories_are_removed_off_the_loop(
         _other_clients_are_answered(broker)
         with broker.connect() as other:
             _, again = _parse_create_topics_v4(other.request(API_CREATE_TOPICS, 4, 50, _create_topics_v4("doomed", 1)))
-        assert not gate.release.is_set() and not deleting.done()
-        assert "doomed" not in logs.topics() and directory.is_dir()
+        assert not gate.release.is_set()
+        assert not deleting.done()
+        assert "doomed" not in logs.topics()
+        assert directory.is_dir()
         gate.release.set()
         deleting.result(timeout=WAIT_S)
     finally:
         gate.release.set()
     assert again == [("doomed", TOPIC_ALREADY_EXISTS)]
-    assert not directory.exists() and not (directory.parent / "doomed-1").exists()
+    assert not directory.exists()
+    assert not (directory.parent / "doomed-1").exists()
     logs_now = broker.state.logs
     assert "doomed" not in logs_now.topics()
     [created] = admin.create_topics([NewTopic("doomed", 1)], request_timeout=WAIT_S).values()
@@ -365,7 +384,8 @@ def test_delete_records_unlinks_the_deleted_segments_off_the_loop(
             assert gate.held.wait(WAIT_S), "the segment files were not unlinked through the disk threads"
             _other_clients_are_answered(broker)
             assert rolling.log_start_offset == 3, "the segments left the log before their files"
-            assert not gate.release.is_set() and not _answer_waiting(admin)
+            assert not gate.release.is_set()
+            assert not _answer_waiting(admin)
             gate.release.set()
             answer = _parse_delete_records_v0(admin.recv_frame())
     finally:
@@ -398,7 +418,8 @@ def test_retention_unlinks_expired_segments_off_the_loop(
         assert gate.held.wait(WAIT_S), "the expired segments were not unlinked through the disk threads"
         assert ticked.wait(WAIT_S), "the tick waited for the unlinks"
         _other_clients_are_answered(broker)
-        assert aging.log_start_offset == 3 and not gate.release.is_set()
+        assert aging.log_start_offset == 3
+        assert not gate.release.is_set()
         gate.release.set()
         for _ in range(WAIT_S * 100):  # polling for the disk thread; no assertion on time
             if len(list(aging.directory.glob("*.log"))) == 1:
@@ -457,7 +478,8 @@ def test_producer_id_blocks_are_reserved_off_the_loop_and_ids_stay_unique_across
             with running.connect() as second:
                 _send_init_producer_id(second, 5)  # needs the block being written
                 _other_clients_are_answered(running)
-                assert not disk.release.is_set() and not _answer_waiting(second), "an id above the durable block"
+                assert not disk.release.is_set(), "an id above the durable block"
+                assert not _answer_waiting(second), "an id above the durable block"
                 disk.release.set()
                 correlation_id, error_code, producer_id = _parse_init_producer_id_v0(second.recv_frame())
             assert (correlation_id, error_code) == (5, 0)
@@ -474,4 +496,5 @@ def test_producer_id_blocks_are_reserved_off_the_loop_and_ids_stay_unique_across
             after_restart = [_init_producer_id(producer, 10 + i) for i in range(3)]
     finally:
         restarted.stop()
-    assert min(after_restart) >= 8 and len(set(after_restart)) == 3, after_restart
+    assert min(after_restart) >= 8, after_restart
+    assert len(set(after_restart)) == 3, after_restart

@@ -13,8 +13,9 @@ from oncestream.broker.flusher import GroupCommitFlusher
 from oncestream.coordinator.producer_ids import ProducerIdManager
 from oncestream.errors import StorageError
 from oncestream.log.config import LogConfig
-from oncestream.log.flush_job import FlushJob
+from oncestream.log.flush_job import FdatasyncFn, FlushJob
 from oncestream.log.partition_log import PartitionLog
+from tests.support.narrow import of_type, present
 from tests.support.wire import record_batch
 
 
@@ -28,7 +29,11 @@ class CountingLog:
         self.running = threading.Event()
         self.gate = gate
 
-    def begin_flush(self, fdatasync=None) -> FlushJob:
+    def flush(self) -> None:
+        """Only called without a running loop, which these tests always have."""
+        pytest.fail("CountingLog.flush called: the flusher flushed outside the event loop")
+
+    def begin_flush(self, fdatasync: FdatasyncFn | None = None) -> FlushJob:
         self.begun += 1
         log = self
 
@@ -97,11 +102,11 @@ def test_a_failed_fsync_fails_every_waiting_acknowledgement(tmp_path) -> None:
 
     async def scenario() -> list[BaseException | None]:
         flusher = GroupCommitFlusher(fdatasync=broken_disk)
-        return await asyncio.gather(flusher.flush_soon(log), flusher.flush_soon(log), return_exceptions=True)
+        return list(await asyncio.gather(flusher.flush_soon(log), flusher.flush_soon(log), return_exceptions=True))
 
     results = asyncio.run(scenario())
     assert [type(r) for r in results] == [StorageError, StorageError]
-    assert all(r.code == ErrorCode.kafka_storage_error for r in results)
+    assert all(of_type(r, StorageError).code == ErrorCode.kafka_storage_error for r in results)
     with pytest.raises(StorageError, match="offline"):
         log.append(record_batch([b"w"], timestamp_ms=0), 0)
     log.close()  # no clean-shutdown marker for a log whose fsync failed
@@ -116,7 +121,7 @@ def test_a_log_closed_while_its_fsync_failed_unheard_is_not_marked_clean(tmp_pat
     def broken_disk(fd: int) -> None:
         raise OSError(errno.EIO, "injected I/O error")
 
-    job = log.begin_flush(broken_disk)
+    job = present(log.begin_flush(broken_disk), "flush job")
     with pytest.raises(StorageError):
         job.run()
     log.close()
@@ -130,7 +135,8 @@ def test_producer_ids_resume_past_the_reserved_block_after_a_crash(tmp_path) -> 
     second = ProducerIdManager(tmp_path, block_size=10)
     later = [second.next_id() for _ in range(12)]
     assert handed_out == [0, 1, 2]
-    assert later[0] == 10 and later == sorted(set(later))
+    assert later[0] == 10
+    assert later == sorted(set(later))
     assert not set(handed_out) & set(later)
 
 
@@ -146,7 +152,8 @@ def test_block_reservation_failure_hands_out_nothing(tmp_path, monkeypatch) -> N
         patch.setattr(producer_ids, "write_file_atomically", broken)
         with pytest.raises(StorageError):
             manager.next_id()
-        assert manager.available == 0 and manager.take_id() is None
+        assert manager.available == 0
+        assert manager.take_id() is None
     assert manager.next_id() == 0, "the next request reserves again"
 
 
@@ -193,12 +200,14 @@ def test_no_producer_id_above_the_durable_block_while_the_next_one_is_written(tm
     handed out only once its write returned; one write in flight at a time (a second one could
     rename last with a smaller end)."""
     manager = ProducerIdManager(tmp_path, block_size=10)
-    assert manager.take_id() is None and manager.reservation_due()
+    assert manager.take_id() is None
+    assert manager.reservation_due()
     first = manager.begin_reserve()
     first.run()
     manager.finish_reserve(first)
     taken = [manager.take_id() for _ in range(9)]
-    assert taken == list(range(9)) and manager.reservation_due()
+    assert taken == list(range(9))
+    assert manager.reservation_due()
     second = manager.begin_reserve()
     with pytest.raises(Exception, match="already being reserved"):
         manager.begin_reserve()
@@ -236,7 +245,8 @@ def test_producer_id_waiters_share_one_block_write_and_a_failed_one_is_retried(t
 
     async def scenario() -> list[int]:
         failed = await asyncio.gather(service.ready(), service.ready(), return_exceptions=True)
-        assert all(isinstance(e, StorageError) for e in failed) and len(writes) == 1, (failed, writes)
+        assert all(isinstance(e, StorageError) for e in failed), (failed, writes)
+        assert len(writes) == 1, (failed, writes)
         assert service.manager.available == 0
         await asyncio.gather(service.ready(), service.ready())
         ids = [service.next_id() for _ in range(9)]  # the 9th leaves one: the next block is asked for
@@ -251,5 +261,6 @@ def test_producer_id_waiters_share_one_block_write_and_a_failed_one_is_retried(t
         ids = asyncio.run(scenario())
     finally:
         executor.shutdown(wait=True)
-    assert ids == list(range(11)) and len(writes) == 3
+    assert ids == list(range(11))
+    assert len(writes) == 3
     assert ProducerIdManager(tmp_path).next_id() == 20

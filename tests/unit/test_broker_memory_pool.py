@@ -18,7 +18,8 @@ MIB = 1024 * 1024
 
 def test_reserve_and_release_within_capacity() -> None:
     pool = RequestMemoryPool(10 * MIB)
-    assert pool.try_reserve(4 * MIB) and pool.try_reserve(6 * MIB)
+    assert pool.try_reserve(4 * MIB)
+    assert pool.try_reserve(6 * MIB)
     assert (pool.reserved_bytes, pool.available_bytes) == (10 * MIB, 0)
     pool.release(4 * MIB)
     assert pool.available_bytes == 4 * MIB

@@ -18,6 +18,7 @@ from oncestream.broker_process import (
     free_tcp_port,
     port_accepts_connections,
 )
+from tests.support.narrow import present
 
 # Listens on the port given as argv[1] until killed (SIGTERM exits 0, as a broker's clean stop).
 LISTENER = """
@@ -50,11 +51,14 @@ def test_start_waits_for_the_port_and_restart_keeps_it(tmp_path) -> None:
         port = child.port
         assert port_accepts_connections(child.host, port)
         child.restart(crash=True)
-        assert child.port == port and child.is_alive() and child.kill_count == 1
+        assert child.port == port
+        assert child.is_alive()
+        assert child.kill_count == 1
         assert child.exited_on_its_own() is None
         assert child.stop() == 0
     log = (tmp_path / "child.log").read_text()
-    assert log.count("=== start #") == 2 and log.splitlines().count("listening") == 2
+    assert log.count("=== start #") == 2
+    assert log.splitlines().count("listening") == 2
 
 
 def test_child_that_exits_at_startup_fails_with_its_output(tmp_path) -> None:
@@ -84,8 +88,8 @@ def test_child_that_never_listens_hits_the_readiness_cap(tmp_path) -> None:
 
 def test_exit_on_its_own_is_told_apart_from_our_kill(tmp_path) -> None:
     child = _Child(LISTENER, log_dir=tmp_path).start()
-    child.process.kill()  # not through the helper: as if the broker crashed by itself
-    child.process.wait()
+    present(child.process, "child process").kill()  # not through the helper: as if the broker crashed by itself
+    present(child.process, "child process").wait()
     assert child.exited_on_its_own() == -9
     child.restart()
     child.kill()
@@ -99,7 +103,8 @@ def test_oncestream_broker_restarts_on_its_port_with_its_data(tmp_path) -> None:
         assert (tmp_path / "data" / ".lock").exists()
         port = broker.port
         broker.restart(crash=True)
-        assert broker.port == port and port_accepts_connections(broker.host, port)
+        assert broker.port == port
+        assert port_accepts_connections(broker.host, port)
         assert broker.stop() == 0
     finally:
         broker.kill()

@@ -9,6 +9,8 @@ import subprocess
 import sys
 import time
 
+from tests.support.narrow import present
+
 PARENT = """
 import subprocess, sys, time
 from oncestream.child_process import die_with_parent
@@ -29,7 +31,7 @@ def _alive(pid: int) -> bool:
 def test_child_dies_when_its_parent_is_sigkilled() -> None:
     parent = subprocess.Popen([sys.executable, "-c", PARENT], stdout=subprocess.PIPE, text=True)
     try:
-        child_pid = int(parent.stdout.readline())
+        child_pid = int(present(parent.stdout, "parent stdout").readline())
         assert _alive(child_pid)
         os.kill(parent.pid, signal.SIGKILL)
         parent.wait(30)

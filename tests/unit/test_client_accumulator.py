@@ -22,7 +22,7 @@ def _acc(**overrides: int) -> RecordAccumulator:
     return RecordAccumulator(**conf)
 
 
-def _append(acc: RecordAccumulator, partition: int = 0, value: bytes = b"v", *, key: bytes | None = None,
+def _append(acc: RecordAccumulator, partition: int = 0, value: bytes | None = b"v", *, key: bytes | None = None,
             ts: int = TS, headers: bytes | None = None, topic: str = "t", max_block_s: float = 5.0):
     return acc.append(topic, partition, 3, ts, key, value, headers, None, max_block_s)
 
@@ -48,8 +48,10 @@ def test_sealed_batch_decodes_to_the_appended_records() -> None:
     batch.producer_id, batch.producer_epoch, batch.base_sequence = 42, 3, 100
     header, payload = batch.wire_parts()
     decoded = rec.decode_batch(header + payload)
-    assert decoded.header.producer_id == 42 and decoded.header.base_sequence == 100
-    assert decoded.header.record_count == 3 and decoded.header.max_timestamp == TS + 7
+    assert decoded.header.producer_id == 42
+    assert decoded.header.base_sequence == 100
+    assert decoded.header.record_count == 3
+    assert decoded.header.max_timestamp == TS + 7
     got = [(r.offset, r.timestamp_ms, r.key, r.value, r.headers) for r in decoded.records]
     assert got == [
         (0, TS, b"k1", b"first", ()),
@@ -81,7 +83,8 @@ def test_restamping_changes_only_the_header() -> None:
     first = batch.wire_parts()
     batch.producer_id, batch.base_sequence = 2, 0
     second = batch.wire_parts()
-    assert first[1] is second[1] and first[0] != second[0]
+    assert first[1] is second[1]
+    assert first[0] != second[0]
     assert rec.decode_batch(second[0] + second[1]).header.producer_id == 2
 
 
@@ -94,7 +97,8 @@ def test_batch_size_and_record_count_limits_start_new_batches() -> None:
     for _ in range(10):
         _append(acc2, value=b"x" * 300)
     sizes = [b.size_bytes for b in acc2.queues[("t", 0)]]
-    assert all(size <= 1000 for size in sizes) and sum(b.record_count for b in acc2.queues[("t", 0)]) == 10
+    assert all(size <= 1000 for size in sizes)
+    assert sum(b.record_count for b in acc2.queues[("t", 0)]) == 10
 
 
 @pytest.mark.parametrize(("batch_size", "value_bytes"), [
@@ -112,7 +116,8 @@ def test_a_full_batch_with_its_header_fits_batch_size(value_bytes: int, batch_si
     batches = []
     while taken := _take_all(acc, now_ms=10**12):  # one batch per partition and drain
         batches += taken
-    assert len(batches) >= 3 and sum(b.record_count for b in batches) == count
+    assert len(batches) >= 3
+    assert sum(b.record_count for b in batches) == count
     sizes = []
     for batch in batches:
         batch.seal(0)
@@ -129,7 +134,8 @@ def test_readiness_linger_full_and_flush() -> None:
     _append(acc)
     created = acc.queues[("t", 0)][0].created_ms
     batches, next_ready, _ = acc.drain(created + 10, lambda t, p: 0, lambda b, n: True, 10**9)
-    assert not batches and next_ready == created + 100
+    assert not batches
+    assert next_ready == created + 100
     batches, _, _ = acc.drain(created + 100, lambda t, p: 0, lambda b, n: True, 10**9)
     assert len(batches[0]) == 1
     # A full batch is ready at once.
@@ -177,7 +183,8 @@ def test_null_keys_stick_to_one_partition_until_its_batch_is_taken() -> None:
     assert len(first) == 1
     _take_all(acc, 10**12)
     second = {_append(acc, partition=-1)[0] for _ in range(20)}
-    assert len(second) == 1 and second != first
+    assert len(second) == 1
+    assert second != first
     assert next(iter(second)) == (next(iter(first)) + 1) % 3
 
 
@@ -218,7 +225,8 @@ def test_blocked_producer_resumes_when_memory_is_released() -> None:
     deadline = time.monotonic() + 30
     while acc.space_waiters == 0 and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert acc.space_waiters == 1 and not done.is_set()
+    assert acc.space_waiters == 1
+    assert not done.is_set()
     for batch in _take_all(acc, 10**12)[:1]:
         acc.release(batch)
     thread.join(30)

@@ -57,5 +57,5 @@ def test_topics_unknown_to_metadata_are_skipped() -> None:
 def test_strategy_names() -> None:
     assert parse_strategies("range,roundrobin") == ["range", "roundrobin"]
     assert parse_strategies("org.apache.kafka.clients.consumer.RoundRobinAssignor") == ["roundrobin"]
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"unsupported partition\.assignment\.strategy 'cooperative-sticky'"):
         parse_strategies("cooperative-sticky")

@@ -29,7 +29,9 @@ def test_subscription_round_trip_every_version() -> None:
         sub = Subscription(topics=["a", "b"], user_data=b"ud", owned_partitions=[("a", [0, 2])],
                            generation_id=5, rack_id="r1", version=version)
         back = decode_subscription(encode_subscription(sub))
-        assert back.version == version and back.topics == ["a", "b"] and back.user_data == b"ud"
+        assert back.version == version
+        assert back.topics == ["a", "b"]
+        assert back.user_data == b"ud"
         assert back.owned_partitions == ([("a", [0, 2])] if version >= 1 else [])
         assert back.generation_id == (5 if version >= 2 else -1)
         assert back.rack_id == ("r1" if version >= 3 else None)
@@ -39,7 +41,8 @@ def test_v0_subscription_as_librdkafka_writes_it() -> None:
     """version 0, topics ["orders"], null user data."""
     raw = struct.pack(">hi", 0, 1) + _s("orders") + struct.pack(">i", -1)
     sub = decode_subscription(raw)
-    assert sub.topics == ["orders"] and sub.user_data is None
+    assert sub.topics == ["orders"]
+    assert sub.user_data is None
 
 
 def test_future_version_with_unknown_trailing_fields_parses() -> None:
@@ -47,7 +50,9 @@ def test_future_version_with_unknown_trailing_fields_parses() -> None:
     raw = (struct.pack(">hi", 9, 1) + _s("t") + struct.pack(">i", 0) + struct.pack(">i", 0)
            + struct.pack(">i", 3) + _s("rack") + b"\x01\x02\x03unknown")
     sub = decode_subscription(raw)
-    assert sub.topics == ["t"] and sub.generation_id == 3 and sub.rack_id == "rack"
+    assert sub.topics == ["t"]
+    assert sub.generation_id == 3
+    assert sub.rack_id == "rack"
 
 
 def test_assignment_round_trip_and_java_layout() -> None:

@@ -7,9 +7,11 @@ from __future__ import annotations
 import pytest
 
 from oncestream.client.common.message import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME
-from oncestream.client.consumer.fetch_decoder import complete_batches_end, decode_partition
+from oncestream.client.consumer.fetch_decoder import decode_partition
 from oncestream.errors import CorruptRecordError
 from oncestream.protocol import records as rec
+from oncestream.protocol.batch_walk import complete_batches_end
+from oncestream.protocol.markers import CONTROL_ABORT, CONTROL_COMMIT
 from oncestream.protocol.record_batch import ATTR_TIMESTAMP_TYPE_LOG_APPEND
 
 NOW = 1_700_000_000_000
@@ -25,7 +27,7 @@ def _batch(base: int, values: list[bytes], *, pid: int = -1, txn: bool = False, 
 
 
 def _marker(base: int, pid: int, commit: bool) -> bytes:
-    return rec.encode_control_batch(marker=rec.CONTROL_COMMIT if commit else rec.CONTROL_ABORT,
+    return rec.encode_control_batch(marker=CONTROL_COMMIT if commit else CONTROL_ABORT,
                                     producer_id=pid, producer_epoch=0, coordinator_epoch=0,
                                     now_ms=NOW, base_offset=base)
 
@@ -38,7 +40,9 @@ def test_decodes_every_codec_with_keys_headers_and_timestamps(codec: int) -> Non
     assert [m.value() for m in result.messages] == values
     assert [m.offset() for m in result.messages] == list(range(10, 10 + len(values)))
     first = result.messages[0]
-    assert first.topic() == "t" and first.partition() == 3 and first.key() == b"k" + values[0]
+    assert first.topic() == "t"
+    assert first.partition() == 3
+    assert first.key() == b"k" + values[0]
     assert first.headers() == [("h", values[0]), ("n", None)]
     assert first.timestamp() == (TIMESTAMP_CREATE_TIME, NOW)
     assert result.messages[5].timestamp() == (TIMESTAMP_CREATE_TIME, NOW + 5)
@@ -48,7 +52,9 @@ def test_decodes_every_codec_with_keys_headers_and_timestamps(codec: int) -> Non
 def test_null_key_and_value_and_no_headers() -> None:
     data = rec.encode_batch([rec.NewRecord(value=None, key=None)], now_ms=NOW)
     (m,) = decode_partition(data, "t", 0, 0).messages
-    assert m.key() is None and m.value() is None and m.headers() is None
+    assert m.key() is None
+    assert m.value() is None
+    assert m.headers() is None
 
 
 def test_log_append_time_batches_use_max_timestamp() -> None:

@@ -89,5 +89,5 @@ def test_partitioner_names_and_null_keys() -> None:
     assert key_partitioner("random") is None
     assert null_key_partition("murmur2_random", partition_for_key, 5) is None
     assert null_key_partition("murmur2", partition_for_key, 5) == partition_for_key(b"", 5)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"unknown partitioner 'nope'"):
         key_partitioner("nope")

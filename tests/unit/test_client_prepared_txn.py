@@ -13,13 +13,18 @@ def test_round_trip_through_its_string() -> None:
     text = str(state)
     assert text == "4711:3"
     back = PreparedTxnState.from_string(text)
-    assert back == state and hash(back) == hash(state)
-    assert back.producer_id == 4711 and back.epoch == 3 and back.has_transaction()
+    assert back == state
+    assert hash(back) == hash(state)
+    assert back.producer_id == 4711
+    assert back.epoch == 3
+    assert back.has_transaction()
 
 
 def test_empty_state_serializes_to_empty_string() -> None:
     empty = PreparedTxnState()
-    assert str(empty) == "" and not empty.has_transaction() and not empty
+    assert str(empty) == ""
+    assert not empty.has_transaction()
+    assert not empty
     assert PreparedTxnState.from_string("") == empty
     assert PreparedTxnState.from_string(None) == empty
     assert empty != PreparedTxnState(0, 0)
@@ -27,7 +32,7 @@ def test_empty_state_serializes_to_empty_string() -> None:
 
 @pytest.mark.parametrize("bad", ["1", "1:2:3", "a:b", "-1:0", "3:-2", " : "])
 def test_malformed_strings_are_rejected(bad: str) -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"^invalid (serialized transaction state|producer id and epoch) "):
         PreparedTxnState.from_string(bad)
 
 

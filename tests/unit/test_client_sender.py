@@ -11,10 +11,10 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from oncestream.client.common.config import resolve
-from oncestream.client.common.network import request_module
 from oncestream.client.producer.accumulator import RecordAccumulator
 from oncestream.client.producer.delivery import DeliveryReports
 from oncestream.client.producer.sender import Sender
+from oncestream.protocol.schemas import request_module
 
 T = "t"
 
@@ -128,7 +128,8 @@ def test_idempotent_producer_gets_an_id_then_numbers_batches_per_partition() -> 
         h.produce(3, partition=0)
         h.produce(2, partition=1)
         await h.settle()
-        assert len(h.cluster.init_calls) == 1 and h.cluster.init_calls[0].producer_id == -1
+        assert len(h.cluster.init_calls) == 1
+        assert h.cluster.init_calls[0].producer_id == -1
         seqs = [(b.partition, b.base_sequence, b.producer_id) for req in h.sent for b in req]
         by_partition = {p: [s for q, s, _ in seqs if q == p] for p in (0, 1)}
         assert by_partition == {0: [0, 1, 2], 1: [0, 1]}
@@ -250,7 +251,8 @@ def test_non_retriable_error_fails_the_batch_and_resyncs_sequences() -> None:
         h.answer(2, {})
         await h.settle()
         errors = [err for err, _ in h.served()]
-        assert errors[0] is not None and errors[0].code() == int(ErrorCode.message_too_large)
+        assert errors[0] is not None
+        assert errors[0].code() == int(ErrorCode.message_too_large)
         assert errors[1] is None
         await h.sender.close()
 
@@ -297,11 +299,14 @@ def test_a_crashed_sender_task_fails_queued_messages_with_a_fatal_error_and_clos
         h.sender.start()
         h.produce(2)
         await h.settle()
-        assert h.sender.fatal_error is not None and h.sender.fatal_error.fatal()
-        assert "sender task crashed" in h.sender.fatal_error.str() and "InjectedCrash" in h.sender.fatal_error.str()
+        assert h.sender.fatal_error is not None
+        assert h.sender.fatal_error.fatal()
+        assert "sender task crashed" in h.sender.fatal_error.str()
+        assert "InjectedCrash" in h.sender.fatal_error.str()
         assert fatal == [h.sender.fatal_error]
         served = h.served()
-        assert len(served) == 2 and all(err is h.sender.fatal_error for err, _ in served)
+        assert len(served) == 2
+        assert all(err is h.sender.fatal_error for err, _ in served)
         await h.sender.close()  # the crash was reported already: close neither hangs nor raises
 
     _run(scenario())

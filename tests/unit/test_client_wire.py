@@ -8,12 +8,14 @@ import io
 
 import pytest
 from kio.serial import entity_writer
+from kio.static.protocol import Entity
 
-from oncestream.client.common.network import fetch_request_body, produce_request_body, request_module
+from oncestream.client.common.network import fetch_request_body, produce_request_body
 from oncestream.protocol.codec import build
+from oncestream.protocol.schemas import request_module
 
 
-def _kio_bytes(request: object) -> bytes:
+def _kio_bytes(request: Entity) -> bytes:
     buf = io.BytesIO()
     entity_writer(type(request))(buf, request)
     return buf.getvalue()

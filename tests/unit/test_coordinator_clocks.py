@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 
+import pytest
 from kio.schema.errors import ErrorCode
 
 from oncestream.coordinator.group import GroupCoordinator, GroupCoordinatorConfig
@@ -21,10 +22,11 @@ from oncestream.coordinator.group.messages import (
     PartitionOffsetCommit,
     SyncRequest,
 )
-from oncestream.coordinator.txn import TransactionCoordinator, TxnCoordinatorConfig
+from oncestream.coordinator.txn import Outcome, TransactionCoordinator, TxnCoordinatorConfig
 from oncestream.coordinator.txn.state import TxnState
 from oncestream.topic_partition import TopicPartition
 from tests.support.group_harness import Captured
+from tests.support.narrow import present
 
 HOUR_MS = 3_600_000
 WALL0 = 1_700_000_000_000
@@ -91,7 +93,7 @@ def test_wall_clock_stepping_back_an_hour_breaks_no_group_call():
     assert _heartbeat(coord, clocks, "g", member, generation) == ErrorCode.none
     assert _commit(coord, clocks, "g", member, generation, 5) == ErrorCode.none
     coord.tick(clocks.wall_ms, mono_ms=clocks.mono_ms)
-    assert coord.group_state("g").value == "Stable"
+    assert present(coord.group_state("g"), "group state").value == "Stable"
     # What is written into the record is the wall time, stepped back as it is.
     assert coord.committed_offsets("g")[TP].commit_timestamp_ms == clocks.wall_ms
 
@@ -102,7 +104,7 @@ def test_wall_clock_stepping_forward_an_hour_expires_no_session():
     clocks.step_wall(HOUR_MS)
     clocks.elapse(1_000)
     coord.tick(clocks.wall_ms, mono_ms=clocks.mono_ms)
-    assert coord.group_state("g").value == "Stable"
+    assert present(coord.group_state("g"), "group state").value == "Stable"
     assert _heartbeat(coord, clocks, "g", member, generation) == ErrorCode.none
 
 
@@ -112,10 +114,10 @@ def test_sessions_expire_on_monotonic_time_even_when_the_wall_clock_goes_back():
     clocks.step_wall(-HOUR_MS)
     clocks.elapse(SESSION_MS + 1)
     coord.tick(clocks.wall_ms, mono_ms=clocks.mono_ms)
-    assert coord.group_state("g").value == "Empty"
+    assert present(coord.group_state("g"), "group state").value == "Empty"
 
 
-def test_a_tick_visits_only_the_groups_whose_deadline_passed():
+def test_a_tick_visits_only_the_groups_whose_deadline_passed(monkeypatch: pytest.MonkeyPatch) -> None:
     """Kafka's timer wheel, here a deadline heap: with many idle groups a tick does work for the
     expired deadline only, not for every group (the old tick scanned every group and member)."""
     coord, clocks = _coordinator(), Clocks()
@@ -132,11 +134,11 @@ def test_a_tick_visits_only_the_groups_whose_deadline_passed():
         visited.append(group_id)
         fire(group_id, mono_ms)
 
-    coord._membership.fire_timers = counting
+    monkeypatch.setattr(coord._membership, "fire_timers", counting)
     clocks.elapse(SESSION_MS + 1)
     coord.tick(clocks.wall_ms, mono_ms=clocks.mono_ms)
     assert visited == ["short"]
-    assert coord.group_state("short").value == "Empty"
+    assert present(coord.group_state("short"), "group state").value == "Empty"
     assert coord.next_deadline_ms() is not None
 
 
@@ -163,7 +165,8 @@ class TxnDriver:
             if writes:
                 write = writes.pop(0)
                 self.log.append((write.key, write.value))
-                nxt = self.coord.on_persisted(write.write_id, self.clocks.wall_ms, mono_ms=self.clocks.mono_ms)
+                nxt: Outcome[object] | Outcome[None] = self.coord.on_persisted(
+                    write.write_id, self.clocks.wall_ms, mono_ms=self.clocks.mono_ms)
             else:
                 job = jobs.pop(0)
                 nxt = self.coord.markers_written(job.transactional_id, job.producer_id, job.producer_epoch,

@@ -14,6 +14,7 @@ import asyncio
 import itertools
 from pathlib import Path
 
+import pytest
 from kio.schema.errors import ErrorCode
 
 from oncestream.broker.group_service import GroupService
@@ -197,7 +198,9 @@ async def _one_txn_timer_round(txns: TxnService) -> None:
     task.cancel()
 
 
-def test_partition_that_cannot_be_read_back_stays_loading_until_the_timer_reloads_it(tmp_path):
+def test_partition_that_cannot_be_read_back_stays_loading_until_the_timer_reloads_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A failed append unloads the partition; if reading it back fails too, its groups answer
     COORDINATOR_LOAD_IN_PROGRESS (retriable) rather than anything from memory, and the timer task
     loads it once the log reads again."""
@@ -208,12 +211,12 @@ def test_partition_that_cannot_be_read_back_stays_loading_until_the_timer_reload
     def unreadable(partitions=None):
         raise OSError("injected read failure")
 
-    s.groups.topic.read_all = unreadable
+    monkeypatch.setattr(s.groups.topic, "read_all", unreadable)
     s.offsets_fault.on = True
     assert s.commit(9) == ErrorCode.coordinator_not_available
     s.offsets_fault.on = False
     assert s.commit(9) == ErrorCode.coordinator_load_in_progress
-    s.groups.topic.read_all = read_all
+    monkeypatch.setattr(s.groups.topic, "read_all", read_all)
     s.groups._reload_partitions()  # what the timer task does on its next round
     assert s.committed() == 5
     assert s.commit(9) == ErrorCode.none

@@ -32,12 +32,13 @@ def test_clean_outcome_has_no_violation_and_exits_zero(capsys) -> None:
     assert verdict.exit_code == 0
     assert report(verdict, 1.0) == 0
     out = capsys.readouterr().out
-    assert "OK: no loss, no duplicates" in out and "FAILED" not in out
+    assert "OK: no loss, no duplicates" in out
+    assert "FAILED" not in out
 
 
 def test_duplicated_record_is_a_violation(capsys) -> None:
     """The same record twice in the log (an idempotence failure after a retry)."""
-    records = _clean_log() + [(0, RECORDS, 3)]
+    records = [*_clean_log(), (0, RECORDS, 3)]
     verdict = _verdict(_clean_ledger(), records)
     assert "1 duplicated records in the log" in verdict.violations
     # Seq 3 after seq 5 is also out of order within the partition.
@@ -45,7 +46,8 @@ def test_duplicated_record_is_a_violation(capsys) -> None:
     assert verdict.exit_code == 1
     assert report(verdict, 1.0) == 1
     out = capsys.readouterr().out
-    assert "FAILED" in out and "- 1 duplicated records in the log" in out
+    assert "FAILED" in out
+    assert "- 1 duplicated records in the log" in out
 
 
 def test_lost_acknowledged_record_is_a_violation() -> None:
@@ -70,7 +72,7 @@ def test_failed_write_visible_in_the_log_is_a_violation() -> None:
 
 def test_record_the_demo_never_wrote_is_a_violation() -> None:
     """A torn batch's garbage (no sequence number) or a seq beyond what was produced."""
-    records = _clean_log() + [(0, RECORDS, None), (0, RECORDS + 1, RECORDS + 7)]
+    records = [*_clean_log(), (0, RECORDS, None), (0, RECORDS + 1, RECORDS + 7)]
     verdict = _verdict(_clean_ledger(), records)
     assert "2 records in the log that the demo never wrote" in verdict.violations
     assert verdict.exit_code == 1

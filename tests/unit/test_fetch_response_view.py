@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
 
-from oncestream.protocol.codec import build, reader_for, response_class, response_module, writer_for
+from oncestream.protocol.codec import build, reader_for, writer_for
 from oncestream.protocol.fetch_response_view import (
     MAX_VERSION,
     MIN_VERSION,
@@ -27,6 +27,7 @@ from oncestream.protocol.fetch_response_view import (
     MalformedFetchResponseError,
     parse_fetch_response,
 )
+from oncestream.protocol.schemas import response_class, response_module
 from oncestream.protocol.varint import encode_uvarint, read_uvarint
 
 VERSIONS = range(MIN_VERSION, MAX_VERSION + 1)
@@ -257,7 +258,8 @@ def test_records_are_a_view_of_the_received_buffer_not_a_copy(version: int) -> N
     """``records`` is a slice of the caller's buffer: a change to the buffer shows through it."""
     frame = bytearray(b"HEAD" + _one_partition_body(version, b"original-records"))
     (part,) = parse_fetch_response(version, memoryview(frame).toreadonly(), 4).topics[0].partitions
-    assert part.records is not None and part.records.obj is frame
+    assert part.records is not None
+    assert part.records.obj is frame
     at = frame.index(b"original")
     frame[at:at + 8] = b"CHANGED!"
     assert bytes(part.records) == b"CHANGED!-records"
@@ -269,7 +271,8 @@ def test_a_pyarrow_buffer_is_read_as_unsigned_bytes() -> None:
     records = bytes(range(256)) * 2
     body = _one_partition_body(12, records)
     (part,) = parse_fetch_response(12, pa.py_buffer(body)).topics[0].partitions
-    assert part.records is not None and bytes(part.records) == records
+    assert part.records is not None
+    assert bytes(part.records) == records
 
 
 # --- length fields that claim more than the body holds --------------------------------------------

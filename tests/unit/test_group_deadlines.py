@@ -13,7 +13,8 @@ def test_pop_due_returns_only_keys_whose_deadline_passed_earliest_first():
     heap.schedule("c", 30)
     assert heap.next_ms() == 10
     assert heap.pop_due(20) == ["a", "b"]
-    assert heap.next_ms() == 30 and len(heap) == 1
+    assert heap.next_ms() == 30
+    assert len(heap) == 1
 
 
 def test_moving_or_clearing_a_deadline_leaves_no_live_stale_entry():
@@ -23,7 +24,8 @@ def test_moving_or_clearing_a_deadline_leaves_no_live_stale_entry():
     assert heap.pop_due(20) == []
     assert heap.next_ms() == 50
     heap.schedule("g", None)
-    assert heap.next_ms() is None and heap.pop_due(100) == []
+    assert heap.next_ms() is None
+    assert heap.pop_due(100) == []
 
 
 def test_stale_entries_are_compacted():

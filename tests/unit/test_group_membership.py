@@ -62,14 +62,16 @@ def test_two_members_join_one_leader_generation_1_assignment_via_sync() -> None:
     coordinator, h = make()
     first = h.join("g", now_ms=0, client_id="c1", protocols=[("range", b"meta-1")])
     second = h.join("g", now_ms=10, client_id="c2", protocols=[("range", b"meta-2")])
-    assert not first.done and not second.done  # held back by the initial rebalance delay
+    assert not first.done
+    assert not second.done
     assert coordinator.group_state("g") is S.PREPARING_REBALANCE
 
     h.tick(1_000)
     a, b = first.result, second.result
     assert a.error == b.error == E.none
     assert a.generation_id == b.generation_id == 1
-    assert a.protocol_type == "consumer" and a.protocol_name == "range"
+    assert a.protocol_type == "consumer"
+    assert a.protocol_name == "range"
     assert a.leader_id == b.leader_id == a.member_id  # the first member leads
     assert {(m.member_id, m.metadata) for m in a.members} == {
         (a.member_id, b"meta-1"),
@@ -84,8 +86,10 @@ def test_two_members_join_one_leader_generation_1_assignment_via_sync() -> None:
     leader_sync = h.sync(
         "g", a.member_id, 1, now_ms=1_002, assignments={a.member_id: b"A", b.member_id: b"B"}
     )
-    assert leader_sync.result.error == E.none and leader_sync.result.assignment == b"A"
-    assert follower_sync.result.error == E.none and follower_sync.result.assignment == b"B"
+    assert leader_sync.result.error == E.none
+    assert leader_sync.result.assignment == b"A"
+    assert follower_sync.result.error == E.none
+    assert follower_sync.result.assignment == b"B"
     assert follower_sync.result.protocol_name == "range"
     assert coordinator.group_state("g") is S.STABLE
     # The assignment was persisted before anyone was answered.
@@ -160,7 +164,8 @@ def test_leave_triggers_rebalance_and_remaining_member_rejoins() -> None:
     assert h.heartbeat("g", b, 1, now_ms=2_001) == E.unknown_member_id
 
     rejoin = h.join("g", a, now_ms=2_002).result
-    assert rejoin.generation_id == 2 and [m.member_id for m in rejoin.members] == [a]
+    assert rejoin.generation_id == 2
+    assert [m.member_id for m in rejoin.members] == [a]
 
 
 def test_leave_batch_per_member_errors_and_static_removal_by_instance_id() -> None:
@@ -219,7 +224,8 @@ def test_session_expiry_removes_member_and_triggers_rebalance() -> None:
     assert h.heartbeat("g", b, 1, now_ms=11_001) == E.unknown_member_id
     assert h.heartbeat("g", a, 1, now_ms=11_001) == E.rebalance_in_progress
     rejoin = h.join("g", a, now_ms=11_002).result
-    assert rejoin.generation_id == 2 and [m.member_id for m in rejoin.members] == [a]
+    assert rejoin.generation_id == 2
+    assert [m.member_id for m in rejoin.members] == [a]
 
 
 def test_heartbeat_resets_the_session_timer() -> None:
@@ -310,7 +316,8 @@ def test_old_join_versions_get_a_member_id_directly() -> None:
     _, h = make()
     join = h.join("g", now_ms=0, client_id="old", api_version=3)
     h.tick(1_000)
-    assert join.result.error == E.none and join.result.member_id.startswith("old-")
+    assert join.result.error == E.none
+    assert join.result.member_id.startswith("old-")
 
 
 def test_pending_member_blocks_join_completion_until_its_session_expires() -> None:
@@ -362,12 +369,14 @@ def test_static_member_restart_keeps_assignment_without_rebalance() -> None:
     assert restarted.generation_id == 1  # no new generation
     assert coordinator.group_state("g") is S.STABLE  # no rebalance
     # Pre-KIP-814 clients are told the *old* leader id, so they never act as leader here.
-    assert restarted.leader_id == old_static and restarted.members == ()
+    assert restarted.leader_id == old_static
+    assert restarted.members == ()
     # The replacement was persisted (the new member id must survive a coordinator failover).
     assert len(h.log) == writes_before + 1
 
     sync = h.sync("g", restarted.member_id, 1, now_ms=5_001, instance_id="inst-s").result
-    assert sync.error == E.none and sync.assignment == b"S"
+    assert sync.error == E.none
+    assert sync.assignment == b"S"
     assert h.heartbeat("g", dynamic, 1, now_ms=5_002) == E.none
     # The previous incarnation is fenced everywhere.
     fenced = h.heartbeat("g", old_static, 1, now_ms=5_003, instance_id="inst-s")
@@ -455,7 +464,8 @@ def test_inconsistent_group_protocol() -> None:
     assert empty.error == E.inconsistent_group_protocol
     h.tick(1_000)
     snapshot = coordinator.group_snapshot("g")
-    assert snapshot is not None and snapshot.members[0].subscription == b""
+    assert snapshot is not None
+    assert snapshot.members[0].subscription == b""
 
 
 def test_sync_with_wrong_protocol_name_is_inconsistent() -> None:
@@ -519,14 +529,17 @@ def test_repeated_join_in_completing_rebalance_returns_current_generation() -> N
     h.tick(1_000)
     leader = joins[0].result.member_id
     again = h.join("g", leader, now_ms=1_001).result  # same metadata: lost response replayed
-    assert again.generation_id == 1 and len(again.members) == 2
+    assert again.generation_id == 1
+    assert len(again.members) == 2
 
 
 def test_stable_follower_rejoin_without_change_gets_current_generation() -> None:
     coordinator, h = make()
     a, b = form_group(h, 2)
     again = h.join("g", b, now_ms=2_000).result
-    assert again.error == E.none and again.generation_id == 1 and again.members == ()
+    assert again.error == E.none
+    assert again.generation_id == 1
+    assert again.members == ()
     assert coordinator.group_state("g") is S.STABLE
     # The leader rejoining forces a rebalance (topic metadata may have changed).
     h.join("g", a, now_ms=2_001)
@@ -571,7 +584,8 @@ def test_initial_delay_ends_after_one_quiet_window() -> None:
     h.tick(5_999)
     assert not a.done
     h.tick(6_000)
-    assert a.result.generation_id == 1 and len(a.result.members) == 2
+    assert a.result.generation_id == 1
+    assert len(a.result.members) == 2
 
 
 # --- callbacks ------------------------------------------------------------------------------------
@@ -606,7 +620,8 @@ def test_static_member_restart_into_a_full_group_is_accepted() -> None:
     h.tick(1_000)
     h.sync("g", s.result.member_id, 1, now_ms=1_000, assignments={s.result.member_id: b"S"})
     again = h.join("g", now_ms=2_000, client_id="s", instance_id="inst-s").result
-    assert again.error == E.none and again.generation_id == 1
+    assert again.error == E.none
+    assert again.generation_id == 1
     assert h.join("g", now_ms=2_001, client_id="x").result.error == E.group_max_size_reached
     assert coordinator.group_state("g") is S.STABLE
 
@@ -619,7 +634,8 @@ def test_duplicate_static_instance_fences_the_older_process() -> None:
     first_id = first.result.member_id
     h.sync("g", first_id, 1, now_ms=1_000, assignments={first_id: b"P"})
     second = h.join("g", now_ms=2_000, client_id="p2", instance_id="dup").result
-    assert second.error == E.none and second.member_id != first_id
+    assert second.error == E.none
+    assert second.member_id != first_id
     # The older process is fenced on every API that names the instance id.
     assert h.heartbeat("g", first_id, 1, now_ms=2_001, instance_id="dup") == E.fenced_instance_id
     assert h.sync("g", first_id, 1, now_ms=2_002, instance_id="dup").result.error == (
@@ -667,7 +683,8 @@ def test_newcomer_without_the_current_protocol_joins_and_protocol_changes() -> N
     h.sync("g", a_id, 1, now_ms=1_000, assignments={a_id: b"x"})
     b = h.join("g", now_ms=2_000, client_id="b", protocols=[("rr", b"rrb")])
     snapshot = coordinator.group_snapshot("g")  # mid-rebalance view stays readable
-    assert snapshot is not None and snapshot.members[1].subscription == b""
+    assert snapshot is not None
+    assert snapshot.members[1].subscription == b""
     a2 = h.join("g", a_id, now_ms=2_001, protocols=[("range", b"ra"), ("rr", b"rra")])
     assert a2.result.protocol_name == b.result.protocol_name == "rr"
     assert {m.metadata for m in a2.result.members} == {b"rra", b"rrb"}

@@ -151,7 +151,8 @@ def test_offset_delete_on_empty_group_removes_offsets_and_then_the_group() -> No
     coordinator, h = make()
     h.commit("g", {T0: 1, P0: 2}, now_ms=0)
     result, writes = coordinator.delete_offsets(OffsetDeleteRequest("g", (T0,)), 1)
-    assert result.error == E.none and result.partitions == {T0: E.none}
+    assert result.error == E.none
+    assert result.partitions == {T0: E.none}
     assert [value for w in writes for _, value in w.records] == [None]  # one tombstone
     assert fetch(coordinator, "g") == {P0: (2, E.none)}
     # Removing the last offset of an Empty group removes the group (Kafka's cleanup).
@@ -211,7 +212,8 @@ def test_describe_groups() -> None:
     # Outside Stable no protocol, metadata or assignment is reported.
     h.join("g", now_ms=2, client_id="b")
     (preparing,) = coordinator.describe_groups(["g"], 2)
-    assert preparing.state == "PreparingRebalance" and preparing.protocol_name == ""
+    assert preparing.state == "PreparingRebalance"
+    assert preparing.protocol_name == ""
     assert all(m.metadata == b"" and m.assignment == b"" for m in preparing.members)
 
 

@@ -254,7 +254,8 @@ def test_loaded_group_keeps_working() -> None:
         instance_id="ia",
         protocols=[("range", encode_subscription(["orders"]))],
     ).result
-    assert again.error == E.none and again.generation_id == 2
+    assert again.error == E.none
+    assert again.generation_id == 2
     synced = h2.sync("stable", again.member_id, 2, now_ms=108, instance_id="ia").result
     assert synced.assignment == f"assigned:{static_id}".encode()
     assert restarted.group_state("stable") is GroupState.STABLE
@@ -333,7 +334,8 @@ def test_failed_append_recovery_drops_unpersisted_commit() -> None:
     result, writes = coordinator.commit_offsets(
         OffsetCommitRequest("g", {T0: PartitionOffsetCommit(2)}), 1
     )
-    assert result.partitions == {T0: E.none} and writes  # ... but the append fails
+    assert result.partitions == {T0: E.none}
+    assert writes
     partition = coordinator.partition_for("g")
     coordinator.unload_partition(partition)
     coordinator.load(h.log.records(), now_ms=2, partitions=[partition])

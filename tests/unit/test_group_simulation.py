@@ -17,12 +17,14 @@ from oncestream.coordinator.group import (
     GroupState,
     JoinResult,
     LeavingMember,
+    OffsetAndMetadata,
     OffsetDeleteRequest,
     PartitionOffsetCommit,
     SyncResult,
     TopicPartition,
 )
 from oncestream.coordinator.group.consumer_protocol import encode_subscription
+from oncestream.coordinator.group.records import GroupSnapshot
 from tests.support.group_harness import Captured, GroupHarness
 
 E = ErrorCode
@@ -50,14 +52,16 @@ class Client:
     synced_generation: int = -1
     joins: list[Captured[JoinResult]] = field(default_factory=list)
     syncs: list[Captured[SyncResult]] = field(default_factory=list)
+    # The answers already learnt from (by identity: a Captured stays in joins/syncs).
+    absorbed: set[int] = field(default_factory=set)
 
     def absorb(self) -> None:
         """Learn from the answers that arrived."""
-        for captured in self.joins:
-            if not captured.done or getattr(captured, "seen", False):
+        for join in self.joins:
+            if not join.done or id(join) in self.absorbed:
                 continue
-            captured.seen = True  # type: ignore[attr-defined]
-            result = captured.result
+            self.absorbed.add(id(join))
+            result = join.result
             if result.error == E.none:
                 self.member_id, self.generation = result.member_id, result.generation_id
                 self.join_result = result
@@ -65,10 +69,10 @@ class Client:
                 self.member_id = result.member_id
             elif result.error in (E.unknown_member_id, E.fenced_instance_id):
                 self.reset()
-        for captured in self.syncs:
-            if captured.done and not getattr(captured, "seen", False):
-                captured.seen = True  # type: ignore[attr-defined]
-                self.on_error(captured.result.error)
+        for sync in self.syncs:
+            if sync.done and id(sync) not in self.absorbed:
+                self.absorbed.add(id(sync))
+                self.on_error(sync.result.error)
 
     def reset(self) -> None:
         self.member_id, self.generation, self.join_result = "", -1, None
@@ -103,15 +107,21 @@ def check_invariants(coordinator: GroupCoordinator) -> None:
             if member.is_awaiting_sync:
                 assert group.state is S.COMPLETING_REBALANCE
         if group.state in (S.COMPLETING_REBALANCE, S.STABLE):
-            assert group.protocol_name is not None and group.generation_id > 0
+            assert group.protocol_name is not None
+            assert group.generation_id > 0
             for member in group.members.values():
                 assert group.protocol_name in member.protocol_names()
         assert not set(group.pending_members) & set(group.members)
 
 
-def durable_view(coordinator: GroupCoordinator) -> dict[str, object]:
+DurableGroup = tuple[
+    GroupSnapshot | None, dict[TopicPartition, OffsetAndMetadata], dict[int, dict[TopicPartition, OffsetAndMetadata]]
+]
+
+
+def durable_view(coordinator: GroupCoordinator) -> dict[str, DurableGroup]:
     """What must come back after a restart: metadata of settled groups, all offsets."""
-    view: dict[str, object] = {}
+    view: dict[str, DurableGroup] = {}
     for group_id in coordinator.group_ids():
         state = coordinator.group_state(group_id)
         snapshot = coordinator.group_snapshot(group_id)
@@ -262,7 +272,7 @@ def run_simulation(seed: int, steps: int) -> None:
     # Groups still rebalancing are stored as of their last settled generation; compare the rest.
     for group_id, (snapshot, offsets, pending) in expected.items():
         assert group_id in reloaded
-        got_snapshot, got_offsets, got_pending = reloaded[group_id]  # type: ignore[misc]
+        got_snapshot, got_offsets, got_pending = reloaded[group_id]
         assert (got_offsets, got_pending) == (offsets, pending)
         if snapshot is not None:
             assert got_snapshot == snapshot

@@ -70,8 +70,10 @@ def test_every_illegal_transition_is_rejected(current: GroupState, target: Group
         group.transition_to(target, now_ms=5)
     # The group is untouched and the error names both ends of the bad edge.
     assert group.state is current
-    assert info.value.current is current and info.value.target is target
-    assert current.value in str(info.value) and target.value in str(info.value)
+    assert info.value.current is current
+    assert info.value.target is target
+    assert current.value in str(info.value)
+    assert target.value in str(info.value)
     assert isinstance(info.value, OnceStreamError)
     assert info.value.code == ErrorCode.unknown_server_error
     assert not can_transition(current, target)

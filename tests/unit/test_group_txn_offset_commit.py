@@ -102,7 +102,8 @@ def test_kip447_txn_offset_commit_with_a_stale_generation_is_illegal_generation(
     coordinator, h = make()
     member, first = join_and_sync(h, now_ms=0)
     same_member, second = join_and_sync(h, member, now_ms=1)
-    assert same_member == member and second == first + 1
+    assert same_member == member
+    assert second == first + 1
     error, written = txn_offset_commit(coordinator, h, 10, now_ms=2, member_id=member, generation_id=first)
     assert (error, written) == (E.illegal_generation, 0)
     assert_nothing_staged_and_commit_shows_nothing(coordinator, h, now_ms=3)

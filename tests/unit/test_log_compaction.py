@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -17,17 +18,11 @@ from oncestream.errors import InvalidRecordError, StorageError
 from oncestream.log import compaction
 from oncestream.log.config import LogConfig
 from oncestream.log.partition_log import PartitionLog
+from oncestream.protocol.compression import COMPRESSION_GZIP, COMPRESSION_NONE, COMPRESSION_ZSTD
+from oncestream.protocol.markers import CONTROL_COMMIT
 from oncestream.protocol.record_batch import ATTR_DELETE_HORIZON
-from oncestream.protocol.records import (
-    COMPRESSION_GZIP,
-    COMPRESSION_NONE,
-    COMPRESSION_ZSTD,
-    CONTROL_COMMIT,
-    NewRecord,
-    decode_batches,
-    encode_batch,
-    encode_control_batch,
-)
+from oncestream.protocol.records import NewRecord, decode_batches, encode_batch, encode_control_batch
+from tests.support.narrow import present
 
 T0 = 1_000_000
 SEGMENT_BYTES = 400  # a few small batches per segment
@@ -35,7 +30,7 @@ DIR_NAME = "compacted-0"
 
 
 def compact_config(**overrides) -> LogConfig:
-    settings = dict(
+    settings: dict[str, Any] = dict(
         cleanup_policy="compact",
         segment_bytes=SEGMENT_BYTES,
         min_cleanable_dirty_ratio=0.0,
@@ -86,9 +81,11 @@ def clean(partition_log: PartitionLog, now_ms: int, **plan_kwargs) -> compaction
     return result
 
 
-def write_overwrites(partition_log: PartitionLog, keys: int, rounds: int, *, now_ms: int = T0) -> dict[int, tuple[bytes, bytes]]:
+def write_overwrites(
+    partition_log: PartitionLog, keys: int, rounds: int, *, now_ms: int = T0
+) -> dict[int, tuple[bytes, bytes | None]]:
     """``rounds`` values for each of ``keys`` keys, one record per batch; returns offset -> (key, value)."""
-    written = {}
+    written: dict[int, tuple[bytes, bytes | None]] = {}
     for round_number in range(rounds):
         for k in range(keys):
             key, value = f"key-{k}", f"value-{k}-{round_number}"
@@ -127,7 +124,8 @@ def test_latest_value_per_key_survives_across_sealed_segments(tmp_path: Path) ->
 
     result = clean(partition_log, T0 + 1)
 
-    assert result is not None and result.stats.records_removed > 0
+    assert result is not None
+    assert result.stats.records_removed > 0
     assert partition_log.size_bytes < size_before
     survivors = [(o, k, v) for o, k, v in records_of(partition_log) if k != b"roll-filler"]
     expected = latest_per_key(written)
@@ -177,7 +175,8 @@ def test_active_segment_is_never_touched(tmp_path: Path) -> None:
 
     assert active_file.read_bytes() == active_bytes
     values = [(k, v) for _, k, v in records_of(partition_log)]
-    assert (b"key-0", b"in-active") in values and (b"key-0", b"in-active-2") in values
+    assert (b"key-0", b"in-active") in values
+    assert (b"key-0", b"in-active-2") in values
     # The sealed part still has key-0's latest sealed value: the active segment supersedes nothing.
     sealed = [(k, v) for o, k, v in records_of(partition_log) if o < active_base]
     assert (b"key-0", b"value-0-3") in sealed
@@ -246,10 +245,12 @@ def test_tombstone_survives_delete_retention_after_first_clean_then_goes(tmp_pat
 
     # At the horizon the log is cleanable without new dirty data, and the tombstone goes.
     candidate = partition_log.compaction_candidate(first_clean_ms + retention_ms)
-    assert candidate is not None and candidate.tombstones_due
+    assert candidate is not None
+    assert candidate.tombstones_due
     clean(partition_log, first_clean_ms + retention_ms)
     keys = [k for _, k, _ in records_of(partition_log)]
-    assert b"gone" not in keys and b"kept" in keys
+    assert b"gone" not in keys
+    assert b"kept" in keys
 
 
 def test_tombstone_horizon_survives_a_restart(tmp_path: Path) -> None:
@@ -262,7 +263,7 @@ def test_tombstone_horizon_survives_a_restart(tmp_path: Path) -> None:
 
     reopened = open_log(tmp_path, now_ms=T0 + 2_000)
     assert reopened.compaction_candidate(T0 + 999) is None
-    assert reopened.compaction_candidate(T0 + 1_000).tombstones_due
+    assert present(reopened.compaction_candidate(T0 + 1_000), "compaction candidate").tombstones_due
     clean(reopened, T0 + 1_000)
     assert b"gone" not in [k for _, k, _ in records_of(reopened)]
 
@@ -284,7 +285,8 @@ def test_min_compaction_lag_keeps_young_segments_dirty(tmp_path: Path) -> None:
 
     clean_ms = T0 + lag_ms + 1  # old segments are older than the lag, young ones are not
     result = clean(partition_log, clean_ms)
-    assert result is not None and result.cleaned_offset <= young_start
+    assert result is not None
+    assert result.cleaned_offset <= young_start
     young = [(o, k, v) for o, k, v in records_of(partition_log) if o >= young_start and k != b"roll-filler"]
     assert len(young) == 6, "records younger than min.compaction.lag.ms are all still there"
     # The old part is compacted on its own: latest old value per key only.
@@ -296,7 +298,7 @@ def test_dirty_ratio_threshold(tmp_path: Path) -> None:
     partition_log = open_log(tmp_path, min_cleanable_dirty_ratio=0.5)
     write_overwrites(partition_log, keys=30, rounds=1)  # distinct keys: the clean part stays big
     roll(partition_log)
-    assert partition_log.compaction_candidate(T0).dirty_ratio == 1.0
+    assert present(partition_log.compaction_candidate(T0), "compaction candidate").dirty_ratio == 1.0
     clean(partition_log, T0)
     assert partition_log.compaction_candidate(T0) is None, "nothing dirty after a clean"
     # One small new sealed segment next to a larger clean part stays below the threshold.
@@ -311,7 +313,7 @@ def test_dirty_ratio_threshold(tmp_path: Path) -> None:
         min_cleanable_dirty_ratio=0.0,
         now_ms=T0,
     )
-    assert 0 < candidate.dirty_ratio < 0.5
+    assert 0 < present(candidate, "compaction candidate").dirty_ratio < 0.5
     assert partition_log.compaction_candidate(T0) is None
 
 
@@ -329,9 +331,12 @@ def test_broker_and_topic_properties_configure_the_cleaner() -> None:
     )
     assert (broker.min_cleanable_dirty_ratio, broker.min_compaction_lag_ms) == (0.01, 5)
     topic = LogConfig.from_topic_configs({"min.cleanable.dirty.ratio": "0.2", "cleanup.policy": "compact,delete"}, broker)
-    assert topic.min_cleanable_dirty_ratio == 0.2 and topic.compacts and topic.deletes_by_retention
+    assert topic.min_cleanable_dirty_ratio == 0.2
+    assert topic.compacts
+    assert topic.deletes_by_retention
     assert topic.to_topic_configs()["min.cleanable.dirty.ratio"] == "0.2"
-    assert LogConfig().min_cleanable_dirty_ratio == 0.5 and LogConfig().min_compaction_lag_ms == 0
+    assert LogConfig().min_cleanable_dirty_ratio == 0.5
+    assert LogConfig().min_compaction_lag_ms == 0
 
 
 # --- appends to compacted topics -------------------------------------------------------------
@@ -366,7 +371,8 @@ def test_control_batches_need_no_key_check_and_survive_cleaning(tmp_path: Path) 
     offsets = {b.header.base_offset for b in batches}
     # The marker stays; the committed record is superseded, its batch kept (empty) because it is
     # producer 7's last one.
-    assert txn.base_offset in offsets and marker_offset in offsets
+    assert txn.base_offset in offsets
+    assert marker_offset in offsets
     assert [r.value for b in batches if not b.header.is_control for r in b.records
             if r.key == b"t"] == [b"plain-new"]
 
@@ -409,7 +415,8 @@ def test_committed_transactional_records_compact_and_aborted_ones_are_dropped(tm
 
     result = clean(partition_log, T0 + 1)
 
-    assert result is not None and result.stats.records_removed >= 3  # b=committed, a and c aborted
+    assert result is not None
+    assert result.stats.records_removed >= 3
     assert _values_of(partition_log, b"a") == [b"committed"]  # the aborted a never hid it
     assert _values_of(partition_log, b"b") == [b"plain-later"]
     assert _values_of(partition_log, b"c") == []
@@ -464,7 +471,7 @@ def test_reads_inside_removed_ranges_return_the_next_batch(tmp_path: Path) -> No
         assert batches, f"a read at {offset} returns data"
         assert batches[0].records[0].offset == min(o for o in survivors if o > offset)
     # Reads from the log start and with tiny byte limits (one batch at a time) walk the same data.
-    position, walked = partition_log.log_start_offset, []
+    position, walked = partition_log.log_start_offset, list[int]()
     while position < partition_log.log_end_offset:
         result = partition_log.read(position, 1)
         (batch,) = decode_batches(b"".join(result.chunks))
@@ -499,8 +506,9 @@ def test_offset_for_timestamp_and_delete_records_on_a_compacted_log(tmp_path: Pa
         partition_log.append(keyed(f"k{i % 3}", f"v{i}", now_ms=T0 + i), T0 + i)
     roll(partition_log, now_ms=T0 + 100)
     clean(partition_log, T0 + 200)
-    offset, timestamp_ms = partition_log.offset_for_timestamp(T0)
-    assert offset == min(o for o, _, _ in records_of(partition_log)) and timestamp_ms >= T0
+    offset, timestamp_ms = present(partition_log.offset_for_timestamp(T0), "offset for T0")
+    assert offset == min(o for o, _, _ in records_of(partition_log))
+    assert timestamp_ms >= T0
     # DeleteRecords to an offset inside a gap: reads from the new start return the next batch.
     first_two = sorted(o for o, _, _ in records_of(partition_log))[:2]
     partition_log.delete_records(first_two[0] + 1)
@@ -529,7 +537,9 @@ def test_idempotent_dedup_survives_compaction_and_a_restart_without_snapshots(tm
     kept = {b.header.base_offset: b for b in read_all(partition_log)}
     assert appended[0].base_offset not in kept
     last = kept[appended[2].base_offset]
-    assert last.records == [] and last.header.producer_id == pid and last.header.last_offset == appended[2].last_offset
+    assert last.records == []
+    assert last.header.producer_id == pid
+    assert last.header.last_offset == appended[2].last_offset
 
     partition_log.close()
     for snapshot in (tmp_path / DIR_NAME).glob("*.snapshot"):
@@ -538,7 +548,8 @@ def test_idempotent_dedup_survives_compaction_and_a_restart_without_snapshots(tm
     (state,) = reopened.producer_states()
     assert (state.producer_id, state.producer_epoch, state.last_sequence) == (pid, 3, 5)
     retry = reopened.append(batches[2], T0 + 2)
-    assert retry.duplicate and retry.base_offset == appended[2].base_offset
+    assert retry.duplicate
+    assert retry.base_offset == appended[2].base_offset
     following = keyed_many([("p3", "x"), ("hot", "h3")], producer_id=pid, producer_epoch=3, base_sequence=6)
     assert not reopened.append(following, T0 + 2).duplicate
 
@@ -562,7 +573,7 @@ def test_plan_invalidated_by_retention_is_discarded(tmp_path: Path) -> None:
     roll(partition_log, now_ms=T0)
     write_overwrites(partition_log, keys=2, rounds=5, now_ms=T0 + 10_000)
     roll(partition_log, now_ms=T0 + 10_000)
-    plan = partition_log.compaction_plan(T0 + 10_000)
+    plan = present(partition_log.compaction_plan(T0 + 10_000), "compaction plan")
     result = compaction.build_cleaned(plan)
     assert result.groups
     before = records_of(partition_log)
@@ -583,12 +594,12 @@ def test_plan_invalidated_by_delete_records_or_policy_change_is_discarded(tmp_pa
     partition_log = open_log(tmp_path)
     write_overwrites(partition_log, keys=2, rounds=8)
     roll(partition_log)
-    plan = partition_log.compaction_plan(T0)
+    plan = present(partition_log.compaction_plan(T0), "compaction plan")
     result = compaction.build_cleaned(plan)
     partition_log.delete_records(partition_log.segment_base_offsets()[2])
     assert partition_log.install_cleaned(result, T0) is False
 
-    plan = partition_log.compaction_plan(T0)
+    plan = present(partition_log.compaction_plan(T0), "compaction plan")
     result = compaction.build_cleaned(plan)
     partition_log.update_config(dataclasses.replace(partition_log.config, cleanup_policy="delete"))
     assert partition_log.install_cleaned(result, T0) is False
@@ -610,7 +621,7 @@ def test_closed_log_discards_a_finished_build(tmp_path: Path) -> None:
     partition_log = open_log(tmp_path)
     write_overwrites(partition_log, keys=2, rounds=8)
     roll(partition_log)
-    result = compaction.build_cleaned(partition_log.compaction_plan(T0))
+    result = compaction.build_cleaned(present(partition_log.compaction_plan(T0), "compaction plan"))
     partition_log.close()
     assert partition_log.install_cleaned(result, T0) is False
     assert not list((tmp_path / DIR_NAME).glob("*.cleaned"))
@@ -623,12 +634,14 @@ def test_the_key_map_bound_cleans_in_steps(tmp_path: Path) -> None:
     end = partition_log.segment_base_offsets()[-1]
     three_keys = 3 * (len(b"key-00") + compaction.MAP_ENTRY_OVERHEAD_BYTES)
     result = clean(partition_log, T0, max_map_bytes=three_keys)
-    assert result is not None and result.cleaned_offset < end
+    assert result is not None
+    assert result.cleaned_offset < end
     steps = 1
     while (result := clean(partition_log, T0, max_map_bytes=three_keys)) is not None:
         steps += 1
         assert steps < 50
-    assert partition_log.cleaned_offset == end and steps > 1
+    assert partition_log.cleaned_offset == end
+    assert steps > 1
     survivors = {k: (o, v) for o, k, v in records_of(partition_log) if k != b"roll-filler"}
     # Earlier steps saw only part of the keys' history, so older values may remain; the latest
     # value of every key is always there, exactly once.
@@ -684,7 +697,7 @@ def run_swap_with_crash(directory: Path, monkeypatch: pytest.MonkeyPatch, crash_
     with monkeypatch.context() as patch:
         patch.setattr(compaction, "_rename", counted(real_rename))
         patch.setattr(compaction, "_remove", counted(real_remove))
-        plan = partition_log.compaction_plan(T0 + 1)
+        plan = present(partition_log.compaction_plan(T0 + 1), "compaction plan")
         result = compaction.build_cleaned(plan)
         assert len(result.groups) > 1
         if crash_at is None:
@@ -729,7 +742,7 @@ def test_crash_at_every_step_of_the_swap_leaves_a_valid_log(tmp_path: Path, monk
 def test_crash_after_the_build_leaves_the_old_log(tmp_path: Path) -> None:
     partition_log, written = prepared_log(tmp_path)
     before = records_of(partition_log)
-    result = compaction.build_cleaned(partition_log.compaction_plan(T0 + 1))
+    result = compaction.build_cleaned(present(partition_log.compaction_plan(T0 + 1), "compaction plan"))
     assert list((tmp_path / DIR_NAME).glob("*.cleaned"))
     # A half-written manifest temp file: the rename (the commit) never happened.
     (tmp_path / DIR_NAME / (compaction.MANIFEST_FILE + ".tmp")).write_bytes(b'{"version": 1, "repl')
@@ -744,9 +757,9 @@ def test_crash_after_the_build_leaves_the_old_log(tmp_path: Path) -> None:
 
 
 def test_truncated_cleaned_file_of_an_unfinished_build_is_ignored(tmp_path: Path) -> None:
-    partition_log, written = prepared_log(tmp_path)
+    partition_log, _written = prepared_log(tmp_path)
     before = records_of(partition_log)
-    result = compaction.build_cleaned(partition_log.compaction_plan(T0 + 1))
+    result = compaction.build_cleaned(present(partition_log.compaction_plan(T0 + 1), "compaction plan"))
     cleaned = compaction.cleaned_path(tmp_path / DIR_NAME, result.groups[0].base_offset, ".log")
     cleaned.write_bytes(cleaned.read_bytes()[:7])  # the build died mid-write
     partition_log.abandon()
@@ -775,7 +788,7 @@ def test_crash_while_recovery_finishes_a_swap(tmp_path: Path, monkeypatch: pytes
 def test_cancelled_build_removes_its_files(tmp_path: Path) -> None:
     partition_log, _ = prepared_log(tmp_path)
     before = records_of(partition_log)
-    plan = partition_log.compaction_plan(T0 + 1)
+    plan = present(partition_log.compaction_plan(T0 + 1), "compaction plan")
     plan.abort.set()
     with pytest.raises(compaction.CompactionAborted):
         compaction.build_cleaned(plan)

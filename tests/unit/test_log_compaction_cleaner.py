@@ -62,7 +62,7 @@ def fill(state: BrokerState, topic: str, keys: int, rounds: int, now_ms: int = T
     return latest
 
 
-def contents(state: BrokerState, topic: str) -> list[tuple[bytes, bytes]]:
+def contents(state: BrokerState, topic: str) -> list[tuple[bytes | None, bytes | None]]:
     partition_log = state.logs.get(topic, 0)
     result = partition_log.read(partition_log.log_start_offset, 2**30)
     return [(r.key, r.value) for b in decode_batches(b"".join(result.chunks)) for r in b.records]
@@ -115,7 +115,8 @@ def test_clean_once_compacts_compacted_topics_off_the_loop_thread(
     finally:
         cleaner.close()
 
-    assert len(build_threads) == 1 and threading.get_ident() not in build_threads
+    assert len(build_threads) == 1
+    assert threading.get_ident() not in build_threads
     for topic, expected in latest.items():
         assert_compacted(state, topic, expected, written=15)
     assert contents(state, "stream") == stream_before, "delete-policy topics are left alone"
@@ -165,11 +166,14 @@ def test_a_failing_clean_is_logged_with_its_traceback_and_retried_after_a_backof
             with caplog.at_level(logging.ERROR, logger="oncestream.cleaner"):
                 assert asyncio.run(cleaner.clean_once()) == 0
         errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
-        assert len(errors) == 1 and "No space left" in errors[0].getMessage()
-        assert "table-0" in errors[0].getMessage() and "\n" not in errors[0].getMessage()
+        assert len(errors) == 1
+        assert "No space left" in errors[0].getMessage()
+        assert "table-0" in errors[0].getMessage()
+        assert "\n" not in errors[0].getMessage()
         assert errors[0].exc_info is not None, "the traceback is recorded, not swallowed"
         failure = cleaner.failures.failures[("table", 0)]
-        assert failure.count == 1 and "_disk_full" in failure.traceback
+        assert failure.count == 1
+        assert "_disk_full" in failure.traceback
         # The plan was given back, but the partition backs off: the next pass leaves it alone...
         assert partition_log.compaction_candidate(state.now_ms()) is not None
         assert asyncio.run(cleaner.clean_once()) == 0
@@ -188,7 +192,8 @@ def test_backoff_doubles_per_failure_up_to_its_cap() -> None:
     assert tracker.backoff_ms(10_000) == 5000
     error = OSError("bad")
     assert tracker.record(("t", 0), error, now_ms=100).retry_at_ms == 1100
-    assert not tracker.may_try(("t", 0), 1099) and tracker.may_try(("t", 0), 1100)
+    assert not tracker.may_try(("t", 0), 1099)
+    assert tracker.may_try(("t", 0), 1100)
     assert tracker.record(("t", 0), error, now_ms=2000).retry_at_ms == 4000
     assert tracker.may_try(("t", 1), 0), "other partitions are not held back"
 
@@ -226,7 +231,9 @@ def test_a_partition_that_keeps_failing_is_marked_uncleanable_and_the_others_are
                 monotonic.now_ms += cleaner.failures.max_backoff_ms  # past any backoff
         assert set(cleaner.uncleanable()) == {("broken", 0)}
         failure = cleaner.uncleanable()[("broken", 0)]
-        assert failure.count == 3 and "No space left" in failure.error and "Traceback" in failure.traceback
+        assert failure.count == 3
+        assert "No space left" in failure.error
+        assert "Traceback" in failure.traceback
         assert "marked uncleanable" in caplog.records[-1].getMessage()
         # Given up on: later passes never try it again, and still clean the other partition.
         tries = attempts.count("broken")
@@ -261,23 +268,33 @@ def test_a_re_created_topic_starts_without_the_old_failures(
     assert_compacted(state, "table", expected, written=15)
 
 
-def test_run_cleans_in_the_background_and_stops_when_cancelled(state: BrokerState, clock: Clock) -> None:
+def test_run_cleans_in_the_background_and_stops_when_cancelled(
+    state: BrokerState, clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
     state.logs.create_topic("table", 1, {"cleanup.policy": "compact"})
     expected = fill(state, "table", keys=3, rounds=5)
     cleaner = LogCleaner.for_state(state)
+    real_clean_once = cleaner.clean_once
 
     async def scenario() -> None:
+        pass_done = asyncio.Event()
+
+        async def clean_once_and_tell() -> int:
+            cleaned = await real_clean_once()
+            pass_done.set()
+            return cleaned
+
+        async def until_cleaned(count: int) -> None:
+            while cleaner.cleaned_count < count:
+                pass_done.clear()
+                await pass_done.wait()
+
+        monkeypatch.setattr(cleaner, "clean_once", clean_once_and_tell)
         task = asyncio.create_task(cleaner.run())
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + WAIT_CAP_S
-        while cleaner.cleaned_count < 1 and loop.time() < deadline:
-            await asyncio.sleep(0.01)
-        assert cleaner.cleaned_count >= 1
+        await asyncio.wait_for(until_cleaned(1), WAIT_CAP_S)
         # More dirt while it runs is picked up at a later pass.
         expected.update(fill(state, "table", keys=3, rounds=2))
-        while cleaner.cleaned_count < 2 and loop.time() < deadline:
-            await asyncio.sleep(0.01)
-        assert cleaner.cleaned_count >= 2
+        await asyncio.wait_for(until_cleaned(2), WAIT_CAP_S)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
@@ -289,11 +306,7 @@ def test_run_cleans_in_the_background_and_stops_when_cancelled(state: BrokerStat
 async def cancel_once_building(cleaner: LogCleaner, started: threading.Event) -> None:
     """Run the cleaner, cancel it once a build has started, and wait for run() to return."""
     task = asyncio.create_task(cleaner.run())
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + WAIT_CAP_S
-    while not started.is_set() and loop.time() < deadline:
-        await asyncio.sleep(0.01)
-    assert started.is_set()
+    assert await asyncio.to_thread(started.wait, WAIT_CAP_S)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
@@ -350,10 +363,12 @@ def test_a_build_that_fails_while_being_cancelled_is_logged_and_recorded_not_dro
     with caplog.at_level(logging.ERROR, logger="oncestream.cleaner"):
         asyncio.run(cancel_once_building(cleaner, started))
     errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
-    assert len(errors) == 1 and "injected: the disk failed" in errors[0].getMessage()
+    assert len(errors) == 1
+    assert "injected: the disk failed" in errors[0].getMessage()
     assert errors[0].exc_info is not None, "the traceback is logged"
     failure = cleaner.failures.failures[("table", 0)]
-    assert failure.count == 1 and "failing_build" in failure.traceback
+    assert failure.count == 1
+    assert "failing_build" in failure.traceback
 
 
 def test_disabled_cleaner_does_nothing(state: BrokerState) -> None:
@@ -413,11 +428,7 @@ def test_a_segment_deleted_between_plan_and_build_abandons_the_clean_without_a_f
 
     async def scenario() -> int:
         task = asyncio.ensure_future(cleaner.clean_once())
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + WAIT_CAP_S
-        while not planned.is_set() and loop.time() < deadline:
-            await asyncio.sleep(0.01)
-        assert planned.is_set()
+        assert await asyncio.to_thread(planned.wait, WAIT_CAP_S)
         # On the loop, as a DeleteRecords request would: the first planned segment goes.
         partition_log.delete_records(partition_log.segment_base_offsets()[1])
         deleted.set()
@@ -427,7 +438,8 @@ def test_a_segment_deleted_between_plan_and_build_abandons_the_clean_without_a_f
         assert asyncio.run(scenario()) == 0
     finally:
         cleaner.close()
-    assert len(outcomes) == 1 and isinstance(outcomes[0], compaction.StalePlan)
+    assert len(outcomes) == 1
+    assert isinstance(outcomes[0], compaction.StalePlan)
     assert ("table", 0) not in cleaner.failures.failures, "a stale plan is not a failure"
     assert not list(partition_log.directory.glob("*.cleaned"))
     assert partition_log.compaction_candidate(state.now_ms()) is not None, "the plan was given back"
@@ -479,11 +491,7 @@ def test_topic_deleted_while_the_install_tail_runs_is_not_a_failure(
 
     async def scenario() -> int:
         task = asyncio.ensure_future(cleaner.clean_once())
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + WAIT_CAP_S
-        while not started.is_set() and loop.time() < deadline:
-            await asyncio.sleep(0.01)
-        assert started.is_set()
+        assert await asyncio.to_thread(started.wait, WAIT_CAP_S)
         state.logs.delete_topic("table")
         deleted.set()
         return await task
@@ -493,4 +501,5 @@ def test_topic_deleted_while_the_install_tail_runs_is_not_a_failure(
     finally:
         cleaner.close()
     assert ("table", 0) not in cleaner.failures.failures
-    assert partition_log.closed and not partition_log.directory.exists()
+    assert partition_log.closed
+    assert not partition_log.directory.exists()

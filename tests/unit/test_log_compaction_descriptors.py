@@ -44,7 +44,7 @@ def _append(partition_log: PartitionLog, key: bytes, value: bytes) -> None:
 
 
 def _contents(partition_log: PartitionLog) -> list[tuple[bytes | None, bytes | None]]:
-    records = []
+    records: list[tuple[bytes | None, bytes | None]] = []
     offset = partition_log.log_start_offset
     while offset < partition_log.log_end_offset:
         result = partition_log.read(offset, 1 << 20)
@@ -78,7 +78,8 @@ def test_cleaning_thousands_of_segments_stays_under_the_descriptor_bound(
         partition_log.update_config(dataclasses.replace(TINY_COMPACTED, segment_bytes=1 << 20))
 
         plan = partition_log.compaction_plan(T0)
-        assert plan is not None and len(plan.segments) == SEGMENTS - 1  # every sealed one
+        assert plan is not None
+        assert len(plan.segments) == SEGMENTS - 1
         assert open_fds() <= bound, "the plan holds no descriptors"
 
         # Count while the build runs: at every segment it opens, and again when it closes it.
@@ -97,7 +98,8 @@ def test_cleaning_thousands_of_segments_stays_under_the_descriptor_bound(
         result = compaction.build_cleaned(plan)
         assert len(set(opened)) == SEGMENTS - 1, "every planned segment was read"
         assert peak <= bound, f"{peak} descriptors open while cleaning, bound {bound}"
-        assert len(result.groups) == 1 and len(result.groups[0].replaced_bases) == SEGMENTS - 1
+        assert len(result.groups) == 1
+        assert len(result.groups[0].replaced_bases) == SEGMENTS - 1
 
         assert partition_log.install_cleaned(result, T0)
         assert open_fds() <= bound

@@ -16,17 +16,15 @@ from oncestream.log.batch_records import (
     iter_raw_records,
     rebuild_batch,
 )
-from oncestream.protocol.record_batch import ATTR_DELETE_HORIZON, parse_header
-from oncestream.protocol.records import (
+from oncestream.protocol.compression import (
     COMPRESSION_GZIP,
     COMPRESSION_LZ4,
     COMPRESSION_NONE,
     COMPRESSION_SNAPPY,
     COMPRESSION_ZSTD,
-    NewRecord,
-    decode_batch,
-    encode_batch,
 )
+from oncestream.protocol.record_batch import ATTR_DELETE_HORIZON, parse_header
+from oncestream.protocol.records import NewRecord, decode_batch, encode_batch
 
 T0 = 1_700_000_000_000
 
@@ -81,7 +79,8 @@ def test_rebuilt_batch_keeps_offsets_timestamps_and_producer_fields(records, kee
         assert delete_horizon_ms(new) == horizon
         assert bool(new.attributes & ATTR_DELETE_HORIZON) == (horizon is not None)
     else:
-        assert new.compression == COMPRESSION_NONE and decoded.records == []
+        assert new.compression == COMPRESSION_NONE
+        assert decoded.records == []
 
 
 def test_a_horizon_once_set_never_moves() -> None:

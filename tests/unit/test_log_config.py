@@ -38,7 +38,8 @@ def test_topic_configs_override_the_base() -> None:
     )
     assert (config.segment_bytes, config.retention_ms) == (1000, 5)
     assert config.cleanup_policy == "compact,delete"
-    assert config.log_append_time and config.deletes_by_retention
+    assert config.log_append_time
+    assert config.deletes_by_retention
     assert config.flush_messages == 1
 
 

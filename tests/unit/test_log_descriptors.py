@@ -12,6 +12,7 @@ from oncestream.errors import InvalidConfigError
 from oncestream.log.config import LogConfig
 from oncestream.log.descriptors import MAX_OPEN_PROPERTY, SegmentDescriptors
 from oncestream.log.partition_log import PartitionLog
+from tests.support.narrow import present
 from tests.support.wire import decode_batches, record_batch
 
 SEGMENTS = 1500
@@ -28,12 +29,12 @@ def open_fds() -> int:
 
 def _values(partition_log: PartitionLog, start: int, end: int) -> list[bytes]:
     """Every value in [start, end), one batch per read: each read opens a sealed segment."""
-    values = []
+    values: list[bytes] = []
     offset = start
     while offset < end:
         result = partition_log.read(offset, 1)  # min_one: exactly the next batch
         batches = decode_batches(b"".join(result.chunks))
-        values.extend(value for _, _, value in batches)
+        values.extend(present(value, f"value at {offset}") for offset, _, value in batches)
         offset = batches[-1][0] + 1
     return values
 
@@ -52,8 +53,10 @@ def test_thousands_of_segments_stay_under_the_bound_while_written_read_and_reope
             other.append(record_batch([value], timestamp_ms=i), i)
         if i % 50 == 0:
             peak = max(peak, open_fds())
-    assert first.segment_count == SEGMENTS and other.segment_count == SEGMENTS // 4
-    assert peak <= bound and open_fds() <= bound
+    assert first.segment_count == SEGMENTS
+    assert other.segment_count == SEGMENTS // 4
+    assert peak <= bound
+    assert open_fds() <= bound
 
     # Reading every segment of both logs in turn: each read reopens a file, the oldest one closes.
     for offset in range(0, SEGMENTS, 97):
@@ -62,7 +65,8 @@ def test_thousands_of_segments_stay_under_the_bound_while_written_read_and_reope
         assert len(descriptors) <= MAX_OPEN
     assert _values(first, 0, SEGMENTS) == expected
     assert _values(other, 0, SEGMENTS // 4) == expected[::4]
-    assert open_fds() <= bound and peak <= bound
+    assert open_fds() <= bound
+    assert peak <= bound
     assert descriptors.evictions > SEGMENTS  # files really were closed and reopened
 
     # Appends go on, and a log reopened after a close opens its thousands of segments the same way.

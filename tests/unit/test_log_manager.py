@@ -131,7 +131,8 @@ def test_tick_applies_retention_and_producer_expiry(tmp_path: Path) -> None:
     log.append(idempotent_batch(1, 0, 0, value_size=200, timestamp_ms=5), 5)
     log.append(make_batch(1, value_size=200, timestamp_ms=6), 6)
     assert manager.tick(1_000) == 1
-    assert log.log_start_offset == 1 and log.producer_states() == []
+    assert log.log_start_offset == 1
+    assert log.producer_states() == []
 
 
 def test_unfinished_create_and_delete_do_not_break_startup(tmp_path: Path) -> None:

@@ -110,7 +110,8 @@ def test_log_append_time_stamps_batches_and_keeps_crc_valid(tmp_path: Path) -> N
     (on_disk,) = stored(partition_log)
     header, _ = next(iter_batches(on_disk))  # verifies the recomputed CRC
     assert header.attributes & ATTR_TIMESTAMP_TYPE_LOG_APPEND
-    assert header.max_timestamp == 123_456 and header.base_timestamp == 5
+    assert header.max_timestamp == 123_456
+    assert header.base_timestamp == 5
     assert on_disk[61:] == original[61:]
     assert partition_log.offset_for_timestamp(100_000) == (0, 123_456)
 
@@ -147,7 +148,8 @@ def test_kip74_min_one_returns_an_oversized_first_batch(ten_batches) -> None:
     partition_log, size = ten_batches
     assert base_offsets(partition_log.read(4, 10).chunks) == [4]
     empty = partition_log.read(4, 10, min_one=False)
-    assert empty.chunks == [] and empty.size_bytes == 0
+    assert empty.chunks == []
+    assert empty.size_bytes == 0
     assert base_offsets(partition_log.read(4, size + 1).chunks) == [4]
 
 
@@ -175,7 +177,8 @@ def test_read_of_a_large_batch_is_one_chunk(tmp_path: Path) -> None:
     partition_log.append(make_batch(1), 1)
     partition_log.append(big, 1)
     result = partition_log.read(1, 1_048_576)
-    assert len(result.chunks) == 1 and result.chunks[0][8:] == big[8:]
+    assert len(result.chunks) == 1
+    assert result.chunks[0][8:] == big[8:]
 
 
 # --- timestamps -------------------------------------------------------------------------------------
@@ -322,7 +325,7 @@ def test_topic_and_partition_come_from_the_directory_name(tmp_path: Path) -> Non
     partition_log = open_log(tmp_path, name="my-dashed-topic-12")
     assert (partition_log.topic, partition_log.partition) == ("my-dashed-topic", 12)
     assert parse_partition_dir_name("a-0") == ("a", 0)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"'nopartition' is not a <topic>-<partition> directory name"):
         parse_partition_dir_name("nopartition")
 
 
@@ -340,11 +343,14 @@ def test_flush_messages_n_makes_a_flush_due_every_n_messages(tmp_path: Path) -> 
     flush due, and the broker runs it on a disk thread."""
     partition_log = open_log(tmp_path, flush_messages=5)
     partition_log.append(make_batch(3), 1)
-    assert partition_log._segments[-1].log_dirty and not partition_log.wants_flush()
+    assert partition_log._segments[-1].log_dirty
+    assert not partition_log.wants_flush()
     partition_log.append(make_batch(2), 1)
-    assert partition_log._segments[-1].log_dirty and partition_log.wants_flush()
+    assert partition_log._segments[-1].log_dirty
+    assert partition_log.wants_flush()
     partition_log.flush()
-    assert not partition_log._segments[-1].log_dirty and not partition_log.wants_flush()
+    assert not partition_log._segments[-1].log_dirty
+    assert not partition_log.wants_flush()
 
 
 def test_client_control_batches_are_rejected(tmp_path) -> None:
@@ -352,7 +358,8 @@ def test_client_control_batches_are_rejected(tmp_path) -> None:
     from oncestream.errors import InvalidRecordError
     from oncestream.log.config import LogConfig
     from oncestream.log.partition_log import PartitionLog
-    from oncestream.protocol.records import CONTROL_COMMIT, encode_control_batch
+    from oncestream.protocol.markers import CONTROL_COMMIT
+    from oncestream.protocol.records import encode_control_batch
 
     log = PartitionLog.open(tmp_path / "t-0", LogConfig(), 0)
     marker = encode_control_batch(marker=CONTROL_COMMIT, producer_id=1, producer_epoch=0, coordinator_epoch=0, now_ms=1)

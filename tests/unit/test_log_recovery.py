@@ -11,7 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from oncestream.log.config import LogConfig
-from oncestream.log.partition_log import CLEAN_SHUTDOWN_FILE, PartitionLog
+from oncestream.log.partition_log import PartitionLog
+from oncestream.log.recovery import CLEAN_SHUTDOWN_FILE
 from tests.unit._batches import (
     header_fields,
     idempotent_batch,
@@ -141,7 +142,7 @@ def test_missing_or_corrupt_index_is_rebuilt(tmp_path: Path, suffix: str, damage
     assert index.read_bytes() == good
     assert all_base_offsets(reopened) == expected
     assert reopened.offset_for_timestamp(1_003) == (6, 1_003)
-    assert [header_fields(b)["base_offset"] for b in split_batches(reopened.read(7, 10**6).chunks[0])][0] == 6
+    assert next(header_fields(b)["base_offset"] for b in split_batches(reopened.read(7, 10**6).chunks[0])) == 6
 
 
 def test_index_pointing_at_the_wrong_batch_is_rebuilt(tmp_path: Path) -> None:
@@ -243,5 +244,6 @@ def test_recovery_keeps_exactly_the_complete_batches(counts: list[int], segment_
         assert recovered.log_end_offset == expected_end
         assert expected_end == active_base or expected_end in ends
         everything = all_base_offsets(recovered)
-        assert everything == sorted(everything) and (not everything or everything[0] == 0)
+        assert everything == sorted(everything)
+        assert (not everything or everything[0] == 0)
         assert recovered.append(make_batch(1), 2).base_offset == expected_end

@@ -13,6 +13,7 @@ import pytest
 
 from oncestream.log.config import LogConfig
 from oncestream.log.partition_log import PartitionLog
+from tests.support.narrow import present
 from tests.unit._batches import ATTR_TRANSACTIONAL, make_batch
 
 PID = 4242
@@ -58,7 +59,8 @@ def test_a_roll_leaves_every_fsync_to_the_flush_job(tmp_path: Path, disk_calls: 
     txn_index = disk_calls.index(str(tmp_path / "t-0" / f"{first}.txnindex"))
     sealed_data = disk_calls.index(str(tmp_path / "t-0" / f"{first}.log"))
     snapshot_tmp = [i for i, path in enumerate(disk_calls) if path.endswith(".snapshot.tmp")]
-    assert len(snapshot_tmp) == 1 and max(txn_index, sealed_data) < snapshot_tmp[0]
+    assert len(snapshot_tmp) == 1
+    assert max(txn_index, sealed_data) < snapshot_tmp[0]
     assert len(list((tmp_path / "t-0").glob("*.snapshot"))) == 1
 
     # A crash now: the sealed segments are below the recovery point and the snapshot is used.
@@ -81,18 +83,19 @@ def test_the_flush_job_writes_the_advanced_recovery_point_but_never_over_a_newer
         partition_log.append(make_batch(3, value_size=40), 1)
     active_base = partition_log.segment_base_offsets()[-1]
     disk_calls.clear()
-    job = partition_log.begin_flush()
+    job = present(partition_log.begin_flush(), "flush job")
     assert disk_calls == []  # begin_flush, on the loop, waits on nothing
     job.run()
     checkpoint_fsyncs = [i for i, path in enumerate(disk_calls) if path.endswith("partition.checkpoint.tmp")]
     data_fsyncs = [i for i, path in enumerate(disk_calls) if path.endswith(".log")]
-    assert len(checkpoint_fsyncs) == 1 and max(data_fsyncs) < checkpoint_fsyncs[0]
+    assert len(checkpoint_fsyncs) == 1
+    assert max(data_fsyncs) < checkpoint_fsyncs[0]
     partition_log.finish_flush(job)
     assert json.loads((tmp_path / "t-0" / "partition.checkpoint").read_text())["recovery_point"] == active_base
 
     for _ in range(6):
         partition_log.append(make_batch(3, value_size=40), 1)
-    stale = partition_log.begin_flush()
+    stale = present(partition_log.begin_flush(), "flush job")
     partition_log.delete_records(3)  # the loop writes a newer checkpoint while the job is out
     stale.run()
     partition_log.finish_flush(stale)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -12,17 +13,12 @@ from oncestream.errors import (
     InvalidTxnStateError,
     StorageError,
 )
-from oncestream.log import txn_index as txn_index_module
 from oncestream.log.config import LogConfig
 from oncestream.log.partition_log import PartitionLog
 from oncestream.log.transactions import OngoingTransactions
 from oncestream.log.txn_index import TXN_ENTRY, AbortedTxn, decode_entries
-from oncestream.protocol.records import (
-    CONTROL_ABORT,
-    CONTROL_COMMIT,
-    control_marker_type,
-    decode_batches,
-)
+from oncestream.protocol.markers import CONTROL_ABORT, CONTROL_COMMIT
+from oncestream.protocol.records import control_marker_type, decode_batches
 from tests.unit._batches import ATTR_TRANSACTIONAL, idempotent_batch, make_batch
 
 P1, P2, P3 = 101, 202, 303
@@ -76,7 +72,8 @@ def test_kip98_open_transaction_holds_the_lso_until_its_marker(tmp_path: Path, c
 
     marker_offset = marker(log, P1, 0, commit=commit)
 
-    assert marker_offset == 7 and log.log_end_offset == 8
+    assert marker_offset == 7
+    assert log.log_end_offset == 8
     assert log.last_stable_offset == log.high_watermark == 8
     assert aborted(log, 0) == ([] if commit else [(P1, 2)])
 
@@ -131,9 +128,11 @@ def test_markers_take_an_offset_and_are_read_as_control_batches(tmp_path: Path) 
     assert [b.header.base_offset for b in batches] == [0, 2, 3, 4, 5]
     commit_batch, abort_batch = batches[1], batches[3]
     for batch, marker_type in ((commit_batch, CONTROL_COMMIT), (abort_batch, CONTROL_ABORT)):
-        assert batch.header.is_control and batch.header.is_transactional
+        assert batch.header.is_control
+        assert batch.header.is_transactional
         assert (batch.header.producer_id, batch.header.producer_epoch) == (P1, 0)
-        assert len(batch.records) == 1 and control_marker_type(batch.records[0]) == marker_type
+        assert len(batch.records) == 1
+        assert control_marker_type(batch.records[0]) == marker_type
     assert log.producer_states()[0].coordinator_epoch == 7
 
 
@@ -163,7 +162,8 @@ def test_stale_epoch_marker_is_rejected_and_leaves_the_newer_transaction_open(tm
         marker(log, P1, 0, commit=True)  # a delayed marker of the old epoch
 
     assert log.log_end_offset == end
-    assert log.last_stable_offset == 2 and open_txns(log) == {P1: 2}
+    assert log.last_stable_offset == 2
+    assert open_txns(log) == {P1: 2}
     marker(log, P1, 1, commit=True)
     assert log.last_stable_offset == log.high_watermark
     assert aborted(log, 0) == [(P1, 0)]
@@ -179,7 +179,8 @@ def test_newer_epoch_marker_fences_transactional_batches_of_the_older_epoch(tmp_
     with pytest.raises(InvalidProducerEpochError):
         log.append(txn_batch(P1, 0, 2), 2)  # the zombie's next batch
 
-    assert log.log_end_offset == end and open_txns(log) == {}
+    assert log.log_end_offset == end
+    assert open_txns(log) == {}
     assert log.producer_states()[0].producer_epoch == 1
     assert log.append(txn_batch(P1, 1, 0), 2).base_offset == end  # the new epoch starts at 0
     assert open_txns(log) == {P1: end}
@@ -282,7 +283,8 @@ def build_log_with_open_and_aborted_txns(tmp_path: Path, **config) -> PartitionL
     log.append(txn_batch(P3, 0, 0), 1)  # 6: stays open
     marker(log, P2, 0, commit=True, coordinator_epoch=3)  # 7
     log.append(txn_batch(P1, 0, 2), 1)  # 8: P1's second transaction, stays open
-    assert log.last_stable_offset == 6 and open_txns(log) == {P1: 8, P3: 6}
+    assert log.last_stable_offset == 6
+    assert open_txns(log) == {P1: 8, P3: 6}
     return log
 
 
@@ -414,10 +416,11 @@ def test_failed_txn_index_write_keeps_the_abort_in_memory_and_forces_a_rebuild(
         raise OSError(28, "No space left on device")
 
     with monkeypatch.context() as patch:
-        patch.setattr(txn_index_module.os, "write", full_disk)
+        patch.setattr(os, "write", full_disk)  # the os module txn_index writes through
         with pytest.raises(StorageError):
             marker(log, P1, 0, commit=False)
-    assert log.log_end_offset == 2 and aborted(log, 0) == [(P1, 0)]
+    assert log.log_end_offset == 2
+    assert aborted(log, 0) == [(P1, 0)]
     assert not txn_index_file(tmp_path, 0).exists()
     log.append(txn_batch(P1, 0, 1), 2)  # 2
     marker(log, P1, 0, commit=False)  # 3: memory only, the file stays missing
@@ -441,7 +444,8 @@ def test_open_transaction_below_the_log_start_keeps_holding_the_lso(tmp_path: Pa
     assert (log.last_stable_offset, log.high_watermark) == (2, 3)
     log.close()
     reopened = open_log(tmp_path, 10, **ONE_BATCH_SEGMENTS)
-    assert reopened.last_stable_offset == 2 and open_txns(reopened) == {P1: 0}
+    assert reopened.last_stable_offset == 2
+    assert open_txns(reopened) == {P1: 0}
     marker(reopened, P1, 0, commit=True)
     assert reopened.last_stable_offset == reopened.high_watermark == 4
 
@@ -455,7 +459,8 @@ def test_aborted_entries_go_with_their_deleted_segments(tmp_path: Path) -> None:
     assert txn_index_file(tmp_path, 1).exists()
     log.delete_records(3)
     assert log.segment_base_offsets() == [3]
-    assert not txn_index_file(tmp_path, 1).exists() and not txn_index_file(tmp_path, 0).exists()
+    assert not txn_index_file(tmp_path, 1).exists()
+    assert not txn_index_file(tmp_path, 0).exists()
     assert aborted(log, 3) == []
 
 
@@ -499,8 +504,10 @@ def test_ongoing_transactions_earliest_survives_ends_in_any_order() -> None:
     ongoing.begin(1, 50)
     ongoing.end(3)
     ongoing.end(4)
-    assert ongoing.earliest() == 50 and len(ongoing) == 1
+    assert ongoing.earliest() == 50
+    assert len(ongoing) == 1
     ongoing.end(1)
     assert ongoing.earliest() is None
     ongoing.reset({7: 5, 8: 3})
-    assert ongoing.earliest() == 3 and ongoing.items() == [(7, 5), (8, 3)]
+    assert ongoing.earliest() == 3
+    assert ongoing.items() == [(7, 5), (8, 3)]

@@ -71,7 +71,7 @@ def test_principal_builder_class_is_loaded_by_name() -> None:
     configured = load_principal_builder({"principal.builder.class": f"{__name__}:Configured", "example.user": "carol"})
     assert configured.build(context("PLAINTEXT")) == "User:carol"
     for bad in ("nomodule_here:Builder", f"{__name__}:Missing", f"{__name__}:NoBuild", "Builder"):
-        with pytest.raises(InvalidConfigError, match="principal.builder.class"):
+        with pytest.raises(InvalidConfigError, match=r"principal\.builder\.class"):
             load_principal_builder({"principal.builder.class": bad})
 
 

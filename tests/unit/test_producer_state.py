@@ -20,6 +20,7 @@ from oncestream.log.producer_state import (
     ProducerEntry,
     ProducerStateManager,
 )
+from tests.support.narrow import present
 from tests.unit._batches import control_batch, idempotent_batch, make_batch
 
 INT32_MAX = 2**31 - 1
@@ -263,8 +264,9 @@ def test_snapshot_encoding_round_trips_and_detects_damage(tmp_path: Path) -> Non
         4: ProducerEntry(4, 0, [], 1, 2, coordinator_epoch=3, current_txn_first_offset=12),
     }
     data = manager.encode_snapshot(16)
-    offset, entries = ProducerStateManager.decode_snapshot(data)
-    assert offset == 16 and entries == manager.entries
+    offset, entries = present(ProducerStateManager.decode_snapshot(data), "decoded snapshot")
+    assert offset == 16
+    assert entries == manager.entries
     assert ProducerStateManager.decode_snapshot(data[:-3]) is None
     assert ProducerStateManager.decode_snapshot(data + b"\x00") is None
     assert ProducerStateManager.decode_snapshot(b"OSPS" + data[4:9] + bytes([data[9] ^ 1]) + data[10:]) is None
@@ -290,7 +292,8 @@ def test_kip360_delete_records_keeps_producer_state(tmp_path: Path) -> None:
     assert partition_log.segment_count == 1
 
     retry = partition_log.append(idempotent_batch(PID, 0, 10, count=2), 2)
-    assert retry.duplicate and retry.base_offset == last.base_offset
+    assert retry.duplicate
+    assert retry.base_offset == last.base_offset
     assert partition_log.append(idempotent_batch(PID, 0, 12), 2).base_offset == 12
     partition_log.close()
     reopened = open_log(tmp_path, 3, segment_bytes=300)

@@ -9,15 +9,16 @@ from oncestream.client.consumer.fetch_decoder import decode_partition
 from oncestream.log.batch_records import iter_raw_records, rebuild_batch
 from oncestream.protocol import record_batch as rb
 from oncestream.protocol.aborted_filter import AbortedFilter
-from oncestream.protocol.markers import NOT_A_MARKER, encode_marker_key, encode_marker_value, first_marker_type
-from oncestream.protocol.records import (
-    COMPRESSION_LZ4,
+from oncestream.protocol.compression import COMPRESSION_LZ4
+from oncestream.protocol.markers import (
     CONTROL_ABORT,
     CONTROL_COMMIT,
-    NewRecord,
-    encode_batch,
-    encode_control_batch,
+    NOT_A_MARKER,
+    encode_marker_key,
+    encode_marker_value,
+    first_marker_type,
 )
+from oncestream.protocol.records import NewRecord, encode_batch, encode_control_batch
 
 NOW = 1_700_000_000_000
 

@@ -11,6 +11,7 @@ import dataclasses
 import datetime
 import importlib
 import pathlib
+from typing import Any
 
 import pytest
 from kio.schema.index import schema_name_map
@@ -22,7 +23,7 @@ from oncestream.protocol.ignorable_fields import IGNORABLE_FIELDS
 from oncestream.protocol.schemas import request_module, response_module
 
 
-def _partition(version: int, **values: object) -> object:
+def _partition(version: int, **values: object) -> Any:  # one of several versions' kio classes, as build() returns
     m = response_module(PRODUCE, version)
     return build(m.PartitionProduceResponse, index=0, error_code=0, base_offset=7, **values)
 
@@ -31,9 +32,12 @@ def test_a_misspelled_field_is_an_error_naming_field_class_and_version() -> None
     with pytest.raises(UnknownFieldError) as caught:
         _partition(11, base_offest=7)
     error = caught.value
-    assert error.field_name == "base_offest" and error.version == 11
+    assert error.field_name == "base_offest"
+    assert error.version == 11
     assert error.message_class.__name__ == "PartitionProduceResponse"
-    assert "base_offest" in str(error) and "PartitionProduceResponse" in str(error) and "11" in str(error)
+    assert "base_offest" in str(error)
+    assert "PartitionProduceResponse" in str(error)
+    assert "11" in str(error)
 
 
 def test_a_misspelled_field_is_an_error_even_where_nothing_else_is_dropped() -> None:
@@ -56,8 +60,12 @@ def test_a_non_default_value_for_a_field_this_version_lacks_is_refused_like_kafk
     with pytest.raises(UnsupportedFieldVersionError) as caught:
         build(m.FindCoordinatorRequest, key="orders", key_type=0, coordinator_keys=("orders",))
     error = caught.value
-    assert error.field_name == "key" and error.version == 4 and error.value == "orders"
-    assert "key" in str(error) and "'orders'" in str(error) and "FindCoordinatorRequest" in str(error)
+    assert error.field_name == "key"
+    assert error.version == 4
+    assert error.value == "orders"
+    assert "key" in str(error)
+    assert "'orders'" in str(error)
+    assert "FindCoordinatorRequest" in str(error)
     # KeyType (v1+, not ignorable): version 0 can only carry the group key type, 0.
     v0 = request_module(FIND_COORDINATOR, 0)
     assert build(v0.FindCoordinatorRequest, key="orders", key_type=0).key == "orders"
@@ -68,14 +76,16 @@ def test_a_non_default_value_for_a_field_this_version_lacks_is_refused_like_kafk
 def test_the_default_of_a_field_this_version_lacks_is_left_out() -> None:
     m = request_module(FIND_COORDINATOR, 4)
     built = build(m.FindCoordinatorRequest, key="", key_type=0, coordinator_keys=("orders",))
-    assert built.coordinator_keys == ("orders",) and not hasattr(built, "key")
+    assert built.coordinator_keys == ("orders",)
+    assert not hasattr(built, "key")
 
 
 def test_an_ignorable_field_is_dropped_whatever_its_value() -> None:
     # ProduceResponse's ErrorMessage (v8+) and LogStartOffset (v5+) are "ignorable": true in
     # Kafka's schema: a version without them answers without them.
     built = _partition(4, error_message="not durable", log_start_offset=42)
-    assert not hasattr(built, "error_message") and not hasattr(built, "log_start_offset")
+    assert not hasattr(built, "error_message")
+    assert not hasattr(built, "log_start_offset")
     assert _partition(8, error_message="not durable", record_errors=()).error_message == "not durable"
 
 

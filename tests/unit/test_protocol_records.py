@@ -15,9 +15,9 @@ from oncestream.protocol.codec import (
     encode_response,
     parse_request_header,
 )
+from oncestream.protocol.compression import COMPRESSION_BY_NAME
+from oncestream.protocol.markers import CONTROL_COMMIT
 from oncestream.protocol.records import (
-    COMPRESSION_BY_NAME,
-    CONTROL_COMMIT,
     NewRecord,
     control_marker_type,
     decode_batch,
@@ -78,7 +78,8 @@ def test_sequence_wraps_at_int32_max() -> None:
 def test_control_batch_is_marked() -> None:
     blob = encode_control_batch(marker=CONTROL_COMMIT, producer_id=7, producer_epoch=2, coordinator_epoch=0, now_ms=9)
     batch = decode_batch(blob)
-    assert batch.header.is_control and batch.header.is_transactional
+    assert batch.header.is_control
+    assert batch.header.is_transactional
     assert control_marker_type(batch.records[0]) == CONTROL_COMMIT
 
 
@@ -111,7 +112,7 @@ def test_malformed_header_and_body_raise() -> None:
 def test_api_versions_response_uses_header_v0() -> None:
     """KIP-511: ApiVersions responses carry header v0 even in flexible versions."""
     from oncestream.broker.handlers import api_versions
-    from oncestream.protocol.codec import response_class
+    from oncestream.protocol.schemas import response_class
 
     cls = response_class(18, 3)
     import datetime
@@ -119,7 +120,8 @@ def test_api_versions_response_uses_header_v0() -> None:
     resp = cls(error_code=ErrorCode.none, api_keys=(), throttle_time=datetime.timedelta(0))
     frame = encode_response(18, 3, 77, resp)
     size, corr = struct.unpack_from(">ii", frame)
-    assert size == len(frame) - 4 and corr == 77
+    assert size == len(frame) - 4
+    assert corr == 77
     # Straight after the correlation id comes the error code (no tagged-field byte).
     assert struct.unpack_from(">h", frame, 8)[0] == 0
     v0 = api_versions.unsupported_version_response(5)

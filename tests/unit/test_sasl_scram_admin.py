@@ -5,12 +5,16 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+from kio.schema.alter_user_scram_credentials.v0.response import AlterUserScramCredentialsResponse
+from kio.schema.describe_user_scram_credentials.v0.response import DescribeUserScramCredentialsResponse
 from kio.schema.errors import ErrorCode
 
 from oncestream.broker.handlers import scram_admin
 from oncestream.broker.sasl.credentials import ScramCredentialStore
 from oncestream.protocol.api_keys import ALTER_USER_SCRAM_CREDENTIALS, DESCRIBE_USER_SCRAM_CREDENTIALS
+from oncestream.protocol.codec import RequestHeader
 from oncestream.protocol.schemas import request_module
+from tests.support.narrow import of_type
 
 SHA256, SHA512 = 1, 2
 
@@ -25,15 +29,17 @@ def _alter(state, upserts=(), deletions=()):
         upsertions=tuple(m.ScramCredentialUpsertion(name=n, mechanism=mech, iterations=i, salt=b"salt",
                                                     salted_password=b"x" * 64) for n, mech, i in upserts),
         deletions=tuple(m.ScramCredentialDeletion(name=n, mechanism=mech) for n, mech in deletions))
-    response = scram_admin.handle_alter(state, SimpleNamespace(api_version=0), request)
+    response = of_type(scram_admin.handle_alter(state, RequestHeader(ALTER_USER_SCRAM_CREDENTIALS, 0, 1, None, 0), request),
+                       AlterUserScramCredentialsResponse)
     return {r.user: r.error_code for r in response.results}
 
 
 def _describe(state, names):
     m = request_module(DESCRIBE_USER_SCRAM_CREDENTIALS, 0)
     users = None if names is None else tuple(m.UserName(name=n) for n in names)
-    response = scram_admin.handle_describe(state, SimpleNamespace(api_version=0),
-                                           m.DescribeUserScramCredentialsRequest(users=users))
+    header = RequestHeader(DESCRIBE_USER_SCRAM_CREDENTIALS, 0, 1, None, 0)
+    response = of_type(scram_admin.handle_describe(state, header, m.DescribeUserScramCredentialsRequest(users=users)),
+                       DescribeUserScramCredentialsResponse)
     return {r.user: (r.error_code, [(int(i.mechanism), i.iterations) for i in r.credential_infos])
             for r in response.results}
 

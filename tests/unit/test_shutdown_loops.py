@@ -84,7 +84,7 @@ def test_the_group_timer_task_ends_when_cancelled_as_a_call_wakes_it(tmp_path, y
     from oncestream.log.config import LogConfig
     from oncestream.log.manager import LogManager
 
-    logs = LogManager.open(tmp_path, LogConfig(), lambda: 0)
+    logs = LogManager.open(tmp_path, LogConfig(), 0)
 
     async def main() -> None:
         service = GroupService(logs, {"offsets.topic.num.partitions": "1"}, lambda: 0, lambda: 0)
@@ -152,6 +152,6 @@ def test_a_second_signal_exits_at_once() -> None:
 
 @pytest.mark.parametrize("text", ["0", "-5", "soon"])
 def test_the_shutdown_timeout_must_be_a_positive_number(text: str) -> None:
-    with pytest.raises(ValueError, match="oncestream.shutdown.timeout.ms"):
+    with pytest.raises(ValueError, match=r"oncestream\.shutdown\.timeout\.ms"):
         shutdown_timeout_ms({"oncestream.shutdown.timeout.ms": text})
     assert shutdown_timeout_ms({}) == DEFAULT_SHUTDOWN_TIMEOUT_MS

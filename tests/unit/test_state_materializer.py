@@ -12,6 +12,7 @@ import pytest
 from oncestream.state import CommitFailedError, StateStore
 from oncestream.state.materializer import Materializer
 from oncestream.state.source import ChangelogColumns, ChangelogOffsetOutOfRangeError, ChangelogRecord, chunks_of
+from tests.support.narrow import present
 
 TOPIC = "changelog"
 
@@ -39,7 +40,7 @@ class FakeChangelog:
         self.pos.update(starts)
 
     def poll(self, max_records: int, timeout_s: float) -> list[ChangelogColumns]:
-        out = []
+        out: list[ChangelogRecord] = []
         for (topic, partition), offset in sorted(self.pos.items()):
             log = self.logs[partition]
             if offset > len(log) or offset < self.log_start.get(partition, 0):
@@ -89,14 +90,14 @@ def test_applies_puts_and_tombstones_and_commits_on_the_interval(tmp_path):
     m = _materializer(tmp_path, source, clock)
     assert m.step() == 12
     assert m.committed_offsets() == {}  # interval not reached: nothing committed yet
-    reader = m.store.reader()
+    reader = present(m.store, "materializer store").reader()
     assert reader.get(b"k1") is None  # read_committed: not yet
-    assert m.store.get(b"k1") == b"v9"
+    assert present(m.store, "materializer store").get(b"k1") == b"v9"
     clock.now_ms = 1000
     m.step()
     assert m.committed_offsets() == {(TOPIC, 0): 12}
     assert m.skipped_records == 1
-    m.store.close()
+    present(m.store, "materializer store").close()
     assert _store_contents(tmp_path) == ({b"k1": b"v9", b"k2": b"v6", b"k3": b"v7"}, {(TOPIC, 0): 12})
 
 
@@ -106,7 +107,7 @@ def test_uncommitted_bound_forces_commits_inside_a_poll(tmp_path):
         source.append(0, b"k%03d" % i, b"x" * 80)  # 4 + 80 + 16 = 100 bytes pending each
     m = _materializer(tmp_path, source, clock, uncommitted_max_bytes=1000, commit_interval_ms=10**9)
     m.step()
-    assert m.store.commits == 10
+    assert present(m.store, "materializer store").commits == 10
     assert m.committed_offsets() == {(TOPIC, 0): 100}
 
 
@@ -124,7 +125,8 @@ def test_close_commits_and_restart_resumes_from_the_stored_offsets(tmp_path):
     again.logs = source.logs
     m2 = _materializer(tmp_path, again, clock)
     m2.step()
-    assert m2.applied_records == 10 and again.polled == 10  # only the new records were read
+    assert m2.applied_records == 10
+    assert again.polled == 10
     m2.close()
     data, offsets = _store_contents(tmp_path)
     assert offsets == {(TOPIC, 0): 20, (TOPIC, 1): 20}
@@ -139,11 +141,11 @@ def test_partitions_added_to_the_topic_are_picked_up_at_the_metadata_check(tmp_p
     source.logs[1] = [(b"b", b"2")]
     clock.now_ms = 4999
     m.step()
-    assert m.store.get(b"b") is None
+    assert present(m.store, "materializer store").get(b"b") is None
     clock.now_ms = 5000
     m.step()  # metadata check assigns partition 1 from its log start
     m.step()
-    assert m.store.get(b"b") == b"2"
+    assert present(m.store, "materializer store").get(b"b") == b"2"
     m.close()
     assert _store_contents(tmp_path)[1] == {(TOPIC, 0): 1, (TOPIC, 1): 1}
 
@@ -158,13 +160,15 @@ def test_changelog_gone_backwards_at_start_rebuilds_with_a_warning(tmp_path, cap
     m.close()
     fresh = FakeChangelog(1 if recreated == "fewer-partitions" else 2)
     if recreated == "log-start-moved":
-        fresh.logs = {p: [(b"gone", b"x")] * 15 + [(b"new%d" % p, b"v")] for p in range(2)}
+        gone: list[tuple[bytes | None, bytes | None]] = [(b"gone", b"x")] * 15
+        fresh.logs = {p: [*gone, (b"new%d" % p, b"v")] for p in range(2)}
         fresh.log_start = {0: 15, 1: 15}
     else:
         fresh.append(0, b"new0", b"v")
     with caplog.at_level(logging.WARNING, logger="oncestream.state.materializer"):
         m2 = _materializer(tmp_path, fresh, clock)
-    assert "rebuilding" in caplog.text and m2.rebuilds == 1
+    assert "rebuilding" in caplog.text
+    assert m2.rebuilds == 1
     m2.step()
     m2.close()
     data, _offsets = _store_contents(tmp_path)
@@ -183,7 +187,8 @@ def test_offset_out_of_range_while_running_rebuilds(tmp_path, caplog):
     source.pos[(TOPIC, 0)] = 5
     with caplog.at_level(logging.WARNING):
         m.step()
-    assert m.rebuilds == 1 and "rebuilding" in caplog.text
+    assert m.rebuilds == 1
+    assert "rebuilding" in caplog.text
     m.step()
     m.close()
     assert _store_contents(tmp_path) == ({b"new": b"v"}, {(TOPIC, 0): 1})
@@ -202,7 +207,7 @@ def test_failed_commit_on_close_still_releases_the_store_and_keeps_the_last_comm
         if point == "write":
             raise OSError(28, "No space left on device")
 
-    m.store._fault = disk_full
+    present(m.store, "materializer store")._fault = disk_full
     with pytest.raises(CommitFailedError):
         m.close()
     assert source.closed

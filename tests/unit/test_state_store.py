@@ -25,7 +25,7 @@ def store_dir(tmp_path: Path) -> Path:
     return tmp_path / "store"
 
 
-def test_writer_reads_merge_pending_writes_over_committed_data_in_key_order(store_dir):
+def test_writer_reads_merge_pending_writes_over_committed_data_in_key_order(store_dir: Path) -> None:
     with StateStore(store_dir) as store:
         for key in (b"a", b"b", b"c", b"d"):
             store.put(key, b"old-" + key)
@@ -42,7 +42,7 @@ def test_writer_reads_merge_pending_writes_over_committed_data_in_key_order(stor
         assert store.get(b"b") == b"new-b"
 
 
-def test_prefix_scan_of_a_prefix_ending_in_0xff(store_dir):
+def test_prefix_scan_of_a_prefix_ending_in_0xff(store_dir: Path) -> None:
     with StateStore(store_dir) as store:
         store.put(b"a\xff", b"1")
         store.put(b"a\xff\x00", b"2")
@@ -53,7 +53,7 @@ def test_prefix_scan_of_a_prefix_ending_in_0xff(store_dir):
         assert [k for k, _ in store.prefix(b"\xff")] == []
 
 
-def test_commit_is_durable_and_uncommitted_writes_are_gone_after_reopen(store_dir):
+def test_commit_is_durable_and_uncommitted_writes_are_gone_after_reopen(store_dir: Path) -> None:
     store = StateStore(store_dir)
     store.put(b"k1", b"v1")
     store.commit({("changelog", 0): 10, ("changelog", 1): 3})
@@ -65,7 +65,7 @@ def test_commit_is_durable_and_uncommitted_writes_are_gone_after_reopen(store_di
         assert reopened.committed_offsets() == {("changelog", 0): 10, ("changelog", 1): 3}
 
 
-def test_commit_merges_offsets_and_refuses_a_lower_offset(store_dir):
+def test_commit_merges_offsets_and_refuses_a_lower_offset(store_dir: Path) -> None:
     with StateStore(store_dir) as store:
         store.commit({("t", 0): 5})
         store.commit({("t", 1): 2})
@@ -78,7 +78,7 @@ def test_commit_merges_offsets_and_refuses_a_lower_offset(store_dir):
         assert store.get(b"x") == b"1"
 
 
-def test_read_committed_never_sees_pending_writes_read_uncommitted_does(store_dir):
+def test_read_committed_never_sees_pending_writes_read_uncommitted_does(store_dir: Path) -> None:
     with StateStore(store_dir) as store:
         committed = store.reader("read_committed")
         uncommitted = store.reader("read_uncommitted")
@@ -95,7 +95,7 @@ def test_read_committed_never_sees_pending_writes_read_uncommitted_does(store_di
         assert committed.committed_offsets() == {("t", 0): 1}
 
 
-def test_read_committed_reader_sees_one_commit_even_across_later_commits(store_dir):
+def test_read_committed_reader_sees_one_commit_even_across_later_commits(store_dir: Path) -> None:
     """A reader that reads half a batch, then (after a commit) the other half, still sees one
     state: everything through a reader comes from the iterator pinned at its creation."""
     keys = [b"k%03d" % i for i in range(100)]
@@ -118,7 +118,7 @@ def test_read_committed_reader_sees_one_commit_even_across_later_commits(store_d
         assert reader.committed_offsets() == {("t", 0): 1}
 
 
-def test_readers_racing_with_commits_see_whole_batches(store_dir):
+def test_readers_racing_with_commits_see_whole_batches(store_dir: Path) -> None:
     """Every commit sets all 50 keys to the commit number and the offset to it; a reader on
     another thread must always see 50 equal values matching its offset."""
     keys = [b"k%02d" % i for i in range(50)]
@@ -127,7 +127,7 @@ def test_readers_racing_with_commits_see_whole_batches(store_dir):
         store.put(key, b"0")
     store.commit({("t", 0): 0})
     stop = threading.Event()
-    seen: list[tuple[set[bytes], dict]] = []
+    seen: list[tuple[set[bytes | None], dict[tuple[str, int], int]]] = []
 
     def read() -> None:
         while not stop.is_set():
@@ -153,15 +153,17 @@ def test_readers_racing_with_commits_see_whole_batches(store_dir):
         assert values == {str(offsets[("t", 0)]).encode()}
 
 
-def test_uncommitted_bound_asks_for_a_commit_once_and_hard_limit_refuses_writes(store_dir):
+def test_uncommitted_bound_asks_for_a_commit_once_and_hard_limit_refuses_writes(store_dir: Path) -> None:
     asked: list[int] = []
     with StateStore(store_dir, uncommitted_max_bytes=1000, on_commit_needed=lambda: asked.append(1)) as store:
         value = b"x" * 84  # 84 + 2-byte key + 16 overhead = 102 bytes per entry
         for i in range(9):
             store.put(b"%02d" % i, value)
-        assert not store.commit_needed and asked == []
+        assert not store.commit_needed
+        assert asked == []
         store.put(b"09", value)
-        assert store.commit_needed and asked == [1]
+        assert store.commit_needed
+        assert asked == [1]
         for i in range(10, 19):
             store.put(b"%02d" % i, value)
         assert asked == [1]  # signalled once per window
@@ -169,23 +171,26 @@ def test_uncommitted_bound_asks_for_a_commit_once_and_hard_limit_refuses_writes(
             store.put(b"19", value)  # 20 x 102 > 2 x 1000
         assert store.get(b"19") is None
         store.commit()
-        assert not store.commit_needed and store.uncommitted_bytes == 0
+        assert not store.commit_needed
+        assert store.uncommitted_bytes == 0
         store.put(b"19", value)
         assert store.uncommitted_bytes == 102
 
 
-def test_write_batch_is_all_or_nothing_at_the_hard_limit(store_dir):
+def test_write_batch_is_all_or_nothing_at_the_hard_limit(store_dir: Path) -> None:
     with StateStore(store_dir, uncommitted_max_bytes=100) as store:
         batch = WriteBatch().put(b"a", b"1").delete(b"b").put(b"a", b"2")
         store.write(batch)
-        assert store.get(b"a") == b"2" and store.uncommitted_count == 2
+        assert store.get(b"a") == b"2"
+        assert store.uncommitted_count == 2
         big = WriteBatch().put(b"c", b"y" * 50).put(b"d", b"y" * 150)
         with pytest.raises(UncommittedLimitError):
             store.write(big)
-        assert store.get(b"c") is None and store.uncommitted_count == 2
+        assert store.get(b"c") is None
+        assert store.uncommitted_count == 2
 
 
-def test_failed_commit_keeps_previous_commit_and_poisons_the_store(store_dir):
+def test_failed_commit_keeps_previous_commit_and_poisons_the_store(store_dir: Path) -> None:
     """A full disk during commit (injected at the RocksDB write): CommitFailedError, the store
     refuses further use, and reopening gives exactly the previous commit."""
     armed = threading.Event()
@@ -212,12 +217,12 @@ def test_failed_commit_keeps_previous_commit_and_poisons_the_store(store_dir):
         assert reopened.committed_offsets() == {("t", 0): 1}
 
 
-def test_second_open_of_the_same_directory_is_refused(store_dir):
+def test_second_open_of_the_same_directory_is_refused(store_dir: Path) -> None:
     with StateStore(store_dir), pytest.raises(StoreLockedError):
         StateStore(store_dir)
 
 
-def test_close_releases_the_directory_even_with_readers_and_scans_alive(store_dir):
+def test_close_releases_the_directory_even_with_readers_and_scans_alive(store_dir: Path) -> None:
     store = StateStore(store_dir)
     store.put(b"a", b"1")
     store.commit()
@@ -235,7 +240,7 @@ def test_close_releases_the_directory_even_with_readers_and_scans_alive(store_di
         assert again.get(b"a") == b"1"
 
 
-def test_put_many_applies_in_order_skips_null_keys_and_stops_at_the_bound(store_dir):
+def test_put_many_applies_in_order_skips_null_keys_and_stops_at_the_bound(store_dir: Path) -> None:
     """The materializer's bulk path: same results as put/delete one by one, and it returns as
     soon as statestore.uncommitted.max.bytes is reached so the caller can commit mid-poll."""
     with StateStore(store_dir, uncommitted_max_bytes=300) as store:
@@ -245,21 +250,25 @@ def test_put_many_applies_in_order_skips_null_keys_and_stops_at_the_bound(store_
                  (b"b", b"y" * 200), (b"c", b"3"), (b"d", b"4")]
         upto, skipped = store.put_many(pairs)
         # a 18 + tombstone of gone 20 + a again (same size) + b 217 + c 18 + d 18 = 291 < 300
-        assert (upto, skipped) == (7, 1) and not store.commit_needed
+        assert (upto, skipped) == (7, 1)
+        assert not store.commit_needed
         assert list(store.range()) == [(b"a", b"2"), (b"b", b"y" * 200), (b"c", b"3"), (b"d", b"4")]
         more = [(b"e", b"5"), (b"f", b"6"), (b"g", b"7")]
         upto, skipped = store.put_many(more)
-        assert upto == 1 and store.commit_needed  # 291 + 18 >= 300: stop right after "e"
+        assert upto == 1
+        assert store.commit_needed
         store.commit()
         upto, _ = store.put_many(more, upto)
-        assert upto == 3 and store.get(b"g") == b"7"
+        assert upto == 3
+        assert store.get(b"g") == b"7"
 
 
-def test_put_many_refuses_an_entry_past_the_hard_limit_and_keeps_the_ones_before(store_dir):
+def test_put_many_refuses_an_entry_past_the_hard_limit_and_keeps_the_ones_before(store_dir: Path) -> None:
     with StateStore(store_dir, uncommitted_max_bytes=100) as store:
         with pytest.raises(UncommittedLimitError):
             store.put_many([(b"a", b"1"), (b"big", b"z" * 300)])
-        assert store.get(b"a") == b"1" and store.get(b"big") is None
+        assert store.get(b"a") == b"1"
+        assert store.get(b"big") is None
         assert store.uncommitted_bytes == 18
         with pytest.raises(TypeError):
             store.put_many([("text-key", b"v")])  # type: ignore[list-item]
@@ -269,7 +278,7 @@ def _wal_bytes(store_dir: Path) -> int:
     return sum(f.stat().st_size for f in (store_dir / "rocksdb").glob("*.log"))
 
 
-def test_committed_bytes_flush_both_column_families_so_the_wal_stays_bounded(store_dir):
+def test_committed_bytes_flush_both_column_families_so_the_wal_stays_bounded(store_dir: Path) -> None:
     """Recovery after a crash replays the WAL since the last flush. The offsets column family
     gets a few bytes per commit and never fills its memtable: unless it is flushed with the data,
     it pins every WAL file ever written and a crash replays the store's whole history."""
@@ -290,7 +299,7 @@ def test_committed_bytes_flush_both_column_families_so_the_wal_stays_bounded(sto
         assert sum(1 for _ in reopened.range()) == 4000
 
 
-def test_apply_messages_reads_kafka_shaped_records_like_put_many(store_dir):
+def test_apply_messages_reads_kafka_shaped_records_like_put_many(store_dir: Path) -> None:
     from oncestream.state.source import ChangelogRecord
 
     messages = [ChangelogRecord("t", 0, 0, b"a", b"1"), ChangelogRecord("t", 0, 1, None, b"x"),
@@ -300,7 +309,7 @@ def test_apply_messages_reads_kafka_shaped_records_like_put_many(store_dir):
         assert list(store.range()) == [(b"b", b"2")]
 
 
-def test_overwrites_do_not_grow_the_pending_write_batch_without_bound(store_dir):
+def test_overwrites_do_not_grow_the_pending_write_batch_without_bound(store_dir: Path) -> None:
     """Writes go into the commit's RocksDB WriteBatch as they are applied, overwrites included;
     once overwrites make it hold more than twice the pending entries (+ 1 MiB) it is rebuilt from
     the index, so its memory follows statestore.uncommitted.max.bytes, and the commit still
@@ -354,14 +363,15 @@ def test_apply_columns_in_bulk_gives_the_same_store_as_put_and_delete_one_by_one
         assert list(bulk.reader().range()) == list(single.reader().range())
 
 
-def test_apply_columns_stops_right_after_the_write_that_reaches_the_bound(store_dir):
+def test_apply_columns_stops_right_after_the_write_that_reaches_the_bound(store_dir: Path) -> None:
     """statestore.uncommitted.max.bytes inside a chunk: the entry-by-entry path takes over and
     returns the index after the write that reached it, so the caller commits mid-chunk."""
     with StateStore(store_dir, uncommitted_max_bytes=100) as store:
         keys: list[bytes | None] = [b"a", b"b", b"c", b"d", b"e", b"f"]
         values: list[bytes | None] = [b"x" * 20] * 6
         upto, skipped = store.apply_columns(keys, values)
-        assert (upto, skipped) == (3, 0) and store.commit_needed  # 3 x 37 = 111 >= 100
+        assert (upto, skipped) == (3, 0)
+        assert store.commit_needed
         store.commit()
         assert store.apply_columns(keys, values, upto) == (6, 0)
         assert [k for k, _ in store.range()] == keys

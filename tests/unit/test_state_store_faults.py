@@ -102,7 +102,8 @@ def test_interrupted_creation_is_recreated_empty(tmp_path):
     (directory / DB_DIR_NAME).mkdir()
     (directory / DB_DIR_NAME / "000001.log").write_bytes(b"half-written")
     with StateStore(directory) as store:
-        assert list(store.range()) == [] and store.committed_offsets() == {}
+        assert list(store.range()) == []
+        assert store.committed_offsets() == {}
         store.put(b"a", b"1")
         store.commit({("t", 0): 1})
     assert _marker(directory)["status"] == "ready"

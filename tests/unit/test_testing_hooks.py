@@ -21,7 +21,8 @@ def test_spark_crash_point_is_armed_per_step_and_batch(monkeypatch) -> None:
     assert armed("after-record", 3)
     assert not armed("after-record", 2)
     assert not armed("before-record", 3)
-    assert armed("mid-complete", 0) and armed("mid-complete", 7)
+    assert armed("mid-complete", 0)
+    assert armed("mid-complete", 7)
 
 
 def test_gates_do_nothing_without_a_gate_dir(tmp_path) -> None:

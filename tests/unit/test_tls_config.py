@@ -36,7 +36,9 @@ def test_several_listeners_with_kafkas_default_protocol_map() -> None:
     assert [(x.name, x.security_protocol, x.port) for x in listeners] == [
         ("PLAINTEXT", "PLAINTEXT", 9092), ("SSL", "SSL", 9093), ("SASL_SSL", "SASL_SSL", 9094)]
     assert listeners[2].host == ""  # empty host: every interface, as in Kafka
-    assert listeners[1].uses_tls and listeners[2].uses_tls and not listeners[0].uses_tls
+    assert listeners[1].uses_tls
+    assert listeners[2].uses_tls
+    assert not listeners[0].uses_tls
 
 
 def test_custom_protocol_map_replaces_the_default_and_advertised_is_per_listener() -> None:
@@ -52,7 +54,7 @@ def test_custom_protocol_map_replaces_the_default_and_advertised_is_per_listener
     assert config.all_listeners[0].security_protocol == "SSL"
 
 
-@pytest.mark.parametrize("props, message", [
+@pytest.mark.parametrize(("props", "message"), [
     ({"listeners": "PLAINTEXT://127.0.0.1:1,PLAINTEXT://127.0.0.1:2"}, "twice"),
     ({"listeners": "PLAINTEXT://127.0.0.1:1,SSL://127.0.0.1:1"}, "same port"),
     ({"listeners": "CLIENT://127.0.0.1:1"}, "no security protocol"),
@@ -102,7 +104,7 @@ def test_per_listener_ssl_override_wins(pki: Pki) -> None:
         server_ssl_context(props, "OTHER")
 
 
-@pytest.mark.parametrize("extra, message", [
+@pytest.mark.parametrize(("extra", "message"), [
     ({"ssl.keystore.type": "JKS"}, "only PEM"),
     ({"ssl.keystore.location": ""}, "not set"),
     ({"ssl.client.auth": "always"}, "expected none"),
@@ -126,11 +128,15 @@ def test_client_takes_librdkafka_tls_properties(pki: Pki) -> None:
                     "ssl.ca.location": str(pki.ca), "ssl.certificate.location": str(pki.alice.cert),
                     "ssl.key.location": str(pki.alice.key)}, "producer")
     ctx = ssl_context_for(conf)
-    assert ctx is not None and ctx.check_hostname and ctx.verify_mode == ssl.CERT_REQUIRED
+    assert ctx is not None
+    assert ctx.check_hostname
+    assert ctx.verify_mode == ssl.CERT_REQUIRED
     assert ctx.minimum_version == ssl.TLSVersion.TLSv1_2
     conf = resolve({**conf, "ssl.endpoint.identification.algorithm": "none"}, "producer")
     ctx = ssl_context_for(conf)
-    assert ctx is not None and not ctx.check_hostname and ctx.verify_mode == ssl.CERT_REQUIRED
+    assert ctx is not None
+    assert not ctx.check_hostname
+    assert ctx.verify_mode == ssl.CERT_REQUIRED
     assert ssl_context_for(resolve({"bootstrap.servers": "h:1"}, "consumer")) is None
 
 

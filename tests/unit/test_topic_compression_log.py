@@ -106,9 +106,11 @@ def test_idempotent_retry_of_a_recompressed_batch_is_a_duplicate(tmp_path: Path)
     first = _batch("none", producer_id=7, producer_epoch=0, base_sequence=0)
     result = plog.append(first, 5000)
     retry = plog.append(first, 6000)
-    assert retry.duplicate and (retry.base_offset, retry.last_offset) == (result.base_offset, result.last_offset)
+    assert retry.duplicate
+    assert (retry.base_offset, retry.last_offset) == (result.base_offset, result.last_offset)
     nxt = plog.append(_batch("gzip", producer_id=7, producer_epoch=0, base_sequence=20), 7000)
-    assert nxt.base_offset == 20 and not nxt.duplicate
+    assert nxt.base_offset == 20
+    assert not nxt.duplicate
     assert [b.header.base_sequence for b in _stored(plog)] == [0, 20]
     plog.close()
 
@@ -118,12 +120,15 @@ def test_transactional_batch_recompressed_keeps_the_transaction_open_until_its_m
     broker writes stays an uncompressed control batch, as in Kafka."""
     plog = _open(tmp_path, compression_type="lz4")
     plog.append(_batch("none", producer_id=9, producer_epoch=1, base_sequence=0, transactional=True), 5000)
-    assert plog.last_stable_offset == 0 and plog.high_watermark == 20
+    assert plog.last_stable_offset == 0
+    assert plog.high_watermark == 20
     plog.append_marker(producer_id=9, producer_epoch=1, commit=True, coordinator_epoch=0, now_ms=6000)
     assert plog.last_stable_offset == plog.high_watermark == 21
     data, marker = _stored(plog)
-    assert data.header.is_transactional and data.header.compression == COMPRESSION_BY_NAME["lz4"]
-    assert marker.header.is_control and marker.header.compression == COMPRESSION_NONE
+    assert data.header.is_transactional
+    assert data.header.compression == COMPRESSION_BY_NAME["lz4"]
+    assert marker.header.is_control
+    assert marker.header.compression == COMPRESSION_NONE
     plog.close()
 
 
@@ -146,7 +151,7 @@ def test_max_message_bytes_applies_after_recompression(tmp_path: Path) -> None:
     plog.close()
 
 
-@pytest.mark.parametrize("name,value", [("compression.type", "brotli"), ("compression.zstd.level", "23"),
+@pytest.mark.parametrize(("name", "value"), [("compression.type", "brotli"), ("compression.zstd.level", "23"),
                                         ("compression.lz4.level", "0"), ("compression.gzip.level", "0")])
 def test_bad_compression_configs_are_invalid_config(name: str, value: str) -> None:
     from oncestream.errors import InvalidConfigError
@@ -177,7 +182,8 @@ def test_recompressed_records_rewrites_one_good_batch() -> None:
     config = LogConfig(compression_type="zstd")
     original = _batch("none", producer_id=5, producer_epoch=0, base_sequence=0)
     out = recompressed_records(config, original)
-    assert out is not None and rb.parse_header(out).compression == COMPRESSION_ZSTD
+    assert out is not None
+    assert rb.parse_header(out).compression == COMPRESSION_ZSTD
     assert _comparable(out) == _comparable(original)
 
 

@@ -18,6 +18,8 @@ from oncestream.coordinator.txn import (
     CONSUMER_OFFSETS_TOPIC,
     MAX_PRODUCER_EPOCH,
     TWO_PHASE_COMMIT_TIMEOUT_MS,
+    EndTxnResponse,
+    InitProducerIdResponse,
     MarkerJob,
     Outcome,
     TopicPartition,
@@ -28,6 +30,7 @@ from oncestream.coordinator.txn import (
 from oncestream.coordinator.txn.metadata import TxnSnapshot
 from oncestream.coordinator.txn.records import decode_key, decode_value, encode_key, encode_value
 from oncestream.errors import InvalidConfigError
+from tests.support.narrow import of_type, present
 
 S = TxnState
 A0, A1, B0 = TopicPartition("a", 0), TopicPartition("a", 1), TopicPartition("b", 0)
@@ -62,7 +65,7 @@ class Lead:
             if writes:
                 write = writes.pop(0)
                 self.log.append((write.key, write.value))
-                nxt = self.coord.on_persisted(write.write_id, self.now)
+                nxt: Outcome[object] | Outcome[None] = self.coord.on_persisted(write.write_id, self.now)
             else:
                 job = jobs.pop(0)
                 self.markers.append(job)
@@ -130,11 +133,13 @@ def test_init_new_transactional_id_allocates_a_producer_id_at_epoch_zero() -> No
     lead = Lead()
     outcome = lead.coord.init_producer_id("t", TIMEOUT_MS, lead.now)
     # Persist before acting: no answer until the record is durable.
-    assert outcome.response is None and len(outcome.records_to_persist) == 1
+    assert outcome.response is None
+    assert len(outcome.records_to_persist) == 1
     write = outcome.records_to_persist[0]
-    assert decode_key(write.key) == "t" and decode_value(write.value).producer_epoch == 0
+    assert decode_key(write.key) == "t"
+    assert decode_value(present(write.value, "record value")).producer_epoch == 0
     assert lead.describe().pending_state == "Empty"
-    response = lead.coord.on_persisted(write.write_id, lead.now).response
+    response = of_type(lead.coord.on_persisted(write.write_id, lead.now).response, InitProducerIdResponse)
     assert (response.error, response.producer_id, response.producer_epoch) == (E.none, 1000, 0)
     assert lead.describe().pending_state == ""
 
@@ -160,16 +165,16 @@ def test_init_rejects_bad_requests() -> None:
 def test_init_without_transactional_id_always_hands_out_a_fresh_producer_id() -> None:
     lead = Lead()
     outcomes = [lead.coord.init_producer_id(None, 0, lead.now) for _ in range(2)]
-    assert [o.response.producer_id for o in outcomes] == [1000, 1001]
-    assert all(o.response.producer_epoch == 0 and not o.records_to_persist for o in outcomes)
+    assert [present(o.response, "response").producer_id for o in outcomes] == [1000, 1001]
+    assert all(present(o.response, "response").producer_epoch == 0 and not o.records_to_persist for o in outcomes)
 
 
 def test_requests_before_load_get_coordinator_load_in_progress() -> None:
     coord = TransactionCoordinator(TxnCoordinatorConfig(), lambda: 1, offsets_partition_for)
     loading = E.coordinator_load_in_progress
-    assert coord.init_producer_id("t", TIMEOUT_MS, 0).response.error == loading
-    assert coord.add_partitions("t", 1, 0, [A0], 0).response.error == E.coordinator_load_in_progress
-    assert coord.end_txn("t", 1, 0, True, 0).response.error == E.coordinator_load_in_progress
+    assert present(coord.init_producer_id("t", TIMEOUT_MS, 0).response, "response").error == loading
+    assert present(coord.add_partitions("t", 1, 0, [A0], 0).response, "response").error == E.coordinator_load_in_progress
+    assert present(coord.end_txn("t", 1, 0, True, 0).response, "response").error == E.coordinator_load_in_progress
     assert coord.verify_partitions("t", 1, 0, [A0]).errors == {A0: E.coordinator_load_in_progress}
     assert coord.describe_transactions(["t"])[0].error == E.coordinator_load_in_progress
     assert coord.list_transactions(0).error == E.coordinator_load_in_progress
@@ -199,7 +204,7 @@ def test_init_while_markers_are_being_written_answers_concurrent_transactions() 
     assert lead.end("t", pid, epoch, True, write_markers=False).error == E.none
     assert lead.state() == "PrepareCommit"
     assert lead.init().error == E.concurrent_transactions
-    assert lead.coord.end_txn("t", pid, epoch, True, lead.now).response.error == (
+    assert present(lead.coord.end_txn("t", pid, epoch, True, lead.now).response, "response").error == (
         E.concurrent_transactions
     )
 
@@ -210,7 +215,7 @@ def test_any_request_while_a_write_is_in_flight_answers_concurrent_transactions(
     pending = lead.coord.add_partitions("t", r.producer_id, 0, [A0], lead.now)
     assert pending.response is None
     assert lead.init().error == E.concurrent_transactions
-    assert lead.coord.add_partitions("t", r.producer_id, 0, [B0], lead.now).response.error == (
+    assert present(lead.coord.add_partitions("t", r.producer_id, 0, [B0], lead.now).response, "response").error == (
         E.concurrent_transactions
     )
     assert lead.run(pending).error == E.none
@@ -287,7 +292,8 @@ def test_add_partitions_starts_the_transaction_and_accumulates_partitions() -> N
     assert d.last_update_time_ms == lead.now
     # Partitions already in the transaction: answered at once, nothing written.
     outcome = lead.coord.add_partitions("t", r.producer_id, 0, [A0], lead.now)
-    assert outcome.response.error == E.none and not outcome.records_to_persist
+    assert present(outcome.response, "response").error == E.none
+    assert not outcome.records_to_persist
 
 
 def test_add_partitions_errors() -> None:
@@ -299,7 +305,7 @@ def test_add_partitions_errors() -> None:
     assert lead.add("", pid, epoch).error == E.invalid_request
     lead.end("t", pid, epoch, True, write_markers=False)
     assert lead.add("t", pid, epoch, (B0,)).error == E.concurrent_transactions
-    response = lead.coord.add_partitions("t", pid, epoch, [A0, B0], lead.now).response
+    response = present(lead.coord.add_partitions("t", pid, epoch, [A0, B0], lead.now).response, "response")
     assert response.partitions == (A0, B0)
 
 
@@ -311,7 +317,8 @@ def test_add_offsets_adds_the_groups_consumer_offsets_partition() -> None:
     offsets_tp = TopicPartition(CONSUMER_OFFSETS_TOPIC, offsets_partition_for("group-1"))
     assert lead.describe().partitions == (offsets_tp,)
     lead.end("t", r.producer_id, 0, True)
-    assert lead.markers[-1].partitions == (offsets_tp,) and lead.markers[-1].commit
+    assert lead.markers[-1].partitions == (offsets_tp,)
+    assert lead.markers[-1].commit
 
 
 def test_verify_partitions_accepts_only_partitions_of_the_ongoing_transaction() -> None:
@@ -348,12 +355,13 @@ def test_end_txn_prepares_writes_markers_then_completes(commit: bool) -> None:
     lead.coord.load([], lead.now, coordinator_epoch=3)
     pid, epoch = started(lead)
     outcome = lead.coord.end_txn("t", pid, epoch, commit, lead.now)
-    assert outcome.response is None and not outcome.markers_to_write
+    assert outcome.response is None
+    assert not outcome.markers_to_write
     (prepare,) = outcome.records_to_persist
-    assert decode_value(prepare.value).state is (S.PREPARE_COMMIT if commit else S.PREPARE_ABORT)
+    assert decode_value(present(prepare.value, "record value")).state is (S.PREPARE_COMMIT if commit else S.PREPARE_ABORT)
     after_prepare = lead.coord.on_persisted(prepare.write_id, lead.now)
     # The decision is durable: the client is answered, and only now are markers handed out.
-    assert after_prepare.response.error == E.none
+    assert of_type(after_prepare.response, EndTxnResponse).error == E.none
     (job,) = after_prepare.markers_to_write
     assert job == MarkerJob("t", pid, epoch, commit, (A0, A1), 3, 1)
     assert lead.state() == ("PrepareCommit" if commit else "PrepareAbort")
@@ -362,7 +370,8 @@ def test_end_txn_prepares_writes_markers_then_completes(commit: bool) -> None:
     assert lead.state() == ("PrepareCommit" if commit else "PrepareAbort")
     assert lead.coord.on_persisted(complete.write_id, lead.now) == Outcome()
     d = lead.describe()
-    assert d.state == ("CompleteCommit" if commit else "CompleteAbort") and d.partitions == ()
+    assert d.state == ("CompleteCommit" if commit else "CompleteAbort")
+    assert d.partitions == ()
     assert (d.producer_id, d.producer_epoch) == (pid, epoch)  # version 1 keeps the epoch
 
 
@@ -438,7 +447,8 @@ def test_tv2_abort_without_partitions_completes_without_markers() -> None:
     assert lead.end("t", r.producer_id, 0, True, tv=2).error == E.invalid_txn_state
     response = lead.end("t", r.producer_id, 0, False, tv=2)
     assert (response.error, response.producer_epoch) == (E.none, 1)
-    assert lead.markers == [] and lead.state() == "CompleteAbort"
+    assert lead.markers == []
+    assert lead.state() == "CompleteAbort"
     # A TV2 client unsure of the server state may abort again with the current epoch.
     assert lead.end("t", r.producer_id, 1, False, tv=2).producer_epoch == 2
     assert lead.end("t", r.producer_id, 1, False, tv=2).producer_epoch == 2  # retry
@@ -488,16 +498,20 @@ def test_failed_write_answers_the_error_and_leaves_the_state_unchanged() -> None
     lead = Lead()
     outcome = lead.coord.init_producer_id("t", TIMEOUT_MS, lead.now)
     failed = lead.coord.on_persist_failed(outcome.records_to_persist[0].write_id, E.not_coordinator)
-    assert failed.response.error == E.not_coordinator and failed.response.producer_id == -1
+    failed_init = of_type(failed.response, InitProducerIdResponse)
+    assert failed_init.error == E.not_coordinator
+    assert failed_init.producer_id == -1
     assert lead.describe().producer_epoch == -1  # never durable
     assert lead.init().producer_epoch == 0
     pid, epoch = 1000, 0
     lead.add("t", pid, epoch)
     end = lead.coord.end_txn("t", pid, epoch, True, lead.now)
     failed = lead.coord.on_persist_failed(end.records_to_persist[0].write_id)
-    assert failed.response.error == E.coordinator_not_available and not failed.markers_to_write
+    assert of_type(failed.response, EndTxnResponse).error == E.coordinator_not_available
+    assert not failed.markers_to_write
     assert lead.state() == "Ongoing"
-    assert lead.end("t", pid, epoch, True).error == E.none and lead.state() == "CompleteCommit"
+    assert lead.end("t", pid, epoch, True).error == E.none
+    assert lead.state() == "CompleteCommit"
 
 
 def test_failed_completion_write_hands_the_marker_job_out_again() -> None:
@@ -507,23 +521,27 @@ def test_failed_completion_write_hands_the_marker_job_out_again() -> None:
     (job,) = lead.unwritten_markers
     complete = lead.coord.markers_written("t", pid, epoch, lead.now).records_to_persist[0]
     retried = lead.coord.on_persist_failed(complete.write_id)
-    assert retried.markers_to_write == (job,) and lead.state() == "PrepareAbort"
+    assert retried.markers_to_write == (job,)
+    assert lead.state() == "PrepareAbort"
     assert lead.coord.prepared_transactions() == (job,)
     lead.run(retried)
-    assert lead.state() == "CompleteAbort" and lead.coord.prepared_transactions() == ()
+    assert lead.state() == "CompleteAbort"
+    assert lead.coord.prepared_transactions() == ()
 
 
 def test_failed_fence_write_is_retried_with_the_same_epoch() -> None:
     lead = Lead()
-    pid, epoch = started(lead)
+    _pid, epoch = started(lead)
     lead.now += TIMEOUT_MS + 1
     first = lead.coord.tick(lead.now)
     (write,) = first.records_to_persist
-    assert decode_value(write.value).producer_epoch == epoch + 1
+    assert decode_value(present(write.value, "record value")).producer_epoch == epoch + 1
     lead.coord.on_persist_failed(write.write_id)
-    assert lead.state() == "Ongoing" and lead.describe().producer_epoch == epoch
+    assert lead.state() == "Ongoing"
+    assert lead.describe().producer_epoch == epoch
     lead.tick()
-    assert lead.markers[-1].producer_epoch == epoch + 1 and lead.state() == "CompleteAbort"
+    assert lead.markers[-1].producer_epoch == epoch + 1
+    assert lead.state() == "CompleteAbort"
 
 
 def test_late_callbacks_from_before_a_reload_are_ignored() -> None:
@@ -541,7 +559,8 @@ def test_timeout_aborts_with_an_epoch_fence() -> None:
     lead = Lead()
     pid, epoch = started(lead)
     lead.now += TIMEOUT_MS  # start + timeout == now: not yet
-    assert lead.tick() is None and lead.state() == "Ongoing"
+    assert lead.tick() is None
+    assert lead.state() == "Ongoing"
     lead.now += 1
     lead.tick()
     (job,) = lead.markers
@@ -604,7 +623,7 @@ def test_an_id_used_recently_does_not_expire() -> None:
 def test_2pc_disabled_on_the_broker_is_an_authorization_failure() -> None:
     lead = Lead(TxnCoordinatorConfig())
     assert lead.init(enable_2pc=True).error == E.transactional_id_authorization_failed
-    assert lead.coord.init_producer_id(None, 0, 0, enable_2pc=True).response.error == (
+    assert present(lead.coord.init_producer_id(None, 0, 0, enable_2pc=True).response, "response").error == (
         E.invalid_request
     )
 
@@ -613,9 +632,11 @@ def test_2pc_transaction_never_times_out() -> None:
     lead = Lead()
     started(lead, enable_2pc=True, timeout_ms=10 * TIMEOUT_MS * 1000)  # above the max: ignored
     d = lead.describe()
-    assert d.two_phase_commit and d.transaction_timeout_ms == TWO_PHASE_COMMIT_TIMEOUT_MS
+    assert d.two_phase_commit
+    assert d.transaction_timeout_ms == TWO_PHASE_COMMIT_TIMEOUT_MS
     lead.now += 365 * 24 * 3600 * 1000
-    assert lead.tick() is None and lead.state() == "Ongoing"
+    assert lead.tick() is None
+    assert lead.state() == "Ongoing"
 
 
 @pytest.mark.parametrize("commit", [True, False])
@@ -669,7 +690,8 @@ def test_keep_prepared_txn_refuses_a_transaction_that_is_not_2pc() -> None:
     lead = Lead()
     started(lead)
     assert lead.init(enable_2pc=True, keep_prepared_txn=True).error == E.invalid_txn_state
-    assert lead.state() == "Ongoing" and lead.markers == []
+    assert lead.state() == "Ongoing"
+    assert lead.markers == []
 
 
 def test_keep_prepared_txn_twice_keeps_the_original_transaction_identity() -> None:
@@ -715,13 +737,15 @@ def test_a_kept_transaction_stays_exempt_from_timeout_whatever_the_new_session_a
     r = lead.init(keep_prepared_txn=True)  # the recovering instance does not ask for 2PC
     assert r.ongoing_txn_producer_id == pid
     lead.now += 10 * TIMEOUT_MS
-    assert lead.tick() is None and lead.state() == "Ongoing"
+    assert lead.tick() is None
+    assert lead.state() == "Ongoing"
     assert lead.end("t", pid, epoch + 1, False).error == E.none
     # The next transaction of this session is an ordinary one and does time out.
     lead.add("t", pid, epoch + 1)
     lead.now += TIMEOUT_MS + 1
     lead.tick()
-    assert lead.state() == "CompleteAbort" and lead.markers[-1].producer_epoch == epoch + 2
+    assert lead.state() == "CompleteAbort"
+    assert lead.markers[-1].producer_epoch == epoch + 2
 
 
 def test_2pc_flag_and_kept_identity_survive_a_restart() -> None:
@@ -730,10 +754,12 @@ def test_2pc_flag_and_kept_identity_survive_a_restart() -> None:
     lead.init(enable_2pc=True, keep_prepared_txn=True)
     assert lead.restart() == Outcome()
     d = lead.describe()
-    assert d.two_phase_commit and d.state == "Ongoing"
+    assert d.two_phase_commit
+    assert d.state == "Ongoing"
     assert (d.ongoing_txn_producer_id, d.ongoing_txn_producer_epoch) == (pid, epoch)
     lead.now += 10**12
-    assert lead.tick() is None and lead.state() == "Ongoing"
+    assert lead.tick() is None
+    assert lead.state() == "Ongoing"
     assert lead.end("t", pid, epoch + 1, True).error == E.none
     assert lead.state() == "CompleteCommit"
 
@@ -748,7 +774,8 @@ def test_describe_transactions_reports_state_timeout_start_partitions_and_identi
     d = lead.describe()
     assert (d.error, d.state, d.producer_id, d.producer_epoch) == (E.none, "Ongoing", pid, epoch)
     assert (d.transaction_timeout_ms, d.transaction_start_time_ms) == (TIMEOUT_MS, start_ms)
-    assert d.partitions == (A0, B0) and not d.two_phase_commit
+    assert d.partitions == (A0, B0)
+    assert not d.two_phase_commit
     descriptions = lead.coord.describe_transactions(["missing", ""])
     assert [x.error for x in descriptions] == [E.transactional_id_not_found, E.invalid_request]
 
@@ -767,7 +794,8 @@ def test_list_transactions_filters() -> None:
     assert [t.transactional_id for t in by_state.transactions] == ["idle"]
     assert by_state.unknown_state_filters == ("Bogus",)
     only_unknown = lead.coord.list_transactions(lead.now, state_filters=["Bogus"])
-    assert only_unknown.transactions == () and only_unknown.unknown_state_filters == ("Bogus",)
+    assert only_unknown.transactions == ()
+    assert only_unknown.unknown_state_filters == ("Bogus",)
     by_pid = lead.coord.list_transactions(lead.now, producer_id_filters=[1001])
     assert [t.transactional_id for t in by_pid.transactions] == ["new"]
     # KIP-994: only transactions running longer than the duration (idle ids are not running).
@@ -810,7 +838,8 @@ def test_recovery_when_the_prepare_record_was_written_but_never_acknowledged() -
     write = outcome.records_to_persist[0]
     lead.log.append((write.key, write.value))  # on disk, but the process died before acting
     (job,) = lead.restart().markers_to_write
-    assert job.commit and job.producer_epoch == epoch
+    assert job.commit
+    assert job.producer_epoch == epoch
     lead.run(Outcome(markers_to_write=(job,)))
     assert lead.state() == "CompleteCommit"
 
@@ -845,7 +874,7 @@ def test_recovery_of_an_empty_tv2_abort_completes_it_directly() -> None:
     recovered = lead.restart()
     assert recovered.markers_to_write == ()
     (complete,) = recovered.records_to_persist
-    assert decode_value(complete.value).state is S.COMPLETE_ABORT
+    assert decode_value(present(complete.value, "record value")).state is S.COMPLETE_ABORT
     lead.run(recovered)
     assert (lead.state(), lead.describe().producer_epoch) == ("CompleteAbort", 1)
 
@@ -868,7 +897,8 @@ def test_recovery_of_every_settled_state_resumes_it_as_it_was(reach: str, state:
         lead.end("t", r.producer_id, 0, reach == "commit")
     before = lead.describe()
     assert lead.restart() == Outcome()
-    assert lead.describe() == before and before.state == state
+    assert lead.describe() == before
+    assert before.state == state
     # Requests carry on against the recovered identity.
     if reach == "ongoing":
         assert lead.end("t", r.producer_id, 0, True).error == E.none
@@ -878,13 +908,15 @@ def test_recovery_of_every_settled_state_resumes_it_as_it_was(reach: str, state:
 
 def test_recovery_resumes_timeouts_from_the_persisted_start_time() -> None:
     lead = Lead()
-    pid, epoch = started(lead)
+    _pid, epoch = started(lead)
     lead.now += TIMEOUT_MS // 2
     lead.restart()
-    assert lead.tick() is None and lead.state() == "Ongoing"
+    assert lead.tick() is None
+    assert lead.state() == "Ongoing"
     lead.now += TIMEOUT_MS // 2 + 1
     lead.tick()
-    assert lead.state() == "CompleteAbort" and lead.markers[-1].producer_epoch == epoch + 1
+    assert lead.state() == "CompleteAbort"
+    assert lead.markers[-1].producer_epoch == epoch + 1
 
 
 def test_recovery_forgets_expired_ids() -> None:

@@ -36,7 +36,7 @@ def _rich() -> TxnSnapshot:
         partitions=frozenset(
             {TopicPartition("b", 2), TopicPartition("a", 1), TopicPartition("b", 0),
              TopicPartition("ünïcode", 3)}
-        ),  # fmt: skip
+        ),
         start_timestamp_ms=1_700_000_000_000,
         last_update_timestamp_ms=1_700_000_000_123,
         two_phase_commit=True,

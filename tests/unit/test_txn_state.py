@@ -70,7 +70,8 @@ def test_every_other_transition_is_rejected(current: TxnState, target: TxnState)
     with pytest.raises(IllegalTxnStateTransitionError) as info:
         check_transition("tid", current, target)
     assert info.value.code == ErrorCode.unknown_server_error
-    assert info.value.current is current and info.value.target is target
+    assert info.value.current is current
+    assert info.value.target is target
 
 
 def test_table_has_one_row_per_state_and_nothing_leaves_dead() -> None:
@@ -84,11 +85,12 @@ def test_state_ids_and_names_are_kafkas() -> None:
         S.COMPLETE_COMMIT, S.COMPLETE_ABORT, S.DEAD, S.PREPARE_EPOCH_FENCE,
     ]  # fmt: skip
     assert all(state_from_id(s.id) is s for s in TxnState)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"unknown transaction state id 8"):
         state_from_id(8)
     assert parse_state("PrepareCommit") is S.PREPARE_COMMIT
     assert parse_state("preparecommit") is None
-    assert S.DEAD not in PERSISTABLE_STATES and S.PREPARE_EPOCH_FENCE not in PERSISTABLE_STATES
+    assert S.DEAD not in PERSISTABLE_STATES
+    assert S.PREPARE_EPOCH_FENCE not in PERSISTABLE_STATES
     assert EXPIRATION_ALLOWED == {S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT}
 
 
@@ -106,7 +108,8 @@ def test_metadata_rejects_an_illegal_transition_and_keeps_its_state() -> None:
     target = _snapshot(S.COMPLETE_COMMIT)
     with pytest.raises(IllegalTxnStateTransitionError):
         meta.prepare(PendingTransition(1, WriteKind.COMPLETE, target, target.state))
-    assert meta.pending is None and meta.current.state is S.EMPTY
+    assert meta.pending is None
+    assert meta.current.state is S.EMPTY
 
 
 def test_metadata_applies_a_transition_only_when_its_write_completes() -> None:
@@ -117,7 +120,8 @@ def test_metadata_applies_a_transition_only_when_its_write_completes() -> None:
     with pytest.raises(CoordinatorInvariantError):
         meta.complete(8)
     meta.complete(9)
-    assert meta.current is target and meta.pending is None
+    assert meta.current is target
+    assert meta.pending is None
 
 
 def test_metadata_forgets_a_failed_write() -> None:
@@ -125,7 +129,8 @@ def test_metadata_forgets_a_failed_write() -> None:
     target = _snapshot(S.PREPARE_ABORT)
     meta.prepare(PendingTransition(4, WriteKind.END_TXN, target, target.state))
     meta.abort_pending(4)
-    assert meta.current.state is S.ONGOING and meta.pending is None
+    assert meta.current.state is S.ONGOING
+    assert meta.pending is None
 
 
 def test_metadata_refuses_an_epoch_going_back() -> None:
@@ -142,7 +147,8 @@ def test_fence_goes_through_prepare_epoch_fence() -> None:
         PendingTransition(1, WriteKind.FENCE, target, S.PREPARE_EPOCH_FENCE),
         via=S.PREPARE_EPOCH_FENCE,
     )
-    assert meta.pending is not None and meta.pending.pending_state is S.PREPARE_EPOCH_FENCE
+    assert meta.pending is not None
+    assert meta.pending.pending_state is S.PREPARE_EPOCH_FENCE
     idle = TransactionMetadata("tid2", _snapshot(S.COMPLETE_COMMIT))
     with pytest.raises(IllegalTxnStateTransitionError):
         idle.prepare(

@@ -67,7 +67,7 @@ class TxnLogDriver:
                 write = writes.pop(0)
                 self.topic.append(0, [(write.key, write.value)], self.now)
                 self.records_written += 1
-                nxt = self.coord.on_persisted(write.write_id, self.now)
+                nxt: Outcome[object] | Outcome[None] = self.coord.on_persisted(write.write_id, self.now)
             else:
                 job = jobs.pop(0)
                 nxt = self.coord.markers_written(job.transactional_id, job.producer_id, job.producer_epoch, self.now)
@@ -229,12 +229,15 @@ def test_kip98_transaction_log_replayed_after_compaction_rebuilds_every_transact
         "expired": "transactional_id_not_found",
         "reborn": "CompleteAbort",
     }
-    assert after["committer"].producer_epoch == 1 and after["tv2"].producer_epoch == 3
+    assert after["committer"].producer_epoch == 1
+    assert after["tv2"].producer_epoch == 3
     assert after["timed-out"].producer_epoch == 1  # the fencing bump survived
     # Recovery finishes the same prepared transaction with the same markers either way.
     assert recovery.markers_to_write == expected_recovery.markers_to_write
     (job,) = recovery.markers_to_write
-    assert job.transactional_id == "prepared" and job.commit and set(job.partitions) == {A1, B0}
+    assert job.transactional_id == "prepared"
+    assert job.commit
+    assert set(job.partitions) == {A1, B0}
     assert [(w.transactional_id, w.value) for w in recovery.records_to_persist] == [
         (w.transactional_id, w.value) for w in expected_recovery.records_to_persist
     ]

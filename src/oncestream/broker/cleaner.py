@@ -75,7 +75,8 @@ class FailureTracker:
 
     def backoff_ms(self, count: int) -> int:
         """How long to wait after the ``count``-th consecutive failure."""
-        return min(self.max_backoff_ms, self.base_backoff_ms * 2 ** min(count - 1, 32))
+        doublings = min(max(count - 1, 0), 32)
+        return min(self.max_backoff_ms, self.base_backoff_ms << doublings)
 
     def record(self, key: PartitionKey, exc: BaseException, now_ms: float) -> CleaningFailure:
         """Count a failure of ``key``; returns its updated state."""

@@ -120,7 +120,7 @@ class Dispatcher:
         # Only a principal builder that asks for it sees the client.id (broker/principal.py).
         self._client_id_principal = state.principal_builder.reads_client_id
 
-    async def handle_frame(self, frame: bytes) -> bytes | list | None:
+    async def handle_frame(self, frame: bytes) -> bytes | list[bytes | bytearray | memoryview] | None:
         """Answer one request frame; raise CloseConnection when the frame is not acceptable."""
         exchange = peek_exchange()
         if exchange is not None and exchange.raw_tokens and exchange.state == "authenticate":

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -304,7 +304,7 @@ class DynamicBrokerConfigs:
         return json.dumps({"version": _FILE_VERSION, "cluster": self.cluster,
                            "brokers": {str(self.node_id): self.broker}}, sort_keys=True, indent=1).encode()
 
-    def save(self, data_dir: Path, fsync=None) -> None:
+    def save(self, data_dir: Path, fsync: Callable[[int], None] | None = None) -> None:
         """Write the store durably (tmp, fsync, rename, directory fsync): on the disk threads."""
         write_file_atomically(data_dir / DYNAMIC_CONFIGS_FILE, self.encode(), fsync=fsync)
 

@@ -31,6 +31,7 @@ from oncestream.coordinator.group.messages import (
     SyncResult,
 )
 from oncestream.errors import OnceStreamError
+from oncestream.log.manager import LogManager
 
 log = logging.getLogger("oncestream.broker")
 
@@ -93,7 +94,7 @@ def group_config_from(props: dict[str, str]) -> GroupCoordinatorConfig:
 class GroupService:
     """The group coordinator plus its offsets topic, its outbox and its timer task."""
 
-    def __init__(self, logs, props: dict[str, str], now_ms: Callable[[], int],
+    def __init__(self, logs: LogManager, props: dict[str, str], now_ms: Callable[[], int],
                  mono_ms: Callable[[], int] | None = None, appender: InternalAppender | None = None) -> None:
         """``now_ms`` is the wall clock (record timestamps), ``mono_ms`` the monotonic clock
         (every timer); a caller with one clock may omit ``mono_ms``. ``appender`` writes the

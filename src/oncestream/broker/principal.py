@@ -145,7 +145,7 @@ def load_principal_builder(props: Mapping[str, str]) -> KafkaPrincipalBuilder:
         cls = getattr(importlib.import_module(module_name), class_name)
     except (ImportError, AttributeError) as exc:
         raise InvalidConfigError(f"{PRINCIPAL_BUILDER_PROPERTY}={name}: cannot load it: {exc}") from None
-    builder = cls()
+    builder: KafkaPrincipalBuilder = cls()
     if not callable(getattr(builder, "build", None)):
         raise InvalidConfigError(f"{PRINCIPAL_BUILDER_PROPERTY}={name}: the class has no build(context) method")
     configure = getattr(builder, "configure", None)

@@ -15,6 +15,7 @@ import logging
 import os
 import time
 import uuid
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -114,8 +115,8 @@ class BrokerState:
     DISK_THREADS = 4
     CODEC_THREADS = 2
 
-    def __init__(self, data_dir: Path, config: BrokerConfig, clock_ms=wall_clock_ms,
-                 mono_clock_ms=monotonic_clock_ms, *, fdatasync: FdatasyncFn | None = None,
+    def __init__(self, data_dir: Path, config: BrokerConfig, clock_ms: Callable[[], int] = wall_clock_ms,
+                 mono_clock_ms: Callable[[], int] = monotonic_clock_ms, *, fdatasync: FdatasyncFn | None = None,
                  seams: BrokerSeams | None = None) -> None:
         """``clock_ms`` is the wall clock (record timestamps), ``mono_clock_ms`` the monotonic one
         (timeouts, sessions); ``fdatasync`` replaces ``os.fdatasync`` in the group-commit rounds

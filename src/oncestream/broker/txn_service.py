@@ -35,6 +35,7 @@ from oncestream.coordinator.txn import (
     TxnCoordinatorConfig,
 )
 from oncestream.errors import OnceStreamError, UnknownTopicOrPartitionError
+from oncestream.log.manager import LogManager
 from oncestream.topic_partition import TopicPartition
 
 log = logging.getLogger("oncestream.broker")
@@ -63,7 +64,8 @@ class _NoObserver:
 class TxnService:
     """The transaction coordinator, its log topic, and the marker writer."""
 
-    def __init__(self, logs, groups: GroupService, props: dict[str, str], now_ms: Callable[[], int], allocate_producer_id,
+    def __init__(self, logs: LogManager, groups: GroupService, props: dict[str, str], now_ms: Callable[[], int],
+                 allocate_producer_id: Callable[[], int],
                  on_marker: Callable[[str, int], None] = lambda topic, partition: None,
                  mono_ms: Callable[[], int] | None = None,
                  producer_ids_ready: Callable[[], Awaitable[None]] | None = None,
@@ -208,7 +210,7 @@ class TxnService:
 
     # --- helpers for handlers -----------------------------------------------------------------
 
-    def stage_offsets(self, group_id: str, producer_id: int, offsets: dict[TopicPartition, Any], **member) -> Any:
+    def stage_offsets(self, group_id: str, producer_id: int, offsets: dict[TopicPartition, Any], **member: Any) -> Any:
         """TxnOffsetCommit: stage offsets as pending in the group coordinator (KIP-447 checks)."""
         result, writes = self._groups.coordinator.add_pending_txn_offsets(
             group_id, producer_id, offsets, self.now_ms(), mono_ms=self.mono_ms(), **member

@@ -59,14 +59,6 @@ _EXPORTS: dict[str, str] = {
 }
 
 __all__ = [
-    "AbortTransactionSpec",
-    "Admin",
-    "AdminClient",
-    "ClusterDescription",
-    "GroupDescription",
-    "NewTopic",
-    "TopicDescription",
-    "TransactionDescription",
     "OFFSET_BEGINNING",
     "OFFSET_END",
     "OFFSET_INVALID",
@@ -74,15 +66,23 @@ __all__ = [
     "TIMESTAMP_CREATE_TIME",
     "TIMESTAMP_LOG_APPEND_TIME",
     "TIMESTAMP_NOT_AVAILABLE",
+    "AbortTransactionSpec",
+    "Admin",
+    "AdminClient",
+    "ClusterDescription",
     "Consumer",
     "ConsumerGroupMetadata",
+    "GroupDescription",
     "KafkaError",
     "KafkaException",
     "Message",
+    "NewTopic",
     "PreparedTxnState",
     "Producer",
     "QueueFullError",
+    "TopicDescription",
     "TopicPartition",
+    "TransactionDescription",
 ]
 
 

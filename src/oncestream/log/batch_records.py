@@ -21,6 +21,7 @@ every record keeps its absolute timestamp.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 from oncestream.errors import CorruptRecordError, InvalidRecordError
@@ -112,7 +113,7 @@ def rebuild_batch(header: rb.BatchHeader, records: list[RawRecord], *, new_delet
     # Typed errors, not asserts (python -O strips those): a wrong subset would be written to disk.
     if not all(0 <= r.offset_delta <= header.last_offset_delta for r in records):
         raise InvalidRecordError(f"rebuilding batch {header.base_offset}: a record lies outside the batch")
-    if not all(a.offset_delta < b.offset_delta for a, b in zip(records, records[1:])):
+    if not all(a.offset_delta < b.offset_delta for a, b in itertools.pairwise(records)):
         raise InvalidRecordError(f"rebuilding batch {header.base_offset}: records must keep their order")
     log_append_time = bool(header.attributes & rb.ATTR_TIMESTAMP_TYPE_LOG_APPEND)
     attributes = header.attributes

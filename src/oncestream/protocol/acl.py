@@ -11,8 +11,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import IntEnum
+from typing import Any, TypeVar
 
 from oncestream.errors import InvalidRequestError
+
+E = TypeVar("E", bound=IntEnum)
 
 WILDCARD_RESOURCE = "*"
 WILDCARD_PRINCIPAL = "User:*"
@@ -92,23 +95,24 @@ class AclBinding:
     operation: AclOperation
     permission: AclPermissionType
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"resource_type": int(self.resource_type), "resource_name": self.resource_name,
                 "pattern_type": int(self.pattern_type), "principal": self.principal, "host": self.host,
                 "operation": int(self.operation), "permission": int(self.permission)}
 
     @classmethod
-    def from_json(cls, d: dict) -> AclBinding:
+    def from_json(cls, d: dict[str, Any]) -> AclBinding:
         return cls(ResourceType(d["resource_type"]), str(d["resource_name"]), PatternType(d["pattern_type"]),
                    str(d["principal"]), str(d["host"]), AclOperation(d["operation"]),
                    AclPermissionType(d["permission"]))
 
 
-def _enum(cls, value: int):
+def _enum(cls: type[E], value: int) -> E:
+    """``value`` as a member of ``cls``; ``UNKNOWN`` for a value the enum does not have."""
     try:
         return cls(value)
     except ValueError:
-        return cls.UNKNOWN
+        return cls["UNKNOWN"]
 
 
 def binding_from_wire(resource_type: int, resource_name: str, pattern_type: int, principal: str, host: str,

@@ -87,7 +87,7 @@ def _minimum_partition_bytes(version: int) -> int:
 class _Reader:
     """A cursor over one body; every read checks the bytes left first."""
 
-    __slots__ = ("buf", "pos", "end", "flexible")
+    __slots__ = ("buf", "end", "flexible", "pos")
 
     def __init__(self, buf: memoryview, pos: int, flexible: bool) -> None:
         self.buf = buf

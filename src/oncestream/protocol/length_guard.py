@@ -23,7 +23,7 @@ from __future__ import annotations
 import functools
 import struct
 from dataclasses import fields, is_dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from kio.serial._introspect import (
     EntityField,
@@ -58,59 +58,86 @@ class _Unparseable(Exception):
     """The walk lost its way (short buffer, bad varint, unknown tag): kio decides."""
 
 
-# A plan is a tuple of steps. Step kinds:
-#   ("fixed", size)                  fixed-width primitive
-#   ("var", kind, flexible)          string / bytes / records
-#   ("entity", plan, nullable)       nested struct (plan: EntityPlan)
-#   ("array", step, flexible, min)   array of ``step`` elements, each at least ``min`` bytes
+# A plan is a tuple of steps, one per field.
+
+
+class _Fixed(NamedTuple):
+    """A fixed-width primitive."""
+
+    size_bytes: int
+
+
+class _Variable(NamedTuple):
+    """A string, bytes or records field: a length (compact or not), then that many bytes."""
+
+    kafka_type: str
+    compact: bool
+
+
+class _Entity(NamedTuple):
+    """A nested struct."""
+
+    plan: EntityPlan
+    nullable: bool
+
+
+class _Array(NamedTuple):
+    """An array of ``item`` elements, each at least ``min_element_bytes`` long."""
+
+    item: _Step
+    compact: bool
+    min_element_bytes: int
+
+
+_Step = _Fixed | _Variable | _Entity | _Array
 
 
 class EntityPlan:
     """How to walk one kio entity class: its untagged fields in order, and its tagged ones."""
 
-    __slots__ = ("flexible", "steps", "tagged", "min_size_bytes")
+    __slots__ = ("flexible", "min_size_bytes", "steps", "tagged")
 
     def __init__(self) -> None:
         self.flexible = False
-        self.steps: tuple = ()
-        self.tagged: dict[int, tuple] = {}
+        self.steps: tuple[_Step, ...] = ()
+        self.tagged: dict[int, _Step] = {}
         self.min_size_bytes = 0
 
 
-def _min_size(step: tuple) -> int:
+def _min_size(step: _Step) -> int:
     """Fewest bytes one value of ``step`` can take on the wire (bounds array lengths)."""
-    kind = step[0]
-    if kind == "fixed":
-        return step[1]
-    if kind == "var":
-        if step[2]:
+    if isinstance(step, _Fixed):
+        return step.size_bytes
+    if isinstance(step, _Variable):
+        if step.compact:
             return 1  # a compact length
-        return 2 if step[1] == "string" else 4  # an int16 or int32 length
-    if kind == "entity":
-        return 1 if step[2] else step[1].min_size_bytes
-    return 1 if step[2] else 4  # an array: its length
+        return 2 if step.kafka_type == "string" else 4  # an int16 or int32 length
+    if isinstance(step, _Entity):
+        return 1 if step.nullable else step.plan.min_size_bytes
+    return 1 if step.compact else 4  # an array: its length
 
 
-def _primitive_step(kafka_type: str, flexible: bool) -> tuple:
+def _primitive_step(kafka_type: str, flexible: bool) -> _Step:
     if kafka_type in _FIXED_SIZE_BYTES:
-        return ("fixed", _FIXED_SIZE_BYTES[kafka_type])
+        return _Fixed(_FIXED_SIZE_BYTES[kafka_type])
     if kafka_type in _VARIABLE:
-        return ("var", kafka_type, flexible)
+        return _Variable(kafka_type, flexible)
     raise TypeError(f"unknown kafka_type {kafka_type!r}")
 
 
-def _field_step(field: Any, flexible: bool) -> tuple:
+def _field_step(field: Any, flexible: bool) -> _Step:
     classified = classify_field(field)
+    step: _Step
     if isinstance(classified, (PrimitiveField, PrimitiveTupleField)):
         step = _primitive_step(get_schema_field_type(field), flexible)
     elif isinstance(classified, EntityField):
-        step = ("entity", entity_plan(classified.type_), bool(is_optional(field)))
+        step = _Entity(entity_plan(classified.type_), bool(is_optional(field)))
     elif isinstance(classified, EntityTupleField):
-        step = ("entity", entity_plan(classified.type_), False)
+        step = _Entity(entity_plan(classified.type_), False)
     else:  # pragma: no cover - kio has exactly these four classes
         raise TypeError(f"unclassifiable field {field.name}")
     if classified.is_array:
-        return ("array", step, flexible, _min_size(step))
+        return _Array(step, flexible, _min_size(step))
     return step
 
 
@@ -121,7 +148,7 @@ def entity_plan(cls: type) -> EntityPlan:
         raise TypeError(f"{cls!r} is not a kio entity")
     plan = EntityPlan()
     plan.flexible = bool(cls.__flexible__)  # type: ignore[attr-defined]  # every kio entity has it
-    steps = []
+    steps: list[_Step] = []
     for field in fields(cls):
         tag = get_field_tag(field)
         step = _field_step(field, plan.flexible)
@@ -150,35 +177,32 @@ def _uvarint(buf: memoryview, pos: int) -> tuple[int, int]:
         shift += 7
 
 
-def _walk(step: tuple, buf: memoryview, pos: int) -> int:
-    kind = step[0]
-    if kind == "fixed":
-        return pos + step[1]
-    if kind == "var":
-        if step[2]:  # compact: uvarint length + 1, 0 is null
+def _walk(step: _Step, buf: memoryview, pos: int) -> int:
+    if isinstance(step, _Fixed):
+        return pos + step.size_bytes
+    if isinstance(step, _Variable):
+        if step.compact:  # compact: uvarint length + 1, 0 is null
             length, pos = _uvarint(buf, pos)
             return pos + max(length - 1, 0)
-        if step[1] == "string":
+        if step.kafka_type == "string":
             if pos + 2 > len(buf):
                 raise _Unparseable
             (length,) = _INT16.unpack_from(buf, pos)
-            return pos + 2 + max(length, 0)
+            return pos + 2 + max(int(length), 0)
         if pos + 4 > len(buf):
             raise _Unparseable
         (length,) = _INT32.unpack_from(buf, pos)
-        return pos + 4 + max(length, 0)
-    if kind == "entity":
-        if step[2]:  # nullable struct: an int8 marker, -1 is null
+        return pos + 4 + max(int(length), 0)
+    if isinstance(step, _Entity):
+        if step.nullable:  # nullable struct: an int8 marker, -1 is null
             if pos >= len(buf):
                 raise _Unparseable
             marker = buf[pos]
             pos += 1
             if marker == 0xFF:
                 return pos
-        return _walk_entity(step[1], buf, pos)
-    # array
-    inner, flexible, min_element_bytes = step[1], step[2], step[3]
-    if flexible:
+        return _walk_entity(step.plan, buf, pos)
+    if step.compact:
         length, pos = _uvarint(buf, pos)
         count = length - 1  # 0 is null
     else:
@@ -189,10 +213,10 @@ def _walk(step: tuple, buf: memoryview, pos: int) -> int:
     if count <= 0:
         return pos  # null, empty, or negative (kio refuses negative lengths itself)
     remaining = len(buf) - pos
-    if count * max(min_element_bytes, 1) > remaining:
+    if count * max(step.min_element_bytes, 1) > remaining:
         raise ArrayLengthError(f"array of {count} elements in {remaining} remaining bytes")
     for _ in range(count):
-        pos = _walk(inner, buf, pos)
+        pos = _walk(step.item, buf, pos)
         if pos > len(buf):
             raise _Unparseable
     return pos
@@ -207,11 +231,11 @@ def _walk_entity(plan: EntityPlan, buf: memoryview, pos: int) -> int:
         count, pos = _uvarint(buf, pos)
         for _ in range(count):
             tag, pos = _uvarint(buf, pos)
-            size, pos = _uvarint(buf, pos)
-            step = plan.tagged.get(tag)
-            if step is None:
+            _size, pos = _uvarint(buf, pos)
+            tagged_step = plan.tagged.get(tag)
+            if tagged_step is None:
                 raise _Unparseable  # kio refuses unknown tags itself
-            pos = _walk(step, buf, pos)  # as kio does: the field's own encoding, not ``size``
+            pos = _walk(tagged_step, buf, pos)  # as kio does: the field's own encoding, not ``size``
             if pos > len(buf):
                 raise _Unparseable
     return pos

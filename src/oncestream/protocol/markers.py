@@ -38,7 +38,8 @@ def marker_type(key: bytes | bytearray | memoryview | None) -> int:
     CorruptRecordError if the key cannot hold one."""
     if key is None or len(key) < CONTROL_KEY.size:
         raise CorruptRecordError("control record without a valid key")
-    return CONTROL_KEY.unpack_from(key, 0)[1]
+    _version, control_type = CONTROL_KEY.unpack_from(key, 0)
+    return int(control_type)
 
 
 def first_marker_type(batch: bytes | bytearray | memoryview, start: int, end: int, attributes: int) -> int:
@@ -62,4 +63,5 @@ def first_marker_type(batch: bytes | bytearray | memoryview, start: int, end: in
     key_length, pos = read_varint(batch, pos)
     if key_length < CONTROL_KEY.size or pos + key_length > end:
         return NOT_A_MARKER
-    return CONTROL_KEY.unpack_from(batch, pos)[1]
+    _version, control_type = CONTROL_KEY.unpack_from(batch, pos)
+    return int(control_type)

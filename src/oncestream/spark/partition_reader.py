@@ -10,9 +10,9 @@ reader advances by batch boundaries, not by counting records.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Generator, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pyarrow as pa
 from kio.schema.errors import ErrorCode
@@ -59,7 +59,7 @@ class OffsetRange:
     bootstrap_servers: str
     read_committed: bool
     fail_on_data_loss: bool
-    client: ClientSettings = ClientSettings()  # the query's kafka.* client properties
+    client: ClientSettings = field(default_factory=ClientSettings)  # the query's kafka.* client properties
 
 
 class ColumnDecoder:
@@ -167,7 +167,7 @@ class FetchAhead:
             self._pool = None
 
 
-def read_range(rng: OffsetRange, client: LogClient | None = None) -> Iterator[pa.RecordBatch]:
+def read_range(rng: OffsetRange, client: LogClient | None = None) -> Generator[pa.RecordBatch, None, None]:
     """Yield the records of ``rng`` as Arrow batches; raise DataLossError (failOnDataLoss) when
     offsets in the range are gone.
 

@@ -37,7 +37,7 @@ import threading
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Self
+from typing import Any, Literal, Self, overload
 
 import rocksdict
 
@@ -505,6 +505,13 @@ class StateStore:
         return self.range(prefix, prefix_end(prefix))
 
     # --- readers -----------------------------------------------------------------------------
+
+    @overload
+    def reader(self, isolation: Literal["read_committed"] = ...) -> CommittedReader: ...
+    @overload
+    def reader(self, isolation: Literal["read_uncommitted"]) -> UncommittedReader: ...
+    @overload
+    def reader(self, isolation: str) -> CommittedReader | UncommittedReader: ...
 
     def reader(self, isolation: str = "read_committed") -> CommittedReader | UncommittedReader:
         """A reader at ``isolation`` (``read_committed`` or ``read_uncommitted``)."""

@@ -67,7 +67,8 @@ def test_concurrent_conflicting_creates_exactly_one_wins(broker, tmp_path: Path,
             assert statuses == [200, 400], {i: r.text for i, r in results.items()}
             winner = next(i for i, r in results.items() if r.status_code == 200)
             loser = results[1 - winner].json()
-            assert loser["error_code"] == 40001 and "already exists" in loser["message"], loser
+            assert loser["error_code"] == 40001, loser
+            assert "already exists" in loser["message"], loser
             status = results[winner].json()[0]
             assert status["commandStatus"]["status"] == "SUCCESS"
             assert status["commandSequenceNumber"] > last_sequence

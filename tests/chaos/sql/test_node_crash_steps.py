@@ -17,6 +17,7 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from oncestream.sql.server.command_topic import WRITE_STEPS, command_topic_name
+from tests.support.narrow import present
 from tests.support.sql_servers import LAZY_SPARK, SqlServerProcess
 
 pytestmark = pytest.mark.chaos
@@ -50,7 +51,7 @@ def _committed_commands(bootstrap: str, topic: str) -> list[str]:
                     return keys
                 continue
             assert message.error() is None, message.error()
-            keys.append(message.key().decode())
+            keys.append(present(message.key(), "record key").decode())
     finally:
         consumer.close()
 
@@ -89,7 +90,8 @@ def test_sigkill_at_every_write_step(broker, tmp_path: Path, cycles: int) -> Non
             # Retrying the statement: applied exactly once either way.
             retry = node.ksql(_create(victim))
             if victim in names:
-                assert retry.status_code == 400 and "already exists" in retry.json()["message"], retry.text
+                assert retry.status_code == 400, retry.text
+                assert "already exists" in retry.json()["message"], retry.text
             else:
                 assert retry.status_code == 200, retry.text
             keys = _committed_commands(broker.bootstrap, topic)
@@ -106,7 +108,8 @@ def test_sigkill_at_every_write_step(broker, tmp_path: Path, cycles: int) -> Non
             for name, _topic in expected:
                 a = node.ok(f"DESCRIBE {name};")[0]["sourceDescription"]
                 b = fresh.ok(f"DESCRIBE {name};")[0]["sourceDescription"]
-                assert a["fields"] == b["fields"] and a["statement"] == b["statement"]
+                assert a["fields"] == b["fields"]
+                assert a["statement"] == b["statement"]
         finally:
             fresh.kill()
     finally:

@@ -41,20 +41,25 @@ def _check_degraded(node: SqlServerProcess) -> None:
     response = node.get("/healthcheck")
     assert response.status_code == 200, response.text
     health = response.json()
-    assert health["isHealthy"] is False and health["serverState"] == "READY", health
+    assert health["isHealthy"] is False, health
+    assert health["serverState"] == "READY", health
     assert health["details"]["commandRunner"]["isHealthy"] is False
-    assert health["details"]["metastore"]["isHealthy"] is True and health["details"]["kafka"]["isHealthy"] is True
+    assert health["details"]["metastore"]["isHealthy"] is True
+    assert health["details"]["kafka"]["isHealthy"] is True
     assert "offset" in health["details"]["commandRunner"]["error"]
     names = [s["name"] for s in node.ok("SHOW STREAMS;")[0]["streams"]]
-    assert "BEFORE_GARBAGE" in names and "AFTER_GARBAGE" not in names
+    assert "BEFORE_GARBAGE" in names
+    assert "AFTER_GARBAGE" not in names
     assert node.ok("DESCRIBE BEFORE_GARBAGE;")[0]["sourceDescription"]["name"] == "BEFORE_GARBAGE"
     explained = node.ok("EXPLAIN SELECT ID, V FROM BEFORE_GARBAGE EMIT CHANGES;")[0]["queryDescription"]
-    assert explained["sources"] == ["BEFORE_GARBAGE"] and [f["name"] for f in explained["fields"]] == ["ID", "V"]
+    assert explained["sources"] == ["BEFORE_GARBAGE"]
+    assert [f["name"] for f in explained["fields"]] == ["ID", "V"]
     refused = node.ksql("CREATE STREAM NEW_ONE (ID INT KEY, V STRING) WITH (KAFKA_TOPIC='new_one', PARTITIONS=1, "
                         "VALUE_FORMAT='JSON');")
     assert refused.status_code == 500, refused.text
     message = refused.json()["message"]
-    assert "degraded mode" in message and "cannot be read" in message, message
+    assert "degraded mode" in message, message
+    assert "cannot be read" in message, message
 
 
 def test_corrupt_command_record_degrades_the_node(broker, tmp_path: Path) -> None:

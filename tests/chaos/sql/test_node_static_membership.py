@@ -90,7 +90,8 @@ def test_sigkilled_member_restarted_takes_its_share_back_in_the_same_generation(
         # KIP-345: the coordinator handed the new process its slot and the generation's assignment;
         # no rebalance, so nothing waited for the old session.
         assert restarted["generation"] == generation, (restarted, generation)
-        assert restarted["mine"] == b_share and restarted["memberId"] != old_member_id, restarted
+        assert restarted["mine"] == b_share, restarted
+        assert restarted["memberId"] != old_member_id, restarted
         # The restarted member now runs its share, so its metadata changed and it rejoins: the next
         # generation keeps every query where it runs (sticky), and a never lost its share.
         wait_until(lambda: _settled(a, b), "both members settled again", timeout_s=BOUND_S)
@@ -138,7 +139,8 @@ def test_a_second_process_with_the_same_instance_id_fences_the_first(broker: Bro
             # Its membership lost: the member records ``mine: null`` (every query stopped).
             wait_until(lambda: (first.latest() or {"mine": []})["mine"] is None, "the first process fenced",
                        timeout_s=BOUND_S)
-            assert first.process is not None and first.process.poll() is None   # alive, but out of the group
+            assert first.process is not None
+            assert first.process.poll() is None
             group = _describe(broker.bootstrap, assignment_group_id(service_id))
             assert [(m.group_instance_id, m.member_id) for m in group.members] == \
                 [("node-x", second.latest()["memberId"])]  # type: ignore[index]

@@ -130,10 +130,12 @@ def test_concurrent_conflicting_creates_exactly_one_wins(two_nodes: tuple[ToyNod
             t.join(120)
         wins = [s for s, r in outcomes.items() if not isinstance(r, Exception)]
         losses = [s for s, r in outcomes.items() if isinstance(r, StatementError)]
-        assert len(wins) == 1 and len(losses) == 1, outcomes
+        assert len(wins) == 1, outcomes
+        assert len(losses) == 1, outcomes
         result = outcomes[wins[0]]
         assert result.status.state is CommandState.SUCCESS  # type: ignore[attr-defined]
-    assert b.runner.wait_position(a.runner.position, 30) and a.runner.wait_position(b.runner.position, 30)
+    assert b.runner.wait_position(a.runner.position, 30)
+    assert a.runner.wait_position(b.runner.position, 30)
     with a.runner.lock, b.runner.lock:
         assert a.registry == b.registry
         assert sorted(a.registry.names) == sorted(names)
@@ -146,7 +148,8 @@ def test_write_returns_after_own_runner_applied_it(two_nodes: tuple[ToyNode, Toy
     assert a.runner.status_at(result.offset) == result.status
     assert result.status.command_id == "stream/`T1`/create"
     with a.runner.lock:
-        assert ("T1" in a.registry.names) and a.registry.order[-1] == (result.offset, "T1")
+        assert ("T1" in a.registry.names)
+        assert a.registry.order[-1] == (result.offset, "T1")
     with pytest.raises(StatementError):
         b.create("T1", "B")  # b caught up before validating: it sees a's command
 
@@ -167,7 +170,8 @@ def test_unreadable_record_degrades_without_skipping(broker) -> None:
                          partition=0)
         producer.commit_transaction(30)
         assert not node.runner.wait_position(10**9, 30)  # returns as soon as degraded
-        assert node.runner.degraded_reason is not None and "cannot be read" in node.runner.degraded_reason
+        assert node.runner.degraded_reason is not None
+        assert "cannot be read" in node.runner.degraded_reason
         with pytest.raises(DegradedError, match="degraded mode"):
             node.create("NEW", "A")
         with node.runner.lock:

@@ -32,7 +32,8 @@ def node(broker: ManagedBroker, tmp_path_factory: pytest.TempPathFactory) -> Ite
 def test_info_reports_the_kafka_cluster_id(broker: ManagedBroker, node: SqlServerProcess) -> None:
     info = node.get("/info").json()["KsqlServerInfo"]
     expected = ConfluentAdmin({"bootstrap.servers": broker.bootstrap}).list_topics(timeout=30).cluster_id
-    assert expected and info["kafkaClusterId"] == expected, info
+    assert expected, info
+    assert info["kafkaClusterId"] == expected, info
     assert (info["ksqlServiceId"], info["serverStatus"]) == (node.service_id, "RUNNING")
 
 

@@ -54,7 +54,8 @@ def test_query_refused_two_phase_commit_shows_the_cause(broker_factory, tmp_path
         # Not a dangling traceback header in place of the error.
         assert not error_stats.rstrip().endswith("Traceback (most recent call last):"), error_stats
         errors = node.ok(f"EXPLAIN {query_id};")[0]["queryDescription"]["queryErrors"]
-        assert len(errors) == 1 and CAUSE.search(errors[0]["errorMessage"]), errors
+        assert len(errors) == 1, errors
+        assert CAUSE.search(errors[0]["errorMessage"]), errors
         assert node.get("/healthcheck").json()["isHealthy"] is True
     finally:
         node.kill()
@@ -89,7 +90,8 @@ def test_broker_refusing_two_phase_commit_is_named_at_start_and_fails_queries_at
         assert explained["state"] == "ERROR", explained
         [error] = explained["queryErrors"]
         assert set(error) == {"type", "errorMessage", "timestamp"}, error
-        assert error["type"] == "USER" and isinstance(error["timestamp"], int), error
+        assert error["type"] == "USER", error
+        assert isinstance(error["timestamp"], int), error
         assert "transaction.two.phase.commit.enable=true" in error["errorMessage"], error
         assert node.get("/healthcheck").json()["isHealthy"] is True
         # Said at start, in the node's log, with the setting to change (checked last: a node
@@ -97,6 +99,7 @@ def test_broker_refusing_two_phase_commit_is_named_at_start_and_fails_queries_at
         wait_until(lambda: "persistent queries cannot run" in node.log_tail(200_000),
                    "the start-up check's ERROR line", timeout_s=120, nodes=[node])
         line = next(t for t in node.log_tail(200_000).splitlines() if "persistent queries cannot run" in t)
-        assert " ERROR " in line and "transaction.two.phase.commit.enable=true" in line, line
+        assert " ERROR " in line, line
+        assert "transaction.two.phase.commit.enable=true" in line, line
     finally:
         node.kill()

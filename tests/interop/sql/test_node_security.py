@@ -42,8 +42,10 @@ def test_nodes_speak_sasl_to_the_broker(tmp_path: Path) -> None:
                                  config=LAZY_SPARK, name="plain")
         nodes.append(plain)
         plain.start(wait=False)
-        assert plain.process is not None and plain.process.wait(120) == 1
-        assert "cannot start the node" in plain.log_tail() and "Traceback" not in plain.log_tail()
+        assert plain.process is not None
+        assert plain.process.wait(120) == 1
+        assert "cannot start the node" in plain.log_tail()
+        assert "Traceback" not in plain.log_tail()
     finally:
         for node in nodes:
             node.kill()

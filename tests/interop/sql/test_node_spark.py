@@ -39,7 +39,8 @@ def test_failed_query_shows_error_and_node_survives(broker, tmp_path: Path) -> N
                           json={"sql": "SELECT ID, V FROM SRC EMIT CHANGES LIMIT 1;",
                                 "properties": {"auto.offset.reset": "earliest"}}) as response:
             lines = [json.loads(line) for line in response.iter_lines() if line.strip()]
-        assert lines[0]["columnNames"] == ["ID", "V"] and lines[1:] == [[1, "x"]], lines
+        assert lines[0]["columnNames"] == ["ID", "V"], lines
+        assert lines[1:] == [[1, "x"]], lines
         producer = Producer({"bootstrap.servers": broker.bootstrap})
         producer.produce(src, json.dumps({"V": "y"}).encode(), struct.pack(">i", 2))
         assert producer.flush(30) == 0
@@ -54,7 +55,8 @@ def test_failed_query_shows_error_and_node_survives(broker, tmp_path: Path) -> N
         assert [q["state"] for q in description["writeQueries"]] == ["ERROR"]
         # The runtime's error text (what Spark reported) is shown with the query id.
         error_stats = description["errorStats"]
-        assert error_stats.startswith(f"{query_id}: ") and len(error_stats) > len(query_id) + 10, error_stats
+        assert error_stats.startswith(f"{query_id}: "), error_stats
+        assert len(error_stats) > len(query_id) + 10, error_stats
         explained = node.ok(f"EXPLAIN {query_id};")[0]["queryDescription"]
         assert list(explained["ksqlHostQueryStatus"].values()) == ["ERROR"]
         assert explained["state"] == "ERROR"

@@ -143,7 +143,8 @@ def test_lag_counts_records_behind_the_stores_last_commit_and_restart_resumes(br
         assert mats.wait_until_running("BALANCES", WAIT_S)
         assert mats.lag("BALANCES") == {0: 0, 1: 0}   # resumed from the final commit of `slow`
         rows = _pull(mats, source)
-        assert len(rows) == 12 and [20, "new10", 10] in rows
+        assert len(rows) == 12
+        assert [20, "new10", 10] in rows
         assert mats.status("BALANCES").applied_records == 0   # nothing re-read
     finally:
         mats.close()
@@ -165,7 +166,8 @@ def test_drop_deletes_the_store_and_streams_are_not_materialized(broker_factory,
         wait_until(lambda: mats.status("BALANCES").state == "RUNNING", WAIT_S, "materializer running")
         assert store_dir.is_dir()
         mats.sync([stream])   # the table was dropped from the metastore
-        assert mats.names() == [] and not store_dir.exists()
+        assert mats.names() == []
+        assert not store_dir.exists()
         with pytest.raises(TableNotMaterializedError):
             mats.lag("BALANCES")
     finally:
@@ -191,7 +193,8 @@ def test_node_hooks_answer_pull_queries_and_report_lag(broker_factory, tmp_path:
         pull.metastore_changed([source])
         wait_until(lambda: _caught_up(pull.tables, "BALANCES"), WAIT_S, "the store at the LSO")
         statement = parse("SELECT OWNER, AMOUNT * 2 AS DOUBLE_AMOUNT FROM BALANCES WHERE ID IN (1, 3);")[0]
-        assert isinstance(statement, sql_ast.QueryStatement) and PullQueries.is_pull(statement)
+        assert isinstance(statement, sql_ast.QueryStatement)
+        assert PullQueries.is_pull(statement)
         analyzed = analyze_query(statement.query, {"BALANCES": source})
 
         async def run() -> tuple[Any, list[list[Any]]]:
@@ -199,12 +202,14 @@ def test_node_hooks_answer_pull_queries_and_report_lag(broker_factory, tmp_path:
             return stream, [row async for row in stream.rows()]
 
         stream, rows = asyncio.run(run())
-        assert stream.is_pull and [(c.name, c.type) for c in stream.columns] == [("OWNER", "STRING"),
+        assert stream.is_pull
+        assert [(c.name, c.type) for c in stream.columns] == [("OWNER", "STRING"),
                                                                                 ("DOUBLE_AMOUNT", "BIGINT")]
         assert rows == [["ann", 20], ["cy", 60]]
         assert pull.statistics_text("BALANCES").startswith("materialization-lag: 0 records behind")
         lags = pull.store_lags()["BALANCES"]["lagByPartition"]
-        assert sorted(lags) == ["0", "1"] and all(v["offsetLag"] == 0 for v in lags.values())
+        assert sorted(lags) == ["0", "1"]
+        assert all(v["offsetLag"] == 0 for v in lags.values())
         assert lags["1"]["endOffsetPosition"] == 3   # ids 1 and 3 + the commit marker
         assert pull.statistics_text("NOT_A_TABLE") == ""
     finally:

@@ -54,7 +54,8 @@ def shell_commands(block: str) -> list[list[str]]:
 
 def test_readme_sql_quickstart_prints_the_row(tmp_path: Path) -> None:
     sh_blocks, sql_blocks = readme_blocks("sh"), readme_blocks("sql")
-    assert len(sh_blocks) == 1 and len(sql_blocks) == 1, (sh_blocks, sql_blocks)
+    assert len(sh_blocks) == 1, (sh_blocks, sql_blocks)
+    assert len(sql_blocks) == 1, (sh_blocks, sql_blocks)
     commands = shell_commands(sh_blocks[0])
     assert [c[:2] for c in commands] == [[PROGRAM, "broker"], [PROGRAM, "sql-server"], [PROGRAM, "sql"]], commands
 
@@ -93,7 +94,8 @@ def test_readme_sql_quickstart_prints_the_row(tmp_path: Path) -> None:
         assert shell.returncode == 0, f"shell exit {shell.returncode}\n{out}\n{err}\n{server_log[-4000:]}"
         rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in out.splitlines()
                 if line.startswith("|")]
-        assert ["USER_ID", "VIEWS"] in rows and ["alice", "1"] in rows, out
+        assert ["USER_ID", "VIEWS"] in rows, out
+        assert ["alice", "1"] in rows, out
         assert "Limit Reached" in out, out
         # A broker started as the README says grants two-phase commit: no refusal at start.
         assert "persistent queries cannot run" not in server_log

@@ -107,6 +107,7 @@ def test_shell_runs_statements_and_a_query(node: SqlServerProcess, stream: str) 
          f"SET 'auto.offset.reset'='earliest'; SELECT * FROM {stream} EMIT CHANGES LIMIT 1;"],
         capture_output=True, text=True, timeout=300, env={"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin"})
     assert done.returncode == 0, done.stderr
-    assert "|1 " in done.stdout and "Limit Reached" in done.stdout
+    assert "|1 " in done.stdout
+    assert "Limit Reached" in done.stdout
     assert f" {stream} " in done.stdout  # a row of SHOW STREAMS' table
     assert " ID    | INTEGER (key)" in done.stdout  # DESCRIBE's fields

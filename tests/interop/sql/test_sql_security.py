@@ -153,7 +153,8 @@ def test_statements_inserts_persistent_and_push_queries_over_sasl_ssl_with_acls(
                             "properties": {"auto.offset.reset": "earliest"}}) as response:
         assert response.status_code == 200
         lines = [json.loads(line) for line in response.iter_lines() if line.strip()]
-    assert lines[0]["columnNames"] == ["ID", "V"] and lines[1:] == [[0, "a"], [1, "b"]], lines
+    assert lines[0]["columnNames"] == ["ID", "V"], lines
+    assert lines[1:] == [[0, "a"], [1, "b"]], lines
     assert node.get("/healthcheck").json()["isHealthy"] is True
 
 
@@ -181,9 +182,11 @@ def test_wrong_password_is_reported_not_hung(broker: BrokerProcess, pki: Pki, tm
         # What the node does: it exits 1 at start-up (creating the command topic is its first
         # call) with one line naming the cause, not a traceback.
         assert seen == "exited", process.log_tail()
-        assert process.process is not None and process.process.returncode == 1
+        assert process.process is not None
+        assert process.process.returncode == 1
         log = process.log_tail(20000)
-        assert "cannot start the node" in log and "SASL authentication failed" in log, log
+        assert "cannot start the node" in log, log
+        assert "SASL authentication failed" in log, log
         assert "Traceback" not in log, log
     finally:
         process.kill()

@@ -14,9 +14,11 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from oncestream.sql.engine.runtime import ERROR, QueryRuntime
+from oncestream.sql.language import sql_ast
 from oncestream.sql.language.catalog import Column, Format, Namespace, QueryInfo, SourceInfo
 from oncestream.sql.language.sql_ast import SourceKind, WindowSpec
 from oncestream.sql.language.types import SqlType
+from tests.support.narrow import of_type
 
 OUTPUT_TIMEOUT_S = 180.0
 EARLIEST = {"auto.offset.reset": "earliest"}
@@ -109,8 +111,11 @@ def analyze(sql: str, sources: Mapping[str, SourceInfo]) -> tuple[Any, Any]:
     from oncestream.sql.language.parser import parse
 
     (statement,) = parse(sql)
-    sink = getattr(statement, "name", None) or getattr(statement, "target", None)
-    return statement, analyze_query(statement.query, sources, sink=sink)
+    if isinstance(statement, sql_ast.CreateAsSelect):
+        return statement, analyze_query(statement.query, sources, sink=statement.name)
+    if isinstance(statement, sql_ast.InsertInto):
+        return statement, analyze_query(statement.query, sources, sink=statement.target)
+    return statement, analyze_query(of_type(statement, sql_ast.QueryStatement, sql).query, sources)
 
 
 def sink_of(analyzed: Any, name: str, topic: str, *, key_format: Format = Format.KAFKA,
@@ -128,7 +133,8 @@ def ddl(sql: str) -> SourceInfo:
     default as ksqlDB's: KEY_FORMAT KAFKA, VALUE_FORMAT from FORMAT or JSON)."""
     from oncestream.sql.language.parser import parse
 
-    (statement,) = parse(sql)
+    (parsed,) = parse(sql)
+    statement = of_type(parsed, sql_ast.CreateSource, sql)
     props = {k.upper(): v for k, v in statement.properties.items()}
     fmt = props.get("FORMAT")
     columns = tuple(Column(c.name, c.type, Namespace.KEY if c.key else Namespace.VALUE) for c in statement.columns)

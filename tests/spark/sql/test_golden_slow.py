@@ -12,6 +12,7 @@ from collections import Counter, defaultdict
 import pytest
 
 from tests.spark.sql.golden import EARLIEST, analyze, create_topics, ddl, produce, read_output, sink_of, start, unique
+from tests.support.narrow import present
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -46,15 +47,15 @@ def test_aggregation_over_many_batches_ends_at_the_models_values(runtime, eos_br
     got: dict[str, dict] = {}
     while True:
         records = read_output(bootstrap, out, deadline_rows, runtime=runtime, query_id="CTAS_MANY_1")
-        got = {k.decode(): json.loads(v) for k, v in records}
+        got = {present(k, "key").decode(): json.loads(present(v, "value")) for k, v in records}
         if got == expected:
             break
         deadline_rows = len(records) + 1
     counts: dict[str, list[int]] = defaultdict(list)
     for k, v in records:
-        counts[k.decode()].append(json.loads(v)["C"])
+        counts[present(k, "key").decode()].append(json.loads(present(v, "value"))["C"])
     assert all(c == sorted(c) and len(set(c)) == len(c) for c in counts.values()), counts
-    assert Counter(k.decode() for k, _ in records).keys() == expected.keys()
+    assert Counter(present(k, "key").decode() for k, _ in records).keys() == expected.keys()
     runtime.stop_persistent("CTAS_MANY_1")
 
 

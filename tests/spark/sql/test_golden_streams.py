@@ -12,7 +12,7 @@ import struct
 import pytest
 
 from oncestream.sql.engine.runtime import RUNNING
-from oncestream.sql.language.catalog import Format
+from oncestream.sql.language.catalog import Format, SourceInfo
 from tests.spark.sql.golden import EARLIEST, analyze, create_topics, ddl, produce, read_output, sink_of, start, unique
 
 pytestmark = [pytest.mark.spark]
@@ -22,7 +22,7 @@ def _int(v: int) -> bytes:
     return struct.pack(">i", v)
 
 
-def _orders(bootstrap: str) -> tuple[str, object]:
+def _orders(bootstrap: str) -> tuple[str, SourceInfo]:
     topic = unique("orders")
     create_topics(bootstrap, topic)
     source = ddl(f"CREATE STREAM ORDERS (ID INT KEY, NAME STRING, X BIGINT, ST STRUCT<F STRING>, A ARRAY<INT>) "
@@ -45,7 +45,7 @@ def test_filter_project_writes_ksqldb_json_with_kafka_key(runtime, eos_broker):
     _topic, orders = _orders(bootstrap)
     out_topic = unique("out")
     create_topics(bootstrap, out_topic)
-    statement, analyzed = analyze(
+    _statement, analyzed = analyze(
         "CREATE STREAM OUT AS SELECT ID, UCASE(NAME) AS UN, X * 2 AS X2, ST->F AS F, A[2] AS A2, "
         "CASE WHEN X > 5 THEN 'big' ELSE 'small' END AS SIZE, CAST(X AS STRING) AS XS, ROWTIME AS RT "
         "FROM ORDERS WHERE X > 1 EMIT CHANGES;", {"ORDERS": orders})
@@ -93,7 +93,7 @@ def test_push_query_streams_rows_until_limit(runtime, eos_broker):
     the query ends by itself (limit_reached)."""
     bootstrap = eos_broker.bootstrap
     _topic, orders = _orders(bootstrap)
-    statement, analyzed = analyze("SELECT ID, NAME, A FROM ORDERS WHERE X > 1 EMIT CHANGES LIMIT 2;",
+    _statement, analyzed = analyze("SELECT ID, NAME, A FROM ORDERS WHERE X > 1 EMIT CHANGES LIMIT 2;",
                                   {"ORDERS": orders})
     push = runtime.start_push(analyzed, EARLIEST)
     assert [(c.name, c.type) for c in push.columns] == [("ID", "INTEGER"), ("NAME", "STRING"), ("A", "ARRAY<INTEGER>")]

@@ -72,7 +72,7 @@ def test_json_value_with_nested_types_and_kafka_key(sql_spark):
                      values=[("B", t.BIGINT), ("S", t.STRING), ("D", t.DOUBLE), ("OK", t.BOOLEAN), ("TS", t.TIMESTAMP),
                              ("A", t.array_of(t.INTEGER)), ("ST", t.struct_of(("F", t.STRING), ("G", t.BYTES))),
                              ("M", t.map_of(t.STRING, t.BIGINT)), ("BY", t.BYTES)])
-    rows = [
+    rows: list[dict[str, Any]] = [
         {"ID": -7, "B": 2 ** 40, "S": 'é "q"', "D": 1.5, "OK": True, "TS": 1_700_000_000_123, "A": [1, None, 3],
          "ST": {"F": "x", "G": b"\x01\x02"}, "M": {"k": 1}, "BY": b"\xff"},
         {"ID": None, "B": None, "S": None, "D": None, "OK": None, "TS": None, "A": None, "ST": None, "M": None, "BY": None},
@@ -99,7 +99,7 @@ def test_json_fields_are_matched_case_insensitively_in_spark(sql_spark):
 def test_delimited_key_and_value(sql_spark):
     layout = _layout(Format.DELIMITED, Format.DELIMITED, keys=[("K", t.STRING), ("N", t.INTEGER)],
                      values=[("S", t.STRING), ("I", t.INTEGER), ("D", t.DOUBLE), ("OK", t.BOOLEAN), ("TS", t.TIMESTAMP)])
-    rows = [{"K": "a,b", "N": 1, "S": 'say "hi", bye', "I": -3, "D": 2.25, "OK": False, "TS": 5},
+    rows: list[dict[str, Any]] = [{"K": "a,b", "N": 1, "S": 'say "hi", bye', "I": -3, "D": 2.25, "OK": False, "TS": 5},
             {"K": "k", "N": None, "S": None, "I": None, "D": None, "OK": None, "TS": None},
             {"K": " sp ", "N": 0, "S": "", "I": 0, "D": -0.5, "OK": True, "TS": -1}]
     records, got_rows, got_records = _round_trip(sql_spark, layout, rows, [None, None, None])
@@ -112,13 +112,13 @@ def test_delimited_key_and_value(sql_spark):
 
 def test_delimited_with_another_delimiter(sql_spark):
     layout = _layout(Format.NONE, Format.DELIMITED, values=[("S", t.STRING), ("I", t.BIGINT)], delimiter="|")
-    rows = [{"S": "a,b", "I": 10}, {"S": "x|y", "I": None}]
+    rows: list[dict[str, Any]] = [{"S": "a,b", "I": 10}, {"S": "x|y", "I": None}]
     records, got_rows, got_records = _round_trip(sql_spark, layout, rows, [None, None])
     assert got_rows == rows
     assert got_records == records
 
 
-@pytest.mark.parametrize("ty, values", [
+@pytest.mark.parametrize(("ty", "values"), [
     (t.INTEGER, [0, -1, 2 ** 31 - 1, -(2 ** 31), None]),
     (t.BIGINT, [0, -1, 2 ** 63 - 1, -(2 ** 63), None]),
     (t.DOUBLE, [0.0, -2.5, 1e300, None]),
@@ -126,7 +126,7 @@ def test_delimited_with_another_delimiter(sql_spark):
 ])
 def test_kafka_format_key_and_value(sql_spark, ty, values):
     layout = _layout(Format.KAFKA, Format.KAFKA, keys=[("K", ty)], values=[("V", ty)])
-    rows = [{"K": v, "V": v} for v in values if v is not None] + [{"K": None, "V": values[-1]}]
+    rows: list[dict[str, Any]] = [{"K": v, "V": v} for v in values if v is not None] + [{"K": None, "V": values[-1]}]
     records, got_rows, got_records = _round_trip(sql_spark, layout, rows, [None] * len(rows))
     assert got_rows == rows
     assert got_records == records
@@ -134,20 +134,23 @@ def test_kafka_format_key_and_value(sql_spark, ty, values):
 
 def test_json_keys_single_and_several(sql_spark):
     single = _layout(Format.JSON, Format.JSON, keys=[("K", t.STRING)], values=[("V", t.INTEGER)])
-    rows = [{"K": 'q"uote', "V": 1}, {"K": None, "V": 2}]
+    rows: list[dict[str, Any]] = [{"K": 'q"uote', "V": 1}, {"K": None, "V": 2}]
     records, got_rows, got_records = _round_trip(sql_spark, single, rows, [None, None])
-    assert records[0][0] == b'"q\\"uote"' and records[1][0] is None
-    assert got_rows == rows and got_records == records
+    assert records[0][0] == b'"q\\"uote"'
+    assert records[1][0] is None
+    assert got_rows == rows
+    assert got_records == records
     several = _layout(Format.JSON, Format.JSON, keys=[("A", t.INTEGER), ("B", t.STRING)], values=[("V", t.INTEGER)])
     rows = [{"A": 1, "B": "x", "V": 3}]
     records, got_rows, got_records = _round_trip(sql_spark, several, rows, [None])
-    assert got_rows == rows and got_records == records
+    assert got_rows == rows
+    assert got_records == records
 
 
 def test_windowed_keys(sql_spark):
     tumbling = _layout(Format.KAFKA, Format.JSON, keys=[("K", t.STRING)], values=[("C", t.BIGINT)],
                        window=WindowKind.TUMBLING, size_ms=10_000)
-    rows = [{"K": "a", "C": 1}]
+    rows: list[dict[str, Any]] = [{"K": "a", "C": 1}]
     records, got_rows, got_records = _round_trip(sql_spark, tumbling, rows, [Window(20_000, 30_000)])
     assert records[0][0] == b"a" + struct.pack(">q", 20_000)
     assert got_rows == [{"K": "a", "C": 1, "WINDOWSTART": 20_000, "WINDOWEND": 30_000}]

@@ -120,7 +120,8 @@ def test_sql_pipeline_runs_on_a_local_cluster_exactly_once(eos_broker, tmp_path:
         assert [e["totalTasks"] for e in executors if e["id"] == "driver"] == [0], executors
         assert node.process is not None
         jvms = executors_in_group(node.process.pid)
-        assert len(jvms) == 2 and node.process.pid not in jvms, jvms
+        assert len(jvms) == 2, jvms
+        assert node.process.pid not in jvms, jvms
         # The checkpoints are where the Hadoop URL points (every node of a cluster would reach it).
         for query_id in query_ids:
             assert (shared / service_id / query_id / "offsets").is_dir(), sorted(p.name for p in shared.rglob("*"))

@@ -6,11 +6,13 @@ from __future__ import annotations
 import pytest
 
 from oncestream.sql.errors import StatementError
+from oncestream.sql.language import sql_ast
 from oncestream.sql.language import types as t
 from oncestream.sql.language.analyzer import analyze_query, type_of
 from oncestream.sql.language.parser import parse
 from oncestream.sql.language.sql_ast import SourceKind, WindowKind
 from oncestream.sql.server.metastore import Metastore
+from tests.support.narrow import of_type
 
 DDL = """
 CREATE STREAM pageviews (viewtime BIGINT, userid VARCHAR KEY, pageid VARCHAR)
@@ -35,7 +37,7 @@ def sources():
 
 def analyze(sources, sql: str, sink: str | None = None):
     (stmt,) = parse(sql)
-    return analyze_query(stmt.query, sources, sink=sink)
+    return analyze_query(of_type(stmt, sql_ast.QueryStatement).query, sources, sink=sink)
 
 
 def schema(a) -> str:
@@ -46,7 +48,8 @@ def test_filter_project(sources) -> None:
     a = analyze(sources, "SELECT userid, pageid, viewtime + 1 AS next FROM pageviews WHERE pageid LIKE 'Page_%' "
                          "EMIT CHANGES;", sink="X")
     assert schema(a) == "`USERID` STRING KEY, `PAGEID` STRING, `NEXT` BIGINT"
-    assert a.result_kind is SourceKind.STREAM and a.where is not None
+    assert a.result_kind is SourceKind.STREAM
+    assert a.where is not None
 
 
 def test_struct_map_array_access_and_naming(sources) -> None:
@@ -61,15 +64,18 @@ def test_count_per_user_hopping_window(sources) -> None:
     a = analyze(sources, "SELECT userid, COUNT(*) AS views, WINDOWSTART AS ws FROM pageviews "
                          "WINDOW HOPPING (SIZE 30 SECONDS, ADVANCE BY 10 SECONDS) GROUP BY userid EMIT CHANGES;", sink="V")
     assert schema(a) == "`USERID` STRING KEY, `VIEWS` BIGINT, `WS` BIGINT"
-    assert a.window is not None and a.window.kind is WindowKind.HOPPING
+    assert a.window is not None
+    assert a.window.kind is WindowKind.HOPPING
     assert (a.window.size_ms, a.window.advance_ms) == (30_000, 10_000)
 
 
 def test_session_window_and_emit_final(sources) -> None:
     a = analyze(sources, "SELECT userid, COUNT(*) AS n FROM pageviews WINDOW SESSION (60 SECONDS) GROUP BY userid "
                          "EMIT FINAL;", sink="S")
-    assert a.window is not None and a.window.kind is WindowKind.SESSION and a.emit_final
-    with pytest.raises(StatementError, match="EMIT FINAL is only supported for windowed aggregations."):
+    assert a.window is not None
+    assert a.window.kind is WindowKind.SESSION
+    assert a.emit_final
+    with pytest.raises(StatementError, match=r"EMIT FINAL is only supported for windowed aggregations\."):
         analyze(sources, "SELECT userid, COUNT(*) AS n FROM pageviews GROUP BY userid EMIT FINAL;", sink="S")
 
 
@@ -92,7 +98,8 @@ def test_stream_table_join_docs_example(sources) -> None:
     a = analyze(sources, "SELECT pv.userid AS userid, pageid, regionid, gender FROM pageviews pv "
                          "LEFT JOIN users ON pv.userid = users.userid EMIT CHANGES;", sink="ENRICHED")
     assert schema(a) == "`USERID` STRING KEY, `PAGEID` STRING, `REGIONID` STRING, `GENDER` STRING"
-    assert a.joins[0].right_alias == "USERS" and a.result_kind is SourceKind.STREAM
+    assert a.joins[0].right_alias == "USERS"
+    assert a.result_kind is SourceKind.STREAM
 
 
 def test_stream_stream_join_within(sources) -> None:
@@ -100,8 +107,10 @@ def test_stream_stream_join_within(sources) -> None:
                          "WITHIN 1 HOURS ON s.orderid = o.id EMIT CHANGES;", sink="SHIPPED")
     assert schema(a) == "`ORDERID` INTEGER KEY, `ITEMID` STRING, `WAREHOUSE` STRING"
     j = a.joins[0]
-    assert j.join_type == "STREAM_STREAM" and j.within_before_ms == 3_600_000
-    assert j.left_key.sql() == '"O"."ID"' and j.right_key.sql() == '"S"."ORDERID"'
+    assert j.join_type == "STREAM_STREAM"
+    assert j.within_before_ms == 3_600_000
+    assert j.left_key.sql() == '"O"."ID"'
+    assert j.right_key.sql() == '"S"."ORDERID"'
     with pytest.raises(StatementError, match="Stream-Stream joins must have a WITHIN clause"):
         analyze(sources, "SELECT * FROM orders o JOIN shipments s ON s.orderid = o.id EMIT CHANGES;")
 
@@ -118,21 +127,22 @@ def test_reserved_names(sources) -> None:
         analyze(sources, "SELECT userid, ROWTIME FROM pageviews EMIT CHANGES;", sink="X")
     a = analyze(sources, "SELECT userid, ROWTIME AS rt FROM pageviews EMIT CHANGES;", sink="X")
     assert schema(a) == "`USERID` STRING KEY, `RT` BIGINT"
-    with pytest.raises(StatementError, match="`ROWTIME` is a reserved column name. You cannot use it as an alias"):
+    with pytest.raises(StatementError, match=r"`ROWTIME` is a reserved column name\. You cannot use it as an alias"):
         analyze(sources, "SELECT userid, viewtime AS rowtime FROM pageviews EMIT CHANGES;")
 
 
 def test_pull_query_rules(sources) -> None:
     a = analyze(sources, "SELECT * FROM users WHERE userid = 'u1';")
-    assert a.result_kind is SourceKind.TABLE and not a.persistent
-    with pytest.raises(StatementError, match="Pull queries don't support GROUP BY clauses."):
+    assert a.result_kind is SourceKind.TABLE
+    assert not a.persistent
+    with pytest.raises(StatementError, match=r"Pull queries don't support GROUP BY clauses\."):
         analyze(sources, "SELECT regionid, COUNT(*) FROM users GROUP BY regionid;")
 
 
 def test_errors_through_the_parser(sources) -> None:
-    with pytest.raises(StatementError, match="^NOPE does not exist.$"):
+    with pytest.raises(StatementError, match=r"^NOPE does not exist\.$"):
         analyze(sources, "SELECT * FROM nope EMIT CHANGES;")
-    with pytest.raises(StatementError, match="SELECT column 'NOPE' cannot be resolved."):
+    with pytest.raises(StatementError, match=r"SELECT column 'NOPE' cannot be resolved\."):
         analyze(sources, "SELECT nope FROM users EMIT CHANGES;")
     with pytest.raises(StatementError, match=r"Cannot compare PAGEID \(STRING\) to 1 \(INTEGER\) with EQUAL\."):
         analyze(sources, "SELECT * FROM pageviews WHERE pageid = 1 EMIT CHANGES;")

@@ -60,4 +60,5 @@ def test_analysis_never_fails_with_anything_but_a_statement_error(select: str, w
         analyzed = analyze_query(stmt.query, MS.source_map(), sink="OUT" if sink else None)
     except StatementError:
         return
-    assert analyzed.columns and all(c.type is not None for c in analyzed.columns)
+    assert analyzed.columns
+    assert all(c.type is not None for c in analyzed.columns)

@@ -11,7 +11,8 @@ from oncestream.sql.language import sql_ast
 from oncestream.sql.language import types as t
 from oncestream.sql.language.analyzer import analyze_query
 from oncestream.sql.language.parser import parse
-from oncestream.sql.server.metastore import Metastore, StartQuery
+from oncestream.sql.server.metastore import CommandResult, Metastore, StartQuery
+from tests.support.narrow import of_type, present
 
 DDL = """
 CREATE STREAM s (k STRING KEY, id BIGINT, v INT, d DOUBLE, name STRING, arr ARRAY<BIGINT>, m MAP<STRING, BIGINT>,
@@ -27,7 +28,7 @@ CREATE STREAM ws (k STRING KEY, c BIGINT) WITH (kafka_topic='ws', value_format='
 TOPICS = {"s": 2, "s2": 2, "s3": 4, "t": 2, "kv": 2, "wt": 2, "ws": 2}
 
 
-@pytest.fixture()
+@pytest.fixture
 def ms() -> Metastore:
     m = Metastore()
     for offset, s in enumerate(parse(DDL)):
@@ -37,21 +38,22 @@ def ms() -> Metastore:
 
 def refused(ms: Metastore, sql: str, pattern: str) -> None:
     (s,) = parse(sql)
-    with pytest.raises(StatementError, match=pattern):
-        if isinstance(s, sql_ast.QueryStatement):   # push / pull queries are analyzed, not validated as commands
+    if isinstance(s, sql_ast.QueryStatement):   # push / pull queries are analyzed, not validated as commands
+        with pytest.raises(StatementError, match=pattern):
             analyze_query(s.query, ms.source_map())
-        else:
+    else:
+        with pytest.raises(StatementError, match=pattern):
             ms.validate(s, {}, TOPICS)
 
 
 def accepted(ms: Metastore, sql: str, offset: int = 100) -> list:
     (s,) = parse(sql)
     effects = ms.apply(ms.validate(s, {}, TOPICS), offset)
-    assert effects[-1].status == "SUCCESS", effects[-1]
+    assert of_type(effects[-1], CommandResult, "last effect").status == "SUCCESS", effects[-1]
     return effects
 
 
-@pytest.mark.parametrize("sql, pattern", [
+@pytest.mark.parametrize(("sql", "pattern"), [
     # reserved names
     ("CREATE STREAM o AS SELECT k, ROWTIME FROM s;", r"Reserved column name in select: `ROWTIME`\. Please remove or alias"),
     ("CREATE STREAM o AS SELECT k, WINDOWSTART FROM s;", r"Reserved column name in select: `WINDOWSTART`"),
@@ -140,11 +142,14 @@ def test_join_keys_follow_ksqldb(ms: Metastore) -> None:
     # both join columns selected: the left one is the key, the right one a value column
     effects = accepted(ms, "CREATE STREAM o AS SELECT * FROM s JOIN s2 WITHIN 1 SECOND ON s.k = s2.k;")
     sink = next(e for e in effects if isinstance(e, StartQuery)).sink
-    assert [c.name for c in sink.key_columns] == ["S_K"] and "S2_K" in [c.name for c in sink.value_columns]
+    assert [c.name for c in sink.key_columns] == ["S_K"]
+    assert "S2_K" in [c.name for c in sink.value_columns]
     # a FULL OUTER join's SELECT * starts with the synthetic key
     effects = accepted(ms, "CREATE STREAM o2 AS SELECT * FROM s FULL JOIN s2 WITHIN 1 SECOND ON s.k = s2.k;", 101)
     sink = next(e for e in effects if isinstance(e, StartQuery)).sink
-    assert sink.columns[0].name == "ROWKEY" and sink.columns[0].is_key and sink.columns[0].type == t.STRING
+    assert sink.columns[0].name == "ROWKEY"
+    assert sink.columns[0].is_key
+    assert sink.columns[0].type == t.STRING
 
 
 def test_in_coerces_literals_and_rowtime_compares_with_timestamp_strings(ms: Metastore) -> None:
@@ -155,7 +160,7 @@ def test_in_coerces_literals_and_rowtime_compares_with_timestamp_strings(ms: Met
 def test_coerced_literals_are_rewritten_in_the_resolved_tree(ms: Metastore) -> None:
     (stmt,) = parse("SELECT k FROM s WHERE ROWTIME > '2020-01-01T00:00:00' AND v IN (1, '2') AND flag IN ('tr', 'no') "
                     "AND name IN (1, TRUE) EMIT CHANGES;")
-    a = analyze_query(stmt.query, ms.source_map())
+    a = analyze_query(of_type(stmt, sql_ast.QueryStatement).query, ms.source_map())
     assert a.where is not None
     assert a.where.sql() == ('"S"."ROWTIME" > 1577836800000 AND "S"."V" IN (1, 2) AND "S"."FLAG" IN (TRUE, FALSE) '
                              'AND "S"."NAME" IN (\'1\', \'true\')')
@@ -164,11 +169,13 @@ def test_coerced_literals_are_rewritten_in_the_resolved_tree(ms: Metastore) -> N
 
 def test_windowed_sources(ms: Metastore) -> None:
     wt = ms.source("WT")
-    assert wt is not None and wt.window is not None and wt.window.size_ms == 10_000
+    assert wt is not None
+    assert wt.window is not None
+    assert wt.window.size_ms == 10_000
     effects = accepted(ms, "CREATE STREAM o AS SELECT k, c FROM ws WHERE c > 1;")
-    assert next(e for e in effects if isinstance(e, StartQuery)).sink.window == ms.source("WS").window
+    assert next(e for e in effects if isinstance(e, StartQuery)).sink.window == present(ms.source("WS"), "source WS").window
 
 
 def test_delimiter_names(ms: Metastore) -> None:
     accepted(ms, "CREATE STREAM o (a INT, b INT) WITH (kafka_topic='s', value_format='delimited', value_delimiter='TAB');")
-    assert ms.source("O").value_delimiter == "\t"
+    assert present(ms.source("O"), "source O").value_delimiter == "\t"

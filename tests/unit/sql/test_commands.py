@@ -17,7 +17,8 @@ from oncestream.sql.server.commands import (
     encode,
     goes_to_command_topic,
 )
-from oncestream.sql.server.metastore import Metastore
+from oncestream.sql.server.metastore import CommandResult, Metastore
+from tests.support.narrow import of_type, present
 
 
 def stmt(text: str):
@@ -25,7 +26,7 @@ def stmt(text: str):
     return s
 
 
-@pytest.mark.parametrize("text, expected", [
+@pytest.mark.parametrize(("text", "expected"), [
     ("CREATE STREAM s (id INT KEY, v STRING) WITH (kafka_topic='t', value_format='json');", "stream/`S`/create"),
     ("CREATE TABLE t (id INT PRIMARY KEY, v STRING) WITH (kafka_topic='t', value_format='json');", "table/`T`/create"),
     ("CREATE STREAM s2 AS SELECT * FROM s;", "stream/`S2`/create"),
@@ -48,7 +49,7 @@ def test_command_ids_as_ksqldb_writes_them(text: str, expected: str) -> None:
 def test_local_statements_do_not_go_to_the_command_topic(text: str) -> None:
     s = stmt(text)
     assert not goes_to_command_topic(s)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"does not go to the command topic"):
         command_id(s)
 
 
@@ -64,7 +65,7 @@ def test_encode_decode_round_trip() -> None:
     assert decode(key, value) == cmd
 
 
-@pytest.mark.parametrize("key, value, reason", [
+@pytest.mark.parametrize(("key", "value", "reason"), [
     (b"stream/`S`/create", b"{not json", "unreadable"),
     (b"stream/`S`/create", b"\xff\xfe", "unreadable"),
     (b"stream/`S`/create", b"[1, 2]", "not a JSON object"),
@@ -92,10 +93,12 @@ def test_decoded_commands_replay_through_the_parser_into_an_equal_metastore() ->
         leader.apply(cmd, offset)
         follower.apply(decode(*encode(cmd)), offset)   # no AST: parsed from the record's text
     assert leader == follower
-    assert follower.source("T2").partitions == 4 and [q.query_id for q in follower.queries()] == ["CTAS_T2_2"]
+    assert present(follower.source("T2"), "source T2").partitions == 4
+    assert [q.query_id for q in follower.queries()] == ["CTAS_T2_2"]
 
 
 def test_a_record_that_no_longer_parses_is_an_error_result() -> None:
     ms = Metastore()
     effects = ms.apply(Command("stream/`S`/create", "CREATE STREAM oops ("), 0)
-    assert effects[-1].status == "ERROR" and ms.sources() == []
+    assert of_type(effects[-1], CommandResult, "last effect").status == "ERROR"
+    assert ms.sources() == []

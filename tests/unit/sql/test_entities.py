@@ -6,10 +6,12 @@ from __future__ import annotations
 import json
 
 from oncestream.sql.engine.two_phase_check import refusal_text
+from oncestream.sql.language import sql_ast
 from oncestream.sql.language.analyzer import analyze_query
 from oncestream.sql.language.parser import parse
 from oncestream.sql.server import entities
 from oncestream.sql.server.metastore import Metastore
+from tests.support.narrow import of_type, present
 
 SETUP = """
 CREATE STREAM orders (id INT KEY, userid STRING, amount DECIMAL(4, 2), tags ARRAY<STRING>,
@@ -29,7 +31,9 @@ def metastore() -> Metastore:
 
 
 def common(entity: dict, kind: str, text: str) -> None:
-    assert entity["@type"] == kind and entity["statementText"] == text and entity["warnings"] == []
+    assert entity["@type"] == kind
+    assert entity["statementText"] == text
+    assert entity["warnings"] == []
     json.dumps(entity)   # JSON-ready
 
 
@@ -58,20 +62,28 @@ def test_queries_list_with_runtime_state_from_the_caller() -> None:
     assert q0 == {"queryString": "CREATE STREAM big AS SELECT id, userid FROM orders WHERE id > 10;", "sinks": ["BIG"],
                   "sinkKafkaTopics": ["BIG"], "id": "CSAS_BIG_2", "statusCount": {"RUNNING": 1},
                   "queryType": "PERSISTENT", "state": "RUNNING"}
-    assert q1["id"] == "CTAS_COUNTS_3" and q1["state"] == "ERROR" and q1["statusCount"] == {"ERROR": 1}
+    assert q1["id"] == "CTAS_COUNTS_3"
+    assert q1["state"] == "ERROR"
+    assert q1["statusCount"] == {"ERROR": 1}
 
 
 def test_source_description_fields_and_keys() -> None:
     ms = metastore()
-    e = entities.source_description_entity(ms, ms.source("ORDERS"), "DESCRIBE orders;")
+    e = entities.source_description_entity(ms, present(ms.source("ORDERS"), "source ORDERS"), "DESCRIBE orders;")
     common(e, "sourceDescription", "DESCRIBE orders;")
     d = e["sourceDescription"]
     assert list(d) == ["name", "windowType", "readQueries", "writeQueries", "fields", "type", "timestamp", "statistics",
                        "errorStats", "extended", "keyFormat", "valueFormat", "topic", "partitions", "replication",
                        "statement", "queryOffsetSummaries", "sourceConstraints", "clusterStatistics", "clusterErrorStats"]
-    assert d["name"] == "ORDERS" and d["type"] == "STREAM" and d["windowType"] is None and d["timestamp"] == "TS"
-    assert d["extended"] is False and d["partitions"] == 0 and d["replication"] == 0
-    assert [q["id"] for q in d["readQueries"]] == ["CSAS_BIG_2", "CTAS_COUNTS_3"] and d["writeQueries"] == []
+    assert d["name"] == "ORDERS"
+    assert d["type"] == "STREAM"
+    assert d["windowType"] is None
+    assert d["timestamp"] == "TS"
+    assert d["extended"] is False
+    assert d["partitions"] == 0
+    assert d["replication"] == 0
+    assert [q["id"] for q in d["readQueries"]] == ["CSAS_BIG_2", "CTAS_COUNTS_3"]
+    assert d["writeQueries"] == []
     assert d["sourceConstraints"] == ["BIG", "COUNTS"]
     f = {x["name"]: x for x in d["fields"]}
     assert f["ID"] == {"name": "ID", "schema": {"type": "INTEGER", "fields": None, "memberSchema": None}, "type": "KEY"}
@@ -87,9 +99,12 @@ def test_source_description_fields_and_keys() -> None:
 
 def test_describe_extended_reports_partitions_and_replication() -> None:
     ms = metastore()
-    d = entities.source_description(ms, ms.source("COUNTS"), extended=True)
-    assert d["extended"] is True and d["partitions"] == 3 and d["replication"] == 1
-    assert d["windowType"] == "TUMBLING" and [q["id"] for q in d["writeQueries"]] == ["CTAS_COUNTS_3"]
+    d = entities.source_description(ms, present(ms.source("COUNTS"), "source COUNTS"), extended=True)
+    assert d["extended"] is True
+    assert d["partitions"] == 3
+    assert d["replication"] == 1
+    assert d["windowType"] == "TUMBLING"
+    assert [q["id"] for q in d["writeQueries"]] == ["CTAS_COUNTS_3"]
 
 
 def test_source_descriptions_list() -> None:
@@ -100,17 +115,21 @@ def test_source_descriptions_list() -> None:
 
 def test_query_description() -> None:
     ms = metastore()
-    q = ms.query("CSAS_BIG_2")
+    q = present(ms.query("CSAS_BIG_2"), "query CSAS_BIG_2")
     e = entities.query_description_entity(ms, q, "EXPLAIN CSAS_BIG_2;",
                                           host_states={"127.0.0.1:8088": "RUNNING", "127.0.0.1:8089": "NOT_RUNNING"})
     common(e, "queryDescription", "EXPLAIN CSAS_BIG_2;")
     d = e["queryDescription"]
     assert {"id", "statementText", "windowType", "fields", "sources", "sinks", "topology", "executionPlan",
             "overriddenProperties", "ksqlHostQueryStatus", "queryType", "state"} <= set(d)
-    assert d["id"] == "CSAS_BIG_2" and d["sources"] == ["ORDERS"] and d["sinks"] == ["BIG"]
+    assert d["id"] == "CSAS_BIG_2"
+    assert d["sources"] == ["ORDERS"]
+    assert d["sinks"] == ["BIG"]
     assert d["ksqlHostQueryStatus"] == {"127.0.0.1:8088": "RUNNING", "127.0.0.1:8089": "NOT_RUNNING"}
-    assert d["state"] == "RUNNING" and d["queryType"] == "PERSISTENT"
-    assert [f["name"] for f in d["fields"]] == ["ID", "USERID"] and d["fields"][0]["type"] == "KEY"
+    assert d["state"] == "RUNNING"
+    assert d["queryType"] == "PERSISTENT"
+    assert [f["name"] for f in d["fields"]] == ["ID", "USERID"]
+    assert d["fields"][0]["type"] == "KEY"
 
 
 def test_current_status() -> None:
@@ -132,9 +151,12 @@ def test_properties_list() -> None:
     # ksqlDB: the level comes from the exact name, editability from the name without its prefix
     assert props["ksql.streams.auto.offset.reset"] == {"name": "ksql.streams.auto.offset.reset", "scope": "KSQL",
                                                        "value": "earliest", "editable": True, "level": "SERVER"}
-    assert props["ksql.service.id"]["level"] == "SERVER" and not props["ksql.service.id"]["editable"]
-    assert props["auto.offset.reset"]["level"] == "QUERY" and props["auto.offset.reset"]["editable"]
-    assert e["overwrittenProperties"] == ["ksql.streams.auto.offset.reset"] and e["defaultProperties"] == ["ksql.service.id"]
+    assert props["ksql.service.id"]["level"] == "SERVER"
+    assert not props["ksql.service.id"]["editable"]
+    assert props["auto.offset.reset"]["level"] == "QUERY"
+    assert props["auto.offset.reset"]["editable"]
+    assert e["overwrittenProperties"] == ["ksql.streams.auto.offset.reset"]
+    assert e["defaultProperties"] == ["ksql.service.id"]
 
 
 def test_kafka_topics_hides_internal_topics() -> None:
@@ -150,19 +172,23 @@ def test_functions_entities() -> None:
     assert by_name["UCASE"] == {"name": "UCASE", "type": "SCALAR", "category": "STRING"}
     assert by_name["COUNT"]["type"] == "AGGREGATE"
     d = entities.describe_function("ucase", "DESCRIBE FUNCTION ucase;")
-    assert d is not None and d["name"] == "UCASE" and d["type"] == "SCALAR"
+    assert d is not None
+    assert d["name"] == "UCASE"
+    assert d["type"] == "SCALAR"
     assert entities.describe_function("nope", "") is None
 
 
 def test_explain_of_a_statement_describes_a_query_that_is_not_running() -> None:
     ms = metastore()
     (stmt,) = parse("SELECT id, userid FROM orders EMIT CHANGES;")
-    a = analyze_query(stmt.query, ms.source_map())
+    a = analyze_query(of_type(stmt, sql_ast.QueryStatement).query, ms.source_map())
     e = entities.transient_query_description("EXPLAIN SELECT id, userid FROM orders EMIT CHANGES;", stmt.text, a.columns,
                                              ["ORDERS"])
     common(e, "queryDescription", "EXPLAIN SELECT id, userid FROM orders EMIT CHANGES;")
     d = e["queryDescription"]
-    assert d["sources"] == ["ORDERS"] and d["sinks"] == [] and d["ksqlHostQueryStatus"] == {}
+    assert d["sources"] == ["ORDERS"]
+    assert d["sinks"] == []
+    assert d["ksqlHostQueryStatus"] == {}
     assert [f["name"] for f in d["fields"]] == ["ID", "USERID"]
 
 

@@ -21,7 +21,7 @@ def rt(name: str, *types: t.SqlType | None) -> t.SqlType:
     return fd.result_type(list(types))
 
 
-@pytest.mark.parametrize("name, args, expected", [
+@pytest.mark.parametrize(("name", "args", "expected"), [
     ("UCASE", [t.STRING], t.STRING),
     ("LEN", [t.STRING], t.INTEGER),
     ("SUBSTRING", [t.STRING, t.INTEGER], t.STRING),
@@ -81,7 +81,7 @@ def test_return_type_rules(name: str, args: list, expected: t.SqlType) -> None:
     assert rt(name, *args) == expected
 
 
-@pytest.mark.parametrize("name, args", [
+@pytest.mark.parametrize(("name", "args"), [
     ("UCASE", [t.INTEGER]), ("LEN", [t.STRING, t.STRING]), ("ABS", [t.STRING]), ("SUM", [t.STRING]),
     ("ARRAY_LENGTH", [t.STRING]), ("MIN", [t.array_of(t.INTEGER)]), ("COALESCE", [t.STRING, t.INTEGER]),
     ("ELT", [t.STRING, t.STRING]), ("SUBSTRING", [t.STRING]),
@@ -96,7 +96,8 @@ def test_refused_arguments_use_ksqldb_wording(name: str, args: list) -> None:
 def test_aliases_and_case_insensitive_lookup() -> None:
     assert functions.lookup("ucase") is functions.lookup("UCASE")
     assert functions.lookup("nope") is None
-    assert functions.is_aggregate("count") and not functions.is_aggregate("ucase")
+    assert functions.is_aggregate("count")
+    assert not functions.is_aggregate("ucase")
     assert "Can't find any functions with the name 'NOPE'" == functions.unknown_function_message("nope")
     assert functions.unknown_function_message("explode").startswith("Function 'EXPLODE' is not supported")
 
@@ -136,7 +137,8 @@ def test_translations_keep_ksqldb_semantics() -> None:
     assert spark("COUNT", ["*"]) == "count(*)"
     assert spark("AS_VALUE", ["k"]) == "k"
     assert spark("SLICE", ["a", "2", "3"]) == "slice(a, 2, 3 - 2 + 1)"   # ksqlDB: inclusive end, Spark: a length
-    assert spark("LOG", ["x"]) == "ln(x)" and spark("LOG", ["b", "x"]) == "log(b, x)"
+    assert spark("LOG", ["x"]) == "ln(x)"
+    assert spark("LOG", ["b", "x"]) == "log(b, x)"
     assert spark("TIMESTAMPTOSTRING", ["ts", "'yyyy'", "'Europe/Paris'"]) == \
         "date_format(from_utc_timestamp(timestamp_millis(ts), 'Europe/Paris'), 'yyyy')"
 

@@ -16,6 +16,7 @@ from oncestream.sql.language.catalog import Format, Namespace
 from oncestream.sql.language.sql_ast import ColumnDef, Position, Query, SourceKind
 from oncestream.sql.server.commands import decode, encode
 from oncestream.sql.server.metastore import CommandResult, CreateTopic, DeleteTopic, Metastore, StartQuery, StopQuery
+from tests.support.narrow import of_type, present
 
 P = Position(1, 1)
 
@@ -33,7 +34,8 @@ def select(sql: str, partition_by: tuple[str, ...] = ()) -> Query:
     src = sel.args["from_"].this
     sel.set("from_", None)
     return Query(select=sel, source=src.name, source_alias=src.alias or None,
-                 partition_by=tuple(_upper(sqlglot.parse_one(p)) for p in partition_by), emit=sql_ast.Emit.CHANGES)
+                 partition_by=tuple(of_type(_upper(sqlglot.parse_one(p)), exp.Expression, p) for p in partition_by),
+                 emit=sql_ast.Emit.CHANGES)
 
 
 def create_stream(name: str = "ORDERS", topic: str = "orders", **kw) -> sql_ast.CreateSource:
@@ -75,7 +77,9 @@ def test_create_stream_over_existing_topic_takes_its_partitions() -> None:
     effects = run(ms, create_stream(), 0)
     assert effects == [CommandResult("SUCCESS", "Stream created")]
     src = ms.source("ORDERS")
-    assert src is not None and src.partitions == 3 and src.key_format is Format.KAFKA
+    assert src is not None
+    assert src.partitions == 3
+    assert src.key_format is Format.KAFKA
     assert [c.namespace for c in src.columns] == [Namespace.KEY, Namespace.VALUE, Namespace.VALUE]
 
 
@@ -107,7 +111,7 @@ def test_or_replace_only_when_compatible() -> None:
     wider = create_stream(or_replace=True, columns=(ColumnDef("ID", t.INTEGER, key=True), ColumnDef("USERID", t.STRING),
                                                     ColumnDef("AMOUNT", t.DOUBLE), ColumnDef("NOTE", t.STRING)))
     run(ms, wider, 1)
-    assert [c.name for c in ms.source("ORDERS").columns][-1] == "NOTE"
+    assert [c.name for c in present(ms.source("ORDERS"), "source ORDERS").columns][-1] == "NOTE"
     narrower = create_stream(or_replace=True, columns=(ColumnDef("ID", t.INTEGER, key=True), ColumnDef("USERID", t.STRING)))
     with pytest.raises(StatementError, match="Cannot upgrade data source"):
         ms.validate(narrower, {}, TOPICS)
@@ -115,7 +119,7 @@ def test_or_replace_only_when_compatible() -> None:
 
 def test_table_rules() -> None:
     ms = Metastore()
-    with pytest.raises(StatementError, match="Tables require a PRIMARY KEY. Please define the PRIMARY KEY."):
+    with pytest.raises(StatementError, match=r"Tables require a PRIMARY KEY\. Please define the PRIMARY KEY\."):
         ms.validate(create_table(columns=(ColumnDef("NAME", t.STRING),)), {}, TOPICS)
     with pytest.raises(StatementError, match="is a 'PRIMARY KEY' column: please use 'KEY' for streams"):
         ms.validate(create_stream(columns=(ColumnDef("ID", t.INTEGER, key=True, primary_key=True),)), {}, TOPICS)
@@ -129,22 +133,24 @@ def test_csas_query_id_sink_topic_and_partitions() -> None:
     effects = run(ms, csas("BIG", "SELECT id, amount FROM orders WHERE amount > 10"), 7)
     assert effects[0] == CreateTopic("BIG", 3, 1, compacted=False)
     start = effects[1]
-    assert isinstance(start, StartQuery) and start.query.query_id == "CSAS_BIG_7"
-    assert start.sink.topic == "BIG" and start.sink.created_by == "CSAS_BIG_7"
+    assert isinstance(start, StartQuery)
+    assert start.query.query_id == "CSAS_BIG_7"
+    assert start.sink.topic == "BIG"
+    assert start.sink.created_by == "CSAS_BIG_7"
     assert result(effects) == CommandResult("SUCCESS", "Created query with ID CSAS_BIG_7", "CSAS_BIG_7")
-    assert ms.query("CSAS_BIG_7").sources == ("ORDERS",)
+    assert present(ms.query("CSAS_BIG_7"), "query CSAS_BIG_7").sources == ("ORDERS",)
 
 
 def test_ctas_is_compacted_and_kind_must_match() -> None:
     ms = Metastore()
     run(ms, create_stream(), 0)
-    with pytest.raises(StatementError, match="Invalid result type. Your SELECT query produces a TABLE. Please use CREATE "
+    with pytest.raises(StatementError, match=r"Invalid result type\. Your SELECT query produces a TABLE\. Please use CREATE "
                                              "TABLE AS SELECT statement instead."):
         ms.validate(csas("C", "SELECT userid, COUNT(*) AS n FROM orders GROUP BY userid"), {}, TOPICS)
     effects = run(ms, csas("C", "SELECT userid, COUNT(*) AS n FROM orders GROUP BY userid", SourceKind.TABLE), 1)
     assert effects[0] == CreateTopic("C", 3, 1, compacted=True)
     assert result(effects).query_id == "CTAS_C_1"
-    assert ms.source("C").kind is SourceKind.TABLE
+    assert present(ms.source("C"), "source C").kind is SourceKind.TABLE
 
 
 def test_drop_rules() -> None:
@@ -164,7 +170,7 @@ def test_drop_rules() -> None:
                                              r"You need to terminate them before dropping ORDERS\."):
         ms.validate(drop_orders, {}, TOPICS)
     run(ms, sql_ast.Terminate(text="TERMINATE INSERTQUERY_2;", position=P, query_id="INSERTQUERY_2"), 3)
-    with pytest.raises(StatementError, match="Stream NOPE does not exist."):
+    with pytest.raises(StatementError, match=r"Stream NOPE does not exist\."):
         ms.validate(sql_ast.DropSource(text="", position=P, kind=SourceKind.STREAM, name="NOPE"), {}, TOPICS)
     with pytest.raises(StatementError, match="Incompatible data source type is stream, but statement was DROP table"):
         ms.validate(sql_ast.DropSource(text="", position=P, kind=SourceKind.TABLE, name="BIG"), {}, TOPICS)
@@ -187,7 +193,8 @@ def test_terminate() -> None:
         ms.validate(sql_ast.Terminate(text="TERMINATE CSAS_NOPE_1;", position=P, query_id="CSAS_NOPE_1"), {}, TOPICS)
     effects = run(ms, sql_ast.Terminate(text="TERMINATE CSAS_BIG_1;", position=P, query_id="CSAS_BIG_1"), 2)
     assert effects == [StopQuery("CSAS_BIG_1"), CommandResult("SUCCESS", "Query terminated.")]
-    assert ms.source("BIG").created_by is None and ms.queries() == []
+    assert present(ms.source("BIG"), "source BIG").created_by is None
+    assert ms.queries() == []
     drop_big = sql_ast.DropSource(text="DROP STREAM BIG;", position=P, kind=SourceKind.STREAM, name="BIG")
     assert run(ms, drop_big, 3) == [CommandResult("SUCCESS", "Source `BIG` (topic: BIG) was dropped.")]
 
@@ -202,10 +209,10 @@ def test_insert_into() -> None:
     effects = run(ms, ins, 5)
     assert result(effects).query_id == "INSERTQUERY_5"
     bad = sql_ast.InsertInto(text="", position=P, target="USERS", query=select("SELECT * FROM orders"))
-    with pytest.raises(StatementError, match="INSERT INTO can only be used to insert into a stream. USERS is a table."):
+    with pytest.raises(StatementError, match=r"INSERT INTO can only be used to insert into a stream\. USERS is a table\."):
         ms.validate(bad, {}, TOPICS)
     mismatch = sql_ast.InsertInto(text="", position=P, target="ORDERS2", query=select("SELECT id, userid FROM orders"))
-    with pytest.raises(StatementError, match="Incompatible schema between results and sink.\nResult schema is `ID` INTEGER "
+    with pytest.raises(StatementError, match=r"Incompatible schema between results and sink\.\nResult schema is `ID` INTEGER "
                                              "KEY, `USERID` STRING\nSink schema is `ID` INTEGER KEY, `USERID` STRING, `AMOUNT` "
                                              "DOUBLE"):
         ms.validate(mismatch, {}, TOPICS)
@@ -220,8 +227,9 @@ def test_apply_of_a_conflicting_command_is_an_error_result_not_an_exception() ->
     c1, c2 = ms.validate(first, {}, TOPICS), ms.validate(second, {}, TOPICS)   # both valid against the same snapshot
     assert result(ms.apply(c1, 0)).status == "SUCCESS"
     r = result(ms.apply(c2, 1))
-    assert r.status == "ERROR" and "already exists" in r.message
-    assert [c.name for c in ms.source("ORDERS").columns] == ["ID", "USERID", "AMOUNT"]
+    assert r.status == "ERROR"
+    assert "already exists" in r.message
+    assert [c.name for c in present(ms.source("ORDERS"), "source ORDERS").columns] == ["ID", "USERID", "AMOUNT"]
 
 
 def test_validate_never_mutates_and_snapshot_is_independent() -> None:
@@ -231,7 +239,8 @@ def test_validate_never_mutates_and_snapshot_is_independent() -> None:
     run(ms, create_stream(), 0)
     snap = ms.snapshot()
     run(ms, create_table(), 1)
-    assert snap.source("USERS") is None and ms.source("USERS") is not None
+    assert snap.source("USERS") is None
+    assert ms.source("USERS") is not None
 
 
 def test_same_commands_give_equal_metastores() -> None:
@@ -246,7 +255,8 @@ def test_same_commands_give_equal_metastores() -> None:
         # b replays what went through the command topic (plan included), carrying the AST across
         decoded = dataclasses.replace(decode(key, value), statement_ast=s)
         b.apply(decoded, i)
-    assert a == b and a.describe_all() == b.describe_all()
+    assert a == b
+    assert a.describe_all() == b.describe_all()
     assert [q.query_id for q in a.queries()] == ["CTAS_C_3"]
     c = Metastore()
     assert c != a
@@ -263,4 +273,5 @@ def test_query_properties_come_from_the_command() -> None:
     replay = Metastore()
     replay.apply(replay.validate(create_stream(), {}, TOPICS), 0)
     replay.apply(dataclasses.replace(decode(*encode(cmd)), statement_ast=cmd.statement_ast), 1)
-    assert replay.query_properties("CSAS_BIG_1") == {"ksql.streams.auto.offset.reset": "earliest"} and replay == ms
+    assert replay.query_properties("CSAS_BIG_1") == {"ksql.streams.auto.offset.reset": "earliest"}
+    assert replay == ms

@@ -35,12 +35,13 @@ def refused(ms: Metastore, sql: str, pattern: str) -> StatementError:
     (s,) = parse(sql)
     with pytest.raises(StatementError, match=pattern) as info:
         ms.validate(s, {}, TOPICS)
-    assert info.value.error_code == BAD_STATEMENT and info.value.http_status == 400
+    assert info.value.error_code == BAD_STATEMENT
+    assert info.value.http_status == 400
     assert info.value.statement_text == s.text
     return info.value
 
 
-@pytest.mark.parametrize("sql, pattern", [
+@pytest.mark.parametrize(("sql", "pattern"), [
     ("CREATE STREAM s (a INT) WITH (value_format='json');", 'Missing required property "KAFKA_TOPIC"'),
     ("CREATE STREAM s (a INT) WITH (kafka_topic='raw');", "Statement is missing the 'VALUE_FORMAT' property"),
     ("CREATE STREAM s (a INT) WITH (kafka_topic='raw', value_format='avro');", "VALUE_FORMAT 'AVRO' is not supported"),
@@ -113,7 +114,8 @@ def test_sink_defaults_topic_partitions_and_formats_from_the_source() -> None:
         ("BIG", 2, Format.KAFKA, Format.DELIMITED)
     effects = run(ms, "CREATE STREAM nokey AS SELECT id, amount FROM orders PARTITION BY NULL;", 11)
     start = next(e for e in effects if isinstance(e, StartQuery))
-    assert start.sink.key_format is Format.NONE and start.sink.key_columns == ()
+    assert start.sink.key_format is Format.NONE
+    assert start.sink.key_columns == ()
 
 
 def test_create_or_replace_as_select_keeps_the_query_id() -> None:
@@ -122,7 +124,8 @@ def test_create_or_replace_as_select_keeps_the_query_id() -> None:
     effects = run(ms, "CREATE OR REPLACE STREAM big AS SELECT id, amount FROM orders WHERE amount > 20;", 11)
     assert effects[0] == StopQuery("CSAS_BIG_10")
     start = next(e for e in effects if isinstance(e, StartQuery))
-    assert start.query.query_id == "CSAS_BIG_10" and "amount > 20" in start.query.statement
+    assert start.query.query_id == "CSAS_BIG_10"
+    assert "amount > 20" in start.query.statement
     assert [q.query_id for q in ms.queries()] == ["CSAS_BIG_10"]
     refused(ms, "CREATE OR REPLACE STREAM big AS SELECT id, userid FROM orders;", "Cannot upgrade data source")
 

@@ -14,7 +14,8 @@ from oncestream.sql.server.node_identity import INSTANCE_ID_PROPERTY, NODE_ID_FI
 
 def test_instance_id_is_created_once_and_kept_in_the_state_dir(tmp_path: Path) -> None:
     first = node_instance_id({}, tmp_path)
-    assert first is not None and first.startswith("node-")
+    assert first is not None
+    assert first.startswith("node-")
     assert (tmp_path / NODE_ID_FILE).read_text().strip() == first
     assert node_instance_id({}, tmp_path) == first                       # a restart: the same id
     other = tmp_path / "other"
@@ -37,7 +38,8 @@ def test_member_metadata_carries_the_instance_id() -> None:
     info = MemberInfo("m-1", "http://a", ("Q1",), 4, (), "node-a")
     assert MemberInfo.decode("m-1", info.encode()) == info
     dynamic = MemberInfo("m-2", "http://b")
-    assert b"instanceId" not in dynamic.encode() and MemberInfo.decode("m-2", dynamic.encode()) == dynamic
+    assert b"instanceId" not in dynamic.encode()
+    assert MemberInfo.decode("m-2", dynamic.encode()) == dynamic
 
 
 def _generation_7(member_id: str) -> Assignment:
@@ -49,10 +51,12 @@ def test_restarted_static_member_takes_its_previous_incarnations_share() -> None
     """KIP-345: the coordinator gives the new process (member id ``new-b``) the generation's
     assignment, computed for ``old-b``; it is ``node-b``'s share, now at the new URL."""
     seen = Assignment.decode("new-b", _generation_7("new-b").encode()).taken_over("node-b", "http://b:2")
-    assert seen.mine == ("Q2", "Q3") and seen.generation == 7
+    assert seen.mine == ("Q2", "Q3")
+    assert seen.generation == 7
     assert seen.urls == {"new-b": "http://b:2", "a-1": "http://a:1"}
     assert seen.leader_url == "http://b:2"                    # it led that generation
-    assert seen.owner_url("Q1") == "http://a:1" and seen.errors == {"Q3": "boom"}
+    assert seen.owner_url("Q1") == "http://a:1"
+    assert seen.errors == {"Q3": "boom"}
     assert seen.instances == {"new-b": "node-b", "a-1": "node-a"}
 
 

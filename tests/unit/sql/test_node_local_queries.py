@@ -56,7 +56,10 @@ def local() -> Any:
     runtime = RecordingRuntime()
     known = {"Q1": 1, "Q2": 2, "Q3": 3}   # query id -> offset of the command defining it
     changes: list[int] = []
-    queries = LocalQueries(runtime, lambda q: StartSpec(Info(q, known[q]), None, None, {}) if q in known else None,
+    # Recording fakes stand in for the runtime and the query specs: only what LocalQueries reads.
+    queries = LocalQueries(runtime,  # type: ignore[arg-type]
+                           lambda q: StartSpec(Info(q, known[q]), None, None, {})  # type: ignore[arg-type]
+                           if q in known else None,
                            lambda: changes.append(1))
     queries.start()
     yield queries, runtime, known, changes
@@ -67,17 +70,20 @@ def test_starts_assigned_and_stops_unassigned(local: Any) -> None:
     queries, runtime, _known, changes = local
     queries.set_desired({"Q1", "Q2"})
     wait(lambda: queries.owned() == ["Q1", "Q2"] and queries.state("Q2") == ("RUNNING", None))
-    assert sorted(runtime.started) == ["Q1", "Q2"] and changes
+    assert sorted(runtime.started) == ["Q1", "Q2"]
+    assert changes
     queries.set_desired({"Q2"})
     wait(lambda: queries.owned() == ["Q2"])
-    assert runtime.stopped == ["Q1"] and queries.state("Q1") is None
+    assert runtime.stopped == ["Q1"]
+    assert queries.state("Q1") is None
 
 
 def test_unknown_queries_wait_for_the_metastore(local: Any) -> None:
     queries, runtime, known, _changes = local
     queries.set_desired({"Q9"})
     time.sleep(0.1)
-    assert queries.owned() == [] and runtime.started == []
+    assert queries.owned() == []
+    assert runtime.started == []
     known["Q9"] = 9
     queries.poke()
     wait(lambda: queries.owned() == ["Q9"])
@@ -104,7 +110,8 @@ def test_terminated_or_replaced_queries_stop_or_restart(local: Any) -> None:
     del known["Q2"]           # TERMINATE: gone from the metastore (still in the stale assignment)
     queries.poke()
     wait(lambda: runtime.started.count("Q1") == 2 and queries.state("Q1") == ("RUNNING", None))
-    assert sorted(runtime.stopped) == ["Q1", "Q2"] and queries.owned() == ["Q1"]
+    assert sorted(runtime.stopped) == ["Q1", "Q2"]
+    assert queries.owned() == ["Q1"]
 
 
 def test_state_table_refuses_illegal_transitions(local: Any) -> None:

@@ -22,24 +22,29 @@ def test_struct_access_is_dot_with_normalised_field_names() -> None:
 def test_struct_access_then_subscript_and_subscript_then_struct_access() -> None:
     tree = parse_expression("a->arr[2]")
     assert isinstance(tree, exp.Bracket)
-    assert isinstance(tree.this, exp.Dot) and tree.expressions == [exp.Literal.number(2)]
+    assert isinstance(tree.this, exp.Dot)
+    assert tree.expressions == [exp.Literal.number(2)]
     tree = parse_expression("arr[1]->f")
-    assert isinstance(tree, exp.Dot) and isinstance(tree.this, exp.Bracket)
+    assert isinstance(tree, exp.Dot)
+    assert isinstance(tree.this, exp.Bracket)
 
 
 def test_array_index_is_kept_one_based_as_written() -> None:
     tree = parse_expression("arr[1]")
-    assert isinstance(tree, exp.Bracket) and tree.expressions == [exp.Literal.number(1)]
+    assert isinstance(tree, exp.Bracket)
+    assert tree.expressions == [exp.Literal.number(1)]
 
 
 def test_map_access_with_a_string_key_keeps_the_key_case() -> None:
     tree = parse_expression("m['Key']")
-    assert isinstance(tree, exp.Bracket) and tree.expressions == [exp.Literal.string("Key")]
+    assert isinstance(tree, exp.Bracket)
+    assert tree.expressions == [exp.Literal.string("Key")]
 
 
 def test_arrow_inside_function_arguments_is_struct_access_not_a_lambda() -> None:
     tree = parse_expression("ucase(a->b)")
-    assert isinstance(tree, exp.Anonymous) and isinstance(tree.expressions[0], exp.Dot)
+    assert isinstance(tree, exp.Anonymous)
+    assert isinstance(tree.expressions[0], exp.Dot)
 
 
 def test_fat_arrow_lambdas() -> None:
@@ -97,7 +102,8 @@ def test_case_in_cast_and_searched_case() -> None:
 
 def test_simple_case() -> None:
     tree = parse_expression("CASE a WHEN 1 THEN 'one' ELSE 'many' END")
-    assert isinstance(tree, exp.Case) and tree.this == exp.column("A")
+    assert isinstance(tree, exp.Case)
+    assert tree.this == exp.column("A")
 
 
 def test_constructors() -> None:
@@ -183,7 +189,8 @@ def test_standard_sql_that_ksqldb_lacks_is_refused_where_it_is(text: str, column
 ])
 def test_negated_predicates_are_not_nodes(text: str, inner: type[exp.Expression]) -> None:
     tree = parse_expression(text)
-    assert isinstance(tree, exp.Not) and isinstance(tree.this, inner)
+    assert isinstance(tree, exp.Not)
+    assert isinstance(tree.this, inner)
     assert not any(node.args.get("negate") for node in tree.walk())
 
 
@@ -201,7 +208,8 @@ def test_malformed_numbers_are_syntax_errors(text: str) -> None:
 @pytest.mark.parametrize(("text", "value"), [("42", 42), ("2.5", 2.5), ("1e5", 1e5), (".5", 0.5)])
 def test_numbers(text: str, value: float) -> None:
     tree = parse_expression(text)
-    assert isinstance(tree, exp.Literal) and float(tree.this) == value
+    assert isinstance(tree, exp.Literal)
+    assert float(tree.this) == value
 
 
 @pytest.mark.parametrize("text", [

@@ -30,8 +30,10 @@ def test_statements_split_with_text_and_positions() -> None:
 def test_semicolons_inside_string_literals_do_not_split() -> None:
     text = "INSERT INTO t (a) VALUES ('x;y'); INSERT INTO t (a) VALUES ('it''s; fine');"
     a, b = parse(text)
-    assert isinstance(a, sql_ast.InsertValues) and a.values[0].name == "x;y"
-    assert isinstance(b, sql_ast.InsertValues) and b.values[0].name == "it's; fine"
+    assert isinstance(a, sql_ast.InsertValues)
+    assert a.values[0].name == "x;y"
+    assert isinstance(b, sql_ast.InsertValues)
+    assert b.values[0].name == "it's; fine"
     assert b.text == "INSERT INTO t (a) VALUES ('it''s; fine');"
 
 
@@ -41,7 +43,8 @@ def test_semicolons_inside_quoted_names_and_comments_do_not_split() -> None:
     assert isinstance(a, sql_ast.QueryStatement)
     assert a.query.select.expressions[0].name == "a;b"
     assert a.text == "SELECT `a;b` FROM s -- comment; still comment\nEMIT CHANGES;"
-    assert isinstance(b, sql_ast.Show) and b.what is sql_ast.ShowWhat.TOPICS
+    assert isinstance(b, sql_ast.Show)
+    assert b.what is sql_ast.ShowWhat.TOPICS
     assert b.text == "SHOW TOPICS;"
     assert b.position == sql_ast.Position(2, 23)
 
@@ -58,9 +61,10 @@ def test_original_spelling_is_kept_in_text() -> None:
 
 
 def test_last_statement_without_semicolon_gets_one() -> None:
-    a, b = parse("SHOW STREAMS; SHOW TABLES")
+    _a, b = parse("SHOW STREAMS; SHOW TABLES")
     assert b.text == "SHOW TABLES;"
-    assert isinstance(b, sql_ast.Show) and b.what is sql_ast.ShowWhat.TABLES
+    assert isinstance(b, sql_ast.Show)
+    assert b.what is sql_ast.ShowWhat.TABLES
 
 
 @pytest.mark.parametrize("text", ["", "   \n ", ";", ";;  ;", "-- only a comment", "/* only */ ;"])
@@ -78,7 +82,8 @@ def test_double_quoted_identifiers_keep_case_and_single_quotes_are_strings() -> 
     assert isinstance(s, sql_ast.QueryStatement)
     first, second = s.query.select.expressions
     assert first.name == "MixedCase"
-    assert second.is_string and second.name == "literal"
+    assert second.is_string
+    assert second.name == "literal"
 
 
 # -- errors ---------------------------------------------------------------------------------------

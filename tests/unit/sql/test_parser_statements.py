@@ -133,13 +133,18 @@ def test_select_items_expressions_aliases_and_pseudo_columns() -> None:
     assert items[0] == exp.Alias(this=exp.column("ID", table="S"), alias=exp.to_identifier("Id", quoted=True))
     assert items[1] == exp.Dot(this=exp.Dot(this=exp.column("A"), expression=exp.to_identifier("B")),
                                expression=exp.to_identifier("C"))
-    assert isinstance(items[2], exp.Bracket) and items[2].expressions == [exp.Literal.number(1)]
-    assert isinstance(items[3], exp.Bracket) and items[3].expressions == [exp.Literal.string("k")]
+    assert isinstance(items[2], exp.Bracket)
+    assert items[2].expressions == [exp.Literal.number(1)]
+    assert isinstance(items[3], exp.Bracket)
+    assert items[3].expressions == [exp.Literal.string("k")]
     cast = items[4].this
-    assert isinstance(cast, exp.Cast) and cast.to.sql() == "DECIMAL(4, 2)"
+    assert isinstance(cast, exp.Cast)
+    assert cast.to.sql() == "DECIMAL(4, 2)"
     assert items[4].alias == "X2"
-    assert isinstance(items[5].this, exp.Case) and items[5].alias == "SIZE_CLASS"
-    assert isinstance(items[6], exp.Anonymous) and items[6].this == "MASK_LEFT"
+    assert isinstance(items[5].this, exp.Case)
+    assert items[5].alias == "SIZE_CLASS"
+    assert isinstance(items[6], exp.Anonymous)
+    assert items[6].this == "MASK_LEFT"
     assert [i.name for i in items[7:12]] == ["ROWTIME", "ROWPARTITION", "ROWOFFSET", "WINDOWSTART", "WINDOWEND"]
     assert items[12] == exp.Column(this=exp.Star(), table=exp.to_identifier("S"))
     assert (s.query.source, s.query.source_alias) == ("SRC", "S")
@@ -158,8 +163,10 @@ def test_where_operators() -> None:
     assert isinstance(s, sql_ast.QueryStatement)
     where = s.query.select.args["where"].this
     assert isinstance(where, exp.Or)
-    assert where.find(exp.Between) is not None and where.find(exp.In) is not None
-    assert where.find(exp.Like) is not None and where.find(exp.DPipe) is not None
+    assert where.find(exp.Between) is not None
+    assert where.find(exp.In) is not None
+    assert where.find(exp.Like) is not None
+    assert where.find(exp.DPipe) is not None
 
 
 def test_lambdas_use_fat_arrow() -> None:
@@ -259,12 +266,14 @@ def test_insert_into_select_plain() -> None:
 
 def test_insert_values_with_and_without_columns() -> None:
     s1, s2 = parse("INSERT INTO t (id, `Name`, v) VALUES (1, 'a;b', -2.5); INSERT INTO t VALUES (ARRAY[1, 2], NULL);")
-    assert isinstance(s1, sql_ast.InsertValues) and isinstance(s2, sql_ast.InsertValues)
+    assert isinstance(s1, sql_ast.InsertValues)
+    assert isinstance(s2, sql_ast.InsertValues)
     assert s1.columns == ("ID", "Name", "V")
     assert s1.values[:2] == (exp.Literal.number(1), exp.Literal.string("a;b"))
     assert s1.values[2].sql() == "-2.5"
     assert s2.columns is None
-    assert isinstance(s2.values[0], exp.Array) and isinstance(s2.values[1], exp.Null)
+    assert isinstance(s2.values[0], exp.Array)
+    assert isinstance(s2.values[1], exp.Null)
 
 
 # -- DROP, TERMINATE, SHOW, DESCRIBE, EXPLAIN, SET, UNSET --------------------------------------------------
@@ -282,8 +291,10 @@ def test_drop(text: str, expected: tuple[str, str, bool, bool]) -> None:
 
 def test_terminate() -> None:
     a, b = parse("TERMINATE CSAS_PAGEVIEWS_3; terminate all;")
-    assert isinstance(a, sql_ast.Terminate) and a.query_id == "CSAS_PAGEVIEWS_3"
-    assert isinstance(b, sql_ast.Terminate) and b.query_id is None
+    assert isinstance(a, sql_ast.Terminate)
+    assert a.query_id == "CSAS_PAGEVIEWS_3"
+    assert isinstance(b, sql_ast.Terminate)
+    assert b.query_id is None
 
 
 @pytest.mark.parametrize("verb", ["SHOW", "LIST", "show"])
@@ -297,23 +308,30 @@ def test_show_everything(verb: str, what: sql_ast.ShowWhat) -> None:
 @pytest.mark.parametrize("what", ["STREAMS", "TABLES", "QUERIES", "TOPICS"])
 def test_show_extended(what: str) -> None:
     s = one(f"SHOW {what} EXTENDED;")
-    assert isinstance(s, sql_ast.Show) and s.extended
+    assert isinstance(s, sql_ast.Show)
+    assert s.extended
 
 
 def test_describe_forms() -> None:
     a, b, c, d, e = parse("DESCRIBE pageviews; DESCRIBE `Mixed` EXTENDED; DESCRIBE STREAMS; describe tables extended; "
                           "DESCRIBE FUNCTION substring;")
     assert a == sql_ast.Describe(text="DESCRIBE pageviews;", position=sql_ast.Position(1, 1), name="PAGEVIEWS")
-    assert isinstance(b, sql_ast.Describe) and (b.name, b.extended) == ("Mixed", True)
-    assert isinstance(c, sql_ast.Describe) and (c.name, c.what, c.extended) == (None, sql_ast.ShowWhat.STREAMS, False)
-    assert isinstance(d, sql_ast.Describe) and (d.what, d.extended) == (sql_ast.ShowWhat.TABLES, True)
-    assert isinstance(e, sql_ast.Describe) and (e.name, e.function) == ("SUBSTRING", True)
+    assert isinstance(b, sql_ast.Describe)
+    assert (b.name, b.extended) == ("Mixed", True)
+    assert isinstance(c, sql_ast.Describe)
+    assert (c.name, c.what, c.extended) == (None, sql_ast.ShowWhat.STREAMS, False)
+    assert isinstance(d, sql_ast.Describe)
+    assert (d.what, d.extended) == (sql_ast.ShowWhat.TABLES, True)
+    assert isinstance(e, sql_ast.Describe)
+    assert (e.name, e.function) == ("SUBSTRING", True)
 
 
 def test_explain_query_id_and_statement() -> None:
     a, b = parse("EXPLAIN CTAS_T_1;\nEXPLAIN SELECT * FROM s EMIT CHANGES;")
-    assert isinstance(a, sql_ast.Explain) and (a.query_id, a.statement) == ("CTAS_T_1", None)
-    assert isinstance(b, sql_ast.Explain) and b.query_id is None
+    assert isinstance(a, sql_ast.Explain)
+    assert (a.query_id, a.statement) == ("CTAS_T_1", None)
+    assert isinstance(b, sql_ast.Explain)
+    assert b.query_id is None
     inner = b.statement
     assert isinstance(inner, sql_ast.QueryStatement)
     assert inner.text == "SELECT * FROM s EMIT CHANGES;"
@@ -323,8 +341,10 @@ def test_explain_query_id_and_statement() -> None:
 
 def test_set_and_unset() -> None:
     a, b = parse("SET 'auto.offset.reset' = 'earliest'; UNSET 'auto.offset.reset';")
-    assert isinstance(a, sql_ast.SetProperty) and (a.name, a.value) == ("auto.offset.reset", "earliest")
-    assert isinstance(b, sql_ast.UnsetProperty) and b.name == "auto.offset.reset"
+    assert isinstance(a, sql_ast.SetProperty)
+    assert (a.name, a.value) == ("auto.offset.reset", "earliest")
+    assert isinstance(b, sql_ast.UnsetProperty)
+    assert b.name == "auto.offset.reset"
 
 
 def test_comments_stay_in_the_text_but_not_in_the_trees() -> None:
@@ -343,7 +363,8 @@ def test_with_property_literal_kinds() -> None:
 
 def test_create_without_columns_or_properties() -> None:
     s = one("CREATE STREAM s;")
-    assert isinstance(s, sql_ast.CreateSource) and (s.columns, s.properties) == ((), {})
+    assert isinstance(s, sql_ast.CreateSource)
+    assert (s.columns, s.properties) == ((), {})
 
 
 def test_struct_with_duplicate_field_names_is_an_error() -> None:
@@ -398,5 +419,6 @@ def test_quoted_and_unquoted_names_differ() -> None:
 
 def test_explain_statement_without_semicolon_gets_one_in_both_texts() -> None:
     s = one("EXPLAIN SHOW STREAMS")
-    assert isinstance(s, sql_ast.Explain) and s.statement is not None
+    assert isinstance(s, sql_ast.Explain)
+    assert s.statement is not None
     assert (s.text, s.statement.text) == ("EXPLAIN SHOW STREAMS;", "SHOW STREAMS;")

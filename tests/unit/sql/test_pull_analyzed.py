@@ -12,12 +12,14 @@ import pytest
 from oncestream.sql.engine.pull import PullQueryStream, execute_pull, source_of
 from oncestream.sql.engine.serde import Window, layout_of
 from oncestream.sql.errors import StatementError
+from oncestream.sql.language import sql_ast
 from oncestream.sql.language.analyzer import analyze_query
 from oncestream.sql.language.catalog import Column, Format, Namespace, SourceInfo
 from oncestream.sql.language.parser import parse
 from oncestream.sql.language.sql_ast import SourceKind, WindowKind, WindowSpec
 from oncestream.sql.language.types import BIGINT, DOUBLE, INTEGER, STRING
 from oncestream.state import StateStore
+from tests.support.narrow import of_type
 
 USERS = SourceInfo(name="USERS", kind=SourceKind.TABLE, topic="users", key_format=Format.KAFKA, value_format=Format.JSON,
                    columns=(Column("ID", BIGINT, Namespace.KEY), Column("NAME", STRING), Column("SCORE", DOUBLE),
@@ -33,7 +35,8 @@ def _fill(store: StateStore, source: SourceInfo, rows: list[dict[str, Any]], win
     for i, row in enumerate(rows):
         key = layout.encode_key(row, windows[i] if windows else None)
         value = layout.encode_value({c.name: row.get(c.name) for c in source.value_columns})
-        assert key is not None and value is not None
+        assert key is not None
+        assert value is not None
         store.put(key, value)
     store.commit({(source.topic, 0): len(rows)})
 
@@ -55,7 +58,7 @@ def stores(tmp_path_factory):
 
 
 def _pull(stores, text: str) -> tuple[list[tuple[str, str]], list[list[Any]]]:
-    statement = parse(text)[0]
+    statement = of_type(parse(text)[0], sql_ast.QueryStatement, text)
     analyzed = analyze_query(statement.query, SOURCES)
     source = source_of(analyzed)
     headers, rows = execute_pull(analyzed, source, stores[source.name].reader("read_committed"))
@@ -105,7 +108,7 @@ def test_uncommitted_store_writes_are_not_read(tmp_path):
     with StateStore(tmp_path / "s") as store:
         _fill(store, USERS, [{"ID": 1, "NAME": "a", "SCORE": 1.0, "AGE": 1}])
         store.put(layout_of(USERS).encode_key({"ID": 2}) or b"", b'{"NAME":"b","SCORE":2,"AGE":2}')
-        analyzed = analyze_query(parse("SELECT ID FROM USERS;")[0].query, SOURCES)
+        analyzed = analyze_query(of_type(parse("SELECT ID FROM USERS;")[0], sql_ast.QueryStatement).query, SOURCES)
         _h, rows = execute_pull(analyzed, USERS, store.reader("read_committed"))
         assert rows == [[1]]
         store.commit({("users", 0): 2})
@@ -122,7 +125,9 @@ def test_pull_query_stream_yields_the_rows():
         return [row async for row in stream.rows()]
 
     assert asyncio.run(collect()) == [[1], [2]]
-    assert stream.is_pull and stream.limit_reached and stream.query_id.startswith("query_")
+    assert stream.is_pull
+    assert stream.limit_reached
+    assert stream.query_id.startswith("query_")
 
 
 def test_struct_fields_and_subscripts(tmp_path):
@@ -137,7 +142,7 @@ def test_struct_fields_and_subscripts(tmp_path):
     with StateStore(tmp_path / "nested") as store:
         _fill(store, table, [{"K": "k", "ST": {"F1": 5, "F2": "x"}, "ARR": [1, 2, 3], "M": {"a": "b"}}])
         text = "SELECT ST->F1, ARR[-1] AS LAST, M['a'] AS A FROM NESTED WHERE K = 'k' AND ST->F2 = 'x';"
-        analyzed = analyze_query(parse(text)[0].query, {"NESTED": table})
+        analyzed = analyze_query(of_type(parse(text)[0], sql_ast.QueryStatement).query, {"NESTED": table})
         headers, rows = execute_pull(analyzed, table, store.reader("read_committed"))
     assert [(h.name, h.type) for h in headers] == [("F1", "BIGINT"), ("LAST", "BIGINT"), ("A", "STRING")]
     assert rows == [[5, 3, "b"]]
@@ -151,10 +156,11 @@ def test_pull_query_refuses_streams_and_tables_this_node_does_not_hold(tmp_path)
                         value_format=USERS.value_format, columns=USERS.columns, statement="CREATE STREAM CLICKS ...;")
     tables = TableMaterializations(tmp_path, "127.0.0.1:1")
     try:
-        analyzed = analyze_query(parse("SELECT * FROM CLICKS WHERE ID = 1;")[0].query, {"CLICKS": stream})
+        statement = of_type(parse("SELECT * FROM CLICKS WHERE ID = 1;")[0], sql_ast.QueryStatement)
+        analyzed = analyze_query(statement.query, {"CLICKS": stream})
         with pytest.raises(StatementError, match="Pull queries on streams are not supported"):
             pull_query(tables, analyzed)
-        analyzed = analyze_query(parse("SELECT * FROM USERS WHERE ID = 1;")[0].query, SOURCES)
+        analyzed = analyze_query(of_type(parse("SELECT * FROM USERS WHERE ID = 1;")[0], sql_ast.QueryStatement).query, SOURCES)
         with pytest.raises(TableNotMaterializedError, match="Table USERS is not materialized on this node"):
             pull_query(tables, analyzed)
     finally:

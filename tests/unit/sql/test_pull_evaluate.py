@@ -9,11 +9,12 @@ import pytest
 import sqlglot
 
 from oncestream.sql.errors import StatementError
-from oncestream.sql.language import functions
+from oncestream.sql.language import functions, sql_ast
 from oncestream.sql.language.analyzer import analyze_query
 from oncestream.sql.language.evaluate import UnsupportedInPullQueryError, check_supported, evaluate
 from oncestream.sql.language.parser import parse, parse_expression
 from oncestream.sql.server.metastore import Metastore
+from tests.support.narrow import of_type
 
 ROW = {"A": 7, "B": -7, "S": "Hello", "N": None, "X": 2.5, "T": True, "F": False,
        "ARR": [10, 20, 30], "M": {"k": "v"}, "ST": {"F1": 1, "INNER": {"G": "deep"}}}
@@ -70,7 +71,7 @@ def test_functions(text, expected):
 ])
 def test_unsupported_expressions_are_refused(text):
     """sqlglot's own nodes too (the evaluator's guard does not rely on the parser)."""
-    with pytest.raises(UnsupportedInPullQueryError, match="Pull queries don't support|does not accept"):
+    with pytest.raises(UnsupportedInPullQueryError, match=r"Pull queries don't support|does not accept"):
         check_supported(sqlglot.parse_one(text))
 
 
@@ -101,7 +102,8 @@ def test_integer_arithmetic_wraps_as_javas_by_the_analyzed_type():
     metastore = Metastore()
     (create,) = parse("CREATE STREAM SRC (A INT, L BIGINT) WITH (KAFKA_TOPIC='t', VALUE_FORMAT='JSON', PARTITIONS=1);")
     metastore.apply(metastore.validate(create), 0)
-    (select,) = parse("SELECT A * 1000000000, -(A * 1000000000), L * 2, A + 1 FROM SRC EMIT CHANGES;")
+    (parsed,) = parse("SELECT A * 1000000000, -(A * 1000000000), L * 2, A + 1 FROM SRC EMIT CHANGES;")
+    select = of_type(parsed, sql_ast.QueryStatement)
     analyzed = analyze_query(select.query, metastore.source_map())
     row = {"A": 7, "L": 2**62}
     assert [evaluate(e, row) for e in analyzed.expressions] == [-1589934592, 1589934592, -(2**63), 8]

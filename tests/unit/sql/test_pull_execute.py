@@ -137,7 +137,8 @@ def test_key_lookup_reads_one_key_and_projects_star_in_ksqldb_order(stores):
     assert [(h.name, h.type) for h in headers] == [("ID", "BIGINT"), ("NAME", "STRING"), ("SCORE", "DOUBLE"),
                                                    ("AGE", "INTEGER")]
     assert rows == [[7, "user7", 10.5, 20]]
-    assert spy.kinds == {"get"} and len(spy.calls) == 1
+    assert spy.kinds == {"get"}
+    assert len(spy.calls) == 1
 
 
 def test_missing_key_and_uncommitted_key_give_no_row(stores):
@@ -153,7 +154,8 @@ def test_missing_key_and_uncommitted_key_give_no_row(stores):
 def test_in_list_reads_each_key_and_skips_duplicates(stores):
     rows, spy = _run(stores, "SELECT ID, NAME FROM USERS WHERE ID IN (3, 1, 99, 3, -2)", USERS)
     assert rows == [[3, "user3"], [1, "user1"], [-2, "user-2"]]
-    assert spy.kinds == {"get"} and len(spy.calls) == 4
+    assert spy.kinds == {"get"}
+    assert len(spy.calls) == 4
 
 
 def test_key_equal_and_in_intersect(stores):
@@ -199,7 +201,9 @@ def test_bigint_key_range_reaching_negative_keys_scans_and_filters(stores, where
 def test_string_key_range_is_a_byte_range_scan(stores, where, expected):
     rows, spy = _run(stores, f"SELECT NAME FROM NAMES WHERE {where}", NAMES)
     assert [r[0] for r in rows] == expected
-    assert len(spy.calls) == 1 and spy.calls[0][0] == "range" and spy.calls[0][1] != (None, None)
+    assert len(spy.calls) == 1
+    assert spy.calls[0][0] == "range"
+    assert spy.calls[0][1] != (None, None)
 
 
 def test_full_scan_with_limit_stops_early(stores):

@@ -171,7 +171,7 @@ def test_engine_bug_is_a_500_without_the_internal_message() -> None:
 
 
 def test_max_body_bytes_must_be_positive() -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"max_body_bytes must be positive, got 0"):
         create_app(MemoryEngine(), max_body_bytes=0)
 
 
@@ -181,7 +181,8 @@ def test_http1_upgrade_and_prior_knowledge_share_the_port(server: RunningServer)
         sock.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00")
         frame = sock.recv(9)
         # The server's first frame is its SETTINGS frame (type 4).
-        assert len(frame) == 9 and frame[3] == 4
+        assert len(frame) == 9
+        assert frame[3] == 4
     with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
         sock.sendall(b"GET /info HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
         assert sock.recv(12) == b"HTTP/1.1 200"
@@ -238,7 +239,8 @@ def test_serve_reports_the_bound_port_and_a_failing_ready_callback_releases_the_
 
     with pytest.raises(RuntimeError, match="cannot join"):
         asyncio.run(serve(create_app(MemoryEngine(), max_body_bytes=1024), "127.0.0.1", 0, asyncio.Event(), refuse))
-    assert ports and ports[0] > 0
+    assert ports
+    assert ports[0] > 0
     with socket.socket() as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(("127.0.0.1", ports[0]))  # nothing listens there any more

@@ -332,5 +332,6 @@ def test_client_leaving_a_fast_stream_closes_it_without_errors(protocol: str, ca
                 next(chunks)
                 next(chunks)
         assert wait_until(lambda: srv.app.active_streams == 0)
-    assert len(queries) == 3 and all(q.closed.is_set() for q in queries)
+    assert len(queries) == 3
+    assert all(q.closed.is_set() for q in queries)
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []

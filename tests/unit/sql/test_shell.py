@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 import io
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -31,10 +31,11 @@ def server() -> Iterator[RunningServer]:
         yield srv
 
 
-def run_shell(argv: list[str], server: RunningServer, **kwargs: object) -> tuple[int, str, str]:
+def run_shell(argv: list[str], server: RunningServer,
+              session_factory: Callable[[Path], PromptSession[str]] | None = None) -> tuple[int, str, str]:
     args = build_parser().parse_args(["sql", "--server", server.url, *argv])
     out, err = io.StringIO(), io.StringIO()
-    code = shell.run(args, out=out, err=err, **kwargs)
+    code = shell.run(args, out=out, err=err, session_factory=session_factory)
     return code, out.getvalue(), err.getvalue()
 
 
@@ -98,14 +99,16 @@ def test_entities_render_by_type() -> None:
     assert "Kafka topic         : s (partitions: 1, replication: 1)" in described
     assert '"@type": "mystery"' in render_entity({"@type": "mystery"})
     both = render_entity({"@type": "source_descriptions", "sourceDescriptions": [{"name": "A"}, {"name": "B"}]})
-    assert "Name                : A" in both and "Name                : B" in both
+    assert "Name                : A" in both
+    assert "Name                : B" in both
     assert " SUBSTRING     | STRING" in render_entity({"@type": "function_names", "functions": [
         {"name": "SUBSTRING", "type": "SCALAR", "category": "STRING"}]})
     explained = render_entity({"@type": "queryDescription", "queryDescription": {
         "id": "CSAS_X_1", "queryType": "PERSISTENT", "statementText": "CREATE STREAM X AS SELECT * FROM S;",
         "state": "ERROR", "fields": [], "sources": ["S"], "sinks": ["X"],
         "queryErrors": [{"errorMessage": "boom", "type": "USER"}]}})
-    assert "Status              : ERROR" in explained and "  boom" in explained
+    assert "Status              : ERROR" in explained
+    assert "  boom" in explained
 
 
 # --- -e and -f -----------------------------------------------------------------------------------------
@@ -146,7 +149,7 @@ def test_properties_are_sent_with_statements_and_unset_removes_them(server: Runn
 def test_file_runs_its_statements(server: RunningServer, tmp_path: Path) -> None:
     script = tmp_path / "script.sql"
     script.write_text("-- setup\nCREATE STREAM F (X INT)\n  F;\nSHOW STREAMS;\n", encoding="utf-8")
-    code, out, err = run_shell(["-f", str(script)], server)
+    code, _out, err = run_shell(["-f", str(script)], server)
     assert (code, err) == (0, "")
     assert server.engine.executed[-2][0] == "-- setup\nCREATE STREAM F (X INT)\n  F;"
 
@@ -175,9 +178,12 @@ def test_interactive_multi_line_statements_history_and_exit(server: RunningServe
     assert code == 0
     assert [e[0] for e in server.engine.executed[executed:]] == ["SHOW\n  STREAMS;", "CREATE STREAM I (X INT) I;",
                                                                  "FAIL x;"]
-    assert "Stream Name" in out and "Executed CREATE" in out and "Ctrl-D" in out
+    assert "Stream Name" in out
+    assert "Executed CREATE" in out
+    assert "Ctrl-D" in out
     assert err == "Cannot do x\n"
-    assert "SHOW" in history.read_text() and "exit" in history.read_text()
+    assert "SHOW" in history.read_text()
+    assert "exit" in history.read_text()
 
 
 def test_interactive_ends_at_end_of_input(server: RunningServer, tmp_path: Path) -> None:
@@ -211,7 +217,7 @@ def test_query_header_schema_splits_into_columns_even_with_nested_types() -> Non
 def test_run_script_runs_a_files_statements(server: RunningServer, tmp_path: Path) -> None:
     script = tmp_path / "inner.sql"
     script.write_text("CREATE STREAM R (X INT) R;\n", encoding="utf-8")
-    code, out, err = run_shell(["-e", f"RUN SCRIPT '{script}'; run script 'missing.sql';"], server)
+    code, _out, err = run_shell(["-e", f"RUN SCRIPT '{script}'; run script 'missing.sql';"], server)
     assert code == 1
     assert server.engine.executed[-1][0] == "CREATE STREAM R (X INT) R;"
     assert err.startswith("Cannot read missing.sql")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
@@ -20,7 +20,8 @@ from oncestream.broker.state import BrokerState
 from oncestream.errors import OnceStreamError
 from oncestream.protocol import api_keys as k
 from oncestream.protocol.acl import AclBinding, AclBindingFilter, binding_from_wire
-from oncestream.protocol.codec import RequestHeader, build, response_module
+from oncestream.protocol.codec import RequestHeader, build
+from oncestream.protocol.schemas import response_module
 
 if TYPE_CHECKING:
     from oncestream.protocol.request_types import CreateAclsRequest, DeleteAclsRequest, DescribeAclsRequest
@@ -36,7 +37,7 @@ async def _persist(state: BrokerState, acls: list[AclBinding]) -> None:
 async def handle_create(state: BrokerState, header: RequestHeader, request: CreateAclsRequest) -> object:
     m = response_module(k.CREATE_ACLS, header.api_version)
 
-    def result(code: ErrorCode, message: str | None = None):
+    def result(code: ErrorCode, message: str | None = None) -> Any:
         return build(m.AclCreationResult, error_code=code, error_message=message)
 
     authorizer = state.authorizer
@@ -69,7 +70,7 @@ async def handle_create(state: BrokerState, header: RequestHeader, request: Crea
     return build(m.CreateAclsResponse, throttle_time=_ZERO, results=tuple(answers))
 
 
-def _filter_of(f, name_attr: str = "resource_name_filter") -> AclBindingFilter:
+def _filter_of(f: Any, name_attr: str = "resource_name_filter") -> AclBindingFilter:
     return AclBindingFilter.from_wire(f.resource_type_filter, getattr(f, name_attr), f.pattern_type_filter,
                                       f.principal_filter, f.host_filter, f.operation, f.permission_type)
 
@@ -77,7 +78,7 @@ def _filter_of(f, name_attr: str = "resource_name_filter") -> AclBindingFilter:
 def handle_describe(state: BrokerState, header: RequestHeader, request: DescribeAclsRequest) -> object:
     m = response_module(k.DESCRIBE_ACLS, header.api_version)
 
-    def answer(code: ErrorCode, message: str | None = None, resources: tuple = ()):
+    def answer(code: ErrorCode, message: str | None = None, resources: tuple[Any, ...] = ()) -> Any:
         return build(m.DescribeAclsResponse, throttle_time=_ZERO, error_code=code, error_message=message,
                      resources=resources)
 
@@ -89,7 +90,7 @@ def handle_describe(state: BrokerState, header: RequestHeader, request: Describe
         acl_filter = _filter_of(request)
     except OnceStreamError as exc:
         return answer(exc.code, str(exc))
-    by_resource: dict[tuple, list[AclBinding]] = {}
+    by_resource: dict[tuple[Any, ...], list[AclBinding]] = {}
     for acl in state.authorizer.matching(acl_filter):
         by_resource.setdefault((acl.resource_type, acl.resource_name, acl.pattern_type), []).append(acl)
     resources = tuple(
@@ -104,7 +105,7 @@ def handle_describe(state: BrokerState, header: RequestHeader, request: Describe
 async def handle_delete(state: BrokerState, header: RequestHeader, request: DeleteAclsRequest) -> object:
     m = response_module(k.DELETE_ACLS, header.api_version)
 
-    def filter_result(code: ErrorCode, message: str | None = None, matching: tuple = ()):
+    def filter_result(code: ErrorCode, message: str | None = None, matching: tuple[Any, ...] = ()) -> Any:
         return build(m.DeleteAclsFilterResult, error_code=code, error_message=message, matching_acls=matching)
 
     authorizer = state.authorizer

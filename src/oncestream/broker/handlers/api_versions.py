@@ -10,7 +10,8 @@ from kio.schema.errors import ErrorCode
 
 from oncestream.broker.state import BrokerState
 from oncestream.protocol.api_keys import API_VERSIONS, API_VERSIONS_KEY, FEATURES
-from oncestream.protocol.codec import RequestHeader, build, response_module
+from oncestream.protocol.codec import RequestHeader, build
+from oncestream.protocol.schemas import response_module
 
 if TYPE_CHECKING:
     from oncestream.protocol.request_types import ApiVersionsRequest

@@ -25,13 +25,15 @@ from kio.schema.errors import ErrorCode
 from oncestream.broker import config_admin as admin
 from oncestream.broker.authorize import Op, Res, authorize
 from oncestream.broker.disk_step import run_disk_step
+from oncestream.broker.dynamic_config import ConfigEntry
 from oncestream.broker.state import BrokerState
 from oncestream.errors import InvalidRequestError, OnceStreamError, UnknownTopicOrPartitionError
 from oncestream.log.config import LogConfig
 from oncestream.log.manager import validate_topic_name
 from oncestream.protocol.api_keys import ALTER_CONFIGS, DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS
-from oncestream.protocol.codec import RequestHeader, build, response_module
+from oncestream.protocol.codec import RequestHeader, build
 from oncestream.protocol.config_resources import RESOURCE_BROKER, RESOURCE_TOPIC
+from oncestream.protocol.schemas import response_module
 
 if TYPE_CHECKING:
     from oncestream.protocol.request_types import AlterConfigsRequest, DescribeConfigsRequest, IncrementalAlterConfigsRequest
@@ -39,7 +41,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def _denied(state: BrokerState, op: Op, res) -> tuple[ErrorCode, str] | None:
+def _denied(state: BrokerState, op: Op, res: Any) -> tuple[ErrorCode, str] | None:
     """Kafka's config ACLs: ``op`` on the topic, or on the cluster for a broker resource."""
     if res.resource_type == RESOURCE_TOPIC and not authorize(state, op, Res.TOPIC, res.resource_name):
         return ErrorCode.topic_authorization_failed, f"{op.name} on topic {res.resource_name!r} not allowed"
@@ -58,7 +60,7 @@ def _topic_overrides(state: BrokerState, name: str) -> dict[str, str]:
     return dict(info.configs)
 
 
-def _describe_entries(state: BrokerState, request, res) -> list[admin.ConfigEntry]:
+def _describe_entries(state: BrokerState, request: Any, res: Any) -> list[ConfigEntry]:
     include_synonyms = bool(getattr(request, "include_synonyms", False))
     include_documentation = bool(getattr(request, "include_documentation", False))
     if res.resource_type == RESOURCE_TOPIC:
@@ -146,7 +148,7 @@ async def _apply_broker_configs(state: BrokerState, resource_name: str,
         )
 
 
-def _alter_response(m, results: list[tuple[Any, ErrorCode, str | None]]):
+def _alter_response(m: Any, results: list[tuple[Any, ErrorCode, str | None]]) -> tuple[Any, ...]:
     return tuple(
         build(
             m.AlterConfigsResourceResponse,
@@ -165,8 +167,8 @@ def _broker_layer(ops: list[tuple[str, int, str | None]], replace: bool) -> Call
     return new_layer
 
 
-async def _alter(state: BrokerState, request, ops_of: Callable[[Any], list[tuple[str, int, str | None]]],
-                 replace: bool) -> list:
+async def _alter(state: BrokerState, request: Any, ops_of: Callable[[Any], list[tuple[str, int, str | None]]],
+                 replace: bool) -> list[tuple[Any, ErrorCode, str | None]]:
     """Both AlterConfigs flavours: ``ops_of(resource)`` gives its (name, op, value) list; with
     ``replace`` (legacy AlterConfigs) they start from an empty set instead of the current one."""
     repeated = admin.check_resource_names((res.resource_type, res.resource_name) for res in request.resources)
@@ -197,7 +199,7 @@ async def _alter(state: BrokerState, request, ops_of: Callable[[Any], list[tuple
 async def handle_alter(state: BrokerState, header: RequestHeader, request: AlterConfigsRequest) -> object:
     m = response_module(ALTER_CONFIGS, header.api_version)
 
-    def as_sets(res) -> list[tuple[str, int, str | None]]:
+    def as_sets(res: Any) -> list[tuple[str, int, str | None]]:
         # Kafka's legacy AlterConfigs: the given configs become the whole set; a null value is
         # INVALID_REQUEST (check_operations, as for a SET).
         return [(c.name, admin.AlterOp.SET, c.value) for c in res.configs]
@@ -209,7 +211,7 @@ async def handle_alter(state: BrokerState, header: RequestHeader, request: Alter
 async def handle_incremental_alter(state: BrokerState, header: RequestHeader, request: IncrementalAlterConfigsRequest) -> object:
     m = response_module(INCREMENTAL_ALTER_CONFIGS, header.api_version)
 
-    def as_ops(res) -> list[tuple[str, int, str | None]]:
+    def as_ops(res: Any) -> list[tuple[str, int, str | None]]:
         return [(c.name, c.config_operation, c.value) for c in res.configs]
 
     results = await _alter(state, request, as_ops, replace=False)

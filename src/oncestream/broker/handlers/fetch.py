@@ -16,7 +16,7 @@ to send full fetch requests, as the protocol allows. KIP-227's rules for the req
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
@@ -34,7 +34,7 @@ READ_COMMITTED = 1
 FINAL_EPOCH, INITIAL_EPOCH = -1, 0
 
 
-async def handle(state: BrokerState, header: RequestHeader, request: FetchRequest) -> list:
+async def handle(state: BrokerState, header: RequestHeader, request: FetchRequest) -> list[Any]:
     """Answer with pre-framed buffers (see protocol/fetch_response.py for why)."""
     # v4-v6 requests carry no session fields (kio's request has no such attribute): full fetch.
     if getattr(request, "session_epoch", FINAL_EPOCH) not in (FINAL_EPOCH, INITIAL_EPOCH):
@@ -63,7 +63,7 @@ async def handle(state: BrokerState, header: RequestHeader, request: FetchReques
             state.notifier.discard(waiter, wanted)
 
 
-def _read_once(state: BrokerState, request: FetchRequest, denied: set[str]) -> tuple[list, int, bool]:
+def _read_once(state: BrokerState, request: FetchRequest, denied: set[str]) -> tuple[list[Any], int, bool]:
     read_committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
     # The broker's fetch.max.bytes bounds every response, whatever the request asks for (Kafka's
     # rule); the first batch is still returned whole, so a consumer always makes progress.

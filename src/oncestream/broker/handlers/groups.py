@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
@@ -31,7 +31,8 @@ from oncestream.coordinator.group.messages import (
     SyncRequest,
 )
 from oncestream.protocol import api_keys as k
-from oncestream.protocol.codec import RequestHeader, build, response_module
+from oncestream.protocol.codec import RequestHeader, build
+from oncestream.protocol.schemas import response_module
 from oncestream.topic_partition import TopicPartition
 
 if TYPE_CHECKING:
@@ -112,7 +113,7 @@ async def handle_join_group(state: BrokerState, header: RequestHeader, request: 
         client_host=client_host(),
         reason=getattr(request, "reason", None),
     )
-    fut: asyncio.Future = asyncio.get_running_loop().create_future()
+    fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
     svc.complete(svc.coordinator.join_group(
         join, state.now_ms(), svc.responder(fut, request.group_id), mono_ms=state.mono_ms()
     ))
@@ -150,7 +151,7 @@ async def handle_sync_group(state: BrokerState, header: RequestHeader, request: 
         protocol_name=getattr(request, "protocol_name", None),
         assignments={a.member_id: a.assignment for a in request.assignments},
     )
-    fut: asyncio.Future = asyncio.get_running_loop().create_future()
+    fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
     svc.complete(svc.coordinator.sync_group(
         sync, state.now_ms(), svc.responder(fut, request.group_id), mono_ms=state.mono_ms()
     ))
@@ -266,10 +267,10 @@ def handle_offset_commit(state: BrokerState, header: RequestHeader, request: wir
     return build(m.OffsetCommitResponse, throttle_time=_ZERO, topics=tuple(topics_out))
 
 
-def _fetch_one_group(state: BrokerState, group_id: str, topics, require_stable: bool):
+def _fetch_one_group(state: BrokerState, group_id: str, topics: Any, require_stable: bool) -> Any:
     if not authorize(state, Op.DESCRIBE, Res.GROUP, group_id):
         denied = FetchedOffset(error=ErrorCode.group_authorization_failed)
-        listed: dict[str, list] = {}
+        listed: dict[str, list[Any]] = {}
         for t in topics or ():
             listed.setdefault(t.name, []).extend((p, denied) for p in t.partition_indexes)
         return ErrorCode.group_authorization_failed, listed
@@ -281,7 +282,7 @@ def _fetch_one_group(state: BrokerState, group_id: str, topics, require_stable: 
         mono_ms=state.mono_ms(),
     )
     state.groups.complete([], wake_timers=False)
-    by_topic: dict[str, list] = {}
+    by_topic: dict[str, list[Any]] = {}
     topic_denied = FetchedOffset(error=ErrorCode.topic_authorization_failed)
     allowed: dict[str, bool] = {}
     for tp, fetched in sorted(result.partitions.items()):
@@ -299,7 +300,7 @@ def handle_offset_fetch(state: BrokerState, header: RequestHeader, request: wire
     m = response_module(k.OFFSET_FETCH, header.api_version)
     require_stable = getattr(request, "require_stable", False)
 
-    def topics_of(by_topic, partition_cls, topic_cls):
+    def topics_of(by_topic: dict[str, list[Any]], partition_cls: Any, topic_cls: Any) -> tuple[Any, ...]:
         return tuple(
             build(
                 topic_cls,

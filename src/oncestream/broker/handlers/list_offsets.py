@@ -12,7 +12,8 @@ from oncestream.broker.authorize import Op, Res, authorize
 from oncestream.broker.state import BrokerState
 from oncestream.errors import OnceStreamError, TopicAuthorizationFailedError
 from oncestream.protocol.api_keys import LIST_OFFSETS
-from oncestream.protocol.codec import RequestHeader, build, response_module
+from oncestream.protocol.codec import RequestHeader, build
+from oncestream.protocol.schemas import response_module
 
 if TYPE_CHECKING:
     from oncestream.protocol.request_types import ListOffsetsRequest

@@ -15,7 +15,8 @@ from oncestream.broker.topic_creation import auto_create_topic
 from oncestream.errors import OnceStreamError
 from oncestream.protocol.acl import CLUSTER_NAME
 from oncestream.protocol.api_keys import METADATA
-from oncestream.protocol.codec import RequestHeader, build, response_module
+from oncestream.protocol.codec import RequestHeader, build
+from oncestream.protocol.schemas import response_module
 
 if TYPE_CHECKING:
     from oncestream.protocol.request_types import MetadataRequest

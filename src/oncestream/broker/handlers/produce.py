@@ -21,8 +21,9 @@ from oncestream.log.config import LogConfig
 from oncestream.log.partition_log import PartitionLog
 from oncestream.log.recompression import recompressed_records
 from oncestream.protocol.api_keys import PRODUCE
-from oncestream.protocol.codec import RequestHeader, build, response_module
+from oncestream.protocol.codec import RequestHeader, build
 from oncestream.protocol.record_batch import BatchHeader, iter_batches
+from oncestream.protocol.schemas import response_module
 
 if TYPE_CHECKING:
     from oncestream.protocol.request_types import ProduceRequest
@@ -38,14 +39,14 @@ async def handle(state: BrokerState, header: RequestHeader, request: ProduceRequ
     acks = request.acks
     # Partition answers are built after the flush: a failed fsync turns an appended partition's
     # answer into KAFKA_STORAGE_ERROR (its batch is not durable, so it must not be acknowledged).
-    answers: list[tuple[str, list[dict]]] = []
-    to_flush: list[tuple[PartitionLog, dict]] = []
+    answers: list[tuple[str, list[dict[str, Any]]]] = []
+    to_flush: list[tuple[PartitionLog, dict[str, Any]]] = []
     # Kafka: WRITE on the transactional id (every partition refused without it), WRITE on each
     # topic; an idempotent producer needs nothing more (KIP-679).
     txn_id = request.transactional_id
     txn_denied = txn_id is not None and not authorize(state, Op.WRITE, Res.TRANSACTIONAL_ID, txn_id)
     for topic in request.topic_data:
-        parts: list[dict] = []
+        parts: list[dict[str, Any]] = []
         topic_denied = not authorize(state, Op.WRITE, Res.TOPIC, topic.name)
         for part in topic.partition_data:
             answer: dict[str, Any] = {"index": part.index, "error_code": ErrorCode.none, "error_message": None,
@@ -103,10 +104,11 @@ async def handle(state: BrokerState, header: RequestHeader, request: ProduceRequ
         )
         for name, parts in answers
     ]
-    return build(m.ProduceResponse, responses=tuple(topics_out), throttle_time=datetime.timedelta(0))
+    response: object = build(m.ProduceResponse, responses=tuple(topics_out), throttle_time=datetime.timedelta(0))
+    return response
 
 
-async def _recompress_ahead(state: BrokerState, request) -> dict[tuple[str, int], bytes]:
+async def _recompress_ahead(state: BrokerState, request: ProduceRequest) -> dict[tuple[str, int], bytes]:
     """The records of every partition whose topic recompresses them, rewritten on the codec
     threads (all partitions at once); partitions left out are appended as sent (the log still
     rewrites anything that needs it, e.g. after a config change meanwhile)."""
@@ -185,7 +187,7 @@ def _check_transactional(
     return verify.errors.get(tp, ErrorCode.none)
 
 
-async def _flush_all(state: BrokerState, waiting: list[tuple[PartitionLog, dict]]) -> None:
+async def _flush_all(state: BrokerState, waiting: list[tuple[PartitionLog, dict[str, Any]]]) -> None:
     """Wait for the group-commit fsync of every appended partition; a partition whose fsync
     failed is answered KAFKA_STORAGE_ERROR, never NONE (its log is offline from then on)."""
     futures = [state.flusher.flush_soon(plog) for plog, _ in waiting]

@@ -22,7 +22,8 @@ from oncestream.errors import OnceStreamError, TopicAuthorizationFailedError, Un
 from oncestream.log.log_start import LogStartMove
 from oncestream.log.partition_log import PartitionLog
 from oncestream.protocol.api_keys import DELETE_RECORDS
-from oncestream.protocol.codec import RequestHeader, build, response_module
+from oncestream.protocol.codec import RequestHeader, build
+from oncestream.protocol.schemas import response_module
 
 if TYPE_CHECKING:
     from oncestream.protocol.request_types import DeleteRecordsRequest

@@ -21,7 +21,8 @@ from oncestream.broker.sasl.exchange import SaslExchange, current_exchange
 from oncestream.broker.state import BrokerState
 from oncestream.errors import OnceStreamError
 from oncestream.protocol.api_keys import SASL_AUTHENTICATE, SASL_HANDSHAKE
-from oncestream.protocol.codec import RequestHeader, build, response_module
+from oncestream.protocol.codec import RequestHeader, build
+from oncestream.protocol.schemas import response_module
 
 if TYPE_CHECKING:
     from oncestream.protocol.request_types import SaslAuthenticateRequest, SaslHandshakeRequest

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import datetime
 from collections import Counter
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
@@ -27,7 +27,8 @@ from oncestream.broker.sasl.scram import (
 )
 from oncestream.broker.state import BrokerState
 from oncestream.protocol.api_keys import ALTER_USER_SCRAM_CREDENTIALS, DESCRIBE_USER_SCRAM_CREDENTIALS
-from oncestream.protocol.codec import RequestHeader, build, response_module
+from oncestream.protocol.codec import RequestHeader, build
+from oncestream.protocol.schemas import response_module
 
 if TYPE_CHECKING:
     from oncestream.protocol.request_types import AlterUserScramCredentialsRequest, DescribeUserScramCredentialsRequest
@@ -64,7 +65,7 @@ def handle_describe(state: BrokerState, header: RequestHeader, request: Describe
                  error_code=ErrorCode.none, error_message=None, results=tuple(results))
 
 
-def _user_error(state: BrokerState, user: str, entries: list) -> tuple[ErrorCode, str] | None:
+def _user_error(state: BrokerState, user: str, entries: list[Any]) -> tuple[ErrorCode, str] | None:
     """Kafka's per-user validation of one AlterUserScramCredentials request."""
     if not user:
         return ErrorCode.unacceptable_credential, "Username must not be empty"
@@ -88,7 +89,7 @@ def _user_error(state: BrokerState, user: str, entries: list) -> tuple[ErrorCode
 
 def handle_alter(state: BrokerState, header: RequestHeader, request: AlterUserScramCredentialsRequest) -> object:
     m = response_module(ALTER_USER_SCRAM_CREDENTIALS, header.api_version)
-    by_user: dict[str, list] = {}
+    by_user: dict[str, list[Any]] = {}
     for d in request.deletions:
         by_user.setdefault(d.name, []).append(("delete", d))
     for u in request.upsertions:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime
 import logging
 import uuid
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
@@ -19,7 +19,8 @@ from oncestream.broker.topic_creation import run_creation
 from oncestream.errors import OnceStreamError, StorageError
 from oncestream.log.config import LogConfig
 from oncestream.protocol.api_keys import CREATE_PARTITIONS, CREATE_TOPICS, DELETE_TOPICS
-from oncestream.protocol.codec import RequestHeader, build, response_module
+from oncestream.protocol.codec import RequestHeader, build
+from oncestream.protocol.schemas import response_module
 
 if TYPE_CHECKING:
     from oncestream.protocol.request_types import CreatePartitionsRequest, CreateTopicsRequest, DeleteTopicsRequest
@@ -34,14 +35,14 @@ MAX_PARTITIONS_PER_REQUEST = 10_000
 _TOO_MANY_PER_REQUEST = "Excessively large number of partitions per request."
 
 
-def _requested_partitions(state: BrokerState, t) -> int:
+def _requested_partitions(state: BrokerState, t: Any) -> int:
     """How many partitions a CreateTopics entry asks for (-1: the broker's num.partitions)."""
     if t.assignments:
         return len(t.assignments)
     return state.config.num_partitions if t.num_partitions == -1 else t.num_partitions
 
 
-def _created_configs(m, state: BrokerState, name: str, configs: dict[str, str], error: ErrorCode) -> dict:
+def _created_configs(m: Any, state: BrokerState, name: str, configs: dict[str, str], error: ErrorCode) -> dict[str, Any]:
     """CreateTopics v5+ answers with the new topic's configs as DescribeConfigs would describe them,
     for a client allowed DESCRIBE_CONFIGS on the topic (Kafka: TOPIC_AUTHORIZATION_FAILED in
     topic_config_error_code otherwise)."""

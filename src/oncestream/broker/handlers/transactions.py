@@ -8,7 +8,8 @@ KIP-588 version rules: clients too old to know PRODUCER_FENCED get INVALID_PRODU
 from __future__ import annotations
 
 import datetime
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
@@ -18,7 +19,8 @@ from oncestream.broker.txn_service import fenced_for_version
 from oncestream.coordinator.group.messages import PartitionOffsetCommit
 from oncestream.errors import OnceStreamError, StorageError, TopicAuthorizationFailedError
 from oncestream.protocol import api_keys as k
-from oncestream.protocol.codec import RequestHeader, build, response_module
+from oncestream.protocol.codec import RequestHeader, build
+from oncestream.protocol.schemas import response_module
 from oncestream.topic_partition import TopicPartition
 
 if TYPE_CHECKING:
@@ -46,7 +48,7 @@ def _txn_id_allowed(state: BrokerState, transactional_id: str) -> bool:
     return authorize(state, Op.WRITE, Res.TRANSACTIONAL_ID, transactional_id)
 
 
-def _init_producer_id_refusal(state: BrokerState, request) -> ErrorCode | None:
+def _init_producer_id_refusal(state: BrokerState, request: InitProducerIdRequest) -> ErrorCode | None:
     """Kafka's InitProducerId ACLs: an idempotent producer needs IDEMPOTENT_WRITE on the cluster
     or WRITE on some topic (KIP-679); a transactional one WRITE on its id, and with 2PC also
     TWO_PHASE_COMMIT (KIP-939)."""
@@ -117,7 +119,9 @@ async def handle_init_producer_id(state: BrokerState, header: RequestHeader, req
     )
 
 
-def _topic_results(m, partitions: list[tuple[str, int]], error_of) -> tuple:
+def _topic_results(
+    m: Any, partitions: list[tuple[str, int]], error_of: Callable[[str, int], ErrorCode]
+) -> tuple[Any, ...]:
     by_topic: dict[str, list[int]] = {}
     for topic, p in partitions:
         by_topic.setdefault(topic, []).append(p)
@@ -134,7 +138,9 @@ def _topic_results(m, partitions: list[tuple[str, int]], error_of) -> tuple:
     )
 
 
-def _add_or_verify(state: BrokerState, txn_id: str, pid: int, epoch: int, partitions, verify_only: bool, version: int):
+def _add_or_verify(
+    state: BrokerState, txn_id: str, pid: int, epoch: int, partitions: Any, verify_only: bool, version: int
+) -> Any:
     """Returns an error_of(topic, partition) function."""
     if not _txn_id_allowed(state, txn_id):
         return lambda t, p: ErrorCode.transactional_id_authorization_failed

@@ -12,9 +12,9 @@ import asyncio
 import datetime
 import struct
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Coroutine, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from kio.schema.errors import ErrorCode
 
@@ -49,8 +49,11 @@ from oncestream.protocol.api_keys import (
     OFFSET_FETCH,
     WRITE_TXN_MARKERS,
 )
-from oncestream.protocol.codec import build, read_uvarint
+from oncestream.protocol.codec import build
 from oncestream.protocol.config_resources import RESOURCE_BROKER, RESOURCE_TOPIC
+from oncestream.protocol.varint import read_uvarint
+
+T = TypeVar("T")
 
 _ZERO_UUID = uuid.UUID(int=0)
 # Transaction timeout sent with a fencing InitProducerId (Kafka's fenceProducers default).
@@ -220,9 +223,9 @@ class _FlexibleReader:
         self.data, self.pos = data, pos
 
     def _fixed(self, fmt: str, size: int) -> int:
-        value = struct.unpack_from(fmt, self.data, self.pos)[0]
+        (value,) = struct.unpack_from(fmt, self.data, self.pos)
         self.pos += size
-        return value
+        return int(value)
 
     def int16(self) -> int:
         return self._fixed(">h", 2)
@@ -275,7 +278,7 @@ class Admin(AclAdmin):
     async def _start(self) -> None:
         self._cluster.start()
 
-    def _run(self, coro: Any, timeout: float | None) -> Any:
+    def _run(self, coro: Coroutine[Any, Any, T], timeout: float | None) -> T:
         timeout_s = self._timeout_s * 2 if timeout is None or timeout < 0 else timeout
         try:
             return self._io.run(coro, timeout_s)
@@ -583,7 +586,7 @@ class Admin(AclAdmin):
                 return build(m.DescribeTransactionsRequest, transactional_ids=(tid,))
 
             node = await self._cluster.coordinator(tid, COORDINATOR_TRANSACTION)
-            states = await self._cluster.send(node, DESCRIBE_TRANSACTIONS, make, max_version=0,
+            states: list[TransactionDescription] = await self._cluster.send(node, DESCRIBE_TRANSACTIONS, make, max_version=0,
                                               decoder=decode_describe_transactions_v0)
             return states[0]
 

@@ -5,8 +5,8 @@ types are the ones the broker uses (``oncestream.protocol.acl``), re-exported he
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Coroutine, Iterable
+from typing import Any, TypeVar
 
 from oncestream.client.common.cluster import Cluster
 from oncestream.client.common.errors import BrokerResponseError, KafkaError
@@ -20,6 +20,8 @@ from oncestream.protocol.acl import (
 )
 from oncestream.protocol.api_keys import CREATE_ACLS, DELETE_ACLS, DESCRIBE_ACLS
 from oncestream.protocol.codec import build
+
+T = TypeVar("T")
 
 ResourcePatternType = PatternType  # confluent-kafka's name
 
@@ -38,7 +40,7 @@ class AclAdmin:
 
     _cluster: Cluster
 
-    def _run(self, coro: Any, timeout: float | None) -> Any:  # provided by Admin
+    def _run(self, coro: Coroutine[Any, Any, T], timeout: float | None) -> T:  # provided by Admin
         raise NotImplementedError
 
     async def _controller(self) -> int | None:  # provided by Admin

@@ -20,11 +20,12 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from oncestream.client.common.errors import BrokerResponseError, ConnectionLostError, RequestTimedOutError
-from oncestream.client.common.network import Connection, request_module
+from oncestream.client.common.network import Connection
 from oncestream.client.common.sasl import SaslCredentials
 from oncestream.client.common.tls import ssl_context_for
 from oncestream.protocol.api_keys import FIND_COORDINATOR, METADATA
 from oncestream.protocol.codec import build
+from oncestream.protocol.schemas import request_module
 
 BOOTSTRAP_NODE_BASE = -1000  # node ids for bootstrap addresses (real ids are >= 0)
 # Coordinators get their own connection (as in Kafka's clients): a JoinGroup parked for a whole
@@ -114,17 +115,17 @@ class Cluster:
         self.topics: dict[str, TopicInfo] = {}
         self.interesting_topics: set[str] = set()
         self.want_all_topics = False  # pattern subscriptions need every topic's metadata
-        self._background_refresh: asyncio.Task | None = None
+        self._background_refresh: asyncio.Task[None] | None = None
         self.controller_id = -1
         self.cluster_id: str | None = None  # Metadata v2+ (None from older brokers or before the first answer)
         self._connections: dict[int, Connection] = {}
-        self._connecting: dict[int, asyncio.Task] = {}
+        self._connecting: dict[int, asyncio.Task[Connection]] = {}
         self._failures: dict[int, tuple[int, float]] = {}  # node -> (consecutive failures, retry at)
         self._coordinators: dict[tuple[int, str], int] = {}
-        self._metadata_task: asyncio.Task | None = None
+        self._metadata_task: asyncio.Task[None] | None = None
         self._metadata_fetched_at = 0.0
         self.metadata_version = 0  # bumped on every successful refresh
-        self._ticker: asyncio.Task | None = None
+        self._ticker: asyncio.Task[None] | None = None
         self._closed = False
         self.on_metadata: list[Callable[[], None]] = []
 
@@ -267,8 +268,8 @@ class Cluster:
         for task in (self._ticker, self._background_refresh, self._metadata_task):
             if task is not None:
                 task.cancel()
-        for task in list(self._connecting.values()):
-            task.cancel()
+        for connecting in list(self._connecting.values()):
+            connecting.cancel()
         for conn in list(self._connections.values()):
             conn.close(ConnectionLostError("client closed"))
         self._connections.clear()
@@ -430,7 +431,7 @@ class Cluster:
             message = getattr(response, "error_message", None)
         if error != 0:
             raise BrokerResponseError(int(error), message or "")
-        dedicated = COORDINATOR_NODE_BASE - node_id
+        dedicated: int = COORDINATOR_NODE_BASE - node_id
         if self.nodes.get(dedicated) != (host, port):
             old = self._connections.get(dedicated)
             if old is not None:

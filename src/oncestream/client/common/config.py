@@ -187,7 +187,7 @@ _IGNORED = {
 }
 
 
-class Config(dict):
+class Config(dict[str, Any]):
     """A resolved configuration: every known key present, typed."""
 
 

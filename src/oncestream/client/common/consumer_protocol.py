@@ -105,10 +105,12 @@ class _Reader:
         return self.pos >= len(self.data)
 
     def i16(self) -> int:
-        return _I16.unpack(self._take(2))[0]
+        (value,) = _I16.unpack(self._take(2))
+        return int(value)
 
     def i32(self) -> int:
-        return _I32.unpack(self._take(4))[0]
+        (value,) = _I32.unpack(self._take(4))
+        return int(value)
 
     def string(self) -> str | None:
         n = self.i16()

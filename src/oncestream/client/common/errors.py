@@ -94,7 +94,7 @@ def is_retriable_code(code: int) -> bool:
 class KafkaError:
     """An error code with its message and classification (confluent-kafka's KafkaError API)."""
 
-    __slots__ = ("_code", "_message", "_fatal", "_retriable", "_txn_requires_abort")
+    __slots__ = ("_code", "_fatal", "_message", "_retriable", "_txn_requires_abort")
 
     # Class attributes mirror confluent_kafka.KafkaError's named codes for the local ones.
     _MSG_TIMED_OUT = _MSG_TIMED_OUT
@@ -183,11 +183,12 @@ class KafkaException(Exception):
         if not isinstance(error, KafkaError):
             error = KafkaError(error, message)
         super().__init__(error)
+        self._error = error
 
     @property
     def error(self) -> KafkaError:
         """The KafkaError this exception carries."""
-        return self.args[0]
+        return self._error
 
     def __str__(self) -> str:
         return str(self.args[0])

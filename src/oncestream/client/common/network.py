@@ -50,7 +50,7 @@ class UnsupportedApiError(BrokerResponseError):
 class _Pending:
     correlation_id: int
     response_cls: type | None
-    future: asyncio.Future
+    future: asyncio.Future[Any]
     flexible_response_header: bool
     deadline_monotonic: float
     decoder: Any = None
@@ -68,7 +68,7 @@ class Connection(asyncio.BufferedProtocol):
         # over it after ApiVersions when it is sasl_plaintext or sasl_ssl.
         self.ssl_context = ssl_context
         self._sasl = sasl
-        self._reauth_task: asyncio.Task | None = None  # KIP-368 re-authentication in progress
+        self._reauth_task: asyncio.Task[None] | None = None  # KIP-368 re-authentication in progress
         self.request_timeout_s = request_timeout_s
         self._client_id = client_id.encode()
         self._transport: asyncio.Transport | None = None
@@ -82,7 +82,7 @@ class Connection(asyncio.BufferedProtocol):
         self._frame_view: memoryview | None = None
         self._frame_pos = 0
         self._write_paused = False
-        self._drain_waiters: list[asyncio.Future] = []
+        self._drain_waiters: list[asyncio.Future[Any]] = []
         self._on_close: list[Any] = []
         self.broker_versions: dict[int, tuple[int, int]] = {}
         # Finalized feature levels (ApiVersions v3+), e.g. {"transaction.version": 2}.
@@ -236,7 +236,7 @@ class Connection(asyncio.BufferedProtocol):
     # --- sending ------------------------------------------------------------------------------
 
     def send(self, api_key: int, version: int, request: Any, *, timeout_s: float | None = None,
-             decoder: Any = None) -> asyncio.Future:
+             decoder: Any = None) -> asyncio.Future[Any]:
         """Encode and send a kio request; the future resolves with the kio response.
         ``timeout_s`` overrides request.timeout.ms (JoinGroup waits for the whole rebalance);
         ``decoder(body, pos)`` replaces kio's reader for responses kio cannot read."""
@@ -257,7 +257,7 @@ class Connection(asyncio.BufferedProtocol):
     def send_frame(
         self, api_key: int, version: int, body_parts: list[bytes], *, expect_response: bool = True,
         on_response: Any = None,
-    ) -> asyncio.Future:
+    ) -> asyncio.Future[Any]:
         """Send a request whose body the caller encoded (the produce and fetch fast paths).
 
         ``on_response(response, error)`` is called synchronously from the read callback as soon
@@ -292,7 +292,7 @@ class Connection(asyncio.BufferedProtocol):
     def _send_frame(
         self, parts: list[bytes], api_key: int, version: int, correlation_id: int,
         expect_response: bool, timeout_s: float | None, decoder: Any,
-    ) -> asyncio.Future:
+    ) -> asyncio.Future[Any]:
         loop = asyncio.get_running_loop()
         future = loop.create_future()
         if self._closed_error is not None or self._transport is None:
@@ -417,7 +417,7 @@ class Connection(asyncio.BufferedProtocol):
             pending.on_response(response, None)
 
 
-def _retrieve(future: asyncio.Future) -> None:
+def _retrieve(future: asyncio.Future[Any]) -> None:
     """Mark a future's exception as handled (it was delivered through ``on_response``)."""
     if not future.cancelled():
         future.exception()

@@ -12,7 +12,7 @@ import base64
 import hashlib
 import hmac
 import os
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Generator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -97,7 +97,7 @@ class ScramClient:
             raise SaslClientError("SCRAM server signature does not match: not the broker we trust")
 
 
-def _steps(creds: SaslCredentials):
+def _steps(creds: SaslCredentials) -> Generator[bytes, bytes, None]:
     """Generator of client tokens; receives each server token."""
     if creds.mechanism == "PLAIN":
         yield f"\0{creds.username}\0{creds.password}".encode()

@@ -16,6 +16,7 @@ is ``Consumer``'s: ``ColumnConsumer`` only changes what one completed fetch deco
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Iterable, Sequence
 from types import ModuleType
@@ -81,7 +82,7 @@ def _split(column: tuple[Any, int, Any, Any], rows: int) -> list[bytes | None]:
     valid = None if raw_valid is None else memoryview(raw_valid)
     data = bytes(raw_data)
     ends = memoryview(raw_offsets).cast("i").tolist()
-    out: list[bytes | None] = [data[a:b] for a, b in zip(ends, ends[1:], strict=False)]
+    out: list[bytes | None] = [data[a:b] for a, b in itertools.pairwise(ends)]
     if nulls and valid is not None:
         for i in range(rows):
             if not valid[i >> 3] & (1 << (i & 7)):

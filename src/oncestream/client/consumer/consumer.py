@@ -103,7 +103,7 @@ class Consumer:
         self._on_revoke: RebalanceCallback | None = None
         self._on_lost: RebalanceCallback | None = None
         self._in_rebalance_callback = False
-        self._join_future: concurrent.futures.Future | None = None
+        self._join_future: concurrent.futures.Future[tuple[list[str], list[tuple[str, int]]]] | None = None
         self._assign_called_in_callback: list[TopicPartition] | None = None
         self._subscribed_counts: dict[str, int] = {}
         self._metadata_seen = 0

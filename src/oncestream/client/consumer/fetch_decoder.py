@@ -36,7 +36,7 @@ _varint = read_varint
 class DecodeResult:
     """Messages decoded from one partition's records plus where the next fetch starts."""
 
-    __slots__ = ("messages", "next_offset", "bytes_seen")
+    __slots__ = ("bytes_seen", "messages", "next_offset")
 
     def __init__(self) -> None:
         self.messages: list[Message] = []

@@ -51,8 +51,19 @@ _METADATA_ERRORS = (
 class PartitionState:
     """One assigned partition (see the module docstring for who writes what)."""
 
-    __slots__ = ("topic", "partition", "position", "fetch_position", "epoch", "paused", "queued",
-                 "high_watermark", "last_stable_offset", "log_start_offset", "reset_error")
+    __slots__ = (
+        "epoch",
+        "fetch_position",
+        "high_watermark",
+        "last_stable_offset",
+        "log_start_offset",
+        "partition",
+        "paused",
+        "position",
+        "queued",
+        "reset_error",
+        "topic",
+    )
 
     def __init__(self, topic: str, partition: int) -> None:
         self.topic = topic
@@ -71,7 +82,7 @@ class PartitionState:
 class CompletedFetch:
     """One partition's part of a fetch response, for the user's thread."""
 
-    __slots__ = ("state", "epoch", "fetch_offset", "records", "error_code", "aborted")
+    __slots__ = ("aborted", "epoch", "error_code", "fetch_offset", "records", "state")
 
     def __init__(self, state: PartitionState, epoch: int, fetch_offset: int, records: bytes,
                  error_code: int, aborted: list[tuple[int, int]] | None) -> None:
@@ -100,13 +111,13 @@ class Fetcher:
         self._partition_max_bytes = conf["max.partition.fetch.bytes"]
         self._isolation = 1 if conf["isolation.level"] == "read_committed" else 0
         self._max_buffered_bytes = conf["queued.max.messages.kbytes"] * 1024
-        self._retry_backoff_s = conf["retry.backoff.ms"] / 1000
+        self._retry_backoff_s: float = conf["retry.backoff.ms"] / 1000
         self.buffered_bytes = 0  # fetcher adds, user thread subtracts via consumed()
         self.consumed_bytes = 0
         self._in_flight: set[int] = set()
         self._event: asyncio.Event | None = None
-        self._task: asyncio.Task | None = None
-        self._metadata_task: asyncio.Task | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._metadata_task: asyncio.Task[None] | None = None
         self._node_backoff_until: dict[int, float] = {}
         self.closed = False
         self.crash_error: BaseException | None = None  # why the fetch task died, if it did
@@ -117,7 +128,7 @@ class Fetcher:
         self._task = asyncio.get_running_loop().create_task(self._run())
         self._task.add_done_callback(self._on_run_exit)
 
-    def _on_run_exit(self, task: asyncio.Task) -> None:
+    def _on_run_exit(self, task: asyncio.Task[None]) -> None:
         """The fetch task ended. Cancelled by close() is the normal end; anything else is a crash,
         after which nothing would ever be fetched: logged with its traceback and kept in
         ``crash_error`` for the consumer to report from poll()."""

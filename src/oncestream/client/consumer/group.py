@@ -91,7 +91,7 @@ class GroupMembership:
         self.max_poll_exceeded = False
         self.last_poll_monotonic = time.monotonic()
         self.assigned_partition_counts: dict[str, int] = {}
-        self._heartbeat_task: asyncio.Task | None = None
+        self._heartbeat_task: asyncio.Task[None] | None = None
         self._last_heartbeat_ok = time.monotonic()
 
     # --- coordinator plumbing -----------------------------------------------------------------

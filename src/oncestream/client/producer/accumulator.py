@@ -52,10 +52,31 @@ class ProducerBatch:
     """One record batch for one partition, from first append until it is acknowledged."""
 
     __slots__ = (
-        "topic", "partition", "tp", "parts", "size_bytes", "base_timestamp_ms", "max_timestamp_ms",
-        "sealed", "created_ms", "reports", "reserved_bytes", "limit_bytes", "record_count", "base_sequence",
-        "producer_id", "producer_epoch", "attempts", "retry_at_ms", "base_offset",
-        "log_append_time_ms", "error", "_header_key", "_header", "transactional", "closed",
+        "_header",
+        "_header_key",
+        "attempts",
+        "base_offset",
+        "base_sequence",
+        "base_timestamp_ms",
+        "closed",
+        "created_ms",
+        "error",
+        "limit_bytes",
+        "log_append_time_ms",
+        "max_timestamp_ms",
+        "partition",
+        "parts",
+        "producer_epoch",
+        "producer_id",
+        "record_count",
+        "reports",
+        "reserved_bytes",
+        "retry_at_ms",
+        "sealed",
+        "size_bytes",
+        "topic",
+        "tp",
+        "transactional",
     )
 
     def __init__(self, topic: str, partition: int, created_ms: int, timestamp_ms: int) -> None:

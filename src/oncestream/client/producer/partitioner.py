@@ -12,6 +12,7 @@ from __future__ import annotations
 import random
 import struct
 import zlib
+from collections.abc import Callable
 
 _M = 0x5BD1E995
 _SEED = 0x9747B28C
@@ -68,7 +69,9 @@ def fnv1a_partition(key: bytes, num_partitions: int) -> int:
 
 
 # name -> (function for a non-null key, whether a null key is spread randomly/sticky)
-PARTITIONERS = {
+KeyPartitionFn = Callable[[bytes, int], int]
+
+PARTITIONERS: dict[str, KeyPartitionFn | None] = {
     "murmur2_random": partition_for_key,
     "murmur2": partition_for_key,
     "consistent_random": consistent_partition,
@@ -79,14 +82,14 @@ PARTITIONERS = {
 }
 
 
-def key_partitioner(name: str):
+def key_partitioner(name: str) -> KeyPartitionFn | None:
     """The keyed partition function for a ``partitioner`` config value (None: keys ignored)."""
     if name not in PARTITIONERS:
         raise ValueError(f"unknown partitioner {name!r}; one of {sorted(PARTITIONERS)}")
     return PARTITIONERS[name]
 
 
-def null_key_partition(name: str, key_partition, num_partitions: int) -> int | None:
+def null_key_partition(name: str, key_partition: KeyPartitionFn, num_partitions: int) -> int | None:
     """Partition for a null key under the non-``_random`` partitioners (librdkafka hashes the
     empty key); None means 'use the sticky partition'."""
     if name in ("murmur2", "consistent", "fnv1a"):

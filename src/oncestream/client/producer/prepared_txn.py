@@ -15,7 +15,7 @@ NO_PRODUCER_EPOCH = -1
 class PreparedTxnState:
     """(producer id, epoch) of a prepared transaction; immutable, comparable, serializable."""
 
-    __slots__ = ("_producer_id", "_epoch")
+    __slots__ = ("_epoch", "_producer_id")
 
     def __init__(self, producer_id: int = NO_PRODUCER_ID, epoch: int = NO_PRODUCER_EPOCH) -> None:
         if (producer_id == NO_PRODUCER_ID) != (epoch == NO_PRODUCER_EPOCH):

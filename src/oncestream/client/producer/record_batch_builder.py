@@ -58,7 +58,7 @@ def encode_headers(headers: Sequence[Header]) -> bytes:
 class SealedBatch:
     """The records section of a finished batch (possibly compressed) plus its header fields."""
 
-    __slots__ = ("payload", "attributes", "count", "base_timestamp_ms", "max_timestamp_ms")
+    __slots__ = ("attributes", "base_timestamp_ms", "count", "max_timestamp_ms", "payload")
 
     def __init__(self, records: bytes, count: int, base_timestamp_ms: int, max_timestamp_ms: int,
                  compression: int) -> None:

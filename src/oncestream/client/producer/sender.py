@@ -57,7 +57,7 @@ from oncestream.client.producer.delivery import DeliveryReports
 from oncestream.client.producer.transactions import TransactionManager
 from oncestream.protocol.api_keys import INIT_PRODUCER_ID
 from oncestream.protocol.codec import build
-from oncestream.protocol.records import COMPRESSION_BY_NAME
+from oncestream.protocol.compression import COMPRESSION_BY_NAME
 
 log = logging.getLogger("oncestream.client")
 
@@ -80,7 +80,7 @@ def monotonic_ms() -> int:
 class ProducerIdentity:
     """The producer id and epoch the sender stamps on batches (-1/-1 until known)."""
 
-    __slots__ = ("producer_id", "epoch")
+    __slots__ = ("epoch", "producer_id")
 
     def __init__(self) -> None:
         self.producer_id = -1
@@ -95,7 +95,7 @@ class ProducerIdentity:
 class PartitionSequences:
     """Idempotence bookkeeping for one partition (event loop only)."""
 
-    __slots__ = ("next_sequence", "last_acked", "in_flight", "retries", "muted")
+    __slots__ = ("in_flight", "last_acked", "muted", "next_sequence", "retries")
 
     def __init__(self) -> None:
         self.next_sequence = 0
@@ -143,17 +143,17 @@ class Sender:
         self._transactional_id = txn.transactional_id if txn is not None else None
         self._parts: dict[tuple[str, int], PartitionSequences] = {}
         self._event: asyncio.Event | None = None
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[None] | None = None
         self._connecting: set[int] = set()
-        self._metadata_task: asyncio.Task | None = None
+        self._metadata_task: asyncio.Task[None] | None = None
         self._metadata_retry_at = 0.0
         self._bump_needed = False
-        self._identity_task: asyncio.Task | None = None
+        self._identity_task: asyncio.Task[None] | None = None
         self._identity_error: KafkaError | None = None
         self._in_flight_requests = 0
         self._last_expiry_check_ms = 0
         self._closing = False
-        self._idle_waiters: list[asyncio.Future] = []
+        self._idle_waiters: list[asyncio.Future[Any]] = []
         self.fatal_error: KafkaError | None = None
         self.on_identity_change: list[Callable[[], None]] = []
         self.on_fatal: list[Callable[[KafkaError], None]] = []
@@ -166,7 +166,7 @@ class Sender:
         self._task = asyncio.get_running_loop().create_task(self._run())
         self._task.add_done_callback(self._on_run_exit)
 
-    def _on_run_exit(self, task: asyncio.Task) -> None:
+    def _on_run_exit(self, task: asyncio.Task[None]) -> None:
         """The sender task ended. Cancelled by close() is the normal end; anything else is a crash,
         after which nothing would ever be sent: it is logged with its traceback and made the
         producer's fatal error, which fails every queued message to its delivery callback."""
@@ -440,7 +440,7 @@ class Sender:
         self._in_flight_requests += 1
         future.add_done_callback(functools.partial(self._on_response, batches))
 
-    def _on_response(self, batches: list[ProducerBatch], future: asyncio.Future) -> None:
+    def _on_response(self, batches: list[ProducerBatch], future: asyncio.Future[Any]) -> None:
         self._in_flight_requests -= 1
         now = monotonic_ms()
         error = future.exception() if not future.cancelled() else ConnectionLostError("cancelled")

@@ -87,7 +87,7 @@ class TransactionManager:
         self.transactional_id: str = conf["transactional.id"]
         self.timeout_ms: int = conf["transaction.timeout.ms"]
         self.two_phase_commit: bool = conf["transaction.two.phase.commit.enable"]
-        self._retry_backoff_s = conf["retry.backoff.ms"] / 1000
+        self._retry_backoff_s: float = conf["retry.backoff.ms"] / 1000
         self._cluster = cluster
         self.sm = TxnStateMachine()
         self._lock = threading.Lock()
@@ -96,7 +96,7 @@ class TransactionManager:
         self.txn_started = False  # the coordinator knows about this transaction (EndTxn needed)
         self.prepared_state: PreparedTxnState | None = None
         self.sequence_gap = False  # a sequenced batch failed: bump the epoch after the abort
-        self._add_task: asyncio.Task | None = None
+        self._add_task: asyncio.Task[None] | None = None
         self.sender: Any = None  # set by the producer (circular by nature)
         self.pending_operation: tuple[str, Any] | None = None
         # 1: KIP-98 requests; 2: KIP-890 part 2 (decided by init() from the coordinator's broker).
@@ -495,7 +495,7 @@ class TransactionManager:
 
 def _transaction_version(conn: Any) -> int:
     """2 when the broker finalizes transaction.version >= 2 and has the requests it needs."""
-    versions = conn.broker_versions
+    versions: dict[int, tuple[int, int]] = conn.broker_versions
 
     def max_of(key: int) -> int:
         return versions.get(key, (0, -1))[1]

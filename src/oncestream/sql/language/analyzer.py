@@ -60,7 +60,7 @@ from oncestream.sql.language.catalog import Column, Namespace, SourceInfo
 from oncestream.sql.language.sql_ast import Emit, Query, SourceKind, WindowSpec
 from oncestream.sql.language.types import SqlType
 
-__all__ = ["AnalyzedJoin", "AnalyzedQuery", "JoinType", "analyze_query", "type_of", "call_parts", "TYPE_KEY", "PSEUDO_KEY"]
+__all__ = ["PSEUDO_KEY", "TYPE_KEY", "AnalyzedJoin", "AnalyzedQuery", "JoinType", "analyze_query", "call_parts", "type_of"]
 
 
 # ksqlDB's PullQueryValidator ends every refusal with its syntax help.

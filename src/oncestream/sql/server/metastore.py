@@ -228,7 +228,8 @@ class Metastore:
             effects.append(CommandResult("SUCCESS", f"{kind} created"))
             return effects
         if isinstance(stmt, sql_ast.CreateAsSelect):
-            assert p.source is not None and p.analyzed is not None
+            assert p.source is not None
+            assert p.analyzed is not None
             prefix = "CSAS" if stmt.kind is SourceKind.STREAM else "CTAS"
             old_query = p.replace.created_by if p.replace is not None else None
             query_id = old_query or f"{prefix}_{stmt.name}_{offset}"
@@ -245,7 +246,8 @@ class Metastore:
             effects.append(CommandResult("SUCCESS", f"Created query with ID {query_id}", query_id))
             return effects
         if isinstance(stmt, sql_ast.InsertInto):
-            assert p.source is not None and p.analyzed is not None
+            assert p.source is not None
+            assert p.analyzed is not None
             query_id = p.plan.get("queryId") or f"INSERTQUERY_{offset}"
             info = self._register_query(query_id, stmt.text, p.source, stmt.query, p.analyzed, offset, command)
             effects.append(StartQuery(info, p.source, p.analyzed, dict(command.streams_properties)))

@@ -46,7 +46,7 @@ log = logging.getLogger("oncestream.sql")
 
 VERSION = "0.29.0-oncestream"     # what /info reports (ksqlDB's clients parse major.minor)
 
-__all__ = ["Node", "NodeSettings", "VERSION"]
+__all__ = ["VERSION", "Node", "NodeSettings"]
 
 
 class Node:

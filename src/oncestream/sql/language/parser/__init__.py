@@ -29,5 +29,14 @@ expecting {',', 'FROM'}``). docs/sql-reference.md lists the grammar and what is 
 from oncestream.sql.language.parser.api import Word, parse, parse_expression, split_statement_texts, split_statements, words_of
 from oncestream.sql.language.parser.typeparse import UnknownDataTypeError, sql_type_of, to_data_type
 
-__all__ = ["parse", "parse_expression", "split_statements", "split_statement_texts", "words_of", "Word", "sql_type_of",
-           "to_data_type", "UnknownDataTypeError"]
+__all__ = [
+           "UnknownDataTypeError",
+           "Word",
+           "parse",
+           "parse_expression",
+           "split_statement_texts",
+           "split_statements",
+           "sql_type_of",
+           "to_data_type",
+           "words_of",
+]
