@@ -1,8 +1,8 @@
 """The exactly-once sink when write tasks fail or outlive their attempt.
 
-Tasks are steered with the gates of the test step observer (``tests/support/spark_faults.py``,
-plugged in with the sink option ``stepObserver``): a task reports its prepared transaction in a file, can be
-held after preparing, or made to raise on every attempt, each until the test creates ``release``.
+Tasks are steered with the gates of the tests' step observer (``tests/support/spark_faults.py``,
+plugged in with the sink option ``stepObserver``): a task reports its prepared transaction in a
+file, can be held after preparing, or made to raise on every attempt, each until the test creates ``release``.
 So the test looks at the log while transactions are prepared and undecided, and the failing
 task fails only after the others have prepared and reported, so the job's failure reaches the
 driver's ``abort`` with real prepared transactions, whatever the speeds.
