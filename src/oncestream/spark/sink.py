@@ -51,6 +51,10 @@ once, and works against brokers without KIP-939 (e.g. Tansu).
 
 Every client here (task producers, the driver's holding producers, its journal and admin
 connections) gets the query's ``kafka.*`` options; see ``options`` for the ones the sink owns.
+
+The sink option ``stepObserver`` plugs in a ``StepObserver`` (``oncestream.spark.plugins``), told
+around a task's prepare (step 3), before and after the commit record (7), around each commit of
+step 8 and after step 9; the connector's fault-injection tests act through it.
 """
 
 from __future__ import annotations
