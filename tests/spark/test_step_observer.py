@@ -72,7 +72,7 @@ def test_step_observer_option_names_a_class_and_hands_it_its_own_options() -> No
     ("no_such_module_here:Observer", "cannot load"),
     (f"{__name__}:Missing", "cannot load"),
     (f"{__name__}:STATE", "is not a class"),
-    ("Recorder", "module:Class"),
+    ("Recorder", "expected module:Class"),
 ])
 def test_a_step_observer_that_cannot_be_loaded_fails_by_the_option_name(value: str, message: str) -> None:
     with pytest.raises(OptionError, match=f"stepObserver.*{message}"):

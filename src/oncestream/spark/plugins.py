@@ -30,12 +30,12 @@ its other options, and configures that query alone; nothing global outlives it.
 
 from __future__ import annotations
 
-import importlib
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from oncestream.named_class import NamedClassError, load_named
 from oncestream.spark.errors import OptionError
 
 STEP_OBSERVER_OPTION = "stepObserver"
@@ -99,15 +99,10 @@ class PluginSpec:
 
     def load_class(self) -> type:
         """The named class, imported now."""
-        module_name, sep, attr = self.class_name.rpartition(":")
-        if not sep:
-            module_name, _, attr = self.class_name.rpartition(".")
-        if not module_name or not attr:
-            raise OptionError(f"option {self.option} must name a class as module:Class, not {self.class_name!r}")
         try:
-            found = getattr(importlib.import_module(module_name), attr)
-        except (ImportError, AttributeError) as e:
-            raise OptionError(f"option {self.option}: cannot load {self.class_name!r}: {e}") from None
+            found = load_named(self.class_name)
+        except NamedClassError as e:
+            raise OptionError(f"option {self.option}: {e}") from None
         if not isinstance(found, type):
             raise OptionError(f"option {self.option}: {self.class_name!r} is not a class")
         return found
