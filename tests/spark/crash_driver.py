@@ -24,7 +24,7 @@ for path in (str(ROOT / "src"), str(ROOT)):
     if path not in sys.path:
         sys.path.insert(0, path)
 
-from oncestream.testing_hooks import DRIVER_PGID_ENV  # noqa: E402
+from tests.support.spark_faults import fault_options  # noqa: E402
 
 
 def _store(spec: str):
@@ -52,10 +52,15 @@ def main() -> int:
     parser.add_argument("--max-offsets", type=int, default=50)
     parser.add_argument("--available-now", action="store_true")
     parser.add_argument("--master", default="local[2,4]")
+    parser.add_argument("--crash-at", default="", help="SparkFaults crashAt: step:batch,...")
+    parser.add_argument("--crash-marker", default="", help="file noting an injected crash")
     args = parser.parse_args()
 
     os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ[DRIVER_PGID_ENV] = str(os.getpgrp())  # inherited by the JVM and its Python workers
+    # The crash kills this process group: the driver, its JVM and the JVM's Python workers (where
+    # the sink's commit runs), and a local cluster's executors.
+    faults = fault_options(crash_at=args.crash_at, kill_group=os.getpgrp(),
+                           crash_marker=args.crash_marker) if args.crash_at else {}
     from pyspark.sql import SparkSession
 
     import oncestream.spark
@@ -78,13 +83,15 @@ def main() -> int:
               .option("includeHeaders", "true").option("maxOffsetsPerTrigger", str(args.max_offsets)).load())
     if args.mode == "passthrough":
         writer = (source.select("key", "value", "headers").writeStream.format("oncestream")
-                  .option("kafka.bootstrap.servers", args.bootstrap).option("topic", args.out_topic))
+                  .option("kafka.bootstrap.servers", args.bootstrap).option("topic", args.out_topic)
+                  .options(**faults))
     else:
         store = _store(args.store)
         with store.transaction() as tx:
             tx.execute("CREATE TABLE IF NOT EXISTS events (k TEXT, v TEXT NOT NULL, batch_id BIGINT NOT NULL)")
         writer = source.writeStream.foreachBatch(oncestream.spark.dual_write(
-            bootstrap_servers=args.bootstrap, transactional_id=f"crash-driver-{args.out_topic}", store=store,
+            options={"kafka.bootstrap.servers": args.bootstrap, **faults},
+            transactional_id=f"crash-driver-{args.out_topic}", store=store,
             apply=_apply_events, to_log=lambda df: df.select("key", "value"), topic=args.out_topic))
     writer = writer.option("checkpointLocation", args.checkpoint)
     writer = writer.trigger(availableNow=True) if args.available_now else writer.trigger(processingTime="200 milliseconds")

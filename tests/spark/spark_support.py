@@ -13,7 +13,6 @@ import tempfile
 import time
 from pathlib import Path
 
-from oncestream.testing_hooks import CRASH_ENV, CRASH_MARKER_ENV
 from tests.support.narrow import present
 from tests.support.ports import free_tcp_port, port_accepts_connections
 
@@ -36,11 +35,10 @@ class DriverRun:
         env = dict(os.environ)
         env["PYSPARK_PYTHON"] = sys.executable
         env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "src"), env.get("PYTHONPATH", "")])
-        env.pop(CRASH_ENV, None)
         self.crash_marker = self.log_dir / f"driver-{n}.crash"
-        env[CRASH_MARKER_ENV] = str(self.crash_marker)
         if crash_at:
-            env[CRASH_ENV] = crash_at
+            # tests.support.spark_faults.SparkFaults, plugged into the driver's query.
+            argv = [*argv, "--crash-at", crash_at, "--crash-marker", str(self.crash_marker)]
         with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
             self.process = subprocess.Popen([sys.executable, str(DRIVER_SCRIPT), *argv], stdout=out, stderr=err,
                                             stdin=subprocess.DEVNULL, start_new_session=True, env=env)

@@ -19,6 +19,7 @@ from oncestream.spark.commit_journal import CommitJournal
 from oncestream.spark.log_client import LogClient
 from tests.spark.spark_support import DriverRun, committed_values
 from tests.support.narrow import present
+from tests.support.spark_faults import fault_options
 
 pytestmark = [pytest.mark.spark, pytest.mark.chaos]
 
@@ -99,7 +100,7 @@ def test_task_failing_after_prepare_is_retried_without_duplicates(spark, eos_bro
               .option("subscribe", topic_in).option("startingOffsets", "earliest").load())
     query = (source.select("key", "value").writeStream.format("oncestream")
              .option("kafka.bootstrap.servers", bootstrap).option("topic", topic_out)
-             .option("oncestream.test.failAfterPrepare", "0")
+             .options(**fault_options(fail_after_prepare="0"))
              .option("checkpointLocation", str(tmp_path / "cp")).trigger(availableNow=True).start())
     query.awaitTermination(300)
     assert query.exception() is None
@@ -134,7 +135,7 @@ def test_batch_crashing_in_every_attempt_then_restart_is_exactly_once(spark, eos
                   .option("kafka.bootstrap.servers", bootstrap).option("topic", topic_out)
                   .option("checkpointLocation", str(tmp_path / "cp")).trigger(availableNow=True))
         if fail_attempts:
-            writer = writer.option("oncestream.test.failAfterPrepare", fail_attempts)
+            writer = writer.options(**fault_options(fail_after_prepare=fail_attempts))
         return writer.start()
 
     failed = start("0,1,2,3")

@@ -32,6 +32,7 @@ from tests.spark.spark_support import (
 )
 from tests.spark.test_exactly_once_sink import _produce, _topics
 from tests.support.narrow import present
+from tests.support.spark_faults import fault_options
 from tests.support.txn import wait_until
 
 pytestmark = [pytest.mark.spark, pytest.mark.chaos]
@@ -109,7 +110,7 @@ def _gated_passthrough(spark, bootstrap: str, topic_in: str, topic_out: str, gat
               .option("maxOffsetsPerTrigger", "60").load())
     return (source.select("key", "value").writeStream.format("oncestream")
             .option("kafka.bootstrap.servers", bootstrap).option("topic", topic_out)
-            .option("oncestream.test.gateDir", str(gate))
+            .options(**fault_options(gate_dir=gate))
             .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
 
 

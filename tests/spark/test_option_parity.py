@@ -19,6 +19,7 @@ import oncestream.spark
 from oncestream.spark.source import offsets_behind_latest
 from tests.spark.spark_support import committed_values
 from tests.support.narrow import present
+from tests.support.spark_faults import clock_options
 
 pytestmark = pytest.mark.spark
 
@@ -227,7 +228,7 @@ def test_max_trigger_delay_releases_a_small_batch(spark, eos_broker, tmp_path):
     _set_clock(clock, 0)
     name = f"q_{uuid.uuid4().hex[:10]}"
     query = (_stream(spark, eos_broker.bootstrap, topic, startingOffsets="earliest", minOffsetsPerTrigger="1000",
-                     maxTriggerDelay="3s", **{"oncestream.test.clockFile": str(clock)})
+                     maxTriggerDelay="3s", **clock_options(clock))
              .select("value").writeStream.format("memory").queryName(name)
              .trigger(processingTime="100 milliseconds").start())
     try:

@@ -37,7 +37,7 @@ class _AbortingHeld:
         self.held = {t: STATE for t in ids}
         return dict(self.held)
 
-    def finish(self, commit, only=None):
+    def finish(self, commit, observe=None):
         ids = sorted(commit)
         return {t: (Outcome.ABORTED if t == ids[0] else Outcome.COMMITTED) for t in ids}
 

@@ -1,8 +1,8 @@
 """The exactly-once sink when write tasks fail or outlive their attempt.
 
-Tasks are steered with the sink's test gates (``oncestream.test.gateDir``, see
-``oncestream/testing_hooks.py``): a task reports its prepared transaction in a file, can be
-held after preparing, or made to raise on every attempt, each until the test creates ``release``.
+Tasks are steered with the gates of the tests' step observer (``tests/support/spark_faults.py``,
+plugged in with the sink option ``stepObserver``): a task reports its prepared transaction in a
+file, can be held after preparing, or made to raise on every attempt, each until the test creates ``release``.
 So the test looks at the log while transactions are prepared and undecided, and the failing
 task fails only after the others have prepared and reported, so the job's failure reaches the
 driver's ``abort`` with real prepared transactions, whatever the speeds.
@@ -29,6 +29,7 @@ from oncestream.spark.options import sink_options
 from oncestream.spark.sink import _LazyJournal, _TaskWriter, transactional_id
 from tests.spark.spark_support import committed_values, read_committed
 from tests.support.narrow import present
+from tests.support.spark_faults import fault_options
 from tests.support.txn import describe_transaction, wait_until
 
 pytestmark = pytest.mark.spark
@@ -153,7 +154,7 @@ def test_failed_batch_write_job_aborts_the_prepared_transactions(spark, eos_brok
     observer, prepared = _while_gated(gate, [0, 1], lambda: _nothing_visible_yet(bootstrap, topic))
     with pytest.raises(Exception, match="injected failure of partition 2"):
         (df.write.format("oncestream").option("kafka.bootstrap.servers", bootstrap).option("topic", topic)
-         .option("oncestream.test.gateDir", str(gate)).mode("append").save())
+         .options(**fault_options(gate_dir=gate)).mode("append").save())
     observer.join()
     assert observer.error is None, observer.error
 
@@ -181,7 +182,7 @@ def test_batch_write_is_invisible_until_the_job_commits(spark, eos_broker, tmp_p
 
     observer, prepared = _while_gated(gate, [0, 1], look)
     (df.write.format("oncestream").option("kafka.bootstrap.servers", bootstrap).option("topic", topic)
-     .option("oncestream.test.gateDir", str(gate)).mode("append").save())
+     .options(**fault_options(gate_dir=gate)).mode("append").save())
     observer.join()
     assert observer.error is None, observer.error
 
@@ -211,7 +212,7 @@ def test_failed_micro_batch_aborts_prepared_transactions_and_restart_writes_once
                   .option("kafka.bootstrap.servers", bootstrap).option("topic", topic_out)
                   .option("checkpointLocation", str(tmp_path / "cp")).trigger(availableNow=True))
         if gate_dir is not None:
-            writer = writer.option("oncestream.test.gateDir", str(gate_dir))
+            writer = writer.options(**fault_options(gate_dir=gate_dir))
         return writer.start()
 
     failing = start(gate)
@@ -297,7 +298,7 @@ def test_zombie_of_an_earlier_batch_cannot_stall_a_later_batch(spark, eos_broker
     _produce(bootstrap, topic_in, third)
     inputs.append(third)
     held_query = _run_available_now(spark, bootstrap, topic_in, checkpoint,
-                                    {**options, "oncestream.test.gateDir": str(gate)})
+                                    {**options, **fault_options(gate_dir=gate)})
     try:
         batch_2_txn, batch_2_state = _prepared(gate, [0])[0]
         task = _TaskWriter(sink_options(options))
@@ -357,7 +358,7 @@ def test_zombie_writing_while_its_batch_commits_cannot_make_its_records_visible(
         yield _values_batch([b"zombie-0-b"])
 
     query = _run_available_now(spark, bootstrap, topic_in, checkpoint,
-                               {**options, "oncestream.test.failAfterPrepare": "0"})
+                               {**options, **fault_options(fail_after_prepare="0")})
     query_id = str(query.id)
     producing_zombie = Background(lambda: task.write_attempt(rows(), query_id, 0, 7, batch_id=0))
     assert _finished(query) == query_id

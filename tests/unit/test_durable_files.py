@@ -76,7 +76,6 @@ def test_nothing_else_renames_or_fsyncs_files_itself() -> None:
         ("broker/server.py", "replace"),
         ("sql/server/server_main.py", "replace"),
         ("sql/server/node_identity.py", "replace"),
-        ("testing_hooks.py", "fsync"),  # test-only crash-point files
     }
     root = Path(oncestream.__file__).parent
     found = []

@@ -20,12 +20,12 @@ for identities that depend on it; the shipped builder does not read it.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from oncestream.errors import InvalidConfigError
+from oncestream.named_class import NamedClassError, load_named
 
 ANONYMOUS_PRINCIPAL = "User:ANONYMOUS"
 PRINCIPAL_BUILDER_PROPERTY = "principal.builder.class"
@@ -136,15 +136,10 @@ def load_principal_builder(props: Mapping[str, str]) -> KafkaPrincipalBuilder:
     name = props.get(PRINCIPAL_BUILDER_PROPERTY, "").strip()
     if name in ("", KAFKA_DEFAULT_PRINCIPAL_BUILDER):
         return DefaultKafkaPrincipalBuilder()
-    module_name, sep, class_name = name.partition(":")
-    if not sep:
-        module_name, _, class_name = name.rpartition(".")
-    if not module_name or not class_name:
-        raise InvalidConfigError(f"{PRINCIPAL_BUILDER_PROPERTY}={name}: expected module:Class or module.Class")
     try:
-        cls = getattr(importlib.import_module(module_name), class_name)
-    except (ImportError, AttributeError) as exc:
-        raise InvalidConfigError(f"{PRINCIPAL_BUILDER_PROPERTY}={name}: cannot load it: {exc}") from None
+        cls = load_named(name)
+    except NamedClassError as exc:
+        raise InvalidConfigError(f"{PRINCIPAL_BUILDER_PROPERTY}={name}: {exc}") from None
     builder: KafkaPrincipalBuilder = cls()
     if not callable(getattr(builder, "build", None)):
         raise InvalidConfigError(f"{PRINCIPAL_BUILDER_PROPERTY}={name}: the class has no build(context) method")

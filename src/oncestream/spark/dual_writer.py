@@ -16,7 +16,9 @@
 ``options`` takes the same ``kafka.*`` options as the connector's sink (validated the same way:
 owned properties such as ``kafka.key.serializer`` are refused) plus ``topic``; the keyword
 arguments ``bootstrap_servers``, ``transactional_id``, ``topic`` and ``producer_config`` (client
-property names without the prefix) still work and take precedence over ``options``.
+property names without the prefix) still work and take precedence over ``options``. A step
+observer (``observer=``, or the option ``stepObserver``, see ``oncestream.spark.plugins``) is told
+after steps 3 and 4 below of each batch.
 
 Per micro-batch, on the driver:
   1. (first call only) recover: ``init_transactions(keep_prepared_txn=True)``; if a transaction is
@@ -41,9 +43,9 @@ from typing import Any
 
 from oncestream.spark.errors import CommitResolutionError, OptionError
 from oncestream.spark.options import kafka_params, sink_options
+from oncestream.spark.plugins import DUAL_AFTER_DB, DUAL_AFTER_PREPARE, NoSteps, StepObserver, step_observer
 from oncestream.spark.stores import DualWriteState, Transaction, _Store
 from oncestream.spark.txn_resolution import init_keeping_prepared, two_phase_producer
-from oncestream.testing_hooks import crash_if_armed
 
 log = logging.getLogger("oncestream.spark")
 
@@ -67,6 +69,7 @@ class DualWriter:
         to_log: ToLogFn | None = None,
         topic: str | None = None,
         producer_config: Mapping[str, Any] | None = None,
+        observer: StepObserver | None = None,
     ) -> None:
         if not transactional_id:
             raise ValueError("dual_write needs a transactional_id (stable across restarts)")
@@ -77,6 +80,7 @@ class DualWriter:
         self.to_log = to_log
         self.topic = topic
         self.producer_config = dict(producer_config or {})
+        self.observer = observer or NoSteps()
         self._producer: Any = None
         self._used = False  # the current producer already ran a transaction
         self.last_batch_id = NO_BATCH
@@ -127,7 +131,8 @@ class DualWriter:
         except BaseException:
             self._abort_quietly()
             raise
-        crash_if_armed("dual-after-prepare", batch_id)
+        step = {"batch_id": batch_id, "transactional_id": self.transactional_id, "state": state}
+        self.observer.reached(DUAL_AFTER_PREPARE, step)
         try:
             with self.store.transaction() as tx:
                 self.apply(tx, batch_df, batch_id)
@@ -136,7 +141,7 @@ class DualWriter:
             # The database rolled back, so the batch is in neither place: abort the log side.
             self._abort_quietly()
             raise
-        crash_if_armed("dual-after-db", batch_id)
+        self.observer.reached(DUAL_AFTER_DB, step)
         producer.complete_transaction(state, _TIMEOUT_S)
         self.last_batch_id = batch_id
 
@@ -183,6 +188,7 @@ def dual_write(
     transactional_id: str | None = None,
     topic: str | None = None,
     producer_config: Mapping[str, Any] | None = None,
+    observer: StepObserver | None = None,
 ) -> DualWriter:
     """A ``foreachBatch`` function writing each micro-batch atomically to the log and a database.
 
@@ -190,8 +196,10 @@ def dual_write(
     the PreparedTxnState; ``to_log(batch_df)`` returns the rows for the log with Spark's Kafka sink
     columns (value, and optionally key, topic, partition, headers); ``topic`` is the default topic.
     ``options`` are the connector's write options (``kafka.bootstrap.servers``,
-    ``kafka.transactional.id``, any other ``kafka.*`` producer property, ``topic``); the keyword
-    arguments override them (see the module docstring).
+    ``kafka.transactional.id``, any other ``kafka.*`` producer property, ``topic``,
+    ``stepObserver``); the keyword arguments override them (see the module docstring).
+    ``observer`` is told when a batch reaches ``dual-after-prepare`` and ``dual-after-db``
+    (``oncestream.spark.plugins.StepObserver``).
     """
     config: dict[str, Any] = {}
     if options:
@@ -201,6 +209,8 @@ def dual_write(
         transactional_id = transactional_id or kafka_params(options).get("transactional.id")
         topic = topic or parsed.topic
         config.update(parsed.producer_config)
+        if observer is None and parsed.step_observer is not None:
+            observer = step_observer(parsed.step_observer)
     config.update(producer_config or {})
     if not bootstrap_servers:
         raise OptionError("dual_write needs kafka.bootstrap.servers (or bootstrap_servers=...)")
@@ -208,4 +218,4 @@ def dual_write(
         raise OptionError("dual_write needs kafka.transactional.id (or transactional_id=...), "
                           "stable across restarts")
     return DualWriter(bootstrap_servers=bootstrap_servers, transactional_id=transactional_id, store=store,
-                      apply=apply, to_log=to_log, topic=topic, producer_config=config)
+                      apply=apply, to_log=to_log, topic=topic, producer_config=config, observer=observer)

@@ -24,7 +24,9 @@ validated settings once, so the reader and writer never parse strings themselves
 - ``kafka.group.id`` / ``groupIdPrefix``: accepted and unused, since the connector reads by offset
   ranges and never joins a consumer group (Spark uses them only to name its consumers' groups);
 - ``topic`` for writes (overrides a ``topic`` column, as in Spark);
-- ``exactlyOnce`` (ours): the two-phase-commit sink, default true.
+- ``exactlyOnce`` (ours): the two-phase-commit sink, default true;
+- ``stepObserver`` (ours, sink) and ``triggerClock`` (ours, streaming source): classes plugged in
+  by name, with ``stepObserver.*`` / ``triggerClock.*`` options for them (``plugins``).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from oncestream.client.common.config import resolve
 from oncestream.client.common.errors import KafkaException
 from oncestream.spark.errors import OptionError
 from oncestream.spark.log_client import ClientSettings
+from oncestream.spark.plugins import STEP_OBSERVER_OPTION, TRIGGER_CLOCK_OPTION, PluginSpec, plugin_spec
 
 log = logging.getLogger("oncestream.spark")
 
@@ -47,10 +50,6 @@ LATEST = -1
 
 # Option keys (lower case: Spark's option map is case-insensitive).
 _BOOTSTRAP = "kafka.bootstrap.servers"
-_TEST_FAIL_AFTER_PREPARE = "oncestream.test.failafterprepare"
-_TEST_GATE_DIR = "oncestream.test.gatedir"
-# Tests only: a file holding the milliseconds the source's trigger-delay clock reads.
-_TEST_CLOCK_FILE = "oncestream.test.clockfile"
 
 # Client properties the source sets itself. Spark's Kafka source refuses the same ones: offsets
 # come from startingOffsets and Spark's checkpoint, records are handed over as bytes, nothing is
@@ -146,7 +145,7 @@ class SourceOptions:
     min_offsets_per_trigger: int | None = None
     max_trigger_delay_ms: int = DEFAULT_MAX_TRIGGER_DELAY_MS
     include_headers: bool = False
-    test_clock_file: str | None = None
+    trigger_clock: PluginSpec | None = None  # triggerClock (oncestream.spark.plugins)
 
 
 @dataclass(frozen=True)
@@ -159,8 +158,7 @@ class SinkOptions:
     transactional_id_prefix: str
     producer_config: dict[str, str]
     client: ClientSettings
-    fail_after_prepare_attempts: frozenset[int]
-    test_gate_dir: str | None = None
+    step_observer: PluginSpec | None = None  # stepObserver (oncestream.spark.plugins)
 
 
 def _lower(options: Mapping[str, str]) -> dict[str, str]:
@@ -376,7 +374,7 @@ def source_options(options: Mapping[str, str], *, streaming: bool) -> SourceOpti
         min_offsets_per_trigger=min_per_trigger,
         max_trigger_delay_ms=max_trigger_delay_ms,
         include_headers=include_headers(options),
-        test_clock_file=opts.get(_TEST_CLOCK_FILE) or None,
+        trigger_clock=plugin_spec(options, TRIGGER_CLOCK_OPTION),
     )
 
 
@@ -406,11 +404,6 @@ def sink_options(options: Mapping[str, str]) -> SinkOptions:
             continue
         if resolved[key] != required:
             raise OptionError(f"Kafka option kafka.{key} cannot be changed here: {why}")
-    fail_raw = opts.get(_TEST_FAIL_AFTER_PREPARE, "")
-    try:
-        fail_attempts = frozenset(int(a) for a in fail_raw.split(",") if a.strip())
-    except ValueError:
-        raise OptionError(f"{_TEST_FAIL_AFTER_PREPARE} takes attempt numbers like 0,1") from None
     return SinkOptions(
         bootstrap_servers=bootstrap_servers(options),
         topic=opts.get("topic") or None,
@@ -418,8 +411,7 @@ def sink_options(options: Mapping[str, str]) -> SinkOptions:
         transactional_id_prefix=prefix,
         producer_config=params,
         client=client,
-        fail_after_prepare_attempts=fail_attempts,
-        test_gate_dir=opts.get(_TEST_GATE_DIR) or None,
+        step_observer=plugin_spec(options, STEP_OBSERVER_OPTION),
     )
 
 

@@ -51,6 +51,10 @@ once, and works against brokers without KIP-939 (e.g. Tansu).
 
 Every client here (task producers, the driver's holding producers, its journal and admin
 connections) gets the query's ``kafka.*`` options; see ``options`` for the ones the sink owns.
+
+The sink option ``stepObserver`` plugs in a ``StepObserver`` (``oncestream.spark.plugins``), told
+around a task's prepare (step 3), before and after the commit record (7), around each commit of
+step 8 and after step 9; the connector's fault-injection tests act through it.
 """
 
 from __future__ import annotations
@@ -80,19 +84,20 @@ from oncestream.spark.errors import (
 )
 from oncestream.spark.log_client import LogClient
 from oncestream.spark.options import SinkOptions
+from oncestream.spark.plugins import (
+    AFTER_COMPLETE,
+    AFTER_RECORD,
+    BEFORE_RECORD,
+    TASK_AFTER_PREPARE,
+    TASK_BEFORE_PREPARE,
+    step_observer,
+)
 from oncestream.spark.txn_resolution import (
     HeldTransactions,
     Outcome,
     init_keeping_prepared,
     resolve_by_record,
     two_phase_producer,
-)
-from oncestream.testing_hooks import (
-    armed,
-    crash_if_armed,
-    crash_worker,
-    gate_after_prepare,
-    gate_before_prepare,
 )
 
 log = logging.getLogger("oncestream.spark")
@@ -319,12 +324,13 @@ class _TaskWriter:
                 return SinkCommitMessage(query_id, None, "", partition_id, attempt, 0)
             if producer is None:
                 return SinkCommitMessage(query_id, None, "", partition_id, attempt, 0)
-            gate_before_prepare(self.opts.test_gate_dir, partition_id, attempt)
+            observer = step_observer(self.opts.step_observer)
+            step = {"query_id": query_id, "batch_id": batch_id, "partition": partition_id, "attempt": attempt,
+                    "transactional_id": txn_id}
+            observer.reached(TASK_BEFORE_PREPARE, step)
             state = producer.prepare_transaction(_TIMEOUT_S)
             prepared = True
-            if attempt in self.opts.fail_after_prepare_attempts:
-                crash_worker(f"injected failure after prepare ({txn_id}, state {state})")
-            gate_after_prepare(self.opts.test_gate_dir, partition_id, attempt, txn_id, str(state))
+            observer.reached(TASK_AFTER_PREPARE, {**step, "state": str(state)})
             if batch_id is not None and self._lost_race(journal, producer, txn_id, str(state), query_id, batch_id):
                 return SinkCommitMessage(query_id, None, "", partition_id, attempt, 0)
             return SinkCommitMessage(query_id, txn_id, str(state), partition_id, attempt, count)
@@ -434,6 +440,8 @@ class _DriverCommit:
             return
         winners = {m.transactional_id: m.state for m in written if m.transactional_id}
         opts = self.opts
+        observer = step_observer(opts.step_observer)
+        step = {"query_id": query_id, "batch_id": batch_id, "transactions": dict(winners)}
         journal = CommitJournal(opts.bootstrap_servers, settings=opts.client)
         try:
             with HeldTransactions(opts.bootstrap_servers, opts.producer_config) as held, \
@@ -464,15 +472,13 @@ class _DriverCommit:
                     raise CommitResolutionError(
                         f"batch {batch_id}: transactions {wrong} are no longer the prepared ones the "
                         "tasks reported (a concurrent attempt fenced them?); the batch was aborted")
-                crash_if_armed("before-record", batch_id)
+                observer.reached(BEFORE_RECORD, step)
                 # Step 7: the commit point.
                 journal.append(CommitRecord(query_id, batch_id, winners))
-                crash_if_armed("after-record", batch_id)
+                observer.reached(AFTER_RECORD, step)
                 # Step 8: complete.
-                if armed("mid-complete", batch_id):
-                    held.finish(winners, only={min(winners)})
-                    crash_if_armed("mid-complete", batch_id)
-                outcomes = held.finish(winners)
+                outcomes = held.finish(winners, observe=lambda name, txn_id: observer.reached(
+                    name, {**step, "transactional_id": txn_id}))
             require_outcomes(outcomes, (Outcome.COMMITTED, Outcome.NOTHING_OPEN), f"batch {batch_id}")
             # Step 9: attempts of this batch that opened a transaction after step 4 listed (a
             # speculative copy still running, a zombie) are settled against the new record now,
@@ -481,7 +487,7 @@ class _DriverCommit:
             if late:
                 outcomes = resolve_by_record(opts.bootstrap_servers, late, winners, opts.producer_config)
                 log.info("batch %d: settled late attempts %s", batch_id, outcomes)
-            crash_if_armed("after-complete", batch_id)
+            observer.reached(AFTER_COMPLETE, step)
         finally:
             journal.close()
 

@@ -47,6 +47,7 @@ from oncestream.spark.options import (
     offsets_to_json,
 )
 from oncestream.spark.partition_reader import OffsetRange, read_range
+from oncestream.spark.plugins import trigger_clock
 
 log = logging.getLogger("oncestream.spark")
 
@@ -237,15 +238,6 @@ def _monotonic_ms() -> float:
     return time.monotonic() * 1000
 
 
-def _file_clock(path: str) -> Callable[[], float]:
-    """A clock tests set by writing milliseconds to a file (option oncestream.test.clockFile): the
-    stream reader lives in a Spark planner process the test cannot reach otherwise."""
-    def now_ms() -> float:
-        with open(path) as f:
-            return float(f.read().strip())
-    return now_ms
-
-
 class MinOffsetsGate:
     """minOffsetsPerTrigger with maxTriggerDelay (Spark's ``delayBatch``): a trigger runs a batch
     when ``min_rows`` offsets are available, or when ``max_delay_ms`` has passed since the last
@@ -274,7 +266,8 @@ class OnceStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
     def __init__(self, opts: SourceOptions, clock_ms: Callable[[], float] | None = None) -> None:
         self.opts = opts
         if clock_ms is None:
-            clock_ms = _file_clock(opts.test_clock_file) if opts.test_clock_file else _monotonic_ms
+            # The triggerClock option's class (oncestream.spark.plugins), else the monotonic clock.
+            clock_ms = trigger_clock(opts.trigger_clock).now_ms
         self._planner = _Planner(opts)
         self._available_now_target: dict[TopicPartition, int] | None = None
         self._latest_seen: dict[TopicPartition, int] = {}

@@ -9,13 +9,14 @@ decides: commit exactly when that state is the one the commit record lists, abor
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from oncestream.client.common.errors import KafkaException
 from oncestream.client.producer.producer import Producer
 from oncestream.spark.errors import CommitResolutionError, TwoPhaseCommitUnsupportedError
+from oncestream.spark.plugins import COMPLETED_TRANSACTION, COMPLETING_TRANSACTION
 
 # Transactions completed in parallel by the driver (each is a few round trips to the coordinator).
 _PARALLEL_COMPLETIONS = 8
@@ -101,17 +102,22 @@ class HeldTransactions:
                     self.held[txn_id] = state
         return dict(self.held)
 
-    def finish(self, commit: Mapping[str, str], only: set[str] | None = None) -> dict[str, Outcome]:
+    def finish(self, commit: Mapping[str, str],
+               observe: Callable[[str, str], None] | None = None) -> dict[str, Outcome]:
         """Commit the held transactions whose id and state are in ``commit``; abort the rest.
-        ``only`` limits the ids handled now (the others stay held)."""
+        ``observe(step, transactional_id)`` is told before and after each commit
+        (``COMPLETING_TRANSACTION``, ``COMPLETED_TRANSACTION``), in the thread committing it."""
 
         def one(txn_id: str) -> tuple[str, Outcome]:
             held = self.held[txn_id]
             if not held:
                 return txn_id, Outcome.NOTHING_OPEN
+            committing = commit.get(txn_id) == held
+            if committing and observe is not None:
+                observe(COMPLETING_TRANSACTION, txn_id)
             for tries_left in range(_REHOLD_ATTEMPTS - 1, -1, -1):
                 try:
-                    outcome = self._finish_one(txn_id, held, commit.get(txn_id) == held)
+                    outcome = self._finish_one(txn_id, held, committing)
                     break
                 except KafkaException:
                     # Another InitProducerId on the id (a stale write attempt that passed its
@@ -121,9 +127,11 @@ class HeldTransactions:
                     if not tries_left or self._rehold(txn_id) != held:
                         raise
             self.held[txn_id] = ""  # finished: a second finish() leaves it alone
+            if committing and observe is not None:
+                observe(COMPLETED_TRANSACTION, txn_id)
             return txn_id, outcome
 
-        ids = sorted(t for t in self._producers if only is None or t in only)
+        ids = sorted(self._producers)
         if not ids:
             return {}
         with ThreadPoolExecutor(min(_PARALLEL_COMPLETIONS, len(ids))) as pool:
