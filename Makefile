@@ -62,9 +62,9 @@ test-slow: $(SPARK_STAMP) kcat tansu java postgres
 spark-test: $(SPARK_STAMP) java postgres tansu
 	$(VPY) -m pytest -q --durations=10 -m spark tests/spark
 
-# The main demo (README): the bank-transfer pipeline of oncestream.spark.bank_demo.
+# The main demo (README): the bank-transfer pipeline of oncestream.demos.bank_transfers.
 demo: $(SPARK_STAMP) java
-	$(VPY) -m oncestream.spark.bank_demo
+	$(VPY) -m oncestream.demos.bank_transfers
 
 spark-demo: demo
 

@@ -8,8 +8,8 @@ import sqlite3
 
 import pytest
 
-from oncestream.spark import bank_demo
-from oncestream.spark.bank_demo import ACCOUNTS, INITIAL_BALANCE, find_violations, report
+from oncestream.demos import bank_transfers as bank_demo
+from oncestream.demos.bank_transfers import ACCOUNTS, INITIAL_BALANCE, find_violations, report
 
 pytestmark = pytest.mark.spark
 

@@ -5,4 +5,6 @@ Spark connector; these modules only drive them from outside, as a user would:
 
 - ``broker_crash``: ``oncestream demo`` (``python -m oncestream.demos.broker_crash``, ``make
   broker-demo``): records stream through broker SIGKILLs and come out exactly once, in order.
+- ``bank_transfers``: ``make demo`` (``python -m oncestream.demos.bank_transfers``): transfers
+  through a Spark pipeline whose driver is SIGKILLed and restarted; balances checked exactly once.
 """

@@ -1,6 +1,6 @@
 """Bank demo: a Spark streaming pipeline that stays exactly-once while its driver is SIGKILLed.
 
-    python -m oncestream.spark.bank_demo [--kills 3] [--rate 40]
+    python -m oncestream.demos.bank_transfers [--kills 3] [--rate 40]
 
 1. A broker (``oncestream broker`` with two-phase commit) and an SQLite database of accounts.
 2. A generator writes transfer requests (JSON) to ``transfers`` until the last kill; some are
@@ -214,7 +214,7 @@ class Driver:
 
     def __init__(self, work: Path, bootstrap: str, available_now: bool = False) -> None:
         self.log_path = work / "driver.log"
-        argv = [sys.executable, "-m", "oncestream.spark.bank_demo", "--driver", "--bootstrap", bootstrap,
+        argv = [sys.executable, "-m", "oncestream.demos.bank_transfers", "--driver", "--bootstrap", bootstrap,
                 "--work", str(work)]
         if available_now:
             argv.append("--available-now")
