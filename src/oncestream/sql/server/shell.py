@@ -380,7 +380,14 @@ def run(args: argparse.Namespace, *, out: TextIO | None = None, err: TextIO | No
             shell.properties[name.strip()] = value.strip()
         try:
             info = client.info()
-        except (ServerError, httpx.HTTPError, OSError) as exc:
+        except ServerError as exc:
+            if exc.status == 401:  # ksql's CLI says the same when -u/-p do not check
+                err.write(f"The SQL server at {args.server} refused the credentials (HTTP 401: {exc}); "
+                          "give --user and --password\n")
+            else:
+                err.write(f"Cannot reach the SQL server at {args.server}: {exc}\n")
+            return 1
+        except (httpx.HTTPError, OSError) as exc:
             err.write(f"Cannot reach the SQL server at {args.server}: {exc}\n")
             return 1
         if args.execute is not None or args.file is not None:
