@@ -24,6 +24,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from oncestream.durable_files import write_file_atomically
+
 # scrypt cost: N = 2**14, r = 8 (16 MiB, ~50 ms a check), the parameters RFC 7914 and OWASP cite
 # as the interactive-login minimum.
 DEFAULT_LOG2_N = 14
@@ -129,8 +131,8 @@ def load_users(path: str | Path) -> dict[str, PasswordHash]:
 
 def set_user(path: str | Path, user: str, password: str) -> bool:
     """Add ``user`` to the file at ``path`` (created, mode 0600, if missing) or replace its hash;
-    True if the user was new. Other lines are kept as they are. The file is replaced whole (write
-    to a temporary file, then rename), so a server reading it never sees half a line."""
+    True if the user was new. Other lines are kept as they are. The file is replaced whole
+    (durable_files), so a server reading it never sees half a line."""
     if not user or ":" in user or user != user.strip() or "\n" in user:
         raise UsersFileError(f"user name {user!r} must be non-empty, without ':' or surrounding spaces")
     if not password:
@@ -146,9 +148,5 @@ def set_user(path: str | Path, user: str, password: str) -> bool:
             new = False
     if new:
         lines.append(entry)
-    temp = target.with_name(target.name + ".tmp")
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as out:
-        out.write("\n".join(lines) + "\n")
-    os.replace(temp, target)
+    write_file_atomically(target, ("\n".join(lines) + "\n").encode("utf-8"), mode=0o600)
     return new
