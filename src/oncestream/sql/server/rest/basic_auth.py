@@ -16,8 +16,10 @@ Passwords are checked against the users file (``users_file``: salted scrypt hash
 costs ~50 ms, too much for every request of a client that sends its credentials each time, so a
 password that checked once is remembered as an HMAC under a key made at start (never written
 anywhere); later requests compare that HMAC in constant time. A wrong password always pays the
-full scrypt (in a worker thread, off the event loop), and so does an unknown user (against a dummy
-hash), so timing tells neither which users exist nor how close a guess was. The users file is read
+full scrypt, and so does an unknown user (against a dummy hash), so timing tells neither which
+users exist nor how close a guess was. Checks run off the event loop on the middleware's own
+two threads: a flood of wrong passwords costs at most two cores' worth of scrypt and never takes
+the default executor's threads that authenticated requests' statements and queries run on. The users file is read
 at start; a node must be restarted to see changes.
 """
 
@@ -31,6 +33,7 @@ import hmac
 import os
 import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,6 +54,8 @@ ALWAYS_OPEN_PATHS = ("/healthcheck", "/v1/metadata", "/v1/metadata/id")
 # so HTTP/2 clients still sending can read the answer (see http.drain_body); little, since the
 # sender is unknown.
 UNAUTHENTICATED_DRAIN_BYTES = 1024 * 1024
+# Threads checking passwords (scrypt) at once; more requests wait their turn.
+PASSWORD_CHECK_THREADS = 2
 
 
 class AuthConfigError(ValueError):
@@ -125,6 +130,7 @@ class BasicAuthMiddleware:
         # user -> HMAC of the password that last checked for that user (bounded by the users file).
         self._verified: dict[str, bytes] = {}
         self._dummy = PasswordHash.create(os.urandom(16).hex())
+        self._checks = ThreadPoolExecutor(max_workers=PASSWORD_CHECK_THREADS, thread_name_prefix="sql-basic-auth")
 
     @classmethod
     def from_settings(cls, app: AsgiApp, settings: BasicAuthSettings) -> BasicAuthMiddleware:
@@ -156,7 +162,8 @@ class BasicAuthMiddleware:
         if remembered is not None and hmac.compare_digest(remembered, digest):
             return user
         stored = self._users.get(user)
-        checks = await asyncio.to_thread((stored or self._dummy).verify, password)
+        checks = await asyncio.get_running_loop().run_in_executor(
+            self._checks, (stored or self._dummy).verify, password)
         if stored is None or not checks:
             return None
         self._verified[user] = digest
