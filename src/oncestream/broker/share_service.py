@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 from oncestream.async_wait import wait_event
 from oncestream.broker.internal_topic import InternalAppender, InternalTopic
+from oncestream.broker.share_group_configs import AUTO_OFFSET_RESET, DEFAULTS, ISOLATION_LEVEL
 from oncestream.coordinator.share.group import ShareGroupConfig, ShareGroupCoordinator
 from oncestream.coordinator.share.partition import SharePartition, SharePartitionConfig
 from oncestream.coordinator.share.records import (
@@ -45,13 +46,12 @@ log = logging.getLogger("oncestream.broker")
 
 SHARE_STATE_TOPIC = "__share_group_state"
 _MAX_TICK_SLEEP_S = 0.2
+# A member that leaves (heartbeat epoch -1) keeps its share session and records this long:
+# librdkafka sends its last ShareAcknowledge (session epoch -1) on another connection at the same
+# moment as the leave, and those acknowledgements must not find the records already released.
+LEAVE_GRACE_MS = 2000
 SharePartitionKey = tuple[str, uuid.UUID, int]  # (group id, topic id, partition)
 
-AUTO_OFFSET_RESET = "share.auto.offset.reset"
-ISOLATION_LEVEL = "share.isolation.level"
-GROUP_CONFIG_DEFAULTS = {AUTO_OFFSET_RESET: "latest", ISOLATION_LEVEL: "read_uncommitted"}
-_GROUP_CONFIG_VALUES = {AUTO_OFFSET_RESET: ("latest", "earliest"),
-                        ISOLATION_LEVEL: ("read_uncommitted", "read_committed")}
 
 
 def _bool(props: dict[str, str], name: str, default: bool) -> bool:
@@ -101,22 +101,13 @@ class ShareSettings:
         return settings
 
 
-def validate_group_config(name: str, value: str) -> str | None:
-    """Why ``name=value`` is not a valid share group config, or None."""
-    allowed = _GROUP_CONFIG_VALUES.get(name)
-    if allowed is None:
-        return f"unknown group config {name}"
-    if value not in allowed:
-        return f"{name}={value}: must be one of {', '.join(allowed)}"
-    return None
-
-
 class ShareService:
     """Share groups of one broker: membership, sessions, share-partitions and their state topic."""
 
     def __init__(self, logs: LogManager, props: dict[str, str], now_ms: Callable[[], int],
                  mono_ms: Callable[[], int], appender: InternalAppender | None = None,
-                 on_available: Callable[[str, int], None] | None = None) -> None:
+                 on_available: Callable[[str, int], None] | None = None,
+                 group_configs: dict[str, dict[str, str]] | None = None) -> None:
         """``on_available(topic, partition)`` wakes long-polling ShareFetches when records become
         deliverable again (released, lock expired, member gone)."""
         self.settings = ShareSettings.from_properties(props)
@@ -130,9 +121,11 @@ class ShareService:
         self.partitions: dict[SharePartitionKey, SharePartition] = {}
         self._updates_since_snapshot: dict[SharePartitionKey, int] = {}
         self._snapshot_epoch: dict[SharePartitionKey, int] = {}
-        # Per-group share configs (IncrementalAlterConfigs on GROUP resources); not persisted.
-        self.group_configs: dict[str, dict[str, str]] = {}
+        # Per-group share configs (GROUP config resources; durable in share_group_configs.py).
+        self.group_configs: dict[str, dict[str, str]] = dict(group_configs or {})
+        self.group_config_lock = asyncio.Lock()
         self._topic: InternalTopic | None = None
+        self._departures: dict[tuple[str, str], int] = {}  # (group, member) -> release at (mono ms)
         self._wake = asyncio.Event()
         if SHARE_STATE_TOPIC in logs.topics():
             self._load(self._state_topic())
@@ -151,7 +144,7 @@ class ShareService:
         return None
 
     def group_config(self, group_id: str, name: str) -> str:
-        return self.group_configs.get(group_id, {}).get(name, GROUP_CONFIG_DEFAULTS[name])
+        return self.group_configs.get(group_id, {}).get(name, DEFAULTS[name])
 
     # --- share-partitions -----------------------------------------------------------------------
 
@@ -183,6 +176,12 @@ class ShareService:
                 touched.append(key)
         self.persist(touched)
         self._announce(touched)
+
+    def member_left(self, group_id: str, member_id: str) -> None:
+        """``member_id`` left ``group_id``: its session closes and its records are given back
+        after ``LEAVE_GRACE_MS`` (unless its final request closed the session first)."""
+        self._departures[(group_id, member_id)] = self.mono_ms() + LEAVE_GRACE_MS
+        self.wake()
 
     def _announce(self, keys: Iterable[SharePartitionKey]) -> None:
         for _group, topic_id, partition in keys:
@@ -296,6 +295,13 @@ class ShareService:
         for group_id, member_id in self.groups.expire(now):
             self.sessions.close(group_id, member_id)
             self.release_member(group_id, member_id)
+        for (group_id, member_id), due_ms in list(self._departures.items()):
+            if due_ms <= now:
+                del self._departures[(group_id, member_id)]
+                group = self.groups.group(group_id)
+                if group is None or member_id not in group.members:  # not back in the meantime
+                    self.sessions.close(group_id, member_id)
+                    self.release_member(group_id, member_id)
         touched = [key for key, sp in self.partitions.items() if sp.expire_locks(now)]
         self.persist(touched)
         self._announce(touched)
@@ -305,6 +311,7 @@ class ShareService:
         member = self.groups.next_deadline_ms()
         if member is not None:
             deadlines.append(member)
+        deadlines.extend(self._departures.values())
         return min(deadlines) if deadlines else None
 
     def wake(self) -> None:
