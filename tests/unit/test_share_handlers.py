@@ -165,7 +165,7 @@ def test_classic_group_id_is_not_a_share_group(state: BrokerState) -> None:
     state.groups.complete(state.groups.coordinator.commit_offsets(
         OffsetCommitRequest(GROUP, {TopicPartition(TOPIC, 0): PartitionOffsetCommit(1)}), state.now_ms())[1])
     m = request_module(k.SHARE_GROUP_HEARTBEAT, 1)
-    response = share.handle_share_group_heartbeat(state, _header(k.SHARE_GROUP_HEARTBEAT), m.ShareGroupHeartbeatRequest(
+    response: Any = share.handle_share_group_heartbeat(state, _header(k.SHARE_GROUP_HEARTBEAT), m.ShareGroupHeartbeatRequest(
         group_id=GROUP, member_id="a", member_epoch=0, rack_id=None, subscribed_topic_names=(TOPIC,)))
     assert response.error_code == ErrorCode.group_id_not_found
     assert state.shares.groups.group(GROUP) is None
