@@ -14,7 +14,7 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from oncestream.broker.config import BrokerConfig
-from oncestream.broker.handlers import api_versions, share
+from oncestream.broker.handlers import api_versions, share, share_admin
 from oncestream.broker.share_service import SHARE_STATE_TOPIC
 from oncestream.broker.state import BrokerState
 from oncestream.coordinator.group.messages import OffsetCommitRequest, PartitionOffsetCommit
@@ -196,3 +196,73 @@ def test_share_groups_switched_off(tmp_path: Path) -> None:
         assert {f.name: f.max_version_level for f in versions.finalized_features}["share.version"] == 1
     finally:
         on.close()
+
+
+def _describe_offsets(state: BrokerState, version: int = 1) -> list[tuple[int, int, int, int]]:
+    m = request_module(k.DESCRIBE_SHARE_GROUP_OFFSETS, version)
+    request = m.DescribeShareGroupOffsetsRequest(groups=(m.DescribeShareGroupOffsetsRequestGroup(
+        group_id=GROUP, topics=(m.DescribeShareGroupOffsetsRequestTopic(topic_name=TOPIC, partitions=(0,)),)),))
+    response: Any = share_admin.handle_describe_offsets(state, RequestHeader(k.DESCRIBE_SHARE_GROUP_OFFSETS, version,
+                                                                               1, "t", 0), request)
+    return [(g.error_code, p.partition_index, p.start_offset, getattr(p, "lag", -1))
+            for g in response.groups for t in g.topics for p in t.partitions]
+
+
+def _alter_offsets(state: BrokerState, start: int) -> Any:
+    m = request_module(k.ALTER_SHARE_GROUP_OFFSETS, 0)
+    request = m.AlterShareGroupOffsetsRequest(group_id=GROUP, topics=(m.AlterShareGroupOffsetsRequestTopic(
+        topic_name=TOPIC, partitions=(m.AlterShareGroupOffsetsRequestPartition(partition_index=0,
+                                                                               start_offset=start),)),))
+    return share_admin.handle_alter_offsets(state, RequestHeader(k.ALTER_SHARE_GROUP_OFFSETS, 0, 1, "t", 0), request)
+
+
+def _delete_offsets(state: BrokerState) -> Any:
+    m = request_module(k.DELETE_SHARE_GROUP_OFFSETS, 0)
+    request = m.DeleteShareGroupOffsetsRequest(group_id=GROUP, topics=(
+        m.DeleteShareGroupOffsetsRequestTopic(topic_name=TOPIC),))
+    return share_admin.handle_delete_offsets(state, RequestHeader(k.DELETE_SHARE_GROUP_OFFSETS, 0, 1, "t", 0), request)
+
+
+def _heartbeat(state: BrokerState, member: str, epoch: int) -> Any:
+    m = request_module(k.SHARE_GROUP_HEARTBEAT, 1)
+    return share.handle_share_group_heartbeat(state, _header(k.SHARE_GROUP_HEARTBEAT), m.ShareGroupHeartbeatRequest(
+        group_id=GROUP, member_id=member, member_epoch=epoch, rack_id=None,
+        subscribed_topic_names=(TOPIC,) if epoch == 0 else None))
+
+
+def test_share_group_offsets_describe_alter_delete(tmp_path: Path) -> None:
+    first = _state(tmp_path / "data")
+    try:
+        topic_id = _with_records(first, 10)
+        assert _describe_offsets(first) == [(ErrorCode.none, 0, -1, -1)]  # no state yet
+        assert _acquired(_fetch(first, "a", 0, topic_id)) == [(0, 9)]
+        assert _ack_errors(_fetch(first, "a", 1, topic_id, acks=((0, 3, 1), (5, 5, 1)))) == [0]
+        # Start 4; of the 6 records from there to the high watermark one (5) is done.
+        assert _describe_offsets(first) == [(ErrorCode.none, 0, 4, 5)]
+        assert _heartbeat(first, "a", 0).error_code == ErrorCode.none
+        assert _alter_offsets(first, 8).error_code == ErrorCode.non_empty_group
+        assert _delete_offsets(first).error_code == ErrorCode.non_empty_group
+        assert first.shares.groups.group(GROUP) is not None
+        first.shares.groups.expire(first.mono_ms() + 10**9)  # the member's session ran out
+        altered = _alter_offsets(first, 8)
+        assert altered.error_code == ErrorCode.none
+        assert [p.error_code for t in altered.responses for p in t.partitions] == [ErrorCode.none]
+        assert _describe_offsets(first, version=0) == [(ErrorCode.none, 0, 8, -1)]
+    finally:
+        first.close()
+    second = _state(tmp_path / "data")
+    try:
+        assert _describe_offsets(second) == [(ErrorCode.none, 0, 8, 2)]
+        second.shares.group_configs[GROUP] = dict(EARLIEST)
+        assert _acquired(_fetch(second, "b", 0, topic_id)) == [(8, 9)]
+        deleted = _delete_offsets(second)
+        assert deleted.error_code == ErrorCode.none
+        assert [t.error_code for t in deleted.responses] == [ErrorCode.none]
+        assert _describe_offsets(second) == [(ErrorCode.none, 0, -1, -1)]
+    finally:
+        second.close()
+    third = _state(tmp_path / "data")
+    try:
+        assert _describe_offsets(third) == [(ErrorCode.none, 0, -1, -1)]  # the delete is durable
+    finally:
+        third.close()

@@ -167,6 +167,32 @@ class ShareService:
             sp.move_start(plog.log_start_offset)
         return sp
 
+    def state_of(self, group_id: str) -> dict[SharePartitionKey, SharePartition]:
+        """Every share-partition ``group_id`` has state for."""
+        return {key: sp for key, sp in self.partitions.items() if key[0] == group_id}
+
+    def reset_partition(self, key: SharePartitionKey, start_offset: int) -> bool:
+        """AlterShareGroupOffsets: the share-partition starts afresh at ``start_offset`` (no
+        record in flight); persisted as a new snapshot. False if the append failed."""
+        self.partitions[key] = SharePartition(self.settings.partition, start_offset)
+        self._snapshot_epoch.pop(key, None)  # the next persist writes a snapshot
+        return key not in self.persist([key])
+
+    def delete_partition(self, key: SharePartitionKey) -> bool:
+        """DeleteShareGroupOffsets: forget the share-partition (a tombstone in the state topic;
+        the next fetch starts it again by ``share.auto.offset.reset``). False if not durable."""
+        topic = self._state_topic()
+        try:
+            topic.append(self._state_partition(key, topic),
+                         [(encode_key(ShareStateKey(SNAPSHOT_TYPE, *key)), None)], self.now_ms())
+        except (OnceStreamError, OSError) as exc:
+            log.error("cannot append to %s: %s", SHARE_STATE_TOPIC, exc)
+            return False
+        self.partitions.pop(key, None)
+        self._snapshot_epoch.pop(key, None)
+        self._updates_since_snapshot.pop(key, None)
+        return True
+
     def release_member(self, group_id: str, member_id: str) -> None:
         """Give back every record ``member_id`` holds in ``group_id`` (it left, timed out or
         closed its share session) and persist the change."""
@@ -265,16 +291,19 @@ class ShareService:
     def _load(self, topic: InternalTopic, partitions: list[int] | None = None,
               only: set[SharePartitionKey] | None = None) -> None:
         for key_bytes, value_bytes in topic.read_all(partitions):
-            if value_bytes is None:
-                continue
             try:
                 key = decode_key(key_bytes)
-                value = decode_value(key.record_type, value_bytes)
+                value = None if value_bytes is None else decode_value(key.record_type, value_bytes)
             except ShareRecordError as exc:
                 log.error("skipping a %s record: %s", SHARE_STATE_TOPIC, exc)
                 continue
             sp_key = (key.group_id, key.topic_id, key.partition)
             if only is not None and sp_key not in only:
+                continue
+            if value is None:  # DeleteShareGroupOffsets: the state is gone
+                self.partitions.pop(sp_key, None)
+                self._snapshot_epoch.pop(sp_key, None)
+                self._updates_since_snapshot.pop(sp_key, None)
                 continue
             sp = self.partitions.get(sp_key)
             if key.record_type == SNAPSHOT_TYPE:
