@@ -266,3 +266,28 @@ def test_share_group_offsets_describe_alter_delete(tmp_path: Path) -> None:
         assert _describe_offsets(third) == [(ErrorCode.none, 0, -1, -1)]  # the delete is durable
     finally:
         third.close()
+
+
+def test_state_topic_is_pruned_below_the_oldest_snapshot_still_needed(tmp_path: Path) -> None:
+    first = _state(tmp_path / "data", **{"share.coordinator.snapshot.update.records.per.snapshot": "3",
+                                         "share.coordinator.state.topic.num.partitions": "1",
+                                         "share.coordinator.state.topic.segment.bytes": "200"})
+    try:
+        topic_id = _with_records(first, 40)
+        assert _acquired(_fetch(first, "a", 0, topic_id)) == [(0, 39)]
+        for epoch in range(1, 31):  # one acknowledgement per request: 30 state records
+            offset = epoch - 1
+            assert _ack_errors(_fetch(first, "a", epoch, topic_id, acks=((offset, offset, 1),))) == [0]
+        state_log = first.logs.get(SHARE_STATE_TOPIC, 0)
+        assert state_log.log_start_offset == 0
+        assert first.shares.prune() == [0]
+        assert state_log.log_start_offset > 0
+        assert first.shares.prune() == []  # nothing more below the latest snapshot
+        live = first.shares.partitions[(GROUP, topic_id, 0)].snapshot()
+    finally:
+        first.close()
+    second = _state(tmp_path / "data", **{"share.coordinator.state.topic.num.partitions": "1"})
+    try:
+        assert second.shares.partitions[(GROUP, topic_id, 0)].snapshot() == live
+    finally:
+        second.close()
