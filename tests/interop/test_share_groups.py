@@ -314,3 +314,38 @@ def test_read_committed_share_group_never_sees_aborted_records(start_broker) -> 
     assert values[committed_group] == expected
     # The same log read uncommitted does hold the aborted records: the filter is what hid them.
     assert sorted(v for v in values[uncommitted_group] if v.startswith(b"a-")) == [f"a-{i}".encode() for i in range(5)]
+
+
+def test_two_members_on_two_topics_of_three_partitions(start_broker) -> None:
+    """librdkafka lists a topic once per run of its partitions in a ShareFetch; every record of
+    every partition still reaches the group exactly once."""
+    broker = start_broker()
+    topics = [unique_topic("sharemulti") for _ in range(2)]
+    for topic in topics:
+        create_topic(broker.bootstrap, topic, partitions=3)
+    group_id = new_group(broker.bootstrap, "sharemulti")
+    producer = Producer({"bootstrap.servers": broker.bootstrap})
+    for topic in topics:
+        for i in range(150):
+            producer.produce(topic, f"{topic}-{i}".encode(), partition=i % 3)
+    assert producer.flush(CLIENT_TIMEOUT_S) == 0
+    consumers = []
+    for _ in range(2):
+        consumer = ShareConsumer({"bootstrap.servers": broker.bootstrap, "group.id": group_id})
+        consumer.subscribe(topics)
+        consumers.append(consumer)
+    seen: Counter[tuple[str, int, int]] = Counter()
+    try:
+        deadline = time.monotonic() + WAIT_S
+        while len(seen) < 300 and time.monotonic() < deadline:
+            for consumer in consumers:
+                for m in poll_ok(consumer, 0.2):
+                    seen[(present(m.topic(), "topic"), present(m.partition(), "partition"), offset_of(m))] += 1
+        for consumer in consumers:
+            consumer.commit_sync()
+    finally:
+        for consumer in consumers:
+            consumer.close()
+    assert len(seen) == 300
+    assert set(seen.values()) == {1}
+    assert {(t, p) for t, p, _ in seen} == {(t, p) for t in topics for p in range(3)}

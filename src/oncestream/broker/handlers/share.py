@@ -283,6 +283,9 @@ async def handle_share_fetch(state: BrokerState, header: RequestHeader, request:
             errors[(topic_id, partition)] = error
         else:
             targets.append((topic_id, name, partition))
+    if targets:  # start at another partition each time: max_records must not starve the last ones
+        turn = session.next_epoch % len(targets)
+        targets = targets[turn:] + targets[:turn]
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max(0, int(request.max_wait.total_seconds() * 1000)) / 1000
     max_records: int = request.max_records if request.max_records > 0 else 500
