@@ -15,7 +15,7 @@ from kio.schema.errors import ErrorCode
 
 from oncestream.authz.authorizer import StandardAuthorizer
 from oncestream.broker.config import BrokerConfig
-from oncestream.broker.handlers import api_versions, share, share_admin
+from oncestream.broker.handlers import api_versions, groups, share, share_admin
 from oncestream.broker.principal import ANONYMOUS_PRINCIPAL
 from oncestream.broker.share_service import SHARE_STATE_TOPIC
 from oncestream.broker.state import BrokerState
@@ -316,3 +316,16 @@ def test_acls_read_on_group_and_topic(state: BrokerState) -> None:
     state.authorizer = StandardAuthorizer([_allow(ResourceType.GROUP, GROUP), _allow(ResourceType.TOPIC, TOPIC)])
     assert _heartbeat(state, "a", 0).error_code == ErrorCode.none
     assert _acquired(_fetch(state, "a", 0, topic_id)) == [(0, 2)]
+
+
+def test_classic_join_on_a_share_group_id_is_inconsistent(state: BrokerState) -> None:
+    _with_records(state, 1)
+    assert _heartbeat(state, "a", 0).error_code == ErrorCode.none
+    m = request_module(k.JOIN_GROUP, 5)
+    request = m.JoinGroupRequest(group_id=GROUP, session_timeout=datetime.timedelta(seconds=10),
+                                 rebalance_timeout=datetime.timedelta(seconds=10), member_id="",
+                                 group_instance_id=None, protocol_type="consumer",
+                                 protocols=(m.JoinGroupRequestProtocol(name="range", metadata=b""),))
+    response: Any = asyncio.run(groups.handle_join_group(state, RequestHeader(k.JOIN_GROUP, 5, 1, "t", 0), request))
+    assert response.error_code == ErrorCode.inconsistent_group_protocol
+    assert state.groups.coordinator.group_state(GROUP) is None
