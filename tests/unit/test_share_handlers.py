@@ -329,3 +329,53 @@ def test_classic_join_on_a_share_group_id_is_inconsistent(state: BrokerState) ->
     response: Any = asyncio.run(groups.handle_join_group(state, RequestHeader(k.JOIN_GROUP, 5, 1, "t", 0), request))
     assert response.error_code == ErrorCode.inconsistent_group_protocol
     assert state.groups.coordinator.group_state(GROUP) is None
+
+
+def _list_groups(state: BrokerState, version: int, **filters: tuple[str, ...]) -> list[tuple[str, str, str]]:
+    m = request_module(k.LIST_GROUPS, version)
+    response: Any = groups.handle_list_groups(state, RequestHeader(k.LIST_GROUPS, version, 1, "t", 0),
+                                              m.ListGroupsRequest(**filters))
+    return [(g.group_id, g.protocol_type, getattr(g, "group_type", "")) for g in response.groups]
+
+
+def test_list_groups_shows_share_groups(state: BrokerState) -> None:
+    _with_records(state, 1)
+    assert _heartbeat(state, "a", 0).error_code == ErrorCode.none
+    state.groups.complete(state.groups.coordinator.commit_offsets(
+        OffsetCommitRequest("classic-one", {TopicPartition(TOPIC, 0): PartitionOffsetCommit(1)}), state.now_ms())[1])
+    assert (GROUP, "share", "") in _list_groups(state, 0)
+    everything = _list_groups(state, 5)
+    assert (GROUP, "share", "share") in everything
+    assert ("classic-one", "", "classic") in everything
+    assert _list_groups(state, 5, types_filter=("Share",)) == [(GROUP, "share", "share")]
+    assert _list_groups(state, 5, types_filter=("classic",)) == [("classic-one", "", "classic")]
+    assert _list_groups(state, 4, states_filter=("stable",)) == [(GROUP, "share", "")]
+    assert _list_groups(state, 4, states_filter=("Empty",)) == [("classic-one", "", "")]
+
+
+def _delete_groups(state: BrokerState, *group_ids: str) -> dict[str, ErrorCode]:
+    m = request_module(k.DELETE_GROUPS, 2)
+    response: Any = groups.handle_delete_groups(state, RequestHeader(k.DELETE_GROUPS, 2, 1, "t", 0),
+                                                m.DeleteGroupsRequest(groups_names=group_ids))
+    return {r.group_id: r.error_code for r in response.results}
+
+
+def test_delete_groups_deletes_an_empty_share_group_and_its_state(tmp_path: Path) -> None:
+    first = _state(tmp_path / "data")
+    try:
+        topic_id = _with_records(first, 3)
+        assert _heartbeat(first, "a", 0).error_code == ErrorCode.none
+        assert _acquired(_fetch(first, "a", 0, topic_id)) == [(0, 2)]
+        assert _delete_groups(first, GROUP) == {GROUP: ErrorCode.non_empty_group}
+        first.shares.groups.expire(first.mono_ms() + 10**9)
+        assert _delete_groups(first, GROUP, "nobody") == {GROUP: ErrorCode.none,
+                                                          "nobody": ErrorCode.group_id_not_found}
+        assert first.shares.groups.group(GROUP) is None
+        assert first.shares.state_of(GROUP) == {}
+    finally:
+        first.close()
+    second = _state(tmp_path / "data")
+    try:
+        assert second.shares.state_of(GROUP) == {}  # the deletion is durable
+    finally:
+        second.close()

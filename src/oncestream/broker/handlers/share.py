@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from oncestream.protocol import request_types as wire
 
 _ZERO = datetime.timedelta(0)
+SHARE_GROUP_TYPE = "share"
 _NO_OPERATIONS = -(2**31)
 
 
@@ -128,6 +129,35 @@ def handle_share_group_describe(state: BrokerState, header: RequestHeader, reque
                 authorized_operations=authorized_operations(state, Res.GROUP, group_id,
                                                             requested=request.include_authorized_operations)))
     return build(m.ShareGroupDescribeResponse, throttle_time=_ZERO, groups=tuple(groups))
+
+
+def listed_share_groups(state: BrokerState, states_filter: Iterable[str], types_filter: Iterable[str]
+                        ) -> list[tuple[str, str]]:
+    """(group id, state) of the share groups ListGroups shows for these filters (Kafka's group
+    type "share", protocol type "share"; states compared without case, as Kafka does)."""
+    types = {t.lower() for t in types_filter}
+    states = {s.lower() for s in states_filter}
+    if types and SHARE_GROUP_TYPE not in types:
+        return []
+    listed = []
+    for group_id in state.shares.groups.group_ids():
+        group = state.shares.groups.group(group_id)
+        if group is not None and (not states or group.state.lower() in states):
+            listed.append((group_id, group.state))
+    return listed
+
+
+def delete_share_group(state: BrokerState, group_id: str) -> ErrorCode:
+    """DeleteGroups of a share group: an empty group and its share-partition state go (the state
+    tombstones are durable before NONE is answered)."""
+    svc = state.shares
+    error = svc.groups.delete(group_id)
+    if error != ErrorCode.none:
+        return error
+    for key in list(svc.state_of(group_id)):
+        if not svc.delete_partition(key):
+            return ErrorCode.coordinator_not_available
+    return ErrorCode.none
 
 
 # --- acknowledgements ----------------------------------------------------------------------------

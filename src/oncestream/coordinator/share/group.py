@@ -145,6 +145,16 @@ class ShareGroupCoordinator:
     def group_ids(self) -> list[str]:
         return list(self._groups)
 
+    def delete(self, group_id: str) -> ErrorCode:
+        """DeleteGroups of a share group: only an empty one (NON_EMPTY_GROUP otherwise)."""
+        group = self._groups.get(group_id)
+        if group is None:
+            return ErrorCode.group_id_not_found
+        if group.members:
+            return ErrorCode.non_empty_group
+        del self._groups[group_id]
+        return ErrorCode.none
+
     def heartbeat(self, group_id: str, member_id: str, member_epoch: int, rack_id: str | None,
                   subscribed: Iterable[str] | None, now_ms: int, *, client_id: str = "",
                   client_host: str = "") -> HeartbeatResult:
