@@ -379,3 +379,19 @@ def test_delete_groups_deletes_an_empty_share_group_and_its_state(tmp_path: Path
         assert second.shares.state_of(GROUP) == {}  # the deletion is durable
     finally:
         second.close()
+
+
+def test_share_group_with_state_exists_after_a_restart(tmp_path: Path) -> None:
+    first = _state(tmp_path / "data")
+    try:
+        topic_id = _with_records(first, 2)
+        assert _acquired(_fetch(first, "a", 0, topic_id)) == [(0, 1)]
+    finally:
+        first.close()
+    second = _state(tmp_path / "data")
+    try:
+        assert _list_groups(second, 5, types_filter=("share",)) == [(GROUP, "share", "share")]
+        assert _delete_groups(second, GROUP) == {GROUP: ErrorCode.none}
+        assert second.shares.state_of(GROUP) == {}
+    finally:
+        second.close()

@@ -138,6 +138,8 @@ class ShareService:
         self._wake = asyncio.Event()
         if SHARE_STATE_TOPIC in logs.topics():
             self._load(self._state_topic())
+            for group_id, _topic_id, _partition in self.partitions:
+                self.groups.ensure(group_id)  # Empty until its members heartbeat again
 
     # --- topics --------------------------------------------------------------------------------
 

@@ -145,6 +145,14 @@ class ShareGroupCoordinator:
     def group_ids(self) -> list[str]:
         return list(self._groups)
 
+    def ensure(self, group_id: str) -> ShareGroup:
+        """The group, created empty if unknown (a share group whose state was replayed at start-up
+        exists before any member comes back)."""
+        group = self._groups.get(group_id)
+        if group is None:
+            group = self._groups[group_id] = ShareGroup(group_id)
+        return group
+
     def delete(self, group_id: str) -> ErrorCode:
         """DeleteGroups of a share group: only an empty one (NON_EMPTY_GROUP otherwise)."""
         group = self._groups.get(group_id)
