@@ -14,6 +14,7 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from oncestream.authz.authorizer import StandardAuthorizer
+from oncestream.broker import share_group_configs
 from oncestream.broker.config import BrokerConfig
 from oncestream.broker.handlers import api_versions, groups, share, share_admin
 from oncestream.broker.principal import ANONYMOUS_PRINCIPAL
@@ -21,6 +22,7 @@ from oncestream.broker.share_service import SHARE_STATE_TOPIC
 from oncestream.broker.state import BrokerState
 from oncestream.coordinator.group.messages import OffsetCommitRequest, PartitionOffsetCommit
 from oncestream.coordinator.share.partition import RecordState
+from oncestream.errors import InvalidConfigError
 from oncestream.protocol import api_keys as k
 from oncestream.protocol.acl import AclBinding, AclOperation, AclPermissionType, PatternType, ResourceType
 from oncestream.protocol.codec import RequestHeader
@@ -395,3 +397,25 @@ def test_share_group_with_state_exists_after_a_restart(tmp_path: Path) -> None:
         assert second.shares.state_of(GROUP) == {}
     finally:
         second.close()
+
+
+def test_by_duration_reset_and_its_validation(state: BrokerState) -> None:
+    assert share_group_configs.duration_ms("PT1H") == 3_600_000
+    assert share_group_configs.duration_ms("P1DT0.5S") == 86_400_500
+    assert share_group_configs.duration_ms("PT0S") == 0
+    assert share_group_configs.duration_ms("P") is None
+    assert share_group_configs.duration_ms("1h") is None
+    ok = share_group_configs.apply_operations({}, [("share.auto.offset.reset", 0, "by_duration:PT10M")])
+    assert ok == {"share.auto.offset.reset": "by_duration:PT10M"}
+    for bad in ("by_duration:", "by_duration:-PT1M", "by_duration:10m", "newest"):
+        with pytest.raises(InvalidConfigError):
+            share_group_configs.apply_operations({}, [("share.auto.offset.reset", 0, bad)])
+    # Records stamped one hour ago and now: a 10-minute look-back starts at the recent ones.
+    state.logs.create_topic(TOPIC, 1, {}, now_ms=state.now_ms())
+    log = state.logs.get(TOPIC, 0)
+    hour_ago = state.now_ms() - 3_600_000
+    log.append(encode_batch([NewRecord(value=b"old", timestamp_ms=hour_ago)] * 3, now_ms=hour_ago), state.now_ms())
+    log.append(encode_batch([NewRecord(value=b"new")] * 2, now_ms=state.now_ms()), state.now_ms())
+    topic_id = state.logs.topics()[TOPIC].topic_id
+    state.shares.group_configs[GROUP] = {"share.auto.offset.reset": "by_duration:PT10M"}
+    assert _acquired(_fetch(state, "a", 0, topic_id)) == [(3, 4)]

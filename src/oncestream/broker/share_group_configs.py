@@ -11,6 +11,7 @@ level), as in Kafka.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -23,9 +24,34 @@ FILE_NAME = "share_group_configs.json"
 AUTO_OFFSET_RESET = "share.auto.offset.reset"
 ISOLATION_LEVEL = "share.isolation.level"
 DEFAULTS = {AUTO_OFFSET_RESET: "latest", ISOLATION_LEVEL: "read_uncommitted"}
-_ALLOWED = {AUTO_OFFSET_RESET: ("latest", "earliest"), ISOLATION_LEVEL: ("read_uncommitted", "read_committed")}
+_ALLOWED = {AUTO_OFFSET_RESET: ("latest", "earliest", "by_duration:<ISO-8601 duration>"),
+            ISOLATION_LEVEL: ("read_uncommitted", "read_committed")}
+BY_DURATION = "by_duration:"
+# java.time.Duration.parse's form: PnDTnHnMn.nS (days, hours, minutes, seconds; a leading sign).
+_DURATION = re.compile(r"([-+]?)P(?:([-+]?\d+)D)?(?:T(?:([-+]?\d+)H)?(?:([-+]?\d+)M)?(?:([-+]?\d+(?:[.,]\d{1,9})?)S)?)?",
+                       re.IGNORECASE)
+
+
+def duration_ms(text: str) -> int | None:
+    """Milliseconds of an ISO-8601 duration as Java's Duration.parse reads it (``P1D``,
+    ``PT2H30M``, ``PT0.5S``), or None if ``text`` is not one."""
+    match = _DURATION.fullmatch(text.strip())
+    if match is None or text.strip().upper().endswith("T") or not any(match.groups()[1:]):
+        return None
+    sign, days, hours, minutes, seconds = match.groups()
+    total = (int(days or 0) * 86400 + int(hours or 0) * 3600 + int(minutes or 0) * 60) * 1000
+    total += round(float((seconds or "0").replace(",", ".")) * 1000)
+    return -total if sign == "-" else total
+
+
+def reset_by_duration_ms(value: str) -> int | None:
+    """The look-back of a ``by_duration:<duration>`` reset policy, None for latest/earliest."""
+    if not value.startswith(BY_DURATION):
+        return None
+    return duration_ms(value[len(BY_DURATION):])
 _DOCS = {
-    AUTO_OFFSET_RESET: "Where a share group starts reading a partition it has no state for: latest or earliest.",
+    AUTO_OFFSET_RESET: "Where a share group starts reading a partition it has no state for: latest, earliest, or "
+                       "by_duration:<ISO-8601 duration> (the first record at most that old).",
     ISOLATION_LEVEL: "read_committed: the share group only sees committed transactional records.",
 }
 SET, DELETE = 0, 1
@@ -60,7 +86,12 @@ def apply_operations(current: Mapping[str, str], operations: Iterable[tuple[str,
         if op == SET:
             if value is None:
                 raise InvalidRequestError(f"Null value not supported for: {name}")
-            if value not in _ALLOWED[name]:
+            by_duration = name == AUTO_OFFSET_RESET and value.startswith(BY_DURATION)
+            look_back_ms = reset_by_duration_ms(value) if by_duration else None
+            if by_duration and (look_back_ms is None or look_back_ms < 0):
+                raise InvalidConfigError(f"Invalid value {value} for configuration {name}: "
+                                         "by_duration needs a non-negative ISO-8601 duration, e.g. by_duration:PT1H")
+            if not by_duration and value not in _ALLOWED[name]:
                 raise InvalidConfigError(f"Invalid value {value} for configuration {name}: "
                                          f"must be one of {', '.join(_ALLOWED[name])}")
             out[name] = value

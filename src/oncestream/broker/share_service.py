@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 from oncestream.async_wait import run_deadline_timer
 from oncestream.broker.internal_topic import InternalAppender, InternalTopic
-from oncestream.broker.share_group_configs import AUTO_OFFSET_RESET, DEFAULTS, ISOLATION_LEVEL
+from oncestream.broker.share_group_configs import AUTO_OFFSET_RESET, DEFAULTS, ISOLATION_LEVEL, reset_by_duration_ms
 from oncestream.coordinator.share.group import ShareGroupConfig, ShareGroupCoordinator
 from oncestream.coordinator.share.partition import SharePartition, SharePartitionConfig
 from oncestream.coordinator.share.records import (
@@ -167,12 +167,18 @@ class ShareService:
         plog = self._logs.get(topic, partition)
         sp = self.partitions.get(key)
         if sp is None:
-            if self.group_config(group_id, AUTO_OFFSET_RESET) == "earliest":
+            reset = self.group_config(group_id, AUTO_OFFSET_RESET)
+            latest = (plog.last_stable_offset if self.group_config(group_id, ISOLATION_LEVEL) == "read_committed"
+                      else plog.high_watermark)
+            look_back_ms = reset_by_duration_ms(reset)
+            if reset == "earliest":
                 start = plog.log_start_offset
-            elif self.group_config(group_id, ISOLATION_LEVEL) == "read_committed":
-                start = plog.last_stable_offset
+            elif look_back_ms is not None:
+                # The first record at most that old (by record timestamp), else the latest offset.
+                found = plog.offset_for_timestamp(self.now_ms() - look_back_ms)
+                start = latest if found is None else min(found[0], latest)
             else:
-                start = plog.high_watermark
+                start = latest
             sp = self.partitions[key] = SharePartition(self.settings.partition, start)
         if sp.start_offset < plog.log_start_offset:
             sp.move_start(plog.log_start_offset)
