@@ -16,7 +16,7 @@ from kio.schema.errors import ErrorCode
 from oncestream.authz.authorizer import StandardAuthorizer
 from oncestream.broker import share_group_configs
 from oncestream.broker.config import BrokerConfig
-from oncestream.broker.handlers import api_versions, groups, share, share_admin
+from oncestream.broker.handlers import api_versions, configs, groups, share, share_admin
 from oncestream.broker.principal import ANONYMOUS_PRINCIPAL
 from oncestream.broker.share_service import SHARE_STATE_TOPIC
 from oncestream.broker.state import BrokerState
@@ -419,3 +419,40 @@ def test_by_duration_reset_and_its_validation(state: BrokerState) -> None:
     topic_id = state.logs.topics()[TOPIC].topic_id
     state.shares.group_configs[GROUP] = {"share.auto.offset.reset": "by_duration:PT10M"}
     assert _acquired(_fetch(state, "a", 0, topic_id)) == [(3, 4)]
+
+
+def test_group_configs_are_durable_and_described(tmp_path: Path) -> None:
+    first = _state(tmp_path / "data")
+    try:
+        m = request_module(k.INCREMENTAL_ALTER_CONFIGS, 1)
+        request = m.IncrementalAlterConfigsRequest(resources=(m.AlterConfigsResource(
+            resource_type=32, resource_name=GROUP, configs=(
+                m.AlterableConfig(name="share.isolation.level", config_operation=0, value="read_committed"),
+                m.AlterableConfig(name="share.auto.offset.reset", config_operation=0, value="earliest"))),),
+            validate_only=False)
+        response: Any = asyncio.run(configs.handle_incremental_alter(
+            first, RequestHeader(k.INCREMENTAL_ALTER_CONFIGS, 1, 1, "t", 0), request))
+        assert [r.error_code for r in response.responses] == [ErrorCode.none]
+        bad = m.IncrementalAlterConfigsRequest(resources=(m.AlterConfigsResource(
+            resource_type=32, resource_name=GROUP, configs=(
+                m.AlterableConfig(name="share.isolation.level", config_operation=0, value="dirty"),)),),
+            validate_only=False)
+        refused: Any = asyncio.run(configs.handle_incremental_alter(
+            first, RequestHeader(k.INCREMENTAL_ALTER_CONFIGS, 1, 1, "t", 0), bad))
+        assert [r.error_code for r in refused.responses] == [ErrorCode.invalid_config]
+    finally:
+        first.close()
+    second = _state(tmp_path / "data")
+    try:
+        assert second.shares.group_configs[GROUP] == {"share.isolation.level": "read_committed",
+                                                      "share.auto.offset.reset": "earliest"}
+        d = request_module(k.DESCRIBE_CONFIGS, 4)
+        described: Any = configs.handle_describe(second, RequestHeader(k.DESCRIBE_CONFIGS, 4, 1, "t", 0),
+                                                 d.DescribeConfigsRequest(resources=(d.DescribeConfigsResource(
+                                                     resource_type=32, resource_name=GROUP,
+                                                     configuration_keys=None),),
+                                                     include_synonyms=False, include_documentation=False))
+        entries = {c.name: (c.value, c.config_source) for r in described.results for c in r.configs}
+        assert entries == {"share.isolation.level": ("read_committed", 8), "share.auto.offset.reset": ("earliest", 8)}
+    finally:
+        second.close()
