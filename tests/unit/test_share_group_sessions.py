@@ -96,3 +96,13 @@ def test_state_records_round_trip() -> None:
     assert decode_value(SNAPSHOT_TYPE, encode_value(SNAPSHOT_TYPE, value)) == value
     update = ShareStateValue(2, -1, (StateBatch(14, 15, 4, 5),))
     assert decode_value(UPDATE_TYPE, encode_value(UPDATE_TYPE, update)) == update
+
+
+def test_idle_sessions_are_dropped() -> None:
+    cache = ShareSessionCache()
+    cache.lookup("g", "old", 0, may_open=True, now_ms=100)
+    cache.lookup("g", "new", 0, may_open=True, now_ms=100)
+    cache.lookup("g", "new", 1, may_open=True, now_ms=900)
+    assert [s.member_id for s in cache.idle(500)] == ["old"]
+    assert cache.get("g", "old") is None
+    assert cache.get("g", "new") is not None

@@ -350,6 +350,9 @@ class ShareService:
         for group_id, member_id in self.groups.expire(now):
             self.sessions.close(group_id, member_id)
             self.release_member(group_id, member_id)
+        # Sessions unused for a whole member session timeout belong to clients that are gone.
+        for session in self.sessions.idle(now - self.settings.group.session_timeout_ms):
+            self.release_member(session.group_id, session.member_id)
         for (group_id, member_id), due_ms in list(self._departures.items()):
             if due_ms <= now:
                 del self._departures[(group_id, member_id)]

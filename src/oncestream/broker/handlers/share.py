@@ -284,7 +284,7 @@ async def handle_share_fetch(state: BrokerState, header: RequestHeader, request:
         return respond(ErrorCode.invalid_request, message="acknowledgements on a request opening a share session")
     if _not_share_group(state, group_id):
         return respond(ErrorCode.group_id_not_found, message=f"Group {group_id} is not a share group.")
-    lookup = svc.sessions.lookup(group_id, member_id, epoch, may_open=True)
+    lookup = svc.sessions.lookup(group_id, member_id, epoch, may_open=True, now_ms=state.mono_ms())
     if lookup.error != ErrorCode.none or lookup.session is None:
         return respond(lookup.error)
     if lookup.replaced is not None:
@@ -389,7 +389,8 @@ def handle_share_acknowledge(state: BrokerState, header: RequestHeader, request:
         return respond(ErrorCode.invalid_request, message="GroupId and MemberId must be set")
     if not authorize(state, Op.READ, Res.GROUP, group_id):
         return respond(ErrorCode.group_authorization_failed)
-    lookup = svc.sessions.lookup(group_id, member_id, request.share_session_epoch, may_open=False)
+    lookup = svc.sessions.lookup(group_id, member_id, request.share_session_epoch, may_open=False,
+                                 now_ms=state.mono_ms())
     if lookup.error != ErrorCode.none:
         return respond(lookup.error)
     acks: dict[tuple[uuid.UUID | None, int], list[AckBatch]] = {}

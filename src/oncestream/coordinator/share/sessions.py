@@ -32,6 +32,7 @@ class ShareSession:
     member_id: str
     next_epoch: int = 1
     partitions: dict[SessionPartition, None] = field(default_factory=dict)  # ordered set
+    last_used_ms: int = 0
 
     def advance(self) -> None:
         self.next_epoch = 1 if self.next_epoch >= _MAX_EPOCH else self.next_epoch + 1
@@ -61,9 +62,23 @@ class ShareSessionCache:
     def get(self, group_id: str, member_id: str) -> ShareSession | None:
         return self._sessions.get((group_id, member_id))
 
-    def lookup(self, group_id: str, member_id: str, epoch: int, *, may_open: bool) -> SessionLookup:
+    def lookup(self, group_id: str, member_id: str, epoch: int, *, may_open: bool, now_ms: int = 0) -> SessionLookup:
         """Check a request's epoch; opens (``may_open``: ShareFetch) a session on INITIAL.
-        Nothing changes unless the answer is NONE."""
+        Nothing changes unless the answer is NONE (then the session was used at ``now_ms``)."""
+        result = self._lookup(group_id, member_id, epoch, may_open=may_open)
+        if result.session is not None:
+            result.session.last_used_ms = now_ms
+        return result
+
+    def idle(self, idle_since_ms: int) -> list[ShareSession]:
+        """Remove and return the sessions not used since ``idle_since_ms`` (a client that went
+        away without closing its session: Kafka drops a session with its connection)."""
+        gone = [s for s in self._sessions.values() if s.last_used_ms < idle_since_ms]
+        for session in gone:
+            del self._sessions[(session.group_id, session.member_id)]
+        return gone
+
+    def _lookup(self, group_id: str, member_id: str, epoch: int, *, may_open: bool) -> SessionLookup:
         key = (group_id, member_id)
         existing = self._sessions.get(key)
         if epoch == INITIAL_EPOCH:
