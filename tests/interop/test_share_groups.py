@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import AcknowledgeType, Message, Producer, ShareConsumer
+from confluent_kafka import AcknowledgeType, KafkaException, Message, Producer, ShareConsumer
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 
 from tests.support.brokers import BrokerProcess
@@ -350,3 +350,46 @@ def test_two_members_on_two_topics_of_three_partitions(start_broker) -> None:
     assert len(seen) == 300
     assert set(seen.values()) == {1}
     assert {(t, p) for t, p, _ in seen} == {(t, p) for t in topics for p in range(3)}
+
+
+def test_broker_sigkill_under_three_members_never_redelivers_a_confirmed_acknowledgement(start_broker) -> None:
+    """Three members accept and commit what they poll while the broker is SIGKILLed mid-stream:
+    every record is processed, and no record whose acknowledgement commit_sync() confirmed is
+    ever delivered again (records acknowledged without confirmation may come back)."""
+    broker = start_broker()
+    topic = unique_topic("sharechaos")
+    create_topic(broker.bootstrap, topic)
+    group_id = new_group(broker.bootstrap, "sharechaos")
+    count = 600
+    produce(broker.bootstrap, topic, [f"v{i}".encode() for i in range(count)])
+    consumers = [share_consumer(broker.bootstrap, group_id, topic, explicit=True) for _ in range(3)]
+    confirmed: set[int] = set()
+    delivered_after_confirmation: list[int] = []
+    processed: set[int] = set()
+    killed = False
+    try:
+        deadline = time.monotonic() + 2 * WAIT_S
+        while len(processed) < count and time.monotonic() < deadline:
+            for consumer in consumers:
+                polled = [m for m in consumer.poll(0.2) if m.error() is None]
+                for m in polled:
+                    if offset_of(m) in confirmed:
+                        delivered_after_confirmation.append(offset_of(m))
+                    processed.add(offset_of(m))
+                    consumer.acknowledge(m, AcknowledgeType.ACCEPT)
+                if polled:
+                    try:
+                        results = consumer.commit_sync(10)
+                    except KafkaException:
+                        continue  # the broker is down: these acknowledgements are unconfirmed
+                    if results and all(error is None for error in results.values()):
+                        confirmed.update(offset_of(m) for m in polled)
+            if not killed and len(confirmed) >= count // 3:
+                broker.restart(crash=True)
+                killed = True
+    finally:
+        for consumer in consumers:
+            consumer.close()
+    assert killed, "the broker was never killed"
+    assert processed == set(range(count))
+    assert delivered_after_confirmation == []
