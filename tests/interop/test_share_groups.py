@@ -393,3 +393,32 @@ def test_broker_sigkill_under_three_members_never_redelivers_a_confirmed_acknowl
     assert killed, "the broker was never killed"
     assert processed == set(range(count))
     assert delivered_after_confirmation == []
+
+
+def test_acknowledgements_pending_at_close_are_applied(start_broker) -> None:
+    """close() sends the pending acknowledgements (a final ShareAcknowledge) while it leaves the
+    group on another connection; the leave must not release the records first."""
+    broker = start_broker()
+    topic = unique_topic("shareclose")
+    create_topic(broker.bootstrap, topic)
+    group_id = new_group(broker.bootstrap, "shareclose")
+    produce(broker.bootstrap, topic, [f"v{i}".encode() for i in range(10)])
+    consumer = share_consumer(broker.bootstrap, group_id, topic, explicit=True)
+    got: list[int] = []
+    try:
+        deadline = time.monotonic() + WAIT_S
+        while not got and time.monotonic() < deadline:
+            for m in poll_ok(consumer):
+                got.append(offset_of(m))
+                consumer.acknowledge(m, AcknowledgeType.ACCEPT)  # not committed: close() sends them
+    finally:
+        consumer.close()
+    assert got
+    produce(broker.bootstrap, topic, [SENTINEL])
+    after = share_consumer(broker.bootstrap, group_id, topic)
+    try:
+        seen = _until_sentinel(after)
+        after.commit_sync()
+    finally:
+        after.close()
+    assert not set(got) & {offset_of(m) for m in seen}, "acknowledged at close, delivered again"
