@@ -456,3 +456,26 @@ def test_group_configs_are_durable_and_described(tmp_path: Path) -> None:
         assert entries == {"share.isolation.level": ("read_committed", 8), "share.auto.offset.reset": ("earliest", 8)}
     finally:
         second.close()
+
+
+def test_share_group_describe(state: BrokerState) -> None:
+    topic_id = _with_records(state, 1)
+    state.groups.complete(state.groups.coordinator.commit_offsets(
+        OffsetCommitRequest("classic-one", {TopicPartition(TOPIC, 0): PartitionOffsetCommit(1)}), state.now_ms())[1])
+    for member in ("a", "b"):
+        assert _heartbeat(state, member, 0).error_code == ErrorCode.none
+    m = request_module(k.SHARE_GROUP_DESCRIBE, 1)
+    response: Any = share.handle_share_group_describe(state, _header(k.SHARE_GROUP_DESCRIBE), m.ShareGroupDescribeRequest(
+        group_ids=(GROUP, "nobody", "classic-one"), include_authorized_operations=False))
+    described, nobody, classic = response.groups
+    assert (described.error_code, described.group_state, described.assignor_name) == (ErrorCode.none, "Stable", "simple")
+    assert described.group_epoch == described.assignment_epoch
+    assert sorted(member.member_id for member in described.members) == ["a", "b"]
+    for member in described.members:  # one partition: both members share it
+        assert [(tp.topic_id, tp.topic_name, tp.partitions) for tp in member.assignment.topic_partitions] == \
+            [(topic_id, TOPIC, (0,))]
+        assert member.subscribed_topic_names == (TOPIC,)
+    assert nobody.error_code == ErrorCode.group_id_not_found
+    assert classic.error_code == ErrorCode.group_id_not_found
+    assert classic.error_message is not None
+    assert "not a share group" in classic.error_message
