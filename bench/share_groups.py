@@ -1,23 +1,25 @@
-"""Share groups (KIP-932) on our broker: records acknowledged per second, and lock-expiry redelivery.
+"""Share groups (KIP-932) on our broker with librdkafka's ShareConsumer, against plain consumption.
 
-One broker (ours), librdkafka clients (confluent-kafka's ShareConsumer and Consumer) in threads of
-this process, one run side by side:
+Per round, on a freshly started broker and topic (one partition, N records of 100 bytes produced
+before any consumer starts):
 
-* **throughput**: ``--records`` records (100-byte values) written to a fresh topic with
-  ``--partitions`` partitions before the clock starts; then, from ``subscribe()`` until every
-  record was received and acknowledged:
-  - ``plain``: one classic Consumer (``auto.offset.reset=earliest``), committing at the end;
-  - ``share-1`` / ``share-4``: 1 or 4 ShareConsumers of one share group (implicit
-    acknowledgement: a poll accepts the previous poll's records; ``commit_sync()`` at the end),
-    the group's ``share.auto.offset.reset=earliest`` set through IncrementalAlterConfigs on the
-    GROUP resource. Every offset must be received once overall (checked).
-* **redelivery**: the broker runs with ``group.share.record.lock.duration.ms=--lock-ms``. Consumer A
-  (explicit acknowledgement) takes a batch and then neither acknowledges nor polls; consumer B of
-  the same group polls all along. Figure: from A's receipt to B's receipt of the same offsets,
-  minus the lock duration: what the broker adds to the lock before a record is handed out again.
+(a) plain: one classic consumer (confluent_kafka.Consumer, earliest) reads the N records;
+(b) share x1: one ShareConsumer (implicit acknowledgement) receives the N records; the clock stops
+    when the commit_sync() after the last poll returned, so every record is acknowledged;
+(c) share x4: four ShareConsumers, one thread each, share the same partition; the clock stops when
+    all N records were received and every consumer's final commit_sync() returned;
+(d) lock-expiry redelivery: with group.share.record.lock.duration.ms=L, one member acquires a
+    record and never acknowledges it; another member polls until it receives it again. Reported:
+    the time from the first delivery (the holder's poll returning) to the redelivery; the lock
+    started a little before the first delivery, so L plus what the broker adds is an upper bound.
 
-    .venv/bin/python bench/share_groups.py                  # 3 rounds
-    .venv/bin/python bench/share_groups.py --write-docs     # also rewrite its docs section
+The plain consumer is assigned the partition (no group: a classic join alone takes
+group.initial.rebalance.delay.ms, 3 s by default); its clock starts at assign(). The share
+consumers' clock starts before they are created, so their (fast) ShareGroupHeartbeat join is
+inside.
+
+    .venv/bin/python bench/share_groups.py                 # 3 rounds, 20000 records
+    .venv/bin/python bench/share_groups.py --records 50000 --rounds 5
 
 This is a benchmark command, not a test.
 """
@@ -25,241 +27,174 @@ This is a benchmark command, not a test.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import os
-import platform
-import shlex
 import statistics
 import sys
 import tempfile
 import threading
 import time
 import uuid
-from dataclasses import dataclass
 from pathlib import Path
 
-import confluent_kafka
-from confluent_kafka import Consumer, KafkaException, Producer, ShareConsumer
+from confluent_kafka import AcknowledgeType, Consumer, Producer, ShareConsumer, TopicPartition
 from confluent_kafka import libversion as librdkafka_version
-from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, ResourceType
 
-from groups import create_topic, write_docs_section
 from machine import machine_description
 from oncestream.broker_process import OnceStreamBroker
 
-DOCS_HEADING = "## Share groups: acknowledged records/s and lock-expiry redelivery (bench/share_groups.py)"
-RUN_TIMEOUT_S = 120.0
+TIMEOUT_S = 120.0
+LOCK_MS = 1000
 
 
-def produce(bootstrap: str, topic: str, records: int, partitions: int) -> None:
-    """``records`` 100-byte records spread over the partitions, flushed."""
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": "all"})
-    value = b"v" * 100
-    for i in range(records):
-        producer.produce(topic, value, partition=i % partitions)
-        if i % 10_000 == 0:
-            producer.poll(0)
-    if producer.flush(60) != 0:
-        raise RuntimeError("records not delivered")
+def _admin(bootstrap: str) -> AdminClient:
+    return AdminClient({"bootstrap.servers": bootstrap})
 
 
-def earliest_share_group(bootstrap: str, group_id: str) -> None:
-    """share.auto.offset.reset=earliest for a share group (IncrementalAlterConfigs, GROUP)."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+def create_topic(bootstrap: str, topic: str) -> None:
+    admin = _admin(bootstrap)
+    admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)])[topic].result(TIMEOUT_S)
+
+
+def earliest_share_group(bootstrap: str) -> str:
+    group_id = f"share-{uuid.uuid4().hex[:8]}"
+    admin = _admin(bootstrap)
     resource = ConfigResource(ResourceType.GROUP, group_id, incremental_configs=[
         ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)])
     for future in admin.incremental_alter_configs([resource]).values():
-        future.result(timeout=30)
+        future.result(TIMEOUT_S)
+    return group_id
 
 
-def plain_rate(bootstrap: str, topic: str, records: int) -> float:
-    """Records/s for one classic consumer reading the whole topic and committing at the end."""
+def produce(bootstrap: str, topic: str, count: int) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    for _ in range(count):
+        producer.produce(topic, b"x" * 100)
+    if producer.flush(TIMEOUT_S):
+        raise RuntimeError("records not delivered")
+
+
+def plain_consume(bootstrap: str, topic: str, count: int) -> float:
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"plain-{uuid.uuid4().hex[:8]}",
-                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
-    try:
-        started = time.perf_counter()
-        consumer.subscribe([topic])
-        seen = 0
-        deadline = time.monotonic() + RUN_TIMEOUT_S
-        while seen < records:
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"plain consumer read {seen} of {records}")
-            for msg in consumer.consume(1000, 0.1):
-                if msg.error() is None:
-                    seen += 1
-        consumer.commit(asynchronous=False)
-        return records / (time.perf_counter() - started)
-    finally:
-        consumer.close()
+                         "enable.auto.commit": False})
+    start = time.perf_counter()
+    consumer.assign([TopicPartition(topic, 0, 0)])  # no group join: the fetch path alone
+    deadline = start + TIMEOUT_S
+    got = 0
+    while got < count and time.perf_counter() < deadline:
+        got += sum(1 for m in consumer.consume(1000, 0.2) if m.error() is None)
+    elapsed = time.perf_counter() - start
+    consumer.close()
+    if got < count:
+        raise RuntimeError(f"plain consumer got {got} of {count}")
+    return count / elapsed
 
 
-def share_rate(bootstrap: str, topic: str, records: int, consumers: int) -> float:
-    """Records/s for ``consumers`` ShareConsumers of one fresh share group taking the whole topic
-    (implicit acknowledgement); every (partition, offset) must arrive exactly once overall."""
-    group_id = f"share-{uuid.uuid4().hex[:8]}"
-    earliest_share_group(bootstrap, group_id)
-    lock = threading.Lock()
-    seen: set[tuple[int | None, int | None]] = set()
-    duplicates: list[tuple[int | None, int | None]] = []
-    done = threading.Event()
-    errors: list[KafkaException] = []
-    gate = threading.Barrier(consumers + 1)
-
-    def run() -> None:
+def share_consume(bootstrap: str, topic: str, count: int, members: int) -> float:
+    group_id = earliest_share_group(bootstrap)
+    start = time.perf_counter()
+    consumers = []
+    for _ in range(members):
         consumer = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group_id})
-        try:
-            gate.wait()
-            consumer.subscribe([topic])
-            while not done.is_set():
-                batch = consumer.poll(0.1)
-                with lock:
-                    for msg in batch:
-                        if msg.error() is not None:
-                            continue
-                        key = (msg.partition(), msg.offset())
-                        if key in seen:
-                            duplicates.append(key)
-                        seen.add(key)
-                    if len(seen) >= records:
-                        done.set()
-            consumer.commit_sync(30)
-        except KafkaException as exc:  # reported by the caller
-            errors.append(exc)
-            done.set()
-        finally:
-            consumer.close()
+        consumer.subscribe([topic])
+        consumers.append(consumer)
+    received = [0] * members
+    done = threading.Event()
 
-    threads = [threading.Thread(target=run, daemon=True) for _ in range(consumers)]
+    def run(index: int) -> None:
+        consumer = consumers[index]
+        deadline = time.perf_counter() + TIMEOUT_S
+        while not done.is_set() and time.perf_counter() < deadline:
+            received[index] += sum(1 for m in consumer.poll(0.2) if m.error() is None)
+            if sum(received) >= count:
+                done.set()
+        consumer.commit_sync()  # implicit mode: the last poll's records are accepted here
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(members)]
     for thread in threads:
         thread.start()
-    gate.wait()
-    started = time.perf_counter()
-    if not done.wait(RUN_TIMEOUT_S):
-        raise RuntimeError(f"share-{consumers}: {len(seen)} of {records} records after {RUN_TIMEOUT_S} s")
     for thread in threads:
-        thread.join(60)
-    elapsed = time.perf_counter() - started
-    if errors:
-        raise RuntimeError(f"share-{consumers} failed: {errors[0]!r}")
-    if duplicates:
-        raise RuntimeError(f"share-{consumers}: {len(duplicates)} records handed out twice, e.g. {duplicates[:3]}")
-    return records / elapsed
+        thread.join(TIMEOUT_S + 30)
+    elapsed = time.perf_counter() - start
+    for consumer in consumers:
+        consumer.close()
+    if sum(received) != count:
+        raise RuntimeError(f"share group received {sum(received)} deliveries of {count} records")
+    return count / elapsed
 
 
-def redelivery_s(bootstrap: str, topic: str, lock_ms: int) -> float:
-    """Seconds beyond the lock duration before records held (unacknowledged) by a stalled consumer
-    reach another consumer of the group."""
-    group_id = f"redeliver-{uuid.uuid4().hex[:8]}"
-    earliest_share_group(bootstrap, group_id)
+def redelivery_ms(bootstrap: str, topic: str) -> float:
+    group_id = earliest_share_group(bootstrap)
     holder = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group_id,
                             "share.acknowledgement.mode": "explicit"})
-    other = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group_id})
-    try:
-        holder.subscribe([topic])
-        deadline = time.monotonic() + RUN_TIMEOUT_S
-        held: set[tuple[int | None, int | None]] = set()
-        while not held:
-            if time.monotonic() > deadline:
-                raise RuntimeError("the holder never received a record")
-            held = {(m.partition(), m.offset()) for m in holder.poll(0.1) if m.error() is None}
-        held_at = time.perf_counter()
-        other.subscribe([topic])
-        while True:
-            if time.monotonic() > deadline:
-                raise RuntimeError("held records never redelivered")
-            got = {(m.partition(), m.offset()) for m in other.poll(0.05) if m.error() is None}
-            if got & held:
-                return time.perf_counter() - held_at - lock_ms / 1000
-    finally:
-        other.close()
-        holder.close()
+    holder.subscribe([topic])
+    first_at = None
+    deadline = time.perf_counter() + TIMEOUT_S
+    while first_at is None and time.perf_counter() < deadline:
+        if any(m.error() is None for m in holder.poll(0.2)):
+            first_at = time.perf_counter()
+    if first_at is None:
+        raise RuntimeError("the holder received nothing")
+    other = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group_id,
+                           "share.acknowledgement.mode": "explicit"})
+    other.subscribe([topic])
+    again_at = None
+    while again_at is None and time.perf_counter() < deadline:
+        for m in other.poll(0.05):
+            if m.error() is None and (m.delivery_count() or 0) >= 2:
+                again_at = time.perf_counter()
+            if m.error() is None:
+                other.acknowledge(m, AcknowledgeType.ACCEPT)
+    other.close()
+    holder.close()
+    if again_at is None:
+        raise RuntimeError("no redelivery")
+    return (again_at - first_at) * 1000
 
 
-@dataclass
-class RoundResult:
-    """One round's figures."""
-
-    round_no: int
-    plain: float
-    share_1: float
-    share_4: float
-    redelivery_s: float
-
-
-def markdown_section(results: list[RoundResult], args: argparse.Namespace, command: str,
-                     load_before: tuple[float, float, float]) -> str:
-    """The docs/benchmarks.md section."""
-    now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    version = confluent_kafka.version()
-    lines = [
-        DOCS_HEADING, "",
-        "```sh", ".venv/bin/python bench/share_groups.py --write-docs", "```", "",
-        "**Method** (module docstring of `bench/share_groups.py`): one broker of ours; a backlog of",
-        f"{args.records} 100-byte records on {args.partitions} partition(s) read from `subscribe()`",
-        "until every record was received and acknowledged, by one classic Consumer (*plain*) and by 1",
-        "and 4 librdkafka ShareConsumers of a fresh share group (implicit acknowledgement, each offset",
-        "checked to arrive once). *Redelivery*: a consumer takes a batch and stalls without",
-        f"acknowledging; the lock is {args.lock_ms} ms; the figure is the time until another member",
-        "receives those offsets, minus the lock duration.",
-        "",
-        f"Command: `{command}`  ",
-        f"Date: {now}  ",
-        f"Machine: {machine_description()}  ",
-        f"Load average (1/5/15 min) before: {' / '.join(f'{x:.2f}' for x in load_before)},"
-        f" after: {' / '.join(f'{x:.2f}' for x in os.getloadavg())}  ",
-        f"Clients: confluent-kafka {version[0] if isinstance(version, tuple) else version}"
-        f" (librdkafka {librdkafka_version()[0]}), Python {platform.python_version()}",
-        "",
-        "| round | plain records/s | share-1 records/s | share-4 records/s | redelivery after lock expiry ms |",
-        "| ---: | ---: | ---: | ---: | ---: |",
-    ]
-    for r in results:
-        lines.append(f"| {r.round_no} | {r.plain:.0f} | {r.share_1:.0f} | {r.share_4:.0f} | {r.redelivery_s * 1000:.0f} |")
-    med = {name: statistics.median(getattr(r, name) for r in results)
-           for name in ("plain", "share_1", "share_4", "redelivery_s")}
-    lines += ["", f"Medians: plain {med['plain']:.0f} records/s; share-1 {med['share_1']:.0f}"
-              f" (**{med['share_1'] / med['plain']:.2f}x** plain); share-4 {med['share_4']:.0f}"
-              f" (**{med['share_4'] / med['plain']:.2f}x** plain); redelivery"
-              f" {med['redelivery_s'] * 1000:.0f} ms after the lock expired."]
-    return "\n".join(lines) + "\n"
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Run the rounds on one broker; print or write the section."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--records", type=int, default=20000)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--records", type=int, default=50_000)
-    parser.add_argument("--partitions", type=int, default=1)
-    parser.add_argument("--lock-ms", type=int, default=2000)
-    parser.add_argument("--write-docs", action="store_true")
-    args = parser.parse_args(argv)
-    command = shlex.join([".venv/bin/python", "bench/share_groups.py", *(sys.argv[1:] if argv is None else argv)])
+    args = parser.parse_args()
     load_before = os.getloadavg()
-    results: list[RoundResult] = []
-    config = {"group.share.record.lock.duration.ms": str(args.lock_ms),
-              "group.share.min.record.lock.duration.ms": str(min(args.lock_ms, 15_000))}
-    with tempfile.TemporaryDirectory(prefix="oncestream-bench-share-") as work:
-        broker = OnceStreamBroker(data_dir=Path(work) / "data", config=config, log_dir=Path(work) / "logs").start()
-        try:
-            for round_no in range(1, args.rounds + 1):
-                topic = f"bench-share-{uuid.uuid4().hex[:8]}"
-                create_topic(broker.bootstrap, topic, args.partitions)
-                produce(broker.bootstrap, topic, args.records, args.partitions)
-                r = RoundResult(round_no, plain_rate(broker.bootstrap, topic, args.records),
-                                share_rate(broker.bootstrap, topic, args.records, 1),
-                                share_rate(broker.bootstrap, topic, args.records, 4),
-                                redelivery_s(broker.bootstrap, topic, args.lock_ms))
-                results.append(r)
-                print(f"round {round_no}: plain {r.plain:.0f}/s, share-1 {r.share_1:.0f}/s,"
-                      f" share-4 {r.share_4:.0f}/s, redelivery +{r.redelivery_s * 1000:.0f} ms", flush=True)
-        finally:
-            broker.stop()
-    section = markdown_section(results, args, command, load_before)
-    if args.write_docs:
-        write_docs_section(section, DOCS_HEADING)
-        print("wrote the section to docs/benchmarks.md")
-    else:
-        print(section)
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="share-bench-") as work:
+        for round_ in range(1, args.rounds + 1):
+            base = Path(work) / f"round{round_}"
+            broker = OnceStreamBroker(data_dir=base / "data", log_dir=base / "logs",
+                                      config={"group.share.record.lock.duration.ms": str(LOCK_MS)})
+            broker.start()
+            try:
+                topic = f"bench-{uuid.uuid4().hex[:8]}"
+                create_topic(broker.bootstrap, topic)
+                produce(broker.bootstrap, topic, args.records)
+                plain = plain_consume(broker.bootstrap, topic, args.records)
+                one = share_consume(broker.bootstrap, topic, args.records, 1)
+                four = share_consume(broker.bootstrap, topic, args.records, 4)
+                lock_topic = f"lock-{uuid.uuid4().hex[:8]}"
+                create_topic(broker.bootstrap, lock_topic)
+                produce(broker.bootstrap, lock_topic, 1)
+                overhead = redelivery_ms(broker.bootstrap, lock_topic)
+            finally:
+                broker.stop()
+            rows.append((round_, plain, one, four, overhead))
+            print(f"round {round_}: plain {plain:.0f}/s, share x1 {one:.0f}/s, share x4 {four:.0f}/s, "
+                  f"redelivered {overhead:.0f} ms after the first delivery ({LOCK_MS} ms lock)", flush=True)
+    print()
+    print(f"Machine: {machine_description()}")
+    print(f"Load average before: {' / '.join(f'{x:.2f}' for x in load_before)}, "
+          f"after: {' / '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(f"Clients: librdkafka {librdkafka_version()[0]}, Python {sys.version.split()[0]}, "
+          f"{args.records} records of 100 bytes, one partition")
+    print()
+    print("| round | plain consumer records/s | share x1 records/s acknowledged | share x4 records/s acknowledged "
+          f"| first delivery to redelivery ms ({LOCK_MS} ms lock) |")
+    print("| ---: | ---: | ---: | ---: | ---: |")
+    for round_, plain, one, four, overhead in rows:
+        print(f"| {round_} | {plain:.0f} | {one:.0f} | {four:.0f} | {overhead:.0f} |")
+    print(f"| median | {statistics.median(r[1] for r in rows):.0f} | {statistics.median(r[2] for r in rows):.0f} "
+          f"| {statistics.median(r[3] for r in rows):.0f} | {statistics.median(r[4] for r in rows):.0f} |")
     return 0
 
 
