@@ -17,7 +17,8 @@ def test_member_ids_are_kafka_uuid_strings() -> None:
     ids = {new_member_id() for _ in range(200)}
     assert len(ids) == 200
     for member_id in ids:
-        assert len(member_id) == 22 and not member_id.startswith("-")
+        assert len(member_id) == 22
+        assert not member_id.startswith("-")
         assert len(base64.urlsafe_b64decode(member_id + "==")) == 16
 
 
