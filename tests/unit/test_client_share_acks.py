@@ -45,7 +45,7 @@ def test_record_lifecycle_explicit() -> None:
     records = InFlightRecords()
     records.acquired(TP, [0, 1, 2], gaps=[3])
     assert records.state(TP, 0) is RecordState.BUFFERED
-    assert records.state(TP, 3) is RecordState.ACKED  # a gap is acknowledged as GAP at once
+    assert records.state(TP, 3) is RecordState.READY  # a gap is acknowledged as GAP at once
     for offset in (0, 1, 2):
         records.handed_out(TP, offset)
     assert records.unacknowledged_delivered() == [(TP, 0), (TP, 1), (TP, 2)]
@@ -53,8 +53,12 @@ def test_record_lifecycle_explicit() -> None:
     records.acknowledge(TP, 1, ACK_RELEASE)
     records.acknowledge(TP, 1, ACK_REJECT)  # changed before it is sent: the last one counts
     assert records.unacknowledged_delivered() == [(TP, 2)]
+    gap = records.take_acks()
+    assert gap == {TP: {3: ACK_GAP}}  # the application's acknowledgements wait for poll or commit
+    records.finished(gap)
+    records.submit()
     sent = records.take_acks()
-    assert sent == {TP: {0: ACK_ACCEPT, 1: ACK_REJECT, 3: ACK_GAP}}
+    assert sent == {TP: {0: ACK_ACCEPT, 1: ACK_REJECT}}
     assert records.state(TP, 1) is RecordState.SENDING
     with pytest.raises(NotInFlightError):
         records.acknowledge(TP, 1, ACK_ACCEPT)  # already on its way
@@ -99,6 +103,7 @@ def test_release_gives_back_buffered_and_unacknowledged_records() -> None:
     records.handed_out(TP, 0)
     records.handed_out(TP, 1)
     records.acknowledge(TP, 0, ACK_ACCEPT)
+    records.submit()
     records.acquired(TP1, [7])
     records.release([TP1])
     assert records.take_acks([TP1]) == {TP1: {7: ACK_RELEASE}}
@@ -117,11 +122,37 @@ def test_forget_drops_a_partition_whose_session_is_gone() -> None:
     assert records.unacknowledged_delivered() == [(TP1, 5)]
 
 
+def test_a_commit_takes_its_own_acknowledgements_and_a_fetch_only_the_poll_ones() -> None:
+    records = InFlightRecords()
+    _delivered(records, TP, [0, 1])
+    records.acknowledge(TP, 0, ACK_ACCEPT)
+    records.submit(commit=True)  # commit_sync: offset 0 goes in its ShareAcknowledge
+    records.acknowledge(TP, 1, ACK_REJECT)
+    records.submit()  # a poll: offset 1 rides the next ShareFetch
+    assert records.state(TP, 0) is RecordState.COMMITTING
+    assert records.has_acks()
+    assert records.take_acks() == {TP: {1: ACK_REJECT}}
+    assert not records.has_acks()
+    assert records.has_acks(commit=True)
+    assert records.take_acks(commit=True) == {TP: {0: ACK_ACCEPT}}
+
+
+def test_implicit_commit_accepts_for_the_commit() -> None:
+    records = InFlightRecords()
+    _delivered(records, TP, [4])
+    records.accept_delivered(commit=True)
+    assert records.take_acks() == {}
+    assert records.take_acks(commit=True) == {TP: {4: ACK_ACCEPT}}
+
+
 def test_finished_leaves_records_acknowledged_after_the_request_was_built() -> None:
     records = InFlightRecords()
     _delivered(records, TP, [0, 1])
     records.acknowledge(TP, 0, ACK_ACCEPT)
+    records.submit()
     sent = records.take_acks()
     records.acknowledge(TP, 1, ACK_ACCEPT)
     records.finished(sent)
+    assert not records.has_acks()
+    records.submit()
     assert records.take_acks() == {TP: {1: ACK_ACCEPT}}

@@ -10,17 +10,25 @@ One record's life, per (topic, partition, offset)::
     state         event                                   next state
     -----------   -------------------------------------   -------------------------------------
     (absent)      acquired by a ShareFetch                BUFFERED
-    (absent)      acquired offset with no record (gap)    ACKED(GAP)
+    (absent)      acquired offset with no record (gap)    READY(GAP)
     BUFFERED      handed out by poll                      DELIVERED
-    BUFFERED      released (close, unsubscribe, revoke)   ACKED(RELEASE)
+    BUFFERED      released (close, unsubscribe, revoke)   READY(RELEASE)
     DELIVERED     acknowledge(type)  [explicit mode]      ACKED(type)
-    DELIVERED     next poll / commit [implicit mode]      ACKED(ACCEPT)
-    DELIVERED     released (close, unsubscribe, revoke)   ACKED(RELEASE)
+    DELIVERED     next poll          [implicit mode]      READY(ACCEPT)
+    DELIVERED     commit, close      [implicit mode]      COMMITTING(ACCEPT)
+    DELIVERED     released (close, unsubscribe)           READY(RELEASE)
     ACKED(t)      acknowledge(type)  [explicit mode]      ACKED(type)  (changed before it is sent)
-    ACKED(t)      taken for a request                     SENDING
+    ACKED(t)      next poll                               READY(t)
+    ACKED(t)      commit, close                           COMMITTING(t)
+    READY(t)      taken for a ShareFetch or ShareAck.     SENDING
+    COMMITTING(t) taken for a ShareAcknowledge            SENDING
     SENDING       response (any outcome)                  (absent); the outcome is reported
 
-A record acknowledged while SENDING or after it is no longer held is an error
+The three waiting states say which request carries the acknowledgement: an application's
+acknowledgement leaves with the next poll (READY: piggy-backed on a ShareFetch) or in the commit
+that submitted it (COMMITTING: a ShareAcknowledge, whose answer ``commit_sync`` returns), never
+with a ShareFetch the client sends on its own in between (confluent-kafka's and Kafka's contract).
+A record acknowledged once it is READY, COMMITTING or SENDING, or no longer held, is an error
 (``NotInFlightError``), as in librdkafka ("the message is no longer in-flight"). A failed
 acknowledgement is not retried with a new session: the broker redelivers the record when its
 acquisition lock expires (Kafka's ShareConsumeRequestManager does the same).
@@ -58,6 +66,8 @@ class RecordState(enum.Enum):
     BUFFERED = "buffered"
     DELIVERED = "delivered"
     ACKED = "acked"
+    READY = "ready"
+    COMMITTING = "committing"
     SENDING = "sending"
 
 
@@ -128,7 +138,7 @@ class InFlightRecords:
             states[offset] = RecordState.BUFFERED
             types.pop(offset, None)
         for offset in gaps:
-            states[offset] = RecordState.ACKED
+            states[offset] = RecordState.READY
             types[offset] = ACK_GAP
 
     def handed_out(self, tp: TP, offset: int) -> None:
@@ -147,20 +157,21 @@ class InFlightRecords:
             raise ValueError(f"acknowledge type {ack_type} is not ACCEPT (1), RELEASE (2) or REJECT (3)")
         states = self._state.get(tp)
         state = states.get(offset) if states is not None else None
-        if states is None or state not in (RecordState.DELIVERED, RecordState.ACKED):
-            raise NotInFlightError(f"{tp[0]}[{tp[1]}]@{offset} is not in flight (never delivered or already sent)")
-        if state is RecordState.ACKED and self._type[tp][offset] == ACK_GAP:
+        if states is not None and state is RecordState.READY and self._type[tp][offset] == ACK_GAP:
             raise NotInFlightError(f"{tp[0]}[{tp[1]}]@{offset} is a gap, not a record")
+        if states is None or state not in (RecordState.DELIVERED, RecordState.ACKED):
+            raise NotInFlightError(f"{tp[0]}[{tp[1]}]@{offset} is not in flight (never delivered or already committed)")
         states[offset] = RecordState.ACKED
         self._type[tp][offset] = ack_type
 
-    def accept_delivered(self) -> None:
+    def accept_delivered(self, *, commit: bool = False) -> None:
         """Implicit mode: every record the last poll handed out and the application did not
-        acknowledge otherwise is ACCEPTed."""
+        acknowledge otherwise is ACCEPTed (for a commit's ShareAcknowledge when ``commit``)."""
+        target = RecordState.COMMITTING if commit else RecordState.READY
         for tp, offset in self._delivered:
             states = self._state.get(tp)
             if states is not None and states.get(offset) is RecordState.DELIVERED:
-                states[offset] = RecordState.ACKED
+                states[offset] = target
                 self._type[tp][offset] = ACK_ACCEPT
         self._delivered = []
 
@@ -179,20 +190,31 @@ class InFlightRecords:
             states = self._state.get(tp, {})
             for offset, state in states.items():
                 if state in releasable:
-                    states[offset] = RecordState.ACKED
+                    states[offset] = RecordState.READY
                     self._type[tp][offset] = ACK_RELEASE
+
+    def submit(self, *, commit: bool = False) -> None:
+        """The application's acknowledgements leave: with the next ShareFetch (poll: ACKED ->
+        READY) or in a commit's ShareAcknowledge (``commit``: ACKED -> COMMITTING)."""
+        target = RecordState.COMMITTING if commit else RecordState.READY
+        for states in self._state.values():
+            for offset, state in states.items():
+                if state is RecordState.ACKED:
+                    states[offset] = target
 
     # --- sending ------------------------------------------------------------------------------
 
-    def take_acks(self, tps: Iterable[TP] | None = None) -> dict[TP, dict[int, int]]:
-        """ACKED -> SENDING for ``tps`` (None: all); returns offset -> type per partition."""
+    def take_acks(self, tps: Iterable[TP] | None = None, *, commit: bool = False) -> dict[TP, dict[int, int]]:
+        """READY (and COMMITTING when ``commit``) -> SENDING for ``tps`` (None: all); returns
+        offset -> type per partition."""
+        wanted = (RecordState.READY, RecordState.COMMITTING) if commit else (RecordState.READY,)
         out: dict[TP, dict[int, int]] = {}
         for tp in (list(self._state) if tps is None else tps):
             states = self._state.get(tp)
             if not states:
                 continue
             types = self._type[tp]
-            taken = {o: types[o] for o, s in states.items() if s is RecordState.ACKED}
+            taken = {o: types[o] for o, s in states.items() if s in wanted}
             if taken:
                 for offset in taken:
                     states[offset] = RecordState.SENDING
@@ -231,10 +253,11 @@ class InFlightRecords:
         """The record's state (None: not held)."""
         return self._state.get(tp, {}).get(offset)
 
-    def has_acks(self, tps: Iterable[TP] | None = None) -> bool:
-        """Whether some ACKED record waits to be sent."""
+    def has_acks(self, tps: Iterable[TP] | None = None, *, commit: bool = False) -> bool:
+        """Whether some READY (or, when ``commit``, COMMITTING) record waits to be sent."""
+        wanted = (RecordState.READY, RecordState.COMMITTING) if commit else (RecordState.READY,)
         for tp in (list(self._state) if tps is None else tps):
-            if any(s is RecordState.ACKED for s in self._state.get(tp, {}).values()):
+            if any(s in wanted for s in self._state.get(tp, {}).values()):
                 return True
         return False
 

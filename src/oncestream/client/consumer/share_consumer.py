@@ -218,6 +218,7 @@ class ShareConsumer:
         if self._subscription is None:
             return
         self._subscription = None
+        self._submit_acknowledgements()
         self._give_back_and_leave(_CLOSE_TIMEOUT_S)
 
     # --- polling ------------------------------------------------------------------------------
@@ -239,6 +240,7 @@ class ShareConsumer:
                         f"(first {topic}[{partition}]@{offset}); explicit mode needs every one")
             else:
                 self._records.accept_delivered()
+            self._records.submit()
         self._serve_callbacks()
         deadline = None if timeout is None or timeout < 0 else time.monotonic() + timeout
         out: list[Message] = []
@@ -322,7 +324,7 @@ class ShareConsumer:
         self._check_open()
         if not isinstance(timeout, (int, float)):
             raise TypeError("timeout must be a number of seconds")
-        self._accept_if_implicit()
+        self._submit_acknowledgements()
         timeout_s = None if timeout < 0 else float(timeout)
         try:
             results = self._io.run(self._acknowledge_all(close=False), timeout_s)
@@ -333,14 +335,17 @@ class ShareConsumer:
     def commit_async(self) -> None:
         """Send pending acknowledgements without waiting; results go to the commit callback."""
         self._check_open()
-        self._accept_if_implicit()
+        self._submit_acknowledgements()
         self._io.submit(self._acknowledge_all(close=False))
         self._serve_callbacks()
 
-    def _accept_if_implicit(self) -> None:
-        if not self._explicit:
-            with self._lock:
-                self._records.accept_delivered()
+    def _submit_acknowledgements(self) -> None:
+        """Before a commit or close: the last poll's records are accepted (implicit mode) and
+        every acknowledgement is submitted."""
+        with self._lock:
+            if not self._explicit:
+                self._records.accept_delivered(commit=True)
+            self._records.submit(commit=True)
 
     def _serve_callbacks(self) -> None:
         """Run the commit callback for every answered acknowledgement (application thread)."""
@@ -365,7 +370,7 @@ class ShareConsumer:
             return
         try:
             if self._subscription is not None:
-                self._accept_if_implicit()
+                self._submit_acknowledgements()
                 self._give_back_and_leave(_CLOSE_TIMEOUT_S)
             self._serve_callbacks()
         finally:
@@ -703,7 +708,7 @@ class ShareConsumer:
                     self._records.release(mine)
                     self._buffer = collections.deque(
                         m for m in self._buffer if (m._info[0], m._info[1]) not in set(mine))
-                acks = self._records.take_acks(mine)
+                acks = self._records.take_acks(mine, commit=True)
             if close and not session.close():
                 self._ack_results(acks, dict.fromkeys(acks, int(ErrorCode.invalid_share_session_epoch)))
                 return _result_map(acks, int(ErrorCode.invalid_share_session_epoch))
