@@ -382,6 +382,9 @@ class ShareConsumer:
             self._io.stop()
 
     def _give_back_and_leave(self, timeout_s: float) -> None:
+        # No ShareFetch may start from here on: it would carry the releases below and acquire
+        # the same records again in one go.
+        self._fetch_enabled = False
         with self._lock:
             self._records.release(None)
             self._buffer.clear()
@@ -573,6 +576,8 @@ class ShareConsumer:
     async def _fetch_node(self, node: int, tps: set[TP]) -> bool:
         ns = self._node_session(node)
         async with ns.lock:
+            if not self._fetch_enabled:
+                return False  # closing or unsubscribing meanwhile
             session = ns.session
             if session.state is SessionState.CLOSED:
                 ns = self._sessions[node] = _NodeSession()

@@ -1,0 +1,266 @@
+"""oncestream's ShareConsumer against a real broker process, beside librdkafka's ShareConsumer.
+
+Share groups (KIP-932): the consumers of a group share one partition's records, a record is
+handed to one consumer at a time, ACCEPT and REJECT end it, RELEASE gives it back for another
+delivery, and close() gives back what the consumer acquired and did not acknowledge. Each test
+uses its own topic and group; ``share.auto.offset.reset`` is ``latest`` (Kafka's default), so a
+test first makes the group read the partition (``_start_reading``) and produces its records after.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from typing import Any
+
+import confluent_kafka
+import pytest
+
+import oncestream.client
+from oncestream.client import AcknowledgeType, IllegalStateException, ShareConsumer, TopicPartition
+from tests.support.clients import create_topic, unique_topic
+
+pytestmark = pytest.mark.interop
+
+CAP_S = 30.0  # every wait is bounded by this
+QUIET_S = 3.0  # how long "never delivered again" is watched
+WARMUP = b"warmup"
+
+
+def _producer(bootstrap: str) -> confluent_kafka.Producer:
+    return confluent_kafka.Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
+
+
+def _produce(bootstrap: str, topic: str, values: list[bytes], *, per_batch: int = 5) -> None:
+    """``values`` to partition 0, ``per_batch`` to a record batch (the broker acquires whole
+    batches, so several batches let several consumers get a share)."""
+    producer = _producer(bootstrap)
+    for i, value in enumerate(values):
+        producer.produce(topic, value, partition=0)
+        if (i + 1) % per_batch == 0:
+            assert producer.flush(CAP_S) == 0
+    assert producer.flush(CAP_S) == 0
+
+
+def _ours(bootstrap: str, group: str, **conf: Any) -> ShareConsumer:
+    return oncestream.client.ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group, **conf})
+
+
+def _theirs(bootstrap: str, group: str, **conf: Any) -> Any:
+    return confluent_kafka.ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group, **conf})
+
+
+def _records(batch: Any) -> list[Any]:
+    out = []
+    for m in batch:
+        assert m.error() is None, f"poll returned an error: {m.error()}"
+        out.append(m)
+    return out
+
+
+def _start_reading(bootstrap: str, topic: str, consumers: list[Any], *, explicit: bool = False) -> None:
+    """Produce warm-up records until one of ``consumers`` receives one: the group then reads the
+    partition, and every record produced afterwards is delivered to it."""
+    producer = _producer(bootstrap)
+    deadline = time.monotonic() + CAP_S
+    while time.monotonic() < deadline:
+        producer.produce(topic, WARMUP, partition=0)
+        assert producer.flush(CAP_S) == 0
+        got = False
+        for consumer in consumers:
+            batch = _records(consumer.poll(0.5))
+            for m in batch:
+                assert m.value() == WARMUP
+                if explicit:
+                    consumer.acknowledge(m)
+            if explicit and batch:
+                consumer.commit_sync(CAP_S)
+            got = got or bool(batch)
+        if got:
+            return
+    raise AssertionError(f"no consumer received a record of {topic} within {CAP_S} s")
+
+
+def _share_round_robin(consumers: dict[str, Any], wanted: set[bytes]) -> dict[str, list[tuple[int, bytes]]]:
+    """Poll ``consumers`` in turn (implicit mode) until every value of ``wanted`` arrived.
+    Checks on the way that no record is handed to a consumer while another one holds it (a
+    consumer holds what its last poll returned until its next poll accepts it) and that no
+    record arrives twice (each is accepted, so none may be delivered again)."""
+    held: dict[str, set[int]] = {name: set() for name in consumers}
+    received: dict[str, list[tuple[int, bytes]]] = {name: [] for name in consumers}
+    seen: Counter[int] = Counter()
+    got: set[bytes] = set()
+    deadline = time.monotonic() + CAP_S
+    while not wanted <= got:
+        assert time.monotonic() < deadline, f"{len(wanted - got)} records never arrived"
+        for name, consumer in consumers.items():
+            batch = _records(consumer.poll(0.3))
+            held[name] = set()  # this poll accepted what the previous one returned
+            for m in batch:
+                if m.value() == WARMUP:
+                    continue
+                offset = m.offset()
+                for other, offsets in held.items():
+                    assert other == name or offset not in offsets, (
+                        f"offset {offset} handed to {name} while {other} holds it")
+                held[name].add(offset)
+                seen[offset] += 1
+                assert seen[offset] == 1, f"offset {offset} delivered twice although it was accepted"
+                received[name].append((offset, m.value()))
+                got.add(m.value())
+    return received
+
+
+def _close_all(consumers: list[Any]) -> None:
+    for consumer in consumers:
+        consumer.close()
+
+
+def test_our_share_consumers_share_one_partition(broker):
+    topic, group = unique_topic("share-ours"), unique_topic("share-group")
+    create_topic(broker.bootstrap, topic)
+    consumers = {f"ours-{i}": _ours(broker.bootstrap, group, **{"max.poll.records": 5}) for i in range(3)}
+    try:
+        for consumer in consumers.values():
+            consumer.subscribe([topic])
+        _start_reading(broker.bootstrap, topic, list(consumers.values()))
+        values = [b"r%03d" % i for i in range(60)]
+        _produce(broker.bootstrap, topic, values)
+        received = _share_round_robin(consumers, set(values))
+        assert sorted(v for got in received.values() for _, v in got) == values
+        sharing = [name for name, got in received.items() if got]
+        assert len(sharing) >= 2, f"only {sharing} received records: {received}"
+    finally:
+        _close_all(list(consumers.values()))
+
+
+def test_ours_and_librdkafkas_share_consumers_in_one_group(broker):
+    topic, group = unique_topic("share-mixed"), unique_topic("share-group")
+    create_topic(broker.bootstrap, topic)
+    consumers = {
+        "ours": _ours(broker.bootstrap, group, **{"max.poll.records": 5}),
+        "librdkafka": _theirs(broker.bootstrap, group, **{"max.poll.records": 5}),
+    }
+    try:
+        for consumer in consumers.values():
+            consumer.subscribe([topic])
+        _start_reading(broker.bootstrap, topic, list(consumers.values()))
+        values = [b"m%03d" % i for i in range(60)]
+        _produce(broker.bootstrap, topic, values)
+        received = _share_round_robin(consumers, set(values))
+        assert sorted(v for got in received.values() for _, v in got) == values
+        assert received["ours"], f"our consumer got none of them: {received}"
+        assert received["librdkafka"], f"librdkafka's consumer got none of them: {received}"
+    finally:
+        _close_all(list(consumers.values()))
+
+
+def _poll_values(consumer: Any, count: int, *, explicit: bool) -> list[Any]:
+    """Poll until ``count`` non-warm-up records arrived (warm-ups acknowledged in explicit mode)."""
+    out: list[Any] = []
+    deadline = time.monotonic() + CAP_S
+    while len(out) < count:
+        assert time.monotonic() < deadline, f"{len(out)} of {count} records within {CAP_S} s"
+        for m in _records(consumer.poll(0.5)):
+            if m.value() == WARMUP:
+                if explicit:
+                    consumer.acknowledge(m)
+                continue
+            out.append(m)
+    return out
+
+
+def _quiet(consumer: Any, *, explicit: bool) -> list[bytes]:
+    """What ``consumer`` receives during QUIET_S (acknowledged as it comes)."""
+    out: list[bytes] = []
+    deadline = time.monotonic() + QUIET_S
+    while time.monotonic() < deadline:
+        for m in _records(consumer.poll(0.3)):
+            if explicit:
+                consumer.acknowledge(m)
+            if m.value() != WARMUP:
+                out.append(m.value())
+    return out
+
+
+def test_release_gives_a_record_back_and_reject_never(broker):
+    topic, group = unique_topic("share-ack"), unique_topic("share-group")
+    create_topic(broker.bootstrap, topic)
+    consumer = _ours(broker.bootstrap, group, **{"share.acknowledgement.mode": "explicit"})
+    try:
+        consumer.subscribe([topic])
+        _start_reading(broker.bootstrap, topic, [consumer], explicit=True)
+        values = [b"accept-0", b"release-1", b"reject-2", b"accept-3", b"release-4", b"reject-5"]
+        _produce(broker.bootstrap, topic, values, per_batch=len(values))
+        first = _poll_values(consumer, len(values), explicit=True)
+        assert sorted(m.value() for m in first) == sorted(values)
+        assert {m.delivery_count() for m in first} == {1}
+        with pytest.raises(IllegalStateException):
+            consumer.poll(0.1)  # explicit mode: every record of the last poll needs a decision
+        kinds = {b"accept": AcknowledgeType.ACCEPT, b"release": AcknowledgeType.RELEASE,
+                 b"reject": AcknowledgeType.REJECT}
+        for m in first:
+            consumer.acknowledge(m, kinds[m.value().split(b"-")[0]])
+        assert consumer.commit_sync(CAP_S) == {TopicPartition(topic, 0): None}
+        again = _poll_values(consumer, 2, explicit=True)
+        assert sorted(m.value() for m in again) == [b"release-1", b"release-4"]
+        assert {m.delivery_count() for m in again} == {2}
+        for m in again:
+            consumer.acknowledge(m)
+        assert _quiet(consumer, explicit=True) == []  # the rejected ones never come back
+    finally:
+        consumer.close()
+
+
+def test_implicit_mode_accepts_on_the_next_poll(broker):
+    topic, group = unique_topic("share-implicit"), unique_topic("share-group")
+    create_topic(broker.bootstrap, topic)
+    first = _ours(broker.bootstrap, group)
+    later = _ours(broker.bootstrap, group)
+    try:
+        first.subscribe([topic])
+        _start_reading(broker.bootstrap, topic, [first])
+        values = [b"i%d" % i for i in range(10)]
+        _produce(broker.bootstrap, topic, values, per_batch=10)
+        got = _poll_values(first, len(values), explicit=False)
+        assert sorted(m.value() for m in got) == values
+        with pytest.raises(IllegalStateException, match="explicit"):
+            first.acknowledge(got[0])
+        first.poll(0.1)  # accepts all ten
+        first.close()
+        later.subscribe([topic])
+        _produce(broker.bootstrap, topic, [b"sentinel"])
+        assert [m.value() for m in _poll_values(later, 1, explicit=False)] == [b"sentinel"]
+        assert _quiet(later, explicit=False) == []  # none of the accepted ten again
+    finally:
+        first.close()
+        later.close()
+
+
+@pytest.mark.parametrize("successor", ["ours", "librdkafka"])
+def test_close_releases_what_was_not_acknowledged(broker, successor):
+    topic, group = unique_topic("share-close"), unique_topic("share-group")
+    create_topic(broker.bootstrap, topic)
+    leaving = _ours(broker.bootstrap, group, **{"share.acknowledgement.mode": "explicit"})
+    try:
+        leaving.subscribe([topic])
+        _start_reading(broker.bootstrap, topic, [leaving], explicit=True)
+        values = [b"c%d" % i for i in range(8)]
+        _produce(broker.bootstrap, topic, values, per_batch=8)
+        got = _poll_values(leaving, len(values), explicit=True)
+        done = {m.value() for m in got[:4]}
+        for m in got[:4]:
+            leaving.acknowledge(m)
+        leaving.close()  # accepts the four, releases the other four
+    finally:
+        leaving.close()
+    make = _ours if successor == "ours" else _theirs
+    taker = make(broker.bootstrap, group)
+    try:
+        taker.subscribe([topic])
+        redelivered = _poll_values(taker, 4, explicit=False)
+        assert sorted(m.value() for m in redelivered) == sorted(set(values) - done)
+        assert {m.delivery_count() for m in redelivered} == {2}
+        assert _quiet(taker, explicit=False) == []
+    finally:
+        taker.close()
