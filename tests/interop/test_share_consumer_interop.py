@@ -226,7 +226,15 @@ def test_implicit_mode_accepts_on_the_next_poll(broker):
         assert sorted(m.value() for m in got) == values
         with pytest.raises(IllegalStateException, match="explicit"):
             first.acknowledge(got[0])
-        first.poll(0.1)  # accepts all ten
+        acked: dict[int, Any] = {}
+        first.set_acknowledgement_commit_callback(
+            lambda offsets, exc: acked.update(dict.fromkeys(offsets.get(TopicPartition(topic, 0), ()), exc)))
+        wanted = {m.offset() for m in got}
+        deadline = time.monotonic() + CAP_S
+        while not wanted <= set(acked):  # the next polls accept all ten and send that on a ShareFetch
+            assert time.monotonic() < deadline, f"acknowledged so far: {acked}"
+            assert not [m for m in _records(first.poll(0.2)) if m.value() != WARMUP]
+        assert all(acked[o] is None for o in wanted), acked
         first.close()
         later.subscribe([topic])
         _produce(broker.bootstrap, topic, [b"sentinel"])
