@@ -111,15 +111,16 @@ def _share_round_robin(consumers: dict[str, Any], wanted: set[bytes]) -> dict[st
     return received
 
 
-def _close_all(consumers: list[Any]) -> None:
-    for consumer in consumers:
-        consumer.close()
-
-
-def test_our_share_consumers_share_one_partition(broker):
-    topic, group = unique_topic("share-ours"), unique_topic("share-group")
+@pytest.mark.parametrize("kinds", [("ours", "ours", "ours"), ("ours", "librdkafka")],
+                         ids=["ours-only", "ours-and-librdkafka"])
+def test_share_consumers_share_one_partition(broker, kinds):
+    """Every record once to the group, none handed to two consumers at once, and every consumer
+    (ours and librdkafka's alike, in one group) gets a share."""
+    topic, group = unique_topic("share-split"), unique_topic("share-group")
     create_topic(broker.bootstrap, topic)
-    consumers = {f"ours-{i}": _ours(broker.bootstrap, group, **{"max.poll.records": 5}) for i in range(3)}
+    make = {"ours": _ours, "librdkafka": _theirs}
+    consumers = {f"{kind}-{i}": make[kind](broker.bootstrap, group, **{"max.poll.records": 5})
+                 for i, kind in enumerate(kinds)}
     try:
         for consumer in consumers.values():
             consumer.subscribe([topic])
@@ -128,31 +129,12 @@ def test_our_share_consumers_share_one_partition(broker):
         _produce(broker.bootstrap, topic, values)
         received = _share_round_robin(consumers, set(values))
         assert sorted(v for got in received.values() for _, v in got) == values
-        sharing = [name for name, got in received.items() if got]
-        assert len(sharing) >= 2, f"only {sharing} received records: {received}"
+        sharing = {name for name, got in received.items() if got}
+        assert len(sharing) >= 2, f"only {sorted(sharing)} received records: {received}"
+        assert {name.rsplit("-", 1)[0] for name in sharing} == set(kinds), received
     finally:
-        _close_all(list(consumers.values()))
-
-
-def test_ours_and_librdkafkas_share_consumers_in_one_group(broker):
-    topic, group = unique_topic("share-mixed"), unique_topic("share-group")
-    create_topic(broker.bootstrap, topic)
-    consumers = {
-        "ours": _ours(broker.bootstrap, group, **{"max.poll.records": 5}),
-        "librdkafka": _theirs(broker.bootstrap, group, **{"max.poll.records": 5}),
-    }
-    try:
         for consumer in consumers.values():
-            consumer.subscribe([topic])
-        _start_reading(broker.bootstrap, topic, list(consumers.values()))
-        values = [b"m%03d" % i for i in range(60)]
-        _produce(broker.bootstrap, topic, values)
-        received = _share_round_robin(consumers, set(values))
-        assert sorted(v for got in received.values() for _, v in got) == values
-        assert received["ours"], f"our consumer got none of them: {received}"
-        assert received["librdkafka"], f"librdkafka's consumer got none of them: {received}"
-    finally:
-        _close_all(list(consumers.values()))
+            consumer.close()
 
 
 def _poll_values(consumer: Any, count: int, *, explicit: bool) -> list[Any]:

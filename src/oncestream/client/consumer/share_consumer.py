@@ -50,15 +50,12 @@ from oncestream.client.consumer.share_acks import (
 from oncestream.client.consumer.share_membership import COORDINATOR_MOVED, MemberState, ShareMembership
 from oncestream.client.consumer.share_records import ShareMessage, acquired_records
 from oncestream.client.consumer.share_session import SessionState, ShareSession
-from oncestream.protocol.api_keys import METADATA
+from oncestream.protocol.api_keys import METADATA, SHARE_ACKNOWLEDGE, SHARE_FETCH, SHARE_GROUP_HEARTBEAT
 from oncestream.protocol.codec import build
 
 TP = tuple[str, int]
 log = logging.getLogger("oncestream.client")
 
-SHARE_GROUP_HEARTBEAT = 76
-SHARE_FETCH = 78
-SHARE_ACKNOWLEDGE = 79
 _ZERO_UUID = uuid.UUID(int=0)
 _COORDINATOR_GROUP = 0
 _LEADER_ERRORS = RETRY_AFTER_METADATA | {int(ErrorCode.unknown_topic_id)}
