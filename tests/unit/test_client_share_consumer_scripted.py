@@ -179,3 +179,22 @@ def test_poll_needs_a_subscription() -> None:
         consumer.close()
         with pytest.raises(IllegalStateException, match="closed"):
             consumer.subscribe(["t"])
+
+
+def test_unsubscribe_gives_back_leaves_and_subscribe_joins_again() -> None:
+    broker = ScriptedShareBroker([b"a", b"b", b"c"])
+    with running(broker) as bootstrap:
+        consumer = _consumer(bootstrap, **{"max.poll.records": 2})
+        consumer.subscribe(["t"])
+        assert [m.offset() for m in _poll_until(consumer, 2)] == [0, 1]
+        consumer.unsubscribe()  # implicit mode: accepts the two, releases what was fetched ahead
+        assert consumer.subscription() == []
+        assert broker.states() == [ACKNOWLEDGED, ACKNOWLEDGED, AVAILABLE]
+        assert broker.requests(HEARTBEAT)[-1].member_epoch == -1
+        consumer.subscribe(["t"])
+        assert [(m.offset(), m.value()) for m in _poll_until(consumer, 1)] == [(2, b"c")]
+        consumer.close()
+        assert broker.states() == [ACKNOWLEDGED] * 3
+        assert broker.requests(HEARTBEAT)[-1].member_epoch == -1
+        member_ids = {h.member_id for h in broker.requests(HEARTBEAT)}
+        assert member_ids == {consumer.memberid()}  # one member id for the consumer's lifetime
