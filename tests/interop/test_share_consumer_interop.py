@@ -254,3 +254,48 @@ def test_close_releases_what_was_not_acknowledged(broker, successor):
         assert _quiet(taker, explicit=False) == []
     finally:
         taker.close()
+
+
+def test_our_consumer_rides_out_a_broker_sigkill(broker_factory):
+    """The broker is SIGKILLed while our consumer holds records: the consumer reconnects, joins
+    again and opens a new share session by itself; every record still arrives, none whose
+    acknowledgement the broker confirmed arrives again, and a record that does arrive again was
+    first reported to the commit callback as lost with the session."""
+    broker = broker_factory()
+    topic, group = unique_topic("share-crash"), unique_topic("share-group")
+    create_topic(broker.bootstrap, topic)
+    confirmed: set[int] = set()
+    failed: set[int] = set()
+
+    def on_ack(offsets: dict, exc: object) -> None:
+        (confirmed if exc is None else failed).update(offsets.get(TopicPartition(topic, 0), ()))
+
+    consumer = _ours(broker.bootstrap, group, **{"max.poll.records": 5})
+    consumer.set_acknowledgement_commit_callback(on_ack)
+    try:
+        consumer.subscribe([topic])
+        _start_reading(broker.bootstrap, topic, [consumer])
+        values = [b"k%02d" % i for i in range(20)]
+        _produce(broker.bootstrap, topic, values)
+        received: dict[bytes, int] = {}
+        crashed = False
+        deadline = time.monotonic() + 2 * CAP_S
+        while set(values) - set(received):
+            assert time.monotonic() < deadline, f"never received {sorted(set(values) - set(received))}"
+            for m in _records(consumer.poll(0.5)):
+                if m.value() == WARMUP:
+                    continue
+                assert m.offset() not in confirmed, f"offset {m.offset()} came back after its ACCEPT was confirmed"
+                if m.value() in received:
+                    assert m.offset() in failed, f"offset {m.offset()} came again, never reported lost"
+                received[m.value()] = received.get(m.value(), 0) + 1
+            if not crashed and len(received) >= 5:
+                consumer.commit_sync(CAP_S)  # some acknowledgements confirmed before the crash
+                assert confirmed
+                crashed = True
+                broker.restart(crash=True)
+            elif crashed:
+                consumer.commit_sync(CAP_S)
+        assert crashed
+    finally:
+        consumer.close()

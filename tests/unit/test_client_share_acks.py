@@ -156,3 +156,16 @@ def test_finished_leaves_records_acknowledged_after_the_request_was_built() -> N
     assert not records.has_acks()
     records.submit()
     assert records.take_acks() == {TP: {1: ACK_ACCEPT}}
+
+
+def test_handed_out_offsets_are_what_a_lost_session_takes_from_the_application() -> None:
+    records = InFlightRecords()
+    records.acquired(TP, [0, 1, 2, 3, 4], gaps=[5])
+    for offset in (0, 1, 2, 3):
+        records.handed_out(TP, offset)
+    records.acknowledge(TP, 1, ACK_ACCEPT)
+    records.acknowledge(TP, 2, ACK_RELEASE)
+    records.submit()
+    records.acknowledge(TP, 3, ACK_REJECT)
+    records.submit(commit=True)
+    assert records.handed_out_offsets([TP, TP1]) == {TP: {0, 1, 2, 3}}  # not buffered 4, not gap 5

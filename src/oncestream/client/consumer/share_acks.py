@@ -31,7 +31,10 @@ with a ShareFetch the client sends on its own in between (confluent-kafka's and 
 A record acknowledged once it is READY, COMMITTING or SENDING, or no longer held, is an error
 (``NotInFlightError``), as in librdkafka ("the message is no longer in-flight"). A failed
 acknowledgement is not retried with a new session: the broker redelivers the record when its
-acquisition lock expires (Kafka's ShareConsumeRequestManager does the same).
+acquisition lock expires (Kafka's ShareConsumeRequestManager does the same). When the share
+session that acquired records is lost, every record of its partitions is forgotten (``forget``):
+the broker has released them or will, and an acknowledgement sent in a later session could
+land on a new acquisition of the same offset.
 """
 
 from __future__ import annotations
@@ -236,6 +239,18 @@ class InFlightRecords:
             if not states:
                 del self._state[tp]
                 del self._type[tp]
+
+    def handed_out_offsets(self, tps: Iterable[TP]) -> dict[TP, set[int]]:
+        """Records of ``tps`` the application has or had (handed out, not yet sent): what a lost
+        share session takes from it before they are forgotten."""
+        out: dict[TP, set[int]] = {}
+        held = (RecordState.DELIVERED, RecordState.ACKED, RecordState.READY, RecordState.COMMITTING)
+        for tp in tps:
+            types = self._type.get(tp, {})
+            offsets = {o for o, s in self._state.get(tp, {}).items() if s in held and types.get(o) != ACK_GAP}
+            if offsets:
+                out[tp] = offsets
+        return out
 
     def forget(self, tps: Iterable[TP]) -> None:
         """Drop every record of ``tps`` (their share session is gone: the broker will not accept

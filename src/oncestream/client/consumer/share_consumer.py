@@ -621,7 +621,7 @@ class ShareConsumer:
                 session.on_transport_error()
                 code = exc.code if isinstance(exc, BrokerResponseError) else _TRANSPORT
                 self._ack_results(acks, dict.fromkeys(acks, code))
-                self._session_lost(node)
+                self._session_lost(node, code)
                 if isinstance(exc, BrokerResponseError):
                     self._report(KafkaError(code, f"ShareFetch: {exc}"))
                 return False
@@ -630,7 +630,7 @@ class ShareConsumer:
             if top:
                 self._ack_results(acks, dict.fromkeys(acks, top))
                 if session.state is SessionState.NEW:
-                    self._session_lost(node)
+                    self._session_lost(node, top)
                 if top not in (int(ErrorCode.share_session_not_found), int(ErrorCode.invalid_share_session_epoch)):
                     self._report(KafkaError(top, f"ShareFetch: {error_name(top)} {response.error_message or ''}"))
                 return False
@@ -676,10 +676,15 @@ class ShareConsumer:
         self._ack_results(acks, ack_codes)
         return got
 
-    def _session_lost(self, node: int) -> None:
-        """The session with ``node`` is gone: its buffered records are no longer ours to hand out."""
-        with self._lock:
+    def _session_lost(self, node: int, code: int) -> None:
+        """The session with ``node`` is gone, and with it this member's hold on the records it
+        acquired: buffered ones are dropped, and the ones the application has (acknowledged or
+        not) are reported to the commit callback as failed with ``code``: they will be delivered
+        again, and acknowledging them now raises IllegalStateException (no longer in flight)."""
+        with self._cond:
             lost = [tp for tp, n in self._record_node.items() if n == node]
+            for tp, offsets in self._records.handed_out_offsets(lost).items():
+                self._callbacks.append(({TopicPartition(*tp): offsets}, _exception(code)))
             self._records.forget(lost)
             gone = set(lost)
             self._buffer = collections.deque(m for m in self._buffer if (m._info[0], m._info[1]) not in gone)
@@ -738,7 +743,7 @@ class ShareConsumer:
                 session.on_transport_error()
                 code = exc.code if isinstance(exc, BrokerResponseError) else _TRANSPORT
                 self._ack_results(acks, dict.fromkeys(acks, code))
-                self._session_lost(node)
+                self._session_lost(node, code)
                 return _result_map(acks, code)
             top = int(response.error_code)
             session.on_response(top)
@@ -751,7 +756,7 @@ class ShareConsumer:
                         if tp in codes:
                             codes[tp] = int(p.error_code)
             elif session.state is SessionState.NEW:
-                self._session_lost(node)
+                self._session_lost(node, top)
             self._ack_results(acks, codes)
             out: dict[TopicPartition, KafkaException | None] = {}
             for tp, code in codes.items():
