@@ -166,7 +166,7 @@ def test_a_lost_session_reopens_without_acknowledgements_and_reports_them_failed
 
 
 def test_group_id_is_required() -> None:
-    with pytest.raises(KafkaException, match=r"group\.id"):
+    with pytest.raises(ValueError, match=r"group\.id"):
         ShareConsumer({"bootstrap.servers": "127.0.0.1:1"})
 
 

@@ -29,7 +29,6 @@ from kio.schema.errors import ErrorCode
 from oncestream.client.common.cluster import RETRY_AFTER_METADATA, Cluster
 from oncestream.client.common.config import resolve
 from oncestream.client.common.errors import (
-    _INVALID_ARG,
     _TRANSPORT,
     BrokerResponseError,
     ConnectionLostError,
@@ -130,7 +129,7 @@ class ShareConsumer:
         merged.update(kwargs)
         self._conf = c = resolve(merged, "share_consumer")
         if not c["group.id"]:
-            raise KafkaException(KafkaError(_INVALID_ARG, "ShareConsumer requires group.id"))
+            raise ValueError("ShareConsumer requires group.id")  # confluent-kafka's exception
         self._group_id: str = c["group.id"]
         self._explicit = c["share.acknowledgement.mode"] == "explicit"
         self._max_poll_records = max(1, int(c["max.poll.records"]))
@@ -295,12 +294,13 @@ class ShareConsumer:
             raise TypeError("topic must be a str, partition and offset integers")
         if not isinstance(ack_type, int):
             raise TypeError("ack_type must be an AcknowledgeType")
+        # The order of the checks is librdkafka's: which error a wrong call gets is part of the API.
         if partition < 0 or offset < 0:
             raise ValueError("partition and offset must not be negative")
-        if ack_type not in (1, 2, 3):
-            raise ValueError(f"acknowledge type {ack_type} is not ACCEPT, RELEASE or REJECT")
         if not self._explicit:
             raise IllegalStateException("acknowledge() needs share.acknowledgement.mode=explicit")
+        if ack_type not in (1, 2, 3):
+            raise ValueError(f"acknowledge type {ack_type} is not ACCEPT, RELEASE or REJECT")
         with self._lock:
             try:
                 self._records.acknowledge((topic, partition), offset, int(ack_type))
