@@ -299,3 +299,39 @@ def test_our_consumer_rides_out_a_broker_sigkill(broker_factory):
         assert crashed
     finally:
         consumer.close()
+
+
+LOCK_MS = 1500  # group.share.record.lock.duration.ms of the broker below
+
+
+def test_expired_locks_go_to_another_consumer_and_the_late_acknowledgement_fails(broker_factory):
+    """Our consumer holds records past the acquisition lock: the broker hands them to another
+    member (delivery count 2), and the first consumer's late ACCEPT is refused, per partition, in
+    commit_sync's answer and its callback."""
+    broker = broker_factory({"group.share.record.lock.duration.ms": str(LOCK_MS)})
+    topic, group = unique_topic("share-lock"), unique_topic("share-group")
+    create_topic(broker.bootstrap, topic)
+    slow = _ours(broker.bootstrap, group, **{"share.acknowledgement.mode": "explicit"})
+    other = _ours(broker.bootstrap, group)
+    reports: list[tuple[dict, object]] = []
+    slow.set_acknowledgement_commit_callback(lambda offsets, exc: reports.append((offsets, exc)))
+    try:
+        slow.subscribe([topic])
+        _start_reading(broker.bootstrap, topic, [slow], explicit=True)
+        values = [b"l%d" % i for i in range(5)]
+        _produce(broker.bootstrap, topic, values, per_batch=5)
+        held = _poll_values(slow, len(values), explicit=True)
+        other.subscribe([topic])
+        taken = _poll_values(other, len(values), explicit=False)  # only after the locks expired
+        assert sorted(m.value() for m in taken) == values
+        assert {m.delivery_count() for m in taken} == {2}
+        for m in held:
+            slow.acknowledge(m)
+        result = slow.commit_sync(CAP_S)
+        assert list(result) == [TopicPartition(topic, 0)]
+        error = result[TopicPartition(topic, 0)]
+        assert error is not None, "a late acknowledgement was accepted"
+        assert [exc for _, exc in reports if exc is not None], reports
+    finally:
+        slow.close()
+        other.close()
