@@ -60,6 +60,7 @@ class ScriptedShareBroker:
     seen: list[Seen] = field(default_factory=list)
     port: int = 0
     fail_next_fetch_with: int = 0
+    versions: dict[int, tuple[int, int]] = field(default_factory=lambda: dict(_VERSIONS))
 
     def __post_init__(self) -> None:
         self.records = [_Record() for _ in self.values]
@@ -110,7 +111,7 @@ class ScriptedShareBroker:
         zero = datetime.timedelta(0)
         if api_key == 18:
             keys = tuple(build(m.ApiVersion, api_key=k, min_version=lo, max_version=hi)
-                         for k, (lo, hi) in _VERSIONS.items())
+                         for k, (lo, hi) in self.versions.items())
             return build(m.ApiVersionsResponse, error_code=ErrorCode.none, api_keys=keys, throttle_time=zero)
         if api_key == 3:
             parts = (build(m.MetadataResponsePartition, error_code=ErrorCode.none, partition_index=0, leader_id=0,

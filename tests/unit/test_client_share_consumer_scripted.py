@@ -198,3 +198,22 @@ def test_unsubscribe_gives_back_leaves_and_subscribe_joins_again() -> None:
         assert broker.requests(HEARTBEAT)[-1].member_epoch == -1
         member_ids = {h.member_id for h in broker.requests(HEARTBEAT)}
         assert member_ids == {consumer.memberid()}  # one member id for the consumer's lifetime
+
+
+def test_a_broker_without_share_groups_is_a_fatal_error_in_poll() -> None:
+    broker = ScriptedShareBroker([b"a"])
+    broker.versions = {k: v for k, v in broker.versions.items() if k not in (76, 78, 79)}
+    with running(broker) as bootstrap:
+        consumer = _consumer(bootstrap)
+        consumer.subscribe(["t"])
+        with pytest.raises(KafkaException) as caught:
+            _poll_for(consumer, WAIT_S)
+        assert caught.value.args[0].code() == int(ErrorCode.unsupported_version)
+        assert caught.value.args[0].fatal()
+        consumer.close()
+
+
+def _poll_for(consumer: ShareConsumer, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        consumer.poll(0.2)

@@ -58,7 +58,6 @@ log = logging.getLogger("oncestream.client")
 _ZERO_UUID = uuid.UUID(int=0)
 _COORDINATOR_GROUP = 0
 _LEADER_ERRORS = RETRY_AFTER_METADATA | {int(ErrorCode.unknown_topic_id)}
-_CLOSE_TIMEOUT_S = 30.0
 _RETRY_BACKOFF_S = 0.2
 
 CommitCallback = Callable[[dict[TopicPartition, set[int]], KafkaException | None], Any]
@@ -215,7 +214,7 @@ class ShareConsumer:
             return
         self._subscription = None
         self._submit_acknowledgements()
-        self._give_back_and_leave(_CLOSE_TIMEOUT_S)
+        self._give_back_and_leave(self._cluster.request_timeout_s)
 
     # --- polling ------------------------------------------------------------------------------
 
@@ -368,7 +367,7 @@ class ShareConsumer:
         try:
             if self._subscription is not None:
                 self._submit_acknowledgements()
-                self._give_back_and_leave(_CLOSE_TIMEOUT_S)
+                self._give_back_and_leave(self._cluster.request_timeout_s)
             self._serve_callbacks()
         finally:
             self._closed = True
@@ -429,17 +428,22 @@ class ShareConsumer:
                     m.state is MemberState.JOINING and self._subscription is None):
                 await self._wait(self._heartbeat_now, None)
                 continue
-            async with self._heartbeat_lock:
-                if m.state in (MemberState.LEFT, MemberState.FAILED):
-                    continue  # close() or unsubscribe() left meanwhile
-                retry = await self._heartbeat()
-            state = self._member_state()  # the heartbeat's answer moved it
-            if state is MemberState.FAILED:
-                self._notify()
-            if state is MemberState.STABLE and m.assignment_version != self._assignment_seen:
-                await self._apply_assignment()
-            elif state is MemberState.JOINING and self._assigned:
-                await self._apply_assignment()
+            try:
+                async with self._heartbeat_lock:
+                    if m.state in (MemberState.LEFT, MemberState.FAILED):
+                        continue  # close() or unsubscribe() left meanwhile
+                    retry = await self._heartbeat()
+                state = self._member_state()  # the heartbeat's answer moved it
+                if state is MemberState.FAILED:
+                    self._notify()
+                if state is MemberState.STABLE and m.assignment_version != self._assignment_seen:
+                    await self._apply_assignment()
+                elif state is MemberState.JOINING and self._assigned:
+                    await self._apply_assignment()
+            except Exception as exc:  # surface anything to poll, keep the membership going
+                log.exception("share consumer: heartbeat failed")
+                self._report(KafkaError(_TRANSPORT, f"share group heartbeat failed: {exc!r}"))
+                state, retry = self._member_state(), True
             if state is MemberState.LEAVING:
                 continue
             delay = self._retry_backoff_s if retry else m.heartbeat_interval_ms / 1000
