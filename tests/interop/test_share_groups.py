@@ -158,6 +158,23 @@ def _until_sentinel(consumer: ShareConsumer, on_message: Callable[[Message], Non
     raise AssertionError(f"no sentinel within {WAIT_S}s; got offsets {[offset_of(m) for m in seen]}")
 
 
+def _collect(consumer: ShareConsumer, count: int, ack_type: Callable[[Message], AcknowledgeType]) -> dict[int, int]:
+    """Offsets -> delivery counts of the first ``count`` distinct records, each acknowledged with
+    ``ack_type(message)`` and committed; a record delivered twice fails the test."""
+    counts: dict[int, int] = {}
+    deadline = time.monotonic() + WAIT_S
+    while len(counts) < count and time.monotonic() < deadline:
+        messages = poll_ok(consumer)
+        for m in messages:
+            assert offset_of(m) not in counts, f"offset {offset_of(m)} delivered twice"
+            counts[offset_of(m)] = count_of(m)
+            consumer.acknowledge(m, ack_type(m))
+        if messages:
+            results = consumer.commit_sync()
+            assert all(error is None for error in results.values()), results
+    return counts
+
+
 def test_sigkilled_member_records_are_redelivered_after_the_lock(start_broker) -> None:
     broker = start_broker(**{"group.share.record.lock.duration.ms": "3000"})
     topic = unique_topic("sharekill")
@@ -178,17 +195,8 @@ def test_sigkilled_member_records_are_redelivered_after_the_lock(start_broker) -
         child.wait(timeout=CLIENT_TIMEOUT_S)
     assert held, "the child member never received records"
     other = share_consumer(broker.bootstrap, group_id, topic, explicit=True)
-    counts: dict[int, int] = {}
     try:
-        deadline = time.monotonic() + WAIT_S
-        while len(counts) < 10 and time.monotonic() < deadline:
-            messages = poll_ok(other)
-            for m in messages:
-                assert offset_of(m) not in counts, f"offset {offset_of(m)} delivered twice"
-                counts[offset_of(m)] = count_of(m)
-                other.acknowledge(m, AcknowledgeType.ACCEPT)
-            if messages:
-                other.commit_sync()
+        counts = _collect(other, 10, lambda m: AcknowledgeType.ACCEPT)
     finally:
         other.close()
     assert sorted(counts) == list(range(10))
@@ -203,16 +211,9 @@ def test_released_records_return_and_rejected_never(start_broker) -> None:
     group_id = new_group(broker.bootstrap, "sharerel")
     produce(broker.bootstrap, topic, [f"v{i}".encode() for i in range(10)])
     consumer = share_consumer(broker.bootstrap, group_id, topic, explicit=True)
-    first: dict[int, int] = {}
     try:
-        deadline = time.monotonic() + WAIT_S
-        while len(first) < 10 and time.monotonic() < deadline:
-            messages = poll_ok(consumer)
-            for m in messages:
-                first[offset_of(m)] = count_of(m)
-                consumer.acknowledge(m, AcknowledgeType.RELEASE if offset_of(m) % 2 == 0 else AcknowledgeType.REJECT)
-            if messages:
-                assert all(error is None for error in consumer.commit_sync().values())
+        first = _collect(consumer, 10, lambda m: AcknowledgeType.RELEASE if offset_of(m) % 2 == 0
+                         else AcknowledgeType.REJECT)
         assert first == dict.fromkeys(range(10), 1)
         produce(broker.bootstrap, topic, [SENTINEL])
         again = _until_sentinel(consumer, lambda m: consumer.acknowledge(m, AcknowledgeType.ACCEPT))

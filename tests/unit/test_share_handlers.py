@@ -13,13 +13,16 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode
 
+from oncestream.authz.authorizer import StandardAuthorizer
 from oncestream.broker.config import BrokerConfig
-from oncestream.broker.handlers import api_versions, share, share_admin
+from oncestream.broker.handlers import api_versions, groups, share, share_admin
+from oncestream.broker.principal import ANONYMOUS_PRINCIPAL
 from oncestream.broker.share_service import SHARE_STATE_TOPIC
 from oncestream.broker.state import BrokerState
 from oncestream.coordinator.group.messages import OffsetCommitRequest, PartitionOffsetCommit
 from oncestream.coordinator.share.partition import RecordState
 from oncestream.protocol import api_keys as k
+from oncestream.protocol.acl import AclBinding, AclOperation, AclPermissionType, PatternType, ResourceType
 from oncestream.protocol.codec import RequestHeader
 from oncestream.protocol.records import NewRecord, encode_batch
 from oncestream.protocol.schemas import request_module
@@ -291,3 +294,38 @@ def test_state_topic_is_pruned_below_the_oldest_snapshot_still_needed(tmp_path: 
         assert second.shares.partitions[(GROUP, topic_id, 0)].snapshot() == live
     finally:
         second.close()
+
+
+def _allow(resource_type: ResourceType, name: str) -> AclBinding:
+    return AclBinding(resource_type, name, PatternType.LITERAL, ANONYMOUS_PRINCIPAL, "*", AclOperation.READ,
+                      AclPermissionType.ALLOW)
+
+
+def test_acls_read_on_group_and_topic(state: BrokerState) -> None:
+    topic_id = _with_records(state, 3)
+    state.authorizer = StandardAuthorizer([])
+    assert _fetch(state, "a", 0, topic_id).error_code == ErrorCode.group_authorization_failed
+    assert _heartbeat(state, "a", 0).error_code == ErrorCode.group_authorization_failed
+    state.authorizer = StandardAuthorizer([_allow(ResourceType.GROUP, GROUP)])
+    # No ACL on the topic: DESCRIBE for the subscription and READ for the fetch are denied.
+    assert _heartbeat(state, "a", 0).error_code == ErrorCode.topic_authorization_failed
+    denied = _fetch(state, "a", 0, topic_id)
+    assert denied.error_code == ErrorCode.none
+    assert _partition_errors(denied) == [ErrorCode.topic_authorization_failed]
+    assert _acquired(denied) == []
+    state.authorizer = StandardAuthorizer([_allow(ResourceType.GROUP, GROUP), _allow(ResourceType.TOPIC, TOPIC)])
+    assert _heartbeat(state, "a", 0).error_code == ErrorCode.none
+    assert _acquired(_fetch(state, "a", 0, topic_id)) == [(0, 2)]
+
+
+def test_classic_join_on_a_share_group_id_is_inconsistent(state: BrokerState) -> None:
+    _with_records(state, 1)
+    assert _heartbeat(state, "a", 0).error_code == ErrorCode.none
+    m = request_module(k.JOIN_GROUP, 5)
+    request = m.JoinGroupRequest(group_id=GROUP, session_timeout=datetime.timedelta(seconds=10),
+                                 rebalance_timeout=datetime.timedelta(seconds=10), member_id="",
+                                 group_instance_id=None, protocol_type="consumer",
+                                 protocols=(m.JoinGroupRequestProtocol(name="range", metadata=b""),))
+    response: Any = asyncio.run(groups.handle_join_group(state, RequestHeader(k.JOIN_GROUP, 5, 1, "t", 0), request))
+    assert response.error_code == ErrorCode.inconsistent_group_protocol
+    assert state.groups.coordinator.group_state(GROUP) is None

@@ -22,7 +22,7 @@ import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from oncestream.async_wait import wait_event
+from oncestream.async_wait import run_deadline_timer
 from oncestream.broker.internal_topic import InternalAppender, InternalTopic
 from oncestream.broker.share_group_configs import AUTO_OFFSET_RESET, DEFAULTS, ISOLATION_LEVEL
 from oncestream.coordinator.share.group import ShareGroupConfig, ShareGroupCoordinator
@@ -390,14 +390,6 @@ class ShareService:
         self._wake.set()
 
     async def run_timers(self) -> None:
-        while True:
-            deadline = self.next_deadline_ms()
-            sleep_s = _MAX_TICK_SLEEP_S
-            if deadline is not None:
-                sleep_s = max(0.0, min((deadline - self.mono_ms()) / 1000, _MAX_TICK_SLEEP_S))
-            self._wake.clear()
-            await wait_event(self._wake, sleep_s)
-            try:
-                self.tick()
-            except Exception:  # a bug must not stop every share group's timers
-                log.exception("share group tick failed")
+        """Lock expiry, member expiry, departures and pruning, at their deadlines."""
+        await run_deadline_timer(self.next_deadline_ms, self.mono_ms, self._wake, self.tick, _MAX_TICK_SLEEP_S,
+                                 log, "share group")

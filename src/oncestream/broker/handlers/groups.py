@@ -93,8 +93,13 @@ def handle_find_coordinator(state: BrokerState, header: RequestHeader, request: 
 
 async def handle_join_group(state: BrokerState, header: RequestHeader, request: wire.JoinGroupRequest) -> object:
     m = response_module(k.JOIN_GROUP, header.api_version)
+    error = ErrorCode.none
     if not authorize(state, Op.READ, Res.GROUP, request.group_id):
-        return build(m.JoinGroupResponse, throttle_time=_ZERO, error_code=ErrorCode.group_authorization_failed,
+        error = ErrorCode.group_authorization_failed
+    elif state.shares.groups.group(request.group_id) is not None:
+        error = ErrorCode.inconsistent_group_protocol  # a share group's id (Kafka answers the same)
+    if error != ErrorCode.none:
+        return build(m.JoinGroupResponse, throttle_time=_ZERO, error_code=error,
                      generation_id=-1, protocol_type=None, protocol_name=None if header.api_version >= 7 else "", leader="",
                      skip_assignment=False, member_id="", members=())
     svc = state.groups
