@@ -31,12 +31,12 @@ def _producer(bootstrap: str) -> confluent_kafka.Producer:
     return confluent_kafka.Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
 
 
-def _produce(bootstrap: str, topic: str, values: list[bytes], *, per_batch: int = 5) -> None:
-    """``values`` to partition 0, ``per_batch`` to a record batch (the broker acquires whole
+def _produce(bootstrap: str, topic: str, values: list[bytes], *, per_batch: int = 5, partition: int = 0) -> None:
+    """``values`` to ``partition``, ``per_batch`` to a record batch (the broker acquires whole
     batches, so several batches let several consumers get a share)."""
     producer = _producer(bootstrap)
     for i, value in enumerate(values):
-        producer.produce(topic, value, partition=0)
+        producer.produce(topic, value, partition=partition)
         if (i + 1) % per_batch == 0:
             assert producer.flush(CAP_S) == 0
     assert producer.flush(CAP_S) == 0
@@ -58,37 +58,41 @@ def _records(batch: Any) -> list[Any]:
     return out
 
 
-def _start_reading(bootstrap: str, topic: str, consumers: list[Any], *, explicit: bool = False) -> None:
-    """Produce warm-up records until one of ``consumers`` receives one: the group then reads the
-    partition, and every record produced afterwards is delivered to it."""
+def _start_reading(bootstrap: str, where: str | list[tuple[str, int]], consumers: list[Any], *,
+                   explicit: bool = False) -> None:
+    """Produce warm-up records to each partition of ``where`` (a topic: its partition 0) until
+    ``consumers`` received one from each: the group then reads those partitions, and every
+    record produced afterwards is delivered to it."""
+    waiting = {(where, 0)} if isinstance(where, str) else set(where)
     producer = _producer(bootstrap)
     deadline = time.monotonic() + CAP_S
-    while time.monotonic() < deadline:
-        producer.produce(topic, WARMUP, partition=0)
+    while waiting:
+        assert time.monotonic() < deadline, f"no consumer received a record of {sorted(waiting)} within {CAP_S} s"
+        for topic, partition in waiting:
+            producer.produce(topic, WARMUP, partition=partition)
         assert producer.flush(CAP_S) == 0
-        got = False
         for consumer in consumers:
             batch = _records(consumer.poll(0.5))
             for m in batch:
                 assert m.value() == WARMUP
+                waiting.discard((m.topic(), m.partition()))
                 if explicit:
                     consumer.acknowledge(m)
             if explicit and batch:
                 consumer.commit_sync(CAP_S)
-            got = got or bool(batch)
-        if got:
-            return
-    raise AssertionError(f"no consumer received a record of {topic} within {CAP_S} s")
 
 
-def _share_round_robin(consumers: dict[str, Any], wanted: set[bytes]) -> dict[str, list[tuple[int, bytes]]]:
+Where = tuple[str, int, int]  # topic, partition, offset
+
+
+def _share_round_robin(consumers: dict[str, Any], wanted: set[bytes]) -> dict[str, list[tuple[Where, bytes]]]:
     """Poll ``consumers`` in turn (implicit mode) until every value of ``wanted`` arrived.
     Checks on the way that no record is handed to a consumer while another one holds it (a
     consumer holds what its last poll returned until its next poll accepts it) and that no
     record arrives twice (each is accepted, so none may be delivered again)."""
-    held: dict[str, set[int]] = {name: set() for name in consumers}
-    received: dict[str, list[tuple[int, bytes]]] = {name: [] for name in consumers}
-    seen: Counter[int] = Counter()
+    held: dict[str, set[Where]] = {name: set() for name in consumers}
+    received: dict[str, list[tuple[Where, bytes]]] = {name: [] for name in consumers}
+    seen: Counter[Where] = Counter()
     got: set[bytes] = set()
     deadline = time.monotonic() + CAP_S
     while not wanted <= got:
@@ -99,14 +103,13 @@ def _share_round_robin(consumers: dict[str, Any], wanted: set[bytes]) -> dict[st
             for m in batch:
                 if m.value() == WARMUP:
                     continue
-                offset = m.offset()
+                where = (m.topic(), m.partition(), m.offset())
                 for other, offsets in held.items():
-                    assert other == name or offset not in offsets, (
-                        f"offset {offset} handed to {name} while {other} holds it")
-                held[name].add(offset)
-                seen[offset] += 1
-                assert seen[offset] == 1, f"offset {offset} delivered twice although it was accepted"
-                received[name].append((offset, m.value()))
+                    assert other == name or where not in offsets, f"{where} handed to {name} while {other} holds it"
+                held[name].add(where)
+                seen[where] += 1
+                assert seen[where] == 1, f"{where} delivered twice although it was accepted"
+                received[name].append((where, m.value()))
                 got.add(m.value())
     return received
 
@@ -335,3 +338,27 @@ def test_expired_locks_go_to_another_consumer_and_the_late_acknowledgement_fails
     finally:
         slow.close()
         other.close()
+
+
+def test_our_consumers_share_two_topics_of_three_partitions(broker):
+    topics, group = [unique_topic("share-multi-a"), unique_topic("share-multi-b")], unique_topic("share-group")
+    for topic in topics:
+        create_topic(broker.bootstrap, topic, partitions=3)
+    consumers = {f"ours-{i}": _ours(broker.bootstrap, group, **{"max.poll.records": 5}) for i in range(2)}
+    try:
+        for consumer in consumers.values():
+            consumer.subscribe(topics)
+        where = [(t, p) for t in topics for p in range(3)]
+        _start_reading(broker.bootstrap, where, list(consumers.values()))
+        values: list[bytes] = []
+        for topic, partition in where:
+            batch = [b"%s/%d/%02d" % (topic.encode(), partition, i) for i in range(10)]
+            _produce(broker.bootstrap, topic, batch, partition=partition)
+            values += batch
+        received = _share_round_robin(consumers, set(values))
+        assert sorted(v for got in received.values() for _, v in got) == sorted(values)
+        for (topic, partition, _offset), value in (x for got in received.values() for x in got):
+            assert value.startswith(b"%s/%d/" % (topic.encode(), partition))
+    finally:
+        for consumer in consumers.values():
+            consumer.close()
