@@ -5,8 +5,8 @@ ShareAcknowledge at v1) over a real socket, keeps one share partition's record s
 model (available / acquired by a member / acknowledged / archived, with delivery counts), checks
 share-session epochs as KIP-932 says, and records every request so a test can assert on what the
 client sent. Faults are scripted: ``fail_next_fetch_with`` answers the next ShareFetch with a
-top-level error. It is no substitute for a real broker (interop tests use one); it lets a unit
-test see the exact requests.
+top-level error, ``acknowledge_delay_s`` holds every ShareAcknowledge's answer back. It is no
+substitute for a real broker (interop tests use one); it lets a unit test see the exact requests.
 """
 
 from __future__ import annotations
@@ -60,6 +60,7 @@ class ScriptedShareBroker:
     seen: list[Seen] = field(default_factory=list)
     port: int = 0
     fail_next_fetch_with: int = 0
+    acknowledge_delay_s: float = 0.0  # how long a ShareAcknowledge waits for its answer
     versions: dict[int, tuple[int, int]] = field(default_factory=lambda: dict(_VERSIONS))
 
     def __post_init__(self) -> None:
@@ -94,6 +95,8 @@ class ScriptedShareBroker:
                     count, pos = read_uvarint(frame, pos)
                     assert count == 0, "the client sends no tagged header fields"
                 request, _ = reader_for(cls)(frame, pos)
+                if api_key == 79 and self.acknowledge_delay_s:
+                    await asyncio.sleep(self.acknowledge_delay_s)
                 with self.lock:
                     self.seen.append(Seen(api_key, request))
                     response = self._answer(api_key, version, request, writer)

@@ -217,3 +217,22 @@ def _poll_for(consumer: ShareConsumer, seconds: float) -> None:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         consumer.poll(0.2)
+
+
+def test_commit_sync_that_times_out_still_finishes_and_the_session_goes_on() -> None:
+    broker = ScriptedShareBroker([b"a", b"b"], acknowledge_delay_s=1.0)
+    results: list[tuple[dict, object]] = []
+    with running(broker) as bootstrap:
+        consumer = _consumer(bootstrap, **{"max.poll.records": 1})
+        consumer.set_acknowledgement_commit_callback(lambda offsets, exc: results.append((offsets, exc)))
+        consumer.subscribe(["t"])
+        _poll_until(consumer, 1)
+        with pytest.raises(KafkaException) as caught:
+            consumer.commit_sync(0.1)
+        assert caught.value.args[0].code() == -185  # _TIMED_OUT
+        _eventually(lambda: broker.states()[0] == ACKNOWLEDGED)  # the commit went on without us
+        broker.acknowledge_delay_s = 0.0
+        assert [m.offset() for m in _poll_until(consumer, 1)] == [1]  # the session is still usable
+        assert consumer.commit_sync(10) == {TopicPartition("t", 0): None}
+        consumer.close()
+    assert ({TopicPartition("t", 0): {0}}, None) in results

@@ -29,6 +29,7 @@ from kio.schema.errors import ErrorCode
 from oncestream.client.common.cluster import RETRY_AFTER_METADATA, Cluster
 from oncestream.client.common.config import resolve
 from oncestream.client.common.errors import (
+    _TIMED_OUT,
     _TRANSPORT,
     BrokerResponseError,
     ConnectionLostError,
@@ -323,10 +324,18 @@ class ShareConsumer:
         self._submit_acknowledgements()
         timeout_s = None if timeout < 0 else float(timeout)
         try:
-            results = self._io.run(self._acknowledge_all(close=False), timeout_s)
+            results = self._io.run(self._shielded_acknowledge_all(), timeout_s)
+        except TimeoutError:
+            raise KafkaException(KafkaError(_TIMED_OUT, f"commit_sync did not finish within {timeout} s")) from None
         finally:
             self._serve_callbacks()
         return results
+
+    async def _shielded_acknowledge_all(self) -> dict[TopicPartition, KafkaException | None]:
+        """A commit the caller stops waiting for still finishes (its answer goes to the
+        callback): cancelling it mid-request would leave the session with a request in flight
+        forever."""
+        return await asyncio.shield(self._acknowledge_all(close=False))
 
     def commit_async(self) -> None:
         """Send pending acknowledgements without waiting; results go to the commit callback."""
