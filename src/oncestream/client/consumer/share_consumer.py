@@ -21,8 +21,8 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
-from typing import Any, overload
+from collections.abc import Callable, Coroutine, Iterator, Mapping
+from typing import Any, TypeVar, overload
 
 from kio.schema.errors import ErrorCode
 
@@ -54,6 +54,7 @@ from oncestream.protocol.api_keys import METADATA, SHARE_ACKNOWLEDGE, SHARE_FETC
 from oncestream.protocol.codec import build
 
 TP = tuple[str, int]
+T = TypeVar("T")
 log = logging.getLogger("oncestream.client")
 
 _ZERO_UUID = uuid.UUID(int=0)
@@ -324,18 +325,19 @@ class ShareConsumer:
         self._submit_acknowledgements()
         timeout_s = None if timeout < 0 else float(timeout)
         try:
-            results = self._io.run(self._shielded_acknowledge_all(), timeout_s)
+            results = self._io.run(self._shielded(self._acknowledge_all(close=False)), timeout_s)
         except TimeoutError:
             raise KafkaException(KafkaError(_TIMED_OUT, f"commit_sync did not finish within {timeout} s")) from None
         finally:
             self._serve_callbacks()
         return results
 
-    async def _shielded_acknowledge_all(self) -> dict[TopicPartition, KafkaException | None]:
-        """A commit the caller stops waiting for still finishes (its answer goes to the
-        callback): cancelling it mid-request would leave the session with a request in flight
-        forever."""
-        return await asyncio.shield(self._acknowledge_all(close=False))
+    @staticmethod
+    async def _shielded(work: Coroutine[Any, Any, T]) -> T:
+        """``work`` goes on when the caller stops waiting for it (a commit's answer still reaches
+        the callback): cancelling it mid-request would leave a share session with a request in
+        flight forever."""
+        return await asyncio.shield(work)
 
     def commit_async(self) -> None:
         """Send pending acknowledgements without waiting; results go to the commit callback."""
@@ -394,7 +396,7 @@ class ShareConsumer:
             self._records.release(None)
             self._buffer.clear()
         try:
-            self._io.run(self._close_sessions_and_leave(), timeout_s)
+            self._io.run(self._shielded(self._close_sessions_and_leave()), timeout_s)
         except TimeoutError:
             log.warning("share consumer: closing the share sessions took over %.0f s", timeout_s)
 
