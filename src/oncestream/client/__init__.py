@@ -43,7 +43,8 @@ if TYPE_CHECKING:
     )
     from oncestream.client.consumer.consumer import Consumer
     from oncestream.client.consumer.share_acks import AcknowledgeType
-    from oncestream.client.consumer.share_consumer import IllegalStateException, Messages, ShareConsumer
+    from oncestream.client.consumer.share_consumer import ShareConsumer
+    from oncestream.client.consumer.share_records import IllegalStateException, Messages
     from oncestream.client.producer.prepared_txn import PreparedTxnState
     from oncestream.client.producer.producer import Producer
 
@@ -53,7 +54,8 @@ _EXPORTS: dict[str, str] = {
                      "TopicDescription", "TransactionDescription"), "oncestream.client.admin.admin"),
     "Consumer": "oncestream.client.consumer.consumer",
     "AcknowledgeType": "oncestream.client.consumer.share_acks",
-    **dict.fromkeys(("IllegalStateException", "Messages", "ShareConsumer"), "oncestream.client.consumer.share_consumer"),
+    **dict.fromkeys(("IllegalStateException", "Messages"), "oncestream.client.consumer.share_records"),
+    "ShareConsumer": "oncestream.client.consumer.share_consumer",
     **dict.fromkeys(("KafkaError", "KafkaException", "QueueFullError"), "oncestream.client.common.errors"),
     **dict.fromkeys(("OFFSET_BEGINNING", "OFFSET_END", "OFFSET_INVALID", "OFFSET_STORED", "TIMESTAMP_CREATE_TIME",
                      "TIMESTAMP_LOG_APPEND_TIME", "TIMESTAMP_NOT_AVAILABLE", "ConsumerGroupMetadata", "Message",

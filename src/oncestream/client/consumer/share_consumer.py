@@ -21,8 +21,8 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Coroutine, Iterator, Mapping
-from typing import Any, TypeVar, overload
+from collections.abc import Callable, Coroutine, Mapping
+from typing import Any, TypeVar
 
 from kio.schema.errors import ErrorCode
 
@@ -48,7 +48,7 @@ from oncestream.client.consumer.share_acks import (
     ack_batches,
 )
 from oncestream.client.consumer.share_membership import COORDINATOR_MOVED, MemberState, ShareMembership
-from oncestream.client.consumer.share_records import ShareMessage, acquired_records
+from oncestream.client.consumer.share_records import IllegalStateException, Messages, ShareMessage, acquired_records
 from oncestream.client.consumer.share_session import SessionState, ShareSession
 from oncestream.protocol.api_keys import METADATA, SHARE_ACKNOWLEDGE, SHARE_FETCH, SHARE_GROUP_HEARTBEAT
 from oncestream.protocol.codec import build
@@ -65,49 +65,6 @@ _RETRY_BACKOFF_S = 0.2
 CommitCallback = Callable[[dict[TopicPartition, set[int]], KafkaException | None], Any]
 
 __all__ = ["AcknowledgeType", "IllegalStateException", "Messages", "ShareConsumer", "ShareMessage"]
-
-
-class IllegalStateException(RuntimeError):
-    """A call the consumer's state does not allow (confluent-kafka's IllegalStateException)."""
-
-
-class Messages:
-    """The batch ``ShareConsumer.poll`` returns: a read-only sequence of messages."""
-
-    __slots__ = ("_messages",)
-
-    def __init__(self, messages: Any = ()) -> None:
-        self._messages: list[Message] = list(messages)
-
-    def __len__(self) -> int:
-        return len(self._messages)
-
-    def __iter__(self) -> Iterator[Message]:
-        return iter(self._messages)
-
-    @overload
-    def __getitem__(self, index: int) -> Message: ...
-    @overload
-    def __getitem__(self, index: slice) -> Messages: ...
-    def __getitem__(self, index: int | slice) -> Message | Messages:
-        if isinstance(index, slice):
-            return Messages(self._messages[index])
-        return self._messages[index]
-
-    def count(self) -> int:
-        """Number of messages in this batch."""
-        return len(self._messages)
-
-    def is_empty(self) -> bool:
-        """Whether this batch holds no message."""
-        return not self._messages
-
-    def records(self) -> list[Message]:
-        """A copy of the messages."""
-        return list(self._messages)
-
-    def __repr__(self) -> str:
-        return f"Messages({len(self._messages)} messages)"
 
 
 class _NodeSession:

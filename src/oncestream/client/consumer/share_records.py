@@ -1,4 +1,6 @@
-"""The records of one partition of a ShareFetch answer: which to hand out, which are gaps.
+"""What a share consumer hands out: the records of a ShareFetch answer (which to hand out, which
+are gaps), the message type with its delivery count, the batch ``poll`` returns, and the error
+for calls the consumer's state does not allow.
 
 A ShareFetch answer carries whole record batches plus the offset ranges the broker acquired for
 this member (with each range's delivery count). Only records inside an acquired range are this
@@ -9,7 +11,8 @@ can move on (Kafka's ShareCompletedFetch does the same).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any, overload
 
 from oncestream.client.common.message import Message
 from oncestream.client.consumer.fetch_decoder import decode_partition
@@ -24,6 +27,49 @@ class ShareMessage(Message):
     def delivery_count(self) -> int | None:
         """Times this record was delivered (1 the first time), as confluent-kafka's Message."""
         return self._delivery_count
+
+
+class IllegalStateException(RuntimeError):
+    """A call the consumer's state does not allow (confluent-kafka's IllegalStateException)."""
+
+
+class Messages:
+    """The batch ``ShareConsumer.poll`` returns: a read-only sequence of messages."""
+
+    __slots__ = ("_messages",)
+
+    def __init__(self, messages: Any = ()) -> None:
+        self._messages: list[Message] = list(messages)
+
+    def __len__(self) -> int:
+        return len(self._messages)
+
+    def __iter__(self) -> Iterator[Message]:
+        return iter(self._messages)
+
+    @overload
+    def __getitem__(self, index: int) -> Message: ...
+    @overload
+    def __getitem__(self, index: slice) -> Messages: ...
+    def __getitem__(self, index: int | slice) -> Message | Messages:
+        if isinstance(index, slice):
+            return Messages(self._messages[index])
+        return self._messages[index]
+
+    def count(self) -> int:
+        """Number of messages in this batch."""
+        return len(self._messages)
+
+    def is_empty(self) -> bool:
+        """Whether this batch holds no message."""
+        return not self._messages
+
+    def records(self) -> list[Message]:
+        """A copy of the messages."""
+        return list(self._messages)
+
+    def __repr__(self) -> str:
+        return f"Messages({len(self._messages)} messages)"
 
 
 def acquired_records(data: bytes | None, topic: str, partition: int,
