@@ -155,6 +155,16 @@ def _poll_values(consumer: Any, count: int, *, explicit: bool) -> list[Any]:
     return out
 
 
+def _explicit_reader(bootstrap: str, name: str) -> tuple[str, str, ShareConsumer]:
+    """A new topic and group, and one of our consumers in explicit mode reading it."""
+    topic, group = unique_topic(name), unique_topic("share-group")
+    create_topic(bootstrap, topic)
+    consumer = _ours(bootstrap, group, **{"share.acknowledgement.mode": "explicit"})
+    consumer.subscribe([topic])
+    _start_reading(bootstrap, topic, [consumer], explicit=True)
+    return topic, group, consumer
+
+
 def _quiet(consumer: Any, *, explicit: bool) -> list[bytes]:
     """What ``consumer`` receives during QUIET_S (acknowledged as it comes)."""
     out: list[bytes] = []
@@ -169,12 +179,8 @@ def _quiet(consumer: Any, *, explicit: bool) -> list[bytes]:
 
 
 def test_release_gives_a_record_back_and_reject_never(broker):
-    topic, group = unique_topic("share-ack"), unique_topic("share-group")
-    create_topic(broker.bootstrap, topic)
-    consumer = _ours(broker.bootstrap, group, **{"share.acknowledgement.mode": "explicit"})
+    topic, _group, consumer = _explicit_reader(broker.bootstrap, "share-ack")
     try:
-        consumer.subscribe([topic])
-        _start_reading(broker.bootstrap, topic, [consumer], explicit=True)
         values = [b"accept-0", b"release-1", b"reject-2", b"accept-3", b"release-4", b"reject-5"]
         _produce(broker.bootstrap, topic, values, per_batch=len(values))
         first = _poll_values(consumer, len(values), explicit=True)
@@ -232,12 +238,8 @@ def test_implicit_mode_accepts_on_the_next_poll(broker):
 
 @pytest.mark.parametrize("successor", ["ours", "librdkafka"])
 def test_close_releases_what_was_not_acknowledged(broker, successor):
-    topic, group = unique_topic("share-close"), unique_topic("share-group")
-    create_topic(broker.bootstrap, topic)
-    leaving = _ours(broker.bootstrap, group, **{"share.acknowledgement.mode": "explicit"})
+    topic, group, leaving = _explicit_reader(broker.bootstrap, "share-close")
     try:
-        leaving.subscribe([topic])
-        _start_reading(broker.bootstrap, topic, [leaving], explicit=True)
         values = [b"c%d" % i for i in range(8)]
         _produce(broker.bootstrap, topic, values, per_batch=8)
         got = _poll_values(leaving, len(values), explicit=True)
@@ -312,15 +314,11 @@ def test_expired_locks_go_to_another_consumer_and_the_late_acknowledgement_fails
     member (delivery count 2), and the first consumer's late ACCEPT is refused, per partition, in
     commit_sync's answer and its callback."""
     broker = broker_factory({"group.share.record.lock.duration.ms": str(LOCK_MS)})
-    topic, group = unique_topic("share-lock"), unique_topic("share-group")
-    create_topic(broker.bootstrap, topic)
-    slow = _ours(broker.bootstrap, group, **{"share.acknowledgement.mode": "explicit"})
+    topic, group, slow = _explicit_reader(broker.bootstrap, "share-lock")
     other = _ours(broker.bootstrap, group)
     reports: list[tuple[dict, object]] = []
     slow.set_acknowledgement_commit_callback(lambda offsets, exc: reports.append((offsets, exc)))
     try:
-        slow.subscribe([topic])
-        _start_reading(broker.bootstrap, topic, [slow], explicit=True)
         values = [b"l%d" % i for i in range(5)]
         _produce(broker.bootstrap, topic, values, per_batch=5)
         held = _poll_values(slow, len(values), explicit=True)

@@ -28,6 +28,14 @@ def _consumer(bootstrap: str, **conf: object) -> ShareConsumer:
     return ShareConsumer({"bootstrap.servers": bootstrap, "group.id": "g", **conf})
 
 
+def _subscribed_with_callback(bootstrap: str, results: list[tuple[dict, object]], **conf: object) -> ShareConsumer:
+    """A consumer subscribed to ``t`` whose acknowledgement commit callback appends to ``results``."""
+    consumer = _consumer(bootstrap, **conf)
+    consumer.set_acknowledgement_commit_callback(lambda offsets, exc: results.append((offsets, exc)))
+    consumer.subscribe(["t"])
+    return consumer
+
+
 def _poll_until(consumer: ShareConsumer, count: int) -> list:
     got: list = []
     deadline = time.monotonic() + WAIT_S
@@ -129,9 +137,7 @@ def test_commit_async_reports_to_the_callback_on_the_application_thread() -> Non
     broker = ScriptedShareBroker([b"a", b"b"])
     results: list[tuple[dict, object]] = []
     with running(broker) as bootstrap:
-        consumer = _consumer(bootstrap)
-        consumer.set_acknowledgement_commit_callback(lambda offsets, exc: results.append((offsets, exc)))
-        consumer.subscribe(["t"])
+        consumer = _subscribed_with_callback(bootstrap, results)
         _poll_until(consumer, 2)
         consumer.commit_async()
         _eventually(lambda: broker.states() == [ACKNOWLEDGED] * 2)
@@ -144,9 +150,7 @@ def test_a_lost_session_reopens_without_acknowledgements_and_reports_them_failed
     broker = ScriptedShareBroker([b"a", b"b"])
     results: list[tuple[dict, object]] = []
     with running(broker) as bootstrap:
-        consumer = _consumer(bootstrap, **{"max.poll.records": 1})
-        consumer.set_acknowledgement_commit_callback(lambda offsets, exc: results.append((offsets, exc)))
-        consumer.subscribe(["t"])
+        consumer = _subscribed_with_callback(bootstrap, results, **{"max.poll.records": 1})
         _poll_until(consumer, 1)
         broker.fail_next_fetch_with = int(ErrorCode.share_session_not_found)
         _poll_until(consumer, 1)
@@ -223,9 +227,7 @@ def test_commit_sync_that_times_out_still_finishes_and_the_session_goes_on() -> 
     broker = ScriptedShareBroker([b"a", b"b"], acknowledge_delay_s=1.0)
     results: list[tuple[dict, object]] = []
     with running(broker) as bootstrap:
-        consumer = _consumer(bootstrap, **{"max.poll.records": 1})
-        consumer.set_acknowledgement_commit_callback(lambda offsets, exc: results.append((offsets, exc)))
-        consumer.subscribe(["t"])
+        consumer = _subscribed_with_callback(bootstrap, results, **{"max.poll.records": 1})
         _poll_until(consumer, 1)
         with pytest.raises(KafkaException) as caught:
             consumer.commit_sync(0.1)
