@@ -127,6 +127,9 @@ class SharePartition:
         self._records: dict[int, InFlightRecord] = {}
         self._changed: set[int] = set()
         self._start_changed = True
+        # No lock runs out before this (a lower bound: locks only end later or go away), so the
+        # frequent expiry checks skip the scan until then.
+        self._no_expiry_before_ms: int | None = None
 
     # --- reading ------------------------------------------------------------------------------
 
@@ -153,9 +156,9 @@ class SharePartition:
         return self.next_fetch_offset(now_ms) < self.end_offset or self.in_flight() < self.config.max_record_locks
 
     def next_lock_deadline_ms(self) -> int | None:
-        """The earliest acquisition-lock deadline, or None when nothing is acquired."""
-        deadlines = [r.lock_deadline_ms for r in self._records.values() if r.state == RecordState.ACQUIRED]
-        return min(deadlines) if deadlines else None
+        """No acquisition lock runs out before this (None: nothing is acquired); a timer woken
+        then calls ``expire_locks``, which finds the true next deadline."""
+        return self._no_expiry_before_ms
 
     def acquired_by(self, member_id: str) -> list[int]:
         """Offsets currently acquired by ``member_id``."""
@@ -180,6 +183,10 @@ class SharePartition:
         else:
             self._move(offset, record, RecordState.AVAILABLE)
 
+    def _lock_until(self, deadline_ms: int) -> None:
+        if self._no_expiry_before_ms is None or deadline_ms < self._no_expiry_before_ms:
+            self._no_expiry_before_ms = deadline_ms
+
     def _advance_start(self) -> None:
         start = self.start_offset
         while start < self.end_offset and self._records[start].state in TERMINAL:
@@ -192,8 +199,16 @@ class SharePartition:
 
     def expire_locks(self, now_ms: int) -> list[int]:
         """Give back every record whose lock ran out; returns their offsets."""
-        expired = [o for o, r in self._records.items()
-                   if r.state == RecordState.ACQUIRED and r.lock_deadline_ms <= now_ms]
+        if self._no_expiry_before_ms is None or now_ms < self._no_expiry_before_ms:
+            return []
+        self._no_expiry_before_ms = None
+        expired = []
+        for offset, record in self._records.items():
+            if record.state == RecordState.ACQUIRED:
+                if record.lock_deadline_ms <= now_ms:
+                    expired.append(offset)
+                else:
+                    self._lock_until(record.lock_deadline_ms)
         for offset in expired:
             self._give_back(offset, self._records[offset])
         if expired:
@@ -241,6 +256,7 @@ class SharePartition:
                 self._move(offset, record, RecordState.ACQUIRED)
                 record.member_id = member_id
                 record.lock_deadline_ms = deadline
+                self._lock_until(deadline)
                 record.delivery_count += 1
                 acquired.append((offset, record.delivery_count))
         self._advance_start()
