@@ -62,6 +62,7 @@ from typing import TYPE_CHECKING, Any
 from oncestream.client import KafkaException
 from oncestream.process_shutdown import STOP_SIGNALS, ShutdownBound, install_stop_signals, shutdown_timeout_ms
 from oncestream.sql.engine.two_phase_check import two_phase_commit_refusal
+from oncestream.sql.errors import KsqlError
 from oncestream.sql.server.command_topic import WriteStepObserver
 
 if TYPE_CHECKING:
@@ -200,23 +201,85 @@ def _stop_spark(spark: Any) -> None:
             proc.wait(timeout=10)
 
 
+class SparkStartError(KsqlError):
+    """The node's SparkSession could not be created: statements that need Spark are refused."""
+
+
 class SparkRuntime:
-    """The node's ``QueryRuntime`` and its SparkSession, created at start (``ksql.spark.start=eager``,
-    the default) or on first use (``lazy``: a node that only serves statements never starts a JVM;
-    the tests of the write protocol use it)."""
+    """The node's ``QueryRuntime`` and its SparkSession.
+
+    ``ksql.spark.start=eager`` (the default): Spark starts at once, in a thread of its own, while
+    the node replays its command topic, listens and answers: statements, ``/info``,
+    ``/clusterStatus`` and pull queries (served from the KIP-892 stores, ``engine.pull``) need no
+    Spark, so a restarted node answers them in about a second instead of after the JVM's 10-20 s.
+    ``lazy``: Spark starts only when a query first needs it (a node that only serves statements
+    never starts a JVM; the tests of the write protocol use it).
+
+    What needs Spark (a persistent query's start, a push query, INSERT ... VALUES) calls ``get``,
+    which waits until the session is up: a push query or INSERT sent during the start is answered
+    once Spark is there, as it would be on a node that was slow to start it (persistent queries
+    are started by the placement thread, so CREATE ... AS SELECT and INSERT INTO ... SELECT are
+    acknowledged at once and show PENDING until then). A start that failed is raised to each
+    caller (``SparkStartError``); a node stopping meanwhile answers ksqlDB's shutting-down error."""
 
     def __init__(self, make: Any, eager: bool) -> None:
         self._make = make
         self._lock = threading.Lock()
         self._runtime: Any = None
         self._spark: Any = None
+        self._error: str | None = None
+        self._started = threading.Event()     # set once the start ended, well or not
+        self._stopping = threading.Event()
+        self._starter: threading.Thread | None = None
         if eager:
-            self.get()
+            self._begin()
+
+    def _begin(self) -> None:
+        """Start Spark in its own thread (once)."""
+        with self._lock:
+            if self._starter is not None:
+                return
+            self._starter = threading.Thread(target=self._start, name="sql-spark-start", daemon=True)
+        log.info("oncestream sql: Spark session starting")
+        self._starter.start()
+
+    def _start(self) -> None:
+        began = time.monotonic()
+        try:
+            spark, runtime = self._make()
+        except BaseException as exc:  # noqa: BLE001 - every caller of get() is told, the node keeps serving
+            if not self._stopping.is_set():
+                log.error("oncestream sql: Spark could not start: %s", exc)
+            with self._lock:
+                self._error = f"{type(exc).__name__}: {exc}"
+        else:
+            with self._lock:
+                self._spark, self._runtime = spark, runtime
+            log.info("oncestream sql: Spark session ready in %.1f s", time.monotonic() - began)
+        finally:
+            self._started.set()
+
+    @property
+    def state(self) -> str:
+        """NOT_STARTED (lazy, not needed yet), STARTING, RUNNING or ERROR."""
+        with self._lock:
+            if self._runtime is not None:
+                return "RUNNING"
+            if self._error is not None:
+                return "ERROR"
+            return "STARTING" if self._starter is not None else "NOT_STARTED"
 
     def get(self) -> Any:
+        """The QueryRuntime, waiting for Spark to be up (starting it if lazy and not started)."""
+        from oncestream.sql.errors import SERVER_SHUTTING_DOWN, NotReadyError
+
+        self._begin()
+        while not self._started.wait(0.5):
+            if self._stopping.is_set():
+                raise NotReadyError("The server is shutting down", error_code=SERVER_SHUTTING_DOWN)
         with self._lock:
             if self._runtime is None:
-                self._spark, self._runtime = self._make()
+                raise SparkStartError(f"Spark could not start on this node: {self._error}")
             return self._runtime
 
     def __getattr__(self, name: str) -> Any:
@@ -233,8 +296,15 @@ class SparkRuntime:
             runtime = self._runtime
         return [] if runtime is None else list(runtime.running())
 
-    def stop(self) -> None:
-        """Stop every query, then Spark and its JVM (nothing to do if Spark never started)."""
+    def stop(self, start_timeout_s: float = 30.0) -> None:
+        """Stop every query, then Spark and its JVM (nothing to do if Spark never started). A
+        start still under way is waited for (bounded) so its JVM is stopped cleanly; one that
+        does not end in time is left to ``_end_children``."""
+        self._stopping.set()
+        with self._lock:
+            starter = self._starter
+        if starter is not None:
+            starter.join(start_timeout_s)
         with self._lock:
             runtime, spark = self._runtime, self._spark
         if runtime is None:
@@ -252,7 +322,6 @@ def run(args: argparse.Namespace, *, write_steps: WriteStepObserver | None = Non
     logging.basicConfig(level=getattr(logging, str(args.log_level).upper()),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from oncestream.sql.engine.runtime import QueryRuntime, RuntimeSettings
-    from oncestream.sql.errors import KsqlError
     from oncestream.sql.server.node import Node, NodeSettings
     from oncestream.sql.server.node_identity import NodeIdentityError, node_instance_id
     from oncestream.sql.server.rest.app import create_app
