@@ -41,7 +41,8 @@ with status 1.
 ``--ready-file F`` is written (whole, by rename) once the node has replayed its command topic and
 listens: ``{"host", "port", "url", "serviceId", "sparkUiUrl"}`` (``sparkUiUrl``: the driver's Spark UI,
 whose REST API under ``/api/v1`` lists the executors; null while Spark has not started or with
-``spark.ui.enabled=false``, the default).
+``spark.ui.enabled=false``, the default), and written again once Spark is up (Spark starts beside
+the serving node, see ``SparkRuntime``: the first write has ``sparkUiUrl`` null).
 """
 
 from __future__ import annotations
@@ -208,10 +209,12 @@ class SparkStartError(KsqlError):
 class SparkRuntime:
     """The node's ``QueryRuntime`` and its SparkSession.
 
-    ``ksql.spark.start=eager`` (the default): Spark starts at once, in a thread of its own, while
-    the node replays its command topic, listens and answers: statements, ``/info``,
-    ``/clusterStatus`` and pull queries (served from the KIP-892 stores, ``engine.pull``) need no
-    Spark, so a restarted node answers them in about a second instead of after the JVM's 10-20 s.
+    ``ksql.spark.start=eager`` (the default): Spark starts, in a thread of its own, as soon as the
+    node listens (``start_eager``; not before, so importing PySpark and launching the JVM do not
+    compete for the interpreter with the replay and the listener's start, about 0.4 s), and the
+    node serves meanwhile: statements, ``/info``, ``/clusterStatus`` and pull queries (served from
+    the KIP-892 stores, ``engine.pull``) need no Spark, so a restarted node answers them about a
+    second after its spawn instead of after the JVM's 10-20 s.
     ``lazy``: Spark starts only when a query first needs it (a node that only serves statements
     never starts a JVM; the tests of the write protocol use it).
 
@@ -231,7 +234,20 @@ class SparkRuntime:
         self._started = threading.Event()     # set once the start ended, well or not
         self._stopping = threading.Event()
         self._starter: threading.Thread | None = None
-        if eager:
+        self._eager = eager
+        self._on_up: list[Any] = []
+
+    def when_up(self, callback: Any) -> None:
+        """Call ``callback()`` once Spark is up (now if it is; never if its start fails)."""
+        with self._lock:
+            if self._runtime is None:
+                self._on_up.append(callback)
+                return
+        callback()
+
+    def start_eager(self) -> None:
+        """Begin starting Spark now if ``eager`` (the node listens); nothing if ``lazy``."""
+        if self._eager:
             self._begin()
 
     def _begin(self) -> None:
@@ -255,7 +271,13 @@ class SparkRuntime:
         else:
             with self._lock:
                 self._spark, self._runtime = spark, runtime
+                callbacks, self._on_up = self._on_up, []
             log.info("oncestream sql: Spark session ready in %.1f s", time.monotonic() - began)
+            for callback in callbacks:
+                try:
+                    callback()
+                except Exception as exc:  # noqa: BLE001 - a ready-file write failing must not stop Spark
+                    log.warning("oncestream sql: after Spark started: %s", exc)
         finally:
             self._started.set()
 
@@ -511,10 +533,17 @@ async def _serve(app: Any, node: Any, runtime: SparkRuntime, listener: Listener,
         # clients are told (SHOW QUERIES, /clusterStatus), so it carries the listener's scheme.
         advertised = args.advertised_url or listener.url(bound_port)
         node.join_cluster(advertised)
-        if args.ready_file:
-            _write_ready(Path(args.ready_file), {"host": listener.host, "port": bound_port, "url": advertised,
-                                                 "serviceId": node.service_id, "sparkUiUrl": runtime.ui_url()})
+
+        def write_ready() -> None:
+            if args.ready_file:
+                _write_ready(Path(args.ready_file), {"host": listener.host, "port": bound_port, "url": advertised,
+                                                     "serviceId": node.service_id, "sparkUiUrl": runtime.ui_url()})
+
+        write_ready()
         log.info("oncestream sql: node %s of service %s ready", advertised, node.service_id)
+        # Written again, with the Spark UI's address, once Spark is up.
+        runtime.when_up(write_ready)
+        runtime.start_eager()
 
     await serve(app, listener.host, listener.port, shutdown, ready, tls=listener.tls)
 
