@@ -259,9 +259,24 @@ def run_rest(args: argparse.Namespace) -> None:
     _report(f"REST /query-stream at {args.server}, table {args.table}", latencies, elapsed, misses, args.clients)
 
 
+def _node_with_table(bootstrap: str, node: Any, topic: str, args: argparse.Namespace) -> float:
+    """Fill ``topic``, start ``node``, create the table over it and wait until the node has
+    materialized all of it; returns the seconds that took after the CREATE."""
+    from tests.support.clients import create_topic
+
+    create_topic(bootstrap, topic, partitions=args.partitions)
+    _produce(bootstrap, topic, args.partitions, args.keys)
+    node.start()
+    node.ok(_source(topic, args.partitions).statement)
+    started = time.monotonic()
+    while "materialization-lag: 0 records" not in node.ok(f"DESCRIBE {TABLE} EXTENDED;")[0][
+            "sourceDescription"]["statistics"]:
+        time.sleep(0.2)
+    return time.monotonic() - started
+
+
 def run_node(args: argparse.Namespace) -> None:
     from tests.support.brokers import BrokerProcess
-    from tests.support.clients import create_topic
     from tests.support.sql_servers import LAZY_SPARK, SqlServerProcess
 
     with tempfile.TemporaryDirectory(prefix="pull-bench-") as tmp_name:
@@ -271,15 +286,7 @@ def run_node(args: argparse.Namespace) -> None:
                                 config=LAZY_SPARK, name="node")
         try:
             topic = "pull-bench"
-            create_topic(broker.bootstrap, topic, partitions=args.partitions)
-            _produce(broker.bootstrap, topic, args.partitions, args.keys)
-            node.start()
-            node.ok(_source(topic, args.partitions).statement)
-            started = time.monotonic()
-            while "materialization-lag: 0 records" not in node.ok(f"DESCRIBE {TABLE} EXTENDED;")[0][
-                    "sourceDescription"]["statistics"]:
-                time.sleep(0.2)
-            print(f"materialized by the node in {time.monotonic() - started:.1f} s")
+            print(f"materialized by the node in {_node_with_table(broker.bootstrap, node, topic, args):.1f} s")
             assert node.url is not None
             run = _rest_runner(node.url, TABLE, "ID")
             run(0)
@@ -325,7 +332,6 @@ def _first_answer_s(node: Any, spawned: float, timeout_s: float = 300.0) -> tupl
 
 def run_restart(args: argparse.Namespace) -> None:
     from tests.support.brokers import BrokerProcess
-    from tests.support.clients import create_topic
     from tests.support.sql_servers import SqlServerProcess
 
     with tempfile.TemporaryDirectory(prefix="pull-bench-") as tmp_name:
@@ -334,14 +340,7 @@ def run_restart(args: argparse.Namespace) -> None:
         node = SqlServerProcess(bootstrap=broker.bootstrap, service_id="pullrestart_", state_dir=tmp / "node",
                                 config={}, name="node")
         try:
-            topic = "pull-bench"
-            create_topic(broker.bootstrap, topic, partitions=args.partitions)
-            _produce(broker.bootstrap, topic, args.partitions, args.keys)
-            node.start()
-            node.ok(_source(topic, args.partitions).statement)
-            while "materialization-lag: 0 records" not in node.ok(f"DESCRIBE {TABLE} EXTENDED;")[0][
-                    "sourceDescription"]["statistics"]:
-                time.sleep(0.2)
+            _node_with_table(broker.bootstrap, node, "pull-bench", args)
             for n in range(args.restarts):
                 node.kill()
                 spawned = time.monotonic()
