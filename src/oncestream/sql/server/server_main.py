@@ -67,6 +67,7 @@ from oncestream.sql.errors import KsqlError
 from oncestream.sql.server.command_topic import WriteStepObserver
 
 if TYPE_CHECKING:
+    from oncestream.sql.engine.insert_values import RowWriter
     from oncestream.sql.server.rest.listener import Listener
 
 log = logging.getLogger("oncestream.sql")
@@ -218,15 +219,19 @@ class SparkRuntime:
     ``lazy``: Spark starts only when a query first needs it (a node that only serves statements
     never starts a JVM; the tests of the write protocol use it).
 
-    What needs Spark (a persistent query's start, a push query, INSERT ... VALUES) calls ``get``,
-    which waits until the session is up: a push query or INSERT sent during the start is answered
-    once Spark is there, as it would be on a node that was slow to start it (persistent queries
+    INSERT ... VALUES and ``/inserts-stream`` need no Spark either (``RowWriter``). What needs
+    Spark (a persistent query's start, a push query) calls ``get``, which waits until the session
+    is up: a push query sent during the start is answered once Spark is there, as it would be on
+    a node that was slow to start it (persistent queries
     are started by the placement thread, so CREATE ... AS SELECT and INSERT INTO ... SELECT are
     acknowledged at once and show PENDING until then). A start that failed is raised to each
     caller (``SparkStartError``); a node stopping meanwhile answers ksqlDB's shutting-down error."""
 
-    def __init__(self, make: Any, eager: bool) -> None:
+    def __init__(self, make: Any, eager: bool, inserts: RowWriter | None = None) -> None:
+        """``make()`` gives (SparkSession, QueryRuntime); ``inserts`` writes INSERT VALUES rows
+        without Spark (None: through the runtime, waiting for Spark)."""
         self._make = make
+        self._inserts = inserts
         self._lock = threading.Lock()
         self._runtime: Any = None
         self._spark: Any = None
@@ -307,6 +312,13 @@ class SparkRuntime:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.get(), name)
 
+    def insert_values(self, sink: Any, row: Any) -> None:
+        """INSERT VALUES / ``/inserts-stream``: written at once, Spark or not (see ``RowWriter``)."""
+        if self._inserts is None:
+            self.get().insert_values(sink, row)
+        else:
+            self._inserts.insert_values(sink, row)
+
     def ui_url(self) -> str | None:
         """The Spark UI of this node's driver (None before Spark started or with the UI disabled)."""
         with self._lock:
@@ -323,6 +335,8 @@ class SparkRuntime:
         start still under way is waited for (bounded) so its JVM is stopped cleanly; one that
         does not end in time is left to ``_end_children``."""
         self._stopping.set()
+        if self._inserts is not None:
+            self._inserts.close()
         with self._lock:
             starter = self._starter
         if starter is not None:
@@ -343,6 +357,7 @@ def run(args: argparse.Namespace, *, write_steps: WriteStepObserver | None = Non
     the node (told each step of the command-topic write protocol)."""
     logging.basicConfig(level=getattr(logging, str(args.log_level).upper()),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from oncestream.sql.engine.insert_values import RowWriter
     from oncestream.sql.engine.runtime import QueryRuntime, RuntimeSettings
     from oncestream.sql.server.node import Node, NodeSettings
     from oncestream.sql.server.node_identity import NodeIdentityError, node_instance_id
@@ -404,7 +419,8 @@ def run(args: argparse.Namespace, *, write_steps: WriteStepObserver | None = Non
     node: Any = None
     status = 0
     try:
-        runtime = SparkRuntime(make, eager=props.get("ksql.spark.start", "eager") != "lazy")
+        runtime = SparkRuntime(make, eager=props.get("ksql.spark.start", "eager") != "lazy",
+                               inserts=RowWriter(args.bootstrap_server, clients))
         node = Node(settings, runtime, write_steps=write_steps)
         node.start()
         # Once the node reached the cluster (an unreachable one or bad credentials are the start's
