@@ -4,7 +4,8 @@
 A node materializes a TABLE over a topic (Spark not needed: ``ksql.spark.start=lazy`` for the
 first run), answers a scan and a key lookup, and is SIGKILLed. Started again on the same state
 directory with Spark started at once (the default, ``eager``), it answers the same pull queries
-with the same rows, each answer reporting its store's lag per partition, while its log shows
+with the same rows, each answer reporting its store's lag per partition (and /clusterStatus the
+stores' lags, as ksqlDB does), while its log shows
 Spark still starting: the "Spark session ready" line is not there yet when the answers arrived
 (read after them). ``ksql.query.pull.max.allowed.offset.lag`` below any possible lag gets
 ksqlDB's routing error. Timings are in bench/pull_query.py ``--mode restart``, not here.
@@ -76,11 +77,16 @@ def test_restarted_node_answers_pull_queries_from_its_stores_before_spark(broker
                            timeout_s=120, nodes=[node])
         answered_lookup = _answer(node, lookup)
         too_strict = _pull(node, lookup, {"ksql.query.pull.max.allowed.offset.lag": -1})
+        cluster = node.get("/clusterStatus").json()["clusterStatus"]
         log = node.log_tail(1 << 20)   # read after the answers: Spark was not up when they came
         assert SPARK_STARTING in log, log[-4000:]
         assert SPARK_UP not in log, log[-4000:]
 
         assert after == (expected, {0: 0, 1: 0})
+        # ksqlDB's own report of the stores' lags, also served before Spark.
+        assert node.url is not None
+        lags = cluster[node.url.split("://", 1)[1]]["hostStoreLags"]["stateStoreLags"]
+        assert {p: v["offsetLag"] for p, v in lags["ACCOUNTS"]["lagByPartition"].items()} == {"0": 0, "1": 0}
         assert answered_lookup == ([["n3", 30]], {0: 0, 1: 0})
         assert too_strict.status_code == 500, too_strict.text
         assert too_strict.json()["message"].startswith(
