@@ -3,6 +3,7 @@
     .venv/bin/python bench/pull_query.py --keys 100000 --clients 8 --queries 2000
     .venv/bin/python bench/pull_query.py --mode node --keys 100000 --clients 8 --queries 1000
     .venv/bin/python bench/pull_query.py --mode rest --server http://HOST:PORT --table T --keys N
+    .venv/bin/python bench/pull_query.py --mode restart --keys 100000 --restarts 3
 
 ``--mode package`` (default): one broker (ours), a table topic of ``--keys`` rows (KAFKA BIGINT
 key, JSON value, ``--partitions`` partitions), materialized by ``TableMaterializations`` as a
@@ -22,6 +23,12 @@ client thread). Needs the node to answer pull queries (``oncestream.sql.engine.p
 
 ``--mode rest``: the same lookups against an already running SQL server, table and key range
 given on the command line.
+
+``--mode restart`` (issue 24 point 5): a node with Spark started at once (the default
+``ksql.spark.start=eager``) materializes the table, is SIGKILLed and started again on the same
+state directory, ``--restarts`` times. Each restart measures, from the process's spawn, when its
+ready file appears, when the first pull query ``SELECT * FROM BENCH WHERE ID = 0`` is answered
+with its row (polled every 20 ms), and when the node logs that its Spark session is up.
 
 This is a benchmark command, not a test.
 """
@@ -252,9 +259,24 @@ def run_rest(args: argparse.Namespace) -> None:
     _report(f"REST /query-stream at {args.server}, table {args.table}", latencies, elapsed, misses, args.clients)
 
 
+def _node_with_table(bootstrap: str, node: Any, topic: str, args: argparse.Namespace) -> float:
+    """Fill ``topic``, start ``node``, create the table over it and wait until the node has
+    materialized all of it; returns the seconds that took after the CREATE."""
+    from tests.support.clients import create_topic
+
+    create_topic(bootstrap, topic, partitions=args.partitions)
+    _produce(bootstrap, topic, args.partitions, args.keys)
+    node.start()
+    node.ok(_source(topic, args.partitions).statement)
+    started = time.monotonic()
+    while "materialization-lag: 0 records" not in node.ok(f"DESCRIBE {TABLE} EXTENDED;")[0][
+            "sourceDescription"]["statistics"]:
+        time.sleep(0.2)
+    return time.monotonic() - started
+
+
 def run_node(args: argparse.Namespace) -> None:
     from tests.support.brokers import BrokerProcess
-    from tests.support.clients import create_topic
     from tests.support.sql_servers import LAZY_SPARK, SqlServerProcess
 
     with tempfile.TemporaryDirectory(prefix="pull-bench-") as tmp_name:
@@ -264,15 +286,7 @@ def run_node(args: argparse.Namespace) -> None:
                                 config=LAZY_SPARK, name="node")
         try:
             topic = "pull-bench"
-            create_topic(broker.bootstrap, topic, partitions=args.partitions)
-            _produce(broker.bootstrap, topic, args.partitions, args.keys)
-            node.start()
-            node.ok(_source(topic, args.partitions).statement)
-            started = time.monotonic()
-            while "materialization-lag: 0 records" not in node.ok(f"DESCRIBE {TABLE} EXTENDED;")[0][
-                    "sourceDescription"]["statistics"]:
-                time.sleep(0.2)
-            print(f"materialized by the node in {time.monotonic() - started:.1f} s")
+            print(f"materialized by the node in {_node_with_table(broker.bootstrap, node, topic, args):.1f} s")
             assert node.url is not None
             run = _rest_runner(node.url, TABLE, "ID")
             run(0)
@@ -284,14 +298,76 @@ def run_node(args: argparse.Namespace) -> None:
             broker.stop()
 
 
+_SPARK_STARTING = "Spark session starting"
+_SPARK_UP = "Spark session ready"
+
+
+def _first_answer_s(node: Any, spawned: float, timeout_s: float = 300.0) -> tuple[float, float, str]:
+    """(ready file, first answered pull query) in seconds after ``spawned``, and what the node's
+    log said of Spark when the answer arrived."""
+    import httpx
+
+    ready = node.state_dir / f"ready-{node.runs - 1}.json"
+    deadline = spawned + timeout_s
+    while not ready.exists():
+        if time.monotonic() > deadline or not node.alive:
+            raise SystemExit(f"node not ready:\n{node.log_tail()}")
+        time.sleep(0.01)
+    ready_s = time.monotonic() - spawned
+    url = json.loads(ready.read_text())["url"]
+    with httpx.Client(base_url=url, timeout=30) as client:
+        while True:
+            response = client.post("/query-stream", json={"sql": f"SELECT * FROM {TABLE} WHERE ID = 0;",
+                                                          "properties": {}}, headers={"Accept": "application/json"})
+            if response.status_code == 200 and len(response.json()) == 2:
+                answered_s = time.monotonic() - spawned
+                log = node.log_tail(1 << 20)
+                spark = ("after Spark was up" if _SPARK_UP in log else "before Spark was up" if _SPARK_STARTING in log
+                         else "Spark's start not logged: it was up before the node listened")
+                return ready_s, answered_s, spark
+            if time.monotonic() > deadline:
+                raise SystemExit(f"no pull-query answer: {response.status_code} {response.text}")
+            time.sleep(0.02)
+
+
+def run_restart(args: argparse.Namespace) -> None:
+    from tests.support.brokers import BrokerProcess
+    from tests.support.sql_servers import SqlServerProcess
+
+    with tempfile.TemporaryDirectory(prefix="pull-bench-") as tmp_name:
+        tmp = Path(tmp_name)
+        broker = BrokerProcess(data_dir=tmp / "broker", config={"group.initial.rebalance.delay.ms": "0"}).start()
+        node = SqlServerProcess(bootstrap=broker.bootstrap, service_id="pullrestart_", state_dir=tmp / "node",
+                                config={}, name="node")
+        try:
+            _node_with_table(broker.bootstrap, node, "pull-bench", args)
+            for n in range(args.restarts):
+                node.kill()
+                spawned = time.monotonic()
+                node.start(wait=False)
+                ready_s, answered_s, when = _first_answer_s(node, spawned)
+                # A node that does not log it (older code: Spark was up before it listened) says nothing.
+                wait_spark = time.monotonic() + 60.0
+                while _SPARK_UP not in node.log_tail(1 << 20) and time.monotonic() < wait_spark:
+                    time.sleep(0.05)
+                spark = f"~{time.monotonic() - spawned:.1f} s" if _SPARK_UP in node.log_tail(1 << 20) else "not logged"
+                print(f"restart {n + 1} ({args.keys} rows on disk): ready file {ready_s:.2f} s, first pull answer "
+                      f"{answered_s:.2f} s after spawn ({when}; "
+                      f"Spark up at {spark})", flush=True)
+        finally:
+            node.kill()
+            broker.stop()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--mode", choices=("package", "node", "rest"), default="package")
+    parser.add_argument("--mode", choices=("package", "node", "rest", "restart"), default="package")
     parser.add_argument("--keys", type=int, default=100_000)
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--queries", type=int, default=2_000, help="per client")
     parser.add_argument("--update-rate", type=int, default=2_000, help="records/s updated while querying (0: none)")
+    parser.add_argument("--restarts", type=int, default=3, help="restart mode: SIGKILL and restart this often")
     parser.add_argument("--commit-interval-ms", type=int, default=200)
     parser.add_argument("--server", help="rest mode: the SQL server's URL")
     parser.add_argument("--table", default=TABLE, help="rest mode: the table")
@@ -303,6 +379,8 @@ def main(argv: list[str] | None = None) -> int:
         run_rest(args)
     elif args.mode == "node":
         run_node(args)
+    elif args.mode == "restart":
+        run_restart(args)
     else:
         run_package(args)
     return 0

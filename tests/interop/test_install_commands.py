@@ -7,9 +7,10 @@ installed from the copy with the same extras; a copy, so that an editable instal
 into the work tree), with no PYTHONPATH: what runs is what pip installed. Then:
 
 - every install: ``oncestream --help``;
-- an install with ``sql``: a broker and a SQL server from the venv, the server started with Spark
-  (its whole start-up import chain: PySpark, pyarrow, pandas, rocksdict, hypercorn...), ready, and
-  answering the venv's shell; its log says nothing about missing two-phase commit;
+- an install with ``sql``: a broker and a SQL server from the venv, the server ready and answering
+  the venv's shell, then its Spark session up (its whole start-up import chain: PySpark, pyarrow,
+  pandas, rocksdict, hypercorn...; Spark starts once the server listens); its log says nothing
+  about missing two-phase commit;
 - with ``spark``: the connector and its Arrow batches import (``oncestream.spark``);
 - with ``state``: a RocksDB state store opens (``oncestream.state``).
 
@@ -25,6 +26,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -38,6 +40,7 @@ ROOT = Path(__file__).resolve().parents[2]
 INSTALL = re.compile(r"pip install (-e )?'?(\.|oncestream)\[([a-z,]+)\]'?")
 INSTALL_TIMEOUT_S = 900.0
 COMMAND_TIMEOUT_S = 120.0
+SPARK_START_TIMEOUT_S = 180.0
 # The command the README's SQL-server section gives by hand: the one run in the default suite.
 README_SQL_COMMAND = ("-e ", ".", "sql")
 _COPY_IGNORE = shutil.ignore_patterns(".git", ".venv", "data", "build", "dist", "*.egg-info", "__pycache__",
@@ -101,6 +104,12 @@ def _check_sql_server(bin_dir: Path, env: dict[str, str], work: Path) -> None:
             out = _run([str(bin_dir / "oncestream"), "sql", "--server", f"http://127.0.0.1:{sql_port}",
                         "-e", "SHOW STREAMS;"], env)
             assert "Stream Name" in out, out
+            # Spark starts once the server listens: its import chain is proven when it is up.
+            deadline = time.monotonic() + SPARK_START_TIMEOUT_S
+            while "Spark session ready" not in (work / "sql.log").read_text():
+                assert server.poll() is None, (work / "sql.log").read_text()[-4000:]
+                assert time.monotonic() < deadline, (work / "sql.log").read_text()[-4000:]
+                time.sleep(0.2)
         finally:
             stop(server)
         log = (work / "sql.log").read_text()

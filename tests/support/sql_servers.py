@@ -44,6 +44,7 @@ class SqlServerProcess:
         self.ready_info: dict[str, Any] = {}   # the node's --ready-file (url, serviceId, sparkUiUrl)
         self.runs = 0
         self._log: Path | None = None
+        self._ready: Path | None = None
 
     def start(self, config: dict[str, str] | None = None, wait: bool = True, *,
               crash_step: str | None = None) -> SqlServerProcess:
@@ -52,7 +53,7 @@ class SqlServerProcess:
         ``python -m tests.support.sql_node_with_faults`` and SIGKILLs itself when a statement's
         write reaches that step (injected into the node, for this run only)."""
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        ready = self.state_dir / f"ready-{self.runs}.json"
+        ready = self._ready = self.state_dir / f"ready-{self.runs}.json"
         self._log = self.state_dir / f"{self.name}-{self.runs}.log"
         self.runs += 1
         launcher = ["oncestream.cli"] if crash_step is None else \
@@ -87,6 +88,18 @@ class SqlServerProcess:
             time.sleep(0.1)
         self.ready_info = json.loads(ready.read_text())
         self.url = self.ready_info["url"]
+
+    def spark_ui_url(self, timeout_s: float = READY_TIMEOUT_S) -> str:
+        """The node's ``sparkUiUrl``: its ready file is written again once Spark is up (Spark
+        starts beside the serving node); waits for that (with ``spark.ui.enabled=true``)."""
+        assert self._ready is not None
+        ready = self._ready
+
+        def url() -> str | None:
+            self.ready_info = json.loads(ready.read_text())
+            return self.ready_info.get("sparkUiUrl")
+
+        return str(wait_until(url, "the Spark UI's address in the ready file", timeout_s=timeout_s, nodes=[self]))
 
     def log_tail(self, size: int = 8000) -> str:
         if self._log is None or not self._log.exists():

@@ -25,8 +25,10 @@ EXIT_MARGIN_S = 60.0
 def _node_with_a_hung_jvm(broker, tmp_path: Path, bound_ms: int) -> SqlServerProcess:
     node = SqlServerProcess(bootstrap=broker.bootstrap, service_id="bound_", state_dir=tmp_path / "node",
                             config={"oncestream.shutdown.timeout.ms": str(bound_ms)})
-    node.start()  # eager Spark: the JVM runs once the node is ready
+    node.start()  # eager Spark: it starts beside the node, which is ready before it
     assert node.process is not None
+    wait_until(lambda: "Spark session ready" in node.log_tail(1 << 20), "Spark to be up", timeout_s=180.0,
+               nodes=[node])
     jvms = [pid for pid in node.session_processes() if pid != node.process.pid]
     assert jvms, f"no Spark JVM in the node's session:\n{node.log_tail()}"
     for pid in jvms:

@@ -134,6 +134,9 @@ def test_lag_counts_records_behind_the_stores_last_commit_and_restart_resumes(br
         assert slow.wait_until_running("BALANCES", WAIT_S)
         assert slow.lag("BALANCES") == {0: 11, 1: 0}
         assert _pull(slow, source) == [[1, "ann", 1], [2, "bob", 2]]
+        # A pull query's answer reports the lag of the very commit it read (issue 24 point 5).
+        with slow.reader("BALANCES") as reader:
+            assert slow.snapshot_lag("BALANCES", reader) == {0: 11, 1: 0}
     finally:
         slow.close()   # commits what it applied
 

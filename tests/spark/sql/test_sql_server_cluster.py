@@ -68,8 +68,7 @@ def test_sql_pipeline_runs_on_a_local_cluster_exactly_once(eos_broker, tmp_path:
                 "spark.sql.shuffle.partitions": "2"})
     try:
         node.start()
-        ui_url = node.ready_info["sparkUiUrl"]
-        assert ui_url, node.ready_info
+        ui_url = node.spark_ui_url()
         node.ok(f"CREATE STREAM ORDERS (ID INT KEY, CUSTOMER STRING, AMOUNT INT) "
                 f"WITH (KAFKA_TOPIC='{src}', PARTITIONS=2, VALUE_FORMAT='JSON');")
         csas = node.ok(f"CREATE STREAM BIG WITH (KAFKA_TOPIC='{big}', PARTITIONS=2) AS SELECT ID, UCASE(CUSTOMER) AS WHO, "

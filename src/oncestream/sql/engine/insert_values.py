@@ -11,14 +11,15 @@ TIMESTAMP, a number for a DOUBLE).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from sqlglot import exp
 
-from oncestream.sql.engine.serde import SerdeError, from_json_wire
-from oncestream.sql.errors import StatementError
+from oncestream.sql.engine.serde import SerdeError, from_json_wire, layout_of
+from oncestream.sql.errors import KsqlError, StatementError
 from oncestream.sql.language import sql_ast
 from oncestream.sql.language.catalog import ROWTIME, SourceInfo
 from oncestream.sql.language.types import BIGINT, SqlType
@@ -105,3 +106,44 @@ def _check_keys(sink: SourceInfo, row: Mapping[str, Any], text: str | None) -> N
             if row.get(key.name) is None:
                 raise StatementError(f"Failed to insert values into '{sink.name}'. Value for primary key column(s) "
                                      f"{key.name} is required for tables", statement_text=text)
+
+
+class RowWriter:
+    """Writes the rows of INSERT INTO ... VALUES and ``/inserts-stream`` to a source's topic in
+    its formats: an idempotent producer (acks=all) made on first use, no Spark. The node's
+    inserts use it directly, so they are answered while its Spark session is still starting."""
+
+    def __init__(self, bootstrap_servers: str, client_properties: Mapping[str, str] | None = None) -> None:
+        self._conf: dict[str, Any] = dict(client_properties or {})
+        self._conf.update({"bootstrap.servers": bootstrap_servers, "enable.idempotence": True, "acks": "all",
+                           "linger.ms": 0})
+        self._producer: Any = None
+        self._lock = threading.Lock()
+
+    def insert_values(self, sink: SourceInfo, row: Mapping[str, Any]) -> None:
+        """Write one row to ``sink``'s topic, flushed before returning. ``ROWTIME`` in ``row``
+        sets the record timestamp."""
+        from oncestream.client import Producer
+
+        if sink.window is not None:
+            raise StatementError(f"Cannot insert into windowed source {sink.name}")
+        layout = layout_of(sink)
+        key = layout.encode_key(row)
+        value = layout.encode_value(row)
+        timestamp = int(row.get("ROWTIME") or 0)
+        with self._lock:
+            if self._producer is None:
+                self._producer = Producer(self._conf)
+            errors: list[Any] = []
+            self._producer.produce(sink.topic, value, key, timestamp=timestamp,
+                                   on_delivery=lambda err, _msg: errors.append(err) if err is not None else None)
+            remaining = self._producer.flush(30)
+        if remaining or errors:
+            raise KsqlError(f"Failed to insert values into '{sink.name}': {errors[0] if errors else 'timed out'}")
+
+    def close(self) -> None:
+        """Close the producer (if one was made)."""
+        with self._lock:
+            if self._producer is not None:
+                self._producer.close(10)
+                self._producer = None

@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
+from oncestream.sql.engine.insert_values import RowWriter
 from oncestream.sql.engine.interface import ColumnHeader
 from oncestream.sql.engine.serde import layout_for, layout_of
 from oncestream.sql.engine.two_phase_check import two_phase_commit_refusal
@@ -150,8 +151,7 @@ class QueryRuntime:
         self._lock = threading.RLock()
         self._queries: dict[str, _Persistent] = {}
         self._pushes: dict[str, PushQuery] = {}
-        self._producer: Any = None
-        self._producer_lock = threading.Lock()
+        self._inserts = RowWriter(settings.bootstrap_servers, settings.client_properties)
 
     # -- persistent queries ---------------------------------------------------------------
 
@@ -295,33 +295,9 @@ class QueryRuntime:
 
     # -- INSERT VALUES -----------------------------------------------------------------------
 
-    def _producer_for_inserts(self) -> Any:
-        from oncestream.client import Producer
-
-        if self._producer is None:
-            conf: dict[str, Any] = dict(self.settings.client_properties)
-            conf.update({"bootstrap.servers": self.settings.bootstrap_servers, "enable.idempotence": True,
-                         "acks": "all", "linger.ms": 0})
-            self._producer = Producer(conf)
-        return self._producer
-
     def insert_values(self, sink: SourceInfo, row: Mapping[str, Any]) -> None:
-        """Write one row to ``sink``'s topic in its formats (idempotent producer, acks=all),
-        flushed before returning. ``ROWTIME`` in ``row`` sets the record timestamp."""
-        if sink.window is not None:
-            raise StatementError(f"Cannot insert into windowed source {sink.name}")
-        layout = layout_of(sink)
-        key = layout.encode_key(row)
-        value = layout.encode_value(row)
-        timestamp = int(row.get("ROWTIME") or 0)
-        with self._producer_lock:
-            producer = self._producer_for_inserts()
-            errors: list[Any] = []
-            producer.produce(sink.topic, value, key, timestamp=timestamp,
-                             on_delivery=lambda err, _msg: errors.append(err) if err is not None else None)
-            remaining = producer.flush(30)
-        if remaining or errors:
-            raise KsqlError(f"Failed to insert values into '{sink.name}': {errors[0] if errors else 'timed out'}")
+        """Write one row to ``sink``'s topic in its formats (``insert_values.RowWriter``: no Spark)."""
+        self._inserts.insert_values(sink, row)
 
     def stop_all(self) -> None:
         """Stop every push and persistent query (node shutdown)."""
@@ -333,10 +309,7 @@ class QueryRuntime:
             push.close_sync()
         for query_id in ids:
             self.stop_persistent(query_id)
-        with self._producer_lock:
-            if self._producer is not None:
-                self._producer.close(10)
-                self._producer = None
+        self._inserts.close()
 
 
 def _spark_name(query_id: str) -> str:

@@ -66,7 +66,7 @@ class Node:
         writer = CommandWriter(topic=self.topic, service_id=settings.service_id, client_conf=settings.client_conf,
                                runner=self._runner, admin=admin, steps=write_steps, timeout_ms=settings.command_timeout_ms)
         self._placement = QueryPlacement(self._context, runtime, self._pull.store_lags)
-        self._queries = QueryService(self._context, runtime, self._pull)
+        self._queries = QueryService(self._context, runtime, self._pull, lambda: self._placement.url)
         local = LocalStatements(self._context, self._placement, self._pull.statistics_text)
         self._statements = StatementExecutor(self._context, writer, local, self._queries)
         self._kafka_cluster_id: str | None = None     # the Kafka cluster's id, read once at start

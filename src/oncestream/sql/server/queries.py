@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from oncestream.sql.engine.insert_values import json_row, values_row
@@ -17,13 +17,19 @@ from oncestream.sql.language import sql_ast
 from oncestream.sql.language.analyzer import analyze_query
 from oncestream.sql.language.parser import parse
 from oncestream.sql.server.node_context import NodeContext
+from oncestream.sql.server.placement import host_port
+
+MAX_OFFSET_LAG_CONFIG = "ksql.query.pull.max.allowed.offset.lag"
 
 
 class QueryService:
     """Push and pull queries and inserts of one node (see the module docstring)."""
 
-    def __init__(self, context: NodeContext, runtime: QueryRunner, pull: PullQueries) -> None:
+    def __init__(self, context: NodeContext, runtime: QueryRunner, pull: PullQueries,
+                 url: Callable[[], str | None] = lambda: None) -> None:
+        """``url()``: this node's advertised URL once it listens (named in pull-query routing errors)."""
         self._context = context
+        self._url = url
         self._runtime = runtime
         self._pull = pull
         self._push: dict[str, QueryStream] = {}
@@ -45,7 +51,8 @@ class QueryService:
             raise
         if PullQueries.is_pull(statement):
             # Answered from this node's materialized copy; not a push query, so not registered.
-            return await self._pull.start_query(analyzed)
+            return await self._pull.start_query(analyzed, max_offset_lag=self._max_offset_lag(properties),
+                                                host=self._host())
         stream = await asyncio.to_thread(self._runtime.start_push, analyzed, dict(properties), query=statement.query)
         with self._push_lock:
             # The REST layer closes streams itself when they end: forget the finished ones.
@@ -53,6 +60,23 @@ class QueryService:
                 del self._push[finished]
             self._push[stream.query_id] = stream
         return stream
+
+    def _max_offset_lag(self, properties: Mapping[str, Any]) -> int | None:
+        """``ksql.query.pull.max.allowed.offset.lag``: the request's, else the node's ``--config``;
+        None (any lag, ksqlDB's default Long.MAX_VALUE) when neither sets it."""
+        value = properties.get(MAX_OFFSET_LAG_CONFIG, self._context.settings.properties.get(MAX_OFFSET_LAG_CONFIG))
+        if value is None:
+            return None
+        try:
+            return int(value)
+        except (TypeError, ValueError):
+            raise StatementError(f"Invalid value {value} for configuration {MAX_OFFSET_LAG_CONFIG}: "
+                                 "Not a number of type LONG") from None
+
+    def _host(self) -> str:
+        """This node as ksqlDB's KsqlHostInfo prints it (``host:port``) in routing errors."""
+        url = self._url()
+        return host_port(url) if url else "this node"
 
     async def close_query(self, query_id: str) -> bool:
         """Stop a push query started here; False if unknown."""

@@ -41,7 +41,8 @@ with status 1.
 ``--ready-file F`` is written (whole, by rename) once the node has replayed its command topic and
 listens: ``{"host", "port", "url", "serviceId", "sparkUiUrl"}`` (``sparkUiUrl``: the driver's Spark UI,
 whose REST API under ``/api/v1`` lists the executors; null while Spark has not started or with
-``spark.ui.enabled=false``, the default).
+``spark.ui.enabled=false``, the default), and written again once Spark is up (Spark starts beside
+the serving node, see ``SparkRuntime``: the first write has ``sparkUiUrl`` null).
 """
 
 from __future__ import annotations
@@ -62,9 +63,11 @@ from typing import TYPE_CHECKING, Any
 from oncestream.client import KafkaException
 from oncestream.process_shutdown import STOP_SIGNALS, ShutdownBound, install_stop_signals, shutdown_timeout_ms
 from oncestream.sql.engine.two_phase_check import two_phase_commit_refusal
+from oncestream.sql.errors import KsqlError
 from oncestream.sql.server.command_topic import WriteStepObserver
 
 if TYPE_CHECKING:
+    from oncestream.sql.engine.insert_values import RowWriter
     from oncestream.sql.server.rest.listener import Listener
 
 log = logging.getLogger("oncestream.sql")
@@ -200,27 +203,121 @@ def _stop_spark(spark: Any) -> None:
             proc.wait(timeout=10)
 
 
-class SparkRuntime:
-    """The node's ``QueryRuntime`` and its SparkSession, created at start (``ksql.spark.start=eager``,
-    the default) or on first use (``lazy``: a node that only serves statements never starts a JVM;
-    the tests of the write protocol use it)."""
+class SparkStartError(KsqlError):
+    """The node's SparkSession could not be created: statements that need Spark are refused."""
 
-    def __init__(self, make: Any, eager: bool) -> None:
+
+class SparkRuntime:
+    """The node's ``QueryRuntime`` and its SparkSession.
+
+    ``ksql.spark.start=eager`` (the default): Spark starts, in a thread of its own, as soon as the
+    node listens (``start_eager``; not before, so importing PySpark and launching the JVM do not
+    compete for the interpreter with the replay and the listener's start, about 0.4 s), and the
+    node serves meanwhile: statements, ``/info``, ``/clusterStatus`` and pull queries (served from
+    the KIP-892 stores, ``engine.pull``) need no Spark, so a restarted node answers them about a
+    second after its spawn instead of after the JVM's 10-20 s.
+    ``lazy``: Spark starts only when a query first needs it (a node that only serves statements
+    never starts a JVM; the tests of the write protocol use it).
+
+    INSERT ... VALUES and ``/inserts-stream`` need no Spark either (``RowWriter``). What needs
+    Spark (a persistent query's start, a push query) calls ``get``, which waits until the session
+    is up: a push query sent during the start is answered once Spark is there, as it would be on
+    a node that was slow to start it (persistent queries
+    are started by the placement thread, so CREATE ... AS SELECT and INSERT INTO ... SELECT are
+    acknowledged at once and show PENDING until then). A start that failed is raised to each
+    caller (``SparkStartError``); a node stopping meanwhile answers ksqlDB's shutting-down error."""
+
+    def __init__(self, make: Any, eager: bool, inserts: RowWriter | None = None) -> None:
+        """``make()`` gives (SparkSession, QueryRuntime); ``inserts`` writes INSERT VALUES rows
+        without Spark (None: through the runtime, waiting for Spark)."""
         self._make = make
+        self._inserts = inserts
         self._lock = threading.Lock()
         self._runtime: Any = None
         self._spark: Any = None
-        if eager:
-            self.get()
+        self._error: str | None = None
+        self._started = threading.Event()     # set once the start ended, well or not
+        self._stopping = threading.Event()
+        self._starter: threading.Thread | None = None
+        self._eager = eager
+        self._on_up: list[Any] = []
 
-    def get(self) -> Any:
+    def when_up(self, callback: Any) -> None:
+        """Call ``callback()`` once Spark is up (now if it is; never if its start fails)."""
         with self._lock:
             if self._runtime is None:
-                self._spark, self._runtime = self._make()
+                self._on_up.append(callback)
+                return
+        callback()
+
+    def start_eager(self) -> None:
+        """Begin starting Spark now if ``eager`` (the node listens); nothing if ``lazy``."""
+        if self._eager:
+            self._begin()
+
+    def _begin(self) -> None:
+        """Start Spark in its own thread (once)."""
+        with self._lock:
+            if self._starter is not None:
+                return
+            self._starter = threading.Thread(target=self._start, name="sql-spark-start", daemon=True)
+        log.info("oncestream sql: Spark session starting")
+        self._starter.start()
+
+    def _start(self) -> None:
+        began = time.monotonic()
+        try:
+            spark, runtime = self._make()
+        except BaseException as exc:  # noqa: BLE001 - every caller of get() is told, the node keeps serving
+            if not self._stopping.is_set():
+                log.error("oncestream sql: Spark could not start: %s", exc)
+            with self._lock:
+                self._error = f"{type(exc).__name__}: {exc}"
+        else:
+            with self._lock:
+                self._spark, self._runtime = spark, runtime
+                callbacks, self._on_up = self._on_up, []
+            log.info("oncestream sql: Spark session ready in %.1f s", time.monotonic() - began)
+            for callback in callbacks:
+                try:
+                    callback()
+                except Exception as exc:  # noqa: BLE001 - a ready-file write failing must not stop Spark
+                    log.warning("oncestream sql: after Spark started: %s", exc)
+        finally:
+            self._started.set()
+
+    @property
+    def state(self) -> str:
+        """NOT_STARTED (lazy, not needed yet), STARTING, RUNNING or ERROR."""
+        with self._lock:
+            if self._runtime is not None:
+                return "RUNNING"
+            if self._error is not None:
+                return "ERROR"
+            return "STARTING" if self._starter is not None else "NOT_STARTED"
+
+    def get(self) -> Any:
+        """The QueryRuntime, waiting for Spark to be up (starting it if lazy and not started)."""
+        from oncestream.sql.errors import SERVER_SHUTTING_DOWN, NotReadyError
+
+        self._begin()
+        while not self._started.wait(0.5):
+            if self._stopping.is_set():
+                raise NotReadyError("The server is shutting down", error_code=SERVER_SHUTTING_DOWN)
+        with self._lock:
+            if self._runtime is None:
+                raise SparkStartError(f"Spark could not start on this node: {self._error}")
             return self._runtime
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.get(), name)
+
+    def insert_values(self, sink: Any, row: Any) -> None:
+        """INSERT VALUES / ``/inserts-stream``: written at once, Spark or not (see ``RowWriter``)."""
+        if self._inserts is None:
+            self.get().insert_values(sink, row)
+        else:
+            self._inserts.insert_values(sink, row)
 
     def ui_url(self) -> str | None:
         """The Spark UI of this node's driver (None before Spark started or with the UI disabled)."""
@@ -233,8 +330,17 @@ class SparkRuntime:
             runtime = self._runtime
         return [] if runtime is None else list(runtime.running())
 
-    def stop(self) -> None:
-        """Stop every query, then Spark and its JVM (nothing to do if Spark never started)."""
+    def stop(self, start_timeout_s: float = 30.0) -> None:
+        """Stop every query, then Spark and its JVM (nothing to do if Spark never started). A
+        start still under way is waited for (bounded) so its JVM is stopped cleanly; one that
+        does not end in time is left to ``_end_children``."""
+        self._stopping.set()
+        if self._inserts is not None:
+            self._inserts.close()
+        with self._lock:
+            starter = self._starter
+        if starter is not None:
+            starter.join(start_timeout_s)
         with self._lock:
             runtime, spark = self._runtime, self._spark
         if runtime is None:
@@ -251,8 +357,8 @@ def run(args: argparse.Namespace, *, write_steps: WriteStepObserver | None = Non
     the node (told each step of the command-topic write protocol)."""
     logging.basicConfig(level=getattr(logging, str(args.log_level).upper()),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from oncestream.sql.engine.insert_values import RowWriter
     from oncestream.sql.engine.runtime import QueryRuntime, RuntimeSettings
-    from oncestream.sql.errors import KsqlError
     from oncestream.sql.server.node import Node, NodeSettings
     from oncestream.sql.server.node_identity import NodeIdentityError, node_instance_id
     from oncestream.sql.server.rest.app import create_app
@@ -313,7 +419,8 @@ def run(args: argparse.Namespace, *, write_steps: WriteStepObserver | None = Non
     node: Any = None
     status = 0
     try:
-        runtime = SparkRuntime(make, eager=props.get("ksql.spark.start", "eager") != "lazy")
+        runtime = SparkRuntime(make, eager=props.get("ksql.spark.start", "eager") != "lazy",
+                               inserts=RowWriter(args.bootstrap_server, clients))
         node = Node(settings, runtime, write_steps=write_steps)
         node.start()
         # Once the node reached the cluster (an unreachable one or bad credentials are the start's
@@ -442,10 +549,17 @@ async def _serve(app: Any, node: Any, runtime: SparkRuntime, listener: Listener,
         # clients are told (SHOW QUERIES, /clusterStatus), so it carries the listener's scheme.
         advertised = args.advertised_url or listener.url(bound_port)
         node.join_cluster(advertised)
-        if args.ready_file:
-            _write_ready(Path(args.ready_file), {"host": listener.host, "port": bound_port, "url": advertised,
-                                                 "serviceId": node.service_id, "sparkUiUrl": runtime.ui_url()})
+
+        def write_ready() -> None:
+            if args.ready_file:
+                _write_ready(Path(args.ready_file), {"host": listener.host, "port": bound_port, "url": advertised,
+                                                     "serviceId": node.service_id, "sparkUiUrl": runtime.ui_url()})
+
+        write_ready()
         log.info("oncestream sql: node %s of service %s ready", advertised, node.service_id)
+        # Written again, with the Spark UI's address, once Spark is up.
+        runtime.when_up(write_ready)
+        runtime.start_eager()
 
     await serve(app, listener.host, listener.port, shutdown, ready, tls=listener.tls)
 

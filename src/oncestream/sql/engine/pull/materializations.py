@@ -21,6 +21,12 @@ extra consumer per node (``ListOffsets`` only, no assignment), not from the mate
 consumers: a consumer with an assignment has a long-poll fetch outstanding, and a ListOffsets
 behind it waits for the fetch (about 1 s with our client), which would stall the materializer.
 
+A pull query's answer reports the lag of the commit it read (``snapshot_lag``): the changelog's
+end offsets, asked of the broker at most once per ``metadata_interval_ms`` per table (a pull query
+must not wait for a broker round trip each time; ksqlDB's own lag reports are seconds old),
+minus the offsets stored in that very commit. On a restarted node that is the store left on disk,
+served before its materializer caught up: the lag says how far behind it is.
+
 A materializer that fails (broker unreachable, store error) is closed, logged and started again
 after ``retry_backoff_ms``; ``status(name)`` tells the error meanwhile.
 """
@@ -31,6 +37,7 @@ import logging
 import re
 import shutil
 import threading
+import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -201,6 +208,11 @@ class _TableWorker:
             self._thread.join(JOIN_TIMEOUT_S)
 
 
+def _positions(committed: Mapping[int, int], marks: Mapping[int, tuple[int, int]]) -> dict[int, tuple[int, int]]:
+    """``(position, end)`` per partition: a partition not committed yet is at its log start."""
+    return {p: (min(committed.get(p, low), end), end) for p, (low, end) in sorted(marks.items())}
+
+
 class TableMaterializations:
     """The materialized tables of one node (see the module docstring).
 
@@ -223,6 +235,8 @@ class TableMaterializations:
         self._closed = False
         self._probe: KafkaChangelogSource | None = None   # end offsets for lag(), made on first use
         self._probe_lock = threading.Lock()
+        # topic -> (monotonic time asked, {partition: (log start, end)}): snapshot_lag's end offsets
+        self._marks: dict[str, tuple[float, dict[int, tuple[int, int]]]] = {}
 
     def ensure(self, source: SourceInfo) -> bool:
         """Materialize ``source`` if it is a TABLE not materialized yet (or its topic changed, as
@@ -288,19 +302,37 @@ class TableMaterializations:
         store is not open."""
         return self._worker(name).reader()
 
+    def _watermarks(self, topic: str, max_age_ms: int) -> dict[int, tuple[int, int]]:
+        """``{partition: (log start, end (LSO))}`` of ``topic``, asked of the broker unless the
+        last answer is younger than ``max_age_ms`` (0: ask now; blocking, a few ms)."""
+        with self._probe_lock:
+            cached = self._marks.get(topic)
+            if cached is not None and (time.monotonic() - cached[0]) * 1000 < max_age_ms:
+                return cached[1]
+            if self._probe is None:
+                self._probe = KafkaChangelogSource(self._bootstrap, client_id="oncestream-pull-lag",
+                                                   extra_conf=dict(self._client_properties))
+            count = self._probe.partition_count(topic)
+            marks = self._probe.watermarks(topic, list(range(count)))
+            self._marks[topic] = (time.monotonic(), marks)
+            return marks
+
     def positions(self, name: str) -> dict[int, tuple[int, int]]:
         """Per partition ``(offset of the store's last commit, changelog end (LSO))``, the end
         asked of the broker now (blocking, a few ms). While the store is not open, a
         partition's position is its log start."""
         worker = self._worker(name)
-        with self._probe_lock:
-            if self._probe is None:
-                self._probe = KafkaChangelogSource(self._bootstrap, client_id="oncestream-pull-lag",
-                                                   extra_conf=dict(self._client_properties))
-            count = self._probe.partition_count(worker.topic)
-            marks = self._probe.watermarks(worker.topic, list(range(count)))
+        marks = self._watermarks(worker.topic, 0)
         committed = worker.committed_offsets() or {}
-        return {p: (min(committed.get(p, low), end), end) for p, (low, end) in sorted(marks.items())}
+        return _positions(committed, marks)
+
+    def snapshot_lag(self, name: str, reader: CommittedReader) -> dict[int, int]:
+        """Per partition, records between the commit ``reader`` is frozen at and the changelog's
+        end (LSO, at most ``metadata_interval_ms`` old): the lag of a pull query's answer."""
+        worker = self._worker(name)
+        marks = self._watermarks(worker.topic, int(self._settings["metadata_interval_ms"]))
+        committed = {p: o for (t, p), o in reader.committed_offsets().items() if t == worker.topic}
+        return {p: end - current for p, (current, end) in _positions(committed, marks).items()}
 
     def lag(self, name: str) -> dict[int, int]:
         """Records between the store's last commit and the changelog's end (LSO), per partition

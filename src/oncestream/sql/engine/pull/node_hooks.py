@@ -53,9 +53,14 @@ class PullQueries:
         """Make the materialized tables follow the metastore (cheap when nothing changed)."""
         self.tables.sync(list(sources))
 
-    async def start_query(self, analyzed: AnalyzedQuery) -> PullQueryStream:
-        """Run a pull query on this node's copy of the table (in a thread: RocksDB reads block)."""
-        return await asyncio.to_thread(start_pull_query, self.tables, analyzed)
+    async def start_query(self, analyzed: AnalyzedQuery, *, max_offset_lag: int | None = None,
+                          host: str = "this node") -> PullQueryStream:
+        """Run a pull query on this node's copy of the table (in a thread: RocksDB reads block);
+        the answer carries the lag of the store commit it read (``offset_lag``), and one lagging
+        more than ``max_offset_lag`` is refused (``query.pull_query_with_lag``). Needs no Spark:
+        a restarted node answers from the stores on disk as soon as its metastore knows the table."""
+        return await asyncio.to_thread(start_pull_query, self.tables, analyzed, max_offset_lag=max_offset_lag,
+                                       host=host)
 
     def statistics_text(self, name: str) -> str:
         """The materialization lag of ``name`` as one line for DESCRIBE EXTENDED's statistics

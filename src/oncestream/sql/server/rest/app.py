@@ -232,6 +232,11 @@ class KsqlRestApp:
         disconnected = asyncio.ensure_future(_wait_disconnect(receive))
         next_row: asyncio.Future[tuple[str, Any]] | None = None
         heartbeat_s = self.heartbeat_ms / 1000 if writer.heartbeat is not None else None
+        lag = getattr(stream, "offset_lag", None)
+        if lag is not None:
+            # A pull query's answer says how far behind its changelog the store commit it read
+            # was (ksqlDB reports lags only in /clusterStatus, which we also do).
+            response.headers.append((PULL_OFFSET_LAG_HEADER, offset_lag_header(lag)))
         try:
             await response.start(200, writer.media_type)
             await response.write(writer.start(stream.query_id, list(stream.columns)))
@@ -372,6 +377,15 @@ async def _lifespan(receive: Receive, send: Send) -> None:
         elif message["type"] == "lifespan.shutdown":
             await send({"type": "lifespan.shutdown.complete"})
             return
+
+
+PULL_OFFSET_LAG_HEADER = b"x-oncestream-offset-lag"
+
+
+def offset_lag_header(lag: dict[int, int]) -> bytes:
+    """``partition=lag`` pairs, e.g. ``0=0, 1=12`` (records between the store commit a pull
+    query read and its changelog's end, per partition)."""
+    return ", ".join(f"{p}={n}" for p, n in sorted(lag.items())).encode("ascii")
 
 
 def _required_text(request: dict[str, Any], name: str) -> str:
