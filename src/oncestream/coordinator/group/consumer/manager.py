@@ -270,10 +270,10 @@ class ConsumerGroupManager:
                     f"static member {member_id} with instance id {request.instance_id} cannot join: the instance "
                     f"id is owned by member {existing.member_id}")
             # The new instance takes over the old one's subscription, target and partitions.
+            target = group.target.get(existing.member_id, {})
             self._remove_member(group, existing, bump=False)
             self._write(MemberMetadataRecord(group.group_id, member_id, existing.subscription))
-            self._write(TargetAssignmentMemberRecord(group.group_id, member_id,
-                                                     group.target.get(existing.member_id, {})))
+            self._write(TargetAssignmentMemberRecord(group.group_id, member_id, target))
             a = existing.assignment
             self._write(CurrentAssignmentRecord(group.group_id, member_id, MemberAssignmentState(
                 0, 0, MemberState.STABLE, a.assigned, {})))
