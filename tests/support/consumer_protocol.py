@@ -25,7 +25,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+from tests.support.narrow import message_position, present
 
 ROOT = Path(__file__).resolve().parents[2]
 WAIT_TIMEOUT_S = 60.0
@@ -100,11 +102,12 @@ class ProtocolMember:
                     with self.lock:
                         self.errors.append(str(msg.error()))
                     continue
-                consumer.commit(offsets=[TopicPartition(msg.topic(), msg.partition(), msg.offset() + 1)],
-                                asynchronous=False)
+                topic = present(msg.topic(), "topic")
+                partition, offset = message_position(msg)
+                consumer.commit(offsets=[TopicPartition(topic, partition, offset + 1)], asynchronous=False)
                 with self.lock:
-                    self.consumed.append((msg.topic(), msg.partition(), msg.offset()))
-        except Exception as exc:  # recorded for the test's failure message
+                    self.consumed.append((topic, partition, offset))
+        except KafkaException as exc:  # recorded for the test's failure message
             with self.lock:
                 self.errors.append(repr(exc))
         finally:
