@@ -405,3 +405,20 @@ def test_assignors_balance(assignor):
     clients = [SimClient(coordinator, "g", ("orders",), assignor=assignor) for _ in range(4)]
     settle(clients, 1)
     assert sorted(len(c.partitions()) for c in clients) == [1, 1, 2, 2]
+
+
+def test_offsets_of_subscribed_topics_do_not_expire():
+    cluster = Cluster()
+    cluster.add("orders", T1, 2)
+    cluster.add("old", T2, 1)
+    coordinator, _, _ = make(cluster, offsets_retention_ms=1_000, offsets_retention_check_interval_ms=100)
+    a = SimClient(coordinator, "g", ("orders",))
+    now = settle([a], 1)
+    offsets = {TopicPartition("orders", 0): PartitionOffsetCommit(3), TopicPartition("old", 0): PartitionOffsetCommit(4)}
+    coordinator.commit_offsets(OffsetCommitRequest("g", offsets, a.member_id, a.epoch), now)
+    coordinator.tick(now)
+    for _ in range(1, 30):
+        now += 100
+        a.heartbeat(now)
+        coordinator.tick(now)
+    assert set(coordinator.committed_offsets("g")) == {TopicPartition("orders", 0)}

@@ -142,6 +142,7 @@ class GroupCoordinator:
         self._offsets = OffsetMetadataManager(self._rt)
         self._membership.offsets = self._offsets
         self._consumer = ConsumerGroupManager(self._rt, topics or dict)
+        self._offsets.subscribed_topics = self._consumer.subscribed_topics
         # Offset expiry (Kafka's cleanup task), on the monotonic clock.
         self._next_cleanup_ms: int | None = None
 

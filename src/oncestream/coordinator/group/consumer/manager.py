@@ -462,6 +462,11 @@ class ConsumerGroupManager:
         group = self.groups.get(group_id)
         return group is not None and topic in group.subscription_metadata
 
+    def subscribed_topics(self, group_id: str) -> frozenset[str]:
+        """The topics the group's members subscribe to now (none for an unknown group)."""
+        group = self.groups.get(group_id)
+        return frozenset() if group is None or not group.members else frozenset(group.subscription_metadata)
+
     def describe(self, group_id: str) -> ConsumerGroupDescription:
         """ConsumerGroupDescribe of one group."""
         group = self.groups.get(group_id)
