@@ -346,6 +346,22 @@ def test_classic_requests_on_a_consumer_group():
     assert coordinator.describe_groups(["g"], now)[0].state == "Dead"
 
 
+def test_empty_consumer_group_becomes_a_classic_group_keeping_offsets():
+    coordinator, _, _ = make(group_initial_rebalance_delay_ms=0)
+    a = SimClient(coordinator, "g", ("orders",))
+    now = settle([a], 1)
+    tp = TopicPartition("orders", 0)
+    coordinator.commit_offsets(OffsetCommitRequest("g", {tp: PartitionOffsetCommit(5)}, a.member_id, a.epoch), now)
+    a.leave(now + 1)
+    answers: list[JoinResult] = []
+    join = JoinRequest("g", "", "consumer", (JoinProtocol("range", b""),), 10_000, 10_000, 3)
+    writes = coordinator.join_group(join, now + 2, answers.append)
+    assert answers[0].error == ErrorCode.none
+    assert coordinator.group_type("g") == "classic"
+    assert coordinator.committed_offsets("g")[tp].offset == 5
+    assert any(value is None for w in writes for _, value in w.records), "the consumer group's records are tombstoned"
+
+
 def test_empty_classic_group_becomes_a_consumer_group_keeping_offsets():
     coordinator, _, _ = make()
     tp = TopicPartition("orders", 0)
