@@ -378,12 +378,14 @@ def test_empty_classic_group_becomes_a_consumer_group_keeping_offsets():
        st.sampled_from(["uniform", "range"]))
 def test_no_partition_is_ever_owned_twice_and_a_stable_group_owns_all(ops, assignor):
     """Under any sequence of joins, heartbeats and leaves no partition is owned by two members at
-    once, and once heartbeats settle the group is Stable with every partition owned."""
+    once, once heartbeats settle the group is Stable with every partition owned, and a replay of
+    the records written rebuilds the same group."""
     cluster = Cluster()
     cluster.add("orders", T1, 7)
     cluster.add("audit", T2, 3)
     coordinator, _, _ = make(cluster)
     clients: list[SimClient] = []
+    log: list[tuple[bytes, bytes | None]] = []
     now = 0
     for op, index in ops:
         now += 1
@@ -391,7 +393,7 @@ def test_no_partition_is_ever_owned_twice_and_a_stable_group_owns_all(ops, assig
             static = index % 2 == 0
             topics = ("orders", "audit") if index % 3 else ("orders",)
             clients.append(SimClient(coordinator, "g", topics, assignor=assignor,
-                                     instance_id=f"i{len(clients)}" if static else None))
+                                     instance_id=f"i{len(clients)}" if static else None, log=log))
             clients[-1].heartbeat(now)
         else:
             client = clients[index % len(clients)]
@@ -406,6 +408,9 @@ def test_no_partition_is_ever_owned_twice_and_a_stable_group_owns_all(ops, assig
     settle(clients, now, rounds=30)
     assert_disjoint(clients)
     described = coordinator.consumer_group_describe(["g"], now + 1_000)[0]
+    replayed = GroupCoordinator(GroupCoordinatorConfig(offsets_topic_partitions=5), topics=cluster.view)
+    replayed.load(log, now + 1_000)
+    assert replayed.consumer_group_describe(["g"], now + 1_000)[0] == described
     if any(m.member_epoch == -2 for m in described.members):
         return  # a static member away keeps its partitions until its session ends
     assert described.state == "Stable"
