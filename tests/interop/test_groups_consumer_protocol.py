@@ -19,6 +19,7 @@ from tests.support.consumer_protocol import (
     MemberProcess,
     ProtocolMember,
     close_all,
+    consumer_protocol_broker,  # noqa: F401 - fixture
     describe,
     heartbeat,
     wait_until,
@@ -28,13 +29,8 @@ pytestmark = pytest.mark.interop
 
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory):
-    process = BrokerProcess(tmp_path_factory.mktemp("cg-broker") / "data", config=CONSUMER_PROTOCOL_BROKER_CONFIG)
-    process.start()
-    try:
-        yield process
-    finally:
-        process.stop()
+def broker(consumer_protocol_broker):
+    return consumer_protocol_broker
 
 
 def unique_group() -> str:
