@@ -57,8 +57,8 @@ API_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     FETCH: (4, 12),  # v13+ address topics by id
     LIST_OFFSETS: (1, 7),  # v8 adds KIP-1005 tiered-storage offsets: not ours
     METADATA: (0, 12),
-    OFFSET_COMMIT: (2, 9),  # v9: member id + member epoch (KIP-848); v10 addresses topics by id
-    OFFSET_FETCH: (1, 9),  # v9: member id + member epoch checked (KIP-848)
+    OFFSET_COMMIT: (2, 10),  # v9: member id + member epoch (KIP-848); v10: topics by id
+    OFFSET_FETCH: (1, 10),  # v9: member id + member epoch checked (KIP-848); v10: topics by id
     FIND_COORDINATOR: (0, 4),
     JOIN_GROUP: (0, 9),
     HEARTBEAT: (0, 4),
