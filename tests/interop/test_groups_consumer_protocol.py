@@ -296,3 +296,16 @@ def test_offset_commit_and_fetch_v10_name_topics_by_id(broker):
         (answer,) = fetched.groups
         assert [(t.topic_id, [(p.committed_offset, p.error_code) for p in t.partitions]) for t in answer.topics] == [
             (topic_id, [(-1, ErrorCode.none), (9, ErrorCode.none)]), (bogus, [(-1, ErrorCode.unknown_topic_id)])]
+
+
+def test_group_version_feature_switches_the_protocol(broker, broker_factory):
+    """ApiVersions finalizes group.version 1 by default; a broker started with group.version=0
+    answers ConsumerGroupHeartbeat UNSUPPORTED_VERSION, as Kafka with the feature off."""
+    with connection(broker.bootstrap) as conn:
+        answer = conn.call(k.API_VERSIONS_KEY, lambda m: m.ApiVersionsRequest(
+            client_software_name="cg-tests", client_software_version="1"))
+        assert {f.name: f.max_version_level for f in answer.finalized_features}["group.version"] == 1
+    off = broker_factory({**CONSUMER_PROTOCOL_BROKER_CONFIG, "group.version": "0"})
+    refused = heartbeat(off.bootstrap, unique_group(), uuid.uuid4().hex, 0, rebalance_timeout_ms=30_000,
+                        subscribed_topic_names=("t",), topic_partitions={})
+    assert refused.error_code == ErrorCode.unsupported_version

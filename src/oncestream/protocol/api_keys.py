@@ -98,4 +98,6 @@ API_VERSIONS: Final[dict[int, tuple[int, int]]] = {
 
 # Finalized feature levels announced in ApiVersions (v3+). transaction.version 2 tells clients
 # they may use KIP-890 part 2 (Produce v12, TxnOffsetCommit v5, EndTxn v5).
-FEATURES: Final[dict[str, tuple[int, int]]] = {"transaction.version": (0, 2)}
+# group.version 1 enables the KIP-848 consumer group protocol (0: ConsumerGroupHeartbeat and
+# ConsumerGroupDescribe answer UNSUPPORTED_VERSION, as Kafka with the feature off).
+FEATURES: Final[dict[str, tuple[int, int]]] = {"transaction.version": (0, 2), "group.version": (0, 1)}
