@@ -344,15 +344,15 @@ def summary(results: list[RoundResult]) -> dict[str, tuple[float, float]]:
     return out
 
 
-def write_docs_section(section: str) -> None:
-    """Replace this benchmark's section of docs/benchmarks.md, or append it; the rest of the
-    file (other benchmarks' sections) is kept byte for byte."""
+def write_docs_section(section: str, heading: str = DOCS_HEADING) -> None:
+    """Replace the section under ``heading`` (this benchmark's by default) of docs/benchmarks.md,
+    or append it; the rest of the file (other benchmarks' sections) is kept byte for byte."""
     text = DOCS_PATH.read_text() if DOCS_PATH.exists() else "# Benchmarks\n"
-    start = text.find(DOCS_HEADING)
+    start = text.find(heading)
     if start < 0:
         text = text.rstrip("\n") + "\n\n" + section
     else:
-        end = text.find("\n## ", start + len(DOCS_HEADING))
+        end = text.find("\n## ", start + len(heading))
         tail = "" if end < 0 else text[end:]
         text = text[:start] + section + tail
     DOCS_PATH.write_text(text)

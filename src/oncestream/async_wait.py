@@ -11,6 +11,8 @@ with ``asyncio.timeout``, which re-raises any cancellation it did not cause itse
 from __future__ import annotations
 
 import asyncio
+import logging
+from collections.abc import Callable
 from typing import Any
 
 
@@ -38,3 +40,22 @@ async def wait_done(future: asyncio.Future[Any], timeout_s: float) -> bool:
     except TimeoutError:
         return future.done()
     return True
+
+
+async def run_deadline_timer(next_deadline_ms: Callable[[], int | None], mono_ms: Callable[[], int],
+                             wake: asyncio.Event, tick: Callable[[], None], max_sleep_s: float,
+                             log: logging.Logger, what: str) -> None:
+    """A coordinator's timer task: sleep until its next deadline (at most ``max_sleep_s``, woken
+    early through ``wake`` when a call created a sooner one), then ``tick``. An exception of one
+    tick is logged and the loop goes on: one bad group must not stop every timer."""
+    while True:
+        deadline = next_deadline_ms()
+        sleep_s = max_sleep_s
+        if deadline is not None:
+            sleep_s = max(0.0, min((deadline - mono_ms()) / 1000, max_sleep_s))
+        wake.clear()
+        await wait_event(wake, sleep_s)
+        try:
+            tick()
+        except Exception:
+            log.exception("%s tick failed", what)

@@ -43,13 +43,18 @@ def write_file_atomically(
     sync_directory: bool = True,
     rename: Callable[[Path, Path], None] | None = None,
     fsync: Callable[[int], None] | None = None,
+    mode: int = 0o644,
 ) -> None:
     """Replace ``path`` with ``data`` all at once and durably; OSError on failure (the old file,
     if any, is then untouched). ``sync_directory=False`` leaves the directory fsync to a caller
     that renames several files and syncs once; ``rename`` and ``fsync`` (default: ``os``'s) let a
-    caller observe those steps."""
+    caller observe those steps. ``mode``: the new file's permissions (before the umask; 0o600 for
+    files only their owner may read)."""
     tmp_path = tmp_path_for(path)
-    fd = os.open(tmp_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _CLOEXEC, 0o644)
+    with_mode = os.path.exists(tmp_path)
+    fd = os.open(tmp_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _CLOEXEC, mode)
+    if with_mode:  # a leftover temporary file keeps its own permissions otherwise
+        os.fchmod(fd, mode)
     try:
         view = memoryview(data)
         while view:

@@ -57,12 +57,14 @@ class SqlServerProcess:
         self.runs += 1
         launcher = ["oncestream.cli"] if crash_step is None else \
             ["tests.support.sql_node_with_faults", "--crash-step", crash_step, "--"]
+        run_config = config if config is not None else self.config
         argv = [sys.executable, "-m", *launcher, "sql-server", "--bootstrap-server", self.bootstrap,
-                "--listen", "127.0.0.1:0", "--service-id", self.service_id, "--state-dir", str(self.state_dir),
-                "--ready-file", str(ready)]
+                "--service-id", self.service_id, "--state-dir", str(self.state_dir), "--ready-file", str(ready)]
+        if "listeners" not in run_config:  # a test giving ksqlDB's listeners (https://...) binds there instead
+            argv += ["--listen", "127.0.0.1:0"]
         if self.spark_master is not None:
             argv += ["--spark-master", self.spark_master]
-        for key, value in (config if config is not None else self.config).items():
+        for key, value in run_config.items():
             argv += ["--config", f"{key}={value}"]
         env = dict(os.environ)
         env["PYSPARK_PYTHON"] = sys.executable

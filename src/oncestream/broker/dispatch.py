@@ -28,6 +28,8 @@ from oncestream.broker.handlers import (
     records_admin,
     sasl,
     scram_admin,
+    share,
+    share_admin,
     topics,
     transactions,
 )
@@ -90,6 +92,13 @@ HANDLERS: dict[int, Handler] = {
     k.SASL_AUTHENTICATE: sasl.handle_authenticate,
     k.DESCRIBE_USER_SCRAM_CREDENTIALS: scram_admin.handle_describe,
     k.ALTER_USER_SCRAM_CREDENTIALS: scram_admin.handle_alter,
+    k.SHARE_GROUP_HEARTBEAT: share.handle_share_group_heartbeat,
+    k.SHARE_GROUP_DESCRIBE: share.handle_share_group_describe,
+    k.SHARE_FETCH: share.handle_share_fetch,
+    k.SHARE_ACKNOWLEDGE: share.handle_share_acknowledge,
+    k.DESCRIBE_SHARE_GROUP_OFFSETS: share_admin.handle_describe_offsets,
+    k.ALTER_SHARE_GROUP_OFFSETS: share_admin.handle_alter_offsets,
+    k.DELETE_SHARE_GROUP_OFFSETS: share_admin.handle_delete_offsets,
 }
 
 

@@ -1,6 +1,6 @@
 """oncestream's Kafka client: ``Producer`` (idempotent, transactional, KIP-939 two-phase commit),
-``Consumer`` (groups, read_committed) and ``Admin``, configured with Kafka property names and
-shaped like confluent-kafka's API.
+``Consumer`` (groups, read_committed), ``ShareConsumer`` (KIP-932 share groups) and ``Admin``,
+configured with Kafka property names and shaped like confluent-kafka's API.
 
 The public names are imported on first use (PEP 562 ``__getattr__``), so a process that only
 consumes does not import the producer and admin machinery at start-up (``from oncestream.client
@@ -42,6 +42,9 @@ if TYPE_CHECKING:
         TopicPartition,
     )
     from oncestream.client.consumer.consumer import Consumer
+    from oncestream.client.consumer.share_acks import AcknowledgeType
+    from oncestream.client.consumer.share_consumer import ShareConsumer
+    from oncestream.client.consumer.share_records import IllegalStateException, Messages
     from oncestream.client.producer.prepared_txn import PreparedTxnState
     from oncestream.client.producer.producer import Producer
 
@@ -50,6 +53,9 @@ _EXPORTS: dict[str, str] = {
     **dict.fromkeys(("AbortTransactionSpec", "Admin", "AdminClient", "ClusterDescription", "GroupDescription", "NewTopic",
                      "TopicDescription", "TransactionDescription"), "oncestream.client.admin.admin"),
     "Consumer": "oncestream.client.consumer.consumer",
+    "AcknowledgeType": "oncestream.client.consumer.share_acks",
+    **dict.fromkeys(("IllegalStateException", "Messages"), "oncestream.client.consumer.share_records"),
+    "ShareConsumer": "oncestream.client.consumer.share_consumer",
     **dict.fromkeys(("KafkaError", "KafkaException", "QueueFullError"), "oncestream.client.common.errors"),
     **dict.fromkeys(("OFFSET_BEGINNING", "OFFSET_END", "OFFSET_INVALID", "OFFSET_STORED", "TIMESTAMP_CREATE_TIME",
                      "TIMESTAMP_LOG_APPEND_TIME", "TIMESTAMP_NOT_AVAILABLE", "ConsumerGroupMetadata", "Message",
@@ -67,19 +73,23 @@ __all__ = [
     "TIMESTAMP_LOG_APPEND_TIME",
     "TIMESTAMP_NOT_AVAILABLE",
     "AbortTransactionSpec",
+    "AcknowledgeType",
     "Admin",
     "AdminClient",
     "ClusterDescription",
     "Consumer",
     "ConsumerGroupMetadata",
     "GroupDescription",
+    "IllegalStateException",
     "KafkaError",
     "KafkaException",
     "Message",
+    "Messages",
     "NewTopic",
     "PreparedTxnState",
     "Producer",
     "QueueFullError",
+    "ShareConsumer",
     "TopicDescription",
     "TopicPartition",
     "TransactionDescription",

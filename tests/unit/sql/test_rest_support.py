@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +21,7 @@ from typing import Any
 from oncestream.sql.engine.interface import ColumnHeader
 from oncestream.sql.errors import QUERY_ENDPOINT, KsqlError, NotFoundError, StatementError
 from oncestream.sql.server.rest.app import KsqlRestApp, create_app
+from oncestream.sql.server.rest.listener import TlsSettings
 from oncestream.sql.server.rest.serve import serve
 
 QUERY_ENDPOINT_MESSAGE = ("The following statement types should be issued to the websocket endpoint '/query':\n"
@@ -192,17 +193,22 @@ class RunningServer:
     engine: MemoryEngine
     app: KsqlRestApp
     port: int
+    scheme: str = "http"
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{self.scheme}://127.0.0.1:{self.port}"
 
 
 @contextmanager
-def running_server(engine: Any = None, *, max_body_bytes: int = 64 * 1024, heartbeat_ms: int = 1000) -> Iterator[RunningServer]:
-    """The real hypercorn server on 127.0.0.1, port 0, in a thread with its own event loop."""
+def running_server(engine: Any = None, *, max_body_bytes: int = 64 * 1024, heartbeat_ms: int = 1000,
+                   wrap: Callable[[KsqlRestApp], Any] | None = None,
+                   tls: TlsSettings | None = None) -> Iterator[RunningServer]:
+    """The real hypercorn server on 127.0.0.1, port 0, in a thread with its own event loop; the app
+    wrapped by ``wrap`` (a middleware), over HTTPS with ``tls``."""
     engine = engine if engine is not None else MemoryEngine()
-    app = create_app(engine, max_body_bytes=max_body_bytes, heartbeat_ms=heartbeat_ms)
+    rest_app = create_app(engine, max_body_bytes=max_body_bytes, heartbeat_ms=heartbeat_ms)
+    app = wrap(rest_app) if wrap is not None else rest_app
     loop = asyncio.new_event_loop()
     if isinstance(engine, MemoryEngine):
         engine.loop = loop
@@ -218,7 +224,7 @@ def running_server(engine: Any = None, *, max_body_bytes: int = 64 * 1024, heart
     def run() -> None:
         asyncio.set_event_loop(loop)
         try:
-            loop.run_until_complete(serve(app, "127.0.0.1", 0, shutdown, ready))
+            loop.run_until_complete(serve(app, "127.0.0.1", 0, shutdown, ready, tls=tls))
         except BaseException as exc:  # noqa: BLE001 - reported to the test thread
             failure.append(exc)
             port_ready.set()
@@ -231,7 +237,7 @@ def running_server(engine: Any = None, *, max_body_bytes: int = 64 * 1024, heart
     if failure or not ports:
         raise RuntimeError(f"server did not start: {failure}")
     try:
-        yield RunningServer(engine, app, ports[0])
+        yield RunningServer(engine, rest_app, ports[0], "https" if tls is not None else "http")
     finally:
         loop.call_soon_threadsafe(shutdown.set)
         thread.join(30)

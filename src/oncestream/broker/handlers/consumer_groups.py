@@ -50,6 +50,9 @@ def handle_consumer_group_heartbeat(
     # to a client that may not see it).
     if not authorize(state, Op.READ, Res.GROUP, request.group_id):
         return refuse(ErrorCode.group_authorization_failed, "not authorized to read the group")
+    if state.shares.groups.group(request.group_id) is not None:
+        # A share group's id (KIP-932): Kafka answers that it is not a consumer group.
+        return refuse(ErrorCode.group_id_not_found, f"Group {request.group_id} is not a consumer group.")
     names = request.subscribed_topic_names
     if names and not all(authorize(state, Op.DESCRIBE, Res.TOPIC, n) for n in names):
         return refuse(ErrorCode.topic_authorization_failed, "not authorized to describe every subscribed topic")

@@ -18,6 +18,7 @@ from kio.schema.errors import ErrorCode
 
 from oncestream.broker.authorize import Op, Res, authorize, authorized_operations
 from oncestream.broker.connection_context import client_host, current_session
+from oncestream.broker.handlers import share
 from oncestream.broker.state import BrokerState
 from oncestream.coordinator.group.messages import (
     FetchedOffset,
@@ -95,8 +96,13 @@ def handle_find_coordinator(state: BrokerState, header: RequestHeader, request: 
 
 async def handle_join_group(state: BrokerState, header: RequestHeader, request: wire.JoinGroupRequest) -> object:
     m = response_module(k.JOIN_GROUP, header.api_version)
+    error = ErrorCode.none
     if not authorize(state, Op.READ, Res.GROUP, request.group_id):
-        return build(m.JoinGroupResponse, throttle_time=_ZERO, error_code=ErrorCode.group_authorization_failed,
+        error = ErrorCode.group_authorization_failed
+    elif state.shares.groups.group(request.group_id) is not None:
+        error = ErrorCode.inconsistent_group_protocol  # a share group's id (Kafka answers the same)
+    if error != ErrorCode.none:
+        return build(m.JoinGroupResponse, throttle_time=_ZERO, error_code=error,
                      generation_id=-1, protocol_type=None, protocol_name=None if header.api_version >= 7 else "", leader="",
                      skip_assignment=False, member_id="", members=())
     svc = state.groups
@@ -455,14 +461,26 @@ def handle_list_groups(state: BrokerState, header: RequestHeader, request: wire.
         for g in result.groups
         if everything or authorize(state, Op.DESCRIBE, Res.GROUP, g.group_id)
     )
+    # KIP-932 share groups (broker/handlers/share.py), listed as Kafka lists them.
+    groups += tuple(
+        build(m.ListedGroup, group_id=group_id, protocol_type=share.SHARE_GROUP_TYPE, group_state=group_state,
+              group_type=share.SHARE_GROUP_TYPE)
+        for group_id, group_state in share.listed_share_groups(state, getattr(request, "states_filter", ()),
+                                                               getattr(request, "types_filter", ()))
+        if everything or authorize(state, Op.DESCRIBE, Res.GROUP, group_id)
+    )
     return build(m.ListGroupsResponse, throttle_time=_ZERO, error_code=result.error, groups=groups)
 
 
 def handle_delete_groups(state: BrokerState, header: RequestHeader, request: wire.DeleteGroupsRequest) -> object:
     m = response_module(k.DELETE_GROUPS, header.api_version)
     permitted = [g for g in request.groups_names if authorize(state, Op.DELETE, Res.GROUP, g)]
-    result, writes = state.groups.coordinator.delete_groups(permitted, state.now_ms(), mono_ms=state.mono_ms())
+    # KIP-932 share groups are deleted with their share-partition state (broker/handlers/share.py).
+    share_ids = [g for g in permitted if state.shares.groups.group(g) is not None]
+    classic_ids = [g for g in permitted if g not in share_ids]
+    result, writes = state.groups.coordinator.delete_groups(classic_ids, state.now_ms(), mono_ms=state.mono_ms())
     errors = dict(state.groups.finish_delete_groups(result, writes).errors)
+    errors.update((g, share.delete_share_group(state, g)) for g in share_ids)
     errors.update((g, ErrorCode.group_authorization_failed) for g in request.groups_names if g not in permitted)
     return build(
         m.DeleteGroupsResponse,

@@ -160,6 +160,29 @@ _CONSUMER: dict[str, _Key] = {
     "client.rack": _Key(_str, ""),
 }
 
+# KIP-932 share consumers: the Java KafkaShareConsumer's and librdkafka's names.
+_SHARE_CONSUMER: dict[str, _Key] = {
+    "group.id": _Key(lambda v: None if v is None else str(v), None),
+    "share.acknowledgement.mode": _Key(lambda v: _one_of(v, ("implicit", "explicit")), "implicit"),
+    "share.acquire.mode": _Key(lambda v: _one_of(v, ("batch_optimized", "record_limit")), "batch_optimized"),
+    "max.poll.records": _Key(_int, 500),
+    "fetch.min.bytes": _Key(_int, 1),
+    "fetch.wait.max.ms": _Key(_int, 500),
+    "fetch.max.bytes": _Key(_int, 52428800),
+    "max.partition.fetch.bytes": _Key(_int, 1048576),
+    "check.crcs": _Key(_bool, False),
+    "client.rack": _Key(_str, ""),
+    "allow.auto.create.topics": _Key(_bool, False),
+}
+
+
+def _one_of(value: Any, choices: tuple[str, ...]) -> str:
+    text = str(value).strip().lower()
+    if text not in choices:
+        raise ValueError(f"must be one of {', '.join(choices)}")
+    return text
+
+
 _ALIASES = {
     "metadata.broker.list": "bootstrap.servers",
     "request.required.acks": "acks",
@@ -192,12 +215,15 @@ class Config(dict[str, Any]):
 
 
 def resolve(conf: Mapping[str, Any], role: str) -> Config:
-    """Apply aliases and defaults for ``role`` ('producer', 'consumer', 'admin') and validate."""
+    """Apply aliases and defaults for ``role`` ('producer', 'consumer', 'share_consumer', 'admin')
+    and validate."""
     known = dict(_COMMON)
     if role == "producer":
         known.update(_PRODUCER)
     elif role == "consumer":
         known.update(_CONSUMER)
+    elif role == "share_consumer":
+        known.update(_SHARE_CONSUMER)
     flat: dict[str, Any] = {}
     for key, value in conf.items():
         if key == "default.topic.config" and isinstance(value, Mapping):
@@ -212,7 +238,7 @@ def resolve(conf: Mapping[str, Any], role: str) -> Config:
         if role == "consumer" and key == "auto.offset.reset":
             target = key
         if target not in known:
-            if target in _IGNORED or target in _PRODUCER or target in _CONSUMER:
+            if target in _IGNORED or target in _PRODUCER or target in _CONSUMER or target in _SHARE_CONSUMER:
                 continue  # another role's key (shared dicts are common) or a librdkafka knob
             log.warning("oncestream client: configuration property %r is not supported; ignored", key)
             continue

@@ -2,6 +2,7 @@
 
     oncestream sql-server --bootstrap-server HOST:PORT --listen HOST:PORT --service-id ID
         --state-dir DIR [--spark-master URL] [--config key=value ...] [--ready-file F]
+    oncestream sql-users add --file USERS --user NAME [--password PW]
 
 One SparkSession per process (``local[*]`` unless ``--spark-master``), the node (command topic,
 replay, query placement) and the REST API (HTTP/1.1 and h2c on one port). ``--config`` takes:
@@ -16,7 +17,11 @@ replay, query placement) and the REST API (HTTP/1.1 and h2c on one port). ``--co
 - the node's own settings (``ksql.command.timeout.ms``, ``ksql.query.assignment.session.timeout.ms``,
   ``ksql.query.assignment.heartbeat.interval.ms``, ``ksql.query.assignment.instance.id`` (the
   node's ``group.instance.id``; default: an id kept in the state dir, empty: none, see
-  node_identity), ``ksql.internal.topic.replicas``, ``ksql.max.body.bytes``).
+  node_identity), ``ksql.internal.topic.replicas``, ``ksql.max.body.bytes``);
+- the REST API's security, ksqlDB's names: ``listeners=https://HOST:PORT`` with the PEM
+  ``listener.ssl.*`` files (rest/listener.py), ``authentication.method=BASIC`` with
+  ``authentication.users.file``, ``authentication.realm``, ``authentication.skip.paths``
+  (rest/basic_auth.py; ``oncestream sql-users add`` writes the users file, docs/sql-security.md).
 
 A caller building the node from Python passes ``run(args, write_steps=...)``: an observer of the
 command-topic write steps (command_topic.WriteStepObserver; tests inject crashes this way).
@@ -52,12 +57,15 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from oncestream.client import KafkaException
 from oncestream.process_shutdown import STOP_SIGNALS, ShutdownBound, install_stop_signals, shutdown_timeout_ms
 from oncestream.sql.engine.two_phase_check import two_phase_commit_refusal
 from oncestream.sql.server.command_topic import WriteStepObserver
+
+if TYPE_CHECKING:
+    from oncestream.sql.server.rest.listener import Listener
 
 log = logging.getLogger("oncestream.sql")
 
@@ -74,11 +82,40 @@ def register(sub: Any) -> None:
     p = sub.add_parser("sql-server", help="run a SQL server node (ksqlDB's REST API) in the foreground")
     add_arguments(p)
     p.set_defaults(func=run)
+    u = sub.add_parser("sql-users", help="add a user to a SQL server's Basic-authentication users file")
+    u.add_argument("action", choices=["add"])
+    u.add_argument("--file", required=True, help="the users file (authentication.users.file); created if missing")
+    u.add_argument("--user", required=True)
+    u.add_argument("--password", help="default: $ONCESTREAM_SQL_USER_PASSWORD, else asked on the terminal")
+    u.set_defaults(func=run_users)
+
+
+def run_users(args: argparse.Namespace) -> int:
+    """``oncestream sql-users add``: add or replace one user's salted scrypt hash in the file."""
+    import getpass
+
+    from oncestream.sql.server.rest.users_file import UsersFileError, set_user
+
+    password = args.password or os.environ.get("ONCESTREAM_SQL_USER_PASSWORD")
+    if not password:
+        if not sys.stdin.isatty():
+            print("oncestream sql-users: give --password or $ONCESTREAM_SQL_USER_PASSWORD", file=sys.stderr)
+            return 1
+        password = getpass.getpass(f"Password for {args.user}: ")
+    try:
+        new = set_user(args.file, args.user, password)
+    except (UsersFileError, OSError) as exc:
+        print(f"oncestream sql-users: {exc}", file=sys.stderr)
+        return 1
+    print(f"{'added' if new else 'replaced the password of'} user {args.user} in {args.file}")
+    return 0
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bootstrap-server", required=True, help="Kafka bootstrap HOST:PORT[,HOST:PORT...]")
-    p.add_argument("--listen", default="127.0.0.1:8088", help="HOST:PORT of the REST API (port 0: any free port)")
+    p.add_argument("--listen", default=None,
+                   help="HOST:PORT of the REST API over HTTP (default 127.0.0.1:8088; port 0: any free port); "
+                        "or --config listeners=https://HOST:PORT")
     p.add_argument("--service-id", required=True, help="nodes with the same service id share one metastore")
     p.add_argument("--state-dir", required=True, help="local state (checkpoints unless checkpoint.root)")
     p.add_argument("--spark-master", default=None, help="Spark master URL (default local[*])")
@@ -102,13 +139,6 @@ def _parse_config(items: list[str] | None) -> dict[str, str]:
 def client_properties(props: dict[str, str]) -> dict[str, str]:
     """The --config entries that every Kafka client of the node gets."""
     return {k: v for k, v in props.items() if k.startswith(CLIENT_PROPERTY_PREFIXES)}
-
-
-def _listen(listen: str) -> tuple[str, int]:
-    host, sep, port = listen.rpartition(":")
-    if not sep:
-        raise SystemExit(f"oncestream sql-server: --listen expects HOST:PORT, got {listen!r}")
-    return host or "0.0.0.0", int(port)
 
 
 def _write_ready(path: Path, body: dict[str, Any]) -> None:
@@ -226,8 +256,19 @@ def run(args: argparse.Namespace, *, write_steps: WriteStepObserver | None = Non
     from oncestream.sql.server.node import Node, NodeSettings
     from oncestream.sql.server.node_identity import NodeIdentityError, node_instance_id
     from oncestream.sql.server.rest.app import create_app
+    from oncestream.sql.server.rest.basic_auth import AuthConfigError, BasicAuthMiddleware, BasicAuthSettings
+    from oncestream.sql.server.rest.listener import ListenerConfigError, listener_from
+    from oncestream.sql.server.rest.users_file import UsersFileError, load_users
 
     props = _parse_config(args.config)
+    try:
+        # Before anything starts: a listener or users file that cannot work is the operator's to fix.
+        listener = listener_from(args.listen, props)
+        basic_auth = BasicAuthSettings.from_properties(props)
+        users = load_users(basic_auth.users_file) if basic_auth is not None else {}
+    except (ListenerConfigError, AuthConfigError, UsersFileError) as exc:
+        log.error("oncestream sql: %s", exc)
+        return 1
     try:
         bound = ShutdownBound(shutdown_timeout_ms(props, _DEFAULT_SHUTDOWN_TIMEOUT_MS), "oncestream sql",
                               before_forced_exit=_kill_children)
@@ -252,7 +293,6 @@ def run(args: argparse.Namespace, *, write_steps: WriteStepObserver | None = Non
         replication_factor=int(props.get("ksql.internal.topic.replicas", 1)),
         state_dir=str(state_dir), instance_id=instance_id,
     )
-    host, port = _listen(args.listen)
 
     def make() -> tuple[Any, Any]:
         spark = _spark_session(args.spark_master, props, state_dir)
@@ -282,8 +322,10 @@ def run(args: argparse.Namespace, *, write_steps: WriteStepObserver | None = Non
                          name="sql-two-phase-commit-check", daemon=True).start()
         if not node.runner.wait_replayed(_REPLAY_TIMEOUT_S) and node.runner.degraded_reason is None:
             log.error("oncestream sql: the command topic was not replayed within %.0f s", _REPLAY_TIMEOUT_S)
-        app = create_app(node, max_body_bytes=int(props.get("ksql.max.body.bytes", _DEFAULT_MAX_BODY_BYTES)))
-        asyncio.run(_serve(app, node, runtime, host, port, args, bound))
+        app: Any = create_app(node, max_body_bytes=int(props.get("ksql.max.body.bytes", _DEFAULT_MAX_BODY_BYTES)))
+        if basic_auth is not None:
+            app = BasicAuthMiddleware(app, users, realm=basic_auth.realm, skip_paths=basic_auth.skip_paths)
+        asyncio.run(_serve(app, node, runtime, listener, args, bound))
     except _Terminated:
         log.info("oncestream sql: terminated while starting")
     except (KafkaException, KsqlError) as exc:
@@ -388,7 +430,7 @@ class _NoSession:
         """Nothing to stop but the JVM (``_stop_spark`` does that)."""
 
 
-async def _serve(app: Any, node: Any, runtime: SparkRuntime, host: str, port: int, args: argparse.Namespace,
+async def _serve(app: Any, node: Any, runtime: SparkRuntime, listener: Listener, args: argparse.Namespace,
                  bound: ShutdownBound) -> None:
     from oncestream.sql.server.rest.serve import serve
 
@@ -396,14 +438,16 @@ async def _serve(app: Any, node: Any, runtime: SparkRuntime, host: str, port: in
     install_stop_signals(asyncio.get_running_loop(), bound, shutdown.set)
 
     def ready(bound_port: int) -> None:
-        advertised = args.advertised_url or f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{bound_port}"
+        # Nodes exchange no HTTP requests (they coordinate through Kafka); the advertised URL is what
+        # clients are told (SHOW QUERIES, /clusterStatus), so it carries the listener's scheme.
+        advertised = args.advertised_url or listener.url(bound_port)
         node.join_cluster(advertised)
         if args.ready_file:
-            _write_ready(Path(args.ready_file), {"host": host, "port": bound_port, "url": advertised,
+            _write_ready(Path(args.ready_file), {"host": listener.host, "port": bound_port, "url": advertised,
                                                  "serviceId": node.service_id, "sparkUiUrl": runtime.ui_url()})
         log.info("oncestream sql: node %s of service %s ready", advertised, node.service_id)
 
-    await serve(app, host, port, shutdown, ready)
+    await serve(app, listener.host, listener.port, shutdown, ready, tls=listener.tls)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -5,6 +5,9 @@
   stream their rows until LIMIT or Ctrl-C, which closes the query on the server.
 - ``-e STATEMENTS`` / ``-f FILE`` (or statements piped into stdin): run the statements in order
   and exit; the first error is printed (on stderr) and the exit code is 1.
+- ``--user NAME`` (``-u``) and ``--password`` (asked on the terminal when omitted), ``--ca-file``
+  and ``--client-cert``/``--client-key``: a server secured with HTTPS and Basic authentication
+  (ksqlDB's CLI takes ``-u``/``-p``; here ``-p`` stays ``--property``).
 - ``SET 'name'='value';`` and ``UNSET 'name';`` are kept by the shell, as ksqlDB's CLI keeps them,
   and sent with every later request (``streamsProperties`` on /ksql, ``properties`` on
   /query-stream); ``RUN SCRIPT 'file.sql';`` runs a file's statements; ``exit``/``quit`` (or
@@ -351,11 +354,23 @@ def run(args: argparse.Namespace, *, out: TextIO | None = None, err: TextIO | No
     """The ``oncestream sql`` command."""
     import httpx
 
-    from oncestream.sql.server.rest.client import RestClient, ServerError
+    from oncestream.sql.server.rest.client import Credentials, RestClient, ServerError
 
     out = out or sys.stdout
     err = err or sys.stderr
-    with RestClient(args.server) as client:
+    # getattr: callers building their Namespace by hand (before these options existed) still work.
+    user, password = getattr(args, "user", None), getattr(args, "password", None)
+    if user is not None and password is None:
+        if not sys.stdin.isatty():
+            err.write("--user needs --password when the terminal cannot ask for it\n")
+            return 1
+        import getpass
+
+        password = getpass.getpass("Password: ")
+    credentials = Credentials(user=user, password=password, ca_file=getattr(args, "ca_file", None),
+                              client_cert=getattr(args, "client_cert", None),
+                              client_key=getattr(args, "client_key", None))
+    with RestClient(args.server, credentials=credentials) as client:
         shell = Shell(client, out=out, err=err)
         for item in args.property or []:
             name, sep, value = item.partition("=")
@@ -365,7 +380,14 @@ def run(args: argparse.Namespace, *, out: TextIO | None = None, err: TextIO | No
             shell.properties[name.strip()] = value.strip()
         try:
             info = client.info()
-        except (ServerError, httpx.HTTPError, OSError) as exc:
+        except ServerError as exc:
+            if exc.status == 401:  # ksql's CLI says the same when -u/-p do not check
+                err.write(f"The SQL server at {args.server} refused the credentials (HTTP 401: {exc}); "
+                          "give --user and --password\n")
+            else:
+                err.write(f"Cannot reach the SQL server at {args.server}: {exc}\n")
+            return 1
+        except (httpx.HTTPError, OSError) as exc:
             err.write(f"Cannot reach the SQL server at {args.server}: {exc}\n")
             return 1
         if args.execute is not None or args.file is not None:
@@ -403,4 +425,9 @@ def register(sub: Any) -> None:
     p.add_argument("--property", "-p", action="append", metavar="NAME=VALUE",
                    help="a property sent with every request (as SET would)")
     p.add_argument("--history-file", help=f"history file (default ${HISTORY_ENV} or ~/.oncestream_sql_history)")
+    p.add_argument("--user", "-u", help="user name for HTTP Basic authentication")
+    p.add_argument("--password", help="password for --user (asked on the terminal when omitted)")
+    p.add_argument("--ca-file", help="PEM CA certificate(s) to verify an https:// server with")
+    p.add_argument("--client-cert", help="PEM client certificate (and key) for a listener asking for one")
+    p.add_argument("--client-key", help="PEM key of --client-cert, if in its own file")
     p.set_defaults(func=run)

@@ -4,6 +4,10 @@ Statements go to ``POST /ksql``; queries to ``POST /query-stream`` asking for
 ``application/vnd.ksql.v1+json``, the framing that carries ksqlDB's final message ("Limit
 Reached"), so the shell can say why a query ended. A query is stopped by closing its response
 (the server closes the query when the client goes away) and by ``POST /close-query``.
+
+A secured server (docs/sql-security.md) is reached as ksqlDB's CLI reaches one: an ``https://``
+URL verified against ``ca_file`` (default: the system's CAs), a client certificate when the
+listener asks for one, and HTTP Basic ``user`` / ``password`` sent with every request.
 """
 
 from __future__ import annotations
@@ -88,14 +92,30 @@ def _array_items(lines: Iterator[str]) -> Iterator[dict[str, Any]]:
             yield json.loads(line)
 
 
-class RestClient:
-    """Talks HTTP/1.1 to one server (``url`` like ``http://localhost:8088``)."""
+@dataclass(frozen=True)
+class Credentials:
+    """How to authenticate to a secured server (all optional)."""
 
-    def __init__(self, url: str, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+    user: str | None = None
+    password: str | None = None
+    ca_file: str | None = None  # PEM CA(s) the server's certificate must chain to
+    client_cert: str | None = None  # PEM client certificate (and key, unless client_key)
+    client_key: str | None = None
+
+
+class RestClient:
+    """Talks HTTP/1.1 to one server (``url`` like ``http://localhost:8088`` or ``https://...``)."""
+
+    def __init__(self, url: str, *, timeout_s: float = DEFAULT_TIMEOUT_S,
+                 credentials: Credentials | None = None) -> None:
         self.url = url.rstrip("/")
+        creds = credentials or Credentials()
+        auth = httpx.BasicAuth(creds.user, creds.password or "") if creds.user is not None else None
+        cert = (creds.client_cert, creds.client_key) if creds.client_cert and creds.client_key else creds.client_cert
         # Push queries wait for rows without bound; only connecting is time-limited.
         self._http = httpx.Client(base_url=self.url, timeout=httpx.Timeout(timeout_s, read=None),
-                                  headers={"Accept": KSQL_V1_JSON})
+                                  headers={"Accept": KSQL_V1_JSON}, auth=auth,
+                                  verify=creds.ca_file or True, cert=cert)
 
     def close(self) -> None:
         self._http.close()

@@ -4,7 +4,8 @@ hypercorn reads the first bytes of every plaintext connection: the HTTP/2 connec
 (``PRI * HTTP/2.0``, "prior knowledge", what ksqlDB's Java client and ``httpx`` with
 ``http2=True, http1=False`` send) switches the connection to HTTP/2; anything else is HTTP/1.1
 (including ``Upgrade: h2c``, which hypercorn also honours). So no configuration is needed for
-h2c beyond not enabling TLS.
+h2c beyond not enabling TLS. With ``tls`` (an ``https://`` listener, rest/listener.py) the
+socket speaks TLS instead, offering HTTP/2 and HTTP/1.1 through ALPN (hypercorn's defaults).
 
 We bind the listening socket ourselves and hand it to hypercorn as ``fd://``: that is how a caller
 binding port 0 learns the port (``ready(port)``) before the first request.
@@ -23,6 +24,7 @@ from hypercorn.config import Config
 from hypercorn.typing import ASGIFramework
 
 from oncestream.sql.server.rest.app import KsqlRestApp
+from oncestream.sql.server.rest.listener import TlsSettings
 
 log = logging.getLogger(__name__)
 
@@ -49,10 +51,14 @@ def bind_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-def make_config(sock: socket.socket, *, graceful_timeout_s: float = GRACEFUL_TIMEOUT_S) -> Config:
-    """hypercorn's config for serving on an already bound ``sock`` (ownership passes to hypercorn)."""
+def make_config(sock: socket.socket, *, graceful_timeout_s: float = GRACEFUL_TIMEOUT_S,
+                tls: TlsSettings | None = None) -> Config:
+    """hypercorn's config for serving on an already bound ``sock`` (ownership passes to hypercorn),
+    over TLS with ``tls``."""
     config = Config()
     config.bind = [f"fd://{sock.detach()}"]
+    if tls is not None:
+        tls.apply(config)
     config.graceful_timeout = graceful_timeout_s
     config.accesslog = None
     config.errorlog = logging.getLogger("hypercorn.error")
@@ -65,8 +71,9 @@ def make_config(sock: socket.socket, *, graceful_timeout_s: float = GRACEFUL_TIM
 
 async def serve(app: AsgiApp, host: str, port: int, shutdown_event: asyncio.Event,
                 ready: Callable[[int], None] | None = None, *,
-                graceful_timeout_s: float = GRACEFUL_TIMEOUT_S) -> None:
-    """Serve ``app`` on ``host:port`` (HTTP/1.1 and h2c) until ``shutdown_event`` is set.
+                graceful_timeout_s: float = GRACEFUL_TIMEOUT_S, tls: TlsSettings | None = None) -> None:
+    """Serve ``app`` on ``host:port`` (HTTP/1.1 and h2c; HTTPS with ``tls``) until ``shutdown_event``
+    is set. ``app`` may wrap a ``KsqlRestApp`` (a middleware exposing the wrapped app as ``.app``).
 
     ``ready(port)`` is called with the bound port once the socket listens (connections made from
     then on are served). On shutdown, a ``KsqlRestApp`` first ends its streaming queries, then
@@ -74,18 +81,31 @@ async def serve(app: AsgiApp, host: str, port: int, shutdown_event: asyncio.Even
     and returns."""
     sock = bind_socket(host, port)
     bound_port = int(sock.getsockname()[1])
-    log.info("SQL REST API listening on %s:%d (HTTP/1.1 and h2c)", host, bound_port)
+    log.info("SQL REST API listening on %s:%d (%s)", host, bound_port,
+             "HTTPS: HTTP/1.1 and h2" if tls is not None else "HTTP/1.1 and h2c")
     if ready is not None:
         try:
             ready(bound_port)
         except BaseException:
             sock.close()
             raise
-    config = make_config(sock, graceful_timeout_s=graceful_timeout_s)
+    config = make_config(sock, graceful_timeout_s=graceful_timeout_s, tls=tls)
+    rest_app = _rest_app(app)
 
     async def shutdown_trigger() -> None:
         await shutdown_event.wait()
-        if isinstance(app, KsqlRestApp):
-            await app.close_streams()
+        if rest_app is not None:
+            await rest_app.close_streams()
 
     await hypercorn_serve(cast(ASGIFramework, app), config, shutdown_trigger=shutdown_trigger, mode="asgi")
+
+
+def _rest_app(app: object) -> KsqlRestApp | None:
+    """The ``KsqlRestApp`` that ``app`` is or wraps (through middlewares' ``.app``), if any."""
+    for _ in range(8):
+        if isinstance(app, KsqlRestApp):
+            return app
+        app = vars(app).get("app") if hasattr(app, "__dict__") else None
+        if app is None:
+            return None
+    return None
