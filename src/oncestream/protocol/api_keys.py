@@ -48,6 +48,8 @@ ALTER_USER_SCRAM_CREDENTIALS: Final = 51
 DESCRIBE_PRODUCERS: Final = 61
 DESCRIBE_TRANSACTIONS: Final = 65
 LIST_TRANSACTIONS: Final = 66
+CONSUMER_GROUP_HEARTBEAT: Final = 68
+CONSUMER_GROUP_DESCRIBE: Final = 69
 SHARE_GROUP_HEARTBEAT: Final = 76
 SHARE_GROUP_DESCRIBE: Final = 77
 SHARE_FETCH: Final = 78
@@ -62,8 +64,8 @@ API_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     FETCH: (4, 12),  # v13+ address topics by id
     LIST_OFFSETS: (1, 7),  # v8 adds KIP-1005 tiered-storage offsets: not ours
     METADATA: (0, 12),
-    OFFSET_COMMIT: (2, 8),  # v9+ belong to the KIP-848 consumer protocol
-    OFFSET_FETCH: (1, 8),
+    OFFSET_COMMIT: (2, 10),  # v9: member id + member epoch (KIP-848); v10: topics by id
+    OFFSET_FETCH: (1, 10),  # v9: member id + member epoch checked (KIP-848); v10: topics by id
     FIND_COORDINATOR: (0, 4),
     JOIN_GROUP: (0, 9),
     HEARTBEAT: (0, 4),
@@ -97,6 +99,8 @@ API_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     DESCRIBE_PRODUCERS: (0, 0),
     DESCRIBE_TRANSACTIONS: (0, 0),
     LIST_TRANSACTIONS: (0, 1),
+    CONSUMER_GROUP_HEARTBEAT: (0, 1),  # KIP-848; v1: the client makes its member id (KIP-1082)
+    CONSUMER_GROUP_DESCRIBE: (0, 1),
     # KIP-932 share groups, v1 each: what librdkafka 2.16 sends (its only version) and Kafka 4.x's
     # first GA version. ShareFetch/ShareAcknowledge v2 (record-limit acquire mode, RENEW
     # acknowledgements) are not served.
@@ -117,5 +121,7 @@ SHARE_GROUP_APIS: Final = frozenset({SHARE_GROUP_HEARTBEAT, SHARE_GROUP_DESCRIBE
 # Finalized feature levels announced in ApiVersions (v3+). transaction.version 2 tells clients
 # they may use KIP-890 part 2 (Produce v12, TxnOffsetCommit v5, EndTxn v5).
 # share.version 1 enables KIP-932 share groups (level 0, or group.share.enable=false, turns the
-# share APIs off as Kafka 4.2 does).
-FEATURES: Final[dict[str, tuple[int, int]]] = {"transaction.version": (0, 2), "share.version": (0, 1)}
+# share APIs off as Kafka 4.2 does). group.version 1 enables the KIP-848 consumer group protocol
+# (0: ConsumerGroupHeartbeat and ConsumerGroupDescribe answer UNSUPPORTED_VERSION).
+FEATURES: Final[dict[str, tuple[int, int]]] = {
+    "transaction.version": (0, 2), "share.version": (0, 1), "group.version": (0, 1)}
