@@ -324,6 +324,12 @@ class ConsumerMembership:
         self._sent = None
         self._backoff_until_ms = self._next_heartbeat_ms = now_ms + self.retry_backoff_ms
 
+    def abandon_in_flight(self) -> None:
+        """The heartbeat in flight will never be answered here (its task was cancelled)."""
+        if self._in_flight:
+            self._in_flight = False
+            self._sent = None
+
     def on_heartbeat_response(self, response: HeartbeatResponse, now_ms: float) -> HeartbeatError | None:
         """Apply a heartbeat's answer; returns the error the application should hear of, if any."""
         self._in_flight = False

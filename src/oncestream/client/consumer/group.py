@@ -371,6 +371,15 @@ class GroupMembership:
 
     # --- offsets ------------------------------------------------------------------------------
 
+    # OffsetCommit v9+ carry a KIP-848 member epoch: the consumer protocol's membership sends them.
+    offset_commit_max_version = 8
+
+    async def _commit_retry(self, errors: dict[tuple[str, int], int], sent_generation: int, attempt: int) -> bool:
+        """Whether a commit answered with ``errors`` (its ``attempt``-th answer, from 1) is worth
+        sending again as it is (with the identity of the moment, after any wait it needs); the
+        consumer protocol retries STALE_MEMBER_EPOCH."""
+        return False
+
     async def commit(self, offsets: list[tuple[str, int, int, str | None, int]], *,
                      in_group: bool) -> dict[tuple[str, int], int]:
         """OffsetCommit of (topic, partition, offset, metadata, leader epoch); returns the error
@@ -378,7 +387,9 @@ class GroupMembership:
         by_topic: dict[str, list[tuple[int, int, str | None, int]]] = {}
         for topic, partition, offset, metadata, epoch in offsets:
             by_topic.setdefault(topic, []).append((partition, offset, metadata, epoch))
+        attempt = 0
         while True:
+            attempt += 1
             generation = self.generation_id if in_group else -1
             member_id = self.member_id if in_group else ""
 
@@ -407,7 +418,7 @@ class GroupMembership:
                 )
 
             try:
-                response = await self._send(OFFSET_COMMIT, make, max_version=8)
+                response = await self._send(OFFSET_COMMIT, make, max_version=self.offset_commit_max_version)
             except (ConnectionLostError, RequestTimedOutError):
                 await asyncio.sleep(self.retry_backoff_s)
                 continue
@@ -420,6 +431,8 @@ class GroupMembership:
                       for t in response.topics for p in t.partitions}
             if any(self._coordinator_error(code) for code in errors.values()):
                 await asyncio.sleep(self.retry_backoff_s)
+                continue
+            if in_group and await self._commit_retry(errors, generation, attempt):
                 continue
             if any(code in _FENCED or code == ErrorCode.rebalance_in_progress for code in errors.values()):
                 self.rejoin_needed = True
