@@ -146,7 +146,9 @@ def test_fenced_member_wakes_the_poll_and_rejoins_with_epoch_zero_and_the_same_i
         step = member.reconciliation(lambda tid: "orders")
         assert step is not None
         member.reconciled(step)
+        woken.clear()
         await until(lambda: member.state is MemberState.FENCED, "fencing")
+        assert woken, "the consumer's poll must hear of the fencing (on_lost)"
         assert member.needs_poll()
         assert member.generation_id == -1  # a fenced member's commits would only be refused
         member.lost_handled()
