@@ -17,9 +17,9 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from oncestream.client.common.config import resolve
-from oncestream.client.consumer.consumer_group_member import CONSUMER_GROUP_HEARTBEAT, ConsumerGroupMember
+from oncestream.client.consumer.consumer_group_member import ConsumerGroupMember
 from oncestream.client.consumer.consumer_membership import LEAVE_STATIC_EPOCH, MemberState
-from oncestream.protocol.api_keys import OFFSET_COMMIT
+from oncestream.protocol.api_keys import CONSUMER_GROUP_HEARTBEAT, OFFSET_COMMIT
 from oncestream.protocol.codec import reader_for, writer_for
 from oncestream.protocol.schemas import request_module, response_module
 

@@ -42,11 +42,11 @@ from oncestream.client.consumer.consumer_membership import (
     Reconciliation,
 )
 from oncestream.client.consumer.group import GroupMembership
+from oncestream.protocol.api_keys import CONSUMER_GROUP_HEARTBEAT
 from oncestream.protocol.codec import build
 
 log = logging.getLogger("oncestream.client")
 
-CONSUMER_GROUP_HEARTBEAT = 68  # KIP-848 ConsumerGroupHeartbeat
 _STALE_COMMIT_ATTEMPTS = 20  # commits retried on STALE_MEMBER_EPOCH before the error is returned
 
 
