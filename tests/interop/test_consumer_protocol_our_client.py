@@ -1,0 +1,322 @@
+"""KIP-848 (``group.protocol=consumer``) in oncestream's own Consumer, against our broker, beside
+librdkafka's consumer on the same protocol.
+
+Each member runs its poll loop on a thread, as an application does, and records what its
+rebalance callbacks reported and every record it received. Records flow while members join and
+leave; the group as a whole must see every record exactly once (auto-commit: the positions of
+revoked partitions are committed before they are given up, so the next owner starts after the
+last record handed out). Rebalances are incremental: a member keeps the partitions the
+coordinator leaves it, with no revoke/assign round for them.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.brokers import BrokerProcess
+from tests.support.clients import create_topic, unique_topic
+
+pytestmark = pytest.mark.interop
+
+PARTITIONS = 4
+WAIT_S = 60.0
+
+# Short consumer-group sessions and heartbeats so that joins, leaves and the expiry of a member
+# that stopped heartbeating take a second or so, not Kafka's 45 s.
+CONSUMER_GROUP_BROKER_CONFIG = {
+    "group.consumer.session.timeout.ms": "6000",
+    "group.consumer.min.session.timeout.ms": "1000",
+    "group.consumer.heartbeat.interval.ms": "250",
+    "group.consumer.min.heartbeat.interval.ms": "100",
+}
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory):
+    process = BrokerProcess(data_dir=Path(tmp_path_factory.mktemp("kip848-client")) / "data",
+                            config=CONSUMER_GROUP_BROKER_CONFIG).start()
+    try:
+        yield process
+    finally:
+        process.stop()
+
+
+def wait_until(predicate: Callable[[], bool], what: Callable[[], str] | str, timeout_s: float = WAIT_S) -> None:
+    """A liveness bound, not a timing check."""
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout_s:.0f} s: {what() if callable(what) else what}")
+        time.sleep(0.05)
+
+
+class Member:
+    """One consumer (``ours``: oncestream's, ``librdkafka``: confluent-kafka's) with
+    group.protocol=consumer, polling on its own thread."""
+
+    def __init__(self, client: str, bootstrap: str, group_id: str, topics: list[str], name: str,
+                 **conf: Any) -> None:
+        self.client, self.name = client, name
+        self.conf = {"bootstrap.servers": bootstrap, "group.id": group_id, "group.protocol": "consumer",
+                     "auto.offset.reset": "earliest", "enable.auto.commit": True,
+                     "auto.commit.interval.ms": 200, **conf}
+        self.topics = topics
+        self.lock = threading.Lock()
+        self.assignment: set[tuple[str, int]] = set()
+        self.events: list[tuple[str, frozenset[tuple[str, int]]]] = []
+        self.records: list[tuple[str, int, int, bytes]] = []
+        self.errors: list[str] = []
+        self.failure: BaseException | None = None
+        self.member_id: str | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"member-{name}", daemon=True)
+
+    def start(self) -> Member:
+        self._thread.start()
+        return self
+
+    def _consumer(self) -> Any:
+        if self.client == "ours":
+            from oncestream.client import Consumer
+            return Consumer(self.conf)
+        from confluent_kafka import Consumer as LibrdkafkaConsumer
+        return LibrdkafkaConsumer(self.conf)
+
+    def _callback(self, kind: str) -> Callable[[Any, list[Any]], None]:
+        def callback(_consumer: Any, partitions: list[Any]) -> None:
+            changed = frozenset((tp.topic, tp.partition) for tp in partitions)
+            with self.lock:
+                self.events.append((kind, changed))
+                if kind == "assign":
+                    self.assignment |= changed
+                else:
+                    self.assignment -= changed
+        return callback
+
+    def _run(self) -> None:
+        try:
+            consumer = self._consumer()
+            consumer.subscribe(self.topics, on_assign=self._callback("assign"),
+                               on_revoke=self._callback("revoke"), on_lost=self._callback("lost"))
+            try:
+                while not self._stop.is_set():
+                    msg = consumer.poll(0.1)
+                    self.member_id = consumer.memberid()
+                    if msg is None:
+                        continue
+                    if msg.error() is not None:
+                        with self.lock:
+                            self.errors.append(str(msg.error()))
+                        continue
+                    with self.lock:
+                        self.records.append((msg.topic(), msg.partition(), msg.offset(), msg.value()))
+            finally:
+                consumer.close()
+        except BaseException as exc:  # noqa: BLE001 - reported by check()
+            self.failure = exc
+
+    def owned(self) -> set[tuple[str, int]]:
+        with self.lock:
+            return set(self.assignment)
+
+    def count(self) -> int:
+        with self.lock:
+            return len(self.records)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(WAIT_S)
+        assert not self._thread.is_alive(), f"{self.name} did not close"
+        self.check()
+
+    def check(self) -> None:
+        if self.failure is not None:
+            raise AssertionError(f"{self.name} failed: {self.failure!r}") from self.failure
+
+
+class Feeder:
+    """Produces ``total`` numbered records round-robin over the partitions, paced, on a thread."""
+
+    def __init__(self, bootstrap: str, topic: str, total: int, per_batch: int = 20, pause_s: float = 0.02) -> None:
+        self.bootstrap, self.topic, self.total = bootstrap, topic, total
+        self.per_batch, self.pause_s = per_batch, pause_s
+        self.sent = 0
+        self.failure: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> Feeder:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        from confluent_kafka import Producer
+        try:
+            producer = Producer({"bootstrap.servers": self.bootstrap, "linger.ms": 5})
+            for n in range(self.total):
+                producer.produce(self.topic, value=f"r-{n}".encode(), partition=n % PARTITIONS)
+                if n % self.per_batch == self.per_batch - 1:
+                    producer.flush(30)
+                    self.sent = n + 1
+                    time.sleep(self.pause_s)
+            assert producer.flush(30) == 0
+            self.sent = self.total
+        except BaseException as exc:  # noqa: BLE001 - reported by join()
+            self.failure = exc
+
+    def join(self) -> None:
+        self._thread.join(WAIT_S)
+        assert self.failure is None, f"producing failed: {self.failure!r}"
+        assert self.sent == self.total
+
+
+def group_split(members: list[Member], topic: str, partitions: int = PARTITIONS) -> bool:
+    """Every partition owned by exactly one of ``members``, each of which owns some."""
+    owned = [m.owned() for m in members]
+    flat = [tp for o in owned for tp in o]
+    return all(owned) and sorted(flat) == [(topic, p) for p in range(partitions)]
+
+
+def assert_exactly_once(members: list[Member], total: int) -> None:
+    values = Counter(value for m in members for (_t, _p, _o, value) in m.records)
+    duplicates = {v: n for v, n in values.items() if n > 1}
+    missing = [n for n in range(total) if values[f"r-{n}".encode()] == 0]
+    assert not duplicates, f"{len(duplicates)} records consumed more than once, e.g. {list(duplicates)[:5]}"
+    assert not missing, f"{len(missing)} records never consumed, e.g. {missing[:5]}"
+
+
+def assert_incremental(member: Member) -> None:
+    """KIP-848 rebalances are incremental: a callback names only partitions that change hands;
+    a partition the member keeps is never revoked and handed back."""
+    owned: set[tuple[str, int]] = set()
+    for kind, changed in member.events:
+        if kind == "assign":
+            assert not changed & owned, f"{member.name}: assigned {sorted(changed & owned)} it already owned"
+            owned |= changed
+        else:
+            assert changed <= owned, f"{member.name}: {kind} of {sorted(changed - owned)} it did not own"
+            owned -= changed
+
+
+def test_our_members_join_and_leave_while_records_flow_and_each_record_is_consumed_once(broker):
+    topic = unique_topic("kip848-flow")
+    create_topic(broker.bootstrap, topic, partitions=PARTITIONS)
+    group = f"kip848-{uuid.uuid4().hex[:8]}"
+    total = 3000
+    feeder = Feeder(broker.bootstrap, topic, total).start()
+    a = Member("ours", broker.bootstrap, group, [topic], "a").start()
+    b = c = None
+    everyone = [a]
+    try:
+        wait_until(lambda: a.count() >= 300, lambda: f"a to consume (has {a.count()}, owns {a.owned()})")
+        assert a.owned() == {(topic, p) for p in range(PARTITIONS)}
+        b = Member("ours", broker.bootstrap, group, [topic], "b").start()
+        everyone.append(b)
+        wait_until(lambda: group_split([a, b], topic), lambda: f"a and b to split: {a.owned()} / {b.owned()}")
+        kept_by_a = a.owned()
+        revokes_of_a = [changed for kind, changed in a.events if kind == "revoke"]
+        # Incremental: a gave up only what b got, kept the rest without any callback for it.
+        assert len(revokes_of_a) == 1
+        assert revokes_of_a[0] == b.owned()
+        wait_until(lambda: sum(m.count() for m in everyone) >= 1200, "records to flow to a and b")
+        c = Member("ours", broker.bootstrap, group, [topic], "c").start()
+        everyone.append(c)
+        wait_until(lambda: group_split([a, b, c], topic), lambda: f"a, b, c to split: {[m.owned() for m in everyone]}")
+        assert a.owned() <= kept_by_a
+        wait_until(lambda: sum(m.count() for m in everyone) >= 2000, "records to flow to a, b and c")
+        a.close()
+        wait_until(lambda: group_split([b, c], topic), lambda: f"b and c to take a's share: {b.owned()} / {c.owned()}")
+        b.close()
+        wait_until(lambda: group_split([c], topic), lambda: f"c to take everything: {c.owned()}")
+        feeder.join()
+        wait_until(lambda: sum(m.count() for m in everyone) >= total,
+                   lambda: f"every record consumed ({sum(m.count() for m in everyone)} of {total})")
+        c.close()
+        for m in everyone:
+            assert_incremental(m)
+            assert not m.errors, f"{m.name}: {m.errors[:3]}"
+        assert_exactly_once(everyone, total)
+    finally:
+        for m in everyone:
+            m._stop.set()
+
+
+def test_our_consumer_and_librdkafkas_share_a_consumer_protocol_group(broker):
+    topic = unique_topic("kip848-mixed")
+    create_topic(broker.bootstrap, topic, partitions=PARTITIONS)
+    group = f"kip848-mixed-{uuid.uuid4().hex[:8]}"
+    total = 2000
+    feeder = Feeder(broker.bootstrap, topic, total).start()
+    ours = Member("ours", broker.bootstrap, group, [topic], "ours").start()
+    theirs = Member("librdkafka", broker.bootstrap, group, [topic], "librdkafka").start()
+    try:
+        wait_until(lambda: group_split([ours, theirs], topic),
+                   lambda: f"the two clients to split the partitions: {ours.owned()} / {theirs.owned()}")
+        assert ours.member_id and theirs.member_id and ours.member_id != theirs.member_id
+        wait_until(lambda: ours.count() + theirs.count() >= total // 2, "records to flow to both")
+        ours.close()
+        wait_until(lambda: group_split([theirs], topic), lambda: f"librdkafka to take everything: {theirs.owned()}")
+        feeder.join()
+        wait_until(lambda: ours.count() + theirs.count() >= total,
+                   lambda: f"every record consumed ({ours.count() + theirs.count()} of {total})")
+        theirs.close()
+        assert ours.records and theirs.records
+        assert_incremental(ours)
+        assert_exactly_once([ours, theirs], total)
+    finally:
+        ours._stop.set()
+        theirs._stop.set()
+
+
+def test_a_static_member_rejoins_with_its_assignment_and_no_rebalance(broker):
+    """group.instance.id: close() leaves with member epoch -2, so the coordinator keeps the
+    member's assignment for its instance id; the restarted member gets it back, and the other
+    member sees no rebalance."""
+    topic = unique_topic("kip848-static")
+    create_topic(broker.bootstrap, topic, partitions=PARTITIONS)
+    group = f"kip848-static-{uuid.uuid4().hex[:8]}"
+    static = Member("ours", broker.bootstrap, group, [topic], "static", **{"group.instance.id": "s-1"}).start()
+    other = Member("ours", broker.bootstrap, group, [topic], "other").start()
+    again = None
+    try:
+        wait_until(lambda: group_split([static, other], topic), lambda: f"split: {static.owned()} / {other.owned()}")
+        before = static.owned()
+        static.close()
+        events_of_other = len(other.events)
+        again = Member("ours", broker.bootstrap, group, [topic], "static-again", **{"group.instance.id": "s-1"}).start()
+        wait_until(lambda: again.owned() == before, lambda: f"the static member's partitions back: {again.owned()} vs {before} "
+                   f"(its errors {again.errors[:3]}, failure {again.failure!r}; events {again.events})")
+        assert other.events[events_of_other:] == [], f"the other member was rebalanced: {other.events[events_of_other:]}"
+        assert other.owned() == {(topic, p) for p in range(PARTITIONS)} - before
+    finally:
+        for m in (static, other, again):
+            if m is not None:
+                m._stop.set()
+
+
+def test_a_regex_subscription_picks_up_a_topic_created_later(broker):
+    prefix = f"kip848rx-{uuid.uuid4().hex[:8]}"
+    first, later = f"{prefix}-a", f"{prefix}-b"
+    create_topic(broker.bootstrap, first, partitions=2)
+    member = Member("ours", broker.bootstrap, f"rx-{uuid.uuid4().hex[:8]}", [f"^{prefix}-.*"], "rx").start()
+    try:
+        wait_until(lambda: member.owned() == {(first, 0), (first, 1)}, lambda: f"the first topic: {member.owned()}")
+        create_topic(broker.bootstrap, later, partitions=2)
+        wait_until(lambda: member.owned() == {(first, 0), (first, 1), (later, 0), (later, 1)},
+                   lambda: f"the later topic to join the subscription: {member.owned()}")
+        from confluent_kafka import Producer
+        producer = Producer({"bootstrap.servers": broker.bootstrap})
+        producer.produce(later, value=b"hello", partition=1)
+        assert producer.flush(30) == 0
+        wait_until(lambda: any(t == later for t, _p, _o, _v in member.records), "a record of the later topic")
+        member.close()
+        assert_incremental(member)
+    finally:
+        member._stop.set()
