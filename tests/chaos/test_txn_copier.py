@@ -48,7 +48,8 @@ FINISH_TIMEOUT_S = 180.0
 class Copier:
     """Supervises the copier subprocess: start, SIGKILL, restart; counts its commits."""
 
-    def __init__(self, bootstrap: str, workdir: Path, input_topic: str, output_topic: str, group: str) -> None:
+    def __init__(self, bootstrap: str, workdir: Path, input_topic: str, output_topic: str, group: str,
+                 extra_args: tuple[str, ...] = ()) -> None:
         self.argv = [
             sys.executable, "-m", "tests.support.txn", "copier",
             "--bootstrap", bootstrap,
@@ -59,6 +60,7 @@ class Copier:
             "--progress", str(workdir / "progress.log"),
             "--max-batch", str(MAX_BATCH),
             "--pause-ms", str(PAUSE_MS),
+            *extra_args,
         ]
         self.progress_path = workdir / "progress.log"
         self.progress_path.touch()
@@ -166,4 +168,65 @@ def test_exactly_once_copier_survives_sigkills_of_copier_and_broker(broker_facto
         assert got == want, (
             f"partition {p}: out != in ({len(got)} vs {len(want)} records, {duplicates} duplicates, "
             f"{missing} missing); copier starts {copier.starts}, self-exits {copier.exits}"
+        )
+
+
+# KIP-848 consumer groups with short sessions: a SIGKILLed copier's partitions go to its successor
+# once the dead member's session (6 s) ends.
+KIP848_COPIER_BROKER_CONFIG = {
+    **TXN_BROKER_CONFIG,
+    "group.consumer.session.timeout.ms": "6000",
+    "group.consumer.min.session.timeout.ms": "1000",
+    "group.consumer.heartbeat.interval.ms": "250",
+    "group.consumer.min.heartbeat.interval.ms": "100",
+}
+KIP848_KILLS = 4
+
+
+def test_exactly_once_copier_of_our_clients_on_the_consumer_protocol_survives_copier_sigkills(broker_factory, tmp_path):
+    """KIP-447 on KIP-848: our Consumer (group.protocol=consumer) and our transactional Producer
+    copy exactly once while the copier is SIGKILLed mid-transaction; the offsets go into each
+    transaction with the consumer's group metadata, member id and member epoch included."""
+    rng = random.Random(SEED + 848)
+    broker = broker_factory(config=dict(KIP848_COPIER_BROKER_CONFIG))
+    bootstrap = broker.bootstrap
+    input_topic = unique_topic("copy848-in")
+    output_topic = unique_topic("copy848-out")
+    group = f"copier848-{uuid.uuid4().hex[:8]}"
+    create_topic(bootstrap, input_topic, partitions=PARTITIONS)
+    create_topic(bootstrap, output_topic, partitions=PARTITIONS)
+    confluent_produce(bootstrap, input_topic, keyed_records(RECORDS, 40, tag="copy848", seed=SEED))
+    input_ends = high_watermarks(bootstrap, input_topic, PARTITIONS)
+    copier = Copier(bootstrap, tmp_path, input_topic, output_topic, group,
+                    extra_args=("--client", "oncestream", "--group-protocol", "consumer"))
+    try:
+        copier.start()
+        kills_mid_stream = 0
+        for round_number in range(1, KIP848_KILLS + 1):
+            copier.wait_for_copied(RECORDS * round_number // (KIP848_KILLS + 1), PROGRESS_TIMEOUT_S)
+            time.sleep(rng.uniform(0.0, 0.2))
+            if committed_offsets(bootstrap, group, input_topic, PARTITIONS) != input_ends:
+                kills_mid_stream += 1
+            copier.kill()
+            copier.start()
+        assert kills_mid_stream >= KIP848_KILLS // 2, "most kills must land while copying is under way"
+
+        def done() -> bool:
+            copier.keep_running()
+            return committed_offsets(bootstrap, group, input_topic, PARTITIONS) == input_ends
+
+        wait_until(done, FINISH_TIMEOUT_S, f"the copier to commit every input offset (see {tmp_path})", interval_s=0.5)
+    finally:
+        copier.stop()
+
+    source = read_to_end(bootstrap, input_topic, PARTITIONS, isolation=READ_UNCOMMITTED)
+    copied = read_to_end(bootstrap, output_topic, PARTITIONS, isolation=READ_COMMITTED)
+    written = read_to_end(bootstrap, output_topic, PARTITIONS, isolation=READ_UNCOMMITTED)
+    assert sum(map(len, written.values())) > RECORDS, "no kill landed inside an open transaction"
+    for p in range(PARTITIONS):
+        want = [(r.key, r.value) for r in source[p]]
+        got = [(r.key, r.value) for r in copied[p]]
+        assert got == want, (
+            f"partition {p}: out != in ({len(got)} vs {len(want)} records, {len(got) - len(set(got))} duplicates, "
+            f"{len(set(want) - set(got))} missing); copier starts {copier.starts}, self-exits {copier.exits}"
         )

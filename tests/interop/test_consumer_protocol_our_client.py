@@ -259,7 +259,9 @@ def test_our_consumer_and_librdkafkas_share_a_consumer_protocol_group(broker):
     try:
         wait_until(lambda: group_split([ours, theirs], topic),
                    lambda: f"the two clients to split the partitions: {ours.owned()} / {theirs.owned()}")
-        assert ours.member_id and theirs.member_id and ours.member_id != theirs.member_id
+        assert ours.member_id
+        assert theirs.member_id
+        assert ours.member_id != theirs.member_id
         wait_until(lambda: ours.count() + theirs.count() >= total // 2, "records to flow to both")
         ours.close()
         wait_until(lambda: group_split([theirs], topic), lambda: f"librdkafka to take everything: {theirs.owned()}")
@@ -267,7 +269,8 @@ def test_our_consumer_and_librdkafkas_share_a_consumer_protocol_group(broker):
         wait_until(lambda: ours.count() + theirs.count() >= total,
                    lambda: f"every record consumed ({ours.count() + theirs.count()} of {total})")
         theirs.close()
-        assert ours.records and theirs.records
+        assert ours.records
+        assert theirs.records
         assert_incremental(ours)
         assert_exactly_once([ours, theirs], total)
     finally:
