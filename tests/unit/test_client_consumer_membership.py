@@ -102,7 +102,6 @@ def test_heartbeats_at_the_interval_the_broker_returns_and_send_only_changes() -
     assert request.subscribed_topic_names is None
     assert request.owned is None
     assert request.rebalance_timeout_ms == -1
-    assert request.instance_id is None
     m.on_heartbeat_response(ok(1, interval_ms=2000), 5010)
     assert m.heartbeat_delay_ms(5010) == 2000  # counted from the answer, as Kafka's member does
     m.subscribe(["orders"], None)
@@ -246,7 +245,14 @@ def test_topic_ids_without_names_wait_for_metadata_and_reconcile_the_rest() -> N
     m.on_heartbeat_response(ok(2, {T1: {0}, unknown: {0}}), 5000)
     assert m.reconciliation(resolve) is None
     assert m.needs_metadata
-    assert m.state is MemberState.RECONCILING
+    # What can be resolved is owned already: the new target's epoch is acknowledged at once
+    # (owned partitions sent although none moved), then the member is STABLE and waits.
+    assert m.state is MemberState.ACKNOWLEDGING
+    ack = m.build_heartbeat(5001)
+    assert ack.owned == ((T1, (0,)),)
+    assert m.state is MemberState.STABLE
+    assert m.reconciliation(resolve) is None
+    assert m.state is MemberState.STABLE
     NAMES[unknown] = "created-later"
     try:
         step = m.reconciliation(resolve)
@@ -255,6 +261,7 @@ def test_topic_ids_without_names_wait_for_metadata_and_reconcile_the_rest() -> N
     assert step is not None
     assert step.assign == (("created-later", 0),)
     assert not m.needs_metadata
+    assert m.state is MemberState.RECONCILING
 
 
 def test_a_partially_resolved_target_is_acknowledged_then_reconciled_again() -> None:
@@ -268,8 +275,11 @@ def test_a_partially_resolved_target_is_acknowledged_then_reconciled_again() -> 
     assert step.assign == (("orders", 0),)
     assert m.needs_metadata
     m.reconciled(step)
-    m.build_heartbeat(1)
-    assert m.state is MemberState.RECONCILING  # the target is not reached yet
+    assert m.build_heartbeat(1).owned == ((T1, (0,)),)
+    assert m.state is MemberState.STABLE  # the target's epoch is acknowledged ...
+    assert m.reconciliation(resolve) is None  # ... and the rest waits for metadata, no ack loop
+    m.on_heartbeat_response(ok(1), 2)
+    assert m.heartbeat_delay_ms(2) == 5000
 
 
 def test_poll_timer_expiry_leaves_then_rejoins_on_the_next_poll() -> None:
@@ -306,7 +316,7 @@ def test_errors_no_retry_mends_are_fatal(code: ErrorCode) -> None:
 
 @pytest.mark.parametrize("code", [ErrorCode.not_coordinator, ErrorCode.coordinator_not_available,
                                   ErrorCode.coordinator_load_in_progress])
-def test_coordinator_errors_are_retried_after_the_backoff(code: ErrorCode) -> None:
+def test_coordinator_errors_are_retried(code: ErrorCode) -> None:
     m = member(retry_backoff_ms=250)
     m.subscribe(["orders"], None)
     m.build_heartbeat(0)
@@ -315,7 +325,9 @@ def test_coordinator_errors_are_retried_after_the_backoff(code: ErrorCode) -> No
     assert not outcome.fatal
     assert outcome.coordinator_moved == (code != ErrorCode.coordinator_load_in_progress)
     assert m.state is MemberState.JOINING
-    assert m.heartbeat_delay_ms(100) == 250
+    # A coordinator that moved is looked up again and the heartbeat sent at once (Kafka skips
+    # the backoff there); one still loading is asked again after the backoff.
+    assert m.heartbeat_delay_ms(100) == (250 if code == ErrorCode.coordinator_load_in_progress else 0)
     assert m.build_heartbeat(350).member_epoch == 0
 
 
@@ -361,3 +373,20 @@ def test_commits_count_as_in_group_only_with_an_epoch_from_the_coordinator() -> 
     m.leave_ready()
     m.build_heartbeat(1)
     assert not m.in_group
+
+
+def test_a_new_target_with_the_same_partitions_for_this_member_is_not_a_reconciliation() -> None:
+    """A bumped member epoch with the same partitions needs no callbacks and no acknowledgement."""
+    m = member()
+    joined(m, {T1: {0}})
+    m.build_heartbeat(5000)
+    m.on_heartbeat_response(ok(9, {T1: {0}}), 5000)
+    assert m.state is MemberState.STABLE
+    assert m.member_epoch == 9
+    assert m.build_heartbeat(10_000).owned is None
+
+
+def test_a_static_member_sends_its_instance_id_in_every_heartbeat() -> None:
+    m = member(instance_id="worker-3")
+    joined(m, {T1: {0}})
+    assert m.build_heartbeat(5000).instance_id == "worker-3"

@@ -91,7 +91,12 @@ class ConsumerGroupMember(GroupMembership):
     def reconciliation(self, resolve: Callable[[uuid.UUID], str | None]) -> Reconciliation | None:
         """The next reconciliation step for the consumer's poll (see ConsumerMembership)."""
         with self._lock:
-            return self.machine.reconciliation(resolve)
+            step = self.machine.reconciliation(resolve)
+            acknowledge = self.machine.state is MemberState.ACKNOWLEDGING
+            self._sync()
+        if acknowledge:
+            self._poke()  # a target acknowledged without a step: its heartbeat goes now
+        return step
 
     def reconciled(self, step: Reconciliation) -> None:
         """The consumer carried ``step`` out: acknowledge at once."""

@@ -131,6 +131,7 @@ class Reconciliation:
     names: Mapping[uuid.UUID, str]
     first_since_join: bool
     member_epoch: int
+    local_epoch: int
 
 
 class ConsumerMembership:
@@ -156,6 +157,10 @@ class ConsumerMembership:
         self.owned: frozenset[TopicIdPartition] = frozenset()
         self.owned_names: dict[uuid.UUID, str] = {}
         self.target: frozenset[TopicIdPartition] = frozenset()
+        # Kafka's local assignment epochs: bumped per new target; the owned set carries the one
+        # it was reconciled from, and a change of it is acknowledged even if no partition moved.
+        self._target_local_epoch = 0
+        self._owned_local_epoch = 0
         self._in_flight = False
         self._send_now = False
         self._next_heartbeat_ms = 0.0
@@ -208,6 +213,7 @@ class ConsumerMembership:
         self.owned = frozenset()
         self.owned_names = {}
         self.target = frozenset()
+        self._target_local_epoch = self._owned_local_epoch = 0
         self._in_progress = None
         self._reconciled_since_join = False
         self._sent = None
@@ -296,7 +302,7 @@ class ConsumerMembership:
             group_id=self.group_id,
             member_id=self.member_id,
             member_epoch=self.member_epoch,
-            instance_id=self.instance_id if everything else None,
+            instance_id=self.instance_id,  # always: the coordinator finds a static member by it
             rack_id=self.rack_id if everything else None,
             rebalance_timeout_ms=self.rebalance_timeout_ms if everything else -1,
             subscribed_topic_names=self._topics if everything or sent is None or sent.topics != self._topics
@@ -305,16 +311,17 @@ class ConsumerMembership:
             and self._regex is not None else None,
             server_assignor=self.server_assignor if everything or sent is None
             or sent.server_assignor != self.server_assignor else None,
-            owned=owned if everything or sent is None or sent.owned != self.owned else None,
+            owned=owned if everything or sent is None or sent.owned != self.owned
+            or sent.owned_local_epoch != self._owned_local_epoch else None,
         )
-        self._sent = _SentFields(self._topics, self._regex, self.server_assignor, self.owned)
+        self._sent = _SentFields(self._topics, self._regex, self.server_assignor, self.owned, self._owned_local_epoch)
         self._in_flight = True
         self._send_now = False
         self._next_heartbeat_ms = now_ms + self.heartbeat_interval_ms
         if state is S.ACKNOWLEDGING:
             # The acknowledgement is on its way; a target not reached yet (topics the resolver
             # did not know) is reconciled again.
-            self._transition(S.STABLE if self.owned == self.target else S.RECONCILING)
+            self._transition(S.STABLE if self._owned_local_epoch == self._target_local_epoch else S.RECONCILING)
         return request
 
     def on_heartbeat_failure(self, now_ms: float) -> None:
@@ -352,6 +359,8 @@ class ConsumerMembership:
         target = frozenset((tid, p) for tid, parts in response.assignment.items() for p in parts)
         changed = target != self.target
         self.target = target
+        if changed or state is S.JOINING:
+            self._target_local_epoch += 1
         if state is S.JOINING or (changed and state in (S.STABLE, S.ACKNOWLEDGING)):
             self._transition(S.RECONCILING)
         return None
@@ -361,9 +370,13 @@ class ConsumerMembership:
         self._sent = None
         if self._state in (S.UNSUBSCRIBED, S.STALE, S.FATAL):
             return None  # the answer to a leave heartbeat: the member is out either way
+        if code in _COORDINATOR_MOVED:
+            # No backoff: the next heartbeat goes as soon as the coordinator is found again.
+            self._backoff_until_ms = self._next_heartbeat_ms = now_ms
+            return HeartbeatError(code, text, fatal=False, coordinator_moved=True)
         if code in _RETRIABLE:
             self._backoff_until_ms = self._next_heartbeat_ms = now_ms + self.retry_backoff_ms
-            return HeartbeatError(code, text, fatal=False, coordinator_moved=code in _COORDINATOR_MOVED)
+            return HeartbeatError(code, text, fatal=False)
         if code in _FENCED_CODES:
             self.fence()
             return None
@@ -394,8 +407,11 @@ class ConsumerMembership:
         """The next reconciliation step, or None (none due, one in progress, or the only change
         waits for topic names: then ``needs_metadata`` is set). ``resolve`` maps a topic id to
         its name (None while metadata does not know it)."""
-        if self._state is not S.RECONCILING or self._in_progress is not None:
+        if self._in_progress is not None or self._state not in (S.RECONCILING, S.STABLE):
             return None
+        if self._state is S.STABLE and self.owned == self.target:
+            self.needs_metadata = False
+            return None  # nothing waits for topic names
         names: dict[uuid.UUID, str] = dict(self.owned_names)
         resolved: set[TopicIdPartition] = set()
         unresolved = False
@@ -411,11 +427,19 @@ class ConsumerMembership:
         revoke = sorted((names[t], p) for t, p in self.owned - owned_after)
         assign = sorted((names[t], p) for t, p in owned_after - self.owned)
         first = not self._reconciled_since_join
-        if not revoke and not assign and unresolved and not first:
+        if not revoke and not assign and not first:
+            if self._state is S.RECONCILING:
+                # What can be resolved is owned already: acknowledge the target's epoch (as
+                # Kafka's member does); the rest follows when metadata names its topics.
+                self._owned_local_epoch = self._target_local_epoch
+                self._transition(S.ACKNOWLEDGING)
+                self._send_now = True
             return None
+        if self._state is S.STABLE:
+            self._transition(S.RECONCILING)  # metadata now names topics the target had waiting
         step = Reconciliation(revoke=tuple(revoke), assign=tuple(assign), owned_after=owned_after,
                               names={t: names[t] for t, _ in owned_after}, first_since_join=first,
-                              member_epoch=self.member_epoch)
+                              member_epoch=self.member_epoch, local_epoch=self._target_local_epoch)
         self._in_progress = step
         return step
 
@@ -427,6 +451,7 @@ class ConsumerMembership:
         self._in_progress = None
         self._reconciled_since_join = True
         self.owned = step.owned_after
+        self._owned_local_epoch = step.local_epoch
         self.owned_names = dict(step.names)
         self._transition(S.ACKNOWLEDGING)
         self._send_now = True
@@ -452,6 +477,7 @@ class _SentFields:
     regex: str | None
     server_assignor: str | None
     owned: frozenset[TopicIdPartition]
+    owned_local_epoch: int
 
 
 def _by_topic(partitions: frozenset[TopicIdPartition]) -> tuple[tuple[uuid.UUID, tuple[int, ...]], ...]:
