@@ -131,6 +131,11 @@ class Member:
         with self.lock:
             return len(self.records)
 
+    def stop(self) -> None:
+        """Stop and close without checking (clean-up after a failure)."""
+        self._stop.set()
+        self._thread.join(WAIT_S)
+
     def close(self) -> None:
         self._stop.set()
         self._thread.join(WAIT_S)
@@ -245,7 +250,7 @@ def test_our_members_join_and_leave_while_records_flow_and_each_record_is_consum
         assert_exactly_once(everyone, total)
     finally:
         for m in everyone:
-            m._stop.set()
+            m.stop()
 
 
 def test_our_consumer_and_librdkafkas_share_a_consumer_protocol_group(broker):
@@ -274,8 +279,8 @@ def test_our_consumer_and_librdkafkas_share_a_consumer_protocol_group(broker):
         assert_incremental(ours)
         assert_exactly_once([ours, theirs], total)
     finally:
-        ours._stop.set()
-        theirs._stop.set()
+        ours.stop()
+        theirs.stop()
 
 
 def test_a_static_member_rejoins_with_its_assignment_and_no_rebalance(broker):
@@ -301,7 +306,7 @@ def test_a_static_member_rejoins_with_its_assignment_and_no_rebalance(broker):
     finally:
         for m in (static, other, again):
             if m is not None:
-                m._stop.set()
+                m.stop()
 
 
 def test_a_regex_subscription_picks_up_a_topic_created_later(broker):
@@ -322,4 +327,4 @@ def test_a_regex_subscription_picks_up_a_topic_created_later(broker):
         member.close()
         assert_incremental(member)
     finally:
-        member._stop.set()
+        member.stop()
