@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.clients import confluent_produce, create_topic, unique_topic
+from tests.support.consumer_protocol import CONSUMER_PROTOCOL_BROKER_CONFIG
 from tests.support.records import keyed_records
 from tests.support.txn import (
     READ_COMMITTED,
@@ -62,6 +63,7 @@ class Copier:
             "--pause-ms", str(PAUSE_MS),
             *extra_args,
         ]
+        self.bootstrap, self.input_topic, self.output_topic = bootstrap, input_topic, output_topic
         self.progress_path = workdir / "progress.log"
         self.progress_path.touch()
         self.workdir = workdir
@@ -117,15 +119,8 @@ def test_exactly_once_copier_survives_sigkills_of_copier_and_broker(broker_facto
     rng = random.Random(SEED)
     broker = broker_factory(config=dict(TXN_BROKER_CONFIG))
     bootstrap = broker.bootstrap
-    input_topic = unique_topic("copy-in")
-    output_topic = unique_topic("copy-out")
     group = f"copier-group-{uuid.uuid4().hex[:8]}"
-    create_topic(bootstrap, input_topic, partitions=PARTITIONS)
-    create_topic(bootstrap, output_topic, partitions=PARTITIONS)
-    confluent_produce(bootstrap, input_topic, keyed_records(RECORDS, 40, tag="copy", seed=SEED))
-    input_ends = high_watermarks(bootstrap, input_topic, PARTITIONS)
-    assert sum(input_ends.values()) == RECORDS
-
+    input_topic, output_topic, input_ends = copy_topics(bootstrap, "copy")
     copier = Copier(bootstrap, tmp_path, input_topic, output_topic, group)
     try:
         copier.start()
@@ -146,18 +141,42 @@ def test_exactly_once_copier_survives_sigkills_of_copier_and_broker(broker_facto
                 broker.start()
                 copier.keep_running()
         assert kills_mid_stream >= len(KILL_ROUNDS) // 2, "most kills must land while copying is under way"
-
-        def done() -> bool:
-            copier.keep_running()
-            return committed_offsets(bootstrap, group, input_topic, PARTITIONS) == input_ends
-
-        wait_until(done, FINISH_TIMEOUT_S, f"the copier to commit every input offset (see {tmp_path})", interval_s=0.5)
+        wait_for_every_offset(copier, group, input_ends)
     finally:
         copier.stop()
+    assert_copied_exactly_once(copier)
 
-    source = read_to_end(bootstrap, input_topic, PARTITIONS, isolation=READ_UNCOMMITTED)
-    copied = read_to_end(bootstrap, output_topic, PARTITIONS, isolation=READ_COMMITTED)
-    written = read_to_end(bootstrap, output_topic, PARTITIONS, isolation=READ_UNCOMMITTED)
+
+def copy_topics(bootstrap: str, tag: str) -> tuple[str, str, dict[int, int]]:
+    """The copier's input topic (RECORDS keyed records) and empty output topic, and the input's
+    end offsets."""
+    input_topic = unique_topic(f"{tag}-in")
+    output_topic = unique_topic(f"{tag}-out")
+    create_topic(bootstrap, input_topic, partitions=PARTITIONS)
+    create_topic(bootstrap, output_topic, partitions=PARTITIONS)
+    confluent_produce(bootstrap, input_topic, keyed_records(RECORDS, 40, tag=tag, seed=SEED))
+    input_ends = high_watermarks(bootstrap, input_topic, PARTITIONS)
+    assert sum(input_ends.values()) == RECORDS
+    return input_topic, output_topic, input_ends
+
+
+def wait_for_every_offset(copier: Copier, group: str, input_ends: dict[int, int]) -> None:
+    """Keep the copier running until the group committed the end of every input partition."""
+
+    def done() -> bool:
+        copier.keep_running()
+        return committed_offsets(copier.bootstrap, group, copier.input_topic, PARTITIONS) == input_ends
+
+    wait_until(done, FINISH_TIMEOUT_S, f"the copier to commit every input offset (see {copier.workdir})",
+               interval_s=0.5)
+
+
+def assert_copied_exactly_once(copier: Copier) -> None:
+    """``out`` read with read_committed equals ``in``, partition by partition, in order."""
+    bootstrap = copier.bootstrap
+    source = read_to_end(bootstrap, copier.input_topic, PARTITIONS, isolation=READ_UNCOMMITTED)
+    copied = read_to_end(bootstrap, copier.output_topic, PARTITIONS, isolation=READ_COMMITTED)
+    written = read_to_end(bootstrap, copier.output_topic, PARTITIONS, isolation=READ_UNCOMMITTED)
     # The kills must have cut transactions short: their records are in the log, aborted.
     assert sum(map(len, written.values())) > RECORDS, "no kill landed inside an open transaction"
     for p in range(PARTITIONS):
@@ -173,13 +192,7 @@ def test_exactly_once_copier_survives_sigkills_of_copier_and_broker(broker_facto
 
 # KIP-848 consumer groups with short sessions: a SIGKILLed copier's partitions go to its successor
 # once the dead member's session (6 s) ends.
-KIP848_COPIER_BROKER_CONFIG = {
-    **TXN_BROKER_CONFIG,
-    "group.consumer.session.timeout.ms": "6000",
-    "group.consumer.min.session.timeout.ms": "1000",
-    "group.consumer.heartbeat.interval.ms": "250",
-    "group.consumer.min.heartbeat.interval.ms": "100",
-}
+KIP848_COPIER_BROKER_CONFIG = {**TXN_BROKER_CONFIG, **CONSUMER_PROTOCOL_BROKER_CONFIG}
 KIP848_KILLS = 4
 
 
@@ -190,13 +203,8 @@ def test_exactly_once_copier_of_our_clients_on_the_consumer_protocol_survives_co
     rng = random.Random(SEED + 848)
     broker = broker_factory(config=dict(KIP848_COPIER_BROKER_CONFIG))
     bootstrap = broker.bootstrap
-    input_topic = unique_topic("copy848-in")
-    output_topic = unique_topic("copy848-out")
     group = f"copier848-{uuid.uuid4().hex[:8]}"
-    create_topic(bootstrap, input_topic, partitions=PARTITIONS)
-    create_topic(bootstrap, output_topic, partitions=PARTITIONS)
-    confluent_produce(bootstrap, input_topic, keyed_records(RECORDS, 40, tag="copy848", seed=SEED))
-    input_ends = high_watermarks(bootstrap, input_topic, PARTITIONS)
+    input_topic, output_topic, input_ends = copy_topics(bootstrap, "copy848")
     copier = Copier(bootstrap, tmp_path, input_topic, output_topic, group,
                     extra_args=("--client", "oncestream", "--group-protocol", "consumer"))
     try:
@@ -210,23 +218,7 @@ def test_exactly_once_copier_of_our_clients_on_the_consumer_protocol_survives_co
             copier.kill()
             copier.start()
         assert kills_mid_stream >= KIP848_KILLS // 2, "most kills must land while copying is under way"
-
-        def done() -> bool:
-            copier.keep_running()
-            return committed_offsets(bootstrap, group, input_topic, PARTITIONS) == input_ends
-
-        wait_until(done, FINISH_TIMEOUT_S, f"the copier to commit every input offset (see {tmp_path})", interval_s=0.5)
+        wait_for_every_offset(copier, group, input_ends)
     finally:
         copier.stop()
-
-    source = read_to_end(bootstrap, input_topic, PARTITIONS, isolation=READ_UNCOMMITTED)
-    copied = read_to_end(bootstrap, output_topic, PARTITIONS, isolation=READ_COMMITTED)
-    written = read_to_end(bootstrap, output_topic, PARTITIONS, isolation=READ_UNCOMMITTED)
-    assert sum(map(len, written.values())) > RECORDS, "no kill landed inside an open transaction"
-    for p in range(PARTITIONS):
-        want = [(r.key, r.value) for r in source[p]]
-        got = [(r.key, r.value) for r in copied[p]]
-        assert got == want, (
-            f"partition {p}: out != in ({len(got)} vs {len(want)} records, {len(got) - len(set(got))} duplicates, "
-            f"{len(set(want) - set(got))} missing); copier starts {copier.starts}, self-exits {copier.exits}"
-        )
+    assert_copied_exactly_once(copier)

@@ -23,39 +23,22 @@ import pytest
 
 from tests.support.brokers import BrokerProcess
 from tests.support.clients import create_topic, unique_topic
+from tests.support.consumer_protocol import CONSUMER_PROTOCOL_BROKER_CONFIG, wait_until
 
 pytestmark = pytest.mark.interop
 
 PARTITIONS = 4
 WAIT_S = 60.0
 
-# Short consumer-group sessions and heartbeats so that joins, leaves and the expiry of a member
-# that stopped heartbeating take a second or so, not Kafka's 45 s.
-CONSUMER_GROUP_BROKER_CONFIG = {
-    "group.consumer.session.timeout.ms": "6000",
-    "group.consumer.min.session.timeout.ms": "1000",
-    "group.consumer.heartbeat.interval.ms": "250",
-    "group.consumer.min.heartbeat.interval.ms": "100",
-}
-
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory):
     process = BrokerProcess(data_dir=Path(tmp_path_factory.mktemp("kip848-client")) / "data",
-                            config=CONSUMER_GROUP_BROKER_CONFIG).start()
+                            config=CONSUMER_PROTOCOL_BROKER_CONFIG).start()
     try:
         yield process
     finally:
         process.stop()
-
-
-def wait_until(predicate: Callable[[], bool], what: Callable[[], str] | str, timeout_s: float = WAIT_S) -> None:
-    """A liveness bound, not a timing check."""
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout_s:.0f} s: {what() if callable(what) else what}")
-        time.sleep(0.05)
 
 
 class Member:
