@@ -189,7 +189,10 @@ def test_dynamic_member_leaves_with_epoch_minus_one_after_revoking() -> None:
     joined(m, {T1: {0}})
     assert m.prepare_leaving()
     assert m.state is MemberState.PREPARE_LEAVING
-    assert m.heartbeat_delay_ms(0) is None  # on_revoke runs before the leave is sent
+    # on_revoke runs before the leave is sent; heartbeats go on meanwhile at the interval.
+    assert m.heartbeat_delay_ms(0) == 5000
+    assert m.build_heartbeat(5000).member_epoch == 1
+    m.on_heartbeat_response(ok(1), 5000)
     m.leave_ready()
     assert m.state is MemberState.LEAVING
     assert m.heartbeat_delay_ms(0) == 0

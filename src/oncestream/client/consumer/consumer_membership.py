@@ -69,6 +69,9 @@ _ALLOWED_FROM: dict[MemberState, frozenset[MemberState]] = {
 
 # States in which the member is part of the group and heartbeats on its interval.
 _IN_GROUP = frozenset({S.JOINING, S.RECONCILING, S.ACKNOWLEDGING, S.STABLE})
+# ... and the states that heartbeat at all: the member's on_revoke before leaving may take a
+# while (a final commit), and the group must not expire it meanwhile (Kafka's does the same).
+_HEARTBEATING = _IN_GROUP | {S.PREPARE_LEAVING, S.LEAVING}
 
 _FENCED_CODES = frozenset({int(ErrorCode.fenced_member_epoch), int(ErrorCode.unknown_member_id)})
 _COORDINATOR_MOVED = frozenset({int(ErrorCode.not_coordinator), int(ErrorCode.coordinator_not_available)})
@@ -267,7 +270,7 @@ class ConsumerMembership:
         if state is S.STALE:
             if not self._stale_leave_due:
                 return None
-        elif state not in _IN_GROUP and state is not S.LEAVING:
+        elif state not in _HEARTBEATING:
             return None
         earliest = max(now_ms, self._backoff_until_ms)
         if not self._send_now:
@@ -293,7 +296,7 @@ class ConsumerMembership:
             else:
                 self._stale_leave_due = False
             return request
-        if state not in _IN_GROUP:
+        if state not in _HEARTBEATING:
             raise IllegalMemberTransition(f"no heartbeat is sent in state {state.name}")
         everything = self._sent is None or self.member_epoch == JOIN_EPOCH
         sent = self._sent
@@ -383,6 +386,8 @@ class ConsumerMembership:
         if code in _NON_FATAL:
             self._backoff_until_ms = now_ms + max(self.retry_backoff_ms, self.heartbeat_interval_ms)
             return HeartbeatError(code, text, fatal=False)
+        if code == ErrorCode.unsupported_version:
+            text = "the cluster does not support the consumer group protocol (KIP-848); set group.protocol=classic"
         error = HeartbeatError(code, f"ConsumerGroupHeartbeat: {_error_name(code)}: {text}", fatal=True)
         self.fatal_error = error
         self._transition(S.FATAL)
