@@ -9,21 +9,19 @@ import uuid
 import pytest
 from confluent_kafka import ConsumerGroupTopicPartitions, ConsumerGroupType, KafkaException, TopicPartition
 
-from tests.support.brokers import BrokerProcess
 from tests.support.clients import CLIENT_TIMEOUT_S, admin_client, create_topic, unique_topic
-from tests.support.consumer_protocol import CONSUMER_PROTOCOL_BROKER_CONFIG, ProtocolMember, wait_until
+from tests.support.consumer_protocol import (
+    ProtocolMember,
+    consumer_protocol_broker,  # noqa: F401 - fixture
+    wait_until,
+)
 
 pytestmark = pytest.mark.interop
 
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory):
-    process = BrokerProcess(tmp_path_factory.mktemp("cg-admin") / "data", config=CONSUMER_PROTOCOL_BROKER_CONFIG)
-    process.start()
-    try:
-        yield process
-    finally:
-        process.stop()
+def broker(consumer_protocol_broker):
+    return consumer_protocol_broker
 
 
 def listed(admin, types):

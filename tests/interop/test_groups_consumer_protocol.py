@@ -12,13 +12,14 @@ import pytest
 from confluent_kafka import Producer
 from kio.schema.errors import ErrorCode
 
-from tests.support.brokers import BrokerProcess
+from tests.support.brokers import BrokerFaults, BrokerProcess
 from tests.support.clients import create_topic, unique_topic
 from tests.support.consumer_protocol import (
     CONSUMER_PROTOCOL_BROKER_CONFIG,
     MemberProcess,
     ProtocolMember,
     close_all,
+    consumer_protocol_broker,  # noqa: F401 - fixture
     describe,
     heartbeat,
     wait_until,
@@ -28,13 +29,8 @@ pytestmark = pytest.mark.interop
 
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory):
-    process = BrokerProcess(tmp_path_factory.mktemp("cg-broker") / "data", config=CONSUMER_PROTOCOL_BROKER_CONFIG)
-    process.start()
-    try:
-        yield process
-    finally:
-        process.stop()
+def broker(consumer_protocol_broker):
+    return consumer_protocol_broker
 
 
 def unique_group() -> str:
@@ -246,3 +242,25 @@ def test_bad_heartbeats_get_kafkas_errors_and_change_nothing(broker):
         assert a.owned() == {(topic, 0), (topic, 1)}
     finally:
         a.close()
+
+
+def test_a_heartbeat_whose_records_are_not_appended_is_not_acknowledged(broker_factory, tmp_path: Path):
+    """While __consumer_offsets appends fail, a joining member hears COORDINATOR_NOT_AVAILABLE
+    and the group it would have created is not served; once appends work the join succeeds."""
+    fault_file = tmp_path / "fail-appends"
+    broker = broker_factory(CONSUMER_PROTOCOL_BROKER_CONFIG, faults=BrokerFaults(internal_append_fail_file=fault_file))
+    topic = unique_topic("cg-durable")
+    create_topic(broker.bootstrap, topic, partitions=2)
+    group, member_id = unique_group(), uuid.uuid4().hex
+    fault_file.touch()
+    refused = heartbeat(broker.bootstrap, group, member_id, 0, rebalance_timeout_ms=30_000,
+                        subscribed_topic_names=(topic,), topic_partitions={})
+    assert refused.error_code == ErrorCode.coordinator_not_available
+    assert describe(broker.bootstrap, group).error_code == ErrorCode.group_id_not_found
+    fault_file.unlink()
+    joined = heartbeat(broker.bootstrap, group, member_id, 0, rebalance_timeout_ms=30_000,
+                       subscribed_topic_names=(topic,), topic_partitions={})
+    assert joined.error_code == ErrorCode.none
+    assert joined.member_epoch == 1
+    (member,) = describe(broker.bootstrap, group).members
+    assert member.member_id == member_id

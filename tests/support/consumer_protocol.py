@@ -25,8 +25,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
+from tests.support.brokers import BrokerProcess
 from tests.support.narrow import message_position, present
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -40,6 +42,17 @@ CONSUMER_PROTOCOL_BROKER_CONFIG = {
 }
 CONSUMER_GROUP_HEARTBEAT = 68
 CONSUMER_GROUP_DESCRIBE = 69
+
+
+@pytest.fixture(scope="module")
+def consumer_protocol_broker(tmp_path_factory: pytest.TempPathFactory):
+    """One broker per test module with CONSUMER_PROTOCOL_BROKER_CONFIG (tests use unique group ids)."""
+    process = BrokerProcess(tmp_path_factory.mktemp("cg-broker") / "data", config=CONSUMER_PROTOCOL_BROKER_CONFIG)
+    process.start()
+    try:
+        yield process
+    finally:
+        process.stop()
 
 
 def consumer_config(bootstrap: str, group_id: str, **extra: Any) -> dict[str, Any]:

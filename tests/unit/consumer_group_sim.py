@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
 
-from oncestream.coordinator.group import GroupCoordinator
+from oncestream.coordinator.group import GroupCoordinator, OffsetsTopicWrite
 from oncestream.coordinator.group.consumer.messages import ConsumerHeartbeatRequest, ConsumerHeartbeatResult
 
 REBALANCE_TIMEOUT_MS = 300_000
@@ -30,6 +30,8 @@ class SimClient:
     epoch: int = 0
     owned: dict[uuid.UUID, frozenset[int]] = field(default_factory=dict)
     last: ConsumerHeartbeatResult | None = None
+    # Where the records the coordinator returns are appended (None: dropped), for replay checks.
+    log: list[tuple[bytes, bytes | None]] | None = None
 
     def heartbeat(self, now_ms: int) -> ConsumerHeartbeatResult:
         joining = self.epoch == 0
@@ -41,7 +43,8 @@ class SimClient:
             subscribed_topic_regex=self.regex if joining else None,
             server_assignor=self.assignor if joining else None,
             owned=dict(self.owned))
-        result, _ = self.coordinator.consumer_group_heartbeat(request, now_ms)
+        result, writes = self.coordinator.consumer_group_heartbeat(request, now_ms)
+        self._keep(writes)
         self.last = result
         if result.error in _FENCED:
             self.epoch, self.owned = 0, {}
@@ -54,9 +57,15 @@ class SimClient:
     def leave(self, now_ms: int, *, static: bool = False) -> ConsumerHeartbeatResult:
         request = ConsumerHeartbeatRequest(self.group_id, self.member_id, -2 if static else -1,
                                            instance_id=self.instance_id)
-        result, _ = self.coordinator.consumer_group_heartbeat(request, now_ms)
+        result, writes = self.coordinator.consumer_group_heartbeat(request, now_ms)
+        self._keep(writes)
         self.owned, self.epoch = {}, 0
         return result
+
+    def _keep(self, writes: list[OffsetsTopicWrite]) -> None:
+        if self.log is not None:
+            for write in writes:
+                self.log.extend(write.records)
 
     def partitions(self) -> set[tuple[uuid.UUID, int]]:
         return {(t, p) for t, ps in self.owned.items() for p in ps}

@@ -372,46 +372,79 @@ def test_empty_classic_group_becomes_a_consumer_group_keeping_offsets():
     assert coordinator.committed_offsets("g")[tp].offset == 5
 
 
-@settings(max_examples=60, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from(["join", "heartbeat", "leave", "static-leave"]),
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["join", "heartbeat", "leave", "static-leave", "crash", "pass-time",
+                                           "restart"]),
                           st.integers(0, 5)), max_size=60),
        st.sampled_from(["uniform", "range"]))
 def test_no_partition_is_ever_owned_twice_and_a_stable_group_owns_all(ops, assignor):
-    """Under any sequence of joins, heartbeats and leaves no partition is owned by two members at
-    once, and once heartbeats settle the group is Stable with every partition owned."""
+    """Under any sequence of joins, heartbeats, leaves, crashes, static restarts and passing time no partition is
+    owned by two live members at once; once the away members' sessions ended and heartbeats
+    settled, the group is Stable with every subscribed partition owned; and a replay of the
+    records written rebuilds the same group."""
     cluster = Cluster()
     cluster.add("orders", T1, 7)
     cluster.add("audit", T2, 3)
     coordinator, _, _ = make(cluster)
     clients: list[SimClient] = []
+    log: list[tuple[bytes, bytes | None]] = []
     now = 0
+
+    def pass_time(ms: int) -> int:
+        """Live members heartbeat every 5 s while time passes; timers fire."""
+        t = now
+        for _ in range(ms // 5_000):
+            t += 5_000
+            for c in clients:
+                c.heartbeat(t)
+            for write in coordinator.tick(t):
+                log.extend(write.records)
+            assert_disjoint(clients)
+        return t
+
     for op, index in ops:
         now += 1
         if op == "join" or not clients:
             static = index % 2 == 0
             topics = ("orders", "audit") if index % 3 else ("orders",)
             clients.append(SimClient(coordinator, "g", topics, assignor=assignor,
-                                     instance_id=f"i{len(clients)}" if static else None))
+                                     instance_id=f"i{len(clients)}-{now}" if static else None, log=log))
             clients[-1].heartbeat(now)
+        elif op == "pass-time":
+            now = pass_time(10_000 * (index + 1))
         else:
             client = clients[index % len(clients)]
             if op == "heartbeat":
                 client.heartbeat(now)
+            elif op == "crash":
+                clients.remove(client)  # gone without a word: its session must end
+            elif op == "restart" and client.instance_id is not None:
+                # A static member restarts: leaves with -2, a new process takes over its instance id.
+                client.leave(now, static=True)
+                clients.remove(client)
+                clients.append(SimClient(coordinator, "g", client.topics, assignor=assignor,
+                                         instance_id=client.instance_id, log=log))
+                clients[-1].heartbeat(now)
             else:
                 client.leave(now, static=op == "static-leave" and client.instance_id is not None)
                 clients.remove(client)
         assert_disjoint(clients)
-    if not clients:
-        return
-    settle(clients, now, rounds=30)
+    now = pass_time(SESSION_MS + 10_000)  # the away members' sessions end
+    now = settle(clients, now, rounds=30)
     assert_disjoint(clients)
-    described = coordinator.consumer_group_describe(["g"], now + 1_000)[0]
-    if any(m.member_epoch == -2 for m in described.members):
-        return  # a static member away keeps its partitions until its session ends
+    described = coordinator.consumer_group_describe(["g"], now)[0]
+    replayed = GroupCoordinator(GroupCoordinatorConfig(offsets_topic_partitions=5), topics=cluster.view)
+    replayed.load(log, now)
+    assert replayed.consumer_group_describe(["g"], now)[0] == described
+    if not clients:
+        assert described.state in ("Empty", "Dead")
+        return
     assert described.state == "Stable"
-    subscribed = {T1} | ({T2} if any("audit" in c.topics for c in clients) else set())
+    assert {m.member_id for m in described.members} == {c.member_id for c in clients}
     owned = set().union(*(c.partitions() for c in clients))
-    expected = {(T1, p) for p in range(7)} | ({(T2, p) for p in range(3)} if T2 in subscribed else set())
+    expected = {(T1, p) for p in range(7)}
+    if any("audit" in c.topics for c in clients):
+        expected |= {(T2, p) for p in range(3)}
     assert owned == expected
 
 
