@@ -16,29 +16,20 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.support.brokers import BrokerProcess
 from tests.support.clients import create_topic, unique_topic
-from tests.support.consumer_protocol import CONSUMER_PROTOCOL_BROKER_CONFIG, wait_until
+from tests.support.consumer_protocol import (
+    consumer_protocol_broker,  # noqa: F401 - fixture
+    wait_until,
+)
 
 pytestmark = pytest.mark.interop
 
 PARTITIONS = 4
 WAIT_S = 60.0
-
-
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory):
-    process = BrokerProcess(data_dir=Path(tmp_path_factory.mktemp("kip848-client")) / "data",
-                            config=CONSUMER_PROTOCOL_BROKER_CONFIG).start()
-    try:
-        yield process
-    finally:
-        process.stop()
 
 
 class Member:
@@ -193,7 +184,8 @@ def assert_incremental(member: Member) -> None:
             owned -= changed
 
 
-def test_our_members_join_and_leave_while_records_flow_and_each_record_is_consumed_once(broker):
+def test_our_members_join_and_leave_while_records_flow_and_each_record_is_consumed_once(consumer_protocol_broker):
+    broker = consumer_protocol_broker
     topic = unique_topic("kip848-flow")
     create_topic(broker.bootstrap, topic, partitions=PARTITIONS)
     group = f"kip848-{uuid.uuid4().hex[:8]}"
@@ -236,7 +228,8 @@ def test_our_members_join_and_leave_while_records_flow_and_each_record_is_consum
             m.stop()
 
 
-def test_our_consumer_and_librdkafkas_share_a_consumer_protocol_group(broker):
+def test_our_consumer_and_librdkafkas_share_a_consumer_protocol_group(consumer_protocol_broker):
+    broker = consumer_protocol_broker
     topic = unique_topic("kip848-mixed")
     create_topic(broker.bootstrap, topic, partitions=PARTITIONS)
     group = f"kip848-mixed-{uuid.uuid4().hex[:8]}"
@@ -266,10 +259,11 @@ def test_our_consumer_and_librdkafkas_share_a_consumer_protocol_group(broker):
         theirs.stop()
 
 
-def test_a_static_member_rejoins_with_its_assignment_and_no_rebalance(broker):
+def test_a_static_member_rejoins_with_its_assignment_and_no_rebalance(consumer_protocol_broker):
     """group.instance.id: close() leaves with member epoch -2, so the coordinator keeps the
     member's assignment for its instance id; the restarted member gets it back, and the other
     member sees no rebalance."""
+    broker = consumer_protocol_broker
     topic = unique_topic("kip848-static")
     create_topic(broker.bootstrap, topic, partitions=PARTITIONS)
     group = f"kip848-static-{uuid.uuid4().hex[:8]}"
@@ -292,7 +286,8 @@ def test_a_static_member_rejoins_with_its_assignment_and_no_rebalance(broker):
                 m.stop()
 
 
-def test_a_regex_subscription_picks_up_a_topic_created_later(broker):
+def test_a_regex_subscription_picks_up_a_topic_created_later(consumer_protocol_broker):
+    broker = consumer_protocol_broker
     prefix = f"kip848rx-{uuid.uuid4().hex[:8]}"
     first, later = f"{prefix}-a", f"{prefix}-b"
     create_topic(broker.bootstrap, first, partitions=2)
