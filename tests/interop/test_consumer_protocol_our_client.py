@@ -306,3 +306,38 @@ def test_a_regex_subscription_picks_up_a_topic_created_later(consumer_protocol_b
         assert_incremental(member)
     finally:
         member.stop()
+
+
+def test_a_member_that_stops_polling_leaves_then_gets_on_lost_and_rejoins(consumer_protocol_broker):
+    """max.poll.interval.ms passed without a poll: the member leaves the group (heartbeat with
+    epoch -1); its next poll reports MAX_POLL_EXCEEDED, hands every partition to on_lost (not
+    on_revoke: they may already be someone else's) and rejoins, getting them back."""
+    from oncestream.client import Consumer, KafkaError
+
+    broker = consumer_protocol_broker
+    topic = unique_topic("kip848-stale")
+    create_topic(broker.bootstrap, topic, partitions=2)
+    events: list[tuple[str, frozenset[int]]] = []
+
+    def record(kind: str) -> Callable[[Any, list[Any]], None]:
+        return lambda _c, parts: events.append((kind, frozenset(tp.partition for tp in parts)))
+
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": f"stale-{uuid.uuid4().hex[:8]}",
+                         "group.protocol": "consumer", "max.poll.interval.ms": 1500})
+    try:
+        consumer.subscribe([topic], on_assign=record("assign"), on_revoke=record("revoke"), on_lost=record("lost"))
+        wait_until(lambda: consumer.poll(0.1) is None and len(consumer.assignment()) == 2, "the assignment")
+        time.sleep(3.0)  # the application stalls past max.poll.interval.ms (not a timing assertion)
+        errors = []
+        deadline = time.monotonic() + WAIT_S
+        while time.monotonic() < deadline and not (errors and len(consumer.assignment()) == 2):
+            msg = consumer.poll(0.1)
+            if msg is not None and msg.error() is not None:
+                errors.append(msg.error())
+        assert [e.code() for e in errors] == [KafkaError._MAX_POLL_EXCEEDED], errors
+        assert len(consumer.assignment()) == 2
+        lost_at = events.index(("lost", frozenset({0, 1})))
+        assert ("revoke", frozenset({0, 1})) not in events
+        assert ("assign", frozenset({0, 1})) in events[lost_at:]
+    finally:
+        consumer.close()
