@@ -328,12 +328,13 @@ def test_a_member_that_stops_polling_leaves_then_gets_on_lost_and_rejoins(consum
         consumer.subscribe([topic], on_assign=record("assign"), on_revoke=record("revoke"), on_lost=record("lost"))
         wait_until(lambda: consumer.poll(0.1) is None and len(consumer.assignment()) == 2, "the assignment")
         time.sleep(3.0)  # the application stalls past max.poll.interval.ms (not a timing assertion)
-        errors = []
+        errors: list[KafkaError] = []
         deadline = time.monotonic() + WAIT_S
         while time.monotonic() < deadline and not (errors and len(consumer.assignment()) == 2):
             msg = consumer.poll(0.1)
-            if msg is not None and msg.error() is not None:
-                errors.append(msg.error())
+            error = None if msg is None else msg.error()
+            if error is not None:
+                errors.append(error)
         assert [e.code() for e in errors] == [KafkaError._MAX_POLL_EXCEEDED], errors
         assert len(consumer.assignment()) == 2
         lost_at = events.index(("lost", frozenset({0, 1})))
