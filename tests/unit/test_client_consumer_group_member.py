@@ -231,3 +231,21 @@ def test_fatal_heartbeat_errors_reach_the_consumer(code: ErrorCode) -> None:
         member.stop_heartbeats()
 
     asyncio.run(scenario())
+
+
+def test_a_crashed_heartbeat_task_is_a_fatal_error_for_the_consumer() -> None:
+    """A member that silently stopped heartbeating would be expired by the group while its
+    application goes on polling; a crash of the task is reported instead."""
+    coordinator = ScriptedCoordinator(lambda k, r: object())  # an answer of no known shape
+
+    async def scenario() -> None:
+        member, woken = make_member(coordinator)
+        member.subscribe(["orders"], None)
+        member.start()
+        await until(lambda: member.fatal_error is not None, "the crash to be reported")
+        assert member.fatal_error is not None
+        assert member.fatal_error.fatal()
+        assert "heartbeat task crashed" in member.fatal_error.str()
+        assert woken
+
+    asyncio.run(scenario())

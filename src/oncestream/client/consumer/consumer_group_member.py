@@ -29,6 +29,7 @@ from kio.schema.errors import ErrorCode
 
 from oncestream.client.common.cluster import COORDINATOR_GROUP, Cluster
 from oncestream.client.common.errors import (
+    _FATAL,
     BrokerResponseError,
     ConnectionLostError,
     KafkaError,
@@ -149,6 +150,16 @@ class ConsumerGroupMember(GroupMembership):
             self._task = None
 
     async def _heartbeat_loop(self) -> None:
+        try:
+            await self._heartbeats()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a member that silently stops heartbeating would be worse
+            log.exception("oncestream consumer: the heartbeat task of group %s crashed", self.group_id)
+            self.fatal_error = KafkaError(_FATAL, f"the consumer group heartbeat task crashed: {exc!r}", fatal=True)
+            self._wake_user()
+
+    async def _heartbeats(self) -> None:
         wake = self._wake
         if wake is None:
             raise RuntimeError("heartbeat loop started without start()")
@@ -160,6 +171,10 @@ class ConsumerGroupMember(GroupMembership):
                 delay_ms = self.machine.heartbeat_delay_ms(now_ms)
                 request = self.machine.build_heartbeat(now_ms) if delay_ms == 0 else None
                 self._sync()
+                # Sending an acknowledgement may leave a target still to reconcile.
+                poll_has_work = request is not None and self.machine.needs_poll()
+            if poll_has_work:
+                self._wake_user()
             if request is None:
                 timeout_s = None if delay_ms is None else delay_ms / 1000
                 # Never sleep past the poll-interval check for long.
@@ -183,8 +198,7 @@ class ConsumerGroupMember(GroupMembership):
 
     async def _send_heartbeat(self, request: HeartbeatRequest) -> None:
         try:
-            response = await self._send(CONSUMER_GROUP_HEARTBEAT, _make_heartbeat(request),
-                                        timeout_s=max(5.0, self.rebalance_timeout_ms / 1000 / 10))
+            response = await self._send(CONSUMER_GROUP_HEARTBEAT, _make_heartbeat(request))
         except BrokerResponseError as exc:  # no coordinator, or no version of the API
             answer = HeartbeatResponse(error_code=exc.code, error_message=str(exc))
             if exc.code == ErrorCode.unsupported_version:
