@@ -19,7 +19,7 @@ from kio.schema.errors import ErrorCode
 from oncestream.client.common.config import resolve
 from oncestream.client.consumer.consumer_group_member import ConsumerGroupMember
 from oncestream.client.consumer.consumer_membership import LEAVE_STATIC_EPOCH, MemberState
-from oncestream.protocol.api_keys import CONSUMER_GROUP_HEARTBEAT, OFFSET_COMMIT
+from oncestream.protocol.api_keys import CONSUMER_GROUP_HEARTBEAT, OFFSET_COMMIT, OFFSET_FETCH
 from oncestream.protocol.codec import reader_for, writer_for
 from oncestream.protocol.schemas import request_module, response_module
 
@@ -247,5 +247,45 @@ def test_a_crashed_heartbeat_task_is_a_fatal_error_for_the_consumer() -> None:
         assert member.fatal_error.fatal()
         assert "heartbeat task crashed" in member.fatal_error.str()
         assert woken
+
+    asyncio.run(scenario())
+
+
+def test_offset_fetch_v9_names_the_member_and_retries_a_stale_epoch() -> None:
+    """Committed offsets are read as a member (OffsetFetch v9: member id and epoch, as Kafka's
+    consumer sends them); STALE_MEMBER_EPOCH is asked again once the newer epoch is known."""
+    epochs = {"member": 3}
+
+    def answer(api_key: int, request: Any) -> Any:
+        if api_key == CONSUMER_GROUP_HEARTBEAT:
+            return heartbeat_answer(epoch=epochs["member"], partitions=[0], interval_ms=10)
+        m = response_module(OFFSET_FETCH, 9)
+        (group,) = request.groups
+        if group.member_epoch != epochs["member"]:
+            return m.OffsetFetchResponse(throttle_time=datetime.timedelta(0), groups=(m.OffsetFetchResponseGroup(
+                group_id=group.group_id, topics=(), error_code=ErrorCode.stale_member_epoch),))
+        topics = tuple(m.OffsetFetchResponseTopics(name=t.name, partitions=tuple(
+            m.OffsetFetchResponsePartitions(partition_index=p, committed_offset=100 + p, committed_leader_epoch=-1,
+                                            metadata="", error_code=ErrorCode.none)
+            for p in t.partition_indexes)) for t in group.topics)
+        return m.OffsetFetchResponse(throttle_time=datetime.timedelta(0), groups=(m.OffsetFetchResponseGroup(
+            group_id=group.group_id, topics=topics, error_code=ErrorCode.none),))
+
+    coordinator = ScriptedCoordinator(answer)
+
+    async def scenario() -> None:
+        member, _woken = make_member(coordinator)
+        member.subscribe(["orders"], None)
+        member.start()
+        await until(lambda: member.generation_id == 3, "epoch 3")
+        epochs["member"] = 4
+        committed = await member.fetch_committed([("orders", 0), ("orders", 1)], require_stable=True)
+        assert committed == {("orders", 0): (100, "", 0), ("orders", 1): (101, "", 0)}
+        fetches = [r for key, _v, r in coordinator.requests if key == OFFSET_FETCH]
+        assert fetches[0].groups[0].member_id == member.member_id
+        assert fetches[0].groups[0].member_epoch == 3
+        assert fetches[-1].groups[0].member_epoch == 4
+        assert fetches[-1].require_stable
+        member.stop_heartbeats()
 
     asyncio.run(scenario())

@@ -472,18 +472,25 @@ class GroupMembership:
                     await asyncio.sleep(self.retry_backoff_s)
                     continue
                 raise KafkaException(KafkaError(top_error, f"OffsetFetch failed: {error_name(top_error)}"))
-            out: dict[tuple[str, int], tuple[int, str | None, int]] = {}
-            retry = False
-            for t in response.topics:
-                for p in t.partitions:
-                    code = int(p.error_code)
-                    if code == ErrorCode.unstable_offset_commit or self._coordinator_error(code):
-                        retry = True
-                    out[(t.name, p.partition_index)] = (p.committed_offset, p.metadata, code)
+            out, retry = self.committed_of(response.topics)
             if retry:
                 await asyncio.sleep(self.retry_backoff_s)
                 continue
             return out
+
+    def committed_of(self, topics: Any) -> tuple[dict[tuple[str, int], tuple[int, str | None, int]], bool]:
+        """The (offset, metadata, error code) per partition of an OffsetFetch answer's topics, and
+        whether to ask again (UNSTABLE_OFFSET_COMMIT: a transaction's offsets still pending,
+        KIP-447; or the coordinator moved)."""
+        out: dict[tuple[str, int], tuple[int, str | None, int]] = {}
+        retry = False
+        for t in topics:
+            for p in t.partitions:
+                code = int(p.error_code)
+                if code == ErrorCode.unstable_offset_commit or self._coordinator_error(code):
+                    retry = True
+                out[(t.name, p.partition_index)] = (p.committed_offset, p.metadata, code)
+        return out, retry
 
 
 class _Rejoin(Exception):
