@@ -240,6 +240,19 @@ def test_a_regex_subscription_is_sent_as_subscribed_topic_regex() -> None:
     assert request.subscribed_topic_names == ()
 
 
+def test_dropping_the_regex_sends_an_empty_one() -> None:
+    """Null means "unchanged" in a heartbeat: a subscription that no longer has a regex says so
+    with an empty one."""
+    m = member()
+    m.subscribe(["orders"], "^pay-.*")
+    m.build_heartbeat(0)
+    m.on_heartbeat_response(ok(1), 0)
+    m.subscribe(["orders"], None)
+    assert m.build_heartbeat(1).subscribed_topic_regex == ""
+    m.on_heartbeat_response(ok(1), 1)
+    assert m.build_heartbeat(6000).subscribed_topic_regex is None
+
+
 def test_topic_ids_without_names_wait_for_metadata_and_reconcile_the_rest() -> None:
     m = member()
     joined(m, {T1: {0}})

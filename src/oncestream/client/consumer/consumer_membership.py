@@ -310,8 +310,7 @@ class ConsumerMembership:
             rebalance_timeout_ms=self.rebalance_timeout_ms if everything else -1,
             subscribed_topic_names=self._topics if everything or sent is None or sent.topics != self._topics
             else None,
-            subscribed_topic_regex=self._regex if (everything or sent is None or sent.regex != self._regex)
-            and self._regex is not None else None,
+            subscribed_topic_regex=self._regex_field(everything, sent),
             server_assignor=self.server_assignor if everything or sent is None
             or sent.server_assignor != self.server_assignor else None,
             owned=owned if everything or sent is None or sent.owned != self.owned
@@ -326,6 +325,15 @@ class ConsumerMembership:
             # did not know) is reconciled again.
             self._transition(S.STABLE if self._owned_local_epoch == self._target_local_epoch else S.RECONCILING)
         return request
+
+    def _regex_field(self, everything: bool, sent: _SentFields | None) -> str | None:
+        """SubscribedTopicRegex: the regex when joining or changed; "" to drop one the
+        coordinator has (null would mean "unchanged")."""
+        if everything or sent is None:
+            return self._regex
+        if sent.regex == self._regex:
+            return None
+        return "" if self._regex is None else self._regex
 
     def on_heartbeat_failure(self, now_ms: float) -> None:
         """The heartbeat got no answer (connection lost, timed out, no coordinator): try again
