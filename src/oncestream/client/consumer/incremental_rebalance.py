@@ -15,7 +15,6 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from oncestream.client.common.errors import KafkaException
 from oncestream.client.common.message import TopicPartition
 from oncestream.client.consumer.consumer_group_member import ConsumerGroupMember
 from oncestream.client.consumer.consumer_membership import MemberState
@@ -28,9 +27,8 @@ _METADATA_RETRY_S = 0.5
 
 
 def poll_step(consumer: Consumer, member: ConsumerGroupMember) -> None:
-    """One turn of the consumer's housekeeping for ``member`` (caller's thread)."""
-    if member.fatal_error is not None:
-        raise KafkaException(member.fatal_error)
+    """One turn of the consumer's housekeeping for ``member`` (caller's thread; the consumer
+    raises the member's fatal error before it gets here)."""
     while member.errors:
         consumer._pending_errors.append(member.errors.pop(0))
     if member.state in (MemberState.FENCED, MemberState.STALE):
