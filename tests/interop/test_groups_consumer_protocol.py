@@ -12,6 +12,7 @@ import pytest
 from confluent_kafka import Producer
 from kio.schema.errors import ErrorCode
 
+from oncestream.protocol import api_keys as k
 from tests.support.brokers import BrokerFaults, BrokerProcess
 from tests.support.clients import create_topic, unique_topic
 from tests.support.consumer_protocol import (
@@ -19,6 +20,7 @@ from tests.support.consumer_protocol import (
     MemberProcess,
     ProtocolMember,
     close_all,
+    connection,
     consumer_protocol_broker,  # noqa: F401 - fixture
     describe,
     heartbeat,
@@ -264,3 +266,46 @@ def test_a_heartbeat_whose_records_are_not_appended_is_not_acknowledged(broker_f
     assert joined.member_epoch == 1
     (member,) = describe(broker.bootstrap, group).members
     assert member.member_id == member_id
+
+
+def test_offset_commit_and_fetch_v10_name_topics_by_id(broker):
+    """OffsetCommit/OffsetFetch v10 address topics by id; an unknown id is UNKNOWN_TOPIC_ID."""
+    topic = unique_topic("cg-v10")
+    create_topic(broker.bootstrap, topic, partitions=2)
+    group, bogus = unique_group(), uuid.uuid4()
+    with connection(broker.bootstrap) as conn:
+        assert conn.version_for(k.OFFSET_COMMIT) == conn.version_for(k.OFFSET_FETCH) == 10
+        metadata = conn.call(k.METADATA, lambda m: m.MetadataRequest(
+            topics=None, allow_auto_topic_creation=False, include_topic_authorized_operations=False))
+        (topic_id,) = [t.topic_id for t in metadata.topics if t.name == topic]
+
+        def partition(m, index):
+            return m.OffsetCommitRequestPartition(partition_index=index, committed_offset=9,
+                                                  committed_leader_epoch=-1, committed_metadata="")
+
+        committed = conn.call(k.OFFSET_COMMIT, lambda m: m.OffsetCommitRequest(
+            group_id=group, generation_id_or_member_epoch=-1, member_id="", group_instance_id=None, topics=(
+                m.OffsetCommitRequestTopic(topic_id=topic_id, partitions=(partition(m, 1),)),
+                m.OffsetCommitRequestTopic(topic_id=bogus, partitions=(partition(m, 0),)))))
+        assert [(t.topic_id, [p.error_code for p in t.partitions]) for t in committed.topics] == [
+            (topic_id, [ErrorCode.none]), (bogus, [ErrorCode.unknown_topic_id])]
+        fetched = conn.call(k.OFFSET_FETCH, lambda m: m.OffsetFetchRequest(require_stable=False, groups=(
+            m.OffsetFetchRequestGroup(group_id=group, topics=(
+                m.OffsetFetchRequestTopics(topic_id=topic_id, partition_indexes=(0, 1)),
+                m.OffsetFetchRequestTopics(topic_id=bogus, partition_indexes=(0,)))),)))
+        (answer,) = fetched.groups
+        assert [(t.topic_id, [(p.committed_offset, p.error_code) for p in t.partitions]) for t in answer.topics] == [
+            (topic_id, [(-1, ErrorCode.none), (9, ErrorCode.none)]), (bogus, [(-1, ErrorCode.unknown_topic_id)])]
+
+
+def test_group_version_feature_switches_the_protocol(broker, broker_factory):
+    """ApiVersions finalizes group.version 1 by default; a broker started with group.version=0
+    answers ConsumerGroupHeartbeat UNSUPPORTED_VERSION, as Kafka with the feature off."""
+    with connection(broker.bootstrap) as conn:
+        answer = conn.call(k.API_VERSIONS_KEY, lambda m: m.ApiVersionsRequest(
+            client_software_name="cg-tests", client_software_version="1"))
+        assert {f.name: f.max_version_level for f in answer.finalized_features}["group.version"] == 1
+    off = broker_factory({**CONSUMER_PROTOCOL_BROKER_CONFIG, "group.version": "0"})
+    refused = heartbeat(off.bootstrap, unique_group(), uuid.uuid4().hex, 0, rebalance_timeout_ms=30_000,
+                        subscribed_topic_names=("t",), topic_partitions={})
+    assert refused.error_code == ErrorCode.unsupported_version

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from tests.support.brokers import BrokerProcess
 from tests.support.narrow import message_position, present
@@ -117,7 +117,7 @@ class ProtocolMember:
                     continue
                 topic = present(msg.topic(), "topic")
                 partition, offset = message_position(msg)
-                consumer.commit(offsets=[TopicPartition(topic, partition, offset + 1)], asynchronous=False)
+                self._commit(consumer, TopicPartition(topic, partition, offset + 1))
                 with self.lock:
                     self.consumed.append((topic, partition, offset))
         except KafkaException as exc:  # recorded for the test's failure message
@@ -126,6 +126,21 @@ class ProtocolMember:
         finally:
             consumer.close()
             self.closed.set()
+
+    @staticmethod
+    def _commit(consumer: Consumer, position: TopicPartition) -> None:
+        """Commit synchronously. STALE_MEMBER_EPOCH means a heartbeat answer with a newer epoch
+        crossed the commit (as with Kafka 4.0): retry, librdkafka has the new epoch by then. The
+        partition cannot have moved meanwhile: its revocation waits for this thread's poll."""
+        for _ in range(100):
+            try:
+                consumer.commit(offsets=[position], asynchronous=False)
+                return
+            except KafkaException as exc:
+                if exc.args[0].code() != KafkaError.STALE_MEMBER_EPOCH:
+                    raise
+                time.sleep(0.05)
+        raise AssertionError(f"commit of {position} stayed stale")
 
     def owned(self) -> set[tuple[str, int]]:
         with self.lock:
@@ -147,7 +162,7 @@ def close_all(members: list[ProtocolMember]) -> None:
 # --- wire-level calls ------------------------------------------------------------------------------
 
 
-def _connection(bootstrap: str) -> Any:
+def connection(bootstrap: str) -> Any:
     from oncestream.client.common.connection import BrokerConnection, parse_bootstrap
 
     host, port = parse_bootstrap(bootstrap)
@@ -169,13 +184,13 @@ def heartbeat(bootstrap: str, group_id: str, member_id: str, member_epoch: int, 
                 m.TopicPartitions(topic_id=t, partitions=tuple(ps)) for t, ps in owned.items()),
             **fields)
 
-    with _connection(bootstrap) as conn:
+    with connection(bootstrap) as conn:
         return conn.call(CONSUMER_GROUP_HEARTBEAT, make)
 
 
 def describe(bootstrap: str, group_id: str) -> Any:
     """ConsumerGroupDescribe of one group: its DescribedGroup."""
-    with _connection(bootstrap) as conn:
+    with connection(bootstrap) as conn:
         response = conn.call(CONSUMER_GROUP_DESCRIBE, lambda m: m.ConsumerGroupDescribeRequest(
             group_ids=(group_id,), include_authorized_operations=False))
     (group,) = response.groups

@@ -16,6 +16,8 @@ from oncestream.coordinator.group import (
     JoinProtocol,
     JoinRequest,
     JoinResult,
+    LeaveRequest,
+    LeavingMember,
     OffsetCommitRequest,
     OffsetFetchRequest,
     PartitionOffsetCommit,
@@ -471,3 +473,22 @@ def test_offsets_of_subscribed_topics_do_not_expire():
         a.heartbeat(now)
         coordinator.tick(now)
     assert set(coordinator.committed_offsets("g")) == {TopicPartition("orders", 0)}
+
+
+def test_an_administrator_removes_static_members_with_leave_group():
+    coordinator, _, _ = make()
+    a = SimClient(coordinator, "g", ("orders",), instance_id="a")
+    b = SimClient(coordinator, "g", ("orders",), instance_id="b")
+    now = settle([a, b], 1)
+    epoch = coordinator.consumer_group_describe(["g"], now)[0].group_epoch
+    request = LeaveRequest("g", (LeavingMember("", "a"), LeavingMember("", "nobody"), LeavingMember(b.member_id),
+                                 LeavingMember("wrong", "b")))
+    result, writes = coordinator.leave_group(request, now + 1)
+    assert [m.error for m in result.members] == [
+        ErrorCode.none, ErrorCode.unknown_member_id, ErrorCode.unknown_member_id, ErrorCode.fenced_instance_id]
+    assert writes
+    described = coordinator.consumer_group_describe(["g"], now + 2)[0]
+    assert [m.member_id for m in described.members] == [b.member_id]
+    assert described.group_epoch == epoch + 1
+    settle([b], now + 3)
+    assert b.owned == {T1: frozenset(range(6))}

@@ -57,8 +57,8 @@ API_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     FETCH: (4, 12),  # v13+ address topics by id
     LIST_OFFSETS: (1, 7),  # v8 adds KIP-1005 tiered-storage offsets: not ours
     METADATA: (0, 12),
-    OFFSET_COMMIT: (2, 9),  # v9: member id + member epoch (KIP-848); v10 addresses topics by id
-    OFFSET_FETCH: (1, 9),  # v9: member id + member epoch checked (KIP-848)
+    OFFSET_COMMIT: (2, 10),  # v9: member id + member epoch (KIP-848); v10: topics by id
+    OFFSET_FETCH: (1, 10),  # v9: member id + member epoch checked (KIP-848); v10: topics by id
     FIND_COORDINATOR: (0, 4),
     JOIN_GROUP: (0, 9),
     HEARTBEAT: (0, 4),
@@ -98,4 +98,6 @@ API_VERSIONS: Final[dict[int, tuple[int, int]]] = {
 
 # Finalized feature levels announced in ApiVersions (v3+). transaction.version 2 tells clients
 # they may use KIP-890 part 2 (Produce v12, TxnOffsetCommit v5, EndTxn v5).
-FEATURES: Final[dict[str, tuple[int, int]]] = {"transaction.version": (0, 2)}
+# group.version 1 enables the KIP-848 consumer group protocol (0: ConsumerGroupHeartbeat and
+# ConsumerGroupDescribe answer UNSUPPORTED_VERSION, as Kafka with the feature off).
+FEATURES: Final[dict[str, tuple[int, int]]] = {"transaction.version": (0, 2), "group.version": (0, 1)}

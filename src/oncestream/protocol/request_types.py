@@ -171,6 +171,7 @@ if TYPE_CHECKING:
     from kio.schema.offset_commit.v7 import request as _offset_commit_v7
     from kio.schema.offset_commit.v8 import request as _offset_commit_v8
     from kio.schema.offset_commit.v9 import request as _offset_commit_v9
+    from kio.schema.offset_commit.v10 import request as _offset_commit_v10
     from kio.schema.offset_delete.v0 import request as _offset_delete_v0
     from kio.schema.offset_fetch.v1 import request as _offset_fetch_v1
     from kio.schema.offset_fetch.v2 import request as _offset_fetch_v2
@@ -181,6 +182,7 @@ if TYPE_CHECKING:
     from kio.schema.offset_fetch.v7 import request as _offset_fetch_v7
     from kio.schema.offset_fetch.v8 import request as _offset_fetch_v8
     from kio.schema.offset_fetch.v9 import request as _offset_fetch_v9
+    from kio.schema.offset_fetch.v10 import request as _offset_fetch_v10
     from kio.schema.produce.v3 import request as _produce_v3
     from kio.schema.produce.v4 import request as _produce_v4
     from kio.schema.produce.v5 import request as _produce_v5
@@ -266,6 +268,7 @@ if TYPE_CHECKING:
         | _offset_commit_v7.OffsetCommitRequest
         | _offset_commit_v8.OffsetCommitRequest
         | _offset_commit_v9.OffsetCommitRequest
+        | _offset_commit_v10.OffsetCommitRequest
     )  # api key 8
     OffsetFetchRequest: TypeAlias = (
         _offset_fetch_v1.OffsetFetchRequest
@@ -277,6 +280,7 @@ if TYPE_CHECKING:
         | _offset_fetch_v7.OffsetFetchRequest
         | _offset_fetch_v8.OffsetFetchRequest
         | _offset_fetch_v9.OffsetFetchRequest
+        | _offset_fetch_v10.OffsetFetchRequest
     )  # api key 9
     FindCoordinatorRequest: TypeAlias = (
         _find_coordinator_v0.FindCoordinatorRequest

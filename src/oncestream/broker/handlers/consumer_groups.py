@@ -14,6 +14,7 @@ from kio.schema.errors import ErrorCode
 
 from oncestream.broker.authorize import Op, Res, authorize, authorized_operations
 from oncestream.broker.connection_context import client_host
+from oncestream.broker.handlers.api_versions import finalized_levels
 from oncestream.broker.state import BrokerState
 from oncestream.coordinator.group.consumer.messages import ConsumerHeartbeatRequest
 from oncestream.coordinator.group.consumer.records import Assignment
@@ -29,6 +30,11 @@ _ZERO = datetime.timedelta(0)
 _MEMBER_TYPE_CONSUMER = 1
 
 
+def consumer_protocol_enabled(state: BrokerState) -> bool:
+    """Whether the finalized ``group.version`` enables KIP-848 (level 1, the default)."""
+    return finalized_levels(state)["group.version"] >= 1
+
+
 def handle_consumer_group_heartbeat(
     state: BrokerState, header: RequestHeader, request: wire.ConsumerGroupHeartbeatRequest
 ) -> object:
@@ -38,6 +44,8 @@ def handle_consumer_group_heartbeat(
         return build(m.ConsumerGroupHeartbeatResponse, throttle_time=_ZERO, error_code=error, error_message=message,
                      member_id=None, member_epoch=0, heartbeat_interval=_ZERO, assignment=None)
 
+    if not consumer_protocol_enabled(state):
+        return refuse(ErrorCode.unsupported_version, "the consumer group protocol is off (group.version=0)")
     # Kafka: READ on the group; DESCRIBE on every subscribed topic named (no topic is revealed
     # to a client that may not see it).
     if not authorize(state, Op.READ, Res.GROUP, request.group_id):
@@ -88,6 +96,11 @@ def handle_consumer_group_describe(
     state: BrokerState, header: RequestHeader, request: wire.ConsumerGroupDescribeRequest
 ) -> object:
     m = response_module(k.CONSUMER_GROUP_DESCRIBE, header.api_version)
+    if not consumer_protocol_enabled(state):
+        return build(m.ConsumerGroupDescribeResponse, throttle_time=_ZERO, groups=tuple(
+            build(m.DescribedGroup, error_code=ErrorCode.unsupported_version, error_message=None, group_id=g,
+                  group_state="", group_epoch=-1, assignment_epoch=-1, assignor_name="", members=())
+            for g in request.group_ids))
     permitted = [g for g in request.group_ids if authorize(state, Op.DESCRIBE, Res.GROUP, g)]
     described = {d.group_id: d for d in state.groups.coordinator.consumer_group_describe(
         permitted, state.now_ms(), mono_ms=state.mono_ms())}

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import uuid
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
@@ -220,20 +222,26 @@ def handle_offset_commit(state: BrokerState, header: RequestHeader, request: wir
     unknown: set[TopicPartition] = set()
     # Kafka: READ on the group (else every partition fails and the coordinator is not asked),
     # READ on each topic.
+    version = header.api_version
+    # v10 names topics by id only: resolve them (an unknown id: UNKNOWN_TOPIC_ID).
+    by_id = _topic_names_by_id(state) if version >= _TOPIC_IDS_VERSION else {}
+    named = [(t, _request_topic_name(t, by_id)) for t in request.topics]
     if not authorize(state, Op.READ, Res.GROUP, request.group_id):
         return build(m.OffsetCommitResponse, throttle_time=_ZERO, topics=tuple(
-            build(m.OffsetCommitResponseTopic, name=t.name, partitions=tuple(
+            build(m.OffsetCommitResponseTopic, **_topic_ref(version, name, t), partitions=tuple(
                 build(m.OffsetCommitResponsePartition, partition_index=p.partition_index,
                       error_code=ErrorCode.group_authorization_failed) for p in t.partitions))
-            for t in request.topics))
-    denied = {t.name: ErrorCode.topic_authorization_failed for t in request.topics
-              if not authorize(state, Op.READ, Res.TOPIC, t.name)}
-    for t in request.topics:
+            for t, name in named))
+    denied = {name: ErrorCode.topic_authorization_failed for _, name in named
+              if name is not None and not authorize(state, Op.READ, Res.TOPIC, name)}
+    for t, name in named:
+        if name is None:
+            continue
         for p in t.partitions:
-            tp = TopicPartition(t.name, p.partition_index)
-            if t.name in denied:
+            tp = TopicPartition(name, p.partition_index)
+            if name in denied:
                 continue
-            if not state.partition_exists(t.name, p.partition_index):
+            if not state.partition_exists(name, p.partition_index):
                 unknown.add(tp)
                 continue
             offsets[tp] = PartitionOffsetCommit(
@@ -257,15 +265,45 @@ def handle_offset_commit(state: BrokerState, header: RequestHeader, request: wir
     )
     result = svc.finish(request.group_id, result, writes, wake_timers=False)  # commits create no earlier deadline
     topics_out = []
-    for t in request.topics:
+    for t, name in named:
         parts = []
         for p in t.partitions:
-            tp = TopicPartition(t.name, p.partition_index)
-            error = ErrorCode.unknown_topic_or_partition if tp in unknown else result.partitions.get(tp, ErrorCode.none)
-            error = denied.get(t.name, error)
+            if name is None:
+                error = ErrorCode.unknown_topic_id
+            else:
+                tp = TopicPartition(name, p.partition_index)
+                error = ErrorCode.unknown_topic_or_partition if tp in unknown else result.partitions.get(tp, ErrorCode.none)
+                error = denied.get(name, error)
             parts.append(build(m.OffsetCommitResponsePartition, partition_index=p.partition_index, error_code=error))
-        topics_out.append(build(m.OffsetCommitResponseTopic, name=t.name, partitions=tuple(parts)))
+        topics_out.append(build(m.OffsetCommitResponseTopic, **_topic_ref(version, name, t), partitions=tuple(parts)))
     return build(m.OffsetCommitResponse, throttle_time=_ZERO, topics=tuple(topics_out))
+
+
+# OffsetCommit and OffsetFetch v10 name topics by id instead of by name.
+_TOPIC_IDS_VERSION = 10
+
+
+@dataclass(frozen=True)
+class _FetchTopic:
+    """An OffsetFetch v10 topic with its name resolved from its id."""
+
+    name: str
+    partition_indexes: tuple[int, ...]
+
+
+def _topic_names_by_id(state: BrokerState) -> dict[uuid.UUID, str]:
+    return {info.topic_id: name for name, info in state.logs.topics().items()}
+
+
+def _request_topic_name(topic: Any, by_id: dict[uuid.UUID, str]) -> str | None:
+    """The topic's name: given (before v10) or looked up by its id (None if unknown)."""
+    name = getattr(topic, "name", None)
+    return name if name is not None else by_id.get(topic.topic_id)
+
+
+def _topic_ref(version: int, name: str | None, topic: Any) -> dict[str, Any]:
+    """How a response names a topic: by id from v10 on, by name before."""
+    return {"topic_id": topic.topic_id} if version >= _TOPIC_IDS_VERSION else {"name": name}
 
 
 def _fetch_one_group(state: BrokerState, group_id: str, topics: Any, require_stable: bool,
@@ -301,12 +339,17 @@ def _fetch_one_group(state: BrokerState, group_id: str, topics: Any, require_sta
 def handle_offset_fetch(state: BrokerState, header: RequestHeader, request: wire.OffsetFetchRequest) -> object:
     m = response_module(k.OFFSET_FETCH, header.api_version)
     require_stable = getattr(request, "require_stable", False)
+    by_id = _topic_names_by_id(state) if header.api_version >= _TOPIC_IDS_VERSION else {}
+    ids = {name: topic_id for topic_id, name in by_id.items()}
+
+    def topic_ref(name: str) -> dict[str, Any]:
+        return {"topic_id": ids[name]} if by_id else {"name": name}
 
     def topics_of(by_topic: dict[str, list[Any]], partition_cls: Any, topic_cls: Any) -> tuple[Any, ...]:
         return tuple(
             build(
                 topic_cls,
-                name=name,
+                **topic_ref(name),
                 partitions=tuple(
                     build(
                         partition_cls,
@@ -320,19 +363,33 @@ def handle_offset_fetch(state: BrokerState, header: RequestHeader, request: wire
                 ),
             )
             for name, parts in by_topic.items()
+            if not by_id or name in ids  # v10: a deleted topic has no id to be named by
         )
 
     if hasattr(request, "groups"):
         groups = []
         for g in request.groups:
+            topics: Any = g.topics
+            unknown_ids: list[Any] = []
+            if by_id and topics is not None:
+                named = [(t, _request_topic_name(t, by_id)) for t in topics]
+                topics = [_FetchTopic(name, t.partition_indexes) for t, name in named if name is not None]
+                unknown_ids = [t for t, name in named if name is None]
             # v9+ (KIP-848): the member's id and epoch are checked against a consumer group.
-            error, by_topic = _fetch_one_group(state, g.group_id, g.topics, require_stable,
+            error, by_topic = _fetch_one_group(state, g.group_id, topics, require_stable,
                                                getattr(g, "member_id", None), getattr(g, "member_epoch", -1))
+            unknown_topics = tuple(
+                build(m.OffsetFetchResponseTopics, topic_id=t.topic_id, partitions=tuple(
+                    build(m.OffsetFetchResponsePartitions, partition_index=p, committed_offset=-1,
+                          committed_leader_epoch=-1, metadata="", error_code=ErrorCode.unknown_topic_id)
+                    for p in t.partition_indexes))
+                for t in unknown_ids)
             groups.append(
                 build(
                     m.OffsetFetchResponseGroup,
                     group_id=g.group_id,
-                    topics=topics_of(by_topic, m.OffsetFetchResponsePartitions, m.OffsetFetchResponseTopics),
+                    topics=topics_of(by_topic, m.OffsetFetchResponsePartitions, m.OffsetFetchResponseTopics)
+                    + unknown_topics,
                     error_code=error,
                 )
             )

@@ -274,9 +274,15 @@ class GroupCoordinator:
     def leave_group(
         self, request: LeaveRequest, now_ms: int, *, mono_ms: int | None = None
     ) -> tuple[LeaveResult, list[OffsetsTopicWrite]]:
-        """Handle LeaveGroup (batch form of v3+ included): per-member errors."""
-        result = self._handle(request.group_id, now_ms, mono_ms,
-                              lambda mono: self._on_classic(request.group_id, lambda: self._membership.leave(request, mono)),
+        """Handle LeaveGroup (batch form of v3+ included): per-member errors. On a consumer
+        group an administrator removes static members by instance id (Kafka)."""
+
+        def body(mono: int) -> LeaveResult:
+            if request.group_id in self._consumer.groups:
+                return self._consumer.leave_by_admin(request)
+            return self._membership.leave(request, mono)
+
+        result = self._handle(request.group_id, now_ms, mono_ms, body,
                               lambda exc: LeaveResult(exc.code), fire_timers_after=True)
         return result, self._finish()
 

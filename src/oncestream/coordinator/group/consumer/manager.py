@@ -55,7 +55,7 @@ from oncestream.coordinator.group.consumer.records import (
     TopicMetadata,
     encode_record,
 )
-from oncestream.coordinator.group.messages import ListedGroup
+from oncestream.coordinator.group.messages import LeaveRequest, LeaveResult, LeftMember, ListedGroup
 from oncestream.coordinator.group.runtime import GroupRuntime
 from oncestream.errors import (
     FencedInstanceIdError,
@@ -385,6 +385,32 @@ class ConsumerGroupManager:
                                                member_epoch=LEAVE_GROUP_STATIC_MEMBER_EPOCH)
         self._remove_member(group, member)
         return ConsumerHeartbeatResult(ErrorCode.none, member_id=request.member_id, member_epoch=request.member_epoch)
+
+    def leave_by_admin(self, request: LeaveRequest) -> LeaveResult:
+        """LeaveGroup on a consumer group (Kafka's classicGroupLeaveToConsumerGroup): members are
+        named by instance id (an administrator's removal, member id ""); a member named by member
+        id alone, or by a member id other than the instance's, is not a classic member here
+        (UNKNOWN_MEMBER_ID / FENCED_INSTANCE_ID)."""
+        group = self.groups[request.group_id]
+        answers: list[LeftMember] = []
+        leaving: list[ConsumerGroupMember] = []
+        for who in request.members:
+            member = group.static_member(who.group_instance_id)
+            if who.group_instance_id is None or member is None:
+                error = ErrorCode.unknown_member_id
+            elif who.member_id not in ("", member.member_id):
+                error = ErrorCode.fenced_instance_id
+            elif who.member_id == member.member_id:
+                error = ErrorCode.unknown_member_id  # it uses the consumer protocol, not LeaveGroup
+            else:
+                error = ErrorCode.none
+                if member not in leaving:
+                    leaving.append(member)
+            answers.append(LeftMember(who.member_id, who.group_instance_id, error))
+        for member in leaving:
+            self._remove_member(group, member, bump=member is leaving[-1])
+        self._rt.touch_group(group.group_id)
+        return LeaveResult(ErrorCode.none, tuple(answers))
 
     def _remove_member(self, group: ConsumerGroup, member: ConsumerGroupMember, *, bump: bool = True) -> None:
         """Kafka's consumerGroupFenceMember (``bump``) or the removal half of replaceMember."""
