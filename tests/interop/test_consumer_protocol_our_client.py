@@ -342,3 +342,34 @@ def test_a_member_that_stops_polling_leaves_then_gets_on_lost_and_rejoins(consum
         assert ("assign", frozenset({0, 1})) in events[lost_at:]
     finally:
         consumer.close()
+
+
+def test_partitions_kept_across_a_rebalance_keep_their_position(consumer_protocol_broker):
+    """Without any commit, a member that keeps a partition through a rebalance goes on from
+    where it was: nothing of it is read twice by that member. (An eager classic rebalance gives
+    every partition up, and a kept one starts again from the committed offset: here the start.)"""
+    broker = consumer_protocol_broker
+    topic = unique_topic("kip848-keep")
+    create_topic(broker.bootstrap, topic, partitions=PARTITIONS)
+    group = f"kip848-keep-{uuid.uuid4().hex[:8]}"
+    first = Feeder(broker.bootstrap, topic, 400, per_batch=100, pause_s=0).start()
+    first.join()
+    a = Member("ours", broker.bootstrap, group, [topic], "a", **{"enable.auto.commit": False}).start()
+    b = None
+    try:
+        wait_until(lambda: a.count() >= 400, lambda: f"a to read the first records ({a.count()})")
+        b = Member("ours", broker.bootstrap, group, [topic], "b", **{"enable.auto.commit": False}).start()
+        wait_until(lambda: group_split([a, b], topic), lambda: f"a and b to split: {a.owned()} / {b.owned()}")
+        kept = a.owned()
+        second = Feeder(broker.bootstrap, topic, 400, per_batch=100, pause_s=0).start()
+        second.join()
+        wait_until(lambda: {(t, p) for t, p, o, _v in a.records if o >= 100} >= kept,
+                   lambda: f"a to read new records of the partitions it kept ({sorted(kept)})")
+        seen = Counter((t, p, o) for t, p, o, _v in a.records)
+        again = sorted(key for key, n in seen.items() if n > 1)
+        assert not again, f"a read {len(again)} records twice, e.g. {again[:5]}"
+        assert_incremental(a)
+    finally:
+        for m in (a, b):
+            if m is not None:
+                m.stop()
