@@ -124,27 +124,33 @@ def test_exactly_once_copier_survives_sigkills_of_copier_and_broker(broker_facto
     copier = Copier(bootstrap, tmp_path, input_topic, output_topic, group)
     try:
         copier.start()
-        kills_mid_stream = 0
-        for round_number, target in enumerate(KILL_ROUNDS, start=1):
-            # Kills are spread over the copy: the i-th once about i/(rounds+1) of the input was
-            # copied, then at a random moment (most likely inside a transaction).
-            copier.wait_for_copied(RECORDS * round_number // (len(KILL_ROUNDS) + 1), PROGRESS_TIMEOUT_S)
-            time.sleep(rng.uniform(0.0, 0.2))
-            if committed_offsets(bootstrap, group, input_topic, PARTITIONS) != input_ends:
-                kills_mid_stream += 1
-            if target == "copier":
-                copier.kill()
-                copier.start()
-            else:
-                broker.kill()
-                time.sleep(rng.uniform(0.0, 1.0))
-                broker.start()
-                copier.keep_running()
-        assert kills_mid_stream >= len(KILL_ROUNDS) // 2, "most kills must land while copying is under way"
+        kill_rounds(copier, broker, KILL_ROUNDS, rng, group, input_ends)
         wait_for_every_offset(copier, group, input_ends)
     finally:
         copier.stop()
     assert_copied_exactly_once(copier)
+
+
+def kill_rounds(copier: Copier, broker, rounds: tuple[str, ...], rng: random.Random, group: str,
+                input_ends: dict[int, int]) -> None:
+    """SIGKILL the copier or the broker per round (restarting it), most of them mid-copy."""
+    kills_mid_stream = 0
+    for round_number, target in enumerate(rounds, start=1):
+        # Kills are spread over the copy: the i-th once about i/(rounds+1) of the input was
+        # copied, then at a random moment (most likely inside a transaction).
+        copier.wait_for_copied(RECORDS * round_number // (len(rounds) + 1), PROGRESS_TIMEOUT_S)
+        time.sleep(rng.uniform(0.0, 0.2))
+        if committed_offsets(copier.bootstrap, group, copier.input_topic, PARTITIONS) != input_ends:
+            kills_mid_stream += 1
+        if target == "copier":
+            copier.kill()
+            copier.start()
+        else:
+            broker.kill()
+            time.sleep(rng.uniform(0.0, 1.0))
+            broker.start()
+            copier.keep_running()
+    assert kills_mid_stream >= len(rounds) // 2, "most kills must land while copying is under way"
 
 
 def copy_topics(bootstrap: str, tag: str) -> tuple[str, str, dict[int, int]]:
@@ -193,13 +199,14 @@ def assert_copied_exactly_once(copier: Copier) -> None:
 # KIP-848 consumer groups with short sessions: a SIGKILLed copier's partitions go to its successor
 # once the dead member's session (6 s) ends.
 KIP848_COPIER_BROKER_CONFIG = {**TXN_BROKER_CONFIG, **CONSUMER_PROTOCOL_BROKER_CONFIG}
-KIP848_KILLS = 4
+KIP848_KILL_ROUNDS = ("copier", "broker", "copier", "copier", "broker")
 
 
-def test_exactly_once_copier_of_our_clients_on_the_consumer_protocol_survives_copier_sigkills(broker_factory, tmp_path):
+def test_exactly_once_copier_of_our_clients_on_the_consumer_protocol_survives_sigkills(broker_factory, tmp_path):
     """KIP-447 on KIP-848: our Consumer (group.protocol=consumer) and our transactional Producer
-    copy exactly once while the copier is SIGKILLed mid-transaction; the offsets go into each
-    transaction with the consumer's group metadata, member id and member epoch included."""
+    copy exactly once while the copier and the broker are SIGKILLed mid-transaction; the offsets
+    go into each transaction with the consumer's group metadata, member id and member epoch
+    included, and the group (members, epochs, assignments) comes back with the broker."""
     rng = random.Random(SEED + 848)
     broker = broker_factory(config=dict(KIP848_COPIER_BROKER_CONFIG))
     bootstrap = broker.bootstrap
@@ -209,15 +216,7 @@ def test_exactly_once_copier_of_our_clients_on_the_consumer_protocol_survives_co
                     extra_args=("--client", "oncestream", "--group-protocol", "consumer"))
     try:
         copier.start()
-        kills_mid_stream = 0
-        for round_number in range(1, KIP848_KILLS + 1):
-            copier.wait_for_copied(RECORDS * round_number // (KIP848_KILLS + 1), PROGRESS_TIMEOUT_S)
-            time.sleep(rng.uniform(0.0, 0.2))
-            if committed_offsets(bootstrap, group, input_topic, PARTITIONS) != input_ends:
-                kills_mid_stream += 1
-            copier.kill()
-            copier.start()
-        assert kills_mid_stream >= KIP848_KILLS // 2, "most kills must land while copying is under way"
+        kill_rounds(copier, broker, KIP848_KILL_ROUNDS, rng, group, input_ends)
         wait_for_every_offset(copier, group, input_ends)
     finally:
         copier.stop()
