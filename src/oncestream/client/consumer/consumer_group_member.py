@@ -22,7 +22,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -33,9 +33,7 @@ from oncestream.client.common.errors import (
     BrokerResponseError,
     ConnectionLostError,
     KafkaError,
-    KafkaException,
     RequestTimedOutError,
-    error_name,
 )
 from oncestream.client.consumer.consumer_membership import (
     ConsumerMembership,
@@ -45,7 +43,7 @@ from oncestream.client.consumer.consumer_membership import (
     Reconciliation,
 )
 from oncestream.client.consumer.group import GroupMembership
-from oncestream.protocol.api_keys import CONSUMER_GROUP_HEARTBEAT, OFFSET_FETCH
+from oncestream.protocol.api_keys import CONSUMER_GROUP_HEARTBEAT
 from oncestream.protocol.codec import build
 
 log = logging.getLogger("oncestream.client")
@@ -58,6 +56,7 @@ class ConsumerGroupMember(GroupMembership):
     methods that take ``self._lock`` (the state machine is shared with the consumer's poll)."""
 
     offset_commit_max_version = 9
+    offset_fetch_max_version = 9
 
     def __init__(self, conf: dict[str, Any], cluster: Cluster, wake_user: Callable[[], None]) -> None:
         super().__init__(conf, cluster, [], wake_user)
@@ -271,74 +270,35 @@ class ConsumerGroupMember(GroupMembership):
 
     # --- offsets ------------------------------------------------------------------------------
 
-    async def fetch_committed(
-        self, partitions: list[tuple[str, int]], *, require_stable: bool
-    ) -> dict[tuple[str, int], tuple[int, str | None, int]]:
+    def _offset_fetch_request(self, by_topic: dict[str, list[int]], require_stable: bool,
+                              generation: int) -> Callable[[Any, int], Any]:
         """OffsetFetch v9 naming the member and its epoch while it is in the group (as Kafka's
-        consumer sends it); STALE_MEMBER_EPOCH is asked again with the newer epoch. A broker
-        without v8 (no KIP-848 either) gets the classic form."""
-        by_topic: dict[str, list[int]] = {}
-        for topic, partition in partitions:
-            by_topic.setdefault(topic, []).append(partition)
-        attempt = 0
-        while True:
-            attempt += 1
-            epoch = self.generation_id
-            member_id = self.member_id if epoch >= 0 else None
+        consumer sends it); the classic form to a broker without v8 (no KIP-848 either)."""
+        classic = super()._offset_fetch_request(by_topic, require_stable, generation)
+        member_id = self.member_id if generation >= 0 else None
 
-            def make(m: Any, version: int, epoch: int = epoch, member_id: str | None = member_id) -> Any:
-                if version < 8:
-                    raise _ClassicOffsetFetch
-                named = version >= 9 and member_id is not None
-                group = build(m.OffsetFetchRequestGroup, group_id=self.group_id,
-                              member_id=member_id if named else None, member_epoch=epoch if named else -1,
-                              topics=tuple(build(m.OffsetFetchRequestTopics, name=t, partition_indexes=tuple(ps))
-                                           for t, ps in by_topic.items()))
-                return build(m.OffsetFetchRequest, groups=(group,), require_stable=require_stable)
+        def make(m: Any, version: int) -> Any:
+            if version < 8:
+                return classic(m, version)
+            named = version >= 9 and member_id is not None
+            group = build(m.OffsetFetchRequestGroup, group_id=self.group_id,
+                          member_id=member_id if named else None, member_epoch=generation if named else -1,
+                          topics=tuple(build(m.OffsetFetchRequestTopics, name=t, partition_indexes=tuple(ps))
+                                       for t, ps in by_topic.items()))
+            return build(m.OffsetFetchRequest, groups=(group,), require_stable=require_stable)
 
-            try:
-                response = await self._send(OFFSET_FETCH, make, max_version=9)
-            except _ClassicOffsetFetch:
-                return await super().fetch_committed(partitions, require_stable=require_stable)
-            except (ConnectionLostError, RequestTimedOutError):
-                await asyncio.sleep(self.retry_backoff_s)
-                continue
-            except BrokerResponseError as exc:
-                if exc.retriable:
-                    await asyncio.sleep(self.retry_backoff_s)
-                    continue
-                raise
-            (group,) = response.groups
-            code = int(group.error_code)
-            if code == ErrorCode.stale_member_epoch and attempt <= _STALE_COMMIT_ATTEMPTS:
-                if self.generation_id == epoch:
-                    await asyncio.sleep(self.retry_backoff_s)  # the next heartbeat brings the epoch
-                continue
-            if code and self._coordinator_error(code):
-                await asyncio.sleep(self.retry_backoff_s)
-                continue
-            if code:
-                raise KafkaException(KafkaError(code, f"OffsetFetch failed: {error_name(code)}"))
-            out, retry = self.committed_of(group.topics)
-            if retry:
-                await asyncio.sleep(self.retry_backoff_s)
-                continue
-            return out
+        return make
 
-    async def _commit_retry(self, errors: dict[tuple[str, int], int], sent_generation: int, attempt: int) -> bool:
-        """STALE_MEMBER_EPOCH: the commit carried an epoch older than the coordinator's; send it
-        again with the member's newer epoch (after the next heartbeat brings it, if need be)."""
-        if not any(code == ErrorCode.stale_member_epoch for code in errors.values()):
+    async def _retry_as_member(self, codes: Iterable[int], sent_generation: int, attempt: int) -> bool:
+        """STALE_MEMBER_EPOCH: the request carried an epoch older than the coordinator's; send
+        it again with the member's newer epoch (after the next heartbeat brings it, if need be)."""
+        if not any(code == ErrorCode.stale_member_epoch for code in codes):
             return False
         if attempt > _STALE_COMMIT_ATTEMPTS or self.generation_id < 0:
             return False
         if self.generation_id == sent_generation:
             await asyncio.sleep(self.retry_backoff_s)
         return self.generation_id >= 0
-
-
-class _ClassicOffsetFetch(Exception):
-    """The broker has no OffsetFetch v8+: the classic request serves."""
 
 
 def _make_heartbeat(request: HeartbeatRequest) -> Callable[[Any, int], Any]:
