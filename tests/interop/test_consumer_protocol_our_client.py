@@ -373,3 +373,39 @@ def test_partitions_kept_across_a_rebalance_keep_their_position(consumer_protoco
         for m in (a, b):
             if m is not None:
                 m.stop()
+
+
+def test_a_member_removed_by_the_coordinator_gets_on_lost_and_rejoins_with_epoch_zero(consumer_protocol_broker):
+    """An administrator's LeaveGroup removes the static member (as Kafka's coordinator does):
+    its next heartbeat is fenced (UNKNOWN_MEMBER_ID), its partitions go to on_lost (not
+    on_revoke: they may already be someone else's) and it rejoins, getting them back."""
+    from oncestream.protocol.api_keys import LEAVE_GROUP
+    from tests.support.consumer_protocol import connection
+
+    broker = consumer_protocol_broker
+    topic = unique_topic("kip848-fenced")
+    create_topic(broker.bootstrap, topic, partitions=2)
+    group = f"fenced-{uuid.uuid4().hex[:8]}"
+    member = Member("ours", broker.bootstrap, group, [topic], "static", **{"group.instance.id": "s-9"}).start()
+    try:
+        wait_until(lambda: member.owned() == {(topic, 0), (topic, 1)}, lambda: f"the assignment: {member.owned()}")
+        first_id = member.member_id
+        conn = connection(broker.bootstrap)
+        try:
+            answer = conn.call(LEAVE_GROUP, lambda m: m.LeaveGroupRequest(group_id=group, members=(
+                m.MemberIdentity(member_id="", group_instance_id="s-9", reason="removed by the test"),)))
+        finally:
+            conn.close()
+        assert int(answer.error_code) == 0
+        assert [int(m.error_code) for m in answer.members] == [0]
+        everything = frozenset({(topic, 0), (topic, 1)})
+        wait_until(lambda: ("lost", everything) in member.events and member.owned() == set(everything),
+                   lambda: f"on_lost then the partitions back: {member.events}")
+        lost_at = member.events.index(("lost", everything))
+        assert ("assign", everything) in member.events[lost_at:]
+        assert ("revoke", everything) not in member.events
+        assert member.member_id == first_id  # the same member id, rejoined with epoch 0
+        member.close()
+        assert not member.errors, member.errors
+    finally:
+        member.stop()
