@@ -40,6 +40,11 @@ CONSUMER_PROTOCOL_BROKER_CONFIG = {
     "group.consumer.session.timeout.ms": "6000",
     "group.consumer.min.session.timeout.ms": "1000",
 }
+_RETRIED_COMMIT_ERRORS = frozenset({
+    KafkaError.STALE_MEMBER_EPOCH, KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError.REQUEST_TIMED_OUT,
+    KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+    KafkaError._WAIT_COORD, KafkaError._ALL_BROKERS_DOWN,
+})
 CONSUMER_GROUP_HEARTBEAT = 68
 CONSUMER_GROUP_DESCRIBE = 69
 
@@ -129,18 +134,22 @@ class ProtocolMember:
 
     @staticmethod
     def _commit(consumer: Consumer, position: TopicPartition) -> None:
-        """Commit synchronously. STALE_MEMBER_EPOCH means a heartbeat answer with a newer epoch
-        crossed the commit (as with Kafka 4.0): retry, librdkafka has the new epoch by then. The
-        partition cannot have moved meanwhile: its revocation waits for this thread's poll."""
-        for _ in range(100):
+        """Commit synchronously, retrying what a retry can fix: STALE_MEMBER_EPOCH (a heartbeat
+        answer with a newer epoch crossed the commit, as with Kafka 4.0: librdkafka has the new
+        epoch by then) and a broker that is away (the chaos tests restart it). The partition
+        cannot move meanwhile: its revocation waits for this thread's poll."""
+        deadline = time.monotonic() + WAIT_TIMEOUT_S
+        while True:
             try:
                 consumer.commit(offsets=[position], asynchronous=False)
                 return
             except KafkaException as exc:
-                if exc.args[0].code() != KafkaError.STALE_MEMBER_EPOCH:
+                error = exc.args[0]
+                if error.code() not in _RETRIED_COMMIT_ERRORS and not error.retriable():
                     raise
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"commit of {position} kept failing: {error}") from exc
                 time.sleep(0.05)
-        raise AssertionError(f"commit of {position} stayed stale")
 
     def owned(self) -> set[tuple[str, int]]:
         with self.lock:

@@ -19,6 +19,7 @@ from oncestream.coordinator.group import (
     LeaveRequest,
     LeavingMember,
     OffsetCommitRequest,
+    OffsetDeleteRequest,
     OffsetFetchRequest,
     PartitionOffsetCommit,
     TopicPartition,
@@ -492,3 +493,24 @@ def test_an_administrator_removes_static_members_with_leave_group():
     assert described.group_epoch == epoch + 1
     settle([b], now + 3)
     assert b.owned == {T1: frozenset(range(6))}
+
+
+def test_offset_delete_keeps_the_offsets_of_subscribed_topics():
+    cluster = Cluster()
+    cluster.add("orders", T1, 2)
+    cluster.add("old", T2, 1)
+    coordinator, _, _ = make(cluster)
+    a = SimClient(coordinator, "g", ("orders",))
+    now = settle([a], 1)
+    orders, old = TopicPartition("orders", 0), TopicPartition("old", 0)
+    offsets = {orders: PartitionOffsetCommit(3), old: PartitionOffsetCommit(4)}
+    coordinator.commit_offsets(OffsetCommitRequest("g", offsets, a.member_id, a.epoch), now)
+    result, writes = coordinator.delete_offsets(OffsetDeleteRequest("g", (orders, old)), now)
+    assert result.error == ErrorCode.none
+    assert result.partitions == {orders: ErrorCode.group_subscribed_to_topic, old: ErrorCode.none}
+    assert writes
+    assert set(coordinator.committed_offsets("g")) == {orders}
+    a.leave(now + 1)  # an empty group keeps nothing back
+    result, _ = coordinator.delete_offsets(OffsetDeleteRequest("g", (orders,)), now + 2)
+    assert result.partitions == {orders: ErrorCode.none}
+    assert coordinator.committed_offsets("g") == {}
