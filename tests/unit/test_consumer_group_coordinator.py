@@ -24,8 +24,10 @@ from oncestream.coordinator.group import (
     PartitionOffsetCommit,
     TopicPartition,
 )
+from oncestream.coordinator.group.consumer.assignors import assignors_from
 from oncestream.coordinator.group.consumer.messages import ConsumerHeartbeatRequest
 from oncestream.coordinator.group.consumer.records import TopicMetadata
+from oncestream.errors import InvalidConfigError
 from tests.unit.consumer_group_sim import SimClient
 
 SESSION_MS = 45_000
@@ -514,3 +516,23 @@ def test_offset_delete_keeps_the_offsets_of_subscribed_topics():
     result, _ = coordinator.delete_offsets(OffsetDeleteRequest("g", (orders,)), now + 2)
     assert result.partitions == {orders: ErrorCode.none}
     assert coordinator.committed_offsets("g") == {}
+
+
+def test_assignor_and_timeout_settings_are_checked():
+    names = "org.apache.kafka.coordinator.group.assignor.RangeAssignor,uniform"
+    assert list(assignors_from(names)) == ["range", "uniform"]
+    with pytest.raises(InvalidConfigError):
+        assignors_from("sticky")
+    with pytest.raises(InvalidConfigError):
+        assignors_from(" , ")
+    with pytest.raises(InvalidConfigError):
+        GroupCoordinatorConfig(consumer_session_timeout_ms=10_000)  # below its 45 s minimum
+    with pytest.raises(InvalidConfigError):
+        GroupCoordinatorConfig(consumer_heartbeat_interval_ms=5_000, consumer_session_timeout_ms=5_000,
+                               consumer_min_session_timeout_ms=1_000)
+    # The first configured assignor is the default.
+    coordinator, _, _ = make(consumer_assignors="range,uniform")
+    a, b = SimClient(coordinator, "g", ("orders",), member_id="a"), SimClient(coordinator, "g", ("orders",), member_id="b")
+    now = settle([a, b], 1)
+    assert coordinator.consumer_group_describe(["g"], now)[0].assignor_name == "range"
+    assert a.owned == {T1: frozenset({0, 1, 2})}
