@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.clients import confluent_produce, create_topic, unique_topic
+from tests.support.consumer_protocol import CONSUMER_PROTOCOL_BROKER_CONFIG
 from tests.support.records import keyed_records
 from tests.support.txn import (
     READ_COMMITTED,
@@ -48,7 +49,8 @@ FINISH_TIMEOUT_S = 180.0
 class Copier:
     """Supervises the copier subprocess: start, SIGKILL, restart; counts its commits."""
 
-    def __init__(self, bootstrap: str, workdir: Path, input_topic: str, output_topic: str, group: str) -> None:
+    def __init__(self, bootstrap: str, workdir: Path, input_topic: str, output_topic: str, group: str,
+                 extra_args: tuple[str, ...] = ()) -> None:
         self.argv = [
             sys.executable, "-m", "tests.support.txn", "copier",
             "--bootstrap", bootstrap,
@@ -59,7 +61,9 @@ class Copier:
             "--progress", str(workdir / "progress.log"),
             "--max-batch", str(MAX_BATCH),
             "--pause-ms", str(PAUSE_MS),
+            *extra_args,
         ]
+        self.bootstrap, self.input_topic, self.output_topic = bootstrap, input_topic, output_topic
         self.progress_path = workdir / "progress.log"
         self.progress_path.touch()
         self.workdir = workdir
@@ -115,47 +119,70 @@ def test_exactly_once_copier_survives_sigkills_of_copier_and_broker(broker_facto
     rng = random.Random(SEED)
     broker = broker_factory(config=dict(TXN_BROKER_CONFIG))
     bootstrap = broker.bootstrap
-    input_topic = unique_topic("copy-in")
-    output_topic = unique_topic("copy-out")
     group = f"copier-group-{uuid.uuid4().hex[:8]}"
-    create_topic(bootstrap, input_topic, partitions=PARTITIONS)
-    create_topic(bootstrap, output_topic, partitions=PARTITIONS)
-    confluent_produce(bootstrap, input_topic, keyed_records(RECORDS, 40, tag="copy", seed=SEED))
-    input_ends = high_watermarks(bootstrap, input_topic, PARTITIONS)
-    assert sum(input_ends.values()) == RECORDS
-
+    input_topic, output_topic, input_ends = copy_topics(bootstrap, "copy")
     copier = Copier(bootstrap, tmp_path, input_topic, output_topic, group)
     try:
         copier.start()
-        kills_mid_stream = 0
-        for round_number, target in enumerate(KILL_ROUNDS, start=1):
-            # Kills are spread over the copy: the i-th once about i/(rounds+1) of the input was
-            # copied, then at a random moment (most likely inside a transaction).
-            copier.wait_for_copied(RECORDS * round_number // (len(KILL_ROUNDS) + 1), PROGRESS_TIMEOUT_S)
-            time.sleep(rng.uniform(0.0, 0.2))
-            if committed_offsets(bootstrap, group, input_topic, PARTITIONS) != input_ends:
-                kills_mid_stream += 1
-            if target == "copier":
-                copier.kill()
-                copier.start()
-            else:
-                broker.kill()
-                time.sleep(rng.uniform(0.0, 1.0))
-                broker.start()
-                copier.keep_running()
-        assert kills_mid_stream >= len(KILL_ROUNDS) // 2, "most kills must land while copying is under way"
-
-        def done() -> bool:
-            copier.keep_running()
-            return committed_offsets(bootstrap, group, input_topic, PARTITIONS) == input_ends
-
-        wait_until(done, FINISH_TIMEOUT_S, f"the copier to commit every input offset (see {tmp_path})", interval_s=0.5)
+        kill_rounds(copier, broker, KILL_ROUNDS, rng, group, input_ends)
+        wait_for_every_offset(copier, group, input_ends)
     finally:
         copier.stop()
+    assert_copied_exactly_once(copier)
 
-    source = read_to_end(bootstrap, input_topic, PARTITIONS, isolation=READ_UNCOMMITTED)
-    copied = read_to_end(bootstrap, output_topic, PARTITIONS, isolation=READ_COMMITTED)
-    written = read_to_end(bootstrap, output_topic, PARTITIONS, isolation=READ_UNCOMMITTED)
+
+def kill_rounds(copier: Copier, broker, rounds: tuple[str, ...], rng: random.Random, group: str,
+                input_ends: dict[int, int]) -> None:
+    """SIGKILL the copier or the broker per round (restarting it), most of them mid-copy."""
+    kills_mid_stream = 0
+    for round_number, target in enumerate(rounds, start=1):
+        # Kills are spread over the copy: the i-th once about i/(rounds+1) of the input was
+        # copied, then at a random moment (most likely inside a transaction).
+        copier.wait_for_copied(RECORDS * round_number // (len(rounds) + 1), PROGRESS_TIMEOUT_S)
+        time.sleep(rng.uniform(0.0, 0.2))
+        if committed_offsets(copier.bootstrap, group, copier.input_topic, PARTITIONS) != input_ends:
+            kills_mid_stream += 1
+        if target == "copier":
+            copier.kill()
+            copier.start()
+        else:
+            broker.kill()
+            time.sleep(rng.uniform(0.0, 1.0))
+            broker.start()
+            copier.keep_running()
+    assert kills_mid_stream >= len(rounds) // 2, "most kills must land while copying is under way"
+
+
+def copy_topics(bootstrap: str, tag: str) -> tuple[str, str, dict[int, int]]:
+    """The copier's input topic (RECORDS keyed records) and empty output topic, and the input's
+    end offsets."""
+    input_topic = unique_topic(f"{tag}-in")
+    output_topic = unique_topic(f"{tag}-out")
+    create_topic(bootstrap, input_topic, partitions=PARTITIONS)
+    create_topic(bootstrap, output_topic, partitions=PARTITIONS)
+    confluent_produce(bootstrap, input_topic, keyed_records(RECORDS, 40, tag=tag, seed=SEED))
+    input_ends = high_watermarks(bootstrap, input_topic, PARTITIONS)
+    assert sum(input_ends.values()) == RECORDS
+    return input_topic, output_topic, input_ends
+
+
+def wait_for_every_offset(copier: Copier, group: str, input_ends: dict[int, int]) -> None:
+    """Keep the copier running until the group committed the end of every input partition."""
+
+    def done() -> bool:
+        copier.keep_running()
+        return committed_offsets(copier.bootstrap, group, copier.input_topic, PARTITIONS) == input_ends
+
+    wait_until(done, FINISH_TIMEOUT_S, f"the copier to commit every input offset (see {copier.workdir})",
+               interval_s=0.5)
+
+
+def assert_copied_exactly_once(copier: Copier) -> None:
+    """``out`` read with read_committed equals ``in``, partition by partition, in order."""
+    bootstrap = copier.bootstrap
+    source = read_to_end(bootstrap, copier.input_topic, PARTITIONS, isolation=READ_UNCOMMITTED)
+    copied = read_to_end(bootstrap, copier.output_topic, PARTITIONS, isolation=READ_COMMITTED)
+    written = read_to_end(bootstrap, copier.output_topic, PARTITIONS, isolation=READ_UNCOMMITTED)
     # The kills must have cut transactions short: their records are in the log, aborted.
     assert sum(map(len, written.values())) > RECORDS, "no kill landed inside an open transaction"
     for p in range(PARTITIONS):
@@ -167,3 +194,30 @@ def test_exactly_once_copier_survives_sigkills_of_copier_and_broker(broker_facto
             f"partition {p}: out != in ({len(got)} vs {len(want)} records, {duplicates} duplicates, "
             f"{missing} missing); copier starts {copier.starts}, self-exits {copier.exits}"
         )
+
+
+# KIP-848 consumer groups with short sessions: a SIGKILLed copier's partitions go to its successor
+# once the dead member's session (6 s) ends.
+KIP848_COPIER_BROKER_CONFIG = {**TXN_BROKER_CONFIG, **CONSUMER_PROTOCOL_BROKER_CONFIG}
+KIP848_KILL_ROUNDS = ("copier", "broker", "copier", "copier", "broker")
+
+
+def test_exactly_once_copier_of_our_clients_on_the_consumer_protocol_survives_sigkills(broker_factory, tmp_path):
+    """KIP-447 on KIP-848: our Consumer (group.protocol=consumer) and our transactional Producer
+    copy exactly once while the copier and the broker are SIGKILLed mid-transaction; the offsets
+    go into each transaction with the consumer's group metadata, member id and member epoch
+    included, and the group (members, epochs, assignments) comes back with the broker."""
+    rng = random.Random(SEED + 848)
+    broker = broker_factory(config=dict(KIP848_COPIER_BROKER_CONFIG))
+    bootstrap = broker.bootstrap
+    group = f"copier848-{uuid.uuid4().hex[:8]}"
+    input_topic, output_topic, input_ends = copy_topics(bootstrap, "copy848")
+    copier = Copier(bootstrap, tmp_path, input_topic, output_topic, group,
+                    extra_args=("--client", "oncestream", "--group-protocol", "consumer"))
+    try:
+        copier.start()
+        kill_rounds(copier, broker, KIP848_KILL_ROUNDS, rng, group, input_ends)
+        wait_for_every_offset(copier, group, input_ends)
+    finally:
+        copier.stop()
+    assert_copied_exactly_once(copier)

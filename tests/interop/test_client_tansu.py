@@ -10,8 +10,9 @@ from __future__ import annotations
 import time
 
 import pytest
+from kio.schema.errors import ErrorCode
 
-from oncestream.client import OFFSET_BEGINNING, Admin, Consumer, NewTopic, Producer, TopicPartition
+from oncestream.client import OFFSET_BEGINNING, Admin, Consumer, KafkaException, NewTopic, Producer, TopicPartition
 from tests.support.brokers import TansuProcess
 from tests.support.clients import CLIENT_TIMEOUT_S, unique_topic
 from tests.support.narrow import message_position, message_value
@@ -121,3 +122,26 @@ def test_group_of_two_members_and_committed_offsets(tansu):
     finally:
         first.close()
         second.close()
+
+
+def _poll_for(consumer: Consumer, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        consumer.poll(0.2)
+
+
+def test_consumer_protocol_on_a_broker_without_it_is_a_fatal_error_that_names_the_fix(tansu):
+    """Tansu has no ConsumerGroupHeartbeat: group.protocol=consumer fails at once and for good
+    (UNSUPPORTED_VERSION, fatal, as Kafka's consumer does), telling to use the classic protocol."""
+    consumer = Consumer({"bootstrap.servers": tansu.bootstrap, "group.id": unique_topic("kip848-g"),
+                         "group.protocol": "consumer"})
+    try:
+        consumer.subscribe([unique_topic("kip848")])
+        with pytest.raises(KafkaException) as raised:
+            _poll_for(consumer, CLIENT_TIMEOUT_S)
+        error = raised.value.args[0]
+        assert error.code() == ErrorCode.unsupported_version
+        assert error.fatal()
+        assert "group.protocol=classic" in error.str()
+    finally:
+        consumer.close()

@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 # The subprocess programs run with ``python -m tests.support.txn`` from the project root; make the
 # ``tests`` package importable however the interpreter was started.
@@ -665,6 +666,8 @@ def copier_main(args: argparse.Namespace) -> int:
     commit appends its record count as one line to ``--progress``; ``--pause-ms`` pauses inside
     each transaction (after its records are written) so that kills land in open transactions.
     """
+    if args.client == "oncestream":
+        return _copy(args, *_oncestream_copier(args))
     consumer = Consumer(
         {
             "bootstrap.servers": args.bootstrap,
@@ -691,6 +694,47 @@ def copier_main(args: argparse.Namespace) -> int:
     if os.environ.get("TXN_COPIER_DEBUG"):  # librdkafka debug contexts, for diagnosing a stall
         producer_conf["debug"] = os.environ["TXN_COPIER_DEBUG"]
     producer = transactional_producer(args.bootstrap, args.transactional_id, **producer_conf)
+    return _copy(args, consumer, producer, KafkaException, KafkaError._PARTITION_EOF, TopicPartition)
+
+
+def _oncestream_copier(args: argparse.Namespace) -> tuple[Any, Any, type[Exception], int, Any]:
+    """The copier's clients from oncestream: our Consumer on ``--group-protocol`` and our
+    transactional Producer (its send_offsets_to_transaction carries the consumer's group
+    metadata: on the consumer protocol, the member id and member epoch)."""
+    from oncestream.client import Consumer as OurConsumer
+    from oncestream.client import KafkaError as OurKafkaError
+    from oncestream.client import KafkaException as OurKafkaException
+    from oncestream.client import Producer as OurProducer
+    from oncestream.client import TopicPartition as OurTopicPartition
+
+    conf: dict[str, object] = {
+        "bootstrap.servers": args.bootstrap,
+        "group.id": args.group,
+        "group.protocol": args.group_protocol,
+        "isolation.level": READ_COMMITTED,
+        "enable.auto.commit": False,
+        "auto.offset.reset": "earliest",
+        "reconnect.backoff.ms": 50,
+        "reconnect.backoff.max.ms": 500,
+    }
+    if args.group_protocol == "classic":
+        conf.update({"group.instance.id": "copier-0", "session.timeout.ms": 6000, "heartbeat.interval.ms": 500})
+    # A KIP-848 copier is a dynamic member: a SIGKILLed static one would hold its instance id
+    # (UNRELEASED_INSTANCE_ID to its successor) until its session expires; a dynamic successor
+    # joins at once and gets the partitions when the dead member's session ends.
+    consumer = OurConsumer(conf)
+    producer = OurProducer({
+        "bootstrap.servers": args.bootstrap, "transactional.id": args.transactional_id, "linger.ms": 5,
+        "transaction.timeout.ms": 30000, "reconnect.backoff.ms": 50, "reconnect.backoff.max.ms": 500,
+        "retry.backoff.ms": 50,
+    })
+    return consumer, producer, OurKafkaException, OurKafkaError._PARTITION_EOF, OurTopicPartition
+
+
+def _copy(args: argparse.Namespace, consumer: Any, producer: Any, kafka_exception: type[Exception],
+          partition_eof: int, topic_partition: Any) -> int:
+    """The copy loop of :func:`copier_main` over either client's consumer and producer (both
+    have confluent-kafka's interface)."""
     producer.init_transactions(CLIENT_TIMEOUT_S)
     consumer.subscribe([args.input])
     progress = open(args.progress, "a", buffering=1)  # noqa: SIM115 - line-buffered for the whole run of this copier process, closed by its exit
@@ -701,7 +745,7 @@ def copier_main(args: argparse.Namespace) -> int:
         if not assignment:
             return
         for tp in consumer.committed(assignment, timeout=CLIENT_TIMEOUT_S):
-            consumer.seek(TopicPartition(tp.topic, tp.partition, tp.offset if tp.offset >= 0 else OFFSET_BEGINNING))
+            consumer.seek(topic_partition(tp.topic, tp.partition, tp.offset if tp.offset >= 0 else OFFSET_BEGINNING))
 
     while True:
         msgs = consumer.consume(num_messages=args.max_batch, timeout=0.5)
@@ -709,9 +753,9 @@ def copier_main(args: argparse.Namespace) -> int:
         for msg in msgs:
             err = msg.error()
             if err is not None:
-                if err.code() == KafkaError._PARTITION_EOF:
+                if err.code() == partition_eof:
                     continue
-                raise KafkaException(err)
+                raise kafka_exception(err)
             batch.append(msg)
         if not batch:
             continue
@@ -734,13 +778,13 @@ def copier_main(args: argparse.Namespace) -> int:
                 try:
                     producer.commit_transaction(CLIENT_TIMEOUT_S)
                     break
-                except KafkaException as exc:
+                except kafka_exception as exc:
                     err = exc.args[0]
                     if err.retriable() and not err.txn_requires_abort() and not err.fatal():
                         continue  # e.g. timed out while the broker restarts: resume the commit
                     raise
             progress.write(f"{len(batch)}\n")
-        except KafkaException as exc:
+        except kafka_exception as exc:
             err = exc.args[0]
             if err.fatal() or not err.txn_requires_abort():
                 print(f"copier: fatal {err}", file=sys.stderr, flush=True)
@@ -771,6 +815,8 @@ def main(argv: list[str] | None = None) -> int:
     copier.add_argument("--progress", required=True)
     copier.add_argument("--max-batch", type=int, default=30)
     copier.add_argument("--pause-ms", type=int, default=0)
+    copier.add_argument("--client", choices=("confluent", "oncestream"), default="confluent")
+    copier.add_argument("--group-protocol", choices=("classic", "consumer"), default="classic")
     args = parser.parse_args(argv)
     # A SIGTERM from the supervisor ends us at once (no clean-up that could commit anything).
     signal.signal(signal.SIGTERM, lambda *_: os._exit(143))

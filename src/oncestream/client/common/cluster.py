@@ -61,6 +61,7 @@ class TopicInfo:
     error: int
     leaders: list[int] = field(default_factory=list)
     is_internal: bool = False
+    topic_id: uuid.UUID | None = None  # Metadata v10+ (KIP-848 assignments name topics by id)
 
 
 def parse_bootstrap_list(servers: str) -> list[tuple[str, int]]:
@@ -351,7 +352,8 @@ class Cluster:
                 leaders = [-1] * (ordered[-1].partition_index + 1)
             for p in ordered:
                 leaders[p.partition_index] = p.leader_id if p.error_code in (0, ErrorCode.replica_not_available) else -1
-            self.topics[t.name] = TopicInfo(t.name, int(t.error_code), leaders, bool(getattr(t, "is_internal", False)))
+            self.topics[t.name] = TopicInfo(t.name, int(t.error_code), leaders, bool(getattr(t, "is_internal", False)),
+                                            getattr(t, "topic_id", None))
         self._metadata_fetched_at = time.monotonic()
         self.metadata_version += 1
         for callback in list(self.on_metadata):
@@ -396,6 +398,18 @@ class Cluster:
         if info is not None and partition < len(info.leaders):
             info.leaders[partition] = -1
         self._metadata_fetched_at = 0.0
+
+    def topic_name(self, topic_id: uuid.UUID) -> str | None:
+        """The name of the topic with id ``topic_id`` (None while metadata does not know it)."""
+        for info in self.topics.values():
+            if info.topic_id == topic_id and info.error == 0:
+                return info.name
+        return None
+
+    def topic_id(self, topic: str) -> uuid.UUID | None:
+        """The id of ``topic`` (None while unknown, or from a broker older than Metadata v10)."""
+        info = self.topics.get(topic)
+        return None if info is None else info.topic_id
 
     def partition_count(self, topic: str) -> int | None:
         """Number of partitions, or None if the topic is unknown (or errored) in metadata."""

@@ -67,6 +67,13 @@ def _isolation(value: Any) -> str:
     return text
 
 
+def _group_protocol(value: Any) -> str:
+    text = str(value).strip().lower()
+    if text not in ("classic", "consumer"):
+        raise ValueError("group.protocol must be classic or consumer")
+    return text
+
+
 def _reset(value: Any) -> str:
     text = str(value).strip().lower()
     mapping = {
@@ -139,6 +146,9 @@ _PRODUCER: dict[str, _Key] = {
 _CONSUMER: dict[str, _Key] = {
     "group.id": _Key(lambda v: None if v is None else str(v), None),
     "group.instance.id": _Key(lambda v: None if v is None else str(v), None),
+    # KIP-848: "consumer" is the new protocol (coordinator-side assignment), "classic" the old one.
+    "group.protocol": _Key(_group_protocol, "classic"),
+    "group.remote.assignor": _Key(lambda v: None if v is None else str(v), None),
     "session.timeout.ms": _Key(_int, 45000),
     "heartbeat.interval.ms": _Key(_int, 3000),
     "max.poll.interval.ms": _Key(_int, 300000),

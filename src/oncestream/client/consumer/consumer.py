@@ -50,7 +50,9 @@ from oncestream.client.common.message import (
     Message,
     TopicPartition,
 )
+from oncestream.client.consumer import incremental_rebalance
 from oncestream.client.consumer.assignors import parse_strategies
+from oncestream.client.consumer.consumer_group_member import ConsumerGroupMember
 from oncestream.client.consumer.fetch_decoder import decode_partition
 from oncestream.client.consumer.fetcher import CompletedFetch, Fetcher, PartitionState
 from oncestream.client.consumer.group import GroupMembership
@@ -94,7 +96,9 @@ class Consumer:
         self._fetcher = Fetcher(c, self._cluster, self._partitions, self._state_lock, self._completed,
                                 self._notify)
         self._group: GroupMembership | None = None
-        if self._group_id is not None:
+        if self._group_id is not None and c["group.protocol"] == "consumer":
+            self._group = ConsumerGroupMember(c, self._cluster, self._notify)  # KIP-848
+        elif self._group_id is not None:
             self._group = GroupMembership(c, self._cluster, self._strategies, self._notify)
         # subscription state (user thread)
         self._subscription: list[str] | None = None
@@ -163,6 +167,10 @@ class Consumer:
         self._group.rejoin_needed = True
         self._attention = True
         self._io.call_soon(self._cluster.add_topics, list(self._subscription))
+        if isinstance(self._group, ConsumerGroupMember):
+            # The coordinator matches the regexes (RE2, as Kafka); librdkafka sends them joined so.
+            self._group.subscribe(self._subscription, "|".join(t for t in topics if t.startswith("^")) or None)
+            self._io.call_soon(self._group.start)
 
     def unsubscribe(self) -> None:
         """Leave the group and drop the assignment."""
@@ -170,7 +178,7 @@ class Consumer:
         if self._subscription is None:
             return
         self._cancel_join()
-        self._revoke_all(lost=False)
+        self._release_for_leave()
         self._subscription = None
         self._patterns = []
         if self._group is not None:
@@ -178,6 +186,12 @@ class Consumer:
                 self._io.run(self._group.leave(), 10)
             except (TimeoutError, ConnectionLostError, RequestTimedOutError, BrokerResponseError):
                 pass
+
+    def _release_for_leave(self) -> None:
+        if isinstance(self._group, ConsumerGroupMember):
+            incremental_rebalance.release_for_leave(self, self._group)
+        else:
+            self._revoke_all(lost=False)
 
     def _cancel_join(self) -> None:
         if self._join_future is not None:
@@ -207,6 +221,8 @@ class Consumer:
     def incremental_assign(self, partitions: list[TopicPartition]) -> None:
         """Add partitions to the assignment."""
         self._check_open()
+        if self._in_rebalance_callback:
+            self._assign_called_in_callback = list(partitions)
         with self._state_lock:
             for tp in partitions:
                 key = (tp.topic, tp.partition)
@@ -222,9 +238,9 @@ class Consumer:
         self._check_open()
         self._sync_position()
         with self._state_lock:
-            for tp in partitions:
-                self._partitions.pop((tp.topic, tp.partition), None)
-        self._drop_buffered()
+            removed = [self._partitions.pop((tp.topic, tp.partition), None) for tp in partitions]
+        if any(state is self._rec_state for state in removed if state is not None):
+            self._drop_buffered()  # records of partitions kept stay buffered: no pause for them
         self._io.call_soon(self._fetcher.wakeup)
 
     def unassign(self) -> None:
@@ -494,7 +510,9 @@ class Consumer:
                 group.max_poll_exceeded = False
                 self._pending_errors.append(KafkaError(
                     _MAX_POLL_EXCEEDED, "max.poll.interval.ms exceeded: the consumer left the group and rejoins"))
-            if self._subscription is not None:
+            if self._subscription is not None and isinstance(group, ConsumerGroupMember):
+                incremental_rebalance.poll_step(self, group)
+            elif self._subscription is not None:
                 self._check_subscription_metadata()
                 if group.rejoin_needed or self._join_future is not None:
                     self._rebalance(deadline)
@@ -739,7 +757,7 @@ class Consumer:
             if self._subscription is not None and self._group is not None:
                 self._cancel_join()
                 try:
-                    self._revoke_all(lost=False)
+                    self._release_for_leave()
                     # Leaving only spares the group a session timeout: never wait past the budget.
                     self._io.run(self._group.leave(), max(0.5, min(10.0, deadline - time.monotonic())))
                 except (TimeoutError, ConnectionLostError, RequestTimedOutError, BrokerResponseError,

@@ -25,7 +25,7 @@ import asyncio
 import datetime
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -371,6 +371,17 @@ class GroupMembership:
 
     # --- offsets ------------------------------------------------------------------------------
 
+    # OffsetCommit/OffsetFetch v9+ carry a KIP-848 member epoch: the consumer protocol's
+    # membership sends them.
+    offset_commit_max_version = 8
+    offset_fetch_max_version = 7
+
+    async def _retry_as_member(self, codes: Iterable[int], sent_generation: int, attempt: int) -> bool:
+        """Whether an OffsetCommit/OffsetFetch answered with error ``codes`` (its ``attempt``-th
+        answer, from 1) is worth sending again as it is (with the identity of the moment, after
+        any wait it needs); the consumer protocol retries STALE_MEMBER_EPOCH."""
+        return False
+
     async def commit(self, offsets: list[tuple[str, int, int, str | None, int]], *,
                      in_group: bool) -> dict[tuple[str, int], int]:
         """OffsetCommit of (topic, partition, offset, metadata, leader epoch); returns the error
@@ -378,7 +389,9 @@ class GroupMembership:
         by_topic: dict[str, list[tuple[int, int, str | None, int]]] = {}
         for topic, partition, offset, metadata, epoch in offsets:
             by_topic.setdefault(topic, []).append((partition, offset, metadata, epoch))
+        attempt = 0
         while True:
+            attempt += 1
             generation = self.generation_id if in_group else -1
             member_id = self.member_id if in_group else ""
 
@@ -407,7 +420,7 @@ class GroupMembership:
                 )
 
             try:
-                response = await self._send(OFFSET_COMMIT, make, max_version=8)
+                response = await self._send(OFFSET_COMMIT, make, max_version=self.offset_commit_max_version)
             except (ConnectionLostError, RequestTimedOutError):
                 await asyncio.sleep(self.retry_backoff_s)
                 continue
@@ -421,6 +434,8 @@ class GroupMembership:
             if any(self._coordinator_error(code) for code in errors.values()):
                 await asyncio.sleep(self.retry_backoff_s)
                 continue
+            if in_group and await self._retry_as_member(errors.values(), generation, attempt):
+                continue
             if any(code in _FENCED or code == ErrorCode.rebalance_in_progress for code in errors.values()):
                 self.rejoin_needed = True
             return errors
@@ -433,18 +448,13 @@ class GroupMembership:
         by_topic: dict[str, list[int]] = {}
         for topic, partition in partitions:
             by_topic.setdefault(topic, []).append(partition)
+        attempt = 0
         while True:
-            def make(m: Any, version: int) -> Any:
-                return build(
-                    m.OffsetFetchRequest,
-                    group_id=self.group_id,
-                    topics=tuple(build(m.OffsetFetchRequestTopic, name=t, partition_indexes=tuple(ps))
-                                 for t, ps in by_topic.items()),
-                    require_stable=require_stable,
-                )
-
+            attempt += 1
+            generation = self.generation_id
+            make = self._offset_fetch_request(by_topic, require_stable, generation)
             try:
-                response = await self._send(OFFSET_FETCH, make, max_version=7)
+                response = await self._send(OFFSET_FETCH, make, max_version=self.offset_fetch_max_version)
             except (ConnectionLostError, RequestTimedOutError):
                 await asyncio.sleep(self.retry_backoff_s)
                 continue
@@ -453,24 +463,55 @@ class GroupMembership:
                     await asyncio.sleep(self.retry_backoff_s)
                     continue
                 raise
-            top_error = int(getattr(response, "error_code", 0))
+            top_error, topics = self._offset_fetch_answer(response)
             if top_error:
                 if self._coordinator_error(top_error):
                     await asyncio.sleep(self.retry_backoff_s)
                     continue
+                if await self._retry_as_member([top_error], generation, attempt):
+                    continue
                 raise KafkaException(KafkaError(top_error, f"OffsetFetch failed: {error_name(top_error)}"))
-            out: dict[tuple[str, int], tuple[int, str | None, int]] = {}
-            retry = False
-            for t in response.topics:
-                for p in t.partitions:
-                    code = int(p.error_code)
-                    if code == ErrorCode.unstable_offset_commit or self._coordinator_error(code):
-                        retry = True
-                    out[(t.name, p.partition_index)] = (p.committed_offset, p.metadata, code)
+            out, retry = self.committed_of(topics)
             if retry:
                 await asyncio.sleep(self.retry_backoff_s)
                 continue
             return out
+
+    def _offset_fetch_request(self, by_topic: dict[str, list[int]], require_stable: bool,
+                              generation: int) -> Callable[[Any, int], Any]:
+        """The OffsetFetch request builder (the classic form: the group alone, v1..v7)."""
+        def make(m: Any, version: int) -> Any:
+            return build(
+                m.OffsetFetchRequest,
+                group_id=self.group_id,
+                topics=tuple(build(m.OffsetFetchRequestTopic, name=t, partition_indexes=tuple(ps))
+                             for t, ps in by_topic.items()),
+                require_stable=require_stable,
+            )
+
+        return make
+
+    @staticmethod
+    def _offset_fetch_answer(response: Any) -> tuple[int, Any]:
+        """(top-level error code, topics) of an OffsetFetch answer (v2+ have a top-level error)."""
+        if hasattr(response, "groups"):  # v8+: one group asked, one answered
+            (group,) = response.groups
+            return int(group.error_code), group.topics
+        return int(getattr(response, "error_code", 0)), response.topics
+
+    def committed_of(self, topics: Any) -> tuple[dict[tuple[str, int], tuple[int, str | None, int]], bool]:
+        """The (offset, metadata, error code) per partition of an OffsetFetch answer's topics, and
+        whether to ask again (UNSTABLE_OFFSET_COMMIT: a transaction's offsets still pending,
+        KIP-447; or the coordinator moved)."""
+        out: dict[tuple[str, int], tuple[int, str | None, int]] = {}
+        retry = False
+        for t in topics:
+            for p in t.partitions:
+                code = int(p.error_code)
+                if code == ErrorCode.unstable_offset_commit or self._coordinator_error(code):
+                    retry = True
+                out[(t.name, p.partition_index)] = (p.committed_offset, p.metadata, code)
+        return out, retry
 
 
 class _Rejoin(Exception):
