@@ -23,10 +23,15 @@ if TYPE_CHECKING:
         Admin,
         AdminClient,
         ClusterDescription,
-        GroupDescription,
         NewTopic,
         TopicDescription,
         TransactionDescription,
+    )
+    from oncestream.client.admin.admin_groups import (
+        ConsumerGroupState,
+        ConsumerGroupTopicPartitions,
+        ConsumerGroupType,
+        GroupDescription,
     )
     from oncestream.client.common.errors import KafkaError, KafkaException, QueueFullError
     from oncestream.client.common.message import (
@@ -47,8 +52,10 @@ if TYPE_CHECKING:
 
 # Public name -> the module defining it.
 _EXPORTS: dict[str, str] = {
-    **dict.fromkeys(("AbortTransactionSpec", "Admin", "AdminClient", "ClusterDescription", "GroupDescription", "NewTopic",
+    **dict.fromkeys(("AbortTransactionSpec", "Admin", "AdminClient", "ClusterDescription", "NewTopic",
                      "TopicDescription", "TransactionDescription"), "oncestream.client.admin.admin"),
+    **dict.fromkeys(("ConsumerGroupState", "ConsumerGroupTopicPartitions", "ConsumerGroupType", "GroupDescription"),
+                    "oncestream.client.admin.admin_groups"),
     "Consumer": "oncestream.client.consumer.consumer",
     **dict.fromkeys(("KafkaError", "KafkaException", "QueueFullError"), "oncestream.client.common.errors"),
     **dict.fromkeys(("OFFSET_BEGINNING", "OFFSET_END", "OFFSET_INVALID", "OFFSET_STORED", "TIMESTAMP_CREATE_TIME",
@@ -72,6 +79,9 @@ __all__ = [
     "ClusterDescription",
     "Consumer",
     "ConsumerGroupMetadata",
+    "ConsumerGroupState",
+    "ConsumerGroupTopicPartitions",
+    "ConsumerGroupType",
     "GroupDescription",
     "KafkaError",
     "KafkaException",
