@@ -193,6 +193,33 @@ class GroupSubscribedToTopicError(OnceStreamError):
     code = ErrorCode.group_subscribed_to_topic
 
 
+class FencedMemberEpochError(OnceStreamError):
+    """KIP-848: the member's epoch is not one the coordinator accepts; it must rejoin with
+    epoch 0 after giving up its partitions (FENCED_MEMBER_EPOCH)."""
+
+    code = ErrorCode.fenced_member_epoch
+
+
+class StaleMemberEpochError(OnceStreamError):
+    """KIP-848: an offset request carries a member epoch that is not the member's current one
+    (STALE_MEMBER_EPOCH)."""
+
+    code = ErrorCode.stale_member_epoch
+
+
+class UnsupportedAssignorError(OnceStreamError):
+    """KIP-848: the member asked for a server assignor the broker does not have (UNSUPPORTED_ASSIGNOR)."""
+
+    code = ErrorCode.unsupported_assignor
+
+
+class UnreleasedInstanceIdError(OnceStreamError):
+    """KIP-848: a static member joins with an instance id another live member still holds
+    (UNRELEASED_INSTANCE_ID)."""
+
+    code = ErrorCode.unreleased_instance_id
+
+
 class OffsetMetadataTooLargeError(OnceStreamError):
     """The committed metadata string is longer than offset.metadata.max.bytes."""
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
@@ -26,7 +27,7 @@ P0 = TopicPartition("payments", 0)
 
 
 def make(**overrides: int) -> tuple[GroupCoordinator, GroupHarness]:
-    settings = {"group_initial_rebalance_delay_ms": 0, **overrides}
+    settings: dict[str, Any] = {"group_initial_rebalance_delay_ms": 0, **overrides}
     counter = itertools.count(1)
     coordinator = GroupCoordinator(
         GroupCoordinatorConfig(**settings), member_id_suffix=lambda: str(next(counter))

@@ -21,6 +21,8 @@ from kio.schema.errors import ErrorCode
 from oncestream.async_wait import wait_event
 from oncestream.broker.internal_topic import InternalAppender, InternalTopic
 from oncestream.coordinator.group import GroupCoordinator, GroupCoordinatorConfig
+from oncestream.coordinator.group.consumer.messages import ConsumerHeartbeatResult
+from oncestream.coordinator.group.consumer.records import TopicMetadata
 from oncestream.coordinator.group.messages import (
     DeleteGroupsResult,
     JoinResult,
@@ -63,6 +65,10 @@ def not_durable(result: Any) -> Any:
             error=_fail_if_none(result.error),
             members=tuple(dataclasses.replace(m, error=_fail_if_none(m.error)) for m in result.members),
         )
+    if isinstance(result, ConsumerHeartbeatResult):
+        if result.error != ErrorCode.none:
+            return result
+        return ConsumerHeartbeatResult(NOT_DURABLE, "the group's records could not be written")
     if isinstance(result, OffsetDeleteResult):
         return OffsetDeleteResult(
             _fail_if_none(result.error), {tp: _fail_if_none(e) for tp, e in result.partitions.items()}
@@ -88,6 +94,16 @@ def group_config_from(props: dict[str, str]) -> GroupCoordinatorConfig:
         offsets_retention_check_interval_ms=num(
             "offsets.retention.check.interval.ms", d.offsets_retention_check_interval_ms
         ),
+        consumer_session_timeout_ms=num("group.consumer.session.timeout.ms", d.consumer_session_timeout_ms),
+        consumer_min_session_timeout_ms=num("group.consumer.min.session.timeout.ms", d.consumer_min_session_timeout_ms),
+        consumer_max_session_timeout_ms=num("group.consumer.max.session.timeout.ms", d.consumer_max_session_timeout_ms),
+        consumer_heartbeat_interval_ms=num("group.consumer.heartbeat.interval.ms", d.consumer_heartbeat_interval_ms),
+        consumer_min_heartbeat_interval_ms=num(
+            "group.consumer.min.heartbeat.interval.ms", d.consumer_min_heartbeat_interval_ms),
+        consumer_max_heartbeat_interval_ms=num(
+            "group.consumer.max.heartbeat.interval.ms", d.consumer_max_heartbeat_interval_ms),
+        consumer_max_size=num("group.consumer.max.size", d.consumer_max_size),
+        consumer_assignors=props.get("group.consumer.assignors", d.consumer_assignors),
     )
 
 
@@ -114,7 +130,11 @@ class GroupService:
             config = GroupCoordinatorConfig(
                 **{**config.__dict__, "offsets_topic_partitions": self.topic.num_partitions}
             )
-        self.coordinator = GroupCoordinator(config)
+        def topics_view() -> dict[str, TopicMetadata]:
+            return {name: TopicMetadata(info.topic_id, name, info.num_partitions)
+                    for name, info in logs.topics().items()}
+
+        self.coordinator = GroupCoordinator(config, topics=topics_view)
         self.coordinator.load(self.topic.read_all(), now_ms(), mono_ms=self.mono_ms())
         self._outbox: list[tuple[asyncio.Future[Any], int, Any]] = []
         self._wake = asyncio.Event()

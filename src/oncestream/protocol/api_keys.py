@@ -48,6 +48,8 @@ ALTER_USER_SCRAM_CREDENTIALS: Final = 51
 DESCRIBE_PRODUCERS: Final = 61
 DESCRIBE_TRANSACTIONS: Final = 65
 LIST_TRANSACTIONS: Final = 66
+CONSUMER_GROUP_HEARTBEAT: Final = 68
+CONSUMER_GROUP_DESCRIBE: Final = 69
 
 # api_key -> (min_version, max_version), inclusive.
 API_VERSIONS: Final[dict[int, tuple[int, int]]] = {
@@ -55,8 +57,8 @@ API_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     FETCH: (4, 12),  # v13+ address topics by id
     LIST_OFFSETS: (1, 7),  # v8 adds KIP-1005 tiered-storage offsets: not ours
     METADATA: (0, 12),
-    OFFSET_COMMIT: (2, 8),  # v9+ belong to the KIP-848 consumer protocol
-    OFFSET_FETCH: (1, 8),
+    OFFSET_COMMIT: (2, 9),  # v9: member id + member epoch (KIP-848); v10 addresses topics by id
+    OFFSET_FETCH: (1, 9),  # v9: member id + member epoch checked (KIP-848)
     FIND_COORDINATOR: (0, 4),
     JOIN_GROUP: (0, 9),
     HEARTBEAT: (0, 4),
@@ -90,6 +92,8 @@ API_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     DESCRIBE_PRODUCERS: (0, 0),
     DESCRIBE_TRANSACTIONS: (0, 0),
     LIST_TRANSACTIONS: (0, 1),
+    CONSUMER_GROUP_HEARTBEAT: (0, 1),  # KIP-848; v1: the client makes its member id (KIP-1082)
+    CONSUMER_GROUP_DESCRIBE: (0, 1),
 }
 
 # Finalized feature levels announced in ApiVersions (v3+). transaction.version 2 tells clients

@@ -37,6 +37,10 @@ if TYPE_CHECKING:
     from kio.schema.api_versions.v1 import request as _api_versions_v1
     from kio.schema.api_versions.v2 import request as _api_versions_v2
     from kio.schema.api_versions.v3 import request as _api_versions_v3
+    from kio.schema.consumer_group_describe.v0 import request as _consumer_group_describe_v0
+    from kio.schema.consumer_group_describe.v1 import request as _consumer_group_describe_v1
+    from kio.schema.consumer_group_heartbeat.v0 import request as _consumer_group_heartbeat_v0
+    from kio.schema.consumer_group_heartbeat.v1 import request as _consumer_group_heartbeat_v1
     from kio.schema.create_acls.v1 import request as _create_acls_v1
     from kio.schema.create_acls.v2 import request as _create_acls_v2
     from kio.schema.create_acls.v3 import request as _create_acls_v3
@@ -166,6 +170,7 @@ if TYPE_CHECKING:
     from kio.schema.offset_commit.v6 import request as _offset_commit_v6
     from kio.schema.offset_commit.v7 import request as _offset_commit_v7
     from kio.schema.offset_commit.v8 import request as _offset_commit_v8
+    from kio.schema.offset_commit.v9 import request as _offset_commit_v9
     from kio.schema.offset_delete.v0 import request as _offset_delete_v0
     from kio.schema.offset_fetch.v1 import request as _offset_fetch_v1
     from kio.schema.offset_fetch.v2 import request as _offset_fetch_v2
@@ -175,6 +180,7 @@ if TYPE_CHECKING:
     from kio.schema.offset_fetch.v6 import request as _offset_fetch_v6
     from kio.schema.offset_fetch.v7 import request as _offset_fetch_v7
     from kio.schema.offset_fetch.v8 import request as _offset_fetch_v8
+    from kio.schema.offset_fetch.v9 import request as _offset_fetch_v9
     from kio.schema.produce.v3 import request as _produce_v3
     from kio.schema.produce.v4 import request as _produce_v4
     from kio.schema.produce.v5 import request as _produce_v5
@@ -259,6 +265,7 @@ if TYPE_CHECKING:
         | _offset_commit_v6.OffsetCommitRequest
         | _offset_commit_v7.OffsetCommitRequest
         | _offset_commit_v8.OffsetCommitRequest
+        | _offset_commit_v9.OffsetCommitRequest
     )  # api key 8
     OffsetFetchRequest: TypeAlias = (
         _offset_fetch_v1.OffsetFetchRequest
@@ -269,6 +276,7 @@ if TYPE_CHECKING:
         | _offset_fetch_v6.OffsetFetchRequest
         | _offset_fetch_v7.OffsetFetchRequest
         | _offset_fetch_v8.OffsetFetchRequest
+        | _offset_fetch_v9.OffsetFetchRequest
     )  # api key 9
     FindCoordinatorRequest: TypeAlias = (
         _find_coordinator_v0.FindCoordinatorRequest
@@ -465,3 +473,11 @@ if TYPE_CHECKING:
         _list_transactions_v0.ListTransactionsRequest
         | _list_transactions_v1.ListTransactionsRequest
     )  # api key 66
+    ConsumerGroupHeartbeatRequest: TypeAlias = (
+        _consumer_group_heartbeat_v0.ConsumerGroupHeartbeatRequest
+        | _consumer_group_heartbeat_v1.ConsumerGroupHeartbeatRequest
+    )  # api key 68
+    ConsumerGroupDescribeRequest: TypeAlias = (
+        _consumer_group_describe_v0.ConsumerGroupDescribeRequest
+        | _consumer_group_describe_v1.ConsumerGroupDescribeRequest
+    )  # api key 69

@@ -253,6 +253,7 @@ def handle_offset_commit(state: BrokerState, header: RequestHeader, request: wir
         ),
         state.now_ms(),
         mono_ms=state.mono_ms(),
+        api_version=header.api_version,
     )
     result = svc.finish(request.group_id, result, writes, wake_timers=False)  # commits create no earlier deadline
     topics_out = []
@@ -267,7 +268,8 @@ def handle_offset_commit(state: BrokerState, header: RequestHeader, request: wir
     return build(m.OffsetCommitResponse, throttle_time=_ZERO, topics=tuple(topics_out))
 
 
-def _fetch_one_group(state: BrokerState, group_id: str, topics: Any, require_stable: bool) -> Any:
+def _fetch_one_group(state: BrokerState, group_id: str, topics: Any, require_stable: bool,
+                     member_id: str | None = None, member_epoch: int = -1) -> Any:
     if not authorize(state, Op.DESCRIBE, Res.GROUP, group_id):
         denied = FetchedOffset(error=ErrorCode.group_authorization_failed)
         listed: dict[str, list[Any]] = {}
@@ -279,7 +281,7 @@ def _fetch_one_group(state: BrokerState, group_id: str, topics: Any, require_sta
         partitions = tuple(TopicPartition(t.name, p) for t in topics for p in t.partition_indexes)
     result = state.groups.coordinator.fetch_offsets(
         OffsetFetchRequest(group_id=group_id, partitions=partitions, require_stable=require_stable), state.now_ms(),
-        mono_ms=state.mono_ms(),
+        mono_ms=state.mono_ms(), member_id=member_id, member_epoch=member_epoch,
     )
     state.groups.complete([], wake_timers=False)
     by_topic: dict[str, list[Any]] = {}
@@ -323,7 +325,9 @@ def handle_offset_fetch(state: BrokerState, header: RequestHeader, request: wire
     if hasattr(request, "groups"):
         groups = []
         for g in request.groups:
-            error, by_topic = _fetch_one_group(state, g.group_id, g.topics, require_stable)
+            # v9+ (KIP-848): the member's id and epoch are checked against a consumer group.
+            error, by_topic = _fetch_one_group(state, g.group_id, g.topics, require_stable,
+                                               getattr(g, "member_id", None), getattr(g, "member_epoch", -1))
             groups.append(
                 build(
                     m.OffsetFetchResponseGroup,
@@ -389,7 +393,8 @@ def handle_list_groups(state: BrokerState, header: RequestHeader, request: wire.
     # Kafka: DESCRIBE on the cluster lists every group, else only the groups one may DESCRIBE.
     everything = authorize(state, Op.DESCRIBE, Res.CLUSTER)
     groups = tuple(
-        build(m.ListedGroup, group_id=g.group_id, protocol_type=g.protocol_type, group_state=g.state, group_type="classic")
+        build(m.ListedGroup, group_id=g.group_id, protocol_type=g.protocol_type, group_state=g.state,
+              group_type=state.groups.coordinator.group_type(g.group_id))
         for g in result.groups
         if everything or authorize(state, Op.DESCRIBE, Res.GROUP, g.group_id)
     )

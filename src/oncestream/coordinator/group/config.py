@@ -29,6 +29,16 @@ class GroupCoordinatorConfig:
     # offsets.retention.minutes (in ms) and offsets.retention.check.interval.ms.
     offsets_retention_ms: int = 7 * 24 * 60 * 60 * 1000
     offsets_retention_check_interval_ms: int = 600_000
+    # KIP-848 consumer groups: group.consumer.session.timeout.ms, group.consumer.heartbeat.interval.ms
+    # and their min/max bounds, group.consumer.max.size, group.consumer.assignors (first = default).
+    consumer_session_timeout_ms: int = 45_000
+    consumer_min_session_timeout_ms: int = 45_000
+    consumer_max_session_timeout_ms: int = 60_000
+    consumer_heartbeat_interval_ms: int = 5_000
+    consumer_min_heartbeat_interval_ms: int = 5_000
+    consumer_max_heartbeat_interval_ms: int = 15_000
+    consumer_max_size: int = 2**31 - 1
+    consumer_assignors: str = "uniform,range"
 
     def __post_init__(self) -> None:
         if self.offsets_topic_partitions <= 0:
@@ -48,6 +58,18 @@ class GroupCoordinatorConfig:
             raise InvalidConfigError(f"offset.metadata.max.bytes must not be negative, got {self.offset_metadata_max_bytes}")
         if self.offsets_retention_ms <= 0:
             raise InvalidConfigError(f"offsets.retention.minutes must be positive, got {self.offsets_retention_ms} ms")
+        for what, value, low, high in (
+            ("group.consumer.session.timeout.ms", self.consumer_session_timeout_ms,
+             self.consumer_min_session_timeout_ms, self.consumer_max_session_timeout_ms),
+            ("group.consumer.heartbeat.interval.ms", self.consumer_heartbeat_interval_ms,
+             self.consumer_min_heartbeat_interval_ms, self.consumer_max_heartbeat_interval_ms),
+        ):
+            if not 0 < low <= value <= high:
+                raise InvalidConfigError(f"{what} ({value}) must lie within its min ({low}) and max ({high}), above 0")
+        if self.consumer_heartbeat_interval_ms >= self.consumer_session_timeout_ms:
+            raise InvalidConfigError("group.consumer.heartbeat.interval.ms must be below group.consumer.session.timeout.ms")
+        if self.consumer_max_size <= 0:
+            raise InvalidConfigError(f"group.consumer.max.size must be positive, got {self.consumer_max_size}")
         if self.offsets_retention_check_interval_ms <= 0:
             raise InvalidConfigError(
                 f"offsets.retention.check.interval.ms must be positive, got {self.offsets_retention_check_interval_ms}")

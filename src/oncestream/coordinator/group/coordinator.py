@@ -37,6 +37,8 @@ How to drive it
 
 from __future__ import annotations
 
+import dataclasses
+import struct
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import TypeVar
@@ -44,6 +46,19 @@ from typing import TypeVar
 from kio.schema.errors import ErrorCode
 
 from oncestream.coordinator.group.config import GroupCoordinatorConfig
+from oncestream.coordinator.group.consumer.group import CONSUMER_GROUP_TYPE
+from oncestream.coordinator.group.consumer.manager import ConsumerGroupManager
+from oncestream.coordinator.group.consumer.messages import (
+    ConsumerGroupDescription,
+    ConsumerHeartbeatRequest,
+    ConsumerHeartbeatResult,
+    TopicsView,
+)
+from oncestream.coordinator.group.consumer.records import (
+    CONSUMER_GROUP_KEY_VERSIONS,
+    decode_record,
+    record_group_id,
+)
 from oncestream.coordinator.group.deadlines import DeadlineHeap
 from oncestream.coordinator.group.group import GroupMetadata
 from oncestream.coordinator.group.membership import GroupMetadataManager
@@ -79,6 +94,7 @@ from oncestream.coordinator.group.records import (
     decode_group_value,
     decode_key,
     decode_offset_value,
+    group_metadata_record,
 )
 from oncestream.coordinator.group.runtime import GroupRuntime
 from oncestream.coordinator.group.state import (
@@ -88,12 +104,23 @@ from oncestream.coordinator.group.state import (
 from oncestream.errors import (
     CoordinatorInvariantError,
     CoordinatorLoadInProgressError,
+    CorruptRecordError,
+    GroupIdNotFoundError,
+    InconsistentGroupProtocolError,
     OnceStreamError,
+    UnknownMemberIdError,
 )
 from oncestream.topic_partition import TopicPartition
 
 _S = GroupState
 _R = TypeVar("_R")
+_KEY_VERSION = struct.Struct(">h")
+
+
+def _key_version(key_bytes: bytes) -> int:
+    if len(key_bytes) < 2:
+        raise CorruptRecordError("__consumer_offsets key: shorter than its version")
+    return int(_KEY_VERSION.unpack_from(key_bytes)[0])
 
 
 class GroupCoordinator:
@@ -104,14 +131,17 @@ class GroupCoordinator:
         config: GroupCoordinatorConfig | None = None,
         *,
         member_id_suffix: Callable[[], str] | None = None,
+        topics: TopicsView | None = None,
     ) -> None:
         """``member_id_suffix`` makes new member ids (``<client or instance id>-<suffix>``);
-        default a random UUID. Tests inject a counter to get deterministic ids."""
+        default a random UUID. Tests inject a counter to get deterministic ids. ``topics`` is
+        the cluster's topics as consumer groups (KIP-848) see them (default: none)."""
         self.config = config or GroupCoordinatorConfig()
         self._rt = GroupRuntime(self.config, member_id_suffix or (lambda: str(uuid.uuid4())))
         self._membership = GroupMetadataManager(self._rt)
         self._offsets = OffsetMetadataManager(self._rt)
         self._membership.offsets = self._offsets
+        self._consumer = ConsumerGroupManager(self._rt, topics or dict)
         # Offset expiry (Kafka's cleanup task), on the monotonic clock.
         self._next_cleanup_ms: int | None = None
 
@@ -198,7 +228,8 @@ class GroupCoordinator:
         """Handle JoinGroup; ``respond`` is called once with the result, now or later."""
         self._handle(
             request.group_id, now_ms, mono_ms,
-            lambda mono: self._membership.join(request, mono, respond),
+            lambda mono: self._on_classic(request.group_id, lambda: self._membership.join(request, mono, respond),
+                                          joining=request.member_id == NO_MEMBER_ID),
             lambda exc: self._rt.deliver(respond, JoinResult(error=exc.code, member_id=request.member_id)),
             fire_timers_after=True,
         )
@@ -220,7 +251,9 @@ class GroupCoordinator:
                 self._rt.deliver(respond, SyncResult(exc.code))
 
         self._handle(request.group_id, now_ms, mono_ms,
-                     lambda mono: self._membership.sync(request, mono, respond), failed,
+                     lambda mono: self._on_classic(request.group_id,
+                                                   lambda: self._membership.sync(request, mono, respond)),
+                     failed,
                      fire_timers_after=True)
         return self._finish()
 
@@ -230,7 +263,8 @@ class GroupCoordinator:
         # While a state is loading nothing is known about it: answer blindly like Kafka so
         # members stay put.
         error = self._handle(
-            request.group_id, now_ms, mono_ms, lambda mono: self._membership.heartbeat(request, mono),
+            request.group_id, now_ms, mono_ms,
+            lambda mono: self._on_classic(request.group_id, lambda: self._membership.heartbeat(request, mono)),
             lambda exc: ErrorCode.none if isinstance(exc, CoordinatorLoadInProgressError) else exc.code,
         )
         self._finish(read_only=True)
@@ -241,7 +275,7 @@ class GroupCoordinator:
     ) -> tuple[LeaveResult, list[OffsetsTopicWrite]]:
         """Handle LeaveGroup (batch form of v3+ included): per-member errors."""
         result = self._handle(request.group_id, now_ms, mono_ms,
-                              lambda mono: self._membership.leave(request, mono),
+                              lambda mono: self._on_classic(request.group_id, lambda: self._membership.leave(request, mono)),
                               lambda exc: LeaveResult(exc.code), fire_timers_after=True)
         return result, self._finish()
 
@@ -252,14 +286,28 @@ class GroupCoordinator:
         mono = self._rt.advance(now_ms, mono_ms)
         out = []
         for group_id in group_ids:
-            self._membership.fire_timers(group_id, mono)
-            out.append(self._membership.describe(group_id))
+            self._fire_timers(group_id, mono)
+            if group_id in self._consumer.groups:
+                # Kafka (DescribeGroups up to v5): a group that is not classic reads as Dead.
+                out.append(GroupDescription(group_id, ErrorCode.none, "Dead", "", ""))
+            else:
+                out.append(self._membership.describe(group_id))
         self._finish(read_only=True)
         return out
 
     def list_groups(self, states_filter: Iterable[str] = (), types_filter: Iterable[str] = ()) -> ListGroupsResult:
         """Handle ListGroups (state filter of v4+, type filter of v5+, both case-insensitive)."""
-        return self._membership.list_groups(states_filter, types_filter)
+        states = {st.lower() for st in states_filter}
+        types = {t.lower() for t in types_filter}
+        classic = self._membership.list_groups(states_filter, types_filter)
+        listed = [g for g in classic.groups if g.group_id not in self._consumer.groups]
+        if not types or CONSUMER_GROUP_TYPE in types:
+            listed.extend(self._consumer.listed(states))
+        return ListGroupsResult(classic.error, tuple(sorted(listed, key=lambda g: g.group_id)))
+
+    def group_type(self, group_id: str) -> str:
+        """"consumer" for a KIP-848 group, else "classic" (ListGroups v5's GroupType)."""
+        return self._consumer.type_of(group_id) or "classic"
 
     def delete_groups(
         self, group_ids: Iterable[str], now_ms: int, *, mono_ms: int | None = None
@@ -269,32 +317,84 @@ class GroupCoordinator:
         mono = self._rt.advance(now_ms, mono_ms)
         errors: dict[str, ErrorCode] = {}
         for group_id in group_ids:
-            self._membership.fire_timers(group_id, mono)
-            errors[group_id] = self._membership.delete(group_id)
+            self._fire_timers(group_id, mono)
+            errors[group_id] = self._delete_group(group_id)
         return DeleteGroupsResult(errors), self._finish()
+
+    # ==============================================================================================
+    # Consumer groups (KIP-848)
+    # ==============================================================================================
+
+    def consumer_group_heartbeat(
+        self, request: ConsumerHeartbeatRequest, now_ms: int, *, mono_ms: int | None = None
+    ) -> tuple[ConsumerHeartbeatResult, list[OffsetsTopicWrite]]:
+        """Handle ConsumerGroupHeartbeat: join, heartbeat, reconcile or leave; the broker
+        appends the returned records before it answers (they carry epochs and assignments)."""
+
+        def body(mono: int) -> ConsumerHeartbeatResult:
+            if request.member_epoch == 0:
+                self._take_over_classic(request.group_id)
+            elif request.group_id not in self._consumer.groups and request.group_id in self._rt.groups:
+                raise GroupIdNotFoundError(f"Group {request.group_id} is not a consumer group.")
+            return self._consumer.heartbeat(request, mono)
+
+        result = self._handle(request.group_id, now_ms, mono_ms, body,
+                              lambda exc: ConsumerHeartbeatResult(exc.code, str(exc)), fire_timers_after=True)
+        return result, self._finish()
+
+    def consumer_group_describe(
+        self, group_ids: Iterable[str], now_ms: int, *, mono_ms: int | None = None
+    ) -> list[ConsumerGroupDescription]:
+        """Handle ConsumerGroupDescribe; a group that is not a consumer group is GROUP_ID_NOT_FOUND."""
+        mono = self._rt.advance(now_ms, mono_ms)
+        out = []
+        for group_id in group_ids:
+            self._fire_timers(group_id, mono)
+            try:
+                self._rt.validate_group_id(group_id, allow_empty=False)
+            except OnceStreamError as exc:
+                out.append(ConsumerGroupDescription(group_id, exc.code, str(exc)))
+                continue
+            out.append(self._consumer.describe(group_id))
+        self._finish(read_only=True)
+        return out
 
     # ==============================================================================================
     # Offset requests
     # ==============================================================================================
 
     def commit_offsets(
-        self, request: OffsetCommitRequest, now_ms: int, *, mono_ms: int | None = None
+        self, request: OffsetCommitRequest, now_ms: int, *, mono_ms: int | None = None, api_version: int = 9
     ) -> tuple[OffsetCommitResult, list[OffsetsTopicWrite]]:
-        """Handle OffsetCommit. The broker appends the returned records, then replies."""
-        errors = self._handle(request.group_id, now_ms, mono_ms,
-                              lambda mono: self._offsets.commit(request, self._rt.wall_ms),
+        """Handle OffsetCommit. The broker appends the returned records, then replies. On a
+        consumer group (KIP-848) ``generation_id`` is the member epoch (STALE_MEMBER_EPOCH if it
+        is not the member's current one) and ``api_version`` must be 9 or above for members."""
+        def body(mono: int) -> dict[TopicPartition, ErrorCode]:
+            if request.group_id not in self._consumer.groups:
+                return self._offsets.commit(request, self._rt.wall_ms)
+            self._consumer.validate_offset_commit(request.group_id, request.member_id, request.generation_id,
+                                                  transactional=False, api_version=api_version)
+            # The member (or an admin of an empty group) passed the consumer group's checks: the
+            # offsets go to the group's offset store as a plain commit.
+            plain = dataclasses.replace(request, member_id=NO_MEMBER_ID, generation_id=-1, group_instance_id=None)
+            return self._offsets.commit(plain, self._rt.wall_ms)
+
+        errors = self._handle(request.group_id, now_ms, mono_ms, body,
                               lambda exc: {tp: exc.code for tp in request.offsets})
         return OffsetCommitResult(errors), self._finish()
 
     def fetch_offsets(
-        self, request: OffsetFetchRequest, now_ms: int, *, mono_ms: int | None = None
+        self, request: OffsetFetchRequest, now_ms: int, *, mono_ms: int | None = None,
+        member_id: str | None = None, member_epoch: int = -1,
     ) -> OffsetFetchResult:
         """Handle OffsetFetch; with ``require_stable`` a partition that has a pending
         transactional commit answers UNSTABLE_OFFSET_COMMIT (the client retries)."""
         mono = self._rt.advance(now_ms, mono_ms)
-        self._membership.fire_timers(request.group_id, mono)
+        self._fire_timers(request.group_id, mono)
         try:
             self._rt.validate_group_id(request.group_id, allow_empty=True)
+            if request.group_id in self._consumer.groups:
+                self._consumer.validate_offset_fetch(request.group_id, member_id, member_epoch)
         except OnceStreamError as exc:
             self._finish(read_only=True)
             return OffsetFetchResult(exc.code)
@@ -306,7 +406,7 @@ class GroupCoordinator:
     ) -> tuple[OffsetDeleteResult, list[OffsetsTopicWrite]]:
         """Handle OffsetDelete. A consumer group still subscribed to a topic keeps its offsets
         (GROUP_SUBSCRIBED_TO_TOPIC), decided from the members' consumer subscriptions."""
-        result = self._handle(request.group_id, now_ms, mono_ms, lambda mono: self._offsets.delete(request),
+        result = self._handle(request.group_id, now_ms, mono_ms, lambda mono: self._delete_offsets(request),
                               lambda exc: OffsetDeleteResult(exc.code))
         return result, self._finish()
 
@@ -329,12 +429,18 @@ class GroupCoordinator:
         the staged offsets durable; a reload brings them back as still pending. Member/generation
         are checked like Kafka does for TxnOffsetCommit v3+ (KIP-447), skipped when not given.
         """
-        errors = self._handle(
-            group_id, now_ms, mono_ms,
-            lambda mono: self._offsets.stage_pending(
-                group_id, producer_id, offsets, self._rt.wall_ms, member_id, generation_id, group_instance_id),
-            lambda exc: {tp: exc.code for tp in offsets},
-        )
+        def body(mono: int) -> dict[TopicPartition, ErrorCode]:
+            if group_id in self._consumer.groups:
+                # KIP-447 on the consumer protocol: the generation is the member epoch.
+                if generation_id >= 0 or member_id != NO_MEMBER_ID:
+                    self._consumer.validate_offset_commit(group_id, member_id, generation_id,
+                                                          transactional=True, api_version=-1)
+                return self._offsets.stage_pending(group_id, producer_id, offsets, self._rt.wall_ms,
+                                                   NO_MEMBER_ID, -1, None)
+            return self._offsets.stage_pending(
+                group_id, producer_id, offsets, self._rt.wall_ms, member_id, generation_id, group_instance_id)
+
+        errors = self._handle(group_id, now_ms, mono_ms, body, lambda exc: {tp: exc.code for tp in offsets})
         return OffsetCommitResult(errors), self._finish()
 
     def complete_pending_txn_offsets(
@@ -344,7 +450,7 @@ class GroupCoordinator:
         committed ones (unless a plain commit written after them is newer); on abort they are
         dropped. Returns the records that make this durable (empty if nothing was staged)."""
         mono = self._rt.advance(now_ms, mono_ms)
-        self._membership.fire_timers(group_id, mono)
+        self._fire_timers(group_id, mono)
         self._offsets.complete_pending(group_id, producer_id, commit)
         return self._finish()
 
@@ -357,7 +463,7 @@ class GroupCoordinator:
         deadline passed are visited (the deadline heap), plus the periodic offset cleanup."""
         mono = self._rt.advance(now_ms, mono_ms)
         for group_id in self._rt.deadlines.pop_due(mono):
-            self._membership.fire_timers(group_id, mono)
+            self._fire_timers(group_id, mono)
         interval_ms = self.config.offsets_retention_check_interval_ms
         if self._next_cleanup_ms is None:
             self._next_cleanup_ms = mono + interval_ms
@@ -390,6 +496,7 @@ class GroupCoordinator:
         targets = set(range(self.num_partitions)) if partitions is None else set(partitions)
         for group_id in [g for g in rt.groups if rt.partition_for(g) in targets]:
             self._membership.unload_group(rt.groups[group_id])
+        self._consumer.unload([g for g in self._consumer.groups if rt.partition_for(g) in targets])
         rt.drop_deferred_writes(targets)
         for key_bytes, value_bytes in records:
             if self._record_partition(key_bytes) in targets:
@@ -400,14 +507,22 @@ class GroupCoordinator:
                 # Neither metadata nor offsets survived replay: nothing to keep.
                 del rt.groups[group_id]
             rt.touch_group(group_id)
+        for group_id in [g for g in self._consumer.groups if rt.partition_for(g) in targets]:
+            self._consumer.after_load(group_id, rt.mono_ms)
         rt.loading_partitions -= targets
         self._finish(read_only=True)
 
     def _record_partition(self, key_bytes: bytes) -> int:
+        if _key_version(key_bytes) in CONSUMER_GROUP_KEY_VERSIONS:
+            return self._rt.partition_for(record_group_id(key_bytes))
         return self._rt.partition_for(decode_key(key_bytes).group_id)
 
     def replay(self, key_bytes: bytes, value_bytes: bytes | None) -> None:
         """Apply one __consumer_offsets record (in log order) to the manager that owns it."""
+        version = _key_version(key_bytes)
+        if version in CONSUMER_GROUP_KEY_VERSIONS:
+            self._consumer.apply(decode_record(version, key_bytes, value_bytes))
+            return
         key = decode_key(key_bytes)
         if isinstance(key, GroupMetadataKey):
             self._replay_group(key.group_id, None if value_bytes is None else decode_group_value(value_bytes))
@@ -443,6 +558,7 @@ class GroupCoordinator:
             raise CoordinatorInvariantError(f"no __consumer_offsets partition {partition}")
         for group_id in [g for g in rt.groups if rt.partition_for(g) == partition]:
             self._membership.unload_group(rt.groups[group_id])
+        self._consumer.unload([g for g in self._consumer.groups if rt.partition_for(g) == partition])
         rt.drop_deferred_writes({partition})
         rt.loading_partitions.add(partition)
         self._finish(read_only=True)
@@ -467,7 +583,7 @@ class GroupCoordinator:
         Join, sync and leave fire the group's timers again afterwards: their own change can make
         one due at once."""
         mono = self._rt.advance(now_ms, mono_ms)
-        self._membership.fire_timers(group_id, mono)
+        self._fire_timers(group_id, mono)
         try:
             result = body(mono)
         except (IllegalGroupStateTransitionError, CoordinatorInvariantError):
@@ -475,8 +591,72 @@ class GroupCoordinator:
         except OnceStreamError as exc:
             result = on_error(exc)
         if fire_timers_after:
-            self._membership.fire_timers(group_id, mono)
+            self._fire_timers(group_id, mono)
         return result
+
+    def _fire_timers(self, group_id: str, mono_ms: int) -> None:
+        self._membership.fire_timers(group_id, mono_ms)
+        self._consumer.fire_timers(group_id, mono_ms)
+
+    def _on_classic(self, group_id: str, call: Callable[[], _R], *, joining: bool = False) -> _R:
+        self._classic_only(group_id, joining)
+        return call()
+
+    def _classic_only(self, group_id: str, joining: bool) -> None:
+        """Classic requests on a consumer group, as Kafka answers them without conversion:
+        JoinGroup hears INCONSISTENT_GROUP_PROTOCOL (GROUP_ID_NOT_FOUND when the group is
+        empty), the other classic requests UNKNOWN_MEMBER_ID (no classic member is in it)."""
+        group = self._consumer.groups.get(group_id)
+        if group is None:
+            return
+        if not joining:
+            raise UnknownMemberIdError(f"group {group_id!r} is a consumer group: no classic member is in it")
+        if group.members:
+            raise InconsistentGroupProtocolError(f"group {group_id!r} uses the consumer group protocol")
+        raise GroupIdNotFoundError(f"Group {group_id} is not a classic group.")
+
+    def _take_over_classic(self, group_id: str) -> None:
+        """ConsumerGroupHeartbeat joining a group id a classic group holds: an empty classic
+        group becomes a consumer group (its metadata is tombstoned, its offsets stay); a
+        classic group with members is not a consumer group (GROUP_ID_NOT_FOUND)."""
+        group = self._rt.groups.get(group_id)
+        if group is None or group_id in self._consumer.groups:
+            return
+        if not group.is_(_S.EMPTY):
+            raise GroupIdNotFoundError(f"Group {group_id} is not a consumer group.")
+        if group.generation_id > 0:
+            self._rt.emit(group_id, group_metadata_record(group_id, None))
+            shell = GroupMetadata(group_id, self._rt.wall_ms)
+            shell.offsets, shell.pending_txn_offsets = group.offsets, group.pending_txn_offsets
+            self._rt.groups[group_id] = shell
+
+    def _delete_group(self, group_id: str) -> ErrorCode:
+        if group_id not in self._consumer.groups:
+            return self._membership.delete(group_id)
+        error = self._consumer.delete(group_id)
+        if error == ErrorCode.none and group_id in self._rt.groups:
+            # Its offsets live in the classic store (an Empty holder without metadata).
+            self._membership.delete(group_id)
+        return error
+
+    def _delete_offsets(self, request: OffsetDeleteRequest) -> OffsetDeleteResult:
+        """OffsetDelete; a non-empty consumer group keeps the offsets of topics it subscribes to."""
+        consumer = self._consumer.groups.get(request.group_id)
+        if consumer is None:
+            return self._offsets.delete(request)
+        self._rt.validate_group_id(request.group_id, allow_empty=False)
+        errors: dict[TopicPartition, ErrorCode] = {}
+        eligible = []
+        for tp in request.partitions:
+            if consumer.members and self._consumer.is_subscribed_to(request.group_id, tp.topic):
+                errors[tp] = ErrorCode.group_subscribed_to_topic
+            else:
+                eligible.append(tp)
+                errors[tp] = ErrorCode.none
+        holder = self._rt.groups.get(request.group_id)
+        if holder is not None and eligible:
+            self._offsets.remove_offsets_and_maybe_group(holder, eligible)
+        return OffsetDeleteResult(ErrorCode.none, errors)
 
     def _finish(self, *, read_only: bool = False) -> list[OffsetsTopicWrite]:
         """Refresh the heap entries of the groups this call touched, then take the call's
@@ -487,6 +667,9 @@ class GroupCoordinator:
             deadline_ms = None
             if group is not None and not group.is_(_S.DEAD):
                 deadline_ms = GroupMetadataManager.next_deadline_ms(group)
+            consumer_ms = self._consumer.next_deadline_ms(group_id)
+            if consumer_ms is not None:
+                deadline_ms = consumer_ms if deadline_ms is None else min(deadline_ms, consumer_ms)
             rt.deadlines.schedule(group_id, deadline_ms)
         rt.touched.clear()
         return rt.finish(read_only=read_only)
