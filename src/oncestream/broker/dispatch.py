@@ -28,6 +28,7 @@ from oncestream.broker.handlers import (
     records_admin,
     sasl,
     scram_admin,
+    share,
     topics,
     transactions,
 )
@@ -90,6 +91,10 @@ HANDLERS: dict[int, Handler] = {
     k.SASL_AUTHENTICATE: sasl.handle_authenticate,
     k.DESCRIBE_USER_SCRAM_CREDENTIALS: scram_admin.handle_describe,
     k.ALTER_USER_SCRAM_CREDENTIALS: scram_admin.handle_alter,
+    k.SHARE_GROUP_HEARTBEAT: share.handle_share_group_heartbeat,
+    k.SHARE_GROUP_DESCRIBE: share.handle_share_group_describe,
+    k.SHARE_FETCH: share.handle_share_fetch,
+    k.SHARE_ACKNOWLEDGE: share.handle_share_acknowledge,
 }
 
 

@@ -222,6 +222,7 @@ class BrokerServer:
             asyncio.create_task(self._housekeeping()),
             asyncio.create_task(self.state.groups.run_timers()),
             asyncio.create_task(self.state.transactions.run_timers()),
+            asyncio.create_task(self.state.shares.run_timers()),
             asyncio.create_task(LogCleaner.for_state(self.state).run()),
             *(asyncio.create_task(_awaited(loop())) for loop in self.background),
         ]

@@ -31,6 +31,7 @@ from oncestream.broker.producer_id_service import ProducerIdService
 from oncestream.broker.sasl.credentials import ScramCredentialStore
 from oncestream.broker.sasl.exchange import SaslSettings
 from oncestream.broker.seams import BrokerSeams
+from oncestream.broker.share_service import ShareService
 from oncestream.broker.txn_service import TxnService
 from oncestream.coordinator.producer_ids import ProducerIdManager
 from oncestream.durable_files import write_file_atomically
@@ -166,6 +167,10 @@ class BrokerState:
                 producer_ids_ready=self.producer_ids.ready,
                 steps=seams.txn_steps, appender=seams.internal_appender,
             )
+            # KIP-932 share groups: membership, share sessions, share-partition state (durable in
+            # __share_group_state; broker/share_service.py).
+            self.shares = ShareService(self.logs, config.raw, self.now_ms, self.mono_ms,
+                                       appender=seams.internal_appender, on_available=self.notifier.notify)
             # ACLs (issue 14): None without authorizer.class.name, and then everything is allowed.
             self.acl_store = AclStore(data_dir)
             self.authorizer: StandardAuthorizer | None = None

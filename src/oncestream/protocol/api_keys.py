@@ -50,6 +50,10 @@ DESCRIBE_TRANSACTIONS: Final = 65
 LIST_TRANSACTIONS: Final = 66
 CONSUMER_GROUP_HEARTBEAT: Final = 68
 CONSUMER_GROUP_DESCRIBE: Final = 69
+SHARE_GROUP_HEARTBEAT: Final = 76
+SHARE_GROUP_DESCRIBE: Final = 77
+SHARE_FETCH: Final = 78
+SHARE_ACKNOWLEDGE: Final = 79
 
 # api_key -> (min_version, max_version), inclusive.
 API_VERSIONS: Final[dict[int, tuple[int, int]]] = {
@@ -94,8 +98,20 @@ API_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     LIST_TRANSACTIONS: (0, 1),
     CONSUMER_GROUP_HEARTBEAT: (0, 1),  # KIP-848; v1: the client makes its member id (KIP-1082)
     CONSUMER_GROUP_DESCRIBE: (0, 1),
+    # KIP-932 share groups, v1 each: what librdkafka 2.16 sends (its only version) and Kafka 4.x's
+    # first GA version. ShareFetch/ShareAcknowledge v2 (record-limit acquire mode, RENEW
+    # acknowledgements) are not served.
+    SHARE_GROUP_HEARTBEAT: (1, 1),
+    SHARE_GROUP_DESCRIBE: (1, 1),
+    SHARE_FETCH: (1, 1),
+    SHARE_ACKNOWLEDGE: (1, 1),
 }
+
+# The APIs that exist only while share groups are enabled (group.share.enable, share.version).
+SHARE_GROUP_APIS: Final = frozenset({SHARE_GROUP_HEARTBEAT, SHARE_GROUP_DESCRIBE, SHARE_FETCH, SHARE_ACKNOWLEDGE})
 
 # Finalized feature levels announced in ApiVersions (v3+). transaction.version 2 tells clients
 # they may use KIP-890 part 2 (Produce v12, TxnOffsetCommit v5, EndTxn v5).
-FEATURES: Final[dict[str, tuple[int, int]]] = {"transaction.version": (0, 2)}
+# share.version 1 enables KIP-932 share groups (level 0, or group.share.enable=false, turns the
+# share APIs off as Kafka 4.2 does).
+FEATURES: Final[dict[str, tuple[int, int]]] = {"transaction.version": (0, 2), "share.version": (0, 1)}

@@ -196,6 +196,10 @@ if TYPE_CHECKING:
     from kio.schema.sasl_authenticate.v2 import request as _sasl_authenticate_v2
     from kio.schema.sasl_handshake.v0 import request as _sasl_handshake_v0
     from kio.schema.sasl_handshake.v1 import request as _sasl_handshake_v1
+    from kio.schema.share_acknowledge.v1 import request as _share_acknowledge_v1
+    from kio.schema.share_fetch.v1 import request as _share_fetch_v1
+    from kio.schema.share_group_describe.v1 import request as _share_group_describe_v1
+    from kio.schema.share_group_heartbeat.v1 import request as _share_group_heartbeat_v1
     from kio.schema.sync_group.v0 import request as _sync_group_v0
     from kio.schema.sync_group.v1 import request as _sync_group_v1
     from kio.schema.sync_group.v2 import request as _sync_group_v2
@@ -481,3 +485,15 @@ if TYPE_CHECKING:
         _consumer_group_describe_v0.ConsumerGroupDescribeRequest
         | _consumer_group_describe_v1.ConsumerGroupDescribeRequest
     )  # api key 69
+    ShareGroupHeartbeatRequest: TypeAlias = (
+        _share_group_heartbeat_v1.ShareGroupHeartbeatRequest
+    )  # api key 76
+    ShareGroupDescribeRequest: TypeAlias = (
+        _share_group_describe_v1.ShareGroupDescribeRequest
+    )  # api key 77
+    ShareFetchRequest: TypeAlias = (
+        _share_fetch_v1.ShareFetchRequest
+    )  # api key 78
+    ShareAcknowledgeRequest: TypeAlias = (
+        _share_acknowledge_v1.ShareAcknowledgeRequest
+    )  # api key 79

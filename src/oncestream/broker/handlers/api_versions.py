@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from kio.schema.errors import ErrorCode
 
 from oncestream.broker.state import BrokerState
-from oncestream.protocol.api_keys import API_VERSIONS, API_VERSIONS_KEY, FEATURES
+from oncestream.protocol.api_keys import API_VERSIONS, API_VERSIONS_KEY, FEATURES, SHARE_GROUP_APIS
 from oncestream.protocol.codec import RequestHeader, build
 from oncestream.protocol.schemas import response_module
 
@@ -36,6 +36,8 @@ def handle(state: BrokerState, header: RequestHeader, request: ApiVersionsReques
     keys = tuple(
         build(m.ApiVersion, api_key=key, min_version=lo, max_version=hi)
         for key, (lo, hi) in sorted(API_VERSIONS.items())
+        # Share groups switched off (group.share.enable=false, share.version=0): not advertised.
+        if state.shares.settings.enabled or key not in SHARE_GROUP_APIS
     )
     supported = finalized = ()
     if hasattr(m, "SupportedFeatureKey"):

@@ -21,7 +21,7 @@ from oncestream.protocol.schemas import response_module
 if TYPE_CHECKING:
     from oncestream.protocol.request_types import MetadataRequest
 
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
 
 
 async def handle(state: BrokerState, header: RequestHeader, request: MetadataRequest) -> object:

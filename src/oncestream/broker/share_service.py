@@ -1,0 +1,325 @@
+"""Drives share groups (KIP-932) from the asyncio broker: membership, share sessions, the
+share-partitions and their durable state in ``__share_group_state``.
+
+The durability contract is the group coordinator's (group_service.py): an answer that promises a
+state (records acquired, acknowledgements applied) is sent only after the records saying so are
+appended to ``__share_group_state``. Each change of a share-partition is one ShareUpdate record;
+every ``share.coordinator.snapshot.update.records.per.snapshot`` updates a ShareSnapshot carries
+its whole state. At start-up the topic is replayed (snapshot, then the updates after it), and every
+record that was acquired comes back AVAILABLE with its delivery count (acquisitions are persisted
+that way), so nothing acknowledged is delivered again and nothing acquired is lost.
+
+The state topic is created on the first share-partition write, so a broker that never serves a
+share group has no such topic.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+import zlib
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from oncestream.async_wait import wait_event
+from oncestream.broker.internal_topic import InternalAppender, InternalTopic
+from oncestream.coordinator.share.group import ShareGroupConfig, ShareGroupCoordinator
+from oncestream.coordinator.share.partition import SharePartition, SharePartitionConfig
+from oncestream.coordinator.share.records import (
+    SNAPSHOT_TYPE,
+    UPDATE_TYPE,
+    ShareRecordError,
+    ShareStateKey,
+    ShareStateValue,
+    decode_key,
+    decode_value,
+    encode_key,
+    encode_value,
+)
+from oncestream.coordinator.share.sessions import ShareSessionCache
+from oncestream.errors import InvalidConfigError, OnceStreamError
+from oncestream.log.manager import LogManager
+
+log = logging.getLogger("oncestream.broker")
+
+SHARE_STATE_TOPIC = "__share_group_state"
+_MAX_TICK_SLEEP_S = 0.2
+SharePartitionKey = tuple[str, uuid.UUID, int]  # (group id, topic id, partition)
+
+AUTO_OFFSET_RESET = "share.auto.offset.reset"
+ISOLATION_LEVEL = "share.isolation.level"
+GROUP_CONFIG_DEFAULTS = {AUTO_OFFSET_RESET: "latest", ISOLATION_LEVEL: "read_uncommitted"}
+_GROUP_CONFIG_VALUES = {AUTO_OFFSET_RESET: ("latest", "earliest"),
+                        ISOLATION_LEVEL: ("read_uncommitted", "read_committed")}
+
+
+def _bool(props: dict[str, str], name: str, default: bool) -> bool:
+    return props.get(name, str(default)).strip().lower() in ("true", "1", "yes")
+
+
+@dataclass(frozen=True)
+class ShareSettings:
+    """Broker properties of share groups (Kafka's names and defaults unless noted)."""
+
+    enabled: bool = True  # group.share.enable, and share.version >= 1
+    partition: SharePartitionConfig = field(default_factory=SharePartitionConfig)
+    group: ShareGroupConfig = field(default_factory=ShareGroupConfig)
+    max_share_sessions: int = 2000  # group.share.max.share.sessions
+    state_topic_partitions: int = 10  # share.coordinator.state.topic.num.partitions (Kafka: 50)
+    updates_per_snapshot: int = 500  # share.coordinator.snapshot.update.records.per.snapshot
+
+    @classmethod
+    def from_properties(cls, props: dict[str, str]) -> ShareSettings:
+        def num(name: str, default: int) -> int:
+            try:
+                return int(props.get(name, default))
+            except ValueError as exc:
+                raise InvalidConfigError(f"{name}: {exc}") from exc
+
+        p, g = SharePartitionConfig(), ShareGroupConfig()
+        settings = cls(
+            enabled=_bool(props, "group.share.enable", True) and num("share.version", 1) >= 1,
+            partition=SharePartitionConfig(
+                record_lock_duration_ms=num("group.share.record.lock.duration.ms", p.record_lock_duration_ms),
+                delivery_count_limit=num("group.share.delivery.count.limit", p.delivery_count_limit),
+                max_record_locks=num("group.share.partition.max.record.locks", p.max_record_locks),
+            ),
+            group=ShareGroupConfig(
+                session_timeout_ms=num("group.share.session.timeout.ms", g.session_timeout_ms),
+                heartbeat_interval_ms=num("group.share.heartbeat.interval.ms", g.heartbeat_interval_ms),
+                max_size=num("group.share.max.size", g.max_size),
+            ),
+            max_share_sessions=num("group.share.max.share.sessions", 2000),
+            state_topic_partitions=num("share.coordinator.state.topic.num.partitions", 10),
+            updates_per_snapshot=num("share.coordinator.snapshot.update.records.per.snapshot", 500),
+        )
+        if settings.partition.record_lock_duration_ms < 1 or settings.partition.delivery_count_limit < 1:
+            raise InvalidConfigError("group.share.record.lock.duration.ms and group.share.delivery.count.limit must be >= 1")
+        if settings.partition.max_record_locks < 1 or settings.state_topic_partitions < 1:
+            raise InvalidConfigError("group.share.partition.max.record.locks and the state topic partitions must be >= 1")
+        return settings
+
+
+def validate_group_config(name: str, value: str) -> str | None:
+    """Why ``name=value`` is not a valid share group config, or None."""
+    allowed = _GROUP_CONFIG_VALUES.get(name)
+    if allowed is None:
+        return f"unknown group config {name}"
+    if value not in allowed:
+        return f"{name}={value}: must be one of {', '.join(allowed)}"
+    return None
+
+
+class ShareService:
+    """Share groups of one broker: membership, sessions, share-partitions and their state topic."""
+
+    def __init__(self, logs: LogManager, props: dict[str, str], now_ms: Callable[[], int],
+                 mono_ms: Callable[[], int], appender: InternalAppender | None = None,
+                 on_available: Callable[[str, int], None] | None = None) -> None:
+        """``on_available(topic, partition)`` wakes long-polling ShareFetches when records become
+        deliverable again (released, lock expired, member gone)."""
+        self.settings = ShareSettings.from_properties(props)
+        self.now_ms = now_ms
+        self.mono_ms = mono_ms
+        self._logs = logs
+        self._appender = appender
+        self._on_available = on_available or (lambda topic, partition: None)
+        self.groups = ShareGroupCoordinator(self.settings.group, self._topic_lookup)
+        self.sessions = ShareSessionCache(self.settings.max_share_sessions)
+        self.partitions: dict[SharePartitionKey, SharePartition] = {}
+        self._updates_since_snapshot: dict[SharePartitionKey, int] = {}
+        self._snapshot_epoch: dict[SharePartitionKey, int] = {}
+        # Per-group share configs (IncrementalAlterConfigs on GROUP resources); not persisted.
+        self.group_configs: dict[str, dict[str, str]] = {}
+        self._topic: InternalTopic | None = None
+        self._wake = asyncio.Event()
+        if SHARE_STATE_TOPIC in logs.topics():
+            self._load(self._state_topic())
+
+    # --- topics --------------------------------------------------------------------------------
+
+    def _topic_lookup(self, name: str) -> tuple[uuid.UUID, int] | None:
+        info = self._logs.topics().get(name)
+        return None if info is None else (info.topic_id, info.num_partitions)
+
+    def topic_name(self, topic_id: uuid.UUID | None) -> str | None:
+        """The name of the topic with id ``topic_id`` (None if there is none)."""
+        for name, info in self._logs.topics().items():
+            if info.topic_id == topic_id:
+                return name
+        return None
+
+    def group_config(self, group_id: str, name: str) -> str:
+        return self.group_configs.get(group_id, {}).get(name, GROUP_CONFIG_DEFAULTS[name])
+
+    # --- share-partitions -----------------------------------------------------------------------
+
+    def share_partition(self, group_id: str, topic: str, topic_id: uuid.UUID, partition: int) -> SharePartition:
+        """The share-partition of ``group_id`` on ``topic``-``partition``, created at the offset
+        ``share.auto.offset.reset`` picks when the group first reads it; its start follows the log
+        start forward (records deleted by retention are gone)."""
+        key = (group_id, topic_id, partition)
+        plog = self._logs.get(topic, partition)
+        sp = self.partitions.get(key)
+        if sp is None:
+            if self.group_config(group_id, AUTO_OFFSET_RESET) == "earliest":
+                start = plog.log_start_offset
+            elif self.group_config(group_id, ISOLATION_LEVEL) == "read_committed":
+                start = plog.last_stable_offset
+            else:
+                start = plog.high_watermark
+            sp = self.partitions[key] = SharePartition(self.settings.partition, start)
+        if sp.start_offset < plog.log_start_offset:
+            sp.move_start(plog.log_start_offset)
+        return sp
+
+    def release_member(self, group_id: str, member_id: str) -> None:
+        """Give back every record ``member_id`` holds in ``group_id`` (it left, timed out or
+        closed its share session) and persist the change."""
+        touched = []
+        for key, sp in self.partitions.items():
+            if key[0] == group_id and sp.release_member(member_id):
+                touched.append(key)
+        self.persist(touched)
+        self._announce(touched)
+
+    def _announce(self, keys: Iterable[SharePartitionKey]) -> None:
+        for _group, topic_id, partition in keys:
+            name = self.topic_name(topic_id)
+            if name is not None:
+                self._on_available(name, partition)
+
+    # --- persistence ---------------------------------------------------------------------------
+
+    def _state_topic(self) -> InternalTopic:
+        if self._topic is None:
+            self._topic = InternalTopic(
+                self._logs, SHARE_STATE_TOPIC, self.settings.state_topic_partitions,
+                {"cleanup.policy": "delete", "retention.ms": "-1", "retention.bytes": "-1",
+                 "segment.bytes": "104857600"},
+                self.now_ms(), appender=self._appender)
+        return self._topic
+
+    def _state_partition(self, key: SharePartitionKey, topic: InternalTopic) -> int:
+        group_id, topic_id, partition = key
+        return zlib.crc32(f"{group_id}:{topic_id}:{partition}".encode()) % topic.num_partitions
+
+    def persist(self, keys: Iterable[SharePartitionKey]) -> set[SharePartitionKey]:
+        """Append the changes of these share-partitions; returns those whose append failed (their
+        answers must not promise the change; their in-memory state is reloaded from the log)."""
+        pending: dict[int, list[tuple[bytes, bytes | None]]] = {}
+        owners: dict[int, list[SharePartitionKey]] = {}
+        topic: InternalTopic | None = None
+        for key in dict.fromkeys(keys):
+            sp = self.partitions.get(key)
+            if sp is None:
+                continue
+            count = self._updates_since_snapshot.get(key, 0)
+            if count >= self.settings.updates_per_snapshot or key not in self._snapshot_epoch:
+                sp.take_changes()
+                start, batches = sp.snapshot()
+                epoch = self._snapshot_epoch.get(key, -1) + 1
+                self._snapshot_epoch[key] = epoch
+                self._updates_since_snapshot[key] = 0
+                record_type = SNAPSHOT_TYPE
+                now = self.now_ms()
+                value = ShareStateValue(epoch, start, tuple(batches), create_timestamp_ms=now, write_timestamp_ms=now)
+            else:
+                changes = sp.take_changes()
+                if changes is None:
+                    continue
+                start, batches = changes
+                self._updates_since_snapshot[key] = count + 1
+                record_type = UPDATE_TYPE
+                value = ShareStateValue(self._snapshot_epoch[key], start, tuple(batches))
+            topic = topic or self._state_topic()
+            partition = self._state_partition(key, topic)
+            record_key = encode_key(ShareStateKey(record_type, key[0], key[1], key[2]))
+            pending.setdefault(partition, []).append((record_key, encode_value(record_type, value)))
+            owners.setdefault(partition, []).append(key)
+        failed: set[SharePartitionKey] = set()
+        for partition, records in pending.items():
+            assert topic is not None
+            try:
+                topic.append(partition, records, self.now_ms())
+            except (OnceStreamError, OSError) as exc:
+                log.error("cannot append to %s-%d: %s", SHARE_STATE_TOPIC, partition, exc)
+                failed.update(owners[partition])
+        if failed:
+            self._reload(failed)
+        return failed
+
+    def _reload(self, keys: set[SharePartitionKey]) -> None:
+        """Rebuild these share-partitions from what the log holds (after a failed append)."""
+        for key in keys:
+            self.partitions.pop(key, None)
+            self._snapshot_epoch.pop(key, None)
+            self._updates_since_snapshot.pop(key, None)
+        topic = self._state_topic()
+        partitions = sorted({self._state_partition(key, topic) for key in keys})
+        try:
+            self._load(topic, partitions, only=keys)
+        except (OnceStreamError, OSError) as exc:
+            log.error("cannot reload %s: %s", SHARE_STATE_TOPIC, exc)
+
+    def _load(self, topic: InternalTopic, partitions: list[int] | None = None,
+              only: set[SharePartitionKey] | None = None) -> None:
+        for key_bytes, value_bytes in topic.read_all(partitions):
+            if value_bytes is None:
+                continue
+            try:
+                key = decode_key(key_bytes)
+                value = decode_value(key.record_type, value_bytes)
+            except ShareRecordError as exc:
+                log.error("skipping a %s record: %s", SHARE_STATE_TOPIC, exc)
+                continue
+            sp_key = (key.group_id, key.topic_id, key.partition)
+            if only is not None and sp_key not in only:
+                continue
+            sp = self.partitions.get(sp_key)
+            if key.record_type == SNAPSHOT_TYPE:
+                if sp is None:
+                    sp = self.partitions[sp_key] = SharePartition(self.settings.partition, value.start_offset)
+                sp.apply_persisted(value.start_offset, value.batches, replace=True)
+                self._snapshot_epoch[sp_key] = value.snapshot_epoch
+                self._updates_since_snapshot[sp_key] = 0
+            elif sp is not None:  # an update without its snapshot cannot be placed: skipped
+                sp.apply_persisted(value.start_offset, value.batches, replace=False)
+                self._updates_since_snapshot[sp_key] = self._updates_since_snapshot.get(sp_key, 0) + 1
+
+    # --- timers --------------------------------------------------------------------------------
+
+    def tick(self) -> None:
+        """Expire acquisition locks and member sessions; persist and announce what changed."""
+        now = self.mono_ms()
+        for group_id, member_id in self.groups.expire(now):
+            self.sessions.close(group_id, member_id)
+            self.release_member(group_id, member_id)
+        touched = [key for key, sp in self.partitions.items() if sp.expire_locks(now)]
+        self.persist(touched)
+        self._announce(touched)
+
+    def next_deadline_ms(self) -> int | None:
+        deadlines = [d for d in (sp.next_lock_deadline_ms() for sp in self.partitions.values()) if d is not None]
+        member = self.groups.next_deadline_ms()
+        if member is not None:
+            deadlines.append(member)
+        return min(deadlines) if deadlines else None
+
+    def wake(self) -> None:
+        """A call created an earlier deadline (new locks, a new member): re-arm the timer."""
+        self._wake.set()
+
+    async def run_timers(self) -> None:
+        while True:
+            deadline = self.next_deadline_ms()
+            sleep_s = _MAX_TICK_SLEEP_S
+            if deadline is not None:
+                sleep_s = max(0.0, min((deadline - self.mono_ms()) / 1000, _MAX_TICK_SLEEP_S))
+            self._wake.clear()
+            await wait_event(self._wake, sleep_s)
+            try:
+                self.tick()
+            except Exception:  # a bug must not stop every share group's timers
+                log.exception("share group tick failed")
