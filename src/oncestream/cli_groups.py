@@ -150,12 +150,22 @@ def parse_datetime_ms(text: str) -> int:
 
 
 def _group_type(args: argparse.Namespace, admin: Admin, group_id: str) -> ConsumerGroupType:
-    """The group's type as ListGroups names it (CLASSIC when it is not listed: none yet)."""
+    """The group's type as ListGroups names it. A group it does not list is asked for with
+    ShareGroupDescribe (a broker may keep share groups out of ListGroups, as ListGroups below v5
+    must); CLASSIC when that does not know it either (no group yet: a classic one is what an
+    admin commit makes)."""
     with client_errors(args, "list groups"):
         listed = admin.list_consumer_groups()
     for listing in listed.valid:
         if listing.group_id == group_id:
             return listing.type
+    try:
+        with client_errors(args, "describe share group"):
+            share = admin.describe_share_groups([group_id])[group_id]
+    except CliError:  # the broker has no share groups (UNSUPPORTED_VERSION)
+        return ConsumerGroupType.CLASSIC
+    if share.error is None and share.state is not ConsumerGroupState.DEAD:
+        return ConsumerGroupType.SHARE
     return ConsumerGroupType.CLASSIC
 
 
@@ -311,7 +321,9 @@ def _inactive_group(args: argparse.Namespace, admin: Admin, group_id: str) -> _G
     share = _group_type(args, admin, group_id) is ConsumerGroupType.SHARE
     if share:
         state = _describe_share(args, admin, group_id).state
-        current = {tp: start for tp, (start, _e, _l) in _share_starts(args, admin, group_id).items()}
+        # Only read when the reset needs it (a broker may not serve DescribeShareGroupOffsets).
+        needed = args.all_topics or args.to_current or args.shift_by is not None
+        current = {tp: start for tp, (start, _e, _l) in _share_starts(args, admin, group_id).items()} if needed else {}
     else:
         state = _describe_consumer(args, admin, group_id).state
         current = _committed(args, admin, group_id)

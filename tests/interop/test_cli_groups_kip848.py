@@ -44,8 +44,9 @@ def _poll_until(consumer: Consumer, done, what: str) -> list:
         msg = consumer.poll(0.1)
         if msg is None:
             continue
-        if msg.error() is not None:
-            assert msg.error().code() == KafkaError._PARTITION_EOF, msg.error()
+        error = msg.error()
+        if error is not None:
+            assert error.code() == KafkaError._PARTITION_EOF, error
             continue
         records.append(msg)
     return records
