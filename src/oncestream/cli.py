@@ -14,10 +14,10 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from oncestream.cli_client import admin_session as _admin
+from oncestream.cli_client import client_conf as _conf
+from oncestream.cli_client import client_errors as _client_errors
 from oncestream.cli_common import CliError
-from oncestream.cli_common import admin_session as _admin
-from oncestream.cli_common import client_conf as _conf
-from oncestream.cli_common import client_errors as _client_errors
 from oncestream.cli_groups import register as register_groups
 from oncestream.cli_users import register as register_users
 from oncestream.client import (

@@ -17,7 +17,8 @@ import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from oncestream.cli_common import CliError, admin_session, client_errors
+from oncestream.cli_client import admin_session, client_errors
+from oncestream.cli_common import CliError
 from oncestream.client import Admin, TopicPartition
 from oncestream.client.admin.admin_groups import (
     ConsumerGroupDescription,
