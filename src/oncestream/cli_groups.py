@@ -14,8 +14,9 @@ import argparse
 import datetime
 import re
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from oncestream.cli_client import admin_session, client_errors
 from oncestream.cli_common import CliError
@@ -29,6 +30,7 @@ from oncestream.client.admin.admin_groups import (
     ShareGroupDescription,
 )
 
+_D = TypeVar("_D", ConsumerGroupDescription, ShareGroupDescription)
 _EARLIEST, _LATEST = -2, -1
 _NO_OFFSET = -1001
 # A reset is allowed only in these states (Kafka's ConsumerGroupCommand: inactive groups).
@@ -170,20 +172,20 @@ def _group_type(args: argparse.Namespace, admin: Admin, group_id: str) -> Consum
     return ConsumerGroupType.CLASSIC
 
 
-def _describe_consumer(args: argparse.Namespace, admin: Admin, group_id: str) -> ConsumerGroupDescription:
+def _described(args: argparse.Namespace, group_id: str, describe: Callable[[list[str]], dict[str, _D]]) -> _D:
     with client_errors(args, f"describe {group_id!r}"):
-        described = admin.describe_consumer_groups([group_id])[group_id]
+        described = describe([group_id])[group_id]
     if described.error is not None:
         raise CliError(f"describe {group_id!r}: {described.error.name()}")
     return described
+
+
+def _describe_consumer(args: argparse.Namespace, admin: Admin, group_id: str) -> ConsumerGroupDescription:
+    return _described(args, group_id, admin.describe_consumer_groups)
 
 
 def _describe_share(args: argparse.Namespace, admin: Admin, group_id: str) -> ShareGroupDescription:
-    with client_errors(args, f"describe {group_id!r}"):
-        described = admin.describe_share_groups([group_id])[group_id]
-    if described.error is not None:
-        raise CliError(f"describe {group_id!r}: {described.error.name()}")
-    return described
+    return _described(args, group_id, admin.describe_share_groups)
 
 
 def _committed(args: argparse.Namespace, admin: Admin, group_id: str) -> dict[tuple[str, int], int]:
@@ -250,15 +252,21 @@ def cmd_describe(args: argparse.Namespace) -> int:
     return 0
 
 
+def _existing(kind: str, described: ConsumerGroupDescription | ShareGroupDescription) -> str:
+    """Fail for a group that does not exist, note one without members (as Kafka's tools); the
+    coordinator as ``HOST:PORT (ID)``."""
+    if described.state is ConsumerGroupState.DEAD:
+        raise CliError(f"{kind} group {described.group_id!r} does not exist")
+    if not described.members:
+        print(f"{kind.capitalize()} group {described.group_id!r} has no active members.", file=sys.stderr)
+    c = described.coordinator
+    return f"{c.host}:{c.port} ({c.id})" if c is not None else "-"
+
+
 def _describe_consumer_group(args: argparse.Namespace, admin: Admin, group_id: str) -> None:
     described = _describe_consumer(args, admin, group_id)
-    if described.state is ConsumerGroupState.DEAD:
-        raise CliError(f"consumer group {group_id!r} does not exist")
-    if not described.members:
-        print(f"Consumer group {group_id!r} has no active members.", file=sys.stderr)
+    where = _existing("consumer", described)
     if args.state:
-        c = described.coordinator
-        where = f"{c.host}:{c.port} ({c.id})" if c is not None else "-"
         print_table(("GROUP", "COORDINATOR (ID)", "TYPE", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS"),
                     [(group_id, where, described.type.value, described.partition_assignor or "-",
                       described.state.value, len(described.members))])
@@ -284,13 +292,8 @@ def _describe_consumer_group(args: argparse.Namespace, admin: Admin, group_id: s
 
 def _describe_share_group(args: argparse.Namespace, admin: Admin, group_id: str) -> None:
     described = _describe_share(args, admin, group_id)
-    if described.state is ConsumerGroupState.DEAD:
-        raise CliError(f"share group {group_id!r} does not exist")
-    if not described.members:
-        print(f"Share group {group_id!r} has no active members.", file=sys.stderr)
+    where = _existing("share", described)
     if args.state:
-        c = described.coordinator
-        where = f"{c.host}:{c.port} ({c.id})" if c is not None else "-"
         print_table(("GROUP", "COORDINATOR (ID)", "TYPE", "STATE", "GROUP-EPOCH", "#MEMBERS"),
                     [(group_id, where, "share", described.state.value, described.group_epoch,
                       len(described.members))])

@@ -52,6 +52,12 @@ def _rows(output: bytes) -> list[dict[str, str]]:
     return [dict(zip(header, row)) for row in body]
 
 
+def wait_listed(bs: list[str], group_id: str, state: str) -> None:
+    """Wait until ``groups list --state STATE`` lists the group."""
+    wait_until(lambda: group_id in {r["GROUP"] for r in _rows(run_cli("groups", "list", "--state", state, *bs).stdout)},
+               f"the group to be listed {state}")
+
+
 def _committed(admin, group_id: str, topic: str) -> dict[int, int]:
     """The group's committed offsets as librdkafka's AdminClient reads them."""
     request = ConsumerGroupTopicPartitions(group_id, [TopicPartition(topic, p) for p in range(PARTITIONS)])
@@ -136,8 +142,7 @@ def test_list_describe_lag_and_refusals_while_members_are_active(group_broker) -
     finally:
         member.close()
 
-    wait_until(lambda: group_id in {r["GROUP"] for r in _rows(
-        run_cli("groups", "list", "--state", "Empty", *bs).stdout)}, "the group to be listed Empty")
+    wait_listed(bs, group_id, "Empty")
     rows = _rows(run_cli("groups", "describe", group_id, *bs).stdout)
     assert {r["CONSUMER-ID"] for r in rows} == {"-"}
     assert [r["PARTITION"] for r in rows] == [str(p) for p in sorted(committed)]
@@ -188,8 +193,7 @@ def test_reset_offsets_dry_run_then_execute_then_delete(group_broker) -> None:
     assert _first_offsets(bootstrap, group_id, topic) == {0: 0, 1: 4, 2: 8}
 
     # delete-offsets of an Empty group: partition 0's offset is gone, the others stay.
-    wait_until(lambda: group_id in {r["GROUP"] for r in _rows(
-        run_cli("groups", "list", "--state", "Empty", *bs).stdout)}, "the group to be Empty again")
+    wait_listed(bs, group_id, "Empty")
     admin.alter_consumer_group_offsets(
         [ConsumerGroupTopicPartitions(group_id, [TopicPartition(topic, p, o) for p, o in expected.items()])],
         request_timeout=30)[group_id].result(timeout=WAIT_TIMEOUT_S)

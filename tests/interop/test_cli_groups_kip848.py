@@ -11,7 +11,7 @@ from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, TopicPartition
 
 from oncestream.client import Admin, ConsumerGroupState, ConsumerGroupType
 from tests.interop.test_cli import run_cli
-from tests.interop.test_cli_groups import _committed, _rows
+from tests.interop.test_cli_groups import _committed, _rows, wait_listed
 from tests.support.clients import create_topic, unique_topic
 from tests.support.groups import (
     WAIT_TIMEOUT_S,
@@ -19,7 +19,6 @@ from tests.support.groups import (
     group_broker,  # noqa: F401 - fixture
     produce_spread,
     unique_group,
-    wait_until,
 )
 
 pytestmark = pytest.mark.interop
@@ -105,8 +104,7 @@ def test_consumer_protocol_group_listed_described_reset_and_deleted(group_broker
     finally:
         consumer.close()
 
-    wait_until(lambda: group_id in {r["GROUP"] for r in _rows(
-        run_cli("groups", "list", "--state", "Empty", *bs).stdout)}, "the consumer group to be Empty")
+    wait_listed(bs, group_id, "Empty")
     plan = _rows(run_cli("groups", "reset-offsets", group_id, "--all-topics", "--shift-by", "-2", "--execute",
                          *bs).stdout)
     assert {int(r["PARTITION"]): int(r["NEW-OFFSET"]) for r in plan} == {p: o - 2 for p, o in committed.items()}
@@ -125,8 +123,7 @@ def test_consumer_protocol_group_listed_described_reset_and_deleted(group_broker
     finally:
         consumer.close()
 
-    wait_until(lambda: group_id in {r["GROUP"] for r in _rows(
-        run_cli("groups", "list", "--state", "Empty", *bs).stdout)}, "the consumer group to be Empty again")
+    wait_listed(bs, group_id, "Empty")
     deleted = _rows(run_cli("groups", "delete-offsets", group_id, "--topic", f"{topic}:1", *bs).stdout)
     assert deleted == [{"TOPIC": topic, "PARTITION": "1", "STATUS": "Successful"}]
     assert _committed(rd, group_id, topic) == {0: reset[0], 1: OFFSET_INVALID, 2: reset[2]}

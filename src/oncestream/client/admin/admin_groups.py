@@ -63,6 +63,15 @@ def error_or_none(code: int, message: str | None = None) -> KafkaError | None:
     return None if code == 0 else KafkaError(code, message or None)
 
 
+_E = TypeVar("_E", bound=enum.Enum)
+
+
+def _parse_named(cls: type[_E], text: str | None, unknown: _E) -> _E:
+    """The member whose value the broker's string names (case-insensitive), else ``unknown``."""
+    wanted = (text or "").lower()
+    return next((member for member in cls if str(member.value).lower() == wanted), unknown)
+
+
 class ConsumerGroupState(enum.Enum):
     """A group's state as ListGroups / DescribeGroups name it (confluent-kafka's enum names; the
     KIP-848 states Assigning and Reconciling and Kafka's NotReady besides)."""
@@ -80,10 +89,7 @@ class ConsumerGroupState(enum.Enum):
     @classmethod
     def parse(cls, text: str | None) -> ConsumerGroupState:
         """The state a broker's string names (case-insensitive; UNKNOWN for anything else)."""
-        for state in cls:
-            if text is not None and state.value.lower() == text.lower():
-                return state
-        return cls.UNKNOWN
+        return _parse_named(cls, text, cls.UNKNOWN)
 
 
 class ConsumerGroupType(enum.Enum):
@@ -99,10 +105,7 @@ class ConsumerGroupType(enum.Enum):
     @classmethod
     def parse(cls, text: str | None) -> ConsumerGroupType:
         """The type a broker's string names (case-insensitive; UNKNOWN for anything else)."""
-        for kind in cls:
-            if text is not None and kind.value == text.lower():
-                return kind
-        return cls.UNKNOWN
+        return _parse_named(cls, text, cls.UNKNOWN)
 
 
 @dataclass
@@ -242,6 +245,16 @@ def _by_topic(partitions: Iterable[TopicPartition]) -> dict[str, list[TopicParti
     for tp in partitions:
         out.setdefault(tp.topic, []).append(tp)
     return out
+
+
+_G = TypeVar("_G", ConsumerGroupDescription, GroupDescription, ShareGroupDescription, ConsumerGroupTopicPartitions,
+              ShareGroupOffsets)
+
+
+async def _by_group_id(one: Callable[[Any], Coroutine[Any, Any, _G]], items: Iterable[Any]) -> dict[str, _G]:
+    """``one`` of every item at once, the results keyed by their group id."""
+    results = await asyncio.gather(*(one(item) for item in items))
+    return {r.group_id: r for r in results}
 
 
 def _state_matches(listing: ConsumerGroupListing, states: set[ConsumerGroupState]) -> bool:
@@ -463,11 +476,7 @@ class GroupAdmin:
             return GroupDescription(g.group_id, g.group_state, g.protocol_type, g.protocol_data, _classic_members(g),
                                     error_or_none(int(g.error_code)))
 
-        async def run() -> dict[str, GroupDescription]:
-            results = await asyncio.gather(*(describe(g) for g in ids))
-            return {d.group_id: d for d in results}
-
-        return self._run(run(), timeout)
+        return self._run(_by_group_id(describe, ids), timeout)
 
     def describe_consumer_groups(self, group_ids: Iterable[str],
                                  timeout: float | None = None) -> dict[str, ConsumerGroupDescription]:
@@ -498,11 +507,7 @@ class GroupAdmin:
                                                    lambda r: [g.error_code for g in r.groups])
             return read_describe_groups(response.groups[0], coordinator)
 
-        async def run() -> dict[str, ConsumerGroupDescription]:
-            results = await asyncio.gather(*(describe(g) for g in ids))
-            return {d.group_id: d for d in results}
-
-        return self._run(run(), timeout)
+        return self._run(_by_group_id(describe, ids), timeout)
 
     def describe_share_groups(self, group_ids: Iterable[str],
                               timeout: float | None = None) -> dict[str, ShareGroupDescription]:
@@ -519,11 +524,7 @@ class GroupAdmin:
                                                    lambda r: [g.error_code for g in r.groups])
             return read_share_group_describe(response.groups[0], coordinator)
 
-        async def run() -> dict[str, ShareGroupDescription]:
-            results = await asyncio.gather(*(describe(g) for g in ids))
-            return {d.group_id: d for d in results}
-
-        return self._run(run(), timeout)
+        return self._run(_by_group_id(describe, ids), timeout)
 
     # --- deleting -------------------------------------------------------------------------------
 
@@ -580,11 +581,7 @@ class GroupAdmin:
                     out.append(tp)
             return ConsumerGroupTopicPartitions(request.group_id, sorted(out), top)
 
-        async def run() -> dict[str, ConsumerGroupTopicPartitions]:
-            results = await asyncio.gather(*(fetch(r) for r in wanted))
-            return {r.group_id: r for r in results}
-
-        return self._run(run(), timeout)
+        return self._run(_by_group_id(fetch, wanted), timeout)
 
     def alter_consumer_group_offsets(self, requests: Iterable[ConsumerGroupTopicPartitions],
                                      timeout: float | None = None) -> dict[str, ConsumerGroupTopicPartitions]:
@@ -621,11 +618,7 @@ class GroupAdmin:
                     out.append(tp)
             return ConsumerGroupTopicPartitions(request.group_id, sorted(out))
 
-        async def run() -> dict[str, ConsumerGroupTopicPartitions]:
-            results = await asyncio.gather(*(commit(r) for r in wanted))
-            return {r.group_id: r for r in results}
-
-        return self._run(run(), timeout)
+        return self._run(_by_group_id(commit, wanted), timeout)
 
     def delete_consumer_group_offsets(self, group_id: str, partitions: Iterable[TopicPartition],
                                       timeout: float | None = None) -> ConsumerGroupTopicPartitions:
@@ -677,11 +670,7 @@ class GroupAdmin:
             return found.get(request.group_id) or ShareGroupOffsets(
                 request.group_id, error=KafkaError(_GROUP_ID_NOT_FOUND, "not in the response"))
 
-        async def run() -> dict[str, ShareGroupOffsets]:
-            results = await asyncio.gather(*(describe(r) for r in wanted))
-            return {r.group_id: r for r in results}
-
-        return self._run(run(), timeout)
+        return self._run(_by_group_id(describe, wanted), timeout)
 
     def alter_share_group_offsets(self, request: ConsumerGroupTopicPartitions,
                                   timeout: float | None = None) -> ConsumerGroupTopicPartitions:
