@@ -267,18 +267,19 @@ def test_kip709_offset_fetch_v8_answers_several_groups_in_one_request(group_brok
 
 
 # -- ApiVersions ----------------------------------------------------------------------------------
-def test_api_versions_advertises_the_classic_group_protocol_only(broker_factory) -> None:
-    """Our broker implements the classic group protocol (JoinGroup/SyncGroup/Heartbeat), not
-    KIP-848's: ApiVersions must not advertise ConsumerGroupHeartbeat (68) or
-    ConsumerGroupDescribe (69), or a client configured for group.protocol=consumer would pick
-    a protocol the broker cannot serve instead of failing clearly."""
+def test_api_versions_advertises_both_group_protocols(broker_factory) -> None:
+    """Our broker serves the classic group protocol (JoinGroup/SyncGroup/Heartbeat) and KIP-848's
+    (ConsumerGroupHeartbeat v0-v1, ConsumerGroupDescribe v0-v1, with OffsetCommit/OffsetFetch v9
+    carrying the member epoch)."""
     broker = broker_factory()  # always ours: the advertised table is this broker's choice
     with _connect(broker) as conn:
         versions = parse_api_versions_v0(conn.request(API_VERSIONS, 0, 1, b"")).versions
     classic = {API_JOIN_GROUP, 14, API_HEARTBEAT, API_LEAVE_GROUP}  # 14: SyncGroup
     assert classic <= set(versions), "the classic protocol's APIs are advertised"
-    assert API_CONSUMER_GROUP_HEARTBEAT not in versions
-    assert API_CONSUMER_GROUP_DESCRIBE not in versions
+    assert versions[API_CONSUMER_GROUP_HEARTBEAT] == (0, 1)
+    assert versions[API_CONSUMER_GROUP_DESCRIBE] == (0, 1)
+    assert versions[8][1] >= 9, "OffsetCommit v9 (member epoch)"
+    assert versions[9][1] >= 9, "OffsetFetch v9 (member epoch)"
 
 
 # -- LeaveGroup -----------------------------------------------------------------------------------

@@ -130,7 +130,7 @@ def handle_consumer_group_describe(
                   subscribed_topic_names=mem.subscribed_topic_names,
                   subscribed_topic_regex=mem.subscribed_topic_regex,
                   assignment=assignment(mem.assignment), target_assignment=assignment(mem.target_assignment),
-                  member_type=_MEMBER_TYPE_CONSUMER)
+                  **({"member_type": _MEMBER_TYPE_CONSUMER} if header.api_version >= 1 else {}))
             for mem in d.members)
         groups.append(build(
             m.DescribedGroup, error_code=d.error, error_message=d.error_message, group_id=group_id,

@@ -142,6 +142,7 @@ class GroupCoordinator:
         self._offsets = OffsetMetadataManager(self._rt)
         self._membership.offsets = self._offsets
         self._consumer = ConsumerGroupManager(self._rt, topics or dict)
+        self._offsets.subscribed_topics = self._consumer.subscribed_topics
         # Offset expiry (Kafka's cleanup task), on the monotonic clock.
         self._next_cleanup_ms: int | None = None
 
@@ -603,9 +604,11 @@ class GroupCoordinator:
         return call()
 
     def _classic_only(self, group_id: str, joining: bool) -> None:
-        """Classic requests on a consumer group, as Kafka answers them without conversion:
-        JoinGroup hears INCONSISTENT_GROUP_PROTOCOL (GROUP_ID_NOT_FOUND when the group is
-        empty), the other classic requests UNKNOWN_MEMBER_ID (no classic member is in it)."""
+        """Classic requests on a consumer group. A JoinGroup for an *empty* consumer group turns
+        it into a classic one, as Kafka does (its records are tombstoned, its offsets stay);
+        classic members inside a consumer group are not supported, so a JoinGroup for one with
+        members hears INCONSISTENT_GROUP_PROTOCOL and the other classic requests
+        UNKNOWN_MEMBER_ID (no classic member is in it)."""
         group = self._consumer.groups.get(group_id)
         if group is None:
             return
@@ -613,7 +616,7 @@ class GroupCoordinator:
             raise UnknownMemberIdError(f"group {group_id!r} is a consumer group: no classic member is in it")
         if group.members:
             raise InconsistentGroupProtocolError(f"group {group_id!r} uses the consumer group protocol")
-        raise GroupIdNotFoundError(f"Group {group_id} is not a classic group.")
+        self._consumer.write_tombstones(group)
 
     def _take_over_classic(self, group_id: str) -> None:
         """ConsumerGroupHeartbeat joining a group id a classic group holds: an empty classic

@@ -432,13 +432,16 @@ class GroupMetadata:
             partitions |= set(pending)
         return self.remove_offsets(sorted(partitions))
 
-    def remove_expired_offsets(self, now_ms: int, retention_ms: int) -> list[TopicPartition]:
+    def remove_expired_offsets(
+        self, now_ms: int, retention_ms: int, keep_topics: frozenset[str] = frozenset()
+    ) -> list[TopicPartition]:
         """KIP-211 offset expiry; returns the partitions whose committed offset was dropped.
 
         Empty group with a protocol type: retention counts from when it became Empty. Stable
         consumer group that knows its subscription: offsets of topics it no longer reads expire
         from their commit time. No protocol type (only "simple" commits): from commit time.
-        An explicit v1-v4 expire timestamp always wins.
+        An explicit v1-v4 expire timestamp always wins. ``keep_topics``: topics a KIP-848
+        consumer group (whose offsets this holder keeps) still subscribes to never expire.
         """
         if self.protocol_type is not None and self.is_(GroupState.EMPTY):
             state_ts = self.state_timestamp_ms
@@ -453,7 +456,7 @@ class GroupMetadata:
             )
         elif self.protocol_type is None:
             expired = self._expired(
-                now_ms, retention_ms, lambda c: c.value.commit_timestamp_ms, frozenset()
+                now_ms, retention_ms, lambda c: c.value.commit_timestamp_ms, keep_topics
             )
         else:
             expired = []

@@ -10,7 +10,7 @@ at most the step; the cleanup's schedule itself runs on the monotonic clock).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from kio.schema.errors import ErrorCode
 
@@ -50,6 +50,9 @@ class OffsetMetadataManager:
 
     def __init__(self, runtime: GroupRuntime) -> None:
         self._rt = runtime
+        # The topics a KIP-848 consumer group subscribes to (set by the coordinator): their
+        # offsets do not expire while it does.
+        self.subscribed_topics: Callable[[str], frozenset[str]] = lambda group_id: frozenset()
 
     def commit(
         self, request: OffsetCommitRequest, wall_ms: int
@@ -212,7 +215,8 @@ class OffsetMetadataManager:
     def cleanup(self, wall_ms: int) -> None:
         """Offset expiry and removal of Empty groups without offsets (Kafka's cleanup task)."""
         for group in list(self._rt.groups.values()):
-            expired = group.remove_expired_offsets(wall_ms, self._rt.config.offsets_retention_ms)
+            expired = group.remove_expired_offsets(wall_ms, self._rt.config.offsets_retention_ms,
+                                                   self.subscribed_topics(group.group_id))
             for tp in expired:
                 self._rt.emit(group.group_id, offset_commit_record(group.group_id, tp, None))
             if group.is_(_S.EMPTY) and not group.has_offsets():

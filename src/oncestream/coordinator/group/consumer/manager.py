@@ -270,10 +270,10 @@ class ConsumerGroupManager:
                     f"static member {member_id} with instance id {request.instance_id} cannot join: the instance "
                     f"id is owned by member {existing.member_id}")
             # The new instance takes over the old one's subscription, target and partitions.
+            target = group.target.get(existing.member_id, {})
             self._remove_member(group, existing, bump=False)
             self._write(MemberMetadataRecord(group.group_id, member_id, existing.subscription))
-            self._write(TargetAssignmentMemberRecord(group.group_id, member_id,
-                                                     group.target.get(existing.member_id, {})))
+            self._write(TargetAssignmentMemberRecord(group.group_id, member_id, target))
             a = existing.assignment
             self._write(CurrentAssignmentRecord(group.group_id, member_id, MemberAssignmentState(
                 0, 0, MemberState.STABLE, a.assigned, {})))
@@ -461,6 +461,11 @@ class ConsumerGroupManager:
     def is_subscribed_to(self, group_id: str, topic: str) -> bool:
         group = self.groups.get(group_id)
         return group is not None and topic in group.subscription_metadata
+
+    def subscribed_topics(self, group_id: str) -> frozenset[str]:
+        """The topics the group's members subscribe to now (none for an unknown group)."""
+        group = self.groups.get(group_id)
+        return frozenset() if group is None or not group.members else frozenset(group.subscription_metadata)
 
     def describe(self, group_id: str) -> ConsumerGroupDescription:
         """ConsumerGroupDescribe of one group."""

@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 
 from oncestream.coordinator.group.consumer.records import Assignment, freeze
-from oncestream.errors import FencedMemberEpochError
+from oncestream.errors import CoordinatorInvariantError, FencedMemberEpochError
 
 
 class MemberState(enum.IntEnum):
@@ -79,10 +79,6 @@ class Reconciled:
     assigned: Assignment
     pending_revocation: Assignment
 
-    def with_epoch(self, epoch: int) -> Reconciled:
-        """The epoch moves; the previous one is remembered (a lost response is tolerated)."""
-        return replace(self, member_epoch=epoch, previous_member_epoch=self.member_epoch)
-
 
 def _owns_any(owned: Owned, partitions: Assignment) -> bool:
     if owned is None:
@@ -114,8 +110,8 @@ def reconcile(
             raise FencedMemberEpochError(
                 "the member is in an unknown state: it must abandon all its partitions and rejoin")
         result = _next(current, target_epoch, target_epoch, target, partition_epoch, owned)
-    if result.state not in TRANSITIONS[state]:  # pragma: no cover - guarded by construction
-        raise AssertionError(f"illegal member transition {state.name} -> {result.state.name}")
+    if result.state not in TRANSITIONS[state]:
+        raise CoordinatorInvariantError(f"illegal member transition {state.name} -> {result.state.name}")
     return result
 
 
