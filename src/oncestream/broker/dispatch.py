@@ -29,6 +29,7 @@ from oncestream.broker.handlers import (
     sasl,
     scram_admin,
     share,
+    share_admin,
     topics,
     transactions,
 )
@@ -95,6 +96,9 @@ HANDLERS: dict[int, Handler] = {
     k.SHARE_GROUP_DESCRIBE: share.handle_share_group_describe,
     k.SHARE_FETCH: share.handle_share_fetch,
     k.SHARE_ACKNOWLEDGE: share.handle_share_acknowledge,
+    k.DESCRIBE_SHARE_GROUP_OFFSETS: share_admin.handle_describe_offsets,
+    k.ALTER_SHARE_GROUP_OFFSETS: share_admin.handle_alter_offsets,
+    k.DELETE_SHARE_GROUP_OFFSETS: share_admin.handle_delete_offsets,
 }
 
 

@@ -68,6 +68,12 @@ class InternalTopic:
 
     def read_all(self, partitions: Iterable[int] | None = None) -> Iterator[tuple[bytes, bytes | None]]:
         """Every (key, value) record of the given partitions in log order; control batches skipped."""
+        for _partition, _offset, key, value in self.read_records(partitions):
+            yield key, value
+
+    def read_records(self, partitions: Iterable[int] | None = None) -> Iterator[tuple[int, int, bytes, bytes | None]]:
+        """``read_all`` with each record's partition and offset (for a coordinator that prunes its
+        topic below the oldest record it still needs, as the share coordinator does)."""
         for partition in range(self.num_partitions) if partitions is None else partitions:
             log = self._logs.get(self.name, partition)
             offset = log.log_start_offset
@@ -80,5 +86,5 @@ class InternalTopic:
                     if not batch.header.is_control:
                         for record in batch.records:
                             if record.offset >= offset and record.key is not None:
-                                yield record.key, record.value
+                                yield partition, record.offset, record.key, record.value
                     offset = max(offset, batch.header.next_offset)

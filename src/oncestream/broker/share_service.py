@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 from oncestream.async_wait import wait_event
 from oncestream.broker.internal_topic import InternalAppender, InternalTopic
+from oncestream.broker.share_group_configs import AUTO_OFFSET_RESET, DEFAULTS, ISOLATION_LEVEL
 from oncestream.coordinator.share.group import ShareGroupConfig, ShareGroupCoordinator
 from oncestream.coordinator.share.partition import SharePartition, SharePartitionConfig
 from oncestream.coordinator.share.records import (
@@ -45,13 +46,15 @@ log = logging.getLogger("oncestream.broker")
 
 SHARE_STATE_TOPIC = "__share_group_state"
 _MAX_TICK_SLEEP_S = 0.2
+# A member that leaves (heartbeat epoch -1) keeps its share session and records this long:
+# librdkafka sends its last ShareAcknowledge (session epoch -1) on another connection at the same
+# moment as the leave, and those acknowledgements must not find the records already released.
+LEAVE_GRACE_MS = 2000
+# How often the state topic is pruned below the oldest snapshot still needed (Kafka's share
+# coordinator prunes after each snapshot; whole segments go, so doing it rarely loses nothing).
+PRUNE_INTERVAL_MS = 60000
 SharePartitionKey = tuple[str, uuid.UUID, int]  # (group id, topic id, partition)
 
-AUTO_OFFSET_RESET = "share.auto.offset.reset"
-ISOLATION_LEVEL = "share.isolation.level"
-GROUP_CONFIG_DEFAULTS = {AUTO_OFFSET_RESET: "latest", ISOLATION_LEVEL: "read_uncommitted"}
-_GROUP_CONFIG_VALUES = {AUTO_OFFSET_RESET: ("latest", "earliest"),
-                        ISOLATION_LEVEL: ("read_uncommitted", "read_committed")}
 
 
 def _bool(props: dict[str, str], name: str, default: bool) -> bool:
@@ -68,6 +71,7 @@ class ShareSettings:
     max_share_sessions: int = 2000  # group.share.max.share.sessions
     state_topic_partitions: int = 10  # share.coordinator.state.topic.num.partitions (Kafka: 50)
     updates_per_snapshot: int = 500  # share.coordinator.snapshot.update.records.per.snapshot
+    state_segment_bytes: int = 104857600  # share.coordinator.state.topic.segment.bytes
 
     @classmethod
     def from_properties(cls, props: dict[str, str]) -> ShareSettings:
@@ -93,6 +97,7 @@ class ShareSettings:
             max_share_sessions=num("group.share.max.share.sessions", 2000),
             state_topic_partitions=num("share.coordinator.state.topic.num.partitions", 10),
             updates_per_snapshot=num("share.coordinator.snapshot.update.records.per.snapshot", 500),
+            state_segment_bytes=num("share.coordinator.state.topic.segment.bytes", 104857600),
         )
         if settings.partition.record_lock_duration_ms < 1 or settings.partition.delivery_count_limit < 1:
             raise InvalidConfigError("group.share.record.lock.duration.ms and group.share.delivery.count.limit must be >= 1")
@@ -101,22 +106,13 @@ class ShareSettings:
         return settings
 
 
-def validate_group_config(name: str, value: str) -> str | None:
-    """Why ``name=value`` is not a valid share group config, or None."""
-    allowed = _GROUP_CONFIG_VALUES.get(name)
-    if allowed is None:
-        return f"unknown group config {name}"
-    if value not in allowed:
-        return f"{name}={value}: must be one of {', '.join(allowed)}"
-    return None
-
-
 class ShareService:
     """Share groups of one broker: membership, sessions, share-partitions and their state topic."""
 
     def __init__(self, logs: LogManager, props: dict[str, str], now_ms: Callable[[], int],
                  mono_ms: Callable[[], int], appender: InternalAppender | None = None,
-                 on_available: Callable[[str, int], None] | None = None) -> None:
+                 on_available: Callable[[str, int], None] | None = None,
+                 group_configs: dict[str, dict[str, str]] | None = None) -> None:
         """``on_available(topic, partition)`` wakes long-polling ShareFetches when records become
         deliverable again (released, lock expired, member gone)."""
         self.settings = ShareSettings.from_properties(props)
@@ -130,9 +126,15 @@ class ShareService:
         self.partitions: dict[SharePartitionKey, SharePartition] = {}
         self._updates_since_snapshot: dict[SharePartitionKey, int] = {}
         self._snapshot_epoch: dict[SharePartitionKey, int] = {}
-        # Per-group share configs (IncrementalAlterConfigs on GROUP resources); not persisted.
-        self.group_configs: dict[str, dict[str, str]] = {}
+        # Per-group share configs (GROUP config resources; durable in share_group_configs.py).
+        self.group_configs: dict[str, dict[str, str]] = dict(group_configs or {})
+        self.group_config_lock = asyncio.Lock()
         self._topic: InternalTopic | None = None
+        self._departures: dict[tuple[str, str], int] = {}  # (group, member) -> release at (mono ms)
+        # Where each share-partition's latest snapshot is: (state topic partition, offset). The
+        # topic is pruned below the oldest of them (nothing older is read at a replay).
+        self._snapshot_at: dict[SharePartitionKey, tuple[int, int]] = {}
+        self._next_prune_ms = mono_ms() + PRUNE_INTERVAL_MS
         self._wake = asyncio.Event()
         if SHARE_STATE_TOPIC in logs.topics():
             self._load(self._state_topic())
@@ -151,7 +153,7 @@ class ShareService:
         return None
 
     def group_config(self, group_id: str, name: str) -> str:
-        return self.group_configs.get(group_id, {}).get(name, GROUP_CONFIG_DEFAULTS[name])
+        return self.group_configs.get(group_id, {}).get(name, DEFAULTS[name])
 
     # --- share-partitions -----------------------------------------------------------------------
 
@@ -174,6 +176,33 @@ class ShareService:
             sp.move_start(plog.log_start_offset)
         return sp
 
+    def state_of(self, group_id: str) -> dict[SharePartitionKey, SharePartition]:
+        """Every share-partition ``group_id`` has state for."""
+        return {key: sp for key, sp in self.partitions.items() if key[0] == group_id}
+
+    def reset_partition(self, key: SharePartitionKey, start_offset: int) -> bool:
+        """AlterShareGroupOffsets: the share-partition starts afresh at ``start_offset`` (no
+        record in flight); persisted as a new snapshot. False if the append failed."""
+        self.partitions[key] = SharePartition(self.settings.partition, start_offset)
+        self._snapshot_epoch.pop(key, None)  # the next persist writes a snapshot
+        return key not in self.persist([key])
+
+    def delete_partition(self, key: SharePartitionKey) -> bool:
+        """DeleteShareGroupOffsets: forget the share-partition (a tombstone in the state topic;
+        the next fetch starts it again by ``share.auto.offset.reset``). False if not durable."""
+        topic = self._state_topic()
+        try:
+            topic.append(self._state_partition(key, topic),
+                         [(encode_key(ShareStateKey(SNAPSHOT_TYPE, *key)), None)], self.now_ms())
+        except (OnceStreamError, OSError) as exc:
+            log.error("cannot append to %s: %s", SHARE_STATE_TOPIC, exc)
+            return False
+        self.partitions.pop(key, None)
+        self._snapshot_epoch.pop(key, None)
+        self._updates_since_snapshot.pop(key, None)
+        self._snapshot_at.pop(key, None)
+        return True
+
     def release_member(self, group_id: str, member_id: str) -> None:
         """Give back every record ``member_id`` holds in ``group_id`` (it left, timed out or
         closed its share session) and persist the change."""
@@ -183,6 +212,12 @@ class ShareService:
                 touched.append(key)
         self.persist(touched)
         self._announce(touched)
+
+    def member_left(self, group_id: str, member_id: str) -> None:
+        """``member_id`` left ``group_id``: its session closes and its records are given back
+        after ``LEAVE_GRACE_MS`` (unless its final request closed the session first)."""
+        self._departures[(group_id, member_id)] = self.mono_ms() + LEAVE_GRACE_MS
+        self.wake()
 
     def _announce(self, keys: Iterable[SharePartitionKey]) -> None:
         for _group, topic_id, partition in keys:
@@ -197,7 +232,7 @@ class ShareService:
             self._topic = InternalTopic(
                 self._logs, SHARE_STATE_TOPIC, self.settings.state_topic_partitions,
                 {"cleanup.policy": "delete", "retention.ms": "-1", "retention.bytes": "-1",
-                 "segment.bytes": "104857600"},
+                 "segment.bytes": str(self.settings.state_segment_bytes)},
                 self.now_ms(), appender=self._appender)
         return self._topic
 
@@ -209,7 +244,7 @@ class ShareService:
         """Append the changes of these share-partitions; returns those whose append failed (their
         answers must not promise the change; their in-memory state is reloaded from the log)."""
         pending: dict[int, list[tuple[bytes, bytes | None]]] = {}
-        owners: dict[int, list[SharePartitionKey]] = {}
+        owners: dict[int, list[tuple[SharePartitionKey, int]]] = {}
         topic: InternalTopic | None = None
         for key in dict.fromkeys(keys):
             sp = self.partitions.get(key)
@@ -237,15 +272,21 @@ class ShareService:
             partition = self._state_partition(key, topic)
             record_key = encode_key(ShareStateKey(record_type, key[0], key[1], key[2]))
             pending.setdefault(partition, []).append((record_key, encode_value(record_type, value)))
-            owners.setdefault(partition, []).append(key)
+            owners.setdefault(partition, []).append((key, record_type))
         failed: set[SharePartitionKey] = set()
         for partition, records in pending.items():
-            assert topic is not None
+            if topic is None:  # unreachable: a pending record came with its topic
+                break
+            base_offset = self._logs.get(SHARE_STATE_TOPIC, partition).log_end_offset
             try:
                 topic.append(partition, records, self.now_ms())
             except (OnceStreamError, OSError) as exc:
                 log.error("cannot append to %s-%d: %s", SHARE_STATE_TOPIC, partition, exc)
-                failed.update(owners[partition])
+                failed.update(key for key, _ in owners[partition])
+                continue
+            for index, (key, record_type) in enumerate(owners[partition]):
+                if record_type == SNAPSHOT_TYPE:
+                    self._snapshot_at[key] = (partition, base_offset + index)
         if failed:
             self._reload(failed)
         return failed
@@ -265,17 +306,21 @@ class ShareService:
 
     def _load(self, topic: InternalTopic, partitions: list[int] | None = None,
               only: set[SharePartitionKey] | None = None) -> None:
-        for key_bytes, value_bytes in topic.read_all(partitions):
-            if value_bytes is None:
-                continue
+        for state_partition, offset, key_bytes, value_bytes in topic.read_records(partitions):
             try:
                 key = decode_key(key_bytes)
-                value = decode_value(key.record_type, value_bytes)
+                value = None if value_bytes is None else decode_value(key.record_type, value_bytes)
             except ShareRecordError as exc:
                 log.error("skipping a %s record: %s", SHARE_STATE_TOPIC, exc)
                 continue
             sp_key = (key.group_id, key.topic_id, key.partition)
             if only is not None and sp_key not in only:
+                continue
+            if value is None:  # DeleteShareGroupOffsets: the state is gone
+                self.partitions.pop(sp_key, None)
+                self._snapshot_epoch.pop(sp_key, None)
+                self._updates_since_snapshot.pop(sp_key, None)
+                self._snapshot_at.pop(sp_key, None)
                 continue
             sp = self.partitions.get(sp_key)
             if key.record_type == SNAPSHOT_TYPE:
@@ -283,6 +328,7 @@ class ShareService:
                     sp = self.partitions[sp_key] = SharePartition(self.settings.partition, value.start_offset)
                 sp.apply_persisted(value.start_offset, value.batches, replace=True)
                 self._snapshot_epoch[sp_key] = value.snapshot_epoch
+                self._snapshot_at[sp_key] = (state_partition, offset)
                 self._updates_since_snapshot[sp_key] = 0
             elif sp is not None:  # an update without its snapshot cannot be placed: skipped
                 sp.apply_persisted(value.start_offset, value.batches, replace=False)
@@ -296,15 +342,47 @@ class ShareService:
         for group_id, member_id in self.groups.expire(now):
             self.sessions.close(group_id, member_id)
             self.release_member(group_id, member_id)
+        for (group_id, member_id), due_ms in list(self._departures.items()):
+            if due_ms <= now:
+                del self._departures[(group_id, member_id)]
+                group = self.groups.group(group_id)
+                if group is None or member_id not in group.members:  # not back in the meantime
+                    self.sessions.close(group_id, member_id)
+                    self.release_member(group_id, member_id)
         touched = [key for key, sp in self.partitions.items() if sp.expire_locks(now)]
         self.persist(touched)
         self._announce(touched)
+        if now >= self._next_prune_ms:
+            self._next_prune_ms = now + PRUNE_INTERVAL_MS
+            self.prune()
+
+    def prune(self) -> list[int]:
+        """Delete the state topic's whole segments below the oldest snapshot any share-partition
+        still needs (its replay starts there); returns the state partitions pruned."""
+        if self._topic is None:
+            return []
+        pruned = []
+        for partition in range(self._topic.num_partitions):
+            plog = self._logs.get(SHARE_STATE_TOPIC, partition)
+            needed = min((offset for p, offset in self._snapshot_at.values() if p == partition),
+                         default=plog.high_watermark)
+            bases = plog.segment_base_offsets()
+            if len(bases) < 2 or bases[1] > needed:
+                continue  # no whole segment below it: moving the log start would free nothing
+            try:
+                plog.delete_records(needed)
+            except (OnceStreamError, OSError) as exc:
+                log.error("cannot prune %s-%d: %s", SHARE_STATE_TOPIC, partition, exc)
+                continue
+            pruned.append(partition)
+        return pruned
 
     def next_deadline_ms(self) -> int | None:
         deadlines = [d for d in (sp.next_lock_deadline_ms() for sp in self.partitions.values()) if d is not None]
         member = self.groups.next_deadline_ms()
         if member is not None:
             deadlines.append(member)
+        deadlines.extend(self._departures.values())
         return min(deadlines) if deadlines else None
 
     def wake(self) -> None:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from oncestream.authz.authorizer import StandardAuthorizer, parse_super_users
 from oncestream.authz.store import AclStore
+from oncestream.broker import share_group_configs
 from oncestream.broker.config import BrokerConfig
 from oncestream.broker.dynamic_config import DynamicBrokerConfigs
 from oncestream.broker.flusher import GroupCommitFlusher
@@ -170,7 +171,8 @@ class BrokerState:
             # KIP-932 share groups: membership, share sessions, share-partition state (durable in
             # __share_group_state; broker/share_service.py).
             self.shares = ShareService(self.logs, config.raw, self.now_ms, self.mono_ms,
-                                       appender=seams.internal_appender, on_available=self.notifier.notify)
+                                       appender=seams.internal_appender, on_available=self.notifier.notify,
+                                       group_configs=share_group_configs.load(data_dir))
             # ACLs (issue 14): None without authorizer.class.name, and then everything is allowed.
             self.acl_store = AclStore(data_dir)
             self.authorizer: StandardAuthorizer | None = None

@@ -54,6 +54,9 @@ SHARE_GROUP_HEARTBEAT: Final = 76
 SHARE_GROUP_DESCRIBE: Final = 77
 SHARE_FETCH: Final = 78
 SHARE_ACKNOWLEDGE: Final = 79
+DESCRIBE_SHARE_GROUP_OFFSETS: Final = 90
+ALTER_SHARE_GROUP_OFFSETS: Final = 91
+DELETE_SHARE_GROUP_OFFSETS: Final = 92
 
 # api_key -> (min_version, max_version), inclusive.
 API_VERSIONS: Final[dict[int, tuple[int, int]]] = {
@@ -105,10 +108,15 @@ API_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     SHARE_GROUP_DESCRIBE: (1, 1),
     SHARE_FETCH: (1, 1),
     SHARE_ACKNOWLEDGE: (1, 1),
+    DESCRIBE_SHARE_GROUP_OFFSETS: (0, 1),  # v1 adds the lag
+    ALTER_SHARE_GROUP_OFFSETS: (0, 0),
+    DELETE_SHARE_GROUP_OFFSETS: (0, 0),
 }
 
 # The APIs that exist only while share groups are enabled (group.share.enable, share.version).
-SHARE_GROUP_APIS: Final = frozenset({SHARE_GROUP_HEARTBEAT, SHARE_GROUP_DESCRIBE, SHARE_FETCH, SHARE_ACKNOWLEDGE})
+SHARE_GROUP_APIS: Final = frozenset({SHARE_GROUP_HEARTBEAT, SHARE_GROUP_DESCRIBE, SHARE_FETCH, SHARE_ACKNOWLEDGE,
+                                     DESCRIBE_SHARE_GROUP_OFFSETS, ALTER_SHARE_GROUP_OFFSETS,
+                                     DELETE_SHARE_GROUP_OFFSETS})
 
 # Finalized feature levels announced in ApiVersions (v3+). transaction.version 2 tells clients
 # they may use KIP-890 part 2 (Produce v12, TxnOffsetCommit v5, EndTxn v5).

@@ -5,4 +5,5 @@ AlterConfigs and IncrementalAlterConfigs carry them. One home for the broker's c
 from __future__ import annotations
 
 RESOURCE_TOPIC = 2
+RESOURCE_GROUP = 32  # KIP-848 / KIP-932 group configs (not the ACL resource type GROUP = 3)
 RESOURCE_BROKER = 4

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from kio.schema.alter_configs.v0 import request as _alter_configs_v0
     from kio.schema.alter_configs.v1 import request as _alter_configs_v1
     from kio.schema.alter_configs.v2 import request as _alter_configs_v2
+    from kio.schema.alter_share_group_offsets.v0 import request as _alter_share_group_offsets_v0
     from kio.schema.alter_user_scram_credentials.v0 import request as _alter_user_scram_credentials_v0
     from kio.schema.api_versions.v0 import request as _api_versions_v0
     from kio.schema.api_versions.v1 import request as _api_versions_v1
@@ -63,6 +64,7 @@ if TYPE_CHECKING:
     from kio.schema.delete_records.v0 import request as _delete_records_v0
     from kio.schema.delete_records.v1 import request as _delete_records_v1
     from kio.schema.delete_records.v2 import request as _delete_records_v2
+    from kio.schema.delete_share_group_offsets.v0 import request as _delete_share_group_offsets_v0
     from kio.schema.delete_topics.v1 import request as _delete_topics_v1
     from kio.schema.delete_topics.v2 import request as _delete_topics_v2
     from kio.schema.delete_topics.v3 import request as _delete_topics_v3
@@ -83,6 +85,8 @@ if TYPE_CHECKING:
     from kio.schema.describe_groups.v4 import request as _describe_groups_v4
     from kio.schema.describe_groups.v5 import request as _describe_groups_v5
     from kio.schema.describe_producers.v0 import request as _describe_producers_v0
+    from kio.schema.describe_share_group_offsets.v0 import request as _describe_share_group_offsets_v0
+    from kio.schema.describe_share_group_offsets.v1 import request as _describe_share_group_offsets_v1
     from kio.schema.describe_transactions.v0 import request as _describe_transactions_v0
     from kio.schema.describe_user_scram_credentials.v0 import request as _describe_user_scram_credentials_v0
     from kio.schema.end_txn.v0 import request as _end_txn_v0
@@ -497,3 +501,13 @@ if TYPE_CHECKING:
     ShareAcknowledgeRequest: TypeAlias = (
         _share_acknowledge_v1.ShareAcknowledgeRequest
     )  # api key 79
+    DescribeShareGroupOffsetsRequest: TypeAlias = (
+        _describe_share_group_offsets_v0.DescribeShareGroupOffsetsRequest
+        | _describe_share_group_offsets_v1.DescribeShareGroupOffsetsRequest
+    )  # api key 90
+    AlterShareGroupOffsetsRequest: TypeAlias = (
+        _alter_share_group_offsets_v0.AlterShareGroupOffsetsRequest
+    )  # api key 91
+    DeleteShareGroupOffsetsRequest: TypeAlias = (
+        _delete_share_group_offsets_v0.DeleteShareGroupOffsetsRequest
+    )  # api key 92

@@ -1,4 +1,5 @@
-"""DescribeConfigs (32), AlterConfigs (33), IncrementalAlterConfigs (44) for TOPIC and BROKER resources.
+"""DescribeConfigs (32), AlterConfigs (33), IncrementalAlterConfigs (44) for TOPIC, BROKER and GROUP
+(share-group configs, broker/share_group_configs.py) resources.
 
 The rules (what is described, how operations combine, which error code) are sans-io in
 ``broker/config_admin.py`` and ``broker/dynamic_config.py``; this module authorizes, runs them,
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from oncestream.broker import config_admin as admin
+from oncestream.broker import share_group_configs
 from oncestream.broker.authorize import Op, Res, authorize
 from oncestream.broker.disk_step import run_disk_step
 from oncestream.broker.dynamic_config import ConfigEntry
@@ -32,7 +34,7 @@ from oncestream.log.config import LogConfig
 from oncestream.log.manager import validate_topic_name
 from oncestream.protocol.api_keys import ALTER_CONFIGS, DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS
 from oncestream.protocol.codec import RequestHeader, build
-from oncestream.protocol.config_resources import RESOURCE_BROKER, RESOURCE_TOPIC
+from oncestream.protocol.config_resources import RESOURCE_BROKER, RESOURCE_GROUP, RESOURCE_TOPIC
 from oncestream.protocol.schemas import response_module
 
 if TYPE_CHECKING:
@@ -47,6 +49,8 @@ def _denied(state: BrokerState, op: Op, res: Any) -> tuple[ErrorCode, str] | Non
         return ErrorCode.topic_authorization_failed, f"{op.name} on topic {res.resource_name!r} not allowed"
     if res.resource_type == RESOURCE_BROKER and not authorize(state, op, Res.CLUSTER):
         return ErrorCode.cluster_authorization_failed, f"{op.name} on the cluster not allowed"
+    if res.resource_type == RESOURCE_GROUP and not authorize(state, op, Res.GROUP, res.resource_name):
+        return ErrorCode.group_authorization_failed, f"{op.name} on group {res.resource_name!r} not allowed"
     return None
 
 
@@ -69,7 +73,28 @@ def _describe_entries(state: BrokerState, request: Any, res: Any) -> list[Config
     if res.resource_type == RESOURCE_BROKER:
         return admin.describe_broker(state.dynamic_configs, res.resource_name, include_synonyms=include_synonyms,
                                      include_documentation=include_documentation)
+    if res.resource_type == RESOURCE_GROUP:
+        return share_group_configs.describe(state.shares.group_configs.get(res.resource_name, {}))
     raise InvalidRequestError(f"Unsupported resource type: {res.resource_type}")
+
+
+async def _apply_group_configs(state: BrokerState, group_id: str, ops: list[tuple[str, int, str | None]],
+                               replace: bool, validate_only: bool) -> None:
+    """Share-group configs (broker/share_group_configs.py): written durably, then applied."""
+    if not group_id:
+        raise InvalidRequestError("Group resources need a group id.")
+    async with state.shares.group_config_lock:
+        current = state.shares.group_configs
+        updated = share_group_configs.apply_operations({} if replace else current.get(group_id, {}), ops)
+        if validate_only:
+            return
+        new_all = {**current, group_id: updated}
+        await run_disk_step(
+            state, lambda: share_group_configs.save(state.data_dir, new_all),
+            finish=lambda: state.shares.group_configs.update({group_id: updated}),
+            abort=lambda: None,
+            what=f"config change of group {group_id!r}",
+        )
 
 
 def handle_describe(state: BrokerState, header: RequestHeader, request: DescribeConfigsRequest) -> object:
@@ -188,6 +213,8 @@ async def _alter(state: BrokerState, request: Any, ops_of: Callable[[Any], list[
             elif res.resource_type == RESOURCE_BROKER:
                 admin.check_operations(ops)
                 await _apply_broker_configs(state, res.resource_name, _broker_layer(ops, replace), request.validate_only)
+            elif res.resource_type == RESOURCE_GROUP:
+                await _apply_group_configs(state, res.resource_name, ops, replace, request.validate_only)
             else:
                 raise InvalidRequestError(f"Unknown resource type {res.resource_type}")
         except OnceStreamError as exc:

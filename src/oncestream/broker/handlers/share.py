@@ -23,7 +23,8 @@ from kio.schema.errors import ErrorCode
 from oncestream.async_wait import wait_done
 from oncestream.broker.authorize import Op, Res, authorize, authorized_operations
 from oncestream.broker.connection_context import client_host
-from oncestream.broker.share_service import ISOLATION_LEVEL, SharePartitionKey, ShareService
+from oncestream.broker.share_group_configs import ISOLATION_LEVEL
+from oncestream.broker.share_service import SharePartitionKey, ShareService
 from oncestream.broker.state import BrokerState
 from oncestream.coordinator.share.partition import AckBatch, AcquiredRange, LogSpan
 from oncestream.errors import OffsetOutOfRangeError, OnceStreamError
@@ -76,8 +77,7 @@ def handle_share_group_heartbeat(state: BrokerState, header: RequestHeader, requ
                                   subscribed, state.mono_ms(), client_id=header.client_id or "",
                                   client_host=client_host())
     if result.left is not None:
-        svc.sessions.close(request.group_id, result.left)
-        svc.release_member(request.group_id, result.left)
+        svc.member_left(request.group_id, result.left)
     svc.wake()
     assignment = None
     if result.assignment is not None:
@@ -283,6 +283,9 @@ async def handle_share_fetch(state: BrokerState, header: RequestHeader, request:
             errors[(topic_id, partition)] = error
         else:
             targets.append((topic_id, name, partition))
+    if targets:  # start at another partition each time: max_records must not starve the last ones
+        turn = session.next_epoch % len(targets)
+        targets = targets[turn:] + targets[:turn]
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max(0, int(request.max_wait.total_seconds() * 1000)) / 1000
     max_records: int = request.max_records if request.max_records > 0 else 500
