@@ -8,6 +8,7 @@ import time
 
 import pytest
 from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, TopicPartition
+from confluent_kafka import ConsumerGroupType as RdType
 
 from oncestream.client import Admin, ConsumerGroupState, ConsumerGroupType
 from tests.interop.test_cli import run_cli
@@ -81,11 +82,10 @@ def test_consumer_protocol_group_listed_described_reset_and_deleted(group_broker
         assert state[-4:-2] == ["consumer", "uniform"]  # type, the broker's default assignor
         assert state[-2:] == ["Stable", "1"]
 
-        # Checked against the librdkafka member's own view. (librdkafka's AdminClient cannot be
-        # the judge here yet: it sends ConsumerGroupDescribe v0, which h-cg's broker fails to
-        # encode, member_type being a v1 field.)
+        # Checked against the librdkafka member's own view and librdkafka's AdminClient.
         with Admin({"bootstrap.servers": bootstrap}) as admin:
             ours = admin.describe_consumer_groups([group_id])[group_id]
+            by_type = admin.list_consumer_groups(types=[ConsumerGroupType.CONSUMER]).valid
         assert (ours.type, ours.state, ours.error, ours.partition_assignor) == (
             ConsumerGroupType.CONSUMER, ConsumerGroupState.STABLE, None, "uniform")
         [m] = ours.members
@@ -95,6 +95,17 @@ def test_consumer_protocol_group_listed_described_reset_and_deleted(group_broker
             (tp.topic, tp.partition) for tp in consumer.assignment())
         assert m.member_epoch >= 1
         assert ours.group_epoch >= 1
+        theirs = rd.describe_consumer_groups([group_id], request_timeout=30)[group_id].result(timeout=WAIT_TIMEOUT_S)
+        assert (ours.type.name, ours.state.name, ours.partition_assignor, ours.is_simple_consumer_group) == (
+            theirs.type.name, theirs.state.name, theirs.partition_assignor, theirs.is_simple_consumer_group)
+        assert [(x.member_id, x.client_id, x.host, sorted((tp.topic, tp.partition) for tp in x.assignment.topic_partitions))
+                for x in ours.members] == [
+            (x.member_id, x.client_id, x.host, sorted((tp.topic, tp.partition) for tp in x.assignment.topic_partitions))
+            for x in theirs.members]
+        rd_listed = rd.list_consumer_groups(types={RdType.CONSUMER}, request_timeout=30).result(timeout=WAIT_TIMEOUT_S)
+        assert [(g.group_id, g.state.name, g.type.name) for g in by_type if g.group_id == group_id] == [
+            (g.group_id, g.state.name, g.type.name) for g in rd_listed.valid if g.group_id == group_id] == [
+            (group_id, "STABLE", "CONSUMER")]
 
         refused = run_cli("groups", "reset-offsets", group_id, "--all-topics", "--to-earliest", "--execute", *bs,
                           check=False)

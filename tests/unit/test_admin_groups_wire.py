@@ -19,11 +19,6 @@ from kio.schema.errors import ErrorCode
 from oncestream.cli_common import CliError
 from oncestream.cli_groups import parse_datetime_ms, parse_duration_ms, parse_topic_partitions
 from oncestream.client.admin.admin_groups import (
-    ALTER_SHARE_GROUP_OFFSETS,
-    CONSUMER_GROUP_DESCRIBE,
-    DELETE_SHARE_GROUP_OFFSETS,
-    DESCRIBE_SHARE_GROUP_OFFSETS,
-    SHARE_GROUP_DESCRIBE,
     ConsumerGroupState,
     ConsumerGroupTopicPartitions,
     ConsumerGroupType,
@@ -31,7 +26,17 @@ from oncestream.client.admin.admin_groups import (
 )
 from oncestream.client.common.cluster import COORDINATOR_NODE_BASE
 from oncestream.client.common.message import TopicPartition
-from oncestream.protocol.api_keys import DESCRIBE_GROUPS, LIST_GROUPS, OFFSET_COMMIT, OFFSET_DELETE
+from oncestream.protocol.api_keys import (
+    ALTER_SHARE_GROUP_OFFSETS,
+    CONSUMER_GROUP_DESCRIBE,
+    DELETE_SHARE_GROUP_OFFSETS,
+    DESCRIBE_GROUPS,
+    DESCRIBE_SHARE_GROUP_OFFSETS,
+    LIST_GROUPS,
+    OFFSET_COMMIT,
+    OFFSET_DELETE,
+    SHARE_GROUP_DESCRIBE,
+)
 from oncestream.protocol.codec import build, reader_for, writer_for
 from oncestream.protocol.schemas import kio_versions, request_module, response_module
 

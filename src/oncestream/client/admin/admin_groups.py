@@ -31,23 +31,21 @@ from oncestream.client.common.consumer_protocol import ConsumerProtocolError, de
 from oncestream.client.common.errors import BrokerResponseError, KafkaError
 from oncestream.client.common.message import TopicPartition
 from oncestream.protocol.api_keys import (
+    ALTER_SHARE_GROUP_OFFSETS,
+    CONSUMER_GROUP_DESCRIBE,
     DELETE_GROUPS,
+    DELETE_SHARE_GROUP_OFFSETS,
     DESCRIBE_GROUPS,
+    DESCRIBE_SHARE_GROUP_OFFSETS,
     LIST_GROUPS,
     OFFSET_COMMIT,
     OFFSET_DELETE,
     OFFSET_FETCH,
+    SHARE_GROUP_DESCRIBE,
 )
 from oncestream.protocol.codec import build
 
 T = TypeVar("T")
-
-# Group APIs of KIP-848 and KIP-932 (the broker's api_keys table names them once it serves them).
-CONSUMER_GROUP_DESCRIBE = 69
-SHARE_GROUP_DESCRIBE = 77
-DESCRIBE_SHARE_GROUP_OFFSETS = 90
-ALTER_SHARE_GROUP_OFFSETS = 91
-DELETE_SHARE_GROUP_OFFSETS = 92
 
 # The coordinator moved or is still loading: look it up again and retry.
 _COORDINATOR_RETRY = frozenset({int(ErrorCode.coordinator_load_in_progress), int(ErrorCode.not_coordinator),
