@@ -7,16 +7,18 @@ not on hand-made protocol requests: what the CLI does is what any client of the 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime
 import logging
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from oncestream.cli_common import CliError, read_command_config
+from oncestream.cli_client import admin_session as _admin
+from oncestream.cli_client import client_conf as _conf
+from oncestream.cli_client import client_errors as _client_errors
+from oncestream.cli_common import CliError
+from oncestream.cli_groups import register as register_groups
 from oncestream.cli_users import register as register_users
 from oncestream.client import (
     OFFSET_BEGINNING,
@@ -24,14 +26,12 @@ from oncestream.client import (
     Admin,
     Consumer,
     KafkaError,
-    KafkaException,
     NewTopic,
     Producer,
     TopicDescription,
     TopicPartition,
     TransactionDescription,
 )
-from oncestream.client.common.connection import parse_bootstrap
 from oncestream.client.producer.partitioner import partition_for_key
 from oncestream.demos.broker_crash import main as demo_main
 from oncestream.errors import InvalidConfigError
@@ -85,7 +85,6 @@ def cmd_broker(args: argparse.Namespace, seams: BrokerSeams | None = None) -> in
 
 # --- clients -------------------------------------------------------------------------------------
 
-CLIENT_ID = "oncestream-cli"
 # How long `transactions abort` waits for the coordinator to finish the abort it started.
 _ABORT_WAIT_S = 30.0
 _ENDED_STATES = ("CompleteAbort", "CompleteCommit", "Empty", "Dead")
@@ -93,39 +92,6 @@ _EARLIEST, _LATEST = -2, -1
 _FETCH_WAIT_S = 0.5
 _PRODUCE_FLUSH_TIMEOUT_S = 60.0
 _FIRST_FETCH_CAP_S = 60.0
-
-
-def _conf(args: argparse.Namespace, **extra: Any) -> dict[str, Any]:
-    host, port = parse_bootstrap(args.bootstrap_server)
-    # The file's security (and other) properties first; what the command itself needs wins.
-    given = read_command_config(args.command_config) if getattr(args, "command_config", None) else {}
-    return {"client.id": CLIENT_ID, **given, "bootstrap.servers": f"{host}:{port}", **extra}
-
-
-@contextlib.contextmanager
-def _client_errors(args: argparse.Namespace, what: str) -> Iterator[None]:
-    """A client's KafkaException as a one-line CliError: an unreachable bootstrap server gets the
-    'broker unreachable at HOST:PORT' message, anything else ``what: ERROR_NAME: detail``."""
-    try:
-        yield
-    except KafkaException as exc:
-        err = exc.args[0]
-        if isinstance(err, KafkaError) and err.code() == KafkaError._TRANSPORT:
-            host, port = parse_bootstrap(args.bootstrap_server)
-            raise CliError(f"broker unreachable at {host}:{port} ({err.str()})") from None
-        if isinstance(err, KafkaError):
-            raise CliError(f"{what}: {err.name()}: {err.str()}") from None
-        raise CliError(f"{what}: {exc}") from None
-
-
-@contextlib.contextmanager
-def _admin(args: argparse.Namespace) -> Iterator[Admin]:
-    with _client_errors(args, "admin"):
-        admin = Admin(_conf(args))
-    try:
-        yield admin
-    finally:
-        admin.close()
 
 
 def _describe_topic(args: argparse.Namespace, admin: Admin, topic: str) -> TopicDescription:
@@ -475,6 +441,7 @@ def build_parser() -> argparse.ArgumentParser:
     client_args(x)
     x.set_defaults(func=cmd_transactions)
 
+    register_groups(sub)  # consumer and share groups (cli_groups.py)
     register_users(sub)  # SCRAM users
     register_sql_shell(sub)  # oncestream sql: the SQL shell
     _register_sql_server(sub)

@@ -9,7 +9,16 @@ import time
 
 import pytest
 
-from oncestream.client import AbortTransactionSpec, Admin, Consumer, KafkaException, Producer, TopicPartition
+from oncestream.client import (
+    OFFSET_INVALID,
+    AbortTransactionSpec,
+    Admin,
+    Consumer,
+    ConsumerGroupTopicPartitions,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
 from tests.support.clients import CLIENT_TIMEOUT_S, create_topic, unique_topic
 from tests.support.txn import READ_COMMITTED, list_offset, read_to_end, start_txn_broker, values_of
 
@@ -47,9 +56,11 @@ def test_groups_listed_described_with_assignments_and_offsets(admin_broker):
         assert described.protocol == "range"
         (member,) = described.members
         assert member.member_id == consumer.memberid()
-        assert sorted((tp.topic, tp.partition) for tp in member.assignment) == [(topic, p) for p in range(3)]
-        offsets = admin.list_consumer_group_offsets(group, [TopicPartition(topic, p) for p in range(3)])
-        assert {tp.partition: tp.offset for tp in offsets} == {0: -1, 1: 7, 2: -1}
+        assert sorted((tp.topic, tp.partition) for tp in member.assignment.topic_partitions) == [(topic, p) for p in range(3)]
+        request = ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in range(3)])
+        offsets = admin.list_consumer_group_offsets([request])[group].topic_partitions or []
+        # No committed offset: OFFSET_INVALID, as librdkafka reports it.
+        assert {tp.partition: tp.offset for tp in offsets} == {0: OFFSET_INVALID, 1: 7, 2: OFFSET_INVALID}
     finally:
         consumer.close()
         admin.close()

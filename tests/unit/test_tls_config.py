@@ -151,7 +151,7 @@ def test_client_refuses_bad_tls_properties(conf: dict[str, str], tmp_path: Path)
 
 
 def test_command_config_file_reads_client_properties(tmp_path: Path) -> None:
-    from oncestream.cli import CliError, read_command_config
+    from oncestream.cli_common import CliError, read_command_config
 
     path = tmp_path / "client.properties"
     path.write_text("# comment\n! also a comment\n\nsecurity.protocol = SSL\nssl.ca.location=/a=b.pem\n")

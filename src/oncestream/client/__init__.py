@@ -23,10 +23,15 @@ if TYPE_CHECKING:
         Admin,
         AdminClient,
         ClusterDescription,
-        GroupDescription,
         NewTopic,
         TopicDescription,
         TransactionDescription,
+    )
+    from oncestream.client.admin.admin_groups import (
+        ConsumerGroupState,
+        ConsumerGroupTopicPartitions,
+        ConsumerGroupType,
+        GroupDescription,
     )
     from oncestream.client.common.errors import KafkaError, KafkaException, QueueFullError
     from oncestream.client.common.message import (
@@ -50,8 +55,10 @@ if TYPE_CHECKING:
 
 # Public name -> the module defining it.
 _EXPORTS: dict[str, str] = {
-    **dict.fromkeys(("AbortTransactionSpec", "Admin", "AdminClient", "ClusterDescription", "GroupDescription", "NewTopic",
+    **dict.fromkeys(("AbortTransactionSpec", "Admin", "AdminClient", "ClusterDescription", "NewTopic",
                      "TopicDescription", "TransactionDescription"), "oncestream.client.admin.admin"),
+    **dict.fromkeys(("ConsumerGroupState", "ConsumerGroupTopicPartitions", "ConsumerGroupType", "GroupDescription"),
+                    "oncestream.client.admin.admin_groups"),
     "Consumer": "oncestream.client.consumer.consumer",
     "AcknowledgeType": "oncestream.client.consumer.share_acks",
     **dict.fromkeys(("IllegalStateException", "Messages"), "oncestream.client.consumer.share_records"),
@@ -79,6 +86,9 @@ __all__ = [
     "ClusterDescription",
     "Consumer",
     "ConsumerGroupMetadata",
+    "ConsumerGroupState",
+    "ConsumerGroupTopicPartitions",
+    "ConsumerGroupType",
     "GroupDescription",
     "IllegalStateException",
     "KafkaError",

@@ -1,3 +1,3 @@
-"""The admin client: ``Admin`` / ``AdminClient`` (``admin``) and its ACL methods (``admin_acls``).
-Imports ``client.common`` only, never the producer or consumer.
+"""The admin client: ``Admin`` / ``AdminClient`` (``admin``), its ACL methods (``admin_acls``) and
+its group methods (``admin_groups``). Imports ``client.common`` only, never the producer or consumer.
 """

@@ -1,6 +1,7 @@
 """``Admin``: an AdminClient-like, synchronous API returning plain results.
 
-Topics (create/delete/describe, configs), consumer groups (list/describe/offsets) and
+Topics (create/delete/describe, configs), groups (``admin_groups.py``: list, describe, delete,
+offsets of classic, consumer and share groups) and
 transactions (KIP-664: list, describe, describe producers, abort a hanging transaction with
 WriteTxnMarkers), ACLs (``admin_acls.py``). Each method returns per-item results (a ``KafkaError`` or None for failures)
 instead of futures; calls that fail as a whole raise ``KafkaException``.
@@ -19,9 +20,10 @@ from typing import Any, TypeVar
 from kio.schema.errors import ErrorCode
 
 from oncestream.client.admin.admin_acls import AclAdmin
-from oncestream.client.common.cluster import COORDINATOR_GROUP, COORDINATOR_TRANSACTION, Cluster
+from oncestream.client.admin.admin_groups import GroupAdmin
+from oncestream.client.admin.admin_groups import error_or_none as _error
+from oncestream.client.common.cluster import COORDINATOR_TRANSACTION, Cluster
 from oncestream.client.common.config import resolve
-from oncestream.client.common.consumer_protocol import ConsumerProtocolError, decode_assignment
 from oncestream.client.common.errors import (
     _INVALID_ARG,
     _TIMED_OUT,
@@ -39,14 +41,11 @@ from oncestream.protocol.api_keys import (
     CREATE_TOPICS,
     DELETE_TOPICS,
     DESCRIBE_CONFIGS,
-    DESCRIBE_GROUPS,
     DESCRIBE_PRODUCERS,
     DESCRIBE_TRANSACTIONS,
     INIT_PRODUCER_ID,
-    LIST_GROUPS,
     LIST_TRANSACTIONS,
     METADATA,
-    OFFSET_FETCH,
     WRITE_TXN_MARKERS,
 )
 from oncestream.protocol.codec import build
@@ -98,38 +97,6 @@ class ClusterDescription:
     cluster_id: str | None          # None: the broker answers Metadata below v2 (no cluster id)
     controller_id: int              # -1 when the broker names none
     nodes: list[tuple[int, str, int]] = field(default_factory=list)   # (node id, host, port)
-
-
-@dataclass
-class GroupListing:
-    """One group from ListGroups."""
-
-    group_id: str
-    protocol_type: str
-    state: str | None = None
-
-
-@dataclass
-class MemberDescription:
-    """One member of a described group."""
-
-    member_id: str
-    client_id: str
-    host: str
-    group_instance_id: str | None
-    assignment: list[TopicPartition]
-
-
-@dataclass
-class GroupDescription:
-    """A described group."""
-
-    group_id: str
-    state: str
-    protocol_type: str
-    protocol: str
-    members: list[MemberDescription]
-    error: KafkaError | None = None
 
 
 @dataclass
@@ -257,11 +224,7 @@ class _FlexibleReader:
             self.pos += self.uvarint()
 
 
-def _error(code: int, message: str | None = None) -> KafkaError | None:
-    return None if code == 0 else KafkaError(code, message or None)
-
-
-class Admin(AclAdmin):
+class Admin(AclAdmin, GroupAdmin):
     """Administrative operations against a Kafka-protocol cluster."""
 
     def __init__(self, conf: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
@@ -462,81 +425,6 @@ class Admin(AclAdmin):
         return self.describe_configs(topics=topics, timeout=timeout)
 
     # --- groups -------------------------------------------------------------------------------
-
-    def list_groups(self, timeout: float | None = None) -> list[GroupListing]:
-        """Every group on every broker (ListGroups)."""
-        async def run() -> list[GroupListing]:
-            def make(m: Any, version: int) -> Any:
-                return build(m.ListGroupsRequest, states_filter=(), types_filter=())
-
-            out = []
-            for node in await self._all_brokers():
-                response = await self._cluster.send(node, LIST_GROUPS, make)
-                if response.error_code:
-                    raise BrokerResponseError(int(response.error_code))
-                for g in response.groups:
-                    out.append(GroupListing(g.group_id, g.protocol_type, getattr(g, "group_state", None)))
-            return sorted(out, key=lambda g: g.group_id)
-
-        return self._run(run(), timeout)
-
-    def describe_groups(self, group_ids: Iterable[str], timeout: float | None = None) -> dict[str, GroupDescription]:
-        """State, protocol and members (with their assignments) of each group."""
-        ids = list(group_ids)
-
-        async def describe(group_id: str) -> GroupDescription:
-            def make(m: Any, version: int) -> Any:
-                return build(m.DescribeGroupsRequest, groups=(group_id,), include_authorized_operations=False)
-
-            node = await self._cluster.coordinator(group_id, COORDINATOR_GROUP)
-            response = await self._cluster.send(node, DESCRIBE_GROUPS, make)
-            g = response.groups[0]
-            members = []
-            for mem in g.members:
-                try:
-                    assigned = decode_assignment(mem.member_assignment).topic_partitions() \
-                        if g.protocol_type == "consumer" else []
-                except ConsumerProtocolError:
-                    assigned = []
-                members.append(MemberDescription(mem.member_id, mem.client_id, mem.client_host,
-                                                 getattr(mem, "group_instance_id", None),
-                                                 [TopicPartition(t, p) for t, p in assigned]))
-            return GroupDescription(g.group_id, g.group_state, g.protocol_type, g.protocol_data, members,
-                                    _error(int(g.error_code)))
-
-        async def run() -> dict[str, GroupDescription]:
-            results = await asyncio.gather(*(describe(g) for g in ids))
-            return {d.group_id: d for d in results}
-
-        return self._run(run(), timeout)
-
-    def list_consumer_group_offsets(self, group_id: str, partitions: list[TopicPartition] | None = None,
-                                    timeout: float | None = None) -> list[TopicPartition]:
-        """Committed offsets of a group (all its partitions when ``partitions`` is None)."""
-        async def run() -> list[TopicPartition]:
-            def make(m: Any, version: int) -> Any:
-                topics = None
-                if partitions is not None:
-                    by_topic: dict[str, list[int]] = {}
-                    for tp in partitions:
-                        by_topic.setdefault(tp.topic, []).append(tp.partition)
-                    topics = tuple(build(m.OffsetFetchRequestTopic, name=t, partition_indexes=tuple(ps))
-                                   for t, ps in by_topic.items())
-                return build(m.OffsetFetchRequest, group_id=group_id, topics=topics, require_stable=True)
-
-            node = await self._cluster.coordinator(group_id, COORDINATOR_GROUP)
-            response = await self._cluster.send(node, OFFSET_FETCH, make, min_version=2, max_version=7)
-            if getattr(response, "error_code", 0):
-                raise BrokerResponseError(int(response.error_code))
-            out = []
-            for t in response.topics:
-                for p in t.partitions:
-                    tp = TopicPartition(t.name, p.partition_index, p.committed_offset, p.metadata)
-                    tp.error = _error(int(p.error_code))
-                    out.append(tp)
-            return sorted(out)
-
-        return self._run(run(), timeout)
 
     def list_offsets(self, partitions: Mapping[tuple[str, int], int], *, read_committed: bool = False,
                      timeout: float | None = None) -> dict[tuple[str, int], int]:
