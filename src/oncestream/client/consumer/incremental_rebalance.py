@@ -12,15 +12,38 @@ The callbacks run in the caller's thread, as the Consumer runs them for the clas
 
 from __future__ import annotations
 
+import collections
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import Any, Protocol
 
+from oncestream.client.common.cluster import Cluster
+from oncestream.client.common.errors import KafkaError
+from oncestream.client.common.io_thread import IoThread
 from oncestream.client.common.message import TopicPartition
 from oncestream.client.consumer.consumer_group_member import ConsumerGroupMember
 from oncestream.client.consumer.consumer_membership import MemberState
 
-if TYPE_CHECKING:
-    from oncestream.client.consumer.consumer import Consumer
+
+class Consumer(Protocol):
+    """What these steps use of oncestream's Consumer (consumer.py imports this module, so the
+    Consumer is described here rather than imported: no import cycle)."""
+
+    _auto_commit: bool
+    _commit_timeout_s: float
+    _cluster: Cluster
+    _io: IoThread
+    _on_assign: Callable[..., Any] | None
+    _on_revoke: Callable[..., Any] | None
+    _in_rebalance_callback: bool
+    _assign_called_in_callback: list[TopicPartition] | None
+    _pending_errors: collections.deque[KafkaError]
+
+    def _notify(self) -> None: ...
+    def _final_commit(self, timeout_s: float) -> None: ...
+    def _revoke_all(self, *, lost: bool) -> None: ...
+    def incremental_assign(self, partitions: list[TopicPartition]) -> None: ...
+    def incremental_unassign(self, partitions: list[TopicPartition]) -> None: ...
 
 # How often unresolved topic ids of a target assignment may trigger a full metadata refresh.
 _METADATA_RETRY_S = 0.5
