@@ -20,6 +20,7 @@ from oncestream.broker.handlers import api_versions, configs, groups, share, sha
 from oncestream.broker.principal import ANONYMOUS_PRINCIPAL
 from oncestream.broker.share_service import SHARE_STATE_TOPIC
 from oncestream.broker.state import BrokerState
+from oncestream.coordinator.group.consumer.messages import ConsumerHeartbeatRequest
 from oncestream.coordinator.group.messages import OffsetCommitRequest, PartitionOffsetCommit
 from oncestream.coordinator.share.partition import RecordState
 from oncestream.errors import InvalidConfigError
@@ -175,6 +176,23 @@ def test_classic_group_id_is_not_a_share_group(state: BrokerState) -> None:
     assert response.error_code == ErrorCode.group_id_not_found
     assert state.shares.groups.group(GROUP) is None
 
+
+
+def test_consumer_group_id_without_offsets_is_not_a_share_group(state: BrokerState) -> None:
+    """A KIP-848 group with a member but no committed offset has no classic state: its id is
+    still taken, and a ShareGroupHeartbeat on it creates nothing."""
+    _with_records(state, 1)
+    result, writes = state.groups.coordinator.consumer_group_heartbeat(ConsumerHeartbeatRequest(
+        group_id=GROUP, member_id="c1", member_epoch=0, rebalance_timeout_ms=30_000,
+        subscribed_topic_names=(TOPIC,), server_assignor="uniform", owned={}), state.now_ms())
+    state.groups.complete(writes)
+    assert result.error == ErrorCode.none
+    assert state.groups.coordinator.group_type(GROUP) == "consumer"
+    m = request_module(k.SHARE_GROUP_HEARTBEAT, 1)
+    response: Any = share.handle_share_group_heartbeat(state, _header(k.SHARE_GROUP_HEARTBEAT), m.ShareGroupHeartbeatRequest(
+        group_id=GROUP, member_id="a", member_epoch=0, rack_id=None, subscribed_topic_names=(TOPIC,)))
+    assert response.error_code == ErrorCode.group_id_not_found
+    assert state.shares.groups.group(GROUP) is None
 
 def _api_versions(state: BrokerState) -> Any:
     request = request_module(k.API_VERSIONS_KEY, 3).ApiVersionsRequest(client_software_name="t",

@@ -48,11 +48,15 @@ def _ms(value: int) -> datetime.timedelta:
 
 # --- ShareGroupHeartbeat / ShareGroupDescribe ----------------------------------------------------
 
-def _not_share_group(state: BrokerState, group_id: str) -> bool:
-    """Whether ``group_id`` is a classic (or consumer) group: Kafka answers GROUP_ID_NOT_FOUND
-    to share APIs on it ("Group ... is not a share group"). Read through the classic
-    coordinator's public API only."""
-    return state.shares.groups.group(group_id) is None and state.groups.coordinator.group_state(group_id) is not None
+def not_share_group(state: BrokerState, group_id: str) -> bool:
+    """Whether ``group_id`` is a classic or KIP-848 consumer group: Kafka answers
+    GROUP_ID_NOT_FOUND to share APIs on it ("Group ... is not a share group"). Read through the
+    group coordinator's public API only. A consumer group with no committed offsets has no
+    classic state, hence the type check as well."""
+    if state.shares.groups.group(group_id) is not None:
+        return False
+    coordinator = state.groups.coordinator
+    return coordinator.group_state(group_id) is not None or coordinator.group_type(group_id) == "consumer"
 
 
 def handle_share_group_heartbeat(state: BrokerState, header: RequestHeader, request: wire.ShareGroupHeartbeatRequest) -> object:
@@ -72,7 +76,7 @@ def handle_share_group_heartbeat(state: BrokerState, header: RequestHeader, requ
         denied = [t for t in subscribed if not authorize(state, Op.DESCRIBE, Res.TOPIC, t)]
         if denied:
             return error(ErrorCode.topic_authorization_failed, f"not authorized to describe {sorted(denied)}")
-    if _not_share_group(state, request.group_id):
+    if not_share_group(state, request.group_id):
         return error(ErrorCode.group_id_not_found, f"Group {request.group_id} is not a share group.")
     result = svc.groups.heartbeat(request.group_id, request.member_id, request.member_epoch, request.rack_id,
                                   subscribed, state.mono_ms(), client_id=header.client_id or "",
@@ -106,7 +110,7 @@ def handle_share_group_describe(state: BrokerState, header: RequestHeader, reque
         elif not authorize(state, Op.DESCRIBE, Res.GROUP, group_id):
             groups.append(failed(ErrorCode.group_authorization_failed))
         elif group is None:
-            why = "is not a share group" if _not_share_group(state, group_id) else "not found"
+            why = "is not a share group" if not_share_group(state, group_id) else "not found"
             groups.append(failed(ErrorCode.group_id_not_found, f"Group {group_id} {why}."))
         else:
             members = []
@@ -282,7 +286,7 @@ async def handle_share_fetch(state: BrokerState, header: RequestHeader, request:
                 acks.setdefault((t.topic_id, p.partition_index), []).extend(_ack_batches(p.acknowledgement_batches))
     if epoch == 0 and acks:
         return respond(ErrorCode.invalid_request, message="acknowledgements on a request opening a share session")
-    if _not_share_group(state, group_id):
+    if not_share_group(state, group_id):
         return respond(ErrorCode.group_id_not_found, message=f"Group {group_id} is not a share group.")
     lookup = svc.sessions.lookup(group_id, member_id, epoch, may_open=True, now_ms=state.mono_ms())
     if lookup.error != ErrorCode.none or lookup.session is None:

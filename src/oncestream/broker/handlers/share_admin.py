@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from oncestream.broker.authorize import Op, Res, authorize
+from oncestream.broker.handlers.share import not_share_group
 from oncestream.broker.state import BrokerState
 from oncestream.coordinator.share.partition import TERMINAL, SharePartition
 from oncestream.protocol import api_keys as k
@@ -34,7 +35,7 @@ def _group_error(state: BrokerState, group_id: str, *, must_be_empty: bool) -> t
     if not state.shares.settings.enabled:
         return ErrorCode.unsupported_version, "share groups are disabled on this broker"
     group = state.shares.groups.group(group_id)
-    if group is None and state.groups.coordinator.group_state(group_id) is not None:
+    if not_share_group(state, group_id):
         return ErrorCode.group_id_not_found, f"Group {group_id} is not a share group."
     if must_be_empty and group is not None and group.members:
         return ErrorCode.non_empty_group, f"Share group {group_id} has members: its offsets cannot change."
