@@ -202,18 +202,20 @@ KIP848_COPIER_BROKER_CONFIG = {**TXN_BROKER_CONFIG, **CONSUMER_PROTOCOL_BROKER_C
 KIP848_KILL_ROUNDS = ("copier", "broker", "copier", "copier", "broker")
 
 
-def test_exactly_once_copier_of_our_clients_on_the_consumer_protocol_survives_sigkills(broker_factory, tmp_path):
-    """KIP-447 on KIP-848: our Consumer (group.protocol=consumer) and our transactional Producer
-    copy exactly once while the copier and the broker are SIGKILLed mid-transaction; the offsets
-    go into each transaction with the consumer's group metadata, member id and member epoch
-    included, and the group (members, epochs, assignments) comes back with the broker."""
+@pytest.mark.parametrize("client", ["confluent", "oncestream"])
+def test_exactly_once_copier_on_the_consumer_protocol_survives_sigkills(broker_factory, tmp_path, client):
+    """KIP-447 on KIP-848: a consumer with group.protocol=consumer (librdkafka's, and ours) and a
+    transactional producer of the same client copy exactly once while the copier and the broker
+    are SIGKILLed mid-transaction; the offsets go into each transaction with the consumer's group
+    metadata, member id and member epoch included, and the group (members, epochs, assignments)
+    comes back with the broker."""
     rng = random.Random(SEED + 848)
     broker = broker_factory(config=dict(KIP848_COPIER_BROKER_CONFIG))
     bootstrap = broker.bootstrap
     group = f"copier848-{uuid.uuid4().hex[:8]}"
     input_topic, output_topic, input_ends = copy_topics(bootstrap, "copy848")
     copier = Copier(bootstrap, tmp_path, input_topic, output_topic, group,
-                    extra_args=("--client", "oncestream", "--group-protocol", "consumer"))
+                    extra_args=("--client", client, "--group-protocol", "consumer"))
     try:
         copier.start()
         kill_rounds(copier, broker, KIP848_KILL_ROUNDS, rng, group, input_ends)

@@ -668,23 +668,24 @@ def copier_main(args: argparse.Namespace) -> int:
     """
     if args.client == "oncestream":
         return _copy(args, *_oncestream_copier(args))
-    consumer = Consumer(
-        {
-            "bootstrap.servers": args.bootstrap,
-            "group.id": args.group,
-            # Static membership (KIP-345): a restarted copier takes its predecessor's place at
-            # once instead of waiting for the dead member's session to expire.
-            "group.instance.id": "copier-0",
-            "session.timeout.ms": 6000,
-            "heartbeat.interval.ms": 500,
-            "isolation.level": READ_COMMITTED,
-            "enable.auto.commit": False,
-            "auto.offset.reset": "earliest",
-            "reconnect.backoff.ms": 50,
-            "reconnect.backoff.max.ms": 500,
-            "metadata.recovery.strategy": "none",
-        }
-    )
+    consumer_conf: dict[str, object] = {
+        "bootstrap.servers": args.bootstrap,
+        "group.id": args.group,
+        "group.protocol": args.group_protocol,
+        "isolation.level": READ_COMMITTED,
+        "enable.auto.commit": False,
+        "auto.offset.reset": "earliest",
+        "reconnect.backoff.ms": 50,
+        "reconnect.backoff.max.ms": 500,
+        "metadata.recovery.strategy": "none",
+    }
+    if args.group_protocol == "classic":
+        # Static membership (KIP-345): a restarted copier takes its predecessor's place at
+        # once instead of waiting for the dead member's session to expire. On KIP-848 the
+        # session and heartbeat are the broker's settings, and the copier is a dynamic member
+        # (see _oncestream_copier).
+        consumer_conf.update({"group.instance.id": "copier-0", "session.timeout.ms": 6000, "heartbeat.interval.ms": 500})
+    consumer = Consumer(consumer_conf)
     # librdkafka >= 2.10 "re-bootstraps" (KIP-899) when every known broker is down, which a
     # single-broker restart always causes; in librdkafka 2.16 that leaves the decommissioned
     # broker handle cached as the group coordinator and send_offsets_to_transaction() waits for
