@@ -274,6 +274,12 @@ def markdown_section(results: list[Outcome], args: argparse.Namespace, command: 
         mine = [r for r in results if r.protocol == protocol]
         lines.append(f"| {protocol} | {statistics.median(r.settle_s for r in mine) * 1000:.0f} |"
                      f" {statistics.median(r.max_pause_s for r in mine) * 1000:.0f} |")
+    lines += ["", "Reading it: a pause equal to the steady gap means the partition was never stopped. Under",
+              "`classic-eager` every member gives up every partition and waits in JoinGroup for the",
+              "others, so even partitions that end with the same owner stop; `classic-cooperative`",
+              "keeps them fetching but needs two rebalance rounds to move the others; under the",
+              "KIP-848 `consumer` protocol the coordinator moves only what must move and the new",
+              "member is served at its next heartbeats."]
     return "\n".join(lines) + "\n"
 
 
