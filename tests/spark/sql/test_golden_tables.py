@@ -13,6 +13,7 @@ import struct
 
 import pytest
 
+from oncestream.sql.language.catalog import Format
 from tests.spark.sql.golden import analyze, create_topics, ddl, produce, read_output, sink_of, start, unique
 
 pytestmark = [pytest.mark.spark]
@@ -96,6 +97,75 @@ def test_tumbling_and_hopping_windows_write_windowed_keys(runtime, eos_broker):
                    (b"a" + _long(T0 + 5000), b'{"C":2}'), (b"a" + _long(T0 + 10000), b'{"C":1}')]
     runtime.stop_persistent("CTAS_TW_1")
     runtime.stop_persistent("CTAS_HW_2")
+
+
+def _last_per_key(records):
+    """The last record of each key: ksqlDB writes every update, our first micro-batch coalesces
+    the updates of one key (module docstring), so both are compared at their last value."""
+    return {k: v for k, v in records}
+
+
+def test_hopping_windows_near_time_zero_never_start_before_it(runtime, eos_broker):
+    """ksqlDB's query-validation case "min hopping" (hopping-windows.json): records at 0, 10 s and
+    30 s in HOPPING (SIZE 30 s, ADVANCE BY 10 s) windows; Kafka Streams opens no window starting
+    before 0 (Spark would open [-20 s, 10 s) and [-10 s, 20 s) too)."""
+    bootstrap = eos_broker.bootstrap
+    topic, out_topic = unique("hop0_in"), unique("hop0_out")
+    create_topics(bootstrap, topic, out_topic)
+    s = ddl(f"CREATE STREAM TEST (ID BIGINT KEY, NAME varchar, VALUE bigint) WITH (kafka_topic='{topic}', "
+            "value_format='DELIMITED');")
+    # librdkafka reads timestamp 0 as "now": ksqlDB's record at 0 is produced at 1 ms, which falls
+    # in the same windows.
+    produce(bootstrap, topic, [(_long(0), b"zero,0", 1), (_long(0), b"100,5", 10000),
+                               (_long(100), b"100,100", 30000)])
+    _s, analyzed = analyze("CREATE TABLE S2 as SELECT ID, min(value) FROM test "
+                           "WINDOW HOPPING (SIZE 30 SECONDS, ADVANCE BY 10 SECONDS) group by id;", {"TEST": s})
+    start(runtime, "CTAS_S2_HOP0", analyzed, sink_of(analyzed, "S2", out_topic, value_format=Format.DELIMITED))
+    # ksqlDB's outputs: (key, window start, value).
+    ksqldb = [(0, 0, b"0"), (0, 0, b"0"), (0, 10000, b"5"),
+              (100, 10000, b"100"), (100, 20000, b"100"), (100, 30000, b"100")]
+    expected = _last_per_key((_long(k) + _long(ws), v) for k, ws, v in ksqldb)
+    got = _last_per_key(read_output(bootstrap, out_topic, len(expected), runtime=runtime, query_id="CTAS_S2_HOP0"))
+    assert got == expected
+    runtime.stop_persistent("CTAS_S2_HOP0")
+
+
+def test_stream_rows_whose_group_by_expression_is_null_are_dropped(runtime, eos_broker):
+    """ksqlDB's query-validation cases (group-by.json) "should exclude any stream row whose single
+    GROUP BY expression resolves to NULL" and "multiple expressions" (rows with any NULL key
+    expression dropped: a NULL value column, a null value, a null key)."""
+    bootstrap = eos_broker.bootstrap
+    single_in, single_out, multi_in, multi_out = (unique("gbnull_s_in"), unique("gbnull_s_out"),
+                                                  unique("gbnull_m_in"), unique("gbnull_m_out"))
+    create_topics(bootstrap, single_in, single_out, multi_in, multi_out)
+    single = ddl(f"CREATE STREAM TEST (K STRING KEY, str STRING, pos INT) WITH (kafka_topic='{single_in}', "
+                 "value_format='DELIMITED');")
+    produce(bootstrap, single_in, [(None, b"xx,1", T0), (None, b"x,", T0 + 1), (None, b"xx,1", T0 + 2)])
+    multi = ddl(f"CREATE STREAM TEST (f1 INT KEY, f2 INT) WITH (kafka_topic='{multi_in}', format='JSON');")
+    produce(bootstrap, multi_in, [(b"1", b'{"f2":"2"}', T0), (b"2", b'{"f2":"4"}', T0 + 1),
+                                  (b"1", b'{"f2":null}', T0 + 2), (b"1", None, T0 + 3),
+                                  (None, b'{"f2":"1"}', T0 + 4), (b"1", b'{"f2":"2"}', T0 + 5),
+                                  (b"2", b'{"f2":"4"}', T0 + 6), (b"2", b'{"f2":"1"}', T0 + 7)])
+    _s, single_q = analyze("CREATE TABLE OUTPUT AS SELECT SUBSTRING(str, pos), COUNT() FROM TEST "
+                           "GROUP BY SUBSTRING(str, pos);", {"TEST": single})
+    start(runtime, "CTAS_GBNULL_S", single_q, sink_of(single_q, "OUTPUT", single_out, value_format=Format.DELIMITED))
+    _s, multi_q = analyze("CREATE TABLE OUTPUT AS SELECT f2, f1, f2+f1, COUNT(*) FROM TEST GROUP BY f1, f2;",
+                          {"TEST": multi})
+    start(runtime, "CTAS_GBNULL_M", multi_q, sink_of(multi_q, "OUTPUT", multi_out, key_format=Format.JSON))
+    got = _last_per_key(read_output(bootstrap, single_out, 1, runtime=runtime, query_id="CTAS_GBNULL_S"))
+    assert got == _last_per_key([(b"xx", b"1"), (b"xx", b"2")])
+    ksqldb = [({"F1": 1, "F2": 2}, {"KSQL_COL_0": 3, "KSQL_COL_1": 1}),
+              ({"F1": 2, "F2": 4}, {"KSQL_COL_0": 6, "KSQL_COL_1": 1}),
+              ({"F1": 1, "F2": 2}, {"KSQL_COL_0": 3, "KSQL_COL_1": 2}),
+              ({"F1": 2, "F2": 4}, {"KSQL_COL_0": 6, "KSQL_COL_1": 2}),
+              ({"F1": 2, "F2": 1}, {"KSQL_COL_0": 3, "KSQL_COL_1": 1})]
+    expected = _last_per_key((json.dumps(k, sort_keys=True), v) for k, v in ksqldb)
+    records = read_output(bootstrap, multi_out, len(expected), runtime=runtime, query_id="CTAS_GBNULL_M")
+    got = _last_per_key((None if k is None else json.dumps(json.loads(k), sort_keys=True),
+                         None if v is None else json.loads(v)) for k, v in records)
+    assert got == expected
+    runtime.stop_persistent("CTAS_GBNULL_S")
+    runtime.stop_persistent("CTAS_GBNULL_M")
 
 
 def test_session_windows_are_written_when_the_watermark_closes_them(runtime, eos_broker):

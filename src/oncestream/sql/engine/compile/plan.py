@@ -184,9 +184,13 @@ def _aggregate(spark: SparkSession, frame: DataFrame, scope: Scope, columns: Seq
                result_kind: SourceKind, ts: str) -> CompiledQuery:
     if where is not None:
         frame = frame.where(F.expr(translate(where, scope)))
+    group_sql = [translate(g, scope) for g in group_exprs]
+    if group_sql:
+        # ksqlDB logs and skips a row whose GROUP BY expression (any of several) is NULL: a
+        # table's key cannot be NULL. Spark would make NULL a group of its own.
+        frame = frame.where(F.expr(" AND ".join(f"({g}) IS NOT NULL" for g in group_sql)))
     inner = frame
     agg_scope = scope
-    group_sql = [translate(g, scope) for g in group_exprs]
     extra_sql: list[str] = []
     output_mode = "update"
     if window is not None:
@@ -195,6 +199,12 @@ def _aggregate(spark: SparkSession, frame: DataFrame, scope: Scope, columns: Seq
         # windows' state is freed (ksqlDB: grace period per partition's stream time).
         inner = inner.withWatermark(ts, f"{grace_ms} milliseconds")
         inner = inner.withColumn(WINDOW, F.expr(_window_sql(window, ts)))
+        if window.kind is not WindowKind.SESSION:
+            # Kafka Streams (TimeWindows.windowsFor) never opens a time window that starts before
+            # the epoch; Spark opens hopping windows from time - SIZE (and tumbling ones for a
+            # negative TIMESTAMP column, a record Kafka Streams skips). Dropped before grouping,
+            # so no state is kept for them.
+            inner = inner.where(F.expr(f"unix_millis({quote(WINDOW)}.start) >= 0"))
         group_sql.append(quote(WINDOW))
         agg_scope = Scope(scope.sources, scope.qualified, window_column=WINDOW, overrides=scope.overrides)
         extra_sql = [f"unix_millis({quote(WINDOW)}.start) AS {quote(WSTART)}"]
@@ -219,7 +229,4 @@ def _aggregate(spark: SparkSession, frame: DataFrame, scope: Scope, columns: Seq
     if group_sql:
         sql += f" GROUP BY {', '.join(group_sql)}"
     aggregated = spark.sql(sql)
-    if window is not None and window.kind is WindowKind.HOPPING:
-        # Kafka Streams never opens a hopping window that starts before the epoch; Spark does.
-        aggregated = aggregated.where(F.col(WSTART) >= 0)
     return CompiledQuery(aggregated, tuple(columns), result_kind, window, output_mode, has_delete)
