@@ -162,7 +162,7 @@ def test_unterminated_literals_and_comments(text: str, line: int, column: int) -
     ("CREATE STREAM s (a INT) AS SELECT * FROM t;", 25, "CREATE ... AS SELECT cannot declare columns"),
     ("INSERT INTO t (a, b) SELECT * FROM s;", 22, "mismatched input 'SELECT' expecting 'VALUES'"),
     ("SHOW STREAM;", 6, "mismatched input 'STREAM' expecting {'STREAMS', 'TABLES', 'QUERIES', 'TOPICS', "
-                        "'PROPERTIES', 'FUNCTIONS'}"),
+                        "'PROPERTIES', 'FUNCTIONS', 'VARIABLES'}"),
     ("SET 'a' 'b';", 9, "mismatched input 'b' expecting '='"),
     ("SET a = 'b';", 5, "mismatched input 'a' expecting a string"),
     ("TERMINATE;", 10, "mismatched input ';' expecting an identifier"),
@@ -188,7 +188,7 @@ def test_syntax_error_positions_and_messages(text: str, column: int, detail: str
     ("SELECT * FROM a CROSS JOIN b;", "CROSS JOIN"),
     ("CREATE STREAM s (a INT HEADERS) WITH (kafka_topic='s');", "A HEADERS column"),
     ("SELECT s->* FROM t;", "Selecting all fields of a struct (->*)"),
-    ("DEFINE x = 'y';", "The DEFINE statement"),
+    ("RESUME q1;", "The RESUME statement"),
     ("PAUSE q1;", "The PAUSE statement"),
 ])
 def test_unsupported_ksqldb_syntax_says_so(text: str, what: str) -> None:

@@ -185,11 +185,12 @@ class ShowWhat(Enum):
     TOPICS = "TOPICS"
     PROPERTIES = "PROPERTIES"
     FUNCTIONS = "FUNCTIONS"
+    VARIABLES = "VARIABLES"
 
 
 @dataclass(frozen=True)
 class Show(Statement):
-    """``SHOW|LIST STREAMS|TABLES|QUERIES|TOPICS|PROPERTIES|FUNCTIONS [EXTENDED]``."""
+    """``SHOW|LIST STREAMS|TABLES|QUERIES|TOPICS|PROPERTIES|FUNCTIONS|VARIABLES [EXTENDED]``."""
 
     what: ShowWhat
     extended: bool = False
@@ -212,6 +213,21 @@ class Explain(Statement):
 
     query_id: str | None = None
     statement: Statement | None = None
+
+
+@dataclass(frozen=True)
+class DefineVariable(Statement):
+    """``DEFINE name = 'value'``: a session variable, referenced as ``${name}`` by later statements."""
+
+    name: str
+    value: str
+
+
+@dataclass(frozen=True)
+class UndefineVariable(Statement):
+    """``UNDEFINE name``."""
+
+    name: str
 
 
 @dataclass(frozen=True)

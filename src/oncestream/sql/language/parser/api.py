@@ -9,6 +9,7 @@ is part of that token, never a separator), and each statement is parsed on its o
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from sqlglot import exp
@@ -21,6 +22,7 @@ from oncestream.sql.language.parser.base import KsqlTokenizer, position_of
 from oncestream.sql.language.parser.dialect import Ksql
 from oncestream.sql.language.parser.statements import StatementParser
 from oncestream.sql.language.parser.syntax import SyntaxIssue
+from oncestream.sql.language.parser.variables import references_variables, substitute
 
 # The longest request text parsed (ksqlDB's REST layer bounds the body; this bounds the parser's
 # work whatever the caller does).
@@ -105,6 +107,23 @@ def split_statements(tokens: list[Token]) -> list[tuple[list[Token], Token | Non
     return out
 
 
+def _parse_one(parser: StatementParser, tokens: list[Token], text: str, semicolon: Token | None,
+               end: int) -> sql_ast.Statement:
+    start = tokens[0].start
+    statement_text = text[start:end] if semicolon is not None else text[start:end] + ";"
+    parser.start(tokens, text, semicolon, end)
+    try:
+        return parser.parse_statement(statement_text, position_of(text, start))
+    except SyntaxIssue as issue:
+        raise _error(issue, text, statement_text, end) from None
+    except RecursionError:
+        raise _too_deep(text, statement_text, start) from None
+
+
+def _statement_end(tokens: list[Token], semicolon: Token | None) -> int:
+    return semicolon.end + 1 if semicolon is not None else tokens[-1].end + 1
+
+
 def parse(text: str) -> list[sql_ast.Statement]:
     """Every statement of a request, in order.
 
@@ -114,19 +133,54 @@ def parse(text: str) -> list[sql_ast.Statement]:
     (line/column of the offending token in ``text``, 1-based) on the first syntax error."""
     tokens = _tokenize(text)
     parser = _new_parser()
-    statements: list[sql_ast.Statement] = []
+    return [_parse_one(parser, statement_tokens, text, semicolon, _statement_end(statement_tokens, semicolon))
+            for statement_tokens, semicolon in split_statements(tokens)]
+
+
+@dataclass(frozen=True)
+class PendingStatement:
+    """One statement of a request as ``parse_request`` leaves it: parsed (``parsed``), or, when it
+    references variables (``${name}``), kept as tokens until ``resolve`` knows their values (a
+    ``DEFINE`` earlier in the same request may define them, as in ksqlDB)."""
+
+    parsed: sql_ast.Statement | None
+    tokens: list[Token]
+    text: str            # the whole request
+    semicolon: Token | None
+    end: int
+
+    def resolve(self, variables: Mapping[str, str] | None) -> sql_ast.Statement:
+        """The statement, with ``variables`` substituted (None: substitution is disabled, the text
+        is parsed as written). Raises ``errors.StatementError`` / ``ParseError``."""
+        if self.parsed is not None:
+            return self.parsed
+        if variables is None:
+            return _parse_one(_new_parser(), self.tokens, self.text, self.semicolon, self.end)
+        statement_text = substitute(self.tokens, self.text, self.end, variables)
+        if self.semicolon is None:
+            statement_text += ";"
+        tokens = _tokenize(statement_text)
+        split = split_statements(tokens)
+        if len(split) != 1:
+            raise ParseError("Syntax Error\na variable's value ends the statement", line=1, column=1,
+                             statement_text=statement_text)
+        only, semicolon = split[0]
+        return _parse_one(_new_parser(), only, statement_text, semicolon, _statement_end(only, semicolon))
+
+
+def parse_request(text: str) -> list[PendingStatement]:
+    """The statements of a request, each parsed unless it references variables (those are parsed
+    by ``PendingStatement.resolve`` once the variables are known). A syntax error in a statement
+    without variables fails the whole request before anything runs, as ``parse`` does."""
+    tokens = _tokenize(text)
+    parser = _new_parser()
+    out: list[PendingStatement] = []
     for statement_tokens, semicolon in split_statements(tokens):
-        start = statement_tokens[0].start
-        end = semicolon.end + 1 if semicolon is not None else statement_tokens[-1].end + 1
-        statement_text = text[start:end] if semicolon is not None else text[start:end] + ";"
-        parser.start(statement_tokens, text, semicolon, end)
-        try:
-            statements.append(parser.parse_statement(statement_text, position_of(text, start)))
-        except SyntaxIssue as issue:
-            raise _error(issue, text, statement_text, end) from None
-        except RecursionError:
-            raise _too_deep(text, statement_text, start) from None
-    return statements
+        end = _statement_end(statement_tokens, semicolon)
+        parsed = None if references_variables(statement_tokens, text) else \
+            _parse_one(parser, statement_tokens, text, semicolon, end)
+        out.append(PendingStatement(parsed, statement_tokens, text, semicolon, end))
+    return out
 
 
 def parse_expression(text: str) -> exp.Expression:

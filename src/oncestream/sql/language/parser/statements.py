@@ -3,8 +3,8 @@ handled by ``api``), producing the ``ast`` dataclasses.
 
 Statement families (see docs/sql-reference.md for the full grammar and examples):
 SELECT, CREATE [OR REPLACE] [SOURCE] STREAM|TABLE, CREATE ... AS SELECT, INSERT INTO ... SELECT,
-INSERT INTO ... VALUES, DROP, TERMINATE, SHOW|LIST, DESCRIBE, EXPLAIN, SET, UNSET. ksqlDB
-statements that oncestream does not implement (PRINT, connectors, types, variables...) are
+INSERT INTO ... VALUES, DROP, TERMINATE, SHOW|LIST, DESCRIBE, EXPLAIN, SET, UNSET, DEFINE, UNDEFINE. ksqlDB
+statements that oncestream does not implement (PRINT, connectors, types...) are
 refused with a syntax error that says so.
 """
 
@@ -26,7 +26,7 @@ _SHOW_EXTENDED = frozenset({sql_ast.ShowWhat.STREAMS, sql_ast.ShowWhat.TABLES, s
 
 # ksqlDB statements outside oncestream's scope: first keyword(s) -> what the error calls them.
 _UNSUPPORTED_STATEMENTS = {
-    "PRINT": "PRINT", "PAUSE": "PAUSE", "RESUME": "RESUME", "DEFINE": "DEFINE", "UNDEFINE": "UNDEFINE",
+    "PRINT": "PRINT", "PAUSE": "PAUSE", "RESUME": "RESUME",
     "ASSERT": "ASSERT", "ALTER": "ALTER", "RUN": "RUN SCRIPT",
 }
 
@@ -82,6 +82,14 @@ class StatementParser(QueryParser):
         if word == "UNSET":
             self._advance()
             return sql_ast.UnsetProperty(text=text, position=position, name=self.string())
+        if word == "DEFINE":
+            self._advance()
+            name = self._variable_name()
+            self.expect_type(TokenType.EQ, "'='")
+            return sql_ast.DefineVariable(text=text, position=position, name=name, value=self.string())
+        if word == "UNDEFINE":
+            self._advance()
+            return sql_ast.UndefineVariable(text=text, position=position, name=self._variable_name())
         if word in _UNSUPPORTED_STATEMENTS:
             raise unsupported(head, f"The {_UNSUPPORTED_STATEMENTS[word]} statement")
         detail = f"Unknown statement {_quoted(head)}"
@@ -89,6 +97,16 @@ class StatementParser(QueryParser):
         if close:
             detail += f"\nDid you mean '{close[0]}'?"
         raise SyntaxIssue(head, detail)
+
+    def _variable_name(self) -> str:
+        """ksqlDB's ``variableName``: an unquoted identifier, kept as written (variables are
+        looked up case-insensitively)."""
+        curr = self._curr
+        if curr is None or not self.is_name() or curr.token_type == TokenType.IDENTIFIER \
+                or not _is_plain_identifier(curr.text):
+            self.fail("IDENTIFIER")
+        self._advance()
+        return str(curr.text)
 
     # -- CREATE ---------------------------------------------------------------------------------------
     def _properties(self) -> dict[str, Any]:
@@ -229,12 +247,12 @@ class StatementParser(QueryParser):
         token = self.token()
         if self.is_word("ALL"):
             raise unsupported(token, "SHOW ALL TOPICS")
-        if self.is_word("CONNECTORS", "SOURCE", "SINK", "CONNECTOR", "TYPES", "VARIABLES"):
+        if self.is_word("CONNECTORS", "SOURCE", "SINK", "CONNECTOR", "TYPES"):
             raise unsupported(token, f"SHOW {self._curr.text.upper()}")
         word = self._curr.text.upper() if self._curr and self._curr.token_type != TokenType.STRING else ""
         what = _SHOW_WHAT.get(word)
         if what is None or self.is_type(TokenType.IDENTIFIER):
-            self.fail("{'STREAMS', 'TABLES', 'QUERIES', 'TOPICS', 'PROPERTIES', 'FUNCTIONS'}")
+            self.fail("{'STREAMS', 'TABLES', 'QUERIES', 'TOPICS', 'PROPERTIES', 'FUNCTIONS', 'VARIABLES'}")
         self._advance()
         extended = what in _SHOW_EXTENDED and self.accept("EXTENDED")
         return sql_ast.Show(text=text, position=position, what=what, extended=extended)
@@ -251,6 +269,12 @@ class StatementParser(QueryParser):
             return sql_ast.Describe(text=text, position=position, name=None, what=what, extended=self.accept("EXTENDED"))
         name = self.name()
         return sql_ast.Describe(text=text, position=position, name=name, extended=self.accept("EXTENDED"))
+
+
+def _is_plain_identifier(text: str) -> bool:
+    """``[A-Za-z_][A-Za-z0-9_@]*`` (ksqlDB's IDENTIFIER token), without a regular expression."""
+    return bool(text) and (text[0].isascii() and (text[0].isalpha() or text[0] == "_")) and all(
+        c.isascii() and (c.isalnum() or c in "_@") for c in text)
 
 
 def _quoted(token: Any) -> str:
