@@ -26,8 +26,10 @@ def test_define_and_undefine_parse() -> None:
     define, undefine, show = parse("DEFINE myVar = 'it''s';  UNDEFINE myVar; LIST VARIABLES;")
     assert define == sql_ast.DefineVariable(text="DEFINE myVar = 'it''s';", position=define.position,
                                             name="myVar", value="it's")
-    assert isinstance(undefine, sql_ast.UndefineVariable) and undefine.name == "myVar"
-    assert isinstance(show, sql_ast.Show) and show.what is sql_ast.ShowWhat.VARIABLES
+    assert isinstance(undefine, sql_ast.UndefineVariable)
+    assert undefine.name == "myVar"
+    assert isinstance(show, sql_ast.Show)
+    assert show.what is sql_ast.ShowWhat.VARIABLES
 
 
 @pytest.mark.parametrize("text", ["DEFINE 'x' = 'y';", "DEFINE x = 5;", "DEFINE `x` = 'y';", "UNDEFINE;"])
@@ -67,7 +69,8 @@ def test_statements_without_references_still_fail_the_whole_request_first() -> N
     with pytest.raises(ParseError):
         parse_request("DEFINE a = 'b'; SELECT FORM s;")
     pending = parse_request("DEFINE a = 'b'; SELECT * FROM ${a};")
-    assert pending[0].parsed is not None and pending[1].parsed is None
+    assert pending[0].parsed is not None
+    assert pending[1].parsed is None
 
 
 def test_session_variables_are_case_insensitive_and_keep_the_first_spelling() -> None:
@@ -75,7 +78,8 @@ def test_session_variables_are_case_insensitive_and_keep_the_first_spelling() ->
     variables.define("ABC", "2")
     variables.define("b", "3")
     assert list(variables.items()) == [("Abc", "2"), ("b", "3")]
-    assert variables.undefine("aBc") and not variables.undefine("abc")
+    assert variables.undefine("aBc")
+    assert not variables.undefine("abc")
 
 
 # --- the executor ------------------------------------------------------------------------------------
