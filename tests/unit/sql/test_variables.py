@@ -14,6 +14,7 @@ from oncestream.sql.errors import KsqlError, ParseError, StatementError
 from oncestream.sql.language import sql_ast
 from oncestream.sql.language.parser import parse, parse_request
 from oncestream.sql.language.parser.variables import SessionVariables
+from oncestream.sql.server.metastore import Metastore
 from oncestream.sql.server.statements import StatementExecutor
 
 
@@ -86,7 +87,7 @@ def test_session_variables_are_case_insensitive_and_keep_the_first_spelling() ->
 
 def executor(server_properties: dict[str, Any] | None = None) -> StatementExecutor:
     # Only what running variable statements and a refused SELECT reads of the node.
-    context = SimpleNamespace(check_ready=lambda: None, runner=None,
+    context = SimpleNamespace(check_ready=lambda: None, runner=None, snapshot=Metastore,
                               settings=SimpleNamespace(properties=server_properties or {}))
     return StatementExecutor(context, None, None, None)  # type: ignore[arg-type]
 

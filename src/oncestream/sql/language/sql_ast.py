@@ -186,6 +186,7 @@ class ShowWhat(Enum):
     PROPERTIES = "PROPERTIES"
     FUNCTIONS = "FUNCTIONS"
     VARIABLES = "VARIABLES"
+    TYPES = "TYPES"
 
 
 @dataclass(frozen=True)
@@ -213,6 +214,32 @@ class Explain(Statement):
 
     query_id: str | None = None
     statement: Statement | None = None
+
+
+@dataclass(frozen=True)
+class CreateType(Statement):
+    """``CREATE TYPE [IF NOT EXISTS] name AS type``: a named type for later column lists."""
+
+    name: str
+    type: SqlType
+    if_not_exists: bool = False
+
+
+@dataclass(frozen=True)
+class DropType(Statement):
+    """``DROP TYPE [IF EXISTS] name``."""
+
+    name: str
+    if_exists: bool = False
+
+
+@dataclass(frozen=True)
+class AlterSource(Statement):
+    """``ALTER STREAM|TABLE name ADD [COLUMN] col type, ...``: value columns added at the end."""
+
+    kind: SourceKind
+    name: str
+    columns: tuple[ColumnDef, ...]
 
 
 @dataclass(frozen=True)

@@ -278,6 +278,11 @@ def current_status(statement_text: str, command_id: str, status: str, message: s
 # -- functions ------------------------------------------------------------------------------------
 
 
+def type_list(statement_text: str, types: Mapping[str, SqlType]) -> dict[str, Any]:
+    """``SHOW TYPES``: ``{"@type": "type_list", "types": {name: SchemaInfo}}``."""
+    return _entity("type_list", statement_text, {"types": {name: schema_info(ty) for name, ty in types.items()}})
+
+
 def warning(statement_text: str, message: str) -> dict[str, Any]:
     """ksqlDB's ``WarningEntity``: ``{"@type": "warning_entity", "message"}`` (UNDEFINE of an
     unknown variable)."""

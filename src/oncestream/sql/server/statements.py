@@ -61,7 +61,8 @@ class StatementExecutor:
         results: list[dict[str, Any]] = []
         for one in pending:
             try:
-                statement = one.resolve(variables if self._substitution_enabled(properties) else None)
+                custom_types = self._context.snapshot().custom_types() if one.parsed is None or one.names_types else None
+                statement = one.resolve(variables if self._substitution_enabled(properties) else None, custom_types)
                 if _is_variable_statement(statement):
                     entity = _variable_statement(statement, variables)
                 else:

@@ -3,8 +3,9 @@ handled by ``api``), producing the ``ast`` dataclasses.
 
 Statement families (see docs/sql-reference.md for the full grammar and examples):
 SELECT, CREATE [OR REPLACE] [SOURCE] STREAM|TABLE, CREATE ... AS SELECT, INSERT INTO ... SELECT,
-INSERT INTO ... VALUES, DROP, TERMINATE, SHOW|LIST, DESCRIBE, EXPLAIN, SET, UNSET, DEFINE, UNDEFINE. ksqlDB
-statements that oncestream does not implement (PRINT, connectors, types...) are
+INSERT INTO ... VALUES, DROP, TERMINATE, SHOW|LIST, DESCRIBE, EXPLAIN, SET, UNSET, DEFINE, UNDEFINE, CREATE / DROP TYPE,
+ALTER STREAM|TABLE ... ADD COLUMN. ksqlDB
+statements that oncestream does not implement (PRINT, connectors...) are
 refused with a syntax error that says so.
 """
 
@@ -27,7 +28,7 @@ _SHOW_EXTENDED = frozenset({sql_ast.ShowWhat.STREAMS, sql_ast.ShowWhat.TABLES, s
 # ksqlDB statements outside oncestream's scope: first keyword(s) -> what the error calls them.
 _UNSUPPORTED_STATEMENTS = {
     "PRINT": "PRINT", "PAUSE": "PAUSE", "RESUME": "RESUME",
-    "ASSERT": "ASSERT", "ALTER": "ALTER", "RUN": "RUN SCRIPT",
+    "ASSERT": "ASSERT", "RUN": "RUN SCRIPT",
 }
 
 
@@ -82,6 +83,8 @@ class StatementParser(QueryParser):
         if word == "UNSET":
             self._advance()
             return sql_ast.UnsetProperty(text=text, position=position, name=self.string())
+        if word == "ALTER":
+            return self._alter(text, position)
         if word == "DEFINE":
             self._advance()
             name = self._variable_name()
@@ -97,6 +100,30 @@ class StatementParser(QueryParser):
         if close:
             detail += f"\nDid you mean '{close[0]}'?"
         raise SyntaxIssue(head, detail)
+
+    def _alter(self, text: str, position: sql_ast.Position) -> sql_ast.Statement:
+        """``ALTER STREAM|TABLE name ADD [COLUMN] col type (, ADD [COLUMN] col type)*``."""
+        self.expect("ALTER")
+        if self.accept("STREAM"):
+            kind = sql_ast.SourceKind.STREAM
+        elif self.accept("TABLE"):
+            kind = sql_ast.SourceKind.TABLE
+        elif self.is_word("SYSTEM"):
+            raise unsupported(self.token(), "ALTER SYSTEM")
+        else:
+            self.fail("{'STREAM', 'TABLE', 'SYSTEM'}")
+        name = self.name()
+        columns: list[sql_ast.ColumnDef] = []
+        while True:
+            self.expect("ADD")
+            self.accept("COLUMN")
+            name_token = self.token()
+            column = self.name()
+            if any(c.name == column for c in columns):
+                self.issue(f"Duplicate column names: `{column}`", name_token, syntax=False)
+            columns.append(sql_ast.ColumnDef(column, self.sql_type()))
+            if not self.accept_type(TokenType.COMMA):
+                return sql_ast.AlterSource(text=text, position=position, kind=kind, name=name, columns=tuple(columns))
 
     def _variable_name(self) -> str:
         """ksqlDB's ``variableName``: an unquoted identifier, kept as written (variables are
@@ -164,7 +191,15 @@ class StatementParser(QueryParser):
             kind = sql_ast.SourceKind.STREAM
         elif self.accept("TABLE"):
             kind = sql_ast.SourceKind.TABLE
-        elif self.is_word("TYPE", "CONNECTOR", "SINK"):
+        elif self.accept("TYPE"):
+            if or_replace or read_only:
+                self.fail("{'STREAM', 'TABLE'}")
+            type_if_not_exists = self.accept("IF", "NOT", "EXISTS")
+            type_name = self.name()
+            self.expect("AS")
+            return sql_ast.CreateType(text=text, position=position, name=type_name, type=self.sql_type(),
+                                      if_not_exists=type_if_not_exists)
+        elif self.is_word("CONNECTOR", "SINK"):
             raise unsupported(self.token(), f"CREATE {self._curr.text.upper()}")
         else:
             self.fail("{'STREAM', 'TABLE'}")
@@ -228,7 +263,10 @@ class StatementParser(QueryParser):
             kind = sql_ast.SourceKind.STREAM
         elif self.accept("TABLE"):
             kind = sql_ast.SourceKind.TABLE
-        elif self.is_word("TYPE", "CONNECTOR"):
+        elif self.accept("TYPE"):
+            type_if_exists = self.accept("IF", "EXISTS")
+            return sql_ast.DropType(text=text, position=position, name=self.name(), if_exists=type_if_exists)
+        elif self.is_word("CONNECTOR"):
             raise unsupported(self.token(), f"DROP {self._curr.text.upper()}")
         else:
             self.fail("{'STREAM', 'TABLE'}")
@@ -247,12 +285,12 @@ class StatementParser(QueryParser):
         token = self.token()
         if self.is_word("ALL"):
             raise unsupported(token, "SHOW ALL TOPICS")
-        if self.is_word("CONNECTORS", "SOURCE", "SINK", "CONNECTOR", "TYPES"):
+        if self.is_word("CONNECTORS", "SOURCE", "SINK", "CONNECTOR"):
             raise unsupported(token, f"SHOW {self._curr.text.upper()}")
         word = self._curr.text.upper() if self._curr and self._curr.token_type != TokenType.STRING else ""
         what = _SHOW_WHAT.get(word)
         if what is None or self.is_type(TokenType.IDENTIFIER):
-            self.fail("{'STREAMS', 'TABLES', 'QUERIES', 'TOPICS', 'PROPERTIES', 'FUNCTIONS', 'VARIABLES'}")
+            self.fail("{'STREAMS', 'TABLES', 'QUERIES', 'TOPICS', 'PROPERTIES', 'FUNCTIONS', 'VARIABLES', 'TYPES'}")
         self._advance()
         extended = what in _SHOW_EXTENDED and self.accept("EXTENDED")
         return sql_ast.Show(text=text, position=position, what=what, extended=extended)
