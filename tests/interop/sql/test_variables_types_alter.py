@@ -9,29 +9,19 @@ from __future__ import annotations
 
 import uuid
 import warnings
-from collections.abc import Iterator
 
 import pytest
 
-from tests.support.brokers import ManagedBroker
-from tests.support.sql_servers import LAZY_SPARK, SqlServerProcess
+# The module-level node of test_node_info (lazy Spark, its own service id and state directory):
+# pytest makes one for this module too.
+from tests.interop.sql.test_node_info import node  # noqa: F401
+from tests.support.sql_servers import SqlServerProcess
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)  # ksql.utils imports telnetlib
     from ksql import KSQLAPI
 
 pytestmark = pytest.mark.interop
-
-
-@pytest.fixture(scope="module")
-def node(broker: ManagedBroker, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SqlServerProcess]:
-    process = SqlServerProcess(bootstrap=broker.bootstrap, service_id=f"vta_{uuid.uuid4().hex[:6]}_",
-                               state_dir=tmp_path_factory.mktemp("sql-node"), config=LAZY_SPARK)
-    process.start()
-    try:
-        yield process
-    finally:
-        process.stop()
 
 
 def columns(node: SqlServerProcess, name: str) -> list[tuple[str, str]]:
