@@ -36,6 +36,7 @@ from oncestream.sql.language.parser.api import (
            parse_request,
            split_statement_texts,
            split_statements,
+           substitute_variables,
            words_of,
 )
 from oncestream.sql.language.parser.typeparse import UnknownDataTypeError, sql_type_of, to_data_type
@@ -50,6 +51,7 @@ __all__ = [
            "split_statement_texts",
            "split_statements",
            "sql_type_of",
+           "substitute_variables",
            "to_data_type",
            "words_of",
 ]

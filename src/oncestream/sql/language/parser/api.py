@@ -196,6 +196,16 @@ def parse_request(text: str) -> list[PendingStatement]:
     return out
 
 
+def substitute_variables(statement: str, variables: Mapping[str, str]) -> str:
+    """``statement`` (one statement's text) with its ``${name}`` references replaced, without
+    parsing it (what a client does before sending, as ksqlDB's CLI does). Raises
+    ``errors.StatementError`` / ``ParseError`` as ``PendingStatement.resolve`` would."""
+    tokens = _tokenize(statement)
+    if not tokens or not references_variables(tokens, statement):
+        return statement
+    return substitute(tokens, statement, len(statement), variables)
+
+
 def parse_expression(text: str) -> exp.Expression:
     """One ksqlDB expression (e.g. a value of ``/inserts-stream`` or a test's expected tree), with
     the same normalisation as in statements. Raises ``errors.ParseError``."""
