@@ -60,6 +60,7 @@ class StatementExecutor:
         variables = SessionVariables(session_variables)
         results: list[dict[str, Any]] = []
         for one in pending:
+            statement: sql_ast.Statement | None = None
             try:
                 custom_types = self._context.snapshot().custom_types() if one.parsed is None or one.names_types else None
                 statement = one.resolve(variables if self._substitution_enabled(properties) else None, custom_types)
@@ -69,7 +70,7 @@ class StatementExecutor:
                     entity = await asyncio.to_thread(self._execute_one, statement, properties)
             except KsqlError as exc:
                 if exc.statement_text is None and isinstance(exc, StatementError | DegradedError):
-                    exc.statement_text = _text_of(one)
+                    exc.statement_text = statement.text if statement is not None else _text_of(one)
                 exc.entities = results
                 raise
             if entity is not None:
