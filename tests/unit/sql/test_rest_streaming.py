@@ -335,3 +335,26 @@ def test_client_leaving_a_fast_stream_closes_it_without_errors(protocol: str, ca
     assert len(queries) == 3
     assert all(q.closed.is_set() for q in queries)
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+
+
+@pytest.mark.parametrize("endpoint", ["/query-stream", "/query"])
+def test_query_endpoints_substitute_the_requests_session_variables(server: RunningServer, endpoint: str) -> None:
+    field = "sql" if endpoint == "/query-stream" else "ksql"
+    before = len(server.engine.queries)
+    publisher = publish_when_running(server, [[5, "e"]], before)
+    with httpx.Client(timeout=30) as c, \
+            c.stream("POST", f"{server.url}{endpoint}", json={field: "SELECT * FROM ${src} EMIT CHANGES LIMIT ${n};",
+                                                              "sessionVariables": {"SRC": "S", "n": 1}}) as r:
+        assert r.status_code == 200
+        body = r.read().decode()
+    publisher.join()
+    assert '"e"' in body
+    with httpx.Client(timeout=30) as c:
+        undefined = c.post(f"{server.url}{endpoint}", json={field: "SELECT * FROM ${src} EMIT CHANGES;"})
+        disabled = c.post(f"{server.url}{endpoint}", json={
+            field: "SELECT * FROM ${src} EMIT CHANGES;", "sessionVariables": {"src": "S"},
+            "properties" if endpoint == "/query-stream" else "streamsProperties":
+                {"ksql.variable.substitution.enable": False}})
+    assert undefined.status_code == 400
+    assert undefined.json()["message"].startswith("Illegal argument at Line: 1, Col: 15.")
+    assert disabled.status_code == 400   # sent as written: the engine does not know `${SRC}`

@@ -223,3 +223,24 @@ def test_run_script_runs_a_files_statements(server: RunningServer, tmp_path: Pat
     assert err.startswith("Cannot read missing.sql")
     code, _, err = run_shell(["-e", "RUN 'x';"], server)
     assert (code, err) == (1, "Usage: RUN SCRIPT '<file>';\n")
+
+
+def test_variables_are_the_shells_and_substituted_before_sending(server: RunningServer) -> None:
+    code, out, err = run_shell(["-e", "DEFINE src = 'S'; DEFINE other = '${src}_2'; UNDEFINE nope; SHOW VARIABLES; "
+                                      "DESCRIBE ${src}; UNDEFINE src; DESCRIBE ${src};"], server)
+    assert code == 1
+    assert "WARNING: Cannot undefine variable 'nope' which was never defined" in out
+    assert " other         | S_2\n src           | S\n" in out
+    # Sent as substituted (the server never sees ${src}); the undefined one is refused by the shell.
+    assert [e[0] for e in server.engine.executed[-1:]] == ["DESCRIBE S;"]
+    assert err.strip() == ("Illegal argument at Line: 1, Col: 10. Identifier names cannot start with '@' and may "
+                           "only contain alphanumeric values and '_'.")
+
+
+def test_variables_and_types_render_as_tables() -> None:
+    assert render_entity({"@type": "variables", "variables": [{"name": "a", "value": "1"}]}).splitlines()[::2] == \
+        [" Variable Name | Value", " a             | 1"]
+    types = render_entity({"@type": "type_list", "types": {"ADDR": {"type": "STRUCT", "fields": [
+        {"name": "N", "schema": {"type": "INTEGER"}}, {"name": "L", "schema": {"type": "ARRAY",
+                                                                                 "memberSchema": {"type": "STRING"}}}]}}})
+    assert types.splitlines()[2] == " ADDR      | STRUCT<`N` INTEGER, `L` ARRAY<STRING>>"

@@ -185,11 +185,13 @@ class ShowWhat(Enum):
     TOPICS = "TOPICS"
     PROPERTIES = "PROPERTIES"
     FUNCTIONS = "FUNCTIONS"
+    VARIABLES = "VARIABLES"
+    TYPES = "TYPES"
 
 
 @dataclass(frozen=True)
 class Show(Statement):
-    """``SHOW|LIST STREAMS|TABLES|QUERIES|TOPICS|PROPERTIES|FUNCTIONS [EXTENDED]``."""
+    """``SHOW|LIST STREAMS|TABLES|QUERIES|TOPICS|PROPERTIES|FUNCTIONS|VARIABLES [EXTENDED]``."""
 
     what: ShowWhat
     extended: bool = False
@@ -212,6 +214,47 @@ class Explain(Statement):
 
     query_id: str | None = None
     statement: Statement | None = None
+
+
+@dataclass(frozen=True)
+class CreateType(Statement):
+    """``CREATE TYPE [IF NOT EXISTS] name AS type``: a named type for later column lists."""
+
+    name: str
+    type: SqlType
+    if_not_exists: bool = False
+
+
+@dataclass(frozen=True)
+class DropType(Statement):
+    """``DROP TYPE [IF EXISTS] name``."""
+
+    name: str
+    if_exists: bool = False
+
+
+@dataclass(frozen=True)
+class AlterSource(Statement):
+    """``ALTER STREAM|TABLE name ADD [COLUMN] col type, ...``: value columns added at the end."""
+
+    kind: SourceKind
+    name: str
+    columns: tuple[ColumnDef, ...]
+
+
+@dataclass(frozen=True)
+class DefineVariable(Statement):
+    """``DEFINE name = 'value'``: a session variable, referenced as ``${name}`` by later statements."""
+
+    name: str
+    value: str
+
+
+@dataclass(frozen=True)
+class UndefineVariable(Statement):
+    """``UNDEFINE name``."""
+
+    name: str
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,6 @@
 """The rules of the statements that change the catalog (CREATE, CREATE ... AS SELECT, INSERT INTO,
-DROP, TERMINATE), checked as ksqlDB checks them: ``StatementPlanner(catalog).plan(stmt, topics,
+DROP, TERMINATE, CREATE / DROP TYPE, ALTER ... ADD COLUMN), checked
+as ksqlDB checks them: ``StatementPlanner(catalog).plan(stmt, topics,
 plan)`` says what a statement does (the source it creates, the query it starts, the topic it needs)
 or raises ``StatementError`` with ksqlDB's message.
 
@@ -12,7 +13,7 @@ same plan when the command comes back from the command topic.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from sqlglot import exp
@@ -41,6 +42,10 @@ class CatalogView(Protocol):
     def writers_of(self, name: str) -> list[str]: ...
 
     def referenced_by(self, name: str) -> list[str]: ...
+
+    def custom_type(self, name: str) -> SqlType | None: ...
+
+    def created_as_select(self, name: str) -> bool: ...
 
 
 def _prop(props: Mapping[str, Any], name: str) -> Any:
@@ -239,7 +244,49 @@ class StatementPlanner:
             if stmt.query_id is not None and self._catalog.query(stmt.query_id) is None:
                 raise StatementError(f"Unknown queryId: {stmt.query_id}")
             return StatementPlan(stmt, {})
+        if isinstance(stmt, sql_ast.CreateType):
+            return self._plan_create_type(stmt)
+        if isinstance(stmt, sql_ast.DropType):
+            if not stmt.if_exists and self._catalog.custom_type(stmt.name) is None:
+                raise StatementError(f"Type {stmt.name} does not exist.")
+            return StatementPlan(stmt, {})
+        if isinstance(stmt, sql_ast.AlterSource):
+            return self._plan_alter(stmt)
         raise StatementError(f"Unsupported statement: {type(stmt).__name__}")
+
+    def _plan_create_type(self, stmt: sql_ast.CreateType) -> StatementPlan:
+        """ksqlDB's RegisterTypeFactory and DdlCommandExec.executeRegisterType."""
+        existing = self._catalog.custom_type(stmt.name)
+        if existing is None:
+            return StatementPlan(stmt, {})
+        if not stmt.if_not_exists:
+            raise StatementError(f"Cannot register custom type '{stmt.name}' since it is already registered with type: "
+                                 f"{existing.ksql_name}")
+        return StatementPlan(stmt, {}, noop_message=f"{stmt.name} is already registered with type {existing.ksql_name}")
+
+    def _plan_alter(self, stmt: sql_ast.AlterSource) -> StatementPlan:
+        """ksqlDB's AlterSourceFactory and DdlCommandExec.executeAlterSource: value columns added
+        at the end of a stream or table that no query created; ``source`` is the altered one."""
+        kind = stmt.kind.value
+        existing = self._sources.get(stmt.name)
+        if existing is not None and existing.read_only:
+            raise StatementError(f"Cannot alter {kind.lower()} '{stmt.name}': ALTER operations are not supported on "
+                                 f"source {kind.lower()}s.")
+        if existing is None:
+            raise StatementError(f"Source {stmt.name} does not exist.")
+        if existing.kind is not stmt.kind:
+            raise StatementError(f"Incompatible data source type is {existing.kind.value}, but statement was ALTER {kind}")
+        if existing.created_by is not None or self._catalog.created_as_select(stmt.name):
+            raise StatementError("ALTER command is not supported for CREATE ... AS statements.")
+        names = {c.name for c in existing.columns}
+        added: list[Column] = []
+        for cd in stmt.columns:
+            if cd.name in names:
+                raise StatementError(f"Cannot add column `{cd.name}` to schema. A column with the same name already exists.")
+            names.add(cd.name)
+            added.append(Column(cd.name, cd.type, Namespace.VALUE))
+        altered = replace(existing, columns=existing.columns + tuple(added))
+        return StatementPlan(stmt, {}, source=altered)
 
     def _existing_conflict(self, kind: SourceKind, name: str, or_replace: bool, if_not_exists: bool) -> SourceInfo | None:
         existing = self._sources.get(name)

@@ -5,7 +5,9 @@ Key: ksqlDB's command id (``CommandId.toString()``), ``<type>/<entity>/<action>`
 - ``stream/`NAME`/create`` for CREATE STREAM, CREATE STREAM AS SELECT and INSERT INTO (the target);
 - ``table/`NAME`/create`` for CREATE TABLE and CREATE TABLE AS SELECT;
 - ``stream/NAME/drop``, ``table/NAME/drop`` (ksqlDB uses the bare name here);
-- ``terminate/CSAS_X_3/execute``, ``terminate/ALL/execute``.
+- ``terminate/CSAS_X_3/execute``, ``terminate/ALL/execute``;
+- ``type/NAME/create``, ``type/NAME/drop`` (CREATE / DROP TYPE), ``stream/NAME/alter``,
+  ``table/NAME/alter`` (ALTER STREAM|TABLE ... ADD COLUMN).
 
 Value: UTF-8 JSON ``{"statement": text, "streamsProperties": {...}, "originalProperties": {...},
 "plan": {...}, "version": 1}``. ``plan`` holds what validation resolved against the outside world
@@ -66,14 +68,22 @@ def command_id(stmt: sql_ast.Statement) -> str:
         return f"{kind}/{stmt.name}/drop"
     if isinstance(stmt, sql_ast.Terminate):
         return f"terminate/{stmt.query_id or 'ALL'}/execute"
+    if isinstance(stmt, sql_ast.CreateType):
+        return f"type/{stmt.name}/create"
+    if isinstance(stmt, sql_ast.DropType):
+        return f"type/{stmt.name}/drop"
+    if isinstance(stmt, sql_ast.AlterSource):
+        kind = "stream" if stmt.kind is sql_ast.SourceKind.STREAM else "table"
+        return f"{kind}/{stmt.name}/alter"
     raise ValueError(f"{type(stmt).__name__} does not go to the command topic")
 
 
 def goes_to_command_topic(stmt: sql_ast.Statement) -> bool:
     """True for statements that change the shared metastore (CREATE, DROP, INSERT INTO ... SELECT,
-    TERMINATE); SET/UNSET/SHOW/DESCRIBE/EXPLAIN, SELECT and INSERT ... VALUES are answered locally."""
+    TERMINATE, CREATE / DROP TYPE, ALTER); SET/UNSET/SHOW/DESCRIBE/EXPLAIN, SELECT and INSERT ...
+    VALUES are answered locally."""
     return isinstance(stmt, (sql_ast.CreateSource, sql_ast.CreateAsSelect, sql_ast.InsertInto, sql_ast.DropSource,
-                             sql_ast.Terminate))
+                             sql_ast.Terminate, sql_ast.CreateType, sql_ast.DropType, sql_ast.AlterSource))
 
 
 def encode(cmd: Command) -> tuple[bytes, bytes]:
@@ -109,7 +119,8 @@ def decode(key: bytes | None, value: bytes | None) -> Command:
     if not isinstance(statement, str):
         raise IncompatibleCommandError("command-topic record has no statement")
     parts = command_id_text.split("/")
-    if len(parts) != 3 or parts[0] not in ("stream", "table", "terminate") or parts[2] not in ("create", "drop", "execute"):
+    if len(parts) != 3 or parts[0] not in ("stream", "table", "terminate", "type") \
+            or parts[2] not in ("create", "drop", "execute", "alter"):
         raise IncompatibleCommandError(f"unknown command id: {command_id_text!r}")
     props, original, plan = (body.get(k) or {} for k in ("streamsProperties", "originalProperties", "plan"))
     if not all(isinstance(x, dict) for x in (props, original, plan)):

@@ -278,6 +278,22 @@ def current_status(statement_text: str, command_id: str, status: str, message: s
 # -- functions ------------------------------------------------------------------------------------
 
 
+def type_list(statement_text: str, types: Mapping[str, SqlType]) -> dict[str, Any]:
+    """``SHOW TYPES``: ``{"@type": "type_list", "types": {name: SchemaInfo}}``."""
+    return _entity("type_list", statement_text, {"types": {name: schema_info(ty) for name, ty in types.items()}})
+
+
+def warning(statement_text: str, message: str) -> dict[str, Any]:
+    """ksqlDB's ``WarningEntity``: ``{"@type": "warning_entity", "message"}`` (UNDEFINE of an
+    unknown variable)."""
+    return _entity("warning_entity", statement_text, {"message": message})
+
+
+def variables(statement_text: str, values: Mapping[str, str]) -> dict[str, Any]:
+    """``SHOW VARIABLES``: ``{"@type": "variables", "variables": [{"name", "value"}]}``."""
+    return _entity("variables", statement_text, {"variables": [{"name": k, "value": v} for k, v in values.items()]})
+
+
 def function_names(statement_text: str) -> dict[str, Any]:
     """``SHOW FUNCTIONS``: ``{"@type": "function_names", "functions": [{"name", "type", "category"}]}``."""
     items = [{"name": name, "type": "AGGREGATE" if fd.aggregate else "SCALAR", "category": fd.category}

@@ -1,4 +1,5 @@
-"""The statements a node answers from its own metastore, without the command topic: SHOW / LIST,
+"""The statements a node answers from its own metastore, without the command topic: SHOW / LIST
+(SHOW TYPES too),
 DESCRIBE, EXPLAIN (ksqlDB's JSON entities come from ``entities``)."""
 
 from __future__ import annotations
@@ -106,6 +107,8 @@ class LocalStatements:
             return entities.properties(server, properties, text)
         if what is sql_ast.ShowWhat.FUNCTIONS:
             return entities.function_names(text)
+        if what is sql_ast.ShowWhat.TYPES:
+            return entities.type_list(text, snapshot.custom_types())
         raise StatementError(f"Unsupported statement: SHOW {what}", statement_text=text)
 
     def _query_states(self, snapshot: Metastore) -> dict[str, str]:

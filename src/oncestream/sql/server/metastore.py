@@ -1,4 +1,5 @@
-"""The sans-io metastore: streams, tables and persistent queries, built by applying command-topic
+"""The sans-io metastore: streams, tables, persistent queries and the types of CREATE TYPE, built by
+applying command-topic
 records in order. It holds the state; the rules of each statement are
 ``oncestream.sql.language.statement_plan``'s, which both ``validate`` and ``apply`` use.
 
@@ -28,6 +29,7 @@ from oncestream.sql.language.catalog import QueryInfo, SourceInfo
 from oncestream.sql.language.parser import parse
 from oncestream.sql.language.sql_ast import SourceKind
 from oncestream.sql.language.statement_plan import StatementPlan, StatementPlanner
+from oncestream.sql.language.types import SqlType
 from oncestream.sql.server.commands import Command, command_id, goes_to_command_topic
 
 # ---------------------------------------------------------------------------------------------
@@ -88,6 +90,8 @@ class Metastore:
         self._references: dict[str, tuple[str, ...]] = {}
         # query id -> the streamsProperties of the command that started it (auto.offset.reset...)
         self._query_properties: dict[str, dict[str, Any]] = {}
+        # CREATE TYPE: upper-cased name -> type, in registration order
+        self._types: dict[str, SqlType] = {}
         self._last_offset: int = -1
 
     # -- lookups -------------------------------------------------------------------------------
@@ -128,6 +132,18 @@ class Metastore:
     def writers_of(self, name: str) -> list[str]:
         return sorted(q.query_id for q in self._queries.values() if q.sink == name)
 
+    def custom_type(self, name: str) -> SqlType | None:
+        """The type CREATE TYPE registered as ``name``."""
+        return self._types.get(name)
+
+    def custom_types(self) -> dict[str, SqlType]:
+        """Every registered type, by name (what the parser resolves type names with)."""
+        return dict(self._types)
+
+    def created_as_select(self, name: str) -> bool:
+        """Whether ``name`` was created by CREATE ... AS SELECT (ksqlDB's ``isCasTarget``)."""
+        return name in self._references
+
     def referenced_by(self, name: str) -> list[str]:
         """The sources created (CREATE ... AS SELECT) from ``name``: they block its DROP."""
         return sorted(n for n, refs in self._references.items() if name in refs)
@@ -143,6 +159,7 @@ class Metastore:
         other._analyzed = dict(self._analyzed)
         other._references = dict(self._references)
         other._query_properties = dict(self._query_properties)
+        other._types = dict(self._types)
         other._last_offset = self._last_offset
         return other
 
@@ -170,6 +187,7 @@ class Metastore:
                  "columns": [[c.name, c.type.ksql_name, c.namespace.value] for c in q.output_columns],
                  "offset": q.command_offset, "properties": self._query_properties.get(q.query_id, {})}
                 for q in self.queries()],
+            "types": {name: ty.ksql_name for name, ty in self._types.items()},
         }
 
     # -- validate ------------------------------------------------------------------------------
@@ -201,7 +219,7 @@ class Metastore:
         stmt = command.statement_ast
         if stmt is None:
             try:
-                stmt = _parse_one(command.statement)
+                stmt = _parse_one(command.statement, self._types)
             except StatementError as e:
                 return [CommandResult("ERROR", e.message)]
         try:
@@ -264,6 +282,19 @@ class Metastore:
                 effects.append(DeleteTopic(p.source.topic))
             effects.append(CommandResult("SUCCESS", f"Source `{stmt.name}` (topic: {p.source.topic}) was dropped."))
             return effects
+        if isinstance(stmt, sql_ast.CreateType):
+            self._types[stmt.name] = stmt.type
+            return [CommandResult("SUCCESS", f"Registered custom type with name '{stmt.name}' and SQL type "
+                                             f"{stmt.type.ksql_name}")]
+        if isinstance(stmt, sql_ast.DropType):
+            if self._types.pop(stmt.name, None) is None:
+                return [CommandResult("SUCCESS", f"Type '{stmt.name}' does not exist")]
+            return [CommandResult("SUCCESS", f"Dropped type '{stmt.name}'")]
+        if isinstance(stmt, sql_ast.AlterSource):
+            assert p.source is not None
+            self._sources[stmt.name] = p.source
+            kind = "Stream" if stmt.kind is SourceKind.STREAM else "Table"
+            return [CommandResult("SUCCESS", f"{kind} {stmt.name} altered.")]
         if isinstance(stmt, sql_ast.Terminate):
             ids = [stmt.query_id] if stmt.query_id is not None else [q.query_id for q in self.queries()]
             for qid in ids:
@@ -295,9 +326,10 @@ class Metastore:
             self._sources[info.sink] = replace(sink, created_by=None)
 
 
-def _parse_one(text: str) -> sql_ast.Statement:
-    """Parse a command's statement text (a decoded command has no AST)."""
-    stmts = parse(text)
+def _parse_one(text: str, custom_types: Mapping[str, SqlType]) -> sql_ast.Statement:
+    """Parse a command's statement text (a decoded command has no AST), its type names resolved
+    with the types registered by the commands before it."""
+    stmts = parse(text, custom_types)
     if len(stmts) != 1:
         raise StatementError(f"expected one statement in a command, got {len(stmts)}")
     return stmts[0]

@@ -185,7 +185,7 @@ class Node:
     async def execute(self, ksql: str, streams_properties: Mapping[str, Any],
                       session_variables: Mapping[str, Any] | None = None,
                       command_sequence_number: int | None = None) -> list[dict[str, Any]]:
-        return await self._statements.execute(ksql, streams_properties, command_sequence_number)
+        return await self._statements.execute(ksql, streams_properties, command_sequence_number, session_variables)
 
     async def start_query(self, sql: str, properties: Mapping[str, Any]) -> QueryStream:
         return await self._queries.start_query(sql, properties)

@@ -38,7 +38,7 @@ class QueryService:
     async def start_query(self, sql: str, properties: Mapping[str, Any]) -> QueryStream:
         """Run a pull query or start a push query (``SqlEngine.start_query``)."""
         self._context.check_ready()
-        statements = parse(sql)
+        statements = parse(sql, self._context.snapshot().custom_types())   # CAST(x AS <CREATE TYPE name>)
         if len(statements) != 1 or not isinstance(statements[0], sql_ast.QueryStatement):
             raise StatementError("The /query endpoint only runs a single SELECT statement",
                                  statement_text=statements[0].text if statements else sql)

@@ -12,10 +12,13 @@
   and sent with every later request (``streamsProperties`` on /ksql, ``properties`` on
   /query-stream); ``RUN SCRIPT 'file.sql';`` runs a file's statements; ``exit``/``quit`` (or
   Ctrl-D) leave.
+- ``DEFINE name = 'value';`` / ``UNDEFINE name;`` / ``SHOW VARIABLES;`` are the shell's, as in
+  ksqlDB's CLI: it keeps the session's variables and substitutes ``${name}`` in each statement
+  before sending it (queries too), with the server's rules and errors.
 
 Statements are cut with the parser's tokenizer (``split_statement_texts``), never parsed: the
-server parses them. Only the first word matters to the shell (SELECT/PRINT stream; the rest go to
-/ksql).
+server parses them (``${name}`` is replaced on the tokens). Only the first word matters to the
+shell (SELECT/PRINT stream; DEFINE/UNDEFINE/SHOW VARIABLES are the shell's; the rest go to /ksql).
 """
 
 from __future__ import annotations
@@ -141,10 +144,34 @@ def render_entity(entity: dict[str, Any]) -> str:
                             [[f.get("name"), f.get("category")] for f in entity.get("functions") or []])
     elif kind == "queryDescription":
         text = _render_query(entity.get("queryDescription") or {})
+    elif kind == "variables":
+        text = render_table(["Variable Name", "Value"],
+                            [[v.get("name"), v.get("value")] for v in entity.get("variables") or []])
+    elif kind == "type_list":
+        text = render_table(["Type Name", "Schema"],
+                            [[name, _schema_text(schema)] for name, schema in (entity.get("types") or {}).items()])
+    elif kind == "warning_entity":
+        text = f"WARNING: {entity.get('message', '')}"
     else:
         text = json.dumps(entity, indent=2)
     warnings = [w.get("message", str(w)) if isinstance(w, dict) else str(w) for w in entity.get("warnings") or []]
     return "\n".join([text, *(f"WARNING: {w}" for w in warnings)])
+
+
+def _schema_text(schema: dict[str, Any]) -> str:
+    """A SchemaInfo as ksqlDB writes the type (``STRUCT<`A` INTEGER>``)."""
+    kind = str(schema.get("type", ""))
+    if kind == "ARRAY":
+        return f"ARRAY<{_schema_text(schema.get('memberSchema') or {})}>"
+    if kind == "MAP":
+        return f"MAP<STRING, {_schema_text(schema.get('memberSchema') or {})}>"
+    if kind == "STRUCT":
+        inner = ", ".join(f"`{f.get('name')}` {_schema_text(f.get('schema') or {})}" for f in schema.get("fields") or [])
+        return f"STRUCT<{inner}>"
+    if kind == "DECIMAL":
+        params = schema.get("parameters") or {}
+        return f"DECIMAL({params.get('precision')}, {params.get('scale')})"
+    return kind
 
 
 def _status_count(query: dict[str, Any]) -> str:
@@ -197,7 +224,10 @@ class Shell:
         self.client = client
         self.out = out
         self.err = err
+        from oncestream.sql.language.parser.variables import SessionVariables  # sqlglot: not for `--help`
+
         self.properties: dict[str, str] = {}
+        self.variables = SessionVariables()
 
     def print(self, text: str = "") -> None:
         self.out.write(text + "\n")
@@ -217,10 +247,16 @@ class Shell:
         """Run one statement; print its results or its error. False on error."""
         import httpx
 
+        from oncestream.sql.errors import KsqlError
+        from oncestream.sql.language.parser import substitute_variables
         from oncestream.sql.server.rest.client import ServerError
 
         verb = first_word(statement)
         try:
+            if verb in ("DEFINE", "UNDEFINE") or (verb in ("SHOW", "LIST") and self._second_word(statement) == "VARIABLES"):
+                return self._variable(statement, verb)
+            statement = substitute_variables(statement, self.variables)
+            verb = first_word(statement)
             if verb == "SET":
                 return self._set(statement)
             if verb == "UNSET":
@@ -233,7 +269,7 @@ class Shell:
                 for entity in self.client.ksql(statement, self.properties):
                     self.print(render_entity(entity))
             return True
-        except ServerError as exc:
+        except (ServerError, KsqlError) as exc:
             self.err.write(exc.message + "\n")
             self.err.flush()
             return False
@@ -241,6 +277,27 @@ class Shell:
             self.err.write(f"Error talking to {self.client.url}: {exc}\n")
             self.err.flush()
             return False
+
+    @staticmethod
+    def _second_word(statement: str) -> str:
+        words = _words(statement)
+        return words[1].text.upper() if len(words) > 1 and not words[1].is_string else ""
+
+    def _variable(self, statement: str, verb: str) -> bool:
+        """DEFINE / UNDEFINE / SHOW VARIABLES, answered by the shell (ksqlDB's CLI keeps the
+        variables of its session); the value of a DEFINE is substituted first."""
+        from oncestream.sql.language import sql_ast
+        from oncestream.sql.language.parser import parse, substitute_variables
+
+        (parsed,) = parse(substitute_variables(statement, self.variables) if verb == "DEFINE" else statement)
+        if isinstance(parsed, sql_ast.DefineVariable):
+            self.variables.define(parsed.name, parsed.value)
+        elif isinstance(parsed, sql_ast.UndefineVariable):
+            if not self.variables.undefine(parsed.name):
+                self.print(f"WARNING: Cannot undefine variable '{parsed.name}' which was never defined")
+        else:
+            self.print(render_table(["Variable Name", "Value"], [[k, v] for k, v in self.variables.items()]))
+        return True
 
     def _set(self, statement: str) -> bool:
         words = _quoted_words(statement)
@@ -338,7 +395,8 @@ class Shell:
 HELP = """\
 Statements end with ';' and may span lines. Queries (SELECT ... EMIT CHANGES) stream until their
 LIMIT or Ctrl-C. SET 'property'='value'; and UNSET 'property'; change the properties sent with
-every request. RUN SCRIPT 'file.sql'; runs the statements of a file. exit or quit (or Ctrl-D)
+every request. DEFINE name = 'value'; defines a variable, used as ${name} in later statements
+(UNDEFINE name;, SHOW VARIABLES;). RUN SCRIPT 'file.sql'; runs the statements of a file. exit or quit (or Ctrl-D)
 leaves the shell."""
 
 

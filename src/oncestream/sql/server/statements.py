@@ -1,8 +1,11 @@
 """The statements of a ``/ksql`` request, run in order on one node: those that change the
 metastore (CREATE, DROP, INSERT INTO ... SELECT, TERMINATE) go through the command topic and are
 answered once this node's runner applied them, with their real status and
-``commandSequenceNumber``; SET / UNSET change the request's properties; INSERT ... VALUES writes
-the row directly; SHOW / DESCRIBE / EXPLAIN are answered locally (``local_statements``)."""
+``commandSequenceNumber``; SET / UNSET change the request's properties; DEFINE / UNDEFINE its
+variables (ksqlDB's ``sessionVariables``: the request brings the session's, a DEFINE counts for
+the later statements of the same request, and ``${name}`` is substituted before a statement is
+parsed); INSERT ... VALUES writes the row directly; SHOW / DESCRIBE / EXPLAIN are answered locally
+(``local_statements``)."""
 
 from __future__ import annotations
 
@@ -16,8 +19,9 @@ from kio.schema.errors import ErrorCode
 from oncestream.client import Admin, KafkaException, NewTopic
 from oncestream.sql.errors import COMMAND_QUEUE_CATCHUP_TIMEOUT, QUERY_ENDPOINT, DegradedError, KsqlError, StatementError
 from oncestream.sql.language import sql_ast
-from oncestream.sql.language.parser import parse
-from oncestream.sql.server import commands
+from oncestream.sql.language.parser import PendingStatement, parse_request
+from oncestream.sql.language.parser.variables import VARIABLE_SUBSTITUTION_ENABLE, SessionVariables
+from oncestream.sql.server import commands, entities
 from oncestream.sql.server.command_topic import CommandWriter, PreparedCommand
 from oncestream.sql.server.local_statements import LocalStatements
 from oncestream.sql.server.metastore import Metastore
@@ -38,8 +42,10 @@ class StatementExecutor:
         self._queries = queries
 
     async def execute(self, ksql: str, streams_properties: Mapping[str, Any],
-                      command_sequence_number: int | None = None) -> list[dict[str, Any]]:
-        """The entities of the request's statements (``SqlEngine.execute``)."""
+                      command_sequence_number: int | None = None,
+                      session_variables: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+        """The entities of the request's statements (``SqlEngine.execute``); ``session_variables``
+        the request's ``sessionVariables`` (the variables DEFINE'd earlier in the session)."""
         self._context.check_ready()
         runner = self._context.runner
         if command_sequence_number is not None and command_sequence_number >= 0:
@@ -49,20 +55,38 @@ class StatementExecutor:
                 raise KsqlError("Timed out while waiting for a previous command to execute. "
                                 f"command sequence number: {command_sequence_number}",
                                 error_code=COMMAND_QUEUE_CATCHUP_TIMEOUT)
-        statements = parse(ksql)
+        pending = parse_request(ksql)
         properties = dict(streams_properties)
+        variables = SessionVariables(session_variables)
         results: list[dict[str, Any]] = []
-        for statement in statements:
+        for one in pending:
+            statement: sql_ast.Statement | None = None
             try:
-                entity = await asyncio.to_thread(self._execute_one, statement, properties)
+                custom_types = self._context.snapshot().custom_types() if one.parsed is None or one.names_types else None
+                statement = one.resolve(variables if self._substitution_enabled(properties) else None, custom_types)
+                if _is_variable_statement(statement):
+                    entity = _variable_statement(statement, variables)
+                else:
+                    entity = await asyncio.to_thread(self._execute_one, statement, properties)
             except KsqlError as exc:
                 if exc.statement_text is None and isinstance(exc, StatementError | DegradedError):
-                    exc.statement_text = statement.text
+                    exc.statement_text = statement.text if statement is not None else _text_of(one)
                 exc.entities = results
                 raise
             if entity is not None:
                 results.append(entity)
         return results
+
+    def _substitution_enabled(self, properties: Mapping[str, Any]) -> bool:
+        """``ksql.variable.substitution.enable``: the request's value if it set one, else the
+        server's (default true), as ksqlDB's RequestHandler decides."""
+        for value in (properties.get(VARIABLE_SUBSTITUTION_ENABLE),
+                      self._context.settings.properties.get(VARIABLE_SUBSTITUTION_ENABLE)):
+            if isinstance(value, bool):
+                return value
+            if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+                return value.strip().lower() == "true"
+        return True
 
     def _execute_one(self, statement: sql_ast.Statement, properties: dict[str, Any]) -> dict[str, Any] | None:
         if isinstance(statement, sql_ast.SetProperty):
@@ -129,6 +153,31 @@ class StatementExecutor:
             self._context.admin.delete_topics([topic], timeout=30)
         except (KafkaException, TimeoutError) as exc:
             log.warning("oncestream sql: DELETE TOPIC %s failed: %s", topic, exc)
+
+
+def _is_variable_statement(statement: sql_ast.Statement) -> bool:
+    return isinstance(statement, sql_ast.DefineVariable | sql_ast.UndefineVariable) or (
+        isinstance(statement, sql_ast.Show) and statement.what is sql_ast.ShowWhat.VARIABLES)
+
+
+def _variable_statement(statement: sql_ast.Statement, variables: SessionVariables) -> dict[str, Any] | None:
+    """DEFINE / UNDEFINE / SHOW VARIABLES (ksqlDB's VariableExecutor, ListVariablesExecutor)."""
+    if isinstance(statement, sql_ast.DefineVariable):
+        variables.define(statement.name, statement.value)
+        return None
+    if isinstance(statement, sql_ast.UndefineVariable):
+        if not variables.undefine(statement.name):
+            return entities.warning(statement.text,
+                                    f"Cannot undefine variable '{statement.name}' which was never defined")
+        return None
+    return entities.variables(statement.text, variables)
+
+
+def _text_of(pending: PendingStatement) -> str:
+    if pending.parsed is not None:
+        return pending.parsed.text
+    start = pending.tokens[0].start
+    return pending.text[start:pending.end] + ("" if pending.semicolon is not None else ";")
 
 
 class _TopicLookup(Mapping[str, int]):

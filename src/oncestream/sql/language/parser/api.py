@@ -9,6 +9,7 @@ is part of that token, never a separator), and each statement is parsed on its o
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from sqlglot import exp
@@ -21,14 +22,19 @@ from oncestream.sql.language.parser.base import KsqlTokenizer, position_of
 from oncestream.sql.language.parser.dialect import Ksql
 from oncestream.sql.language.parser.statements import StatementParser
 from oncestream.sql.language.parser.syntax import SyntaxIssue
+from oncestream.sql.language.parser.variables import references_variables, substitute
+from oncestream.sql.language.types import SqlType
 
 # The longest request text parsed (ksqlDB's REST layer bounds the body; this bounds the parser's
 # work whatever the caller does).
 MAX_TEXT_CHARS = 1_000_000
 
 
-def _new_parser() -> StatementParser:
-    return StatementParser(dialect=Ksql)
+def _new_parser(custom_types: Mapping[str, SqlType] | None) -> StatementParser:
+    """A parser resolving type names with ``custom_types`` (None: deferred, see ``TypeParser``)."""
+    parser = StatementParser(dialect=Ksql)
+    parser.custom_types = custom_types
+    return parser
 
 
 def _unterminated_at(text: str) -> tuple[int, str]:
@@ -105,35 +111,106 @@ def split_statements(tokens: list[Token]) -> list[tuple[list[Token], Token | Non
     return out
 
 
-def parse(text: str) -> list[sql_ast.Statement]:
-    """Every statement of a request, in order.
+def _parse_one(parser: StatementParser, tokens: list[Token], text: str, semicolon: Token | None,
+               end: int) -> sql_ast.Statement:
+    start = tokens[0].start
+    statement_text = text[start:end] if semicolon is not None else text[start:end] + ";"
+    parser.start(tokens, text, semicolon, end)
+    parser.deferred_types = False
+    try:
+        return parser.parse_statement(statement_text, position_of(text, start))
+    except SyntaxIssue as issue:
+        raise _error(issue, text, statement_text, end) from None
+    except RecursionError:
+        raise _too_deep(text, statement_text, start) from None
+
+
+def _statement_end(tokens: list[Token], semicolon: Token | None) -> int:
+    return semicolon.end + 1 if semicolon is not None else tokens[-1].end + 1
+
+
+def parse(text: str, custom_types: Mapping[str, SqlType] | None = None) -> list[sql_ast.Statement]:
+    """Every statement of a request, in order; ``custom_types`` the types CREATE TYPE registered
+    (upper-cased name -> type; a column of another type name is a syntax error).
 
     ``Statement.text`` is the statement's own text as written, from its first token to its ``;``
     (a last statement written without ``;`` gets one appended, as ksqlDB's clients do);
     ``Statement.position`` is where its first token is in ``text``. Raises ``errors.ParseError``
     (line/column of the offending token in ``text``, 1-based) on the first syntax error."""
     tokens = _tokenize(text)
-    parser = _new_parser()
-    statements: list[sql_ast.Statement] = []
+    parser = _new_parser(custom_types or {})
+    return [_parse_one(parser, statement_tokens, text, semicolon, _statement_end(statement_tokens, semicolon))
+            for statement_tokens, semicolon in split_statements(tokens)]
+
+
+@dataclass(frozen=True)
+class PendingStatement:
+    """One statement of a request as ``parse_request`` leaves it: parsed (``parsed``), or, when it
+    references variables (``${name}``), kept as tokens until ``resolve`` knows their values (a
+    ``DEFINE`` earlier in the same request may define them, as in ksqlDB), or names a type that
+    is not built in (a ``CREATE TYPE`` earlier in the request may register it)."""
+
+    parsed: sql_ast.Statement | None
+    tokens: list[Token]
+    text: str            # the whole request
+    semicolon: Token | None
+    end: int
+    names_types: bool = False
+
+    def resolve(self, variables: Mapping[str, str] | None,
+                custom_types: Mapping[str, SqlType] | None = None) -> sql_ast.Statement:
+        """The statement, with ``variables`` substituted (None: substitution is disabled, the text
+        is parsed as written) and type names resolved with ``custom_types``. Raises
+        ``errors.StatementError`` / ``ParseError``."""
+        if self.parsed is not None and not self.names_types:
+            return self.parsed
+        if variables is None or self.parsed is not None:
+            return _parse_one(_new_parser(custom_types or {}), self.tokens, self.text, self.semicolon, self.end)
+        statement_text = substitute(self.tokens, self.text, self.end, variables)
+        if self.semicolon is None:
+            statement_text += ";"
+        tokens = _tokenize(statement_text)
+        split = split_statements(tokens)
+        if len(split) != 1:
+            raise ParseError("Syntax Error\na variable's value ends the statement", line=1, column=1,
+                             statement_text=statement_text)
+        only, semicolon = split[0]
+        return _parse_one(_new_parser(custom_types or {}), only, statement_text, semicolon,
+                          _statement_end(only, semicolon))
+
+
+def parse_request(text: str) -> list[PendingStatement]:
+    """The statements of a request, each parsed unless it references variables (those are parsed
+    by ``PendingStatement.resolve`` once the variables are known; so are those naming types that
+    are not built in, once the metastore's types are known). A syntax error in a statement
+    without variables fails the whole request before anything runs, as ``parse`` does."""
+    tokens = _tokenize(text)
+    parser = _new_parser(None)
+    out: list[PendingStatement] = []
     for statement_tokens, semicolon in split_statements(tokens):
-        start = statement_tokens[0].start
-        end = semicolon.end + 1 if semicolon is not None else statement_tokens[-1].end + 1
-        statement_text = text[start:end] if semicolon is not None else text[start:end] + ";"
-        parser.start(statement_tokens, text, semicolon, end)
-        try:
-            statements.append(parser.parse_statement(statement_text, position_of(text, start)))
-        except SyntaxIssue as issue:
-            raise _error(issue, text, statement_text, end) from None
-        except RecursionError:
-            raise _too_deep(text, statement_text, start) from None
-    return statements
+        end = _statement_end(statement_tokens, semicolon)
+        parsed = None if references_variables(statement_tokens, text) else \
+            _parse_one(parser, statement_tokens, text, semicolon, end)
+        out.append(PendingStatement(parsed, statement_tokens, text, semicolon, end,
+                                    names_types=parsed is not None and parser.deferred_types))
+    return out
+
+
+def substitute_variables(statement: str, variables: Mapping[str, str]) -> str:
+    """``statement`` (one statement's text) with its ``${name}`` references replaced, without
+    parsing it (what a client does before sending, as ksqlDB's CLI does). Raises
+    ``errors.StatementError`` / ``ParseError`` as ``PendingStatement.resolve`` would."""
+    tokens = _tokenize(statement)
+    if not tokens or not references_variables(tokens, statement):
+        return statement
+    return substitute(tokens, statement, len(statement), variables)
 
 
 def parse_expression(text: str) -> exp.Expression:
     """One ksqlDB expression (e.g. a value of ``/inserts-stream`` or a test's expected tree), with
     the same normalisation as in statements. Raises ``errors.ParseError``."""
     tokens = _tokenize(text)
-    parser = _new_parser()
+    parser = _new_parser({})
     parser.start(tokens, text, None, len(text))
     try:
         tree = parser.parse_value_expression()

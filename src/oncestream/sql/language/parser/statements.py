@@ -3,8 +3,9 @@ handled by ``api``), producing the ``ast`` dataclasses.
 
 Statement families (see docs/sql-reference.md for the full grammar and examples):
 SELECT, CREATE [OR REPLACE] [SOURCE] STREAM|TABLE, CREATE ... AS SELECT, INSERT INTO ... SELECT,
-INSERT INTO ... VALUES, DROP, TERMINATE, SHOW|LIST, DESCRIBE, EXPLAIN, SET, UNSET. ksqlDB
-statements that oncestream does not implement (PRINT, connectors, types, variables...) are
+INSERT INTO ... VALUES, DROP, TERMINATE, SHOW|LIST, DESCRIBE, EXPLAIN, SET, UNSET, DEFINE, UNDEFINE, CREATE / DROP TYPE,
+ALTER STREAM|TABLE ... ADD COLUMN. ksqlDB
+statements that oncestream does not implement (PRINT, connectors...) are
 refused with a syntax error that says so.
 """
 
@@ -26,8 +27,8 @@ _SHOW_EXTENDED = frozenset({sql_ast.ShowWhat.STREAMS, sql_ast.ShowWhat.TABLES, s
 
 # ksqlDB statements outside oncestream's scope: first keyword(s) -> what the error calls them.
 _UNSUPPORTED_STATEMENTS = {
-    "PRINT": "PRINT", "PAUSE": "PAUSE", "RESUME": "RESUME", "DEFINE": "DEFINE", "UNDEFINE": "UNDEFINE",
-    "ASSERT": "ASSERT", "ALTER": "ALTER", "RUN": "RUN SCRIPT",
+    "PRINT": "PRINT", "PAUSE": "PAUSE", "RESUME": "RESUME",
+    "ASSERT": "ASSERT", "RUN": "RUN SCRIPT",
 }
 
 
@@ -82,6 +83,16 @@ class StatementParser(QueryParser):
         if word == "UNSET":
             self._advance()
             return sql_ast.UnsetProperty(text=text, position=position, name=self.string())
+        if word == "ALTER":
+            return self._alter(text, position)
+        if word == "DEFINE":
+            self._advance()
+            name = self._variable_name()
+            self.expect_type(TokenType.EQ, "'='")
+            return sql_ast.DefineVariable(text=text, position=position, name=name, value=self.string())
+        if word == "UNDEFINE":
+            self._advance()
+            return sql_ast.UndefineVariable(text=text, position=position, name=self._variable_name())
         if word in _UNSUPPORTED_STATEMENTS:
             raise unsupported(head, f"The {_UNSUPPORTED_STATEMENTS[word]} statement")
         detail = f"Unknown statement {_quoted(head)}"
@@ -89,6 +100,40 @@ class StatementParser(QueryParser):
         if close:
             detail += f"\nDid you mean '{close[0]}'?"
         raise SyntaxIssue(head, detail)
+
+    def _alter(self, text: str, position: sql_ast.Position) -> sql_ast.Statement:
+        """``ALTER STREAM|TABLE name ADD [COLUMN] col type (, ADD [COLUMN] col type)*``."""
+        self.expect("ALTER")
+        if self.accept("STREAM"):
+            kind = sql_ast.SourceKind.STREAM
+        elif self.accept("TABLE"):
+            kind = sql_ast.SourceKind.TABLE
+        elif self.is_word("SYSTEM"):
+            raise unsupported(self.token(), "ALTER SYSTEM")
+        else:
+            self.fail("{'STREAM', 'TABLE', 'SYSTEM'}")
+        name = self.name()
+        columns: list[sql_ast.ColumnDef] = []
+        while True:
+            self.expect("ADD")
+            self.accept("COLUMN")
+            name_token = self.token()
+            column = self.name()
+            if any(c.name == column for c in columns):
+                self.issue(f"Duplicate column names: `{column}`", name_token, syntax=False)
+            columns.append(sql_ast.ColumnDef(column, self.sql_type()))
+            if not self.accept_type(TokenType.COMMA):
+                return sql_ast.AlterSource(text=text, position=position, kind=kind, name=name, columns=tuple(columns))
+
+    def _variable_name(self) -> str:
+        """ksqlDB's ``variableName``: an unquoted identifier, kept as written (variables are
+        looked up case-insensitively)."""
+        curr = self._curr
+        if curr is None or not self.is_name() or curr.token_type == TokenType.IDENTIFIER \
+                or not _is_plain_identifier(curr.text):
+            self.fail("IDENTIFIER")
+        self._advance()
+        return str(curr.text)
 
     # -- CREATE ---------------------------------------------------------------------------------------
     def _properties(self) -> dict[str, Any]:
@@ -146,7 +191,15 @@ class StatementParser(QueryParser):
             kind = sql_ast.SourceKind.STREAM
         elif self.accept("TABLE"):
             kind = sql_ast.SourceKind.TABLE
-        elif self.is_word("TYPE", "CONNECTOR", "SINK"):
+        elif self.accept("TYPE"):
+            if or_replace or read_only:
+                self.fail("{'STREAM', 'TABLE'}")
+            type_if_not_exists = self.accept("IF", "NOT", "EXISTS")
+            type_name = self.name()
+            self.expect("AS")
+            return sql_ast.CreateType(text=text, position=position, name=type_name, type=self.sql_type(),
+                                      if_not_exists=type_if_not_exists)
+        elif self.is_word("CONNECTOR", "SINK"):
             raise unsupported(self.token(), f"CREATE {self._curr.text.upper()}")
         else:
             self.fail("{'STREAM', 'TABLE'}")
@@ -210,7 +263,10 @@ class StatementParser(QueryParser):
             kind = sql_ast.SourceKind.STREAM
         elif self.accept("TABLE"):
             kind = sql_ast.SourceKind.TABLE
-        elif self.is_word("TYPE", "CONNECTOR"):
+        elif self.accept("TYPE"):
+            type_if_exists = self.accept("IF", "EXISTS")
+            return sql_ast.DropType(text=text, position=position, name=self.name(), if_exists=type_if_exists)
+        elif self.is_word("CONNECTOR"):
             raise unsupported(self.token(), f"DROP {self._curr.text.upper()}")
         else:
             self.fail("{'STREAM', 'TABLE'}")
@@ -229,12 +285,12 @@ class StatementParser(QueryParser):
         token = self.token()
         if self.is_word("ALL"):
             raise unsupported(token, "SHOW ALL TOPICS")
-        if self.is_word("CONNECTORS", "SOURCE", "SINK", "CONNECTOR", "TYPES", "VARIABLES"):
+        if self.is_word("CONNECTORS", "SOURCE", "SINK", "CONNECTOR"):
             raise unsupported(token, f"SHOW {self._curr.text.upper()}")
         word = self._curr.text.upper() if self._curr and self._curr.token_type != TokenType.STRING else ""
         what = _SHOW_WHAT.get(word)
         if what is None or self.is_type(TokenType.IDENTIFIER):
-            self.fail("{'STREAMS', 'TABLES', 'QUERIES', 'TOPICS', 'PROPERTIES', 'FUNCTIONS'}")
+            self.fail("{'STREAMS', 'TABLES', 'QUERIES', 'TOPICS', 'PROPERTIES', 'FUNCTIONS', 'VARIABLES', 'TYPES'}")
         self._advance()
         extended = what in _SHOW_EXTENDED and self.accept("EXTENDED")
         return sql_ast.Show(text=text, position=position, what=what, extended=extended)
@@ -251,6 +307,12 @@ class StatementParser(QueryParser):
             return sql_ast.Describe(text=text, position=position, name=None, what=what, extended=self.accept("EXTENDED"))
         name = self.name()
         return sql_ast.Describe(text=text, position=position, name=name, extended=self.accept("EXTENDED"))
+
+
+def _is_plain_identifier(text: str) -> bool:
+    """``[A-Za-z_][A-Za-z0-9_@]*`` (ksqlDB's IDENTIFIER token), without a regular expression."""
+    return bool(text) and (text[0].isascii() and (text[0].isalpha() or text[0] == "_")) and all(
+        c.isascii() and (c.isalnum() or c in "_@") for c in text)
 
 
 def _quoted(token: Any) -> str:

@@ -6,10 +6,13 @@ as ``exp.DataType`` in expression trees so that sqlglot can render them).
           | STRUCT '<' [name type (',' name type)*] '>'
           | DECIMAL '(' precision ',' scale ')'
           | BOOLEAN | INT | INTEGER | BIGINT | DOUBLE | VARCHAR | STRING | BYTES
-          | TIMESTAMP | DATE | TIME
+          | TIMESTAMP | DATE | TIME | <name of a CREATE TYPE>
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
 
 from sqlglot import exp
 from sqlglot.tokens import TokenType
@@ -90,7 +93,15 @@ def sql_type_of(data_type: exp.DataType) -> t.SqlType:
 
 
 class TypeParser(BaseParser):
-    """Adds ``sql_type()``: ksqlDB's ``type`` rule."""
+    """Adds ``sql_type()``: ksqlDB's ``type`` rule.
+
+    ``custom_types`` are the types CREATE TYPE registered, by upper-cased name (ksqlDB resolves
+    them when it prepares a statement, from the metastore). None defers them: a name that is not a
+    built-in type then parses (as a placeholder) and sets ``deferred_types``, so that the
+    statement is parsed again once the types are known (a CREATE TYPE earlier in the request)."""
+
+    custom_types: Mapping[str, t.SqlType] | None = MappingProxyType({})
+    deferred_types: bool = False
 
     def sql_type(self) -> t.SqlType:
         token = self.token()
@@ -137,6 +148,11 @@ class TypeParser(BaseParser):
                            token)
             return t.decimal(precision, scale)
         primitive = _PRIMITIVES.get(word)
+        if primitive is None and self.custom_types is None:
+            self.deferred_types = True
+            return t.STRING
+        if primitive is None and self.custom_types is not None and token is not None:
+            primitive = self.custom_types.get(normalise_name(token))
         if primitive is None:
             self.issue(f"Unknown type: {word}", token)
         if word == "VARCHAR" and self.accept_type(TokenType.L_PAREN):

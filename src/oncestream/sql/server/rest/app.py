@@ -32,6 +32,8 @@ from typing import Any
 
 from oncestream.sql.engine.interface import QueryStream, SqlEngine
 from oncestream.sql.errors import BAD_REQUEST, NOT_FOUND, SERVER_ERROR, KsqlError
+from oncestream.sql.language.parser import substitute_variables
+from oncestream.sql.language.parser.variables import VARIABLE_SUBSTITUTION_ENABLE, SessionVariables
 from oncestream.sql.server.rest import framing
 from oncestream.sql.server.rest.framing import DELIMITED, JSON, KSQL_V1_JSON, RowWriter
 from oncestream.sql.server.rest.http import (
@@ -196,8 +198,9 @@ class KsqlRestApp:
         request = parse_json_object(await read_body(scope, receive, self.max_body_bytes))
         if content_type != DELIMITED and scope.get("http_version") == "2":
             raise MethodNotAllowedError("The /query endpoint is not available using HTTP2")
-        sql = _required_text(request, "ksql")
-        stream = await self._start(sql, _object_field(request, "streamsProperties"))
+        properties = _object_field(request, "streamsProperties")
+        sql = _with_variables(_required_text(request, "ksql"), properties, _object_field(request, "sessionVariables"))
+        stream = await self._start(sql, properties)
         writer: RowWriter
         if content_type == DELIMITED:
             writer = framing.DelimitedWriter()
@@ -208,8 +211,9 @@ class KsqlRestApp:
     async def _query_stream(self, scope: Scope, receive: RequestReader, response: Response, content_type: str) -> None:
         """``{"sql", "properties", "sessionVariables"}`` over HTTP/1.1 or HTTP/2."""
         request = parse_json_object(await read_body(scope, receive, self.max_body_bytes))
-        sql = _required_text(request, "sql")
-        stream = await self._start(sql, _object_field(request, "properties"))
+        properties = _object_field(request, "properties")
+        sql = _with_variables(_required_text(request, "sql"), properties, _object_field(request, "sessionVariables"))
+        stream = await self._start(sql, properties)
         writer: RowWriter
         if content_type == KSQL_V1_JSON:
             writer = framing.StreamedRowWriter(is_pull=stream.is_pull)
@@ -402,6 +406,16 @@ def _object_field(request: dict[str, Any], name: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise KsqlError(f"Invalid JSON in request: {name} must be an object", error_code=BAD_REQUEST)
     return value
+
+
+def _with_variables(sql: str, properties: dict[str, Any], variables: dict[str, Any]) -> str:
+    """A query's text with the request's ``sessionVariables`` substituted for ``${name}`` (as
+    ksqlDB's query endpoints do), unless the request sets ``ksql.variable.substitution.enable``
+    to false (the server's own setting is applied to /ksql only)."""
+    enabled = properties.get(VARIABLE_SUBSTITUTION_ENABLE, True)
+    if enabled is False or (isinstance(enabled, str) and enabled.strip().lower() == "false"):
+        return sql
+    return substitute_variables(sql, SessionVariables(variables))
 
 
 def _optional_int(request: dict[str, Any], name: str) -> int | None:
