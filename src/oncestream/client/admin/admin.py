@@ -606,11 +606,7 @@ class Admin(AclAdmin, GroupAdmin):
         if self._closed:
             return
         self._closed = True
-        try:
-            self._io.run(self._cluster.close(), 10)
-        except TimeoutError:
-            pass
-        self._io.stop()
+        self._io.shut_down(self._cluster.close())
 
     def __enter__(self) -> Admin:
         return self

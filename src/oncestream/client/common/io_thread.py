@@ -97,6 +97,16 @@ class IoThread:
         if not self._stopped:
             self.loop.call_soon_threadsafe(fn, *args)
 
+    def shut_down(self, cleanup: Coroutine[Any, Any, Any], cleanup_timeout_s: float = 10.0) -> None:
+        """A client's last step: run ``cleanup`` (closing connections, stopping tasks) on the
+        loop for at most ``cleanup_timeout_s``, then stop the loop whether or not it finished
+        (a close must not hang on a broker that stopped answering)."""
+        try:
+            self.run(cleanup, cleanup_timeout_s)
+        except TimeoutError:
+            pass
+        self.stop()
+
     def stop(self, timeout_s: float = 10.0) -> None:
         """Stop the loop (cancelling its tasks) and join the thread."""
         if self._stopped:

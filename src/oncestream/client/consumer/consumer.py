@@ -768,11 +768,7 @@ class Consumer:
             self._committer.serve_results()
         finally:
             self._closed = True
-            try:
-                self._io.run(self._shutdown(), 10)
-            except TimeoutError:
-                pass
-            self._io.stop()
+            self._io.shut_down(self._shutdown())
 
     async def _shutdown(self) -> None:
         if self._group is not None:

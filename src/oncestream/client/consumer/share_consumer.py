@@ -339,11 +339,7 @@ class ShareConsumer:
             self._serve_callbacks()
         finally:
             self._closed = True
-            try:
-                self._io.run(self._shutdown(), 10)
-            except TimeoutError:
-                pass
-            self._io.stop()
+            self._io.shut_down(self._shutdown())
 
     def _give_back_and_leave(self, timeout_s: float) -> None:
         # No ShareFetch may start from here on: it would carry the releases below and acquire

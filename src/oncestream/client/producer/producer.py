@@ -275,11 +275,7 @@ class Producer:
         self._closed = True
         self._unusable = KafkaError(_STATE, "producer is closed")
         self._acc.close()
-        try:
-            self._io.run(self._shutdown(), 10)
-        except TimeoutError:
-            pass
-        self._io.stop()
+        self._io.shut_down(self._shutdown())
         return left
 
     async def _shutdown(self) -> None:
