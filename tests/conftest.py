@@ -37,14 +37,21 @@ def broker_kind() -> str:
 
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ManagedBroker]:
+def broker_config(request: pytest.FixtureRequest) -> dict[str, str]:
+    """Broker properties of our module-wide ``broker``: the module's ``MODULE_BROKER_CONFIG`` if it
+    has one (e.g. tests.support.brokers.NO_INITIAL_REBALANCE_DELAY), else none (Kafka's defaults)."""
+    return dict(getattr(request.module, "MODULE_BROKER_CONFIG", {}))
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory, broker_config: dict[str, str]) -> Iterator[ManagedBroker]:
     """One running broker for a whole test module (tests use unique topic names)."""
     base = tmp_path_factory.mktemp("broker")
     process: ManagedBroker
     if broker_kind() == "tansu":
         process = TansuProcess(log_dir=base / "logs")
     else:
-        process = BrokerProcess(data_dir=base / "data")
+        process = BrokerProcess(data_dir=base / "data", config=broker_config or None)
     process.start()
     try:
         yield process

@@ -9,12 +9,14 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
-from tests.support.brokers import BrokerProcess
+from tests.support.brokers import NO_INITIAL_REBALANCE_DELAY, BrokerProcess
 from tests.support.clients import confluent_consume, unique_topic
 from tests.support.delay_proxy import DelayProxy
 from tests.support.ports import free_tcp_port
 
 pytestmark = pytest.mark.interop
+
+MODULE_BROKER_CONFIG = NO_INITIAL_REBALANCE_DELAY  # read by conftest's broker fixture
 
 ONCESTREAM = str(Path(sys.executable).parent / "oncestream")
 CLI_TIMEOUT_S = 60

@@ -41,11 +41,21 @@ from oncestream.client import (
     TopicPartition,
 )
 from oncestream.client.producer.partitioner import partition_for_key
-from tests.support.clients import CLIENT_TIMEOUT_S, confluent_produce, create_topic, unique_topic
+from tests.support.brokers import NO_INITIAL_REBALANCE_DELAY
+from tests.support.clients import (
+    CLIENT_TIMEOUT_S,
+    CONSUME_WAIT_S,
+    assign_from_beginning,
+    confluent_produce,
+    create_topic,
+    unique_topic,
+)
 from tests.support.narrow import message_position, message_value, present
 from tests.support.records import SentRecord
 
 pytestmark = pytest.mark.interop
+
+MODULE_BROKER_CONFIG = NO_INITIAL_REBALANCE_DELAY  # read by conftest's broker fixture
 
 
 def produce_all(bootstrap: str, topic: str, items: list[tuple[bytes | None, bytes, list | None]],
@@ -103,11 +113,11 @@ def read_all_confluent(bootstrap: str, topic: str, partitions: int, count: int) 
                             "auto.offset.reset": "earliest", "enable.auto.commit": False})
     got: list = []
     try:
-        consumer.assign([ck.TopicPartition(topic, p, ck.OFFSET_BEGINNING) for p in range(partitions)])
+        assign_from_beginning(consumer, topic, partitions)
         deadline = time.monotonic() + CLIENT_TIMEOUT_S
         while len(got) < count:
             assert time.monotonic() < deadline, f"librdkafka read only {len(got)} of {count}"
-            for msg in consumer.consume(1000, 0.5):
+            for msg in consumer.consume(1000, CONSUME_WAIT_S):
                 assert msg.error() is None, msg.error()
                 got.append(msg)
     finally:

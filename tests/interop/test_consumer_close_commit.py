@@ -14,12 +14,17 @@ import confluent_kafka.admin
 import pytest
 
 import oncestream.client
+from tests.support.brokers import NO_INITIAL_REBALANCE_DELAY
 from tests.support.clients import create_topic, unique_topic
 from tests.support.narrow import present
 
 pytestmark = pytest.mark.interop
 
-SESSION_TIMEOUT_MS = 6000  # the broker's group.min.session.timeout.ms: close() waits about this long
+# close() waits about this long; the broker's group.min.session.timeout.ms is lowered to allow it
+# (Kafka's default minimum, 6 s, would only make every close() here take longer).
+SESSION_TIMEOUT_MS = 2000
+HEARTBEAT_INTERVAL_MS = 500  # well inside the session, so the member stays in the group until the kill
+BROKER_CONFIG = {"group.min.session.timeout.ms": "1000", **NO_INITIAL_REBALANCE_DELAY}
 POLL_CAP_S = 30.0
 VALUES = [b"v%d" % i for i in range(5)]
 
@@ -34,7 +39,7 @@ def _consumer(kind: str, conf: dict[str, object]):
     ("oncestream", "subscribe"), ("confluent-kafka", "subscribe"), ("oncestream", "assign"),
 ])
 def test_final_commit_failing_because_the_broker_is_gone_reaches_on_commit(broker_factory, kind, membership):
-    broker = broker_factory()
+    broker = broker_factory(BROKER_CONFIG)
     topic = unique_topic("close-commit")
     create_topic(broker.bootstrap, topic)
     producer = confluent_kafka.Producer({"bootstrap.servers": broker.bootstrap})
@@ -49,6 +54,7 @@ def test_final_commit_failing_because_the_broker_is_gone_reaches_on_commit(broke
         "enable.auto.commit": True,
         "auto.commit.interval.ms": 600_000,  # only the final commit happens
         "session.timeout.ms": SESSION_TIMEOUT_MS,
+        "heartbeat.interval.ms": HEARTBEAT_INTERVAL_MS,
         "on_commit": lambda err, partitions: reports.append((err, list(partitions))),
     })
     if membership == "subscribe":

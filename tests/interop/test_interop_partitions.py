@@ -14,7 +14,7 @@ from kafka.admin import NewPartitions as KafkaPythonNewPartitions
 from kafka.errors import InvalidPartitionsError
 
 from oncestream.client import Admin
-from tests.support.brokers import BrokerProcess
+from tests.support.brokers import NO_INITIAL_REBALANCE_DELAY, BrokerProcess
 from tests.support.clients import (
     CLIENT_TIMEOUT_S,
     admin_client,
@@ -25,6 +25,8 @@ from tests.support.clients import (
 from tests.support.narrow import message_position, message_value
 
 pytestmark = pytest.mark.interop
+
+MODULE_BROKER_CONFIG = NO_INITIAL_REBALANCE_DELAY  # read by conftest's broker fixture
 
 
 def _partition_count(bootstrap: str, topic: str) -> int:

@@ -89,13 +89,19 @@ class DriverRun:
         return text[-size:]
 
 
-def read_committed(bootstrap: str, topic: str, timeout_s: float = 60.0) -> list[tuple[bytes | None, bytes | None]]:
-    """Every record of ``topic`` visible to a librdkafka read_committed consumer (key, value)."""
-    from confluent_kafka import Consumer, TopicPartition
+def read_committed(bootstrap: str, topic: str, timeout_s: float = 60.0, *,
+                   end_at_eof: bool = False) -> list[tuple[bytes | None, bytes | None]]:
+    """Every record of ``topic`` visible to a librdkafka read_committed consumer (key, value).
+
+    By default a partition that stays quiet for ``QUIET_END_S`` is at its end (which also makes
+    an empty answer mean "nothing became visible for that long"). With ``end_at_eof`` a partition
+    ends at librdkafka's end-of-partition event, i.e. at its last stable offset: what is visible
+    now, without the quiet wait (for callers that poll until what they want is visible)."""
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
 
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"check-{time.monotonic_ns()}",
                          "isolation.level": "read_committed", "enable.auto.commit": False,
-                         "auto.offset.reset": "earliest"})
+                         "auto.offset.reset": "earliest", "enable.partition.eof": end_at_eof})
     try:
         meta = consumer.list_topics(topic, timeout=10)
         parts = sorted(meta.topics[topic].partitions)
@@ -103,19 +109,26 @@ def read_committed(bootstrap: str, topic: str, timeout_s: float = 60.0) -> list[
         ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in parts}
         consumer.assign(tps)
         out: list[tuple[bytes | None, bytes | None]] = []
+        at_eof: set[int] = set()
         deadline = time.monotonic() + timeout_s
         last_message = time.monotonic()
         while time.monotonic() < deadline:
             positions = {pos.partition: pos.offset for pos in consumer.position(tps)}
-            if all(ends[p] == 0 or positions[p] >= ends[p] for p in parts):
+            if all(ends[p] == 0 or positions[p] >= ends[p] or p in at_eof for p in parts):
                 return out
             # librdkafka may leave its position before a trailing transaction marker; a quiet
             # partition after that is the end as well.
             if time.monotonic() - last_message > QUIET_END_S:
                 return out
             msg = consumer.poll(0.5)
-            if msg is None or msg.error():
+            if msg is None:
                 continue
+            error = msg.error()
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF:
+                    at_eof.add(present(msg.partition(), "partition of an end-of-partition event"))
+                continue
+            at_eof.discard(present(msg.partition(), "partition of a record"))  # more became visible since
             last_message = time.monotonic()
             out.append((msg.key(), msg.value()))
         raise AssertionError(f"could not read {topic} to its end within {timeout_s} s")

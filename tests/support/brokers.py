@@ -27,9 +27,14 @@ from tests.support.faults import child_environment
 
 READY_TIMEOUT_S = 20.0
 STOP_TIMEOUT_S = 15.0
+# Drops Kafka's 3 s group.initial.rebalance.delay.ms: it only makes each new group's first join
+# wait, and what a test checks happens after that join either way. A test module sets
+# ``MODULE_BROKER_CONFIG = NO_INITIAL_REBALANCE_DELAY`` to run conftest's ``broker`` with it.
+NO_INITIAL_REBALANCE_DELAY = {"group.initial.rebalance.delay.ms": "0"}
 
 __all__ = [
     "HOST",
+    "NO_INITIAL_REBALANCE_DELAY",
     "READY_TIMEOUT_S",
     "STOP_TIMEOUT_S",
     "BrokerExitedEarly",

@@ -120,18 +120,32 @@ def confluent_end_offsets(bootstrap: str, topic: str, partitions: int) -> dict[i
         consumer.close()
 
 
+# How long one librdkafka consume() call waits: it returns early only with num_messages records,
+# so a long wait here is paid at the end of every read.
+CONSUME_WAIT_S = 0.05
+
+
+def assign_from_beginning(consumer: Consumer, topic: str, partitions: int) -> None:
+    """``assign`` every partition of ``topic`` at OFFSET_BEGINNING, the topic's metadata fetched
+    first: assigned before librdkafka knows the partition leaders, each partition's offset query
+    waits for a 500 ms retry timer instead of starting at once."""
+    consumer.list_topics(topic, timeout=CLIENT_TIMEOUT_S)
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+
+
 def confluent_consume(bootstrap: str, topic: str, partitions: int) -> list[ConsumedRecord]:
     """Read every partition from the beginning (``assign`` + OFFSET_BEGINNING) to its end offset."""
     end_offsets = confluent_end_offsets(bootstrap, topic, partitions)
     consumer = confluent_consumer(bootstrap)
     consumed: list[ConsumedRecord] = []
     try:
-        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+        assign_from_beginning(consumer, topic, partitions)
         next_offsets = {p: 0 for p in range(partitions)}
         deadline = time.monotonic() + CLIENT_TIMEOUT_S
         while any(next_offsets[p] < end_offsets[p] for p in range(partitions)):
             assert time.monotonic() < deadline, _stuck(next_offsets, end_offsets)
-            for msg in consumer.consume(num_messages=1000, timeout=0.5):
+            # consume() waits its whole timeout unless num_messages arrive: keep it short
+            for msg in consumer.consume(num_messages=1000, timeout=CONSUME_WAIT_S):
                 if msg.error() is not None:
                     raise KafkaException(msg.error())
                 record = consumed_record(msg)

@@ -217,10 +217,20 @@ class DelayProxy:
         for rule in rules:
             rule.release()
         try:
+            self._listener.shutdown(socket.SHUT_RDWR)  # wakes the accept loop (close() does not)
+        except OSError:
+            pass
+        try:
             self._listener.close()
         except OSError:
             pass
         for sock in sockets:
+            # shutdown first: close() alone does not wake a thread blocked in recv() on the
+            # socket, and each such thread would hold close() for its whole join timeout.
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
             try:
                 sock.close()
             except OSError:

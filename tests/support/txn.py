@@ -47,7 +47,7 @@ from confluent_kafka import (  # noqa: E402
 )
 
 from tests.support.brokers import BrokerProcess  # noqa: E402
-from tests.support.clients import CLIENT_TIMEOUT_S, unique_topic  # noqa: E402
+from tests.support.clients import CLIENT_TIMEOUT_S, CONSUME_WAIT_S, assign_from_beginning, unique_topic  # noqa: E402
 from tests.support.narrow import consumed_record, message_position  # noqa: E402
 from tests.support.records import ConsumedRecord  # noqa: E402
 
@@ -206,14 +206,14 @@ def read_to_end(
     got: dict[int, list[ConsumedRecord]] = {p: [] for p in range(partitions)}
     eof_at: dict[int, int] = {}
     try:
-        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+        assign_from_beginning(consumer, topic, partitions)
         deadline = time.monotonic() + timeout_s
         while any(eof_at.get(p, -1) < targets[p] for p in range(partitions)):
             assert time.monotonic() < deadline, (
                 f"{isolation} read of {topic} stuck: end-of-partition at {eof_at}, high watermarks "
                 f"{targets}, LSOs {[list_offset(bootstrap, topic, p, read_committed=True) for p in range(partitions)]}"
             )
-            for msg in consumer.consume(num_messages=1000, timeout=0.2):
+            for msg in consumer.consume(num_messages=1000, timeout=CONSUME_WAIT_S):
                 err = msg.error()
                 if err is not None:
                     if err.code() == KafkaError._PARTITION_EOF:

@@ -37,7 +37,9 @@ def _produce(bootstrap: str, topic: str, ids: range) -> None:
 
 
 def _values(bootstrap: str, topic: str) -> list[str]:
-    return [json.loads(value)["V"] for _key, value in read_committed(bootstrap, topic) if value is not None]
+    # end_at_eof: what is visible now (every caller waits until enough is), without a quiet wait
+    return [json.loads(value)["V"] for _key, value in read_committed(bootstrap, topic, end_at_eof=True)
+            if value is not None]
 
 
 def _owner(nodes: list[SqlServerProcess], query_id: str) -> SqlServerProcess | None:

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import httpx
 import pytest
-from confluent_kafka import Consumer, TopicPartition
 
 from oncestream.sql.server.command_topic import WRITE_STEPS, command_topic_name
 from tests.support.narrow import present
 from tests.support.sql_servers import LAZY_SPARK, SqlServerProcess
+from tests.support.txn import READ_COMMITTED, read_to_end
 
 pytestmark = pytest.mark.chaos
 
@@ -32,28 +32,10 @@ def _create(name: str) -> str:
 
 
 def _committed_commands(bootstrap: str, topic: str) -> list[str]:
-    """Keys of the committed records of the command topic (a librdkafka read_committed reader)."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"check-{uuid.uuid4().hex}",
-                         "isolation.level": "read_committed", "enable.auto.commit": False})
-    try:
-        _low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=30)
-        consumer.assign([TopicPartition(topic, 0, 0)])
-        keys: list[str] = []
-        while True:
-            position = consumer.position([TopicPartition(topic, 0)])[0].offset
-            if position >= high:
-                return keys
-            message = consumer.poll(1.0)
-            if message is None:
-                # The last stable offset may sit before the high watermark (an open transaction,
-                # or a trailing marker librdkafka does not step over): stop when nothing comes.
-                if consumer.poll(3.0) is None:
-                    return keys
-                continue
-            assert message.error() is None, message.error()
-            keys.append(present(message.key(), "record key").decode())
-    finally:
-        consumer.close()
+    """Keys of the committed records of the command topic (a librdkafka read_committed reader,
+    read up to its end-of-partition at the last stable offset: no fixed idle wait)."""
+    records = read_to_end(bootstrap, topic, 1, isolation=READ_COMMITTED)[0]
+    return [present(record.key, "record key").decode() for record in records]
 
 
 def _streams(node: SqlServerProcess) -> list[tuple[str, str]]:

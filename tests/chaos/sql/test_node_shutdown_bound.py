@@ -17,7 +17,7 @@ from tests.support.sql_servers import SqlServerProcess, wait_until
 
 pytestmark = [pytest.mark.chaos, pytest.mark.spark]
 
-BOUND_MS = 5000
+BOUND_MS = 2000  # short: the test waits it out; the bound itself is what is checked
 # How long past the bound a loaded machine may take to exit: a cap, not a speed claim.
 EXIT_MARGIN_S = 60.0
 

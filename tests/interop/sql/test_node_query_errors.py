@@ -14,92 +14,108 @@ import json
 import re
 import struct
 import uuid
-from pathlib import Path
+from collections.abc import Iterator
 
 import pytest
 from confluent_kafka import Producer
 
+from tests.support.brokers import NO_INITIAL_REBALANCE_DELAY, BrokerProcess
 from tests.support.sql_servers import LAZY_SPARK, SqlServerProcess, wait_until
 
 pytestmark = [pytest.mark.interop, pytest.mark.spark]
 
 # Any of these names the refusal: our sink's words, the typed error, or the Kafka error name.
+WHOLE_LOG_CHARS = 1 << 30  # log_tail() of this many characters: the whole log
 CAUSE = re.compile(r"two-phase|2PC|TwoPhaseCommitUnsupportedError|TRANSACTIONAL_ID_AUTHORIZATION_FAILED", re.IGNORECASE)
 
 
-def test_query_refused_two_phase_commit_shows_the_cause(broker_factory, tmp_path: Path) -> None:
-    broker = broker_factory()  # our broker, two-phase commit left disabled (the default)
-    service_id = f"errors_{uuid.uuid4().hex[:6]}_"
-    src, dst = f"src_{uuid.uuid4().hex[:6]}", f"dst_{uuid.uuid4().hex[:6]}"
-    node = SqlServerProcess(bootstrap=broker.bootstrap, service_id=service_id, state_dir=tmp_path / "node",
-                            config=LAZY_SPARK)
+@pytest.fixture(scope="module")
+def refusing_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[BrokerProcess, SqlServerProcess]]:
+    """(broker, node) shared by the module's tests (unique stream names keep them apart): our
+    broker with two-phase commit left disabled (the default), and a node with lazy Spark on it."""
+    base = tmp_path_factory.mktemp("refusing")
+    broker = BrokerProcess(data_dir=base / "data", config=NO_INITIAL_REBALANCE_DELAY)
+    broker.start()
     try:
-        node.start()
-        node.ok(f"CREATE STREAM SRC (ID INT KEY, V STRING) WITH (KAFKA_TOPIC='{src}', PARTITIONS=1, VALUE_FORMAT='JSON');")
-        status = node.ok(f"CREATE STREAM DST WITH (KAFKA_TOPIC='{dst}') AS SELECT ID, V FROM SRC EMIT CHANGES;",
-                         {"ksql.streams.auto.offset.reset": "earliest"})[0]
-        query_id = status["commandStatus"]["queryId"]
-        producer = Producer({"bootstrap.servers": broker.bootstrap})
-        producer.produce(src, json.dumps({"V": "x"}).encode(), struct.pack(">i", 1))
-        assert producer.flush(30) == 0
-
-        def failed() -> bool:
-            queries = node.ok("SHOW QUERIES;")[0]["queries"]
-            return [q["state"] for q in queries if q["id"] == query_id] == ["ERROR"]
-
-        wait_until(failed, "the query shown as ERROR in SHOW QUERIES", timeout_s=240, nodes=[node])
-        error_stats = node.ok("DESCRIBE DST EXTENDED;")[0]["sourceDescription"]["errorStats"]
-        assert error_stats.startswith(f"{query_id}: "), error_stats
-        assert CAUSE.search(error_stats), f"DESCRIBE EXTENDED does not name the cause: {error_stats!r}"
-        # Not a dangling traceback header in place of the error.
-        assert not error_stats.rstrip().endswith("Traceback (most recent call last):"), error_stats
-        errors = node.ok(f"EXPLAIN {query_id};")[0]["queryDescription"]["queryErrors"]
-        assert len(errors) == 1, errors
-        assert CAUSE.search(errors[0]["errorMessage"]), errors
-        assert node.get("/healthcheck").json()["isHealthy"] is True
+        node = SqlServerProcess(bootstrap=broker.bootstrap, service_id=f"errors_{uuid.uuid4().hex[:6]}_",
+                                state_dir=base / "node", config=LAZY_SPARK)
+        try:
+            node.start()
+            yield broker, node
+        finally:
+            node.kill()
     finally:
-        node.kill()
+        broker.kill()
 
 
-def test_broker_refusing_two_phase_commit_is_named_at_start_and_fails_queries_at_once(broker_factory,
-                                                                                      tmp_path: Path) -> None:
+def _suffix() -> str:
+    return uuid.uuid4().hex[:6].upper()
+
+
+def test_query_refused_two_phase_commit_shows_the_cause(refusing_node) -> None:
+    broker, node = refusing_node
+    src, dst = f"src_{uuid.uuid4().hex[:6]}", f"dst_{uuid.uuid4().hex[:6]}"
+    src_name, dst_name = f"SRC_{_suffix()}", f"DST_{_suffix()}"
+    node.ok(f"CREATE STREAM {src_name} (ID INT KEY, V STRING) WITH (KAFKA_TOPIC='{src}', PARTITIONS=1, "
+            "VALUE_FORMAT='JSON');")
+    status = node.ok(f"CREATE STREAM {dst_name} WITH (KAFKA_TOPIC='{dst}') AS SELECT ID, V FROM {src_name} "
+                     "EMIT CHANGES;", {"ksql.streams.auto.offset.reset": "earliest"})[0]
+    query_id = status["commandStatus"]["queryId"]
+    producer = Producer({"bootstrap.servers": broker.bootstrap})
+    producer.produce(src, json.dumps({"V": "x"}).encode(), struct.pack(">i", 1))
+    assert producer.flush(30) == 0
+
+    def failed() -> bool:
+        queries = node.ok("SHOW QUERIES;")[0]["queries"]
+        return [q["state"] for q in queries if q["id"] == query_id] == ["ERROR"]
+
+    wait_until(failed, "the query shown as ERROR in SHOW QUERIES", timeout_s=240, nodes=[node])
+    error_stats = node.ok(f"DESCRIBE {dst_name} EXTENDED;")[0]["sourceDescription"]["errorStats"]
+    assert error_stats.startswith(f"{query_id}: "), error_stats
+    assert CAUSE.search(error_stats), f"DESCRIBE EXTENDED does not name the cause: {error_stats!r}"
+    # Not a dangling traceback header in place of the error.
+    assert not error_stats.rstrip().endswith("Traceback (most recent call last):"), error_stats
+    errors = node.ok(f"EXPLAIN {query_id};")[0]["queryDescription"]["queryErrors"]
+    assert len(errors) == 1, errors
+    assert CAUSE.search(errors[0]["errorMessage"]), errors
+    assert node.get("/healthcheck").json()["isHealthy"] is True
+
+
+def test_broker_refusing_two_phase_commit_is_named_at_start_and_fails_queries_at_once(refusing_node) -> None:
     """Issue 24 point 7: the node says at start that its broker refuses two-phase commit, naming the
     setting to change; a persistent query over an idle input (nothing ever written, so Spark never
     runs the sink) is shown as ERROR at once, with ksqlDB's QueryError shape, instead of RUNNING
     without ever being able to write."""
-    broker = broker_factory()  # two-phase commit left disabled (the default)
-    service_id = f"refused_{uuid.uuid4().hex[:6]}_"
-    node = SqlServerProcess(bootstrap=broker.bootstrap, service_id=service_id, state_dir=tmp_path / "node",
-                            config=LAZY_SPARK)
-    try:
-        node.start()
-        src = f"idle_{uuid.uuid4().hex[:6]}"
-        node.ok(f"CREATE STREAM SRC (ID INT KEY, V STRING) WITH (KAFKA_TOPIC='{src}', PARTITIONS=1, VALUE_FORMAT='JSON');")
-        status = node.ok("CREATE TABLE COUNTS AS SELECT ID, COUNT(*) AS N FROM SRC GROUP BY ID EMIT CHANGES;")[0]
-        query_id = status["commandStatus"]["queryId"]
+    _broker, node = refusing_node
+    src = f"idle_{uuid.uuid4().hex[:6]}"
+    src_name, table = f"SRC_{_suffix()}", f"COUNTS_{_suffix()}"
+    node.ok(f"CREATE STREAM {src_name} (ID INT KEY, V STRING) WITH (KAFKA_TOPIC='{src}', PARTITIONS=1, "
+            "VALUE_FORMAT='JSON');")
+    status = node.ok(f"CREATE TABLE {table} AS SELECT ID, COUNT(*) AS N FROM {src_name} GROUP BY ID "
+                     "EMIT CHANGES;")[0]
+    query_id = status["commandStatus"]["queryId"]
 
-        def shown_error() -> list[dict[str, object]]:
-            queries = node.ok("SHOW QUERIES;")[0]["queries"]
-            return [q for q in queries if q["id"] == query_id and q["state"] == "ERROR"]
+    def shown_error() -> list[dict[str, object]]:
+        queries = node.ok("SHOW QUERIES;")[0]["queries"]
+        return [q for q in queries if q["id"] == query_id and q["state"] == "ERROR"]
 
-        wait_until(shown_error, "the idle query shown as ERROR", timeout_s=240, nodes=[node])
-        description = node.ok("DESCRIBE COUNTS EXTENDED;")[0]["sourceDescription"]
-        assert [q["state"] for q in description["writeQueries"]] == ["ERROR"], description["writeQueries"]
-        assert "transaction.two.phase.commit.enable=true" in description["errorStats"], description["errorStats"]
-        explained = node.ok(f"EXPLAIN {query_id};")[0]["queryDescription"]
-        assert explained["state"] == "ERROR", explained
-        [error] = explained["queryErrors"]
-        assert set(error) == {"type", "errorMessage", "timestamp"}, error
-        assert error["type"] == "USER", error
-        assert isinstance(error["timestamp"], int), error
-        assert "transaction.two.phase.commit.enable=true" in error["errorMessage"], error
-        assert node.get("/healthcheck").json()["isHealthy"] is True
-        # Said at start, in the node's log, with the setting to change (checked last: a node
-        # that only logged it would still leave the query RUNNING).
-        wait_until(lambda: "persistent queries cannot run" in node.log_tail(200_000),
-                   "the start-up check's ERROR line", timeout_s=120, nodes=[node])
-        line = next(t for t in node.log_tail(200_000).splitlines() if "persistent queries cannot run" in t)
-        assert " ERROR " in line, line
-        assert "transaction.two.phase.commit.enable=true" in line, line
-    finally:
-        node.kill()
+    wait_until(shown_error, "the idle query shown as ERROR", timeout_s=240, nodes=[node])
+    description = node.ok(f"DESCRIBE {table} EXTENDED;")[0]["sourceDescription"]
+    assert [q["state"] for q in description["writeQueries"]] == ["ERROR"], description["writeQueries"]
+    assert "transaction.two.phase.commit.enable=true" in description["errorStats"], description["errorStats"]
+    explained = node.ok(f"EXPLAIN {query_id};")[0]["queryDescription"]
+    assert explained["state"] == "ERROR", explained
+    [error] = explained["queryErrors"]
+    assert set(error) == {"type", "errorMessage", "timestamp"}, error
+    assert error["type"] == "USER", error
+    assert isinstance(error["timestamp"], int), error
+    assert "transaction.two.phase.commit.enable=true" in error["errorMessage"], error
+    assert node.get("/healthcheck").json()["isHealthy"] is True
+    # Said at start, in the node's log, with the setting to change (checked last: a node
+    # that only logged it would still leave the query RUNNING). The whole log: the node is
+    # shared, so the other test's output may follow the start-up lines.
+    wait_until(lambda: "persistent queries cannot run" in node.log_tail(WHOLE_LOG_CHARS),
+               "the start-up check's ERROR line", timeout_s=120, nodes=[node])
+    line = next(t for t in node.log_tail(WHOLE_LOG_CHARS).splitlines() if "persistent queries cannot run" in t)
+    assert " ERROR " in line, line
+    assert "transaction.two.phase.commit.enable=true" in line, line

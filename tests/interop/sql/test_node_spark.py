@@ -18,9 +18,12 @@ import httpx
 import pytest
 from confluent_kafka import Producer
 
+from tests.support.brokers import NO_INITIAL_REBALANCE_DELAY
 from tests.support.sql_servers import LAZY_SPARK, SqlServerProcess, wait_until
 
 pytestmark = [pytest.mark.interop, pytest.mark.spark]
+
+MODULE_BROKER_CONFIG = NO_INITIAL_REBALANCE_DELAY  # read by conftest's broker fixture
 
 
 def test_failed_query_shows_error_and_node_survives(broker, tmp_path: Path) -> None:

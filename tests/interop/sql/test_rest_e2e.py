@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.brokers import ManagedBroker
+from tests.support.brokers import NO_INITIAL_REBALANCE_DELAY, ManagedBroker
 from tests.support.sql_servers import SqlServerProcess
 
 with warnings.catch_warnings():
@@ -25,6 +25,8 @@ with warnings.catch_warnings():
 
 pytestmark = [pytest.mark.interop,
               pytest.mark.filterwarnings("ignore:Use 'content=<...>':DeprecationWarning")]
+
+MODULE_BROKER_CONFIG = NO_INITIAL_REBALANCE_DELAY  # read by conftest's broker fixture
 
 ROOT = Path(__file__).resolve().parents[3]
 EARLIEST_QUERY = {"ksql.streams.auto.offset.reset": "earliest"}   # /query's streamsProperties

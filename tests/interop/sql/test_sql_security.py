@@ -29,7 +29,7 @@ from confluent_kafka import Consumer as CkConsumer
 from confluent_kafka.admin import AclBinding, AclOperation, AclPermissionType, AdminClient, ResourcePatternType, ResourceType
 
 from tests.support.acl import AUTHORIZER
-from tests.support.brokers import BrokerProcess
+from tests.support.brokers import NO_INITIAL_REBALANCE_DELAY, BrokerProcess
 from tests.support.certs import Pki
 from tests.support.sasl import add_scram_users, plain_jaas, sasl_broker_config
 from tests.support.sql_servers import SqlServerProcess, wait_until
@@ -58,6 +58,7 @@ def broker(tmp_path_factory: pytest.TempPathFactory, pki: Pki) -> Iterator[Broke
         "allow.everyone.if.no.acl.found": "false",
         # The queries' exactly-once sink prepares its transactions (KIP-939).
         "transaction.two.phase.commit.enable": "true",
+        **NO_INITIAL_REBALANCE_DELAY,  # the node's and the reader's groups join without Kafka's 3 s wait
     })
     process = BrokerProcess(data_dir=data_dir, config=config)
     process.start()
