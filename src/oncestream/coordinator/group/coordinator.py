@@ -85,6 +85,7 @@ from oncestream.coordinator.group.messages import (
     SyncRequest,
     SyncResult,
 )
+from oncestream.coordinator.group.migration import OnlineUpgradeRefusedError, online_upgrade_refusal
 from oncestream.coordinator.group.offsets import OffsetMetadataManager
 from oncestream.coordinator.group.records import (
     GroupMetadataKey,
@@ -342,7 +343,7 @@ class GroupCoordinator:
             if request.member_epoch == 0:
                 self._take_over_classic(request.group_id)
             elif request.group_id not in self._consumer.groups and request.group_id in self._rt.groups:
-                raise GroupIdNotFoundError(f"Group {request.group_id} is not a consumer group.")
+                raise GroupIdNotFoundError(f"Group {request.group_id} is not a consumer group")
             return self._consumer.heartbeat(request, mono)
 
         result = self._handle(request.group_id, now_ms, mono_ms, body,
@@ -625,14 +626,21 @@ class GroupCoordinator:
         self._consumer.write_tombstones(group)
 
     def _take_over_classic(self, group_id: str) -> None:
-        """ConsumerGroupHeartbeat joining a group id a classic group holds: an empty classic
-        group becomes a consumer group (its metadata is tombstoned, its offsets stay); a
-        classic group with members is not a consumer group (GROUP_ID_NOT_FOUND)."""
+        """ConsumerGroupHeartbeat joining a group id a classic group holds (Kafka's
+        getOrMaybeCreateConsumerGroup): an empty classic group becomes a consumer group whatever
+        ``group.consumer.migration.policy`` says (its metadata is tombstoned, its offsets stay).
+        A classic group with members would be upgraded online where Kafka's validateOnlineUpgrade
+        allows it; oncestream does not convert groups with members yet, so every such group is
+        refused with Kafka's answer to a refused upgrade (GROUP_ID_NOT_FOUND, "Group <id> is not
+        a consumer group"), the reason Kafka would give being kept in the exception."""
         group = self._rt.groups.get(group_id)
         if group is None or group_id in self._consumer.groups:
             return
         if not group.is_(_S.EMPTY):
-            raise GroupIdNotFoundError(f"Group {group_id} is not a consumer group.")
+            refusal = online_upgrade_refusal(self.config.consumer_migration_policy, group.protocol_type,
+                                             len(group.members), self.config.consumer_max_size)
+            raise OnlineUpgradeRefusedError(
+                group_id, refusal or "oncestream does not upgrade a classic group with members yet")
         if group.generation_id > 0:
             self._rt.emit(group_id, group_metadata_record(group_id, None))
             shell = GroupMetadata(group_id, self._rt.wall_ms)
