@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import threading
 import uuid
 
+import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 from kio.schema.errors import ErrorCode
@@ -19,6 +21,7 @@ from tests.support.consumer_protocol import (
 )
 
 PARTITIONS = 2
+MIGRATION_BROKER_CONFIG = {**CONSUMER_PROTOCOL_BROKER_CONFIG, "group.initial.rebalance.delay.ms": "0"}
 
 
 def produce(bootstrap: str, topic: str, count: int, start: int = 0) -> None:
@@ -41,8 +44,7 @@ def test_disabled_policy_refuses_a_consumer_member_on_a_classic_group_with_membe
     group with members hears Kafka's GROUP_ID_NOT_FOUND ("Group <id> is not a consumer group")
     and gets nothing; the classic member keeps every partition and the group stays classic while
     records flow, each consumed once."""
-    broker = broker_factory({**CONSUMER_PROTOCOL_BROKER_CONFIG, "group.consumer.migration.policy": "disabled",
-                             "group.initial.rebalance.delay.ms": "0"})
+    broker = broker_factory({**MIGRATION_BROKER_CONFIG, "group.consumer.migration.policy": "disabled"})
     topic = unique_topic("migration-off")
     create_topic(broker.bootstrap, topic, partitions=PARTITIONS)
     group = f"mig-{uuid.uuid4().hex[:10]}"
@@ -66,4 +68,69 @@ def test_disabled_policy_refuses_a_consumer_member_on_a_classic_group_with_membe
         assert classic_group_state(broker.bootstrap, group) == ("STABLE", 1)
         assert describe(broker.bootstrap, group).error_code == ErrorCode.group_id_not_found
     finally:
+        close_all(members)
+
+
+def classic_member(bootstrap: str, group: str, topic: str, strategy: str) -> ProtocolMember:
+    return ProtocolMember(bootstrap, group, [topic], f"classic-{strategy}", **{
+        "group.protocol": "classic", "partition.assignment.strategy": strategy,
+        "session.timeout.ms": "6000", "heartbeat.interval.ms": "300"}).start()
+
+
+@pytest.mark.parametrize("strategy", ["range", "cooperative-sticky"])
+def test_classic_and_consumer_members_share_a_group_and_it_turns_classic_again(broker_factory, strategy):
+    """Kafka 4's online migration (default policy, bidirectional): a consumer-protocol member
+    joins a classic group with a member, which becomes a consumer group; both members get
+    partitions while records flow. The consumer member leaves: the group is a classic group
+    again and the classic member gets everything. Every record is consumed once overall."""
+    broker = broker_factory(MIGRATION_BROKER_CONFIG)
+    topic = unique_topic("migration")
+    partitions = 4
+    create_topic(broker.bootstrap, topic, partitions=partitions)
+    group = f"mig-{uuid.uuid4().hex[:10]}"
+    every = {(topic, p) for p in range(partitions)}
+    stop = threading.Event()
+    produced = [0]
+
+    def keep_producing() -> None:
+        producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5})
+        while not stop.is_set() and produced[0] < 2_000:
+            for i in range(produced[0], produced[0] + 8):
+                producer.produce(topic, f"v{i}".encode(), partition=i % partitions)
+            assert producer.flush(30) == 0
+            produced[0] += 8
+            stop.wait(0.05)
+
+    feeder = threading.Thread(target=keep_producing, daemon=True)
+    classic = classic_member(broker.bootstrap, group, topic, strategy)
+    members = [classic]
+    try:
+        feeder.start()
+        wait_until(lambda: classic.owned() == every, lambda: f"the classic member owns {classic.owned()}")
+        modern = ProtocolMember(broker.bootstrap, group, [topic], "consumer").start()
+        members.append(modern)
+        wait_until(lambda: modern.owned() and classic.owned() and modern.owned() | classic.owned() == every
+                   and not modern.owned() & classic.owned(),
+                   lambda: f"no split: classic {classic.owned()} consumer {modern.owned()} {modern.errors}")
+        assert describe(broker.bootstrap, group).error_code == ErrorCode.none  # a consumer group now
+        wait_until(lambda: len(modern.consumed) > 0, "the consumer member read nothing")
+        modern.close()
+        wait_until(lambda: classic.owned() == every, lambda: f"the classic member owns {classic.owned()}")
+        wait_until(lambda: classic_group_state(broker.bootstrap, group) == ("STABLE", 1),
+                   lambda: f"the group is {classic_group_state(broker.bootstrap, group)}")
+        assert describe(broker.bootstrap, group).error_code == ErrorCode.group_id_not_found  # classic again
+        stop.set()
+        feeder.join(60)
+        total = produced[0]
+
+        def all_read() -> bool:
+            return len({(t, p, o) for m in members for t, p, o in m.consumed}) == total
+
+        wait_until(all_read, lambda: f"read {sum(len(m.consumed) for m in members)} of {total}")
+        consumed = [r for m in members for r in m.consumed]
+        assert len(consumed) == len(set(consumed)) == total, "a record was consumed twice"
+        assert classic.errors == [], classic.errors
+        assert modern.errors == [], modern.errors
+    finally:
+        stop.set()
         close_all(members)

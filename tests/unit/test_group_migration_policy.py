@@ -10,14 +10,24 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from oncestream.broker.group_service import group_config_from
+from oncestream.client.common.consumer_protocol import (
+    Assignment,
+    Subscription,
+    decode_assignment,
+    encode_assignment,
+    encode_subscription,
+)
 from oncestream.coordinator.group import (
     GroupCoordinator,
     GroupCoordinatorConfig,
+    HeartbeatRequest,
     JoinProtocol,
     JoinRequest,
     JoinResult,
     OffsetCommitRequest,
     PartitionOffsetCommit,
+    SyncRequest,
+    SyncResult,
     TopicPartition,
 )
 from oncestream.coordinator.group.consumer.records import TopicMetadata
@@ -60,6 +70,57 @@ def test_upgrade_refusals_follow_kafkas_checks_in_order():
     assert online_upgrade_refusal(P.BIDIRECTIONAL, "consumer", 2, 2) is None
 
 
+class ClassicClient:
+    """One classic consumer (eager, range) of group "g" driving JoinGroup/SyncGroup/Heartbeat
+    like a client: it revokes everything before it rejoins and takes the SyncGroup assignment."""
+
+    def __init__(self, coordinator: GroupCoordinator, protocol_type: str = "consumer",
+                 log: list | None = None) -> None:
+        self.coordinator = coordinator
+        self.protocol_type = protocol_type
+        self.member_id = ""
+        self.generation = -1
+        self.owned: set[tuple[str, int]] = set()
+        self.log = log
+
+    def _keep(self, writes: list) -> None:
+        if self.log is not None:
+            for write in writes:
+                self.log.extend(write.records)
+
+    def join_and_sync(self, now_ms: int) -> ErrorCode:
+        """Rejoin (revoking everything first) and sync; the leader of a classic group assigns
+        every partition of "orders" to the members round robin."""
+        self.owned = set()
+        metadata = encode_subscription(Subscription(topics=["orders"], version=1))
+        joined: list[JoinResult] = []
+        request = JoinRequest("g", self.member_id, self.protocol_type, (JoinProtocol("range", metadata),),
+                              10_000, 10_000, 3)
+        self._keep(self.coordinator.join_group(request, now_ms, joined.append))
+        self._keep(self.coordinator.tick(now_ms + 1))
+        if not joined or joined[0].error != ErrorCode.none:
+            return joined[0].error if joined else ErrorCode.unknown_server_error
+        result = joined[0]
+        self.member_id, self.generation = result.member_id, result.generation_id
+        assignments = {}
+        if result.leader_id == self.member_id:
+            ids = [m.member_id for m in result.members]
+            parts: dict[str, list[tuple[str, list[int]]]] = {i: [] for i in ids}
+            for p in range(4):
+                parts[ids[p % len(ids)]].append(("orders", [p]))
+            assignments = {i: encode_assignment(Assignment(partitions=ps)) for i, ps in parts.items()}
+        synced: list[SyncResult] = []
+        self._keep(self.coordinator.sync_group(
+            SyncRequest("g", self.generation, self.member_id, protocol_type=self.protocol_type, protocol_name="range",
+                        assignments=assignments), now_ms + 2, synced.append))
+        if synced[0].error == ErrorCode.none:
+            self.owned = {(t, p) for t, ps in decode_assignment(synced[0].assignment).partitions for p in ps}
+        return synced[0].error
+
+    def heartbeat(self, now_ms: int) -> ErrorCode:
+        return self.coordinator.heartbeat(HeartbeatRequest("g", self.member_id, self.generation), now_ms).error
+
+
 def make(policy: ConsumerGroupMigrationPolicy, **config: object) -> GroupCoordinator:
     topics = {"orders": TopicMetadata(TOPIC_ID, "orders", 4)}
     return GroupCoordinator(
@@ -78,30 +139,37 @@ def classic_member(coordinator: GroupCoordinator, now_ms: int, protocol_type: st
     return answers[0]
 
 
-@pytest.mark.parametrize("policy", list(P))
-@pytest.mark.parametrize("protocol_type", ["consumer", "connect"])
-def test_a_consumer_member_cannot_join_a_classic_group_with_members(policy, protocol_type):
+@pytest.mark.parametrize(("policy", "protocol_type", "reason"), [
+    (P.DISABLED, "consumer", "the online upgrade is disabled"),
+    (P.DOWNGRADE, "consumer", "the online upgrade is disabled"),
+    (P.BIDIRECTIONAL, "connect", "the group does not use the consumer embedded protocol"),
+    (P.UPGRADE, "connect", "the group does not use the consumer embedded protocol"),
+])
+def test_a_refused_upgrade_answers_group_id_not_found_and_changes_nothing(policy, protocol_type, reason):
     """Kafka answers GROUP_ID_NOT_FOUND "Group g is not a consumer group" where its
-    validateOnlineUpgrade refuses; oncestream refuses every upgrade of a group with members
-    (online upgrade is not built yet), so the classic group is left exactly as it was."""
+    validateOnlineUpgrade refuses, and the classic group is left exactly as it was."""
     coordinator = make(policy)
-    joined = classic_member(coordinator, 1, protocol_type)
+    classic = ClassicClient(coordinator, protocol_type=protocol_type)
+    classic.join_and_sync(1)
     before = (coordinator.group_type("g"), coordinator.group_state("g"), coordinator.group_snapshot("g"))
     member = SimClient(coordinator, "g", ("orders",))
     result = member.heartbeat(5)
     assert (result.error, result.error_message) == (ErrorCode.group_id_not_found, "Group g is not a consumer group")
     assert (coordinator.group_type("g"), coordinator.group_state("g"), coordinator.group_snapshot("g")) == before
-    assert coordinator.group_snapshot("g") is not None
-    assert [m.member_id for m in coordinator.group_snapshot("g").members] == [joined.member_id]  # type: ignore[union-attr]
-
-
-def test_the_refusal_keeps_kafkas_reason():
-    coordinator = make(P.DISABLED)
-    classic_member(coordinator, 1)
     with pytest.raises(OnlineUpgradeRefusedError) as refused:
         coordinator._take_over_classic("g")
-    assert refused.value.reason == "the online upgrade is disabled"
-    assert str(refused.value) == "Group g is not a consumer group"
+    assert refused.value.reason == reason
+
+
+def test_an_upgrade_of_a_group_with_malformed_metadata_is_refused():
+    coordinator = make(P.BIDIRECTIONAL)
+    classic_member(coordinator, 1)  # metadata b"": not a ConsumerProtocol subscription
+    before = coordinator.group_snapshot("g")
+    result = SimClient(coordinator, "g", ("orders",)).heartbeat(5)
+    assert (result.error, result.error_message) == (
+        ErrorCode.group_id_not_found,
+        "Cannot upgrade the classic group g to consumer group because the embedded consumer protocol is malformed.")
+    assert (coordinator.group_type("g"), coordinator.group_snapshot("g")) == ("classic", before)
 
 
 @pytest.mark.parametrize("policy", list(P))
@@ -116,3 +184,87 @@ def test_empty_groups_convert_both_ways_whatever_the_policy(policy):
     classic_member(coordinator, 4)
     assert coordinator.group_type("g") == "classic"
     assert coordinator.committed_offsets("g")[tp].offset == 5
+
+
+def owned_by(sim: SimClient) -> set[tuple[str, int]]:
+    return {("orders", p) for ps in sim.owned.values() for p in ps}
+
+
+def settle(classic: ClassicClient, modern: SimClient | None, now_ms: int, rounds: int = 12) -> int:
+    """Heartbeat both until nothing is asked of them; the classic member rejoins when told."""
+    for _ in range(rounds):
+        now_ms += 10
+        if modern is not None:
+            modern.heartbeat(now_ms)
+        if classic.heartbeat(now_ms) == ErrorCode.rebalance_in_progress:
+            assert classic.join_and_sync(now_ms) == ErrorCode.none
+        if modern is not None:
+            assert not owned_by(modern) & classic.owned, "a partition owned twice"
+    return now_ms
+
+
+def test_online_upgrade_then_downgrade_keeps_every_partition_owned_once():
+    """A consumer-protocol member joins a classic group with a member: the group becomes a
+    consumer group (the classic member keeps its partitions until it is asked to rejoin), the
+    partitions are split with none owned twice, a restart rebuilds the converted group from its
+    records; when the consumer member leaves the group is classic again and rebalances, and the
+    classic member gets everything."""
+    coordinator = make(P.BIDIRECTIONAL)
+    log: list = []
+    classic = ClassicClient(coordinator, log=log)
+    assert classic.join_and_sync(1) == ErrorCode.none
+    assert len(classic.owned) == 4
+    modern = SimClient(coordinator, "g", ("orders",), log=log)
+    assert modern.heartbeat(10).error == ErrorCode.none
+    assert coordinator.group_type("g") == "consumer"
+    assert owned_by(modern) == set(), "the classic member still owns everything"
+    now = settle(classic, modern, 20)
+    assert len(classic.owned) == 2
+    assert len(owned_by(modern)) == 2
+    assert classic.owned | owned_by(modern) == {("orders", p) for p in range(4)}
+    description = coordinator.consumer_group_describe(["g"], now)[0]
+    assert description.state == "Stable"
+
+    restarted = make(P.BIDIRECTIONAL)
+    restarted.load(log, now + 1)
+    assert restarted.group_type("g") == "consumer"
+    again = restarted.consumer_group_describe(["g"], now + 1)[0]
+    assert (again.group_epoch, sorted(m.member_id for m in again.members)) == (
+        description.group_epoch, sorted(m.member_id for m in description.members))
+
+    modern.leave(now + 1)
+    assert coordinator.group_type("g") == "classic"
+    assert coordinator.heartbeat(HeartbeatRequest("g", classic.member_id, classic.generation), now + 2).error \
+        == ErrorCode.rebalance_in_progress
+    assert classic.join_and_sync(now + 3) == ErrorCode.none
+    assert len(classic.owned) == 4
+    assert coordinator.group_state("g") is not None
+    assert coordinator.group_state("g").name == "STABLE"  # type: ignore[union-attr]
+
+
+def test_without_downgrade_the_classic_member_stays_in_the_consumer_group():
+    coordinator = make(P.UPGRADE)
+    classic = ClassicClient(coordinator)
+    classic.join_and_sync(1)
+    modern = SimClient(coordinator, "g", ("orders",))
+    modern.heartbeat(10)
+    now = settle(classic, modern, 20)
+    modern.leave(now + 1)
+    assert coordinator.group_type("g") == "consumer"
+    settle(classic, None, now + 2)
+    assert len(classic.owned) == 4
+
+
+def test_a_classic_member_joins_a_consumer_group_with_members_whatever_the_policy():
+    """Kafka 4 takes a classic member of the consumer embedded protocol into a consumer group
+    (no conversion, so the policy does not matter)."""
+    coordinator = make(P.DISABLED)
+    modern = SimClient(coordinator, "g", ("orders",))
+    modern.heartbeat(1)
+    classic = ClassicClient(coordinator)
+    assert classic.join_and_sync(5) == ErrorCode.none
+    now = settle(classic, modern, 10)
+    assert coordinator.group_type("g") == "consumer"
+    assert (len(classic.owned), len(owned_by(modern))) == (2, 2)
+    modern.leave(now + 1)
+    assert coordinator.group_type("g") == "consumer"  # no downgrade under "disabled"
