@@ -109,8 +109,11 @@ def test_classic_and_consumer_members_share_a_group_and_it_turns_classic_again(b
         wait_until(lambda: classic.owned() == every, lambda: f"the classic member owns {classic.owned()}")
         modern = ProtocolMember(broker.bootstrap, group, [topic], "consumer").start()
         members.append(modern)
-        wait_until(lambda: modern.owned() and classic.owned() and modern.owned() | classic.owned() == every
-                   and not modern.owned() & classic.owned(),
+        def split() -> bool:
+            mine, theirs = modern.owned(), classic.owned()
+            return bool(mine) and bool(theirs) and mine | theirs == every and not mine & theirs
+
+        wait_until(split,
                    lambda: f"no split: classic {classic.owned()} consumer {modern.owned()} {modern.errors}")
         assert describe(broker.bootstrap, group).error_code == ErrorCode.none  # a consumer group now
         wait_until(lambda: len(modern.consumed) > 0, "the consumer member read nothing")

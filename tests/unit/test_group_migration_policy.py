@@ -10,13 +10,6 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from oncestream.broker.group_service import group_config_from
-from oncestream.client.common.consumer_protocol import (
-    Assignment,
-    Subscription,
-    decode_assignment,
-    encode_assignment,
-    encode_subscription,
-)
 from oncestream.coordinator.group import (
     GroupCoordinator,
     GroupCoordinatorConfig,
@@ -37,6 +30,13 @@ from oncestream.coordinator.group.migration import (
     online_upgrade_refusal,
 )
 from oncestream.errors import InvalidConfigError
+from oncestream.protocol.consumer_protocol import (
+    Assignment,
+    Subscription,
+    decode_assignment,
+    encode_assignment,
+    encode_subscription,
+)
 from tests.unit.consumer_group_sim import SimClient
 
 P = ConsumerGroupMigrationPolicy

@@ -59,6 +59,7 @@ from oncestream.coordinator.group.consumer.records import (
     decode_record,
     record_group_id,
 )
+from oncestream.coordinator.group.conversion import GroupConverter, online_downgrade_allowed
 from oncestream.coordinator.group.deadlines import DeadlineHeap
 from oncestream.coordinator.group.group import GroupMetadata
 from oncestream.coordinator.group.membership import GroupMetadataManager
@@ -85,12 +86,7 @@ from oncestream.coordinator.group.messages import (
     SyncRequest,
     SyncResult,
 )
-from oncestream.coordinator.group.migration import (
-    GroupConverter,
-    OnlineUpgradeRefusedError,
-    online_downgrade_allowed,
-    online_upgrade_refusal,
-)
+from oncestream.coordinator.group.migration import OnlineUpgradeRefusedError, online_upgrade_refusal
 from oncestream.coordinator.group.offsets import OffsetMetadataManager
 from oncestream.coordinator.group.records import (
     GroupMetadataKey,

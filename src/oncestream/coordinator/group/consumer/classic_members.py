@@ -24,22 +24,15 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from kio.schema.errors import ErrorCode
 
-from oncestream.client.common.consumer_protocol import (
-    Assignment as ProtocolAssignment,
-)
-from oncestream.client.common.consumer_protocol import (
-    ConsumerProtocolError,
-    decode_subscription,
-    encode_assignment,
-)
 from oncestream.coordinator.group.consumer.group import ConsumerGroup, ConsumerGroupMember
 from oncestream.coordinator.group.consumer.reconciliation import MemberState
 from oncestream.coordinator.group.consumer.records import (
     ClassicMemberMetadata,
+    ConsumerGroupRecord,
     GroupEpochRecord,
     MemberMetadataRecord,
     MemberSubscription,
@@ -56,6 +49,7 @@ from oncestream.coordinator.group.messages import (
     SyncRequest,
     SyncResult,
 )
+from oncestream.coordinator.group.runtime import GroupRuntime
 from oncestream.errors import (
     FencedInstanceIdError,
     GroupMaxSizeReachedError,
@@ -65,9 +59,32 @@ from oncestream.errors import (
     RebalanceInProgressError,
     UnknownMemberIdError,
 )
+from oncestream.protocol.consumer_protocol import (
+    Assignment as ProtocolAssignment,
+)
+from oncestream.protocol.consumer_protocol import (
+    ConsumerProtocolError,
+    decode_subscription,
+    encode_assignment,
+)
 
-if TYPE_CHECKING:
-    from oncestream.coordinator.group.consumer.manager import ConsumerGroupManager
+
+class _Manager(Protocol):
+    """What classic members need of the ConsumerGroupManager (which owns this class)."""
+
+    @property
+    def runtime(self) -> GroupRuntime: ...
+
+    def write(self, record: ConsumerGroupRecord) -> None: ...
+
+    def subscription_metadata(self, group: ConsumerGroup) -> dict[str, TopicMetadata]: ...
+
+    def update_target(self, group: ConsumerGroup) -> None: ...
+
+    def reconcile_member(self, group: ConsumerGroup, member: ConsumerGroupMember,
+                         owned: Mapping[uuid.UUID, frozenset[int]] | None, mono_ms: int) -> None: ...
+
+    def remove_member(self, group: ConsumerGroup, member: ConsumerGroupMember, *, bump: bool = True) -> None: ...
 
 # JoinGroup v4+ asks a dynamic member without an id to come back with one (KIP-394).
 _MEMBER_ID_REQUIRED_FROM_VERSION = 4
@@ -100,7 +117,7 @@ def protocol_assignment(assigned: Mapping[uuid.UUID, frozenset[int]], topics: Ma
 class ClassicMembers:
     """The classic protocol's requests on the consumer groups of one ConsumerGroupManager."""
 
-    def __init__(self, manager: ConsumerGroupManager) -> None:
+    def __init__(self, manager: _Manager) -> None:
         self._m = manager
 
     # --- JoinGroup -------------------------------------------------------------------------------
