@@ -32,11 +32,7 @@ from oncestream.coordinator.group.consumer.group import ConsumerGroup, ConsumerG
 from oncestream.coordinator.group.consumer.reconciliation import MemberState
 from oncestream.coordinator.group.consumer.records import (
     ClassicMemberMetadata,
-    ConsumerGroupRecord,
-    GroupEpochRecord,
-    MemberMetadataRecord,
     MemberSubscription,
-    SubscriptionMetadataRecord,
     TopicMetadata,
 )
 from oncestream.coordinator.group.consumer_protocol import CONSUMER_PROTOCOL_TYPE
@@ -75,14 +71,9 @@ class _Manager(Protocol):
     @property
     def runtime(self) -> GroupRuntime: ...
 
-    def write(self, record: ConsumerGroupRecord) -> None: ...
-
-    def subscription_metadata(self, group: ConsumerGroup) -> dict[str, TopicMetadata]: ...
-
-    def update_target(self, group: ConsumerGroup) -> None: ...
-
-    def reconcile_member(self, group: ConsumerGroup, member: ConsumerGroupMember,
-                         owned: Mapping[uuid.UUID, frozenset[int]] | None, mono_ms: int) -> None: ...
+    def subscribe_and_reconcile(self, group: ConsumerGroup, member_id: str, sub: MemberSubscription,
+                                old: MemberSubscription | None, owned: Mapping[uuid.UUID, frozenset[int]] | None,
+                                mono_ms: int) -> None: ...
 
     def remove_member(self, group: ConsumerGroup, member: ConsumerGroupMember, *, bump: bool = True) -> None: ...
 
@@ -165,21 +156,8 @@ class ClassicMembers:
             classic=ClassicMemberMetadata(request.session_timeout_ms,
                                           tuple((p.name, p.metadata) for p in request.protocols)),
         )
-        bump = False
-        if old is None or sub != old:
-            m.write(MemberMetadataRecord(group.group_id, member_id, sub))
-            bump = old is None or sub.subscribed_topic_names != old.subscribed_topic_names
-        metadata = m.subscription_metadata(group)
-        if metadata != group.subscription_metadata:
-            m.write(SubscriptionMetadataRecord(group.group_id, tuple(metadata[n] for n in sorted(metadata))))
-            bump = True
-        if bump:
-            m.write(GroupEpochRecord(group.group_id, group.group_epoch + 1))
-        if group.group_epoch > group.assignment_epoch:
-            m.update_target(group)
-        member = group.members[member_id]
-        m.reconcile_member(group, member, owned_topic_ids(subscription.owned_partitions, group.subscription_metadata),
-                    mono_ms)
+        m.subscribe_and_reconcile(group, member_id, sub, old,
+                                  owned_topic_ids(subscription.owned_partitions, group.subscription_metadata), mono_ms)
         member = group.members[member_id]
         group.join_deadlines.pop(member_id, None)
         group.session_deadlines[member_id] = mono_ms + request.session_timeout_ms

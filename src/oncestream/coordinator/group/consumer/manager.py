@@ -178,26 +178,8 @@ class ConsumerGroupManager:
             server_assignor=request.server_assignor if request.server_assignor is not None else old.server_assignor,
         )
         is_new = member_id not in group.members
-        bump = False
-        if is_new or sub != old:
-            self.write(MemberMetadataRecord(group.group_id, member_id, sub))
-            bump = is_new or (sub.subscribed_topic_names, sub.subscribed_topic_regex) != (
-                old.subscribed_topic_names, old.subscribed_topic_regex)
-        metadata = self.subscription_metadata(group)
-        if metadata != group.subscription_metadata:
-            self.write(SubscriptionMetadataRecord(group.group_id, tuple(metadata[n] for n in sorted(metadata))))
-            bump = True
-        if bump:
-            self.write(GroupEpochRecord(group.group_id, group.group_epoch + 1))
-
-        # 2. A new target assignment when the group epoch moved past it.
-        if group.group_epoch > group.assignment_epoch:
-            self.update_target(group)
-
-        # 3. Reconcile the member towards its target.
-        member = group.members[member_id]
         before = member.assignment
-        self.reconcile_member(group, member, request.owned, mono_ms)
+        self.subscribe_and_reconcile(group, member_id, sub, None if is_new else old, request.owned, mono_ms)
         member = group.members[member_id]
         group.session_deadlines[member_id] = mono_ms + self._rt.config.consumer_session_timeout_ms
 
@@ -211,6 +193,28 @@ class ConsumerGroupManager:
             heartbeat_interval_ms=self._rt.config.consumer_heartbeat_interval_ms,
             assignment=member.assignment.assigned if (full or changed) else None,
         )
+
+    def subscribe_and_reconcile(self, group: ConsumerGroup, member_id: str, sub: MemberSubscription,
+                                old: MemberSubscription | None, owned: Mapping[uuid.UUID, frozenset[int]] | None,
+                                mono_ms: int) -> None:
+        """Kafka's three steps for a member's request (``old`` None: a new member): 1. persist
+        its subscription, bumping the group epoch when it or the subscribed topics' metadata
+        changed; 2. a new target assignment when the group epoch moved past it; 3. reconcile the
+        member towards its target, given the partitions it says it ``owned``."""
+        bump = False
+        if old is None or sub != old:
+            self.write(MemberMetadataRecord(group.group_id, member_id, sub))
+            bump = old is None or (sub.subscribed_topic_names, sub.subscribed_topic_regex) != (
+                old.subscribed_topic_names, old.subscribed_topic_regex)
+        metadata = self.subscription_metadata(group)
+        if metadata != group.subscription_metadata:
+            self.write(SubscriptionMetadataRecord(group.group_id, tuple(metadata[n] for n in sorted(metadata))))
+            bump = True
+        if bump:
+            self.write(GroupEpochRecord(group.group_id, group.group_epoch + 1))
+        if group.group_epoch > group.assignment_epoch:
+            self.update_target(group)
+        self.reconcile_member(group, group.members[member_id], owned, mono_ms)
 
     def _validate(self, request: ConsumerHeartbeatRequest) -> None:
         """Kafka's throwIfConsumerGroupHeartbeatRequestIsInvalid."""
