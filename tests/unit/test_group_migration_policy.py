@@ -17,6 +17,8 @@ from oncestream.coordinator.group import (
     JoinProtocol,
     JoinRequest,
     JoinResult,
+    LeaveRequest,
+    LeavingMember,
     OffsetCommitRequest,
     PartitionOffsetCommit,
     SyncRequest,
@@ -268,3 +270,67 @@ def test_a_classic_member_joins_a_consumer_group_with_members_whatever_the_polic
     assert (len(classic.owned), len(owned_by(modern))) == (2, 2)
     modern.leave(now + 1)
     assert coordinator.group_type("g") == "consumer"  # no downgrade under "disabled"
+
+
+def test_classic_member_errors_and_commits_in_a_consumer_group():
+    """Kafka's answers to a classic member of a consumer group: a wrong generation is
+    ILLEGAL_GENERATION (SyncGroup, Heartbeat, OffsetCommit), an unknown member UNKNOWN_MEMBER_ID,
+    another protocol name INCONSISTENT_GROUP_PROTOCOL; its OffsetCommit below v9 is accepted
+    at its generation."""
+    coordinator = make(P.BIDIRECTIONAL)
+    modern = SimClient(coordinator, "g", ("orders",))
+    modern.heartbeat(1)
+    classic = ClassicClient(coordinator)
+    classic.join_and_sync(5)
+    now = settle(classic, modern, 10)
+    gen, mid = classic.generation, classic.member_id
+    assert coordinator.heartbeat(HeartbeatRequest("g", mid, gen + 1), now).error == ErrorCode.illegal_generation
+    assert coordinator.heartbeat(HeartbeatRequest("g", "nobody", gen), now).error == ErrorCode.unknown_member_id
+    assert coordinator.heartbeat(HeartbeatRequest("g", modern.member_id, modern.epoch), now).error \
+        == ErrorCode.unknown_member_id, "a consumer-protocol member does not heartbeat with Heartbeat"
+    synced: list[SyncResult] = []
+    coordinator.sync_group(SyncRequest("g", gen, mid, protocol_type="consumer", protocol_name="roundrobin"), now,
+                           synced.append)
+    assert synced[0].error == ErrorCode.inconsistent_group_protocol
+    tp = TopicPartition("orders", 0)
+    stale, _ = coordinator.commit_offsets(OffsetCommitRequest("g", {tp: PartitionOffsetCommit(3)}, mid, gen - 1),
+                                          now, api_version=8)
+    assert stale.partitions[tp] == ErrorCode.illegal_generation
+    ok, _ = coordinator.commit_offsets(OffsetCommitRequest("g", {tp: PartitionOffsetCommit(3)}, mid, gen), now,
+                                       api_version=8)
+    assert ok.partitions[tp] == ErrorCode.none
+
+
+def test_a_classic_member_that_never_syncs_is_fenced_and_one_that_leaves_is_gone():
+    coordinator = make(P.DISABLED)
+    modern = SimClient(coordinator, "g", ("orders",))
+    modern.heartbeat(1)
+    joined: list[JoinResult] = []
+    metadata = encode_subscription(Subscription(topics=["orders"], version=1))
+    coordinator.join_group(JoinRequest("g", "", "consumer", (JoinProtocol("range", metadata),), 60_000, 10_000, 3),
+                           2, joined.append)
+    assert joined[0].error == ErrorCode.none
+    assert joined[0].generation_id > 0
+    assert len(coordinator.consumer_group_describe(["g"], 3)[0].members) == 2
+    modern.heartbeat(5_000)
+    coordinator.tick(10_003)  # the rebalance timeout passed without a SyncGroup
+    assert [m.member_id for m in coordinator.consumer_group_describe(["g"], 10_004)[0].members] == [modern.member_id]
+
+    classic = ClassicClient(coordinator)
+    classic.join_and_sync(10_010)
+    result, _ = coordinator.leave_group(LeaveRequest("g", (LeavingMember(classic.member_id),)), 10_020)
+    assert [m.error for m in result.members] == [ErrorCode.none]
+    assert [m.member_id for m in coordinator.consumer_group_describe(["g"], 10_021)[0].members] == [modern.member_id]
+
+
+def test_a_classic_member_that_stops_heartbeating_is_fenced_after_its_session():
+    coordinator = make(P.DISABLED)
+    modern = SimClient(coordinator, "g", ("orders",))
+    modern.heartbeat(1)
+    classic = ClassicClient(coordinator)
+    classic.join_and_sync(2)
+    for t in range(5_000, 30_001, 5_000):
+        modern.heartbeat(t)
+        coordinator.tick(t)
+    # 10 s of classic session timeout passed long ago: only the consumer member is left.
+    assert [m.member_id for m in coordinator.consumer_group_describe(["g"], 30_002)[0].members] == [modern.member_id]
