@@ -292,6 +292,11 @@ def test_classic_member_errors_and_commits_in_a_consumer_group():
     coordinator.sync_group(SyncRequest("g", gen, mid, protocol_type="consumer", protocol_name="roundrobin"), now,
                            synced.append)
     assert synced[0].error == ErrorCode.inconsistent_group_protocol
+    joined: list[JoinResult] = []
+    other = JoinRequest("g", "", "consumer", (JoinProtocol("roundrobin", encode_subscription(Subscription(
+        topics=["orders"]))),), 10_000, 10_000, 3)
+    coordinator.join_group(other, now, joined.append)
+    assert joined[0].error == ErrorCode.inconsistent_group_protocol, "no protocol shared with the classic members"
     tp = TopicPartition("orders", 0)
     stale, _ = coordinator.commit_offsets(OffsetCommitRequest("g", {tp: PartitionOffsetCommit(3)}, mid, gen - 1),
                                           now, api_version=8)

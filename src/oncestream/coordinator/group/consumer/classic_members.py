@@ -122,7 +122,7 @@ class ClassicMembers:
             member_id = str(uuid.uuid4())
         if len(group.members) >= rt.config.consumer_max_size and member_id not in group.members:
             raise GroupMaxSizeReachedError(f"consumer group {group.group_id!r} is full")
-        if request.protocol_type != CONSUMER_PROTOCOL_TYPE or not request.protocols:
+        if not self._supports(group, request):
             raise InconsistentGroupProtocolError(f"Member {member_id}'s protocols are not supported.")
         if unknown and request.group_instance_id is None and request.api_version >= _MEMBER_ID_REQUIRED_FROM_VERSION:
             return JoinResult(ErrorCode.member_id_required, member_id)
@@ -224,6 +224,19 @@ class ClassicMembers:
         return LeftMember(member_id, instance_id, ErrorCode.none)
 
     # --- helpers ---------------------------------------------------------------------------------
+
+    @staticmethod
+    def _supports(group: ConsumerGroup, request: JoinRequest) -> bool:
+        """Kafka's supportsClassicProtocols: the consumer embedded protocol, with a protocol
+        name every classic member of the group supports."""
+        if request.protocol_type != CONSUMER_PROTOCOL_TYPE or not request.protocols:
+            return False
+        shared: set[str] | None = None
+        for member in group.members.values():
+            if member.subscription.classic is not None:
+                names = {name for name, _ in member.subscription.classic.supported_protocols}
+                shared = names if shared is None else shared & names
+        return shared is None or any(p.name in shared for p in request.protocols)
 
     def _classic_member(self, group: ConsumerGroup, member_id: str, instance_id: str | None) -> ConsumerGroupMember:
         """Kafka's validateConsumerGroupMember + throwIfMemberDoesNotUseClassicProtocol."""
