@@ -115,7 +115,9 @@ def test_classic_and_consumer_members_share_a_group_and_it_turns_classic_again(b
 
         wait_until(split,
                    lambda: f"no split: classic {classic.owned()} consumer {modern.owned()} {modern.errors}")
-        assert describe(broker.bootstrap, group).error_code == ErrorCode.none  # a consumer group now
+        described = describe(broker.bootstrap, group)  # a consumer group now; MemberType 0 = classic
+        assert described.error_code == ErrorCode.none
+        assert sorted(m.member_type for m in described.members) == [0, 1]
         wait_until(lambda: len(modern.consumed) > 0, "the consumer member read nothing")
         modern.close()
         wait_until(lambda: classic.owned() == every, lambda: f"the classic member owns {classic.owned()}")

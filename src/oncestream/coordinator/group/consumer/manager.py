@@ -547,7 +547,8 @@ class ConsumerGroupManager:
                 client_host=m.subscription.client_host,
                 subscribed_topic_names=m.subscription.subscribed_topic_names,
                 subscribed_topic_regex=m.subscription.subscribed_topic_regex,
-                assignment=m.assignment.assigned, target_assignment=group.target.get(m.member_id, {}))
+                assignment=m.assignment.assigned, target_assignment=group.target.get(m.member_id, {}),
+                classic=m.subscription.classic is not None)
             for m in group.members.values())
         return ConsumerGroupDescription(group_id, ErrorCode.none, None, group.state, group.group_epoch,
                                         group.assignment_epoch, assignor, members)
