@@ -233,6 +233,12 @@ def test_online_upgrade_then_downgrade_keeps_every_partition_owned_once():
     again = restarted.consumer_group_describe(["g"], now + 1)[0]
     assert (again.group_epoch, sorted(m.member_id for m in again.members)) == (
         description.group_epoch, sorted(m.member_id for m in description.members))
+    # The classic member carries on with the restarted coordinator: same generation, same partitions.
+    assert restarted.heartbeat(HeartbeatRequest("g", classic.member_id, classic.generation), now + 1).error \
+        == ErrorCode.none
+    resynced: list[SyncResult] = []
+    restarted.sync_group(SyncRequest("g", classic.generation, classic.member_id), now + 1, resynced.append)
+    assert {(t, p) for t, ps in decode_assignment(resynced[0].assignment).partitions for p in ps} == classic.owned
 
     modern.leave(now + 1)
     assert coordinator.group_type("g") == "classic"
@@ -339,3 +345,26 @@ def test_a_classic_member_that_stops_heartbeating_is_fenced_after_its_session():
         coordinator.tick(t)
     # 10 s of classic session timeout passed long ago: only the consumer member is left.
     assert [m.member_id for m in coordinator.consumer_group_describe(["g"], 30_002)[0].members] == [modern.member_id]
+
+
+def test_an_upgrade_keeps_a_partition_two_classic_members_claim_with_the_first():
+    coordinator = GroupCoordinator(
+        GroupCoordinatorConfig(offsets_topic_partitions=3, group_initial_rebalance_delay_ms=100),
+        topics=lambda: {"orders": TopicMetadata(TOPIC_ID, "orders", 4)})
+    metadata = encode_subscription(Subscription(topics=["orders"], version=1))
+    joined: list[JoinResult] = []
+    for _ in range(2):
+        coordinator.join_group(JoinRequest("g", "", "consumer", (JoinProtocol("range", metadata),), 10_000, 10_000,
+                                           3), 1, joined.append)
+    for t in (200, 400, 1_000):
+        coordinator.tick(t)
+    assert [j.error for j in joined] == [ErrorCode.none, ErrorCode.none]
+    ids = [j.member_id for j in joined]
+    both = encode_assignment(Assignment(partitions=[("orders", [0, 1])]))
+    leader = next(j for j in joined if j.leader_id == j.member_id)
+    coordinator.sync_group(SyncRequest("g", leader.generation_id, leader.member_id,
+                                       assignments={i: both for i in ids}), 1_001, lambda _: None)
+    assert SimClient(coordinator, "g", ("orders",)).heartbeat(1_002).error == ErrorCode.none
+    owners = {m.member_id: m.assignment for m in coordinator.consumer_group_describe(["g"], 1_003)[0].members
+              if m.member_id in ids}
+    assert sorted(sorted(ps) for a in owners.values() for ps in a.values()) == [[0, 1]]

@@ -574,6 +574,9 @@ class ConsumerGroupManager:
         createConsumerGroupRecords): every member Stable at ``epoch`` with its last classic
         assignment, which is also its target; sessions are the members' classic ones."""
         group = self.groups[group_id] = ConsumerGroup(group_id)
+        # A partition two classic members claim (a leader's mistake) stays with the first.
+        claimed: set[tuple[uuid.UUID, int]] = set()
+        members = [(member_id, sub, _unclaimed(assigned, claimed)) for member_id, sub, assigned in members]
         for member_id, sub, _ in members:
             self.write(MemberMetadataRecord(group_id, member_id, sub))
         metadata = self.subscription_metadata(group)
@@ -599,6 +602,18 @@ class ConsumerGroupManager:
 
     def type_of(self, group_id: str) -> str | None:
         return CONSUMER_GROUP_TYPE if group_id in self.groups else None
+
+
+def _unclaimed(assigned: Mapping[uuid.UUID, frozenset[int]], claimed: set[tuple[uuid.UUID, int]]
+               ) -> dict[uuid.UUID, frozenset[int]]:
+    """``assigned`` without the partitions in ``claimed``, which then holds them all."""
+    out: dict[uuid.UUID, frozenset[int]] = {}
+    for topic_id, partitions in assigned.items():
+        free = frozenset(p for p in partitions if (topic_id, p) not in claimed)
+        claimed.update((topic_id, p) for p in free)
+        if free:
+            out[topic_id] = free
+    return out
 
 
 def _is_tombstone(record: ConsumerGroupRecord) -> bool:
