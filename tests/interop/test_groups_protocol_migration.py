@@ -139,3 +139,38 @@ def test_classic_and_consumer_members_share_a_group_and_it_turns_classic_again(b
     finally:
         stop.set()
         close_all(members)
+
+
+def test_a_mixed_group_survives_a_broker_sigkill(broker_factory):
+    """A consumer group with a classic and a consumer-protocol member is in __consumer_offsets
+    as Kafka writes it (MemberMetadata with ClassicMemberMetadata): after a SIGKILL and restart of
+    the broker the group, both members and their partitions are back, and records produced
+    afterwards are read by the group once each."""
+    broker = broker_factory(MIGRATION_BROKER_CONFIG)
+    topic = unique_topic("migration-crash")
+    create_topic(broker.bootstrap, topic, partitions=PARTITIONS)
+    group = f"mig-{uuid.uuid4().hex[:10]}"
+    every = {(topic, p) for p in range(PARTITIONS)}
+    produce(broker.bootstrap, topic, 10)
+    classic = classic_member(broker.bootstrap, group, topic, "range")
+    members = [classic]
+    try:
+        wait_until(lambda: classic.owned() == every, lambda: f"the classic member owns {classic.owned()}")
+        modern = ProtocolMember(broker.bootstrap, group, [topic], "consumer").start()
+        members.append(modern)
+        wait_until(lambda: len(modern.owned()) == 1 and len(classic.owned()) == 1,
+                   lambda: f"no split: classic {classic.owned()} consumer {modern.owned()}")
+        wait_until(lambda: describe(broker.bootstrap, group).group_state == "Stable", "the group never settled")
+        before = describe(broker.bootstrap, group)
+        broker.kill()
+        broker.start()
+        after = describe(broker.bootstrap, group)
+        assert (after.group_epoch, sorted((m.member_id, m.member_type) for m in after.members)) == \
+            (before.group_epoch, sorted((m.member_id, m.member_type) for m in before.members))
+        produce(broker.bootstrap, topic, 10, start=10)
+        wait_until(lambda: len({r for m in members for r in m.consumed}) == 20,
+                   lambda: f"read {sum(len(m.consumed) for m in members)} of 20: {classic.errors} {modern.errors}")
+        consumed = [r for m in members for r in m.consumed]
+        assert len(consumed) == len(set(consumed)) == 20, "a record was consumed twice"
+    finally:
+        close_all(members)
