@@ -368,3 +368,13 @@ def test_an_upgrade_keeps_a_partition_two_classic_members_claim_with_the_first()
     owners = {m.member_id: m.assignment for m in coordinator.consumer_group_describe(["g"], 1_003)[0].members
               if m.member_id in ids}
     assert sorted(sorted(ps) for a in owners.values() for ps in a.values()) == [[0, 1]]
+
+
+def test_an_invalid_heartbeat_converts_nothing():
+    coordinator = make(P.BIDIRECTIONAL)
+    classic = ClassicClient(coordinator)
+    classic.join_and_sync(1)
+    before = coordinator.group_snapshot("g")
+    refused = SimClient(coordinator, "g", ("orders",), assignor="nope").heartbeat(5)
+    assert refused.error == ErrorCode.unsupported_assignor
+    assert (coordinator.group_type("g"), coordinator.group_snapshot("g")) == ("classic", before)

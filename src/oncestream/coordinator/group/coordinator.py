@@ -340,6 +340,8 @@ class GroupCoordinator:
 
         def body(mono: int) -> ConsumerHeartbeatResult:
             if request.member_epoch == 0:
+                # A request Kafka refuses converts nothing: validate before a classic group goes.
+                self._consumer.validate(request)
                 self._take_over_classic(request.group_id)
             elif request.group_id not in self._consumer.groups and request.group_id in self._rt.groups:
                 raise GroupIdNotFoundError(f"Group {request.group_id} is not a consumer group")

@@ -146,7 +146,7 @@ class ConsumerGroupManager:
 
     def heartbeat(self, request: ConsumerHeartbeatRequest, mono_ms: int) -> ConsumerHeartbeatResult:
         """One ConsumerGroupHeartbeat (raises a typed error for Kafka's error answers)."""
-        self._validate(request)
+        self.validate(request)
         self._rt.validate_group_id(request.group_id, allow_empty=False)
         self._rt.touch_group(request.group_id)
         if request.member_epoch in (LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH):
@@ -216,7 +216,7 @@ class ConsumerGroupManager:
             self.update_target(group)
         self.reconcile_member(group, group.members[member_id], owned, mono_ms)
 
-    def _validate(self, request: ConsumerHeartbeatRequest) -> None:
+    def validate(self, request: ConsumerHeartbeatRequest) -> None:
         """Kafka's throwIfConsumerGroupHeartbeatRequestIsInvalid."""
         if request.group_id == "":
             raise InvalidRequestError("GroupId can't be empty.")
