@@ -378,3 +378,36 @@ def test_an_invalid_heartbeat_converts_nothing():
     refused = SimClient(coordinator, "g", ("orders",), assignor="nope").heartbeat(5)
     assert refused.error == ErrorCode.unsupported_assignor
     assert (coordinator.group_type("g"), coordinator.group_snapshot("g")) == ("classic", before)
+
+
+def test_a_restarted_static_classic_member_takes_over_its_partitions_without_a_rebalance():
+    coordinator = make(P.DISABLED)
+    modern = SimClient(coordinator, "g", ("orders",))
+    modern.heartbeat(1)
+    metadata = encode_subscription(Subscription(topics=["orders"], version=1))
+
+    def join(now_ms: int) -> JoinResult:
+        joined: list[JoinResult] = []
+        coordinator.join_group(JoinRequest("g", "", "consumer", (JoinProtocol("range", metadata),), 10_000, 10_000,
+                                           5, group_instance_id="s-1"), now_ms, joined.append)
+        return joined[0]
+
+    first = join(2)
+    for t in range(3, 40):
+        modern.heartbeat(t)
+    synced: list[SyncResult] = []
+    coordinator.sync_group(SyncRequest("g", first.generation_id, first.member_id, group_instance_id="s-1"), 41,
+                           synced.append)
+    owned = decode_assignment(synced[0].assignment).partitions
+    epoch = coordinator.consumer_group_describe(["g"], 42)[0].group_epoch
+    again = join(43)
+    assert again.error == ErrorCode.none
+    assert again.member_id != first.member_id
+    described = coordinator.consumer_group_describe(["g"], 44)[0]
+    assert described.group_epoch == epoch, "a static restart is no rebalance"
+    assert sorted(m.member_id for m in described.members) == sorted([modern.member_id, again.member_id])
+    coordinator.sync_group(SyncRequest("g", again.generation_id, again.member_id, group_instance_id="s-1"), 45,
+                           synced.append)
+    assert decode_assignment(synced[1].assignment).partitions == owned
+    assert coordinator.heartbeat(HeartbeatRequest("g", first.member_id, first.generation_id, "s-1"), 46).error \
+        == ErrorCode.fenced_instance_id

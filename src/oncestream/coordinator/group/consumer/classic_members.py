@@ -32,7 +32,12 @@ from oncestream.coordinator.group.consumer.group import ConsumerGroup, ConsumerG
 from oncestream.coordinator.group.consumer.reconciliation import MemberState
 from oncestream.coordinator.group.consumer.records import (
     ClassicMemberMetadata,
+    ConsumerGroupRecord,
+    CurrentAssignmentRecord,
+    MemberAssignmentState,
+    MemberMetadataRecord,
     MemberSubscription,
+    TargetAssignmentMemberRecord,
     TopicMetadata,
 )
 from oncestream.coordinator.group.consumer_protocol import CONSUMER_PROTOCOL_TYPE
@@ -76,6 +81,8 @@ class _Manager(Protocol):
                                 mono_ms: int) -> None: ...
 
     def remove_member(self, group: ConsumerGroup, member: ConsumerGroupMember, *, bump: bool = True) -> None: ...
+
+    def write(self, record: ConsumerGroupRecord) -> None: ...
 
 # JoinGroup v4+ asks a dynamic member without an id to come back with one (KIP-394).
 _MEMBER_ID_REQUIRED_FROM_VERSION = 4
@@ -126,23 +133,22 @@ class ClassicMembers:
             raise InconsistentGroupProtocolError(f"Member {member_id}'s protocols are not supported.")
         if unknown and request.group_instance_id is None and request.api_version >= _MEMBER_ID_REQUIRED_FROM_VERSION:
             return JoinResult(ErrorCode.member_id_required, member_id)
+        try:
+            subscription = decode_subscription(request.protocols[0].metadata)
+        except ConsumerProtocolError as exc:
+            raise InconsistentGroupProtocolError(f"Member {member_id}'s protocols are not supported.") from exc
         existing = group.members.get(member_id)
         static = group.static_member(request.group_instance_id)
         if not unknown and existing is None and static is None:
             raise UnknownMemberIdError(f"member {member_id} is not in group {group.group_id!r}")
+        if existing is not None and existing.subscription.classic is None:
+            raise UnknownMemberIdError(f"member {member_id} uses the consumer protocol, not JoinGroup")
         if static is not None and static.member_id != member_id:
             if not unknown:
                 raise FencedInstanceIdError(
                     f"static member {member_id} with instance id {request.group_instance_id} was fenced by "
                     f"{static.member_id}")
-            m.remove_member(group, static, bump=False)  # a restarted static member replaces its old one
-        if existing is not None and existing.subscription.classic is None:
-            raise UnknownMemberIdError(f"member {member_id} uses the consumer protocol, not JoinGroup")
-        try:
-            subscription = decode_subscription(request.protocols[0].metadata)
-        except ConsumerProtocolError as exc:
-            raise InconsistentGroupProtocolError(f"Member {member_id}'s protocols are not supported.") from exc
-
+            existing = self._replace_static(group, static, member_id)
         old = existing.subscription if existing is not None else None
         sub = MemberSubscription(
             instance_id=request.group_instance_id,
@@ -252,6 +258,20 @@ class ClassicMembers:
         if member.subscription.classic is None:
             raise UnknownMemberIdError(f"Member {member_id} does not use the classic protocol.")
         return member
+
+    def _replace_static(self, group: ConsumerGroup, old: ConsumerGroupMember, member_id: str) -> ConsumerGroupMember:
+        """A restarted static member takes over its old incarnation: its subscription, target
+        and partitions, with no new group epoch (Kafka's replaceMember, KIP-345)."""
+        m, gid = self._m, group.group_id
+        target = group.target.get(old.member_id, {})
+        a = old.assignment
+        epoch = a.member_epoch if a.member_epoch >= 0 else a.previous_member_epoch
+        m.remove_member(group, old, bump=False)
+        m.write(MemberMetadataRecord(gid, member_id, old.subscription))
+        m.write(TargetAssignmentMemberRecord(gid, member_id, target))
+        m.write(CurrentAssignmentRecord(gid, member_id, MemberAssignmentState(
+            epoch, epoch, int(MemberState.STABLE), a.assigned, {})))
+        return group.members[member_id]
 
     def _expect_rejoin(self, group: ConsumerGroup, member: ConsumerGroupMember, mono_ms: int) -> None:
         """Kafka's scheduleConsumerGroupJoinTimeoutIfAbsent."""
