@@ -411,3 +411,31 @@ def test_a_restarted_static_classic_member_takes_over_its_partitions_without_a_r
     assert decode_assignment(synced[1].assignment).partitions == owned
     assert coordinator.heartbeat(HeartbeatRequest("g", first.member_id, first.generation_id, "s-1"), 46).error \
         == ErrorCode.fenced_instance_id
+
+
+def test_a_classic_static_member_replacing_the_last_consumer_member_downgrades_the_group():
+    """Kafka's validateOnlineDowngradeWithReplacedMemberId: a static member restarted with the
+    classic protocol replaces its consumer-protocol incarnation, the last one of the group; the
+    group becomes classic, and the member keeps the partitions it took over (no rebalance)."""
+    coordinator = make(P.BIDIRECTIONAL)
+    modern = SimClient(coordinator, "g", ("orders",), instance_id="s-1")
+    classic = ClassicClient(coordinator)
+    classic.join_and_sync(1)  # a classic group with one member
+    modern.heartbeat(10)  # the upgrade
+    now = settle(classic, modern, 20)
+    kept = owned_by(modern)
+    assert kept
+    assert coordinator.group_type("g") == "consumer"
+    modern.leave(now + 1, static=True)  # a static member away: it keeps its partitions
+    metadata = encode_subscription(Subscription(topics=["orders"], version=1))
+    joined: list[JoinResult] = []
+    coordinator.join_group(JoinRequest("g", "", "consumer", (JoinProtocol("range", metadata),), 10_000, 10_000, 5,
+                                       group_instance_id="s-1"), now + 2, joined.append)
+    assert joined[0].error == ErrorCode.none
+    assert coordinator.group_type("g") == "classic"
+    assert coordinator.group_state("g").name == "STABLE"  # type: ignore[union-attr]
+    synced: list[SyncResult] = []
+    coordinator.sync_group(SyncRequest("g", joined[0].generation_id, joined[0].member_id, group_instance_id="s-1"),
+                           now + 3, synced.append)
+    assert synced[0].error == ErrorCode.none
+    assert {(t, p) for t, ps in decode_assignment(synced[0].assignment).partitions for p in ps} == kept

@@ -84,10 +84,12 @@ class GroupConverter:
                                         [(m.member_id, sub, assigned) for m, sub, assigned in converted],
                                         self._rt.mono_ms)
 
-    def downgrade(self, group: ConsumerGroup, leaving_member_id: str) -> bool:
+    def downgrade(self, group: ConsumerGroup, leaving_member_id: str | None, *, rebalance: bool = True) -> bool:
         """The consumer group, ``leaving_member_id`` gone and only classic members left, becomes a
         classic group at generation = the group epoch, each member holding its target
-        assignment, and a classic rebalance starts (Kafka's convertToClassicGroup). False (and
+        assignment, and (``rebalance``: a member left) a classic rebalance starts (Kafka's
+        convertToClassicGroup; a static member replacing the last consumer-protocol one causes no
+        rebalance: it holds the assignment it took over). False (and
         nothing done) if the members share no protocol."""
         group_id = group.group_id
         topics = group.subscription_metadata
@@ -116,7 +118,8 @@ class GroupConverter:
             classic_group.offsets, classic_group.pending_txn_offsets = holder.offsets, holder.pending_txn_offsets
         self._rt.groups[group_id] = classic_group
         self._rt.emit(group_id, group_metadata_record(group_id, snapshot))
-        self._membership.rebalance_converted(classic_group, self._rt.mono_ms)
+        if rebalance:
+            self._membership.rebalance_converted(classic_group, self._rt.mono_ms)
         self._rt.touch_group(group_id)
         return True
 

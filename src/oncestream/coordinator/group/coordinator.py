@@ -616,7 +616,15 @@ class GroupCoordinator:
         (Kafka's classicGroupJoinToConsumerGroup); an empty one turns into a classic group first."""
         group = self._consumer.groups.get(request.group_id)
         if group is not None and group.members:
-            self._rt.deliver(respond, self._consumer.classic.join(group, request, mono_ms))
+            replaced = group.static_member(request.group_instance_id) if request.member_id == NO_MEMBER_ID else None
+            result = self._consumer.classic.join(group, request, mono_ms)
+            if (result.error == ErrorCode.none and replaced is not None and replaced.subscription.classic is None
+                    and online_downgrade_allowed(self.config.consumer_migration_policy, group, None,
+                                                 self.config.group_max_size)):
+                # Kafka's validateOnlineDowngradeWithReplacedMemberId: the last consumer-protocol
+                # member was a static one its classic successor replaced.
+                self._converter.downgrade(group, None, rebalance=False)
+            self._rt.deliver(respond, result)
             return
         if group is not None:
             self._consumer.write_tombstones(group)
