@@ -9,7 +9,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, Producer
+from confluent_kafka import Producer
 from kio.schema.errors import ErrorCode
 
 from oncestream.protocol import api_keys as k
@@ -309,36 +309,3 @@ def test_group_version_feature_switches_the_protocol(broker, broker_factory):
     refused = heartbeat(off.bootstrap, unique_group(), uuid.uuid4().hex, 0, rebalance_timeout_ms=30_000,
                         subscribed_topic_names=("t",), topic_partitions={})
     assert refused.error_code == ErrorCode.unsupported_version
-
-
-def test_a_classic_member_cannot_join_a_consumer_group_with_members(broker):
-    """Without online conversion a classic JoinGroup for a consumer group with members hears
-    INCONSISTENT_GROUP_PROTOCOL (librdkafka reports it), and the group is unchanged."""
-    topic = unique_topic("cg-classic")
-    create_topic(broker.bootstrap, topic, partitions=2)
-    group = unique_group()
-    a = ProtocolMember(broker.bootstrap, group, [topic], "a").start()
-    classic = None
-    try:
-        wait_until(lambda: len(a.owned()) == 2, "a never got its partitions")
-        before = describe(broker.bootstrap, group)
-        classic = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group, "group.protocol": "classic"})
-        classic.subscribe([topic])
-        errors: list[int] = []
-
-        def refused() -> bool:
-            msg = classic.poll(0.2)
-            error = None if msg is None else msg.error()
-            if error is not None:
-                errors.append(error.code())
-            return KafkaError.INCONSISTENT_GROUP_PROTOCOL in errors
-
-        wait_until(refused, lambda: f"the classic member was not refused: {errors}")
-        after = describe(broker.bootstrap, group)
-        assert (after.group_epoch, [m.member_id for m in after.members]) == \
-            (before.group_epoch, [m.member_id for m in before.members])
-        assert a.owned() == {(topic, 0), (topic, 1)}
-    finally:
-        if classic is not None:
-            classic.close()
-        a.close()

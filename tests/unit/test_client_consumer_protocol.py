@@ -8,7 +8,7 @@ import struct
 
 import pytest
 
-from oncestream.client.common.consumer_protocol import (
+from oncestream.protocol.consumer_protocol import (
     Assignment,
     ConsumerProtocolError,
     Subscription,

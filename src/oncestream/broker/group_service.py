@@ -32,6 +32,8 @@ from oncestream.coordinator.group.messages import (
     OffsetsTopicWrite,
     SyncResult,
 )
+from oncestream.coordinator.group.migration import CONFIG_NAME as MIGRATION_POLICY_CONFIG
+from oncestream.coordinator.group.migration import ConsumerGroupMigrationPolicy
 from oncestream.errors import OnceStreamError
 from oncestream.log.manager import LogManager
 
@@ -104,6 +106,8 @@ def group_config_from(props: dict[str, str]) -> GroupCoordinatorConfig:
             "group.consumer.max.heartbeat.interval.ms", d.consumer_max_heartbeat_interval_ms),
         consumer_max_size=num("group.consumer.max.size", d.consumer_max_size),
         consumer_assignors=props.get("group.consumer.assignors", d.consumer_assignors),
+        consumer_migration_policy=ConsumerGroupMigrationPolicy.parse(
+            props.get(MIGRATION_POLICY_CONFIG, d.consumer_migration_policy.value)),
     )
 
 

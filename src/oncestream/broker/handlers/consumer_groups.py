@@ -26,8 +26,8 @@ if TYPE_CHECKING:
     from oncestream.protocol import request_types as wire
 
 _ZERO = datetime.timedelta(0)
-# ConsumerGroupDescribe v1's MemberType: 1 = a member of the consumer protocol.
-_MEMBER_TYPE_CONSUMER = 1
+# ConsumerGroupDescribe v1's MemberType: 0 a classic member, 1 a member of the consumer protocol.
+_MEMBER_TYPE_CLASSIC, _MEMBER_TYPE_CONSUMER = 0, 1
 
 
 def consumer_protocol_enabled(state: BrokerState) -> bool:
@@ -52,7 +52,7 @@ def handle_consumer_group_heartbeat(
         return refuse(ErrorCode.group_authorization_failed, "not authorized to read the group")
     if state.shares.groups.group(request.group_id) is not None:
         # A share group's id (KIP-932): Kafka answers that it is not a consumer group.
-        return refuse(ErrorCode.group_id_not_found, f"Group {request.group_id} is not a consumer group.")
+        return refuse(ErrorCode.group_id_not_found, f"Group {request.group_id} is not a consumer group")
     names = request.subscribed_topic_names
     if names and not all(authorize(state, Op.DESCRIBE, Res.TOPIC, n) for n in names):
         return refuse(ErrorCode.topic_authorization_failed, "not authorized to describe every subscribed topic")
@@ -146,7 +146,8 @@ def handle_consumer_group_describe(
                   subscribed_topic_names=mem.subscribed_topic_names,
                   subscribed_topic_regex=mem.subscribed_topic_regex,
                   assignment=assignment(mem.assignment), target_assignment=assignment(mem.target_assignment),
-                  **({"member_type": _MEMBER_TYPE_CONSUMER} if header.api_version >= 1 else {}))
+                  **({"member_type": _MEMBER_TYPE_CLASSIC if mem.classic else _MEMBER_TYPE_CONSUMER}
+                     if header.api_version >= 1 else {}))
             for mem in d.members)
         groups.append(build(
             m.DescribedGroup, error_code=d.error, error_message=d.error_message, group_id=group_id,

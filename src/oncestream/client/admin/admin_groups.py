@@ -27,7 +27,6 @@ from typing import Any, TypeVar
 from kio.schema.errors import ErrorCode
 
 from oncestream.client.common.cluster import COORDINATOR_GROUP, COORDINATOR_NODE_BASE, Cluster
-from oncestream.client.common.consumer_protocol import ConsumerProtocolError, decode_assignment
 from oncestream.client.common.errors import BrokerResponseError, KafkaError
 from oncestream.client.common.message import TopicPartition
 from oncestream.protocol.api_keys import (
@@ -44,6 +43,7 @@ from oncestream.protocol.api_keys import (
     SHARE_GROUP_DESCRIBE,
 )
 from oncestream.protocol.codec import build
+from oncestream.protocol.consumer_protocol import ConsumerProtocolError, decode_assignment
 
 T = TypeVar("T")
 

@@ -31,15 +31,6 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from oncestream.client.common.cluster import COORDINATOR_GROUP, Cluster
-from oncestream.client.common.consumer_protocol import (
-    Assignment,
-    ConsumerProtocolError,
-    Subscription,
-    decode_assignment,
-    decode_subscription,
-    encode_assignment,
-    encode_subscription,
-)
 from oncestream.client.common.errors import (
     BrokerResponseError,
     ConnectionLostError,
@@ -51,6 +42,15 @@ from oncestream.client.common.errors import (
 from oncestream.client.consumer.assignors import ASSIGNORS, MemberSubscription
 from oncestream.protocol.api_keys import HEARTBEAT, JOIN_GROUP, LEAVE_GROUP, OFFSET_COMMIT, OFFSET_FETCH, SYNC_GROUP
 from oncestream.protocol.codec import build
+from oncestream.protocol.consumer_protocol import (
+    Assignment,
+    ConsumerProtocolError,
+    Subscription,
+    decode_assignment,
+    decode_subscription,
+    encode_assignment,
+    encode_subscription,
+)
 
 log = logging.getLogger("oncestream.client")
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from oncestream.coordinator.group.migration import ConsumerGroupMigrationPolicy
 from oncestream.errors import InvalidConfigError
 
 
@@ -39,6 +40,9 @@ class GroupCoordinatorConfig:
     consumer_max_heartbeat_interval_ms: int = 15_000
     consumer_max_size: int = 2**31 - 1
     consumer_assignors: str = "uniform,range"
+    # group.consumer.migration.policy: which online conversions of groups with members between the
+    # classic and the consumer protocol are allowed (migration.py; empty groups always convert).
+    consumer_migration_policy: ConsumerGroupMigrationPolicy = ConsumerGroupMigrationPolicy.BIDIRECTIONAL
 
     def __post_init__(self) -> None:
         if self.offsets_topic_partitions <= 0:

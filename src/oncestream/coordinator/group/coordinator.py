@@ -46,7 +46,7 @@ from typing import TypeVar
 from kio.schema.errors import ErrorCode
 
 from oncestream.coordinator.group.config import GroupCoordinatorConfig
-from oncestream.coordinator.group.consumer.group import CONSUMER_GROUP_TYPE
+from oncestream.coordinator.group.consumer.group import CONSUMER_GROUP_TYPE, ConsumerGroup
 from oncestream.coordinator.group.consumer.manager import ConsumerGroupManager
 from oncestream.coordinator.group.consumer.messages import (
     ConsumerGroupDescription,
@@ -59,6 +59,7 @@ from oncestream.coordinator.group.consumer.records import (
     decode_record,
     record_group_id,
 )
+from oncestream.coordinator.group.conversion import GroupConverter, online_downgrade_allowed
 from oncestream.coordinator.group.deadlines import DeadlineHeap
 from oncestream.coordinator.group.group import GroupMetadata
 from oncestream.coordinator.group.membership import GroupMetadataManager
@@ -85,6 +86,7 @@ from oncestream.coordinator.group.messages import (
     SyncRequest,
     SyncResult,
 )
+from oncestream.coordinator.group.migration import OnlineUpgradeRefusedError, online_upgrade_refusal
 from oncestream.coordinator.group.offsets import OffsetMetadataManager
 from oncestream.coordinator.group.records import (
     GroupMetadataKey,
@@ -106,9 +108,7 @@ from oncestream.errors import (
     CoordinatorLoadInProgressError,
     CorruptRecordError,
     GroupIdNotFoundError,
-    InconsistentGroupProtocolError,
     OnceStreamError,
-    UnknownMemberIdError,
 )
 from oncestream.topic_partition import TopicPartition
 
@@ -142,6 +142,8 @@ class GroupCoordinator:
         self._offsets = OffsetMetadataManager(self._rt)
         self._membership.offsets = self._offsets
         self._consumer = ConsumerGroupManager(self._rt, topics or dict)
+        self._converter = GroupConverter(self._rt, self._membership, self._consumer, topics or dict)
+        self._consumer.downgrade_on_fence = self._maybe_downgrade
         self._offsets.subscribed_topics = self._consumer.subscribed_topics
         # Offset expiry (Kafka's cleanup task), on the monotonic clock.
         self._next_cleanup_ms: int | None = None
@@ -229,8 +231,7 @@ class GroupCoordinator:
         """Handle JoinGroup; ``respond`` is called once with the result, now or later."""
         self._handle(
             request.group_id, now_ms, mono_ms,
-            lambda mono: self._on_classic(request.group_id, lambda: self._membership.join(request, mono, respond),
-                                          joining=request.member_id == NO_MEMBER_ID),
+            lambda mono: self._classic_join(request, mono, respond),
             lambda exc: self._rt.deliver(respond, JoinResult(error=exc.code, member_id=request.member_id)),
             fire_timers_after=True,
         )
@@ -252,8 +253,7 @@ class GroupCoordinator:
                 self._rt.deliver(respond, SyncResult(exc.code))
 
         self._handle(request.group_id, now_ms, mono_ms,
-                     lambda mono: self._on_classic(request.group_id,
-                                                   lambda: self._membership.sync(request, mono, respond)),
+                     lambda mono: self._classic_sync(request, mono, respond),
                      failed,
                      fire_timers_after=True)
         return self._finish()
@@ -265,7 +265,7 @@ class GroupCoordinator:
         # members stay put.
         error = self._handle(
             request.group_id, now_ms, mono_ms,
-            lambda mono: self._on_classic(request.group_id, lambda: self._membership.heartbeat(request, mono)),
+            lambda mono: self._classic_heartbeat(request, mono),
             lambda exc: ErrorCode.none if isinstance(exc, CoordinatorLoadInProgressError) else exc.code,
         )
         self._finish(read_only=True)
@@ -340,9 +340,11 @@ class GroupCoordinator:
 
         def body(mono: int) -> ConsumerHeartbeatResult:
             if request.member_epoch == 0:
+                # A request Kafka refuses converts nothing: validate before a classic group goes.
+                self._consumer.validate(request)
                 self._take_over_classic(request.group_id)
             elif request.group_id not in self._consumer.groups and request.group_id in self._rt.groups:
-                raise GroupIdNotFoundError(f"Group {request.group_id} is not a consumer group.")
+                raise GroupIdNotFoundError(f"Group {request.group_id} is not a consumer group")
             return self._consumer.heartbeat(request, mono)
 
         result = self._handle(request.group_id, now_ms, mono_ms, body,
@@ -605,34 +607,67 @@ class GroupCoordinator:
         self._membership.fire_timers(group_id, mono_ms)
         self._consumer.fire_timers(group_id, mono_ms)
 
-    def _on_classic(self, group_id: str, call: Callable[[], _R], *, joining: bool = False) -> _R:
-        self._classic_only(group_id, joining)
-        return call()
+    # ==============================================================================================
+    # Classic requests on consumer groups, online migration (migration.py)
+    # ==============================================================================================
 
-    def _classic_only(self, group_id: str, joining: bool) -> None:
-        """Classic requests on a consumer group. A JoinGroup for an *empty* consumer group turns
-        it into a classic one, as Kafka does (its records are tombstoned, its offsets stay);
-        classic members inside a consumer group are not supported, so a JoinGroup for one with
-        members hears INCONSISTENT_GROUP_PROTOCOL and the other classic requests
-        UNKNOWN_MEMBER_ID (no classic member is in it)."""
-        group = self._consumer.groups.get(group_id)
-        if group is None:
+    def _classic_join(self, request: JoinRequest, mono_ms: int, respond: Callable[[JoinResult], None]) -> None:
+        """JoinGroup: a consumer group with members takes the member in as a classic member
+        (Kafka's classicGroupJoinToConsumerGroup); an empty one turns into a classic group first."""
+        group = self._consumer.groups.get(request.group_id)
+        if group is not None and group.members:
+            replaced = group.static_member(request.group_instance_id) if request.member_id == NO_MEMBER_ID else None
+            result = self._consumer.classic.join(group, request, mono_ms)
+            if (result.error == ErrorCode.none and replaced is not None and replaced.subscription.classic is None
+                    and online_downgrade_allowed(self.config.consumer_migration_policy, group, None,
+                                                 self.config.group_max_size)):
+                # Kafka's validateOnlineDowngradeWithReplacedMemberId: the last consumer-protocol
+                # member was a static one its classic successor replaced.
+                self._converter.downgrade(group, None, rebalance=False)
+            self._rt.deliver(respond, result)
             return
-        if not joining:
-            raise UnknownMemberIdError(f"group {group_id!r} is a consumer group: no classic member is in it")
-        if group.members:
-            raise InconsistentGroupProtocolError(f"group {group_id!r} uses the consumer group protocol")
-        self._consumer.write_tombstones(group)
+        if group is not None:
+            self._consumer.write_tombstones(group)
+        self._membership.join(request, mono_ms, respond)
+
+    def _classic_sync(self, request: SyncRequest, mono_ms: int, respond: Callable[[SyncResult], None]) -> None:
+        group = self._consumer.groups.get(request.group_id)
+        if group is None:
+            self._membership.sync(request, mono_ms, respond)
+        else:
+            self._rt.deliver(respond, self._consumer.classic.sync(group, request, mono_ms))
+
+    def _classic_heartbeat(self, request: HeartbeatRequest, mono_ms: int) -> ErrorCode:
+        group = self._consumer.groups.get(request.group_id)
+        if group is None:
+            return self._membership.heartbeat(request, mono_ms)
+        return self._consumer.classic.heartbeat(group, request, mono_ms)
+
+    def _maybe_downgrade(self, group: ConsumerGroup, leaving_member_id: str) -> bool:
+        """Kafka's online downgrade, as a member is fenced or leaves: when every other member is
+        classic (and some remain) and the policy and group.max.size allow, the group becomes a
+        classic group at its current epoch and a classic rebalance starts."""
+        if not online_downgrade_allowed(self.config.consumer_migration_policy, group, leaving_member_id,
+                                        self.config.group_max_size):
+            return False
+        return self._converter.downgrade(group, leaving_member_id)
 
     def _take_over_classic(self, group_id: str) -> None:
-        """ConsumerGroupHeartbeat joining a group id a classic group holds: an empty classic
-        group becomes a consumer group (its metadata is tombstoned, its offsets stay); a
-        classic group with members is not a consumer group (GROUP_ID_NOT_FOUND)."""
+        """ConsumerGroupHeartbeat joining a group id a classic group holds (Kafka's
+        getOrMaybeCreateConsumerGroup): an empty classic group becomes a consumer group whatever
+        ``group.consumer.migration.policy`` says (its metadata is tombstoned, its offsets stay); a
+        classic group with members is upgraded online where Kafka's validateOnlineUpgrade allows
+        it, else refused with GROUP_ID_NOT_FOUND "Group <id> is not a consumer group"."""
         group = self._rt.groups.get(group_id)
         if group is None or group_id in self._consumer.groups:
             return
         if not group.is_(_S.EMPTY):
-            raise GroupIdNotFoundError(f"Group {group_id} is not a consumer group.")
+            refusal = online_upgrade_refusal(self.config.consumer_migration_policy, group.protocol_type,
+                                             len(group.members), self.config.consumer_max_size)
+            if refusal is not None:
+                raise OnlineUpgradeRefusedError(group_id, refusal)
+            self._converter.upgrade(group)
+            return
         if group.generation_id > 0:
             self._rt.emit(group_id, group_metadata_record(group_id, None))
             shell = GroupMetadata(group_id, self._rt.wall_ms)

@@ -337,6 +337,11 @@ class GroupMetadataManager:
         if group.can_rebalance():
             self._prepare_rebalance(group, mono_ms)
 
+    def rebalance_converted(self, group: GroupMetadata, mono_ms: int) -> None:
+        """A group just converted from a consumer group (migration.py) starts a rebalance, so its
+        members rejoin as members of a classic group."""
+        self._prepare_rebalance(group, mono_ms)
+
     def _prepare_rebalance(self, group: GroupMetadata, mono_ms: int) -> None:
         if group.is_(_S.COMPLETING_REBALANCE):
             # Members waiting for an assignment of the abandoned generation must rejoin.

@@ -79,6 +79,10 @@ class ConsumerGroup:
     # Timers (monotonic ms), not persisted.
     session_deadlines: dict[str, int] = field(default_factory=dict)
     rebalance_deadlines: dict[str, tuple[int, int]] = field(default_factory=dict)  # member -> (deadline, epoch)
+    # Classic members (classic_members.py): a JoinGroup due after REBALANCE_IN_PROGRESS, a
+    # SyncGroup due after the JoinGroup answer.
+    join_deadlines: dict[str, int] = field(default_factory=dict)
+    sync_deadlines: dict[str, int] = field(default_factory=dict)
 
     @property
     def state(self) -> str:
@@ -95,12 +99,19 @@ class ConsumerGroup:
             return None
         return next((m for m in self.members.values() if m.instance_id == instance_id), None)
 
+    def all_classic_but(self, member_id: str | None = None) -> bool:
+        """Every member other than ``member_id`` speaks the classic protocol (Kafka's
+        allMembersUseClassicProtocolExcept)."""
+        return all(m.subscription.classic is not None for m_id, m in self.members.items() if m_id != member_id)
+
     def partition_epoch(self, topic_id: uuid.UUID, partition: int) -> int:
         return self.partition_epochs.get((topic_id, partition), NO_OWNER_EPOCH)
 
     def next_deadline_ms(self) -> int | None:
         deadlines = list(self.session_deadlines.values())
         deadlines.extend(d for d, _ in self.rebalance_deadlines.values())
+        deadlines.extend(self.join_deadlines.values())
+        deadlines.extend(self.sync_deadlines.values())
         return min(deadlines, default=None)
 
     # --- applying records -------------------------------------------------------------------------
@@ -171,3 +182,5 @@ class ConsumerGroup:
             self._release(member)
         self.session_deadlines.pop(member_id, None)
         self.rebalance_deadlines.pop(member_id, None)
+        self.join_deadlines.pop(member_id, None)
+        self.sync_deadlines.pop(member_id, None)

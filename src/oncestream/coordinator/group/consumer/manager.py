@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import uuid
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import re2
 from kio.schema.errors import ErrorCode
 
 from oncestream.coordinator.group.consumer.assignors import Assignor, MemberSpec, assignors_from
+from oncestream.coordinator.group.consumer.classic_members import ClassicMembers
 from oncestream.coordinator.group.consumer.group import (
     CONSUMER_GROUP_TYPE,
     DEAD,
@@ -90,12 +91,22 @@ class ConsumerGroupManager:
         self._default_assignor = next(iter(self._assignors))
         self.groups: dict[str, ConsumerGroup] = {}
         self._regex_cache: dict[str, Any] = {}
+        # JoinGroup/SyncGroup/Heartbeat/LeaveGroup of classic members inside consumer groups.
+        self.classic = ClassicMembers(self)
+        # Called before a member is fenced (with the group epoch bump); True when it converted
+        # the group to a classic one instead (the online downgrade, set by the coordinator).
+        self.downgrade_on_fence: Callable[[ConsumerGroup, str], bool] | None = None
+
+    @property
+    def runtime(self) -> GroupRuntime:
+        """The runtime shared with the classic coordinator (records, clocks, config)."""
+        return self._rt
 
     # ==============================================================================================
     # Records
     # ==============================================================================================
 
-    def _write(self, record: ConsumerGroupRecord) -> None:
+    def write(self, record: ConsumerGroupRecord) -> None:
         self.apply(record)
         self._rt.emit(record.group_id, encode_record(record))
 
@@ -123,8 +134,10 @@ class ConsumerGroupManager:
         if group is None:
             return
         timeout_ms = self._rt.config.consumer_session_timeout_ms
-        for member_id in group.members:
-            group.session_deadlines[member_id] = mono_ms + timeout_ms
+        for member_id, member in group.members.items():
+            classic = member.subscription.classic
+            group.session_deadlines[member_id] = mono_ms + (
+                timeout_ms if classic is None else classic.session_timeout_ms)
         self._rt.touch_group(group_id)
 
     # ==============================================================================================
@@ -133,7 +146,7 @@ class ConsumerGroupManager:
 
     def heartbeat(self, request: ConsumerHeartbeatRequest, mono_ms: int) -> ConsumerHeartbeatResult:
         """One ConsumerGroupHeartbeat (raises a typed error for Kafka's error answers)."""
-        self._validate(request)
+        self.validate(request)
         self._rt.validate_group_id(request.group_id, allow_empty=False)
         self._rt.touch_group(request.group_id)
         if request.member_epoch in (LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH):
@@ -165,26 +178,8 @@ class ConsumerGroupManager:
             server_assignor=request.server_assignor if request.server_assignor is not None else old.server_assignor,
         )
         is_new = member_id not in group.members
-        bump = False
-        if is_new or sub != old:
-            self._write(MemberMetadataRecord(group.group_id, member_id, sub))
-            bump = is_new or (sub.subscribed_topic_names, sub.subscribed_topic_regex) != (
-                old.subscribed_topic_names, old.subscribed_topic_regex)
-        metadata = self._subscription_metadata(group)
-        if metadata != group.subscription_metadata:
-            self._write(SubscriptionMetadataRecord(group.group_id, tuple(metadata[n] for n in sorted(metadata))))
-            bump = True
-        if bump:
-            self._write(GroupEpochRecord(group.group_id, group.group_epoch + 1))
-
-        # 2. A new target assignment when the group epoch moved past it.
-        if group.group_epoch > group.assignment_epoch:
-            self._update_target(group)
-
-        # 3. Reconcile the member towards its target.
-        member = group.members[member_id]
         before = member.assignment
-        self._reconcile(group, member, request.owned, mono_ms)
+        self.subscribe_and_reconcile(group, member_id, sub, None if is_new else old, request.owned, mono_ms)
         member = group.members[member_id]
         group.session_deadlines[member_id] = mono_ms + self._rt.config.consumer_session_timeout_ms
 
@@ -199,7 +194,29 @@ class ConsumerGroupManager:
             assignment=member.assignment.assigned if (full or changed) else None,
         )
 
-    def _validate(self, request: ConsumerHeartbeatRequest) -> None:
+    def subscribe_and_reconcile(self, group: ConsumerGroup, member_id: str, sub: MemberSubscription,
+                                old: MemberSubscription | None, owned: Mapping[uuid.UUID, frozenset[int]] | None,
+                                mono_ms: int) -> None:
+        """Kafka's three steps for a member's request (``old`` None: a new member): 1. persist
+        its subscription, bumping the group epoch when it or the subscribed topics' metadata
+        changed; 2. a new target assignment when the group epoch moved past it; 3. reconcile the
+        member towards its target, given the partitions it says it ``owned``."""
+        bump = False
+        if old is None or sub != old:
+            self.write(MemberMetadataRecord(group.group_id, member_id, sub))
+            bump = old is None or (sub.subscribed_topic_names, sub.subscribed_topic_regex) != (
+                old.subscribed_topic_names, old.subscribed_topic_regex)
+        metadata = self.subscription_metadata(group)
+        if metadata != group.subscription_metadata:
+            self.write(SubscriptionMetadataRecord(group.group_id, tuple(metadata[n] for n in sorted(metadata))))
+            bump = True
+        if bump:
+            self.write(GroupEpochRecord(group.group_id, group.group_epoch + 1))
+        if group.group_epoch > group.assignment_epoch:
+            self.update_target(group)
+        self.reconcile_member(group, group.members[member_id], owned, mono_ms)
+
+    def validate(self, request: ConsumerHeartbeatRequest) -> None:
         """Kafka's throwIfConsumerGroupHeartbeatRequestIsInvalid."""
         if request.group_id == "":
             raise InvalidRequestError("GroupId can't be empty.")
@@ -257,7 +274,7 @@ class ConsumerGroupManager:
             if joining:
                 # The member rejoins without its partitions (it owns none when sending epoch 0):
                 # it starts over as a new member.
-                self._remove_member(group, member)
+                self.remove_member(group, member)
                 return blank
             self._check_epoch(member, request)
             return member
@@ -271,11 +288,11 @@ class ConsumerGroupManager:
                     f"id is owned by member {existing.member_id}")
             # The new instance takes over the old one's subscription, target and partitions.
             target = group.target.get(existing.member_id, {})
-            self._remove_member(group, existing, bump=False)
-            self._write(MemberMetadataRecord(group.group_id, member_id, existing.subscription))
-            self._write(TargetAssignmentMemberRecord(group.group_id, member_id, target))
+            self.remove_member(group, existing, bump=False)
+            self.write(MemberMetadataRecord(group.group_id, member_id, existing.subscription))
+            self.write(TargetAssignmentMemberRecord(group.group_id, member_id, target))
             a = existing.assignment
-            self._write(CurrentAssignmentRecord(group.group_id, member_id, MemberAssignmentState(
+            self.write(CurrentAssignmentRecord(group.group_id, member_id, MemberAssignmentState(
                 0, 0, MemberState.STABLE, a.assigned, {})))
             return group.members[member_id]
         if existing is None:
@@ -303,7 +320,7 @@ class ConsumerGroupManager:
                 raise FencedMemberEpochError(
                     f"member epoch {received} is smaller than the coordinator's {current}: rejoin")
 
-    def _subscription_metadata(self, group: ConsumerGroup) -> dict[str, TopicMetadata]:
+    def subscription_metadata(self, group: ConsumerGroup) -> dict[str, TopicMetadata]:
         """The subscribed topics that exist, regular expressions resolved against the topics now."""
         topics = self._topics()
         names: set[str] = set()
@@ -326,7 +343,7 @@ class ConsumerGroupManager:
             ids.update(t.topic_id for n, t in meta.items() if compiled.fullmatch(n))
         return frozenset(ids)
 
-    def _update_target(self, group: ConsumerGroup) -> None:
+    def update_target(self, group: ConsumerGroup) -> None:
         """Run the preferred assignor; write the targets that changed, then the new epoch."""
         votes = Counter(m.subscription.server_assignor for m in group.members.values()
                         if m.subscription.server_assignor is not None)
@@ -337,10 +354,10 @@ class ConsumerGroupManager:
         result = self._assignors[name].assign(specs, partitions)
         for member_id, assignment in sorted(result.items()):
             if group.target.get(member_id, {}) != assignment:
-                self._write(TargetAssignmentMemberRecord(group.group_id, member_id, assignment))
-        self._write(TargetAssignmentEpochRecord(group.group_id, group.group_epoch))
+                self.write(TargetAssignmentMemberRecord(group.group_id, member_id, assignment))
+        self.write(TargetAssignmentEpochRecord(group.group_id, group.group_epoch))
 
-    def _reconcile(self, group: ConsumerGroup, member: ConsumerGroupMember,
+    def reconcile_member(self, group: ConsumerGroup, member: ConsumerGroupMember,
                    owned: Mapping[uuid.UUID, frozenset[int]] | None, mono_ms: int) -> None:
         if member.is_reconciled_to(group.assignment_epoch):
             return
@@ -348,7 +365,7 @@ class ConsumerGroupManager:
                         group.partition_epoch, owned)
         if new == member.assignment:
             return
-        self._write(CurrentAssignmentRecord(group.group_id, member.member_id, MemberAssignmentState(
+        self.write(CurrentAssignmentRecord(group.group_id, member.member_id, MemberAssignmentState(
             new.member_epoch, new.previous_member_epoch, int(new.state), new.assigned, new.pending_revocation)))
         if new.state == MemberState.UNREVOKED_PARTITIONS:
             timeout_ms = max(0, member.subscription.rebalance_timeout_ms)
@@ -378,52 +395,65 @@ class ConsumerGroupManager:
             if request.member_epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
                 # Temporarily gone: it keeps its partitions until the session times out.
                 a = member.assignment
-                self._write(CurrentAssignmentRecord(group.group_id, member.member_id, MemberAssignmentState(
+                self.write(CurrentAssignmentRecord(group.group_id, member.member_id, MemberAssignmentState(
                     LEAVE_GROUP_STATIC_MEMBER_EPOCH, a.member_epoch, int(a.state), a.assigned, {})))
                 group.rebalance_deadlines.pop(member.member_id, None)
                 return ConsumerHeartbeatResult(ErrorCode.none, member_id=member.member_id,
                                                member_epoch=LEAVE_GROUP_STATIC_MEMBER_EPOCH)
-        self._remove_member(group, member)
+        self.remove_member(group, member)
         return ConsumerHeartbeatResult(ErrorCode.none, member_id=request.member_id, member_epoch=request.member_epoch)
 
     def leave_by_admin(self, request: LeaveRequest) -> LeaveResult:
-        """LeaveGroup on a consumer group (Kafka's classicGroupLeaveToConsumerGroup): members are
-        named by instance id (an administrator's removal, member id ""); a member named by member
-        id alone, or by a member id other than the instance's, is not a classic member here
-        (UNKNOWN_MEMBER_ID / FENCED_INSTANCE_ID)."""
+        """LeaveGroup on a consumer group (Kafka's classicGroupLeaveToConsumerGroup): a classic
+        member leaves by its member id (and instance id if static); an administrator removes
+        static members by instance id (member id ""). A member of the consumer protocol named
+        by its member id hears UNKNOWN_MEMBER_ID (it leaves with its heartbeat), a member id
+        other than the instance's FENCED_INSTANCE_ID."""
         group = self.groups[request.group_id]
         answers: list[LeftMember] = []
         leaving: list[ConsumerGroupMember] = []
         for who in request.members:
-            member = group.static_member(who.group_instance_id)
-            if who.group_instance_id is None or member is None:
+            if who.member_id != "" and (
+                    (who.group_instance_id is None and who.member_id in group.members)
+                    or (who.group_instance_id is not None and group.static_member(who.group_instance_id) is not None
+                        and group.members.get(who.member_id) is group.static_member(who.group_instance_id))):
+                member = group.members[who.member_id]
+                if member.subscription.classic is not None:
+                    answers.append(LeftMember(who.member_id, who.group_instance_id, ErrorCode.none))
+                    if member not in leaving:
+                        leaving.append(member)
+                    continue
+            member_or_none = group.static_member(who.group_instance_id)
+            if who.group_instance_id is None or member_or_none is None:
                 error = ErrorCode.unknown_member_id
-            elif who.member_id not in ("", member.member_id):
+            elif who.member_id not in ("", member_or_none.member_id):
                 error = ErrorCode.fenced_instance_id
-            elif who.member_id == member.member_id:
+            elif who.member_id == member_or_none.member_id:
                 error = ErrorCode.unknown_member_id  # it uses the consumer protocol, not LeaveGroup
             else:
                 error = ErrorCode.none
-                if member not in leaving:
-                    leaving.append(member)
+                if member_or_none not in leaving:
+                    leaving.append(member_or_none)
             answers.append(LeftMember(who.member_id, who.group_instance_id, error))
         for member in leaving:
-            self._remove_member(group, member, bump=member is leaving[-1])
+            self.remove_member(group, member, bump=member is leaving[-1])
         self._rt.touch_group(group.group_id)
         return LeaveResult(ErrorCode.none, tuple(answers))
 
-    def _remove_member(self, group: ConsumerGroup, member: ConsumerGroupMember, *, bump: bool = True) -> None:
+    def remove_member(self, group: ConsumerGroup, member: ConsumerGroupMember, *, bump: bool = True) -> None:
         """Kafka's consumerGroupFenceMember (``bump``) or the removal half of replaceMember."""
         gid, mid = group.group_id, member.member_id
-        self._write(CurrentAssignmentRecord(gid, mid, None))
-        self._write(TargetAssignmentMemberRecord(gid, mid, None))
-        self._write(MemberMetadataRecord(gid, mid, None))
+        if bump and self.downgrade_on_fence is not None and self.downgrade_on_fence(group, mid):
+            return
+        self.write(CurrentAssignmentRecord(gid, mid, None))
+        self.write(TargetAssignmentMemberRecord(gid, mid, None))
+        self.write(MemberMetadataRecord(gid, mid, None))
         if not bump:
             return
-        metadata = self._subscription_metadata(group)
+        metadata = self.subscription_metadata(group)
         if metadata != group.subscription_metadata:
-            self._write(SubscriptionMetadataRecord(gid, tuple(metadata[n] for n in sorted(metadata))))
-        self._write(GroupEpochRecord(gid, group.group_epoch + 1))
+            self.write(SubscriptionMetadataRecord(gid, tuple(metadata[n] for n in sorted(metadata))))
+        self.write(GroupEpochRecord(gid, group.group_epoch + 1))
         self._rt.touch_group(gid)
 
     # ==============================================================================================
@@ -442,13 +472,19 @@ class ConsumerGroupManager:
         self._rt.touch_group(group_id)
         for member_id, deadline in sorted(group.session_deadlines.items(), key=lambda kv: kv[1]):
             if deadline <= mono_ms and member_id in group.members:
-                self._remove_member(group, group.members[member_id])
+                self.remove_member(group, group.members[member_id])
+        for deadlines in (group.join_deadlines, group.sync_deadlines):
+            for member_id, deadline in sorted(deadlines.items(), key=lambda kv: kv[1]):
+                if deadline <= mono_ms:
+                    deadlines.pop(member_id, None)
+                    if member_id in group.members:
+                        self.remove_member(group, group.members[member_id])
         for member_id, (deadline, epoch) in list(group.rebalance_deadlines.items()):
             member = group.members.get(member_id)
             if deadline <= mono_ms:
                 group.rebalance_deadlines.pop(member_id, None)
                 if member is not None and member.member_epoch == epoch:
-                    self._remove_member(group, member)
+                    self.remove_member(group, member)
 
     # ==============================================================================================
     # Offsets, describe, list, delete
@@ -457,19 +493,21 @@ class ConsumerGroupManager:
     def validate_offset_commit(self, group_id: str, member_id: str, member_epoch: int, *,
                                transactional: bool, api_version: int) -> None:
         """Kafka's ConsumerGroup.validateOffsetCommit (STALE_MEMBER_EPOCH for a stale epoch;
-        TxnOffsetCommit, which has no such error, hears ILLEGAL_GENERATION)."""
+        TxnOffsetCommit, which has no such error, and a classic member, whose generation is its
+        member epoch, hear ILLEGAL_GENERATION)."""
         group = self.groups[group_id]
         if member_epoch < 0 and not group.members:
             return
         member = group.members.get(member_id)
         if member is None:
             raise UnknownMemberIdError(f"member {member_id!r} is not in consumer group {group_id!r}")
-        if not transactional and api_version < 9:
+        classic = member.subscription.classic is not None
+        if not transactional and not classic and api_version < 9:
             raise OnceStreamError("OffsetCommit version 9 or above must be used by members using the "
                                   "consumer group protocol", code=ErrorCode.unsupported_version)
         if member_epoch != member.member_epoch:
             message = f"member epoch {member_epoch} is not the current {member.member_epoch}"
-            if transactional:
+            if transactional or classic:
                 raise IllegalGenerationError(message)
             raise StaleMemberEpochError(message)
 
@@ -509,7 +547,8 @@ class ConsumerGroupManager:
                 client_host=m.subscription.client_host,
                 subscribed_topic_names=m.subscription.subscribed_topic_names,
                 subscribed_topic_regex=m.subscription.subscribed_topic_regex,
-                assignment=m.assignment.assigned, target_assignment=group.target.get(m.member_id, {}))
+                assignment=m.assignment.assigned, target_assignment=group.target.get(m.member_id, {}),
+                classic=m.subscription.classic is not None)
             for m in group.members.values())
         return ConsumerGroupDescription(group_id, ErrorCode.none, None, group.state, group.group_epoch,
                                         group.assignment_epoch, assignor, members)
@@ -528,16 +567,53 @@ class ConsumerGroupManager:
         self.write_tombstones(group)
         return ErrorCode.none
 
+    def create_converted(self, group_id: str, epoch: int,
+                         members: list[tuple[str, MemberSubscription, dict[uuid.UUID, frozenset[int]]]],
+                         mono_ms: int) -> None:
+        """A consumer group made from a classic group (Kafka's ConsumerGroup.fromClassicGroup and
+        createConsumerGroupRecords): every member Stable at ``epoch`` with its last classic
+        assignment, which is also its target; sessions are the members' classic ones."""
+        group = self.groups[group_id] = ConsumerGroup(group_id)
+        # A partition two classic members claim (a leader's mistake) stays with the first.
+        claimed: set[tuple[uuid.UUID, int]] = set()
+        members = [(member_id, sub, _unclaimed(assigned, claimed)) for member_id, sub, assigned in members]
+        for member_id, sub, _ in members:
+            self.write(MemberMetadataRecord(group_id, member_id, sub))
+        metadata = self.subscription_metadata(group)
+        self.write(SubscriptionMetadataRecord(group_id, tuple(metadata[n] for n in sorted(metadata))))
+        self.write(GroupEpochRecord(group_id, epoch))
+        for member_id, _, assigned in members:
+            self.write(TargetAssignmentMemberRecord(group_id, member_id, assigned))
+        self.write(TargetAssignmentEpochRecord(group_id, epoch))
+        for member_id, sub, assigned in members:
+            self.write(CurrentAssignmentRecord(group_id, member_id, MemberAssignmentState(
+                epoch, epoch, int(MemberState.STABLE), assigned, {})))
+            if sub.classic is not None:
+                group.session_deadlines[member_id] = mono_ms + sub.classic.session_timeout_ms
+        self._rt.touch_group(group_id)
+
     def write_tombstones(self, group: ConsumerGroup) -> None:
         gid = group.group_id
         for member in list(group.members.values()):
-            self._remove_member(group, member, bump=False)
-        self._write(TargetAssignmentEpochRecord(gid, None))
-        self._write(SubscriptionMetadataRecord(gid, None))
-        self._write(GroupEpochRecord(gid, None))
+            self.remove_member(group, member, bump=False)
+        self.write(TargetAssignmentEpochRecord(gid, None))
+        self.write(SubscriptionMetadataRecord(gid, None))
+        self.write(GroupEpochRecord(gid, None))
 
     def type_of(self, group_id: str) -> str | None:
         return CONSUMER_GROUP_TYPE if group_id in self.groups else None
+
+
+def _unclaimed(assigned: Mapping[uuid.UUID, frozenset[int]], claimed: set[tuple[uuid.UUID, int]]
+               ) -> dict[uuid.UUID, frozenset[int]]:
+    """``assigned`` without the partitions in ``claimed``, which then holds them all."""
+    out: dict[uuid.UUID, frozenset[int]] = {}
+    for topic_id, partitions in assigned.items():
+        free = frozenset(p for p in partitions if (topic_id, p) not in claimed)
+        claimed.update((topic_id, p) for p in free)
+        if free:
+            out[topic_id] = free
+    return out
 
 
 def _is_tombstone(record: ConsumerGroupRecord) -> bool:

@@ -59,6 +59,8 @@ class DescribedConsumerMember:
     subscribed_topic_regex: str | None
     assignment: Assignment
     target_assignment: Assignment
+    # A member speaking the classic protocol (ConsumerGroupDescribe v1's MemberType 0, else 1).
+    classic: bool = False
 
 
 @dataclass(frozen=True)

@@ -64,8 +64,20 @@ class TopicMetadata:
 
 
 @dataclass(frozen=True)
+class ClassicMemberMetadata:
+    """What a member speaking the classic protocol (JoinGroup/SyncGroup/Heartbeat) inside a
+    consumer group told us: ConsumerGroupMemberMetadataValue's tagged field 0 (Kafka writes it
+    for the members of a group converted online or joined with JoinGroup)."""
+
+    session_timeout_ms: int
+    # (protocol name, its ConsumerProtocolSubscription bytes), in the member's order of preference.
+    supported_protocols: tuple[tuple[str, bytes], ...]
+
+
+@dataclass(frozen=True)
 class MemberSubscription:
-    """The durable, client-given part of a member (ConsumerGroupMemberMetadataValue)."""
+    """The durable, client-given part of a member (ConsumerGroupMemberMetadataValue); ``classic``
+    is None for a member of the consumer protocol."""
 
     instance_id: str | None
     rack_id: str | None
@@ -75,6 +87,7 @@ class MemberSubscription:
     subscribed_topic_regex: str | None
     rebalance_timeout_ms: int
     server_assignor: str | None
+    classic: ClassicMemberMetadata | None = None
 
 
 @dataclass(frozen=True)
@@ -175,6 +188,10 @@ class _Out:
     def array_len(self, n: int) -> None:
         self.varint(n + 1)
 
+    def compact_bytes(self, value: bytes) -> None:
+        self.varint(len(value) + 1)
+        self.parts.append(value)
+
     def no_tags(self) -> None:
         self.varint(0)
 
@@ -239,10 +256,22 @@ class _In:
             raise CorruptRecordError(f"{self.what}: null array")
         return n - 1
 
+    def compact_bytes(self) -> bytes:
+        n = self.varint()
+        if n == 0:
+            raise CorruptRecordError(f"{self.what}: null where bytes are required")
+        return bytes(self._take(n - 1))
+
     def skip_tags(self) -> None:
+        self.tags()
+
+    def tags(self) -> dict[int, bytes]:
+        """The tagged fields (tag -> raw bytes); callers read the tags they know."""
+        found: dict[int, bytes] = {}
         for _ in range(self.varint()):
-            self.varint()  # tag
-            self._take(self.varint())
+            tag = self.varint()
+            found[tag] = bytes(self._take(self.varint()))
+        return found
 
     def done(self) -> None:
         if self.pos != len(self.data):
@@ -282,6 +311,34 @@ def _read_assignment(inp: _In) -> dict[uuid.UUID, frozenset[int]]:
     return freeze(result)
 
 
+_CLASSIC_MEMBER_METADATA_TAG = 0
+
+
+def _encode_classic(classic: ClassicMemberMetadata) -> bytes:
+    out = _Out()
+    out.int32(classic.session_timeout_ms)
+    out.array_len(len(classic.supported_protocols))
+    for name, metadata in classic.supported_protocols:
+        out.string(name)
+        out.compact_bytes(metadata)
+        out.no_tags()
+    out.no_tags()
+    return out.bytes()
+
+
+def _decode_classic(data: bytes) -> ClassicMemberMetadata:
+    inp = _In(data, "ClassicMemberMetadata")
+    session_timeout_ms = inp.int32()
+    protocols = []
+    for _ in range(inp.array_len()):
+        name, metadata = inp.string(), inp.compact_bytes()
+        inp.skip_tags()
+        protocols.append((name, metadata))
+    inp.skip_tags()
+    inp.done()
+    return ClassicMemberMetadata(session_timeout_ms, tuple(protocols))
+
+
 def encode_record(record: ConsumerGroupRecord) -> tuple[bytes, bytes | None]:
     """The (key, value) bytes of a record (value None for a tombstone)."""
     out = _Out()
@@ -318,6 +375,13 @@ def encode_record(record: ConsumerGroupRecord) -> tuple[bytes, bytes | None]:
         out.string(s.subscribed_topic_regex)
         out.int32(s.rebalance_timeout_ms)
         out.string(s.server_assignor)
+        if s.classic is not None:
+            classic = _encode_classic(s.classic)
+            out.varint(1)  # one tagged field: ClassicMemberMetadata, tag 0
+            out.varint(_CLASSIC_MEMBER_METADATA_TAG)
+            out.varint(len(classic))
+            out.parts.append(classic)
+            return key, out.bytes()
     elif isinstance(record, TargetAssignmentEpochRecord):
         key = _encode_key(TARGET_ASSIGNMENT_EPOCH_KEY_VERSION, g)
         if record.epoch is None:
@@ -382,8 +446,14 @@ def decode_record(key_version: int, key: bytes, value: bytes | None) -> Consumer
             instance_id, rack_id, client_id, client_host = (
                 v.nullable_string(), v.nullable_string(), v.string(), v.string())
             names = tuple(v.string() for _ in range(v.array_len()))
-            sub = MemberSubscription(instance_id, rack_id, client_id, client_host, names,
-                                     v.nullable_string(), v.int32(), v.nullable_string())
+            regex, rebalance_timeout_ms, assignor = v.nullable_string(), v.int32(), v.nullable_string()
+            tags = v.tags()
+            classic = tags.get(_CLASSIC_MEMBER_METADATA_TAG)
+            sub = MemberSubscription(instance_id, rack_id, client_id, client_host, names, regex,
+                                     rebalance_timeout_ms, assignor,
+                                     None if classic is None else _decode_classic(classic))
+            v.done()  # its tagged fields are read: the common trailer below does not apply
+            return MemberMetadataRecord(group_id, member_id, sub)
         record = MemberMetadataRecord(group_id, member_id, sub)
     elif key_version == TARGET_ASSIGNMENT_EPOCH_KEY_VERSION:
         record = TargetAssignmentEpochRecord(group_id, None if v is None else v.int32())
