@@ -430,7 +430,9 @@ PRODUCE_KEY = 0
 # v3 (v4+ is broker-to-broker), Produce below v12 and EndTxn below v5 (those mean version 2).
 OFFSET_FETCH_KEY = 9
 ADD_OFFSETS_TO_TXN_KEY, TXN_OFFSET_COMMIT_KEY = 25, 28
-CLIENT_MAX_VERSIONS = {ADD_PARTITIONS_TO_TXN_KEY: 3, PRODUCE_KEY: 11, END_TXN_KEY: 4, TXN_OFFSET_COMMIT_KEY: 3}
+# OffsetFetch stops at v9: v10 names topics by id only, and these helpers name them.
+CLIENT_MAX_VERSIONS = {ADD_PARTITIONS_TO_TXN_KEY: 3, PRODUCE_KEY: 11, END_TXN_KEY: 4, TXN_OFFSET_COMMIT_KEY: 3,
+                       OFFSET_FETCH_KEY: 9}
 RETRIABLE_INIT_ERRORS = ("concurrent_transactions", "coordinator_load_in_progress", "coordinator_not_available")
 
 
