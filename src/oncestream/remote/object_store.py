@@ -78,14 +78,14 @@ def open_object_store(uri: str, environ: Mapping[str, str]) -> ObjectStore:
     ``file:///ABSOLUTE/PATH``. ``environ`` supplies the AWS_* variables of an S3 store (the
     broker passes ``os.environ``). InvalidConfigError for a URI that names no store."""
     parts = urlsplit(uri)
+    if parts.username is not None or parts.password is not None:
+        raise InvalidConfigError(
+            "object store uri: credentials do not belong in the uri"
+            " (set AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or the AWS shared files)"
+        )
     if parts.query or parts.fragment:
         raise InvalidConfigError(f"object store uri {uri!r}: no query or fragment is understood")
     if parts.scheme == "s3":
-        if parts.username is not None or parts.password is not None:
-            raise InvalidConfigError(
-                "object store uri: credentials do not belong in the uri"
-                " (set AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or the AWS shared files)"
-            )
         bucket = parts.netloc
         if not bucket:
             raise InvalidConfigError(f"object store uri {uri!r}: no bucket (s3://BUCKET/PREFIX)")
