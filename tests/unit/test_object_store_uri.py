@@ -13,7 +13,8 @@ import pytest
 
 from oncestream.errors import InvalidConfigError, RemoteStorageError
 from oncestream.remote.local_store import LocalObjectStore
-from oncestream.remote.object_store import ObjectStore, check_key, open_object_store
+from oncestream.remote.object_keys import check_key
+from oncestream.remote.object_store import ObjectStore, open_object_store
 from oncestream.remote.s3_store import S3ObjectStore, read_profile, s3_config
 
 # --- URIs ---------------------------------------------------------------------------------------

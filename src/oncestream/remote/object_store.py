@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from typing import BinaryIO, Protocol, runtime_checkable
 from urllib.parse import unquote, urlsplit
 
-from oncestream.errors import InvalidConfigError, RemoteStorageError
+from oncestream.errors import InvalidConfigError
 
 
 @runtime_checkable
@@ -60,17 +60,6 @@ class ObjectStore(Protocol):
     def list(self, prefix: str) -> builtins.list[str]:
         """Every key that starts with ``prefix`` (a plain string prefix), sorted."""
         ...
-
-
-def check_key(key: str, store: str) -> None:
-    """RemoteStorageError unless ``key`` is a relative ``/``-separated path of plain names: no
-    empty, ``.`` or ``..`` part (a directory store would leave its root; S3 would normalise
-    it differently), no control characters."""
-    parts = key.split("/")
-    if not key or any(part in ("", ".", "..") for part in parts):
-        raise RemoteStorageError(f"object key {key!r} on {store}: not a relative path of names")
-    if any(ord(char) < 0x20 or char in "\\\x7f" for char in key):
-        raise RemoteStorageError(f"object key {key!r} on {store}: control character or backslash")
 
 
 def open_object_store(uri: str, environ: Mapping[str, str]) -> ObjectStore:

@@ -53,7 +53,7 @@ from oncestream.errors import (
     RemoteObjectNotFoundError,
     RemoteStorageError,
 )
-from oncestream.remote.object_store import check_key
+from oncestream.remote.object_keys import check_key
 
 if TYPE_CHECKING:
     from obstore.store import ClientConfig, RetryConfig, S3Config
