@@ -94,6 +94,22 @@ class LogInvariantError(StorageError):
     explicitly instead of ``assert``, which ``python -O`` strips."""
 
 
+class RemoteStorageError(StorageError):
+    """The object store of tiered storage failed (KIP-405's RemoteStorageException): the message
+    names the key and the store. Kafka answers UNKNOWN_SERVER_ERROR for it (a remote failure says
+    nothing about the local disk), so the code differs from its parent's."""
+
+    code = ErrorCode.unknown_server_error
+
+
+class RemoteObjectNotFoundError(RemoteStorageError):
+    """The object store has no object under the key (S3 404, a missing file)."""
+
+
+class RemoteAccessDeniedError(RemoteStorageError):
+    """The object store refused the credentials or the operation (S3 401/403)."""
+
+
 # --- group coordinator (classic consumer group protocol) -------------------------------------------
 
 
