@@ -217,15 +217,22 @@ def test_retention_is_left_to_the_remote_manager_on_tiered_topics(tmp_path: Path
     assert plain.apply_retention(now_ms=1_000_000) == 3
 
 
-def test_producer_state_survives_local_deletion_and_reopen(tmp_path: Path) -> None:
+@pytest.mark.parametrize("shutdown", ["clean", "crash"])
+def test_producer_state_survives_local_deletion_and_reopen(tmp_path: Path, shutdown: str) -> None:
     """KIP-360: deleting segments keeps the producers; a retried batch is still a duplicate."""
     partition_log = open_log(tmp_path, **TIERED, local_retention_ms=0)
     fill(partition_log, 4)
     assert partition_log.delete_tiered_local_segments(copied_last_offset=2, now_ms=100_000) == 3
+    removal = partition_log.take_file_removal()
+    assert removal is not None
+    removal.run()
     retried = partition_log.append(idempotent_batch(PID, 0, 3, timestamp_ms=1_003), 1_003)
     assert retried.duplicate
     assert retried.base_offset == 3
-    partition_log.close()
+    if shutdown == "clean":
+        partition_log.close()
+    else:
+        partition_log.abandon()
     reopened = open_log(tmp_path, **TIERED, local_retention_ms=0)
     assert [(s.producer_id, s.last_sequence) for s in reopened.producer_states()] == [(PID, 3)]
     assert reopened.append(idempotent_batch(PID, 0, 3, timestamp_ms=1_003), 1_003).duplicate
