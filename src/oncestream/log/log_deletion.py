@@ -11,8 +11,9 @@ hands it the topic config, the high watermark and the LSO.
   here: the RemoteLogManager owns both retentions.
 - A log start moved by DeleteRecords or by remote retention (``move_log_start``) is made durable
   in the checkpoint (``log_start.LogStartMove``) before the segments wholly below it go.
-- Local retention of a tiered log (``delete_tiered_local``) deletes copied segments and moves
-  only the local log start (written durably first), so the offsets stay readable remotely.
+- Local retention of a tiered log (``begin_tiered_local``, ``log_start.LocalStartMove``,
+  ``finish_tiered_local``) deletes copied segments and moves only the local log start (written
+  durably first), so the offsets stay readable remotely.
 
 The deleted segments' files wait in the segment list for ``take_file_removal``.
 """
@@ -22,11 +23,11 @@ from __future__ import annotations
 import logging
 import pathlib
 
-from oncestream.errors import OffsetOutOfRangeError, StorageError
+from oncestream.errors import OffsetOutOfRangeError
 from oncestream.log.config import LogConfig
 from oncestream.log.local_tiering import locally_expired_count
 from oncestream.log.log_cleaning import LogCleaning
-from oncestream.log.log_start import LogStartMove
+from oncestream.log.log_start import LocalStartMove, LogStartMove
 from oncestream.log.log_state import LogPositions
 from oncestream.log.producer_state import ProducerStateManager
 from oncestream.log.segment import Segment
@@ -113,37 +114,35 @@ class LogDeletion:
         self._segments.check(positions.log_start_offset, positions.cleaned_offset, positions.local_log_start_offset)
         return deleted
 
-    def delete_tiered_local(self, config: LogConfig, copied_last_offset: int, last_stable_offset: int,
-                            now_ms: int) -> int:
-        """Local retention of a tiered log over its copied segments (``local_tiering``); the
-        checkpoint naming the new local log start is durable before any segment leaves the list.
-        StorageError (nothing deleted) if it cannot be written."""
+    def begin_tiered_local(self, config: LogConfig, copied_last_offset: int, last_stable_offset: int,
+                           now_ms: int) -> LocalStartMove | None:
+        """Local retention of a tiered log over its copied segments (``local_tiering``): move the
+        local log start past the segments that go, in memory; None if none goes. The returned
+        move's checkpoint must be durable (``run``) before ``finish_tiered_local`` deletes them."""
         segments = self._segments
         count = locally_expired_count(
             segments.segments, config, copied_last_offset=copied_last_offset,
             last_stable_offset=last_stable_offset, now_ms=now_ms, held=self._cleaning.holds,
         )
         if count == 0:
-            return 0
+            return None
         positions = self._positions
-        previous_local_start = positions.local_log_start_offset
-        positions.local_log_start_offset = max(previous_local_start, segments[count].base_offset)
-        try:
-            positions.write()
-        except StorageError:
-            positions.local_log_start_offset = previous_local_start
-            raise
-        remaining = count
+        positions.local_log_start_offset = max(positions.local_log_start_offset, segments[count].base_offset)
+        return LocalStartMove(positions.local_log_start_offset, positions.file, positions.checkpoint(),
+                              positions.file.version)
 
-        def first_count(_: Segment, __: Segment) -> bool:
-            nonlocal remaining
-            remaining -= 1
-            return remaining >= 0
-
-        deleted = self.delete_oldest(first_count, moves_log_start=False)
+    def finish_tiered_local(self, move: LocalStartMove) -> int:
+        """Once ``move`` ran: delete the local segments wholly below the local log start it made
+        durable, with the producer snapshots taken below it; returns how many segments went."""
+        if not move.written:
+            self._positions.write()  # rare: a concurrent write may have failed (see LogStartMove)
+        deleted = self.delete_oldest(
+            lambda _, next_segment: next_segment.base_offset <= move.local_log_start_offset, moves_log_start=False
+        )
         # Kafka deletes a segment's producer snapshot with the segment; the one at the new local
         # start stays (the newest snapshots serve recovery).
-        segments.doom_files(self._producers.snapshot_paths_below(positions.local_log_start_offset))
+        positions = self._positions
+        self._segments.doom_files(self._producers.snapshot_paths_below(positions.local_log_start_offset))
         log.info(
             "%s: deleted %d tiered segment(s) locally; local log start %d, log start %d",
             self.directory, deleted, positions.local_log_start_offset, positions.log_start_offset,

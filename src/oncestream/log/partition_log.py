@@ -64,7 +64,7 @@ from oncestream.log.local_tiering import TierableSegment, tierable_segments
 from oncestream.log.log_append_time import prepare_log_append_time
 from oncestream.log.log_cleaning import LogCleaning, SwapCommit, SwapTail
 from oncestream.log.log_deletion import LogDeletion
-from oncestream.log.log_start import LogStartMove
+from oncestream.log.log_start import LocalStartMove, LogStartMove
 from oncestream.log.log_state import LogPositions, LogStatus
 from oncestream.log.producer_state import (
     BatchMetadata,
@@ -551,19 +551,31 @@ class PartitionLog:
         )
 
     def delete_tiered_local_segments(self, copied_last_offset: int, now_ms: int) -> int:
-        """Apply local retention (local.retention.ms / .bytes, -2 = retention.*) to the segments
-        wholly at or below ``copied_last_offset`` (their remote copy finished) and below the
-        LSO; returns how many went. Only the local log start moves: the offsets stay readable
-        from remote storage.
+        """Local retention (local.retention.ms / .bytes, -2 = retention.*) over the segments
+        wholly at or below ``copied_last_offset`` (copied) and below the LSO; returns how many
+        went. The three steps below in a row, the checkpoint written on this thread."""
+        move = self.begin_delete_tiered_local_segments(copied_last_offset, now_ms)
+        if move is None:
+            return 0
+        move.run()
+        return self.finish_delete_tiered_local_segments(move)
 
-        The checkpoint naming the new local start is written (durably) before the segments
-        leave the list, as DeleteRecords makes its log start durable first: a crash in between
-        leaves segments below the local start, which the next call removes. Producer state is
-        kept (KIP-360); the producer snapshots taken below the new local start go with the
-        segments. The files wait for ``take_file_removal``. StorageError if the checkpoint
-        cannot be written (nothing is deleted then)."""
+    def begin_delete_tiered_local_segments(self, copied_last_offset: int, now_ms: int) -> LocalStartMove | None:
+        """Local retention's first step (as ``begin_delete_records``): move the local log start
+        in memory past the segments that go (reads below it raise
+        OffsetMovedToTieredStorageError); None if none goes. ``run`` the move on any thread
+        (the checkpoint), then ``finish_delete_tiered_local_segments`` it here; a failed run
+        deletes nothing. Only the local start moves: the offsets stay readable remotely, and
+        producer state is kept (KIP-360)."""
         self._check_open()
-        return self._deletion.delete_tiered_local(self.config, copied_last_offset, self.last_stable_offset, now_ms)
+        return self._deletion.begin_tiered_local(self.config, copied_last_offset, self.last_stable_offset, now_ms)
+
+    def finish_delete_tiered_local_segments(self, move: LocalStartMove) -> int:
+        """Local retention's last step, once ``move`` ran: delete the local segments wholly below
+        the local log start it made durable, and the producer snapshots taken below it (files
+        to ``take_file_removal``); returns how many segments went."""
+        self._check_open()
+        return self._deletion.finish_tiered_local(move)
 
     def take_file_removal(self) -> FileRemoval | None:
         """The files of segments deleted since the last call (retention, DeleteRecords), for
