@@ -362,3 +362,17 @@ def test_a_checkpoint_written_meanwhile_makes_finish_write_it_again(tmp_path: Pa
     assert not move.written  # the older snapshot of the positions must not overwrite it
     assert partition_log.finish_delete_tiered_local_segments(move) == 1
     assert checkpoint(tmp_path)["local_log_start_offset"] == 1
+
+
+def test_with_copies_disabled_local_segments_follow_retention_without_a_copy(tmp_path: Path) -> None:
+    """KIP-950 (Kafka's localRetentionMs with remote.log.copy.disable): retention.ms applies, not
+    local.retention.ms, and segments need no remote copy to go."""
+    partition_log = open_log(tmp_path, **TIERED, retention_ms=5_000, local_retention_ms=10)
+    fill(partition_log, 4, first_ts_ms=1_000)
+    partition_log.update_config(LogConfig(**TIERED, retention_ms=5_000, local_retention_ms=10,
+                                          remote_log_copy_disable=True))
+    assert partition_log.delete_tiered_local_segments(copied_last_offset=-1, now_ms=5_500) == 0  # not 5 s old
+    assert partition_log.delete_tiered_local_segments(copied_last_offset=-1, now_ms=6_002) == 2
+    assert (partition_log.log_start_offset, partition_log.local_log_start_offset) == (0, 2)
+    partition_log.update_config(LogConfig(**TIERED, retention_ms=5_000, local_retention_ms=10))
+    assert partition_log.delete_tiered_local_segments(copied_last_offset=-1, now_ms=100_000) == 0  # copying: needs copies
