@@ -395,6 +395,9 @@ class MetadataJournal:
             (os.fdatasync if self._fsync is None else self._fsync)(fd)
         except OSError as exc:
             self._fail(f"fsync failed: {exc}")
+        # Events are rare (one per segment copy or deletion step) and a broker has a journal per
+        # tiered partition: no descriptor stays open between them.
+        self._close_fd()
         self._size_bytes += len(line)
         self._event_count += 1
 
