@@ -1,0 +1,229 @@
+"""Tiered storage's admin surface with real clients (issue 21): Kafka's config rules refusing
+CreateTopics, IncrementalAlterConfigs and AlterConfigs with INVALID_CONFIG (confluent-kafka's
+AdminClient), DescribeConfigs showing the remote.* topic and broker configs and the read-only
+``oncestream.remote.log.storage.status``, and DescribeLogDirs (kafka-python's KafkaAdminClient and
+our Admin; librdkafka has no DescribeLogDirs), authorized by DESCRIBE on the cluster."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import (
+    AclOperation,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ConfigSource,
+    NewTopic,
+    ResourceType,
+)
+from kafka.admin import KafkaAdminClient
+
+from oncestream.client.admin.admin import Admin
+from oncestream.client.common.errors import KafkaException as OurKafkaException
+from tests.support.acl import SECURED, allow
+from tests.support.brokers import BrokerProcess
+from tests.support.clients import CLIENT_TIMEOUT_S, admin_client, confluent_produce, create_topic, unique_topic
+from tests.support.records import SentRecord
+
+pytestmark = pytest.mark.interop
+
+STATUS = "oncestream.remote.log.storage.status"
+
+
+def _broker(tmp_path_factory: pytest.TempPathFactory, name: str, config: dict[str, str]) -> Iterator[BrokerProcess]:
+    process = BrokerProcess(data_dir=tmp_path_factory.mktemp(name) / "data", config=config)
+    process.start()
+    try:
+        yield process
+    finally:
+        process.stop()
+
+
+@pytest.fixture(scope="module")
+def plain(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """A broker without tiered storage (remote.log.storage.system.enable defaults to false)."""
+    yield from _broker(tmp_path_factory, "tier-off", {})
+
+
+@pytest.fixture(scope="module")
+def tiered(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """A broker with tiered storage into a local directory store."""
+    store = tmp_path_factory.mktemp("tier-store")
+    yield from _broker(tmp_path_factory, "tier-on", {"remote.log.storage.system.enable": "true",
+                                                     "rsm.config.storage.uri": Path(store).as_uri()})
+
+
+def _create_error(bootstrap: str, topic: str, config: dict[str, str]) -> KafkaError:
+    admin = admin_client(bootstrap)  # kept alive until its futures are done
+    futures = admin.create_topics(
+        [NewTopic(topic, num_partitions=1, replication_factor=1, config=config)], request_timeout=CLIENT_TIMEOUT_S)
+    with pytest.raises(KafkaException) as info:
+        futures[topic].result(timeout=CLIENT_TIMEOUT_S)
+    error: KafkaError = info.value.args[0]
+    return error
+
+
+def _incremental_error(bootstrap: str, topic: str, **sets: str) -> KafkaError:
+    resource = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[
+        ConfigEntry(name.replace("_", "."), value, incremental_operation=AlterConfigOpType.SET)
+        for name, value in sets.items()])
+    admin = admin_client(bootstrap)
+    futures = admin.incremental_alter_configs([resource], request_timeout=CLIENT_TIMEOUT_S)
+    with pytest.raises(KafkaException) as info:
+        futures[resource].result(timeout=CLIENT_TIMEOUT_S)
+    error: KafkaError = info.value.args[0]
+    return error
+
+
+def _describe(bootstrap: str, rtype: ResourceType, name: str) -> dict[str, ConfigEntry]:
+    resource = ConfigResource(rtype, name)
+    admin = admin_client(bootstrap)
+    described: dict[str, ConfigEntry] = admin.describe_configs(
+        [resource], request_timeout=CLIENT_TIMEOUT_S)[resource].result(timeout=CLIENT_TIMEOUT_S)
+    return described
+
+
+# --- the config rules ----------------------------------------------------------------------------
+
+
+def test_tiering_refused_when_the_broker_has_no_tiered_storage(plain: BrokerProcess) -> None:
+    error = _create_error(plain.bootstrap, unique_topic("tier-off"), {"remote.storage.enable": "true"})
+    assert error.code() == KafkaError.INVALID_CONFIG
+    assert "Tiered Storage functionality is disabled in the broker" in error.str()
+    topic = unique_topic("tier-off-alter")
+    create_topic(plain.bootstrap, topic)
+    error = _incremental_error(plain.bootstrap, topic, remote_storage_enable="true")
+    assert error.code() == KafkaError.INVALID_CONFIG
+    assert _describe(plain.bootstrap, ResourceType.TOPIC, topic)["remote.storage.enable"].value == "false"
+
+
+def test_create_refuses_compaction_and_local_retention_above_retention(tiered: BrokerProcess) -> None:
+    for config, words in (
+        ({"cleanup.policy": "compact"}, "only supports topics with cleanup.policy=delete"),
+        ({"retention.ms": "60000", "local.retention.ms": "120000"},
+         "Value must not be more than retention.ms property value: 60000"),
+        ({"retention.bytes": "1000", "local.retention.bytes": "2000"},
+         "Value must not be more than retention.bytes property value: 1000"),
+    ):
+        error = _create_error(tiered.bootstrap, unique_topic("tier-bad"), {"remote.storage.enable": "true", **config})
+        assert error.code() == KafkaError.INVALID_CONFIG, config
+        assert words in error.str(), error.str()
+
+
+def test_tiered_topic_alters_checked_and_described(tiered: BrokerProcess) -> None:
+    topic = unique_topic("tiered")
+    create_topic(tiered.bootstrap, topic, config={"remote.storage.enable": "true", "retention.ms": "600000",
+                                                  "local.retention.ms": "60000"})
+    # Compaction on a tiered topic, a local retention above the total, and turning tiering off
+    # without deleting the remote data: INVALID_CONFIG, the configs unchanged.
+    assert _incremental_error(tiered.bootstrap, topic, cleanup_policy="compact").code() == KafkaError.INVALID_CONFIG
+    assert _incremental_error(tiered.bootstrap, topic, local_retention_ms="700000").code() == \
+        KafkaError.INVALID_CONFIG
+    off = _incremental_error(tiered.bootstrap, topic, remote_storage_enable="false")
+    assert off.code() == KafkaError.INVALID_CONFIG
+    assert "remote.log.delete.on.disable=true" in off.str()
+    # Legacy AlterConfigs replaces the whole set: leaving remote.storage.enable out turns it off.
+    resource = ConfigResource(ResourceType.TOPIC, topic, set_config={"retention.ms": "600000"})
+    admin = admin_client(tiered.bootstrap)
+    with pytest.raises(KafkaException) as info:
+        admin.alter_configs([resource], request_timeout=CLIENT_TIMEOUT_S)[resource].result(timeout=CLIENT_TIMEOUT_S)
+    assert info.value.args[0].code() == KafkaError.INVALID_CONFIG
+
+    described = _describe(tiered.bootstrap, ResourceType.TOPIC, topic)
+    assert described["remote.storage.enable"].value == "true"
+    assert described["remote.storage.enable"].source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
+    assert described["cleanup.policy"].value == "delete"
+    local = described["local.retention.ms"]
+    assert (local.value, local.source) == ("60000", ConfigSource.DYNAMIC_TOPIC_CONFIG.value)
+    assert local.synonyms["log.local.retention.ms"].value == "-2"
+    assert described["local.retention.bytes"].is_default
+    assert described["local.retention.bytes"].synonyms["log.local.retention.bytes"].value == "-2"
+    for name in ("remote.log.copy.disable", "remote.log.delete.on.disable"):
+        assert (described[name].value, described[name].is_default) == ("false", True)
+
+
+def test_broker_describe_shows_remote_configs_and_status(plain: BrokerProcess, tiered: BrokerProcess) -> None:
+    off = _describe(plain.bootstrap, ResourceType.BROKER, "0")
+    assert off["remote.log.storage.system.enable"].value == "false"
+    assert off["remote.log.storage.system.enable"].is_default
+    assert off[STATUS].value == "disabled"
+    assert off[STATUS].is_read_only
+    on = _describe(tiered.bootstrap, ResourceType.BROKER, "0")
+    enable = on["remote.log.storage.system.enable"]
+    assert (enable.value, enable.source, enable.is_read_only) == \
+        ("true", ConfigSource.STATIC_BROKER_CONFIG.value, True)
+    assert (on["rsm.config.storage.uri"].value or "").startswith("file:///")
+    assert on["remote.log.manager.task.interval.ms"].value == "30000"
+    assert on["log.local.retention.ms"].value == "-2"
+    assert not on["log.local.retention.ms"].is_read_only
+    assert on[STATUS].is_read_only
+    assert on[STATUS].source == ConfigSource.DYNAMIC_BROKER_CONFIG.value
+    # Altering the status is refused as any read-only broker config is (Kafka: INVALID_REQUEST).
+    resource = ConfigResource(ResourceType.BROKER, "0", incremental_configs=[
+        ConfigEntry(STATUS, "ok", incremental_operation=AlterConfigOpType.SET)])
+    admin = admin_client(tiered.bootstrap)
+    with pytest.raises(KafkaException) as info:
+        admin.incremental_alter_configs([resource], request_timeout=CLIENT_TIMEOUT_S)[resource].result(
+            timeout=CLIENT_TIMEOUT_S)
+    assert info.value.args[0].code() == KafkaError.INVALID_REQUEST
+
+
+# --- DescribeLogDirs -------------------------------------------------------------------------------
+
+
+def test_describe_log_dirs_with_kafka_python_and_our_admin(plain: BrokerProcess) -> None:
+    topic = unique_topic("logdirs")
+    create_topic(plain.bootstrap, topic, partitions=2)
+    positions = confluent_produce(plain.bootstrap, topic, [SentRecord(key=b"k", value=b"v" * 100)] * 5)
+    used = positions[0][0]  # one key: one partition
+    local_dir = str((plain.data_dir / "logs").resolve())
+
+    kp = KafkaAdminClient(bootstrap_servers=plain.bootstrap, request_timeout_ms=int(CLIENT_TIMEOUT_S * 1000))
+    try:
+        [answer] = kp.describe_log_dirs(topic_partitions={topic: [0, 1, 7]})
+    finally:
+        kp.close()
+    [log_dir] = answer["log_dirs"]
+    assert log_dir["log_dir"] == local_dir
+    assert log_dir["error_code"] == 0
+    assert log_dir["total_bytes"] > 0
+    assert 0 <= log_dir["usable_bytes"] <= log_dir["total_bytes"]
+    [described] = log_dir["topics"]
+    assert described["name"] == topic
+    sizes = {p["partition_index"]: p["partition_size"] for p in described["partitions"]}
+    assert set(sizes) == {0, 1}  # partition 7 does not exist: left out, as Kafka does
+    assert sizes[used] > 500
+    assert sizes[1 - used] == 0
+    assert all(p["offset_lag"] == 0 and p["is_future_key"] is False for p in described["partitions"])
+
+    with Admin({"bootstrap.servers": plain.bootstrap}) as ours:
+        dirs = ours.describe_log_dirs()
+    [(node, by_path)] = dirs.items()
+    assert node == 0
+    assert list(by_path) == [local_dir]  # no tiered storage: no remote entry
+    ours_dir = by_path[local_dir]
+    assert ours_dir.error is None
+    assert not ours_dir.is_remote
+    assert ours_dir.replica_infos[(topic, used)].size == sizes[used]
+    assert ours_dir.total_bytes is not None
+    assert ours_dir.total_bytes > 0
+    assert ("__consumer_offsets", 0) in ours_dir.replica_infos  # null topic list: every partition
+
+
+@pytest.fixture(scope="module")
+def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    yield from _broker(tmp_path_factory, "tier-acl", SECURED)
+
+
+def test_describe_log_dirs_needs_describe_on_the_cluster(secured: BrokerProcess) -> None:
+    with Admin({"bootstrap.servers": secured.bootstrap, "client.id": "principal:dirs"}) as ours:
+        with pytest.raises(OurKafkaException) as info:
+            ours.describe_log_dirs()
+        assert info.value.args[0].code() == KafkaError.CLUSTER_AUTHORIZATION_FAILED
+        allow(secured, "dirs", ResourceType.BROKER, "kafka-cluster", AclOperation.DESCRIBE)
+        [(_, by_path)] = ours.describe_log_dirs().items()
+    assert [d.error for d in by_path.values()] == [None]
