@@ -6,6 +6,8 @@ our Admin; librdkafka has no DescribeLogDirs), authorized by DESCRIBE on the clu
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,7 +22,9 @@ from confluent_kafka.admin import (
     NewTopic,
     ResourceType,
 )
-from kafka.admin import KafkaAdminClient
+from kafka import TopicPartition as KpTopicPartition
+from kafka.admin import KafkaAdminClient, OffsetSpec
+from kafka.errors import UnsupportedVersionError
 
 from oncestream.client.admin.admin import Admin
 from oncestream.client.common.errors import KafkaException as OurKafkaException
@@ -32,6 +36,7 @@ from tests.support.records import SentRecord
 pytestmark = pytest.mark.interop
 
 STATUS = "oncestream.remote.log.storage.status"
+ONCESTREAM = str(Path(sys.executable).parent / "oncestream")
 
 
 def _broker(tmp_path_factory: pytest.TempPathFactory, name: str, config: dict[str, str]) -> Iterator[BrokerProcess]:
@@ -161,7 +166,8 @@ def test_broker_describe_shows_remote_configs_and_status(plain: BrokerProcess, t
     assert on["log.local.retention.ms"].value == "-2"
     assert not on["log.local.retention.ms"].is_read_only
     assert on[STATUS].is_read_only
-    assert on[STATUS].source == ConfigSource.DYNAMIC_BROKER_CONFIG.value
+    assert on[STATUS].source == ConfigSource.STATIC_BROKER_CONFIG.value
+    assert not on[STATUS].is_default
     # Altering the status is refused as any read-only broker config is (Kafka: INVALID_REQUEST).
     resource = ConfigResource(ResourceType.BROKER, "0", incremental_configs=[
         ConfigEntry(STATUS, "ok", incremental_operation=AlterConfigOpType.SET)])
@@ -227,3 +233,57 @@ def test_describe_log_dirs_needs_describe_on_the_cluster(secured: BrokerProcess)
         allow(secured, "dirs", ResourceType.BROKER, "kafka-cluster", AclOperation.DESCRIBE)
         [(_, by_path)] = ours.describe_log_dirs().items()
     assert [d.error for d in by_path.values()] == [None]
+
+
+# --- oncestream topics describe ----------------------------------------------------------------------
+
+
+def _kafka_python_offset(kp: KafkaAdminClient, topic: str, partition: int, spec: OffsetSpec) -> str:
+    """kafka-python's ListOffsets answer for ``spec``, or ``-`` when the broker serves no version
+    that carries it (the CLI prints ``-`` then)."""
+    tp = KpTopicPartition(topic, partition)
+    try:
+        return str(kp.list_partition_offsets({tp: spec})[tp].offset)
+    except UnsupportedVersionError:
+        return "-"
+
+
+def _described_partitions(bootstrap: str, topic: str) -> dict[int, dict[str, str]]:
+    out = subprocess.run([ONCESTREAM, "topics", "describe", topic, "-b", bootstrap], capture_output=True,
+                         timeout=CLIENT_TIMEOUT_S, check=True).stdout.decode()
+    rows: dict[int, dict[str, str]] = {}
+    for line in out.splitlines():
+        words = line.split()
+        if words[:1] == ["partition"]:
+            offsets = line.split("offsets [", 1)[1].split(")", 1)
+            low, high = offsets[0].split(", ")
+            fields = dict(zip(offsets[1].split()[::2], offsets[1].split()[1::2], strict=True))
+            rows[int(words[1])] = {"log-start": low, "high-watermark": high, **fields}
+    return rows
+
+
+def test_cli_topics_describe_shows_offsets_and_sizes(plain: BrokerProcess) -> None:
+    """Per partition: log start, local log start (ListOffsets -4), latest tiered (-5), high
+    watermark, local bytes (DescribeLogDirs), remote bytes (``-``: this broker has no remote
+    store); cross-checked with kafka-python's ListOffsets and DescribeLogDirs."""
+    topic = unique_topic("cli-tiered")
+    create_topic(plain.bootstrap, topic, partitions=2)
+    positions = confluent_produce(plain.bootstrap, topic, [SentRecord(key=b"k", value=b"v" * 50)] * 3)
+    used = positions[0][0]
+    rows = _described_partitions(plain.bootstrap, topic)
+    kp = KafkaAdminClient(bootstrap_servers=plain.bootstrap, request_timeout_ms=int(CLIENT_TIMEOUT_S * 1000))
+    try:
+        [answer] = kp.describe_log_dirs(topic_partitions={topic: [0, 1]})
+        sizes = {p["partition_index"]: p["partition_size"]
+                 for d in answer["log_dirs"] for t in d["topics"] for p in t["partitions"]}
+        for partition in (0, 1):
+            row = rows[partition]
+            assert row["local-log-start"] == _kafka_python_offset(kp, topic, partition, OffsetSpec.EARLIEST_LOCAL)
+            assert row["latest-tiered"] == _kafka_python_offset(kp, topic, partition, OffsetSpec.LATEST_TIERED)
+            assert row["local-bytes"] == str(sizes[partition])
+            assert row["remote-bytes"] == "-"
+    finally:
+        kp.close()
+    assert (rows[used]["log-start"], rows[used]["high-watermark"]) == ("0", "3")
+    assert (rows[1 - used]["log-start"], rows[1 - used]["high-watermark"]) == ("0", "0")
+    assert int(rows[used]["local-bytes"]) > 150

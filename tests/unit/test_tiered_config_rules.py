@@ -168,9 +168,9 @@ def test_broker_describe_shows_remote_configs_and_the_status_entry() -> None:
     assert not entries["log.local.retention.ms"].read_only  # a topic default: dynamic, as in Kafka
     status = entries[REMOTE_STORAGE_STATUS]
     assert (status.value, status.source, status.read_only, status.sensitive) == \
-        ("AccessDenied: wrong credentials", ConfigSource.DYNAMIC_BROKER_CONFIG, True, False)
+        ("AccessDenied: wrong credentials", ConfigSource.STATIC_BROKER_CONFIG, True, False)
     assert status.synonyms == ((REMOTE_STORAGE_STATUS, "AccessDenied: wrong credentials",
-                                ConfigSource.DYNAMIC_BROKER_CONFIG),)
+                                ConfigSource.STATIC_BROKER_CONFIG),)
     assert not BROKER_CONFIG_DEFS[REMOTE_STORAGE_STATUS].dynamic  # altering it: "Cannot update ... dynamically"
     # The cluster-default resource has no status (it is this node's).
     assert REMOTE_STORAGE_STATUS not in {e.name for e in admin.describe_broker(

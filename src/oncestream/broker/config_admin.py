@@ -88,11 +88,11 @@ def describe_broker(dynamic: DynamicBrokerConfigs, resource_name: str, *, includ
     """Every config of a BROKER resource ("" = the dynamic cluster defaults only). This node's
     resource also has the read-only ``oncestream.remote.log.storage.status``, valued
     ``remote_status`` (the RemoteLogManager's: ``ok``, ``disabled`` or the last error in words),
-    described as DYNAMIC_BROKER_CONFIG: a value this broker sets while it runs, which is what
-    ``kafka-configs --describe`` lists without ``--all``."""
+    described as STATIC_BROKER_CONFIG: not a default (it is this broker's own state), and not
+    DYNAMIC_BROKER_CONFIG, which tools read back as the set to write with legacy AlterConfigs."""
     entries = dynamic.describe(resource_name, include_synonyms=include_synonyms,
                                include_documentation=include_documentation)
-    source = ConfigSource.DYNAMIC_BROKER_CONFIG
+    source = ConfigSource.STATIC_BROKER_CONFIG
     return [
         replace(entry, value=remote_status, source=source,
                 synonyms=((entry.name, remote_status, source),) if include_synonyms else ())

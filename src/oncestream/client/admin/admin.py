@@ -430,7 +430,9 @@ class Admin(AclAdmin, GroupAdmin, LogDirAdmin):
 
     def list_offsets(self, partitions: Mapping[tuple[str, int], int], *, read_committed: bool = False,
                      timeout: float | None = None) -> dict[tuple[str, int], int]:
-        """ListOffsets: (topic, partition) -> spec (-2 earliest, -1 latest, or a timestamp)."""
+        """ListOffsets: (topic, partition) -> spec (-2 earliest, -1 latest, -4 earliest local and
+        -5 latest tiered of tiered storage (``list_offsets.EARLIEST_LOCAL`` / ``LATEST_TIERED``),
+        or a timestamp)."""
         async def run() -> dict[tuple[str, int], int]:
             answers = await list_offsets(self._cluster, dict(partitions), read_committed=read_committed,
                                          retry_backoff_s=self._retry_backoff_s)
