@@ -41,11 +41,8 @@ ONCESTREAM = str(Path(sys.executable).parent / "oncestream")
 
 def _broker(tmp_path_factory: pytest.TempPathFactory, name: str, config: dict[str, str]) -> Iterator[BrokerProcess]:
     process = BrokerProcess(data_dir=tmp_path_factory.mktemp(name) / "data", config=config)
-    process.start()
-    try:
+    with process:
         yield process
-    finally:
-        process.stop()
 
 
 @pytest.fixture(scope="module")
