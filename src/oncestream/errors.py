@@ -76,6 +76,17 @@ class OffsetOutOfRangeError(OnceStreamError):
     code = ErrorCode.offset_out_of_range
 
 
+class OffsetMovedToTieredStorageError(OnceStreamError):
+    """PartitionLog.read was asked for an offset in [log start, local log start): the data lives
+    only in the object store (tiered storage). Internal, never on the wire: the fetch path catches
+    it and reads the remote segment instead."""
+
+    def __init__(self, offset: int, local_log_start_offset: int) -> None:
+        super().__init__(f"offset {offset} is below the local log start {local_log_start_offset} (tiered)")
+        self.offset = offset
+        self.local_log_start_offset = local_log_start_offset
+
+
 class InvalidConfigError(OnceStreamError):
     """A topic or broker config value is not acceptable (INVALID_CONFIG)."""
 
