@@ -6,6 +6,7 @@ same log answers locally (offsets, bytes, aborted transactions, timestamp lookup
 
 from __future__ import annotations
 
+import itertools
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -114,7 +115,7 @@ def copy_sealed_segments(plog: PartitionLog, directory: Path, store: CountingSto
     """What the copier does for every sealed segment: upload its files under layout keys."""
     bases = plog.segment_base_offsets()
     segments = []
-    for base, next_base in zip(bases, bases[1:], strict=False):
+    for base, next_base in itertools.pairwise(bases):
         stem = f"{base:020d}"
         log_bytes = (directory / f"{stem}.log").read_bytes()
         max_ts = max(header.max_timestamp for header, _ in iter_batches(log_bytes))
@@ -176,7 +177,8 @@ def test_kip74_first_batch_whole_when_larger_than_the_budget_else_nothing(tiered
     _plog, store, segments, reader = tiered
     store.ranges.clear()
     got = reader.read(segments, 0, 10, upper_offset=BIG, min_one=True, with_aborted=False)
-    assert len(batches(got.chunks)) == 1 and got.size_bytes > 10
+    assert len(batches(got.chunks)) == 1
+    assert got.size_bytes > 10
     assert all(asked <= max(10, got.size_bytes) for _k, asked, _n in store.ranges)  # memory: one batch
     none = reader.read(segments, 0, 10, upper_offset=BIG, min_one=False, with_aborted=False)
     assert (none.chunks, none.size_bytes, none.next_offset) == ([], 0, 0)
@@ -214,7 +216,8 @@ def test_read_committed_lists_the_aborts_the_local_log_lists(tiered) -> None:
         if got.aborted_complete:
             assert remote == expected, offset
         else:  # the rest is the local segments' to add, above the remote ones
-            assert remote <= expected and got.local_aborts_from == segments[-1].last_offset + 1
+            assert remote <= expected
+            assert got.local_aborts_from == segments[-1].last_offset + 1
         p1_aborted |= any(pid == P1 for pid, _first in remote)
     assert p1_aborted
 
@@ -261,16 +264,20 @@ def test_offset_outside_the_remote_segments(tiered) -> None:
 
 
 def test_a_flipped_byte_is_a_crc_error_naming_the_key(tiered, tmp_path: Path) -> None:
-    _plog, store, segments, reader = tiered
+    _plog, _store, segments, reader = tiered
     seg = segments[4]
     path = tmp_path / "store" / key_of(seg, "log")
     raw = bytearray(path.read_bytes())
     raw[len(raw) // 2] ^= 0xFF
     path.write_bytes(bytes(raw))
-    with pytest.raises(RemoteStorageError, match=key_of(seg, "log")):
+
+    def read_segment() -> None:
         offset = seg.base_offset
         while offset <= seg.last_offset:  # some batch of the segment holds the flipped byte
             offset = reader.read(segments, offset, 100, upper_offset=BIG, min_one=True, with_aborted=False).next_offset
+
+    with pytest.raises(RemoteStorageError, match=key_of(seg, "log")):
+        read_segment()
     # Other segments still read.
     assert reader.read(segments, segments[5].base_offset, 100, upper_offset=BIG, min_one=True, with_aborted=False).chunks
 
