@@ -76,17 +76,6 @@ class OffsetOutOfRangeError(OnceStreamError):
     code = ErrorCode.offset_out_of_range
 
 
-class OffsetMovedToTieredStorageError(OnceStreamError):
-    """PartitionLog.read was asked for an offset in [log start, local log start): the data lives
-    only in the object store (tiered storage). Internal, never on the wire: the fetch path catches
-    it and reads the remote segment instead."""
-
-    def __init__(self, offset: int, local_log_start_offset: int) -> None:
-        super().__init__(f"offset {offset} is below the local log start {local_log_start_offset} (tiered)")
-        self.offset = offset
-        self.local_log_start_offset = local_log_start_offset
-
-
 class InvalidConfigError(OnceStreamError):
     """A topic or broker config value is not acceptable (INVALID_CONFIG)."""
 
@@ -358,3 +347,21 @@ class TopicAuthorizationFailedError(OnceStreamError):
     """The connection's principal lacks the operation on the topic (an ACL decision)."""
 
     code = ErrorCode.topic_authorization_failed
+
+
+# --- tiered storage: the log's side (tier-log) ------------------------------------------------------
+
+
+class OffsetMovedToTieredStorageError(OnceStreamError):
+    """A read asked for an offset the log still serves but no longer holds on local disk
+    (log start <= offset < local log start): the remote reader must serve it. Internal, never on
+    the wire: the fetch path catches it (Kafka's OffsetMovedToTieredStorageException)."""
+
+    code = ErrorCode.offset_out_of_range
+
+    def __init__(self, offset: int, local_log_start_offset: int) -> None:
+        super().__init__(
+            f"offset {offset} is below the local log start {local_log_start_offset}: it is in tiered storage"
+        )
+        self.offset = offset
+        self.local_log_start_offset = local_log_start_offset

@@ -20,7 +20,7 @@ from oncestream.log.partition_log import PartitionLog
 from oncestream.protocol.record_batch import iter_batches
 from oncestream.remote.index_cache import RemoteIndexCache
 from oncestream.remote.local_store import LocalObjectStore
-from oncestream.remote.reader import RemoteLogReader
+from oncestream.remote.reader import RemoteLogReader, TieredSegment
 from tests.unit._batches import ATTR_TRANSACTIONAL, make_batch
 
 P1, P2, P3 = 101, 202, 303
@@ -38,7 +38,7 @@ class Seg:
     max_timestamp_ms: int
 
 
-def key_of(segment: Seg, suffix: str) -> str:
+def key_of(segment: TieredSegment, suffix: str) -> str:
     # layout.py's shape: {topic}-{topic_id}/{partition}/{base_offset:020d}-{segment_id}.{suffix}
     return f"t-{TOPIC_ID}/0/{segment.base_offset:020d}-{segment.segment_id}.{suffix}"
 
