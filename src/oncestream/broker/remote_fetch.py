@@ -24,7 +24,6 @@ from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
-from oncestream.async_wait import wait_done
 from oncestream.broker.state import BrokerState
 from oncestream.errors import OffsetMovedToTieredStorageError, OnceStreamError
 from oncestream.log.partition_log import PartitionLog
@@ -96,7 +95,7 @@ async def complete_remote_reads(state: BrokerState, parts: list[RemotePartRead])
         for part in parts
     ]
     for part, future in zip(parts, futures, strict=True):
-        if not await wait_done(future, deadline - loop.time()):
+        if not await _finished(future, deadline - loop.time()):
             # Past remote.fetch.max.wait.ms: empty, no error; the late result is dropped.
             future.add_done_callback(_drop_result)
             log.debug("%s-%d: remote read at %d took over %d ms", part.topic, part.partition,
@@ -122,7 +121,7 @@ async def read_remote_once(
                               " remote log storage", code=ErrorCode.unknown_server_error)
     future = asyncio.wrap_future(reads.submit_read(topic, partition, fetch_offset, max_bytes, upper_offset=upper_offset,
                                                    min_one=True, with_aborted=read_committed))
-    if not await wait_done(future, reads.fetch_max_wait_ms / 1000):
+    if not await _finished(future, reads.fetch_max_wait_ms / 1000):
         future.add_done_callback(_drop_result)
         return None
     exc = future.exception()
@@ -130,6 +129,14 @@ async def read_remote_once(
         log.error("%s-%d: remote read at offset %d failed: %s", topic, partition, fetch_offset, exc)
         raise exc
     return future.result()
+
+
+async def _finished(future: asyncio.Future[RemoteRead], timeout_s: float) -> bool:
+    """Whether ``future`` finished (with a result or an error) within ``timeout_s``; it is never
+    cancelled (asyncio.wait neither raises its error nor swallows our own cancellation)."""
+    if not future.done():
+        await asyncio.wait((future,), timeout=max(timeout_s, 0.0))
+    return future.done()
 
 
 def _drop_result(future: asyncio.Future[RemoteRead]) -> None:

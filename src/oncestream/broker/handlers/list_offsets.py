@@ -43,11 +43,6 @@ _REMOTE_LOOKUP_TIMEOUT_MS = 30_000
 log = logging.getLogger(__name__)
 
 
-def local_log_start(plog: PartitionLog) -> int:
-    """The first offset on local disk (the global log start when nothing is tiered)."""
-    return int(getattr(plog, "local_log_start_offset", plog.log_start_offset))
-
-
 async def handle(state: BrokerState, header: RequestHeader, request: ListOffsetsRequest) -> object:
     m = response_module(LIST_OFFSETS, header.api_version)
     read_committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
@@ -76,7 +71,7 @@ async def handle(state: BrokerState, header: RequestHeader, request: ListOffsets
                     if found is not None:
                         offset, timestamp = found
                 elif p.timestamp == EARLIEST_LOCAL_TIMESTAMP and header.api_version >= 8:
-                    offset = local_log_start(plog)
+                    offset = plog.local_log_start_offset
                 elif p.timestamp == LATEST_TIERED_TIMESTAMP and header.api_version >= 9:
                     reads = state.remote_reads
                     offset = reads.highest_tiered_offset(t.name, p.partition_index) if reads is not None else -1
@@ -115,7 +110,7 @@ async def _offset_for_timestamp(
     segments first (if any lie below the local log start), then locally."""
     reads = state.remote_reads
     start = plog.log_start_offset
-    if reads is not None and start < local_log_start(plog):
+    if reads is not None and start < plog.local_log_start_offset:
         future = asyncio.wrap_future(reads.submit_offset_for_timestamp(topic, partition, start, timestamp_ms))
         try:
             async with asyncio.timeout(timeout_ms / 1000):
