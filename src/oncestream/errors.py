@@ -355,9 +355,9 @@ class TopicAuthorizationFailedError(OnceStreamError):
 class OffsetMovedToTieredStorageError(OnceStreamError):
     """A read asked for an offset the log still serves but no longer holds on local disk
     (log start <= offset < local log start): the remote reader must serve it. Internal, never on
-    the wire: the fetch path catches it (Kafka's OffsetMovedToTieredStorageException)."""
-
-    code = ErrorCode.offset_out_of_range
+    the wire: the fetch path catches it (Kafka's OffsetMovedToTieredStorageException). Should
+    it ever leak it answers UNKNOWN_SERVER_ERROR (the inherited code), which a consumer retries,
+    never OFFSET_OUT_OF_RANGE, which would make it reset its position."""
 
     def __init__(self, offset: int, local_log_start_offset: int) -> None:
         super().__init__(

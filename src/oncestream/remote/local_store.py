@@ -25,7 +25,7 @@ from oncestream.errors import (
     RemoteObjectNotFoundError,
     RemoteStorageError,
 )
-from oncestream.remote.object_store import check_key
+from oncestream.remote.object_keys import check_key
 
 _TMP_PREFIX = ".oncestream-put-"
 _COPY_CHUNK_BYTES = 1 << 20

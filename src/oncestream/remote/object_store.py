@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from typing import BinaryIO, Protocol, runtime_checkable
 from urllib.parse import unquote, urlsplit
 
-from oncestream.errors import InvalidConfigError, RemoteStorageError
+from oncestream.errors import InvalidConfigError
 
 
 @runtime_checkable
@@ -62,30 +62,19 @@ class ObjectStore(Protocol):
         ...
 
 
-def check_key(key: str, store: str) -> None:
-    """RemoteStorageError unless ``key`` is a relative ``/``-separated path of plain names: no
-    empty, ``.`` or ``..`` part (a directory store would leave its root; S3 would normalise
-    it differently), no control characters."""
-    parts = key.split("/")
-    if not key or any(part in ("", ".", "..") for part in parts):
-        raise RemoteStorageError(f"object key {key!r} on {store}: not a relative path of names")
-    if any(ord(char) < 0x20 or char in "\\\x7f" for char in key):
-        raise RemoteStorageError(f"object key {key!r} on {store}: control character or backslash")
-
-
 def open_object_store(uri: str, environ: Mapping[str, str]) -> ObjectStore:
     """The store ``uri`` names (``rsm.config.storage.uri``): ``s3://BUCKET[/PREFIX]`` or
     ``file:///ABSOLUTE/PATH``. ``environ`` supplies the AWS_* variables of an S3 store (the
     broker passes ``os.environ``). InvalidConfigError for a URI that names no store."""
     parts = urlsplit(uri)
+    if parts.username is not None or parts.password is not None:
+        raise InvalidConfigError(
+            "object store uri: credentials do not belong in the uri"
+            " (set AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or the AWS shared files)"
+        )
     if parts.query or parts.fragment:
         raise InvalidConfigError(f"object store uri {uri!r}: no query or fragment is understood")
     if parts.scheme == "s3":
-        if parts.username is not None or parts.password is not None:
-            raise InvalidConfigError(
-                "object store uri: credentials do not belong in the uri"
-                " (set AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or the AWS shared files)"
-            )
         bucket = parts.netloc
         if not bucket:
             raise InvalidConfigError(f"object store uri {uri!r}: no bucket (s3://BUCKET/PREFIX)")

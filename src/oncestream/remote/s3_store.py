@@ -53,7 +53,7 @@ from oncestream.errors import (
     RemoteObjectNotFoundError,
     RemoteStorageError,
 )
-from oncestream.remote.object_store import check_key
+from oncestream.remote.object_keys import check_key
 
 if TYPE_CHECKING:
     from obstore.store import ClientConfig, RetryConfig, S3Config
@@ -291,4 +291,4 @@ def _summary(exc: BaseException) -> str:
         head = text.split(" - Server returned", 1)[0]
         status_text = f"{status.group(1)}{status.group(2)}".strip() if status else "error"
         text = f"{head}: {status_text}: {code.group(1)}: {message.group(1)}"
-    return " ".join(text.split())
+    return " ".join(text.split()).rstrip(" :")
