@@ -44,6 +44,7 @@ from oncestream.log.file_removal import FileRemoval
 from oncestream.log.flush_job import FdatasyncFn
 from oncestream.log.manager import LogManager
 from oncestream.log.partition_log import PartitionLog
+from oncestream.remote.reader import RemoteReads
 
 log = logging.getLogger(__name__)
 
@@ -177,6 +178,9 @@ class BrokerState:
             self.shares = ShareService(self.logs, config.raw, self.now_ms, self.mono_ms,
                                        appender=seams.internal_appender, on_available=self.notifier.notify,
                                        group_configs=share_group_configs.load(data_dir))
+            # Reads below the local log start (tiered storage, remote/reader.py): set where the
+            # RemoteLogManager is built, which knows the partitions' remote segments; None: none.
+            self.remote_reads: RemoteReads | None = None
             # ACLs (issue 14): None without authorizer.class.name, and then everything is allowed.
             self.acl_store = AclStore(data_dir)
             self.authorizer: StandardAuthorizer | None = None
@@ -263,6 +267,8 @@ class BrokerState:
             # its segments' dirty marks are already cleared, so close() would not sync them.
             self.disk_executor.shutdown(wait=True)
             self.codec_executor.shutdown(wait=True)
+            if self.remote_reads is not None:
+                self.remote_reads.close()
             self.logs.close()
         finally:
             self._lock.release()
