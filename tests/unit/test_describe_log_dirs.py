@@ -13,11 +13,19 @@ from kafka.protocol.admin.cluster import DescribeLogDirsResponse as KafkaPythonR
 
 from oncestream.broker.config import BrokerConfig
 from oncestream.broker.handlers import log_dirs as handler
-from oncestream.broker.log_dirs import RemoteLogDir, describe_log_dirs, volume_bytes, wanted_partitions
+from oncestream.broker.log_dirs import (
+    RemoteLogDir,
+    describe_log_dirs,
+    remote_log_dir,
+    remote_status,
+    volume_bytes,
+    wanted_partitions,
+)
 from oncestream.broker.state import BrokerState
 from oncestream.protocol import api_keys as k
 from oncestream.protocol.codec import RequestHeader, encode_response
 from oncestream.protocol.schemas import request_module
+from oncestream.remote.local_store import LocalObjectStore
 from tests.support.wire import record_batch
 
 
@@ -43,14 +51,29 @@ def test_volume_bytes_of_a_real_directory(tmp_path: Path) -> None:
     assert 0 < usable <= total
 
 
-class _TieredView:
-    """What the RemoteLogManager shows: a store with one tiered partition."""
+class _Tiering:
+    """The RemoteLogManager as DescribeLogDirs reads it: partition t-0 has 123456 bytes copied."""
 
-    def status(self) -> str:
-        return "ok"
+    status = "ok"
 
-    def log_dir(self) -> RemoteLogDir:
-        return RemoteLogDir("s3://bucket/prefix", {("t", 0): 123456})
+    def __init__(self, root: Path) -> None:
+        self.store = LocalObjectStore(root)
+
+    def remote_info(self, topic: str, partition: int) -> tuple[int, int, int]:
+        return (123456, 0, 99) if (topic, partition) == ("t", 0) else (0, -1, -1)
+
+
+def test_remote_entry_of_the_manager(tmp_path: Path) -> None:
+    """A tiered topic's partitions are listed even with nothing copied (0 bytes); another
+    topic's only with remote data; no manager, no entry."""
+    tiering = _Tiering(tmp_path)
+    far = remote_log_dir(tiering, [("t", 0), ("t", 1), ("u", 0)], ["t"])
+    assert far is not None
+    assert far.description == tiering.store.description
+    assert dict(far.sizes) == {("t", 0): 123456, ("t", 1): 0}
+    assert dict(remote_log_dir(tiering, [("t", 0), ("u", 0)], []).sizes) == {("t", 0): 123456}  # type: ignore[union-attr]
+    assert remote_log_dir(None, [("t", 0)], ["t"]) is None
+    assert (remote_status(None), remote_status(tiering)) == ("disabled", "ok")
 
 
 @pytest.fixture
@@ -60,7 +83,7 @@ def state(tmp_path: Path) -> Iterator[BrokerState]:
         broker.logs.create_topic("t", 2, {})
         now_ms = broker.now_ms()
         broker.logs.get("t", 0).append(record_batch([b"x" * 200], timestamp_ms=now_ms), now_ms)
-        broker.remote = _TieredView()
+        broker.remote = _Tiering(tmp_path / "store")
         yield broker
     finally:
         broker.close()
@@ -76,11 +99,12 @@ def test_kafka_python_parses_the_answer_with_the_remote_entry(state: BrokerState
     assert parsed._header.correlation_id == 7
     by_dir = {r.log_dir: r for r in parsed.results}
     local_path = str((state.data_dir / "logs").resolve())
-    assert set(by_dir) == {local_path, "remote:s3://bucket/prefix"}
+    remote_path = "remote:" + state.remote.store.description  # type: ignore[union-attr]
+    assert set(by_dir) == {local_path, remote_path}
     local = {p.partition_index: p.partition_size for t in by_dir[local_path].topics for p in t.partitions}
     assert local == {0: state.logs.get("t", 0).size_bytes, 1: 0}
     assert local[0] > 200
-    remote = by_dir["remote:s3://bucket/prefix"]
+    remote = by_dir[remote_path]
     assert [(t.name, [(p.partition_index, p.partition_size) for p in t.partitions]) for t in remote.topics] == \
         [("t", [(0, 123456)])]
     if version >= 4:

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from oncestream.errors import StorageError
+from oncestream.remote.object_store import ObjectStore
 
 REMOTE_LOG_DIR_PREFIX = "remote:"
 # Tiered storage's state as ``oncestream.remote.log.storage.status`` reports it when it is off.
@@ -59,27 +60,45 @@ class RemoteLogDir:
     sizes: Mapping[tuple[str, int], int] = field(default_factory=dict)
 
 
-class RemoteStorageView(Protocol):
-    """Tiered storage as the admin APIs see it; the RemoteLogManager provides it when
-    ``remote.log.storage.system.enable`` is true (``BrokerState.remote``)."""
+class RemoteTiering(Protocol):
+    """What DescribeConfigs and DescribeLogDirs read of the broker's RemoteLogManager
+    (remote/manager.py; ``BrokerState.remote``, None without tiered storage)."""
 
+    @property
     def status(self) -> str:
         """``ok``, or the last error of the remote store in words (e.g. wrong credentials)."""
         ...
 
-    def log_dir(self) -> RemoteLogDir | None:
-        """The remote store and its partitions' sizes; None when there is no remote store."""
+    @property
+    def store(self) -> ObjectStore:
+        """The remote store (its ``description`` names it without credentials)."""
+        ...
+
+    def remote_info(self, topic: str, partition: int) -> tuple[int, int, int]:
+        """(bytes of the partition's copied segments, earliest remote offset, last copied
+        offset); offsets -1 when nothing is copied."""
         ...
 
 
-class TieringOff:
-    """A broker without tiered storage (``remote.log.storage.system.enable=false``)."""
+def remote_status(remote: RemoteTiering | None) -> str:
+    """The value of ``oncestream.remote.log.storage.status``."""
+    return STATUS_DISABLED if remote is None else remote.status
 
-    def status(self) -> str:
-        return STATUS_DISABLED
 
-    def log_dir(self) -> RemoteLogDir | None:
+def remote_log_dir(remote: RemoteTiering | None, wanted: Iterable[tuple[str, int]],
+                   tiered_topics: Iterable[str]) -> RemoteLogDir | None:
+    """The remote store's entry: every wanted partition of a tiered topic (even with nothing
+    copied yet: 0 bytes) and any other with remote data (a topic whose tiering is being turned
+    off); None without tiered storage."""
+    if remote is None:
         return None
+    tiered = set(tiered_topics)
+    sizes: dict[tuple[str, int], int] = {}
+    for topic, partition in wanted:
+        size = remote.remote_info(topic, partition)[0]
+        if size > 0 or topic in tiered:
+            sizes[(topic, partition)] = size
+    return RemoteLogDir(remote.store.description, sizes)
 
 
 def volume_bytes(path: str) -> tuple[int, int]:

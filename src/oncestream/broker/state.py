@@ -26,7 +26,7 @@ from oncestream.broker.config import BrokerConfig
 from oncestream.broker.dynamic_config import DynamicBrokerConfigs
 from oncestream.broker.flusher import GroupCommitFlusher
 from oncestream.broker.group_service import GroupService
-from oncestream.broker.log_dirs import RemoteStorageView, TieringOff
+from oncestream.broker.log_dirs import RemoteTiering
 from oncestream.broker.notify import AppendNotifier
 from oncestream.broker.principal import load_principal_builder
 from oncestream.broker.producer_id_service import ProducerIdService
@@ -143,9 +143,9 @@ class BrokerState:
             self.dynamic_configs = DynamicBrokerConfigs.load(data_dir, config.node_id, config.raw)
             self.log_config = LogConfig.from_broker_configs(self.dynamic_configs.effective())
             self.dynamic_config_lock = asyncio.Lock()  # one broker config change persisted at a time
-            # Tiered storage as DescribeConfigs (its status entry) and DescribeLogDirs (the remote
-            # store's entry) see it; the RemoteLogManager replaces it when tiered storage is on.
-            self.remote: RemoteStorageView = TieringOff()
+            # Tiered storage: the RemoteLogManager when remote.log.storage.system.enable (its
+            # status and sizes feed DescribeConfigs and DescribeLogDirs); None: no tiered storage.
+            self.remote: RemoteTiering | None = None
             self.logs = LogManager.open(data_dir / "logs", self.log_config, self.now_ms(),
                                         descriptors=SegmentDescriptors.from_properties(config.raw))
             self.notifier = AppendNotifier()

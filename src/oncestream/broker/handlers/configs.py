@@ -29,6 +29,7 @@ from oncestream.broker.authorize import Op, Res, authorize
 from oncestream.broker.disk_step import run_disk_step
 from oncestream.broker.dynamic_config import ConfigEntry
 from oncestream.broker.handlers.metadata import INTERNAL_TOPICS
+from oncestream.broker.log_dirs import remote_status
 from oncestream.broker.state import BrokerState
 from oncestream.broker.tiered_config_rules import check_broker_configs, check_topic_configs
 from oncestream.errors import InvalidRequestError, OnceStreamError, UnknownTopicOrPartitionError
@@ -74,7 +75,7 @@ def _describe_entries(state: BrokerState, request: Any, res: Any) -> list[Config
                                     include_synonyms=include_synonyms, include_documentation=include_documentation)
     if res.resource_type == RESOURCE_BROKER:
         return admin.describe_broker(state.dynamic_configs, res.resource_name, include_synonyms=include_synonyms,
-                                     include_documentation=include_documentation, remote_status=state.remote.status())
+                                     include_documentation=include_documentation, remote_status=remote_status(state.remote))
     if res.resource_type == RESOURCE_GROUP:
         return share_group_configs.describe(state.shares.group_configs.get(res.resource_name, {}))
     raise InvalidRequestError(f"Unsupported resource type: {res.resource_type}")

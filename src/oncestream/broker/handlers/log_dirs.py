@@ -14,7 +14,13 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from oncestream.broker.authorize import Op, Res, authorize
-from oncestream.broker.log_dirs import LogDirDescription, describe_log_dirs, volume_bytes, wanted_partitions
+from oncestream.broker.log_dirs import (
+    LogDirDescription,
+    describe_log_dirs,
+    remote_log_dir,
+    volume_bytes,
+    wanted_partitions,
+)
 from oncestream.broker.state import BrokerState
 from oncestream.errors import OnceStreamError
 from oncestream.protocol.api_keys import DESCRIBE_LOG_DIRS
@@ -30,8 +36,9 @@ def _log_dirs(state: BrokerState, request: DescribeLogDirsRequest) -> list[LogDi
     requested = None if request.topics is None else [(t.topic, t.partitions) for t in request.topics]
     wanted = wanted_partitions(requested, logs)
     root = str(state.logs.data_dir.resolve())
+    tiered_topics = [name for name, info in state.logs.topics().items() if info.config.remote_storage_enable]
     return describe_log_dirs(wanted, root, {tp: logs[tp].size_bytes for tp in wanted}, volume_bytes(root),
-                             state.remote.log_dir())
+                             remote_log_dir(state.remote, wanted, tiered_topics))
 
 
 def _result(m: Any, entry: LogDirDescription, error: ErrorCode) -> Any:
