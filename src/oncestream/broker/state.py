@@ -43,6 +43,8 @@ from oncestream.log.file_removal import FileRemoval
 from oncestream.log.flush_job import FdatasyncFn
 from oncestream.log.manager import LogManager
 from oncestream.log.partition_log import PartitionLog
+from oncestream.remote.manager import RemoteLogManager
+from oncestream.remote.object_store import open_object_store
 
 log = logging.getLogger(__name__)
 
@@ -173,6 +175,16 @@ class BrokerState:
             self.shares = ShareService(self.logs, config.raw, self.now_ms, self.mono_ms,
                                        appender=seams.internal_appender, on_available=self.notifier.notify,
                                        group_configs=share_group_configs.load(data_dir))
+            # Tiered storage (issue 21): the RemoteLogManager when remote.log.storage.system.enable;
+            # its journals are replayed here, before anything is served (remote/manager.py).
+            self.remote: RemoteLogManager | None = None
+            remote_config = config.remote_log
+            if remote_config.enabled:
+                store = seams.object_store or open_object_store(remote_config.storage_uri, os.environ)
+                self.remote = RemoteLogManager(
+                    remote_config, store, data_dir, self.logs, now_ms=self.now_ms, mono_ms=self.mono_ms,
+                    remove_files=self.remove_deleted_files_in_background, fsync=fdatasync)
+                log.info("tiered storage enabled: object store %s", store.description)
             # ACLs (issue 14): None without authorizer.class.name, and then everything is allowed.
             self.acl_store = AclStore(data_dir)
             self.authorizer: StandardAuthorizer | None = None
@@ -257,6 +269,8 @@ class BrokerState:
         try:
             # A running fsync round must end before close() writes the clean-shutdown marker:
             # its segments' dirty marks are already cleared, so close() would not sync them.
+            if self.remote is not None:  # its steps read segment files and write checkpoints
+                self.remote.close()
             self.disk_executor.shutdown(wait=True)
             self.codec_executor.shutdown(wait=True)
             self.logs.close()
