@@ -83,7 +83,7 @@ def state(tmp_path: Path) -> Iterator[BrokerState]:
         broker.logs.create_topic("t", 2, {})
         now_ms = broker.now_ms()
         broker.logs.get("t", 0).append(record_batch([b"x" * 200], timestamp_ms=now_ms), now_ms)
-        broker.remote = _Tiering(tmp_path / "store")
+        broker.remote = _Tiering(tmp_path / "store")  # type: ignore[assignment]  # the RemoteTiering side only
         yield broker
     finally:
         broker.close()

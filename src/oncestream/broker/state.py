@@ -26,7 +26,6 @@ from oncestream.broker.config import BrokerConfig
 from oncestream.broker.dynamic_config import DynamicBrokerConfigs
 from oncestream.broker.flusher import GroupCommitFlusher
 from oncestream.broker.group_service import GroupService
-from oncestream.broker.log_dirs import RemoteTiering
 from oncestream.broker.notify import AppendNotifier
 from oncestream.broker.principal import load_principal_builder
 from oncestream.broker.producer_id_service import ProducerIdService
@@ -44,6 +43,8 @@ from oncestream.log.file_removal import FileRemoval
 from oncestream.log.flush_job import FdatasyncFn
 from oncestream.log.manager import LogManager
 from oncestream.log.partition_log import PartitionLog
+from oncestream.remote.manager import RemoteLogManager
+from oncestream.remote.object_store import open_object_store
 from oncestream.remote.reader import RemoteReads
 
 log = logging.getLogger(__name__)
@@ -143,9 +144,6 @@ class BrokerState:
             self.dynamic_configs = DynamicBrokerConfigs.load(data_dir, config.node_id, config.raw)
             self.log_config = LogConfig.from_broker_configs(self.dynamic_configs.effective())
             self.dynamic_config_lock = asyncio.Lock()  # one broker config change persisted at a time
-            # Tiered storage: the RemoteLogManager when remote.log.storage.system.enable (its
-            # status and sizes feed DescribeConfigs and DescribeLogDirs); None: no tiered storage.
-            self.remote: RemoteTiering | None = None
             self.logs = LogManager.open(data_dir / "logs", self.log_config, self.now_ms(),
                                         descriptors=SegmentDescriptors.from_properties(config.raw))
             self.notifier = AppendNotifier()
@@ -181,6 +179,16 @@ class BrokerState:
             # Reads below the local log start (tiered storage, remote/reader.py): set where the
             # RemoteLogManager is built, which knows the partitions' remote segments; None: none.
             self.remote_reads: RemoteReads | None = None
+            # Tiered storage (issue 21): the RemoteLogManager when remote.log.storage.system.enable;
+            # its journals are replayed here, before anything is served (remote/manager.py).
+            self.remote: RemoteLogManager | None = None
+            remote_config = config.remote_log
+            if remote_config.enabled:
+                store = seams.object_store or open_object_store(remote_config.storage_uri, os.environ)
+                self.remote = RemoteLogManager(
+                    remote_config, store, data_dir, self.logs, now_ms=self.now_ms, mono_ms=self.mono_ms,
+                    remove_files=self.remove_deleted_files_in_background, fsync=fdatasync)
+                log.info("tiered storage enabled: object store %s", store.description)
             # ACLs (issue 14): None without authorizer.class.name, and then everything is allowed.
             self.acl_store = AclStore(data_dir)
             self.authorizer: StandardAuthorizer | None = None
@@ -265,6 +273,8 @@ class BrokerState:
         try:
             # A running fsync round must end before close() writes the clean-shutdown marker:
             # its segments' dirty marks are already cleared, so close() would not sync them.
+            if self.remote is not None:  # its steps read segment files and write checkpoints
+                self.remote.close()
             self.disk_executor.shutdown(wait=True)
             self.codec_executor.shutdown(wait=True)
             if self.remote_reads is not None:
