@@ -62,6 +62,9 @@ class _Tiering:
     def remote_info(self, topic: str, partition: int) -> tuple[int, int, int]:
         return (123456, 0, 99) if (topic, partition) == ("t", 0) else (0, -1, -1)
 
+    def close(self) -> None:  # BrokerState.close stops the RemoteLogManager
+        pass
+
 
 def test_remote_entry_of_the_manager(tmp_path: Path) -> None:
     """A tiered topic's partitions are listed even with nothing copied (0 bytes); another
