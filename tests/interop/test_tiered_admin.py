@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -56,7 +57,8 @@ def tiered(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     """A broker with tiered storage into a local directory store."""
     store = tmp_path_factory.mktemp("tier-store")
     yield from _broker(tmp_path_factory, "tier-on", {"remote.log.storage.system.enable": "true",
-                                                     "rsm.config.storage.uri": Path(store).as_uri()})
+                                                     "rsm.config.storage.uri": Path(store).as_uri(),
+                                                     "remote.log.manager.task.interval.ms": "200"})
 
 
 def _create_error(bootstrap: str, topic: str, config: dict[str, str]) -> KafkaError:
@@ -159,7 +161,9 @@ def test_broker_describe_shows_remote_configs_and_status(plain: BrokerProcess, t
     assert (enable.value, enable.source, enable.is_read_only) == \
         ("true", ConfigSource.STATIC_BROKER_CONFIG.value, True)
     assert (on["rsm.config.storage.uri"].value or "").startswith("file:///")
-    assert on["remote.log.manager.task.interval.ms"].value == "30000"
+    assert on["remote.log.manager.task.interval.ms"].value == "200"
+    assert on["remote.log.manager.task.interval.ms"].source == ConfigSource.STATIC_BROKER_CONFIG.value
+    assert on["remote.log.reader.threads"].value == "10"
     assert on["log.local.retention.ms"].value == "-2"
     assert not on["log.local.retention.ms"].is_read_only
     assert on[STATUS].is_read_only
@@ -284,3 +288,40 @@ def test_cli_topics_describe_shows_offsets_and_sizes(plain: BrokerProcess) -> No
     assert (rows[used]["log-start"], rows[used]["high-watermark"]) == ("0", "3")
     assert (rows[1 - used]["log-start"], rows[1 - used]["high-watermark"]) == ("0", "0")
     assert int(rows[used]["local-bytes"]) > 150
+
+
+def _remote_sizes(kp: KafkaAdminClient, topic: str) -> tuple[str, dict[int, int]]:
+    """kafka-python's DescribeLogDirs: the remote entry's path and the topic's remote sizes."""
+    [answer] = kp.describe_log_dirs(topic_partitions={topic: [0]})
+    [remote] = [d for d in answer["log_dirs"] if d["log_dir"].startswith("remote:")]
+    return remote["log_dir"], {p["partition_index"]: p["partition_size"]
+                               for t in remote["topics"] if t["name"] == topic for p in t["partitions"]}
+
+
+def test_remote_bytes_of_a_tiered_partition(tiered: BrokerProcess) -> None:
+    """Once the RemoteLogManager copied segments: DescribeLogDirs' remote entry (kafka-python
+    parses it) carries the partition's remote bytes, the CLI prints the same and the latest tiered
+    offset kafka-python reads, and the status entry says ok."""
+    topic = unique_topic("tiered-size")
+    create_topic(tiered.bootstrap, topic, config={"remote.storage.enable": "true", "segment.bytes": "4096"})
+    # One record per batch: the 4 KiB segments roll, and the closed ones are copied.
+    confluent_produce(tiered.bootstrap, topic, [SentRecord(key=b"k", value=b"r" * 500)] * 40,
+                      extra_conf={"batch.num.messages": 1})
+    kp = KafkaAdminClient(bootstrap_servers=tiered.bootstrap, request_timeout_ms=int(CLIENT_TIMEOUT_S * 1000))
+    try:
+        path, sizes = _remote_sizes(kp, topic)
+        deadline = time.monotonic() + CLIENT_TIMEOUT_S
+        while sizes.get(0, 0) == 0 and time.monotonic() < deadline:  # copies run every 200 ms
+            time.sleep(0.2)
+            path, sizes = _remote_sizes(kp, topic)
+        assert sizes[0] > 4000, "no segment was copied within the wait"
+        broker = _describe(tiered.bootstrap, ResourceType.BROKER, "0")
+        assert path == "remote:" + (broker["rsm.config.storage.uri"].value or "")
+        assert broker[STATUS].value == "ok"
+        rows = _described_partitions(tiered.bootstrap, topic)
+        # Copies may go on between the calls: each later answer is at least the earlier one.
+        assert int(rows[0]["remote-bytes"]) >= sizes[0]
+        assert int(_kafka_python_offset(kp, topic, 0, OffsetSpec.LATEST_TIERED)) >= int(rows[0]["latest-tiered"])
+        assert int(rows[0]["local-bytes"]) > 0
+    finally:
+        kp.close()
