@@ -177,6 +177,15 @@ def test_broker_describe_shows_remote_configs_and_status(plain: BrokerProcess, t
         admin.incremental_alter_configs([resource], request_timeout=CLIENT_TIMEOUT_S)[resource].result(
             timeout=CLIENT_TIMEOUT_S)
     assert info.value.args[0].code() == KafkaError.INVALID_REQUEST
+    # With tiered storage on, the broker default log.local.retention.ms may not exceed
+    # log.retention.ms (168 hours by default): INVALID_REQUEST, as a bad broker config.
+    resource = ConfigResource(ResourceType.BROKER, "0", incremental_configs=[
+        ConfigEntry("log.local.retention.ms", str(169 * 3_600_000), incremental_operation=AlterConfigOpType.SET)])
+    with pytest.raises(KafkaException) as info:
+        admin.incremental_alter_configs([resource], request_timeout=CLIENT_TIMEOUT_S)[resource].result(
+            timeout=CLIENT_TIMEOUT_S)
+    assert info.value.args[0].code() == KafkaError.INVALID_REQUEST
+    assert "log.local.retention.ms" in info.value.args[0].str()
 
 
 # --- DescribeLogDirs -------------------------------------------------------------------------------
