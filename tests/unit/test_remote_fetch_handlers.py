@@ -27,7 +27,7 @@ from oncestream.protocol.codec import RequestHeader, build, reader_for
 from oncestream.protocol.record_batch import iter_batches
 from oncestream.protocol.schemas import request_module, response_class
 from oncestream.remote.local_store import LocalObjectStore
-from oncestream.remote.reader import RemoteReads, TieredSegment
+from oncestream.remote.reader import RemotePartition, RemoteReads, TieredSegment
 from tests.unit._batches import ATTR_TRANSACTIONAL, make_batch
 
 TOPIC = "tiered"
@@ -47,6 +47,7 @@ class Seg:
     base_offset: int
     last_offset: int
     max_timestamp_ms: int
+    has_txn_index: bool
 
 
 def key_of(segment: TieredSegment, suffix: str) -> str:
@@ -131,7 +132,8 @@ def tiered(tmp_path: Path) -> Iterator[Tiered]:
         store = GatedStore(store_dir)
         segments = []
         for tierable in plog.closed_segments_to_tier(0):  # what the copier uploads
-            seg = Seg(uuid.uuid4(), tierable.base_offset, tierable.last_offset, tierable.max_timestamp_ms)
+            seg = Seg(uuid.uuid4(), tierable.base_offset, tierable.last_offset, tierable.max_timestamp_ms,
+                      tierable.txnindex_path is not None)
             for suffix, path in (("log", tierable.log_path), ("index", tierable.index_path),
                                  ("timeindex", tierable.timeindex_path), ("txnindex", tierable.txnindex_path)):
                 if path is not None:
@@ -142,7 +144,7 @@ def tiered(tmp_path: Path) -> Iterator[Tiered]:
         assert plog.local_log_start_offset == segments[-1].last_offset + 1
         assert plog.log_start_offset == 0
         state.remote_reads = RemoteReads(
-            store, lambda topic, p: segments if (topic, p) == (TOPIC, 0) else [], key_of,
+            store, lambda topic, p: RemotePartition(tuple(segments) if (topic, p) == (TOPIC, 0) else (), key_of),
             reader_threads=2, index_cache_bytes=1 << 20, fetch_max_wait_ms=500,
         )
         yield Tiered(state, store, store_dir, segments, plog.local_log_start_offset, end, before, before_aborted,
