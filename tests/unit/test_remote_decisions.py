@@ -27,7 +27,8 @@ UNLIMITED = RetentionLimits(retention_ms=-1, retention_bytes=-1)
 
 def test_nothing_goes_without_limits_or_log_start_move() -> None:
     plan = plan_remote_deletion(SEGMENTS, log_start_offset=0, local_only_bytes=5000, limits=UNLIMITED, now_ms=10**9)
-    assert plan.segments == () and plan.log_start_offset == 0
+    assert plan.segments == ()
+    assert plan.log_start_offset == 0
 
 
 def test_segments_wholly_below_the_log_start_go_and_the_one_holding_it_stays() -> None:
@@ -72,15 +73,18 @@ def test_backoff_doubles_to_the_cap_and_resets_on_success() -> None:
     backoff = Backoff(policy, lambda: 0.5)
     assert backoff.ready(0)
     assert backoff.failed(100) == 500
-    assert not backoff.ready(599) and backoff.ready(600)
+    assert not backoff.ready(599)
+    assert backoff.ready(600)
     assert backoff.failed(600) == 1000
     backoff.succeeded()
-    assert backoff.ready(600) and backoff.failed(700) == 500
+    assert backoff.ready(600)
+    assert backoff.failed(700) == 500
 
 
 def test_backoff_jitter_stays_in_its_band_and_under_the_cap() -> None:
     policy = BackoffPolicy(initial_ms=1000, max_ms=30_000, jitter=0.2)
-    assert policy.delay_ms(1, 0.0) == 800 and policy.delay_ms(1, 0.999) == 1199
+    assert policy.delay_ms(1, 0.0) == 800
+    assert policy.delay_ms(1, 0.999) == 1199
     assert policy.delay_ms(40, 0.999) == 30_000
 
 
@@ -95,7 +99,8 @@ def test_broker_keys_use_kafka_names_and_defaults() -> None:
         "remote.log.manager.task.interval.ms": "250", "remote.log.manager.thread.pool.size": "3",
         "remote.log.manager.task.retry.backoff.max.ms": "2000",
     }).remote_log
-    assert parsed.enabled and parsed.storage_uri == "s3://bucket/p"
+    assert parsed.enabled
+    assert parsed.storage_uri == "s3://bucket/p"
     assert (parsed.task_interval_ms, parsed.thread_pool_size, parsed.retry_backoff_max_ms) == (250, 3, 2000)
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Generic, Protocol, TypeVar
 
 
 class RetainedSegment(Protocol):
@@ -35,6 +35,9 @@ class RetainedSegment(Protocol):
     def max_timestamp_ms(self) -> int: ...
 
 
+S = TypeVar("S", bound=RetainedSegment)
+
+
 @dataclass(frozen=True)
 class RetentionLimits:
     """A topic's retention (-1: unlimited), as ``LogConfig`` holds it."""
@@ -44,23 +47,23 @@ class RetentionLimits:
 
 
 @dataclass(frozen=True)
-class RemoteDeletion:
+class RemoteDeletion(Generic[S]):
     """The outcome of one pass: the segments to delete (oldest first) and the new log start."""
 
-    segments: tuple[RetainedSegment, ...]
+    segments: tuple[S, ...]
     log_start_offset: int  # >= the old one; the old one when nothing goes
     reasons: tuple[str, ...]  # one per segment: "log-start", "retention.ms" or "retention.bytes"
 
 
 def plan_remote_deletion(
-    segments: Sequence[RetainedSegment], *, log_start_offset: int, local_only_bytes: int,
+    segments: Sequence[S], *, log_start_offset: int, local_only_bytes: int,
     limits: RetentionLimits, now_ms: int,
-) -> RemoteDeletion:
+) -> RemoteDeletion[S]:
     """The deletion pass over ``segments`` (the copied segments in offset order, none being
     deleted); ``local_only_bytes`` is the size of the local log not copied yet."""
     remaining_bytes = sum(s.size_bytes for s in segments) + local_only_bytes
     excess_bytes = remaining_bytes - limits.retention_bytes if limits.retention_bytes >= 0 else -1
-    chosen: list[RetainedSegment] = []
+    chosen: list[S] = []
     reasons: list[str] = []
     for segment in segments:
         if segment.last_offset < log_start_offset:

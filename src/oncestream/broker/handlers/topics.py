@@ -169,6 +169,9 @@ async def _delete_topic(state: BrokerState, name: str) -> None:
         abort=lambda: state.logs.abort_delete_topic(deletion),
         what=f"deletion of topic {name!r}",
     )
+    if state.remote is not None:
+        # Its remote objects go in the background, its journal last (remote/manager.py).
+        state.remote.topic_deleted(deletion.info)
     if removal is None:
         return
     try:
