@@ -69,7 +69,8 @@ def s3(seaweedfs_factory: Callable[..., SeaweedServer]) -> SeaweedServer:
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory, s3: SeaweedServer) -> Iterator[TieredBroker]:
-    running = TieredBroker(tmp_path_factory.mktemp("tiered-read") / "data", s3).start()
+    running = TieredBroker(tmp_path_factory.mktemp("tiered-read") / "data", s3)
+    running.start()
     try:
         yield running
     finally:
@@ -128,8 +129,8 @@ def produced(broker: TieredBroker) -> Produced:
     plain_produce(broker.bootstrap, topic, {0: tail, 1: [_value("p1", i) for i in range(5)]})
     out.everything += tail
     out.committed += tail
-    last_txn_offset = len(out.everything) - len(tail) + 8 * 1  # + one marker per transaction
-    wait_until(lambda: _local_start(broker.bootstrap, topic) > last_txn_offset,
+    txn_end = len(out.everything) - len(tail) + 8  # the records + one marker per transaction
+    wait_until(lambda: _local_start(broker.bootstrap, topic) >= txn_end,
                "the transactional part to leave the local disk")
     assert segment_objects(broker.store())
     return out

@@ -81,7 +81,7 @@ def test_batch_read_from_earliest_replays_the_tiered_start(spark, tiered_broker:
                                        "local.retention.bytes": str(2 * SEGMENT_BYTES)})
     expected = _produce(bootstrap, topic)
     transactional_end = 9 * 16  # 15 records and a marker per transaction
-    wait_until(lambda: _local_start(bootstrap, topic) > transactional_end, "the transactions to leave the local disk")
+    wait_until(lambda: _local_start(bootstrap, topic) >= transactional_end, "the transactions to leave the local disk")
     rows = (spark.read.format("oncestream").option("kafka.bootstrap.servers", bootstrap)
             .option("subscribe", topic).option("startingOffsets", "earliest").load()
             .select("offset", "value").collect())
