@@ -34,6 +34,7 @@ from bench.machine import machine_description  # noqa: E402
 
 from oncestream.broker_process import OnceStreamBroker  # noqa: E402
 from tests.support.seaweedfs import SeaweedServer  # noqa: E402
+from tests.support.txn import list_offsets  # noqa: E402
 
 MB = 1_000_000
 RECORD_BYTES = 1024
@@ -75,18 +76,8 @@ def _produce(bootstrap: str, topic: str, count: int) -> None:
 
 
 def _local_start(bootstrap: str, topic: str) -> int:
-    from oncestream.client.common.connection import BrokerConnection, parse_bootstrap
-    from oncestream.protocol.api_keys import LIST_OFFSETS
-
-    host, port = parse_bootstrap(bootstrap)
-
-    def make(m, _version):
-        return m.ListOffsetsRequest(replica_id=-1, isolation_level=0, topics=(m.ListOffsetsTopic(
-            name=topic, partitions=(m.ListOffsetsPartition(partition_index=0, timestamp=-4),)),))
-
-    with BrokerConnection(host, port, client_id="bench-tiered", timeout_s=30) as conn:
-        (t,) = conn.call_with_version(LIST_OFFSETS, make).topics
-    return int(t.partitions[0].offset)
+    [(_error, offset)] = list_offsets(bootstrap, topic, 0, [-4])  # EARLIEST_LOCAL (KIP-1005)
+    return offset
 
 
 def _consume(bootstrap: str, topic: str, count: int) -> float:
