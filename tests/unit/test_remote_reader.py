@@ -36,6 +36,7 @@ class Seg:
     base_offset: int
     last_offset: int
     max_timestamp_ms: int
+    has_txn_index: bool
 
 
 def key_of(segment: TieredSegment, suffix: str) -> str:
@@ -119,10 +120,11 @@ def copy_sealed_segments(plog: PartitionLog, directory: Path, store: CountingSto
         stem = f"{base:020d}"
         log_bytes = (directory / f"{stem}.log").read_bytes()
         max_ts = max(header.max_timestamp for header, _ in iter_batches(log_bytes))
-        seg = Seg(uuid.uuid4(), base, next_base - 1, max_ts)
+        has_txn_index = bool((directory / f"{stem}.txnindex").read_bytes())
+        seg = Seg(uuid.uuid4(), base, next_base - 1, max_ts, has_txn_index)
         for suffix in ("log", "index", "timeindex", "txnindex"):
             path = directory / f"{stem}.{suffix}"
-            if suffix == "txnindex" and not path.read_bytes():
+            if suffix == "txnindex" and not has_txn_index:
                 continue  # the copier uploads no empty txnindex
             store.put(key_of(seg, suffix), path.read_bytes())
         segments.append(seg)
@@ -234,12 +236,15 @@ def test_abort_marker_in_a_later_segment_than_the_first_record(tiered) -> None:
         pytest.fail("P1's abort never listed")
     holding_first = next(s for s in segments if s.base_offset <= first_offset <= s.last_offset)
     marker_segments = [s for s in segments if s.base_offset > holding_first.last_offset]
-    index = reader.index_cache.txn_index(str(holding_first.segment_id), key_of(holding_first, "txnindex"))
-    assert not any(e.producer_id == P1 for e in index.entries)  # not indexed where it starts...
+
+    def entries(seg: Seg) -> tuple:
+        if not seg.has_txn_index:
+            return ()
+        return reader.index_cache.txn_index(str(seg.segment_id), key_of(seg, "txnindex")).entries
+
+    assert not any(e.producer_id == P1 for e in entries(holding_first))  # not indexed where it starts...
     assert any(
-        e.producer_id == P1 and e.first_offset == first_offset
-        for s in marker_segments
-        for e in reader.index_cache.txn_index(str(s.segment_id), key_of(s, "txnindex")).entries
+        e.producer_id == P1 and e.first_offset == first_offset for s in marker_segments for e in entries(s)
     )  # ...but with its marker, in a later segment
 
 
@@ -331,12 +336,22 @@ def test_index_cache_fetches_once_and_stays_within_its_byte_bound(tiered) -> Non
     assert store.gets == [key_of(segments[0], "index")]  # the least recently used went first
 
 
-def test_a_segment_without_txnindex_has_no_aborts_and_is_cached(tiered) -> None:
+def test_segments_without_txnindex_are_not_asked_for_one(tiered) -> None:
     _plog, store, segments, reader = tiered
-    seg = segments[0]
-    with pytest.raises(RemoteObjectNotFoundError):
-        store.get(key_of(seg, "txnindex"))
-    assert reader.index_cache.txn_index(str(seg.segment_id), key_of(seg, "txnindex")).entries == ()
+    without = [s for s in segments if not s.has_txn_index]
+    assert without
+    assert any(s.has_txn_index for s in segments)
     store.gets.clear()
-    assert reader.index_cache.txn_index(str(seg.segment_id), key_of(seg, "txnindex")).entries == ()
-    assert store.gets == []
+    for seg in segments:
+        reader.read(segments, seg.base_offset, 100, upper_offset=BIG, min_one=True, with_aborted=True)
+    fetched = {key for key in store.gets if key.endswith(".txnindex")}
+    assert fetched
+    assert not fetched & {key_of(s, "txnindex") for s in without}
+
+
+def test_a_missing_txnindex_the_metadata_announces_is_an_error(tiered) -> None:
+    _plog, store, segments, reader = tiered
+    seg = next(s for s in segments if s.has_txn_index)
+    store.delete(key_of(seg, "txnindex"))
+    with pytest.raises(RemoteObjectNotFoundError):
+        reader.read(segments, seg.base_offset, BIG // 2, upper_offset=BIG, min_one=True, with_aborted=True)

@@ -10,9 +10,9 @@ stay within the bound: the least recently used entries are dropped first. Unlike
 fetches the three indexes of a segment together, each is fetched when first needed (a plain
 fetch never needs the time index).
 
-A segment without aborted transactions has no ``txnindex`` object (the copier uploads none): a
-missing transaction index is an empty one, and is cached as such. A missing or damaged offset or
-time index is a ``RemoteStorageError`` naming the key (the fetch answers UNKNOWN_SERVER_ERROR).
+A segment without aborted transactions has no ``txnindex`` object (the copier uploads none, and
+the segment's metadata says so: the reader does not ask for it). A missing or damaged index is a
+``RemoteStorageError`` naming the key (the fetch answers UNKNOWN_SERVER_ERROR).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from itertools import pairwise
 from pathlib import PurePosixPath
 from typing import TypeVar, cast
 
-from oncestream.errors import RemoteObjectNotFoundError, RemoteStorageError
+from oncestream.errors import RemoteStorageError
 from oncestream.log.index import OFFSET_ENTRY, TIME_ENTRY
 from oncestream.log.txn_index import AbortedTxn, decode_entries
 
@@ -169,7 +169,7 @@ class RemoteIndexCache:
         return self._lookup(segment_id, TIME_INDEX_SUFFIX, key, parse_time_index)
 
     def txn_index(self, segment_id: str, key: str) -> RemoteTxnIndex:
-        """The transaction index of a segment (object ``key``; a missing one is empty), cached."""
+        """The transaction index of a segment (object ``key``), cached."""
         return self._lookup(segment_id, TXN_INDEX_SUFFIX, key, parse_txn_index)
 
     def forget(self, segment_id: str) -> None:
@@ -188,12 +188,7 @@ class RemoteIndexCache:
                 self.hits += 1
                 return cast(_IndexT, found[0])  # stored by the same suffix's parser
             self.misses += 1
-        try:
-            raw = self._get_object(key)
-        except RemoteObjectNotFoundError:
-            if suffix != TXN_INDEX_SUFFIX:
-                raise
-            raw = b""  # no aborted transaction in the segment: the copier uploads no txnindex
+        raw = self._get_object(key)
         if PurePosixPath(key).suffix != "." + suffix:
             raise RemoteStorageError(f"remote index key {key} does not end in .{suffix}")
         index = parse(raw, key)

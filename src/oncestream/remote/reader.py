@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import logging
 import struct
+import uuid
 from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -52,7 +53,9 @@ from oncestream.remote.index_cache import (
     TXN_INDEX_SUFFIX,
     RemoteIndexCache,
 )
+from oncestream.remote.layout import segment_key
 from oncestream.remote.object_store import ObjectStore
+from oncestream.remote.segment_metadata import RemotePartitionMetadata
 
 log = logging.getLogger(__name__)
 _LENGTH = struct.Struct(">qi")  # a batch's base offset and length
@@ -64,7 +67,7 @@ class TieredSegment(Protocol):
     """What the reader needs of a remote segment's metadata (segment_metadata.RemoteSegment)."""
 
     @property
-    def segment_id(self) -> object: ...  # a uuid; str() of it keys the index cache
+    def segment_id(self) -> uuid.UUID: ...
 
     @property
     def base_offset(self) -> int: ...
@@ -75,9 +78,32 @@ class TieredSegment(Protocol):
     @property
     def max_timestamp_ms(self) -> int: ...
 
+    @property
+    def has_txn_index(self) -> bool: ...  # False: no abort marker in it, no txnindex object
 
-# (segment, suffix) -> the object's key (layout.py: "{topic}-{id}/{partition}/{base:020d}-{segment id}.{suffix}").
+
+# (segment, suffix) -> the object's key (layout.segment_key for the segment's partition).
 SegmentKey = Callable[[TieredSegment, str], str]
+
+
+@dataclass(frozen=True, slots=True)
+class RemotePartition:
+    """A snapshot of one partition's readable remote segments, taken on the event loop."""
+
+    segments: tuple[TieredSegment, ...]  # COPY_SEGMENT_FINISHED, oldest first
+    key_of: SegmentKey
+
+
+def remote_partition(
+    topic: str, topic_id: uuid.UUID, partition: int, metadata: RemotePartitionMetadata | None
+) -> RemotePartition:
+    """The readable segments of ``metadata`` with layout.py's keys for this partition."""
+
+    def key_of(segment: TieredSegment, suffix: str) -> str:
+        return segment_key(topic, topic_id, partition, segment.base_offset, segment.segment_id, suffix)
+
+    segments: tuple[TieredSegment, ...] = tuple(metadata.readable_segments()) if metadata is not None else ()
+    return RemotePartition(segments, key_of)
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,6 +228,8 @@ class RemoteLogReader:
         which may sit in any later segment); True if an index ended the search."""
         found: list[AbortedTxn] = []
         for segment in segments:
+            if not segment.has_txn_index:
+                continue  # no abort marker in it: nothing it could add, and no object to fetch
             index = self.index_cache.txn_index(str(segment.segment_id), self.key_of(segment, TXN_INDEX_SUFFIX))
             if index.collect(fetch_offset, upper_offset, found):
                 return found, True
@@ -329,25 +357,27 @@ class RemoteReads:
     """The broker's remote reading: the ``remote.log.reader.threads`` pool, the index cache
     (``remote.log.index.file.cache.total.size.bytes``) and where a partition's segments are.
 
-    ``segments_of(topic, partition)`` is called on the event loop and returns the partition's
-    COPY_SEGMENT_FINISHED segments, oldest first (a snapshot: the threads never touch the
-    metadata itself)."""
+    ``partition_of(topic, partition)`` is called on the event loop and returns a snapshot of the
+    partition's readable segments (:func:`remote_partition`): the threads never touch the
+    metadata itself."""
 
     def __init__(
         self,
         store: ObjectStore,
-        segments_of: Callable[[str, int], Sequence[TieredSegment]],
-        key_of: SegmentKey,
+        partition_of: Callable[[str, int], RemotePartition],
         *,
         reader_threads: int,
         index_cache_bytes: int,
         fetch_max_wait_ms: int,
     ) -> None:
-        self.segments_of = segments_of
+        self.store = store
+        self.partition_of = partition_of
         self.index_cache = RemoteIndexCache(store.get, index_cache_bytes)
-        self.reader = RemoteLogReader(store, self.index_cache, key_of)
         self.fetch_max_wait_ms = fetch_max_wait_ms
         self._pool = ThreadPoolExecutor(max_workers=max(1, reader_threads), thread_name_prefix="remote-reader")
+
+    def _reader(self, remote: RemotePartition) -> RemoteLogReader:
+        return RemoteLogReader(self.store, self.index_cache, remote.key_of)
 
     def submit_read(
         self,
@@ -361,10 +391,10 @@ class RemoteReads:
         with_aborted: bool,
     ) -> Future[RemoteRead]:
         """Start a fetch read on a reader thread."""
-        segments = tuple(self.segments_of(topic, partition))
+        remote = self.partition_of(topic, partition)
         return self._pool.submit(
-            self.reader.read,
-            segments,
+            self._reader(remote).read,
+            remote.segments,
             fetch_offset,
             max_bytes,
             upper_offset=upper_offset,
@@ -376,12 +406,12 @@ class RemoteReads:
         self, topic: str, partition: int, start_offset: int, timestamp_ms: int
     ) -> Future[tuple[int, int] | None]:
         """Start a timestamp lookup in the remote segments on a reader thread."""
-        segments = tuple(self.segments_of(topic, partition))
-        return self._pool.submit(self.reader.offset_for_timestamp, segments, start_offset, timestamp_ms)
+        remote = self.partition_of(topic, partition)
+        return self._pool.submit(self._reader(remote).offset_for_timestamp, remote.segments, start_offset, timestamp_ms)
 
     def highest_tiered_offset(self, topic: str, partition: int) -> int:
         """The last offset in COPY_SEGMENT_FINISHED segments (-1 if none): ListOffsets -5."""
-        segments = self.segments_of(topic, partition)
+        segments = self.partition_of(topic, partition).segments
         return segments[-1].last_offset if segments else -1
 
     def close(self) -> None:
