@@ -21,6 +21,7 @@ which transaction a record came from.
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import signal
@@ -282,7 +283,9 @@ def list_offset(bootstrap: str, topic: str, partition: int, *, read_committed: b
     """ListOffsets(latest): the LSO with read_committed, the high watermark without."""
     from kio.schema.errors import ErrorCode
 
-    def make(m):
+    def make(m, version):
+        # v10 (KIP-1075) bounds the broker's remote-storage lookups with a timeout.
+        extra = {"timeout": datetime.timedelta(seconds=CLIENT_TIMEOUT_S)} if version >= 10 else {}
         return m.ListOffsetsRequest(
             replica_id=-1,
             isolation_level=1 if read_committed else 0,
@@ -292,10 +295,11 @@ def list_offset(bootstrap: str, topic: str, partition: int, *, read_committed: b
                     partitions=(m.ListOffsetsPartition(partition_index=partition, timestamp=LATEST_TIMESTAMP),),
                 ),
             ),
+            **extra,
         )
 
     with _connection(bootstrap) as conn:
-        (t,) = conn.call(LIST_OFFSETS_KEY, make).topics
+        (t,) = conn.call_with_version(LIST_OFFSETS_KEY, make).topics
     (p,) = t.partitions
     assert p.error_code == ErrorCode.none, f"ListOffsets {topic}[{partition}]: {p.error_code.name}"
     return p.offset

@@ -62,7 +62,7 @@ DELETE_SHARE_GROUP_OFFSETS: Final = 92
 API_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     PRODUCE: (3, 12),  # v12: transaction version 2 (KIP-890 part 2), implicit partition add
     FETCH: (4, 12),  # v13+ address topics by id
-    LIST_OFFSETS: (1, 7),  # v8 adds KIP-1005 tiered-storage offsets: not ours
+    LIST_OFFSETS: (1, 10),  # v8/v9: KIP-1005 tiered offsets -4/-5; v10: KIP-1075 timeout; v11 (-6) not ours
     METADATA: (0, 12),
     OFFSET_COMMIT: (2, 10),  # v9: member id + member epoch (KIP-848); v10: topics by id
     OFFSET_FETCH: (1, 10),  # v9: member id + member epoch checked (KIP-848); v10: topics by id

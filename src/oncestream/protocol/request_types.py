@@ -152,6 +152,9 @@ if TYPE_CHECKING:
     from kio.schema.list_offsets.v5 import request as _list_offsets_v5
     from kio.schema.list_offsets.v6 import request as _list_offsets_v6
     from kio.schema.list_offsets.v7 import request as _list_offsets_v7
+    from kio.schema.list_offsets.v8 import request as _list_offsets_v8
+    from kio.schema.list_offsets.v9 import request as _list_offsets_v9
+    from kio.schema.list_offsets.v10 import request as _list_offsets_v10
     from kio.schema.list_transactions.v0 import request as _list_transactions_v0
     from kio.schema.list_transactions.v1 import request as _list_transactions_v1
     from kio.schema.metadata.v0 import request as _metadata_v0
@@ -251,6 +254,9 @@ if TYPE_CHECKING:
         | _list_offsets_v5.ListOffsetsRequest
         | _list_offsets_v6.ListOffsetsRequest
         | _list_offsets_v7.ListOffsetsRequest
+        | _list_offsets_v8.ListOffsetsRequest
+        | _list_offsets_v9.ListOffsetsRequest
+        | _list_offsets_v10.ListOffsetsRequest
     )  # api key 2
     MetadataRequest: TypeAlias = (
         _metadata_v0.MetadataRequest
