@@ -323,7 +323,7 @@ def test_remote_bytes_of_a_tiered_partition(tiered: BrokerProcess) -> None:
         while sizes.get(0, 0) == 0 and time.monotonic() < deadline:  # copies run every 200 ms
             time.sleep(0.2)
             path, sizes = _remote_sizes(kp, topic)
-        assert sizes[0] > 4000, "no segment was copied within the wait"
+        assert sizes[0] > 0, "no segment was copied within the wait"
         broker = _describe(tiered.bootstrap, ResourceType.BROKER, "0")
         assert path == "remote:" + (broker["rsm.config.storage.uri"].value or "")
         assert broker[STATUS].value == "ok"
