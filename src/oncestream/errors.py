@@ -347,3 +347,21 @@ class TopicAuthorizationFailedError(OnceStreamError):
     """The connection's principal lacks the operation on the topic (an ACL decision)."""
 
     code = ErrorCode.topic_authorization_failed
+
+
+# --- tiered storage: the log's side (tier-log) ------------------------------------------------------
+
+
+class OffsetMovedToTieredStorageError(OnceStreamError):
+    """A read asked for an offset the log still serves but no longer holds on local disk
+    (log start <= offset < local log start): the remote reader must serve it. Internal, never on
+    the wire: the fetch path catches it (Kafka's OffsetMovedToTieredStorageException). Should
+    it ever leak it answers UNKNOWN_SERVER_ERROR (the inherited code), which a consumer retries,
+    never OFFSET_OUT_OF_RANGE, which would make it reset its position."""
+
+    def __init__(self, offset: int, local_log_start_offset: int) -> None:
+        super().__init__(
+            f"offset {offset} is below the local log start {local_log_start_offset}: it is in tiered storage"
+        )
+        self.offset = offset
+        self.local_log_start_offset = local_log_start_offset

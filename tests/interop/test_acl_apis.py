@@ -89,9 +89,11 @@ def test_list_offsets_needs_describe_and_fetch_needs_read(secured: BrokerProcess
     allow(secured, name, ResourceType.GROUP, group, AclOperation.READ)
     def list_offsets():
         with wire(secured, name) as conn:
-            return conn.call(k.LIST_OFFSETS, lambda m: m.ListOffsetsRequest(
+            return conn.call_with_version(k.LIST_OFFSETS, lambda m, version: m.ListOffsetsRequest(
                 replica_id=-1, isolation_level=0, topics=(m.ListOffsetsTopic(name=topic, partitions=(
-                    m.ListOffsetsPartition(partition_index=0, current_leader_epoch=-1, timestamp=-1),)),)))
+                    m.ListOffsetsPartition(partition_index=0, current_leader_epoch=-1, timestamp=-1),)),),
+                # v10 (KIP-1075) bounds remote-storage lookups with a timeout.
+                **({"timeout": datetime.timedelta(seconds=30)} if version >= 10 else {})))
 
     assert list_offsets().topics[0].partitions[0].error_code == ErrorCode.topic_authorization_failed
     allow(secured, name, ResourceType.TOPIC, topic, AclOperation.DESCRIBE)  # ListOffsets, not Fetch

@@ -10,6 +10,7 @@ from oncestream.broker.memory_pool import DEFAULT_QUEUED_MAX_REQUEST_BYTES
 from oncestream.errors import InvalidConfigError
 from oncestream.process_shutdown import DEFAULT_SHUTDOWN_TIMEOUT_MS, shutdown_timeout_ms
 from oncestream.protocol.api_keys import FEATURES
+from oncestream.remote.manager_config import RemoteLogManagerConfig
 
 # Kafka's ACL authorizers (KRaft's and ZooKeeper's): both mean our StandardAuthorizer.
 AUTHORIZER_CLASS_NAMES = (
@@ -59,6 +60,8 @@ class BrokerConfig:
     allow_everyone_if_no_acl_found: bool = False
     # How long a SIGTERM'd broker may take to stop before it exits at once (process_shutdown).
     shutdown_timeout_ms: int = DEFAULT_SHUTDOWN_TIMEOUT_MS
+    # Tiered storage (issue 21): the remote.* broker keys (remote/manager_config.py).
+    remote_log: RemoteLogManagerConfig = field(default_factory=RemoteLogManagerConfig)
     raw: dict[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -95,6 +98,7 @@ class BrokerConfig:
                 super_users=props.get("super.users", ""),
                 allow_everyone_if_no_acl_found=_parse_bool(props.get("allow.everyone.if.no.acl.found", "false")),
                 shutdown_timeout_ms=shutdown_timeout_ms(props),
+                remote_log=RemoteLogManagerConfig.from_properties(props),
                 raw=dict(props),
             )
         except ValueError as exc:

@@ -15,6 +15,7 @@ from oncestream.broker.internal_topic import InternalAppender
 from oncestream.broker.principal import KafkaPrincipalBuilder
 from oncestream.broker.txn_service import TxnStepObserver
 from oncestream.log.flush_job import FdatasyncFn
+from oncestream.remote.object_store import ObjectStore
 
 # A loop run beside the broker's own: started with it, cancelled and awaited when it stops.
 BackgroundLoop = Callable[[], Awaitable[None]]
@@ -34,3 +35,6 @@ class BrokerSeams:
     fdatasync: FdatasyncFn | None = None
     # Loops started beside the broker's own (cleaner, timers, housekeeping) and stopped like them.
     background_loops: tuple[BackgroundLoop, ...] = ()
+    # The tiered storage's object store (tests wrap one to fail or stall it); None: the one
+    # ``rsm.config.storage.uri`` names, configured from the environment (remote/object_store.py).
+    object_store: ObjectStore | None = None

@@ -224,6 +224,7 @@ class BrokerServer:
             asyncio.create_task(self.state.transactions.run_timers()),
             asyncio.create_task(self.state.shares.run_timers()),
             asyncio.create_task(LogCleaner.for_state(self.state).run()),
+            *([asyncio.create_task(self.state.remote.run())] if self.state.remote is not None else []),
             *(asyncio.create_task(_awaited(loop())) for loop in self.background),
         ]
         await self._stopping.wait()

@@ -43,6 +43,9 @@ from oncestream.log.file_removal import FileRemoval
 from oncestream.log.flush_job import FdatasyncFn
 from oncestream.log.manager import LogManager
 from oncestream.log.partition_log import PartitionLog
+from oncestream.remote.manager import RemoteLogManager
+from oncestream.remote.object_store import open_object_store
+from oncestream.remote.reader import RemotePartition, RemoteReads, remote_partition
 
 log = logging.getLogger(__name__)
 
@@ -173,6 +176,22 @@ class BrokerState:
             self.shares = ShareService(self.logs, config.raw, self.now_ms, self.mono_ms,
                                        appender=seams.internal_appender, on_available=self.notifier.notify,
                                        group_configs=share_group_configs.load(data_dir))
+            # Tiered storage (issue 21): the RemoteLogManager when remote.log.storage.system.enable;
+            # its journals are replayed here, before anything is served (remote/manager.py).
+            self.remote: RemoteLogManager | None = None
+            # Reads below the local log start (remote/reader.py); None: tiered storage is off.
+            self.remote_reads: RemoteReads | None = None
+            remote_config = config.remote_log
+            if remote_config.enabled:
+                store = seams.object_store or open_object_store(remote_config.storage_uri, os.environ)
+                self.remote = RemoteLogManager(
+                    remote_config, store, data_dir, self.logs, now_ms=self.now_ms, mono_ms=self.mono_ms,
+                    remove_files=self.remove_deleted_files_in_background, fsync=fdatasync)
+                self.remote_reads = RemoteReads(
+                    store, self._remote_partition, reader_threads=remote_config.reader_threads,
+                    index_cache_bytes=remote_config.index_cache_bytes,
+                    fetch_max_wait_ms=remote_config.fetch_max_wait_ms)
+                log.info("tiered storage enabled: object store %s", store.description)
             # ACLs (issue 14): None without authorizer.class.name, and then everything is allowed.
             self.acl_store = AclStore(data_dir)
             self.authorizer: StandardAuthorizer | None = None
@@ -184,6 +203,14 @@ class BrokerState:
         except BaseException:
             self._lock.release()
             raise
+
+    def _remote_partition(self, topic: str, partition: int) -> RemotePartition:
+        """A snapshot of the partition's readable remote segments, for the remote reader."""
+        info = self.logs.topics().get(topic)
+        metadata = self.remote.metadata(topic, partition) if self.remote is not None else None
+        if info is None or metadata is None:
+            return remote_partition(topic, uuid.UUID(int=0), partition, None)
+        return remote_partition(topic, info.topic_id, partition, metadata)
 
     def apply_dynamic_configs(self, configs: DynamicBrokerConfigs) -> None:
         """Install new dynamic broker configs (already durable): the topic defaults they supply
@@ -257,8 +284,12 @@ class BrokerState:
         try:
             # A running fsync round must end before close() writes the clean-shutdown marker:
             # its segments' dirty marks are already cleared, so close() would not sync them.
+            if self.remote is not None:  # its steps read segment files and write checkpoints
+                self.remote.close()
             self.disk_executor.shutdown(wait=True)
             self.codec_executor.shutdown(wait=True)
+            if self.remote_reads is not None:
+                self.remote_reads.close()
             self.logs.close()
         finally:
             self._lock.release()

@@ -76,6 +76,13 @@ def _int_parser(low: int, high: int) -> Callable[[str, str], int]:
     return lambda name, text: _parse_int(name, text, low, high)
 
 
+def _parse_bool(name: str, text: str) -> bool:
+    lowered = str(text).strip().lower()
+    if lowered not in ("true", "false"):
+        raise InvalidConfigError(f"{name}: {text!r} must be true or false")
+    return lowered == "true"
+
+
 # topic property name -> (LogConfig field, parser). Ranges follow Kafka's LogConfig definitions;
 # segment.bytes keeps Kafka 3.x's small minimum so tests can roll tiny segments, and is capped at
 # int32 max because index entries store file positions as int32.
@@ -97,11 +104,17 @@ _TOPIC_FIELDS: dict[str, tuple[str, Callable[[str, str], object]]] = {
     "compression.gzip.level": ("compression_gzip_level", lambda name, text: int(_parse_catalog(name, text))),
     "compression.lz4.level": ("compression_lz4_level", lambda name, text: int(_parse_catalog(name, text))),
     "compression.zstd.level": ("compression_zstd_level", lambda name, text: int(_parse_catalog(name, text))),
+    # Tiered storage (KIP-405). local.retention.* = -2: as retention.*; -1: unlimited.
+    "remote.storage.enable": ("remote_storage_enable", _parse_bool),
+    "remote.log.copy.disable": ("remote_log_copy_disable", _parse_bool),
+    "remote.log.delete.on.disable": ("remote_log_delete_on_disable", _parse_bool),
+    "local.retention.ms": ("local_retention_ms", _int_parser(-2, INT64_MAX)),
+    "local.retention.bytes": ("local_retention_bytes", _int_parser(-2, INT64_MAX)),
 }
 
 # Kafka topic configs accepted, validated and kept as overrides (so DescribeConfigs shows them and
 # clients that set them are not refused) that the single-node log does not act on: replication,
-# throttling, tiered storage, preallocation, max.compaction.lag.ms and the configs Kafka 4.0 removed.
+# throttling, preallocation, max.compaction.lag.ms and the configs Kafka 4.0 removed.
 PASSTHROUGH_TOPIC_CONFIGS: frozenset[str] = frozenset(set(TOPIC_CONFIG_DEFS) - set(_TOPIC_FIELDS))
 
 # broker property name -> topic property name it supplies the default for.
@@ -121,6 +134,8 @@ _BROKER_TO_TOPIC: dict[str, str] = {
     "compression.gzip.level": "compression.gzip.level",
     "compression.lz4.level": "compression.lz4.level",
     "compression.zstd.level": "compression.zstd.level",
+    "log.local.retention.ms": "local.retention.ms",
+    "log.local.retention.bytes": "local.retention.bytes",
 }
 
 _HOUR_MS = 3_600_000
@@ -153,6 +168,13 @@ class LogConfig:
     compression_lz4_level: int = LZ4_LEVEL_DEFAULT
     compression_zstd_level: int = ZSTD_LEVEL_DEFAULT
     producer_id_expiration_ms: int = 86400000
+    # Tiered storage (KIP-405; the RemoteLogManager acts on these, the log only stops applying
+    # retention.* itself and keeps what tiering needs, see PartitionLog).
+    remote_storage_enable: bool = False
+    remote_log_copy_disable: bool = False  # KIP-950: stop copying, keep reading and expiring
+    remote_log_delete_on_disable: bool = False  # KIP-950: turning tiering off deletes remote data
+    local_retention_ms: int = -2  # -2 = as retention.ms, -1 = keep forever locally
+    local_retention_bytes: int = -2  # -2 = as retention.bytes, -1 = no local size limit
 
     def __post_init__(self) -> None:
         # Constructed directly (tests, internal topics) the same ranges apply as when parsed.
@@ -168,6 +190,18 @@ class LogConfig:
         if type(self.producer_id_expiration_ms) is not int:
             raise InvalidConfigError("producer.id.expiration.ms must be an integer")
         _parse_int("producer.id.expiration.ms", str(self.producer_id_expiration_ms), 1, INT64_MAX)
+
+    @property
+    def effective_local_retention_ms(self) -> int:
+        """How long segments stay on local disk once tiered: local.retention.ms, or retention.ms
+        when it is -2 (Kafka's UnifiedLog.localRetentionMs); -1 = forever."""
+        return self.retention_ms if self.local_retention_ms == -2 else self.local_retention_ms
+
+    @property
+    def effective_local_retention_bytes(self) -> int:
+        """Local size limit once tiered: local.retention.bytes, or retention.bytes when it is -2;
+        -1 = none."""
+        return self.retention_bytes if self.local_retention_bytes == -2 else self.local_retention_bytes
 
     @property
     def deletes_by_retention(self) -> bool:
@@ -216,7 +250,7 @@ class LogConfig:
 
     def to_topic_configs(self) -> dict[str, str]:
         """Every modelled setting under its Kafka topic property name (for DescribeConfigs)."""
-        return {name: str(getattr(self, field_name)) for name, (field_name, _) in _TOPIC_FIELDS.items()}
+        return {name: _config_text(getattr(self, field_name)) for name, (field_name, _) in _TOPIC_FIELDS.items()}
 
     @classmethod
     def from_broker_configs(cls, props: Mapping[str, str]) -> LogConfig:
@@ -242,6 +276,13 @@ class LogConfig:
             expiration_ms = _parse_int("producer.id.expiration.ms", props["producer.id.expiration.ms"], 1, INT32_MAX)
             config = dataclasses.replace(config, producer_id_expiration_ms=expiration_ms)
         return config
+
+
+def _config_text(value: object) -> str:
+    """A field's value as Kafka spells it (booleans in lower case)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
 
 
 def _first_duration(props: Mapping[str, str], *candidates: tuple[str, int]) -> str | None:

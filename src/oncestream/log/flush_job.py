@@ -47,7 +47,9 @@ class FlushJob:
     descriptors: list[tuple[int, str]]  # (duplicated fd, path for error messages)
     directory: Path | None
     recovery_point: int  # every segment below it is durable once the job has run
-    snapshot: PendingSnapshot | None = None  # written after the fsyncs: recovery trusts what precedes it
+    # Written after the fsyncs, oldest first: recovery trusts what precedes them. One per roll on
+    # a tiered topic (each sealed segment's snapshot is copied with it), else only the newest.
+    snapshots: tuple[PendingSnapshot, ...] = ()
     # (file, checkpoint carrying ``recovery_point``, version it was taken at): written last
     checkpoint: tuple[CheckpointFile, Checkpoint, int] | None = None
     fdatasync: FdatasyncFn | None = None  # None: os.fdatasync
@@ -77,8 +79,8 @@ class FlushJob:
                     self.error = StorageError(f"fsync of {self.directory} failed: {exc}")
                     raise self.error from exc
             try:
-                if self.snapshot is not None:
-                    self.snapshot.write(self.fsync)
+                for snapshot in self.snapshots:
+                    snapshot.write(self.fsync)
                 if self.checkpoint is not None:
                     checkpoint_file, checkpoint, version = self.checkpoint
                     checkpoint_file.write_unless_changed(checkpoint, version, self.fsync)

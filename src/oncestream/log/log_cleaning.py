@@ -358,4 +358,4 @@ class LogCleaning:
         positions = self._positions
         positions.cleaned_offset = max(positions.cleaned_offset, result.cleaned_offset)
         positions.tombstone_horizon_ms = result.tombstone_horizon_ms
-        self._segments.check(positions.log_start_offset, positions.cleaned_offset)
+        self._segments.check(positions.log_start_offset, positions.cleaned_offset, positions.local_log_start_offset)

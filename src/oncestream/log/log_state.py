@@ -7,8 +7,8 @@ reference back to the log, so none of them re-declares the log's fields:
 - ``LogStatus``: open, closed (deleted topic, shutdown) or offline (a failed fsync or a swap that
   failed after its commit point: the files no longer match the segments in memory, so every call
   fails until the next open repairs them, as Kafka takes the log directory offline).
-- ``LogPositions``: the four offsets ``partition.checkpoint`` keeps (log start, recovery point,
-  cleaned offset, tombstone horizon) and the file that keeps them.
+- ``LogPositions``: the offsets ``partition.checkpoint`` keeps (log start, recovery point,
+  cleaned offset, tombstone horizon, local log start) and the file that keeps them.
 """
 
 from __future__ import annotations
@@ -58,6 +58,8 @@ class LogPositions:
     segments at or after the one holding it are scanned after a crash. ``cleaned_offset``: offsets
     below it were compacted (only there may offsets have gaps). ``tombstone_horizon_ms``: the
     earliest time a kept tombstone may go (``compaction.NO_HORIZON``: none is waiting).
+    ``local_log_start_offset``: the first offset on local disk; above the log start only for a
+    tiered log whose oldest segments were deleted locally after being copied.
     """
 
     def __init__(self, directory: pathlib.Path) -> None:
@@ -66,6 +68,13 @@ class LogPositions:
         self.recovery_point = 0
         self.cleaned_offset = 0
         self.tombstone_horizon_ms = compaction.NO_HORIZON
+        # First offset on local disk (>= log start; above it once tiered segments went locally).
+        self.local_log_start_offset = 0
+
+    def move_log_start(self, offset: int) -> None:
+        """Raise the log start to ``offset`` (the local start follows: it is never below)."""
+        self.log_start_offset = max(self.log_start_offset, offset)
+        self.local_log_start_offset = max(self.local_log_start_offset, self.log_start_offset)
 
     def checkpoint(self, recovery_point: int | None = None) -> Checkpoint:
         """The checkpoint of the positions now (with another recovery point if given)."""
@@ -74,6 +83,7 @@ class LogPositions:
             self.recovery_point if recovery_point is None else recovery_point,
             self.cleaned_offset,
             self.tombstone_horizon_ms,
+            self.local_log_start_offset,
         )
 
     def write(self) -> None:

@@ -30,9 +30,12 @@ log flushes by itself every ``flush.messages`` messages otherwise.
 
 Made of collaborators, each about one thing: the segments and their aborted-transaction indexes
 (``segment_list``), producer state (``producer_state``), the cleaner's state and steps
-(``log_cleaning``), and what they share (``log_state``: open/closed/offline, the checkpointed
-positions). Kept apart too: the read path over the segments (``read_path``: fetch ranges,
-timestamp lookups) and the LogAppendTime header rewrite (``log_append_time``).
+(``log_cleaning``), the deletion of old segments (``log_deletion``: retention, DeleteRecords,
+tiered storage's local retention), and what they share (``log_state``: open/closed/offline, the
+checkpointed positions). Kept apart too: the read path over the segments (``read_path``: fetch
+ranges, timestamp lookups), the LogAppendTime header rewrite (``log_append_time``) and tiered
+storage's local rules (``local_tiering``: segments to copy, local retention; offsets below the
+local log start are served by the remote reader, ``read`` raises OffsetMovedToTieredStorageError).
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ from oncestream.durable_files import fsync_directory
 from oncestream.errors import (
     InvalidRecordError,
     MessageTooLargeError,
+    OffsetMovedToTieredStorageError,
     OffsetOutOfRangeError,
     StorageError,
 )
@@ -56,9 +60,11 @@ from oncestream.log.config import INT64_MAX, LogConfig
 from oncestream.log.descriptors import SegmentDescriptors
 from oncestream.log.file_removal import FileRemoval
 from oncestream.log.flush_job import FdatasyncFn, FlushJob
+from oncestream.log.local_tiering import TierableSegment, tierable_segments
 from oncestream.log.log_append_time import prepare_log_append_time
 from oncestream.log.log_cleaning import LogCleaning, SwapCommit, SwapTail
-from oncestream.log.log_start import LogStartMove
+from oncestream.log.log_deletion import LogDeletion
+from oncestream.log.log_start import LocalStartMove, LogStartMove
 from oncestream.log.log_state import LogPositions, LogStatus
 from oncestream.log.producer_state import (
     BatchMetadata,
@@ -74,8 +80,8 @@ from oncestream.log.read_path import (
 )
 from oncestream.log.recompression import needs_recompression
 from oncestream.log.recovery import CLEAN_SHUTDOWN_FILE, recover_log
-from oncestream.log.segment import INT32_MAX, PreparedBatch, Segment
-from oncestream.log.segment_list import DeletePredicate, SegmentList
+from oncestream.log.segment import INT32_MAX, PreparedBatch
+from oncestream.log.segment_list import SegmentList
 from oncestream.log.transactions import read_control_marker
 from oncestream.protocol.compression import recompress_batch
 from oncestream.protocol.markers import CONTROL_ABORT, CONTROL_COMMIT
@@ -127,9 +133,12 @@ class PartitionLog:
         self._segments = SegmentList(directory, descriptors if descriptors is not None else SegmentDescriptors())
         self._producers = ProducerStateManager(directory)
         self._cleaning = LogCleaning(directory, self._segments, self._producers, self._positions, self._status)
+        self._deletion = LogDeletion(directory, self._segments, self._producers, self._positions, self._cleaning)
         self._unflushed_messages = 0
         self._flush_jobs: list[FlushJob] = []  # begun, not yet finished or failed
-        self._pending_snapshot: PendingSnapshot | None = None  # taken at a roll, written by a flush
+        # Taken at rolls, written by the next flush: the newest only, or every one on a tiered
+        # topic (each is copied with the segment it follows).
+        self._pending_snapshots: list[PendingSnapshot] = []
 
     # --- open and recovery ----------------------------------------------------------------------
 
@@ -167,6 +176,7 @@ class PartitionLog:
         self._segments.directory_dirty = recovered.directory_dirty
         positions = self._positions
         positions.log_start_offset = recovered.log_start_offset
+        positions.local_log_start_offset = recovered.local_log_start_offset
         positions.recovery_point = recovered.recovery_point
         positions.cleaned_offset = recovered.cleaned_offset
         positions.tombstone_horizon_ms = recovered.tombstone_horizon_ms
@@ -178,6 +188,12 @@ class PartitionLog:
     def log_start_offset(self) -> int:
         """The first offset served (retention and DeleteRecords move it)."""
         return self._positions.log_start_offset
+
+    @property
+    def local_log_start_offset(self) -> int:
+        """The first offset on local disk: the log start, unless tiered storage holds the
+        offsets below it (copied segments deleted locally by local retention)."""
+        return self._positions.local_log_start_offset
 
     @property
     def log_end_offset(self) -> int:
@@ -377,7 +393,9 @@ class PartitionLog:
         # No fsync here (the event loop may be the caller): the next flush job fsyncs the sealed
         # segment and its txn index, and only then writes this snapshot, because recovery trusts
         # txn index entries below a snapshot's offset. Until then a crash rescans the segment.
-        self._pending_snapshot = self._producers.take_snapshot(self.log_end_offset)
+        keep_all = self.config.remote_storage_enable
+        snapshot = self._producers.take_snapshot(self.log_end_offset, keep_all=keep_all)
+        self._pending_snapshots = [*self._pending_snapshots, snapshot] if keep_all else [snapshot]
         self._segments.roll(now_ms)
 
     # --- read -----------------------------------------------------------------------------------
@@ -395,7 +413,9 @@ class PartitionLog:
 
         Stops before exceeding ``max_bytes`` but returns at least one batch when ``min_one``
         (KIP-74); never returns a batch whose base offset is >= ``upper_offset`` (default: the high
-        watermark). OffsetOutOfRangeError outside [log start, log end]. With ``with_aborted``
+        watermark). OffsetOutOfRangeError outside [log start, log end];
+        OffsetMovedToTieredStorageError in [log start, local log start) (remote storage serves
+        those offsets). With ``with_aborted``
         (read_committed) the result lists every aborted transaction whose [first offset, marker]
         overlaps [``fetch_offset``, last returned offset]; the caller caps ``upper_offset`` at the
         LSO itself.
@@ -405,6 +425,8 @@ class PartitionLog:
             raise OffsetOutOfRangeError(
                 f"offset {fetch_offset} is outside [{self.log_start_offset}, {self.log_end_offset}]"
             )
+        if fetch_offset < self.local_log_start_offset:
+            raise OffsetMovedToTieredStorageError(fetch_offset, self.local_log_start_offset)
         upper = self.high_watermark if upper_offset is None else min(upper_offset, self.high_watermark)
         chunks, total_bytes, returned_end_offset = read_batches(
             self._segments.segments, fetch_offset, max_bytes, upper, min_one=min_one
@@ -431,19 +453,20 @@ class PartitionLog:
         As in Kafka: the time index finds the first batch whose max timestamp reaches the target,
         then that one batch is decoded to find the first record that does (for LogAppendTime
         batches every record carries the batch's max timestamp). If the batch cannot be decoded
-        its base offset and max timestamp are returned. None if no record is that recent.
+        its base offset and max timestamp are returned. None if no record is that recent. Local
+        segments only: below the local log start the remote reader answers.
         """
         self._check_open()
-        start = self.log_start_offset
+        start = self.local_log_start_offset
         if start >= self.log_end_offset:
             return None
         return offset_for_timestamp(self._segments.segments, start, timestamp_ms)
 
     def offset_for_max_timestamp(self) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record carrying the log's largest timestamp (KIP-734,
-        ListOffsets MAX_TIMESTAMP); None for an empty log."""
+        ListOffsets MAX_TIMESTAMP); None for an empty log. Local segments only."""
         self._check_open()
-        start = self.log_start_offset
+        start = self.local_log_start_offset
         if start >= self.log_end_offset:
             return None
         max_ts = max_timestamp_ms(self._segments.segments, start)
@@ -474,24 +497,23 @@ class PartitionLog:
         self._check_open()
         if before_offset == -1:
             before_offset = self.high_watermark
-        if before_offset < 0 or before_offset > self.high_watermark:
-            raise OffsetOutOfRangeError(
-                f"cannot delete records before {before_offset}: high watermark is {self.high_watermark}"
-            )
-        positions = self._positions
-        if before_offset <= positions.log_start_offset:
-            return None
-        positions.log_start_offset = before_offset
-        return LogStartMove(before_offset, positions.file, positions.checkpoint(), positions.file.version)
+        return self._deletion.move_log_start(before_offset, self.high_watermark)
+
+    def advance_log_start(self, offset: int) -> LogStartMove | None:
+        """Remote retention moved a tiered log's start to ``offset`` (the base of the oldest
+        remote segment kept, or the local log start once none is). The same three steps as
+        DeleteRecords: None if it does not move; else ``run`` the move (any thread), then
+        ``finish_delete_records`` it, which deletes local segments wholly below the new start.
+        OffsetOutOfRangeError beyond the high watermark."""
+        self._check_open()
+        return self._deletion.move_log_start(offset, self.high_watermark)
 
     def finish_delete_records(self, move: LogStartMove) -> int:
         """DeleteRecords' last step, once ``move`` ran: delete the segments wholly below the log
         start it made durable (not below a later one that may not be durable yet); their files
         are left to ``take_file_removal``. Returns the log start offset."""
         self._check_open()
-        if not move.written:
-            self._positions.write()  # rare: a concurrent write may have failed (see LogStartMove)
-        self._delete_oldest_segments(lambda segment, next_segment: next_segment.base_offset <= move.log_start_offset)
+        self._deletion.finish_move(move)
         return self.log_start_offset
 
     def apply_retention(self, now_ms: int, *, defer_removal: bool = False) -> int:
@@ -500,43 +522,60 @@ class PartitionLog:
         Only for cleanup.policy containing ``delete``; the active segment is never deleted. Returns
         the number of segments deleted. Their files are removed before returning, or with
         ``defer_removal`` left to ``take_file_removal`` (the broker removes them off its loop).
+        On a tiered topic (remote.storage.enable) neither applies here: the RemoteLogManager owns
+        both retentions (``delete_tiered_local_segments``, ``advance_log_start``); only segments
+        wholly below the log start (DeleteRecords) go.
         """
         self._check_open()
-        config = self.config
-        deleted = 0
-        if config.deletes_by_retention and config.retention_ms >= 0:
-            deleted += self._delete_oldest_segments(
-                lambda segment, _: now_ms - segment.retention_timestamp_ms > config.retention_ms
-            )
-        if config.deletes_by_retention and config.retention_bytes >= 0:
-            excess_bytes = self._segments.size_bytes - config.retention_bytes
-
-            def over_size(segment: Segment, _: Segment) -> bool:
-                nonlocal excess_bytes
-                if excess_bytes - segment.size_bytes < 0:
-                    return False
-                excess_bytes -= segment.size_bytes
-                return True
-
-            deleted += self._delete_oldest_segments(over_size)
-        # DeleteRecords may have moved the log start beyond whole segments since the last check.
-        deleted += self._delete_oldest_segments(lambda _, next_segment: next_segment.base_offset <= self.log_start_offset)
+        deleted = self._deletion.apply_retention(self.config, now_ms)
         if not defer_removal:
             self._remove_deleted_files()
         return deleted
 
-    def _delete_oldest_segments(self, predicate: DeletePredicate) -> int:
-        """Delete segments from the oldest while ``predicate(segment, next_segment)`` holds."""
-        # A segment named by a manifest being committed stays until the swap is applied.
-        deleted = self._segments.delete_oldest(predicate, held=self._cleaning.holds)
-        if deleted:
-            positions = self._positions
-            first_base = self._segments[0].base_offset
-            positions.log_start_offset = max(positions.log_start_offset, first_base)
-            positions.recovery_point = max(positions.recovery_point, first_base)
-            log.info("%s: deleted %d segment(s); log start %d", self.directory, deleted, positions.log_start_offset)
-        self._check_invariants()
-        return deleted
+    # --- tiered storage (KIP-405; the remote package copies, this log keeps what it needs) -------
+
+    def closed_segments_to_tier(self, after_offset: int) -> list[TierableSegment]:
+        """The sealed segments with base offset >= ``after_offset`` ready to be copied to remote
+        storage, oldest first: wholly below the LSO and the high watermark, and flushed (files
+        and the producer snapshot at the next base offset durable). See ``local_tiering``."""
+        self._check_open()
+        return tierable_segments(
+            self._segments.segments,
+            self._segments.txn_indexes,
+            self._producers.snapshot_path,
+            after_offset=after_offset,
+            log_start_offset=self.log_start_offset,
+            last_stable_offset=self.last_stable_offset,
+            high_watermark=self.high_watermark,
+            recovery_point=self._positions.recovery_point,
+        )
+
+    def delete_tiered_local_segments(self, copied_last_offset: int, now_ms: int) -> int:
+        """Local retention (local.retention.ms / .bytes, -2 = retention.*) over the segments
+        wholly at or below ``copied_last_offset`` (copied) and below the LSO; returns how many
+        went. The three steps below in a row, the checkpoint written on this thread."""
+        move = self.begin_delete_tiered_local_segments(copied_last_offset, now_ms)
+        if move is None:
+            return 0
+        move.run()
+        return self.finish_delete_tiered_local_segments(move)
+
+    def begin_delete_tiered_local_segments(self, copied_last_offset: int, now_ms: int) -> LocalStartMove | None:
+        """Local retention's first step (as ``begin_delete_records``): move the local log start
+        in memory past the segments that go (reads below it raise
+        OffsetMovedToTieredStorageError); None if none goes. ``run`` the move on any thread
+        (the checkpoint), then ``finish_delete_tiered_local_segments`` it here; a failed run
+        deletes nothing. Only the local start moves: the offsets stay readable remotely, and
+        producer state is kept (KIP-360)."""
+        self._check_open()
+        return self._deletion.begin_tiered_local(self.config, copied_last_offset, self.last_stable_offset, now_ms)
+
+    def finish_delete_tiered_local_segments(self, move: LocalStartMove) -> int:
+        """Local retention's last step, once ``move`` ran: delete the local segments wholly below
+        the local log start it made durable, and the producer snapshots taken below it (files
+        to ``take_file_removal``); returns how many segments went."""
+        self._check_open()
+        return self._deletion.finish_tiered_local(move)
 
     def take_file_removal(self) -> FileRemoval | None:
         """The files of segments deleted since the last call (retention, DeleteRecords), for
@@ -681,8 +720,8 @@ class PartitionLog:
         directory = self.directory if segments.directory_dirty else None
         segments.directory_dirty = False
         self._unflushed_messages = 0
-        job = FlushJob(descriptors, directory, active.base_offset, self._pending_snapshot)
-        self._pending_snapshot = None
+        job = FlushJob(descriptors, directory, active.base_offset, tuple(self._pending_snapshots))
+        self._pending_snapshots = []
         positions = self._positions
         if active.base_offset > positions.recovery_point:
             # Every sealed segment is durable once the job ran: it records that itself.
@@ -724,7 +763,7 @@ class PartitionLog:
             return False
         every = self.config.flush_messages
         return (
-            self._pending_snapshot is not None
+            bool(self._pending_snapshots)
             or self._segments.active.base_offset > self._positions.recovery_point
             or (every not in (1, INT64_MAX) and self._unflushed_messages >= every)
         )
@@ -750,7 +789,7 @@ class PartitionLog:
             segment.flush(include_indexes=True)
         self.flush()
         segments.txn_indexes.fsync()  # the active one too: nothing is rebuilt after a clean close
-        self._producers.write_snapshot(self.log_end_offset)
+        self._producers.write_snapshot(self.log_end_offset, keep_all=self.config.remote_storage_enable)
         self._positions.recovery_point = self.log_end_offset
         self._positions.write()
         for segment in segments:
@@ -771,4 +810,5 @@ class PartitionLog:
         self._status.check_open()
 
     def _check_invariants(self) -> None:
-        self._segments.check(self._positions.log_start_offset, self._positions.cleaned_offset)
+        positions = self._positions
+        self._segments.check(positions.log_start_offset, positions.cleaned_offset, positions.local_log_start_offset)

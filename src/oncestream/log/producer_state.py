@@ -457,14 +457,20 @@ class ProducerStateManager:
             return None
         return offset, entries
 
-    def write_snapshot(self, offset: int) -> None:
-        """Persist the table as of log end ``offset`` (temp file, fsync, rename); keep the newest two."""
-        self.take_snapshot(offset).write()
+    def write_snapshot(self, offset: int, *, keep_all: bool = False) -> None:
+        """Persist the table as of log end ``offset`` (temp file, fsync, rename); keep the newest
+        two, or with ``keep_all`` every one (see ``PendingSnapshot``)."""
+        self.take_snapshot(offset, keep_all=keep_all).write()
 
-    def take_snapshot(self, offset: int) -> PendingSnapshot:
+    def take_snapshot(self, offset: int, *, keep_all: bool = False) -> PendingSnapshot:
         """The table as of log end ``offset``, encoded now, to be written later on any thread
         (a flush job writes it off the event loop)."""
-        return PendingSnapshot(self.directory, offset, self.encode_snapshot(offset))
+        return PendingSnapshot(self.directory, offset, self.encode_snapshot(offset), keep_all)
+
+    def snapshot_paths_below(self, offset: int) -> list[Path]:
+        """The snapshot files taken below ``offset`` (a tiered log drops them with the local
+        segments they followed, as Kafka deletes a segment's snapshot with the segment)."""
+        return [self.snapshot_path(snapshot_offset) for snapshot_offset in self.snapshot_offsets() if snapshot_offset < offset]
 
     def load_latest_snapshot(self, log_end_offset: int) -> int | None:
         """Load the newest valid snapshot at or below ``log_end_offset``; return its offset.
@@ -524,15 +530,21 @@ class PendingSnapshot:
     directory: Path
     offset: int
     data: bytes
+    # A tiered log keeps the snapshot taken at every roll: the one at a segment's next base
+    # offset is copied to remote storage with the segment (Kafka writes one at each roll and
+    # deletes it only with its segment). Other logs keep the newest two.
+    keep_all: bool = False
 
     def write(self, fsync: Callable[[int], None] | None = None) -> None:
         """Write it durably (temp file, fsync, rename, directory fsync) and keep the newest two
-        snapshot files; StorageError on failure."""
+        snapshot files (all with ``keep_all``); StorageError on failure."""
         path = self.directory / offset_file_name(self.offset, SNAPSHOT_SUFFIX)
         try:
             write_file_atomically(path, self.data, fsync=fsync)
         except OSError as exc:
             raise StorageError(f"cannot write producer snapshot {path}: {exc}") from exc
+        if self.keep_all:
+            return
         offsets = sorted(
             offset for entry in self.directory.iterdir()
             if (offset := parse_offset_file_name(entry.name, SNAPSHOT_SUFFIX)) is not None

@@ -22,7 +22,10 @@ Order of work when a log directory is opened (``recover_log``):
    shutdown.
 
 The checkpoint (``partition.checkpoint``: log start offset, recovery point, the cleaner's cleaned
-offset and tombstone horizon; JSON, replaced atomically) is read and written here too.
+offset and tombstone horizon, and for a tiered log the local log start; JSON, replaced atomically)
+is read and written here too. A log whose checkpointed local start is above its log start
+(tiered storage holds the offsets between) keeps its log start on open; any other log's start is
+clamped up to its first segment.
 """
 
 from __future__ import annotations
@@ -70,6 +73,14 @@ class Checkpoint:
     recovery_point: int = 0  # segments at or after the one holding it are scanned after a crash
     cleaned_offset: int = 0  # offsets below it were compacted; only there may offsets have gaps
     tombstone_horizon_ms: int = compaction.NO_HORIZON
+    # First offset on local disk: above the log start only once tiered segments were deleted
+    # locally (the offsets between are in remote storage). Never below the log start.
+    local_log_start_offset: int = 0
+
+    @property
+    def tiered(self) -> bool:
+        """Whether offsets below the local start are served from remote storage."""
+        return self.local_log_start_offset > self.log_start_offset
 
 
 def read_checkpoint(directory: pathlib.Path) -> Checkpoint:
@@ -80,12 +91,17 @@ def read_checkpoint(directory: pathlib.Path) -> Checkpoint:
         # Written only once a log was compacted: older checkpoints lack them.
         cleaned_offset = int(data.get("cleaned_offset", 0))
         horizon_ms = int(data.get("tombstone_horizon_ms", compaction.NO_HORIZON))
+        # Written only for tiered logs whose local start moved past the log start.
+        local_start = int(data.get("local_log_start_offset", log_start))
     except FileNotFoundError:
         return Checkpoint()
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         log.warning("%s: ignoring unreadable %s", directory, CHECKPOINT_FILE)
         return Checkpoint()
-    return Checkpoint(max(log_start, 0), max(recovery_point, 0), max(cleaned_offset, 0), horizon_ms)
+    log_start = max(log_start, 0)
+    return Checkpoint(
+        log_start, max(recovery_point, 0), max(cleaned_offset, 0), horizon_ms, max(local_start, log_start)
+    )
 
 
 def write_checkpoint(
@@ -96,6 +112,8 @@ def write_checkpoint(
     if checkpoint.cleaned_offset or checkpoint.tombstone_horizon_ms != compaction.NO_HORIZON:
         fields["cleaned_offset"] = checkpoint.cleaned_offset
         fields["tombstone_horizon_ms"] = checkpoint.tombstone_horizon_ms
+    if checkpoint.tiered:
+        fields["local_log_start_offset"] = checkpoint.local_log_start_offset
     try:
         write_file_atomically(directory / CHECKPOINT_FILE, json.dumps(fields).encode(), fsync=fsync)
     except OSError as exc:
@@ -151,6 +169,7 @@ class RecoveredLog:
     cleaned_offset: int
     tombstone_horizon_ms: int
     directory_dirty: bool  # a file was created or deleted: the next flush fsyncs the directory
+    local_log_start_offset: int  # >= log_start_offset; above it only for a tiered log
 
 
 def recover_log(
@@ -206,11 +225,20 @@ def recover_log(
                 directory_dirty = True
                 break
         if not segments:
-            segments.append(Segment.create(directory, max(checkpoint.log_start_offset, 0), now_ms))
+            first_local = max(checkpoint.log_start_offset, checkpoint.local_log_start_offset, 0)
+            segments.append(Segment.create(directory, first_local, now_ms))
             segments[-1].use_descriptor_cache(descriptors)
             directory_dirty = True
         log_end_offset = segments[-1].next_offset
-        log_start_offset = min(max(checkpoint.log_start_offset, segments[0].base_offset), log_end_offset)
+        local_log_start_offset = min(
+            max(checkpoint.log_start_offset, checkpoint.local_log_start_offset, segments[0].base_offset),
+            log_end_offset,
+        )
+        # A tiered log keeps its log start below the local segments (the offsets between are in
+        # remote storage); any other log's start is clamped into its segments.
+        log_start_offset = (
+            min(checkpoint.log_start_offset, local_log_start_offset) if checkpoint.tiered else local_log_start_offset
+        )
         recovery_point = log_end_offset if clean else min(checkpoint.recovery_point, log_end_offset)
         # After a crash every segment holding data past the recovery point was scanned: its data
         # may have lost a tail, or its (never fsynced) txn index entries, so the index of each is
@@ -230,7 +258,7 @@ def recover_log(
         raise
     return RecoveredLog(
         segments, log_start_offset, recovery_point, checkpoint.cleaned_offset, checkpoint.tombstone_horizon_ms,
-        directory_dirty,
+        directory_dirty, local_log_start_offset,
     )
 
 
@@ -245,6 +273,7 @@ def _recover_interrupted_clean(directory: pathlib.Path, checkpoint: Checkpoint) 
             checkpoint.recovery_point,
             max(checkpoint.cleaned_offset, manifest.cleaned_offset),
             manifest.tombstone_horizon_ms,
+            checkpoint.local_log_start_offset,
         )
         # The cleaned offset must be durable before the manifest that carries it goes: the
         # gaps the swap made are only legal below it.

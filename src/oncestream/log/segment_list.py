@@ -129,6 +129,14 @@ class SegmentList:
             deleted += 1
         return deleted
 
+    def doom_files(self, paths: list[pathlib.Path]) -> None:
+        """Remove ``paths`` with the next ``take_file_removal`` (files that went with deleted
+        segments, such as a tiered log's producer snapshots)."""
+        fresh = [path for path in paths if path not in self._doomed_files]
+        if fresh:
+            self._doomed_files.extend(fresh)
+            self.directory_dirty = True
+
     def take_file_removal(self) -> FileRemoval | None:
         """The files of segments deleted since the last call; None if there are none."""
         if not self._doomed_files:
@@ -147,10 +155,11 @@ class SegmentList:
             segment.release()
         self.txn_indexes.release_all()
 
-    def check(self, log_start_offset: int, cleaned_offset: int) -> None:
+    def check(self, log_start_offset: int, cleaned_offset: int, local_log_start_offset: int) -> None:
         """LogInvariantError unless the list describes a log: an active segment, offsets that
-        follow each other (gaps only below ``cleaned_offset``), the log start inside the log,
-        the byte count equal to the segments' sizes."""
+        follow each other (gaps only below ``cleaned_offset``), the local log start inside the
+        segments and the log start not above it (below it only for tiered storage), the byte
+        count equal to the segments' sizes."""
         segments = self._segments
         if not segments:
             raise LogInvariantError("a log always has an active segment")
@@ -160,10 +169,14 @@ class SegmentList:
                     f"segment {current.base_offset} does not follow segment {previous.base_offset} "
                     f"(which ends before {previous.next_offset}); only compaction below {cleaned_offset} leaves gaps"
                 )
-        if not segments[0].base_offset <= log_start_offset <= self.log_end_offset:
+        if not segments[0].base_offset <= local_log_start_offset <= self.log_end_offset:
             raise LogInvariantError(
-                f"log start offset {log_start_offset} is outside the segments "
+                f"local log start offset {local_log_start_offset} is outside the segments "
                 f"[{segments[0].base_offset}, {self.log_end_offset}]"
+            )
+        if not 0 <= log_start_offset <= local_log_start_offset:
+            raise LogInvariantError(
+                f"log start offset {log_start_offset} is above the local log start {local_log_start_offset}"
             )
         counted = sum(segment.size_bytes for segment in segments)
         if self._size_bytes != counted:

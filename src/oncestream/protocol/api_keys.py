@@ -38,6 +38,7 @@ CREATE_ACLS: Final = 30
 DELETE_ACLS: Final = 31
 DESCRIBE_CONFIGS: Final = 32
 ALTER_CONFIGS: Final = 33
+DESCRIBE_LOG_DIRS: Final = 35
 CREATE_PARTITIONS: Final = 37
 SASL_AUTHENTICATE: Final = 36
 DELETE_GROUPS: Final = 42
@@ -62,7 +63,7 @@ DELETE_SHARE_GROUP_OFFSETS: Final = 92
 API_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     PRODUCE: (3, 12),  # v12: transaction version 2 (KIP-890 part 2), implicit partition add
     FETCH: (4, 12),  # v13+ address topics by id
-    LIST_OFFSETS: (1, 7),  # v8 adds KIP-1005 tiered-storage offsets: not ours
+    LIST_OFFSETS: (1, 10),  # v8/v9: KIP-1005 tiered offsets -4/-5; v10: KIP-1075 timeout; v11 (-6) not ours
     METADATA: (0, 12),
     OFFSET_COMMIT: (2, 10),  # v9: member id + member epoch (KIP-848); v10: topics by id
     OFFSET_FETCH: (1, 10),  # v9: member id + member epoch checked (KIP-848); v10: topics by id
@@ -89,6 +90,7 @@ API_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     DELETE_ACLS: (1, 3),
     DESCRIBE_CONFIGS: (1, 4),
     ALTER_CONFIGS: (0, 2),
+    DESCRIBE_LOG_DIRS: (1, 4),  # Kafka 4 dropped v0; v4 adds the volume's total/usable bytes; v5 (cordoned dirs) not served
     CREATE_PARTITIONS: (0, 3),
     SASL_AUTHENTICATE: (0, 2),
     DELETE_GROUPS: (0, 2),

@@ -84,6 +84,10 @@ if TYPE_CHECKING:
     from kio.schema.describe_groups.v3 import request as _describe_groups_v3
     from kio.schema.describe_groups.v4 import request as _describe_groups_v4
     from kio.schema.describe_groups.v5 import request as _describe_groups_v5
+    from kio.schema.describe_log_dirs.v1 import request as _describe_log_dirs_v1
+    from kio.schema.describe_log_dirs.v2 import request as _describe_log_dirs_v2
+    from kio.schema.describe_log_dirs.v3 import request as _describe_log_dirs_v3
+    from kio.schema.describe_log_dirs.v4 import request as _describe_log_dirs_v4
     from kio.schema.describe_producers.v0 import request as _describe_producers_v0
     from kio.schema.describe_share_group_offsets.v0 import request as _describe_share_group_offsets_v0
     from kio.schema.describe_share_group_offsets.v1 import request as _describe_share_group_offsets_v1
@@ -152,6 +156,9 @@ if TYPE_CHECKING:
     from kio.schema.list_offsets.v5 import request as _list_offsets_v5
     from kio.schema.list_offsets.v6 import request as _list_offsets_v6
     from kio.schema.list_offsets.v7 import request as _list_offsets_v7
+    from kio.schema.list_offsets.v8 import request as _list_offsets_v8
+    from kio.schema.list_offsets.v9 import request as _list_offsets_v9
+    from kio.schema.list_offsets.v10 import request as _list_offsets_v10
     from kio.schema.list_transactions.v0 import request as _list_transactions_v0
     from kio.schema.list_transactions.v1 import request as _list_transactions_v1
     from kio.schema.metadata.v0 import request as _metadata_v0
@@ -251,6 +258,9 @@ if TYPE_CHECKING:
         | _list_offsets_v5.ListOffsetsRequest
         | _list_offsets_v6.ListOffsetsRequest
         | _list_offsets_v7.ListOffsetsRequest
+        | _list_offsets_v8.ListOffsetsRequest
+        | _list_offsets_v9.ListOffsetsRequest
+        | _list_offsets_v10.ListOffsetsRequest
     )  # api key 2
     MetadataRequest: TypeAlias = (
         _metadata_v0.MetadataRequest
@@ -446,6 +456,12 @@ if TYPE_CHECKING:
         | _alter_configs_v1.AlterConfigsRequest
         | _alter_configs_v2.AlterConfigsRequest
     )  # api key 33
+    DescribeLogDirsRequest: TypeAlias = (
+        _describe_log_dirs_v1.DescribeLogDirsRequest
+        | _describe_log_dirs_v2.DescribeLogDirsRequest
+        | _describe_log_dirs_v3.DescribeLogDirsRequest
+        | _describe_log_dirs_v4.DescribeLogDirsRequest
+    )  # api key 35
     SaslAuthenticateRequest: TypeAlias = (
         _sasl_authenticate_v0.SaslAuthenticateRequest
         | _sasl_authenticate_v1.SaslAuthenticateRequest

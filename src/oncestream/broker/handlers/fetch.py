@@ -22,8 +22,9 @@ from kio.schema.errors import ErrorCode
 
 from oncestream.async_wait import wait_done
 from oncestream.broker.authorize import Op, Res, authorize
+from oncestream.broker.remote_fetch import RemotePartRead, complete_remote_reads, remote_part
 from oncestream.broker.state import BrokerState
-from oncestream.errors import OnceStreamError, TopicAuthorizationFailedError
+from oncestream.errors import OffsetMovedToTieredStorageError, OnceStreamError, TopicAuthorizationFailedError
 from oncestream.protocol.codec import RequestHeader
 from oncestream.protocol.fetch_response import PartitionFetchResult, encode_fetch_response
 
@@ -51,7 +52,13 @@ async def handle(state: BrokerState, header: RequestHeader, request: FetchReques
     denied: set[str] = {t.topic for t in request.topics if not authorize(state, Op.READ, Res.TOPIC, t.topic)}
     wanted = [(t.topic, p.partition) for t in request.topics for p in t.partitions if t.topic not in denied]
     while True:
-        topics_out, total_bytes, any_error = _read_once(state, request, denied)
+        topics_out, total_bytes, any_error, remote = _read_once(state, request, denied)
+        if remote:
+            # Partitions below the local log start: answered once their remote reads are done
+            # (or remote.fetch.max.wait.ms passed), whatever min_bytes asks (Kafka's
+            # DelayedRemoteFetch): waiting for appends cannot add to those partitions.
+            await complete_remote_reads(state, remote)
+            return encode_fetch_response(header.api_version, header.correlation_id, topics_out)
         remaining_s = deadline - loop.time()
         if total_bytes >= request.min_bytes or any_error or remaining_s <= 0 or not wanted:
             return encode_fetch_response(header.api_version, header.correlation_id, topics_out)
@@ -63,7 +70,12 @@ async def handle(state: BrokerState, header: RequestHeader, request: FetchReques
             state.notifier.discard(waiter, wanted)
 
 
-def _read_once(state: BrokerState, request: FetchRequest, denied: set[str]) -> tuple[list[Any], int, bool]:
+def _read_once(
+    state: BrokerState, request: FetchRequest, denied: set[str]
+) -> tuple[list[Any], int, bool, list[RemotePartRead]]:
+    """Read every partition from the local log; those below the local log start come back as
+    remote reads to run (their byte budget reserved in order, so the whole response stays within
+    the fetch's budget plus one batch)."""
     read_committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
     # The broker's fetch.max.bytes bounds every response, whatever the request asks for (Kafka's
     # rule); the first batch is still returned whole, so a consumer always makes progress.
@@ -72,6 +84,7 @@ def _read_once(state: BrokerState, request: FetchRequest, denied: set[str]) -> t
     total = 0
     any_error = False
     topics_out = []
+    remote: list[RemotePartRead] = []
     for t in request.topics:
         parts_out = []
         for p in t.partitions:
@@ -88,13 +101,22 @@ def _read_once(state: BrokerState, request: FetchRequest, denied: set[str]) -> t
                     raise TopicAuthorizationFailedError(t.topic)
                 plog = state.logs.get(t.topic, p.partition)
                 upper = plog.last_stable_offset if read_committed else plog.high_watermark
+                max_bytes = max(min(p.partition_max_bytes, budget - total), 0)
                 read = plog.read(
                     p.fetch_offset,
-                    max(min(p.partition_max_bytes, budget - total), 0),
+                    max_bytes,
                     upper_offset=upper,
                     min_one=(total == 0),
                     with_aborted=read_committed,
                 )
+            except OffsetMovedToTieredStorageError as moved:
+                part = remote_part(state, t.topic, plog, moved, result, max_bytes=max_bytes, min_one=(total == 0),
+                                   upper_offset=upper, read_committed=read_committed, partition=p.partition)
+                if part is None:
+                    any_error = True
+                else:
+                    remote.append(part)
+                    total += max_bytes  # reserved for the remote read
             except OnceStreamError as exc:
                 result.error_code = exc.code
                 any_error = True
@@ -109,4 +131,4 @@ def _read_once(state: BrokerState, request: FetchRequest, denied: set[str]) -> t
                     result.aborted_transactions = list(read.aborted_transactions or ())
             parts_out.append(result)
         topics_out.append((t.topic, parts_out))
-    return topics_out, total, any_error
+    return topics_out, total, any_error, remote

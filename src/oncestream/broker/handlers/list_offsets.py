@@ -1,9 +1,21 @@
 """ListOffsets (key 2): earliest (-2), latest (-1, honouring the isolation level), max timestamp
-(-3, KIP-734), by timestamp."""
+(-3, KIP-734), earliest local (-4, v8+) and latest tiered (-5, v9+) (KIP-1005), by timestamp.
+
+Tiered storage: -2 is the global log start (remote segments included), -4 the first offset on
+local disk, -5 the last offset in the object store (-1 if nothing is tiered). A timestamp lookup
+on a partition with remote segments searches them first, on a remote reader thread, as Kafka's
+RemoteLogManager.findOffsetByTimestamp does (their max timestamps, then a segment's time index
+and one batch), and the local segments when no remote record is that recent. v10 (KIP-1075)
+bounds that wait with the request's timeout: past it the partition answers REQUEST_TIMED_OUT;
+earlier versions wait up to ``_REMOTE_LOOKUP_TIMEOUT_MS``. A failed remote lookup answers
+UNKNOWN_SERVER_ERROR for the partition (the store's message, naming the key, is logged).
+"""
 
 from __future__ import annotations
 
+import asyncio
 import datetime
+import logging
 from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
@@ -11,6 +23,7 @@ from kio.schema.errors import ErrorCode
 from oncestream.broker.authorize import Op, Res, authorize
 from oncestream.broker.state import BrokerState
 from oncestream.errors import OnceStreamError, TopicAuthorizationFailedError
+from oncestream.log.partition_log import PartitionLog
 from oncestream.protocol.api_keys import LIST_OFFSETS
 from oncestream.protocol.codec import RequestHeader, build
 from oncestream.protocol.schemas import response_module
@@ -21,12 +34,20 @@ if TYPE_CHECKING:
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
 MAX_TIMESTAMP = -3  # KIP-734, ListOffsets v7+
+EARLIEST_LOCAL_TIMESTAMP = -4  # KIP-1005, v8+
+LATEST_TIERED_TIMESTAMP = -5  # KIP-1005, v9+
 READ_COMMITTED = 1
+# Before v10 a request carries no timeout: a remote timestamp lookup waits this long at most.
+_REMOTE_LOOKUP_TIMEOUT_MS = 30_000
+
+log = logging.getLogger(__name__)
 
 
-def handle(state: BrokerState, header: RequestHeader, request: ListOffsetsRequest) -> object:
+async def handle(state: BrokerState, header: RequestHeader, request: ListOffsetsRequest) -> object:
     m = response_module(LIST_OFFSETS, header.api_version)
     read_committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
+    timeout = getattr(request, "timeout", None)
+    timeout_ms = int(timeout.total_seconds() * 1000) if timeout is not None else _REMOTE_LOOKUP_TIMEOUT_MS
     topics_out = []
     for t in request.topics:
         parts_out = []
@@ -49,10 +70,19 @@ def handle(state: BrokerState, header: RequestHeader, request: ListOffsetsReques
                     found = plog.offset_for_max_timestamp()
                     if found is not None:
                         offset, timestamp = found
+                elif p.timestamp == EARLIEST_LOCAL_TIMESTAMP and header.api_version >= 8:
+                    offset = plog.local_log_start_offset
+                elif p.timestamp == LATEST_TIERED_TIMESTAMP and header.api_version >= 9:
+                    reads = state.remote_reads
+                    offset = reads.highest_tiered_offset(t.name, p.partition_index) if reads is not None else -1
                 elif p.timestamp < 0:
                     error = ErrorCode.unsupported_version
                 else:
-                    found = plog.offset_for_timestamp(p.timestamp)
+                    try:
+                        found = await _offset_for_timestamp(state, t.name, p.partition_index, plog, p.timestamp,
+                                                            timeout_ms)
+                    except OnceStreamError as exc:
+                        error, found = exc.code, None
                     if found is not None:
                         offset, timestamp = found
                         upper = plog.last_stable_offset if read_committed else plog.high_watermark
@@ -71,3 +101,26 @@ def handle(state: BrokerState, header: RequestHeader, request: ListOffsetsReques
             )
         topics_out.append(build(m.ListOffsetsTopicResponse, name=t.name, partitions=tuple(parts_out)))
     return build(m.ListOffsetsResponse, throttle_time=datetime.timedelta(0), topics=tuple(topics_out))
+
+
+async def _offset_for_timestamp(
+    state: BrokerState, topic: str, partition: int, plog: PartitionLog, timestamp_ms: int, timeout_ms: int
+) -> tuple[int, int] | None:
+    """(offset, timestamp) of the first record with timestamp >= ``timestamp_ms``: in the remote
+    segments first (if any lie below the local log start), then locally."""
+    reads = state.remote_reads
+    start = plog.log_start_offset
+    if reads is not None and start < plog.local_log_start_offset:
+        future = asyncio.wrap_future(reads.submit_offset_for_timestamp(topic, partition, start, timestamp_ms))
+        try:
+            async with asyncio.timeout(timeout_ms / 1000):
+                found = await future
+        except TimeoutError:
+            raise OnceStreamError(f"{topic}-{partition}: remote timestamp lookup took over {timeout_ms} ms",
+                                  code=ErrorCode.request_timed_out) from None
+        except OnceStreamError as exc:
+            log.error("%s-%d: remote timestamp lookup failed: %s", topic, partition, exc)
+            raise
+        if found is not None:
+            return found
+    return plog.offset_for_timestamp(timestamp_ms)

@@ -23,11 +23,12 @@ from kio.schema.errors import ErrorCode
 from oncestream.async_wait import wait_done
 from oncestream.broker.authorize import Op, Res, authorize, authorized_operations
 from oncestream.broker.connection_context import client_host
+from oncestream.broker.remote_fetch import aborted_of, read_remote_once
 from oncestream.broker.share_group_configs import ISOLATION_LEVEL
 from oncestream.broker.share_service import SharePartitionKey, ShareService
 from oncestream.broker.state import BrokerState
-from oncestream.coordinator.share.partition import AckBatch, AcquiredRange, LogSpan
-from oncestream.errors import OffsetOutOfRangeError, OnceStreamError
+from oncestream.coordinator.share.partition import AckBatch, AcquiredRange, LogSpan, SharePartition
+from oncestream.errors import OffsetMovedToTieredStorageError, OffsetOutOfRangeError, OnceStreamError
 from oncestream.protocol import api_keys as k
 from oncestream.protocol.aborted_filter import AbortedFilter
 from oncestream.protocol.codec import RequestHeader, build
@@ -247,8 +248,35 @@ def _acquire_one(state: BrokerState, svc: ShareService, group_id: str, member_id
     except OffsetOutOfRangeError:
         sp.move_start(plog.log_start_offset)  # deleted below the share-partition: skip ahead
         return b"", []
-    data = b"".join(read.chunks)
-    hidden = AbortedFilter(read_committed, read.aborted_transactions or ())
+    return _acquire_read(sp, member_id, b"".join(read.chunks), read_committed, read.aborted_transactions or (),
+                         max_records, now)
+
+
+async def _acquire_remote(state: BrokerState, svc: ShareService, group_id: str, member_id: str, name: str,
+                          topic_id: uuid.UUID, partition: int, max_records: int, max_bytes: int, offset: int
+                          ) -> tuple[bytes, list[AcquiredRange]]:
+    """``_acquire_one`` for a share-partition whose next offset is below the local log start:
+    the same reader as Fetch serves it from the object store (empty past remote.fetch.max.wait.ms)."""
+    plog = state.logs.get(name, partition)
+    read_committed = svc.group_config(group_id, ISOLATION_LEVEL) == "read_committed"
+    upper = plog.last_stable_offset if read_committed else plog.high_watermark
+    read = await read_remote_once(state, name, partition, offset, max_bytes, upper_offset=upper,
+                                  read_committed=read_committed)
+    if read is None:
+        return b"", []
+    aborted = aborted_of(state, name, partition, offset, read) if read_committed else []
+    sp = svc.share_partition(group_id, name, topic_id, partition)
+    now = state.mono_ms()
+    if not sp.can_acquire(now) or sp.next_fetch_offset(now) != offset:
+        return b"", []  # the share-partition moved on while the read ran: the next fetch reads again
+    return _acquire_read(sp, member_id, b"".join(read.chunks), read_committed, aborted, max_records, now)
+
+
+def _acquire_read(sp: SharePartition, member_id: str, data: bytes, read_committed: bool, aborted: Iterable[tuple[int, int]],
+                  max_records: int, now: int) -> tuple[bytes, list[AcquiredRange]]:
+    """Acquire the records of the batches in ``data`` for ``member_id``; the batches holding
+    acquired records and the acquired ranges."""
+    hidden = AbortedFilter(read_committed, list(aborted))
     batches = [(header, view) for header, view in iter_batches(data, verify_crc=False)]
     spans = [LogSpan(h.base_offset, h.last_offset, not hidden.hides_header(h, view)) for h, view in batches]
     ranges = sp.acquire(member_id, spans, max_records, now)
@@ -331,8 +359,12 @@ async def handle_share_fetch(state: BrokerState, header: RequestHeader, request:
             if max_records <= 0 or total >= budget:
                 break
             try:
-                data, ranges = _acquire_one(state, svc, group_id, member_id, name, topic_id, partition,
-                                            max_records, max(budget - total, 0))
+                try:
+                    data, ranges = _acquire_one(state, svc, group_id, member_id, name, topic_id, partition,
+                                                max_records, max(budget - total, 0))
+                except OffsetMovedToTieredStorageError as moved:
+                    data, ranges = await _acquire_remote(state, svc, group_id, member_id, name, topic_id, partition,
+                                                         max_records, max(budget - total, 0), moved.offset)
             except OnceStreamError as exc:
                 errors[(topic_id, partition)] = exc.code
                 continue
