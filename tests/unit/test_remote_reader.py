@@ -355,3 +355,13 @@ def test_a_missing_txnindex_the_metadata_announces_is_an_error(tiered) -> None:
     store.delete(key_of(seg, "txnindex"))
     with pytest.raises(RemoteObjectNotFoundError):
         reader.read(segments, seg.base_offset, BIG // 2, upper_offset=BIG, min_one=True, with_aborted=True)
+
+
+def test_an_index_out_of_order_is_an_error(tiered, tmp_path: Path) -> None:
+    _plog, _store, segments, reader = tiered
+    seg = next(s for s in segments if (tmp_path / "store" / key_of(s, "index")).stat().st_size >= 16)
+    path = tmp_path / "store" / key_of(seg, "index")
+    raw = path.read_bytes()
+    path.write_bytes(raw[8:16] + raw[0:8] + raw[16:])  # the first two entries swapped
+    with pytest.raises(RemoteStorageError, match="damaged"):
+        reader.read(segments, seg.last_offset, 100, upper_offset=BIG, min_one=True, with_aborted=False)
