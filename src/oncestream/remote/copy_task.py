@@ -129,6 +129,9 @@ def clean_unfinished(store: ObjectStore, journal: MetadataJournal, ref: Partitio
     DELETE_SEGMENT_FINISHED. Returns how many."""
     busy = set(in_flight)
     unfinished = [s for s in journal.metadata.unfinished() if s.segment_id not in busy]
+    if unfinished:
+        log.info("%s: deleting the objects of %d unfinished remote segment(s) (a crash or a failed copy left them)",
+                 ref, len(unfinished))
     for remote in unfinished:
         delete_segment(store, journal, ref, remote, now_ms)
     return len(unfinished)

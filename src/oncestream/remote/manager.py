@@ -288,9 +288,15 @@ class RemoteLogManager:
             else:
                 tier.backoff.succeeded()
                 self._succeeded(source)
-        if tier.retired or not config.remote_storage_enable or partition_log.closed:
+        if config.remote_storage_enable:
+            self._delete_local_copies(tier, partition_log)
+
+    def _delete_local_copies(self, tier: _PartitionTier, partition_log: PartitionLog) -> None:
+        """Local retention over the segments whose copy finished (their files go on the
+        broker's disk threads)."""
+        if tier.retired or partition_log.closed:
             return
-        copied_last = self.remote_info(tier.topic, tier.partition)[2]
+        copied_last = tier.journal.metadata.highest_copied_last_offset()
         if partition_log.delete_tiered_local_segments(copied_last, self._now_ms()):
             self._remove_files(partition_log)
 
@@ -318,6 +324,9 @@ class RemoteLogManager:
                 return
             await self._in_pool(functools.partial(
                 copy_task.copy_segment, self.store, tier.journal, tier.ref, ready[0], self._now_ms))
+            # Local retention after every copy, not after the whole backlog: a partition that
+            # fell far behind (the store was down) gives its disk back as it catches up.
+            self._delete_local_copies(tier, partition_log)
 
     async def _apply_remote_retention(self, tier: _PartitionTier, partition_log: PartitionLog) -> None:
         copied = tier.journal.metadata.readable_segments()
