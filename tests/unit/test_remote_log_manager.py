@@ -16,6 +16,7 @@ from pathlib import Path
 from oncestream.broker.config import BrokerConfig
 from oncestream.broker.seams import BrokerSeams
 from oncestream.broker.state import BrokerState
+from oncestream.errors import RemoteAccessDeniedError
 from oncestream.log.recovery import read_checkpoint
 from oncestream.remote import copy_task, layout
 from oncestream.remote.copy_task import PartitionRef
@@ -261,3 +262,56 @@ def test_clean_unfinished_skips_segments_in_flight_and_deletes_every_suffix(tmp_
     assert _state_of(journal.metadata, busy.segment_id) is SegmentState.COPY_SEGMENT_STARTED
     assert store.inner.list("") == []
     journal.close()
+
+
+def test_refused_credentials_show_in_status_and_the_local_log_stays(tmp_path: Path) -> None:
+    class DenyingStore(FaultyObjectStore):
+        def _check_put(self, key: str) -> None:
+            raise RemoteAccessDeniedError(f"403 Forbidden putting {key}")
+
+    store = DenyingStore(LocalObjectStore(str(tmp_path / "bucket")))
+
+    async def scenario() -> None:
+        state = _state(tmp_path / "data", store)
+        try:
+            state.logs.create_topic("t", 1, TIERED)
+            _fill(state, "t", 30)
+            assert _manager(state).status == "ok"
+            await _rounds(state)
+            status = _manager(state).status
+            assert "refused the credentials" in status
+            assert "403 Forbidden" in status
+            assert state.logs.get("t", 0).local_log_start_offset == 0
+            assert _manager(state).remote_info("t", 0) == (0, -1, -1)
+        finally:
+            state.close()
+
+    asyncio.run(scenario())
+
+
+def test_delete_records_below_remote_segments_deletes_them(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+
+    async def scenario() -> None:
+        state = _state(tmp_path / "data", store)
+        try:
+            state.logs.create_topic("t", 1, {**TIERED, "retention.ms": "-1"})
+            _fill(state, "t", 40)
+            await _rounds(state)
+            copied = _manager(state).metadata("t", 0)
+            assert copied is not None
+            before = copied.readable_segments()
+            cut = before[2].base_offset + 1  # inside the third remote segment
+            state.logs.get("t", 0).delete_records(cut)
+            await _rounds(state)
+            after = copied.readable_segments()
+            # the two segments wholly below the new log start went, the one holding it stays
+            assert [s.base_offset for s in after] == [s.base_offset for s in before[2:]]
+            ref = PartitionRef("t", state.logs.topics()["t"].topic_id, 0)
+            keys = set(store.inner.list(""))
+            assert not any(ref.key(s, "log") in keys for s in before[:2])
+            assert state.logs.get("t", 0).log_start_offset == cut
+        finally:
+            state.close()
+
+    asyncio.run(scenario())
