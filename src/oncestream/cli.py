@@ -32,6 +32,8 @@ from oncestream.client import (
     TopicPartition,
     TransactionDescription,
 )
+from oncestream.client.common.errors import KafkaException
+from oncestream.client.common.list_offsets import EARLIEST_LOCAL, LATEST_TIERED
 from oncestream.client.producer.partitioner import partition_for_key
 from oncestream.demos.broker_crash import main as demo_main
 from oncestream.errors import InvalidConfigError
@@ -89,6 +91,7 @@ def cmd_broker(args: argparse.Namespace, seams: BrokerSeams | None = None) -> in
 _ABORT_WAIT_S = 30.0
 _ENDED_STATES = ("CompleteAbort", "CompleteCommit", "Empty", "Dead")
 _EARLIEST, _LATEST = -2, -1
+_UNSUPPORTED_VERSION, _CLUSTER_AUTHORIZATION_FAILED = 35, 31
 _FETCH_WAIT_S = 0.5
 _PRODUCE_FLUSH_TIMEOUT_S = 60.0
 _FIRST_FETCH_CAP_S = 60.0
@@ -109,6 +112,69 @@ def _fail_on(what: str, error: KafkaError | None) -> None:
     if error is not None:
         message = error.str()
         raise CliError(f"{what}: {error.name()}: {message if message != error.name() else ''}")
+
+
+def _print_topic(args: argparse.Namespace, admin: Admin, t: TopicDescription) -> None:
+    """``topics describe``: per partition the log start, the local log start (tiered storage:
+    the first offset still on the broker's disk), the latest tiered offset (-1: none), the high
+    watermark, the bytes on the broker's disk and in the remote store; then the topic's configs.
+    A value the broker cannot give (an older ListOffsets, DescribeLogDirs not allowed) is ``-``."""
+    print(f"topic {t.name} id {t.topic_id} partitions {len(t.partitions)}")
+    tps = [(t.name, p.id) for p in t.partitions]
+    with _client_errors(args, f"offsets of {t.name!r}"):
+        lows = admin.list_offsets({tp: _EARLIEST for tp in tps})
+        highs = admin.list_offsets({tp: _LATEST for tp in tps})
+        local_starts = _tiered_offsets(admin, tps, EARLIEST_LOCAL)
+        tiered = _tiered_offsets(admin, tps, LATEST_TIERED)
+        local_bytes, remote_bytes = _partition_bytes(admin, tps)
+        configs = admin.describe_configs(topics=[t.name]).get(t.name, {})
+    for p in t.partitions:
+        key = (t.name, p.id)
+        print(f"  partition {p.id} leader {p.leader} offsets [{lows[key]}, {highs[key]}) "
+              f"local-log-start {local_starts.get(key, '-')} latest-tiered {tiered.get(key, '-')} "
+              f"local-bytes {local_bytes.get(key, '-')} remote-bytes {remote_bytes.get(key, '-')}")
+    for name, value in configs.items():
+        print(f"  config {name}={value}")
+
+
+def _tiered_offsets(admin: Admin, tps: list[tuple[str, int]], spec: int) -> dict[tuple[str, int], int]:
+    """ListOffsets -4 / -5 (v8 / v9); {} when the broker does not serve those versions."""
+    try:
+        return admin.list_offsets({tp: spec for tp in tps})
+    except KafkaException as exc:
+        if exc.args[0].code() == _UNSUPPORTED_VERSION:
+            return {}
+        raise
+
+
+def _partition_bytes(admin: Admin, tps: list[tuple[str, int]]) -> tuple[dict[tuple[str, int], int], dict[tuple[str, int], int]]:
+    """(local, remote) bytes per partition from DescribeLogDirs: the broker's log directories and
+    its remote store's entry (``remote:...``, docs/tiered-storage.md; with tiered storage on, a
+    partition with nothing tiered has 0 remote bytes). ({}, {}) when DescribeLogDirs is refused."""
+    try:
+        by_topic: dict[str, list[int]] = {}
+        for topic, partition in tps:
+            by_topic.setdefault(topic, []).append(partition)
+        brokers = admin.describe_log_dirs(topic_partitions=by_topic)
+    except KafkaException as exc:
+        if exc.args[0].code() in (_UNSUPPORTED_VERSION, _CLUSTER_AUTHORIZATION_FAILED):
+            return {}, {}
+        raise
+    local: dict[tuple[str, int], int] = {}
+    remote: dict[tuple[str, int], int] = {}
+    has_remote_store = False
+    for dirs in brokers.values():
+        for log_dir in dirs.values():
+            if log_dir.error is not None:
+                continue
+            has_remote_store |= log_dir.is_remote
+            into = remote if log_dir.is_remote else local
+            for key, replica in log_dir.replica_infos.items():
+                if not replica.is_future:
+                    into[key] = into.get(key, 0) + replica.size
+    if has_remote_store:
+        remote = {key: remote.get(key, 0) for key in local} | remote
+    return local, remote
 
 
 def cmd_topics(args: argparse.Namespace) -> int:
@@ -138,18 +204,7 @@ def cmd_topics(args: argparse.Namespace) -> int:
                 raise CliError(f"delete {args.name!r}: {error.name()}")
             print(f"deleted topic {args.name}")
         elif args.action == "describe":
-            t = _describe_topic(args, admin, args.name)
-            print(f"topic {t.name} id {t.topic_id} partitions {len(t.partitions)}")
-            tps = [(args.name, p.id) for p in t.partitions]
-            with _client_errors(args, f"offsets of {args.name!r}"):
-                lows = admin.list_offsets({tp: _EARLIEST for tp in tps})
-                highs = admin.list_offsets({tp: _LATEST for tp in tps})
-                configs = admin.describe_configs(topics=[args.name]).get(args.name, {})
-            for p in t.partitions:
-                key = (args.name, p.id)
-                print(f"  partition {p.id} leader {p.leader} offsets [{lows[key]}, {highs[key]})")
-            for name, value in configs.items():
-                print(f"  config {name}={value}")
+            _print_topic(args, admin, _describe_topic(args, admin, args.name))
     return 0
 
 

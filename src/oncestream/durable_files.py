@@ -50,15 +50,38 @@ def write_file_atomically(
     that renames several files and syncs once; ``rename`` and ``fsync`` (default: ``os``'s) let a
     caller observe those steps. ``mode``: the new file's permissions (before the umask; 0o600 for
     files only their owner may read)."""
-    tmp_path = tmp_path_for(path)
+
+    def write(fd: int) -> None:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+
+    write_file_atomically_with(path, write, sync_directory=sync_directory, rename=rename, fsync=fsync, mode=mode)
+
+
+def write_file_atomically_with(
+    path: Path,
+    write: Callable[[int], None],
+    *,
+    tmp_path: Path | None = None,
+    sync_directory: bool = True,
+    rename: Callable[[Path, Path], None] | None = None,
+    fsync: Callable[[int], None] | None = None,
+    mode: int = 0o644,
+) -> None:
+    """``write_file_atomically`` with the content streamed by ``write(fd)`` into the temporary
+    file (tiered storage's directory store copies whole segments that way, too large to hold in
+    memory). ``tmp_path`` (default ``tmp_path_for(path)``) lets writers that may run at once on
+    the same directory use names of their own. On failure the temporary file stays, as with
+    ``write_file_atomically``; the caller removes it or the next open does."""
+    if tmp_path is None:
+        tmp_path = tmp_path_for(path)
     with_mode = os.path.exists(tmp_path)
     fd = os.open(tmp_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _CLOEXEC, mode)
     if with_mode:  # a leftover temporary file keeps its own permissions otherwise
         os.fchmod(fd, mode)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
+        write(fd)
         (os.fsync if fsync is None else fsync)(fd)
     finally:
         os.close(fd)

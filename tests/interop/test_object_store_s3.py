@@ -156,9 +156,9 @@ def test_keys_that_leave_the_root_are_refused(store: ObjectStore) -> None:
 
 @pytest.fixture
 def segment_file(tmp_path: Path) -> Iterator[tuple[io.BufferedReader, bytes]]:
-    """A 20 MiB file on disk (more than two multipart parts, not a multiple of the part size),
-    positioned after a 100-byte header that is not part of the upload."""
-    payload = os.urandom(2 * PART_SIZE_BYTES + 3 * 1024 * 1024 + 17)
+    """A file of about 23 MiB on disk (four multipart parts and a short fifth), positioned after a
+    100-byte header that is not part of the upload."""
+    payload = os.urandom(4 * PART_SIZE_BYTES + 3 * 1024 * 1024 + 17)
     path = tmp_path / "00000000000000000000.log"
     path.write_bytes(b"h" * 100 + payload + b"trailing bytes past the size")
     with open(path, "rb") as file:

@@ -11,7 +11,7 @@ transactional part is only in the bucket:
 - kafka-python read_committed: the same committed records (a second client's decoding of the
   aborted-transaction lists the broker builds from the remote transaction indexes);
 - ListOffsets -2 (global start, 0), -4 (the local start, above the transactions), -5 (the last
-  tiered offset), by our client at v10;
+  tiered offset), by our client's connection at v10;
 - a remote object deleted under the running broker: that partition answers UNKNOWN_SERVER_ERROR,
   the broker stays up and the other partitions are served.
 """
@@ -25,8 +25,7 @@ from pathlib import Path
 import pytest
 from kio.schema.errors import ErrorCode
 
-from oncestream.client.common.connection import BrokerConnection, parse_bootstrap
-from oncestream.protocol.api_keys import LIST_OFFSETS
+from oncestream.client.common.connection import parse_bootstrap
 from tests.support.clients import CLIENT_TIMEOUT_S, create_topic, unique_topic
 from tests.support.seaweedfs import SeaweedServer, seaweedfs_factory  # noqa: F401  # the fixture
 from tests.support.tiered import TieredBroker, segment_objects, wait_until
@@ -34,6 +33,7 @@ from tests.support.txn import (
     READ_COMMITTED,
     READ_UNCOMMITTED,
     list_offset,
+    list_offsets,
     plain_produce,
     read_to_end,
     run_transaction,
@@ -78,29 +78,9 @@ def broker(tmp_path_factory: pytest.TempPathFactory, s3: SeaweedServer) -> Itera
 
 
 def _local_start(bootstrap: str, topic: str, partition: int = 0) -> int:
-    return _list_offsets(bootstrap, topic, [EARLIEST_LOCAL], partition)[0][1]
-
-
-def _list_offsets(bootstrap: str, topic: str, timestamps: list[int], partition: int = 0) -> list[tuple[int, int]]:
-    """(error code, offset) per timestamp, ListOffsets at the version our client negotiates (v10)."""
-    host, port = parse_bootstrap(bootstrap)
-
-    def make(m, version):
-        extra = {"timeout": _ms(30_000)} if version >= 10 else {}
-        return m.ListOffsetsRequest(replica_id=-1, isolation_level=0, topics=(m.ListOffsetsTopic(
-            name=topic, partitions=tuple(m.ListOffsetsPartition(partition_index=partition, timestamp=t)
-                                         for t in timestamps)),), **extra)
-
-    with BrokerConnection(host, port, client_id="tiered-read", timeout_s=CLIENT_TIMEOUT_S) as conn:
-        assert conn.version_for(LIST_OFFSETS) >= 10
-        (t,) = conn.call_with_version(LIST_OFFSETS, make).topics
-    return [(p.error_code, p.offset) for p in t.partitions]
-
-
-def _ms(value: int):
-    import datetime
-
-    return datetime.timedelta(milliseconds=value)
+    [(error, offset)] = list_offsets(bootstrap, topic, partition, [EARLIEST_LOCAL])
+    assert error == ErrorCode.none
+    return offset
 
 
 @pytest.fixture(scope="module")
@@ -173,14 +153,14 @@ def test_kafka_python_read_committed_from_zero(broker: TieredBroker, produced: P
 
 
 def test_list_offsets_earliest_local_and_latest_tiered(broker: TieredBroker, produced: Produced) -> None:
-    [(e1, earliest), (e2, local_start), (e3, tiered)] = _list_offsets(
-        broker.bootstrap, produced.topic, [EARLIEST, EARLIEST_LOCAL, LATEST_TIERED])
+    [(e1, earliest), (e2, local_start), (e3, tiered)] = list_offsets(
+        broker.bootstrap, produced.topic, 0, [EARLIEST, EARLIEST_LOCAL, LATEST_TIERED])
     assert (e1, e2, e3) == (ErrorCode.none,) * 3
     assert earliest == 0
     assert local_start > 0
     assert local_start - 1 <= tiered < list_offset(broker.bootstrap, produced.topic, 0, read_committed=False)
     # The untiered partition: nothing in the bucket.
-    assert _list_offsets(broker.bootstrap, produced.topic, [LATEST_TIERED], 1)[0] == (ErrorCode.none, -1)
+    assert list_offsets(broker.bootstrap, produced.topic, 1, [LATEST_TIERED]) == [(ErrorCode.none, -1)]
 
 
 def test_a_deleted_remote_object_fails_that_partition_only(broker: TieredBroker, produced: Produced,

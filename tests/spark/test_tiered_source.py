@@ -16,7 +16,7 @@ from confluent_kafka import Producer
 from tests.support.clients import create_topic, unique_topic
 from tests.support.seaweedfs import SeaweedServer, seaweedfs_factory  # noqa: F401  # the fixture
 from tests.support.tiered import TieredBroker, wait_until
-from tests.support.txn import list_offset
+from tests.support.txn import list_offset, list_offsets
 
 pytestmark = pytest.mark.spark
 
@@ -59,19 +59,8 @@ def _produce(bootstrap: str, topic: str) -> list[bytes]:
 
 
 def _local_start(bootstrap: str, topic: str) -> int:
-    from oncestream.client.common.connection import BrokerConnection, parse_bootstrap
-    from oncestream.protocol.api_keys import LIST_OFFSETS
-
-    host, port = parse_bootstrap(bootstrap)
-
-    def make(m, version):
-        assert version >= 8
-        return m.ListOffsetsRequest(replica_id=-1, isolation_level=0, topics=(m.ListOffsetsTopic(
-            name=topic, partitions=(m.ListOffsetsPartition(partition_index=0, timestamp=-4),)),))
-
-    with BrokerConnection(host, port, client_id="spark-tiered", timeout_s=30) as conn:
-        (t,) = conn.call_with_version(LIST_OFFSETS, make).topics
-    return t.partitions[0].offset
+    [(_error, offset)] = list_offsets(bootstrap, topic, 0, [-4])  # EARLIEST_LOCAL (KIP-1005)
+    return offset
 
 
 def test_batch_read_from_earliest_replays_the_tiered_start(spark, tiered_broker: TieredBroker, tmp_path: Path):

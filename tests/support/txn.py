@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 # The subprocess programs run with ``python -m tests.support.txn`` from the project root; make the
 # ``tests`` package importable however the interpreter was started.
@@ -51,6 +51,9 @@ from tests.support.brokers import BrokerProcess  # noqa: E402
 from tests.support.clients import CLIENT_TIMEOUT_S, CONSUME_WAIT_S, assign_from_beginning, unique_topic  # noqa: E402
 from tests.support.narrow import consumed_record, message_position  # noqa: E402
 from tests.support.records import ConsumedRecord  # noqa: E402
+
+if TYPE_CHECKING:
+    from kio.schema.errors import ErrorCode
 
 LIST_OFFSETS_KEY = 2
 DESCRIBE_TRANSACTIONS_KEY = 65
@@ -283,6 +286,17 @@ def list_offset(bootstrap: str, topic: str, partition: int, *, read_committed: b
     """ListOffsets(latest): the LSO with read_committed, the high watermark without."""
     from kio.schema.errors import ErrorCode
 
+    [(error, offset)] = list_offsets(bootstrap, topic, partition, [LATEST_TIMESTAMP], read_committed=read_committed)
+    assert error == ErrorCode.none, f"ListOffsets {topic}[{partition}]: {error.name}"
+    return offset
+
+
+def list_offsets(
+    bootstrap: str, topic: str, partition: int, timestamps: Iterable[int], *, read_committed: bool = False
+) -> list[tuple[ErrorCode, int]]:
+    """(error code, offset) for each ListOffsets ``timestamps`` entry (-1 latest, -2 earliest,
+    -4 earliest local, -5 latest tiered, or a timestamp), at the version our client negotiates."""
+
     def make(m, version):
         # v10 (KIP-1075) bounds the broker's remote-storage lookups with a timeout.
         extra = {"timeout": datetime.timedelta(seconds=CLIENT_TIMEOUT_S)} if version >= 10 else {}
@@ -292,7 +306,8 @@ def list_offset(bootstrap: str, topic: str, partition: int, *, read_committed: b
             topics=(
                 m.ListOffsetsTopic(
                     name=topic,
-                    partitions=(m.ListOffsetsPartition(partition_index=partition, timestamp=LATEST_TIMESTAMP),),
+                    partitions=tuple(m.ListOffsetsPartition(partition_index=partition, timestamp=timestamp)
+                                     for timestamp in timestamps),
                 ),
             ),
             **extra,
@@ -300,9 +315,7 @@ def list_offset(bootstrap: str, topic: str, partition: int, *, read_committed: b
 
     with _connection(bootstrap) as conn:
         (t,) = conn.call_with_version(LIST_OFFSETS_KEY, make).topics
-    (p,) = t.partitions
-    assert p.error_code == ErrorCode.none, f"ListOffsets {topic}[{partition}]: {p.error_code.name}"
-    return p.offset
+    return [(p.error_code, p.offset) for p in t.partitions]
 
 
 @dataclass(frozen=True)

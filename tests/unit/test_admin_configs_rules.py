@@ -181,7 +181,7 @@ def test_broker_describe_marks_read_only_and_hides_passwords() -> None:
     dynamic = _dyn(static={"ssl.keystore.password": "secret", "num.partitions": "3", "oncestream.x": "1",
                            "custom.plugin.secret": "s"}, cluster={"log.retention.ms": "1000"})
     entries = {e.name: e for e in admin.describe_broker(dynamic, "0", include_synonyms=True,
-                                                        include_documentation=True)}
+                                                        include_documentation=True, remote_status="disabled")}
     assert entries["ssl.keystore.password"].value is None
     assert entries["ssl.keystore.password"].sensitive
     assert entries["ssl.keystore.password"].synonyms == (
@@ -200,7 +200,8 @@ def test_broker_describe_marks_read_only_and_hides_passwords() -> None:
     assert entries["message.max.bytes"].value == "1048588"
     # The cluster-default resource lists only the dynamic cluster defaults.
     assert [(e.name, e.value, e.source) for e in admin.describe_broker(dynamic, "", include_synonyms=False,
-                                                                         include_documentation=False)] == \
+                                                                         include_documentation=False,
+                                                                         remote_status="disabled")] == \
         [("log.retention.ms", "1000", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG)]
 
 

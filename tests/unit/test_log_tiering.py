@@ -10,7 +10,12 @@ from typing import Any
 
 import pytest
 
-from oncestream.errors import InvalidConfigError, OffsetMovedToTieredStorageError, OffsetOutOfRangeError
+from oncestream.errors import (
+    InvalidConfigError,
+    OffsetMovedToTieredStorageError,
+    OffsetOutOfRangeError,
+    StorageError,
+)
 from oncestream.log.config import LogConfig
 from oncestream.log.partition_log import PartitionLog
 from tests.unit._batches import ATTR_TRANSACTIONAL, header_fields, idempotent_batch, make_batch, split_batches
@@ -217,15 +222,22 @@ def test_retention_is_left_to_the_remote_manager_on_tiered_topics(tmp_path: Path
     assert plain.apply_retention(now_ms=1_000_000) == 3
 
 
-def test_producer_state_survives_local_deletion_and_reopen(tmp_path: Path) -> None:
+@pytest.mark.parametrize("shutdown", ["clean", "crash"])
+def test_producer_state_survives_local_deletion_and_reopen(tmp_path: Path, shutdown: str) -> None:
     """KIP-360: deleting segments keeps the producers; a retried batch is still a duplicate."""
     partition_log = open_log(tmp_path, **TIERED, local_retention_ms=0)
     fill(partition_log, 4)
     assert partition_log.delete_tiered_local_segments(copied_last_offset=2, now_ms=100_000) == 3
+    removal = partition_log.take_file_removal()
+    assert removal is not None
+    removal.run()
     retried = partition_log.append(idempotent_batch(PID, 0, 3, timestamp_ms=1_003), 1_003)
     assert retried.duplicate
     assert retried.base_offset == 3
-    partition_log.close()
+    if shutdown == "clean":
+        partition_log.close()
+    else:
+        partition_log.abandon()
     reopened = open_log(tmp_path, **TIERED, local_retention_ms=0)
     assert [(s.producer_id, s.last_sequence) for s in reopened.producer_states()] == [(PID, 3)]
     assert reopened.append(idempotent_batch(PID, 0, 3, timestamp_ms=1_003), 1_003).duplicate
@@ -304,3 +316,63 @@ def test_untiered_log_start_is_still_clamped_to_the_first_segment(tmp_path: Path
     reopened = open_log(tmp_path, segment_bytes=100)
     assert (reopened.log_start_offset, reopened.local_log_start_offset) == (2, 2)
     assert "local_log_start_offset" not in checkpoint(tmp_path)
+
+
+def test_local_retention_in_three_steps_writes_the_checkpoint_off_the_log_thread(tmp_path: Path) -> None:
+    """As DeleteRecords: the broker moves the local start on its loop, writes the checkpoint on a
+    disk thread (``run``, fsync seam), and deletes the segments back on the loop."""
+    partition_log = open_log(tmp_path, **TIERED, local_retention_ms=0)
+    fill(partition_log, 5)
+    move = partition_log.begin_delete_tiered_local_segments(copied_last_offset=1, now_ms=100_000)
+    assert move is not None
+    assert partition_log.local_log_start_offset == 2
+    with pytest.raises(OffsetMovedToTieredStorageError):
+        partition_log.read(1, 1_000)  # the remote reader serves it from now on
+    assert "local_log_start_offset" not in checkpoint(tmp_path)  # not durable yet
+    assert partition_log.segment_base_offsets() == [0, 1, 2, 3, 4]  # nothing deleted before it is
+
+    def failing_fsync(fd: int) -> None:
+        raise OSError(5, "Input/output error")
+
+    with pytest.raises(StorageError):
+        move.run(failing_fsync)
+    assert partition_log.segment_base_offsets() == [0, 1, 2, 3, 4]  # a failed run deletes nothing
+    # The next pass makes the same move and, written this time, deletes the segments.
+    move = partition_log.begin_delete_tiered_local_segments(copied_last_offset=1, now_ms=100_000)
+    assert move is not None
+    synced: list[int] = []
+    move.run(synced.append)
+    assert synced
+    assert checkpoint(tmp_path)["local_log_start_offset"] == 2
+    assert partition_log.finish_delete_tiered_local_segments(move) == 2
+    assert partition_log.segment_base_offsets() == [2, 3, 4]
+    assert partition_log.begin_delete_tiered_local_segments(copied_last_offset=1, now_ms=100_000) is None
+
+
+def test_a_checkpoint_written_meanwhile_makes_finish_write_it_again(tmp_path: Path) -> None:
+    partition_log = open_log(tmp_path, **TIERED, local_retention_ms=0)
+    fill(partition_log, 4)
+    move = partition_log.begin_delete_tiered_local_segments(copied_last_offset=0, now_ms=100_000)
+    assert move is not None
+    delete_move = partition_log.begin_delete_records(0)  # nothing moves: no write
+    assert delete_move is None
+    partition_log.append(idempotent_batch(PID, 0, 4), 2_000)
+    partition_log.flush()  # its job writes a newer checkpoint (recovery point), local start included
+    move.run()
+    assert not move.written  # the older snapshot of the positions must not overwrite it
+    assert partition_log.finish_delete_tiered_local_segments(move) == 1
+    assert checkpoint(tmp_path)["local_log_start_offset"] == 1
+
+
+def test_with_copies_disabled_local_segments_follow_retention_without_a_copy(tmp_path: Path) -> None:
+    """KIP-950 (Kafka's localRetentionMs with remote.log.copy.disable): retention.ms applies, not
+    local.retention.ms, and segments need no remote copy to go."""
+    partition_log = open_log(tmp_path, **TIERED, retention_ms=5_000, local_retention_ms=10)
+    fill(partition_log, 4, first_ts_ms=1_000)
+    partition_log.update_config(LogConfig(**TIERED, retention_ms=5_000, local_retention_ms=10,
+                                          remote_log_copy_disable=True))
+    assert partition_log.delete_tiered_local_segments(copied_last_offset=-1, now_ms=5_500) == 0  # not 5 s old
+    assert partition_log.delete_tiered_local_segments(copied_last_offset=-1, now_ms=6_002) == 2
+    assert (partition_log.log_start_offset, partition_log.local_log_start_offset) == (0, 2)
+    partition_log.update_config(LogConfig(**TIERED, retention_ms=5_000, local_retention_ms=10))
+    assert partition_log.delete_tiered_local_segments(copied_last_offset=-1, now_ms=100_000) == 0  # copying: needs copies

@@ -20,7 +20,7 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from oncestream.broker.config import BrokerConfig
-from oncestream.broker.handlers import fetch, list_offsets
+from oncestream.broker.handlers import fetch, list_offsets, share
 from oncestream.broker.state import BrokerState
 from oncestream.protocol import api_keys as k
 from oncestream.protocol.codec import RequestHeader, build, reader_for
@@ -297,3 +297,59 @@ def test_list_offsets_by_timestamp_below_the_local_start(tiered: Tiered) -> None
         assert (offset, timestamp) == (before if before is not None else (-1, -1)), target
         remote_hits += before is not None and before[0] < tiered.local_start
     assert remote_hits > 5
+
+
+# --- ShareFetch: served through the same reader ------------------------------------------------------
+
+SHARE_GROUP = "sg"
+
+
+def _share_fetch(state: BrokerState, epoch: int, topic_id: uuid.UUID,
+                 acks: tuple[tuple[int, int], ...] = ()) -> Any:
+    m = request_module(k.SHARE_FETCH, 1)
+    request = m.ShareFetchRequest(
+        group_id=SHARE_GROUP, member_id="member-a", share_session_epoch=epoch, max_wait=_ms(0),
+        min_bytes=1, max_bytes=1 << 20, max_records=50, batch_size=50,
+        topics=(m.FetchTopic(topic_id=topic_id, partitions=(m.FetchPartition(
+            partition_index=0, acknowledgement_batches=tuple(
+                m.AcknowledgementBatch(first_offset=first, last_offset=last, acknowledge_types=(1,))
+                for first, last in acks)),)),),
+        forgotten_topics_data=())
+    return asyncio.run(share.handle_share_fetch(state, RequestHeader(k.SHARE_FETCH, 1, 1, "t", 0), request))
+
+
+def test_share_fetch_below_the_local_start_is_served_from_the_store(tiered: Tiered) -> None:
+    state = tiered.state
+    state.shares.group_configs[SHARE_GROUP] = {"share.auto.offset.reset": "earliest",
+                                               "share.isolation.level": "read_committed"}
+    topic_id = state.logs.topics()[TOPIC].topic_id
+    before = {h.base_offset: bytes(view) for h, view in iter_batches(tiered.before_bytes)}
+    acquired: list[tuple[int, int]] = []
+    acks: tuple[tuple[int, int], ...] = ()
+    epoch = 0
+    while not acquired or acquired[-1][1] < tiered.local_start:
+        response = _share_fetch(state, epoch, topic_id, acks)
+        [part] = [p for t in response.responses for p in t.partitions]
+        assert part.error_code == ErrorCode.none
+        ranges = [(r.first_offset, r.last_offset) for r in part.acquired_records]
+        assert ranges, f"nothing acquired after {acquired[-1:]}"
+        # The batches handed out are the ones the log held before it was tiered.
+        for header, view in iter_batches(bytes(part.records)):
+            assert before[header.base_offset] == bytes(view)
+        acquired += ranges
+        acks = tuple(ranges)
+        epoch += 1
+    assert acquired[0][0] == 0
+    # Every acquired offset once, in order, none in an aborted transaction's records.
+    offsets = [o for first, last in acquired for o in range(first, last + 1)]
+    assert offsets == sorted(set(offsets))
+    aborted_records: set[int] = set()
+    headers = [h for h, _view in iter_batches(tiered.before_bytes)]
+    for pid, first in tiered.before_aborted[0]:
+        for header in (h for h in headers if h.producer_id == pid and h.base_offset >= first):
+            if header.is_control:
+                break  # the transaction's ABORT marker
+            aborted_records.update(range(header.base_offset, header.last_offset + 1))
+    assert aborted_records
+    assert min(aborted_records) < tiered.local_start
+    assert not aborted_records & set(offsets)

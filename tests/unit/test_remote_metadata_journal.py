@@ -71,6 +71,13 @@ def test_every_record_is_fsynced_before_it_applies_and_replays(tmp_path: Path) -
     file_syncs = [size for size in synced if size >= 0]
     assert file_syncs == sizes  # each fsync covered the whole line just written
     assert -1 in synced  # the new file's folders were fsynced too
+    open_files = []
+    for fd_name in os.listdir("/proc/self/fd"):
+        try:
+            open_files.append(os.readlink(f"/proc/self/fd/{fd_name}"))
+        except OSError:
+            continue
+    assert str(path) not in open_files  # no descriptor stays open between events
     journal.close()
     reopened = MetadataJournal.open(path)
     assert reopened.metadata == built(three_events())

@@ -19,9 +19,10 @@ Kafka's behaviour followed (ConfigAdminManager, ConfigurationControlManager, Con
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from enum import IntEnum
 
-from oncestream.broker.dynamic_config import BROKER_CONFIG_DEFS, ConfigEntry, DynamicBrokerConfigs
+from oncestream.broker.dynamic_config import BROKER_CONFIG_DEFS, REMOTE_STORAGE_STATUS, ConfigEntry, DynamicBrokerConfigs
 from oncestream.errors import InvalidConfigError, InvalidRequestError
 from oncestream.log.config import LogConfig
 from oncestream.log.topic_config_defs import TOPIC_CONFIG_DEFS, ConfigSource, ConfigType, validate_topic_config
@@ -83,9 +84,21 @@ def describe_topic(overrides: Mapping[str, str], dynamic: DynamicBrokerConfigs, 
 
 
 def describe_broker(dynamic: DynamicBrokerConfigs, resource_name: str, *, include_synonyms: bool,
-                    include_documentation: bool) -> list[ConfigEntry]:
-    """Every config of a BROKER resource ("" = the dynamic cluster defaults only)."""
-    return dynamic.describe(resource_name, include_synonyms=include_synonyms, include_documentation=include_documentation)
+                    include_documentation: bool, remote_status: str) -> list[ConfigEntry]:
+    """Every config of a BROKER resource ("" = the dynamic cluster defaults only). This node's
+    resource also has the read-only ``oncestream.remote.log.storage.status``, valued
+    ``remote_status`` (the RemoteLogManager's: ``ok``, ``disabled`` or the last error in words),
+    described as STATIC_BROKER_CONFIG: not a default (it is this broker's own state), and not
+    DYNAMIC_BROKER_CONFIG, which tools read back as the set to write with legacy AlterConfigs."""
+    entries = dynamic.describe(resource_name, include_synonyms=include_synonyms,
+                               include_documentation=include_documentation)
+    source = ConfigSource.STATIC_BROKER_CONFIG
+    return [
+        replace(entry, value=remote_status, source=source,
+                synonyms=((entry.name, remote_status, source),) if include_synonyms else ())
+        if entry.name == REMOTE_STORAGE_STATUS else entry
+        for entry in entries
+    ]
 
 
 def _list_type(resource_type: int, name: str) -> bool:

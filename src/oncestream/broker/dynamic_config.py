@@ -30,6 +30,11 @@ from oncestream.log.topic_config_defs import ConfigDef as TopicConfigDef
 
 log = logging.getLogger(__name__)
 
+# The broker switch of tiered storage, and our read-only entry that reports the remote store's health
+# (DescribeConfigs on the broker: ``config_admin.describe_broker`` fills in its live value).
+REMOTE_LOG_STORAGE_SYSTEM_ENABLE = "remote.log.storage.system.enable"
+REMOTE_STORAGE_STATUS = "oncestream.remote.log.storage.status"
+
 DYNAMIC_CONFIGS_FILE = "dynamic-broker-configs.json"
 # Unknown names are stored as Kafka stores them, so a layer is bounded (Kafka bounds one request's
 # config records at 10,000; far more than the few hundred broker configs that exist).
@@ -122,6 +127,29 @@ _STATIC_DEFS = [
     BrokerConfigDef("ssl.truststore.location", _S, None, "Trust store file."),
     BrokerConfigDef("ssl.truststore.password", _P, None, "Trust store password."),
     BrokerConfigDef("ssl.client.auth", _S, "none", "Whether TLS clients must present a certificate."),
+    # Tiered storage (docs/tiered-storage.md): Kafka 4's RemoteLogManagerConfig names and defaults.
+    # Kafka reloads some of them at run time; here the RemoteLogManager reads them once (read-only).
+    BrokerConfigDef(REMOTE_LOG_STORAGE_SYSTEM_ENABLE, _B, "false", "Whether the broker has tiered storage."),
+    BrokerConfigDef("rsm.config.storage.uri", _S, None,
+                    "Where tiered segments go: s3://BUCKET/PREFIX or file:///PATH (credentials never in it)."),
+    BrokerConfigDef("remote.log.manager.task.interval.ms", _L, "30000",
+                    "Interval of the copy, local deletion and remote retention tasks."),
+    BrokerConfigDef("remote.log.manager.thread.pool.size", _I, "2", "Threads copying and deleting remote segments."),
+    BrokerConfigDef("remote.log.manager.copier.thread.pool.size", _I, "10",
+                    "Kafka 4's copier pool; with the expiration pool it raises the one pool's size."),
+    BrokerConfigDef("remote.log.manager.expiration.thread.pool.size", _I, "10",
+                    "Kafka 4's expiration pool; with the copier pool it raises the one pool's size."),
+    BrokerConfigDef("remote.log.manager.task.retry.backoff.ms", _L, "500", "First wait before a failed task is retried."),
+    BrokerConfigDef("remote.log.manager.task.retry.backoff.max.ms", _L, "30000",
+                    "Longest wait between retries of a failed task (exponential backoff cap)."),
+    BrokerConfigDef("remote.log.manager.task.retry.jitter", ConfigType.DOUBLE, "0.2",
+                    "Random share of a retry backoff added or removed."),
+    BrokerConfigDef("remote.log.reader.threads", _I, "10", "Threads reading tiered segments for fetches."),
+    BrokerConfigDef("remote.fetch.max.wait.ms", _I, "500", "Longest a fetch waits for a remote read."),
+    BrokerConfigDef("remote.log.index.file.cache.total.size.bytes", _L, "1073741824",
+                    "Bytes of remote segment indexes cached locally."),
+    BrokerConfigDef(REMOTE_STORAGE_STATUS, _S, None,
+                    "Read-only: ok, or the last error of the remote store in words (this broker's own entry)."),
 ]
 
 BROKER_CONFIG_DEFS: dict[str, BrokerConfigDef] = {

@@ -104,13 +104,19 @@ def locally_expired_count(
     first ineligible segment. Of those, a segment goes when its retention timestamp is older than
     ``effective_local_retention_ms`` or while the local size exceeds
     ``effective_local_retention_bytes`` by at least the segment's size (both -1: forever).
+
+    With remote.log.copy.disable (KIP-950) nothing is copied any more, so, as in Kafka
+    (``UnifiedLog.localRetentionMs/Size`` and ``isSegmentEligibleForDeletion``), local segments
+    follow retention.ms / retention.bytes and need no copy to go.
     """
-    retention_ms = config.effective_local_retention_ms
-    retention_bytes = config.effective_local_retention_bytes
+    copying = not config.remote_log_copy_disable
+    retention_ms = config.effective_local_retention_ms if copying else config.retention_ms
+    retention_bytes = config.effective_local_retention_bytes if copying else config.retention_bytes
     excess_bytes = sum(segment.size_bytes for segment in segments) - retention_bytes if retention_bytes >= 0 else -1
     count = 0
     for segment in segments[:-1]:
-        if held(segment) or segment.next_offset - 1 > copied_last_offset or segment.next_offset > last_stable_offset:
+        uncopied = copying and segment.next_offset - 1 > copied_last_offset
+        if held(segment) or uncopied or segment.next_offset > last_stable_offset:
             break
         by_time = retention_ms >= 0 and now_ms - segment.retention_timestamp_ms > retention_ms
         by_size = retention_bytes >= 0 and excess_bytes - segment.size_bytes >= 0

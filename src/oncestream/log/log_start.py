@@ -36,3 +36,23 @@ class LogStartMove:
         the newer write may have failed.
         """
         self.written = self.checkpoint_file.write_unless_changed(self.checkpoint, self.since_version, fsync)
+
+
+@dataclass(slots=True)
+class LocalStartMove:
+    """Local retention of a tiered log moved its local log start in memory (reads below it go to
+    remote storage from now on); the checkpoint naming it is still to be written. The same three
+    steps as ``LogStartMove``: ``PartitionLog.begin_delete_tiered_local_segments`` on the log's
+    thread, ``run`` on any thread, ``finish_delete_tiered_local_segments`` back on the log's
+    thread, which deletes the local segments wholly below it."""
+
+    local_log_start_offset: int
+    checkpoint_file: CheckpointFile
+    checkpoint: Checkpoint  # the log's checkpoint as of the move
+    since_version: int  # the checkpoint file's version when the move was made
+    written: bool = False
+
+    def run(self, fsync: Callable[[int], None] | None = None) -> None:
+        """Write the checkpoint (any thread); StorageError if the disk fails. Skipped, as
+        ``LogStartMove.run``, if the log's thread wrote a newer checkpoint meanwhile."""
+        self.written = self.checkpoint_file.write_unless_changed(self.checkpoint, self.since_version, fsync)

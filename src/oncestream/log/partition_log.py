@@ -30,9 +30,12 @@ log flushes by itself every ``flush.messages`` messages otherwise.
 
 Made of collaborators, each about one thing: the segments and their aborted-transaction indexes
 (``segment_list``), producer state (``producer_state``), the cleaner's state and steps
-(``log_cleaning``), and what they share (``log_state``: open/closed/offline, the checkpointed
-positions). Kept apart too: the read path over the segments (``read_path``: fetch ranges,
-timestamp lookups) and the LogAppendTime header rewrite (``log_append_time``).
+(``log_cleaning``), the deletion of old segments (``log_deletion``: retention, DeleteRecords,
+tiered storage's local retention), and what they share (``log_state``: open/closed/offline, the
+checkpointed positions). Kept apart too: the read path over the segments (``read_path``: fetch
+ranges, timestamp lookups), the LogAppendTime header rewrite (``log_append_time``) and tiered
+storage's local rules (``local_tiering``: segments to copy, local retention; offsets below the
+local log start are served by the remote reader, ``read`` raises OffsetMovedToTieredStorageError).
 """
 
 from __future__ import annotations
@@ -57,10 +60,11 @@ from oncestream.log.config import INT64_MAX, LogConfig
 from oncestream.log.descriptors import SegmentDescriptors
 from oncestream.log.file_removal import FileRemoval
 from oncestream.log.flush_job import FdatasyncFn, FlushJob
-from oncestream.log.local_tiering import TierableSegment, locally_expired_count, tierable_segments
+from oncestream.log.local_tiering import TierableSegment, tierable_segments
 from oncestream.log.log_append_time import prepare_log_append_time
 from oncestream.log.log_cleaning import LogCleaning, SwapCommit, SwapTail
-from oncestream.log.log_start import LogStartMove
+from oncestream.log.log_deletion import LogDeletion
+from oncestream.log.log_start import LocalStartMove, LogStartMove
 from oncestream.log.log_state import LogPositions, LogStatus
 from oncestream.log.producer_state import (
     BatchMetadata,
@@ -76,8 +80,8 @@ from oncestream.log.read_path import (
 )
 from oncestream.log.recompression import needs_recompression
 from oncestream.log.recovery import CLEAN_SHUTDOWN_FILE, recover_log
-from oncestream.log.segment import INT32_MAX, PreparedBatch, Segment
-from oncestream.log.segment_list import DeletePredicate, SegmentList
+from oncestream.log.segment import INT32_MAX, PreparedBatch
+from oncestream.log.segment_list import SegmentList
 from oncestream.log.transactions import read_control_marker
 from oncestream.protocol.compression import recompress_batch
 from oncestream.protocol.markers import CONTROL_ABORT, CONTROL_COMMIT
@@ -129,6 +133,7 @@ class PartitionLog:
         self._segments = SegmentList(directory, descriptors if descriptors is not None else SegmentDescriptors())
         self._producers = ProducerStateManager(directory)
         self._cleaning = LogCleaning(directory, self._segments, self._producers, self._positions, self._status)
+        self._deletion = LogDeletion(directory, self._segments, self._producers, self._positions, self._cleaning)
         self._unflushed_messages = 0
         self._flush_jobs: list[FlushJob] = []  # begun, not yet finished or failed
         # Taken at rolls, written by the next flush: the newest only, or every one on a tiered
@@ -492,7 +497,7 @@ class PartitionLog:
         self._check_open()
         if before_offset == -1:
             before_offset = self.high_watermark
-        return self._move_log_start(before_offset)
+        return self._deletion.move_log_start(before_offset, self.high_watermark)
 
     def advance_log_start(self, offset: int) -> LogStartMove | None:
         """Remote retention moved a tiered log's start to ``offset`` (the base of the oldest
@@ -501,27 +506,14 @@ class PartitionLog:
         ``finish_delete_records`` it, which deletes local segments wholly below the new start.
         OffsetOutOfRangeError beyond the high watermark."""
         self._check_open()
-        return self._move_log_start(offset)
-
-    def _move_log_start(self, offset: int) -> LogStartMove | None:
-        if offset < 0 or offset > self.high_watermark:
-            raise OffsetOutOfRangeError(
-                f"cannot delete records before {offset}: high watermark is {self.high_watermark}"
-            )
-        positions = self._positions
-        if offset <= positions.log_start_offset:
-            return None
-        positions.move_log_start(offset)
-        return LogStartMove(offset, positions.file, positions.checkpoint(), positions.file.version)
+        return self._deletion.move_log_start(offset, self.high_watermark)
 
     def finish_delete_records(self, move: LogStartMove) -> int:
         """DeleteRecords' last step, once ``move`` ran: delete the segments wholly below the log
         start it made durable (not below a later one that may not be durable yet); their files
         are left to ``take_file_removal``. Returns the log start offset."""
         self._check_open()
-        if not move.written:
-            self._positions.write()  # rare: a concurrent write may have failed (see LogStartMove)
-        self._delete_oldest_segments(lambda segment, next_segment: next_segment.base_offset <= move.log_start_offset)
+        self._deletion.finish_move(move)
         return self.log_start_offset
 
     def apply_retention(self, now_ms: int, *, defer_removal: bool = False) -> int:
@@ -535,47 +527,9 @@ class PartitionLog:
         wholly below the log start (DeleteRecords) go.
         """
         self._check_open()
-        config = self.config
-        deleted = 0
-        tiered = config.remote_storage_enable
-        if config.deletes_by_retention and config.retention_ms >= 0 and not tiered:
-            deleted += self._delete_oldest_segments(
-                lambda segment, _: now_ms - segment.retention_timestamp_ms > config.retention_ms
-            )
-        if config.deletes_by_retention and config.retention_bytes >= 0 and not tiered:
-            excess_bytes = self._segments.size_bytes - config.retention_bytes
-
-            def over_size(segment: Segment, _: Segment) -> bool:
-                nonlocal excess_bytes
-                if excess_bytes - segment.size_bytes < 0:
-                    return False
-                excess_bytes -= segment.size_bytes
-                return True
-
-            deleted += self._delete_oldest_segments(over_size)
-        # DeleteRecords may have moved the log start beyond whole segments since the last check.
-        deleted += self._delete_oldest_segments(
-            lambda _, next_segment: next_segment.base_offset <= self.log_start_offset, moves_log_start=not tiered
-        )
+        deleted = self._deletion.apply_retention(self.config, now_ms)
         if not defer_removal:
             self._remove_deleted_files()
-        return deleted
-
-    def _delete_oldest_segments(self, predicate: DeletePredicate, *, moves_log_start: bool = True) -> int:
-        """Delete segments from the oldest while ``predicate(segment, next_segment)`` holds.
-        The local log start follows the first segment left, and the log start too unless
-        ``moves_log_start`` is false (a tiered log: remote storage still serves the offsets)."""
-        # A segment named by a manifest being committed stays until the swap is applied.
-        deleted = self._segments.delete_oldest(predicate, held=self._cleaning.holds)
-        if deleted:
-            positions = self._positions
-            first_base = self._segments[0].base_offset
-            if moves_log_start:
-                positions.move_log_start(first_base)
-            positions.local_log_start_offset = max(positions.local_log_start_offset, first_base)
-            positions.recovery_point = max(positions.recovery_point, first_base)
-            log.info("%s: deleted %d segment(s); log start %d", self.directory, deleted, positions.log_start_offset)
-        self._check_invariants()
         return deleted
 
     # --- tiered storage (KIP-405; the remote package copies, this log keeps what it needs) -------
@@ -597,51 +551,31 @@ class PartitionLog:
         )
 
     def delete_tiered_local_segments(self, copied_last_offset: int, now_ms: int) -> int:
-        """Apply local retention (local.retention.ms / .bytes, -2 = retention.*) to the segments
-        wholly at or below ``copied_last_offset`` (their remote copy finished); returns how many
-        went. Only the local log start moves: the offsets stay readable from remote storage.
-
-        The checkpoint naming the new local start is written (durably) before the segments
-        leave the list, as DeleteRecords makes its log start durable first: a crash in between
-        leaves segments below the local start, which the next call removes. Producer state is
-        kept (KIP-360); the producer snapshots taken below the new local start go with the
-        segments. The files wait for ``take_file_removal``. StorageError if the checkpoint
-        cannot be written (nothing is deleted then)."""
-        self._check_open()
-        segments = self._segments
-        count = locally_expired_count(
-            segments.segments,
-            self.config,
-            copied_last_offset=copied_last_offset,
-            last_stable_offset=self.last_stable_offset,
-            now_ms=now_ms,
-            held=self._cleaning.holds,
-        )
-        if count == 0:
+        """Local retention (local.retention.ms / .bytes, -2 = retention.*) over the segments
+        wholly at or below ``copied_last_offset`` (copied) and below the LSO; returns how many
+        went. The three steps below in a row, the checkpoint written on this thread."""
+        move = self.begin_delete_tiered_local_segments(copied_last_offset, now_ms)
+        if move is None:
             return 0
-        positions = self._positions
-        previous_local_start = positions.local_log_start_offset
-        new_local_start = max(previous_local_start, segments[count].base_offset)
-        positions.local_log_start_offset = new_local_start
-        try:
-            positions.write()
-        except StorageError:
-            positions.local_log_start_offset = previous_local_start
-            raise
-        remaining = count
+        move.run()
+        return self.finish_delete_tiered_local_segments(move)
 
-        def first_count(_: Segment, __: Segment) -> bool:
-            nonlocal remaining
-            remaining -= 1
-            return remaining >= 0
+    def begin_delete_tiered_local_segments(self, copied_last_offset: int, now_ms: int) -> LocalStartMove | None:
+        """Local retention's first step (as ``begin_delete_records``): move the local log start
+        in memory past the segments that go (reads below it raise
+        OffsetMovedToTieredStorageError); None if none goes. ``run`` the move on any thread
+        (the checkpoint), then ``finish_delete_tiered_local_segments`` it here; a failed run
+        deletes nothing. Only the local start moves: the offsets stay readable remotely, and
+        producer state is kept (KIP-360)."""
+        self._check_open()
+        return self._deletion.begin_tiered_local(self.config, copied_last_offset, self.last_stable_offset, now_ms)
 
-        deleted = self._delete_oldest_segments(first_count, moves_log_start=False)
-        segments.doom_files(self._producers.snapshot_paths_below(self.local_log_start_offset))
-        log.info(
-            "%s: deleted %d tiered segment(s) locally; local log start %d, log start %d",
-            self.directory, deleted, self.local_log_start_offset, self.log_start_offset,
-        )
-        return deleted
+    def finish_delete_tiered_local_segments(self, move: LocalStartMove) -> int:
+        """Local retention's last step, once ``move`` ran: delete the local segments wholly below
+        the local log start it made durable, and the producer snapshots taken below it (files
+        to ``take_file_removal``); returns how many segments went."""
+        self._check_open()
+        return self._deletion.finish_tiered_local(move)
 
     def take_file_removal(self) -> FileRemoval | None:
         """The files of segments deleted since the last call (retention, DeleteRecords), for

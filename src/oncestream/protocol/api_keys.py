@@ -38,6 +38,7 @@ CREATE_ACLS: Final = 30
 DELETE_ACLS: Final = 31
 DESCRIBE_CONFIGS: Final = 32
 ALTER_CONFIGS: Final = 33
+DESCRIBE_LOG_DIRS: Final = 35
 CREATE_PARTITIONS: Final = 37
 SASL_AUTHENTICATE: Final = 36
 DELETE_GROUPS: Final = 42
@@ -89,6 +90,7 @@ API_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     DELETE_ACLS: (1, 3),
     DESCRIBE_CONFIGS: (1, 4),
     ALTER_CONFIGS: (0, 2),
+    DESCRIBE_LOG_DIRS: (1, 4),  # Kafka 4 dropped v0; v4 adds the volume's total/usable bytes; v5 (cordoned dirs) not served
     CREATE_PARTITIONS: (0, 3),
     SASL_AUTHENTICATE: (0, 2),
     DELETE_GROUPS: (0, 2),

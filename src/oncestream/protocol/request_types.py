@@ -84,6 +84,10 @@ if TYPE_CHECKING:
     from kio.schema.describe_groups.v3 import request as _describe_groups_v3
     from kio.schema.describe_groups.v4 import request as _describe_groups_v4
     from kio.schema.describe_groups.v5 import request as _describe_groups_v5
+    from kio.schema.describe_log_dirs.v1 import request as _describe_log_dirs_v1
+    from kio.schema.describe_log_dirs.v2 import request as _describe_log_dirs_v2
+    from kio.schema.describe_log_dirs.v3 import request as _describe_log_dirs_v3
+    from kio.schema.describe_log_dirs.v4 import request as _describe_log_dirs_v4
     from kio.schema.describe_producers.v0 import request as _describe_producers_v0
     from kio.schema.describe_share_group_offsets.v0 import request as _describe_share_group_offsets_v0
     from kio.schema.describe_share_group_offsets.v1 import request as _describe_share_group_offsets_v1
@@ -452,6 +456,12 @@ if TYPE_CHECKING:
         | _alter_configs_v1.AlterConfigsRequest
         | _alter_configs_v2.AlterConfigsRequest
     )  # api key 33
+    DescribeLogDirsRequest: TypeAlias = (
+        _describe_log_dirs_v1.DescribeLogDirsRequest
+        | _describe_log_dirs_v2.DescribeLogDirsRequest
+        | _describe_log_dirs_v3.DescribeLogDirsRequest
+        | _describe_log_dirs_v4.DescribeLogDirsRequest
+    )  # api key 35
     SaslAuthenticateRequest: TypeAlias = (
         _sasl_authenticate_v0.SaslAuthenticateRequest
         | _sasl_authenticate_v1.SaslAuthenticateRequest

@@ -1,8 +1,9 @@
 """An object store in a local directory (``file:///path``): for tests and shared file systems.
 
-Keys map to files below the root (``a/b/c`` is ``ROOT/a/b/c``). A put writes a temporary sibling
-(``.oncestream-put-<random>``, never listed), fsyncs it, renames it over the key and fsyncs the
-directory: a reader sees the old object or the whole new one, and once ``put`` returns the object
+Keys map to files below the root (``a/b/c`` is ``ROOT/a/b/c``). A put is durable_files' sequence
+(``write_file_atomically_with``): it writes a temporary sibling (``.oncestream-put-<random>``, a
+name of its own so that puts may run at once, never listed), fsyncs it, renames it over the key and
+fsyncs the directory: a reader sees the old object or the whole new one, and once ``put`` returns the object
 survives a power loss, as an S3 PUT does. Directories created for a key are fsynced into their
 parents too. Ranged reads use ``os.pread`` (no shared file offset, so threads need no lock).
 Empty directories left by deletes are kept: removing them would race with a concurrent put into
@@ -19,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO, NoReturn
 
-from oncestream.durable_files import fsync_directory
+from oncestream.durable_files import fsync_directory, write_file_atomically_with
 from oncestream.errors import (
     RemoteAccessDeniedError,
     RemoteObjectNotFoundError,
@@ -168,14 +169,7 @@ class LocalObjectStore:
         tmp = path.with_name(f"{_TMP_PREFIX}{uuid.uuid4().hex}")
         try:
             self._make_parents(path.parent)
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _CLOEXEC, 0o644)
-            try:
-                write(fd)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp, path)
-            fsync_directory(path.parent)
+            write_file_atomically_with(path, write, tmp_path=tmp)
         except BaseException as exc:
             try:
                 tmp.unlink(missing_ok=True)

@@ -5,9 +5,10 @@ outside the partition's log directory so that a deleted topic's journal survives
 objects are deleted, even across a crash; the manager finds such journals with ``list_journals``.
 
 Format: one event per line, ``crc32c-hex SP json LF``; the CRC (8 lower-case hex digits) covers
-the JSON bytes. Appends are ``O_APPEND`` writes followed by an fsync (the seam ``fsync``, like the
-log's ``FdatasyncFn``), so an event is durable before ``record`` returns, and the caller acts only
-then (STARTED before the first byte is uploaded or deleted; FINISHED after the action succeeded).
+the JSON bytes. Appends are ``O_APPEND`` writes followed by an fdatasync (which covers the new
+file size; the seam ``fsync`` replaces it and the directory fsyncs, like the log's
+``FdatasyncFn``), so an event is durable before ``record`` returns, and the caller acts only then
+(STARTED before the first byte is uploaded or deleted; FINISHED after the action succeeded).
 
 Replay reads the lines in order and stops at the first torn or corrupt one (no LF, a bad CRC,
 JSON that is not an event): that line and everything after it are cut off (the file is
@@ -58,7 +59,7 @@ JOURNAL_SUFFIX = ".journal"
 DEFAULT_COMPACT_MIN_EVENTS = 256
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
-# The fsync of the journal file and of directories, injectable (a test observes or fails it).
+# The fsync of the journal file and of its directories, injectable (a test observes or fails it).
 FsyncFn = Callable[[int], None]
 
 
@@ -241,7 +242,7 @@ class MetadataJournal:
         # Use MetadataJournal.open(); the constructor only sets fields.
         self.path = path
         self.metadata = metadata
-        self._fsync = os.fsync if fsync is None else fsync
+        self._fsync = fsync  # None: the os's (fdatasync for the journal's appends)
         self._compact_min_events = compact_min_events
         self._lock = threading.Lock()
         self._fd: int | None = None
@@ -262,7 +263,7 @@ class MetadataJournal:
         cutting a torn or corrupt tail. MetadataJournalError if its events contradict each other,
         StorageError if the file cannot be read or cut."""
         path = pathlib.Path(path)
-        do_fsync = os.fsync if fsync is None else fsync
+        sync_data = os.fdatasync if fsync is None else fsync
         try:
             data = path.read_bytes()
         except FileNotFoundError:
@@ -284,7 +285,7 @@ class MetadataJournal:
             try:
                 with open(path, "r+b") as file:
                     file.truncate(valid_bytes)
-                    do_fsync(file.fileno())
+                    sync_data(file.fileno())
             except OSError as exc:
                 raise StorageError(f"cannot cut the torn tail of {path}: {exc}") from exc
         return cls(
@@ -391,9 +392,12 @@ class MetadataJournal:
                 pass
             self._fail(f"write failed: {exc}")
         try:
-            self._fsync(fd)
+            (os.fdatasync if self._fsync is None else self._fsync)(fd)
         except OSError as exc:
             self._fail(f"fsync failed: {exc}")
+        # Events are rare (one per segment copy or deletion step) and a broker has a journal per
+        # tiered partition: no descriptor stays open between them.
+        self._close_fd()
         self._size_bytes += len(line)
         self._event_count += 1
 

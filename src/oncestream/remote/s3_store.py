@@ -25,10 +25,12 @@ Configuration, as the AWS SDKs read it (``environ`` is the broker's environment)
   ``credential_process`` profiles are out of its scope.
 
 Timeouts and retries (``ClientConfig`` / ``RetryConfig``) are set so that a dead or unreachable
-store fails a call in seconds: connect timeout 2 s, per-read timeout 30 s, whole request 120 s
-(a multipart part of 8 MiB at a crawl still fits), at most 3 retries with backoff 100 ms..1 s and
-no retry started after 10 s. A refused connection thus fails in well under a second of retries
-and a black-holed one in about 4 x 2 s; the remote log manager retries later with its own
+store fails a call in seconds: connect timeout 2 s, read timeout 30 s, whole request 120 s, at
+most 3 retries with backoff 100 ms..1 s and no retry started after 10 s. The read timeout counts
+time without a byte from the server, and while a request body is sent none arrives: so a PUT or a
+multipart part (5 MiB) must be sent within 30 s (above ~175 KB/s). A refused connection fails in
+well under a second of retries, an unreachable host in about 4 x 2 s, a server that accepts and
+never answers in about 30 s (a timed-out PUT is not retried). The remote log manager retries later with its own
 capped backoff, so nothing is gained by obstore waiting minutes (its defaults: 10 retries within
 3 minutes).
 """
@@ -58,10 +60,13 @@ from oncestream.remote.object_keys import check_key
 if TYPE_CHECKING:
     from obstore.store import ClientConfig, RetryConfig, S3Config
 
-PART_SIZE_BYTES = 8 << 20
-"""Multipart part size of uploads (and the size above which an upload is multipart)."""
-PART_CONCURRENCY = 8
-"""Parts of one upload in flight at once."""
+PART_SIZE_BYTES = 5 << 20
+"""Multipart part size of uploads, and the size up to which an upload is one PUT (obstore's
+default; S3's minimum part): a 1 GiB segment is 205 parts, far below S3's 10000."""
+PART_CONCURRENCY = 12
+"""Parts of one upload in flight at once (obstore's default): at most 60 MiB of a segment in
+memory per upload. 8 MiB x 8 uploaded no faster (bench/object_store_upload.py, docs/benchmarks.md)."""
+
 
 CLIENT_OPTIONS: ClientConfig = {
     "connect_timeout": timedelta(seconds=2),

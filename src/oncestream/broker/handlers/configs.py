@@ -28,7 +28,10 @@ from oncestream.broker import share_group_configs
 from oncestream.broker.authorize import Op, Res, authorize
 from oncestream.broker.disk_step import run_disk_step
 from oncestream.broker.dynamic_config import ConfigEntry
+from oncestream.broker.handlers.metadata import INTERNAL_TOPICS
+from oncestream.broker.log_dirs import remote_status
 from oncestream.broker.state import BrokerState
+from oncestream.broker.tiered_config_rules import check_broker_configs, check_topic_configs
 from oncestream.errors import InvalidRequestError, OnceStreamError, UnknownTopicOrPartitionError
 from oncestream.log.config import LogConfig
 from oncestream.log.manager import validate_topic_name
@@ -72,7 +75,7 @@ def _describe_entries(state: BrokerState, request: Any, res: Any) -> list[Config
                                     include_synonyms=include_synonyms, include_documentation=include_documentation)
     if res.resource_type == RESOURCE_BROKER:
         return admin.describe_broker(state.dynamic_configs, res.resource_name, include_synonyms=include_synonyms,
-                                     include_documentation=include_documentation)
+                                     include_documentation=include_documentation, remote_status=remote_status(state.remote))
     if res.resource_type == RESOURCE_GROUP:
         return share_group_configs.describe(state.shares.group_configs.get(res.resource_name, {}))
     raise InvalidRequestError(f"Unsupported resource type: {res.resource_type}")
@@ -138,8 +141,11 @@ def handle_describe(state: BrokerState, header: RequestHeader, request: Describe
     return build(m.DescribeConfigsResponse, throttle_time=datetime.timedelta(0), results=tuple(results))
 
 
-async def _apply_topic_configs(state: BrokerState, name: str, overrides: dict[str, str], validate_only: bool) -> None:
+async def _apply_topic_configs(state: BrokerState, name: str, overrides: dict[str, str], current: dict[str, str],
+                               validate_only: bool) -> None:
     overrides = admin.validate_topic_configs(overrides)  # INVALID_CONFIG
+    check_topic_configs(overrides, current, state.dynamic_configs.effective(), topic=name,
+                        internal=name in INTERNAL_TOPICS)  # tiered storage: INVALID_CONFIG
     if validate_only:
         return
     change = state.logs.begin_alter_topic_configs(name, overrides)
@@ -165,6 +171,7 @@ async def _apply_broker_configs(state: BrokerState, resource_name: str,
             LogConfig.from_broker_configs(updated.effective())
         except OnceStreamError as exc:
             raise InvalidRequestError(str(exc)) from None
+        check_broker_configs(updated.effective())  # log.local.retention.* (tiered storage)
         await run_disk_step(
             state, lambda: updated.save(state.data_dir, state.disk_fsync),
             finish=lambda: state.apply_dynamic_configs(updated),
@@ -209,7 +216,7 @@ async def _alter(state: BrokerState, request: Any, ops_of: Callable[[Any], list[
             if res.resource_type == RESOURCE_TOPIC:
                 current = _topic_overrides(state, res.resource_name)  # the topic must exist
                 overrides = admin.apply_incremental(RESOURCE_TOPIC, {} if replace else current, ops)
-                await _apply_topic_configs(state, res.resource_name, overrides, request.validate_only)
+                await _apply_topic_configs(state, res.resource_name, overrides, current, request.validate_only)
             elif res.resource_type == RESOURCE_BROKER:
                 admin.check_operations(ops)
                 await _apply_broker_configs(state, res.resource_name, _broker_layer(ops, replace), request.validate_only)

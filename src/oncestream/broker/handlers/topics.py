@@ -15,6 +15,7 @@ from oncestream.broker.authorize import Op, Res, authorize
 from oncestream.broker.disk_step import run_disk_step
 from oncestream.broker.handlers.metadata import INTERNAL_TOPICS
 from oncestream.broker.state import BrokerState
+from oncestream.broker.tiered_config_rules import check_topic_configs
 from oncestream.broker.topic_creation import run_creation
 from oncestream.errors import OnceStreamError, StorageError
 from oncestream.log.config import LogConfig
@@ -89,6 +90,8 @@ async def handle_create(state: BrokerState, header: RequestHeader, request: Crea
                 # Kafka's names, types and ranges; stored in canonical form (e.g. list spacing).
                 configs = config_admin.validate_topic_configs(configs)
                 LogConfig.from_topic_configs(configs, state.log_config)
+                check_topic_configs(configs, {}, state.dynamic_configs.effective(), topic=t.name,
+                                    internal=t.name in INTERNAL_TOPICS)
                 if not request.validate_only:
                     creation = state.logs.begin_create_topic(t.name, num_partitions, configs)
                     topic_id = (await run_creation(state, creation)).topic_id

@@ -3,7 +3,8 @@
 Topics (create/delete/describe, configs), groups (``admin_groups.py``: list, describe, delete,
 offsets of classic, consumer and share groups) and
 transactions (KIP-664: list, describe, describe producers, abort a hanging transaction with
-WriteTxnMarkers), ACLs (``admin_acls.py``). Each method returns per-item results (a ``KafkaError`` or None for failures)
+WriteTxnMarkers), ACLs (``admin_acls.py``), log directories (``admin_log_dirs.py``).
+Each method returns per-item results (a ``KafkaError`` or None for failures)
 instead of futures; calls that fail as a whole raise ``KafkaException``.
 """
 
@@ -22,6 +23,7 @@ from kio.schema.errors import ErrorCode
 from oncestream.client.admin.admin_acls import AclAdmin
 from oncestream.client.admin.admin_groups import GroupAdmin
 from oncestream.client.admin.admin_groups import error_or_none as _error
+from oncestream.client.admin.admin_log_dirs import LogDirAdmin
 from oncestream.client.common.cluster import COORDINATOR_TRANSACTION, Cluster
 from oncestream.client.common.config import resolve
 from oncestream.client.common.errors import (
@@ -224,7 +226,7 @@ class _FlexibleReader:
             self.pos += self.uvarint()
 
 
-class Admin(AclAdmin, GroupAdmin):
+class Admin(AclAdmin, GroupAdmin, LogDirAdmin):
     """Administrative operations against a Kafka-protocol cluster."""
 
     def __init__(self, conf: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
@@ -428,7 +430,9 @@ class Admin(AclAdmin, GroupAdmin):
 
     def list_offsets(self, partitions: Mapping[tuple[str, int], int], *, read_committed: bool = False,
                      timeout: float | None = None) -> dict[tuple[str, int], int]:
-        """ListOffsets: (topic, partition) -> spec (-2 earliest, -1 latest, or a timestamp)."""
+        """ListOffsets: (topic, partition) -> spec (-2 earliest, -1 latest, -4 earliest local and
+        -5 latest tiered of tiered storage (``list_offsets.EARLIEST_LOCAL`` / ``LATEST_TIERED``),
+        or a timestamp)."""
         async def run() -> dict[tuple[str, int], int]:
             answers = await list_offsets(self._cluster, dict(partitions), read_committed=read_committed,
                                          retry_backoff_s=self._retry_backoff_s)

@@ -1,22 +1,43 @@
 """ListOffsets (earliest = -2, latest = -1, or a timestamp) for many partitions, grouped by
 leader, with metadata refresh and retry on leadership errors. Used by the consumer (offset
 reset, watermarks, offsets_for_times) and the admin client.
+
+Tiered storage's two specs need newer versions, as Kafka's ListOffsetsRequest.Builder asks:
+EARLIEST_LOCAL (-4, KIP-405: the first offset still on the broker's disk) v8+, LATEST_TIERED
+(-5, KIP-1005: the last offset copied to the remote store, -1 if none) v9+. A broker without them
+answers UNSUPPORTED_VERSION for the partitions of that request, as Kafka's admin client reports.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from oncestream.client.common.cluster import PARTITION_ATTEMPTS, RETRY_AFTER_METADATA, Cluster
 from oncestream.client.common.errors import BrokerResponseError, ConnectionLostError, RequestTimedOutError
+from oncestream.client.common.network import UnsupportedApiError
 from oncestream.protocol.api_keys import LIST_OFFSETS
 from oncestream.protocol.codec import build
 
 EARLIEST = -2
 LATEST = -1
+EARLIEST_LOCAL = -4  # KIP-405, ListOffsets v8+
+LATEST_TIERED = -5  # KIP-1005, ListOffsets v9+
+_MAX_PLAIN_VERSION = 6
+_MAX_TIERED_VERSION = 9  # v10 only adds a timeout field
+
+
+def _version_range(timestamps: Iterable[int]) -> tuple[int, int]:
+    """(min, max) ListOffsets version for these specs."""
+    specs = set(timestamps)
+    if LATEST_TIERED in specs:
+        return 9, _MAX_TIERED_VERSION
+    if EARLIEST_LOCAL in specs:
+        return 8, _MAX_TIERED_VERSION
+    return 1, _MAX_PLAIN_VERSION
 
 
 async def list_offsets(
@@ -92,7 +113,13 @@ async def _ask(cluster: Cluster, node: int, tps: dict[tuple[str, int], int],
             ),
         )
 
-    response = await cluster.send(node, LIST_OFFSETS, make, min_version=1, max_version=6)
+    min_version, max_version = _version_range(tps.values())
+    try:
+        response = await cluster.send(node, LIST_OFFSETS, make, min_version=min_version, max_version=max_version)
+    except UnsupportedApiError:
+        if min_version == 1:
+            raise
+        return {tp: (-1, -1, int(ErrorCode.unsupported_version)) for tp in tps}
     out: dict[tuple[str, int], tuple[int, int, int]] = {}
     for topic in response.topics:
         for p in topic.partitions:
