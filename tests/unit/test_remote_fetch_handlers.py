@@ -28,8 +28,9 @@ from oncestream.protocol.codec import RequestHeader, build, reader_for
 from oncestream.protocol.record_batch import iter_batches
 from oncestream.protocol.schemas import request_module, response_class
 from oncestream.remote.local_store import LocalObjectStore
-from oncestream.remote.reader import RemotePartition, RemoteReads, TieredSegment
+from oncestream.remote.reader import RemotePartition, RemoteReads
 from tests.unit._batches import ATTR_TRANSACTIONAL, make_batch
+from tests.unit._remote_segments import Seg, layout_keys
 
 TOPIC = "tiered"
 P1, P2 = 11, 22
@@ -42,17 +43,8 @@ TIERED_CONFIGS = {
 }
 
 
-@dataclass(frozen=True)
-class Seg:
-    segment_id: uuid.UUID
-    base_offset: int
-    last_offset: int
-    max_timestamp_ms: int
-    has_txn_index: bool
+key_of = layout_keys(TOPIC, uuid.UUID(int=99))
 
-
-def key_of(segment: TieredSegment, suffix: str) -> str:
-    return f"{TOPIC}/0/{segment.base_offset:020d}-{segment.segment_id}.{suffix}"
 
 
 class GatedStore(LocalObjectStore):

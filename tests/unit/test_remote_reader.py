@@ -9,7 +9,6 @@ from __future__ import annotations
 import itertools
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -20,28 +19,17 @@ from oncestream.log.partition_log import PartitionLog
 from oncestream.protocol.record_batch import iter_batches
 from oncestream.remote.index_cache import RemoteIndexCache
 from oncestream.remote.local_store import LocalObjectStore
-from oncestream.remote.reader import RemoteLogReader, TieredSegment
+from oncestream.remote.reader import RemoteLogReader
 from tests.unit._batches import ATTR_TRANSACTIONAL, make_batch
+from tests.unit._remote_segments import Seg, layout_keys
 
 P1, P2, P3 = 101, 202, 303
 TOPIC_ID = uuid.UUID(int=7)
 BIG = 2**31 - 1
 
 
-@dataclass(frozen=True)
-class Seg:
-    """Remote segment metadata as the reader sees it (segment_metadata.RemoteSegment's fields)."""
+key_of = layout_keys("t", TOPIC_ID)
 
-    segment_id: uuid.UUID
-    base_offset: int
-    last_offset: int
-    max_timestamp_ms: int
-    has_txn_index: bool
-
-
-def key_of(segment: TieredSegment, suffix: str) -> str:
-    # layout.py's shape: {topic}-{topic_id}/{partition}/{base_offset:020d}-{segment_id}.{suffix}
-    return f"t-{TOPIC_ID}/0/{segment.base_offset:020d}-{segment.segment_id}.{suffix}"
 
 
 class CountingStore(LocalObjectStore):
