@@ -187,8 +187,10 @@ def _run_kills(tmp_path: Path, s3: SeaweedServer, kills: int, seed: int) -> None
         broker.stop()  # clean: the running steps finish, the journals hold no STARTED segment
         _check_no_orphans(store, broker.data_dir)
         # the bucket's own bytes: the copied segments and the local rest are the same records
-        remote, _ = _remote_values(store, broker.data_dir, kept)
-        everything = remote + local
+        remote, after_remote = _remote_values(store, broker.data_dir, kept)
+        # copies may have gone on after the local read started: the local part from there on
+        assert after_remote >= local_start
+        everything = remote + [(offset, value) for offset, value in local if offset >= after_remote]
         assert [offset for offset, _ in everything] == list(range(sent)), "an offset lost or duplicated"
         assert [value[:8] for _, value in everything] == expected
     finally:

@@ -7,6 +7,7 @@ and KIP-950's delete-on-disable.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import time
 import uuid
@@ -17,7 +18,7 @@ from oncestream.broker.config import BrokerConfig
 from oncestream.broker.seams import BrokerSeams
 from oncestream.broker.state import BrokerState
 from oncestream.errors import RemoteAccessDeniedError
-from oncestream.log.recovery import read_checkpoint
+from oncestream.log.recovery import read_checkpoint, write_checkpoint
 from oncestream.remote import copy_task, layout
 from oncestream.remote.copy_task import PartitionRef
 from oncestream.remote.local_store import LocalObjectStore
@@ -307,3 +308,30 @@ def test_delete_records_below_remote_segments_deletes_them(tmp_path: Path) -> No
         assert state.logs.get("t", 0).log_start_offset == cut
 
     _run(tmp_path / "data", store, scenario)
+
+
+def test_a_log_start_behind_the_oldest_remote_segment_is_raised_at_start_up(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    earliest: list[int] = []
+
+    async def tier_and_expire(state: BrokerState) -> None:
+        state.logs.create_topic("t", 1, {**TIERED, "retention.ms": "-1"})
+        _fill(state, "t", 40)
+        await _rounds(state)
+        state.logs.get("t", 0).delete_records(10)
+        await _rounds(state)
+        earliest.append(_manager(state).remote_info("t", 0)[1])
+
+    _run(tmp_path / "data", store, tier_and_expire)
+    assert earliest[0] > 0
+    # the checkpoint goes back to log start 0 (as written by a version that moved the log start
+    # only after deleting): offsets 0.. would be offered though their remote data is gone
+    directory = tmp_path / "data" / "logs" / "t-0"
+    checkpoint = read_checkpoint(directory)
+    write_checkpoint(directory, dataclasses.replace(checkpoint, log_start_offset=0))
+
+    async def reopened(state: BrokerState) -> None:
+        assert state.logs.get("t", 0).log_start_offset == earliest[0]
+        assert read_checkpoint(directory).log_start_offset == earliest[0]  # durable too
+
+    _run(tmp_path / "data", store, reopened)
