@@ -20,6 +20,8 @@ import pytest
 from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 
+from oncestream.remote import layout
+from oncestream.remote.object_store import ObjectStore
 from tests.support.clients import (
     CLIENT_TIMEOUT_S,
     admin_client,
@@ -134,25 +136,32 @@ def test_remote_retention_by_time_then_by_size_shrinks_the_bucket_and_moves_the_
     _produce(broker, topic, _records(2000))
     wait_until(lambda: local_log_bytes(broker.data_dir, topic) <= LOCAL_RETENTION_BYTES + 3 * SEGMENT_BYTES,
                "the closed segments copied")
-    copied_before = len(segment_objects(store))
-    assert copied_before >= 3000 * 100 // SEGMENT_BYTES - 4
+    copied_before = _remote_bases(store)
+    assert copied_before[0] == 0
+    assert len(copied_before) >= 3000 * 100 // SEGMENT_BYTES - 4
     assert _watermarks(broker, topic)[0] == 0
 
     _alter(broker, topic, **{"retention.ms": str(day_ms)})  # the old records expire
     # the segments holding only old records go; the one where the young ones start stays
     per_segment = SEGMENT_BYTES // 100
     wait_until(lambda: _watermarks(broker, topic)[0] > 1000 - per_segment, "log start up to the young records")
-    after_time = len(segment_objects(store))
-    assert after_time < copied_before
     low_after_time = _watermarks(broker, topic)[0]
     assert low_after_time <= 1000  # nothing young went with them
+    # the log start moved first; then the expired segments' objects go, all of them
+    wait_until(lambda: _remote_bases(store)[0] == low_after_time, "the expired segments deleted from the bucket")
+    assert len(_remote_bases(store)) < len(copied_before)
 
     _alter(broker, topic, **{"retention.bytes": str(10 * SEGMENT_BYTES)})
-    wait_until(lambda: remote_log_bytes(store) <= 10 * SEGMENT_BYTES,
-               "remote size under retention.bytes")
-    assert len(segment_objects(store)) < after_time
-    assert _watermarks(broker, topic)[0] > low_after_time
+    wait_until(lambda: remote_log_bytes(store) <= 10 * SEGMENT_BYTES, "remote size under retention.bytes")
+    low_after_size = _watermarks(broker, topic)[0]
+    assert low_after_size > low_after_time
+    wait_until(lambda: _remote_bases(store)[0] == low_after_size, "the segments over retention.bytes deleted")
     assert _watermarks(broker, topic)[1] == 3000
+
+
+def _remote_bases(store: ObjectStore) -> list[int]:
+    """The base offsets of the remote segments in the bucket, sorted."""
+    return sorted(layout.parse_segment_key(key).base_offset for key in segment_objects(store))
 
 
 def test_produce_goes_on_while_the_store_is_down_and_tiering_catches_up_after(

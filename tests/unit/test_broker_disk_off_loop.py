@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 
 from oncestream.broker.config import BrokerConfig
-from oncestream.broker.server import BrokerServer
 from oncestream.broker.state import BrokerState
 from oncestream.log.manager import TOPICS_DIR
+from tests.support.loop_thread_broker import LoopThreadBroker
 from tests.support.narrow import present
 from tests.support.wire import (
     ResponseReader,
@@ -82,39 +82,12 @@ class ControlledDisk:
             return [e for e in self.events if e[1].endswith(".log") or not e[1]]
 
 
-class InProcessBroker:
-    """BrokerState + BrokerServer on a private event-loop thread."""
+class InProcessBroker(LoopThreadBroker):
+    """BrokerState + BrokerServer on a private event-loop thread, its disk ``disk``."""
 
     def __init__(self, data_dir: Path, disk: ControlledDisk, props: dict[str, str] | None = None) -> None:
         config = BrokerConfig.from_properties("127.0.0.1", 0, props or {})
-        self.state = BrokerState(data_dir, config, fdatasync=disk)
-        self.server = BrokerServer(self.state)
-        self._loop = asyncio.new_event_loop()
-        self._started = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="broker-loop", daemon=True)
-        self._thread.start()
-        assert self._started.wait(WAIT_S), "broker did not start"
-
-    def _run(self) -> None:
-        asyncio.set_event_loop(self._loop)
-        self._loop.run_until_complete(self._main())
-        self._loop.close()
-
-    async def _main(self) -> None:
-        await self.server.start()
-        self._started.set()
-        await self.server.serve_until_stopped()
-
-    @property
-    def port(self) -> int:
-        return self.state.config.port
-
-    def connect(self) -> WireConnection:
-        return WireConnection("127.0.0.1", self.port)
-
-    def stop(self) -> None:
-        self._loop.call_soon_threadsafe(self.server.stop)
-        self._thread.join(WAIT_S)
+        super().__init__(BrokerState(data_dir, config, fdatasync=disk))
 
 
 @pytest.fixture

@@ -7,16 +7,18 @@ and KIP-950's delete-on-disable.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from oncestream.broker.config import BrokerConfig
 from oncestream.broker.seams import BrokerSeams
 from oncestream.broker.state import BrokerState
-from oncestream.log.recovery import read_checkpoint
+from oncestream.errors import RemoteAccessDeniedError
+from oncestream.log.recovery import read_checkpoint, write_checkpoint
 from oncestream.remote import copy_task, layout
 from oncestream.remote.copy_task import PartitionRef
 from oncestream.remote.local_store import LocalObjectStore
@@ -68,6 +70,18 @@ def _state_of(metadata: RemotePartitionMetadata, segment_id: uuid.UUID) -> Segme
     return None if segment is None else segment.state
 
 
+def _run(data_dir: Path, store: FaultyObjectStore, scenario: Callable[[BrokerState], Awaitable[None]]) -> None:
+    """``scenario`` on a broker state over ``data_dir`` and ``store``, on a fresh event loop."""
+    async def main() -> None:
+        state = _state(data_dir, store)
+        try:
+            await scenario(state)
+        finally:
+            state.close()
+
+    asyncio.run(main())
+
+
 def _store(tmp_path: Path) -> FaultyObjectStore:
     return FaultyObjectStore(LocalObjectStore(str(tmp_path / "bucket")))
 
@@ -75,35 +89,31 @@ def _store(tmp_path: Path) -> FaultyObjectStore:
 def test_segments_are_copied_in_order_with_their_files_and_local_retention_follows(tmp_path: Path) -> None:
     store = _store(tmp_path)
 
-    async def scenario() -> None:
-        state = _state(tmp_path / "data", store)
-        try:
-            state.logs.create_topic("t", 1, TIERED)
-            _fill(state, "t", 40)
-            await _rounds(state)
-            size, earliest, highest = _manager(state).remote_info("t", 0)
-            partition_log = state.logs.get("t", 0)
-            assert earliest == 0
-            assert highest >= 30
-            assert size > 0
-            assert partition_log.local_log_start_offset > 0
-            assert partition_log.log_start_offset == 0
-            metadata = _manager(state).metadata("t", 0)
-            assert metadata is not None
-            ref = PartitionRef("t", state.logs.topics()["t"].topic_id, 0)
-            copied = metadata.readable_segments()
-            assert [s.base_offset for s in copied] == [0] + [s.last_offset + 1 for s in copied[:-1]]
-            for segment in copied:
-                assert store.inner.get(ref.key(segment, "leader-epoch-checkpoint")) == b"0\n1\n0 0\n"
-                assert store.inner.size(ref.key(segment, "log")) == segment.size_bytes
-                assert segment.object_size("index") == store.inner.size(ref.key(segment, "index"))
-                assert segment.object_size("timeindex") == store.inner.size(ref.key(segment, "timeindex"))
-                assert segment.has_snapshot
-                assert segment.object_size("snapshot") == store.inner.size(ref.key(segment, "snapshot"))
-        finally:
-            state.close()
+    async def scenario(state: BrokerState) -> None:
+        state.logs.create_topic("t", 1, TIERED)
+        _fill(state, "t", 40)
+        await _rounds(state)
+        size, earliest, highest = _manager(state).remote_info("t", 0)
+        partition_log = state.logs.get("t", 0)
+        assert earliest == 0
+        assert highest >= 30
+        assert size > 0
+        assert partition_log.local_log_start_offset > 0
+        assert partition_log.log_start_offset == 0
+        metadata = _manager(state).metadata("t", 0)
+        assert metadata is not None
+        ref = PartitionRef("t", state.logs.topics()["t"].topic_id, 0)
+        copied = metadata.readable_segments()
+        assert [s.base_offset for s in copied] == [0] + [s.last_offset + 1 for s in copied[:-1]]
+        for segment in copied:
+            assert store.inner.get(ref.key(segment, "leader-epoch-checkpoint")) == b"0\n1\n0 0\n"
+            assert store.inner.size(ref.key(segment, "log")) == segment.size_bytes
+            assert segment.object_size("index") == store.inner.size(ref.key(segment, "index"))
+            assert segment.object_size("timeindex") == store.inner.size(ref.key(segment, "timeindex"))
+            assert segment.has_snapshot
+            assert segment.object_size("snapshot") == store.inner.size(ref.key(segment, "snapshot"))
 
-    asyncio.run(scenario())
+    _run(tmp_path / "data", store, scenario)
 
 
 def test_a_copy_left_started_by_a_crash_is_deleted_and_copied_again_under_a_new_id(tmp_path: Path) -> None:
@@ -196,26 +206,22 @@ def test_remote_retention_makes_the_log_start_durable_before_deleting_any_object
 
     store = RecordingStore(LocalObjectStore(str(tmp_path / "bucket")))
 
-    async def scenario() -> None:
-        state = _state(tmp_path / "data", store)
-        try:
-            state.logs.create_topic("t", 1, {**TIERED, "retention.ms": "-1"})
-            _fill(state, "t", 40)
-            await _rounds(state)
-            assert _manager(state).remote_info("t", 0)[1] == 0
-            assert not seen
-            state.logs.alter_topic_configs("t", {"retention.bytes": str(6 * SEGMENT_BYTES)}, merge=True)
-            await _rounds(state)
-            partition_log = state.logs.get("t", 0)
-            size, earliest, _ = _manager(state).remote_info("t", 0)
-            assert earliest > 0
-            assert partition_log.log_start_offset == earliest
-            # remote + local-only stays within retention.bytes
-            assert size <= 6 * SEGMENT_BYTES
-        finally:
-            state.close()
+    async def scenario(state: BrokerState) -> None:
+        state.logs.create_topic("t", 1, {**TIERED, "retention.ms": "-1"})
+        _fill(state, "t", 40)
+        await _rounds(state)
+        assert _manager(state).remote_info("t", 0)[1] == 0
+        assert not seen
+        state.logs.alter_topic_configs("t", {"retention.bytes": str(6 * SEGMENT_BYTES)}, merge=True)
+        await _rounds(state)
+        partition_log = state.logs.get("t", 0)
+        size, earliest, _ = _manager(state).remote_info("t", 0)
+        assert earliest > 0
+        assert partition_log.log_start_offset == earliest
+        # remote + local-only stays within retention.bytes
+        assert size <= 6 * SEGMENT_BYTES
 
-    asyncio.run(scenario())
+    _run(tmp_path / "data", store, scenario)
     assert seen
     # every object of a segment went only once the durable log start was past that segment
     assert all(durable_start > base for base, durable_start in seen), seen
@@ -224,24 +230,20 @@ def test_remote_retention_makes_the_log_start_durable_before_deleting_any_object
 def test_turning_remote_storage_off_with_delete_on_disable_deletes_the_remote_data(tmp_path: Path) -> None:
     store = _store(tmp_path)
 
-    async def scenario() -> None:
-        state = _state(tmp_path / "data", store)
-        try:
-            state.logs.create_topic("t", 1, TIERED)
-            _fill(state, "t", 40)
-            await _rounds(state)
-            assert store.inner.list("")
-            state.logs.alter_topic_configs("t", {"remote.storage.enable": "false", "remote.log.copy.disable": "true",
-                                                  "remote.log.delete.on.disable": "true"}, merge=True)
-            await _rounds(state)
-            partition_log = state.logs.get("t", 0)
-            assert store.inner.list("") == []
-            assert _manager(state).remote_info("t", 0) == (0, -1, -1)
-            assert partition_log.log_start_offset == partition_log.local_log_start_offset > 0
-        finally:
-            state.close()
+    async def scenario(state: BrokerState) -> None:
+        state.logs.create_topic("t", 1, TIERED)
+        _fill(state, "t", 40)
+        await _rounds(state)
+        assert store.inner.list("")
+        state.logs.alter_topic_configs("t", {"remote.storage.enable": "false", "remote.log.copy.disable": "true",
+                                              "remote.log.delete.on.disable": "true"}, merge=True)
+        await _rounds(state)
+        partition_log = state.logs.get("t", 0)
+        assert store.inner.list("") == []
+        assert _manager(state).remote_info("t", 0) == (0, -1, -1)
+        assert partition_log.log_start_offset == partition_log.local_log_start_offset > 0
 
-    asyncio.run(scenario())
+    _run(tmp_path / "data", store, scenario)
 
 
 def test_clean_unfinished_skips_segments_in_flight_and_deletes_every_suffix(tmp_path: Path) -> None:
@@ -261,3 +263,75 @@ def test_clean_unfinished_skips_segments_in_flight_and_deletes_every_suffix(tmp_
     assert _state_of(journal.metadata, busy.segment_id) is SegmentState.COPY_SEGMENT_STARTED
     assert store.inner.list("") == []
     journal.close()
+
+
+def test_refused_credentials_show_in_status_and_the_local_log_stays(tmp_path: Path) -> None:
+    class DenyingStore(FaultyObjectStore):
+        def _check_put(self, key: str) -> None:
+            raise RemoteAccessDeniedError(f"403 Forbidden putting {key}")
+
+    store = DenyingStore(LocalObjectStore(str(tmp_path / "bucket")))
+
+    async def scenario(state: BrokerState) -> None:
+        state.logs.create_topic("t", 1, TIERED)
+        _fill(state, "t", 30)
+        assert _manager(state).status == "ok"
+        await _rounds(state)
+        status = _manager(state).status
+        assert "refused the credentials" in status
+        assert "403 Forbidden" in status
+        assert state.logs.get("t", 0).local_log_start_offset == 0
+        assert _manager(state).remote_info("t", 0) == (0, -1, -1)
+
+    _run(tmp_path / "data", store, scenario)
+
+
+def test_delete_records_below_remote_segments_deletes_them(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+
+    async def scenario(state: BrokerState) -> None:
+        state.logs.create_topic("t", 1, {**TIERED, "retention.ms": "-1"})
+        _fill(state, "t", 40)
+        await _rounds(state)
+        copied = _manager(state).metadata("t", 0)
+        assert copied is not None
+        before = copied.readable_segments()
+        cut = before[2].base_offset + 1  # inside the third remote segment
+        state.logs.get("t", 0).delete_records(cut)
+        await _rounds(state)
+        after = copied.readable_segments()
+        # the two segments wholly below the new log start went, the one holding it stays
+        assert [s.base_offset for s in after] == [s.base_offset for s in before[2:]]
+        ref = PartitionRef("t", state.logs.topics()["t"].topic_id, 0)
+        keys = set(store.inner.list(""))
+        assert not any(ref.key(s, "log") in keys for s in before[:2])
+        assert state.logs.get("t", 0).log_start_offset == cut
+
+    _run(tmp_path / "data", store, scenario)
+
+
+def test_a_log_start_behind_the_oldest_remote_segment_is_raised_at_start_up(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    earliest: list[int] = []
+
+    async def tier_and_expire(state: BrokerState) -> None:
+        state.logs.create_topic("t", 1, {**TIERED, "retention.ms": "-1"})
+        _fill(state, "t", 40)
+        await _rounds(state)
+        state.logs.get("t", 0).delete_records(10)
+        await _rounds(state)
+        earliest.append(_manager(state).remote_info("t", 0)[1])
+
+    _run(tmp_path / "data", store, tier_and_expire)
+    assert earliest[0] > 0
+    # the checkpoint goes back to log start 0 (as written by a version that moved the log start
+    # only after deleting): offsets 0.. would be offered though their remote data is gone
+    directory = tmp_path / "data" / "logs" / "t-0"
+    checkpoint = read_checkpoint(directory)
+    write_checkpoint(directory, dataclasses.replace(checkpoint, log_start_offset=0))
+
+    async def reopened(state: BrokerState) -> None:
+        assert state.logs.get("t", 0).log_start_offset == earliest[0]
+        assert read_checkpoint(directory).log_start_offset == earliest[0]  # durable too
+
+    _run(tmp_path / "data", store, reopened)

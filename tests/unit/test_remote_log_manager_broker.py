@@ -9,8 +9,6 @@ copies catch up, the failed attempts leave no object behind and local retention 
 
 from __future__ import annotations
 
-import asyncio
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -21,11 +19,11 @@ from confluent_kafka import Producer
 
 from oncestream.broker.config import BrokerConfig
 from oncestream.broker.seams import BrokerSeams
-from oncestream.broker.server import BrokerServer
 from oncestream.broker.state import BrokerState
 from oncestream.remote.copy_task import PartitionRef
 from oncestream.remote.local_store import LocalObjectStore
 from oncestream.remote.manager import RemoteLogManager
+from tests.support.loop_thread_broker import LoopThreadBroker
 from tests.support.remote_faults import FaultyObjectStore
 
 T = TypeVar("T")
@@ -42,8 +40,8 @@ def _wait_until(condition: Callable[[], bool], what: str) -> None:
         time.sleep(0.02)
 
 
-class TieredInProcessBroker:
-    """BrokerState + BrokerServer with tiered storage on a private event-loop thread."""
+class TieredInProcessBroker(LoopThreadBroker):
+    """A broker on a loop thread with tiered storage on ``store`` (rounds every 20 ms)."""
 
     def __init__(self, data_dir: Path, store: FaultyObjectStore) -> None:
         props = {
@@ -52,42 +50,12 @@ class TieredInProcessBroker:
             "remote.log.manager.task.retry.backoff.max.ms": "80",
         }
         config = BrokerConfig.from_properties("127.0.0.1", 0, props)
-        self.state = BrokerState(data_dir, config, seams=BrokerSeams(object_store=store))
-        self.server = BrokerServer(self.state)
-        self._loop = asyncio.new_event_loop()
-        self._started = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="broker-loop", daemon=True)
-        self._thread.start()
-        assert self._started.wait(WAIT_S), "broker did not start"
-
-    def _run(self) -> None:
-        asyncio.set_event_loop(self._loop)
-        self._loop.run_until_complete(self._main())
-        self._loop.close()
-
-    async def _main(self) -> None:
-        await self.server.start()
-        self._started.set()
-        await self.server.serve_until_stopped()
+        super().__init__(BrokerState(data_dir, config, seams=BrokerSeams(object_store=store)))
 
     @property
     def remote(self) -> RemoteLogManager:
         assert self.state.remote is not None
         return self.state.remote
-
-    def on_loop(self, fn: Callable[[], T]) -> T:
-        """Run ``fn`` on the broker's loop (the logs belong to it) and return its result."""
-        async def call() -> T:
-            return fn()
-        return asyncio.run_coroutine_threadsafe(call(), self._loop).result(WAIT_S)
-
-    @property
-    def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.state.config.port}"
-
-    def stop(self) -> None:
-        self._loop.call_soon_threadsafe(self.server.stop)
-        self._thread.join(WAIT_S)
 
 
 @pytest.fixture

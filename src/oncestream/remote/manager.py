@@ -183,11 +183,11 @@ class RemoteLogManager:
         tier = self._tiers.get((topic, partition))
         if tier is None:
             return 0, -1, -1
-        metadata = tier.journal.metadata
-        earliest = metadata.earliest_readable_offset()
-        if earliest is None:
+        # One snapshot: the pool thread may change the metadata meanwhile.
+        copied = tier.journal.metadata.readable_segments()
+        if not copied:
             return 0, -1, -1
-        return metadata.remote_size_bytes(), earliest, metadata.highest_copied_last_offset()
+        return sum(s.size_bytes for s in copied), copied[0].base_offset, copied[-1].last_offset
 
     @property
     def status(self) -> str:
@@ -262,6 +262,10 @@ class RemoteLogManager:
         except (StorageError, OSError) as exc:  # the local log's or the journal's own failure
             if isinstance(exc, MetadataJournalError):
                 tier.journal_broken = True
+            if not tier.retired:
+                self._failed(source, source, exc)
+        except Exception as exc:  # a bug must not stop the other partitions' tiering
+            log.exception("tiered storage: %s failed", source)
             if not tier.retired:
                 self._failed(source, source, exc)
 
@@ -384,6 +388,7 @@ class RemoteLogManager:
         for tier in tiers:
             tier.retired = True
             del self._tiers[(tier.topic, tier.partition)]
+            self._errors.pop(str(tier.ref), None)  # its failures end with it
         if not tiers and not topic_dir.exists():
             return None
         return self._purge_in_background(topic_dir, info.name, info.topic_id,
