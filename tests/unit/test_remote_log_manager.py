@@ -1,7 +1,10 @@
 """The RemoteLogManager's rounds, driven one at a time over a ``BrokerState`` with a ``file://``
-store (issue 21): crash leftovers cleaned, journals of gone topics purged, a deleted topic's
-objects deleted (journal last), the log start made durable before remote segments are deleted,
-and KIP-950's delete-on-disable.
+store (issue 21): segments copied in order with all their objects; a copy failing midway or left
+STARTED by a crash cleaned (objects deleted, DELETE_SEGMENT_FINISHED) and copied again under a new
+id; a deleted topic's objects deleted, journal last, and journals of topics gone while the broker
+was down purged at start; remote retention and DeleteRecords with the log start durable before any
+object goes; KIP-950's delete-on-disable; refused credentials in the status; a log start behind
+the oldest remote segment raised at start-up.
 """
 
 from __future__ import annotations
