@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import os
+import socket
 import threading
 import uuid
 from collections.abc import Callable, Iterator
@@ -281,3 +282,21 @@ def test_store_down_fails_in_bounded_time_then_works_when_back(
     assert store.get("before.log") == b"written before the outage"  # same store object, same data
     store.put("after.log", b"written after the restart")
     assert store.list("") == ["after.log", "before.log"]
+
+
+@pytest.mark.chaos
+def test_a_server_that_accepts_and_never_answers_fails_within_the_read_timeout(tmp_path: Path) -> None:
+    """The connection is made (the kernel accepts into the backlog) but no byte ever comes back:
+    the shipped read timeout (30 s, no retry started after 10 s) ends the call, where obstore's
+    defaults (no read timeout, 30 s per attempt, 10 retries within 3 minutes) would hold the
+    remote thread for minutes."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)
+        endpoint = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        store = open_object_store("s3://silent/p", clean_environ(
+            HOME=str(tmp_path), AWS_ENDPOINT_URL=endpoint, AWS_ACCESS_KEY_ID="k", AWS_SECRET_ACCESS_KEY="s",
+            AWS_REGION="us-east-1"))
+        failure = _call_within(CALL_BOUND_S + 30, lambda: store.get("seg.log"))
+    assert type(failure) is RemoteStorageError, failure
+    assert "'seg.log' on s3://silent/p" in str(failure)
