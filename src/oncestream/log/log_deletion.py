@@ -63,7 +63,8 @@ class LogDeletion:
         if offset <= positions.log_start_offset:
             return None
         positions.move_log_start(offset)
-        return LogStartMove(offset, positions.file, positions.checkpoint(), positions.file.version)
+        return LogStartMove(checkpoint_file=positions.file, checkpoint=positions.checkpoint(),
+                            since_version=positions.file.version, log_start_offset=offset)
 
     def finish_move(self, move: LogStartMove) -> None:
         """Once ``move`` ran: delete the segments wholly below the log start it made durable
@@ -128,8 +129,9 @@ class LogDeletion:
             return None
         positions = self._positions
         positions.local_log_start_offset = max(positions.local_log_start_offset, segments[count].base_offset)
-        return LocalStartMove(positions.local_log_start_offset, positions.file, positions.checkpoint(),
-                              positions.file.version)
+        return LocalStartMove(checkpoint_file=positions.file, checkpoint=positions.checkpoint(),
+                              since_version=positions.file.version,
+                              local_log_start_offset=positions.local_log_start_offset)
 
     def finish_tiered_local(self, move: LocalStartMove) -> int:
         """Once ``move`` ran: delete the local segments wholly below the local log start it made
