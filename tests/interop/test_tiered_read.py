@@ -12,15 +12,14 @@ transactional part is only in the bucket:
   aborted-transaction lists the broker builds from the remote transaction indexes);
 - ListOffsets -2 (global start, 0), -4 (the local start, above the transactions), -5 (the last
   tiered offset), by our client's connection at v10;
-- a remote object deleted under the running broker: that partition answers UNKNOWN_SERVER_ERROR,
-  the broker stays up and the other partitions are served.
+- a remote object deleted or corrupted under the running broker: that partition answers
+  UNKNOWN_SERVER_ERROR, the broker stays up and the other partitions are served.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
 from kio.schema.errors import ErrorCode
@@ -163,22 +162,34 @@ def test_list_offsets_earliest_local_and_latest_tiered(broker: TieredBroker, pro
     assert list_offsets(broker.bootstrap, produced.topic, 1, [LATEST_TIERED]) == [(ErrorCode.none, -1)]
 
 
-def test_a_deleted_remote_object_fails_that_partition_only(broker: TieredBroker, produced: Produced,
-                                                           tmp_path: Path) -> None:
+def _fetch_errors(broker: TieredBroker, topic: str) -> dict[int, int]:
+    """Fetch v11 at offset 0 of each partition, raw: partition -> error code."""
+    host, port = parse_bootstrap(broker.bootstrap)
+    errors = {}
+    with WireConnection(host, port) as conn:
+        for partition in (0, 1):
+            body = fetch_request_body(11, topic, partition, 0, max_wait_ms=0, min_bytes=1)
+            [part] = parse_fetch_response(conn.request(1, 11, 5, body), 11).partitions
+            errors[partition] = part.error_code
+    return errors
+
+
+@pytest.mark.parametrize("damage", ["delete", "flip a byte"])
+def test_a_missing_or_corrupt_remote_object_fails_that_partition_only(
+        broker: TieredBroker, produced: Produced, damage: str) -> None:
     store = broker.store()
     topic_objects = sorted(k for k in segment_objects(store) if k.startswith(f"{produced.topic}-"))
     assert topic_objects
     first = topic_objects[0]  # the segment at offset 0
     saved = store.get(first)
-    store.delete(first)
-    host, port = parse_bootstrap(broker.bootstrap)
+    if damage == "delete":
+        store.delete(first)
+    else:
+        flipped = bytearray(saved)
+        flipped[200] ^= 0xFF  # inside the first batch's records: its CRC no longer matches
+        store.put(first, bytes(flipped))
     try:
-        with WireConnection(host, port) as conn:
-            for partition, expected in ((0, ErrorCode.unknown_server_error), (1, ErrorCode.none)):
-                body = fetch_request_body(11, produced.topic, partition, 0, max_wait_ms=0, min_bytes=1)
-                response = parse_fetch_response(conn.request(1, 11, 5, body), 11)
-                [part] = response.partitions
-                assert part.error_code == expected, partition
+        assert _fetch_errors(broker, produced.topic) == {0: ErrorCode.unknown_server_error, 1: ErrorCode.none}
     finally:
         store.put(first, saved)
     # The broker stayed up and reads the segment again now that it is back.

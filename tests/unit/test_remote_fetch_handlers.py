@@ -8,6 +8,7 @@ same log answered while it still had the data locally."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import threading
 import uuid
@@ -27,8 +28,9 @@ from oncestream.protocol.codec import RequestHeader, build, reader_for
 from oncestream.protocol.record_batch import iter_batches
 from oncestream.protocol.schemas import request_module, response_class
 from oncestream.remote.local_store import LocalObjectStore
-from oncestream.remote.reader import RemotePartition, RemoteReads, TieredSegment
+from oncestream.remote.reader import RemotePartition, RemoteReads
 from tests.unit._batches import ATTR_TRANSACTIONAL, make_batch
+from tests.unit._remote_segments import Seg, layout_keys
 
 TOPIC = "tiered"
 P1, P2 = 11, 22
@@ -41,17 +43,8 @@ TIERED_CONFIGS = {
 }
 
 
-@dataclass(frozen=True)
-class Seg:
-    segment_id: uuid.UUID
-    base_offset: int
-    last_offset: int
-    max_timestamp_ms: int
-    has_txn_index: bool
+key_of = layout_keys(TOPIC, uuid.UUID(int=99))
 
-
-def key_of(segment: TieredSegment, suffix: str) -> str:
-    return f"{TOPIC}/0/{segment.base_offset:020d}-{segment.segment_id}.{suffix}"
 
 
 class GatedStore(LocalObjectStore):
@@ -118,6 +111,14 @@ def _fill(state: BrokerState) -> None:
 
 @pytest.fixture
 def tiered(tmp_path: Path) -> Iterator[Tiered]:
+    with _tiered(tmp_path, tier_below=None) as made:
+        yield made
+
+
+@contextlib.contextmanager
+def _tiered(tmp_path: Path, *, tier_below: int | None) -> Iterator[Tiered]:
+    """The topic filled, its closed segments copied (those wholly below ``tier_below`` if given)
+    and deleted locally."""
     state = BrokerState(tmp_path / "data", BrokerConfig.from_properties("127.0.0.1", 0, {}))
     try:
         state.logs.create_topic(TOPIC, 2, TIERED_CONFIGS)
@@ -132,6 +133,8 @@ def tiered(tmp_path: Path) -> Iterator[Tiered]:
         store = GatedStore(store_dir)
         segments = []
         for tierable in plog.closed_segments_to_tier(0):  # what the copier uploads
+            if tier_below is not None and tierable.last_offset >= tier_below:
+                break
             seg = Seg(uuid.uuid4(), tierable.base_offset, tierable.last_offset, tierable.max_timestamp_ms,
                       tierable.txnindex_path is not None)
             for suffix, path in (("log", tierable.log_path), ("index", tierable.index_path),
@@ -139,7 +142,7 @@ def tiered(tmp_path: Path) -> Iterator[Tiered]:
                 if path is not None:
                     store.put(key_of(seg, suffix), path.read_bytes())
             segments.append(seg)
-        assert len(segments) >= 8
+        assert len(segments) >= (3 if tier_below is not None else 8)
         plog.delete_tiered_local_segments(segments[-1].last_offset, 0)
         assert plog.local_log_start_offset == segments[-1].last_offset + 1
         assert plog.log_start_offset == 0
@@ -353,3 +356,23 @@ def test_share_fetch_below_the_local_start_is_served_from_the_store(tiered: Tier
     assert aborted_records
     assert min(aborted_records) < tiered.local_start
     assert not aborted_records & set(offsets)
+
+
+def test_an_abort_whose_marker_is_only_local_is_listed_for_a_remote_read(tmp_path: Path) -> None:
+    """The remote transaction indexes cannot end the search when a transaction read remotely
+    ended in a segment still only on local disk: the local index adds its abort."""
+    with _tiered(tmp_path / "probe", tier_below=None) as probe:
+        headers = [h for h, _view in iter_batches(probe.before_bytes)]
+    # P1's round-2 transaction: aborted; its ABORT marker is the third control batch of P1.
+    marker_offset = [h.base_offset for h in headers if h.producer_id == P1 and h.is_control][2]
+    first_offset = next(first for pid, first in set().union(*probe.before_aborted.values())
+                        if pid == P1 and first < marker_offset and all(
+                            not (h.producer_id == P1 and h.is_control and first < h.base_offset < marker_offset)
+                            for h in headers))
+    with _tiered(tmp_path / "cut", tier_below=marker_offset) as cut:
+        assert first_offset < cut.local_start <= marker_offset  # starts remote, ends local
+        part = _fetch(cut.state, {0: first_offset}, read_committed=True, partition_max_bytes=1 << 20)[0]
+        assert part.error_code == ErrorCode.none
+        assert _spans(part.records)[0][0] <= first_offset
+        assert part.aborted is not None
+        assert (P1, first_offset) in part.aborted

@@ -9,7 +9,6 @@ from __future__ import annotations
 import itertools
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -20,28 +19,17 @@ from oncestream.log.partition_log import PartitionLog
 from oncestream.protocol.record_batch import iter_batches
 from oncestream.remote.index_cache import RemoteIndexCache
 from oncestream.remote.local_store import LocalObjectStore
-from oncestream.remote.reader import RemoteLogReader, TieredSegment
+from oncestream.remote.reader import RemoteLogReader
 from tests.unit._batches import ATTR_TRANSACTIONAL, make_batch
+from tests.unit._remote_segments import Seg, layout_keys
 
 P1, P2, P3 = 101, 202, 303
 TOPIC_ID = uuid.UUID(int=7)
 BIG = 2**31 - 1
 
 
-@dataclass(frozen=True)
-class Seg:
-    """Remote segment metadata as the reader sees it (segment_metadata.RemoteSegment's fields)."""
+key_of = layout_keys("t", TOPIC_ID)
 
-    segment_id: uuid.UUID
-    base_offset: int
-    last_offset: int
-    max_timestamp_ms: int
-    has_txn_index: bool
-
-
-def key_of(segment: TieredSegment, suffix: str) -> str:
-    # layout.py's shape: {topic}-{topic_id}/{partition}/{base_offset:020d}-{segment_id}.{suffix}
-    return f"t-{TOPIC_ID}/0/{segment.base_offset:020d}-{segment.segment_id}.{suffix}"
 
 
 class CountingStore(LocalObjectStore):
@@ -355,3 +343,13 @@ def test_a_missing_txnindex_the_metadata_announces_is_an_error(tiered) -> None:
     store.delete(key_of(seg, "txnindex"))
     with pytest.raises(RemoteObjectNotFoundError):
         reader.read(segments, seg.base_offset, BIG // 2, upper_offset=BIG, min_one=True, with_aborted=True)
+
+
+def test_an_index_out_of_order_is_an_error(tiered, tmp_path: Path) -> None:
+    _plog, _store, segments, reader = tiered
+    seg = next(s for s in segments if (tmp_path / "store" / key_of(s, "index")).stat().st_size >= 16)
+    path = tmp_path / "store" / key_of(seg, "index")
+    raw = path.read_bytes()
+    path.write_bytes(raw[8:16] + raw[0:8] + raw[16:])  # the first two entries swapped
+    with pytest.raises(RemoteStorageError, match="damaged"):
+        reader.read(segments, seg.last_offset, 100, upper_offset=BIG, min_one=True, with_aborted=False)

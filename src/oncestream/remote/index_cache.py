@@ -17,6 +17,7 @@ the segment's metadata says so: the reader does not ask for it). A missing or da
 
 from __future__ import annotations
 
+import struct
 import threading
 from array import array
 from bisect import bisect_left, bisect_right
@@ -90,34 +91,34 @@ def _strictly_increasing(column: array[int]) -> bool:
     return all(a < b for a, b in pairwise(column))
 
 
+def _two_columns(
+    raw: bytes, entry: struct.Struct, typecodes: str, key: str, what: str, *, first_may_be_negative: bool
+) -> tuple[array[int], array[int]]:
+    """The two columns of an index object of ``entry``-sized records (array typecodes
+    ``typecodes``), each strictly increasing and not starting below zero (the first column may,
+    if ``first_may_be_negative``); RemoteStorageError naming ``key`` if truncated or damaged."""
+    if len(raw) % entry.size:
+        raise RemoteStorageError(f"remote {what} {key} is truncated ({len(raw)} bytes)")
+    first, second = array(typecodes[0]), array(typecodes[1])
+    for a, b in entry.iter_unpack(raw):
+        first.append(a)
+        second.append(b)
+    negative = bool(second) and (second[0] < 0 or (first[0] < 0 and not first_may_be_negative))
+    if negative or not (_strictly_increasing(first) and _strictly_increasing(second)):
+        raise RemoteStorageError(f"remote {what} {key} is damaged (entries out of order)")
+    return first, second
+
+
 def parse_offset_index(raw: bytes, key: str) -> RemoteOffsetIndex:
-    """The entries of an ``.index`` object; RemoteStorageError (naming ``key``) if damaged."""
-    if len(raw) % OFFSET_ENTRY.size:
-        raise RemoteStorageError(f"remote offset index {key} is truncated ({len(raw)} bytes)")
-    relative_offsets, positions = array("i"), array("i")
-    for relative_offset, position in OFFSET_ENTRY.iter_unpack(raw):
-        relative_offsets.append(relative_offset)
-        positions.append(position)
-    if (relative_offsets and (relative_offsets[0] < 0 or positions[0] < 0)) or not (
-        _strictly_increasing(relative_offsets) and _strictly_increasing(positions)
-    ):
-        raise RemoteStorageError(f"remote offset index {key} is damaged (entries out of order)")
-    return RemoteOffsetIndex(relative_offsets, positions)
+    """The entries of an ``.index`` object (relative offset, position); RemoteStorageError
+    (naming ``key``) if damaged."""
+    return RemoteOffsetIndex(*_two_columns(raw, OFFSET_ENTRY, "ii", key, "offset index", first_may_be_negative=False))
 
 
 def parse_time_index(raw: bytes, key: str) -> RemoteTimeIndex:
-    """The entries of a ``.timeindex`` object; RemoteStorageError (naming ``key``) if damaged."""
-    if len(raw) % TIME_ENTRY.size:
-        raise RemoteStorageError(f"remote time index {key} is truncated ({len(raw)} bytes)")
-    timestamps, relative_offsets = array("q"), array("i")
-    for timestamp_ms, relative_offset in TIME_ENTRY.iter_unpack(raw):
-        timestamps.append(timestamp_ms)
-        relative_offsets.append(relative_offset)
-    if (relative_offsets and relative_offsets[0] < 0) or not (
-        _strictly_increasing(timestamps) and _strictly_increasing(relative_offsets)
-    ):
-        raise RemoteStorageError(f"remote time index {key} is damaged (entries out of order)")
-    return RemoteTimeIndex(timestamps, relative_offsets)
+    """The entries of a ``.timeindex`` object (timestamp, relative offset); RemoteStorageError
+    (naming ``key``) if damaged."""
+    return RemoteTimeIndex(*_two_columns(raw, TIME_ENTRY, "qi", key, "time index", first_may_be_negative=True))
 
 
 def parse_txn_index(raw: bytes, key: str) -> RemoteTxnIndex:
@@ -171,13 +172,6 @@ class RemoteIndexCache:
     def txn_index(self, segment_id: str, key: str) -> RemoteTxnIndex:
         """The transaction index of a segment (object ``key``), cached."""
         return self._lookup(segment_id, TXN_INDEX_SUFFIX, key, parse_txn_index)
-
-    def forget(self, segment_id: str) -> None:
-        """Drop a segment's entries (it was deleted from the store)."""
-        with self._lock:
-            for cache_key in [k for k in self._entries if k[0] == segment_id]:
-                _index, charged = self._entries.pop(cache_key)
-                self._size_bytes -= charged
 
     def _lookup(self, segment_id: str, suffix: str, key: str, parse: Callable[[bytes, str], _IndexT]) -> _IndexT:
         cache_key = (segment_id, suffix)
