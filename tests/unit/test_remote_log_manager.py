@@ -1,7 +1,10 @@
 """The RemoteLogManager's rounds, driven one at a time over a ``BrokerState`` with a ``file://``
-store (issue 21): crash leftovers cleaned, journals of gone topics purged, a deleted topic's
-objects deleted (journal last), the log start made durable before remote segments are deleted,
-and KIP-950's delete-on-disable.
+store (issue 21): segments copied in order with all their objects; a copy failing midway or left
+STARTED by a crash cleaned (objects deleted, DELETE_SEGMENT_FINISHED) and copied again under a new
+id; a deleted topic's objects deleted, journal last, and journals of topics gone while the broker
+was down purged at start; remote retention and DeleteRecords with the log start durable before any
+object goes; KIP-950's delete-on-disable; refused credentials in the status; a log start behind
+the oldest remote segment raised at start-up.
 """
 
 from __future__ import annotations
@@ -14,10 +17,13 @@ import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+import pytest
+
 from oncestream.broker.config import BrokerConfig
 from oncestream.broker.seams import BrokerSeams
 from oncestream.broker.state import BrokerState
-from oncestream.errors import RemoteAccessDeniedError
+from oncestream.errors import RemoteAccessDeniedError, RemoteStorageError
+from oncestream.log.local_tiering import TierableSegment
 from oncestream.log.recovery import read_checkpoint, write_checkpoint
 from oncestream.remote import copy_task, layout
 from oncestream.remote.copy_task import PartitionRef
@@ -335,3 +341,26 @@ def test_a_log_start_behind_the_oldest_remote_segment_is_raised_at_start_up(tmp_
         assert read_checkpoint(directory).log_start_offset == earliest[0]  # durable too
 
     _run(tmp_path / "data", store, reopened)
+
+
+def test_a_copy_failing_midway_deletes_what_it_uploaded_and_journals_the_deletion(tmp_path: Path) -> None:
+    class FailsSecondPut(FaultyObjectStore):
+        def _check_put(self, key: str) -> None:
+            self.puts += 1
+            if self.puts == 2:
+                raise RemoteStorageError(f"injected failure putting {key}")
+
+    store = FailsSecondPut(LocalObjectStore(str(tmp_path / "bucket")))
+    for suffix in ("log", "index", "timeindex"):
+        (tmp_path / f"0.{suffix}").write_bytes(b"x" * 10)
+    segment = TierableSegment(0, 9, 10, 5, tmp_path / "0.log", tmp_path / "0.index", tmp_path / "0.timeindex",
+                              None, None)
+    journal = MetadataJournal.open(tmp_path / "t-x" / "0.journal")
+    ref = PartitionRef("t", uuid.uuid4(), 0)
+    with pytest.raises(RemoteStorageError):
+        copy_task.copy_segment(store, journal, ref, segment, lambda: 1)
+    (attempt,) = journal.metadata.segments()
+    assert attempt.state is SegmentState.DELETE_SEGMENT_FINISHED
+    assert store.inner.list("") == []  # the .log that made it was deleted again
+    assert store.puts == 2
+    journal.close()
