@@ -10,6 +10,7 @@ from __future__ import annotations
 import inspect
 import logging
 from collections.abc import Callable
+from time import perf_counter
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -33,6 +34,7 @@ from oncestream.broker.handlers import (
     topics,
     transactions,
 )
+from oncestream.broker.metrics.recorder import RequestTiming
 from oncestream.broker.sasl.errors import SaslAuthenticationError
 from oncestream.broker.sasl.exchange import current_exchange, peek_exchange
 from oncestream.broker.state import BrokerState
@@ -132,8 +134,10 @@ class Dispatcher:
         # Only a principal builder that asks for it sees the client.id (broker/principal.py).
         self._client_id_principal = state.principal_builder.reads_client_id
 
-    async def handle_frame(self, frame: bytes) -> bytes | list[bytes | bytearray | memoryview] | None:
-        """Answer one request frame; raise CloseConnection when the frame is not acceptable."""
+    async def handle_frame(self, frame: bytes, timing: RequestTiming | None = None,
+                           ) -> bytes | list[bytes | bytearray | memoryview] | None:
+        """Answer one request frame; raise CloseConnection when the frame is not acceptable.
+        ``timing`` receives the api and the handler's start and end (broker/metrics)."""
         exchange = peek_exchange()
         if exchange is not None and exchange.raw_tokens and exchange.state == "authenticate":
             # After a SaslHandshake v0 the client sends bare SASL tokens, not requests.
@@ -167,12 +171,18 @@ class Dispatcher:
         except MalformedRequestError as exc:
             raise CloseConnection(str(exc)) from None
         handler = HANDLERS[header.api_key]
+        if timing is not None:
+            timing.api_key, timing.api_version, timing.handler_start_s = header.api_key, header.api_version, perf_counter()
         if self._async[header.api_key]:
             response = await handler(self.state, header, request)
         else:
             response = handler(self.state, header, request)
+        if timing is not None:
+            timing.handler_end_s = perf_counter()
         if response is None or isinstance(response, list):
-            return response  # no response (acks=0), or buffers the handler framed itself
+            return response  # no response (acks=0), or buffers the handler framed itself (Fetch counts its own)
+        if self.state.metrics.enabled:
+            self.state.metrics.response_errors(header.api_key, response)
         return encode_response(header.api_key, header.api_version, header.correlation_id, response)
 
     def _gate(self, api_key: int) -> None:

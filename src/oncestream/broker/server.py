@@ -39,6 +39,7 @@ import logging
 import os
 import ssl
 import struct
+import time
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from pathlib import Path
 
@@ -49,10 +50,13 @@ from oncestream.broker.connection_limits import ConnectionQuotas, IdleTracker
 from oncestream.broker.dispatch import CloseConnection, Dispatcher
 from oncestream.broker.listeners import Listener
 from oncestream.broker.memory_pool import RequestMemoryPool
-from oncestream.broker.sasl.exchange import close_delay_s
+from oncestream.broker.metrics.recorder import RequestTiming
+from oncestream.broker.metrics.serving import start_metrics
+from oncestream.broker.sasl.exchange import close_delay_s, peek_exchange
 from oncestream.broker.seams import BackgroundLoop, BrokerSeams
 from oncestream.broker.state import BrokerState
 from oncestream.broker.tls import server_ssl_context
+from oncestream.metrics.endpoint import MetricsEndpoint
 from oncestream.process_shutdown import ShutdownBound, install_stop_signals
 
 log = logging.getLogger("oncestream.broker")
@@ -155,6 +159,7 @@ class BrokerServer:
             cfg.max_connections, cfg.max_connections_per_ip, cfg.max_connections_per_ip_overrides
         )
         self.memory_pool = RequestMemoryPool(cfg.queued_max_request_bytes)
+        self.metrics_endpoint: MetricsEndpoint | None = None  # metrics.listen (broker/metrics)
 
     async def start(self) -> None:
         """Bind every listener (SSL contexts are built first, so a bad store fails the start
@@ -197,6 +202,7 @@ class BrokerServer:
             bound.append(dataclasses.replace(listener, port=port))  # port 0: the one the OS picked
             log.info("oncestream broker listening on %s://%s:%s (advertised %s:%s, data dir %s)",
                      listener.name, listener.host, port, *bound[-1].advertised, self.state.data_dir)
+        self.metrics_endpoint = await start_metrics(self.state, cfg.raw, self.memory_pool)
         # Handlers advertise the bound ports from here on (listeners and the default host:port).
         self.state.config = dataclasses.replace(cfg, listeners=tuple(bound), port=bound[0].port)
         if self.ready_file is not None:
@@ -207,10 +213,12 @@ class BrokerServer:
         file, rename) once every listener is bound: a reader never sees a partial file."""
         if self.ready_file is None:
             return
-        body = {"listeners": {
+        body: dict[str, object] = {"listeners": {
             item.name: {"host": item.host, "port": item.port, "security_protocol": item.security_protocol}
             for item in bound
         }}
+        if self.metrics_endpoint is not None:
+            body["metrics"] = {"host": self.metrics_endpoint.host, "port": self.metrics_endpoint.port}
         temp = self.ready_file.with_name(self.ready_file.name + ".tmp")
         temp.write_text(json.dumps(body))
         os.replace(temp, self.ready_file)
@@ -230,6 +238,8 @@ class BrokerServer:
         log.info("oncestream broker stopping: closing %d client connection(s)", len(self._connections))
         for server in self._servers:
             server.close()  # no new connection from here on
+        if self.metrics_endpoint is not None:
+            self.metrics_endpoint.close()
         await self._end_all(self._connections, "client connections", close=self._abort_connection)
         # A running clean stops and tidies up before the logs are closed.
         await self._end_all(background, "background loops")
@@ -304,6 +314,9 @@ class BrokerServer:
             log.info("%s on listener %s: client certificate principal %s", peer, listener.name, session.principal)
         watch = _IdleWatch(idle, writer, peer, asyncio.get_running_loop())
         max_bytes = self.state.config.socket_request_max_bytes
+        metrics = self.state.metrics
+        timing = RequestTiming() if metrics.enabled else None
+        metrics.connection_opened(listener.name)
         pool = self.memory_pool
         reserved_bytes = 0  # this connection's share of the pool; given back on every exit path
         try:
@@ -321,9 +334,10 @@ class BrokerServer:
                     break
                 reserved_bytes = size
                 frame = await reader.readexactly(size)
+                read_s = time.perf_counter()
                 idle.start_request()
                 try:
-                    response = await self.dispatcher.handle_frame(frame)
+                    response = await self.dispatcher.handle_frame(frame, timing)
                 finally:
                     idle.finish_request(watch.now_ms())
                 if response is not None:
@@ -335,8 +349,13 @@ class BrokerServer:
                     await writer.drain()
                     watch.draining = False
                     idle.activity(watch.now_ms())
+                if timing is not None:
+                    metrics.request_done(timing, read_s, time.perf_counter())
                 sasl_close_s = close_delay_s()
                 if sasl_close_s is not None:  # a failed SASL authentication: answered, then closed
+                    exchange = peek_exchange()
+                    if exchange is not None and exchange.state == "failed":  # not a refused handshake
+                        metrics.failed_authentication(listener.name)
                     await asyncio.sleep(sasl_close_s)
                     break
                 # The frame is not deleted here: freeing the only large block at the top of the heap
@@ -356,6 +375,7 @@ class BrokerServer:
             where = f"{tb.tb_frame.f_code.co_filename}:{tb.tb_lineno}" if tb else "?"
             log.error("closing %s: internal error %s: %s at %s", peer, type(exc).__name__, exc, where)
         finally:
+            metrics.connection_closed(listener.name)
             watch.cancel()
             if reserved_bytes:
                 pool.release(reserved_bytes)

@@ -26,6 +26,7 @@ from oncestream.broker.config import BrokerConfig
 from oncestream.broker.dynamic_config import DynamicBrokerConfigs
 from oncestream.broker.flusher import GroupCommitFlusher
 from oncestream.broker.group_service import GroupService
+from oncestream.broker.metrics.recorder import BrokerMetrics
 from oncestream.broker.notify import AppendNotifier
 from oncestream.broker.principal import load_principal_builder
 from oncestream.broker.producer_id_service import ProducerIdService
@@ -144,6 +145,7 @@ class BrokerState:
             self.logs = LogManager.open(data_dir / "logs", self.log_config, self.now_ms(),
                                         descriptors=SegmentDescriptors.from_properties(config.raw))
             self.notifier = AppendNotifier()
+            self.metrics = BrokerMetrics()  # records nothing; BrokerServer installs Prometheus's (metrics.listen)
             # The durable SCRAM credentials (one store for the broker) and, per listener, the SASL
             # mechanisms and PLAIN users (listener.name.<l>.* overrides, broker/sasl/).
             self.scram_store = ScramCredentialStore.open(data_dir)
