@@ -41,17 +41,20 @@ def parse_listen(value: str) -> tuple[str, int]:
 class MetricsEndpoint:
     """Serves ``registry`` at ``GET /metrics`` on ``host:port`` from the running loop."""
 
-    def __init__(self, registry: CollectorRegistry, host: str, port: int) -> None:
+    def __init__(self, registry: CollectorRegistry, host: str, port: int, *, off_loop: bool = False) -> None:
+        """``off_loop``: collect on a worker thread (collectors that block, e.g. py4j calls into
+        Spark, and read only thread-safe state); by default on the loop (see the module docstring)."""
         self.registry = registry
+        self.off_loop = off_loop
         self.host = host
         self.port = port  # the bound one once started (port 0: the one the OS picked)
         self._server: asyncio.base_events.Server | None = None
 
     @classmethod
-    def from_listen(cls, registry: CollectorRegistry, listen: str) -> MetricsEndpoint:
+    def from_listen(cls, registry: CollectorRegistry, listen: str, *, off_loop: bool = False) -> MetricsEndpoint:
         """An endpoint for a ``metrics.listen`` value."""
         host, port = parse_listen(listen)
-        return cls(registry, host, port)
+        return cls(registry, host, port, off_loop=off_loop)
 
     async def start(self) -> None:
         """Bind and serve; the bound port is in ``port`` and logged."""
@@ -77,7 +80,9 @@ class MetricsEndpoint:
             elif path != b"/metrics":
                 status, body, ctype = b"404 Not Found", b"see /metrics\n", b"text/plain"
             else:
-                status, body, ctype = b"200 OK", generate_latest(self.registry), CONTENT_TYPE_PLAIN_0_0_4.encode()
+                exposition = (await asyncio.to_thread(generate_latest, self.registry) if self.off_loop
+                              else generate_latest(self.registry))
+                status, body, ctype = b"200 OK", exposition, CONTENT_TYPE_PLAIN_0_0_4.encode()
             writer.write(b"HTTP/1.1 " + status + b"\r\nContent-Type: " + ctype + b"\r\nContent-Length: "
                          + str(len(body)).encode() + b"\r\nConnection: close\r\n\r\n")
             if method != b"HEAD":

@@ -19,6 +19,7 @@ import pytest
 from confluent_kafka import Producer
 
 from tests.support.clients import CLIENT_TIMEOUT_S, create_topic, unique_topic
+from tests.support.metrics import scrape, value
 from tests.support.sql_servers import SqlServerProcess, wait_until
 
 pytestmark = [pytest.mark.interop, pytest.mark.spark]
@@ -39,6 +40,24 @@ def _pull(node: SqlServerProcess, sql: str) -> list[list[Any]] | None:
     return sorted(row for row in body[1:] if isinstance(row, list))
 
 
+def _check_metrics(node: SqlServerProcess) -> None:
+    """The node's /metrics (metrics.listen), parsed by prometheus-client: the three statements
+    applied from the command topic, both CTAS queries running on this node having read the six
+    records each (exactly once: a count that replayed would show more) and caught up with their
+    source, and the pull queries above timed."""
+    bound = node.ready_info["metrics"]
+    url = f"http://{bound['host']}:{bound['port']}/metrics"
+    samples = scrape(url)
+    assert value(samples, "oncestream_sql_command_topic_offset") >= 2
+    assert value(samples, "oncestream_sql_persistent_queries", state="RUNNING") == 2
+    assert value(samples, "oncestream_sql_pull_query_latency_seconds_count") >= 5
+    rows = {dict(labels)["query_id"]: v for (name, labels), v in samples.items()
+            if name == "oncestream_sql_query_processed_rows_total"}
+    assert len(rows) == 2 and set(rows.values()) == {6}, rows
+    behind = [v for (name, _), v in samples.items() if name == "oncestream_sql_query_offsets_behind_latest"]
+    assert behind and all(v == 0 for v in behind), behind
+
+
 def test_pull_queries_on_ctas_tables_plain_and_windowed(broker_factory, tmp_path: Path) -> None:
     broker = broker_factory(BROKER_CONFIG)
     topic = unique_topic("pull-views")
@@ -51,7 +70,7 @@ def test_pull_queries_on_ctas_tables_plain_and_windowed(broker_factory, tmp_path
     assert producer.flush(CLIENT_TIMEOUT_S) == 0
 
     node = SqlServerProcess(bootstrap=broker.bootstrap, service_id=f"pullctas_{uuid.uuid4().hex[:6]}_",
-                            state_dir=tmp_path / "node", config={}, name="node")
+                            state_dir=tmp_path / "node", config={"metrics.listen": "127.0.0.1:0"}, name="node")
     try:
         node.start()
         node.ok(f"CREATE STREAM VIEWS (PAGE STRING, USERID STRING) WITH (KAFKA_TOPIC='{topic}', VALUE_FORMAT='JSON');")
@@ -70,5 +89,6 @@ def test_pull_queries_on_ctas_tables_plain_and_windowed(broker_factory, tmp_path
         assert _pull(node, f"SELECT PAGE, N FROM PAGE_MINUTES WHERE WINDOWSTART = {MINUTE_MS};") == [["about", 2],
                                                                                                     ["home", 1]]
         assert _pull(node, "SELECT N FROM PAGE_MINUTES WHERE PAGE = 'home' AND WINDOWSTART >= 1000;") == [[1]]
+        _check_metrics(node)
     finally:
         node.kill()
