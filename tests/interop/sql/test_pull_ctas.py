@@ -53,9 +53,11 @@ def _check_metrics(node: SqlServerProcess) -> None:
     assert value(samples, "oncestream_sql_pull_query_latency_seconds_count") >= 5
     rows = {dict(labels)["query_id"]: v for (name, labels), v in samples.items()
             if name == "oncestream_sql_query_processed_rows_total"}
-    assert len(rows) == 2 and set(rows.values()) == {6}, rows
+    assert len(rows) == 2, rows
+    assert set(rows.values()) == {6}, rows
     behind = [v for (name, _), v in samples.items() if name == "oncestream_sql_query_offsets_behind_latest"]
-    assert behind and all(v == 0 for v in behind), behind
+    assert behind
+    assert all(v == 0 for v in behind), behind
 
 
 def test_pull_queries_on_ctas_tables_plain_and_windowed(broker_factory, tmp_path: Path) -> None:
