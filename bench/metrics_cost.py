@@ -35,6 +35,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from groups import write_docs_section
 from machine import machine_description
 from oncestream.broker_process import OnceStreamBroker
+from topic_compression import produce_all
 
 DOCS_HEADING = "## Metrics: produce throughput with metrics on vs off (librdkafka)"
 RECORD_BYTES = 100
@@ -49,21 +50,8 @@ def _round(bootstrap: str, records: int) -> float:
     admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(60)
     producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
                          "linger.ms": 5, "queue.buffering.max.kbytes": 1 << 20})
-    value = b"v" * RECORD_BYTES
-    failed: list[object] = []
     started = time.perf_counter()
-    for i in range(records):
-        while True:
-            try:
-                producer.produce(topic, value, partition=0,
-                                 on_delivery=lambda err, _m: failed.append(err) if err else None)
-                break
-            except BufferError:
-                producer.poll(0.05)
-        if i % 1000 == 0:
-            producer.poll(0)
-    if producer.flush(120) != 0 or failed:
-        raise SystemExit(f"undelivered records: {failed[:3]}")
+    produce_all(producer, topic, [b"v" * RECORD_BYTES], records)
     return records / (time.perf_counter() - started)
 
 
