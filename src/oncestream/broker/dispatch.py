@@ -34,7 +34,7 @@ from oncestream.broker.handlers import (
     topics,
     transactions,
 )
-from oncestream.broker.metrics.recorder import RequestTiming
+from oncestream.broker.metrics.recorder import current_timing
 from oncestream.broker.sasl.errors import SaslAuthenticationError
 from oncestream.broker.sasl.exchange import current_exchange, peek_exchange
 from oncestream.broker.state import BrokerState
@@ -134,10 +134,9 @@ class Dispatcher:
         # Only a principal builder that asks for it sees the client.id (broker/principal.py).
         self._client_id_principal = state.principal_builder.reads_client_id
 
-    async def handle_frame(self, frame: bytes, timing: RequestTiming | None = None,
-                           ) -> bytes | list[bytes | bytearray | memoryview] | None:
-        """Answer one request frame; raise CloseConnection when the frame is not acceptable.
-        ``timing`` receives the api and the handler's start and end (broker/metrics)."""
+    async def handle_frame(self, frame: bytes) -> bytes | list[bytes | bytearray | memoryview] | None:
+        """Answer one request frame; raise CloseConnection when the frame is not acceptable. The
+        connection's ``current_timing`` (metrics on) receives the api and the handler's start and end."""
         exchange = peek_exchange()
         if exchange is not None and exchange.raw_tokens and exchange.state == "authenticate":
             # After a SaslHandshake v0 the client sends bare SASL tokens, not requests.
@@ -171,6 +170,7 @@ class Dispatcher:
         except MalformedRequestError as exc:
             raise CloseConnection(str(exc)) from None
         handler = HANDLERS[header.api_key]
+        timing = current_timing.get()
         if timing is not None:
             timing.api_key, timing.api_version, timing.handler_start_s = header.api_key, header.api_version, perf_counter()
         if self._async[header.api_key]:

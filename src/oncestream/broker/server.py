@@ -50,7 +50,7 @@ from oncestream.broker.connection_limits import ConnectionQuotas, IdleTracker
 from oncestream.broker.dispatch import CloseConnection, Dispatcher
 from oncestream.broker.listeners import Listener
 from oncestream.broker.memory_pool import RequestMemoryPool
-from oncestream.broker.metrics.recorder import RequestTiming
+from oncestream.broker.metrics.recorder import RequestTiming, current_timing
 from oncestream.broker.metrics.serving import start_metrics
 from oncestream.broker.sasl.exchange import close_delay_s, peek_exchange
 from oncestream.broker.seams import BackgroundLoop, BrokerSeams
@@ -316,6 +316,7 @@ class BrokerServer:
         max_bytes = self.state.config.socket_request_max_bytes
         metrics = self.state.metrics
         timing = RequestTiming() if metrics.enabled else None
+        current_timing.set(timing)  # this connection task's own context
         metrics.connection_opened(listener.name)
         pool = self.memory_pool
         reserved_bytes = 0  # this connection's share of the pool; given back on every exit path
@@ -337,7 +338,7 @@ class BrokerServer:
                 read_s = time.perf_counter()
                 idle.start_request()
                 try:
-                    response = await self.dispatcher.handle_frame(frame, timing)
+                    response = await self.dispatcher.handle_frame(frame)
                 finally:
                     idle.finish_request(watch.now_ms())
                 if response is not None:

@@ -21,6 +21,7 @@ import dataclasses
 import typing
 from bisect import bisect_left
 from collections.abc import Iterable, Iterator, Sequence
+from contextvars import ContextVar
 
 from kio.schema.errors import ErrorCode
 from prometheus_client import CollectorRegistry
@@ -51,8 +52,9 @@ def error_name(code: int) -> str:
 
 
 class RequestTiming:
-    """The stage times of the request a connection is handling (one per connection, reused):
-    the dispatcher sets the api and the handler's start and end, quotas the throttle time."""
+    """The stage times of the request a connection is handling (one per connection, reused, in
+    ``current_timing``): the dispatcher sets the api and the handler's start and end, quotas the
+    throttle time."""
 
     __slots__ = ("api_key", "api_version", "handler_end_s", "handler_start_s", "throttle_ms")
 
@@ -62,6 +64,11 @@ class RequestTiming:
         self.handler_start_s = 0.0
         self.handler_end_s = 0.0
         self.throttle_ms = 0.0
+
+
+# The timing of the request the current connection task handles (each task has its own context);
+# None while metrics are off.
+current_timing: ContextVar[RequestTiming | None] = ContextVar("oncestream_request_timing", default=None)
 
 
 class BrokerMetrics:
