@@ -52,7 +52,7 @@ from oncestream.broker.listeners import Listener
 from oncestream.broker.memory_pool import RequestMemoryPool
 from oncestream.broker.metrics.recorder import RequestTiming, current_timing
 from oncestream.broker.metrics.serving import start_metrics
-from oncestream.broker.sasl.exchange import close_delay_s, peek_exchange
+from oncestream.broker.sasl.exchange import close_delay_s
 from oncestream.broker.seams import BackgroundLoop, BrokerSeams
 from oncestream.broker.state import BrokerState
 from oncestream.broker.tls import server_ssl_context
@@ -354,9 +354,8 @@ class BrokerServer:
                     metrics.request_done(timing, read_s, time.perf_counter())
                 sasl_close_s = close_delay_s()
                 if sasl_close_s is not None:  # a failed SASL authentication: answered, then closed
-                    exchange = peek_exchange()
-                    if exchange is not None and exchange.state == "failed":  # not a refused handshake
-                        metrics.failed_authentication(listener.name)
+                    # A refused mechanism counts too: Kafka's is an AuthenticationException as well.
+                    metrics.failed_authentication(listener.name)
                     await asyncio.sleep(sasl_close_s)
                     break
                 # The frame is not deleted here: freeing the only large block at the top of the heap

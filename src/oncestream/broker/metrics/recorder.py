@@ -96,7 +96,7 @@ class BrokerMetrics:
         """A connection counted by ``connection_opened`` ended."""
 
     def failed_authentication(self, listener: str) -> None:
-        """A client failed SASL authentication on ``listener``."""
+        """A client failed SASL authentication on ``listener`` (or asked for a mechanism it has not)."""
 
     def flush_round(self, seconds: float) -> None:
         """One group-commit fsync round took ``seconds``."""
