@@ -33,8 +33,8 @@ EARLIEST_STREAM = {"auto.offset.reset": "earliest"}                # /query-stre
 
 @pytest.fixture(scope="module")
 def node(shared_spark_node: tuple[BrokerProcess, SqlServerProcess]) -> SqlServerProcess:
-    """conftest's node with Spark (started with the node: ksql-python-ng's inserts_stream waits
-    5 s at most, less than a first INSERT that had to start the JVM), shared with other modules."""
+    """conftest's node (Spark started by the first query that needs it; inserts need none),
+    shared with other modules."""
     return shared_spark_node[1]
 
 
