@@ -13,6 +13,13 @@ producer and consumer, admin), INSERT VALUES (the runtime's producer), a persist
 connector's ``kafka.*`` options; exactly-once sink with KIP-939 two-phase commit) whose output a
 confluent-kafka ``read_committed`` consumer reads as another user, and a push query with LIMIT.
 With a wrong password the node does not come up healthy and says why.
+
+Pull queries on tables made by ``CREATE TABLE AS SELECT`` (issue 13 part 3) run on the same node
+(one Spark session for the module): the CTAS sink topic is written by the Spark runtime's
+exactly-once sink (serde's Spark column form) and materialized by the node from that topic
+read_committed; pull queries decode it with serde's Python form. So that test checks both halves
+agree on the key layout, windowed keys included: an aggregate keyed by ``PAGE``, and a
+TUMBLING-windowed one queried with ``WINDOWSTART`` bounds.
 """
 
 from __future__ import annotations
@@ -22,10 +29,12 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 from confluent_kafka import Consumer as CkConsumer
+from confluent_kafka import Producer as CkProducer
 from confluent_kafka.admin import AclBinding, AclOperation, AclPermissionType, AdminClient, ResourcePatternType, ResourceType
 
 from tests.support.acl import AUTHORIZER
@@ -41,6 +50,7 @@ USERS = {"admin": "admin-secret", "reader": "reader-secret"}  # PLAIN
 KSQL_USER, KSQL_PASSWORD = "ksql", "ksql-scram-secret"       # SCRAM-SHA-256
 SERVICE_ID = f"sec_{uuid.uuid4().hex[:6]}_"
 EARLIEST = {"ksql.streams.auto.offset.reset": "earliest"}
+MINUTE_MS = 60_000
 
 
 @pytest.fixture(scope="module")
@@ -157,6 +167,49 @@ def test_statements_inserts_persistent_and_push_queries_over_sasl_ssl_with_acls(
     assert lines[0]["columnNames"] == ["ID", "V"], lines
     assert lines[1:] == [[0, "a"], [1, "b"]], lines
     assert node.get("/healthcheck").json()["isHealthy"] is True
+
+
+def _pull(node: SqlServerProcess, sql: str) -> list[list[Any]] | None:
+    """The rows of a pull query once the node answers 200 (sorted), else None."""
+    assert node.url is not None
+    response = httpx.post(f"{node.url}/query-stream", json={"sql": sql, "properties": {}},
+                          headers={"Accept": "application/json"}, timeout=60)
+    if response.status_code != 200:
+        return None
+    body = response.json()
+    return sorted(row for row in body[1:] if isinstance(row, list))
+
+
+def test_pull_queries_on_ctas_tables_plain_and_windowed(broker: BrokerProcess, pki: Pki,
+                                                        node: SqlServerProcess) -> None:
+    suffix = uuid.uuid4().hex[:6]
+    views, counts, minutes = f"VIEWS_{suffix.upper()}", f"PAGE_COUNTS_{suffix.upper()}", f"PAGE_MINUTES_{suffix.upper()}"
+    topic = f"sec_pull_views_{suffix}"
+    node.ok(f"CREATE STREAM {views} (PAGE STRING, USERID STRING) WITH (KAFKA_TOPIC='{topic}', PARTITIONS=2, "
+            "VALUE_FORMAT='JSON');")
+    producer = CkProducer({"bootstrap.servers": broker.listener_bootstrap("SASL_SSL"),
+                           **_security(pki, "PLAIN", "admin", USERS["admin"]), "enable.idempotence": True})
+    # (page, minute): home x3 in minute 0, home x1 in minute 1, about x2 in minute 1.
+    for page, minute in [("home", 0), ("home", 0), ("home", 0), ("home", 1), ("about", 1), ("about", 1)]:
+        producer.produce(topic, json.dumps({"PAGE": page, "USERID": "u"}).encode(), key=page.encode(),
+                         timestamp=minute * MINUTE_MS + 1000)
+    assert producer.flush(TIMEOUT_S) == 0
+    node.ok(f"CREATE TABLE {counts} WITH (KAFKA_TOPIC='sec_{counts.lower()}') AS SELECT PAGE, COUNT(*) AS N "
+            f"FROM {views} GROUP BY PAGE;", EARLIEST)
+    node.ok(f"CREATE TABLE {minutes} WITH (KAFKA_TOPIC='sec_{minutes.lower()}') AS SELECT PAGE, COUNT(*) AS N "
+            f"FROM {views} WINDOW TUMBLING (SIZE 1 MINUTE) GROUP BY PAGE;", EARLIEST)
+
+    wait_until(lambda: _pull(node, f"SELECT * FROM {counts};") == [["about", 2], ["home", 4]],
+               f"{counts} materialized", timeout_s=300, nodes=[node])
+    assert _pull(node, f"SELECT N FROM {counts} WHERE PAGE = 'home';") == [[4]]
+    assert _pull(node, f"SELECT PAGE FROM {counts} WHERE PAGE IN ('about', 'nope');") == [["about"]]
+
+    wait_until(lambda: _pull(node, f"SELECT * FROM {minutes} WHERE PAGE = 'home';")
+               == [["home", 0, MINUTE_MS, 3], ["home", MINUTE_MS, 2 * MINUTE_MS, 1]],
+               f"{minutes} materialized", timeout_s=300, nodes=[node])
+    assert _pull(node, f"SELECT PAGE, N FROM {minutes} WHERE WINDOWSTART = {MINUTE_MS};") == [["about", 2],
+                                                                                                ["home", 1]]
+    assert _pull(node, f"SELECT N FROM {minutes} WHERE PAGE = 'home' AND WINDOWSTART >= 1000;") == [[1]]
 
 
 def test_wrong_password_is_reported_not_hung(broker: BrokerProcess, pki: Pki, tmp_path: Path) -> None:
