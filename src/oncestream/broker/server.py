@@ -49,6 +49,7 @@ from oncestream.broker.connection_limits import ConnectionQuotas, IdleTracker
 from oncestream.broker.dispatch import CloseConnection, Dispatcher
 from oncestream.broker.listeners import Listener
 from oncestream.broker.memory_pool import RequestMemoryPool
+from oncestream.broker.quotas.enforcement import take_channel_mute_s
 from oncestream.broker.sasl.exchange import close_delay_s
 from oncestream.broker.seams import BackgroundLoop, BrokerSeams
 from oncestream.broker.state import BrokerState
@@ -335,6 +336,9 @@ class BrokerServer:
                     await writer.drain()
                     watch.draining = False
                     idle.activity(watch.now_ms())
+                mute_s = take_channel_mute_s()
+                if mute_s is not None:  # KIP-219: answered at once, then nothing read until the throttle ends
+                    await asyncio.sleep(mute_s)
                 sasl_close_s = close_delay_s()
                 if sasl_close_s is not None:  # a failed SASL authentication: answered, then closed
                     await asyncio.sleep(sasl_close_s)
