@@ -28,14 +28,15 @@ _MATCH_EXACT, _MATCH_DEFAULT, _MATCH_SPECIFIED = 0, 1, 2
 
 @dataclass(frozen=True)
 class ClientQuotaEntity:
-    """A quota entity: ((entity type, name or None for ``<default>``), ...), sorted by type."""
+    """A quota entity: ((entity type, name or None for ``<default>``), ...), user first (Kafka's
+    order), then any other type by name."""
 
     parts: tuple[tuple[str, str | None], ...]
 
     @classmethod
     def of(cls, entries: Mapping[str, str | None]) -> ClientQuotaEntity:
         """``ClientQuotaEntity.of({"user": "alice", "client-id": None})``."""
-        return cls(tuple(sorted(entries.items())))
+        return cls(tuple(sorted(entries.items(), key=lambda item: (item[0] != USER, item[0]))))
 
     def entries(self) -> dict[str, str | None]:
         """Entity type -> name (None: the default entity)."""
