@@ -125,14 +125,17 @@ def test_two_tenants_produce_quota_holds_and_survives_restart(broker: BrokerProc
     print(f"calm alone {calm_alone.rate_per_s(ALONE_S):.0f} B/s, calm beside greedy {calm.rate_per_s(MEASURE_S):.0f} B/s, "
           f"greedy {greedy.rate_per_s(MEASURE_S):.0f} B/s (quota {QUOTA_BYTES_PER_S}), "
           f"greedy throttled {len(greedy.throttle_events_ms)} times, max {greedy.stats_throttle_max_ms} ms")
-    assert not greedy.errors and not calm.errors, (greedy.errors, calm.errors)
+    assert not greedy.errors, greedy.errors
+    assert not calm.errors, calm.errors
     # The acceptance point: the quota holds within 10% over the 10 s.
     assert greedy.rate_per_s(MEASURE_S) == pytest.approx(QUOTA_BYTES_PER_S, rel=0.10)
     # librdkafka saw the throttle time (KIP-219) in both of its reports.
-    assert greedy.throttle_events_ms and max(greedy.throttle_events_ms) > 0
+    assert greedy.throttle_events_ms
+    assert max(greedy.throttle_events_ms) > 0
     assert greedy.stats_throttle_max_ms > 0
     # The other tenant is never throttled.
-    assert calm.throttle_events_ms == [] and calm.stats_throttle_max_ms == 0
+    assert calm.throttle_events_ms == []
+    assert calm.stats_throttle_max_ms == 0
     assert calm_alone.throttle_events_ms == []
 
     broker.restart()
@@ -158,9 +161,12 @@ def test_describe_and_alter_validation_and_precedence(broker: BrokerProcess) -> 
             ClientQuotaAlteration(ClientQuotaEntity.of({"ip": "10.0.0.1"}), (ClientQuotaOp("producer_byte_rate", 1),)),
         ])
         assert result[alice_default] is None
-        assert result[default_user] is not None and result[default_user].name() == "INVALID_REQUEST"
-        assert "whole number" in result[default_user].str()
-        assert "ip" in result[ClientQuotaEntity.of({"ip": "10.0.0.1"})].str()
+        refused, unknown_type = result[default_user], result[ClientQuotaEntity.of({"ip": "10.0.0.1"})]
+        assert refused is not None
+        assert unknown_type is not None
+        assert refused.name() == "INVALID_REQUEST"
+        assert "whole number" in refused.str()
+        assert "Unhandled client quota entity type: ip" in unknown_type.str()
         # validate_only changes nothing.
         assert admin.alter_client_quotas([ClientQuotaAlteration(default_user, (ClientQuotaOp("producer_byte_rate", 10),))],
                                          validate_only=True) == {default_user: None}
@@ -185,7 +191,9 @@ def test_controller_mutation_rate_kip_599(broker: BrokerProcess) -> None:
     with Admin({"bootstrap.servers": broker.bootstrap, "client.id": "topic-maker"}) as maker:
         result = maker.create_topics([NewTopic(first, num_partitions=12), NewTopic(second, num_partitions=1)])
         assert result[first] is None
-        assert result[second] is not None and result[second].name() == "THROTTLING_QUOTA_EXCEEDED"
+        refused = result[second]
+        assert refused is not None
+        assert refused.name() == "THROTTLING_QUOTA_EXCEEDED"
     with Admin({"bootstrap.servers": broker.bootstrap, "client.id": "someone-else"}) as other:
         assert other.create_topics([NewTopic(second, num_partitions=1)]) == {second: None}
 
@@ -198,7 +206,8 @@ def test_fetch_byte_rate_and_request_percentage_throttle_librdkafka(broker: Brok
     create_topic(broker.bootstrap, topic)
     writer = Tenant("writer")
     produce_for(broker.bootstrap, topic, writer, 1.0)
-    assert writer.delivered_bytes > 2_000_000 and not writer.throttle_events_ms
+    assert writer.delivered_bytes > 2_000_000
+    assert not writer.throttle_events_ms
     with Admin({"bootstrap.servers": broker.bootstrap}) as admin:
         set_quota(admin, ClientQuotaEntity.of({CLIENT_ID: "slow-reader"}), consumer_byte_rate=100_000)
         set_quota(admin, ClientQuotaEntity.of({CLIENT_ID: "chatty"}), request_percentage=0.1)
@@ -214,7 +223,8 @@ def test_fetch_byte_rate_and_request_percentage_throttle_librdkafka(broker: Brok
             consumer.poll(0.2)
     finally:
         consumer.close()
-    assert throttles_ms and max(throttles_ms) > 0
+    assert throttles_ms
+    assert max(throttles_ms) > 0
 
     chatty = Tenant("chatty")
     produce_for(broker.bootstrap, topic, chatty, CLIENT_TIMEOUT_S, until_throttled=True)

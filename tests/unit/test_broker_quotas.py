@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+from typing import Any
 
 import pytest
 
@@ -171,7 +172,8 @@ def test_controller_mutation_rate_kip_599_strict_and_permissive():
     now[0] = 1000
     assert managers.mutation_quota("admin", "c", strict=True).try_record(1)
     permissive = managers.mutation_quota("admin", "c", strict=False)
-    assert permissive.try_record(50) and permissive.try_record(50)
+    assert permissive.try_record(50)
+    assert permissive.try_record(50)
     assert permissive.throttle_ms > 0
     assert managers.mutation_quota("root", "c", strict=True).try_record(10**6)  # no quota: unlimited
 
@@ -238,7 +240,7 @@ def test_enforcer_sets_throttle_and_channel_mute():
     def handler() -> object:
         return build(m.ProduceResponse, responses=(), throttle_time=datetime.timedelta(0))
 
-    async def main() -> tuple[object, float | None]:
+    async def main() -> tuple[Any, float | None]:
         response = await enforcer.call(k.PRODUCE, 9, "User:ANONYMOUS", "greedy", 20_000, handler, False)
         return response, take_channel_mute_s()
 
