@@ -231,3 +231,19 @@ def test_fetch_byte_rate_and_request_percentage_throttle_librdkafka(broker: Brok
     assert chatty.throttle_events_ms, "request_percentage never throttled the producer"
     # Kafka bounds a request-time throttle by one quota window (1 s).
     assert max(chatty.throttle_events_ms) <= 1000
+
+
+@pytest.mark.slow
+def test_produce_quota_holds_over_thirty_seconds(broker: BrokerProcess) -> None:
+    """The longer run: past the first window the rate is kept by the samples' expiry, not the
+    padded first window; a librdkafka producer honouring the throttle times stays within 10%."""
+    topic = unique_topic("quota-long")
+    create_topic(broker.bootstrap, topic)
+    entity = ClientQuotaEntity.of({USER: None, CLIENT_ID: "long-runner"})  # level 4: <default> user, this client
+    with Admin({"bootstrap.servers": broker.bootstrap}) as admin:
+        set_quota(admin, entity, producer_byte_rate=QUOTA_BYTES_PER_S)
+    runner = Tenant("long-runner")
+    produce_for(broker.bootstrap, topic, runner, 30.0)
+    print(f"long-runner {runner.rate_per_s(30.0):.0f} B/s over 30 s, throttled {len(runner.throttle_events_ms)} times")
+    assert runner.rate_per_s(30.0) == pytest.approx(QUOTA_BYTES_PER_S, rel=0.10)
+    assert len(runner.throttle_events_ms) > 1

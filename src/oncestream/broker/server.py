@@ -336,9 +336,6 @@ class BrokerServer:
                     await writer.drain()
                     watch.draining = False
                     idle.activity(watch.now_ms())
-                mute_s = take_channel_mute_s()
-                if mute_s is not None:  # KIP-219: answered at once, then nothing read until the throttle ends
-                    await asyncio.sleep(mute_s)
                 sasl_close_s = close_delay_s()
                 if sasl_close_s is not None:  # a failed SASL authentication: answered, then closed
                     await asyncio.sleep(sasl_close_s)
@@ -349,6 +346,13 @@ class BrokerServer:
                 # It is replaced when the next frame arrives, as before the pool existed.
                 pool.release(reserved_bytes)
                 reserved_bytes = 0
+                mute_s = take_channel_mute_s()
+                if mute_s is not None:  # KIP-219: answered at once, then nothing read until the throttle ends
+                    idle.start_request()  # the broker's choice: a muted client is not idle
+                    try:
+                        await asyncio.sleep(mute_s)
+                    finally:
+                        idle.finish_request(watch.now_ms())
         except (asyncio.IncompleteReadError, ConnectionError):
             pass  # the client went away, or sat idle and was closed (logged by the watch)
         except CloseConnection as exc:
