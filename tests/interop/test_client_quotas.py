@@ -5,7 +5,8 @@ Two tenants produce with librdkafka, told apart by their client ids; one has a
 librdkafka reports the throttling (``throttle_cb`` and the statistics' ``throttle`` window); the
 other tenant is never throttled (its rate alone and while sharing the broker are printed, not
 asserted: no timing assertions). The quotas survive a broker restart and are enforced after it.
-The controller mutation rate answers THROTTLING_QUOTA_EXCEEDED to a CreateTopics v6+ client."""
+The controller mutation rate answers THROTTLING_QUOTA_EXCEEDED to a CreateTopics v6+ client.
+Marked slow: a 30 s run of the produce quota, and SASL users as the tenants (own broker)."""
 
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ from oncestream.client.admin.admin_quotas import (
 )
 from tests.support.brokers import BrokerProcess
 from tests.support.clients import CLIENT_TIMEOUT_S, create_topic, unique_topic
+from tests.support.sasl import librdkafka_conf, start_sasl_broker
 
 pytestmark = pytest.mark.interop
 
@@ -69,7 +71,8 @@ class Tenant:
         return self.delivered_bytes / seconds
 
 
-def produce_for(bootstrap: str, topic: str, tenant: Tenant, seconds: float, *, until_throttled: bool = False) -> None:
+def produce_for(bootstrap: str, topic: str, tenant: Tenant, seconds: float, *, until_throttled: bool = False,
+                extra_conf: dict[str, str] | None = None) -> None:
     """Produce as fast as librdkafka lets this tenant for ``seconds`` (or until it is first
     throttled); count what is delivered within them (a delivery after the window does not count)."""
     def on_throttle(event: object) -> None:
@@ -81,7 +84,8 @@ def produce_for(bootstrap: str, topic: str, tenant: Tenant, seconds: float, *, u
 
     producer = Producer({"bootstrap.servers": bootstrap, "client.id": tenant.client_id, "linger.ms": 5,
                          "batch.size": 65536, "statistics.interval.ms": 500, "throttle_cb": on_throttle,
-                         "stats_cb": on_stats, "error_cb": lambda err: tenant.errors.append(str(err))})
+                         "stats_cb": on_stats, "error_cb": lambda err: tenant.errors.append(str(err)),
+                         **(extra_conf or {})})
     start = time.monotonic()
     end = start + seconds
 
@@ -247,3 +251,25 @@ def test_produce_quota_holds_over_thirty_seconds(broker: BrokerProcess) -> None:
     print(f"long-runner {runner.rate_per_s(30.0):.0f} B/s over 30 s, throttled {len(runner.throttle_events_ms)} times")
     assert runner.rate_per_s(30.0) == pytest.approx(QUOTA_BYTES_PER_S, rel=0.10)
     assert len(runner.throttle_events_ms) > 1
+
+
+@pytest.mark.slow
+def test_sasl_users_are_quota_tenants(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The quota user is the SASL principal (KIP-55): alice and admin produce with the same
+    client id; only alice, who has a user quota, is throttled."""
+    broker = start_sasl_broker(tmp_path_factory.mktemp("sasl-quotas") / "data")
+    try:
+        admin_conf = librdkafka_conf("PLAIN", "admin", "admin-secret")
+        alice_conf = librdkafka_conf("PLAIN", "alice", "alice-secret")
+        topic = unique_topic("sasl-quota")
+        with Admin({"bootstrap.servers": broker.bootstrap, **admin_conf}) as admin:
+            assert admin.create_topics([NewTopic(topic)]) == {topic: None}
+            set_quota(admin, ClientQuotaEntity.of({USER: "alice"}), producer_byte_rate=100_000)
+        alice, other = Tenant("same-app"), Tenant("same-app")
+        produce_for(broker.bootstrap, topic, alice, CLIENT_TIMEOUT_S, until_throttled=True, extra_conf=alice_conf)
+        produce_for(broker.bootstrap, topic, other, 1.0, extra_conf=admin_conf)
+        assert alice.throttle_events_ms, f"alice not throttled ({alice.delivered_bytes} bytes)"
+        assert other.delivered_bytes > 0
+        assert other.throttle_events_ms == []
+    finally:
+        broker.stop()
