@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import pytest
 from confluent_kafka import Consumer, Producer
 
+from oncestream.cli import main as cli_main
 from oncestream.client import Admin
 from oncestream.client.admin.admin import NewTopic
 from oncestream.client.admin.admin_quotas import (
@@ -235,6 +236,36 @@ def test_fetch_byte_rate_and_request_percentage_throttle_librdkafka(broker: Brok
     assert chatty.throttle_events_ms, "request_percentage never throttled the producer"
     # Kafka bounds a request-time throttle by one quota window (1 s).
     assert max(chatty.throttle_events_ms) <= 1000
+
+
+def quotas_cli(broker: BrokerProcess, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    """``oncestream quotas ARGS -b BROKER`` in this process: (exit code, stdout, stderr)."""
+    code = cli_main(["quotas", *args, "-b", broker.bootstrap])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_quotas_cli_kafka_configs_options(broker: BrokerProcess, capsys: pytest.CaptureFixture[str]) -> None:
+    """``oncestream quotas alter|describe`` with kafka-configs.sh's options and output."""
+    both = ("--entity-type", "user", "--entity-name", "carol", "--entity-type", "client-id", "--entity-default")
+    code, out, err = quotas_cli(broker, capsys, "alter", *both,
+                                "--add-config", "producer_byte_rate=1048576,request_percentage=50")
+    assert code == 0, err
+    assert out.strip() == "Completed updating config for user-principal 'carol', the default client-id."
+    _, out, _ = quotas_cli(broker, capsys, "describe", *both)
+    assert out.strip() == ("Quota configs for user-principal 'carol', the default client-id are "
+                           "producer_byte_rate=1048576.0, request_percentage=50.0")
+    assert quotas_cli(broker, capsys, "alter", *both, "--delete-config", "request_percentage")[0] == 0
+    _, out, _ = quotas_cli(broker, capsys, "describe", "--entity-type", "users")
+    assert "Quota configs for user-principal 'carol', the default client-id are producer_byte_rate=1048576.0" \
+        in out.splitlines()
+    code, _, err = quotas_cli(broker, capsys, "alter", "--entity-type", "client-id", "--entity-name", "x",
+                              "--add-config", "consumer_byte_rate=-5")
+    assert code == 1
+    assert "INVALID_REQUEST" in err
+    code, _, err = quotas_cli(broker, capsys, "alter", "--entity-name", "x", "--add-config", "consumer_byte_rate=5")
+    assert code == 1
+    assert "must follow an --entity-type" in err
 
 
 @pytest.mark.slow

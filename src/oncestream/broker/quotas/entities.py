@@ -47,6 +47,9 @@ QUOTA_KEYS: Mapping[str, bool] = {  # key -> whole numbers only
 MATCH_EXACT, MATCH_DEFAULT, MATCH_SPECIFIED = 0, 1, 2
 
 _FILE_VERSION = 1
+# quota_for answers are kept per (user, client id, key) until the configs change (a change makes
+# a new ClientQuotaConfigs); bounded so that a stream of new client ids cannot grow it forever.
+_MAX_CACHED_LOOKUPS = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +147,7 @@ class ClientQuotaConfigs:
 
     def __init__(self, entries: Mapping[QuotaEntity, Mapping[str, float]] | None = None) -> None:
         self._entries: dict[QuotaEntity, dict[str, float]] = {e: dict(v) for e, v in (entries or {}).items() if v}
+        self._lookups: dict[tuple[str, str, str], tuple[float, tuple[str, str]] | None] = {}
 
     def value(self, entity: QuotaEntity, key: str) -> float | None:
         """The value ``entity`` has for ``key``, if any."""
@@ -155,11 +159,19 @@ class ClientQuotaConfigs:
         None: unlimited (the first of the eight levels with a value wins)."""
         if not self._entries:
             return None
+        lookup = (user, client_id, key)
+        if lookup in self._lookups:
+            return self._lookups[lookup]
+        found: tuple[float, tuple[str, str]] | None = None
         for entity, metric_key in matching_levels(user, client_id):
             values = self._entries.get(entity)
             if values is not None and key in values:
-                return values[key], metric_key
-        return None
+                found = values[key], metric_key
+                break
+        if len(self._lookups) >= _MAX_CACHED_LOOKUPS:
+            self._lookups.clear()
+        self._lookups[lookup] = found
+        return found
 
     def altered(self, entity: QuotaEntity, ops: Iterable[QuotaOp]) -> ClientQuotaConfigs:
         """A copy with ``ops`` applied to ``entity``; INVALID_REQUEST for an unknown key, a key
