@@ -8,6 +8,8 @@ What each test proves:
   committed offset and lag show its commit; Produce and Fetch move the request counters and every
   stage histogram by the same count; the Produce responses' partition errors count as NONE; the
   log's end offset and the listener's connections show;
+- a client over its produce byte-rate quota is throttled, and Produce's ThrottleTimeMs histogram
+  shows it (the KIP-219 mute);
 - the transaction gauges show a librdkafka transaction as open and a KIP-939 two-phase-commit
   transaction (our client: librdkafka 2.16.1 cannot prepare) as prepared, hold the LSO lag, and
   drop back to zero once both commit.
@@ -21,7 +23,9 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, Producer
 
+from oncestream.client import Admin
 from oncestream.client import Producer as OnceProducer
+from oncestream.client.admin.admin_quotas import CLIENT_ID, ClientQuotaAlteration, ClientQuotaEntity, ClientQuotaOp
 from tests.support.brokers import BrokerProcess
 from tests.support.clients import CLIENT_TIMEOUT_S, create_topic, unique_topic
 from tests.support.metrics import METRICS_BROKER_CONFIG, metrics_url_of, scrape, total, value
@@ -35,7 +39,9 @@ VALUE_BYTES = 300
 
 @pytest.fixture(scope="module")
 def metered(tmp_path_factory):
-    config = {**TXN_BROKER_CONFIG, **METRICS_BROKER_CONFIG, "transaction.two.phase.commit.enable": "true"}
+    config = {**TXN_BROKER_CONFIG, **METRICS_BROKER_CONFIG, "transaction.two.phase.commit.enable": "true",
+              # Quota rates over 1 s (two 1 s samples): a short burst is throttled for about a second.
+              "quota.window.num": "2", "quota.window.size.seconds": "1"}
     broker = BrokerProcess(data_dir=tmp_path_factory.mktemp("metrics") / "data", config=config)
     broker.start()
     try:
@@ -137,3 +143,29 @@ def test_transaction_gauges_show_open_and_prepared_until_commit(metered):
     assert value(done, "oncestream_log_laststableoffsetlag", topic=topic, partition="0") == 0
     assert value(done, "oncestream_transactions_oldest_open_age_seconds") == 0
     assert value(done, "oncestream_transactions_hanging") == 0
+
+
+def test_throttle_time_shows_a_produce_quota(metered):
+    broker, url = metered
+    topic = unique_topic("metrics-quota")
+    create_topic(broker.bootstrap, topic)
+    quota_bytes_per_s = 20_000.0
+    admin = Admin({"bootstrap.servers": broker.bootstrap})
+    try:
+        entity = ClientQuotaEntity.of({CLIENT_ID: "metrics-throttled"})
+        assert admin.alter_client_quotas([ClientQuotaAlteration(
+            entity, (ClientQuotaOp("producer_byte_rate", quota_bytes_per_s),))]) == {entity: None}
+    finally:
+        admin.close()
+    before = scrape(url)
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "client.id": "metrics-throttled"})
+    for i in range(4):  # 4 requests of 10 KB: twice the quota's second
+        for j in range(10):
+            producer.produce(topic, b"%04d" % (i * 10 + j) * 256, partition=0)
+        assert producer.flush(CLIENT_TIMEOUT_S) == 0
+    after = scrape(url)
+    name = "kafka_network_requestmetrics_throttletimems"
+    assert value(after, f"{name}_sum", request="Produce") > value(before, f"{name}_sum", request="Produce")
+    # Throttled requests land above the 0-ms bucket.
+    over_zero = value(after, f"{name}_count", request="Produce") - value(after, f"{name}_bucket", request="Produce", le="0.1")
+    assert over_zero > 0

@@ -52,6 +52,7 @@ from oncestream.broker.listeners import Listener
 from oncestream.broker.memory_pool import RequestMemoryPool
 from oncestream.broker.metrics.recorder import RequestTiming, current_timing
 from oncestream.broker.metrics.serving import start_metrics
+from oncestream.broker.quotas.enforcement import take_channel_mute_s
 from oncestream.broker.sasl.exchange import close_delay_s
 from oncestream.broker.seams import BackgroundLoop, BrokerSeams
 from oncestream.broker.state import BrokerState
@@ -350,7 +351,11 @@ class BrokerServer:
                     await writer.drain()
                     watch.draining = False
                     idle.activity(watch.now_ms())
+                # Taken here (the mute itself waits until the pool is given back, below): the
+                # request's ThrottleTimeMs is the time its channel stays muted.
+                mute_s = take_channel_mute_s()
                 if timing is not None:
+                    timing.throttle_ms = mute_s * 1000 if mute_s is not None else 0.0
                     metrics.request_done(timing, read_s, time.perf_counter())
                 sasl_close_s = close_delay_s()
                 if sasl_close_s is not None:  # a failed SASL authentication: answered, then closed
@@ -364,6 +369,12 @@ class BrokerServer:
                 # It is replaced when the next frame arrives, as before the pool existed.
                 pool.release(reserved_bytes)
                 reserved_bytes = 0
+                if mute_s is not None:  # KIP-219: answered at once, then nothing read until the throttle ends
+                    idle.start_request()  # the broker's choice: a muted client is not idle
+                    try:
+                        await asyncio.sleep(mute_s)
+                    finally:
+                        idle.finish_request(watch.now_ms())
         except (asyncio.IncompleteReadError, ConnectionError):
             pass  # the client went away, or sat idle and was closed (logged by the watch)
         except CloseConnection as exc:
