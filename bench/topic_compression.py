@@ -42,16 +42,10 @@ def _values(count: int, seed: int = 7) -> list[bytes]:
     return out
 
 
-def _round(bootstrap: str, topic_type: str, total_bytes: int, producer_codec: str, values: list[bytes]) -> float:
-    topic = f"bench-{topic_type}-{time.monotonic_ns()}"
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, 1, 1, config={"compression.type": topic_type})])[topic].result(60)
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
-                         "linger.ms": 5, "batch.size": 1 << 20, "compression.type": producer_codec,
-                         "queue.buffering.max.kbytes": 1 << 20})
-    count = total_bytes // RECORD_BYTES
+def produce_all(producer: Producer, topic: str, values: list[bytes], count: int) -> None:
+    """Produce ``count`` records (``values`` in turn) to partition 0, waiting for queue space, and
+    flush; exit with the first errors if any record was not acknowledged."""
     failed: list[object] = []
-    started = time.perf_counter()
     for i in range(count):
         while True:
             try:
@@ -64,6 +58,18 @@ def _round(bootstrap: str, topic_type: str, total_bytes: int, producer_codec: st
             producer.poll(0)
     if producer.flush(120) != 0 or failed:
         raise SystemExit(f"undelivered records: {failed[:3]}")
+
+
+def _round(bootstrap: str, topic_type: str, total_bytes: int, producer_codec: str, values: list[bytes]) -> float:
+    topic = f"bench-{topic_type}-{time.monotonic_ns()}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 1, config={"compression.type": topic_type})])[topic].result(60)
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
+                         "linger.ms": 5, "batch.size": 1 << 20, "compression.type": producer_codec,
+                         "queue.buffering.max.kbytes": 1 << 20})
+    count = total_bytes // RECORD_BYTES
+    started = time.perf_counter()
+    produce_all(producer, topic, values, count)
     elapsed_s = time.perf_counter() - started
     return count * RECORD_BYTES / MB / elapsed_s
 

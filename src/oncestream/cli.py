@@ -19,6 +19,7 @@ from oncestream.cli_client import client_conf as _conf
 from oncestream.cli_client import client_errors as _client_errors
 from oncestream.cli_common import CliError
 from oncestream.cli_groups import register as register_groups
+from oncestream.cli_quotas import register as register_quotas
 from oncestream.cli_users import register as register_users
 from oncestream.client import (
     OFFSET_BEGINNING,
@@ -498,6 +499,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     register_groups(sub)  # consumer and share groups (cli_groups.py)
     register_users(sub)  # SCRAM users
+    register_quotas(sub)  # client quotas (KIP-546)
     register_sql_shell(sub)  # oncestream sql: the SQL shell
     _register_sql_server(sub)
 

@@ -7,14 +7,17 @@ installed from the copy with the same extras; a copy, so that an editable instal
 into the work tree), with no PYTHONPATH: what runs is what pip installed. Then:
 
 - every install: ``oncestream --help``;
-- an install with ``sql``: a broker and a SQL server from the venv, the server ready and answering
-  the venv's shell, then its Spark session up (its whole start-up import chain: PySpark, pyarrow,
-  pandas, rocksdict, hypercorn...; Spark starts once the server listens); its log says nothing
-  about missing two-phase commit;
+- an install with ``sql``: the README's SQL quickstart with the venv's program
+  (tests.support.readme_quickstart: a broker and a SQL server as the README starts them, its
+  statements piped into the venv's shell, the push query printing the README's row), then the
+  venv's shell answering SHOW STREAMS and the server's Spark session up (its whole start-up import
+  chain: PySpark, pyarrow, pandas, rocksdict, hypercorn...); its log says nothing about missing
+  two-phase commit;
 - with ``spark``: the connector and its Arrow batches import (``oncestream.spark``);
 - with ``state``: a RocksDB state store opens (``oncestream.state``).
 
-The default suite runs the README's SQL-server command and the installs without Spark (seconds);
+The default suite runs the README's SQL-server command (then its quickstart: the default run's one
+README quickstart) and the installs without Spark (seconds);
 the other documented commands install Spark again in other combinations and are marked slow (one
 to two minutes each).
 """
@@ -26,13 +29,11 @@ import re
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from tests.support.ports import free_tcp_port
-from tests.support.ready_processes import start_ready, stop
+from tests.support.readme_quickstart import run_readme_quickstart
 
 pytestmark = [pytest.mark.interop]
 
@@ -40,7 +41,6 @@ ROOT = Path(__file__).resolve().parents[2]
 INSTALL = re.compile(r"pip install (-e )?'?(\.|oncestream)\[([a-z,]+)\]'?")
 INSTALL_TIMEOUT_S = 900.0
 COMMAND_TIMEOUT_S = 120.0
-SPARK_START_TIMEOUT_S = 180.0
 # The command the README's SQL-server section gives by hand: the one run in the default suite.
 README_SQL_COMMAND = ("-e ", ".", "sql")
 _COPY_IGNORE = shutil.ignore_patterns(".git", ".venv", "data", "build", "dist", "*.egg-info", "__pycache__",
@@ -92,30 +92,18 @@ def _run(argv: list[str], env: dict[str, str], timeout_s: float = COMMAND_TIMEOU
 
 
 def _check_sql_server(bin_dir: Path, env: dict[str, str], work: Path) -> None:
-    broker_port, sql_port = free_tcp_port(), free_tcp_port()
-    broker = start_ready([str(bin_dir / "oncestream"), "broker", "--data-dir", str(work / "broker"), "--listen",
-                     f"127.0.0.1:{broker_port}", "--config", "transaction.two.phase.commit.enable=true"],
-                    work / "broker.ready", work / "broker.log", env)
-    try:
-        server = start_ready([str(bin_dir / "oncestream"), "sql-server", "--bootstrap-server", f"127.0.0.1:{broker_port}",
-                         "--listen", f"127.0.0.1:{sql_port}", "--service-id", "install_", "--state-dir",
-                         str(work / "sql")], work / "sql.ready", work / "sql.log", env)
-        try:
-            out = _run([str(bin_dir / "oncestream"), "sql", "--server", f"http://127.0.0.1:{sql_port}",
-                        "-e", "SHOW STREAMS;"], env)
-            assert "Stream Name" in out, out
-            # Spark starts once the server listens: its import chain is proven when it is up.
-            deadline = time.monotonic() + SPARK_START_TIMEOUT_S
-            while "Spark session ready" not in (work / "sql.log").read_text():
-                assert server.poll() is None, (work / "sql.log").read_text()[-4000:]
-                assert time.monotonic() < deadline, (work / "sql.log").read_text()[-4000:]
-                time.sleep(0.2)
-        finally:
-            stop(server)
-        log = (work / "sql.log").read_text()
-        assert "persistent queries cannot run" not in log, log[-4000:]
-    finally:
-        stop(broker)
+    """The README's SQL quickstart with the venv's ``oncestream`` (tests.support.readme_quickstart:
+    a broker and a SQL server started as the README says, its statements piped into the shell, the
+    push query printing alice's row, no refusal of two-phase commit in the server's log); then,
+    with both still up, the venv's shell answers SHOW STREAMS and the server's Spark session is up
+    (its whole start-up import chain: it ran the quickstart's queries)."""
+
+    def serving(sql_url: str, server_log: Path) -> None:
+        out = _run([str(bin_dir / "oncestream"), "sql", "--server", sql_url, "-e", "SHOW STREAMS;"], env)
+        assert "Stream Name" in out, out
+        assert "Spark session ready" in server_log.read_text(), server_log.read_text()[-4000:]
+
+    run_readme_quickstart([str(bin_dir / "oncestream")], env, work, while_serving=serving)
 
 
 @pytest.mark.parametrize("command", [_param(c) for c in documented_commands()])

@@ -15,6 +15,7 @@ from confluent_kafka import Producer
 from oncestream.client.common.connection import BrokerConnection
 from oncestream.client.common.sasl import SaslClientError, SaslCredentials
 from tests.support.clients import CLIENT_TIMEOUT_S, unique_topic
+from tests.support.metrics import METRICS_BROKER_CONFIG, metrics_url_of, scrape, value
 from tests.support.sasl import kafka_python_conf, librdkafka_conf, start_sasl_broker
 from tests.support.wire import PeerClosed, ResponseReader, WireConnection, int16, int32
 
@@ -27,7 +28,7 @@ UNSUPPORTED_SASL_MECHANISM, SASL_AUTHENTICATION_FAILED = 33, 58
 @pytest.fixture(scope="module")
 def sasl_broker(tmp_path_factory):
     broker = start_sasl_broker(tmp_path_factory.mktemp("sasl-neg") / "data",
-                               {"connections.max.reauth.ms": "3600000"})
+                               {"connections.max.reauth.ms": "3600000", **METRICS_BROKER_CONFIG})
     try:
         yield broker
     finally:
@@ -65,6 +66,11 @@ def _good_client_still_served(broker) -> None:
     assert producer.flush(CLIENT_TIMEOUT_S) == 0
 
 
+def _failed_authentications(broker) -> float:
+    return value(scrape(metrics_url_of(broker)), "kafka_server_socket_server_metrics_failed_authentication_total",
+                 listener="PLAINTEXT")
+
+
 def test_unknown_mechanism_gets_33_with_enabled_list_then_close(sasl_broker):
     with _connect(sasl_broker) as conn:
         error, mechanisms = _handshake(conn, "GSSAPI")
@@ -77,6 +83,7 @@ def test_unknown_mechanism_gets_33_with_enabled_list_then_close(sasl_broker):
 @pytest.mark.parametrize("token", [b"\0alice\0wrong-password", b"\0nobody\0alice-secret"],
                          ids=["wrong-password", "unknown-user"])
 def test_failed_plain_authentication_gets_58_then_close(sasl_broker, token):
+    before = _failed_authentications(sasl_broker)
     with _connect(sasl_broker) as conn:
         assert _handshake(conn, "PLAIN")[0] == 0
         error, message, _, _ = _authenticate_v1(conn, token)
@@ -84,6 +91,7 @@ def test_failed_plain_authentication_gets_58_then_close(sasl_broker, token):
         assert message
         _assert_closed(conn)
     _good_client_still_served(sasl_broker)
+    assert _failed_authentications(sasl_broker) == before + 1  # /metrics: failed-authentication-total
 
 
 def test_request_before_authentication_closes_the_connection(sasl_broker):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import inspect
 import logging
 from collections.abc import Callable
+from time import perf_counter
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -18,6 +19,7 @@ from oncestream.broker.connection_context import current_session
 from oncestream.broker.handlers import (
     acls,
     api_versions,
+    client_quotas,
     configs,
     consumer_groups,
     fetch,
@@ -34,6 +36,8 @@ from oncestream.broker.handlers import (
     topics,
     transactions,
 )
+from oncestream.broker.metrics.recorder import current_timing
+from oncestream.broker.quotas.enforcement import QuotaEnforcer
 from oncestream.broker.sasl.errors import SaslAuthenticationError
 from oncestream.broker.sasl.exchange import current_exchange, peek_exchange
 from oncestream.broker.state import BrokerState
@@ -80,6 +84,8 @@ HANDLERS: dict[int, Handler] = {
     k.LIST_GROUPS: groups.handle_list_groups,
     k.DELETE_GROUPS: groups.handle_delete_groups,
     k.OFFSET_DELETE: groups.handle_offset_delete,
+    k.DESCRIBE_CLIENT_QUOTAS: client_quotas.handle_describe,
+    k.ALTER_CLIENT_QUOTAS: client_quotas.handle_alter,
     k.CONSUMER_GROUP_HEARTBEAT: consumer_groups.handle_consumer_group_heartbeat,
     k.CONSUMER_GROUP_DESCRIBE: consumer_groups.handle_consumer_group_describe,
     k.ADD_PARTITIONS_TO_TXN: transactions.handle_add_partitions_to_txn,
@@ -133,9 +139,11 @@ class Dispatcher:
         self._async = {key: inspect.iscoroutinefunction(h) for key, h in HANDLERS.items()}
         # Only a principal builder that asks for it sees the client.id (broker/principal.py).
         self._client_id_principal = state.principal_builder.reads_client_id
+        self._quotas = QuotaEnforcer(lambda: state.client_quotas)
 
     async def handle_frame(self, frame: bytes) -> bytes | list[bytes | bytearray | memoryview] | None:
-        """Answer one request frame; raise CloseConnection when the frame is not acceptable."""
+        """Answer one request frame; raise CloseConnection when the frame is not acceptable. The
+        connection's ``current_timing`` (metrics on) receives the api and the handler's start and end."""
         exchange = peek_exchange()
         if exchange is not None and exchange.raw_tokens and exchange.state == "authenticate":
             # After a SaslHandshake v0 the client sends bare SASL tokens, not requests.
@@ -169,12 +177,19 @@ class Dispatcher:
         except MalformedRequestError as exc:
             raise CloseConnection(str(exc)) from None
         handler = HANDLERS[header.api_key]
-        if self._async[header.api_key]:
-            response = await handler(self.state, header, request)
-        else:
-            response = handler(self.state, header, request)
+        timing = current_timing.get()
+        if timing is not None:
+            timing.api_key, timing.api_version, timing.handler_start_s = header.api_key, header.api_version, perf_counter()
+        # Client quotas measure the handler and set the response's throttle time (broker/quotas/).
+        response = await self._quotas.call(
+            header.api_key, header.api_version, current_session().principal, header.client_id, len(frame),
+            lambda: handler(self.state, header, request), self._async[header.api_key])
+        if timing is not None:
+            timing.handler_end_s = perf_counter()
         if response is None or isinstance(response, list):
-            return response  # no response (acks=0), or buffers the handler framed itself
+            return response  # no response (acks=0), or buffers the handler framed itself (Fetch counts its own)
+        if self.state.metrics.enabled:
+            self.state.metrics.response_errors(header.api_key, response)
         return encode_response(header.api_key, header.api_version, header.correlation_id, response)
 
     def _gate(self, api_key: int) -> None:

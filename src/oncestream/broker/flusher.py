@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
+from collections.abc import Callable
 from concurrent.futures import Executor
 from typing import Protocol
 
@@ -49,6 +51,8 @@ class GroupCommitFlusher:
         self._waiting: dict[int, tuple[Flushable, list[asyncio.Future[None]]]] = {}
         self._in_flight: set[int] = set()
         self._scheduled = False
+        # Told each round's duration in seconds (broker/metrics: LogFlushRateAndTimeMs).
+        self.on_round_s: Callable[[float], None] | None = None
 
     def flush_soon(self, log: Flushable) -> asyncio.Future[None]:
         """A future resolved once everything written to ``log`` before this call is fsynced
@@ -99,11 +103,14 @@ class GroupCommitFlusher:
             _settle(waiters, StorageError(f"flush not started: {exc}"))
             return
         self._in_flight.add(key)
-        running.add_done_callback(lambda done: self._round_done(key, log, job, waiters, done))
+        began_s = time.perf_counter()
+        running.add_done_callback(lambda done: self._round_done(key, log, job, waiters, done, began_s))
 
     def _round_done(self, key: int, log: Flushable, job: FlushJob, waiters: list[asyncio.Future[None]],
-                    done: asyncio.Future[None]) -> None:
+                    done: asyncio.Future[None], began_s: float) -> None:
         self._in_flight.discard(key)
+        if self.on_round_s is not None:
+            self.on_round_s(time.perf_counter() - began_s)
         error = done.exception() if not done.cancelled() else StorageError("flush cancelled")
         if error is None:
             try:

@@ -39,6 +39,7 @@ import logging
 import os
 import ssl
 import struct
+import time
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from pathlib import Path
 
@@ -49,10 +50,14 @@ from oncestream.broker.connection_limits import ConnectionQuotas, IdleTracker
 from oncestream.broker.dispatch import CloseConnection, Dispatcher
 from oncestream.broker.listeners import Listener
 from oncestream.broker.memory_pool import RequestMemoryPool
+from oncestream.broker.metrics.recorder import RequestTiming, current_timing
+from oncestream.broker.metrics.serving import start_metrics
+from oncestream.broker.quotas.enforcement import take_channel_mute_s
 from oncestream.broker.sasl.exchange import close_delay_s
 from oncestream.broker.seams import BackgroundLoop, BrokerSeams
 from oncestream.broker.state import BrokerState
 from oncestream.broker.tls import server_ssl_context
+from oncestream.metrics.endpoint import MetricsEndpoint
 from oncestream.process_shutdown import ShutdownBound, install_stop_signals
 
 log = logging.getLogger("oncestream.broker")
@@ -155,6 +160,7 @@ class BrokerServer:
             cfg.max_connections, cfg.max_connections_per_ip, cfg.max_connections_per_ip_overrides
         )
         self.memory_pool = RequestMemoryPool(cfg.queued_max_request_bytes)
+        self.metrics_endpoint: MetricsEndpoint | None = None  # metrics.listen (broker/metrics)
 
     async def start(self) -> None:
         """Bind every listener (SSL contexts are built first, so a bad store fails the start
@@ -197,6 +203,7 @@ class BrokerServer:
             bound.append(dataclasses.replace(listener, port=port))  # port 0: the one the OS picked
             log.info("oncestream broker listening on %s://%s:%s (advertised %s:%s, data dir %s)",
                      listener.name, listener.host, port, *bound[-1].advertised, self.state.data_dir)
+        self.metrics_endpoint = await start_metrics(self.state, cfg.raw, self.memory_pool)
         # Handlers advertise the bound ports from here on (listeners and the default host:port).
         self.state.config = dataclasses.replace(cfg, listeners=tuple(bound), port=bound[0].port)
         if self.ready_file is not None:
@@ -207,10 +214,12 @@ class BrokerServer:
         file, rename) once every listener is bound: a reader never sees a partial file."""
         if self.ready_file is None:
             return
-        body = {"listeners": {
+        body: dict[str, object] = {"listeners": {
             item.name: {"host": item.host, "port": item.port, "security_protocol": item.security_protocol}
             for item in bound
         }}
+        if self.metrics_endpoint is not None:
+            body["metrics"] = {"host": self.metrics_endpoint.host, "port": self.metrics_endpoint.port}
         temp = self.ready_file.with_name(self.ready_file.name + ".tmp")
         temp.write_text(json.dumps(body))
         os.replace(temp, self.ready_file)
@@ -231,6 +240,8 @@ class BrokerServer:
         log.info("oncestream broker stopping: closing %d client connection(s)", len(self._connections))
         for server in self._servers:
             server.close()  # no new connection from here on
+        if self.metrics_endpoint is not None:
+            self.metrics_endpoint.close()
         await self._end_all(self._connections, "client connections", close=self._abort_connection)
         # A running clean stops and tidies up before the logs are closed.
         await self._end_all(background, "background loops")
@@ -305,6 +316,10 @@ class BrokerServer:
             log.info("%s on listener %s: client certificate principal %s", peer, listener.name, session.principal)
         watch = _IdleWatch(idle, writer, peer, asyncio.get_running_loop())
         max_bytes = self.state.config.socket_request_max_bytes
+        metrics = self.state.metrics
+        timing = RequestTiming() if metrics.enabled else None
+        current_timing.set(timing)  # this connection task's own context
+        metrics.connection_opened(listener.name)
         pool = self.memory_pool
         reserved_bytes = 0  # this connection's share of the pool; given back on every exit path
         try:
@@ -322,6 +337,7 @@ class BrokerServer:
                     break
                 reserved_bytes = size
                 frame = await reader.readexactly(size)
+                read_s = time.perf_counter()
                 idle.start_request()
                 try:
                     response = await self.dispatcher.handle_frame(frame)
@@ -336,8 +352,16 @@ class BrokerServer:
                     await writer.drain()
                     watch.draining = False
                     idle.activity(watch.now_ms())
+                # Taken here (the mute itself waits until the pool is given back, below): the
+                # request's ThrottleTimeMs is the time its channel stays muted.
+                mute_s = take_channel_mute_s()
+                if timing is not None:
+                    timing.throttle_ms = mute_s * 1000 if mute_s is not None else 0.0
+                    metrics.request_done(timing, read_s, time.perf_counter())
                 sasl_close_s = close_delay_s()
                 if sasl_close_s is not None:  # a failed SASL authentication: answered, then closed
+                    # A refused mechanism counts too: Kafka's is an AuthenticationException as well.
+                    metrics.failed_authentication(listener.name)
                     await asyncio.sleep(sasl_close_s)
                     break
                 # The frame is not deleted here: freeing the only large block at the top of the heap
@@ -346,6 +370,12 @@ class BrokerServer:
                 # It is replaced when the next frame arrives, as before the pool existed.
                 pool.release(reserved_bytes)
                 reserved_bytes = 0
+                if mute_s is not None:  # KIP-219: answered at once, then nothing read until the throttle ends
+                    idle.start_request()  # the broker's choice: a muted client is not idle
+                    try:
+                        await asyncio.sleep(mute_s)
+                    finally:
+                        idle.finish_request(watch.now_ms())
         except (asyncio.IncompleteReadError, ConnectionError):
             pass  # the client went away, or sat idle and was closed (logged by the watch)
         except CloseConnection as exc:
@@ -357,6 +387,7 @@ class BrokerServer:
             where = f"{tb.tb_frame.f_code.co_filename}:{tb.tb_lineno}" if tb else "?"
             log.error("closing %s: internal error %s: %s at %s", peer, type(exc).__name__, exc, where)
         finally:
+            metrics.connection_closed(listener.name)
             watch.cancel()
             if reserved_bytes:
                 pool.release(reserved_bytes)

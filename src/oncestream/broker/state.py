@@ -26,9 +26,12 @@ from oncestream.broker.config import BrokerConfig
 from oncestream.broker.dynamic_config import DynamicBrokerConfigs
 from oncestream.broker.flusher import GroupCommitFlusher
 from oncestream.broker.group_service import GroupService
+from oncestream.broker.metrics.recorder import BrokerMetrics
 from oncestream.broker.notify import AppendNotifier
 from oncestream.broker.principal import load_principal_builder
 from oncestream.broker.producer_id_service import ProducerIdService
+from oncestream.broker.quotas.managers import ClientQuotaManagers, QuotaWindow
+from oncestream.broker.quotas.store import load_client_quotas
 from oncestream.broker.sasl.credentials import ScramCredentialStore
 from oncestream.broker.sasl.exchange import SaslSettings
 from oncestream.broker.seams import BrokerSeams
@@ -144,9 +147,15 @@ class BrokerState:
             self.dynamic_configs = DynamicBrokerConfigs.load(data_dir, config.node_id, config.raw)
             self.log_config = LogConfig.from_broker_configs(self.dynamic_configs.effective())
             self.dynamic_config_lock = asyncio.Lock()  # one broker config change persisted at a time
+            # Client quotas (KIP-13/124/546/599; broker/quotas/): durable values, monotonic measurements.
+            self.client_quotas = ClientQuotaManagers(
+                load_client_quotas(data_dir), self.mono_ms, QuotaWindow.from_properties(config.raw),
+                QuotaWindow.from_properties(config.raw, prefix="controller."))
+            self.client_quota_lock = asyncio.Lock()  # one quota change persisted at a time
             self.logs = LogManager.open(data_dir / "logs", self.log_config, self.now_ms(),
                                         descriptors=SegmentDescriptors.from_properties(config.raw))
             self.notifier = AppendNotifier()
+            self.metrics = BrokerMetrics()  # records nothing; BrokerServer installs Prometheus's (metrics.listen)
             # The durable SCRAM credentials (one store for the broker) and, per listener, the SASL
             # mechanisms and PLAIN users (listener.name.<l>.* overrides, broker/sasl/).
             self.scram_store = ScramCredentialStore.open(data_dir)

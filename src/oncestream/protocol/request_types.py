@@ -29,6 +29,8 @@ if TYPE_CHECKING:
     from kio.schema.add_partitions_to_txn.v2 import request as _add_partitions_to_txn_v2
     from kio.schema.add_partitions_to_txn.v3 import request as _add_partitions_to_txn_v3
     from kio.schema.add_partitions_to_txn.v4 import request as _add_partitions_to_txn_v4
+    from kio.schema.alter_client_quotas.v0 import request as _alter_client_quotas_v0
+    from kio.schema.alter_client_quotas.v1 import request as _alter_client_quotas_v1
     from kio.schema.alter_configs.v0 import request as _alter_configs_v0
     from kio.schema.alter_configs.v1 import request as _alter_configs_v1
     from kio.schema.alter_configs.v2 import request as _alter_configs_v2
@@ -74,6 +76,8 @@ if TYPE_CHECKING:
     from kio.schema.describe_acls.v1 import request as _describe_acls_v1
     from kio.schema.describe_acls.v2 import request as _describe_acls_v2
     from kio.schema.describe_acls.v3 import request as _describe_acls_v3
+    from kio.schema.describe_client_quotas.v0 import request as _describe_client_quotas_v0
+    from kio.schema.describe_client_quotas.v1 import request as _describe_client_quotas_v1
     from kio.schema.describe_configs.v1 import request as _describe_configs_v1
     from kio.schema.describe_configs.v2 import request as _describe_configs_v2
     from kio.schema.describe_configs.v3 import request as _describe_configs_v3
@@ -485,6 +489,14 @@ if TYPE_CHECKING:
     OffsetDeleteRequest: TypeAlias = (
         _offset_delete_v0.OffsetDeleteRequest
     )  # api key 47
+    DescribeClientQuotasRequest: TypeAlias = (
+        _describe_client_quotas_v0.DescribeClientQuotasRequest
+        | _describe_client_quotas_v1.DescribeClientQuotasRequest
+    )  # api key 48
+    AlterClientQuotasRequest: TypeAlias = (
+        _alter_client_quotas_v0.AlterClientQuotasRequest
+        | _alter_client_quotas_v1.AlterClientQuotasRequest
+    )  # api key 49
     DescribeUserScramCredentialsRequest: TypeAlias = (
         _describe_user_scram_credentials_v0.DescribeUserScramCredentialsRequest
     )  # api key 50

@@ -1,7 +1,6 @@
 """SIGTERM (issue 12 "Details"): the SQL-server process ends with status 0 and leaves no child
 process, even when the signal comes while Spark's JVM is still starting (the node's own SIGTERM
-while serving, with queries running, is checked in test_cluster_failover.py and
-tests/interop/sql/test_node_spark.py)."""
+while serving, with Spark up and a query running, is checked in test_cluster_failover.py)."""
 
 from __future__ import annotations
 

@@ -6,6 +6,9 @@ broker runs without ``transaction.two.phase.commit.enable=true``, so it refuses 
 a Python worker. Spark wraps that in ``[PYTHON_EXCEPTION] An exception was thrown from the Python
 worker: Traceback ...``; what an operator needs in ``DESCRIBE EXTENDED`` and ``EXPLAIN`` is the
 exception at the bottom of that traceback, not its first line.
+
+Both tests run on conftest's ``shared_spark_node`` (our broker with two-phase commit left disabled,
+the default; a node with Spark; unique stream names keep the tests apart).
 """
 
 from __future__ import annotations
@@ -14,13 +17,12 @@ import json
 import re
 import struct
 import uuid
-from collections.abc import Iterator
 
+import httpx
 import pytest
 from confluent_kafka import Producer
 
-from tests.support.brokers import NO_INITIAL_REBALANCE_DELAY, BrokerProcess
-from tests.support.sql_servers import LAZY_SPARK, SqlServerProcess, wait_until
+from tests.support.sql_servers import wait_until
 
 pytestmark = [pytest.mark.interop, pytest.mark.spark]
 
@@ -29,31 +31,15 @@ WHOLE_LOG_CHARS = 1 << 30  # log_tail() of this many characters: the whole log
 CAUSE = re.compile(r"two-phase|2PC|TwoPhaseCommitUnsupportedError|TRANSACTIONAL_ID_AUTHORIZATION_FAILED", re.IGNORECASE)
 
 
-@pytest.fixture(scope="module")
-def refusing_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[BrokerProcess, SqlServerProcess]]:
-    """(broker, node) shared by the module's tests (unique stream names keep them apart): our
-    broker with two-phase commit left disabled (the default), and a node with lazy Spark on it."""
-    base = tmp_path_factory.mktemp("refusing")
-    broker = BrokerProcess(data_dir=base / "data", config=NO_INITIAL_REBALANCE_DELAY)
-    broker.start()
-    try:
-        node = SqlServerProcess(bootstrap=broker.bootstrap, service_id=f"errors_{uuid.uuid4().hex[:6]}_",
-                                state_dir=base / "node", config=LAZY_SPARK)
-        try:
-            node.start()
-            yield broker, node
-        finally:
-            node.kill()
-    finally:
-        broker.kill()
-
-
 def _suffix() -> str:
     return uuid.uuid4().hex[:6].upper()
 
 
-def test_query_refused_two_phase_commit_shows_the_cause(refusing_node) -> None:
-    broker, node = refusing_node
+def test_query_refused_two_phase_commit_shows_the_cause(shared_spark_node) -> None:
+    """Also (issue 12 point 8): INSERT VALUES and a push query (``/query-stream``, LIMIT) through
+    the node with Spark; the failed query is ERROR in SHOW QUERIES, DESCRIBE EXTENDED and EXPLAIN
+    with one error text, and the node goes on serving statements."""
+    broker, node = shared_spark_node
     src, dst = f"src_{uuid.uuid4().hex[:6]}", f"dst_{uuid.uuid4().hex[:6]}"
     src_name, dst_name = f"SRC_{_suffix()}", f"DST_{_suffix()}"
     node.ok(f"CREATE STREAM {src_name} (ID INT KEY, V STRING) WITH (KAFKA_TOPIC='{src}', PARTITIONS=1, "
@@ -61,8 +47,15 @@ def test_query_refused_two_phase_commit_shows_the_cause(refusing_node) -> None:
     status = node.ok(f"CREATE STREAM {dst_name} WITH (KAFKA_TOPIC='{dst}') AS SELECT ID, V FROM {src_name} "
                      "EMIT CHANGES;", {"ksql.streams.auto.offset.reset": "earliest"})[0]
     query_id = status["commandStatus"]["queryId"]
+    node.ok(f"INSERT INTO {src_name} (ID, V) VALUES (1, 'x');")
+    with httpx.stream("POST", f"{node.url}/query-stream", timeout=240,
+                      json={"sql": f"SELECT ID, V FROM {src_name} EMIT CHANGES LIMIT 1;",
+                            "properties": {"auto.offset.reset": "earliest"}}) as response:
+        lines = [json.loads(line) for line in response.iter_lines() if line.strip()]
+    assert lines[0]["columnNames"] == ["ID", "V"], lines
+    assert lines[1:] == [[1, "x"]], lines
     producer = Producer({"bootstrap.servers": broker.bootstrap})
-    producer.produce(src, json.dumps({"V": "x"}).encode(), struct.pack(">i", 1))
+    producer.produce(src, json.dumps({"V": "y"}).encode(), struct.pack(">i", 2))
     assert producer.flush(30) == 0
 
     def failed() -> bool:
@@ -70,23 +63,34 @@ def test_query_refused_two_phase_commit_shows_the_cause(refusing_node) -> None:
         return [q["state"] for q in queries if q["id"] == query_id] == ["ERROR"]
 
     wait_until(failed, "the query shown as ERROR in SHOW QUERIES", timeout_s=240, nodes=[node])
-    error_stats = node.ok(f"DESCRIBE {dst_name} EXTENDED;")[0]["sourceDescription"]["errorStats"]
+    description = node.ok(f"DESCRIBE {dst_name} EXTENDED;")[0]["sourceDescription"]
+    assert [q["state"] for q in description["writeQueries"]] == ["ERROR"], description["writeQueries"]
+    error_stats = description["errorStats"]
     assert error_stats.startswith(f"{query_id}: "), error_stats
     assert CAUSE.search(error_stats), f"DESCRIBE EXTENDED does not name the cause: {error_stats!r}"
     # Not a dangling traceback header in place of the error.
     assert not error_stats.rstrip().endswith("Traceback (most recent call last):"), error_stats
-    errors = node.ok(f"EXPLAIN {query_id};")[0]["queryDescription"]["queryErrors"]
+    explained = node.ok(f"EXPLAIN {query_id};")[0]["queryDescription"]
+    assert list(explained["ksqlHostQueryStatus"].values()) == ["ERROR"], explained
+    assert explained["state"] == "ERROR", explained
+    errors = explained["queryErrors"]
     assert len(errors) == 1, errors
     assert CAUSE.search(errors[0]["errorMessage"]), errors
+    # The one error text, shown by DESCRIBE EXTENDED with the query id in front.
+    assert errors[0]["errorMessage"] == error_stats.split(": ", 1)[1], (errors, error_stats)
+    # The node goes on serving.
     assert node.get("/healthcheck").json()["isHealthy"] is True
+    other = f"OTHER_{_suffix()}"
+    node.ok(f"CREATE STREAM {other} (ID INT KEY, V STRING) WITH (KAFKA_TOPIC='{other.lower()}', PARTITIONS=1, "
+            "VALUE_FORMAT='JSON');")
 
 
-def test_broker_refusing_two_phase_commit_is_named_at_start_and_fails_queries_at_once(refusing_node) -> None:
+def test_broker_refusing_two_phase_commit_is_named_at_start_and_fails_queries_at_once(shared_spark_node) -> None:
     """Issue 24 point 7: the node says at start that its broker refuses two-phase commit, naming the
     setting to change; a persistent query over an idle input (nothing ever written, so Spark never
     runs the sink) is shown as ERROR at once, with ksqlDB's QueryError shape, instead of RUNNING
     without ever being able to write."""
-    _broker, node = refusing_node
+    _broker, node = shared_spark_node
     src = f"idle_{uuid.uuid4().hex[:6]}"
     src_name, table = f"SRC_{_suffix()}", f"COUNTS_{_suffix()}"
     node.ok(f"CREATE STREAM {src_name} (ID INT KEY, V STRING) WITH (KAFKA_TOPIC='{src}', PARTITIONS=1, "

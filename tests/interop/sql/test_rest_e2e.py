@@ -1,7 +1,8 @@
 """End to end (issue 12): ksql-python-ng 0.29.0.1 from PyPI, used as-is, drives a real SQL-server
 node (``oncestream sql-server`` over our broker, Spark in the node): statements and their errors
 on /ksql, rows in through /inserts-stream, and push queries over HTTP/1.1 (/query) and HTTP/2
-(/query-stream, h2c prior knowledge) reading them back; the shell runs against the same node."""
+(/query-stream, h2c prior knowledge) reading them back; the shell runs against the same node (the
+node of tests/interop/sql/conftest.py, shared with other modules: unique stream names)."""
 
 from __future__ import annotations
 
@@ -10,12 +11,11 @@ import subprocess
 import sys
 import uuid
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.support.brokers import NO_INITIAL_REBALANCE_DELAY, ManagedBroker
+from tests.support.brokers import BrokerProcess
 from tests.support.sql_servers import SqlServerProcess
 
 with warnings.catch_warnings():
@@ -26,24 +26,16 @@ with warnings.catch_warnings():
 pytestmark = [pytest.mark.interop,
               pytest.mark.filterwarnings("ignore:Use 'content=<...>':DeprecationWarning")]
 
-MODULE_BROKER_CONFIG = NO_INITIAL_REBALANCE_DELAY  # read by conftest's broker fixture
-
 ROOT = Path(__file__).resolve().parents[3]
 EARLIEST_QUERY = {"ksql.streams.auto.offset.reset": "earliest"}   # /query's streamsProperties
 EARLIEST_STREAM = {"auto.offset.reset": "earliest"}                # /query-stream's properties
 
 
 @pytest.fixture(scope="module")
-def node(broker: ManagedBroker, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SqlServerProcess]:
-    # Spark starts with the node (not lazily): ksql-python-ng's inserts_stream waits 5 s at most,
-    # less than a first INSERT that had to start the JVM.
-    process = SqlServerProcess(bootstrap=broker.bootstrap, service_id=f"e2e_{uuid.uuid4().hex[:6]}_",
-                               state_dir=tmp_path_factory.mktemp("sql-node"))
-    process.start()
-    try:
-        yield process
-    finally:
-        process.stop()
+def node(shared_spark_node: tuple[BrokerProcess, SqlServerProcess]) -> SqlServerProcess:
+    """conftest's node (Spark started by the first query that needs it; inserts need none),
+    shared with other modules."""
+    return shared_spark_node[1]
 
 
 @pytest.fixture(scope="module")

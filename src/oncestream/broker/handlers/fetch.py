@@ -61,6 +61,7 @@ async def handle(state: BrokerState, header: RequestHeader, request: FetchReques
             return encode_fetch_response(header.api_version, header.correlation_id, topics_out)
         remaining_s = deadline - loop.time()
         if total_bytes >= request.min_bytes or any_error or remaining_s <= 0 or not wanted:
+            state.metrics.fetched(topics_out)
             return encode_fetch_response(header.api_version, header.correlation_id, topics_out)
         waiter = state.notifier.waiter(wanted)
         try:

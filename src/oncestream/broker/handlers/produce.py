@@ -83,6 +83,7 @@ async def handle(state: BrokerState, header: RequestHeader, request: ProduceRequ
                         )
                     if not result.duplicate:
                         state.notifier.notify(topic.name, part.index)
+                        state.metrics.produced(topic.name, len(part.records), result.last_offset - result.base_offset + 1)
                     if acks == -1 and plog.needs_flush_on_ack():
                         # A retried duplicate waits too: its first attempt's round may still be running.
                         to_flush.append((plog, answer))

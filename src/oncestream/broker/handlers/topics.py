@@ -1,5 +1,10 @@
 """CreateTopics (key 19), DeleteTopics (key 20) and CreatePartitions (key 37) on a single node
-(replication factor 1)."""
+(replication factor 1).
+
+Each created or deleted partition counts against the client's ``controller_mutation_rate``
+(KIP-599, ``broker/quotas/``): from CreateTopics v6, DeleteTopics v5 and CreatePartitions v3 on, a
+topic asked for while the quota is exceeded gets THROTTLING_QUOTA_EXCEEDED (the one that exceeds
+it is still done); older versions are only throttled. validate_only requests count nothing."""
 
 from __future__ import annotations
 
@@ -12,8 +17,11 @@ from kio.schema.errors import ErrorCode
 
 from oncestream.broker import config_admin
 from oncestream.broker.authorize import Op, Res, authorize
+from oncestream.broker.connection_context import current_session
 from oncestream.broker.disk_step import run_disk_step
 from oncestream.broker.handlers.metadata import INTERNAL_TOPICS
+from oncestream.broker.quotas.enforcement import quota_user
+from oncestream.broker.quotas.managers import MutationQuota
 from oncestream.broker.state import BrokerState
 from oncestream.broker.tiered_config_rules import check_topic_configs
 from oncestream.broker.topic_creation import run_creation
@@ -34,6 +42,20 @@ _NIL_UUID = uuid.UUID(int=0)
 # not make the broker create files for hours.
 MAX_PARTITIONS_PER_REQUEST = 10_000
 _TOO_MANY_PER_REQUEST = "Excessively large number of partitions per request."
+_THROTTLED = "The throttling quota has been exceeded."
+# KIP-599: the first versions whose clients understand THROTTLING_QUOTA_EXCEEDED.
+_STRICT_FROM_VERSION = {CREATE_TOPICS: 6, DELETE_TOPICS: 5, CREATE_PARTITIONS: 3}
+
+
+def _mutation_quota(state: BrokerState, header: RequestHeader) -> MutationQuota:
+    """The controller mutation quota this request draws from."""
+    return state.client_quotas.mutation_quota(
+        quota_user(current_session().principal), header.client_id or "",
+        strict=header.api_version >= _STRICT_FROM_VERSION[header.api_key])
+
+
+def _throttle(quota: MutationQuota) -> datetime.timedelta:
+    return datetime.timedelta(milliseconds=quota.throttle_ms)
 
 
 def _requested_partitions(state: BrokerState, t: Any) -> int:
@@ -66,6 +88,7 @@ async def handle_create(state: BrokerState, header: RequestHeader, request: Crea
     too_many = sum(max(_requested_partitions(state, t), 0) for t in request.topics) > MAX_PARTITIONS_PER_REQUEST
     granted = 0  # partitions this request already created (or, validate_only, would have)
     create_any = authorize(state, Op.CREATE, Res.CLUSTER)  # Kafka: CREATE on the cluster or the topic
+    quota = _mutation_quota(state, header)
     for t in request.topics:
         error, message = ErrorCode.none, None
         topic_id = _NIL_UUID
@@ -92,7 +115,9 @@ async def handle_create(state: BrokerState, header: RequestHeader, request: Crea
                 LogConfig.from_topic_configs(configs, state.log_config)
                 check_topic_configs(configs, {}, state.dynamic_configs.effective(), topic=t.name,
                                     internal=t.name in INTERNAL_TOPICS)
-                if not request.validate_only:
+                if not request.validate_only and not quota.try_record(num_partitions):
+                    error, message = ErrorCode.throttling_quota_exceeded, _THROTTLED
+                elif not request.validate_only:
                     creation = state.logs.begin_create_topic(t.name, num_partitions, configs)
                     topic_id = (await run_creation(state, creation)).topic_id
                 else:
@@ -111,7 +136,7 @@ async def handle_create(state: BrokerState, header: RequestHeader, request: Crea
                 **_created_configs(m, state, t.name, configs, error),
             )
         )
-    return build(m.CreateTopicsResponse, throttle_time=datetime.timedelta(0), topics=tuple(results))
+    return build(m.CreateTopicsResponse, throttle_time=_throttle(quota), topics=tuple(results))
 
 
 async def handle_delete(state: BrokerState, header: RequestHeader, request: DeleteTopicsRequest) -> object:
@@ -122,6 +147,7 @@ async def handle_delete(state: BrokerState, header: RequestHeader, request: Dele
     else:
         wanted = [(t.name, t.topic_id) for t in request.topics]  # kio reads the zero uuid as None
     results = []
+    quota = _mutation_quota(state, header)
     for name, topic_id in wanted:
         error, message = ErrorCode.none, None
         topics = state.logs.topics()
@@ -141,6 +167,8 @@ async def handle_delete(state: BrokerState, header: RequestHeader, request: Dele
         if error == ErrorCode.none and name is not None:
             if name in INTERNAL_TOPICS:
                 error, message = ErrorCode.topic_authorization_failed, "internal topics cannot be deleted"
+            elif name in topics and not quota.try_record(topics[name].num_partitions):
+                error, message = ErrorCode.throttling_quota_exceeded, _THROTTLED
             else:
                 try:
                     info = topics.get(name)
@@ -157,7 +185,7 @@ async def handle_delete(state: BrokerState, header: RequestHeader, request: Dele
                 error_message=message,
             )
         )
-    return build(m.DeleteTopicsResponse, throttle_time=datetime.timedelta(0), responses=tuple(results))
+    return build(m.DeleteTopicsResponse, throttle_time=_throttle(quota), responses=tuple(results))
 
 
 async def _delete_topic(state: BrokerState, name: str) -> None:
@@ -198,6 +226,7 @@ async def handle_create_partitions(state: BrokerState, header: RequestHeader, re
     new_partitions = sum(max(t.count - topics[t.name].num_partitions, 0) for t in request.topics if t.name in topics)
     granted = 0  # partitions validate_only would have added so far
     results = []
+    quota = _mutation_quota(state, header)
     for t in request.topics:
         error, message = ErrorCode.none, None
         info = state.logs.topics().get(t.name)
@@ -226,6 +255,8 @@ async def handle_create_partitions(state: BrokerState, header: RequestHeader, re
             error, message = ErrorCode.policy_violation, over_budget
         elif request.validate_only:
             granted += t.count - info.num_partitions
+        elif not quota.try_record(t.count - info.num_partitions):
+            error, message = ErrorCode.throttling_quota_exceeded, _THROTTLED
         else:
             try:
                 await run_creation(state, state.logs.begin_create_partitions(t.name, t.count))
@@ -233,5 +264,5 @@ async def handle_create_partitions(state: BrokerState, header: RequestHeader, re
                 error, message = exc.code, str(exc)
         results.append(build(m.CreatePartitionsTopicResult, name=t.name, error_code=error,
                              error_message=message))
-    return build(m.CreatePartitionsResponse, throttle_time=datetime.timedelta(0), results=tuple(results))
+    return build(m.CreatePartitionsResponse, throttle_time=_throttle(quota), results=tuple(results))
 

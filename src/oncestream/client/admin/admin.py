@@ -3,7 +3,8 @@
 Topics (create/delete/describe, configs), groups (``admin_groups.py``: list, describe, delete,
 offsets of classic, consumer and share groups) and
 transactions (KIP-664: list, describe, describe producers, abort a hanging transaction with
-WriteTxnMarkers), ACLs (``admin_acls.py``), log directories (``admin_log_dirs.py``).
+WriteTxnMarkers), ACLs (``admin_acls.py``), log directories (``admin_log_dirs.py``),
+client quotas (``admin_quotas.py``).
 Each method returns per-item results (a ``KafkaError`` or None for failures)
 instead of futures; calls that fail as a whole raise ``KafkaException``.
 """
@@ -24,6 +25,7 @@ from oncestream.client.admin.admin_acls import AclAdmin
 from oncestream.client.admin.admin_groups import GroupAdmin
 from oncestream.client.admin.admin_groups import error_or_none as _error
 from oncestream.client.admin.admin_log_dirs import LogDirAdmin
+from oncestream.client.admin.admin_quotas import QuotaAdmin
 from oncestream.client.common.cluster import COORDINATOR_TRANSACTION, Cluster
 from oncestream.client.common.config import resolve
 from oncestream.client.common.errors import (
@@ -226,7 +228,7 @@ class _FlexibleReader:
             self.pos += self.uvarint()
 
 
-class Admin(AclAdmin, GroupAdmin, LogDirAdmin):
+class Admin(AclAdmin, GroupAdmin, LogDirAdmin, QuotaAdmin):
     """Administrative operations against a Kafka-protocol cluster."""
 
     def __init__(self, conf: Mapping[str, Any] | None = None, **kwargs: Any) -> None:

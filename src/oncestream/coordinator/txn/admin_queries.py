@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
@@ -19,7 +20,7 @@ from oncestream.coordinator.txn.messages import (
     TransactionListing,
 )
 from oncestream.coordinator.txn.metadata import TransactionMetadata
-from oncestream.coordinator.txn.state import parse_state
+from oncestream.coordinator.txn.state import TxnState, parse_state
 from oncestream.errors import InvalidRegularExpressionError
 
 
@@ -104,3 +105,39 @@ def list_transactions(
             continue
         listed.append(TransactionListing(tid, s.producer_id, s.state.value))
     return ListTransactionsResponse(ErrorCode.none, tuple(listed), unknown)
+
+
+@dataclass(frozen=True)
+class TransactionCounts:
+    """What the broker's metrics show of the coordinator's transactions (read at scrape time).
+
+    ``open``: Ongoing transactions a timeout may abort; ``prepared``: Ongoing KIP-939
+    two-phase-commit transactions (exempt from the timeout: the coordinator's only form of a
+    prepared transaction, since Kafka's prepareTransaction changes no coordinator state);
+    ``completing``: PrepareCommit/PrepareAbort, markers being written; ``oldest_age_ms``: the age
+    of the oldest open or prepared transaction (0 when there is none)."""
+
+    open: int = 0
+    prepared: int = 0
+    completing: int = 0
+    oldest_age_ms: int = 0
+
+
+def transaction_counts(txns: Mapping[str, TransactionMetadata], now_ms: int) -> TransactionCounts:
+    """Count ``txns`` by the categories of :class:`TransactionCounts` (wall-clock ``now_ms``,
+    the clock of the transactions' start timestamps)."""
+    open_count = prepared = completing = 0
+    oldest_start_ms: int | None = None
+    for meta in txns.values():
+        s = meta.current
+        if s.state is TxnState.ONGOING:
+            if s.two_phase_commit:
+                prepared += 1
+            else:
+                open_count += 1
+            if s.start_timestamp_ms >= 0 and (oldest_start_ms is None or s.start_timestamp_ms < oldest_start_ms):
+                oldest_start_ms = s.start_timestamp_ms
+        elif s.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+            completing += 1
+    oldest_age_ms = max(0, now_ms - oldest_start_ms) if oldest_start_ms is not None else 0
+    return TransactionCounts(open_count, prepared, completing, oldest_age_ms)

@@ -44,7 +44,12 @@ from collections.abc import Callable, Iterable, Sequence
 from kio.schema.errors import ErrorCode
 
 from oncestream.coordinator.txn import metadata as m
-from oncestream.coordinator.txn.admin_queries import describe_transactions, list_transactions
+from oncestream.coordinator.txn.admin_queries import (
+    TransactionCounts,
+    describe_transactions,
+    list_transactions,
+    transaction_counts,
+)
 from oncestream.coordinator.txn.config import TxnCoordinatorConfig
 from oncestream.coordinator.txn.messages import (
     CONSUMER_OFFSETS_TOPIC,
@@ -677,6 +682,17 @@ class TransactionCoordinator:
             duration_filter_ms=duration_filter_ms,
             transactional_id_pattern=transactional_id_pattern,
         )
+
+    def transaction_counts(self, now_ms: int) -> TransactionCounts:
+        """Open, prepared (KIP-939) and completing transactions and the oldest one's age, for the
+        broker's metrics; see :func:`~oncestream.coordinator.txn.admin_queries.transaction_counts`."""
+        return transaction_counts(self._txns, now_ms)
+
+    @property
+    def transaction_max_timeout_ms(self) -> int:
+        """``transaction.max.timeout.ms``: an open transaction in a partition older than this is
+        hanging (Kafka's kafka-transactions.sh find-hanging rule)."""
+        return self._config.transaction_max_timeout_ms
 
     # --- internals ----------------------------------------------------------------------------
 

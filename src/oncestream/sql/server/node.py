@@ -37,6 +37,7 @@ from oncestream.sql.server.command_topic import (
 )
 from oncestream.sql.server.local_statements import LocalStatements
 from oncestream.sql.server.metastore import CommandResult, Metastore, StartQuery, StopQuery
+from oncestream.sql.server.metrics import SqlServerMetrics
 from oncestream.sql.server.node_context import NodeContext, NodeSettings
 from oncestream.sql.server.placement import QueryPlacement
 from oncestream.sql.server.queries import QueryService
@@ -66,7 +67,9 @@ class Node:
         writer = CommandWriter(topic=self.topic, service_id=settings.service_id, client_conf=settings.client_conf,
                                runner=self._runner, admin=admin, steps=write_steps, timeout_ms=settings.command_timeout_ms)
         self._placement = QueryPlacement(self._context, runtime, self._pull.store_lags)
-        self._queries = QueryService(self._context, runtime, self._pull, lambda: self._placement.url)
+        self.metrics = SqlServerMetrics()  # served when the node is started with metrics.listen
+        self._queries = QueryService(self._context, runtime, self._pull, lambda: self._placement.url,
+                                     on_pull_done=self.metrics.pull_query_done)
         local = LocalStatements(self._context, self._placement, self._pull.statistics_text)
         self._statements = StatementExecutor(self._context, writer, local, self._queries)
         self._kafka_cluster_id: str | None = None     # the Kafka cluster's id, read once at start

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -26,8 +27,11 @@ class QueryService:
     """Push and pull queries and inserts of one node (see the module docstring)."""
 
     def __init__(self, context: NodeContext, runtime: QueryRunner, pull: PullQueries,
-                 url: Callable[[], str | None] = lambda: None) -> None:
-        """``url()``: this node's advertised URL once it listens (named in pull-query routing errors)."""
+                 url: Callable[[], str | None] = lambda: None,
+                 on_pull_done: Callable[[float], None] = lambda seconds: None) -> None:
+        """``url()``: this node's advertised URL once it listens (named in pull-query routing errors);
+        ``on_pull_done(seconds)`` is told each pull query's latency (the node's metrics)."""
+        self._on_pull_done = on_pull_done
         self._context = context
         self._url = url
         self._runtime = runtime
@@ -51,8 +55,12 @@ class QueryService:
             raise
         if PullQueries.is_pull(statement):
             # Answered from this node's materialized copy; not a push query, so not registered.
-            return await self._pull.start_query(analyzed, max_offset_lag=self._max_offset_lag(properties),
-                                                host=self._host())
+            began_s = time.perf_counter()
+            try:
+                return await self._pull.start_query(analyzed, max_offset_lag=self._max_offset_lag(properties),
+                                                    host=self._host())
+            finally:
+                self._on_pull_done(time.perf_counter() - began_s)
         stream = await asyncio.to_thread(self._runtime.start_push, analyzed, dict(properties), query=statement.query)
         with self._push_lock:
             # The REST layer closes streams itself when they end: forget the finished ones.

@@ -18,6 +18,8 @@ replay, query placement) and the REST API (HTTP/1.1 and h2c on one port). ``--co
   ``ksql.query.assignment.heartbeat.interval.ms``, ``ksql.query.assignment.instance.id`` (the
   node's ``group.instance.id``; default: an id kept in the state dir, empty: none, see
   node_identity), ``ksql.internal.topic.replicas``, ``ksql.max.body.bytes``);
+- ``metrics.listen=HOST:PORT``: Prometheus ``/metrics`` (sql/server/metrics.py, docs/metrics.md;
+  port 0: the OS picks, the ready file's ``metrics`` names the bound one);
 - the REST API's security, ksqlDB's names: ``listeners=https://HOST:PORT`` with the PEM
   ``listener.ssl.*`` files (rest/listener.py), ``authentication.method=BASIC`` with
   ``authentication.users.file``, ``authentication.realm``, ``authentication.skip.paths``
@@ -367,6 +369,7 @@ def run(args: argparse.Namespace, *, write_steps: WriteStepObserver | None = Non
     from oncestream.sql.server.rest.users_file import UsersFileError, load_users
 
     props = _parse_config(args.config)
+    args.metrics_listen = props.get("metrics.listen")  # /metrics (sql/server/metrics.py)
     try:
         # Before anything starts: a listener or users file that cannot work is the operator's to fix.
         listener = listener_from(args.listen, props)
@@ -544,6 +547,14 @@ async def _serve(app: Any, node: Any, runtime: SparkRuntime, listener: Listener,
     shutdown = asyncio.Event()
     install_stop_signals(asyncio.get_running_loop(), bound, shutdown.set)
 
+    metrics_endpoint = None
+    if props_listen := args.metrics_listen:
+        from oncestream.metrics.endpoint import MetricsEndpoint
+
+        node.metrics.watch(node, runtime)
+        metrics_endpoint = MetricsEndpoint.from_listen(node.metrics.registry, props_listen, off_loop=True)
+        await metrics_endpoint.start()
+
     def ready(bound_port: int) -> None:
         # Nodes exchange no HTTP requests (they coordinate through Kafka); the advertised URL is what
         # clients are told (SHOW QUERIES, /clusterStatus), so it carries the listener's scheme.
@@ -552,8 +563,11 @@ async def _serve(app: Any, node: Any, runtime: SparkRuntime, listener: Listener,
 
         def write_ready() -> None:
             if args.ready_file:
-                _write_ready(Path(args.ready_file), {"host": listener.host, "port": bound_port, "url": advertised,
-                                                     "serviceId": node.service_id, "sparkUiUrl": runtime.ui_url()})
+                body = {"host": listener.host, "port": bound_port, "url": advertised,
+                        "serviceId": node.service_id, "sparkUiUrl": runtime.ui_url()}
+                if metrics_endpoint is not None:
+                    body["metrics"] = {"host": metrics_endpoint.host, "port": metrics_endpoint.port}
+                _write_ready(Path(args.ready_file), body)
 
         write_ready()
         log.info("oncestream sql: node %s of service %s ready", advertised, node.service_id)
@@ -561,7 +575,11 @@ async def _serve(app: Any, node: Any, runtime: SparkRuntime, listener: Listener,
         runtime.when_up(write_ready)
         runtime.start_eager()
 
-    await serve(app, listener.host, listener.port, shutdown, ready, tls=listener.tls)
+    try:
+        await serve(app, listener.host, listener.port, shutdown, ready, tls=listener.tls)
+    finally:
+        if metrics_endpoint is not None:
+            metrics_endpoint.close()
 
 
 def main(argv: list[str] | None = None) -> int:

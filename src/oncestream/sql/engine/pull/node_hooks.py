@@ -1,7 +1,7 @@
 """The few calls a SQL-server node makes for pull queries (``oncestream.sql.server.node.Node``).
 
 Wiring (a few lines in ``sql/server/node.py`` and ``sql/server/server_main.py``; tested with exactly these
-by tests/interop/sql/test_pull_two_nodes.py and test_pull_ctas.py):
+by tests/interop/sql/test_pull_two_nodes.py and test_sql_security.py):
 
 1. ``NodeSettings`` gets ``state_dir: str | None = None``; ``server_main`` passes
    ``state_dir=str(state_dir)`` (the node's ``--state-dir``).

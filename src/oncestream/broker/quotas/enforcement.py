@@ -1,0 +1,146 @@
+"""Applying the quotas to requests, as Kafka's KafkaApis does (KIP-219 semantics).
+
+For every request the dispatcher hands its handler to ``QuotaEnforcer.call``, which
+
+- times the handler's own work on the event loop (``request_percentage``): the coroutine's steps
+  are timed, not the time it waits (a Fetch long poll or an fsync costs the broker nothing while
+  it waits), close to Kafka's request handler thread time; ApiVersions and SASL are exempt, as
+  in Kafka;
+- records the request's bytes for Produce (``producer_byte_rate``) and the response's bytes for
+  Fetch (``consumer_byte_rate``);
+- puts the largest throttle time into the response's ``throttle_time_ms`` (a controller mutation
+  throttle set by the topic handlers is kept when larger), and asks the connection to be muted
+  for that long (``take_channel_mute_s``): the response goes out at once and the server reads
+  nothing more from that connection until the time has passed (KIP-219). A client that honours
+  the field waits by itself; one that does not still gets no more service.
+
+Differences from Kafka, on purpose: a throttled Fetch keeps its records (Kafka answers a throttled
+fetch empty and un-records its bytes, which needs fetch sizes bounded by the quota window to make
+progress); older request versions are muted the same way instead of having their response held.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import dataclasses
+import datetime
+import struct
+import time
+from collections.abc import Callable, Coroutine, Generator
+from typing import Any
+
+from oncestream.broker.quotas.managers import ClientQuotaManagers
+from oncestream.protocol import api_keys as k
+
+# Kafka exempts these from request quotas (they precede authentication or ask for nothing).
+REQUEST_QUOTA_EXEMPT = frozenset({k.API_VERSIONS_KEY, k.SASL_HANDSHAKE, k.SASL_AUTHENTICATE})
+_MAX_THROTTLE_MS = 2**31 - 1
+_I32 = struct.Struct(">i")
+_FETCH_FLEXIBLE_FROM_VERSION = 12
+
+_mute_ms: contextvars.ContextVar[int] = contextvars.ContextVar("quota_mute_ms", default=0)
+
+
+def take_channel_mute_s() -> float | None:
+    """How long the current connection must not be read from after this response (seconds), or
+    None; taking it clears it (called by the server once the response is written)."""
+    mute_ms = _mute_ms.get()
+    if mute_ms <= 0:
+        return None
+    _mute_ms.set(0)
+    return mute_ms / 1000
+
+
+def quota_user(principal: str) -> str:
+    """The quota ``user`` of a principal: its name (``User:alice`` -> ``alice``), as Kafka."""
+    _kind, sep, name = principal.partition(":")
+    return name if sep else principal
+
+
+class TimedCoroutine:
+    """Awaits a coroutine and adds up the time its steps run (``busy_s``), not the time it waits."""
+
+    __slots__ = ("_clock_s", "_coro", "busy_s")
+
+    def __init__(self, coro: Coroutine[Any, Any, Any], clock_s: Callable[[], float] = time.perf_counter) -> None:
+        self._coro = coro
+        self._clock_s = clock_s
+        self.busy_s = 0.0
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        coro = self._coro
+        sent: Any = None
+        error: BaseException | None = None
+        while True:
+            start_s = self._clock_s()
+            try:
+                yielded = coro.send(sent) if error is None else coro.throw(error)
+            except StopIteration as stop:
+                self.busy_s += self._clock_s() - start_s
+                return stop.value
+            self.busy_s += self._clock_s() - start_s
+            try:
+                sent, error = (yield yielded), None
+            except BaseException as exc:  # noqa: BLE001  # cancellation goes into the handler, as with await
+                sent, error = None, exc
+
+
+def with_throttle(api_key: int, api_version: int, response: Any, throttle_ms: int) -> Any:
+    """``response`` with ``throttle_time_ms`` set (a kio response, or Fetch's framed buffers)."""
+    throttle_ms = min(throttle_ms, _MAX_THROTTLE_MS)
+    if isinstance(response, list):
+        if api_key != k.FETCH or len(response) < 2:
+            return response
+        # [size prefix, correlation id, (tagged fields,) throttle_time_ms, ...]: see fetch_response.
+        offset = 4 + (1 if api_version >= _FETCH_FLEXIBLE_FROM_VERSION else 0)
+        head = bytearray(response[1])
+        head[offset:offset + 4] = _I32.pack(throttle_ms)
+        return [response[0], bytes(head), *response[2:]]
+    if hasattr(response, "throttle_time"):
+        return dataclasses.replace(response, throttle_time=datetime.timedelta(milliseconds=throttle_ms))
+    return response
+
+
+def throttle_in(response: Any) -> int:
+    """The throttle time a handler already put into its (kio) response, in ms."""
+    throttle = getattr(response, "throttle_time", None)
+    return int(throttle.total_seconds() * 1000) if isinstance(throttle, datetime.timedelta) else 0
+
+
+class QuotaEnforcer:
+    """Measures each request against the client's quotas and throttles its response."""
+
+    def __init__(self, managers: Callable[[], ClientQuotaManagers], clock_s: Callable[[], float] = time.perf_counter) -> None:
+        """``managers`` gives the broker's quota managers; ``clock_s`` times handlers (seconds)."""
+        self._managers = managers
+        self._clock_s = clock_s
+
+    async def call(self, api_key: int, api_version: int, principal: str, client_id: str | None, frame_bytes: int,
+                   run: Callable[[], Any], is_async: bool) -> Any:
+        """Run the handler (``run()``: its result, or its coroutine when ``is_async``), measure
+        it, and return the response with its throttle time; the mute is left for the server."""
+        managers = self._managers()
+        if managers.configs.is_empty():
+            return await run() if is_async else run()  # no quota anywhere: nothing to measure
+        if is_async:
+            timed = TimedCoroutine(run(), self._clock_s)
+            response = await timed
+            busy_ms = timed.busy_s * 1000
+        else:
+            start_s = self._clock_s()
+            response = run()
+            busy_ms = (self._clock_s() - start_s) * 1000
+        user, client = quota_user(principal), client_id or ""
+        throttle_ms = 0
+        if api_key not in REQUEST_QUOTA_EXEMPT:
+            throttle_ms = managers.record_request_time(user, client, busy_ms)
+        if api_key == k.PRODUCE:
+            throttle_ms = max(throttle_ms, managers.record_produce(user, client, frame_bytes))
+        elif api_key == k.FETCH and isinstance(response, list):
+            throttle_ms = max(throttle_ms, managers.record_fetch(user, client, sum(len(b) for b in response)))
+        handler_throttle_ms = throttle_in(response)
+        if throttle_ms > handler_throttle_ms and response is not None:
+            response = with_throttle(api_key, api_version, response, throttle_ms)
+        _mute_ms.set(max(throttle_ms, handler_throttle_ms))
+        return response
+

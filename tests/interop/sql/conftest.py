@@ -1,0 +1,40 @@
+"""One SQL-server node with Spark for the SQL interop modules that only need a node serving REST
+(statements, inserts, push queries) and queries that fail: tests/interop/sql/test_node_query_errors.py
+and test_rest_e2e.py. Starting a node's Spark session is the largest cost of each of those modules
+(10-25 s each in CI); they share one for the session instead.
+
+The broker is ours with KIP-939 two-phase commit left disabled (Kafka's default): a persistent
+query on it is refused, which is what test_node_query_errors checks; the others do not run
+persistent queries. Tests on the shared node use unique stream and topic names and never stop it.
+The node starts Spark lazily, when a query first needs it (``ksql.spark.start=lazy``): whichever
+module comes first shows that start on demand.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from tests.support.brokers import NO_INITIAL_REBALANCE_DELAY, BrokerProcess
+from tests.support.sql_servers import LAZY_SPARK, SqlServerProcess
+
+
+@pytest.fixture(scope="session")
+def shared_spark_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[BrokerProcess, SqlServerProcess]]:
+    """(broker, node): our broker without two-phase commit, and a node on it with lazy Spark
+    (INSERT VALUES and /inserts-stream need no Spark; a persistent or push query starts it)."""
+    base = tmp_path_factory.mktemp("shared-spark-node")
+    broker = BrokerProcess(data_dir=base / "data", config=NO_INITIAL_REBALANCE_DELAY)
+    broker.start()
+    try:
+        node = SqlServerProcess(bootstrap=broker.bootstrap, service_id=f"shared_{uuid.uuid4().hex[:6]}_",
+                                state_dir=base / "node", config=LAZY_SPARK, name="shared-node")
+        try:
+            node.start()
+            yield broker, node
+        finally:
+            node.stop()
+    finally:
+        broker.stop()
