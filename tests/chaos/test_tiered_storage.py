@@ -29,7 +29,7 @@ from tests.support.clients import (
     create_topic,
     unique_topic,
 )
-from tests.support.seaweedfs import SeaweedServer, seaweedfs_factory  # noqa: F401  # the fixture
+from tests.support.seaweedfs import SeaweedServer
 from tests.support.tiered import TieredBroker, local_log_bytes, remote_log_bytes, segment_objects, wait_until
 
 pytestmark = pytest.mark.chaos

@@ -31,7 +31,7 @@ from oncestream.remote.metadata_journal import MetadataJournal, list_journals, r
 from oncestream.remote.object_store import ObjectStore
 from oncestream.remote.segment_metadata import RemotePartitionMetadata
 from tests.support.clients import CLIENT_TIMEOUT_S, CONSUME_WAIT_S, confluent_consumer, create_topic, unique_topic
-from tests.support.seaweedfs import SeaweedServer, seaweedfs  # noqa: F401  # the session fixture
+from tests.support.seaweedfs import SeaweedServer
 from tests.support.tiered import TieredBroker, local_log_bytes, wait_until
 
 pytestmark = pytest.mark.chaos

@@ -285,6 +285,7 @@ def test_store_down_fails_in_bounded_time_then_works_when_back(
 
 
 @pytest.mark.chaos
+@pytest.mark.slow  # 30 s idle on the shipped read timeout; stop/kill below show a dead store by default
 def test_a_server_that_accepts_and_never_answers_fails_within_the_read_timeout(tmp_path: Path) -> None:
     """The connection is made (the kernel accepts into the backlog) but no byte ever comes back:
     the shipped read timeout (30 s, no retry started after 10 s) ends the call, where obstore's

@@ -26,7 +26,7 @@ from kio.schema.errors import ErrorCode
 
 from oncestream.client.common.connection import parse_bootstrap
 from tests.support.clients import CLIENT_TIMEOUT_S, create_topic, unique_topic
-from tests.support.seaweedfs import SeaweedServer, seaweedfs_factory  # noqa: F401  # the fixture
+from tests.support.seaweedfs import SeaweedServer
 from tests.support.tiered import TieredBroker, segment_objects, wait_until
 from tests.support.txn import (
     READ_COMMITTED,

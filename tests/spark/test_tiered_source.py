@@ -14,7 +14,7 @@ import pytest
 from confluent_kafka import Producer
 
 from tests.support.clients import create_topic, unique_topic
-from tests.support.seaweedfs import SeaweedServer, seaweedfs_factory  # noqa: F401  # the fixture
+from tests.support.seaweedfs import SeaweedServer
 from tests.support.tiered import TieredBroker, wait_until
 from tests.support.txn import list_offset, list_offsets
 

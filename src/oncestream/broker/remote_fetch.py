@@ -163,14 +163,7 @@ def aborted_of(state: BrokerState, topic: str, partition: int, fetch_offset: int
     aborted = list(read.aborted_transactions or ())
     if not read.aborted_complete and read.next_offset > fetch_offset:
         plog = state.logs.get(topic, partition)
-        aborted += local_aborts(plog, read.local_aborts_from, fetch_offset, read.next_offset)
+        aborted += plog.aborted_transactions(read.local_aborts_from, fetch_offset, read.next_offset)
     # A segment kept locally after its copy is indexed twice; a client must see each abort once.
     return sorted(set(aborted), key=lambda entry: (entry[1], entry[0]))
 
-
-def local_aborts(plog: PartitionLog, from_offset: int, fetch_offset: int, upper_offset: int) -> list[tuple[int, int]]:
-    """(producer_id, first_offset) of the aborts overlapping [``fetch_offset``, ``upper_offset``)
-    indexed in the local segments from the one at ``from_offset`` on."""
-    # PartitionLog offers this only for the range of its own read; the local segment indexes are
-    # asked directly until it has a call for it (noted for the log's owners).
-    return plog._segments.txn_indexes.collect(from_offset, fetch_offset, upper_offset)

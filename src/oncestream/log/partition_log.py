@@ -437,7 +437,7 @@ class PartitionLog:
             if returned_end_offset > fetch_offset:
                 # An abort is indexed with its marker, which may lie in any later segment.
                 from_base = self._segments[self._segments.index_for(fetch_offset)].base_offset
-                aborted_transactions = self._segments.txn_indexes.collect(from_base, fetch_offset, returned_end_offset)
+                aborted_transactions = self.aborted_transactions(from_base, fetch_offset, returned_end_offset)
         return ReadResult(
             chunks=chunks,
             size_bytes=total_bytes,
@@ -446,6 +446,12 @@ class PartitionLog:
             last_stable_offset=self.last_stable_offset,
             aborted_transactions=aborted_transactions,
         )
+
+    def aborted_transactions(self, from_base_offset: int, fetch_offset: int, upper_offset: int) -> list[tuple[int, int]]:
+        """(producer_id, first_offset) of the aborts overlapping [``fetch_offset``, ``upper_offset``)
+        indexed in the local segments from the one based at ``from_base_offset`` on (an abort is
+        indexed with its marker: a read and a remote read finishing its search locally ask this)."""
+        return self._segments.txn_indexes.collect(from_base_offset, fetch_offset, upper_offset)
 
     def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the earliest record with timestamp >= ``timestamp_ms`` (ListOffsets).
