@@ -3,7 +3,8 @@
 Topics (create/delete/describe, configs), groups (``admin_groups.py``: list, describe, delete,
 offsets of classic, consumer and share groups) and
 transactions (KIP-664: list, describe, describe producers, abort a hanging transaction with
-WriteTxnMarkers), ACLs (``admin_acls.py``), client quotas (``admin_quotas.py``).
+WriteTxnMarkers), ACLs (``admin_acls.py``), client quotas (``admin_quotas.py``), KIP-714
+ClientMetrics subscriptions (``admin_client_metrics.py``).
 Each method returns per-item results (a ``KafkaError`` or None for failures)
 instead of futures; calls that fail as a whole raise ``KafkaException``.
 """
@@ -21,6 +22,7 @@ from typing import Any, TypeVar
 from kio.schema.errors import ErrorCode
 
 from oncestream.client.admin.admin_acls import AclAdmin
+from oncestream.client.admin.admin_client_metrics import ClientMetricsAdmin
 from oncestream.client.admin.admin_groups import GroupAdmin
 from oncestream.client.admin.admin_groups import error_or_none as _error
 from oncestream.client.admin.admin_quotas import QuotaAdmin
@@ -226,7 +228,7 @@ class _FlexibleReader:
             self.pos += self.uvarint()
 
 
-class Admin(AclAdmin, GroupAdmin, QuotaAdmin):
+class Admin(AclAdmin, GroupAdmin, QuotaAdmin, ClientMetricsAdmin):
     """Administrative operations against a Kafka-protocol cluster."""
 
     def __init__(self, conf: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
