@@ -102,6 +102,7 @@ def test_counters_move_by_what_librdkafka_sent_and_read(metered):
         before, "kafka_network_requestmetrics_totaltimems_count", request="Fetch")
     assert value(after, "kafka_consumergroup_current_offset", consumergroup=group, topic=topic, partition="0") == RECORDS
     assert value(after, "kafka_consumergroup_lag", consumergroup=group, topic=topic, partition="0") == 0
+    assert value(after, "oncestream_group_state", consumergroup=group, protocol="classic", state="stable") == 1
 
 
 def _txn_gauges(url: str) -> tuple[float, float]:

@@ -52,7 +52,7 @@ def test_a_scrape_shows_exactly_the_names_listed(tmp_path):
         state.close()
     shown = {name for name, _ in samples if not name.endswith("_created")}
     # Groups and their offsets show once a group exists; everything else shows now.
-    assert shown == names.exposed_names() - {names.GROUP_COUNT, names.GROUP_OFFSET, names.GROUP_LAG}
+    assert shown == names.exposed_names() - {names.GROUP_COUNT, names.GROUP_STATE, names.GROUP_OFFSET, names.GROUP_LAG}
     assert samples[(f"{names.BYTES_IN}_total", frozenset({("topic", "t")}))] == 120
     assert samples[(f"{names.MESSAGES_IN}_total", frozenset({("topic", "t")}))] == 3
     assert samples[(f"{names.BYTES_OUT}_total", frozenset({("topic", "t")}))] == 120

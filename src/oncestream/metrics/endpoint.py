@@ -80,9 +80,14 @@ class MetricsEndpoint:
             elif path != b"/metrics":
                 status, body, ctype = b"404 Not Found", b"see /metrics\n", b"text/plain"
             else:
-                exposition = (await asyncio.to_thread(generate_latest, self.registry) if self.off_loop
-                              else generate_latest(self.registry))
-                status, body, ctype = b"200 OK", exposition, CONTENT_TYPE_PLAIN_0_0_4.encode()
+                try:
+                    exposition = (await asyncio.to_thread(generate_latest, self.registry) if self.off_loop
+                                  else generate_latest(self.registry))
+                except Exception:  # a collector's bug: say so to the scraper and in the log, keep serving
+                    log.exception("collecting metrics failed")
+                    status, body, ctype = b"500 Internal Server Error", b"collecting metrics failed\n", b"text/plain"
+                else:
+                    status, body, ctype = b"200 OK", exposition, CONTENT_TYPE_PLAIN_0_0_4.encode()
             writer.write(b"HTTP/1.1 " + status + b"\r\nContent-Type: " + ctype + b"\r\nContent-Length: "
                          + str(len(body)).encode() + b"\r\nConnection: close\r\n\r\n")
             if method != b"HEAD":

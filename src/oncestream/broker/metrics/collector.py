@@ -6,7 +6,7 @@ stable offset: how far read_committed readers are held back by open transactions
 coordinator's open, prepared (KIP-939) and completing transactions and the oldest one's age, plus
 the partitions' hanging transactions (an open transaction in a partition whose producer wrote
 nothing for longer than ``transaction.max.timeout.ms``: Kafka's kafka-transactions.sh find-hanging
-rule). Groups per state and protocol, committed offset and lag (high watermark - committed) per
+rule). Groups per state and protocol, each group's state, committed offset and lag (high watermark - committed) per
 group and partition. The request memory pool's use.
 
 A scrape runs on the event loop (metrics/endpoint.py), so it reads one consistent moment.
@@ -110,11 +110,14 @@ class BrokerStateCollector(Collector):
                                    labels=["consumergroup", "topic", "partition"])
         lag = GaugeMetricFamily(names.GROUP_LAG, "High watermark - the group's committed offset.",
                                 labels=["consumergroup", "topic", "partition"])
+        group_states = GaugeMetricFamily(names.GROUP_STATE, "1 for the state each group is in.",
+                                  labels=["consumergroup", "protocol", "state"])
         logs = self._logs.logs()
         for group in listed:
             protocol = self._groups.group_type(group.group_id)
             key = (protocol, group.state.lower())
             by_state[key] = by_state.get(key, 0) + 1
+            group_states.add_metric([group.group_id, *key], 1)
             for tp, committed in self._groups.committed_offsets(group.group_id).items():
                 plog = logs.get((tp.topic, tp.partition))
                 labels = [group.group_id, tp.topic, str(tp.partition)]
@@ -124,7 +127,7 @@ class BrokerStateCollector(Collector):
         count = GaugeMetricFamily(names.GROUP_COUNT, "Groups per protocol and state.", labels=["protocol", "state"])
         for (protocol, state), n in sorted(by_state.items()):
             count.add_metric([protocol, state], n)
-        yield from (count, offset, lag)
+        yield from (count, group_states, offset, lag)
 
     def _pool_gauges(self) -> Iterator[GaugeMetricFamily]:
         available = min(self._pool.available_bytes, 2**53)  # unbounded pool: a finite number

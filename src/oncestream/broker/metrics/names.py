@@ -48,7 +48,9 @@ TXN_HANGING: Final = "oncestream_transactions_hanging"
 TXN_OLDEST_AGE: Final = "oncestream_transactions_oldest_open_age_seconds"
 # kafka.server:type=group-coordinator-metrics,name=group-count,protocol=P,state=S (KIP-848)
 GROUP_COUNT: Final = "kafka_server_group_coordinator_metrics_group_count"
-# Per group (the names kafka_exporter gives the committed offset and its lag).
+# Per group: its state (1 for the state it is in), and the names kafka_exporter gives the
+# committed offset and its lag.
+GROUP_STATE: Final = "oncestream_group_state"
 GROUP_OFFSET: Final = "kafka_consumergroup_current_offset"
 GROUP_LAG: Final = "kafka_consumergroup_lag"
 
@@ -56,7 +58,7 @@ COUNTERS: Final = (BYTES_IN, MESSAGES_IN, BYTES_OUT, REQUESTS, ERRORS, FAILED_AU
 HISTOGRAMS: Final = (TOTAL_TIME, QUEUE_TIME, LOCAL_TIME, THROTTLE_TIME, SEND_TIME, FLUSH_TIME)
 GAUGES: Final = (
     CONNECTIONS, LOG_SIZE, LOG_START, LOG_END, HIGH_WATERMARK, LSO_LAG, MEMORY_POOL_AVAILABLE, MEMORY_POOL_USED,
-    TXN_OPEN, TXN_PREPARED, TXN_COMPLETING, TXN_HANGING, TXN_OLDEST_AGE, GROUP_COUNT, GROUP_OFFSET, GROUP_LAG,
+    TXN_OPEN, TXN_PREPARED, TXN_COMPLETING, TXN_HANGING, TXN_OLDEST_AGE, GROUP_COUNT, GROUP_STATE, GROUP_OFFSET, GROUP_LAG,
 )
 
 
