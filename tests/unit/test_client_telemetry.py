@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import types
 import uuid
+from typing import Any
 
 import crc32c
 import pytest
@@ -21,6 +22,7 @@ from opentelemetry.proto.metrics.v1.metrics_pb2 import (
     ScopeMetrics,
     Sum,
 )
+from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
@@ -222,7 +224,7 @@ def _payload(latency: float, created: int) -> bytes:
         aggregation_temporality=AggregationTemporality.AGGREGATION_TEMPORALITY_DELTA, is_monotonic=True,
         data_points=[NumberDataPoint(as_int=created)]))
     data = MetricsData(resource_metrics=[ResourceMetrics(
-        resource={"attributes": [_kv("client_rack", "r1")]},
+        resource=Resource(attributes=[_kv("client_rack", "r1")]),
         scope_metrics=[ScopeMetrics(metrics=[gauge, total])])])
     return data.SerializeToString()
 
@@ -250,7 +252,8 @@ def _scrape(collector: ReceivedClientMetrics) -> dict:
             for family in text_string_to_metric_families(text) for s in family.samples}
 
 
-def _received_handler_state(clock: _Clock, tmp_path) -> types.SimpleNamespace:
+def _received_handler_state(clock: _Clock, tmp_path) -> Any:
+    """The one part of BrokerState the telemetry handlers use."""
     telemetry = ClientTelemetry(tmp_path, {}, clock)
     telemetry.manager.install({"s": {"metrics": "org.apache.kafka.producer.", "interval.ms": "1000"}})
     return types.SimpleNamespace(telemetry=telemetry)
@@ -267,13 +270,13 @@ def test_a_push_in_each_compression_reaches_the_collector_with_the_client_labels
     clock = _Clock()
     state = _received_handler_state(clock, tmp_path)
     header = RequestHeader(api_key=71, api_version=0, correlation_id=1, client_id="orders-producer", body_offset=0)
-    get = handlers.handle_get_subscriptions(state, header, request_module(71, 0).GetTelemetrySubscriptionsRequest(
+    get: Any = handlers.handle_get_subscriptions(state, header, request_module(71, 0).GetTelemetrySubscriptionsRequest(
         client_instance_id=INSTANCE))
     assert get.error_code == ErrorCode.none
     assert get.requested_metrics == ("org.apache.kafka.producer.",)
     push_header = RequestHeader(api_key=72, api_version=0, correlation_id=2, client_id="orders-producer", body_offset=0)
     payload = compress(codec, _payload(2.5, 3)) if codec else _payload(2.5, 3)
-    answer = handlers.handle_push(state, push_header, _push_request(get.subscription_id, codec, payload))
+    answer: Any = handlers.handle_push(state, push_header, _push_request(get.subscription_id, codec, payload))
     assert answer.error_code == ErrorCode.none
     labels = {"client_id": "orders-producer", "client_instance_id": str(INSTANCE), "client_software_name": "",
               "client_software_version": ""}
@@ -287,9 +290,9 @@ def test_a_payload_that_does_not_decode_is_refused(tmp_path):
     clock = _Clock()
     state = _received_handler_state(clock, tmp_path)
     header = RequestHeader(api_key=71, api_version=0, correlation_id=1, client_id="c", body_offset=0)
-    get = handlers.handle_get_subscriptions(state, header, request_module(71, 0).GetTelemetrySubscriptionsRequest(
+    get: Any = handlers.handle_get_subscriptions(state, header, request_module(71, 0).GetTelemetrySubscriptionsRequest(
         client_instance_id=INSTANCE))
-    answer = handlers.handle_push(state, header, _push_request(get.subscription_id, 4, b"not zstd"))
+    answer: Any = handlers.handle_push(state, header, _push_request(get.subscription_id, 4, b"not zstd"))
     assert answer.error_code == ErrorCode.invalid_record
 
 

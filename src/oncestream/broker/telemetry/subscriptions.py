@@ -17,7 +17,6 @@ Kafka's behaviour followed (ClientMetricsConfigs, ClientMetricsManager):
 
 from __future__ import annotations
 
-import json
 import re
 import uuid
 from collections.abc import Iterable, Mapping
@@ -27,8 +26,8 @@ from pathlib import Path
 import crc32c
 
 from oncestream.broker.dynamic_config import ConfigEntry
-from oncestream.durable_files import write_file_atomically
-from oncestream.errors import InvalidConfigError, InvalidRequestError, StorageError
+from oncestream.broker.named_configs_file import load_named_configs, save_named_configs
+from oncestream.errors import InvalidConfigError, InvalidRequestError
 from oncestream.log.topic_config_defs import ConfigSource, ConfigType
 
 FILE_NAME = "client-metrics-configs.json"
@@ -203,17 +202,9 @@ def resolve(subscriptions: Iterable[Subscription], client: ClientMetadata,
 
 def load(data_dir: Path) -> dict[str, dict[str, str]]:
     """Every ClientMetrics resource's configs as last written (empty without the file)."""
-    path = data_dir / FILE_NAME
-    if not path.exists():
-        return {}
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise StorageError(f"cannot read {path}: {exc}") from exc
-    return {str(n): {str(k): str(v) for k, v in c.items()} for n, c in data.items()}
+    return load_named_configs(data_dir / FILE_NAME)
 
 
 def save(data_dir: Path, configs: Mapping[str, Mapping[str, str]]) -> None:
     """Write every resource's configs durably (for the disk threads); an emptied resource is gone."""
-    body = json.dumps({n: dict(c) for n, c in sorted(configs.items()) if c}, sort_keys=True, indent=1)
-    write_file_atomically(data_dir / FILE_NAME, body.encode())
+    save_named_configs(data_dir / FILE_NAME, configs)
