@@ -209,6 +209,28 @@ def test_silent_instances_expire():
     assert manager.instances == {}
 
 
+def test_the_least_recently_heard_from_instance_is_evicted_past_the_cap():
+    clock = _Clock()
+    ids = iter(uuid.UUID(int=n) for n in range(1, 10))
+    manager = ClientMetricsManager({}, clock, new_instance_id=lambda: next(ids), max_instances=2)
+    first = manager.get_subscriptions(None, _meta).instance_id
+    clock.ms += 1
+    second = manager.get_subscriptions(None, _meta).instance_id
+    clock.ms += 1
+    third = manager.get_subscriptions(None, _meta).instance_id
+    assert set(manager.instances) == {second, third}
+    assert first not in manager.instances
+
+
+def test_subscriptions_are_read_back_from_the_data_dir(tmp_path):
+    configs = {"producers": {"metrics": "org.apache.kafka.producer.", "interval.ms": "1000"}, "emptied": {}}
+    subs.save(tmp_path, configs)
+    telemetry = ClientTelemetry(tmp_path, {"telemetry.max.bytes": "2048"}, _Clock())
+    assert telemetry.manager.configs == {"producers": configs["producers"]}
+    assert telemetry.manager.max_bytes == 2048
+    assert telemetry.manager.get_subscriptions(None, _meta).subscription.interval_ms == 1000
+
+
 # --- OTLP payloads ---------------------------------------------------------------------------
 
 

@@ -12,7 +12,8 @@ INVALID_REQUEST; wrong subscription id UNKNOWN_SUBSCRIPTION_ID; a codec the brok
 UNSUPPORTED_COMPRESSION_TYPE; sooner than the interval since the last request (and no
 GetTelemetrySubscriptions since the last push), unless terminating, THROTTLING_QUOTA_EXCEEDED; more
 than ``telemetry.max.bytes`` TELEMETRY_TOO_LARGE. An instance nobody heard from for
-max(3 x interval, 60 s) is forgotten (``expire``).
+max(3 x interval, 60 s) is forgotten (``expire``); past ``MAX_INSTANCES`` the one heard from
+least recently is.
 """
 
 from __future__ import annotations
@@ -32,6 +33,9 @@ ACCEPTED_COMPRESSION_TYPES = (COMPRESSION_ZSTD, COMPRESSION_LZ4, COMPRESSION_GZI
 MAX_BYTES_CONFIG = "telemetry.max.bytes"
 DEFAULT_MAX_BYTES = 1024 * 1024
 MIN_CACHE_EXPIRY_MS = 60_000
+# Kafka's cache of client instances holds at most this many (least recently heard from evicted):
+# client instance ids come from clients, so their number must not grow without bound.
+MAX_INSTANCES = 16384
 ZERO_UUID = uuid.UUID(int=0)
 
 
@@ -76,12 +80,13 @@ class ClientMetricsManager:
 
     def __init__(self, configs: Mapping[str, Mapping[str, str]], now_ms: Callable[[], int], *,
                  max_bytes: int = DEFAULT_MAX_BYTES,
-                 new_instance_id: Callable[[], uuid.UUID] = uuid.uuid4) -> None:
+                 new_instance_id: Callable[[], uuid.UUID] = uuid.uuid4, max_instances: int = MAX_INSTANCES) -> None:
         self.configs: dict[str, dict[str, str]] = {name: dict(c) for name, c in configs.items()}
         self._subscriptions = [subs.validate(name, c) for name, c in sorted(self.configs.items())]
         self._now_ms = now_ms
         self.max_bytes = max_bytes
         self._new_instance_id = new_instance_id
+        self.max_instances = max_instances
         self._version = 0
         self.instances: dict[uuid.UUID, ClientInstance] = {}
 
@@ -100,6 +105,8 @@ class ClientMetricsManager:
         if existing is not None:  # the timing and error history survive a subscription change
             instance.last_get_ms, instance.last_push_ms = existing.last_get_ms, existing.last_push_ms
             instance.last_error, instance.terminating = existing.last_error, existing.terminating
+        elif len(self.instances) >= self.max_instances:
+            del self.instances[min(self.instances.values(), key=lambda i: i.last_seen_ms).instance_id]
         self.instances[instance_id] = instance
         return instance
 
