@@ -99,9 +99,10 @@ def handle_push(state: BrokerState, header: RequestHeader, request: PushTelemetr
     return build(m.PushTelemetryResponse, throttle_time=_ZERO, error_code=code)
 
 
-# What ListConfigResources lists when asked for no type in particular (Kafka's v1 default set
-# minus BROKER_LOGGER, which this broker has no resource for).
-_LISTABLE = (RESOURCE_TOPIC, RESOURCE_BROKER, RESOURCE_CLIENT_METRICS, RESOURCE_GROUP)
+# The types ListConfigResources v1 takes (Kafka's supportedResourceTypes); another type answers
+# UNSUPPORTED_VERSION. BROKER_LOGGER is accepted and lists nothing: this broker has no such resource.
+_RESOURCE_BROKER_LOGGER = 8
+_LISTABLE = (RESOURCE_TOPIC, RESOURCE_BROKER, _RESOURCE_BROKER_LOGGER, RESOURCE_CLIENT_METRICS, RESOURCE_GROUP)
 
 
 def handle_list_config_resources(state: BrokerState, header: RequestHeader, request: ListConfigResourcesRequest) -> object:
