@@ -14,6 +14,7 @@ import time
 import pytest
 from confluent_kafka import Consumer, Producer
 
+from oncestream.cli import main as cli_main
 from oncestream.client import Admin
 from tests.support.brokers import BrokerProcess
 from tests.support.clients import CLIENT_TIMEOUT_S, create_topic, unique_topic
@@ -103,3 +104,22 @@ def test_librdkafka_pushes_its_subscribed_metrics_and_follows_a_subscription_cha
         assert admin.list_client_metrics() == ["kip714-latency"]
         assert admin.describe_client_metrics("kip714-latency")["metrics"] == \
             "org.apache.kafka.producer.connection.creation.,org.apache.kafka.consumer.connection.creation."
+
+
+def test_cli_sets_describes_lists_and_deletes_a_subscription(broker, capsys):
+    def cli(*args: str) -> tuple[int, str]:
+        code = cli_main(["client-metrics", *args, "-b", broker.bootstrap])
+        return code, capsys.readouterr().out
+
+    assert cli("alter", "--name", "producers", "--metrics", "org.apache.kafka.producer.", "--interval", "10000",
+               "--match", "client_software_name=confluent-kafka-python") == \
+        (0, "Altered client metrics config for producers.\n")
+    assert cli("list") == (0, "producers\n")
+    assert cli("describe", "--name", "producers") == (0, (
+        "Client metrics configs for producers are interval.ms=10000, "
+        "match=client_software_name=confluent-kafka-python, metrics=org.apache.kafka.producer.\n"))
+    code = cli_main(["client-metrics", "alter", "--name", "producers", "--interval", "50", "-b", broker.bootstrap])
+    assert code == 1
+    assert "INVALID_CONFIG" in capsys.readouterr().err
+    assert cli("delete", "--name", "producers") == (0, "Deleted client metrics config for producers.\n")
+    assert cli("list") == (0, "")

@@ -28,7 +28,7 @@ class ClientMetricsAdmin:
     def alter_client_metrics(self, name: str, configs: Mapping[str, str | None], *, validate_only: bool = False,
                              timeout: float | None = None) -> None:
         """Set (a value) or delete (None) configs of the subscription ``name`` (``metrics``,
-        ``interval.ms``, ``match``); ``BrokerResponseError`` with the broker's reason on refusal."""
+        ``interval.ms``, ``match``); ``KafkaException`` with the broker's code and reason on refusal."""
         async def run() -> None:
             def make(m: Any, version: int) -> Any:
                 return build(m.IncrementalAlterConfigsRequest, validate_only=validate_only, resources=(
