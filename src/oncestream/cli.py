@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from oncestream.cli_client import admin_session as _admin
 from oncestream.cli_client import client_conf as _conf
 from oncestream.cli_client import client_errors as _client_errors
+from oncestream.cli_client_metrics import register as register_client_metrics
 from oncestream.cli_common import CliError
 from oncestream.cli_groups import register as register_groups
 from oncestream.cli_quotas import register as register_quotas
@@ -500,6 +501,7 @@ def build_parser() -> argparse.ArgumentParser:
     register_groups(sub)  # consumer and share groups (cli_groups.py)
     register_users(sub)  # SCRAM users
     register_quotas(sub)  # client quotas (KIP-546)
+    register_client_metrics(sub)  # KIP-714 client metrics subscriptions
     register_sql_shell(sub)  # oncestream sql: the SQL shell
     _register_sql_server(sub)
 

@@ -40,6 +40,10 @@ class ConnectionSession:
     sasl_mechanism: str | None = None
     sasl_authorization_id: str | None = None
     client_id: str | None = None
+    # KIP-714 matching: the peer port, the software name and version of ApiVersions v3+.
+    peer_port: int | None = None
+    client_software_name: str | None = None
+    client_software_version: str | None = None
     principal_builder: KafkaPrincipalBuilder | None = field(default=None, repr=False)
 
     def authentication_context(self) -> AuthenticationContext:
@@ -74,6 +78,8 @@ def start_session(peer: object, *, listener_name: str = "PLAINTEXT", security_pr
     session = ConnectionSession(peer_host=str(host), listener_name=listener_name,
                                 security_protocol=security_protocol, authenticated=not sasl,
                                 peer_certificate=peer_certificate, principal_builder=principal_builder)
+    if isinstance(peer, tuple) and len(peer) > 1 and isinstance(peer[1], int):
+        session.peer_port = peer[1]
     if not sasl:
         session.principal = session.principal_for()
     _session.set(session)

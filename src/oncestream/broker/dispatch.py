@@ -33,6 +33,7 @@ from oncestream.broker.handlers import (
     scram_admin,
     share,
     share_admin,
+    telemetry,
     topics,
     transactions,
 )
@@ -107,6 +108,9 @@ HANDLERS: dict[int, Handler] = {
     k.DESCRIBE_SHARE_GROUP_OFFSETS: share_admin.handle_describe_offsets,
     k.ALTER_SHARE_GROUP_OFFSETS: share_admin.handle_alter_offsets,
     k.DELETE_SHARE_GROUP_OFFSETS: share_admin.handle_delete_offsets,
+    k.GET_TELEMETRY_SUBSCRIPTIONS: telemetry.handle_get_subscriptions,
+    k.PUSH_TELEMETRY: telemetry.handle_push,
+    k.LIST_CONFIG_RESOURCES: telemetry.handle_list_config_resources,
 }
 
 

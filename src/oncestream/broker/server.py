@@ -204,6 +204,8 @@ class BrokerServer:
             log.info("oncestream broker listening on %s://%s:%s (advertised %s:%s, data dir %s)",
                      listener.name, listener.host, port, *bound[-1].advertised, self.state.data_dir)
         self.metrics_endpoint = await start_metrics(self.state, cfg.raw, self.memory_pool)
+        if self.metrics_endpoint is not None:  # KIP-714: what clients push shows on the same /metrics
+            self.metrics_endpoint.registry.register(self.state.telemetry.received)
         # Handlers advertise the bound ports from here on (listeners and the default host:port).
         self.state.config = dataclasses.replace(cfg, listeners=tuple(bound), port=bound[0].port)
         if self.ready_file is not None:

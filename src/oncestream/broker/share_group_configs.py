@@ -10,14 +10,13 @@ level), as in Kafka.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from oncestream.broker.dynamic_config import ConfigEntry
-from oncestream.durable_files import write_file_atomically
-from oncestream.errors import InvalidConfigError, InvalidRequestError, StorageError
+from oncestream.broker.named_configs_file import load_named_configs, save_named_configs
+from oncestream.errors import InvalidConfigError, InvalidRequestError
 from oncestream.log.topic_config_defs import ConfigSource, ConfigType
 
 FILE_NAME = "share_group_configs.json"
@@ -59,20 +58,12 @@ SET, DELETE = 0, 1
 
 def load(data_dir: Path) -> dict[str, dict[str, str]]:
     """Every group's share configs as last written (empty without the file)."""
-    path = data_dir / FILE_NAME
-    if not path.exists():
-        return {}
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise StorageError(f"cannot read {path}: {exc}") from exc
-    return {str(g): {str(k): str(v) for k, v in c.items()} for g, c in data.items()}
+    return load_named_configs(data_dir / FILE_NAME)
 
 
 def save(data_dir: Path, configs: Mapping[str, Mapping[str, str]]) -> None:
     """Write every group's configs durably (for the disk threads)."""
-    body = json.dumps({g: dict(c) for g, c in sorted(configs.items()) if c}, sort_keys=True, indent=1)
-    write_file_atomically(data_dir / FILE_NAME, body.encode())
+    save_named_configs(data_dir / FILE_NAME, configs)
 
 
 def apply_operations(current: Mapping[str, str], operations: Iterable[tuple[str, int, str | None]]) -> dict[str, str]:

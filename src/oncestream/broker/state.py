@@ -36,6 +36,7 @@ from oncestream.broker.sasl.credentials import ScramCredentialStore
 from oncestream.broker.sasl.exchange import SaslSettings
 from oncestream.broker.seams import BrokerSeams
 from oncestream.broker.share_service import ShareService
+from oncestream.broker.telemetry.service import ClientTelemetry
 from oncestream.broker.txn_service import TxnService
 from oncestream.coordinator.producer_ids import ProducerIdManager
 from oncestream.durable_files import write_file_atomically
@@ -152,6 +153,8 @@ class BrokerState:
                 load_client_quotas(data_dir), self.mono_ms, QuotaWindow.from_properties(config.raw),
                 QuotaWindow.from_properties(config.raw, prefix="controller."))
             self.client_quota_lock = asyncio.Lock()  # one quota change persisted at a time
+            # KIP-714 client metrics: ClientMetrics subscriptions, client instances, pushed values.
+            self.telemetry = ClientTelemetry(data_dir, config.raw, self.mono_ms)
             self.logs = LogManager.open(data_dir / "logs", self.log_config, self.now_ms(),
                                         descriptors=SegmentDescriptors.from_properties(config.raw))
             self.notifier = AppendNotifier()

@@ -45,6 +45,7 @@ class ConfigSource(IntEnum):
     DYNAMIC_DEFAULT_BROKER_CONFIG = 3
     STATIC_BROKER_CONFIG = 4
     DEFAULT_CONFIG = 5
+    CLIENT_METRICS_CONFIG = 7  # a ClientMetrics resource's own config (KIP-714)
     GROUP_CONFIG = 8  # a group resource's own config (KIP-848 / KIP-932 group configs)
 
 

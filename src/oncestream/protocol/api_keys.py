@@ -53,6 +53,9 @@ DESCRIBE_TRANSACTIONS: Final = 65
 LIST_TRANSACTIONS: Final = 66
 CONSUMER_GROUP_HEARTBEAT: Final = 68
 CONSUMER_GROUP_DESCRIBE: Final = 69
+GET_TELEMETRY_SUBSCRIPTIONS: Final = 71
+PUSH_TELEMETRY: Final = 72
+LIST_CONFIG_RESOURCES: Final = 74
 SHARE_GROUP_HEARTBEAT: Final = 76
 SHARE_GROUP_DESCRIBE: Final = 77
 SHARE_FETCH: Final = 78
@@ -107,6 +110,9 @@ API_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     LIST_TRANSACTIONS: (0, 1),
     CONSUMER_GROUP_HEARTBEAT: (0, 1),  # KIP-848; v1: the client makes its member id (KIP-1082)
     CONSUMER_GROUP_DESCRIBE: (0, 1),
+    GET_TELEMETRY_SUBSCRIPTIONS: (0, 0),  # KIP-714 (librdkafka 2.16 sends v0, the only version)
+    PUSH_TELEMETRY: (0, 0),
+    LIST_CONFIG_RESOURCES: (0, 1),  # v0: ListClientMetricsResources; v1: any config resource type (KIP-1142)
     # KIP-932 share groups, v1 each: what librdkafka 2.16 sends (its only version) and Kafka 4.x's
     # first GA version. ShareFetch/ShareAcknowledge v2 (record-limit acquire mode, RENEW
     # acknowledgements) are not served.

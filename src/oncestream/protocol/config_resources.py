@@ -7,3 +7,4 @@ from __future__ import annotations
 RESOURCE_TOPIC = 2
 RESOURCE_GROUP = 32  # KIP-848 / KIP-932 group configs (not the ACL resource type GROUP = 3)
 RESOURCE_BROKER = 4
+RESOURCE_CLIENT_METRICS = 16  # KIP-714 ClientMetrics subscriptions

@@ -117,6 +117,7 @@ if TYPE_CHECKING:
     from kio.schema.find_coordinator.v2 import request as _find_coordinator_v2
     from kio.schema.find_coordinator.v3 import request as _find_coordinator_v3
     from kio.schema.find_coordinator.v4 import request as _find_coordinator_v4
+    from kio.schema.get_telemetry_subscriptions.v0 import request as _get_telemetry_subscriptions_v0
     from kio.schema.heartbeat.v0 import request as _heartbeat_v0
     from kio.schema.heartbeat.v1 import request as _heartbeat_v1
     from kio.schema.heartbeat.v2 import request as _heartbeat_v2
@@ -147,6 +148,8 @@ if TYPE_CHECKING:
     from kio.schema.leave_group.v3 import request as _leave_group_v3
     from kio.schema.leave_group.v4 import request as _leave_group_v4
     from kio.schema.leave_group.v5 import request as _leave_group_v5
+    from kio.schema.list_config_resources.v0 import request as _list_config_resources_v0
+    from kio.schema.list_config_resources.v1 import request as _list_config_resources_v1
     from kio.schema.list_groups.v0 import request as _list_groups_v0
     from kio.schema.list_groups.v1 import request as _list_groups_v1
     from kio.schema.list_groups.v2 import request as _list_groups_v2
@@ -208,6 +211,7 @@ if TYPE_CHECKING:
     from kio.schema.produce.v10 import request as _produce_v10
     from kio.schema.produce.v11 import request as _produce_v11
     from kio.schema.produce.v12 import request as _produce_v12
+    from kio.schema.push_telemetry.v0 import request as _push_telemetry_v0
     from kio.schema.sasl_authenticate.v0 import request as _sasl_authenticate_v0
     from kio.schema.sasl_authenticate.v1 import request as _sasl_authenticate_v1
     from kio.schema.sasl_authenticate.v2 import request as _sasl_authenticate_v2
@@ -521,6 +525,16 @@ if TYPE_CHECKING:
         _consumer_group_describe_v0.ConsumerGroupDescribeRequest
         | _consumer_group_describe_v1.ConsumerGroupDescribeRequest
     )  # api key 69
+    GetTelemetrySubscriptionsRequest: TypeAlias = (
+        _get_telemetry_subscriptions_v0.GetTelemetrySubscriptionsRequest
+    )  # api key 71
+    PushTelemetryRequest: TypeAlias = (
+        _push_telemetry_v0.PushTelemetryRequest
+    )  # api key 72
+    ListConfigResourcesRequest: TypeAlias = (
+        _list_config_resources_v0.ListConfigResourcesRequest
+        | _list_config_resources_v1.ListConfigResourcesRequest
+    )  # api key 74
     ShareGroupHeartbeatRequest: TypeAlias = (
         _share_group_heartbeat_v1.ShareGroupHeartbeatRequest
     )  # api key 76

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
+from oncestream.broker.connection_context import current_session
 from oncestream.broker.state import BrokerState
 from oncestream.protocol.api_keys import API_VERSIONS, API_VERSIONS_KEY, FEATURES, SHARE_GROUP_APIS
 from oncestream.protocol.codec import RequestHeader, build
@@ -33,6 +34,10 @@ def finalized_levels(state: BrokerState) -> dict[str, int]:
 
 def handle(state: BrokerState, header: RequestHeader, request: ApiVersionsRequest) -> object:
     m = response_module(API_VERSIONS_KEY, header.api_version)
+    if header.api_version >= 3:  # KIP-511: who the client is, for KIP-714 subscription matching
+        session = current_session()
+        session.client_software_name = request.client_software_name  # type: ignore[union-attr]
+        session.client_software_version = request.client_software_version  # type: ignore[union-attr]
     keys = tuple(
         build(m.ApiVersion, api_key=key, min_version=lo, max_version=hi)
         for key, (lo, hi) in sorted(API_VERSIONS.items())

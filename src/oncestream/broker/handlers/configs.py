@@ -1,5 +1,6 @@
-"""DescribeConfigs (32), AlterConfigs (33), IncrementalAlterConfigs (44) for TOPIC, BROKER and GROUP
-(share-group configs, broker/share_group_configs.py) resources.
+"""DescribeConfigs (32), AlterConfigs (33), IncrementalAlterConfigs (44) for TOPIC, BROKER, GROUP
+(share-group configs, broker/share_group_configs.py) and CLIENT_METRICS (KIP-714 subscriptions,
+broker/telemetry/subscriptions.py) resources.
 
 The rules (what is described, how operations combine, which error code) are sans-io in
 ``broker/config_admin.py`` and ``broker/dynamic_config.py``; this module authorizes, runs them,
@@ -31,13 +32,19 @@ from oncestream.broker.dynamic_config import ConfigEntry
 from oncestream.broker.handlers.metadata import INTERNAL_TOPICS
 from oncestream.broker.log_dirs import remote_status
 from oncestream.broker.state import BrokerState
+from oncestream.broker.telemetry import subscriptions as client_metrics
 from oncestream.broker.tiered_config_rules import check_broker_configs, check_topic_configs
 from oncestream.errors import InvalidRequestError, OnceStreamError, UnknownTopicOrPartitionError
 from oncestream.log.config import LogConfig
 from oncestream.log.manager import validate_topic_name
 from oncestream.protocol.api_keys import ALTER_CONFIGS, DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS
 from oncestream.protocol.codec import RequestHeader, build
-from oncestream.protocol.config_resources import RESOURCE_BROKER, RESOURCE_GROUP, RESOURCE_TOPIC
+from oncestream.protocol.config_resources import (
+    RESOURCE_BROKER,
+    RESOURCE_CLIENT_METRICS,
+    RESOURCE_GROUP,
+    RESOURCE_TOPIC,
+)
 from oncestream.protocol.schemas import response_module
 
 if TYPE_CHECKING:
@@ -51,6 +58,8 @@ def _denied(state: BrokerState, op: Op, res: Any) -> tuple[ErrorCode, str] | Non
     if res.resource_type == RESOURCE_TOPIC and not authorize(state, op, Res.TOPIC, res.resource_name):
         return ErrorCode.topic_authorization_failed, f"{op.name} on topic {res.resource_name!r} not allowed"
     if res.resource_type == RESOURCE_BROKER and not authorize(state, op, Res.CLUSTER):
+        return ErrorCode.cluster_authorization_failed, f"{op.name} on the cluster not allowed"
+    if res.resource_type == RESOURCE_CLIENT_METRICS and not authorize(state, op, Res.CLUSTER):
         return ErrorCode.cluster_authorization_failed, f"{op.name} on the cluster not allowed"
     if res.resource_type == RESOURCE_GROUP and not authorize(state, op, Res.GROUP, res.resource_name):
         return ErrorCode.group_authorization_failed, f"{op.name} on group {res.resource_name!r} not allowed"
@@ -78,6 +87,10 @@ def _describe_entries(state: BrokerState, request: Any, res: Any) -> list[Config
                                      include_documentation=include_documentation, remote_status=remote_status(state.remote))
     if res.resource_type == RESOURCE_GROUP:
         return share_group_configs.describe(state.shares.group_configs.get(res.resource_name, {}))
+    if res.resource_type == RESOURCE_CLIENT_METRICS:
+        if not res.resource_name:
+            raise InvalidRequestError("Subscription name can't be empty")
+        return client_metrics.describe(state.telemetry.manager.configs.get(res.resource_name, {}))
     raise InvalidRequestError(f"Unsupported resource type: {res.resource_type}")
 
 
@@ -97,6 +110,26 @@ async def _apply_group_configs(state: BrokerState, group_id: str, ops: list[tupl
             finish=lambda: state.shares.group_configs.update({group_id: updated}),
             abort=lambda: None,
             what=f"config change of group {group_id!r}",
+        )
+
+
+async def _apply_client_metrics_configs(state: BrokerState, name: str, ops: list[tuple[str, int, str | None]],
+                                        replace: bool, validate_only: bool) -> None:
+    """A ClientMetrics subscription (KIP-714, broker/telemetry/subscriptions.py): validated, written
+    durably, then installed (every client instance re-resolves its subscription)."""
+    admin.check_operations(ops)
+    async with state.telemetry.config_lock:
+        current = state.telemetry.manager.configs
+        updated = client_metrics.apply_operations({} if replace else current.get(name, {}), ops)
+        client_metrics.validate(name, updated)
+        if validate_only:
+            return
+        new_all = {**current, name: updated}
+        await run_disk_step(
+            state, lambda: client_metrics.save(state.data_dir, new_all),
+            finish=lambda: state.telemetry.manager.install(new_all),
+            abort=lambda: None,
+            what=f"config change of client metrics {name!r}",
         )
 
 
@@ -220,6 +253,8 @@ async def _alter(state: BrokerState, request: Any, ops_of: Callable[[Any], list[
             elif res.resource_type == RESOURCE_BROKER:
                 admin.check_operations(ops)
                 await _apply_broker_configs(state, res.resource_name, _broker_layer(ops, replace), request.validate_only)
+            elif res.resource_type == RESOURCE_CLIENT_METRICS:
+                await _apply_client_metrics_configs(state, res.resource_name, ops, replace, request.validate_only)
             elif res.resource_type == RESOURCE_GROUP:
                 await _apply_group_configs(state, res.resource_name, ops, replace, request.validate_only)
             else:

@@ -4,7 +4,7 @@ Topics (create/delete/describe, configs), groups (``admin_groups.py``: list, des
 offsets of classic, consumer and share groups) and
 transactions (KIP-664: list, describe, describe producers, abort a hanging transaction with
 WriteTxnMarkers), ACLs (``admin_acls.py``), log directories (``admin_log_dirs.py``),
-client quotas (``admin_quotas.py``).
+client quotas (``admin_quotas.py``), KIP-714 ClientMetrics subscriptions (``admin_client_metrics.py``).
 Each method returns per-item results (a ``KafkaError`` or None for failures)
 instead of futures; calls that fail as a whole raise ``KafkaException``.
 """
@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 from kio.schema.errors import ErrorCode
 
 from oncestream.client.admin.admin_acls import AclAdmin
+from oncestream.client.admin.admin_client_metrics import ClientMetricsAdmin
 from oncestream.client.admin.admin_groups import GroupAdmin
 from oncestream.client.admin.admin_groups import error_or_none as _error
 from oncestream.client.admin.admin_log_dirs import LogDirAdmin
@@ -228,7 +229,7 @@ class _FlexibleReader:
             self.pos += self.uvarint()
 
 
-class Admin(AclAdmin, GroupAdmin, LogDirAdmin, QuotaAdmin):
+class Admin(AclAdmin, GroupAdmin, LogDirAdmin, QuotaAdmin, ClientMetricsAdmin):
     """Administrative operations against a Kafka-protocol cluster."""
 
     def __init__(self, conf: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
