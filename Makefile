@@ -28,15 +28,18 @@ SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
 .PHONY: test test-slow lint unit demo broker-demo bench venv kcat tansu clean spark-test spark-demo java postgres
 
-# Two pytest runs side by side: the Spark connector's suite (tests/spark: one JVM, driver SIGKILL
-# loops, a PostgreSQL server; mostly waiting on JVM start-ups) and everything else. The Spark run's
-# report is printed after the other's; the target fails if either run fails.
+# Two pytest runs side by side: the Spark suites (tests/spark: one JVM, driver SIGKILL loops, a
+# PostgreSQL server; and the SQL nodes' chaos tests, tests/chaos/sql: a Spark driver per node;
+# both mostly waiting on JVM start-ups) and everything else, split so that the two end at about
+# the same time. The Spark run's report is printed after the other's; the target fails if either
+# run fails.
 SPARK_LOG := .spark-test.log
+SPARK_SUITES := tests/spark tests/chaos/sql
 test: $(SPARK_STAMP) kcat tansu java postgres lint
-	@$(VPY) -m pytest -q --durations=10 -m 'spark and not slow' tests/spark > $(SPARK_LOG) 2>&1 & spark=$$!; \
-	$(VPY) -m pytest -q --durations=10 -m 'not slow' --ignore=tests/spark tests/; main=$$?; \
+	@$(VPY) -m pytest -q --durations=10 -m 'not slow' $(SPARK_SUITES) > $(SPARK_LOG) 2>&1 & spark=$$!; \
+	$(VPY) -m pytest -q --durations=10 -m 'not slow' $(SPARK_SUITES:%=--ignore=%) tests/; main=$$?; \
 	wait $$spark; spark_rc=$$?; \
-	echo "=== tests/spark (run beside the rest) ==="; cat $(SPARK_LOG); \
+	echo "=== $(SPARK_SUITES) (run beside the rest) ==="; cat $(SPARK_LOG); \
 	echo "=== exit: main suite $$main, spark suite $$spark_rc ==="; \
 	test $$main -eq 0 -a $$spark_rc -eq 0
 
