@@ -38,7 +38,7 @@ WAIT_S = 60.0  # a bound on a hang only
 STATUS = "oncestream.remote.log.storage.status"
 RECORDS = 600
 VALUE_BYTES = 100
-SMALL_BATCHES = {"linger.ms": 1, "batch.num.messages": 10}  # a batch never spans segments: many of them
+SMALL_BATCHES: dict[str, object] = {"linger.ms": 1, "batch.num.messages": 10}  # a batch never spans segments: many of them
 
 
 @pytest.fixture
