@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import logging
-import shutil
 import subprocess
 import sys
 import time
@@ -36,14 +35,20 @@ from pathlib import Path
 from typing import Any
 
 from oncestream.broker_process import OnceStreamBroker, oncestream_command
+from oncestream.demos.broker_crash import (
+    DemoFailure,
+    Verdict,
+    client_logger,
+    decode_seq,
+    encode_value,
+    prepare_data_dir,
+)
 from oncestream.remote.object_store import ObjectStore, open_object_store
 from oncestream.seaweedfs_process import SeaweedServer, clean_environ
 
 DEFAULT_DATA_DIR = Path("data") / "demo-tiered"
-DEMO_MARKER = ".oncestream-demo"  # written into the data dir so a later run may wipe it safely
 TOPIC = "tiered-events"
 PREFIX = "demo"  # key prefix in the bucket
-SEQ_DIGITS = 10
 WAIT_S = 300.0  # a bound on a hang only
 FLUSH_TIMEOUT_S = 120.0
 CLIENT_TIMEOUT_S = 60.0
@@ -64,10 +69,6 @@ SHOWN_CONFIGS = ("remote.", "local.retention", "segment.bytes=")
 
 def _say(text: str) -> None:
     print(text, flush=True)
-
-
-class DemoFailure(Exception):
-    """The demo could not run to the end (as opposed to a completed run whose check failed)."""
 
 
 class TieredBroker(OnceStreamBroker):
@@ -97,18 +98,6 @@ class Observed:
     remote_segments: int                # segment objects (.log) in the bucket at the end
     local_log_bytes: int                # the partition's .log files at the end
     local_bound_bytes: int              # local.retention.bytes plus the segments not copyable yet
-
-
-@dataclass
-class Verdict:
-    """Counts, then every violation found."""
-
-    lines: list[str]
-    violations: list[str]
-
-    @property
-    def exit_code(self) -> int:
-        return 1 if self.violations else 0
 
 
 def check(seen: Observed) -> Verdict:
@@ -156,27 +145,6 @@ def check(seen: Observed) -> Verdict:
 # The run
 
 
-def encode_value(seq: int, value_bytes: int) -> bytes:
-    head = f"{seq:0{SEQ_DIGITS}d}|".encode()
-    return head + b"x" * max(0, value_bytes - len(head))
-
-
-def decode_seq(value: bytes | None) -> int | None:
-    if value is None or len(value) < SEQ_DIGITS + 1 or value[SEQ_DIGITS:SEQ_DIGITS + 1] != b"|":
-        return None
-    digits = value[:SEQ_DIGITS]
-    return int(digits) if digits.isdigit() else None
-
-
-def _prepare_data_dir(data_dir: Path) -> None:
-    if data_dir.exists():
-        if any(data_dir.iterdir()) and not (data_dir / DEMO_MARKER).exists():
-            raise DemoFailure(f"{data_dir} is not empty and was not created by the demo; not wiping it")
-        shutil.rmtree(data_dir)
-    data_dir.mkdir(parents=True)
-    (data_dir / DEMO_MARKER).write_text("created by `make demo-tiered`; wiped at each run\n")
-
-
 def local_log_bytes(partition_dir: Path) -> int:
     """The bytes of the partition's ``.log`` files (one removed meanwhile counts 0)."""
     total = 0
@@ -210,18 +178,6 @@ def _describe(bootstrap: str) -> None:
         if words[:1] == ["config"] and not any(name in line for name in SHOWN_CONFIGS):
             continue
         _say("    " + line)
-
-
-def _client_logger(path: Path) -> logging.Logger:
-    """librdkafka's log lines (connection refused while the broker is down, ...) go to a file."""
-    logger = logging.getLogger("oncestream.demo_tiered.clients")
-    logger.handlers.clear()
-    handler = logging.FileHandler(path, mode="a")
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
-    logger.propagate = False
-    return logger
 
 
 def _produce(bootstrap: str, count: int, value_bytes: int, segment_bytes: int,
@@ -290,12 +246,12 @@ def run(args: argparse.Namespace) -> Observed:
     from confluent_kafka.admin import AdminClient, NewTopic
 
     data_dir: Path = args.data_dir
-    _prepare_data_dir(data_dir)
+    prepare_data_dir(data_dir, made_by="`make demo-tiered`")
     segment_bytes = args.segment_kb * 1024
     retention_bytes = args.local_retention_kb * 1024
     count = args.times * retention_bytes // args.value_bytes
     _say(f"1. starting SeaweedFS (weed mini, S3 API) and an oncestream broker tiering to it ({data_dir})")
-    logger = _client_logger(data_dir / "clients.log")
+    logger = client_logger(data_dir / "clients.log")
     server = SeaweedServer(data_dir / "seaweedfs", bucket="oncestream-demo").start()
     broker = TieredBroker(data_dir / "broker", data_dir / "broker.log", server)
     try:
