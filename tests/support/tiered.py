@@ -36,13 +36,15 @@ class TieredBroker(BrokerProcess):
     def __init__(self, data_dir: Path, server: SeaweedServer, config: dict[str, str] | None = None,
                  prefix: str | None = None) -> None:
         self.server = server
+        # AWS_* variables that replace the server's own at the next start (a wrong secret key)
+        self.aws_overrides: dict[str, str] = {}
         self.prefix = prefix or f"t-{uuid.uuid4().hex[:10]}"
         props = {**FAST_TIERING, "rsm.config.storage.uri": server.uri(self.prefix), **(config or {})}
         super().__init__(data_dir, None, props)
 
     def environment(self) -> dict[str, str]:
         env = {name: value for name, value in super().environment().items() if not name.startswith("AWS_")}
-        return {**env, **self.server.env()}
+        return {**env, **self.server.env(), **self.aws_overrides}
 
     def store(self) -> ObjectStore:
         """The bucket under this broker's prefix, as the broker sees it."""

@@ -345,17 +345,18 @@ def report(verdict: Verdict, elapsed_s: float) -> int:
 # Main
 
 
-def _prepare_data_dir(data_dir: Path) -> None:
-    """Wipe the demo's data dir, refusing to touch a non-empty folder the demo did not create."""
+def prepare_data_dir(data_dir: Path, made_by: str = "`oncestream demo`") -> None:
+    """Wipe the demo's data dir, refusing to touch a non-empty folder the demo did not create
+    (``made_by`` names the demo in the marker file)."""
     if data_dir.exists():
         if any(data_dir.iterdir()) and not (data_dir / DEMO_MARKER).exists():
             raise DemoFailure(f"{data_dir} is not empty and was not created by the demo; not wiping it")
         shutil.rmtree(data_dir)
     data_dir.mkdir(parents=True)
-    (data_dir / DEMO_MARKER).write_text("created by `oncestream demo`; wiped at each run\n")
+    (data_dir / DEMO_MARKER).write_text(f"created by {made_by}; wiped at each run\n")
 
 
-def _client_logger(path: Path) -> logging.Logger:
+def client_logger(path: Path) -> logging.Logger:
     """librdkafka's log lines (connection refused while the broker is down, ...) go to a file."""
     logger = logging.getLogger("oncestream.demo.clients")
     logger.handlers.clear()
@@ -442,9 +443,9 @@ class DemoRun:
         from confluent_kafka import Producer
         from confluent_kafka.admin import AdminClient, NewTopic
 
-        _prepare_data_dir(self.data_dir)
+        prepare_data_dir(self.data_dir)
         self.broker_log.write_bytes(b"")
-        self._logger = _client_logger(self.clients_log)
+        self._logger = client_logger(self.clients_log)
         self._broker = make_broker(self.args.broker, self.data_dir, self.broker_log)
         self._start_broker()
         _say(f"broker ({self.args.broker}) pid {self.broker.pid} on {self.broker.bootstrap},"
