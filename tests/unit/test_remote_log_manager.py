@@ -364,3 +364,26 @@ def test_a_copy_failing_midway_deletes_what_it_uploaded_and_journals_the_deletio
     assert store.inner.list("") == []  # the .log that made it was deleted again
     assert store.puts == 2
     journal.close()
+
+
+def test_segments_not_yet_durable_get_a_flush_from_the_manager_and_are_copied_after_it(tmp_path: Path) -> None:
+    """After a crash the recovered segments are not flushed, and nothing but the broker's
+    housekeeping (log.retention.check.interval.ms, 5 minutes by default) would flush them: the
+    manager asks the broker's flusher itself, so tiering resumes at its next rounds."""
+    store = _store(tmp_path)
+
+    async def scenario(state: BrokerState) -> None:
+        state.logs.create_topic("t", 1, TIERED)
+        partition_log = state.logs.get("t", 0)
+        now_ms = int(time.time() * 1000)
+        for n in range(40):  # rolled several times, never flushed
+            partition_log.append(record_batch([f"{n:06d}".encode().ljust(90, b"v")], timestamp_ms=now_ms), now_ms)
+        assert partition_log.wants_flush()
+        assert _manager(state).remote_info("t", 0)[2] == -1
+        deadline = time.monotonic() + 10
+        while _manager(state).remote_info("t", 0)[2] < 30 and time.monotonic() < deadline:
+            await _rounds(state, 1)
+            await asyncio.sleep(0.05)  # the flush runs on the disk threads
+        assert _manager(state).remote_info("t", 0)[2] >= 30
+
+    _run(tmp_path / "data", store, scenario)

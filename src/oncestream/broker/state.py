@@ -198,7 +198,8 @@ class BrokerState:
                 store = seams.object_store or open_object_store(remote_config.storage_uri, os.environ)
                 self.remote = RemoteLogManager(
                     remote_config, store, data_dir, self.logs, now_ms=self.now_ms, mono_ms=self.mono_ms,
-                    remove_files=self.remove_deleted_files_in_background, fsync=fdatasync)
+                    remove_files=self.remove_deleted_files_in_background,
+                    request_flush=self.flusher.flush_in_background, fsync=fdatasync)
                 self.remote_reads = RemoteReads(
                     store, self._remote_partition, reader_threads=remote_config.reader_threads,
                     index_cache_bytes=remote_config.index_cache_bytes,

@@ -57,10 +57,6 @@ TIERING = {
     "remote.log.manager.task.interval.ms": "200",
     "remote.log.manager.task.retry.backoff.ms": "100",
     "remote.log.manager.task.retry.backoff.max.ms": "1000",
-    # The broker's housekeeping tick (retention, and the flushes that are due) runs at this
-    # interval. After a crash the recovered segments count as durable, and so become tierable,
-    # only once a flush ran: by the next produce or the next tick (default every 5 minutes).
-    "log.retention.check.interval.ms": "1000",
 }
 
 

@@ -91,9 +91,13 @@ class RemoteLogManager:
     def __init__(self, config: RemoteLogManagerConfig, store: ObjectStore, data_dir: Path, logs: LogManager, *,
                  now_ms: Callable[[], int], mono_ms: Callable[[], int],
                  remove_files: Callable[[PartitionLog], None] = lambda _log: None,
+                 request_flush: Callable[[PartitionLog], None] = lambda _log: None,
                  fsync: FdatasyncFn | None = None, unit_random: Callable[[], float] = random.random) -> None:
         """``remove_files`` unlinks a log's deleted segment files (the broker: on its disk
-        threads); ``fsync`` replaces ``os.fsync`` for the log start checkpoints."""
+        threads); ``request_flush`` starts a flush of a log whose sealed segments are not durable
+        yet (the broker: its group-commit flusher; only flushed segments are copied, and after a
+        crash the recovered ones wait for a flush that nothing else may start for minutes);
+        ``fsync`` replaces ``os.fsync`` for the log start checkpoints."""
         self.config = config
         self.store = store
         self.data_dir = data_dir
@@ -102,6 +106,7 @@ class RemoteLogManager:
         self._now_ms = now_ms
         self._mono_ms = mono_ms
         self._remove_files = remove_files
+        self._request_flush = request_flush
         self._fsync = fsync
         self._random = unit_random
         self._policy = BackoffPolicy(config.retry_backoff_ms, config.retry_backoff_max_ms, config.retry_jitter)
@@ -325,6 +330,8 @@ class RemoteLogManager:
             ready = [s for s in partition_log.closed_segments_to_tier(after)
                      if s.last_offset >= partition_log.log_start_offset]
             if not ready:
+                if partition_log.wants_flush():
+                    self._request_flush(partition_log)  # copied by the next round, once durable
                 return
             await self._in_pool(functools.partial(
                 copy_task.copy_segment, self.store, tier.journal, tier.ref, ready[0], self._now_ms))
