@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextvars
 import dataclasses
 import datetime
+import logging
 import struct
 import time
 from collections.abc import Callable, Coroutine, Generator
@@ -41,6 +42,7 @@ from oncestream.protocol.fetch_response import encode_fetch_response
 # Kafka exempts these from request quotas (they precede authentication or ask for nothing).
 REQUEST_QUOTA_EXEMPT = frozenset({k.API_VERSIONS_KEY, k.SASL_HANDSHAKE, k.SASL_AUTHENTICATE})
 _MAX_THROTTLE_MS = 2**31 - 1
+log = logging.getLogger(__name__)
 _I32 = struct.Struct(">i")
 _FETCH_FLEXIBLE_FROM_VERSION = 12
 
@@ -171,6 +173,11 @@ class QuotaEnforcer:
         handler_throttle_ms = throttle_in(response)
         if throttle_ms > handler_throttle_ms and response is not None:
             response = with_throttle(api_key, api_version, response, throttle_ms)
-        _mute_ms.set(max(throttle_ms, handler_throttle_ms))
+        mute_ms = max(throttle_ms, handler_throttle_ms)
+        if mute_ms > 0 and log.isEnabledFor(logging.DEBUG):  # one line per throttled request: DEBUG, as Kafka
+            log.debug("request throttled for %d ms", mute_ms,
+                      extra={"event": "throttled", "api_key": api_key, "throttle_ms": mute_ms,
+                             "quota_user": user, "client_id": client})
+        _mute_ms.set(mute_ms)
         return response
 
