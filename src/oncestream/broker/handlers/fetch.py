@@ -16,13 +16,14 @@ to send full fetch requests, as the protocol allows. KIP-227's rules for the req
 from __future__ import annotations
 
 import asyncio
+import functools
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
 from oncestream.async_wait import wait_done
 from oncestream.broker.authorize import Op, Res, authorize
-from oncestream.broker.quotas.enforcement import fetch_quota_max_bytes
+from oncestream.broker.quotas.enforcement import count_fetch_when_sent, fetch_quota_max_bytes
 from oncestream.broker.remote_fetch import RemotePartRead, complete_remote_reads, remote_part
 from oncestream.broker.state import BrokerState
 from oncestream.errors import OffsetMovedToTieredStorageError, OnceStreamError, TopicAuthorizationFailedError
@@ -65,7 +66,7 @@ async def handle(state: BrokerState, header: RequestHeader, request: FetchReques
             return encode_fetch_response(header.api_version, header.correlation_id, topics_out)
         remaining_s = deadline - loop.time()
         if total_bytes >= min_bytes or any_error or remaining_s <= 0 or not wanted:
-            state.metrics.fetched(topics_out)
+            count_fetch_when_sent(functools.partial(state.metrics.fetched, topics_out))
             return encode_fetch_response(header.api_version, header.correlation_id, topics_out)
         waiter = state.notifier.waiter(wanted)
         try:

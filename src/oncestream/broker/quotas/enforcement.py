@@ -52,9 +52,26 @@ _mute_ms: contextvars.ContextVar[int] = contextvars.ContextVar("quota_mute_ms", 
 _fetch_max_bytes: contextvars.ContextVar[int | None] = contextvars.ContextVar("quota_fetch_max_bytes", default=None)
 
 
+# Bytes-out counts of the current Fetch held until its quota decision (None: count at once).
+_fetch_counts: contextvars.ContextVar[list[Callable[[], None]] | None] = contextvars.ContextVar(
+    "quota_fetch_counts", default=None)
+
+
 def fetch_quota_max_bytes() -> int | None:
     """The largest Fetch response the current request's consumer_byte_rate allows, or None."""
     return _fetch_max_bytes.get()
+
+
+def count_fetch_when_sent(count: Callable[[], None]) -> None:
+    """Run ``count`` (the Fetch response's bytes-out metrics) once the response is known to go
+    out with its records: at once without quotas, else after QuotaEnforcer.call's decision. A
+    throttled fetch goes out empty and counts nothing, as Kafka records bytes out only for what it
+    sends."""
+    pending = _fetch_counts.get()
+    if pending is None:
+        count()
+    else:
+        pending.append(count)
 
 
 def take_channel_mute_s() -> float | None:
@@ -149,16 +166,22 @@ class QuotaEnforcer:
                 _fetch_max_bytes.set(None)  # quotas may have been removed since this connection's last fetch
             return await run() if is_async else run()  # no quota anywhere: nothing to measure
         user, client = quota_user(principal), client_id or ""
+        counts: list[Callable[[], None]] = []
         if api_key == k.FETCH:
             _fetch_max_bytes.set(managers.fetch_window_max_bytes(user, client))
-        if is_async:
-            timed = TimedCoroutine(run(), self._clock_s)
-            response = await timed
-            busy_ms = timed.busy_s * 1000
-        else:
-            start_s = self._clock_s()
-            response = run()
-            busy_ms = (self._clock_s() - start_s) * 1000
+            _fetch_counts.set(counts)
+        try:
+            if is_async:
+                timed = TimedCoroutine(run(), self._clock_s)
+                response = await timed
+                busy_ms = timed.busy_s * 1000
+            else:
+                start_s = self._clock_s()
+                response = run()
+                busy_ms = (self._clock_s() - start_s) * 1000
+        finally:
+            if api_key == k.FETCH:
+                _fetch_counts.set(None)
         throttle_ms = 0
         if api_key not in REQUEST_QUOTA_EXEMPT:
             throttle_ms = managers.record_request_time(user, client, busy_ms)
@@ -170,6 +193,9 @@ class QuotaEnforcer:
             if throttle_ms > 0:  # Kafka: a throttled fetch is answered empty, its bytes un-recorded
                 managers.unrecord_fetch(user, client, size_bytes)
                 response = empty_fetch_response(api_version, response, throttle_ms)
+                counts.clear()
+        for count in counts:
+            count()
         handler_throttle_ms = throttle_in(response)
         if throttle_ms > handler_throttle_ms and response is not None:
             response = with_throttle(api_key, api_version, response, throttle_ms)
