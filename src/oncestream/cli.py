@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import logging
 import sys
 import time
 from pathlib import Path
@@ -69,14 +68,17 @@ def _parse_listen(listen: str) -> tuple[str, int]:
 def cmd_broker(args: argparse.Namespace, seams: BrokerSeams | None = None) -> int:
     """``oncestream broker``; ``seams`` are interfaces a caller building the broker from Python
     injects (broker/seams.py), none from the command line."""
+    from oncestream.broker.connection_context import log_fields
     from oncestream.broker.server import run_broker
     from oncestream.broker.state import DataDirInUseError
+    from oncestream.logging_setup import LogConfigError, LogSettings, configure_logging
 
-    logging.basicConfig(
-        level=getattr(logging, args.log_level.upper()),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
     props = _parse_props(args.config)
+    try:
+        # Every line a connection causes carries its client address and principal.
+        configure_logging(LogSettings.from_properties(props, args.log_level), context=log_fields)
+    except LogConfigError as exc:
+        raise CliError(str(exc)) from None
     if args.listen is not None and "listeners" in props:
         raise CliError("give either --listen or --config listeners=..., not both")
     host, port = _parse_listen(args.listen or "127.0.0.1:9092")
@@ -452,7 +454,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--ready-file", default=None, metavar="PATH",
                    help="write the bound listeners as JSON to PATH once all are listening")
     b.add_argument("--config", action="append", metavar="KEY=VALUE", help="Kafka broker property")
-    b.add_argument("--log-level", default="info")
+    b.add_argument("--log-level", default="info",
+                   help="root log level unless --config log.level=... is given (docs/logging.md)")
     b.set_defaults(func=cmd_broker)
 
     def client_args(p: argparse.ArgumentParser) -> None:

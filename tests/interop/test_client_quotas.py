@@ -231,6 +231,38 @@ def test_fetch_byte_rate_and_request_percentage_throttle_librdkafka(broker: Brok
     assert throttles_ms
     assert max(throttles_ms) > 0
 
+    # Kafka caps a fetch at what the quota window holds (rate * (11 - 1) samples * 1 s) and answers
+    # a throttled fetch with no records: a consumer asking for everything at once still gets at
+    # most that, plus one batch, plus the rate for the time it read. Without the cap the first
+    # fetch alone returns the whole partition (over 2 MB).
+    rate_bytes = 20_000
+    with Admin({"bootstrap.servers": broker.bootstrap}) as admin:
+        set_quota(admin, ClientQuotaEntity.of({CLIENT_ID: "capped-reader"}), consumer_byte_rate=rate_bytes)
+    capped_throttles_ms: list[float] = []
+    capped = Consumer({"bootstrap.servers": broker.bootstrap, "client.id": "capped-reader", "group.id": topic + "-capped",
+                       "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                       "max.partition.fetch.bytes": 50_000_000, "fetch.max.bytes": 50_000_000,
+                       "receive.message.max.bytes": 60_000_000,
+                       "throttle_cb": lambda event: capped_throttles_ms.append(event.throttle_time * 1000)})
+    capped.subscribe([topic])
+    consumed_bytes = 0
+    try:
+        first_s = None
+        deadline = time.monotonic() + CLIENT_TIMEOUT_S
+        while time.monotonic() < deadline and (first_s is None or time.monotonic() - first_s < 3.0):
+            msg = capped.poll(0.2)
+            if msg is not None and msg.error() is None:
+                if first_s is None:
+                    first_s = time.monotonic()
+                consumed_bytes += len(msg.value() or b"")
+        read_s = time.monotonic() - (first_s or deadline)
+    finally:
+        capped.close()
+    window_bytes = rate_bytes * 10
+    one_batch_bytes = 65536 + 1024  # produce_for's batch.size, plus the batch overhead
+    assert 0 < consumed_bytes <= window_bytes + one_batch_bytes + rate_bytes * (read_s + 1), consumed_bytes
+    assert capped_throttles_ms, "the capped reader was never throttled"
+
     chatty = Tenant("chatty")
     produce_for(broker.bootstrap, topic, chatty, CLIENT_TIMEOUT_S, until_throttled=True)
     assert chatty.throttle_events_ms, "request_percentage never throttled the producer"

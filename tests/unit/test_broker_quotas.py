@@ -248,3 +248,49 @@ def test_enforcer_sets_throttle_and_channel_mute():
     # 20 KB against 1 KB/s: within the quota once the sample expires, 11 s later.
     assert response.throttle_time == datetime.timedelta(seconds=11)
     assert mute_s == 11.0
+
+
+def test_a_throttled_fetch_is_capped_answered_empty_and_unrecorded():
+    """Kafka's fetch quota: the handler sees maxQuotaWindowBytes (rate x (samples - 1) x window)
+    as its size cap; a fetch that is throttled goes out with no partitions, its correlation id and
+    throttle time, and its bytes are taken back from the rate."""
+    from oncestream.broker.quotas.enforcement import count_fetch_when_sent, fetch_quota_max_bytes, take_channel_mute_s
+    from oncestream.protocol.fetch_response import PartitionFetchResult
+
+    configs = _set(ClientQuotaConfigs(), QuotaEntity(ABSENT, "reader"), CONSUMER_BYTE_RATE, 1000)
+    managers = ClientQuotaManagers(configs, lambda: 0, QuotaWindow(11, 1000))
+    enforcer = QuotaEnforcer(lambda: managers, clock_s=lambda: 0.0)
+    seen_caps: list[int | None] = []
+    counted: list[str] = []
+
+    def handler() -> list[Any]:
+        seen_caps.append(fetch_quota_max_bytes())
+        count_fetch_when_sent(lambda: counted.append("bytes out"))
+        part = PartitionFetchResult(partition_index=0, error_code=0, high_watermark=9, last_stable_offset=9,
+                                    log_start_offset=0, aborted_transactions=None)
+        part.chunks, part.size_bytes = [b"r" * 20_000], 20_000
+        return encode_fetch_response(12, 77, [("t", [part])])
+
+    async def main(client_id: str) -> tuple[Any, float | None]:
+        response = await enforcer.call(k.FETCH, 12, "User:ANONYMOUS", client_id, 100, handler, False)
+        return response, take_channel_mute_s()
+
+    response, mute_s = asyncio.run(main("reader"))
+    assert seen_caps == [10_000]
+    assert counted == []  # nothing went out: no bytes out (Kafka counts what it sends)
+    body = b"".join(bytes(b) for b in response)
+    assert len(body) < 100  # no records: an empty response
+    parsed = parse_fetch_response(12, body[4:], 5)
+    assert parsed.throttle_time_ms > 0
+    assert mute_s is not None
+    assert int.from_bytes(body[4:8], "big") == 77
+    # Un-recorded: the next fetch of the same size is throttled by the same amount, not more.
+    again, _ = asyncio.run(main("reader"))
+    assert parse_fetch_response(12, b"".join(bytes(b) for b in again)[4:], 5).throttle_time_ms == parsed.throttle_time_ms
+    # A client without a fetch quota sees no cap and keeps its records.
+    other, _ = asyncio.run(main("other"))
+    assert seen_caps[-1] is None
+    assert sum(len(b) for b in other) > 20_000
+    assert counted == ["bytes out"]
+    count_fetch_when_sent(lambda: counted.append("outside a quota decision"))  # counted at once
+    assert counted[-1] == "outside a quota decision"

@@ -97,6 +97,16 @@ def current_session() -> ConnectionSession:
     return session if session is not None else ConnectionSession()
 
 
+def log_fields() -> dict[str, object]:
+    """The current connection's fields for every log line it causes (logging_setup.ContextFilter):
+    the client address, the listener and the principal; none outside a connection."""
+    session = _session.get()
+    if session is None:
+        return {}
+    client = f"{session.peer_host}:{session.peer_port}" if session.peer_port is not None else session.peer_host
+    return {"client": client, "listener": session.listener_name, "principal": session.principal}
+
+
 def client_host() -> str:
     """The peer host as Kafka shows it in DescribeGroups (``/1.2.3.4``)."""
     host = current_session().peer_host

@@ -37,7 +37,7 @@ from oncestream.broker.handlers import (
     topics,
     transactions,
 )
-from oncestream.broker.metrics.recorder import current_timing
+from oncestream.broker.metrics.recorder import API_NAMES, collect_error_codes, current_timing, error_name
 from oncestream.broker.quotas.enforcement import QuotaEnforcer
 from oncestream.broker.sasl.errors import SaslAuthenticationError
 from oncestream.broker.sasl.exchange import current_exchange, peek_exchange
@@ -53,6 +53,9 @@ from oncestream.protocol.codec import (
 )
 
 log = logging.getLogger("oncestream.broker")
+# Kafka's kafka.request.logger: INFO logs each request answered with an error code, DEBUG every
+# request; quiet (WARNING) unless configured (logging_setup.QUIET_LOGGERS), as Kafka ships it.
+request_log = logging.getLogger("oncestream.broker.request")
 
 Handler = Callable[[BrokerState, RequestHeader, Any], Any]
 
@@ -190,6 +193,8 @@ class Dispatcher:
             lambda: handler(self.state, header, request), self._async[header.api_key])
         if timing is not None:
             timing.handler_end_s = perf_counter()
+        if request_log.isEnabledFor(logging.INFO):
+            log_request(header.api_key, header.api_version, header.correlation_id, header.client_id, response)
         if response is None or isinstance(response, list):
             return response  # no response (acks=0), or buffers the handler framed itself (Fetch counts its own)
         if self.state.metrics.enabled:
@@ -207,6 +212,26 @@ class Dispatcher:
                                   self.state.mono_ms()):
             state = "expired session" if session.authenticated else "unauthenticated connection"
             raise CloseConnection(f"api {api_key} on an {state} (SASL)")
+
+
+def log_request(api_key: int, api_version: int, correlation_id: int, client_id: str | None, response: object) -> None:
+    """One request-log line: INFO when the (kio) response carries error codes, DEBUG otherwise.
+    The connection's client address and principal come from the log context (logging_setup)."""
+    codes: list[int] = []
+    if response is not None and not isinstance(response, list):  # Fetch's framed buffers are not read back
+        collect_error_codes(response, codes)
+    errors = sorted({error_name(code) for code in codes if code})
+    level = logging.INFO if errors else logging.DEBUG
+    if not request_log.isEnabledFor(level):
+        return
+    name = API_NAMES.get(api_key, str(api_key))
+    fields = {"event": "request", "request": name, "api_key": api_key, "api_version": api_version,
+              "correlation_id": correlation_id, "client_id": client_id,
+              "error": errors[0] if errors else None, "errors": errors or None}
+    if errors:
+        request_log.info("%s v%d answered with %s", name, api_version, ", ".join(errors), extra=fields)
+    else:
+        request_log.debug("%s v%d answered", name, api_version, extra=fields)
 
 
 def error_code_of(exc: BaseException) -> ErrorCode:

@@ -329,7 +329,8 @@ class BrokerServer:
                 size_prefix = await reader.readexactly(4)
                 (size,) = _SIZE.unpack(size_prefix)
                 if size < _MIN_FRAME_BYTES or size > max_bytes:
-                    log.warning("closing %s: request size %d outside [%d, %d]", peer, size, _MIN_FRAME_BYTES, max_bytes)
+                    log.warning("closing %s: request size %d outside [%d, %d]", peer, size, _MIN_FRAME_BYTES, max_bytes,
+                                extra={"event": "connection_closed", "error": "INVALID_REQUEST_SIZE"})
                     break
                 if not pool.try_reserve(size):
                     log.warning(
@@ -381,7 +382,7 @@ class BrokerServer:
         except (asyncio.IncompleteReadError, ConnectionError):
             pass  # the client went away, or sat idle and was closed (logged by the watch)
         except CloseConnection as exc:
-            log.warning("closing %s: %s", peer, exc)
+            log.warning("closing %s: %s", peer, exc, extra={"event": "connection_closed", "reason": str(exc)})
         except Exception as exc:  # noqa: BLE001  # a bug in a handler: keep serving everyone else
             tb = exc.__traceback__
             while tb is not None and tb.tb_next is not None:

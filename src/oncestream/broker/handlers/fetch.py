@@ -16,12 +16,14 @@ to send full fetch requests, as the protocol allows. KIP-227's rules for the req
 from __future__ import annotations
 
 import asyncio
+import functools
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
 from oncestream.async_wait import wait_done
 from oncestream.broker.authorize import Op, Res, authorize
+from oncestream.broker.quotas.enforcement import count_fetch_when_sent, fetch_quota_max_bytes
 from oncestream.broker.remote_fetch import RemotePartRead, complete_remote_reads, remote_part
 from oncestream.broker.state import BrokerState
 from oncestream.errors import OffsetMovedToTieredStorageError, OnceStreamError, TopicAuthorizationFailedError
@@ -51,6 +53,9 @@ async def handle(state: BrokerState, header: RequestHeader, request: FetchReques
     # READ on each topic, decided once per request (Kafka's Fetch check).
     denied: set[str] = {t.topic for t in request.topics if not authorize(state, Op.READ, Res.TOPIC, t.topic)}
     wanted = [(t.topic, p.partition) for t in request.topics for p in t.partitions if t.topic not in denied]
+    # Kafka: min_bytes never exceeds what the fetch quota lets one response hold.
+    quota_bytes = fetch_quota_max_bytes()
+    min_bytes = request.min_bytes if quota_bytes is None else min(request.min_bytes, quota_bytes)
     while True:
         topics_out, total_bytes, any_error, remote = _read_once(state, request, denied)
         if remote:
@@ -60,8 +65,8 @@ async def handle(state: BrokerState, header: RequestHeader, request: FetchReques
             await complete_remote_reads(state, remote)
             return encode_fetch_response(header.api_version, header.correlation_id, topics_out)
         remaining_s = deadline - loop.time()
-        if total_bytes >= request.min_bytes or any_error or remaining_s <= 0 or not wanted:
-            state.metrics.fetched(topics_out)
+        if total_bytes >= min_bytes or any_error or remaining_s <= 0 or not wanted:
+            count_fetch_when_sent(functools.partial(state.metrics.fetched, topics_out))
             return encode_fetch_response(header.api_version, header.correlation_id, topics_out)
         waiter = state.notifier.waiter(wanted)
         try:
@@ -81,6 +86,9 @@ def _read_once(
     # The broker's fetch.max.bytes bounds every response, whatever the request asks for (Kafka's
     # rule); the first batch is still returned whole, so a consumer always makes progress.
     cap = state.config.fetch_max_bytes
+    quota_bytes = fetch_quota_max_bytes()  # consumer_byte_rate: at most what its window holds (Kafka)
+    if quota_bytes is not None:
+        cap = min(cap, quota_bytes)
     budget = min(request.max_bytes, cap) if request.max_bytes > 0 else cap
     total = 0
     any_error = False

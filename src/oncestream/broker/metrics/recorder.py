@@ -180,7 +180,7 @@ class PrometheusBrokerMetrics(BrokerMetrics):
 
     def response_errors(self, api_key: int, response: object) -> None:
         codes: list[int] = []
-        _collect_error_codes(response, codes)
+        collect_error_codes(response, codes)
         self._count_errors(api_key, codes)
 
     def produced(self, topic: str, size_bytes: int, messages: int) -> None:
@@ -299,7 +299,9 @@ def _may_nest(annotation: object) -> bool:
     return any(_may_nest(arg) for arg in typing.get_args(annotation))
 
 
-def _collect_error_codes(entry: object, out: list[int]) -> None:
+def collect_error_codes(entry: object, out: list[int]) -> None:
+    """Append every error code in ``entry`` (a kio response, walked through its nested entries)
+    to ``out`` (the metrics and the request log read them)."""
     if not dataclasses.is_dataclass(entry):
         return
     error_fields, nested = _plan(type(entry))
@@ -309,6 +311,6 @@ def _collect_error_codes(entry: object, out: list[int]) -> None:
         value = getattr(entry, name)
         if isinstance(value, tuple):
             for item in value:
-                _collect_error_codes(item, out)
+                collect_error_codes(item, out)
         elif value is not None:
-            _collect_error_codes(value, out)
+            collect_error_codes(value, out)

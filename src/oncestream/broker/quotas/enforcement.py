@@ -14,9 +14,14 @@ For every request the dispatcher hands its handler to ``QuotaEnforcer.call``, wh
   nothing more from that connection until the time has passed (KIP-219). A client that honours
   the field waits by itself; one that does not still gets no more service.
 
-Differences from Kafka, on purpose: a throttled Fetch keeps its records (Kafka answers a throttled
-fetch empty and un-records its bytes, which needs fetch sizes bounded by the quota window to make
-progress); older request versions are muted the same way instead of having their response held.
+A Fetch is handled as Kafka's KafkaApis.handleFetchRequest does: its size is capped before the
+read to what the client's quota window holds (``consumer_byte_rate * (quota.window.num - 1) *
+quota.window.size.seconds``, Kafka's maxQuotaWindowBytes, so a fetch within its window can always
+make progress), and a Fetch that ends up throttled (bytes or request time) is answered with no
+partitions and its throttle time, its bytes un-recorded: the records are read again after the mute.
+
+Difference from Kafka, on purpose: older request versions are muted the same way instead of
+having their response held.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from __future__ import annotations
 import contextvars
 import dataclasses
 import datetime
+import logging
 import struct
 import time
 from collections.abc import Callable, Coroutine, Generator
@@ -31,14 +37,41 @@ from typing import Any
 
 from oncestream.broker.quotas.managers import ClientQuotaManagers
 from oncestream.protocol import api_keys as k
+from oncestream.protocol.fetch_response import encode_fetch_response
 
 # Kafka exempts these from request quotas (they precede authentication or ask for nothing).
 REQUEST_QUOTA_EXEMPT = frozenset({k.API_VERSIONS_KEY, k.SASL_HANDSHAKE, k.SASL_AUTHENTICATE})
 _MAX_THROTTLE_MS = 2**31 - 1
+log = logging.getLogger(__name__)
 _I32 = struct.Struct(">i")
 _FETCH_FLEXIBLE_FROM_VERSION = 12
 
 _mute_ms: contextvars.ContextVar[int] = contextvars.ContextVar("quota_mute_ms", default=0)
+# The Fetch size the current request's quota allows (None: no fetch quota); set per request by
+# QuotaEnforcer.call, read by the Fetch handler.
+_fetch_max_bytes: contextvars.ContextVar[int | None] = contextvars.ContextVar("quota_fetch_max_bytes", default=None)
+
+
+# Bytes-out counts of the current Fetch held until its quota decision (None: count at once).
+_fetch_counts: contextvars.ContextVar[list[Callable[[], None]] | None] = contextvars.ContextVar(
+    "quota_fetch_counts", default=None)
+
+
+def fetch_quota_max_bytes() -> int | None:
+    """The largest Fetch response the current request's consumer_byte_rate allows, or None."""
+    return _fetch_max_bytes.get()
+
+
+def count_fetch_when_sent(count: Callable[[], None]) -> None:
+    """Run ``count`` (the Fetch response's bytes-out metrics) once the response is known to go
+    out with its records: at once without quotas, else after QuotaEnforcer.call's decision. A
+    throttled fetch goes out empty and counts nothing, as Kafka records bytes out only for what it
+    sends."""
+    pending = _fetch_counts.get()
+    if pending is None:
+        count()
+    else:
+        pending.append(count)
 
 
 def take_channel_mute_s() -> float | None:
@@ -101,6 +134,14 @@ def with_throttle(api_key: int, api_version: int, response: Any, throttle_ms: in
     return response
 
 
+def empty_fetch_response(api_version: int, response: list[Any], throttle_ms: int) -> list[Any]:
+    """A Fetch response with no partitions in place of ``response`` (its correlation id kept):
+    what Kafka's FetchContext.getThrottledResponse answers. Sessions are not kept (handlers/fetch.py),
+    so session id 0 declines one as the full response did."""
+    (correlation_id,) = _I32.unpack_from(bytes(response[1][:4]))
+    return encode_fetch_response(api_version, correlation_id, (), throttle_time_ms=min(throttle_ms, _MAX_THROTTLE_MS))
+
+
 def throttle_in(response: Any) -> int:
     """The throttle time a handler already put into its (kio) response, in ms."""
     throttle = getattr(response, "throttle_time", None)
@@ -121,26 +162,48 @@ class QuotaEnforcer:
         it, and return the response with its throttle time; the mute is left for the server."""
         managers = self._managers()
         if managers.configs.is_empty():
+            if api_key == k.FETCH:
+                _fetch_max_bytes.set(None)  # quotas may have been removed since this connection's last fetch
             return await run() if is_async else run()  # no quota anywhere: nothing to measure
-        if is_async:
-            timed = TimedCoroutine(run(), self._clock_s)
-            response = await timed
-            busy_ms = timed.busy_s * 1000
-        else:
-            start_s = self._clock_s()
-            response = run()
-            busy_ms = (self._clock_s() - start_s) * 1000
         user, client = quota_user(principal), client_id or ""
+        counts: list[Callable[[], None]] = []
+        if api_key == k.FETCH:
+            _fetch_max_bytes.set(managers.fetch_window_max_bytes(user, client))
+            _fetch_counts.set(counts)
+        try:
+            if is_async:
+                timed = TimedCoroutine(run(), self._clock_s)
+                response = await timed
+                busy_ms = timed.busy_s * 1000
+            else:
+                start_s = self._clock_s()
+                response = run()
+                busy_ms = (self._clock_s() - start_s) * 1000
+        finally:
+            if api_key == k.FETCH:
+                _fetch_counts.set(None)
         throttle_ms = 0
         if api_key not in REQUEST_QUOTA_EXEMPT:
             throttle_ms = managers.record_request_time(user, client, busy_ms)
         if api_key == k.PRODUCE:
             throttle_ms = max(throttle_ms, managers.record_produce(user, client, frame_bytes))
         elif api_key == k.FETCH and isinstance(response, list):
-            throttle_ms = max(throttle_ms, managers.record_fetch(user, client, sum(len(b) for b in response)))
+            size_bytes = sum(len(b) for b in response)
+            throttle_ms = max(throttle_ms, managers.record_fetch(user, client, size_bytes))
+            if throttle_ms > 0:  # Kafka: a throttled fetch is answered empty, its bytes un-recorded
+                managers.unrecord_fetch(user, client, size_bytes)
+                response = empty_fetch_response(api_version, response, throttle_ms)
+                counts.clear()
+        for count in counts:
+            count()
         handler_throttle_ms = throttle_in(response)
         if throttle_ms > handler_throttle_ms and response is not None:
             response = with_throttle(api_key, api_version, response, throttle_ms)
-        _mute_ms.set(max(throttle_ms, handler_throttle_ms))
+        mute_ms = max(throttle_ms, handler_throttle_ms)
+        if mute_ms > 0 and log.isEnabledFor(logging.DEBUG):  # one line per throttled request: DEBUG, as Kafka
+            log.debug("request throttled for %d ms", mute_ms,
+                      extra={"event": "throttled", "api_key": api_key, "throttle_ms": mute_ms,
+                             "quota_user": user, "client_id": client})
+        _mute_ms.set(mute_ms)
         return response
 

@@ -78,6 +78,21 @@ class _RateQuota:
         throttle_ms = rate.throttle_ms(bound, now_ms)
         return throttle_ms if self.max_throttle_ms is None else min(throttle_ms, self.max_throttle_ms)
 
+    def max_value_in_window(self, configs: ClientQuotaConfigs, user: str, client_id: str) -> float | None:
+        """Kafka's getMaxValueInQuotaWindow: the most one request may take without the client
+        owing more than the window holds, ``quota * (samples - 1) * window``; None: no quota."""
+        quota = configs.quota_for(user, client_id, self.key)
+        if quota is None:
+            return None
+        return quota[0] * (self.window.samples - 1) * self.window.window_ms / 1000
+
+    def unrecord(self, configs: ClientQuotaConfigs, user: str, client_id: str, value: float, now_ms: int) -> None:
+        """Take back a recorded ``value`` (Kafka's unrecordQuotaSensor: a negative record)."""
+        quota = configs.quota_for(user, client_id, self.key)
+        entry = self._rates.get(quota[1]) if quota is not None else None
+        if entry is not None:
+            entry[0].record(-value, now_ms)
+
     def _expire(self, now_ms: int) -> None:
         stale = [key for key, (_, last) in self._rates.items() if now_ms - last[0] >= INACTIVE_SENSOR_EXPIRY_MS]
         for key in stale:
@@ -140,6 +155,16 @@ class ClientQuotaManagers:
     def record_fetch(self, user: str, client_id: str, size_bytes: int) -> int:
         """Fetch response bytes; the throttle time in ms."""
         return self.fetch.record(self.configs, user, client_id, size_bytes, self.clock_ms())
+
+    def fetch_window_max_bytes(self, user: str, client_id: str) -> int | None:
+        """The largest Fetch response the client's consumer_byte_rate allows (Kafka's
+        maxQuotaWindowBytes), or None when no fetch quota applies."""
+        max_bytes = self.fetch.max_value_in_window(self.configs, user, client_id)
+        return None if max_bytes is None else int(max_bytes)
+
+    def unrecord_fetch(self, user: str, client_id: str, size_bytes: int) -> None:
+        """Fetch bytes that were recorded but not sent (the throttled response went out empty)."""
+        self.fetch.unrecord(self.configs, user, client_id, size_bytes, self.clock_ms())
 
     def record_request_time(self, user: str, client_id: str, handler_ms: float) -> int:
         """Time a request's handler ran; the throttle time in ms (at most one window)."""

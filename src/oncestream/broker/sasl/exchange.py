@@ -12,6 +12,7 @@ passed, any other request closes the connection.
 from __future__ import annotations
 
 import contextvars
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +28,8 @@ from oncestream.broker.sasl.jaas import plain_users
 from oncestream.broker.sasl.plain import PlainAuthenticator
 from oncestream.broker.sasl.scram import MECHANISMS, ScramServer
 from oncestream.errors import InvalidConfigError
+
+log = logging.getLogger(__name__)
 
 PLAIN = "PLAIN"
 SUPPORTED_MECHANISMS = (PLAIN, "SCRAM-SHA-256", "SCRAM-SHA-512")
@@ -112,6 +115,9 @@ class SaslExchange:
             raise IllegalSaslStateError(f"unexpected SaslHandshake in state {self.state}")
         if mechanism not in self.settings.enabled_mechanisms:
             self.close_requested = True
+            log.info("failed authentication: unsupported SASL mechanism %s", mechanism,
+                     extra={"event": "authentication_failed", "mechanism": mechanism,
+                            "error": "UNSUPPORTED_SASL_MECHANISM"})
             raise UnsupportedSaslMechanismError(f"unsupported SASL mechanism {mechanism}")
         self.mechanism = mechanism
         self.raw_tokens = version == 0
@@ -141,9 +147,13 @@ class SaslExchange:
             principal = self.session.principal_for(sasl_mechanism=self.mechanism, sasl_authorization_id=username)
             if self.reauthenticating and principal != self.session.principal:
                 raise SaslAuthenticationError("re-authentication must keep the same principal")
-        except (SaslAuthenticationError, IllegalSaslStateError):
+        except (SaslAuthenticationError, IllegalSaslStateError) as exc:
             self.state = "failed"
             self.close_requested = True
+            # Kafka's Selector line: "Failed authentication with /host (reason)".
+            log.info("failed authentication: %s", exc,
+                     extra={"event": "authentication_failed", "mechanism": self.mechanism,
+                            "error": "SASL_AUTHENTICATION_FAILED", "reason": str(exc)})
             raise
         self.session.principal = principal
         self.session.sasl_mechanism, self.session.sasl_authorization_id = self.mechanism, username

@@ -39,6 +39,7 @@ Kept apart: the monotonic timers (``timeouts.py``), InitProducerId's identity ru
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Callable, Iterable, Sequence
 
 from kio.schema.errors import ErrorCode
@@ -98,6 +99,7 @@ from oncestream.errors import (
 _S = TxnState
 _PREPARED = frozenset({_S.PREPARE_COMMIT, _S.PREPARE_ABORT})
 _IDLE = frozenset({_S.EMPTY, _S.COMPLETE_COMMIT, _S.COMPLETE_ABORT})
+_log = logging.getLogger(__name__)
 
 
 class TransactionCoordinator:
@@ -649,6 +651,11 @@ class TransactionCoordinator:
         mono = now_ms if mono_ms is None else mono_ms
         for meta, action in self._timers.due(self._txns, mono, self._config.transactional_id_expiration_ms):
             if action is TimerAction.FENCE:
+                # Kafka's "Aborting ... due to timeout" line: the stalled producer is fenced.
+                _log.info("aborting transaction %s: open longer than its timeout", meta.transactional_id,
+                          extra={"event": "transaction_timed_out", "transactional_id": meta.transactional_id,
+                                 "producer_id": meta.current.producer_id,
+                                 "producer_epoch": meta.current.producer_epoch})
                 writes.append(self._prepare_fence(meta, now_ms))
             else:
                 writes.append(self._prepare(meta, WriteKind.EXPIRE, _dead(meta.current)))

@@ -128,7 +128,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", action="append", metavar="KEY=VALUE",
                    help="client security property, checkpoint.root, spark.* or ksql.* setting")
     p.add_argument("--ready-file", default=None, metavar="PATH", help="write host/port JSON here once ready")
-    p.add_argument("--log-level", default="info")
+    p.add_argument("--log-level", default="info",
+                   help="root log level unless --config log.level=... is given (docs/logging.md)")
 
 
 def _parse_config(items: list[str] | None) -> dict[str, str]:
@@ -357,8 +358,13 @@ class SparkRuntime:
 def run(args: argparse.Namespace, *, write_steps: WriteStepObserver | None = None) -> int:
     """Run one node until SIGTERM/SIGINT; 0 on a clean stop. ``write_steps`` is injected into
     the node (told each step of the command-topic write protocol)."""
-    logging.basicConfig(level=getattr(logging, str(args.log_level).upper()),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from oncestream.logging_setup import LogConfigError, LogSettings, configure_logging
+
+    try:
+        configure_logging(LogSettings.from_properties(_parse_config(args.config), str(args.log_level)))
+    except LogConfigError as exc:
+        print(f"oncestream sql: {exc}", file=sys.stderr)
+        return 1
     from oncestream.sql.engine.insert_values import RowWriter
     from oncestream.sql.engine.runtime import QueryRuntime, RuntimeSettings
     from oncestream.sql.server.node import Node, NodeSettings
