@@ -63,6 +63,7 @@ async def handle(state: BrokerState, header: RequestHeader, request: FetchReques
             # (or remote.fetch.max.wait.ms passed), whatever min_bytes asks (Kafka's
             # DelayedRemoteFetch): waiting for appends cannot add to those partitions.
             await complete_remote_reads(state, remote)
+            count_fetch_when_sent(functools.partial(state.metrics.fetched, topics_out))
             return encode_fetch_response(header.api_version, header.correlation_id, topics_out)
         remaining_s = deadline - loop.time()
         if total_bytes >= min_bytes or any_error or remaining_s <= 0 or not wanted:
