@@ -29,13 +29,15 @@ SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
 .PHONY: test test-slow lint unit demo demo-tiered broker-demo bench venv kcat tansu clean spark-test spark-demo java postgres
 
-# Two pytest runs side by side: the Spark suites (tests/spark: one JVM, driver SIGKILL loops, a
-# PostgreSQL server; and the SQL nodes' chaos tests, tests/chaos/sql: a Spark driver per node;
-# both mostly waiting on JVM start-ups) and everything else, split so that the two end at about
-# the same time. The Spark run's report is printed after the other's; the target fails if either
-# run fails.
+# Two pytest runs side by side: the suites that mostly wait on other servers (tests/spark: one
+# JVM, driver SIGKILL loops, a PostgreSQL server; tests/chaos/sql: a Spark driver per SQL node;
+# the tiered-storage process tests: uploads to a SeaweedFS server) and everything else, split so
+# that the two end at about the same time. The first run's report is printed after the other's;
+# the target fails if either run fails.
 SPARK_LOG := .spark-test.log
-SPARK_SUITES := tests/spark tests/chaos/sql
+SPARK_SUITES := tests/spark tests/chaos/sql tests/chaos/test_tiered_storage.py \
+	tests/chaos/test_tiered_storage_sigkill.py tests/chaos/test_tiered_credentials.py \
+	tests/interop/test_tiered_read.py tests/interop/test_object_store_s3.py
 test: $(SPARK_STAMP) kcat tansu java postgres lint
 	@$(VPY) -m pytest -q --durations=10 -m 'not slow' $(SPARK_SUITES) > $(SPARK_LOG) 2>&1 & spark=$$!; \
 	$(VPY) -m pytest -q --durations=10 -m 'not slow' $(SPARK_SUITES:%=--ignore=%) tests/; main=$$?; \
