@@ -10,14 +10,17 @@ Marked slow: a 30 s run of the produce quota, and SASL users as the tenants (own
 
 from __future__ import annotations
 
+import datetime
 import json
 import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer
+from kio.schema.errors import ErrorCode
 
 from oncestream.cli import main as cli_main
 from oncestream.client import Admin
@@ -31,6 +34,9 @@ from oncestream.client.admin.admin_quotas import (
     ClientQuotaFilterComponent,
     ClientQuotaOp,
 )
+from oncestream.client.common.connection import BrokerConnection, BrokerUnreachableError, parse_bootstrap
+from oncestream.protocol.api_keys import API_VERSIONS_KEY, PRODUCE
+from oncestream.protocol.records import NewRecord, encode_batch
 from tests.support.brokers import BrokerProcess
 from tests.support.clients import CLIENT_TIMEOUT_S, create_topic, unique_topic
 from tests.support.sasl import librdkafka_conf, start_sasl_broker
@@ -236,6 +242,40 @@ def test_fetch_byte_rate_and_request_percentage_throttle_librdkafka(broker: Brok
     assert chatty.throttle_events_ms, "request_percentage never throttled the producer"
     # Kafka bounds a request-time throttle by one quota window (1 s).
     assert max(chatty.throttle_events_ms) <= 1000
+
+
+def _api_versions(m: Any) -> Any:
+    return m.ApiVersionsRequest(client_software_name="quota-test", client_software_version="1")
+
+
+def test_kip_219_throttled_connection_is_muted(broker: BrokerProcess) -> None:
+    """KIP-219 on the wire: the Produce that exceeds the quota is answered at once with its
+    throttle time, and the broker then reads nothing more from that connection for that long (a
+    request sent right after gets no answer within 2 s, while the throttle lasts ~10 s); another
+    connection is served meanwhile."""
+    topic = unique_topic("mute")
+    create_topic(broker.bootstrap, topic)
+    with Admin({"bootstrap.servers": broker.bootstrap}) as admin:
+        set_quota(admin, ClientQuotaEntity.of({CLIENT_ID: "deaf"}), producer_byte_rate=QUOTA_BYTES_PER_S)
+    batch = encode_batch([NewRecord(value=b"m" * 900_000)], now_ms=int(time.time() * 1000))
+    host, port = parse_bootstrap(broker.bootstrap)
+    with BrokerConnection(host, port, client_id="deaf") as conn:
+        throttle = datetime.timedelta(0)
+        for _ in range(20):  # ~4.2 MB (the first window's bound) crosses the quota
+            response = conn.call(PRODUCE, lambda m: m.ProduceRequest(
+                transactional_id=None, acks=1, timeout=datetime.timedelta(seconds=30),
+                topic_data=(m.TopicProduceData(name=topic, partition_data=(
+                    m.PartitionProduceData(index=0, records=batch),)),)))
+            assert response.responses[0].partition_responses[0].error_code == ErrorCode.none
+            throttle = response.throttle_time
+            if throttle > datetime.timedelta(0):
+                break
+        assert throttle > datetime.timedelta(seconds=2), throttle
+        conn._sock.settimeout(2.0)  # the mute outlasts this wait
+        with pytest.raises(BrokerUnreachableError, match="timed out"):
+            conn.call(API_VERSIONS_KEY, _api_versions)
+        with BrokerConnection(host, port, client_id="deaf") as other:  # a new connection is not muted
+            assert other.call(API_VERSIONS_KEY, _api_versions).error_code == ErrorCode.none
 
 
 def quotas_cli(broker: BrokerProcess, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
