@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from kio.schema.errors import ErrorCode
 
 from oncestream.cli import main as cli_main
@@ -79,9 +79,10 @@ class Tenant:
 
 
 def produce_for(bootstrap: str, topic: str, tenant: Tenant, seconds: float, *, until_throttled: bool = False,
-                extra_conf: dict[str, str] | None = None) -> None:
+                until_bytes: int = 0, extra_conf: dict[str, str] | None = None) -> None:
     """Produce as fast as librdkafka lets this tenant for ``seconds`` (or until it is first
-    throttled); count what is delivered within them (a delivery after the window does not count)."""
+    throttled, or has ``until_bytes`` delivered); count what is delivered within them (a
+    delivery after the window does not count)."""
     def on_throttle(event: object) -> None:
         tenant.throttle_events_ms.append(event.throttle_time * 1000)  # type: ignore[attr-defined]
 
@@ -100,7 +101,8 @@ def produce_for(bootstrap: str, topic: str, tenant: Tenant, seconds: float, *, u
         if err is None and time.monotonic() <= end:
             tenant.delivered_bytes += len(VALUE)
 
-    while time.monotonic() < end and not (until_throttled and tenant.throttle_events_ms):
+    while (time.monotonic() < end and not (until_throttled and tenant.throttle_events_ms)
+           and not (until_bytes and tenant.delivered_bytes >= until_bytes)):
         try:
             producer.produce(topic, VALUE, on_delivery=delivered)
         except BufferError:
@@ -216,8 +218,8 @@ def test_fetch_byte_rate_and_request_percentage_throttle_librdkafka(broker: Brok
     topic = unique_topic("fetchq")
     create_topic(broker.bootstrap, topic)
     writer = Tenant("writer")
-    produce_for(broker.bootstrap, topic, writer, 1.0)
-    assert writer.delivered_bytes > 2_000_000
+    produce_for(broker.bootstrap, topic, writer, CLIENT_TIMEOUT_S, until_bytes=3_000_000)
+    assert writer.delivered_bytes >= 3_000_000
     assert not writer.throttle_events_ms
     with Admin({"bootstrap.servers": broker.bootstrap}) as admin:
         set_quota(admin, ClientQuotaEntity.of({CLIENT_ID: "slow-reader"}), consumer_byte_rate=100_000)
@@ -227,7 +229,7 @@ def test_fetch_byte_rate_and_request_percentage_throttle_librdkafka(broker: Brok
     consumer = Consumer({"bootstrap.servers": broker.bootstrap, "client.id": "slow-reader", "group.id": topic,
                          "auto.offset.reset": "earliest", "enable.auto.commit": False,
                          "throttle_cb": lambda event: throttles_ms.append(event.throttle_time * 1000)})
-    consumer.subscribe([topic])
+    consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])  # no group join to wait for
     try:
         deadline = time.monotonic() + CLIENT_TIMEOUT_S
         while not throttles_ms and time.monotonic() < deadline:
