@@ -10,14 +10,17 @@ Marked slow: a 30 s run of the produce quota, and SASL users as the tenants (own
 
 from __future__ import annotations
 
+import datetime
 import json
 import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from kio.schema.errors import ErrorCode
 
 from oncestream.cli import main as cli_main
 from oncestream.client import Admin
@@ -31,6 +34,9 @@ from oncestream.client.admin.admin_quotas import (
     ClientQuotaFilterComponent,
     ClientQuotaOp,
 )
+from oncestream.client.common.connection import BrokerConnection, BrokerUnreachableError, parse_bootstrap
+from oncestream.protocol.api_keys import API_VERSIONS_KEY, PRODUCE
+from oncestream.protocol.records import NewRecord, encode_batch
 from tests.support.brokers import BrokerProcess
 from tests.support.clients import CLIENT_TIMEOUT_S, create_topic, unique_topic
 from tests.support.sasl import librdkafka_conf, start_sasl_broker
@@ -73,9 +79,10 @@ class Tenant:
 
 
 def produce_for(bootstrap: str, topic: str, tenant: Tenant, seconds: float, *, until_throttled: bool = False,
-                extra_conf: dict[str, str] | None = None) -> None:
+                until_bytes: int = 0, extra_conf: dict[str, str] | None = None) -> None:
     """Produce as fast as librdkafka lets this tenant for ``seconds`` (or until it is first
-    throttled); count what is delivered within them (a delivery after the window does not count)."""
+    throttled, or has ``until_bytes`` delivered); count what is delivered within them (a
+    delivery after the window does not count)."""
     def on_throttle(event: object) -> None:
         tenant.throttle_events_ms.append(event.throttle_time * 1000)  # type: ignore[attr-defined]
 
@@ -94,7 +101,8 @@ def produce_for(bootstrap: str, topic: str, tenant: Tenant, seconds: float, *, u
         if err is None and time.monotonic() <= end:
             tenant.delivered_bytes += len(VALUE)
 
-    while time.monotonic() < end and not (until_throttled and tenant.throttle_events_ms):
+    while (time.monotonic() < end and not (until_throttled and tenant.throttle_events_ms)
+           and not (until_bytes and tenant.delivered_bytes >= until_bytes)):
         try:
             producer.produce(topic, VALUE, on_delivery=delivered)
         except BufferError:
@@ -210,8 +218,8 @@ def test_fetch_byte_rate_and_request_percentage_throttle_librdkafka(broker: Brok
     topic = unique_topic("fetchq")
     create_topic(broker.bootstrap, topic)
     writer = Tenant("writer")
-    produce_for(broker.bootstrap, topic, writer, 1.0)
-    assert writer.delivered_bytes > 2_000_000
+    produce_for(broker.bootstrap, topic, writer, CLIENT_TIMEOUT_S, until_bytes=3_000_000)
+    assert writer.delivered_bytes >= 3_000_000
     assert not writer.throttle_events_ms
     with Admin({"bootstrap.servers": broker.bootstrap}) as admin:
         set_quota(admin, ClientQuotaEntity.of({CLIENT_ID: "slow-reader"}), consumer_byte_rate=100_000)
@@ -221,7 +229,7 @@ def test_fetch_byte_rate_and_request_percentage_throttle_librdkafka(broker: Brok
     consumer = Consumer({"bootstrap.servers": broker.bootstrap, "client.id": "slow-reader", "group.id": topic,
                          "auto.offset.reset": "earliest", "enable.auto.commit": False,
                          "throttle_cb": lambda event: throttles_ms.append(event.throttle_time * 1000)})
-    consumer.subscribe([topic])
+    consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])  # no group join to wait for
     try:
         deadline = time.monotonic() + CLIENT_TIMEOUT_S
         while not throttles_ms and time.monotonic() < deadline:
@@ -268,6 +276,40 @@ def test_fetch_byte_rate_and_request_percentage_throttle_librdkafka(broker: Brok
     assert chatty.throttle_events_ms, "request_percentage never throttled the producer"
     # Kafka bounds a request-time throttle by one quota window (1 s).
     assert max(chatty.throttle_events_ms) <= 1000
+
+
+def _api_versions(m: Any) -> Any:
+    return m.ApiVersionsRequest(client_software_name="quota-test", client_software_version="1")
+
+
+def test_kip_219_throttled_connection_is_muted(broker: BrokerProcess) -> None:
+    """KIP-219 on the wire: the Produce that exceeds the quota is answered at once with its
+    throttle time, and the broker then reads nothing more from that connection for that long (a
+    request sent right after gets no answer within 2 s, while the throttle lasts ~10 s); another
+    connection is served meanwhile."""
+    topic = unique_topic("mute")
+    create_topic(broker.bootstrap, topic)
+    with Admin({"bootstrap.servers": broker.bootstrap}) as admin:
+        set_quota(admin, ClientQuotaEntity.of({CLIENT_ID: "deaf"}), producer_byte_rate=QUOTA_BYTES_PER_S)
+    batch = encode_batch([NewRecord(value=b"m" * 900_000)], now_ms=int(time.time() * 1000))
+    host, port = parse_bootstrap(broker.bootstrap)
+    with BrokerConnection(host, port, client_id="deaf") as conn:
+        throttle = datetime.timedelta(0)
+        for _ in range(20):  # ~4.2 MB (the first window's bound) crosses the quota
+            response = conn.call(PRODUCE, lambda m: m.ProduceRequest(
+                transactional_id=None, acks=1, timeout=datetime.timedelta(seconds=30),
+                topic_data=(m.TopicProduceData(name=topic, partition_data=(
+                    m.PartitionProduceData(index=0, records=batch),)),)))
+            assert response.responses[0].partition_responses[0].error_code == ErrorCode.none
+            throttle = response.throttle_time
+            if throttle > datetime.timedelta(0):
+                break
+        assert throttle > datetime.timedelta(seconds=2), throttle
+        conn._sock.settimeout(2.0)  # the mute outlasts this wait
+        with pytest.raises(BrokerUnreachableError, match="timed out"):
+            conn.call(API_VERSIONS_KEY, _api_versions)
+        with BrokerConnection(host, port, client_id="deaf") as other:  # a new connection is not muted
+            assert other.call(API_VERSIONS_KEY, _api_versions).error_code == ErrorCode.none
 
 
 def quotas_cli(broker: BrokerProcess, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:

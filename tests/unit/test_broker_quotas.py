@@ -10,6 +10,7 @@ import datetime
 from typing import Any
 
 import pytest
+from kio.schema.errors import ErrorCode
 
 from oncestream.broker.quotas.enforcement import QuotaEnforcer, TimedCoroutine, quota_user, with_throttle
 from oncestream.broker.quotas.entities import (
@@ -294,3 +295,62 @@ def test_a_throttled_fetch_is_capped_answered_empty_and_unrecorded():
     assert counted == ["bytes out"]
     count_fetch_when_sent(lambda: counted.append("outside a quota decision"))  # counted at once
     assert counted[-1] == "outside a quota decision"
+
+
+def _handler_state(tmp_path, authorizer=None):
+    from concurrent.futures import ThreadPoolExecutor
+    from types import SimpleNamespace
+
+    return SimpleNamespace(authorizer=authorizer, client_quotas=ClientQuotaManagers(ClientQuotaConfigs(), lambda: 0),
+                           client_quota_lock=asyncio.Lock(), data_dir=tmp_path, disk_fsync=None,
+                           disk_executor=ThreadPoolExecutor(1))
+
+
+def _alter_request(version: int, *entries: tuple[list[tuple[str, str | None]], list[tuple[str, float, bool]]]) -> Any:
+    from oncestream.protocol.schemas import request_module
+
+    m = request_module(k.ALTER_CLIENT_QUOTAS, version)
+    return m.AlterClientQuotasRequest(validate_only=False, entries=tuple(
+        m.EntryData(entity=tuple(m.EntityData(entity_type=t, entity_name=n) for t, n in entity),
+                    ops=tuple(m.OpData(key=key, value=value, remove=remove) for key, value, remove in ops))
+        for entity, ops in entries))
+
+
+def test_alter_client_quotas_handler_stores_before_answering_and_answers_each_entry(tmp_path):
+    from oncestream.broker.handlers import client_quotas
+    from oncestream.protocol.codec import RequestHeader
+    from oncestream.protocol.schemas import request_module
+
+    state = _handler_state(tmp_path)
+    request = _alter_request(1, ([("user", "alice")], [("producer_byte_rate", 1024, False)]),
+                             ([("client-id", None)], [("nonsense", 1, False)]))
+    response: Any = asyncio.run(client_quotas.handle_alter(state, RequestHeader(k.ALTER_CLIENT_QUOTAS, 1, 1, None, 0), request))
+    assert [e.error_code for e in response.entries] == [ErrorCode.none, ErrorCode.invalid_request]
+    assert response.entries[1].error_message == "Invalid configuration key nonsense"
+    assert load_client_quotas(tmp_path).value(QuotaEntity("alice", ABSENT), PRODUCER_BYTE_RATE) == 1024
+    assert state.client_quotas.configs.value(QuotaEntity("alice", ABSENT), PRODUCER_BYTE_RATE) == 1024
+
+    m = request_module(k.DESCRIBE_CLIENT_QUOTAS, 0)
+    described: Any = client_quotas.handle_describe(state, RequestHeader(k.DESCRIBE_CLIENT_QUOTAS, 0, 1, None, 0),
+                                                   m.DescribeClientQuotasRequest(components=(), strict=False))
+    assert [(e.entity[0].entity_name, e.values[0].key, e.values[0].value) for e in described.entries] == [
+        ("alice", PRODUCER_BYTE_RATE, 1024)]
+
+
+def test_client_quota_apis_need_describe_configs_and_alter_configs_on_the_cluster(tmp_path):
+    from oncestream.authz.authorizer import StandardAuthorizer
+    from oncestream.broker.handlers import client_quotas
+    from oncestream.protocol.codec import RequestHeader
+    from oncestream.protocol.schemas import request_module
+
+    state = _handler_state(tmp_path, StandardAuthorizer([], super_users=[]))  # ANONYMOUS may do nothing
+    request = _alter_request(0, ([("user", "alice")], [("producer_byte_rate", 1024, False)]))
+    response: Any = asyncio.run(client_quotas.handle_alter(state, RequestHeader(k.ALTER_CLIENT_QUOTAS, 0, 1, None, 0), request))
+    assert [e.error_code for e in response.entries] == [ErrorCode.cluster_authorization_failed]
+    assert state.client_quotas.configs.is_empty()
+    assert not (tmp_path / CLIENT_QUOTAS_FILE).exists()
+    m = request_module(k.DESCRIBE_CLIENT_QUOTAS, 1)
+    described: Any = client_quotas.handle_describe(state, RequestHeader(k.DESCRIBE_CLIENT_QUOTAS, 1, 1, None, 0),
+                                                   m.DescribeClientQuotasRequest(components=(), strict=False))
+    assert described.error_code == ErrorCode.cluster_authorization_failed
+    assert described.entries is None
