@@ -22,6 +22,7 @@ if _PROJECT_ROOT not in sys.path:
     sys.path.insert(0, _PROJECT_ROOT)
 
 from tests.support.brokers import BrokerFaults, BrokerProcess, ManagedBroker, TansuProcess  # noqa: E402
+from tests.support.postgres import pg_database, postgres, postgres_factory  # noqa: E402, F401  (session-wide PostgreSQL)
 from tests.support.seaweedfs import seaweedfs, seaweedfs_factory  # noqa: E402, F401  (session-wide S3 server)
 
 if TYPE_CHECKING:

@@ -5,16 +5,13 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 from tests.support.narrow import present
-from tests.support.ports import free_tcp_port, port_accepts_connections
 
 ROOT = Path(__file__).resolve().parents[2]
 DRIVER_SCRIPT = Path(__file__).resolve().parent / "crash_driver.py"
@@ -134,67 +131,6 @@ def read_committed(bootstrap: str, topic: str, timeout_s: float = 60.0, *,
         raise AssertionError(f"could not read {topic} to its end within {timeout_s} s")
     finally:
         consumer.close()
-
-
-class PostgresCluster:
-    """A throwaway PostgreSQL cluster (initdb + pg_ctl) in a temporary directory on a free port.
-
-    As root the server must run as the ``postgres`` user (it refuses root), via ``runuser``.
-    """
-
-    def __init__(self) -> None:
-        # Not under pytest's tmp dir: its parents are private to root, and the server runs as
-        # the postgres user.
-        self.base_dir = Path(tempfile.mkdtemp(prefix="oncestream-pg-"))
-        self.data_dir = self.base_dir / "pgdata"
-        self.port = free_tcp_port()
-        self.bin_dir = self._find_bin_dir()
-
-    @staticmethod
-    def _find_bin_dir() -> Path:
-        found = shutil.which("pg_ctl")
-        if found:
-            return Path(found).resolve().parent
-        candidates = sorted(Path("/usr/lib/postgresql").glob("*/bin/pg_ctl"))
-        if not candidates:
-            raise AssertionError("PostgreSQL is not installed (apt-get install postgresql): "
-                                 "initdb/pg_ctl not found")
-        return candidates[-1].parent
-
-    def _run(self, argv: list[str]) -> None:
-        cmd = [str(self.bin_dir / argv[0]), *argv[1:]]
-        if os.geteuid() == 0:
-            cmd = ["runuser", "-u", "postgres", "--", *cmd]
-        result = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-        if result.returncode != 0:
-            raise AssertionError(f"{argv[0]} failed: {result.stdout}\n{result.stderr}")
-
-    @property
-    def dsn(self) -> str:
-        return f"host=127.0.0.1 port={self.port} user=postgres dbname=postgres connect_timeout=10"
-
-    def start(self) -> PostgresCluster:
-        if os.geteuid() == 0:
-            shutil.chown(self.base_dir, "postgres", "postgres")
-        self._run(["initdb", "-D", str(self.data_dir), "-U", "postgres", "--auth=trust", "-E", "UTF8",
-                   "--no-sync"])
-        self._run(["pg_ctl", "-D", str(self.data_dir), "-l", str(self.base_dir / "server.log"), "-w",
-                   "-o", f"-p {self.port} -c listen_addresses=127.0.0.1 -k {self.base_dir} -c fsync=on",
-                   "start"])
-        deadline = time.monotonic() + 30
-        while not port_accepts_connections("127.0.0.1", self.port):
-            if time.monotonic() > deadline:
-                raise AssertionError("PostgreSQL did not start listening")
-            time.sleep(0.1)
-        return self
-
-    def stop(self) -> None:
-        if self.data_dir.exists():
-            try:
-                self._run(["pg_ctl", "-D", str(self.data_dir), "-m", "immediate", "-w", "stop"])
-            except AssertionError:
-                pass  # already stopped
-        shutil.rmtree(self.base_dir, ignore_errors=True)
 
 
 def committed_values(bootstrap: str, topic: str, timeout_s: float = 60.0) -> list[bytes]:

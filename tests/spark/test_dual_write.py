@@ -12,20 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.spark.spark_support import DriverRun, PostgresCluster, committed_values
+from tests.spark.spark_support import DriverRun, committed_values
 from tests.spark.test_exactly_once_sink import _produce, _topics
 
 pytestmark = [pytest.mark.spark, pytest.mark.chaos]
-
-
-@pytest.fixture(scope="module")
-def postgres():
-    """A throwaway PostgreSQL cluster for the module."""
-    cluster = PostgresCluster().start()
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
 
 
 def _run_with_crashes(tmp: Path, bootstrap: str, store: str) -> tuple[list[bytes], str]:
@@ -71,9 +61,9 @@ def test_dual_write_postgres_under_driver_sigkill(tmp_path, eos_broker, postgres
     import psycopg
 
     dbname = f"dw_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(postgres.dsn, autocommit=True) as conn:
+    with psycopg.connect(postgres.dsn(), autocommit=True) as conn:
         conn.execute(f"CREATE DATABASE {dbname}")
-    dsn = postgres.dsn.replace("dbname=postgres", f"dbname={dbname}")
+    dsn = postgres.dsn(dbname)
     expected, topic_out = _run_with_crashes(tmp_path, eos_broker.bootstrap, f"postgres:{dsn}")
     with psycopg.connect(dsn) as conn:
         db_values = [r[0] for r in conn.execute("SELECT v FROM events").fetchall()]
