@@ -1,0 +1,1 @@
+"""PostgreSQL access of cluster mode: schema, connection pool, catalog, broker registry."""
