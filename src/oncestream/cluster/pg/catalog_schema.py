@@ -8,7 +8,7 @@ the diskless garbage collector's to find and delete."""
 
 from __future__ import annotations
 
-from oncestream.cluster.pg.schema import SchemaStep
+from oncestream.cluster.pg.schema_step import SchemaStep
 
 STEPS: tuple[SchemaStep, ...] = (
     SchemaStep("0001_catalog", """
