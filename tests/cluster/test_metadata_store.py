@@ -227,9 +227,9 @@ def test_a_connection_lost_after_commit_is_outcome_unknown_and_read_back_resolve
     asyncio.run(main())
 
 
-def test_listen_yields_payloads(pg_database):
+def test_listen_yields_payloads_and_ends_when_the_store_closes(pg_database):
     async def main() -> list[str]:
-        store = await _open(pg_database)
+        store = await _open(pg_database, listen_probe_interval_ms=600_000)
         got: list[str] = []
         try:
             listener = store.listen("oncestream_test")
@@ -243,9 +243,12 @@ def test_listen_yields_payloads(pg_database):
             await store.run(lambda conn: conn.execute("SELECT pg_notify('oncestream_test', 'b:1')"))
             while got[-1] != "b:1":
                 got.append(await asyncio.wait_for(anext(listener), 30))
-            await listener.aclose()
+            waiting = asyncio.ensure_future(anext(listener))
+            await asyncio.sleep(0.1)
         finally:
             await store.close()
+        with pytest.raises(StopAsyncIteration):  # close() woke it (no probe for 600 s)
+            await asyncio.wait_for(waiting, 30)
         return got
 
     got = asyncio.run(main())

@@ -141,7 +141,11 @@ class BrokerRegistry:
     async def heartbeat(self, registration: Registration, *, retry_timeout_ms: int | None = None) -> datetime:
         """Extend the lease by ``session_timeout_ms`` from now (PostgreSQL's clock); the new
         expiry. ``BrokerFencedError`` when the lease had already expired or another incarnation
-        holds the node id: the broker must stop acting for the cluster and register again."""
+        holds the node id: the broker must stop acting for the cluster and register again.
+        Retries are bounded by ``retry_timeout_ms``, by default the store's bound or the session
+        timeout if shorter (past it the answer is known: fenced)."""
+        if retry_timeout_ms is None:
+            retry_timeout_ms = min(self.store.config.retry_timeout_ms, registration.session_timeout_ms)
 
         async def extend(conn: Conn) -> datetime:
             cursor = await conn.execute(

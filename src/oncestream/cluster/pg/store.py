@@ -185,6 +185,7 @@ class MetadataStore:
         self._pool = pool
         self._conninfo = url.conninfo(config.connect_timeout_ms)
         self._closed = asyncio.Event()
+        self._listen_connections: set[Conn] = set()
 
     @classmethod
     async def open(cls, url: str | MetadataStoreUrl, config: MetadataStoreConfig | None = None,
@@ -216,6 +217,8 @@ class MetadataStore:
     async def close(self) -> None:
         """Close every connection (listeners end their iteration)."""
         self._closed.set()
+        for conn in list(self._listen_connections):
+            await conn.close()  # wakes the listener waiting on it, which then ends
         await self._pool.close()
 
     @property
@@ -328,6 +331,7 @@ class MetadataStore:
             conn: Conn | None = None
             try:
                 conn = await psycopg.AsyncConnection.connect(self._conninfo, autocommit=True)
+                self._listen_connections.add(conn)
                 await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
                 backoff_ms = float(self.config.retry_backoff_initial_ms)
                 if not first:
@@ -343,9 +347,12 @@ class MetadataStore:
                         await conn.execute("SELECT 1")
             except (psycopg.Error, OSError) as exc:
                 first = False
-                log.info("metadata store: LISTEN %s lost its connection (%s); reconnecting", channel, _describe(exc))
+                if not self.closed:
+                    log.info("metadata store: LISTEN %s lost its connection (%s); reconnecting", channel,
+                             _describe(exc))
             finally:
                 if conn is not None:
+                    self._listen_connections.discard(conn)
                     await conn.close()
             if self.closed:
                 return
