@@ -220,6 +220,15 @@ def test_a_connection_lost_after_commit_is_outcome_unknown_and_read_back_resolve
             assert await store.run(step, read_back=read_back) == "done"
             assert proxy.cut == 2
             assert await store.run(_count) == 2  # resolved by reading back, not applied twice
+
+            async def read_back_failing(conn: Conn) -> str | None:
+                raise psycopg.OperationalError("the read-back lost its connection too")
+
+            proxy.armed = True
+            with pytest.raises(CommitOutcomeUnknownError, match="may or may not have committed"):
+                await store.run(step, read_back=read_back_failing, retry_timeout_ms=500)
+            assert proxy.cut == 3
+            assert await store.run(_count) == 3  # it had committed: "unavailable" would have lied
         finally:
             await store.close()
             await proxy.stop()
