@@ -40,6 +40,12 @@ def test_register_lists_live_brokers_and_refuses_a_live_node_id(pg_database):
             with pytest.raises(NodeIdInUseError, match="node id 1 is held by a live broker at h1:9092"):
                 await registry.register(1, "elsewhere", 9999, None, 30_000)
             assert [b.host for b in await registry.live_brokers()] == ["h1", "h2"]  # untouched
+            # Brokers racing for one free node id: exactly one gets it.
+            raced = await asyncio.gather(*(registry.register(7, f"r{i}", 9092, None, 30_000) for i in range(4)),
+                                         return_exceptions=True)
+            winners = [r for r in raced if not isinstance(r, BaseException)]
+            assert len(winners) == 1
+            assert all(isinstance(r, NodeIdInUseError) for r in raced if isinstance(r, BaseException))
         finally:
             await registry.store.close()
 
