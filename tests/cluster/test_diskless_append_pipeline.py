@@ -6,6 +6,7 @@ pipelines keep offsets dense, a failed upload acknowledges nothing and its row i
 from __future__ import annotations
 
 import asyncio
+import threading
 import uuid
 
 import pytest
@@ -243,6 +244,52 @@ def test_close_answers_every_buffered_request_and_refuses_new_ones(pg_database, 
             [late] = await appender.append([PartitionAppend(topic, 0, make_batch(1), CONFIG)])
             assert late.error == ErrorCode.not_leader_or_follower
             assert await fetch_all(store, "SELECT * FROM objects") == []
+        finally:
+            await appender.close()
+            await store.close()
+
+    asyncio.run(main())
+
+
+class StalledPuts:
+    """An ObjectStore whose PUTs hang until released, then land (an upload that timed out for the
+    broker but completed later)."""
+
+    def __init__(self, inner: ObjectStore) -> None:
+        self.inner = inner
+        self.description = inner.description
+        self.release = threading.Event()
+        self.landed = threading.Event()
+
+    def put(self, key: str, data: bytes | memoryview) -> None:
+        self.release.wait(120)
+        self.inner.put(key, data)
+        self.landed.set()
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.inner, name)
+
+
+def test_an_upload_that_times_out_acknowledges_nothing_and_its_late_object_is_collected(pg_database, s3):
+    async def main() -> None:
+        store = await open_store(pg_database)
+        stalled = StalledPuts(s3)
+        appender = _appender(store, stalled, commit_interval_ms=10, upload_timeout_ms=200)
+        try:
+            topic = await create_topic(store, 1)
+            [answer] = await appender.append([PartitionAppend(topic, 0, make_batch(2), CONFIG)])
+            assert answer.error == ErrorCode.kafka_storage_error
+            assert "did not end within 200 ms" in (answer.error_message or "")
+            stalled.release.set()
+            assert await asyncio.to_thread(stalled.landed.wait, 60)
+            [(key, state)] = await fetch_all(store, "SELECT object_key, state FROM objects")
+            assert state == "uploading"
+            assert isinstance(key, str)
+            assert s3.size(key) > 0  # the late PUT landed: garbage nobody committed
+            assert await high_watermark(store, topic, 0) == 0
+            done = await ObjectGarbageCollector(store, s3, upload_timeout_ms=0).run_once()
+            assert (done.abandoned_uploads, done.deleted) == (1, 1)
+            assert s3.list("") == []
         finally:
             await appender.close()
             await store.close()
