@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import uuid
+from typing import Any
 
 import pytest
 from kio.schema.errors import ErrorCode
@@ -49,7 +50,7 @@ class FailingPuts:
         self.puts += 1
         raise RemoteStorageError(f"injected: PUT of {key} failed")
 
-    def __getattr__(self, name: str) -> object:
+    def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 
 
@@ -266,7 +267,7 @@ class StalledPuts:
         self.inner.put(key, data)
         self.landed.set()
 
-    def __getattr__(self, name: str) -> object:
+    def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 
 
