@@ -296,3 +296,27 @@ def test_an_upload_that_times_out_acknowledges_nothing_and_its_late_object_is_co
             await store.close()
 
     asyncio.run(main())
+
+
+def test_the_gc_task_collects_in_the_background_and_stops_when_asked(pg_database, s3):
+    async def main() -> None:
+        store = await open_store(pg_database)
+        appender = _appender(store, FailingPuts(s3), commit_interval_ms=10)
+        try:
+            topic = await create_topic(store, 1)
+            [answer] = await appender.append([PartitionAppend(topic, 0, make_batch(1), CONFIG)])
+            assert answer.error == ErrorCode.kafka_storage_error
+            stop = asyncio.Event()
+            task = asyncio.ensure_future(ObjectGarbageCollector(store, s3, upload_timeout_ms=0).run_every(20, stop))
+            for _ in range(600):  # bounded: 60 s
+                if not await fetch_all(store, "SELECT 1 FROM objects"):
+                    break
+                await asyncio.sleep(0.1)
+            assert await fetch_all(store, "SELECT 1 FROM objects") == []
+            stop.set()
+            await asyncio.wait_for(task, 30)
+        finally:
+            await appender.close()
+            await store.close()
+
+    asyncio.run(main())
