@@ -73,6 +73,8 @@ def test_many_producers_share_one_object_and_the_coordinates_find_their_bytes(pg
                 appender.append([PartitionAppend(topic, p, records, CONFIG)]) for (p, _), records in sent.items()))
             assert all(a.error == ErrorCode.none for [a] in answers)
             assert appender.objects_committed == 1  # one object, one transaction for 12 requests
+            assert appender.objects_uploaded == 1
+            assert appender.bytes_uploaded == sum(len(r) for r in sent.values())
             rows = await fetch_all(store, "SELECT partition, base_offset, object_key, byte_offset, byte_size FROM batches")
             assert len(rows) == 12
             [(key, state)] = await fetch_all(store, "SELECT object_key, state FROM objects")
@@ -188,6 +190,7 @@ def test_a_failed_upload_acknowledges_nothing_and_its_row_is_collected(pg_databa
             assert answer.error == ErrorCode.kafka_storage_error
             assert "injected" in (answer.error_message or "")
             assert failing.puts == 1
+            assert (appender.upload_failures, appender.objects_uploaded, appender.objects_committed) == (1, 0, 0)
             assert await high_watermark(store, topic, 0) == 0
             assert await batch_offsets(store, topic, 0) == []
             [(key, state)] = await fetch_all(store, "SELECT object_key, state FROM objects")
