@@ -1,0 +1,68 @@
+"""Two registry instances share one schemas topic: writes through either reach the primary
+(the other forwards them), both read them back, and after a SIGKILL of the primary the survivor
+takes over and registers with ids never handed out before. confluent-kafka's client is the judge."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+
+import pytest
+from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+
+from oncestream.broker_process import ManagedBroker
+from tests.support.brokers import NO_INITIAL_REBALANCE_DELAY
+from tests.support.schema_registries import SchemaRegistryProcess
+
+pytestmark = [pytest.mark.interop, pytest.mark.chaos]
+MODULE_BROKER_CONFIG = NO_INITIAL_REBALANCE_DELAY
+
+
+def avro(*fields: str) -> Schema:
+    return Schema(json.dumps({"type": "record", "name": "Event",
+                              "fields": [{"name": f, "type": "string", "default": ""} for f in fields]}), "AVRO")
+
+
+def test_two_instances_share_state_and_survive_a_sigkill_of_the_primary(broker: ManagedBroker, tmp_path: Path) -> None:
+    suffix = uuid.uuid4().hex[:8]
+    config = {"kafkastore.topic": f"_schemas_{suffix}", "schema.registry.group.id": f"sr-{suffix}",
+              "leader.session.timeout.ms": "6000"}
+    first = SchemaRegistryProcess(bootstrap=broker.bootstrap, work_dir=tmp_path, config=config, name="first")
+    second = SchemaRegistryProcess(bootstrap=broker.bootstrap, work_dir=tmp_path, config=config, name="second")
+    try:
+        first.start()
+        first.wait_writable()   # alone in the group: the primary
+        second.start()
+        second.wait_writable()  # forwards to the first
+        via_first = SchemaRegistryClient({"url": first.url})
+        via_second = SchemaRegistryClient({"url": second.url})
+        ids = {via_first.register_schema("events-value", avro("a"))}
+        # A write through the follower is forwarded, and the follower reads it back at once.
+        ids.add(via_second.register_schema("events-value", avro("a", "b")))
+        assert SchemaRegistryClient({"url": second.url}).get_versions("events-value") == [1, 2]
+        assert SchemaRegistryClient({"url": first.url}).get_versions("events-value") == [1, 2]
+        ids.add(via_second.register_schema("other-value", avro("x")))
+        assert len(ids) == 3
+
+        first.kill()
+        second.wait_writable(timeout_s=90)  # the survivor took over once the session timed out
+        survivor = SchemaRegistryClient({"url": second.url})
+        new_id = survivor.register_schema("events-value", avro("a", "b", "c"))
+        assert new_id not in ids
+        assert new_id > max(ids)
+        assert survivor.get_versions("events-value") == [1, 2, 3]
+        assert {survivor.get_schema(i).schema_str for i in ids} == {
+            avro("a").schema_str, avro("a", "b").schema_str, avro("x").schema_str}
+
+        # The killed instance comes back as a follower with the whole state rebuilt from the topic.
+        first.start()
+        first.wait_writable()
+        back = SchemaRegistryClient({"url": first.url})
+        assert back.get_versions("events-value") == [1, 2, 3]
+        newest = back.register_schema("more-value", avro("m"))
+        assert newest not in ids | {new_id}
+        assert SchemaRegistryClient({"url": second.url}).get_schema(newest).schema_str == avro("m").schema_str
+    finally:
+        first.stop()
+        second.stop()
