@@ -76,9 +76,9 @@ def round_trip(broker: ManagedBroker, topic: str, values: list[bytes]) -> list[b
             message = consumer.poll(0.2)
             if message is None or message.error():
                 continue
-            value = message.value()
-            assert value is not None
-            out.append(value)
+            data = message.value()
+            assert data is not None
+            out.append(data)
     finally:
         consumer.close()
     assert len(out) == len(values), f"read {len(out)} of {len(values)} records back"
