@@ -17,6 +17,7 @@ import asyncio
 import json
 import logging
 import re
+import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -104,11 +105,14 @@ def _route(method: str, pattern: str, write: bool = False) -> Callable[[Any], An
 
 class SchemaRegistryApp:
     """The ASGI application. ``authenticate`` (HTTP Basic, optional) maps a request's
-    ``Authorization`` header to its user, or None: then the answer is 401."""
+    ``Authorization`` header to its user, or None: then the answer is 401. ``forward_verify``:
+    how a follower checks the primary's certificate when forwarding over HTTPS."""
 
     def __init__(self, registry: Registry, cluster: Cluster,
-                 authenticate: Callable[[str | None], Awaitable[str | None]] | None = None) -> None:
+                 authenticate: Callable[[str | None], Awaitable[str | None]] | None = None, *,
+                 forward_verify: ssl.SSLContext | bool = True) -> None:
         self.registry = registry
+        self.forward_verify = forward_verify
         self.cluster = cluster
         self.authenticate = authenticate
         self._routes = [(fn.route[0], fn.route[1], fn, fn.route[2]) for fn in
@@ -196,7 +200,7 @@ class SchemaRegistryApp:
         if primary is None:
             raise errors.unknown_primary()
         if self._http is None:
-            self._http = httpx.AsyncClient(timeout=FORWARD_TIMEOUT_S, verify=False)  # peers' certificates: ours
+            self._http = httpx.AsyncClient(timeout=FORWARD_TIMEOUT_S, verify=self.forward_verify)
         headers = {k: v for k, v in request.headers.items() if k in ("authorization", "content-type", "accept")}
         url = primary.rstrip("/") + request.raw_path + (f"?{request.raw_query}" if request.raw_query else "")
         try:

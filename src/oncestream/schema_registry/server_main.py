@@ -13,8 +13,9 @@ instance becomes primary at once); the stop is bounded by ``oncestream.shutdown.
 (``schema-registry``), ``schema.compatibility.level`` (``backward``), ``leader.eligibility``
 (``true``), ``host.name`` / ``advertised.url`` (the URL other instances forward to),
 ``leader.session.timeout.ms`` (10000: how long a dead primary holds its role), ``listeners`` and
-``listener.ssl.*`` (HTTPS), ``authentication.method=BASIC`` with ``authentication.users.file``
-and ``authentication.realm``; Kafka client properties (``security.protocol``, ``sasl.*``,
+``listener.ssl.*`` (HTTPS; ``inter.instance.ssl.ca.location``: the CA a follower checks the
+primary's certificate with when forwarding, default the truststore, else the system's),
+``authentication.method=BASIC`` with ``authentication.users.file`` and ``authentication.realm``; Kafka client properties (``security.protocol``, ``sasl.*``,
 ``ssl.*``, plain or prefixed ``kafkastore.``) go to the clients, as do ``--command-config``'s.
 """
 
@@ -25,6 +26,7 @@ import asyncio
 import json
 import logging
 import os
+import ssl
 import threading
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
@@ -214,7 +216,9 @@ def run(args: argparse.Namespace, *, default_listen: str) -> int:
         log.warning("schema registry: read %d of %d records of %s within kafkastore.init.timeout.ms; serving anyway",
                     node.reader.position, end, node.topic)
     registry = Registry(state, node, default_level=props.get("schema.compatibility.level", "backward"))
-    app = SchemaRegistryApp(registry, node, authenticate)
+    forward_ca = props.get("inter.instance.ssl.ca.location") or props.get("listener.ssl.truststore.location")
+    forward_verify: ssl.SSLContext | bool = ssl.create_default_context(cafile=forward_ca) if forward_ca else True
+    app = SchemaRegistryApp(registry, node, authenticate, forward_verify=forward_verify)
     bound = ShutdownBound(shutdown_timeout_ms(props), "oncestream schema-registry")
     eligible = props.get("leader.eligibility", "true").lower() == "true"
     session_timeout_ms = int(props.get("leader.session.timeout.ms", "10000"))
