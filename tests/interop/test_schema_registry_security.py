@@ -39,7 +39,8 @@ def test_https_and_basic_auth_with_forwarding(broker: ManagedBroker, pki: Pki, t
     try:
         first.start()
         second.start()
-        assert first.url.startswith("https://") and second.url.startswith("https://")
+        assert first.url.startswith("https://")
+        assert second.url.startswith("https://")
         clients = [SchemaRegistryClient({"url": p.url, "ssl.ca.location": str(pki.ca),
                                          "basic.auth.user.info": "alice:wonderland"}) for p in (first, second)]
         schema_id = None
@@ -61,7 +62,8 @@ def test_https_and_basic_auth_with_forwarding(broker: ManagedBroker, pki: Pki, t
             wrong.get_subjects()
         assert refused.value.http_status_code == 401
         anonymous = httpx.get(f"{second.url}/subjects", verify=str(pki.ca), timeout=10)
-        assert anonymous.status_code == 401 and anonymous.json()["error_code"] == 401
+        assert anonymous.status_code == 401
+        assert anonymous.json()["error_code"] == 401
         # A client that does not trust the server's CA fails the handshake.
         with pytest.raises(httpx.ConnectError):
             httpx.get(f"{first.url}/subjects", timeout=10)
