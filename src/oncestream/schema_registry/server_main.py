@@ -15,8 +15,9 @@ instance becomes primary at once); the stop is bounded by ``oncestream.shutdown.
 ``leader.session.timeout.ms`` (10000: how long a dead primary holds its role), ``listeners`` and
 ``listener.ssl.*`` (HTTPS; ``inter.instance.ssl.ca.location``: the CA a follower checks the
 primary's certificate with when forwarding, default the truststore, else the system's),
-``authentication.method=BASIC`` with ``authentication.users.file`` and ``authentication.realm``; Kafka client properties (``security.protocol``, ``sasl.*``,
-``ssl.*``, plain or prefixed ``kafkastore.``) go to the clients, as do ``--command-config``'s.
+``authentication.method=BASIC`` with ``authentication.users.file`` and ``authentication.realm``;
+Kafka client properties (``security.protocol``, ``sasl.*``, ``ssl.*``, plain or prefixed
+``kafkastore.``) go to the clients, as do ``--command-config``'s.
 """
 
 from __future__ import annotations
