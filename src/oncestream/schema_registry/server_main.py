@@ -29,6 +29,7 @@ import logging
 import os
 import ssl
 import threading
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -52,6 +53,7 @@ from oncestream.sql.server.rest.users_file import UsersFileError, load_users
 log = logging.getLogger("oncestream.schema_registry")
 
 
+_TAKEOVER_RETRY_S = 1.0
 CLIENT_PROPERTY_PREFIXES = ("security.", "sasl.", "ssl.", "client.", "enable.ssl.", "socket.", "request.timeout.ms",
                             "reconnect.", "metadata.max.age.ms", "retry.backoff.ms")
 
@@ -92,6 +94,7 @@ class RegistryNode(Cluster):
         self._url = ""
         self._lock = threading.Lock()
         self._generation = 0
+        self._closed = False
         self.election: PrimaryElection | None = None
 
     # Cluster ------------------------------------------------------------------------------------
@@ -139,19 +142,24 @@ class RegistryNode(Cluster):
                              daemon=True).start()
 
     def _become_primary(self, generation: int) -> None:
-        writer = TopicWriter(self.conf, self.topic, f"{self.group_id}-{self.topic}-writer", self.reader,
-                             timeout_s=self.timeout_s)
-        try:
-            writer.start()
-        except Exception as exc:  # noqa: BLE001 - any failure leaves this instance a non-writing member
-            log.error("schema registry: could not take over as primary: %s", exc)
-            writer.close()
-            return
+        """Fence the previous primary and catch up (``TopicWriter.start``), retried while this
+        instance is still the one elected: until then writes are answered 50004."""
+        while True:
+            with self._lock:
+                if generation != self._generation or self._closed:
+                    return
+            writer = TopicWriter(self.conf, self.topic, f"{self.group_id}-{self.topic}-writer", self.reader,
+                                 timeout_s=self.timeout_s)
+            try:
+                writer.start()
+                break
+            except Exception as exc:  # noqa: BLE001 - retried below; the cause goes to the log
+                log.error("schema registry: could not take over as primary (retrying): %s", exc)
+                writer.close()
+                time.sleep(_TAKEOVER_RETRY_S)
         with self._lock:
-            if generation != self._generation:
-                stale = True
-            else:
-                stale = False
+            stale = generation != self._generation or self._closed
+            if not stale:
                 self._writer = writer
                 self._primary_url = self._url
         if stale:
@@ -160,6 +168,8 @@ class RegistryNode(Cluster):
             log.info("schema registry: this instance (%s) is the primary", self._url)
 
     def close(self) -> None:
+        with self._lock:
+            self._closed = True
         if self.election is not None:
             self.election.stop()
         with self._lock:
