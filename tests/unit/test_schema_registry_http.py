@@ -86,7 +86,12 @@ def test_register_read_back_and_content_type() -> None:
              ("GET", "/schemas/ids/1/subjects", None),
              ("GET", "/schemas/ids/1/versions", None),
              ("GET", "/schemas/types", None),
-             ("POST", "/subjects/orders-value", {"schema": AVRO_V1})])
+             ("POST", "/subjects/orders-value", {"schema": AVRO_V1}),
+             ("GET", "/schemas/guids/00000000-0000-0000-0000-000000000000", None)])
+    guid = r[0].json()["guid"]
+    assert run([("POST", "/subjects/x/versions", {"schema": AVRO_V1}),
+                ("GET", f"/schemas/guids/{guid}", None)])[1].json()["schema"] == AVRO_V1
+    assert r.pop().json()["error_code"] == 40403
     assert [x.status_code for x in r] == [200] * len(r)
     assert all(x.headers["content-type"] == CONTENT_TYPE for x in r)
     assert r[0].json()["id"] == r[1].json()["id"] == 1

@@ -278,6 +278,11 @@ class SchemaRegistryApp:
         stored = self.registry.schema(_schema_id(args[0]))
         return Answer(200, {**self.registry.schema_json(stored, request.param("format")), "guid": stored.guid})
 
+    @_route("GET", "/schemas/guids/([^/]+)")
+    def get_schema_by_guid(self, request: Request, args: list[str]) -> Answer:
+        stored = self.registry.schema_by_guid(args[0])
+        return Answer(200, {**self.registry.schema_json(stored, request.param("format")), "guid": stored.guid})
+
     @_route("GET", "/schemas/ids/([^/]+)/schema")
     def get_schema_text(self, request: Request, args: list[str]) -> Answer:
         return Answer(200, self.registry.schema(_schema_id(args[0])).schema, raw=True)

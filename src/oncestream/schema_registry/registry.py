@@ -95,6 +95,12 @@ class Registry:
             raise errors.schema_not_found(f"Schema {schema_id} not found")
         return stored
 
+    def schema_by_guid(self, guid: str) -> StoredSchema:
+        stored = self.state.schema_by_guid(guid)
+        if stored is None:
+            raise errors.schema_not_found(f"Schema {guid} not found")
+        return stored
+
     def schema_json(self, stored: StoredSchema, fmt: str | None) -> dict[str, Any]:
         """``{schemaType, references, schema}`` of ``stored``; ``fmt=serialized`` gives a PROTOBUF
         schema as its base64 descriptor."""

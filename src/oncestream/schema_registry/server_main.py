@@ -26,7 +26,6 @@ import argparse
 import asyncio
 import json
 import logging
-import os
 import ssl
 import threading
 import time
@@ -37,6 +36,7 @@ from typing import Any
 from hypercorn.asyncio import serve as hypercorn_serve
 
 from oncestream.cli_common import CliError, read_command_config
+from oncestream.durable_files import write_file_atomically
 from oncestream.process_shutdown import ShutdownBound, install_stop_signals, shutdown_timeout_ms
 from oncestream.schema_registry import errors
 from oncestream.schema_registry.election import Identity, PrimaryElection
@@ -239,10 +239,8 @@ def run(args: argparse.Namespace, *, default_listen: str) -> int:
             f"{listener.scheme}://{props['host.name']}:{url.rsplit(':', 1)[1]}" if "host.name" in props else url)
         node.join(advertised, eligible, session_timeout_ms)
         if args.ready_file:
-            path = Path(args.ready_file)
-            temp = path.with_name(path.name + ".tmp")
-            temp.write_text(json.dumps({"url": url, "advertisedUrl": advertised}))
-            os.replace(temp, path)
+            write_file_atomically(Path(args.ready_file), json.dumps({"url": url, "advertisedUrl": advertised}).encode(),
+                                  sync_directory=False)
 
     try:
         asyncio.run(_serve(app, listener, ready, asyncio.Event(), bound))

@@ -143,6 +143,10 @@ class RegistryState:
         with self.lock:
             return self._schemas.get(schema_id)
 
+    def schema_by_guid(self, guid: str) -> StoredSchema | None:
+        with self.lock:
+            return next((s for s in self._schemas.values() if s.guid == guid), None)
+
     def subjects(self, *, deleted: bool = False) -> list[str]:
         with self.lock:
             return sorted(s for s, vs in self._subjects.items() if deleted or any(not v.deleted for v in vs.values()))
