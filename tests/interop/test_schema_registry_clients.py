@@ -219,7 +219,7 @@ def test_bad_input_answers_cleanly(registry: SchemaRegistryProcess, client: Sche
     assert raw.status_code == 400
     assert raw.json()["error_code"] == 400
     # And the server still serves.
-    assert registry.alive
+    assert registry.is_alive()
     assert client.register_schema(subject, Schema(USER_V1, "AVRO")) > 0
 
 

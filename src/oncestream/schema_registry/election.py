@@ -24,8 +24,6 @@ from oncestream.client.common.cluster import Cluster
 from oncestream.client.common.config import resolve
 from oncestream.client.common.errors import KafkaException
 from oncestream.client.common.io_thread import IoThread
-from oncestream.client.common.sasl import SaslCredentials
-from oncestream.client.common.tls import ssl_context_for
 from oncestream.client.consumer.group import GroupMembership
 
 log = logging.getLogger(__name__)
@@ -108,12 +106,7 @@ class PrimaryElection:
                      "client.id": f"oncestream-schema-registry-{group_id}"})
         c = resolve(conf, "consumer")
         self._io = IoThread("oncestream-schema-registry-group")
-        self._cluster = Cluster(
-            c["bootstrap.servers"], client_id=c["client.id"], request_timeout_ms=c["request.timeout.ms"],
-            socket_timeout_ms=c["socket.connection.setup.timeout.ms"], reconnect_backoff_ms=c["reconnect.backoff.ms"],
-            reconnect_backoff_max_ms=c["reconnect.backoff.max.ms"], metadata_max_age_ms=c["metadata.max.age.ms"],
-            allow_auto_create_topics=False, sasl=SaslCredentials.from_config(c), ssl_context=ssl_context_for(c),
-        )
+        self._cluster = Cluster.from_config(c, allow_auto_create_topics=False)
         self._wake = threading.Event()
         self._group = _RegistryGroup(c, self._cluster, self._wake.set, self._choose)
         self._primary: str | None = None
