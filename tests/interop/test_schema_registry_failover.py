@@ -5,9 +5,12 @@ takes over and registers with ids never handed out before. confluent-kafka's cli
 from __future__ import annotations
 
 import json
+import os
+import signal
 import uuid
 from pathlib import Path
 
+import httpx
 import pytest
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 
@@ -66,3 +69,49 @@ def test_two_instances_share_state_and_survive_a_sigkill_of_the_primary(broker: 
     finally:
         first.stop()
         second.stop()
+
+
+def test_a_paused_primary_is_fenced_and_no_id_is_handed_out_twice(broker: ManagedBroker, tmp_path: Path) -> None:
+    """SIGSTOP the primary until the other instance took over, then SIGCONT it: the old primary
+    still believes it writes until it hears it lost its membership, but its transactional id was
+    fenced by the new primary, so whatever it answers meanwhile, no id is handed out twice and
+    both instances end with one state."""
+    suffix = uuid.uuid4().hex[:8]
+    config = {"kafkastore.topic": f"_schemas_{suffix}", "schema.registry.group.id": f"sr-{suffix}",
+              "leader.session.timeout.ms": "6000"}
+    old = SchemaRegistryProcess(bootstrap=broker.bootstrap, work_dir=tmp_path, config=config, name="old")
+    new = SchemaRegistryProcess(bootstrap=broker.bootstrap, work_dir=tmp_path, config=config, name="new")
+    try:
+        old.start()
+        old.wait_writable()
+        new.start()
+        new.wait_writable()
+        ids = {SchemaRegistryClient({"url": old.url}).register_schema("a-value", avro("a"))}
+        os.kill(old.pid, signal.SIGSTOP)
+        try:
+            new.wait_writable(timeout_s=90)
+            ids.add(SchemaRegistryClient({"url": new.url}).register_schema("b-value", avro("b")))
+        finally:
+            os.kill(old.pid, signal.SIGCONT)
+        # Straight away through the old primary: fenced (an error) or, once it rejoined, forwarded.
+        answers = []
+        for name in ("c", "d"):
+            response = httpx.post(f"{old.url}/subjects/{name}-value/versions", json={"schema": avro(name).schema_str},
+                                  timeout=30)
+            answers.append(response.status_code)
+            if response.status_code == 200:
+                ids.add(response.json()["id"])
+        old.wait_writable(timeout_s=90)
+        ids.add(SchemaRegistryClient({"url": old.url}).register_schema("e-value", avro("e")))
+        subjects = sorted(SchemaRegistryClient({"url": new.url}).get_subjects())
+        registered = [s for s in ("a-value", "b-value", "c-value", "d-value", "e-value") if s in subjects]
+        # Every registered subject has its own id, and both instances know each of them.
+        by_new = {SchemaRegistryClient({"url": new.url}).get_latest_version(s).schema_id for s in registered}
+        by_old = {SchemaRegistryClient({"url": old.url}).get_latest_version(s).schema_id for s in registered}
+        assert len(by_new) == len(registered)
+        assert by_new == by_old
+        assert ids <= by_new
+        assert all(code in (200, 500) for code in answers), answers
+    finally:
+        old.stop()
+        new.stop()
