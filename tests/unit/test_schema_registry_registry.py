@@ -58,6 +58,9 @@ def test_register_twice_gives_one_id_and_one_version(reg: Registry) -> None:
     again = reg.register("s", {"schema": json.dumps(json.loads(avro(("a", "int"))), indent=2)})
     assert (first["id"], first["version"]) == (again["id"], again["version"]) == (1, 1)
     assert reg.versions("s") == [1]
+    # Key order and {"type": T} for T are spellings of the same schema.
+    respelled = json.dumps({"fields": [{"type": {"type": "int"}, "name": "a"}], "name": "R", "type": "record"})
+    assert reg.register("s", {"schema": respelled})["id"] == 1
     # The same schema under another subject keeps its id.
     assert reg.register("t", {"schema": avro(("a", "int"))})["id"] == 1
 

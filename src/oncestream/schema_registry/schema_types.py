@@ -126,8 +126,20 @@ def _parse_avro(schema_str: str, references: tuple[Reference, ...], referenced: 
         raise
     except _AVRO_PARSE_ERRORS as exc:
         raise invalid_schema(f"{schema_str[:200]!r}: {type(exc).__name__}: {exc}") from exc
-    canonical = json.dumps(document, separators=(",", ":"), sort_keys=False)
+    canonical = json.dumps(_avro_normal(document), separators=(",", ":"), sort_keys=True)
     return ParsedSchema(AVRO, schema_str, canonical, document, references, named_json)
+
+
+def _avro_normal(schema: Any) -> Any:
+    """``schema`` with the spellings that do not change it made one: ``{"type": "int"}`` is
+    ``"int"``; object keys are compared sorted (field, symbol and union order is kept: lists)."""
+    if isinstance(schema, list):
+        return [_avro_normal(item) for item in schema]
+    if isinstance(schema, dict):
+        if set(schema) == {"type"} and isinstance(schema["type"], (str, list, dict)):
+            return _avro_normal(schema["type"])
+        return {k: (_avro_normal(v) if k in ("type", "items", "values", "fields") else v) for k, v in schema.items()}
+    return schema
 
 
 def collect_avro_names(schema: Any, namespace: str = "", out: dict[str, Any] | None = None) -> dict[str, Any]:
