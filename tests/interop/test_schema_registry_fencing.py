@@ -9,6 +9,7 @@ import uuid
 import pytest
 
 from oncestream.broker_process import ManagedBroker
+from oncestream.client import Admin, NewTopic
 from oncestream.schema_registry import records
 from oncestream.schema_registry.errors import RegistryError
 from oncestream.schema_registry.kafka_log import TopicReader, TopicWriter, ensure_topic
@@ -22,6 +23,18 @@ MODULE_BROKER_CONFIG = NO_INITIAL_REBALANCE_DELAY
 def schema_record(subject: str, schema_id: int) -> records.Record:
     value = records.schema_value(subject, 1, schema_id, "AVRO", [], '"string"', False)
     return records.Record(records.schema_key(subject, 1), value)
+
+
+def test_a_schemas_topic_that_is_not_compacted_is_refused(broker: ManagedBroker) -> None:
+    conf = {"bootstrap.servers": broker.bootstrap}
+    topic = f"_schemas_{uuid.uuid4().hex[:8]}"
+    admin = Admin(conf)
+    try:
+        assert admin.create_topics([NewTopic(topic, 1, 1, {"cleanup.policy": "delete"})], timeout=30)[topic] is None
+    finally:
+        admin.close()
+    with pytest.raises(RegistryError, match=r"cleanup\.policy=delete"):
+        ensure_topic(conf, topic, 1, 30)
 
 
 def test_a_new_writer_fences_the_old_one(broker: ManagedBroker) -> None:

@@ -33,8 +33,8 @@ _TOPIC_ALREADY_EXISTS = 36
 
 def ensure_topic(client_conf: Mapping[str, Any], topic: str, replication_factor: int | None,
                  timeout_s: float) -> None:
-    """Create ``topic`` (one partition, ``cleanup.policy=compact``) unless it exists; the
-    replication factor defaults to min(3, brokers)."""
+    """Create ``topic`` (one partition, ``cleanup.policy=compact``) unless it exists, and check
+    that an existing one is compacted; the replication factor defaults to min(3, brokers)."""
     admin = Admin(dict(client_conf))
     try:
         if replication_factor is None:
@@ -44,6 +44,11 @@ def ensure_topic(client_conf: Mapping[str, Any], topic: str, replication_factor:
         error = result.get(topic)
         if error is not None and error.code() != _TOPIC_ALREADY_EXISTS:
             raise errors.store_error(f"creating the topic {topic}: {error}")
+        # An existing topic must be compacted: under delete retention the schemas would expire.
+        policy = admin.describe_configs([topic], timeout=timeout_s).get(topic, {}).get("cleanup.policy") or ""
+        if "compact" not in policy.split(","):
+            raise errors.store_error(f"the topic {topic} has cleanup.policy={policy or 'delete'}; the schemas topic "
+                                     "must be compacted (cleanup.policy=compact)")
     finally:
         admin.close()
 

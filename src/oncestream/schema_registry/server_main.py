@@ -220,7 +220,10 @@ def run(args: argparse.Namespace, *, default_listen: str) -> int:
     node = RegistryNode(conf, props, state)
     init_timeout_s = int(props.get("kafkastore.init.timeout.ms", "60000")) / 1000
     replication = props.get("kafkastore.topic.replication.factor")
-    ensure_topic(conf, node.topic, int(replication) if replication else None, init_timeout_s)
+    try:
+        ensure_topic(conf, node.topic, int(replication) if replication else None, init_timeout_s)
+    except errors.RegistryError as exc:
+        raise CliError(f"schema-registry: {exc.message}") from None
     node.reader.start()
     end = node.reader.end_offset(init_timeout_s)
     if end > 0 and not node.reader.wait_for(end - 1, init_timeout_s):
