@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from oncestream.schema_registry.compat_protobuf import protobuf_incompatibilities
-from oncestream.schema_registry.proto_text import ProtoSyntaxError, parse_proto_text
+from oncestream.schema_registry.proto_text import ProtoSyntaxError, parse_proto_text, print_proto_text
 
 
 def kinds(new: str, old: str) -> list[str]:
@@ -93,3 +93,12 @@ def test_parser_reads_maps_nested_types_options_and_comments() -> None:
 def test_parser_refuses_garbage(text: str) -> None:
     with pytest.raises(ProtoSyntaxError):
         parse_proto_text(text)
+
+
+def test_printed_text_parses_back_to_the_same_descriptor() -> None:
+    for text in ('syntax = "proto3"; package a.b; import "x.proto"; message M { message In { int32 v = 1; } '
+                 'enum E { Z = 0; O = 1; } repeated In ins = 1; map<string, In> by_name = 2; E e = 3; '
+                 'oneof choice { string s = 4; bytes b = 5; } }',
+                 'syntax = "proto2"; message P { required string id = 1; optional int64 n = 2; repeated bool f = 3; }'):
+        proto = parse_proto_text(text)
+        assert parse_proto_text(print_proto_text(proto)) == proto

@@ -4,10 +4,12 @@ from them (compacted as Kafka would) must answer the same."""
 
 from __future__ import annotations
 
+import base64
 import json
 from typing import Any
 
 import pytest
+from google.protobuf import descriptor_pb2
 
 from oncestream.schema_registry import records
 from oncestream.schema_registry.errors import RegistryError
@@ -213,3 +215,15 @@ def test_json_and_protobuf_types(reg: Registry) -> None:
     serialized = reg.schema_json(reg.schema(first["id"]), "serialized")["schema"]
     # The base64 descriptor form registers as the same schema.
     assert reg.register("p", {"schema": serialized, "schemaType": "PROTOBUF"})["id"] == first["id"]
+    # A schema registered as base64 is answered as .proto text unless format=serialized.
+    other = reg.register("q", {"schema": _descriptor_b64(), "schemaType": "PROTOBUF"})
+    text = reg.schema_json(reg.schema(other["id"]), None)["schema"]
+    assert "message Q {" in text
+    assert reg.schema_json(reg.schema(other["id"]), "serialized")["schema"] == _descriptor_b64()
+
+
+def _descriptor_b64() -> str:
+    proto = descriptor_pb2.FileDescriptorProto(name="q.proto", package="q", syntax="proto3")
+    proto.message_type.add(name="Q").field.add(name="n", number=1, type=descriptor_pb2.FieldDescriptorProto.TYPE_INT64,
+                                                label=descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL)
+    return base64.b64encode(proto.SerializeToString(deterministic=True)).decode()

@@ -263,7 +263,7 @@ class SchemaRegistryApp:
     @_route("GET", "/subjects/([^/]+)/versions/([^/]+)/schema")
     def get_version_schema(self, request: Request, args: list[str]) -> Answer:
         v = self.registry.version(args[0], args[1], deleted=request.flag("deleted"))
-        return Answer(200, self.registry.schema(v.schema_id).schema, raw=True)
+        return Answer(200, self.registry.schema_text(self.registry.schema(v.schema_id), request.param("format")), raw=True)
 
     @_route("GET", "/subjects/([^/]+)/versions/([^/]+)/referencedby")
     def referenced_by(self, request: Request, args: list[str]) -> Answer:
@@ -285,7 +285,8 @@ class SchemaRegistryApp:
 
     @_route("GET", "/schemas/ids/([^/]+)/schema")
     def get_schema_text(self, request: Request, args: list[str]) -> Answer:
-        return Answer(200, self.registry.schema(_schema_id(args[0])).schema, raw=True)
+        stored = self.registry.schema(_schema_id(args[0]))
+        return Answer(200, self.registry.schema_text(stored, request.param("format")), raw=True)
 
     @_route("GET", "/schemas/ids/([^/]+)/subjects")
     def get_schema_subjects(self, request: Request, args: list[str]) -> Answer:

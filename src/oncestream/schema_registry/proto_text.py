@@ -226,3 +226,66 @@ def _number(token: str) -> int:
         return int(token, 0)
     except ValueError:
         raise ProtoSyntaxError(f"{token!r} is not a number") from None
+
+
+_SCALAR_NAMES = {number: name for name, number in SCALARS.items()}
+
+
+def print_proto_text(file_proto: descriptor_pb2.FileDescriptorProto) -> str:
+    """``.proto`` text of ``file_proto`` (what the registry answers for a PROTOBUF schema without
+    ``format=serialized``): syntax, package, imports, messages with nested types, maps and oneofs,
+    enums. Options other than map entries are not written."""
+    syntax = file_proto.syntax or "proto2"
+    lines = [f'syntax = "{syntax}";']
+    if file_proto.package:
+        lines.append(f"package {file_proto.package};")
+    lines += [f'import "{dependency}";' for dependency in file_proto.dependency]
+    for message in file_proto.message_type:
+        lines += _print_message(message, syntax, "")
+    for enum in file_proto.enum_type:
+        lines += _print_enum(enum, "")
+    return "\n".join(lines) + "\n"
+
+
+def _print_enum(enum: descriptor_pb2.EnumDescriptorProto, indent: str) -> list[str]:
+    return [f"{indent}enum {enum.name} {{", *(f"{indent}  {v.name} = {v.number};" for v in enum.value), f"{indent}}}"]
+
+
+def _type_text(fld: descriptor_pb2.FieldDescriptorProto) -> str:
+    return fld.type_name if fld.type_name else _SCALAR_NAMES.get(fld.type, "bytes")
+
+
+def _print_message(message: descriptor_pb2.DescriptorProto, syntax: str, indent: str) -> list[str]:
+    inner = indent + "  "
+    entries = {n.name: n for n in message.nested_type if n.options.map_entry}
+    lines = [f"{indent}message {message.name} {{"]
+    for nested in message.nested_type:
+        if nested.name not in entries:
+            lines += _print_message(nested, syntax, inner)
+    for enum in message.enum_type:
+        lines += _print_enum(enum, inner)
+    oneofs: dict[int, list[str]] = {}
+    for fld in message.field:
+        entry = entries.get(fld.type_name.rsplit(".", 1)[-1]) if fld.label == F.LABEL_REPEATED else None
+        if entry is not None:
+            key, value = entry.field[0], entry.field[1]
+            text = f"map<{_type_text(key)}, {_type_text(value)}> {fld.name} = {fld.number};"
+        else:
+            label = ""
+            if fld.label == F.LABEL_REPEATED:
+                label = "repeated "
+            elif fld.label == F.LABEL_REQUIRED:
+                label = "required "
+            elif syntax == "proto2" and not fld.HasField("oneof_index"):
+                label = "optional "
+            elif fld.proto3_optional:
+                label = "optional "
+            text = f"{label}{_type_text(fld)} {fld.name} = {fld.number};"
+        if fld.HasField("oneof_index") and not fld.proto3_optional:
+            oneofs.setdefault(fld.oneof_index, []).append(text)
+        else:
+            lines.append(inner + text)
+    for index, texts in oneofs.items():
+        lines += [f"{inner}oneof {message.oneof_decl[index].name} {{", *(f"{inner}  {t}" for t in texts), f"{inner}}}"]
+    lines.append(f"{indent}}}")
+    return lines

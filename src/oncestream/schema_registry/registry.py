@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from oncestream.schema_registry import errors, records
 from oncestream.schema_registry.compatibility import DEFAULT_LEVEL, incompatibilities, normalize_level
+from oncestream.schema_registry.proto_text import print_proto_text
 from oncestream.schema_registry.schema_types import (
     PROTOBUF,
     ParsedSchema,
@@ -102,12 +103,22 @@ class Registry:
         return stored
 
     def schema_json(self, stored: StoredSchema, fmt: str | None) -> dict[str, Any]:
-        """``{schemaType, references, schema}`` of ``stored``; ``fmt=serialized`` gives a PROTOBUF
-        schema as its base64 descriptor."""
-        text = None
-        if fmt == "serialized" and stored.schema_type == PROTOBUF:
-            text = protobuf_serialized(self.state.parsed(stored.schema_id))
-        return stored.to_json(schema_text=text)
+        """``{schemaType, references, schema}`` of ``stored``. A PROTOBUF schema is answered as
+        ``.proto`` text, or with ``fmt=serialized`` as its base64 descriptor, whichever form it
+        was registered in."""
+        return stored.to_json(schema_text=self.schema_text(stored, fmt))
+
+    def schema_text(self, stored: StoredSchema, fmt: str | None) -> str:
+        """The schema as answered (see ``schema_json``)."""
+        if stored.schema_type != PROTOBUF:
+            return stored.schema
+        parsed = self.state.parsed(stored.schema_id)
+        if fmt == "serialized":
+            return protobuf_serialized(parsed)
+        # Registered as base64 (no ';' nor '{', which .proto text always has): print it as text.
+        if ";" not in stored.schema and "{" not in stored.schema:
+            return print_proto_text(parsed.parsed)
+        return stored.schema
 
     def version_json(self, v: Version, fmt: str | None = None) -> dict[str, Any]:
         stored = self.schema(v.schema_id)
