@@ -242,5 +242,6 @@ def test_restart_rebuilds_from_the_topic(broker: ManagedBroker, tmp_path: Path) 
         assert client.get_subjects() == []
         # Hard-deleted ids stay used: the next registration gets a new one.
         assert client.register_schema("r-value", Schema(USER_BAD, "AVRO")) > first + 1
+        assert instance.stop() == 0  # SIGTERM: a clean stop
     finally:
         instance.stop()
