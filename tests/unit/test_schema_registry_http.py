@@ -66,9 +66,10 @@ def run(calls: list[tuple[str, str, Any]], cluster: type[Primary] = Primary,
                 kwargs: dict[str, Any] = {}
                 if isinstance(body, dict) and "_auth" in body:
                     kwargs["auth"] = body.pop("_auth")
+                extra_headers = body.pop("_headers", {}) if isinstance(body, dict) else {}
                 if body is not None:
                     kwargs["content"] = json.dumps(body) if not isinstance(body, str) else body
-                    kwargs["headers"] = {"Content-Type": CONTENT_TYPE}
+                    kwargs["headers"] = {"Content-Type": CONTENT_TYPE, **extra_headers}
                 out.append(await client.request(method, path, **kwargs))
         return out
 
@@ -186,6 +187,20 @@ def test_writes_without_a_primary_are_refused_reads_answered() -> None:
     r = run([("POST", "/subjects/s/versions", {"schema": AVRO_V1}), ("GET", "/subjects", None)], cluster=Orphan)
     assert (r[0].status_code, r[0].json()["error_code"]) == (500, 50004)
     assert r[1].json() == []
+
+
+class Follower(Orphan):
+    """An instance that is not the primary but believes another one is."""
+
+    def primary_url(self) -> str | None:
+        return "http://127.0.0.1:9"
+
+
+def test_a_forwarded_write_is_not_forwarded_again() -> None:
+    r = run([("POST", "/subjects/s/versions", {"schema": AVRO_V1, "_headers": {"x-oncestream-forwarded": "1"}})],
+            cluster=Follower)
+    assert (r[0].status_code, r[0].json()["error_code"]) == (500, 50003)
+    assert "not the primary" in r[0].json()["message"]  # refused here, not sent to 127.0.0.1:9
 
 
 def test_basic_auth() -> None:

@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
 MAX_BODY_BYTES = 16 * 1024 * 1024
 OFFSET_HEADER = "x-oncestream-schemas-offset"
+FORWARDED_HEADER = "x-oncestream-forwarded"  # a forwarded write is never forwarded again
 FORWARD_TIMEOUT_S = 30.0
 READ_BACK_TIMEOUT_S = 10.0
 
@@ -199,9 +200,12 @@ class SchemaRegistryApp:
         primary = self.cluster.primary_url()
         if primary is None:
             raise errors.unknown_primary()
+        if FORWARDED_HEADER in request.headers:
+            raise errors.forwarding_error("this instance is not the primary (any more); try again")
         if self._http is None:
             self._http = httpx.AsyncClient(timeout=FORWARD_TIMEOUT_S, verify=self.forward_verify)
         headers = {k: v for k, v in request.headers.items() if k in ("authorization", "content-type", "accept")}
+        headers[FORWARDED_HEADER] = "1"
         url = primary.rstrip("/") + request.raw_path + (f"?{request.raw_query}" if request.raw_query else "")
         try:
             response = await self._http.request(request.method, url, content=request.body, headers=headers)
