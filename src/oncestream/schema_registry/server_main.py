@@ -16,6 +16,7 @@ instance becomes primary at once); the stop is bounded by ``oncestream.shutdown.
 ``listener.ssl.*`` (HTTPS; ``inter.instance.ssl.ca.location``: the CA a follower checks the
 primary's certificate with when forwarding, default the truststore, else the system's),
 ``authentication.method=BASIC`` with ``authentication.users.file`` and ``authentication.realm``;
+``log.level``, ``log.level.<logger>``, ``log.format`` (docs/logging.md);
 Kafka client properties (``security.protocol``, ``sasl.*``, ``ssl.*``, plain or prefixed
 ``kafkastore.``) go to the clients, as do ``--command-config``'s.
 """
@@ -37,6 +38,7 @@ from hypercorn.asyncio import serve as hypercorn_serve
 
 from oncestream.cli_common import CliError, read_command_config
 from oncestream.durable_files import write_file_atomically
+from oncestream.logging_setup import LogConfigError, LogSettings, configure_logging
 from oncestream.process_shutdown import ShutdownBound, install_stop_signals, shutdown_timeout_ms
 from oncestream.schema_registry import errors
 from oncestream.schema_registry.election import Identity, PrimaryElection
@@ -207,8 +209,11 @@ async def _serve(app: SchemaRegistryApp, listener: Listener, ready: Callable[[st
 
 def run(args: argparse.Namespace, *, default_listen: str) -> int:
     """Run one instance until SIGTERM/SIGINT (``default_listen``: without ``--listen`` nor ``listeners``)."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     props = _parse_config(args.config)
+    try:
+        configure_logging(LogSettings.from_properties(props))
+    except LogConfigError as exc:
+        raise CliError(f"schema-registry: {exc}") from None
     command_config = read_command_config(args.command_config) if args.command_config else {}
     try:
         listener = listener_from(args.listen if args.listen or "listeners" in props else default_listen, props)
