@@ -179,7 +179,8 @@ def test_protobuf_through_the_broker(broker: ManagedBroker, client: SchemaRegist
     assert "FIELD_SCALAR_KIND_CHANGED" in refused.value.error_message
 
 
-def test_references_between_avro_schemas(client: SchemaRegistryClient) -> None:
+def test_references_between_avro_schemas(broker: ManagedBroker, registry: SchemaRegistryProcess,
+                                        client: SchemaRegistryClient) -> None:
     address_subject = unique("address")
     address = json.dumps({"type": "record", "name": "Address", "namespace": "ref",
                           "fields": [{"name": "street", "type": "string"}]})
@@ -190,6 +191,13 @@ def test_references_between_avro_schemas(client: SchemaRegistryClient) -> None:
     person_id = client.register_schema(unique("person"), Schema(person, "AVRO", refs))
     fetched = client.get_schema(person_id)
     assert [(r.name, r.subject, r.version) for r in fetched.references or []] == [("ref.Address", address_subject, 1)]
+    # The serializers resolve the reference through the registry (GET of the referenced version).
+    topic = unique("people")
+    ctx = SerializationContext(topic, MessageField.VALUE)
+    serializer = AvroSerializer(client, Schema(person, "AVRO", refs), conf={"auto.register.schemas": True})
+    back = round_trip(broker, topic, [serializer({"home": {"street": "Main 1"}}, ctx)])
+    fresh = SchemaRegistryClient({"url": registry.url})  # nothing cached: everything is fetched by id
+    assert AvroDeserializer(fresh)(back[0], ctx) == {"home": {"street": "Main 1"}}
 
 
 def test_bad_input_answers_cleanly(registry: SchemaRegistryProcess, client: SchemaRegistryClient,
