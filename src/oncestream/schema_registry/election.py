@@ -16,7 +16,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -74,6 +74,18 @@ class Assignment:
             raise ValueError(f"unreadable schema registry assignment: {exc}") from exc
 
 
+def choose_primary(members: Iterable[Identity], current: str | None, leader: Identity) -> str | None:
+    """The group leader's pick of the primary's URL among ``members``: the ``current`` primary
+    while it is an eligible member (a rebalance does not move it), else the leader itself if
+    eligible, else the first eligible member by URL; None when no member is eligible."""
+    urls = {i.url for i in members if i.eligible}
+    if current in urls:
+        return current
+    if leader.eligible and leader.url in urls:
+        return leader.url
+    return min(urls) if urls else None
+
+
 class _RegistryGroup(GroupMembership):
     def __init__(self, conf: dict[str, Any], cluster: Cluster, wake: Callable[[], None],
                  choose: Callable[[dict[str, Identity]], str | None]) -> None:
@@ -127,15 +139,7 @@ class PrimaryElection:
         self._cluster.start()
 
     def _choose(self, members: dict[str, Identity]) -> str | None:
-        """The leader's pick: the current primary if still a member, else this instance if
-        eligible, else the first eligible member by URL."""
-        urls = {i.url for i in members.values() if i.eligible}
-        current = self.primary_url
-        if current in urls:
-            return current
-        if self.identity.eligible and self.identity.url in urls:
-            return self.identity.url
-        return min(urls) if urls else None
+        return choose_primary(members.values(), self.primary_url, self.identity)
 
     def _set_primary(self, url: str | None) -> None:
         with self._lock:
