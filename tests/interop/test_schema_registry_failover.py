@@ -27,17 +27,25 @@ def avro(*fields: str) -> Schema:
                               "fields": [{"name": f, "type": "string", "default": ""} for f in fields]}), "AVRO")
 
 
-def test_two_instances_share_state_and_survive_a_sigkill_of_the_primary(broker: ManagedBroker, tmp_path: Path) -> None:
+def two_instances(broker: ManagedBroker, tmp_path: Path, names: tuple[str, str]) -> list[SchemaRegistryProcess]:
+    """Two instances on one fresh schemas topic and group (6 s sessions), not started."""
     suffix = uuid.uuid4().hex[:8]
     config = {"kafkastore.topic": f"_schemas_{suffix}", "schema.registry.group.id": f"sr-{suffix}",
               "leader.session.timeout.ms": "6000"}
-    first = SchemaRegistryProcess(bootstrap=broker.bootstrap, work_dir=tmp_path, config=config, name="first")
-    second = SchemaRegistryProcess(bootstrap=broker.bootstrap, work_dir=tmp_path, config=config, name="second")
+    return [SchemaRegistryProcess(bootstrap=broker.bootstrap, work_dir=tmp_path, config=config, name=n) for n in names]
+
+
+def start_in_order(first: SchemaRegistryProcess, second: SchemaRegistryProcess) -> None:
+    first.start()
+    first.wait_writable()   # alone in the group: the primary
+    second.start()
+    second.wait_writable()  # forwards to the first
+
+
+def test_two_instances_share_state_and_survive_a_sigkill_of_the_primary(broker: ManagedBroker, tmp_path: Path) -> None:
+    first, second = two_instances(broker, tmp_path, ("first", "second"))
     try:
-        first.start()
-        first.wait_writable()   # alone in the group: the primary
-        second.start()
-        second.wait_writable()  # forwards to the first
+        start_in_order(first, second)
         via_first = SchemaRegistryClient({"url": first.url})
         via_second = SchemaRegistryClient({"url": second.url})
         ids = {via_first.register_schema("events-value", avro("a"))}
@@ -76,16 +84,9 @@ def test_a_paused_primary_is_fenced_and_no_id_is_handed_out_twice(broker: Manage
     still believes it writes until it hears it lost its membership, but its transactional id was
     fenced by the new primary, so whatever it answers meanwhile, no id is handed out twice and
     both instances end with one state."""
-    suffix = uuid.uuid4().hex[:8]
-    config = {"kafkastore.topic": f"_schemas_{suffix}", "schema.registry.group.id": f"sr-{suffix}",
-              "leader.session.timeout.ms": "6000"}
-    old = SchemaRegistryProcess(bootstrap=broker.bootstrap, work_dir=tmp_path, config=config, name="old")
-    new = SchemaRegistryProcess(bootstrap=broker.bootstrap, work_dir=tmp_path, config=config, name="new")
+    old, new = two_instances(broker, tmp_path, ("old", "new"))
     try:
-        old.start()
-        old.wait_writable()
-        new.start()
-        new.wait_writable()
+        start_in_order(old, new)
         ids = {SchemaRegistryClient({"url": old.url}).register_schema("a-value", avro("a"))}
         os.kill(old.pid, signal.SIGSTOP)
         try:
