@@ -7,6 +7,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from oncestream.cli_common import CliError
+
 DEFAULT_LISTEN = "127.0.0.1:8081"
 
 
@@ -25,6 +27,9 @@ def register(sub: Any) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from oncestream.schema_registry.server_main import run
-
+    try:
+        from oncestream.schema_registry.server_main import run
+    except ModuleNotFoundError as exc:
+        raise CliError(f"schema-registry needs the Python package {exc.name!r}: "
+                       "pip install 'oncestream[schema-registry]'") from None
     return run(args, default_listen=DEFAULT_LISTEN)
