@@ -126,6 +126,10 @@ def test_soft_then_hard_delete_and_ids_never_reused(reg: Registry) -> None:
     assert reg.subjects() == []
     assert reg.subjects(deleted=True) == ["s"]
     with pytest.raises(RegistryError) as exc:
+        reg.lookup("s", {"schema": avro(("a", "int"))})
+    assert code(exc) == 40401
+    assert reg.lookup("s", {"schema": avro(("a", "int"))}, deleted=True)["version"] == 1
+    with pytest.raises(RegistryError) as exc:
         reg.delete_subject("s", permanent=False)
     assert code(exc) == 40404
     assert reg.delete_subject("s", permanent=True) == [1, 2]

@@ -148,8 +148,8 @@ class Registry:
 
     def lookup(self, subject: str, body: Mapping[str, Any], *, deleted: bool = False) -> dict[str, Any]:
         """POST /subjects/{subject}: the version of ``subject`` holding this schema."""
-        if not self.state.has_subject(subject):
-            raise errors.subject_not_found(subject)
+        if not self.state.versions(subject, deleted=deleted):
+            raise errors.subject_not_found(subject)  # absent, or only soft-deleted versions left
         parsed = self.parse_request(body)
         schema_id = self.state.id_for_content(parsed)
         for v in reversed(self.state.versions(subject, deleted=deleted)):
