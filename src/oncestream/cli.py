@@ -38,6 +38,7 @@ from oncestream.client.common.list_offsets import EARLIEST_LOCAL, LATEST_TIERED
 from oncestream.client.producer.partitioner import partition_for_key
 from oncestream.demos.broker_crash import main as demo_main
 from oncestream.errors import InvalidConfigError
+from oncestream.schema_registry.command import register as register_schema_registry
 from oncestream.sql.server.server_main import register
 from oncestream.sql.server.shell import register as register_sql_shell
 
@@ -507,6 +508,7 @@ def build_parser() -> argparse.ArgumentParser:
     register_client_metrics(sub)  # KIP-714 client metrics subscriptions
     register_sql_shell(sub)  # oncestream sql: the SQL shell
     _register_sql_server(sub)
+    register_schema_registry(sub)  # oncestream schema-registry (oncestream.schema_registry.server_main)
 
     d = sub.add_parser("demo", help="run the end-to-end demo")
     d.add_argument("rest", nargs=argparse.REMAINDER)

@@ -1,0 +1,321 @@
+"""The registry's operations, over a ``RegistryState`` and a ``SchemaLog`` that writes records.
+
+Reads answer from the state. Writes (registering, deleting, configs, modes) run one at a time on
+the primary: they compute the records from the state, hand them to ``SchemaLog.append`` (which
+returns once the records were read back from the topic into the state) and then answer, so an
+acknowledged write survives any restart.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from oncestream.schema_registry import errors, records
+from oncestream.schema_registry.compatibility import DEFAULT_LEVEL, incompatibilities, normalize_level
+from oncestream.schema_registry.proto_text import print_proto_text
+from oncestream.schema_registry.schema_types import (
+    PROTOBUF,
+    ParsedSchema,
+    normalize_type,
+    parse_references,
+    parse_schema,
+    protobuf_serialized,
+)
+from oncestream.schema_registry.state import RegistryState, StoredSchema, Version
+
+MODES = ("READWRITE", "READONLY", "READONLY_OVERRIDE", "IMPORT")
+DEFAULT_MODE = "READWRITE"
+MAX_VERSION = 2**31 - 1
+
+
+class SchemaLog(Protocol):
+    """Where writes go: ``append`` returns once the records are applied to the state."""
+
+    def append(self, batch: list[records.Record]) -> None: ...
+
+
+def parse_version(raw: str) -> int | str:
+    """A version path segment: ``latest`` / ``-1`` or a version number in [1, 2^31-1] (42202 otherwise)."""
+    if raw in ("latest", "-1"):
+        return "latest"
+    try:
+        version = int(raw)
+    except ValueError:
+        raise errors.invalid_version(raw) from None
+    if not 1 <= version <= MAX_VERSION:
+        raise errors.invalid_version(raw)
+    return version
+
+
+class Registry:
+    """Confluent Schema Registry's operations (``default_level``: the compatibility level when
+    none is configured, Kafka-style ``schema.compatibility.level``)."""
+
+    def __init__(self, state: RegistryState, log: SchemaLog, *, default_level: str = DEFAULT_LEVEL) -> None:
+        self.state = state
+        self.log = log
+        self.default_level = normalize_level(default_level)
+        self._write_lock = threading.Lock()
+
+    # --- reads --------------------------------------------------------------------------------
+
+    def subjects(self, *, deleted: bool = False, prefix: str = "") -> list[str]:
+        return [s for s in self.state.subjects(deleted=deleted) if s.startswith(prefix)]
+
+    def _versions_of(self, subject: str, *, deleted: bool = False) -> list[Version]:
+        if not self.state.has_subject(subject):
+            raise errors.subject_not_found(subject)
+        versions = self.state.versions(subject, deleted=deleted)
+        if not versions and not deleted:
+            raise errors.subject_not_found(subject)
+        return versions
+
+    def versions(self, subject: str, *, deleted: bool = False) -> list[int]:
+        return [v.version for v in self._versions_of(subject, deleted=deleted)]
+
+    def version(self, subject: str, raw_version: str, *, deleted: bool = False) -> Version:
+        """One version of ``subject`` (``latest``: the newest live one)."""
+        wanted = parse_version(raw_version)
+        versions = self._versions_of(subject, deleted=True)
+        live = [v for v in versions if not v.deleted]
+        if wanted == "latest":
+            pool = versions if deleted else live
+            if not pool:
+                raise errors.subject_not_found(subject)
+            return pool[-1]
+        for v in versions:
+            if v.version == wanted and (deleted or not v.deleted):
+                return v
+        raise errors.version_not_found(wanted)
+
+    def schema(self, schema_id: int) -> StoredSchema:
+        stored = self.state.schema(schema_id)
+        if stored is None:
+            raise errors.schema_not_found(f"Schema {schema_id} not found")
+        return stored
+
+    def schema_by_guid(self, guid: str) -> StoredSchema:
+        stored = self.state.schema_by_guid(guid)
+        if stored is None:
+            raise errors.schema_not_found(f"Schema {guid} not found")
+        return stored
+
+    def schema_json(self, stored: StoredSchema, fmt: str | None) -> dict[str, Any]:
+        """``{schemaType, references, schema}`` of ``stored``. A PROTOBUF schema is answered as
+        ``.proto`` text, or with ``fmt=serialized`` as its base64 descriptor, whichever form it
+        was registered in."""
+        return stored.to_json(schema_text=self.schema_text(stored, fmt))
+
+    def schema_text(self, stored: StoredSchema, fmt: str | None) -> str:
+        """The schema as answered (see ``schema_json``)."""
+        if stored.schema_type != PROTOBUF:
+            return stored.schema
+        parsed = self.state.parsed(stored.schema_id)
+        if fmt == "serialized":
+            return protobuf_serialized(parsed)
+        # Registered as base64 (no ';' nor '{', which .proto text always has): print it as text.
+        if ";" not in stored.schema and "{" not in stored.schema:
+            return print_proto_text(parsed.parsed)
+        return stored.schema
+
+    def version_json(self, v: Version, fmt: str | None = None) -> dict[str, Any]:
+        stored = self.schema(v.schema_id)
+        return {"subject": v.subject, "version": v.version, "id": v.schema_id, "guid": stored.guid,
+                **self.schema_json(stored, fmt)}
+
+    def referenced_by(self, subject: str, raw_version: str) -> list[int]:
+        v = self.version(subject, raw_version, deleted=True)
+        return self.state.referenced_by(subject, v.version)
+
+    def compatibility_level(self, subject: str | None) -> str:
+        if subject is not None and (level := self.state.config(subject)) is not None:
+            return level
+        return self.state.config(None) or self.default_level
+
+    def mode(self, subject: str | None) -> str:
+        if subject is not None and (mode := self.state.mode(subject)) is not None:
+            return mode
+        return self.state.mode(None) or DEFAULT_MODE
+
+    def parse_request(self, body: Mapping[str, Any]) -> ParsedSchema:
+        """The schema of a request body (``schema``, ``schemaType``, ``references``), checked."""
+        schema_type = normalize_type(body.get("schemaType"))
+        references = parse_references(body.get("references"))
+        referenced = self.state.resolve_references(references)
+        return parse_schema(schema_type, body.get("schema"), references, referenced)
+
+    def lookup(self, subject: str, body: Mapping[str, Any], *, deleted: bool = False) -> dict[str, Any]:
+        """POST /subjects/{subject}: the version of ``subject`` holding this schema."""
+        if not self.state.versions(subject, deleted=deleted):
+            raise errors.subject_not_found(subject)  # absent, or only soft-deleted versions left
+        parsed = self.parse_request(body)
+        schema_id = self.state.id_for_content(parsed)
+        for v in reversed(self.state.versions(subject, deleted=deleted)):
+            if v.schema_id == schema_id:
+                return self.version_json(v)
+        raise errors.schema_not_found("Schema not found")
+
+    def check_compatibility(self, subject: str, raw_version: str | None, body: Mapping[str, Any]) -> list[str]:
+        """POST /compatibility/subjects/{subject}/versions[/{version}]: the problems (empty: compatible)."""
+        parsed = self.parse_request(body)
+        level = self.compatibility_level(subject)
+        if raw_version is None:
+            existing = [self.state.parsed(v.schema_id) for v in self.state.versions(subject)]
+        else:
+            existing = [self.state.parsed(self.version(subject, raw_version).schema_id)]
+            if level.endswith("_TRANSITIVE"):
+                level = level.removesuffix("_TRANSITIVE")
+        return incompatibilities(level, parsed, existing)
+
+    # --- writes -------------------------------------------------------------------------------
+
+    def _writable(self, subject: str | None) -> None:
+        if self.mode(subject) in ("READONLY", "READONLY_OVERRIDE"):
+            raise errors.operation_not_permitted(f"Subject {subject} is in read-only mode" if subject
+                                                 else "The registry is in read-only mode")
+
+    def register(self, subject: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        """POST /subjects/{subject}/versions: the id (and version) of the schema in ``subject``,
+        registering it as a new version when it is not there yet."""
+        if not subject or len(subject) > 255 or any(ord(c) < 32 for c in subject):
+            raise errors.unprocessable(f"Invalid subject {subject!r}")
+        with self._write_lock:
+            parsed = self.parse_request(body)
+            existing_id = self.state.id_for_content(parsed)
+            live = self.state.versions(subject)
+            for v in reversed(live):
+                if v.schema_id == existing_id:
+                    return self._register_answer(v, parsed)
+            mode = self.mode(subject)
+            self._writable(subject)
+            wanted_id = body.get("id")
+            wanted_version = body.get("version")
+            if mode != "IMPORT":
+                level = self.compatibility_level(subject)
+                problems = incompatibilities(level, parsed, [self.state.parsed(v.schema_id) for v in live])
+                if problems:
+                    raise errors.incompatible(problems)
+            schema_id = self._choose_id(existing_id, wanted_id if mode == "IMPORT" else None, parsed)
+            all_versions = self.state.versions(subject, deleted=True)
+            version = (all_versions[-1].version if all_versions else 0) + 1
+            if mode == "IMPORT" and isinstance(wanted_version, int) and wanted_version > 0:
+                version = wanted_version
+            value = records.schema_value(subject, version, schema_id, parsed.schema_type,
+                                         [r.to_json() for r in parsed.references], parsed.schema_str, False)
+            self.log.append([records.Record(records.schema_key(subject, version), value)])
+            return self._register_answer(Version(subject, version, schema_id, False), parsed)
+
+    def _choose_id(self, existing_id: int | None, wanted_id: object, parsed: ParsedSchema) -> int:
+        if isinstance(wanted_id, int) and wanted_id > 0:
+            other = self.state.schema(wanted_id)
+            if other is not None and wanted_id != existing_id:
+                raise errors.operation_not_permitted(f"Overwrite new schema with id {wanted_id} is not permitted.")
+            return wanted_id
+        return existing_id if existing_id is not None else self.state.next_id
+
+    def _register_answer(self, v: Version, parsed: ParsedSchema) -> dict[str, Any]:
+        stored = StoredSchema(v.schema_id, parsed.schema_type, parsed.schema_str, parsed.references)
+        return {"id": v.schema_id, "version": v.version, "guid": stored.guid, **stored.to_json()}
+
+    def delete_subject(self, subject: str, *, permanent: bool) -> list[int]:
+        """DELETE /subjects/{subject}[?permanent=true]: the versions deleted."""
+        with self._write_lock:
+            self._writable(subject)
+            all_versions = self.state.versions(subject, deleted=True)
+            if not all_versions:
+                raise errors.subject_not_found(subject)
+            live = [v for v in all_versions if not v.deleted]
+            if not permanent and not live:
+                raise errors.subject_soft_deleted(subject)
+            if permanent and live:
+                raise errors.subject_not_soft_deleted(subject)
+            for v in all_versions:
+                self._refuse_if_referenced(v)
+            if permanent:
+                batch = [records.Record(records.schema_key(subject, v.version), None) for v in all_versions]
+                batch += self._cleanup_settings(subject)
+                batch.append(self._watermark())
+                self.log.append(batch)
+                return [v.version for v in all_versions]
+            self.log.append([self._soft_delete_record(v) for v in live])
+            return [v.version for v in live]
+
+    def delete_version(self, subject: str, raw_version: str, *, permanent: bool) -> int:
+        """DELETE /subjects/{subject}/versions/{version}[?permanent=true]: the version deleted."""
+        with self._write_lock:
+            self._writable(subject)
+            v = self.version(subject, raw_version, deleted=permanent)
+            self._refuse_if_referenced(v)
+            if permanent:
+                if not v.deleted:
+                    raise errors.version_not_soft_deleted(subject, v.version)
+                self.log.append([records.Record(records.schema_key(subject, v.version), None), self._watermark()])
+            else:
+                self.log.append([self._soft_delete_record(v)])
+            return v.version
+
+    def _refuse_if_referenced(self, v: Version) -> None:
+        users = self.state.referenced_by(v.subject, v.version)
+        if users:
+            raise errors.reference_exists(f"One or more references exist to the schema {{subject={v.subject}, "
+                                          f"version={v.version}}} (used by schema ids {users})")
+
+    def _soft_delete_record(self, v: Version) -> records.Record:
+        stored = self.schema(v.schema_id)
+        value = records.schema_value(v.subject, v.version, v.schema_id, stored.schema_type,
+                                     [r.to_json() for r in stored.references], stored.schema, True)
+        return records.Record(records.schema_key(v.subject, v.version), value)
+
+    def _cleanup_settings(self, subject: str) -> list[records.Record]:
+        out = []
+        if self.state.config(subject) is not None:
+            out.append(records.Record(records.config_key(subject), None))
+        if self.state.mode(subject) is not None:
+            out.append(records.Record(records.mode_key(subject), None))
+        return out
+
+    def _watermark(self) -> records.Record:
+        return records.Record(records.watermark_key(), {"id": self.state.max_id})
+
+    def set_config(self, subject: str | None, body: Mapping[str, Any]) -> str:
+        """PUT /config[/{subject}] with ``{"compatibility": LEVEL}``."""
+        level = normalize_level(body.get("compatibility", body.get("compatibilityLevel")))
+        with self._write_lock:
+            self.log.append([records.Record(records.config_key(subject), {"compatibilityLevel": level})])
+        return level
+
+    def delete_config(self, subject: str | None) -> str:
+        """DELETE /config[/{subject}]: the level that was set (the global one returns to the default)."""
+        with self._write_lock:
+            previous = self.state.config(subject)
+            if subject is not None and previous is None:
+                if not self.state.has_subject(subject):
+                    raise errors.subject_not_found(subject)
+                raise errors.subject_config_not_found(subject)
+            self.log.append([records.Record(records.config_key(subject), None)])
+        return previous or self.default_level
+
+    def set_mode(self, subject: str | None, body: Mapping[str, Any], *, force: bool) -> str:
+        """PUT /mode[/{subject}] with ``{"mode": MODE}`` (IMPORT on a non-empty registry needs ``force``)."""
+        mode = body.get("mode")
+        if not isinstance(mode, str) or mode.upper() not in MODES:
+            raise errors.invalid_mode(mode)
+        mode = mode.upper()
+        with self._write_lock:
+            if mode == "IMPORT" and not force:
+                has_schemas = bool(self.state.versions(subject, deleted=True)) if subject else \
+                    bool(self.state.subjects(deleted=True))
+                if has_schemas:
+                    raise errors.operation_not_permitted("Cannot import since found existing subjects")
+            self.log.append([records.Record(records.mode_key(subject), {"mode": mode})])
+        return mode
+
+    def delete_mode(self, subject: str) -> str:
+        with self._write_lock:
+            previous = self.state.mode(subject)
+            if previous is None:
+                raise errors.subject_mode_not_found(subject)
+            self.log.append([records.Record(records.mode_key(subject), None)])
+        return previous

@@ -1,0 +1,255 @@
+"""confluent-kafka's Schema Registry client and its Avro, JSON Schema and Protobuf serializers,
+unchanged, against ``oncestream schema-registry`` on a real oncestream broker: register, evolve
+compatibly, refuse an incompatible change, and records serialized through the broker come back
+deserialized; bad input gets Confluent's errors and the server keeps serving."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from confluent_kafka import Consumer, Producer
+from confluent_kafka.schema_registry import Schema, SchemaReference, SchemaRegistryClient
+from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
+from confluent_kafka.schema_registry.error import SchemaRegistryError
+from confluent_kafka.schema_registry.json_schema import JSONDeserializer, JSONSerializer
+from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer, ProtobufSerializer
+from confluent_kafka.serialization import MessageField, SerializationContext
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+from oncestream.broker_process import ManagedBroker
+from tests.support.brokers import NO_INITIAL_REBALANCE_DELAY
+from tests.support.schema_registries import SchemaRegistryProcess
+
+pytestmark = pytest.mark.interop
+MODULE_BROKER_CONFIG = NO_INITIAL_REBALANCE_DELAY
+
+USER_V1 = json.dumps({"type": "record", "name": "User", "namespace": "test",
+                      "fields": [{"name": "name", "type": "string"}, {"name": "age", "type": "int"}]})
+USER_V2 = json.dumps({"type": "record", "name": "User", "namespace": "test",
+                      "fields": [{"name": "name", "type": "string"}, {"name": "age", "type": "long"},
+                                 {"name": "email", "type": ["null", "string"], "default": None}]})
+USER_BAD = json.dumps({"type": "record", "name": "User", "namespace": "test",
+                       "fields": [{"name": "name", "type": "string"}, {"name": "age", "type": "int"},
+                                  {"name": "country", "type": "string"}]})
+
+
+@pytest.fixture(scope="module")
+def registry(broker: ManagedBroker, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SchemaRegistryProcess]:
+    process = SchemaRegistryProcess(bootstrap=broker.bootstrap, work_dir=tmp_path_factory.mktemp("registry"))
+    process.start()
+    try:
+        process.wait_writable()
+        yield process
+    finally:
+        process.stop()
+
+
+@pytest.fixture
+def client(registry: SchemaRegistryProcess) -> SchemaRegistryClient:
+    return SchemaRegistryClient({"url": registry.url})
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def round_trip(broker: ManagedBroker, topic: str, values: list[bytes]) -> list[bytes]:
+    """Produce ``values`` with librdkafka and read them back from the broker."""
+    producer = Producer({"bootstrap.servers": broker.bootstrap})
+    for value in values:
+        producer.produce(topic, value=value)
+    assert producer.flush(30) == 0
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": unique("g"),
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    consumer.subscribe([topic])
+    out: list[bytes] = []
+    try:
+        for _ in range(300):
+            if len(out) == len(values):
+                break
+            message = consumer.poll(0.2)
+            if message is None or message.error():
+                continue
+            data = message.value()
+            assert data is not None
+            out.append(data)
+    finally:
+        consumer.close()
+    assert len(out) == len(values), f"read {len(out)} of {len(values)} records back"
+    return out
+
+
+def test_register_evolve_refuse_with_the_client(registry: SchemaRegistryProcess, client: SchemaRegistryClient) -> None:
+    subject = unique("users") + "-value"
+    first = client.register_schema(subject, Schema(USER_V1, "AVRO"))
+    assert client.register_schema(subject, Schema(USER_V1, "AVRO")) == first
+    assert json.loads(client.get_schema(first).schema_str or "") == json.loads(USER_V1)
+    assert client.test_compatibility(subject, Schema(USER_V2, "AVRO")) is True
+    second = client.register_schema(subject, Schema(USER_V2, "AVRO"))
+    assert second != first
+    latest = client.get_latest_version(subject)
+    assert (latest.version, latest.schema_id) == (2, second)
+    assert client.get_versions(subject) == [1, 2]
+    assert subject in client.get_subjects()
+    assert client.lookup_schema(subject, Schema(USER_V1, "AVRO")).version == 1
+    with pytest.raises(SchemaRegistryError) as refused:
+        client.register_schema(subject, Schema(USER_BAD, "AVRO"))
+    assert refused.value.http_status_code == 409
+    assert client.test_compatibility(subject, Schema(USER_BAD, "AVRO")) is False
+    client.set_compatibility(subject, "NONE")
+    assert client.get_compatibility(subject) == "NONE"
+    assert client.register_schema(subject, Schema(USER_BAD, "AVRO")) not in (first, second)
+    assert client.delete_subject(subject) == [1, 2, 3]
+    assert subject not in client.get_subjects()
+    assert client.delete_subject(subject, permanent=True) == [1, 2, 3]
+    with pytest.raises(SchemaRegistryError) as gone:  # a new client: the first caches the latest version
+        SchemaRegistryClient({"url": registry.url}).get_latest_version(subject)
+    assert (gone.value.http_status_code, gone.value.error_code) == (404, 40401)
+
+
+def test_avro_through_the_broker(broker: ManagedBroker, client: SchemaRegistryClient) -> None:
+    topic = unique("avro")
+    v1 = AvroSerializer(client, USER_V1)
+    v2 = AvroSerializer(client, USER_V2)
+    ctx = SerializationContext(topic, MessageField.VALUE)
+    values = [v1({"name": "ada", "age": 36}, ctx), v2({"name": "bob", "age": 2**40, "email": "b@x"}, ctx)]
+    assert values[0][0] == 0
+    assert values[0][1:5] != values[1][1:5]
+    back = round_trip(broker, topic, values)
+    # A reader on the newest schema reads both (Avro resolution: int promoted to long, email defaulted).
+    reader = AvroDeserializer(client, USER_V2)
+    assert [reader(v, ctx) for v in back] == [{"name": "ada", "age": 36, "email": None},
+                                              {"name": "bob", "age": 2**40, "email": "b@x"}]
+    # A reader without a schema uses each record's writer schema, fetched by id.
+    writer_schema = AvroDeserializer(client)
+    assert writer_schema(back[0], ctx) == {"name": "ada", "age": 36}
+
+
+def test_json_schema_through_the_broker(broker: ManagedBroker, client: SchemaRegistryClient) -> None:
+    topic = unique("json")
+    schema = json.dumps({"$schema": "http://json-schema.org/draft-07/schema#", "title": "Order", "type": "object",
+                         "properties": {"id": {"type": "integer"}, "item": {"type": "string"}},
+                         "required": ["id"]})
+    ctx = SerializationContext(topic, MessageField.VALUE)
+    serializer = JSONSerializer(schema, client)
+    back = round_trip(broker, topic, [serializer({"id": 7, "item": "tea"}, ctx)])
+    assert JSONDeserializer(schema, schema_registry_client=client)(back[0], ctx) == {"id": 7, "item": "tea"}
+    registered = client.get_latest_version(f"{topic}-value")
+    assert registered.schema.schema_type == "JSON"
+    # Adding a property to the open content model is refused (409).
+    wider = json.dumps({"type": "object", "properties": {"id": {"type": "integer"}, "item": {"type": "string"},
+                                                          "qty": {"type": "integer"}}, "required": ["id"]})
+    with pytest.raises(SchemaRegistryError) as refused:
+        client.register_schema(f"{topic}-value", Schema(wider, "JSON"))
+    assert refused.value.http_status_code == 409
+
+
+def _protobuf_class(package: str, fields: list[tuple[str, int, int]]) -> Any:
+    """A message class ``<package>.Reading`` with ``fields`` (name, number, FieldDescriptorProto type)."""
+    file_proto = descriptor_pb2.FileDescriptorProto(name=f"{package}/reading.proto", package=package, syntax="proto3")
+    message = file_proto.message_type.add(name="Reading")
+    for name, number, kind in fields:
+        message.field.add(name=name, number=number, type=kind, label=descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL)
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(file_proto)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{package}.Reading"))
+
+
+def test_protobuf_through_the_broker(broker: ManagedBroker, client: SchemaRegistryClient) -> None:
+    topic = unique("proto")
+    package = "p" + uuid.uuid4().hex[:8]
+    f = descriptor_pb2.FieldDescriptorProto
+    reading = _protobuf_class(package, [("sensor", 1, f.TYPE_STRING), ("celsius", 2, f.TYPE_DOUBLE)])
+    ctx = SerializationContext(topic, MessageField.VALUE)
+    serializer = ProtobufSerializer(reading, client, {"use.deprecated.format": False})
+    back = round_trip(broker, topic, [serializer(reading(sensor="s1", celsius=21.5), ctx)])
+    decoded = ProtobufDeserializer(reading, {"use.deprecated.format": False}, client)(back[0], ctx)
+    assert (decoded.sensor, decoded.celsius) == ("s1", 21.5)
+    # Field 2 reused with another type: refused.
+    changed = _protobuf_class(package, [("sensor", 1, f.TYPE_STRING), ("celsius", 2, f.TYPE_STRING)])
+    with pytest.raises(SchemaRegistryError) as refused:
+        ProtobufSerializer(changed, client, {"use.deprecated.format": False})(changed(sensor="s", celsius="x"), ctx)
+    assert refused.value.http_status_code == 409
+    assert "FIELD_SCALAR_KIND_CHANGED" in refused.value.error_message
+
+
+def test_references_between_avro_schemas(broker: ManagedBroker, registry: SchemaRegistryProcess,
+                                        client: SchemaRegistryClient) -> None:
+    address_subject = unique("address")
+    address = json.dumps({"type": "record", "name": "Address", "namespace": "ref",
+                          "fields": [{"name": "street", "type": "string"}]})
+    client.register_schema(address_subject, Schema(address, "AVRO"))
+    person = json.dumps({"type": "record", "name": "Person", "namespace": "ref",
+                         "fields": [{"name": "home", "type": "ref.Address"}]})
+    refs = [SchemaReference("ref.Address", address_subject, 1)]
+    person_id = client.register_schema(unique("person"), Schema(person, "AVRO", refs))
+    fetched = client.get_schema(person_id)
+    assert [(r.name, r.subject, r.version) for r in fetched.references or []] == [("ref.Address", address_subject, 1)]
+    # The serializers resolve the reference through the registry (GET of the referenced version).
+    topic = unique("people")
+    ctx = SerializationContext(topic, MessageField.VALUE)
+    serializer = AvroSerializer(client, Schema(person, "AVRO", refs), conf={"auto.register.schemas": True})
+    back = round_trip(broker, topic, [serializer({"home": {"street": "Main 1"}}, ctx)])
+    fresh = SchemaRegistryClient({"url": registry.url})  # nothing cached: everything is fetched by id
+    assert AvroDeserializer(fresh)(back[0], ctx) == {"home": {"street": "Main 1"}}
+
+
+def test_bad_input_answers_cleanly(registry: SchemaRegistryProcess, client: SchemaRegistryClient,
+                                   broker: ManagedBroker) -> None:
+    subject = unique("bad")
+    with pytest.raises(SchemaRegistryError) as malformed:
+        client.register_schema(subject, Schema('{"type": "record", "name": "X", "fields": [', "AVRO"))
+    assert (malformed.value.http_status_code, malformed.value.error_code) == (422, 42201)
+    with pytest.raises(SchemaRegistryError) as unknown_type:
+        client.register_schema(subject, Schema('{"type": "recordd", "name": "X"}', "AVRO"))
+    assert unknown_type.value.error_code == 42201
+    person = json.dumps({"type": "record", "name": "P", "fields": [{"name": "a", "type": "nowhere.Address"}]})
+    with pytest.raises(SchemaRegistryError) as unknown_reference:
+        client.register_schema(subject, Schema(person, "AVRO", [SchemaReference("nowhere.Address", unique("none"), 1)]))
+    assert unknown_reference.value.error_code == 42201
+    with pytest.raises(SchemaRegistryError) as no_id:
+        client.get_schema(987654)
+    assert (no_id.value.http_status_code, no_id.value.error_code) == (404, 40403)
+    # A framed record naming an id the registry never handed out: the deserializer fails cleanly.
+    ctx = SerializationContext(unique("t"), MessageField.VALUE)
+    with pytest.raises(SchemaRegistryError) as unknown_id:
+        AvroDeserializer(client)(b"\x00" + (876543).to_bytes(4, "big") + b"\x02", ctx)
+    assert unknown_id.value.error_code == 40403
+    # Raw bodies no client would send: still Confluent's errors.
+    raw = httpx.post(f"{registry.url}/subjects/{subject}/versions", content=b"{{{",
+                     headers={"Content-Type": "application/vnd.schemaregistry.v1+json"}, timeout=10)
+    assert raw.status_code == 400
+    assert raw.json()["error_code"] == 400
+    # And the server still serves.
+    assert registry.is_alive()
+    assert client.register_schema(subject, Schema(USER_V1, "AVRO")) > 0
+
+
+def test_restart_rebuilds_from_the_topic(broker: ManagedBroker, tmp_path: Path) -> None:
+    topic_name = unique("_schemas")
+    config = {"kafkastore.topic": topic_name, "schema.registry.group.id": unique("sr")}
+    instance = SchemaRegistryProcess(bootstrap=broker.bootstrap, work_dir=tmp_path, config=config)
+    instance.start()
+    try:
+        instance.wait_writable()
+        client = SchemaRegistryClient({"url": instance.url})
+        first = client.register_schema("r-value", Schema(USER_V1, "AVRO"))
+        client.register_schema("r-value", Schema(USER_V2, "AVRO"))
+        client.delete_subject("r-value")
+        client.delete_subject("r-value", permanent=True)
+        instance.kill()
+        instance.start()
+        instance.wait_writable()
+        client = SchemaRegistryClient({"url": instance.url})
+        assert client.get_subjects() == []
+        # Hard-deleted ids stay used: the next registration gets a new one.
+        assert client.register_schema("r-value", Schema(USER_BAD, "AVRO")) > first + 1
+        assert instance.stop() == 0  # SIGTERM: a clean stop
+    finally:
+        instance.stop()
