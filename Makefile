@@ -47,7 +47,7 @@ test: $(SPARK_STAMP) kcat tansu java postgres lint
 	test $$main -eq 0 -a $$spark_rc -eq 0
 
 $(SPARK_STAMP): pyproject.toml $(STAMP)
-	$(VPY) -m pip install -q -e '.[test,demo,spark,state,sql]'
+	$(VPY) -m pip install -q -e '.[test,demo,spark,state,sql,schema-registry]'
 	touch $@
 
 java:
@@ -104,7 +104,7 @@ $(VPY):
 	  && $(SUDO) apt-get install -y python3-venv && $(PYTHON) -m venv $(VENV); }
 
 $(STAMP): pyproject.toml setup.py src/oncestream/_native/record_columns.c | $(VPY)
-	$(VPY) -m pip install -q -e '.[test,demo,state,sql]'
+	$(VPY) -m pip install -q -e '.[test,demo,state,sql,schema-registry]'
 	touch $@
 
 $(BENCH_STAMP): pyproject.toml $(STAMP)
