@@ -45,7 +45,7 @@ class GatedStore:
 
 
 def _cache(gated: GatedStore, budget_bytes: int) -> ObjectRangeCache:
-    return ObjectRangeCache(gated, budget_bytes=budget_bytes)  # type: ignore[arg-type]  (get_range is all it calls)
+    return ObjectRangeCache(gated, budget_bytes=budget_bytes)  # type: ignore[arg-type]  # get_range is all it calls
 
 
 async def _until(condition: Callable[[], bool]) -> None:
