@@ -153,9 +153,10 @@ class BatchWriter:
         return key, positions
 
     async def commit(self, object_key: str, batches: Sequence[tuple[uuid.UUID, int, bytes]],
-                     positions: Sequence[int], *, txn_open_partitions: bool = True) -> list[Committed]:
+                     positions: Sequence[int], *, notify: bool = True) -> list[Committed]:
         """The commit transaction: partitions locked in order, offsets assigned, rows written,
-        the object made live, the HW moved, a NOTIFY sent (delivered at commit)."""
+        the object made live, the HW moved, a NOTIFY sent (delivered at commit; ``notify=False``
+        plays a notification lost on its way)."""
         out: list[Committed] = []
         async with await psycopg.AsyncConnection.connect(self.url) as conn:
             keys = sorted({(t, p) for t, p, _ in batches})
@@ -181,7 +182,7 @@ class BatchWriter:
                     (t, p, base, last, object_key, position, len(batch), header.producer_id, header.producer_epoch,
                      header.base_sequence, header.last_sequence, header.is_transactional, header.is_control,
                      header.max_timestamp))
-                if header.is_transactional and txn_open_partitions:
+                if header.is_transactional:
                     await conn.execute(
                         "INSERT INTO producer_states (topic_id, partition, producer_id, producer_epoch,"
                         " recent_batches, txn_first_offset) VALUES (%s, %s, %s, %s, '[]', %s)"
@@ -194,15 +195,16 @@ class BatchWriter:
                                    (hw, t, p))
             await conn.execute("UPDATE objects SET state = 'live', size_bytes = %s WHERE object_key = %s",
                                (total, object_key))
-            await conn.execute("SELECT pg_notify(%s, %s)",
-                               (APPENDS_CHANNEL, ",".join(f"{t}:{p}" for t, p in keys)))
+            if notify:
+                await conn.execute("SELECT pg_notify(%s, %s)",
+                                   (APPENDS_CHANNEL, ",".join(f"{t}:{p}" for t, p in keys)))
             await conn.commit()
         return out
 
-    async def append(self, batches: Sequence[tuple[uuid.UUID, int, bytes]]) -> list[Committed]:
+    async def append(self, batches: Sequence[tuple[uuid.UUID, int, bytes]], *, notify: bool = True) -> list[Committed]:
         """Upload one object holding ``batches`` and commit them."""
         key, positions = await self.upload(batches)
-        return await self.commit(key, batches, positions)
+        return await self.commit(key, batches, positions, notify=notify)
 
     async def end_transaction(self, topic_id: uuid.UUID, partition: int, producer_id: int, producer_epoch: int,
                               *, commit: bool) -> int:
