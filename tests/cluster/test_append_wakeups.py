@@ -11,9 +11,11 @@ from typing import TypeVar
 
 import psycopg
 
-from oncestream.cluster.diskless.wakeups import APPENDS_CHANNEL, AppendWakeups, parse_appends_payload
+from oncestream.cluster.diskless.partition_rows import APPENDS_CHANNEL
+from oncestream.cluster.diskless.wakeups import AppendWakeups, parse_appends_payload
 from oncestream.remote.object_store import ObjectStore
-from tests.cluster.diskless_read_support import BatchWriter, ConnectPerTransaction, create_schema, create_topic, data_batch
+from tests.cluster.diskless_read_support import BatchWriter, data_batch, open_store
+from tests.cluster.diskless_support import create_topic
 from tests.support.postgres import PostgresServer, create_database
 
 T = TypeVar("T")
@@ -51,15 +53,15 @@ def test_payloads_name_partitions_or_everything() -> None:
     assert parse_appends_payload("garbage") is None  # unreadable: wake everyone, always safe
 
 
-def test_a_commit_wakes_the_waiters_of_its_partitions_only(cluster_db: str, object_store: ObjectStore) -> None:
+def test_a_commit_wakes_the_waiters_of_its_partitions_only(pg_database: str, object_store: ObjectStore) -> None:
     async def main() -> None:
-        topic = await create_topic(cluster_db, "t", 2)
-        writer = BatchWriter(cluster_db, object_store)
-        source = ConnectPerTransaction(cluster_db)
-        wakeups = AppendWakeups(source, source, poll_interval_ms=POLL_OFF_MS)
+        store = await open_store(pg_database)
+        wakeups = AppendWakeups(store, store, poll_interval_ms=POLL_OFF_MS)
         wakeups.start()
         try:
-            await until_listening(wakeups, cluster_db)
+            topic = await create_topic(store, 2)
+            writer = BatchWriter(store, object_store)
+            await until_listening(wakeups, pg_database)
             waiting_p0 = asyncio.ensure_future(wakeups.wait({(topic, 0): 0}, 60_000))
             waiting_p1 = asyncio.ensure_future(wakeups.wait({(topic, 1): 0}, 60_000))
             await registered()
@@ -72,6 +74,7 @@ def test_a_commit_wakes_the_waiters_of_its_partitions_only(cluster_db: str, obje
             assert await wakeups.wait({(topic, 0): 1}, 200) is False  # nothing new: the timeout ends it
         finally:
             await wakeups.close()
+            await store.close()
 
     run(main)
 
@@ -82,32 +85,30 @@ def test_after_a_postgresql_restart_the_poll_covers_lost_notifications(
     url = server.url(create_database(server))
 
     async def main() -> None:
-        await create_schema(url)
-        topic = await create_topic(url, "t", 1)
-        writer = BatchWriter(url, object_store)
-        source = ConnectPerTransaction(url)
-        notified_only = AppendWakeups(source, source, poll_interval_ms=POLL_OFF_MS)
-        polling = AppendWakeups(source, source, poll_interval_ms=200)
+        store = await open_store(url)
+        notified_only = AppendWakeups(store, store, poll_interval_ms=POLL_OFF_MS)
+        polling = AppendWakeups(store, store, poll_interval_ms=200)
         for wakeups in (notified_only, polling):
             wakeups.start()
         try:
+            topic = await create_topic(store, 1)
+            writer = BatchWriter(store, object_store)
             await until_listening(notified_only, url)
             await asyncio.to_thread(server.stop)
             await asyncio.to_thread(server.start)
+            # LISTEN comes back by itself (its reconnection's '' wake-up is absorbed here).
+            await until_listening(notified_only, url)
             by_poll = asyncio.ensure_future(polling.wait({(topic, 0): 0}, 60_000))
             by_notify = asyncio.ensure_future(notified_only.wait({(topic, 0): 0}, 60_000))
             await registered()
             await writer.append([(topic, 0, data_batch([b"a"]))], notify=False)  # its notification is lost
             assert await by_poll is True
             assert not by_notify.done()  # nothing was notified: only the poll could see it
-            by_notify.cancel()
-            await until_listening(notified_only, url)  # LISTEN came back by itself
-            by_notify = asyncio.ensure_future(notified_only.wait({(topic, 0): 1}, 60_000))
-            await registered()
             await writer.append([(topic, 0, data_batch([b"b"]))])
             assert await by_notify is True
         finally:
             for wakeups in (notified_only, polling):
                 await wakeups.close()
+            await store.close()
 
     run(main)

@@ -27,10 +27,11 @@ import psycopg
 from oncestream.async_wait import wait_event
 from oncestream.cluster.diskless.coordinates import PartitionKey
 from oncestream.cluster.diskless.metadata_access import NotificationSource, TransactionSource
+from oncestream.cluster.diskless.partition_rows import APPENDS_CHANNEL
+from oncestream.cluster.pg.errors import MetadataStoreError
 
 log = logging.getLogger(__name__)
 
-APPENDS_CHANNEL = "oncestream_appends"
 DEFAULT_POLL_INTERVAL_MS = 500
 # After the listen iterator itself failed (not a reconnect it handles): wait before listening again.
 _RELISTEN_DELAY_S = 1.0
@@ -142,7 +143,7 @@ class AppendWakeups:
                 async for payload in self._notifications.listen(self._channel):
                     self._notifications_seen += 1
                     self.notify_local(parse_appends_payload(payload))
-            except (psycopg.Error, OSError) as exc:
+            except (MetadataStoreError, psycopg.Error, OSError) as exc:
                 log.warning("listening on %s failed (the poll keeps fetches going): %s", self._channel, exc)
             await asyncio.sleep(_RELISTEN_DELAY_S)
 
@@ -153,7 +154,7 @@ class AppendWakeups:
                 continue
             try:
                 current = await self._read_high_watermarks(list(self._waiters))
-            except (psycopg.Error, OSError) as exc:
+            except (MetadataStoreError, psycopg.Error, OSError) as exc:
                 log.debug("polling high watermarks failed: %s", exc)
                 continue
             for key, high_watermark in current.items():
