@@ -26,6 +26,7 @@ from oncestream.remote.object_store import ObjectStore
 
 NOW_MS = 1_700_000_000_000
 BROKER_ID = 1
+MARKER_TIMESTAMP_MS = NOW_MS + 100_000
 
 
 async def open_store(url: str) -> MetadataStore:
@@ -94,7 +95,7 @@ class BatchWriter:
                               *, commit: bool) -> int:
         """Write a COMMIT/ABORT marker inline; an abort records its aborted range. The marker's offset."""
         marker = encode_control_batch(marker=CONTROL_COMMIT if commit else CONTROL_ABORT, producer_id=producer_id,
-                                      producer_epoch=producer_epoch, coordinator_epoch=0, now_ms=NOW_MS + 100_000)
+                                      producer_epoch=producer_epoch, coordinator_epoch=0, now_ms=MARKER_TIMESTAMP_MS)
 
         async def write(conn: Conn) -> int:
             cur = await conn.execute("SELECT high_watermark FROM partitions WHERE topic_id = %s AND partition = %s"
@@ -113,7 +114,7 @@ class BatchWriter:
                 " is_control, timestamp_type, max_timestamp_ms, append_time_ms)"
                 " VALUES (%s, %s, %s, %s, %s, 0, %s, %s, %s, -1, -1, true, true, 0, %s, -1)",
                 (topic_id, partition, offset, offset, marker, len(marker), producer_id, producer_epoch,
-                 NOW_MS + 100_000))
+                 MARKER_TIMESTAMP_MS))
             await conn.execute("UPDATE producer_states SET txn_first_offset = NULL"
                                " WHERE topic_id = %s AND partition = %s AND producer_id = %s",
                                (topic_id, partition, producer_id))

@@ -22,7 +22,7 @@ from oncestream.cluster.diskless.read_path import READ_COMMITTED, DisklessReader
 from oncestream.cluster.pg.store import MetadataStore
 from oncestream.errors import UnknownTopicOrPartitionError
 from oncestream.remote.object_store import ObjectStore
-from tests.cluster.diskless_read_support import BatchWriter, data_batch, open_store
+from tests.cluster.diskless_read_support import MARKER_TIMESTAMP_MS, BatchWriter, data_batch, open_store
 from tests.cluster.diskless_support import create_topic
 
 T = TypeVar("T")
@@ -83,6 +83,7 @@ def test_read_committed_offsets_stop_at_the_lso(pg_database: str, object_store: 
         await writer.end_transaction(topic, 0, 9, 0, commit=True)  # 2
         assert await reader.list_offset(topic, 0, 4000, READ_COMMITTED) == OffsetAnswer(1, 5000)
         assert await reader.list_offset(topic, 0, LATEST_TIMESTAMP, READ_COMMITTED) == OffsetAnswer(3)
-        assert await reader.list_offset(topic, 0, MAX_TIMESTAMP, READ_COMMITTED) == OffsetAnswer(1, 5000)
+        # The COMMIT marker's record (stamped when written) now carries the largest timestamp.
+        assert await reader.list_offset(topic, 0, MAX_TIMESTAMP, READ_COMMITTED) == OffsetAnswer(2, MARKER_TIMESTAMP_MS)
 
     run(pg_database, main)
