@@ -88,6 +88,11 @@ class DisklessReader:
         return self._source
 
     @property
+    def objects(self) -> ObjectRangeCache:
+        """The object range cache (its ``stats()`` are the broker's metrics of it)."""
+        return self._objects
+
+    @property
     def coordinates(self) -> CoordinateCache:
         """The coordinate cache (``forget`` a partition whose log start moved on this broker)."""
         return self._coordinates
