@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Sequence
-from typing import Any, cast
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar, cast
 
 from oncestream.cluster.diskless.commit import AppendOutcome, commit_uploaded, record_uploading
 from oncestream.cluster.diskless.partition_rows import APPENDS_CHANNEL
@@ -27,6 +27,22 @@ from oncestream.remote.object_store import ObjectStore
 NOW_MS = 1_700_000_000_000
 BROKER_ID = 1
 MARKER_TIMESTAMP_MS = NOW_MS + 100_000
+
+
+T = TypeVar("T")
+
+
+def run_with_store(url: str, main: Callable[[MetadataStore], Awaitable[T]], *, timeout_s: float = 120) -> T:
+    """``main`` on a fresh event loop with a MetadataStore of ``url`` (closed after), bounded in time."""
+    async def bounded() -> T:
+        async with asyncio.timeout(timeout_s):
+            store = await open_store(url)
+            try:
+                return await main(store)
+            finally:
+                await store.close()
+
+    return asyncio.run(bounded())
 
 
 async def open_store(url: str) -> MetadataStore:
