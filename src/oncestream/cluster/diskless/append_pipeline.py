@@ -96,7 +96,7 @@ class PartitionAppend:
     config: LogConfig
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)  # compared and hashed by identity (kept in a set)
 class _Waiting:
     append: ValidatedAppend
     future: asyncio.Future[AppendOutcome]
@@ -215,8 +215,13 @@ class DisklessAppender:
                         await asyncio.wait_for(self._wakeup.wait(), timeout_s)
                     continue
                 waiting = self._buffer.take()
-                self._in_flight.update(waiting)
-                task = asyncio.create_task(self._upload(waiting), name="diskless-upload")
+                try:
+                    self._in_flight.update(waiting)
+                    task = asyncio.create_task(self._upload(waiting), name="diskless-upload")
+                except Exception as exc:  # a bug must not leave producers hanging
+                    log.exception("diskless flush failed unexpectedly")
+                    self._settle(waiting, ErrorCode.unknown_server_error, f"cutting a produce object failed: {exc}")
+                    continue
                 await self._uploads.put(task)  # blocks while max_uploads_in_flight are pending
         finally:
             await self._uploads.put(None)
