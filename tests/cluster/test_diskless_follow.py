@@ -1,5 +1,5 @@
-"""The read side with the write side running: four producers upload and commit objects
-concurrently (commit_uploaded, as brokers' pipelines do) to three partitions while long-polling followers (read, then wait on
+"""The read side with the write side running: four producers send through two brokers' produce
+pipelines (DisklessAppender: buffer, upload, commit) to three partitions while long-polling followers (read, then wait on
 AppendWakeups) tail them; every acknowledged record is read exactly once, at its acknowledged
 offset, in order. Then a PostgreSQL restart: reads fail with a retriable error while it is down
 and resume by themselves."""
@@ -12,14 +12,16 @@ from collections.abc import Callable
 
 import pytest
 
+from oncestream.cluster.diskless.append_pipeline import DisklessAppendConfig, DisklessAppender, PartitionAppend
 from oncestream.cluster.diskless.object_cache import ObjectRangeCache
 from oncestream.cluster.diskless.read_path import DisklessReader
 from oncestream.cluster.diskless.wakeups import AppendWakeups
 from oncestream.cluster.pg.errors import MetadataStoreUnavailableError
+from oncestream.log.config import LogConfig
 from oncestream.protocol import record_batch as rb
 from oncestream.protocol.records import decode_batches
 from oncestream.remote.object_store import ObjectStore
-from tests.cluster.diskless_read_support import BatchWriter, data_batch, open_store
+from tests.cluster.diskless_read_support import data_batch, open_store
 from tests.cluster.diskless_support import create_topic
 from tests.support.postgres import PostgresServer, create_database
 
@@ -50,9 +52,13 @@ def test_followers_read_every_acknowledged_record_once_in_order(
 
     async def main() -> None:
         store = await open_store(url)
-        writer = BatchWriter(store, object_store)
+        config = DisklessAppendConfig(commit_interval_ms=20)
+        appenders = [DisklessAppender(store, object_store, broker_id=b, key_prefix=f"b{b}", config=config)
+                     for b in (1, 2)]
         wakeups = AppendWakeups(store, store, poll_interval_ms=500)
         reader = DisklessReader(store, ObjectRangeCache(object_store, budget_bytes=64 * 1024))
+        for appender in appenders:
+            appender.start()
         wakeups.start()
         try:
             topic = await create_topic(store, PARTITIONS)
@@ -62,7 +68,9 @@ def test_followers_read_every_acknowledged_record_once_in_order(
                 for i in range(REQUESTS_PER_PRODUCER):
                     partition = (producer + i) % PARTITIONS
                     value = f"p{producer}-{i}".encode()
-                    (outcome,) = await writer.append([(topic, partition, data_batch([value]))])
+                    (outcome,) = await appenders[producer % 2].append(
+                        [PartitionAppend(topic, partition, data_batch([value]), LogConfig())])
+                    assert outcome.error == 0, outcome
                     acknowledged[partition].append((outcome.base_offset, value))
 
             counts = [sum(1 for producer in range(4) for i in range(REQUESTS_PER_PRODUCER)
@@ -92,6 +100,8 @@ def test_followers_read_every_acknowledged_record_once_in_order(
                         await asyncio.sleep(0.2)
             assert [h.base_offset for h, _ in rb.iter_batches(b"".join(result.chunks))][:1] == [0]
         finally:
+            for appender in appenders:
+                await appender.close()
             await wakeups.close()
             await store.close()
 
