@@ -250,6 +250,13 @@ def test_read_many_shares_the_response_budget_and_answers_errors_per_partition(
         assert isinstance(starved, ReadResult)
         assert starved.chunks == []  # half a batch left of the response: not the first partition with data
         assert starved.high_watermark == 1
+        # The batches of several partitions back to back in one object: one GET serves them all.
+        packed = await writer.append([(topic, p, data_batch([f"packed-{p}".encode()])) for p in range(3)])
+        fresh = reader_for(store, object_store)
+        spread = await fresh.read_many([PartitionRead(topic, p, packed[p].base_offset, size) for p in range(3)],
+                                       response_max_bytes=10 * size)
+        assert [values(r) for r in spread if isinstance(r, ReadResult)] == [[f"packed-{p}".encode()] for p in range(3)]
+        assert fresh.objects.stats().gets == 1
         # A response budget below one batch: the first partition still gets one (KIP-74), the next none.
         tiny = await reader.read_many([PartitionRead(topic, 1, 0, size), PartitionRead(topic, 0, 0, size)],
                                       response_max_bytes=10)
@@ -262,6 +269,6 @@ def test_read_many_shares_the_response_budget_and_answers_errors_per_partition(
                                        response_max_bytes=10 * size)
         assert isinstance(mixed[0], DisklessObjectMissingError)
         assert isinstance(mixed[1], ReadResult)
-        assert values(mixed[1]) == [b"v" * 100] * 2
+        assert values(mixed[1]) == [b"v" * 100, b"v" * 100, b"packed-0"]
 
     run_with_store(pg_database, main)

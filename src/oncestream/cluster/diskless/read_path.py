@@ -182,8 +182,20 @@ class DisklessReader:
                     continue
                 planned.append((read, limit, min_one, coordinates))
                 total_bytes += sum(batch.byte_size for batch in coordinates.batches)
-        return list(await asyncio.gather(*(self._finish(read, limit, min_one, plan, isolation_level)
-                                           for read, limit, min_one, plan in planned)))
+        # A produce object holds the batches of many partitions back to back: one GET per span of
+        # adjacent runs, started first, which the partitions' own range reads then join.
+        spans = _ranges(tuple(sorted(
+            (batch for *_, plan in planned if isinstance(plan, FetchCoordinates) for batch in plan.batches
+             if batch.object_key is not None),
+            key=lambda batch: (batch.object_key or "", batch.byte_offset))))
+        prefetches = [asyncio.ensure_future(self._objects.get_range(
+            str(span[0].object_key), span[0].byte_offset, span[-1].byte_offset + span[-1].byte_size))
+            for span in spans if len(span) > 1]
+        try:
+            return list(await asyncio.gather(*(self._finish(read, limit, min_one, plan, isolation_level)
+                                               for read, limit, min_one, plan in planned)))
+        finally:
+            await asyncio.gather(*prefetches, return_exceptions=True)  # their errors reached the joiners
 
     async def _finish(self, read: PartitionRead, limit: int, min_one: bool, plan: FetchCoordinates | OnceStreamError,
                       isolation_level: int) -> ReadResult | OnceStreamError:
