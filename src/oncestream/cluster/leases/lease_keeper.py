@@ -27,7 +27,13 @@ from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from oncestream.async_wait import wait_event
-from oncestream.cluster.leases.coordinator_leases import BrokerIdentity, CoordinatorLeases, Lease, resource_name
+from oncestream.cluster.leases.coordinator_leases import (
+    BrokerIdentity,
+    CoordinatorLeases,
+    Lease,
+    preferred_owner,
+    resource_name,
+)
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +78,8 @@ class LeaseKeeper:
             resource_name(c.topic_name, p): (c, p) for c in coordinators for p in range(c.num_partitions)
         }
         self._loaded: dict[str, Lease] = {}
+        self._owners: dict[str, int] = {}
+        self._live_node_ids: tuple[int, ...] = ()
         self._last_success_ms: int | None = None
         self._wake = asyncio.Event()
 
@@ -79,6 +87,20 @@ class LeaseKeeper:
     def loaded(self) -> dict[str, Lease]:
         """The leases whose partitions are loaded now."""
         return dict(self._loaded)
+
+    def coordinator_node(self, topic: str, partition: int) -> int | None:
+        """FindCoordinator's answer for a partition of an internal topic, from the last round:
+        this broker if it has the partition loaded; else its live owner; else the broker that
+        will take it (rendezvous over the live brokers; the client retries there until it has
+        loaded); None when no broker is known to be live (COORDINATOR_NOT_AVAILABLE). At most one
+        round stale: a client sent to a former owner hears NOT_COORDINATOR and asks again."""
+        resource = resource_name(topic, partition)
+        if resource in self._loaded:
+            return self._me.node_id
+        owner = self._owners.get(resource)
+        if owner is not None and owner != self._me.node_id:
+            return owner
+        return preferred_owner(resource, self._live_node_ids)
 
     def wake(self) -> None:
         """Run the next round now (e.g. a lease was released elsewhere)."""
@@ -89,6 +111,8 @@ class LeaseKeeper:
         started_ms = self._mono_ms()
         rnd = await self._leases.acquire(self._me, list(self._by_resource))
         self._last_success_ms = started_ms
+        self._owners = {r: node_id for r, node_id in rnd.owners.items() if r not in rnd.surplus}
+        self._live_node_ids = rnd.live_node_ids
         for resource in [r for r in self._loaded if r not in rnd.held or r in rnd.surplus]:
             self._unload(resource)
         if rnd.surplus:
