@@ -181,3 +181,64 @@ def test_a_commit_decided_before_the_owner_died_is_finished_by_the_next_owner(pg
         assert description.state == "CompleteCommit"
 
     asyncio.run(main())
+
+
+class CommitThenBreak:
+    """A PgInternalTopic whose next append commits and then reports a broken connection: the
+    outcome the caller cannot know (connection lost after COMMIT was sent)."""
+
+    def __init__(self, inner: PgInternalTopic) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.num_partitions = inner.num_partitions
+        self.break_next = False
+
+    async def append(self, partition: int, records: Any, now_ms: int) -> None:
+        await self.inner.append(partition, records, now_ms)
+        if self.break_next:
+            self.break_next = False
+            raise OSError("connection lost after COMMIT")
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+async def wait_served(error_of: Any) -> None:
+    for _ in range(200):
+        if error_of() is None:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("the partition was not reloaded within 10 s")
+
+
+def test_an_append_of_unknown_outcome_is_resolved_by_reading_back(pg_database):
+    async def main() -> None:
+        store = await prepare(pg_database)
+        broker = Broker(store, await register(store, 1, LONG_MS))
+        offsets = CommitThenBreak(PgInternalTopic(store, "__consumer_offsets", 4))
+        state = CommitThenBreak(PgInternalTopic(store, "__transaction_state", 4))
+        broker.groups = GroupService(None, PROPS, now_ms, offsets_log=offsets, topics=dict)
+        broker.txns = TxnService(None, broker.groups, PROPS, now_ms, broker.producer_ids.next_id,
+                                 state_log=state, markers=broker.markers)
+        broker.keeper = LeaseKeeper(CoordinatorLeases(store), await register(store, 1, LONG_MS),
+                                    [broker.groups, broker.txns], interval_ms=100, session_timeout_ms=LONG_MS)
+        await broker.keeper.run_round()
+        timers = asyncio.get_running_loop().create_task(broker.groups.run_timers())
+        try:
+            offsets.break_next = True
+            assert await broker.commit("g", 7) == ErrorCode.coordinator_not_available  # not promised...
+            assert broker.groups.coordinator_error("g") == ErrorCode.coordinator_load_in_progress
+            await wait_served(lambda: broker.groups.coordinator_error("g"))
+            assert broker.committed("g") == 7  # ...but it was committed, and that is what is served
+        finally:
+            timers.cancel()
+
+        state.break_next = True
+        assert await broker.call("tx", lambda c, now: c.init_producer_id("tx", 60000, now)) is None
+        await wait_served(lambda: broker.txns.coordinator_error("tx"))
+        (stored,) = broker.txns.describe_transactions(["tx"])
+        assert (stored.error, stored.state, stored.producer_epoch) == (ErrorCode.none, "Empty", 0)
+        again = await broker.call("tx", lambda c, now: c.init_producer_id("tx", 60000, now))
+        assert (again.error, again.producer_id, again.producer_epoch) == (ErrorCode.none, stored.producer_id, 1)
+
+    asyncio.run(main())
