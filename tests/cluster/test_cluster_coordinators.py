@@ -16,10 +16,11 @@ from oncestream.cluster.leases.coordinator_leases import CoordinatorLeases, Leas
 from oncestream.cluster.leases.lease_keeper import LeaseKeeper
 from oncestream.cluster.leases.pg_internal_topic import PgInternalTopic
 from oncestream.cluster.leases.producer_id_blocks import PgProducerIdService
+from oncestream.cluster.pg.store import MetadataStore
 from oncestream.coordinator.group.messages import OffsetCommitRequest, OffsetFetchRequest, PartitionOffsetCommit
 from oncestream.coordinator.txn import MarkerJob
 from oncestream.topic_partition import TopicPartition
-from tests.cluster.lease_support import PgTransactions, prepare, register
+from tests.cluster.lease_support import expire, register, run_cluster
 
 LONG_MS = 600000
 PROPS = {
@@ -35,13 +36,7 @@ def now_ms() -> int:
     return next(_clock)
 
 
-async def expire(store: PgTransactions, node_id: int) -> None:
-    """The broker died: its lease ends now by PostgreSQL's clock (what its silence leads to)."""
-    async with store.transaction() as conn:
-        await conn.execute("UPDATE brokers SET lease_expires_at = clock_timestamp() WHERE node_id = %s", (node_id,))
-
-
-async def records(store: PgTransactions) -> list[tuple[Any, ...]]:
+async def records(store: MetadataStore) -> list[tuple[Any, ...]]:
     async with store.transaction() as conn:
         cursor = await conn.execute('SELECT * FROM coordinator_records ORDER BY topic, partition, "offset"')
         return list(await cursor.fetchall())
@@ -71,7 +66,7 @@ class RecordingMarkers:
 class Broker:
     """The coordinators of one cluster broker and its lease keeper."""
 
-    def __init__(self, store: PgTransactions, reg: Any) -> None:
+    def __init__(self, store: MetadataStore, reg: Any) -> None:
         self.groups = GroupService(None, PROPS, now_ms, offsets_log=PgInternalTopic(store, "__consumer_offsets", 4),
                                    topics=dict)
         self.markers = RecordingMarkers(store)
@@ -97,8 +92,7 @@ class Broker:
 
 
 def test_group_partitions_move_to_the_survivor_with_their_committed_offsets(pg_database):
-    async def main() -> None:
-        store = await prepare(pg_database)
+    async def main(store: MetadataStore) -> None:
         first = Broker(store, await register(store, 1, LONG_MS))
         await first.keeper.run_round()  # alone: every partition
         assert len(first.keeper.loaded) == 8
@@ -119,12 +113,11 @@ def test_group_partitions_move_to_the_survivor_with_their_committed_offsets(pg_d
         await first.keeper.run_round()  # its broker lease is gone: it holds nothing
         assert first.keeper.loaded == {}
 
-    asyncio.run(main())
+    run_cluster(pg_database, main)
 
 
 def test_a_prepared_two_phase_transaction_survives_every_brokers_death(pg_database):
-    async def main() -> None:
-        store = await prepare(pg_database)
+    async def main(store: MetadataStore) -> None:
         first = Broker(store, await register(store, 1, LONG_MS))
         await first.keeper.run_round()
         init = await first.call("tx", lambda c, now: c.init_producer_id("tx", 60000, now, enable_2pc=True))
@@ -158,12 +151,11 @@ def test_a_prepared_two_phase_transaction_survives_every_brokers_death(pg_databa
         assert first.txns.coordinator_error("tx") == ErrorCode.not_coordinator  # ...its write was refused
         assert await records(store) == stored
 
-    asyncio.run(main())
+    run_cluster(pg_database, main)
 
 
 def test_a_commit_decided_before_the_owner_died_is_finished_by_the_next_owner(pg_database):
-    async def main() -> None:
-        store = await prepare(pg_database)
+    async def main(store: MetadataStore) -> None:
         first = Broker(store, await register(store, 1, LONG_MS))
         await first.keeper.run_round()
         init = await first.call("tx", lambda c, now: c.init_producer_id("tx", 60000, now))
@@ -180,7 +172,7 @@ def test_a_commit_decided_before_the_owner_died_is_finished_by_the_next_owner(pg
         (description,) = second.txns.coordinator_for("tx").describe_transactions(["tx"])
         assert description.state == "CompleteCommit"
 
-    asyncio.run(main())
+    run_cluster(pg_database, main)
 
 
 class CommitThenBreak:
@@ -212,15 +204,15 @@ async def wait_served(error_of: Any) -> None:
 
 
 def test_an_append_of_unknown_outcome_is_resolved_by_reading_back(pg_database):
-    async def main() -> None:
-        store = await prepare(pg_database)
-        broker = Broker(store, await register(store, 1, LONG_MS))
+    async def main(store: MetadataStore) -> None:
+        reg = await register(store, 1, LONG_MS)
+        broker = Broker(store, reg)
         offsets = CommitThenBreak(PgInternalTopic(store, "__consumer_offsets", 4))
         state = CommitThenBreak(PgInternalTopic(store, "__transaction_state", 4))
         broker.groups = GroupService(None, PROPS, now_ms, offsets_log=offsets, topics=dict)
         broker.txns = TxnService(None, broker.groups, PROPS, now_ms, broker.producer_ids.next_id,
                                  state_log=state, markers=broker.markers)
-        broker.keeper = LeaseKeeper(CoordinatorLeases(store), await register(store, 1, LONG_MS),
+        broker.keeper = LeaseKeeper(CoordinatorLeases(store), reg,
                                     [broker.groups, broker.txns], interval_ms=100, session_timeout_ms=LONG_MS)
         await broker.keeper.run_round()
         timers = asyncio.get_running_loop().create_task(broker.groups.run_timers())
@@ -241,4 +233,4 @@ def test_an_append_of_unknown_outcome_is_resolved_by_reading_back(pg_database):
         again = await broker.call("tx", lambda c, now: c.init_producer_id("tx", 60000, now))
         assert (again.error, again.producer_id, again.producer_epoch) == (ErrorCode.none, stored.producer_id, 1)
 
-    asyncio.run(main())
+    run_cluster(pg_database, main)
