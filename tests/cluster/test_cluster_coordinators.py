@@ -234,3 +234,28 @@ def test_an_append_of_unknown_outcome_is_resolved_by_reading_back(pg_database):
         assert (again.error, again.producer_id, again.producer_epoch) == (ErrorCode.none, stored.producer_id, 1)
 
     run_cluster(pg_database, main)
+
+
+def test_transactional_offsets_become_visible_when_the_transaction_commits(pg_database):
+    async def main(store: MetadataStore) -> None:
+        broker = Broker(store, await register(store, 1, LONG_MS))
+        await broker.keeper.run_round()  # alone: owns the group's and the transaction's partitions
+        init = await broker.call("tx", lambda c, now: c.init_producer_id("tx", 60000, now))
+        pid, epoch = init.producer_id, init.producer_epoch
+        added = await broker.call("tx", lambda c, now: c.add_offsets("tx", pid, epoch, "g", now))
+        assert added.error == ErrorCode.none
+        staged = await broker.txns.stage_offsets_async("g", pid, {TP: PartitionOffsetCommit(5)})
+        assert staged.partitions == {TP: ErrorCode.none}
+        assert broker.committed("g") == -1  # invisible until the commit
+        ended = await broker.call("tx", lambda c, now: c.end_txn("tx", pid, epoch, True, now))
+        assert ended.error == ErrorCode.none
+        assert broker.committed("g") == 5
+        assert broker.markers.jobs == []  # the offsets partition is local: no marker went out
+
+        # And it is durable: another broker taking over after this one's death serves it.
+        survivor = Broker(store, await register(store, 2, LONG_MS))
+        await expire(store, 1)
+        await survivor.keeper.run_round()
+        assert survivor.committed("g") == 5
+
+    run_cluster(pg_database, main)

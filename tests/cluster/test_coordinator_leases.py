@@ -6,7 +6,12 @@ import asyncio
 
 import pytest
 
-from oncestream.cluster.leases.coordinator_leases import CoordinatorLeases, preferred_owner, resource_name
+from oncestream.cluster.leases.coordinator_leases import (
+    LEASES_CHANNEL,
+    CoordinatorLeases,
+    preferred_owner,
+    resource_name,
+)
 from oncestream.cluster.pg.brokers import BrokerRegistry
 from oncestream.cluster.pg.store import MetadataStore
 from tests.cluster.lease_support import heartbeat, lease_alive, register, run_cluster
@@ -167,6 +172,14 @@ def test_the_keeper_answers_find_coordinator_from_its_last_round(pg_database):
         await keepers[0].stop()  # SIGTERM: unload, release
         assert parts[0].loaded == set()
         await BrokerRegistry(store).deregister(regs[0])  # then deregister
+        listener = store.listen(LEASES_CHANNEL)
+        woken = asyncio.get_running_loop().create_task(anext(listener))
+        async with asyncio.timeout(10):
+            while not woken.done():  # announced until the listener (connecting meanwhile) hears it
+                await leases.announce()  # and tell the others
+                await asyncio.wait({woken}, timeout=0.1)
+        assert woken.result() == ""  # what wakes the other keepers (keeper.wake) in the broker
+        await listener.aclose()
         await keepers[1].run_round()
         assert parts[1].loaded == set(range(12))
 

@@ -387,7 +387,7 @@ class TxnService:
             for tp in elsewhere:
                 self._on_marker(tp.topic, tp.partition)
         for tp in local:
-            if not await self._complete_txn_offsets_async(tp.partition, job.producer_id, job.commit):
+            if not await self._groups.complete_txn_offsets_async(tp.partition, job.producer_id, job.commit):
                 ok = False
         return ok
 
