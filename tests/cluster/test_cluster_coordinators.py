@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import uuid
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -66,9 +67,9 @@ class RecordingMarkers:
 class Broker:
     """The coordinators of one cluster broker and its lease keeper."""
 
-    def __init__(self, store: MetadataStore, reg: Any) -> None:
+    def __init__(self, store: MetadataStore, reg: Any, topics: Any = dict) -> None:
         self.groups = GroupService(None, PROPS, now_ms, offsets_log=PgInternalTopic(store, "__consumer_offsets", 4),
-                                   topics=dict)
+                                   topics=topics)
         self.markers = RecordingMarkers(store)
         self.producer_ids = PgProducerIdService(store, block_size=10)
         self.txns = TxnService(None, self.groups, PROPS, now_ms, self.producer_ids.next_id,
@@ -257,5 +258,38 @@ def test_transactional_offsets_become_visible_when_the_transaction_commits(pg_da
         await expire(store, 1)
         await survivor.keeper.run_round()
         assert survivor.committed("g") == 5
+
+    run_cluster(pg_database, main)
+
+
+def test_a_kip848_consumer_group_keeps_its_epoch_and_assignment_across_a_takeover(pg_database):
+    from oncestream.coordinator.group.consumer.messages import ConsumerHeartbeatRequest
+    from oncestream.coordinator.group.consumer.records import TopicMetadata
+
+    orders = TopicMetadata(uuid.uuid4(), "orders", 3)
+
+    def topics() -> dict[str, TopicMetadata]:
+        return {"orders": orders}
+
+    async def heartbeat(broker: Broker, request: ConsumerHeartbeatRequest) -> Any:
+        result, writes = broker.groups.coordinator.consumer_group_heartbeat(request, now_ms())
+        return await broker.groups.finish_async(request.group_id, result, writes)
+
+    async def main(store: MetadataStore) -> None:
+        first = Broker(store, await register(store, 1, LONG_MS), topics)
+        await first.keeper.run_round()
+        joined = await heartbeat(first, ConsumerHeartbeatRequest(
+            "cg", "member-1", 0, rebalance_timeout_ms=30000, subscribed_topic_names=("orders",), owned={}))
+        assert joined.error == ErrorCode.none
+        assert joined.assignment == {orders.topic_id: frozenset({0, 1, 2})}
+        await expire(store, 1)
+
+        second = Broker(store, await register(store, 2, LONG_MS), topics)
+        await second.keeper.run_round()
+        again = await heartbeat(second, ConsumerHeartbeatRequest(
+            "cg", "member-1", joined.member_epoch, owned={orders.topic_id: frozenset({0, 1, 2})}))
+        assert (again.error, again.member_epoch) == (ErrorCode.none, joined.member_epoch)
+        (described,) = second.groups.coordinator.list_groups().groups
+        assert described.group_id == "cg"
 
     run_cluster(pg_database, main)
