@@ -293,3 +293,29 @@ def test_a_kip848_consumer_group_keeps_its_epoch_and_assignment_across_a_takeove
         assert described.group_id == "cg"
 
     run_cluster(pg_database, main)
+
+
+def test_another_area_reads_the_persisted_transaction_and_holds_off_its_next_step(pg_database):
+    from oncestream.cluster.leases.txn_state import stored_transaction
+
+    async def main(store: MetadataStore) -> None:
+        broker = Broker(store, await register(store, 1, LONG_MS))
+        await broker.keeper.run_round()
+        init = await broker.call("tx", lambda c, now: c.init_producer_id("tx", 60000, now))
+        await broker.call("tx", lambda c, now: c.add_partitions("tx", init.producer_id, init.producer_epoch, [TP], now))
+        async with store.transaction() as conn:  # e.g. the diskless commit of a transactional batch
+            assert await stored_transaction(conn, "nobody", 4) is None
+            stored = await stored_transaction(conn, "tx", 4)
+            assert stored is not None
+            assert (stored.state.name, stored.producer_id, stored.partitions) == ("ONGOING", init.producer_id,
+                                                                                   frozenset({TP}))
+            ending = asyncio.get_running_loop().create_task(broker.call(
+                "tx", lambda c, now: c.end_txn("tx", init.producer_id, init.producer_epoch, True, now)))
+            await asyncio.wait({ending}, timeout=0.5)
+            assert not ending.done()  # PrepareCommit waits for the reader's transaction
+        async with asyncio.timeout(10):
+            assert (await ending).error == ErrorCode.none
+        ((job, _lease),) = broker.markers.jobs
+        assert job.partitions == (TP,)
+
+    run_cluster(pg_database, main)
