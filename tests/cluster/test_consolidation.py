@@ -1,0 +1,193 @@
+"""Consolidation of diskless partitions against the real PostgreSQL and SeaweedFS: many small
+produce objects become one segment per partition, coordinates swapped in one transaction that
+refuses rows changed meanwhile, old objects kept for the grace (invariants 6 and 7), and a double
+run on two brokers harmless."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+from oncestream.cluster.diskless.consolidated_object import CONSOLIDATED_SUFFIX
+from oncestream.cluster.diskless.consolidation import ConsolidationConfig
+from oncestream.cluster.diskless.log_start_moves import delete_records
+from oncestream.cluster.pg.store import Conn, MetadataStore
+from oncestream.protocol import record_batch as rb
+from oncestream.remote.object_store import ObjectStore
+from tests.cluster.consolidation_support import (
+    SMALL,
+    job,
+    new_reader,
+    object_states,
+    read_records,
+    row_objects,
+    run,
+)
+from tests.cluster.diskless_read_support import BatchWriter, data_batch
+from tests.cluster.diskless_support import create_topic, fetch_all
+
+
+async def write_small_objects(writer: BatchWriter, topic: uuid.UUID, count: int, *, shared_partition: int | None = None,
+                              ) -> list[str]:
+    """``count`` objects of two records each for partition 0 (the first also holding a batch of
+    ``shared_partition``); their keys."""
+    keys: list[str] = []
+    for i in range(count):
+        appends = [(topic, 0, data_batch([f"v{i}a".encode(), f"v{i}b".encode()]))]
+        if i == 0 and shared_partition is not None:
+            appends.append((topic, shared_partition, data_batch([b"other"])))
+        uploaded = await writer.upload(appends)
+        await writer.commit(uploaded)
+        keys.append(uploaded.key)
+    return keys
+
+
+async def delete_after_seconds(store: MetadataStore, key: str) -> float:
+    rows = await fetch_all(store, "SELECT extract(epoch FROM delete_after - now()) FROM objects WHERE object_key = %s",
+                           (key,))
+    return float(str(rows[0][0]))
+
+
+def test_a_round_merges_a_partitions_objects_into_one_segment_and_readers_see_the_same_records(
+        pg_database: str, object_store: ObjectStore) -> None:
+    async def main(store: MetadataStore) -> None:
+        topic = await create_topic(store, 2)
+        writer = BatchWriter(store, object_store)
+        keys = await write_small_objects(writer, topic, 5, shared_partition=1)
+        old_reader = new_reader(store, object_store)
+        before = await read_records(store, old_reader, topic, 0)  # caches the old coordinates
+        assert [offset for offset, _, _ in before] == list(range(10))
+        consolidation = job(store, object_store)
+
+        async def consume_during() -> list[list[tuple[int, bytes | None, bytes | None]]]:
+            seen = []
+            for _ in range(5):
+                seen.append(await read_records(store, new_reader(store, object_store), topic, 0))
+                await asyncio.sleep(0)
+            return seen
+
+        round_result, during = await asyncio.gather(consolidation.run_round(), consume_during())
+        assert all(records == before for records in during)
+        swap = round_result.swaps[(topic, 0)]
+        assert (swap.rows_swapped, swap.rows_skipped, swap.rows_dropped) == (5, 0, 0)
+        assert (topic, 1) not in round_result.swaps  # one batch: below min.batches
+
+        rows = await row_objects(store, topic, 0)
+        assert {key for _, key in rows} == {swap.object_key}
+        assert swap.object_key.endswith(CONSOLIDATED_SUFFIX)
+        # The object is a .log: the batches with their committed offsets back to back.
+        segment = await asyncio.to_thread(object_store.get, swap.object_key)
+        assert [h.base_offset for h, _ in rb.iter_batches(segment, verify_crc=True)] == [base for base, _ in rows]
+        assert sum(h.size_bytes for h, _ in rb.iter_batches(segment)) == len(segment)
+
+        states = await object_states(store)
+        assert states[swap.object_key] == "live"
+        assert states[keys[0]] == "live"  # partition 1's batch is still in it
+        assert swap.objects_released == tuple(sorted(keys[1:]))
+        for key in keys[1:]:
+            assert states[key] == "deleting"
+            assert await delete_after_seconds(store, key) > SMALL.delete_grace_ms / 1000 - 60
+            assert await asyncio.to_thread(object_store.size, key) > 0  # still there for old readers
+
+        # A reader holding the old coordinates (its cache) and a fresh one read the same records.
+        assert await read_records(store, old_reader, topic, 0) == before
+        assert await read_records(store, new_reader(store, object_store), topic, 0) == before
+        assert await read_records(store, new_reader(store, object_store), topic, 1) == [(0, None, b"other")]
+
+    run(pg_database, main)
+
+
+def test_the_swap_skips_rows_a_concurrent_delete_records_changed(pg_database: str, object_store: ObjectStore) -> None:
+    async def main(store: MetadataStore) -> None:
+        topic = await create_topic(store, 1)
+        writer = BatchWriter(store, object_store)
+        await write_small_objects(writer, topic, 6)  # offsets 0-11, two per batch
+        consolidation = job(store, object_store)
+        plan = await consolidation.plan(topic, 0)
+        assert plan is not None
+        assert len(plan.rows) == 6
+        uploaded = await consolidation.upload(plan)
+
+        async def delete(conn: Conn) -> None:
+            await delete_records(conn, topic, 0, 6)
+
+        await store.run(delete)  # the log start moves while the segment is uploaded
+        swap = await consolidation.swap(uploaded)
+        assert (swap.rows_swapped, swap.rows_skipped) == (3, 3)
+        rows = await row_objects(store, topic, 0)
+        assert rows == [(6, uploaded.object_key), (8, uploaded.object_key), (10, uploaded.object_key)]
+        records = await read_records(store, new_reader(store, object_store), topic, 0)
+        assert [offset for offset, _, _ in records] == list(range(6, 12))
+        assert [value for _, _, value in records] == [f"v{i}{s}".encode() for i in range(3, 6) for s in "ab"]
+
+    run(pg_database, main)
+
+
+def test_a_stale_swap_after_another_consolidation_swaps_nothing_and_its_upload_is_garbage(
+        pg_database: str, object_store: ObjectStore) -> None:
+    async def main(store: MetadataStore) -> None:
+        topic = await create_topic(store, 1)
+        writer = BatchWriter(store, object_store)
+        await write_small_objects(writer, topic, 4)
+        first, second = job(store, object_store, broker_id=1), job(store, object_store, broker_id=2)
+        late_plan = await second.plan(topic, 0)
+        assert late_plan is not None
+        late = await second.upload(late_plan)
+        done = await first.consolidate_partition(topic, 0)
+        assert done is not None
+        assert done.rows_swapped == 4
+        stale = await second.swap(late)
+        assert (stale.rows_swapped, stale.rows_skipped, stale.objects_released) == (0, 4, ())
+        states = await object_states(store)
+        assert states[late.object_key] == "deleting"  # nothing points at it: garbage
+        assert states[done.object_key] == "live"
+        assert {key for _, key in await row_objects(store, topic, 0)} == {done.object_key}
+
+    run(pg_database, main)
+
+
+def test_two_brokers_running_rounds_at_once_duplicate_nothing_and_lose_nothing(
+        pg_database: str, object_store: ObjectStore) -> None:
+    async def main(store: MetadataStore) -> None:
+        topic = await create_topic(store, 3)
+        writer = BatchWriter(store, object_store)
+        for i in range(4):
+            await writer.append([(topic, p, data_batch([f"p{p}-{i}".encode()])) for p in range(3)])
+        reader = new_reader(store, object_store)
+        before = {p: await read_records(store, reader, topic, p) for p in range(3)}
+        rows_before = {p: [base for base, _ in await row_objects(store, topic, p)] for p in range(3)}
+
+        # With leases: each partition is consolidated by one of the two brokers.
+        a, b = job(store, object_store, broker_id=1), job(store, object_store, broker_id=2)
+        round_a, round_b = await asyncio.gather(a.run_round(), b.run_round())
+        assert set(round_a.swaps) | set(round_b.swaps) == {(topic, p) for p in range(3)}
+        assert not set(round_a.swaps) & set(round_b.swaps)
+
+        # Without them (leases of 0 ms, both past their plan before either swaps): still harmless.
+        for i in range(4, 8):
+            await writer.append([(topic, p, data_batch([f"p{p}-{i}".encode()])) for p in range(3)])
+        before = {p: await read_records(store, reader, topic, p) for p in range(3)}
+        rows_before = {p: [base for base, _ in await row_objects(store, topic, p)] for p in range(3)}
+        no_lease = ConsolidationConfig(min_batches=3, lease_ms=0)
+        a = job(store, object_store, broker_id=1, config=no_lease)
+        b = job(store, object_store, broker_id=2, config=no_lease)
+        plans = await asyncio.gather(*(j.plan(topic, p) for p in range(3) for j in (a, b)))
+        uploads = await asyncio.gather(*(j.upload(plan) for plan, j in zip(plans, [a, b] * 3, strict=True)
+                                         if plan is not None))
+        swaps = await asyncio.gather(*(j.swap(u) for u, j in zip(uploads, [a, b] * 3, strict=True)))
+        for p in range(3):
+            pair = swaps[2 * p : 2 * p + 2]
+            assert sorted(s.rows_swapped for s in pair) == [0, 4]
+            winner = next(s for s in pair if s.rows_swapped)
+            loser = next(s for s in pair if not s.rows_swapped)
+            rows = await row_objects(store, topic, p)
+            assert [key for base, key in rows if base >= 4] == [winner.object_key] * 4
+            assert loser.object_key not in {key for _, key in rows}
+            assert (await object_states(store))[loser.object_key] == "deleting"
+            assert [base for base, _ in await row_objects(store, topic, p)] == rows_before[p]
+            assert await read_records(store, new_reader(store, object_store), topic, p) == before[p]
+        duplicates = await fetch_all(store, "SELECT topic_id, partition, base_offset FROM batches GROUP BY 1, 2, 3"
+                                            " HAVING count(*) > 1")
+        assert duplicates == []
+
+    run(pg_database, main)
