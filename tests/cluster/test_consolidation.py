@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 import uuid
 
+import pytest
+
 from oncestream.cluster.diskless.consolidated_object import CONSOLIDATED_SUFFIX
 from oncestream.cluster.diskless.consolidation import ConsolidationConfig
 from oncestream.cluster.diskless.log_start_moves import delete_records
@@ -191,3 +193,56 @@ def test_two_brokers_running_rounds_at_once_duplicate_nothing_and_lose_nothing(
         assert duplicates == []
 
     run(pg_database, main)
+
+
+def test_a_held_lease_keeps_other_brokers_off_the_partition_until_released_or_expired(
+        pg_database: str, object_store: ObjectStore) -> None:
+    async def main(store: MetadataStore) -> None:
+        topic = await create_topic(store, 1)
+        await write_small_objects(BatchWriter(store, object_store), topic, 3)
+        holder, other = job(store, object_store, broker_id=1), job(store, object_store, broker_id=2)
+        assert await holder.claim((topic, 0))
+        assert not await other.claim((topic, 0))
+        assert (await other.run_round()).swaps == {}  # not even a candidate while leased
+        await holder.release((topic, 0))
+        assert (topic, 0) in (await other.run_round()).swaps
+
+        brief = job(store, object_store, broker_id=3, config=ConsolidationConfig(min_batches=3, lease_ms=0))
+        assert await brief.claim((topic, 0))
+        assert await other.claim((topic, 0))  # the expired lease is taken over (PostgreSQL's clock)
+
+    run(pg_database, main)
+
+
+def test_the_background_loop_consolidates_until_closed(pg_database: str, object_store: ObjectStore) -> None:
+    async def main(store: MetadataStore) -> None:
+        topic = await create_topic(store, 1)
+        await write_small_objects(BatchWriter(store, object_store), topic, 3)
+        looping = job(store, object_store, config=ConsolidationConfig(min_batches=3, interval_ms=10))
+        looping.start()
+        try:
+            for _ in range(1200):  # bounded: 60 s
+                keys = {key for _, key in await row_objects(store, topic, 0)}
+                if len(keys) == 1:
+                    break
+                await asyncio.sleep(0.05)
+        finally:
+            await looping.close()
+        assert len(keys) == 1
+        assert str(next(iter(keys))).endswith(CONSOLIDATED_SUFFIX)
+
+    run(pg_database, main)
+
+
+def test_configs_come_from_broker_properties() -> None:
+    config = ConsolidationConfig.from_broker_configs({
+        "diskless.consolidation.min.batches": "50", "diskless.consolidation.segment.bytes": "1048576",
+        "diskless.consolidation.interval.ms": "1000", "diskless.object.delete.grace.ms": "600000",
+        "unrelated.setting": "x"})
+    assert (config.min_batches, config.segment_bytes, config.interval_ms, config.delete_grace_ms) == (
+        50, 1 << 20, 1000, 600_000)
+    assert ConsolidationConfig.from_broker_configs({}) == ConsolidationConfig()
+    with pytest.raises(ValueError, match=r"diskless\.consolidation\.min\.batches"):
+        ConsolidationConfig.from_broker_configs({"diskless.consolidation.min.batches": "many"})
+    with pytest.raises(ValueError, match=r"min\.batches >= 2"):
+        ConsolidationConfig(min_batches=1)

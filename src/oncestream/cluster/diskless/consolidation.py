@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
 import functools
 import logging
 import time
@@ -50,8 +49,6 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
-
-import psycopg
 
 from oncestream.cluster.diskless.commit import DEFAULT_DELETE_GRACE_MS, record_uploading
 from oncestream.cluster.diskless.consolidated_object import (
@@ -71,10 +68,10 @@ from oncestream.cluster.diskless.coordinates import (
     row_to_batch,
 )
 from oncestream.cluster.diskless.object_cache import ObjectRangeCache
+from oncestream.cluster.diskless.periodic import PeriodicRound
 from oncestream.cluster.diskless.read_path import DisklessReader
-from oncestream.cluster.pg.errors import MetadataStoreError
 from oncestream.cluster.pg.store import Conn, MetadataStore
-from oncestream.errors import RemoteObjectNotFoundError, RemoteStorageError, StorageError
+from oncestream.errors import RemoteStorageError, StorageError
 from oncestream.log.compaction import AbortedData
 from oncestream.log.config import LogConfig
 from oncestream.log.txn_index import AbortedTxn
@@ -303,7 +300,7 @@ class ConsolidationJob:
         self._reader = DisklessReader(metadata, self._cache)
         # Distinct per job instance: two jobs of one broker (or a restarted one) never share a lease.
         self._holder = f"{broker_id}:{uuid.uuid4().hex}"
-        self._task: asyncio.Task[None] | None = None
+        self._loop = PeriodicRound("diskless-consolidation", self._config.interval_ms, self.run_round)
 
     @property
     def config(self) -> ConsolidationConfig:
@@ -480,20 +477,8 @@ class ConsolidationJob:
 
     def start(self) -> None:
         """Run a round every ``interval_ms`` until ``close`` (a failed round is logged, not fatal)."""
-        if self._task is None:
-            self._task = asyncio.create_task(self._loop(), name="diskless-consolidation")
+        self._loop.start()
 
     async def close(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-
-    async def _loop(self) -> None:
-        while True:
-            await asyncio.sleep(self._config.interval_ms / 1000)
-            try:
-                await self.run_round()
-            except (MetadataStoreError, psycopg.Error, RemoteObjectNotFoundError) as exc:
-                log.warning("diskless consolidation round failed (the next one retries): %s", exc)
+        """Stop the background rounds."""
+        await self._loop.close()

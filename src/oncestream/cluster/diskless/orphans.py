@@ -28,6 +28,7 @@ import functools
 import logging
 from dataclasses import dataclass
 
+from oncestream.cluster.diskless.periodic import PeriodicRound
 from oncestream.cluster.pg.store import Conn, MetadataStore
 from oncestream.errors import RemoteObjectNotFoundError, RemoteStorageError
 from oncestream.remote.object_store import ObjectStore
@@ -36,6 +37,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_ORPHAN_GRACE_MS = 3_600_000
 DEFAULT_PAGE_SIZE = 1000
+DEFAULT_SWEEP_INTERVAL_MS = 600_000
 
 _RECORD_UNKNOWN = """
 INSERT INTO diskless_orphans (object_key)
@@ -74,6 +76,7 @@ class OrphanSweeper:
 
     def __init__(self, metadata: MetadataStore, objects: ObjectStore, *, key_prefix: str = "",
                  grace_ms: int = DEFAULT_ORPHAN_GRACE_MS, page_size: int = DEFAULT_PAGE_SIZE,
+                 interval_ms: int = DEFAULT_SWEEP_INTERVAL_MS,
                  executor: concurrent.futures.Executor | None = None) -> None:
         if grace_ms < 0 or page_size < 1:
             raise ValueError("the orphan sweep needs grace_ms >= 0 and page_size >= 1")
@@ -85,6 +88,15 @@ class OrphanSweeper:
         self._page_size = page_size
         self._executor = executor
         self._after = ""  # the cursor: the page starts after this key ("" = from the start)
+        self._loop = PeriodicRound("diskless-orphan-sweep", interval_ms, self.run_round)
+
+    def start(self) -> None:
+        """Run a round every ``interval_ms`` until ``close`` (a failed round is logged, not fatal)."""
+        self._loop.start()
+
+    async def close(self) -> None:
+        """Stop the background rounds."""
+        await self._loop.close()
 
     async def run_round(self) -> SweepRound:
         """Examine the next page of keys, then delete the orphans whose grace has passed."""
