@@ -246,3 +246,43 @@ def test_configs_come_from_broker_properties() -> None:
         ConsolidationConfig.from_broker_configs({"diskless.consolidation.min.batches": "many"})
     with pytest.raises(ValueError, match=r"min\.batches >= 2"):
         ConsolidationConfig(min_batches=1)
+
+
+def test_a_topic_deleted_during_consolidation_leaves_only_garbage(pg_database: str, object_store: ObjectStore) -> None:
+    async def main(store: MetadataStore) -> None:
+        topic = await create_topic(store, 1)
+        await write_small_objects(BatchWriter(store, object_store), topic, 3)
+        consolidation = job(store, object_store)
+        plan = await consolidation.plan(topic, 0)
+        assert plan is not None
+        uploaded = await consolidation.upload(plan)
+
+        async def delete_topic(conn: Conn) -> None:
+            await conn.execute("DELETE FROM topics WHERE topic_id = %s", (topic,))
+
+        await store.run(delete_topic)
+        swap = await consolidation.swap(uploaded)
+        assert (swap.rows_swapped, swap.rows_skipped) == (0, 3)
+        assert (await object_states(store))[uploaded.object_key] == "deleting"
+        assert not await consolidation.claim((topic, 0))
+
+    run(pg_database, main)
+
+
+def test_a_missing_object_fails_that_partition_only_and_changes_nothing(
+        pg_database: str, object_store: ObjectStore) -> None:
+    async def main(store: MetadataStore) -> None:
+        topic = await create_topic(store, 2)
+        writer = BatchWriter(store, object_store)
+        for i in range(3):
+            await writer.append([(topic, 0, data_batch([f"{i}".encode()]))])
+            await writer.append([(topic, 1, data_batch([f"{i}".encode()]))])
+        rows_before = await row_objects(store, topic, 0)
+        await asyncio.to_thread(object_store.delete, str(rows_before[1][1]))  # the store lost one
+        round_result = await job(store, object_store).run_round()
+        assert set(round_result.failures) == {(topic, 0)}
+        assert set(round_result.swaps) == {(topic, 1)}
+        assert await row_objects(store, topic, 0) == rows_before
+        assert await fetch_all(store, "SELECT count(*) FROM consolidation_leases") == [(0,)]  # released
+
+    run(pg_database, main)

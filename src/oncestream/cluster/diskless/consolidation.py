@@ -71,7 +71,7 @@ from oncestream.cluster.diskless.object_cache import ObjectRangeCache
 from oncestream.cluster.diskless.periodic import PeriodicRound
 from oncestream.cluster.diskless.read_path import DisklessReader
 from oncestream.cluster.pg.store import Conn, MetadataStore
-from oncestream.errors import RemoteStorageError, StorageError
+from oncestream.errors import OnceStreamError
 from oncestream.log.compaction import AbortedData
 from oncestream.log.config import LogConfig
 from oncestream.log.txn_index import AbortedTxn
@@ -194,7 +194,8 @@ HAVING count(*) >= %(min_batches)s OR sum(b.byte_size) >= %(segment_bytes)s
 
 _CLAIM = """
 INSERT INTO consolidation_leases (topic_id, partition, holder, lease_until)
-VALUES (%(t)s, %(p)s, %(holder)s, now() + %(lease_ms)s * interval '1 millisecond')
+SELECT topic_id, partition, %(holder)s, now() + %(lease_ms)s * interval '1 millisecond'
+  FROM partitions WHERE topic_id = %(t)s AND partition = %(p)s
 ON CONFLICT (topic_id, partition) DO UPDATE SET holder = EXCLUDED.holder, lease_until = EXCLUDED.lease_until
  WHERE consolidation_leases.lease_until <= now()
 RETURNING holder
@@ -319,7 +320,9 @@ class ConsolidationJob:
                 continue
             try:
                 swap = await self.consolidate_partition(*key)
-            except (StorageError, RemoteStorageError) as exc:
+            except OnceStreamError as exc:
+                # The object store failed, an object is missing, the topic was deleted meanwhile:
+                # this partition only.
                 result.failures[key] = str(exc)
                 log.warning("consolidation of %s-%s failed (the next round retries): %s", key[0], key[1], exc)
                 continue
@@ -339,7 +342,7 @@ class ConsolidationJob:
         return await self.swap(uploaded)
 
     async def claim(self, key: PartitionKey) -> bool:
-        """Take the partition's lease if it is free or expired."""
+        """Take the partition's lease if it is free or expired (False too for a deleted partition)."""
         async def claim(conn: Conn) -> bool:
             cursor = await conn.execute(_CLAIM, {"t": key[0], "p": key[1], "holder": self._holder,
                                                  "lease_ms": self._config.lease_ms})

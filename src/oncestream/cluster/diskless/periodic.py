@@ -55,3 +55,6 @@ class PeriodicRound:
                 await self._round_fn()
             except ROUND_FAILURES as exc:
                 log.warning("%s round failed (the next one retries): %s", self._name, exc)
+            except Exception:
+                # A bug must not stop the background work for good: say it loudly, go on.
+                log.exception("%s round failed unexpectedly (the next one retries)", self._name)
