@@ -2,9 +2,12 @@
 
 ``MetadataStoreUnavailableError`` is retriable: PostgreSQL could not be reached or kept failing
 with retriable errors until the retry bound; nothing was committed (REQUEST_TIMED_OUT, which every
-Kafka client retries). ``CommitOutcomeUnknownError`` is the one case where the caller must not
-assume either way: the connection was lost after COMMIT was sent, so the transaction may or may not
-have committed; the caller reads back (``MetadataStore.run(fn, read_back=...)``) before answering.
+Kafka client retries). Its subclass ``CommitOutcomeUnknownError`` is the one case where the caller
+must not assume either way: the connection was lost after COMMIT was sent, so the transaction may
+or may not have committed; the caller reads back (``MetadataStore.run(fn, read_back=...)``) before
+answering, or answers as Kafka does for a timed-out write (REQUEST_TIMED_OUT: maybe persisted). A
+handler that catches ``MetadataStoreUnavailableError`` and answers REQUEST_TIMED_OUT is right for
+both.
 """
 
 from __future__ import annotations
@@ -49,3 +52,10 @@ class BrokerFencedError(MetadataStoreError):
     must stop acting for the cluster and register again."""
 
     code = ErrorCode.stale_broker_epoch
+
+
+class SecurityStoreWriteError(OSError):
+    """An ACL or SCRAM credential change could not be written to PostgreSQL. An ``OSError``, as
+    the file stores' write failures are, so the broker's handlers answer it the same way
+    (KAFKA_STORAGE_ERROR, "not stored"). The change may have committed when the connection was
+    lost during COMMIT; every such change is idempotent, so the client may simply retry it."""

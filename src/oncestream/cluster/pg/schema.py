@@ -9,29 +9,29 @@ advisory lock: the first applies what is missing, the others wait and then find 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import psycopg
+
+from oncestream.cluster.pg.schema_step import SchemaStep
+
+__all__ = ["SchemaStep", "all_steps", "apply_schema"]
 
 # pg_advisory_xact_lock key of the schema (any constant unique to this use).
 _SCHEMA_LOCK_KEY = 0x6F6E6365_7363
 
 
-@dataclass(frozen=True)
-class SchemaStep:
-    """One named, never-edited DDL script (several statements separated by ``;``)."""
-
-    name: str
-    sql: str
-
-
 def all_steps() -> tuple[SchemaStep, ...]:
     """Every area's steps, in application order (imported here so each area's module stays the
     one home of its tables)."""
-    from oncestream.cluster.diskless import consolidation_schema, diskless_schema
-    from oncestream.cluster.pg import catalog_schema
+    from oncestream.cluster.pg import (
+        catalog_schema,
+        consolidation_schema,
+        diskless_schema,
+        registry_schema,
+        security_schema,
+    )
 
-    return (*catalog_schema.STEPS, *diskless_schema.STEPS, *consolidation_schema.STEPS)
+    return (*catalog_schema.STEPS, *registry_schema.STEPS, *security_schema.STEPS, *diskless_schema.STEPS,
+            *consolidation_schema.STEPS)
 
 
 async def apply_schema(conn: psycopg.AsyncConnection[object], steps: tuple[SchemaStep, ...] | None = None) -> list[str]:
