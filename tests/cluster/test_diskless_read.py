@@ -5,11 +5,8 @@ OFFSET_OUT_OF_RANGE outside [log start, HW], read_committed up to the LSO with t
 
 from __future__ import annotations
 
-import asyncio
 import uuid
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TypeVar
 
 import pytest
 from kio.schema.errors import ErrorCode
@@ -23,10 +20,8 @@ from oncestream.log.read_path import ReadResult
 from oncestream.protocol import record_batch as rb
 from oncestream.protocol.records import committed_records
 from oncestream.remote.object_store import ObjectStore
-from tests.cluster.diskless_read_support import BatchWriter, data_batch, open_store
+from tests.cluster.diskless_read_support import BatchWriter, data_batch, run_with_store
 from tests.cluster.diskless_support import create_topic
-
-T = TypeVar("T")
 
 
 @dataclass
@@ -36,18 +31,6 @@ class Aborted:
     producer_id: int
     first_offset: int
 
-
-def run(url: str, main: Callable[[MetadataStore], Awaitable[T]]) -> T:
-    """``main`` on a MetadataStore of ``url``, bounded in time."""
-    async def bounded() -> T:
-        async with asyncio.timeout(120):
-            store = await open_store(url)
-            try:
-                return await main(store)
-            finally:
-                await store.close()
-
-    return asyncio.run(bounded())
 
 
 def reader_for(store: MetadataStore, objects: ObjectStore) -> DisklessReader:
@@ -98,7 +81,7 @@ def test_reader_serves_committed_batches_at_their_committed_offsets(pg_database:
         assert at_end.chunks == []
         assert at_end.high_watermark == 6
 
-    run(pg_database, main)
+    run_with_store(pg_database, main)
 
 
 def test_an_uploaded_object_is_invisible_until_its_commit(pg_database: str, object_store: ObjectStore) -> None:
@@ -118,7 +101,7 @@ def test_an_uploaded_object_is_invisible_until_its_commit(pg_database: str, obje
         assert values(after) == [b"later"]
         assert after.high_watermark == 1
 
-    run(pg_database, main)
+    run_with_store(pg_database, main)
 
 
 def test_byte_limit_keeps_whole_batches_and_returns_one_oversize_first_batch(pg_database: str, object_store: ObjectStore) -> None:
@@ -139,7 +122,7 @@ def test_byte_limit_keeps_whole_batches_and_returns_one_oversize_first_batch(pg_
         assert nothing.chunks == []
         assert nothing.high_watermark == 3
 
-    run(pg_database, main)
+    run_with_store(pg_database, main)
 
 
 def test_offsets_outside_the_log_are_out_of_range(pg_database: str, object_store: ObjectStore) -> None:
@@ -157,7 +140,7 @@ def test_offsets_outside_the_log_are_out_of_range(pg_database: str, object_store
         with pytest.raises(UnknownTopicOrPartitionError):
             await reader.read(uuid.uuid4(), 0, 0, 1 << 20)
 
-    run(pg_database, main)
+    run_with_store(pg_database, main)
 
 
 def test_read_committed_stops_at_the_lso_and_lists_aborted_transactions(pg_database: str, object_store: ObjectStore) -> None:
@@ -191,7 +174,7 @@ def test_read_committed_stops_at_the_lso_and_lists_aborted_transactions(pg_datab
         later = await reader.read(topic, 0, 5, 1 << 20, READ_COMMITTED)
         assert later.aborted_transactions == []
 
-    run(pg_database, main)
+    run_with_store(pg_database, main)
 
 
 def test_a_missing_object_is_an_error_of_its_partition_only(pg_database: str, object_store: ObjectStore) -> None:
@@ -209,7 +192,7 @@ def test_a_missing_object_is_an_error_of_its_partition_only(pg_database: str, ob
         assert missing.value.code == ErrorCode.kafka_storage_error
         assert values(await reader.read(topic, 1, 1, 1 << 20)) == [b"new"]
 
-    run(pg_database, main)
+    run_with_store(pg_database, main)
 
 
 def test_a_tail_follower_reads_new_rows_through_the_coordinate_cache(pg_database: str, object_store: ObjectStore) -> None:
@@ -237,4 +220,4 @@ def test_a_tail_follower_reads_new_rows_through_the_coordinate_cache(pg_database
             positions["replay"] = [h for h, _ in batches_of(result)][-1].next_offset
         assert seen["replay"] == expected
 
-    run(pg_database, main)
+    run_with_store(pg_database, main)

@@ -88,6 +88,11 @@ class DisklessReader:
         return self._source
 
     @property
+    def objects(self) -> ObjectRangeCache:
+        """The object range cache (its ``stats()`` are the broker's metrics of it)."""
+        return self._objects
+
+    @property
     def coordinates(self) -> CoordinateCache:
         """The coordinate cache (``forget`` a partition whose log start moved on this broker)."""
         return self._coordinates
@@ -101,23 +106,21 @@ class DisklessReader:
         DisklessObjectMissingError, DisklessBatchMismatchError; errors of PostgreSQL propagate
         (the metadata store is down for every partition alike)."""
         read_committed = isolation_level == READ_COMMITTED
-        coordinates = await read_fetch_coordinates(
-            self._source, self._coordinates, topic_id, partition, fetch_offset, max_bytes,
-            read_committed=read_committed, min_one=min_one)
-        try:
-            chunks = await self._load(coordinates)
-        except RemoteObjectNotFoundError:
-            # Cached rows may predate a consolidation that moved these batches: read them afresh once.
-            self._coordinates.forget((topic_id, partition))
+        key = (topic_id, partition)
+        for attempt in range(2):
             coordinates = await read_fetch_coordinates(
                 self._source, self._coordinates, topic_id, partition, fetch_offset, max_bytes,
                 read_committed=read_committed, min_one=min_one)
             try:
                 chunks = await self._load(coordinates)
+                break
             except RemoteObjectNotFoundError as exc:
-                self._coordinates.forget((topic_id, partition))
-                raise DisklessObjectMissingError(
-                    f"diskless partition {topic_id}-{partition} at offset {fetch_offset}: {exc}") from exc
+                # Cached rows may predate a consolidation that moved these batches: forget them
+                # and read the coordinates afresh, once.
+                self._coordinates.forget(key)
+                if attempt == 1:
+                    raise DisklessObjectMissingError(
+                        f"diskless partition {topic_id}-{partition} at offset {fetch_offset}: {exc}") from exc
         offsets = coordinates.offsets
         return ReadResult(
             chunks=chunks,
