@@ -1,5 +1,9 @@
 """Tables of diskless consolidation (step ``0102_consolidation``).
 
+Owned by consolidation (``cluster/diskless/consolidation``, ``orphans``), kept here beside the
+other areas' schema modules for the reason ``diskless_schema`` gives (no import cycle between
+``cluster/pg`` and ``cluster/diskless``).
+
 - ``consolidation_leases``: which job instance is consolidating a partition, until when
   (PostgreSQL's clock). A claim succeeds only on a free or expired lease, so several brokers
   running the job at once do not do the same work twice; the swap's own checks make a double
@@ -11,7 +15,7 @@
 
 from __future__ import annotations
 
-from oncestream.cluster.pg.schema import SchemaStep
+from oncestream.cluster.pg.schema_step import SchemaStep
 
 STEPS: tuple[SchemaStep, ...] = (
     SchemaStep("0102_consolidation", """
