@@ -13,7 +13,9 @@ import pytest
 from oncestream.cluster.diskless.consolidated_object import CONSOLIDATED_SUFFIX
 from oncestream.cluster.diskless.consolidation import ConsolidationConfig
 from oncestream.cluster.diskless.log_start_moves import delete_records
+from oncestream.cluster.diskless.object_gc import ObjectGarbageCollector
 from oncestream.cluster.pg.store import Conn, MetadataStore
+from oncestream.errors import RemoteObjectNotFoundError
 from oncestream.protocol import record_batch as rb
 from oncestream.remote.object_store import ObjectStore
 from tests.cluster.consolidation_support import (
@@ -284,5 +286,37 @@ def test_a_missing_object_fails_that_partition_only_and_changes_nothing(
         assert set(round_result.swaps) == {(topic, 1)}
         assert await row_objects(store, topic, 0) == rows_before
         assert await fetch_all(store, "SELECT count(*) FROM consolidation_leases") == [(0,)]  # released
+
+    run(pg_database, main)
+
+
+def test_swapped_out_objects_are_deleted_by_the_gc_only_after_the_grace(
+        pg_database: str, object_store: ObjectStore) -> None:
+    async def main(store: MetadataStore) -> None:
+        topic = await create_topic(store, 1)
+        keys = await write_small_objects(BatchWriter(store, object_store), topic, 3)
+        old_reader = new_reader(store, object_store)
+        before = await read_records(store, old_reader, topic, 0)  # holds the old coordinates
+        swap = await job(store, object_store).consolidate_partition(topic, 0)
+        assert swap is not None
+        assert swap.objects_released == tuple(sorted(keys))
+        gc = ObjectGarbageCollector(store, object_store)
+        assert (await gc.run_once()).deleted == 0  # within the grace
+        for key in keys:
+            assert await asyncio.to_thread(object_store.size, key) > 0
+        assert await read_records(store, old_reader, topic, 0) == before
+
+        async def grace_over(conn: Conn) -> None:  # PostgreSQL's clock moves on
+            await conn.execute("UPDATE objects SET delete_after = now() WHERE state = 'deleting'")
+
+        await store.run(grace_over)
+        assert (await gc.run_once()).deleted == 3
+        states = await object_states(store)
+        assert set(states) == {swap.object_key}
+        for key in keys:
+            with pytest.raises(RemoteObjectNotFoundError):
+                await asyncio.to_thread(object_store.size, key)
+        # A reader whose cached coordinates name the deleted objects reads them afresh.
+        assert await read_records(store, old_reader, topic, 0) == before
 
     run(pg_database, main)
