@@ -40,10 +40,10 @@ def job(store: MetadataStore, objects: ObjectStore, *, broker_id: int = 1,
 
 
 def keyed_batch(items: Sequence[tuple[bytes, bytes | None]], *, producer_id: int = -1, producer_epoch: int = -1,
-                base_sequence: int = -1, transactional: bool = False) -> bytes:
-    """A producer's batch of (key, value) records (value None: a tombstone)."""
-    return encode_batch([NewRecord(value=v, key=k, timestamp_ms=NOW_MS + i) for i, (k, v) in enumerate(items)],
-                        now_ms=NOW_MS, producer_id=producer_id, producer_epoch=producer_epoch,
+                base_sequence: int = -1, transactional: bool = False, timestamp_ms: int = NOW_MS) -> bytes:
+    """A producer's batch of (key, value) records (value None: a tombstone), stamped from ``timestamp_ms``."""
+    return encode_batch([NewRecord(value=v, key=k, timestamp_ms=timestamp_ms + i) for i, (k, v) in enumerate(items)],
+                        now_ms=timestamp_ms, producer_id=producer_id, producer_epoch=producer_epoch,
                         base_sequence=base_sequence, transactional=transactional)
 
 

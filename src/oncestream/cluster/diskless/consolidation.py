@@ -14,9 +14,11 @@ invariants 6 and 7 of docs/cluster.md):
 3. **Plan** from one snapshot: the partition's log start, HW and LSO, and the rows to rewrite.
    Topics without ``compact`` in cleanup.policy: the batches not yet consolidated, in offset
    order, up to ``segment_bytes`` / ``max_batches_per_object``. Compacted topics: every batch from
-   the log start below the LSO (only decided data is compacted), consolidated or not, up to
-   ``compaction_max_bytes``, with the partition's aborted transactions and producers' last
-   offsets (the cleaner's inputs).
+   the log start below the LSO (only decided data is compacted) and below the first batch younger
+   than min.compaction.lag.ms, consolidated or not, up to ``compaction_max_bytes``, with the
+   partition's aborted transactions and producers' last offsets (the cleaner's inputs); only if
+   the dirty part (batches outside consolidated objects: a compacted partition is consolidated
+   only by cleaning it) reaches min.cleanable.dirty.ratio.
 4. **Build and upload**: the batches are read through the read side's range cache and checks
    (``DisklessReader.load_batch``: base offset patched, header checked against its row), laid out
    as one ``.log`` (``consolidated_object``; compacted on the way for compacted topics), its key
@@ -227,6 +229,12 @@ SELECT {BATCH_COLUMNS} FROM (
  ORDER BY base_offset LIMIT %(limit)s
 """
 
+# The first batch younger than min.compaction.lag.ms: compaction stops before it.
+_FIRST_YOUNG = """
+SELECT min(base_offset) FROM batches
+ WHERE topic_id = %(t)s AND partition = %(p)s AND max_timestamp_ms > %(since_ms)s
+"""
+
 _ABORTED_BELOW = """
 SELECT producer_id, first_offset, last_offset FROM aborted_txns
  WHERE topic_id = %(t)s AND partition = %(p)s AND first_offset < %(upper)s
@@ -275,6 +283,15 @@ RETURNING o.object_key
 
 def _wall_clock_ms() -> int:
     return int(time.time() * 1000)
+
+
+def _dirty_enough(rows: list[BatchCoordinate], min_cleanable_dirty_ratio: float) -> bool:
+    """Kafka's trigger: dirty bytes / all bytes >= min.cleanable.dirty.ratio. A compacted
+    partition's batches are only ever consolidated by compacting them, so the batches outside
+    consolidated objects are exactly those no clean has seen yet (the dirty part)."""
+    total = sum(r.byte_size for r in rows)
+    dirty = sum(r.byte_size for r in rows if r.object_key is None or not r.object_key.endswith(CONSOLIDATED_SUFFIX))
+    return total > 0 and dirty > 0 and dirty >= min_cleanable_dirty_ratio * total
 
 
 def _row_arrays(rows: list[BatchCoordinate]) -> dict[str, list[Any]]:
@@ -374,10 +391,19 @@ class ConsolidationJob:
             params["start"] = offsets.log_start_offset
             compaction: CompactionRules | None = None
             if config.compacts:
-                params.update(upper=offsets.last_stable_offset, max_bytes=self._config.compaction_max_bytes)
+                now_ms = self._clock_ms()
+                upper = offsets.last_stable_offset
+                if config.min_compaction_lag_ms > 0:
+                    cursor = await conn.execute(_FIRST_YOUNG, {**params, "since_ms": now_ms - config.min_compaction_lag_ms})
+                    young = await cursor.fetchone()
+                    if young is not None and young[0] is not None:
+                        upper = min(upper, int(young[0]))
+                params.update(upper=upper, max_bytes=self._config.compaction_max_bytes)
                 cursor = await conn.execute(_COMPACTABLE, params)
                 rows = [row_to_batch(r) for r in await cursor.fetchall()]
-                compaction = await self._compaction_rules(conn, params, config)
+                if not _dirty_enough(rows, config.min_cleanable_dirty_ratio):
+                    return None
+                compaction = await self._compaction_rules(conn, params, config, now_ms)
             else:
                 params["max_bytes"] = self._config.segment_bytes
                 cursor = await conn.execute(_UNCONSOLIDATED, params)
@@ -388,7 +414,8 @@ class ConsolidationJob:
 
         return await self._metadata.run(read)
 
-    async def _compaction_rules(self, conn: Conn, params: dict[str, Any], config: LogConfig) -> CompactionRules:
+    async def _compaction_rules(self, conn: Conn, params: dict[str, Any], config: LogConfig,
+                                now_ms: int) -> CompactionRules:
         cursor = await conn.execute(_ABORTED_BELOW, params)
         aborted = [AbortedTxn(int(r[0]), int(r[1]), int(r[2]), int(r[2]) + 1) for r in await cursor.fetchall()]
         cursor = await conn.execute(_PRODUCERS, params)
@@ -396,7 +423,7 @@ class ConsolidationJob:
         for producer_id, recent in await cursor.fetchall():
             if recent:
                 last_offsets[int(producer_id)] = int(recent[-1][3])
-        return CompactionRules(AbortedData(aborted), self._clock_ms(), config.delete_retention_ms, last_offsets)
+        return CompactionRules(AbortedData(aborted), now_ms, config.delete_retention_ms, last_offsets)
 
     async def upload(self, plan: PartitionPlan) -> UploadedSegment:
         """Read the planned batches, build the segment, record its key 'uploading', PUT it.
