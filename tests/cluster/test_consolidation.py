@@ -63,14 +63,15 @@ def test_a_round_merges_a_partitions_objects_into_one_segment_and_readers_see_th
         assert [offset for offset, _, _ in before] == list(range(10))
         consolidation = job(store, object_store)
 
-        async def consume_during() -> list[list[tuple[int, bytes | None, bytes | None]]]:
-            seen = []
-            for _ in range(5):
-                seen.append(await read_records(store, new_reader(store, object_store), topic, 0))
-                await asyncio.sleep(0)
-            return seen
-
-        round_result, during = await asyncio.gather(consolidation.run_round(), consume_during())
+        round_task = asyncio.ensure_future(consolidation.run_round())
+        during: list[list[tuple[int, bytes | None, bytes | None]]] = []
+        for _ in range(10_000):  # consumers read the partition for as long as the round runs
+            during.append(await read_records(store, new_reader(store, object_store), topic, 0))
+            if round_task.done():
+                break
+        round_result = await round_task
+        during.append(await read_records(store, new_reader(store, object_store), topic, 0))
+        assert len(during) >= 2
         assert all(records == before for records in during)
         swap = round_result.swaps[(topic, 0)]
         assert (swap.rows_swapped, swap.rows_skipped, swap.rows_dropped) == (5, 0, 0)
