@@ -13,7 +13,13 @@ from kio.schema.errors import ErrorCode
 
 from oncestream.cluster.diskless.coordinates import CoordinateCache
 from oncestream.cluster.diskless.object_cache import ObjectRangeCache
-from oncestream.cluster.diskless.read_path import READ_COMMITTED, READ_UNCOMMITTED, DisklessObjectMissingError, DisklessReader
+from oncestream.cluster.diskless.read_path import (
+    READ_COMMITTED,
+    READ_UNCOMMITTED,
+    DisklessObjectMissingError,
+    DisklessReader,
+    PartitionRead,
+)
 from oncestream.cluster.pg.store import MetadataStore
 from oncestream.errors import OffsetOutOfRangeError, UnknownTopicOrPartitionError
 from oncestream.log.read_path import ReadResult
@@ -219,5 +225,50 @@ def test_a_tail_follower_reads_new_rows_through_the_coordinate_cache(pg_database
             seen["replay"] += values(result)
             positions["replay"] = [h for h, _ in batches_of(result)][-1].next_offset
         assert seen["replay"] == expected
+
+    run_with_store(pg_database, main)
+
+
+def test_read_many_shares_the_response_budget_and_answers_errors_per_partition(
+        pg_database: str, object_store: ObjectStore) -> None:
+    async def main(store: MetadataStore) -> None:
+        topic = await create_topic(store, 3)
+        writer = BatchWriter(store, object_store)
+        batch = data_batch([b"v" * 100])
+        size = len(batch)
+        await writer.append([(topic, 0, batch), (topic, 0, batch), (topic, 1, batch)])
+        lost = await writer.append([(topic, 2, batch)])
+        assert lost[0].base_offset == 0
+        reader = reader_for(store, object_store)
+        reads = [PartitionRead(topic, 0, 0, 10 * size), PartitionRead(topic, 5, 0, size),
+                 PartitionRead(topic, 1, 7, size), PartitionRead(topic, 1, 0, size)]
+        first, unknown, out_of_range, starved = await reader.read_many(reads, response_max_bytes=2 * size + size // 2)
+        assert isinstance(first, ReadResult)
+        assert [h.base_offset for h, _ in batches_of(first)] == [0, 1]
+        assert isinstance(unknown, UnknownTopicOrPartitionError)
+        assert isinstance(out_of_range, OffsetOutOfRangeError)
+        assert isinstance(starved, ReadResult)
+        assert starved.chunks == []  # half a batch left of the response: not the first partition with data
+        assert starved.high_watermark == 1
+        # The batches of several partitions back to back in one object: one GET serves them all.
+        packed = await writer.append([(topic, p, data_batch([f"packed-{p}".encode()])) for p in range(3)])
+        fresh = reader_for(store, object_store)
+        spread = await fresh.read_many([PartitionRead(topic, p, packed[p].base_offset, size) for p in range(3)],
+                                       response_max_bytes=10 * size)
+        assert [values(r) for r in spread if isinstance(r, ReadResult)] == [[f"packed-{p}".encode()] for p in range(3)]
+        assert fresh.objects.stats().gets == 1
+        # A response budget below one batch: the first partition still gets one (KIP-74), the next none.
+        tiny = await reader.read_many([PartitionRead(topic, 1, 0, size), PartitionRead(topic, 0, 0, size)],
+                                      response_max_bytes=10)
+        assert [[h.base_offset for h, _ in batches_of(r)] for r in tiny if isinstance(r, ReadResult)] == [[0], []]
+        # One partition's object is gone: its error, the others' data.
+        for key in object_store.list("test/"):
+            if object_store.get(key).count(batch) == 1:
+                object_store.delete(key)
+        mixed = await reader.read_many([PartitionRead(topic, 2, 0, size), PartitionRead(topic, 0, 0, 10 * size)],
+                                       response_max_bytes=10 * size)
+        assert isinstance(mixed[0], DisklessObjectMissingError)
+        assert isinstance(mixed[1], ReadResult)
+        assert values(mixed[1]) == [b"v" * 100, b"v" * 100, b"packed-0"]
 
     run_with_store(pg_database, main)

@@ -22,6 +22,7 @@ come from PostgreSQL's clock, never the broker's.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 from concurrent.futures import Executor
@@ -29,7 +30,7 @@ from dataclasses import dataclass
 
 from oncestream.cluster.diskless.commit import DEFAULT_DELETE_GRACE_MS
 from oncestream.cluster.pg.store import Conn, MetadataStore
-from oncestream.errors import RemoteObjectNotFoundError, RemoteStorageError
+from oncestream.errors import OnceStreamError, RemoteObjectNotFoundError, RemoteStorageError
 from oncestream.remote.object_store import ObjectStore
 
 log = logging.getLogger(__name__)
@@ -89,6 +90,23 @@ class ObjectGarbageCollector:
             if await self._metadata.run(functools.partial(self._delete_row, key=key)):
                 deleted += 1
         return GcRound(abandoned, unreferenced, deleted, failed)
+
+    async def run_every(self, interval_ms: int, stop: asyncio.Event) -> None:
+        """Run rounds every ``interval_ms`` until ``stop`` is set (the broker's background task); a
+        failed round (PostgreSQL or the store unavailable) is logged and the next one tries again.
+        A round that found a full batch of work is followed at once by the next."""
+        while not stop.is_set():
+            busy = False
+            try:
+                done = await self.run_once()
+                busy = max(done.abandoned_uploads, done.unreferenced, done.deleted + done.failed) >= self._limit
+            except OnceStreamError as exc:
+                log.warning("object GC round failed (next round in %d ms): %s", interval_ms, exc)
+            if busy:
+                await asyncio.sleep(0)
+                continue
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), interval_ms / 1000)
 
     async def _mark_abandoned_uploads(self, conn: Conn) -> int:
         cursor = await conn.execute(
