@@ -21,11 +21,13 @@ from oncestream.remote.object_store import ObjectStore
 from tests.cluster.consolidation_support import (
     SMALL,
     job,
+    keyed_batch,
     new_reader,
     object_states,
     read_records,
     row_objects,
     run,
+    set_topic_config,
 )
 from tests.cluster.diskless_read_support import BatchWriter, data_batch
 from tests.cluster.diskless_support import create_topic, fetch_all
@@ -319,5 +321,41 @@ def test_swapped_out_objects_are_deleted_by_the_gc_only_after_the_grace(
                 await asyncio.to_thread(object_store.size, key)
         # A reader whose cached coordinates name the deleted objects reads them afresh.
         assert await read_records(store, old_reader, topic, 0) == before
+
+    run(pg_database, main)
+
+
+def test_a_partition_that_needs_nothing_does_not_keep_the_others_waiting(
+        pg_database: str, object_store: ObjectStore) -> None:
+    async def main(store: MetadataStore) -> None:
+        compacted, plain = sorted([await create_topic(store, 1), await create_topic(store, 1)])
+        await set_topic_config(store, compacted, "cleanup.policy", "compact")
+        writer = BatchWriter(store, object_store)
+        for i in range(3):  # a large clean part: distinct keys, big values
+            await writer.append([(compacted, 0, keyed_batch([(f"k{i}".encode(), b"x" * 4000)]))])
+        first = job(store, object_store, config=ConsolidationConfig(min_batches=3, partitions_per_round=1))
+        assert set((await first.run_round()).swaps) == {(compacted, 0)}
+        for i in range(4):  # dirty, but far below min.cleanable.dirty.ratio: nothing to do
+            await writer.append([(compacted, 0, keyed_batch([(f"k{i}".encode(), b"y")]))])
+        for i in range(3):
+            await writer.append([(plain, 0, data_batch([f"{i}".encode()]))])
+        one_at_a_time = job(store, object_store, config=ConsolidationConfig(min_batches=3, partitions_per_round=1))
+        rounds = [await one_at_a_time.run_round() for _ in range(2)]
+        assert [r.candidates for r in rounds] == [1, 1]
+        assert set(rounds[0].swaps) | set(rounds[1].swaps) == {(plain, 0)}
+
+    run(pg_database, main)
+
+
+def test_rounds_take_the_partitions_round_robin(pg_database: str, object_store: ObjectStore) -> None:
+    async def main(store: MetadataStore) -> None:
+        topic = await create_topic(store, 3)
+        writer = BatchWriter(store, object_store)
+        for i in range(3):
+            await writer.append([(topic, p, data_batch([f"{i}".encode()])) for p in range(3)])
+        one_at_a_time = job(store, object_store, config=ConsolidationConfig(min_batches=3, partitions_per_round=1))
+        rounds = [await one_at_a_time.run_round() for _ in range(3)]
+        assert [set(r.swaps) for r in rounds] == [{(topic, 0)}, {(topic, 1)}, {(topic, 2)}]
+        assert (await one_at_a_time.run_round()).candidates == 0
 
     run(pg_database, main)

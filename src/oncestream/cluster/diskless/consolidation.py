@@ -6,7 +6,8 @@ as long as their longest-lived batch. A consolidation round, per partition (issu
 invariants 6 and 7 of docs/cluster.md):
 
 1. **Pick** partitions with at least ``min_batches`` committed batches (or ``segment_bytes``
-   bytes) not yet in a consolidated object, skipping those another job holds a lease on.
+   bytes) not yet in a consolidated object, skipping those another job holds a lease on;
+   round-robin in (topic_id, partition) order, ``partitions_per_round`` at a time.
 2. **Claim** the partition: a row of ``consolidation_leases`` valid until ``now() + lease_ms``
    (PostgreSQL's clock), taken only if free or expired. The lease keeps two brokers from doing the
    same work; it is not what keeps the result right (step 5 is), so a paused holder whose lease
@@ -184,14 +185,17 @@ class ConsolidationRound:
     failures: dict[PartitionKey, str] = field(default_factory=dict)
 
 
+_START: PartitionKey = (uuid.UUID(int=0), -1)  # before every partition
+
 _CANDIDATES = f"""
 SELECT b.topic_id, b.partition FROM batches b
  WHERE (b.object_key IS NULL OR NOT {is_consolidated_sql('b.object_key')})
+   AND (b.topic_id, b.partition) > (%(after_t)s, %(after_p)s)
    AND NOT EXISTS (SELECT 1 FROM consolidation_leases l
                     WHERE l.topic_id = b.topic_id AND l.partition = b.partition AND l.lease_until > now())
  GROUP BY b.topic_id, b.partition
 HAVING count(*) >= %(min_batches)s OR sum(b.byte_size) >= %(segment_bytes)s
- ORDER BY count(*) DESC, b.topic_id, b.partition LIMIT %(limit)s
+ ORDER BY b.topic_id, b.partition LIMIT %(limit)s
 """
 
 _CLAIM = """
@@ -318,6 +322,7 @@ class ConsolidationJob:
         self._reader = DisklessReader(metadata, self._cache)
         # Distinct per job instance: two jobs of one broker (or a restarted one) never share a lease.
         self._holder = f"{broker_id}:{uuid.uuid4().hex}"
+        self._after: PartitionKey = _START  # where the next round's candidates start
         self._loop = PeriodicRound("diskless-consolidation", self._config.interval_ms, self.run_round)
 
     @property
@@ -375,10 +380,16 @@ class ConsolidationJob:
         await self._metadata.run(release)
 
     async def _candidates(self, conn: Conn) -> list[PartitionKey]:
+        # Round-robin in (topic_id, partition) order from where the last round stopped, so a
+        # partition that needs nothing this time (a compacted one below its dirty ratio) never
+        # keeps the others waiting.
+        limit = self._config.partitions_per_round
         cursor = await conn.execute(_CANDIDATES, {"min_batches": self._config.min_batches,
-                                                  "segment_bytes": self._config.segment_bytes,
-                                                  "limit": self._config.partitions_per_round})
-        return [(row[0], int(row[1])) for row in await cursor.fetchall()]
+                                                  "segment_bytes": self._config.segment_bytes, "limit": limit,
+                                                  "after_t": self._after[0], "after_p": self._after[1]})
+        found: list[PartitionKey] = [(row[0], int(row[1])) for row in await cursor.fetchall()]
+        self._after = found[-1] if len(found) == limit else _START
+        return found
 
     async def plan(self, topic_id: uuid.UUID, partition: int) -> PartitionPlan | None:
         """What to rewrite, from one snapshot (module doc, step 3); None if fewer than two batches."""
