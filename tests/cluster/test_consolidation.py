@@ -30,7 +30,7 @@ from tests.cluster.consolidation_support import (
     set_topic_config,
 )
 from tests.cluster.diskless_read_support import BatchWriter, data_batch
-from tests.cluster.diskless_support import create_topic, fetch_all
+from tests.cluster.diskless_support import assert_dense, batch_offsets, create_topic, fetch_all
 
 
 async def write_small_objects(writer: BatchWriter, topic: uuid.UUID, count: int, *, shared_partition: int | None = None,
@@ -357,5 +357,27 @@ def test_rounds_take_the_partitions_round_robin(pg_database: str, object_store: 
         rounds = [await one_at_a_time.run_round() for _ in range(3)]
         assert [set(r.swaps) for r in rounds] == [{(topic, 0)}, {(topic, 1)}, {(topic, 2)}]
         assert (await one_at_a_time.run_round()).candidates == 0
+
+    run(pg_database, main)
+
+
+def test_appends_committed_during_a_round_are_kept_and_offsets_stay_dense(
+        pg_database: str, object_store: ObjectStore) -> None:
+    async def main(store: MetadataStore) -> None:
+        topic = await create_topic(store, 1)
+        writer = BatchWriter(store, object_store)
+        await write_small_objects(writer, topic, 4)  # offsets 0-7
+        round_task = asyncio.ensure_future(job(store, object_store).run_round())
+        appended = 0
+        while not round_task.done() and appended < 200:
+            await writer.append([(topic, 0, data_batch([f"late{appended}".encode()]))])
+            appended += 1
+        round_result = await round_task
+        assert appended >= 1
+        assert (topic, 0) in round_result.swaps
+        records = await read_records(store, new_reader(store, object_store), topic, 0)
+        assert [offset for offset, _, _ in records] == list(range(8 + appended))
+        assert [value for _, _, value in records[8:]] == [f"late{i}".encode() for i in range(appended)]
+        assert_dense(await batch_offsets(store, topic, 0), 8 + appended)
 
     run(pg_database, main)
