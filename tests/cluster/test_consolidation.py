@@ -16,6 +16,7 @@ from oncestream.cluster.diskless.log_start_moves import delete_records
 from oncestream.cluster.diskless.object_gc import ObjectGarbageCollector
 from oncestream.cluster.pg.store import Conn, MetadataStore
 from oncestream.errors import RemoteObjectNotFoundError
+from oncestream.postgres_process import PostgresServer
 from oncestream.protocol import record_batch as rb
 from oncestream.remote.object_store import ObjectStore
 from tests.cluster.consolidation_support import (
@@ -30,7 +31,7 @@ from tests.cluster.consolidation_support import (
     set_topic_config,
 )
 from tests.cluster.diskless_read_support import BatchWriter, data_batch
-from tests.cluster.diskless_support import assert_dense, batch_offsets, create_topic, fetch_all
+from tests.cluster.diskless_support import assert_dense, batch_offsets, create_topic, fetch_all, open_store
 
 
 async def write_small_objects(writer: BatchWriter, topic: uuid.UUID, count: int, *, shared_partition: int | None = None,
@@ -381,3 +382,37 @@ def test_appends_committed_during_a_round_are_kept_and_offsets_stay_dense(
         assert_dense(await batch_offsets(store, topic, 0), 8 + appended)
 
     run(pg_database, main)
+
+
+def test_a_swap_whose_commit_answer_was_lost_is_resolved_by_reading_back(
+        postgres: PostgresServer, pg_database: str, object_store: ObjectStore) -> None:
+    """The swap's COMMIT reached PostgreSQL, its answer did not reach the broker: reading back
+    finds the new object 'live' and the rows on it; nothing is swapped twice."""
+    from tests.cluster.test_metadata_store import _CommitDroppingProxy
+
+    dbname = pg_database.rsplit("/", 1)[1]
+
+    async def main() -> None:
+        proxy = _CommitDroppingProxy(postgres.port)
+        await proxy.start()
+        store = await open_store(f"postgresql://postgres@127.0.0.1:{proxy.port}/{dbname}", retry_timeout_ms=20_000)
+        try:
+            topic = await create_topic(store, 1)
+            await write_small_objects(BatchWriter(store, object_store), topic, 3)
+            before = await read_records(store, new_reader(store, object_store), topic, 0)
+            consolidation = job(store, object_store)
+            plan = await consolidation.plan(topic, 0)
+            assert plan is not None
+            uploaded = await consolidation.upload(plan)
+            proxy.armed = True
+            swap = await consolidation.swap(uploaded)
+            assert proxy.cut == 1
+            assert (swap.object_key, swap.rows_swapped, swap.rows_skipped) == (uploaded.object_key, 3, 0)
+            assert {key for _, key in await row_objects(store, topic, 0)} == {uploaded.object_key}
+            assert (await object_states(store))[uploaded.object_key] == "live"
+            assert await read_records(store, new_reader(store, object_store), topic, 0) == before
+        finally:
+            await store.close()
+            await proxy.stop()
+
+    asyncio.run(asyncio.wait_for(main(), 180))
