@@ -416,3 +416,27 @@ def test_a_swap_whose_commit_answer_was_lost_is_resolved_by_reading_back(
             await proxy.stop()
 
     asyncio.run(asyncio.wait_for(main(), 180))
+
+
+def test_small_consolidated_objects_are_merged_toward_the_segment_size(
+        pg_database: str, object_store: ObjectStore) -> None:
+    async def main(store: MetadataStore) -> None:
+        topic = await create_topic(store, 1)
+        writer = BatchWriter(store, object_store)
+        merging = job(store, object_store, config=ConsolidationConfig(min_batches=3, merge_min_objects=3))
+        small: list[str] = []
+        for _ in range(3):
+            await write_small_objects(writer, topic, 3)
+            swap = (await merging.run_round()).swaps[(topic, 0)]
+            small.append(swap.object_key)
+        before = await read_records(store, new_reader(store, object_store), topic, 0)
+        assert len({key for _, key in await row_objects(store, topic, 0)}) == 3
+
+        merged = (await merging.run_round()).swaps[(topic, 0)]
+        assert merged.rows_swapped == 9
+        assert merged.objects_released == tuple(sorted(small))
+        assert {key for _, key in await row_objects(store, topic, 0)} == {merged.object_key}
+        assert await read_records(store, new_reader(store, object_store), topic, 0) == before
+        assert (await merging.run_round()).candidates == 0  # one object: nothing left to merge
+
+    run(pg_database, main)

@@ -14,7 +14,9 @@ invariants 6 and 7 of docs/cluster.md):
    expired does no harm.
 3. **Plan** from one snapshot: the partition's log start, HW and LSO, and the rows to rewrite.
    Topics without ``compact`` in cleanup.policy: the batches not yet consolidated, in offset
-   order, up to ``segment_bytes`` / ``max_batches_per_object``. Compacted topics: every batch from
+   order, up to ``segment_bytes`` / ``max_batches_per_object``; or, when those are too few, the
+   batches of the first run of ``merge_min_objects`` consecutive consolidated objects each under
+   half a segment (objects grow toward ``segment_bytes`` in tiers, like an LSM's merges). Compacted topics: every batch from
    the log start below the LSO (only decided data is compacted) and below the first batch younger
    than min.compaction.lag.ms, consolidated or not, up to ``compaction_max_bytes``, with the
    partition's aborted transactions and producers' last offsets (the cleaner's inputs); only if
@@ -101,6 +103,11 @@ class ConsolidationConfig:
     # diskless.consolidation.segment.bytes: ... or this many bytes; also the target size of one
     # consolidated object (a round writes at most this much per partition).
     segment_bytes: int = 64 * 1024 * 1024
+    # diskless.consolidation.merge.min.objects: this many consecutive consolidated objects, each
+    # smaller than half of segment.bytes, are merged into one (topics without compaction): the
+    # objects grow toward segment.bytes in tiers, each byte rewritten about
+    # log_{merge.min.objects}(segment.bytes / round size) times.
+    merge_min_objects: int = 10
     # diskless.consolidation.max.batches.per.object: bounds the rows one swap rewrites.
     max_batches_per_object: int = 50_000
     # diskless.consolidation.compaction.max.bytes: how much of a compacted partition (from its log
@@ -117,8 +124,9 @@ class ConsolidationConfig:
     delete_grace_ms: int = DEFAULT_DELETE_GRACE_MS
 
     def __post_init__(self) -> None:
-        if self.min_batches < 2 or self.segment_bytes < 1 or self.max_batches_per_object < 2:
-            raise ValueError("consolidation needs min.batches >= 2, segment.bytes >= 1, max.batches.per.object >= 2")
+        if self.min_batches < 2 or self.segment_bytes < 1 or self.max_batches_per_object < 2 or self.merge_min_objects < 2:
+            raise ValueError("consolidation needs min.batches >= 2, segment.bytes >= 1, max.batches.per.object >= 2,"
+                             " merge.min.objects >= 2")
         if self.partitions_per_round < 1 or self.interval_ms < 0 or self.lease_ms < 0 or self.delete_grace_ms < 0:
             raise ValueError("consolidation needs partitions.per.round >= 1 and non-negative times")
 
@@ -129,6 +137,7 @@ class ConsolidationConfig:
             "diskless.consolidation.min.batches": "min_batches",
             "diskless.consolidation.segment.bytes": "segment_bytes",
             "diskless.consolidation.max.batches.per.object": "max_batches_per_object",
+            "diskless.consolidation.merge.min.objects": "merge_min_objects",
             "diskless.consolidation.compaction.max.bytes": "compaction_max_bytes",
             "diskless.consolidation.partitions.per.round": "partitions_per_round",
             "diskless.consolidation.interval.ms": "interval_ms",
@@ -187,15 +196,35 @@ class ConsolidationRound:
 
 _START: PartitionKey = (uuid.UUID(int=0), -1)  # before every partition
 
+# Partitions with enough batches outside consolidated objects, or enough small consolidated objects.
 _CANDIDATES = f"""
-SELECT b.topic_id, b.partition FROM batches b
- WHERE (b.object_key IS NULL OR NOT {is_consolidated_sql('b.object_key')})
-   AND (b.topic_id, b.partition) > (%(after_t)s, %(after_p)s)
-   AND NOT EXISTS (SELECT 1 FROM consolidation_leases l
-                    WHERE l.topic_id = b.topic_id AND l.partition = b.partition AND l.lease_until > now())
- GROUP BY b.topic_id, b.partition
-HAVING count(*) >= %(min_batches)s OR sum(b.byte_size) >= %(segment_bytes)s
- ORDER BY b.topic_id, b.partition LIMIT %(limit)s
+SELECT c.topic_id, c.partition FROM (
+    SELECT b.topic_id, b.partition FROM batches b
+     WHERE (b.object_key IS NULL OR NOT {is_consolidated_sql('b.object_key')})
+       AND (b.topic_id, b.partition) > (%(after_t)s, %(after_p)s)
+     GROUP BY b.topic_id, b.partition
+    HAVING count(*) >= %(min_batches)s OR sum(b.byte_size) >= %(segment_bytes)s
+    UNION
+    SELECT b.topic_id, b.partition FROM batches b JOIN objects o ON o.object_key = b.object_key
+     WHERE {is_consolidated_sql('b.object_key')} AND 2 * o.size_bytes < %(segment_bytes)s
+       AND (b.topic_id, b.partition) > (%(after_t)s, %(after_p)s)
+     GROUP BY b.topic_id, b.partition
+    HAVING count(DISTINCT b.object_key) >= %(merge_min_objects)s) c
+ WHERE NOT EXISTS (SELECT 1 FROM consolidation_leases l
+                    WHERE l.topic_id = c.topic_id AND l.partition = c.partition AND l.lease_until > now())
+ ORDER BY c.topic_id, c.partition LIMIT %(limit)s
+"""
+
+# The partition's consolidated objects in offset order, with their sizes.
+_CONSOLIDATED_OBJECTS = f"""
+SELECT b.object_key, min(b.base_offset), o.size_bytes FROM batches b JOIN objects o ON o.object_key = b.object_key
+ WHERE b.topic_id = %(t)s AND b.partition = %(p)s AND {is_consolidated_sql('b.object_key')}
+ GROUP BY b.object_key, o.size_bytes ORDER BY 2
+"""
+
+_ROWS_OF_OBJECTS = f"""
+SELECT {BATCH_COLUMNS} FROM batches
+ WHERE topic_id = %(t)s AND partition = %(p)s AND object_key = ANY(%(keys)s) ORDER BY base_offset LIMIT %(limit)s
 """
 
 _CLAIM = """
@@ -386,6 +415,7 @@ class ConsolidationJob:
         limit = self._config.partitions_per_round
         cursor = await conn.execute(_CANDIDATES, {"min_batches": self._config.min_batches,
                                                   "segment_bytes": self._config.segment_bytes, "limit": limit,
+                                                  "merge_min_objects": self._config.merge_min_objects,
                                                   "after_t": self._after[0], "after_p": self._after[1]})
         found: list[PartitionKey] = [(row[0], int(row[1])) for row in await cursor.fetchall()]
         self._after = found[-1] if len(found) == limit else _START
@@ -419,11 +449,34 @@ class ConsolidationJob:
                 params["max_bytes"] = self._config.segment_bytes
                 cursor = await conn.execute(_UNCONSOLIDATED, params)
                 rows = [row_to_batch(r) for r in await cursor.fetchall()]
+                if len(rows) < self._config.min_batches and sum(r.byte_size for r in rows) < self._config.segment_bytes:
+                    rows = await self._small_objects_to_merge(conn, params) or rows
             if len(rows) < 2:
                 return None
             return PartitionPlan(topic_id, partition, tuple(rows), compaction)
 
         return await self._metadata.run(read)
+
+    async def _small_objects_to_merge(self, conn: Conn, params: dict[str, Any]) -> list[BatchCoordinate]:
+        """The rows of the first run of at least ``merge_min_objects`` consecutive consolidated
+        objects each smaller than half a segment, together at most a segment; [] if none."""
+        cursor = await conn.execute(_CONSOLIDATED_OBJECTS, params)
+        run: list[str] = []
+        run_bytes = 0
+        for key, _, size_bytes in await cursor.fetchall():
+            size = int(size_bytes)
+            if 2 * size >= self._config.segment_bytes or run_bytes + size > self._config.segment_bytes:
+                if len(run) >= self._config.merge_min_objects:
+                    break
+                run, run_bytes = [], 0
+                if 2 * size >= self._config.segment_bytes:
+                    continue
+            run.append(str(key))
+            run_bytes += size
+        if len(run) < self._config.merge_min_objects:
+            return []
+        cursor = await conn.execute(_ROWS_OF_OBJECTS, {**params, "keys": run})
+        return [row_to_batch(r) for r in await cursor.fetchall()]
 
     async def _compaction_rules(self, conn: Conn, params: dict[str, Any], config: LogConfig,
                                 now_ms: int) -> CompactionRules:
