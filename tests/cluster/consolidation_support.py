@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
@@ -13,7 +12,7 @@ from oncestream.cluster.diskless.read_path import READ_COMMITTED, DisklessReader
 from oncestream.cluster.pg.store import Conn, MetadataStore
 from oncestream.protocol.records import NewRecord, committed_records, encode_batch
 from oncestream.remote.object_store import ObjectStore
-from tests.cluster.diskless_read_support import NOW_MS, open_store
+from tests.cluster.diskless_read_support import NOW_MS, run_with_store
 from tests.cluster.diskless_support import fetch_all
 
 T = TypeVar("T")
@@ -23,15 +22,7 @@ SMALL = ConsolidationConfig(min_batches=3, segment_bytes=1 << 20)
 
 def run(url: str, main: Callable[[MetadataStore], Awaitable[T]]) -> T:
     """``main(store)`` on a fresh MetadataStore, bounded in time."""
-    async def bounded() -> T:
-        async with asyncio.timeout(180):
-            store = await open_store(url)
-            try:
-                return await main(store)
-            finally:
-                await store.close()
-
-    return asyncio.run(bounded())
+    return run_with_store(url, main, timeout_s=180)
 
 
 def job(store: MetadataStore, objects: ObjectStore, *, broker_id: int = 1,
