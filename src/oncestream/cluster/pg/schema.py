@@ -28,9 +28,10 @@ class SchemaStep:
 def all_steps() -> tuple[SchemaStep, ...]:
     """Every area's steps, in application order (imported here so each area's module stays the
     one home of its tables)."""
+    from oncestream.cluster.leases import leases_schema
     from oncestream.cluster.pg import catalog_schema
 
-    return (*catalog_schema.STEPS,)
+    return (*catalog_schema.STEPS, *leases_schema.STEPS)
 
 
 async def apply_schema(conn: psycopg.AsyncConnection[object], steps: tuple[SchemaStep, ...] | None = None) -> list[str]:

@@ -1,0 +1,137 @@
+"""Leases of coordinator partitions against the real PostgreSQL: spread, takeover, handoff."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from oncestream.cluster.leases.coordinator_leases import CoordinatorLeases, preferred_owner, resource_name
+from tests.cluster.lease_support import PgTransactions, heartbeat, lease_alive, prepare, register
+
+RESOURCES = [resource_name("__consumer_offsets", p) for p in range(12)]
+LONG_MS = 600000
+
+
+async def wait_expired(store: PgTransactions, reg) -> None:
+    """Sleep until ``reg``'s broker lease has expired by PostgreSQL's clock (bounded)."""
+    for _ in range(200):
+        if not await lease_alive(store, reg):
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("the broker lease did not expire within 10 s")
+
+
+def test_three_brokers_converge_on_the_rendezvous_assignment(pg_database):
+    async def main() -> None:
+        store = await prepare(pg_database)
+        leases = CoordinatorLeases(store)
+        regs = [await register(store, node_id, LONG_MS) for node_id in (1, 2, 3)]
+        # All three are live from the start, so each takes only the resources it prefers.
+        for _ in range(3):
+            rounds = await asyncio.gather(*(leases.acquire(reg, RESOURCES) for reg in regs))
+            for reg, rnd in zip(regs, rounds, strict=True):
+                if rnd.surplus:
+                    await leases.release(reg, rnd.surplus)
+        owners = await leases.owners(RESOURCES)
+        assert sorted(owners) == sorted(RESOURCES)  # every resource owned
+        for resource in RESOURCES:
+            assert owners[resource] == preferred_owner(resource, [1, 2, 3])
+        assert len(set(owners.values())) == 3  # spread over the three brokers
+        final = await asyncio.gather(*(leases.acquire(reg, RESOURCES) for reg in regs))
+        held = [set(rnd.held) for rnd in final]
+        assert sum(len(h) for h in held) == len(RESOURCES)  # exactly one owner each
+        assert all(not rnd.surplus for rnd in final)
+        assert all(lease.epoch == 1 for rnd in final for lease in rnd.held.values())
+
+    asyncio.run(main())
+
+
+def test_a_joining_broker_gets_its_share_handed_off(pg_database):
+    async def main() -> None:
+        store = await prepare(pg_database)
+        leases = CoordinatorLeases(store)
+        first = await register(store, 1, LONG_MS)
+        alone = await leases.acquire(first, RESOURCES)
+        assert set(alone.held) == set(RESOURCES)
+        assert not alone.surplus
+        second = await register(store, 2, LONG_MS)
+        nothing = await leases.acquire(second, RESOURCES)
+        assert nothing.held == {}  # everything is held by a live broker
+        handoff = await leases.acquire(first, RESOURCES)
+        expected = {r for r in RESOURCES if preferred_owner(r, [1, 2]) == 2}
+        assert expected
+        assert handoff.surplus == expected
+        await leases.release(first, handoff.surplus)
+        taken = await leases.acquire(second, RESOURCES)
+        assert set(taken.held) == expected
+        assert all(lease.epoch == 2 for lease in taken.held.values())  # a change of owner bumps it
+        assert await leases.owner_of(sorted(expected)[0]) == 2
+
+    asyncio.run(main())
+
+
+def test_takeover_after_expiry_moves_ownership_and_bumps_the_epoch(pg_database):
+    async def main() -> None:
+        store = await prepare(pg_database)
+        leases = CoordinatorLeases(store)
+        short = await register(store, 1, 500)
+        before = await leases.acquire(short, RESOURCES)
+        assert set(before.held) == set(RESOURCES)
+        survivor = await register(store, 2, LONG_MS)
+        assert (await leases.acquire(survivor, RESOURCES)).held == {}  # 1 is alive and holds them
+        await wait_expired(store, short)
+        assert await leases.owner_of(RESOURCES[0]) is None  # no live owner by PostgreSQL's clock
+        after = await leases.acquire(survivor, RESOURCES)
+        assert set(after.held) == set(RESOURCES)
+        for resource in RESOURCES:
+            assert after.held[resource].epoch == before.held[resource].epoch + 1
+        assert await leases.owner_of(RESOURCES[0]) == 2
+        # The former owner can neither extend its lease nor hold anything any more.
+        assert not await heartbeat(store, short, 500)
+        assert (await leases.acquire(short, RESOURCES)).held == {}
+        # A restart of node 1 is a new incarnation: it takes its preferred share back by handoff.
+        restarted = await register(store, 1, LONG_MS)
+        handoff = await leases.acquire(survivor, RESOURCES)
+        await leases.release(survivor, handoff.surplus)
+        back = await leases.acquire(restarted, RESOURCES)
+        assert set(back.held) == handoff.surplus
+        assert all(lease.epoch == before.held[r].epoch + 2 for r, lease in back.held.items())
+
+    asyncio.run(main())
+
+
+def test_a_deregistered_owners_leases_are_free_at_once(pg_database):
+    async def main() -> None:
+        store = await prepare(pg_database)
+        leases = CoordinatorLeases(store)
+        leaving = await register(store, 1, LONG_MS)
+        staying = await register(store, 2, LONG_MS)
+        for reg in (leaving, staying, leaving):
+            rnd = await leases.acquire(reg, RESOURCES)
+            await leases.release(reg, rnd.surplus)
+        await leases.acquire(staying, RESOURCES)
+        async with store.transaction() as conn:  # what BrokerRegistry.deregister does on SIGTERM
+            await conn.execute("DELETE FROM brokers WHERE node_id = 1")
+        taken = await leases.acquire(staying, RESOURCES)
+        assert set(taken.held) == set(RESOURCES)
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("size", [1, 3])
+def test_concurrent_rounds_never_give_a_resource_two_owners(pg_database, size):
+    async def main() -> None:
+        store = await prepare(pg_database)
+        leases = CoordinatorLeases(store)
+        regs = [await register(store, node_id, LONG_MS) for node_id in range(1, size + 1)]
+        for _ in range(4):
+            rounds = await asyncio.gather(*(leases.acquire(reg, RESOURCES) for reg in regs * 2))
+            seen: dict[str, int] = {}
+            for reg, rnd in zip(regs * 2, rounds, strict=True):
+                for resource in rnd.held:
+                    assert seen.setdefault(resource, reg.node_id) == reg.node_id
+            for reg, rnd in zip(regs, rounds, strict=False):
+                await leases.release(reg, rnd.surplus)
+
+    asyncio.run(main())
