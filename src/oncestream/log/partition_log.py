@@ -55,7 +55,7 @@ from oncestream.errors import (
     StorageError,
 )
 from oncestream.log import compaction
-from oncestream.log.batch_records import has_keyless_record
+from oncestream.log.batch_validation import validate_batches
 from oncestream.log.config import INT64_MAX, LogConfig
 from oncestream.log.descriptors import SegmentDescriptors
 from oncestream.log.file_removal import FileRemoval
@@ -85,10 +85,6 @@ from oncestream.log.segment_list import SegmentList
 from oncestream.log.transactions import read_control_marker
 from oncestream.protocol.compression import recompress_batch
 from oncestream.protocol.markers import CONTROL_ABORT, CONTROL_COMMIT
-from oncestream.protocol.record_batch import (
-    BatchHeader,
-    iter_batches,
-)
 from oncestream.protocol.records import (
     encode_control_batch,
 )
@@ -268,25 +264,7 @@ class PartitionLog:
         """
         self._check_open()
         config = self.config
-        compacts = config.compacts
-        parsed: list[tuple[BatchHeader, memoryview]] = []
-        for header, batch in iter_batches(records):
-            if header.size_bytes > config.max_message_bytes:
-                raise MessageTooLargeError(
-                    f"batch of {header.size_bytes} bytes exceeds max.message.bytes={config.max_message_bytes}"
-                )
-            if from_client and header.is_control:
-                raise InvalidRecordError("clients may not write control batches")
-            if header.record_count == 0 or header.record_count != header.last_offset_delta + 1:
-                raise InvalidRecordError(
-                    f"record count {header.record_count} does not match last offset delta {header.last_offset_delta}"
-                )
-            if compacts and not header.is_control and has_keyless_record(header, batch):
-                # Kafka's LogValidator: a record without a key could never be compacted away.
-                raise InvalidRecordError("Compacted topic cannot accept message without key")
-            parsed.append((header, batch))
-        if not parsed:
-            raise InvalidRecordError("produce data holds no record batch")
+        parsed = validate_batches(records, config, from_client=from_client)
 
         log_append_time = config.log_append_time
         target = config.target_compression

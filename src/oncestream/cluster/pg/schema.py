@@ -28,10 +28,11 @@ class SchemaStep:
 def all_steps() -> tuple[SchemaStep, ...]:
     """Every area's steps, in application order (imported here so each area's module stays the
     one home of its tables)."""
+    from oncestream.cluster.diskless import diskless_schema
     from oncestream.cluster.leases import leases_schema
     from oncestream.cluster.pg import catalog_schema
 
-    return (*catalog_schema.STEPS, *leases_schema.STEPS)
+    return (*catalog_schema.STEPS, *diskless_schema.STEPS, *leases_schema.STEPS)
 
 
 async def apply_schema(conn: psycopg.AsyncConnection[object], steps: tuple[SchemaStep, ...] | None = None) -> list[str]:
