@@ -30,9 +30,9 @@ def all_steps() -> tuple[SchemaStep, ...]:
     one home of its tables)."""
     from oncestream.cluster.diskless import diskless_schema
     from oncestream.cluster.leases import leases_schema
-    from oncestream.cluster.pg import catalog_schema
+    from oncestream.cluster.pg import catalog_schema, registry_schema
 
-    return (*catalog_schema.STEPS, *diskless_schema.STEPS, *leases_schema.STEPS)
+    return (*catalog_schema.STEPS, *registry_schema.STEPS, *diskless_schema.STEPS, *leases_schema.STEPS)
 
 
 async def apply_schema(conn: psycopg.AsyncConnection[object], steps: tuple[SchemaStep, ...] | None = None) -> list[str]:
