@@ -1,0 +1,140 @@
+"""Fetch from a diskless partition: coordinates from PostgreSQL, bytes from the object store.
+
+``DisklessReader.read`` answers what ``PartitionLog.read`` answers for a local log (the same
+``ReadResult``), so the broker's Fetch handler treats both alike: whole batches from the one
+containing the fetch offset, below the HW (read_uncommitted) or the LSO (read_committed), within
+the byte limit except for a first batch (KIP-74), with the partition's offsets and, for
+read_committed, the aborted transactions the returned range overlaps. Failures are typed errors
+of this one partition (``OnceStreamError`` with the Kafka code to answer), never a crash.
+
+A stored batch is the producer's batch as uploaded; its base offset field (bytes 0-7, outside the
+CRC32C) is patched to the committed base offset when served, on a copy (cached ranges are shared).
+Adjacent batches of one object are read as one range.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+from oncestream.cluster.diskless.coordinates import (
+    BatchCoordinate,
+    CoordinateCache,
+    FetchCoordinates,
+    read_fetch_coordinates,
+)
+from oncestream.cluster.diskless.metadata_access import TransactionSource
+from oncestream.cluster.diskless.object_cache import ObjectRangeCache
+from oncestream.errors import RemoteObjectNotFoundError, StorageError
+from oncestream.log.read_path import ReadResult
+from oncestream.protocol import record_batch as rb
+
+READ_UNCOMMITTED = 0
+READ_COMMITTED = 1
+
+
+class DisklessObjectMissingError(StorageError):
+    """A committed batch row names an object the store does not have (KAFKA_STORAGE_ERROR, which
+    clients retry): a consolidation swapped it out longer ago than the grace period, or the store
+    lost it."""
+
+
+class DisklessBatchMismatchError(StorageError):
+    """The bytes at a batch row's range are not the batch the row describes (KAFKA_STORAGE_ERROR)."""
+
+
+def _ranges(batches: tuple[BatchCoordinate, ...]) -> list[list[BatchCoordinate]]:
+    """Batches grouped into runs that one ranged read serves: same object, contiguous bytes.
+    Inline batches (transaction markers) form runs of their own."""
+    runs: list[list[BatchCoordinate]] = []
+    for batch in batches:
+        last = runs[-1][-1] if runs else None
+        if (last is not None and batch.object_key is not None and last.object_key == batch.object_key
+                and last.byte_offset + last.byte_size == batch.byte_offset):
+            runs[-1].append(batch)
+        else:
+            runs.append([batch])
+    return runs
+
+
+def _served_batch(stored: bytes | memoryview, batch: BatchCoordinate) -> bytes:
+    """A copy of the stored batch with its committed base offset, checked against its row."""
+    if len(stored) != batch.byte_size:
+        raise DisklessBatchMismatchError(
+            f"batch {batch.base_offset} in {batch.object_key!r}: {len(stored)} bytes where {batch.byte_size} were committed")
+    served = bytearray(stored)
+    header = rb.parse_header(served)
+    if header.size_bytes != batch.byte_size or header.last_offset_delta != batch.last_offset - batch.base_offset:
+        raise DisklessBatchMismatchError(
+            f"batch {batch.base_offset} in {batch.object_key!r}: the stored header does not match its committed row")
+    rb.patch_base_offset(served, batch.base_offset)
+    return bytes(served)
+
+
+class DisklessReader:
+    """Reads diskless partitions for Fetch (see the module doc). One per broker, shared by every
+    fetch; its caches (coordinates, object ranges) are the broker's only state for reads."""
+
+    def __init__(self, source: TransactionSource, objects: ObjectRangeCache, *,
+                 coordinates: CoordinateCache | None = None) -> None:
+        self._source = source
+        self._objects = objects
+        self._coordinates = coordinates if coordinates is not None else CoordinateCache()
+
+    @property
+    def coordinates(self) -> CoordinateCache:
+        """The coordinate cache (``forget`` a partition whose log start moved on this broker)."""
+        return self._coordinates
+
+    async def read(self, topic_id: uuid.UUID, partition: int, fetch_offset: int, max_bytes: int,
+                   isolation_level: int = READ_UNCOMMITTED, *, min_one: bool = True) -> ReadResult:
+        """Whole batches from ``fetch_offset`` (see the module doc). ``min_one``: return a first
+        batch even when larger than ``max_bytes`` (the first partition of a response, KIP-74).
+
+        Raises OffsetOutOfRangeError (below the log start, above the HW), UnknownTopicOrPartitionError,
+        DisklessObjectMissingError, DisklessBatchMismatchError; errors of PostgreSQL propagate
+        (the metadata store is down for every partition alike)."""
+        read_committed = isolation_level == READ_COMMITTED
+        coordinates = await read_fetch_coordinates(
+            self._source, self._coordinates, topic_id, partition, fetch_offset, max_bytes,
+            read_committed=read_committed, min_one=min_one)
+        try:
+            chunks = await self._load(coordinates)
+        except RemoteObjectNotFoundError:
+            # Cached rows may predate a consolidation that moved these batches: read them afresh once.
+            self._coordinates.forget((topic_id, partition))
+            coordinates = await read_fetch_coordinates(
+                self._source, self._coordinates, topic_id, partition, fetch_offset, max_bytes,
+                read_committed=read_committed, min_one=min_one)
+            try:
+                chunks = await self._load(coordinates)
+            except RemoteObjectNotFoundError as exc:
+                self._coordinates.forget((topic_id, partition))
+                raise DisklessObjectMissingError(
+                    f"diskless partition {topic_id}-{partition} at offset {fetch_offset}: {exc}") from exc
+        offsets = coordinates.offsets
+        return ReadResult(
+            chunks=chunks,
+            size_bytes=sum(len(chunk) for chunk in chunks),
+            high_watermark=offsets.high_watermark,
+            log_start_offset=offsets.log_start_offset,
+            last_stable_offset=offsets.last_stable_offset,
+            aborted_transactions=[(a.producer_id, a.first_offset) for a in coordinates.aborted]
+            if read_committed else None,
+        )
+
+    async def _load(self, coordinates: FetchCoordinates) -> list[bytes]:
+        runs = _ranges(coordinates.batches)
+        loaded = await asyncio.gather(*(self._load_run(run) for run in runs))
+        return [chunk for chunks in loaded for chunk in chunks]
+
+    async def _load_run(self, run: list[BatchCoordinate]) -> list[bytes]:
+        first = run[0]
+        if first.object_key is None:
+            if first.inline_bytes is None:
+                raise DisklessBatchMismatchError(f"batch {first.base_offset} has neither an object nor inline bytes")
+            return [_served_batch(first.inline_bytes, first)]
+        start = first.byte_offset
+        end = run[-1].byte_offset + run[-1].byte_size
+        data = memoryview(await self._objects.get_range(first.object_key, start, end))
+        return [_served_batch(data[b.byte_offset - start : b.byte_offset - start + b.byte_size], b) for b in run]
