@@ -1,9 +1,14 @@
-"""Tables of the catalog: the cluster's identity, brokers and their leases, topics, partitions and
-their log state, configs. (Owned by the catalog; other areas add their own schema modules.)"""
+"""Tables of the catalog (cluster/pg/catalog.py): the cluster's identity, topics, partitions and
+their log state, topic configs, dynamic broker configs. (Owned by the catalog; the brokers and their
+leases are in registry_schema.py; other areas add their own schema modules.)
+
+Deleting a ``topics`` row cascades to its ``partitions`` and ``topic_configs`` (and, through
+``partitions``, to the diskless area's per-partition rows); the objects those rows pointed at are
+the diskless garbage collector's to find and delete."""
 
 from __future__ import annotations
 
-from oncestream.cluster.pg.schema import SchemaStep
+from oncestream.cluster.pg.schema_step import SchemaStep
 
 STEPS: tuple[SchemaStep, ...] = (
     SchemaStep("0001_catalog", """
@@ -33,6 +38,14 @@ CREATE TABLE topic_configs (
     key text NOT NULL,
     value text NOT NULL,
     PRIMARY KEY (topic_id, key)
+);
+"""),
+    SchemaStep("0003_broker_configs", """
+CREATE TABLE broker_configs (
+    node_id int NOT NULL CHECK (node_id >= -1),   -- -1: the cluster-wide default
+    key text NOT NULL,
+    value text NOT NULL,
+    PRIMARY KEY (node_id, key)
 );
 """),
 )

@@ -49,3 +49,10 @@ class BrokerFencedError(MetadataStoreError):
     must stop acting for the cluster and register again."""
 
     code = ErrorCode.stale_broker_epoch
+
+
+class SecurityStoreWriteError(OSError):
+    """An ACL or SCRAM credential change could not be written to PostgreSQL. An ``OSError``, as
+    the file stores' write failures are, so the broker's handlers answer it the same way
+    (KAFKA_STORAGE_ERROR, "not stored"). The change may have committed when the connection was
+    lost during COMMIT; every such change is idempotent, so the client may simply retry it."""

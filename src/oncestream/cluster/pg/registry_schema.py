@@ -8,7 +8,7 @@ across registrations of the same node id, and ``lease_expires_at`` in the past m
 
 from __future__ import annotations
 
-from oncestream.cluster.pg.schema import SchemaStep
+from oncestream.cluster.pg.schema_step import SchemaStep
 
 STEPS: tuple[SchemaStep, ...] = (
     SchemaStep("0002_brokers", """

@@ -9,20 +9,14 @@ advisory lock: the first applies what is missing, the others wait and then find 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import psycopg
+
+from oncestream.cluster.pg.schema_step import SchemaStep
+
+__all__ = ["SchemaStep", "all_steps", "apply_schema"]
 
 # pg_advisory_xact_lock key of the schema (any constant unique to this use).
 _SCHEMA_LOCK_KEY = 0x6F6E6365_7363
-
-
-@dataclass(frozen=True)
-class SchemaStep:
-    """One named, never-edited DDL script (several statements separated by ``;``)."""
-
-    name: str
-    sql: str
 
 
 def all_steps() -> tuple[SchemaStep, ...]:
@@ -30,9 +24,10 @@ def all_steps() -> tuple[SchemaStep, ...]:
     one home of its tables)."""
     from oncestream.cluster.diskless import diskless_schema
     from oncestream.cluster.leases import leases_schema
-    from oncestream.cluster.pg import catalog_schema, registry_schema
+    from oncestream.cluster.pg import catalog_schema, registry_schema, security_schema
 
-    return (*catalog_schema.STEPS, *registry_schema.STEPS, *diskless_schema.STEPS, *leases_schema.STEPS)
+    return (*catalog_schema.STEPS, *registry_schema.STEPS, *security_schema.STEPS, *diskless_schema.STEPS,
+            *leases_schema.STEPS)
 
 
 async def apply_schema(conn: psycopg.AsyncConnection[object], steps: tuple[SchemaStep, ...] | None = None) -> list[str]:

@@ -219,6 +219,11 @@ class MetadataStore:
         await self._pool.close()
 
     @property
+    def conninfo(self) -> str:
+        """The libpq conninfo of the store (for a synchronous connection of one's own)."""
+        return self._conninfo
+
+    @property
     def closed(self) -> bool:
         """True once ``close`` was called."""
         return self._closed.is_set()
