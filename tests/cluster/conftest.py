@@ -1,22 +1,13 @@
-"""Fixtures of the cluster library tests: a database with the cluster schema, an object store."""
+"""Fixtures of the cluster library tests."""
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 
 import pytest
 
 from oncestream.remote.object_store import ObjectStore, open_object_store
-from tests.cluster.diskless_read_support import create_schema
 from tests.support.seaweedfs import SeaweedServer, clean_environ
-
-
-@pytest.fixture
-def cluster_db(pg_database: str) -> str:
-    """A fresh database with the catalog's and the diskless tables."""
-    asyncio.run(create_schema(pg_database))
-    return pg_database
 
 
 @pytest.fixture

@@ -17,12 +17,14 @@ from kio.schema.errors import ErrorCode
 from oncestream.cluster.diskless.coordinates import CoordinateCache
 from oncestream.cluster.diskless.object_cache import ObjectRangeCache
 from oncestream.cluster.diskless.read_path import READ_COMMITTED, READ_UNCOMMITTED, DisklessObjectMissingError, DisklessReader
+from oncestream.cluster.pg.store import MetadataStore
 from oncestream.errors import OffsetOutOfRangeError, UnknownTopicOrPartitionError
 from oncestream.log.read_path import ReadResult
 from oncestream.protocol import record_batch as rb
 from oncestream.protocol.records import committed_records
 from oncestream.remote.object_store import ObjectStore
-from tests.cluster.diskless_read_support import BatchWriter, ConnectPerTransaction, create_topic, data_batch
+from tests.cluster.diskless_read_support import BatchWriter, data_batch, open_store
+from tests.cluster.diskless_support import create_topic
 
 T = TypeVar("T")
 
@@ -35,16 +37,21 @@ class Aborted:
     first_offset: int
 
 
-def run(main: Callable[[], Awaitable[T]]) -> T:
+def run(url: str, main: Callable[[MetadataStore], Awaitable[T]]) -> T:
+    """``main`` on a MetadataStore of ``url``, bounded in time."""
     async def bounded() -> T:
         async with asyncio.timeout(120):
-            return await main()
+            store = await open_store(url)
+            try:
+                return await main(store)
+            finally:
+                await store.close()
 
     return asyncio.run(bounded())
 
 
-def reader_for(url: str, store: ObjectStore) -> DisklessReader:
-    return DisklessReader(ConnectPerTransaction(url), ObjectRangeCache(store))
+def reader_for(store: MetadataStore, objects: ObjectStore) -> DisklessReader:
+    return DisklessReader(store, ObjectRangeCache(objects))
 
 
 def txn_batch(records: list[bytes], base_sequence: int) -> bytes:
@@ -66,15 +73,15 @@ def values(result: ReadResult, *, read_committed: bool = False) -> list[bytes | 
     return [record.value for _, record in committed_records(blob, aborted) if record is not None]
 
 
-def test_reader_serves_committed_batches_at_their_committed_offsets(cluster_db: str, object_store: ObjectStore) -> None:
-    async def main() -> None:
-        topic = await create_topic(cluster_db, "t", 2)
-        writer = BatchWriter(cluster_db, object_store)
+def test_reader_serves_committed_batches_at_their_committed_offsets(pg_database: str, object_store: ObjectStore) -> None:
+    async def main(store: MetadataStore) -> None:
+        topic = await create_topic(store, 2)
+        writer = BatchWriter(store, object_store)
         # One object holding batches of two partitions, interleaved (a produce object's shape).
         await writer.append([(topic, 0, data_batch([b"a", b"b", b"c"])), (topic, 1, data_batch([b"x"])),
                              (topic, 0, data_batch([b"d"]))])
         await writer.append([(topic, 0, data_batch([b"e", b"f"]))])
-        reader = reader_for(cluster_db, object_store)
+        reader = reader_for(store, object_store)
         result = await reader.read(topic, 0, 0, 1 << 20)
         headers = [header for header, _ in batches_of(result)]
         assert [(h.base_offset, h.last_offset) for h in headers] == [(0, 2), (3, 3), (4, 5)]
@@ -91,36 +98,36 @@ def test_reader_serves_committed_batches_at_their_committed_offsets(cluster_db: 
         assert at_end.chunks == []
         assert at_end.high_watermark == 6
 
-    run(main)
+    run(pg_database, main)
 
 
-def test_an_uploaded_object_is_invisible_until_its_commit(cluster_db: str, object_store: ObjectStore) -> None:
-    async def main() -> None:
-        topic = await create_topic(cluster_db, "t", 1)
-        writer = BatchWriter(cluster_db, object_store)
+def test_an_uploaded_object_is_invisible_until_its_commit(pg_database: str, object_store: ObjectStore) -> None:
+    async def main(store: MetadataStore) -> None:
+        topic = await create_topic(store, 1)
+        writer = BatchWriter(store, object_store)
         batches = [(topic, 0, data_batch([b"later"]))]
-        key, positions = await writer.upload(batches)  # 'uploading' row and the object: no batch rows
-        reader = reader_for(cluster_db, object_store)
+        uploaded = await writer.upload(batches)  # 'uploading' row and the object: no batch rows
+        reader = reader_for(store, object_store)
         before = await reader.read(topic, 0, 0, 1 << 20)
         assert before.chunks == []
         assert before.high_watermark == 0
         with pytest.raises(OffsetOutOfRangeError):
             await reader.read(topic, 0, 1, 1 << 20)
-        await writer.commit(key, batches, positions)
+        await writer.commit(uploaded)
         after = await reader.read(topic, 0, 0, 1 << 20)
         assert values(after) == [b"later"]
         assert after.high_watermark == 1
 
-    run(main)
+    run(pg_database, main)
 
 
-def test_byte_limit_keeps_whole_batches_and_returns_one_oversize_first_batch(cluster_db: str, object_store: ObjectStore) -> None:
-    async def main() -> None:
-        topic = await create_topic(cluster_db, "t", 1)
-        writer = BatchWriter(cluster_db, object_store)
+def test_byte_limit_keeps_whole_batches_and_returns_one_oversize_first_batch(pg_database: str, object_store: ObjectStore) -> None:
+    async def main(store: MetadataStore) -> None:
+        topic = await create_topic(store, 1)
+        writer = BatchWriter(store, object_store)
         batch = data_batch([b"v" * 100])
         await writer.append([(topic, 0, batch), (topic, 0, batch), (topic, 0, batch)])
-        reader = reader_for(cluster_db, object_store)
+        reader = reader_for(store, object_store)
         size = len(batch)
         one_and_a_half = await reader.read(topic, 0, 0, size + size // 2)
         assert [h.base_offset for h, _ in batches_of(one_and_a_half)] == [0]
@@ -132,14 +139,14 @@ def test_byte_limit_keeps_whole_batches_and_returns_one_oversize_first_batch(clu
         assert nothing.chunks == []
         assert nothing.high_watermark == 3
 
-    run(main)
+    run(pg_database, main)
 
 
-def test_offsets_outside_the_log_are_out_of_range(cluster_db: str, object_store: ObjectStore) -> None:
-    async def main() -> None:
-        topic = await create_topic(cluster_db, "t", 1)
-        await BatchWriter(cluster_db, object_store).append([(topic, 0, data_batch([b"a", b"b"]))])
-        reader = reader_for(cluster_db, object_store)
+def test_offsets_outside_the_log_are_out_of_range(pg_database: str, object_store: ObjectStore) -> None:
+    async def main(store: MetadataStore) -> None:
+        topic = await create_topic(store, 1)
+        await BatchWriter(store, object_store).append([(topic, 0, data_batch([b"a", b"b"]))])
+        reader = reader_for(store, object_store)
         with pytest.raises(OffsetOutOfRangeError) as above:
             await reader.read(topic, 0, 3, 1 << 20)
         assert above.value.code == ErrorCode.offset_out_of_range
@@ -150,17 +157,17 @@ def test_offsets_outside_the_log_are_out_of_range(cluster_db: str, object_store:
         with pytest.raises(UnknownTopicOrPartitionError):
             await reader.read(uuid.uuid4(), 0, 0, 1 << 20)
 
-    run(main)
+    run(pg_database, main)
 
 
-def test_read_committed_stops_at_the_lso_and_lists_aborted_transactions(cluster_db: str, object_store: ObjectStore) -> None:
-    async def main() -> None:
-        topic = await create_topic(cluster_db, "t", 1)
-        writer = BatchWriter(cluster_db, object_store)
+def test_read_committed_stops_at_the_lso_and_lists_aborted_transactions(pg_database: str, object_store: ObjectStore) -> None:
+    async def main(store: MetadataStore) -> None:
+        topic = await create_topic(store, 1)
+        writer = BatchWriter(store, object_store)
         await writer.append([(topic, 0, data_batch([b"plain"]))])  # offset 0
         await writer.append([(topic, 0, txn_batch([b"t1", b"t2"], 0))])  # 1-2, open
         await writer.append([(topic, 0, data_batch([b"after"]))])  # 3
-        reader = reader_for(cluster_db, object_store)
+        reader = reader_for(store, object_store)
         open_committed = await reader.read(topic, 0, 0, 1 << 20, READ_COMMITTED)
         assert open_committed.last_stable_offset == 1
         assert open_committed.high_watermark == 4
@@ -184,17 +191,17 @@ def test_read_committed_stops_at_the_lso_and_lists_aborted_transactions(cluster_
         later = await reader.read(topic, 0, 5, 1 << 20, READ_COMMITTED)
         assert later.aborted_transactions == []
 
-    run(main)
+    run(pg_database, main)
 
 
-def test_a_missing_object_is_an_error_of_its_partition_only(cluster_db: str, object_store: ObjectStore) -> None:
-    async def main() -> None:
-        topic = await create_topic(cluster_db, "t", 2)
-        writer = BatchWriter(cluster_db, object_store)
+def test_a_missing_object_is_an_error_of_its_partition_only(pg_database: str, object_store: ObjectStore) -> None:
+    async def main(store: MetadataStore) -> None:
+        topic = await create_topic(store, 2)
+        writer = BatchWriter(store, object_store)
         await writer.append([(topic, 0, data_batch([b"lost"]))])
         await writer.append([(topic, 1, data_batch([b"kept"]))])
-        reader = reader_for(cluster_db, object_store)
-        for key in object_store.list("objects/"):
+        reader = reader_for(store, object_store)
+        for key in object_store.list("test/"):
             object_store.delete(key)
         await writer.append([(topic, 1, data_batch([b"new"]))])
         with pytest.raises(DisklessObjectMissingError) as missing:
@@ -202,15 +209,15 @@ def test_a_missing_object_is_an_error_of_its_partition_only(cluster_db: str, obj
         assert missing.value.code == ErrorCode.kafka_storage_error
         assert values(await reader.read(topic, 1, 1, 1 << 20)) == [b"new"]
 
-    run(main)
+    run(pg_database, main)
 
 
-def test_a_tail_follower_reads_new_rows_through_the_coordinate_cache(cluster_db: str, object_store: ObjectStore) -> None:
-    async def main() -> None:
-        topic = await create_topic(cluster_db, "t", 1)
-        writer = BatchWriter(cluster_db, object_store)
+def test_a_tail_follower_reads_new_rows_through_the_coordinate_cache(pg_database: str, object_store: ObjectStore) -> None:
+    async def main(store: MetadataStore) -> None:
+        topic = await create_topic(store, 1)
+        writer = BatchWriter(store, object_store)
         cache = CoordinateCache(max_batches=8)
-        reader = DisklessReader(ConnectPerTransaction(cluster_db), ObjectRangeCache(object_store), coordinates=cache)
+        reader = DisklessReader(store, ObjectRangeCache(object_store), coordinates=cache)
         positions = {"tail": 0, "replay": 0}
         seen: dict[str, list[bytes | None]] = {"tail": [], "replay": []}
         for round_number in range(12):
@@ -230,4 +237,4 @@ def test_a_tail_follower_reads_new_rows_through_the_coordinate_cache(cluster_db:
             positions["replay"] = [h for h, _ in batches_of(result)][-1].next_offset
         assert seen["replay"] == expected
 
-    run(main)
+    run(pg_database, main)

@@ -36,6 +36,11 @@ PartitionKey = tuple[uuid.UUID, int]
 # it asked for and the consumer simply fetches again (bounds the rows one query may return).
 MAX_BATCHES_PER_QUERY = 1000
 
+# The columns of a ``batches`` row that ``row_to_batch`` reads, in its order.
+BATCH_COLUMNS = ("base_offset, last_offset, object_key, inline_bytes, byte_offset, byte_size, producer_id,"
+                 " is_transactional, is_control, max_timestamp_ms")
+
+
 _SNAPSHOT = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"
 
 # LSO: the first offset of the earliest open transaction (producer_states.txn_first_offset), else
@@ -50,9 +55,8 @@ SELECT log_start_offset, high_watermark,
 
 # Whole batches from the one containing %(from)s, below %(upper)s, at most %(limit)s rows, each
 # starting before %(max_bytes)s bytes were reached (the caller applies the exact byte rule).
-_BATCHES = """
-SELECT base_offset, last_offset, object_key, inline_bytes, byte_offset, byte_size, producer_id,
-       is_transactional, is_control, max_timestamp_ms
+_BATCHES = f"""
+SELECT {BATCH_COLUMNS}
   FROM (SELECT b.*, sum(b.byte_size) OVER (ORDER BY b.base_offset) - b.byte_size AS bytes_before
           FROM (SELECT * FROM batches
                  WHERE topic_id = %(t)s AND partition = %(p)s
@@ -121,7 +125,8 @@ class FetchCoordinates:
     aborted: tuple[AbortedTxn, ...]  # overlapping [fetch offset, end of batches); read_committed only
 
 
-def _row_to_batch(row: Sequence[Any]) -> BatchCoordinate:
+def row_to_batch(row: Sequence[Any]) -> BatchCoordinate:
+    """A ``BatchCoordinate`` from a row of ``BATCH_COLUMNS``."""
     inline = row[3]
     return BatchCoordinate(
         base_offset=int(row[0]),
@@ -159,7 +164,7 @@ async def read_batch_rows(conn: psycopg.AsyncConnection[Any], topic_id: uuid.UUI
     reached (the row that crosses it is included). Complete for [from_offset, last row's end)."""
     cursor = await conn.execute(_BATCHES, {"t": topic_id, "p": partition, "from": from_offset,
                                            "upper": upper_offset, "limit": limit, "max_bytes": max_bytes})
-    return [_row_to_batch(row) for row in await cursor.fetchall()]
+    return [row_to_batch(row) for row in await cursor.fetchall()]
 
 
 async def read_aborted(conn: psycopg.AsyncConnection[Any], topic_id: uuid.UUID, partition: int,

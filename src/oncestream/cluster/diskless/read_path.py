@@ -25,6 +25,7 @@ from oncestream.cluster.diskless.coordinates import (
 )
 from oncestream.cluster.diskless.metadata_access import TransactionSource
 from oncestream.cluster.diskless.object_cache import ObjectRangeCache
+from oncestream.cluster.diskless.offsets_query import OffsetAnswer, list_offset
 from oncestream.errors import RemoteObjectNotFoundError, StorageError
 from oncestream.log.read_path import ReadResult
 from oncestream.protocol import record_batch as rb
@@ -82,6 +83,11 @@ class DisklessReader:
         self._coordinates = coordinates if coordinates is not None else CoordinateCache()
 
     @property
+    def source(self) -> TransactionSource:
+        """Where the reader's PostgreSQL transactions come from."""
+        return self._source
+
+    @property
     def coordinates(self) -> CoordinateCache:
         """The coordinate cache (``forget`` a partition whose log start moved on this broker)."""
         return self._coordinates
@@ -122,6 +128,18 @@ class DisklessReader:
             aborted_transactions=[(a.producer_id, a.first_offset) for a in coordinates.aborted]
             if read_committed else None,
         )
+
+    async def load_batch(self, batch: BatchCoordinate) -> bytes:
+        """One committed batch as served (its base offset patched); RemoteObjectNotFoundError if
+        its object is gone, DisklessBatchMismatchError if its bytes are not the batch."""
+        (served,) = await self._load_run([batch])
+        return served
+
+    async def list_offset(self, topic_id: uuid.UUID, partition: int, timestamp: int,
+                          isolation_level: int = READ_UNCOMMITTED) -> OffsetAnswer:
+        """ListOffsets for one partition (``offsets_query.list_offset``)."""
+        return await list_offset(self, topic_id, partition, timestamp,
+                                 read_committed=isolation_level == READ_COMMITTED)
 
     async def _load(self, coordinates: FetchCoordinates) -> list[bytes]:
         runs = _ranges(coordinates.batches)
