@@ -135,3 +135,45 @@ def test_concurrent_rounds_never_give_a_resource_two_owners(pg_database, size):
                 await leases.release(reg, rnd.surplus)
 
     asyncio.run(main())
+
+
+def test_the_keeper_answers_find_coordinator_from_its_last_round(pg_database):
+    async def main() -> None:
+        from oncestream.cluster.leases.lease_keeper import LeaseKeeper
+
+        class Partitions:
+            topic_name = "__consumer_offsets"
+            num_partitions = 12
+
+            def __init__(self) -> None:
+                self.loaded: set[int] = set()
+
+            async def load_partition(self, partition, lease) -> None:
+                self.loaded.add(partition)
+
+            def unload_partition(self, partition) -> None:
+                self.loaded.discard(partition)
+
+        store = await prepare(pg_database)
+        leases = CoordinatorLeases(store)
+        regs = [await register(store, node_id, LONG_MS) for node_id in (1, 2)]
+        parts = [Partitions(), Partitions()]
+        keepers = [LeaseKeeper(leases, reg, [p], interval_ms=100, session_timeout_ms=LONG_MS)
+                   for reg, p in zip(regs, parts, strict=True)]
+        assert keepers[0].coordinator_node("__consumer_offsets", 0) is None  # no round yet: unknown
+        for _ in range(2):
+            for keeper in keepers:
+                await keeper.run_round()
+        assert parts[0].loaded | parts[1].loaded == set(range(12))
+        assert not parts[0].loaded & parts[1].loaded
+        for partition in range(12):
+            answer = {keeper.coordinator_node("__consumer_offsets", partition) for keeper in keepers}
+            assert answer == {1 if partition in parts[0].loaded else 2}  # both brokers agree
+        await keepers[0].stop()  # SIGTERM: unload, release
+        assert parts[0].loaded == set()
+        async with store.transaction() as conn:
+            await conn.execute("DELETE FROM brokers WHERE node_id = 1")  # then deregister
+        await keepers[1].run_round()
+        assert parts[1].loaded == set(range(12))
+
+    asyncio.run(main())

@@ -84,10 +84,13 @@ class Lease:
 
 @dataclass(frozen=True)
 class LeaseRound:
-    """What one ``acquire`` round found: the leases held now, and those of them to hand off."""
+    """What one ``acquire`` round found: the leases held now, those of them to hand off, and
+    the live owner of every resource that has one (a FindCoordinator cache until the next round)."""
 
     held: dict[str, Lease]
     surplus: frozenset[str]
+    owners: dict[str, int]
+    live_node_ids: tuple[int, ...]
 
 
 def resource_name(topic: str, partition: int) -> str:
@@ -182,7 +185,7 @@ class CoordinatorLeases:
             cursor = await conn.execute(_LIVE_BROKERS_SQL)
             live = [(int(row[0]), row[1]) for row in await cursor.fetchall()]
             if (me.node_id, me.incarnation) not in live:
-                return LeaseRound({}, frozenset())
+                return LeaseRound({}, frozenset(), {}, tuple(sorted({node_id for node_id, _ in live})))
             live_ids = sorted({node_id for node_id, _ in live})
             preferred = {name: preferred_owner(name, live_ids) for name in names}
             candidates = [name for name in names if preferred[name] == me.node_id]
@@ -192,8 +195,10 @@ class CoordinatorLeases:
             cursor = await conn.execute(_HELD_SQL, (me.node_id, me.incarnation, names))
             held = {str(row[0]): Lease(str(row[0]), int(row[1]), me.node_id, me.incarnation)
                     for row in await cursor.fetchall()}
+            cursor = await conn.execute(_OWNERS_SQL, (names,))
+            owners = {str(row[0]): int(row[1]) for row in await cursor.fetchall()}
         surplus = frozenset(name for name in held if preferred[name] != me.node_id)
-        return LeaseRound(held, surplus)
+        return LeaseRound(held, surplus, owners, tuple(live_ids))
 
     async def release(self, me: BrokerIdentity, resources: Iterable[str] | None = None) -> None:
         """Give up ``me``'s leases (all of them by default): on SIGTERM or to hand a surplus
