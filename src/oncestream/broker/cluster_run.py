@@ -2,7 +2,11 @@
 
 Start-up, in order (docs/cluster.md): check the configuration, probe the object store (PUT, GET,
 DELETE of a probe key) and PostgreSQL (a connection and ``SELECT 1``): a store that cannot be
-used ends the start with ``ClusterStartError`` before any port is bound.
+used ends the start with ``ClusterStartError`` before any port is bound. Then: open the metadata
+store (the schema applied by whichever broker gets there first), build the broker state on a
+per-process scratch directory (what is not yet in PostgreSQL: groups, transactions, quotas,
+telemetry; removed at exit), bind the listeners, register (the bound address), write the ready
+file, serve. SIGTERM deregisters first, then stops as a single broker does.
 """
 
 from __future__ import annotations
@@ -10,8 +14,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
+from oncestream.broker.cluster_node import ClusterNode
 from oncestream.broker.cluster_settings import (
     ClusterSettings,
     ClusterStartError,
@@ -20,6 +27,13 @@ from oncestream.broker.cluster_settings import (
 )
 from oncestream.broker.config import BrokerConfig
 from oncestream.broker.seams import BrokerSeams
+from oncestream.broker.server import BrokerServer
+from oncestream.broker.state import BrokerState
+from oncestream.broker.tls import server_ssl_context
+from oncestream.cluster.leases.producer_id_blocks import PgProducerIdService
+from oncestream.cluster.pg.errors import MetadataStoreError
+from oncestream.cluster.pg.store import MetadataStore, MetadataStoreConfig
+from oncestream.process_shutdown import ShutdownBound, install_stop_signals
 
 log = logging.getLogger("oncestream.broker")
 
@@ -28,9 +42,56 @@ def run_cluster_broker(settings: ClusterSettings, host: str, port: int, props: d
                        ready_file: Path | None = None, seams: BrokerSeams | None = None) -> int:
     """Run a cluster broker until SIGTERM/SIGINT; the process exit code. ClusterStartError when
     a store cannot be used at start, InvalidConfigError for a bad configuration."""
-    BrokerConfig.from_properties(host, port, props)  # a bad property fails before any store is touched
+    try:
+        import uvloop
+
+        uvloop.install()
+    except ImportError:  # uvloop is a dependency, but the broker works without it
+        pass
+    config = BrokerConfig.from_properties(host, port, props)  # a bad property fails before any store is touched
+    for listener in config.all_listeners:  # a bad SSL store fails before the stores are touched
+        if listener.uses_tls:
+            server_ssl_context(config.raw, listener.name)
     seams_used = seams or BrokerSeams()
-    if seams_used.object_store is None:
-        open_and_probe_object_store(settings.object_store_uri, os.environ, settings.node_id)
-    asyncio.run(probe_metadata_store(settings.metadata_store_url, settings.connect_timeout_ms))
-    raise ClusterStartError("cluster mode: both stores answer, but serving from them is not built yet")
+    object_store = seams_used.object_store or open_and_probe_object_store(
+        settings.object_store_uri, os.environ, settings.node_id)
+    bound = ShutdownBound(config.shutdown_timeout_ms, "oncestream broker")
+
+    async def main() -> None:
+        await probe_metadata_store(settings.metadata_store_url, settings.connect_timeout_ms)
+        try:
+            store = await MetadataStore.open(
+                settings.metadata_store_url,
+                MetadataStoreConfig(connect_timeout_ms=settings.connect_timeout_ms,
+                                    start_timeout_ms=settings.connect_timeout_ms))
+        except MetadataStoreError as exc:
+            raise ClusterStartError(str(exc)) from None
+        node = ClusterNode(settings, store, object_store, config.raw)
+        scratch = Path(tempfile.mkdtemp(prefix=f"oncestream-node{settings.node_id}-"))
+        try:
+            state = BrokerState(scratch, config, fdatasync=seams_used.fdatasync, seams=seams_used,
+                                producer_ids=PgProducerIdService(store))
+            state.cluster = node
+            server = BrokerServer(
+                state, ready_file=ready_file, background=(*seams_used.background_loops, node.heartbeat_loop),
+                stuck_report_s=bound.bound_ms / 4000, defer_ready=True, on_stopping=node.leave)
+            install_stop_signals(asyncio.get_running_loop(), bound, server.stop)
+            node.start_serving()
+            await server.start()
+            advertised_host, advertised_port = state.config.advertised
+            listeners = [{"name": item.name, "host": item.advertised[0], "port": item.advertised[1],
+                          "security_protocol": item.security_protocol} for item in state.config.all_listeners]
+            try:
+                await node.join(advertised_host, advertised_port, config.raw.get("broker.rack"), listeners)
+            except MetadataStoreError as exc:
+                raise ClusterStartError(f"node {settings.node_id}: cannot register: {exc}") from None
+            state.cluster_id = node.cluster_id
+            server.announce_ready()
+            await server.serve_until_stopped()
+        finally:
+            await node.close()
+            shutil.rmtree(scratch, ignore_errors=True)
+
+    asyncio.run(main())
+    bound.finished()
+    return 0

@@ -23,6 +23,7 @@ from kio.schema.errors import ErrorCode
 
 from oncestream.async_wait import wait_done
 from oncestream.broker.authorize import Op, Res, authorize
+from oncestream.broker.handlers import cluster_fetch
 from oncestream.broker.quotas.enforcement import count_fetch_when_sent, fetch_quota_max_bytes
 from oncestream.broker.remote_fetch import RemotePartRead, complete_remote_reads, remote_part
 from oncestream.broker.state import BrokerState
@@ -50,6 +51,8 @@ async def handle(state: BrokerState, header: RequestHeader, request: FetchReques
     max_wait_ms = max(0, int(request.max_wait.total_seconds() * 1000))
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max_wait_ms / 1000
+    if state.cluster is not None:  # cluster mode: diskless reads (handlers/cluster_fetch.py)
+        return await cluster_fetch.handle(state, state.cluster, header, request, deadline)
     # READ on each topic, decided once per request (Kafka's Fetch check).
     denied: set[str] = {t.topic for t in request.topics if not authorize(state, Op.READ, Res.TOPIC, t.topic)}
     wanted = [(t.topic, p.partition) for t in request.topics for p in t.partitions if t.topic not in denied]

@@ -1,0 +1,114 @@
+"""Three ``oncestream broker`` processes of one cluster (PostgreSQL + SeaweedFS), real clients.
+
+- Metadata on every broker lists the three live brokers with the cluster id of PostgreSQL, and a
+  topic created through one broker is described identically by all of them, each partition led
+  by a live broker, the partitions spread over all three.
+- librdkafka idempotent acks=all producers and ``assign()`` consumers, each bootstrapped from a
+  different broker: every record read exactly once, in order per key.
+- A broker stopped by SIGSTOP past its session timeout leaves Metadata (and comes back once it is
+  resumed: it registers again); a broker stopped by SIGTERM leaves it at once (it deregisters).
+- Bad input: Produce to an unknown topic and a corrupt batch are answered with Kafka error codes,
+  and the brokers keep serving.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable
+
+import pytest
+from confluent_kafka import KafkaError, Producer
+from confluent_kafka.admin import AdminClient, ClusterMetadata
+
+from tests.support.clients import CLIENT_TIMEOUT_S, create_topic, unique_topic
+from tests.support.cluster import Cluster, cluster_factory  # noqa: F401  (fixture)
+from tests.support.cluster_clients import consume_all, produce_all
+from tests.support.records import assert_exactly_once_in_key_order, keyed_records
+
+pytestmark = pytest.mark.interop
+
+WAIT_S = 60.0  # a bound on a hang only
+
+
+def _metadata(bootstrap: str, topic: str | None = None) -> ClusterMetadata:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    return admin.list_topics(topic, timeout=CLIENT_TIMEOUT_S)
+
+
+def _live_ids(bootstrap: str) -> set[int]:
+    return set(_metadata(bootstrap).brokers)
+
+
+def _wait_live(bootstrap: str, expected: set[int], what: str) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while (seen := _live_ids(bootstrap)) != expected:
+        assert time.monotonic() < deadline, f"{what}: live brokers {seen}, expected {expected}"
+        time.sleep(0.2)
+
+
+def test_every_broker_lists_the_cluster_and_describes_topics_alike(cluster_factory: Callable[..., Cluster]) -> None:
+    cluster = cluster_factory(3)
+    topic = unique_topic("cluster-describe")
+    create_topic(cluster.brokers[0].bootstrap, topic, partitions=12)
+    views = []
+    for broker in cluster.brokers:
+        md = _metadata(broker.bootstrap, topic)
+        assert set(md.brokers) == {1, 2, 3}
+        assert {(b.id, b.host, b.port) for b in md.brokers.values()} == {
+            (b.node_id, b.host, b.port) for b in cluster.brokers}
+        t = md.topics[topic]
+        assert t.error is None
+        views.append((md.cluster_id, md.controller_id, sorted((p.id, p.leader) for p in t.partitions.values())))
+    assert views[0][0]  # the cluster id of PostgreSQL, the same everywhere
+    assert views[0] == views[1] == views[2]
+    leaders = Counter(leader for _, leader in views[0][2])
+    assert set(leaders) == {1, 2, 3}, f"12 partitions should be spread over all three brokers: {leaders}"
+
+
+def test_idempotent_producers_and_consumers_spread_over_the_brokers(cluster_factory: Callable[..., Cluster]) -> None:
+    cluster = cluster_factory(3)
+    topic = unique_topic("cluster-roundtrip")
+    partitions = 6
+    create_topic(cluster.brokers[1].bootstrap, topic, partitions=partitions)
+    sent = []
+    for i, broker in enumerate(cluster.brokers):
+        records = keyed_records(300, 5, tag=f"p{i}-", seed=i)
+        produce_all(broker.bootstrap, topic, records)
+        sent += records
+    for broker in cluster.brokers:  # each consumer bootstrapped from another broker reads it all
+        consumed = consume_all(broker.bootstrap, topic, partitions, len(sent))
+        assert_exactly_once_in_key_order(sent, consumed)
+
+
+def test_a_silent_broker_leaves_metadata_and_a_stopped_one_at_once(cluster_factory: Callable[..., Cluster]) -> None:
+    cluster = cluster_factory(3)
+    first = cluster.brokers[0].bootstrap
+    _wait_live(first, {1, 2, 3}, "at start")
+    paused = cluster.broker(3)
+    paused.pause()
+    try:
+        _wait_live(first, {1, 2}, "after SIGSTOP past the session timeout")
+    finally:
+        paused.resume()
+    _wait_live(first, {1, 2, 3}, "after SIGCONT (the broker registers again)")
+    assert cluster.broker(2).stop() == 0
+    # Deregistered before it exited: gone from the very next Metadata (after the live-broker cache).
+    _wait_live(first, {1, 3}, "after SIGTERM")
+
+
+def test_bad_produce_is_answered_with_error_codes(cluster_factory: Callable[..., Cluster]) -> None:
+    cluster = cluster_factory(2, {"auto.create.topics.enable": "false"})
+    errors: list[KafkaError | None] = []
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "message.timeout.ms": 5000,
+                         "topic.metadata.refresh.interval.ms": 500})
+    producer.produce(unique_topic("cluster-nowhere"), b"v", on_delivery=lambda err, _msg: errors.append(err))
+    producer.flush(CLIENT_TIMEOUT_S)
+    assert errors
+    assert errors[0] is not None
+    assert errors[0].code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError._MSG_TIMED_OUT)
+    topic = unique_topic("cluster-after-bad")
+    create_topic(cluster.brokers[0].bootstrap, topic, partitions=1)
+    records = keyed_records(50, 2)
+    produce_all(cluster.brokers[1].bootstrap, topic, records)
+    assert_exactly_once_in_key_order(records, consume_all(cluster.brokers[0].bootstrap, topic, 1, len(records)))
