@@ -108,6 +108,10 @@ def test_deregister_ends_the_lease_at_once(pg_database):
             with pytest.raises(BrokerFencedError):
                 await registry.heartbeat(reg)
             # The node id is free at once (no waiting for the 60 s session).
+            await registry.register(6, "h6", 9092, None, 60_000)
+            rows = await registry.all_registrations()
+            assert [(r.broker.node_id, r.live) for r in rows] == [(5, False), (6, True)]
+            assert rows[0].lease_remaining_ms <= 0 < rows[1].lease_remaining_ms <= 60_000
             again = await registry.register(5, "h5", 9092, None, 60_000)
             assert again.broker_epoch == reg.broker_epoch + 1
         finally:

@@ -220,6 +220,15 @@ def test_a_connection_lost_after_commit_is_outcome_unknown_and_read_back_resolve
             assert await store.run(step, read_back=read_back) == "done"
             assert proxy.cut == 2
             assert await store.run(_count) == 2  # resolved by reading back, not applied twice
+
+            async def read_back_failing(conn: Conn) -> str | None:
+                raise psycopg.OperationalError("the read-back lost its connection too")
+
+            proxy.armed = True
+            with pytest.raises(CommitOutcomeUnknownError, match="may or may not have committed"):
+                await store.run(step, read_back=read_back_failing, retry_timeout_ms=500)
+            assert proxy.cut == 3
+            assert await store.run(_count) == 3  # it had committed: "unavailable" would have lied
         finally:
             await store.close()
             await proxy.stop()
@@ -227,9 +236,9 @@ def test_a_connection_lost_after_commit_is_outcome_unknown_and_read_back_resolve
     asyncio.run(main())
 
 
-def test_listen_yields_payloads(pg_database):
+def test_listen_yields_payloads_and_ends_when_the_store_closes(pg_database):
     async def main() -> list[str]:
-        store = await _open(pg_database)
+        store = await _open(pg_database, listen_probe_interval_ms=600_000)
         got: list[str] = []
         try:
             listener = store.listen("oncestream_test")
@@ -243,9 +252,12 @@ def test_listen_yields_payloads(pg_database):
             await store.run(lambda conn: conn.execute("SELECT pg_notify('oncestream_test', 'b:1')"))
             while got[-1] != "b:1":
                 got.append(await asyncio.wait_for(anext(listener), 30))
-            await listener.aclose()
+            waiting = asyncio.ensure_future(anext(listener))
+            await asyncio.sleep(0.1)
         finally:
             await store.close()
+        with pytest.raises(StopAsyncIteration):  # close() woke it (no probe for 600 s)
+            await asyncio.wait_for(waiting, 30)
         return got
 
     got = asyncio.run(main())

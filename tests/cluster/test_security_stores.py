@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
+from contextlib import asynccontextmanager
+from typing import Any
 
 import psycopg
 import pytest
@@ -27,6 +29,20 @@ NO_POLL_MS = 600_000  # the watchers' poll fallback never fires within a test
 def _acl(topic: str, principal: str = "User:alice") -> AclBinding:
     return AclBinding(ResourceType.TOPIC, topic, PatternType.LITERAL, principal, "*", AclOperation.READ,
                       AclPermissionType.ALLOW)
+
+
+@asynccontextmanager
+async def _watching(watch: Coroutine[Any, Any, None], *stores: PgAclStore | PgScramCredentialStore[Any],
+                    ) -> AsyncIterator[None]:
+    """Run a store's ``watch`` for the block; then stop it and close every store."""
+    task = asyncio.ensure_future(watch)
+    try:
+        yield
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        for store in stores:
+            await store.store.close()
 
 
 async def _until(predicate: Callable[[], bool], timeout_s: float = 30) -> None:
@@ -61,8 +77,7 @@ def test_an_acl_change_reaches_another_brokers_authorizer_by_notify(pg_database)
         a = await PgAclStore.open(await MetadataStore.open(pg_database))
         b = await PgAclStore.open(await MetadataStore.open(pg_database))
         authorizer = StandardAuthorizer(b.load())
-        watching = asyncio.ensure_future(b.watch(authorizer, asyncio.Lock(), poll_interval_ms=NO_POLL_MS))
-        try:
+        async with _watching(b.watch(authorizer, asyncio.Lock(), poll_interval_ms=NO_POLL_MS), a, b):
             # The watcher's LISTEN starts asynchronously: repeat the change until it is heard.
             deadline = time.monotonic() + 30
             while _acl("t1") not in authorizer.acls():
@@ -74,11 +89,6 @@ def test_an_acl_change_reaches_another_brokers_authorizer_by_notify(pg_database)
             await asyncio.to_thread(a.save, [])
             await _until(lambda: authorizer.acls() == [])
             assert not authorizer.authorize("User:alice", "10.0.0.1", AclOperation.READ, ResourceType.TOPIC, "t1")
-        finally:
-            watching.cancel()
-            await asyncio.gather(watching, return_exceptions=True)
-            await a.store.close()
-            await b.store.close()
 
     asyncio.run(main())
 
@@ -92,8 +102,7 @@ def test_scram_credentials_reach_another_broker_and_deletions_apply(pg_database)
     async def main() -> None:
         a = await PgScramCredentialStore.open(await MetadataStore.open(pg_database), ScramCredential)
         b = await PgScramCredentialStore.open(await MetadataStore.open(pg_database), ScramCredential)
-        watching = asyncio.ensure_future(b.watch(poll_interval_ms=NO_POLL_MS))
-        try:
+        async with _watching(b.watch(poll_interval_ms=NO_POLL_MS), a, b):
             deadline = time.monotonic() + 30
             while b.get("alice", sha256.name) is None:
                 assert time.monotonic() < deadline, "the credential never reached the other broker"
@@ -106,11 +115,6 @@ def test_scram_credentials_reach_another_broker_and_deletions_apply(pg_database)
             a.apply([], [("alice", sha256.name)])
             await _until(lambda: "alice" not in b.users())
             assert a.users() == b.users() == {"bob": {sha256.name: bob256}}
-        finally:
-            watching.cancel()
-            await asyncio.gather(watching, return_exceptions=True)
-            await a.store.close()
-            await b.store.close()
 
     asyncio.run(main())
 
@@ -129,8 +133,7 @@ def test_changes_fail_as_oserror_while_postgres_is_down_and_watchers_catch_up_af
         a = await PgAclStore.open(await MetadataStore.open(url, config))
         b = await PgAclStore.open(await MetadataStore.open(url, config))
         authorizer = StandardAuthorizer(b.load())
-        watching = asyncio.ensure_future(b.watch(authorizer, asyncio.Lock(), poll_interval_ms=NO_POLL_MS))
-        try:
+        async with _watching(b.watch(authorizer, asyncio.Lock(), poll_interval_ms=NO_POLL_MS), a, b):
             await asyncio.to_thread(server.stop)
             with pytest.raises(SecurityStoreWriteError):
                 await asyncio.to_thread(a.save, [_acl("lost")])
@@ -140,10 +143,5 @@ def test_changes_fail_as_oserror_while_postgres_is_down_and_watchers_catch_up_af
             # b heard nothing (its LISTEN was down, or reconnected before or after the change):
             # either the NOTIFY or the reload on reconnection brings it.
             await _until(lambda: authorizer.acls() == [_acl("after")], 60)
-        finally:
-            watching.cancel()
-            await asyncio.gather(watching, return_exceptions=True)
-            await a.store.close()
-            await b.store.close()
 
     asyncio.run(main())

@@ -71,8 +71,8 @@ class PgAclStore:
         added = sorted(new - self._snapshot)
         removed = sorted(self._snapshot - new)
         if added or removed:
-            write_now(self.store, [], ACLS_PAYLOAD,
-                      many=[(_DELETE, [_key(a) for a in removed]), (_INSERT, [_key(a) for a in added])])
+            write_now(self.store, [(_DELETE, [_key(a) for a in removed]), (_INSERT, [_key(a) for a in added])],
+                      ACLS_PAYLOAD)
         self._snapshot = new
 
     async def reload(self) -> tuple[list[AclBinding], list[AclBinding]]:

@@ -62,6 +62,21 @@ class BrokerInfo:
     incarnation: uuid.UUID
 
 
+@dataclass(frozen=True)
+class RegistrationRow:
+    """A row of ``brokers``, live or not (for ``oncestream cluster status``)."""
+
+    broker: BrokerInfo
+    # Milliseconds until the lease ends by PostgreSQL's clock; zero or negative once it has.
+    lease_remaining_ms: int
+    registered_at: datetime
+
+    @property
+    def live(self) -> bool:
+        """Whether the lease was alive when the row was read."""
+        return self.lease_remaining_ms > 0
+
+
 _REGISTER_SQL = f"""
 INSERT INTO brokers AS b (node_id, incarnation, broker_epoch, host, port, rack, listeners,
                           session_timeout_ms, lease_expires_at, registered_at)
@@ -141,7 +156,11 @@ class BrokerRegistry:
     async def heartbeat(self, registration: Registration, *, retry_timeout_ms: int | None = None) -> datetime:
         """Extend the lease by ``session_timeout_ms`` from now (PostgreSQL's clock); the new
         expiry. ``BrokerFencedError`` when the lease had already expired or another incarnation
-        holds the node id: the broker must stop acting for the cluster and register again."""
+        holds the node id: the broker must stop acting for the cluster and register again.
+        Retries are bounded by ``retry_timeout_ms``, by default the store's bound or the session
+        timeout if shorter (past it the answer is known: fenced)."""
+        if retry_timeout_ms is None:
+            retry_timeout_ms = min(self.store.config.retry_timeout_ms, registration.session_timeout_ms)
 
         async def extend(conn: Conn) -> datetime:
             cursor = await conn.execute(
@@ -184,6 +203,20 @@ class BrokerRegistry:
                 "SELECT node_id, host, port, rack, listeners, broker_epoch, incarnation FROM brokers"
                 " WHERE lease_expires_at > clock_timestamp() ORDER BY node_id")
             return [BrokerInfo(int(r[0]), str(r[1]), int(r[2]), r[3], tuple(r[4]), int(r[5]), r[6])
+                    for r in await cursor.fetchall()]
+
+        return await self.store.run(read)
+
+    async def all_registrations(self) -> list[RegistrationRow]:
+        """Every node id ever registered, live or not, with its lease's remaining time, by node id."""
+
+        async def read(conn: Conn) -> list[RegistrationRow]:
+            cursor = await conn.execute(
+                "SELECT node_id, host, port, rack, listeners, broker_epoch, incarnation,"
+                " floor(extract(epoch FROM lease_expires_at - clock_timestamp()) * 1000)::bigint, registered_at"
+                " FROM brokers ORDER BY node_id")
+            return [RegistrationRow(BrokerInfo(int(r[0]), str(r[1]), int(r[2]), r[3], tuple(r[4]), int(r[5]), r[6]),
+                                    int(r[7]), r[8])
                     for r in await cursor.fetchall()]
 
         return await self.store.run(read)

@@ -2,9 +2,12 @@
 
 ``MetadataStoreUnavailableError`` is retriable: PostgreSQL could not be reached or kept failing
 with retriable errors until the retry bound; nothing was committed (REQUEST_TIMED_OUT, which every
-Kafka client retries). ``CommitOutcomeUnknownError`` is the one case where the caller must not
-assume either way: the connection was lost after COMMIT was sent, so the transaction may or may not
-have committed; the caller reads back (``MetadataStore.run(fn, read_back=...)``) before answering.
+Kafka client retries). Its subclass ``CommitOutcomeUnknownError`` is the one case where the caller
+must not assume either way: the connection was lost after COMMIT was sent, so the transaction may
+or may not have committed; the caller reads back (``MetadataStore.run(fn, read_back=...)``) before
+answering, or answers as Kafka does for a timed-out write (REQUEST_TIMED_OUT: maybe persisted). A
+handler that catches ``MetadataStoreUnavailableError`` and answers REQUEST_TIMED_OUT is right for
+both.
 """
 
 from __future__ import annotations

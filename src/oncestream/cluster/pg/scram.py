@@ -18,8 +18,8 @@ does the same without blocking, for a caller that can await.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Generic, Protocol, TypeVar
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Generic, Protocol, TypeVar
 
 from oncestream.cluster.pg.security_changes import (
     DEFAULT_POLL_INTERVAL_MS,
@@ -53,6 +53,7 @@ _UPSERT = ("INSERT INTO scram_credentials (user_name, mechanism, salt, stored_ke
            " salt = EXCLUDED.salt, stored_key = EXCLUDED.stored_key, server_key = EXCLUDED.server_key,"
            " iterations = EXCLUDED.iterations")
 _DELETE = "DELETE FROM scram_credentials WHERE user_name = %s AND mechanism = %s"
+_SELECT = "SELECT user_name, mechanism, salt, stored_key, server_key, iterations FROM scram_credentials"
 
 
 # Builds a credential from its stored fields, by keyword: salt, stored_key, server_key, iterations
@@ -85,12 +86,13 @@ class PgScramCredentialStore(Generic[C]):
         return {user: dict(mechs) for user, mechs in self._users.items()}
 
     def apply(self, upserts: list[tuple[str, str, C]], deletions: list[tuple[str, str]]) -> None:
-        """Write the changes in one transaction, notify the other brokers, then change the
-        snapshot; on a failure (``SecurityStoreWriteError``, an OSError) the snapshot is unchanged."""
+        """Write the changes in one transaction (deletions first, as the file store applies them),
+        notify the other brokers, and take the stored credentials as the new snapshot; on a
+        failure (``SecurityStoreWriteError``, an OSError) the snapshot is unchanged."""
         if not upserts and not deletions:
             return
-        write_now(self.store, [], SCRAM_PAYLOAD, many=_rows(upserts, deletions))
-        self._users = _applied(self.users(), upserts, deletions)
+        self._users = self._users_of(write_now(self.store, _rows(upserts, deletions), SCRAM_PAYLOAD,
+                                               read_query=_SELECT))
 
     async def apply_async(self, upserts: list[tuple[str, str, C]], deletions: list[tuple[str, str]]) -> None:
         """``apply`` without blocking the event loop (retried by the store; idempotent, so an
@@ -98,33 +100,34 @@ class PgScramCredentialStore(Generic[C]):
         if not upserts and not deletions:
             return
 
-        async def write(conn: Conn) -> None:
+        async def write(conn: Conn) -> Users[C]:
             for query, rows in _rows(upserts, deletions):
                 if rows:
                     async with conn.cursor() as cursor:
                         await cursor.executemany(query, rows)
             await conn.execute("SELECT pg_notify(%s, %s)", (SECURITY_CHANNEL, SCRAM_PAYLOAD))
+            return await self._read(conn)
 
-        async def again(conn: Conn) -> None:
+        async def again(conn: Conn) -> Users[C] | None:
             return None
 
-        await self.store.run(write, read_back=again)
-        self._users = _applied(self.users(), upserts, deletions)
+        self._users = await self.store.run(write, read_back=again)
 
     async def reload(self) -> None:
         """Replace the snapshot with the stored credentials."""
+        self._users = await self.store.run(self._read)
 
-        async def read(conn: Conn) -> Users[C]:
-            cursor = await conn.execute(
-                "SELECT user_name, mechanism, salt, stored_key, server_key, iterations FROM scram_credentials")
-            users: Users[C] = {}
-            for user, mechanism, salt, stored_key, server_key, iterations in await cursor.fetchall():
-                users.setdefault(str(user), {})[str(mechanism)] = self._make(
-                    salt=bytes(salt), stored_key=bytes(stored_key), server_key=bytes(server_key),
-                    iterations=int(iterations))
-            return users
+    async def _read(self, conn: Conn) -> Users[C]:
+        cursor = await conn.execute(_SELECT)
+        return self._users_of(await cursor.fetchall())
 
-        self._users = await self.store.run(read)
+    def _users_of(self, rows: Iterable[Sequence[Any]]) -> Users[C]:
+        users: Users[C] = {}
+        for user, mechanism, salt, stored_key, server_key, iterations in rows:
+            users.setdefault(str(user), {})[str(mechanism)] = self._make(
+                salt=bytes(salt), stored_key=bytes(stored_key), server_key=bytes(server_key),
+                iterations=int(iterations))
+        return users
 
     async def watch(self, poll_interval_ms: int = DEFAULT_POLL_INTERVAL_MS) -> None:
         """Keep the snapshot equal to the stored credentials until cancelled (reloaded on each
@@ -137,15 +140,3 @@ def _rows(upserts: list[tuple[str, str, C]], deletions: list[tuple[str, str]],
     return [(_DELETE, [(user, mech) for user, mech in deletions]),
             (_UPSERT, [(user, mech, c.salt, c.stored_key, c.server_key, c.iterations) for user, mech, c in upserts])]
 
-
-def _applied(users: Users[C], upserts: list[tuple[str, str, C]], deletions: list[tuple[str, str]]) -> Users[C]:
-    """``users`` with the changes applied, as the file store applies them (deletions first)."""
-    for user, mech in deletions:
-        mechs = users.get(user)
-        if mechs is not None:
-            mechs.pop(mech, None)
-            if not mechs:
-                del users[user]
-    for user, mech, credential in upserts:
-        users.setdefault(user, {})[mech] = credential
-    return users

@@ -37,22 +37,22 @@ DEFAULT_POLL_INTERVAL_MS = 10_000
 WRITE_TIMEOUT_MS = 5_000
 
 
-def write_now(store: MetadataStore, statements: Sequence[tuple[str, Sequence[Any] | None]],
-              notify_payload: str, *, many: Sequence[tuple[str, Sequence[Sequence[Any]]]] = ()) -> None:
-    """Run ``statements`` (then each ``many`` statement over its rows) in one transaction on a
-    synchronous connection of its own, then NOTIFY ``notify_payload`` in the same transaction.
+def write_now(store: MetadataStore, many: Sequence[tuple[str, Sequence[Sequence[Any]]]], notify_payload: str,
+              *, read_query: str | None = None) -> list[tuple[Any, ...]]:
+    """Run each statement of ``many`` over its rows in one transaction on a synchronous connection
+    of its own, NOTIFY ``notify_payload`` in the same transaction, and return the rows of
+    ``read_query`` as the transaction sees them after the change (none without one).
     ``SecurityStoreWriteError`` (an OSError) when PostgreSQL refuses or cannot be reached."""
     try:
         with psycopg.connect(store.conninfo, autocommit=True) as conn:
             conn.execute(f"SET statement_timeout = {int(WRITE_TIMEOUT_MS)}")
             with conn.transaction():
-                for query, params in statements:
-                    conn.execute(query, params)
                 for query, rows in many:
                     if rows:
                         with conn.cursor() as cursor:
                             cursor.executemany(query, rows)
                 conn.execute("SELECT pg_notify(%s, %s)", (SECURITY_CHANNEL, notify_payload))
+                return conn.execute(read_query).fetchall() if read_query is not None else []
     except psycopg.Error as exc:
         raise SecurityStoreWriteError(f"metadata store {store.url.describe()}: {type(exc).__name__}: {exc}") from exc
 

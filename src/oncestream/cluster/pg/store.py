@@ -185,6 +185,7 @@ class MetadataStore:
         self._pool = pool
         self._conninfo = url.conninfo(config.connect_timeout_ms)
         self._closed = asyncio.Event()
+        self._listen_connections: set[Conn] = set()
 
     @classmethod
     async def open(cls, url: str | MetadataStoreUrl, config: MetadataStoreConfig | None = None,
@@ -216,6 +217,8 @@ class MetadataStore:
     async def close(self) -> None:
         """Close every connection (listeners end their iteration)."""
         self._closed.set()
+        for conn in list(self._listen_connections):
+            await conn.close()  # wakes the listener waiting on it, which then ends
         await self._pool.close()
 
     @property
@@ -276,7 +279,9 @@ class MetadataStore:
 
         After a ``CommitOutcomeUnknownError``: without ``read_back`` it is raised; with it,
         ``read_back(conn)`` runs in a new transaction (retried likewise) and its result is returned
-        when not None (the step had committed), else ``fn`` runs again (it had not)."""
+        when not None (the step had committed), else ``fn`` runs again (it had not). When the bound
+        passes before a read-back answered, ``CommitOutcomeUnknownError`` again; otherwise
+        ``MetadataStoreUnavailableError`` means no attempt committed."""
         timeout_ms = self.config.retry_timeout_ms if retry_timeout_ms is None else retry_timeout_ms
         deadline = time.monotonic() + timeout_ms / 1000
         backoff_ms = float(self.config.retry_backoff_initial_ms)
@@ -306,10 +311,12 @@ class MetadataStore:
                 last = exc
             remaining_s = deadline - time.monotonic()
             if remaining_s <= 0 or self.closed:
-                raise MetadataStoreUnavailableError(
-                    f"metadata store {self.url.describe()}: gave up after {attempts} attempts over {timeout_ms} ms; "
-                    f"last error: {_describe(last) if last is not None else 'none'}"
-                    + ("; the last commit's outcome is unknown" if unresolved else "")) from last
+                gave_up = (f"metadata store {self.url.describe()}: gave up after {attempts} attempts over "
+                           f"{timeout_ms} ms; last error: {_describe(last) if last is not None else 'none'}")
+                if unresolved:  # never read back: the step may have committed
+                    raise CommitOutcomeUnknownError(
+                        f"{gave_up}; an earlier attempt may or may not have committed") from last
+                raise MetadataStoreUnavailableError(gave_up) from last
             delay_s = min(remaining_s, random.uniform(backoff_ms / 2, backoff_ms) / 1000)
             backoff_ms = min(backoff_ms * 2, float(self.config.retry_backoff_max_ms))
             log.debug("metadata store: attempt %d failed (%s), retrying in %.0f ms", attempts,
@@ -328,6 +335,7 @@ class MetadataStore:
             conn: Conn | None = None
             try:
                 conn = await psycopg.AsyncConnection.connect(self._conninfo, autocommit=True)
+                self._listen_connections.add(conn)
                 await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
                 backoff_ms = float(self.config.retry_backoff_initial_ms)
                 if not first:
@@ -343,9 +351,12 @@ class MetadataStore:
                         await conn.execute("SELECT 1")
             except (psycopg.Error, OSError) as exc:
                 first = False
-                log.info("metadata store: LISTEN %s lost its connection (%s); reconnecting", channel, _describe(exc))
+                if not self.closed:
+                    log.info("metadata store: LISTEN %s lost its connection (%s); reconnecting", channel,
+                             _describe(exc))
             finally:
                 if conn is not None:
+                    self._listen_connections.discard(conn)
                     await conn.close()
             if self.closed:
                 return
