@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import uuid
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -16,10 +17,11 @@ from oncestream.cluster.leases.coordinator_leases import CoordinatorLeases, Leas
 from oncestream.cluster.leases.lease_keeper import LeaseKeeper
 from oncestream.cluster.leases.pg_internal_topic import PgInternalTopic
 from oncestream.cluster.leases.producer_id_blocks import PgProducerIdService
+from oncestream.cluster.pg.store import MetadataStore
 from oncestream.coordinator.group.messages import OffsetCommitRequest, OffsetFetchRequest, PartitionOffsetCommit
 from oncestream.coordinator.txn import MarkerJob
 from oncestream.topic_partition import TopicPartition
-from tests.cluster.lease_support import PgTransactions, prepare, register
+from tests.cluster.lease_support import expire, register, run_cluster
 
 LONG_MS = 600000
 PROPS = {
@@ -35,13 +37,7 @@ def now_ms() -> int:
     return next(_clock)
 
 
-async def expire(store: PgTransactions, node_id: int) -> None:
-    """The broker died: its lease ends now by PostgreSQL's clock (what its silence leads to)."""
-    async with store.transaction() as conn:
-        await conn.execute("UPDATE brokers SET lease_expires_at = clock_timestamp() WHERE node_id = %s", (node_id,))
-
-
-async def records(store: PgTransactions) -> list[tuple[Any, ...]]:
+async def records(store: MetadataStore) -> list[tuple[Any, ...]]:
     async with store.transaction() as conn:
         cursor = await conn.execute('SELECT * FROM coordinator_records ORDER BY topic, partition, "offset"')
         return list(await cursor.fetchall())
@@ -71,9 +67,9 @@ class RecordingMarkers:
 class Broker:
     """The coordinators of one cluster broker and its lease keeper."""
 
-    def __init__(self, store: PgTransactions, reg: Any) -> None:
+    def __init__(self, store: MetadataStore, reg: Any, topics: Any = dict) -> None:
         self.groups = GroupService(None, PROPS, now_ms, offsets_log=PgInternalTopic(store, "__consumer_offsets", 4),
-                                   topics=dict)
+                                   topics=topics)
         self.markers = RecordingMarkers(store)
         self.producer_ids = PgProducerIdService(store, block_size=10)
         self.txns = TxnService(None, self.groups, PROPS, now_ms, self.producer_ids.next_id,
@@ -97,8 +93,7 @@ class Broker:
 
 
 def test_group_partitions_move_to_the_survivor_with_their_committed_offsets(pg_database):
-    async def main() -> None:
-        store = await prepare(pg_database)
+    async def main(store: MetadataStore) -> None:
         first = Broker(store, await register(store, 1, LONG_MS))
         await first.keeper.run_round()  # alone: every partition
         assert len(first.keeper.loaded) == 8
@@ -119,12 +114,11 @@ def test_group_partitions_move_to_the_survivor_with_their_committed_offsets(pg_d
         await first.keeper.run_round()  # its broker lease is gone: it holds nothing
         assert first.keeper.loaded == {}
 
-    asyncio.run(main())
+    run_cluster(pg_database, main)
 
 
 def test_a_prepared_two_phase_transaction_survives_every_brokers_death(pg_database):
-    async def main() -> None:
-        store = await prepare(pg_database)
+    async def main(store: MetadataStore) -> None:
         first = Broker(store, await register(store, 1, LONG_MS))
         await first.keeper.run_round()
         init = await first.call("tx", lambda c, now: c.init_producer_id("tx", 60000, now, enable_2pc=True))
@@ -158,12 +152,11 @@ def test_a_prepared_two_phase_transaction_survives_every_brokers_death(pg_databa
         assert first.txns.coordinator_error("tx") == ErrorCode.not_coordinator  # ...its write was refused
         assert await records(store) == stored
 
-    asyncio.run(main())
+    run_cluster(pg_database, main)
 
 
 def test_a_commit_decided_before_the_owner_died_is_finished_by_the_next_owner(pg_database):
-    async def main() -> None:
-        store = await prepare(pg_database)
+    async def main(store: MetadataStore) -> None:
         first = Broker(store, await register(store, 1, LONG_MS))
         await first.keeper.run_round()
         init = await first.call("tx", lambda c, now: c.init_producer_id("tx", 60000, now))
@@ -180,4 +173,149 @@ def test_a_commit_decided_before_the_owner_died_is_finished_by_the_next_owner(pg
         (description,) = second.txns.coordinator_for("tx").describe_transactions(["tx"])
         assert description.state == "CompleteCommit"
 
-    asyncio.run(main())
+    run_cluster(pg_database, main)
+
+
+class CommitThenBreak:
+    """A PgInternalTopic whose next append commits and then reports a broken connection: the
+    outcome the caller cannot know (connection lost after COMMIT was sent)."""
+
+    def __init__(self, inner: PgInternalTopic) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.num_partitions = inner.num_partitions
+        self.break_next = False
+
+    async def append(self, partition: int, records: Any, now_ms: int) -> None:
+        await self.inner.append(partition, records, now_ms)
+        if self.break_next:
+            self.break_next = False
+            raise OSError("connection lost after COMMIT")
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+async def wait_served(error_of: Any) -> None:
+    for _ in range(200):
+        if error_of() is None:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("the partition was not reloaded within 10 s")
+
+
+def test_an_append_of_unknown_outcome_is_resolved_by_reading_back(pg_database):
+    async def main(store: MetadataStore) -> None:
+        reg = await register(store, 1, LONG_MS)
+        broker = Broker(store, reg)
+        offsets = CommitThenBreak(PgInternalTopic(store, "__consumer_offsets", 4))
+        state = CommitThenBreak(PgInternalTopic(store, "__transaction_state", 4))
+        broker.groups = GroupService(None, PROPS, now_ms, offsets_log=offsets, topics=dict)
+        broker.txns = TxnService(None, broker.groups, PROPS, now_ms, broker.producer_ids.next_id,
+                                 state_log=state, markers=broker.markers)
+        broker.keeper = LeaseKeeper(CoordinatorLeases(store), reg,
+                                    [broker.groups, broker.txns], interval_ms=100, session_timeout_ms=LONG_MS)
+        await broker.keeper.run_round()
+        timers = asyncio.get_running_loop().create_task(broker.groups.run_timers())
+        try:
+            offsets.break_next = True
+            assert await broker.commit("g", 7) == ErrorCode.coordinator_not_available  # not promised...
+            assert broker.groups.coordinator_error("g") == ErrorCode.coordinator_load_in_progress
+            await wait_served(lambda: broker.groups.coordinator_error("g"))
+            assert broker.committed("g") == 7  # ...but it was committed, and that is what is served
+        finally:
+            timers.cancel()
+
+        state.break_next = True
+        assert await broker.call("tx", lambda c, now: c.init_producer_id("tx", 60000, now)) is None
+        await wait_served(lambda: broker.txns.coordinator_error("tx"))
+        (stored,) = broker.txns.describe_transactions(["tx"])
+        assert (stored.error, stored.state, stored.producer_epoch) == (ErrorCode.none, "Empty", 0)
+        again = await broker.call("tx", lambda c, now: c.init_producer_id("tx", 60000, now))
+        assert (again.error, again.producer_id, again.producer_epoch) == (ErrorCode.none, stored.producer_id, 1)
+
+    run_cluster(pg_database, main)
+
+
+def test_transactional_offsets_become_visible_when_the_transaction_commits(pg_database):
+    async def main(store: MetadataStore) -> None:
+        broker = Broker(store, await register(store, 1, LONG_MS))
+        await broker.keeper.run_round()  # alone: owns the group's and the transaction's partitions
+        init = await broker.call("tx", lambda c, now: c.init_producer_id("tx", 60000, now))
+        pid, epoch = init.producer_id, init.producer_epoch
+        added = await broker.call("tx", lambda c, now: c.add_offsets("tx", pid, epoch, "g", now))
+        assert added.error == ErrorCode.none
+        staged = await broker.txns.stage_offsets_async("g", pid, {TP: PartitionOffsetCommit(5)})
+        assert staged.partitions == {TP: ErrorCode.none}
+        assert broker.committed("g") == -1  # invisible until the commit
+        ended = await broker.call("tx", lambda c, now: c.end_txn("tx", pid, epoch, True, now))
+        assert ended.error == ErrorCode.none
+        assert broker.committed("g") == 5
+        assert broker.markers.jobs == []  # the offsets partition is local: no marker went out
+
+        # And it is durable: another broker taking over after this one's death serves it.
+        survivor = Broker(store, await register(store, 2, LONG_MS))
+        await expire(store, 1)
+        await survivor.keeper.run_round()
+        assert survivor.committed("g") == 5
+
+    run_cluster(pg_database, main)
+
+
+def test_a_kip848_consumer_group_keeps_its_epoch_and_assignment_across_a_takeover(pg_database):
+    from oncestream.coordinator.group.consumer.messages import ConsumerHeartbeatRequest
+    from oncestream.coordinator.group.consumer.records import TopicMetadata
+
+    orders = TopicMetadata(uuid.uuid4(), "orders", 3)
+
+    def topics() -> dict[str, TopicMetadata]:
+        return {"orders": orders}
+
+    async def heartbeat(broker: Broker, request: ConsumerHeartbeatRequest) -> Any:
+        result, writes = broker.groups.coordinator.consumer_group_heartbeat(request, now_ms())
+        return await broker.groups.finish_async(request.group_id, result, writes)
+
+    async def main(store: MetadataStore) -> None:
+        first = Broker(store, await register(store, 1, LONG_MS), topics)
+        await first.keeper.run_round()
+        joined = await heartbeat(first, ConsumerHeartbeatRequest(
+            "cg", "member-1", 0, rebalance_timeout_ms=30000, subscribed_topic_names=("orders",), owned={}))
+        assert joined.error == ErrorCode.none
+        assert joined.assignment == {orders.topic_id: frozenset({0, 1, 2})}
+        await expire(store, 1)
+
+        second = Broker(store, await register(store, 2, LONG_MS), topics)
+        await second.keeper.run_round()
+        again = await heartbeat(second, ConsumerHeartbeatRequest(
+            "cg", "member-1", joined.member_epoch, owned={orders.topic_id: frozenset({0, 1, 2})}))
+        assert (again.error, again.member_epoch) == (ErrorCode.none, joined.member_epoch)
+        (described,) = second.groups.coordinator.list_groups().groups
+        assert described.group_id == "cg"
+
+    run_cluster(pg_database, main)
+
+
+def test_another_area_reads_the_persisted_transaction_and_holds_off_its_next_step(pg_database):
+    from oncestream.cluster.leases.txn_state import stored_transaction
+
+    async def main(store: MetadataStore) -> None:
+        broker = Broker(store, await register(store, 1, LONG_MS))
+        await broker.keeper.run_round()
+        init = await broker.call("tx", lambda c, now: c.init_producer_id("tx", 60000, now))
+        await broker.call("tx", lambda c, now: c.add_partitions("tx", init.producer_id, init.producer_epoch, [TP], now))
+        async with store.transaction() as conn:  # e.g. the diskless commit of a transactional batch
+            assert await stored_transaction(conn, "nobody", 4) is None
+            stored = await stored_transaction(conn, "tx", 4)
+            assert stored is not None
+            assert (stored.state.name, stored.producer_id, stored.partitions) == ("ONGOING", init.producer_id,
+                                                                                   frozenset({TP}))
+            ending = asyncio.get_running_loop().create_task(broker.call(
+                "tx", lambda c, now: c.end_txn("tx", init.producer_id, init.producer_epoch, True, now)))
+            await asyncio.wait({ending}, timeout=0.5)
+            assert not ending.done()  # PrepareCommit waits for the reader's transaction
+        async with asyncio.timeout(10):
+            assert (await ending).error == ErrorCode.none
+        ((job, _lease),) = broker.markers.jobs
+        assert job.partitions == (TP,)
+
+    run_cluster(pg_database, main)

@@ -6,14 +6,21 @@ import asyncio
 
 import pytest
 
-from oncestream.cluster.leases.coordinator_leases import CoordinatorLeases, preferred_owner, resource_name
-from tests.cluster.lease_support import PgTransactions, heartbeat, lease_alive, prepare, register
+from oncestream.cluster.leases.coordinator_leases import (
+    LEASES_CHANNEL,
+    CoordinatorLeases,
+    preferred_owner,
+    resource_name,
+)
+from oncestream.cluster.pg.brokers import BrokerRegistry
+from oncestream.cluster.pg.store import MetadataStore
+from tests.cluster.lease_support import heartbeat, lease_alive, register, run_cluster
 
 RESOURCES = [resource_name("__consumer_offsets", p) for p in range(12)]
 LONG_MS = 600000
 
 
-async def wait_expired(store: PgTransactions, reg) -> None:
+async def wait_expired(store: MetadataStore, reg) -> None:
     """Sleep until ``reg``'s broker lease has expired by PostgreSQL's clock (bounded)."""
     for _ in range(200):
         if not await lease_alive(store, reg):
@@ -23,8 +30,7 @@ async def wait_expired(store: PgTransactions, reg) -> None:
 
 
 def test_three_brokers_converge_on_the_rendezvous_assignment(pg_database):
-    async def main() -> None:
-        store = await prepare(pg_database)
+    async def main(store: MetadataStore) -> None:
         leases = CoordinatorLeases(store)
         regs = [await register(store, node_id, LONG_MS) for node_id in (1, 2, 3)]
         # All three are live from the start, so each takes only the resources it prefers.
@@ -44,12 +50,11 @@ def test_three_brokers_converge_on_the_rendezvous_assignment(pg_database):
         assert all(not rnd.surplus for rnd in final)
         assert all(lease.epoch == 1 for rnd in final for lease in rnd.held.values())
 
-    asyncio.run(main())
+    run_cluster(pg_database, main)
 
 
 def test_a_joining_broker_gets_its_share_handed_off(pg_database):
-    async def main() -> None:
-        store = await prepare(pg_database)
+    async def main(store: MetadataStore) -> None:
         leases = CoordinatorLeases(store)
         first = await register(store, 1, LONG_MS)
         alone = await leases.acquire(first, RESOURCES)
@@ -68,12 +73,11 @@ def test_a_joining_broker_gets_its_share_handed_off(pg_database):
         assert all(lease.epoch == 2 for lease in taken.held.values())  # a change of owner bumps it
         assert await leases.owner_of(sorted(expected)[0]) == 2
 
-    asyncio.run(main())
+    run_cluster(pg_database, main)
 
 
 def test_takeover_after_expiry_moves_ownership_and_bumps_the_epoch(pg_database):
-    async def main() -> None:
-        store = await prepare(pg_database)
+    async def main(store: MetadataStore) -> None:
         leases = CoordinatorLeases(store)
         short = await register(store, 1, 500)
         before = await leases.acquire(short, RESOURCES)
@@ -88,7 +92,7 @@ def test_takeover_after_expiry_moves_ownership_and_bumps_the_epoch(pg_database):
             assert after.held[resource].epoch == before.held[resource].epoch + 1
         assert await leases.owner_of(RESOURCES[0]) == 2
         # The former owner can neither extend its lease nor hold anything any more.
-        assert not await heartbeat(store, short, 500)
+        assert not await heartbeat(store, short)
         assert (await leases.acquire(short, RESOURCES)).held == {}
         # A restart of node 1 is a new incarnation: it takes its preferred share back by handoff.
         restarted = await register(store, 1, LONG_MS)
@@ -98,12 +102,11 @@ def test_takeover_after_expiry_moves_ownership_and_bumps_the_epoch(pg_database):
         assert set(back.held) == handoff.surplus
         assert all(lease.epoch == before.held[r].epoch + 2 for r, lease in back.held.items())
 
-    asyncio.run(main())
+    run_cluster(pg_database, main)
 
 
 def test_a_deregistered_owners_leases_are_free_at_once(pg_database):
-    async def main() -> None:
-        store = await prepare(pg_database)
+    async def main(store: MetadataStore) -> None:
         leases = CoordinatorLeases(store)
         leaving = await register(store, 1, LONG_MS)
         staying = await register(store, 2, LONG_MS)
@@ -111,18 +114,16 @@ def test_a_deregistered_owners_leases_are_free_at_once(pg_database):
             rnd = await leases.acquire(reg, RESOURCES)
             await leases.release(reg, rnd.surplus)
         await leases.acquire(staying, RESOURCES)
-        async with store.transaction() as conn:  # what BrokerRegistry.deregister does on SIGTERM
-            await conn.execute("DELETE FROM brokers WHERE node_id = 1")
+        await BrokerRegistry(store).deregister(leaving)  # SIGTERM
         taken = await leases.acquire(staying, RESOURCES)
         assert set(taken.held) == set(RESOURCES)
 
-    asyncio.run(main())
+    run_cluster(pg_database, main)
 
 
 @pytest.mark.parametrize("size", [1, 3])
 def test_concurrent_rounds_never_give_a_resource_two_owners(pg_database, size):
-    async def main() -> None:
-        store = await prepare(pg_database)
+    async def main(store: MetadataStore) -> None:
         leases = CoordinatorLeases(store)
         regs = [await register(store, node_id, LONG_MS) for node_id in range(1, size + 1)]
         for _ in range(4):
@@ -134,11 +135,11 @@ def test_concurrent_rounds_never_give_a_resource_two_owners(pg_database, size):
             for reg, rnd in zip(regs, rounds, strict=False):
                 await leases.release(reg, rnd.surplus)
 
-    asyncio.run(main())
+    run_cluster(pg_database, main)
 
 
 def test_the_keeper_answers_find_coordinator_from_its_last_round(pg_database):
-    async def main() -> None:
+    async def main(store: MetadataStore) -> None:
         from oncestream.cluster.leases.lease_keeper import LeaseKeeper
 
         class Partitions:
@@ -154,7 +155,6 @@ def test_the_keeper_answers_find_coordinator_from_its_last_round(pg_database):
             def unload_partition(self, partition) -> None:
                 self.loaded.discard(partition)
 
-        store = await prepare(pg_database)
         leases = CoordinatorLeases(store)
         regs = [await register(store, node_id, LONG_MS) for node_id in (1, 2)]
         parts = [Partitions(), Partitions()]
@@ -171,9 +171,16 @@ def test_the_keeper_answers_find_coordinator_from_its_last_round(pg_database):
             assert answer == {1 if partition in parts[0].loaded else 2}  # both brokers agree
         await keepers[0].stop()  # SIGTERM: unload, release
         assert parts[0].loaded == set()
-        async with store.transaction() as conn:
-            await conn.execute("DELETE FROM brokers WHERE node_id = 1")  # then deregister
+        await BrokerRegistry(store).deregister(regs[0])  # then deregister
+        listener = store.listen(LEASES_CHANNEL)
+        woken = asyncio.get_running_loop().create_task(anext(listener))
+        async with asyncio.timeout(10):
+            while not woken.done():  # announced until the listener (connecting meanwhile) hears it
+                await leases.announce()  # and tell the others
+                await asyncio.wait({woken}, timeout=0.1)
+        assert woken.result() == ""  # what wakes the other keepers (keeper.wake) in the broker
+        await listener.aclose()
         await keepers[1].run_round()
         assert parts[1].loaded == set(range(12))
 
-    asyncio.run(main())
+    run_cluster(pg_database, main)

@@ -10,7 +10,8 @@ import pytest
 
 from oncestream.cluster.leases.coordinator_leases import CoordinatorLeases, LeaseLostError, fenced, resource_name
 from oncestream.cluster.leases.pg_internal_topic import PgInternalTopic
-from tests.cluster.lease_support import prepare, register
+from oncestream.cluster.pg.store import MetadataStore
+from tests.cluster.lease_support import register, run_cluster
 from tests.cluster.test_coordinator_leases import LONG_MS, wait_expired
 
 TOPIC = "__transaction_state"
@@ -26,8 +27,7 @@ async def _rows(url: str) -> list[tuple[int, bytes, bytes, int]]:
 
 
 def test_compaction_semantics_and_offsets(pg_database):
-    async def main() -> None:
-        store = await prepare(pg_database)
+    async def main(store: MetadataStore) -> None:
         reg = await register(store, 1, LONG_MS)
         held = (await CoordinatorLeases(store).acquire(reg, RESOURCES)).held
         topic = PgInternalTopic(store, TOPIC, 2)
@@ -41,12 +41,11 @@ def test_compaction_semantics_and_offsets(pg_database):
             await topic.append(1, [(b"x", b"1")], 0)
         assert [r[0] for r in await _rows(pg_database)] == [0, 0, 0]
 
-    asyncio.run(main())
+    run_cluster(pg_database, main)
 
 
 def test_a_paused_former_owner_writes_nothing_and_the_new_owner_loads_what_it_committed(pg_database):
-    async def main() -> None:
-        store = await prepare(pg_database)
+    async def main(store: MetadataStore) -> None:
         leases = CoordinatorLeases(store)
         paused = await register(store, 1, 500)
         old_topic = PgInternalTopic(store, TOPIC, 2)
@@ -76,14 +75,13 @@ def test_a_paused_former_owner_writes_nothing_and_the_new_owner_loads_what_it_co
         # Offset 2: the refused append took no offset either (one transaction, rolled back).
         assert (0, b"txn-a", b"complete", 2) in await _rows(pg_database)
 
-    asyncio.run(main())
+    run_cluster(pg_database, main)
 
 
 def test_a_write_in_flight_holds_off_the_takeover_until_it_ends(pg_database):
     """The share lock of ``fenced``: a takeover cannot slip between a write's check and its
     commit, so the new owner's load sees the write (SKIP LOCKED: the round just skips the row)."""
-    async def main() -> None:
-        store = await prepare(pg_database)
+    async def main(store: MetadataStore) -> None:
         leases = CoordinatorLeases(store)
         writer = await register(store, 1, 500)
         lease = (await leases.acquire(writer, RESOURCES[:1])).held[RESOURCES[0]]
@@ -104,14 +102,13 @@ def test_a_write_in_flight_holds_off_the_takeover_until_it_ends(pg_database):
         topic.own(0, taken.held[RESOURCES[0]])
         assert await topic.read_all([0]) == [(b"k", b"late but checked")]
 
-    asyncio.run(main())
+    run_cluster(pg_database, main)
 
 
 def test_a_paused_writer_inside_its_transaction_is_ended_by_postgresql(pg_database):
     """``idle_timeout_ms``: a writer stalled inside its fenced transaction loses its session, so
     its lock cannot hold off a takeover for longer than that, and its write never commits."""
-    async def main() -> None:
-        store = await prepare(pg_database)
+    async def main(store: MetadataStore) -> None:
         leases = CoordinatorLeases(store)
         writer = await register(store, 1, LONG_MS)
         lease = (await leases.acquire(writer, RESOURCES[:1])).held[RESOURCES[0]]
@@ -132,4 +129,4 @@ def test_a_paused_writer_inside_its_transaction_is_ended_by_postgresql(pg_databa
             await conn.close()
         assert await _rows(pg_database) == []
 
-    asyncio.run(main())
+    run_cluster(pg_database, main)

@@ -7,13 +7,13 @@ import asyncio
 import pytest
 
 from oncestream.cluster.leases.producer_id_blocks import PgProducerIdService, take_block
+from oncestream.cluster.pg.store import MetadataStore
 from oncestream.errors import CoordinatorNotAvailableError
-from tests.cluster.lease_support import prepare
+from tests.cluster.lease_support import run_cluster
 
 
 def test_producer_ids_are_unique_across_two_allocators_and_a_restart(pg_database):
-    async def main() -> None:
-        store = await prepare(pg_database)
+    async def main(store: MetadataStore) -> None:
         first, second = PgProducerIdService(store, block_size=10), PgProducerIdService(store, block_size=10)
         ids: list[int] = []
 
@@ -29,26 +29,26 @@ def test_producer_ids_are_unique_across_two_allocators_and_a_restart(pg_database
         assert len(ids) == len(set(ids)) == 75
         assert min(ids[-5:]) > max(ids[:-5])  # the restart skips what the others reserved
 
-    asyncio.run(main())
+    run_cluster(pg_database, main)
 
 
 def test_concurrent_block_reservations_never_overlap(pg_database):
-    async def main() -> list[range]:
-        store = await prepare(pg_database)
-        return list(await asyncio.gather(*(take_block(store, 100) for _ in range(8))))
+    blocks: list[range] = []
 
-    blocks = asyncio.run(main())
+    async def main(store: MetadataStore) -> None:
+        blocks.extend(await asyncio.gather(*(take_block(store, 100) for _ in range(8))))
+
+    run_cluster(pg_database, main)
     taken = [pid for block in blocks for pid in block]
     assert len(taken) == len(set(taken)) == 800
 
 
 def test_next_id_without_a_block_is_a_retriable_error(pg_database):
-    async def main() -> None:
-        store = await prepare(pg_database)
+    async def main(store: MetadataStore) -> None:
         service = PgProducerIdService(store, block_size=2)
         with pytest.raises(CoordinatorNotAvailableError):
             service.next_id()
         await service.ready()
         assert service.next_id() == 0
 
-    asyncio.run(main())
+    run_cluster(pg_database, main)

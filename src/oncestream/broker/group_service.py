@@ -230,6 +230,22 @@ class GroupService:
         self.coordinator.disown_partition(partition)
         self._reload.discard(partition)
 
+    async def complete_txn_offsets_async(self, offsets_partition: int, producer_id: int, commit: bool) -> bool:
+        """A transaction marker for ``offsets_partition`` (cluster mode: from this broker's
+        transaction coordinator, or WriteTxnMarkers from another broker's): make the producer's
+        staged offsets visible (commit) or drop them (abort). False if the records saying so
+        could not be appended (the marker must be retried; a repeated marker changes nothing)."""
+        coord = self.coordinator
+        ok = True
+        for group_id in coord.group_ids():
+            if coord.partition_for(group_id) != offsets_partition or producer_id not in coord.pending_txn_offsets(group_id):
+                continue
+            if await self.complete_async(coord.complete_pending_txn_offsets(
+                group_id, producer_id, commit, self.now_ms(), mono_ms=self.mono_ms()
+            )):
+                ok = False
+        return ok
+
     def _require_cluster(self) -> AsyncInternalTopic:
         if self._cluster is None:
             raise CoordinatorInvariantError("the single broker owns every __consumer_offsets partition")

@@ -35,7 +35,7 @@ import asyncio
 import dataclasses
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
@@ -50,6 +50,8 @@ from oncestream.coordinator.txn import (
     TransactionCoordinator,
     TxnCoordinatorConfig,
 )
+from oncestream.coordinator.txn.admin_queries import TransactionCounts
+from oncestream.coordinator.txn.messages import ListTransactionsResponse, TransactionDescription, TransactionListing
 from oncestream.errors import (
     CoordinatorInvariantError,
     CoordinatorLoadInProgressError,
@@ -132,6 +134,8 @@ class TxnService:
         self._owned: dict[int, TransactionCoordinator] = {}
         # Cluster mode: marker jobs to retry, with the partition whose lease they carry.
         self._failed_cluster_jobs: list[tuple[int, MarkerJob]] = []
+        # Cluster mode: background reads of partitions whose append had an unknown outcome.
+        self._reloads: set[asyncio.Task[None]] = set()
         self._failed_jobs: list[MarkerJob] = []
         self._steps: TxnStepObserver = steps or _NoObserver()
         self.coordinator = self._new_coordinator()
@@ -224,6 +228,33 @@ class TxnService:
         outcome = coordinator.load(records, self.now_ms(), coordinator_epoch=lease.epoch, mono_ms=self.mono_ms())
         await self.drive_async(coordinator, partition, outcome)
 
+    def _reload_partition(self, partition: int) -> None:
+        """Serve ``partition`` again from what PostgreSQL holds: its requests answer
+        COORDINATOR_LOAD_IN_PROGRESS until a background read (retried, bounded by the lease:
+        it stops once the partition is unloaded) has rebuilt it."""
+        cluster = self._require_cluster()
+        lease = cluster.lease_of(partition)
+        if lease is None:
+            return
+        placeholder = self._new_coordinator()  # never loaded: LOAD_IN_PROGRESS
+        self._owned[partition] = placeholder
+        task = asyncio.get_running_loop().create_task(self._reload_until_loaded(partition, lease, placeholder))
+        self._reloads.add(task)
+        task.add_done_callback(self._reloads.discard)
+
+    async def _reload_until_loaded(self, partition: int, lease: Lease, placeholder: TransactionCoordinator) -> None:
+        delay_s = 0.05
+        while self._owned.get(partition) is placeholder and self._require_cluster().lease_of(partition) == lease:
+            try:
+                await self.load_partition(partition, lease)
+                return
+            except (OnceStreamError, OSError) as exc:
+                log.error("cannot reload %s-%d: %s", TRANSACTION_STATE_TOPIC, partition, exc)
+                if self._require_cluster().lease_of(partition) == lease:  # still ours: keep answering LOAD_IN_PROGRESS
+                    self._owned.setdefault(partition, placeholder)
+            await asyncio.sleep(delay_s)
+            delay_s = min(delay_s * 2, 2.0)
+
     def unload_partition(self, partition: int) -> None:
         """This broker lost or handed off ``partition``'s lease: stop coordinating its ids."""
         cluster = self._require_cluster()
@@ -235,6 +266,48 @@ class TxnService:
         if self._cluster is None:
             raise CoordinatorInvariantError("the single broker owns every __transaction_state partition")
         return self._cluster
+
+    def describe_transactions(self, transactional_ids: Iterable[str]) -> tuple[TransactionDescription, ...]:
+        """DescribeTransactions across the partitions this broker coordinates (NOT_COORDINATOR /
+        COORDINATOR_LOAD_IN_PROGRESS for ids it does not serve, as Kafka answers per id)."""
+        if self._cluster is None:
+            return self.coordinator.describe_transactions(transactional_ids)
+        out: list[TransactionDescription] = []
+        for tid in transactional_ids:
+            error = self.coordinator_error(tid)
+            if error is not None:
+                out.append(TransactionDescription(tid, error))
+            else:
+                out.extend(self.coordinator_for(tid).describe_transactions([tid]))
+        return tuple(out)
+
+    def list_transactions(self, now_ms: int, **filters: Any) -> ListTransactionsResponse:
+        """ListTransactions over every partition this broker coordinates (its share of the
+        cluster; the admin client asks every broker and merges, as with Kafka)."""
+        if self._cluster is None:
+            return self.coordinator.list_transactions(now_ms, **filters)
+        listed: list[TransactionListing] = []
+        unknown: tuple[str, ...] = ()
+        error = ErrorCode.none
+        for _partition, coordinator in sorted(self._owned.items()):
+            if not coordinator.loaded:
+                error = ErrorCode.coordinator_load_in_progress
+                continue
+            part = coordinator.list_transactions(now_ms, **filters)
+            if part.error != ErrorCode.none:
+                return part
+            listed.extend(part.transactions)
+            unknown = part.unknown_state_filters
+        if error != ErrorCode.none:
+            return ListTransactionsResponse(error)
+        return ListTransactionsResponse(ErrorCode.none, tuple(listed), unknown)
+
+    def transaction_counts(self, now_ms: int) -> TransactionCounts:
+        """The metrics' transaction counts, summed over the coordinators of this broker."""
+        counts = [c.transaction_counts(now_ms) for c in self.coordinators()]
+        return TransactionCounts(
+            sum(c.open for c in counts), sum(c.prepared for c in counts), sum(c.completing for c in counts),
+            max((c.oldest_age_ms for c in counts), default=0))
 
     async def call_async(self, transactional_id: str, fn: Callable[[TransactionCoordinator, int], Outcome[Any]]) -> Any:
         """Run one coordinator call for ``transactional_id`` to completion; its response (None
@@ -272,9 +345,11 @@ class TxnService:
                     self.unload_partition(partition)
                     return
                 except (OnceStreamError, OSError) as exc:
+                    # The outcome is unknown (the commit may have happened before the connection
+                    # broke): the partition is read back from PostgreSQL, never assumed either way.
                     log.error("cannot persist transaction %r: %s", write.transactional_id, exc)
-                    work.append((coordinator.on_persist_failed(write.write_id), sink))
-                    continue
+                    self._reload_partition(partition)
+                    return
                 work.append((coordinator.on_persisted(write.write_id, now, mono_ms=self.mono_ms()), sink))
             for job in current.markers_to_write:
                 lease = cluster.lease_of(partition)
@@ -312,7 +387,7 @@ class TxnService:
             for tp in elsewhere:
                 self._on_marker(tp.topic, tp.partition)
         for tp in local:
-            if not await self._complete_txn_offsets_async(tp.partition, job.producer_id, job.commit):
+            if not await self._groups.complete_txn_offsets_async(tp.partition, job.producer_id, job.commit):
                 ok = False
         return ok
 

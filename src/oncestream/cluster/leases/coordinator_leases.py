@@ -108,6 +108,9 @@ def preferred_owner(resource: str, live_node_ids: Iterable[int]) -> int | None:
     return None if best is None else best[1]
 
 
+# NOTIFY channel of freed leases (a wake-up only: the round re-reads the table).
+LEASES_CHANNEL = "oncestream_leases"
+
 # The lease row of a resource if the writer still holds it: same epoch and incarnation, and the
 # owner's broker lease alive now. FOR SHARE OF l: a takeover waits for this transaction.
 _FENCE_SQL = """
@@ -213,6 +216,12 @@ class CoordinatorLeases:
                     "UPDATE coordinator_leases SET owner_node_id = NULL, owner_incarnation = NULL, changed_at = now()"
                     " WHERE owner_node_id = %s AND owner_incarnation = %s AND resource = ANY(%s)",
                     (me.node_id, me.incarnation, sorted(set(resources))))
+
+    async def announce(self) -> None:
+        """NOTIFY ``LEASES_CHANNEL``: leases were freed (a broker released them and deregistered),
+        so every keeper listening runs a round now instead of at its next interval."""
+        async with self._store.transaction() as conn:
+            await conn.execute("SELECT pg_notify(%s, '')", (LEASES_CHANNEL,))
 
     async def owners(self, resources: Iterable[str]) -> dict[str, int]:
         """The live owner's node id of each resource that has one (FindCoordinator)."""

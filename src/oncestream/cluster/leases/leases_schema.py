@@ -19,10 +19,10 @@ overlap, and a block whose commit outcome is unknown is simply never used (skipp
 
 from __future__ import annotations
 
-from oncestream.cluster.pg.schema import SchemaStep
-
-STEPS: tuple[SchemaStep, ...] = (
-    SchemaStep("0201_coordinator_leases", """
+# (name, sql) pairs that cluster/pg/schema.py wraps in its SchemaStep: plain data, so that this
+# package does not import cluster/pg, which imports this module (no cycle between the packages).
+STEPS: tuple[tuple[str, str], ...] = (
+    ("0201_coordinator_leases", """
 CREATE TABLE coordinator_leases (
     resource text PRIMARY KEY,
     owner_node_id int NULL,

@@ -27,7 +27,7 @@ def all_steps() -> tuple[SchemaStep, ...]:
     from oncestream.cluster.pg import catalog_schema, registry_schema, security_schema
 
     return (*catalog_schema.STEPS, *registry_schema.STEPS, *security_schema.STEPS, *diskless_schema.STEPS,
-            *leases_schema.STEPS)
+            *(SchemaStep(name, sql) for name, sql in leases_schema.STEPS))
 
 
 async def apply_schema(conn: psycopg.AsyncConnection[object], steps: tuple[SchemaStep, ...] | None = None) -> list[str]:
