@@ -7,6 +7,7 @@
   different broker: every record read exactly once, in order per key.
 - A broker stopped by SIGSTOP past its session timeout leaves Metadata (and comes back once it is
   resumed: it registers again); a broker stopped by SIGTERM leaves it at once (it deregisters).
+- ListOffsets and DeleteRecords: any broker answers, all agree (the offsets live in PostgreSQL).
 - Bad input: Produce to an unknown topic and a corrupt batch are answered with Kafka error codes,
   and the brokers keep serving.
 """
@@ -18,8 +19,8 @@ from collections import Counter
 from collections.abc import Callable
 
 import pytest
-from confluent_kafka import KafkaError, Producer
-from confluent_kafka.admin import AdminClient, ClusterMetadata
+from confluent_kafka import KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, ClusterMetadata, OffsetSpec
 
 from tests.support.clients import CLIENT_TIMEOUT_S, create_topic, unique_topic
 from tests.support.cluster import Cluster, cluster_factory  # noqa: F401  (fixture)
@@ -112,3 +113,28 @@ def test_bad_produce_is_answered_with_error_codes(cluster_factory: Callable[...,
     records = keyed_records(50, 2)
     produce_all(cluster.brokers[1].bootstrap, topic, records)
     assert_exactly_once_in_key_order(records, consume_all(cluster.brokers[0].bootstrap, topic, 1, len(records)))
+
+
+def _offsets(bootstrap: str, tp: TopicPartition, spec: OffsetSpec) -> int:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    result = admin.list_offsets({tp: spec}, request_timeout=CLIENT_TIMEOUT_S)[tp].result(timeout=CLIENT_TIMEOUT_S)
+    return int(result.offset)
+
+
+def test_list_offsets_and_delete_records_on_any_broker(cluster_factory: Callable[..., Cluster]) -> None:
+    cluster = cluster_factory(3)
+    b1, b2, b3 = (broker.bootstrap for broker in cluster.brokers)
+    topic = unique_topic("cluster-offsets")
+    create_topic(b1, topic, partitions=1)
+    records = keyed_records(100, 1)
+    produce_all(b1, topic, records)
+    tp = TopicPartition(topic, 0)
+    assert [_offsets(b, tp, OffsetSpec.earliest()) for b in (b1, b2, b3)] == [0, 0, 0]
+    assert [_offsets(b, tp, OffsetSpec.latest()) for b in (b1, b2, b3)] == [100, 100, 100]
+    admin = AdminClient({"bootstrap.servers": b3})
+    deleted = admin.delete_records([TopicPartition(topic, 0, 40)], request_timeout=CLIENT_TIMEOUT_S)
+    assert deleted[TopicPartition(topic, 0, 40)].result(timeout=CLIENT_TIMEOUT_S).low_watermark == 40
+    assert [_offsets(b, tp, OffsetSpec.earliest()) for b in (b1, b2, b3)] == [40, 40, 40]
+    assert [_offsets(b, tp, OffsetSpec.latest()) for b in (b1, b2, b3)] == [100, 100, 100]
+    consumer_records = consume_all(b2, topic, 1, 60, {"auto.offset.reset": "earliest"})
+    assert [r.offset for r in consumer_records] == list(range(40, 100))

@@ -32,13 +32,15 @@ from typing import TYPE_CHECKING
 from oncestream.broker.cluster_leaders import leader_of
 from oncestream.broker.cluster_settings import ClusterSettings
 from oncestream.cluster.diskless.append_pipeline import DisklessAppendConfig, DisklessAppender
+from oncestream.cluster.diskless.log_start_moves import delete_records
 from oncestream.cluster.diskless.object_cache import ObjectRangeCache
 from oncestream.cluster.diskless.read_path import DisklessReader
+from oncestream.cluster.diskless.retention import RetentionDefaults, RetentionEnforcer
 from oncestream.cluster.diskless.wakeups import AppendWakeups
 from oncestream.cluster.pg.brokers import BrokerInfo, BrokerRegistry, Registration
 from oncestream.cluster.pg.catalog import Catalog, TopicInfo
 from oncestream.cluster.pg.errors import BrokerFencedError, MetadataStoreError
-from oncestream.cluster.pg.store import MetadataStore
+from oncestream.cluster.pg.store import Conn, MetadataStore
 from oncestream.errors import InvalidConfigError, UnknownTopicOrPartitionError
 from oncestream.log.config import LogConfig
 from oncestream.remote.object_store import ObjectStore
@@ -112,7 +114,9 @@ class ClusterNode:
     """This broker's view of the cluster (see the module docstring)."""
 
     def __init__(self, settings: ClusterSettings, store: MetadataStore, object_store: ObjectStore,
-                 broker_props: dict[str, str]) -> None:
+                 broker_props: dict[str, str], *, log_defaults: LogConfig, check_interval_ms: int) -> None:
+        """``log_defaults``: the broker's topic defaults (retention of topics without their own);
+        ``check_interval_ms``: how often retention runs (log.retention.check.interval.ms)."""
         self.settings = settings
         self.store = store
         self.object_store = object_store
@@ -132,6 +136,12 @@ class ClusterNode:
                                          config=append_config(broker_props))
         self.reader = DisklessReader(store, ObjectRangeCache(object_store))
         self.wakeups = AppendWakeups(store, store)
+        # Retention by time and size of every diskless partition, a bounded round at a time; every
+        # broker runs it (a move is one transaction with the partition locked, so rounds of several
+        # brokers only repeat work, never undo it).
+        self.retention = RetentionEnforcer(store, defaults=RetentionDefaults(
+            retention_ms=log_defaults.retention_ms, retention_bytes=log_defaults.retention_bytes),
+            check_interval_ms=check_interval_ms)
         self._serving = False
         self._topic_cache: dict[str, tuple[float, TopicMeta]] = {}
         self._config_cache: dict[str, tuple[TopicMeta, LogConfig, LogConfig]] = {}
@@ -259,7 +269,17 @@ class ClusterNode:
         """Start the appender's and the wake-ups' tasks (on the running loop)."""
         self.appender.start()
         self.wakeups.start()
+        self.retention.start()
         self._serving = True
+
+    async def delete_records(self, topic_id: uuid.UUID, partition: int, offset: int) -> int:
+        """DeleteRecords of one partition (``-1``: up to the high watermark); the log start after."""
+        async def move(conn: Conn) -> int:
+            return (await delete_records(conn, topic_id, partition, offset)).log_start_offset
+
+        low = await self.store.run(move)
+        self.reader.coordinates.forget((topic_id, partition))  # cached rows below the new start
+        return low
 
     def appended(self, topic_id: uuid.UUID, partition: int) -> None:
         """This broker committed to the partition: wake its own long polls at once (other
@@ -278,6 +298,7 @@ class ClusterNode:
         """Stop the diskless paths (buffered produce answered with a retriable error), then the pool."""
         try:
             if self._serving:
+                await self.retention.close()
                 await self.appender.close()
                 await self.wakeups.close()
         finally:

@@ -33,6 +33,7 @@ from oncestream.broker.tls import server_ssl_context
 from oncestream.cluster.leases.producer_id_blocks import PgProducerIdService
 from oncestream.cluster.pg.errors import MetadataStoreError
 from oncestream.cluster.pg.store import MetadataStore, MetadataStoreConfig
+from oncestream.log.config import LogConfig
 from oncestream.process_shutdown import ShutdownBound, install_stop_signals
 
 log = logging.getLogger("oncestream.broker")
@@ -66,7 +67,9 @@ def run_cluster_broker(settings: ClusterSettings, host: str, port: int, props: d
                                     start_timeout_ms=settings.connect_timeout_ms))
         except MetadataStoreError as exc:
             raise ClusterStartError(str(exc)) from None
-        node = ClusterNode(settings, store, object_store, config.raw)
+        node = ClusterNode(settings, store, object_store, config.raw,
+                           log_defaults=LogConfig.from_broker_configs(config.raw),
+                           check_interval_ms=config.retention_check_interval_ms)
         scratch = Path(tempfile.mkdtemp(prefix=f"oncestream-node{settings.node_id}-"))
         try:
             state = BrokerState(scratch, config, fdatasync=seams_used.fdatasync, seams=seams_used,
