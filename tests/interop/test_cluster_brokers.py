@@ -7,6 +7,8 @@
   different broker: every record read exactly once, in order per key.
 - A broker stopped by SIGSTOP past its session timeout leaves Metadata (and comes back once it is
   resumed: it registers again); a broker stopped by SIGTERM leaves it at once (it deregisters).
+- Topic configs and partition counts changed through one broker are what the others describe;
+  a deleted topic is gone on all of them.
 - ListOffsets and DeleteRecords: any broker answers, all agree (the offsets live in PostgreSQL).
 - Bad input: Produce to an unknown topic and a corrupt batch are answered with Kafka error codes,
   and the brokers keep serving.
@@ -20,7 +22,16 @@ from collections.abc import Callable
 
 import pytest
 from confluent_kafka import KafkaError, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, ClusterMetadata, OffsetSpec
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ClusterMetadata,
+    ConfigEntry,
+    ConfigResource,
+    NewPartitions,
+    OffsetSpec,
+    ResourceType,
+)
 
 from tests.support.clients import CLIENT_TIMEOUT_S, create_topic, unique_topic
 from tests.support.cluster import Cluster, cluster_factory  # noqa: F401  (fixture)
@@ -116,7 +127,7 @@ def test_bad_produce_is_answered_with_error_codes(cluster_factory: Callable[...,
 
 
 def _offsets(bootstrap: str, tp: TopicPartition, spec: OffsetSpec) -> int:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # held until the result is in
     result = admin.list_offsets({tp: spec}, request_timeout=CLIENT_TIMEOUT_S)[tp].result(timeout=CLIENT_TIMEOUT_S)
     return int(result.offset)
 
@@ -138,3 +149,26 @@ def test_list_offsets_and_delete_records_on_any_broker(cluster_factory: Callable
     assert [_offsets(b, tp, OffsetSpec.latest()) for b in (b1, b2, b3)] == [100, 100, 100]
     consumer_records = consume_all(b2, topic, 1, 60, {"auto.offset.reset": "earliest"})
     assert [r.offset for r in consumer_records] == list(range(40, 100))
+
+
+def test_topic_changes_on_one_broker_are_seen_by_all(cluster_factory: Callable[..., Cluster]) -> None:
+    cluster = cluster_factory(3, {"auto.create.topics.enable": "false"})  # a deleted topic stays deleted
+    b1, b2, b3 = (broker.bootstrap for broker in cluster.brokers)
+    topic = unique_topic("cluster-changes")
+    create_topic(b1, topic, partitions=2, config={"retention.ms": "3600000"})
+    resource = ConfigResource(ResourceType.TOPIC, topic)
+    admins = {b: AdminClient({"bootstrap.servers": b}) for b in (b1, b2, b3)}  # held: a collected client cancels
+    altered = admins[b2].incremental_alter_configs([ConfigResource(
+        ResourceType.TOPIC, topic, incremental_configs=[
+            ConfigEntry("retention.ms", "7200000", incremental_operation=AlterConfigOpType.SET)])])
+    altered[resource].result(timeout=CLIENT_TIMEOUT_S)
+    for bootstrap in (b1, b2, b3):
+        described = admins[bootstrap].describe_configs([resource])[resource].result(timeout=CLIENT_TIMEOUT_S)
+        assert described["retention.ms"].value == "7200000"
+    grown = admins[b3].create_partitions([NewPartitions(topic, 5)])
+    grown[topic].result(timeout=CLIENT_TIMEOUT_S)
+    assert [len(_metadata(b, topic).topics[topic].partitions) for b in (b1, b2, b3)] == [5, 5, 5]
+    deleted = admins[b1].delete_topics([topic], operation_timeout=30)
+    deleted[topic].result(timeout=CLIENT_TIMEOUT_S)
+    for bootstrap in (b1, b2, b3):
+        assert _metadata(bootstrap, topic).topics[topic].error is not None

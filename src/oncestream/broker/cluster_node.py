@@ -256,13 +256,21 @@ class ClusterNode:
         """Create ``name`` in the catalog; OnceStreamError (TOPIC_ALREADY_EXISTS...) otherwise."""
         return _meta(await self.catalog.create_topic(name, num_partitions, configs))
 
+    async def set_topic_configs(self, name: str, overrides: dict[str, str]) -> None:
+        """Make ``overrides`` the topic's config overrides in the catalog (validated by the caller).
+        The whole set is written: two brokers altering one topic at once keep the later set."""
+        await self.catalog.alter_topic_configs(name, overrides, replace_all=True)
+        self._topic_cache.pop(name, None)
+
     async def delete_topic(self, name: str) -> None:
         """Delete ``name`` from the catalog (UNKNOWN_TOPIC_OR_PARTITION when it is not there)."""
         await self.catalog.delete_topic(name)
+        self._topic_cache.pop(name, None)
 
     async def create_partitions(self, name: str, count: int) -> None:
         """Grow ``name`` to ``count`` partitions in the catalog."""
         await self.catalog.create_partitions(name, count)
+        self._topic_cache.pop(name, None)
 
     # -- the diskless write and read paths (cluster/diskless) ---------------------------------
     def start_serving(self) -> None:

@@ -73,7 +73,7 @@ HANDLERS: dict[int, Handler] = {
     k.DESCRIBE_ACLS: acls.handle_describe,
     k.CREATE_ACLS: acls.handle_create,
     k.DELETE_ACLS: acls.handle_delete,
-    k.DESCRIBE_CONFIGS: configs.handle_describe,
+    k.DESCRIBE_CONFIGS: configs.handle_describe_configs,
     k.ALTER_CONFIGS: configs.handle_alter,
     k.INCREMENTAL_ALTER_CONFIGS: configs.handle_incremental_alter,
     k.DESCRIBE_LOG_DIRS: log_dirs.handle,
