@@ -10,8 +10,9 @@
 - Topic configs and partition counts changed through one broker are what the others describe;
   a deleted topic is gone on all of them.
 - ListOffsets and DeleteRecords: any broker answers, all agree (the offsets live in PostgreSQL).
-- Bad input: Produce to an unknown topic and a corrupt batch are answered with Kafka error codes,
-  and the brokers keep serving.
+- Bad input: Produce to an unknown topic and a corrupt batch (raw wire) are answered with Kafka
+  error codes, a transactional producer is refused (not yet in cluster mode), and the brokers
+  keep serving.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from collections import Counter
 from collections.abc import Callable
 
 import pytest
-from confluent_kafka import KafkaError, Producer, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import (
     AdminClient,
     AlterConfigOpType,
@@ -37,6 +38,16 @@ from tests.support.clients import CLIENT_TIMEOUT_S, create_topic, unique_topic
 from tests.support.cluster import Cluster, cluster_factory  # noqa: F401  (fixture)
 from tests.support.cluster_clients import consume_all, produce_all
 from tests.support.records import assert_exactly_once_in_key_order, keyed_records
+from tests.support.wire import (
+    API_PRODUCE,
+    BATCH_CRC,
+    ERROR_CORRUPT_MESSAGE,
+    ERROR_NONE,
+    WireConnection,
+    parse_produce_response,
+    produce_request_body,
+    record_batch,
+)
 
 pytestmark = pytest.mark.interop
 
@@ -172,3 +183,34 @@ def test_topic_changes_on_one_broker_are_seen_by_all(cluster_factory: Callable[.
     deleted[topic].result(timeout=CLIENT_TIMEOUT_S)
     for bootstrap in (b1, b2, b3):
         assert _metadata(bootstrap, topic).topics[topic].error is not None
+
+
+UNKNOWN_TOPIC_OR_PARTITION = 3
+INVALID_REQUEST = 42
+
+
+def test_corrupt_batches_and_unknown_topics_get_error_codes(cluster_factory: Callable[..., Cluster]) -> None:
+    cluster = cluster_factory(2, {"auto.create.topics.enable": "false"})
+    topic = unique_topic("cluster-raw")
+    create_topic(cluster.brokers[0].bootstrap, topic, partitions=1)
+    good = record_batch([b"one", b"two"], timestamp_ms=int(time.time() * 1000))
+    corrupt = bytearray(good)
+    corrupt[BATCH_CRC.start] ^= 0xFF
+    broker = cluster.brokers[1]
+    with WireConnection(broker.host, broker.port) as conn:
+        answers = []
+        for n, (name, records) in enumerate([(topic, bytes(corrupt)), (unique_topic("nowhere"), good),
+                                             (topic, good)]):
+            _, results = parse_produce_response(
+                conn.request(API_PRODUCE, 8, n, produce_request_body(name, 0, records)), 8)
+            answers.append((results[0].error_code, results[0].base_offset))
+    assert answers == [(ERROR_CORRUPT_MESSAGE, -1), (UNKNOWN_TOPIC_OR_PARTITION, -1), (ERROR_NONE, 0)]
+    assert [r.value for r in consume_all(cluster.brokers[0].bootstrap, topic, 1, 2)] == [b"one", b"two"]
+
+
+def test_transactional_producers_are_refused_for_now(cluster_factory: Callable[..., Cluster]) -> None:
+    cluster = cluster_factory(1)
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": unique_topic("txn")})
+    with pytest.raises(KafkaException) as refused:
+        producer.init_transactions(5)  # librdkafka retries the refusal until this timeout, then reports it
+    assert refused.value.args[0].code() == INVALID_REQUEST
