@@ -111,6 +111,21 @@ def _cluster_broker(args: argparse.Namespace, host: str, port: int, props: dict[
         return EXIT_STORE_UNAVAILABLE
 
 
+def cmd_cluster(args: argparse.Namespace) -> int:
+    """``oncestream cluster status``: brokers, leases and objects as PostgreSQL holds them."""
+    import asyncio
+
+    from oncestream.broker.cluster_status import ClusterStatusError, read_cluster_status
+
+    try:
+        status = asyncio.run(read_cluster_status(args.metadata_store))
+    except ClusterStatusError as exc:
+        raise CliError(str(exc)) from None
+    for line in status.lines():
+        print(line)
+    return 0
+
+
 # --- clients -------------------------------------------------------------------------------------
 
 # How long `transactions abort` waits for the coordinator to finish the abort it started.
@@ -529,6 +544,11 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("--producer-id", type=int)
     client_args(x)
     x.set_defaults(func=cmd_transactions)
+
+    cl = sub.add_parser("cluster", help="cluster mode: status of a cluster from its metadata store (docs/cluster.md)")
+    cl.add_argument("action", choices=["status"])
+    cl.add_argument("--metadata-store", required=True, metavar="postgresql://USER@HOST:PORT/DB")
+    cl.set_defaults(func=cmd_cluster)
 
     register_groups(sub)  # consumer and share groups (cli_groups.py)
     register_users(sub)  # SCRAM users

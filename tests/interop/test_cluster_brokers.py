@@ -10,6 +10,7 @@
 - Topic configs and partition counts changed through one broker are what the others describe;
   a deleted topic is gone on all of them.
 - ListOffsets and DeleteRecords: any broker answers, all agree (the offsets live in PostgreSQL).
+- ``oncestream cluster status`` lists the brokers (live and gone) and the committed objects.
 - Bad input: Produce to an unknown topic and a corrupt batch (raw wire) are answered with Kafka
   error codes, a transactional producer is refused (not yet in cluster mode), and the brokers
   keep serving.
@@ -17,6 +18,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -34,6 +36,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
+from oncestream.broker_process import oncestream_command
 from tests.support.clients import CLIENT_TIMEOUT_S, create_topic, unique_topic
 from tests.support.cluster import Cluster, cluster_factory  # noqa: F401  (fixture)
 from tests.support.cluster_clients import consume_all, produce_all
@@ -214,3 +217,22 @@ def test_transactional_producers_are_refused_for_now(cluster_factory: Callable[.
     with pytest.raises(KafkaException) as refused:
         producer.init_transactions(5)  # librdkafka retries the refusal until this timeout, then reports it
     assert refused.value.args[0].code() == INVALID_REQUEST
+
+
+def test_cluster_status_shows_brokers_and_objects(cluster_factory: Callable[..., Cluster]) -> None:
+    cluster = cluster_factory(2)
+    topic = unique_topic("cluster-status")
+    create_topic(cluster.brokers[0].bootstrap, topic, partitions=3)
+    produce_all(cluster.brokers[1].bootstrap, topic, keyed_records(30, 3))
+    assert cluster.broker(2).stop() == 0
+    done = subprocess.run([*oncestream_command(), "cluster", "status", "--metadata-store", cluster.metadata_store],
+                          capture_output=True, text=True, timeout=CLIENT_TIMEOUT_S)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("cluster ")
+    assert "brokers: 1 live of 2 registered" in lines
+    assert any(line.startswith("  node 1 ") and " live " in line for line in lines)
+    assert any(line.startswith("  node 2 ") and " gone " in line for line in lines)
+    assert "topics: 1, partitions: 3, batches: " in done.stdout
+    live_objects = next(line for line in lines if line.startswith("objects live: "))
+    assert not live_objects.startswith("objects live: 0 "), live_objects
