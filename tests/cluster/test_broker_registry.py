@@ -14,7 +14,7 @@ from oncestream.cluster.pg.brokers import BrokerRegistry, check_registration_ali
 from oncestream.cluster.pg.errors import BrokerFencedError, NodeIdInUseError
 from oncestream.cluster.pg.store import MetadataStore
 
-SESSION_MS = 1_500
+SESSION_MS = 2_500  # a stall of the loaded machine between two heartbeats must stay below it
 
 
 async def _registry(url: str) -> BrokerRegistry:
@@ -40,6 +40,12 @@ def test_register_lists_live_brokers_and_refuses_a_live_node_id(pg_database):
             with pytest.raises(NodeIdInUseError, match="node id 1 is held by a live broker at h1:9092"):
                 await registry.register(1, "elsewhere", 9999, None, 30_000)
             assert [b.host for b in await registry.live_brokers()] == ["h1", "h2"]  # untouched
+            # Brokers racing for one free node id: exactly one gets it.
+            raced = await asyncio.gather(*(registry.register(7, f"r{i}", 9092, None, 30_000) for i in range(4)),
+                                         return_exceptions=True)
+            winners = [r for r in raced if not isinstance(r, BaseException)]
+            assert len(winners) == 1
+            assert all(isinstance(r, NodeIdInUseError) for r in raced if isinstance(r, BaseException))
         finally:
             await registry.store.close()
 
@@ -51,8 +57,8 @@ def test_heartbeats_keep_a_lease_and_a_broker_paused_past_it_is_fenced(pg_databa
         registry = await _registry(pg_database)
         try:
             reg = await registry.register(1, "h1", 9092, None, SESSION_MS)
-            # Heartbeats for twice the session keep the broker live throughout.
-            end = time.monotonic() + 2 * SESSION_MS / 1000
+            # Heartbeats for 1.5 sessions keep the broker live throughout.
+            end = time.monotonic() + 1.5 * SESSION_MS / 1000
             while time.monotonic() < end:
                 await registry.heartbeat(reg)
                 assert await _live_ids(registry) == [1]
