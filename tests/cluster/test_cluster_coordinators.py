@@ -77,6 +77,13 @@ class Broker:
         self.keeper = LeaseKeeper(CoordinatorLeases(store), reg, [self.groups, self.txns],
                                   interval_ms=100, session_timeout_ms=LONG_MS)
 
+    @classmethod
+    async def started(cls, store: MetadataStore, node_id: int, topics: Any = dict) -> Broker:
+        """Broker ``node_id`` registered, after its first lease round."""
+        broker = cls(store, await register(store, node_id, LONG_MS), topics)
+        await broker.keeper.run_round()
+        return broker
+
     async def commit(self, group_id: str, offset: int) -> ErrorCode:
         result, writes = self.groups.coordinator.commit_offsets(
             OffsetCommitRequest(group_id, {TP: PartitionOffsetCommit(offset)}), now_ms())
@@ -91,16 +98,22 @@ class Broker:
         await self.producer_ids.ready()
         return await self.txns.call_async(tid, fn)
 
+    async def begin(self, tid: str) -> Any:
+        """A transaction of ``tid`` with TP added (Ongoing); the InitProducerId answer."""
+        init = await self.call(tid, lambda c, now: c.init_producer_id(tid, 60000, now))
+        added = await self.call(tid, lambda c, now: c.add_partitions(tid, init.producer_id, init.producer_epoch,
+                                                                     [TP], now))
+        assert added.error == ErrorCode.none
+        return init
+
 
 def test_group_partitions_move_to_the_survivor_with_their_committed_offsets(pg_database):
     async def main(store: MetadataStore) -> None:
-        first = Broker(store, await register(store, 1, LONG_MS))
-        await first.keeper.run_round()  # alone: every partition
+        first = await Broker.started(store, 1)
         assert len(first.keeper.loaded) == 8
         assert await first.commit("g", 42) == ErrorCode.none
 
-        second = Broker(store, await register(store, 2, LONG_MS))
-        await second.keeper.run_round()
+        second = await Broker.started(store, 2)
         assert second.groups.coordinator_error("g") == ErrorCode.not_coordinator  # 1 is alive and holds it
         await expire(store, 1)
         await second.keeper.run_round()
@@ -119,8 +132,7 @@ def test_group_partitions_move_to_the_survivor_with_their_committed_offsets(pg_d
 
 def test_a_prepared_two_phase_transaction_survives_every_brokers_death(pg_database):
     async def main(store: MetadataStore) -> None:
-        first = Broker(store, await register(store, 1, LONG_MS))
-        await first.keeper.run_round()
+        first = await Broker.started(store, 1)
         init = await first.call("tx", lambda c, now: c.init_producer_id("tx", 60000, now, enable_2pc=True))
         assert init.error == ErrorCode.none
         added = await first.call("tx", lambda c, now: c.add_partitions("tx", init.producer_id, init.producer_epoch,
@@ -128,8 +140,7 @@ def test_a_prepared_two_phase_transaction_survives_every_brokers_death(pg_databa
         assert added.error == ErrorCode.none
         await expire(store, 1)  # every broker is dead; the transaction is prepared (KIP-939)
 
-        second = Broker(store, await register(store, 2, LONG_MS))
-        await second.keeper.run_round()
+        second = await Broker.started(store, 2)
         lease = second.keeper.loaded[f"__transaction_state/{second.txns.partition_for('tx')}"]
         assert lease.epoch == 2  # taken over
         recovered = await second.call("tx", lambda c, now: c.init_producer_id(
@@ -157,17 +168,14 @@ def test_a_prepared_two_phase_transaction_survives_every_brokers_death(pg_databa
 
 def test_a_commit_decided_before_the_owner_died_is_finished_by_the_next_owner(pg_database):
     async def main(store: MetadataStore) -> None:
-        first = Broker(store, await register(store, 1, LONG_MS))
-        await first.keeper.run_round()
-        init = await first.call("tx", lambda c, now: c.init_producer_id("tx", 60000, now))
-        await first.call("tx", lambda c, now: c.add_partitions("tx", init.producer_id, init.producer_epoch, [TP], now))
+        first = await Broker.started(store, 1)
+        init = await first.begin("tx")
         first.markers.fail = True  # PrepareCommit is durable, no marker gets written
         ended = await first.call("tx", lambda c, now: c.end_txn("tx", init.producer_id, init.producer_epoch, True, now))
         assert ended.error == ErrorCode.none  # the outcome is decided
         await expire(store, 1)
 
-        second = Broker(store, await register(store, 2, LONG_MS))
-        await second.keeper.run_round()  # the load resumes the commit
+        second = await Broker.started(store, 2)
         ((job, lease),) = second.markers.jobs
         assert (job.producer_id, job.commit, job.coordinator_epoch) == (init.producer_id, True, lease.epoch)
         (description,) = second.txns.coordinator_for("tx").describe_transactions(["tx"])
@@ -239,8 +247,7 @@ def test_an_append_of_unknown_outcome_is_resolved_by_reading_back(pg_database):
 
 def test_transactional_offsets_become_visible_when_the_transaction_commits(pg_database):
     async def main(store: MetadataStore) -> None:
-        broker = Broker(store, await register(store, 1, LONG_MS))
-        await broker.keeper.run_round()  # alone: owns the group's and the transaction's partitions
+        broker = await Broker.started(store, 1)
         init = await broker.call("tx", lambda c, now: c.init_producer_id("tx", 60000, now))
         pid, epoch = init.producer_id, init.producer_epoch
         added = await broker.call("tx", lambda c, now: c.add_offsets("tx", pid, epoch, "g", now))
@@ -276,16 +283,14 @@ def test_a_kip848_consumer_group_keeps_its_epoch_and_assignment_across_a_takeove
         return await broker.groups.finish_async(request.group_id, result, writes)
 
     async def main(store: MetadataStore) -> None:
-        first = Broker(store, await register(store, 1, LONG_MS), topics)
-        await first.keeper.run_round()
+        first = await Broker.started(store, 1, topics)
         joined = await heartbeat(first, ConsumerHeartbeatRequest(
             "cg", "member-1", 0, rebalance_timeout_ms=30000, subscribed_topic_names=("orders",), owned={}))
         assert joined.error == ErrorCode.none
         assert joined.assignment == {orders.topic_id: frozenset({0, 1, 2})}
         await expire(store, 1)
 
-        second = Broker(store, await register(store, 2, LONG_MS), topics)
-        await second.keeper.run_round()
+        second = await Broker.started(store, 2, topics)
         again = await heartbeat(second, ConsumerHeartbeatRequest(
             "cg", "member-1", joined.member_epoch, owned={orders.topic_id: frozenset({0, 1, 2})}))
         assert (again.error, again.member_epoch) == (ErrorCode.none, joined.member_epoch)
@@ -299,10 +304,8 @@ def test_another_area_reads_the_persisted_transaction_and_holds_off_its_next_ste
     from oncestream.cluster.leases.txn_state import stored_transaction
 
     async def main(store: MetadataStore) -> None:
-        broker = Broker(store, await register(store, 1, LONG_MS))
-        await broker.keeper.run_round()
-        init = await broker.call("tx", lambda c, now: c.init_producer_id("tx", 60000, now))
-        await broker.call("tx", lambda c, now: c.add_partitions("tx", init.producer_id, init.producer_epoch, [TP], now))
+        broker = await Broker.started(store, 1)
+        init = await broker.begin("tx")
         async with store.transaction() as conn:  # e.g. the diskless commit of a transactional batch
             assert await stored_transaction(conn, "nobody", 4) is None
             stored = await stored_transaction(conn, "tx", 4)

@@ -130,3 +130,13 @@ def test_a_paused_writer_inside_its_transaction_is_ended_by_postgresql(pg_databa
         assert await _rows(pg_database) == []
 
     run_cluster(pg_database, main)
+
+
+def test_every_broker_uses_the_partition_count_the_first_one_stored(pg_database):
+    async def main(store: MetadataStore) -> None:
+        first = await PgInternalTopic.open(store, "__consumer_offsets", 4)
+        second = await PgInternalTopic.open(store, "__consumer_offsets", 50)  # configured differently
+        other = await PgInternalTopic.open(store, "__transaction_state", 7)
+        assert (first.num_partitions, second.num_partitions, other.num_partitions) == (4, 4, 7)
+
+    run_cluster(pg_database, main)

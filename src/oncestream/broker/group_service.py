@@ -195,8 +195,9 @@ class GroupService:
         return OFFSETS_TOPIC
 
     def coordinator_error(self, group_id: str) -> ErrorCode | None:
-        """NOT_COORDINATOR when another broker owns the group's partition, LOAD_IN_PROGRESS
-        while it loads, None when this broker serves it (always None for the single broker)."""
+        """NOT_COORDINATOR when another broker owns the group's partition (cluster mode only),
+        LOAD_IN_PROGRESS while it loads or reloads after a failed append, None when this broker
+        serves it."""
         return self.coordinator_error_for_partition(self.coordinator.partition_for(group_id))
 
     def coordinator_error_for_partition(self, partition: int) -> ErrorCode | None:

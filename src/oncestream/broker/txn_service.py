@@ -337,6 +337,8 @@ class TxnService:
             if current.response is not None and sink is not None and not sink:
                 sink.append(current.response)
             for write in current.records_to_persist:
+                if self._owned.get(partition) is not coordinator:
+                    return  # unloaded during an earlier await: a new load may carry a new lease
                 now = self.now_ms()
                 try:
                     await cluster.append(partition, [(write.key, write.value)], now)
@@ -353,7 +355,7 @@ class TxnService:
                 work.append((coordinator.on_persisted(write.write_id, now, mono_ms=self.mono_ms()), sink))
             for job in current.markers_to_write:
                 lease = cluster.lease_of(partition)
-                if lease is None:
+                if lease is None or self._owned.get(partition) is not coordinator:
                     return
                 try:
                     written = await self._write_cluster_markers(job, lease)

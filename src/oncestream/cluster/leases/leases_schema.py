@@ -6,6 +6,9 @@ e.g. ``'__consumer_offsets/7'``). A lease is held while its owner's broker lease
 broker heartbeat renews all its leases. ``epoch`` grows at every change of owner; a row with no
 owner is free.
 
+``coordinator_topics``: the partition count of each internal topic, fixed by the first broker that
+opened it (coordinators map keys onto partitions, so every broker must use the same count).
+
 ``coordinator_records``: the internal compacted topics (``__consumer_offsets``,
 ``__transaction_state``, ``__share_group_state``) as the compaction would leave them: the latest
 value per key (a tombstone deletes the row), each with the offset it was appended at.
@@ -32,6 +35,10 @@ CREATE TABLE coordinator_leases (
     CHECK ((owner_node_id IS NULL) = (owner_incarnation IS NULL))
 );
 CREATE INDEX coordinator_leases_owner ON coordinator_leases (owner_node_id, owner_incarnation);
+CREATE TABLE coordinator_topics (
+    topic text PRIMARY KEY,
+    num_partitions int NOT NULL CHECK (num_partitions > 0)
+);
 CREATE TABLE coordinator_partitions (
     topic text NOT NULL,
     partition int NOT NULL,

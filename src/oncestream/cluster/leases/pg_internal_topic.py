@@ -49,6 +49,23 @@ RETURNING next_offset
 """
 
 
+async def internal_topic_partitions(store: TransactionSource, name: str, configured: int) -> int:
+    """The partition count of internal topic ``name``: the one stored by the first broker that
+    opened it, else ``configured`` (stored now). As with the local log, an existing topic keeps
+    its count: coordinators map keys onto partitions, so every broker must agree on it."""
+    if configured <= 0:
+        raise UnknownTopicOrPartitionError(f"{name} needs at least one partition, got {configured}")
+    async with store.transaction() as conn:
+        await conn.execute(
+            "INSERT INTO coordinator_topics (topic, num_partitions) VALUES (%s, %s) ON CONFLICT DO NOTHING",
+            (name, configured))
+        cursor = await conn.execute("SELECT num_partitions FROM coordinator_topics WHERE topic = %s", (name,))
+        row = await cursor.fetchone()
+    if row is None:
+        raise UnknownTopicOrPartitionError(f"{name} has no partition count")  # unreachable: inserted above
+    return int(row[0])
+
+
 class PgInternalTopic:
     """One internal compacted topic in ``coordinator_records``; appends fenced per partition.
 
@@ -64,6 +81,13 @@ class PgInternalTopic:
         self._store = store
         self._idle_timeout_ms = idle_timeout_ms
         self._leases: dict[int, Lease] = {}
+
+    @classmethod
+    async def open(cls, store: TransactionSource, name: str, configured_partitions: int, *,
+                   idle_timeout_ms: int = DEFAULT_IDLE_TIMEOUT_MS) -> PgInternalTopic:
+        """The topic with the cluster's partition count (``internal_topic_partitions``)."""
+        num_partitions = await internal_topic_partitions(store, name, configured_partitions)
+        return cls(store, name, num_partitions, idle_timeout_ms=idle_timeout_ms)
 
     def resource(self, partition: int) -> str:
         """The lease resource of one partition of this topic."""
