@@ -10,6 +10,8 @@
 - Topic configs and partition counts changed through one broker are what the others describe;
   a deleted topic is gone on all of them.
 - ListOffsets and DeleteRecords: any broker answers, all agree (the offsets live in PostgreSQL).
+- A consumer group (classic protocol, subscribe) whose members bootstrap from different brokers
+  finds one coordinator (the owner of its partition's lease) and resumes from its commits.
 - ``oncestream cluster status`` lists the brokers (live and gone) and the committed objects.
 - Bad input: Produce to an unknown topic and a corrupt batch (raw wire) are answered with Kafka
   error codes, a transactional producer is refused (not yet in cluster mode), and the brokers
@@ -24,7 +26,7 @@ from collections import Counter
 from collections.abc import Callable
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import (
     AdminClient,
     AlterConfigOpType,
@@ -40,7 +42,8 @@ from oncestream.broker_process import oncestream_command
 from tests.support.clients import CLIENT_TIMEOUT_S, create_topic, unique_topic
 from tests.support.cluster import Cluster, cluster_factory  # noqa: F401  (fixture)
 from tests.support.cluster_clients import consume_all, produce_all
-from tests.support.records import assert_exactly_once_in_key_order, keyed_records
+from tests.support.narrow import consumed_record
+from tests.support.records import ConsumedRecord, assert_exactly_once_in_key_order, keyed_records
 from tests.support.wire import (
     API_PRODUCE,
     BATCH_CRC,
@@ -236,3 +239,38 @@ def test_cluster_status_shows_brokers_and_objects(cluster_factory: Callable[...,
     assert "topics: 1, partitions: 3, batches: " in done.stdout
     live_objects = next(line for line in lines if line.startswith("objects live: "))
     assert not live_objects.startswith("objects live: 0 "), live_objects
+
+
+def test_a_consumer_group_spans_brokers_and_resumes_from_its_commits(cluster_factory: Callable[..., Cluster]) -> None:
+    cluster = cluster_factory(3, {"group.initial.rebalance.delay.ms": "0"})
+    topic = unique_topic("cluster-group")
+    partitions = 6
+    create_topic(cluster.brokers[0].bootstrap, topic, partitions=partitions)
+    first = keyed_records(120, 6, tag="a")
+    produce_all(cluster.brokers[1].bootstrap, topic, first)
+    group = unique_topic("cluster-group-id")
+    consumed = _group_read(cluster.brokers[2].bootstrap, topic, group, len(first))
+    assert_exactly_once_in_key_order(first, consumed)
+    second = keyed_records(60, 6, tag="b")
+    produce_all(cluster.brokers[0].bootstrap, topic, second)
+    # Another member, bootstrapped from another broker, finds the same coordinator and resumes.
+    assert_exactly_once_in_key_order(second, _group_read(cluster.brokers[1].bootstrap, topic, group, len(second)))
+
+
+def _group_read(bootstrap: str, topic: str, group: str, count: int) -> list[ConsumedRecord]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
+                         "auto.offset.reset": "earliest", "session.timeout.ms": 10000})
+    consumed: list[ConsumedRecord] = []
+    try:
+        consumer.subscribe([topic])
+        deadline = time.monotonic() + WAIT_S
+        while len(consumed) < count:
+            assert time.monotonic() < deadline, f"group {group} read {len(consumed)} of {count}"
+            for msg in consumer.consume(num_messages=500, timeout=0.2):
+                if msg.error() is not None:
+                    raise KafkaException(msg.error())
+                consumed.append(consumed_record(msg))
+        consumer.commit(asynchronous=False)
+    finally:
+        consumer.close()
+    return consumed

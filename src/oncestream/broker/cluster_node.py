@@ -41,11 +41,13 @@ from oncestream.cluster.pg.brokers import BrokerInfo, BrokerRegistry, Registrati
 from oncestream.cluster.pg.catalog import Catalog, TopicInfo
 from oncestream.cluster.pg.errors import BrokerFencedError, MetadataStoreError
 from oncestream.cluster.pg.store import Conn, MetadataStore
+from oncestream.coordinator.group.consumer.records import TopicMetadata
 from oncestream.errors import InvalidConfigError, UnknownTopicOrPartitionError
 from oncestream.log.config import LogConfig
 from oncestream.remote.object_store import ObjectStore
 
 if TYPE_CHECKING:
+    from oncestream.broker.cluster_coordinators import ClusterCoordinators
     from oncestream.broker.state import BrokerState
 
 log = logging.getLogger("oncestream.broker.cluster")
@@ -68,6 +70,11 @@ def append_config(props: dict[str, str]) -> DisklessAppendConfig:
             buffer_max_bytes=int(props.get(BUFFER_MAX_BYTES_KEY, defaults.buffer_max_bytes)))
     except ValueError as exc:
         raise InvalidConfigError(f"{COMMIT_INTERVAL_KEY} / {BUFFER_MAX_BYTES_KEY}: {exc}") from None
+
+
+def _log_end(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("coordinator lease rounds ended: %s", task.exception())
 
 
 def _meta(info: TopicInfo) -> TopicMeta:
@@ -131,6 +138,11 @@ class ClusterNode:
         self._live: tuple[BrokerAddress, ...] = ()
         self._live_read_s = -1.0
         self._leaving = False
+        # Coordinators on leases (broker/cluster_coordinators.py), once attached; their lease
+        # rounds run for the current registration (restarted when the broker registers again).
+        self.coordinators: ClusterCoordinators | None = None
+        self._coordinator_task: asyncio.Task[None] | None = None
+        self._snapshot: dict[str, TopicMeta] = {}
         # The diskless paths; their tasks run from start_serving on.
         self.appender = DisklessAppender(store, object_store, broker_id=settings.node_id,
                                          config=append_config(broker_props))
@@ -163,7 +175,18 @@ class ClusterNode:
             self.node_id, self._host, self._port, self._rack, self.settings.session_timeout_ms,
             listeners=self._listeners, takeover_wait_ms=takeover_wait_ms)
         self._live_read_s = -1.0
+        self._run_coordinators()
         log.info("registered as node %d at %s:%d in cluster %s", self.node_id, self._host, self._port, self.cluster_id)
+
+    def _run_coordinators(self) -> None:
+        """(Re)start the coordinators' lease rounds for the current registration."""
+        if self.coordinators is None or self.registration is None:
+            return
+        if self._coordinator_task is not None:
+            self._coordinator_task.cancel()
+        self._coordinator_task = asyncio.get_running_loop().create_task(
+            self.coordinators.run(self.registration), name="coordinator-leases")
+        self._coordinator_task.add_done_callback(_log_end)
 
     async def heartbeat_loop(self) -> None:
         """Renew the lease every heartbeat interval until cancelled; re-register when fenced."""
@@ -191,11 +214,27 @@ class ClusterNode:
         self._leaving = True
         if self.registration is None:
             return
+        if self.coordinators is not None:  # release the coordinator leases before the registration
+            try:
+                await self.coordinators.stop()
+            except MetadataStoreError as exc:
+                log.warning("node %d: releasing coordinator leases failed (%s)", self.node_id, exc)
+            if self._coordinator_task is not None:
+                self._coordinator_task.cancel()
         try:
             await self.registry.deregister(self.registration)
             log.info("node %d deregistered", self.node_id)
         except MetadataStoreError as exc:
             log.warning("node %d: deregistering failed (%s); its lease expires by itself", self.node_id, exc)
+        if self.coordinators is not None:
+            try:
+                await self.coordinators.announce()  # the others take the partitions over at once
+            except MetadataStoreError as exc:
+                log.warning("node %d: announcing the handover failed (%s)", self.node_id, exc)
+
+    def cached_live_brokers(self) -> tuple[BrokerAddress, ...]:
+        """The live brokers as last read (for answers that cannot wait, e.g. FindCoordinator)."""
+        return self._live
 
     async def live_brokers(self) -> tuple[BrokerAddress, ...]:
         """The live brokers (this one included while registered), ordered by node id; read from
@@ -239,6 +278,29 @@ class ClusterNode:
             if name not in found:
                 self._topic_cache.pop(name, None)
         return found
+
+    def topic_snapshot(self) -> dict[str, TopicMeta]:
+        """Every topic as last read by ``topic_refresh_loop`` (synchronous callers: offset
+        commits' partition check, the consumer group assignors)."""
+        return self._snapshot
+
+    def topic_metadata_view(self) -> dict[str, TopicMetadata]:
+        """``topic_snapshot`` as the group coordinator's TopicMetadata."""
+        return {name: TopicMetadata(meta.topic_id, name, meta.num_partitions) for name, meta in self._snapshot.items()}
+
+    async def topic_refresh_loop(self) -> None:
+        """Re-read every topic and the live brokers every ``TOPIC_CACHE_MAX_AGE_MS`` until cancelled."""
+        while True:
+            try:
+                await self.refresh_snapshot()
+                await self.live_brokers()
+            except MetadataStoreError as exc:
+                log.warning("node %d: reading the catalog failed (%s)", self.node_id, exc)
+            await asyncio.sleep(TOPIC_CACHE_MAX_AGE_MS / 1000)
+
+    async def refresh_snapshot(self) -> None:
+        """Read every topic into ``topic_snapshot``."""
+        self._snapshot = await self.topics(None)
 
     async def log_config(self, state: BrokerState, topic: str) -> LogConfig:
         """The topic's log settings: its configs in the catalog over the broker's defaults (as
@@ -305,6 +367,8 @@ class ClusterNode:
     async def close(self) -> None:
         """Stop the diskless paths (buffered produce answered with a retriable error), then the pool."""
         try:
+            if self._coordinator_task is not None:
+                self._coordinator_task.cancel()
             if self._serving:
                 await self.retention.close()
                 await self.appender.close()

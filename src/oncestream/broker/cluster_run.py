@@ -18,6 +18,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from oncestream.broker.cluster_coordinators import ClusterCoordinators
 from oncestream.broker.cluster_node import ClusterNode
 from oncestream.broker.cluster_settings import (
     ClusterSettings,
@@ -30,13 +31,25 @@ from oncestream.broker.seams import BrokerSeams
 from oncestream.broker.server import BrokerServer
 from oncestream.broker.state import BrokerState
 from oncestream.broker.tls import server_ssl_context
+from oncestream.cluster.leases.coordinator_leases import Lease
 from oncestream.cluster.leases.producer_id_blocks import PgProducerIdService
 from oncestream.cluster.pg.errors import MetadataStoreError
 from oncestream.cluster.pg.store import MetadataStore, MetadataStoreConfig
+from oncestream.coordinator.txn import MarkerJob
 from oncestream.log.config import LogConfig
 from oncestream.process_shutdown import ShutdownBound, install_stop_signals
 
 log = logging.getLogger("oncestream.broker")
+
+
+class MarkersNotWired:
+    """The transaction coordinator's marker writer until diskless markers are wired in: never
+    asked while InitProducerId refuses transactional ids in cluster mode (docs/cluster.md); if it
+    were, it says so and writes nothing (False: the job is retried, nothing claimed written)."""
+
+    async def write_markers(self, job: MarkerJob, lease: Lease) -> bool:
+        log.error("transaction markers are not wired in cluster mode yet; job %s not written", job)
+        return False
 
 
 def run_cluster_broker(settings: ClusterSettings, host: str, port: int, props: dict[str, str], *,
@@ -72,11 +85,22 @@ def run_cluster_broker(settings: ClusterSettings, host: str, port: int, props: d
                            check_interval_ms=config.retention_check_interval_ms)
         scratch = Path(tempfile.mkdtemp(prefix=f"oncestream-node{settings.node_id}-"))
         try:
+            producer_ids = PgProducerIdService(store)
             state = BrokerState(scratch, config, fdatasync=seams_used.fdatasync, seams=seams_used,
-                                producer_ids=PgProducerIdService(store))
+                                producer_ids=producer_ids)
             state.cluster = node
+            # Consumer groups (and, once markers are wired, transactions) on leases in PostgreSQL
+            # (broker/cluster_coordinators.py): they replace the scratch state's services.
+            coordinators = await ClusterCoordinators.open(
+                store, config.raw, state.now_ms, state.mono_ms, producer_ids=producer_ids,
+                markers=MarkersNotWired(), topics=node.topic_metadata_view, on_marker=state.notifier.notify,
+                interval_ms=settings.heartbeat_interval_ms, session_timeout_ms=settings.session_timeout_ms)
+            state.groups, state.transactions = coordinators.groups, coordinators.transactions
+            node.coordinators = coordinators
+            await node.refresh_snapshot()
             server = BrokerServer(
-                state, ready_file=ready_file, background=(*seams_used.background_loops, node.heartbeat_loop),
+                state, ready_file=ready_file,
+                background=(*seams_used.background_loops, node.heartbeat_loop, node.topic_refresh_loop),
                 stuck_report_s=bound.bound_ms / 4000, defer_ready=True, on_stopping=node.leave)
             install_stop_signals(asyncio.get_running_loop(), bound, server.stop)
             node.start_serving()

@@ -255,7 +255,10 @@ class BrokerState:
     def partition_exists(self, topic: str, partition: int) -> bool:
         """Whether ``topic`` exists and has ``partition``: offset commits (plain and
         transactional) for anything else are refused with UNKNOWN_TOPIC_OR_PARTITION, as Kafka's
-        KafkaApis refuses them against its metadata cache."""
+        KafkaApis refuses them against its metadata cache (in cluster mode: the catalog's snapshot)."""
+        if self.cluster is not None:
+            meta = self.cluster.topic_snapshot().get(topic)
+            return meta is not None and 0 <= partition < meta.num_partitions
         info = self.logs.topics().get(topic)
         return info is not None and 0 <= partition < info.num_partitions
 
