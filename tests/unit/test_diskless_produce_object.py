@@ -77,3 +77,11 @@ def test_object_keys_are_unique_per_attempt_and_dated():
     assert len(keys) == 100
     assert all(re.fullmatch(r"pre/fix/diskless/1970-01-01/[0-9a-f]{32}\.batches", key) for key in keys)
     assert new_object_key("", 0).startswith("diskless/1970-01-01/")
+
+
+def test_the_append_notification_names_the_partitions_or_says_anything_changed():
+    from oncestream.cluster.diskless.partition_rows import notify_payload
+
+    assert notify_payload([(TOPIC_A, 0), (TOPIC_B, 12)]) == f"{TOPIC_A}:0,{TOPIC_B}:12"
+    many = [(uuid.uuid4(), p) for p in range(300)]  # ~12 KB: above PostgreSQL's 8000-byte limit
+    assert notify_payload(many) == ""

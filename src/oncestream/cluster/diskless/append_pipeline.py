@@ -17,9 +17,10 @@ order they arrived.
 Nothing is acknowledged before its commit. Failures answer the requests of that object with a
 retriable error, never with offsets:
 
-- the object store refused or failed the PUT: KAFKA_STORAGE_ERROR (Kafka's "the storage behind
-  this partition failed"; clients retry it after a metadata refresh). Nothing was committed; the
-  'uploading' row left behind is collected by ``ObjectGarbageCollector``.
+- the object store refused or failed the PUT, or it did not end within ``upload_timeout_ms``:
+  KAFKA_STORAGE_ERROR (Kafka's "the storage behind this partition failed"; clients retry it after
+  a metadata refresh). Nothing was committed; the 'uploading' row left behind (and the object, if
+  a late PUT still lands) is collected by ``ObjectGarbageCollector``.
 - PostgreSQL unreachable or failing past the retry bound (MetadataStoreUnavailableError):
   REQUEST_TIMED_OUT (clients retry it and treat the write as possibly persisted, which is what an
   unresolved commit is; an idempotent retry is then answered exactly).
@@ -77,6 +78,9 @@ class DisklessAppendConfig:
     commit_interval_ms: int = DEFAULT_COMMIT_INTERVAL_MS  # diskless.append.commit.interval.ms
     buffer_max_bytes: int = DEFAULT_BUFFER_MAX_BYTES  # diskless.append.buffer.max.bytes
     max_uploads_in_flight: int = 2  # objects uploaded while an earlier one commits
+    # A PUT not done by then is answered KAFKA_STORAGE_ERROR; it may still land later (the object
+    # stays 'uploading' and is collected). Keep it well below the GC's upload timeout.
+    upload_timeout_ms: int = 30_000
     delete_grace_ms: int = DEFAULT_DELETE_GRACE_MS  # of an object none of whose batches was kept
     close_timeout_ms: int = 30_000  # close() waits this long for uploads and commits in flight
 
@@ -96,7 +100,7 @@ class PartitionAppend:
     config: LogConfig
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)  # compared and hashed by identity (kept in a set)
 class _Waiting:
     append: ValidatedAppend
     future: asyncio.Future[AppendOutcome]
@@ -215,8 +219,13 @@ class DisklessAppender:
                         await asyncio.wait_for(self._wakeup.wait(), timeout_s)
                     continue
                 waiting = self._buffer.take()
-                self._in_flight.update(waiting)
-                task = asyncio.create_task(self._upload(waiting), name="diskless-upload")
+                try:
+                    self._in_flight.update(waiting)
+                    task = asyncio.create_task(self._upload(waiting), name="diskless-upload")
+                except Exception as exc:  # a bug must not leave producers hanging
+                    log.exception("diskless flush failed unexpectedly")
+                    self._settle(waiting, ErrorCode.unknown_server_error, f"cutting a produce object failed: {exc}")
+                    continue
                 await self._uploads.put(task)  # blocks while max_uploads_in_flight are pending
         finally:
             await self._uploads.put(None)
@@ -251,8 +260,15 @@ class DisklessAppender:
         except Exception as exc:
             self._settle(waiting, ErrorCode.unknown_server_error, f"preparing the produce object failed: {exc}")
             raise
+        put = asyncio.get_running_loop().run_in_executor(self._executor, self._objects.put, key, obj.data)
         try:
-            await asyncio.get_running_loop().run_in_executor(self._executor, self._objects.put, key, obj.data)
+            await asyncio.wait_for(put, self._config.upload_timeout_ms / 1000)
+        except TimeoutError:
+            log.warning("diskless upload of %s did not end within %d ms", key, self._config.upload_timeout_ms)
+            self._settle(waiting, ErrorCode.kafka_storage_error,
+                         f"uploading produce object {key} to {self._objects.description} did not end within "
+                         f"{self._config.upload_timeout_ms} ms")
+            return None
         except Exception as exc:  # noqa: BLE001  (any failure of the store: nothing is acknowledged)
             log.warning("diskless upload of %s failed: %s", key, exc)
             self._settle(waiting, ErrorCode.kafka_storage_error,

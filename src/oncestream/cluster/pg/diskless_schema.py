@@ -1,5 +1,9 @@
 """Tables of diskless topics (step ``0101_diskless``), as CLUSTER-PLAN.md lists them.
 
+Owned by the diskless write side (``cluster/diskless``), kept here beside the other areas' schema
+modules because ``all_steps`` must list it and ``cluster/diskless`` imports ``cluster/pg`` (the
+store): a schema module inside ``cluster/diskless`` would make the two packages import each other.
+
 - ``objects``: every produce object the brokers uploaded. 'uploading' is recorded BEFORE the PUT
   (an upload whose commit never happened is found and collected), 'live' in the commit
   transaction, 'deleting' once no batch row points at it (``delete_after`` = now() + a grace
@@ -19,7 +23,7 @@ partitions.high_watermark (the next offset to assign: every committed batch is d
 
 from __future__ import annotations
 
-from oncestream.cluster.pg.schema import SchemaStep
+from oncestream.cluster.pg.schema_step import SchemaStep
 
 STEPS: tuple[SchemaStep, ...] = (
     SchemaStep("0101_diskless", """
