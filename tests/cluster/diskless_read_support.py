@@ -1,32 +1,44 @@
 """Test support of the diskless read side: data written through the write side's own path
 (``build_produce_object`` -> ``record_uploading`` -> PUT -> ``commit_uploaded``, cluster/diskless)
-on a ``MetadataStore``, plus what that path does not offer yet:
-
-* transaction markers (``end_transaction``: the inline marker row, the LSO released, an abort's
-  range recorded, as CLUSTER-PLAN.md describes the marker writer), and
-* a commit whose notification is lost on its way (``notify=False``): the same commit run on a
-  connection that drops its ``pg_notify``.
+and ``write_markers`` for transaction markers, on a ``MetadataStore``. A commit whose notification
+is lost on its way (``notify=False``) is the same commit run on a connection that drops its
+``pg_notify``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Sequence
-from typing import Any, cast
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar, cast
 
 from oncestream.cluster.diskless.commit import AppendOutcome, commit_uploaded, record_uploading
-from oncestream.cluster.diskless.partition_rows import APPENDS_CHANNEL
+from oncestream.cluster.diskless.markers import MarkerOutcome, TxnMarker, write_markers
 from oncestream.cluster.diskless.produce_object import ProduceObject, build_produce_object, new_object_key, validate_append
 from oncestream.cluster.pg.store import Conn, MetadataStore, MetadataStoreConfig
 from oncestream.log.config import LogConfig
-from oncestream.protocol.markers import CONTROL_ABORT, CONTROL_COMMIT
-from oncestream.protocol.records import NewRecord, encode_batch, encode_control_batch
+from oncestream.protocol.records import NewRecord, encode_batch
 from oncestream.remote.object_store import ObjectStore
 
 NOW_MS = 1_700_000_000_000
 BROKER_ID = 1
 MARKER_TIMESTAMP_MS = NOW_MS + 100_000
+
+
+T = TypeVar("T")
+
+
+def run_with_store(url: str, main: Callable[[MetadataStore], Awaitable[T]], *, timeout_s: float = 120) -> T:
+    """``main`` on a fresh event loop with a MetadataStore of ``url`` (closed after), bounded in time."""
+    async def bounded() -> T:
+        async with asyncio.timeout(timeout_s):
+            store = await open_store(url)
+            try:
+                return await main(store)
+            finally:
+                await store.close()
+
+    return asyncio.run(bounded())
 
 
 async def open_store(url: str) -> MetadataStore:
@@ -93,38 +105,12 @@ class BatchWriter:
 
     async def end_transaction(self, topic_id: uuid.UUID, partition: int, producer_id: int, producer_epoch: int,
                               *, commit: bool) -> int:
-        """Write a COMMIT/ABORT marker inline; an abort records its aborted range. The marker's offset."""
-        marker = encode_control_batch(marker=CONTROL_COMMIT if commit else CONTROL_ABORT, producer_id=producer_id,
-                                      producer_epoch=producer_epoch, coordinator_epoch=0, now_ms=MARKER_TIMESTAMP_MS)
+        """Write a COMMIT/ABORT marker (the write side's ``write_markers``); the marker's offset."""
+        marker = TxnMarker(topic_id, partition, producer_id, producer_epoch, commit, coordinator_epoch=0)
 
-        async def write(conn: Conn) -> int:
-            cur = await conn.execute("SELECT high_watermark FROM partitions WHERE topic_id = %s AND partition = %s"
-                                     " FOR UPDATE", (topic_id, partition))
-            row = await cur.fetchone()
-            assert row is not None
-            offset = int(row[0])
-            cur = await conn.execute("SELECT txn_first_offset FROM producer_states"
-                                     " WHERE topic_id = %s AND partition = %s AND producer_id = %s",
-                                     (topic_id, partition, producer_id))
-            first_row = await cur.fetchone()
-            first = int(first_row[0]) if first_row is not None and first_row[0] is not None else offset
-            await conn.execute(
-                "INSERT INTO batches (topic_id, partition, base_offset, last_offset, inline_bytes, byte_offset,"
-                " byte_size, producer_id, producer_epoch, base_sequence, last_sequence, is_transactional,"
-                " is_control, timestamp_type, max_timestamp_ms, append_time_ms)"
-                " VALUES (%s, %s, %s, %s, %s, 0, %s, %s, %s, -1, -1, true, true, 0, %s, -1)",
-                (topic_id, partition, offset, offset, marker, len(marker), producer_id, producer_epoch,
-                 MARKER_TIMESTAMP_MS))
-            await conn.execute("UPDATE producer_states SET txn_first_offset = NULL"
-                               " WHERE topic_id = %s AND partition = %s AND producer_id = %s",
-                               (topic_id, partition, producer_id))
-            if not commit:
-                await conn.execute("INSERT INTO aborted_txns (topic_id, partition, producer_id, first_offset,"
-                                   " last_offset) VALUES (%s, %s, %s, %s, %s)",
-                                   (topic_id, partition, producer_id, first, offset))
-            await conn.execute("UPDATE partitions SET high_watermark = %s WHERE topic_id = %s AND partition = %s",
-                               (offset + 1, topic_id, partition))
-            await conn.execute("SELECT pg_notify(%s, %s)", (APPENDS_CHANNEL, f"{topic_id}:{partition}"))
-            return offset
+        async def write(conn: Conn) -> list[MarkerOutcome]:
+            return await write_markers(conn, [marker], MARKER_TIMESTAMP_MS)
 
-        return await self.store.run(write)
+        (outcome,) = await self.store.run(write)
+        assert outcome.error == 0, outcome
+        return outcome.offset

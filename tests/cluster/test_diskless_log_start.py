@@ -7,8 +7,6 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Awaitable, Callable
-from typing import TypeVar
 
 import pytest
 
@@ -21,23 +19,11 @@ from oncestream.cluster.pg.store import Conn, MetadataStore
 from oncestream.errors import OffsetOutOfRangeError
 from oncestream.protocol import record_batch as rb
 from oncestream.remote.object_store import ObjectStore
-from tests.cluster.diskless_read_support import BatchWriter, data_batch, open_store
+from tests.cluster.diskless_read_support import BatchWriter, data_batch, run_with_store
 from tests.cluster.diskless_support import create_topic, fetch_all
 
-T = TypeVar("T")
 HOUR_MS = 3600 * 1000
 
-
-def run(url: str, main: Callable[[MetadataStore], Awaitable[T]]) -> T:
-    async def bounded() -> T:
-        async with asyncio.timeout(120):
-            store = await open_store(url)
-            try:
-                return await main(store)
-            finally:
-                await store.close()
-
-    return asyncio.run(bounded())
 
 
 async def object_states(store: MetadataStore) -> dict[str, str]:
@@ -99,7 +85,7 @@ def test_delete_records_moves_the_log_start_and_releases_only_unreferenced_objec
         assert set(await object_states(store)) == set(keys_before)  # rows stay until the GC deletes objects
         await assert_no_released_object_is_referenced(store)
 
-    run(pg_database, main)
+    run_with_store(pg_database, main)
 
 
 def test_concurrent_moves_of_partitions_sharing_objects_release_each_object_once_all_are_gone(
@@ -117,7 +103,7 @@ def test_concurrent_moves_of_partitions_sharing_objects_release_each_object_once
             states = await object_states(store)
             assert sorted(states.values()).count("deleting") == (3 if round_number == 0 else 6)
 
-    run(pg_database, main)
+    run_with_store(pg_database, main)
 
 
 def test_retention_by_time_and_size_in_bounded_rounds(pg_database: str, object_store: ObjectStore) -> None:
@@ -160,4 +146,4 @@ def test_retention_by_time_and_size_in_bounded_rounds(pg_database: str, object_s
         first_round = await RetentionEnforcer(store).run_round()  # nothing left to do
         assert first_round.moves == {}
 
-    run(pg_database, main)
+    run_with_store(pg_database, main)

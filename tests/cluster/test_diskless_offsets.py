@@ -4,10 +4,6 @@ timestamp reaches the target, then the first record in it that does)."""
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable
-from typing import TypeVar
-
 import pytest
 
 from oncestream.cluster.diskless.object_cache import ObjectRangeCache
@@ -22,22 +18,8 @@ from oncestream.cluster.diskless.read_path import READ_COMMITTED, DisklessReader
 from oncestream.cluster.pg.store import MetadataStore
 from oncestream.errors import UnknownTopicOrPartitionError
 from oncestream.remote.object_store import ObjectStore
-from tests.cluster.diskless_read_support import MARKER_TIMESTAMP_MS, BatchWriter, data_batch, open_store
+from tests.cluster.diskless_read_support import MARKER_TIMESTAMP_MS, BatchWriter, data_batch, run_with_store
 from tests.cluster.diskless_support import create_topic
-
-T = TypeVar("T")
-
-
-def run(url: str, main: Callable[[MetadataStore], Awaitable[T]]) -> T:
-    async def bounded() -> T:
-        async with asyncio.timeout(120):
-            store = await open_store(url)
-            try:
-                return await main(store)
-            finally:
-                await store.close()
-
-    return asyncio.run(bounded())
 
 
 def test_latest_earliest_max_timestamp_and_by_time(pg_database: str, object_store: ObjectStore) -> None:
@@ -63,7 +45,7 @@ def test_latest_earliest_max_timestamp_and_by_time(pg_database: str, object_stor
         with pytest.raises(ValueError, match="neither a time"):
             await reader.list_offset(topic, 0, -7)
 
-    run(pg_database, main)
+    run_with_store(pg_database, main)
 
 
 def test_read_committed_offsets_stop_at_the_lso(pg_database: str, object_store: ObjectStore) -> None:
@@ -86,4 +68,4 @@ def test_read_committed_offsets_stop_at_the_lso(pg_database: str, object_store: 
         # The COMMIT marker's record (stamped when written) now carries the largest timestamp.
         assert await reader.list_offset(topic, 0, MAX_TIMESTAMP, READ_COMMITTED) == OffsetAnswer(2, MARKER_TIMESTAMP_MS)
 
-    run(pg_database, main)
+    run_with_store(pg_database, main)

@@ -5,28 +5,29 @@ OFFSET_OUT_OF_RANGE outside [log start, HW], read_committed up to the LSO with t
 
 from __future__ import annotations
 
-import asyncio
 import uuid
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TypeVar
 
 import pytest
 from kio.schema.errors import ErrorCode
 
 from oncestream.cluster.diskless.coordinates import CoordinateCache
 from oncestream.cluster.diskless.object_cache import ObjectRangeCache
-from oncestream.cluster.diskless.read_path import READ_COMMITTED, READ_UNCOMMITTED, DisklessObjectMissingError, DisklessReader
+from oncestream.cluster.diskless.read_path import (
+    READ_COMMITTED,
+    READ_UNCOMMITTED,
+    DisklessObjectMissingError,
+    DisklessReader,
+    PartitionRead,
+)
 from oncestream.cluster.pg.store import MetadataStore
 from oncestream.errors import OffsetOutOfRangeError, UnknownTopicOrPartitionError
 from oncestream.log.read_path import ReadResult
 from oncestream.protocol import record_batch as rb
 from oncestream.protocol.records import committed_records
 from oncestream.remote.object_store import ObjectStore
-from tests.cluster.diskless_read_support import BatchWriter, data_batch, open_store
+from tests.cluster.diskless_read_support import BatchWriter, data_batch, run_with_store
 from tests.cluster.diskless_support import create_topic
-
-T = TypeVar("T")
 
 
 @dataclass
@@ -36,18 +37,6 @@ class Aborted:
     producer_id: int
     first_offset: int
 
-
-def run(url: str, main: Callable[[MetadataStore], Awaitable[T]]) -> T:
-    """``main`` on a MetadataStore of ``url``, bounded in time."""
-    async def bounded() -> T:
-        async with asyncio.timeout(120):
-            store = await open_store(url)
-            try:
-                return await main(store)
-            finally:
-                await store.close()
-
-    return asyncio.run(bounded())
 
 
 def reader_for(store: MetadataStore, objects: ObjectStore) -> DisklessReader:
@@ -98,7 +87,7 @@ def test_reader_serves_committed_batches_at_their_committed_offsets(pg_database:
         assert at_end.chunks == []
         assert at_end.high_watermark == 6
 
-    run(pg_database, main)
+    run_with_store(pg_database, main)
 
 
 def test_an_uploaded_object_is_invisible_until_its_commit(pg_database: str, object_store: ObjectStore) -> None:
@@ -118,7 +107,7 @@ def test_an_uploaded_object_is_invisible_until_its_commit(pg_database: str, obje
         assert values(after) == [b"later"]
         assert after.high_watermark == 1
 
-    run(pg_database, main)
+    run_with_store(pg_database, main)
 
 
 def test_byte_limit_keeps_whole_batches_and_returns_one_oversize_first_batch(pg_database: str, object_store: ObjectStore) -> None:
@@ -139,7 +128,7 @@ def test_byte_limit_keeps_whole_batches_and_returns_one_oversize_first_batch(pg_
         assert nothing.chunks == []
         assert nothing.high_watermark == 3
 
-    run(pg_database, main)
+    run_with_store(pg_database, main)
 
 
 def test_offsets_outside_the_log_are_out_of_range(pg_database: str, object_store: ObjectStore) -> None:
@@ -157,7 +146,7 @@ def test_offsets_outside_the_log_are_out_of_range(pg_database: str, object_store
         with pytest.raises(UnknownTopicOrPartitionError):
             await reader.read(uuid.uuid4(), 0, 0, 1 << 20)
 
-    run(pg_database, main)
+    run_with_store(pg_database, main)
 
 
 def test_read_committed_stops_at_the_lso_and_lists_aborted_transactions(pg_database: str, object_store: ObjectStore) -> None:
@@ -191,7 +180,7 @@ def test_read_committed_stops_at_the_lso_and_lists_aborted_transactions(pg_datab
         later = await reader.read(topic, 0, 5, 1 << 20, READ_COMMITTED)
         assert later.aborted_transactions == []
 
-    run(pg_database, main)
+    run_with_store(pg_database, main)
 
 
 def test_a_missing_object_is_an_error_of_its_partition_only(pg_database: str, object_store: ObjectStore) -> None:
@@ -209,7 +198,7 @@ def test_a_missing_object_is_an_error_of_its_partition_only(pg_database: str, ob
         assert missing.value.code == ErrorCode.kafka_storage_error
         assert values(await reader.read(topic, 1, 1, 1 << 20)) == [b"new"]
 
-    run(pg_database, main)
+    run_with_store(pg_database, main)
 
 
 def test_a_tail_follower_reads_new_rows_through_the_coordinate_cache(pg_database: str, object_store: ObjectStore) -> None:
@@ -237,4 +226,49 @@ def test_a_tail_follower_reads_new_rows_through_the_coordinate_cache(pg_database
             positions["replay"] = [h for h, _ in batches_of(result)][-1].next_offset
         assert seen["replay"] == expected
 
-    run(pg_database, main)
+    run_with_store(pg_database, main)
+
+
+def test_read_many_shares_the_response_budget_and_answers_errors_per_partition(
+        pg_database: str, object_store: ObjectStore) -> None:
+    async def main(store: MetadataStore) -> None:
+        topic = await create_topic(store, 3)
+        writer = BatchWriter(store, object_store)
+        batch = data_batch([b"v" * 100])
+        size = len(batch)
+        await writer.append([(topic, 0, batch), (topic, 0, batch), (topic, 1, batch)])
+        lost = await writer.append([(topic, 2, batch)])
+        assert lost[0].base_offset == 0
+        reader = reader_for(store, object_store)
+        reads = [PartitionRead(topic, 0, 0, 10 * size), PartitionRead(topic, 5, 0, size),
+                 PartitionRead(topic, 1, 7, size), PartitionRead(topic, 1, 0, size)]
+        first, unknown, out_of_range, starved = await reader.read_many(reads, response_max_bytes=2 * size + size // 2)
+        assert isinstance(first, ReadResult)
+        assert [h.base_offset for h, _ in batches_of(first)] == [0, 1]
+        assert isinstance(unknown, UnknownTopicOrPartitionError)
+        assert isinstance(out_of_range, OffsetOutOfRangeError)
+        assert isinstance(starved, ReadResult)
+        assert starved.chunks == []  # half a batch left of the response: not the first partition with data
+        assert starved.high_watermark == 1
+        # The batches of several partitions back to back in one object: one GET serves them all.
+        packed = await writer.append([(topic, p, data_batch([f"packed-{p}".encode()])) for p in range(3)])
+        fresh = reader_for(store, object_store)
+        spread = await fresh.read_many([PartitionRead(topic, p, packed[p].base_offset, size) for p in range(3)],
+                                       response_max_bytes=10 * size)
+        assert [values(r) for r in spread if isinstance(r, ReadResult)] == [[f"packed-{p}".encode()] for p in range(3)]
+        assert fresh.objects.stats().gets == 1
+        # A response budget below one batch: the first partition still gets one (KIP-74), the next none.
+        tiny = await reader.read_many([PartitionRead(topic, 1, 0, size), PartitionRead(topic, 0, 0, size)],
+                                      response_max_bytes=10)
+        assert [[h.base_offset for h, _ in batches_of(r)] for r in tiny if isinstance(r, ReadResult)] == [[0], []]
+        # One partition's object is gone: its error, the others' data.
+        for key in object_store.list("test/"):
+            if object_store.get(key).count(batch) == 1:
+                object_store.delete(key)
+        mixed = await reader.read_many([PartitionRead(topic, 2, 0, size), PartitionRead(topic, 0, 0, 10 * size)],
+                                       response_max_bytes=10 * size)
+        assert isinstance(mixed[0], DisklessObjectMissingError)
+        assert isinstance(mixed[1], ReadResult)
+        assert values(mixed[1]) == [b"v" * 100, b"v" * 100, b"packed-0"]
+
+    run_with_store(pg_database, main)

@@ -287,32 +287,42 @@ async def read_fetch_coordinates(source: TransactionSource, cache: CoordinateCac
     """The batches one fetch serves and the partition's offsets, from one snapshot (see the module
     doc). OffsetOutOfRangeError below the log start or above the high watermark (as Kafka);
     UnknownTopicOrPartitionError for a partition without a row."""
-    key = (topic_id, partition)
     async with source.transaction() as conn:
         await begin_snapshot(conn)
-        offsets = await read_partition_offsets(conn, topic_id, partition)
-        if not offsets.log_start_offset <= fetch_offset <= offsets.high_watermark:
-            raise OffsetOutOfRangeError(
-                f"fetch offset {fetch_offset} of {topic_id}-{partition} is outside"
-                f" [{offsets.log_start_offset}, {offsets.high_watermark}]")
-        upper = offsets.last_stable_offset if read_committed else offsets.high_watermark
-        selected: list[BatchCoordinate] = []
-        total_bytes = 0
-        resume = fetch_offset
-        stopped = fetch_offset >= upper
-        hit = cache.lookup(key, fetch_offset) if cache is not None and not stopped else None
-        if hit is not None:
-            rows, resume = hit
-            total_bytes, stopped = _select_within_bytes(rows, selected, total_bytes, max_bytes, upper, min_one)
-        if not stopped and resume < upper:
-            wanted_bytes = max_bytes - total_bytes
-            if wanted_bytes > 0 or (min_one and not selected):
-                rows = await read_batch_rows(conn, topic_id, partition, from_offset=resume,
-                                             upper_offset=upper, max_bytes=max(wanted_bytes, 1))
-                if cache is not None:
-                    cache.store(key, resume, rows)
-                total_bytes, _ = _select_within_bytes(rows, selected, total_bytes, max_bytes, upper, min_one)
-        aborted: list[AbortedTxn] = []
-        if read_committed and selected:
-            aborted = await read_aborted(conn, topic_id, partition, fetch_offset, selected[-1].next_offset)
+        return await fetch_coordinates_in(conn, cache, topic_id, partition, fetch_offset, max_bytes,
+                                          read_committed=read_committed, min_one=min_one)
+
+
+async def fetch_coordinates_in(conn: psycopg.AsyncConnection[Any], cache: CoordinateCache | None, topic_id: uuid.UUID,
+                               partition: int, fetch_offset: int, max_bytes: int, *, read_committed: bool,
+                               min_one: bool = True) -> FetchCoordinates:
+    """``read_fetch_coordinates`` inside a snapshot the caller opened (``begin_snapshot``), so that
+    the partitions of one Fetch are read in one transaction. Its errors are raised before any
+    statement fails, so the transaction stays usable for the next partition."""
+    key = (topic_id, partition)
+    offsets = await read_partition_offsets(conn, topic_id, partition)
+    if not offsets.log_start_offset <= fetch_offset <= offsets.high_watermark:
+        raise OffsetOutOfRangeError(
+            f"fetch offset {fetch_offset} of {topic_id}-{partition} is outside"
+            f" [{offsets.log_start_offset}, {offsets.high_watermark}]")
+    upper = offsets.last_stable_offset if read_committed else offsets.high_watermark
+    selected: list[BatchCoordinate] = []
+    total_bytes = 0
+    resume = fetch_offset
+    stopped = fetch_offset >= upper
+    hit = cache.lookup(key, fetch_offset) if cache is not None and not stopped else None
+    if hit is not None:
+        rows, resume = hit
+        total_bytes, stopped = _select_within_bytes(rows, selected, total_bytes, max_bytes, upper, min_one)
+    if not stopped and resume < upper:
+        wanted_bytes = max_bytes - total_bytes
+        if wanted_bytes > 0 or (min_one and not selected):
+            rows = await read_batch_rows(conn, topic_id, partition, from_offset=resume,
+                                         upper_offset=upper, max_bytes=max(wanted_bytes, 1))
+            if cache is not None:
+                cache.store(key, resume, rows)
+            total_bytes, _ = _select_within_bytes(rows, selected, total_bytes, max_bytes, upper, min_one)
+    aborted: list[AbortedTxn] = []
+    if read_committed and selected:
+        aborted = await read_aborted(conn, topic_id, partition, fetch_offset, selected[-1].next_offset)
     return FetchCoordinates(offsets, tuple(selected), tuple(aborted))

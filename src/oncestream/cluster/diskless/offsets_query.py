@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import psycopg
 
@@ -25,10 +25,8 @@ from oncestream.cluster.diskless.coordinates import (
     read_partition_offsets,
     row_to_batch,
 )
+from oncestream.cluster.diskless.metadata_access import TransactionSource
 from oncestream.log.read_path import first_record_at_or_after
-
-if TYPE_CHECKING:
-    from oncestream.cluster.diskless.read_path import DisklessReader
 
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
@@ -62,13 +60,24 @@ class OffsetAnswer:
 NO_ANSWER = OffsetAnswer(-1, -1)
 
 
+class BatchReader(Protocol):
+    """What a lookup needs of the reader (``DisklessReader``): its transactions and one batch's bytes."""
+
+    @property
+    def source(self) -> TransactionSource: ...
+
+    async def load_batch(self, batch: BatchCoordinate) -> bytes:
+        """The committed batch as served (base offset patched)."""
+        ...
+
+
 async def _one_batch(conn: psycopg.AsyncConnection[Any], query: str, params: dict[str, Any]) -> BatchCoordinate | None:
     cursor = await conn.execute(query, params)
     row = await cursor.fetchone()
     return None if row is None else row_to_batch(row)
 
 
-async def list_offset(reader: DisklessReader, topic_id: uuid.UUID, partition: int, timestamp: int, *,
+async def list_offset(reader: BatchReader, topic_id: uuid.UUID, partition: int, timestamp: int, *,
                       read_committed: bool = False) -> OffsetAnswer:
     """The ListOffsets answer for ``timestamp`` (see the module doc). UnknownTopicOrPartitionError
     for a partition without a row; ValueError for a negative code this API does not define (the
