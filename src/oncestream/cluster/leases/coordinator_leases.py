@@ -112,11 +112,15 @@ def preferred_owner(resource: str, live_node_ids: Iterable[int]) -> int | None:
 LEASES_CHANNEL = "oncestream_leases"
 
 # The lease row of a resource if the writer still holds it: same epoch and incarnation, and the
-# owner's broker lease alive now. FOR SHARE OF l: a takeover waits for this transaction.
+# owner's broker lease alive now. FOR SHARE OF l: a takeover waits for this transaction. The
+# same round trip sets the transaction's idle timeout (unchanged when none is given).
 _FENCE_SQL = """
-SELECT l.epoch FROM coordinator_leases l
+SELECT l.epoch,
+       set_config('idle_in_transaction_session_timeout',
+                  COALESCE(%(idle_timeout)s, current_setting('idle_in_transaction_session_timeout')), true)
+FROM coordinator_leases l
 JOIN brokers b ON b.node_id = l.owner_node_id AND b.incarnation = l.owner_incarnation
-WHERE l.resource = %s AND l.epoch = %s AND l.owner_incarnation = %s
+WHERE l.resource = %(resource)s AND l.epoch = %(epoch)s AND l.owner_incarnation = %(incarnation)s
   AND b.lease_expires_at > clock_timestamp()
 FOR SHARE OF l
 """
@@ -162,10 +166,9 @@ async def fenced(conn: psycopg.AsyncConnection[Any], resource: str, epoch: int, 
     the transaction (a paused process) keeps that lock: PostgreSQL ends its session after that
     long idle in the transaction (``idle_in_transaction_session_timeout``, this transaction only).
     """
-    if idle_timeout_ms is not None:
-        await conn.execute("SELECT set_config('idle_in_transaction_session_timeout', %s, true)",
-                           (str(int(idle_timeout_ms)),))
-    cursor = await conn.execute(_FENCE_SQL, (resource, epoch, incarnation))
+    timeout = None if idle_timeout_ms is None else str(int(idle_timeout_ms))
+    cursor = await conn.execute(_FENCE_SQL, {"resource": resource, "epoch": epoch, "incarnation": incarnation,
+                                             "idle_timeout": timeout})
     if await cursor.fetchone() is None:
         raise LeaseLostError(f"the lease of {resource} at epoch {epoch} is no longer held by incarnation {incarnation}")
 
