@@ -12,6 +12,7 @@
 - ListOffsets and DeleteRecords: any broker answers, all agree (the offsets live in PostgreSQL).
 - A consumer group (classic protocol, subscribe) whose members bootstrap from different brokers
   finds one coordinator (the owner of its partition's lease) and resumes from its commits.
+- The objects of a deleted topic are deleted from the object store by the garbage collector.
 - ``oncestream cluster status`` lists the brokers (live and gone) and the committed objects.
 - Bad input: Produce to an unknown topic and a corrupt batch (raw wire) are answered with Kafka
   error codes, a transactional producer is refused (not yet in cluster mode), and the brokers
@@ -274,3 +275,18 @@ def _group_read(bootstrap: str, topic: str, group: str, count: int) -> list[Cons
     finally:
         consumer.close()
     return consumed
+
+
+def test_objects_of_a_deleted_topic_are_collected(cluster_factory: Callable[..., Cluster]) -> None:
+    cluster = cluster_factory(1, {"diskless.object.delete.grace.ms": "0", "diskless.gc.interval.ms": "200"})
+    store = cluster.object_store()
+    topic = unique_topic("cluster-gc")
+    create_topic(cluster.bootstrap, topic, partitions=2)
+    produce_all(cluster.bootstrap, topic, keyed_records(40, 4))
+    assert store.list(""), "the produce uploaded no object"
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    admin.delete_topics([topic], operation_timeout=30)[topic].result(timeout=CLIENT_TIMEOUT_S)
+    deadline = time.monotonic() + WAIT_S
+    while (left := store.list("")):
+        assert time.monotonic() < deadline, f"objects of the deleted topic still in the store: {left[:3]}"
+        time.sleep(0.2)

@@ -32,8 +32,10 @@ from typing import TYPE_CHECKING
 from oncestream.broker.cluster_leaders import leader_of
 from oncestream.broker.cluster_settings import ClusterSettings
 from oncestream.cluster.diskless.append_pipeline import DisklessAppendConfig, DisklessAppender
+from oncestream.cluster.diskless.commit import DEFAULT_DELETE_GRACE_MS
 from oncestream.cluster.diskless.log_start_moves import delete_records
 from oncestream.cluster.diskless.object_cache import ObjectRangeCache
+from oncestream.cluster.diskless.object_gc import ObjectGarbageCollector
 from oncestream.cluster.diskless.read_path import DisklessReader
 from oncestream.cluster.diskless.retention import RetentionDefaults, RetentionEnforcer
 from oncestream.cluster.diskless.wakeups import AppendWakeups
@@ -60,16 +62,28 @@ TOPIC_CACHE_MAX_AGE_MS = 1000
 FEW_TOPICS = 8
 COMMIT_INTERVAL_KEY = "diskless.append.commit.interval.ms"
 BUFFER_MAX_BYTES_KEY = "diskless.append.buffer.max.bytes"
+# How long an object no batch points at any more is kept for fetches holding old coordinates.
+DELETE_GRACE_KEY = "diskless.object.delete.grace.ms"
+GC_INTERVAL_KEY = "diskless.gc.interval.ms"
+DEFAULT_GC_INTERVAL_MS = 30_000
+
+def _non_negative_key(props: dict[str, str], key: str, default: int) -> int:
+    try:
+        value = int(props.get(key, default))
+    except ValueError:
+        raise InvalidConfigError(f"{key}={props.get(key)!r}: not a non-negative integer") from None
+    if value < 0:
+        raise InvalidConfigError(f"{key}={value}: must be >= 0")
+    return value
+
 
 def append_config(props: dict[str, str]) -> DisklessAppendConfig:
     """The appender's bounds from the broker's ``diskless.append.*`` properties."""
     defaults = DisklessAppendConfig()
-    try:
-        return DisklessAppendConfig(
-            commit_interval_ms=int(props.get(COMMIT_INTERVAL_KEY, defaults.commit_interval_ms)),
-            buffer_max_bytes=int(props.get(BUFFER_MAX_BYTES_KEY, defaults.buffer_max_bytes)))
-    except ValueError as exc:
-        raise InvalidConfigError(f"{COMMIT_INTERVAL_KEY} / {BUFFER_MAX_BYTES_KEY}: {exc}") from None
+    return DisklessAppendConfig(
+        commit_interval_ms=_non_negative_key(props, COMMIT_INTERVAL_KEY, defaults.commit_interval_ms),
+        buffer_max_bytes=_non_negative_key(props, BUFFER_MAX_BYTES_KEY, defaults.buffer_max_bytes),
+        delete_grace_ms=_non_negative_key(props, DELETE_GRACE_KEY, DEFAULT_DELETE_GRACE_MS))
 
 
 def _log_end(task: asyncio.Task[None]) -> None:
@@ -151,9 +165,16 @@ class ClusterNode:
         # Retention by time and size of every diskless partition, a bounded round at a time; every
         # broker runs it (a move is one transaction with the partition locked, so rounds of several
         # brokers only repeat work, never undo it).
+        self.delete_grace_ms = _non_negative_key(broker_props, DELETE_GRACE_KEY, DEFAULT_DELETE_GRACE_MS)
         self.retention = RetentionEnforcer(store, defaults=RetentionDefaults(
             retention_ms=log_defaults.retention_ms, retention_bytes=log_defaults.retention_bytes),
-            check_interval_ms=check_interval_ms)
+            check_interval_ms=check_interval_ms, delete_grace_ms=self.delete_grace_ms)
+        # Objects nobody can read any more (abandoned uploads, released by retention, DeleteRecords
+        # or a deleted topic) deleted after the grace; every broker collects (rows claimed with
+        # SKIP LOCKED), so a dead broker's abandoned uploads are collected by the others.
+        self.gc = ObjectGarbageCollector(store, object_store, delete_grace_ms=self.delete_grace_ms)
+        self._gc_interval_ms = _non_negative_key(broker_props, GC_INTERVAL_KEY, DEFAULT_GC_INTERVAL_MS)
+        self._gc_stop = asyncio.Event()
         self._serving = False
         self._topic_cache: dict[str, tuple[float, TopicMeta]] = {}
         self._config_cache: dict[str, tuple[TopicMeta, LogConfig, LogConfig]] = {}
@@ -345,11 +366,16 @@ class ClusterNode:
     async def delete_records(self, topic_id: uuid.UUID, partition: int, offset: int) -> int:
         """DeleteRecords of one partition (``-1``: up to the high watermark); the log start after."""
         async def move(conn: Conn) -> int:
-            return (await delete_records(conn, topic_id, partition, offset)).log_start_offset
+            moved = await delete_records(conn, topic_id, partition, offset, delete_grace_ms=self.delete_grace_ms)
+            return moved.log_start_offset
 
         low = await self.store.run(move)
         self.reader.coordinates.forget((topic_id, partition))  # cached rows below the new start
         return low
+
+    async def gc_loop(self) -> None:
+        """The object garbage collector's rounds every ``diskless.gc.interval.ms`` until cancelled."""
+        await self.gc.run_every(self._gc_interval_ms, self._gc_stop)
 
     def appended(self, topic_id: uuid.UUID, partition: int) -> None:
         """This broker committed to the partition: wake its own long polls at once (other
