@@ -23,9 +23,10 @@ from kio.schema.errors import ErrorCode
 
 from oncestream.broker.authorize import Op, Res, authorize
 from oncestream.broker.cluster_node import ClusterNode
+from oncestream.broker.fetch_results import fill_fetch_result
 from oncestream.broker.quotas.enforcement import count_fetch_when_sent, fetch_quota_max_bytes
 from oncestream.broker.state import BrokerState
-from oncestream.errors import OnceStreamError, TopicAuthorizationFailedError, UnknownTopicOrPartitionError
+from oncestream.errors import OnceStreamError, TopicAuthorizationFailedError
 from oncestream.protocol.codec import RequestHeader
 from oncestream.protocol.fetch_response import PartitionFetchResult, encode_fetch_response
 
@@ -62,13 +63,7 @@ async def _read_once(state: BrokerState, node: ClusterNode, request: FetchReques
     if quota_bytes is not None:
         cap = min(cap, quota_bytes)
     budget = min(request.max_bytes, cap) if request.max_bytes > 0 else cap
-    names = [t.topic for t in request.topics if t.topic not in denied]
-    catalog_error: OnceStreamError | None = None
-    topics: dict[str, Any] = {}
-    try:
-        topics = dict(await node.topics(names, fresh=False))
-    except OnceStreamError as exc:
-        catalog_error = exc
+    found = await node.lookup([t.topic for t in request.topics if t.topic not in denied])
     seen: dict[tuple[uuid.UUID, int], int] = {}
     total = 0
     any_error = False
@@ -83,11 +78,7 @@ async def _read_once(state: BrokerState, node: ClusterNode, request: FetchReques
             try:
                 if t.topic in denied:
                     raise TopicAuthorizationFailedError(t.topic)
-                if catalog_error is not None:
-                    raise catalog_error
-                info = topics.get(t.topic)
-                if info is None or not 0 <= p.partition < info.num_partitions:
-                    raise UnknownTopicOrPartitionError(f"no partition {t.topic}-{p.partition}")
+                info = found.require(t.topic, p.partition)
                 max_bytes = max(min(p.partition_max_bytes, budget - total), 0)
                 read = await node.reader.read(info.topic_id, p.partition, p.fetch_offset, max_bytes,
                                               READ_COMMITTED if read_committed else 0, min_one=(total == 0))
@@ -95,15 +86,8 @@ async def _read_once(state: BrokerState, node: ClusterNode, request: FetchReques
                 result.error_code = exc.code
                 any_error = True
             else:
-                result.chunks = read.chunks
-                result.size_bytes = read.size_bytes
-                total += read.size_bytes
-                result.high_watermark = read.high_watermark
+                total += fill_fetch_result(result, read, read_committed)
                 seen[(info.topic_id, p.partition)] = read.high_watermark
-                result.last_stable_offset = read.last_stable_offset
-                result.log_start_offset = read.log_start_offset
-                if read_committed:
-                    result.aborted_transactions = list(read.aborted_transactions or ())
             parts_out.append(result)
         topics_out.append((t.topic, parts_out))
     return topics_out, total, any_error, seen

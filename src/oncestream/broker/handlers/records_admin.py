@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from oncestream.broker.authorize import Op, Res, authorize
-from oncestream.broker.cluster_node import ClusterNode, TopicMeta
+from oncestream.broker.cluster_node import ClusterNode
 from oncestream.broker.state import BrokerState
 from oncestream.errors import OnceStreamError, TopicAuthorizationFailedError, UnknownTopicOrPartitionError
 from oncestream.log.log_start import LogStartMove
@@ -91,27 +91,18 @@ async def _cluster_delete_records(state: BrokerState, node: ClusterNode, m: Any,
     """Cluster mode: the log start moves in one PostgreSQL transaction per partition
     (cluster/diskless/log_start_moves.delete_records); batches below it are gone for every broker
     at once, their objects released to the garbage collector after the grace period."""
-    topics: dict[str, TopicMeta] = {}
-    catalog_error: OnceStreamError | None = None
-    try:
-        topics = await node.topics([t.name for t in request.topics], fresh=False)
-    except OnceStreamError as exc:
-        catalog_error = exc
+    found = await node.lookup([t.name for t in request.topics])
     topics_out = []
     for t in request.topics:
         parts_out = []
         allowed = authorize(state, Op.DELETE, Res.TOPIC, t.name)  # Kafka: DELETE on the topic
-        info = topics.get(t.name)
         for p in t.partitions:
             error = ErrorCode.none
             low = -1
             try:
                 if not allowed:
                     raise TopicAuthorizationFailedError(t.name)
-                if catalog_error is not None:
-                    raise catalog_error
-                if info is None or not 0 <= p.partition_index < info.num_partitions:
-                    raise UnknownTopicOrPartitionError(f"no partition {t.name}-{p.partition_index}")
+                info = found.require(t.name, p.partition_index)
                 low = await node.delete_records(info.topic_id, p.partition_index, p.offset)
             except OnceStreamError as exc:
                 error, low = exc.code, -1
