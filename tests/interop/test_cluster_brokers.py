@@ -9,6 +9,8 @@
   resumed: it registers again); a broker stopped by SIGTERM leaves it at once (it deregisters).
 - Topic configs and partition counts changed through one broker are what the others describe;
   a deleted topic is gone on all of them.
+- kcat, kafka-python and aiokafka produce through one broker; they and librdkafka read it all
+  through another.
 - ListOffsets and DeleteRecords: any broker answers, all agree (the offsets live in PostgreSQL).
 - A consumer group (classic protocol, subscribe) whose members bootstrap from different brokers
   finds one coordinator (the owner of its partition's lease) and resumes from its commits.
@@ -40,11 +42,11 @@ from confluent_kafka.admin import (
 )
 
 from oncestream.broker_process import oncestream_command
-from tests.support.clients import CLIENT_TIMEOUT_S, create_topic, unique_topic
+from tests.support.clients import CLIENT_TIMEOUT_S, CONSUMERS, PRODUCERS, create_topic, unique_topic
 from tests.support.cluster import Cluster, cluster_factory  # noqa: F401  (fixture)
 from tests.support.cluster_clients import consume_all, produce_all
 from tests.support.narrow import consumed_record
-from tests.support.records import ConsumedRecord, assert_exactly_once_in_key_order, keyed_records
+from tests.support.records import ConsumedRecord, SentRecord, assert_exactly_once_in_key_order, keyed_records
 from tests.support.wire import (
     API_PRODUCE,
     BATCH_CRC,
@@ -290,3 +292,17 @@ def test_objects_of_a_deleted_topic_are_collected(cluster_factory: Callable[...,
     while (left := store.list("")):
         assert time.monotonic() < deadline, f"objects of the deleted topic still in the store: {left[:3]}"
         time.sleep(0.2)
+
+
+def test_other_clients_produce_and_consume_through_different_brokers(cluster_factory: Callable[..., Cluster]) -> None:
+    cluster = cluster_factory(2)
+    first, second = (broker.bootstrap for broker in cluster.brokers)
+    topic = unique_topic("cluster-clients")
+    create_topic(first, topic, partitions=3)
+    sent: list[SentRecord] = []
+    for name in ("kcat", "kafka-python", "aiokafka"):
+        records = keyed_records(60, 3, tag=f"{name}-", seed=len(sent))
+        PRODUCERS[name](first, topic, records)
+        sent += records
+    for name in ("kcat", "kafka-python", "aiokafka", "confluent"):
+        assert_exactly_once_in_key_order(sent, CONSUMERS[name](second, topic, 3))
