@@ -1,6 +1,6 @@
 """Three ``oncestream broker`` processes of one cluster (PostgreSQL + SeaweedFS), real clients.
 
-- Metadata on every broker lists the three live brokers with the cluster id of PostgreSQL, and a
+- Metadata and DescribeCluster on every broker list the three live brokers with the cluster id of PostgreSQL, and a
   topic created through one broker is described identically by all of them, each partition led
   by a live broker, the partitions spread over all three.
 - librdkafka idempotent acks=all producers and ``assign()`` consumers, each bootstrapped from a
@@ -94,6 +94,12 @@ def test_every_broker_lists_the_cluster_and_describes_topics_alike(cluster_facto
         views.append((md.cluster_id, md.controller_id, sorted((p.id, p.leader) for p in t.partitions.values())))
     assert views[0][0]  # the cluster id of PostgreSQL, the same everywhere
     assert views[0] == views[1] == views[2]
+    for broker in cluster.brokers:  # DescribeCluster (KIP-700) agrees with Metadata
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        described = admin.describe_cluster(request_timeout=CLIENT_TIMEOUT_S).result(timeout=CLIENT_TIMEOUT_S)
+        assert described.cluster_id == views[0][0]
+        assert described.controller.id == views[0][1]
+        assert {(n.id, n.host, n.port) for n in described.nodes} == {(b.node_id, b.host, b.port) for b in cluster.brokers}
     leaders = Counter(leader for _, leader in views[0][2])
     assert set(leaders) == {1, 2, 3}, f"12 partitions should be spread over all three brokers: {leaders}"
 
