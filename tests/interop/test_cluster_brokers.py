@@ -17,8 +17,7 @@
 - The objects of a deleted topic are deleted from the object store by the garbage collector.
 - ``oncestream cluster status`` lists the brokers (live and gone) and the committed objects.
 - Bad input: Produce to an unknown topic and a corrupt batch (raw wire) are answered with Kafka
-  error codes, a transactional producer is refused (not yet in cluster mode), and the brokers
-  keep serving.
+  error codes, and the brokers keep serving (transactions: test_cluster_transactions.py).
 """
 
 from __future__ import annotations
@@ -221,14 +220,6 @@ def test_corrupt_batches_and_unknown_topics_get_error_codes(cluster_factory: Cal
             answers.append((results[0].error_code, results[0].base_offset))
     assert answers == [(ERROR_CORRUPT_MESSAGE, -1), (UNKNOWN_TOPIC_OR_PARTITION, -1), (ERROR_NONE, 0)]
     assert [r.value for r in consume_all(cluster.brokers[0].bootstrap, topic, 1, 2)] == [b"one", b"two"]
-
-
-def test_transactional_producers_are_refused_for_now(cluster_factory: Callable[..., Cluster]) -> None:
-    cluster = cluster_factory(1)
-    producer = Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": unique_topic("txn")})
-    with pytest.raises(KafkaException) as refused:
-        producer.init_transactions(5)  # librdkafka retries the refusal until this timeout, then reports it
-    assert refused.value.args[0].code() == INVALID_REQUEST
 
 
 def test_cluster_status_shows_brokers_and_objects(cluster_factory: Callable[..., Cluster]) -> None:

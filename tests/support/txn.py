@@ -450,7 +450,9 @@ ADD_OFFSETS_TO_TXN_KEY, TXN_OFFSET_COMMIT_KEY = 25, 28
 # OffsetFetch stops at v9: v10 names topics by id only, and these helpers name them.
 CLIENT_MAX_VERSIONS = {ADD_PARTITIONS_TO_TXN_KEY: 3, PRODUCE_KEY: 11, END_TXN_KEY: 4, TXN_OFFSET_COMMIT_KEY: 3,
                        OFFSET_FETCH_KEY: 9}
-RETRIABLE_INIT_ERRORS = ("concurrent_transactions", "coordinator_load_in_progress", "coordinator_not_available")
+# not_coordinator: a cluster broker answers it until its lease round took the id's partition.
+RETRIABLE_INIT_ERRORS = ("concurrent_transactions", "coordinator_load_in_progress", "coordinator_not_available",
+                         "not_coordinator")
 
 
 def wire_connection(bootstrap: str, client_id: str = "wire-txn"):

@@ -103,6 +103,11 @@ class ClusterCoordinators:
         """After deregistering: wake every other broker's keeper to take the partitions over."""
         await self.leases.announce()
 
+    def offsets_owner(self, partition: int) -> int | None:
+        """The node that coordinates ``__consumer_offsets`` partition ``partition`` (the marker
+        writer forwards transaction markers there); None when none is known."""
+        return None if self._keeper is None else self._keeper.coordinator_node(OFFSETS_TOPIC, partition)
+
     def coordinator_node(self, key_type: int, key: str) -> int | None:
         """FindCoordinator: the node id of the coordinator of ``key`` (a group id or a
         transactional id), from the last lease round; None when none is known."""

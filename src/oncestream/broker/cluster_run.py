@@ -19,6 +19,7 @@ import tempfile
 from pathlib import Path
 
 from oncestream.broker.cluster_coordinators import ClusterCoordinators
+from oncestream.broker.cluster_markers import ClusterMarkerWriter, MarkerForwarder
 from oncestream.broker.cluster_node import ClusterNode
 from oncestream.broker.cluster_settings import (
     ClusterSettings,
@@ -31,25 +32,13 @@ from oncestream.broker.seams import BrokerSeams
 from oncestream.broker.server import BrokerServer
 from oncestream.broker.state import BrokerState
 from oncestream.broker.tls import server_ssl_context
-from oncestream.cluster.leases.coordinator_leases import Lease
 from oncestream.cluster.leases.producer_id_blocks import PgProducerIdService
 from oncestream.cluster.pg.errors import MetadataStoreError
 from oncestream.cluster.pg.store import MetadataStore, MetadataStoreConfig
-from oncestream.coordinator.txn import MarkerJob
 from oncestream.log.config import LogConfig
 from oncestream.process_shutdown import ShutdownBound, install_stop_signals
 
 log = logging.getLogger("oncestream.broker")
-
-
-class MarkersNotWired:
-    """The transaction coordinator's marker writer until diskless markers are wired in: never
-    asked while InitProducerId refuses transactional ids in cluster mode (docs/cluster.md); if it
-    were, it says so and writes nothing (False: the job is retried, nothing claimed written)."""
-
-    async def write_markers(self, job: MarkerJob, lease: Lease) -> bool:
-        log.error("transaction markers are not wired in cluster mode yet; job %s not written", job)
-        return False
 
 
 def run_cluster_broker(settings: ClusterSettings, host: str, port: int, props: dict[str, str], *,
@@ -89,14 +78,19 @@ def run_cluster_broker(settings: ClusterSettings, host: str, port: int, props: d
             state = BrokerState(scratch, config, fdatasync=seams_used.fdatasync, seams=seams_used,
                                 producer_ids=producer_ids)
             state.cluster = node
-            # Consumer groups (and, once markers are wired, transactions) on leases in PostgreSQL
-            # (broker/cluster_coordinators.py): they replace the scratch state's services.
+            # Consumer groups and transactions on leases in PostgreSQL
+            # (broker/cluster_coordinators.py): they replace the scratch state's services; markers
+            # through broker/cluster_markers.py.
+            markers = ClusterMarkerWriter(
+                node, store, MarkerForwarder(config.all_listeners[0].name, f"oncestream-broker-{settings.node_id}"),
+                now_ms=state.now_ms, idle_timeout_ms=settings.session_timeout_ms)
             coordinators = await ClusterCoordinators.open(
                 store, config.raw, state.now_ms, state.mono_ms, producer_ids=producer_ids,
-                markers=MarkersNotWired(), topics=node.topic_metadata_view, on_marker=state.notifier.notify,
+                markers=markers, topics=node.topic_metadata_view, on_marker=state.notifier.notify,
                 interval_ms=settings.heartbeat_interval_ms, session_timeout_ms=settings.session_timeout_ms)
             state.groups, state.transactions = coordinators.groups, coordinators.transactions
             node.coordinators = coordinators
+            markers.offsets_owner = coordinators.offsets_owner
             await node.refresh_snapshot()
             server = BrokerServer(
                 state, ready_file=ready_file,

@@ -2,14 +2,16 @@
 
 Any broker accepts Produce for any partition of any topic (the leader Metadata names is a hint
 to spread load). Each partition's data is checked here (acks, authorization, the topic and
-partition in the catalog, exactly one record batch as Produce v3+ requires, no transactional
-batch), then handed to ``DisklessAppender`` (cluster/diskless/append_pipeline.py), which buffers
+partition in the catalog, exactly one record batch as Produce v3+ requires), then handed to
+``DisklessAppender`` (cluster/diskless/append_pipeline.py), which buffers
 it with every other request of this broker, uploads one object, commits the batches' offsets in
 one PostgreSQL transaction (idempotent sequences and producer epochs checked there) and only then
 answers. An upload or commit that fails is an error to the producer, never an acknowledgement.
 
-Transactional produce is refused with INVALID_REQUEST (and says why) until the transaction
-coordinator runs on leases in PostgreSQL (docs/cluster.md). ``min.insync.replicas`` does not
+A transactional batch carries the request's transactional id to the commit, which verifies it
+against the transaction coordinator's stored state inside the same PostgreSQL transaction
+(KIP-890 part 1, cluster/diskless/commit.py): accepted only if its partition is in the
+producer's ongoing transaction with the same producer id and epoch. ``min.insync.replicas`` does not
 apply: a committed batch is in the object store, which is the replica set.
 """
 
@@ -25,6 +27,7 @@ from oncestream.broker.authorize import Op, Res, authorize
 from oncestream.broker.cluster_node import ClusterNode, TopicMeta
 from oncestream.broker.state import BrokerState
 from oncestream.cluster.diskless.append_pipeline import PartitionAppend
+from oncestream.cluster.diskless.produce_object import TxnWrite
 from oncestream.errors import OnceStreamError
 from oncestream.protocol.api_keys import PRODUCE
 from oncestream.protocol.codec import RequestHeader, build
@@ -35,7 +38,6 @@ if TYPE_CHECKING:
     from oncestream.protocol.request_types import ProduceRequest
 
 _VALID_ACKS = (0, 1, -1)
-NO_TRANSACTIONS = "transactions are not available in cluster mode yet (docs/cluster.md)"
 
 
 async def handle(state: BrokerState, node: ClusterNode, header: RequestHeader, request: ProduceRequest) -> object | None:
@@ -74,7 +76,7 @@ async def handle(state: BrokerState, node: ClusterNode, header: RequestHeader, r
             elif part.records is None:
                 refusal = ErrorCode.invalid_record, "no records"
             else:
-                refusal = _check_batches(header, txn_id, part.records)
+                refusal = _check_batches(header, part.records)
             if refusal is not None:
                 answer["error_code"], answer["error_message"] = refusal
                 continue
@@ -85,7 +87,8 @@ async def handle(state: BrokerState, node: ClusterNode, header: RequestHeader, r
             except OnceStreamError as exc:
                 answer["error_code"], answer["error_message"] = exc.code, str(exc)
                 continue
-            appends.append(PartitionAppend(info.topic_id, part.index, part.records, config))
+            txn = None if txn_id is None else TxnWrite(txn_id, topic.name, state.transactions.num_partitions)
+            appends.append(PartitionAppend(info.topic_id, part.index, part.records, config, txn))
             waiting.append((topic.name, info.topic_id, part.index, len(part.records), answer))
         answers.append((topic.name, parts))
     if appends:
@@ -113,18 +116,13 @@ async def handle(state: BrokerState, node: ClusterNode, header: RequestHeader, r
     return response
 
 
-def _check_batches(header: RequestHeader, transactional_id: str | None,
-                   records: bytes) -> tuple[ErrorCode, str | None] | None:
-    """Exactly one record batch (Produce v3+), not transactional; None when it may be appended
-    (its CRC, sizes and timestamps are checked by the appender's validation)."""
-    if transactional_id is not None:
-        return ErrorCode.invalid_request, NO_TRANSACTIONS
+def _check_batches(header: RequestHeader, records: bytes) -> tuple[ErrorCode, str | None] | None:
+    """Exactly one record batch (Produce v3+); None when it may be appended (its CRC, sizes and
+    timestamps are checked by the appender's validation, its transaction by the commit)."""
     try:
         headers = [batch_header for batch_header, _ in iter_batches(records, verify_crc=False)]
     except OnceStreamError as exc:
         return exc.code, str(exc)
-    if any(batch_header.is_transactional for batch_header in headers):
-        return ErrorCode.invalid_request, NO_TRANSACTIONS
     if len(headers) != 1:
         return ErrorCode.invalid_record, (
             f"Produce requests with version {header.api_version} must contain exactly one record batch per "

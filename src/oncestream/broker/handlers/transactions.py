@@ -3,6 +3,11 @@ TxnOffsetCommit, WriteTxnMarkers, DescribeTransactions, ListTransactions, Descri
 
 The rules live in coordinator/txn (driven by broker/txn_service.py); these handlers translate.
 KIP-588 version rules: clients too old to know PRODUCER_FENCED get INVALID_PRODUCER_EPOCH.
+
+Every coordinator call goes through ``TxnService.call_async(transactional_id, fn)``: the one
+coordinator of the single broker (the synchronous call, unchanged), or in cluster mode the
+coordinator of the id's ``__transaction_state`` partition, NOT_COORDINATOR when another broker owns
+it and COORDINATOR_LOAD_IN_PROGRESS while it loads (docs/cluster-coordinators.md).
 """
 
 from __future__ import annotations
@@ -15,10 +20,18 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from oncestream.broker.authorize import Op, Res, authorize, authorize_any
+from oncestream.broker.cluster_txn_verify import forwarded_marker_is_genuine, stored_verification
 from oncestream.broker.state import BrokerState
 from oncestream.broker.txn_service import fenced_for_version
 from oncestream.coordinator.group.messages import PartitionOffsetCommit
-from oncestream.errors import OnceStreamError, StorageError, TopicAuthorizationFailedError
+from oncestream.coordinator.txn import Outcome, TransactionCoordinator
+from oncestream.errors import (
+    CoordinatorLoadInProgressError,
+    NotCoordinatorError,
+    OnceStreamError,
+    StorageError,
+    TopicAuthorizationFailedError,
+)
 from oncestream.protocol import api_keys as k
 from oncestream.protocol.codec import RequestHeader, build
 from oncestream.protocol.schemas import response_module
@@ -40,10 +53,23 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _ZERO = datetime.timedelta(0)
+OFFSETS_TOPIC = "__consumer_offsets"
 
 
 def _ms(delta: datetime.timedelta) -> int:
     return int(delta.total_seconds() * 1000)
+
+
+async def _call(state: BrokerState, transactional_id: str,
+                fn: Callable[[TransactionCoordinator, int], Outcome[Any]]) -> tuple[Any, ErrorCode]:
+    """One coordinator call for ``transactional_id``: (response, NONE), or (None, the retriable
+    error: COORDINATOR_NOT_AVAILABLE when its record could not be persisted, NOT_COORDINATOR /
+    COORDINATOR_LOAD_IN_PROGRESS in cluster mode)."""
+    try:
+        resp = await state.transactions.call_async(transactional_id, fn)
+    except (NotCoordinatorError, CoordinatorLoadInProgressError) as exc:
+        return None, exc.code
+    return resp, ErrorCode.none if resp is not None else ErrorCode.coordinator_not_available
 
 
 def _txn_id_allowed(state: BrokerState, transactional_id: str) -> bool:
@@ -67,24 +93,11 @@ def _init_producer_id_refusal(state: BrokerState, request: InitProducerIdRequest
     return None
 
 
-def _refuse_transactional_id(m: Any, request: InitProducerIdRequest) -> object:
-    """Cluster mode: a transactional id is refused with INVALID_REQUEST until the transaction
-    coordinator runs on leases in PostgreSQL (docs/cluster.md): a coordinator in one broker's
-    scratch state would lose its transactions with the broker. Idempotent producers are served
-    (their ids come from blocks in PostgreSQL, cluster/leases/producer_id_blocks.py)."""
-    log.warning("InitProducerId for transactional id %r refused: transactions are not available in "
-                "cluster mode yet (docs/cluster.md)", request.transactional_id)
-    return build(m.InitProducerIdResponse, throttle_time=_ZERO, error_code=ErrorCode.invalid_request,
-                 producer_id=-1, producer_epoch=-1)
-
-
 async def handle_init_producer_id(state: BrokerState, header: RequestHeader, request: InitProducerIdRequest) -> object:
     m = response_module(k.INIT_PRODUCER_ID, header.api_version)
     if (refusal := _init_producer_id_refusal(state, request)) is not None:
         return build(m.InitProducerIdResponse, throttle_time=_ZERO, error_code=refusal, producer_id=-1,
                      producer_epoch=-1)
-    if state.cluster is not None and request.transactional_id is not None:
-        return _refuse_transactional_id(m, request)
     # A new producer id may be needed: wait (off the loop) until one is durable. Nothing runs
     # between this and the synchronous coordinator call below, so the id is still there.
     try:
@@ -104,9 +117,9 @@ async def handle_init_producer_id(state: BrokerState, header: RequestHeader, req
             ongoing_txn_producer_id=-1,
             ongoing_txn_producer_epoch=-1,
         )
-    txn = state.transactions
-    resp = txn.call(
-        lambda now: txn.coordinator.init_producer_id(
+    resp, error = await _call(
+        state, request.transactional_id,
+        lambda coordinator, now: coordinator.init_producer_id(
             request.transactional_id,
             _ms(request.transaction_timeout),
             now,
@@ -117,13 +130,8 @@ async def handle_init_producer_id(state: BrokerState, header: RequestHeader, req
         )
     )
     if resp is None:
-        return build(
-            m.InitProducerIdResponse,
-            throttle_time=_ZERO,
-            error_code=ErrorCode.coordinator_not_available,
-            producer_id=-1,
-            producer_epoch=-1,
-        )
+        return build(m.InitProducerIdResponse, throttle_time=_ZERO, error_code=error, producer_id=-1,
+                     producer_epoch=-1)
     return build(
         m.InitProducerIdResponse,
         throttle_time=_ZERO,
@@ -154,7 +162,7 @@ def _topic_results(
     )
 
 
-def _add_or_verify(
+async def _add_or_verify(
     state: BrokerState, txn_id: str, pid: int, epoch: int, partitions: Any, verify_only: bool, version: int
 ) -> Any:
     """Returns an error_of(topic, partition) function."""
@@ -165,24 +173,35 @@ def _add_or_verify(
         # Kafka: nothing is added; the refused topics say why, the rest were not attempted.
         return lambda t, p: ErrorCode.topic_authorization_failed if t in denied else ErrorCode.operation_not_attempted
     txn = state.transactions
-    known = state.logs.topics()
-    unknown = {
-        (t, p) for t, p in partitions if t not in known or not 0 <= p < known[t].num_partitions
-    }
+    if state.cluster is not None:
+        try:
+            catalog = await state.cluster.topics(sorted({t for t, _ in partitions}))
+        except OnceStreamError as exc:
+            code = exc.code
+            return lambda t, p: code
+        sizes = {name: meta.num_partitions for name, meta in catalog.items()}
+    else:
+        sizes = {name: info.num_partitions for name, info in state.logs.topics().items()}
+    unknown = {(t, p) for t, p in partitions if t not in sizes or not 0 <= p < sizes[t]}
     if unknown:
         # Kafka fails the whole request: unknown partitions get UNKNOWN_TOPIC_OR_PARTITION and
         # the rest OPERATION_NOT_ATTEMPTED.
         return lambda t, p: ErrorCode.unknown_topic_or_partition if (t, p) in unknown else ErrorCode.operation_not_attempted
     tps = tuple(TopicPartition(t, p) for t, p in partitions)
     if verify_only:
-        errors = txn.coordinator.verify_partitions(txn_id, pid, epoch, tps).errors
+        not_served = txn.coordinator_error(txn_id)
+        if not_served is not None:
+            return lambda t, p: not_served
+        errors = txn.coordinator_for(txn_id).verify_partitions(txn_id, pid, epoch, tps).errors
         return lambda t, p: errors.get(TopicPartition(t, p), ErrorCode.none)
-    resp = txn.call(lambda now: txn.coordinator.add_partitions(txn_id, pid, epoch, tps, now))
-    error = ErrorCode.coordinator_not_available if resp is None else fenced_for_version(resp.error, version, 2)
+    resp, error = await _call(state, txn_id, lambda coordinator, now: coordinator.add_partitions(
+        txn_id, pid, epoch, tps, now))
+    if resp is not None:
+        error = fenced_for_version(resp.error, version, 2)
     return lambda t, p: error
 
 
-def handle_add_partitions_to_txn(state: BrokerState, header: RequestHeader, request: AddPartitionsToTxnRequest) -> object:
+async def handle_add_partitions_to_txn(state: BrokerState, header: RequestHeader, request: AddPartitionsToTxnRequest) -> object:
     m = response_module(k.ADD_PARTITIONS_TO_TXN, header.api_version)
     if hasattr(request, "transactions"):  # v4+: batched, possibly verify-only (KIP-890 part 1)
         if not authorize(state, Op.CLUSTER_ACTION, Res.CLUSTER):  # Kafka: v4+ is broker-to-broker
@@ -191,7 +210,7 @@ def handle_add_partitions_to_txn(state: BrokerState, header: RequestHeader, requ
         results = []
         for t in request.transactions:
             parts = [(topic.name, p) for topic in t.topics for p in topic.partitions]
-            error_of = _add_or_verify(
+            error_of = await _add_or_verify(
                 state, t.transactional_id, t.producer_id, t.producer_epoch, parts, t.verify_only, header.api_version
             )
             results.append(
@@ -201,7 +220,7 @@ def handle_add_partitions_to_txn(state: BrokerState, header: RequestHeader, requ
         return build(m.AddPartitionsToTxnResponse, throttle_time=_ZERO, error_code=ErrorCode.none,
                      results_by_transaction=tuple(results))
     parts = [(topic.name, p) for topic in request.v3_and_below_topics for p in topic.partitions]
-    error_of = _add_or_verify(
+    error_of = await _add_or_verify(
         state,
         request.v3_and_below_transactional_id,
         request.v3_and_below_producer_id,
@@ -214,20 +233,17 @@ def handle_add_partitions_to_txn(state: BrokerState, header: RequestHeader, requ
                  results_by_topic_v3_and_below=_topic_results(m, parts, error_of))
 
 
-def handle_add_offsets_to_txn(state: BrokerState, header: RequestHeader, request: AddOffsetsToTxnRequest) -> object:
+async def handle_add_offsets_to_txn(state: BrokerState, header: RequestHeader, request: AddOffsetsToTxnRequest) -> object:
     m = response_module(k.ADD_OFFSETS_TO_TXN, header.api_version)
     if not _txn_id_allowed(state, request.transactional_id):
         return build(m.AddOffsetsToTxnResponse, throttle_time=_ZERO,
                      error_code=ErrorCode.transactional_id_authorization_failed)
     if not authorize(state, Op.READ, Res.GROUP, request.group_id):
         return build(m.AddOffsetsToTxnResponse, throttle_time=_ZERO, error_code=ErrorCode.group_authorization_failed)
-    txn = state.transactions
-    resp = txn.call(
-        lambda now: txn.coordinator.add_offsets(
-            request.transactional_id, request.producer_id, request.producer_epoch, request.group_id, now
-        )
-    )
-    error = ErrorCode.coordinator_not_available if resp is None else fenced_for_version(resp.error, header.api_version, 2)
+    resp, error = await _call(state, request.transactional_id, lambda coordinator, now: coordinator.add_offsets(
+        request.transactional_id, request.producer_id, request.producer_epoch, request.group_id, now))
+    if resp is not None:
+        error = fenced_for_version(resp.error, header.api_version, 2)
     return build(m.AddOffsetsToTxnResponse, throttle_time=_ZERO, error_code=error)
 
 
@@ -241,9 +257,9 @@ async def handle_end_txn(state: BrokerState, header: RequestHeader, request: End
     except StorageError:
         return build(m.EndTxnResponse, throttle_time=_ZERO, error_code=ErrorCode.coordinator_not_available,
                      producer_id=-1, producer_epoch=-1)
-    txn = state.transactions
-    resp = txn.call(
-        lambda now: txn.coordinator.end_txn(
+    resp, error = await _call(
+        state, request.transactional_id,
+        lambda coordinator, now: coordinator.end_txn(
             request.transactional_id,
             request.producer_id,
             request.producer_epoch,
@@ -255,8 +271,7 @@ async def handle_end_txn(state: BrokerState, header: RequestHeader, request: End
         )
     )
     if resp is None:
-        return build(m.EndTxnResponse, throttle_time=_ZERO, error_code=ErrorCode.coordinator_not_available,
-                     producer_id=-1, producer_epoch=-1)
+        return build(m.EndTxnResponse, throttle_time=_ZERO, error_code=error, producer_id=-1, producer_epoch=-1)
     return build(
         m.EndTxnResponse,
         throttle_time=_ZERO,
@@ -266,7 +281,7 @@ async def handle_end_txn(state: BrokerState, header: RequestHeader, request: End
     )
 
 
-def handle_txn_offset_commit(state: BrokerState, header: RequestHeader, request: TxnOffsetCommitRequest) -> object:
+async def handle_txn_offset_commit(state: BrokerState, header: RequestHeader, request: TxnOffsetCommitRequest) -> object:
     m = response_module(k.TXN_OFFSET_COMMIT, header.api_version)
     # Kafka: WRITE on the transactional id, READ on the group (each refusing every partition),
     # then READ on each topic. Checked before v5 adds the offsets partition to the transaction.
@@ -288,21 +303,32 @@ def handle_txn_offset_commit(state: BrokerState, header: RequestHeader, request:
             for t in request.topics))
     txn = state.transactions
     offsets_tp = TopicPartition("__consumer_offsets", state.groups.coordinator.partition_for(request.group_id))
-    if header.api_version >= 5:
+    group_error = state.groups.coordinator_error(request.group_id)
+    if group_error is not None:  # cluster mode: another broker coordinates the group, or it loads
+        verify_error = group_error
+    elif header.api_version >= 5:
         # Transaction version 2: the broker adds the offsets partition itself (KIP-890 part 2).
-        added = txn.call(
-            lambda now: txn.coordinator.add_offsets(
+        added, verify_error = await _call(
+            state, request.transactional_id, lambda coordinator, now: coordinator.add_offsets(
                 request.transactional_id, request.producer_id, request.producer_epoch, request.group_id, now,
-                transaction_version=2,
-            )
-        )
-        verify_error = ErrorCode.coordinator_not_available if added is None else added.error
+                transaction_version=2))
+        if added is not None:
+            verify_error = added.error
     else:
         # The producer must have added the group's offsets partition to its transaction first.
-        verify = txn.coordinator.verify_partitions(
-            request.transactional_id, request.producer_id, request.producer_epoch, (offsets_tp,)
-        )
-        verify_error = verify.errors.get(offsets_tp, ErrorCode.none)
+        not_served = txn.coordinator_error(request.transactional_id)
+        if not_served == ErrorCode.not_coordinator and state.cluster is not None:
+            # Cluster mode: the transaction coordinator is another broker; what it made durable
+            # (AddOffsetsToTxn answered only after its record committed) is read from PostgreSQL.
+            verify_error = (await stored_verification(
+                state.cluster.store, request.transactional_id, request.producer_id, request.producer_epoch,
+                (offsets_tp,), txn.num_partitions))[offsets_tp]
+        elif not_served is not None:
+            verify_error = not_served
+        else:
+            verify = txn.coordinator_for(request.transactional_id).verify_partitions(
+                request.transactional_id, request.producer_id, request.producer_epoch, (offsets_tp,))
+            verify_error = verify.errors.get(offsets_tp, ErrorCode.none)
     offsets = {
         TopicPartition(t.name, p.partition_index): PartitionOffsetCommit(
             offset=p.committed_offset,
@@ -330,7 +356,7 @@ def handle_txn_offset_commit(state: BrokerState, header: RequestHeader, request:
             }
         unknown = {tp for tp in offsets if not state.partition_exists(tp.topic, tp.partition)}
         known = {tp: offset for tp, offset in offsets.items() if tp not in unknown}
-        result = txn.stage_offsets(request.group_id, request.producer_id, known, **member)
+        result = await txn.stage_offsets_async(request.group_id, request.producer_id, known, **member)
         errors.update(result.partitions)
         errors.update((tp, ErrorCode.unknown_topic_or_partition) for tp in unknown)
     return build(
@@ -354,44 +380,59 @@ def handle_txn_offset_commit(state: BrokerState, header: RequestHeader, request:
     )
 
 
-def handle_write_txn_markers(state: BrokerState, header: RequestHeader, request: WriteTxnMarkersRequest) -> object:
+async def handle_write_txn_markers(state: BrokerState, header: RequestHeader, request: WriteTxnMarkersRequest) -> object:
     """WriteTxnMarkers is how Kafka's transaction coordinator reaches the partition leaders;
-    Kafka authorizes it as ClusterAction, which only brokers hold. Our coordinator writes its
-    markers to the local logs directly, never over the wire, so a request arriving on a
-    connection comes from a client and gets CLUSTER_AUTHORIZATION_FAILED for every partition,
-    changing nothing. Accepting it let any client abort another's open transaction: the victim's
-    commit then reported success while its records were gone (a forged ABORT) or exposed records
-    its owner would abort (a forged COMMIT). A hanging transaction is ended through its
-    coordinator instead (``oncestream transactions abort`` fences its transactional id)."""
+    Kafka authorizes it as ClusterAction, which only brokers hold.
+
+    Single broker: our coordinator writes its markers to the local logs directly, never over the
+    wire, so a request arriving on a connection comes from a client and gets
+    CLUSTER_AUTHORIZATION_FAILED for every partition, changing nothing. Accepting it let any client
+    abort another's open transaction: the victim's commit then reported success while its records
+    were gone (a forged ABORT) or exposed records its owner would abort (a forged COMMIT). A hanging
+    transaction is ended through its coordinator instead (``oncestream transactions abort`` fences
+    its transactional id).
+
+    Cluster mode: the transaction coordinator writes data partitions' markers itself (in
+    PostgreSQL, fenced by its lease) and forwards only the markers of ``__consumer_offsets``
+    partitions another broker's group coordinator owns (broker/cluster_markers.py). Those are
+    accepted with ClusterAction, for partitions this broker coordinates (NOT_COORDINATOR
+    otherwise), and only when PostgreSQL holds a transaction of that producer being completed
+    that way at that coordinator epoch (``forwarded_marker_is_genuine``): the staged offsets of
+    the producer are committed or dropped. Every other partition is refused as above."""
     m = response_module(k.WRITE_TXN_MARKERS, header.api_version)
     denied = ErrorCode.cluster_authorization_failed
-    return build(
-        m.WriteTxnMarkersResponse,
-        markers=tuple(
-            build(
-                m.WritableTxnMarkerResult,
-                producer_id=marker.producer_id,
-                topics=tuple(
-                    build(
-                        m.WritableTxnMarkerTopicResult,
-                        name=t.name,
-                        partitions=tuple(
-                            build(m.WritableTxnMarkerPartitionResult, partition_index=p, error_code=denied)
-                            for p in t.partition_indexes
-                        ),
-                    )
-                    for t in marker.topics
-                ),
-            )
-            for marker in request.markers
-        ),
-    )
+    cluster = state.cluster
+    allowed = cluster is not None and authorize(state, Op.CLUSTER_ACTION, Res.CLUSTER)
+    markers_out = []
+    for marker in request.markers:
+        genuine: bool | None = None
+        topics_out = []
+        for t in marker.topics:
+            parts_out = []
+            for p in t.partition_indexes:
+                error = denied
+                if allowed and cluster is not None and t.name == OFFSETS_TOPIC:
+                    error = state.groups.coordinator_error_for_partition(p) or ErrorCode.none
+                    if error == ErrorCode.none:
+                        if genuine is None:
+                            genuine = await forwarded_marker_is_genuine(
+                                cluster.store, marker.producer_id, marker.transaction_result,
+                                marker.coordinator_epoch)
+                        if not genuine:
+                            error = ErrorCode.invalid_txn_state
+                        elif not await state.groups.complete_txn_offsets_async(
+                                p, marker.producer_id, marker.transaction_result):
+                            error = ErrorCode.coordinator_load_in_progress  # retried by the coordinator
+                parts_out.append(build(m.WritableTxnMarkerPartitionResult, partition_index=p, error_code=error))
+            topics_out.append(build(m.WritableTxnMarkerTopicResult, name=t.name, partitions=tuple(parts_out)))
+        markers_out.append(build(m.WritableTxnMarkerResult, producer_id=marker.producer_id, topics=tuple(topics_out)))
+    return build(m.WriteTxnMarkersResponse, markers=tuple(markers_out))
 
 
 def handle_describe_transactions(state: BrokerState, header: RequestHeader, request: DescribeTransactionsRequest) -> object:
     m = response_module(k.DESCRIBE_TRANSACTIONS, header.api_version)
     permitted = [t for t in request.transactional_ids if authorize(state, Op.DESCRIBE, Res.TRANSACTIONAL_ID, t)]
-    descriptions = state.transactions.coordinator.describe_transactions(permitted)
+    descriptions = state.transactions.describe_transactions(permitted)
     out = [
         build(m.TransactionState, error_code=ErrorCode.transactional_id_authorization_failed, transactional_id=t,
               transaction_state="", transaction_timeout=_ZERO,
@@ -428,7 +469,7 @@ def handle_describe_transactions(state: BrokerState, header: RequestHeader, requ
 
 def handle_list_transactions(state: BrokerState, header: RequestHeader, request: ListTransactionsRequest) -> object:
     m = response_module(k.LIST_TRANSACTIONS, header.api_version)
-    resp = state.transactions.coordinator.list_transactions(
+    resp = state.transactions.list_transactions(
         state.now_ms(),
         state_filters=tuple(request.state_filters),
         producer_id_filters=tuple(request.producer_id_filters),

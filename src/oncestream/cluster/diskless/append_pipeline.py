@@ -58,6 +58,7 @@ from oncestream.cluster.diskless.commit import (
 )
 from oncestream.cluster.diskless.produce_object import (
     ProduceObject,
+    TxnWrite,
     ValidatedAppend,
     build_produce_object,
     new_object_key,
@@ -98,6 +99,7 @@ class PartitionAppend:
     partition: int
     records: bytes
     config: LogConfig
+    txn: TxnWrite | None = None  # the request's transactional id (KIP-890 verification in the commit)
 
 
 @dataclass(slots=True, eq=False)  # compared and hashed by identity (kept in a set)
@@ -182,7 +184,7 @@ class DisklessAppender:
                     ErrorCode.not_leader_or_follower, "this broker is not accepting produce requests (shutting down)"))
                 continue
             try:
-                validated = validate_append(append.topic_id, append.partition, append.records, append.config)
+                validated = validate_append(append.topic_id, append.partition, append.records, append.config, append.txn)
             except OnceStreamError as exc:
                 future.set_result(AppendOutcome.failed(exc.code, str(exc)))
                 continue

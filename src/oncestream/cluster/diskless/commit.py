@@ -14,6 +14,9 @@ Sequence for one object (KIP-1163's commit, PostgreSQL as the batch coordinator)
    object's state ('live', or 'deleting' when no batch of it was kept) are written; readers are
    notified on ``oncestream_appends``.
 
+A transactional request is first verified (KIP-890 part 1, ``_verify_transaction``) against the
+transaction coordinator's stored state of its transactional id, share-locked in this transaction.
+
 Per-request errors (OUT_OF_ORDER_SEQUENCE_NUMBER, INVALID_PRODUCER_EPOCH, UNKNOWN_PRODUCER_ID,
 INVALID_TXN_STATE, UNKNOWN_TOPIC_OR_PARTITION for a deleted topic, INVALID_RECORD for a duplicate
 mixed with new batches) are answered for that request only: its batches get no row and leave no
@@ -49,8 +52,12 @@ from oncestream.cluster.diskless.partition_rows import (
     store_producers,
 )
 from oncestream.cluster.diskless.produce_object import PlacedAppend, PlacedBatch
+from oncestream.cluster.leases.txn_state import stored_transaction
+from oncestream.coordinator.txn.metadata import TxnSnapshot
+from oncestream.coordinator.txn.verify import verify_snapshot
 from oncestream.errors import InvalidRecordError, OnceStreamError
 from oncestream.log.producer_state import BatchMetadata, ProducerEntry, apply_batch, check_batch
+from oncestream.topic_partition import TopicPartition
 
 DEFAULT_DELETE_GRACE_MS = 300_000
 
@@ -128,6 +135,32 @@ def _stage(append: PlacedAppend, partition: LockedPartition, key: TopicPartition
     return staged
 
 
+async def _verify_transaction(conn: Conn, append: PlacedAppend,
+                              stored: dict[str, TxnSnapshot | None]) -> AppendOutcome | None:
+    """KIP-890 part 1 for a transactional request: its partition must be in the producer's ongoing
+    transaction with the same producer id and epoch, as the transaction coordinator stored it.
+    The stored row is share-locked until this commit ends (``stored_transaction``), so the
+    coordinator cannot move the transaction on (PrepareCommit/PrepareAbort, which precede the
+    markers) between this check and the batches' commit: a verified batch always lies before its
+    transaction's marker. None when it may be committed."""
+    txn = append.txn
+    transactional = [placed.header for placed in append.batches if placed.header.is_transactional]
+    if not transactional:
+        return None
+    if txn is None:
+        return AppendOutcome.failed(ErrorCode.invalid_request, "a transactional batch without a transactional id")
+    if txn.transactional_id not in stored:
+        stored[txn.transactional_id] = await stored_transaction(conn, txn.transactional_id, txn.state_partitions)
+    tp = TopicPartition(txn.topic, append.partition)
+    for header in transactional:
+        error = verify_snapshot(stored[txn.transactional_id], header.producer_id, header.producer_epoch, (tp,))[tp]
+        if error != ErrorCode.none:
+            return AppendOutcome.failed(error, (
+                f"{txn.topic}-{append.partition} is not in the ongoing transaction of {txn.transactional_id!r} "
+                f"(producer {header.producer_id}, epoch {header.producer_epoch}): {error.name}"))
+    return None
+
+
 async def commit_uploaded(conn: Conn, object_key: str, appends: Sequence[PlacedAppend], *,
                           delete_grace_ms: int = DEFAULT_DELETE_GRACE_MS) -> list[AppendOutcome]:
     """Commit the batches of an uploaded object (inside the caller's transaction); one outcome per
@@ -146,6 +179,7 @@ async def commit_uploaded(conn: Conn, object_key: str, appends: Sequence[PlacedA
     outcomes: list[AppendOutcome] = []
     rows: list[BatchRow] = []
     changed: dict[ProducerKey, ProducerEntry] = {}
+    verified: dict[str, TxnSnapshot | None] = {}
     for append in appends:
         key = (append.topic_id, append.partition)
         partition = partitions.get(key)
@@ -153,6 +187,10 @@ async def commit_uploaded(conn: Conn, object_key: str, appends: Sequence[PlacedA
             outcomes.append(AppendOutcome.failed(
                 ErrorCode.unknown_topic_or_partition,
                 f"partition {append.partition} of topic id {append.topic_id} does not exist"))
+            continue
+        refusal = await _verify_transaction(conn, append, verified)
+        if refusal is not None:
+            outcomes.append(refusal)
             continue
         try:
             staged = _stage(append, partition, key, producers)

@@ -33,6 +33,17 @@ OBJECT_SUFFIX = ".batches"
 
 
 @dataclass(frozen=True, slots=True)
+class TxnWrite:
+    """A transactional produce's identity for KIP-890 verification in the commit: the request's
+    transactional id, the topic's name (transactions list partitions by name) and
+    ``transaction.state.log.num.partitions`` (where the id's stored state is)."""
+
+    transactional_id: str
+    topic: str
+    state_partitions: int
+
+
+@dataclass(frozen=True, slots=True)
 class ValidatedAppend:
     """One request's data for one partition, every batch checked, waiting to be placed in an object."""
 
@@ -40,18 +51,20 @@ class ValidatedAppend:
     partition: int
     batches: tuple[tuple[BatchHeader, memoryview], ...]
     log_append_time: bool
+    txn: TxnWrite | None = None
 
     @property
     def size_bytes(self) -> int:
         return sum(len(batch) for _, batch in self.batches)
 
 
-def validate_append(topic_id: uuid.UUID, partition: int, records: bytes, config: LogConfig) -> ValidatedAppend:
+def validate_append(topic_id: uuid.UUID, partition: int, records: bytes, config: LogConfig,
+                    txn: TxnWrite | None = None) -> ValidatedAppend:
     """Check a partition's produce data as the single broker's log does (CRC, magic, record count,
     max.message.bytes, control batches, keyless records on compacted topics); raises the same
     typed errors (``validate_batches``)."""
     parsed = validate_batches(records, config)
-    return ValidatedAppend(topic_id, partition, tuple(parsed), config.log_append_time)
+    return ValidatedAppend(topic_id, partition, tuple(parsed), config.log_append_time, txn)
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +87,7 @@ class PlacedAppend:
     batches: tuple[PlacedBatch, ...]
     append_time_ms: int  # broker time when the object was built
     log_append_time: bool
+    txn: TxnWrite | None = None  # a transactional produce: verified in the commit (KIP-890)
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +129,6 @@ def build_produce_object(key: str, appends: Sequence[ValidatedAppend], now_ms: i
                 placed.append(PlacedBatch(header, position, size, header.max_timestamp, TIMESTAMP_TYPE_CREATE_TIME))
             position += size
         placed_appends.append(
-            PlacedAppend(append.topic_id, append.partition, tuple(placed), now_ms, append.log_append_time)
+            PlacedAppend(append.topic_id, append.partition, tuple(placed), now_ms, append.log_append_time, append.txn)
         )
     return ProduceObject(key, b"".join(chunks), tuple(placed_appends))

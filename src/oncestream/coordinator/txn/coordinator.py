@@ -83,6 +83,7 @@ from oncestream.coordinator.txn.producer_identity import (
 from oncestream.coordinator.txn.records import encode_key, encode_value, replay
 from oncestream.coordinator.txn.state import TxnState
 from oncestream.coordinator.txn.timeouts import TimerAction, TxnTimers
+from oncestream.coordinator.txn.verify import verify_snapshot
 from oncestream.errors import (
     ConcurrentTransactionsError,
     CoordinatorInvariantError,
@@ -419,23 +420,12 @@ class TransactionCoordinator:
         """KIP-890 part 1: before a transactional produce is appended, check that the partition is
         in the producer's ongoing transaction. Per partition NONE, or INVALID_TXN_STATE for one
         that was not added; one error for all when the producer itself is wrong."""
-        parts = tuple(partitions)
-        try:
-            meta = self._current_for_producer(transactional_id, producer_id, producer_epoch)
-        except OnceStreamError as exc:
-            return VerifyPartitionsResponse({tp: exc.code for tp in parts})
-        s = meta.current
-        if s.state in _PREPARED:
-            return VerifyPartitionsResponse({tp: ErrorCode.concurrent_transactions for tp in parts})
-        if s.has_kept_transaction:
-            # KIP-939: no new data may join a prepared transaction kept by a new instance.
-            return VerifyPartitionsResponse({tp: ErrorCode.invalid_txn_state for tp in parts})
-        # Pending writes are not checked, as in Kafka: partitions join only once durable, and the
-        # partition log does the final epoch check on append.
-        in_txn = s.partitions if s.state is _S.ONGOING else frozenset()
-        return VerifyPartitionsResponse(
-            {tp: ErrorCode.none if tp in in_txn else ErrorCode.invalid_txn_state for tp in parts}
-        )
+        self._ensure_loaded()
+        if not transactional_id:
+            return VerifyPartitionsResponse(dict.fromkeys(partitions, ErrorCode.invalid_request))
+        meta = self._txns.get(transactional_id)
+        return VerifyPartitionsResponse(verify_snapshot(
+            None if meta is None else meta.current, producer_id, producer_epoch, partitions))
 
     # --- EndTxn -------------------------------------------------------------------------------
 
