@@ -19,14 +19,14 @@ Where each partition of a marker job goes (docs/cluster.md, "Transactions"):
 from __future__ import annotations
 
 import asyncio
-import io
 import logging
-import struct
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from oncestream.broker.cluster_node import BrokerAddress, ClusterNode
+from oncestream.broker.peer_requests import PeerRequests
 from oncestream.cluster.diskless.markers import TxnMarker, write_markers
 from oncestream.cluster.diskless.partition_rows import Conn
 from oncestream.cluster.leases.coordinator_leases import Lease, fenced
@@ -34,81 +34,42 @@ from oncestream.cluster.pg.store import MetadataStore
 from oncestream.coordinator.txn import MarkerJob
 from oncestream.errors import NotCoordinatorError, OnceStreamError
 from oncestream.protocol.api_keys import WRITE_TXN_MARKERS
-from oncestream.protocol.codec import build, reader_for, writer_for
-from oncestream.protocol.length_guard import check_array_lengths
-from oncestream.protocol.schemas import request_module, response_class
-from oncestream.protocol.varint import read_uvarint
+from oncestream.protocol.codec import build
 from oncestream.topic_partition import TopicPartition
 
 log = logging.getLogger("oncestream.broker")
 
 OFFSETS_TOPIC = "__consumer_offsets"
-FORWARD_TIMEOUT_S = 10.0
-_VERSION = 1  # WriteTxnMarkers v1: flexible (request header v2, response header v1)
-_SIZE = struct.Struct(">i")
-_HEADER = struct.Struct(">hhih")
 
 
 class MarkerForwarder:
-    """Sends WriteTxnMarkers (v1) for ``__consumer_offsets`` partitions to the broker that owns them.
+    """Sends WriteTxnMarkers (v1) for ``__consumer_offsets`` partitions to the broker that owns
+    them (markers of another broker's offsets partitions are rare: one per transaction whose
+    group is coordinated elsewhere)."""
 
-    One short-lived connection per forward (markers of another broker's offsets partitions are
-    rare: one per transaction whose group is coordinated elsewhere), over the owner's endpoint of
-    the listener this broker registered first; a PLAINTEXT listener (a SASL or TLS inter-broker
-    listener is not supported yet: the forward fails and the job is retried, logged)."""
-
-    def __init__(self, listener_name: str, client_id: str) -> None:
-        self._listener_name = listener_name
-        self._client_id = client_id.encode()
+    def __init__(self, peers: PeerRequests) -> None:
+        self._peers = peers
 
     async def forward(self, owner: BrokerAddress, job: MarkerJob, partitions: Sequence[TopicPartition]) -> bool:
         """True when the owner answered NONE for every partition."""
-        host, port = owner.endpoint_for(self._listener_name)
-        try:
-            codes = await asyncio.wait_for(self._send(host, port, job, partitions), FORWARD_TIMEOUT_S)
-        except (OSError, TimeoutError, asyncio.IncompleteReadError, OnceStreamError) as exc:
-            log.warning("forwarding markers of producer %d to %s:%d failed: %s", job.producer_id, host, port, exc)
-            return False
-        if any(codes):
-            log.warning("markers of producer %d forwarded to %s:%d answered %s", job.producer_id, host, port, codes)
-        return len(codes) == len(partitions) and not any(codes)
 
-    async def _send(self, host: str, port: int, job: MarkerJob, partitions: Sequence[TopicPartition]) -> list[int]:
-        m = request_module(WRITE_TXN_MARKERS, _VERSION)
-        request = build(m.WriteTxnMarkersRequest, markers=(build(
-            m.WritableTxnMarker, producer_id=job.producer_id, producer_epoch=job.producer_epoch,
-            transaction_result=job.commit,
-            topics=(build(m.WritableTxnMarkerTopic, name=OFFSETS_TOPIC,
-                          partition_indexes=tuple(tp.partition for tp in partitions)),),
-            coordinator_epoch=job.coordinator_epoch),))
-        buf = io.BytesIO()
-        buf.write(b"\0\0\0\0")
-        buf.write(_HEADER.pack(WRITE_TXN_MARKERS, _VERSION, 1, len(self._client_id)))
-        buf.write(self._client_id)
-        buf.write(b"\0")  # request header v2: no tagged fields
-        writer_for(type(request))(buf, request)
-        frame = bytearray(buf.getbuffer())
-        _SIZE.pack_into(frame, 0, len(frame) - 4)
-        reader, writer = await asyncio.open_connection(host, port)
+        def make(m: Any) -> Any:
+            return build(m.WriteTxnMarkersRequest, markers=(build(
+                m.WritableTxnMarker, producer_id=job.producer_id, producer_epoch=job.producer_epoch,
+                transaction_result=job.commit,
+                topics=(build(m.WritableTxnMarkerTopic, name=OFFSETS_TOPIC,
+                              partition_indexes=tuple(tp.partition for tp in partitions)),),
+                coordinator_epoch=job.coordinator_epoch),))
+
         try:
-            writer.write(frame)
-            await writer.drain()
-            (size,) = _SIZE.unpack(await reader.readexactly(4))
-            payload = memoryview(await reader.readexactly(size))
-        finally:
-            writer.close()
-        (correlation_id,) = _SIZE.unpack_from(payload, 0)
-        if correlation_id != 1:
-            raise OSError("WriteTxnMarkers answer with another correlation id")
-        count, pos = read_uvarint(payload, 4)  # response header v1: tagged fields
-        for _ in range(count):
-            _tag, pos = read_uvarint(payload, pos)
-            length, pos = read_uvarint(payload, pos)
-            pos += length
-        response_cls = response_class(WRITE_TXN_MARKERS, _VERSION)
-        check_array_lengths(response_cls, payload, pos)
-        response, _ = reader_for(response_cls)(payload, pos)
-        return [int(p.error_code) for marker in response.markers for t in marker.topics for p in t.partitions]
+            response = await self._peers.call(owner, WRITE_TXN_MARKERS, 1, make)
+        except (OSError, TimeoutError, asyncio.IncompleteReadError, OnceStreamError) as exc:
+            log.warning("forwarding markers of producer %d to node %d failed: %s", job.producer_id, owner.node_id, exc)
+            return False
+        codes = [int(p.error_code) for marker in response.markers for t in marker.topics for p in t.partitions]
+        if any(codes):
+            log.warning("markers of producer %d forwarded to node %d answered %s", job.producer_id, owner.node_id, codes)
+        return len(codes) == len(partitions) and not any(codes)
 
 
 class ClusterMarkerWriter:

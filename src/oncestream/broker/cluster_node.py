@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 
 from oncestream.broker.cluster_leaders import leader_of
 from oncestream.broker.cluster_settings import ClusterSettings
+from oncestream.broker.peer_requests import PeerRequests
 from oncestream.cluster.diskless.append_pipeline import DisklessAppendConfig, DisklessAppender
 from oncestream.cluster.diskless.commit import DEFAULT_DELETE_GRACE_MS
 from oncestream.cluster.diskless.log_start_moves import delete_records
@@ -171,6 +172,8 @@ class ClusterNode:
         # Coordinators on leases (broker/cluster_coordinators.py), once attached; their lease
         # rounds run for the current registration (restarted when the broker registers again).
         self.coordinators: ClusterCoordinators | None = None
+        # Requests to other brokers (transaction markers, KIP-890 implicit adds); set by cluster_run.
+        self.peers: PeerRequests | None = None
         self._coordinator_task: asyncio.Task[None] | None = None
         self._snapshot: dict[str, TopicMeta] = {}
         # The diskless paths; their tasks run from start_serving on.

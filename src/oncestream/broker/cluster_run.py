@@ -28,6 +28,7 @@ from oncestream.broker.cluster_settings import (
     probe_metadata_store,
 )
 from oncestream.broker.config import BrokerConfig
+from oncestream.broker.peer_requests import PeerRequests
 from oncestream.broker.seams import BrokerSeams
 from oncestream.broker.server import BrokerServer
 from oncestream.broker.state import BrokerState
@@ -81,9 +82,9 @@ def run_cluster_broker(settings: ClusterSettings, host: str, port: int, props: d
             # Consumer groups and transactions on leases in PostgreSQL
             # (broker/cluster_coordinators.py): they replace the scratch state's services; markers
             # through broker/cluster_markers.py.
-            markers = ClusterMarkerWriter(
-                node, store, MarkerForwarder(config.all_listeners[0].name, f"oncestream-broker-{settings.node_id}"),
-                now_ms=state.now_ms, idle_timeout_ms=settings.session_timeout_ms)
+            node.peers = PeerRequests(config.all_listeners[0].name, f"oncestream-broker-{settings.node_id}")
+            markers = ClusterMarkerWriter(node, store, MarkerForwarder(node.peers), now_ms=state.now_ms,
+                                          idle_timeout_ms=settings.session_timeout_ms)
             coordinators = await ClusterCoordinators.open(
                 store, config.raw, state.now_ms, state.mono_ms, producer_ids=producer_ids,
                 markers=markers, topics=node.topic_metadata_view, on_marker=state.notifier.notify,

@@ -17,25 +17,31 @@ apply: a committed batch is in the object store, which is the replica set.
 
 from __future__ import annotations
 
+import asyncio
 import datetime
+import logging
 import uuid
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
 from oncestream.broker.authorize import Op, Res, authorize
+from oncestream.broker.cluster_coordinators import TRANSACTION_KEY_TYPE
 from oncestream.broker.cluster_node import ClusterNode, TopicMeta
 from oncestream.broker.state import BrokerState
 from oncestream.cluster.diskless.append_pipeline import PartitionAppend
 from oncestream.cluster.diskless.produce_object import TxnWrite
-from oncestream.errors import OnceStreamError
-from oncestream.protocol.api_keys import PRODUCE
+from oncestream.errors import CoordinatorLoadInProgressError, NotCoordinatorError, OnceStreamError
+from oncestream.protocol.api_keys import ADD_PARTITIONS_TO_TXN, PRODUCE
 from oncestream.protocol.codec import RequestHeader, build
 from oncestream.protocol.record_batch import iter_batches
 from oncestream.protocol.schemas import response_module
+from oncestream.topic_partition import TopicPartition
 
 if TYPE_CHECKING:
     from oncestream.protocol.request_types import ProduceRequest
+
+log = logging.getLogger("oncestream.broker")
 
 _VALID_ACKS = (0, 1, -1)
 
@@ -82,6 +88,11 @@ async def handle(state: BrokerState, node: ClusterNode, header: RequestHeader, r
                 continue
             if info is None or part.records is None:  # refused above; narrows the types
                 continue
+            if txn_id is not None and header.api_version >= 12:
+                added = await implicit_add(state, node, txn_id, topic.name, part.index, part.records)
+                if added != ErrorCode.none:
+                    answer["error_code"] = added
+                    continue
             try:
                 config = await node.log_config(state.log_config, topic.name)
             except OnceStreamError as exc:
@@ -114,6 +125,65 @@ async def handle(state: BrokerState, node: ClusterNode, header: RequestHeader, r
     ]
     response: object = build(m.ProduceResponse, responses=tuple(topics_out), throttle_time=datetime.timedelta(0))
     return response
+
+
+# Kafka answers a produce whose implicit add met a coordinator that moved or loads with
+# NOT_ENOUGH_REPLICAS: retriable for the producer, which must not rediscover a coordinator here.
+_COORDINATOR_MOVING = (ErrorCode.not_coordinator, ErrorCode.coordinator_load_in_progress,
+                       ErrorCode.coordinator_not_available)
+
+
+async def implicit_add(state: BrokerState, node: ClusterNode, transactional_id: str, topic: str, partition: int,
+                       records: bytes) -> ErrorCode:
+    """KIP-890 part 2 (Produce v12+, transaction version 2): the broker adds the partition to the
+    producer's transaction itself, at the batch's producer id and epoch: through its own
+    coordinator when it owns the id's partition, else with AddPartitionsToTxn (v4, not
+    verify-only) to the owner. The commit then verifies the batch against the stored transaction
+    (cluster/diskless/commit.py), so the add is never taken on trust."""
+    batch = next((h for h, _ in iter_batches(records, verify_crc=False) if h.is_transactional), None)
+    if batch is None:
+        return ErrorCode.none
+    tp = TopicPartition(topic, partition)
+    txn = state.transactions
+    local = txn.coordinator_error(transactional_id)
+    if local is None:
+        try:
+            added = await txn.call_async(transactional_id, lambda coordinator, now: coordinator.add_partitions(
+                transactional_id, batch.producer_id, batch.producer_epoch, (tp,), now, transaction_version=2))
+        except (NotCoordinatorError, CoordinatorLoadInProgressError):
+            return ErrorCode.not_enough_replicas
+        error = ErrorCode.coordinator_not_available if added is None else added.error
+    elif local == ErrorCode.not_coordinator:
+        error = await _add_at_owner(node, transactional_id, batch.producer_id, batch.producer_epoch, tp)
+    else:
+        error = local
+    return ErrorCode.not_enough_replicas if error in _COORDINATOR_MOVING else error
+
+
+async def _add_at_owner(node: ClusterNode, transactional_id: str, producer_id: int, producer_epoch: int,
+                        tp: TopicPartition) -> ErrorCode:
+    owner = None if node.coordinators is None else node.coordinators.coordinator_node(
+        TRANSACTION_KEY_TYPE, transactional_id)
+    address = next((b for b in await node.live_brokers() if b.node_id == owner), None)
+    if address is None or node.peers is None or owner == node.node_id:
+        return ErrorCode.coordinator_not_available
+
+    def make(m: Any) -> Any:
+        return build(m.AddPartitionsToTxnRequest, transactions=(build(
+            m.AddPartitionsToTxnTransaction, transactional_id=transactional_id, producer_id=producer_id,
+            producer_epoch=producer_epoch, verify_only=False,
+            topics=(build(m.AddPartitionsToTxnTopic, name=tp.topic, partitions=(tp.partition,)),)),))
+
+    try:
+        response = await node.peers.call(address, ADD_PARTITIONS_TO_TXN, 4, make)
+    except (OSError, TimeoutError, asyncio.IncompleteReadError, OnceStreamError) as exc:
+        log.warning("AddPartitionsToTxn for %r at node %s failed: %s", transactional_id, owner, exc)
+        return ErrorCode.coordinator_not_available
+    if response.error_code != ErrorCode.none:
+        return ErrorCode(response.error_code)
+    codes = [p.partition_error_code for t in response.results_by_transaction for r in t.topic_results
+             for p in r.results_by_partition]
+    return ErrorCode(codes[0]) if codes else ErrorCode.unknown_server_error
 
 
 def _check_batches(header: RequestHeader, records: bytes) -> tuple[ErrorCode, str | None] | None:

@@ -194,8 +194,11 @@ async def _add_or_verify(
             return lambda t, p: not_served
         errors = txn.coordinator_for(txn_id).verify_partitions(txn_id, pid, epoch, tps).errors
         return lambda t, p: errors.get(TopicPartition(t, p), ErrorCode.none)
+    # Cluster mode: a v4+ add comes from another broker doing a KIP-890 part 2 implicit add for a
+    # transactional Produce v12+ (handlers/cluster_produce.py): transaction version 2.
+    txn_version = 2 if state.cluster is not None and version >= 4 else 1
     resp, error = await _call(state, txn_id, lambda coordinator, now: coordinator.add_partitions(
-        txn_id, pid, epoch, tps, now))
+        txn_id, pid, epoch, tps, now, transaction_version=txn_version))
     if resp is not None:
         error = fenced_for_version(resp.error, version, 2)
     return lambda t, p: error
