@@ -420,7 +420,10 @@ class TransactionCoordinator:
         """KIP-890 part 1: before a transactional produce is appended, check that the partition is
         in the producer's ongoing transaction. Per partition NONE, or INVALID_TXN_STATE for one
         that was not added; one error for all when the producer itself is wrong."""
-        self._ensure_loaded()
+        try:
+            self._ensure_loaded()
+        except OnceStreamError as exc:
+            return VerifyPartitionsResponse(dict.fromkeys(partitions, exc.code))
         if not transactional_id:
             return VerifyPartitionsResponse(dict.fromkeys(partitions, ErrorCode.invalid_request))
         meta = self._txns.get(transactional_id)
