@@ -82,7 +82,7 @@ async def handle(state: BrokerState, node: ClusterNode, header: RequestHeader, r
             elif part.records is None:
                 refusal = ErrorCode.invalid_record, "no records"
             else:
-                refusal = _check_batches(header, part.records)
+                refusal = _check_batches(header, txn_id, part.records)
             if refusal is not None:
                 answer["error_code"], answer["error_message"] = refusal
                 continue
@@ -186,13 +186,17 @@ async def _add_at_owner(node: ClusterNode, transactional_id: str, producer_id: i
     return ErrorCode(codes[0]) if codes else ErrorCode.unknown_server_error
 
 
-def _check_batches(header: RequestHeader, records: bytes) -> tuple[ErrorCode, str | None] | None:
-    """Exactly one record batch (Produce v3+); None when it may be appended (its CRC, sizes and
-    timestamps are checked by the appender's validation, its transaction by the commit)."""
+def _check_batches(header: RequestHeader, transactional_id: str | None,
+                   records: bytes) -> tuple[ErrorCode, str | None] | None:
+    """Exactly one record batch (Produce v3+), transactional only with a transactional id (as the
+    single broker); None when it may be appended (its CRC, sizes and timestamps are checked by
+    the appender's validation, its transaction by the commit)."""
     try:
         headers = [batch_header for batch_header, _ in iter_batches(records, verify_crc=False)]
     except OnceStreamError as exc:
         return exc.code, str(exc)
+    if transactional_id is None and any(batch_header.is_transactional for batch_header in headers):
+        return ErrorCode.invalid_txn_state, "a transactional batch in a Produce request without a transactional id"
     if len(headers) != 1:
         return ErrorCode.invalid_record, (
             f"Produce requests with version {header.api_version} must contain exactly one record batch per "

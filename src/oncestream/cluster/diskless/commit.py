@@ -145,10 +145,10 @@ async def _verify_transaction(conn: Conn, append: PlacedAppend,
     transaction's marker. None when it may be committed."""
     txn = append.txn
     transactional = [placed.header for placed in append.batches if placed.header.is_transactional]
-    if not transactional:
+    if not transactional or txn is None:
+        # No transactional id: the Produce handler refuses a transactional batch without one
+        # (INVALID_TXN_STATE), so only the library's own callers get here.
         return None
-    if txn is None:
-        return AppendOutcome.failed(ErrorCode.invalid_request, "a transactional batch without a transactional id")
     if txn.transactional_id not in stored:
         stored[txn.transactional_id] = await stored_transaction(conn, txn.transactional_id, txn.state_partitions)
     tp = TopicPartition(txn.topic, append.partition)
