@@ -33,9 +33,11 @@ from oncestream.broker.cluster_leaders import leader_of
 from oncestream.broker.cluster_settings import ClusterSettings
 from oncestream.cluster.diskless.append_pipeline import DisklessAppendConfig, DisklessAppender
 from oncestream.cluster.diskless.commit import DEFAULT_DELETE_GRACE_MS
+from oncestream.cluster.diskless.consolidation import ConsolidationConfig, ConsolidationJob
 from oncestream.cluster.diskless.log_start_moves import delete_records
 from oncestream.cluster.diskless.object_cache import ObjectRangeCache
 from oncestream.cluster.diskless.object_gc import ObjectGarbageCollector
+from oncestream.cluster.diskless.orphans import OrphanSweeper
 from oncestream.cluster.diskless.read_path import DisklessReader
 from oncestream.cluster.diskless.retention import RetentionDefaults, RetentionEnforcer
 from oncestream.cluster.diskless.wakeups import AppendWakeups
@@ -65,6 +67,9 @@ BUFFER_MAX_BYTES_KEY = "diskless.append.buffer.max.bytes"
 DELETE_GRACE_KEY = "diskless.object.delete.grace.ms"
 GC_INTERVAL_KEY = "diskless.gc.interval.ms"
 DEFAULT_GC_INTERVAL_MS = 30_000
+# The key prefix of every diskless object this broker writes (produce objects, consolidated
+# segments) inside the object store's own prefix (s3://BUCKET/PREFIX); the orphan sweeper lists it.
+OBJECT_KEY_PREFIX = ""
 
 def _non_negative_key(props: dict[str, str], key: str, default: int) -> int:
     try:
@@ -83,6 +88,15 @@ def append_config(props: dict[str, str]) -> DisklessAppendConfig:
         commit_interval_ms=_non_negative_key(props, COMMIT_INTERVAL_KEY, defaults.commit_interval_ms),
         buffer_max_bytes=_non_negative_key(props, BUFFER_MAX_BYTES_KEY, defaults.buffer_max_bytes),
         delete_grace_ms=_non_negative_key(props, DELETE_GRACE_KEY, DEFAULT_DELETE_GRACE_MS))
+
+
+def consolidation_config(props: dict[str, str]) -> ConsolidationConfig:
+    """The consolidation job's settings from the broker's ``diskless.consolidation.*`` properties
+    (docs/cluster-consolidation.md); InvalidConfigError for a bad value."""
+    try:
+        return ConsolidationConfig.from_broker_configs(props)
+    except ValueError as exc:
+        raise InvalidConfigError(f"diskless.consolidation: {exc}") from None
 
 
 def _log_end(task: asyncio.Task[None]) -> None:
@@ -175,7 +189,7 @@ class ClusterNode:
         self._snapshot: dict[str, TopicMeta] = {}
         # The diskless paths; their tasks run from start_serving on.
         self.appender = DisklessAppender(store, object_store, broker_id=settings.node_id,
-                                         config=append_config(broker_props))
+                                         key_prefix=OBJECT_KEY_PREFIX, config=append_config(broker_props))
         self.reader = DisklessReader(store, ObjectRangeCache(object_store))
         self.wakeups = AppendWakeups(store, store)
         # Retention by time and size of every diskless partition, a bounded round at a time; every
@@ -191,6 +205,12 @@ class ClusterNode:
         self.gc = ObjectGarbageCollector(store, object_store, delete_grace_ms=self.delete_grace_ms)
         self._gc_interval_ms = _non_negative_key(broker_props, GC_INTERVAL_KEY, DEFAULT_GC_INTERVAL_MS)
         self._gc_stop = asyncio.Event()
+        # Consolidation of small produce objects into per-partition segments, and the sweep of
+        # objects with no row (docs/cluster-consolidation.md): every broker runs both (partitions
+        # are claimed by lease, orphans with SKIP LOCKED; correctness rests on the swap's checks).
+        self.consolidation = ConsolidationJob(store, object_store, broker_id=settings.node_id,
+                                              key_prefix=OBJECT_KEY_PREFIX, config=consolidation_config(broker_props))
+        self.orphans = OrphanSweeper(store, object_store, key_prefix=OBJECT_KEY_PREFIX)
         self._serving = False
         self._topic_cache: dict[str, tuple[float, TopicMeta]] = {}
         self._config_cache: dict[str, tuple[TopicMeta, LogConfig, LogConfig]] = {}
@@ -385,6 +405,8 @@ class ClusterNode:
         self.appender.start()
         self.wakeups.start()
         self.retention.start()
+        self.consolidation.start()
+        self.orphans.start()
         self._serving = True
 
     async def delete_records(self, topic_id: uuid.UUID, partition: int, offset: int) -> int:
@@ -420,6 +442,8 @@ class ClusterNode:
             if self._coordinator_task is not None:
                 self._coordinator_task.cancel()
             if self._serving:
+                await self.consolidation.close()
+                await self.orphans.close()
                 await self.retention.close()
                 await self.appender.close()
                 await self.wakeups.close()

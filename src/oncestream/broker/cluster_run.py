@@ -20,6 +20,7 @@ from pathlib import Path
 
 from oncestream.broker.cluster_coordinators import ClusterCoordinators
 from oncestream.broker.cluster_node import ClusterNode
+from oncestream.broker.cluster_security import use_cluster_security
 from oncestream.broker.cluster_settings import (
     ClusterSettings,
     ClusterStartError,
@@ -89,6 +90,8 @@ def run_cluster_broker(settings: ClusterSettings, host: str, port: int, props: d
             state = BrokerState(scratch, config, fdatasync=seams_used.fdatasync, seams=seams_used,
                                 producer_ids=producer_ids)
             state.cluster = node
+            # ACLs and SCRAM users from PostgreSQL (broker/cluster_security.py), kept fresh by these loops.
+            security_loops = await use_cluster_security(state, store)
             # Consumer groups (and, once markers are wired, transactions) on leases in PostgreSQL
             # (broker/cluster_coordinators.py): they replace the scratch state's services.
             coordinators = await ClusterCoordinators.open(
@@ -100,7 +103,8 @@ def run_cluster_broker(settings: ClusterSettings, host: str, port: int, props: d
             await node.refresh_snapshot()
             server = BrokerServer(
                 state, ready_file=ready_file,
-                background=(*seams_used.background_loops, node.heartbeat_loop, node.topic_refresh_loop, node.gc_loop),
+                background=(*seams_used.background_loops, node.heartbeat_loop, node.topic_refresh_loop, node.gc_loop,
+                            *security_loops),
                 stuck_report_s=bound.bound_ms / 4000, defer_ready=True, on_stopping=node.leave)
             install_stop_signals(asyncio.get_running_loop(), bound, server.stop)
             node.start_serving()

@@ -33,12 +33,13 @@ from oncestream.broker.principal import load_principal_builder
 from oncestream.broker.producer_id_service import ProducerIdService, ProducerIdSource
 from oncestream.broker.quotas.managers import ClientQuotaManagers, QuotaWindow
 from oncestream.broker.quotas.store import load_client_quotas
-from oncestream.broker.sasl.credentials import ScramCredentialStore
+from oncestream.broker.sasl.credentials import ScramCredentials, ScramCredentialStore
 from oncestream.broker.sasl.exchange import SaslSettings
 from oncestream.broker.seams import BrokerSeams
 from oncestream.broker.share_service import ShareService
 from oncestream.broker.telemetry.service import ClientTelemetry
 from oncestream.broker.txn_service import TxnService
+from oncestream.cluster.pg.acls import PgAclStore
 from oncestream.coordinator.producer_ids import ProducerIdManager
 from oncestream.durable_files import write_file_atomically
 from oncestream.errors import StorageError
@@ -167,7 +168,7 @@ class BrokerState:
             self.metrics = BrokerMetrics()  # records nothing; BrokerServer installs Prometheus's (metrics.listen)
             # The durable SCRAM credentials (one store for the broker) and, per listener, the SASL
             # mechanisms and PLAIN users (listener.name.<l>.* overrides, broker/sasl/).
-            self.scram_store = ScramCredentialStore.open(data_dir)
+            self.scram_store: ScramCredentials = ScramCredentialStore.open(data_dir)
             self._sasl_by_listener = {
                 listener.name: SaslSettings.from_properties(data_dir, listener.name, config.raw, self.scram_store)
                 for listener in config.all_listeners
@@ -217,7 +218,9 @@ class BrokerState:
                     fetch_max_wait_ms=remote_config.fetch_max_wait_ms)
                 log.info("tiered storage enabled: object store %s", store.description)
             # ACLs (issue 14): None without authorizer.class.name, and then everything is allowed.
-            self.acl_store = AclStore(data_dir)
+            # In cluster mode the ACLs, SCRAM credentials and dynamic broker configs are
+            # PostgreSQL's (broker/cluster_security.py replaces these stores before serving).
+            self.acl_store: AclStore | PgAclStore = AclStore(data_dir)
             self.authorizer: StandardAuthorizer | None = None
             self.acl_write_lock = asyncio.Lock()  # one ACL change persisted at a time, in order
             if config.authorizer_class_name:
