@@ -7,9 +7,10 @@ Three ``oncestream broker`` processes of one cluster, librdkafka clients:
   everywhere once it is deleted (through another broker).
 - A SCRAM user created with AlterUserScramCredentials through one broker authenticates on all
   three; a wrong password does not; deleted, it no longer authenticates anywhere.
-- A dynamic cluster-wide broker config set with IncrementalAlterConfigs through one broker is
-  described by every broker (DYNAMIC_DEFAULT_BROKER_CONFIG), also by one restarted afterwards
-  (its scratch directory is new: the value comes from PostgreSQL).
+- A dynamic cluster-wide broker config set with IncrementalAlterConfigs through one broker (on
+  the wire: librdkafka refuses the empty resource name) is described by librdkafka on every
+  broker (DYNAMIC_DEFAULT_BROKER_CONFIG), also by one restarted afterwards (its scratch
+  directory is new: the value comes from PostgreSQL).
 
 A client may send an admin request to any broker it learned from Metadata, so each check asks
 every broker: at least two of them did not handle the change.
@@ -29,7 +30,6 @@ from confluent_kafka.admin import (
     AclPermissionType,
     AdminClient,
     AlterConfigOpType,
-    ConfigEntry,
     ConfigResource,
     ConfigSource,
     NewTopic,
@@ -40,7 +40,11 @@ from confluent_kafka.admin import (
     UserScramCredentialDeletion,
     UserScramCredentialUpsertion,
 )
+from kio.schema.errors import ErrorCode
 
+from oncestream.client.common.connection import BrokerConnection, parse_bootstrap
+from oncestream.protocol.api_keys import INCREMENTAL_ALTER_CONFIGS
+from oncestream.protocol.codec import build
 from tests.support.acl import SECURED, user
 from tests.support.clients import CLIENT_TIMEOUT_S, unique_topic
 from tests.support.cluster import Cluster, ClusterBroker, cluster_factory  # noqa: F401  (fixture)
@@ -48,6 +52,7 @@ from tests.support.sasl import librdkafka_conf, sasl_broker_config
 
 pytestmark = pytest.mark.interop
 
+RESOURCE_BROKER = 4  # Kafka's ConfigResource.Type.BROKER on the wire
 WAIT_S = 30.0  # a bound on a hang only (a change reaches the other brokers by NOTIFY, or a poll within 1 s)
 
 
@@ -169,10 +174,16 @@ def _retention_of(broker: ClusterBroker) -> tuple[str | None, ConfigSource]:
 def test_a_dynamic_broker_config_set_through_one_broker_is_described_by_every_broker(
         cluster_factory: Callable[..., Cluster]) -> None:
     cluster = cluster_factory(3)
-    admin = AdminClient({"bootstrap.servers": cluster.brokers[0].bootstrap})
-    default = ConfigResource(ResourceType.BROKER, "", incremental_configs=[
-        ConfigEntry("log.retention.ms", "7654321", incremental_operation=AlterConfigOpType.SET)])
-    admin.incremental_alter_configs([default], request_timeout=CLIENT_TIMEOUT_S)[default].result(CLIENT_TIMEOUT_S)
+    # The cluster-default resource ("") on the wire to node 1: librdkafka refuses an empty name.
+    host, port = parse_bootstrap(cluster.brokers[0].bootstrap)
+    with BrokerConnection(host, port) as conn:
+        response = conn.call(INCREMENTAL_ALTER_CONFIGS, lambda m: build(
+            m.IncrementalAlterConfigsRequest, validate_only=False,
+            resources=(build(m.AlterConfigsResource, resource_type=RESOURCE_BROKER, resource_name="",
+                             configs=(build(m.AlterableConfig, name="log.retention.ms",
+                                            config_operation=AlterConfigOpType.SET.value, value="7654321"),)),)))
+    [result] = response.responses
+    assert result.error_code == ErrorCode.none, result.error_message
     for broker in cluster.brokers:
         assert _retention_of(broker) == ("7654321", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG), broker.node_id
     restarted = cluster.brokers[1]
