@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 
 from oncestream.broker.cluster_coordinators import ClusterCoordinators
-from oncestream.broker.cluster_node import ClusterNode
+from oncestream.broker.cluster_node import ClusterNode, consolidation_config
 from oncestream.broker.cluster_security import use_cluster_security
 from oncestream.broker.cluster_settings import (
     ClusterSettings,
@@ -64,6 +64,7 @@ def run_cluster_broker(settings: ClusterSettings, host: str, port: int, props: d
     except ImportError:  # uvloop is a dependency, but the broker works without it
         pass
     config = BrokerConfig.from_properties(host, port, props)  # a bad property fails before any store is touched
+    consolidation_config(config.raw)  # so does a bad diskless.consolidation.* key
     for listener in config.all_listeners:  # a bad SSL store fails before the stores are touched
         if listener.uses_tls:
             server_ssl_context(config.raw, listener.name)
@@ -91,7 +92,10 @@ def run_cluster_broker(settings: ClusterSettings, host: str, port: int, props: d
                                 producer_ids=producer_ids)
             state.cluster = node
             # ACLs and SCRAM users from PostgreSQL (broker/cluster_security.py), kept fresh by these loops.
-            security_loops = await use_cluster_security(state, store)
+            try:
+                security_loops = await use_cluster_security(state, store)
+            except MetadataStoreError as exc:
+                raise ClusterStartError(f"node {settings.node_id}: cannot read the security state: {exc}") from None
             # Consumer groups (and, once markers are wired, transactions) on leases in PostgreSQL
             # (broker/cluster_coordinators.py): they replace the scratch state's services.
             coordinators = await ClusterCoordinators.open(
