@@ -20,7 +20,9 @@ on a fresh database and key prefix. Per configuration:
    (p99 from the producer's wall-clock stamp in the value to receipt: end to end).
 3. **Partitions** (the 3-broker cluster only): the same total load (``--rate`` records/s from
    ``--clients`` producers, round robin over every partition) to topics of 1, 100 and 1000
-   partitions, and an idle window first: object PUTs and transactions per broker per second.
+   partitions, and an idle window first: object PUTs and transactions per broker per second,
+   records acknowledged per second (what is not acknowledged ``--window-s`` after the last send is
+   purged, so a deployment that cannot keep up ends the phase anyway) and produce latency.
    The design's claim is one object and one commit transaction per broker per interval whatever
    the partition count (4/s at 250 ms, plus the idle baseline of heartbeats and lease rounds).
 
@@ -99,10 +101,12 @@ def _value_with_stamp(filler: bytes) -> bytes:
 
 
 def produce_client(bootstrap: str, topic: str, partitions: list[int], count: int, rate: float,
-                   ready: Any, go: Any, out: Any) -> None:
+                   drain_s: float, ready: Any, go: Any, out: Any) -> None:
     """Produce ``count`` records to ``partitions`` round robin: as fast as possible (rate 0, only
     errors reported) or paced at ``rate`` records/s with a delivery callback per record (its
-    latency recorded) and the send time stamped into each value."""
+    latency recorded) and the send time stamped into each value. With ``drain_s`` > 0, what is not
+    acknowledged ``drain_s`` after the last send is purged and left out of ``records`` (a bound on
+    the phase when the brokers cannot keep up); else every record must be acknowledged."""
     result = ClientResult("producer")
     failures: list[str] = []
     try:
@@ -129,9 +133,12 @@ def produce_client(bootstrap: str, topic: str, partitions: list[int], count: int
                     producer.poll(0)
         else:
             latencies = result.latencies_ms
+            purged: list[float] = []
 
             def delivered(sent: float, err: Any, _msg: Any) -> None:
-                if err is not None:
+                if err is not None and err.code() in (KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT):
+                    purged.append(sent)
+                elif err is not None:
                     failures.append(str(err))
                 else:
                     latencies.append((time.perf_counter() - sent) * 1000)
@@ -147,9 +154,13 @@ def produce_client(bootstrap: str, topic: str, partitions: list[int], count: int
                                      on_delivery=functools.partial(delivered, sent))
                     sent_count += 1
                 producer.poll(0.002)
-        undelivered = producer.flush(CLIENT_TIMEOUT_S)
+        undelivered = producer.flush(drain_s if drain_s > 0 else CLIENT_TIMEOUT_S)
         result.ended = time.time()
         result.records = count
+        if drain_s > 0 and undelivered:
+            producer.purge(in_queue=True, in_flight=True)
+            undelivered = producer.flush(30)
+            result.records = len(result.latencies_ms)
         if undelivered or failures:
             result.error = f"{undelivered} of {count} undelivered, {len(failures)} failed: {failures[:3]}"
     except Exception as exc:  # noqa: BLE001 - reported to the parent, which stops the run
@@ -218,8 +229,10 @@ class ClientGroup:
         self.processes: list[Any] = []
         self.ready_events: list[Any] = []
 
-    def producer(self, bootstrap: str, topic: str, partitions: list[int], count: int, rate: float) -> None:
-        self._start(produce_client, bootstrap, topic, partitions, count, rate, self._ready(), self.go, self.out)
+    def producer(self, bootstrap: str, topic: str, partitions: list[int], count: int, rate: float,
+                 drain_s: float = 0.0) -> None:
+        self._start(produce_client, bootstrap, topic, partitions, count, rate, drain_s, self._ready(), self.go,
+                    self.out)
 
     def consumer(self, bootstrap: str, topic: str, partitions: list[int], count: int, stamped: bool) -> None:
         self._start(consume_client, bootstrap, topic, partitions, count, stamped, self._ready(), self.go, self.out)
@@ -261,6 +274,8 @@ def span_mb_per_s(results: list[ClientResult]) -> float:
 
 def percentile(values: list[float], q: float) -> float:
     """The q-th percentile (0..100) of ``values``."""
+    if not values:
+        return float("nan")
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q / 100 * len(ordered)))]
 
@@ -293,6 +308,7 @@ class StoreCounters:
     xact_commit: int
     objects_by_node: dict[int, int]
     live_by_node: dict[int, int]
+    batch_rows: int  # committed record batches (rows of ``batches``)
 
 
 def read_counters(pg: PostgresServer, database: str) -> StoreCounters:
@@ -300,14 +316,15 @@ def read_counters(pg: PostgresServer, database: str) -> StoreCounters:
     a second, so a window of several seconds is read with about a second of skew at each end."""
     with psycopg.connect(pg.dsn(database), autocommit=True) as conn:
         clock = conn.execute("SELECT extract(epoch FROM clock_timestamp())::float8,"
-                             " (SELECT xact_commit FROM pg_stat_database WHERE datname = current_database())"
-                             ).fetchone()
+                             " (SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()),"
+                             " (SELECT count(*) FROM batches)").fetchone()
         if clock is None:
             raise RuntimeError("PostgreSQL answered no row")
-        at, xacts = clock
+        at, xacts, batch_rows = clock
         rows = conn.execute("SELECT created_by, count(*), count(*) FILTER (WHERE state <> 'uploading')"
                             " FROM objects GROUP BY created_by").fetchall()
-    return StoreCounters(at, int(xacts), {int(n): int(c) for n, c, _ in rows}, {int(n): int(lv) for n, _, lv in rows})
+    return StoreCounters(at, int(xacts), {int(n): int(c) for n, c, _ in rows}, {int(n): int(lv) for n, _, lv in rows},
+                         int(batch_rows))
 
 
 @dataclass
@@ -318,6 +335,7 @@ class StoreRates:
     commits_per_broker_s: float
     xacts_per_broker_s: float
     puts_by_node_s: dict[int, float]
+    batches_per_commit: float  # record batches (about: partitions) per committed object
 
 
 def rates_between(before: StoreCounters, after: StoreCounters, broker_count: int) -> StoreRates:
@@ -325,8 +343,10 @@ def rates_between(before: StoreCounters, after: StoreCounters, broker_count: int
     puts = {n: (after.objects_by_node.get(n, 0) - before.objects_by_node.get(n, 0)) / seconds
             for n in after.objects_by_node}
     live = sum(after.live_by_node.values()) - sum(before.live_by_node.values())
+    batches = after.batch_rows - before.batch_rows
     return StoreRates(sum(puts.values()) / broker_count, live / seconds / broker_count,
-                      (after.xact_commit - before.xact_commit) / seconds / broker_count, puts)
+                      (after.xact_commit - before.xact_commit) / seconds / broker_count, puts,
+                      batches / live if live else 0.0)
 
 
 def start_deployment(name: str, size: int, work_dir: Path, pg: PostgresServer, weed: SeaweedServer) -> Deployment:
@@ -413,11 +433,11 @@ def measure_throughput(deployment: Deployment, result: ConfigResult, args: argpa
     group = ClientGroup()
     for i, mine in enumerate(shares):
         group.producer(deployment.bootstrap_for(i), topic, mine, total // args.clients, 0.0)
-    before = read_counters(pg, deployment.database) if deployment.database else None
-    produced = group.run()
-    if before is not None:
-        time.sleep(1.0)  # the last transactions' counts reach pg_stat_database
-        result.produce_rates = rates_between(before, read_counters(pg, deployment.database), len(deployment.brokers))
+    readings: list[StoreCounters] = []
+    produced = group.run(between=functools.partial(read_now, pg, deployment.database, readings))
+    if deployment.database:
+        readings.append(read_counters(pg, deployment.database))
+        result.produce_rates = rates_between(readings[0], readings[1], len(deployment.brokers))
     result.produce_mb_s = span_mb_per_s(produced)
     group = ClientGroup()
     for i, mine in enumerate(shares):
@@ -444,17 +464,17 @@ def measure_latency(deployment: Deployment, result: ConfigResult, args: argparse
 @dataclass
 class PartitionResult:
     partitions: int  # 0 = idle
-    rates: StoreRates
+    rates: StoreRates  # from the producers' release to the last acknowledgement
+    produce_p50_ms: float = 0.0
     produce_p99_ms: float = 0.0
+    acked_per_s: float = 0.0  # records acknowledged per second over the phase
+    phase_s: float = 0.0
 
 
-def read_window(pg: PostgresServer, database: str, window_s: float, readings: list[StoreCounters]) -> None:
-    """Two readings of the counters while the producers run: the first second skipped
-    (connections, first batches), then over the steady part."""
-    time.sleep(1.0)
-    readings.append(read_counters(pg, database))
-    time.sleep(max(1.0, window_s - 2.0))
-    readings.append(read_counters(pg, database))
+def read_now(pg: PostgresServer, database: str, readings: list[StoreCounters]) -> None:
+    """Append a reading of the counters (``database`` "" for the single broker: nothing to read)."""
+    if database:
+        readings.append(read_counters(pg, database))
 
 
 def measure_partitions(deployment: Deployment, args: argparse.Namespace, pg: PostgresServer) -> list[PartitionResult]:
@@ -467,12 +487,17 @@ def measure_partitions(deployment: Deployment, args: argparse.Namespace, pg: Pos
         group = ClientGroup()
         for i in range(args.clients):
             group.producer(deployment.bootstrap_for(i), topic, list(range(partitions)),
-                           int(args.window_s * args.rate / args.clients), args.rate / args.clients)
+                           int(args.window_s * args.rate / args.clients), args.rate / args.clients,
+                           args.window_s)
         readings: list[StoreCounters] = []
-        results = group.run(between=functools.partial(read_window, pg, deployment.database, args.window_s, readings))
+        results = group.run(between=functools.partial(read_now, pg, deployment.database, readings))
+        readings.append(read_counters(pg, deployment.database))
         latencies = [x for r in results for x in r.latencies_ms]
+        span_s = max(r.ended for r in results) - min(r.started for r in results)
         out.append(PartitionResult(partitions, rates_between(readings[0], readings[1], len(deployment.brokers)),
-                                   percentile(latencies, 99)))
+                                   percentile(latencies, 50), percentile(latencies, 99),
+                                   sum(r.records for r in results) / span_s, span_s))
+        print(f"partitions {partitions}: {out[-1]}", flush=True)
     return out
 
 
@@ -518,19 +543,25 @@ def report(configs: list[ConfigResult], partitions: list[PartitionResult], args:
     if partitions:
         lines += [
             "",
-            f"Same total load ({args.rate:g} records/s of {RECORD_BYTES} B from {args.clients} producers,"
-            f" round robin over the partitions) on the 3-broker cluster, {args.window_s:g} s windows:",
+            f"Same offered load ({args.rate:g} records/s of {RECORD_BYTES} B for {args.window_s:g} s from"
+            f" {args.clients} producers, round robin over the partitions) on the {max(args.sizes)}-broker"
+            " cluster; rates from the producers' start to the last acknowledgement (idle: a window with no"
+            " client; records not acknowledged within one more window are purged and not counted)."
+            " PUTs: rows in `objects` (one per upload); commits: those made live;"
+            " transactions: `pg_stat_database.xact_commit` of the cluster's database / brokers:",
             "",
             "| partitions | object PUTs/s per broker | diskless commits/s per broker"
-            " | PG transactions/s per broker | PUTs/s by broker | produce p99 ms |",
-            "| ---: | ---: | ---: | ---: | --- | ---: |",
+            " | PG transactions/s per broker | PUTs/s by broker | batches per object | acked records/s | phase s"
+            " | produce p50 / p99 ms |",
+            "| ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: |",
         ]
         for p in partitions:
             by_node = ", ".join(f"{n}: {v:.1f}" for n, v in sorted(p.rates.puts_by_node_s.items())) or "-"
             lines.append(
                 f"| {p.partitions or 'idle'} | {p.rates.puts_per_broker_s:.1f} | {p.rates.commits_per_broker_s:.1f}"
-                f" | {p.rates.xacts_per_broker_s:.1f} | {by_node}"
-                f" | {f'{p.produce_p99_ms:.0f}' if p.partitions else '-'} |")
+                f" | {p.rates.xacts_per_broker_s:.1f} | {by_node} | {p.rates.batches_per_commit:.1f}"
+                + (f" | {p.acked_per_s:.0f} | {p.phase_s:.1f} | {p.produce_p50_ms:.0f} / {p.produce_p99_ms:.0f} |"
+                   if p.partitions else f" | - | {args.window_s:g} | - |"))
     return "\n".join(lines) + "\n"
 
 
@@ -583,8 +614,6 @@ def main(argv: list[str] | None = None) -> int:
                       f" ({time.monotonic() - started:.0f} s)", flush=True)
                 if size == max(args.sizes) and size > 0 and args.partition_counts:
                     partitions = measure_partitions(deployment, args, pg)
-                    for p in partitions:
-                        print(f"partitions {p.partitions or 'idle'}: {p.rates}", flush=True)
             finally:
                 stop_deployment(deployment)
         text = report(configs, partitions, args, command, load_before, os.getloadavg())
