@@ -1,6 +1,6 @@
 """Three ``oncestream broker`` processes of one cluster (PostgreSQL + SeaweedFS), real clients.
 
-- Metadata on every broker lists the three live brokers with the cluster id of PostgreSQL, and a
+- Metadata and DescribeCluster on every broker list the three live brokers with the cluster id of PostgreSQL, and a
   topic created through one broker is described identically by all of them, each partition led
   by a live broker, the partitions spread over all three.
 - librdkafka idempotent acks=all producers and ``assign()`` consumers, each bootstrapped from a
@@ -9,6 +9,8 @@
   resumed: it registers again); a broker stopped by SIGTERM leaves it at once (it deregisters).
 - Topic configs and partition counts changed through one broker are what the others describe;
   a deleted topic is gone on all of them.
+- kcat, kafka-python and aiokafka produce through one broker; they and librdkafka read it all
+  through another.
 - ListOffsets and DeleteRecords: any broker answers, all agree (the offsets live in PostgreSQL).
 - A consumer group (classic protocol, subscribe) whose members bootstrap from different brokers
   finds one coordinator (the owner of its partition's lease) and resumes from its commits.
@@ -40,11 +42,11 @@ from confluent_kafka.admin import (
 )
 
 from oncestream.broker_process import oncestream_command
-from tests.support.clients import CLIENT_TIMEOUT_S, create_topic, unique_topic
+from tests.support.clients import CLIENT_TIMEOUT_S, CONSUMERS, PRODUCERS, create_topic, unique_topic
 from tests.support.cluster import Cluster, cluster_factory  # noqa: F401  (fixture)
 from tests.support.cluster_clients import consume_all, produce_all
 from tests.support.narrow import consumed_record
-from tests.support.records import ConsumedRecord, assert_exactly_once_in_key_order, keyed_records
+from tests.support.records import ConsumedRecord, SentRecord, assert_exactly_once_in_key_order, keyed_records
 from tests.support.wire import (
     API_PRODUCE,
     BATCH_CRC,
@@ -92,6 +94,12 @@ def test_every_broker_lists_the_cluster_and_describes_topics_alike(cluster_facto
         views.append((md.cluster_id, md.controller_id, sorted((p.id, p.leader) for p in t.partitions.values())))
     assert views[0][0]  # the cluster id of PostgreSQL, the same everywhere
     assert views[0] == views[1] == views[2]
+    for broker in cluster.brokers:  # DescribeCluster (KIP-700) agrees with Metadata
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        described = admin.describe_cluster(request_timeout=CLIENT_TIMEOUT_S).result(timeout=CLIENT_TIMEOUT_S)
+        assert described.cluster_id == views[0][0]
+        assert described.controller.id == views[0][1]
+        assert {(n.id, n.host, n.port) for n in described.nodes} == {(b.node_id, b.host, b.port) for b in cluster.brokers}
     leaders = Counter(leader for _, leader in views[0][2])
     assert set(leaders) == {1, 2, 3}, f"12 partitions should be spread over all three brokers: {leaders}"
 
@@ -290,3 +298,17 @@ def test_objects_of_a_deleted_topic_are_collected(cluster_factory: Callable[...,
     while (left := store.list("")):
         assert time.monotonic() < deadline, f"objects of the deleted topic still in the store: {left[:3]}"
         time.sleep(0.2)
+
+
+def test_other_clients_produce_and_consume_through_different_brokers(cluster_factory: Callable[..., Cluster]) -> None:
+    cluster = cluster_factory(2)
+    first, second = (broker.bootstrap for broker in cluster.brokers)
+    topic = unique_topic("cluster-clients")
+    create_topic(first, topic, partitions=3)
+    sent: list[SentRecord] = []
+    for name in ("kcat", "kafka-python", "aiokafka"):
+        records = keyed_records(60, 3, tag=f"{name}-", seed=len(sent))
+        PRODUCERS[name](first, topic, records)
+        sent += records
+    for name in ("kcat", "kafka-python", "aiokafka", "confluent"):
+        assert_exactly_once_in_key_order(sent, CONSUMERS[name](second, topic, 3))

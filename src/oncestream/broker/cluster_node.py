@@ -44,13 +44,12 @@ from oncestream.cluster.pg.catalog import Catalog, TopicInfo
 from oncestream.cluster.pg.errors import BrokerFencedError, MetadataStoreError
 from oncestream.cluster.pg.store import Conn, MetadataStore
 from oncestream.coordinator.group.consumer.records import TopicMetadata
-from oncestream.errors import InvalidConfigError, UnknownTopicOrPartitionError
+from oncestream.errors import InvalidConfigError, OnceStreamError, UnknownTopicOrPartitionError
 from oncestream.log.config import LogConfig
 from oncestream.remote.object_store import ObjectStore
 
 if TYPE_CHECKING:
     from oncestream.broker.cluster_coordinators import ClusterCoordinators
-    from oncestream.broker.state import BrokerState
 
 log = logging.getLogger("oncestream.broker.cluster")
 
@@ -113,6 +112,23 @@ class TopicMeta:
     num_partitions: int
     internal: bool
     configs: dict[str, str]
+
+
+@dataclass(frozen=True)
+class PartitionLookup:
+    """The catalog's topics a request names, read once per request (or why they could not be)."""
+
+    topics: dict[str, TopicMeta]
+    error: OnceStreamError | None = None
+
+    def require(self, topic: str, partition: int) -> TopicMeta:
+        """The topic of an existing partition; the catalog's error, or UNKNOWN_TOPIC_OR_PARTITION."""
+        if self.error is not None:
+            raise self.error
+        info = self.topics.get(topic)
+        if info is None or not 0 <= partition < info.num_partitions:
+            raise UnknownTopicOrPartitionError(f"no partition {topic}-{partition}")
+        return info
 
 
 @dataclass(frozen=True)
@@ -323,15 +339,23 @@ class ClusterNode:
         """Read every topic into ``topic_snapshot``."""
         self._snapshot = await self.topics(None)
 
-    async def log_config(self, state: BrokerState, topic: str) -> LogConfig:
-        """The topic's log settings: its configs in the catalog over the broker's defaults (as
+    async def lookup(self, names: Sequence[str]) -> PartitionLookup:
+        """``topics(names, fresh=False)`` for a produce, fetch or offsets request: a PostgreSQL
+        failure becomes every partition's (retriable) error instead of the request's."""
+        try:
+            return PartitionLookup(await self.topics(names, fresh=False))
+        except OnceStreamError as exc:
+            return PartitionLookup({}, exc)
+
+    async def log_config(self, defaults: LogConfig, topic: str) -> LogConfig:
+        """The topic's log settings: its configs in the catalog over the broker's ``defaults`` (as
         cached by ``topics(fresh=False)``); UnknownTopicOrPartitionError when it is gone."""
         meta = (await self.topics([topic], fresh=False)).get(topic)
         if meta is None:
             raise UnknownTopicOrPartitionError(f"topic {topic!r} does not exist")
         entry = self._config_cache.get(topic)
-        if entry is None or entry[0] is not meta or entry[1] is not state.log_config:
-            entry = (meta, state.log_config, LogConfig.from_topic_configs(meta.configs, state.log_config))
+        if entry is None or entry[0] is not meta or entry[1] is not defaults:
+            entry = (meta, defaults, LogConfig.from_topic_configs(meta.configs, defaults))
             self._config_cache[topic] = entry
         return entry[2]
 

@@ -23,9 +23,12 @@ from kio.schema.errors import ErrorCode
 
 from oncestream.broker.authorize import Op, Res, authorize
 from oncestream.broker.cluster_node import ClusterNode
+from oncestream.broker.fetch_results import fill_fetch_result
 from oncestream.broker.quotas.enforcement import count_fetch_when_sent, fetch_quota_max_bytes
 from oncestream.broker.state import BrokerState
-from oncestream.errors import OnceStreamError, TopicAuthorizationFailedError, UnknownTopicOrPartitionError
+from oncestream.cluster.diskless.read_path import PartitionRead
+from oncestream.errors import OnceStreamError, TopicAuthorizationFailedError
+from oncestream.log.read_path import ReadResult
 from oncestream.protocol.codec import RequestHeader
 from oncestream.protocol.fetch_response import PartitionFetchResult, encode_fetch_response
 
@@ -54,25 +57,20 @@ async def handle(state: BrokerState, node: ClusterNode, header: RequestHeader, r
 
 async def _read_once(state: BrokerState, node: ClusterNode, request: FetchRequest,
                      denied: set[str]) -> tuple[list[Any], int, bool, dict[tuple[uuid.UUID, int], int]]:
-    """Read every partition in request order within the response's byte budget; also the high
-    watermark each partition read had (what a long poll waits to see move)."""
+    """Read every partition in request order within the response's byte budget, all from one
+    PostgreSQL snapshot (``DisklessReader.read_many``); also the high watermark each partition read
+    had (what a long poll waits to see move)."""
     read_committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
     cap = state.config.fetch_max_bytes
     quota_bytes = fetch_quota_max_bytes()
     if quota_bytes is not None:
         cap = min(cap, quota_bytes)
     budget = min(request.max_bytes, cap) if request.max_bytes > 0 else cap
-    names = [t.topic for t in request.topics if t.topic not in denied]
-    catalog_error: OnceStreamError | None = None
-    topics: dict[str, Any] = {}
-    try:
-        topics = dict(await node.topics(names, fresh=False))
-    except OnceStreamError as exc:
-        catalog_error = exc
-    seen: dict[tuple[uuid.UUID, int], int] = {}
-    total = 0
+    found = await node.lookup([t.topic for t in request.topics if t.topic not in denied])
     any_error = False
     topics_out = []
+    reads: list[PartitionRead] = []
+    readers: list[PartitionFetchResult] = []  # the result each read fills, in the same order
     for t in request.topics:
         parts_out = []
         for p in t.partitions:
@@ -83,27 +81,30 @@ async def _read_once(state: BrokerState, node: ClusterNode, request: FetchReques
             try:
                 if t.topic in denied:
                     raise TopicAuthorizationFailedError(t.topic)
-                if catalog_error is not None:
-                    raise catalog_error
-                info = topics.get(t.topic)
-                if info is None or not 0 <= p.partition < info.num_partitions:
-                    raise UnknownTopicOrPartitionError(f"no partition {t.topic}-{p.partition}")
-                max_bytes = max(min(p.partition_max_bytes, budget - total), 0)
-                read = await node.reader.read(info.topic_id, p.partition, p.fetch_offset, max_bytes,
-                                              READ_COMMITTED if read_committed else 0, min_one=(total == 0))
+                info = found.require(t.topic, p.partition)
             except OnceStreamError as exc:
                 result.error_code = exc.code
                 any_error = True
             else:
-                result.chunks = read.chunks
-                result.size_bytes = read.size_bytes
-                total += read.size_bytes
-                result.high_watermark = read.high_watermark
-                seen[(info.topic_id, p.partition)] = read.high_watermark
-                result.last_stable_offset = read.last_stable_offset
-                result.log_start_offset = read.log_start_offset
-                if read_committed:
-                    result.aborted_transactions = list(read.aborted_transactions or ())
+                reads.append(PartitionRead(info.topic_id, p.partition, p.fetch_offset, p.partition_max_bytes))
+                readers.append(result)
             parts_out.append(result)
         topics_out.append((t.topic, parts_out))
+    total = 0
+    seen: dict[tuple[uuid.UUID, int], int] = {}
+    if not reads:
+        return topics_out, total, any_error, seen
+    outcomes: list[ReadResult | OnceStreamError]
+    try:
+        outcomes = await node.reader.read_many(reads, response_max_bytes=budget,
+                                               isolation_level=READ_COMMITTED if read_committed else 0)
+    except OnceStreamError as exc:  # PostgreSQL: every partition alike
+        outcomes = [exc] * len(reads)
+    for read, result, outcome in zip(reads, readers, outcomes, strict=True):
+        if isinstance(outcome, OnceStreamError):
+            result.error_code = outcome.code
+            any_error = True
+        else:
+            total += fill_fetch_result(result, outcome, read_committed)
+            seen[(read.topic_id, read.partition)] = outcome.high_watermark
     return topics_out, total, any_error, seen

@@ -23,6 +23,7 @@ from kio.schema.errors import ErrorCode
 
 from oncestream.async_wait import wait_done
 from oncestream.broker.authorize import Op, Res, authorize
+from oncestream.broker.fetch_results import fill_fetch_result
 from oncestream.broker.handlers import cluster_fetch
 from oncestream.broker.quotas.enforcement import count_fetch_when_sent, fetch_quota_max_bytes
 from oncestream.broker.remote_fetch import RemotePartRead, complete_remote_reads, remote_part
@@ -134,14 +135,7 @@ def _read_once(
                 result.error_code = exc.code
                 any_error = True
             else:
-                result.chunks = read.chunks
-                result.size_bytes = read.size_bytes
-                total += read.size_bytes
-                result.high_watermark = read.high_watermark
-                result.last_stable_offset = read.last_stable_offset
-                result.log_start_offset = read.log_start_offset
-                if read_committed:
-                    result.aborted_transactions = list(read.aborted_transactions or ())
+                total += fill_fetch_result(result, read, read_committed)
             parts_out.append(result)
         topics_out.append((t.topic, parts_out))
     return topics_out, total, any_error, remote

@@ -21,10 +21,10 @@ from typing import TYPE_CHECKING
 from kio.schema.errors import ErrorCode
 
 from oncestream.broker.authorize import Op, Res, authorize
-from oncestream.broker.cluster_node import ClusterNode, TopicMeta
+from oncestream.broker.cluster_node import ClusterNode
 from oncestream.broker.state import BrokerState
 from oncestream.cluster.diskless.offsets_query import NO_ANSWER, list_offset
-from oncestream.errors import OnceStreamError, TopicAuthorizationFailedError, UnknownTopicOrPartitionError
+from oncestream.errors import OnceStreamError, TopicAuthorizationFailedError
 from oncestream.log.partition_log import PartitionLog
 from oncestream.protocol.api_keys import LIST_OFFSETS
 from oncestream.protocol.codec import RequestHeader, build
@@ -136,27 +136,18 @@ async def _cluster_list_offsets(state: BrokerState, node: ClusterNode, header: R
     object store) by ``cluster/diskless/offsets_query.list_offset``; -4 is the log start and -5
     is -1 (a diskless partition is entirely in the object store, nothing is tiered)."""
     m = response_module(LIST_OFFSETS, header.api_version)
-    topics: dict[str, TopicMeta] = {}
-    catalog_error: OnceStreamError | None = None
-    try:
-        topics = await node.topics([t.name for t in request.topics], fresh=False)
-    except OnceStreamError as exc:
-        catalog_error = exc
+    found = await node.lookup([t.name for t in request.topics])
     topics_out = []
     for t in request.topics:
         parts_out = []
         allowed = authorize(state, Op.DESCRIBE, Res.TOPIC, t.name)
-        info = topics.get(t.name)
         for p in t.partitions:
             error = ErrorCode.none
             answer = NO_ANSWER
             try:
                 if not allowed:
                     raise TopicAuthorizationFailedError(t.name)
-                if catalog_error is not None:
-                    raise catalog_error
-                if info is None or not 0 <= p.partition_index < info.num_partitions:
-                    raise UnknownTopicOrPartitionError(f"no partition {t.name}-{p.partition_index}")
+                info = found.require(t.name, p.partition_index)
                 if (p.timestamp == EARLIEST_LOCAL_TIMESTAMP and header.api_version < 8) or (
                         p.timestamp == LATEST_TIERED_TIMESTAMP and header.api_version < 9):
                     error = ErrorCode.unsupported_version
