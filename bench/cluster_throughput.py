@@ -27,7 +27,7 @@ on a fresh database and key prefix. Per configuration:
    the partition count (4/s at 250 ms, plus the idle baseline of heartbeats and lease rounds).
 
     PYTHONPATH=src .venv/bin/python bench/cluster_throughput.py               # full run, ~5 min
-    PYTHONPATH=src .venv/bin/python bench/cluster_throughput.py --quick       # smoke run, ~2 min
+    PYTHONPATH=src .venv/bin/python bench/cluster_throughput.py --quick       # smoke run (6 min when loaded)
     PYTHONPATH=src .venv/bin/python bench/cluster_throughput.py --write-docs  # and docs/benchmarks.md
 
 A benchmark command, not a test: it checks only that every record arrived exactly once, in order.
