@@ -76,7 +76,8 @@ def _outages_under_load(cluster: Cluster, take_down: Callable[[], None], bring_u
     topic = unique_topic("cluster-outage")
     create_topic(cluster.brokers[0].bootstrap, topic, partitions=PARTITIONS)
     probe = probe_producer(cluster.bootstrap)
-    assert probe_produce(probe, topic, 0, b"probe-warm-up") is None
+    assert probe_produce(probe, topic, {0: b"probe-warm-up"}) == {0: None}
+    t0 = time.monotonic()
     load = NumberedLoad(cluster.bootstrap, topic).start()
     probes: set[bytes] = set()
     try:
@@ -84,21 +85,27 @@ def _outages_under_load(cluster: Cluster, take_down: Callable[[], None], bring_u
         for outage in range(outages):
             take_down()
             try:
-                for partition in range(PARTITIONS):
-                    value = f"probe-{outage}-{partition}".encode()
-                    probes.add(value)
-                    err = probe_produce(probe, topic, partition, value)
-                    assert err is not None, f"{value!r} was acknowledged while the store was down"
-                    assert err.code() in RETRIABLE_PRODUCE_ERRORS, f"{value!r}: a non-retriable answer {err}"
+                values = {partition: f"probe-{outage}-{partition}".encode() for partition in range(PARTITIONS)}
+                probes.update(values.values())
+                t0 = time.monotonic()
+                for partition, err in probe_produce(probe, topic, values).items():
+                    assert err is not None, f"probe {values[partition]!r} was acknowledged while the store was down"
+                    assert err.code() in RETRIABLE_PRODUCE_ERRORS, f"{values[partition]!r}: a non-retriable answer {err}"
+                print(f"PHASE probes answered after {time.monotonic() - t0:.1f} s")
                 time.sleep(DOWN_S)
                 acked_while_down = load.acked_count()
             finally:
+                t0 = time.monotonic()
                 bring_up()
+                print(f"PHASE store up after {time.monotonic() - t0:.1f} s")
+            t0 = time.monotonic()
             load.wait_for_acks(acked_while_down + 50, PROGRESS_S)
+            print(f"PHASE load resumed after {time.monotonic() - t0:.1f} s")
         time.sleep(1.0)
     finally:
         load.finish()
         probe.flush(10)
+    print(f"PHASE load finished after {time.monotonic() - t0:.1f} s")
     gone = [broker.node_id for broker in cluster.brokers if not broker.is_alive()]
     assert not gone, f"brokers {gone} exited during the outage"
     for isolation in ("read_committed", "read_uncommitted"):

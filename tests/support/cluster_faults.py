@@ -129,18 +129,20 @@ def probe_producer(bootstrap: str) -> Producer:
                      "request.timeout.ms": int(PROBE_S * 1000)})
 
 
-def probe_produce(producer: Producer, topic: str, partition: int, value: bytes) -> KafkaError | None:
-    """Produce one record and wait for its delivery report: its error, or ``None`` once acknowledged."""
-    reports: list[KafkaError | None] = []
+def probe_produce(producer: Producer, topic: str, values: dict[int, bytes]) -> dict[int, KafkaError | None]:
+    """Produce one record per partition (``{partition: value}``) at once and wait for their
+    delivery reports: per partition its error, or ``None`` once acknowledged."""
+    reports: dict[int, KafkaError | None] = {}
 
-    def delivered(err: KafkaError | None, _msg: Message) -> None:
-        reports.append(err)
+    def delivered(err: KafkaError | None, msg: Message) -> None:
+        reports[msg.partition() if msg.partition() is not None else -1] = err
 
-    producer.produce(topic, value, partition=partition, on_delivery=delivered)
+    for partition, value in values.items():
+        producer.produce(topic, value, partition=partition, on_delivery=delivered)
     left = producer.flush(PROBE_S + 10)
-    assert left == 0, f"no delivery report for the probe {value!r} within {PROBE_S} s"
-    assert reports, f"no delivery report for the probe {value!r}"
-    return reports[0]
+    assert left == 0, f"no delivery report for the probes {values} within {PROBE_S} s"
+    assert set(reports) == set(values), f"delivery reports for partitions {sorted(reports)} of {sorted(values)}"
+    return reports
 
 
 def assert_acknowledged_exactly_once(acked: dict[bytes, tuple[int, int]], consumed: list[ConsumedRecord],
