@@ -137,8 +137,10 @@ def test_paused_coordinator_is_fenced_and_its_produce_requests_duplicate_nothing
     topic = unique_topic("cluster-paused")
     group = unique_topic("paused-group")
     create_topic(cluster.brokers[0].bootstrap, topic, partitions=PARTITIONS)
-    consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group, "enable.auto.commit": False})
-    load = NumberedLoad(cluster.bootstrap, topic, extra_conf={"request.timeout.ms": 5000})
+    # Requests to the paused broker time out after 6 s, so commits and produce retries move on.
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group, "enable.auto.commit": False,
+                         "socket.timeout.ms": 6000})
+    load = NumberedLoad(cluster.bootstrap, topic, extra_conf={"request.timeout.ms": 6000})
     try:
         consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
         _commit(consumer, topic, 1)

@@ -135,7 +135,8 @@ def probe_produce(producer: Producer, topic: str, values: dict[int, bytes]) -> d
     reports: dict[int, KafkaError | None] = {}
 
     def delivered(err: KafkaError | None, msg: Message) -> None:
-        reports[msg.partition() if msg.partition() is not None else -1] = err
+        partition = msg.partition()
+        reports[-1 if partition is None else partition] = err
 
     for partition, value in values.items():
         producer.produce(topic, value, partition=partition, on_delivery=delivered)
