@@ -35,7 +35,9 @@ from tests.support.wire import ResponseReader, WireConnection, frame, int32, int
 
 pytestmark = pytest.mark.chaos
 
-PARTITIONS = 3
+# Twelve partitions over three brokers: the paused broker leads some of them (rendezvous hashing
+# leaves a given broker none with probability (2/3)^12 < 1 %; the test checks it leads one).
+PARTITIONS = 12
 WAIT_S = 60.0  # a bound on a hang only
 API_OFFSET_COMMIT = 8
 ERROR_NONE = 0
@@ -152,6 +154,8 @@ def test_paused_coordinator_is_fenced_and_its_produce_requests_duplicate_nothing
         load.start()
         load.wait_for_acks(100, WAIT_S)
 
+        leaders = {p.leader for p in consumer.list_topics(topic, timeout=WAIT_S).topics[topic].partitions.values()}
+        assert owner in leaders, f"node {owner} leads no partition of {topic} (leaders {leaders})"
         late = WireConnection(old.host, old.port, timeout_s=WAIT_S)
         try:
             old.pause()

@@ -15,10 +15,12 @@ from __future__ import annotations
 import threading
 import time
 import uuid
+from collections import Counter
 from pathlib import Path
 
 from confluent_kafka import KafkaError, Message, Producer
 
+from tests.chaos.test_cluster_chaos import _assert_exactly_once_in_order
 from tests.support.cluster import Cluster, ClusterBroker
 from tests.support.records import ConsumedRecord
 from tests.support.seaweedfs import SeaweedServer, clean_environ
@@ -149,27 +151,11 @@ def probe_produce(producer: Producer, topic: str, values: dict[int, bytes]) -> d
 def assert_acknowledged_exactly_once(acked: dict[bytes, tuple[int, int]], consumed: list[ConsumedRecord],
                                      may_appear_once: frozenset[bytes] = frozenset()) -> None:
     """Every acknowledged value read exactly once at its acknowledged position, each key's values in
-    order within one partition; besides those only ``may_appear_once`` values (sent but never
-    acknowledged), each at most once."""
-    seen: dict[bytes, tuple[int, int]] = {}
-    for record in consumed:
-        if record.value in seen:
-            raise AssertionError(f"{record.value!r} read twice: at {seen[record.value]} and "
-                                 f"{(record.partition, record.offset)}")
-        seen[record.value] = (record.partition, record.offset)
-    missing = [v for v in acked if v not in seen]
-    assert not missing, f"{len(missing)} acknowledged records never read, e.g. {missing[:3]}"
-    unknown = [v for v in seen if v not in acked and v not in may_appear_once]
-    assert not unknown, f"records read that were never sent or acknowledged: {unknown[:3]}"
-    moved = [(v, p, seen[v]) for v, p in acked.items() if seen[v] != p]
-    assert not moved, f"records read elsewhere than acknowledged (value, acked, read): {moved[:3]}"
-    by_key: dict[bytes, list[tuple[int, int, int]]] = {}
-    for value, (partition, offset) in seen.items():
-        if value not in acked:
-            continue
-        key, _, seq = value.partition(b":")
-        by_key.setdefault(key, []).append((partition, offset, int(seq)))
-    for key, positions in by_key.items():
-        assert len({p for p, _, _ in positions}) == 1, f"key {key!r} in more than one partition"
-        seqs = [seq for _, _, seq in sorted(positions)]
-        assert seqs == sorted(seqs), f"key {key!r} out of order in its partition"
+    order within one partition (test_cluster_chaos's check); besides those only ``may_appear_once``
+    values (sent but never acknowledged), each at most once."""
+    unacked = [r.value for r in consumed if r.value not in acked]
+    twice = [v for v, n in Counter(unacked).items() if n > 1]
+    assert not twice, f"unacknowledged records read more than once: {twice[:3]}"
+    unknown = [v for v in unacked if v not in may_appear_once]
+    assert not unknown, f"records read that were never sent: {unknown[:3]}"
+    _assert_exactly_once_in_order(acked, [r for r in consumed if r.value in acked])
