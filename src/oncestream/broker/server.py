@@ -48,6 +48,7 @@ from oncestream.broker.config import BrokerConfig
 from oncestream.broker.connection_context import start_session
 from oncestream.broker.connection_limits import ConnectionQuotas, IdleTracker
 from oncestream.broker.dispatch import CloseConnection, Dispatcher
+from oncestream.broker.fetch_response_writer import ResponseWriter
 from oncestream.broker.listeners import Listener
 from oncestream.broker.memory_pool import RequestMemoryPool
 from oncestream.broker.metrics.recorder import RequestTiming, current_timing
@@ -317,6 +318,7 @@ class BrokerServer:
         if peer_certificate and listener.security_protocol == "SSL":  # only mutual TLS is worth a line
             log.info("%s on listener %s: client certificate principal %s", peer, listener.name, session.principal)
         watch = _IdleWatch(idle, writer, peer, asyncio.get_running_loop())
+        responses = ResponseWriter(writer, lambda: idle.activity(watch.now_ms()))
         max_bytes = self.state.config.socket_request_max_bytes
         metrics = self.state.metrics
         timing = RequestTiming() if metrics.enabled else None
@@ -347,8 +349,8 @@ class BrokerServer:
                 finally:
                     idle.finish_request(watch.now_ms())
                 if response is not None:
-                    if isinstance(response, list):
-                        writer.writelines(response)
+                    if isinstance(response, list):  # framed buffers; a zero-copy Fetch's hold file ranges
+                        await responses.write(response)
                     else:
                         writer.write(response)
                     watch.draining = True
@@ -392,6 +394,7 @@ class BrokerServer:
         finally:
             metrics.connection_closed(listener.name)
             watch.cancel()
+            responses.close()
             if reserved_bytes:
                 pool.release(reserved_bytes)
             if task is not None:

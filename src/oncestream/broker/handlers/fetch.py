@@ -118,6 +118,7 @@ def _read_once(
                     upper_offset=upper,
                     min_one=(total == 0),
                     with_aborted=read_committed,
+                    zero_copy=True,  # file ranges: the server sendfiles them (broker/fetch_response_writer.py)
                 )
             except OffsetMovedToTieredStorageError as moved:
                 part = remote_part(state, t.topic, plog, moved, result, max_bytes=max_bytes, min_one=(total == 0),
@@ -131,7 +132,7 @@ def _read_once(
                 result.error_code = exc.code
                 any_error = True
             else:
-                result.chunks = read.chunks
+                result.chunks = read.file_chunks if read.file_chunks is not None else read.chunks
                 result.size_bytes = read.size_bytes
                 total += read.size_bytes
                 result.high_watermark = read.high_watermark
