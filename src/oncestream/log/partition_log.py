@@ -44,6 +44,7 @@ import logging
 import os
 import pathlib
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from oncestream.durable_files import fsync_directory
@@ -85,6 +86,7 @@ from oncestream.log.segment_list import SegmentList
 from oncestream.log.transactions import read_control_marker
 from oncestream.protocol.compression import recompress_batch
 from oncestream.protocol.markers import CONTROL_ABORT, CONTROL_COMMIT
+from oncestream.protocol.record_batch import BatchHeader
 from oncestream.protocol.records import (
     encode_control_batch,
 )
@@ -246,7 +248,8 @@ class PartitionLog:
     # --- append ---------------------------------------------------------------------------------
 
     def append(
-        self, records: bytes | bytearray | memoryview, now_ms: int, *, from_client: bool = True
+        self, records: bytes | bytearray | memoryview, now_ms: int, *, from_client: bool = True,
+        split: Sequence[tuple[BatchHeader, memoryview]] | None = None,
     ) -> AppendResult:
         """Validate, assign offsets to and write the batches in ``records``, all or none.
 
@@ -264,7 +267,7 @@ class PartitionLog:
         """
         self._check_open()
         config = self.config
-        parsed = validate_batches(records, config, from_client=from_client)
+        parsed = validate_batches(records, config, from_client=from_client, split=split)
 
         log_append_time = config.log_append_time
         target = config.target_compression
