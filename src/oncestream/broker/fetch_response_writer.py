@@ -35,6 +35,19 @@ from oncestream.log.file_range import FileRange
 _ABORT_CHECK_S = 1.0
 
 
+def frame_bytes(buffers: Sequence[Any]) -> bytes:
+    """The whole response as one bytes object, file ranges read in and closed: for callers that
+    need the frame itself rather than a socket to send it to (the handler's tests, debugging)."""
+    out = bytearray()
+    for buffer in buffers:
+        if isinstance(buffer, FileRange):
+            out += buffer.read()
+            buffer.close()
+        else:
+            out += buffer
+    return bytes(out)
+
+
 def sendfile_possible(writer: asyncio.StreamWriter) -> bool:
     """Whether ``writer``'s connection can take ranges by sendfile: plaintext, a real socket."""
     if not hasattr(os, "sendfile") or writer.get_extra_info("ssl_object") is not None:
