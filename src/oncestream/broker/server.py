@@ -2,7 +2,8 @@
 
 Each connection is served by its own task, which reads one frame, awaits its response and writes
 it before reading the next: pipelined requests are therefore answered in order, and a slow or
-dead client only ever stalls its own task. The size prefix is checked against
+dead client only ever stalls its own task. Framed responses go out through a ``ResponseWriter``
+(broker/fetch_response_writer.py), which sends a Fetch's record sections with sendfile. The size prefix is checked against
 ``socket.request.max.bytes`` before anything is allocated.
 
 Limits one client cannot exceed (the decisions live in sans-io classes; this module applies them):
