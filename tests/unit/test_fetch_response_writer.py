@@ -110,3 +110,63 @@ def test_a_segment_deleted_by_retention_mid_send_is_sent_whole(tmp_path: Path, l
     assert bytes(received) == expected + b"TAIL"
     assert all(chunk.fd is None for chunk in ranges if isinstance(chunk, FileRange))  # closed once sent
     log.close()
+
+
+@pytest.mark.parametrize("loop_name", sorted(LOOPS))
+def test_a_send_blocked_on_a_client_that_stopped_reading_ends_when_the_connection_is_aborted(
+    tmp_path: Path, loop_name: str
+) -> None:
+    """What the idle timeout and shutdown do (transport.abort()): the writer's own duplicate of
+    the socket must not keep the send, or the socket, alive."""
+    log = filled_log(tmp_path, 6)
+    ranges = log.read(0, 10 * BATCH_VALUE_BYTES, zero_copy=True).file_chunks
+    assert ranges is not None
+    outcome: list[BaseException | None] = []
+
+    async def scenario() -> None:
+        blocked = asyncio.Event()
+        ended = asyncio.Event()
+        server_writers: list[asyncio.StreamWriter] = []
+
+        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            server_writers.append(writer)
+            writer.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 16 * 1024)
+            responses = ResponseWriter(writer, blocked.set)  # progress: the send has started
+            try:
+                await responses.write(ranges)
+                outcome.append(None)
+            except ConnectionError as exc:
+                outcome.append(exc)
+            finally:
+                responses.close()
+                ended.set()
+
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        client = socket.socket()
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16 * 1024)
+        client.setblocking(False)
+        loop = asyncio.get_running_loop()
+        await asyncio.wait_for(loop.sock_connect(client, ("127.0.0.1", port)), WAIT_S)
+        await asyncio.wait_for(blocked.wait(), WAIT_S)
+        # The client reads nothing, so the 1.5 MB cannot all go out: abort the server side.
+        server_writers[0].transport.abort()
+        await asyncio.wait_for(ended.wait(), WAIT_S)
+        deadline = loop.time() + WAIT_S
+        # The peer sees the connection end (reset or EOF) once the writer let its duplicate go.
+        while loop.time() < deadline:
+            try:
+                data = await asyncio.wait_for(loop.sock_recv(client, 1 << 20), WAIT_S)
+            except ConnectionResetError:
+                break
+            if not data:
+                break
+        client.close()
+        server.close()
+        await server.wait_closed()
+
+    LOOPS[loop_name](scenario())
+    assert len(outcome) == 1
+    assert isinstance(outcome[0], ConnectionError)
+    assert all(chunk.fd is None for chunk in ranges if isinstance(chunk, FileRange))
+    log.close()
