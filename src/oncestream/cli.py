@@ -84,10 +84,47 @@ def cmd_broker(args: argparse.Namespace, seams: BrokerSeams | None = None) -> in
         raise CliError("give either --listen or --config listeners=..., not both")
     host, port = _parse_listen(args.listen or "127.0.0.1:9092")
     ready_file = Path(args.ready_file) if args.ready_file else None
+    if args.metadata_store is not None:
+        return _cluster_broker(args, host, port, props, ready_file, seams)
+    if args.object_store is not None:
+        raise CliError("--object-store belongs to cluster mode (--metadata-store); a single broker's "
+                       "tiered storage is configured with --config rsm.config.storage.uri=...")
     try:
         return run_broker(Path(args.data_dir), host, port, props, ready_file=ready_file, seams=seams)
     except (DataDirInUseError, InvalidConfigError) as exc:
         raise CliError(str(exc)) from None
+
+
+def _cluster_broker(args: argparse.Namespace, host: str, port: int, props: dict[str, str],
+                    ready_file: Path | None, seams: BrokerSeams | None) -> int:
+    """``oncestream broker --metadata-store ... --object-store ...`` (docs/cluster.md): a broker of a
+    cluster. A store that cannot be used at start exits with EXIT_STORE_UNAVAILABLE (3)."""
+    from oncestream.broker.cluster_run import run_cluster_broker
+    from oncestream.broker.cluster_settings import EXIT_STORE_UNAVAILABLE, ClusterSettings, ClusterStartError
+
+    try:
+        settings = ClusterSettings.from_options(args.metadata_store, args.object_store, props)
+        return run_cluster_broker(settings, host, port, props, ready_file=ready_file, seams=seams)
+    except InvalidConfigError as exc:
+        raise CliError(str(exc)) from None
+    except ClusterStartError as exc:
+        print(f"oncestream: {exc}", file=sys.stderr)
+        return EXIT_STORE_UNAVAILABLE
+
+
+def cmd_cluster(args: argparse.Namespace) -> int:
+    """``oncestream cluster status``: brokers, leases and objects as PostgreSQL holds them."""
+    import asyncio
+
+    from oncestream.broker.cluster_status import ClusterStatusError, read_cluster_status
+
+    try:
+        status = asyncio.run(read_cluster_status(args.metadata_store))
+    except ClusterStatusError as exc:
+        raise CliError(str(exc)) from None
+    for line in status.lines():
+        print(line)
+    return 0
 
 
 # --- clients -------------------------------------------------------------------------------------
@@ -448,7 +485,14 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     b = sub.add_parser("broker", help="run a broker in the foreground")
-    b.add_argument("--data-dir", required=True)
+    where = b.add_mutually_exclusive_group(required=True)
+    where.add_argument("--data-dir", help="the single broker: its logs and state in this directory")
+    where.add_argument("--metadata-store", metavar="postgresql://USER@HOST:PORT/DB",
+                       help="cluster mode (docs/cluster.md): metadata, offsets and leases in this PostgreSQL "
+                            "database; needs --object-store and --config node.id=N")
+    b.add_argument("--object-store", metavar="s3://BUCKET/PREFIX",
+                   help="cluster mode: the records' objects (S3 endpoint and credentials from AWS_ENDPOINT_URL, "
+                        "AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION; file:///DIR for one machine)")
     b.add_argument("--listen", default=None,
                    help="HOST:PORT of one PLAINTEXT listener (default 127.0.0.1:9092; port 0 picks a free one); "
                         "leave out when --config listeners=... is given")
@@ -501,6 +545,11 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("--producer-id", type=int)
     client_args(x)
     x.set_defaults(func=cmd_transactions)
+
+    cl = sub.add_parser("cluster", help="cluster mode: status of a cluster from its metadata store (docs/cluster.md)")
+    cl.add_argument("action", choices=["status"])
+    cl.add_argument("--metadata-store", required=True, metavar="postgresql://USER@HOST:PORT/DB")
+    cl.set_defaults(func=cmd_cluster)
 
     register_groups(sub)  # consumer and share groups (cli_groups.py)
     register_users(sub)  # SCRAM users

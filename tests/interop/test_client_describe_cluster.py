@@ -57,3 +57,20 @@ def test_our_cluster_id_survives_a_broker_restart(tmp_path: Path) -> None:
         broker.kill()
     assert first
     assert again == first
+
+
+def test_librdkafka_describe_cluster_names_the_single_broker(tmp_path: Path) -> None:
+    """DescribeCluster (KIP-700), as librdkafka's AdminClient.describe_cluster sends it: the
+    broker itself, as controller too, with the cluster id Metadata reports."""
+    broker = BrokerProcess(data_dir=tmp_path / "data")
+    broker.start()
+    try:
+        admin = ConfluentAdmin({"bootstrap.servers": broker.bootstrap})
+        described = admin.describe_cluster(request_timeout=30).result(timeout=60)
+        expected = _librdkafka_cluster_id(broker.bootstrap)
+    finally:
+        broker.kill()
+    host, port = broker.bootstrap.rsplit(":", 1)
+    assert described.cluster_id == expected
+    assert described.controller.id == 0
+    assert [(n.id, n.host, n.port) for n in described.nodes] == [(0, host, int(port))]

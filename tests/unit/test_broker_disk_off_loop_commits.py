@@ -22,6 +22,7 @@ import pytest
 from confluent_kafka.admin import NewTopic
 
 from oncestream.broker.cleaner import LogCleaner
+from oncestream.broker.producer_id_service import ProducerIdService
 from oncestream.log import compaction
 from oncestream.log.compaction import MANIFEST_FILE
 from tests.support.narrow import present
@@ -463,7 +464,9 @@ def test_producer_id_blocks_are_reserved_off_the_loop_and_ids_stay_unique_across
     durable end is handed out), and a Heartbeat, Metadata, Produce and Fetch of other clients
     are answered. After a restart every new id is above all earlier ones."""
     running = InProcessBroker(tmp_path / "data", disk)
-    running.state.producer_ids.manager.block_size = 4  # before any id was taken
+    service = running.state.producer_ids
+    assert isinstance(service, ProducerIdService)  # the data directory's blocks (not cluster mode's)
+    service.manager.block_size = 4  # before any id was taken
     running.state.logs.create_topic("plain", 1, {})
     running.state.logs.get("plain", 0).append(record_batch([b"already there"], timestamp_ms=1), 1)
     handed_out: list[int] = []

@@ -375,8 +375,8 @@ def test_list_groups_shows_share_groups(state: BrokerState) -> None:
 
 def _delete_groups(state: BrokerState, *group_ids: str) -> dict[str, ErrorCode]:
     m = request_module(k.DELETE_GROUPS, 2)
-    response: Any = groups.handle_delete_groups(state, RequestHeader(k.DELETE_GROUPS, 2, 1, "t", 0),
-                                                m.DeleteGroupsRequest(groups_names=group_ids))
+    response: Any = asyncio.run(groups.handle_delete_groups(state, RequestHeader(k.DELETE_GROUPS, 2, 1, "t", 0),
+                                                            m.DeleteGroupsRequest(groups_names=group_ids)))
     return {r.group_id: r.error_code for r in response.results}
 
 

@@ -8,6 +8,12 @@ what survives, exactly what the coordinators' ``load`` expects.
 Each encoded batch reaches its partition through an ``InternalAppender``: the log's own append by
 default; a caller (broker/seams.py) may wrap it, e.g. to make appends fail the way a full or broken
 disk does and check that no coordinator answers for records that never reached the log.
+
+In cluster mode the same records go to PostgreSQL instead (``AsyncInternalTopic``, implemented by
+``cluster/leases/pg_internal_topic.PgInternalTopic``): the same operations as coroutines, each
+append fenced by the lease of its partition. The coordinators' drivers take either; their
+``*_async`` entry points await the cluster's appends and run the synchronous path unchanged for
+this module's ``InternalTopic`` (see pg_internal_topic's docstring for why).
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Protocol
 
+from oncestream.cluster.leases.coordinator_leases import Lease
 from oncestream.errors import UnknownTopicOrPartitionError
 from oncestream.log.manager import LogManager
 from oncestream.log.partition_log import PartitionLog
@@ -40,6 +47,39 @@ class LogAppender:
     def append(self, topic: str, partition: int, log: PartitionLog, batch: bytes, now_ms: int) -> None:
         """Append ``batch`` to ``log``; the log raises what went wrong."""
         log.append(batch, now_ms, from_client=False)
+
+
+class AsyncInternalTopic(Protocol):
+    """An internal compacted topic whose operations are coroutines (cluster mode). ``append``
+    raises OnceStreamError (a lost lease: NotCoordinatorError) or OSError when the records were
+    not stored; nothing of a failed append is kept."""
+
+    name: str
+    num_partitions: int
+
+    async def append(self, partition: int, records: Sequence[tuple[bytes, bytes | None]], now_ms: int) -> None:
+        """Append records to one partition, atomically."""
+        ...
+
+    async def read_records(self, partitions: Iterable[int] | None = None) -> list[tuple[int, int, bytes, bytes | None]]:
+        """(partition, offset, key, value) of every record kept, in offset order per partition."""
+        ...
+
+    async def read_all(self, partitions: Iterable[int] | None = None) -> list[tuple[bytes, bytes | None]]:
+        """Every kept (key, value) record of the given partitions, in offset order."""
+        ...
+
+    def own(self, partition: int, lease: Lease) -> None:
+        """Appends to ``partition`` carry ``lease`` (its epoch fences them) from now on."""
+        ...
+
+    def disown(self, partition: int) -> None:
+        """Appends to ``partition`` are refused from now on."""
+        ...
+
+    def lease_of(self, partition: int) -> Lease | None:
+        """The lease appends to ``partition`` carry, if held."""
+        ...
 
 
 class InternalTopic:

@@ -20,11 +20,26 @@ import asyncio
 import concurrent.futures
 import logging
 from collections.abc import Callable
+from typing import Protocol
 
 from oncestream.coordinator.producer_ids import BlockReservation, ProducerIdManager
 from oncestream.errors import CoordinatorInvariantError
 
 log = logging.getLogger(__name__)
+
+
+class ProducerIdSource(Protocol):
+    """What the coordinators and InitProducerId need: ``await ready()`` then ``next_id()``. This
+    module's service (a file of blocks), or in cluster mode blocks taken from PostgreSQL
+    (cluster/leases/producer_id_blocks.PgProducerIdService)."""
+
+    async def ready(self) -> None:
+        """Return once ``next_id`` has an id to hand out."""
+        ...
+
+    def next_id(self) -> int:
+        """A producer id never handed out before."""
+        ...
 
 
 class ProducerIdService:

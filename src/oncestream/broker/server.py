@@ -146,10 +146,17 @@ class BrokerServer:
     (with stacks) and cancelled again."""
 
     def __init__(self, state: BrokerState, *, ready_file: Path | None = None,
-                 background: Sequence[BackgroundLoop] = (), stuck_report_s: float = 5.0) -> None:
+                 background: Sequence[BackgroundLoop] = (), stuck_report_s: float = 5.0,
+                 defer_ready: bool = False, on_stopping: Callable[[], Awaitable[None]] | None = None) -> None:
+        """``defer_ready``: ``start`` does not write the ready file; the caller calls
+        ``announce_ready`` once it is (a cluster broker: after it registered). ``on_stopping`` runs
+        first thing when a stop begins, before connections close (a cluster broker deregisters)."""
         self.state = state
         self.dispatcher = Dispatcher(state)
         self.ready_file = ready_file
+        self.defer_ready = defer_ready
+        self.on_stopping = on_stopping
+        self._bound: list[Listener] = []
         self.background = tuple(background)
         self.stuck_report_s = stuck_report_s
         self._servers: list[asyncio.base_events.Server] = []
@@ -203,15 +210,23 @@ class BrokerServer:
             self._servers.append(server)
             port = server.sockets[0].getsockname()[1]
             bound.append(dataclasses.replace(listener, port=port))  # port 0: the one the OS picked
-            log.info("oncestream broker listening on %s://%s:%s (advertised %s:%s, data dir %s)",
-                     listener.name, listener.host, port, *bound[-1].advertised, self.state.data_dir)
+            log.info("oncestream broker listening on %s://%s:%s (advertised %s:%s, %s)",
+                     listener.name, listener.host, port, *bound[-1].advertised,
+                     f"data dir {self.state.data_dir}" if self.state.cluster is None else
+                     f"cluster node {self.state.cluster.node_id}")
         self.metrics_endpoint = await start_metrics(self.state, cfg.raw, self.memory_pool)
         if self.metrics_endpoint is not None:  # KIP-714: what clients push shows on the same /metrics
             self.metrics_endpoint.registry.register(self.state.telemetry.received)
         # Handlers advertise the bound ports from here on (listeners and the default host:port).
         self.state.config = dataclasses.replace(cfg, listeners=tuple(bound), port=bound[0].port)
+        self._bound = bound
+        if not self.defer_ready:
+            self.announce_ready()
+
+    def announce_ready(self) -> None:
+        """Write the ready file (if one was asked for) naming the bound listeners."""
         if self.ready_file is not None:
-            self._write_ready_file(bound)
+            self._write_ready_file(self._bound)
 
     def _write_ready_file(self, bound: list[Listener]) -> None:
         """``{"listeners": {NAME: {"host", "port", "security_protocol"}}}``, written whole (temp
@@ -241,6 +256,11 @@ class BrokerServer:
             *(asyncio.create_task(_awaited(loop())) for loop in self.background),
         ]
         await self._stopping.wait()
+        if self.on_stopping is not None:
+            try:
+                await self.on_stopping()
+            except Exception:
+                log.exception("shutdown: the stopping hook failed")
         log.info("oncestream broker stopping: closing %d client connection(s)", len(self._connections))
         for server in self._servers:
             server.close()  # no new connection from here on

@@ -18,6 +18,7 @@ import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from oncestream.authz.authorizer import StandardAuthorizer, parse_super_users
 from oncestream.authz.store import AclStore
@@ -29,7 +30,7 @@ from oncestream.broker.group_service import GroupService
 from oncestream.broker.metrics.recorder import BrokerMetrics
 from oncestream.broker.notify import AppendNotifier
 from oncestream.broker.principal import load_principal_builder
-from oncestream.broker.producer_id_service import ProducerIdService
+from oncestream.broker.producer_id_service import ProducerIdService, ProducerIdSource
 from oncestream.broker.quotas.managers import ClientQuotaManagers, QuotaWindow
 from oncestream.broker.quotas.store import load_client_quotas
 from oncestream.broker.sasl.credentials import ScramCredentialStore
@@ -50,6 +51,9 @@ from oncestream.log.partition_log import PartitionLog
 from oncestream.remote.manager import RemoteLogManager
 from oncestream.remote.object_store import open_object_store
 from oncestream.remote.reader import RemotePartition, RemoteReads, remote_partition
+
+if TYPE_CHECKING:
+    from oncestream.broker.cluster_node import ClusterNode
 
 log = logging.getLogger(__name__)
 
@@ -126,11 +130,13 @@ class BrokerState:
 
     def __init__(self, data_dir: Path, config: BrokerConfig, clock_ms: Callable[[], int] = wall_clock_ms,
                  mono_clock_ms: Callable[[], int] = monotonic_clock_ms, *, fdatasync: FdatasyncFn | None = None,
-                 seams: BrokerSeams | None = None) -> None:
+                 seams: BrokerSeams | None = None, producer_ids: ProducerIdSource | None = None) -> None:
         """``clock_ms`` is the wall clock (record timestamps), ``mono_clock_ms`` the monotonic one
         (timeouts, sessions); ``fdatasync`` replaces ``os.fdatasync`` in the group-commit rounds
         (tests observe, delay or fail the disk); ``seams`` are the other injected interfaces
-        (principal builder, transaction step observer, internal-topic appender; broker/seams.py)."""
+        (principal builder, transaction step observer, internal-topic appender; broker/seams.py);
+        ``producer_ids`` replaces the data directory's producer id blocks (cluster mode: blocks
+        from PostgreSQL)."""
         data_dir.mkdir(parents=True, exist_ok=True)
         self._lock = DataDirLock(data_dir)  # before anything reads or writes the directory
         try:
@@ -171,7 +177,8 @@ class BrokerState:
             self.flusher = GroupCommitFlusher(self.disk_executor, fdatasync=fdatasync)
             self.disk_fsync = fdatasync  # None: os's; the other fsyncs moved to disk_executor use it too
             # Producer id blocks are written on the disk threads (broker/producer_id_service.py).
-            self.producer_ids = ProducerIdService(ProducerIdManager(data_dir), self.disk_executor, fdatasync)
+            self.producer_ids: ProducerIdSource = producer_ids or ProducerIdService(
+                ProducerIdManager(data_dir), self.disk_executor, fdatasync)
             # CPU work that releases the GIL and must not stall the loop: recompressing produced
             # batches to a topic's compression.type (log/recompression.py).
             self.codec_executor = ThreadPoolExecutor(self.CODEC_THREADS, thread_name_prefix="oncestream-codec")
@@ -190,6 +197,10 @@ class BrokerState:
                                        group_configs=share_group_configs.load(data_dir))
             # Tiered storage (issue 21): the RemoteLogManager when remote.log.storage.system.enable;
             # its journals are replayed here, before anything is served (remote/manager.py).
+            # Cluster mode (docs/cluster.md): the metadata store, object store and registration;
+            # None for the single broker. Set by the cluster runner (broker/cluster_run.py) before
+            # anything is served; the handlers that differ branch on it.
+            self.cluster: ClusterNode | None = None
             self.remote: RemoteLogManager | None = None
             # Reads below the local log start (remote/reader.py); None: tiered storage is off.
             self.remote_reads: RemoteReads | None = None
@@ -244,13 +255,18 @@ class BrokerState:
     def partition_exists(self, topic: str, partition: int) -> bool:
         """Whether ``topic`` exists and has ``partition``: offset commits (plain and
         transactional) for anything else are refused with UNKNOWN_TOPIC_OR_PARTITION, as Kafka's
-        KafkaApis refuses them against its metadata cache."""
+        KafkaApis refuses them against its metadata cache (in cluster mode: the catalog's snapshot)."""
+        if self.cluster is not None:
+            meta = self.cluster.topic_snapshot().get(topic)
+            return meta is not None and 0 <= partition < meta.num_partitions
         info = self.logs.topics().get(topic)
         return info is not None and 0 <= partition < info.num_partitions
 
     def partition_budget_error(self, new_partitions: int) -> str | None:
         """Why adding ``new_partitions`` would exceed ``oncestream.max.partitions`` (the most
         partitions this broker holds, internal topics included), or None if it would not."""
+        if self.cluster is not None:  # cluster mode: partitions cost PostgreSQL rows, not files here
+            return None
         # Creations still making their files count: CreateTopics requests now overlap.
         held = sum(info.num_partitions for info in self.logs.topics().values()) + self.logs.partitions_being_created()
         if held + new_partitions > self.config.max_partitions:

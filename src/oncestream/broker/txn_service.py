@@ -13,20 +13,36 @@ topic was deleted is skipped, as Kafka does.
 
 A ``TxnStepObserver`` (injected, none by default) is told each step of a committing transaction
 (``TXN_STEPS``), so a test can stop the broker exactly there and check that recovery finishes it.
+
+Cluster mode (``state_log``, an ``AsyncInternalTopic`` in PostgreSQL): the broker owns only the
+__transaction_state partitions whose lease it holds, each with a TransactionCoordinator of its own
+loaded with that partition's records and the lease epoch as its coordinator epoch (what markers
+carry). ``load_partition`` (lease acquired) rebuilds it and resumes every transaction left in
+PrepareCommit/PrepareAbort, KIP-939 prepared ones included: their state is in PostgreSQL, so they
+survive every broker's death; ``unload_partition`` (lease lost or handed off) drops it.
+Requests go through ``call_async(transactional_id, fn)`` (``fn(coordinator, now_ms)``), which
+routes to the partition's coordinator (NOT_COORDINATOR when another broker owns it) and awaits
+the fenced appends. Markers go through an injected ``TxnMarkerWriter`` (the diskless partitions'
+``write_markers`` of cluster/diskless, with the transaction partition's lease to fence the marker
+commit); markers of __consumer_offsets partitions this broker's group service owns are completed
+here, the others belong to the writer (their owner's WriteTxnMarkers). With the local log,
+``call_async`` is ``call`` on the one coordinator: the single broker is unchanged.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
 from oncestream.broker.group_service import GroupService
-from oncestream.broker.internal_topic import InternalAppender, InternalTopic
+from oncestream.broker.internal_topic import AsyncInternalTopic, InternalAppender, InternalTopic
+from oncestream.cluster.leases.coordinator_leases import Lease, LeaseLostError
 from oncestream.coordinator.group.partitioning import partition_for
 from oncestream.coordinator.txn import (
     MarkerJob,
@@ -34,7 +50,15 @@ from oncestream.coordinator.txn import (
     TransactionCoordinator,
     TxnCoordinatorConfig,
 )
-from oncestream.errors import OnceStreamError, UnknownTopicOrPartitionError
+from oncestream.coordinator.txn.admin_queries import TransactionCounts
+from oncestream.coordinator.txn.messages import ListTransactionsResponse, TransactionDescription, TransactionListing
+from oncestream.errors import (
+    CoordinatorInvariantError,
+    CoordinatorLoadInProgressError,
+    NotCoordinatorError,
+    OnceStreamError,
+    UnknownTopicOrPartitionError,
+)
 from oncestream.log.manager import LogManager
 from oncestream.topic_partition import TopicPartition
 
@@ -61,21 +85,39 @@ class _NoObserver:
         pass
 
 
+class TxnMarkerWriter(Protocol):
+    """Cluster mode: writes transaction markers where the partitions live (diskless topics:
+    cluster/diskless ``write_markers``; __consumer_offsets partitions of other brokers: their
+    owner, as WriteTxnMarkers does)."""
+
+    async def write_markers(self, job: MarkerJob, lease: Lease) -> bool:
+        """Write ``job``'s COMMIT/ABORT marker to every partition of ``job.partitions``, in a
+        PostgreSQL transaction that also runs ``fenced(conn, lease.resource, lease.epoch,
+        lease.incarnation)`` (a coordinator that lost its lease writes no marker: raise
+        LeaseLostError). True when every marker is written; False to retry the job later (a
+        repeated marker changes nothing). A partition whose topic is gone counts as written."""
+        ...
+
+
 class TxnService:
     """The transaction coordinator, its log topic, and the marker writer."""
 
-    def __init__(self, logs: LogManager, groups: GroupService, props: dict[str, str], now_ms: Callable[[], int],
+    def __init__(self, logs: LogManager | None, groups: GroupService, props: dict[str, str], now_ms: Callable[[], int],
                  allocate_producer_id: Callable[[], int],
                  on_marker: Callable[[str, int], None] = lambda topic, partition: None,
                  mono_ms: Callable[[], int] | None = None,
                  producer_ids_ready: Callable[[], Awaitable[None]] | None = None,
-                 steps: TxnStepObserver | None = None, appender: InternalAppender | None = None) -> None:
+                 steps: TxnStepObserver | None = None, appender: InternalAppender | None = None, *,
+                 state_log: AsyncInternalTopic | None = None, markers: TxnMarkerWriter | None = None) -> None:
         """``now_ms`` is the wall clock (record timestamps), ``mono_ms`` the monotonic clock
         (transaction timeouts, id expiry); a caller with one clock may omit ``mono_ms``.
         ``producer_ids_ready`` is awaited before each timer tick, whose aborts may take a new
         producer id (exhausted epochs), so that ``allocate_producer_id`` finds a durable one.
         ``steps`` is told each step of a commit; ``appender`` writes the transaction log's
-        batches (the log's own append by default; internal_topic.py)."""
+        batches (the log's own append by default; internal_topic.py).
+
+        Cluster mode: ``state_log`` holds the transaction log (``logs`` may be None) and
+        ``markers`` writes markers; no partition is owned until ``load_partition``."""
         self._producer_ids_ready = producer_ids_ready
         self.now_ms = now_ms
         self.mono_ms = mono_ms or now_ms
@@ -85,7 +127,26 @@ class TxnService:
         self._groups = groups
         self.config = TxnCoordinatorConfig.from_properties(props)
         self._tick_interval_ms = int(props.get("transaction.abort.timed.out.transaction.cleanup.interval.ms", "10000"))
-        self.topic = InternalTopic(
+        self._allocate_producer_id = allocate_producer_id
+        self._cluster = state_log
+        self._markers = markers
+        # Cluster mode: the coordinator of each partition owned (not yet loaded while it reads).
+        self._owned: dict[int, TransactionCoordinator] = {}
+        # Cluster mode: marker jobs to retry, with the partition whose lease they carry.
+        self._failed_cluster_jobs: list[tuple[int, MarkerJob]] = []
+        # Cluster mode: background reads of partitions whose append had an unknown outcome.
+        self._reloads: set[asyncio.Task[None]] = set()
+        self._failed_jobs: list[MarkerJob] = []
+        self._steps: TxnStepObserver = steps or _NoObserver()
+        self.coordinator = self._new_coordinator()
+        if state_log is not None:
+            if markers is None:
+                raise CoordinatorInvariantError("cluster mode needs a transaction marker writer")
+            self._local: InternalTopic | None = None
+            return
+        if logs is None:
+            raise CoordinatorInvariantError("a transaction service needs a log manager or a cluster state log")
+        self._local = InternalTopic(
             logs,
             TRANSACTION_STATE_TOPIC,
             int(props.get("transaction.state.log.num.partitions", "10")),
@@ -93,18 +154,256 @@ class TxnService:
             now_ms(),
             appender=appender,
         )
-        self.coordinator = TransactionCoordinator(
-            self.config,
-            allocate_producer_id=allocate_producer_id,
-            offsets_partition_for=groups.coordinator.partition_for,
-        )
-        self._failed_jobs: list[MarkerJob] = []
-        self._steps: TxnStepObserver = steps or _NoObserver()
         # Recovery: replay the transaction log and finish every prepared transaction.
         self.drive(self.coordinator.load(self.topic.read_all(), now_ms(), mono_ms=self.mono_ms()))
 
+    def _new_coordinator(self) -> TransactionCoordinator:
+        return TransactionCoordinator(
+            self.config,
+            allocate_producer_id=self._allocate_producer_id,
+            offsets_partition_for=self._groups.coordinator.partition_for,
+        )
+
+    @property
+    def topic(self) -> InternalTopic:
+        """The local transaction log (single broker only)."""
+        if self._local is None:
+            raise CoordinatorInvariantError("cluster mode keeps __transaction_state in PostgreSQL")
+        return self._local
+
+    @property
+    def num_partitions(self) -> int:
+        """__transaction_state partitions."""
+        return self._cluster.num_partitions if self._cluster is not None else self.topic.num_partitions
+
+    @property
+    def topic_name(self) -> str:
+        """The internal topic whose partitions this service coordinates (lease keeper)."""
+        return TRANSACTION_STATE_TOPIC
+
     def partition_for(self, transactional_id: str) -> int:
-        return partition_for(transactional_id, self.topic.num_partitions)
+        return partition_for(transactional_id, self.num_partitions)
+
+    # --- cluster mode: partitions owned through leases ----------------------------------------
+
+    def coordinator_for(self, transactional_id: str) -> TransactionCoordinator:
+        """The coordinator of ``transactional_id``: the one coordinator of the single broker; in
+        cluster mode its partition's, NotCoordinatorError if another broker owns it."""
+        if self._cluster is None:
+            return self.coordinator
+        coordinator = self._owned.get(self.partition_for(transactional_id))
+        if coordinator is None:
+            raise NotCoordinatorError(f"another broker coordinates transactional id {transactional_id!r}")
+        return coordinator
+
+    def coordinator_error(self, transactional_id: str) -> ErrorCode | None:
+        """NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS / None (FindCoordinator's peer check)."""
+        try:
+            coordinator = self.coordinator_for(transactional_id)
+        except NotCoordinatorError:
+            return ErrorCode.not_coordinator
+        return None if coordinator.loaded else ErrorCode.coordinator_load_in_progress
+
+    def coordinators(self) -> list[TransactionCoordinator]:
+        """Every loaded coordinator of this broker (admin queries and metrics merge them)."""
+        if self._cluster is None:
+            return [self.coordinator]
+        return [c for _p, c in sorted(self._owned.items()) if c.loaded]
+
+    async def load_partition(self, partition: int, lease: Lease) -> None:
+        """This broker acquired ``partition``'s lease: rebuild its transactions and finish the
+        prepared ones (markers carry the lease epoch as coordinator epoch)."""
+        cluster = self._require_cluster()
+        coordinator = self._new_coordinator()
+        self._owned[partition] = coordinator  # COORDINATOR_LOAD_IN_PROGRESS while reading
+        try:
+            records = await cluster.read_all([partition])
+        except BaseException:
+            if self._owned.get(partition) is coordinator:
+                del self._owned[partition]
+            raise
+        if self._owned.get(partition) is not coordinator:
+            return  # unloaded (or reloaded) while reading
+        cluster.own(partition, lease)
+        outcome = coordinator.load(records, self.now_ms(), coordinator_epoch=lease.epoch, mono_ms=self.mono_ms())
+        await self.drive_async(coordinator, partition, outcome)
+
+    def _reload_partition(self, partition: int) -> None:
+        """Serve ``partition`` again from what PostgreSQL holds: its requests answer
+        COORDINATOR_LOAD_IN_PROGRESS until a background read (retried, bounded by the lease:
+        it stops once the partition is unloaded) has rebuilt it."""
+        cluster = self._require_cluster()
+        lease = cluster.lease_of(partition)
+        if lease is None:
+            return
+        placeholder = self._new_coordinator()  # never loaded: LOAD_IN_PROGRESS
+        self._owned[partition] = placeholder
+        task = asyncio.get_running_loop().create_task(self._reload_until_loaded(partition, lease, placeholder))
+        self._reloads.add(task)
+        task.add_done_callback(self._reloads.discard)
+
+    async def _reload_until_loaded(self, partition: int, lease: Lease, placeholder: TransactionCoordinator) -> None:
+        delay_s = 0.05
+        while self._owned.get(partition) is placeholder and self._require_cluster().lease_of(partition) == lease:
+            try:
+                await self.load_partition(partition, lease)
+                return
+            except (OnceStreamError, OSError) as exc:
+                log.error("cannot reload %s-%d: %s", TRANSACTION_STATE_TOPIC, partition, exc)
+                if self._require_cluster().lease_of(partition) == lease:  # still ours: keep answering LOAD_IN_PROGRESS
+                    self._owned.setdefault(partition, placeholder)
+            await asyncio.sleep(delay_s)
+            delay_s = min(delay_s * 2, 2.0)
+
+    def unload_partition(self, partition: int) -> None:
+        """This broker lost or handed off ``partition``'s lease: stop coordinating its ids."""
+        cluster = self._require_cluster()
+        cluster.disown(partition)
+        self._owned.pop(partition, None)
+        self._failed_cluster_jobs = [(p, job) for p, job in self._failed_cluster_jobs if p != partition]
+
+    def _require_cluster(self) -> AsyncInternalTopic:
+        if self._cluster is None:
+            raise CoordinatorInvariantError("the single broker owns every __transaction_state partition")
+        return self._cluster
+
+    def describe_transactions(self, transactional_ids: Iterable[str]) -> tuple[TransactionDescription, ...]:
+        """DescribeTransactions across the partitions this broker coordinates (NOT_COORDINATOR /
+        COORDINATOR_LOAD_IN_PROGRESS for ids it does not serve, as Kafka answers per id)."""
+        if self._cluster is None:
+            return self.coordinator.describe_transactions(transactional_ids)
+        out: list[TransactionDescription] = []
+        for tid in transactional_ids:
+            error = self.coordinator_error(tid)
+            if error is not None:
+                out.append(TransactionDescription(tid, error))
+            else:
+                out.extend(self.coordinator_for(tid).describe_transactions([tid]))
+        return tuple(out)
+
+    def list_transactions(self, now_ms: int, **filters: Any) -> ListTransactionsResponse:
+        """ListTransactions over every partition this broker coordinates (its share of the
+        cluster; the admin client asks every broker and merges, as with Kafka)."""
+        if self._cluster is None:
+            return self.coordinator.list_transactions(now_ms, **filters)
+        listed: list[TransactionListing] = []
+        unknown: tuple[str, ...] = ()
+        error = ErrorCode.none
+        for _partition, coordinator in sorted(self._owned.items()):
+            if not coordinator.loaded:
+                error = ErrorCode.coordinator_load_in_progress
+                continue
+            part = coordinator.list_transactions(now_ms, **filters)
+            if part.error != ErrorCode.none:
+                return part
+            listed.extend(part.transactions)
+            unknown = part.unknown_state_filters
+        if error != ErrorCode.none:
+            return ListTransactionsResponse(error)
+        return ListTransactionsResponse(ErrorCode.none, tuple(listed), unknown)
+
+    def transaction_counts(self, now_ms: int) -> TransactionCounts:
+        """The metrics' transaction counts, summed over the coordinators of this broker."""
+        counts = [c.transaction_counts(now_ms) for c in self.coordinators()]
+        return TransactionCounts(
+            sum(c.open for c in counts), sum(c.prepared for c in counts), sum(c.completing for c in counts),
+            max((c.oldest_age_ms for c in counts), default=0))
+
+    async def call_async(self, transactional_id: str, fn: Callable[[TransactionCoordinator, int], Outcome[Any]]) -> Any:
+        """Run one coordinator call for ``transactional_id`` to completion; its response (None
+        when its record could not be persisted: the client retries). With the local log this is
+        :meth:`call`; in cluster mode NOT_COORDINATOR / LOAD_IN_PROGRESS raise as typed errors."""
+        if self._cluster is None:
+            return self.call(lambda now: fn(self.coordinator, now))
+        partition = self.partition_for(transactional_id)
+        coordinator = self.coordinator_for(transactional_id)
+        if not coordinator.loaded:
+            raise CoordinatorLoadInProgressError(f"__transaction_state-{partition} is loading")
+        box: list[Any] = []
+        await self.drive_async(coordinator, partition, fn(coordinator, self.now_ms()), box)
+        return box[0] if box else None
+
+    async def drive_async(self, coordinator: TransactionCoordinator, partition: int, outcome: Outcome[Any],
+                          box: list[Any] | None = None) -> None:
+        """Cluster mode's :meth:`drive` for one partition's coordinator: fenced appends, markers
+        through the writer. A lost lease unloads the partition and stops here (the new owner
+        resumes from what PostgreSQL holds)."""
+        cluster = self._require_cluster()
+        work: deque[tuple[Outcome[Any], list[Any] | None]] = deque([(outcome, box)])
+        while work:
+            current, sink = work.popleft()
+            if self._owned.get(partition) is not coordinator:
+                return  # the partition was unloaded: whatever is left is the next owner's
+            if current.response is not None and sink is not None and not sink:
+                sink.append(current.response)
+            for write in current.records_to_persist:
+                if self._owned.get(partition) is not coordinator:
+                    return  # unloaded during an earlier await: a new load may carry a new lease
+                now = self.now_ms()
+                try:
+                    await cluster.append(partition, [(write.key, write.value)], now)
+                except LeaseLostError as exc:
+                    log.warning("lost the lease of %s-%d: %s", TRANSACTION_STATE_TOPIC, partition, exc)
+                    self.unload_partition(partition)
+                    return
+                except (OnceStreamError, OSError) as exc:
+                    # The outcome is unknown (the commit may have happened before the connection
+                    # broke): the partition is read back from PostgreSQL, never assumed either way.
+                    log.error("cannot persist transaction %r: %s", write.transactional_id, exc)
+                    self._reload_partition(partition)
+                    return
+                work.append((coordinator.on_persisted(write.write_id, now, mono_ms=self.mono_ms()), sink))
+            for job in current.markers_to_write:
+                lease = cluster.lease_of(partition)
+                if lease is None or self._owned.get(partition) is not coordinator:
+                    return
+                try:
+                    written = await self._write_cluster_markers(job, lease)
+                except LeaseLostError as exc:
+                    log.warning("lost the lease of %s-%d: %s", TRANSACTION_STATE_TOPIC, partition, exc)
+                    self.unload_partition(partition)
+                    return
+                if written:
+                    if job.commit:
+                        self._steps.reached("before-complete")
+                    work.append((coordinator.markers_written(
+                        job.transactional_id, job.producer_id, job.producer_epoch, self.now_ms()), None))
+                else:
+                    self._failed_cluster_jobs.append((partition, job))
+
+    async def _write_cluster_markers(self, job: MarkerJob, lease: Lease) -> bool:
+        """Markers of __consumer_offsets partitions this broker's group service owns complete
+        their staged offsets here; every other partition goes to the marker writer."""
+        if self._markers is None:
+            raise CoordinatorInvariantError("cluster mode needs a transaction marker writer")
+        if job.commit:
+            self._steps.reached("before-markers")
+        groups = self._groups.coordinator
+        local = tuple(tp for tp in job.partitions
+                      if tp.topic == OFFSETS_TOPIC and groups.owns_partition(tp.partition)
+                      and self._groups.coordinator_error_for_partition(tp.partition) is None)
+        elsewhere = tuple(tp for tp in job.partitions if tp not in local)
+        ok = True
+        if elsewhere:
+            ok = await self._markers.write_markers(dataclasses.replace(job, partitions=elsewhere), lease)
+            for tp in elsewhere:
+                self._on_marker(tp.topic, tp.partition)
+        for tp in local:
+            if not await self._groups.complete_txn_offsets_async(tp.partition, job.producer_id, job.commit):
+                ok = False
+        return ok
+
+    async def _complete_txn_offsets_async(self, offsets_partition: int, producer_id: int, commit: bool) -> bool:
+        coord = self._groups.coordinator
+        ok = True
+        for group_id in coord.group_ids():
+            if coord.partition_for(group_id) != offsets_partition or producer_id not in coord.pending_txn_offsets(group_id):
+                continue
+            if await self._groups.complete_async(coord.complete_pending_txn_offsets(
+                group_id, producer_id, commit, self.now_ms(), mono_ms=self.mono_ms()
+            )):
+                ok = False
+        return ok
 
     # --- driving ------------------------------------------------------------------------------
 
@@ -147,6 +446,9 @@ class TxnService:
 
     def _write_markers(self, job: MarkerJob) -> bool:
         """Append the job's marker to every partition; False if any must be retried later."""
+        if self._logs is None:
+            raise CoordinatorInvariantError("cluster mode writes markers through its marker writer")
+        logs = self._logs
         now = self.now_ms()
         ok = True
         if job.commit:
@@ -155,7 +457,7 @@ class TxnService:
             if job.commit and index == 1:
                 self._steps.reached("between-markers")
             try:
-                plog = self._logs.get(tp.topic, tp.partition)
+                plog = logs.get(tp.topic, tp.partition)
             except UnknownTopicOrPartitionError:
                 continue  # the topic was deleted: nothing left to mark
             try:
@@ -199,6 +501,9 @@ class TxnService:
         while True:
             await asyncio.sleep(self._tick_interval_ms / 1000)
             try:
+                if self._cluster is not None:
+                    await self._tick_cluster()
+                    continue
                 failed, self._failed_jobs = self._failed_jobs, []
                 for job in failed:
                     self.drive(Outcome(None, (), (job,)))
@@ -208,6 +513,18 @@ class TxnService:
             except Exception:  # never let one bad transaction stop every timer
                 log.exception("transaction coordinator tick failed")
 
+    async def _tick_cluster(self) -> None:
+        failed, self._failed_cluster_jobs = self._failed_cluster_jobs, []
+        for partition, job in failed:
+            coordinator = self._owned.get(partition)
+            if coordinator is not None:
+                await self.drive_async(coordinator, partition, Outcome(None, (), (job,)))
+        if self._producer_ids_ready is not None:
+            await self._producer_ids_ready()
+        for partition, coordinator in sorted(self._owned.items()):
+            if coordinator.loaded:
+                await self.drive_async(coordinator, partition, coordinator.tick(self.now_ms(), mono_ms=self.mono_ms()))
+
     # --- helpers for handlers -----------------------------------------------------------------
 
     def stage_offsets(self, group_id: str, producer_id: int, offsets: dict[TopicPartition, Any], **member: Any) -> Any:
@@ -216,6 +533,14 @@ class TxnService:
             group_id, producer_id, offsets, self.now_ms(), mono_ms=self.mono_ms(), **member
         )
         return self._groups.finish(group_id, result, writes)
+
+    async def stage_offsets_async(self, group_id: str, producer_id: int, offsets: dict[TopicPartition, Any],
+                                  **member: Any) -> Any:
+        """:meth:`stage_offsets` through the group service's :meth:`GroupService.finish_async`."""
+        result, writes = self._groups.coordinator.add_pending_txn_offsets(
+            group_id, producer_id, offsets, self.now_ms(), mono_ms=self.mono_ms(), **member
+        )
+        return await self._groups.finish_async(group_id, result, writes)
 
 
 def fenced_for_version(error: ErrorCode, api_version: int, first_version_with_fenced: int) -> ErrorCode:

@@ -405,6 +405,23 @@ def _supersedes(header: BatchHeader, aborted_data: AbortedData) -> bool:
     return not header.is_control and not aborted_data.holds(header)
 
 
+def map_batch_keys(header: BatchHeader, batch: bytes | memoryview, aborted_data: AbortedData,
+                   staged: dict[bytes, int], known: Mapping[bytes, int]) -> int:
+    """Record in ``staged`` the offset of every keyed record of the batch that can supersede
+    others (not a marker, not aborted data); the map bytes its keys new to ``staged`` and
+    ``known`` add. One batch's share of ``build_offset_map`` (consolidation of diskless topics
+    builds its map with it too)."""
+    if not _supersedes(header, aborted_data):
+        return 0
+    added_bytes = 0
+    for record in iter_raw_records(header, batch):
+        if record.key is not None:
+            if record.key not in staged and record.key not in known:
+                added_bytes += len(record.key) + MAP_ENTRY_OVERHEAD_BYTES
+            staged[record.key] = header.base_offset + record.offset_delta
+    return added_bytes
+
+
 def build_offset_map(plan: CompactionPlan) -> tuple[dict[bytes, int], int]:
     """(key -> offset of its latest record, end offset) over the dirty segments of ``plan``.
 
@@ -420,13 +437,7 @@ def build_offset_map(plan: CompactionPlan) -> tuple[dict[bytes, int], int]:
         staged_bytes = 0
         with closing(_snapshot_batches(snapshot, plan.abort)) as batches:
             for header, batch in batches:
-                if not _supersedes(header, plan.aborted_data):
-                    continue
-                for record in iter_raw_records(header, batch):
-                    if record.key is not None:
-                        if record.key not in staged and record.key not in offset_map:
-                            staged_bytes += len(record.key) + MAP_ENTRY_OVERHEAD_BYTES
-                        staged[record.key] = header.base_offset + record.offset_delta
+                staged_bytes += map_batch_keys(header, batch, plan.aborted_data, staged, offset_map)
         if offset_map and map_bytes + staged_bytes > plan.max_map_bytes:
             return offset_map, snapshot.base_offset
         offset_map.update(staged)
@@ -454,8 +465,24 @@ def group_segments(segments: Sequence[SegmentSnapshot], max_size_bytes: int) -> 
     return groups
 
 
+class CleaningRules(Protocol):
+    """What cleaning one batch needs to know (a ``CompactionPlan`` is one; diskless consolidation
+    has its own)."""
+
+    @property
+    def aborted_data(self) -> AbortedData: ...
+    @property
+    def now_ms(self) -> int: ...
+    @property
+    def delete_retention_ms(self) -> int: ...
+    @property
+    def producer_last_offsets(self) -> Mapping[int, int]: ...
+
+
 @dataclass(slots=True)
-class _Counters:
+class CleaningCounters:
+    """What the cleaning of batches removed (for ``CleaningStats``)."""
+
     records_read: int = 0
     records_removed: int = 0
     batches_removed: int = 0
@@ -466,10 +493,12 @@ class _Counters:
             self.earliest_horizon_ms = horizon_ms
 
 
-def _clean_batch(
-    header: BatchHeader, batch: memoryview, offset_map: Mapping[bytes, int], plan: CompactionPlan, counters: _Counters
+def clean_batch(
+    header: BatchHeader, batch: bytes | memoryview, offset_map: Mapping[bytes, int], plan: CleaningRules,
+    counters: CleaningCounters,
 ) -> tuple[bytes | memoryview | None, bool]:
-    """(what to write for this batch or None to drop it, whether it differs from the original)."""
+    """(what to write for this batch or None to drop it, whether it differs from the original),
+    by the rules of the module docstring; ``offset_map`` is key -> offset of its latest record."""
     if header.is_control:
         return batch, False
     records = iter_raw_records(header, batch)
@@ -505,8 +534,8 @@ def _clean_batch(
     return _rebuilt_or_dropped(header, kept, new_horizon_ms, plan, counters), True
 
 
-def _rebuilt_or_dropped(header: BatchHeader, kept: list[RawRecord], new_horizon_ms: int | None, plan: CompactionPlan,
-                        counters: _Counters) -> bytes | None:
+def _rebuilt_or_dropped(header: BatchHeader, kept: list[RawRecord], new_horizon_ms: int | None, plan: CleaningRules,
+                        counters: CleaningCounters) -> bytes | None:
     """The batch with only ``kept``; None (dropped) when empty, unless it is the last batch of a
     live producer, which stays (empty) so producer state survives a restart."""
     producers_last = header.has_producer_id and plan.producer_last_offsets.get(header.producer_id) == header.last_offset
@@ -528,7 +557,7 @@ def build_cleaned(plan: CompactionPlan) -> CleanedResult:
     try:
         offset_map, end_offset = build_offset_map(plan)
         planned = [s for s in plan.segments if s.base_offset < end_offset]
-        counters = _Counters()
+        counters = CleaningCounters()
         groups: list[CleanedGroup] = []
         bytes_before = bytes_after = 0
         for group in group_segments(planned, plan.segment_bytes):
@@ -546,7 +575,7 @@ def build_cleaned(plan: CompactionPlan) -> CleanedResult:
                 bytes_before += snapshot.size_bytes
                 with closing(_snapshot_batches(snapshot, plan.abort)) as batches:
                     for header, batch in batches:
-                        output, batch_changed = _clean_batch(header, batch, offset_map, plan, counters)
+                        output, batch_changed = clean_batch(header, batch, offset_map, plan, counters)
                         changed = changed or batch_changed
                         if output is not None:
                             writer.append(output, header if output is batch else parse_header(output))

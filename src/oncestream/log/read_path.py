@@ -38,12 +38,12 @@ class ReadResult:
     high_watermark: int
     log_start_offset: int
     last_stable_offset: int  # first offset of the earliest open transaction, else high_watermark
-    # A zero-copy read's chunks (read(zero_copy=True), chunks then empty): FileRanges over the
-    # segment files for the Fetch response writer to sendfile (bytes if out of descriptors).
-    file_chunks: list[bytes | FileRange] | None = None
     # (producer_id, first_offset) of the aborted transactions the returned range overlaps; only
     # filled for read(with_aborted=True) (read_committed fetches), else None.
     aborted_transactions: list[tuple[int, int]] | None = None
+    # A zero-copy read's chunks (read(zero_copy=True), chunks then empty): FileRanges over the
+    # segment files for the Fetch response writer to sendfile (bytes if out of descriptors).
+    file_chunks: list[bytes | FileRange] | None = None
 
 
 def segment_index_for(segments: Sequence[Segment], offset: int) -> int:

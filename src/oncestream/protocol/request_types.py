@@ -78,6 +78,8 @@ if TYPE_CHECKING:
     from kio.schema.describe_acls.v3 import request as _describe_acls_v3
     from kio.schema.describe_client_quotas.v0 import request as _describe_client_quotas_v0
     from kio.schema.describe_client_quotas.v1 import request as _describe_client_quotas_v1
+    from kio.schema.describe_cluster.v0 import request as _describe_cluster_v0
+    from kio.schema.describe_cluster.v1 import request as _describe_cluster_v1
     from kio.schema.describe_configs.v1 import request as _describe_configs_v1
     from kio.schema.describe_configs.v2 import request as _describe_configs_v2
     from kio.schema.describe_configs.v3 import request as _describe_configs_v3
@@ -507,6 +509,10 @@ if TYPE_CHECKING:
     AlterUserScramCredentialsRequest: TypeAlias = (
         _alter_user_scram_credentials_v0.AlterUserScramCredentialsRequest
     )  # api key 51
+    DescribeClusterRequest: TypeAlias = (
+        _describe_cluster_v0.DescribeClusterRequest
+        | _describe_cluster_v1.DescribeClusterRequest
+    )  # api key 60
     DescribeProducersRequest: TypeAlias = (
         _describe_producers_v0.DescribeProducersRequest
     )  # api key 61

@@ -20,6 +20,7 @@ from __future__ import annotations
 import datetime
 import logging
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
@@ -66,21 +67,49 @@ def _denied(state: BrokerState, op: Op, res: Any) -> tuple[ErrorCode, str] | Non
     return None
 
 
-def _topic_overrides(state: BrokerState, name: str) -> dict[str, str]:
+@dataclass(frozen=True)
+class CatalogTopics:
+    """Cluster mode: the overrides of the topics a request names, read from PostgreSQL before
+    the (synchronous) answer is built; ``error`` when the catalog could not be read."""
+
+    overrides: dict[str, dict[str, str]]
+    error: OnceStreamError | None = None
+
+
+async def _catalog_topics(state: BrokerState, resources: Any) -> CatalogTopics | None:
+    """The catalog's view of the TOPIC resources named (None for the single broker)."""
+    if state.cluster is None:
+        return None
+    names = [res.resource_name for res in resources if res.resource_type == RESOURCE_TOPIC and res.resource_name]
+    try:
+        found = await state.cluster.topics(names)
+    except OnceStreamError as exc:
+        return CatalogTopics({}, exc)
+    return CatalogTopics({name: dict(meta.configs) for name, meta in found.items()})
+
+
+def _topic_overrides(state: BrokerState, name: str, catalog: CatalogTopics | None = None) -> dict[str, str]:
     if name == "":
         raise InvalidRequestError("Default topic resources are not allowed.")
     validate_topic_name(name)
+    if catalog is not None:
+        if catalog.error is not None:
+            raise catalog.error
+        overrides = catalog.overrides.get(name)
+        if overrides is None:
+            raise UnknownTopicOrPartitionError(f"unknown topic {name!r}")
+        return dict(overrides)
     info = state.logs.topics().get(name)
     if info is None:
         raise UnknownTopicOrPartitionError(f"unknown topic {name!r}")
     return dict(info.configs)
 
 
-def _describe_entries(state: BrokerState, request: Any, res: Any) -> list[ConfigEntry]:
+def _describe_entries(state: BrokerState, request: Any, res: Any, catalog: CatalogTopics | None) -> list[ConfigEntry]:
     include_synonyms = bool(getattr(request, "include_synonyms", False))
     include_documentation = bool(getattr(request, "include_documentation", False))
     if res.resource_type == RESOURCE_TOPIC:
-        return admin.describe_topic(_topic_overrides(state, res.resource_name), state.dynamic_configs,
+        return admin.describe_topic(_topic_overrides(state, res.resource_name, catalog), state.dynamic_configs,
                                     include_synonyms=include_synonyms, include_documentation=include_documentation)
     if res.resource_type == RESOURCE_BROKER:
         return admin.describe_broker(state.dynamic_configs, res.resource_name, include_synonyms=include_synonyms,
@@ -133,7 +162,14 @@ async def _apply_client_metrics_configs(state: BrokerState, name: str, ops: list
         )
 
 
-def handle_describe(state: BrokerState, header: RequestHeader, request: DescribeConfigsRequest) -> object:
+async def handle_describe_configs(state: BrokerState, header: RequestHeader, request: DescribeConfigsRequest) -> object:
+    """DescribeConfigs; in cluster mode the topics' overrides come from the catalog first."""
+    return handle_describe(state, header, request, await _catalog_topics(state, request.resources))
+
+
+def handle_describe(state: BrokerState, header: RequestHeader, request: DescribeConfigsRequest,
+                    catalog: CatalogTopics | None = None) -> object:
+    """DescribeConfigs of the single broker (``catalog``: cluster mode's topics, see above)."""
     m = response_module(DESCRIBE_CONFIGS, header.api_version)
     results = []
     for res in request.resources:
@@ -143,7 +179,7 @@ def handle_describe(state: BrokerState, header: RequestHeader, request: Describe
             error, message = denied
         else:
             try:
-                entries = _describe_entries(state, request, res)
+                entries = _describe_entries(state, request, res, catalog)
             except OnceStreamError as exc:
                 error, message = exc.code, str(exc)
         configs = tuple(
@@ -180,6 +216,9 @@ async def _apply_topic_configs(state: BrokerState, name: str, overrides: dict[st
     check_topic_configs(overrides, current, state.dynamic_configs.effective(), topic=name,
                         internal=name in INTERNAL_TOPICS)  # tiered storage: INVALID_CONFIG
     if validate_only:
+        return
+    if state.cluster is not None:  # the catalog's overrides become exactly these, for every broker
+        await state.cluster.set_topic_configs(name, overrides)
         return
     change = state.logs.begin_alter_topic_configs(name, overrides)
     await run_disk_step(
@@ -237,6 +276,7 @@ async def _alter(state: BrokerState, request: Any, ops_of: Callable[[Any], list[
     """Both AlterConfigs flavours: ``ops_of(resource)`` gives its (name, op, value) list; with
     ``replace`` (legacy AlterConfigs) they start from an empty set instead of the current one."""
     repeated = admin.check_resource_names((res.resource_type, res.resource_name) for res in request.resources)
+    catalog = await _catalog_topics(state, request.resources)
     results = []
     for res in request.resources:
         error, message = ErrorCode.none, None
@@ -247,7 +287,7 @@ async def _alter(state: BrokerState, request: Any, ops_of: Callable[[Any], list[
                 raise OnceStreamError(denied[1], code=denied[0])
             ops = ops_of(res)
             if res.resource_type == RESOURCE_TOPIC:
-                current = _topic_overrides(state, res.resource_name)  # the topic must exist
+                current = _topic_overrides(state, res.resource_name, catalog)  # the topic must exist
                 overrides = admin.apply_incremental(RESOURCE_TOPIC, {} if replace else current, ops)
                 await _apply_topic_configs(state, res.resource_name, overrides, current, request.validate_only)
             elif res.resource_type == RESOURCE_BROKER:

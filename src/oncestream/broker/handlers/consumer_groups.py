@@ -35,7 +35,7 @@ def consumer_protocol_enabled(state: BrokerState) -> bool:
     return finalized_levels(state)["group.version"] >= 1
 
 
-def handle_consumer_group_heartbeat(
+async def handle_consumer_group_heartbeat(
     state: BrokerState, header: RequestHeader, request: wire.ConsumerGroupHeartbeatRequest
 ) -> object:
     m = response_module(k.CONSUMER_GROUP_HEARTBEAT, header.api_version)
@@ -77,7 +77,7 @@ def handle_consumer_group_heartbeat(
     )
     svc = state.groups
     result, writes = svc.coordinator.consumer_group_heartbeat(heartbeat, state.now_ms(), mono_ms=state.mono_ms())
-    result = svc.finish(request.group_id, result, writes)
+    result = await svc.finish_async(request.group_id, result, writes)
     assignment = None
     if result.error == ErrorCode.none and result.assignment is not None:
         assignment = build(m.Assignment, topic_partitions=tuple(

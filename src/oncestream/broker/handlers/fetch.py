@@ -23,6 +23,8 @@ from kio.schema.errors import ErrorCode
 
 from oncestream.async_wait import wait_done
 from oncestream.broker.authorize import Op, Res, authorize
+from oncestream.broker.fetch_results import fill_fetch_result
+from oncestream.broker.handlers import cluster_fetch
 from oncestream.broker.quotas.enforcement import count_fetch_when_sent, fetch_quota_max_bytes
 from oncestream.broker.remote_fetch import RemotePartRead, complete_remote_reads, remote_part
 from oncestream.broker.state import BrokerState
@@ -50,6 +52,8 @@ async def handle(state: BrokerState, header: RequestHeader, request: FetchReques
     max_wait_ms = max(0, int(request.max_wait.total_seconds() * 1000))
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max_wait_ms / 1000
+    if state.cluster is not None:  # cluster mode: diskless reads (handlers/cluster_fetch.py)
+        return await cluster_fetch.handle(state, state.cluster, header, request, deadline)
     # READ on each topic, decided once per request (Kafka's Fetch check).
     denied: set[str] = {t.topic for t in request.topics if not authorize(state, Op.READ, Res.TOPIC, t.topic)}
     wanted = [(t.topic, p.partition) for t in request.topics for p in t.partitions if t.topic not in denied]
@@ -132,14 +136,7 @@ def _read_once(
                 result.error_code = exc.code
                 any_error = True
             else:
-                result.chunks = read.file_chunks if read.file_chunks is not None else read.chunks
-                result.size_bytes = read.size_bytes
-                total += read.size_bytes
-                result.high_watermark = read.high_watermark
-                result.last_stable_offset = read.last_stable_offset
-                result.log_start_offset = read.log_start_offset
-                if read_committed:
-                    result.aborted_transactions = list(read.aborted_transactions or ())
+                total += fill_fetch_result(result, read, read_committed)
             parts_out.append(result)
         topics_out.append((t.topic, parts_out))
     return topics_out, total, any_error, remote

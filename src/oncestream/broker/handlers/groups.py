@@ -56,6 +56,7 @@ def handle_find_coordinator(state: BrokerState, header: RequestHeader, request: 
     # The endpoint of the listener this request came in on, as Kafka answers.
     host, port = state.config.advertised_for(current_session().listener_name)
     node_id = state.config.node_id
+    cluster = state.cluster
     key_type = getattr(request, "key_type", KEY_TYPE_GROUP)
     keys = (request.key,) if hasattr(request, "key") else request.coordinator_keys
     error = ErrorCode.none
@@ -72,25 +73,41 @@ def handle_find_coordinator(state: BrokerState, header: RequestHeader, request: 
             return ErrorCode.transactional_id_authorization_failed
         return ErrorCode.none
 
+    def where(key: str) -> tuple[int, str, int] | None:
+        """(node id, host, port) of the key's coordinator: this broker, or in cluster mode the
+        owner of its coordinator partition's lease (None: not known yet, retriable)."""
+        if cluster is None:
+            return node_id, host, port
+        owner = cluster.coordinators.coordinator_node(key_type, key) if cluster.coordinators is not None else None
+        for broker in cluster.cached_live_brokers():
+            if broker.node_id == owner:
+                return (owner, *broker.endpoint_for(current_session().listener_name))
+        return None
+
     if hasattr(m, "Coordinator"):
         coordinators = []
         for key in keys:
             key_err = key_error(key)
-            key_ok = key_err == ErrorCode.none
-            coordinators.append(build(m.Coordinator, key=key, node_id=node_id if key_ok else -1,
-                                      host=host if key_ok else "", port=port if key_ok else -1,
+            found = where(key) if key_err == ErrorCode.none else None
+            if key_err == ErrorCode.none and found is None:
+                key_err = ErrorCode.coordinator_not_available
+            node, node_host, node_port = found if found is not None else (-1, "", -1)
+            coordinators.append(build(m.Coordinator, key=key, node_id=node, host=node_host, port=node_port,
                                       error_code=key_err, error_message=None))
         return build(m.FindCoordinatorResponse, throttle_time=_ZERO, coordinators=tuple(coordinators))
     error = key_error(keys[0])  # versions before 4 (KIP-699) carry exactly one key
-    ok = error == ErrorCode.none
+    found = where(keys[0]) if error == ErrorCode.none else None
+    if error == ErrorCode.none and found is None:
+        error = ErrorCode.coordinator_not_available
+    node, node_host, node_port = found if found is not None else (-1, "", -1)
     return build(
         m.FindCoordinatorResponse,
         throttle_time=_ZERO,
         error_code=error,
         error_message=None,
-        node_id=node_id if ok else -1,
-        host=host if ok else "",
-        port=port if ok else -1,
+        node_id=node,
+        host=node_host,
+        port=node_port,
     )
 
 
@@ -122,7 +139,7 @@ async def handle_join_group(state: BrokerState, header: RequestHeader, request: 
         reason=getattr(request, "reason", None),
     )
     fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-    svc.complete(svc.coordinator.join_group(
+    await svc.complete_async(svc.coordinator.join_group(
         join, state.now_ms(), svc.responder(fut, request.group_id), mono_ms=state.mono_ms()
     ))
     result = await fut
@@ -160,7 +177,7 @@ async def handle_sync_group(state: BrokerState, header: RequestHeader, request: 
         assignments={a.member_id: a.assignment for a in request.assignments},
     )
     fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-    svc.complete(svc.coordinator.sync_group(
+    await svc.complete_async(svc.coordinator.sync_group(
         sync, state.now_ms(), svc.responder(fut, request.group_id), mono_ms=state.mono_ms()
     ))
     result = await fut
@@ -193,7 +210,7 @@ def handle_heartbeat(state: BrokerState, header: RequestHeader, request: wire.He
     return build(m.HeartbeatResponse, throttle_time=_ZERO, error_code=result.error)
 
 
-def handle_leave_group(state: BrokerState, header: RequestHeader, request: wire.LeaveGroupRequest) -> object:
+async def handle_leave_group(state: BrokerState, header: RequestHeader, request: wire.LeaveGroupRequest) -> object:
     m = response_module(k.LEAVE_GROUP, header.api_version)
     if not authorize(state, Op.READ, Res.GROUP, request.group_id):
         return build(m.LeaveGroupResponse, throttle_time=_ZERO, error_code=ErrorCode.group_authorization_failed, members=())
@@ -208,7 +225,7 @@ def handle_leave_group(state: BrokerState, header: RequestHeader, request: wire.
     result, writes = svc.coordinator.leave_group(
         LeaveRequest(request.group_id, members), state.now_ms(), mono_ms=state.mono_ms()
     )
-    result = svc.finish(request.group_id, result, writes)
+    result = await svc.finish_async(request.group_id, result, writes)
     error = result.error
     if header.api_version < 3 and error == ErrorCode.none and result.members:
         error = result.members[0].error  # v0-v2 report the single member's outcome at the top
@@ -221,7 +238,7 @@ def handle_leave_group(state: BrokerState, header: RequestHeader, request: wire.
     return build(m.LeaveGroupResponse, throttle_time=_ZERO, error_code=error, members=members)
 
 
-def handle_offset_commit(state: BrokerState, header: RequestHeader, request: wire.OffsetCommitRequest) -> object:
+async def handle_offset_commit(state: BrokerState, header: RequestHeader, request: wire.OffsetCommitRequest) -> object:
     m = response_module(k.OFFSET_COMMIT, header.api_version)
     svc = state.groups
     offsets: dict[TopicPartition, PartitionOffsetCommit] = {}
@@ -269,7 +286,7 @@ def handle_offset_commit(state: BrokerState, header: RequestHeader, request: wir
         mono_ms=state.mono_ms(),
         api_version=header.api_version,
     )
-    result = svc.finish(request.group_id, result, writes, wake_timers=False)  # commits create no earlier deadline
+    result = await svc.finish_async(request.group_id, result, writes, wake_timers=False)  # commits create no earlier deadline
     topics_out = []
     for t, name in named:
         parts = []
@@ -472,14 +489,14 @@ def handle_list_groups(state: BrokerState, header: RequestHeader, request: wire.
     return build(m.ListGroupsResponse, throttle_time=_ZERO, error_code=result.error, groups=groups)
 
 
-def handle_delete_groups(state: BrokerState, header: RequestHeader, request: wire.DeleteGroupsRequest) -> object:
+async def handle_delete_groups(state: BrokerState, header: RequestHeader, request: wire.DeleteGroupsRequest) -> object:
     m = response_module(k.DELETE_GROUPS, header.api_version)
     permitted = [g for g in request.groups_names if authorize(state, Op.DELETE, Res.GROUP, g)]
     # KIP-932 share groups are deleted with their share-partition state (broker/handlers/share.py).
     share_ids = [g for g in permitted if state.shares.groups.group(g) is not None]
     classic_ids = [g for g in permitted if g not in share_ids]
     result, writes = state.groups.coordinator.delete_groups(classic_ids, state.now_ms(), mono_ms=state.mono_ms())
-    errors = dict(state.groups.finish_delete_groups(result, writes).errors)
+    errors = dict((await state.groups.finish_delete_groups_async(result, writes)).errors)
     errors.update((g, share.delete_share_group(state, g)) for g in share_ids)
     errors.update((g, ErrorCode.group_authorization_failed) for g in request.groups_names if g not in permitted)
     return build(
@@ -492,7 +509,7 @@ def handle_delete_groups(state: BrokerState, header: RequestHeader, request: wir
     )
 
 
-def handle_offset_delete(state: BrokerState, header: RequestHeader, request: wire.OffsetDeleteRequest) -> object:
+async def handle_offset_delete(state: BrokerState, header: RequestHeader, request: wire.OffsetDeleteRequest) -> object:
     m = response_module(k.OFFSET_DELETE, header.api_version)
     if not authorize(state, Op.DELETE, Res.GROUP, request.group_id):
         return build(m.OffsetDeleteResponse, error_code=ErrorCode.group_authorization_failed, throttle_time=_ZERO,
@@ -504,7 +521,7 @@ def handle_offset_delete(state: BrokerState, header: RequestHeader, request: wir
     result, writes = state.groups.coordinator.delete_offsets(
         OffsetDeleteRequest(request.group_id, partitions), state.now_ms(), mono_ms=state.mono_ms()
     )
-    result = state.groups.finish(request.group_id, result, writes)
+    result = await state.groups.finish_async(request.group_id, result, writes)
     topics_out = tuple(
         build(
             m.OffsetDeleteResponseTopic,

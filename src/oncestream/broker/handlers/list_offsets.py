@@ -21,7 +21,9 @@ from typing import TYPE_CHECKING
 from kio.schema.errors import ErrorCode
 
 from oncestream.broker.authorize import Op, Res, authorize
+from oncestream.broker.cluster_node import ClusterNode
 from oncestream.broker.state import BrokerState
+from oncestream.cluster.diskless.offsets_query import NO_ANSWER, list_offset
 from oncestream.errors import OnceStreamError, TopicAuthorizationFailedError
 from oncestream.log.partition_log import PartitionLog
 from oncestream.protocol.api_keys import LIST_OFFSETS
@@ -46,6 +48,8 @@ log = logging.getLogger(__name__)
 async def handle(state: BrokerState, header: RequestHeader, request: ListOffsetsRequest) -> object:
     m = response_module(LIST_OFFSETS, header.api_version)
     read_committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
+    if state.cluster is not None:
+        return await _cluster_list_offsets(state, state.cluster, header, request, read_committed)
     timeout = getattr(request, "timeout", None)
     timeout_ms = int(timeout.total_seconds() * 1000) if timeout is not None else _REMOTE_LOOKUP_TIMEOUT_MS
     topics_out = []
@@ -124,3 +128,40 @@ async def _offset_for_timestamp(
         if found is not None:
             return found
     return plog.offset_for_timestamp(timestamp_ms)
+
+
+async def _cluster_list_offsets(state: BrokerState, node: ClusterNode, header: RequestHeader,
+                                request: ListOffsetsRequest, read_committed: bool) -> object:
+    """Cluster mode: each partition answered from PostgreSQL (and, for a time, one batch of the
+    object store) by ``cluster/diskless/offsets_query.list_offset``; -4 is the log start and -5
+    is -1 (a diskless partition is entirely in the object store, nothing is tiered)."""
+    m = response_module(LIST_OFFSETS, header.api_version)
+    found = await node.lookup([t.name for t in request.topics])
+    topics_out = []
+    for t in request.topics:
+        parts_out = []
+        allowed = authorize(state, Op.DESCRIBE, Res.TOPIC, t.name)
+        for p in t.partitions:
+            error = ErrorCode.none
+            answer = NO_ANSWER
+            try:
+                if not allowed:
+                    raise TopicAuthorizationFailedError(t.name)
+                info = found.require(t.name, p.partition_index)
+                if (p.timestamp == EARLIEST_LOCAL_TIMESTAMP and header.api_version < 8) or (
+                        p.timestamp == LATEST_TIERED_TIMESTAMP and header.api_version < 9):
+                    error = ErrorCode.unsupported_version
+                else:
+                    answer = await list_offset(node.reader, info.topic_id, p.partition_index, p.timestamp,
+                                               read_committed=read_committed)
+            except ValueError:  # a negative code ListOffsets does not define
+                error = ErrorCode.unsupported_version
+            except OnceStreamError as exc:
+                error = exc.code
+            parts_out.append(build(
+                m.ListOffsetsPartitionResponse, partition_index=p.partition_index, error_code=error,
+                timestamp=answer.timestamp_ms if error == ErrorCode.none else -1,
+                offset=answer.offset if error == ErrorCode.none else -1,
+                leader_epoch=0 if error == ErrorCode.none and header.api_version >= 4 else -1))
+        topics_out.append(build(m.ListOffsetsTopicResponse, name=t.name, partitions=tuple(parts_out)))
+    return build(m.ListOffsetsResponse, throttle_time=datetime.timedelta(0), topics=tuple(topics_out))

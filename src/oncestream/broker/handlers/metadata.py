@@ -10,6 +10,7 @@ from kio.schema.errors import ErrorCode
 
 from oncestream.broker.authorize import Op, Res, authorize, authorized_operations
 from oncestream.broker.connection_context import current_session
+from oncestream.broker.handlers import cluster_metadata
 from oncestream.broker.state import BrokerState
 from oncestream.broker.topic_creation import auto_create_topic
 from oncestream.errors import OnceStreamError
@@ -21,10 +22,12 @@ from oncestream.protocol.schemas import response_module
 if TYPE_CHECKING:
     from oncestream.protocol.request_types import MetadataRequest
 
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
+INTERNAL_TOPICS = cluster_metadata.INTERNAL_TOPICS
 
 
 async def handle(state: BrokerState, header: RequestHeader, request: MetadataRequest) -> object:
+    if state.cluster is not None:  # cluster mode: brokers and topics from PostgreSQL
+        return await cluster_metadata.handle(state, state.cluster, header, request)
     m = response_module(METADATA, header.api_version)
     node_id = state.config.node_id
     topics = state.logs.topics()

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from oncestream.broker.authorize import Op, Res, authorize
+from oncestream.broker.handlers import cluster_produce
 from oncestream.broker.state import BrokerState
 from oncestream.coordinator.txn import TopicPartition
 from oncestream.errors import OnceStreamError, StorageError
@@ -33,6 +34,8 @@ _IN_SYNC_REPLICAS = 1  # a single node: every partition's ISR is this broker
 
 
 async def handle(state: BrokerState, header: RequestHeader, request: ProduceRequest) -> object | None:
+    if state.cluster is not None:  # cluster mode: the diskless appender (handlers/cluster_produce.py)
+        return await cluster_produce.handle(state, state.cluster, header, request)
     m = response_module(PRODUCE, header.api_version)
     rewritten = await _recompress_ahead(state, request) if request.acks in _VALID_ACKS else {}
     now_ms = state.now_ms()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime
 import logging
 import uuid
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
@@ -82,9 +83,21 @@ def _created_configs(m: Any, state: BrokerState, name: str, configs: dict[str, s
     }
 
 
+async def _existing(state: BrokerState, names: Sequence[str] | None) -> dict[str, Any]:
+    """The topics (name -> info with ``topic_id`` and ``num_partitions``) of the broker's logs, or
+    in cluster mode of the catalog in PostgreSQL (``names`` only; every topic when None)."""
+    if state.cluster is not None:
+        return dict(await state.cluster.topics(names))
+    return dict(state.logs.topics())
+
+
 async def handle_create(state: BrokerState, header: RequestHeader, request: CreateTopicsRequest) -> object:
     m = response_module(CREATE_TOPICS, header.api_version)
     results = []
+    existing = await _existing(state, [t.name for t in request.topics])
+    # Cluster mode: durability is the object store's, so any replication factor is accepted and
+    # reported as 1 (one copy of the coordinates in PostgreSQL, of the bytes in the bucket).
+    replication_factors = (-1, 1) if state.cluster is None else None
     too_many = sum(max(_requested_partitions(state, t), 0) for t in request.topics) > MAX_PARTITIONS_PER_REQUEST
     granted = 0  # partitions this request already created (or, validate_only, would have)
     create_any = authorize(state, Op.CREATE, Res.CLUSTER)  # Kafka: CREATE on the cluster or the topic
@@ -99,15 +112,17 @@ async def handle_create(state: BrokerState, header: RequestHeader, request: Crea
             error, message = ErrorCode.topic_authorization_failed, "CREATE on the topic not allowed"
         elif too_many:
             error, message = ErrorCode.policy_violation, _TOO_MANY_PER_REQUEST
-        elif over_budget is not None and t.name not in state.logs.topics():
+        elif over_budget is not None and t.name not in existing:
             error, message = ErrorCode.policy_violation, over_budget
-        elif t.replication_factor not in (-1, 1):
+        elif replication_factors is not None and t.replication_factor not in replication_factors:
             error = ErrorCode.invalid_replication_factor
             message = "this broker is a single node: replication factor must be 1"
         elif num_partitions < 1:
             error, message = ErrorCode.invalid_partitions, "number of partitions must be >= 1"
-        elif t.name in state.logs.topics():
+        elif t.name in existing:
             error, message = ErrorCode.topic_already_exists, f"topic {t.name!r} already exists"
+        elif state.cluster is not None and t.name in INTERNAL_TOPICS:
+            error, message = ErrorCode.invalid_request, f"{t.name!r} is internal to each broker in cluster mode"
         else:
             try:
                 # Kafka's names, types and ranges; stored in canonical form (e.g. list spacing).
@@ -117,6 +132,8 @@ async def handle_create(state: BrokerState, header: RequestHeader, request: Crea
                                     internal=t.name in INTERNAL_TOPICS)
                 if not request.validate_only and not quota.try_record(num_partitions):
                     error, message = ErrorCode.throttling_quota_exceeded, _THROTTLED
+                elif not request.validate_only and state.cluster is not None:
+                    topic_id = (await state.cluster.create_topic(t.name, num_partitions, configs)).topic_id
                 elif not request.validate_only:
                     creation = state.logs.begin_create_topic(t.name, num_partitions, configs)
                     topic_id = (await run_creation(state, creation)).topic_id
@@ -148,9 +165,10 @@ async def handle_delete(state: BrokerState, header: RequestHeader, request: Dele
         wanted = [(t.name, t.topic_id) for t in request.topics]  # kio reads the zero uuid as None
     results = []
     quota = _mutation_quota(state, header)
+    by_id = any(name is None for name, _ in wanted)
     for name, topic_id in wanted:
         error, message = ErrorCode.none, None
-        topics = state.logs.topics()
+        topics = await _existing(state, None if by_id or name is None else [name])
         if name is None and topic_id is not None:
             name = next((n for n, info in topics.items() if info.topic_id == topic_id), None)
             if name is None:
@@ -189,10 +207,14 @@ async def handle_delete(state: BrokerState, header: RequestHeader, request: Dele
 
 
 async def _delete_topic(state: BrokerState, name: str) -> None:
-    """The metadata file is unlinked and its directory fsynced on the disk threads; the logs
+    """In cluster mode: the catalog deletes the topic (its batches' objects are collected by the
+    garbage collector). Single broker: the metadata file is unlinked and its directory fsynced on the disk threads; the logs
     close back on the loop after that (``LogManager.begin_delete_topic``); then the partition
     directories are removed on the disk threads too (a topic of many segments takes long to
     unlink), the name staying taken until they are gone. The answer waits for all of it."""
+    if state.cluster is not None:
+        await state.cluster.delete_topic(name)
+        return
     deletion = state.logs.begin_delete_topic(name)
     removal = await run_disk_step(
         state, lambda: deletion.run(state.disk_fsync),
@@ -222,14 +244,14 @@ async def handle_create_partitions(state: BrokerState, header: RequestHeader, re
     and transactional ids over it, so changing it would move every id's coordinator partition."""
     m = response_module(CREATE_PARTITIONS, header.api_version)
     names = [t.name for t in request.topics]
-    topics = state.logs.topics()
+    topics = await _existing(state, names)
     new_partitions = sum(max(t.count - topics[t.name].num_partitions, 0) for t in request.topics if t.name in topics)
     granted = 0  # partitions validate_only would have added so far
     results = []
     quota = _mutation_quota(state, header)
     for t in request.topics:
         error, message = ErrorCode.none, None
-        info = state.logs.topics().get(t.name)
+        info = topics.get(t.name)
         over_budget = None if info is None else state.partition_budget_error(granted + max(t.count - info.num_partitions, 0))
         if not authorize(state, Op.ALTER, Res.TOPIC, t.name):
             error, message = ErrorCode.topic_authorization_failed, "ALTER on the topic not allowed"
@@ -244,7 +266,7 @@ async def handle_create_partitions(state: BrokerState, header: RequestHeader, re
         elif t.count <= info.num_partitions:
             error = ErrorCode.invalid_partitions
             message = f"topic {t.name!r} has {info.num_partitions} partitions; cannot change to {t.count}"
-        elif t.assignments is not None and (
+        elif t.assignments is not None and state.cluster is None and (
             len(t.assignments) != t.count - info.num_partitions
             or any(tuple(a.broker_ids) != (state.config.node_id,) for a in t.assignments)
         ):
@@ -257,6 +279,11 @@ async def handle_create_partitions(state: BrokerState, header: RequestHeader, re
             granted += t.count - info.num_partitions
         elif not quota.try_record(t.count - info.num_partitions):
             error, message = ErrorCode.throttling_quota_exceeded, _THROTTLED
+        elif state.cluster is not None:
+            try:
+                await state.cluster.create_partitions(t.name, t.count)
+            except OnceStreamError as exc:
+                error, message = exc.code, str(exc)
         else:
             try:
                 await run_creation(state, state.logs.begin_create_partitions(t.name, t.count))

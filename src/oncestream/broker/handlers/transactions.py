@@ -8,6 +8,7 @@ KIP-588 version rules: clients too old to know PRODUCER_FENCED get INVALID_PRODU
 from __future__ import annotations
 
 import datetime
+import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -35,6 +36,8 @@ if TYPE_CHECKING:
         TxnOffsetCommitRequest,
         WriteTxnMarkersRequest,
     )
+
+log = logging.getLogger(__name__)
 
 _ZERO = datetime.timedelta(0)
 
@@ -64,16 +67,29 @@ def _init_producer_id_refusal(state: BrokerState, request: InitProducerIdRequest
     return None
 
 
+def _refuse_transactional_id(m: Any, request: InitProducerIdRequest) -> object:
+    """Cluster mode: a transactional id is refused with INVALID_REQUEST until the transaction
+    coordinator runs on leases in PostgreSQL (docs/cluster.md): a coordinator in one broker's
+    scratch state would lose its transactions with the broker. Idempotent producers are served
+    (their ids come from blocks in PostgreSQL, cluster/leases/producer_id_blocks.py)."""
+    log.warning("InitProducerId for transactional id %r refused: transactions are not available in "
+                "cluster mode yet (docs/cluster.md)", request.transactional_id)
+    return build(m.InitProducerIdResponse, throttle_time=_ZERO, error_code=ErrorCode.invalid_request,
+                 producer_id=-1, producer_epoch=-1)
+
+
 async def handle_init_producer_id(state: BrokerState, header: RequestHeader, request: InitProducerIdRequest) -> object:
     m = response_module(k.INIT_PRODUCER_ID, header.api_version)
     if (refusal := _init_producer_id_refusal(state, request)) is not None:
         return build(m.InitProducerIdResponse, throttle_time=_ZERO, error_code=refusal, producer_id=-1,
                      producer_epoch=-1)
+    if state.cluster is not None and request.transactional_id is not None:
+        return _refuse_transactional_id(m, request)
     # A new producer id may be needed: wait (off the loop) until one is durable. Nothing runs
     # between this and the synchronous coordinator call below, so the id is still there.
     try:
         await state.producer_ids.ready()
-    except StorageError:
+    except OnceStreamError:  # the disk, or in cluster mode PostgreSQL, failed: retriable
         return build(m.InitProducerIdResponse, throttle_time=_ZERO, error_code=ErrorCode.coordinator_not_available,
                      producer_id=-1, producer_epoch=-1)
     if request.transactional_id is None:

@@ -519,6 +519,7 @@ class GroupCoordinator:
         for group_id in [g for g in self._consumer.groups if rt.partition_for(g) in targets]:
             self._consumer.after_load(group_id, rt.mono_ms)
         rt.loading_partitions -= targets
+        rt.foreign_partitions -= targets
         self._finish(read_only=True)
 
     def _record_partition(self, key_bytes: bytes) -> int:
@@ -571,6 +572,23 @@ class GroupCoordinator:
         rt.drop_deferred_writes({partition})
         rt.loading_partitions.add(partition)
         self._finish(read_only=True)
+
+    def disown_partition(self, partition: int) -> None:
+        """Cluster mode: another broker owns ``partition`` (or may: its lease was lost). Its groups
+        are forgotten as by :meth:`unload_partition` and answer NOT_COORDINATOR until
+        :meth:`begin_loading` (COORDINATOR_LOAD_IN_PROGRESS) and :meth:`load` take it back."""
+        self.unload_partition(partition)
+        self._rt.foreign_partitions.add(partition)
+
+    def begin_loading(self, partition: int) -> None:
+        """Cluster mode: this broker acquired ``partition``'s lease and reads its records; its
+        groups answer COORDINATOR_LOAD_IN_PROGRESS until :meth:`load` (as Kafka while loading)."""
+        self._rt.foreign_partitions.discard(partition)
+        self._rt.loading_partitions.add(partition)
+
+    def owns_partition(self, partition: int) -> bool:
+        """Whether ``partition``'s groups are this coordinator's (loaded or loading)."""
+        return partition not in self._rt.foreign_partitions
 
     # ==============================================================================================
     # Plumbing

@@ -627,7 +627,7 @@ class GroupMetadataManager:
         states = {s.lower() for s in states_filter}
         types = {t.lower() for t in types_filter}
         error = ErrorCode.none
-        if self._rt.loading_partitions:
+        if self._rt.loading_partitions - self._rt.foreign_partitions:
             error = ErrorCode.coordinator_load_in_progress
         if types and CLASSIC_GROUP_TYPE not in types:
             return ListGroupsResult(error)

@@ -32,6 +32,7 @@ from oncestream.errors import (
     CoordinatorInvariantError,
     CoordinatorLoadInProgressError,
     InvalidGroupIdError,
+    NotCoordinatorError,
 )
 
 
@@ -43,6 +44,9 @@ class GroupRuntime:
         self.member_id_suffix = member_id_suffix
         self.groups: dict[str, GroupMetadata] = {}
         self.loading_partitions: set[int] = set()
+        # Partitions another broker owns (cluster mode; a single broker owns them all): their
+        # groups answer NOT_COORDINATOR. Always a subset of loading_partitions.
+        self.foreign_partitions: set[int] = set()
         # Responses to deliver at the end of the current call.
         self._outbox: list[tuple[Callable[[Any], None], Any]] = []
         # Records produced by the current call, with the group each belongs to.
@@ -88,7 +92,10 @@ class GroupRuntime:
         """
         if group_id is None or (not allow_empty and group_id == ""):
             raise InvalidGroupIdError(f"invalid group id {group_id!r}")
-        if self.partition_for(group_id) in self.loading_partitions:
+        partition = self.partition_for(group_id)
+        if partition in self.foreign_partitions:
+            raise NotCoordinatorError(f"partition {partition} of {group_id!r} is owned by another broker")
+        if partition in self.loading_partitions:
             raise CoordinatorLoadInProgressError(f"partition of {group_id!r} is loading")
 
     def next_log_order(self) -> int:

@@ -1,0 +1,124 @@
+"""Run a broker of a cluster in the foreground: ``oncestream broker --metadata-store ... --object-store ...``.
+
+Start-up, in order (docs/cluster.md): check the configuration, probe the object store (PUT, GET,
+DELETE of a probe key) and PostgreSQL (a connection and ``SELECT 1``): a store that cannot be
+used ends the start with ``ClusterStartError`` before any port is bound. Then: open the metadata
+store (the schema applied by whichever broker gets there first), build the broker state on a
+per-process scratch directory (what is not yet in PostgreSQL: groups, transactions, quotas,
+telemetry; removed at exit), bind the listeners, register (the bound address), write the ready
+file, serve. SIGTERM deregisters first, then stops as a single broker does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from oncestream.broker.cluster_coordinators import ClusterCoordinators
+from oncestream.broker.cluster_node import ClusterNode
+from oncestream.broker.cluster_settings import (
+    ClusterSettings,
+    ClusterStartError,
+    open_and_probe_object_store,
+    probe_metadata_store,
+)
+from oncestream.broker.config import BrokerConfig
+from oncestream.broker.seams import BrokerSeams
+from oncestream.broker.server import BrokerServer
+from oncestream.broker.state import BrokerState
+from oncestream.broker.tls import server_ssl_context
+from oncestream.cluster.leases.coordinator_leases import Lease
+from oncestream.cluster.leases.producer_id_blocks import PgProducerIdService
+from oncestream.cluster.pg.errors import MetadataStoreError
+from oncestream.cluster.pg.store import MetadataStore, MetadataStoreConfig
+from oncestream.coordinator.txn import MarkerJob
+from oncestream.log.config import LogConfig
+from oncestream.process_shutdown import ShutdownBound, install_stop_signals
+
+log = logging.getLogger("oncestream.broker")
+
+
+class MarkersNotWired:
+    """The transaction coordinator's marker writer until diskless markers are wired in: never
+    asked while InitProducerId refuses transactional ids in cluster mode (docs/cluster.md); if it
+    were, it says so and writes nothing (False: the job is retried, nothing claimed written)."""
+
+    async def write_markers(self, job: MarkerJob, lease: Lease) -> bool:
+        log.error("transaction markers are not wired in cluster mode yet; job %s not written", job)
+        return False
+
+
+def run_cluster_broker(settings: ClusterSettings, host: str, port: int, props: dict[str, str], *,
+                       ready_file: Path | None = None, seams: BrokerSeams | None = None) -> int:
+    """Run a cluster broker until SIGTERM/SIGINT; the process exit code. ClusterStartError when
+    a store cannot be used at start, InvalidConfigError for a bad configuration."""
+    try:
+        import uvloop
+
+        uvloop.install()
+    except ImportError:  # uvloop is a dependency, but the broker works without it
+        pass
+    config = BrokerConfig.from_properties(host, port, props)  # a bad property fails before any store is touched
+    for listener in config.all_listeners:  # a bad SSL store fails before the stores are touched
+        if listener.uses_tls:
+            server_ssl_context(config.raw, listener.name)
+    seams_used = seams or BrokerSeams()
+    object_store = seams_used.object_store or open_and_probe_object_store(
+        settings.object_store_uri, os.environ, settings.node_id)
+    bound = ShutdownBound(config.shutdown_timeout_ms, "oncestream broker")
+
+    async def main() -> None:
+        await probe_metadata_store(settings.metadata_store_url, settings.connect_timeout_ms)
+        try:
+            store = await MetadataStore.open(
+                settings.metadata_store_url,
+                MetadataStoreConfig(connect_timeout_ms=settings.connect_timeout_ms,
+                                    start_timeout_ms=settings.connect_timeout_ms))
+        except MetadataStoreError as exc:
+            raise ClusterStartError(str(exc)) from None
+        node = ClusterNode(settings, store, object_store, config.raw,
+                           log_defaults=LogConfig.from_broker_configs(config.raw),
+                           check_interval_ms=config.retention_check_interval_ms)
+        scratch = Path(tempfile.mkdtemp(prefix=f"oncestream-node{settings.node_id}-"))
+        try:
+            producer_ids = PgProducerIdService(store)
+            state = BrokerState(scratch, config, fdatasync=seams_used.fdatasync, seams=seams_used,
+                                producer_ids=producer_ids)
+            state.cluster = node
+            # Consumer groups (and, once markers are wired, transactions) on leases in PostgreSQL
+            # (broker/cluster_coordinators.py): they replace the scratch state's services.
+            coordinators = await ClusterCoordinators.open(
+                store, config.raw, state.now_ms, state.mono_ms, producer_ids=producer_ids,
+                markers=MarkersNotWired(), topics=node.topic_metadata_view, on_marker=state.notifier.notify,
+                interval_ms=settings.heartbeat_interval_ms, session_timeout_ms=settings.session_timeout_ms)
+            state.groups, state.transactions = coordinators.groups, coordinators.transactions
+            node.coordinators = coordinators
+            await node.refresh_snapshot()
+            server = BrokerServer(
+                state, ready_file=ready_file,
+                background=(*seams_used.background_loops, node.heartbeat_loop, node.topic_refresh_loop, node.gc_loop),
+                stuck_report_s=bound.bound_ms / 4000, defer_ready=True, on_stopping=node.leave)
+            install_stop_signals(asyncio.get_running_loop(), bound, server.stop)
+            node.start_serving()
+            await server.start()
+            advertised_host, advertised_port = state.config.advertised
+            listeners = [{"name": item.name, "host": item.advertised[0], "port": item.advertised[1],
+                          "security_protocol": item.security_protocol} for item in state.config.all_listeners]
+            try:
+                await node.join(advertised_host, advertised_port, config.raw.get("broker.rack"), listeners)
+            except MetadataStoreError as exc:
+                raise ClusterStartError(f"node {settings.node_id}: cannot register: {exc}") from None
+            state.cluster_id = node.cluster_id
+            server.announce_ready()
+            await server.serve_until_stopped()
+        finally:
+            await node.close()
+            shutil.rmtree(scratch, ignore_errors=True)
+
+    asyncio.run(main())
+    bound.finished()
+    return 0

@@ -1,0 +1,125 @@
+"""A cluster of ``oncestream broker`` processes on one PostgreSQL database and one SeaweedFS prefix.
+
+``cluster_factory(n, config)`` (a fixture) starts ``n`` brokers (node ids 1..n) on the test's own
+database (``pg_database``, on the session's PostgreSQL) and the session's SeaweedFS under a key
+prefix of the test's own; every broker is a ``ClusterBroker`` that can be stopped (SIGTERM),
+killed (SIGKILL), paused (SIGSTOP) and resumed, and restarted on the same port. A broker is ready
+once it has registered in PostgreSQL and listens (it writes its ready file only then). Everything
+is killed at teardown.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from oncestream.broker_process import ManagedBroker, oncestream_command
+from oncestream.remote.object_store import ObjectStore, open_object_store
+from tests.support.faults import child_environment
+from tests.support.seaweedfs import SeaweedServer, clean_environ
+
+READY_TIMEOUT_S = 60.0  # a bound on a hang only: start-up applies the schema and registers
+# Short sessions so a silent broker leaves Metadata quickly in tests; the production default is 9 s.
+TEST_SESSION = {"broker.session.timeout.ms": "3000", "broker.heartbeat.interval.ms": "500"}
+
+
+class ClusterBroker(ManagedBroker):
+    """One broker of a cluster: ``oncestream broker --metadata-store URL --object-store URI``."""
+
+    name = "cluster-broker"
+
+    def __init__(self, node_id: int, metadata_store: str, object_store_uri: str, environ: dict[str, str],
+                 log_dir: Path, config: dict[str, str] | None = None) -> None:
+        super().__init__(log_dir, None, ready_timeout_s=READY_TIMEOUT_S)
+        self.node_id = node_id
+        self.metadata_store = metadata_store
+        self.object_store_uri = object_store_uri
+        self.environ = environ
+        self.config = {**TEST_SESSION, **(config or {}), "node.id": str(node_id)}
+        self.ready_file = self.log_dir / f"node-{node_id}.ready.json"
+
+    def command(self) -> list[str]:
+        self.ready_file.unlink(missing_ok=True)
+        argv = [*oncestream_command(), "broker", "--listen", self.bootstrap,
+                "--metadata-store", self.metadata_store, "--object-store", self.object_store_uri,
+                "--ready-file", str(self.ready_file)]
+        for key, value in self.config.items():
+            argv += ["--config", f"{key}={value}"]
+        return argv
+
+    def environment(self) -> dict[str, str]:
+        return child_environment(self.environ)
+
+    def _is_ready(self) -> bool:
+        return self.ready_file.exists()
+
+    def pause(self) -> None:
+        """SIGSTOP: the process keeps its sockets but neither serves nor heartbeats."""
+        os.kill(self.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT after ``pause``."""
+        os.kill(self.pid, signal.SIGCONT)
+
+
+class Cluster:
+    """``n`` brokers sharing one metadata store and one object store prefix."""
+
+    def __init__(self, brokers: list[ClusterBroker], metadata_store: str, object_store_uri: str,
+                 environ: dict[str, str]) -> None:
+        self.brokers = brokers
+        self.metadata_store = metadata_store
+        self.object_store_uri = object_store_uri
+        self.environ = environ
+
+    @property
+    def bootstrap(self) -> str:
+        """Every broker's ``host:port``, for ``bootstrap.servers``."""
+        return ",".join(broker.bootstrap for broker in self.brokers)
+
+    def broker(self, node_id: int) -> ClusterBroker:
+        return next(broker for broker in self.brokers if broker.node_id == node_id)
+
+    def object_store(self) -> ObjectStore:
+        """The cluster's object store as the brokers see it."""
+        return open_object_store(self.object_store_uri, self.environ)
+
+    def kill_all(self) -> None:
+        for broker in self.brokers:
+            if broker.is_alive():
+                try:
+                    broker.resume()  # a paused process dies of SIGKILL too, but resumed it logs its end
+                except ProcessLookupError:
+                    pass
+            broker.kill()
+
+
+@pytest.fixture
+def cluster_factory(tmp_path: Path, pg_database: str, seaweedfs: SeaweedServer) -> Iterator[Callable[..., Cluster]]:
+    """Start clusters of ``n`` brokers on the test's database and its own SeaweedFS prefix."""
+    started: list[Cluster] = []
+
+    def start(n: int = 3, config: dict[str, str] | None = None, metadata_store: str | None = None) -> Cluster:
+        """``metadata_store``: a database of another PostgreSQL (one the test stops); default the
+        test's database on the session's server."""
+        uri = seaweedfs.uri(f"c-{uuid.uuid4().hex[:10]}")
+        environ = clean_environ(**seaweedfs.env())
+        url = metadata_store or pg_database
+        brokers = [ClusterBroker(node_id, url, uri, environ, tmp_path / "logs", config)
+                   for node_id in range(1, n + 1)]
+        cluster = Cluster(brokers, url, uri, environ)
+        started.append(cluster)
+        for broker in brokers:
+            broker.start()
+        return cluster
+
+    try:
+        yield start
+    finally:
+        for cluster in started:
+            cluster.kill_all()
