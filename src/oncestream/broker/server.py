@@ -2,7 +2,8 @@
 
 Each connection is served by its own task, which reads one frame, awaits its response and writes
 it before reading the next: pipelined requests are therefore answered in order, and a slow or
-dead client only ever stalls its own task. The size prefix is checked against
+dead client only ever stalls its own task. Framed responses go out through a ``ResponseWriter``
+(broker/fetch_response_writer.py), which sends a Fetch's record sections with sendfile. The size prefix is checked against
 ``socket.request.max.bytes`` before anything is allocated.
 
 Limits one client cannot exceed (the decisions live in sans-io classes; this module applies them):
@@ -48,6 +49,7 @@ from oncestream.broker.config import BrokerConfig
 from oncestream.broker.connection_context import start_session
 from oncestream.broker.connection_limits import ConnectionQuotas, IdleTracker
 from oncestream.broker.dispatch import CloseConnection, Dispatcher
+from oncestream.broker.fetch_response_writer import ResponseWriter
 from oncestream.broker.listeners import Listener
 from oncestream.broker.memory_pool import RequestMemoryPool
 from oncestream.broker.metrics.recorder import RequestTiming, current_timing
@@ -337,6 +339,7 @@ class BrokerServer:
         if peer_certificate and listener.security_protocol == "SSL":  # only mutual TLS is worth a line
             log.info("%s on listener %s: client certificate principal %s", peer, listener.name, session.principal)
         watch = _IdleWatch(idle, writer, peer, asyncio.get_running_loop())
+        responses = ResponseWriter(writer, lambda: idle.activity(watch.now_ms()))
         max_bytes = self.state.config.socket_request_max_bytes
         metrics = self.state.metrics
         timing = RequestTiming() if metrics.enabled else None
@@ -367,8 +370,8 @@ class BrokerServer:
                 finally:
                     idle.finish_request(watch.now_ms())
                 if response is not None:
-                    if isinstance(response, list):
-                        writer.writelines(response)
+                    if isinstance(response, list):  # framed buffers; a zero-copy Fetch's hold file ranges
+                        await responses.write(response)
                     else:
                         writer.write(response)
                     watch.draining = True
@@ -412,6 +415,7 @@ class BrokerServer:
         finally:
             metrics.connection_closed(listener.name)
             watch.cancel()
+            responses.close()
             if reserved_bytes:
                 pool.release(reserved_bytes)
             if task is not None:
