@@ -28,6 +28,7 @@ from tests.support.narrow import present
 from tests.support.txn import (
     READ_COMMITTED,
     READ_UNCOMMITTED,
+    TXN_BROKER_CONFIG,
     DeliveryLog,
     describe_transaction,
     fatal_code,
@@ -40,7 +41,6 @@ from tests.support.txn import (
     produce_values,
     read_to_end,
     run_transaction,
-    start_txn_broker,
     transaction_values,
     transactional_producer,
     values_of,
@@ -58,13 +58,10 @@ FENCED_CODES = (KafkaError._FENCED, KafkaError.PRODUCER_FENCED)
 
 
 @pytest.fixture(scope="module")
-def txn_broker(tmp_path_factory):
-    """Our broker, configured for transaction tests, shared by this module (unique topics)."""
-    broker = start_txn_broker(tmp_path_factory.mktemp("txn-broker") / "data")
-    try:
-        yield broker
-    finally:
-        broker.stop()
+def txn_broker(module_broker_factory):
+    """A broker of the kind under test, configured for transaction tests, shared by this module
+    (unique topics)."""
+    return module_broker_factory(TXN_BROKER_CONFIG, name="txn-broker")
 
 
 def _txn_id(prefix: str) -> str:
