@@ -15,10 +15,11 @@ from typing import Any, TypeVar, cast
 from oncestream.cluster.diskless.commit import AppendOutcome, commit_uploaded, record_uploading
 from oncestream.cluster.diskless.markers import MarkerOutcome, TxnMarker, write_markers
 from oncestream.cluster.diskless.produce_object import ProduceObject, build_produce_object, new_object_key, validate_append
-from oncestream.cluster.pg.store import Conn, MetadataStore, MetadataStoreConfig
+from oncestream.cluster.pg.store import Conn, MetadataStore
 from oncestream.log.config import LogConfig
 from oncestream.protocol.records import NewRecord, encode_batch
 from oncestream.remote.object_store import ObjectStore
+from tests.cluster import diskless_support
 
 NOW_MS = 1_700_000_000_000
 BROKER_ID = 1
@@ -29,7 +30,8 @@ T = TypeVar("T")
 
 
 def run_with_store(url: str, main: Callable[[MetadataStore], Awaitable[T]], *, timeout_s: float = 120) -> T:
-    """``main`` on a fresh event loop with a MetadataStore of ``url`` (closed after), bounded in time."""
+    """``main`` on a fresh event loop with a MetadataStore of ``url`` (closed after), bounded in
+    time and returning its result (``diskless_support.run_with_store`` is neither)."""
     async def bounded() -> T:
         async with asyncio.timeout(timeout_s):
             store = await open_store(url)
@@ -43,7 +45,7 @@ def run_with_store(url: str, main: Callable[[MetadataStore], Awaitable[T]], *, t
 
 async def open_store(url: str) -> MetadataStore:
     """A MetadataStore on ``url`` (every schema step applied) that gives up quickly when down."""
-    return await MetadataStore.open(url, MetadataStoreConfig(retry_timeout_ms=5_000))
+    return await diskless_support.open_store(url, retry_timeout_ms=5_000)
 
 
 def data_batch(values: Sequence[bytes], *, timestamps_ms: Sequence[int] | None = None, producer_id: int = -1,

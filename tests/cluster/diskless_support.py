@@ -3,8 +3,9 @@ with plain SQL (the catalog's own API is another helper's), commits without an u
 
 from __future__ import annotations
 
+import asyncio
 import uuid
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 from oncestream.cluster.diskless.commit import AppendOutcome, commit_uploaded, record_uploading
 from oncestream.cluster.diskless.produce_object import build_produce_object, new_object_key, validate_append
@@ -82,3 +83,15 @@ def assert_dense(offsets: list[tuple[int, int]], high_watermark_offset: int) -> 
         assert last >= base
         expected = last + 1
     assert expected == high_watermark_offset
+
+
+def run_with_store(url: str, body: Callable[[MetadataStore], Awaitable[None]], **config: int) -> None:
+    """Run ``body`` on a fresh event loop with a store on ``url``, closed afterwards."""
+    async def main() -> None:
+        store = await open_store(url, **config)
+        try:
+            await body(store)
+        finally:
+            await store.close()
+
+    asyncio.run(main())

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 import uuid
 from typing import Any
 
@@ -72,6 +73,8 @@ def test_many_producers_share_one_object_and_the_coordinates_find_their_bytes(pg
                 appender.append([PartitionAppend(topic, p, records, CONFIG)]) for (p, _), records in sent.items()))
             assert all(a.error == ErrorCode.none for [a] in answers)
             assert appender.objects_committed == 1  # one object, one transaction for 12 requests
+            assert appender.objects_uploaded == 1
+            assert appender.bytes_uploaded == sum(len(r) for r in sent.values())
             rows = await fetch_all(store, "SELECT partition, base_offset, object_key, byte_offset, byte_size FROM batches")
             assert len(rows) == 12
             [(key, state)] = await fetch_all(store, "SELECT object_key, state FROM objects")
@@ -187,6 +190,7 @@ def test_a_failed_upload_acknowledges_nothing_and_its_row_is_collected(pg_databa
             assert answer.error == ErrorCode.kafka_storage_error
             assert "injected" in (answer.error_message or "")
             assert failing.puts == 1
+            assert (appender.upload_failures, appender.objects_uploaded, appender.objects_committed) == (1, 0, 0)
             assert await high_watermark(store, topic, 0) == 0
             assert await batch_offsets(store, topic, 0) == []
             [(key, state)] = await fetch_all(store, "SELECT object_key, state FROM objects")
@@ -315,6 +319,53 @@ def test_the_gc_task_collects_in_the_background_and_stops_when_asked(pg_database
             assert await fetch_all(store, "SELECT 1 FROM objects") == []
             stop.set()
             await asyncio.wait_for(task, 30)
+        finally:
+            await appender.close()
+            await store.close()
+
+    asyncio.run(main())
+
+
+class FirstPutSlow:
+    """An ObjectStore whose first PUT takes longer than the ones after it."""
+
+    def __init__(self, inner: ObjectStore) -> None:
+        self.inner = inner
+        self.description = inner.description
+        self.puts = 0
+        self.order: list[str] = []
+
+    def put(self, key: str, data: bytes | memoryview) -> None:
+        self.puts += 1
+        if self.puts == 1:
+            time.sleep(0.5)
+        self.inner.put(key, data)
+        self.order.append(key)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def test_objects_commit_in_the_order_they_were_cut_even_when_uploads_overlap(pg_database, s3):
+    """A producer with several requests in flight (max.in.flight > 1) sends sequences 0, 1, 2 in
+    requests that land in different objects; the first object's upload is the slowest, yet the
+    commits keep the order, so no request is refused OUT_OF_ORDER_SEQUENCE_NUMBER."""
+    async def main() -> None:
+        store = await open_store(pg_database)
+        slow = FirstPutSlow(s3)
+        appender = _appender(store, slow, commit_interval_ms=0, max_uploads_in_flight=3)
+        try:
+            topic = await create_topic(store, 1)
+            in_flight = []
+            for seq in range(3):
+                in_flight.append(asyncio.ensure_future(
+                    appender.append([PartitionAppend(topic, 0, idempotent_batch(8, 0, seq), CONFIG)])))
+                await asyncio.sleep(0.05)  # each request is cut into an object of its own
+            answers = [a for [a] in await asyncio.gather(*in_flight)]
+            assert [(a.error, a.base_offset) for a in answers] == [(ErrorCode.none, i) for i in range(3)]
+            assert slow.puts == 3
+            [(first_key,)] = await fetch_all(store, "SELECT object_key FROM batches WHERE base_offset = 0")
+            assert slow.order[-1] == first_key  # its upload ended last, its commit came first
         finally:
             await appender.close()
             await store.close()

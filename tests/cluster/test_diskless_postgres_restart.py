@@ -65,6 +65,7 @@ def test_postgres_down_during_an_upload_acknowledges_nothing_and_the_pipeline_re
             stopped.set()
             [answer] = await asyncio.wait_for(first, 120)
             assert answer.error == ErrorCode.request_timed_out  # retriable; nothing acknowledged
+            assert appender.commit_failures == 1
             await asyncio.to_thread(server.start)
             [retry] = await asyncio.wait_for(appender.append(batch), 120)
             assert (retry.error, retry.base_offset, retry.last_offset, retry.duplicate) == (ErrorCode.none, 0, 2, False)

@@ -155,7 +155,12 @@ class DisklessAppender:
         self._in_flight: set[_Waiting] = set()
         self._flusher: asyncio.Task[None] | None = None
         self._committer: asyncio.Task[None] | None = None
-        self.objects_committed = 0  # objects whose commit transaction succeeded (for tests and metrics)
+        # Counters for metrics and the benchmark (object PUTs and commit transactions per broker).
+        self.objects_committed = 0  # objects whose commit transaction succeeded
+        self.objects_uploaded = 0  # PUTs that succeeded
+        self.bytes_uploaded = 0
+        self.upload_failures = 0  # PUTs that failed or timed out
+        self.commit_failures = 0  # commits answered with an error as a whole
 
     def start(self) -> None:
         """Start the flush and commit tasks on the running event loop."""
@@ -265,15 +270,19 @@ class DisklessAppender:
             await asyncio.wait_for(put, self._config.upload_timeout_ms / 1000)
         except TimeoutError:
             log.warning("diskless upload of %s did not end within %d ms", key, self._config.upload_timeout_ms)
+            self.upload_failures += 1
             self._settle(waiting, ErrorCode.kafka_storage_error,
                          f"uploading produce object {key} to {self._objects.description} did not end within "
                          f"{self._config.upload_timeout_ms} ms")
             return None
         except Exception as exc:  # noqa: BLE001  (any failure of the store: nothing is acknowledged)
             log.warning("diskless upload of %s failed: %s", key, exc)
+            self.upload_failures += 1
             self._settle(waiting, ErrorCode.kafka_storage_error,
                          f"uploading produce object {key} to {self._objects.description} failed: {exc}")
             return None
+        self.objects_uploaded += 1
+        self.bytes_uploaded += len(obj.data)
         return obj, waiting
 
     async def _commit(self, obj: ProduceObject, waiting: list[_Waiting]) -> None:
@@ -289,10 +298,12 @@ class DisklessAppender:
             outcomes = await self._metadata.run(commit, read_back=read_back)
         except OnceStreamError as exc:
             log.warning("diskless commit of %s failed: %s", obj.key, exc)
+            self.commit_failures += 1
             self._settle(waiting, exc.code, f"committing produce object {obj.key} failed: {exc}")
             return
         except Exception as exc:  # a bug must not leave producers hanging
             log.exception("diskless commit of %s failed unexpectedly", obj.key)
+            self.commit_failures += 1
             self._settle(waiting, ErrorCode.unknown_server_error, f"committing produce object {obj.key} failed: {exc}")
             return
         self.objects_committed += 1

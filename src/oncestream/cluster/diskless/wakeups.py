@@ -145,6 +145,8 @@ class AppendWakeups:
                     self.notify_local(parse_appends_payload(payload))
             except (MetadataStoreError, psycopg.Error, OSError) as exc:
                 log.warning("listening on %s failed (the poll keeps fetches going): %s", self._channel, exc)
+            else:
+                return  # the source ended the iteration: it was closed (the broker is stopping)
             await asyncio.sleep(_RELISTEN_DELAY_S)
 
     async def _poll_loop(self) -> None:
