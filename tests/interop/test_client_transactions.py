@@ -38,6 +38,7 @@ from oncestream.client import (
 )
 from tests.support.brokers import BrokerProcess
 from tests.support.clients import CLIENT_TIMEOUT_S, create_topic, unique_topic
+from tests.support.cluster_kind import CLUSTER_LACKS_TRANSACTIONS, not_on_cluster
 from tests.support.narrow import message_position, message_value
 from tests.support.txn import (
     READ_COMMITTED,
@@ -50,7 +51,7 @@ from tests.support.txn import (
     values_of,
 )
 
-pytestmark = pytest.mark.interop
+pytestmark = [pytest.mark.interop, not_on_cluster(CLUSTER_LACKS_TRANSACTIONS)]
 
 PARTITIONS = 3
 
