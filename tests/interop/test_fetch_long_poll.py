@@ -53,8 +53,9 @@ QUIET_S = 0.3
 
 
 def _host_port(bootstrap: str) -> tuple[str, int]:
-    """(host, port) of a ``host:port`` bootstrap string."""
-    host, port = bootstrap.rsplit(":", 1)
+    """(host, port) of the first broker of a ``host:port[,host:port...]`` bootstrap string (any
+    broker of a cluster serves every partition)."""
+    host, port = bootstrap.split(",")[0].rsplit(":", 1)
     return host, int(port)
 
 
