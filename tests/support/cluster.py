@@ -104,12 +104,15 @@ def cluster_factory(tmp_path: Path, pg_database: str, seaweedfs: SeaweedServer) 
     """Start clusters of ``n`` brokers on the test's database and its own SeaweedFS prefix."""
     started: list[Cluster] = []
 
-    def start(n: int = 3, config: dict[str, str] | None = None) -> Cluster:
+    def start(n: int = 3, config: dict[str, str] | None = None, metadata_store: str | None = None) -> Cluster:
+        """``metadata_store``: a database of another PostgreSQL (one the test stops); default the
+        test's database on the session's server."""
         uri = seaweedfs.uri(f"c-{uuid.uuid4().hex[:10]}")
         environ = clean_environ(**seaweedfs.env())
-        brokers = [ClusterBroker(node_id, pg_database, uri, environ, tmp_path / "logs", config)
+        url = metadata_store or pg_database
+        brokers = [ClusterBroker(node_id, url, uri, environ, tmp_path / "logs", config)
                    for node_id in range(1, n + 1)]
-        cluster = Cluster(brokers, pg_database, uri, environ)
+        cluster = Cluster(brokers, url, uri, environ)
         started.append(cluster)
         for broker in brokers:
             broker.start()

@@ -50,7 +50,6 @@ from oncestream.remote.object_store import ObjectStore
 
 if TYPE_CHECKING:
     from oncestream.broker.cluster_coordinators import ClusterCoordinators
-    from oncestream.broker.state import BrokerState
 
 log = logging.getLogger("oncestream.broker.cluster")
 
@@ -348,15 +347,15 @@ class ClusterNode:
         except OnceStreamError as exc:
             return PartitionLookup({}, exc)
 
-    async def log_config(self, state: BrokerState, topic: str) -> LogConfig:
-        """The topic's log settings: its configs in the catalog over the broker's defaults (as
+    async def log_config(self, defaults: LogConfig, topic: str) -> LogConfig:
+        """The topic's log settings: its configs in the catalog over the broker's ``defaults`` (as
         cached by ``topics(fresh=False)``); UnknownTopicOrPartitionError when it is gone."""
         meta = (await self.topics([topic], fresh=False)).get(topic)
         if meta is None:
             raise UnknownTopicOrPartitionError(f"topic {topic!r} does not exist")
         entry = self._config_cache.get(topic)
-        if entry is None or entry[0] is not meta or entry[1] is not state.log_config:
-            entry = (meta, state.log_config, LogConfig.from_topic_configs(meta.configs, state.log_config))
+        if entry is None or entry[0] is not meta or entry[1] is not defaults:
+            entry = (meta, defaults, LogConfig.from_topic_configs(meta.configs, defaults))
             self._config_cache[topic] = entry
         return entry[2]
 

@@ -26,7 +26,9 @@ from oncestream.broker.cluster_node import ClusterNode
 from oncestream.broker.fetch_results import fill_fetch_result
 from oncestream.broker.quotas.enforcement import count_fetch_when_sent, fetch_quota_max_bytes
 from oncestream.broker.state import BrokerState
+from oncestream.cluster.diskless.read_path import PartitionRead
 from oncestream.errors import OnceStreamError, TopicAuthorizationFailedError
+from oncestream.log.read_path import ReadResult
 from oncestream.protocol.codec import RequestHeader
 from oncestream.protocol.fetch_response import PartitionFetchResult, encode_fetch_response
 
@@ -55,8 +57,9 @@ async def handle(state: BrokerState, node: ClusterNode, header: RequestHeader, r
 
 async def _read_once(state: BrokerState, node: ClusterNode, request: FetchRequest,
                      denied: set[str]) -> tuple[list[Any], int, bool, dict[tuple[uuid.UUID, int], int]]:
-    """Read every partition in request order within the response's byte budget; also the high
-    watermark each partition read had (what a long poll waits to see move)."""
+    """Read every partition in request order within the response's byte budget, all from one
+    PostgreSQL snapshot (``DisklessReader.read_many``); also the high watermark each partition read
+    had (what a long poll waits to see move)."""
     read_committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
     cap = state.config.fetch_max_bytes
     quota_bytes = fetch_quota_max_bytes()
@@ -64,10 +67,10 @@ async def _read_once(state: BrokerState, node: ClusterNode, request: FetchReques
         cap = min(cap, quota_bytes)
     budget = min(request.max_bytes, cap) if request.max_bytes > 0 else cap
     found = await node.lookup([t.topic for t in request.topics if t.topic not in denied])
-    seen: dict[tuple[uuid.UUID, int], int] = {}
-    total = 0
     any_error = False
     topics_out = []
+    reads: list[PartitionRead] = []
+    readers: list[PartitionFetchResult] = []  # the result each read fills, in the same order
     for t in request.topics:
         parts_out = []
         for p in t.partitions:
@@ -79,15 +82,29 @@ async def _read_once(state: BrokerState, node: ClusterNode, request: FetchReques
                 if t.topic in denied:
                     raise TopicAuthorizationFailedError(t.topic)
                 info = found.require(t.topic, p.partition)
-                max_bytes = max(min(p.partition_max_bytes, budget - total), 0)
-                read = await node.reader.read(info.topic_id, p.partition, p.fetch_offset, max_bytes,
-                                              READ_COMMITTED if read_committed else 0, min_one=(total == 0))
             except OnceStreamError as exc:
                 result.error_code = exc.code
                 any_error = True
             else:
-                total += fill_fetch_result(result, read, read_committed)
-                seen[(info.topic_id, p.partition)] = read.high_watermark
+                reads.append(PartitionRead(info.topic_id, p.partition, p.fetch_offset, p.partition_max_bytes))
+                readers.append(result)
             parts_out.append(result)
         topics_out.append((t.topic, parts_out))
+    total = 0
+    seen: dict[tuple[uuid.UUID, int], int] = {}
+    if not reads:
+        return topics_out, total, any_error, seen
+    outcomes: list[ReadResult | OnceStreamError]
+    try:
+        outcomes = await node.reader.read_many(reads, response_max_bytes=budget,
+                                               isolation_level=READ_COMMITTED if read_committed else 0)
+    except OnceStreamError as exc:  # PostgreSQL: every partition alike
+        outcomes = [exc] * len(reads)
+    for read, result, outcome in zip(reads, readers, outcomes, strict=True):
+        if isinstance(outcome, OnceStreamError):
+            result.error_code = outcome.code
+            any_error = True
+        else:
+            total += fill_fetch_result(result, outcome, read_committed)
+            seen[(read.topic_id, read.partition)] = outcome.high_watermark
     return topics_out, total, any_error, seen

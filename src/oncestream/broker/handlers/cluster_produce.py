@@ -81,7 +81,7 @@ async def handle(state: BrokerState, node: ClusterNode, header: RequestHeader, r
             if info is None or part.records is None:  # refused above; narrows the types
                 continue
             try:
-                config = await node.log_config(state, topic.name)
+                config = await node.log_config(state.log_config, topic.name)
             except OnceStreamError as exc:
                 answer["error_code"], answer["error_message"] = exc.code, str(exc)
                 continue

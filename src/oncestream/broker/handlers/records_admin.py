@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import functools
 import logging
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
 from oncestream.broker.authorize import Op, Res, authorize
-from oncestream.broker.cluster_node import ClusterNode
+from oncestream.broker.cluster_node import ClusterNode, PartitionLookup
 from oncestream.broker.state import BrokerState
 from oncestream.errors import OnceStreamError, TopicAuthorizationFailedError, UnknownTopicOrPartitionError
 from oncestream.log.log_start import LogStartMove
@@ -57,8 +59,12 @@ def _finish_later(state: BrokerState, partition_log: PartitionLog, move: LogStar
 
 async def handle_delete_records(state: BrokerState, header: RequestHeader, request: DeleteRecordsRequest) -> object:
     m = response_module(DELETE_RECORDS, header.api_version)
+    delete: Callable[[str, int, int], Awaitable[int]]
     if state.cluster is not None:
-        return await _cluster_delete_records(state, state.cluster, m, request)
+        delete = functools.partial(_delete_in_cluster, state.cluster,
+                                   await state.cluster.lookup([t.name for t in request.topics]))
+    else:
+        delete = functools.partial(_delete_local, state)
     topics_out = []
     for t in request.topics:
         parts_out = []
@@ -69,41 +75,7 @@ async def handle_delete_records(state: BrokerState, header: RequestHeader, reque
             try:
                 if not allowed:
                     raise TopicAuthorizationFailedError(t.name)
-                partition_log = state.logs.get(t.name, p.partition_index)
-                move = partition_log.begin_delete_records(p.offset)
-                if move is not None:
-                    await _make_durable(state, partition_log, move)
-                    if partition_log.closed:  # the topic was deleted meanwhile
-                        raise UnknownTopicOrPartitionError(f"{t.name}-{p.partition_index} was deleted")
-                    partition_log.finish_delete_records(move)
-                    await state.remove_deleted_files(partition_log)
-                low = partition_log.log_start_offset
-            except OnceStreamError as exc:
-                error = exc.code
-            parts_out.append(
-                build(m.DeleteRecordsPartitionResult, partition_index=p.partition_index, low_watermark=low, error_code=error)
-            )
-        topics_out.append(build(m.DeleteRecordsTopicResult, name=t.name, partitions=tuple(parts_out)))
-    return build(m.DeleteRecordsResponse, throttle_time=datetime.timedelta(0), topics=tuple(topics_out))
-
-
-async def _cluster_delete_records(state: BrokerState, node: ClusterNode, m: Any, request: DeleteRecordsRequest) -> object:
-    """Cluster mode: the log start moves in one PostgreSQL transaction per partition
-    (cluster/diskless/log_start_moves.delete_records); batches below it are gone for every broker
-    at once, their objects released to the garbage collector after the grace period."""
-    found = await node.lookup([t.name for t in request.topics])
-    topics_out = []
-    for t in request.topics:
-        parts_out = []
-        allowed = authorize(state, Op.DELETE, Res.TOPIC, t.name)  # Kafka: DELETE on the topic
-        for p in t.partitions:
-            error = ErrorCode.none
-            low = -1
-            try:
-                if not allowed:
-                    raise TopicAuthorizationFailedError(t.name)
-                info = found.require(t.name, p.partition_index)
-                low = await node.delete_records(info.topic_id, p.partition_index, p.offset)
+                low = await delete(t.name, p.partition_index, p.offset)
             except OnceStreamError as exc:
                 error, low = exc.code, -1
             parts_out.append(
@@ -111,3 +83,24 @@ async def _cluster_delete_records(state: BrokerState, node: ClusterNode, m: Any,
             )
         topics_out.append(build(m.DeleteRecordsTopicResult, name=t.name, partitions=tuple(parts_out)))
     return build(m.DeleteRecordsResponse, throttle_time=datetime.timedelta(0), topics=tuple(topics_out))
+
+
+async def _delete_local(state: BrokerState, topic: str, partition: int, offset: int) -> int:
+    """The single broker: the log start moves on the loop, durable on the disk threads (module doc)."""
+    partition_log = state.logs.get(topic, partition)
+    move = partition_log.begin_delete_records(offset)
+    if move is not None:
+        await _make_durable(state, partition_log, move)
+        if partition_log.closed:  # the topic was deleted meanwhile
+            raise UnknownTopicOrPartitionError(f"{topic}-{partition} was deleted")
+        partition_log.finish_delete_records(move)
+        await state.remove_deleted_files(partition_log)
+    return partition_log.log_start_offset
+
+
+async def _delete_in_cluster(node: ClusterNode, found: PartitionLookup, topic: str, partition: int, offset: int) -> int:
+    """Cluster mode: the log start moves in one PostgreSQL transaction per partition
+    (cluster/diskless/log_start_moves.delete_records); batches below it are gone for every broker
+    at once, their objects released to the garbage collector after the grace period."""
+    info = found.require(topic, partition)
+    return await node.delete_records(info.topic_id, partition, offset)
