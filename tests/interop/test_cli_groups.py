@@ -12,7 +12,7 @@ from confluent_kafka import OFFSET_INVALID, ConsumerGroupTopicPartitions, Produc
 
 from tests.interop.test_cli import run_cli
 from tests.support.clients import create_topic, unique_topic
-from tests.support.cluster_kind import CLUSTER_DEFECT_STALE_TOPIC_SNAPSHOT, ONE_BROKER_ASSUMED, not_on_cluster
+from tests.support.cluster_kind import ONE_BROKER_ASSUMED, not_on_cluster
 from tests.support.groups import (
     WAIT_TIMEOUT_S,
     GroupMember,
@@ -150,7 +150,6 @@ def test_list_describe_lag_and_refusals_while_members_are_active(group_broker) -
     assert [r["PARTITION"] for r in rows] == [str(p) for p in sorted(committed)]
 
 
-@not_on_cluster(CLUSTER_DEFECT_STALE_TOPIC_SNAPSHOT)
 def test_reset_offsets_dry_run_then_execute_then_delete(group_broker) -> None:
     bootstrap = group_broker.bootstrap
     bs = ["-b", bootstrap]

@@ -20,7 +20,7 @@ from oncestream.client import (
     TopicPartition,
 )
 from tests.support.clients import CLIENT_TIMEOUT_S, create_topic, unique_topic
-from tests.support.cluster_kind import CLUSTER_DEFECT_STALE_TOPIC_SNAPSHOT, CLUSTER_LACKS_TRANSACTIONS, not_on_cluster
+from tests.support.cluster_kind import CLUSTER_LACKS_TRANSACTIONS, not_on_cluster
 from tests.support.txn import READ_COMMITTED, TXN_BROKER_CONFIG, list_offset, read_to_end, values_of
 
 pytestmark = pytest.mark.interop
@@ -31,7 +31,6 @@ def admin_broker(module_broker_factory):
     return module_broker_factory(TXN_BROKER_CONFIG, name="client-admin")
 
 
-@not_on_cluster(CLUSTER_DEFECT_STALE_TOPIC_SNAPSHOT)
 def test_groups_listed_described_with_assignments_and_offsets(admin_broker):
     bootstrap = admin_broker.bootstrap
     topic = unique_topic("adm-group")

@@ -50,7 +50,6 @@ from tests.support.clients import (
     create_topic,
     unique_topic,
 )
-from tests.support.cluster_kind import CLUSTER_DEFECT_STALE_TOPIC_SNAPSHOT, not_on_cluster
 from tests.support.narrow import message_position, message_value, present
 from tests.support.records import SentRecord
 
@@ -301,7 +300,6 @@ def test_commit_committed_seek_position_and_offset_reset(broker_factory):
         strict.close()
 
 
-@not_on_cluster(CLUSTER_DEFECT_STALE_TOPIC_SNAPSHOT)
 def test_async_commit_reports_to_on_commit_and_librdkafka_resumes_from_it(broker):
     """commit(asynchronous=True) returns at once and its result reaches the ``on_commit``
     callback (Kafka's OffsetCommitCallback / librdkafka's offset_commit_cb) from a later poll(),
@@ -362,7 +360,6 @@ def test_async_commit_reports_to_on_commit_and_librdkafka_resumes_from_it(broker
     assert {p: offsets[0] for p, offsets in resumed.items()} == targets
 
 
-@not_on_cluster(CLUSTER_DEFECT_STALE_TOPIC_SNAPSHOT)
 def test_subscribe_with_auto_commit_then_resume(broker):
     """enable.auto.commit commits consumed positions (at the latest on close); a later member of
     the group continues from there."""

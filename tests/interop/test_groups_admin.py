@@ -28,7 +28,7 @@ from confluent_kafka import (
 from confluent_kafka.admin import ConsumerGroupListing
 
 from tests.support.clients import create_topic, unique_topic
-from tests.support.cluster_kind import CLUSTER_DEFECT_STALE_TOPIC_SNAPSHOT, ONE_BROKER_ASSUMED, not_on_cluster
+from tests.support.cluster_kind import ONE_BROKER_ASSUMED, not_on_cluster
 from tests.support.groups import (
     WAIT_TIMEOUT_S,
     GroupMember,
@@ -181,7 +181,6 @@ def test_confluent_admin_offsets(group_broker):
     assert _fetch_offsets(admin, group_id, topic) == {p: OFFSET_INVALID for p in range(PARTITIONS)}
 
 
-@not_on_cluster(CLUSTER_DEFECT_STALE_TOPIC_SNAPSHOT)
 def test_kafka_python_admin_groups_and_offsets(group_broker):
     """kafka-python's KafkaAdminClient: list/describe groups, admin offset commit and fetch,
     OffsetDelete (refused for a subscribed topic, applied once the group is Empty), and

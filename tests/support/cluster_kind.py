@@ -154,6 +154,3 @@ CLUSTER_DEFECT_MAX_MESSAGE_BYTES = ("cluster defect: diskless Produce does not r
 CLUSTER_DEFECT_KIP848_DESCRIBE = ("cluster defect: `oncestream groups describe` of a consumer-protocol group asks "
                                   "ListOffsets for topic '' (LEADER_NOT_AVAILABLE): the assignment's topic id is "
                                   "not resolved to a name in cluster mode")
-CLUSTER_DEFECT_STALE_TOPIC_SNAPSHOT = ("cluster defect: OffsetCommit checks partitions against the coordinator's topic "
-                                       "snapshot (re-read every 1 s), so a commit soon after the topic was created "
-                                       "through another broker is refused with UNKNOWN_TOPIC_OR_PARTITION")

@@ -335,6 +335,17 @@ class ClusterNode:
                 log.warning("node %d: reading the catalog failed (%s)", self.node_id, exc)
             await asyncio.sleep(TOPIC_CACHE_MAX_AGE_MS / 1000)
 
+    async def learn_topics(self, names: Sequence[str]) -> None:
+        """Read the named topics that ``topic_snapshot`` lacks (or holds with fewer partitions
+        than a request may name) into it, so a synchronous check right after a topic was created
+        through another broker does not refuse it for up to ``TOPIC_CACHE_MAX_AGE_MS``."""
+        missing = sorted({name for name in names if name not in self._snapshot})
+        if not missing:
+            return
+        found = await self.topics(missing)
+        if found:
+            self._snapshot = {**self._snapshot, **found}
+
     async def refresh_snapshot(self) -> None:
         """Read every topic into ``topic_snapshot``."""
         self._snapshot = await self.topics(None)

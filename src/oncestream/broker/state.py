@@ -15,7 +15,7 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -251,6 +251,12 @@ class BrokerState:
         if settings is None:
             settings = next(iter(self._sasl_by_listener.values()))
         return settings
+
+    async def learn_topics(self, names: Iterable[str]) -> None:
+        """Before ``partition_exists`` checks: in cluster mode, topics this broker has not seen
+        yet are read from the catalog (a no-op on the single broker, whose logs are the truth)."""
+        if self.cluster is not None:
+            await self.cluster.learn_topics([name for name in names if name])
 
     def partition_exists(self, topic: str, partition: int) -> bool:
         """Whether ``topic`` exists and has ``partition``: offset commits (plain and
