@@ -11,13 +11,11 @@ from __future__ import annotations
 import io
 import json
 import struct
-from dataclasses import dataclass
 from decimal import Decimal
 
 import fastavro
 import pytest
 
-from oncestream.sql.engine.registry_client import RegisteredSchema
 from oncestream.sql.engine.serde import SerdeError, layout_of
 from oncestream.sql.engine.serde_registry import frame, strip_frame, unframe
 from oncestream.sql.errors import StatementError
@@ -29,39 +27,7 @@ from oncestream.sql.language.schema_mapping import avro_schema_of, columns_of_av
 from oncestream.sql.language.sql_ast import SourceKind
 from oncestream.sql.server import commands
 from oncestream.sql.server.metastore import Metastore
-
-
-@dataclass
-class MemoryRegistry:
-    """The registry client's three calls over dicts (ids from 1, the same schema the same id)."""
-
-    schemas: dict[int, RegisteredSchema]
-    subjects: dict[str, list[int]]
-
-    @classmethod
-    def empty(cls) -> MemoryRegistry:
-        return cls({}, {})
-
-    def register(self, subject: str, schema_type: str, schema: str) -> int:
-        found = next((i for i, s in self.schemas.items() if (s.schema_type, s.schema) == (schema_type, schema)), None)
-        schema_id = found if found is not None else len(self.schemas) + 1
-        self.schemas[schema_id] = RegisteredSchema(schema_id, schema_type, schema)
-        versions = self.subjects.setdefault(subject, [])
-        if schema_id not in versions:
-            versions.append(schema_id)
-        return schema_id
-
-    def by_id(self, schema_id: int) -> RegisteredSchema:
-        from oncestream.sql.engine.registry_client import RegistryError
-
-        if schema_id not in self.schemas:
-            raise RegistryError("Schema 99 not found", registry_code=40403)
-        return self.schemas[schema_id]
-
-    def latest(self, subject: str) -> RegisteredSchema | None:
-        versions = self.subjects.get(subject)
-        return self.schemas[versions[-1]] if versions else None
-
+from tests.support.memory_schema_registry import MemoryRegistry
 
 ALL_TYPES = [("B", t.BOOLEAN), ("I", t.INTEGER), ("L", t.BIGINT), ("D", t.DOUBLE), ("DEC", t.decimal(6, 2)),
              ("S", t.STRING), ("BY", t.BYTES), ("TS", t.TIMESTAMP), ("DT", t.DATE), ("TM", t.TIME),

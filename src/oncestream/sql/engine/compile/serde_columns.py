@@ -262,6 +262,7 @@ def _registry_decode(layout: RecordLayout, columns: Sequence[Column], data: Spar
             processing_log().warning("deserialization error: %s", e)
             return None
 
+    decode.__annotations__ = {}   # plain Python UDF: no hints for PySpark to read as pandas ones
     parsed = F.udf(decode, schema)(data)
     return [_map_wire(parsed.getField(c.name), c.type, _FROM_EPOCH).alias(c.name) for c in columns]
 
@@ -274,6 +275,7 @@ def _registry_encode(layout: RecordLayout, columns: Sequence[Column], values: Ma
     def encode(row: Any) -> Any:
         return encoder(_row_dict(row))
 
+    encode.__annotations__ = {}
     fields = [_map_wire(values[c.name], c.type, _TO_EPOCH).alias(c.name) for c in columns]
     return F.udf(encode, T.BinaryType())(F.struct(*fields))
 
