@@ -25,6 +25,9 @@ from oncestream.sql.language.types import BaseType, SqlType
 
 # Internal column marking a record whose value is null (a table's tombstone).
 TOMBSTONE = "__TOMBSTONE"
+# Internal column marking a record a registry format could not read (it went to the processing
+# log; the source drops it, as ksqlDB does). Only layouts with AVRO/JSON_SR have it.
+UNREADABLE = "__UNREADABLE"
 WINDOW_START = "WINDOWSTART"
 WINDOW_END = "WINDOWEND"
 
@@ -264,7 +267,8 @@ def _registry_decode(layout: RecordLayout, columns: Sequence[Column], data: Spar
 
     decode.__annotations__ = {}   # plain Python UDF: no hints for PySpark to read as pandas ones
     parsed = F.udf(decode, schema)(data)
-    return [_map_wire(parsed.getField(c.name), c.type, _FROM_EPOCH).alias(c.name) for c in columns]
+    marker = (data.isNotNull() & parsed.isNull()).alias(f"{UNREADABLE}_{'KEY' if key else 'VALUE'}")
+    return [*(_map_wire(parsed.getField(c.name), c.type, _FROM_EPOCH).alias(c.name) for c in columns), marker]
 
 
 def _registry_encode(layout: RecordLayout, columns: Sequence[Column], values: Mapping[str, SparkColumn], *,
