@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from oncestream.sql.engine.registry_client import RegisteredSchema, RegistryError
+from oncestream.spark.schema_registry_client import RegisteredSchema, RegistryError
 
 
 @dataclass

@@ -138,7 +138,7 @@ class _RegistryHolder:
 
 
 def use_registry(client: Any) -> None:
-    """Make ``client`` (a ``registry_client.RegistryClient`` or None) the registry of new layouts."""
+    """Make ``client`` (a ``spark.schema_registry_client.RegistryClient`` or None) the registry of new layouts."""
     _RegistryHolder.client = client
 
 

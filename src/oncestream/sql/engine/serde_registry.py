@@ -11,6 +11,7 @@ names the schema to write with. Reading takes the writer's schema by the record'
 its fields to the columns by name (case-insensitively): a record whose id the registry does not
 know, or whose body does not decode, is a ``SerdeError`` (the processing log's entry).
 
+The framing is the Spark connector's (``oncestream.spark.schema_registry_client``, a layer below).
 ``FrameCodec`` is picklable (the registry client reconnects in each Spark Python worker).
 """
 
@@ -19,39 +20,20 @@ from __future__ import annotations
 import datetime as dt
 import io
 import json
-import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
+from oncestream.spark.schema_registry_client import HEADER_BYTES, MAGIC_BYTE, FramingError, frame, unframe
 from oncestream.sql.errors import KsqlError
 from oncestream.sql.language.catalog import Column
 from oncestream.sql.language.schema_mapping import schema_of
 from oncestream.sql.language.types import BaseType, SqlType
 
-MAGIC_BYTE = 0
-HEADER_BYTES = 5
 REGISTRY_FORMATS = ("AVRO", "JSON_SR")
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 _EPOCH_DATE = dt.date(1970, 1, 1)
-
-
-class FramingError(KsqlError):
-    """A record that is not in Confluent's framing (no magic byte, too short)."""
-
-
-def frame(schema_id: int, body: bytes) -> bytes:
-    """Confluent's wire format: magic byte, 4-byte id, body."""
-    return struct.pack(">bI", MAGIC_BYTE, schema_id) + body
-
-
-def unframe(data: bytes) -> tuple[int, bytes]:
-    """(schema id, body) of a framed record."""
-    if len(data) < HEADER_BYTES or data[0] != MAGIC_BYTE:
-        raise FramingError("Unknown magic byte!" if data else "the record is empty: no schema id")
-    (schema_id,) = struct.unpack(">I", data[1:HEADER_BYTES])
-    return schema_id, bytes(data[HEADER_BYTES:])
 
 
 def strip_frame(data: bytes) -> bytes:
@@ -136,7 +118,7 @@ def _from_avro(value: Any, t: SqlType) -> Any:
 class FrameCodec:
     """One side (key or value) of a source in AVRO or JSON_SR: columns, the subject to register
     under, the fixed writer schema id if ``*_SCHEMA_ID`` is set. ``registry`` is an
-    ``oncestream.sql.engine.registry_client.RegistryClient``."""
+    ``oncestream.spark.schema_registry_client.RegistryClient``."""
 
     fmt: str
     columns: tuple[Column, ...]

@@ -258,7 +258,10 @@ class StatementPlanner:
         if self._schemas is None:
             raise StatementError(f"Schema Registry is not configured ('ksql.schema.registry.url'): cannot read the "
                                  f"{'key' if key else 'value'} columns of {fmt.value} from subject '{subject}'.")
-        got = self._schemas.by_id(schema_id) if schema_id is not None else self._schemas.latest(subject)
+        try:
+            got = self._schemas.by_id(schema_id) if schema_id is not None else self._schemas.latest(subject)
+        except Exception as e:  # noqa: BLE001 - the registry's refusal or absence, in the statement's error
+            raise StatementError(f"Could not read the schema of subject '{subject}' from the Schema Registry: {e}") from None
         if got is None:
             if key:
                 return None

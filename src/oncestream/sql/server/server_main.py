@@ -14,7 +14,7 @@ replay, query placement) and the REST API (HTTP/1.1 and h2c on one port). ``--co
   ``<state dir>/checkpoints``);
 - ``spark.*`` properties for the SparkSession;
 - ``ksql.schema.registry.url`` (and ``ksql.schema.registry.basic.auth.user.info``): the Schema
-  Registry of the AVRO and JSON_SR formats (sql/engine/registry_client.py);
+  Registry of the AVRO and JSON_SR formats (spark/schema_registry_client.py);
 - ``ksql.spark.start=lazy`` to start Spark only when a query first needs it (default ``eager``);
 - the node's own settings (``ksql.command.timeout.ms``, ``ksql.query.assignment.session.timeout.ms``,
   ``ksql.query.assignment.heartbeat.interval.ms``, ``ksql.query.assignment.instance.id`` (the
@@ -66,7 +66,7 @@ from typing import TYPE_CHECKING, Any
 
 from oncestream.client import KafkaException
 from oncestream.process_shutdown import STOP_SIGNALS, ShutdownBound, install_stop_signals, shutdown_timeout_ms
-from oncestream.sql.engine.registry_client import RegistryClient
+from oncestream.spark.schema_registry_client import RegistryClient
 from oncestream.sql.engine.serde import use_registry
 from oncestream.sql.engine.two_phase_check import two_phase_commit_refusal
 from oncestream.sql.errors import KsqlError

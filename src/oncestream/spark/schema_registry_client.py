@@ -1,37 +1,68 @@
-"""The SQL server's client of a Schema Registry (ksqlDB's ``ksql.schema.registry.url``).
+"""A small client of a Schema Registry (Confluent's REST API v1), for the Spark connector's
+``from_avro``/``to_avro`` (``oncestream.spark.registry_formats``) and the SQL server's AVRO and
+JSON_SR formats (ksqlDB's ``ksql.schema.registry.url``).
 
-Three calls of Confluent's REST API v1 are all the SQL formats need: the latest version of a
+With Confluent's framing of a record (``frame`` / ``unframe``: magic byte 0, the 4-byte
+big-endian schema id, the body). No PySpark import here (the SQL server's per-row serde uses it).
+
+Three calls are all they need: the latest version of a
 subject (columns inferred on CREATE without columns), a schema by id (the writer's schema of a
 framed record) and registering a schema (a CSAS/CTAS sink's subject). Answers are cached: an id
 names one schema forever, and registering the same schema again answers the same id.
 
-Our own small client over httpx (already in the ``sql`` extra) rather than confluent-kafka's
-``SchemaRegistryClient``: that one needs the ``schemaregistry`` extra's dependencies (authlib,
-cachetools, attrs) in the SQL server's install, for three GETs/POSTs. The SQL layer must not
-import ``oncestream.schema_registry`` (a layer above it).
+Our own client over the standard library rather than confluent-kafka's ``SchemaRegistryClient``:
+that one needs the ``schemaregistry`` extra's dependencies (httpx, authlib, cachetools, attrs) in
+every Spark worker and SQL server, for three GETs/POSTs. It lives in the Spark layer because both
+the connector and the SQL server (a layer above) use it; neither may import
+``oncestream.schema_registry`` (the server, a layer above both).
 """
 
 from __future__ import annotations
 
+import base64
+import json
+import struct
 import threading
+import urllib.error
+import urllib.parse
+import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
-
-from oncestream.sql.errors import KsqlError
+from oncestream.spark.errors import OnceStreamSparkError
 
 REGISTRY_URL = "ksql.schema.registry.url"
 REGISTRY_USER_INFO = "ksql.schema.registry.basic.auth.user.info"
 _CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
 
 
-class RegistryError(KsqlError):
+class RegistryError(OnceStreamSparkError):
     """The registry could not be reached or refused a request (its error code and message)."""
 
     def __init__(self, message: str, *, registry_code: int | None = None) -> None:
         super().__init__(message)
         self.registry_code = registry_code
+
+
+MAGIC_BYTE = 0
+HEADER_BYTES = 5
+
+
+class FramingError(OnceStreamSparkError):
+    """A record that is not in Confluent's framing (no magic byte, too short)."""
+
+
+def frame(schema_id: int, body: bytes) -> bytes:
+    """Confluent's wire format: magic byte, 4-byte id, body."""
+    return struct.pack(">bI", MAGIC_BYTE, schema_id) + body
+
+
+def unframe(data: bytes) -> tuple[int, bytes]:
+    """(schema id, body) of a framed record."""
+    if len(data) < HEADER_BYTES or data[0] != MAGIC_BYTE:
+        raise FramingError("Unknown magic byte!" if data else "the record is empty: no schema id")
+    (schema_id,) = struct.unpack(">I", data[1:HEADER_BYTES])
+    return schema_id, bytes(data[HEADER_BYTES:])
 
 
 @dataclass(frozen=True)
@@ -50,16 +81,14 @@ class RegistryClient:
     def __init__(self, url: str, *, user_info: str | None = None, timeout_s: float = 30.0) -> None:
         self.url = url.rstrip("/")
         self._user_info, self._timeout_s = user_info, timeout_s
-        auth = None
+        self._headers = {"Content-Type": _CONTENT_TYPE, "Accept": _CONTENT_TYPE}
         if user_info:
-            user, _, password = user_info.partition(":")
-            auth = httpx.BasicAuth(user, password)
-        self._http = httpx.Client(auth=auth, timeout=timeout_s, headers={"Content-Type": _CONTENT_TYPE})
+            self._headers["Authorization"] = "Basic " + base64.b64encode(user_info.encode()).decode()
         self._by_id: dict[int, RegisteredSchema] = {}
         self._registered: dict[tuple[str, str, str], int] = {}
         self._lock = threading.Lock()
 
-    # Picklable: Spark ships the client to its Python workers, each opens its own connections.
+    # Picklable: Spark ships the client to its Python workers (its caches start empty there).
     def __getstate__(self) -> dict[str, Any]:
         return {"url": self.url, "user_info": self._user_info, "timeout_s": self._timeout_s}
 
@@ -75,24 +104,29 @@ class RegistryClient:
         return cls(str(url), user_info=props.get(REGISTRY_USER_INFO))
 
     def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(self.url + path, data=data, method=method, headers=self._headers)
         try:
-            response = self._http.request(method, self.url + path, json=body)
-        except httpx.HTTPError as e:
+            with urllib.request.urlopen(request, timeout=self._timeout_s) as response:
+                status, text = response.status, response.read()
+        except urllib.error.HTTPError as e:
+            status, text = e.code, e.read()
+        except (urllib.error.URLError, OSError) as e:
             raise RegistryError(f"Schema Registry at {self.url} is unreachable: {e}") from None
         try:
-            answer = response.json()
+            answer = json.loads(text)
         except ValueError:
             answer = None
-        if response.status_code >= 400:
+        if status >= 400:
             code = answer.get("error_code") if isinstance(answer, dict) else None
-            message = answer.get("message") if isinstance(answer, dict) else response.text
+            message = answer.get("message") if isinstance(answer, dict) else text.decode(errors="replace")
             raise RegistryError(f"Schema Registry refused {method} {path}: {message}", registry_code=code)
         return answer
 
     def latest(self, subject: str) -> RegisteredSchema | None:
         """The latest version of ``subject``; None if the subject does not exist."""
         try:
-            got = self._call("GET", f"/subjects/{subject}/versions/latest")
+            got = self._call("GET", f"/subjects/{urllib.parse.quote(subject, safe='')}/versions/latest")
         except RegistryError as e:
             if e.registry_code in (40401, 40402):
                 return None
@@ -125,11 +159,8 @@ class RegistryClient:
         body: dict[str, Any] = {"schema": schema}
         if schema_type != "AVRO":
             body["schemaType"] = schema_type
-        schema_id = int(self._call("POST", f"/subjects/{subject}/versions", body)["id"])
+        schema_id = int(self._call("POST", f"/subjects/{urllib.parse.quote(subject, safe='')}/versions", body)["id"])
         with self._lock:
             self._registered[key] = schema_id
             self._by_id.setdefault(schema_id, RegisteredSchema(schema_id, schema_type, schema))
         return schema_id
-
-    def close(self) -> None:
-        self._http.close()
