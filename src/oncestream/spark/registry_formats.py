@@ -154,13 +154,14 @@ def from_avro(data: Column, registry_url: str, subject: str, *, user_info: str |
     return F.udf(decode, result)(data)
 
 
-def _plain(value: Any) -> Any:
+def plain_value(value: Any) -> Any:
+    """A value a Python UDF got from Spark as plain Python: Rows (nested) as dicts, bytearray as bytes."""
     if hasattr(value, "asDict"):
-        return {k: _plain(v) for k, v in value.asDict().items()}
+        return {k: plain_value(v) for k, v in value.asDict().items()}
     if isinstance(value, list):
-        return [_plain(v) for v in value]
+        return [plain_value(v) for v in value]
     if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
+        return {k: plain_value(v) for k, v in value.items()}
     if isinstance(value, bytearray):
         return bytes(value)
     return value
@@ -182,7 +183,7 @@ def to_avro(value: Column, registry_url: str, subject: str, schema: str | None =
     codec = _Codec(client, None)
 
     def encode(row: Any) -> Any:
-        return None if row is None else codec.encode(schema_id, _plain(row))
+        return None if row is None else codec.encode(schema_id, plain_value(row))
 
     encode.__annotations__ = {}
     return F.udf(encode, T.BinaryType())(value)

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from oncestream.sql.engine.serde_registry import FrameCodec, codec_for, strip_frame
+from oncestream.sql.engine.serde_registry import FrameCodec, codec_for, get_ci, strip_frame
 from oncestream.sql.errors import KsqlError
 from oncestream.sql.language.catalog import Column, Format, SourceInfo
 from oncestream.sql.language.sql_ast import WindowKind, WindowSpec
@@ -313,15 +313,8 @@ def to_json_wire(value: Any, t: SqlType) -> Any:
     if b is BaseType.MAP and t.element is not None:
         return {str(k): to_json_wire(v, t.element) for k, v in value.items()}
     if b is BaseType.STRUCT:
-        return {f.name: to_json_wire(_get_ci(value, f.name), f.type) for f in t.fields}
+        return {f.name: to_json_wire(get_ci(value, f.name), f.type) for f in t.fields}
     raise SerdeError(f"cannot write {t.ksql_name} as JSON")
-
-
-def _get_ci(value: Mapping[str, Any], name: str) -> Any:
-    if name in value:
-        return value[name]
-    upper = name.upper()
-    return next((v for k, v in value.items() if str(k).upper() == upper), None)
 
 
 def from_json_wire(raw: Any, t: SqlType) -> Any:
@@ -347,7 +340,7 @@ def from_json_wire(raw: Any, t: SqlType) -> Any:
         if b is BaseType.MAP and t.element is not None:
             return {k: from_json_wire(v, t.element) for k, v in raw.items()}
         if b is BaseType.STRUCT:
-            return {f.name: from_json_wire(_get_ci(raw, f.name), f.type) for f in t.fields}
+            return {f.name: from_json_wire(get_ci(raw, f.name), f.type) for f in t.fields}
     except (TypeError, ValueError, ArithmeticError, AttributeError) as e:
         raise SerdeError(f"cannot read {raw!r} as {t.ksql_name}: {e}") from None
     raise SerdeError(f"cannot read {t.ksql_name} from JSON")

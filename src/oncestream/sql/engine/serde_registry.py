@@ -75,11 +75,12 @@ def _to_avro(value: Any, t: SqlType) -> Any:
     if b is BaseType.MAP and t.element is not None:
         return {str(k): _to_avro(v, t.element) for k, v in value.items()}
     if b is BaseType.STRUCT:
-        return {f.name: _to_avro(_get_ci(value, f.name), f.type) for f in t.fields}
+        return {f.name: _to_avro(get_ci(value, f.name), f.type) for f in t.fields}
     return value
 
 
-def _get_ci(value: Mapping[str, Any], name: str) -> Any:
+def get_ci(value: Mapping[str, Any], name: str) -> Any:
+    """``value[name]``, else the field whose name matches case-insensitively (ksqlDB's rule)."""
     if name in value:
         return value[name]
     upper = name.upper()
@@ -110,7 +111,7 @@ def _from_avro(value: Any, t: SqlType) -> Any:
     if b is BaseType.STRUCT:
         if not isinstance(value, Mapping):
             raise TypeError(f"expected a record for {t.ksql_name}, got {type(value).__name__}")
-        return {f.name: _from_avro(_get_ci(value, f.name), f.type) for f in t.fields}
+        return {f.name: _from_avro(get_ci(value, f.name), f.type) for f in t.fields}
     return value
 
 
@@ -184,7 +185,7 @@ class FrameCodec:
             if len(self.columns) == 1:
                 return {self.columns[0].name: _from_avro(datum, self.columns[0].type)}
             raise TypeError("an Avro value of several columns must be a record")
-        return {c.name: _from_avro(_get_ci(datum, c.name), c.type) for c in self.columns}
+        return {c.name: _from_avro(get_ci(datum, c.name), c.type) for c in self.columns}
 
     def encode_json(self, body: bytes) -> bytes:
         """A JSON_SR record: the JSON text, framed with the registered schema's id."""

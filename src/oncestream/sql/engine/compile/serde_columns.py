@@ -18,6 +18,7 @@ from pyspark.sql import Column as SparkColumn
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from oncestream.spark.registry_formats import plain_value
 from oncestream.sql.engine.serde import RecordLayout, SerdeError, decode_columns, encode_columns
 from oncestream.sql.language.catalog import Column, Format
 from oncestream.sql.language.sql_ast import WindowKind
@@ -66,21 +67,22 @@ def spark_type(t: SqlType) -> T.DataType:
     raise SerdeError(f"type {t.ksql_name} has no Spark equivalent")
 
 
-def _wire_type(t: SqlType) -> T.DataType:
-    """The Spark type of a column as JSON/CSV hold it (TIMESTAMP epoch ms, BYTES base64...)."""
+def _wire_type(t: SqlType, bytes_type: T.DataType | None = None) -> T.DataType:
+    """The Spark type of a column as JSON/CSV hold it (TIMESTAMP epoch ms, DATE epoch days, BYTES
+    base64 text), or with ``bytes_type=BinaryType()`` as the registry UDFs hold it (BYTES as is)."""
     b = t.base
     if b is BaseType.TIMESTAMP:
         return T.LongType()
     if b is BaseType.DATE:
         return T.IntegerType()
     if b is BaseType.BYTES:
-        return T.StringType()
+        return bytes_type or T.StringType()
     if b is BaseType.ARRAY and t.element is not None:
-        return T.ArrayType(_wire_type(t.element))
+        return T.ArrayType(_wire_type(t.element, bytes_type))
     if b is BaseType.MAP and t.element is not None:
-        return T.MapType(T.StringType(), _wire_type(t.element))
+        return T.MapType(T.StringType(), _wire_type(t.element, bytes_type))
     if b is BaseType.STRUCT:
-        return T.StructType([T.StructField(f.name, _wire_type(f.type)) for f in t.fields])
+        return T.StructType([T.StructField(f.name, _wire_type(f.type, bytes_type)) for f in t.fields])
     return spark_type(t)
 
 
@@ -222,39 +224,12 @@ _FROM_EPOCH: dict[BaseType, Callable[[SparkColumn], SparkColumn]] = {
 }
 
 
-def _epoch_type(t: SqlType) -> T.DataType:
-    """The Spark type of a column inside the registry UDFs (TIMESTAMP long, DATE int)."""
-    b = t.base
-    if b is BaseType.TIMESTAMP:
-        return T.LongType()
-    if b is BaseType.DATE:
-        return T.IntegerType()
-    if b is BaseType.ARRAY and t.element is not None:
-        return T.ArrayType(_epoch_type(t.element))
-    if b is BaseType.MAP and t.element is not None:
-        return T.MapType(T.StringType(), _epoch_type(t.element))
-    if b is BaseType.STRUCT:
-        return T.StructType([T.StructField(f.name, _epoch_type(f.type)) for f in t.fields])
-    return spark_type(t)
-
-
-def _row_dict(value: Any) -> Any:
-    """A Spark Row (nested) as plain dicts/lists, as serde's Python values are."""
-    if hasattr(value, "asDict"):
-        return {k: _row_dict(v) for k, v in value.asDict().items()}
-    if isinstance(value, list):
-        return [_row_dict(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _row_dict(v) for k, v in value.items()}
-    return value
-
-
 def _registry_decode(layout: RecordLayout, columns: Sequence[Column], data: SparkColumn, *, key: bool) -> list[SparkColumn]:
     # The Python form decodes; a record it cannot read (unknown schema id, bad bytes) is logged to
     # the processing log and read as nulls, as a JSON record Spark cannot parse is.
     decoder = functools.partial(decode_columns, layout.key_format if key else layout.value_format, tuple(columns),
                                 codec=layout.key_codec if key else layout.value_codec, single_unwrapped=key)
-    schema = T.StructType([T.StructField(c.name, _epoch_type(c.type)) for c in columns])
+    schema = T.StructType([T.StructField(c.name, _wire_type(c.type, T.BinaryType())) for c in columns])
 
     def decode(raw: Any) -> Any:
         if raw is None:
@@ -277,7 +252,7 @@ def _registry_encode(layout: RecordLayout, columns: Sequence[Column], values: Ma
                                 codec=layout.key_codec if key else layout.value_codec, single_unwrapped=key)
 
     def encode(row: Any) -> Any:
-        return encoder(_row_dict(row))
+        return encoder(plain_value(row))
 
     encode.__annotations__ = {}
     fields = [_map_wire(values[c.name], c.type, _TO_EPOCH).alias(c.name) for c in columns]
