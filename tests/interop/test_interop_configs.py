@@ -14,7 +14,6 @@ from tests.support.clients import (
     create_topic,
     unique_topic,
 )
-from tests.support.cluster_kind import CLUSTER_DEFECT_MAX_MESSAGE_BYTES, not_on_cluster
 from tests.support.narrow import present
 
 pytestmark = pytest.mark.interop
@@ -100,7 +99,6 @@ def test_legacy_alter_configs_replaces_topic_overrides(broker):
     assert described["max.message.bytes"].is_default
 
 
-@not_on_cluster(CLUSTER_DEFECT_MAX_MESSAGE_BYTES)
 def test_produce_over_max_message_bytes_is_message_too_large(broker):
     """After max.message.bytes is lowered, a bigger batch is rejected with MESSAGE_TOO_LARGE
     and nothing is appended; smaller records still go through."""
