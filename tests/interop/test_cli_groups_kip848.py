@@ -14,7 +14,6 @@ from oncestream.client import Admin, ConsumerGroupState, ConsumerGroupType
 from tests.interop.test_cli import run_cli
 from tests.interop.test_cli_groups import _committed, _rows, wait_listed
 from tests.support.clients import create_topic, unique_topic
-from tests.support.cluster_kind import CLUSTER_DEFECT_KIP848_DESCRIBE, not_on_cluster
 from tests.support.groups import (
     WAIT_TIMEOUT_S,
     group_admin,
@@ -53,7 +52,6 @@ def _poll_until(consumer: Consumer, done, what: str) -> list:
     return records
 
 
-@not_on_cluster(CLUSTER_DEFECT_KIP848_DESCRIBE)
 def test_consumer_protocol_group_listed_described_reset_and_deleted(group_broker) -> None:
     bootstrap = group_broker.bootstrap
     bs = ["-b", bootstrap]

@@ -149,6 +149,3 @@ ONE_BROKER_ASSUMED = ("the test talks to one broker on the wire and expects it t
 # integrator, issue 22); each test leaves the cluster kind until its defect is fixed.
 CLUSTER_DEFECT_INTERNAL_TOPIC = ("cluster defect: __consumer_offsets is not in the catalog, so CreatePartitions "
                                  "on it answers UNKNOWN_TOPIC_OR_PARTITION instead of Kafka's INVALID_PARTITIONS")
-CLUSTER_DEFECT_KIP848_DESCRIBE = ("cluster defect: `oncestream groups describe` of a consumer-protocol group asks "
-                                  "ListOffsets for topic '' (LEADER_NOT_AVAILABLE): the assignment's topic id is "
-                                  "not resolved to a name in cluster mode")

@@ -258,6 +258,13 @@ class BrokerState:
         if self.cluster is not None:
             await self.cluster.learn_topics([name for name in names if name])
 
+    def topic_names_by_id(self) -> dict[uuid.UUID, str]:
+        """Every topic's name by its id (requests and assignments that name topics by id); in
+        cluster mode the catalog's snapshot (``learn_topics`` reads what it lacks)."""
+        if self.cluster is not None:
+            return {meta.topic_id: name for name, meta in self.cluster.topic_snapshot().items()}
+        return {info.topic_id: name for name, info in self.logs.topics().items()}
+
     def partition_exists(self, topic: str, partition: int) -> bool:
         """Whether ``topic`` exists and has ``partition``: offset commits (plain and
         transactional) for anything else are refused with UNKNOWN_TOPIC_OR_PARTITION, as Kafka's

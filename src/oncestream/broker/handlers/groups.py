@@ -316,7 +316,7 @@ class _FetchTopic:
 
 
 def _topic_names_by_id(state: BrokerState) -> dict[uuid.UUID, str]:
-    return {info.topic_id: name for name, info in state.logs.topics().items()}
+    return state.topic_names_by_id()
 
 
 def _request_topic_name(topic: Any, by_id: dict[uuid.UUID, str]) -> str | None:
