@@ -42,7 +42,7 @@ from oncestream.cluster.diskless.read_path import DisklessReader
 from oncestream.cluster.diskless.retention import RetentionDefaults, RetentionEnforcer
 from oncestream.cluster.diskless.wakeups import AppendWakeups
 from oncestream.cluster.pg.brokers import BrokerInfo, BrokerRegistry, Registration
-from oncestream.cluster.pg.catalog import Catalog, TopicInfo
+from oncestream.cluster.pg.catalog import CATALOG_CHANNEL, Catalog, TopicInfo
 from oncestream.cluster.pg.errors import BrokerFencedError, MetadataStoreError
 from oncestream.cluster.pg.store import Conn, MetadataStore
 from oncestream.coordinator.group.consumer.records import TopicMetadata
@@ -354,6 +354,32 @@ class ClusterNode:
             except MetadataStoreError as exc:
                 log.warning("node %d: reading the catalog failed (%s)", self.node_id, exc)
             await asyncio.sleep(TOPIC_CACHE_MAX_AGE_MS / 1000)
+
+    async def catalog_change_loop(self) -> None:
+        """Forget cached topics as soon as another broker changes them (the catalog's NOTIFY,
+        ``topic:<name>``; ``''`` after a reconnection: everything), so a config altered or a
+        topic deleted through one broker applies on this one at its next request rather than
+        up to ``TOPIC_CACHE_MAX_AGE_MS`` later. The age bound stays the fallback for a lost
+        notification. Runs until cancelled."""
+        async for payload in self.store.listen(CATALOG_CHANNEL):
+            kind, _sep, name = payload.partition(":")
+            if kind == "topic" and name:
+                self._topic_cache.pop(name, None)
+                self._config_cache.pop(name, None)
+            elif not payload:
+                self._topic_cache.clear()
+                self._config_cache.clear()
+
+    async def learn_topics(self, names: Sequence[str]) -> None:
+        """Read the named topics that ``topic_snapshot`` lacks (or holds with fewer partitions
+        than a request may name) into it, so a synchronous check right after a topic was created
+        through another broker does not refuse it for up to ``TOPIC_CACHE_MAX_AGE_MS``."""
+        missing = sorted({name for name in names if name not in self._snapshot})
+        if not missing:
+            return
+        found = await self.topics(missing)
+        if found:
+            self._snapshot = {**self._snapshot, **found}
 
     async def refresh_snapshot(self) -> None:
         """Read every topic into ``topic_snapshot``."""

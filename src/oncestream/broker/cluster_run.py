@@ -107,8 +107,8 @@ def run_cluster_broker(settings: ClusterSettings, host: str, port: int, props: d
             await node.refresh_snapshot()
             server = BrokerServer(
                 state, ready_file=ready_file,
-                background=(*seams_used.background_loops, node.heartbeat_loop, node.topic_refresh_loop, node.gc_loop,
-                            *security_loops),
+                background=(*seams_used.background_loops, node.heartbeat_loop, node.topic_refresh_loop, node.catalog_change_loop,
+                            node.gc_loop, *security_loops),
                 stuck_report_s=bound.bound_ms / 4000, defer_ready=True, on_stopping=node.leave)
             install_stop_signals(asyncio.get_running_loop(), bound, server.stop)
             node.start_serving()

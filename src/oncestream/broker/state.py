@@ -15,7 +15,7 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -254,6 +254,19 @@ class BrokerState:
         if settings is None:
             settings = next(iter(self._sasl_by_listener.values()))
         return settings
+
+    async def learn_topics(self, names: Iterable[str]) -> None:
+        """Before ``partition_exists`` checks: in cluster mode, topics this broker has not seen
+        yet are read from the catalog (a no-op on the single broker, whose logs are the truth)."""
+        if self.cluster is not None:
+            await self.cluster.learn_topics([name for name in names if name])
+
+    def topic_names_by_id(self) -> dict[uuid.UUID, str]:
+        """Every topic's name by its id (requests and assignments that name topics by id); in
+        cluster mode the catalog's snapshot (``learn_topics`` reads what it lacks)."""
+        if self.cluster is not None:
+            return {meta.topic_id: name for name, meta in self.cluster.topic_snapshot().items()}
+        return {info.topic_id: name for name, info in self.logs.topics().items()}
 
     def partition_exists(self, topic: str, partition: int) -> bool:
         """Whether ``topic`` exists and has ``partition``: offset commits (plain and
