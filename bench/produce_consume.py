@@ -34,6 +34,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka import libversion as librdkafka_version
@@ -74,6 +75,25 @@ class BaselineBroker(OnceStreamBroker):
 
 # Set from --baseline-src: where the "before" broker's package lives.
 BASELINE_SRC: Path | None = None
+# Set from --security-protocol SSL: the PKI (tests/support/certs.py) our brokers serve TLS with.
+TLS_PKI: Any = None
+
+
+def broker_config() -> dict[str, str]:
+    """Our broker's properties: the default PLAINTEXT listener, or with --security-protocol SSL a
+    PLAINTEXT listener (admin, readiness) plus an SSL one the clients use."""
+    if TLS_PKI is None:
+        return {}
+    return {"listeners": "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0",
+            "ssl.keystore.type": "PEM", "ssl.keystore.location": str(TLS_PKI.server_keystore)}
+
+
+def client_connection(broker: ManagedBroker) -> dict[str, str]:
+    """The producer's and consumer's connection properties for ``broker``."""
+    if TLS_PKI is None or not isinstance(broker, OnceStreamBroker):
+        return {"bootstrap.servers": broker.bootstrap}
+    return {"bootstrap.servers": broker.listener_bootstrap("SSL"), "security.protocol": "SSL",
+            "ssl.ca.location": str(TLS_PKI.ca)}
 
 
 def start_broker(name: str, work_dir: Path) -> ManagedBroker:
@@ -82,12 +102,14 @@ def start_broker(name: str, work_dir: Path) -> ManagedBroker:
     broker: ManagedBroker
     if name == "ours":
         data_dir = Path(tempfile.mkdtemp(prefix="oncestream-bench-", dir=work_dir))
-        broker = OnceStreamBroker(data_dir, log_file=log_file, ready_timeout_s=BROKER_READY_TIMEOUT_S)
+        broker = OnceStreamBroker(data_dir, config=broker_config(), log_file=log_file,
+                                  ready_timeout_s=BROKER_READY_TIMEOUT_S)
     elif name == "before":
         if BASELINE_SRC is None:
             raise ValueError("the 'before' broker needs --baseline-src")
         data_dir = Path(tempfile.mkdtemp(prefix="oncestream-bench-", dir=work_dir))
-        broker = BaselineBroker(BASELINE_SRC, data_dir, log_file=log_file, ready_timeout_s=BROKER_READY_TIMEOUT_S)
+        broker = BaselineBroker(BASELINE_SRC, data_dir, config=broker_config(), log_file=log_file,
+                                ready_timeout_s=BROKER_READY_TIMEOUT_S)
     elif name == "tansu":
         broker = TansuBroker(log_file=log_file, ready_timeout_s=BROKER_READY_TIMEOUT_S)
     else:
@@ -165,6 +187,15 @@ class Measurement:
     records: int
     payload_bytes: int
     seconds: float
+    broker_cpu_s: float | None = None  # the broker process's user+system CPU over the phase
+
+    @property
+    def cpu_s_per_gb(self) -> float | None:
+        """Broker CPU seconds per decimal GB of payload: shows a saving even when the client,
+        not the broker, limits MB/s."""
+        if self.broker_cpu_s is None:
+            return None
+        return self.broker_cpu_s / (self.payload_bytes / 1e9)
 
     @property
     def mb_per_s(self) -> float:
@@ -337,9 +368,22 @@ class RoundResult:
     consume: Measurement
 
 
+CLOCK_TICKS_PER_S = os.sysconf("SC_CLK_TCK")
+
+
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` (all its threads) from /proc/PID/stat."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    # Fields after the parenthesised command name (which may hold spaces): utime is the 14th
+    # field of the line, stime the 15th, i.e. the 12th and 13th after the closing parenthesis.
+    fields = stat[stat.rindex(")") + 2:].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS_PER_S
+
+
 def run_round(name: str, round_no: int, record_count: int, value: bytes, work_dir: Path,
               profile_stem: Path | None = None) -> RoundResult:
-    """Start a fresh broker, produce then consume one fresh topic, stop the broker."""
+    """Start a fresh broker, produce then consume one fresh topic, stop the broker; the broker's
+    CPU time is read before and after each phase."""
     broker = start_broker(name, work_dir)
     profiler = None
     try:
@@ -347,9 +391,13 @@ def run_round(name: str, round_no: int, record_count: int, value: bytes, work_di
         create_topic(broker.bootstrap, topic)
         if profile_stem is not None:
             profiler = Profiler(broker.pid, profile_stem)
-        connection = {"bootstrap.servers": broker.bootstrap}
+        connection = client_connection(broker)
+        cpu_start_s = process_cpu_s(broker.pid)
         produced = produce(connection, topic, record_count, value)
+        cpu_produced_s = process_cpu_s(broker.pid)
         consumed = consume(connection, topic, record_count, len(value))
+        produced.broker_cpu_s = cpu_produced_s - cpu_start_s
+        consumed.broker_cpu_s = process_cpu_s(broker.pid) - cpu_produced_s
     finally:
         if profiler is not None:
             profiler.finish()
@@ -400,15 +448,20 @@ def markdown_report(results: list[RoundResult], args: argparse.Namespace, comman
         f" oncestream: default config, data dir in {tempfile.gettempdir()} ({filesystem_of(Path(tempfile.gettempdir()))});"
         f" {tansu_version()}: memory:// storage engine",
         "",
-        "| round | broker | produce MB/s | consume MB/s | produce s | consume s |",
-        "| ---: | --- | ---: | ---: | ---: | ---: |",
+        f"Clients connect with: {args.security_protocol}. Broker CPU: user+system seconds of the broker"
+        f" process (all threads, /proc/PID/stat) per decimal GB of payload, over each phase.",
+        "",
+        "| round | broker | produce MB/s | consume MB/s | produce s | consume s | produce CPU s/GB | consume CPU s/GB |",
+        "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in results:
         lines.append(
             f"| {r.round_no} | {r.broker} | {r.produce.mb_per_s:.1f} | {r.consume.mb_per_s:.1f}"
-            f" | {r.produce.seconds:.2f} | {r.consume.seconds:.2f} |"
+            f" | {r.produce.seconds:.2f} | {r.consume.seconds:.2f}"
+            f" | {r.produce.cpu_s_per_gb:.1f} | {r.consume.cpu_s_per_gb:.1f} |"
         )
-    lines += ["", "| broker | median produce MB/s | median consume MB/s |", "| --- | ---: | ---: |"]
+    lines += ["", "| broker | median produce MB/s | median consume MB/s | median produce CPU s/GB"
+              " | median consume CPU s/GB |", "| --- | ---: | ---: | ---: | ---: |"]
     medians: dict[str, tuple[float, float]] = {}
     for name in dict.fromkeys(r.broker for r in results):
         mine = [r for r in results if r.broker == name]
@@ -416,7 +469,9 @@ def markdown_report(results: list[RoundResult], args: argparse.Namespace, comman
             statistics.median(r.produce.mb_per_s for r in mine),
             statistics.median(r.consume.mb_per_s for r in mine),
         )
-        lines.append(f"| {name} | {medians[name][0]:.1f} | {medians[name][1]:.1f} |")
+        cpu = (statistics.median(r.produce.cpu_s_per_gb or 0.0 for r in mine),
+               statistics.median(r.consume.cpu_s_per_gb or 0.0 for r in mine))
+        lines.append(f"| {name} | {medians[name][0]:.1f} | {medians[name][1]:.1f} | {cpu[0]:.1f} | {cpu[1]:.1f} |")
     if "ours" in medians and "tansu" in medians:
         produce_ratio = medians["ours"][0] / medians["tansu"][0]
         consume_ratio = medians["ours"][1] / medians["tansu"][1]
@@ -445,6 +500,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--profile", action="store_true",
                         help="after the measured rounds, run one extra round of ours under py-spy"
                              " (not counted) and write bench/results/profile-*.folded and *.top.txt")
+    parser.add_argument("--security-protocol", default="PLAINTEXT", choices=["PLAINTEXT", "SSL"],
+                        help="what the clients connect with (SSL: our brokers only; Tansu is not set up for TLS)")
     parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
     parser.add_argument("--baseline-src", type=Path, default=None,
                         help="the src/ of another checkout (e.g. a git worktree of the last release):"
@@ -456,6 +513,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             parser.error(f"unknown broker {name!r}: use ours, tansu and/or before")
         if name == "before" and args.baseline_src is None:
             parser.error("the broker 'before' needs --baseline-src")
+    if args.security_protocol == "SSL" and "tansu" in args.broker_names:
+        parser.error("--security-protocol SSL is for our brokers only (--brokers ours or ours,before)")
     if args.rounds < 1 or args.size_mb <= 0 or args.record_size < 1:
         parser.error("--rounds, --size-mb and --record-size must be positive")
     return args
@@ -470,8 +529,14 @@ def main(argv: list[str] | None = None) -> int:
     record_count = int(args.size_mb * MB) // args.record_size
     value = os.urandom(args.record_size)  # incompressible, and no codec is configured anyway
     args.results_dir.mkdir(parents=True, exist_ok=True)
+    global TLS_PKI
     load_before = os.getloadavg()
     work_dir = Path(tempfile.mkdtemp(prefix="oncestream-bench-"))
+    if args.security_protocol == "SSL":
+        sys.path.insert(0, str(REPO_ROOT))  # the test PKI maker, as bench/tls.py uses it
+        from tests.support.certs import make_pki
+
+        TLS_PKI = make_pki(work_dir / "pki")
     results: list[RoundResult] = []
     try:
         print(f"{record_count} records of {args.record_size} B per round; work dir {work_dir}", flush=True)
@@ -481,8 +546,9 @@ def main(argv: list[str] | None = None) -> int:
                 results.append(r)
                 print(
                     f"round {round_no} {name:6s}: produce {r.produce.mb_per_s:7.1f} MB/s"
-                    f" ({r.produce.seconds:.2f} s)  consume {r.consume.mb_per_s:7.1f} MB/s"
-                    f" ({r.consume.seconds:.2f} s)",
+                    f" ({r.produce.seconds:.2f} s, {r.produce.cpu_s_per_gb:.1f} CPU s/GB)"
+                    f"  consume {r.consume.mb_per_s:7.1f} MB/s"
+                    f" ({r.consume.seconds:.2f} s, {r.consume.cpu_s_per_gb:.1f} CPU s/GB)",
                     flush=True,
                 )
         stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")

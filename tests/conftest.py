@@ -1,7 +1,11 @@
 """Shared fixtures: real broker processes for the interop, chaos and fuzz suites.
 
 ``ONCESTREAM_TEST_BROKER=tansu`` runs the interop and fuzz suites against the Tansu peer broker
-instead of ours (every client feature must also work against a standard Kafka-protocol broker).
+instead of ours (every client feature must also work against a standard Kafka-protocol broker);
+``ONCESTREAM_TEST_BROKER=cluster`` runs them against three cluster brokers on the session's
+PostgreSQL and SeaweedFS (tests/support/cluster_kind.py), keeping only the tests that use the
+module-wide ``broker`` fixture. ``@pytest.mark.broker_kinds(...)`` limits a test to the kinds
+that support it; the others deselect it at collection.
 The chaos suite always uses our broker: it restarts the process and Tansu keeps nothing across
 restarts.
 """
@@ -22,6 +26,13 @@ if _PROJECT_ROOT not in sys.path:
     sys.path.insert(0, _PROJECT_ROOT)
 
 from tests.support.brokers import BrokerFaults, BrokerProcess, ManagedBroker, TansuProcess  # noqa: E402
+from tests.support.cluster_kind import (  # noqa: E402
+    BROKER_KINDS,
+    BROKER_KINDS_MARKER,
+    ClusterUnderTest,
+    deselect_by_broker_kind,
+    module_cluster,
+)
 from tests.support.postgres import pg_database, postgres, postgres_factory  # noqa: E402, F401  (session-wide PostgreSQL)
 from tests.support.seaweedfs import seaweedfs, seaweedfs_factory  # noqa: E402, F401  (session-wide S3 server)
 
@@ -29,12 +40,14 @@ if TYPE_CHECKING:
     from tests.support.certs import Pki
 
 BROKER_KIND_ENV = "ONCESTREAM_TEST_BROKER"
+AnyBroker = ManagedBroker | ClusterUnderTest
 
 
 def broker_kind() -> str:
-    """``oncestream`` (default) or ``tansu``, from the environment."""
+    """``oncestream`` (default), ``tansu`` or ``cluster``, from the environment."""
     kind = os.environ.get(BROKER_KIND_ENV, "oncestream")
-    assert kind in ("oncestream", "tansu"), f"{BROKER_KIND_ENV} must be oncestream or tansu"
+    if kind not in BROKER_KINDS:
+        raise pytest.UsageError(f"{BROKER_KIND_ENV} must be one of {', '.join(BROKER_KINDS)}, not {kind!r}")
     return kind
 
 
@@ -46,19 +59,44 @@ def broker_config(request: pytest.FixtureRequest) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory, broker_config: dict[str, str]) -> Iterator[ManagedBroker]:
-    """One running broker for a whole test module (tests use unique topic names)."""
-    base = tmp_path_factory.mktemp("broker")
-    process: ManagedBroker
-    if broker_kind() == "tansu":
-        process = TansuProcess(log_dir=base / "logs")
-    else:
-        process = BrokerProcess(data_dir=base / "data", config=broker_config or None)
-    process.start()
+def module_broker_factory(request: pytest.FixtureRequest,
+                          tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., AnyBroker]]:
+    """Start brokers of the kind under test (``broker_kind()``) that live until the module ends:
+    ``start(config, name)`` with Kafka broker properties (Tansu takes none). Module fixtures that
+    need their own configuration (group, transaction suites) start their broker here, so they run
+    against every kind; the ``cluster`` kind keeps only the tests that use this fixture."""
+    started: list[AnyBroker] = []
+
+    def start(config: dict[str, str] | None = None, name: str = "broker") -> AnyBroker:
+        base = tmp_path_factory.mktemp(name)
+        process: AnyBroker
+        if broker_kind() == "tansu":
+            process = TansuProcess(log_dir=base / "logs")
+        elif broker_kind() == "cluster":
+            # PostgreSQL and SeaweedFS start only for this kind (session-wide, shared by every module).
+            process = module_cluster(request.getfixturevalue("postgres"), request.getfixturevalue("seaweedfs"),
+                                     base / "logs", config or None)
+        else:
+            process = BrokerProcess(data_dir=base / "data", config=config or None)
+        started.append(process)
+        process.start()
+        return process
+
     try:
-        yield process
+        yield start
     finally:
-        process.stop()
+        for process in started:
+            if isinstance(process, ClusterUnderTest):
+                process.kill()  # nothing of a module's cluster outlives it; a clean stop only costs time
+            else:
+                process.stop()
+
+
+@pytest.fixture(scope="module")
+def broker(module_broker_factory: Callable[..., AnyBroker], broker_config: dict[str, str]) -> AnyBroker:
+    """One running broker for a whole test module (tests use unique topic names); under the
+    ``cluster`` kind, three cluster brokers with a database and an object-store prefix of their own."""
+    return module_broker_factory(broker_config)
 
 
 @pytest.fixture(scope="module")
@@ -88,6 +126,14 @@ def broker_factory(tmp_path: Path) -> Iterator[Callable[..., BrokerProcess]]:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Silence kafka-python's own deprecated importlib.resources calls (noise in every report)."""
+    """Declare the ``broker_kinds`` marker; silence kafka-python's own deprecated
+    importlib.resources calls (noise in every report)."""
+    config.addinivalue_line("markers", f"{BROKER_KINDS_MARKER}(*kinds, reason): the broker kinds "
+                            "(ONCESTREAM_TEST_BROKER) a test supports; deselected under the others")
     config.addinivalue_line("filterwarnings", "ignore:read_text is deprecated:DeprecationWarning")
     config.addinivalue_line("filterwarnings", "ignore:open_text is deprecated:DeprecationWarning")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Select the tests of the broker kind under test (``broker_kinds`` markers; see above)."""
+    deselect_by_broker_kind(config, items, broker_kind(), __file__)

@@ -33,7 +33,9 @@ API_PRODUCE, API_METADATA, API_VERSIONS, API_INIT_PRODUCER_ID = 0, 3, 18, 22
 
 
 def _host_port(bootstrap: str) -> tuple[str, int]:
-    host, port = bootstrap.rsplit(":", 1)
+    """(host, port) of the first broker of a bootstrap string (any broker of a cluster serves
+    every partition)."""
+    host, port = bootstrap.split(",")[0].rsplit(":", 1)
     return host, int(port)
 
 

@@ -12,6 +12,7 @@ from confluent_kafka import OFFSET_INVALID, ConsumerGroupTopicPartitions, Produc
 
 from tests.interop.test_cli import run_cli
 from tests.support.clients import create_topic, unique_topic
+from tests.support.cluster_kind import ONE_BROKER_ASSUMED, not_on_cluster
 from tests.support.groups import (
     WAIT_TIMEOUT_S,
     GroupMember,
@@ -82,6 +83,7 @@ def _first_offsets(bootstrap: str, group_id: str, topic: str) -> dict[int, int]:
         member.close()
 
 
+@not_on_cluster(ONE_BROKER_ASSUMED)
 def test_list_describe_lag_and_refusals_while_members_are_active(group_broker) -> None:
     bootstrap = group_broker.bootstrap
     bs = ["-b", bootstrap]

@@ -19,6 +19,7 @@ from oncestream.client import Admin, ConsumerGroupState, ConsumerGroupTopicParti
 from tests.interop.test_cli import run_cli
 from tests.interop.test_cli_groups import _rows
 from tests.support.clients import create_topic, unique_topic
+from tests.support.cluster_kind import CLUSTER_LACKS_SHARE_GROUPS, not_on_cluster
 from tests.support.groups import (
     WAIT_TIMEOUT_S,
     group_broker,  # noqa: F401 - fixture
@@ -27,7 +28,7 @@ from tests.support.groups import (
     wait_until,
 )
 
-pytestmark = pytest.mark.interop
+pytestmark = [pytest.mark.interop, not_on_cluster(CLUSTER_LACKS_SHARE_GROUPS)]
 
 PARTITIONS = 2
 RECORDS = 20

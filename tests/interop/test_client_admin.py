@@ -20,18 +20,15 @@ from oncestream.client import (
     TopicPartition,
 )
 from tests.support.clients import CLIENT_TIMEOUT_S, create_topic, unique_topic
-from tests.support.txn import READ_COMMITTED, list_offset, read_to_end, start_txn_broker, values_of
+from tests.support.cluster_kind import CLUSTER_LACKS_TRANSACTIONS, not_on_cluster
+from tests.support.txn import READ_COMMITTED, TXN_BROKER_CONFIG, list_offset, read_to_end, values_of
 
 pytestmark = pytest.mark.interop
 
 
 @pytest.fixture(scope="module")
-def admin_broker(tmp_path_factory):
-    broker = start_txn_broker(tmp_path_factory.mktemp("client-admin") / "data")
-    try:
-        yield broker
-    finally:
-        broker.stop()
+def admin_broker(module_broker_factory):
+    return module_broker_factory(TXN_BROKER_CONFIG, name="client-admin")
 
 
 def test_groups_listed_described_with_assignments_and_offsets(admin_broker):
@@ -66,6 +63,7 @@ def test_groups_listed_described_with_assignments_and_offsets(admin_broker):
         admin.close()
 
 
+@not_on_cluster(CLUSTER_LACKS_TRANSACTIONS)
 def test_transactions_listed_described_and_a_hanging_one_aborted(admin_broker):
     """KIP-664: a transaction left open (its producer stops without ending it) holds the LSO;
     describe_producers finds it on the partition and abort_transaction writes the ABORT marker."""

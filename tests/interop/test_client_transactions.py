@@ -38,19 +38,20 @@ from oncestream.client import (
 )
 from tests.support.brokers import BrokerProcess
 from tests.support.clients import CLIENT_TIMEOUT_S, create_topic, unique_topic
+from tests.support.cluster_kind import CLUSTER_LACKS_TRANSACTIONS, not_on_cluster
 from tests.support.narrow import message_position, message_value
 from tests.support.txn import (
     READ_COMMITTED,
     READ_UNCOMMITTED,
+    TXN_BROKER_CONFIG,
     committed_offsets,
     describe_transaction,
     list_offset,
     read_to_end,
-    start_txn_broker,
     values_of,
 )
 
-pytestmark = pytest.mark.interop
+pytestmark = [pytest.mark.interop, not_on_cluster(CLUSTER_LACKS_TRANSACTIONS)]
 
 PARTITIONS = 3
 
@@ -68,13 +69,10 @@ class VersionedBroker:
 
 
 @pytest.fixture(scope="module", params=[2, 1], ids=["tv2", "tv1"])
-def txn_broker(request, tmp_path_factory):
-    broker = start_txn_broker(tmp_path_factory.mktemp("client-txn") / "data",
-                              extra_config={"transaction.version": str(request.param)})
-    try:
-        yield VersionedBroker(broker, request.param)
-    finally:
-        broker.stop()
+def txn_broker(request, module_broker_factory):
+    broker = module_broker_factory({**TXN_BROKER_CONFIG, "transaction.version": str(request.param)},
+                                   name="client-txn")
+    return VersionedBroker(broker, request.param)
 
 
 def _producer(bootstrap: str, transactional_id: str, **conf: object) -> Producer:

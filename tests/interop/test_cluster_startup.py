@@ -49,6 +49,14 @@ def test_cluster_mode_needs_a_node_id_and_an_object_store(tmp_path: Path, pg_dat
     assert "--object-store" in no_store.stderr
 
 
+def test_a_bad_consolidation_key_exits_before_any_store_is_touched(tmp_path: Path, pg_database: str) -> None:
+    done = _broker(["--metadata-store", pg_database, "--object-store", f"file://{tmp_path}/objects",
+                    "--config", "node.id=1", "--config", "diskless.consolidation.min.batches=many"], clean_environ())
+    assert done.returncode == 1, done.stderr
+    assert "diskless.consolidation.min.batches" in done.stderr
+    assert not (tmp_path / "objects").exists()  # the object store's probe never ran
+
+
 def test_unreachable_postgresql_is_named(tmp_path: Path) -> None:
     url = f"postgresql://postgres@127.0.0.1:{free_tcp_port()}/nothing_listens_here"
     done = _broker(_cluster_args(url, f"file://{tmp_path}/objects"), clean_environ())

@@ -23,6 +23,7 @@ from kafka import TopicPartition as KafkaPythonTopicPartition
 from kafka.structs import OffsetAndMetadata
 
 from tests.support.clients import CLIENT_TIMEOUT_S, create_topic, unique_topic
+from tests.support.cluster_kind import ONE_BROKER_ASSUMED, not_on_cluster
 from tests.support.groups import group_broker, unique_group, wait_until  # noqa: F401 - fixture
 from tests.support.narrow import present
 from tests.support.wire import (
@@ -127,6 +128,7 @@ def _find_coordinators_v4(conn: WireConnection, keys: list[str], key_type: int) 
 
 
 @pytest.mark.parametrize("key_type", [KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION])
+@not_on_cluster(ONE_BROKER_ASSUMED)
 def test_kip699_find_coordinator_v4_answers_one_coordinator_per_key(group_broker, key_type) -> None:
     """FindCoordinator v4 with several keys of one type (group ids, or transactional ids with
     key_type 1) answers one coordinator for every key, each the coordinator the single-key form
@@ -218,6 +220,7 @@ def _commit_with_kafka_python(bootstrap: str, group: str, offsets: dict) -> None
         consumer.close(autocommit=False)
 
 
+@not_on_cluster(ONE_BROKER_ASSUMED)
 def test_kip709_offset_fetch_v8_answers_several_groups_in_one_request(group_broker) -> None:
     """OffsetFetch v8 naming three groups (two with offsets committed by real clients, one that
     never existed) and a fourth unknown group asking for all topics: each group gets its own

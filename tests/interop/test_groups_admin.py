@@ -28,6 +28,7 @@ from confluent_kafka import (
 from confluent_kafka.admin import ConsumerGroupListing
 
 from tests.support.clients import create_topic, unique_topic
+from tests.support.cluster_kind import ONE_BROKER_ASSUMED, not_on_cluster
 from tests.support.groups import (
     WAIT_TIMEOUT_S,
     GroupMember,
@@ -98,6 +99,7 @@ def _error_codes(results: list) -> set[int | None]:
     return codes
 
 
+@not_on_cluster(ONE_BROKER_ASSUMED)
 def test_confluent_list_describe_delete_groups(group_broker):
     """ListGroups (with a state filter), DescribeGroups fields, DeleteGroups on a non-empty,
     an empty and an unknown group."""

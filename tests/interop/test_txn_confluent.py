@@ -24,10 +24,12 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from tests.support.clients import CLIENT_TIMEOUT_S, create_topic, unique_topic
+from tests.support.cluster_kind import CLUSTER_LACKS_TRANSACTIONS, not_on_cluster
 from tests.support.narrow import present
 from tests.support.txn import (
     READ_COMMITTED,
     READ_UNCOMMITTED,
+    TXN_BROKER_CONFIG,
     DeliveryLog,
     describe_transaction,
     fatal_code,
@@ -40,14 +42,13 @@ from tests.support.txn import (
     produce_values,
     read_to_end,
     run_transaction,
-    start_txn_broker,
     transaction_values,
     transactional_producer,
     values_of,
     wait_until,
 )
 
-pytestmark = pytest.mark.interop
+pytestmark = [pytest.mark.interop, not_on_cluster(CLUSTER_LACKS_TRANSACTIONS)]
 
 PARTITIONS = 3
 PROJECT_ROOT = Path(__file__).resolve().parent.parent.parent
@@ -58,13 +59,10 @@ FENCED_CODES = (KafkaError._FENCED, KafkaError.PRODUCER_FENCED)
 
 
 @pytest.fixture(scope="module")
-def txn_broker(tmp_path_factory):
-    """Our broker, configured for transaction tests, shared by this module (unique topics)."""
-    broker = start_txn_broker(tmp_path_factory.mktemp("txn-broker") / "data")
-    try:
-        yield broker
-    finally:
-        broker.stop()
+def txn_broker(module_broker_factory):
+    """A broker of the kind under test, configured for transaction tests, shared by this module
+    (unique topics)."""
+    return module_broker_factory(TXN_BROKER_CONFIG, name="txn-broker")
 
 
 def _txn_id(prefix: str) -> str:

@@ -14,17 +14,18 @@ import uuid
 import pytest
 
 from tests.support.clients import CLIENT_TIMEOUT_S, create_topic, unique_topic
+from tests.support.cluster_kind import CLUSTER_LACKS_TRANSACTIONS, not_on_cluster
 from tests.support.txn import (
     READ_COMMITTED,
     READ_UNCOMMITTED,
+    TXN_BROKER_CONFIG,
     high_watermarks,
     read_to_end,
-    start_txn_broker,
     transaction_values,
     values_of,
 )
 
-pytestmark = pytest.mark.interop
+pytestmark = [pytest.mark.interop, not_on_cluster(CLUSTER_LACKS_TRANSACTIONS)]
 
 PARTITIONS = 3
 # (tag, commit?, records per partition)
@@ -32,13 +33,10 @@ PLAN = [("t1", True, 6), ("t2", False, 6), ("t3", True, 3), ("t4", False, 2)]
 
 
 @pytest.fixture(scope="module")
-def txn_broker(tmp_path_factory):
-    """Our broker, configured for transaction tests, shared by this module (unique topics)."""
-    broker = start_txn_broker(tmp_path_factory.mktemp("txn-py-broker") / "data")
-    try:
-        yield broker
-    finally:
-        broker.stop()
+def txn_broker(module_broker_factory):
+    """A broker of the kind under test, configured for transaction tests, shared by this module
+    (unique topics)."""
+    return module_broker_factory(TXN_BROKER_CONFIG, name="txn-py-broker")
 
 
 def _plan_values() -> list[tuple[bool, dict[int, list[bytes]]]]:

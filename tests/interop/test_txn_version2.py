@@ -16,9 +16,10 @@ from oncestream.client.common.connection import BrokerConnection, parse_bootstra
 from oncestream.protocol.codec import build
 from oncestream.protocol.records import NewRecord, encode_batch
 from tests.support.clients import create_topic, unique_topic
+from tests.support.cluster_kind import CLUSTER_LACKS_TRANSACTIONS, not_on_cluster
 from tests.support.txn import READ_COMMITTED, read_to_end, values_of
 
-pytestmark = pytest.mark.interop
+pytestmark = [pytest.mark.interop, not_on_cluster(CLUSTER_LACKS_TRANSACTIONS)]
 
 PRODUCE, FIND_COORDINATOR, INIT_PRODUCER_ID, ADD_PARTITIONS, END_TXN, API_VERSIONS = 0, 10, 22, 24, 26, 18
 

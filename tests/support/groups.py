@@ -62,13 +62,10 @@ def start_group_broker(base: Path) -> _ManagedBroker:
 
 
 @pytest.fixture(scope="module")
-def group_broker(tmp_path_factory: pytest.TempPathFactory):
-    """One broker per test module, configured for group tests (tests use unique group ids)."""
-    process = start_group_broker(tmp_path_factory.mktemp("group-broker"))
-    try:
-        yield process
-    finally:
-        process.stop()
+def group_broker(module_broker_factory):
+    """One broker per test module, configured for group tests (tests use unique group ids), of the
+    kind under test (tests/conftest.py: ``module_broker_factory``)."""
+    return module_broker_factory(GROUP_BROKER_CONFIG, name="group-broker")
 
 
 def unique_group(prefix: str = "group") -> str:

@@ -21,6 +21,7 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from oncestream.broker.config import BrokerConfig
+from oncestream.broker.fetch_response_writer import frame_bytes
 from oncestream.broker.handlers import fetch, list_offsets, share
 from oncestream.broker.state import BrokerState
 from oncestream.protocol import api_keys as k
@@ -178,7 +179,7 @@ def _fetch(state: BrokerState, offsets: dict[int, int], *, read_committed: bool 
         forgotten_topics_data=(), rack_id="",
     )
     buffers = asyncio.run(fetch.handle(state, RequestHeader(k.FETCH, FETCH_VERSION, 7, None, 0), request))
-    frame = b"".join(bytes(b) for b in buffers)
+    frame = frame_bytes(buffers)  # local partitions answer with file ranges (zero-copy Fetch)
     response, _size = reader_for(response_class(k.FETCH, FETCH_VERSION))(memoryview(frame).toreadonly(), 9)
     out = {}
     for topic in response.responses:

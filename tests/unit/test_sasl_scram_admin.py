@@ -3,6 +3,7 @@ errors as Kafka gives them, nothing stored for a refused user, never a password.
 
 from __future__ import annotations
 
+import asyncio
 from types import SimpleNamespace
 
 from kio.schema.alter_user_scram_credentials.v0.response import AlterUserScramCredentialsResponse
@@ -29,8 +30,8 @@ def _alter(state, upserts=(), deletions=()):
         upsertions=tuple(m.ScramCredentialUpsertion(name=n, mechanism=mech, iterations=i, salt=b"salt",
                                                     salted_password=b"x" * 64) for n, mech, i in upserts),
         deletions=tuple(m.ScramCredentialDeletion(name=n, mechanism=mech) for n, mech in deletions))
-    response = of_type(scram_admin.handle_alter(state, RequestHeader(ALTER_USER_SCRAM_CREDENTIALS, 0, 1, None, 0), request),
-                       AlterUserScramCredentialsResponse)
+    header = RequestHeader(ALTER_USER_SCRAM_CREDENTIALS, 0, 1, None, 0)
+    response = of_type(asyncio.run(scram_admin.handle_alter(state, header, request)), AlterUserScramCredentialsResponse)
     return {r.user: r.error_code for r in response.results}
 
 

@@ -34,14 +34,16 @@ from oncestream.broker.cluster_settings import ClusterSettings
 from oncestream.broker.peer_requests import PeerRequests
 from oncestream.cluster.diskless.append_pipeline import DisklessAppendConfig, DisklessAppender
 from oncestream.cluster.diskless.commit import DEFAULT_DELETE_GRACE_MS
+from oncestream.cluster.diskless.consolidation import ConsolidationConfig, ConsolidationJob
 from oncestream.cluster.diskless.log_start_moves import delete_records
 from oncestream.cluster.diskless.object_cache import ObjectRangeCache
 from oncestream.cluster.diskless.object_gc import ObjectGarbageCollector
+from oncestream.cluster.diskless.orphans import OrphanSweeper
 from oncestream.cluster.diskless.read_path import DisklessReader
 from oncestream.cluster.diskless.retention import RetentionDefaults, RetentionEnforcer
 from oncestream.cluster.diskless.wakeups import AppendWakeups
 from oncestream.cluster.pg.brokers import BrokerInfo, BrokerRegistry, Registration
-from oncestream.cluster.pg.catalog import Catalog, TopicInfo
+from oncestream.cluster.pg.catalog import CATALOG_CHANNEL, Catalog, TopicInfo
 from oncestream.cluster.pg.errors import BrokerFencedError, MetadataStoreError
 from oncestream.cluster.pg.store import Conn, MetadataStore
 from oncestream.coordinator.group.consumer.records import TopicMetadata
@@ -66,6 +68,9 @@ BUFFER_MAX_BYTES_KEY = "diskless.append.buffer.max.bytes"
 DELETE_GRACE_KEY = "diskless.object.delete.grace.ms"
 GC_INTERVAL_KEY = "diskless.gc.interval.ms"
 DEFAULT_GC_INTERVAL_MS = 30_000
+# The key prefix of every diskless object this broker writes (produce objects, consolidated
+# segments) inside the object store's own prefix (s3://BUCKET/PREFIX); the orphan sweeper lists it.
+OBJECT_KEY_PREFIX = ""
 
 def _non_negative_key(props: dict[str, str], key: str, default: int) -> int:
     try:
@@ -84,6 +89,15 @@ def append_config(props: dict[str, str]) -> DisklessAppendConfig:
         commit_interval_ms=_non_negative_key(props, COMMIT_INTERVAL_KEY, defaults.commit_interval_ms),
         buffer_max_bytes=_non_negative_key(props, BUFFER_MAX_BYTES_KEY, defaults.buffer_max_bytes),
         delete_grace_ms=_non_negative_key(props, DELETE_GRACE_KEY, DEFAULT_DELETE_GRACE_MS))
+
+
+def consolidation_config(props: dict[str, str]) -> ConsolidationConfig:
+    """The consolidation job's settings from the broker's ``diskless.consolidation.*`` properties
+    (docs/cluster-consolidation.md); InvalidConfigError for a bad value."""
+    try:
+        return ConsolidationConfig.from_broker_configs(props)
+    except ValueError as exc:
+        raise InvalidConfigError(f"diskless.consolidation: {exc}") from None
 
 
 def _log_end(task: asyncio.Task[None]) -> None:
@@ -178,7 +192,7 @@ class ClusterNode:
         self._snapshot: dict[str, TopicMeta] = {}
         # The diskless paths; their tasks run from start_serving on.
         self.appender = DisklessAppender(store, object_store, broker_id=settings.node_id,
-                                         config=append_config(broker_props))
+                                         key_prefix=OBJECT_KEY_PREFIX, config=append_config(broker_props))
         self.reader = DisklessReader(store, ObjectRangeCache(object_store))
         self.wakeups = AppendWakeups(store, store)
         # Retention by time and size of every diskless partition, a bounded round at a time; every
@@ -194,6 +208,12 @@ class ClusterNode:
         self.gc = ObjectGarbageCollector(store, object_store, delete_grace_ms=self.delete_grace_ms)
         self._gc_interval_ms = _non_negative_key(broker_props, GC_INTERVAL_KEY, DEFAULT_GC_INTERVAL_MS)
         self._gc_stop = asyncio.Event()
+        # Consolidation of small produce objects into per-partition segments, and the sweep of
+        # objects with no row (docs/cluster-consolidation.md): every broker runs both (partitions
+        # are claimed by lease, orphans with SKIP LOCKED; correctness rests on the swap's checks).
+        self.consolidation = ConsolidationJob(store, object_store, broker_id=settings.node_id,
+                                              key_prefix=OBJECT_KEY_PREFIX, config=consolidation_config(broker_props))
+        self.orphans = OrphanSweeper(store, object_store, key_prefix=OBJECT_KEY_PREFIX)
         self._serving = False
         self._topic_cache: dict[str, tuple[float, TopicMeta]] = {}
         self._config_cache: dict[str, tuple[TopicMeta, LogConfig, LogConfig]] = {}
@@ -338,6 +358,32 @@ class ClusterNode:
                 log.warning("node %d: reading the catalog failed (%s)", self.node_id, exc)
             await asyncio.sleep(TOPIC_CACHE_MAX_AGE_MS / 1000)
 
+    async def catalog_change_loop(self) -> None:
+        """Forget cached topics as soon as another broker changes them (the catalog's NOTIFY,
+        ``topic:<name>``; ``''`` after a reconnection: everything), so a config altered or a
+        topic deleted through one broker applies on this one at its next request rather than
+        up to ``TOPIC_CACHE_MAX_AGE_MS`` later. The age bound stays the fallback for a lost
+        notification. Runs until cancelled."""
+        async for payload in self.store.listen(CATALOG_CHANNEL):
+            kind, _sep, name = payload.partition(":")
+            if kind == "topic" and name:
+                self._topic_cache.pop(name, None)
+                self._config_cache.pop(name, None)
+            elif not payload:
+                self._topic_cache.clear()
+                self._config_cache.clear()
+
+    async def learn_topics(self, names: Sequence[str]) -> None:
+        """Read the named topics that ``topic_snapshot`` lacks (or holds with fewer partitions
+        than a request may name) into it, so a synchronous check right after a topic was created
+        through another broker does not refuse it for up to ``TOPIC_CACHE_MAX_AGE_MS``."""
+        missing = sorted({name for name in names if name not in self._snapshot})
+        if not missing:
+            return
+        found = await self.topics(missing)
+        if found:
+            self._snapshot = {**self._snapshot, **found}
+
     async def refresh_snapshot(self) -> None:
         """Read every topic into ``topic_snapshot``."""
         self._snapshot = await self.topics(None)
@@ -388,6 +434,8 @@ class ClusterNode:
         self.appender.start()
         self.wakeups.start()
         self.retention.start()
+        self.consolidation.start()
+        self.orphans.start()
         self._serving = True
 
     async def delete_records(self, topic_id: uuid.UUID, partition: int, offset: int) -> int:
@@ -423,6 +471,8 @@ class ClusterNode:
             if self._coordinator_task is not None:
                 self._coordinator_task.cancel()
             if self._serving:
+                await self.consolidation.close()
+                await self.orphans.close()
                 await self.retention.close()
                 await self.appender.close()
                 await self.wakeups.close()

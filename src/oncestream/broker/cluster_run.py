@@ -20,7 +20,8 @@ from pathlib import Path
 
 from oncestream.broker.cluster_coordinators import ClusterCoordinators
 from oncestream.broker.cluster_markers import ClusterMarkerWriter, MarkerForwarder
-from oncestream.broker.cluster_node import ClusterNode
+from oncestream.broker.cluster_node import ClusterNode, consolidation_config
+from oncestream.broker.cluster_security import use_cluster_security
 from oncestream.broker.cluster_settings import (
     ClusterSettings,
     ClusterStartError,
@@ -53,6 +54,7 @@ def run_cluster_broker(settings: ClusterSettings, host: str, port: int, props: d
     except ImportError:  # uvloop is a dependency, but the broker works without it
         pass
     config = BrokerConfig.from_properties(host, port, props)  # a bad property fails before any store is touched
+    consolidation_config(config.raw)  # so does a bad diskless.consolidation.* key
     for listener in config.all_listeners:  # a bad SSL store fails before the stores are touched
         if listener.uses_tls:
             server_ssl_context(config.raw, listener.name)
@@ -79,6 +81,11 @@ def run_cluster_broker(settings: ClusterSettings, host: str, port: int, props: d
             state = BrokerState(scratch, config, fdatasync=seams_used.fdatasync, seams=seams_used,
                                 producer_ids=producer_ids)
             state.cluster = node
+            # ACLs and SCRAM users from PostgreSQL (broker/cluster_security.py), kept fresh by these loops.
+            try:
+                security_loops = await use_cluster_security(state, store)
+            except MetadataStoreError as exc:
+                raise ClusterStartError(f"node {settings.node_id}: cannot read the security state: {exc}") from None
             # Consumer groups and transactions on leases in PostgreSQL
             # (broker/cluster_coordinators.py): they replace the scratch state's services; markers
             # through broker/cluster_markers.py.
@@ -95,7 +102,8 @@ def run_cluster_broker(settings: ClusterSettings, host: str, port: int, props: d
             await node.refresh_snapshot()
             server = BrokerServer(
                 state, ready_file=ready_file,
-                background=(*seams_used.background_loops, node.heartbeat_loop, node.topic_refresh_loop, node.gc_loop),
+                background=(*seams_used.background_loops, node.heartbeat_loop, node.topic_refresh_loop, node.catalog_change_loop,
+                            node.gc_loop, *security_loops),
                 stuck_report_s=bound.bound_ms / 4000, defer_ready=True, on_stopping=node.leave)
             install_stop_signals(asyncio.get_running_loop(), bound, server.stop)
             node.start_serving()

@@ -3,8 +3,9 @@
 Read-only (a REPEATABLE READ, READ ONLY transaction; the schema is not applied): the cluster id,
 every registered broker with its lease (live, or expired how long ago, by PostgreSQL's clock),
 the coordinator leases (owner and epoch), the topics and partitions, the batches committed, and
-the objects by state (uploading, live, deleting: the garbage collector's backlog). Consolidation
-lag comes with consolidation (docs/cluster.md).
+the objects by state (uploading, live, deleting: the garbage collector's backlog, and how many
+are consolidated segments), and the consolidation lag (cluster/diskless/consolidation_status.py:
+the partitions with the most batches not yet in a consolidated object).
 """
 
 from __future__ import annotations
@@ -15,6 +16,10 @@ from typing import Any
 import psycopg
 
 from oncestream.broker.cluster_settings import redacted
+from oncestream.cluster.diskless.consolidation_status import ConsolidationStatus, read_consolidation_status
+
+# Lagging partitions listed one by one (the total counts them all).
+LAGGING_SHOWN = 10
 
 
 class ClusterStatusError(Exception):
@@ -47,6 +52,7 @@ class ClusterStatus:
     partitions: int = 0
     batches: int = 0
     objects: dict[str, tuple[int, int]] = field(default_factory=dict)  # state -> (count, bytes)
+    consolidation: ConsolidationStatus | None = None
 
     def lines(self) -> list[str]:
         """The report, one line per fact."""
@@ -63,9 +69,17 @@ class ClusterStatus:
             owner = f"node {lease.owner_node_id}" if lease.owner_node_id is not None else "no owner"
             out.append(f"  {lease.resource}: {owner}, epoch {lease.epoch}")
         out.append(f"topics: {self.topics}, partitions: {self.partitions}, batches: {self.batches}")
+        consolidated = {c.state: c.consolidated for c in self.consolidation.objects} if self.consolidation else {}
         for state in ("uploading", "live", "deleting"):
             count, size = self.objects.get(state, (0, 0))
-            out.append(f"objects {state}: {count} ({size} bytes)")
+            out.append(f"objects {state}: {count} ({size} bytes, {consolidated.get(state, 0)} consolidated)")
+        if self.consolidation is not None:
+            lagging = self.consolidation.lagging
+            out.append(f"consolidation lag: {self.consolidation.unconsolidated_batches} batches"
+                       f" in {len(lagging)} partitions")
+            for lag in lagging[:LAGGING_SHOWN]:
+                age = "" if lag.oldest_age_ms is None else f", oldest {lag.oldest_age_ms} ms"
+                out.append(f"  {lag.topic}-{lag.partition}: {lag.batches} batches ({lag.bytes} bytes{age})")
         return out
 
 
@@ -112,6 +126,8 @@ async def _read(conn: psycopg.AsyncConnection[Any]) -> ClusterStatus:
     for state, count, size in await _rows(
             conn, "SELECT state, count(*), coalesce(sum(size_bytes), 0) FROM objects GROUP BY state"):
         status.objects[str(state)] = (int(count), int(size))
+    # The lag is counted over every partition (the CLI lists the first LAGGING_SHOWN).
+    status.consolidation = await read_consolidation_status(conn, limit=2**31 - 1)
     return status
 
 

@@ -9,7 +9,8 @@ from oncestream.protocol.fetch_response import PartitionFetchResult
 def fill_fetch_result(result: PartitionFetchResult, read: ReadResult, read_committed: bool) -> int:
     """Copy ``read`` (records, offsets, aborted transactions for read_committed) into ``result``;
     the bytes it adds to the response."""
-    result.chunks = read.chunks
+    # A zero-copy read's file ranges (the local log's Fetch), else the bytes read.
+    result.chunks = read.file_chunks if read.file_chunks is not None else read.chunks
     result.size_bytes = read.size_bytes
     result.high_watermark = read.high_watermark
     result.last_stable_offset = read.last_stable_offset

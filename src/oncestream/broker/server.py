@@ -2,7 +2,8 @@
 
 Each connection is served by its own task, which reads one frame, awaits its response and writes
 it before reading the next: pipelined requests are therefore answered in order, and a slow or
-dead client only ever stalls its own task. The size prefix is checked against
+dead client only ever stalls its own task. Framed responses go out through a ``ResponseWriter``
+(broker/fetch_response_writer.py), which sends a Fetch's record sections with sendfile. The size prefix is checked against
 ``socket.request.max.bytes`` before anything is allocated.
 
 Limits one client cannot exceed (the decisions live in sans-io classes; this module applies them):
@@ -45,24 +46,28 @@ from pathlib import Path
 
 from oncestream.broker.cleaner import LogCleaner
 from oncestream.broker.config import BrokerConfig
-from oncestream.broker.connection_context import start_session
+from oncestream.broker.connection_context import current_session, start_session
 from oncestream.broker.connection_limits import ConnectionQuotas, IdleTracker
 from oncestream.broker.dispatch import CloseConnection, Dispatcher
+from oncestream.broker.fetch_response_writer import ResponseWriter
 from oncestream.broker.listeners import Listener
 from oncestream.broker.memory_pool import RequestMemoryPool
 from oncestream.broker.metrics.recorder import RequestTiming, current_timing
 from oncestream.broker.metrics.serving import start_metrics
+from oncestream.broker.produce_pipelining import PipelinedResult, ProducePipeline, Response
 from oncestream.broker.quotas.enforcement import take_channel_mute_s
-from oncestream.broker.sasl.exchange import close_delay_s
+from oncestream.broker.sasl.exchange import close_delay_s, peek_exchange
 from oncestream.broker.seams import BackgroundLoop, BrokerSeams
 from oncestream.broker.state import BrokerState
 from oncestream.broker.tls import server_ssl_context
 from oncestream.metrics.endpoint import MetricsEndpoint
 from oncestream.process_shutdown import ShutdownBound, install_stop_signals
+from oncestream.protocol.api_keys import PRODUCE
 
 log = logging.getLogger("oncestream.broker")
 
 _SIZE = struct.Struct(">i")
+_API_KEY = struct.Struct(">h")
 # api key + version + correlation id + client id length: nothing shorter is a request.
 _MIN_FRAME_BYTES = 10
 # The StreamReader's buffer limit: it stops reading the socket at twice this much unread data, so
@@ -70,6 +75,15 @@ _MIN_FRAME_BYTES = 10
 _READ_BUFFER_LIMIT = 2**20
 # asyncio's own default: a client that connects to a TLS port and never finishes the handshake.
 _TLS_HANDSHAKE_TIMEOUT_S = 60.0
+
+
+def _pipelines(frame: bytes) -> bool:
+    """Whether a frame is a Produce request of an authenticated connection (only those are
+    pipelined: a frame of a SASL exchange in raw-token mode has no request header)."""
+    if len(frame) < 2 or _API_KEY.unpack_from(frame)[0] != PRODUCE or not current_session().authenticated:
+        return False
+    exchange = peek_exchange()
+    return exchange is None or exchange.state != "authenticate"
 
 
 class ServerStateError(RuntimeError):
@@ -312,6 +326,29 @@ class BrokerServer:
             except Exception:
                 log.exception("housekeeping failed")
 
+    async def _handle_pipelined(self, frame: bytes, read_s: float, metrics_on: bool) -> PipelinedResult:
+        """One pipelined request, in its own task: its own request timing and KIP-219 mute (the
+        task runs in a copy of the connection's context, so neither leaks into another request)."""
+        timing = RequestTiming() if metrics_on else None
+        current_timing.set(timing)
+        response = await self.dispatcher.handle_frame(frame)
+        return PipelinedResult(response, take_channel_mute_s(), read_s, timing)
+
+    @staticmethod
+    async def _write_response(response: Response, writer: asyncio.StreamWriter, responses: ResponseWriter,
+                              watch: _IdleWatch, idle: IdleTracker) -> None:
+        """Write one response (None: nothing is due) and wait until the socket took it."""
+        if response is None:
+            return
+        if isinstance(response, list):  # framed buffers; a zero-copy Fetch's hold file ranges
+            await responses.write(response)
+        else:
+            writer.write(response)
+        watch.draining = True
+        await writer.drain()
+        watch.draining = False
+        idle.activity(watch.now_ms())
+
     async def _on_connection(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, idle: IdleTracker,
         listener: Listener,
@@ -337,6 +374,7 @@ class BrokerServer:
         if peer_certificate and listener.security_protocol == "SSL":  # only mutual TLS is worth a line
             log.info("%s on listener %s: client certificate principal %s", peer, listener.name, session.principal)
         watch = _IdleWatch(idle, writer, peer, asyncio.get_running_loop())
+        responses = ResponseWriter(writer, lambda: idle.activity(watch.now_ms()))
         max_bytes = self.state.config.socket_request_max_bytes
         metrics = self.state.metrics
         timing = RequestTiming() if metrics.enabled else None
@@ -344,8 +382,25 @@ class BrokerServer:
         metrics.connection_opened(listener.name)
         pool = self.memory_pool
         reserved_bytes = 0  # this connection's share of the pool; given back on every exit path
+        muted_until_s = 0.0  # KIP-219 mute of a pipelined Produce's response (monotonic seconds)
+
+        async def write_pipelined(result: PipelinedResult) -> None:
+            nonlocal muted_until_s
+            await self._write_response(result.response, writer, responses, watch, idle)
+            if isinstance(result.timing, RequestTiming):
+                result.timing.throttle_ms = result.mute_s * 1000 if result.mute_s is not None else 0.0
+                metrics.request_done(result.timing, result.read_s, time.perf_counter())
+            if result.mute_s is not None:
+                muted_until_s = max(muted_until_s, time.monotonic() + result.mute_s)
+
+        # Cluster mode: a connection's Produce requests are handled concurrently (they join one
+        # upload) and answered in order (broker/produce_pipelining.py).
+        pipeline = (ProducePipeline(write_pipelined, pool.release, on_idle=lambda: idle.finish_request(watch.now_ms()))
+                    if self.state.cluster is not None else None)
         try:
             while True:
+                if muted_until_s > time.monotonic():
+                    await asyncio.sleep(muted_until_s - time.monotonic())
                 size_prefix = await reader.readexactly(4)
                 (size,) = _SIZE.unpack(size_prefix)
                 if size < _MIN_FRAME_BYTES or size > max_bytes:
@@ -361,20 +416,19 @@ class BrokerServer:
                 reserved_bytes = size
                 frame = await reader.readexactly(size)
                 read_s = time.perf_counter()
+                if pipeline is not None:
+                    if _pipelines(frame):
+                        idle.start_request()
+                        reserved_bytes = 0  # the pipeline gives the frame's bytes back once answered
+                        await pipeline.submit(self._handle_pipelined(frame, read_s, metrics.enabled), size)
+                        continue
+                    await pipeline.wait_idle()  # any other request: every earlier answer first
                 idle.start_request()
                 try:
                     response = await self.dispatcher.handle_frame(frame)
                 finally:
                     idle.finish_request(watch.now_ms())
-                if response is not None:
-                    if isinstance(response, list):
-                        writer.writelines(response)
-                    else:
-                        writer.write(response)
-                    watch.draining = True
-                    await writer.drain()
-                    watch.draining = False
-                    idle.activity(watch.now_ms())
+                await self._write_response(response, writer, responses, watch, idle)
                 # Taken here (the mute itself waits until the pool is given back, below): the
                 # request's ThrottleTimeMs is the time its channel stays muted.
                 mute_s = take_channel_mute_s()
@@ -410,8 +464,11 @@ class BrokerServer:
             where = f"{tb.tb_frame.f_code.co_filename}:{tb.tb_lineno}" if tb else "?"
             log.error("closing %s: internal error %s: %s at %s", peer, type(exc).__name__, exc, where)
         finally:
+            if pipeline is not None:
+                await pipeline.close()
             metrics.connection_closed(listener.name)
             watch.cancel()
+            responses.close()
             if reserved_bytes:
                 pool.release(reserved_bytes)
             if task is not None:

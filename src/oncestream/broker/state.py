@@ -15,7 +15,7 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -33,12 +33,13 @@ from oncestream.broker.principal import load_principal_builder
 from oncestream.broker.producer_id_service import ProducerIdService, ProducerIdSource
 from oncestream.broker.quotas.managers import ClientQuotaManagers, QuotaWindow
 from oncestream.broker.quotas.store import load_client_quotas
-from oncestream.broker.sasl.credentials import ScramCredentialStore
+from oncestream.broker.sasl.credentials import ScramCredentials, ScramCredentialStore
 from oncestream.broker.sasl.exchange import SaslSettings
 from oncestream.broker.seams import BrokerSeams
 from oncestream.broker.share_service import ShareService
 from oncestream.broker.telemetry.service import ClientTelemetry
 from oncestream.broker.txn_service import TxnService
+from oncestream.cluster.pg.acls import PgAclStore
 from oncestream.coordinator.producer_ids import ProducerIdManager
 from oncestream.durable_files import write_file_atomically
 from oncestream.errors import StorageError
@@ -167,7 +168,7 @@ class BrokerState:
             self.metrics = BrokerMetrics()  # records nothing; BrokerServer installs Prometheus's (metrics.listen)
             # The durable SCRAM credentials (one store for the broker) and, per listener, the SASL
             # mechanisms and PLAIN users (listener.name.<l>.* overrides, broker/sasl/).
-            self.scram_store = ScramCredentialStore.open(data_dir)
+            self.scram_store: ScramCredentials = ScramCredentialStore.open(data_dir)
             self._sasl_by_listener = {
                 listener.name: SaslSettings.from_properties(data_dir, listener.name, config.raw, self.scram_store)
                 for listener in config.all_listeners
@@ -217,7 +218,9 @@ class BrokerState:
                     fetch_max_wait_ms=remote_config.fetch_max_wait_ms)
                 log.info("tiered storage enabled: object store %s", store.description)
             # ACLs (issue 14): None without authorizer.class.name, and then everything is allowed.
-            self.acl_store = AclStore(data_dir)
+            # In cluster mode the ACLs, SCRAM credentials and dynamic broker configs are
+            # PostgreSQL's (broker/cluster_security.py replaces these stores before serving).
+            self.acl_store: AclStore | PgAclStore = AclStore(data_dir)
             self.authorizer: StandardAuthorizer | None = None
             self.acl_write_lock = asyncio.Lock()  # one ACL change persisted at a time, in order
             if config.authorizer_class_name:
@@ -251,6 +254,19 @@ class BrokerState:
         if settings is None:
             settings = next(iter(self._sasl_by_listener.values()))
         return settings
+
+    async def learn_topics(self, names: Iterable[str]) -> None:
+        """Before ``partition_exists`` checks: in cluster mode, topics this broker has not seen
+        yet are read from the catalog (a no-op on the single broker, whose logs are the truth)."""
+        if self.cluster is not None:
+            await self.cluster.learn_topics([name for name in names if name])
+
+    def topic_names_by_id(self) -> dict[uuid.UUID, str]:
+        """Every topic's name by its id (requests and assignments that name topics by id); in
+        cluster mode the catalog's snapshot (``learn_topics`` reads what it lacks)."""
+        if self.cluster is not None:
+            return {meta.topic_id: name for name, meta in self.cluster.topic_snapshot().items()}
+        return {info.topic_id: name for name, info in self.logs.topics().items()}
 
     def partition_exists(self, topic: str, partition: int) -> bool:
         """Whether ``topic`` exists and has ``partition``: offset commits (plain and

@@ -9,16 +9,23 @@ compacted topic.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator, Sequence
+
 from oncestream.errors import InvalidRecordError, MessageTooLargeError
 from oncestream.log.batch_records import has_keyless_record
 from oncestream.log.config import LogConfig
-from oncestream.protocol.record_batch import BatchHeader, iter_batches
+from oncestream.protocol.record_batch import BatchHeader, check_crc, iter_batches
 
 
 def validate_batches(
-    records: bytes | bytearray | memoryview, config: LogConfig, *, from_client: bool = True
+    records: bytes | bytearray | memoryview, config: LogConfig, *, from_client: bool = True,
+    split: Sequence[tuple[BatchHeader, memoryview]] | None = None,
 ) -> list[tuple[BatchHeader, memoryview]]:
     """The (header, batch view) pairs of ``records``, every one checked; at least one.
+
+    ``split``: the pairs of ``records`` as ``iter_batches(records, verify_crc=False)`` already
+    returned them (the Produce handler walks the headers for its transactional checks first):
+    they are not parsed again, only their CRCs verified, so each batch is walked once.
 
     Raises CorruptRecordError / UnsupportedMagicError (structure, CRC, magic), MessageTooLargeError
     (a batch above max.message.bytes) or InvalidRecordError (empty data, a record count that
@@ -27,7 +34,7 @@ def validate_batches(
     """
     compacts = config.compacts
     parsed: list[tuple[BatchHeader, memoryview]] = []
-    for header, batch in iter_batches(records):
+    for header, batch in iter_batches(records) if split is None else _crc_checked(split):
         if header.size_bytes > config.max_message_bytes:
             raise MessageTooLargeError(
                 f"batch of {header.size_bytes} bytes exceeds max.message.bytes={config.max_message_bytes}"
@@ -45,3 +52,9 @@ def validate_batches(
     if not parsed:
         raise InvalidRecordError("produce data holds no record batch")
     return parsed
+
+
+def _crc_checked(split: Iterable[tuple[BatchHeader, memoryview]]) -> Iterator[tuple[BatchHeader, memoryview]]:
+    for header, batch in split:
+        check_crc(header, batch)
+        yield header, batch

@@ -44,6 +44,7 @@ import logging
 import os
 import pathlib
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from oncestream.durable_files import fsync_directory
@@ -85,6 +86,7 @@ from oncestream.log.segment_list import SegmentList
 from oncestream.log.transactions import read_control_marker
 from oncestream.protocol.compression import recompress_batch
 from oncestream.protocol.markers import CONTROL_ABORT, CONTROL_COMMIT
+from oncestream.protocol.record_batch import BatchHeader
 from oncestream.protocol.records import (
     encode_control_batch,
 )
@@ -246,7 +248,8 @@ class PartitionLog:
     # --- append ---------------------------------------------------------------------------------
 
     def append(
-        self, records: bytes | bytearray | memoryview, now_ms: int, *, from_client: bool = True
+        self, records: bytes | bytearray | memoryview, now_ms: int, *, from_client: bool = True,
+        split: Sequence[tuple[BatchHeader, memoryview]] | None = None,
     ) -> AppendResult:
         """Validate, assign offsets to and write the batches in ``records``, all or none.
 
@@ -264,7 +267,7 @@ class PartitionLog:
         """
         self._check_open()
         config = self.config
-        parsed = validate_batches(records, config, from_client=from_client)
+        parsed = validate_batches(records, config, from_client=from_client, split=split)
 
         log_append_time = config.log_append_time
         target = config.target_compression
@@ -386,8 +389,12 @@ class PartitionLog:
         upper_offset: int | None = None,
         min_one: bool = True,
         with_aborted: bool = False,
+        zero_copy: bool = False,
     ) -> ReadResult:
         """Whole batches from the one containing ``fetch_offset`` (Kafka fetch semantics).
+
+        With ``zero_copy`` the chunks are FileRanges (log/file_range.py) for the Fetch response
+        writer to sendfile, not bytes.
 
         Stops before exceeding ``max_bytes`` but returns at least one batch when ``min_one``
         (KIP-74); never returns a batch whose base offset is >= ``upper_offset`` (default: the high
@@ -407,7 +414,7 @@ class PartitionLog:
             raise OffsetMovedToTieredStorageError(fetch_offset, self.local_log_start_offset)
         upper = self.high_watermark if upper_offset is None else min(upper_offset, self.high_watermark)
         chunks, total_bytes, returned_end_offset = read_batches(
-            self._segments.segments, fetch_offset, max_bytes, upper, min_one=min_one
+            self._segments.segments, fetch_offset, max_bytes, upper, min_one=min_one, zero_copy=zero_copy
         )
         aborted_transactions = None
         if with_aborted:
@@ -417,7 +424,8 @@ class PartitionLog:
                 from_base = self._segments[self._segments.index_for(fetch_offset)].base_offset
                 aborted_transactions = self.aborted_transactions(from_base, fetch_offset, returned_end_offset)
         return ReadResult(
-            chunks=chunks,
+            chunks=[] if zero_copy else chunks,
+            file_chunks=chunks if zero_copy else None,
             size_bytes=total_bytes,
             high_watermark=self.high_watermark,
             log_start_offset=self.log_start_offset,

@@ -17,8 +17,10 @@ import struct
 from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from oncestream.errors import OnceStreamError
+from oncestream.log.file_range import FileRange
 from oncestream.log.segment import Segment
 from oncestream.protocol.record_batch import parse_header
 from oncestream.protocol.records import decode_batch
@@ -39,6 +41,9 @@ class ReadResult:
     # (producer_id, first_offset) of the aborted transactions the returned range overlaps; only
     # filled for read(with_aborted=True) (read_committed fetches), else None.
     aborted_transactions: list[tuple[int, int]] | None = None
+    # A zero-copy read's chunks (read(zero_copy=True), chunks then empty): FileRanges over the
+    # segment files for the Fetch response writer to sendfile (bytes if out of descriptors).
+    file_chunks: list[bytes | FileRange] | None = None
 
 
 def segment_index_for(segments: Sequence[Segment], offset: int) -> int:
@@ -47,13 +52,16 @@ def segment_index_for(segments: Sequence[Segment], offset: int) -> int:
 
 
 def read_batches(
-    segments: Sequence[Segment], fetch_offset: int, max_bytes: int, upper: int, *, min_one: bool
-) -> tuple[list[bytes], int, int]:
+    segments: Sequence[Segment], fetch_offset: int, max_bytes: int, upper: int, *, min_one: bool,
+    zero_copy: bool = False,
+) -> tuple[list[Any], int, int]:
     """(chunks, size in bytes, offset after the last returned batch) of the whole batches from the
     one containing ``fetch_offset``, none with a base offset >= ``upper``. Stops before exceeding
     ``max_bytes`` but returns at least one batch when ``min_one`` (KIP-74). The caller has checked
-    that ``fetch_offset`` lies within the log."""
-    chunks: list[bytes] = []
+    that ``fetch_offset`` lies within the log. With ``zero_copy`` the chunks are FileRanges (one per
+    segment touched; bytes if the process is out of descriptors) instead of bytes read into the
+    process."""
+    chunks: list[Any] = []  # bytes, or (zero_copy) FileRanges and bytes
     total_bytes = 0
     offset = fetch_offset
     returned_end_offset = fetch_offset  # offset after the last returned batch
@@ -71,7 +79,8 @@ def read_batches(
                 allow_oversize_first=min_one and total_bytes == 0,
             )
             if extent.end_position > extent.start_position:
-                chunks.append(segment.read(extent.start_position, extent.end_position))
+                take = segment.file_range if zero_copy else segment.read
+                chunks.append(take(extent.start_position, extent.end_position))
                 total_bytes += extent.end_position - extent.start_position
                 returned_end_offset = extent.next_offset
             if not extent.segment_exhausted:

@@ -11,6 +11,7 @@ known position and reads are ``pread`` calls, never seeks on a shared position. 
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import struct
@@ -20,6 +21,7 @@ from pathlib import Path
 
 from oncestream.errors import LogInvariantError, StorageError
 from oncestream.log.descriptors import SegmentDescriptors
+from oncestream.log.file_range import FileRange
 from oncestream.log.index import OffsetIndex, TimeIndex
 from oncestream.protocol.record_batch import (
     CURRENT_MAGIC,
@@ -633,6 +635,19 @@ class Segment:
             return pread_exact(self._fd, end_position - start_position, start_position)
         except OSError as exc:
             raise StorageError(f"read from {self.log_path} failed: {exc}") from exc
+
+    def file_range(self, start_position: int, end_position: int) -> FileRange | bytes:
+        """``[start_position, end_position)`` as a range over its own duplicate descriptor, for
+        zero-copy Fetch: it stays readable whatever happens to this segment until it is closed."""
+        if not (0 <= start_position <= end_position <= self.size_bytes):
+            raise LogInvariantError("broken invariant: 0 <= start_position <= end_position <= self.size_bytes")
+        try:
+            return FileRange(os.dup(self._fd), start_position, end_position - start_position, str(self.log_path))
+        except OSError as exc:
+            if exc.errno not in (errno.EMFILE, errno.ENFILE):
+                raise StorageError(f"cannot hold {self.log_path} open for a fetch: {exc}") from exc
+        # Out of descriptors (a fetch over very many partitions): these bytes are copied instead.
+        return self.read(start_position, end_position)
 
     def find_by_timestamp(self, timestamp_ms: int, from_offset: int) -> tuple[int, int] | None:
         """(position, size) of the first batch at/after ``from_offset`` with max timestamp >= ``timestamp_ms``."""

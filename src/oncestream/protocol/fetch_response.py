@@ -3,16 +3,18 @@
 Why hand-written: kio's writer copies every record blob into one ``BytesIO``, and profiling the
 consume benchmark showed that copy plus its varint writer taking over a third of the broker's time.
 This encoder returns a list of buffers (small header pieces plus the record chunks exactly as
-read from the segment files), which the server hands to the transport with ``writelines``, so the
-records are never copied in Python. The field order follows the protocol guide's FetchResponse
-schema; tests compare its output byte for byte with kio's encoding of the same response.
+read from the segment files, or ranges of those files), which the server hands to the transport
+with ``writelines`` (the ranges with sendfile), so the records are never copied in Python. The
+field order follows the protocol guide's FetchResponse schema; tests compare its output byte for
+byte with kio's encoding of the same response.
 """
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+from collections.abc import Sequence, Sized
 from dataclasses import dataclass, field
+from typing import Any
 
 from oncestream.protocol.varint import encode_uvarint
 
@@ -36,7 +38,9 @@ class PartitionFetchResult:
     last_stable_offset: int
     log_start_offset: int
     aborted_transactions: list[tuple[int, int]] | None  # (producer_id, first_offset); None = null
-    chunks: Sequence[bytes | memoryview] = field(default_factory=list)
+    # Record sections in wire order: bytes, or ranges of segment files (anything with the byte
+    # length as len()) that the server sends with sendfile (broker/fetch_response_writer.py).
+    chunks: Sequence[Sized] = field(default_factory=list)
     size_bytes: int = 0
 
 
@@ -57,12 +61,13 @@ def encode_fetch_response(
     error_code: int = 0,
     session_id: int = 0,
     throttle_time_ms: int = 0,
-) -> list[bytes | memoryview]:
-    """Encode a whole Fetch response frame (size prefix and header included) as buffers."""
+) -> list[Any]:
+    """Encode a whole Fetch response frame (size prefix and header included) as buffers: bytes,
+    and each partition's chunks as given (bytes, or file ranges for the server to sendfile)."""
     if not MIN_VERSION <= version <= MAX_VERSION:
         raise ValueError(f"Fetch v{version} is not encoded here (v{MIN_VERSION}-v{MAX_VERSION})")
     flexible = version >= FLEXIBLE_FROM_VERSION
-    out: list[bytes | memoryview] = []
+    out: list[Any] = []
     head = bytearray(_I32.pack(correlation_id))
     if flexible:
         head += b"\x00"  # response header v1: no tagged fields

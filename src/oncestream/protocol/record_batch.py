@@ -165,12 +165,18 @@ def iter_batches(
         if header.batch_length < HEADER_SIZE_BYTES - LOG_OVERHEAD_BYTES or pos + size > total:
             raise CorruptRecordError("record batch length out of bounds")
         batch = view[pos : pos + size]
-        if verify_crc and compute_crc(batch) != header.crc:
-            raise CorruptRecordError("record batch CRC32C mismatch")
+        if verify_crc:
+            check_crc(header, batch)
         if header.record_count < 0 or header.last_offset_delta < 0:
             raise CorruptRecordError("negative record count or offset delta")
         yield header, batch
         pos += size
+
+
+def check_crc(header: BatchHeader, batch: bytes | bytearray | memoryview) -> None:
+    """CorruptRecordError unless ``batch`` (as split by ``iter_batches``) matches its header's CRC32C."""
+    if compute_crc(batch) != header.crc:
+        raise CorruptRecordError("record batch CRC32C mismatch")
 
 
 def patch_base_offset(batch: bytearray | memoryview, base_offset: int) -> None:

@@ -40,7 +40,9 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)  # ksql.utils imports telnetlib
     from ksql import KSQLAPI
 
-pytestmark = [pytest.mark.interop]
+from tests.support.cluster_kind import CLUSTER_LACKS_TRANSACTIONS, not_on_cluster
+
+pytestmark = [pytest.mark.interop, not_on_cluster(CLUSTER_LACKS_TRANSACTIONS)]
 
 ROOT = Path(__file__).resolve().parents[3]
 USER, PASSWORD = "ksql-admin", "s3cret pass:word"

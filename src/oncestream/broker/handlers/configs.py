@@ -28,6 +28,7 @@ from kio.schema.errors import ErrorCode
 from oncestream.broker import config_admin as admin
 from oncestream.broker import share_group_configs
 from oncestream.broker.authorize import Op, Res, authorize
+from oncestream.broker.cluster_security import refresh_dynamic_configs, store_dynamic_configs
 from oncestream.broker.disk_step import run_disk_step
 from oncestream.broker.dynamic_config import ConfigEntry
 from oncestream.broker.handlers.metadata import INTERNAL_TOPICS
@@ -83,6 +84,9 @@ async def _catalog_topics(state: BrokerState, resources: Any) -> CatalogTopics |
     names = [res.resource_name for res in resources if res.resource_type == RESOURCE_TOPIC and res.resource_name]
     try:
         found = await state.cluster.topics(names)
+        if any(res.resource_type in (RESOURCE_BROKER, RESOURCE_TOPIC) for res in resources):
+            async with state.dynamic_config_lock:  # the broker layers another broker may have changed
+                await refresh_dynamic_configs(state)
     except OnceStreamError as exc:
         return CatalogTopics({}, exc)
     return CatalogTopics({name: dict(meta.configs) for name, meta in found.items()})
@@ -232,6 +236,7 @@ async def _apply_topic_configs(state: BrokerState, name: str, overrides: dict[st
 async def _apply_broker_configs(state: BrokerState, resource_name: str,
                                 new_layer: Callable[[Mapping[str, str]], dict[str, str]], validate_only: bool) -> None:
     async with state.dynamic_config_lock:
+        await refresh_dynamic_configs(state)  # cluster mode: start from the catalog's layers
         current = state.dynamic_configs
         current.check_resource_name(resource_name)
         layer = current.validate_layer(resource_name, new_layer(current.layer(resource_name)))
@@ -244,6 +249,10 @@ async def _apply_broker_configs(state: BrokerState, resource_name: str,
         except OnceStreamError as exc:
             raise InvalidRequestError(str(exc)) from None
         check_broker_configs(updated.effective())  # log.local.retention.* (tiered storage)
+        if state.cluster is not None:  # the catalog's layer becomes exactly this, for every broker
+            await store_dynamic_configs(state, resource_name, layer)
+            state.apply_dynamic_configs(updated)
+            return
         await run_disk_step(
             state, lambda: updated.save(state.data_dir, state.disk_fsync),
             finish=lambda: state.apply_dynamic_configs(updated),

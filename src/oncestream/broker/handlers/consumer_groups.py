@@ -108,7 +108,7 @@ def handle_consumer_group_describe(
     described = {d.group_id: d for d in state.groups.coordinator.consumer_group_describe(
         permitted, state.now_ms(), mono_ms=state.mono_ms())}
     state.groups.complete([], wake_timers=False)
-    names = {info.topic_id: name for name, info in state.logs.topics().items()}
+    names = state.topic_names_by_id()
     want_ops = request.include_authorized_operations
 
     def assignment(a: Assignment) -> Any:

@@ -122,6 +122,7 @@ def _read_once(
                     upper_offset=upper,
                     min_one=(total == 0),
                     with_aborted=read_committed,
+                    zero_copy=True,  # file ranges: the server sendfiles them (broker/fetch_response_writer.py)
                 )
             except OffsetMovedToTieredStorageError as moved:
                 part = remote_part(state, t.topic, plog, moved, result, max_bytes=max_bytes, min_one=(total == 0),

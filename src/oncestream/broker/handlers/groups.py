@@ -257,6 +257,7 @@ async def handle_offset_commit(state: BrokerState, header: RequestHeader, reques
             for t, name in named))
     denied = {name: ErrorCode.topic_authorization_failed for _, name in named
               if name is not None and not authorize(state, Op.READ, Res.TOPIC, name)}
+    await state.learn_topics(name for _, name in named if name is not None)
     for t, name in named:
         if name is None:
             continue
@@ -315,7 +316,7 @@ class _FetchTopic:
 
 
 def _topic_names_by_id(state: BrokerState) -> dict[uuid.UUID, str]:
-    return {info.topic_id: name for name, info in state.logs.topics().items()}
+    return state.topic_names_by_id()
 
 
 def _request_topic_name(topic: Any, by_id: dict[uuid.UUID, str]) -> str | None:
@@ -515,6 +516,7 @@ async def handle_offset_delete(state: BrokerState, header: RequestHeader, reques
         return build(m.OffsetDeleteResponse, error_code=ErrorCode.group_authorization_failed, throttle_time=_ZERO,
                      topics=())
     readable = {t.name for t in request.topics if authorize(state, Op.READ, Res.TOPIC, t.name)}
+    await state.learn_topics(readable)
     partitions = tuple(
         TopicPartition(t.name, p.partition_index) for t in request.topics for p in t.partitions if t.name in readable
     )

@@ -54,6 +54,7 @@ async def handle(state: BrokerState, header: RequestHeader, request: ProduceRequ
         for part in topic.partition_data:
             answer: dict[str, Any] = {"index": part.index, "error_code": ErrorCode.none, "error_message": None,
                       "base_offset": -1, "log_start_offset": -1, "log_append_time": None}
+            split: list[tuple[BatchHeader, memoryview]] = []  # _check_batches' walk, handed to the log
             if acks not in _VALID_ACKS:
                 answer["error_code"] = ErrorCode.invalid_required_acks
             elif txn_denied:
@@ -63,7 +64,8 @@ async def handle(state: BrokerState, header: RequestHeader, request: ProduceRequ
             elif part.records is None:
                 answer["error_code"], answer["error_message"] = ErrorCode.invalid_record, "no records"
             elif (refusal := _check_batches(state, header, request.transactional_id, topic.name, part.index,
-                                            records := rewritten.get((topic.name, part.index), part.records))) is not None:
+                                            records := rewritten.get((topic.name, part.index), part.records),
+                                            split)) is not None:
                 answer["error_code"], answer["error_message"] = refusal
             else:
                 try:
@@ -74,7 +76,7 @@ async def handle(state: BrokerState, header: RequestHeader, request: ProduceRequ
                         raise OnceStreamError(
                             f"the in-sync replicas ({_IN_SYNC_REPLICAS}) are fewer than "
                             f"min.insync.replicas={plog.config.min_insync_replicas}", code=ErrorCode.not_enough_replicas)
-                    result = plog.append(records, now_ms)
+                    result = plog.append(records, now_ms, split=split)  # the batches walked once
                 except OnceStreamError as exc:
                     answer["error_code"], answer["error_message"] = exc.code, str(exc)
                 else:
@@ -138,7 +140,7 @@ async def _recompress_ahead(state: BrokerState, request: ProduceRequest) -> dict
 
 def _check_batches(
     state: BrokerState, header: RequestHeader, transactional_id: str | None, topic: str, partition: int,
-    records: bytes,
+    records: bytes, split: list[tuple[BatchHeader, memoryview]],
 ) -> tuple[ErrorCode, str | None] | None:
     """Refuse what must not reach the log; None when the partition's data may be appended.
 
@@ -146,11 +148,13 @@ def _check_batches(
     ProduceRequest rule applies: from v3 on (all we serve) a partition's data is exactly one
     record batch. Checking only the first header let a plain batch carry a transactional one
     past the coordinator and open a transaction that nobody would ever close, freezing the LSO
-    for every read_committed reader. The CRC is checked later, by the log."""
+    for every read_committed reader. The CRC is checked later, by the log, on the (header, batch)
+    pairs this walk leaves in ``split`` (one walk per batch: the log does not split them again)."""
     try:
-        headers = [batch_header for batch_header, _ in iter_batches(records, verify_crc=False)]
+        split.extend(iter_batches(records, verify_crc=False))
     except OnceStreamError as exc:
         return exc.code, str(exc)
+    headers = [batch_header for batch_header, _ in split]
     if len(headers) == 1 or header.api_version < 12:
         # v12 adds the partition to the transaction as a side effect: only for a valid request.
         for batch_header in headers:

@@ -2,7 +2,8 @@
 
 Upsertions carry the salt and SaltedPassword (the client runs PBKDF2); the broker derives and
 stores StoredKey and ServerKey only. Every accepted change is in the durable store
-(``broker/sasl/credentials.py``) before it is acknowledged.
+(``broker/sasl/credentials.py``; in cluster mode PostgreSQL's, cluster/pg/scram.py, written
+without blocking the event loop) before it is acknowledged.
 
 With an authorizer, describing needs DESCRIBE and altering ALTER on the CLUSTER resource (as
 Kafka's handlers); a refused request answers CLUSTER_AUTHORIZATION_FAILED for every user named.
@@ -26,6 +27,8 @@ from oncestream.broker.sasl.scram import (
     credential_from_salted_password,
 )
 from oncestream.broker.state import BrokerState
+from oncestream.cluster.pg.errors import MetadataStoreError
+from oncestream.cluster.pg.scram import PgScramCredentialStore
 from oncestream.protocol.api_keys import ALTER_USER_SCRAM_CREDENTIALS, DESCRIBE_USER_SCRAM_CREDENTIALS
 from oncestream.protocol.codec import RequestHeader, build
 from oncestream.protocol.schemas import response_module
@@ -87,7 +90,7 @@ def _user_error(state: BrokerState, user: str, entries: list[Any]) -> tuple[Erro
     return None
 
 
-def handle_alter(state: BrokerState, header: RequestHeader, request: AlterUserScramCredentialsRequest) -> object:
+async def handle_alter(state: BrokerState, header: RequestHeader, request: AlterUserScramCredentialsRequest) -> object:
     m = response_module(ALTER_USER_SCRAM_CREDENTIALS, header.api_version)
     by_user: dict[str, list[Any]] = {}
     for d in request.deletions:
@@ -114,9 +117,13 @@ def handle_alter(state: BrokerState, header: RequestHeader, request: AlterUserSc
                 upserts.append((user, mechanism.name, credential_from_salted_password(
                     mechanism, bytes(entry.salted_password), bytes(entry.salt), int(entry.iterations))))
     if upserts or deletions:
+        store = state.scram_store
         try:
-            state.scram_store.apply(upserts, deletions)
-        except OSError as exc:
+            if isinstance(store, PgScramCredentialStore):  # cluster mode: without blocking the loop
+                await store.apply_async(upserts, deletions)
+            else:
+                store.apply(upserts, deletions)
+        except (OSError, MetadataStoreError) as exc:
             for user in {*(u for u, _, _ in upserts), *(u for u, _ in deletions)}:
                 errors[user] = (ErrorCode.kafka_storage_error, f"credential store not written: {exc}")
     results = tuple(

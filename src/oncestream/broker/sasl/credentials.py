@@ -18,6 +18,7 @@ import json
 from pathlib import Path
 
 from oncestream.broker.sasl.scram import MECHANISMS, ScramCredential
+from oncestream.cluster.pg.scram import PgScramCredentialStore
 from oncestream.durable_files import write_file_atomically
 from oncestream.errors import StorageError
 
@@ -88,3 +89,9 @@ class ScramCredentialStore:
             for user, mechs in sorted(users.items())}}
         self.path.parent.mkdir(parents=True, exist_ok=True)
         write_file_atomically(self.path, json.dumps(doc, indent=1).encode())
+
+
+# The credentials a broker authenticates SCRAM against: this file store (single broker), or the
+# cluster's table in PostgreSQL (cluster/pg/scram.py; broker/cluster_security.py), which has the
+# same ``get``, ``users`` and ``apply``.
+ScramCredentials = ScramCredentialStore | PgScramCredentialStore[ScramCredential]

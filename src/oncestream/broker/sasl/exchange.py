@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from oncestream.broker.connection_context import ConnectionSession
-from oncestream.broker.sasl.credentials import ScramCredentialStore
+from oncestream.broker.sasl.credentials import ScramCredentials, ScramCredentialStore
 from oncestream.broker.sasl.errors import (
     IllegalSaslStateError,
     SaslAuthenticationError,
@@ -53,13 +53,13 @@ class SaslSettings:
 
     enabled_mechanisms: tuple[str, ...]
     plain: PlainAuthenticator
-    scram_store: ScramCredentialStore
+    scram_store: ScramCredentials
     max_reauth_ms: int = 0
     failed_auth_delay_ms: int = DEFAULT_FAILED_AUTH_DELAY_MS
 
     @classmethod
     def from_properties(cls, data_dir: Path, listener: str, props: dict[str, str],
-                        scram_store: ScramCredentialStore | None = None) -> SaslSettings:
+                        scram_store: ScramCredentials | None = None) -> SaslSettings:
         """Read ``sasl.enabled.mechanisms`` (default: PLAIN and both SCRAMs; Kafka's GSSAPI
         default is not offered here), the PLAIN users of
         ``listener.name.<l>.plain.sasl.jaas.config``, ``connections.max.reauth.ms`` and

@@ -72,11 +72,17 @@ async def consolidation_status(metadata: MetadataStore, *, limit: int = 100) -> 
     """Consolidation lag (the ``limit`` partitions lagging most) and object counts by state."""
     async def read(conn: Conn) -> ConsolidationStatus:
         await begin_snapshot(conn)
-        cursor = await conn.execute(_LAG, {"limit": limit})
-        lagging = tuple(PartitionLag(row[0], str(row[1]), int(row[2]), int(row[3]), int(row[4]),
-                                     None if row[5] is None else int(row[5])) for row in await cursor.fetchall())
-        cursor = await conn.execute(_OBJECTS)
-        objects = tuple(ObjectCount(str(r[0]), int(r[1]), int(r[2]), int(r[3])) for r in await cursor.fetchall())
-        return ConsolidationStatus(lagging, objects)
+        return await read_consolidation_status(conn, limit=limit)
 
     return await metadata.run(read)
+
+
+async def read_consolidation_status(conn: Conn, *, limit: int = 100) -> ConsolidationStatus:
+    """``consolidation_status`` inside a transaction the caller opened (``oncestream cluster
+    status`` reads it in its own read-only snapshot, without a MetadataStore)."""
+    cursor = await conn.execute(_LAG, {"limit": limit})
+    lagging = tuple(PartitionLag(row[0], str(row[1]), int(row[2]), int(row[3]), int(row[4]),
+                                 None if row[5] is None else int(row[5])) for row in await cursor.fetchall())
+    cursor = await conn.execute(_OBJECTS)
+    objects = tuple(ObjectCount(str(r[0]), int(r[1]), int(r[2]), int(r[3])) for r in await cursor.fetchall())
+    return ConsolidationStatus(lagging, objects)

@@ -199,9 +199,13 @@ class QueryRuntime:
             compiled = compile_query(self.spark, _query_of(analyzed, info.query), analyzed,
                                      self._read_settings(properties or {}))
             layout = layout_for(compiled.columns, sink.key_format, sink.value_format,
-                                value_delimiter=sink.value_delimiter, window=compiled.window)
+                                value_delimiter=sink.value_delimiter, window=compiled.window, topic=sink.topic)
             if compiled.window is None and sink.window is not None:
                 layout = layout_of(sink)
+            # ksqlDB registers a C*AS sink's schemas when the query starts, not at its first record.
+            for codec in (layout.key_codec, layout.value_codec):
+                if codec is not None:
+                    codec.writer_id()
             options = kafka_options(self.settings.bootstrap_servers, self.settings.client_properties)
             options["topic"] = sink.topic
             options["kafka.transactional.id"] = transactional_prefix(self.settings, query_id)

@@ -37,10 +37,11 @@ import datetime as dt
 import json
 import struct
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
+from oncestream.sql.engine.serde_registry import FrameCodec, codec_for, get_ci, strip_frame
 from oncestream.sql.errors import KsqlError
 from oncestream.sql.language.catalog import Column, Format, SourceInfo
 from oncestream.sql.language.sql_ast import WindowKind, WindowSpec
@@ -74,6 +75,9 @@ class RecordLayout:
     value_delimiter: str = ","
     window: WindowKind | None = None
     window_size_ms: int | None = None
+    # AVRO / JSON_SR: the registry side of each format (None for the other formats)
+    key_codec: FrameCodec | None = field(default=None, compare=False)
+    value_codec: FrameCodec | None = field(default=None, compare=False)
 
     # -- Python form ------------------------------------------------------------------------
 
@@ -81,7 +85,8 @@ class RecordLayout:
         """The record key of ``row`` (None for KEY_FORMAT NONE or a source without key)."""
         if self.key_format is Format.NONE or not self.key_columns:
             return None
-        data = _encode(self.key_format, self.key_columns, row, self.value_delimiter, single_unwrapped=True)
+        data = _encode(self.key_format, self.key_columns, row, self.value_delimiter, single_unwrapped=True,
+                       codec=self.key_codec)
         if data is None:
             return None
         if self.window is None:
@@ -96,7 +101,8 @@ class RecordLayout:
         """The record value of ``row``; None (a tombstone) when ``row`` is None."""
         if row is None:
             return None
-        return _encode(self.value_format, self.value_columns, row, self.value_delimiter, single_unwrapped=False)
+        return _encode(self.value_format, self.value_columns, row, self.value_delimiter, single_unwrapped=False,
+                       codec=self.value_codec)
 
     def decode_key(self, data: bytes | None) -> tuple[dict[str, Any], Window | None]:
         """Key columns (and the window of a windowed key) of a record key."""
@@ -114,39 +120,78 @@ class RecordLayout:
                     raise SerdeError("a time-windowed key has fewer than 8 bytes")
                 (start,) = struct.unpack(">q", data[-8:])
                 data, window = data[:-8], Window(start, start + (self.window_size_ms or 0))
-        values = _decode(self.key_format, self.key_columns, data, self.value_delimiter, single_unwrapped=True)
+        values = _decode(self.key_format, self.key_columns, data, self.value_delimiter, single_unwrapped=True,
+                         codec=self.key_codec)
         return ({c.name: None for c in self.key_columns} if values is None else values), window
 
     def decode_value(self, data: bytes | None) -> dict[str, Any] | None:
         """Value columns of a record value; None for a tombstone."""
-        return _decode(self.value_format, self.value_columns, data, self.value_delimiter, single_unwrapped=False)
+        return _decode(self.value_format, self.value_columns, data, self.value_delimiter, single_unwrapped=False,
+                       codec=self.value_codec)
 
 
-def layout_of(source: SourceInfo) -> RecordLayout:
-    """The record layout of a metastore source."""
+class _RegistryHolder:
+    """The Schema Registry client of this process (``ksql.schema.registry.url``), set once by the
+    server at start (``use_registry``); layouts of AVRO/JSON_SR sources capture it."""
+
+    client: Any = None
+
+
+def use_registry(client: Any) -> None:
+    """Make ``client`` (a ``spark.schema_registry_client.RegistryClient`` or None) the registry of new layouts."""
+    _RegistryHolder.client = client
+
+
+def current_registry() -> Any:
+    """The registry ``use_registry`` set (None when the server has none)."""
+    return _RegistryHolder.client
+
+
+def layout_of(source: SourceInfo, registry: Any = None) -> RecordLayout:
+    """The record layout of a metastore source (``registry``: default the process's)."""
     window = source.window
+    registry = registry if registry is not None else _RegistryHolder.client
     return RecordLayout(key_format=source.key_format, value_format=source.value_format,
                         key_columns=source.key_columns, value_columns=source.value_columns,
                         value_delimiter=source.value_delimiter or ",",
                         window=window.kind if window else None,
-                        window_size_ms=window.size_ms if window else None)
+                        window_size_ms=window.size_ms if window else None,
+                        key_codec=codec_for(source.key_format.value, source.key_columns, source.topic, registry,
+                                            key=True, schema_id=source.key_schema_id),
+                        value_codec=codec_for(source.value_format.value, source.value_columns, source.topic, registry,
+                                              key=False, schema_id=source.value_schema_id))
 
 
 def layout_for(columns: Sequence[Column], key_format: Format, value_format: Format, *,
-               value_delimiter: str = ",", window: WindowSpec | None = None) -> RecordLayout:
-    """The layout of a query's output: ``columns`` as the analyzer computed them."""
-    return RecordLayout(key_format=key_format, value_format=value_format,
-                        key_columns=tuple(c for c in columns if c.is_key),
-                        value_columns=tuple(c for c in columns if not c.is_key),
+               value_delimiter: str = ",", window: WindowSpec | None = None, topic: str | None = None,
+               registry: Any = None) -> RecordLayout:
+    """The layout of a query's output: ``columns`` as the analyzer computed them (``topic``
+    names the registry subjects of AVRO/JSON_SR)."""
+    registry = registry if registry is not None else _RegistryHolder.client
+    keys = tuple(c for c in columns if c.is_key)
+    values = tuple(c for c in columns if not c.is_key)
+    return RecordLayout(key_format=key_format, value_format=value_format, key_columns=keys, value_columns=values,
                         value_delimiter=value_delimiter, window=window.kind if window else None,
-                        window_size_ms=window.size_ms if window else None)
+                        window_size_ms=window.size_ms if window else None,
+                        key_codec=codec_for(key_format.value, keys, topic, registry, key=True, schema_id=None),
+                        value_codec=codec_for(value_format.value, values, topic, registry, key=False, schema_id=None))
 
 
 # -- Python: one format ----------------------------------------------------------------------
 
 
 def _encode(fmt: Format, columns: Sequence[Column], row: Mapping[str, Any], delimiter: str, *,
-            single_unwrapped: bool) -> bytes | None:
+            single_unwrapped: bool, codec: FrameCodec | None = None) -> bytes | None:
+    if fmt is Format.AVRO and codec is not None:
+        if single_unwrapped and len(columns) == 1 and row.get(columns[0].name) is None:
+            return None
+        try:
+            return codec.encode_avro(row)
+        except (TypeError, ValueError, ArithmeticError) as e:
+            raise SerdeError(f"cannot write the row as AVRO: {e}") from None
+    if fmt is Format.JSON_SR and codec is not None:
+        body = _encode(Format.JSON, columns, row, delimiter, single_unwrapped=single_unwrapped)
+        return None if body is None else codec.encode_json(body)
     if fmt is Format.JSON:
         if single_unwrapped and len(columns) == 1:
             value = row.get(columns[0].name)
@@ -163,10 +208,21 @@ def _encode(fmt: Format, columns: Sequence[Column], row: Mapping[str, Any], deli
 
 
 def _decode(fmt: Format, columns: Sequence[Column], data: bytes | None, delimiter: str, *,
-            single_unwrapped: bool) -> dict[str, Any] | None:
+            single_unwrapped: bool, codec: FrameCodec | None = None) -> dict[str, Any] | None:
     if data is None:
         return None
+    if fmt in (Format.AVRO, Format.JSON_SR) and codec is not None:
+        try:
+            if fmt is Format.AVRO:
+                return codec.decode_avro(data)
+            data = codec.check_json_id(data)
+        except KsqlError as e:     # an unknown schema id, no framing: the record is bad
+            raise SerdeError(f"Failed to deserialize {fmt.value} record: {e}") from None
+        except Exception as e:  # noqa: BLE001 - whatever fastavro raises on bad bytes, the record is bad
+            raise SerdeError(f"Failed to deserialize {fmt.value} record: {type(e).__name__}: {e}") from None
+        fmt = Format.JSON
     if fmt is Format.JSON:
+        data = strip_frame(data)
         try:
             parsed = json.loads(data, parse_float=Decimal)
         except ValueError as e:
@@ -190,6 +246,18 @@ def _decode(fmt: Format, columns: Sequence[Column], data: bytes | None, delimite
         column = _single(columns, "KAFKA")
         return {column.name: kafka_decode(data, column.type)}
     raise SerdeError(f"format {fmt.value} holds no columns")
+
+
+def decode_columns(fmt: Format, columns: Sequence[Column], data: bytes | None, *, codec: FrameCodec | None,
+                   single_unwrapped: bool, delimiter: str = ",") -> dict[str, Any] | None:
+    """One side's columns read from ``data`` in ``fmt`` (the Spark UDFs of the registry formats)."""
+    return _decode(fmt, columns, data, delimiter, single_unwrapped=single_unwrapped, codec=codec)
+
+
+def encode_columns(fmt: Format, columns: Sequence[Column], row: Mapping[str, Any], *, codec: FrameCodec | None,
+                   single_unwrapped: bool, delimiter: str = ",") -> bytes | None:
+    """One side's bytes of ``row`` in ``fmt`` (the Spark UDFs of the registry formats)."""
+    return _encode(fmt, columns, row, delimiter, single_unwrapped=single_unwrapped, codec=codec)
 
 
 def _single(columns: Sequence[Column], fmt: str) -> Column:
@@ -245,15 +313,8 @@ def to_json_wire(value: Any, t: SqlType) -> Any:
     if b is BaseType.MAP and t.element is not None:
         return {str(k): to_json_wire(v, t.element) for k, v in value.items()}
     if b is BaseType.STRUCT:
-        return {f.name: to_json_wire(_get_ci(value, f.name), f.type) for f in t.fields}
+        return {f.name: to_json_wire(get_ci(value, f.name), f.type) for f in t.fields}
     raise SerdeError(f"cannot write {t.ksql_name} as JSON")
-
-
-def _get_ci(value: Mapping[str, Any], name: str) -> Any:
-    if name in value:
-        return value[name]
-    upper = name.upper()
-    return next((v for k, v in value.items() if str(k).upper() == upper), None)
 
 
 def from_json_wire(raw: Any, t: SqlType) -> Any:
@@ -279,7 +340,7 @@ def from_json_wire(raw: Any, t: SqlType) -> Any:
         if b is BaseType.MAP and t.element is not None:
             return {k: from_json_wire(v, t.element) for k, v in raw.items()}
         if b is BaseType.STRUCT:
-            return {f.name: from_json_wire(_get_ci(raw, f.name), f.type) for f in t.fields}
+            return {f.name: from_json_wire(get_ci(raw, f.name), f.type) for f in t.fields}
     except (TypeError, ValueError, ArithmeticError, AttributeError) as e:
         raise SerdeError(f"cannot read {raw!r} as {t.ksql_name}: {e}") from None
     raise SerdeError(f"cannot read {t.ksql_name} from JSON")

@@ -23,6 +23,8 @@ class Format(Enum):
     DELIMITED = "DELIMITED"
     KAFKA = "KAFKA"
     NONE = "NONE"
+    AVRO = "AVRO"          # framed Avro, schema in the Schema Registry
+    JSON_SR = "JSON_SR"    # framed JSON, JSON Schema in the Schema Registry (JSON reads it too)
 
 
 class Namespace(Enum):
@@ -70,6 +72,8 @@ class SourceInfo:
     window: WindowSpec | None = None        # windowed table/stream (the key carries the window)
     read_only: bool = False                 # CREATE SOURCE STREAM|TABLE
     created_by: str | None = None           # id of the persistent query writing it (C*AS)
+    key_schema_id: int | None = None        # AVRO/JSON_SR: WITH (KEY_SCHEMA_ID=...) or the id inferred from
+    value_schema_id: int | None = None      # VALUE_SCHEMA_ID (records are written with that schema)
 
     @property
     def key_columns(self) -> tuple[Column, ...]:

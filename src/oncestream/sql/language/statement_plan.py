@@ -23,11 +23,23 @@ from oncestream.sql.language import catalog, sql_ast
 from oncestream.sql.language.analyzer import AnalyzedQuery, analyze_query
 from oncestream.sql.language.analyzer_expr import column_ref, no_map_key
 from oncestream.sql.language.catalog import Column, Format, Namespace, QueryInfo, SourceInfo
+from oncestream.sql.language.schema_mapping import columns_of
 from oncestream.sql.language.sql_ast import SourceKind, WindowKind, WindowSpec
 from oncestream.sql.language.types import BaseType, SqlType
 
 RESERVED_COLUMNS = (catalog.ROWTIME, catalog.ROWPARTITION, catalog.ROWOFFSET, catalog.WINDOWSTART, catalog.WINDOWEND)
 SUPPORTED_FORMATS = {f.value: f for f in Format}
+REGISTRY_FORMATS = (Format.AVRO, Format.JSON_SR)
+_SCHEMA_TYPE = {Format.AVRO: "AVRO", Format.JSON_SR: "JSON"}
+
+
+class SchemaLookup(Protocol):
+    """The Schema Registry as the planner reads it when validating (``RegistryClient`` is one):
+    answers have ``schema_id``, ``schema_type`` and ``schema``."""
+
+    def latest(self, subject: str) -> Any: ...
+
+    def by_id(self, schema_id: int) -> Any: ...
 
 
 class CatalogView(Protocol):
@@ -59,7 +71,8 @@ def _fmt(value: Any, which: str) -> Format:
     text = str(value).upper()
     fmt = SUPPORTED_FORMATS.get(text)
     if fmt is None:
-        raise StatementError(f"{which} '{text}' is not supported: supported formats are JSON, DELIMITED, KAFKA and NONE.")
+        raise StatementError(f"{which} '{text}' is not supported: supported formats are JSON, JSON_SR, AVRO, DELIMITED, "
+                             "KAFKA and NONE.")
     return fmt
 
 
@@ -223,9 +236,43 @@ class StatementPlan:
 class StatementPlanner:
     """Plans statements against one state of the catalog (build one per statement)."""
 
-    def __init__(self, catalog_view: CatalogView) -> None:
+    def __init__(self, catalog_view: CatalogView, schemas: SchemaLookup | None = None) -> None:
         self._catalog = catalog_view
         self._sources = catalog_view.source_map()
+        self._schemas = schemas
+
+    def _registry_schema(self, fmt: Format, topic: str, props: Mapping[str, Any], key: bool,
+                         plan: Mapping[str, Any] | None, recorded: dict[str, Any]) -> dict[str, Any] | None:
+        """The registry schema a CREATE without columns reads its columns from: recorded in the
+        command's plan when applying (so every node builds the same columns), else looked up
+        (``<topic>-key``/``-value``'s latest, or ``KEY_SCHEMA_ID``/``VALUE_SCHEMA_ID``)."""
+        side = "keySchema" if key else "valueSchema"
+        if plan is not None:
+            found = plan.get(side)
+            if not isinstance(found, Mapping):
+                return None
+            recorded[side] = dict(found)
+            return dict(found)
+        schema_id = _int_prop(props, "KEY_SCHEMA_ID" if key else "VALUE_SCHEMA_ID")
+        subject = f"{topic}-{'key' if key else 'value'}"
+        if self._schemas is None:
+            raise StatementError(f"Schema Registry is not configured ('ksql.schema.registry.url'): cannot read the "
+                                 f"{'key' if key else 'value'} columns of {fmt.value} from subject '{subject}'.")
+        try:
+            got = self._schemas.by_id(schema_id) if schema_id is not None else self._schemas.latest(subject)
+        except Exception as e:  # noqa: BLE001 - the registry's refusal or absence, in the statement's error
+            raise StatementError(f"Could not read the schema of subject '{subject}' from the Schema Registry: {e}") from None
+        if got is None:
+            if key:
+                return None
+            raise StatementError(f"Schema for message values on topic '{topic}' does not exist in the Schema Registry."
+                                 f"\nSubject: {subject}")
+        if got.schema_type != _SCHEMA_TYPE[fmt]:
+            raise StatementError(f"Format '{fmt.value}' cannot read schema id {got.schema_id}: it is a "
+                                 f"{got.schema_type} schema.")
+        entry = {"id": int(got.schema_id), "type": str(got.schema_type), "schema": str(got.schema)}
+        recorded[side] = entry
+        return entry
 
     def plan(self, stmt: sql_ast.Statement, topics: Mapping[str, int] | None,
              plan: Mapping[str, Any] | None) -> StatementPlan:
@@ -348,10 +395,30 @@ class StatementPlanner:
             raise StatementError("Statement is missing the 'VALUE_FORMAT' property from the WITH clause. Either provide one or "
                                  "set a default via the 'ksql.persistence.default.format.value' config.")
         value_format = _fmt(value_raw, "VALUE_FORMAT")
-        if not stmt.columns:
+        key_raw = _prop(props, "KEY_FORMAT") or fmt
+        # ksqlDB's default key format (ksql.persistence.default.format.key) is KAFKA, with or without key columns
+        key_format = _fmt(key_raw, "KEY_FORMAT") if key_raw is not None else Format.KAFKA
+        recorded: dict[str, Any] = {}
+        declared = list(stmt.columns)
+        inferred: list[Column] = []
+        key_schema_id = value_schema_id = None
+        if key_format in REGISTRY_FORMATS and not any(cd.key or cd.primary_key for cd in declared):
+            entry = self._registry_schema(key_format, topic, props, True, plan, recorded)
+            if entry is not None:
+                key_schema_id = entry["id"] if _prop(props, "KEY_SCHEMA_ID") is not None else None
+                inferred += [Column(n, t, Namespace.KEY) for n, t in columns_of(entry["type"], entry["schema"], key=True)]
+        if value_format in REGISTRY_FORMATS and not any(not (cd.key or cd.primary_key) for cd in declared):
+            entry = self._registry_schema(value_format, topic, props, False, plan, recorded)
+            if entry is not None:
+                value_schema_id = entry["id"] if _prop(props, "VALUE_SCHEMA_ID") is not None else None
+                inferred += [Column(n, t, Namespace.VALUE) for n, t in columns_of(entry["type"], entry["schema"], key=False)]
+        if not stmt.columns and not inferred:
             raise StatementError("The statement does not define any columns.")
         seen: set[str] = set()
         columns: list[Column] = []
+        for c in inferred:
+            seen.add(c.name)
+            columns.append(c)
         for cd in stmt.columns:
             if cd.name in RESERVED_COLUMNS:
                 raise StatementError(f"'{cd.name}' is a reserved column name. You cannot use it as a name for a column.")
@@ -373,9 +440,6 @@ class StatementPlanner:
             no_map_key(column_ref(k.name, None, k.type))
         if stmt.kind is SourceKind.TABLE and not keys:
             raise StatementError("Tables require a PRIMARY KEY. Please define the PRIMARY KEY.")
-        key_raw = _prop(props, "KEY_FORMAT") or fmt
-        # ksqlDB's default key format (ksql.persistence.default.format.key) is KAFKA, with or without key columns
-        key_format = _fmt(key_raw, "KEY_FORMAT") if key_raw is not None else Format.KAFKA
         _check_kafka_format(key_format, keys, "KEY_FORMAT")
         _check_kafka_format(value_format, tuple(c for c in ordered if not c.is_key), "VALUE_FORMAT")
         ts_col, ts_fmt = _timestamp_column(props, ordered)
@@ -389,11 +453,12 @@ class StatementPlanner:
         source = SourceInfo(
             name=stmt.name, kind=stmt.kind, topic=topic, key_format=key_format, value_format=value_format, columns=ordered,
             statement=stmt.text, partitions=n, replicas=replicas or 1, timestamp_column=ts_col, timestamp_format=ts_fmt,
-            value_delimiter=_delimiter(props, value_format), window=window, read_only=stmt.read_only)
+            value_delimiter=_delimiter(props, value_format), window=window, read_only=stmt.read_only,
+            key_schema_id=key_schema_id, value_schema_id=value_schema_id)
         if existing is not None:
             self._check_replace(existing, source)
-        return StatementPlan(stmt, {"topic": topic, "partitions": n, "replicas": replicas or 1, "createTopic": create},
-                     source=source, replace=existing)
+        return StatementPlan(stmt, {"topic": topic, "partitions": n, "replicas": replicas or 1, "createTopic": create,
+                                    **recorded}, source=source, replace=existing)
 
     @staticmethod
     def _check_replace(existing: SourceInfo, new: SourceInfo) -> None:

@@ -28,7 +28,7 @@ from oncestream.sql.language.analyzer import AnalyzedQuery
 from oncestream.sql.language.catalog import QueryInfo, SourceInfo
 from oncestream.sql.language.parser import parse
 from oncestream.sql.language.sql_ast import SourceKind
-from oncestream.sql.language.statement_plan import StatementPlan, StatementPlanner
+from oncestream.sql.language.statement_plan import SchemaLookup, StatementPlan, StatementPlanner
 from oncestream.sql.language.types import SqlType
 from oncestream.sql.server.commands import Command, command_id, goes_to_command_topic
 
@@ -193,16 +193,17 @@ class Metastore:
     # -- validate ------------------------------------------------------------------------------
 
     def validate(self, stmt: sql_ast.Statement, properties: Mapping[str, Any] | None = None,
-                 topics: Mapping[str, int] | None = None) -> Command:
+                 topics: Mapping[str, int] | None = None, schemas: SchemaLookup | None = None) -> Command:
         """The command for ``stmt`` (raises ``StatementError``; never mutates). ``properties``
         are the request's streamsProperties; ``topics`` the existing Kafka topics with their
-        partition counts (None: do not check topic existence)."""
+        partition counts (None: do not check topic existence); ``schemas`` the Schema Registry that
+        CREATE without columns reads AVRO/JSON_SR columns from (recorded in the command's plan)."""
         if not goes_to_command_topic(stmt):
             raise StatementError(f"{type(stmt).__name__} statements are answered locally, not through the command topic.",
                                  statement_text=stmt.text)
         props = dict(properties or {})
         try:
-            planned = StatementPlanner(self).plan(stmt, topics, None)
+            planned = StatementPlanner(self, schemas).plan(stmt, topics, None)
         except StatementError as e:
             if e.statement_text is None:
                 e.statement_text = stmt.text

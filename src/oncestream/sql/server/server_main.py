@@ -13,6 +13,8 @@ replay, query placement) and the REST API (HTTP/1.1 and h2c on one port). ``--co
 - ``checkpoint.root`` (any Hadoop filesystem URL every node reaches, needed for failover; default
   ``<state dir>/checkpoints``);
 - ``spark.*`` properties for the SparkSession;
+- ``ksql.schema.registry.url`` (and ``ksql.schema.registry.basic.auth.user.info``): the Schema
+  Registry of the AVRO and JSON_SR formats (spark/schema_registry_client.py);
 - ``ksql.spark.start=lazy`` to start Spark only when a query first needs it (default ``eager``);
 - the node's own settings (``ksql.command.timeout.ms``, ``ksql.query.assignment.session.timeout.ms``,
   ``ksql.query.assignment.heartbeat.interval.ms``, ``ksql.query.assignment.instance.id`` (the
@@ -64,6 +66,8 @@ from typing import TYPE_CHECKING, Any
 
 from oncestream.client import KafkaException
 from oncestream.process_shutdown import STOP_SIGNALS, ShutdownBound, install_stop_signals, shutdown_timeout_ms
+from oncestream.spark.schema_registry_client import RegistryClient
+from oncestream.sql.engine.serde import use_registry
 from oncestream.sql.engine.two_phase_check import two_phase_commit_refusal
 from oncestream.sql.errors import KsqlError
 from oncestream.sql.server.command_topic import WriteStepObserver
@@ -394,6 +398,7 @@ def run(args: argparse.Namespace, *, write_steps: WriteStepObserver | None = Non
     state_dir.mkdir(parents=True, exist_ok=True)
     checkpoint_root = props.get("checkpoint.root") or str(state_dir / "checkpoints")
     clients = client_properties(props)
+    use_registry(RegistryClient.from_properties(dict(props)))
     try:
         instance_id = node_instance_id(props, state_dir)
     except (NodeIdentityError, OSError) as exc:

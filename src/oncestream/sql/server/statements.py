@@ -17,6 +17,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from oncestream.client import Admin, KafkaException, NewTopic
+from oncestream.sql.engine.serde import current_registry
 from oncestream.sql.errors import COMMAND_QUEUE_CATCHUP_TIMEOUT, QUERY_ENDPOINT, DegradedError, KsqlError, StatementError
 from oncestream.sql.language import sql_ast
 from oncestream.sql.language.parser import PendingStatement, parse_request
@@ -113,7 +114,7 @@ class StatementExecutor:
             raise DegradedError(f"The server is not accepting statements: {degraded}", statement_text=statement.text)
 
         def prepare(snapshot: Metastore) -> PreparedCommand:
-            command = snapshot.validate(statement, properties, _TopicLookup(self._context.admin))
+            command = snapshot.validate(statement, properties, _TopicLookup(self._context.admin), current_registry())
             key, value = commands.encode(command)
             before, after = self._topic_actions(statement, command, snapshot)
             return PreparedCommand(key, value, before, after)

@@ -8,6 +8,7 @@ IEEE-754 bits and goes through a vectorized (Arrow) UDF built on ``serde.kafka_e
 
 from __future__ import annotations
 
+import functools
 import struct
 from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
@@ -17,13 +18,17 @@ from pyspark.sql import Column as SparkColumn
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from oncestream.sql.engine.serde import RecordLayout, SerdeError
+from oncestream.spark.registry_formats import plain_value
+from oncestream.sql.engine.serde import RecordLayout, SerdeError, decode_columns, encode_columns
 from oncestream.sql.language.catalog import Column, Format
 from oncestream.sql.language.sql_ast import WindowKind
 from oncestream.sql.language.types import BaseType, SqlType
 
 # Internal column marking a record whose value is null (a table's tombstone).
 TOMBSTONE = "__TOMBSTONE"
+# Internal column marking a record a registry format could not read (it went to the processing
+# log; the source drops it, as ksqlDB does). Only layouts with AVRO/JSON_SR have it.
+UNREADABLE = "__UNREADABLE"
 WINDOW_START = "WINDOWSTART"
 WINDOW_END = "WINDOWEND"
 
@@ -62,21 +67,22 @@ def spark_type(t: SqlType) -> T.DataType:
     raise SerdeError(f"type {t.ksql_name} has no Spark equivalent")
 
 
-def _wire_type(t: SqlType) -> T.DataType:
-    """The Spark type of a column as JSON/CSV hold it (TIMESTAMP epoch ms, BYTES base64...)."""
+def _wire_type(t: SqlType, bytes_type: T.DataType | None = None) -> T.DataType:
+    """The Spark type of a column as JSON/CSV hold it (TIMESTAMP epoch ms, DATE epoch days, BYTES
+    base64 text), or with ``bytes_type=BinaryType()`` as the registry UDFs hold it (BYTES as is)."""
     b = t.base
     if b is BaseType.TIMESTAMP:
         return T.LongType()
     if b is BaseType.DATE:
         return T.IntegerType()
     if b is BaseType.BYTES:
-        return T.StringType()
+        return bytes_type or T.StringType()
     if b is BaseType.ARRAY and t.element is not None:
-        return T.ArrayType(_wire_type(t.element))
+        return T.ArrayType(_wire_type(t.element, bytes_type))
     if b is BaseType.MAP and t.element is not None:
-        return T.MapType(T.StringType(), _wire_type(t.element))
+        return T.MapType(T.StringType(), _wire_type(t.element, bytes_type))
     if b is BaseType.STRUCT:
-        return T.StructType([T.StructField(f.name, _wire_type(f.type)) for f in t.fields])
+        return T.StructType([T.StructField(f.name, _wire_type(f.type, bytes_type)) for f in t.fields])
     return spark_type(t)
 
 
@@ -206,6 +212,60 @@ def _kafka_decode(col: SparkColumn, t: SqlType) -> SparkColumn:
     raise SerdeError(f"The 'KAFKA' format does not support type '{b.value}'")
 
 
+# -- AVRO and JSON_SR (the registry formats): Python UDFs over serde_registry ---------------------
+
+# Inside the UDFs a TIMESTAMP is epoch ms and a DATE epoch days (serde's Python values), converted
+# in the JVM: a Python datetime from Spark is in the session's zone, epoch ms has none.
+_TO_EPOCH: dict[BaseType, Callable[[SparkColumn], SparkColumn]] = {
+    BaseType.TIMESTAMP: F.unix_millis, BaseType.DATE: F.unix_date, BaseType.BYTES: lambda c: c,
+}
+_FROM_EPOCH: dict[BaseType, Callable[[SparkColumn], SparkColumn]] = {
+    BaseType.TIMESTAMP: F.timestamp_millis, BaseType.DATE: F.date_from_unix_date, BaseType.BYTES: lambda c: c,
+}
+
+
+def _registry_decode(layout: RecordLayout, columns: Sequence[Column], data: SparkColumn, *, key: bool) -> list[SparkColumn]:
+    # The Python form decodes; a record it cannot read (unknown schema id, bad bytes) is logged to
+    # the processing log and read as nulls, as a JSON record Spark cannot parse is.
+    decoder = functools.partial(decode_columns, layout.key_format if key else layout.value_format, tuple(columns),
+                                codec=layout.key_codec if key else layout.value_codec, single_unwrapped=key)
+    schema = T.StructType([T.StructField(c.name, _wire_type(c.type, T.BinaryType())) for c in columns])
+
+    def decode(raw: Any) -> Any:
+        if raw is None:
+            return None
+        try:
+            return decoder(bytes(raw))
+        except SerdeError as e:
+            processing_log().warning("deserialization error: %s", e)
+            return None
+
+    decode.__annotations__ = {}   # plain Python UDF: no hints for PySpark to read as pandas ones
+    parsed = F.udf(decode, schema)(data)
+    marker = (data.isNotNull() & parsed.isNull()).alias(f"{UNREADABLE}_{'KEY' if key else 'VALUE'}")
+    return [*(_map_wire(parsed.getField(c.name), c.type, _FROM_EPOCH).alias(c.name) for c in columns), marker]
+
+
+def _registry_encode(layout: RecordLayout, columns: Sequence[Column], values: Mapping[str, SparkColumn], *,
+                     key: bool) -> SparkColumn:
+    encoder = functools.partial(encode_columns, layout.key_format if key else layout.value_format, tuple(columns),
+                                codec=layout.key_codec if key else layout.value_codec, single_unwrapped=key)
+
+    def encode(row: Any) -> Any:
+        return encoder(plain_value(row))
+
+    encode.__annotations__ = {}
+    fields = [_map_wire(values[c.name], c.type, _TO_EPOCH).alias(c.name) for c in columns]
+    return F.udf(encode, T.BinaryType())(F.struct(*fields))
+
+
+def processing_log() -> Any:
+    """ksqlDB's processing log (the logger ``processing``): records a query could not read."""
+    import logging
+
+    return logging.getLogger("processing")
+
+
 # -- one format over a binary column -------------------------------------------------------------
 
 
@@ -213,6 +273,8 @@ def _decode(fmt: Format, columns: Sequence[Column], data: SparkColumn, delimiter
             single_unwrapped: bool) -> list[SparkColumn]:
     names = [c.name for c in columns]
     if fmt is Format.JSON:
+        # ksqlDB's JSON reads JSON_SR records too: their framing (magic byte 0, 4-byte id) is cut off.
+        data = _strip_frame(data)
         text = data.cast("string")
         if single_unwrapped and len(columns) == 1:
             t = columns[0].type
@@ -245,6 +307,11 @@ def _decode(fmt: Format, columns: Sequence[Column], data: SparkColumn, delimiter
             raise SerdeError(f"The 'KAFKA' format only supports a single field. Got: {names}")
         return [_kafka_decode(data, columns[0].type).alias(names[0])]
     raise SerdeError(f"format {fmt.value} holds no columns")
+
+
+def _strip_frame(data: SparkColumn) -> SparkColumn:
+    framed = (F.length(data) >= 5) & (F.substring(data, 1, 1) == F.lit(bytearray(b"\x00")))
+    return F.when(framed, F.substring(data, 6, 1 << 30)).otherwise(data)
 
 
 def _ddl(schema: T.StructType) -> str:
@@ -282,8 +349,11 @@ def _encode(fmt: Format, columns: Sequence[Column], values: Mapping[str, SparkCo
 def decode_value(layout: RecordLayout, value: SparkColumn) -> list[SparkColumn]:
     """The value columns of ``layout`` read from a binary ``value`` column (each aliased to its
     name), plus ``__TOMBSTONE`` (true when the value is null)."""
-    cols = _decode(layout.value_format, layout.value_columns, value, layout.value_delimiter,
-                   single_unwrapped=False) if layout.value_columns else []
+    if layout.value_codec is not None:
+        cols = _registry_decode(layout, layout.value_columns, value, key=False)
+    else:
+        cols = _decode(layout.value_format, layout.value_columns, value, layout.value_delimiter,
+                       single_unwrapped=False) if layout.value_columns else []
     return [*cols, value.isNull().alias(TOMBSTONE)]
 
 
@@ -304,12 +374,17 @@ def decode_key(layout: RecordLayout, key: SparkColumn) -> list[SparkColumn]:
         data = F.substring(key, F.lit(1), size - 8)
         start = _bytes_long(F.substring(key, size - 7, F.lit(8)))
         extra = [start.alias(WINDOW_START), (start + F.lit(layout.window_size_ms or 0)).alias(WINDOW_END)]
-    cols = _decode(layout.key_format, layout.key_columns, data, layout.value_delimiter, single_unwrapped=True)
+    if layout.key_codec is not None:
+        cols = _registry_decode(layout, layout.key_columns, data, key=True)
+    else:
+        cols = _decode(layout.key_format, layout.key_columns, data, layout.value_delimiter, single_unwrapped=True)
     return [*cols, *extra]
 
 
 def encode_value(layout: RecordLayout, values: Mapping[str, SparkColumn]) -> SparkColumn:
     """The binary record value of the value columns (``values`` by column name)."""
+    if layout.value_codec is not None:
+        return _registry_encode(layout, layout.value_columns, values, key=False)
     return _encode(layout.value_format, layout.value_columns, values, layout.value_delimiter, single_unwrapped=False)
 
 
@@ -319,7 +394,10 @@ def encode_key(layout: RecordLayout, values: Mapping[str, SparkColumn], window_s
     Kafka Streams does (``start``; sessions ``end`` then ``start``)."""
     if layout.key_format is Format.NONE or not layout.key_columns:
         return F.lit(None).cast("binary")
-    data = _encode(layout.key_format, layout.key_columns, values, layout.value_delimiter, single_unwrapped=True)
+    if layout.key_codec is not None:
+        data = _registry_encode(layout, layout.key_columns, values, key=True)
+    else:
+        data = _encode(layout.key_format, layout.key_columns, values, layout.value_delimiter, single_unwrapped=True)
     if layout.window is None:
         return data
     if window_start is None:

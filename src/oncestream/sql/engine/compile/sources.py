@@ -99,6 +99,9 @@ def read_source(spark: SparkSession, source: SourceInfo, settings: ReadSettings,
     frame = decoded.withColumn(ROWTIME, _rowtime(source)).drop("timestamp").withColumn(TS, F.timestamp_millis(F.col(ROWTIME)))
     if source.kind is SourceKind.STREAM:
         frame = frame.where(~F.col(TOMBSTONE))
+    # A record of a registry format that did not decode is in the processing log, not the query.
+    for marker in (c for c in frame.columns if c.startswith(serde_columns.UNREADABLE)):
+        frame = frame.where(~F.col(marker)).drop(marker)
     if prefix is not None:
         frame = frame.select(*[F.col(f"`{c}`").alias(f"{prefix}__{c}") for c in frame.columns])
     return frame

@@ -1,0 +1,211 @@
+"""The schema-registry formats of ksqlDB, per row: AVRO and JSON_SR.
+
+A framed record is Confluent's wire format: magic byte 0, the schema id (4 bytes big-endian),
+then the body: Avro binary (fastavro) for AVRO, the JSON text for JSON_SR (the same JSON as the
+JSON format writes; JSON, the JSON_SR format without registry, reads framed records too, as
+ksqlDB's JSON deserializer does).
+
+Writing registers the columns' schema (``oncestream.sql.language.schema_mapping``) under the
+subject ``<topic>-key`` / ``<topic>-value`` once, unless ``KEY_SCHEMA_ID`` / ``VALUE_SCHEMA_ID``
+names the schema to write with. Reading takes the writer's schema by the record's id and maps
+its fields to the columns by name (case-insensitively): a record whose id the registry does not
+know, or whose body does not decode, is a ``SerdeError`` (the processing log's entry).
+
+The framing is the Spark connector's (``oncestream.spark.schema_registry_client``, a layer below).
+``FrameCodec`` is picklable (the registry client reconnects in each Spark Python worker).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from oncestream.spark.schema_registry_client import HEADER_BYTES, MAGIC_BYTE, FramingError, frame, unframe
+from oncestream.sql.errors import KsqlError
+from oncestream.sql.language.catalog import Column
+from oncestream.sql.language.schema_mapping import schema_of
+from oncestream.sql.language.types import BaseType, SqlType
+
+REGISTRY_FORMATS = ("AVRO", "JSON_SR")
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+_EPOCH_DATE = dt.date(1970, 1, 1)
+
+
+def strip_frame(data: bytes) -> bytes:
+    """A JSON record's text without Confluent's framing if it has one (ksqlDB's JSON reads
+    JSON_SR records): JSON text never starts with a NUL byte."""
+    if len(data) >= HEADER_BYTES and data[0] == MAGIC_BYTE:
+        return bytes(data[HEADER_BYTES:])
+    return data
+
+
+# -- Python values <-> Avro datum ------------------------------------------------------------
+
+
+def _to_avro(value: Any, t: SqlType) -> Any:
+    if value is None:
+        return None
+    b = t.base
+    if b is BaseType.TIMESTAMP:
+        if isinstance(value, dt.datetime):
+            value = value if value.tzinfo else value.replace(tzinfo=dt.UTC)
+            return (value - _EPOCH) // dt.timedelta(milliseconds=1)
+        return int(value)
+    if b is BaseType.DATE:
+        return (value - _EPOCH_DATE).days if isinstance(value, dt.date) else int(value)
+    if b is BaseType.TIME:
+        if isinstance(value, dt.time):
+            return ((value.hour * 60 + value.minute) * 60 + value.second) * 1000 + value.microsecond // 1000
+        return int(value)
+    if b is BaseType.DECIMAL:
+        return Decimal(str(value)).quantize(Decimal(1).scaleb(-(t.scale or 0)))
+    if b is BaseType.DOUBLE:
+        return float(value)
+    if b in (BaseType.INTEGER, BaseType.BIGINT):
+        return int(value)
+    if b is BaseType.BYTES:
+        return bytes(value)
+    if b is BaseType.ARRAY and t.element is not None:
+        return [_to_avro(v, t.element) for v in value]
+    if b is BaseType.MAP and t.element is not None:
+        return {str(k): _to_avro(v, t.element) for k, v in value.items()}
+    if b is BaseType.STRUCT:
+        return {f.name: _to_avro(get_ci(value, f.name), f.type) for f in t.fields}
+    return value
+
+
+def get_ci(value: Mapping[str, Any], name: str) -> Any:
+    """``value[name]``, else the field whose name matches case-insensitively (ksqlDB's rule)."""
+    if name in value:
+        return value[name]
+    upper = name.upper()
+    return next((v for k, v in value.items() if str(k).upper() == upper), None)
+
+
+def _from_avro(value: Any, t: SqlType) -> Any:
+    if value is None:
+        return None
+    b = t.base
+    if b is BaseType.TIMESTAMP and isinstance(value, dt.datetime):
+        value = value if value.tzinfo else value.replace(tzinfo=dt.UTC)
+        return (value - _EPOCH) // dt.timedelta(milliseconds=1)
+    if b is BaseType.DATE and isinstance(value, dt.date):
+        return (value - _EPOCH_DATE).days
+    if b is BaseType.TIME and isinstance(value, dt.time):
+        return ((value.hour * 60 + value.minute) * 60 + value.second) * 1000 + value.microsecond // 1000
+    if b is BaseType.DECIMAL:
+        return Decimal(str(value)).quantize(Decimal(1).scaleb(-(t.scale or 0)))
+    if b is BaseType.DOUBLE:
+        return float(value)
+    if b is BaseType.STRING:
+        return value if isinstance(value, str) else str(value)
+    if b is BaseType.ARRAY and t.element is not None:
+        return [_from_avro(v, t.element) for v in value]
+    if b is BaseType.MAP and t.element is not None:
+        return {str(k): _from_avro(v, t.element) for k, v in value.items()}
+    if b is BaseType.STRUCT:
+        if not isinstance(value, Mapping):
+            raise TypeError(f"expected a record for {t.ksql_name}, got {type(value).__name__}")
+        return {f.name: _from_avro(get_ci(value, f.name), f.type) for f in t.fields}
+    return value
+
+
+@dataclass
+class FrameCodec:
+    """One side (key or value) of a source in AVRO or JSON_SR: columns, the subject to register
+    under, the fixed writer schema id if ``*_SCHEMA_ID`` is set. ``registry`` is an
+    ``oncestream.spark.schema_registry_client.RegistryClient``."""
+
+    fmt: str
+    columns: tuple[Column, ...]
+    subject: str
+    registry: Any
+    key: bool
+    schema_id: int | None = None
+    _parsed: dict[int, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def unwrapped(self) -> bool:
+        return self.key and len(self.columns) == 1
+
+    def writer_id(self) -> int:
+        """The id records are written with: the fixed ``*_SCHEMA_ID``, else the columns' schema
+        registered under the subject (once)."""
+        if self.schema_id is None:
+            schema_type, text = schema_of(self.fmt, [(c.name, c.type) for c in self.columns], key=self.key)
+            self.schema_id = int(self.registry.register(self.subject, schema_type, text))
+        return self.schema_id
+
+    def _avro_schema(self, schema_id: int) -> Any:
+        import fastavro
+
+        parsed = self._parsed.get(schema_id)
+        if parsed is None:
+            registered = self.registry.by_id(schema_id)
+            if registered.schema_type != "AVRO":
+                raise FramingError(f"schema id {schema_id} is a {registered.schema_type} schema, not AVRO")
+            text = registered.schema
+            try:
+                raw = json.loads(text)
+            except ValueError:
+                raw = text
+            parsed = fastavro.parse_schema(raw)
+            self._parsed[schema_id] = parsed
+        return parsed
+
+    def encode_avro(self, row: Mapping[str, Any]) -> bytes:
+        """The framed Avro record of ``row``'s columns."""
+        import fastavro
+
+        schema_id = self.writer_id()
+        schema = self._avro_schema(schema_id)
+        if self.unwrapped:
+            datum = _to_avro(row.get(self.columns[0].name), self.columns[0].type)
+        else:
+            datum = {c.name: _to_avro(row.get(c.name), c.type) for c in self.columns}
+        buf = io.BytesIO()
+        fastavro.schemaless_writer(buf, schema, datum)
+        return frame(schema_id, buf.getvalue())
+
+    def decode_avro(self, data: bytes) -> dict[str, Any]:
+        """The columns of a framed Avro record."""
+        import fastavro
+
+        schema_id, body = unframe(data)
+        schema = self._avro_schema(schema_id)
+        datum = fastavro.schemaless_reader(io.BytesIO(body), schema, None)
+        if self.unwrapped and not isinstance(datum, Mapping):
+            return {self.columns[0].name: _from_avro(datum, self.columns[0].type)}
+        if not isinstance(datum, Mapping):
+            if len(self.columns) == 1:
+                return {self.columns[0].name: _from_avro(datum, self.columns[0].type)}
+            raise TypeError("an Avro value of several columns must be a record")
+        return {c.name: _from_avro(get_ci(datum, c.name), c.type) for c in self.columns}
+
+    def encode_json(self, body: bytes) -> bytes:
+        """A JSON_SR record: the JSON text, framed with the registered schema's id."""
+        return frame(self.writer_id(), body)
+
+    def check_json_id(self, data: bytes) -> bytes:
+        """The JSON text of a framed JSON_SR record whose id the registry knows."""
+        schema_id, body = unframe(data)
+        registered = self.registry.by_id(schema_id)
+        if registered.schema_type != "JSON":
+            raise FramingError(f"schema id {schema_id} is a {registered.schema_type} schema, not JSON")
+        return body
+
+
+def codec_for(fmt: str, columns: Sequence[Column], topic: str | None, registry: Any, *, key: bool,
+              schema_id: int | None) -> FrameCodec | None:
+    """The codec of one side of a source, or None when ``fmt`` needs no registry."""
+    if fmt not in REGISTRY_FORMATS or not columns:
+        return None
+    if registry is None:
+        raise KsqlError(f"The {fmt} format needs a Schema Registry: set 'ksql.schema.registry.url'.")
+    subject = f"{topic}-{'key' if key else 'value'}"
+    return FrameCodec(fmt, tuple(columns), subject, registry, key, schema_id)

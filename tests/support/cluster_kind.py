@@ -1,0 +1,151 @@
+"""The ``cluster`` broker kind: conftest's module-wide ``broker`` as three cluster brokers.
+
+With ``ONCESTREAM_TEST_BROKER=cluster`` the interop suites' ``broker`` fixture is a
+``ClusterUnderTest``: three ``oncestream broker --metadata-store ... --object-store ...`` processes
+(node ids 1..3, tests/support/cluster.py's ``ClusterBroker``) on a fresh database of the session's
+PostgreSQL and a key prefix of their own on the session's SeaweedFS. Its ``bootstrap`` lists all
+three brokers, so every client spreads its connections over the cluster; ``host`` and ``port`` are
+those of the first broker, for the suites that open one raw socket.
+
+Tests that need what a cluster does not have (a data dir, a single process to restart) say so with
+``@pytest.mark.broker_kinds(...)`` (see ``deselect_by_broker_kind``).
+"""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import pytest
+
+from oncestream.postgres_process import PostgresServer
+from tests.support.cluster import ClusterBroker
+from tests.support.postgres import create_database
+from tests.support.seaweedfs import SeaweedServer, clean_environ
+
+BROKER_KINDS = ("oncestream", "tansu", "cluster")
+CLUSTER_SIZE = 3
+BROKER_KINDS_MARKER = "broker_kinds"
+
+
+class ClusterUnderTest:
+    """Three cluster brokers that stand in for the one broker a suite expects.
+
+    It offers the part of ``ManagedBroker`` the interop suites use through the ``broker`` fixture:
+    ``bootstrap`` (every broker), ``host``/``port`` (the first broker), start, stop, kill and
+    restart of all brokers together, and the output of all of them for failure messages.
+    """
+
+    name = "cluster"
+
+    def __init__(self, brokers: list[ClusterBroker]) -> None:
+        self.brokers = brokers
+
+    @property
+    def bootstrap(self) -> str:
+        """Every broker's ``host:port``, for ``bootstrap.servers``."""
+        return ",".join(broker.bootstrap for broker in self.brokers)
+
+    @property
+    def host(self) -> str:
+        return self.brokers[0].host
+
+    @property
+    def port(self) -> int:
+        return self.brokers[0].port
+
+    def start(self) -> ClusterUnderTest:
+        for broker in self.brokers:
+            broker.start()
+        return self
+
+    def stop(self) -> None:
+        for broker in self.brokers:
+            broker.stop()
+
+    def kill(self) -> None:
+        for broker in self.brokers:
+            broker.kill()
+
+    def restart(self, *, crash: bool = False) -> ClusterUnderTest:
+        """Stop (SIGTERM) or crash (SIGKILL) every broker, then start each on its port again."""
+        if crash:
+            self.kill()
+        else:
+            self.stop()
+        return self.start()
+
+    def is_alive(self) -> bool:
+        return all(broker.is_alive() for broker in self.brokers)
+
+    def output_tail(self) -> str:
+        """The last few KB of each broker's stderr, broker by broker."""
+        return "\n".join(f"--- node {broker.node_id} ---\n{broker.output_tail()}" for broker in self.brokers)
+
+    def stderr_tail(self) -> str:
+        return self.output_tail()
+
+    def __repr__(self) -> str:
+        return f"ClusterUnderTest({self.bootstrap})"
+
+
+def module_cluster(postgres: PostgresServer, seaweedfs: SeaweedServer, log_dir: Path,
+                   config: dict[str, str] | None) -> ClusterUnderTest:
+    """Three (not yet started) brokers on a fresh database and a fresh object-store prefix."""
+    metadata_store = postgres.url(create_database(postgres, prefix="kind"))
+    uri = seaweedfs.uri(f"kind-{uuid.uuid4().hex[:10]}")
+    environ = clean_environ(**seaweedfs.env())
+    return ClusterUnderTest([ClusterBroker(node_id, metadata_store, uri, environ, log_dir, config)
+                             for node_id in range(1, CLUSTER_SIZE + 1)])
+
+
+def uses_fixture_of(item: pytest.Item, name: str, defined_in: str) -> bool:
+    """Whether ``item`` uses the fixture ``name`` as defined in the file ``defined_in`` (and not a
+    module's own fixture of the same name)."""
+    fixture_info = getattr(item, "_fixtureinfo", None)
+    definitions = fixture_info.name2fixturedefs.get(name) if fixture_info is not None else None
+    if not definitions:
+        return False
+    code = getattr(definitions[-1].func, "__code__", None)
+    return code is not None and Path(code.co_filename).resolve() == Path(defined_in).resolve()
+
+
+def deselect_by_broker_kind(config: pytest.Config, items: list[pytest.Item], kind: str,
+                            kind_switch_file: str) -> None:
+    """Keep, at collection, only the tests that run against ``kind``; report the rest deselected.
+
+    ``@pytest.mark.broker_kinds("oncestream", "tansu", reason=...)`` names the kinds a test
+    supports (a feature cluster mode does not have yet, or one that needs a data dir). Under the
+    ``cluster`` kind only the tests that start their broker through ``module_broker_factory`` of
+    ``kind_switch_file`` (the conftest; its ``broker`` fixture does) are kept: the others start
+    their own single brokers, and the default run already covers them.
+    """
+    kept: list[pytest.Item] = []
+    dropped: list[pytest.Item] = []
+    for item in items:
+        marker = item.get_closest_marker(BROKER_KINDS_MARKER)
+        supported = marker is None or kind in marker.args
+        uses_kind_switch = kind != "cluster" or uses_fixture_of(item, "module_broker_factory", kind_switch_file)
+        (kept if supported and uses_kind_switch else dropped).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
+
+
+# Why tests leave the cluster kind, one sentence each (docs/cluster.md, "Not yet done"): remove
+# the marker from a suite once cluster mode has what it needs.
+CLUSTER_LACKS_TRANSACTIONS = ("cluster mode refuses transactional ids and transactional Produce "
+                              "(INVALID_REQUEST) until the coordinator's markers reach diskless partitions")
+
+
+def not_on_cluster(reason: str) -> pytest.MarkDecorator:
+    """The ``broker_kinds`` marker of a test that runs against our single broker and Tansu only."""
+    return pytest.mark.broker_kinds("oncestream", "tansu", reason=reason)
+CLUSTER_LACKS_SHARE_GROUPS = ("share groups (KIP-932) keep their state in one broker's scratch directory: "
+                              "not yet on leases in cluster mode")
+ONE_BROKER_ASSUMED = ("the test talks to one broker on the wire and expects it to coordinate every group, "
+                      "which holds for one broker only (a cluster answers with the lease owner)")
+# Cluster-mode defects found by running the suite against the cluster kind (reported to the
+# integrator, issue 22); each test leaves the cluster kind until its defect is fixed.
+CLUSTER_DEFECT_INTERNAL_TOPIC = ("cluster defect: __consumer_offsets is not in the catalog, so CreatePartitions "
+                                 "on it answers UNKNOWN_TOPIC_OR_PARTITION instead of Kafka's INVALID_PARTITIONS")
