@@ -11,7 +11,6 @@ from confluent_kafka import Producer
 
 from tests.support.brokers import NO_INITIAL_REBALANCE_DELAY, BrokerProcess
 from tests.support.clients import confluent_consume, unique_topic
-from tests.support.cluster_kind import CLUSTER_LACKS_TRANSACTIONS, not_on_cluster
 from tests.support.delay_proxy import DelayProxy
 from tests.support.ports import free_tcp_port
 
@@ -124,7 +123,6 @@ def test_consume_with_a_group_resumes_where_it_committed(broker) -> None:
     assert nothing.stdout == b""
 
 
-@not_on_cluster(CLUSTER_LACKS_TRANSACTIONS)
 def test_read_committed_consume_skips_aborted_transactions(broker) -> None:
     bs = ["-b", broker.bootstrap]
     topic = unique_topic("cli-txn")

@@ -38,7 +38,7 @@ from oncestream.client import (
 )
 from tests.support.brokers import BrokerProcess
 from tests.support.clients import CLIENT_TIMEOUT_S, create_topic, unique_topic
-from tests.support.cluster_kind import CLUSTER_LACKS_TRANSACTIONS, not_on_cluster
+from tests.support.cluster_kind import ONE_BROKER_ASSUMED, not_on_cluster
 from tests.support.narrow import message_position, message_value
 from tests.support.txn import (
     READ_COMMITTED,
@@ -51,7 +51,7 @@ from tests.support.txn import (
     values_of,
 )
 
-pytestmark = [pytest.mark.interop, not_on_cluster(CLUSTER_LACKS_TRANSACTIONS)]
+pytestmark = [pytest.mark.interop]
 
 PARTITIONS = 3
 
@@ -186,6 +186,7 @@ def test_second_instance_fences_the_first(txn_broker):
     assert values_of(read_to_end(bootstrap, topic, PARTITIONS, isolation=READ_COMMITTED)) == committed
 
 
+@not_on_cluster(ONE_BROKER_ASSUMED)
 def test_abortable_error_then_abort_then_next_transaction_commits(txn_broker):
     bootstrap = txn_broker.bootstrap
     topic = unique_topic("ctxn-abortable")
@@ -214,6 +215,7 @@ def test_abortable_error_then_abort_then_next_transaction_commits(txn_broker):
     assert values_of(read_to_end(bootstrap, topic, PARTITIONS, isolation=READ_COMMITTED)) == committed
 
 
+@not_on_cluster(ONE_BROKER_ASSUMED)
 def test_send_offsets_to_transaction_consume_transform_produce(txn_broker):
     """KIP-447 exactly-once copy: our group consumer reads the input, our transactional producer
     writes the output and commits the input offsets in the same transaction. A committed
@@ -292,6 +294,7 @@ def test_empty_transaction_and_state_errors(txn_broker):
         producer.close()
 
 
+@not_on_cluster(ONE_BROKER_ASSUMED)
 def test_transaction_version_decides_the_epoch_bumps(txn_broker):
     """Version 2: every commit and abort moves the producer to a new epoch (so each transaction
     has its own identity); version 1: the epoch set by InitProducerId stays."""

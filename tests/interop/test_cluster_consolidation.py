@@ -24,7 +24,9 @@ from tests.support.cluster import Cluster, cluster_factory  # noqa: F401  (fixtu
 from tests.support.cluster_clients import consume_all, produce_all
 from tests.support.records import SentRecord, assert_exactly_once_in_key_order, keyed_records
 
-pytestmark = pytest.mark.interop
+# With the slow runs: tests/cluster/test_consolidation*.py show consolidation's rules in the default
+# run against the real PostgreSQL and SeaweedFS; this one adds three broker processes restarted.
+pytestmark = [pytest.mark.interop, pytest.mark.slow]
 
 WAIT_S = 120.0  # a bound on a hang only
 PARTITIONS = 3

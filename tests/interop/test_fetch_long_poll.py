@@ -21,7 +21,6 @@ import pytest
 from confluent_kafka import Producer
 
 from tests.support.clients import CLIENT_TIMEOUT_S, create_topic, unique_topic
-from tests.support.cluster_kind import CLUSTER_LACKS_TRANSACTIONS, not_on_cluster
 from tests.support.wire import (
     API_FETCH,
     API_PRODUCE,
@@ -225,7 +224,6 @@ def test_fetch_before_v7_has_no_session_fields_and_is_a_full_fetch(broker, versi
 READ_COMMITTED = 1
 
 
-@not_on_cluster(CLUSTER_LACKS_TRANSACTIONS)
 def test_kip98_read_committed_fetch_parked_at_the_lso_is_woken_by_the_commit_marker(broker) -> None:
     """read_committed long poll (KIP-98): a transaction's record is in the log but past the LSO,
     so the fetch parks; the COMMIT marker moves the LSO and must wake it, with no further data

@@ -20,10 +20,9 @@ from oncestream.protocol.fetch_response_view import parse_fetch_response
 from oncestream.spark.log_client import LogClient
 from tests.conftest import broker_kind
 from tests.support.clients import create_topic, unique_topic
-from tests.support.cluster_kind import CLUSTER_LACKS_TRANSACTIONS, not_on_cluster
 from tests.support.txn import plain_produce, run_transaction, transactional_producer
 
-pytestmark = [pytest.mark.interop, not_on_cluster(CLUSTER_LACKS_TRANSACTIONS)]
+pytestmark = [pytest.mark.interop]
 
 
 def _fetch_request(topic: str, read_committed: bool):

@@ -24,7 +24,6 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from tests.support.clients import CLIENT_TIMEOUT_S, create_topic, unique_topic
-from tests.support.cluster_kind import CLUSTER_LACKS_TRANSACTIONS, not_on_cluster
 from tests.support.narrow import present
 from tests.support.txn import (
     READ_COMMITTED,
@@ -48,7 +47,7 @@ from tests.support.txn import (
     wait_until,
 )
 
-pytestmark = [pytest.mark.interop, not_on_cluster(CLUSTER_LACKS_TRANSACTIONS)]
+pytestmark = [pytest.mark.interop]
 
 PARTITIONS = 3
 PROJECT_ROOT = Path(__file__).resolve().parent.parent.parent

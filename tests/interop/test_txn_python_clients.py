@@ -14,7 +14,6 @@ import uuid
 import pytest
 
 from tests.support.clients import CLIENT_TIMEOUT_S, create_topic, unique_topic
-from tests.support.cluster_kind import CLUSTER_LACKS_TRANSACTIONS, not_on_cluster
 from tests.support.txn import (
     READ_COMMITTED,
     READ_UNCOMMITTED,
@@ -25,7 +24,7 @@ from tests.support.txn import (
     values_of,
 )
 
-pytestmark = [pytest.mark.interop, not_on_cluster(CLUSTER_LACKS_TRANSACTIONS)]
+pytestmark = [pytest.mark.interop]
 
 PARTITIONS = 3
 # (tag, commit?, records per partition)

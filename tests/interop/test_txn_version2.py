@@ -16,10 +16,10 @@ from oncestream.client.common.connection import BrokerConnection, parse_bootstra
 from oncestream.protocol.codec import build
 from oncestream.protocol.records import NewRecord, encode_batch
 from tests.support.clients import create_topic, unique_topic
-from tests.support.cluster_kind import CLUSTER_LACKS_TRANSACTIONS, not_on_cluster
+from tests.support.cluster_kind import ONE_BROKER_ASSUMED, not_on_cluster
 from tests.support.txn import READ_COMMITTED, read_to_end, values_of
 
-pytestmark = [pytest.mark.interop, not_on_cluster(CLUSTER_LACKS_TRANSACTIONS)]
+pytestmark = [pytest.mark.interop]
 
 PRODUCE, FIND_COORDINATOR, INIT_PRODUCER_ID, ADD_PARTITIONS, END_TXN, API_VERSIONS = 0, 10, 22, 24, 26, 18
 
@@ -86,6 +86,7 @@ def test_api_versions_announce_transaction_version_2(broker) -> None:
         assert conn.version_for(PRODUCE) >= 12
 
 
+@not_on_cluster(ONE_BROKER_ASSUMED)
 def test_part1_produce_to_a_partition_not_in_the_transaction_is_refused(broker) -> None:
     topic = unique_topic("kip890-p1")
     create_topic(broker.bootstrap, topic, partitions=1)
@@ -96,6 +97,7 @@ def test_part1_produce_to_a_partition_not_in_the_transaction_is_refused(broker) 
     assert values_of(read_to_end(broker.bootstrap, topic, 1, isolation=READ_COMMITTED)) == {0: []}
 
 
+@not_on_cluster(ONE_BROKER_ASSUMED)
 def test_part2_implicit_add_epoch_bump_and_delayed_batch_fenced(broker) -> None:
     topic = unique_topic("kip890-p2")
     create_topic(broker.bootstrap, topic, partitions=1)

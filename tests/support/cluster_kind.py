@@ -134,8 +134,8 @@ def deselect_by_broker_kind(config: pytest.Config, items: list[pytest.Item], kin
 
 # Why tests leave the cluster kind, one sentence each (docs/cluster.md, "Not yet done"): remove
 # the marker from a suite once cluster mode has what it needs.
-CLUSTER_LACKS_TRANSACTIONS = ("cluster mode refuses transactional ids and transactional Produce "
-                              "(INVALID_REQUEST) until the coordinator's markers reach diskless partitions")
+CLUSTER_SQL_NOT_YET = ("the SQL server's suites have not been run against a cluster yet (issue 22 point 6): "
+                       "they start a Spark driver per node, which the cluster pass's time budget does not hold")
 
 
 def not_on_cluster(reason: str) -> pytest.MarkDecorator:
@@ -143,9 +143,13 @@ def not_on_cluster(reason: str) -> pytest.MarkDecorator:
     return pytest.mark.broker_kinds("oncestream", "tansu", reason=reason)
 CLUSTER_LACKS_SHARE_GROUPS = ("share groups (KIP-932) keep their state in one broker's scratch directory: "
                               "not yet on leases in cluster mode")
-ONE_BROKER_ASSUMED = ("the test talks to one broker on the wire and expects it to coordinate every group, "
-                      "which holds for one broker only (a cluster answers with the lease owner)")
+ONE_BROKER_ASSUMED = ("the test talks to one broker on the wire and expects it to coordinate every group or "
+                      "transactional id, which holds for one broker only (a cluster answers NOT_COORDINATOR "
+                      "from the others, as Kafka does)")
 # Cluster-mode defects found by running the suite against the cluster kind (reported to the
 # integrator, issue 22); each test leaves the cluster kind until its defect is fixed.
 CLUSTER_DEFECT_INTERNAL_TOPIC = ("cluster defect: __consumer_offsets is not in the catalog, so CreatePartitions "
                                  "on it answers UNKNOWN_TOPIC_OR_PARTITION instead of Kafka's INVALID_PARTITIONS")
+CLUSTER_DEFECT_DESCRIBE_PRODUCERS = ("cluster defect: DescribeProducers reads the broker's local logs, not the "
+                                     "diskless producer states in PostgreSQL (UNKNOWN_TOPIC_OR_PARTITION), so "
+                                     "finding and aborting a hanging transaction by partition fails")

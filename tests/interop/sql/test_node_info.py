@@ -13,10 +13,10 @@ import pytest
 from confluent_kafka.admin import AdminClient as ConfluentAdmin
 
 from tests.support.brokers import ManagedBroker
-from tests.support.cluster_kind import CLUSTER_LACKS_TRANSACTIONS, not_on_cluster
+from tests.support.cluster_kind import CLUSTER_SQL_NOT_YET, not_on_cluster
 from tests.support.sql_servers import LAZY_SPARK, SqlServerProcess
 
-pytestmark = [pytest.mark.interop, not_on_cluster(CLUSTER_LACKS_TRANSACTIONS)]
+pytestmark = [pytest.mark.interop, not_on_cluster(CLUSTER_SQL_NOT_YET)]
 
 
 @pytest.fixture(scope="module")

@@ -40,9 +40,9 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)  # ksql.utils imports telnetlib
     from ksql import KSQLAPI
 
-from tests.support.cluster_kind import CLUSTER_LACKS_TRANSACTIONS, not_on_cluster
+from tests.support.cluster_kind import CLUSTER_SQL_NOT_YET, not_on_cluster
 
-pytestmark = [pytest.mark.interop, not_on_cluster(CLUSTER_LACKS_TRANSACTIONS)]
+pytestmark = [pytest.mark.interop, not_on_cluster(CLUSTER_SQL_NOT_YET)]
 
 ROOT = Path(__file__).resolve().parents[3]
 USER, PASSWORD = "ksql-admin", "s3cret pass:word"
