@@ -66,8 +66,6 @@ from typing import TYPE_CHECKING, Any
 
 from oncestream.client import KafkaException
 from oncestream.process_shutdown import STOP_SIGNALS, ShutdownBound, install_stop_signals, shutdown_timeout_ms
-from oncestream.spark.schema_registry_client import RegistryClient
-from oncestream.sql.engine.serde import use_registry
 from oncestream.sql.engine.two_phase_check import two_phase_commit_refusal
 from oncestream.sql.errors import KsqlError
 from oncestream.sql.server.command_topic import WriteStepObserver
@@ -398,6 +396,11 @@ def run(args: argparse.Namespace, *, write_steps: WriteStepObserver | None = Non
     state_dir.mkdir(parents=True, exist_ok=True)
     checkpoint_root = props.get("checkpoint.root") or str(state_dir / "checkpoints")
     clients = client_properties(props)
+    # Imported here, as the rest of the engine: `oncestream --help` must start without the sql
+    # extra (sqlglot), which the serde modules need (tests/interop/test_install_commands.py).
+    from oncestream.spark.schema_registry_client import RegistryClient
+    from oncestream.sql.engine.serde import use_registry
+
     use_registry(RegistryClient.from_properties(dict(props)))
     try:
         instance_id = node_instance_id(props, state_dir)
