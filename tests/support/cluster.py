@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from confluent_kafka.admin import AdminClient
 
 from oncestream.broker_process import ManagedBroker, oncestream_command
 from oncestream.remote.object_store import ObjectStore, open_object_store
@@ -24,6 +26,7 @@ from tests.support.faults import child_environment
 from tests.support.seaweedfs import SeaweedServer, clean_environ
 
 READY_TIMEOUT_S = 60.0  # a bound on a hang only: start-up applies the schema and registers
+CONVERGE_TIMEOUT_S = 60.0  # a bound on a hang only
 # Short sessions so a silent broker leaves Metadata quickly in tests; the production default is 9 s.
 TEST_SESSION = {"broker.session.timeout.ms": "3000", "broker.heartbeat.interval.ms": "500"}
 
@@ -89,6 +92,20 @@ class Cluster:
         """The cluster's object store as the brokers see it."""
         return open_object_store(self.object_store_uri, self.environ)
 
+    def wait_converged(self) -> None:
+        """Until every broker's Metadata lists every broker. A broker is ready once it has
+        registered, but the others read the live brokers from PostgreSQL at most every
+        ``LIVE_BROKERS_MAX_AGE_MS`` and a loaded machine can delay a first heartbeat, so right
+        after start one broker may not list a peer yet."""
+        expected = {broker.node_id for broker in self.brokers}
+        deadline = time.monotonic() + CONVERGE_TIMEOUT_S
+        for broker in self.brokers:
+            admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+            while (seen := set(admin.list_topics(timeout=10).brokers)) != expected:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"node {broker.node_id} lists brokers {seen}, expected {expected}")
+                time.sleep(0.1)
+
     def kill_all(self) -> None:
         for broker in self.brokers:
             if broker.is_alive():
@@ -116,6 +133,7 @@ def cluster_factory(tmp_path: Path, pg_database: str, seaweedfs: SeaweedServer) 
         started.append(cluster)
         for broker in brokers:
             broker.start()
+        cluster.wait_converged()
         return cluster
 
     try:
