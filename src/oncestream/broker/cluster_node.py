@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from oncestream.broker.cluster_leaders import leader_of
-from oncestream.broker.cluster_settings import ClusterSettings
+from oncestream.broker.cluster_settings import DEFAULT_SESSION_TIMEOUT_MS, ClusterSettings
 from oncestream.broker.peer_requests import PeerRequests
 from oncestream.cluster.diskless.append_pipeline import DisklessAppendConfig, DisklessAppender
 from oncestream.cluster.diskless.commit import DEFAULT_DELETE_GRACE_MS
@@ -82,13 +82,15 @@ def _non_negative_key(props: dict[str, str], key: str, default: int) -> int:
     return value
 
 
-def append_config(props: dict[str, str]) -> DisklessAppendConfig:
-    """The appender's bounds from the broker's ``diskless.append.*`` properties."""
+def append_config(props: dict[str, str], session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS) -> DisklessAppendConfig:
+    """The appender's bounds from the broker's ``diskless.append.*`` properties; a commit stalled
+    inside its transaction (the broker paused) holds its partitions at most ``session_timeout_ms``."""
     defaults = DisklessAppendConfig()
     return DisklessAppendConfig(
         commit_interval_ms=_non_negative_key(props, COMMIT_INTERVAL_KEY, defaults.commit_interval_ms),
         buffer_max_bytes=_non_negative_key(props, BUFFER_MAX_BYTES_KEY, defaults.buffer_max_bytes),
-        delete_grace_ms=_non_negative_key(props, DELETE_GRACE_KEY, DEFAULT_DELETE_GRACE_MS))
+        delete_grace_ms=_non_negative_key(props, DELETE_GRACE_KEY, DEFAULT_DELETE_GRACE_MS),
+        commit_idle_timeout_ms=session_timeout_ms)
 
 
 def consolidation_config(props: dict[str, str]) -> ConsolidationConfig:
@@ -191,8 +193,9 @@ class ClusterNode:
         self._coordinator_task: asyncio.Task[None] | None = None
         self._snapshot: dict[str, TopicMeta] = {}
         # The diskless paths; their tasks run from start_serving on.
-        self.appender = DisklessAppender(store, object_store, broker_id=settings.node_id,
-                                         key_prefix=OBJECT_KEY_PREFIX, config=append_config(broker_props))
+        self.appender = DisklessAppender(
+            store, object_store, broker_id=settings.node_id, key_prefix=OBJECT_KEY_PREFIX,
+            config=append_config(broker_props, settings.session_timeout_ms))
         self.reader = DisklessReader(store, ObjectRangeCache(object_store))
         self.wakeups = AppendWakeups(store, store)
         # Retention by time and size of every diskless partition, a bounded round at a time; every

@@ -56,8 +56,10 @@ T = TypeVar("T")
 Conn = psycopg.AsyncConnection[TupleRow]
 
 # SQLSTATEs after which the whole transaction may simply run again: it certainly did not commit
-# (40001, 40P01) or the server is going away / not yet back (class 08 and 57P0x).
-_RETRIABLE_SQLSTATES = frozenset({"40001", "40P01", "57P01", "57P02", "57P03"})
+# (40001, 40P01; 25P03: the server ended the session while the transaction sat idle before its
+# COMMIT, a broker paused inside it past idle_in_transaction_session_timeout) or the server is
+# going away / not yet back (class 08 and 57P0x).
+_RETRIABLE_SQLSTATES = frozenset({"40001", "40P01", "25P03", "57P01", "57P02", "57P03"})
 # SQLSTATEs that mean the connection itself is gone: at COMMIT, the outcome is unknown.
 _CONNECTION_LOST_SQLSTATES = frozenset({"57P01", "57P02", "57P03"})
 # SQLSTATEs that no retry cures at start: wrong credentials, unknown database or role. libpq
