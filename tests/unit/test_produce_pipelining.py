@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from oncestream.broker.produce_pipelining import PipelinedResult, ProducePipeline
+from oncestream.broker.produce_pipelining import PipelinedResult, ProducePipeline, current_produce_turn
 
 
 def _result(tag: bytes) -> PipelinedResult:
@@ -116,3 +116,65 @@ def test_a_failed_handler_ends_the_pipeline_and_close_gives_every_byte_back():
     rec = asyncio.run(main())
     assert rec.written == []
     assert sorted(rec.released) == [5, 7, 9]
+
+
+def test_requests_enter_in_arrival_order_when_a_later_one_is_ready_first():
+    """A handler awaits before it buffers (the topic cache refreshed from PostgreSQL, log
+    configs): a later request ready first must still enter after the earlier one, as the
+    idempotent producer's sequence numbers need (it otherwise got OUT_OF_ORDER_SEQUENCE_NUMBER
+    for a batch answered right after its predecessor: a fatal error in librdkafka)."""
+    async def main() -> list[int]:
+        rec = _Recorder()
+        pipeline = rec.pipeline()
+        ready = [asyncio.Event() for _ in range(3)]
+        entered: list[int] = []
+
+        async def handle(i: int) -> PipelinedResult:
+            await ready[i].wait()  # the handler's own awaits before it buffers
+            turn = current_produce_turn()
+            assert turn is not None
+            await turn.wait()
+            entered.append(i)
+            turn.entered()
+            return _result(b"r%d" % i)
+
+        for i in range(3):
+            await pipeline.submit(handle(i), 1)
+        for i in (2, 1):  # the later requests are ready first
+            ready[i].set()
+        await asyncio.sleep(0.01)
+        assert entered == []  # neither may overtake request 0
+        ready[0].set()
+        await pipeline.wait_idle()
+        assert rec.written == [b"r0", b"r1", b"r2"]
+        return entered
+
+    assert asyncio.run(main()) == [0, 1, 2]
+
+
+def test_a_request_that_buffers_nothing_lets_the_next_one_enter():
+    async def main() -> list[str]:
+        rec = _Recorder()
+        pipeline = rec.pipeline()
+        entered: list[str] = []
+
+        async def refused() -> PipelinedResult:  # answered without entering (e.g. unknown topic)
+            await asyncio.sleep(0)
+            return _result(b"refused")
+
+        async def accepted() -> PipelinedResult:
+            turn = current_produce_turn()
+            assert turn is not None
+            await asyncio.wait_for(turn.wait(), 10)
+            entered.append("accepted")
+            turn.entered()
+            return _result(b"accepted")
+
+        await pipeline.submit(refused(), 1)
+        await pipeline.submit(accepted(), 1)
+        await pipeline.wait_idle()
+        assert rec.written == [b"refused", b"accepted"]
+        return entered
+
+    assert asyncio.run(main()) == ["accepted"]
+    assert current_produce_turn() is None  # outside a pipeline there is no turn

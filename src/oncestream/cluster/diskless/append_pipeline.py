@@ -184,6 +184,11 @@ class DisklessAppender:
     async def append(self, appends: Sequence[PartitionAppend]) -> list[AppendOutcome]:
         """Append each partition's data; one outcome per entry, in order, once its object's commit
         ended (offsets) or failed (an error code). Invalid data is answered at once."""
+        return list(await asyncio.gather(*self.submit(appends)))
+
+    def submit(self, appends: Sequence[PartitionAppend]) -> list[asyncio.Future[AppendOutcome]]:
+        """Buffer each partition's data now (no await: requests are committed in the order they
+        were submitted) and return the futures of their outcomes (see ``append``)."""
         futures: list[asyncio.Future[AppendOutcome]] = []
         loop = asyncio.get_running_loop()
         for append in appends:
@@ -200,7 +205,7 @@ class DisklessAppender:
                 continue
             self._buffer.add(_Waiting(validated, future), validated.size_bytes)
         self._wakeup.set()
-        return list(await asyncio.gather(*futures))
+        return futures
 
     async def close(self) -> None:
         """Stop: buffered requests are answered NOT_LEADER_OR_FOLLOWER, objects in flight finish
