@@ -54,7 +54,7 @@ def test_the_retention_loop_survives_a_failed_round_and_logs_it(failure: BaseExc
                                                                  caplog: pytest.LogCaptureFixture) -> None:
     async def main() -> int:
         source = _FailingThenEmptySource([failure, failure])
-        enforcer = RetentionEnforcer(source, check_interval_ms=1)  # type: ignore[arg-type]  # a test double
+        enforcer = RetentionEnforcer(source, check_interval_ms=1)
         enforcer.start()
         try:
             await asyncio.wait_for(source.after_failures.wait(), WAIT_S)
