@@ -47,12 +47,16 @@ API_OFFSET_COMMIT = 8
 ERROR_NONE = 0
 MARKER_OFFSET = 999_999  # committed only by the late request; must never be stored
 PAUSE_TRIES_S = 10.0  # how long to try pausing the broker inside a produce commit
-# Sessions idle inside a transaction holding partition rows locked (SELECT ... FOR UPDATE takes
-# ROW SHARE on the table until the transaction ends).
+# A session of the paused broker idles at least this long before it is looked for; a running
+# broker's commit waits for its client only for moments between statements.
+PAUSED_IDLE_S = 0.25
+# Sessions idle for PAUSED_IDLE_S inside a transaction holding partition rows locked
+# (SELECT ... FOR UPDATE takes ROW SHARE on the table until the transaction ends).
 _IDLE_PARTITION_LOCKERS = """
 SELECT a.pid FROM pg_stat_activity a
 JOIN pg_locks l ON l.pid = a.pid JOIN pg_class c ON c.oid = l.relation
 WHERE a.datname = current_database() AND a.state = 'idle in transaction'
+  AND now() - a.state_change > %s * interval '1 second'
   AND c.relname = 'partitions' AND l.mode = 'RowShareLock'
 """
 
@@ -147,8 +151,8 @@ def _offset_commit_errors(frame_body: bytes) -> list[int]:
 
 def _holds_partition_locks_idle(conn: psycopg.Connection[Any]) -> bool:
     """Whether a session sits idle inside a transaction that locked partition rows (a produce
-    commit, FOR UPDATE of ``partitions``): with the broker paused, that is its session."""
-    return bool(conn.execute(_IDLE_PARTITION_LOCKERS).fetchall())
+    commit, FOR UPDATE of ``partitions``) for ``PAUSED_IDLE_S``: the paused broker's session."""
+    return bool(conn.execute(_IDLE_PARTITION_LOCKERS, (PAUSED_IDLE_S,)).fetchall())
 
 
 def _pause_inside_a_commit(broker: ClusterBroker, url: str) -> bool:
@@ -160,13 +164,13 @@ def _pause_inside_a_commit(broker: ClusterBroker, url: str) -> bool:
     with psycopg.connect(url, autocommit=True) as conn:
         while True:
             broker.pause()
-            time.sleep(0.05)  # a statement in flight ends; then the session idles in the transaction
+            time.sleep(PAUSED_IDLE_S + 0.05)  # a statement in flight ends; then its session idles
             if _holds_partition_locks_idle(conn):
                 return True
             if time.monotonic() > deadline:
                 return False
             broker.resume()
-            time.sleep(0.1)
+            time.sleep(0.2)
 
 
 def test_paused_coordinator_is_fenced_and_its_produce_requests_duplicate_nothing(
