@@ -22,7 +22,6 @@ from tests.support.clients import (
     create_topic,
     unique_topic,
 )
-from tests.support.cluster_kind import CLUSTER_DEFECT_INTERNAL_TOPIC, not_on_cluster
 from tests.support.narrow import message_position, message_value
 
 pytestmark = pytest.mark.interop
@@ -77,7 +76,6 @@ def test_librdkafka_admin_grows_a_topic_and_the_new_partition_takes_records(brok
         (100, "__consumer_offsets", KafkaError.INVALID_PARTITIONS),  # coordinators hash over it
     ],
 )
-@not_on_cluster(CLUSTER_DEFECT_INTERNAL_TOPIC)
 def test_refusals_carry_kafka_error_codes(broker, count, target, code):
     topic = unique_topic("parts-bad")
     create_topic(broker.bootstrap, topic, partitions=2)

@@ -32,6 +32,7 @@ from oncestream.errors import (
     StorageError,
     TopicAuthorizationFailedError,
 )
+from oncestream.log.producer_state import ProducerStateInfo
 from oncestream.protocol import api_keys as k
 from oncestream.protocol.codec import RequestHeader, build
 from oncestream.protocol.schemas import response_module
@@ -492,20 +493,30 @@ def handle_list_transactions(state: BrokerState, header: RequestHeader, request:
     )
 
 
-def handle_describe_producers(state: BrokerState, header: RequestHeader, request: DescribeProducersRequest) -> object:
+async def handle_describe_producers(state: BrokerState, header: RequestHeader, request: DescribeProducersRequest) -> object:
+    """KIP-664: the producers each partition remembers (READ on the topic); in cluster mode from
+    the producer states in PostgreSQL (ClusterNode.producer_states), else from the local logs."""
     m = response_module(k.DESCRIBE_PRODUCERS, header.api_version)
+    readable = {t.name for t in request.topics if authorize(state, Op.READ, Res.TOPIC, t.name)}
+    wanted = [(t.name, p) for t in request.topics if t.name in readable for p in t.partition_indexes]
+    found: dict[tuple[str, int], list[ProducerStateInfo] | OnceStreamError]
+    if state.cluster is not None:
+        found = await state.cluster.producer_states(wanted)
+    else:
+        found = {}
+        for topic, p in wanted:
+            try:
+                found[(topic, p)] = state.logs.get(topic, p).producer_states()
+            except OnceStreamError as exc:
+                found[(topic, p)] = exc
     topics_out = []
     for t in request.topics:
         parts = []
-        allowed = authorize(state, Op.READ, Res.TOPIC, t.name)  # Kafka: READ on the topic
         for p in t.partition_indexes:
             error, message, active = ErrorCode.none, None, ()
-            try:
-                if not allowed:
-                    raise TopicAuthorizationFailedError(t.name)
-                infos = state.logs.get(t.name, p).producer_states()
-            except OnceStreamError as exc:
-                error, message = exc.code, str(exc)
+            infos = found.get((t.name, p), TopicAuthorizationFailedError(t.name))
+            if isinstance(infos, OnceStreamError):
+                error, message = infos.code, str(infos)
             else:
                 active = tuple(
                     build(
