@@ -140,9 +140,11 @@ def cluster_factory(tmp_path: Path, pg_database: str, seaweedfs: SeaweedServer) 
     """Start clusters of ``n`` brokers on the test's database and its own SeaweedFS prefix."""
     started: list[Cluster] = []
 
-    def start(n: int = 3, config: dict[str, str] | None = None, metadata_store: str | None = None) -> Cluster:
+    def start(n: int = 3, config: dict[str, str] | None = None, metadata_store: str | None = None,
+              client_conf: Mapping[str, str] | None = None) -> Cluster:
         """``metadata_store``: a database of another PostgreSQL (one the test stops); default the
-        test's database on the session's server."""
+        test's database on the session's server. ``client_conf``: a client's security settings
+        for the brokers' listener (SASL, TLS), to see them converge."""
         uri = seaweedfs.uri(f"c-{uuid.uuid4().hex[:10]}")
         environ = clean_environ(**seaweedfs.env())
         url = metadata_store or pg_database
@@ -152,7 +154,7 @@ def cluster_factory(tmp_path: Path, pg_database: str, seaweedfs: SeaweedServer) 
         started.append(cluster)
         for broker in brokers:
             broker.start()
-        cluster.wait_converged()
+        cluster.wait_converged(client_conf)
         return cluster
 
     try:
