@@ -34,6 +34,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from oncestream.broker.listeners import Listener
+from oncestream.broker.sasl.exchange import SUPPORTED_MECHANISMS
 from oncestream.broker.sasl.jaas import parse_jaas_options
 from oncestream.broker.tls import enabled_versions, listener_property
 from oncestream.errors import InvalidConfigError
@@ -43,7 +44,6 @@ LISTENER_NAME_KEY = "inter.broker.listener.name"
 PROTOCOL_KEY = "security.inter.broker.protocol"
 MECHANISM_KEY = "sasl.mechanism.inter.broker.protocol"
 DEFAULT_LISTENER = "PLAINTEXT"  # Kafka's default security.inter.broker.protocol names it
-DEFAULT_SASL_MECHANISMS = "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512"  # the broker's (broker/sasl/exchange.py)
 
 
 @dataclass(frozen=True)
@@ -99,7 +99,8 @@ def _sasl_credentials(props: Mapping[str, str], listener_name: str) -> SaslCrede
             f"listener.name.{listener_name.lower()}.<mechanism>.sasl.jaas.config")
     if mechanism not in MECHANISMS:
         raise InvalidConfigError(f"{MECHANISM_KEY}={mechanism}: supported are {', '.join(MECHANISMS)}")
-    enabled_text = listener_property(props, listener_name, "sasl.enabled.mechanisms") or DEFAULT_SASL_MECHANISMS
+    enabled_text = (listener_property(props, listener_name, "sasl.enabled.mechanisms")
+                    or ",".join(SUPPORTED_MECHANISMS))  # the listener's default (broker/sasl/exchange.py)
     enabled = {item.strip().upper() for item in enabled_text.split(",") if item.strip()}
     if mechanism not in enabled:
         raise InvalidConfigError(f"{MECHANISM_KEY}={mechanism} must be one of the sasl.enabled.mechanisms of "

@@ -122,18 +122,21 @@ def _check(response: Any, what: str) -> None:
 REAUTH_AT_LIFETIME_SHARE = 0.85
 
 
-async def authenticate_async(send: Callable[[int, int, Any], Awaitable[Any]], creds: SaslCredentials,
-                             authenticate_version: int) -> int:
-    """Run the exchange over an async ``send(api_key, version, request)``; returns the session
-    lifetime in ms the broker announced (0: no re-authentication needed)."""
-    handshake = await send(SASL_HANDSHAKE, 1, request_module(SASL_HANDSHAKE, 1).SaslHandshakeRequest(
-        mechanism=creds.mechanism))
+# One request of the exchange: (api key, version, request).
+_Call = tuple[int, int, Any]
+
+
+def _exchange(creds: SaslCredentials, authenticate_version: int) -> Generator[_Call, Any, int]:
+    """The whole exchange, sans-io: yields each request, receives its response, returns the
+    session lifetime in ms the broker announced (0: no re-authentication needed)."""
+    handshake = yield SASL_HANDSHAKE, 1, request_module(SASL_HANDSHAKE, 1).SaslHandshakeRequest(
+        mechanism=creds.mechanism)
     _check(handshake, f"SaslHandshake({creds.mechanism})")
     module = request_module(SASL_AUTHENTICATE, authenticate_version)
     steps = _steps(creds)
     token = next(steps)
     while True:
-        response = await send(SASL_AUTHENTICATE, authenticate_version, module.SaslAuthenticateRequest(auth_bytes=token))
+        response = yield SASL_AUTHENTICATE, authenticate_version, module.SaslAuthenticateRequest(auth_bytes=token)
         _check(response, "SaslAuthenticate")
         try:
             token = steps.send(bytes(response.auth_bytes))
@@ -142,19 +145,27 @@ async def authenticate_async(send: Callable[[int, int, Any], Awaitable[Any]], cr
             return int(lifetime.total_seconds() * 1000) if lifetime else 0
 
 
+async def authenticate_async(send: Callable[[int, int, Any], Awaitable[Any]], creds: SaslCredentials,
+                             authenticate_version: int) -> int:
+    """Run the exchange over an async ``send(api_key, version, request)``; returns the session
+    lifetime in ms the broker announced (0: no re-authentication needed)."""
+    exchange = _exchange(creds, authenticate_version)
+    request = next(exchange)
+    while True:
+        response = await send(*request)
+        try:
+            request = exchange.send(response)
+        except StopIteration as done:
+            return int(done.value)
+
+
 def authenticate_blocking(call: Callable[[int, int, Any], Any], creds: SaslCredentials,
                           authenticate_version: int) -> None:
     """Run the exchange over a blocking ``call(api_key, version, request)``."""
-    handshake = call(SASL_HANDSHAKE, 1, request_module(SASL_HANDSHAKE, 1).SaslHandshakeRequest(
-        mechanism=creds.mechanism))
-    _check(handshake, f"SaslHandshake({creds.mechanism})")
-    module = request_module(SASL_AUTHENTICATE, authenticate_version)
-    steps = _steps(creds)
-    token = next(steps)
+    exchange = _exchange(creds, authenticate_version)
+    request = next(exchange)
     while True:
-        response = call(SASL_AUTHENTICATE, authenticate_version, module.SaslAuthenticateRequest(auth_bytes=token))
-        _check(response, "SaslAuthenticate")
         try:
-            token = steps.send(bytes(response.auth_bytes))
+            request = exchange.send(call(*request))
         except StopIteration:
             return
