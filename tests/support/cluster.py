@@ -9,7 +9,8 @@ is killed at teardown.
 
 With a ``listeners`` property (``SECURE://127.0.0.1:0,TLS://127.0.0.1:0``: the OS picks the
 ports) a broker's ``listener_ports`` come from its ready file once it is ready, and ``bootstrap``
-is its first PLAINTEXT listener's, else its first listener's (as tests/support's single broker).
+is its first PLAINTEXT listener's, else its first listener's (as tests/support's single broker);
+a restart binds new ports then (and registers them).
 """
 
 from __future__ import annotations
