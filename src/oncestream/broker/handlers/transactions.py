@@ -166,10 +166,13 @@ def _topic_results(
 async def _add_or_verify(
     state: BrokerState, txn_id: str, pid: int, epoch: int, partitions: Any, verify_only: bool, version: int
 ) -> Any:
-    """Returns an error_of(topic, partition) function."""
-    if not _txn_id_allowed(state, txn_id):
+    """Returns an error_of(topic, partition) function. v4+ comes from a broker that authorized its
+    client (ClusterAction checked by the caller): as in Kafka, only v0-v3 need WRITE on the
+    transactional id and the topics."""
+    from_client = version < 4
+    if from_client and not _txn_id_allowed(state, txn_id):
         return lambda t, p: ErrorCode.transactional_id_authorization_failed
-    denied = {t for t, _ in partitions if not authorize(state, Op.WRITE, Res.TOPIC, t)}
+    denied = {t for t, _ in partitions if from_client and not authorize(state, Op.WRITE, Res.TOPIC, t)}
     if denied:
         # Kafka: nothing is added; the refused topics say why, the rest were not attempted.
         return lambda t, p: ErrorCode.topic_authorization_failed if t in denied else ErrorCode.operation_not_attempted
