@@ -146,10 +146,3 @@ CLUSTER_LACKS_SHARE_GROUPS = ("share groups (KIP-932) keep their state in one br
 ONE_BROKER_ASSUMED = ("the test talks to one broker on the wire and expects it to coordinate every group or "
                       "transactional id, which holds for one broker only (a cluster answers NOT_COORDINATOR "
                       "from the others, as Kafka does)")
-# Cluster-mode defects found by running the suite against the cluster kind (reported to the
-# integrator, issue 22); each test leaves the cluster kind until its defect is fixed.
-CLUSTER_DEFECT_INTERNAL_TOPIC = ("cluster defect: __consumer_offsets is not in the catalog, so CreatePartitions "
-                                 "on it answers UNKNOWN_TOPIC_OR_PARTITION instead of Kafka's INVALID_PARTITIONS")
-CLUSTER_DEFECT_DESCRIBE_PRODUCERS = ("cluster defect: DescribeProducers reads the broker's local logs, not the "
-                                     "diskless producer states in PostgreSQL (UNKNOWN_TOPIC_OR_PARTITION), so "
-                                     "finding and aborting a hanging transaction by partition fails")
