@@ -275,6 +275,9 @@ class ClusterNode:
                 # PostgreSQL unreachable: keep trying; the lease expires on PostgreSQL's clock and
                 # the next heartbeat that reaches it is fenced and re-registers.
                 log.warning("node %d: heartbeat failed (%s)", self.node_id, exc)
+            except Exception:  # a loop that ended would leave the broker unregistered for good
+                log.exception("node %d: heartbeat round failed unexpectedly; retrying at the next heartbeat",
+                              self.node_id)
 
     async def leave(self) -> None:
         """Deregister (a clean stop): other brokers stop listing this one at once."""

@@ -72,7 +72,11 @@ def run_cluster_broker(settings: ClusterSettings, host: str, port: int, props: d
             store = await MetadataStore.open(
                 settings.metadata_store_url,
                 MetadataStoreConfig(connect_timeout_ms=settings.connect_timeout_ms,
-                                    start_timeout_ms=settings.connect_timeout_ms))
+                                    start_timeout_ms=settings.connect_timeout_ms,
+                                    # Past its session timeout a paused broker counts as gone:
+                                    # it holds no rows locked longer (consolidation swaps,
+                                    # log-start moves, every other transaction).
+                                    idle_in_transaction_timeout_ms=settings.session_timeout_ms))
         except MetadataStoreError as exc:
             raise ClusterStartError(str(exc)) from None
         node = ClusterNode(settings, store, object_store, config.raw,
