@@ -110,7 +110,7 @@ def test_a_failed_handler_ends_the_pipeline_and_close_gives_every_byte_back():
             await pipeline.wait_idle()
         with pytest.raises(RuntimeError, match="handler bug"):
             await pipeline.submit(hangs(), 5)  # refused, its bytes given back at once
-        await pipeline.close()
+        await pipeline.close(drain_timeout_s=0.1)
         return rec
 
     rec = asyncio.run(main())
@@ -178,3 +178,38 @@ def test_a_request_that_buffers_nothing_lets_the_next_one_enter():
 
     assert asyncio.run(main()) == ["accepted"]
     assert current_produce_turn() is None  # outside a pipeline there is no turn
+
+
+def test_close_lets_requests_in_flight_finish_their_appends_and_cancels_only_past_the_bound():
+    """A closing connection's requests were read in full: they finish (an acks=0 producer that
+    closes right after flushing loses nothing), and only one still running past the drain bound
+    is cancelled. No answer is written any more."""
+    async def main() -> tuple[_Recorder, list[str]]:
+        rec = _Recorder()
+        pipeline = rec.pipeline()
+        events: list[str] = []
+        release = asyncio.Event()
+
+        async def appends_after_a_while() -> PipelinedResult:
+            await asyncio.sleep(0.05)
+            events.append("appended")
+            return _result(b"late")
+
+        async def never_ends() -> PipelinedResult:
+            try:
+                await release.wait()
+            except asyncio.CancelledError:
+                events.append("cancelled")
+                raise
+            return _result(b"never")
+
+        await pipeline.submit(appends_after_a_while(), 10)
+        await pipeline.submit(never_ends(), 11)
+        await asyncio.sleep(0)
+        await pipeline.close(drain_timeout_s=0.5)
+        return rec, events
+
+    rec, events = asyncio.run(main())
+    assert events == ["appended", "cancelled"]
+    assert rec.written == []
+    assert sorted(rec.released) == [10, 11]

@@ -36,6 +36,9 @@ from typing import Any
 
 # librdkafka's and the Java client's max.in.flight.requests.per.connection with idempotence.
 MAX_IN_FLIGHT = 5
+# How long a closing connection's requests in flight may take to finish their appends (an upload
+# and a commit; the appender answers a request it cannot complete well within this).
+CLOSE_DRAIN_S = 30.0
 
 Response = bytes | list[bytes | bytearray | memoryview] | None
 
@@ -148,7 +151,7 @@ class ProducePipeline:
         try:
             while self._in_flight:
                 task, reserved_bytes = self._in_flight[0]
-                result = await task
+                result = await asyncio.shield(task)  # cancelling the writer must not cancel the request (close)
                 await self._write(result)
                 self._in_flight.popleft()
                 self._release_bytes(reserved_bytes)
@@ -161,13 +164,21 @@ class ProducePipeline:
                 self._idle.set()
                 self._on_idle()
 
-    async def close(self) -> None:
-        """Cancel what is in flight (the connection is closing) and wait for the writer to end."""
-        for task, _reserved in self._in_flight:
-            task.cancel()
-        tasks: list[asyncio.Future[Any]] = [task for task, _reserved in self._in_flight]
+    async def close(self, drain_timeout_s: float = CLOSE_DRAIN_S) -> None:
+        """The connection is closing: stop writing answers, let the requests in flight finish
+        their appends for up to ``drain_timeout_s`` (then cancel them), and wait for both.
+
+        A request read in full is appended even though its answer cannot be sent, as on the
+        single broker and in Kafka: an acks=0 producer that flushes and closes at once (it never
+        waits for an answer) would otherwise lose every record of its last commit interval."""
         if self._writer is not None:
             self._writer.cancel()
+        tasks: list[asyncio.Future[Any]] = [task for task, _reserved in self._in_flight]
+        if tasks:
+            _done, pending = await asyncio.wait(tasks, timeout=drain_timeout_s)
+            for task in pending:
+                task.cancel()
+        if self._writer is not None:
             tasks.append(self._writer)
         await asyncio.gather(*tasks, return_exceptions=True)
         for _task, reserved_bytes in self._in_flight:
