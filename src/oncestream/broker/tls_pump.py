@@ -40,10 +40,10 @@ from typing import Any
 
 log = logging.getLogger("oncestream.broker.tls")
 
-# Bytes taken from a socket per call: the TLS socket yields at most one record (16 KiB) per read;
-# from the pair, 256 KiB is one SSL_write of 16 records (the GIL is released for all of them).
+# Bytes taken from a socket per call: from the client, every record that has arrived; from the
+# pair, 256 KiB is one SSL_write of 16 records (the GIL is released for all of them).
 _PLAIN_CHUNK_BYTES = 256 * 1024
-_TLS_CHUNK_BYTES = 64 * 1024
+_TLS_CHUNK_BYTES = 64 * 1024  # a handshake flight
 # Decrypted bytes the broker has not taken yet: past this the thread stops reading the client
 # (the kernel's buffers then push back on it, as on a plaintext connection).
 _PENDING_PLAIN_HIGH_BYTES = 1024 * 1024
@@ -108,7 +108,6 @@ class TlsPump:
         self._deliver = deliver
         self._on_exit = on_exit
         self._closing = threading.Event()
-        self._sock: socket.socket = raw  # the TLS socket once wrapped (it takes over raw's descriptor)
         self.thread = threading.Thread(target=self._run, name=f"tls-pump {peer}", daemon=True)
 
     def start(self) -> None:
@@ -119,14 +118,11 @@ class TlsPump:
         fails and it ends, closing both sockets."""
         self._closing.set()
         try:
-            # socket.socket's own shutdown: SSLSocket.shutdown would drop the SSL object under the
-            # pump thread's feet; the descriptor's shutdown just makes its calls fail.
-            socket.socket.shutdown(self._sock, socket.SHUT_RDWR)
+            self.raw.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass  # already closed
 
     def _run(self) -> None:
-        tls: ssl.SSLSocket | None = None
         ours: socket.socket | None = None
         try:
             tls = self._handshake()
@@ -137,47 +133,83 @@ class TlsPump:
                 end.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, _PAIR_BUFFER_BYTES)
                 end.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, _PAIR_BUFFER_BYTES)
             try:
-                delivered = self._deliver(theirs, ConnectionOrigin(self.peer, _identity_of(tls)))
+                delivered = self._deliver(theirs, ConnectionOrigin(self.peer, _identity_of(tls.obj)))
             except Exception:
                 theirs.close()
                 raise
             if not delivered:
                 theirs.close()
                 return
-            tls.setblocking(False)
+            self.raw.setblocking(False)
             ours.setblocking(False)
-            _Pump(tls, ours, self._linger_s, self._closing).run()
+            _Pump(tls, self.raw, ours, self._linger_s, self._closing).run()
         except Exception:  # a bug here must still close the connection (finally) and not pass unseen
             log.exception("TLS connection of %s failed", self.peer)
         finally:
-            for sock in (ours, tls, self.raw):
-                if sock is not None:
-                    sock.close()
+            if ours is not None:
+                ours.close()
+            self.raw.close()
             self._on_exit(self)
 
-    def _handshake(self) -> ssl.SSLSocket | None:
+    def _handshake(self) -> _TlsState | None:
+        """The server handshake over the blocking socket, bounded by the handshake timeout."""
+        tls = _TlsState(self._context)
+        deadline_s = time.monotonic() + self._handshake_timeout_s
         try:
-            tls = self._context.wrap_socket(self.raw, server_side=True, do_handshake_on_connect=False)
-        except OSError as exc:
-            log.debug("TLS connection of %s lost before its handshake: %s", self.peer, exc)
-            return None
-        self._sock = tls
-        try:
-            tls.settimeout(self._handshake_timeout_s)
-            tls.do_handshake()
+            while True:
+                try:
+                    tls.obj.do_handshake()
+                    done = True
+                except ssl.SSLWantReadError:
+                    done = False
+                pending = tls.outgoing.read()
+                if pending:  # the server's flight (or an alert on failure: sent before it raises)
+                    self.raw.settimeout(max(deadline_s - time.monotonic(), 0.001))
+                    self.raw.sendall(pending)
+                if done:
+                    break
+                self.raw.settimeout(max(deadline_s - time.monotonic(), 0.001))
+                data = self.raw.recv(_TLS_CHUNK_BYTES)
+                if not data:
+                    raise ConnectionResetError("the client closed during the TLS handshake")
+                tls.incoming.write(data)
         except (OSError, ValueError) as exc:  # ssl.SSLError, timeouts and resets are OSErrors
             # A plaintext client on a TLS port, an untrusted or missing client certificate: this
             # socket closes, the broker serves everyone else (asyncio logged these at debug too).
+            if isinstance(exc, ssl.SSLError):
+                _send_what_is_left(tls, self.raw)  # the alert tells the client why
             log.debug("TLS handshake with %s failed: %s", self.peer, exc)
-            tls.close()
             return None
         if self._closing.is_set():
-            tls.close()
             return None
         return tls
 
 
-def _identity_of(tls: ssl.SSLSocket) -> TlsIdentity:
+@dataclass
+class _TlsState:
+    """One connection's SSL object and its memory BIOs (ciphertext in from the client, out to it)."""
+
+    obj: ssl.SSLObject
+    incoming: ssl.MemoryBIO
+    outgoing: ssl.MemoryBIO
+
+    def __init__(self, context: ssl.SSLContext) -> None:
+        self.incoming, self.outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+        self.obj = context.wrap_bio(self.incoming, self.outgoing, server_side=True)
+
+
+def _send_what_is_left(tls: _TlsState, raw: socket.socket) -> None:
+    """Best effort, never blocking: what the SSL object still has for the client (an alert)."""
+    pending = tls.outgoing.read()
+    if pending:
+        try:
+            raw.setblocking(False)
+            raw.send(pending)
+        except OSError:
+            pass
+
+
+def _identity_of(tls: ssl.SSLObject) -> TlsIdentity:
     cipher = tls.cipher()
     return TlsIdentity(peer_certificate=tls.getpeercert() or None, server_name=_server_names.pop(tls, None),
                        cipher=cipher[0] if cipher else None, version=tls.version())
@@ -186,19 +218,22 @@ def _identity_of(tls: ssl.SSLSocket) -> TlsIdentity:
 class _Pump:
     """The byte pump of one established TLS connection (non-blocking sockets, one selector).
 
-    Each round tries every transfer that may make progress until none does, then waits for what
-    the blocked ones wait for: an SSL read can need the socket writable and an SSL write readable
-    (TLS 1.3 key updates), and decrypted bytes can sit inside the SSL object with the socket
-    empty, so readiness alone would not say when to read."""
+    Ciphertext moves between the TCP socket and the SSL object's memory BIOs in large reads and
+    writes (one ``recv`` takes every record that has arrived; OpenSSL then decrypts them from
+    memory without a system call per record); plaintext moves between the SSL object and the
+    broker's socket pair. Each round tries every transfer that may make progress until none does,
+    then waits for what the blocked ones wait for."""
 
-    def __init__(self, tls: ssl.SSLSocket, ours: socket.socket, linger_s: float,
+    def __init__(self, tls: _TlsState, raw: socket.socket, ours: socket.socket, linger_s: float,
                  closing: threading.Event) -> None:
         self.tls = tls
+        self.raw = raw
         self.ours = ours
         self.linger_s = linger_s
         self.closing = closing
+        self.scratch = bytearray(_PLAIN_CHUNK_BYTES)  # one recv's bytes, from either socket
         self.to_plain = bytearray()  # decrypted, not yet written into the pair
-        self.to_tls: bytes | None = None  # taken from the pair, SSL_write not yet done (retried as is)
+        self.to_raw = bytearray()  # encrypted, not yet sent to the client
         self.client_open = True  # the client may still send
         self.broker_open = True  # the broker may still write into the pair
         self.pair_shut = False  # our write side of the pair is shut (the broker read end-of-stream)
@@ -208,9 +243,9 @@ class _Pump:
         try:
             linger_until_s: float | None = None
             while not self.closing.is_set():
-                tls_events, ours_events = self._transfer()
-                if not self.broker_open and self.to_tls is None:
-                    _close_notify(self.tls)
+                raw_events, ours_events = self._transfer()
+                if not self.broker_open and not self.to_raw:
+                    self._close_notify()
                     return  # the broker closed and everything it wrote went out
                 if not self.client_open and not self.to_plain:
                     if not self.pair_shut:
@@ -218,7 +253,7 @@ class _Pump:
                         self.pair_shut = True
                     if not self.broker_open:
                         return
-                    tls_events = 0  # nothing more goes to the client: wait for the broker to close
+                    raw_events = 0  # nothing more goes to the client: wait for the broker to close
                     ours_events = selectors.EVENT_READ
                 timeout_s = None
                 if not self.broker_open:  # flushing to a client that may have stopped reading
@@ -227,33 +262,54 @@ class _Pump:
                     if now_s >= linger_until_s:
                         return
                     timeout_s = linger_until_s - now_s
-                selector.set(self.tls, tls_events)
+                selector.set(self.raw, raw_events)
                 selector.set(self.ours, ours_events)
                 selector.wait(timeout_s)
         finally:
             selector.close()
 
+    def _client_gone(self) -> None:
+        self.client_open = False
+        self.to_raw.clear()
+
     def _transfer(self) -> tuple[int, int]:
         """Move bytes until nothing moves; returns the events each socket waits for."""
+        tls = self.tls
+        view = memoryview(self.scratch)
         while True:
             progress = False
-            tls_events = ours_events = 0
-            if self.client_open and len(self.to_plain) < _PENDING_PLAIN_HIGH_BYTES:
+            raw_events = ours_events = 0
+            if self.client_open and not tls.incoming.eof and len(self.to_plain) < _PENDING_PLAIN_HIGH_BYTES:
                 try:
-                    data = self.tls.recv(_TLS_CHUNK_BYTES)
-                except ssl.SSLWantReadError:
-                    tls_events |= selectors.EVENT_READ
-                except ssl.SSLWantWriteError:
-                    tls_events |= selectors.EVENT_WRITE
-                except OSError:  # reset, a bad record, an alert: the client is gone
-                    self.client_open = False
-                    self.to_tls = None
+                    size = self.raw.recv_into(view, _PLAIN_CHUNK_BYTES)
+                except BlockingIOError:
+                    raw_events |= selectors.EVENT_READ
+                except OSError:  # reset: what already arrived is still decrypted below
+                    tls.incoming.write_eof()
+                    progress = True
                 else:
-                    if data:
-                        self.to_plain += data
-                        progress = True
-                    else:  # close_notify or a bare TCP close
-                        self.client_open = False
+                    if size:
+                        tls.incoming.write(view[:size])
+                    else:
+                        tls.incoming.write_eof()
+                    progress = True
+            # Every record that has arrived is decrypted before the broker is handed any: one
+            # wake-up of the event loop per batch, not per record.
+            while self.client_open and tls.incoming.pending and len(self.to_plain) < _PENDING_PLAIN_HIGH_BYTES:
+                try:
+                    size = tls.obj.read(_PLAIN_CHUNK_BYTES, view)  # type: ignore[assignment]  # int with a buffer
+                except ssl.SSLWantReadError:
+                    break  # a partial record: the rest is still on its way
+                except (ssl.SSLError, ValueError):  # EOF without close_notify, a bad record, an alert
+                    self.client_open = False
+                    break
+                if not size:  # close_notify
+                    self.client_open = False
+                    break
+                self.to_plain += view[:size]
+                progress = True
+            if self.client_open and tls.incoming.eof and not tls.incoming.pending:
+                self.client_open = False  # the TCP stream ended (at a record boundary)
             if self.to_plain:
                 try:
                     sent = self.ours.send(self.to_plain)
@@ -265,36 +321,46 @@ class _Pump:
                 else:
                     del self.to_plain[:sent]
                     progress = True
-            if self.broker_open and self.to_tls is None:
+            if self.broker_open and len(self.to_raw) < _PENDING_PLAIN_HIGH_BYTES:
                 try:
-                    chunk = self.ours.recv(_PLAIN_CHUNK_BYTES)
+                    size = self.ours.recv_into(view, _PLAIN_CHUNK_BYTES)
                 except BlockingIOError:
                     ours_events |= selectors.EVENT_READ
                 except OSError:
                     self.broker_open = False
                 else:
-                    if chunk:
-                        self.to_tls = chunk
-                        progress = True
-                    else:
+                    if not size:
                         self.broker_open = False
-            if self.to_tls is not None and self.client_open:
-                try:
-                    sent = self.tls.send(self.to_tls)
-                except ssl.SSLWantWriteError:
-                    tls_events |= selectors.EVENT_WRITE
-                except ssl.SSLWantReadError:
-                    tls_events |= selectors.EVENT_READ
-                except OSError:  # the client is gone: what the broker writes has nowhere to go
-                    self.client_open = False
-                    self.to_tls = None
+                    elif self.client_open:
+                        tls.obj.write(view[:size])  # into memory: never blocks
+                        progress = True
+                    # else: the client is gone and what the broker writes has nowhere to go
+            if tls.outgoing.pending:  # written records, and what reads produced (key updates)
+                if self.client_open:
+                    self.to_raw += tls.outgoing.read()
                 else:
-                    self.to_tls = self.to_tls[sent:] or None
+                    tls.outgoing.read()
+            if self.to_raw:
+                try:
+                    sent = self.raw.send(self.to_raw)
+                except BlockingIOError:
+                    raw_events |= selectors.EVENT_WRITE
+                except OSError:  # the client is gone
+                    self._client_gone()
+                else:
+                    del self.to_raw[:sent]
                     progress = True
-            elif not self.client_open:
-                self.to_tls = None
             if not progress:
-                return tls_events, ours_events
+                return raw_events, ours_events
+
+    def _close_notify(self) -> None:
+        """Send close_notify if the socket takes it now; the peer's is not awaited (Kafka does not)."""
+        try:
+            self.tls.obj.unwrap()
+        except (ssl.SSLError, ValueError):
+            pass  # SSLWantReadError: our close_notify is written, the peer's not awaited
+        if self.client_open:
+            _send_what_is_left(self.tls, self.raw)
 
 
 class _Interest:
@@ -325,14 +391,6 @@ class _Interest:
 
     def close(self) -> None:
         self._selector.close()
-
-
-def _close_notify(tls: ssl.SSLSocket) -> None:
-    """Send close_notify if the socket takes it now; the peer's is not awaited (Kafka does not)."""
-    try:
-        tls.unwrap()
-    except (OSError, ValueError):
-        pass
 
 
 class TlsListener:
