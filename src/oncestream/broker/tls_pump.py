@@ -237,6 +237,10 @@ class _Pump:
         self.client_open = True  # the client may still send
         self.broker_open = True  # the broker may still write into the pair
         self.pair_shut = False  # our write side of the pair is shut (the broker read end-of-stream)
+        # What each socket may be ready for: cleared when a call would block, set again when the
+        # selector reports it, so a round makes no system call that is known to fail (each
+        # one releases and retakes the GIL, which the event loop thread is competing for).
+        self.raw_ready = self.ours_ready = selectors.EVENT_READ | selectors.EVENT_WRITE
 
     def run(self) -> None:
         selector = _Interest()
@@ -264,7 +268,11 @@ class _Pump:
                     timeout_s = linger_until_s - now_s
                 selector.set(self.raw, raw_events)
                 selector.set(self.ours, ours_events)
-                selector.wait(timeout_s)
+                for sock, events in selector.wait(timeout_s):
+                    if sock is self.raw:
+                        self.raw_ready |= events
+                    else:
+                        self.ours_ready |= events
         finally:
             selector.close()
 
@@ -280,19 +288,23 @@ class _Pump:
             progress = False
             raw_events = ours_events = 0
             if self.client_open and not tls.incoming.eof and len(self.to_plain) < _PENDING_PLAIN_HIGH_BYTES:
-                try:
-                    size = self.raw.recv_into(view, _PLAIN_CHUNK_BYTES)
-                except BlockingIOError:
+                if not self.raw_ready & selectors.EVENT_READ:
                     raw_events |= selectors.EVENT_READ
-                except OSError:  # reset: what already arrived is still decrypted below
-                    tls.incoming.write_eof()
-                    progress = True
                 else:
-                    if size:
-                        tls.incoming.write(view[:size])
-                    else:
+                    try:
+                        size = self.raw.recv_into(view, _PLAIN_CHUNK_BYTES)
+                    except BlockingIOError:
+                        self.raw_ready &= ~selectors.EVENT_READ
+                        raw_events |= selectors.EVENT_READ
+                    except OSError:  # reset: what already arrived is still decrypted below
                         tls.incoming.write_eof()
-                    progress = True
+                        progress = True
+                    else:
+                        if size:
+                            tls.incoming.write(view[:size])
+                        else:
+                            tls.incoming.write_eof()
+                        progress = True
             # Every record that has arrived is decrypted before the broker is handed any: one
             # wake-up of the event loop per batch, not per record.
             while self.client_open and tls.incoming.pending and len(self.to_plain) < _PENDING_PLAIN_HIGH_BYTES:
@@ -311,45 +323,57 @@ class _Pump:
             if self.client_open and tls.incoming.eof and not tls.incoming.pending:
                 self.client_open = False  # the TCP stream ended (at a record boundary)
             if self.to_plain:
-                try:
-                    sent = self.ours.send(self.to_plain)
-                except BlockingIOError:
+                if not self.ours_ready & selectors.EVENT_WRITE:
                     ours_events |= selectors.EVENT_WRITE
-                except OSError:  # the broker closed its end: nothing more goes to it
-                    self.to_plain.clear()
-                    self.broker_open = False
                 else:
-                    del self.to_plain[:sent]
-                    progress = True
-            if self.broker_open and len(self.to_raw) < _PENDING_PLAIN_HIGH_BYTES:
-                try:
-                    size = self.ours.recv_into(view, _PLAIN_CHUNK_BYTES)
-                except BlockingIOError:
-                    ours_events |= selectors.EVENT_READ
-                except OSError:
-                    self.broker_open = False
-                else:
-                    if not size:
+                    try:
+                        sent = self.ours.send(self.to_plain)
+                    except BlockingIOError:
+                        self.ours_ready &= ~selectors.EVENT_WRITE
+                        ours_events |= selectors.EVENT_WRITE
+                    except OSError:  # the broker closed its end: nothing more goes to it
+                        self.to_plain.clear()
                         self.broker_open = False
-                    elif self.client_open:
-                        tls.obj.write(view[:size])  # into memory: never blocks
+                    else:
+                        del self.to_plain[:sent]
                         progress = True
-                    # else: the client is gone and what the broker writes has nowhere to go
+            if self.broker_open and len(self.to_raw) < _PENDING_PLAIN_HIGH_BYTES:
+                if not self.ours_ready & selectors.EVENT_READ:
+                    ours_events |= selectors.EVENT_READ
+                else:
+                    try:
+                        size = self.ours.recv_into(view, _PLAIN_CHUNK_BYTES)
+                    except BlockingIOError:
+                        self.ours_ready &= ~selectors.EVENT_READ
+                        ours_events |= selectors.EVENT_READ
+                    except OSError:
+                        self.broker_open = False
+                    else:
+                        if not size:
+                            self.broker_open = False
+                        elif self.client_open:
+                            tls.obj.write(view[:size])  # into memory: never blocks
+                            progress = True
+                        # else: the client is gone and what the broker writes has nowhere to go
             if tls.outgoing.pending:  # written records, and what reads produced (key updates)
                 if self.client_open:
                     self.to_raw += tls.outgoing.read()
                 else:
                     tls.outgoing.read()
             if self.to_raw:
-                try:
-                    sent = self.raw.send(self.to_raw)
-                except BlockingIOError:
+                if not self.raw_ready & selectors.EVENT_WRITE:
                     raw_events |= selectors.EVENT_WRITE
-                except OSError:  # the client is gone
-                    self._client_gone()
                 else:
-                    del self.to_raw[:sent]
-                    progress = True
+                    try:
+                        sent = self.raw.send(self.to_raw)
+                    except BlockingIOError:
+                        self.raw_ready &= ~selectors.EVENT_WRITE
+                        raw_events |= selectors.EVENT_WRITE
+                    except OSError:  # the client is gone
+                        self._client_gone()
+                    else:
+                        del self.to_raw[:sent]
+                        progress = True
             if not progress:
                 return raw_events, ours_events
 
@@ -384,10 +408,11 @@ class _Interest:
             self._selector.modify(sock, events)
         self._events[sock] = events
 
-    def wait(self, timeout_s: float | None) -> None:
+    def wait(self, timeout_s: float | None) -> list[tuple[socket.socket, int]]:
+        """The sockets that became ready, with what for."""
         if timeout_s is None and not any(self._events.values()):
             timeout_s = _NOTHING_AWAITED_S  # not a state the pump reaches; never sleep forever in it
-        self._selector.select(timeout_s)
+        return [(key.fileobj, events) for key, events in self._selector.select(timeout_s)]  # type: ignore[misc]
 
     def close(self) -> None:
         self._selector.close()
