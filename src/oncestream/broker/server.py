@@ -13,12 +13,15 @@ also in the middle of a frame (``IdleTracker``, checked by one timer per connect
 body of a frame is read only once its announced size is reserved from the broker-wide
 ``queued.max.request.bytes`` pool (``RequestMemoryPool``), released when its response is written.
 
-Listeners (``broker/listeners.py``): one asyncio server per listener, each with its own SSL
-context for SSL/SASL_SSL (``broker/tls.py``). Every connection starts a ``ConnectionSession``
-naming its listener and security protocol; over TLS its principal comes from the client
-certificate. A failed TLS handshake (a plaintext client on a TLS port, a missing or untrusted
-client certificate) never reaches a connection task: asyncio closes that socket and the broker
-keeps serving everyone else. Connection limits count a TLS connection once its handshake is done.
+Listeners (``broker/listeners.py``): one asyncio server per plaintext listener; an SSL/SASL_SSL
+listener (its SSL context from ``broker/tls.py``) is a ``TlsListener`` (``broker/tls_pump.py``):
+each connection's TLS runs on its own thread and the loop serves a plaintext socket pair, so the
+loop never encrypts and a Fetch is sent with sendfile on every listener. Every connection starts
+a ``ConnectionSession`` naming its listener and security protocol; over TLS its principal comes
+from the client certificate, which arrives with the peer address in a ``ConnectionOrigin``. A
+failed TLS handshake (a plaintext client on a TLS port, a missing or untrusted client
+certificate) never reaches a connection task: its thread closes that socket and the broker keeps
+serving everyone else. Connection limits count a TLS connection once its handshake is done.
 
 Shutdown (SIGTERM/SIGINT, ``BrokerServer.stop``), in the order Kafka's follows: stop accepting,
 close every client connection (its transport aborted, its task cancelled: a client in a long poll

@@ -27,6 +27,7 @@ so the broker sees the connection end.
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import selectors
 import socket
@@ -233,7 +234,7 @@ class _Pump:
         self.closing = closing
         self.scratch = bytearray(_PLAIN_CHUNK_BYTES)  # one recv's bytes, from either socket
         self.to_plain = bytearray()  # decrypted, not yet written into the pair
-        self.to_raw = bytearray()  # encrypted, not yet sent to the client
+        self.to_raw = _Outbox()  # encrypted, not yet sent to the client
         self.client_open = True  # the client may still send
         self.broker_open = True  # the broker may still write into the pair
         self.pair_shut = False  # our write side of the pair is shut (the broker read end-of-stream)
@@ -337,7 +338,7 @@ class _Pump:
                     else:
                         del self.to_plain[:sent]
                         progress = True
-            if self.broker_open and len(self.to_raw) < _PENDING_PLAIN_HIGH_BYTES:
+            if self.broker_open and self.to_raw.size_bytes < _PENDING_PLAIN_HIGH_BYTES:
                 if not self.ours_ready & selectors.EVENT_READ:
                     ours_events |= selectors.EVENT_READ
                 else:
@@ -357,7 +358,7 @@ class _Pump:
                         # else: the client is gone and what the broker writes has nowhere to go
             if tls.outgoing.pending:  # written records, and what reads produced (key updates)
                 if self.client_open:
-                    self.to_raw += tls.outgoing.read()
+                    self.to_raw.append(tls.outgoing.read())
                 else:
                     tls.outgoing.read()
             if self.to_raw:
@@ -365,14 +366,14 @@ class _Pump:
                     raw_events |= selectors.EVENT_WRITE
                 else:
                     try:
-                        sent = self.raw.send(self.to_raw)
+                        sent = self.raw.send(self.to_raw.head())
                     except BlockingIOError:
                         self.raw_ready &= ~selectors.EVENT_WRITE
                         raw_events |= selectors.EVENT_WRITE
                     except OSError:  # the client is gone
                         self._client_gone()
                     else:
-                        del self.to_raw[:sent]
+                        self.to_raw.consume(sent)
                         progress = True
             if not progress:
                 return raw_events, ours_events
@@ -385,6 +386,39 @@ class _Pump:
             pass  # SSLWantReadError: our close_notify is written, the peer's not awaited
         if self.client_open:
             _send_what_is_left(self.tls, self.raw)
+
+
+class _Outbox:
+    """Bytes waiting for a socket, kept as the chunks they came in (no copy into one buffer, no
+    move of the rest after a partial send)."""
+
+    def __init__(self) -> None:
+        self._chunks: collections.deque[memoryview] = collections.deque()
+        self.size_bytes = 0
+
+    def __bool__(self) -> bool:
+        return self.size_bytes > 0
+
+    def append(self, chunk: bytes) -> None:
+        self._chunks.append(memoryview(chunk))
+        self.size_bytes += len(chunk)
+
+    def head(self) -> memoryview:
+        """The first chunk: what the next send offers."""
+        return self._chunks[0]
+
+    def consume(self, sent_bytes: int) -> None:
+        """``sent_bytes`` of the first chunk went out."""
+        first = self._chunks[0]
+        if sent_bytes == len(first):
+            self._chunks.popleft()
+        else:
+            self._chunks[0] = first[sent_bytes:]
+        self.size_bytes -= sent_bytes
+
+    def clear(self) -> None:
+        self._chunks.clear()
+        self.size_bytes = 0
 
 
 class _Interest:
