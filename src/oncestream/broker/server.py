@@ -44,6 +44,7 @@ import logging
 import os
 import socket
 import struct
+import sys
 import time
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from pathlib import Path
@@ -65,7 +66,7 @@ from oncestream.broker.sasl.exchange import close_delay_s, peek_exchange
 from oncestream.broker.seams import BackgroundLoop, BrokerSeams
 from oncestream.broker.state import BrokerState
 from oncestream.broker.tls import server_ssl_context
-from oncestream.broker.tls_pump import ConnectionOrigin, TlsListener, bind_listening_sockets
+from oncestream.broker.tls_pump import TLS_SWITCH_INTERVAL_S, ConnectionOrigin, TlsListener, bind_listening_sockets
 from oncestream.metrics.endpoint import MetricsEndpoint
 from oncestream.process_shutdown import ShutdownBound, install_stop_signals
 from oncestream.protocol.api_keys import PRODUCE
@@ -529,6 +530,8 @@ def run_broker(data_dir: Path, host: str, port: int, props: dict[str, str], *,
     except ImportError:  # uvloop is a dependency, but the broker works without it
         pass
     config = BrokerConfig.from_properties(host, port, props)
+    if any(listener.uses_tls for listener in config.all_listeners):
+        sys.setswitchinterval(TLS_SWITCH_INTERVAL_S)  # TLS pump threads win the GIL back sooner
     bound = ShutdownBound(config.shutdown_timeout_ms, "oncestream broker")
     for listener in config.all_listeners:  # a bad SSL store fails before the data dir is opened
         if listener.uses_tls:

@@ -51,6 +51,12 @@ _PENDING_PLAIN_HIGH_BYTES = 1024 * 1024
 # Kernel buffers of the socket pair: a zero-copy Fetch sendfiles into it, a larger buffer means
 # fewer wake-ups of the thread per response.
 _PAIR_BUFFER_BYTES = 1024 * 1024
+# The interpreter's GIL switch interval in a broker with a TLS listener (CPython's default: 5 ms).
+# A pump thread gives the GIL up in every socket and SSL call and must win it back from an event
+# loop that runs Python for milliseconds at a time; at 5 ms each such wait delayed a produce
+# request's bytes so much that TLS produce ran at about half its old pace, at 0.5 ms it was
+# back above it (docs/benchmarks.md, "TLS off the event loop").
+TLS_SWITCH_INTERVAL_S = 0.0005
 # A pump waiting on neither socket looks again after this long (and whether it was aborted).
 _NOTHING_AWAITED_S = 1.0
 _LISTEN_BACKLOG = 100  # asyncio's create_server default
