@@ -11,6 +11,7 @@ closes in the middle of one.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import socket
@@ -33,7 +34,7 @@ from oncestream.broker.state import BrokerState
 from tests.support.brokers import BrokerProcess
 from tests.support.certs import Pki
 from tests.support.loop_thread_broker import LoopThreadBroker
-from tests.support.wire import API_FETCH, fetch_request_body, frame, request_header
+from tests.support.wire import API_FETCH, api_versions_v3_body, fetch_request_body, frame, request_header
 
 pytestmark = pytest.mark.interop
 
@@ -125,6 +126,36 @@ def test_the_event_loop_never_calls_into_ssl_and_fetches_over_tls_use_sendfile(
         broker.on_loop(lambda: sys.setprofile(None))
     assert calls.ssl_calls == [], f"the event loop called into ssl: {sorted(set(calls.ssl_calls))}"
     assert calls.sendfile_calls > 0, "the fetched records did not go out with sendfile"
+
+
+def test_stopping_the_broker_closes_its_tls_connections_and_their_threads(tmp_path: Path, pki: Pki) -> None:
+    """SIGTERM's path (``BrokerServer.stop``) with TLS clients connected, one of them in the middle
+    of its handshake: every client sees its connection end and the stop completes."""
+    state = BrokerState(tmp_path / "data", BrokerConfig.from_properties("127.0.0.1", 0, _tls_config(pki)))
+    broker = LoopThreadBroker(state)
+    (ssl_listener,) = [item for item in state.config.listeners if item.name == "SSL"]
+    context = ssl.create_default_context(cafile=str(pki.ca))
+    api_versions = frame(request_header(18, 3, 1, flexible=True) + api_versions_v3_body())
+    clients = [context.wrap_socket(socket.create_connection(("127.0.0.1", ssl_listener.port), timeout=TIMEOUT_S),
+                                   server_hostname="localhost") for _ in range(3)]
+    silent = socket.create_connection(("127.0.0.1", ssl_listener.port), timeout=TIMEOUT_S)  # no ClientHello
+    try:
+        for client in clients:
+            client.sendall(api_versions)
+            (size,) = struct.unpack(">i", _read(client, 4))
+            _read(client, size)  # answered: the connection is being served
+        assert broker.server.open_connections == 3
+        broker.stop()
+        assert broker.server.open_connections == 0
+        for client in clients:
+            with contextlib.suppress(ConnectionResetError, ssl.SSLError):
+                assert client.recv(1024) == b""
+        with contextlib.suppress(ConnectionResetError):
+            assert silent.recv(1024) == b""
+    finally:
+        for client in clients:
+            client.close()
+        silent.close()
 
 
 @pytest.fixture(scope="module")
