@@ -22,7 +22,7 @@ _SCHEMA_LOCK_KEY = 0x6F6E6365_7363
 def all_steps() -> tuple[SchemaStep, ...]:
     """Every area's steps, in application order (imported here so each area's module stays the
     one home of its tables)."""
-    from oncestream.cluster.leases import leases_schema
+    from oncestream.cluster.leases import leases_schema, share_state_schema
     from oncestream.cluster.pg import (
         catalog_schema,
         consolidation_schema,
@@ -32,7 +32,8 @@ def all_steps() -> tuple[SchemaStep, ...]:
     )
 
     return (*catalog_schema.STEPS, *registry_schema.STEPS, *security_schema.STEPS, *diskless_schema.STEPS,
-            *consolidation_schema.STEPS, *(SchemaStep(name, sql) for name, sql in leases_schema.STEPS))
+            *consolidation_schema.STEPS, *(SchemaStep(name, sql) for name, sql in leases_schema.STEPS),
+            *(SchemaStep(name, sql) for name, sql in share_state_schema.STEPS))
 
 
 async def apply_schema(conn: psycopg.AsyncConnection[object], steps: tuple[SchemaStep, ...] | None = None) -> list[str]:
