@@ -131,6 +131,12 @@ class NotCoordinatorError(OnceStreamError):
     code = ErrorCode.not_coordinator
 
 
+class NotLeaderOrFollowerError(OnceStreamError):
+    """Cluster mode: this broker does not own the share-partition (another leads its topic-partition)."""
+
+    code = ErrorCode.not_leader_or_follower
+
+
 class CoordinatorLoadInProgressError(OnceStreamError):
     """The group's __consumer_offsets partition is still being loaded (COORDINATOR_LOAD_IN_PROGRESS)."""
 

@@ -78,7 +78,7 @@ def _acknowledge(state: BrokerState, member: str, epoch: int, topic_id: uuid.UUI
             partition_index=0, acknowledgement_batches=tuple(
                 m.AcknowledgementBatch(first_offset=f, last_offset=last, acknowledge_types=(t,))
                 for f, last, t in acks)),)),))
-    return share.handle_share_acknowledge(state, _header(k.SHARE_ACKNOWLEDGE), request)
+    return asyncio.run(share.handle_share_acknowledge(state, _header(k.SHARE_ACKNOWLEDGE), request))
 
 
 def _acquired(response: Any) -> list[tuple[int, int]]:

@@ -28,6 +28,7 @@ from oncestream.broker.cluster_settings import (
     open_and_probe_object_store,
     probe_metadata_store,
 )
+from oncestream.broker.cluster_shares import ClusterShares
 from oncestream.broker.config import BrokerConfig
 from oncestream.broker.inter_broker import inter_broker_security
 from oncestream.broker.peer_requests import PeerRequests
@@ -107,11 +108,16 @@ def run_cluster_broker(settings: ClusterSettings, host: str, port: int, props: d
             state.groups, state.transactions = coordinators.groups, coordinators.transactions
             node.coordinators = coordinators
             markers.offsets_owner = coordinators.offsets_owner
+            # Share groups (KIP-932): share-partitions owned by their topic-partition's leader under
+            # leases, their state in PostgreSQL (broker/cluster_shares.py).
+            shares = ClusterShares(node, state.shares, idle_timeout_ms=settings.session_timeout_ms,
+                                   interval_ms=settings.heartbeat_interval_ms)
+            state.cluster_shares = shares
             await node.refresh_snapshot()
             server = BrokerServer(
                 state, ready_file=ready_file,
                 background=(*seams_used.background_loops, node.heartbeat_loop, node.topic_refresh_loop, node.catalog_change_loop,
-                            node.gc_loop, *security_loops),
+                            node.gc_loop, shares.run, *security_loops),
                 stuck_report_s=bound.bound_ms / 4000, defer_ready=True, on_stopping=node.leave)
             install_stop_signals(asyncio.get_running_loop(), bound, server.stop)
             node.start_serving()

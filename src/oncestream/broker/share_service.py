@@ -19,14 +19,14 @@ import asyncio
 import logging
 import uuid
 import zlib
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 
 from oncestream.async_wait import run_deadline_timer
 from oncestream.broker.internal_topic import InternalAppender, InternalTopic
 from oncestream.broker.share_group_configs import AUTO_OFFSET_RESET, DEFAULTS, ISOLATION_LEVEL, reset_by_duration_ms
 from oncestream.coordinator.share.group import ShareGroupConfig, ShareGroupCoordinator
-from oncestream.coordinator.share.partition import SharePartition, SharePartitionConfig
+from oncestream.coordinator.share.partition import SharePartition, SharePartitionConfig, StateBatch
 from oncestream.coordinator.share.records import (
     SNAPSHOT_TYPE,
     UPDATE_TYPE,
@@ -39,7 +39,7 @@ from oncestream.coordinator.share.records import (
     encode_value,
 )
 from oncestream.coordinator.share.sessions import ShareSessionCache
-from oncestream.errors import InvalidConfigError, OnceStreamError
+from oncestream.errors import InvalidConfigError, NotLeaderOrFollowerError, OnceStreamError
 from oncestream.log.manager import LogManager
 
 log = logging.getLogger("oncestream.broker")
@@ -54,6 +54,9 @@ LEAVE_GRACE_MS = 2000
 # coordinator prunes after each snapshot; whole segments go, so doing it rarely loses nothing).
 PRUNE_INTERVAL_MS = 60000
 SharePartitionKey = tuple[str, uuid.UUID, int]  # (group id, topic id, partition)
+# Cluster mode: persists the share-partitions' snapshots in PostgreSQL, fenced by their leases
+# (broker/cluster_shares.py); returns the keys not written.
+DurableSave = Callable[[list[SharePartitionKey]], Awaitable[set[SharePartitionKey]]]
 
 
 
@@ -136,10 +139,68 @@ class ShareService:
         self._snapshot_at: dict[SharePartitionKey, tuple[int, int]] = {}
         self._next_prune_ms = mono_ms() + PRUNE_INTERVAL_MS
         self._wake = asyncio.Event()
+        # Cluster mode (``use_durable_save``): the state is PostgreSQL's, not the state topic's;
+        # changes that promise nothing (records given back) wait in ``_dirty`` for the next save.
+        self._durable_save: DurableSave | None = None
+        self._dirty: set[SharePartitionKey] = set()
         if SHARE_STATE_TOPIC in logs.topics():
             self._load(self._state_topic())
             for group_id, _topic_id, _partition in self.partitions:
                 self.groups.ensure(group_id)  # Empty until its members heartbeat again
+
+    def use_durable_save(self, save: DurableSave) -> None:
+        """Cluster mode: persist through ``save`` (PostgreSQL, fenced by the share-partitions'
+        leases) instead of the local ``__share_group_state``; share-partitions are installed by
+        their owner (``install``) before they are served."""
+        self._durable_save = save
+
+    @property
+    def clustered(self) -> bool:
+        """Whether the state is persisted in PostgreSQL (cluster mode)."""
+        return self._durable_save is not None
+
+    def install(self, key: SharePartitionKey, start_offset: int, batches: Iterable[StateBatch] = (),
+                snapshot_epoch: int = -1) -> SharePartition:
+        """Cluster mode: serve ``key`` from this state (loaded by its new owner; records that were
+        acquired come back AVAILABLE)."""
+        sp = self.partitions[key] = SharePartition(self.settings.partition, start_offset)
+        sp.apply_persisted(start_offset, list(batches), replace=True)
+        sp.take_changes()
+        self._snapshot_epoch[key] = snapshot_epoch
+        self._dirty.discard(key)
+        return sp
+
+    def unload(self, keys: Iterable[SharePartitionKey]) -> None:
+        """Cluster mode: stop serving these share-partitions (their lease is lost or handed over)."""
+        for key in keys:
+            self.partitions.pop(key, None)
+            self._snapshot_epoch.pop(key, None)
+            self._dirty.discard(key)
+
+    def snapshot_value(self, key: SharePartitionKey) -> ShareStateValue | None:
+        """Cluster mode: the next snapshot of ``key`` to persist (its epoch bumped), or None."""
+        sp = self.partitions.get(key)
+        if sp is None:
+            return None
+        sp.take_changes()
+        start, batches = sp.snapshot()
+        epoch = self._snapshot_epoch[key] = self._snapshot_epoch.get(key, -1) + 1
+        now = self.now_ms()
+        return ShareStateValue(epoch, start, tuple(batches), create_timestamp_ms=now, write_timestamp_ms=now)
+
+    async def persist_async(self, keys: Iterable[SharePartitionKey]) -> set[SharePartitionKey]:
+        """``persist`` that may wait for PostgreSQL (cluster mode): the keys not made durable."""
+        if self._durable_save is None:
+            return self.persist(keys)
+        wanted = list(dict.fromkeys(keys))
+        self._dirty.difference_update(wanted)
+        return await self._durable_save(wanted)
+
+    def take_dirty(self) -> list[SharePartitionKey]:
+        """Cluster mode: the share-partitions changed without a save since (records given back)."""
+        dirty = [key for key in self._dirty if key in self.partitions]
+        self._dirty.clear()
+        return dirty
 
     # --- topics --------------------------------------------------------------------------------
 
@@ -164,6 +225,11 @@ class ShareService:
         ``share.auto.offset.reset`` picks when the group first reads it; its start follows the log
         start forward (records deleted by retention are gone)."""
         key = (group_id, topic_id, partition)
+        if self._durable_save is not None:  # cluster mode: installed by the owner (cluster_shares.py)
+            installed = self.partitions.get(key)
+            if installed is None:
+                raise NotLeaderOrFollowerError(f"share-partition {key} is not loaded on this broker")
+            return installed
         plog = self._logs.get(topic, partition)
         sp = self.partitions.get(key)
         if sp is None:
@@ -250,7 +316,12 @@ class ShareService:
 
     def persist(self, keys: Iterable[SharePartitionKey]) -> set[SharePartitionKey]:
         """Append the changes of these share-partitions; returns those whose append failed (their
-        answers must not promise the change; their in-memory state is reloaded from the log)."""
+        answers must not promise the change; their in-memory state is reloaded from the log).
+        Cluster mode: the keys wait for the next durable save (nothing is promised by the callers
+        of this synchronous form there: records given back)."""
+        if self._durable_save is not None:
+            self._dirty.update(key for key in keys if key in self.partitions)
+            return set()
         pending: dict[int, list[tuple[bytes, bytes | None]]] = {}
         owners: dict[int, list[tuple[SharePartitionKey, int]]] = {}
         topic: InternalTopic | None = None

@@ -55,6 +55,7 @@ from oncestream.remote.reader import RemotePartition, RemoteReads, remote_partit
 
 if TYPE_CHECKING:
     from oncestream.broker.cluster_node import ClusterNode
+    from oncestream.broker.cluster_shares import ClusterShares
 
 log = logging.getLogger(__name__)
 
@@ -202,6 +203,9 @@ class BrokerState:
             # None for the single broker. Set by the cluster runner (broker/cluster_run.py) before
             # anything is served; the handlers that differ branch on it.
             self.cluster: ClusterNode | None = None
+            # Cluster mode: the share-partitions this broker owns, their state in PostgreSQL
+            # (broker/cluster_shares.py); None for the single broker.
+            self.cluster_shares: ClusterShares | None = None
             self.remote: RemoteLogManager | None = None
             # Reads below the local log start (remote/reader.py); None: tiered storage is off.
             self.remote_reads: RemoteReads | None = None

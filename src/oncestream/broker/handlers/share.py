@@ -22,11 +22,13 @@ from kio.schema.errors import ErrorCode
 
 from oncestream.async_wait import wait_done
 from oncestream.broker.authorize import Op, Res, authorize, authorized_operations
+from oncestream.broker.cluster_coordinators import GROUP_KEY_TYPE
 from oncestream.broker.connection_context import client_host
 from oncestream.broker.remote_fetch import aborted_of, read_remote_once
 from oncestream.broker.share_group_configs import ISOLATION_LEVEL
 from oncestream.broker.share_service import SharePartitionKey, ShareService
 from oncestream.broker.state import BrokerState
+from oncestream.cluster.diskless.offsets_query import list_offset
 from oncestream.coordinator.share.partition import AckBatch, AcquiredRange, LogSpan, SharePartition
 from oncestream.errors import OffsetMovedToTieredStorageError, OffsetOutOfRangeError, OnceStreamError
 from oncestream.protocol import api_keys as k
@@ -36,6 +38,7 @@ from oncestream.protocol.record_batch import iter_batches
 from oncestream.protocol.schemas import response_module
 
 if TYPE_CHECKING:
+    from oncestream.broker.cluster_node import ClusterNode
     from oncestream.protocol import request_types as wire
 
 _ZERO = datetime.timedelta(0)
@@ -79,6 +82,13 @@ def handle_share_group_heartbeat(state: BrokerState, header: RequestHeader, requ
             return error(ErrorCode.topic_authorization_failed, f"not authorized to describe {sorted(denied)}")
     if not_share_group(state, request.group_id):
         return error(ErrorCode.group_id_not_found, f"Group {request.group_id} is not a share group.")
+    coordinators = state.cluster.coordinators if state.cluster is not None else None
+    if coordinators is not None:  # cluster mode: the group's coordinator alone holds its members
+        coordinator = coordinators.coordinator_node(GROUP_KEY_TYPE, request.group_id)
+        if coordinator is None:
+            return error(ErrorCode.coordinator_not_available)
+        if coordinator != state.config.node_id:
+            return error(ErrorCode.not_coordinator, f"node {coordinator} coordinates {request.group_id}")
     result = svc.groups.heartbeat(request.group_id, request.member_id, request.member_epoch, request.rack_id,
                                   subscribed, state.mono_ms(), client_id=header.client_id or "",
                                   client_host=client_host())
@@ -193,7 +203,14 @@ class _Partitions:
         return name, ErrorCode.none
 
 
-def _apply_acks(state: BrokerState, group_id: str, member_id: str,
+async def _owned(state: BrokerState, group_id: str, topic_id: uuid.UUID, name: str, partition: int) -> ErrorCode:
+    """Cluster mode: whether this broker owns the share-partition (loading it if needed);
+    NONE on the single broker."""
+    shares = state.cluster_shares
+    return ErrorCode.none if shares is None else await shares.own((group_id, topic_id, partition), name)
+
+
+async def _apply_acks(state: BrokerState, group_id: str, member_id: str,
                 acks: dict[tuple[uuid.UUID | None, int], list[AckBatch]],
                 names: _Partitions) -> dict[tuple[uuid.UUID | None, int], ErrorCode]:
     """Apply every partition's acknowledgements and persist them; the error per partition
@@ -207,12 +224,14 @@ def _apply_acks(state: BrokerState, group_id: str, member_id: str,
         if error == ErrorCode.none and name is not None and topic_id is not None:
             if not state.partition_exists(name, partition):
                 error = ErrorCode.unknown_topic_or_partition
+            elif (owned := await _owned(state, group_id, topic_id, name, partition)) != ErrorCode.none:
+                error = owned
             else:
                 sp = svc.share_partition(group_id, name, topic_id, partition)
                 error = sp.acknowledge(member_id, batches, now)
                 touched[(group_id, topic_id, partition)] = (topic_id, partition)
         results[(topic_id, partition)] = error
-    failed = svc.persist(touched)
+    failed = await svc.persist_async(touched)
     for key in failed:
         results[touched[key]] = ErrorCode.coordinator_not_available
     for _group, topic_id, partition in touched:
@@ -272,6 +291,32 @@ async def _acquire_remote(state: BrokerState, svc: ShareService, group_id: str, 
     return _acquire_read(sp, member_id, b"".join(read.chunks), read_committed, aborted, max_records, now)
 
 
+async def _acquire_diskless(state: BrokerState, node: ClusterNode, svc: ShareService, group_id: str, member_id: str,
+                            name: str, topic_id: uuid.UUID, partition: int, max_records: int, max_bytes: int
+                            ) -> tuple[bytes, list[AcquiredRange]]:
+    """``_acquire_one`` in cluster mode: the batches come from the diskless reader (PostgreSQL
+    coordinates, object store bytes), as for Fetch."""
+    sp = svc.share_partition(group_id, name, topic_id, partition)
+    now = state.mono_ms()
+    if not sp.can_acquire(now):
+        return b"", []
+    read_committed = svc.group_config(group_id, ISOLATION_LEVEL) == "read_committed"
+    offset = sp.next_fetch_offset(now)
+    try:
+        read = await node.reader.read(topic_id, partition, offset, max_bytes, 1 if read_committed else 0)
+    except OffsetOutOfRangeError:
+        start = (await list_offset(node.reader, topic_id, partition, -2)).offset
+        if offset < start:  # deleted below the share-partition: skip ahead
+            sp.move_start(start)
+        return b"", []
+    sp = svc.share_partition(group_id, name, topic_id, partition)  # it may have been reloaded meanwhile
+    now = state.mono_ms()
+    if not sp.can_acquire(now) or sp.next_fetch_offset(now) != offset:
+        return b"", []  # the share-partition moved on while the read ran: the next fetch reads again
+    return _acquire_read(sp, member_id, b"".join(read.chunks), read_committed, read.aborted_transactions or (),
+                         max_records, now)
+
+
 def _acquire_read(sp: SharePartition, member_id: str, data: bytes, read_committed: bool, aborted: Iterable[tuple[int, int]],
                   max_records: int, now: int) -> tuple[bytes, list[AcquiredRange]]:
     """Acquire the records of the batches in ``data`` for ``member_id``; the batches holding
@@ -328,7 +373,7 @@ async def handle_share_fetch(state: BrokerState, header: RequestHeader, request:
     for key in wanted:
         session.partitions[key] = None
     names = _Partitions(state)
-    ack_errors = _apply_acks(state, group_id, member_id, acks, names)
+    ack_errors = await _apply_acks(state, group_id, member_id, acks, names)
     if lookup.final:
         svc.sessions.close(group_id, member_id)
         svc.release_member(group_id, member_id)
@@ -359,6 +404,18 @@ async def handle_share_fetch(state: BrokerState, header: RequestHeader, request:
             if max_records <= 0 or total >= budget:
                 break
             try:
+                owned = await _owned(state, group_id, topic_id, name, partition)
+                if owned != ErrorCode.none:
+                    errors[(topic_id, partition)] = owned
+                    continue
+                if state.cluster is not None:
+                    data, ranges = await _acquire_diskless(state, state.cluster, svc, group_id, member_id, name, topic_id,
+                                                           partition, max_records, max(budget - total, 0))
+                    if ranges:
+                        fetched[(topic_id, partition)] = (data, ranges)
+                        total += len(data)
+                        max_records -= sum(r.last_offset - r.first_offset + 1 for r in ranges)
+                    continue
                 try:
                     data, ranges = _acquire_one(state, svc, group_id, member_id, name, topic_id, partition,
                                                 max_records, max(budget - total, 0))
@@ -383,7 +440,7 @@ async def handle_share_fetch(state: BrokerState, header: RequestHeader, request:
         finally:
             state.notifier.discard(waiter, watched)
     if fetched:
-        failed = svc.persist([(group_id, tid, index) for tid, index in fetched if tid is not None])
+        failed = await svc.persist_async([(group_id, tid, index) for tid, index in fetched if tid is not None])
         for _g, tid, index in failed:
             # Not durable: not handed out (the records come back when their locks expire).
             fetched.pop((tid, index), None)
@@ -410,7 +467,7 @@ def _fetch_topics(m: Any, state: BrokerState, fetched: dict[tuple[uuid.UUID | No
 
 # --- ShareAcknowledge ----------------------------------------------------------------------------
 
-def handle_share_acknowledge(state: BrokerState, header: RequestHeader, request: wire.ShareAcknowledgeRequest) -> object:
+async def handle_share_acknowledge(state: BrokerState, header: RequestHeader, request: wire.ShareAcknowledgeRequest) -> object:
     m = response_module(k.SHARE_ACKNOWLEDGE, header.api_version)
     svc = state.shares
 
@@ -433,7 +490,7 @@ def handle_share_acknowledge(state: BrokerState, header: RequestHeader, request:
     for t in request.topics:
         for p in t.partitions:
             acks.setdefault((t.topic_id, p.partition_index), []).extend(_ack_batches(p.acknowledgement_batches))
-    results = _apply_acks(state, group_id, member_id, acks, _Partitions(state))
+    results = await _apply_acks(state, group_id, member_id, acks, _Partitions(state))
     if lookup.final:
         svc.sessions.close(group_id, member_id)
         svc.release_member(group_id, member_id)
