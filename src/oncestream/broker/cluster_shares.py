@@ -54,6 +54,8 @@ class ClusterShares:
         self.leases: dict[SharePartitionKey, Lease] = {}
         self._loading: dict[SharePartitionKey, asyncio.Lock] = {}
         shares.use_durable_save(self.save)
+        shares.use_topics(lambda: {name: (meta.topic_id, meta.num_partitions)
+                                   for name, meta in node.topic_snapshot().items() if not meta.internal})
 
     async def _leader(self, topic_id: uuid.UUID, partition: int) -> int:
         live = [broker.node_id for broker in await self._node.live_brokers()]

@@ -142,6 +142,10 @@ class ShareService:
         # Cluster mode (``use_durable_save``): the state is PostgreSQL's, not the state topic's;
         # changes that promise nothing (records given back) wait in ``_dirty`` for the next save.
         self._durable_save: DurableSave | None = None
+        # The topics by name: (topic id, partition count); the local logs' unless replaced
+        # (cluster mode: the catalog's snapshot, ``use_topics``).
+        self._topics: Callable[[], dict[str, tuple[uuid.UUID, int]]] = lambda: {
+            name: (info.topic_id, info.num_partitions) for name, info in self._logs.topics().items()}
         self._dirty: set[SharePartitionKey] = set()
         if SHARE_STATE_TOPIC in logs.topics():
             self._load(self._state_topic())
@@ -153,6 +157,10 @@ class ShareService:
         leases) instead of the local ``__share_group_state``; share-partitions are installed by
         their owner (``install``) before they are served."""
         self._durable_save = save
+
+    def use_topics(self, topics: Callable[[], dict[str, tuple[uuid.UUID, int]]]) -> None:
+        """Cluster mode: the topics (by name: topic id, partition count) come from ``topics``."""
+        self._topics = topics
 
     @property
     def clustered(self) -> bool:
@@ -205,13 +213,12 @@ class ShareService:
     # --- topics --------------------------------------------------------------------------------
 
     def _topic_lookup(self, name: str) -> tuple[uuid.UUID, int] | None:
-        info = self._logs.topics().get(name)
-        return None if info is None else (info.topic_id, info.num_partitions)
+        return self._topics().get(name)
 
     def topic_name(self, topic_id: uuid.UUID | None) -> str | None:
         """The name of the topic with id ``topic_id`` (None if there is none)."""
-        for name, info in self._logs.topics().items():
-            if info.topic_id == topic_id:
+        for name, (found_id, _count) in self._topics().items():
+            if found_id == topic_id:
                 return name
         return None
 
