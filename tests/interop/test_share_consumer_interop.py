@@ -19,9 +19,8 @@ import pytest
 import oncestream.client
 from oncestream.client import AcknowledgeType, IllegalStateException, ShareConsumer, TopicPartition
 from tests.support.clients import create_topic, unique_topic
-from tests.support.cluster_kind import CLUSTER_LACKS_SHARE_GROUPS, not_on_cluster
 
-pytestmark = [pytest.mark.interop, not_on_cluster(CLUSTER_LACKS_SHARE_GROUPS)]
+pytestmark = [pytest.mark.interop]
 
 CAP_S = 30.0  # every wait is bounded by this
 QUIET_S = 3.0  # how long "never delivered again" is watched

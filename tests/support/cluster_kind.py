@@ -141,8 +141,9 @@ CLUSTER_SQL_NOT_YET = ("the SQL server's suites have not been run against a clus
 def not_on_cluster(reason: str) -> pytest.MarkDecorator:
     """The ``broker_kinds`` marker of a test that runs against our single broker and Tansu only."""
     return pytest.mark.broker_kinds("oncestream", "tansu", reason=reason)
-CLUSTER_LACKS_SHARE_GROUPS = ("share groups (KIP-932) keep their state in one broker's scratch directory: "
-                              "not yet on leases in cluster mode")
+CLUSTER_LACKS_SHARE_GROUPS = ("share-group offset admin (AlterShareGroupOffsets, DeleteShareGroupOffsets, the "
+                              "share state of a deleted share group) is not served in cluster mode yet: only the "
+                              "share-partition's owner may write its state (docs/cluster-coordinators.md)")
 ONE_BROKER_ASSUMED = ("the test talks to one broker on the wire and expects it to coordinate every group or "
                       "transactional id, which holds for one broker only (a cluster answers NOT_COORDINATOR "
                       "from the others, as Kafka does)")

@@ -225,8 +225,8 @@ def _describe_offsets(state: BrokerState, version: int = 1) -> list[tuple[int, i
     m = request_module(k.DESCRIBE_SHARE_GROUP_OFFSETS, version)
     request = m.DescribeShareGroupOffsetsRequest(groups=(m.DescribeShareGroupOffsetsRequestGroup(
         group_id=GROUP, topics=(m.DescribeShareGroupOffsetsRequestTopic(topic_name=TOPIC, partitions=(0,)),)),))
-    response: Any = share_admin.handle_describe_offsets(state, RequestHeader(k.DESCRIBE_SHARE_GROUP_OFFSETS, version,
-                                                                               1, "t", 0), request)
+    response: Any = asyncio.run(share_admin.handle_describe_offsets(
+        state, RequestHeader(k.DESCRIBE_SHARE_GROUP_OFFSETS, version, 1, "t", 0), request))
     return [(g.error_code, p.partition_index, p.start_offset, getattr(p, "lag", -1))
             for g in response.groups for t in g.topics for p in t.partitions]
 

@@ -35,6 +35,7 @@ from oncestream.broker.share_service import SharePartitionKey, ShareService
 from oncestream.cluster.diskless.offsets_query import list_offset
 from oncestream.cluster.leases.coordinator_leases import Lease, LeaseLostError
 from oncestream.cluster.leases.share_state import PgShareState
+from oncestream.coordinator.share.partition import SharePartition
 from oncestream.errors import OnceStreamError
 
 log = logging.getLogger("oncestream.broker")
@@ -96,6 +97,19 @@ class ClusterShares:
             log.info("node %d owns share-partition %s/%s-%d at lease epoch %d", self._node.node_id, group_id,
                      topic, partition, taken.epoch)
         return ErrorCode.none
+
+    async def group_state(self, group_id: str) -> dict[SharePartitionKey, SharePartition]:
+        """The share-partitions of ``group_id`` as persisted (the owners' last saves), for
+        DescribeShareGroupOffsets on the group's coordinator."""
+        out = {}
+        for key, value in (await self._state.load_group(group_id)).items():
+            sp = out[key] = SharePartition(self._shares.settings.partition, value.start_offset)
+            sp.apply_persisted(value.start_offset, value.batches, replace=True)
+        return out
+
+    async def high_watermark(self, topic_id: uuid.UUID, partition: int) -> int:
+        """The partition's high watermark (the lag of DescribeShareGroupOffsets)."""
+        return (await list_offset(self._node.reader, topic_id, partition, LATEST_TIMESTAMP)).offset
 
     async def _start_offset(self, group_id: str, topic_id: uuid.UUID, partition: int) -> int:
         """Where a new share-partition starts (``share.auto.offset.reset``, as the single broker)."""

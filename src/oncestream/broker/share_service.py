@@ -215,6 +215,10 @@ class ShareService:
     def _topic_lookup(self, name: str) -> tuple[uuid.UUID, int] | None:
         return self._topics().get(name)
 
+    def topic_info(self, name: str) -> tuple[uuid.UUID, int] | None:
+        """(topic id, partition count) of topic ``name`` (None if there is none)."""
+        return self._topics().get(name)
+
     def topic_name(self, topic_id: uuid.UUID | None) -> str | None:
         """The name of the topic with id ``topic_id`` (None if there is none)."""
         for name, (found_id, _count) in self._topics().items():
@@ -263,14 +267,22 @@ class ShareService:
 
     def reset_partition(self, key: SharePartitionKey, start_offset: int) -> bool:
         """AlterShareGroupOffsets: the share-partition starts afresh at ``start_offset`` (no
-        record in flight); persisted as a new snapshot. False if the append failed."""
+        record in flight); persisted as a new snapshot. False if the append failed, and in
+        cluster mode, where the share-partition's owner alone may write it (not done yet)."""
+        if self._durable_save is not None:
+            log.warning("AlterShareGroupOffsets is not served in cluster mode yet (%s)", key)
+            return False
         self.partitions[key] = SharePartition(self.settings.partition, start_offset)
         self._snapshot_epoch.pop(key, None)  # the next persist writes a snapshot
         return key not in self.persist([key])
 
     def delete_partition(self, key: SharePartitionKey) -> bool:
         """DeleteShareGroupOffsets: forget the share-partition (a tombstone in the state topic;
-        the next fetch starts it again by ``share.auto.offset.reset``). False if not durable."""
+        the next fetch starts it again by ``share.auto.offset.reset``). False if not durable,
+        and in cluster mode, where the share-partition's owner alone may write it (not done yet)."""
+        if self._durable_save is not None:
+            log.warning("deleting share-partition state is not served in cluster mode yet (%s)", key)
+            return False
         topic = self._state_topic()
         try:
             topic.append(self._state_partition(key, topic),

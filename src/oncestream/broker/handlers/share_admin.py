@@ -13,6 +13,7 @@ ACLs as Kafka: DESCRIBE (describe), READ (alter) or DELETE (delete) on the group
 from __future__ import annotations
 
 import datetime
+import uuid
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
@@ -42,15 +43,19 @@ def _group_error(state: BrokerState, group_id: str, *, must_be_empty: bool) -> t
     return ErrorCode.none, None
 
 
-def _lag(state: BrokerState, topic: str, partition: int, sp: SharePartition) -> int:
+async def _lag(state: BrokerState, topic: str, topic_id: uuid.UUID, partition: int, sp: SharePartition) -> int:
     """Records not yet delivered to completion: those from the start offset to the high
     watermark less the ones in flight that are already acknowledged or archived."""
     done = sum(1 for o in range(sp.start_offset, sp.end_offset)
                if (r := sp.record(o)) is not None and r.state in TERMINAL)
-    return max(state.logs.get(topic, partition).high_watermark - sp.start_offset - done, 0)
+    if state.cluster_shares is not None:
+        high_watermark = await state.cluster_shares.high_watermark(topic_id, partition)
+    else:
+        high_watermark = state.logs.get(topic, partition).high_watermark
+    return max(high_watermark - sp.start_offset - done, 0)
 
 
-def handle_describe_offsets(state: BrokerState, header: RequestHeader,
+async def handle_describe_offsets(state: BrokerState, header: RequestHeader,
                             request: wire.DescribeShareGroupOffsetsRequest) -> object:
     m = response_module(k.DESCRIBE_SHARE_GROUP_OFFSETS, header.api_version)
     svc = state.shares
@@ -61,7 +66,9 @@ def handle_describe_offsets(state: BrokerState, header: RequestHeader,
             error, message = ErrorCode.group_authorization_failed, None
         topics_out = []
         if error == ErrorCode.none:
-            held = svc.state_of(g.group_id)
+            # Cluster mode: the owners' snapshots in PostgreSQL (broker/cluster_shares.py).
+            held = (svc.state_of(g.group_id) if state.cluster_shares is None
+                    else await state.cluster_shares.group_state(g.group_id))
             if g.topics is None:  # every topic the group has state for
                 wanted: dict[str, list[int]] = {}
                 for _group, topic_id, partition in sorted(held, key=lambda key: (str(key[1]), key[2])):
@@ -71,7 +78,7 @@ def handle_describe_offsets(state: BrokerState, header: RequestHeader,
             else:
                 wanted = {t.topic_name: [int(p) for p in t.partitions] for t in g.topics}
             for name, partitions in wanted.items():
-                info = state.logs.topics().get(name)
+                info = svc.topic_info(name)
                 topic_denied = not authorize(state, Op.DESCRIBE, Res.TOPIC, name)
                 parts = []
                 for partition in partitions:
@@ -79,19 +86,19 @@ def handle_describe_offsets(state: BrokerState, header: RequestHeader,
                     start = lag = -1
                     if topic_denied:
                         p_error = ErrorCode.topic_authorization_failed
-                    elif info is None or not 0 <= partition < info.num_partitions:
+                    elif info is None or not 0 <= partition < info[1]:
                         p_error = ErrorCode.unknown_topic_or_partition
                     else:
-                        sp = held.get((g.group_id, info.topic_id, partition))
+                        sp = held.get((g.group_id, info[0], partition))
                         if sp is not None:
                             start = sp.start_offset
                             if header.api_version >= 1:  # v0 has no lag field
-                                lag = _lag(state, name, partition, sp)
+                                lag = await _lag(state, name, info[0], partition, sp)
                     parts.append(build(m.DescribeShareGroupOffsetsResponsePartition, partition_index=partition,
                                        start_offset=start, leader_epoch=0 if start >= 0 else -1, lag=lag,
                                        error_code=p_error, error_message=None))
                 topics_out.append(build(m.DescribeShareGroupOffsetsResponseTopic, topic_name=name,
-                                        topic_id=info.topic_id if info is not None else None,
+                                        topic_id=info[0] if info is not None else None,
                                         partitions=tuple(parts)))
         groups.append(build(m.DescribeShareGroupOffsetsResponseGroup, group_id=g.group_id, topics=tuple(topics_out),
                             error_code=error, error_message=message))

@@ -114,6 +114,14 @@ class PgShareState:
             row = await cursor.fetchone()
         return None if row is None else decode_value(SNAPSHOT_TYPE, bytes(row[0]))
 
+    async def load_group(self, group_id: str) -> dict[SharePartitionKey, ShareStateValue]:
+        """Every persisted snapshot of ``group_id`` (DescribeShareGroupOffsets: any broker reads them)."""
+        async with self._store.transaction() as conn:
+            cursor = await conn.execute(
+                "SELECT topic_id, partition, state FROM share_partition_state WHERE group_id = %s", (group_id,))
+            rows = await cursor.fetchall()
+        return {(group_id, row[0], int(row[1])): decode_value(SNAPSHOT_TYPE, bytes(row[2])) for row in rows}
+
     async def save(self, lease: Lease, key: SharePartitionKey, value: ShareStateValue) -> None:
         """Replace the snapshot of ``key``, fenced by ``lease`` (``LeaseLostError``: nothing written)."""
         self._check(lease, key)
