@@ -30,7 +30,12 @@ from oncestream.broker.share_service import SharePartitionKey, ShareService
 from oncestream.broker.state import BrokerState
 from oncestream.cluster.diskless.offsets_query import list_offset
 from oncestream.coordinator.share.partition import AckBatch, AcquiredRange, LogSpan, SharePartition
-from oncestream.errors import OffsetMovedToTieredStorageError, OffsetOutOfRangeError, OnceStreamError
+from oncestream.errors import (
+    NotLeaderOrFollowerError,
+    OffsetMovedToTieredStorageError,
+    OffsetOutOfRangeError,
+    OnceStreamError,
+)
 from oncestream.protocol import api_keys as k
 from oncestream.protocol.aborted_filter import AbortedFilter
 from oncestream.protocol.codec import RequestHeader, build
@@ -227,9 +232,13 @@ async def _apply_acks(state: BrokerState, group_id: str, member_id: str,
             elif (owned := await _owned(state, group_id, topic_id, name, partition)) != ErrorCode.none:
                 error = owned
             else:
-                sp = svc.share_partition(group_id, name, topic_id, partition)
-                error = sp.acknowledge(member_id, batches, now)
-                touched[(group_id, topic_id, partition)] = (topic_id, partition)
+                try:
+                    sp = svc.share_partition(group_id, name, topic_id, partition)
+                except NotLeaderOrFollowerError as exc:  # cluster mode: unloaded meanwhile (lease lost)
+                    error = exc.code
+                else:
+                    error = sp.acknowledge(member_id, batches, now)
+                    touched[(group_id, topic_id, partition)] = (topic_id, partition)
         results[(topic_id, partition)] = error
     failed = await svc.persist_async(touched)
     for key in failed:
