@@ -3,10 +3,12 @@ ShareConsumer (confluent-kafka) as the client.
 
 Each share-partition is owned by the broker Metadata names leader of its topic-partition, its
 state in PostgreSQL under a lease (broker/cluster_shares.py). Two share consumers, bootstrapped
-from different brokers, read a topic of six partitions (so every broker owns some); a broker is
-SIGKILLed half-way. Every record arrives, every record is acknowledged (ACCEPT confirmed by the
-broker) exactly once in total, none comes back after its ACCEPT was confirmed, and a record that
-comes again was in flight (acquired, not acknowledged) when it came first.
+from different brokers, read a topic of six partitions (so every broker owns some); the leader of
+partition 0 is SIGKILLed a third of the way, and as many records again are produced after it, so
+its share-partitions must be taken over. Every record arrives, every record is acknowledged
+(ACCEPT confirmed by the broker) exactly once in total, none comes back after its ACCEPT was
+confirmed, and a record that comes again was in flight (acquired, not acknowledged) when it came
+first.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 
 import confluent_kafka
 import pytest
+from confluent_kafka.admin import AdminClient
 
 from tests.support.clients import create_topic, unique_topic
 from tests.support.cluster import Cluster, cluster_factory  # noqa: F401  (fixture)
@@ -74,8 +77,9 @@ def test_share_consumers_on_different_brokers_ride_out_a_broker_sigkill(cluster_
                 waiting -= {m.partition() for m in messages}
 
         values = {b"v%04d" % i: i % PARTITIONS for i in range(600)}
-        for value, partition in values.items():
-            producer.produce(topic, value, partition=partition)
+        before, after = list(values)[:300], list(values)[300:]  # the second half after the SIGKILL
+        for value in before:
+            producer.produce(topic, value, partition=values[value])
         assert producer.flush(30) == 0
 
         accepted: Counter[bytes] = Counter()  # value -> ACCEPTs the broker confirmed
@@ -103,9 +107,17 @@ def test_share_consumers_on_different_brokers_ride_out_a_broker_sigkill(cluster_
                         unconfirmed.discard(m.value())
                     elif m.partition() in refused:
                         unconfirmed.add(m.value())
-            if not killed and len(accepted) >= len(values) // 3:
-                cluster.broker(3).kill()  # SIGKILL: its share-partitions move once its session ends
+            if not killed and len(accepted) >= len(before) // 3:
+                # SIGKILL the leader of partition 0 (it owns that share-partition at least): its
+                # share-partitions move once its session ends.
+                metadata = AdminClient({"bootstrap.servers": cluster.bootstrap}).list_topics(topic, timeout=30)
+                cluster.broker(metadata.topics[topic].partitions[0].leader).kill()
                 killed = True
+                # Records of every partition after the kill: the dead broker's share-partitions
+                # must be taken over for them to be delivered.
+                for value in after:
+                    producer.produce(topic, value, partition=values[value])
+                assert producer.flush(30) == 0
         assert killed
         assert set(accepted) == set(values)
         assert all(count == 1 for count in accepted.values()), [v for v, c in accepted.items() if c != 1]
