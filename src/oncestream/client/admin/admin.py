@@ -452,14 +452,20 @@ class Admin(AclAdmin, GroupAdmin, LogDirAdmin, QuotaAdmin, ClientMetricsAdmin):
 
     def list_transactions(self, states: Iterable[str] = (), producer_ids: Iterable[int] = (),
                           timeout: float | None = None) -> list[TransactionListing]:
-        """Every transactional id known to any broker, optionally filtered."""
+        """Every transactional id known to any broker, optionally filtered.
+
+        Each broker lists only the coordinators it hosts, so the answer is complete only when
+        every live broker answered: a broker that cannot be reached (a dead one stays in Metadata
+        until its session expires, then its coordinators move) or answers a retriable error
+        (COORDINATOR_LOAD_IN_PROGRESS while it loads coordinators it took over) makes the whole
+        listing start again from fresh metadata after ``retry.backoff.ms``, until ``timeout``."""
         state_filters, pid_filters = tuple(states), tuple(producer_ids)
 
-        async def run() -> list[TransactionListing]:
-            def make(m: Any, version: int) -> Any:
-                return build(m.ListTransactionsRequest, state_filters=state_filters,
-                             producer_id_filters=pid_filters, duration_filter=-1)
+        def make(m: Any, version: int) -> Any:
+            return build(m.ListTransactionsRequest, state_filters=state_filters,
+                         producer_id_filters=pid_filters, duration_filter=-1)
 
+        async def listing() -> list[TransactionListing]:
             out = []
             for node in await self._all_brokers():
                 response = await self._cluster.send(node, LIST_TRANSACTIONS, make)
@@ -468,6 +474,17 @@ class Admin(AclAdmin, GroupAdmin, LogDirAdmin, QuotaAdmin, ClientMetricsAdmin):
                 out += [TransactionListing(t.transactional_id, t.producer_id, t.transaction_state)
                         for t in response.transaction_states]
             return sorted(out, key=lambda t: t.transactional_id)
+
+        async def run() -> list[TransactionListing]:
+            while True:
+                try:
+                    return await listing()
+                except (ConnectionLostError, RequestTimedOutError):
+                    pass
+                except BrokerResponseError as exc:
+                    if not exc.retriable:
+                        raise
+                await asyncio.sleep(self._retry_backoff_s)
 
         return self._run(run(), timeout)
 
