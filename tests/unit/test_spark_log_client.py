@@ -117,3 +117,19 @@ def test_list_transactions_fails_on_an_error_that_is_not_retriable(monkeypatch) 
     with LogClient("127.0.0.1:9001") as client, pytest.raises(BrokerRequestError, match="CLUSTER_AUTHORIZATION"):
         client.list_transactions()
     assert sorted(cluster.asked) == [1, 2]
+
+
+def test_list_transactions_fails_at_once_when_no_broker_answers_metadata(monkeypatch) -> None:
+    cluster = FakeCluster({1: []}, {LIST_TRANSACTIONS: (0, 1), METADATA: (0, 12)})
+    cluster.install(monkeypatch)
+    refreshes = []
+
+    async def refresh(self: Cluster, topics=None, *, all_topics: bool = False) -> None:
+        refreshes.append(1)
+        raise ConnectionLostError("no broker reachable: cannot connect to 127.0.0.1:9001")
+
+    monkeypatch.setattr(Cluster, "refresh", refresh)
+    with LogClient("127.0.0.1:9001") as client, pytest.raises(BrokerRequestError, match="no broker reachable"):
+        client.list_transactions()
+    assert refreshes == [1]
+    assert cluster.asked == []
