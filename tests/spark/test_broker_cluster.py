@@ -44,7 +44,7 @@ def _open_transactions(bootstrap: str) -> list[tuple[str, int, str]]:
 def test_sink_pipeline_on_a_cluster_survives_driver_and_broker_sigkill(spark, tmp_path, cluster_factory):
     """read_committed source -> exactly-once sink on three brokers. Broker 1 (the first bootstrap
     address and the controller) is SIGKILLed after the first batch; the driver is SIGKILLed in the
-    second batch with one of its prepared transactions committed and the other still prepared.
+    fourth batch with one of its prepared transactions committed and the other still prepared.
     Broker 1 restarts; a new query on the checkpoint drains the input: every committed input
     record once."""
     cluster = cluster_factory(3, CLUSTER_CONFIG)
@@ -53,10 +53,13 @@ def test_sink_pipeline_on_a_cluster_survives_driver_and_broker_sigkill(spark, tm
     _topics(bootstrap, topic_in, topic_out)
     expected = _produce(bootstrap, topic_in, 0, 200)
 
-    run = _driver(tmp_path, bootstrap, topic_in, topic_out, crash_at="mid-complete:2")
+    # The crash comes at the fourth batch, so the broker dies while the driver still runs even
+    # when its progress lines arrive a batch or two late.
+    run = _driver(tmp_path, bootstrap, topic_in, topic_out, crash_at="mid-complete:3")
     run.wait_for_batches(1)
     victim = cluster.broker(1)
     victim.kill()
+    assert run.process.poll() is None, f"the driver ended before the broker died:\n{run.stderr_tail()}"
     run.wait(300)
     assert run.killed_itself(), f"driver ended with {run.process.returncode}:\n{run.stderr_tail()}"
     victim.start()
