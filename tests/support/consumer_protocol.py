@@ -28,7 +28,6 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from tests.support.brokers import BrokerProcess
 from tests.support.narrow import message_position, present
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -50,14 +49,10 @@ CONSUMER_GROUP_DESCRIBE = 69
 
 
 @pytest.fixture(scope="module")
-def consumer_protocol_broker(tmp_path_factory: pytest.TempPathFactory):
-    """One broker per test module with CONSUMER_PROTOCOL_BROKER_CONFIG (tests use unique group ids)."""
-    process = BrokerProcess(tmp_path_factory.mktemp("cg-broker") / "data", config=CONSUMER_PROTOCOL_BROKER_CONFIG)
-    process.start()
-    try:
-        yield process
-    finally:
-        process.stop()
+def consumer_protocol_broker(module_our_broker_factory):
+    """One broker per test module with CONSUMER_PROTOCOL_BROKER_CONFIG (tests use unique group ids):
+    our broker, or three cluster brokers under the cluster kind (tests/conftest.py)."""
+    return module_our_broker_factory(CONSUMER_PROTOCOL_BROKER_CONFIG, name="cg-broker")
 
 
 def consumer_config(bootstrap: str, group_id: str, **extra: Any) -> dict[str, Any]:
@@ -172,10 +167,34 @@ def close_all(members: list[ProtocolMember]) -> None:
 
 
 def connection(bootstrap: str) -> Any:
+    """A connection to the first broker of ``bootstrap``."""
     from oncestream.client.common.connection import BrokerConnection, parse_bootstrap
 
     host, port = parse_bootstrap(bootstrap)
     return BrokerConnection(host, port, client_id="cg-tests", timeout_s=30.0)
+
+
+def group_connection(bootstrap: str, group_id: str) -> Any:
+    """A connection to ``group_id``'s coordinator, found as Kafka's clients find it (FindCoordinator
+    at the first broker): the broker itself when there is one, the owner of the group's lease on a
+    cluster (the others answer NOT_COORDINATOR). Retries while the coordinator is not yet known."""
+    from kio.schema.errors import ErrorCode
+
+    from oncestream.client.common.connection import BrokerConnection
+    from oncestream.protocol.api_keys import FIND_COORDINATOR
+
+    deadline = time.monotonic() + WAIT_TIMEOUT_S
+    with connection(bootstrap) as conn:
+        while True:
+            answer = conn.call(FIND_COORDINATOR, lambda m: m.FindCoordinatorRequest(
+                key_type=0, coordinator_keys=(group_id,)))
+            (found,) = answer.coordinators
+            if found.error_code == ErrorCode.none:
+                return BrokerConnection(found.host, found.port, client_id="cg-tests", timeout_s=30.0)
+            if found.error_code not in (ErrorCode.coordinator_not_available, ErrorCode.coordinator_load_in_progress) \
+                    or time.monotonic() > deadline:
+                raise AssertionError(f"FindCoordinator for {group_id!r}: {found.error_code.name}")
+            time.sleep(0.1)
 
 
 def heartbeat(bootstrap: str, group_id: str, member_id: str, member_epoch: int, **fields: Any) -> Any:
@@ -193,13 +212,13 @@ def heartbeat(bootstrap: str, group_id: str, member_id: str, member_epoch: int, 
                 m.TopicPartitions(topic_id=t, partitions=tuple(ps)) for t, ps in owned.items()),
             **fields)
 
-    with connection(bootstrap) as conn:
+    with group_connection(bootstrap, group_id) as conn:
         return conn.call(CONSUMER_GROUP_HEARTBEAT, make)
 
 
 def describe(bootstrap: str, group_id: str) -> Any:
-    """ConsumerGroupDescribe of one group: its DescribedGroup."""
-    with connection(bootstrap) as conn:
+    """ConsumerGroupDescribe of one group (at its coordinator): its DescribedGroup."""
+    with group_connection(bootstrap, group_id) as conn:
         response = conn.call(CONSUMER_GROUP_DESCRIBE, lambda m: m.ConsumerGroupDescribeRequest(
             group_ids=(group_id,), include_authorized_operations=False))
     (group,) = response.groups
