@@ -248,7 +248,7 @@ async def handle_offset_commit(state: BrokerState, header: RequestHeader, reques
     version = header.api_version
     # v10 names topics by id only: resolve them (an unknown id: UNKNOWN_TOPIC_ID).
     if version >= _TOPIC_IDS_VERSION:
-        await state.learn_topic_ids(t.topic_id for t in request.topics)
+        await state.learn_topic_ids(getattr(t, "topic_id", None) for t in request.topics)
     by_id = _topic_names_by_id(state) if version >= _TOPIC_IDS_VERSION else {}
     named = [(t, _request_topic_name(t, by_id)) for t in request.topics]
     if not authorize(state, Op.READ, Res.GROUP, request.group_id):
@@ -364,7 +364,8 @@ def _fetch_one_group(state: BrokerState, group_id: str, topics: Any, require_sta
 
 async def handle_offset_fetch(state: BrokerState, header: RequestHeader, request: wire.OffsetFetchRequest) -> object:
     if header.api_version >= _TOPIC_IDS_VERSION:  # v10 names topics by id (see handle_offset_commit)
-        await state.learn_topic_ids(t.topic_id for g in request.groups for t in (g.topics or ()))
+        await state.learn_topic_ids(getattr(t, "topic_id", None)
+                                    for g in getattr(request, "groups", ()) for t in (g.topics or ()))
     return _offset_fetch(state, header, request)
 
 
