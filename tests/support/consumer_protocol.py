@@ -175,26 +175,13 @@ def connection(bootstrap: str) -> Any:
 
 
 def group_connection(bootstrap: str, group_id: str) -> Any:
-    """A connection to ``group_id``'s coordinator, found as Kafka's clients find it (FindCoordinator
-    at the first broker): the broker itself when there is one, the owner of the group's lease on a
-    cluster (the others answer NOT_COORDINATOR). Retries while the coordinator is not yet known."""
-    from kio.schema.errors import ErrorCode
-
+    """A connection to ``group_id``'s coordinator (tests/support/coordinators.py): the broker
+    itself when there is one, the owner of the group's lease on a cluster."""
     from oncestream.client.common.connection import BrokerConnection
-    from oncestream.protocol.api_keys import FIND_COORDINATOR
+    from tests.support.coordinators import find_coordinator
 
-    deadline = time.monotonic() + WAIT_TIMEOUT_S
-    with connection(bootstrap) as conn:
-        while True:
-            answer = conn.call(FIND_COORDINATOR, lambda m: m.FindCoordinatorRequest(
-                key_type=0, coordinator_keys=(group_id,)))
-            (found,) = answer.coordinators
-            if found.error_code == ErrorCode.none:
-                return BrokerConnection(found.host, found.port, client_id="cg-tests", timeout_s=30.0)
-            if found.error_code not in (ErrorCode.coordinator_not_available, ErrorCode.coordinator_load_in_progress) \
-                    or time.monotonic() > deadline:
-                raise AssertionError(f"FindCoordinator for {group_id!r}: {found.error_code.name}")
-            time.sleep(0.1)
+    host, port = find_coordinator(bootstrap, group_id)
+    return BrokerConnection(host, port, client_id="cg-tests", timeout_s=30.0)
 
 
 def heartbeat(bootstrap: str, group_id: str, member_id: str, member_epoch: int, **fields: Any) -> Any:
