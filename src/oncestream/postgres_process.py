@@ -1,13 +1,18 @@
 """A real PostgreSQL server on this machine (Debian's ``postgresql`` package): the metadata store of
 the cluster-mode tests, benchmarks and demo, and dual_write's store in the Spark tests.
 
-``PostgresServer`` runs ``initdb`` once into its own directory and ``pg_ctl`` on 127.0.0.1 at a
-free port (Unix socket in the same directory, never /var/run). As root the server runs as the
-``postgres`` user (it refuses root) through ``runuser``. ``stop()`` (fast shutdown), ``kill()``
-(SIGKILL of the postmaster: a crash, recovered from the WAL at the next start) and ``start()``
-again reuse the port and the data, so a test can take the store away and bring it back. ``remove()``
-deletes everything. The server is started with ``fsync=on``: a crash test must not pass because
-writes were never durable.
+``PostgresServer`` runs ``initdb`` once into its own directory and the ``postgres`` server on
+127.0.0.1 at a free port (Unix socket in the same directory, never /var/run). As root the server
+runs as the ``postgres`` user (it refuses root). ``stop()`` (fast shutdown), ``kill()`` (SIGKILL of
+the postmaster: a crash, recovered from the WAL at the next start) and ``start()`` again reuse the
+port and the data, so a test can take the store away and bring it back. ``remove()`` deletes
+everything. The server is started with ``fsync=on``: a crash test must not pass because writes
+were never durable.
+
+The postmaster is this process's own child (not daemonized by ``pg_ctl``) and dies with it
+(``child_process.die_with_parent``): a test run killed from outside leaves no server behind
+holding memory and a port. Its privileges are dropped by ``subprocess``'s ``user``/``group``
+before the parent-death signal is set, because a change of user clears that signal.
 
 The pytest fixtures built on it are in tests/support/postgres.py.
 """
@@ -22,7 +27,10 @@ import tempfile
 import time
 from pathlib import Path
 
+import psycopg
+
 from oncestream.broker_process import free_tcp_port, port_accepts_connections
+from oncestream.child_process import die_with_parent
 
 HOST = "127.0.0.1"
 SUPERUSER = "postgres"
@@ -52,6 +60,7 @@ class PostgresServer:
         self.port = port if port is not None else free_tcp_port(HOST)
         self.bin_dir = postgres_bin_dir()
         self._initialised = False
+        self._process: subprocess.Popen[bytes] | None = None
 
     def _run(self, argv: list[str], check: bool = True) -> subprocess.CompletedProcess[str]:
         cmd = [str(self.bin_dir / argv[0]), *argv[1:]]
@@ -80,16 +89,39 @@ class PostgresServer:
                 self._run(["initdb", "-D", str(self.data_dir), "-U", SUPERUSER, "--auth=trust", "-E", "UTF8",
                            "--no-sync"])
             self._initialised = True
-        self._run(["pg_ctl", "-D", str(self.data_dir), "-l", str(self.base_dir / "server.log"), "-w",
-                   "-o", f"-p {self.port} -c listen_addresses={HOST} -k {self.base_dir} -c fsync=on "
-                         "-c max_connections=300",
-                   "start"])
+        self._reap()
+        as_postgres = {"user": SUPERUSER, "group": SUPERUSER} if os.geteuid() == 0 else {}
+        with open(self.base_dir / "server.log", "ab") as server_log:
+            self._process = subprocess.Popen(
+                [str(self.bin_dir / "postgres"), "-D", str(self.data_dir), "-p", str(self.port),
+                 "-c", f"listen_addresses={HOST}", "-k", str(self.base_dir), "-c", "fsync=on",
+                 "-c", "max_connections=300"],
+                stdin=subprocess.DEVNULL, stdout=server_log, stderr=subprocess.STDOUT,
+                preexec_fn=die_with_parent, **as_postgres)  # type: ignore[call-overload]
         deadline = time.monotonic() + READY_TIMEOUT_S
-        while not port_accepts_connections(HOST, self.port):
+        while not self._accepts_sessions():
+            if self._process.poll() is not None:
+                raise RuntimeError(f"PostgreSQL exited with {self._process.returncode} at start: "
+                                   f"see {self.base_dir / 'server.log'}")
             if time.monotonic() > deadline:
-                raise RuntimeError(f"PostgreSQL did not listen on {HOST}:{self.port} within {READY_TIMEOUT_S} s")
+                raise RuntimeError(f"PostgreSQL did not accept sessions on {HOST}:{self.port} within {READY_TIMEOUT_S} s")
             time.sleep(0.1)
         return self
+
+    def _accepts_sessions(self) -> bool:
+        """Whether a session opens (a server still recovering listens but refuses sessions)."""
+        if not port_accepts_connections(HOST, self.port):
+            return False
+        try:
+            with psycopg.connect(self.dsn(), connect_timeout=5):
+                return True
+        except psycopg.OperationalError:
+            return False
+
+    def _reap(self) -> None:
+        """Collect an exited postmaster (no zombie left to look alive)."""
+        if self._process is not None and self._process.poll() is not None:
+            self._process = None
 
     def postmaster_pid(self) -> int | None:
         """The running postmaster's pid, from postmaster.pid; None when it is not running."""
@@ -100,8 +132,16 @@ class PostgresServer:
 
     def stop(self) -> None:
         """A fast shutdown (every connection dropped, as in a restart); no-op when stopped."""
-        if self.postmaster_pid() is not None:
+        if self._process is not None and self._process.poll() is None:
+            self._process.send_signal(signal.SIGINT)  # the postmaster's fast shutdown
+            try:
+                self._process.wait(timeout=_COMMAND_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait()
+        elif self.postmaster_pid() is not None:  # a server this object did not start
             self._run(["pg_ctl", "-D", str(self.data_dir), "-m", "fast", "-w", "stop"], check=False)
+        self._reap()
 
     def kill(self) -> None:
         """SIGKILL the postmaster (a crash); its backends exit when they see it gone. The next
@@ -113,18 +153,29 @@ class PostgresServer:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+        if self._process is not None and self._process.pid == pid:
+            self._process.wait()
+        self._reap()
         deadline = time.monotonic() + READY_TIMEOUT_S
         while port_accepts_connections(HOST, self.port) and time.monotonic() < deadline:
             time.sleep(0.05)
         # Backends notice the dead postmaster and exit; wait for them before a restart reuses the port.
         time.sleep(0.5)
-        # The lock files name the dead postmaster's pid; where nobody reaps it (a container's
-        # init), it lingers as a zombie that a new postmaster would take for a live one.
+        # The lock files name the dead postmaster's pid; a postmaster this object did not start
+        # may linger as a zombie nobody reaps, which a new postmaster would take for a live one.
         (self.data_dir / "postmaster.pid").unlink(missing_ok=True)
         (self.base_dir / f".s.PGSQL.{self.port}.lock").unlink(missing_ok=True)
 
     def remove(self) -> None:
         """Stop immediately and delete the data directory."""
-        if self.data_dir.exists() and self.postmaster_pid() is not None:
+        if self._process is not None and self._process.poll() is None:
+            self._process.send_signal(signal.SIGQUIT)  # the postmaster's immediate shutdown
+            try:
+                self._process.wait(timeout=_COMMAND_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait()
+        elif self.data_dir.exists() and self.postmaster_pid() is not None:
             self._run(["pg_ctl", "-D", str(self.data_dir), "-m", "immediate", "-w", "stop"], check=False)
+        self._reap()
         shutil.rmtree(self.base_dir, ignore_errors=True)

@@ -5,6 +5,10 @@ offsets through librdkafka; the broker owning the group's coordinator partition 
 ``coordinator_leases``) is SIGSTOPped while an idempotent producer writes through every broker,
 and with two requests waiting in its socket: an OffsetCommit of a marker offset for the group
 (sent raw, so nothing retries it) and whatever produce requests librdkafka had in flight to it.
+It is paused, when a few short tries manage it, inside a produce commit with partition rows
+locked: the load must go on meanwhile (PostgreSQL ends that transaction after the commit's idle
+timeout, the broker's session timeout; before, every other broker's commits to those partitions
+waited, and the whole load with them, for as long as the broker stayed paused).
 Another broker takes the lease over (a new epoch); the group keeps committing through it. Then
 the paused broker is resumed:
 - its late OffsetCommit is refused, and the marker offset is never stored: the group's committed
@@ -42,6 +46,19 @@ WAIT_S = 60.0  # a bound on a hang only
 API_OFFSET_COMMIT = 8
 ERROR_NONE = 0
 MARKER_OFFSET = 999_999  # committed only by the late request; must never be stored
+PAUSE_TRIES_S = 10.0  # how long to try pausing the broker inside a produce commit
+# A session of the paused broker idles at least this long before it is looked for; a running
+# broker's commit waits for its client only for moments between statements.
+PAUSED_IDLE_S = 0.25
+# Sessions idle for PAUSED_IDLE_S inside a transaction holding partition rows locked
+# (SELECT ... FOR UPDATE takes ROW SHARE on the table until the transaction ends).
+_IDLE_PARTITION_LOCKERS = """
+SELECT a.pid FROM pg_stat_activity a
+JOIN pg_locks l ON l.pid = a.pid JOIN pg_class c ON c.oid = l.relation
+WHERE a.datname = current_database() AND a.state = 'idle in transaction'
+  AND now() - a.state_change > %s * interval '1 second'
+  AND c.relname = 'partitions' AND l.mode = 'RowShareLock'
+"""
 
 
 def _rows(url: str, sql: str, *params: Any) -> list[tuple[Any, ...]]:
@@ -132,11 +149,30 @@ def _offset_commit_errors(frame_body: bytes) -> list[int]:
     return errors
 
 
-# With the slow runs until a stall is understood: after pipelined Produce landed, the idempotent
-# load made no progress for 60 s in 2 of 3 runs on this machine (`no progress: 1057 acknowledged`,
-# no delivery failure). Whether librdkafka's in-flight requests to the paused broker or the
-# broker's pipelined answers after SIGCONT hold it is not known yet (issue 22 note).
-@pytest.mark.slow
+def _holds_partition_locks_idle(conn: psycopg.Connection[Any]) -> bool:
+    """Whether a session sits idle inside a transaction that locked partition rows (a produce
+    commit, FOR UPDATE of ``partitions``) for ``PAUSED_IDLE_S``: the paused broker's session."""
+    return bool(conn.execute(_IDLE_PARTITION_LOCKERS, (PAUSED_IDLE_S,)).fetchall())
+
+
+def _pause_inside_a_commit(broker: ClusterBroker, url: str) -> bool:
+    """SIGSTOP ``broker``, preferably while it is inside a produce commit with partitions locked,
+    the case that held every other broker's commits (and so the whole idempotent load) for as long
+    as the broker stayed paused, before commits bounded their idle time. Short pauses (well within
+    the session timeout) are tried until one lands there (bounded); True when one did."""
+    deadline = time.monotonic() + PAUSE_TRIES_S
+    with psycopg.connect(url, autocommit=True) as conn:
+        while True:
+            broker.pause()
+            time.sleep(PAUSED_IDLE_S + 0.05)  # a statement in flight ends; then its session idles
+            if _holds_partition_locks_idle(conn):
+                return True
+            if time.monotonic() > deadline:
+                return False
+            broker.resume()
+            time.sleep(0.2)
+
+
 def test_paused_coordinator_is_fenced_and_its_produce_requests_duplicate_nothing(
         cluster_factory: Callable[..., Cluster]) -> None:
     cluster = cluster_factory(3)
@@ -144,7 +180,9 @@ def test_paused_coordinator_is_fenced_and_its_produce_requests_duplicate_nothing
     topic = unique_topic("cluster-paused")
     group = unique_topic("paused-group")
     create_topic(cluster.brokers[0].bootstrap, topic, partitions=PARTITIONS)
-    # Requests to the paused broker time out after 6 s, so commits and produce retries move on.
+    # The consumer's requests to the paused broker time out after 6 s, so its commits move on;
+    # the producer's fail once the broker leaves Metadata (session timeout 3 s) and are retried
+    # through the new leaders.
     consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group, "enable.auto.commit": False,
                          "socket.timeout.ms": 6000})
     load = NumberedLoad(cluster.bootstrap, topic, extra_conf={"request.timeout.ms": 6000})
@@ -163,7 +201,7 @@ def test_paused_coordinator_is_fenced_and_its_produce_requests_duplicate_nothing
         assert owner in leaders, f"node {owner} leads no partition of {topic} (leaders {leaders})"
         late = WireConnection(old.host, old.port, timeout_s=WAIT_S)
         try:
-            old.pause()
+            paused_in_commit = _pause_inside_a_commit(old, url)
             try:
                 late_request = request_header(API_OFFSET_COMMIT, 2, 7, flexible=False)
                 assert late.send(frame(late_request + _offset_commit_v2(group, topic, MARKER_OFFSET)))
@@ -177,7 +215,12 @@ def test_paused_coordinator_is_fenced_and_its_produce_requests_duplicate_nothing
                     _commit(consumer, topic, offset)
                 assert _lease(url, resource) == (new_owner, new_incarnation, epoch_after)
                 assert _stored_offsets(url, group) == [30] * PARTITIONS
+                # The load goes on while the broker stays paused, even when it was paused inside a
+                # commit: PostgreSQL ends that transaction after the broker's session timeout.
                 load.wait_for_acks(acked_at_takeover + 100, WAIT_S)
+                with psycopg.connect(url, autocommit=True) as conn:
+                    _wait(f"PostgreSQL ended the paused broker's transaction (paused inside a commit: "
+                          f"{paused_in_commit})", lambda: not _holds_partition_locks_idle(conn))
             finally:
                 old.resume()
             errors = _offset_commit_errors(late.recv_frame())

@@ -1,6 +1,7 @@
 """Catalog (cluster/pg/catalog.py) against a real PostgreSQL: topics with their partitions and
 configs created and deleted in one transaction, partitions added, configs altered, dynamic broker
-configs per node and cluster-wide, a NOTIFY after each change."""
+configs per node and cluster-wide, a NOTIFY after each change; the coordinators' internal topics
+described from the partition counts they stored."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import uuid
 import psycopg
 import pytest
 
-from oncestream.cluster.pg.catalog import CATALOG_CHANNEL, Catalog
+from oncestream.cluster.leases.pg_internal_topic import internal_topic_partitions
+from oncestream.cluster.pg.catalog import CATALOG_CHANNEL, Catalog, internal_topic_id
 from oncestream.cluster.pg.store import MetadataStore
 from oncestream.errors import InvalidPartitionsError, TopicAlreadyExistsError, UnknownTopicOrPartitionError
 
@@ -68,6 +70,39 @@ def test_topics_are_created_with_partitions_and_configs_once(pg_database):
     asyncio.run(main())
     assert _rows(pg_database, "SELECT partition, log_start_offset, high_watermark FROM partitions"
                               " WHERE topic_id = %s ORDER BY partition", given_id) == [(0, 0, 0), (1, 0, 0), (2, 0, 0)]
+
+
+def test_internal_topics_are_described_from_the_counts_the_coordinators_stored(pg_database):
+    async def main() -> None:
+        first, second = await _catalog(pg_database), await _catalog(pg_database)
+        try:
+            assert await first.internal_topics() == {}  # no coordinator opened its topic yet
+            assert await internal_topic_partitions(first.store, "__consumer_offsets", 7) == 7
+            assert await internal_topic_partitions(second.store, "__consumer_offsets", 50) == 7  # the first count stays
+            assert await internal_topic_partitions(second.store, "__transaction_state", 3) == 3
+            await first.create_topic("orders", 2)
+            cluster_id = await first.cluster_id()
+            seen = [await catalog.internal_topics() for catalog in (first, second)]
+            assert seen[0] == seen[1]  # every broker derives the same topic ids
+            described = seen[0]
+            assert {name: (t.num_partitions, t.internal, t.configs) for name, t in described.items()} == {
+                "__consumer_offsets": (7, True, {}), "__transaction_state": (3, True, {})}
+            ids = {t.topic_id for t in described.values()}
+            assert ids == {internal_topic_id(cluster_id, "__consumer_offsets"),
+                           internal_topic_id(cluster_id, "__transaction_state")}
+            assert len(ids) == 2
+            assert (await first.topics())["orders"].topic_id not in ids
+            # Not data topics: the catalog's topics (Produce's and Fetch's lookups) do not hold them.
+            assert sorted(await first.topics()) == ["orders"]
+            assert await first.topic("__consumer_offsets") is None
+            with pytest.raises(UnknownTopicOrPartitionError):
+                await first.create_partitions("__consumer_offsets", 8)
+        finally:
+            await first.store.close()
+            await second.store.close()
+
+    asyncio.run(main())
+    assert internal_topic_id("a" * 22, "__consumer_offsets") != internal_topic_id("b" * 22, "__consumer_offsets")
 
 
 def test_partitions_are_added_and_configs_altered(pg_database):

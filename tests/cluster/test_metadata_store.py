@@ -145,6 +145,33 @@ def test_a_backend_killed_mid_transaction_is_retried(pg_database):
     assert len(attempts) == 2
 
 
+def test_a_transaction_idle_past_the_configured_bound_is_ended_and_retried(pg_database):
+    """A process paused inside a transaction holds the rows it locked at most
+    ``idle_in_transaction_timeout_ms``: PostgreSQL ends the session (25P03), the transaction did not
+    commit, and ``run`` runs it again; meanwhile another session can take the lock."""
+    attempts: list[int] = []
+
+    async def main() -> tuple[int, bool]:
+        store = await _open(pg_database, idle_in_transaction_timeout_ms=300)
+        try:
+            async def step(conn: Conn) -> None:
+                attempts.append(1)
+                await conn.execute("UPDATE counter SET n = n + 1")  # locks the row
+                if len(attempts) == 1:
+                    time.sleep(1.5)  # noqa: ASYNC251  (the whole process stalls, as SIGSTOP would)
+                    await conn.execute("SELECT 1")
+            await store.run(step)
+            async with await psycopg.AsyncConnection.connect(store.conninfo, autocommit=True) as other:
+                await other.execute("SET lock_timeout = '5s'")
+                await other.execute("UPDATE counter SET n = n")  # the row is free again
+            return await store.run(_count), True
+        finally:
+            await store.close()
+
+    assert asyncio.run(main()) == (1, True)  # the ended attempt's update did not count
+    assert len(attempts) == 2
+
+
 class _CommitDroppingProxy:
     """A TCP proxy to PostgreSQL that, once armed, forwards a COMMIT to the server, waits for the
     server to act on it, then cuts both connections before the answer reaches the client."""

@@ -7,13 +7,11 @@ from confluent_kafka import Producer
 
 from tests.interop.test_cli import run_cli
 from tests.support.clients import create_topic, unique_topic
-from tests.support.cluster_kind import CLUSTER_DEFECT_DESCRIBE_PRODUCERS, not_on_cluster
 from tests.support.txn import READ_COMMITTED, list_offset, read_to_end, values_of
 
 pytestmark = [pytest.mark.interop]
 
 
-@not_on_cluster(CLUSTER_DEFECT_DESCRIBE_PRODUCERS)
 def test_list_describe_and_abort_a_hanging_transaction(broker) -> None:
     bs = ["-b", broker.bootstrap]
     topic = unique_topic("cli-hang")

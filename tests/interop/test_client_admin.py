@@ -20,7 +20,6 @@ from oncestream.client import (
     TopicPartition,
 )
 from tests.support.clients import CLIENT_TIMEOUT_S, create_topic, unique_topic
-from tests.support.cluster_kind import CLUSTER_DEFECT_DESCRIBE_PRODUCERS, not_on_cluster
 from tests.support.txn import READ_COMMITTED, TXN_BROKER_CONFIG, list_offset, read_to_end, values_of
 
 pytestmark = pytest.mark.interop
@@ -63,7 +62,6 @@ def test_groups_listed_described_with_assignments_and_offsets(admin_broker):
         admin.close()
 
 
-@not_on_cluster(CLUSTER_DEFECT_DESCRIBE_PRODUCERS)
 def test_transactions_listed_described_and_a_hanging_one_aborted(admin_broker):
     """KIP-664: a transaction left open (its producer stops without ending it) holds the LSO;
     describe_producers finds it on the partition and abort_transaction writes the ABORT marker."""

@@ -50,7 +50,6 @@ from tests.support.clients import (
     create_topic,
     unique_topic,
 )
-from tests.support.cluster_kind import CLUSTER_DEFECT_ACKS_ZERO, not_on_cluster
 from tests.support.narrow import message_position, message_value, present
 from tests.support.records import SentRecord
 
@@ -489,7 +488,7 @@ def test_static_member_restart_keeps_its_partitions_without_a_rebalance(broker_f
         b.close()
 
 
-@pytest.mark.parametrize("acks", [pytest.param("0", marks=not_on_cluster(CLUSTER_DEFECT_ACKS_ZERO)), "1", "all"])
+@pytest.mark.parametrize("acks", ["0", "1", "all"])
 def test_non_idempotent_producer_with_each_acks_setting(broker, acks):
     """enable.idempotence=false: batches without a producer id, for acks 0, 1 and all; with
     acks=0 the broker sends no response, so no offset is known and every delivery report carries

@@ -136,8 +136,8 @@ def test_an_acl_created_through_one_broker_is_enforced_by_every_broker(cluster_f
 
 def test_a_scram_user_created_through_one_broker_authenticates_on_every_broker(
         cluster_factory: Callable[..., Cluster]) -> None:
-    cluster = cluster_factory(3, sasl_broker_config())
     admin_login = librdkafka_conf("PLAIN", "admin", "admin-secret")
+    cluster = cluster_factory(3, sasl_broker_config(), client_conf=admin_login)
     topic = unique_topic("cluster-scram")
     _create_topic(cluster.brokers[0].bootstrap, topic, admin_login)
     login = librdkafka_conf("SCRAM-SHA-512", "erin", "erin-pw")

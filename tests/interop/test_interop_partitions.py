@@ -1,14 +1,15 @@
 """CreatePartitions (key 37) through three admin clients, and what the new partitions mean to
 producers and consumers: they start empty at offset 0, survive a broker restart, and a librdkafka
-group member subscribed to the topic is assigned them after its next metadata refresh."""
+group member subscribed to the topic is assigned them after its next metadata refresh. The
+coordinators' internal topics are listed as internal and keep their partition count."""
 
 from __future__ import annotations
 
 import time
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
-from confluent_kafka.admin import NewPartitions
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicCollection
+from confluent_kafka.admin import NewPartitions, NewTopic
 from kafka.admin import KafkaAdminClient
 from kafka.admin import NewPartitions as KafkaPythonNewPartitions
 from kafka.errors import InvalidPartitionsError
@@ -22,7 +23,6 @@ from tests.support.clients import (
     create_topic,
     unique_topic,
 )
-from tests.support.cluster_kind import CLUSTER_DEFECT_INTERNAL_TOPIC, not_on_cluster
 from tests.support.narrow import message_position, message_value
 
 pytestmark = pytest.mark.interop
@@ -77,7 +77,6 @@ def test_librdkafka_admin_grows_a_topic_and_the_new_partition_takes_records(brok
         (100, "__consumer_offsets", KafkaError.INVALID_PARTITIONS),  # coordinators hash over it
     ],
 )
-@not_on_cluster(CLUSTER_DEFECT_INTERNAL_TOPIC)
 def test_refusals_carry_kafka_error_codes(broker, count, target, code):
     topic = unique_topic("parts-bad")
     create_topic(broker.bootstrap, topic, partitions=2)
@@ -86,6 +85,42 @@ def test_refusals_carry_kafka_error_codes(broker, count, target, code):
         _grow(broker.bootstrap, name, count)
     assert failure.value.args[0].code() == code
     assert _partition_count(broker.bootstrap, topic) == 2
+
+
+def test_internal_topics_are_listed_as_internal_and_keep_their_partition_count(broker):
+    """__consumer_offsets and __transaction_state as Metadata shows them to librdkafka and
+    kafka-python (all topics, by name): internal, every partition led by a listed broker; growing
+    or creating them is refused and changes nothing (coordinators hash ids over the count)."""
+    admin = admin_client(broker.bootstrap)
+    listed = admin.list_topics(timeout=CLIENT_TIMEOUT_S)
+    counts: dict[str, int] = {}
+    for name in ("__consumer_offsets", "__transaction_state"):
+        topic = listed.topics[name]
+        assert topic.error is None
+        counts[name] = len(topic.partitions)
+        assert counts[name] > 0
+        assert {p.leader for p in topic.partitions.values()} <= set(listed.brokers)
+    for name, future in admin.describe_topics(TopicCollection(sorted(counts)),
+                                              request_timeout=CLIENT_TIMEOUT_S).items():
+        described = future.result(timeout=CLIENT_TIMEOUT_S)
+        assert described.is_internal
+        assert len(described.partitions) == counts[name]
+    ours = KafkaAdminClient(bootstrap_servers=broker.bootstrap, request_timeout_ms=int(CLIENT_TIMEOUT_S * 1000))
+    try:
+        described_by_kafka_python = {d["name"]: d for d in ours.describe_topics(sorted(counts))}
+    finally:
+        ours.close()
+    assert {name: (d["error_code"], d["is_internal"], len(d["partitions"]))
+            for name, d in described_by_kafka_python.items()} == {name: (0, True, n) for name, n in counts.items()}
+
+    with pytest.raises(KafkaException) as grown:
+        _grow(broker.bootstrap, "__transaction_state", counts["__transaction_state"] + 1)
+    assert grown.value.args[0].code() == KafkaError.INVALID_PARTITIONS
+    created = admin.create_topics([NewTopic("__consumer_offsets", 1)], request_timeout=CLIENT_TIMEOUT_S)
+    with pytest.raises(KafkaException) as exists:
+        created["__consumer_offsets"].result(timeout=CLIENT_TIMEOUT_S)
+    assert exists.value.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS
+    assert {name: _partition_count(broker.bootstrap, name) for name in counts} == counts
 
 
 def test_kafka_python_and_our_admin_grow_topics(broker):

@@ -6,15 +6,21 @@ prefix of the test's own; every broker is a ``ClusterBroker`` that can be stoppe
 killed (SIGKILL), paused (SIGSTOP) and resumed, and restarted on the same port. A broker is ready
 once it has registered in PostgreSQL and listens (it writes its ready file only then). Everything
 is killed at teardown.
+
+With a ``listeners`` property (``SECURE://127.0.0.1:0,TLS://127.0.0.1:0``: the OS picks the
+ports) a broker's ``listener_ports`` come from its ready file once it is ready, and ``bootstrap``
+is its first PLAINTEXT listener's, else its first listener's (as tests/support's single broker);
+a restart binds new ports then (and registers them).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -45,10 +51,12 @@ class ClusterBroker(ManagedBroker):
         self.environ = environ
         self.config = {**TEST_SESSION, **(config or {}), "node.id": str(node_id)}
         self.ready_file = self.log_dir / f"node-{node_id}.ready.json"
+        self.listener_ports: dict[str, int] = {}
 
     def command(self) -> list[str]:
         self.ready_file.unlink(missing_ok=True)
-        argv = [*oncestream_command(), "broker", "--listen", self.bootstrap,
+        listen = [] if "listeners" in self.config else ["--listen", self.bootstrap]
+        argv = [*oncestream_command(), "broker", *listen,
                 "--metadata-store", self.metadata_store, "--object-store", self.object_store_uri,
                 "--ready-file", str(self.ready_file)]
         for key, value in self.config.items():
@@ -59,7 +67,18 @@ class ClusterBroker(ManagedBroker):
         return child_environment(self.environ)
 
     def _is_ready(self) -> bool:
-        return self.ready_file.exists()
+        if not self.ready_file.exists():
+            return False
+        if "listeners" in self.config:
+            bound = json.loads(self.ready_file.read_text())["listeners"]
+            self.listener_ports = {name: int(item["port"]) for name, item in bound.items()}
+            plaintext = [name for name, item in bound.items() if item["security_protocol"] == "PLAINTEXT"]
+            self.port = self.listener_ports[plaintext[0] if plaintext else next(iter(bound))]
+        return True
+
+    def listener_bootstrap(self, name: str) -> str:
+        """``host:port`` of the listener called ``name`` (with a ``listeners`` property)."""
+        return f"{self.host}:{self.listener_ports[name.upper()]}"
 
     def pause(self) -> None:
         """SIGSTOP: the process keeps its sockets but neither serves nor heartbeats."""
@@ -70,15 +89,16 @@ class ClusterBroker(ManagedBroker):
         os.kill(self.pid, signal.SIGCONT)
 
 
-def wait_converged(brokers: list[ClusterBroker]) -> None:
+def wait_converged(brokers: list[ClusterBroker], client_conf: Mapping[str, str] | None = None) -> None:
     """Until every broker's Metadata lists every broker. A broker is ready once it has
     registered, but the others read the live brokers from PostgreSQL at most every
     ``LIVE_BROKERS_MAX_AGE_MS`` and a loaded machine can delay a first heartbeat, so right
-    after start one broker may not list a peer yet."""
+    after start one broker may not list a peer yet. ``client_conf``: the security settings of a
+    client of each broker's ``bootstrap`` listener."""
     expected = {broker.node_id for broker in brokers}
     deadline = time.monotonic() + CONVERGE_TIMEOUT_S
     for broker in brokers:
-        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap, **(client_conf or {})})
         while (seen := set(admin.list_topics(timeout=10).brokers)) != expected:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"node {broker.node_id} lists brokers {seen}, expected {expected}")
@@ -107,9 +127,10 @@ class Cluster:
         """The cluster's object store as the brokers see it."""
         return open_object_store(self.object_store_uri, self.environ)
 
-    def wait_converged(self) -> None:
-        """Until every broker's Metadata lists every broker (``wait_converged``)."""
-        wait_converged(self.brokers)
+    def wait_converged(self, client_conf: Mapping[str, str] | None = None) -> None:
+        """Until every broker's Metadata lists every broker (``wait_converged``). ``client_conf``:
+        the security settings of a client of each broker's ``bootstrap`` listener."""
+        wait_converged(self.brokers, client_conf)
 
     def kill_all(self) -> None:
         for broker in self.brokers:
@@ -126,9 +147,11 @@ def cluster_factory(tmp_path: Path, pg_database: str, seaweedfs: SeaweedServer) 
     """Start clusters of ``n`` brokers on the test's database and its own SeaweedFS prefix."""
     started: list[Cluster] = []
 
-    def start(n: int = 3, config: dict[str, str] | None = None, metadata_store: str | None = None) -> Cluster:
+    def start(n: int = 3, config: dict[str, str] | None = None, metadata_store: str | None = None,
+              client_conf: Mapping[str, str] | None = None) -> Cluster:
         """``metadata_store``: a database of another PostgreSQL (one the test stops); default the
-        test's database on the session's server."""
+        test's database on the session's server. ``client_conf``: a client's security settings
+        for the brokers' listener (SASL, TLS), to see them converge."""
         uri = seaweedfs.uri(f"c-{uuid.uuid4().hex[:10]}")
         environ = clean_environ(**seaweedfs.env())
         url = metadata_store or pg_database
@@ -138,7 +161,7 @@ def cluster_factory(tmp_path: Path, pg_database: str, seaweedfs: SeaweedServer) 
         started.append(cluster)
         for broker in brokers:
             broker.start()
-        cluster.wait_converged()
+        cluster.wait_converged(client_conf)
         return cluster
 
     try:

@@ -20,7 +20,6 @@ from pathlib import Path
 
 from confluent_kafka import KafkaError, Message, Producer
 
-from tests.chaos.test_cluster_chaos import _assert_exactly_once_in_order
 from tests.support.cluster import Cluster, ClusterBroker
 from tests.support.records import ConsumedRecord
 from tests.support.seaweedfs import SeaweedServer, clean_environ
@@ -151,11 +150,35 @@ def probe_produce(producer: Producer, topic: str, values: dict[int, bytes]) -> d
 def assert_acknowledged_exactly_once(acked: dict[bytes, tuple[int, int]], consumed: list[ConsumedRecord],
                                      may_appear_once: frozenset[bytes] = frozenset()) -> None:
     """Every acknowledged value read exactly once at its acknowledged position, each key's values in
-    order within one partition (test_cluster_chaos's check); besides those only ``may_appear_once``
+    order within one partition (``assert_exactly_once_in_order``); besides those only ``may_appear_once``
     values (sent but never acknowledged), each at most once."""
     unacked = [r.value for r in consumed if r.value not in acked]
     twice = [v for v, n in Counter(unacked).items() if n > 1]
     assert not twice, f"unacknowledged records read more than once: {twice[:3]}"
     unknown = [v for v in unacked if v not in may_appear_once]
     assert not unknown, f"records read that were never sent: {unknown[:3]}"
-    _assert_exactly_once_in_order(acked, [r for r in consumed if r.value in acked])
+    assert_exactly_once_in_order(acked, [r for r in consumed if r.value in acked])
+
+
+def assert_exactly_once_in_order(acked: dict[bytes, tuple[int, int]], consumed: list[ConsumedRecord]) -> None:
+    """Every acknowledged value read exactly once, at the position it was acknowledged with, each
+    key's values in send order within one partition, and nothing read that was never acknowledged."""
+    seen: dict[bytes, tuple[int, int]] = {}
+    for record in consumed:
+        assert record.value not in seen, f"{record.value!r} read twice: at {seen[record.value]} and " \
+                                         f"{(record.partition, record.offset)}"
+        seen[record.value] = (record.partition, record.offset)
+    missing = [v for v in acked if v not in seen]
+    assert not missing, f"{len(missing)} acknowledged records never read, e.g. {missing[:3]}"
+    unsent = [v for v in seen if v not in acked]
+    assert not unsent, f"records read that were never acknowledged: {unsent[:3]}"
+    for value, position in acked.items():
+        assert seen[value] == position, f"{value!r} acknowledged at {position}, read at {seen[value]}"
+    by_key: dict[bytes, list[tuple[int, int, int]]] = {}
+    for value, (partition, offset) in seen.items():
+        key, _, seq = value.partition(b":")
+        by_key.setdefault(key, []).append((partition, offset, int(seq)))
+    for key, positions in by_key.items():
+        assert len({p for p, _, _ in positions}) == 1, f"key {key!r} in more than one partition"
+        seqs = [seq for _, _, seq in sorted(positions)]
+        assert seqs == sorted(seqs), f"key {key!r} out of order in its partition"

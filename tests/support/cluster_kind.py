@@ -179,16 +179,7 @@ ONE_BROKER_ASSUMED = ("the test talks to one broker on the wire and expects it t
                       "from the others, as Kafka does)")
 # Cluster-mode defects found by running the suite against the cluster kind (reported to the
 # integrator, issue 22); each test leaves the cluster kind until its defect is fixed.
-CLUSTER_DEFECT_INTERNAL_TOPIC = ("cluster defect: __consumer_offsets is not in the catalog, so CreatePartitions "
-                                 "on it answers UNKNOWN_TOPIC_OR_PARTITION instead of Kafka's INVALID_PARTITIONS")
 CLUSTER_DEFECT_COOPERATIVE_MIGRATION = ("cluster defect (not diagnosed): when a consumer-protocol member joins a "
                                         "classic group whose member uses cooperative-sticky, the consumer member "
                                         "keeps every partition and the classic member gets none within 60 s (the "
                                         "range variant and the single broker split them)")
-CLUSTER_DEFECT_ACKS_ZERO = ("cluster defect (not diagnosed, intermittent: 4 of 7 runs on a fresh cluster): after "
-                            "librdkafka produced 200 records with acks=0 and flushed, our consumer reads none of "
-                            "them from the beginning within 30 s; the acks=1 and acks=all variants pass, and a "
-                            "probe of the same steps saw the high watermark reach 200")
-CLUSTER_DEFECT_DESCRIBE_PRODUCERS = ("cluster defect: DescribeProducers reads the broker's local logs, not the "
-                                     "diskless producer states in PostgreSQL (UNKNOWN_TOPIC_OR_PARTITION), so "
-                                     "finding and aborting a hanging transaction by partition fails")

@@ -19,18 +19,24 @@ MECHANISM_USERS = {"PLAIN": ("alice", "alice-secret"),
 ALL_MECHANISMS = list(MECHANISM_USERS)
 
 
-def plain_jaas(users: dict[str, str]) -> str:
+def plain_jaas(users: dict[str, str], login: str | None = None) -> str:
+    """A PlainLoginModule config accepting ``users``; ``login``: one of them whose name and
+    password are also the broker's own (``username``/``password``: a cluster broker's login to
+    its peers, docs/cluster.md)."""
+    own = f'username="{login}" password="{users[login]}" ' if login is not None else ""
     entries = " ".join(f'user_{name}="{pw}"' for name, pw in users.items())
-    return f"org.apache.kafka.common.security.plain.PlainLoginModule required {entries};"
+    return f"org.apache.kafka.common.security.plain.PlainLoginModule required {own}{entries};"
 
 
 def sasl_broker_config(extra: dict[str, str] | None = None) -> dict[str, str]:
-    """The default listener as SASL_PLAINTEXT with PLAIN and both SCRAMs enabled."""
+    """The default listener as SASL_PLAINTEXT with PLAIN and both SCRAMs enabled; a cluster's
+    brokers log in to each other on it with PLAIN as ``admin``."""
     config = dict(TXN_BROKER_CONFIG)
     config.update({
         "listener.security.protocol.map": "PLAINTEXT:SASL_PLAINTEXT",
         "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
-        "listener.name.plaintext.plain.sasl.jaas.config": plain_jaas(PLAIN_USERS),
+        "listener.name.plaintext.plain.sasl.jaas.config": plain_jaas(PLAIN_USERS, login="admin"),
+        "sasl.mechanism.inter.broker.protocol": "PLAIN",
         "connection.failed.authentication.delay.ms": "20",
     })
     config.update(extra or {})

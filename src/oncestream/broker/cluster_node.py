@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from oncestream.broker.cluster_leaders import leader_of
-from oncestream.broker.cluster_settings import ClusterSettings
+from oncestream.broker.cluster_settings import DEFAULT_SESSION_TIMEOUT_MS, ClusterSettings
 from oncestream.broker.peer_requests import PeerRequests
 from oncestream.cluster.diskless.append_pipeline import DisklessAppendConfig, DisklessAppender
 from oncestream.cluster.diskless.commit import DEFAULT_DELETE_GRACE_MS
@@ -39,6 +39,7 @@ from oncestream.cluster.diskless.log_start_moves import delete_records
 from oncestream.cluster.diskless.object_cache import ObjectRangeCache
 from oncestream.cluster.diskless.object_gc import ObjectGarbageCollector
 from oncestream.cluster.diskless.orphans import OrphanSweeper
+from oncestream.cluster.diskless.partition_rows import partition_producers
 from oncestream.cluster.diskless.read_path import DisklessReader
 from oncestream.cluster.diskless.retention import RetentionDefaults, RetentionEnforcer
 from oncestream.cluster.diskless.wakeups import AppendWakeups
@@ -49,6 +50,7 @@ from oncestream.cluster.pg.store import Conn, MetadataStore
 from oncestream.coordinator.group.consumer.records import TopicMetadata
 from oncestream.errors import InvalidConfigError, OnceStreamError, UnknownTopicOrPartitionError
 from oncestream.log.config import LogConfig
+from oncestream.log.producer_state import ProducerStateInfo
 from oncestream.remote.object_store import ObjectStore
 
 if TYPE_CHECKING:
@@ -82,13 +84,15 @@ def _non_negative_key(props: dict[str, str], key: str, default: int) -> int:
     return value
 
 
-def append_config(props: dict[str, str]) -> DisklessAppendConfig:
-    """The appender's bounds from the broker's ``diskless.append.*`` properties."""
+def append_config(props: dict[str, str], session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS) -> DisklessAppendConfig:
+    """The appender's bounds from the broker's ``diskless.append.*`` properties; a commit stalled
+    inside its transaction (the broker paused) holds its partitions at most ``session_timeout_ms``."""
     defaults = DisklessAppendConfig()
     return DisklessAppendConfig(
         commit_interval_ms=_non_negative_key(props, COMMIT_INTERVAL_KEY, defaults.commit_interval_ms),
         buffer_max_bytes=_non_negative_key(props, BUFFER_MAX_BYTES_KEY, defaults.buffer_max_bytes),
-        delete_grace_ms=_non_negative_key(props, DELETE_GRACE_KEY, DEFAULT_DELETE_GRACE_MS))
+        delete_grace_ms=_non_negative_key(props, DELETE_GRACE_KEY, DEFAULT_DELETE_GRACE_MS),
+        commit_idle_timeout_ms=session_timeout_ms)
 
 
 def consolidation_config(props: dict[str, str]) -> ConsolidationConfig:
@@ -191,8 +195,9 @@ class ClusterNode:
         self._coordinator_task: asyncio.Task[None] | None = None
         self._snapshot: dict[str, TopicMeta] = {}
         # The diskless paths; their tasks run from start_serving on.
-        self.appender = DisklessAppender(store, object_store, broker_id=settings.node_id,
-                                         key_prefix=OBJECT_KEY_PREFIX, config=append_config(broker_props))
+        self.appender = DisklessAppender(
+            store, object_store, broker_id=settings.node_id, key_prefix=OBJECT_KEY_PREFIX,
+            config=append_config(broker_props, settings.session_timeout_ms))
         self.reader = DisklessReader(store, ObjectRangeCache(object_store))
         self.wakeups = AppendWakeups(store, store)
         # Retention by time and size of every diskless partition, a bounded round at a time; every
@@ -216,6 +221,8 @@ class ClusterNode:
         self.orphans = OrphanSweeper(store, object_store, key_prefix=OBJECT_KEY_PREFIX)
         self._serving = False
         self._topic_cache: dict[str, tuple[float, TopicMeta]] = {}
+        self._internal: dict[str, TopicMeta] = {}
+        self._internal_read_s = -1.0
         self._config_cache: dict[str, tuple[TopicMeta, LogConfig, LogConfig]] = {}
 
     @property
@@ -268,6 +275,9 @@ class ClusterNode:
                 # PostgreSQL unreachable: keep trying; the lease expires on PostgreSQL's clock and
                 # the next heartbeat that reaches it is fenced and re-registers.
                 log.warning("node %d: heartbeat failed (%s)", self.node_id, exc)
+            except Exception:  # a loop that ended would leave the broker unregistered for good
+                log.exception("node %d: heartbeat round failed unexpectedly; retrying at the next heartbeat",
+                              self.node_id)
 
     async def leave(self) -> None:
         """Deregister (a clean stop): other brokers stop listing this one at once."""
@@ -315,10 +325,41 @@ class ClusterNode:
         return leader_of(topic_id, partition, live_ids)
 
     # -- the catalog (cluster/pg), as the handlers need it ------------------------------------
-    async def topics(self, names: Sequence[str] | None, *, fresh: bool = True) -> dict[str, TopicMeta]:
+    async def topics(self, names: Sequence[str] | None, *, fresh: bool = True,
+                     with_internal: bool = False) -> dict[str, TopicMeta]:
         """The topics named (all when None) that exist, by name. ``fresh=False`` (Produce, Fetch)
         may answer from a cache up to ``TOPIC_CACHE_MAX_AGE_MS`` old for topics found before; a
-        topic not cached is always looked up."""
+        topic not cached is always looked up. ``with_internal`` (Metadata, the topic admin APIs)
+        adds the coordinators' internal topics (``internal_topics``); Produce, Fetch and the
+        group assignors never see them, as their records are not diskless batches."""
+        found = await self._catalog_topics(names, fresh=fresh)
+        if with_internal:
+            wanted = None if names is None else set(names)
+            found.update({name: meta for name, meta in (await self.internal_topics()).items()
+                          if wanted is None or name in wanted})
+        return found
+
+    async def internal_topics(self) -> dict[str, TopicMeta]:
+        """``__consumer_offsets`` and ``__transaction_state`` with the partition count the
+        coordinators use (Catalog.internal_topics), re-read at most every
+        ``TOPIC_CACHE_MAX_AGE_MS`` (a count never changes once stored)."""
+        now_s = time.monotonic()
+        if self._internal_read_s < 0 or (now_s - self._internal_read_s) * 1000 >= TOPIC_CACHE_MAX_AGE_MS:
+            self._internal = {name: _meta(info) for name, info in (await self.catalog.internal_topics()).items()}
+            self._internal_read_s = now_s
+        return dict(self._internal)
+
+    def partition_leader(self, topic: TopicMeta, partition: int, live_ids: Sequence[int]) -> int:
+        """The broker Metadata names as the partition's leader: for an internal topic its
+        coordinator (the lease keeper's answer, as FindCoordinator's) when that broker is live,
+        else the hashed leader (``leader_of``)."""
+        keeper = self.coordinators.keeper if topic.internal and self.coordinators is not None else None
+        coordinator = keeper.coordinator_node(topic.name, partition) if keeper is not None else None
+        if coordinator is not None and coordinator in live_ids:
+            return coordinator
+        return self.leader_of(topic.topic_id, partition, live_ids)
+
+    async def _catalog_topics(self, names: Sequence[str] | None, *, fresh: bool) -> dict[str, TopicMeta]:
         now_s = time.monotonic()
         if not fresh and names is not None:
             cached = {name: self._topic_cache.get(name) for name in names}
@@ -447,6 +488,31 @@ class ClusterNode:
         low = await self.store.run(move)
         self.reader.coordinates.forget((topic_id, partition))  # cached rows below the new start
         return low
+
+    async def producer_states(self, partitions: Sequence[tuple[str, int]]
+                              ) -> dict[tuple[str, int], list[ProducerStateInfo] | OnceStreamError]:
+        """DescribeProducers: every producer each partition remembers, from ``producer_states`` in
+        PostgreSQL (what the commits and the transaction markers stored: epoch, last sequence, last
+        timestamp, coordinator epoch, the first offset of its open transaction); a partition that
+        does not exist, or a PostgreSQL failure, maps to its error."""
+        lookup = await self.lookup(sorted({topic for topic, _p in partitions}))
+        out: dict[tuple[str, int], list[ProducerStateInfo] | OnceStreamError] = {}
+        keys: dict[tuple[str, int], tuple[uuid.UUID, int]] = {}
+        for topic, partition in partitions:
+            try:
+                keys[(topic, partition)] = (lookup.require(topic, partition).topic_id, partition)
+            except OnceStreamError as exc:
+                out[(topic, partition)] = exc
+        if not keys:
+            return out
+        try:
+            rows = await self.store.run(lambda conn: partition_producers(conn, keys.values()))
+        except OnceStreamError as exc:
+            return {**out, **{key: exc for key in keys}}
+        for key, stored in keys.items():
+            out[key] = [ProducerStateInfo(e.producer_id, e.epoch, e.last_seq, e.last_timestamp_ms, e.coordinator_epoch,
+                                          e.current_txn_first_offset) for e in rows[stored]]
+        return out
 
     async def gc_loop(self) -> None:
         """The object garbage collector's rounds every ``diskless.gc.interval.ms`` until cancelled."""

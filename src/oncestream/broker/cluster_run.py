@@ -29,6 +29,7 @@ from oncestream.broker.cluster_settings import (
     probe_metadata_store,
 )
 from oncestream.broker.config import BrokerConfig
+from oncestream.broker.inter_broker import inter_broker_security
 from oncestream.broker.peer_requests import PeerRequests
 from oncestream.broker.seams import BrokerSeams
 from oncestream.broker.server import BrokerServer
@@ -58,6 +59,8 @@ def run_cluster_broker(settings: ClusterSettings, host: str, port: int, props: d
     for listener in config.all_listeners:  # a bad SSL store fails before the stores are touched
         if listener.uses_tls:
             server_ssl_context(config.raw, listener.name)
+    # So does an inter-broker listener this broker could not reach its peers on.
+    inter_broker = inter_broker_security(config.raw, config.all_listeners)
     seams_used = seams or BrokerSeams()
     object_store = seams_used.object_store or open_and_probe_object_store(
         settings.object_store_uri, os.environ, settings.node_id)
@@ -69,7 +72,11 @@ def run_cluster_broker(settings: ClusterSettings, host: str, port: int, props: d
             store = await MetadataStore.open(
                 settings.metadata_store_url,
                 MetadataStoreConfig(connect_timeout_ms=settings.connect_timeout_ms,
-                                    start_timeout_ms=settings.connect_timeout_ms))
+                                    start_timeout_ms=settings.connect_timeout_ms,
+                                    # Past its session timeout a paused broker counts as gone:
+                                    # it holds no rows locked longer (consolidation swaps,
+                                    # log-start moves, every other transaction).
+                                    idle_in_transaction_timeout_ms=settings.session_timeout_ms))
         except MetadataStoreError as exc:
             raise ClusterStartError(str(exc)) from None
         node = ClusterNode(settings, store, object_store, config.raw,
@@ -89,7 +96,8 @@ def run_cluster_broker(settings: ClusterSettings, host: str, port: int, props: d
             # Consumer groups and transactions on leases in PostgreSQL
             # (broker/cluster_coordinators.py): they replace the scratch state's services; markers
             # through broker/cluster_markers.py.
-            node.peers = PeerRequests(config.all_listeners[0].name, f"oncestream-broker-{settings.node_id}")
+            node.peers = PeerRequests(inter_broker, f"oncestream-broker-{settings.node_id}")
+            log.info("node %d reaches its peers on %s", settings.node_id, inter_broker.describe())
             markers = ClusterMarkerWriter(node, store, MarkerForwarder(node.peers), now_ms=state.now_ms,
                                           idle_timeout_ms=settings.session_timeout_ms)
             coordinators = await ClusterCoordinators.open(
@@ -119,6 +127,8 @@ def run_cluster_broker(settings: ClusterSettings, host: str, port: int, props: d
             server.announce_ready()
             await server.serve_until_stopped()
         finally:
+            if node.peers is not None:
+                node.peers.close()
             await node.close()
             shutil.rmtree(scratch, ignore_errors=True)
 

@@ -16,9 +16,11 @@ writer callback on a descriptor a transport uses). When the socket is full the w
 to become writable on the duplicate, checking once a second whether the connection was aborted
 meanwhile (idle timeout, shutdown): the duplicate would keep an aborted socket open otherwise.
 
-TLS connections cannot sendfile (the bytes must be encrypted in the process): their ranges are
-read into bytes and written through the transport, as before. Every range is closed once it is
-sent or when the write fails, so no segment file stays open past its response.
+A TLS connection reaches this writer as a plaintext socket pair (broker/tls_pump.py: a thread
+per connection encrypts), so its ranges are sent with sendfile as well. A transport without a
+socket (or a platform without sendfile) has its ranges read into bytes and written through the
+transport. Every range is closed once it is sent or when the write fails, so no segment file
+stays open past its response.
 """
 
 from __future__ import annotations

@@ -13,12 +13,15 @@ also in the middle of a frame (``IdleTracker``, checked by one timer per connect
 body of a frame is read only once its announced size is reserved from the broker-wide
 ``queued.max.request.bytes`` pool (``RequestMemoryPool``), released when its response is written.
 
-Listeners (``broker/listeners.py``): one asyncio server per listener, each with its own SSL
-context for SSL/SASL_SSL (``broker/tls.py``). Every connection starts a ``ConnectionSession``
-naming its listener and security protocol; over TLS its principal comes from the client
-certificate. A failed TLS handshake (a plaintext client on a TLS port, a missing or untrusted
-client certificate) never reaches a connection task: asyncio closes that socket and the broker
-keeps serving everyone else. Connection limits count a TLS connection once its handshake is done.
+Listeners (``broker/listeners.py``): one asyncio server per plaintext listener; an SSL/SASL_SSL
+listener (its SSL context from ``broker/tls.py``) is a ``TlsListener`` (``broker/tls_pump.py``):
+each connection's TLS runs on its own thread and the loop serves a plaintext socket pair, so the
+loop never encrypts and a Fetch is sent with sendfile on every listener. Every connection starts
+a ``ConnectionSession`` naming its listener and security protocol; over TLS its principal comes
+from the client certificate, which arrives with the peer address in a ``ConnectionOrigin``. A
+failed TLS handshake (a plaintext client on a TLS port, a missing or untrusted client
+certificate) never reaches a connection task: its thread closes that socket and the broker keeps
+serving everyone else. Connection limits count a TLS connection once its handshake is done.
 
 Shutdown (SIGTERM/SIGINT, ``BrokerServer.stop``), in the order Kafka's follows: stop accepting,
 close every client connection (its transport aborted, its task cancelled: a client in a long poll
@@ -35,14 +38,17 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import json
 import logging
 import os
-import ssl
+import socket
 import struct
+import sys
 import time
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from pathlib import Path
+from typing import Any
 
 from oncestream.broker.cleaner import LogCleaner
 from oncestream.broker.config import BrokerConfig
@@ -60,6 +66,7 @@ from oncestream.broker.sasl.exchange import close_delay_s, peek_exchange
 from oncestream.broker.seams import BackgroundLoop, BrokerSeams
 from oncestream.broker.state import BrokerState
 from oncestream.broker.tls import server_ssl_context
+from oncestream.broker.tls_pump import TLS_SWITCH_INTERVAL_S, ConnectionOrigin, TlsListener, bind_listening_sockets
 from oncestream.metrics.endpoint import MetricsEndpoint
 from oncestream.process_shutdown import ShutdownBound, install_stop_signals
 from oncestream.protocol.api_keys import PRODUCE
@@ -171,7 +178,10 @@ class BrokerServer:
         self._bound: list[Listener] = []
         self.background = tuple(background)
         self.stuck_report_s = stuck_report_s
-        self._servers: list[asyncio.base_events.Server] = []
+        self._servers: list[asyncio.base_events.Server] = []  # PLAINTEXT and SASL_PLAINTEXT listeners
+        self._tls_listeners: list[TlsListener] = []  # SSL and SASL_SSL (broker/tls_pump.py)
+        # Connections between their TLS handshake and their connection task (a few microseconds).
+        self._attaching: set[asyncio.Task[object]] = set()
         # Connection tasks and their writers: a shutdown aborts the transports, so a task that
         # lost its cancellation still ends (its next read fails).
         self._connections: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
@@ -197,30 +207,46 @@ class BrokerServer:
         def now_ms() -> float:
             return loop.time() * 1000  # monotonic: a wall-clock step must not close connections
 
-        def factory_for(listener: Listener) -> Callable[[], asyncio.StreamReaderProtocol]:
+        def factory_for(listener: Listener, origin: ConnectionOrigin | None = None,
+                        ) -> Callable[[], asyncio.StreamReaderProtocol]:
             def protocol_factory() -> asyncio.StreamReaderProtocol:
                 # asyncio.start_server's factory, with a reader that feeds the idle tracker.
                 idle = IdleTracker(cfg.connections_max_idle_ms, now_ms())
                 reader = _TrackedReader(idle, now_ms, loop)
 
                 def connected(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> Awaitable[None]:
-                    return self._on_connection(r, w, idle, listener)
+                    return self._on_connection(r, w, idle, listener, origin)
 
                 return asyncio.StreamReaderProtocol(reader, connected, loop=loop)
 
             return protocol_factory
 
+        def attach_tls(listener: Listener, pair_end: socket.socket, origin: ConnectionOrigin) -> None:
+            """A TLS connection whose handshake succeeded: serve the pump's socket pair end."""
+            if self._stopping.is_set():
+                pair_end.close()
+                return
+            task = loop.create_task(loop.connect_accepted_socket(factory_for(listener, origin), pair_end))
+            self._attaching.add(task)
+            task.add_done_callback(self._attached)
+
+        # A handshake is not yet a connection the idle timer watches: bound it as well. The same
+        # bound caps how long a closed connection's last response may take to reach its client.
         handshake_timeout_s = min(_TLS_HANDSHAKE_TIMEOUT_S, cfg.connections_max_idle_ms / 1000)
         bound: list[Listener] = []
         for listener in listeners:
             tls = contexts[listener.name]
-            server = await loop.create_server(
-                factory_for(listener), listener.host or None, listener.port, reuse_address=True, ssl=tls,
-                # A handshake is not yet a connection the idle timer watches: bound it as well.
-                ssl_handshake_timeout=handshake_timeout_s if tls is not None else None,
-            )
-            self._servers.append(server)
-            port = server.sockets[0].getsockname()[1]
+            if tls is None:
+                server = await loop.create_server(
+                    factory_for(listener), listener.host or None, listener.port, reuse_address=True)
+                self._servers.append(server)
+                sockets = list(server.sockets)
+            else:  # TLS runs on a thread per connection; the loop serves plaintext socket pairs
+                sockets = bind_listening_sockets(listener.host or None, listener.port)
+                self._tls_listeners.append(TlsListener(
+                    sockets, tls, loop, handshake_timeout_s=handshake_timeout_s, linger_s=handshake_timeout_s,
+                    deliver=functools.partial(attach_tls, listener)))
+            port = sockets[0].getsockname()[1]
             bound.append(dataclasses.replace(listener, port=port))  # port 0: the one the OS picked
             log.info("oncestream broker listening on %s://%s:%s (advertised %s:%s, %s)",
                      listener.name, listener.host, port, *bound[-1].advertised,
@@ -256,7 +282,7 @@ class BrokerServer:
         os.replace(temp, self.ready_file)
 
     async def serve_until_stopped(self) -> None:
-        if not self._servers:
+        if not self._bound:
             raise ServerStateError("serve_until_stopped() before start()")
         background = [
             asyncio.create_task(self._housekeeping()),
@@ -276,6 +302,9 @@ class BrokerServer:
         log.info("oncestream broker stopping: closing %d client connection(s)", len(self._connections))
         for server in self._servers:
             server.close()  # no new connection from here on
+        for tls_listener in self._tls_listeners:
+            tls_listener.close()  # also cuts the handshakes in progress
+        await self._end_all(self._attaching, "TLS connections being attached")
         if self.metrics_endpoint is not None:
             self.metrics_endpoint.close()
         await self._end_all(self._connections, "client connections", close=self._abort_connection)
@@ -284,12 +313,17 @@ class BrokerServer:
         self.state.close()
         log.info("oncestream broker stopped cleanly")
 
+    def _attached(self, task: asyncio.Task[object]) -> None:
+        self._attaching.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("serving a TLS connection failed: %s", task.exception())
+
     def _abort_connection(self, task: asyncio.Task[None]) -> None:
         writer = self._connections.get(task)
         if writer is not None:
             writer.transport.abort()  # abort, not close: a client that stopped reading cannot hold it
 
-    async def _end_all(self, tasks: Collection[asyncio.Task[None]], what: str,
+    async def _end_all(self, tasks: Collection[asyncio.Task[Any]], what: str,
                        close: Callable[[asyncio.Task[None]], None] | None = None) -> None:
         """Cancel ``tasks`` (``close`` each first) and wait until all have ended. Those still
         running after ``stuck_report_s`` are logged with their stacks and cancelled again; the
@@ -351,9 +385,13 @@ class BrokerServer:
 
     async def _on_connection(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, idle: IdleTracker,
-        listener: Listener,
+        listener: Listener, origin: ConnectionOrigin | None,
     ) -> None:
-        peer = writer.get_extra_info("peername")
+        """Serve one connection; ``origin`` says where a TLS connection came from (its transport
+        is the pump's socket pair), None on a plaintext listener (the transport knows)."""
+        if origin is None:
+            origin = ConnectionOrigin(writer.get_extra_info("peername"))
+        peer = origin.peer
         ip = str(peer[0]) if isinstance(peer, tuple) and peer else str(peer)
         refusal = self.quotas.try_admit(ip)
         if refusal is not None:
@@ -363,10 +401,7 @@ class BrokerServer:
         task = asyncio.current_task()
         if task is not None:  # always set for a coroutine the protocol runs as a task
             self._connections[task] = writer
-        ssl_object: ssl.SSLObject | None = writer.get_extra_info("ssl_object")
-        # getpeercert() decodes the certificate only when it was verified, which the context's
-        # verify mode guarantees for every certificate a client managed to present.
-        peer_certificate = ssl_object.getpeercert() if ssl_object is not None else None
+        peer_certificate = origin.tls.peer_certificate if origin.tls is not None else None
         # The principal builder names the client (broker/principal.py): on SSL the default one
         # maps the certificate; on SASL_SSL only SASL does, once it completes (as in Kafka).
         session = start_session(peer, listener_name=listener.name, security_protocol=listener.security_protocol,
@@ -495,6 +530,8 @@ def run_broker(data_dir: Path, host: str, port: int, props: dict[str, str], *,
     except ImportError:  # uvloop is a dependency, but the broker works without it
         pass
     config = BrokerConfig.from_properties(host, port, props)
+    if any(listener.uses_tls for listener in config.all_listeners):
+        sys.setswitchinterval(TLS_SWITCH_INTERVAL_S)  # TLS pump threads win the GIL back sooner
     bound = ShutdownBound(config.shutdown_timeout_ms, "oncestream broker")
     for listener in config.all_listeners:  # a bad SSL store fails before the data dir is opened
         if listener.uses_tls:

@@ -43,7 +43,8 @@ def listener_property(props: Mapping[str, str], listener_name: str, key: str, de
     return props.get(key, default)
 
 
-def _enabled_versions(text: str) -> tuple[ssl.TLSVersion, ssl.TLSVersion]:
+def enabled_versions(text: str) -> tuple[ssl.TLSVersion, ssl.TLSVersion]:
+    """The lowest and highest TLS version of ``ssl.enabled.protocols`` (server and inter-broker client)."""
     versions = []
     for item in text.split(","):
         name = item.strip()
@@ -79,7 +80,7 @@ def server_ssl_context(props: Mapping[str, str], listener_name: str) -> ssl.SSLC
     truststore = get("ssl.truststore.location")
     if auth_text != "none" and not truststore:
         raise InvalidConfigError(f"ssl.client.auth={auth_text} needs ssl.truststore.location (the trusted CAs)")
-    lowest, highest = _enabled_versions(get("ssl.enabled.protocols") or "TLSv1.2,TLSv1.3")
+    lowest, highest = enabled_versions(get("ssl.enabled.protocols") or "TLSv1.2,TLSv1.3")
 
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.minimum_version = lowest

@@ -5,6 +5,10 @@ from the registry (ordered by node id), the topics from the catalog, each partit
 rendezvous hashing over the live brokers (broker/cluster_leaders.py), its replicas and ISR that
 one broker (durability is the object store's, not a replica set's). The controller is the live
 broker with the lowest node id. Auto-creation creates the topic in the catalog, as CreateTopics.
+
+The coordinators' internal topics (``__consumer_offsets``, ``__transaction_state``) are listed as
+internal with the partition count the coordinators hash over, as the single broker lists them; the
+leader of each of their partitions is its coordinator (ClusterNode.partition_leader).
 """
 
 from __future__ import annotations
@@ -37,14 +41,15 @@ async def handle(state: BrokerState, node: ClusterNode, header: RequestHeader, r
     live = await node.live_brokers()
     requested = request.topics
     every = requested is None or (header.api_version == 0 and not requested)
-    topics = await node.topics(None if every else [t.name for t in requested or () if t.name is not None])
+    topics = await node.topics(None if every else [t.name for t in requested or () if t.name is not None],
+                               with_internal=True)
     names: list[str | None]
     if every:
         names = [name for name in sorted(topics) if authorize(state, Op.DESCRIBE, Res.TOPIC, name)]
     else:
         by_id: dict[uuid.UUID, str] = {}
         if any(t.name is None for t in requested or ()):
-            by_id = {info.topic_id: name for name, info in (await node.topics(None)).items()}
+            by_id = {info.topic_id: name for name, info in (await node.topics(None, with_internal=True)).items()}
         names = []
         for t in requested or ():
             name: str | None = t.name
@@ -52,7 +57,7 @@ async def handle(state: BrokerState, node: ClusterNode, header: RequestHeader, r
             if name is None and topic_id is not None:
                 name = by_id.get(topic_id)
                 if name is not None:
-                    topics.update(await node.topics([name]))
+                    topics.update(await node.topics([name], with_internal=True))
             names.append(name)
     auto_create = state.config.auto_create_topics_enable and getattr(request, "allow_auto_topic_creation", True)
     want_ops = getattr(request, "include_topic_authorized_operations", False)
@@ -81,7 +86,7 @@ async def handle(state: BrokerState, node: ClusterNode, header: RequestHeader, r
             continue
         out.append(build(
             m.MetadataResponseTopic, error_code=ErrorCode.none, name=name, topic_id=info.topic_id,
-            is_internal=info.internal, partitions=tuple(_partition(m, node, info.topic_id, p, live_ids)
+            is_internal=info.internal, partitions=tuple(_partition(m, node, info, p, live_ids)
                                                         for p in range(info.num_partitions)),
             topic_authorized_operations=authorized_operations(state, Res.TOPIC, name, requested=want_ops)))
     listener = current_session().listener_name  # each broker's endpoint of the listener asked on
@@ -99,7 +104,7 @@ async def handle(state: BrokerState, node: ClusterNode, header: RequestHeader, r
     )
 
 
-def _partition(m: Any, node: ClusterNode, topic_id: uuid.UUID, partition: int, live_ids: list[int]) -> object:
-    leader = node.leader_of(topic_id, partition, live_ids)
+def _partition(m: Any, node: ClusterNode, topic: TopicMeta, partition: int, live_ids: list[int]) -> object:
+    leader = node.partition_leader(topic, partition, live_ids)
     return build(m.MetadataResponsePartition, error_code=ErrorCode.none, partition_index=partition,
                  leader_id=leader, leader_epoch=0, replica_nodes=(leader,), isr_nodes=(leader,), offline_replicas=())

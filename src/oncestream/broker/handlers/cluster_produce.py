@@ -28,6 +28,7 @@ from kio.schema.errors import ErrorCode
 from oncestream.broker.authorize import Op, Res, authorize
 from oncestream.broker.cluster_coordinators import TRANSACTION_KEY_TYPE
 from oncestream.broker.cluster_node import ClusterNode, TopicMeta
+from oncestream.broker.produce_pipelining import current_produce_turn
 from oncestream.broker.state import BrokerState
 from oncestream.cluster.diskless.append_pipeline import PartitionAppend
 from oncestream.cluster.diskless.produce_object import TxnWrite
@@ -103,7 +104,18 @@ async def handle(state: BrokerState, node: ClusterNode, header: RequestHeader, r
             waiting.append((topic.name, info.topic_id, part.index, len(part.records), answer))
         answers.append((topic.name, parts))
     if appends:
-        outcomes = await node.appender.append(appends)
+        # A pipelined request buffers its data only after every earlier request of its connection
+        # did (broker/produce_pipelining.py): the awaits above may end in any order, and an
+        # idempotent producer's batches must reach the commit in the order it sent them.
+        turn = current_produce_turn()
+        if turn is not None:
+            await turn.wait()
+        try:
+            submitted = node.appender.submit(appends)
+        finally:
+            if turn is not None:
+                turn.entered()
+        outcomes = await asyncio.gather(*submitted)
         for (topic_name, topic_id, partition, size_bytes, answer), outcome in zip(waiting, outcomes, strict=True):
             if outcome.error != ErrorCode.none:
                 answer["error_code"], answer["error_message"] = outcome.error, outcome.error_message

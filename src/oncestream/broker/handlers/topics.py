@@ -85,9 +85,10 @@ def _created_configs(m: Any, state: BrokerState, name: str, configs: dict[str, s
 
 async def _existing(state: BrokerState, names: Sequence[str] | None) -> dict[str, Any]:
     """The topics (name -> info with ``topic_id`` and ``num_partitions``) of the broker's logs, or
-    in cluster mode of the catalog in PostgreSQL (``names`` only; every topic when None)."""
+    in cluster mode of the catalog in PostgreSQL (``names`` only; every topic when None) with the
+    coordinators' internal topics, as the single broker's logs hold them."""
     if state.cluster is not None:
-        return dict(await state.cluster.topics(names))
+        return dict(await state.cluster.topics(names, with_internal=True))
     return dict(state.logs.topics())
 
 
@@ -122,6 +123,7 @@ async def handle_create(state: BrokerState, header: RequestHeader, request: Crea
         elif t.name in existing:
             error, message = ErrorCode.topic_already_exists, f"topic {t.name!r} already exists"
         elif state.cluster is not None and t.name in INTERNAL_TOPICS:
+            # __share_group_state: kept in each broker's scratch directory in cluster mode.
             error, message = ErrorCode.invalid_request, f"{t.name!r} is internal to each broker in cluster mode"
         else:
             try:

@@ -32,6 +32,7 @@ from oncestream.errors import (
     StorageError,
     TopicAuthorizationFailedError,
 )
+from oncestream.log.producer_state import ProducerStateInfo
 from oncestream.protocol import api_keys as k
 from oncestream.protocol.codec import RequestHeader, build
 from oncestream.protocol.schemas import response_module
@@ -165,10 +166,13 @@ def _topic_results(
 async def _add_or_verify(
     state: BrokerState, txn_id: str, pid: int, epoch: int, partitions: Any, verify_only: bool, version: int
 ) -> Any:
-    """Returns an error_of(topic, partition) function."""
-    if not _txn_id_allowed(state, txn_id):
+    """Returns an error_of(topic, partition) function. v4+ comes from a broker that authorized its
+    client (ClusterAction checked by the caller): as in Kafka, only v0-v3 need WRITE on the
+    transactional id and the topics."""
+    from_client = version < 4
+    if from_client and not _txn_id_allowed(state, txn_id):
         return lambda t, p: ErrorCode.transactional_id_authorization_failed
-    denied = {t for t, _ in partitions if not authorize(state, Op.WRITE, Res.TOPIC, t)}
+    denied = {t for t, _ in partitions if from_client and not authorize(state, Op.WRITE, Res.TOPIC, t)}
     if denied:
         # Kafka: nothing is added; the refused topics say why, the rest were not attempted.
         return lambda t, p: ErrorCode.topic_authorization_failed if t in denied else ErrorCode.operation_not_attempted
@@ -492,20 +496,30 @@ def handle_list_transactions(state: BrokerState, header: RequestHeader, request:
     )
 
 
-def handle_describe_producers(state: BrokerState, header: RequestHeader, request: DescribeProducersRequest) -> object:
+async def handle_describe_producers(state: BrokerState, header: RequestHeader, request: DescribeProducersRequest) -> object:
+    """KIP-664: the producers each partition remembers (READ on the topic); in cluster mode from
+    the producer states in PostgreSQL (ClusterNode.producer_states), else from the local logs."""
     m = response_module(k.DESCRIBE_PRODUCERS, header.api_version)
+    readable = {t.name for t in request.topics if authorize(state, Op.READ, Res.TOPIC, t.name)}
+    wanted = [(t.name, p) for t in request.topics if t.name in readable for p in t.partition_indexes]
+    found: dict[tuple[str, int], list[ProducerStateInfo] | OnceStreamError]
+    if state.cluster is not None:
+        found = await state.cluster.producer_states(wanted)
+    else:
+        found = {}
+        for topic, p in wanted:
+            try:
+                found[(topic, p)] = state.logs.get(topic, p).producer_states()
+            except OnceStreamError as exc:
+                found[(topic, p)] = exc
     topics_out = []
     for t in request.topics:
         parts = []
-        allowed = authorize(state, Op.READ, Res.TOPIC, t.name)  # Kafka: READ on the topic
         for p in t.partition_indexes:
             error, message, active = ErrorCode.none, None, ()
-            try:
-                if not allowed:
-                    raise TopicAuthorizationFailedError(t.name)
-                infos = state.logs.get(t.name, p).producer_states()
-            except OnceStreamError as exc:
-                error, message = exc.code, str(exc)
+            infos = found.get((t.name, p), TopicAuthorizationFailedError(t.name))
+            if isinstance(infos, OnceStreamError):
+                error, message = infos.code, str(infos)
             else:
                 active = tuple(
                     build(

@@ -26,6 +26,10 @@ retriable error, never with offsets:
   unresolved commit is; an idempotent retry is then answered exactly).
 - the garbage collector gave up on the upload first (ObjectNotUploadingError): KAFKA_STORAGE_ERROR.
 
+A commit stalled inside its transaction (this broker paused) holds the partitions it locked for
+at most ``commit_idle_timeout_ms`` (PostgreSQL then ends the session; the commit runs again once
+the broker resumes): other brokers' commits, and so every producer of theirs, wait no longer.
+
 ``close`` stops taking requests, answers everything still buffered with NOT_LEADER_OR_FOLLOWER
 (retriable: the client refreshes metadata and sends to another broker), lets uploads and commits in
 flight finish within ``close_timeout_ms`` and answers what is left REQUEST_TIMED_OUT.
@@ -84,10 +88,16 @@ class DisklessAppendConfig:
     upload_timeout_ms: int = 30_000
     delete_grace_ms: int = DEFAULT_DELETE_GRACE_MS  # of an object none of whose batches was kept
     close_timeout_ms: int = 30_000  # close() waits this long for uploads and commits in flight
+    # A commit stalled inside its transaction (the broker paused) keeps its partitions locked at
+    # most this long: PostgreSQL then ends its session (commit.py). The broker passes its session
+    # timeout (broker.session.timeout.ms, default 9 s): past it the broker counts as gone anyway.
+    commit_idle_timeout_ms: int = 9_000
 
     def __post_init__(self) -> None:
         if self.max_uploads_in_flight < 1:
             raise InvalidConfigError(f"max_uploads_in_flight must be >= 1, not {self.max_uploads_in_flight}")
+        if self.commit_idle_timeout_ms < 1:  # 0 would turn PostgreSQL's timeout off
+            raise InvalidConfigError(f"commit_idle_timeout_ms must be >= 1, not {self.commit_idle_timeout_ms}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,6 +184,11 @@ class DisklessAppender:
     async def append(self, appends: Sequence[PartitionAppend]) -> list[AppendOutcome]:
         """Append each partition's data; one outcome per entry, in order, once its object's commit
         ended (offsets) or failed (an error code). Invalid data is answered at once."""
+        return list(await asyncio.gather(*self.submit(appends)))
+
+    def submit(self, appends: Sequence[PartitionAppend]) -> list[asyncio.Future[AppendOutcome]]:
+        """Buffer each partition's data now (no await: requests are committed in the order they
+        were submitted) and return the futures of their outcomes (see ``append``)."""
         futures: list[asyncio.Future[AppendOutcome]] = []
         loop = asyncio.get_running_loop()
         for append in appends:
@@ -190,7 +205,7 @@ class DisklessAppender:
                 continue
             self._buffer.add(_Waiting(validated, future), validated.size_bytes)
         self._wakeup.set()
-        return list(await asyncio.gather(*futures))
+        return futures
 
     async def close(self) -> None:
         """Stop: buffered requests are answered NOT_LEADER_OR_FOLLOWER, objects in flight finish
@@ -289,9 +304,11 @@ class DisklessAppender:
 
     async def _commit(self, obj: ProduceObject, waiting: list[_Waiting]) -> None:
         grace_ms = self._config.delete_grace_ms
+        idle_timeout_ms = self._config.commit_idle_timeout_ms
 
         async def commit(conn: Conn) -> list[AppendOutcome]:
-            return await commit_uploaded(conn, obj.key, obj.appends, delete_grace_ms=grace_ms)
+            return await commit_uploaded(conn, obj.key, obj.appends, delete_grace_ms=grace_ms,
+                                         idle_timeout_ms=idle_timeout_ms)
 
         async def read_back(conn: Conn) -> list[AppendOutcome] | None:
             return await read_back_commit(conn, obj.key, obj.appends)

@@ -12,7 +12,11 @@ Sequence for one object (KIP-1163's commit, PostgreSQL as the batch coordinator)
    (``log/producer_state``: ``find_duplicate``, ``check_batch``, ``apply_batch``); accepted batches
    get offsets from the high watermark and a row each; producer state, high watermarks and the
    object's state ('live', or 'deleting' when no batch of it was kept) are written; readers are
-   notified on ``oncestream_appends``.
+   notified on ``oncestream_appends``. The transaction's ``idle_in_transaction_session_timeout``
+   (the broker's session timeout) bounds how long a broker paused inside it keeps the partitions
+   locked: PostgreSQL ends the session and rolls it back, and the resumed broker runs the commit
+   again (``MetadataStore.run`` retries SQLSTATE 25P03), where its batches are duplicates or not
+   in sequence any more if the producer retried them through another broker meanwhile.
 
 A transactional request is first verified (KIP-890 part 1, ``_verify_transaction``) against the
 transaction coordinator's stored state of its transactional id, share-locked in this transaction.
@@ -161,12 +165,29 @@ async def _verify_transaction(conn: Conn, append: PlacedAppend,
     return None
 
 
+# The object's row, locked; the same round trip sets the transaction's idle timeout (unchanged
+# when none is given) before any partition is locked.
+_LOCK_OBJECT = """
+SELECT state, set_config('idle_in_transaction_session_timeout',
+                         COALESCE(%(idle_timeout)s, current_setting('idle_in_transaction_session_timeout')), true)
+FROM objects WHERE object_key = %(key)s FOR UPDATE
+"""
+
+
 async def commit_uploaded(conn: Conn, object_key: str, appends: Sequence[PlacedAppend], *,
-                          delete_grace_ms: int = DEFAULT_DELETE_GRACE_MS) -> list[AppendOutcome]:
+                          delete_grace_ms: int = DEFAULT_DELETE_GRACE_MS,
+                          idle_timeout_ms: int | None = None) -> list[AppendOutcome]:
     """Commit the batches of an uploaded object (inside the caller's transaction); one outcome per
     request, in the order of ``appends``. Raises ObjectNotUploadingError when the object is not
-    'uploading' any more (nothing is written then)."""
-    cursor = await conn.execute("SELECT state FROM objects WHERE object_key = %s FOR UPDATE", (object_key,))
+    'uploading' any more (nothing is written then).
+
+    ``idle_timeout_ms`` bounds how long a committer that stalls inside the transaction (a paused
+    process) keeps the partitions locked: PostgreSQL ends its session after that long idle in the
+    transaction (``idle_in_transaction_session_timeout``, this transaction only), which rolls it
+    back. Without it every other broker's commit to those partitions waits for the stalled one, and
+    as each broker commits one object at a time, all of its produce requests wait too."""
+    cursor = await conn.execute(_LOCK_OBJECT, {"key": object_key, "idle_timeout": (
+        None if idle_timeout_ms is None else str(int(idle_timeout_ms)))})
     row = await cursor.fetchone()
     if row is None or row[0] != "uploading":
         raise ObjectNotUploadingError(

@@ -72,6 +72,7 @@ from oncestream.cluster.diskless.coordinates import (
     read_partition_offsets,
     row_to_batch,
 )
+from oncestream.cluster.diskless.log_start_moves import release_unreferenced
 from oncestream.cluster.diskless.object_cache import ObjectRangeCache
 from oncestream.cluster.diskless.periodic import PeriodicRound
 from oncestream.cluster.diskless.read_path import DisklessReader
@@ -302,15 +303,6 @@ _SET_NEW_OBJECT_STATE = """
 UPDATE objects SET state = CASE WHEN %(live)s THEN 'live' ELSE 'deleting' END,
        delete_after = CASE WHEN %(live)s THEN NULL ELSE now() END
  WHERE object_key = %(key)s
-"""
-
-_LOCK_OBJECTS = "SELECT object_key FROM objects WHERE object_key = ANY(%(keys)s) ORDER BY object_key FOR UPDATE"
-
-_RELEASE_UNREFERENCED = """
-UPDATE objects o SET state = 'deleting', delete_after = now() + %(grace_ms)s * interval '1 millisecond'
- WHERE o.object_key = ANY(%(keys)s) AND o.state = 'live'
-   AND NOT EXISTS (SELECT 1 FROM batches b WHERE b.object_key = o.object_key)
-RETURNING o.object_key
 """
 
 
@@ -546,16 +538,10 @@ class ConsolidationJob:
                 removed = [int(r[0]) for r in await cursor.fetchall()]
             await conn.execute(_SET_NEW_OBJECT_STATE, {**params, "live": bool(swapped)})
             done = set(swapped) | set(removed)
-            old_keys = sorted({r.object_key for r in plan.rows
-                               if r.base_offset in done and r.object_key is not None and r.object_key != uploaded.object_key})
-            released: list[str] = []
-            if old_keys:
-                await conn.execute(_LOCK_OBJECTS, {"keys": old_keys})
-                cursor = await conn.execute(_RELEASE_UNREFERENCED, {"keys": old_keys,
-                                                                    "grace_ms": self._config.delete_grace_ms})
-                released = sorted(str(r[0]) for r in await cursor.fetchall())
-            return SwapResult(uploaded.object_key, len(swapped), len(removed), len(plan.rows) - len(done),
-                              tuple(released))
+            old_keys = {r.object_key for r in plan.rows
+                        if r.base_offset in done and r.object_key is not None and r.object_key != uploaded.object_key}
+            released = await release_unreferenced(conn, old_keys, delete_grace_ms=self._config.delete_grace_ms)
+            return SwapResult(uploaded.object_key, len(swapped), len(removed), len(plan.rows) - len(done), released)
 
         async def read_back(conn: Conn) -> SwapResult | None:
             cursor = await conn.execute("SELECT state FROM objects WHERE object_key = %(key)s", params)

@@ -74,13 +74,24 @@ async def move_log_start(conn: psycopg.AsyncConnection[Any], topic_id: uuid.UUID
                        {**params, "start": new_start})
     cursor = await conn.execute(_DELETE_BELOW, {**params, "start": new_start})
     deleted = await cursor.fetchall()
-    keys = sorted({str(r[0]) for r in deleted if r[0] is not None})
-    released: list[str] = []
-    if keys:
-        await conn.execute(_LOCK_OBJECTS, {"keys": keys})
-        cursor = await conn.execute(_RELEASE_UNREFERENCED, {"keys": keys, "grace_ms": delete_grace_ms})
-        released = sorted(str(r[0]) for r in await cursor.fetchall())
-    return LogStartMove(new_start, len(deleted), tuple(released))
+    released = await release_unreferenced(conn, {str(r[0]) for r in deleted if r[0] is not None},
+                                          delete_grace_ms=delete_grace_ms)
+    return LogStartMove(new_start, len(deleted), released)
+
+
+async def release_unreferenced(conn: psycopg.AsyncConnection[Any], keys: set[str] | list[str], *,
+                               delete_grace_ms: int) -> tuple[str, ...]:
+    """Mark 'deleting' (after ``delete_grace_ms`` by PostgreSQL's clock) every live object of
+    ``keys`` that no batch row points at any more, inside the caller's transaction, after the
+    caller deleted or repointed rows that pointed at them. The objects are locked in key order
+    first (the module docstring says why that makes concurrent releases safe). The keys marked,
+    sorted."""
+    ordered = sorted(set(keys))
+    if not ordered:
+        return ()
+    await conn.execute(_LOCK_OBJECTS, {"keys": ordered})
+    cursor = await conn.execute(_RELEASE_UNREFERENCED, {"keys": ordered, "grace_ms": delete_grace_ms})
+    return tuple(sorted(str(r[0]) for r in await cursor.fetchall()))
 
 
 async def delete_records(conn: psycopg.AsyncConnection[Any], topic_id: uuid.UUID, partition: int, offset: int, *,

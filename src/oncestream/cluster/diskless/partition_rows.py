@@ -54,13 +54,18 @@ async def lock_partitions(conn: Conn, keys: Iterable[TopicPartitionKey]) -> dict
     return locked
 
 
+_PRODUCER_COLUMNS = ("s.topic_id, s.partition, s.producer_id, s.producer_epoch, s.recent_batches,"
+                     " s.txn_first_offset, s.last_timestamp_ms, s.coordinator_epoch")
+
+
 def _entry_from_row(producer_id: int, epoch: int, recent: list[list[int]], txn_first_offset: int | None,
-                    last_timestamp_ms: int) -> ProducerEntry:
+                    last_timestamp_ms: int, coordinator_epoch: int) -> ProducerEntry:
     return ProducerEntry(
         producer_id,
         epoch,
         [BatchMetadata(*item) for item in recent],
         last_timestamp_ms=last_timestamp_ms,
+        coordinator_epoch=coordinator_epoch,
         current_txn_first_offset=NO_OFFSET if txn_first_offset is None else txn_first_offset,
     )
 
@@ -71,15 +76,34 @@ async def load_producers(conn: Conn, keys: Iterable[ProducerKey]) -> dict[Produc
     if not wanted:
         return {}
     cursor = await conn.execute(
-        "SELECT s.topic_id, s.partition, s.producer_id, s.producer_epoch, s.recent_batches,"
-        " s.txn_first_offset, s.last_timestamp_ms FROM producer_states s"
+        f"SELECT {_PRODUCER_COLUMNS} FROM producer_states s"
         " JOIN unnest(%s::uuid[], %s::int[], %s::bigint[]) AS k(topic_id, partition, producer_id)"
         "   ON s.topic_id = k.topic_id AND s.partition = k.partition AND s.producer_id = k.producer_id",
         ([k[0] for k in wanted], [k[1] for k in wanted], [k[2] for k in wanted]),
     )
     found: dict[ProducerKey, ProducerEntry] = {}
-    for topic_id, partition, producer_id, epoch, recent, txn_first, last_ts in await cursor.fetchall():
-        found[(topic_id, partition, producer_id)] = _entry_from_row(producer_id, epoch, recent, txn_first, last_ts)
+    for topic_id, partition, producer_id, *state in await cursor.fetchall():
+        found[(topic_id, partition, producer_id)] = _entry_from_row(producer_id, *state)
+    return found
+
+
+async def partition_producers(conn: Conn, keys: Iterable[TopicPartitionKey]) -> dict[TopicPartitionKey, list[ProducerEntry]]:
+    """Every producer these partitions remember, by partition (DescribeProducers), ordered by
+    producer id; a partition without producers maps to an empty list. A plain read: each row is
+    as its last commit left it."""
+    wanted = sorted(set(keys))
+    found: dict[TopicPartitionKey, list[ProducerEntry]] = {key: [] for key in wanted}
+    if not wanted:
+        return found
+    cursor = await conn.execute(
+        f"SELECT {_PRODUCER_COLUMNS} FROM producer_states s"
+        " JOIN unnest(%s::uuid[], %s::int[]) AS k(topic_id, partition)"
+        "   ON s.topic_id = k.topic_id AND s.partition = k.partition"
+        " ORDER BY s.topic_id, s.partition, s.producer_id",
+        ([k[0] for k in wanted], [k[1] for k in wanted]),
+    )
+    for topic_id, partition, producer_id, *state in await cursor.fetchall():
+        found[(topic_id, partition)].append(_entry_from_row(producer_id, *state))
     return found
 
 
@@ -93,14 +117,15 @@ async def store_producers(conn: Conn, entries: dict[ProducerKey, ProducerEntry])
                   for b in entry.batches[-MAX_BATCHES_PER_PRODUCER:]]
         txn_first = None if entry.current_txn_first_offset == NO_OFFSET else entry.current_txn_first_offset
         rows.append((topic_id, partition, producer_id, entry.epoch, json.dumps(recent), txn_first,
-                     entry.last_timestamp_ms))
+                     entry.last_timestamp_ms, entry.coordinator_epoch))
     async with conn.cursor() as cursor:
         await cursor.executemany(
             "INSERT INTO producer_states (topic_id, partition, producer_id, producer_epoch, recent_batches,"
-            " txn_first_offset, last_timestamp_ms) VALUES (%s, %s, %s, %s, %s::jsonb, %s, %s)"
+            " txn_first_offset, last_timestamp_ms, coordinator_epoch) VALUES (%s, %s, %s, %s, %s::jsonb, %s, %s, %s)"
             " ON CONFLICT (topic_id, partition, producer_id) DO UPDATE SET"
             " producer_epoch = EXCLUDED.producer_epoch, recent_batches = EXCLUDED.recent_batches,"
-            " txn_first_offset = EXCLUDED.txn_first_offset, last_timestamp_ms = EXCLUDED.last_timestamp_ms",
+            " txn_first_offset = EXCLUDED.txn_first_offset, last_timestamp_ms = EXCLUDED.last_timestamp_ms,"
+            " coordinator_epoch = EXCLUDED.coordinator_epoch",
             rows,
         )
 

@@ -16,9 +16,6 @@ Topics whose cleanup.policy lacks ``delete`` are left alone (compaction is anoth
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import logging
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,9 +26,7 @@ from oncestream.cluster.diskless.commit import DEFAULT_DELETE_GRACE_MS
 from oncestream.cluster.diskless.coordinates import PartitionKey
 from oncestream.cluster.diskless.log_start_moves import LogStartMove, move_log_start
 from oncestream.cluster.diskless.metadata_access import TransactionSource
-from oncestream.cluster.pg.errors import MetadataStoreError
-
-log = logging.getLogger(__name__)
+from oncestream.cluster.diskless.periodic import PeriodicRound
 
 DEFAULT_RETENTION_MS = 7 * 24 * 3600 * 1000  # log.retention.hours = 168
 DEFAULT_RETENTION_BYTES = -1
@@ -144,9 +139,10 @@ class RetentionEnforcer:
         self._partitions_per_round = partitions_per_round
         self._max_batches = max_batches_per_move
         self._grace_ms = delete_grace_ms
-        self._interval_s = check_interval_ms / 1000
         self._after: PartitionKey = (_NIL_UUID, -1)
-        self._task: asyncio.Task[None] | None = None
+        # A failed round (PostgreSQL down, or a bug) is logged and the next one retries: the
+        # enforcer must outlive anything one round runs into.
+        self._loop = PeriodicRound("diskless-retention", check_interval_ms, self.run_round)
 
     async def run_round(self) -> RetentionRound:
         """Check the next ``partitions_per_round`` partitions (round-robin) and move their log starts."""
@@ -175,20 +171,8 @@ class RetentionEnforcer:
 
     def start(self) -> None:
         """Run a round every check interval until ``close`` (a failed round is logged, not fatal)."""
-        if self._task is None:
-            self._task = asyncio.create_task(self._loop(), name="diskless-retention")
+        self._loop.start()
 
     async def close(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-
-    async def _loop(self) -> None:
-        while True:
-            await asyncio.sleep(self._interval_s)
-            try:
-                await self.run_round()
-            except (MetadataStoreError, psycopg.Error) as exc:
-                log.warning("diskless retention round failed (the next one retries): %s", exc)
+        """Stop the periodic rounds, cutting a round in progress (each move is its own transaction)."""
+        await self._loop.close()

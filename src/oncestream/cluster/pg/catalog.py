@@ -22,6 +22,8 @@ from oncestream.cluster.pg.store import Conn, MetadataStore
 from oncestream.errors import InvalidPartitionsError, TopicAlreadyExistsError, UnknownTopicOrPartitionError
 
 CATALOG_CHANNEL = "oncestream_catalog"
+# The uuid5 namespace of the internal topics' ids (any constant unique to this use).
+_INTERNAL_TOPIC_ID_NAMESPACE = uuid.UUID("3f1c3a52-6d0e-4b8e-9a61-6f6e63657374")
 # node_id of the cluster-wide default row of broker_configs (Kafka's empty broker resource name).
 CLUSTER_DEFAULT_NODE_ID = -1
 
@@ -58,6 +60,12 @@ async def _require_topic(conn: Conn, name: str, *, lock: bool = False) -> TopicI
     if info is None:
         raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
     return info
+
+
+def internal_topic_id(cluster_id: str, name: str) -> uuid.UUID:
+    """The topic id of internal topic ``name`` in cluster ``cluster_id``: a version-5 uuid, so it
+    never equals a created topic's (version 4) id, and the same wherever it is computed."""
+    return uuid.uuid5(_INTERNAL_TOPIC_ID_NAMESPACE, f"{cluster_id}/{name}")
 
 
 def _broker_scope(node_id: int | None) -> int:
@@ -163,6 +171,18 @@ class Catalog:
                 configs.setdefault(topic_id, {})[str(key)] = str(value)
             return {str(name): TopicInfo(topic_id, str(name), int(n), bool(internal), configs.get(topic_id, {}))
                     for topic_id, name, n, internal in rows}
+
+        return await self.store.run(read)
+
+    async def internal_topics(self) -> dict[str, TopicInfo]:
+        """The coordinators' internal topics by name (``internal`` set, no config overrides), as
+        the brokers opened them in ``coordinator_topics`` (see the module docstring)."""
+        cluster_id = await self.cluster_id()
+
+        async def read(conn: Conn) -> dict[str, TopicInfo]:
+            cursor = await conn.execute("SELECT topic, num_partitions FROM coordinator_topics")
+            return {str(name): TopicInfo(internal_topic_id(cluster_id, str(name)), str(name), int(n), True)
+                    for name, n in await cursor.fetchall()}
 
         return await self.store.run(read)
 

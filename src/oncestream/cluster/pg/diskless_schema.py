@@ -14,7 +14,9 @@ store): a schema module inside ``cluster/diskless`` would make the two packages 
   applied before upload); the reader patches the base offset (bytes 0-7, outside the CRC).
 - ``producer_states``: the idempotent producer's last five batches per partition
   (``recent_batches`` = [[base_seq, last_seq, base_offset, last_offset, ts_ms], ...]) and the first
-  offset of its open transaction there (the LSO input).
+  offset of its open transaction there (the LSO input); from step ``0103_producer_coordinator_epoch``
+  on, the coordinator epoch of its last transaction marker there (-1: none yet), which
+  DescribeProducers reports.
 - ``aborted_txns``: the range of every aborted transaction, keyed by its ABORT marker's offset.
 
 LSO of a partition = min(txn_first_offset) over its producer_states, else
@@ -79,5 +81,8 @@ CREATE TABLE aborted_txns (
     PRIMARY KEY (topic_id, partition, last_offset),
     FOREIGN KEY (topic_id, partition) REFERENCES partitions (topic_id, partition) ON DELETE CASCADE
 );
+"""),
+    SchemaStep("0103_producer_coordinator_epoch", """
+ALTER TABLE producer_states ADD COLUMN coordinator_epoch int NOT NULL DEFAULT -1;
 """),
 )

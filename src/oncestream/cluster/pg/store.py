@@ -33,7 +33,7 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 import psycopg
@@ -56,8 +56,10 @@ T = TypeVar("T")
 Conn = psycopg.AsyncConnection[TupleRow]
 
 # SQLSTATEs after which the whole transaction may simply run again: it certainly did not commit
-# (40001, 40P01) or the server is going away / not yet back (class 08 and 57P0x).
-_RETRIABLE_SQLSTATES = frozenset({"40001", "40P01", "57P01", "57P02", "57P03"})
+# (40001, 40P01; 25P03: the server ended the session while the transaction sat idle before its
+# COMMIT, a broker paused inside it past idle_in_transaction_session_timeout) or the server is
+# going away / not yet back (class 08 and 57P0x).
+_RETRIABLE_SQLSTATES = frozenset({"40001", "40P01", "25P03", "57P01", "57P02", "57P03"})
 # SQLSTATEs that mean the connection itself is gone: at COMMIT, the outcome is unknown.
 _CONNECTION_LOST_SQLSTATES = frozenset({"57P01", "57P02", "57P03"})
 # SQLSTATEs that no retry cures at start: wrong credentials, unknown database or role. libpq
@@ -138,11 +140,18 @@ class MetadataStoreConfig:
     retry_backoff_max_ms: int = 1_000
     # LISTEN connections probe the server after this long without a notification.
     listen_probe_interval_ms: int = 5_000
+    # PostgreSQL ends a session idle this long inside a transaction (rolled back; SQLSTATE 25P03,
+    # which ``run`` retries): a process paused inside any transaction (a commit, a consolidation
+    # swap, a log-start move) holds the rows it locked no longer. None: the server's setting.
+    # Single writes that need a tighter bound set their own (commit.py, coordinator_leases.py).
+    idle_in_transaction_timeout_ms: int | None = None
 
     def __post_init__(self) -> None:
         if not 0 <= self.pool_min_size <= self.pool_max_size or self.pool_max_size < 1:
             raise ValueError(f"metadata store pool sizes min={self.pool_min_size} max={self.pool_max_size} are "
                              "not 0 <= min <= max, max >= 1")
+        if self.idle_in_transaction_timeout_ms is not None and self.idle_in_transaction_timeout_ms < 1:
+            raise ValueError("idle_in_transaction_timeout_ms must be >= 1 (0 would turn the bound off)")
 
 
 def _sqlstate(exc: BaseException) -> str | None:
@@ -175,6 +184,15 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}{f' [{state}]' if state else ''}: {text[0] if text else ''}"
 
 
+def _session_options(config: MetadataStoreConfig) -> dict[str, Any]:
+    """The pool's connection arguments: autocommit (transactions are explicit), and the
+    session's idle-in-transaction bound when configured."""
+    kwargs: dict[str, Any] = {"autocommit": True}
+    if config.idle_in_transaction_timeout_ms is not None:
+        kwargs["options"] = f"-c idle_in_transaction_session_timeout={config.idle_in_transaction_timeout_ms}"
+    return kwargs
+
+
 class MetadataStore:
     """A pool of connections to the cluster's PostgreSQL with whole-transaction retries."""
 
@@ -202,7 +220,7 @@ class MetadataStore:
         await _apply_schema_when_reachable(parsed, conninfo, config, steps)
         pool: AsyncConnectionPool[Conn] = AsyncConnectionPool(
             conninfo, min_size=config.pool_min_size, max_size=config.pool_max_size, open=False,
-            kwargs={"autocommit": True}, check=AsyncConnectionPool.check_connection,
+            kwargs=_session_options(config), check=AsyncConnectionPool.check_connection,
             timeout=config.connect_timeout_ms / 1000, reconnect_timeout=config.retry_timeout_ms / 1000,
             name=f"oncestream-metadata-{parsed.dbname}")
         try:
