@@ -3,9 +3,11 @@
 ``ONCESTREAM_TEST_BROKER=tansu`` runs the interop and fuzz suites against the Tansu peer broker
 instead of ours (every client feature must also work against a standard Kafka-protocol broker);
 ``ONCESTREAM_TEST_BROKER=cluster`` runs them against three cluster brokers on the session's
-PostgreSQL and SeaweedFS (tests/support/cluster_kind.py), keeping only the tests that use the
-module-wide ``broker`` fixture. ``@pytest.mark.broker_kinds(...)`` limits a test to the kinds
-that support it; the others deselect it at collection.
+PostgreSQL and SeaweedFS (tests/support/cluster_kind.py), keeping only the tests that start their
+brokers through ``module_broker_factory`` (the module-wide ``broker`` fixture does) or
+``module_our_broker_factory`` (suites that need our broker, not Tansu).
+``@pytest.mark.broker_kinds(...)`` limits a test to the kinds that support it; the others deselect
+it at collection.
 The chaos suite always uses our broker: it restarts the process and Tansu keeps nothing across
 restarts.
 """
@@ -64,15 +66,32 @@ def module_broker_factory(request: pytest.FixtureRequest,
     """Start brokers of the kind under test (``broker_kind()``) that live until the module ends:
     ``start(config, name)`` with Kafka broker properties (Tansu takes none). Module fixtures that
     need their own configuration (group, transaction suites) start their broker here, so they run
-    against every kind; the ``cluster`` kind keeps only the tests that use this fixture."""
+    against every kind; the ``cluster`` kind keeps only the tests that use this fixture (or
+    ``module_our_broker_factory``)."""
+    yield from _module_brokers(request, tmp_path_factory, broker_kind())
+
+
+@pytest.fixture(scope="module")
+def module_our_broker_factory(request: pytest.FixtureRequest,
+                              tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., AnyBroker]]:
+    """Like ``module_broker_factory``, for suites that need our broker whatever the peer kind
+    (KIP-848 groups, quotas, metrics: Tansu has none of them): three cluster brokers with the same
+    properties under the ``cluster`` kind, else our single broker (also under ``tansu``)."""
+    kind = "cluster" if broker_kind() == "cluster" else "oncestream"
+    yield from _module_brokers(request, tmp_path_factory, kind)
+
+
+def _module_brokers(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
+                    kind: str) -> Iterator[Callable[..., AnyBroker]]:
+    """The factory of both module fixtures above: brokers of ``kind``, all ended with the module."""
     started: list[AnyBroker] = []
 
     def start(config: dict[str, str] | None = None, name: str = "broker") -> AnyBroker:
         base = tmp_path_factory.mktemp(name)
         process: AnyBroker
-        if broker_kind() == "tansu":
+        if kind == "tansu":
             process = TansuProcess(log_dir=base / "logs")
-        elif broker_kind() == "cluster":
+        elif kind == "cluster":
             # PostgreSQL and SeaweedFS start only for this kind (session-wide, shared by every module).
             process = module_cluster(request.getfixturevalue("postgres"), request.getfixturevalue("seaweedfs"),
                                      base / "logs", config or None)

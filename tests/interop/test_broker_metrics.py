@@ -28,10 +28,11 @@ from oncestream.client import Producer as OnceProducer
 from oncestream.client.admin.admin_quotas import CLIENT_ID, ClientQuotaAlteration, ClientQuotaEntity, ClientQuotaOp
 from tests.support.brokers import BrokerProcess
 from tests.support.clients import CLIENT_TIMEOUT_S, create_topic, unique_topic
+from tests.support.cluster_kind import CLUSTER_METRICS_OF_ONE_PROCESS, not_on_cluster
 from tests.support.metrics import METRICS_BROKER_CONFIG, metrics_url_of, scrape, total, value
 from tests.support.txn import TXN_BROKER_CONFIG, wait_until
 
-pytestmark = pytest.mark.interop
+pytestmark = [pytest.mark.interop, not_on_cluster(CLUSTER_METRICS_OF_ONE_PROCESS)]
 
 RECORDS = 40
 VALUE_BYTES = 300

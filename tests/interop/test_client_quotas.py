@@ -14,7 +14,7 @@ import datetime
 import json
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,9 +39,10 @@ from oncestream.protocol.api_keys import API_VERSIONS_KEY, PRODUCE
 from oncestream.protocol.records import NewRecord, encode_batch
 from tests.support.brokers import BrokerProcess
 from tests.support.clients import CLIENT_TIMEOUT_S, create_topic, unique_topic
+from tests.support.cluster_kind import CLUSTER_QUOTAS_PER_BROKER, not_on_cluster
 from tests.support.sasl import librdkafka_conf, start_sasl_broker
 
-pytestmark = pytest.mark.interop
+pytestmark = [pytest.mark.interop, not_on_cluster(CLUSTER_QUOTAS_PER_BROKER)]
 
 QUOTA_BYTES_PER_S = 400_000
 VALUE = b"q" * 4000
@@ -51,16 +52,11 @@ GREEDY = ClientQuotaEntity.of({CLIENT_ID: "greedy"})
 
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    """One broker for the module (each test uses its own client ids and topics)."""
+def broker(module_our_broker_factory: Callable[..., BrokerProcess]) -> BrokerProcess:
+    """One broker for the module (each test uses its own client ids and topics), of the kind under
+    test (tests/conftest.py; the cluster kind deselects the module: CLUSTER_QUOTAS_PER_BROKER)."""
     # The unthrottled tenant writes as fast as it can: small segments, deleted every second.
-    process = BrokerProcess(data_dir=tmp_path_factory.mktemp("quotas") / "data",
-                            config={"log.retention.check.interval.ms": "1000"})
-    process.start()
-    try:
-        yield process
-    finally:
-        process.stop()
+    return module_our_broker_factory({"log.retention.check.interval.ms": "1000"}, name="quotas")
 
 
 @dataclass

@@ -380,7 +380,7 @@ def test_a_member_removed_by_the_coordinator_gets_on_lost_and_rejoins_with_epoch
     its next heartbeat is fenced (UNKNOWN_MEMBER_ID), its partitions go to on_lost (not
     on_revoke: they may already be someone else's) and it rejoins, getting them back."""
     from oncestream.protocol.api_keys import LEAVE_GROUP
-    from tests.support.consumer_protocol import connection
+    from tests.support.consumer_protocol import group_connection
 
     broker = consumer_protocol_broker
     topic = unique_topic("kip848-fenced")
@@ -390,7 +390,7 @@ def test_a_member_removed_by_the_coordinator_gets_on_lost_and_rejoins_with_epoch
     try:
         wait_until(lambda: member.owned() == {(topic, 0), (topic, 1)}, lambda: f"the assignment: {member.owned()}")
         first_id = member.member_id
-        conn = connection(broker.bootstrap)
+        conn = group_connection(broker.bootstrap, group)
         try:
             answer = conn.call(LEAVE_GROUP, lambda m: m.LeaveGroupRequest(group_id=group, members=(
                 m.MemberIdentity(member_id="", group_instance_id="s-9", reason="removed by the test"),)))

@@ -23,6 +23,7 @@ from tests.support.consumer_protocol import (
     connection,
     consumer_protocol_broker,  # noqa: F401 - fixture
     describe,
+    group_connection,
     heartbeat,
     wait_until,
 )
@@ -273,7 +274,7 @@ def test_offset_commit_and_fetch_v10_name_topics_by_id(broker):
     topic = unique_topic("cg-v10")
     create_topic(broker.bootstrap, topic, partitions=2)
     group, bogus = unique_group(), uuid.uuid4()
-    with connection(broker.bootstrap) as conn:
+    with group_connection(broker.bootstrap, group) as conn:
         assert conn.version_for(k.OFFSET_COMMIT) == conn.version_for(k.OFFSET_FETCH) == 10
         metadata = conn.call(k.METADATA, lambda m: m.MetadataRequest(
             topics=None, allow_auto_topic_creation=False, include_topic_authorized_operations=False))

@@ -12,6 +12,11 @@ from confluent_kafka.admin import AdminClient
 from kio.schema.errors import ErrorCode
 
 from tests.support.clients import create_topic, unique_topic
+from tests.support.cluster_kind import (
+    CLUSTER_DEFECT_COOPERATIVE_MIGRATION,
+    CLUSTER_RESTART_OUTLASTS_SESSIONS,
+    not_on_cluster,
+)
 from tests.support.consumer_protocol import (
     CONSUMER_PROTOCOL_BROKER_CONFIG,
     ProtocolMember,
@@ -22,6 +27,13 @@ from tests.support.consumer_protocol import (
 
 PARTITIONS = 2
 MIGRATION_BROKER_CONFIG = {**CONSUMER_PROTOCOL_BROKER_CONFIG, "group.initial.rebalance.delay.ms": "0"}
+
+
+@pytest.fixture(scope="module")
+def migration_broker(module_our_broker_factory):
+    """Our broker with the default migration policy for the module (tests use unique groups), or
+    three cluster brokers under the cluster kind (tests/conftest.py)."""
+    return module_our_broker_factory(MIGRATION_BROKER_CONFIG, name="migration")
 
 
 def produce(bootstrap: str, topic: str, count: int, start: int = 0) -> None:
@@ -39,12 +51,13 @@ def classic_group_state(bootstrap: str, group: str) -> tuple[str, int]:
     return description.state.name, len(description.members)
 
 
-def test_disabled_policy_refuses_a_consumer_member_on_a_classic_group_with_members(broker_factory):
+def test_disabled_policy_refuses_a_consumer_member_on_a_classic_group_with_members(module_our_broker_factory):
     """``group.consumer.migration.policy=disabled``: a consumer-protocol member joining a classic
     group with members hears Kafka's GROUP_ID_NOT_FOUND ("Group <id> is not a consumer group")
     and gets nothing; the classic member keeps every partition and the group stays classic while
     records flow, each consumed once."""
-    broker = broker_factory({**MIGRATION_BROKER_CONFIG, "group.consumer.migration.policy": "disabled"})
+    broker = module_our_broker_factory({**MIGRATION_BROKER_CONFIG, "group.consumer.migration.policy": "disabled"},
+                                       name="migration-off")
     topic = unique_topic("migration-off")
     create_topic(broker.bootstrap, topic, partitions=PARTITIONS)
     group = f"mig-{uuid.uuid4().hex[:10]}"
@@ -77,13 +90,14 @@ def classic_member(bootstrap: str, group: str, topic: str, strategy: str) -> Pro
         "session.timeout.ms": "6000", "heartbeat.interval.ms": "300"}).start()
 
 
-@pytest.mark.parametrize("strategy", ["range", "cooperative-sticky"])
-def test_classic_and_consumer_members_share_a_group_and_it_turns_classic_again(broker_factory, strategy):
+@pytest.mark.parametrize("strategy", ["range", pytest.param("cooperative-sticky", marks=not_on_cluster(
+    CLUSTER_DEFECT_COOPERATIVE_MIGRATION))])
+def test_classic_and_consumer_members_share_a_group_and_it_turns_classic_again(migration_broker, strategy):
     """Kafka 4's online migration (default policy, bidirectional): a consumer-protocol member
     joins a classic group with a member, which becomes a consumer group; both members get
     partitions while records flow. The consumer member leaves: the group is a classic group
     again and the classic member gets everything. Every record is consumed once overall."""
-    broker = broker_factory(MIGRATION_BROKER_CONFIG)
+    broker = migration_broker
     topic = unique_topic("migration")
     partitions = 4
     create_topic(broker.bootstrap, topic, partitions=partitions)
@@ -141,12 +155,13 @@ def test_classic_and_consumer_members_share_a_group_and_it_turns_classic_again(b
         close_all(members)
 
 
-def test_a_mixed_group_survives_a_broker_sigkill(broker_factory):
+@not_on_cluster(CLUSTER_RESTART_OUTLASTS_SESSIONS)
+def test_a_mixed_group_survives_a_broker_sigkill(migration_broker):
     """A consumer group with a classic and a consumer-protocol member is in __consumer_offsets
     as Kafka writes it (MemberMetadata with ClassicMemberMetadata): after a SIGKILL and restart of
     the broker the group, both members and their partitions are back, and records produced
     afterwards are read by the group once each."""
-    broker = broker_factory(MIGRATION_BROKER_CONFIG)
+    broker = migration_broker
     topic = unique_topic("migration-crash")
     create_topic(broker.bootstrap, topic, partitions=PARTITIONS)
     group = f"mig-{uuid.uuid4().hex[:10]}"

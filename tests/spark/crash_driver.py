@@ -41,7 +41,8 @@ def _apply_events(tx, batch_df, batch_id: int) -> None:
                     for r in rows])
 
 
-def main() -> int:
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    """The driver's arguments (``argv``: this process's when None)."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--bootstrap", required=True)
     parser.add_argument("--checkpoint", required=True)
@@ -54,8 +55,38 @@ def main() -> int:
     parser.add_argument("--master", default="local[2,4]")
     parser.add_argument("--crash-at", default="", help="SparkFaults crashAt: step:batch,...")
     parser.add_argument("--crash-marker", default="", help="file noting an injected crash")
-    args = parser.parse_args()
+    return parser.parse_args(argv)
 
+
+def start_query(spark, args: argparse.Namespace, faults: dict[str, str] | None = None):
+    """The driver's streaming query (``--master`` and the crash options aside), started on
+    ``spark``: tests run it in their own session too, to resume a crashed driver's checkpoint
+    without starting another JVM."""
+    import oncestream.spark
+
+    faults = faults or {}
+    source = (spark.readStream.format("oncestream").option("kafka.bootstrap.servers", args.bootstrap)
+              .option("subscribe", args.in_topic).option("startingOffsets", "earliest")
+              .option("includeHeaders", "true").option("maxOffsetsPerTrigger", str(args.max_offsets)).load())
+    if args.mode == "passthrough":
+        writer = (source.select("key", "value", "headers").writeStream.format("oncestream")
+                  .option("kafka.bootstrap.servers", args.bootstrap).option("topic", args.out_topic)
+                  .options(**faults))
+    else:
+        store = _store(args.store)
+        with store.transaction() as tx:
+            tx.execute("CREATE TABLE IF NOT EXISTS events (k TEXT, v TEXT NOT NULL, batch_id BIGINT NOT NULL)")
+        writer = source.writeStream.foreachBatch(oncestream.spark.dual_write(
+            options={"kafka.bootstrap.servers": args.bootstrap, **faults},
+            transactional_id=f"crash-driver-{args.out_topic}", store=store,
+            apply=_apply_events, to_log=lambda df: df.select("key", "value"), topic=args.out_topic))
+    writer = writer.option("checkpointLocation", args.checkpoint)
+    writer = writer.trigger(availableNow=True) if args.available_now else writer.trigger(processingTime="200 milliseconds")
+    return writer.start()
+
+
+def main() -> int:
+    args = parse()
     os.environ["PYSPARK_PYTHON"] = sys.executable
     # The crash kills this process group: the driver, its JVM and the JVM's Python workers (where
     # the sink's commit runs), and a local cluster's executors.
@@ -78,24 +109,7 @@ def main() -> int:
              .getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     oncestream.spark.register(spark)
-    source = (spark.readStream.format("oncestream").option("kafka.bootstrap.servers", args.bootstrap)
-              .option("subscribe", args.in_topic).option("startingOffsets", "earliest")
-              .option("includeHeaders", "true").option("maxOffsetsPerTrigger", str(args.max_offsets)).load())
-    if args.mode == "passthrough":
-        writer = (source.select("key", "value", "headers").writeStream.format("oncestream")
-                  .option("kafka.bootstrap.servers", args.bootstrap).option("topic", args.out_topic)
-                  .options(**faults))
-    else:
-        store = _store(args.store)
-        with store.transaction() as tx:
-            tx.execute("CREATE TABLE IF NOT EXISTS events (k TEXT, v TEXT NOT NULL, batch_id BIGINT NOT NULL)")
-        writer = source.writeStream.foreachBatch(oncestream.spark.dual_write(
-            options={"kafka.bootstrap.servers": args.bootstrap, **faults},
-            transactional_id=f"crash-driver-{args.out_topic}", store=store,
-            apply=_apply_events, to_log=lambda df: df.select("key", "value"), topic=args.out_topic))
-    writer = writer.option("checkpointLocation", args.checkpoint)
-    writer = writer.trigger(availableNow=True) if args.available_now else writer.trigger(processingTime="200 milliseconds")
-    query = writer.start()
+    query = start_query(spark, args, faults)
     seen = -1
     while query.isActive:
         for progress in query.recentProgress:

@@ -86,6 +86,20 @@ class DriverRun:
         return text[-size:]
 
 
+def drain_in_session(spark, argv: list[str], timeout_s: float = 300.0) -> None:
+    """Run tests/spark/crash_driver.py's query for ``argv`` with --available-now in the test's own
+    SparkSession (no JVM to start): it resumes a crashed driver's checkpoint and drains the input."""
+    from tests.spark.crash_driver import parse, start_query
+
+    query = start_query(spark, parse([*argv, "--available-now"]))
+    if not query.awaitTermination(timeout_s):
+        query.stop()
+        raise AssertionError(f"the draining query did not finish in {timeout_s:.0f} s")
+    error = query.exception()
+    if error is not None:
+        raise AssertionError(f"the draining query failed: {error}")
+
+
 def read_committed(bootstrap: str, topic: str, timeout_s: float = 60.0, *,
                    end_at_eof: bool = False) -> list[tuple[bytes | None, bytes | None]]:
     """Every record of ``topic`` visible to a librdkafka read_committed consumer (key, value).

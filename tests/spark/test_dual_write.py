@@ -9,30 +9,43 @@ import sqlite3
 import uuid
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from tests.spark.spark_support import DriverRun, committed_values
+from tests.spark.spark_support import DriverRun, committed_values, drain_in_session
 from tests.spark.test_exactly_once_sink import _produce, _topics
 
 pytestmark = [pytest.mark.spark, pytest.mark.chaos]
 
 
-def _run_with_crashes(tmp: Path, bootstrap: str, store: str) -> tuple[list[bytes], str]:
+CRASH_STEPS = (("dual-after-prepare", 1), ("dual-after-db", 2))
+
+
+def _run_with_crashes(tmp: Path, bootstrap: str, store: str, *, records: int = 300,
+                      crashes: tuple[tuple[str, int], ...] = CRASH_STEPS,
+                      random_kill: bool = True, spark: Any = None) -> tuple[list[bytes], str]:
+    """Drivers SIGKILLed at each of ``crashes`` (step, batch), then (``random_kill``) one killed
+    after its first batch, then one draining the input (available-now; in ``spark``, the test's
+    own session, if given): (input values, output topic)."""
     topic_in, topic_out = f"in-{uuid.uuid4().hex[:8]}", f"out-{uuid.uuid4().hex[:8]}"
     _topics(bootstrap, topic_in, topic_out)
-    expected = _produce(bootstrap, topic_in, 0, 300)
+    expected = _produce(bootstrap, topic_in, 0, records)
     argv = ["--bootstrap", bootstrap, "--checkpoint", str(tmp / "checkpoint"), "--in-topic", topic_in,
             "--out-topic", topic_out, "--mode", "dualwrite", "--store", store, "--max-offsets", "60"]
-    for step, batch in (("dual-after-prepare", 1), ("dual-after-db", 2)):
+    for step, batch in crashes:
         run = DriverRun(tmp / "logs", argv, crash_at=f"{step}:{batch}")
         run.wait(300)
         assert run.killed_itself(), f"{step}: driver ended with {run.process.returncode}:\n{run.stderr_tail()}"
-    run = DriverRun(tmp / "logs", argv)
-    run.wait_for_batches(1)
-    run.kill()
-    final = DriverRun(tmp / "logs", [*argv, "--available-now"])
-    assert final.wait(300) == 0, final.stderr_tail()
+    if random_kill:
+        run = DriverRun(tmp / "logs", argv)
+        run.wait_for_batches(1)
+        run.kill()
+    if spark is not None:
+        drain_in_session(spark, argv)
+    else:
+        final = DriverRun(tmp / "logs", [*argv, "--available-now"])
+        assert final.wait(300) == 0, final.stderr_tail()
     return expected, topic_out
 
 

@@ -51,10 +51,15 @@ def _produce(bootstrap: str, topic: str, start: int, count: int, aborted: int = 
     return values
 
 
+def _driver_argv(tmp: Path, bootstrap: str, topic_in: str, topic_out: str) -> list[str]:
+    """tests/spark/crash_driver.py's arguments of the passthrough pipeline in -> out."""
+    return ["--bootstrap", bootstrap, "--checkpoint", str(tmp / "checkpoint"), "--in-topic", topic_in,
+            "--out-topic", topic_out, "--max-offsets", "60"]
+
+
 def _driver(tmp: Path, bootstrap: str, topic_in: str, topic_out: str, *, crash_at: str | None = None,
             available_now: bool = False) -> DriverRun:
-    argv = ["--bootstrap", bootstrap, "--checkpoint", str(tmp / "checkpoint"), "--in-topic", topic_in,
-            "--out-topic", topic_out, "--max-offsets", "60"]
+    argv = _driver_argv(tmp, bootstrap, topic_in, topic_out)
     if available_now:
         argv.append("--available-now")
     return DriverRun(tmp / "logs", argv, crash_at=crash_at)

@@ -89,6 +89,22 @@ class ClusterBroker(ManagedBroker):
         os.kill(self.pid, signal.SIGCONT)
 
 
+def wait_converged(brokers: list[ClusterBroker], client_conf: Mapping[str, str] | None = None) -> None:
+    """Until every broker's Metadata lists every broker. A broker is ready once it has
+    registered, but the others read the live brokers from PostgreSQL at most every
+    ``LIVE_BROKERS_MAX_AGE_MS`` and a loaded machine can delay a first heartbeat, so right
+    after start one broker may not list a peer yet. ``client_conf``: the security settings of a
+    client of each broker's ``bootstrap`` listener."""
+    expected = {broker.node_id for broker in brokers}
+    deadline = time.monotonic() + CONVERGE_TIMEOUT_S
+    for broker in brokers:
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap, **(client_conf or {})})
+        while (seen := set(admin.list_topics(timeout=10).brokers)) != expected:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"node {broker.node_id} lists brokers {seen}, expected {expected}")
+            time.sleep(0.1)
+
+
 class Cluster:
     """``n`` brokers sharing one metadata store and one object store prefix."""
 
@@ -112,19 +128,9 @@ class Cluster:
         return open_object_store(self.object_store_uri, self.environ)
 
     def wait_converged(self, client_conf: Mapping[str, str] | None = None) -> None:
-        """Until every broker's Metadata lists every broker. A broker is ready once it has
-        registered, but the others read the live brokers from PostgreSQL at most every
-        ``LIVE_BROKERS_MAX_AGE_MS`` and a loaded machine can delay a first heartbeat, so right
-        after start one broker may not list a peer yet. ``client_conf``: the security settings
-        of a client of each broker's ``bootstrap`` listener."""
-        expected = {broker.node_id for broker in self.brokers}
-        deadline = time.monotonic() + CONVERGE_TIMEOUT_S
-        for broker in self.brokers:
-            admin = AdminClient({"bootstrap.servers": broker.bootstrap, **(client_conf or {})})
-            while (seen := set(admin.list_topics(timeout=10).brokers)) != expected:
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"node {broker.node_id} lists brokers {seen}, expected {expected}")
-                time.sleep(0.1)
+        """Until every broker's Metadata lists every broker (``wait_converged``). ``client_conf``:
+        the security settings of a client of each broker's ``bootstrap`` listener."""
+        wait_converged(self.brokers, client_conf)
 
     def kill_all(self) -> None:
         for broker in self.brokers:

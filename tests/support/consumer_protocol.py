@@ -28,7 +28,6 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from tests.support.brokers import BrokerProcess
 from tests.support.narrow import message_position, present
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -50,14 +49,10 @@ CONSUMER_GROUP_DESCRIBE = 69
 
 
 @pytest.fixture(scope="module")
-def consumer_protocol_broker(tmp_path_factory: pytest.TempPathFactory):
-    """One broker per test module with CONSUMER_PROTOCOL_BROKER_CONFIG (tests use unique group ids)."""
-    process = BrokerProcess(tmp_path_factory.mktemp("cg-broker") / "data", config=CONSUMER_PROTOCOL_BROKER_CONFIG)
-    process.start()
-    try:
-        yield process
-    finally:
-        process.stop()
+def consumer_protocol_broker(module_our_broker_factory):
+    """One broker per test module with CONSUMER_PROTOCOL_BROKER_CONFIG (tests use unique group ids):
+    our broker, or three cluster brokers under the cluster kind (tests/conftest.py)."""
+    return module_our_broker_factory(CONSUMER_PROTOCOL_BROKER_CONFIG, name="cg-broker")
 
 
 def consumer_config(bootstrap: str, group_id: str, **extra: Any) -> dict[str, Any]:
@@ -172,9 +167,20 @@ def close_all(members: list[ProtocolMember]) -> None:
 
 
 def connection(bootstrap: str) -> Any:
+    """A connection to the first broker of ``bootstrap``."""
     from oncestream.client.common.connection import BrokerConnection, parse_bootstrap
 
     host, port = parse_bootstrap(bootstrap)
+    return BrokerConnection(host, port, client_id="cg-tests", timeout_s=30.0)
+
+
+def group_connection(bootstrap: str, group_id: str) -> Any:
+    """A connection to ``group_id``'s coordinator (tests/support/coordinators.py): the broker
+    itself when there is one, the owner of the group's lease on a cluster."""
+    from oncestream.client.common.connection import BrokerConnection
+    from tests.support.coordinators import find_coordinator
+
+    host, port = find_coordinator(bootstrap, group_id)
     return BrokerConnection(host, port, client_id="cg-tests", timeout_s=30.0)
 
 
@@ -193,13 +199,13 @@ def heartbeat(bootstrap: str, group_id: str, member_id: str, member_epoch: int, 
                 m.TopicPartitions(topic_id=t, partitions=tuple(ps)) for t, ps in owned.items()),
             **fields)
 
-    with connection(bootstrap) as conn:
+    with group_connection(bootstrap, group_id) as conn:
         return conn.call(CONSUMER_GROUP_HEARTBEAT, make)
 
 
 def describe(bootstrap: str, group_id: str) -> Any:
-    """ConsumerGroupDescribe of one group: its DescribedGroup."""
-    with connection(bootstrap) as conn:
+    """ConsumerGroupDescribe of one group (at its coordinator): its DescribedGroup."""
+    with group_connection(bootstrap, group_id) as conn:
         response = conn.call(CONSUMER_GROUP_DESCRIBE, lambda m: m.ConsumerGroupDescribeRequest(
             group_ids=(group_id,), include_authorized_operations=False))
     (group,) = response.groups

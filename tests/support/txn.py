@@ -337,7 +337,7 @@ def describe_transaction(bootstrap: str, transactional_id: str) -> TxnDescriptio
     import socket
     import struct
 
-    from oncestream.client.common.connection import parse_bootstrap
+    from tests.support.coordinators import TRANSACTION_KEY, find_coordinator
 
     def uvarint(value: int) -> bytes:
         out = bytearray()
@@ -353,7 +353,8 @@ def describe_transaction(bootstrap: str, transactional_id: str) -> TxnDescriptio
         struct.pack(">hhih", DESCRIBE_TRANSACTIONS_KEY, 0, 1, len(client_id)) + client_id + b"\x00"
         + uvarint(2) + uvarint(len(tid) + 1) + tid + b"\x00"
     )
-    host, port = parse_bootstrap(bootstrap)
+    # The transaction's coordinator: the broker itself, or on a cluster the owner of the id's lease.
+    host, port = find_coordinator(bootstrap, transactional_id, TRANSACTION_KEY)
     with socket.create_connection((host, port), timeout=CLIENT_TIMEOUT_S) as sock:
         sock.sendall(struct.pack(">i", len(body)) + body)
         reader = _FrameReader(sock)

@@ -272,6 +272,17 @@ class BrokerState:
             return {meta.topic_id: name for name, meta in self.cluster.topic_snapshot().items()}
         return {info.topic_id: name for name, info in self.logs.topics().items()}
 
+    async def learn_topic_ids(self, topic_ids: Iterable[uuid.UUID | None]) -> None:
+        """In cluster mode, re-read the catalog into ``topic_names_by_id`` when it lacks one of
+        ``topic_ids``: a topic created through another broker since the last refresh would else be
+        UNKNOWN_TOPIC_ID to a request that names it by id (OffsetCommit/OffsetFetch v10) for up
+        to ``TOPIC_CACHE_MAX_AGE_MS``. Only an id the snapshot lacks costs a read."""
+        if self.cluster is None:
+            return
+        known = self.topic_names_by_id()
+        if any(topic_id is not None and topic_id not in known for topic_id in topic_ids):
+            await self.cluster.refresh_snapshot()
+
     def partition_exists(self, topic: str, partition: int) -> bool:
         """Whether ``topic`` exists and has ``partition``: offset commits (plain and
         transactional) for anything else are refused with UNKNOWN_TOPIC_OR_PARTITION, as Kafka's

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 
-from oncestream.errors import InvalidRecordError, MessageTooLargeError
+from oncestream.errors import InvalidRecordError, MessageTooLargeError, OnceStreamError
 from oncestream.log.batch_records import has_keyless_record
 from oncestream.log.config import LogConfig
 from oncestream.protocol.record_batch import BatchHeader, check_crc, iter_batches
@@ -58,3 +58,22 @@ def _crc_checked(split: Iterable[tuple[BatchHeader, memoryview]]) -> Iterator[tu
     for header, batch in split:
         check_crc(header, batch)
         yield header, batch
+
+
+def split_produce_data(records: bytes | bytearray | memoryview,
+                       into: list[tuple[BatchHeader, memoryview]]) -> None:
+    """Split a Produce request's partition data into ``into`` (headers parsed, CRC not yet
+    checked: ``validate_batches(split=...)`` does that on the same pairs).
+
+    Raises the first batch's own error (CorruptRecordError, UnsupportedMagicError); when the data
+    goes on past a first good batch with bytes that are no batch, InvalidRecordError, as Kafka's
+    ProduceRequest answers data that is not exactly one record batch (v3+) — whatever the
+    leftover bytes happen to look like (a magic byte of 0 or 1 there is no old-format batch)."""
+    try:
+        for pair in iter_batches(records, verify_crc=False):
+            into.append(pair)
+    except OnceStreamError as exc:
+        if not into:
+            raise
+        raise InvalidRecordError(
+            f"Produce data must be exactly one record batch per partition; after the first: {exc}") from exc

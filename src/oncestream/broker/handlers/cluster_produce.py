@@ -33,9 +33,10 @@ from oncestream.broker.state import BrokerState
 from oncestream.cluster.diskless.append_pipeline import PartitionAppend
 from oncestream.cluster.diskless.produce_object import TxnWrite
 from oncestream.errors import CoordinatorLoadInProgressError, NotCoordinatorError, OnceStreamError
+from oncestream.log.batch_validation import split_produce_data
 from oncestream.protocol.api_keys import ADD_PARTITIONS_TO_TXN, PRODUCE
 from oncestream.protocol.codec import RequestHeader, build
-from oncestream.protocol.record_batch import iter_batches
+from oncestream.protocol.record_batch import BatchHeader, iter_batches
 from oncestream.protocol.schemas import response_module
 from oncestream.topic_partition import TopicPartition
 
@@ -203,10 +204,12 @@ def _check_batches(header: RequestHeader, transactional_id: str | None,
     """Exactly one record batch (Produce v3+), transactional only with a transactional id (as the
     single broker); None when it may be appended (its CRC, sizes and timestamps are checked by
     the appender's validation, its transaction by the commit)."""
+    split: list[tuple[BatchHeader, memoryview]] = []
     try:
-        headers = [batch_header for batch_header, _ in iter_batches(records, verify_crc=False)]
+        split_produce_data(records, split)
     except OnceStreamError as exc:
         return exc.code, str(exc)
+    headers = [batch_header for batch_header, _ in split]
     if transactional_id is None and any(batch_header.is_transactional for batch_header in headers):
         return ErrorCode.invalid_txn_state, "a transactional batch in a Produce request without a transactional id"
     if len(headers) != 1:

@@ -247,6 +247,8 @@ async def handle_offset_commit(state: BrokerState, header: RequestHeader, reques
     # READ on each topic.
     version = header.api_version
     # v10 names topics by id only: resolve them (an unknown id: UNKNOWN_TOPIC_ID).
+    if version >= _TOPIC_IDS_VERSION:
+        await state.learn_topic_ids(getattr(t, "topic_id", None) for t in request.topics)
     by_id = _topic_names_by_id(state) if version >= _TOPIC_IDS_VERSION else {}
     named = [(t, _request_topic_name(t, by_id)) for t in request.topics]
     if not authorize(state, Op.READ, Res.GROUP, request.group_id):
@@ -360,7 +362,14 @@ def _fetch_one_group(state: BrokerState, group_id: str, topics: Any, require_sta
     return result.error, by_topic
 
 
-def handle_offset_fetch(state: BrokerState, header: RequestHeader, request: wire.OffsetFetchRequest) -> object:
+async def handle_offset_fetch(state: BrokerState, header: RequestHeader, request: wire.OffsetFetchRequest) -> object:
+    if header.api_version >= _TOPIC_IDS_VERSION:  # v10 names topics by id (see handle_offset_commit)
+        await state.learn_topic_ids(getattr(t, "topic_id", None)
+                                    for g in getattr(request, "groups", ()) for t in (g.topics or ()))
+    return _offset_fetch(state, header, request)
+
+
+def _offset_fetch(state: BrokerState, header: RequestHeader, request: wire.OffsetFetchRequest) -> object:
     m = response_module(k.OFFSET_FETCH, header.api_version)
     require_stable = getattr(request, "require_stable", False)
     by_id = _topic_names_by_id(state) if header.api_version >= _TOPIC_IDS_VERSION else {}

@@ -18,12 +18,13 @@ from oncestream.broker.handlers import cluster_produce
 from oncestream.broker.state import BrokerState
 from oncestream.coordinator.txn import TopicPartition
 from oncestream.errors import OnceStreamError, StorageError
+from oncestream.log.batch_validation import split_produce_data
 from oncestream.log.config import LogConfig
 from oncestream.log.partition_log import PartitionLog
 from oncestream.log.recompression import recompressed_records
 from oncestream.protocol.api_keys import PRODUCE
 from oncestream.protocol.codec import RequestHeader, build
-from oncestream.protocol.record_batch import BatchHeader, iter_batches
+from oncestream.protocol.record_batch import BatchHeader
 from oncestream.protocol.schemas import response_module
 
 if TYPE_CHECKING:
@@ -151,7 +152,7 @@ def _check_batches(
     for every read_committed reader. The CRC is checked later, by the log, on the (header, batch)
     pairs this walk leaves in ``split`` (one walk per batch: the log does not split them again)."""
     try:
-        split.extend(iter_batches(records, verify_crc=False))
+        split_produce_data(records, split)
     except OnceStreamError as exc:
         return exc.code, str(exc)
     headers = [batch_header for batch_header, _ in split]

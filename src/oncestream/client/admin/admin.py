@@ -452,22 +452,41 @@ class Admin(AclAdmin, GroupAdmin, LogDirAdmin, QuotaAdmin, ClientMetricsAdmin):
 
     def list_transactions(self, states: Iterable[str] = (), producer_ids: Iterable[int] = (),
                           timeout: float | None = None) -> list[TransactionListing]:
-        """Every transactional id known to any broker, optionally filtered."""
+        """Every transactional id known to any broker, optionally filtered.
+
+        Each broker lists only the coordinators it hosts, so the answer is complete only when
+        every live broker answered: a broker of the metadata that cannot be reached (a dead one
+        stays in Metadata until its session expires, then its coordinators move) or answers a
+        retriable error (COORDINATOR_LOAD_IN_PROGRESS while it loads coordinators it took over)
+        makes the whole listing start again from fresh metadata after ``retry.backoff.ms``, until
+        ``timeout``. No broker reachable at all still fails at once."""
         state_filters, pid_filters = tuple(states), tuple(producer_ids)
 
-        async def run() -> list[TransactionListing]:
-            def make(m: Any, version: int) -> Any:
-                return build(m.ListTransactionsRequest, state_filters=state_filters,
-                             producer_id_filters=pid_filters, duration_filter=-1)
+        def make(m: Any, version: int) -> Any:
+            return build(m.ListTransactionsRequest, state_filters=state_filters,
+                         producer_id_filters=pid_filters, duration_filter=-1)
 
+        async def listing(nodes: list[int]) -> list[TransactionListing]:
             out = []
-            for node in await self._all_brokers():
+            for node in nodes:
                 response = await self._cluster.send(node, LIST_TRANSACTIONS, make)
                 if response.error_code:
                     raise BrokerResponseError(int(response.error_code))
                 out += [TransactionListing(t.transactional_id, t.producer_id, t.transaction_state)
                         for t in response.transaction_states]
             return sorted(out, key=lambda t: t.transactional_id)
+
+        async def run() -> list[TransactionListing]:
+            while True:
+                nodes = await self._all_brokers()   # no broker reachable at all: fails at once
+                try:
+                    return await listing(nodes)
+                except (ConnectionLostError, RequestTimedOutError):
+                    pass
+                except BrokerResponseError as exc:
+                    if not exc.retriable:
+                        raise
+                await asyncio.sleep(self._retry_backoff_s)
 
         return self._run(run(), timeout)
 
