@@ -5,8 +5,9 @@ Three ``oncestream broker`` processes of one cluster. A ``producer_byte_rate`` q
 AlterClientQuotas through node 1 is described identically by nodes 2 and 3, and a producer
 connected to node 3 only is throttled by it (the Produce response's throttle_time, as librdkafka
 reads it; any broker serves any partition in cluster mode, so node 3 meters this producer).
-librdkafka and kafka-python have no client-quota admin calls, so the admin requests go on the
-wire (Kafka's AlterClientQuotas / DescribeClientQuotas v1 schemas).
+A KIP-714 ClientMetrics subscription created with IncrementalAlterConfigs through node 1 is
+described by node 2. librdkafka and kafka-python have no client-quota calls and no CLIENT_METRICS
+resource type, so these admin requests go on the wire (Kafka's schemas).
 """
 
 from __future__ import annotations
@@ -19,7 +20,14 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from oncestream.client.common.connection import BrokerConnection, parse_bootstrap
-from oncestream.protocol.api_keys import ALTER_CLIENT_QUOTAS, DESCRIBE_CLIENT_QUOTAS, PRODUCE
+from oncestream.log.topic_config_defs import ConfigSource
+from oncestream.protocol.api_keys import (
+    ALTER_CLIENT_QUOTAS,
+    DESCRIBE_CLIENT_QUOTAS,
+    DESCRIBE_CONFIGS,
+    INCREMENTAL_ALTER_CONFIGS,
+    PRODUCE,
+)
 from oncestream.protocol.codec import build
 from oncestream.protocol.records import NewRecord, encode_batch
 from tests.support.clients import CLIENT_TIMEOUT_S, create_topic, unique_topic
@@ -29,6 +37,8 @@ pytestmark = pytest.mark.interop
 
 WAIT_S = 30.0  # a bound on a hang only (a change reaches the other brokers by NOTIFY, or a poll)
 MATCH_EXACT = 0  # DescribeClientQuotas match_type: the entity name given
+RESOURCE_CLIENT_METRICS = 16  # Kafka's ConfigResource.Type.CLIENT_METRICS on the wire
+OP_SET = 0
 
 
 def _connect(broker: ClusterBroker, client_id: str = "quota-admin") -> BrokerConnection:
@@ -99,3 +109,36 @@ def test_a_quota_set_through_one_broker_is_described_and_enforced_by_every_broke
                f"node {broker.node_id} does not describe the quota set through node 1")
     # 200 kB against 10 kB/s: node 3 answers a throttle time (bounded attempts, no timing).
     assert _throttle_of_produces(third, topic, client_id, 5) > datetime.timedelta(0)
+
+
+def _client_metrics_of(broker: ClusterBroker, name: str) -> dict[str, tuple[str | None, int]]:
+    """The configs ``broker`` describes for ClientMetrics resource ``name``: name -> (value, source)."""
+    with _connect(broker) as conn:
+        response = conn.call(DESCRIBE_CONFIGS, lambda m: build(
+            m.DescribeConfigsRequest, include_synonyms=False, include_documentation=False,
+            resources=(build(m.DescribeConfigsResource, resource_type=RESOURCE_CLIENT_METRICS, resource_name=name,
+                             configuration_keys=None),)))
+    [result] = response.results
+    assert result.error_code == ErrorCode.none, result.error_message
+    return {c.name: (c.value, int(c.config_source)) for c in result.configs}
+
+
+def test_a_client_metrics_subscription_set_through_one_broker_is_described_by_another(
+        cluster_factory: Callable[..., Cluster]) -> None:
+    cluster = cluster_factory(3)
+    first, second = cluster.brokers[0], cluster.brokers[1]
+    name = unique_topic("subscription")
+    wanted = {"metrics": "org.apache.kafka.producer.", "interval.ms": "2000", "match": "client_id=cluster-.*"}
+    with _connect(first) as conn:
+        response = conn.call(INCREMENTAL_ALTER_CONFIGS, lambda m: build(
+            m.IncrementalAlterConfigsRequest, validate_only=False,
+            resources=(build(m.AlterConfigsResource, resource_type=RESOURCE_CLIENT_METRICS, resource_name=name,
+                             configs=tuple(build(m.AlterableConfig, name=key, config_operation=OP_SET, value=value)
+                                           for key, value in wanted.items())),)))
+    [result] = response.responses
+    assert result.error_code == ErrorCode.none, result.error_message
+
+    def described_by_second() -> bool:
+        return _client_metrics_of(second, name) == {k: (v, int(ConfigSource.CLIENT_METRICS_CONFIG)) for k, v in wanted.items()}
+
+    _until(described_by_second, "node 2 does not describe the subscription created through node 1")

@@ -1,4 +1,5 @@
-"""Tables of client quota configs (cluster/pg/client_quotas.py; KIP-546).
+"""Tables of client quota configs (cluster/pg/client_quotas.py; KIP-546) and ClientMetrics
+subscriptions (cluster/pg/client_metrics.py; KIP-714).
 
 A quota is one row per (entity, quota key): ``entity`` is the entity's canonical text (the JSON
 list of its (type, name) parts in Kafka's order, a null name for the default entity), so two
@@ -16,6 +17,14 @@ CREATE TABLE client_quotas (
     quota_key text NOT NULL,
     value double precision NOT NULL,
     PRIMARY KEY (entity, quota_key)
+);
+"""),
+    # One row per KIP-714 ClientMetrics resource (cluster/pg/client_metrics.py): its configs as
+    # JSON text (metrics, interval.ms, match), validated by the broker that wrote them.
+    SchemaStep("0006_client_metrics", """
+CREATE TABLE client_metrics (
+    name text PRIMARY KEY,
+    configs text NOT NULL
 );
 """),
 )

@@ -1,4 +1,5 @@
-"""Client quota configs in PostgreSQL (cluster/pg/client_quotas.py): two stores on one database
+"""Client quota configs and ClientMetrics subscriptions in PostgreSQL (cluster/pg/client_quotas.py,
+cluster/pg/client_metrics.py): two stores on one database
 stand for two brokers; a change made through one reaches the other's installed configs by NOTIFY
 (the poll interval is set far beyond the test's waits, so only the notification can explain it),
 and concurrent changes from brokers with stale snapshots both survive."""
@@ -9,6 +10,7 @@ import asyncio
 import time
 
 from oncestream.broker.quotas.entities import ABSENT, ClientQuotaConfigs, QuotaEntity, QuotaOp
+from oncestream.cluster.pg.client_metrics import PgClientMetricsStore
 from oncestream.cluster.pg.client_quotas import PgClientQuotaStore
 from oncestream.cluster.pg.store import MetadataStore
 
@@ -74,3 +76,43 @@ def test_a_quota_change_reaches_another_brokers_installed_configs_by_notify(pg_d
 
     configs, rate = asyncio.run(main())
     assert configs.entries() == {ALICE: {"producer_byte_rate": 4096.0}, DEFAULT_CLIENT: {"consumer_byte_rate": float(rate)}}
+
+
+def test_client_metrics_subscriptions_of_two_brokers_survive_and_reach_the_other_by_notify(pg_database):
+    """Two brokers change different ClientMetrics resources from stale snapshots: both survive; a
+    change (and a deletion: an emptied resource) made through one is installed by the other."""
+
+    async def main() -> tuple[dict[str, dict[str, str]], list[dict[str, dict[str, str]]]]:
+        a = await PgClientMetricsStore.open(await MetadataStore.open(pg_database))
+        b = await PgClientMetricsStore.open(await MetadataStore.open(pg_database))
+        installed: list[dict[str, dict[str, str]]] = []
+        task = asyncio.ensure_future(b.watch(lambda c: installed.append({k: dict(v) for k, v in c.items()}),
+                                             asyncio.Lock(), poll_interval_ms=NO_POLL_MS))
+        try:
+            await asyncio.to_thread(a.save, {"lat": {"metrics": "org.apache.kafka.producer.", "interval.ms": "1000"}})
+            # The watcher's LISTEN starts asynchronously: change "probe" until a change is heard.
+            deadline = time.monotonic() + 30
+            count = 0
+            while not installed:
+                assert time.monotonic() < deadline, "no change ever reached the other broker"
+                count += 1
+                await asyncio.to_thread(a.save, {**a.load(), "probe": {"interval.ms": str(1000 + count)}})
+                await asyncio.sleep(0.2)
+            stale = dict(b.load())
+            await asyncio.to_thread(b.save, {**stale, "all": {"metrics": "*"}})
+            await asyncio.to_thread(a.save, {**a.load(), "probe": {}})  # a's snapshot lacks "all"
+            while not installed or "probe" in installed[-1] or "all" not in installed[-1]:
+                assert time.monotonic() < deadline, f"b never installed the deletion: {installed[-1:]}"
+                await asyncio.sleep(0.02)
+            await a.reload()
+            return {k: dict(v) for k, v in a.load().items()}, installed
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            await a.store.close()
+            await b.store.close()
+
+    stored, installed = asyncio.run(main())
+    expected = {"lat": {"metrics": "org.apache.kafka.producer.", "interval.ms": "1000"}, "all": {"metrics": "*"}}
+    assert stored == expected
+    assert installed[-1] == expected
