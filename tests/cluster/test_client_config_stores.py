@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 from oncestream.broker.quotas.entities import ABSENT, ClientQuotaConfigs, QuotaEntity, QuotaOp
 from oncestream.cluster.pg.client_metrics import PgClientMetricsStore
 from oncestream.cluster.pg.client_quotas import PgClientQuotaStore
+from oncestream.cluster.pg.keyed_rows import KeyedRowsStore
 from oncestream.cluster.pg.store import MetadataStore
 
 NO_POLL_MS = 600_000  # the watcher's poll fallback never fires within a test
@@ -19,6 +21,14 @@ NO_POLL_MS = 600_000  # the watcher's poll fallback never fires within a test
 ALICE = QuotaEntity("alice", ABSENT)
 DEFAULT_CLIENT = QuotaEntity(ABSENT, None)
 ALICE_APP = QuotaEntity("alice", "app")
+
+
+async def _stop(task: asyncio.Future[None], *stores: KeyedRowsStore[Any]) -> None:
+    """Stop a store's ``watch`` and close every store."""
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    for store in stores:
+        await store.store.close()
 
 
 def _set(configs: ClientQuotaConfigs, entity: QuotaEntity, key: str, value: float | None) -> ClientQuotaConfigs:
@@ -69,10 +79,7 @@ def test_a_quota_change_reaches_another_brokers_installed_configs_by_notify(pg_d
                 await asyncio.sleep(0.02)
             return installed[-1], rate
         finally:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-            await a.store.close()
-            await b.store.close()
+            await _stop(task, a, b)
 
     configs, rate = asyncio.run(main())
     assert configs.entries() == {ALICE: {"producer_byte_rate": 4096.0}, DEFAULT_CLIENT: {"consumer_byte_rate": float(rate)}}
@@ -107,10 +114,7 @@ def test_client_metrics_subscriptions_of_two_brokers_survive_and_reach_the_other
             await a.reload()
             return {k: dict(v) for k, v in a.load().items()}, installed
         finally:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-            await a.store.close()
-            await b.store.close()
+            await _stop(task, a, b)
 
     stored, installed = asyncio.run(main())
     expected = {"lat": {"metrics": "org.apache.kafka.producer.", "interval.ms": "1000"}, "all": {"metrics": "*"}}

@@ -14,7 +14,7 @@ import json
 from collections.abc import Mapping
 
 from oncestream.cluster.pg.keyed_rows import Key, KeyedRowsStore
-from oncestream.cluster.pg.store import Conn, MetadataStore
+from oncestream.cluster.pg.store import Conn
 from oncestream.errors import StorageError
 
 ClientMetricsConfigs = Mapping[str, Mapping[str, str]]
@@ -27,11 +27,6 @@ class PgClientMetricsStore(KeyedRowsStore[ClientMetricsConfigs]):
               "ON CONFLICT (name) DO UPDATE SET configs = EXCLUDED.configs")
     DELETE = "DELETE FROM client_metrics WHERE name = %s"
     PAYLOAD = "client_metrics"
-
-    @classmethod
-    async def open(cls, store: MetadataStore) -> PgClientMetricsStore:
-        """The store with its snapshot loaded (MetadataStoreUnavailableError if PostgreSQL is down)."""
-        return cls(store, await cls._load(store))
 
     @staticmethod
     def rows(value: ClientMetricsConfigs) -> dict[Key, str]:

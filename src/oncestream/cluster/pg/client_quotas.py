@@ -15,7 +15,7 @@ import json
 
 from oncestream.broker.quotas.entities import ClientQuotaConfigs, QuotaEntity
 from oncestream.cluster.pg.keyed_rows import Key, KeyedRowsStore
-from oncestream.cluster.pg.store import Conn, MetadataStore
+from oncestream.cluster.pg.store import Conn
 from oncestream.errors import InvalidRequestError, StorageError
 
 
@@ -38,11 +38,6 @@ class PgClientQuotaStore(KeyedRowsStore[ClientQuotaConfigs]):
               "ON CONFLICT (entity, quota_key) DO UPDATE SET value = EXCLUDED.value")
     DELETE = "DELETE FROM client_quotas WHERE entity = %s AND quota_key = %s"
     PAYLOAD = "client_quotas"
-
-    @classmethod
-    async def open(cls, store: MetadataStore) -> PgClientQuotaStore:
-        """The store with its snapshot loaded (MetadataStoreUnavailableError if PostgreSQL is down)."""
-        return cls(store, await cls._load(store))
 
     @staticmethod
     def rows(value: ClientQuotaConfigs) -> dict[Key, float]:

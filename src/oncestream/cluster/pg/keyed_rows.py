@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Hashable, Sequence
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Self, TypeVar
 
 from oncestream.cluster.pg.security_changes import DEFAULT_POLL_INTERVAL_MS, watch_changes, write_now
 from oncestream.cluster.pg.store import Conn, MetadataStore
@@ -49,8 +49,9 @@ class KeyedRowsStore(Generic[T]):
         raise NotImplementedError
 
     @classmethod
-    async def _load(cls, store: MetadataStore) -> T:
-        return await store.run(cls.read_all)
+    async def open(cls, store: MetadataStore) -> Self:
+        """The store with its snapshot loaded (MetadataStoreUnavailableError if PostgreSQL is down)."""
+        return cls(store, await store.run(cls.read_all))
 
     def load(self) -> T:
         """The snapshot of the stored value."""
