@@ -18,10 +18,10 @@ from oncestream.cli import main as cli_main
 from oncestream.client import Admin
 from tests.support.brokers import BrokerProcess
 from tests.support.clients import CLIENT_TIMEOUT_S, create_topic, unique_topic
-from tests.support.cluster_kind import CLUSTER_TELEMETRY_PER_BROKER, not_on_cluster
+from tests.support.cluster_kind import CLUSTER_METRICS_OF_ONE_PROCESS, not_on_cluster
 from tests.support.metrics import METRICS_BROKER_CONFIG, Samples, metrics_url_of, scrape
 
-pytestmark = [pytest.mark.interop, not_on_cluster(CLUSTER_TELEMETRY_PER_BROKER)]
+pytestmark = [pytest.mark.interop, not_on_cluster(CLUSTER_METRICS_OF_ONE_PROCESS)]
 
 INTERVAL_MS = 1000
 # The acceptance bound: two push intervals, plus one second for scrapes and a loaded machine.

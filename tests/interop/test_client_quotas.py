@@ -39,10 +39,10 @@ from oncestream.protocol.api_keys import API_VERSIONS_KEY, PRODUCE
 from oncestream.protocol.records import NewRecord, encode_batch
 from tests.support.brokers import BrokerProcess
 from tests.support.clients import CLIENT_TIMEOUT_S, create_topic, unique_topic
-from tests.support.cluster_kind import CLUSTER_QUOTAS_PER_BROKER, not_on_cluster
+from tests.support.cluster_kind import CLUSTER_QUOTA_PIPELINED_PRODUCE, not_on_cluster
 from tests.support.sasl import librdkafka_conf, start_sasl_broker
 
-pytestmark = [pytest.mark.interop, not_on_cluster(CLUSTER_QUOTAS_PER_BROKER)]
+pytestmark = pytest.mark.interop
 
 QUOTA_BYTES_PER_S = 400_000
 VALUE = b"q" * 4000
@@ -54,7 +54,7 @@ GREEDY = ClientQuotaEntity.of({CLIENT_ID: "greedy"})
 @pytest.fixture(scope="module")
 def broker(module_our_broker_factory: Callable[..., BrokerProcess]) -> BrokerProcess:
     """One broker for the module (each test uses its own client ids and topics), of the kind under
-    test (tests/conftest.py; the cluster kind deselects the module: CLUSTER_QUOTAS_PER_BROKER)."""
+    test (tests/conftest.py; on the cluster kind, three brokers sharing the quota configs in PostgreSQL)."""
     # The unthrottled tenant writes as fast as it can: small segments, deleted every second.
     return module_our_broker_factory({"log.retention.check.interval.ms": "1000"}, name="quotas")
 
@@ -114,6 +114,7 @@ def set_quota(admin: Admin, entity: ClientQuotaEntity, **values: float | None) -
     assert result == {entity: None}
 
 
+@not_on_cluster(CLUSTER_QUOTA_PIPELINED_PRODUCE)
 def test_two_tenants_produce_quota_holds_and_survives_restart(broker: BrokerProcess) -> None:
     topic = unique_topic("quota")
     create_topic(broker.bootstrap, topic, config={"retention.bytes": "16777216", "segment.bytes": "8388608"})
@@ -278,6 +279,7 @@ def _api_versions(m: Any) -> Any:
     return m.ApiVersionsRequest(client_software_name="quota-test", client_software_version="1")
 
 
+@not_on_cluster(CLUSTER_QUOTA_PIPELINED_PRODUCE)
 def test_kip_219_throttled_connection_is_muted(broker: BrokerProcess) -> None:
     """KIP-219 on the wire: the Produce that exceeds the quota is answered at once with its
     throttle time, and the broker then reads nothing more from that connection for that long (a
@@ -339,6 +341,7 @@ def test_quotas_cli_kafka_configs_options(broker: BrokerProcess, capsys: pytest.
 
 
 @pytest.mark.slow
+@not_on_cluster(CLUSTER_QUOTA_PIPELINED_PRODUCE)
 def test_produce_quota_holds_over_thirty_seconds(broker: BrokerProcess) -> None:
     """The longer run: past the first window the rate is kept by the samples' expiry, not the
     padded first window; a librdkafka producer honouring the throttle times stays within 10%."""

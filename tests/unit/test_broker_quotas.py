@@ -24,7 +24,12 @@ from oncestream.broker.quotas.entities import (
 )
 from oncestream.broker.quotas.managers import INACTIVE_SENSOR_EXPIRY_MS, ClientQuotaManagers, QuotaWindow
 from oncestream.broker.quotas.rate import SampledRate, TokenBucket
-from oncestream.broker.quotas.store import CLIENT_QUOTAS_FILE, load_client_quotas, save_client_quotas
+from oncestream.broker.quotas.store import (
+    CLIENT_QUOTAS_FILE,
+    FileClientQuotaStore,
+    load_client_quotas,
+    save_client_quotas,
+)
 from oncestream.errors import InvalidRequestError, StorageError
 from oncestream.protocol import api_keys as k
 from oncestream.protocol.codec import build
@@ -303,7 +308,8 @@ def _handler_state(tmp_path, authorizer=None):
 
     return SimpleNamespace(authorizer=authorizer, client_quotas=ClientQuotaManagers(ClientQuotaConfigs(), lambda: 0),
                            client_quota_lock=asyncio.Lock(), data_dir=tmp_path, disk_fsync=None,
-                           disk_executor=ThreadPoolExecutor(1))
+                           disk_executor=ThreadPoolExecutor(1),
+                           client_quota_store=FileClientQuotaStore(tmp_path, lambda: None))
 
 
 def _alter_request(version: int, *entries: tuple[list[tuple[str, str | None]], list[tuple[str, float, bool]]]) -> Any:

@@ -18,7 +18,16 @@ runner (broker/cluster_run.py) replaces both stores of the scratch state with th
   change there instead of the data directory's file; a loop re-reads them every second so the
   topic defaults they carry follow on every broker.
 
-Both loops reload on NOTIFY, on reconnection and by a poll (cluster/pg/security_changes.py).
+- Client quota configs (AlterClientQuotas / DescribeClientQuotas, KIP-546): ``PgClientQuotaStore``
+  (cluster/pg/client_quotas.py) becomes ``state.client_quota_store``; a loop installs every change
+  any broker makes into ``state.client_quotas`` (holding ``state.client_quota_lock``, the lock the
+  AlterClientQuotas handler holds). Each broker meters its own traffic against them, as in Kafka.
+- ClientMetrics subscriptions (KIP-714, IncrementalAlterConfigs / DescribeConfigs of
+  CLIENT_METRICS resources): ``PgClientMetricsStore`` (cluster/pg/client_metrics.py) becomes
+  ``state.telemetry.config_store``; a loop installs every change into ``state.telemetry.manager``
+  (holding ``state.telemetry.config_lock``). Pushed metrics stay with the broker they reached.
+
+The ACL, SCRAM, quota and client-metrics loops reload on NOTIFY, on reconnection and by a poll (cluster/pg/security_changes.py).
 """
 
 from __future__ import annotations
@@ -29,9 +38,12 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from oncestream.authz.authorizer import StandardAuthorizer, parse_super_users
+from oncestream.broker.quotas.entities import ClientQuotaConfigs
 from oncestream.broker.sasl.scram import ScramCredential
 from oncestream.broker.state import BrokerState
 from oncestream.cluster.pg.acls import PgAclStore
+from oncestream.cluster.pg.client_metrics import PgClientMetricsStore
+from oncestream.cluster.pg.client_quotas import PgClientQuotaStore
 from oncestream.cluster.pg.scram import PgScramCredentialStore
 from oncestream.cluster.pg.store import MetadataStore
 from oncestream.errors import OnceStreamError
@@ -59,7 +71,27 @@ async def use_cluster_security(state: BrokerState, store: MetadataStore) -> tupl
     async def poll_dynamic_configs() -> None:
         await dynamic_configs_loop(state)
 
-    loops: list[BackgroundLoop] = [scram.watch, poll_dynamic_configs]
+    # Client quota configs (KIP-546): stored cluster-wide, metered per broker.
+    quotas = await PgClientQuotaStore.open(store)
+    state.client_quota_store = quotas
+    state.client_quotas.configs = quotas.load()
+
+    def install_quotas(configs: ClientQuotaConfigs) -> None:
+        state.client_quotas.configs = configs
+
+    async def watch_quotas() -> None:
+        await quotas.watch(install_quotas, state.client_quota_lock)
+
+    # KIP-714 ClientMetrics subscriptions: stored cluster-wide, resolved per connected client.
+    client_metrics = await PgClientMetricsStore.open(store)
+    telemetry = state.telemetry
+    telemetry.config_store = client_metrics
+    telemetry.manager.install(client_metrics.load())
+
+    async def watch_client_metrics() -> None:
+        await client_metrics.watch(telemetry.manager.install, telemetry.config_lock)
+
+    loops: list[BackgroundLoop] = [scram.watch, poll_dynamic_configs, watch_quotas, watch_client_metrics]
     if state.authorizer is not None:
         authorizer = StandardAuthorizer(
             acls.load(), super_users=parse_super_users(state.config.super_users),

@@ -32,7 +32,7 @@ from oncestream.broker.notify import AppendNotifier
 from oncestream.broker.principal import load_principal_builder
 from oncestream.broker.producer_id_service import ProducerIdService, ProducerIdSource
 from oncestream.broker.quotas.managers import ClientQuotaManagers, QuotaWindow
-from oncestream.broker.quotas.store import load_client_quotas
+from oncestream.broker.quotas.store import ClientQuotaStore, FileClientQuotaStore, load_client_quotas
 from oncestream.broker.sasl.credentials import ScramCredentials, ScramCredentialStore
 from oncestream.broker.sasl.exchange import SaslSettings
 from oncestream.broker.seams import BrokerSeams
@@ -161,6 +161,8 @@ class BrokerState:
                 load_client_quotas(data_dir), self.mono_ms, QuotaWindow.from_properties(config.raw),
                 QuotaWindow.from_properties(config.raw, prefix="controller."))
             self.client_quota_lock = asyncio.Lock()  # one quota change persisted at a time
+            # Where quota changes persist (cluster mode: PostgreSQL, broker/cluster_security.py).
+            self.client_quota_store: ClientQuotaStore = FileClientQuotaStore(data_dir, lambda: self.disk_fsync)
             # KIP-714 client metrics: ClientMetrics subscriptions, client instances, pushed values.
             self.telemetry = ClientTelemetry(data_dir, config.raw, self.mono_ms)
             self.logs = LogManager.open(data_dir / "logs", self.log_config, self.now_ms(),

@@ -4,7 +4,8 @@ With an authorizer, describing needs DESCRIBE_CONFIGS and altering ALTER_CONFIGS
 (Kafka's handlers); a refused describe answers CLUSTER_AUTHORIZATION_FAILED, a refused alter
 answers it for every entry. An invalid entity, key or value answers INVALID_REQUEST for its
 entry with Kafka's message; the other entries are applied. Accepted changes are in
-``client-quotas.json`` (``broker/quotas/store.py``, on the disk threads) before they are answered,
+``state.client_quota_store`` (``client-quotas.json``, broker/quotas/store.py, on the disk threads;
+PostgreSQL in cluster mode) before they are answered,
 and every connection is measured against them from then on. One change at a time
 (``BrokerState.client_quota_lock``): each starts from the values the previous one left.
 """
@@ -19,7 +20,6 @@ from kio.schema.errors import ErrorCode
 from oncestream.broker.authorize import Op, Res, authorize
 from oncestream.broker.disk_step import run_disk_step
 from oncestream.broker.quotas.entities import ClientQuotaConfigs, QuotaEntity, QuotaOp
-from oncestream.broker.quotas.store import save_client_quotas
 from oncestream.broker.state import BrokerState
 from oncestream.errors import InvalidRequestError
 from oncestream.protocol.api_keys import ALTER_CLIENT_QUOTAS, DESCRIBE_CLIENT_QUOTAS
@@ -77,7 +77,7 @@ async def handle_alter(state: BrokerState, header: RequestHeader, request: Alter
             def install() -> None:
                 state.client_quotas.configs = final
 
-            await run_disk_step(state, lambda: save_client_quotas(state.data_dir, final, fsync=state.disk_fsync),
+            await run_disk_step(state, lambda: state.client_quota_store.save(final),
                                 install, lambda: None, "client quota change")
     return build(m.AlterClientQuotasResponse, throttle_time=_ZERO, entries=tuple(
         build(m.EntryData, error_code=code, error_message=message,

@@ -159,7 +159,7 @@ async def _apply_client_metrics_configs(state: BrokerState, name: str, ops: list
             return
         new_all = {**current, name: updated}
         await run_disk_step(
-            state, lambda: client_metrics.save(state.data_dir, new_all),
+            state, lambda: state.telemetry.config_store.save(new_all),
             finish=lambda: state.telemetry.manager.install(new_all),
             abort=lambda: None,
             what=f"config change of client metrics {name!r}",

@@ -20,3 +20,5 @@ class ClientTelemetry:
                                             max_bytes=int(props.get(MAX_BYTES_CONFIG, DEFAULT_MAX_BYTES)))
         self.received = ReceivedClientMetrics(mono_ms)
         self.config_lock = asyncio.Lock()
+        # Where config changes persist (cluster mode: PostgreSQL, broker/cluster_security.py).
+        self.config_store: subscriptions.ClientMetricsStore = subscriptions.FileClientMetricsStore(data_dir)

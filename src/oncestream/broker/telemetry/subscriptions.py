@@ -22,6 +22,7 @@ import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import crc32c
 
@@ -208,3 +209,21 @@ def load(data_dir: Path) -> dict[str, dict[str, str]]:
 def save(data_dir: Path, configs: Mapping[str, Mapping[str, str]]) -> None:
     """Write every resource's configs durably (for the disk threads); an emptied resource is gone."""
     save_named_configs(data_dir / FILE_NAME, configs)
+
+
+class FileClientMetricsStore:
+    """The single broker's ClientMetrics store (``client-metrics-configs.json``); cluster mode
+    installs cluster/pg/client_metrics.py ``PgClientMetricsStore`` in its place, with the same ``save``."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = data_dir
+
+    def save(self, configs: Mapping[str, Mapping[str, str]]) -> None:
+        """Write every resource's configs durably (on the disk threads)."""
+        save(self.data_dir, configs)
+
+
+class ClientMetricsStore(Protocol):
+    """Where IncrementalAlterConfigs persists every ClientMetrics resource before installing them."""
+
+    def save(self, configs: Mapping[str, Mapping[str, str]]) -> None: ...

@@ -25,13 +25,15 @@ def all_steps() -> tuple[SchemaStep, ...]:
     from oncestream.cluster.leases import leases_schema, share_state_schema
     from oncestream.cluster.pg import (
         catalog_schema,
+        client_configs_schema,
         consolidation_schema,
         diskless_schema,
         registry_schema,
         security_schema,
     )
 
-    return (*catalog_schema.STEPS, *registry_schema.STEPS, *security_schema.STEPS, *diskless_schema.STEPS,
+    return (*catalog_schema.STEPS, *registry_schema.STEPS, *security_schema.STEPS,
+            *client_configs_schema.STEPS, *diskless_schema.STEPS,
             *consolidation_schema.STEPS, *(SchemaStep(name, sql) for name, sql in leases_schema.STEPS),
             *(SchemaStep(name, sql) for name, sql in share_state_schema.STEPS))
 

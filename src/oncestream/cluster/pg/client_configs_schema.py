@@ -1,0 +1,30 @@
+"""Tables of client quota configs (cluster/pg/client_quotas.py; KIP-546) and ClientMetrics
+subscriptions (cluster/pg/client_metrics.py; KIP-714).
+
+A quota is one row per (entity, quota key): ``entity`` is the entity's canonical text (the JSON
+list of its (type, name) parts in Kafka's order, a null name for the default entity), so two
+brokers altering different keys or entities never overwrite each other's rows.
+"""
+
+from __future__ import annotations
+
+from oncestream.cluster.pg.schema_step import SchemaStep
+
+STEPS: tuple[SchemaStep, ...] = (
+    SchemaStep("0005_client_quotas", """
+CREATE TABLE client_quotas (
+    entity text NOT NULL,
+    quota_key text NOT NULL,
+    value double precision NOT NULL,
+    PRIMARY KEY (entity, quota_key)
+);
+"""),
+    # One row per KIP-714 ClientMetrics resource (cluster/pg/client_metrics.py): its configs as
+    # JSON text (metrics, interval.ms, match), validated by the broker that wrote them.
+    SchemaStep("0006_client_metrics", """
+CREATE TABLE client_metrics (
+    name text PRIMARY KEY,
+    configs text NOT NULL
+);
+"""),
+)
