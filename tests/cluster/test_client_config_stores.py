@@ -1,4 +1,4 @@
-"""Client quota configs and ClientMetrics subscriptions in PostgreSQL (cluster/pg/client_quotas.py,
+"""Client quota configs and ClientMetrics subscriptions in PostgreSQL (broker/quotas/cluster_store.py,
 cluster/pg/client_metrics.py): two stores on one database
 stand for two brokers; a change made through one reaches the other's installed configs by NOTIFY
 (the poll interval is set far beyond the test's waits, so only the notification can explain it),
@@ -10,9 +10,9 @@ import asyncio
 import time
 from typing import Any
 
+from oncestream.broker.quotas.cluster_store import PgClientQuotaStore
 from oncestream.broker.quotas.entities import ABSENT, ClientQuotaConfigs, QuotaEntity, QuotaOp
 from oncestream.cluster.pg.client_metrics import PgClientMetricsStore
-from oncestream.cluster.pg.client_quotas import PgClientQuotaStore
 from oncestream.cluster.pg.keyed_rows import KeyedRowsStore
 from oncestream.cluster.pg.store import MetadataStore
 

@@ -19,7 +19,7 @@ runner (broker/cluster_run.py) replaces both stores of the scratch state with th
   topic defaults they carry follow on every broker.
 
 - Client quota configs (AlterClientQuotas / DescribeClientQuotas, KIP-546): ``PgClientQuotaStore``
-  (cluster/pg/client_quotas.py) becomes ``state.client_quota_store``; a loop installs every change
+  (broker/quotas/cluster_store.py) becomes ``state.client_quota_store``; a loop installs every change
   any broker makes into ``state.client_quotas`` (holding ``state.client_quota_lock``, the lock the
   AlterClientQuotas handler holds). Each broker meters its own traffic against them, as in Kafka.
 - ClientMetrics subscriptions (KIP-714, IncrementalAlterConfigs / DescribeConfigs of
@@ -38,12 +38,12 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from oncestream.authz.authorizer import StandardAuthorizer, parse_super_users
+from oncestream.broker.quotas.cluster_store import PgClientQuotaStore
 from oncestream.broker.quotas.entities import ClientQuotaConfigs
 from oncestream.broker.sasl.scram import ScramCredential
 from oncestream.broker.state import BrokerState
 from oncestream.cluster.pg.acls import PgAclStore
 from oncestream.cluster.pg.client_metrics import PgClientMetricsStore
-from oncestream.cluster.pg.client_quotas import PgClientQuotaStore
 from oncestream.cluster.pg.scram import PgScramCredentialStore
 from oncestream.cluster.pg.store import MetadataStore
 from oncestream.errors import OnceStreamError

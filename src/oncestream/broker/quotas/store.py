@@ -28,7 +28,7 @@ def save_client_quotas(data_dir: Path, configs: ClientQuotaConfigs, fsync: Calla
 
 class FileClientQuotaStore:
     """The single broker's quota store (``client-quotas.json``); cluster mode installs
-    cluster/pg/client_quotas.py ``PgClientQuotaStore`` in its place, with the same ``save``."""
+    broker/quotas/cluster_store.py ``PgClientQuotaStore`` in its place, with the same ``save``."""
 
     def __init__(self, data_dir: Path, fsync: Callable[[], Callable[[int], None] | None]) -> None:
         """``fsync`` gives the broker's fsync seam at the time of each save."""

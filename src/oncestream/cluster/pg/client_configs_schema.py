@@ -1,4 +1,4 @@
-"""Tables of client quota configs (cluster/pg/client_quotas.py; KIP-546) and ClientMetrics
+"""Tables of client quota configs (broker/quotas/cluster_store.py; KIP-546) and ClientMetrics
 subscriptions (cluster/pg/client_metrics.py; KIP-714).
 
 A quota is one row per (entity, quota key): ``entity`` is the entity's canonical text (the JSON

@@ -1,6 +1,6 @@
 """A PostgreSQL table of keyed rows kept as an in-memory snapshot on every broker and changed by
 difference: the shared part of the client quota and client-metrics stores
-(cluster/pg/client_quotas.py, cluster/pg/client_metrics.py).
+(broker/quotas/cluster_store.py, cluster/pg/client_metrics.py).
 
 The single broker's stores take the whole new value in ``save``; in a cluster another broker may
 have changed the table meanwhile, so writing it whole would undo that change. ``save`` therefore

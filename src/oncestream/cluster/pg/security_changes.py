@@ -28,6 +28,7 @@ import psycopg
 
 from oncestream.cluster.pg.errors import MetadataStoreError, SecurityStoreWriteError
 from oncestream.cluster.pg.store import MetadataStore
+from oncestream.errors import StorageError
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +78,9 @@ async def watch_changes(store: MetadataStore, payload: str, reload: Callable[[],
                     continue
             try:
                 await reload()
-            except MetadataStoreError as exc:
+            except (MetadataStoreError, StorageError) as exc:
+                # StorageError: a row this broker cannot read (written by a newer version, or
+                # damaged); the loop must live on to install the change that repairs it.
                 log.warning("reloading %s from the metadata store failed (%s); keeping the last snapshot",
                             payload, exc)
     finally:
