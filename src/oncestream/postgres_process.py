@@ -118,6 +118,19 @@ class PostgresServer:
         except psycopg.OperationalError:
             return False
 
+    def _signal_own_postmaster(self, shutdown: signal.Signals) -> bool:
+        """Shut down the postmaster this object started with ``shutdown`` (SIGINT fast, SIGQUIT
+        immediate) and wait for it, SIGKILL past the bound; False when none of ours runs."""
+        if self._process is None or self._process.poll() is not None:
+            return False
+        self._process.send_signal(shutdown)
+        try:
+            self._process.wait(timeout=_COMMAND_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait()
+        return True
+
     def _reap(self) -> None:
         """Collect an exited postmaster (no zombie left to look alive)."""
         if self._process is not None and self._process.poll() is not None:
@@ -132,14 +145,8 @@ class PostgresServer:
 
     def stop(self) -> None:
         """A fast shutdown (every connection dropped, as in a restart); no-op when stopped."""
-        if self._process is not None and self._process.poll() is None:
-            self._process.send_signal(signal.SIGINT)  # the postmaster's fast shutdown
-            try:
-                self._process.wait(timeout=_COMMAND_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                self._process.kill()
-                self._process.wait()
-        elif self.postmaster_pid() is not None:  # a server this object did not start
+        # SIGINT: the postmaster's fast shutdown; pg_ctl for a server this object did not start.
+        if not self._signal_own_postmaster(signal.SIGINT) and self.postmaster_pid() is not None:
             self._run(["pg_ctl", "-D", str(self.data_dir), "-m", "fast", "-w", "stop"], check=False)
         self._reap()
 
@@ -168,14 +175,8 @@ class PostgresServer:
 
     def remove(self) -> None:
         """Stop immediately and delete the data directory."""
-        if self._process is not None and self._process.poll() is None:
-            self._process.send_signal(signal.SIGQUIT)  # the postmaster's immediate shutdown
-            try:
-                self._process.wait(timeout=_COMMAND_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                self._process.kill()
-                self._process.wait()
-        elif self.data_dir.exists() and self.postmaster_pid() is not None:
+        # SIGQUIT: the postmaster's immediate shutdown.
+        if not self._signal_own_postmaster(signal.SIGQUIT) and self.data_dir.exists() and self.postmaster_pid() is not None:
             self._run(["pg_ctl", "-D", str(self.data_dir), "-m", "immediate", "-w", "stop"], check=False)
         self._reap()
         shutil.rmtree(self.base_dir, ignore_errors=True)
