@@ -24,6 +24,7 @@ from kafka.structs import OffsetAndMetadata
 
 from tests.support.clients import CLIENT_TIMEOUT_S, create_topic, unique_topic
 from tests.support.cluster_kind import ONE_BROKER_ASSUMED, not_on_cluster
+from tests.support.coordinators import find_coordinator
 from tests.support.groups import group_broker, unique_group, wait_until  # noqa: F401 - fixture
 from tests.support.narrow import present
 from tests.support.wire import (
@@ -56,9 +57,12 @@ SESSION_TIMEOUT_MS = 120_000
 REBALANCE_TIMEOUT_MS = 60_000
 
 
-def _connect(broker) -> WireConnection:
-    """A raw connection to ``broker`` whose reads are bounded by the client timeout."""
-    return WireConnection(broker.host, broker.port, timeout_s=CLIENT_TIMEOUT_S)
+def _connect(broker, group: str | None = None) -> WireConnection:
+    """A raw connection whose reads are bounded by the client timeout: to ``group``'s coordinator
+    when a group is named (on a cluster another broker answers NOT_COORDINATOR), else to
+    ``broker`` (its first broker on a cluster)."""
+    host, port = find_coordinator(broker.bootstrap, group) if group is not None else (broker.host, broker.port)
+    return WireConnection(host, port, timeout_s=CLIENT_TIMEOUT_S)
 
 
 def _call(conn: WireConnection, api_key: int, version: int, body: bytes, *, flexible: bool,
@@ -386,7 +390,7 @@ def test_kip345_leave_group_v3_removes_several_members_in_one_request(group_brok
     removed member's heartbeat is refused with UNKNOWN_MEMBER_ID."""
     group = unique_group("leave-batch")
     stranger = "never-joined-0000"
-    with _connect(group_broker) as conn_a, _connect(group_broker) as conn_b:
+    with _connect(group_broker, group) as conn_a, _connect(group_broker, group) as conn_b:
         member_a, member_b = _two_joined_members(group, conn_a, conn_b)
         state, members = _describe_group_v0(conn_a, group)
         assert members == {member_a, member_b}, state

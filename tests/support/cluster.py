@@ -23,16 +23,19 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
+import psycopg
 import pytest
 from confluent_kafka.admin import AdminClient
 
 from oncestream.broker_process import ManagedBroker, oncestream_command
+from oncestream.cluster.leases.coordinator_leases import preferred_owner, resource_name
 from oncestream.remote.object_store import ObjectStore, open_object_store
 from tests.support.faults import child_environment
 from tests.support.seaweedfs import SeaweedServer, clean_environ
 
 READY_TIMEOUT_S = 60.0  # a bound on a hang only: start-up applies the schema and registers
 CONVERGE_TIMEOUT_S = 60.0  # a bound on a hang only
+LEASE_ROUND_S = 1.0  # a lease round runs every heartbeat interval (TEST_SESSION: 500 ms)
 # Short sessions so a silent broker leaves Metadata quickly in tests; the production default is 9 s.
 TEST_SESSION = {"broker.session.timeout.ms": "3000", "broker.heartbeat.interval.ms": "500"}
 
@@ -103,6 +106,31 @@ def wait_converged(brokers: list[ClusterBroker], client_conf: Mapping[str, str] 
             if time.monotonic() > deadline:
                 raise TimeoutError(f"node {broker.node_id} lists brokers {seen}, expected {expected}")
             time.sleep(0.1)
+    if brokers:
+        _wait_leases_settled(brokers[0].metadata_store, expected, deadline)
+
+
+def _wait_leases_settled(metadata_store: str, node_ids: set[int], deadline: float) -> None:
+    """Until every coordinator partition's lease is held by its preferred live broker, and one
+    more lease round: the first broker up takes every lease and hands each over as the others
+    join (cluster-coordinators.md, "Leases"), so right after start a raw-wire test could find a
+    coordinator that hands its group over before the test's next request reaches it."""
+    with psycopg.connect(metadata_store, autocommit=True) as conn:
+        while True:
+            wanted = {resource_name(topic, partition): preferred_owner(resource_name(topic, partition), node_ids)
+                      for topic, count in conn.execute("SELECT topic, num_partitions FROM coordinator_topics")
+                      for partition in range(count)}
+            held: dict[str, int] = dict(conn.execute(
+                "SELECT l.resource, l.owner_node_id FROM coordinator_leases l JOIN brokers b"
+                " ON b.node_id = l.owner_node_id AND b.incarnation = l.owner_incarnation"
+                " AND b.lease_expires_at > clock_timestamp()").fetchall())
+            if all(held.get(resource) == owner for resource, owner in wanted.items()):
+                break
+            if time.monotonic() > deadline:
+                moving = sorted(r for r, owner in wanted.items() if held.get(r) != owner)
+                raise TimeoutError(f"coordinator leases not settled: {moving[:5]} ({len(moving)} in all)")
+            time.sleep(0.1)
+    time.sleep(LEASE_ROUND_S)  # every broker's FindCoordinator view comes from its last round
 
 
 class Cluster:
