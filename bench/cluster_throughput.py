@@ -522,21 +522,19 @@ the number of brokers.
 READING = """\
 How to read it. A cluster broker answers a Produce only after the object holding it is uploaded
 and committed, so a request takes at least one commit interval plus an upload and a transaction
-(the *cycle*). The broker reads a connection's next request only after answering the previous one
-(broker/server.py: pipelined requests are answered in order, as Kafka does), and librdkafka puts
-one partition in each ProduceRequest (confluentinc/librdkafka#1700, still open in 2.16). So each
-producer connection gets **one partition batch committed per cycle**: its produce throughput is at
-most batch.size (1 MiB here) per cycle per connection, a record waits behind the requests already in
-flight (max.in.flight 5: produce latency of several cycles), and with many partitions per
-connection the acknowledged rate falls to about connections x cycles/s batches, whatever the offered
-load (the partitions table: batches per object ~ the producer connections to that broker). What the
-design claims is checked by the same table: objects and commits per broker per second should stay
-at one per cycle (at most 4/s at 250 ms) from 1 to 1000 partitions, and the transactions above the
-idle baseline should grow with the objects (a fixed number per object), not with the partitions
-(with 1 partition only one broker has work, and the idle baseline is itself noisy by a few per
-second). Raising the client count, or a broker that reads a connection's pipelined Produce
-requests into the same object while still answering in order, lifts the per-connection cap; this
-run measures the broker as built.
+(the *cycle*). librdkafka puts one
+partition in each ProduceRequest (confluentinc/librdkafka#1700, still open in 2.16) and sends at
+most max.in.flight (5) requests per connection; a cluster broker handles those 5 at once, in one
+object (broker/produce_pipelining.py), and answers them in order. So each producer connection gets
+**at most five partition batches committed per cycle**: with many partitions per connection the
+acknowledged rate falls to about connections x 5 batches per cycle, whatever the offered load (the
+partitions table: batches per object ~ 5 x the producer connections to that broker). What
+the design claims is checked by the same table: objects and commits per broker per second stay at
+about one per cycle (at most 4/s at 250 ms) from 1 to 1000 partitions, and the transactions above
+the idle baseline grow with the objects (a fixed number per object), not with the partitions (with
+1 partition only one broker has work). More producer connections, a larger max.in.flight where
+the client allows it, or a shorter commit interval lift the per-connection cap; this run measures
+the broker as built.
 """
 
 
