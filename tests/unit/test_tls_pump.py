@@ -136,26 +136,52 @@ def test_the_origin_carries_the_handshakes_facts(served: Callable[..., _Served],
 
 def test_large_transfers_pass_whole_both_ways_at_once(served: Callable[..., _Served], pki: Pki) -> None:
     """Client and broker side write 24 MB each at the same time: each side's bytes arrive whole
-    and in order while the other direction is back-pressured."""
+    and in order while the other direction is back-pressured.
+
+    The client is asyncio's TLS transport (one thread reads and writes one SSL object): an
+    ``ssl.SSLSocket`` read in one thread while another writes it shares one OpenSSL object
+    between threads, which OpenSSL does not allow (a CI run saw both directions end at ~10 MB)."""
     one = served()
     size = 24 * 1024 * 1024
     upstream, downstream = os.urandom(size), os.urandom(size)
-    with _client(one.port, pki) as client:
-        client.sendall(b"x")
-        pair_end, _origin = one.connection()
+    got_by_broker: list[bytes] = []
+
+    def broker_side(pair_end: socket.socket) -> None:
         assert _recv_exactly(pair_end, 1) == b"x"
-        got_by_broker: list[bytes] = []
-        broker_side = threading.Thread(target=lambda: got_by_broker.append(_recv_exactly(pair_end, size)))
-        writer = threading.Thread(target=pair_end.sendall, args=(downstream,))
-        broker_side.start()
-        writer.start()
-        client_writer = threading.Thread(target=client.sendall, args=(upstream,))
-        client_writer.start()
-        got_by_client = _recv_exactly(client, size)
-        for thread in (broker_side, writer, client_writer):
-            thread.join(WAIT_S)
-        assert hashlib.sha256(got_by_client).digest() == hashlib.sha256(downstream).digest()
-        assert hashlib.sha256(got_by_broker[0]).digest() == hashlib.sha256(upstream).digest()
+        got_by_broker.append(_recv_exactly(pair_end, size))
+
+    def broker_writer(pair_end: socket.socket) -> None:
+        pair_end.settimeout(None)  # sendall's timeout bounds the whole 24 MB; the join bounds a hang
+        pair_end.sendall(downstream)
+
+    async def client_side() -> bytes:
+        context = ssl.create_default_context(cafile=str(pki.ca))
+        reader, writer = await asyncio.open_connection("127.0.0.1", one.port, ssl=context,
+                                                       server_hostname="localhost")
+        writer.write(b"x")
+        await writer.drain()
+        pair_end, _origin = await asyncio.to_thread(one.connection)
+        threads = [threading.Thread(target=broker_side, args=(pair_end,), daemon=True),
+                   threading.Thread(target=broker_writer, args=(pair_end,), daemon=True)]
+        for thread in threads:
+            thread.start()
+
+        async def send() -> None:
+            writer.write(upstream)
+            await writer.drain()
+
+        sending = asyncio.create_task(send())
+        received = await asyncio.wait_for(reader.readexactly(size), 4 * WAIT_S)
+        await asyncio.wait_for(sending, WAIT_S)
+        for thread in threads:
+            await asyncio.to_thread(thread.join, 4 * WAIT_S)
+        writer.close()
+        return received
+
+    got_by_client = asyncio.run(client_side())
+    assert hashlib.sha256(got_by_client).digest() == hashlib.sha256(downstream).digest()
+    assert len(got_by_broker) == 1
+    assert hashlib.sha256(got_by_broker[0]).digest() == hashlib.sha256(upstream).digest()
 
 
 def test_what_the_broker_wrote_before_closing_reaches_the_client(served: Callable[..., _Served], pki: Pki) -> None:
