@@ -9,7 +9,7 @@ import time
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicCollection
-from confluent_kafka.admin import NewPartitions, NewTopic
+from confluent_kafka.admin import ConfigResource, NewPartitions, NewTopic
 from kafka.admin import KafkaAdminClient
 from kafka.admin import NewPartitions as KafkaPythonNewPartitions
 from kafka.errors import InvalidPartitionsError
@@ -121,6 +121,18 @@ def test_internal_topics_are_listed_as_internal_and_keep_their_partition_count(b
         created["__consumer_offsets"].result(timeout=CLIENT_TIMEOUT_S)
     assert exists.value.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS
     assert {name: _partition_count(broker.bootstrap, name) for name in counts} == counts
+
+
+def test_internal_topics_configs_are_described_on_every_broker_kind(broker):
+    """DescribeConfigs of the coordinators' internal topics (what ``kafka-configs --describe
+    --entity-type topics`` asks): compacted with Kafka's segment size, from the single broker's
+    logs and from a cluster (where their records are PostgreSQL rows, not segments)."""
+    admin = admin_client(broker.bootstrap)
+    resources = [ConfigResource(ConfigResource.Type.TOPIC, name) for name in ("__consumer_offsets", "__transaction_state")]
+    for resource, future in admin.describe_configs(resources, request_timeout=CLIENT_TIMEOUT_S).items():
+        entries = future.result(timeout=CLIENT_TIMEOUT_S)
+        assert entries["cleanup.policy"].value == "compact", resource
+        assert entries["segment.bytes"].value == "104857600", resource
 
 
 def test_kafka_python_and_our_admin_grow_topics(broker):

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 
 from oncestream.broker.cluster_leaders import leader_of
 from oncestream.broker.cluster_settings import DEFAULT_SESSION_TIMEOUT_MS, ClusterSettings
+from oncestream.broker.internal_topic import INTERNAL_TOPIC_CONFIGS
 from oncestream.broker.peer_requests import PeerRequests
 from oncestream.cluster.diskless.append_pipeline import DisklessAppendConfig, DisklessAppender
 from oncestream.cluster.diskless.commit import DEFAULT_DELETE_GRACE_MS
@@ -345,7 +346,9 @@ class ClusterNode:
         ``TOPIC_CACHE_MAX_AGE_MS`` (a count never changes once stored)."""
         now_s = time.monotonic()
         if self._internal_read_s < 0 or (now_s - self._internal_read_s) * 1000 >= TOPIC_CACHE_MAX_AGE_MS:
-            self._internal = {name: _meta(info) for name, info in (await self.catalog.internal_topics()).items()}
+            self._internal = {name: TopicMeta(info.name, info.topic_id, info.num_partitions, True,
+                                              dict(INTERNAL_TOPIC_CONFIGS))
+                              for name, info in (await self.catalog.internal_topics()).items()}
             self._internal_read_s = now_s
         return dict(self._internal)
 
