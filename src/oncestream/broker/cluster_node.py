@@ -25,7 +25,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -339,6 +339,18 @@ class ClusterNode:
             found.update({name: meta for name, meta in (await self.internal_topics()).items()
                           if wanted is None or name in wanted})
         return found
+
+    async def internal_topics_among(self, names: Iterable[str]) -> dict[str, TopicMeta]:
+        """The coordinators' internal topics among ``names`` (Fetch, ListOffsets: read from their
+        rows, broker/cluster_internal_reads.py); looked up only when a name could be one, and {}
+        when PostgreSQL fails (the partitions then answer the catalog lookup's error)."""
+        wanted = {name for name in names if name.startswith("__")}
+        if not wanted:
+            return {}
+        try:
+            return {name: meta for name, meta in (await self.internal_topics()).items() if name in wanted}
+        except OnceStreamError:
+            return {}
 
     async def internal_topics(self) -> dict[str, TopicMeta]:
         """``__consumer_offsets`` and ``__transaction_state`` with the partition count the
