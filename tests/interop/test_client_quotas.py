@@ -39,7 +39,6 @@ from oncestream.protocol.api_keys import API_VERSIONS_KEY, PRODUCE
 from oncestream.protocol.records import NewRecord, encode_batch
 from tests.support.brokers import BrokerProcess
 from tests.support.clients import CLIENT_TIMEOUT_S, create_topic, unique_topic
-from tests.support.cluster_kind import CLUSTER_QUOTA_PIPELINED_PRODUCE, not_on_cluster
 from tests.support.sasl import librdkafka_conf, start_sasl_broker
 
 pytestmark = pytest.mark.interop
@@ -114,7 +113,6 @@ def set_quota(admin: Admin, entity: ClientQuotaEntity, **values: float | None) -
     assert result == {entity: None}
 
 
-@not_on_cluster(CLUSTER_QUOTA_PIPELINED_PRODUCE)
 def test_two_tenants_produce_quota_holds_and_survives_restart(broker: BrokerProcess) -> None:
     topic = unique_topic("quota")
     create_topic(broker.bootstrap, topic, config={"retention.bytes": "16777216", "segment.bytes": "8388608"})
@@ -279,7 +277,6 @@ def _api_versions(m: Any) -> Any:
     return m.ApiVersionsRequest(client_software_name="quota-test", client_software_version="1")
 
 
-@not_on_cluster(CLUSTER_QUOTA_PIPELINED_PRODUCE)
 def test_kip_219_throttled_connection_is_muted(broker: BrokerProcess) -> None:
     """KIP-219 on the wire: the Produce that exceeds the quota is answered at once with its
     throttle time, and the broker then reads nothing more from that connection for that long (a
@@ -341,7 +338,6 @@ def test_quotas_cli_kafka_configs_options(broker: BrokerProcess, capsys: pytest.
 
 
 @pytest.mark.slow
-@not_on_cluster(CLUSTER_QUOTA_PIPELINED_PRODUCE)
 def test_produce_quota_holds_over_thirty_seconds(broker: BrokerProcess) -> None:
     """The longer run: past the first window the rate is kept by the samples' expiry, not the
     padded first window; a librdkafka producer honouring the throttle times stays within 10%."""
