@@ -39,12 +39,18 @@ from oncestream.protocol.api_keys import API_VERSIONS_KEY, PRODUCE
 from oncestream.protocol.records import NewRecord, encode_batch
 from tests.support.brokers import BrokerProcess
 from tests.support.clients import CLIENT_TIMEOUT_S, create_topic, unique_topic
-from tests.support.cluster_kind import CLUSTER_QUOTA_PIPELINED_PRODUCE, not_on_cluster
 from tests.support.sasl import librdkafka_conf, start_sasl_broker
 
 pytestmark = pytest.mark.interop
 
 QUOTA_BYTES_PER_S = 400_000
+# The throttled tenant's quota in the 10 s test. Kafka's rate window is never shorter than 10 s,
+# so a client gets quota x (10 s + the time it takes to send that much) through before its first
+# throttle, and a 10 s measure lands that time's share above the quota: ~1% on the single broker
+# (4 MB in ~0.1 s), but a cluster broker answers a connection's Produce once per commit cycle (5 in
+# flight), and librdkafka took 0.5-1 s for 4 MB there on a loaded 2-core machine (8-10% above).
+# Half the quota is reached in half the time: 5-7% above on the cluster, measured.
+GREEDY_BYTES_PER_S = 200_000
 VALUE = b"q" * 4000
 MEASURE_S = 10.0
 ALONE_S = 2.0
@@ -114,13 +120,12 @@ def set_quota(admin: Admin, entity: ClientQuotaEntity, **values: float | None) -
     assert result == {entity: None}
 
 
-@not_on_cluster(CLUSTER_QUOTA_PIPELINED_PRODUCE)
 def test_two_tenants_produce_quota_holds_and_survives_restart(broker: BrokerProcess) -> None:
     topic = unique_topic("quota")
     create_topic(broker.bootstrap, topic, config={"retention.bytes": "16777216", "segment.bytes": "8388608"})
     with Admin({"bootstrap.servers": broker.bootstrap}) as admin:
-        set_quota(admin, GREEDY, producer_byte_rate=QUOTA_BYTES_PER_S)
-        assert admin.describe_client_quotas()[GREEDY] == {"producer_byte_rate": QUOTA_BYTES_PER_S}
+        set_quota(admin, GREEDY, producer_byte_rate=GREEDY_BYTES_PER_S)
+        assert admin.describe_client_quotas()[GREEDY] == {"producer_byte_rate": GREEDY_BYTES_PER_S}
 
     calm_alone = Tenant("calm")
     produce_for(broker.bootstrap, topic, calm_alone, ALONE_S)
@@ -133,12 +138,12 @@ def test_two_tenants_produce_quota_holds_and_survives_restart(broker: BrokerProc
     for thread in threads:
         thread.join(MEASURE_S + 2 * CLIENT_TIMEOUT_S)
     print(f"calm alone {calm_alone.rate_per_s(ALONE_S):.0f} B/s, calm beside greedy {calm.rate_per_s(MEASURE_S):.0f} B/s, "
-          f"greedy {greedy.rate_per_s(MEASURE_S):.0f} B/s (quota {QUOTA_BYTES_PER_S}), "
+          f"greedy {greedy.rate_per_s(MEASURE_S):.0f} B/s (quota {GREEDY_BYTES_PER_S}), "
           f"greedy throttled {len(greedy.throttle_events_ms)} times, max {greedy.stats_throttle_max_ms} ms")
     assert not greedy.errors, greedy.errors
     assert not calm.errors, calm.errors
     # The acceptance point: the quota holds within 10% over the 10 s.
-    assert greedy.rate_per_s(MEASURE_S) == pytest.approx(QUOTA_BYTES_PER_S, rel=0.10)
+    assert greedy.rate_per_s(MEASURE_S) == pytest.approx(GREEDY_BYTES_PER_S, rel=0.10)
     # librdkafka saw the throttle time (KIP-219) in both of its reports.
     assert greedy.throttle_events_ms
     assert max(greedy.throttle_events_ms) > 0
@@ -151,7 +156,7 @@ def test_two_tenants_produce_quota_holds_and_survives_restart(broker: BrokerProc
     broker.restart()
     with Admin({"bootstrap.servers": broker.bootstrap}) as admin:
         assert admin.describe_client_quotas(ClientQuotaFilter.contains_only(
-            [ClientQuotaFilterComponent.of_entity(CLIENT_ID, "greedy")])) == {GREEDY: {"producer_byte_rate": QUOTA_BYTES_PER_S}}
+            [ClientQuotaFilterComponent.of_entity(CLIENT_ID, "greedy")])) == {GREEDY: {"producer_byte_rate": GREEDY_BYTES_PER_S}}
     # Enforced after the restart too: a burst larger than ten seconds of quota is throttled.
     after = Tenant("greedy")
     produce_for(broker.bootstrap, topic, after, CLIENT_TIMEOUT_S, until_throttled=True)
@@ -279,7 +284,6 @@ def _api_versions(m: Any) -> Any:
     return m.ApiVersionsRequest(client_software_name="quota-test", client_software_version="1")
 
 
-@not_on_cluster(CLUSTER_QUOTA_PIPELINED_PRODUCE)
 def test_kip_219_throttled_connection_is_muted(broker: BrokerProcess) -> None:
     """KIP-219 on the wire: the Produce that exceeds the quota is answered at once with its
     throttle time, and the broker then reads nothing more from that connection for that long (a
@@ -341,7 +345,6 @@ def test_quotas_cli_kafka_configs_options(broker: BrokerProcess, capsys: pytest.
 
 
 @pytest.mark.slow
-@not_on_cluster(CLUSTER_QUOTA_PIPELINED_PRODUCE)
 def test_produce_quota_holds_over_thirty_seconds(broker: BrokerProcess) -> None:
     """The longer run: past the first window the rate is kept by the samples' expiry, not the
     padded first window; a librdkafka producer honouring the throttle times stays within 10%."""

@@ -158,10 +158,6 @@ CLUSTER_SQL_NOT_YET = ("the SQL server's suites have not been run against a clus
 def not_on_cluster(reason: str) -> pytest.MarkDecorator:
     """The ``broker_kinds`` marker of a test that runs against our single broker and Tansu only."""
     return pytest.mark.broker_kinds("oncestream", "tansu", reason=reason)
-CLUSTER_QUOTA_PIPELINED_PRODUCE = ("quota configs are cluster-wide (PostgreSQL), but a cluster broker handles a "
-                                   "connection's Produce requests concurrently (broker/produce_pipelining.py): the "
-                                   "requests already in flight when one is throttled pass, so a producer overshoots "
-                                   "its byte rate by ~10-15% and the KIP-219 mute starts after them")
 CLUSTER_METRICS_OF_ONE_PROCESS = ("the test reads one broker process's /metrics and data dir for counters of what "
                                   "every client sent; on a cluster the requests spread over three processes, the "
                                   "logs are diskless, and the transaction and quota gauges belong to whichever "

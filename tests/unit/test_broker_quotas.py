@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import struct
 from typing import Any
 
 import pytest
@@ -360,3 +361,107 @@ def test_client_quota_apis_need_describe_configs_and_alter_configs_on_the_cluste
                                                    m.DescribeClientQuotasRequest(components=(), strict=False))
     assert described.error_code == ErrorCode.cluster_authorization_failed
     assert described.entries is None
+
+
+def test_pipelined_produce_is_recorded_as_read_and_answered_without_recording_again():
+    """KIP-219 with pipelined Produce (cluster mode): the bytes count as each frame is read, so
+    the frame that crosses the quota is the one throttled (the server reads nothing after it);
+    the requests read before it are handled afterwards, answered with the throttle time their
+    read gave, and nothing is recorded twice."""
+    from oncestream.broker.quotas.enforcement import produce_recorded_at_read, take_channel_mute_s
+
+    now = [0]
+    configs = _set(ClientQuotaConfigs(), QuotaEntity(ABSENT, "greedy"), PRODUCER_BYTE_RATE, 10_000)
+    managers = ClientQuotaManagers(configs, lambda: now[0])
+    enforcer = QuotaEnforcer(lambda: managers, clock_s=lambda: 0.0)
+    m = response_module(k.PRODUCE, 9)
+    # 30 KB frames arrive one second apart; the first window holds 10 s of the quota (100 KB).
+    read_throttles_ms = []
+    for _ in range(5):
+        read_throttles_ms.append(enforcer.record_produce_read("User:ANONYMOUS", "greedy", 30_000))
+        if read_throttles_ms[-1]:
+            break  # the connection is muted: the fifth frame is not read yet
+        now[0] += 1000
+    assert read_throttles_ms[:3] == [0, 0, 0]
+    assert len(read_throttles_ms) == 4
+    crossing_ms = read_throttles_ms[3]
+    # 120 KB at 10 KB/s; 8 s later the first frame's sample expires and 90 KB over 10 s is within.
+    assert crossing_ms == 8000
+    assert enforcer.record_produce_read("User:ANONYMOUS", "other", 10**9) == 0  # no quota: not measured
+
+    async def handled(throttle_ms: int) -> tuple[Any, float | None]:
+        async def handle() -> tuple[Any, float | None]:  # its own task, as ProducePipeline runs it
+            produce_recorded_at_read(throttle_ms)
+            response = await enforcer.call(k.PRODUCE, 9, "User:ANONYMOUS", "greedy", 30_000,
+                                           lambda: build(m.ProduceResponse, responses=(),
+                                                         throttle_time=datetime.timedelta(0)), False)
+            return response, take_channel_mute_s()
+        return await asyncio.ensure_future(handle())
+
+    async def main() -> list[tuple[Any, float | None]]:
+        return [await handled(throttle_ms) for throttle_ms in read_throttles_ms]
+
+    now[0] += 50  # handled later (an upload and a commit)
+    answers = asyncio.run(main())
+    assert [response.throttle_time for response, _ in answers] == [datetime.timedelta(0)] * 3 + [
+        datetime.timedelta(milliseconds=crossing_ms)]
+    assert [mute_s for _, mute_s in answers] == [None, None, None, crossing_ms / 1000]
+    # Recorded once: still 120 KB (recorded again, the 240 KB would keep it throttled longer).
+    assert managers.record_produce("ANONYMOUS", "greedy", 0) == crossing_ms - 50
+    # A Produce that was not recorded at read (the single broker's path) is recorded when handled:
+    # 150 KB, within the quota once the first two seconds' samples expire.
+    single = asyncio.run(enforcer.call(k.PRODUCE, 9, "User:ANONYMOUS", "greedy", 30_000, lambda: build(
+        m.ProduceResponse, responses=(), throttle_time=datetime.timedelta(0)), False))
+    assert single.throttle_time == datetime.timedelta(milliseconds=9000 - 50)
+
+
+def _produce_frame(client_id: str, value_bytes: int) -> bytes:
+    """A Produce v9 request frame (no size prefix) of one record of ``value_bytes``."""
+    import io
+    import struct
+    import time
+
+    from oncestream.protocol.codec import writer_for
+    from oncestream.protocol.records import NewRecord, encode_batch
+    from oncestream.protocol.schemas import request_module
+
+    m = request_module(k.PRODUCE, 9)
+    request = m.ProduceRequest(transactional_id=None, acks=1, timeout=datetime.timedelta(seconds=30), topic_data=(
+        m.TopicProduceData(name="t", partition_data=(m.PartitionProduceData(index=0, records=encode_batch(
+            [NewRecord(value=b"v" * value_bytes)], now_ms=int(time.time() * 1000))),)),))
+    buf = io.BytesIO()
+    raw = client_id.encode()
+    buf.write(struct.pack(">hhih", k.PRODUCE, 9, 1, len(raw)) + raw + b"\0")
+    writer_for(type(request))(buf, request)
+    return buf.getvalue()
+
+
+def test_dispatcher_records_a_pipelined_produce_frame_as_read(tmp_path):
+    """The server hands each pipelined Produce frame to Dispatcher.record_produce_read before it
+    is handled: its client id comes from the frame's header, its user from the connection's
+    principal; anything the dispatcher would refuse records nothing."""
+    from oncestream.broker.config import BrokerConfig
+    from oncestream.broker.connection_context import start_session
+    from oncestream.broker.dispatch import Dispatcher
+    from oncestream.broker.state import BrokerState
+
+    state = BrokerState(tmp_path, BrokerConfig.from_properties("127.0.0.1", 0, {}))
+    try:
+        configs = _set(ClientQuotaConfigs(), QuotaEntity("ANONYMOUS", "greedy"), PRODUCER_BYTE_RATE, 1000)
+        state.client_quotas = ClientQuotaManagers(configs, lambda: 0)
+        dispatcher = Dispatcher(state)
+        frame = _produce_frame("greedy", 20_000)
+
+        async def connection() -> list[int]:
+            start_session(("127.0.0.1", 5555), principal_builder=state.principal_builder)
+            return [dispatcher.record_produce_read(frame), dispatcher.record_produce_read(_produce_frame("calm", 20_000)),
+                    dispatcher.record_produce_read(frame[:3]),  # malformed: refused when handled
+                    dispatcher.record_produce_read(struct.pack(">hhih", k.PRODUCE, 99, 1, 0))]  # no such version
+
+        throttles_ms = asyncio.run(connection())
+        # 20 KB and its framing against 1 KB/s: the first window holds 10 KB.
+        assert throttles_ms[0] == state.client_quotas.record_produce("ANONYMOUS", "greedy", 0) > 10_000
+        assert throttles_ms[1:] == [0, 0, 0]
+        assert state.client_quotas.produce.measured() == 1
+    finally:
+        state.close()

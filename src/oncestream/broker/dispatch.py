@@ -164,11 +164,7 @@ class Dispatcher:
             header = parse_request_header(frame)
         except MalformedRequestError as exc:
             raise CloseConnection(str(exc)) from None
-        if self._client_id_principal:
-            session = current_session()
-            if session.authenticated and session.client_id != header.client_id:
-                session.client_id = header.client_id
-                session.principal = session.principal_for()
+        principal = self._principal_of(header)
         supported = API_VERSIONS.get(header.api_key)
         if supported is None:
             raise CloseConnection(f"unknown api key {header.api_key}")
@@ -191,7 +187,7 @@ class Dispatcher:
             timing.api_key, timing.api_version, timing.handler_start_s = header.api_key, header.api_version, perf_counter()
         # Client quotas measure the handler and set the response's throttle time (broker/quotas/).
         response = await self._quotas.call(
-            header.api_key, header.api_version, current_session().principal, header.client_id, len(frame),
+            header.api_key, header.api_version, principal, header.client_id, len(frame),
             lambda: handler(self.state, header, request), self._async[header.api_key])
         if timing is not None:
             timing.handler_end_s = perf_counter()
@@ -202,6 +198,29 @@ class Dispatcher:
         if self.state.metrics.enabled:
             self.state.metrics.response_errors(header.api_key, response)
         return encode_response(header.api_key, header.api_version, header.correlation_id, response)
+
+    def record_produce_read(self, frame: bytes) -> int:
+        """Record a pipelined Produce frame's bytes against its client's ``producer_byte_rate``
+        as it is read (broker/quotas/enforcement.py): its throttle time in ms, 0 when it is within
+        the quota. A frame ``handle_frame`` will refuse (malformed, an unsupported version) records
+        nothing: it closes the connection when it is handled."""
+        try:
+            header = parse_request_header(frame)
+        except MalformedRequestError:
+            return 0
+        supported = API_VERSIONS.get(header.api_key)
+        if header.api_key != k.PRODUCE or supported is None or not supported[0] <= header.api_version <= supported[1]:
+            return 0
+        return self._quotas.record_produce_read(self._principal_of(header), header.client_id, len(frame))
+
+    def _principal_of(self, header: RequestHeader) -> str:
+        """The connection's principal for this request (a principal builder that reads the
+        client.id sees this request's)."""
+        session = current_session()
+        if self._client_id_principal and session.authenticated and session.client_id != header.client_id:
+            session.client_id = header.client_id
+            session.principal = session.principal_for()
+        return session.principal
 
     def _gate(self, api_key: int) -> None:
         """On a SASL listener, refuse (close) anything but ApiVersions and the SASL requests

@@ -61,7 +61,7 @@ from oncestream.broker.memory_pool import RequestMemoryPool
 from oncestream.broker.metrics.recorder import RequestTiming, current_timing
 from oncestream.broker.metrics.serving import start_metrics
 from oncestream.broker.produce_pipelining import PipelinedResult, ProducePipeline, Response
-from oncestream.broker.quotas.enforcement import take_channel_mute_s
+from oncestream.broker.quotas.enforcement import produce_recorded_at_read, take_channel_mute_s
 from oncestream.broker.sasl.exchange import close_delay_s, peek_exchange
 from oncestream.broker.seams import BackgroundLoop, BrokerSeams
 from oncestream.broker.state import BrokerState
@@ -360,11 +360,14 @@ class BrokerServer:
             except Exception:
                 log.exception("housekeeping failed")
 
-    async def _handle_pipelined(self, frame: bytes, read_s: float, metrics_on: bool) -> PipelinedResult:
+    async def _handle_pipelined(self, frame: bytes, read_s: float, metrics_on: bool,
+                                read_throttle_ms: int) -> PipelinedResult:
         """One pipelined request, in its own task: its own request timing and KIP-219 mute (the
-        task runs in a copy of the connection's context, so neither leaks into another request)."""
+        task runs in a copy of the connection's context, so neither leaks into another request).
+        ``read_throttle_ms``: what recording its bytes at read gave (answered, not recorded again)."""
         timing = RequestTiming() if metrics_on else None
         current_timing.set(timing)
+        produce_recorded_at_read(read_throttle_ms)
         response = await self.dispatcher.handle_frame(frame)
         return PipelinedResult(response, take_channel_mute_s(), read_s, timing)
 
@@ -453,9 +456,19 @@ class BrokerServer:
                 read_s = time.perf_counter()
                 if pipeline is not None:
                     if _pipelines(frame):
+                        # KIP-219 with requests in flight: the bytes count as the frame is read,
+                        # so the one that crosses producer_byte_rate is the last read before the
+                        # mute (broker/quotas/enforcement.py).
+                        read_throttle_ms = self.dispatcher.record_produce_read(frame)
                         idle.start_request()
                         reserved_bytes = 0  # the pipeline gives the frame's bytes back once answered
-                        await pipeline.submit(self._handle_pipelined(frame, read_s, metrics.enabled), size)
+                        await pipeline.submit(
+                            self._handle_pipelined(frame, read_s, metrics.enabled, read_throttle_ms), size)
+                        if read_throttle_ms > 0:
+                            # Throttled: nothing more is read until its answer is written (the
+                            # requests before it are answered first, in order) and the mute that
+                            # answer sets (write_pipelined) has passed, as Kafka mutes a channel.
+                            await pipeline.wait_idle()
                         continue
                     await pipeline.wait_idle()  # any other request: every earlier answer first
                 idle.start_request()

@@ -7,12 +7,24 @@ For every request the dispatcher hands its handler to ``QuotaEnforcer.call``, wh
   it waits), close to Kafka's request handler thread time; ApiVersions and SASL are exempt, as
   in Kafka;
 - records the request's bytes for Produce (``producer_byte_rate``) and the response's bytes for
-  Fetch (``consumer_byte_rate``);
+  Fetch (``consumer_byte_rate``); a pipelined Produce (cluster mode, broker/produce_pipelining.py)
+  has its bytes recorded when its frame is read instead (``record_produce_read``, below);
 - puts the largest throttle time into the response's ``throttle_time_ms`` (a controller mutation
   throttle set by the topic handlers is kept when larger), and asks the connection to be muted
   for that long (``take_channel_mute_s``): the response goes out at once and the server reads
   nothing more from that connection until the time has passed (KIP-219). A client that honours
   the field waits by itself; one that does not still gets no more service.
+
+Pipelined Produce: Kafka reads one request of a connection at a time, so the request that
+crosses ``producer_byte_rate`` is the last one it reads before the mute. A cluster broker handles
+up to five Produce requests of a connection at once, so their bytes are recorded as each frame is
+read (``QuotaEnforcer.record_produce_read``), in arrival order, before it is handed to the
+pipeline: the frame that crosses the quota gets the throttle time, the server reads no further
+frame from that connection until it is answered and its mute has passed (the requests read before
+it are still handled and answered in order, as Kafka handles a request it has read), and its
+handler answers that throttle time without recording the bytes again
+(``produce_recorded_at_read``). The frames read before it were counted before it, so a producer
+gets past its quota by one request at most, as with one request at a time.
 
 A Fetch is handled as Kafka's KafkaApis.handleFetchRequest does: its size is capped before the
 read to what the client's quota window holds (``consumer_byte_rate * (quota.window.num - 1) *
@@ -55,6 +67,19 @@ _fetch_max_bytes: contextvars.ContextVar[int | None] = contextvars.ContextVar("q
 # Bytes-out counts of the current Fetch held until its quota decision (None: count at once).
 _fetch_counts: contextvars.ContextVar[list[Callable[[], None]] | None] = contextvars.ContextVar(
     "quota_fetch_counts", default=None)
+
+
+# A pipelined Produce's bytes were recorded when its frame was read, with this throttle time (set
+# in the request's own task by the server); None: they are recorded when the request is handled.
+_produce_read_throttle_ms: contextvars.ContextVar[int | None] = contextvars.ContextVar(
+    "quota_produce_read_throttle_ms", default=None)
+
+
+def produce_recorded_at_read(throttle_ms: int) -> None:
+    """The current request (a pipelined Produce, in its own task) had its bytes recorded when its
+    frame was read (``QuotaEnforcer.record_produce_read``), which gave it ``throttle_ms``: the
+    enforcer answers that throttle time and records the bytes no more."""
+    _produce_read_throttle_ms.set(throttle_ms)
 
 
 def fetch_quota_max_bytes() -> int | None:
@@ -156,12 +181,23 @@ class QuotaEnforcer:
         self._managers = managers
         self._clock_s = clock_s
 
+    def record_produce_read(self, principal: str, client_id: str | None, frame_bytes: int) -> int:
+        """Record a Produce request's ``frame_bytes`` against the client's ``producer_byte_rate``
+        as its frame is read, before it is handled (a pipelined Produce, see the module's
+        docstring): its throttle time in ms (0: within the quota, or no quota applies). The request's
+        task then calls ``produce_recorded_at_read`` with it, so ``call`` records nothing twice."""
+        managers = self._managers()
+        if managers.configs.is_empty():
+            return 0
+        return managers.record_produce(quota_user(principal), client_id or "", frame_bytes)
+
     async def call(self, api_key: int, api_version: int, principal: str, client_id: str | None, frame_bytes: int,
                    run: Callable[[], Any], is_async: bool) -> Any:
         """Run the handler (``run()``: its result, or its coroutine when ``is_async``), measure
         it, and return the response with its throttle time; the mute is left for the server."""
         managers = self._managers()
-        if managers.configs.is_empty():
+        read_throttle_ms = _produce_read_throttle_ms.get() if api_key == k.PRODUCE else None
+        if managers.configs.is_empty() and not read_throttle_ms:
             if api_key == k.FETCH:
                 _fetch_max_bytes.set(None)  # quotas may have been removed since this connection's last fetch
             return await run() if is_async else run()  # no quota anywhere: nothing to measure
@@ -186,7 +222,9 @@ class QuotaEnforcer:
         if api_key not in REQUEST_QUOTA_EXEMPT:
             throttle_ms = managers.record_request_time(user, client, busy_ms)
         if api_key == k.PRODUCE:
-            throttle_ms = max(throttle_ms, managers.record_produce(user, client, frame_bytes))
+            if read_throttle_ms is None:
+                read_throttle_ms = managers.record_produce(user, client, frame_bytes)
+            throttle_ms = max(throttle_ms, read_throttle_ms)
         elif api_key == k.FETCH and isinstance(response, list):
             size_bytes = sum(len(b) for b in response)
             throttle_ms = max(throttle_ms, managers.record_fetch(user, client, size_bytes))
