@@ -153,6 +153,12 @@ class FrameCodec:
             self.schema_id = self._own_id = int(self.registry.register(self.subject, schema_type, text))
         return self.schema_id
 
+    def register_sink_schema(self) -> None:
+        """Register the columns' schema now (a C*AS sink, when its query starts, as ksqlDB);
+        PROTOBUF_NOSR has no registry and registers nothing."""
+        if self.fmt != NO_REGISTRY:
+            self.writer_id()
+
     def _avro_schema(self, schema_id: int) -> Any:
         import fastavro
 
