@@ -92,6 +92,7 @@ def _message_class(proto: descriptor_pb2.FileDescriptorProto, name: str) -> Any:
 def _registered_class(client: SchemaRegistryClient, subject: str) -> Any:
     """The message class of a subject's latest schema, built from its serialized descriptor."""
     latest = client.get_latest_version(subject)
+    assert latest.schema_id is not None
     serialized = client.get_schema(latest.schema_id, fmt="serialized").schema_str or ""
     proto = descriptor_pb2.FileDescriptorProto.FromString(base64.b64decode(serialized))
     pool = descriptor_pool.DescriptorPool()

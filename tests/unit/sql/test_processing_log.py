@@ -21,7 +21,9 @@ from oncestream.sql.server.metastore import Metastore
 
 def test_settings_are_ksqldbs_names_and_defaults():
     off = ProcessingLogSettings.from_properties({}, "default_", "b:9092", {})
-    assert off.topic is None and not off.create_stream and not off.include_rows
+    assert off.topic is None
+    assert not off.create_stream
+    assert not off.include_rows
     on = ProcessingLogSettings.from_properties({"ksql.logging.processing.topic.auto.create": "true",
                                                 "ksql.logging.processing.stream.auto.create": "true"},
                                                "default_", "b:9092", {"security.protocol": "SSL"})
@@ -52,7 +54,8 @@ def test_the_stream_reads_an_entry_in_ksqldbs_shape():
     error = row["MESSAGE"]["DESERIALIZATIONERROR"]
     assert (error["TARGET"], error["ERRORMESSAGE"], error["topic"]) == ("value", "Schema 9 not found", "t")
     assert base64.b64decode(error["RECORDB64"]) == b"\x00bad"
-    assert row["MESSAGE"]["TYPE"] == 0 and row["MESSAGE"]["RECORDPROCESSINGERROR"] is None
+    assert row["MESSAGE"]["TYPE"] == 0
+    assert row["MESSAGE"]["RECORDPROCESSINGERROR"] is None
     without_rows = deserialization_entry(logger="l", topic="t", target="key", error="e", record=b"x",
                                          include_rows=False, time_ms=1)
     assert without_rows["message"]["deserializationError"]["recordB64"] is None
