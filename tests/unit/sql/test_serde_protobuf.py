@@ -177,3 +177,23 @@ def test_create_without_columns_infers_protobuf_columns_and_nosr_needs_them():
     (nosr,) = parse("CREATE STREAM N WITH (KAFKA_TOPIC='orders', VALUE_FORMAT='PROTOBUF_NOSR');")
     with pytest.raises(StatementError, match="does not define any columns"):
         Metastore().validate(nosr, {}, {"orders": 1}, registry)
+
+
+def test_decimal_params_from_a_serialized_descriptors_field_options():
+    """A schema registered as a serialized descriptor (confluent-kafka's serializers) keeps the
+    ``confluent.field_meta`` option on its fields: precision and scale come from there."""
+
+    def length_delimited(number: int, data: bytes) -> bytes:
+        return bytes([number << 3 | 2, len(data)]) + data
+
+    def entry(key: str, value: str) -> bytes:
+        return length_delimited(2, length_delimited(1, key.encode()) + length_delimited(2, value.encode()))
+
+    meta = entry("precision", "9") + entry("scale", "3")
+    proto = descriptor_pb2.FileDescriptorProto(name="d.proto", syntax="proto3", dependency=["confluent/type/decimal.proto"])
+    message = proto.message_type.add(name="Price")
+    amount = message.field.add(name="amount", number=1, type=descriptor_pb2.FieldDescriptorProto.TYPE_MESSAGE,
+                               type_name=".confluent.type.Decimal")
+    amount.options.MergeFromString(b"\xe2\x40" + bytes([len(meta)]) + meta)   # field 1036, length-delimited
+    parsed = descriptor_pb2.FileDescriptorProto.FromString(proto.SerializeToString())   # as the registry answers
+    assert columns_of_protobuf(parsed) == [("amount", t.decimal(9, 3))]

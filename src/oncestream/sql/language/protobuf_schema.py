@@ -22,7 +22,9 @@ INTEGER; int64/sint64/sfixed64/uint32/fixed32/uint64/fixed64 BIGINT (Connect's w
 and double DOUBLE; enum STRING; the well-known messages above and the wrappers
 (``google.protobuf.Int32Value``...: their type, nullable); map entries MAP; other messages
 STRUCT. The registry answers the descriptor itself (``format=serialized``); a decimal's
-precision and scale are read from the ``.proto`` text's field options (the descriptor drops them).
+precision and scale are its ``confluent.field_meta`` params, from the descriptor's field options
+(a schema registered serialized keeps them) or else the ``.proto`` text (the registry's text
+parser drops options); without them DECIMAL(64, 0).
 """
 
 from __future__ import annotations
@@ -172,6 +174,37 @@ def _decimal_params(text: str | None) -> dict[str, tuple[int, int]]:
     return found
 
 
+_FIELD_META = 1036   # confluent/meta.proto: extend google.protobuf.FieldOptions { Meta field_meta = 1036; }
+
+
+def _fields_of(data: bytes) -> list[tuple[int, bytes]]:
+    """(number, bytes) of the length-delimited fields of a serialized message."""
+    from google.protobuf import empty_pb2
+    from google.protobuf.unknown_fields import UnknownFieldSet
+
+    holder = empty_pb2.Empty()
+    holder.MergeFromString(data)
+    return [(f.field_number, f.data) for f in UnknownFieldSet(holder) if f.wire_type == 2]
+
+
+def _option_params(field_proto: Any) -> dict[str, str]:
+    """The ``confluent.field_meta`` params a descriptor's field options carry (a descriptor
+    registered serialized keeps them, as unknown fields of FieldOptions here)."""
+    from google.protobuf.unknown_fields import UnknownFieldSet
+
+    if not field_proto.HasField("options"):
+        return {}
+    params: dict[str, str] = {}
+    for option in UnknownFieldSet(field_proto.options):
+        if option.field_number != _FIELD_META or option.wire_type != 2:
+            continue
+        for number, entry in _fields_of(option.data):
+            if number == 2:   # Meta.params, map<string, string>: entries {1: key, 2: value}
+                parts = dict(_fields_of(entry))
+                params[parts.get(1, b"").decode()] = parts.get(2, b"").decode()
+    return params
+
+
 class _Reader:
     """Maps the messages of one FileDescriptorProto (by full name) to SQL types."""
 
@@ -233,7 +266,11 @@ class _Reader:
         if name == TIME_OF_DAY:
             return SqlType(BaseType.TIME)
         if name == DECIMAL:
-            precision, scale = self.decimals.get(f.name, (64, 0))
+            params = _option_params(f)
+            if "precision" in params and "scale" in params:
+                precision, scale = int(params["precision"]), int(params["scale"])
+            else:
+                precision, scale = self.decimals.get(f.name, (64, 0))
             return SqlType(BaseType.DECIMAL, precision=precision, scale=scale)
         if name in WRAPPERS:
             return SqlType(WRAPPERS[name])
