@@ -197,3 +197,18 @@ def test_decimal_params_from_a_serialized_descriptors_field_options():
     amount.options.MergeFromString(b"\xe2\x40" + bytes([len(meta)]) + meta)   # field 1036, length-delimited
     parsed = descriptor_pb2.FileDescriptorProto.FromString(proto.SerializeToString())   # as the registry answers
     assert columns_of_protobuf(parsed) == [("amount", t.decimal(9, 3))]
+
+
+def test_value_schema_id_writes_with_that_schemas_field_numbers():
+    registry = MemoryRegistry.empty()
+    text = 'syntax = "proto3"; message Theirs { string name = 7; int64 id = 3; }'
+    chosen = registry.register("elsewhere", "PROTOBUF", text)
+    layout = layout_of(_source(Format.PROTOBUF, values=(("ID", t.BIGINT), ("NAME", t.STRING)), value_schema_id=chosen),
+                       registry)
+    data = layout.encode_value({"ID": 4, "NAME": "n"})
+    assert data is not None
+    assert unframe(data)[0] == chosen
+    assert "orders-value" not in registry.subjects     # nothing registered: the id is given
+    theirs = serde_protobuf.message_class(parse_proto_text(text)).FromString(unframe(data)[1][1:])
+    assert (theirs.id, theirs.name) == (4, "n")
+    assert layout.decode_value(data) == {"ID": 4, "NAME": "n"}
