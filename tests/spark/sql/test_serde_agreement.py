@@ -226,7 +226,7 @@ def test_protobuf_formats_key_and_value(sql_spark, fmt):
             "A": ["a", "b"], "M": {"x": 0.5}, "ST": {"X": 3}, "S": "s"}
     nulls = {"K": 6, **{n: None for n, _ in values}}
     records, got_rows, got_records = _round_trip(sql_spark, layout, [full, nulls], [None, None])
-    defaults = {**nulls, "BY": b"", "A": [], "M": {}, "S": ""}   # proto3 scalars/repeated have no null
+    defaults: dict[str, Any] = {**nulls, "BY": b"", "A": [], "M": {}, "S": ""}   # proto3 scalars/repeated: no null
     assert got_rows == [full, defaults]
     assert [layout.decode_value(v) for _k, v in records] == [{k: v for k, v in r.items() if k != "K"}
                                                              for r in (full, defaults)]
