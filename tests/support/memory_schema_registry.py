@@ -11,7 +11,7 @@ from oncestream.spark.schema_registry_client import RegisteredSchema, RegistryEr
 
 @dataclass
 class MemoryRegistry:
-    """The registry client's three calls over dicts (ids from 1, the same schema the same id)."""
+    """The registry client's calls over dicts (ids from 1, the same schema the same id)."""
 
     schemas: dict[int, RegisteredSchema]
     subjects: dict[str, list[int]]
@@ -37,3 +37,12 @@ class MemoryRegistry:
     def latest(self, subject: str) -> RegisteredSchema | None:
         versions = self.subjects.get(subject)
         return self.schemas[versions[-1]] if versions else None
+
+    def serialized(self, schema_id: int) -> str:
+        """A PROTOBUF schema as the registry's ``format=serialized`` answers it (base64
+        FileDescriptorProto), parsed from its text by the registry's own parser."""
+        import base64
+
+        from oncestream.schema_registry.proto_text import parse_proto_text
+
+        return base64.b64encode(parse_proto_text(self.by_id(schema_id).schema).SerializeToString()).decode()

@@ -86,6 +86,7 @@ class RegistryClient:
             self._headers["Authorization"] = "Basic " + base64.b64encode(user_info.encode()).decode()
         self._by_id: dict[int, RegisteredSchema] = {}
         self._registered: dict[tuple[str, str, str], int] = {}
+        self._serialized: dict[int, str] = {}
         self._lock = threading.Lock()
 
     # Picklable: Spark ships the client to its Python workers (its caches start empty there).
@@ -148,6 +149,18 @@ class RegistryClient:
         with self._lock:
             self._by_id[schema_id] = found
         return found
+
+    def serialized(self, schema_id: int) -> str:
+        """A PROTOBUF schema's ``FileDescriptorProto``, base64 (``format=serialized``): what the
+        SQL server's PROTOBUF format builds its messages from (it parses no ``.proto`` text)."""
+        with self._lock:
+            cached = self._serialized.get(schema_id)
+        if cached is not None:
+            return cached
+        got = str(self._call("GET", f"/schemas/ids/{schema_id}?format=serialized")["schema"])
+        with self._lock:
+            self._serialized[schema_id] = got
+        return got
 
     def register(self, subject: str, schema_type: str, schema: str) -> int:
         """Register ``schema`` under ``subject`` (the same schema again: the same id)."""

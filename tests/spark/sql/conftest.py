@@ -36,3 +36,23 @@ def runtime(sql_spark: Any, eos_broker: Any, tmp_path_factory: pytest.TempPathFa
         yield rt
     finally:
         rt.stop_all()
+
+
+@pytest.fixture(scope="module")
+def registry(eos_broker: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """``oncestream schema-registry`` on the module's broker, made the SQL engine's registry (as
+    server_main does from ``ksql.schema.registry.url``) for the module."""
+    from oncestream.spark.schema_registry_client import RegistryClient
+    from oncestream.sql.engine.serde import current_registry, use_registry
+    from tests.support.schema_registries import SchemaRegistryProcess
+
+    process = SchemaRegistryProcess(bootstrap=eos_broker.bootstrap, work_dir=tmp_path_factory.mktemp("registry"))
+    process.start()
+    before = current_registry()
+    try:
+        process.wait_writable()
+        use_registry(RegistryClient(process.url))
+        yield process
+    finally:
+        use_registry(before)
+        process.stop()

@@ -146,3 +146,18 @@ def ddl(sql: str) -> SourceInfo:
                       columns=columns, statement=sql, timestamp_column=props.get("TIMESTAMP"),
                       timestamp_format=props.get("TIMESTAMP_FORMAT"),
                       value_delimiter=str(props.get("VALUE_DELIMITER", ",")))
+
+
+def registry_source(text: str, topic: str) -> SourceInfo:
+    """The source a CREATE statement makes through the metastore, columns inferred from the SQL
+    engine's registry (``use_registry``) when it declares none."""
+    from oncestream.sql.engine.serde import current_registry
+    from oncestream.sql.language.parser import parse
+    from oncestream.sql.server.metastore import Metastore
+
+    metastore = Metastore()
+    (stmt,) = parse(text)
+    command = metastore.validate(stmt, {}, {topic: 1}, current_registry())
+    metastore.apply(command, 0)
+    (created,) = metastore.sources()
+    return created

@@ -10,9 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import struct
-from collections.abc import Iterator
 from decimal import Decimal
-from typing import Any
 
 import pytest
 from confluent_kafka.schema_registry import SchemaRegistryClient
@@ -20,14 +18,9 @@ from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerialize
 from confluent_kafka.schema_registry.json_schema import JSONDeserializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
-from oncestream.spark.schema_registry_client import RegistryClient
 from oncestream.sql.engine.runtime import RUNNING
-from oncestream.sql.engine.serde import current_registry, use_registry
-from oncestream.sql.language.catalog import Format, SourceInfo
-from oncestream.sql.language.parser import parse
-from oncestream.sql.server.metastore import Metastore
-from tests.spark.sql.golden import analyze, create_topics, produce, read_output, sink_of, start, unique
-from tests.support.schema_registries import SchemaRegistryProcess
+from oncestream.sql.language.catalog import Format
+from tests.spark.sql.golden import analyze, create_topics, produce, read_output, registry_source, sink_of, start, unique
 
 pytestmark = [pytest.mark.spark]
 
@@ -39,31 +32,6 @@ ORDER = json.dumps({"type": "record", "name": "Order", "namespace": "acme", "fie
     {"name": "placed", "type": {"type": "long", "logicalType": "timestamp-millis"}},
     {"name": "day", "type": {"type": "int", "logicalType": "date"}},
     {"name": "tags", "type": {"type": "array", "items": "string"}}]})
-
-
-@pytest.fixture(scope="module")
-def registry(eos_broker: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SchemaRegistryProcess]:
-    """A registry on the module's broker, made the SQL engine's registry (as server_main does from
-    ``ksql.schema.registry.url``) for the module."""
-    process = SchemaRegistryProcess(bootstrap=eos_broker.bootstrap, work_dir=tmp_path_factory.mktemp("registry"))
-    process.start()
-    before = current_registry()
-    try:
-        process.wait_writable()
-        use_registry(RegistryClient(process.url))
-        yield process
-    finally:
-        use_registry(before)
-        process.stop()
-
-
-def _create(text: str, topic: str) -> SourceInfo:
-    metastore = Metastore()
-    (stmt,) = parse(text)
-    command = metastore.validate(stmt, {}, {topic: 1}, current_registry())
-    metastore.apply(command, 0)
-    (source,) = metastore.sources()
-    return source
 
 
 def test_avro_stream_without_columns_to_an_avro_sink(runtime, eos_broker, registry):
@@ -83,7 +51,7 @@ def test_avro_stream_without_columns_to_an_avro_sink(runtime, eos_broker, regist
     produce(bootstrap, topic, [(None, good[0], T0), (None, unknown_id, T0 + 1), (None, bad_body, T0 + 2),
                                (None, good[1], T0 + 3), (None, good[2], T0 + 4)])
 
-    source = _create(f"CREATE STREAM ORDERS WITH (KAFKA_TOPIC='{topic}', VALUE_FORMAT='AVRO');", topic)
+    source = registry_source(f"CREATE STREAM ORDERS WITH (KAFKA_TOPIC='{topic}', VALUE_FORMAT='AVRO');", topic)
     assert [(c.name, c.type.ksql_name) for c in source.columns] == [
         ("id", "BIGINT"), ("item", "STRING"), ("amount", "DECIMAL(8, 2)"), ("placed", "TIMESTAMP"), ("day", "DATE"),
         ("tags", "ARRAY<STRING>")]
@@ -107,7 +75,7 @@ def test_json_sr_sink_is_read_by_confluents_json_deserializer(runtime, eos_broke
     topic, out = unique("plain"), unique("framed")
     create_topics(bootstrap, topic, out)
     produce(bootstrap, topic, [(None, b'{"ID": 1, "NAME": "a"}', T0), (None, b'{"ID": 2, "NAME": "b"}', T0 + 1)])
-    source = _create(f"CREATE STREAM P (ID INT, NAME STRING) WITH (KAFKA_TOPIC='{topic}', VALUE_FORMAT='JSON');", topic)
+    source = registry_source(f"CREATE STREAM P (ID INT, NAME STRING) WITH (KAFKA_TOPIC='{topic}', VALUE_FORMAT='JSON');", topic)
     _s, query = analyze("CREATE STREAM F AS SELECT ID, UCASE(NAME) AS NAME FROM P EMIT CHANGES;", {"P": source})
     start(runtime, "CSAS_F_1", query, sink_of(query, "F", out, value_format=Format.JSON_SR))
     records = read_output(bootstrap, out, 2, runtime=runtime, query_id="CSAS_F_1")

@@ -205,7 +205,7 @@ class QueryRuntime:
             # ksqlDB registers a C*AS sink's schemas when the query starts, not at its first record.
             for codec in (layout.key_codec, layout.value_codec):
                 if codec is not None:
-                    codec.writer_id()
+                    codec.register_sink_schema()
             options = kafka_options(self.settings.bootstrap_servers, self.settings.client_properties)
             options["topic"] = sink.topic
             options["kafka.transactional.id"] = transactional_prefix(self.settings, query_id)

@@ -75,7 +75,7 @@ class RecordLayout:
     value_delimiter: str = ","
     window: WindowKind | None = None
     window_size_ms: int | None = None
-    # AVRO / JSON_SR: the registry side of each format (None for the other formats)
+    # AVRO / JSON_SR / PROTOBUF / PROTOBUF_NOSR: the codec of each side (None for the other formats)
     key_codec: FrameCodec | None = field(default=None, compare=False)
     value_codec: FrameCodec | None = field(default=None, compare=False)
 
@@ -189,6 +189,11 @@ def _encode(fmt: Format, columns: Sequence[Column], row: Mapping[str, Any], deli
             return codec.encode_avro(row)
         except (TypeError, ValueError, ArithmeticError) as e:
             raise SerdeError(f"cannot write the row as AVRO: {e}") from None
+    if fmt in (Format.PROTOBUF, Format.PROTOBUF_NOSR) and codec is not None:
+        try:
+            return codec.encode_protobuf(row)
+        except (TypeError, ValueError, ArithmeticError, KsqlError) as e:
+            raise SerdeError(f"cannot write the row as {fmt.value}: {e}") from None
     if fmt is Format.JSON_SR and codec is not None:
         body = _encode(Format.JSON, columns, row, delimiter, single_unwrapped=single_unwrapped)
         return None if body is None else codec.encode_json(body)
@@ -211,14 +216,16 @@ def _decode(fmt: Format, columns: Sequence[Column], data: bytes | None, delimite
             single_unwrapped: bool, codec: FrameCodec | None = None) -> dict[str, Any] | None:
     if data is None:
         return None
-    if fmt in (Format.AVRO, Format.JSON_SR) and codec is not None:
+    if fmt in (Format.AVRO, Format.JSON_SR, Format.PROTOBUF, Format.PROTOBUF_NOSR) and codec is not None:
         try:
             if fmt is Format.AVRO:
                 return codec.decode_avro(data)
+            if fmt in (Format.PROTOBUF, Format.PROTOBUF_NOSR):
+                return codec.decode_protobuf(data)
             data = codec.check_json_id(data)
         except KsqlError as e:     # an unknown schema id, no framing: the record is bad
             raise SerdeError(f"Failed to deserialize {fmt.value} record: {e}") from None
-        except Exception as e:  # noqa: BLE001 - whatever fastavro raises on bad bytes, the record is bad
+        except Exception as e:  # noqa: BLE001 - whatever fastavro/protobuf raise on bad bytes, the record is bad
             raise SerdeError(f"Failed to deserialize {fmt.value} record: {type(e).__name__}: {e}") from None
         fmt = Format.JSON
     if fmt is Format.JSON:

@@ -1,9 +1,11 @@
-"""The schema-registry formats of ksqlDB, per row: AVRO and JSON_SR.
+"""The schema-registry formats of ksqlDB, per row: AVRO, JSON_SR, PROTOBUF (and PROTOBUF_NOSR).
 
 A framed record is Confluent's wire format: magic byte 0, the schema id (4 bytes big-endian),
 then the body: Avro binary (fastavro) for AVRO, the JSON text for JSON_SR (the same JSON as the
 JSON format writes; JSON, the JSON_SR format without registry, reads framed records too, as
-ksqlDB's JSON deserializer does).
+ksqlDB's JSON deserializer does), Confluent's message indexes then the protobuf binary for
+PROTOBUF (``serde_protobuf``). PROTOBUF_NOSR is the protobuf binary alone, its schema the
+declared columns' (no registry).
 
 Writing registers the columns' schema (``oncestream.sql.language.schema_mapping``) under the
 subject ``<topic>-key`` / ``<topic>-value`` once, unless ``KEY_SCHEMA_ID`` / ``VALUE_SCHEMA_ID``
@@ -26,12 +28,15 @@ from decimal import Decimal
 from typing import Any
 
 from oncestream.spark.schema_registry_client import HEADER_BYTES, MAGIC_BYTE, FramingError, frame, unframe
+from oncestream.sql.engine import serde_protobuf
 from oncestream.sql.errors import KsqlError
 from oncestream.sql.language.catalog import Column
+from oncestream.sql.language.protobuf_schema import file_descriptor, protobuf_schema
 from oncestream.sql.language.schema_mapping import schema_of
 from oncestream.sql.language.types import BaseType, SqlType
 
-REGISTRY_FORMATS = ("AVRO", "JSON_SR")
+REGISTRY_FORMATS = ("AVRO", "JSON_SR", "PROTOBUF", "PROTOBUF_NOSR")
+NO_REGISTRY = "PROTOBUF_NOSR"
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 _EPOCH_DATE = dt.date(1970, 1, 1)
 
@@ -128,18 +133,31 @@ class FrameCodec:
     key: bool
     schema_id: int | None = None
     _parsed: dict[int, Any] = field(default_factory=dict, repr=False, compare=False)
+    _classes: dict[tuple[int | None, tuple[int, ...]], Any] = field(default_factory=dict, repr=False, compare=False)
+    _own_id: int | None = field(default=None, repr=False, compare=False)   # registered from the columns
+
+    # Picklable for Spark: the caches (parsed schemas, message classes) are rebuilt in each worker.
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_parsed": {}, "_classes": {}}
 
     @property
     def unwrapped(self) -> bool:
-        return self.key and len(self.columns) == 1
+        # ksqlDB's PROTOBUF has no UNWRAP_SINGLES: one key column is still a message
+        return self.key and len(self.columns) == 1 and not self.fmt.startswith("PROTOBUF")
 
     def writer_id(self) -> int:
         """The id records are written with: the fixed ``*_SCHEMA_ID``, else the columns' schema
         registered under the subject (once)."""
         if self.schema_id is None:
             schema_type, text = schema_of(self.fmt, [(c.name, c.type) for c in self.columns], key=self.key)
-            self.schema_id = int(self.registry.register(self.subject, schema_type, text))
+            self.schema_id = self._own_id = int(self.registry.register(self.subject, schema_type, text))
         return self.schema_id
+
+    def register_sink_schema(self) -> None:
+        """Register the columns' schema now (a C*AS sink, when its query starts, as ksqlDB);
+        PROTOBUF_NOSR has no registry and registers nothing."""
+        if self.fmt != NO_REGISTRY:
+            self.writer_id()
 
     def _avro_schema(self, schema_id: int) -> Any:
         import fastavro
@@ -200,12 +218,54 @@ class FrameCodec:
         return body
 
 
+    # -- PROTOBUF / PROTOBUF_NOSR ------------------------------------------------------------
+
+    def _proto_class(self, schema_id: int | None, indexes: tuple[int, ...]) -> Any:
+        """The message class of the writer's schema ``schema_id`` at ``indexes`` (None: the
+        columns' own schema, PROTOBUF_NOSR's, and what a sink registers)."""
+        cls = self._classes.get((schema_id, indexes))
+        if cls is None:
+            if schema_id is None or schema_id == self._own_id:
+                file_proto = protobuf_schema([(c.name, c.type) for c in self.columns])[1]
+            else:
+                registered = self.registry.by_id(schema_id)
+                if registered.schema_type != "PROTOBUF":
+                    raise FramingError(f"schema id {schema_id} is a {registered.schema_type} schema, not PROTOBUF")
+                file_proto = file_descriptor(self.registry.serialized(schema_id))
+            cls = serde_protobuf.message_class(file_proto, indexes)
+            self._classes[(schema_id, indexes)] = cls
+        return cls
+
+    def encode_protobuf(self, row: Mapping[str, Any]) -> bytes:
+        """The record of ``row``'s columns: framed with message index [0] (PROTOBUF), or the
+        protobuf binary alone (PROTOBUF_NOSR)."""
+        value = {c.name: _to_avro(row.get(c.name), c.type) for c in self.columns}
+        if self.fmt == NO_REGISTRY:
+            return bytes(serde_protobuf.from_dict(self._proto_class(None, (0,)), value).SerializeToString())
+        schema_id = self.writer_id()
+        message = serde_protobuf.from_dict(self._proto_class(schema_id, (0,)), value)
+        return frame(schema_id, serde_protobuf.encode_indexes((0,)) + message.SerializeToString())
+
+    def decode_protobuf(self, data: bytes) -> dict[str, Any]:
+        """The columns of a PROTOBUF (framed) or PROTOBUF_NOSR record."""
+        if self.fmt == NO_REGISTRY:
+            cls, body = self._proto_class(None, (0,)), bytes(data)
+        else:
+            schema_id, framed = unframe(data)
+            indexes, body = serde_protobuf.decode_indexes(framed)
+            cls = self._proto_class(schema_id, indexes)
+        message = cls()
+        message.ParseFromString(body)
+        fields = serde_protobuf.to_dict(message)
+        return {c.name: _from_avro(get_ci(fields, c.name), c.type) for c in self.columns}
+
+
 def codec_for(fmt: str, columns: Sequence[Column], topic: str | None, registry: Any, *, key: bool,
               schema_id: int | None) -> FrameCodec | None:
     """The codec of one side of a source, or None when ``fmt`` needs no registry."""
     if fmt not in REGISTRY_FORMATS or not columns:
         return None
-    if registry is None:
+    if registry is None and fmt != NO_REGISTRY:
         raise KsqlError(f"The {fmt} format needs a Schema Registry: set 'ksql.schema.registry.url'.")
     subject = f"{topic}-{'key' if key else 'value'}"
     return FrameCodec(fmt, tuple(columns), subject, registry, key, schema_id)

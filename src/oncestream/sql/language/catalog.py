@@ -25,6 +25,8 @@ class Format(Enum):
     NONE = "NONE"
     AVRO = "AVRO"          # framed Avro, schema in the Schema Registry
     JSON_SR = "JSON_SR"    # framed JSON, JSON Schema in the Schema Registry (JSON reads it too)
+    PROTOBUF = "PROTOBUF"  # framed Protobuf (with message indexes), schema in the Schema Registry
+    PROTOBUF_NOSR = "PROTOBUF_NOSR"  # plain Protobuf binary, the schema from the declared columns
 
 
 class Namespace(Enum):

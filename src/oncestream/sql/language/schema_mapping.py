@@ -264,16 +264,28 @@ def columns_of_json_schema(schema_text: str, *, key: bool) -> list[tuple[str, Sq
 
 
 def schema_of(fmt: str, columns: list[tuple[str, SqlType]], *, key: bool) -> tuple[str, str]:
-    """(registry schema type, schema text) of ``columns`` in format ``fmt`` (AVRO or JSON_SR)."""
+    """(registry schema type, schema text) of ``columns`` in format ``fmt`` (AVRO, JSON_SR or PROTOBUF)."""
     if fmt == "AVRO":
         return "AVRO", avro_schema_of(columns, key=key)
     if fmt == "JSON_SR":
         return "JSON", json_schema_of(columns, key=key)
+    if fmt == "PROTOBUF":
+        from oncestream.sql.language.protobuf_schema import protobuf_schema_of
+
+        return "PROTOBUF", protobuf_schema_of(columns, key=key)
     raise StatementError(f"format {fmt} registers no schema")
 
 
-def columns_of(schema_type: str, schema_text: str, *, key: bool) -> list[tuple[str, SqlType]]:
-    """The columns inferred from a registered schema of type AVRO or JSON."""
+def columns_of(schema_type: str, schema_text: str, *, key: bool,
+               descriptor: str | None = None) -> list[tuple[str, SqlType]]:
+    """The columns inferred from a registered schema of type AVRO, JSON or PROTOBUF (whose
+    ``descriptor`` is the registry's base64 ``format=serialized`` answer)."""
+    if schema_type == "PROTOBUF":
+        from oncestream.sql.language.protobuf_schema import columns_of_protobuf, file_descriptor
+
+        if descriptor is None:
+            raise StatementError("A PROTOBUF schema is read from its descriptor (format=serialized)")
+        return columns_of_protobuf(file_descriptor(descriptor), schema_text, key=key)
     if schema_type == "AVRO":
         return columns_of_avro(schema_text, key=key)
     if schema_type == "JSON":

@@ -29,8 +29,8 @@ from oncestream.sql.language.types import BaseType, SqlType
 
 RESERVED_COLUMNS = (catalog.ROWTIME, catalog.ROWPARTITION, catalog.ROWOFFSET, catalog.WINDOWSTART, catalog.WINDOWEND)
 SUPPORTED_FORMATS = {f.value: f for f in Format}
-REGISTRY_FORMATS = (Format.AVRO, Format.JSON_SR)
-_SCHEMA_TYPE = {Format.AVRO: "AVRO", Format.JSON_SR: "JSON"}
+REGISTRY_FORMATS = (Format.AVRO, Format.JSON_SR, Format.PROTOBUF)
+_SCHEMA_TYPE = {Format.AVRO: "AVRO", Format.JSON_SR: "JSON", Format.PROTOBUF: "PROTOBUF"}
 
 
 class SchemaLookup(Protocol):
@@ -40,6 +40,8 @@ class SchemaLookup(Protocol):
     def latest(self, subject: str) -> Any: ...
 
     def by_id(self, schema_id: int) -> Any: ...
+
+    def serialized(self, schema_id: int) -> str: ...
 
 
 class CatalogView(Protocol):
@@ -71,8 +73,8 @@ def _fmt(value: Any, which: str) -> Format:
     text = str(value).upper()
     fmt = SUPPORTED_FORMATS.get(text)
     if fmt is None:
-        raise StatementError(f"{which} '{text}' is not supported: supported formats are JSON, JSON_SR, AVRO, DELIMITED, "
-                             "KAFKA and NONE.")
+        raise StatementError(f"{which} '{text}' is not supported: supported formats are JSON, JSON_SR, AVRO, PROTOBUF, "
+                             "PROTOBUF_NOSR, DELIMITED, KAFKA and NONE.")
     return fmt
 
 
@@ -271,6 +273,12 @@ class StatementPlanner:
             raise StatementError(f"Format '{fmt.value}' cannot read schema id {got.schema_id}: it is a "
                                  f"{got.schema_type} schema.")
         entry = {"id": int(got.schema_id), "type": str(got.schema_type), "schema": str(got.schema)}
+        if fmt is Format.PROTOBUF:
+            # The descriptor itself (the registry parses the .proto text; this layer has no parser).
+            try:
+                entry["descriptor"] = str(self._schemas.serialized(got.schema_id))
+            except Exception as e:  # noqa: BLE001 - the registry's refusal or absence, in the statement's error
+                raise StatementError(f"Could not read the descriptor of schema id {got.schema_id}: {e}") from None
         recorded[side] = entry
         return entry
 
@@ -406,12 +414,14 @@ class StatementPlanner:
             entry = self._registry_schema(key_format, topic, props, True, plan, recorded)
             if entry is not None:
                 key_schema_id = entry["id"] if _prop(props, "KEY_SCHEMA_ID") is not None else None
-                inferred += [Column(n, t, Namespace.KEY) for n, t in columns_of(entry["type"], entry["schema"], key=True)]
+                inferred += [Column(n, t, Namespace.KEY) for n, t in columns_of(entry["type"], entry["schema"], key=True,
+                                                                                descriptor=entry.get("descriptor"))]
         if value_format in REGISTRY_FORMATS and not any(not (cd.key or cd.primary_key) for cd in declared):
             entry = self._registry_schema(value_format, topic, props, False, plan, recorded)
             if entry is not None:
                 value_schema_id = entry["id"] if _prop(props, "VALUE_SCHEMA_ID") is not None else None
-                inferred += [Column(n, t, Namespace.VALUE) for n, t in columns_of(entry["type"], entry["schema"], key=False)]
+                inferred += [Column(n, t, Namespace.VALUE) for n, t in columns_of(entry["type"], entry["schema"], key=False,
+                                                                                  descriptor=entry.get("descriptor"))]
         if not stmt.columns and not inferred:
             raise StatementError("The statement does not define any columns.")
         seen: set[str] = set()

@@ -15,6 +15,10 @@ replay, query placement) and the REST API (HTTP/1.1 and h2c on one port). ``--co
 - ``spark.*`` properties for the SparkSession;
 - ``ksql.schema.registry.url`` (and ``ksql.schema.registry.basic.auth.user.info``): the Schema
   Registry of the AVRO and JSON_SR formats (spark/schema_registry_client.py);
+- ksqlDB's processing log: ``ksql.logging.processing.topic.auto.create=true`` writes the records
+  queries cannot read to the topic ``<service id>ksql_processing_log`` as well as to the logger
+  ``processing``, and ``ksql.logging.processing.stream.auto.create=true`` creates the stream
+  ``KSQL_PROCESSING_LOG`` over it (sql/engine/processing_log.py);
 - ``ksql.spark.start=lazy`` to start Spark only when a query first needs it (default ``eager``);
 - the node's own settings (``ksql.command.timeout.ms``, ``ksql.query.assignment.session.timeout.ms``,
   ``ksql.query.assignment.heartbeat.interval.ms``, ``ksql.query.assignment.instance.id`` (the
@@ -402,6 +406,10 @@ def run(args: argparse.Namespace, *, write_steps: WriteStepObserver | None = Non
     from oncestream.sql.engine.serde import use_registry
 
     use_registry(RegistryClient.from_properties(dict(props)))
+    from oncestream.sql.engine.processing_log import ProcessingLogSettings, use_processing_log
+
+    processing_log = ProcessingLogSettings.from_properties(props, args.service_id, args.bootstrap_server, clients)
+    use_processing_log(processing_log)
     try:
         instance_id = node_instance_id(props, state_dir)
     except (NodeIdentityError, OSError) as exc:
@@ -446,6 +454,7 @@ def run(args: argparse.Namespace, *, write_steps: WriteStepObserver | None = Non
                          name="sql-two-phase-commit-check", daemon=True).start()
         if not node.runner.wait_replayed(_REPLAY_TIMEOUT_S) and node.runner.degraded_reason is None:
             log.error("oncestream sql: the command topic was not replayed within %.0f s", _REPLAY_TIMEOUT_S)
+        _processing_log_topic(node, processing_log)
         app: Any = create_app(node, max_body_bytes=int(props.get("ksql.max.body.bytes", _DEFAULT_MAX_BODY_BYTES)))
         if basic_auth is not None:
             app = BasicAuthMiddleware(app, users, realm=basic_auth.realm, skip_paths=basic_auth.skip_paths)
@@ -470,6 +479,23 @@ def run(args: argparse.Namespace, *, write_steps: WriteStepObserver | None = Non
         _end_children()
     bound.finished()
     return status
+
+
+def _processing_log_topic(node: Any, settings: Any) -> None:
+    """ksqlDB's start-up step: the processing-log topic (``ksql.logging.processing.topic.auto.create``)
+    and the stream over it (``...stream.auto.create``), unless they exist. A failure is logged:
+    the node serves without them."""
+    from oncestream.sql.engine.processing_log import ensure_topic, stream_statement
+
+    if settings.topic is None:
+        return
+    ensure_topic(settings)
+    if not settings.create_stream or node.metastore_snapshot().source(settings.stream_name) is not None:
+        return
+    try:
+        asyncio.run(node.execute(stream_statement(settings), {}))
+    except (KsqlError, KafkaException, OSError) as exc:
+        log.warning("oncestream sql: cannot create the %s stream: %s", settings.stream_name, exc)
 
 
 def _check_two_phase_commit(bootstrap_servers: str, clients: dict[str, str], service_id: str) -> None:

@@ -19,6 +19,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from oncestream.spark.registry_formats import plain_value
+from oncestream.sql.engine.processing_log import current_processing_log, log_deserialization_error
 from oncestream.sql.engine.serde import RecordLayout, SerdeError, decode_columns, encode_columns
 from oncestream.sql.language.catalog import Column, Format
 from oncestream.sql.language.sql_ast import WindowKind
@@ -27,7 +28,7 @@ from oncestream.sql.language.types import BaseType, SqlType
 # Internal column marking a record whose value is null (a table's tombstone).
 TOMBSTONE = "__TOMBSTONE"
 # Internal column marking a record a registry format could not read (it went to the processing
-# log; the source drops it, as ksqlDB does). Only layouts with AVRO/JSON_SR have it.
+# log; the source drops it, as ksqlDB does). Only layouts with AVRO/JSON_SR/PROTOBUF(_NOSR) have it.
 UNREADABLE = "__UNREADABLE"
 WINDOW_START = "WINDOWSTART"
 WINDOW_END = "WINDOWEND"
@@ -212,7 +213,7 @@ def _kafka_decode(col: SparkColumn, t: SqlType) -> SparkColumn:
     raise SerdeError(f"The 'KAFKA' format does not support type '{b.value}'")
 
 
-# -- AVRO and JSON_SR (the registry formats): Python UDFs over serde_registry ---------------------
+# -- AVRO, JSON_SR, PROTOBUF(_NOSR) (the registry formats): Python UDFs over serde_registry --------
 
 # Inside the UDFs a TIMESTAMP is epoch ms and a DATE epoch days (serde's Python values), converted
 # in the JVM: a Python datetime from Spark is in the session's zone, epoch ms has none.
@@ -225,8 +226,12 @@ _FROM_EPOCH: dict[BaseType, Callable[[SparkColumn], SparkColumn]] = {
 
 
 def _registry_decode(layout: RecordLayout, columns: Sequence[Column], data: SparkColumn, *, key: bool) -> list[SparkColumn]:
-    # The Python form decodes; a record it cannot read (unknown schema id, bad bytes) is logged to
-    # the processing log and read as nulls, as a JSON record Spark cannot parse is.
+    # The Python form decodes; a record it cannot read (unknown schema id, bad bytes) goes to the
+    # processing log (the logger, and its topic when the server has one) and reads as nulls.
+    codec = layout.key_codec if key else layout.value_codec
+    topic = codec.subject.rsplit("-", 1)[0] if codec is not None else ""
+    target = "key" if key else "value"
+    log_settings = current_processing_log()
     decoder = functools.partial(decode_columns, layout.key_format if key else layout.value_format, tuple(columns),
                                 codec=layout.key_codec if key else layout.value_codec, single_unwrapped=key)
     schema = T.StructType([T.StructField(c.name, _wire_type(c.type, T.BinaryType())) for c in columns])
@@ -237,7 +242,8 @@ def _registry_decode(layout: RecordLayout, columns: Sequence[Column], data: Spar
         try:
             return decoder(bytes(raw))
         except SerdeError as e:
-            processing_log().warning("deserialization error: %s", e)
+            log_deserialization_error(log_settings, logger=f"processing.{topic}.{target}.deserializer", topic=topic,
+                                      target=target, error=str(e), record=bytes(raw))
             return None
 
     decode.__annotations__ = {}   # plain Python UDF: no hints for PySpark to read as pandas ones
@@ -257,13 +263,6 @@ def _registry_encode(layout: RecordLayout, columns: Sequence[Column], values: Ma
     encode.__annotations__ = {}
     fields = [_map_wire(values[c.name], c.type, _TO_EPOCH).alias(c.name) for c in columns]
     return F.udf(encode, T.BinaryType())(F.struct(*fields))
-
-
-def processing_log() -> Any:
-    """ksqlDB's processing log (the logger ``processing``): records a query could not read."""
-    import logging
-
-    return logging.getLogger("processing")
 
 
 # -- one format over a binary column -------------------------------------------------------------
@@ -291,6 +290,11 @@ def _decode(fmt: Format, columns: Sequence[Column], data: SparkColumn, delimiter
         for c in columns:
             wire = _wire_type(c.type)
             raw = loose.getItem(c.name.upper())
+            if _has_struct(c.type):
+                # Inside a STRUCT too (Spark's from_json matches names exactly): ksqlDB's
+                # processing log, for one, writes "deserializationError" for DESERIALIZATIONERROR.
+                out.append(from_wire(_json_ci(raw, c.type), c.type).alias(c.name))
+                continue
             fallback = F.from_json(raw, wire) if isinstance(wire, (T.StructType, T.ArrayType, T.MapType)) \
                 else raw.cast(wire)
             out.append(from_wire(F.coalesce(exact.getField(c.name), fallback), c.type).alias(c.name))
@@ -307,6 +311,30 @@ def _decode(fmt: Format, columns: Sequence[Column], data: SparkColumn, delimiter
             raise SerdeError(f"The 'KAFKA' format only supports a single field. Got: {names}")
         return [_kafka_decode(data, columns[0].type).alias(names[0])]
     raise SerdeError(f"format {fmt.value} holds no columns")
+
+
+def _has_struct(t: SqlType) -> bool:
+    if t.base is BaseType.STRUCT:
+        return True
+    return t.element is not None and _has_struct(t.element)
+
+
+def _json_ci(text: SparkColumn, t: SqlType) -> SparkColumn:
+    """The JSON/CSV wire value of the JSON text ``text`` as type ``t``, the fields of every STRUCT
+    in it matched case-insensitively (as ``serde.from_json_wire``): each object is read as a map
+    of upper-cased names to the JSON text of its values, then each field from its text."""
+    text_map = T.MapType(T.StringType(), T.StringType())
+    b, element = t.base, t.element
+    if b is BaseType.STRUCT:
+        fields_by_name = F.transform_keys(F.from_json(text, text_map), lambda k, _v: F.upper(k))
+        fields = [_json_ci(fields_by_name.getItem(f.name.upper()), f.type).alias(f.name) for f in t.fields]
+        return F.when(fields_by_name.isNull(), F.lit(None)).otherwise(F.struct(*fields))
+    if b is BaseType.ARRAY and element is not None and _has_struct(element):
+        return F.transform(F.from_json(text, T.ArrayType(T.StringType())), lambda x: _json_ci(x, element))
+    if b is BaseType.MAP and element is not None and _has_struct(element):
+        return F.transform_values(F.from_json(text, text_map), lambda _k, v: _json_ci(v, element))
+    wire = _wire_type(t)
+    return F.from_json(text, wire) if isinstance(wire, (T.ArrayType, T.MapType)) else text.cast(wire)
 
 
 def _strip_frame(data: SparkColumn) -> SparkColumn:
