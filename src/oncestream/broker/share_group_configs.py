@@ -1,7 +1,9 @@
 """Share-group configs as GROUP config resources (KIP-932's ``share.auto.offset.reset`` and
 ``share.isolation.level``): IncrementalAlterConfigs / AlterConfigs change them, DescribeConfigs
 lists them, and they are kept durably in ``DATA_DIR/share_group_configs.json`` (Kafka keeps them
-in its metadata log). A change is written before it applies, like a dynamic broker config.
+in its metadata log; a cluster broker in PostgreSQL's ``group_configs``, cluster/pg/client_metrics.py
+``PgGroupConfigStore``, installed in place of ``FileGroupConfigStore``). A change is written before
+it applies, like a dynamic broker config.
 
 A group's config takes effect when its share-partitions are first read (the reset policy picks
 the start offset of a share-partition that has no state yet) and on every fetch (the isolation
@@ -13,6 +15,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import Protocol
 
 from oncestream.broker.dynamic_config import ConfigEntry
 from oncestream.broker.named_configs_file import load_named_configs, save_named_configs
@@ -64,6 +67,23 @@ def load(data_dir: Path) -> dict[str, dict[str, str]]:
 def save(data_dir: Path, configs: Mapping[str, Mapping[str, str]]) -> None:
     """Write every group's configs durably (for the disk threads)."""
     save_named_configs(data_dir / FILE_NAME, configs)
+
+
+class GroupConfigStore(Protocol):
+    """Where IncrementalAlterConfigs persists every group's share configs before installing them."""
+
+    def save(self, configs: Mapping[str, Mapping[str, str]]) -> None: ...
+
+
+class FileGroupConfigStore:
+    """The single broker's store (``share_group_configs.json`` in the data directory)."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = data_dir
+
+    def save(self, configs: Mapping[str, Mapping[str, str]]) -> None:
+        """Write every group's configs durably (on the disk threads)."""
+        save(self.data_dir, configs)
 
 
 def apply_operations(current: Mapping[str, str], operations: Iterable[tuple[str, int, str | None]]) -> dict[str, str]:

@@ -24,7 +24,13 @@ from dataclasses import dataclass, field
 
 from oncestream.async_wait import run_deadline_timer
 from oncestream.broker.internal_topic import InternalAppender, InternalTopic
-from oncestream.broker.share_group_configs import AUTO_OFFSET_RESET, DEFAULTS, ISOLATION_LEVEL, reset_by_duration_ms
+from oncestream.broker.share_group_configs import (
+    AUTO_OFFSET_RESET,
+    DEFAULTS,
+    ISOLATION_LEVEL,
+    GroupConfigStore,
+    reset_by_duration_ms,
+)
 from oncestream.coordinator.share.group import ShareGroupConfig, ShareGroupCoordinator
 from oncestream.coordinator.share.partition import SharePartition, SharePartitionConfig, StateBatch
 from oncestream.coordinator.share.records import (
@@ -39,7 +45,7 @@ from oncestream.coordinator.share.records import (
     encode_value,
 )
 from oncestream.coordinator.share.sessions import ShareSessionCache
-from oncestream.errors import InvalidConfigError, NotLeaderOrFollowerError, OnceStreamError
+from oncestream.errors import CoordinatorInvariantError, InvalidConfigError, NotLeaderOrFollowerError, OnceStreamError
 from oncestream.log.manager import LogManager
 
 log = logging.getLogger("oncestream.broker")
@@ -58,6 +64,10 @@ SharePartitionKey = tuple[str, uuid.UUID, int]  # (group id, topic id, partition
 # (broker/cluster_shares.py); returns the keys not written.
 DurableSave = Callable[[list[SharePartitionKey]], Awaitable[set[SharePartitionKey]]]
 
+
+
+async def _nothing_to_refresh() -> None:
+    """The single broker's group configs are its own file's: nothing to re-read."""
 
 
 def _bool(props: dict[str, str], name: str, default: bool) -> bool:
@@ -115,7 +125,8 @@ class ShareService:
     def __init__(self, logs: LogManager, props: dict[str, str], now_ms: Callable[[], int],
                  mono_ms: Callable[[], int], appender: InternalAppender | None = None,
                  on_available: Callable[[str, int], None] | None = None,
-                 group_configs: dict[str, dict[str, str]] | None = None) -> None:
+                 group_configs: dict[str, dict[str, str]] | None = None,
+                 group_config_store: GroupConfigStore | None = None) -> None:
         """``on_available(topic, partition)`` wakes long-polling ShareFetches when records become
         deliverable again (released, lock expired, member gone)."""
         self.settings = ShareSettings.from_properties(props)
@@ -129,9 +140,14 @@ class ShareService:
         self.partitions: dict[SharePartitionKey, SharePartition] = {}
         self._updates_since_snapshot: dict[SharePartitionKey, int] = {}
         self._snapshot_epoch: dict[SharePartitionKey, int] = {}
-        # Per-group share configs (GROUP config resources; durable in share_group_configs.py).
+        # Per-group share configs (GROUP config resources; durable in ``group_config_store``:
+        # the data dir's file, or PostgreSQL in cluster mode). ``refresh_group_configs`` re-reads
+        # them where another broker may have changed them (cluster mode; the caller holds
+        # ``group_config_lock``), before a share-partition starts by them or they are described.
         self.group_configs: dict[str, dict[str, str]] = dict(group_configs or {})
+        self.group_config_store = group_config_store
         self.group_config_lock = asyncio.Lock()
+        self.refresh_group_configs: Callable[[], Awaitable[None]] = _nothing_to_refresh
         self._topic: InternalTopic | None = None
         self._departures: dict[tuple[str, str], int] = {}  # (group, member) -> release at (mono ms)
         # Where each share-partition's latest snapshot is: (state topic partition, offset). The
@@ -267,22 +283,20 @@ class ShareService:
 
     def reset_partition(self, key: SharePartitionKey, start_offset: int) -> bool:
         """AlterShareGroupOffsets: the share-partition starts afresh at ``start_offset`` (no
-        record in flight); persisted as a new snapshot. False if the append failed, and in
-        cluster mode, where the share-partition's owner alone may write it (not done yet)."""
+        record in flight); persisted as a new snapshot. False if the append failed. Single
+        broker only: a cluster's coordinator writes through broker/cluster_shares.py ``overwrite``."""
         if self._durable_save is not None:
-            log.warning("AlterShareGroupOffsets is not served in cluster mode yet (%s)", key)
-            return False
+            raise CoordinatorInvariantError(f"reset_partition({key}) in cluster mode: ClusterShares.overwrite writes it")
         self.partitions[key] = SharePartition(self.settings.partition, start_offset)
         self._snapshot_epoch.pop(key, None)  # the next persist writes a snapshot
         return key not in self.persist([key])
 
     def delete_partition(self, key: SharePartitionKey) -> bool:
         """DeleteShareGroupOffsets: forget the share-partition (a tombstone in the state topic;
-        the next fetch starts it again by ``share.auto.offset.reset``). False if not durable,
-        and in cluster mode, where the share-partition's owner alone may write it (not done yet)."""
+        the next fetch starts it again by ``share.auto.offset.reset``). False if not durable.
+        Single broker only: a cluster's coordinator writes through broker/cluster_shares.py ``overwrite``."""
         if self._durable_save is not None:
-            log.warning("deleting share-partition state is not served in cluster mode yet (%s)", key)
-            return False
+            raise CoordinatorInvariantError(f"delete_partition({key}) in cluster mode: ClusterShares.overwrite writes it")
         topic = self._state_topic()
         try:
             topic.append(self._state_partition(key, topic),

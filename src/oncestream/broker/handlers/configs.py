@@ -132,14 +132,19 @@ async def _apply_group_configs(state: BrokerState, group_id: str, ops: list[tupl
     """Share-group configs (broker/share_group_configs.py): written durably, then applied."""
     if not group_id:
         raise InvalidRequestError("Group resources need a group id.")
-    async with state.shares.group_config_lock:
-        current = state.shares.group_configs
+    shares = state.shares
+    store = shares.group_config_store
+    if store is None:
+        raise InvalidRequestError("this broker keeps no share-group configs")
+    async with shares.group_config_lock:
+        await shares.refresh_group_configs()  # cluster mode: another broker may have changed them
+        current = shares.group_configs
         updated = share_group_configs.apply_operations({} if replace else current.get(group_id, {}), ops)
         if validate_only:
             return
         new_all = {**current, group_id: updated}
         await run_disk_step(
-            state, lambda: share_group_configs.save(state.data_dir, new_all),
+            state, lambda: store.save(new_all),
             finish=lambda: state.shares.group_configs.update({group_id: updated}),
             abort=lambda: None,
             what=f"config change of group {group_id!r}",
@@ -167,7 +172,15 @@ async def _apply_client_metrics_configs(state: BrokerState, name: str, ops: list
 
 
 async def handle_describe_configs(state: BrokerState, header: RequestHeader, request: DescribeConfigsRequest) -> object:
-    """DescribeConfigs; in cluster mode the topics' overrides come from the catalog first."""
+    """DescribeConfigs; in cluster mode the topics' overrides come from the catalog first, and
+    share groups' configs are re-read, so every broker describes a change made through another
+    at once (the notification that also brings it may still be on its way)."""
+    if any(res.resource_type == RESOURCE_GROUP for res in request.resources):
+        async with state.shares.group_config_lock:
+            try:
+                await state.shares.refresh_group_configs()
+            except OnceStreamError as exc:  # described from the last snapshot; the watch loop retries
+                log.warning("cannot re-read the share-group configs: %s", exc)
     return handle_describe(state, header, request, await _catalog_topics(state, request.resources))
 
 
