@@ -3,9 +3,10 @@ librdkafka's ``ShareConsumer`` against a real broker process (h-share's broker s
 
 Checked: ShareGroupDescribe (members, assignment, state, epochs) and DescribeShareGroupOffsets
 (start offset and lag) while the consumer runs and after it left; a reset (AlterShareGroupOffsets)
-that a new ShareConsumer then starts from; delete-offsets (DeleteShareGroupOffsets). Not yet
-here: share groups in ListGroups and DeleteGroups of a share group, which the broker does not
-serve yet (a share group is found through ShareGroupDescribe; see cli_groups._group_type).
+that a new ShareConsumer then starts from; delete-offsets (DeleteShareGroupOffsets); delete
+(DeleteGroups of the empty share group, its share state included). Also run against a cluster
+(``ONCESTREAM_TEST_BROKER=cluster``): the admin requests go to the group's coordinator, which
+writes the share-partitions' state through their owners' leases (broker/cluster_shares.py).
 """
 
 from __future__ import annotations
@@ -136,3 +137,13 @@ def test_share_group_described_while_consuming_and_after(group_broker) -> None:
     deleted = _rows(run_cli("groups", "delete-offsets", group_id, "--topic", topic, *bs).stdout)
     assert deleted == [{"TOPIC": topic, "STATUS": "Successful"}]
     assert _starts(bs, group_id) == {}
+
+    # DeleteGroups of the empty share group takes its share state along (Kafka's
+    # DeleteShareGroupState): state first, so that there is some to delete.
+    run_cli("groups", "reset-offsets", group_id, "--topic", topic, "--to-earliest", "--execute", *bs)
+    assert _starts(bs, group_id) == dict.fromkeys(range(PARTITIONS), (0, per_partition))
+    out = run_cli("groups", "delete", group_id, *bs).stdout.decode()
+    assert f"'{group_id}'" in out
+    assert "successful" in out
+    with Admin({"bootstrap.servers": bootstrap}) as admin:
+        assert admin.list_share_group_offsets([ConsumerGroupTopicPartitions(group_id)])[group_id].partitions == []

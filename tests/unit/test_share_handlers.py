@@ -236,14 +236,16 @@ def _alter_offsets(state: BrokerState, start: int) -> Any:
     request = m.AlterShareGroupOffsetsRequest(group_id=GROUP, topics=(m.AlterShareGroupOffsetsRequestTopic(
         topic_name=TOPIC, partitions=(m.AlterShareGroupOffsetsRequestPartition(partition_index=0,
                                                                                start_offset=start),)),))
-    return share_admin.handle_alter_offsets(state, RequestHeader(k.ALTER_SHARE_GROUP_OFFSETS, 0, 1, "t", 0), request)
+    return asyncio.run(share_admin.handle_alter_offsets(state, RequestHeader(k.ALTER_SHARE_GROUP_OFFSETS, 0, 1, "t", 0),
+                                                        request))
 
 
 def _delete_offsets(state: BrokerState) -> Any:
     m = request_module(k.DELETE_SHARE_GROUP_OFFSETS, 0)
     request = m.DeleteShareGroupOffsetsRequest(group_id=GROUP, topics=(
         m.DeleteShareGroupOffsetsRequestTopic(topic_name=TOPIC),))
-    return share_admin.handle_delete_offsets(state, RequestHeader(k.DELETE_SHARE_GROUP_OFFSETS, 0, 1, "t", 0), request)
+    return asyncio.run(share_admin.handle_delete_offsets(state, RequestHeader(k.DELETE_SHARE_GROUP_OFFSETS, 0, 1, "t", 0),
+                                                         request))
 
 
 def _heartbeat(state: BrokerState, member: str, epoch: int) -> Any:
