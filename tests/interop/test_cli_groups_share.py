@@ -142,8 +142,8 @@ def test_share_group_described_while_consuming_and_after(group_broker) -> None:
     # DeleteShareGroupState): state first, so that there is some to delete.
     run_cli("groups", "reset-offsets", group_id, "--topic", topic, "--to-earliest", "--execute", *bs)
     assert _starts(bs, group_id) == dict.fromkeys(range(PARTITIONS), (0, per_partition))
-    out = run_cli("groups", "delete", group_id, *bs).stdout.decode()
-    assert f"'{group_id}'" in out
-    assert "successful" in out
+    deleted_group = run_cli("groups", "delete", group_id, *bs).stdout.decode()
+    assert f"'{group_id}'" in deleted_group
+    assert "successful" in deleted_group
     with Admin({"bootstrap.servers": bootstrap}) as admin:
         assert admin.list_share_group_offsets([ConsumerGroupTopicPartitions(group_id)])[group_id].partitions == []

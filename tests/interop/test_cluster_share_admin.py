@@ -1,9 +1,9 @@
 """Share-group admin (KIP-932) on a cluster of three ``oncestream broker`` processes, with
 librdkafka's ShareConsumer (confluent-kafka) reading and each broker asked on the wire.
 
-A share group's per-group config (``share.auto.offset.reset``) is set through a broker that does
-not coordinate the group; every broker describes it, and the share-partitions' owners (the leaders
-of the topic-partitions) start by it. The group's offsets are altered through its coordinator while
+A share group's per-group configs (``share.auto.offset.reset``, ``share.record.lock.duration.ms``)
+are set through a broker that does not coordinate the group; every broker describes them, and the
+share-partitions' owners (the leaders of the topic-partitions) start by the reset policy. The group's offsets are altered through its coordinator while
 other brokers own share-partitions of it (broker/cluster_shares.py ``overwrite``: the coordinator
 takes the owners' leases in the transaction that writes the state); every broker describes the new
 start offsets and a new ShareConsumer is handed exactly the records from there. The group is then
@@ -72,11 +72,11 @@ def _alter(broker: ClusterBroker, group: str, topic: str, start_offset: int) -> 
             for p in range(PARTITIONS))),)))
 
 
-def _share_read(bootstrap: str, group: str, topic: str, count: int) -> list[tuple[int, int]]:
+def _share_read(bootstrap: str, group: str, topic: str, count: int) -> list[tuple[int | None, int | None]]:
     """(partition, offset) of the first ``count`` records a new ShareConsumer of ``group`` is
     handed (acknowledged implicitly and committed), then it closes (the group empties)."""
     consumer = confluent_kafka.ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group})
-    got: list[tuple[int, int]] = []
+    got: list[tuple[int | None, int | None]] = []
     try:
         consumer.subscribe([topic])
         deadline = time.monotonic() + CAP_S
@@ -112,13 +112,14 @@ def test_share_admin_through_one_broker_is_seen_and_applied_by_every_broker(
     # share.auto.offset.reset=earliest through a broker that does not coordinate the group.
     response = _call(others[0], k.INCREMENTAL_ALTER_CONFIGS, lambda m: m.IncrementalAlterConfigsRequest(
         resources=(m.AlterConfigsResource(resource_type=RESOURCE_GROUP, resource_name=group, configs=(
-            m.AlterableConfig(name="share.auto.offset.reset", config_operation=SET, value="earliest"),)),),
+            m.AlterableConfig(name="share.auto.offset.reset", config_operation=SET, value="earliest"),
+            m.AlterableConfig(name="share.record.lock.duration.ms", config_operation=SET, value="20000"))),),
         validate_only=False))
     assert [r.error_code for r in response.responses] == [ErrorCode.none]
     for broker in brokers:
-        value, source = _group_config(broker, group)["share.auto.offset.reset"]
-        assert value == "earliest", f"node {broker.node_id} describes {value}"
-        assert source == ConfigSource.GROUP_CONFIG, f"node {broker.node_id}: source {source}"
+        described = _group_config(broker, group)
+        assert described["share.auto.offset.reset"] == ("earliest", ConfigSource.GROUP_CONFIG), broker.node_id
+        assert described["share.record.lock.duration.ms"] == ("20000", ConfigSource.GROUP_CONFIG), broker.node_id
 
     # Records before the group's first consumer: the owners start by the config (latest: none).
     producer = confluent_kafka.Producer({"bootstrap.servers": cluster.bootstrap})

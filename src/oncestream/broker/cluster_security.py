@@ -104,6 +104,7 @@ async def use_cluster_security(state: BrokerState, store: MetadataStore) -> tupl
 
     def install_group_configs(configs: NamedConfigs) -> None:
         shares.group_configs = {name: dict(values) for name, values in configs.items()}
+        shares.apply_group_configs()
 
     install_group_configs(group_configs.load())
 

@@ -91,6 +91,10 @@ class ClusterShares:
                 taken = await self._state.take(registration, key)
                 if taken is None:
                     return ErrorCode.not_leader_or_follower  # the former owner's lease still holds
+                # The group's configs (start offset, lock duration) as they are now, with a change
+                # made through another broker a moment ago.
+                async with self._shares.group_config_lock:
+                    await self._shares.refresh_group_configs()
                 value = await self._state.load(key)
                 if value is None:
                     self._shares.install(key, await self._start_offset(group_id, topic_id, partition))
@@ -110,7 +114,7 @@ class ClusterShares:
         DescribeShareGroupOffsets on the group's coordinator."""
         out = {}
         for key, value in (await self._state.load_group(group_id)).items():
-            sp = out[key] = SharePartition(self._shares.settings.partition, value.start_offset)
+            sp = out[key] = SharePartition(self._shares.partition_config(group_id), value.start_offset)
             sp.apply_persisted(value.start_offset, value.batches, replace=True)
         return out
 
@@ -134,8 +138,6 @@ class ClusterShares:
 
     async def _start_offset(self, group_id: str, topic_id: uuid.UUID, partition: int) -> int:
         """Where a new share-partition starts (``share.auto.offset.reset``, as the single broker)."""
-        async with self._shares.group_config_lock:  # a change made through another broker a moment ago
-            await self._shares.refresh_group_configs()
         reset = self._shares.group_config(group_id, AUTO_OFFSET_RESET)
         read_committed = self._shares.group_config(group_id, ISOLATION_LEVEL) == "read_committed"
         reader = self._node.reader

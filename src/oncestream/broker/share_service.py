@@ -16,6 +16,7 @@ share group has no such topic.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import uuid
 import zlib
@@ -28,6 +29,7 @@ from oncestream.broker.share_group_configs import (
     AUTO_OFFSET_RESET,
     DEFAULTS,
     ISOLATION_LEVEL,
+    RECORD_LOCK_DURATION_MS,
     GroupConfigStore,
     reset_by_duration_ms,
 )
@@ -85,6 +87,8 @@ class ShareSettings:
     state_topic_partitions: int = 10  # share.coordinator.state.topic.num.partitions (Kafka: 50)
     updates_per_snapshot: int = 500  # share.coordinator.snapshot.update.records.per.snapshot
     state_segment_bytes: int = 104857600  # share.coordinator.state.topic.segment.bytes
+    # The bounds of a group's share.record.lock.duration.ms (group.share.{min,max}.record.lock.duration.ms).
+    lock_duration_bounds_ms: tuple[int, int] = (15000, 60000)
 
     @classmethod
     def from_properties(cls, props: dict[str, str]) -> ShareSettings:
@@ -111,6 +115,8 @@ class ShareSettings:
             state_topic_partitions=num("share.coordinator.state.topic.num.partitions", 10),
             updates_per_snapshot=num("share.coordinator.snapshot.update.records.per.snapshot", 500),
             state_segment_bytes=num("share.coordinator.state.topic.segment.bytes", 104857600),
+            lock_duration_bounds_ms=(num("group.share.min.record.lock.duration.ms", 15000),
+                                     num("group.share.max.record.lock.duration.ms", 60000)),
         )
         if settings.partition.record_lock_duration_ms < 1 or settings.partition.delivery_count_limit < 1:
             raise InvalidConfigError("group.share.record.lock.duration.ms and group.share.delivery.count.limit must be >= 1")
@@ -187,7 +193,7 @@ class ShareService:
                 snapshot_epoch: int = -1) -> SharePartition:
         """Cluster mode: serve ``key`` from this state (loaded by its new owner; records that were
         acquired come back AVAILABLE)."""
-        sp = self.partitions[key] = SharePartition(self.settings.partition, start_offset)
+        sp = self.partitions[key] = SharePartition(self.partition_config(key[0]), start_offset)
         sp.apply_persisted(start_offset, list(batches), replace=True)
         sp.take_changes()
         self._snapshot_epoch[key] = snapshot_epoch
@@ -243,7 +249,22 @@ class ShareService:
         return None
 
     def group_config(self, group_id: str, name: str) -> str:
+        """A share config of ``group_id``: its own, else the default."""
         return self.group_configs.get(group_id, {}).get(name, DEFAULTS[name])
+
+    def partition_config(self, group_id: str) -> SharePartitionConfig:
+        """The share-partition settings of ``group_id``: the broker's, with the group's own
+        ``share.record.lock.duration.ms`` if it has one."""
+        own = self.group_configs.get(group_id, {}).get(RECORD_LOCK_DURATION_MS)
+        if own is None:
+            return self.settings.partition
+        return dataclasses.replace(self.settings.partition, record_lock_duration_ms=int(own))
+
+    def apply_group_configs(self) -> None:
+        """The group configs changed: every loaded share-partition takes its group's settings
+        (records acquired from now on are locked for the group's lock duration)."""
+        for (group_id, _topic_id, _partition), sp in self.partitions.items():
+            sp.config = self.partition_config(group_id)
 
     # --- share-partitions -----------------------------------------------------------------------
 
@@ -272,7 +293,7 @@ class ShareService:
                 start = latest if found is None else min(found[0], latest)
             else:
                 start = latest
-            sp = self.partitions[key] = SharePartition(self.settings.partition, start)
+            sp = self.partitions[key] = SharePartition(self.partition_config(group_id), start)
         if sp.start_offset < plog.log_start_offset:
             sp.move_start(plog.log_start_offset)
         return sp
@@ -287,7 +308,7 @@ class ShareService:
         broker only: a cluster's coordinator writes through broker/cluster_shares.py ``overwrite``."""
         if self._durable_save is not None:
             raise CoordinatorInvariantError(f"reset_partition({key}) in cluster mode: ClusterShares.overwrite writes it")
-        self.partitions[key] = SharePartition(self.settings.partition, start_offset)
+        self.partitions[key] = SharePartition(self.partition_config(key[0]), start_offset)
         self._snapshot_epoch.pop(key, None)  # the next persist writes a snapshot
         return key not in self.persist([key])
 
@@ -437,7 +458,8 @@ class ShareService:
             sp = self.partitions.get(sp_key)
             if key.record_type == SNAPSHOT_TYPE:
                 if sp is None:
-                    sp = self.partitions[sp_key] = SharePartition(self.settings.partition, value.start_offset)
+                    sp = self.partitions[sp_key] = SharePartition(self.partition_config(sp_key[0]),
+                                                                  value.start_offset)
                 sp.apply_persisted(value.start_offset, value.batches, replace=True)
                 self._snapshot_epoch[sp_key] = value.snapshot_epoch
                 self._snapshot_at[sp_key] = (state_partition, offset)

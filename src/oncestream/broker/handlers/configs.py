@@ -119,7 +119,8 @@ def _describe_entries(state: BrokerState, request: Any, res: Any, catalog: Catal
         return admin.describe_broker(state.dynamic_configs, res.resource_name, include_synonyms=include_synonyms,
                                      include_documentation=include_documentation, remote_status=remote_status(state.remote))
     if res.resource_type == RESOURCE_GROUP:
-        return share_group_configs.describe(state.shares.group_configs.get(res.resource_name, {}))
+        return share_group_configs.describe(state.shares.group_configs.get(res.resource_name, {}),
+                                            state.shares.settings.partition.record_lock_duration_ms)
     if res.resource_type == RESOURCE_CLIENT_METRICS:
         if not res.resource_name:
             raise InvalidRequestError("Subscription name can't be empty")
@@ -139,13 +140,19 @@ async def _apply_group_configs(state: BrokerState, group_id: str, ops: list[tupl
     async with shares.group_config_lock:
         await shares.refresh_group_configs()  # cluster mode: another broker may have changed them
         current = shares.group_configs
-        updated = share_group_configs.apply_operations({} if replace else current.get(group_id, {}), ops)
+        updated = share_group_configs.apply_operations({} if replace else current.get(group_id, {}), ops,
+                                                       shares.settings.lock_duration_bounds_ms)
         if validate_only:
             return
         new_all = {**current, group_id: updated}
+
+        def install() -> None:
+            shares.group_configs.update({group_id: updated})
+            shares.apply_group_configs()
+
         await run_disk_step(
             state, lambda: store.save(new_all),
-            finish=lambda: state.shares.group_configs.update({group_id: updated}),
+            finish=install,
             abort=lambda: None,
             what=f"config change of group {group_id!r}",
         )
