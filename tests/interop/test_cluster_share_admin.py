@@ -3,13 +3,14 @@ librdkafka's ShareConsumer (confluent-kafka) reading and each broker asked on th
 
 A share group's per-group configs (``share.auto.offset.reset``, ``share.record.lock.duration.ms``)
 are set through a broker that does not coordinate the group; every broker describes them, and the
-share-partitions' owners (the leaders of the topic-partitions) start by the reset policy. The group's offsets are altered through its coordinator while
-other brokers own share-partitions of it (broker/cluster_shares.py ``overwrite``: the coordinator
-takes the owners' leases in the transaction that writes the state); every broker describes the new
-start offsets and a new ShareConsumer is handed exactly the records from there. The group is then
-deleted through a client bootstrapped from the third broker (which itself answers NOT_COORDINATOR,
-as Kafka's brokers do); every broker describes no state, and a new consumer starts afresh by the
-group's config.
+share-partitions' owners (the leaders of the topic-partitions) start by the reset policy. The
+group's offsets are altered through its coordinator while other brokers own share-partitions of
+it (broker/cluster_shares.py ``overwrite``: the coordinator takes the owners' leases in the
+transaction that writes the state); every broker describes the new start offsets and a new
+ShareConsumer is handed exactly the records from there. The group is then deleted through a
+client bootstrapped from the third broker (which itself answers NOT_COORDINATOR, as Kafka's
+brokers do); every broker describes no state, and a new consumer starts afresh by the group's
+config.
 """
 
 from __future__ import annotations
