@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 
-from oncestream.cluster.leases.coordinator_leases import LeaseLostError
+from oncestream.cluster.leases.coordinator_leases import CoordinatorLeases, LeaseLostError, resource_name
 from oncestream.cluster.leases.share_state import PgShareState, share_resource
 from oncestream.cluster.pg.store import MetadataStore
 from oncestream.coordinator.share.partition import (
@@ -120,5 +120,51 @@ def test_a_lease_of_another_share_partition_is_refused(pg_database):
         other = (KEY[0], KEY[1], KEY[2] + 1)
         with pytest.raises(ValueError, match="does not cover"):
             await state.save(lease, other, ShareStateValue(0, 0, ()))
+
+    run_cluster(pg_database, main)
+
+
+def test_the_group_coordinator_writes_through_the_owners_fencing(pg_database):
+    """AlterShareGroupOffsets / DeleteShareGroupOffsets on a cluster (PgShareState.overwrite): the
+    coordinator's write takes the owner's lease, so the owner's stale copy is never written, the
+    owner learns it (``lost``) and loads the coordinator's state when it takes the lease again; a
+    coordinator that lost its own lease writes nothing."""
+    key = ("admin-group", uuid.uuid4(), 0)
+
+    async def main(store: MetadataStore) -> None:
+        state = PgShareState(store, idle_timeout_ms=LONG_MS)
+        coordinator = await register(store, 1, LONG_MS)  # alone: it takes the group's partition
+        group_partition = resource_name("__consumer_offsets", 0)
+        group_lease = (await CoordinatorLeases(store).acquire(coordinator, [group_partition])).held[group_partition]
+        owner = await register(store, 2, LONG_MS)
+        lease = await state.take(owner, key)
+        assert lease is not None
+        sp = SharePartition(CONFIG, 0)
+        assert sp.acquire("m1", [LogSpan(o, o) for o in range(10)], 10, 0)
+        assert sp.acknowledge("m1", [AckBatch(0, 3, (AckType.ACCEPT,))], 1).name == "none"
+        await state.save(lease, key, _value(sp, 0))
+        assert await state.lost(owner, [lease]) == set()
+
+        await state.overwrite(group_lease, {key: ShareStateValue(0, 7, ())})
+        assert await state.lost(owner, [lease]) == {lease.resource}
+        with pytest.raises(LeaseLostError):  # the owner's stale copy (start 4, 4..9 acquired)
+            await state.save(lease, key, _value(sp, 1))
+        again = await state.take(owner, key)
+        assert again is not None
+        assert again.epoch == lease.epoch + 2  # the coordinator's takeover, then the owner's
+        loaded = await state.load(key)
+        assert loaded is not None
+        assert (loaded.start_offset, loaded.batches) == (7, ())
+
+        await state.overwrite(group_lease, {key: None})  # DeleteShareGroupOffsets
+        assert await state.load(key) is None
+        with pytest.raises(LeaseLostError):
+            await state.save(again, key, _value(_restored(loaded), 1))
+        assert await state.load(key) is None
+
+        await expire(store, coordinator.node_id)
+        with pytest.raises(LeaseLostError):
+            await state.overwrite(group_lease, {key: ShareStateValue(0, 1, ())})
+        assert await state.load(key) is None
 
     run_cluster(pg_database, main)

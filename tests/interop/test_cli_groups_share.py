@@ -3,9 +3,10 @@ librdkafka's ``ShareConsumer`` against a real broker process (h-share's broker s
 
 Checked: ShareGroupDescribe (members, assignment, state, epochs) and DescribeShareGroupOffsets
 (start offset and lag) while the consumer runs and after it left; a reset (AlterShareGroupOffsets)
-that a new ShareConsumer then starts from; delete-offsets (DeleteShareGroupOffsets). Not yet
-here: share groups in ListGroups and DeleteGroups of a share group, which the broker does not
-serve yet (a share group is found through ShareGroupDescribe; see cli_groups._group_type).
+that a new ShareConsumer then starts from; delete-offsets (DeleteShareGroupOffsets); delete
+(DeleteGroups of the empty share group, its share state included). Also run against a cluster
+(``ONCESTREAM_TEST_BROKER=cluster``): the admin requests go to the group's coordinator, which
+writes the share-partitions' state through their owners' leases (broker/cluster_shares.py).
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from oncestream.client import Admin, ConsumerGroupState, ConsumerGroupTopicParti
 from tests.interop.test_cli import run_cli
 from tests.interop.test_cli_groups import _rows
 from tests.support.clients import create_topic, unique_topic
-from tests.support.cluster_kind import CLUSTER_LACKS_SHARE_GROUPS, not_on_cluster
 from tests.support.groups import (
     WAIT_TIMEOUT_S,
     group_broker,  # noqa: F401 - fixture
@@ -28,7 +28,7 @@ from tests.support.groups import (
     wait_until,
 )
 
-pytestmark = [pytest.mark.interop, not_on_cluster(CLUSTER_LACKS_SHARE_GROUPS)]
+pytestmark = pytest.mark.interop
 
 PARTITIONS = 2
 RECORDS = 20
@@ -91,7 +91,9 @@ def test_share_group_described_while_consuming_and_after(group_broker) -> None:
             assert member.member_epoch >= 1
             assert described.group_epoch >= 1
             assert described.coordinator is not None
-            assert (described.coordinator.host, described.coordinator.port) == (group_broker.host, group_broker.port)
+            # One broker, or the cluster kind's broker that coordinates the group.
+            endpoints = {(b.host, b.port) for b in getattr(group_broker, "brokers", [group_broker])}
+            assert (described.coordinator.host, described.coordinator.port) in endpoints
 
         out = run_cli("groups", "describe", group_id, "--members", "--state", *bs).stdout
         state, members = _table(out)[:2], _table(out)[2:]
@@ -135,3 +137,13 @@ def test_share_group_described_while_consuming_and_after(group_broker) -> None:
     deleted = _rows(run_cli("groups", "delete-offsets", group_id, "--topic", topic, *bs).stdout)
     assert deleted == [{"TOPIC": topic, "STATUS": "Successful"}]
     assert _starts(bs, group_id) == {}
+
+    # DeleteGroups of the empty share group takes its share state along (Kafka's
+    # DeleteShareGroupState): state first, so that there is some to delete.
+    run_cli("groups", "reset-offsets", group_id, "--topic", topic, "--to-earliest", "--execute", *bs)
+    assert _starts(bs, group_id) == dict.fromkeys(range(PARTITIONS), (0, per_partition))
+    deleted_group = run_cli("groups", "delete", group_id, *bs).stdout.decode()
+    assert f"'{group_id}'" in deleted_group
+    assert "successful" in deleted_group
+    with Admin({"bootstrap.servers": bootstrap}) as admin:
+        assert admin.list_share_group_offsets([ConsumerGroupTopicPartitions(group_id)])[group_id].partitions == []

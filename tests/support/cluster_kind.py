@@ -166,9 +166,6 @@ CLUSTER_RESTART_OUTLASTS_SESSIONS = ("the test SIGKILLs and restarts the broker 
                                      "outlive it with a 6 s session; a cluster's three brokers restart one after the "
                                      "other (about 7 s each on a loaded machine), so the classic member's session "
                                      "ends first (coordinator failover is tests/interop/test_cluster_*'s subject)")
-CLUSTER_LACKS_SHARE_GROUPS = ("share-group offset admin (AlterShareGroupOffsets, DeleteShareGroupOffsets, the "
-                              "share state of a deleted share group) is not served in cluster mode yet: only the "
-                              "share-partition's owner may write its state (docs/cluster-coordinators.md)")
 ONE_BROKER_ASSUMED = ("the test talks to one broker on the wire and expects it to coordinate every group or "
                       "transactional id, which holds for one broker only (a cluster answers NOT_COORDINATOR "
                       "from the others, as Kafka does)")

@@ -236,14 +236,16 @@ def _alter_offsets(state: BrokerState, start: int) -> Any:
     request = m.AlterShareGroupOffsetsRequest(group_id=GROUP, topics=(m.AlterShareGroupOffsetsRequestTopic(
         topic_name=TOPIC, partitions=(m.AlterShareGroupOffsetsRequestPartition(partition_index=0,
                                                                                start_offset=start),)),))
-    return share_admin.handle_alter_offsets(state, RequestHeader(k.ALTER_SHARE_GROUP_OFFSETS, 0, 1, "t", 0), request)
+    return asyncio.run(share_admin.handle_alter_offsets(state, RequestHeader(k.ALTER_SHARE_GROUP_OFFSETS, 0, 1, "t", 0),
+                                                        request))
 
 
 def _delete_offsets(state: BrokerState) -> Any:
     m = request_module(k.DELETE_SHARE_GROUP_OFFSETS, 0)
     request = m.DeleteShareGroupOffsetsRequest(group_id=GROUP, topics=(
         m.DeleteShareGroupOffsetsRequestTopic(topic_name=TOPIC),))
-    return share_admin.handle_delete_offsets(state, RequestHeader(k.DELETE_SHARE_GROUP_OFFSETS, 0, 1, "t", 0), request)
+    return asyncio.run(share_admin.handle_delete_offsets(state, RequestHeader(k.DELETE_SHARE_GROUP_OFFSETS, 0, 1, "t", 0),
+                                                         request))
 
 
 def _heartbeat(state: BrokerState, member: str, epoch: int) -> Any:
@@ -471,7 +473,8 @@ def test_group_configs_are_durable_and_described(tmp_path: Path) -> None:
                                                      configuration_keys=None),),
                                                      include_synonyms=False, include_documentation=False))
         entries = {c.name: (c.value, c.config_source) for r in described.results for c in r.configs}
-        assert entries == {"share.isolation.level": ("read_committed", 8), "share.auto.offset.reset": ("earliest", 8)}
+        assert entries == {"share.isolation.level": ("read_committed", 8), "share.auto.offset.reset": ("earliest", 8),
+                           "share.record.lock.duration.ms": ("30000", 5)}  # the broker's default
     finally:
         second.close()
 
@@ -497,3 +500,66 @@ def test_share_group_describe(state: BrokerState) -> None:
     assert classic.error_code == ErrorCode.group_id_not_found
     assert classic.error_message is not None
     assert "not a share group" in classic.error_message
+
+
+def _alter_group_config(state: BrokerState, name: str, value: str | None) -> list[ErrorCode]:
+    """IncrementalAlterConfigs of GROUP's ``name``: SET ``value``, or DELETE when None."""
+    m = request_module(k.INCREMENTAL_ALTER_CONFIGS, 1)
+    request = m.IncrementalAlterConfigsRequest(resources=(m.AlterConfigsResource(
+        resource_type=32, resource_name=GROUP, configs=(
+            m.AlterableConfig(name=name, config_operation=0 if value is not None else 1, value=value),)),),
+        validate_only=False)
+    response: Any = asyncio.run(configs.handle_incremental_alter(
+        state, RequestHeader(k.INCREMENTAL_ALTER_CONFIGS, 1, 1, "t", 0), request))
+    return [r.error_code for r in response.responses]
+
+
+def _described_group_config(state: BrokerState, name: str) -> tuple[str, int, int]:
+    """(value, source, type) of GROUP's ``name`` as DescribeConfigs answers."""
+    d = request_module(k.DESCRIBE_CONFIGS, 4)
+    described: Any = asyncio.run(configs.handle_describe_configs(state, RequestHeader(k.DESCRIBE_CONFIGS, 4, 1, "t", 0),
+                                                                 d.DescribeConfigsRequest(resources=(
+                                                                     d.DescribeConfigsResource(
+                                                                         resource_type=32, resource_name=GROUP,
+                                                                         configuration_keys=(name,)),),
+                                                                     include_synonyms=False,
+                                                                     include_documentation=False)))
+    [(value, source, kind)] = [(c.value, c.config_source, c.config_type) for r in described.results for c in r.configs]
+    return value, source, kind
+
+
+def test_a_groups_record_lock_duration_is_bounded_described_and_applied(tmp_path: Path) -> None:
+    """share.record.lock.duration.ms of a GROUP resource (Kafka's GroupConfig): within the broker's
+    group.share.{min,max}.record.lock.duration.ms, the broker's default until set, and the lock of
+    the records the group acquires from then on (loaded share-partitions included)."""
+    state = _state(tmp_path / "data", **{"group.share.record.lock.duration.ms": "30000",
+                                         "group.share.min.record.lock.duration.ms": "1000"})
+    name = "share.record.lock.duration.ms"
+    try:
+        topic_id = _with_records(state, 6)
+        assert _described_group_config(state, name) == ("30000", 5, 3)  # DEFAULT_CONFIG, INT
+        assert _alter_group_config(state, name, "999") == [ErrorCode.invalid_config]  # below the broker's min
+        assert _alter_group_config(state, name, "60001") == [ErrorCode.invalid_config]  # above the default max
+        assert _alter_group_config(state, name, "soon") == [ErrorCode.invalid_config]
+        before_ms = state.mono_ms()
+        assert _acquired(_fetch(state, "a", 0, topic_id)) == [(0, 5)]  # locked for the broker's duration
+        sp = state.shares.partitions[(GROUP, topic_id, 0)]
+        assert sp.config.record_lock_duration_ms == 30000
+        first_deadline_ms = sp.next_lock_deadline_ms()
+        assert first_deadline_ms is not None
+        assert before_ms + 30000 <= first_deadline_ms <= state.mono_ms() + 30000
+        assert _alter_group_config(state, name, "5000") == [ErrorCode.none]
+        assert _described_group_config(state, name) == ("5000", 8, 3)  # GROUP_CONFIG
+        assert sp.config.record_lock_duration_ms == 5000
+        state.logs.get(TOPIC, 0).append(encode_batch([NewRecord(value=b"late")] * 2, now_ms=state.now_ms()),
+                                        state.now_ms())
+        before_ms = state.mono_ms()
+        assert _acquired(_fetch(state, "a", 1, topic_id)) == [(6, 7)]  # locked for the group's duration
+        deadline_ms = sp.next_lock_deadline_ms()
+        assert deadline_ms is not None
+        assert before_ms + 5000 <= deadline_ms <= state.mono_ms() + 5000
+        assert _alter_group_config(state, name, None) == [ErrorCode.none]
+        assert _described_group_config(state, name) == ("30000", 5, 3)
+        assert sp.config.record_lock_duration_ms == 30000
+    finally:
+        state.close()

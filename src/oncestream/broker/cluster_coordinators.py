@@ -21,7 +21,13 @@ from collections.abc import Callable
 
 from oncestream.broker.group_service import OFFSETS_TOPIC, GroupService
 from oncestream.broker.txn_service import TRANSACTION_STATE_TOPIC, TxnMarkerWriter, TxnService
-from oncestream.cluster.leases.coordinator_leases import LEASES_CHANNEL, BrokerIdentity, CoordinatorLeases
+from oncestream.cluster.leases.coordinator_leases import (
+    LEASES_CHANNEL,
+    BrokerIdentity,
+    CoordinatorLeases,
+    Lease,
+    resource_name,
+)
 from oncestream.cluster.leases.lease_keeper import LeaseKeeper
 from oncestream.cluster.leases.pg_internal_topic import PgInternalTopic
 from oncestream.cluster.leases.producer_id_blocks import PgProducerIdService
@@ -107,6 +113,14 @@ class ClusterCoordinators:
         """The node that coordinates ``__consumer_offsets`` partition ``partition`` (the marker
         writer forwards transaction markers there); None when none is known."""
         return None if self._keeper is None else self._keeper.coordinator_node(OFFSETS_TOPIC, partition)
+
+    def group_lease(self, group_id: str) -> Lease | None:
+        """This broker's lease of the ``__consumer_offsets`` partition of ``group_id`` when it
+        coordinates the group (what its writes for the group are fenced by), else None."""
+        if self._keeper is None:
+            return None
+        partition = self.groups.coordinator.partition_for(group_id)
+        return self._keeper.loaded.get(resource_name(OFFSETS_TOPIC, partition))
 
     def coordinator_node(self, key_type: int, key: str) -> int | None:
         """FindCoordinator: the node id of the coordinator of ``key`` (a group id or a

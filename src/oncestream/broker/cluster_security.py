@@ -26,8 +26,14 @@ runner (broker/cluster_run.py) replaces both stores of the scratch state with th
   CLIENT_METRICS resources): ``PgClientMetricsStore`` (cluster/pg/client_metrics.py) becomes
   ``state.telemetry.config_store``; a loop installs every change into ``state.telemetry.manager``
   (holding ``state.telemetry.config_lock``). Pushed metrics stay with the broker they reached.
+- Share-group configs (KIP-932, IncrementalAlterConfigs / DescribeConfigs of GROUP resources):
+  ``PgGroupConfigStore`` (the same module) becomes ``state.shares.group_config_store``; a loop
+  installs every change into ``state.shares.group_configs`` (holding ``state.shares.group_config_lock``),
+  and ``state.shares.refresh_group_configs`` re-reads the table where a change must be seen at once
+  (DescribeConfigs, a share-partition starting by ``share.auto.offset.reset``).
 
-The ACL, SCRAM, quota and client-metrics loops reload on NOTIFY, on reconnection and by a poll (cluster/pg/security_changes.py).
+The ACL, SCRAM, quota, client-metrics and group-config loops reload on NOTIFY, on reconnection and
+by a poll (cluster/pg/security_changes.py).
 """
 
 from __future__ import annotations
@@ -43,7 +49,7 @@ from oncestream.broker.quotas.entities import ClientQuotaConfigs
 from oncestream.broker.sasl.scram import ScramCredential
 from oncestream.broker.state import BrokerState
 from oncestream.cluster.pg.acls import PgAclStore
-from oncestream.cluster.pg.client_metrics import PgClientMetricsStore
+from oncestream.cluster.pg.client_metrics import NamedConfigs, PgClientMetricsStore, PgGroupConfigStore
 from oncestream.cluster.pg.scram import PgScramCredentialStore
 from oncestream.cluster.pg.store import MetadataStore
 from oncestream.errors import OnceStreamError
@@ -91,7 +97,27 @@ async def use_cluster_security(state: BrokerState, store: MetadataStore) -> tupl
     async def watch_client_metrics() -> None:
         await client_metrics.watch(telemetry.manager.install, telemetry.config_lock)
 
-    loops: list[BackgroundLoop] = [scram.watch, poll_dynamic_configs, watch_quotas, watch_client_metrics]
+    # KIP-932 share-group configs: stored cluster-wide, applied by each share-partition's owner.
+    group_configs = await PgGroupConfigStore.open(store)
+    shares = state.shares
+    shares.group_config_store = group_configs
+
+    def install_group_configs(configs: NamedConfigs) -> None:
+        shares.group_configs = {name: dict(values) for name, values in configs.items()}
+        shares.apply_group_configs()
+
+    install_group_configs(group_configs.load())
+
+    async def refresh_group_configs() -> None:
+        await group_configs.refresh(install_group_configs)
+
+    shares.refresh_group_configs = refresh_group_configs
+
+    async def watch_group_configs() -> None:
+        await group_configs.watch(install_group_configs, shares.group_config_lock)
+
+    loops: list[BackgroundLoop] = [scram.watch, poll_dynamic_configs, watch_quotas, watch_client_metrics,
+                                   watch_group_configs]
     if state.authorizer is not None:
         authorizer = StandardAuthorizer(
             acls.load(), super_users=parse_super_users(state.config.super_users),

@@ -12,8 +12,14 @@ the topic-partition (``ClusterNode.leader_of``), holding the share-partition's l
 - ``save(keys)`` (ShareService.persist_async): each snapshot in one transaction fenced by the
   lease; a lost lease unloads the share-partition (nothing written, nothing promised);
 - ``run()``: every heartbeat interval, the changes that promised nothing (records given back by
-  lock expiry or a member leaving) are saved, and share-partitions whose topic-partition now has
-  another leader (a broker joined) are unloaded and their leases released.
+  lock expiry or a member leaving) are saved, share-partitions whose topic-partition now has
+  another leader (a broker joined) are unloaded and their leases released, and those whose lease
+  the group's coordinator took (``overwrite``) are unloaded;
+- ``overwrite(group_id, writes)``: on the group's coordinator, AlterShareGroupOffsets,
+  DeleteShareGroupOffsets and DeleteGroups of an empty share group write the share-partitions'
+  state through the owners' fencing rules (PgShareState.overwrite: the coordinator's lease fences
+  the write, the owners' leases are taken from them in the same transaction); an owner's stale
+  copy is never written again, and is reloaded at the next ShareFetch.
 
 A broker that dies keeps its leases until its broker lease expires (PostgreSQL's clock); then the
 new leader takes them, and records that were acquired come back available: delivered again, as
@@ -36,7 +42,8 @@ from oncestream.cluster.diskless.offsets_query import list_offset
 from oncestream.cluster.leases.coordinator_leases import Lease, LeaseLostError
 from oncestream.cluster.leases.share_state import PgShareState
 from oncestream.coordinator.share.partition import SharePartition
-from oncestream.errors import OnceStreamError
+from oncestream.coordinator.share.records import ShareStateValue
+from oncestream.errors import NotCoordinatorError, OnceStreamError
 
 log = logging.getLogger("oncestream.broker")
 
@@ -84,6 +91,10 @@ class ClusterShares:
                 taken = await self._state.take(registration, key)
                 if taken is None:
                     return ErrorCode.not_leader_or_follower  # the former owner's lease still holds
+                # The group's configs (start offset, lock duration) as they are now, with a change
+                # made through another broker a moment ago.
+                async with self._shares.group_config_lock:
+                    await self._shares.refresh_group_configs()
                 value = await self._state.load(key)
                 if value is None:
                     self._shares.install(key, await self._start_offset(group_id, topic_id, partition))
@@ -103,9 +114,23 @@ class ClusterShares:
         DescribeShareGroupOffsets on the group's coordinator."""
         out = {}
         for key, value in (await self._state.load_group(group_id)).items():
-            sp = out[key] = SharePartition(self._shares.settings.partition, value.start_offset)
+            sp = out[key] = SharePartition(self._shares.partition_config(group_id), value.start_offset)
             sp.apply_persisted(value.start_offset, value.batches, replace=True)
         return out
+
+    async def overwrite(self, group_id: str, writes: dict[SharePartitionKey, ShareStateValue | None]) -> None:
+        """The group's coordinator replaces (a value) or deletes (None) the state of these
+        share-partitions of ``group_id``, whoever owns them (see the module docstring).
+        NotCoordinatorError when this broker does not coordinate the group (or lost its lease:
+        nothing written); a MetadataStoreError when PostgreSQL failed."""
+        coordinators = self._node.coordinators
+        lease = None if coordinators is None else coordinators.group_lease(group_id)
+        if lease is None:
+            raise NotCoordinatorError(f"node {self._node.node_id} does not coordinate group {group_id}")
+        if any(key[0] != group_id for key in writes):
+            raise ValueError(f"share-partitions of another group than {group_id} in one overwrite")
+        await self._state.overwrite(lease, writes)
+        self._drop([key for key in writes if key in self.leases])  # this broker's copies are stale now
 
     async def high_watermark(self, topic_id: uuid.UUID, partition: int) -> int:
         """The partition's high watermark (the lag of DescribeShareGroupOffsets)."""
@@ -160,6 +185,20 @@ class ClusterShares:
         if registration is not None:
             await self._state.release(registration, keys)
 
+    async def _drop_overwritten(self) -> None:
+        """Unload the share-partitions whose lease the group's coordinator took (``overwrite``):
+        their copies are stale (a write from them would be fenced anyway)."""
+        registration = self._node.registration
+        if registration is None or not self.leases:
+            return
+        leases = dict(self.leases)
+        lost = await self._state.lost(registration, leases.values())
+        stale = [key for key, lease in leases.items() if lease.resource in lost and self.leases.get(key) is lease]
+        if stale:
+            log.info("node %d: share-partitions %s were changed by their group's coordinator; unloading them",
+                     self._node.node_id, stale)
+            self._drop(stale)
+
     async def run(self) -> None:
         """Save what waits and hand over what moved, every interval, until cancelled."""
         while True:
@@ -171,6 +210,7 @@ class ClusterShares:
                 moved = [key for key in list(self.leases) if await self._leader(key[1], key[2]) != self._node.node_id]
                 if moved:
                     await self._hand_over(moved)
+                await self._drop_overwritten()
             except OnceStreamError as exc:
                 log.warning("share-partition round failed: %s", exc)
             except Exception:  # a loop that ended would leave the state unsaved for good

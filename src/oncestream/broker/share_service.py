@@ -16,6 +16,7 @@ share group has no such topic.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import uuid
 import zlib
@@ -24,7 +25,14 @@ from dataclasses import dataclass, field
 
 from oncestream.async_wait import run_deadline_timer
 from oncestream.broker.internal_topic import InternalAppender, InternalTopic
-from oncestream.broker.share_group_configs import AUTO_OFFSET_RESET, DEFAULTS, ISOLATION_LEVEL, reset_by_duration_ms
+from oncestream.broker.share_group_configs import (
+    AUTO_OFFSET_RESET,
+    DEFAULTS,
+    ISOLATION_LEVEL,
+    RECORD_LOCK_DURATION_MS,
+    GroupConfigStore,
+    reset_by_duration_ms,
+)
 from oncestream.coordinator.share.group import ShareGroupConfig, ShareGroupCoordinator
 from oncestream.coordinator.share.partition import SharePartition, SharePartitionConfig, StateBatch
 from oncestream.coordinator.share.records import (
@@ -39,7 +47,7 @@ from oncestream.coordinator.share.records import (
     encode_value,
 )
 from oncestream.coordinator.share.sessions import ShareSessionCache
-from oncestream.errors import InvalidConfigError, NotLeaderOrFollowerError, OnceStreamError
+from oncestream.errors import CoordinatorInvariantError, InvalidConfigError, NotLeaderOrFollowerError, OnceStreamError
 from oncestream.log.manager import LogManager
 
 log = logging.getLogger("oncestream.broker")
@@ -60,6 +68,10 @@ DurableSave = Callable[[list[SharePartitionKey]], Awaitable[set[SharePartitionKe
 
 
 
+async def _nothing_to_refresh() -> None:
+    """The single broker's group configs are its own file's: nothing to re-read."""
+
+
 def _bool(props: dict[str, str], name: str, default: bool) -> bool:
     return props.get(name, str(default)).strip().lower() in ("true", "1", "yes")
 
@@ -75,6 +87,8 @@ class ShareSettings:
     state_topic_partitions: int = 10  # share.coordinator.state.topic.num.partitions (Kafka: 50)
     updates_per_snapshot: int = 500  # share.coordinator.snapshot.update.records.per.snapshot
     state_segment_bytes: int = 104857600  # share.coordinator.state.topic.segment.bytes
+    # The bounds of a group's share.record.lock.duration.ms (group.share.{min,max}.record.lock.duration.ms).
+    lock_duration_bounds_ms: tuple[int, int] = (15000, 60000)
 
     @classmethod
     def from_properties(cls, props: dict[str, str]) -> ShareSettings:
@@ -101,6 +115,8 @@ class ShareSettings:
             state_topic_partitions=num("share.coordinator.state.topic.num.partitions", 10),
             updates_per_snapshot=num("share.coordinator.snapshot.update.records.per.snapshot", 500),
             state_segment_bytes=num("share.coordinator.state.topic.segment.bytes", 104857600),
+            lock_duration_bounds_ms=(num("group.share.min.record.lock.duration.ms", 15000),
+                                     num("group.share.max.record.lock.duration.ms", 60000)),
         )
         if settings.partition.record_lock_duration_ms < 1 or settings.partition.delivery_count_limit < 1:
             raise InvalidConfigError("group.share.record.lock.duration.ms and group.share.delivery.count.limit must be >= 1")
@@ -115,7 +131,8 @@ class ShareService:
     def __init__(self, logs: LogManager, props: dict[str, str], now_ms: Callable[[], int],
                  mono_ms: Callable[[], int], appender: InternalAppender | None = None,
                  on_available: Callable[[str, int], None] | None = None,
-                 group_configs: dict[str, dict[str, str]] | None = None) -> None:
+                 group_configs: dict[str, dict[str, str]] | None = None,
+                 group_config_store: GroupConfigStore | None = None) -> None:
         """``on_available(topic, partition)`` wakes long-polling ShareFetches when records become
         deliverable again (released, lock expired, member gone)."""
         self.settings = ShareSettings.from_properties(props)
@@ -129,9 +146,14 @@ class ShareService:
         self.partitions: dict[SharePartitionKey, SharePartition] = {}
         self._updates_since_snapshot: dict[SharePartitionKey, int] = {}
         self._snapshot_epoch: dict[SharePartitionKey, int] = {}
-        # Per-group share configs (GROUP config resources; durable in share_group_configs.py).
+        # Per-group share configs (GROUP config resources; durable in ``group_config_store``:
+        # the data dir's file, or PostgreSQL in cluster mode). ``refresh_group_configs`` re-reads
+        # them where another broker may have changed them (cluster mode; the caller holds
+        # ``group_config_lock``), before a share-partition starts by them or they are described.
         self.group_configs: dict[str, dict[str, str]] = dict(group_configs or {})
+        self.group_config_store = group_config_store
         self.group_config_lock = asyncio.Lock()
+        self.refresh_group_configs: Callable[[], Awaitable[None]] = _nothing_to_refresh
         self._topic: InternalTopic | None = None
         self._departures: dict[tuple[str, str], int] = {}  # (group, member) -> release at (mono ms)
         # Where each share-partition's latest snapshot is: (state topic partition, offset). The
@@ -171,7 +193,7 @@ class ShareService:
                 snapshot_epoch: int = -1) -> SharePartition:
         """Cluster mode: serve ``key`` from this state (loaded by its new owner; records that were
         acquired come back AVAILABLE)."""
-        sp = self.partitions[key] = SharePartition(self.settings.partition, start_offset)
+        sp = self.partitions[key] = SharePartition(self.partition_config(key[0]), start_offset)
         sp.apply_persisted(start_offset, list(batches), replace=True)
         sp.take_changes()
         self._snapshot_epoch[key] = snapshot_epoch
@@ -227,7 +249,22 @@ class ShareService:
         return None
 
     def group_config(self, group_id: str, name: str) -> str:
+        """A share config of ``group_id``: its own, else the default."""
         return self.group_configs.get(group_id, {}).get(name, DEFAULTS[name])
+
+    def partition_config(self, group_id: str) -> SharePartitionConfig:
+        """The share-partition settings of ``group_id``: the broker's, with the group's own
+        ``share.record.lock.duration.ms`` if it has one."""
+        own = self.group_configs.get(group_id, {}).get(RECORD_LOCK_DURATION_MS)
+        if own is None:
+            return self.settings.partition
+        return dataclasses.replace(self.settings.partition, record_lock_duration_ms=int(own))
+
+    def apply_group_configs(self) -> None:
+        """The group configs changed: every loaded share-partition takes its group's settings
+        (records acquired from now on are locked for the group's lock duration)."""
+        for (group_id, _topic_id, _partition), sp in self.partitions.items():
+            sp.config = self.partition_config(group_id)
 
     # --- share-partitions -----------------------------------------------------------------------
 
@@ -256,7 +293,7 @@ class ShareService:
                 start = latest if found is None else min(found[0], latest)
             else:
                 start = latest
-            sp = self.partitions[key] = SharePartition(self.settings.partition, start)
+            sp = self.partitions[key] = SharePartition(self.partition_config(group_id), start)
         if sp.start_offset < plog.log_start_offset:
             sp.move_start(plog.log_start_offset)
         return sp
@@ -267,22 +304,20 @@ class ShareService:
 
     def reset_partition(self, key: SharePartitionKey, start_offset: int) -> bool:
         """AlterShareGroupOffsets: the share-partition starts afresh at ``start_offset`` (no
-        record in flight); persisted as a new snapshot. False if the append failed, and in
-        cluster mode, where the share-partition's owner alone may write it (not done yet)."""
+        record in flight); persisted as a new snapshot. False if the append failed. Single
+        broker only: a cluster's coordinator writes through broker/cluster_shares.py ``overwrite``."""
         if self._durable_save is not None:
-            log.warning("AlterShareGroupOffsets is not served in cluster mode yet (%s)", key)
-            return False
-        self.partitions[key] = SharePartition(self.settings.partition, start_offset)
+            raise CoordinatorInvariantError(f"reset_partition({key}) in cluster mode: ClusterShares.overwrite writes it")
+        self.partitions[key] = SharePartition(self.partition_config(key[0]), start_offset)
         self._snapshot_epoch.pop(key, None)  # the next persist writes a snapshot
         return key not in self.persist([key])
 
     def delete_partition(self, key: SharePartitionKey) -> bool:
         """DeleteShareGroupOffsets: forget the share-partition (a tombstone in the state topic;
-        the next fetch starts it again by ``share.auto.offset.reset``). False if not durable,
-        and in cluster mode, where the share-partition's owner alone may write it (not done yet)."""
+        the next fetch starts it again by ``share.auto.offset.reset``). False if not durable.
+        Single broker only: a cluster's coordinator writes through broker/cluster_shares.py ``overwrite``."""
         if self._durable_save is not None:
-            log.warning("deleting share-partition state is not served in cluster mode yet (%s)", key)
-            return False
+            raise CoordinatorInvariantError(f"delete_partition({key}) in cluster mode: ClusterShares.overwrite writes it")
         topic = self._state_topic()
         try:
             topic.append(self._state_partition(key, topic),
@@ -423,7 +458,8 @@ class ShareService:
             sp = self.partitions.get(sp_key)
             if key.record_type == SNAPSHOT_TYPE:
                 if sp is None:
-                    sp = self.partitions[sp_key] = SharePartition(self.settings.partition, value.start_offset)
+                    sp = self.partitions[sp_key] = SharePartition(self.partition_config(sp_key[0]),
+                                                                  value.start_offset)
                 sp.apply_persisted(value.start_offset, value.batches, replace=True)
                 self._snapshot_epoch[sp_key] = value.snapshot_epoch
                 self._snapshot_at[sp_key] = (state_partition, offset)

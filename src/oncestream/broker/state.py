@@ -198,7 +198,8 @@ class BrokerState:
             # __share_group_state; broker/share_service.py).
             self.shares = ShareService(self.logs, config.raw, self.now_ms, self.mono_ms,
                                        appender=seams.internal_appender, on_available=self.notifier.notify,
-                                       group_configs=share_group_configs.load(data_dir))
+                                       group_configs=share_group_configs.load(data_dir),
+                                       group_config_store=share_group_configs.FileGroupConfigStore(data_dir))
             # Tiered storage (issue 21): the RemoteLogManager when remote.log.storage.system.enable;
             # its journals are replayed here, before anything is served (remote/manager.py).
             # Cluster mode (docs/cluster.md): the metadata store, object store and registration;

@@ -119,7 +119,8 @@ def _describe_entries(state: BrokerState, request: Any, res: Any, catalog: Catal
         return admin.describe_broker(state.dynamic_configs, res.resource_name, include_synonyms=include_synonyms,
                                      include_documentation=include_documentation, remote_status=remote_status(state.remote))
     if res.resource_type == RESOURCE_GROUP:
-        return share_group_configs.describe(state.shares.group_configs.get(res.resource_name, {}))
+        return share_group_configs.describe(state.shares.group_configs.get(res.resource_name, {}),
+                                            state.shares.settings.partition.record_lock_duration_ms)
     if res.resource_type == RESOURCE_CLIENT_METRICS:
         if not res.resource_name:
             raise InvalidRequestError("Subscription name can't be empty")
@@ -132,15 +133,26 @@ async def _apply_group_configs(state: BrokerState, group_id: str, ops: list[tupl
     """Share-group configs (broker/share_group_configs.py): written durably, then applied."""
     if not group_id:
         raise InvalidRequestError("Group resources need a group id.")
-    async with state.shares.group_config_lock:
-        current = state.shares.group_configs
-        updated = share_group_configs.apply_operations({} if replace else current.get(group_id, {}), ops)
+    shares = state.shares
+    store = shares.group_config_store
+    if store is None:
+        raise InvalidRequestError("this broker keeps no share-group configs")
+    async with shares.group_config_lock:
+        await shares.refresh_group_configs()  # cluster mode: another broker may have changed them
+        current = shares.group_configs
+        updated = share_group_configs.apply_operations({} if replace else current.get(group_id, {}), ops,
+                                                       shares.settings.lock_duration_bounds_ms)
         if validate_only:
             return
         new_all = {**current, group_id: updated}
+
+        def install() -> None:
+            shares.group_configs.update({group_id: updated})
+            shares.apply_group_configs()
+
         await run_disk_step(
-            state, lambda: share_group_configs.save(state.data_dir, new_all),
-            finish=lambda: state.shares.group_configs.update({group_id: updated}),
+            state, lambda: store.save(new_all),
+            finish=install,
             abort=lambda: None,
             what=f"config change of group {group_id!r}",
         )
@@ -167,7 +179,15 @@ async def _apply_client_metrics_configs(state: BrokerState, name: str, ops: list
 
 
 async def handle_describe_configs(state: BrokerState, header: RequestHeader, request: DescribeConfigsRequest) -> object:
-    """DescribeConfigs; in cluster mode the topics' overrides come from the catalog first."""
+    """DescribeConfigs; in cluster mode the topics' overrides come from the catalog first, and
+    share groups' configs are re-read, so every broker describes a change made through another
+    at once (the notification that also brings it may still be on its way)."""
+    if any(res.resource_type == RESOURCE_GROUP for res in request.resources):
+        async with state.shares.group_config_lock:
+            try:
+                await state.shares.refresh_group_configs()
+            except OnceStreamError as exc:  # described from the last snapshot; the watch loop retries
+                log.warning("cannot re-read the share-group configs: %s", exc)
     return handle_describe(state, header, request, await _catalog_topics(state, request.resources))
 
 

@@ -18,7 +18,7 @@ from kio.schema.errors import ErrorCode
 
 from oncestream.broker.authorize import Op, Res, authorize, authorized_operations
 from oncestream.broker.connection_context import client_host, current_session
-from oncestream.broker.handlers import share
+from oncestream.broker.handlers import share, share_admin
 from oncestream.broker.state import BrokerState
 from oncestream.coordinator.group.messages import (
     FetchedOffset,
@@ -502,12 +502,13 @@ def handle_list_groups(state: BrokerState, header: RequestHeader, request: wire.
 async def handle_delete_groups(state: BrokerState, header: RequestHeader, request: wire.DeleteGroupsRequest) -> object:
     m = response_module(k.DELETE_GROUPS, header.api_version)
     permitted = [g for g in request.groups_names if authorize(state, Op.DELETE, Res.GROUP, g)]
-    # KIP-932 share groups are deleted with their share-partition state (broker/handlers/share.py).
-    share_ids = [g for g in permitted if state.shares.groups.group(g) is not None]
+    # KIP-932 share groups are deleted with their share-partition state (broker/handlers/share_admin.py).
+    share_ids = [g for g in permitted if await share_admin.is_share_group(state, g)]
     classic_ids = [g for g in permitted if g not in share_ids]
     result, writes = state.groups.coordinator.delete_groups(classic_ids, state.now_ms(), mono_ms=state.mono_ms())
     errors = dict((await state.groups.finish_delete_groups_async(result, writes)).errors)
-    errors.update((g, share.delete_share_group(state, g)) for g in share_ids)
+    for g in share_ids:
+        errors[g] = await share_admin.delete_share_group(state, g)
     errors.update((g, ErrorCode.group_authorization_failed) for g in request.groups_names if g not in permitted)
     return build(
         m.DeleteGroupsResponse,

@@ -68,6 +68,20 @@ def not_share_group(state: BrokerState, group_id: str) -> bool:
     return coordinator.group_state(group_id) is not None or coordinator.group_type(group_id) == "consumer"
 
 
+def coordinator_error(state: BrokerState, group_id: str) -> tuple[ErrorCode, str | None]:
+    """Cluster mode: NONE when this broker coordinates ``group_id`` (it alone holds the share
+    group's members), else NOT_COORDINATOR or COORDINATOR_NOT_AVAILABLE; NONE on the single broker."""
+    coordinators = state.cluster.coordinators if state.cluster is not None else None
+    if coordinators is None:
+        return ErrorCode.none, None
+    coordinator = coordinators.coordinator_node(GROUP_KEY_TYPE, group_id)
+    if coordinator is None:
+        return ErrorCode.coordinator_not_available, None
+    if coordinator != state.config.node_id:
+        return ErrorCode.not_coordinator, f"node {coordinator} coordinates {group_id}"
+    return ErrorCode.none, None
+
+
 def handle_share_group_heartbeat(state: BrokerState, header: RequestHeader, request: wire.ShareGroupHeartbeatRequest) -> object:
     m = response_module(k.SHARE_GROUP_HEARTBEAT, header.api_version)
     svc = state.shares
@@ -87,13 +101,9 @@ def handle_share_group_heartbeat(state: BrokerState, header: RequestHeader, requ
             return error(ErrorCode.topic_authorization_failed, f"not authorized to describe {sorted(denied)}")
     if not_share_group(state, request.group_id):
         return error(ErrorCode.group_id_not_found, f"Group {request.group_id} is not a share group.")
-    coordinators = state.cluster.coordinators if state.cluster is not None else None
-    if coordinators is not None:  # cluster mode: the group's coordinator alone holds its members
-        coordinator = coordinators.coordinator_node(GROUP_KEY_TYPE, request.group_id)
-        if coordinator is None:
-            return error(ErrorCode.coordinator_not_available)
-        if coordinator != state.config.node_id:
-            return error(ErrorCode.not_coordinator, f"node {coordinator} coordinates {request.group_id}")
+    coordinated, why = coordinator_error(state, request.group_id)  # cluster mode: the coordinator holds the members
+    if coordinated != ErrorCode.none:
+        return error(coordinated, why)
     result = svc.groups.heartbeat(request.group_id, request.member_id, request.member_epoch, request.rack_id,
                                   subscribed, state.mono_ms(), client_id=header.client_id or "",
                                   client_host=client_host())
@@ -165,19 +175,6 @@ def listed_share_groups(state: BrokerState, states_filter: Iterable[str], types_
         if group is not None and (not states or group.state.lower() in states):
             listed.append((group_id, group.state))
     return listed
-
-
-def delete_share_group(state: BrokerState, group_id: str) -> ErrorCode:
-    """DeleteGroups of a share group: an empty group and its share-partition state go (the state
-    tombstones are durable before NONE is answered)."""
-    svc = state.shares
-    error = svc.groups.delete(group_id)
-    if error != ErrorCode.none:
-        return error
-    for key in list(svc.state_of(group_id)):
-        if not svc.delete_partition(key):
-            return ErrorCode.coordinator_not_available
-    return ErrorCode.none
 
 
 # --- acknowledgements ----------------------------------------------------------------------------

@@ -8,6 +8,12 @@ the share-partition afresh at the given offset, a delete forgets it (the next fe
 ``share.auto.offset.reset``). Both are persisted in ``__share_group_state`` before the answer.
 ACLs as Kafka: DESCRIBE (describe), READ (alter) or DELETE (delete) on the group; DESCRIBE
 (describe) or READ on each topic.
+
+Cluster mode (docs/cluster-coordinators.md, "Share groups"): alter and delete are served by the
+group's coordinator, as in Kafka (it holds the membership that says the group is empty; another
+broker answers NOT_COORDINATOR and the client asks FindCoordinator again). It writes the new state
+in PostgreSQL through the owners' fencing rules (broker/cluster_shares.py ``overwrite``), whichever
+brokers own the share-partitions, before it answers; every broker then describes the same.
 """
 
 from __future__ import annotations
@@ -19,9 +25,12 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from oncestream.broker.authorize import Op, Res, authorize
-from oncestream.broker.handlers.share import not_share_group
+from oncestream.broker.handlers.share import coordinator_error, not_share_group
+from oncestream.broker.share_service import SharePartitionKey
 from oncestream.broker.state import BrokerState
 from oncestream.coordinator.share.partition import TERMINAL, SharePartition
+from oncestream.coordinator.share.records import ShareStateValue
+from oncestream.errors import OnceStreamError
 from oncestream.protocol import api_keys as k
 from oncestream.protocol.codec import RequestHeader, build
 from oncestream.protocol.schemas import response_module
@@ -38,9 +47,35 @@ def _group_error(state: BrokerState, group_id: str, *, must_be_empty: bool) -> t
     group = state.shares.groups.group(group_id)
     if not_share_group(state, group_id):
         return ErrorCode.group_id_not_found, f"Group {group_id} is not a share group."
+    if must_be_empty:  # a change: the coordinator's (cluster mode), which knows the members
+        error, message = coordinator_error(state, group_id)
+        if error != ErrorCode.none:
+            return error, message
     if must_be_empty and group is not None and group.members:
         return ErrorCode.non_empty_group, f"Share group {group_id} has members: its offsets cannot change."
     return ErrorCode.none, None
+
+
+async def _overwrite(state: BrokerState, group_id: str, writes: dict[SharePartitionKey, ShareStateValue | None]
+                     ) -> dict[SharePartitionKey, ErrorCode]:
+    """Make ``writes`` durable (a new start offset, or None: forgotten); the error per key. The
+    single broker through its state topic, a cluster's coordinator in PostgreSQL, through the
+    owners' fencing rules (one transaction for them all)."""
+    svc = state.shares
+    if state.cluster_shares is None:
+        return {key: ErrorCode.none if (svc.delete_partition(key) if value is None
+                                        else svc.reset_partition(key, value.start_offset))
+                else ErrorCode.coordinator_not_available for key, value in writes.items()}
+    try:
+        await state.cluster_shares.overwrite(group_id, writes)
+    except OnceStreamError as exc:  # NOT_COORDINATOR (the lease moved), or PostgreSQL failed
+        return dict.fromkeys(writes, exc.code)
+    return dict.fromkeys(writes, ErrorCode.none)
+
+
+def _fresh(start_offset: int, now_ms: int) -> ShareStateValue:
+    """The state of a share-partition started afresh at ``start_offset`` (nothing in flight)."""
+    return ShareStateValue(0, start_offset, (), create_timestamp_ms=now_ms, write_timestamp_ms=now_ms)
 
 
 async def _lag(state: BrokerState, topic: str, topic_id: uuid.UUID, partition: int, sp: SharePartition) -> int:
@@ -67,8 +102,7 @@ async def handle_describe_offsets(state: BrokerState, header: RequestHeader,
         topics_out = []
         if error == ErrorCode.none:
             # Cluster mode: the owners' snapshots in PostgreSQL (broker/cluster_shares.py).
-            held = (svc.state_of(g.group_id) if state.cluster_shares is None
-                    else await state.cluster_shares.group_state(g.group_id))
+            held = await held_state(state, g.group_id)
             if g.topics is None:  # every topic the group has state for
                 wanted: dict[str, list[int]] = {}
                 for _group, topic_id, partition in sorted(held, key=lambda key: (str(key[1]), key[2])):
@@ -105,8 +139,8 @@ async def handle_describe_offsets(state: BrokerState, header: RequestHeader,
     return build(m.DescribeShareGroupOffsetsResponse, throttle_time=_ZERO, groups=tuple(groups))
 
 
-def handle_alter_offsets(state: BrokerState, header: RequestHeader,
-                         request: wire.AlterShareGroupOffsetsRequest) -> object:
+async def handle_alter_offsets(state: BrokerState, header: RequestHeader,
+                               request: wire.AlterShareGroupOffsetsRequest) -> object:
     m = response_module(k.ALTER_SHARE_GROUP_OFFSETS, header.api_version)
     svc = state.shares
 
@@ -119,30 +153,38 @@ def handle_alter_offsets(state: BrokerState, header: RequestHeader,
     error, message = _group_error(state, request.group_id, must_be_empty=True)
     if error != ErrorCode.none:
         return respond(error, message)
+    errors: dict[tuple[str, int], ErrorCode] = {}
+    writes: dict[SharePartitionKey, ShareStateValue | None] = {}
+    for t in request.topics:
+        info = svc.topic_info(t.topic_name)
+        denied = not authorize(state, Op.READ, Res.TOPIC, t.topic_name)
+        for p in t.partitions:
+            where = (t.topic_name, p.partition_index)
+            if denied:
+                errors[where] = ErrorCode.topic_authorization_failed
+            elif info is None or not 0 <= p.partition_index < info[1]:
+                errors[where] = ErrorCode.unknown_topic_or_partition
+            elif p.start_offset < 0:
+                errors[where] = ErrorCode.invalid_request
+            else:
+                writes[(request.group_id, info[0], p.partition_index)] = _fresh(p.start_offset, state.now_ms())
+    written = await _overwrite(state, request.group_id, writes)
+    names = {info[0]: name for name in {t.topic_name for t in request.topics}
+             if (info := svc.topic_info(name)) is not None}
+    errors.update(((names[topic_id], partition), code) for (_g, topic_id, partition), code in written.items())
     topics_out = []
     for t in request.topics:
-        info = state.logs.topics().get(t.topic_name)
-        denied = not authorize(state, Op.READ, Res.TOPIC, t.topic_name)
-        parts = []
-        for p in t.partitions:
-            p_error = ErrorCode.none
-            if denied:
-                p_error = ErrorCode.topic_authorization_failed
-            elif info is None or not 0 <= p.partition_index < info.num_partitions:
-                p_error = ErrorCode.unknown_topic_or_partition
-            elif p.start_offset < 0:
-                p_error = ErrorCode.invalid_request
-            elif not svc.reset_partition((request.group_id, info.topic_id, p.partition_index), p.start_offset):
-                p_error = ErrorCode.coordinator_not_available
-            parts.append(build(m.AlterShareGroupOffsetsResponsePartition, partition_index=p.partition_index,
-                               error_code=p_error, error_message=None))
+        info = svc.topic_info(t.topic_name)
+        parts = [build(m.AlterShareGroupOffsetsResponsePartition, partition_index=p.partition_index,
+                       error_code=errors[(t.topic_name, p.partition_index)], error_message=None)
+                 for p in t.partitions]
         topics_out.append(build(m.AlterShareGroupOffsetsResponseTopic, topic_name=t.topic_name,
-                                topic_id=info.topic_id if info is not None else None, partitions=tuple(parts)))
+                                topic_id=info[0] if info is not None else None, partitions=tuple(parts)))
     return respond(ErrorCode.none, topics=topics_out)
 
 
-def handle_delete_offsets(state: BrokerState, header: RequestHeader,
-                          request: wire.DeleteShareGroupOffsetsRequest) -> object:
+async def handle_delete_offsets(state: BrokerState, header: RequestHeader,
+                                request: wire.DeleteShareGroupOffsetsRequest) -> object:
     m = response_module(k.DELETE_SHARE_GROUP_OFFSETS, header.api_version)
     svc = state.shares
 
@@ -155,20 +197,72 @@ def handle_delete_offsets(state: BrokerState, header: RequestHeader,
     error, message = _group_error(state, request.group_id, must_be_empty=True)
     if error != ErrorCode.none:
         return respond(error, message)
-    held = svc.state_of(request.group_id)
+    try:
+        held = await held_state(state, request.group_id)
+    except OnceStreamError as exc:
+        return respond(exc.code, str(exc))
+    topic_errors: dict[str, ErrorCode] = {}
+    writes: dict[SharePartitionKey, ShareStateValue | None] = {}
+    for t in request.topics:
+        info = svc.topic_info(t.topic_name)
+        if not authorize(state, Op.READ, Res.TOPIC, t.topic_name):
+            topic_errors[t.topic_name] = ErrorCode.topic_authorization_failed
+        elif info is None:
+            topic_errors[t.topic_name] = ErrorCode.unknown_topic_or_partition
+        else:
+            topic_errors[t.topic_name] = ErrorCode.none
+            writes.update((key, None) for key in held if key[1] == info[0])
+    for (_g, topic_id, _p), code in (await _overwrite(state, request.group_id, writes)).items():
+        name = svc.topic_name(topic_id)
+        if code != ErrorCode.none and name is not None:
+            topic_errors[name] = code
     topics_out = []
     for t in request.topics:
-        info = state.logs.topics().get(t.topic_name)
-        t_error = ErrorCode.none
-        if not authorize(state, Op.READ, Res.TOPIC, t.topic_name):
-            t_error = ErrorCode.topic_authorization_failed
-        elif info is None:
-            t_error = ErrorCode.unknown_topic_or_partition
-        else:
-            for key in [key for key in held if key[1] == info.topic_id]:
-                if not svc.delete_partition(key):
-                    t_error = ErrorCode.coordinator_not_available
+        info = svc.topic_info(t.topic_name)
         topics_out.append(build(m.DeleteShareGroupOffsetsResponseTopic, topic_name=t.topic_name,
-                                topic_id=info.topic_id if info is not None else None,
-                                error_code=t_error, error_message=None))
+                                topic_id=info[0] if info is not None else None,
+                                error_code=topic_errors[t.topic_name], error_message=None))
     return respond(ErrorCode.none, topics=topics_out)
+
+
+async def held_state(state: BrokerState, group_id: str) -> dict[SharePartitionKey, SharePartition]:
+    """Every share-partition ``group_id`` has state for: this broker's (single broker) or the
+    owners' last saves in PostgreSQL (cluster mode; a MetadataStoreError if it cannot be read)."""
+    if state.cluster_shares is None:
+        return state.shares.state_of(group_id)
+    return await state.cluster_shares.group_state(group_id)
+
+
+async def is_share_group(state: BrokerState, group_id: str) -> bool:
+    """Whether DeleteGroups treats ``group_id`` as a share group: one this broker knows, or in
+    cluster mode one that has share-partition state in PostgreSQL and is no classic or consumer
+    group (its members are soft state: a coordinator that took the group over after it emptied
+    knows it only by its state)."""
+    if state.shares.groups.group(group_id) is not None:
+        return True
+    if state.cluster_shares is None or not_share_group(state, group_id):
+        return False
+    try:
+        return bool(await state.cluster_shares.group_state(group_id))
+    except OnceStreamError:
+        return False  # answered as a classic group: GROUP_ID_NOT_FOUND, or its own error
+
+
+async def delete_share_group(state: BrokerState, group_id: str) -> ErrorCode:
+    """DeleteGroups of a share group: an empty group and its share-partition state go (deleted
+    durably before NONE is answered; in cluster mode by the group's coordinator, through the
+    owners' fencing rules, like DeleteShareGroupState in Kafka)."""
+    error, _message = coordinator_error(state, group_id)
+    if error != ErrorCode.none:
+        return error
+    svc = state.shares
+    if svc.groups.group(group_id) is not None:
+        error = svc.groups.delete(group_id)
+        if error != ErrorCode.none:
+            return error
+    try:
+        held = await held_state(state, group_id)
+    except OnceStreamError as exc:
+        return exc.code
+    written = await _overwrite(state, group_id, dict.fromkeys(held))
+    return next((code for code in written.values() if code != ErrorCode.none), ErrorCode.none)

@@ -18,6 +18,17 @@ coordinators (coordinator_leases.py).
 - ``save(lease, key, value)`` / ``delete(lease, key)``: one transaction, ``fenced`` first: a
   former owner paused past its lease writes nothing (``LeaseLostError``).
 - ``release(me, keys)``: hand share-partitions over (leadership moved, or SIGTERM).
+- ``overwrite(coordinator, writes)``: the group's coordinator changes the state of an empty
+  share group (AlterShareGroupOffsets, DeleteShareGroupOffsets, DeleteGroups) through the owners'
+  fencing rules, as Kafka's share coordinator bumps the state epoch so that the share-partition
+  leader's next write is fenced (FENCED_STATE_EPOCH) and it reloads: in one transaction fenced by
+  the coordinator's own lease (of the group's ``__consumer_offsets`` partition, which holds its
+  membership), each share-partition's lease row is locked for update, which waits for the
+  owner's in-flight fenced write, then its epoch bumped and its owner cleared, and the snapshot
+  replaced or deleted. The former owner's next write finds another epoch (``LeaseLostError``):
+  nothing of its stale copy is written; it unloads the share-partition, and the next ShareFetch
+  takes the lease again and loads what the coordinator wrote. ``lost(me, leases)`` lets an owner
+  notice such a change before its next write.
 
 The table (share_state_schema.py) keeps the latest snapshot per share-partition.
 """
@@ -25,7 +36,7 @@ The table (share_state_schema.py) keeps the latest snapshot per share-partition.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import psycopg
@@ -140,6 +151,46 @@ class PgShareState:
             await conn.execute(
                 "DELETE FROM share_partition_state WHERE group_id = %s AND topic_id = %s AND partition = %s",
                 (group_id, topic_id, partition))
+
+    async def overwrite(self, coordinator: Lease, writes: Mapping[SharePartitionKey, ShareStateValue | None]) -> None:
+        """Replace (a value) or delete (None) these snapshots for the group's coordinator, taking
+        the share-partitions' leases from their owners (see the module docstring); fenced by
+        ``coordinator``, the lease of the group's ``__consumer_offsets`` partition
+        (``LeaseLostError``: nothing written)."""
+        if not writes:
+            return
+        resources = sorted(share_resource(key) for key in writes)
+        async with self._store.transaction() as conn:
+            await self._fence(conn, coordinator)
+            await conn.execute("INSERT INTO coordinator_leases (resource) SELECT unnest(%s::text[]) ON CONFLICT DO NOTHING",
+                               (resources,))
+            # Locked in one order, so two coordinators' overwrites never wait for each other crosswise.
+            await conn.execute("SELECT resource FROM coordinator_leases WHERE resource = ANY(%s) ORDER BY resource "
+                               "FOR UPDATE", (resources,))
+            await conn.execute("UPDATE coordinator_leases SET owner_node_id = NULL, owner_incarnation = NULL, "
+                               "epoch = epoch + 1, changed_at = now() WHERE resource = ANY(%s)", (resources,))
+            for key, value in writes.items():
+                group_id, topic_id, partition = key
+                if value is None:
+                    await conn.execute("DELETE FROM share_partition_state "
+                                       "WHERE group_id = %s AND topic_id = %s AND partition = %s",
+                                       (group_id, topic_id, partition))
+                else:
+                    await conn.execute(_UPSERT_SQL, (group_id, topic_id, partition, value.snapshot_epoch,
+                                                     encode_value(SNAPSHOT_TYPE, value)))
+
+    async def lost(self, me: BrokerIdentity, leases: Iterable[Lease]) -> set[str]:
+        """The resources of ``leases`` that ``me`` no longer holds at their epoch (an overwrite
+        took them, or its broker lease was fenced): their copies are stale."""
+        held = {lease.resource: lease.epoch for lease in leases}
+        if not held:
+            return set()
+        async with self._store.transaction() as conn:
+            cursor = await conn.execute(
+                "SELECT resource, epoch FROM coordinator_leases WHERE resource = ANY(%s) "
+                "AND owner_node_id = %s AND owner_incarnation = %s", (sorted(held), me.node_id, me.incarnation))
+            still = {str(row[0]): int(row[1]) for row in await cursor.fetchall()}
+        return {resource for resource, epoch in held.items() if still.get(resource) != epoch}
 
     async def _fence(self, conn: psycopg.AsyncConnection[Any], lease: Lease) -> None:
         await fenced(conn, lease.resource, lease.epoch, lease.incarnation, idle_timeout_ms=self._idle_timeout_ms)

@@ -1,5 +1,6 @@
-"""Tables of client quota configs (broker/quotas/cluster_store.py; KIP-546) and ClientMetrics
-subscriptions (cluster/pg/client_metrics.py; KIP-714).
+"""Tables of client quota configs (broker/quotas/cluster_store.py; KIP-546), ClientMetrics
+subscriptions (cluster/pg/client_metrics.py; KIP-714) and share-group configs (the same module;
+KIP-932's GROUP config resources).
 
 A quota is one row per (entity, quota key): ``entity`` is the entity's canonical text (the JSON
 list of its (type, name) parts in Kafka's order, a null name for the default entity), so two
@@ -23,6 +24,14 @@ CREATE TABLE client_quotas (
     # JSON text (metrics, interval.ms, match), validated by the broker that wrote them.
     SchemaStep("0006_client_metrics", """
 CREATE TABLE client_metrics (
+    name text PRIMARY KEY,
+    configs text NOT NULL
+);
+"""),
+    # One row per share group with configs set (IncrementalAlterConfigs of a GROUP resource:
+    # share.auto.offset.reset, share.isolation.level), as JSON text, validated by the writer.
+    SchemaStep("0007_group_configs", """
+CREATE TABLE group_configs (
     name text PRIMARY KEY,
     configs text NOT NULL
 );

@@ -75,6 +75,13 @@ class KeyedRowsStore(Generic[T]):
         self._snapshot = stored
         return changed
 
+    async def refresh(self, install: Callable[[T], None]) -> None:
+        """Reload the snapshot and ``install`` it when it changed (the caller holds the handler's
+        lock): for a reader that must see a change another broker made a moment ago, before
+        its notification arrives."""
+        if await self.reload():
+            install(self._snapshot)
+
     async def watch(self, install: Callable[[T], None], lock: asyncio.Lock,
                     poll_interval_ms: int = DEFAULT_POLL_INTERVAL_MS) -> None:
         """Keep the broker's value equal to the stored one until cancelled: on each change any
@@ -83,8 +90,7 @@ class KeyedRowsStore(Generic[T]):
 
         async def reload_and_install() -> None:
             async with lock:
-                if await self.reload():
-                    install(self._snapshot)
+                await self.refresh(install)
 
         await watch_changes(self.store, self.PAYLOAD, reload_and_install, poll_interval_ms)
 
