@@ -194,12 +194,14 @@ def test_the_offsets_topic_is_read_as_a_compacted_log_on_every_broker_kind(broke
         while len(at_end) < partitions:
             assert time.monotonic() < deadline, f"partitions read to their end: {at_end}"
             for msg in reader.consume(num_messages=1000, timeout=0.2):
-                if msg.error() is None:
+                error = msg.error()
+                if error is None:
                     records.append((msg.key(), msg.value()))
-                elif msg.error().code() == KafkaError._PARTITION_EOF:
-                    at_end[msg.partition()] = msg.offset()
+                elif error.code() == KafkaError._PARTITION_EOF:
+                    partition, offset = message_position(msg)
+                    at_end[partition] = offset
                 else:
-                    raise KafkaException(msg.error())
+                    raise KafkaException(error)
     finally:
         reader.close()
     end_offsets = confluent_end_offsets(broker.bootstrap, "__consumer_offsets", partitions)
