@@ -67,7 +67,9 @@ FINISH_TIMEOUT_S = 180.0
 # TxnOffsetCommitRequest is ever sent (the last went to that node before it died). A copier
 # stalled inside send_offsets_to_transaction (it names the call in its phase file) is therefore
 # SIGKILLed and restarted, one more kill the guarantee must survive, and the restarts are counted
-# in the failure message; a stall anywhere else fails the test.
+# in the failure message; a stall anywhere else fails the test. Drop the exception once the
+# confluent-kafka wheel carries the fix (confluentinc/librdkafka#5512: decommissioning a broker
+# evicts it from the coordinator cache and wakes the requests waiting for it).
 STALL_S = 45.0
 
 
