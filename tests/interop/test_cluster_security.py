@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Mapping
 
 import pytest
-from confluent_kafka import KafkaError, Producer
+from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import (
     AclBinding,
     AclBindingFilter,
@@ -30,6 +30,7 @@ from confluent_kafka.admin import (
     AclPermissionType,
     AdminClient,
     AlterConfigOpType,
+    ConfigEntry,
     ConfigResource,
     ConfigSource,
     NewTopic,
@@ -189,3 +190,15 @@ def test_a_dynamic_broker_config_set_through_one_broker_is_described_by_every_br
     restarted = cluster.brokers[1]
     restarted.restart()
     assert _retention_of(restarted) == ("7654321", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG)
+    # An internal topic's configs cannot change on a cluster (its records are PostgreSQL rows):
+    # refused with INVALID_CONFIG, and described unchanged.
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    offsets_topic = ConfigResource(ResourceType.TOPIC, "__consumer_offsets")
+    alter = ConfigResource(ResourceType.TOPIC, "__consumer_offsets",
+                           incremental_configs=[ConfigEntry("segment.bytes", "1048576",
+                                                            incremental_operation=AlterConfigOpType.SET)])
+    with pytest.raises(KafkaException) as refused:
+        admin.incremental_alter_configs([alter], request_timeout=CLIENT_TIMEOUT_S)[alter].result(CLIENT_TIMEOUT_S)
+    assert refused.value.args[0].code() == KafkaError.INVALID_CONFIG
+    described = admin.describe_configs([offsets_topic], request_timeout=CLIENT_TIMEOUT_S)[offsets_topic]
+    assert described.result(CLIENT_TIMEOUT_S)["segment.bytes"].value == "104857600"

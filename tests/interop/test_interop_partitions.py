@@ -5,11 +5,12 @@ coordinators' internal topics are listed as internal and keep their partition co
 
 from __future__ import annotations
 
+import struct
 import time
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicCollection
-from confluent_kafka.admin import NewPartitions, NewTopic
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicCollection, TopicPartition
+from confluent_kafka.admin import ConfigResource, NewPartitions, NewTopic
 from kafka.admin import KafkaAdminClient
 from kafka.admin import NewPartitions as KafkaPythonNewPartitions
 from kafka.errors import InvalidPartitionsError
@@ -19,7 +20,10 @@ from tests.support.brokers import NO_INITIAL_REBALANCE_DELAY, BrokerProcess
 from tests.support.clients import (
     CLIENT_TIMEOUT_S,
     admin_client,
+    assign_from_beginning,
     confluent_consume,
+    confluent_consumer,
+    confluent_end_offsets,
     create_topic,
     unique_topic,
 )
@@ -121,6 +125,87 @@ def test_internal_topics_are_listed_as_internal_and_keep_their_partition_count(b
         created["__consumer_offsets"].result(timeout=CLIENT_TIMEOUT_S)
     assert exists.value.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS
     assert {name: _partition_count(broker.bootstrap, name) for name in counts} == counts
+
+
+def test_internal_topics_configs_are_described_on_every_broker_kind(broker):
+    """DescribeConfigs of the coordinators' internal topics (what ``kafka-configs --describe
+    --entity-type topics`` asks): compacted with Kafka's segment size, from the single broker's
+    logs and from a cluster (where their records are PostgreSQL rows, not segments)."""
+    admin = admin_client(broker.bootstrap)
+    resources = [ConfigResource(ConfigResource.Type.TOPIC, name) for name in ("__consumer_offsets", "__transaction_state")]
+    for resource, future in admin.describe_configs(resources, request_timeout=CLIENT_TIMEOUT_S).items():
+        entries = future.result(timeout=CLIENT_TIMEOUT_S)
+        assert entries["cleanup.policy"].value == "compact", resource
+        assert entries["segment.bytes"].value == "104857600", resource
+
+
+def _offset_commits(records: list[tuple[bytes | None, bytes | None]], group: str) -> dict[tuple[str, int], int]:
+    """The latest committed offset per (topic, partition) of ``group`` among __consumer_offsets
+    records (OffsetCommitKey v0/v1: version, group, topic, partition; value: version, offset)."""
+    found: dict[tuple[str, int], int] = {}
+    for key, value in records:
+        if key is None or struct.unpack_from(">h", key)[0] not in (0, 1):
+            continue
+        group_len = struct.unpack_from(">h", key, 2)[0]
+        if key[4:4 + group_len].decode() != group:
+            continue
+        topic_len = struct.unpack_from(">h", key, 4 + group_len)[0]
+        topic = key[6 + group_len:6 + group_len + topic_len].decode()
+        partition = struct.unpack_from(">i", key, 6 + group_len + topic_len)[0]
+        if value is None:
+            found.pop((topic, partition), None)
+        else:
+            found[(topic, partition)] = struct.unpack_from(">q", value, 2)[0]
+    return found
+
+
+def test_the_offsets_topic_is_read_as_a_compacted_log_on_every_broker_kind(broker):
+    """A tool reading __consumer_offsets (kafka-console-consumer's OffsetsMessageFormatter, lag
+    monitors) with librdkafka: the latest commit of a group is there, and the reader's position
+    reaches every partition's high watermark (on a cluster the records are PostgreSQL rows, the
+    overwritten ones gone as compaction leaves them)."""
+    topic = unique_topic("offsets-read")
+    create_topic(broker.bootstrap, topic, partitions=2)
+    group = unique_topic("offsets-reader-group")
+    committer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        for offset in (3, 7, 11):  # overwrites: on a cluster only the last commit keeps a row
+            committer.commit(offsets=[TopicPartition(topic, 0, offset), TopicPartition(topic, 1, offset + 1)],
+                             asynchronous=False)
+    finally:
+        committer.close()
+    deleted = unique_topic("offsets-deleted-group")  # its rows become tombstones: none left on a cluster
+    committer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": deleted, "enable.auto.commit": False})
+    try:
+        committer.commit(offsets=[TopicPartition(topic, 0, 5)], asynchronous=False)
+    finally:
+        committer.close()
+    admin = admin_client(broker.bootstrap)  # held until the future resolves
+    admin.delete_consumer_groups([deleted], request_timeout=CLIENT_TIMEOUT_S)[deleted].result(timeout=CLIENT_TIMEOUT_S)
+    partitions = _partition_count(broker.bootstrap, "__consumer_offsets")
+    # The end of every partition is where its high watermark is: librdkafka reports it
+    # (PARTITION_EOF) only once its fetch position got there, also past a header-only batch.
+    reader = confluent_consumer(broker.bootstrap, {"enable.partition.eof": True})
+    records: list[tuple[bytes | None, bytes | None]] = []
+    at_end: dict[int, int] = {}
+    try:
+        assign_from_beginning(reader, "__consumer_offsets", partitions)
+        deadline = time.monotonic() + CLIENT_TIMEOUT_S
+        while len(at_end) < partitions:
+            assert time.monotonic() < deadline, f"partitions read to their end: {at_end}"
+            for msg in reader.consume(num_messages=1000, timeout=0.2):
+                if msg.error() is None:
+                    records.append((msg.key(), msg.value()))
+                elif msg.error().code() == KafkaError._PARTITION_EOF:
+                    at_end[msg.partition()] = msg.offset()
+                else:
+                    raise KafkaException(msg.error())
+    finally:
+        reader.close()
+    end_offsets = confluent_end_offsets(broker.bootstrap, "__consumer_offsets", partitions)
+    assert at_end == end_offsets  # no commit in between: every reader reached its high watermark
+    assert _offset_commits(records, group) == {(topic, 0): 11, (topic, 1): 12}
+    assert _offset_commits(records, deleted) == {}
 
 
 def test_kafka_python_and_our_admin_grow_topics(broker):

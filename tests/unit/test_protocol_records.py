@@ -7,7 +7,7 @@ import struct
 import pytest
 from kio.schema.errors import ErrorCode
 
-from oncestream.errors import CorruptRecordError, UnsupportedMagicError
+from oncestream.errors import CorruptRecordError, InvalidRecordError, UnsupportedMagicError
 from oncestream.protocol import record_batch as rb
 from oncestream.protocol.codec import (
     MalformedRequestError,
@@ -137,3 +137,27 @@ def test_an_empty_batch_is_refused_with_a_typed_error() -> None:
         encode_batch([], now_ms=1)
     with pytest.raises(InvalidRecordError):
         SealedBatch(b"", 0, 1, 1, 0)
+
+
+def test_a_batch_with_offset_gaps_keeps_each_record_at_its_offset_and_ends_where_told():
+    """As compaction leaves a batch (and the cluster's internal-topic reads build one): records
+    at offsets 10, 13, 14 of a batch running to 19; decoded offsets and the range are exact."""
+    records = [NewRecord(b"a", b"k1"), NewRecord(b"b", b"k2"), NewRecord(None, b"k3")]
+    blob = encode_batch(records, now_ms=5, base_offset=10, offset_deltas=[0, 3, 4], last_offset_delta=9)
+    [batch] = list(decode_batches(blob))
+    assert [(r.offset, r.key, r.value) for r in batch.records] == [(10, b"k1", b"a"), (13, b"k2", b"b"), (14, b"k3", None)]
+    assert (batch.header.base_offset, batch.header.last_offset_delta) == (10, 9)
+
+
+def test_a_header_only_batch_covers_its_range_with_no_record():
+    blob = encode_batch([], now_ms=-1, base_offset=7, last_offset_delta=2)
+    [batch] = list(decode_batches(blob))
+    assert batch.records == []
+    assert (batch.header.base_offset, batch.header.last_offset_delta) == (7, 2)
+
+
+@pytest.mark.parametrize(("deltas", "last"), [([1, 1], 3), ([2, 1], 3), ([-1, 0], 3), ([0, 4], 3), ([0], -1)])
+def test_offset_deltas_that_do_not_fit_the_batch_are_refused(deltas, last):
+    records = [NewRecord(b"v", b"k") for _ in deltas]
+    with pytest.raises(InvalidRecordError):
+        encode_batch(records, now_ms=0, offset_deltas=deltas, last_offset_delta=last)

@@ -25,12 +25,13 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from oncestream.broker.cluster_leaders import leader_of
 from oncestream.broker.cluster_settings import DEFAULT_SESSION_TIMEOUT_MS, ClusterSettings
+from oncestream.broker.internal_topic import INTERNAL_TOPIC_CONFIGS
 from oncestream.broker.peer_requests import PeerRequests
 from oncestream.cluster.diskless.append_pipeline import DisklessAppendConfig, DisklessAppender
 from oncestream.cluster.diskless.commit import DEFAULT_DELETE_GRACE_MS
@@ -339,13 +340,27 @@ class ClusterNode:
                           if wanted is None or name in wanted})
         return found
 
+    async def internal_topics_among(self, names: Iterable[str]) -> dict[str, TopicMeta]:
+        """The coordinators' internal topics among ``names`` (Fetch, ListOffsets: read from their
+        rows, broker/cluster_internal_reads.py); looked up only when a name could be one, and {}
+        when PostgreSQL fails (the partitions then answer the catalog lookup's error)."""
+        wanted = {name for name in names if name.startswith("__")}
+        if not wanted:
+            return {}
+        try:
+            return {name: meta for name, meta in (await self.internal_topics()).items() if name in wanted}
+        except OnceStreamError:
+            return {}
+
     async def internal_topics(self) -> dict[str, TopicMeta]:
         """``__consumer_offsets`` and ``__transaction_state`` with the partition count the
         coordinators use (Catalog.internal_topics), re-read at most every
         ``TOPIC_CACHE_MAX_AGE_MS`` (a count never changes once stored)."""
         now_s = time.monotonic()
         if self._internal_read_s < 0 or (now_s - self._internal_read_s) * 1000 >= TOPIC_CACHE_MAX_AGE_MS:
-            self._internal = {name: _meta(info) for name, info in (await self.catalog.internal_topics()).items()}
+            self._internal = {name: TopicMeta(info.name, info.topic_id, info.num_partitions, True,
+                                              dict(INTERNAL_TOPIC_CONFIGS))
+                              for name, info in (await self.catalog.internal_topics()).items()}
             self._internal_read_s = now_s
         return dict(self._internal)
 

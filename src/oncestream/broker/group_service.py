@@ -19,7 +19,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from oncestream.async_wait import wait_event
-from oncestream.broker.internal_topic import AsyncInternalTopic, InternalAppender, InternalTopic
+from oncestream.broker.internal_topic import INTERNAL_TOPIC_CONFIGS, AsyncInternalTopic, InternalAppender, InternalTopic
 from oncestream.cluster.leases.coordinator_leases import Lease, LeaseLostError
 from oncestream.coordinator.group import GroupCoordinator, GroupCoordinatorConfig
 from oncestream.coordinator.group.consumer.messages import ConsumerHeartbeatResult
@@ -138,7 +138,7 @@ class GroupService:
                 logs,
                 OFFSETS_TOPIC,
                 config.offsets_topic_partitions,
-                {"cleanup.policy": "compact", "segment.bytes": "104857600"},
+                dict(INTERNAL_TOPIC_CONFIGS),
                 now_ms(),
                 appender=appender,
             )

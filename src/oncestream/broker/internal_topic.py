@@ -28,6 +28,9 @@ from oncestream.log.partition_log import PartitionLog
 from oncestream.protocol.records import NewRecord, decode_batches, encode_batch
 
 _READ_CHUNK_BYTES = 8 * 1024 * 1024
+# The configs of the coordinators' internal topics (Kafka's: compacted, 100 MiB segments); in
+# cluster mode their records are PostgreSQL rows, and DescribeConfigs still shows these.
+INTERNAL_TOPIC_CONFIGS = {"cleanup.policy": "compact", "segment.bytes": "104857600"}
 # Keep each appended batch well under the default max.message.bytes.
 _MAX_RECORDS_PER_BATCH = 500
 

@@ -41,7 +41,7 @@ from typing import Any, Protocol
 from kio.schema.errors import ErrorCode
 
 from oncestream.broker.group_service import GroupService
-from oncestream.broker.internal_topic import AsyncInternalTopic, InternalAppender, InternalTopic
+from oncestream.broker.internal_topic import INTERNAL_TOPIC_CONFIGS, AsyncInternalTopic, InternalAppender, InternalTopic
 from oncestream.cluster.leases.coordinator_leases import Lease, LeaseLostError
 from oncestream.coordinator.group.partitioning import partition_for
 from oncestream.coordinator.txn import (
@@ -150,7 +150,7 @@ class TxnService:
             logs,
             TRANSACTION_STATE_TOPIC,
             int(props.get("transaction.state.log.num.partitions", "10")),
-            {"cleanup.policy": "compact", "segment.bytes": "104857600"},
+            dict(INTERNAL_TOPIC_CONFIGS),
             now_ms(),
             appender=appender,
         )

@@ -20,6 +20,7 @@ Record layout (varints are zig-zag)::
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -109,12 +110,15 @@ class NewRecord:
     timestamp_ms: int | None = None
 
 
-def encode_records(records: Sequence[NewRecord], base_timestamp_ms: int) -> tuple[bytes, int]:
-    """Encode records (uncompressed); return (bytes, max timestamp)."""
+def encode_records(records: Sequence[NewRecord], base_timestamp_ms: int,
+                   offset_deltas: Sequence[int] | None = None) -> tuple[bytes, int]:
+    """Encode records (uncompressed), the i-th at offset delta ``offset_deltas[i]`` (default i);
+    return (bytes, max timestamp)."""
     out = bytearray()
     max_ts = base_timestamp_ms
     body = bytearray()
-    for delta, rec in enumerate(records):
+    deltas = range(len(records)) if offset_deltas is None else offset_deltas
+    for delta, rec in zip(deltas, records, strict=True):
         ts = base_timestamp_ms if rec.timestamp_ms is None else rec.timestamp_ms
         max_ts = max(max_ts, ts)
         body.clear()
@@ -144,12 +148,25 @@ def encode_batch(
     compression: int = COMPRESSION_NONE,
     control: bool = False,
     partition_leader_epoch: int = -1,
+    offset_deltas: Sequence[int] | None = None,
+    last_offset_delta: int | None = None,
 ) -> bytes:
-    """Build one record batch v2 with a valid CRC32C."""
-    if not records:
+    """Build one record batch v2 with a valid CRC32C.
+
+    ``offset_deltas`` and ``last_offset_delta`` build a batch as compaction leaves it: records at
+    increasing offset deltas with gaps, the batch ending at ``last_offset_delta`` (at or past the
+    last record's), and with ``last_offset_delta`` even no record at all (the header-only batch
+    readers skip by its offset range). By default the records are consecutive from the base."""
+    deltas = list(range(len(records))) if offset_deltas is None else list(offset_deltas)
+    last_delta = (deltas[-1] if deltas else -1) if last_offset_delta is None else last_offset_delta
+    if not records and last_offset_delta is None:
         raise InvalidRecordError("a record batch holds at least one record")
-    base_ts = records[0].timestamp_ms if records[0].timestamp_ms is not None else now_ms
-    encoded, max_ts = encode_records(records, base_ts)
+    if len(deltas) != len(records) or any(b <= a for a, b in itertools.pairwise(deltas)) or (
+            deltas and (deltas[0] < 0 or deltas[-1] > last_delta)) or last_delta < 0:
+        raise InvalidRecordError(f"offset deltas {deltas[:5]}... do not fit a batch ending at delta {last_delta}")
+    first_ts = records[0].timestamp_ms if records else None
+    base_ts = first_ts if first_ts is not None else now_ms
+    encoded, max_ts = encode_records(records, base_ts, deltas)
     payload = compress(compression, encoded)
     attributes = compression
     if transactional:
@@ -167,7 +184,7 @@ def encode_batch(
         rb.CURRENT_MAGIC,
         0,
         attributes,
-        len(records) - 1,
+        last_delta,
         base_ts,
         max_ts,
         producer_id,

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from oncestream.broker.authorize import Op, Res, authorize
+from oncestream.broker.cluster_internal_reads import read_internal
 from oncestream.broker.cluster_node import ClusterNode
 from oncestream.broker.fetch_results import fill_fetch_result
 from oncestream.broker.quotas.enforcement import count_fetch_when_sent, fetch_quota_max_bytes
@@ -67,10 +68,12 @@ async def _read_once(state: BrokerState, node: ClusterNode, request: FetchReques
         cap = min(cap, quota_bytes)
     budget = min(request.max_bytes, cap) if request.max_bytes > 0 else cap
     found = await node.lookup([t.topic for t in request.topics if t.topic not in denied])
+    internal = await node.internal_topics_among(t.topic for t in request.topics if t.topic not in denied)
     any_error = False
     topics_out = []
     reads: list[PartitionRead] = []
     readers: list[PartitionFetchResult] = []  # the result each read fills, in the same order
+    total = 0
     for t in request.topics:
         parts_out = []
         for p in t.partitions:
@@ -81,16 +84,20 @@ async def _read_once(state: BrokerState, node: ClusterNode, request: FetchReques
             try:
                 if t.topic in denied:
                     raise TopicAuthorizationFailedError(t.topic)
-                info = found.require(t.topic, p.partition)
+                if t.topic in internal:  # rows in PostgreSQL, not diskless batches
+                    rows = await read_internal(node, internal[t.topic], p.partition, p.fetch_offset,
+                                               min(p.partition_max_bytes, max(budget - total, 1)))
+                    total += fill_fetch_result(result, rows, read_committed)
+                else:
+                    info = found.require(t.topic, p.partition)
+                    reads.append(PartitionRead(info.topic_id, p.partition, p.fetch_offset, p.partition_max_bytes))
+                    readers.append(result)
             except OnceStreamError as exc:
                 result.error_code = exc.code
                 any_error = True
-            else:
-                reads.append(PartitionRead(info.topic_id, p.partition, p.fetch_offset, p.partition_max_bytes))
-                readers.append(result)
             parts_out.append(result)
         topics_out.append((t.topic, parts_out))
-    total = 0
+    budget = max(budget - total, 1)
     seen: dict[tuple[uuid.UUID, int], int] = {}
     if not reads:
         return topics_out, total, any_error, seen
@@ -108,3 +115,4 @@ async def _read_once(state: BrokerState, node: ClusterNode, request: FetchReques
             total += fill_fetch_result(result, outcome, read_committed)
             seen[(read.topic_id, read.partition)] = outcome.high_watermark
     return topics_out, total, any_error, seen
+

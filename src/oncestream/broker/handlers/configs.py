@@ -36,7 +36,7 @@ from oncestream.broker.log_dirs import remote_status
 from oncestream.broker.state import BrokerState
 from oncestream.broker.telemetry import subscriptions as client_metrics
 from oncestream.broker.tiered_config_rules import check_broker_configs, check_topic_configs
-from oncestream.errors import InvalidRequestError, OnceStreamError, UnknownTopicOrPartitionError
+from oncestream.errors import InvalidConfigError, InvalidRequestError, OnceStreamError, UnknownTopicOrPartitionError
 from oncestream.log.config import LogConfig
 from oncestream.log.manager import validate_topic_name
 from oncestream.protocol.api_keys import ALTER_CONFIGS, DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS
@@ -83,7 +83,7 @@ async def _catalog_topics(state: BrokerState, resources: Any) -> CatalogTopics |
         return None
     names = [res.resource_name for res in resources if res.resource_type == RESOURCE_TOPIC and res.resource_name]
     try:
-        found = await state.cluster.topics(names)
+        found = await state.cluster.topics(names, with_internal=True)
         if any(res.resource_type in (RESOURCE_BROKER, RESOURCE_TOPIC) for res in resources):
             async with state.dynamic_config_lock:  # the broker layers another broker may have changed
                 await refresh_dynamic_configs(state)
@@ -297,6 +297,9 @@ async def _alter(state: BrokerState, request: Any, ops_of: Callable[[Any], list[
             ops = ops_of(res)
             if res.resource_type == RESOURCE_TOPIC:
                 current = _topic_overrides(state, res.resource_name, catalog)  # the topic must exist
+                if state.cluster is not None and res.resource_name in INTERNAL_TOPICS:
+                    raise InvalidConfigError(f"the configs of {res.resource_name!r} cannot be altered in cluster mode: "
+                                             "its records are rows in PostgreSQL, not log segments")
                 overrides = admin.apply_incremental(RESOURCE_TOPIC, {} if replace else current, ops)
                 await _apply_topic_configs(state, res.resource_name, overrides, current, request.validate_only)
             elif res.resource_type == RESOURCE_BROKER:

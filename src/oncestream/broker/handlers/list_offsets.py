@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 from kio.schema.errors import ErrorCode
 
 from oncestream.broker.authorize import Op, Res, authorize
+from oncestream.broker.cluster_internal_reads import list_internal_offset
 from oncestream.broker.cluster_node import ClusterNode
 from oncestream.broker.state import BrokerState
 from oncestream.cluster.diskless.offsets_query import NO_ANSWER, list_offset
@@ -137,6 +138,7 @@ async def _cluster_list_offsets(state: BrokerState, node: ClusterNode, header: R
     is -1 (a diskless partition is entirely in the object store, nothing is tiered)."""
     m = response_module(LIST_OFFSETS, header.api_version)
     found = await node.lookup([t.name for t in request.topics])
+    internal = await node.internal_topics_among(t.name for t in request.topics)
     topics_out = []
     for t in request.topics:
         parts_out = []
@@ -147,10 +149,12 @@ async def _cluster_list_offsets(state: BrokerState, node: ClusterNode, header: R
             try:
                 if not allowed:
                     raise TopicAuthorizationFailedError(t.name)
-                info = found.require(t.name, p.partition_index)
+                info = internal.get(t.name) or found.require(t.name, p.partition_index)
                 if (p.timestamp == EARLIEST_LOCAL_TIMESTAMP and header.api_version < 8) or (
                         p.timestamp == LATEST_TIERED_TIMESTAMP and header.api_version < 9):
                     error = ErrorCode.unsupported_version
+                elif info.internal:  # rows in PostgreSQL (broker/cluster_internal_reads.py)
+                    answer = await list_internal_offset(node, info, p.partition_index, p.timestamp)
                 else:
                     answer = await list_offset(node.reader, info.topic_id, p.partition_index, p.timestamp,
                                                read_committed=read_committed)
@@ -165,3 +169,4 @@ async def _cluster_list_offsets(state: BrokerState, node: ClusterNode, header: R
                 leader_epoch=0 if error == ErrorCode.none and header.api_version >= 4 else -1))
         topics_out.append(build(m.ListOffsetsTopicResponse, name=t.name, partitions=tuple(parts_out)))
     return build(m.ListOffsetsResponse, throttle_time=datetime.timedelta(0), topics=tuple(topics_out))
+

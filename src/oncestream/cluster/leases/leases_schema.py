@@ -59,4 +59,8 @@ CREATE TABLE producer_id_allocation (
 );
 INSERT INTO producer_id_allocation (singleton, next_id) VALUES (true, 0);
 """),
+    # Fetch of an internal topic (internal_reads.py) reads a partition's rows by offset.
+    ("0202_coordinator_records_by_offset", """
+CREATE INDEX coordinator_records_by_offset ON coordinator_records (topic, partition, "offset");
+"""),
 )
