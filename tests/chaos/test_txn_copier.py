@@ -24,10 +24,12 @@ from tests.support.clients import confluent_produce, create_topic, unique_topic
 from tests.support.consumer_protocol import CONSUMER_PROTOCOL_BROKER_CONFIG
 from tests.support.records import keyed_records
 from tests.support.txn import (
+    COPIER_STALLED_EXIT,
     READ_COMMITTED,
     READ_UNCOMMITTED,
     TXN_BROKER_CONFIG,
     committed_offsets,
+    copier_phase_path,
     high_watermarks,
     read_to_end,
     wait_until,
@@ -82,10 +84,14 @@ class Copier:
             )
 
     def keep_running(self) -> None:
-        """Restart the copier if it exited by itself (a fatal error such as being fenced)."""
+        """Restart the copier if it exited by itself (a fatal error such as being fenced: the
+        producer can only be replaced); fail if it exited because it stalled."""
         assert self.process is not None
         code = self.process.poll()
         if code is not None:
+            assert code != COPIER_STALLED_EXIT, (
+                f"the copier stalled (a transactional call got no answer within its timeout); see "
+                f"{self.workdir}/copier-{self.starts}.stderr")
             self.exits.append(code)
             assert len(self.exits) < 20, f"copier keeps dying: {self.exits}; see {self.workdir}"
             self.start()
@@ -100,6 +106,12 @@ class Copier:
         """Kill the copier if it still runs (end of test, or a failure)."""
         if self.process is not None and self.process.poll() is None:
             self.kill()
+
+    def phase(self) -> str:
+        """The transactional call the running copier waits in, if it says (tests/support/txn.py
+        SENDING_OFFSETS_PHASE), else ""."""
+        path = copier_phase_path(self.progress_path)
+        return path.read_text() if path.exists() else ""
 
     def copied(self) -> int:
         """Records in transactions the copier saw commit (all incarnations)."""

@@ -13,7 +13,6 @@ from kio.schema.errors import ErrorCode
 
 from tests.support.clients import create_topic, unique_topic
 from tests.support.cluster_kind import (
-    CLUSTER_DEFECT_COOPERATIVE_MIGRATION,
     CLUSTER_RESTART_OUTLASTS_SESSIONS,
     not_on_cluster,
 )
@@ -90,8 +89,7 @@ def classic_member(bootstrap: str, group: str, topic: str, strategy: str) -> Pro
         "session.timeout.ms": "6000", "heartbeat.interval.ms": "300"}).start()
 
 
-@pytest.mark.parametrize("strategy", ["range", pytest.param("cooperative-sticky", marks=not_on_cluster(
-    CLUSTER_DEFECT_COOPERATIVE_MIGRATION))])
+@pytest.mark.parametrize("strategy", ["range", "cooperative-sticky"])
 def test_classic_and_consumer_members_share_a_group_and_it_turns_classic_again(migration_broker, strategy):
     """Kafka 4's online migration (default policy, bidirectional): a consumer-protocol member
     joins a classic group with a member, which becomes a consumer group; both members get
@@ -128,13 +126,14 @@ def test_classic_and_consumer_members_share_a_group_and_it_turns_classic_again(m
             return bool(mine) and bool(theirs) and mine | theirs == every and not mine & theirs
 
         wait_until(split,
-                   lambda: f"no split: classic {classic.owned()} consumer {modern.owned()} {modern.errors}")
+                   lambda: f"no split: classic {classic.owned()} {classic.errors} consumer {modern.owned()} {modern.errors}")
         described = describe(broker.bootstrap, group)  # a consumer group now; MemberType 0 = classic
         assert described.error_code == ErrorCode.none
         assert sorted(m.member_type for m in described.members) == [0, 1]
         wait_until(lambda: len(modern.consumed) > 0, "the consumer member read nothing")
         modern.close()
-        wait_until(lambda: classic.owned() == every, lambda: f"the classic member owns {classic.owned()}")
+        wait_until(lambda: classic.owned() == every,
+                   lambda: f"the classic member owns {classic.owned()}: {classic.errors}")
         wait_until(lambda: classic_group_state(broker.bootstrap, group) == ("STABLE", 1),
                    lambda: f"the group is {classic_group_state(broker.bootstrap, group)}")
         assert describe(broker.bootstrap, group).error_code == ErrorCode.group_id_not_found  # classic again

@@ -169,9 +169,3 @@ CLUSTER_RESTART_OUTLASTS_SESSIONS = ("the test SIGKILLs and restarts the broker 
 ONE_BROKER_ASSUMED = ("the test talks to one broker on the wire and expects it to coordinate every group or "
                       "transactional id, which holds for one broker only (a cluster answers NOT_COORDINATOR "
                       "from the others, as Kafka does)")
-# Cluster-mode defects found by running the suite against the cluster kind (reported to the
-# integrator, issue 22); each test leaves the cluster kind until its defect is fixed.
-CLUSTER_DEFECT_COOPERATIVE_MIGRATION = ("cluster defect (not diagnosed): when a consumer-protocol member joins a "
-                                        "classic group whose member uses cooperative-sticky, the consumer member "
-                                        "keeps every partition and the classic member gets none within 60 s (the "
-                                        "range variant and the single broker split them)")

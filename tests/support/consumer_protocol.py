@@ -39,8 +39,15 @@ CONSUMER_PROTOCOL_BROKER_CONFIG = {
     "group.consumer.session.timeout.ms": "6000",
     "group.consumer.min.session.timeout.ms": "1000",
 }
+# ILLEGAL_GENERATION and REBALANCE_IN_PROGRESS are the classic protocol's STALE_MEMBER_EPOCH: a
+# cooperative member keeps committing while it rejoins, and a commit sent with the old generation
+# while its JoinGroup is in flight reaches the coordinator after the join phase completed (Kafka's
+# ClassicGroup.validateOffsetCommit answers the same). A commit costs a PostgreSQL transaction on
+# a cluster, so one is nearly always in flight there; the retry carries the generation of the
+# SyncGroup that follows, and the partition cannot move meanwhile (see _commit).
 _RETRIED_COMMIT_ERRORS = frozenset({
-    KafkaError.STALE_MEMBER_EPOCH, KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError.REQUEST_TIMED_OUT,
+    KafkaError.STALE_MEMBER_EPOCH, KafkaError.ILLEGAL_GENERATION, KafkaError.REBALANCE_IN_PROGRESS,
+    KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError.REQUEST_TIMED_OUT,
     KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
     KafkaError._WAIT_COORD, KafkaError._ALL_BROKERS_DOWN,
 })
@@ -131,7 +138,8 @@ class ProtocolMember:
     def _commit(consumer: Consumer, position: TopicPartition) -> None:
         """Commit synchronously, retrying what a retry can fix: STALE_MEMBER_EPOCH (a heartbeat
         answer with a newer epoch crossed the commit, as with Kafka 4.0: librdkafka has the new
-        epoch by then) and a broker that is away (the chaos tests restart it). The partition
+        epoch by then), ILLEGAL_GENERATION and REBALANCE_IN_PROGRESS (the same for a classic
+        member: a JoinGroup answer crossed it) and a broker that is away (the chaos tests restart it). The partition
         cannot move meanwhile: its revocation waits for this thread's poll."""
         deadline = time.monotonic() + WAIT_TIMEOUT_S
         while True:

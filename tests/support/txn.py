@@ -678,13 +678,30 @@ def hang_producer_main(args: argparse.Namespace) -> int:
         time.sleep(1)
 
 
+# The copier's exit status when a transactional call failed with neither a fatal nor an
+# abortable error: librdkafka gave up waiting for an answer (CLIENT_TIMEOUT_S), so the copier
+# stalled; the chaos tests fail on it rather than restart the copier.
+COPIER_STALLED_EXIT = 4
+# What the copier writes to ``<--progress>.phase`` while it waits in send_offsets_to_transaction
+# (the file is emptied when the call returns): where librdkafka 2.16 can hang for good when the
+# group coordinator's broker left Metadata (tests/chaos/test_cluster_txn_copier.py, STALL_S).
+SENDING_OFFSETS_PHASE = "send_offsets_to_transaction"
+
+
+def copier_phase_path(progress: str | Path) -> Path:
+    """The file in which a copier whose progress goes to ``progress`` names the call it waits in."""
+    return Path(f"{progress}.phase")
+
+
 def copier_main(args: argparse.Namespace) -> int:
     """Exactly-once copier (the KIP-447 consume-transform-produce loop): each batch read from
     ``--input`` with read_committed is written to the same partition of ``--output`` in one
     transaction together with the consumer's positions (send_offsets_to_transaction).
 
     Abortable errors abort the transaction and rewind the consumer to the group's committed
-    offsets; fatal errors (fenced, ...) exit with status 3 so the supervisor restarts us. Each
+    offsets; fatal errors (fenced, ...) exit with status 3 so the supervisor restarts us (a
+    fatal producer can only be replaced, KIP-98); any other error (no answer within the call's
+    timeout) exits with ``COPIER_STALLED_EXIT``, which the supervisor reports as a stall. Each
     commit appends its record count as one line to ``--progress``; ``--pause-ms`` pauses inside
     each transaction (after its records are written) so that kills land in open transactions.
     """
@@ -760,6 +777,8 @@ def _copy(args: argparse.Namespace, consumer: Any, producer: Any, kafka_exceptio
     have confluent-kafka's interface)."""
     producer.init_transactions(CLIENT_TIMEOUT_S)
     consumer.subscribe([args.input])
+    phase = copier_phase_path(args.progress)
+    phase.write_text("")
     progress = open(args.progress, "a", buffering=1)  # noqa: SIM115 - line-buffered for the whole run of this copier process, closed by its exit
 
     def rewind() -> None:
@@ -796,7 +815,11 @@ def _copy(args: argparse.Namespace, consumer: Any, producer: Any, kafka_exceptio
             producer.flush(CLIENT_TIMEOUT_S)
             time.sleep(args.pause_ms / 1000)
             positions = [tp for tp in consumer.position(consumer.assignment()) if tp.offset >= 0]
-            producer.send_offsets_to_transaction(positions, consumer.consumer_group_metadata(), CLIENT_TIMEOUT_S)
+            phase.write_text(SENDING_OFFSETS_PHASE)
+            try:
+                producer.send_offsets_to_transaction(positions, consumer.consumer_group_metadata(), CLIENT_TIMEOUT_S)
+            finally:
+                phase.write_text("")
             while True:
                 try:
                     producer.commit_transaction(CLIENT_TIMEOUT_S)
@@ -809,9 +832,12 @@ def _copy(args: argparse.Namespace, consumer: Any, producer: Any, kafka_exceptio
             progress.write(f"{len(batch)}\n")
         except kafka_exception as exc:
             err = exc.args[0]
-            if err.fatal() or not err.txn_requires_abort():
+            if err.fatal():
                 print(f"copier: fatal {err}", file=sys.stderr, flush=True)
                 return 3
+            if not err.txn_requires_abort():
+                print(f"copier: stalled {err}", file=sys.stderr, flush=True)
+                return COPIER_STALLED_EXIT
             print(f"copier: aborting after {err}", file=sys.stderr, flush=True)
             producer.abort_transaction(CLIENT_TIMEOUT_S)
             rewind()

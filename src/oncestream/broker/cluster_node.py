@@ -441,8 +441,13 @@ class ClusterNode:
             self._snapshot = {**self._snapshot, **found}
 
     async def refresh_snapshot(self) -> None:
-        """Read every topic into ``topic_snapshot``."""
-        self._snapshot = await self.topics(None)
+        """Read every topic into ``topic_snapshot``. A topic ``learn_topics`` added while the
+        read was in flight stays: it may have been created after the read's snapshot was taken,
+        and dropping it would hide it from the group coordinator until the next refresh."""
+        before = self._snapshot
+        found = await self.topics(None)
+        learned = {name: meta for name, meta in self._snapshot.items() if name not in before and name not in found}
+        self._snapshot = {**found, **learned}
 
     async def lookup(self, names: Sequence[str]) -> PartitionLookup:
         """``topics(names, fresh=False)`` for a produce, fetch or offsets request: a PostgreSQL

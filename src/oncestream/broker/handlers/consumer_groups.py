@@ -75,6 +75,12 @@ async def handle_consumer_group_heartbeat(
         client_id=header.client_id or "",
         client_host=client_host(),
     )
+    # The coordinator resolves subscribed names and owned ids through the topic view: on a
+    # cluster, learn the topics created through another broker since its last refresh first (a
+    # subscribed topic the view lacks is assigned to nobody until the refresh, which then bumps
+    # the group epoch once more). handle_join_group does the same for classic members.
+    await state.learn_topics(names or ())
+    await state.learn_topic_ids(owned or ())
     svc = state.groups
     result, writes = svc.coordinator.consumer_group_heartbeat(heartbeat, state.now_ms(), mono_ms=state.mono_ms())
     result = await svc.finish_async(request.group_id, result, writes)

@@ -20,6 +20,7 @@ from oncestream.broker.authorize import Op, Res, authorize, authorized_operation
 from oncestream.broker.connection_context import client_host, current_session
 from oncestream.broker.handlers import share, share_admin
 from oncestream.broker.state import BrokerState
+from oncestream.coordinator.group.consumer_protocol import CONSUMER_PROTOCOL_TYPE
 from oncestream.coordinator.group.messages import (
     FetchedOffset,
     HeartbeatRequest,
@@ -35,6 +36,7 @@ from oncestream.coordinator.group.messages import (
 )
 from oncestream.protocol import api_keys as k
 from oncestream.protocol.codec import RequestHeader, build
+from oncestream.protocol.consumer_protocol import ConsumerProtocolError, decode_subscription
 from oncestream.protocol.schemas import response_module
 from oncestream.topic_partition import TopicPartition
 
@@ -111,6 +113,23 @@ def handle_find_coordinator(state: BrokerState, header: RequestHeader, request: 
     )
 
 
+def subscribed_topics(join: JoinRequest) -> set[str]:
+    """The topics a JoinGroup of the consumer embedded protocol names in its protocols'
+    subscriptions (subscribed and owned); none for other protocol types or malformed metadata
+    (the coordinator answers those)."""
+    if join.protocol_type != CONSUMER_PROTOCOL_TYPE:
+        return set()
+    names: set[str] = set()
+    for protocol in join.protocols:
+        try:
+            subscription = decode_subscription(protocol.metadata)
+        except ConsumerProtocolError:
+            continue
+        names.update(subscription.topics)
+        names.update(topic for topic, _ in subscription.owned_partitions)
+    return names
+
+
 async def handle_join_group(state: BrokerState, header: RequestHeader, request: wire.JoinGroupRequest) -> object:
     m = response_module(k.JOIN_GROUP, header.api_version)
     error = ErrorCode.none
@@ -138,6 +157,11 @@ async def handle_join_group(state: BrokerState, header: RequestHeader, request: 
         client_host=client_host(),
         reason=getattr(request, "reason", None),
     )
+    # A classic member may join (or turn into) a consumer group, whose coordinator resolves the
+    # topics of its subscription and owned partitions through the topic view: on a cluster that
+    # view must already hold a topic created through another broker since its last refresh, or
+    # the member's partitions are dropped from what it is known to own (docs/cluster-coordinators.md).
+    await state.learn_topics(subscribed_topics(join))
     fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
     await svc.complete_async(svc.coordinator.join_group(
         join, state.now_ms(), svc.responder(fut, request.group_id), mono_ms=state.mono_ms()
