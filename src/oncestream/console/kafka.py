@@ -18,14 +18,26 @@ from typing import Any, TypeVar
 
 from anyio import to_thread
 
-from oncestream.client import Admin, NewTopic
+from oncestream.client import Admin, KafkaError, KafkaException, NewTopic, Producer
 from oncestream.client.common.list_offsets import EARLIEST, LATEST
+from oncestream.console.browse import BrowseRequest, BrowseResult, read
 from oncestream.console.settings import ConsoleSettings
 
 T = TypeVar("T")
 
 # Bounds of one admin call made for a page (seconds): a dead broker shows as an error, not a hang.
 ADMIN_TIMEOUT_S = 15.0
+# How long a produced message may take to be acknowledged before the page reports a failure.
+PRODUCE_TIMEOUT_S = 15.0
+
+
+@dataclass(frozen=True)
+class Produced:
+    """Where a produced message landed."""
+
+    topic: str
+    partition: int
+    offset: int
 
 
 @dataclass(frozen=True)
@@ -92,7 +104,9 @@ class ConsoleKafka:
     def __init__(self, settings: ConsoleSettings) -> None:
         self.settings = settings
         self._admin: Admin | None = None
+        self._producer: Producer | None = None
         self._lock = threading.Lock()
+        self._produce_lock = threading.Lock()
         self._closed = False
 
     def client_conf(self, **extra: Any) -> dict[str, Any]:
@@ -120,8 +134,42 @@ class ConsoleKafka:
         with self._lock:
             self._closed = True
             admin, self._admin = self._admin, None
+            producer, self._producer = self._producer, None
         if admin is not None:
             await to_thread.run_sync(admin.close)
+        if producer is not None:
+            await to_thread.run_sync(lambda: producer.close(PRODUCE_TIMEOUT_S))
+
+    # --- messages -------------------------------------------------------------------------------
+
+    async def browse(self, request: BrowseRequest) -> BrowseResult:
+        """Records of one partition (``console.browse``)."""
+        return await self.run(lambda admin: read(admin, self.client_conf, request))
+
+    async def produce(self, topic: str, partition: int | None, key: bytes | None, value: bytes | None,
+                      headers: list[tuple[str, bytes]]) -> Produced:
+        """One message, idempotent with acks=all; returns where it landed (KafkaException on refusal)."""
+        return await to_thread.run_sync(lambda: self._produce(topic, partition, key, value, headers))
+
+    def _produce(self, topic: str, partition: int | None, key: bytes | None, value: bytes | None,
+                 headers: list[tuple[str, bytes]]) -> Produced:
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("the console is shutting down")
+            if self._producer is None:
+                self._producer = Producer(self.client_conf(**{"acks": "all", "enable.idempotence": True}))
+            producer = self._producer
+        outcome: list[tuple[KafkaError | None, Any]] = []
+        with self._produce_lock:  # one message at a time: its delivery report is the one we wait for
+            producer.produce(topic, value=value, key=key, partition=-1 if partition is None else partition,
+                             headers=headers or None, on_delivery=lambda err, msg: outcome.append((err, msg)))
+            producer.flush(PRODUCE_TIMEOUT_S)
+        if not outcome:
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT, f"not acknowledged within {PRODUCE_TIMEOUT_S:.0f} s"))
+        error, message = outcome[0]
+        if error is not None:
+            raise KafkaException(error)
+        return Produced(topic, message.partition(), message.offset())
 
     # --- cluster and topics ---------------------------------------------------------------------
 
