@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support import expected_conditions as ec
@@ -148,7 +149,8 @@ def _consume(consumer: Any, count: int) -> None:
 
 
 def _text_becomes(browser: WebDriver, element_id: str, text: str) -> None:
-    WebDriverWait(browser, BROWSER_WAIT_S).until(
+    # console.js replaces the live part of the page while we look: a stale element is looked up again.
+    WebDriverWait(browser, BROWSER_WAIT_S, ignored_exceptions=(StaleElementReferenceException,)).until(
         lambda b: b.find_element(By.ID, element_id).text.strip() == text,
         message=f"#{element_id} never became {text!r}")
 
@@ -177,7 +179,8 @@ def test_a_groups_lag_falls_as_its_consumer_reads_and_an_empty_group_is_reset(
     _wait(browser, f'#groups tr[data-group="{group}"]')
     browser.get(f"{console_url}/groups/{group}")
     _text_becomes(browser, "total-lag", "20")
-    assert len(browser.find_elements(By.CSS_SELECTOR, "#members tbody tr code")) == 1  # the consumer is a member
+    WebDriverWait(browser, BROWSER_WAIT_S, ignored_exceptions=(StaleElementReferenceException,)).until(
+        lambda b: len(b.find_elements(By.CSS_SELECTOR, "#members tbody tr code")) == 1)  # the consumer is a member
     # While a member is in the group, the broker refuses a reset and the page says why.
     browser.find_element(By.ID, "reset-submit").click()
     _wait(browser, "#error")
@@ -186,7 +189,8 @@ def test_a_groups_lag_falls_as_its_consumer_reads_and_an_empty_group_is_reset(
 
     _consume(consumer, 20)
     _text_becomes(browser, "total-lag", "0")  # console.js refreshes the page's live part
-    samples = browser.find_element(By.ID, "lag-sparkline").get_attribute("aria-label")
+    samples = WebDriverWait(browser, BROWSER_WAIT_S, ignored_exceptions=(StaleElementReferenceException,)).until(
+        lambda b: b.find_element(By.ID, "lag-sparkline").get_attribute("aria-label"))
     assert samples is not None
     assert int(samples.split(", ")[1].split()[0]) >= 2
     screenshot("group")
@@ -199,15 +203,17 @@ def test_a_groups_lag_falls_as_its_consumer_reads_and_an_empty_group_is_reset(
     browser.find_element(By.ID, "reset-submit").click()
     _wait(browser, "#notice")
     _text_becomes(browser, "total-lag", "25")
-    assert browser.find_element(By.CSS_SELECTOR, "#lag td.committed").text == "5"
+    WebDriverWait(browser, BROWSER_WAIT_S, ignored_exceptions=(StaleElementReferenceException,)).until(
+        lambda b: b.find_element(By.CSS_SELECTOR, "#lag td.committed").text == "5")
     _select(browser, "reset-target", "earliest")
     browser.find_element(By.ID, "reset-submit").click()
     _wait(browser, "#notice")
     _text_becomes(browser, "total-lag", "30")
 
     browser.get(f"{console_url}/audit")
+    _wait(browser, "#audit")
     rows = [r.text for r in browser.find_elements(By.CSS_SELECTOR, "#audit tbody tr") if group in r.text]
-    assert len(rows) == 3, rows
+    assert len(rows) == 3, (browser.current_url, browser.page_source[:4000])
     assert all("alice" in r and "group.reset-offsets" in r for r in rows), rows
     assert ["failed" in r for r in rows] == [False, False, True]  # newest first
     screenshot("audit")
