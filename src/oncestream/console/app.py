@@ -15,15 +15,17 @@ from collections.abc import AsyncIterator, Callable
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from oncestream.console import pages
 from oncestream.console.audit import AuditLog
-from oncestream.console.auth import AuthGate, SessionStore, Users
+from oncestream.console.auth import API_PREFIX, AuthGate, SessionStore, Users
 from oncestream.console.kafka import ConsoleKafka
 from oncestream.console.settings import ConsoleSettings
-from oncestream.console.web import NAV, STATIC_DIR, ConsoleState, make_templates
+from oncestream.console.web import NAV, STATIC_DIR, ConsoleState, error_text, make_templates
 
 
 def page_routes() -> list[BaseRoute]:
@@ -38,6 +40,15 @@ def page_routes() -> list[BaseRoute]:
             raise TypeError(f"{module.__name__}.routes must be a list of starlette routes")
         out.extend(routes)
     return out
+
+
+async def _unexpected(request: Request, exc: Exception) -> Response:
+    """A failure no page handled (e.g. the cluster unreachable during an API call): the error in
+    words, JSON under /api/, text elsewhere; still logged as an error by Starlette."""
+    text = error_text(exc)
+    if request.url.path.startswith(API_PREFIX):
+        return JSONResponse({"error": text}, 500)
+    return PlainTextResponse(f"The console failed: {text}", 500)
 
 
 def create_app(settings: ConsoleSettings, *, kafka: ConsoleKafka | None = None,
@@ -61,6 +72,7 @@ def create_app(settings: ConsoleSettings, *, kafka: ConsoleKafka | None = None,
         finally:
             await cluster.aclose()
 
-    app = Starlette(routes=routes, middleware=[Middleware(AuthGate, sessions=sessions)], lifespan=lifespan)
+    app = Starlette(routes=routes, middleware=[Middleware(AuthGate, sessions=sessions)], lifespan=lifespan,
+                    exception_handlers={Exception: _unexpected})
     app.state.console = console
     return app

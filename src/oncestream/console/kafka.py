@@ -25,6 +25,8 @@ from oncestream.console.settings import ConsoleSettings
 
 T = TypeVar("T")
 
+UNKNOWN_TOPIC_OR_PARTITION = 3  # Kafka's error code
+
 # Bounds of one admin call made for a page (seconds): a dead broker shows as an error, not a hang.
 ADMIN_TIMEOUT_S = 15.0
 # How long a produced message may take to be acknowledged before the page reports a failure.
@@ -269,7 +271,7 @@ def _topic_detail(admin: Admin, name: str) -> TopicDetail:
     from oncestream.client import KafkaException
 
     described = admin.describe_topics([name], timeout=ADMIN_TIMEOUT_S).get(name)
-    if described is None:
+    if described is None or (described.error is not None and described.error.code() == UNKNOWN_TOPIC_OR_PARTITION):
         raise LookupError(f"no topic {name!r}")
     if described.error is not None:
         raise KafkaException(described.error)
