@@ -46,6 +46,8 @@ def test_an_ongoing_transaction_within_its_timeout_is_listed_and_not_flagged() -
     assert (row.state, row.producer_id, row.producer_epoch, row.timeout_ms) == ("Ongoing", 10, 3, 60_000)
     assert row.partitions == (("t", 0), ("t", 1))
     assert row.age_ms == 59_000
+    assert row.open
+    assert snap.open_transactions == (row,)
     assert not row.hanging
     assert not row.prepared
     assert [o.start_offset for o in row.open_partitions] == [4, 9]
@@ -98,6 +100,7 @@ def test_a_completed_two_phase_commit_producer_is_not_prepared() -> None:
                                              partitions=())}, {}, {}, now_ms=T0)
     row = snap.transaction("2pc")
     assert row is not None
+    assert not row.open
     assert row.two_phase_commit
     assert not row.prepared
     assert row.age_ms is None

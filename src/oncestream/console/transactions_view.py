@@ -157,6 +157,11 @@ class TransactionRow:
     def hanging(self) -> bool:
         return bool(self.flags)
 
+    @property
+    def open(self) -> bool:
+        """Begun and not yet completed: Ongoing, or its markers being written (Prepare*)."""
+        return self.error is None and self.state in _MARKER_PENDING_STATES
+
 
 @dataclass(frozen=True)
 class TransactionsSnapshot:
@@ -171,6 +176,10 @@ class TransactionsSnapshot:
     def hanging(self) -> tuple[OpenPartitionTransaction, ...]:
         """Every partition held by a hanging transaction (what an abort acts on)."""
         return tuple(o for o in self.open_partitions if o.hanging)
+
+    @property
+    def open_transactions(self) -> tuple[TransactionRow, ...]:
+        return tuple(t for t in self.transactions if t.open)
 
     def transaction(self, transactional_id: str) -> TransactionRow | None:
         return next((t for t in self.transactions if t.transactional_id == transactional_id), None)
