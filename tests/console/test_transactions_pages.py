@@ -144,6 +144,17 @@ def _wait(browser: Any, condition: Callable[[Any], Any], what: str) -> Any:
         raise AssertionError(f"the page never showed {what}") from None
 
 
+def _element(browser: Any, element_id: str) -> Any:
+    """The element with ``element_id``, or a failure that says what the page showed instead."""
+    from selenium.webdriver.common.by import By
+
+    found = browser.find_elements(By.ID, element_id)
+    if not found:
+        errors = [e.text for e in browser.find_elements(By.ID, "error")]
+        raise AssertionError(f"{browser.current_url} has no #{element_id}; its error: {errors}")
+    return found[0]
+
+
 def _row(browser: Any, table_id: str, txn_id: str) -> list[Any]:
     from selenium.webdriver.common.by import By
 
@@ -178,10 +189,10 @@ def test_an_open_transaction_appears_and_goes_on_commit(console_broker: Any, con
     (done,) = _row(browser, "transactions", txn_id)
     assert done.get_attribute("data-state") == "CompleteCommit"
     browser.get(f"{console_url}/transactions/view?id={txn_id}")
-    assert browser.find_element("id", "txn-state").text.startswith("CompleteCommit")
+    assert _element(browser, "txn-state").text.startswith("CompleteCommit")
     screenshot("transaction-page")
     browser.get(f"{console_url}/transactions/producers?topic={topic}&partition=0")
-    assert "none" in browser.find_element("id", "producers").text   # no open transaction any more
+    assert "none" in _element(browser, "producers").text   # no open transaction any more
     screenshot("transaction-producers")
 
 

@@ -5,6 +5,7 @@ injected ``now_ms``."""
 from __future__ import annotations
 
 from oncestream.client.admin.admin import ProducerState, TransactionDescription, TransactionListing
+from oncestream.client.common.message import TopicPartition
 from oncestream.console.transactions_view import (
     LSO_HELD_BACK,
     OPEN_PAST_TIMEOUT,
@@ -14,7 +15,6 @@ from oncestream.console.transactions_view import (
     build_snapshot,
     format_duration_ms,
 )
-from oncestream.topic_partition import TopicPartition
 
 T0 = 1_800_000_000_000     # a wall-clock start time, ms
 MAX_TIMEOUT_MS = 900_000

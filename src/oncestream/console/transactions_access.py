@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from oncestream.client.admin.admin import AbortTransactionSpec, Admin, ProducerState
+from oncestream.client.common.message import TopicPartition
 from oncestream.console.transactions_view import (
     DEFAULT_MAX_TRANSACTION_TIMEOUT_MS,
     ONGOING,
@@ -23,7 +24,6 @@ from oncestream.console.transactions_view import (
     TransactionsSnapshot,
     build_snapshot,
 )
-from oncestream.topic_partition import TopicPartition
 
 _LATEST = -1
 # States in which a transaction is over (an abort is done once its id reaches one of them).

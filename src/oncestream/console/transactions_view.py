@@ -29,6 +29,7 @@ A transaction is flagged **hanging** for one of three reasons, each carried as a
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -269,14 +270,27 @@ def build_snapshot(
     the brokers' timestamps); ``max_transaction_timeout_ms``: the find-hanging grace, the
     cluster's transaction.max.timeout.ms."""
     listing = sorted(listings, key=lambda entry: entry.transactional_id)
-    tid_by_producer = {entry.producer_id: entry.transactional_id for entry in listing}
     past_timeout: dict[str, HangingFlag] = {}
-    for tid, d in descriptions.items():
-        flag = _open_past_timeout(d, now_ms) if d.error is None else None
+    for tid, described in descriptions.items():
+        flag = _open_past_timeout(described, now_ms) if described.error is None else None
         if flag is not None:
             past_timeout[tid] = flag
+    open_txns = _open_partition_transactions(listing, descriptions, producers, offsets, past_timeout, now_ms,
+                                             max_transaction_timeout_ms)
+    rows = [_row(entry, descriptions.get(entry.transactional_id), open_txns, past_timeout, now_ms) for entry in listing]
+    orphans = tuple(o for o in open_txns if o.transactional_id is None)
+    return TransactionsSnapshot(now_ms, tuple(rows), tuple(open_txns), orphans)
 
-    open_txns: list[OpenPartitionTransaction] = []
+
+def _open_partition_transactions(
+    listing: list[ListingLike], descriptions: Mapping[str, DescriptionLike],
+    producers: Mapping[TopicPartitionKey, Iterable[ProducerStateLike]],
+    offsets: Mapping[TopicPartitionKey, PartitionOffsets], past_timeout: Mapping[str, HangingFlag],
+    now_ms: int, max_transaction_timeout_ms: int,
+) -> list[OpenPartitionTransaction]:
+    """Every open transaction DescribeProducers showed, with its hanging flags."""
+    tid_by_producer = {entry.producer_id: entry.transactional_id for entry in listing}
+    out: list[OpenPartitionTransaction] = []
     for key in sorted(producers):
         for p in producers[key]:
             if p.current_txn_start_offset < 0:
@@ -286,6 +300,7 @@ def build_snapshot(
             flags: list[HangingFlag] = []
             if tid is not None and tid in past_timeout and d is not None and d.producer_id == p.producer_id:
                 flags.append(past_timeout[tid])
+            # find-hanging's grace: a younger transaction may still be joining its coordinator.
             if now_ms - p.last_timestamp_ms > max_transaction_timeout_ms:
                 unknown = _unknown_to_coordinator(key, p, tid, d)
                 if unknown is not None:
@@ -298,28 +313,26 @@ def build_snapshot(
                 held = _lso_held_back(entry)
                 if held is not None:
                     flags.append(held)
-            open_txns.append(OpenPartitionTransaction(**{**entry.__dict__, "flags": tuple(flags)}))
+            out.append(dataclasses.replace(entry, flags=tuple(flags)))
+    return out
 
-    rows = []
-    for entry in listing:
-        tid = entry.transactional_id
-        d = descriptions.get(tid)
-        mine = tuple(o for o in open_txns if o.transactional_id == tid)
-        if d is None or d.error is not None:
-            rows.append(TransactionRow(
-                transactional_id=tid, state=entry.state, producer_id=entry.producer_id, producer_epoch=-1,
-                partitions=(), start_time_ms=-1, age_ms=None, timeout_ms=-1, two_phase_commit=False,
-                error=_error_text(d.error) if d is not None else "not described", open_partitions=mine))
-            continue
-        flags = [past_timeout[tid]] if tid in past_timeout else []
-        for o in mine:
-            flags += [f for f in o.flags if f.kind != OPEN_PAST_TIMEOUT and f not in flags]
-        rows.append(TransactionRow(
-            transactional_id=tid, state=d.state, producer_id=d.producer_id, producer_epoch=d.producer_epoch,
-            partitions=tuple(sorted((tp.topic, tp.partition) for tp in d.partitions)),
-            start_time_ms=d.start_time_ms,
-            age_ms=now_ms - d.start_time_ms if d.start_time_ms >= 0 and d.state == ONGOING else None,
-            timeout_ms=d.timeout_ms, two_phase_commit=d.timeout_ms >= TWO_PHASE_COMMIT_TIMEOUT_MS,
-            flags=tuple(flags), open_partitions=mine))
-    orphans = tuple(o for o in open_txns if o.transactional_id is None)
-    return TransactionsSnapshot(now_ms, tuple(rows), tuple(open_txns), orphans)
+
+def _row(entry: ListingLike, d: DescriptionLike | None, open_txns: list[OpenPartitionTransaction],
+         past_timeout: Mapping[str, HangingFlag], now_ms: int) -> TransactionRow:
+    tid = entry.transactional_id
+    mine = tuple(o for o in open_txns if o.transactional_id == tid)
+    if d is None or d.error is not None:
+        return TransactionRow(
+            transactional_id=tid, state=entry.state, producer_id=entry.producer_id, producer_epoch=-1,
+            partitions=(), start_time_ms=-1, age_ms=None, timeout_ms=-1, two_phase_commit=False,
+            error=_error_text(d.error) if d is not None else "not described", open_partitions=mine)
+    flags = [past_timeout[tid]] if tid in past_timeout else []
+    for o in mine:
+        flags += [f for f in o.flags if f.kind != OPEN_PAST_TIMEOUT and f not in flags]
+    return TransactionRow(
+        transactional_id=tid, state=d.state, producer_id=d.producer_id, producer_epoch=d.producer_epoch,
+        partitions=tuple(sorted((tp.topic, tp.partition) for tp in d.partitions)),
+        start_time_ms=d.start_time_ms,
+        age_ms=now_ms - d.start_time_ms if d.start_time_ms >= 0 and d.state == ONGOING else None,
+        timeout_ms=d.timeout_ms, two_phase_commit=d.timeout_ms >= TWO_PHASE_COMMIT_TIMEOUT_MS,
+        flags=tuple(flags), open_partitions=mine)
