@@ -203,7 +203,9 @@ def test_a_hanging_transaction_is_flagged_and_aborted_from_the_page(console_brok
     from selenium.webdriver.common.by import By
 
     bootstrap = console_broker.bootstrap
-    topic, txn_id = unique_name("hang"), unique_name("hung")
+    # Short names: this page is the README's picture.
+    suffix = uuid.uuid4().hex[:6]
+    topic, txn_id = f"orders-{suffix}", f"payments-writer-{suffix}"
     create_topic(bootstrap, topic, partitions=1)
     _hang(bootstrap, topic, txn_id)
     # A read_committed reader is held at the hanging transaction's first record.
