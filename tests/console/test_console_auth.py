@@ -40,7 +40,7 @@ OPEN = {("GET", "/login"), ("POST", "/login")}
 
 def test_the_app_has_the_pages_of_issue_26() -> None:
     paths = {p for _, p in ROUTES}
-    assert {"/", "/topics", "/topics/x/messages", "/audit", "/login", "/logout"} <= paths
+    assert {"/", "/topics", "/topics/x/messages", "/groups", "/groups/x", "/audit", "/login", "/logout"} <= paths
 
 
 @pytest.mark.parametrize(("method", "path"), [r for r in ROUTES if r not in OPEN])

@@ -14,6 +14,9 @@ from selenium.webdriver.support import expected_conditions as ec
 from selenium.webdriver.support.ui import WebDriverWait
 
 from tests.console.conftest import BROWSER_WAIT_S
+from tests.support.brokers import NO_INITIAL_REBALANCE_DELAY
+
+MODULE_BROKER_CONFIG = NO_INITIAL_REBALANCE_DELAY
 
 
 def test_login_shows_the_overview_of_the_cluster(browser_login: Callable[..., WebDriver], console_url: str,
@@ -128,3 +131,83 @@ def test_read_uncommitted_marks_the_records_of_an_aborted_transaction(
     browser.get(f"{console_url}/topics/{name}/messages?partition=0&mode=offset&offset=0&isolation=read_committed")
     rows = _wait(browser, "#records") and browser.find_elements(By.CSS_SELECTOR, "#records tr.record")
     assert [r.find_element(By.CSS_SELECTOR, "td.value").text for r in rows] == ["before", "after"]
+
+
+def _consume(consumer: Any, count: int) -> None:
+    """Read ``count`` records with a confluent-kafka consumer (bounded) and commit them."""
+    import time
+
+    seen = 0
+    deadline = time.monotonic() + BROWSER_WAIT_S
+    while seen < count and time.monotonic() < deadline:
+        for message in consumer.consume(count - seen, timeout=0.5):
+            if message.error() is None:
+                seen += 1
+    assert seen == count, f"read {seen} of {count} records"
+    consumer.commit(asynchronous=False)
+
+
+def _text_becomes(browser: WebDriver, element_id: str, text: str) -> None:
+    WebDriverWait(browser, BROWSER_WAIT_S).until(
+        lambda b: b.find_element(By.ID, element_id).text.strip() == text,
+        message=f"#{element_id} never became {text!r}")
+
+
+def test_a_groups_lag_falls_as_its_consumer_reads_and_an_empty_group_is_reset(
+        browser_login: Callable[..., WebDriver], console_url: str, console_broker: Any,
+        unique_name: Callable[[str], str], screenshot: Callable[[str], Path]) -> None:
+    from confluent_kafka import Consumer, Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    topic, group = unique_name("lag"), unique_name("group")
+    admin = AdminClient({"bootstrap.servers": console_broker.bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(timeout=BROWSER_WAIT_S)
+    producer = Producer({"bootstrap.servers": console_broker.bootstrap})
+    for n in range(30):
+        producer.produce(topic, value=f"m{n}".encode())
+    producer.flush(BROWSER_WAIT_S)
+    conf = {"bootstrap.servers": console_broker.bootstrap, "group.id": group, "enable.auto.commit": False,
+            "auto.offset.reset": "earliest"}
+    consumer = Consumer(conf)
+    consumer.subscribe([topic])
+    _consume(consumer, 10)
+
+    browser = browser_login("alice")
+    browser.get(f"{console_url}/groups")
+    _wait(browser, f'#groups tr[data-group="{group}"]')
+    browser.get(f"{console_url}/groups/{group}")
+    _text_becomes(browser, "total-lag", "20")
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#members tbody tr code")) == 1  # the consumer is a member
+    # While a member is in the group, the broker refuses a reset and the page says why.
+    browser.find_element(By.ID, "reset-submit").click()
+    _wait(browser, "#error")
+    assert "not reset" in browser.find_element(By.ID, "error").text
+    browser.get(f"{console_url}/groups/{group}")
+
+    _consume(consumer, 20)
+    _text_becomes(browser, "total-lag", "0")  # console.js refreshes the page's live part
+    samples = browser.find_element(By.ID, "lag-sparkline").get_attribute("aria-label")
+    assert samples is not None
+    assert int(samples.split(", ")[1].split()[0]) >= 2
+    screenshot("group")
+
+    consumer.close()  # the group is empty now
+    browser.get(f"{console_url}/groups/{group}")
+    _text_becomes(browser, "group-state", "Empty")
+    _select(browser, "reset-target", "offset")
+    _fill(browser, "reset-offset", "5")
+    browser.find_element(By.ID, "reset-submit").click()
+    _wait(browser, "#notice")
+    _text_becomes(browser, "total-lag", "25")
+    assert browser.find_element(By.CSS_SELECTOR, "#lag td.committed").text == "5"
+    _select(browser, "reset-target", "earliest")
+    browser.find_element(By.ID, "reset-submit").click()
+    _wait(browser, "#notice")
+    _text_becomes(browser, "total-lag", "30")
+
+    browser.get(f"{console_url}/audit")
+    rows = [r.text for r in browser.find_elements(By.CSS_SELECTOR, "#audit tbody tr") if group in r.text]
+    assert len(rows) == 3, rows
+    assert all("alice" in r and "group.reset-offsets" in r for r in rows), rows
+    assert ["failed" in r for r in rows] == [False, False, True]  # newest first
+    screenshot("audit")
