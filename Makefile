@@ -41,7 +41,8 @@ SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 SPARK_LOG := .spark-test.log
 SPARK_SUITES := tests/spark tests/chaos/sql tests/chaos/test_tiered_storage.py \
 	tests/chaos/test_tiered_storage_sigkill.py tests/chaos/test_tiered_credentials.py \
-	tests/interop/test_tiered_read.py tests/interop/test_object_store_s3.py
+	tests/interop/test_tiered_read.py tests/interop/test_object_store_s3.py \
+	tests/console/test_sql_console.py
 PYTEST_RUN := $(VPY) -m pytest -q --durations=10 -m 'not slow'
 test: $(SPARK_STAMP) kcat tansu java postgres chromium lint
 	@$(PYTEST_RUN) --junitxml=.test-report-spark.xml $(SPARK_SUITES) > $(SPARK_LOG) 2>&1 & spark=$$!; \
