@@ -7,10 +7,17 @@ from __future__ import annotations
 import time
 import urllib.parse
 from collections.abc import Callable
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from tests.console.conftest import ConsoleClient
+import httpx
+import pytest
+
+from tests.console.conftest import HTTP_TIMEOUT_S, USERS, ConsoleClient, csrf_of, start_console, stop_console
 from tests.support.brokers import NO_INITIAL_REBALANCE_DELAY
+
+if TYPE_CHECKING:
+    from tests.support.certs import Pki
 
 MODULE_BROKER_CONFIG = NO_INITIAL_REBALANCE_DELAY
 WAIT_S = 20.0
@@ -126,3 +133,24 @@ def test_groups_of_the_consumer_protocol_are_listed_with_their_type(
         assert listed[group] == "consumer"
     finally:
         consumer.close()
+
+
+def test_the_console_serves_https_with_a_secure_session_cookie(console_broker: Any, console_users_file: Path,
+                                                               pki: Pki, tmp_path: Path) -> None:
+    server = start_console(console_broker.bootstrap, console_users_file, tmp_path,
+                           "--tls-cert", str(pki.server_cert), "--tls-key", str(pki.server_key))
+    try:
+        assert server.url.startswith("https://127.0.0.1:")
+        with httpx.Client(base_url=server.url, timeout=HTTP_TIMEOUT_S, verify=str(pki.ca)) as client:
+            token = csrf_of(client.get("/login").text)
+            response = client.post("/login", data={"username": "alice", "password": USERS["alice"],
+                                                   "csrf_token": token})
+            assert response.status_code == 303, response.text
+            cookie = next(v for k, v in response.headers.multi_items()
+                          if k == "set-cookie" and v.startswith("oncestream_console_session="))
+            assert all(flag in cookie.lower() for flag in ("secure", "httponly", "samesite=strict")), cookie
+            assert client.get("/api/overview").json()["brokers"]
+        with pytest.raises(httpx.TransportError):  # no plaintext on the TLS port
+            httpx.get(server.url.replace("https://", "http://") + "/login", timeout=HTTP_TIMEOUT_S)
+    finally:
+        stop_console(server.process)
