@@ -154,3 +154,45 @@ def test_the_console_serves_https_with_a_secure_session_cookie(console_broker: A
             httpx.get(server.url.replace("https://", "http://") + "/login", timeout=HTTP_TIMEOUT_S)
     finally:
         stop_console(server.process)
+
+
+def test_a_share_group_is_described_with_its_start_offsets(
+        http_login: Callable[..., ConsoleClient], console_broker: Any, unique_name: Callable[[str], str]) -> None:
+    from confluent_kafka import Producer, ShareConsumer
+
+    alice = http_login("alice")
+    topic, group = unique_name("share"), unique_name("share-group")
+    _create(alice, topic)
+    consumer = ShareConsumer({"bootstrap.servers": console_broker.bootstrap, "group.id": group})
+    try:
+        consumer.subscribe([topic])
+        deadline = time.monotonic() + WAIT_S
+        detail: dict[str, Any] = {}
+        while time.monotonic() < deadline:  # joins first: share.auto.offset.reset is latest
+            consumer.poll(0.2)
+            response = alice.get(f"/api/groups/{group}")
+            detail = response.json() if response.status_code == 200 else {}
+            if detail.get("members") and detail["members"][0]["assignment"]:
+                break
+        assert detail.get("type") == "share", detail
+        producer = Producer({"bootstrap.servers": console_broker.bootstrap})
+        for n in range(5):
+            producer.produce(topic, value=f"s{n}".encode())
+        producer.flush(WAIT_S)
+        got = 0
+        deadline = time.monotonic() + WAIT_S
+        while got < 5 and time.monotonic() < deadline:
+            got += sum(1 for m in consumer.poll(0.5) if m.error() is None)
+        assert got == 5
+        consumer.commit_sync()
+        detail = alice.get(f"/api/groups/{group}").json()
+        assert [m["assignment"] for m in detail["members"]] == [[[topic, 0]]]
+        assert [(p["topic"], p["partition"]) for p in detail["partitions"]] == [(topic, 0)]
+        opened = alice.get("/groups", params={"id": group})  # the list's "open a group by id"
+        assert opened.headers["location"] == f"/groups/{group}"
+        page = alice.get(f"/groups/{group}")
+        assert page.status_code == 200
+        assert "Start offset" in page.text
+        assert 'id="reset-offsets"' not in page.text  # resets are for classic and consumer groups
+    finally:
+        consumer.close()
