@@ -15,7 +15,7 @@ from starlette.routing import Mount, Route
 
 from oncestream.console.app import create_app
 from oncestream.console.settings import ConsoleSettings
-from tests.console.conftest import HTTP_TIMEOUT_S, ConsoleClient, csrf_of
+from tests.console.conftest import HTTP_TIMEOUT_S, ConsoleClient, ConsoleServer, csrf_of
 
 
 def _app_routes() -> list[tuple[str, str]]:
@@ -95,7 +95,8 @@ def test_a_post_without_the_csrf_token_is_refused(http_login: Callable[..., Cons
 
 
 def test_the_audit_log_names_the_sessions_user_whatever_the_form_says(http_login: Callable[..., ConsoleClient],
-                                                                     unique_name: Callable[[str], str]) -> None:
+                                                                     unique_name: Callable[[str], str],
+                                                                     console_server: ConsoleServer) -> None:
     alice = http_login("alice")
     name = unique_name("audited")
     response = alice.post("/topics", data={"name": name, "partitions": "2", "csrf_token": alice.csrf,
@@ -103,6 +104,11 @@ def test_the_audit_log_names_the_sessions_user_whatever_the_form_says(http_login
     assert response.status_code == 200, response.text
     entries = [e for e in alice.get("/api/audit").json() if e["target"] == name]
     assert [(e["user"], e["action"], e["outcome"]) for e in entries] == [("alice", "topic.create", "ok")]
+    # The same entry is a structured line of the console's log (logger oncestream.console.audit).
+    lines = [line for line in console_server.log_text().splitlines() if name in line and "console.audit" in line]
+    assert len(lines) == 1, lines
+    assert "user=alice" in lines[0]
+    assert "action=topic.create" in lines[0]
 
 
 def test_logout_ends_the_session(http_login: Callable[..., ConsoleClient]) -> None:

@@ -63,12 +63,14 @@ def test_create_a_topic_produce_and_browse_as_text_json_and_hex(
     browser = browser_login("alice")
     name = unique_name("browse")
     browser.get(f"{console_url}/topics")
+    screenshot("topics")
     _fill(browser, "new-topic-name", name)
     _fill(browser, "new-topic-partitions", "2")
     _submit(browser, "create-topic-submit")
     _wait(browser, "#partitions tbody tr")
     assert browser.find_element(By.ID, "topic-name").text == name
     assert len(browser.find_elements(By.CSS_SELECTOR, "#partitions tbody tr")) == 2
+    screenshot("topic")
 
     for key, value, headers in (("k1", '{"n": 1, "s": "x"}', "trace=abc"), ("k2", "plain text", "")):
         browser.get(f"{console_url}/topics/{name}")
