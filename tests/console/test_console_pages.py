@@ -31,6 +31,20 @@ def _create(client: ConsoleClient, name: str, partitions: int = 1, configs: str 
     assert response.status_code == 303, response.text
 
 
+def _joined(client: ConsoleClient, consumer: Any, group: str) -> dict[str, Any]:
+    """Poll ``consumer`` until the console's /api/groups/ID shows it as a member with partitions
+    (at most WAIT_S); the last description."""
+    deadline = time.monotonic() + WAIT_S
+    detail: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        consumer.poll(0.2)
+        response = client.get(f"/api/groups/{urllib.parse.quote(group, safe='')}")
+        detail = response.json() if response.status_code == 200 else {}
+        if detail.get("members") and detail["members"][0]["assignment"]:
+            break
+    return detail
+
+
 def test_markup_in_a_message_and_a_header_is_shown_escaped(http_login: Callable[..., ConsoleClient],
                                                            unique_name: Callable[[str], str]) -> None:
     alice = http_login("alice")
@@ -119,14 +133,7 @@ def test_groups_of_the_consumer_protocol_are_listed_with_their_type(
                          "group.protocol": "consumer", "auto.offset.reset": "earliest"})
     try:
         consumer.subscribe([topic])
-        deadline = time.monotonic() + WAIT_S
-        detail: dict[str, Any] = {}
-        while time.monotonic() < deadline:
-            consumer.poll(0.2)
-            response = alice.get(f"/api/groups/{group}")
-            detail = response.json() if response.status_code == 200 else {}
-            if detail.get("members") and detail["members"][0]["assignment"]:
-                break
+        detail = _joined(alice, consumer, group)
         assert detail.get("type") == "consumer", detail
         assert sorted(tuple(a) for a in detail["members"][0]["assignment"]) == [(topic, 0), (topic, 1)]
         listed = {g["group_id"]: g["type"] for g in alice.get("/api/groups").json()["groups"]}
@@ -166,14 +173,7 @@ def test_a_share_group_is_described_with_its_start_offsets(
     consumer = ShareConsumer({"bootstrap.servers": console_broker.bootstrap, "group.id": group})
     try:
         consumer.subscribe([topic])
-        deadline = time.monotonic() + WAIT_S
-        detail: dict[str, Any] = {}
-        while time.monotonic() < deadline:  # joins first: share.auto.offset.reset is latest
-            consumer.poll(0.2)
-            response = alice.get(f"/api/groups/{group}")
-            detail = response.json() if response.status_code == 200 else {}
-            if detail.get("members") and detail["members"][0]["assignment"]:
-                break
+        detail = _joined(alice, consumer, group)  # joins first: share.auto.offset.reset is latest
         assert detail.get("type") == "share", detail
         producer = Producer({"bootstrap.servers": console_broker.bootstrap})
         for n in range(5):

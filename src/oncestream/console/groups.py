@@ -21,8 +21,8 @@ from oncestream.client.admin.admin_groups import (
     ShareGroupDescription,
 )
 from oncestream.client.common.list_offsets import EARLIEST, LATEST
+from oncestream.console.kafka import ADMIN_TIMEOUT_S
 
-ADMIN_TIMEOUT_S = 15.0
 RESET_TARGETS = ("earliest", "latest", "time", "offset")
 # Lag samples kept per group (one per page view, at most one a second): ~10 minutes at the page's
 # 5 s refresh.
