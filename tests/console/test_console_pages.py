@@ -196,3 +196,34 @@ def test_a_share_group_is_described_with_its_start_offsets(
         assert 'id="reset-offsets"' not in page.text  # resets are for classic and consumer groups
     finally:
         consumer.close()
+
+
+def test_browse_from_a_time_and_the_newest_n(http_login: Callable[..., ConsoleClient], console_broker: Any,
+                                             unique_name: Callable[[str], str]) -> None:
+    import datetime
+
+    from confluent_kafka import Producer
+
+    alice = http_login("alice")
+    name = unique_name("times")
+    _create(alice, name)
+    t0 = (int(time.time()) - 600) * 1000  # whole seconds: the ISO form below names the same instant
+    producer = Producer({"bootstrap.servers": console_broker.bootstrap})
+    for n in range(4):
+        producer.produce(name, value=f"t{n}".encode(), timestamp=t0 + n * 1000)
+    producer.flush(WAIT_S)
+
+    def values(**params: str) -> list[str]:
+        response = alice.get(f"/api/topics/{name}/messages", params={"partition": "0", **params})
+        assert response.status_code == 200, response.text
+        return [r["value"] for r in response.json()["records"]]
+
+    assert values(mode="time", time=str(t0 + 1500)) == ["t2", "t3"]
+    iso = datetime.datetime.fromtimestamp((t0 + 1000) / 1000, tz=datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S")
+    assert values(mode="time", time=iso) == ["t1", "t2", "t3"]
+    assert values(mode="time", time=str(t0 + 60_000)) == []  # after the last record: nothing yet
+    assert values(mode="newest", count="2") == ["t2", "t3"]
+    assert values(mode="offset", offset="1", count="2") == ["t1", "t2"]
+    bad = alice.get(f"/topics/{name}/messages", params={"mode": "time", "time": "yesterday"})
+    assert bad.status_code == 400
+    assert "from time: expected epoch ms" in bad.text
