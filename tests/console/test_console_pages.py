@@ -227,3 +227,22 @@ def test_browse_from_a_time_and_the_newest_n(http_login: Callable[..., ConsoleCl
     bad = alice.get(f"/topics/{name}/messages", params={"mode": "time", "time": "yesterday"})
     assert bad.status_code == 400
     assert "from time: expected epoch ms" in bad.text
+
+
+def test_the_topics_list_shows_a_message_rate_from_its_second_look(
+        http_login: Callable[..., ConsoleClient], unique_name: Callable[[str], str]) -> None:
+    alice = http_login("alice")
+    name = unique_name("rate")
+    _create(alice, name)
+
+    def row() -> dict[str, Any]:
+        return next(t for t in alice.get("/api/topics").json() if t["name"] == name)
+
+    assert row()["rate_per_s"] is None
+    for n in range(3):
+        response = alice.post(f"/topics/{name}/messages/produce", data={"value": f"v{n}", "csrf_token": alice.csrf})
+        assert response.status_code == 303
+    second = row()
+    assert second["end_offsets"] == 3
+    assert second["rate_per_s"] > 0
+    assert 'class="num rate"' in alice.get("/topics").text

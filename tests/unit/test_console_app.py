@@ -81,3 +81,20 @@ def test_sessions_expire_and_next_stays_on_the_site() -> None:
     assert store.get(session.token) is None
     assert [safe_next(t) for t in ("/topics?x=1", "//evil.example", "https://evil.example", "/\\evil", None)] == \
         ["/topics?x=1", "/", "/", "/", "/"]
+
+
+def test_rates_come_from_two_looks_at_the_end_offsets() -> None:
+    from oncestream.console.rates import MAX_INTERVAL_S, OffsetRates
+
+    now = [1000.0]
+    rates = OffsetRates(lambda: now[0])
+    assert rates.observe("t", 100) is None          # one look: no rate yet
+    now[0] += 4
+    assert rates.observe("t", 300) == 50.0
+    assert rates.observe("t", 900) == 50.0          # the same instant: the rate of the look before
+    now[0] += 2
+    assert rates.observe("t", 300) == 0.0
+    now[0] += MAX_INTERVAL_S + 1
+    assert rates.observe("t", 400) is None          # the previous look is too old
+    now[0] += 1
+    assert rates.observe("t", 50) is None           # the topic was deleted and created again

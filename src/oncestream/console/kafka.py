@@ -66,13 +66,16 @@ class ClusterOverview:
 class TopicSummary:
     """A row of the topics list: ``messages`` is the sum of end - start offsets (records,
     control records of transactions included), ``size_bytes`` from DescribeLogDirs (None when the
-    cluster does not answer it)."""
+    cluster does not answer it), ``rate_per_s`` the growth of the end offsets per second since the
+    page's previous look (None before a second look)."""
 
     name: str
     partitions: int
     messages: int
     size_bytes: int | None
     internal: bool
+    end_offsets: int = 0   # the sum of the partitions' end offsets (rates: console/rates.py)
+    rate_per_s: float | None = None   # filled by the topics page from two looks
 
 
 @dataclass(frozen=True)
@@ -259,7 +262,8 @@ def _topic_summaries(admin: Admin) -> list[TopicSummary]:
         tps = [(name, p.id) for p in d.partitions]
         messages = sum(max(0, ends.get(tp, 0) - starts.get(tp, 0)) for tp in tps)
         size = None if sizes is None else sum(sizes.get(tp, 0) for tp in tps)
-        out.append(TopicSummary(name, len(d.partitions), messages, size, d.is_internal))
+        out.append(TopicSummary(name, len(d.partitions), messages, size, d.is_internal,
+                                sum(ends.get(tp, 0) for tp in tps)))
     return out
 
 

@@ -14,6 +14,8 @@ from starlette.routing import BaseRoute, Route
 
 from oncestream import cli_common
 from oncestream.console.audit import FAILED
+from oncestream.console.kafka import TopicSummary
+from oncestream.console.rates import OffsetRates
 from oncestream.console.web import audit, error_text, render, state
 
 # Kafka's topic name rule (the broker checks it too; checking here gives the error in words).
@@ -58,9 +60,23 @@ def _back(path: str, **query: str) -> RedirectResponse:
     return RedirectResponse(path + ("?" + urllib.parse.urlencode(query) if query else ""), 303)
 
 
+def rates(request: Request) -> OffsetRates:
+    console = state(request)
+    tracker = console.page_state.get("topics.rates")
+    if not isinstance(tracker, OffsetRates):
+        tracker = console.page_state["topics.rates"] = OffsetRates(console.clock_s)
+    return tracker
+
+
+async def topics_with_rates(request: Request) -> list[TopicSummary]:
+    tracker = rates(request)
+    return [dataclasses.replace(t, rate_per_s=tracker.observe(t.name, t.end_offsets))
+            for t in await state(request).kafka.topics()]
+
+
 async def topic_list(request: Request, *, error: str | None = None, status: int = 200) -> Response:
     try:
-        topics = await state(request).kafka.topics()
+        topics = await topics_with_rates(request)
     except Exception as exc:  # noqa: BLE001 - any client failure is shown on the page
         return render(request, "topics.html", {"topics": [], "error": f"Cannot list topics: {error_text(exc)}"},
                       status=502)
@@ -140,7 +156,7 @@ async def topic_configs(request: Request) -> Response:
 
 
 async def topics_api(request: Request) -> Response:
-    return JSONResponse([dataclasses.asdict(t) for t in await state(request).kafka.topics()])
+    return JSONResponse([dataclasses.asdict(t) for t in await topics_with_rates(request)])
 
 
 async def topic_api(request: Request) -> Response:
