@@ -28,6 +28,7 @@ from confluent_kafka import Producer
 
 from oncestream.client import Producer as OurProducer
 from tests.console.conftest import BROWSER_WAIT_S, ROOT
+from tests.console.test_transactions_access import hang_transaction
 from tests.support.clients import CLIENT_TIMEOUT_S, create_topic
 from tests.support.txn import READ_COMMITTED, list_offset, read_to_end, values_of, wait_until
 
@@ -39,22 +40,7 @@ MODULE_BROKER_CONFIG = {
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": "3600000",
     "transaction.two.phase.commit.enable": "true",
 }
-SHORT_TXN_TIMEOUT_MS = 1000
 DOCS_SCREENSHOT = ROOT / "docs" / "images" / "console-transactions.png"
-
-
-def _hang(bootstrap: str, topic: str, txn_id: str) -> Producer:
-    """A transaction open past its 1 s timeout on ``topic[0]`` (offset 0), a plain record after it."""
-    stuck = Producer({"bootstrap.servers": bootstrap, "transactional.id": txn_id,
-                      "transaction.timeout.ms": SHORT_TXN_TIMEOUT_MS})
-    stuck.init_transactions(CLIENT_TIMEOUT_S)
-    stuck.begin_transaction()
-    stuck.produce(topic, b"never-committed", partition=0)
-    assert stuck.flush(CLIENT_TIMEOUT_S) == 0
-    plain = Producer({"bootstrap.servers": bootstrap})
-    plain.produce(topic, b"after", partition=0)
-    assert plain.flush(CLIENT_TIMEOUT_S) == 0
-    return stuck
 
 
 def _api(client: httpx.Client) -> dict[str, Any]:
@@ -92,7 +78,7 @@ def test_an_abort_without_its_confirmation_changes_nothing(console_broker: Any, 
     bootstrap = console_broker.bootstrap
     topic, txn_id = unique_name("hang-http"), unique_name("hung-http")
     create_topic(bootstrap, topic, partitions=1)
-    _hang(bootstrap, topic, txn_id)
+    hang_transaction(bootstrap, topic, txn_id)
     client = http_login("alice")
     wait_until(lambda: bool(_hanging_of(client, txn_id)), 30, "the transaction flagged hanging")
     (held,) = _hanging_of(client, txn_id)
@@ -207,7 +193,7 @@ def test_a_hanging_transaction_is_flagged_and_aborted_from_the_page(console_brok
     suffix = uuid.uuid4().hex[:6]
     topic, txn_id = f"orders-{suffix}", f"payments-writer-{suffix}"
     create_topic(bootstrap, topic, partitions=1)
-    _hang(bootstrap, topic, txn_id)
+    hang_transaction(bootstrap, topic, txn_id)
     # A read_committed reader is held at the hanging transaction's first record.
     assert list_offset(bootstrap, topic, 0, read_committed=True) == 0
     browser = browser_login("alice")
