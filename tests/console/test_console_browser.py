@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support import expected_conditions as ec
@@ -36,6 +37,14 @@ def _wait(browser: WebDriver, css: str) -> Any:
     return WebDriverWait(browser, BROWSER_WAIT_S).until(ec.presence_of_element_located((By.CSS_SELECTOR, css)))
 
 
+def _submit(browser: WebDriver, button_id: str) -> None:
+    """Click a form's button and wait until the next page replaced this one (else a wait for an
+    element could find it on the old page)."""
+    old_page = browser.find_element(By.TAG_NAME, "html")
+    browser.find_element(By.ID, button_id).click()
+    WebDriverWait(browser, BROWSER_WAIT_S).until(ec.staleness_of(old_page))
+
+
 def _fill(browser: WebDriver, element_id: str, text: str) -> None:
     field = browser.find_element(By.ID, element_id)
     field.clear()
@@ -56,7 +65,7 @@ def test_create_a_topic_produce_and_browse_as_text_json_and_hex(
     browser.get(f"{console_url}/topics")
     _fill(browser, "new-topic-name", name)
     _fill(browser, "new-topic-partitions", "2")
-    browser.find_element(By.ID, "create-topic-submit").click()
+    _submit(browser, "create-topic-submit")
     _wait(browser, "#partitions tbody tr")
     assert browser.find_element(By.ID, "topic-name").text == name
     assert len(browser.find_elements(By.CSS_SELECTOR, "#partitions tbody tr")) == 2
@@ -67,7 +76,7 @@ def test_create_a_topic_produce_and_browse_as_text_json_and_hex(
         _fill(browser, "produce-key", key)
         _fill(browser, "produce-value", value)
         _fill(browser, "produce-headers", headers)
-        browser.find_element(By.ID, "produce-submit").click()
+        _submit(browser, "produce-submit")
         _wait(browser, "#produced")
     rows = browser.find_elements(By.CSS_SELECTOR, "#records tr.record")
     assert [r.get_attribute("data-offset") for r in rows] == ["1"]  # the page opens at the produced record
@@ -81,7 +90,7 @@ def test_create_a_topic_produce_and_browse_as_text_json_and_hex(
     screenshot("messages-json")
 
     _select(browser, "browse-format", "hex")
-    browser.find_element(By.ID, "browse-submit").click()
+    _submit(browser, "browse-submit")
     _wait(browser, "#records tr.record")
     rows = browser.find_elements(By.CSS_SELECTOR, "#records tr.record")
     assert rows[1].find_element(By.CSS_SELECTOR, "td.value").text == b"plain text".hex(" ")
@@ -90,7 +99,7 @@ def test_create_a_topic_produce_and_browse_as_text_json_and_hex(
     _select(browser, "browse-format", "text")
     _select(browser, "browse-mode", "newest")
     _fill(browser, "browse-count", "1")
-    browser.find_element(By.ID, "browse-submit").click()
+    _submit(browser, "browse-submit")
     _wait(browser, "#records tr.record")
     rows = browser.find_elements(By.CSS_SELECTOR, "#records tr.record")
     assert [r.find_element(By.CSS_SELECTOR, "td.value").text for r in rows] == ["plain text"]
@@ -148,7 +157,8 @@ def _consume(consumer: Any, count: int) -> None:
 
 
 def _text_becomes(browser: WebDriver, element_id: str, text: str) -> None:
-    WebDriverWait(browser, BROWSER_WAIT_S).until(
+    # console.js replaces the live part of the page while we look: a stale element is looked up again.
+    WebDriverWait(browser, BROWSER_WAIT_S, ignored_exceptions=(StaleElementReferenceException,)).until(
         lambda b: b.find_element(By.ID, element_id).text.strip() == text,
         message=f"#{element_id} never became {text!r}")
 
@@ -177,16 +187,18 @@ def test_a_groups_lag_falls_as_its_consumer_reads_and_an_empty_group_is_reset(
     _wait(browser, f'#groups tr[data-group="{group}"]')
     browser.get(f"{console_url}/groups/{group}")
     _text_becomes(browser, "total-lag", "20")
-    assert len(browser.find_elements(By.CSS_SELECTOR, "#members tbody tr code")) == 1  # the consumer is a member
+    WebDriverWait(browser, BROWSER_WAIT_S, ignored_exceptions=(StaleElementReferenceException,)).until(
+        lambda b: len(b.find_elements(By.CSS_SELECTOR, "#members tbody tr code")) == 1)  # the consumer is a member
     # While a member is in the group, the broker refuses a reset and the page says why.
-    browser.find_element(By.ID, "reset-submit").click()
+    _submit(browser, "reset-submit")
     _wait(browser, "#error")
     assert "not reset" in browser.find_element(By.ID, "error").text
     browser.get(f"{console_url}/groups/{group}")
 
     _consume(consumer, 20)
     _text_becomes(browser, "total-lag", "0")  # console.js refreshes the page's live part
-    samples = browser.find_element(By.ID, "lag-sparkline").get_attribute("aria-label")
+    samples = WebDriverWait(browser, BROWSER_WAIT_S, ignored_exceptions=(StaleElementReferenceException,)).until(
+        lambda b: b.find_element(By.ID, "lag-sparkline").get_attribute("aria-label"))
     assert samples is not None
     assert int(samples.split(", ")[1].split()[0]) >= 2
     screenshot("group")
@@ -196,18 +208,20 @@ def test_a_groups_lag_falls_as_its_consumer_reads_and_an_empty_group_is_reset(
     _text_becomes(browser, "group-state", "Empty")
     _select(browser, "reset-target", "offset")
     _fill(browser, "reset-offset", "5")
-    browser.find_element(By.ID, "reset-submit").click()
+    _submit(browser, "reset-submit")
     _wait(browser, "#notice")
     _text_becomes(browser, "total-lag", "25")
-    assert browser.find_element(By.CSS_SELECTOR, "#lag td.committed").text == "5"
+    WebDriverWait(browser, BROWSER_WAIT_S, ignored_exceptions=(StaleElementReferenceException,)).until(
+        lambda b: b.find_element(By.CSS_SELECTOR, "#lag td.committed").text == "5")
     _select(browser, "reset-target", "earliest")
-    browser.find_element(By.ID, "reset-submit").click()
+    _submit(browser, "reset-submit")
     _wait(browser, "#notice")
     _text_becomes(browser, "total-lag", "30")
 
     browser.get(f"{console_url}/audit")
+    _wait(browser, "#audit")
     rows = [r.text for r in browser.find_elements(By.CSS_SELECTOR, "#audit tbody tr") if group in r.text]
-    assert len(rows) == 3, rows
+    assert len(rows) == 3, (browser.current_url, browser.page_source[:4000])
     assert all("alice" in r and "group.reset-offsets" in r for r in rows), rows
     assert ["failed" in r for r in rows] == [False, False, True]  # newest first
     screenshot("audit")

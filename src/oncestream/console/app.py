@@ -1,43 +1,55 @@
 """``create_app``: the console's Starlette application, built from its page modules.
 
-Every module of ``oncestream.console.pages`` that exports ``routes`` contributes them (found by
-``pkgutil``, so a new page is one new module and template); ``auth.AuthGate`` stands in front of
-all of them, and ``/static`` serves the stylesheet and script.
+Every page module (``PAGES``: one module of ``oncestream.console.pages`` and its template per
+page) contributes its ``routes``; ``auth.AuthGate`` stands in front of all of them, and
+``/static`` serves the stylesheet and scripts. The modules are imported by name, not discovered
+with importlib, so the import contracts see them; tests/unit/test_console_app.py fails when a
+module of ``console/pages`` is missing from ``PAGES``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import importlib
-import pkgutil
 import time
 from collections.abc import AsyncIterator, Callable
+from types import ModuleType
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from oncestream.console import pages
 from oncestream.console.audit import AuditLog
-from oncestream.console.auth import AuthGate, SessionStore, Users
+from oncestream.console.auth import API_PREFIX, AuthGate, SessionStore, Users
 from oncestream.console.kafka import ConsoleKafka
+from oncestream.console.pages import acls, audit, groups, login, messages, overview, sql, topics, transactions
 from oncestream.console.settings import ConsoleSettings
-from oncestream.console.web import NAV, STATIC_DIR, ConsoleState, make_templates
+from oncestream.console.web import NAV, STATIC_DIR, ConsoleState, error_text, make_templates
+
+# The page modules, each exporting ``routes: list[BaseRoute]``.
+PAGES: tuple[ModuleType, ...] = (login, overview, topics, messages, groups, transactions, sql, acls, audit)
 
 
 def page_routes() -> list[BaseRoute]:
-    """The ``routes`` of every page module, in module-name order."""
+    """The ``routes`` of every page module of ``PAGES``."""
     out: list[BaseRoute] = []
-    for info in sorted(pkgutil.iter_modules(pages.__path__), key=lambda i: i.name):
-        module = importlib.import_module(f"{pages.__name__}.{info.name}")
+    for module in PAGES:
         routes = getattr(module, "routes", None)
-        if routes is None:
-            continue
         if not isinstance(routes, list) or not all(isinstance(r, BaseRoute) for r in routes):
             raise TypeError(f"{module.__name__}.routes must be a list of starlette routes")
         out.extend(routes)
     return out
+
+
+async def _unexpected(request: Request, exc: Exception) -> Response:
+    """A failure no page handled (e.g. the cluster unreachable during an API call): the error in
+    words, JSON under /api/, text elsewhere; still logged as an error by Starlette."""
+    text = error_text(exc)
+    if request.url.path.startswith(API_PREFIX):
+        return JSONResponse({"error": text}, 500)
+    return PlainTextResponse(f"The console failed: {text}", 500)
 
 
 def create_app(settings: ConsoleSettings, *, kafka: ConsoleKafka | None = None,
@@ -61,6 +73,7 @@ def create_app(settings: ConsoleSettings, *, kafka: ConsoleKafka | None = None,
         finally:
             await cluster.aclose()
 
-    app = Starlette(routes=routes, middleware=[Middleware(AuthGate, sessions=sessions)], lifespan=lifespan)
+    app = Starlette(routes=routes, middleware=[Middleware(AuthGate, sessions=sessions)], lifespan=lifespan,
+                    exception_handlers={Exception: _unexpected})
     app.state.console = console
     return app

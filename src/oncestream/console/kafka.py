@@ -25,6 +25,8 @@ from oncestream.console.settings import ConsoleSettings
 
 T = TypeVar("T")
 
+UNKNOWN_TOPIC_OR_PARTITION = 3  # Kafka's error code
+
 # Bounds of one admin call made for a page (seconds): a dead broker shows as an error, not a hang.
 ADMIN_TIMEOUT_S = 15.0
 # How long a produced message may take to be acknowledged before the page reports a failure.
@@ -199,8 +201,6 @@ class ConsoleKafka:
 
 
 def _raise_first(result: Mapping[str, Any]) -> None:
-    from oncestream.client import KafkaException
-
     for error in result.values():
         if error is not None:
             raise KafkaException(error)
@@ -231,8 +231,6 @@ def _starts(admin: Admin, partitions: list[tuple[str, int]]) -> dict[tuple[str, 
 def _sizes(admin: Admin, topics: Mapping[str, list[int]]) -> dict[tuple[str, int], int] | None:
     """Bytes per partition (the leaders' and followers' replicas: the largest replica counts),
     None when DescribeLogDirs is refused or not served (a cluster without it)."""
-    from oncestream.client import KafkaException
-
     if not topics:
         return {}
     try:
@@ -266,10 +264,8 @@ def _topic_summaries(admin: Admin) -> list[TopicSummary]:
 
 
 def _topic_detail(admin: Admin, name: str) -> TopicDetail:
-    from oncestream.client import KafkaException
-
     described = admin.describe_topics([name], timeout=ADMIN_TIMEOUT_S).get(name)
-    if described is None:
+    if described is None or (described.error is not None and described.error.code() == UNKNOWN_TOPIC_OR_PARTITION):
         raise LookupError(f"no topic {name!r}")
     if described.error is not None:
         raise KafkaException(described.error)

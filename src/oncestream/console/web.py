@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import json
+import urllib.parse
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -67,6 +68,9 @@ def make_templates() -> Jinja2Templates:
     """Jinja2 with autoescape on for every template: a value with markup shows as text."""
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES_DIR)), autoescape=True)
     env.filters["ms_time"] = format_ms
+    # A name as one path segment ('/' too is escaped: a group id may contain it; Jinja's
+    # urlencode keeps '/').
+    env.filters["segment"] = lambda v: urllib.parse.quote(str(v), safe="")
     env.filters["number"] = lambda n: "" if n is None else f"{n:,}"
     env.filters["tojson_pretty"] = lambda v: json.dumps(v, indent=2, sort_keys=True, default=str)
     return Jinja2Templates(env=env)

@@ -108,8 +108,10 @@ async def group_api(request: Request) -> Response:
 
 routes: list[BaseRoute] = [
     Route("/groups", groups_page, methods=["GET"], name="groups"),
-    Route("/groups/{group}", group_page, methods=["GET"], name="group"),
-    Route("/groups/{group}/reset-offsets", group_reset, methods=["POST"], name="group_reset"),
+    # ``:path``: a group id may contain '/' (sent as %2F, which the server decodes); the POST route
+    # comes first so that its suffix is not taken as part of a group id.
+    Route("/groups/{group:path}/reset-offsets", group_reset, methods=["POST"], name="group_reset"),
+    Route("/groups/{group:path}", group_page, methods=["GET"], name="group"),
     Route("/api/groups", groups_api, methods=["GET"], name="groups_api"),
-    Route("/api/groups/{group}", group_api, methods=["GET"], name="group_api"),
+    Route("/api/groups/{group:path}", group_api, methods=["GET"], name="group_api"),
 ]

@@ -1,0 +1,128 @@
+"""The console's pages over HTTP (httpx, no browser) against a real broker and a real
+``oncestream console``: markup in data is shown escaped, topic configs are altered and a topic
+is deleted only when confirmed, groups of both protocols are listed with their type."""
+
+from __future__ import annotations
+
+import time
+import urllib.parse
+from collections.abc import Callable
+from typing import Any
+
+from tests.console.conftest import ConsoleClient
+from tests.support.brokers import NO_INITIAL_REBALANCE_DELAY
+
+MODULE_BROKER_CONFIG = NO_INITIAL_REBALANCE_DELAY
+WAIT_S = 20.0
+MARKUP = "<b>x</b><script>alert(1)</script>"
+ESCAPED = "&lt;b&gt;x&lt;/b&gt;&lt;script&gt;alert(1)&lt;/script&gt;"
+
+
+def _create(client: ConsoleClient, name: str, partitions: int = 1, configs: str = "") -> None:
+    response = client.post("/topics", data={"name": name, "partitions": str(partitions), "configs": configs,
+                                            "csrf_token": client.csrf})
+    assert response.status_code == 303, response.text
+
+
+def test_markup_in_a_message_and_a_header_is_shown_escaped(http_login: Callable[..., ConsoleClient],
+                                                           unique_name: Callable[[str], str]) -> None:
+    alice = http_login("alice")
+    name = unique_name("markup")
+    _create(alice, name)
+    response = alice.post(f"/topics/{name}/messages/produce", data={
+        "key": MARKUP, "value": MARKUP, "headers": f"h={MARKUP}", "csrf_token": alice.csrf})
+    assert response.status_code == 303, response.text
+    for fmt in ("text", "json"):
+        page = alice.get(f"/topics/{name}/messages", params={"partition": "0", "mode": "offset", "offset": "0",
+                                                               "format": fmt})
+        assert page.status_code == 200
+        assert page.text.count(ESCAPED) == 3  # key, value, header
+        assert "<script>alert" not in page.text
+        assert "<b>x</b>" not in page.text
+    api = alice.get(f"/api/topics/{name}/messages", params={"mode": "offset", "offset": "0"}).json()
+    assert [(r["key"], r["value"], r["headers"]) for r in api["records"]] == [(MARKUP, MARKUP, [["h", MARKUP]])]
+
+
+def test_a_group_id_with_markup_is_shown_escaped(http_login: Callable[..., ConsoleClient], console_broker: Any,
+                                                 unique_name: Callable[[str], str]) -> None:
+    from confluent_kafka import Consumer, TopicPartition
+
+    alice = http_login("alice")
+    topic = unique_name("grouped")
+    _create(alice, topic)
+    group = f"<i>g</i>/{unique_name('group')}"
+    consumer = Consumer({"bootstrap.servers": console_broker.bootstrap, "group.id": group})
+    try:
+        consumer.commit(offsets=[TopicPartition(topic, 0, 0)], asynchronous=False)
+    finally:
+        consumer.close()
+    listing = alice.get("/groups").text
+    assert "&lt;i&gt;g&lt;/i&gt;/" in listing
+    assert "<i>g</i>" not in listing
+    assert f'href="/groups/{urllib.parse.quote(group, safe="")}"' in listing
+    page = alice.get(f"/groups/{urllib.parse.quote(group, safe='')}")
+    assert page.status_code == 200, page.text
+    assert "<i>g</i>" not in page.text
+    assert f'data-topic="{topic}"' in page.text
+
+
+def test_alter_topic_configs_and_delete_only_when_confirmed(http_login: Callable[..., ConsoleClient],
+                                                            unique_name: Callable[[str], str]) -> None:
+    alice = http_login("alice")
+    name = unique_name("configs")
+    _create(alice, name, partitions=3, configs="retention.ms=3600000")
+    detail = alice.get(f"/api/topics/{name}").json()
+    assert [p["partition"] for p in detail["partitions"]] == [0, 1, 2]
+    assert detail["configs"]["retention.ms"] == "3600000"
+
+    response = alice.post(f"/topics/{name}/configs", data={"set": "cleanup.policy=compact\nretention.ms=7200000",
+                                                          "csrf_token": alice.csrf})
+    assert response.status_code == 303, response.text
+    configs = alice.get(f"/api/topics/{name}").json()["configs"]
+    assert (configs["cleanup.policy"], configs["retention.ms"]) == ("compact", "7200000")
+    response = alice.post(f"/topics/{name}/configs", data={"reset": "retention.ms", "csrf_token": alice.csrf})
+    assert response.status_code == 303, response.text
+    assert alice.get(f"/api/topics/{name}").json()["configs"]["retention.ms"] != "7200000"
+    refused = alice.post(f"/topics/{name}/configs", data={"set": "no.such.config=1", "csrf_token": alice.csrf})
+    assert refused.status_code == 400
+    assert "Configs not changed" in refused.text
+
+    refused = alice.post(f"/topics/{name}/delete", data={"confirm": "wrong", "csrf_token": alice.csrf})
+    assert refused.status_code == 400
+    assert alice.get(f"/api/topics/{name}").status_code == 200
+    response = alice.post(f"/topics/{name}/delete", data={"confirm": name, "csrf_token": alice.csrf})
+    assert response.status_code == 303
+    deadline = time.monotonic() + WAIT_S
+    while alice.get(f"/api/topics/{name}").status_code != 404 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert alice.get(f"/api/topics/{name}").status_code == 404
+    actions = [(e["action"], e["outcome"]) for e in alice.get("/api/audit").json() if e["target"] == name]
+    assert actions == [("topic.delete", "ok"), ("topic.alter-configs", "failed"), ("topic.alter-configs", "ok"),
+                       ("topic.alter-configs", "ok"), ("topic.create", "ok")]
+
+
+def test_groups_of_the_consumer_protocol_are_listed_with_their_type(
+        http_login: Callable[..., ConsoleClient], console_broker: Any, unique_name: Callable[[str], str]) -> None:
+    from oncestream.client import Consumer
+
+    alice = http_login("alice")
+    topic, group = unique_name("kip848"), unique_name("kip848-group")
+    _create(alice, topic, partitions=2)
+    consumer = Consumer({"bootstrap.servers": console_broker.bootstrap, "group.id": group,
+                         "group.protocol": "consumer", "auto.offset.reset": "earliest"})
+    try:
+        consumer.subscribe([topic])
+        deadline = time.monotonic() + WAIT_S
+        detail: dict[str, Any] = {}
+        while time.monotonic() < deadline:
+            consumer.poll(0.2)
+            response = alice.get(f"/api/groups/{group}")
+            detail = response.json() if response.status_code == 200 else {}
+            if detail.get("members") and detail["members"][0]["assignment"]:
+                break
+        assert detail.get("type") == "consumer", detail
+        assert sorted(tuple(a) for a in detail["members"][0]["assignment"]) == [(topic, 0), (topic, 1)]
+        listed = {g["group_id"]: g["type"] for g in alice.get("/api/groups").json()["groups"]}
+        assert listed[group] == "consumer"
+    finally:
+        consumer.close()
