@@ -16,7 +16,6 @@ be made on it; that rule is unit-tested in tests/unit/test_console_transactions_
 
 from __future__ import annotations
 
-import shutil
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -27,7 +26,7 @@ import pytest
 from confluent_kafka import Producer
 
 from oncestream.client import Producer as OurProducer
-from tests.console.conftest import BROWSER_WAIT_S, ROOT
+from tests.console.conftest import BROWSER_WAIT_S
 from tests.console.test_transactions_access import hang_transaction
 from tests.support.clients import CLIENT_TIMEOUT_S, create_topic
 from tests.support.txn import READ_COMMITTED, list_offset, read_to_end, values_of, wait_until
@@ -40,7 +39,6 @@ MODULE_BROKER_CONFIG = {
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": "3600000",
     "transaction.two.phase.commit.enable": "true",
 }
-DOCS_SCREENSHOT = ROOT / "docs" / "images" / "console-transactions.png"
 
 
 def _api(client: httpx.Client) -> dict[str, Any]:
@@ -204,9 +202,7 @@ def test_a_hanging_transaction_is_flagged_and_aborted_from_the_page(console_brok
     assert kinds == ["open-past-timeout", "lso-held-back"]
     assert "past its transaction timeout" in row.text
     assert "read_committed consumers cannot read past it" in row.text
-    path = screenshot("transactions-hanging")
-    DOCS_SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(path, DOCS_SCREENSHOT)   # the README's picture of this page
+    screenshot("transactions-hanging")   # docs/images/console-transactions.png is a copy of one
 
     row.find_element(By.CSS_SELECTOR, "a.abort-link").click()
     _wait(browser, lambda b: b.find_elements(By.ID, "abort-form"), "the abort confirmation")
