@@ -256,3 +256,18 @@ def test_a_prepared_transaction_is_completed_with_confirmation(console_broker: A
         assert values_of(read_to_end(bootstrap, topic, 1, isolation=READ_COMMITTED)) == {0: [b"decided-later"]}
     finally:
         app.close(1)
+
+
+def test_the_sql_page_without_a_sql_server_says_so(http_login: Callable[..., httpx.Client]) -> None:
+    """This module's console has no --sql-server: the page says how to give one, and nothing is
+    sent anywhere (the SQL server itself is exercised in tests/console/test_sql_console.py)."""
+    client = http_login("alice")
+    page = client.get("/sql")
+    assert page.status_code == 200
+    assert "start the console with --sql-server URL" in page.text
+    csrf = client.csrf  # type: ignore[attr-defined]
+    statement = client.post("/sql", data={"csrf_token": csrf, "sql": "SHOW STREAMS;"})
+    assert statement.status_code == 503
+    query = client.post("/api/sql/query", data={"sql": "SELECT * FROM S EMIT CHANGES;"}, headers={"X-CSRF-Token": csrf})
+    assert query.status_code == 503
+    assert query.json() == {"error": "No SQL server: start the console with --sql-server URL"}
