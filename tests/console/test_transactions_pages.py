@@ -271,3 +271,45 @@ def test_the_sql_page_without_a_sql_server_says_so(http_login: Callable[..., htt
     query = client.post("/api/sql/query", data={"sql": "SELECT * FROM S EMIT CHANGES;"}, headers={"X-CSRF-Token": csrf})
     assert query.status_code == 503
     assert query.json() == {"error": "No SQL server: start the console with --sql-server URL"}
+
+
+def test_only_a_hanging_transaction_is_aborted_even_when_confirmed(http_login: Callable[..., httpx.Client]) -> None:
+    """A producer no coordinator knows and no partition shows: the confirmation page names it
+    ``producer N`` and explains the marker; the confirmed POST is refused because nothing hangs."""
+    client = http_login("alice")
+    spec = {"topic": "no-such-topic", "partition": "0", "producer_id": "424242", "producer_epoch": "0",
+            "coordinator_epoch": "-1"}
+    confirm = client.get("/transactions/abort", params=spec)
+    assert confirm.status_code == 200
+    assert "Type <b>producer 424242</b> to confirm" in confirm.text
+    assert "writes the ABORT marker" in confirm.text
+    refused = client.post("/transactions/abort", data={**spec, "confirm": "producer 424242",
+                                                       "csrf_token": client.csrf})  # type: ignore[attr-defined]
+    assert refused.status_code == 409
+    assert "holds no hanging transaction" in refused.text
+    malformed = client.post("/transactions/abort", data={**spec, "partition": "zero", "confirm": "producer 424242",
+                                                         "csrf_token": client.csrf})  # type: ignore[attr-defined]
+    assert malformed.status_code == 400
+    assert "partition must be a whole number" in malformed.text
+
+
+def test_a_transactional_id_with_markup_is_shown_as_text(console_broker: Any, http_login: Callable[..., httpx.Client],
+                                                         unique_name: Callable[[str], str]) -> None:
+    bootstrap = console_broker.bootstrap
+    topic, txn_id = unique_name("markup"), f"<script>alert(1)</script><b>{uuid.uuid4().hex[:6]}</b>"
+    create_topic(bootstrap, topic, partitions=1)
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": txn_id})
+    producer.init_transactions(CLIENT_TIMEOUT_S)
+    producer.begin_transaction()
+    producer.produce(topic, b"x", partition=0)
+    assert producer.flush(CLIENT_TIMEOUT_S) == 0
+    client = http_login("alice")
+    try:
+        page = client.get("/transactions").text
+        assert txn_id not in page
+        assert txn_id.replace("<", "&lt;").replace(">", "&gt;") in page
+        view = client.get("/transactions/view", params={"id": txn_id})
+        assert view.status_code == 200
+        assert txn_id not in view.text
+    finally:
+        producer.commit_transaction(CLIENT_TIMEOUT_S)
