@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -28,6 +27,7 @@ import httpx
 import pytest
 
 from oncestream.sql.server.rest.users_file import set_user
+from tests.support.ready_processes import stop
 
 if TYPE_CHECKING:
     from selenium.webdriver.remote.webdriver import WebDriver
@@ -37,7 +37,6 @@ ARTIFACTS_DIR = ROOT / "test-artifacts" / "console"
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
 READY_TIMEOUT_S = 30.0
-STOP_TIMEOUT_S = 15.0
 HTTP_TIMEOUT_S = 30.0
 # How long a browser step waits for an element or a page state (every wait is bounded).
 BROWSER_WAIT_S = 20.0
@@ -97,7 +96,7 @@ def start_console(bootstrap: str, users_file: Path, workdir: Path, *extra: str) 
         if ready.exists():
             url = json.loads(ready.read_text())["url"]
             try:
-                httpx.get(f"{url}/login", timeout=2.0)
+                httpx.get(f"{url}/login", timeout=2.0, verify=False)  # a probe: any answer will do (https too)
             except httpx.HTTPError:
                 time.sleep(0.1)
                 continue
@@ -111,14 +110,8 @@ def start_console(bootstrap: str, users_file: Path, workdir: Path, *extra: str) 
 
 
 def stop_console(process: subprocess.Popen[bytes]) -> None:
-    """SIGTERM, then SIGKILL of its session after STOP_TIMEOUT_S."""
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(timeout=STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait(timeout=STOP_TIMEOUT_S)
+    """SIGTERM, then SIGKILL of its session (tests/support/ready_processes.stop)."""
+    stop(process)
 
 
 @pytest.fixture(scope="module")

@@ -7,10 +7,17 @@ from __future__ import annotations
 import time
 import urllib.parse
 from collections.abc import Callable
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from tests.console.conftest import ConsoleClient
+import httpx
+import pytest
+
+from tests.console.conftest import HTTP_TIMEOUT_S, USERS, ConsoleClient, csrf_of, start_console, stop_console
 from tests.support.brokers import NO_INITIAL_REBALANCE_DELAY
+
+if TYPE_CHECKING:
+    from tests.support.certs import Pki
 
 MODULE_BROKER_CONFIG = NO_INITIAL_REBALANCE_DELAY
 WAIT_S = 20.0
@@ -124,5 +131,68 @@ def test_groups_of_the_consumer_protocol_are_listed_with_their_type(
         assert sorted(tuple(a) for a in detail["members"][0]["assignment"]) == [(topic, 0), (topic, 1)]
         listed = {g["group_id"]: g["type"] for g in alice.get("/api/groups").json()["groups"]}
         assert listed[group] == "consumer"
+    finally:
+        consumer.close()
+
+
+def test_the_console_serves_https_with_a_secure_session_cookie(console_broker: Any, console_users_file: Path,
+                                                               pki: Pki, tmp_path: Path) -> None:
+    server = start_console(console_broker.bootstrap, console_users_file, tmp_path,
+                           "--tls-cert", str(pki.server_cert), "--tls-key", str(pki.server_key))
+    try:
+        assert server.url.startswith("https://127.0.0.1:")
+        with httpx.Client(base_url=server.url, timeout=HTTP_TIMEOUT_S, verify=str(pki.ca)) as client:
+            token = csrf_of(client.get("/login").text)
+            response = client.post("/login", data={"username": "alice", "password": USERS["alice"],
+                                                   "csrf_token": token})
+            assert response.status_code == 303, response.text
+            cookie = next(v for k, v in response.headers.multi_items()
+                          if k == "set-cookie" and v.startswith("oncestream_console_session="))
+            assert all(flag in cookie.lower() for flag in ("secure", "httponly", "samesite=strict")), cookie
+            assert client.get("/api/overview").json()["brokers"]
+        with pytest.raises(httpx.TransportError):  # no plaintext on the TLS port
+            httpx.get(server.url.replace("https://", "http://") + "/login", timeout=HTTP_TIMEOUT_S)
+    finally:
+        stop_console(server.process)
+
+
+def test_a_share_group_is_described_with_its_start_offsets(
+        http_login: Callable[..., ConsoleClient], console_broker: Any, unique_name: Callable[[str], str]) -> None:
+    from confluent_kafka import Producer, ShareConsumer
+
+    alice = http_login("alice")
+    topic, group = unique_name("share"), unique_name("share-group")
+    _create(alice, topic)
+    consumer = ShareConsumer({"bootstrap.servers": console_broker.bootstrap, "group.id": group})
+    try:
+        consumer.subscribe([topic])
+        deadline = time.monotonic() + WAIT_S
+        detail: dict[str, Any] = {}
+        while time.monotonic() < deadline:  # joins first: share.auto.offset.reset is latest
+            consumer.poll(0.2)
+            response = alice.get(f"/api/groups/{group}")
+            detail = response.json() if response.status_code == 200 else {}
+            if detail.get("members") and detail["members"][0]["assignment"]:
+                break
+        assert detail.get("type") == "share", detail
+        producer = Producer({"bootstrap.servers": console_broker.bootstrap})
+        for n in range(5):
+            producer.produce(topic, value=f"s{n}".encode())
+        producer.flush(WAIT_S)
+        got = 0
+        deadline = time.monotonic() + WAIT_S
+        while got < 5 and time.monotonic() < deadline:
+            got += sum(1 for m in consumer.poll(0.5) if m.error() is None)
+        assert got == 5
+        consumer.commit_sync()
+        detail = alice.get(f"/api/groups/{group}").json()
+        assert [m["assignment"] for m in detail["members"]] == [[[topic, 0]]]
+        assert [(p["topic"], p["partition"]) for p in detail["partitions"]] == [(topic, 0)]
+        opened = alice.get("/groups", params={"id": group})  # the list's "open a group by id"
+        assert opened.headers["location"] == f"/groups/{group}"
+        page = alice.get(f"/groups/{group}")
+        assert page.status_code == 200
+        assert "Start offset" in page.text
+        assert 'id="reset-offsets"' not in page.text  # resets are for classic and consumer groups
     finally:
         consumer.close()

@@ -81,10 +81,10 @@ def list_groups(admin: Admin) -> tuple[list[GroupRow], list[str]]:
 
 
 def _group_type(admin: Admin, group_id: str) -> ConsumerGroupType:
-    for g in admin.list_consumer_groups(timeout=ADMIN_TIMEOUT_S).valid:
-        if g.group_id == group_id:
-            return g.type
-    raise LookupError(f"no group {group_id!r}")
+    found = admin.group_type(group_id, timeout=ADMIN_TIMEOUT_S)
+    if found is None:
+        raise LookupError(f"no group {group_id!r}")
+    return found
 
 
 def _members(members: list[MemberDescription]) -> list[MemberRow]:

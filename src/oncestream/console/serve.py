@@ -1,22 +1,17 @@
-"""Serve the console with hypercorn (the SQL server's HTTP server, its socket and TLS helpers):
-HTTP/1.1 and h2c on one port, or HTTPS with a certificate and key."""
+"""Serve the console with hypercorn, as the SQL server's REST API is served
+(``sql/server/rest/serve.py``: our own bound socket, so port 0 works; HTTP/1.1 and h2c, or HTTPS
+with a certificate and key)."""
 
 from __future__ import annotations
 
 import asyncio
-import logging
 import signal
 from collections.abc import Callable
-from typing import Any, cast
-
-from hypercorn.asyncio import serve as hypercorn_serve
-from hypercorn.typing import ASGIFramework
+from typing import Any
 
 from oncestream.console.settings import ConsoleSettings
 from oncestream.sql.server.rest.listener import TlsSettings
-from oncestream.sql.server.rest.serve import bind_socket, make_config
-
-log = logging.getLogger(__name__)
+from oncestream.sql.server.rest.serve import serve as serve_asgi
 
 # Seconds open requests get to finish at shutdown (a page answers in well under that).
 GRACEFUL_TIMEOUT_S = 5.0
@@ -29,6 +24,14 @@ def tls_settings(settings: ConsoleSettings) -> TlsSettings | None:
     return TlsSettings(keystore_location=settings.tls_cert_file, key_location=settings.tls_key_file)
 
 
+def url_of(settings: ConsoleSettings, port: int) -> str:
+    """The console's base url once bound on ``port``."""
+    host = settings.listen_host
+    if ":" in host:
+        host = f"[{host.strip('[]')}]"
+    return f"{'https' if settings.tls_cert_file else 'http'}://{host}:{port}"
+
+
 async def serve(app: Any, settings: ConsoleSettings, shutdown_event: asyncio.Event,
                 ready: Callable[[str], None] | None = None) -> None:
     """Serve ``app`` on the settings' listener until ``shutdown_event`` is set; ``ready(url)``
@@ -36,19 +39,9 @@ async def serve(app: Any, settings: ConsoleSettings, shutdown_event: asyncio.Eve
     tls = tls_settings(settings)
     if tls is not None:
         tls.server_context()  # fail at start, naming the file, rather than at the first connection
-    sock = bind_socket(settings.listen_host, settings.listen_port)
-    port = int(sock.getsockname()[1])
-    host = settings.listen_host if ":" not in settings.listen_host else f"[{settings.listen_host.strip('[]')}]"
-    url = f"{'https' if tls else 'http'}://{host}:{port}"
-    log.info("console listening on %s", url, extra={"bootstrap": settings.bootstrap_servers})
-    if ready is not None:
-        try:
-            ready(url)
-        except BaseException:
-            sock.close()
-            raise
-    config = make_config(sock, graceful_timeout_s=GRACEFUL_TIMEOUT_S, tls=tls)
-    await hypercorn_serve(cast(ASGIFramework, app), config, shutdown_trigger=shutdown_event.wait, mode="asgi")
+    await serve_asgi(app, settings.listen_host, settings.listen_port, shutdown_event,
+                     None if ready is None else lambda port: ready(url_of(settings, port)),
+                     graceful_timeout_s=GRACEFUL_TIMEOUT_S, tls=tls, name="console")
 
 
 def run(app: Any, settings: ConsoleSettings, ready: Callable[[str], None] | None = None) -> None:

@@ -36,6 +36,9 @@ def lag_history(request: Request) -> LagHistory:
 
 
 async def groups_page(request: Request) -> Response:
+    wanted = request.query_params.get("id", "").strip()
+    if wanted:  # "Open a group": share groups a broker keeps out of ListGroups are found by id
+        return RedirectResponse(f"/groups/{urllib.parse.quote(wanted, safe='')}", 303)
     try:
         rows, errors = await state(request).kafka.run(list_groups)
     except Exception as exc:  # noqa: BLE001 - any client failure is shown on the page

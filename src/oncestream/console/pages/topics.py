@@ -12,6 +12,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from oncestream import cli_common
 from oncestream.console.audit import FAILED
 from oncestream.console.web import audit, error_text, render, state
 
@@ -25,17 +26,11 @@ class FormError(ValueError):
 
 
 def parse_properties(text: str, what: str) -> dict[str, str]:
-    """``key=value`` lines (blank lines ignored) as a dict; FormError naming the bad line."""
-    out: dict[str, str] = {}
-    for number, raw in enumerate(text.splitlines(), 1):
-        line = raw.strip()
-        if not line:
-            continue
-        key, sep, value = line.partition("=")
-        if not sep or not key.strip():
-            raise FormError(f"{what} line {number}: expected key=value, got {line!r}")
-        out[key.strip()] = value.strip()
-    return out
+    """``key=value`` lines (as a ``--command-config`` file) as a dict; FormError naming the bad line."""
+    try:
+        return cli_common.parse_properties(text, what)
+    except cli_common.CliError as exc:
+        raise FormError(str(exc)) from None
 
 
 def check_topic_name(name: str) -> str:
