@@ -1,7 +1,7 @@
 """The console's SQL page against a real broker, a real SQL server (its Spark driver started by
 the first push query) and a real console process (``--sql-server URL``), in headless Chromium:
-statements through the editor, the catalog, a persistent query with its state and EXPLAIN, and a
-push query whose rows arrive live, one of them inserted while the page watches. Run in the Spark
+statements through the editor, the catalog, a persistent query with its state and EXPLAIN, a
+push query whose rows arrive live, one of them inserted while the page watches, and a pull query. Run in the Spark
 side run (the Makefile's SPARK_SUITES): it costs a Spark driver.
 """
 
@@ -60,12 +60,19 @@ def _wait(browser: Any, condition: Callable[[Any], Any], what: str, timeout_s: f
 
 
 def _run(browser: Any, sql: str) -> None:
+    """Type ``sql`` into the editor and run it; a statement (a form POST) is waited for until the
+    answering page has replaced this one, a SELECT streams into this page."""
     from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
 
     editor = browser.find_element(By.ID, "sql-editor")
     editor.clear()
     editor.send_keys(sql)
+    page = browser.find_element(By.TAG_NAME, "html")
     browser.find_element(By.ID, "sql-run").click()
+    if not sql.lstrip().upper().startswith("SELECT"):
+        _wait(browser, ec.staleness_of(page), f"the answer to {sql!r}")
+        _wait(browser, lambda b: b.find_elements(By.ID, "sql-editor"), f"the page answering {sql!r}")
 
 
 def _rows(browser: Any) -> list[list[str]]:
@@ -80,10 +87,11 @@ def test_statements_catalog_explain_and_a_live_push_query(console_url: str, sql_
                                                          http_login: Callable[..., httpx.Client],
                                                          screenshot: Callable[[str], Path]) -> None:
     from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
     from selenium.webdriver.support.ui import Select
 
     suffix = uuid.uuid4().hex[:6].upper()
-    stream, copy = f"CLICKS_{suffix}", f"CLICKS_COPY_{suffix}"
+    stream, copy, table = f"CLICKS_{suffix}", f"CLICKS_COPY_{suffix}", f"PAGES_{suffix}"
     browser = browser_login("alice")
     browser.get(f"{console_url}/sql")
     _run(browser, f"CREATE STREAM {stream} (ID INT KEY, PAGE STRING) "
@@ -98,7 +106,9 @@ def test_statements_catalog_explain_and_a_live_push_query(console_url: str, sql_
     _wait(browser, lambda b: copy in b.find_element(By.ID, "sql-queries").text, "the persistent query")
     (query,) = [tr for tr in browser.find_elements(By.CSS_SELECTOR, "#sql-queries tbody tr") if copy in tr.text]
     assert query.find_elements(By.TAG_NAME, "td")[1].text.split()[0] in ("RUNNING", "PENDING")
+    page = browser.find_element(By.TAG_NAME, "html")
     query.find_element(By.CSS_SELECTOR, "button").click()
+    _wait(browser, ec.staleness_of(page), "EXPLAIN's page")
     explained = _wait(browser, lambda b: b.find_elements(By.ID, "sql-entities"), "EXPLAIN's answer")
     assert "queryDescription" in explained[0].text
     screenshot("sql-catalog-explain")
@@ -115,6 +125,22 @@ def test_statements_catalog_explain_and_a_live_push_query(console_url: str, sql_
     screenshot("sql-push-query")
     browser.find_element(By.ID, "sql-stop").click()
     _wait(browser, lambda b: b.find_element(By.ID, "sql-status").text == "stopped", "the stopped query")
+
+    # A pull query on a table the node materializes: it answers and ends by itself.
+    _run(browser, f"CREATE TABLE {table} (ID INT PRIMARY KEY, PAGE STRING) "
+                  f"WITH (KAFKA_TOPIC='{table.lower()}', VALUE_FORMAT='JSON', PARTITIONS=1);")
+    _wait(browser, lambda b: table in b.find_element(By.ID, "sql-tables").text, "the new table in the catalog")
+    _run(browser, f"INSERT INTO {table} (ID, PAGE) VALUES (7, '/checkout');")
+    _wait(browser, lambda b: b.find_elements(By.ID, "sql-entities"), "the insert's answer")
+
+    def pulled(b: Any) -> bool:
+        _run(b, f"SELECT ID, PAGE FROM {table} WHERE ID = 7;")
+        _wait(b, lambda b: b.find_element(By.ID, "sql-stop").get_attribute("disabled") is not None, "the pull query's end")
+        return _rows(b) == [["7", "/checkout"]]
+
+    _wait(browser, pulled, "the pull query's row once the table is materialized", SPARK_WAIT_S)
+    assert "Error" not in browser.find_element(By.ID, "sql-status").text
+    screenshot("sql-pull-query")
 
     # Every statement and query was audited with the user.
     audit = http_login("alice").get("/audit").text

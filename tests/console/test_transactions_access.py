@@ -37,13 +37,18 @@ HUNG_BROKER_CONFIG = {
 SHORT_TXN_TIMEOUT_MS = 1000
 
 
-def _hang(bootstrap: str, topic: str, txn_id: str) -> Producer:
+def hang_transaction(bootstrap: str, topic: str, txn_id: str) -> Producer:
+    """A transaction open past its 1 s timeout on ``topic[0]`` (its record at offset 0, flushed),
+    and a plain record after it (offset 1): the LSO stays at 0, the high watermark is 2."""
     stuck = Producer({"bootstrap.servers": bootstrap, "transactional.id": txn_id,
                       "transaction.timeout.ms": SHORT_TXN_TIMEOUT_MS})
     stuck.init_transactions(CLIENT_TIMEOUT_S)
     stuck.begin_transaction()
     stuck.produce(topic, b"never-committed", partition=0)
     assert stuck.flush(CLIENT_TIMEOUT_S) == 0
+    plain = Producer({"bootstrap.servers": bootstrap})
+    plain.produce(topic, b"after", partition=0)
+    assert plain.flush(CLIENT_TIMEOUT_S) == 0
     return stuck
 
 
@@ -51,10 +56,7 @@ def test_a_transaction_open_past_its_timeout_is_flagged_and_aborted_through_its_
     broker = broker_factory(HUNG_BROKER_CONFIG)
     topic, txn_id = unique_topic("console-hang"), unique_topic("hung")
     create_topic(broker.bootstrap, topic, partitions=1)
-    _hang(broker.bootstrap, topic, txn_id)
-    plain = Producer({"bootstrap.servers": broker.bootstrap})
-    plain.produce(topic, b"after", partition=0)
-    assert plain.flush(CLIENT_TIMEOUT_S) == 0
+    hang_transaction(broker.bootstrap, topic, txn_id)
     with Admin({"bootstrap.servers": broker.bootstrap}) as admin:
         def flagged() -> bool:
             row = read_snapshot(admin).transaction(txn_id)

@@ -16,7 +16,6 @@ be made on it; that rule is unit-tested in tests/unit/test_console_transactions_
 
 from __future__ import annotations
 
-import shutil
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -27,7 +26,8 @@ import pytest
 from confluent_kafka import Producer
 
 from oncestream.client import Producer as OurProducer
-from tests.console.conftest import BROWSER_WAIT_S, ROOT
+from tests.console.conftest import BROWSER_WAIT_S
+from tests.console.test_transactions_access import hang_transaction
 from tests.support.clients import CLIENT_TIMEOUT_S, create_topic
 from tests.support.txn import READ_COMMITTED, list_offset, read_to_end, values_of, wait_until
 
@@ -39,22 +39,6 @@ MODULE_BROKER_CONFIG = {
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": "3600000",
     "transaction.two.phase.commit.enable": "true",
 }
-SHORT_TXN_TIMEOUT_MS = 1000
-DOCS_SCREENSHOT = ROOT / "docs" / "images" / "console-transactions.png"
-
-
-def _hang(bootstrap: str, topic: str, txn_id: str) -> Producer:
-    """A transaction open past its 1 s timeout on ``topic[0]`` (offset 0), a plain record after it."""
-    stuck = Producer({"bootstrap.servers": bootstrap, "transactional.id": txn_id,
-                      "transaction.timeout.ms": SHORT_TXN_TIMEOUT_MS})
-    stuck.init_transactions(CLIENT_TIMEOUT_S)
-    stuck.begin_transaction()
-    stuck.produce(topic, b"never-committed", partition=0)
-    assert stuck.flush(CLIENT_TIMEOUT_S) == 0
-    plain = Producer({"bootstrap.servers": bootstrap})
-    plain.produce(topic, b"after", partition=0)
-    assert plain.flush(CLIENT_TIMEOUT_S) == 0
-    return stuck
 
 
 def _api(client: httpx.Client) -> dict[str, Any]:
@@ -92,7 +76,7 @@ def test_an_abort_without_its_confirmation_changes_nothing(console_broker: Any, 
     bootstrap = console_broker.bootstrap
     topic, txn_id = unique_name("hang-http"), unique_name("hung-http")
     create_topic(bootstrap, topic, partitions=1)
-    _hang(bootstrap, topic, txn_id)
+    hang_transaction(bootstrap, topic, txn_id)
     client = http_login("alice")
     wait_until(lambda: bool(_hanging_of(client, txn_id)), 30, "the transaction flagged hanging")
     (held,) = _hanging_of(client, txn_id)
@@ -207,7 +191,7 @@ def test_a_hanging_transaction_is_flagged_and_aborted_from_the_page(console_brok
     suffix = uuid.uuid4().hex[:6]
     topic, txn_id = f"orders-{suffix}", f"payments-writer-{suffix}"
     create_topic(bootstrap, topic, partitions=1)
-    _hang(bootstrap, topic, txn_id)
+    hang_transaction(bootstrap, topic, txn_id)
     # A read_committed reader is held at the hanging transaction's first record.
     assert list_offset(bootstrap, topic, 0, read_committed=True) == 0
     browser = browser_login("alice")
@@ -218,9 +202,7 @@ def test_a_hanging_transaction_is_flagged_and_aborted_from_the_page(console_brok
     assert kinds == ["open-past-timeout", "lso-held-back"]
     assert "past its transaction timeout" in row.text
     assert "read_committed consumers cannot read past it" in row.text
-    path = screenshot("transactions-hanging")
-    DOCS_SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(path, DOCS_SCREENSHOT)   # the README's picture of this page
+    screenshot("transactions-hanging")   # docs/images/console-transactions.png is a copy of one
 
     row.find_element(By.CSS_SELECTOR, "a.abort-link").click()
     _wait(browser, lambda b: b.find_elements(By.ID, "abort-form"), "the abort confirmation")
@@ -274,3 +256,60 @@ def test_a_prepared_transaction_is_completed_with_confirmation(console_broker: A
         assert values_of(read_to_end(bootstrap, topic, 1, isolation=READ_COMMITTED)) == {0: [b"decided-later"]}
     finally:
         app.close(1)
+
+
+def test_the_sql_page_without_a_sql_server_says_so(http_login: Callable[..., httpx.Client]) -> None:
+    """This module's console has no --sql-server: the page says how to give one, and nothing is
+    sent anywhere (the SQL server itself is exercised in tests/console/test_sql_console.py)."""
+    client = http_login("alice")
+    page = client.get("/sql")
+    assert page.status_code == 200
+    assert "start the console with --sql-server URL" in page.text
+    csrf = client.csrf  # type: ignore[attr-defined]
+    statement = client.post("/sql", data={"csrf_token": csrf, "sql": "SHOW STREAMS;"})
+    assert statement.status_code == 503
+    query = client.post("/api/sql/query", data={"sql": "SELECT * FROM S EMIT CHANGES;"}, headers={"X-CSRF-Token": csrf})
+    assert query.status_code == 503
+    assert query.json() == {"error": "No SQL server: start the console with --sql-server URL"}
+
+
+def test_only_a_hanging_transaction_is_aborted_even_when_confirmed(http_login: Callable[..., httpx.Client]) -> None:
+    """A producer no coordinator knows and no partition shows: the confirmation page names it
+    ``producer N`` and explains the marker; the confirmed POST is refused because nothing hangs."""
+    client = http_login("alice")
+    spec = {"topic": "no-such-topic", "partition": "0", "producer_id": "424242", "producer_epoch": "0",
+            "coordinator_epoch": "-1"}
+    confirm = client.get("/transactions/abort", params=spec)
+    assert confirm.status_code == 200
+    assert "Type <b>producer 424242</b> to confirm" in confirm.text
+    assert "writes the ABORT marker" in confirm.text
+    refused = client.post("/transactions/abort", data={**spec, "confirm": "producer 424242",
+                                                       "csrf_token": client.csrf})  # type: ignore[attr-defined]
+    assert refused.status_code == 409
+    assert "holds no hanging transaction" in refused.text
+    malformed = client.post("/transactions/abort", data={**spec, "partition": "zero", "confirm": "producer 424242",
+                                                         "csrf_token": client.csrf})  # type: ignore[attr-defined]
+    assert malformed.status_code == 400
+    assert "partition must be a whole number" in malformed.text
+
+
+def test_a_transactional_id_with_markup_is_shown_as_text(console_broker: Any, http_login: Callable[..., httpx.Client],
+                                                         unique_name: Callable[[str], str]) -> None:
+    bootstrap = console_broker.bootstrap
+    topic, txn_id = unique_name("markup"), f"<script>alert(1)</script><b>{uuid.uuid4().hex[:6]}</b>"
+    create_topic(bootstrap, topic, partitions=1)
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": txn_id})
+    producer.init_transactions(CLIENT_TIMEOUT_S)
+    producer.begin_transaction()
+    producer.produce(topic, b"x", partition=0)
+    assert producer.flush(CLIENT_TIMEOUT_S) == 0
+    client = http_login("alice")
+    try:
+        page = client.get("/transactions").text
+        assert txn_id not in page
+        assert txn_id.replace("<", "&lt;").replace(">", "&gt;") in page
+        view = client.get("/transactions/view", params={"id": txn_id})
+        assert view.status_code == 200
+        assert txn_id not in view.text
+    finally:
+        producer.commit_transaction(CLIENT_TIMEOUT_S)

@@ -179,3 +179,23 @@ def test_durations_read_as_words() -> None:
     assert format_duration_ms(3_720_000) == "1h 02m"
     assert format_duration_ms(90_000_000) == "1d 01h"
     assert format_duration_ms(-1) == "-"
+
+
+def test_an_ended_transaction_is_listed_without_being_described() -> None:
+    snap = build_snapshot([TransactionListing("done", 8, "CompleteCommit")], {}, {}, {}, now_ms=T0)
+    row = snap.transaction("done")
+    assert row is not None
+    assert (row.state, row.producer_id, row.described, row.error, row.open) == ("CompleteCommit", 8, False, None, False)
+
+
+def test_a_partition_open_for_a_producer_its_coordinator_lists_as_ended_is_hanging() -> None:
+    """The listing says the id's transaction ended (so it was not described), yet a partition
+    still holds an open transaction of that producer."""
+    snap = build_snapshot([TransactionListing("app", 10, "CompleteAbort")], {}, {("t", 0): [_open(10, 4)]},
+                          {("t", 0): PartitionOffsets(4, 6)}, now_ms=T0 + MAX_TIMEOUT_MS + 1)
+    (hung,) = snap.hanging
+    assert _kinds(hung.flags) == [UNKNOWN_TO_COORDINATOR, LSO_HELD_BACK]
+    assert "lists 'app' as CompleteAbort" in hung.flags[0].explanation
+    row = snap.transaction("app")
+    assert row is not None
+    assert row.hanging

@@ -10,7 +10,7 @@ a worker thread. The rules that turn the answers into rows and flags are sans-io
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +23,7 @@ from oncestream.console.transactions_view import (
     TopicPartitionKey,
     TransactionsSnapshot,
     build_snapshot,
+    needs_description,
 )
 
 _LATEST = -1
@@ -42,13 +43,17 @@ def wall_clock_ms() -> int:
 
 
 def read_snapshot(admin: Admin, now_ms: Callable[[], int] = wall_clock_ms, *,
+                  also_describe: Iterable[str] = (),
                   max_transaction_timeout_ms: int = DEFAULT_MAX_TRANSACTION_TIMEOUT_MS,
                   timeout_s: float = ADMIN_TIMEOUT_S) -> TransactionsSnapshot:
-    """List and describe every transaction, ask every partition's leader for its producers
-    (find-hanging searches all partitions) and the LSO/high watermark of the partitions with an
-    open transaction; build the page's model."""
+    """List every transaction, describe the open ones (and ``also_describe``: one
+    DescribeTransactions per id, so ended ones are left to their own page), ask every
+    partition's leader for its producers (find-hanging searches all partitions) and the LSO/high
+    watermark of the partitions with an open transaction; build the page's model."""
     listings = admin.list_transactions(timeout=timeout_s)
-    ids = [entry.transactional_id for entry in listings]
+    extra = set(also_describe)
+    ids = [entry.transactional_id for entry in listings
+           if needs_description(entry.state) or entry.transactional_id in extra]
     descriptions = admin.describe_transactions(ids, timeout=timeout_s) if ids else {}
     partitions: set[TopicPartitionKey] = set()
     topics = admin.list_topics(timeout=timeout_s)

@@ -146,6 +146,8 @@ class TransactionRow:
     error: str | None = None
     flags: tuple[HangingFlag, ...] = ()
     open_partitions: tuple[OpenPartitionTransaction, ...] = ()
+    # False: only listed (ListTransactions), not described; epoch, partitions, times unknown.
+    described: bool = True
 
     @property
     def prepared(self) -> bool:
@@ -186,6 +188,12 @@ class TransactionsSnapshot:
         return next((t for t in self.transactions if t.transactional_id == transactional_id), None)
 
 
+def needs_description(state: str) -> bool:
+    """Whether a listed transactional id must be described for the list: its transaction is open
+    (an ended one shows what ListTransactions said; its own page describes it)."""
+    return state in _MARKER_PENDING_STATES
+
+
 def format_duration_ms(ms: int) -> str:
     """``1h 02m``, ``3m 05s``, ``4.2s``: durations in words for the page."""
     if ms < 0:
@@ -214,21 +222,27 @@ def _open_past_timeout(d: DescriptionLike, now_ms: int) -> HangingFlag | None:
         f"ends, read_committed consumers of its partitions stop at its first record."))
 
 
-def _unknown_to_coordinator(key: TopicPartitionKey, p: ProducerStateLike, tid: str | None,
+def _unknown_to_coordinator(key: TopicPartitionKey, p: ProducerStateLike, listed: ListingLike | None,
                             d: DescriptionLike | None) -> HangingFlag | None:
     where = f"{key[0]}[{key[1]}]"
-    if tid is None:
+    if listed is None:
         return HangingFlag(UNKNOWN_TO_COORDINATOR, (
             f"{where} holds an open transaction of producer {p.producer_id} from offset "
             f"{p.current_txn_start_offset}, but no transaction coordinator knows that producer: "
             f"no coordinator will ever write its marker, so only an explicit abort ends it."))
+    tid = listed.transactional_id
+    if d is None and listed.state not in _MARKER_PENDING_STATES:
+        return HangingFlag(UNKNOWN_TO_COORDINATOR, (
+            f"{where} holds an open transaction of producer {p.producer_id} from offset "
+            f"{p.current_txn_start_offset}, but the coordinator lists {tid!r} as {listed.state}, with no "
+            f"open transaction: no coordinator will write its marker, so only an explicit abort ends it."))
     if d is None or d.error is not None:
         return HangingFlag(UNKNOWN_TO_COORDINATOR, (
             f"{where} holds an open transaction of producer {p.producer_id} ({tid!r}) from offset "
             f"{p.current_txn_start_offset}, but its coordinator could not describe {tid!r}: "
             f"nothing shows that a marker will come."))
-    listed = {(tp.topic, tp.partition) for tp in d.partitions}
-    if d.state not in _MARKER_PENDING_STATES or key not in listed or d.producer_id != p.producer_id:
+    named = {(tp.topic, tp.partition) for tp in d.partitions}
+    if d.state not in _MARKER_PENDING_STATES or key not in named or d.producer_id != p.producer_id:
         return HangingFlag(UNKNOWN_TO_COORDINATOR, (
             f"{where} holds an open transaction of producer {p.producer_id} from offset "
             f"{p.current_txn_start_offset}, but the coordinator of {tid!r} (state {d.state}, "
@@ -289,20 +303,21 @@ def _open_partition_transactions(
     now_ms: int, max_transaction_timeout_ms: int,
 ) -> list[OpenPartitionTransaction]:
     """Every open transaction DescribeProducers showed, with its hanging flags."""
-    tid_by_producer = {entry.producer_id: entry.transactional_id for entry in listing}
+    by_producer = {entry.producer_id: entry for entry in listing}
     out: list[OpenPartitionTransaction] = []
     for key in sorted(producers):
         for p in producers[key]:
             if p.current_txn_start_offset < 0:
                 continue
-            tid = tid_by_producer.get(p.producer_id)
+            listed = by_producer.get(p.producer_id)
+            tid = listed.transactional_id if listed is not None else None
             d = descriptions.get(tid) if tid is not None else None
             flags: list[HangingFlag] = []
             if tid is not None and tid in past_timeout and d is not None and d.producer_id == p.producer_id:
                 flags.append(past_timeout[tid])
             # find-hanging's grace: a younger transaction may still be joining its coordinator.
             if now_ms - p.last_timestamp_ms > max_transaction_timeout_ms:
-                unknown = _unknown_to_coordinator(key, p, tid, d)
+                unknown = _unknown_to_coordinator(key, p, listed, d)
                 if unknown is not None:
                     flags.append(unknown)
             entry = OpenPartitionTransaction(
@@ -321,14 +336,16 @@ def _row(entry: ListingLike, d: DescriptionLike | None, open_txns: list[OpenPart
          past_timeout: Mapping[str, HangingFlag], now_ms: int) -> TransactionRow:
     tid = entry.transactional_id
     mine = tuple(o for o in open_txns if o.transactional_id == tid)
-    if d is None or d.error is not None:
-        return TransactionRow(
-            transactional_id=tid, state=entry.state, producer_id=entry.producer_id, producer_epoch=-1,
-            partitions=(), start_time_ms=-1, age_ms=None, timeout_ms=-1, two_phase_commit=False,
-            error=_error_text(d.error) if d is not None else "not described", open_partitions=mine)
     flags = [past_timeout[tid]] if tid in past_timeout else []
     for o in mine:
         flags += [f for f in o.flags if f.kind != OPEN_PAST_TIMEOUT and f not in flags]
+    if d is None or d.error is not None:
+        # Not described (an ended transaction, unless asked for) or not describable: what the listing says.
+        return TransactionRow(
+            transactional_id=tid, state=entry.state, producer_id=entry.producer_id, producer_epoch=-1,
+            partitions=(), start_time_ms=-1, age_ms=None, timeout_ms=-1, two_phase_commit=False,
+            error=_error_text(d.error) if d is not None else None, flags=tuple(flags), open_partitions=mine,
+            described=d is not None)
     return TransactionRow(
         transactional_id=tid, state=d.state, producer_id=d.producer_id, producer_epoch=d.producer_epoch,
         partitions=tuple(sorted((tp.topic, tp.partition) for tp in d.partitions)),

@@ -55,8 +55,8 @@ def _text(params: Any, name: str) -> str:
     return value
 
 
-async def _snapshot(request: Request) -> TransactionsSnapshot:
-    return await state(request).kafka.run(read_snapshot)
+async def _snapshot(request: Request, *also_describe: str) -> TransactionsSnapshot:
+    return await state(request).kafka.run(lambda admin: read_snapshot(admin, also_describe=also_describe))
 
 
 def _context(snapshot: TransactionsSnapshot | None) -> dict[str, Any]:
@@ -85,7 +85,7 @@ async def transactions_list(request: Request) -> Response:
 async def transaction_page(request: Request) -> Response:
     try:
         tid = _text(request.query_params, "id")
-        snapshot = await _snapshot(request)
+        snapshot = await _snapshot(request, tid)
     except BadRequest as exc:
         return render(request, "transaction.html", {**_context(None), "row": None, "error": str(exc)}, status=400)
     except Exception as exc:  # noqa: BLE001
