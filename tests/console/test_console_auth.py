@@ -21,6 +21,7 @@ from tests.console.conftest import HTTP_TIMEOUT_S, ConsoleClient, ConsoleServer,
 def _app_routes() -> list[tuple[str, str]]:
     """(method, path) of every route of the console app, path parameters filled with a value:
     enumerated from the app itself, so a page added later is checked too."""
+    # Building the app contacts no cluster: the address is never used.
     app = create_app(ConsoleSettings(bootstrap_servers="127.0.0.1:9", users_file=Path("/nonexistent")))
     out = []
     for route in app.routes:

@@ -98,3 +98,24 @@ def test_rates_come_from_two_looks_at_the_end_offsets() -> None:
     assert rates.observe("t", 400) is None          # the previous look is too old
     now[0] += 1
     assert rates.observe("t", 50) is None           # the topic was deleted and created again
+
+
+def test_without_a_cluster_pages_and_apis_say_why_in_words(tmp_path: Path) -> None:
+    import re
+
+    from oncestream.sql.server.rest.users_file import set_user
+    from tests.support.ports import free_tcp_port
+
+    set_user(tmp_path / "users", "alice", "pw")
+    # A port the OS just gave out and nobody listens on: the connection is refused.
+    app = create_app(ConsoleSettings(f"127.0.0.1:{free_tcp_port()}", tmp_path / "users"))
+    with TestClient(app, raise_server_exceptions=False) as client:
+        found = re.search(r'name="csrf_token" value="([^"]+)"', client.get("/login").text)
+        assert found is not None
+        client.post("/login", data={"username": "alice", "password": "pw", "csrf_token": found.group(1)})
+        page = client.get("/topics")
+        assert page.status_code == 502
+        assert "Cannot list topics: _TRANSPORT" in page.text
+        api = client.get("/api/topics")
+        assert api.status_code == 502
+        assert api.json()["error"].startswith("_TRANSPORT: ")

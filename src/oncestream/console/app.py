@@ -21,6 +21,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from oncestream.client import KafkaException
 from oncestream.console.audit import AuditLog
 from oncestream.console.auth import API_PREFIX, AuthGate, SessionStore, Users
 from oncestream.console.kafka import ConsoleKafka
@@ -45,11 +46,13 @@ def page_routes() -> list[BaseRoute]:
 
 async def _unexpected(request: Request, exc: Exception) -> Response:
     """A failure no page handled (e.g. the cluster unreachable during an API call): the error in
-    words, JSON under /api/, text elsewhere; still logged as an error by Starlette."""
+    words, JSON under /api/, text elsewhere; 502 when the cluster failed, else 500. Starlette
+    still logs it as an error."""
     text = error_text(exc)
+    status = 502 if isinstance(exc, KafkaException) else 500
     if request.url.path.startswith(API_PREFIX):
-        return JSONResponse({"error": text}, 500)
-    return PlainTextResponse(f"The console failed: {text}", 500)
+        return JSONResponse({"error": text}, status)
+    return PlainTextResponse(f"The console failed: {text}", status)
 
 
 def create_app(settings: ConsoleSettings, *, kafka: ConsoleKafka | None = None,
