@@ -41,9 +41,10 @@ SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 SPARK_LOG := .spark-test.log
 SPARK_SUITES := tests/spark tests/chaos/sql tests/chaos/test_tiered_storage.py \
 	tests/chaos/test_tiered_storage_sigkill.py tests/chaos/test_tiered_credentials.py \
-	tests/interop/test_tiered_read.py tests/interop/test_object_store_s3.py
+	tests/interop/test_tiered_read.py tests/interop/test_object_store_s3.py \
+	tests/console/test_sql_console.py
 PYTEST_RUN := $(VPY) -m pytest -q --durations=10 -m 'not slow'
-test: $(SPARK_STAMP) kcat tansu java postgres lint
+test: $(SPARK_STAMP) kcat tansu java postgres chromium lint
 	@$(PYTEST_RUN) --junitxml=.test-report-spark.xml $(SPARK_SUITES) > $(SPARK_LOG) 2>&1 & spark=$$!; \
 	$(PYTEST_RUN) --junitxml=.test-report-main.xml $(SPARK_SUITES:%=--ignore=%) tests/; main=$$?; \
 	wait $$spark; spark_rc=$$?; \
@@ -58,8 +59,12 @@ test-cluster: $(SPARK_STAMP) kcat postgres
 	ONCESTREAM_TEST_BROKER=cluster $(PYTEST_RUN) --junitxml=.test-report-cluster.xml tests/interop
 
 $(SPARK_STAMP): pyproject.toml $(STAMP)
-	$(VPY) -m pip install -q -e '.[test,demo,spark,state,sql,schema-registry]'
+	$(VPY) -m pip install -q -e '.[test,demo,spark,state,sql,schema-registry,console]'
 	touch $@
+
+# The console's browser tests (tests/console) drive Debian's Chromium through its chromedriver.
+chromium:
+	@test -x /usr/bin/chromedriver || { $(SUDO) apt-get update && $(SUDO) apt-get install -y chromium chromium-driver; }
 
 java:
 	@command -v java >/dev/null 2>&1 || { $(SUDO) apt-get update && $(SUDO) apt-get install -y openjdk-17-jre-headless; }

@@ -36,6 +36,7 @@ from oncestream.client import (
 from oncestream.client.common.errors import KafkaException
 from oncestream.client.common.list_offsets import EARLIEST_LOCAL, LATEST_TIERED
 from oncestream.client.producer.partitioner import partition_for_key
+from oncestream.console.command import register as register_console
 from oncestream.demos.broker_crash import main as demo_main
 from oncestream.errors import InvalidConfigError
 from oncestream.schema_registry.command import register as register_schema_registry
@@ -558,6 +559,7 @@ def build_parser() -> argparse.ArgumentParser:
     register_sql_shell(sub)  # oncestream sql: the SQL shell
     _register_sql_server(sub)
     register_schema_registry(sub)  # oncestream schema-registry (oncestream.schema_registry.server_main)
+    register_console(sub)  # oncestream console: the web console (oncestream.console)
 
     d = sub.add_parser("demo", help="run the end-to-end demo")
     d.add_argument("rest", nargs=argparse.REMAINDER)

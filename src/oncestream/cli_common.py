@@ -15,17 +15,23 @@ def read_command_config(path: str) -> dict[str, str]:
     """Client properties from a ``--command-config`` file, as Kafka's tools read it: one
     ``key=value`` per line (librdkafka property names, e.g. ``security.protocol=SSL``,
     ``ssl.ca.location=...``), blank lines and lines starting with ``#`` or ``!`` ignored."""
-    props: dict[str, str] = {}
     try:
-        lines = Path(path).read_text().splitlines()
+        text = Path(path).read_text()
     except OSError as exc:
         raise CliError(f"--command-config {path}: {exc.strerror or exc}") from None
-    for number, raw in enumerate(lines, 1):
+    return parse_properties(text, f"--command-config {path}")
+
+
+def parse_properties(text: str, where: str) -> dict[str, str]:
+    """``key=value`` lines of ``text`` (blank lines and lines starting with ``#`` or ``!``
+    ignored); CliError naming ``where`` and the line number of a line that is not one."""
+    props: dict[str, str] = {}
+    for number, raw in enumerate(text.splitlines(), 1):
         line = raw.strip()
         if not line or line.startswith(("#", "!")):
             continue
         key, sep, value = line.partition("=")
         if not sep or not key.strip():
-            raise CliError(f"--command-config {path}:{number}: expected key=value, got {raw!r}")
+            raise CliError(f"{where}:{number}: expected key=value, got {raw!r}")
         props[key.strip()] = value.strip()
     return props

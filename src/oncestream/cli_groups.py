@@ -153,23 +153,11 @@ def parse_datetime_ms(text: str) -> int:
 
 
 def _group_type(args: argparse.Namespace, admin: Admin, group_id: str) -> ConsumerGroupType:
-    """The group's type as ListGroups names it. A group it does not list is asked for with
-    ShareGroupDescribe (a broker may keep share groups out of ListGroups, as ListGroups below v5
-    must); CLASSIC when that does not know it either (no group yet: a classic one is what an
-    admin commit makes)."""
+    """The group's type (``Admin.group_type``: ListGroups, else ShareGroupDescribe); CLASSIC when
+    neither knows it (no group yet: a classic one is what an admin commit makes)."""
     with client_errors(args, "list groups"):
-        listed = admin.list_consumer_groups()
-    for listing in listed.valid:
-        if listing.group_id == group_id:
-            return listing.type
-    try:
-        with client_errors(args, "describe share group"):
-            share = admin.describe_share_groups([group_id])[group_id]
-    except CliError:  # the broker has no share groups (UNSUPPORTED_VERSION)
-        return ConsumerGroupType.CLASSIC
-    if share.error is None and share.state is not ConsumerGroupState.DEAD:
-        return ConsumerGroupType.SHARE
-    return ConsumerGroupType.CLASSIC
+        found = admin.group_type(group_id)
+    return found if found is not None else ConsumerGroupType.CLASSIC
 
 
 def _described(args: argparse.Namespace, group_id: str, describe: Callable[[list[str]], dict[str, _D]]) -> _D:

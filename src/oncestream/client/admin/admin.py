@@ -102,6 +102,7 @@ class ClusterDescription:
     cluster_id: str | None          # None: the broker answers Metadata below v2 (no cluster id)
     controller_id: int              # -1 when the broker names none
     nodes: list[tuple[int, str, int]] = field(default_factory=list)   # (node id, host, port)
+    racks: dict[int, str | None] = field(default_factory=dict)        # node id -> rack (None: no rack)
 
 
 @dataclass
@@ -368,8 +369,9 @@ class Admin(AclAdmin, GroupAdmin, LogDirAdmin, QuotaAdmin, ClientMetricsAdmin):
             response = await self._cluster.send(None, METADATA, make, min_version=1)
             self._cluster.apply_metadata(response)
             nodes = sorted((b.node_id, b.host, b.port) for b in response.brokers)
+            racks = {int(b.node_id): getattr(b, "rack", None) for b in response.brokers}
             return ClusterDescription(getattr(response, "cluster_id", None),
-                                      int(getattr(response, "controller_id", -1)), nodes)
+                                      int(getattr(response, "controller_id", -1)), nodes, racks)
 
         return self._run(run(), timeout)
 
@@ -424,6 +426,13 @@ class Admin(AclAdmin, GroupAdmin, LogDirAdmin, QuotaAdmin, ClientMetricsAdmin):
             return out
 
         return self._run(run(), timeout)
+
+    def incremental_alter_topic_configs(self, topic: str, configs: Mapping[str, str | None], *,
+                                        validate_only: bool = False, timeout: float | None = None) -> None:
+        """IncrementalAlterConfigs of one topic: set each config given a value, delete (back to the
+        broker's default) each given None; ``KafkaException`` with the broker's code and reason on
+        refusal (e.g. INVALID_CONFIG for an unknown name or a bad value)."""
+        self._incremental_alter_configs(RESOURCE_TOPIC, topic, configs, validate_only, timeout)
 
     def describe_topic_configs(self, topics: Iterable[str], timeout: float | None = None) -> dict[str, dict[str, str | None]]:
         """Shorthand for ``describe_configs(topics=...)``."""

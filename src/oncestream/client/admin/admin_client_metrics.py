@@ -29,10 +29,15 @@ class ClientMetricsAdmin:
                              timeout: float | None = None) -> None:
         """Set (a value) or delete (None) configs of the subscription ``name`` (``metrics``,
         ``interval.ms``, ``match``); ``KafkaException`` with the broker's code and reason on refusal."""
+        self._incremental_alter_configs(RESOURCE_CLIENT_METRICS, name, configs, validate_only, timeout)
+
+    def _incremental_alter_configs(self, resource_type: int, name: str, configs: Mapping[str, str | None],
+                                   validate_only: bool, timeout: float | None) -> None:
+        """IncrementalAlterConfigs of one resource: SET a value, DELETE for None."""
         async def run() -> None:
             def make(m: Any, version: int) -> Any:
                 return build(m.IncrementalAlterConfigsRequest, validate_only=validate_only, resources=(
-                    build(m.AlterConfigsResource, resource_type=RESOURCE_CLIENT_METRICS, resource_name=name,
+                    build(m.AlterConfigsResource, resource_type=resource_type, resource_name=name,
                           configs=tuple(build(m.AlterableConfig, name=key, config_operation=_DELETE if v is None else _SET,
                                               value=v) for key, v in configs.items())),))
 

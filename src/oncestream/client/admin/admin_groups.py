@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 from kio.schema.errors import ErrorCode
 
 from oncestream.client.common.cluster import COORDINATOR_GROUP, COORDINATOR_NODE_BASE, Cluster
-from oncestream.client.common.errors import BrokerResponseError, KafkaError
+from oncestream.client.common.errors import BrokerResponseError, KafkaError, KafkaException
 from oncestream.client.common.message import TopicPartition
 from oncestream.protocol.api_keys import (
     ALTER_SHARE_GROUP_OFFSETS,
@@ -506,6 +506,21 @@ class GroupAdmin:
             return read_describe_groups(response.groups[0], coordinator)
 
         return self._run(_by_group_id(describe, ids), timeout)
+
+    def group_type(self, group_id: str, timeout: float | None = None) -> ConsumerGroupType | None:
+        """The group's type as ListGroups names it; a group it does not list is asked for with
+        ShareGroupDescribe (a broker may keep share groups out of ListGroups, as ListGroups below
+        v5 must). None when neither knows the group (or the broker has no share groups)."""
+        for listing in self.list_consumer_groups(timeout=timeout).valid:
+            if listing.group_id == group_id:
+                return listing.type
+        try:
+            share = self.describe_share_groups([group_id], timeout=timeout)[group_id]
+        except KafkaException:  # the broker has no share groups (UNSUPPORTED_VERSION)
+            return None
+        if share.error is None and share.state is not ConsumerGroupState.DEAD:
+            return ConsumerGroupType.SHARE
+        return None
 
     def describe_share_groups(self, group_ids: Iterable[str],
                               timeout: float | None = None) -> dict[str, ShareGroupDescription]:

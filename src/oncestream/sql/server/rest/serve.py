@@ -71,9 +71,12 @@ def make_config(sock: socket.socket, *, graceful_timeout_s: float = GRACEFUL_TIM
 
 async def serve(app: AsgiApp, host: str, port: int, shutdown_event: asyncio.Event,
                 ready: Callable[[int], None] | None = None, *,
-                graceful_timeout_s: float = GRACEFUL_TIMEOUT_S, tls: TlsSettings | None = None) -> None:
+                graceful_timeout_s: float = GRACEFUL_TIMEOUT_S, tls: TlsSettings | None = None,
+                name: str = "SQL REST API") -> None:
     """Serve ``app`` on ``host:port`` (HTTP/1.1 and h2c; HTTPS with ``tls``) until ``shutdown_event``
-    is set. ``app`` may wrap a ``KsqlRestApp`` (a middleware exposing the wrapped app as ``.app``).
+    is set. ``app`` may wrap a ``KsqlRestApp`` (a middleware exposing the wrapped app as ``.app``);
+    any other ASGI app is served the same way (the web console's); ``name`` is what the log says
+    is listening.
 
     ``ready(port)`` is called with the bound port once the socket listens (connections made from
     then on are served). On shutdown, a ``KsqlRestApp`` first ends its streaming queries, then
@@ -81,7 +84,7 @@ async def serve(app: AsgiApp, host: str, port: int, shutdown_event: asyncio.Even
     and returns."""
     sock = bind_socket(host, port)
     bound_port = int(sock.getsockname()[1])
-    log.info("SQL REST API listening on %s:%d (%s)", host, bound_port,
+    log.info("%s listening on %s:%d (%s)", name, host, bound_port,
              "HTTPS: HTTP/1.1 and h2" if tls is not None else "HTTP/1.1 and h2c")
     if ready is not None:
         try:
