@@ -175,6 +175,8 @@ def test_a_share_group_is_described_with_its_start_offsets(
         consumer.subscribe([topic])
         detail = _joined(alice, consumer, group)  # joins first: share.auto.offset.reset is latest
         assert detail.get("type") == "share", detail
+        listed = {g["group_id"]: g["type"] for g in alice.get("/api/groups").json()["groups"]}
+        assert listed.get(group) == "share", listed  # ListGroups lists share groups (KIP-932)
         producer = Producer({"bootstrap.servers": console_broker.bootstrap})
         for n in range(5):
             producer.produce(topic, value=f"s{n}".encode())

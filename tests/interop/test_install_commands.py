@@ -24,11 +24,14 @@ to two minutes each).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -38,7 +41,7 @@ from tests.support.readme_quickstart import run_readme_quickstart
 pytestmark = [pytest.mark.interop]
 
 ROOT = Path(__file__).resolve().parents[2]
-INSTALL = re.compile(r"pip install (-e )?'?(\.|oncestream)\[([a-z,]+)\]'?")
+INSTALL = re.compile(r"pip install (-e )?'?(\.|oncestream)\[([a-z,-]+)\]'?")
 INSTALL_TIMEOUT_S = 900.0
 COMMAND_TIMEOUT_S = 120.0
 # The command the README's SQL-server section gives by hand: the one run in the default suite.
@@ -130,6 +133,34 @@ def test_documented_install_gives_a_working_program(command: tuple[str, str, str
              env, cwd=tmp_path)
     if "state" in wanted:
         _run([str(bin_dir / "python"), "-c", STATE_STORE_CHECK, str(tmp_path / "store")], env, cwd=tmp_path)
+    if "schema-registry" in wanted:  # the server's whole import chain (it needs a broker to start)
+        _run([str(bin_dir / "python"), "-c", "import oncestream.schema_registry.server_main"], env, cwd=tmp_path)
+        _run([str(bin_dir / "oncestream"), "schema-registry", "--help"], env, cwd=tmp_path)
+    if "console" in wanted:
+        _check_console(bin_dir, env, tmp_path)
     if "sql" in wanted:
         _run([str(bin_dir / "oncestream"), "sql-server", "--help"], env, cwd=tmp_path)
         _check_sql_server(bin_dir, env, tmp_path)
+
+
+def _check_console(bin_dir: Path, env: dict[str, str], work: Path) -> None:
+    """The venv's ``oncestream console`` starts (every page module imported: the app collects
+    them) and serves its login page; it needs no broker until someone logs in."""
+    users, ready = work / "console-users", work / "console-ready.json"
+    users.write_text("")
+    console = subprocess.Popen([str(bin_dir / "oncestream"), "console", "--bootstrap-server", "127.0.0.1:9",
+                                "--users-file", str(users), "--listen", "127.0.0.1:0", "--ready-file", str(ready)],
+                               env=env, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + COMMAND_TIMEOUT_S
+        while not ready.exists():
+            assert console.poll() is None, (console.stdout.read() if console.stdout else b"").decode()[-4000:]
+            assert time.monotonic() < deadline, "the console never wrote its ready file"
+            time.sleep(0.1)
+        url = json.loads(ready.read_text())["url"]
+        with urllib.request.urlopen(f"{url}/login", timeout=COMMAND_TIMEOUT_S) as response:
+            assert response.status == 200
+            assert b"csrf_token" in response.read()
+    finally:
+        console.terminate()
+        console.wait(COMMAND_TIMEOUT_S)

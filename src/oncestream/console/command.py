@@ -28,6 +28,8 @@ def register(sub: Any) -> None:
                    help="the console's users: USER:$scrypt$... lines, written by `oncestream sql-users add --file FILE`")
     c.add_argument("--tls-cert", metavar="PEM", help="serve HTTPS with this certificate chain")
     c.add_argument("--tls-key", metavar="PEM", help="the private key of --tls-cert (default: in the same file)")
+    c.add_argument("--metrics-url", action="append", default=[], metavar="URL",
+                   help="a broker's Prometheus /metrics (metrics.listen), once per broker: throughput on the Overview")
     c.add_argument("--ready-file", metavar="PATH", help="write {\"url\": ...} as JSON here once listening")
     c.add_argument("--log-level", default="info")
     c.set_defaults(func=cmd_console)
@@ -63,7 +65,8 @@ def cmd_console(args: argparse.Namespace) -> int:
     settings = ConsoleSettings(
         bootstrap_servers=args.bootstrap_server, users_file=Path(args.users_file), sql_server_url=args.sql_server,
         client_config=read_command_config(args.command_config) if args.command_config else {},
-        listen_host=host, listen_port=port, tls_cert_file=args.tls_cert, tls_key_file=args.tls_key)
+        listen_host=host, listen_port=port, tls_cert_file=args.tls_cert, tls_key_file=args.tls_key,
+        metrics_urls=tuple(args.metrics_url))
 
     def ready(url: str) -> None:
         if args.ready_file:

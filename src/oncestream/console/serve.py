@@ -10,8 +10,8 @@ from collections.abc import Callable
 from typing import Any
 
 from oncestream.console.settings import ConsoleSettings
+from oncestream.http_serve import serve as serve_asgi
 from oncestream.sql.server.rest.listener import TlsSettings
-from oncestream.sql.server.rest.serve import serve as serve_asgi
 
 # Seconds open requests get to finish at shutdown (a page answers in well under that).
 GRACEFUL_TIMEOUT_S = 5.0

@@ -34,6 +34,8 @@ class ConsoleSettings:
     # An https:// listener: PEM certificate chain and key (None: plain HTTP).
     tls_cert_file: str | None = None
     tls_key_file: str | None = None
+    # The brokers' Prometheus /metrics URLs (``--metrics-url``): throughput on the Overview page.
+    metrics_urls: tuple[str, ...] = ()
 
     def client_conf(self, **extra: Any) -> dict[str, Any]:
         """Client properties for our Admin/Consumer/Producer: the file's (security) properties

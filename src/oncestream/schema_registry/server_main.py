@@ -38,6 +38,7 @@ from hypercorn.asyncio import serve as hypercorn_serve
 
 from oncestream.cli_common import CliError, read_command_config
 from oncestream.durable_files import write_file_atomically
+from oncestream.http_serve import bind_socket, make_config
 from oncestream.logging_setup import LogConfigError, LogSettings, configure_logging
 from oncestream.process_shutdown import ShutdownBound, install_stop_signals, shutdown_timeout_ms
 from oncestream.schema_registry import errors
@@ -49,7 +50,6 @@ from oncestream.schema_registry.registry import Registry
 from oncestream.schema_registry.state import RegistryState
 from oncestream.sql.server.rest.basic_auth import AuthConfigError, BasicAuthMiddleware, BasicAuthSettings
 from oncestream.sql.server.rest.listener import Listener, ListenerConfigError, listener_from
-from oncestream.sql.server.rest.serve import bind_socket, make_config
 from oncestream.sql.server.rest.users_file import UsersFileError, load_users
 
 log = logging.getLogger("oncestream.schema_registry")

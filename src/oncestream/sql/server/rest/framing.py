@@ -17,9 +17,10 @@ import datetime
 import decimal
 import json
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from oncestream.sql.engine.interface import ColumnHeader
+if TYPE_CHECKING:  # annotations only: the schema registry and the console use this module without the SQL engine
+    from oncestream.sql.engine.interface import ColumnHeader
 
 # Media types (ksqlDB's KsqlMediaType and QueryStreamHandler constants).
 KSQL_V1_JSON = "application/vnd.ksql.v1+json"
