@@ -187,7 +187,8 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatu
     """Under the ``cluster`` kind: how many clusters the suites started and how often one was shared."""
     clusters = config.stash.get(SHARED_CLUSTERS_KEY, None)
     if clusters is not None:
-        terminalreporter.write_line(f"cluster kind: {clusters.started} clusters started, "
+        terminalreporter.write_line(f"cluster kind: {clusters.started} clusters started "
+                                    f"({clusters.starting_s:.0f} s in all), "
                                     f"{clusters.reused} suite requests served by a running one")
 
 

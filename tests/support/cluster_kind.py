@@ -13,6 +13,7 @@ Tests that need what a cluster does not have (a data dir, a single process to re
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Mapping
@@ -173,6 +174,7 @@ class SharedClusters:
         self._in_use: Counter[ConfigKey] = Counter()
         self.started = 0  # clusters started, shared and private
         self.reused = 0  # requests answered by a running cluster
+        self.starting_s = 0.0  # spent starting clusters, from spawn to settled leases
 
     def acquire(self, config: Mapping[str, str] | None) -> ClusterUnderTest:
         """A running cluster with ``config``: the one already up, else a new one. Give it back
@@ -208,7 +210,11 @@ class SharedClusters:
 
     def _start(self, config: Mapping[str, str] | None) -> ClusterUnderTest:
         self.started += 1
-        return self.start_cluster(config, self.base_dir / f"cluster-{self.started}" / "logs")
+        began = time.monotonic()
+        try:
+            return self.start_cluster(config, self.base_dir / f"cluster-{self.started}" / "logs")
+        finally:
+            self.starting_s += time.monotonic() - began
 
     def _evict(self, room_for: int) -> None:
         """Kill the least recently used clusters not in use until ``room_for`` more fit."""

@@ -85,8 +85,7 @@ def test_spawned_children_are_waited_for_after_all_started_and_a_taken_port_move
     first = _Child(LISTENER, log_dir=tmp_path / "first")
     second = _Child(LISTENER, log_dir=tmp_path / "second")
     with socket.socket() as squatter:
-        squatter.bind((second.host, second.port))
-        squatter.listen()
+        squatter.bind((second.host, second.port))  # bound, not listening: a connect there is refused
         taken = second.port
         try:
             first.spawn()
