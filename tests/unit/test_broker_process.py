@@ -5,6 +5,7 @@ Python children standing in for a broker, plus one real ``oncestream broker``.""
 
 from __future__ import annotations
 
+import socket
 import sys
 from pathlib import Path
 
@@ -75,6 +76,29 @@ def test_first_start_on_a_picked_port_retries_on_fresh_ports(tmp_path) -> None:
     with pytest.raises(BrokerExitedEarly):
         child.start()
     assert child.start_count == 3
+
+
+def test_spawned_children_are_waited_for_after_all_started_and_a_taken_port_moves(tmp_path) -> None:
+    """``spawn`` then ``wait_ready``, as a cluster starts its brokers side by side: the second
+    child's picked port is taken before it binds, so it exits early and ``wait_ready`` spawns it
+    again on a fresh port."""
+    first = _Child(LISTENER, log_dir=tmp_path / "first")
+    second = _Child(LISTENER, log_dir=tmp_path / "second")
+    with socket.socket() as squatter:
+        squatter.bind((second.host, second.port))  # bound, not listening: a connect there is refused
+        taken = second.port
+        try:
+            first.spawn()
+            second.spawn()
+            assert first.wait_ready() is first
+            assert second.wait_ready() is second
+            assert (first.start_count, second.start_count) == (1, 2)
+            assert second.port != taken
+            assert port_accepts_connections(first.host, first.port)
+            assert port_accepts_connections(second.host, second.port)
+        finally:
+            first.kill()
+            second.kill()
 
 
 def test_child_that_never_listens_hits_the_readiness_cap(tmp_path) -> None:
