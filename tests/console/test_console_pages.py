@@ -195,9 +195,21 @@ def test_a_share_group_is_described_with_its_start_offsets(
         page = alice.get(f"/groups/{group}")
         assert page.status_code == 200
         assert "Start offset" in page.text
-        assert 'id="reset-offsets"' not in page.text  # resets are for classic and consumer groups
+        assert 'id="reset-offsets"' in page.text
+        refused = alice.post(f"/groups/{group}/reset-offsets", data={"target": "earliest", "csrf_token": alice.csrf})
+        assert "Offsets not reset" in refused.text  # a member is in the group: NON_EMPTY_GROUP
     finally:
         consumer.close()
+    # Empty now: its start offset goes back to the beginning (AlterShareGroupOffsets).
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        reset = alice.post(f"/groups/{group}/reset-offsets", data={"target": "earliest", "csrf_token": alice.csrf})
+        if "Offsets not reset" not in reset.text:
+            break
+        assert time.monotonic() < deadline, reset.text  # the member's leave may take a heartbeat
+        time.sleep(0.5)
+    detail = alice.get(f"/api/groups/{group}").json()
+    assert [(p["topic"], p["partition"], p["committed"]) for p in detail["partitions"]] == [(topic, 0, 0)]
 
 
 def test_browse_from_a_time_and_the_newest_n(http_login: Callable[..., ConsoleClient], console_broker: Any,

@@ -140,10 +140,11 @@ class ResetPlan:
 
 def reset_offsets(admin: Admin, plan: ResetPlan) -> dict[tuple[str, int], int]:
     """Commit the plan's offsets for the group (the coordinator accepts an admin's commit only
-    while the group has no members); the new offset per partition, or KafkaException with the
-    broker's error (e.g. UNKNOWN_MEMBER_ID for a group with members)."""
-    fetched = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(plan.group_id)], timeout=ADMIN_TIMEOUT_S)
-    partitions = {(tp.topic, tp.partition) for tp in fetched[plan.group_id].topic_partitions or []}
+    while the group has no members), or a share group's start offsets (AlterShareGroupOffsets);
+    the new offset per partition, or KafkaException with the broker's error (e.g.
+    UNKNOWN_MEMBER_ID or NON_EMPTY_GROUP for a group with members)."""
+    share = _group_type(admin, plan.group_id) == ConsumerGroupType.SHARE
+    partitions = _offset_partitions(admin, plan.group_id, share)
     if plan.topic is not None:
         partitions = {tp for tp in partitions if tp[0] == plan.topic}
         described = admin.describe_topics([plan.topic], timeout=ADMIN_TIMEOUT_S).get(plan.topic)
@@ -168,13 +169,28 @@ def reset_offsets(admin: Admin, plan: ResetPlan) -> dict[tuple[str, int], int]:
         raise ValueError(f"reset target must be one of {RESET_TARGETS}, not {plan.target!r}")
     request = ConsumerGroupTopicPartitions(plan.group_id, [TopicPartition(t, p, wanted[(t, p)])
                                                            for t, p in sorted(partitions)])
-    result = admin.alter_consumer_group_offsets([request], timeout=ADMIN_TIMEOUT_S)[plan.group_id]
+    if share:  # a share group's start offsets (KIP-932 AlterShareGroupOffsets: empty groups only)
+        result = admin.alter_share_group_offsets(request, timeout=ADMIN_TIMEOUT_S)
+    else:
+        result = admin.alter_consumer_group_offsets([request], timeout=ADMIN_TIMEOUT_S)[plan.group_id]
     if result.error is not None:
         raise KafkaException(result.error)
     for tp in result.topic_partitions or []:
         if tp.error is not None:
             raise KafkaException(KafkaError(tp.error.code(), f"{tp.topic}[{tp.partition}]: {tp.error.str()}"))
     return {(t, p): wanted[(t, p)] for t, p in sorted(partitions)}
+
+
+def _offset_partitions(admin: Admin, group_id: str, share: bool) -> set[tuple[str, int]]:
+    """The partitions the group has offsets (a share group: share-partition state) for."""
+    request = [ConsumerGroupTopicPartitions(group_id)]
+    if share:
+        found = admin.list_share_group_offsets(request, timeout=ADMIN_TIMEOUT_S)[group_id]
+        if found.error is not None:
+            raise KafkaException(found.error)
+        return {(p.topic, p.partition) for p in found.partitions}
+    fetched = admin.list_consumer_group_offsets(request, timeout=ADMIN_TIMEOUT_S)[group_id]
+    return {(tp.topic, tp.partition) for tp in fetched.topic_partitions or []}
 
 
 @dataclass
