@@ -33,8 +33,8 @@ SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 # Two pytest runs side by side: the suites that mostly wait on other servers (tests/spark: one
 # JVM, driver SIGKILL loops, a PostgreSQL server; tests/chaos/sql: a Spark driver per SQL node;
 # the tiered-storage process tests: uploads to a SeaweedFS server), and everything else. The side
-# run then runs the cluster pass (CLUSTER_RUN, below), which fits in the minutes the main run
-# still takes after SPARK_SUITES end (docs/cluster.md, "The interop suites on a cluster"). Each
+# run then runs the cluster pass (CLUSTER_RUN, below; ~7-8 min), in the minutes the main run
+# usually still takes after SPARK_SUITES end (docs/cluster.md, "The interop suites on a cluster"). Each
 # run writes a JUnit report (.test-report-*.xml: every test's duration, to rebalance the runs).
 # The side run's two logs are printed after the main run's output; the target fails if any of
 # the three fails. The side shell exits with 8 * SPARK_SUITES' code + the cluster pass's code
