@@ -5,7 +5,8 @@ tiered-storage tests, benchmarks and ``make demo-tiered``).
 every port chosen free (gRPC listens at port+10000 unless told otherwise: each port is chosen
 with its +10000 free too, and the gRPC ports are passed explicitly as well), the extras (WebDAV,
 admin UI, Iceberg and Lance catalogs, telemetry) off, one identity from an ``-s3.config`` file and
-one bucket made at start. It is ready once a signed LIST of the bucket succeeds. ``stop()``
+one bucket made at start. It is ready once a signed LIST of the bucket succeeds and a probe object
+is written, read back and deleted (the volume server is up, not only the gateway). ``stop()``
 (SIGTERM), ``kill()`` (SIGKILL) and ``start()`` again reuse the ports and the data directory, so a
 test can take the store away and bring it back with its objects. The process dies with the test
 process (PR_SET_PDEATHSIG).
@@ -28,6 +29,8 @@ from pathlib import Path
 from oncestream.child_process import die_with_parent
 
 HOST = "127.0.0.1"
+# Written, read back and deleted by the readiness check (never left in the bucket).
+READY_PROBE_KEY = ".oncestream-ready-probe"
 ACCESS_KEY_ID = "oncestream-test"
 SECRET_ACCESS_KEY = "oncestream-test-secret"
 REGION = "us-east-1"
@@ -119,7 +122,7 @@ class SeaweedServer:
         ]  # fmt: skip
 
     def start(self, timeout_s: float = READY_TIMEOUT_S) -> SeaweedServer:
-        """Start (or start again) and return once the bucket answers a signed LIST."""
+        """Start (or start again) and return once the bucket answers a signed LIST and a probe write."""
         if self.process is not None and self.process.poll() is None:
             raise RuntimeError("SeaweedFS is already running")
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -163,7 +166,8 @@ class SeaweedServer:
             return ""
 
     def _answers(self) -> bool:
-        """True when a signed LIST of the bucket succeeds (the gateway is up, the bucket exists)."""
+        """True when a signed LIST of the bucket succeeds (the gateway is up, the bucket exists) and
+        a probe object can be written and read back (the volume server serves)."""
         import obstore
         from obstore.exceptions import BaseError
         from obstore.store import S3Store
@@ -175,6 +179,13 @@ class SeaweedServer:
                         retry_config={"max_retries": 0})
         try:
             obstore.list(store, chunk_size=1).collect()
+            # A LIST needs only the filer. After a restart the volume server registers its volumes
+            # with the master a moment later, and until then reads of existing objects answer 500:
+            # a write and a read back of a probe object need the volume server too.
+            obstore.put(store, READY_PROBE_KEY, b"ready")
+            if bytes(obstore.get(store, READY_PROBE_KEY).bytes()) != b"ready":
+                return False
+            obstore.delete(store, READY_PROBE_KEY)
         except (BaseError, OSError, ValueError):
             return False
         return True
