@@ -32,10 +32,7 @@ async def read_internal_range(store: TransactionSource, topic: str, partition: i
     watermark is read first and bounds the rows, so a row appended in between (its offset is at or
     past it) is not returned ahead of the watermark that covers it."""
     async with store.transaction() as conn:
-        cursor = await conn.execute(
-            "SELECT next_offset FROM coordinator_partitions WHERE topic = %s AND partition = %s", (topic, partition))
-        row = await cursor.fetchone()
-        next_offset = int(row[0]) if row is not None else 0
+        next_offset = await _next_offset(conn, topic, partition)
         cursor = await conn.execute(
             'SELECT "offset", key, value FROM coordinator_records WHERE topic = %s AND partition = %s'
             ' AND "offset" >= %s AND "offset" < %s ORDER BY "offset" LIMIT %s',
@@ -47,7 +44,11 @@ async def read_internal_range(store: TransactionSource, topic: str, partition: i
 async def internal_next_offset(store: TransactionSource, topic: str, partition: int) -> int:
     """The high watermark of one internal partition (0 before its first record)."""
     async with store.transaction() as conn:
-        cursor = await conn.execute(
-            "SELECT next_offset FROM coordinator_partitions WHERE topic = %s AND partition = %s", (topic, partition))
-        row = await cursor.fetchone()
+        return await _next_offset(conn, topic, partition)
+
+
+async def _next_offset(conn: Any, topic: str, partition: int) -> int:
+    cursor = await conn.execute(
+        "SELECT next_offset FROM coordinator_partitions WHERE topic = %s AND partition = %s", (topic, partition))
+    row = await cursor.fetchone()
     return int(row[0]) if row is not None else 0
