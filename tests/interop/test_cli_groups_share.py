@@ -72,6 +72,16 @@ def test_share_group_described_while_consuming_and_after(group_broker) -> None:
                 return d.error is None and len(d.members) == 1 and bool(d.members[0].assignment.topic_partitions)
 
             wait_until(joined, "the share consumer to join and get its assignment")
+            # With ``latest`` a share-partition starts at the group's first ShareFetch to its
+            # leader; on a cluster the partitions have different leaders, fetched at different
+            # times, so records produced before that fetch are (rightly) not shared. Produce only
+            # once every partition has its start.
+            def started() -> bool:
+                consumer.poll(0.2)
+                starts = _starts(bs, group_id)  # only the partitions the group has state for
+                return sorted(starts) == list(range(PARTITIONS)) and all(s >= 0 for s, _ in starts.values())
+
+            wait_until(started, lambda: f"every partition to have a share start: {_starts(bs, group_id)}")
             produce_spread(bootstrap, topic, PARTITIONS, RECORDS)
             assert len(_share_consume(consumer, RECORDS)) == RECORDS
             # Everything acknowledged: the start offsets are at the end, nothing lags.

@@ -97,7 +97,13 @@ class ClusterShares:
                     await self._shares.refresh_group_configs()
                 value = await self._state.load(key)
                 if value is None:
+                    # A new share-partition's start is saved before anything is served from it:
+                    # the next owner (this broker dead) starts where this one did, not at a later
+                    # ``latest``, and DescribeShareGroupOffsets shows it at once.
                     self._shares.install(key, await self._start_offset(group_id, topic_id, partition))
+                    started = self._shares.snapshot_value(key)
+                    if started is not None:
+                        await self._state.save(taken, key, started)
                 else:
                     self._shares.install(key, value.start_offset, value.batches, value.snapshot_epoch)
             except OnceStreamError as exc:
