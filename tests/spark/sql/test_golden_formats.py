@@ -61,27 +61,29 @@ def test_table_source_changelog_keeps_tombstones_and_deletes_rows_failing_where(
 
 
 def test_a_query_that_cannot_run_shows_error_and_the_others_keep_running(runtime, eos_broker):
-    """Aggregating a table is not supported here: start_persistent records ERROR with the reason
-    instead of raising; a query started next to it runs."""
+    """A sink format that cannot hold the query's columns (an ARRAY in DELIMITED) fails when the
+    query starts: start_persistent records ERROR with the reason instead of raising; a query
+    started next to it runs."""
     bootstrap = eos_broker.bootstrap
     topic, out, ok_out = unique("err_in"), unique("err_out"), unique("ok_out")
     create_topics(bootstrap, topic, out, ok_out)
     table = ddl(f"CREATE TABLE T (ID INT PRIMARY KEY, NAME STRING) WITH (KAFKA_TOPIC='{topic}', VALUE_FORMAT='JSON');")
-    _s, analyzed = analyze("CREATE TABLE CNT AS SELECT NAME, COUNT(*) AS C FROM T GROUP BY NAME EMIT CHANGES;", {"T": table})
-    runtime.start_persistent(_info("CTAS_CNT_1", analyzed), analyzed, sink_of(analyzed, "CNT", out), {})
-    status = runtime.status("CTAS_CNT_1")
+    _s, analyzed = analyze("CREATE TABLE ARR AS SELECT ID, ARRAY[NAME] AS NAMES FROM T EMIT CHANGES;", {"T": table})
+    runtime.start_persistent(_info("CTAS_ARR_1", analyzed), analyzed,
+                             sink_of(analyzed, "ARR", out, value_format=Format.DELIMITED), {})
+    status = runtime.status("CTAS_ARR_1")
     assert status.state == ERROR
-    assert "Aggregating a table" in (status.error or "")
+    assert "The 'DELIMITED' format does not support type 'ARRAY'" in (status.error or "")
     _s, ok = analyze("CREATE TABLE COPY AS SELECT ID, NAME FROM T EMIT CHANGES;", {"T": table})
     start(runtime, "CTAS_COPY_2", ok, sink_of(ok, "COPY", ok_out))
     produce(bootstrap, topic, [(struct.pack(">i", 3), b'{"NAME":"z"}', T0)])
     assert read_output(bootstrap, ok_out, 1, runtime=runtime, query_id="CTAS_COPY_2") == \
         [(struct.pack(">i", 3), b'{"NAME":"z"}')]
     assert "CTAS_COPY_2" in runtime.running()
-    assert "CTAS_CNT_1" not in runtime.running()
+    assert "CTAS_ARR_1" not in runtime.running()
     runtime.stop_persistent("CTAS_COPY_2")
-    runtime.stop_persistent("CTAS_CNT_1")
-    assert runtime.status("CTAS_CNT_1").state == NOT_RUNNING
+    runtime.stop_persistent("CTAS_ARR_1")
+    assert runtime.status("CTAS_ARR_1").state == NOT_RUNNING
     assert runtime.status("CTAS_COPY_2").state != RUNNING
 
 

@@ -6,6 +6,9 @@
 - ``sources``        one source read through ``format("oncestream")`` and deserialized, with
                      ROWTIME/ROWPARTITION/ROWOFFSET.
 - ``joins``          stream-stream (time-bounded Spark join) and stream-table (state store) joins.
+- ``table_aggregation`` GROUP BY over a TABLE: retract/add through two ``transformWithState``
+                     operators (``table_state``: the processors; ``table_udafs``: ksqlDB's
+                     undoable aggregates and the per-key steps, pure Python).
 - ``expressions``    ksqlDB expressions (sqlglot trees) to Spark SQL, with the function catalog.
 - ``serde_columns``  the Spark column form of ``oncestream.sql.engine.serde``'s formats.
 - ``update_sink``    exactly-once writes of update-mode results through ``foreachBatch``.

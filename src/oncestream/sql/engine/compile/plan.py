@@ -27,6 +27,7 @@ from oncestream.sql.engine.compile import serde_columns
 from oncestream.sql.engine.compile.expressions import Scope, is_aggregate, quote, translate
 from oncestream.sql.engine.compile.joins import join_frames
 from oncestream.sql.engine.compile.sources import RAW_KEY, TOMBSTONE, TS, ReadSettings, read_source
+from oncestream.sql.engine.compile.table_aggregation import aggregate_table
 from oncestream.sql.engine.serde import RecordLayout, layout_of
 from oncestream.sql.errors import StatementError
 from oncestream.sql.language.catalog import WINDOWEND, WINDOWSTART, Column, Format, SourceInfo
@@ -140,8 +141,11 @@ def compile_query(spark: SparkSession, query: Query, analyzed: Any, settings: Re
     first_alias, first_source = aliases[0]
     if aggregated:
         if first_source.kind is SourceKind.TABLE and len(aliases) == 1:
-            raise StatementError("Aggregating a table (GROUP BY over a TABLE source) is not supported by "
-                                 "oncestream's Spark runtime; aggregate the stream the table is built from.")
+            # Updates retract the old row's contribution: compile/table_aggregation.py.
+            aggregates = tuple(getattr(analyzed, "aggregates", ()))
+            table_frame = aggregate_table(frame, scope, first_alias, columns, chosen, group_exprs, aggregates,
+                                          where, having)
+            return CompiledQuery(table_frame, columns, result_kind, None, "append", True)
         return _aggregate(spark, frame, scope, columns, chosen, group_exprs, where, having, window, result_kind,
                           scope.internal(first_alias, TS))
     selected = [F.expr(translate(chosen[c.name], scope)).alias(c.name) for c in columns]

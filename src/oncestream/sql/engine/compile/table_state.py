@@ -1,0 +1,87 @@
+"""The two stateful processors of a table aggregation (``table_aggregation`` builds the plan):
+Spark's ``transformWithState`` runs them in Python workers, on the executors and, when a query
+starts, once on the driver to learn their state schemas. This module imports only what they need
+(PySpark, ``table_udafs``), not the SQL layer, so a worker unpickles them quickly."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from decimal import Decimal
+from typing import Any
+
+from pyspark.sql import Row
+from pyspark.sql import types as T
+from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle
+
+from oncestream.sql.engine.compile.table_udafs import ChangeRow, Delta, TableUdaf, changelog_step, group_step, table_udaf
+
+AGG_PREFIX = "__AGG_"
+
+DELTA_SCHEMA = T.StructType([T.StructField("__G", T.StringType()), T.StructField("__A", T.StringType()),
+                             T.StructField("__SIGN", T.LongType()), T.StructField("__P", T.LongType()),
+                             T.StructField("__O", T.LongType()), T.StructField("__SEQ", T.LongType())])
+RESULT_SCHEMA = T.StructType([T.StructField("__G", T.StringType()), T.StructField("__R", T.StringType())])
+_CONTRIBUTION_STATE = T.StructType([T.StructField("group", T.StringType()), T.StructField("args", T.StringType())])
+_ACCUMULATOR_STATE = T.StructType([T.StructField("accumulators", T.StringType())])
+
+
+def _parse(text: str) -> dict[str, Any]:
+    parsed: dict[str, Any] = json.loads(text, parse_float=Decimal)
+    return parsed
+
+
+class ChangelogProcessor(StatefulProcessor):
+    """Keyed by the source table's record key; state: the contribution of the key's row."""
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.contribution = handle.getValueState("contribution", _CONTRIBUTION_STATE)
+
+    def handleInputRows(self, key: Any, rows: Iterator[Row], timerValues: Any) -> Iterator[Row]:
+        changes = [ChangeRow(int(r["__P"]), int(r["__O"]), bool(r["__PRESENT"]), r["__G"], r["__A"]) for r in rows]
+        stored = self.contribution.get() if self.contribution.exists() else None
+        previous = (str(stored[0]), str(stored[1])) if stored is not None else None
+        deltas, current = changelog_step(changes, previous)
+        if current is None:
+            if stored is not None:
+                self.contribution.clear()
+        else:
+            self.contribution.update(current)
+        for d in deltas:
+            yield Row(__G=d.group, __A=d.args, __SIGN=d.sign, __P=d.partition, __O=d.offset, __SEQ=d.seq)
+
+    def close(self) -> None:
+        pass
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, Decimal):
+        return float(value)
+    raise TypeError(f"{type(value).__name__} is not JSON")
+
+
+class GroupProcessor(StatefulProcessor):
+    """Keyed by the group (JSON of its GROUP BY values); state: the aggregates' accumulators.
+    ``calls``: (name, argument base types, star) of each aggregate; ``arg_slices``: the fields of
+    the arguments' JSON that each one reads."""
+
+    def __init__(self, calls: Sequence[tuple[str, tuple[str, ...], bool]], arg_slices: Sequence[Sequence[str]]) -> None:
+        self.calls = list(calls)
+        self.arg_slices = [list(s) for s in arg_slices]
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.udafs: list[TableUdaf] = [table_udaf(name, types, star) for name, types, star in self.calls]
+        self.accumulators = handle.getValueState("accumulators", _ACCUMULATOR_STATE)
+
+    def handleInputRows(self, key: Any, rows: Iterator[Row], timerValues: Any) -> Iterator[Row]:
+        group = str(key[0])
+        deltas = [Delta(group, r["__A"], int(r["__SIGN"]), int(r["__P"]), int(r["__O"]), int(r["__SEQ"])) for r in rows]
+        stored = self.accumulators.get() if self.accumulators.exists() else None
+        accumulators = json.loads(stored[0]) if stored is not None else None
+        results, kept = group_step(deltas, accumulators, self.udafs, self.arg_slices, _parse)
+        self.accumulators.update((json.dumps(kept, default=_json_default),))
+        fields = {f"{AGG_PREFIX}{i}": r for i, r in enumerate(results)}
+        yield Row(__G=group, __R=json.dumps(fields, default=_json_default))
+
+    def close(self) -> None:
+        pass

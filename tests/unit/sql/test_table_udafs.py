@@ -1,0 +1,119 @@
+"""ksqlDB's undoable aggregates (TableUdaf) and the two steps of a table aggregation, without
+Spark: expected values are ksqlDB's (its UDAF implementations and query-validation cases)."""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from decimal import Decimal
+
+import pytest
+
+from oncestream.sql.engine.compile.table_udafs import (
+    ChangeRow,
+    Delta,
+    TableUdafError,
+    changelog_step,
+    group_step,
+    table_udaf,
+    unsupported_message,
+)
+
+
+def _parse(text: str):
+    return json.loads(text, parse_float=Decimal)
+
+
+def _run(udaf, ops):
+    acc = udaf.initial()
+    for sign, args in ops:
+        acc = udaf.add(acc, args) if sign > 0 else udaf.undo(acc, args)
+    return udaf.result(acc)
+
+
+def test_count_star_counts_rows_and_count_of_a_column_skips_nulls():
+    assert _run(table_udaf("COUNT", [], star=True), [(1, []), (1, []), (-1, [])]) == 1
+    assert _run(table_udaf("COUNT", ["INTEGER"]), [(1, [None]), (1, [3]), (-1, [None])]) == 1
+    assert _run(table_udaf("COUNT", ["INTEGER"]), [(1, [3]), (-1, [3])]) == 0
+
+
+def test_sum_wraps_like_java_and_keeps_decimals_exact():
+    assert _run(table_udaf("SUM", ["INTEGER"]), [(1, [2**31 - 1]), (1, [1])]) == -(2**31)
+    assert _run(table_udaf("SUM", ["BIGINT"]), [(1, [5]), (1, [None]), (-1, [2])]) == 3
+    assert _run(table_udaf("SUM", ["DECIMAL"]), [(1, [Decimal("0.1")]), (1, [Decimal("0.2")])]) == "0.3"
+    assert _run(table_udaf("SUM", ["DOUBLE"]), [(1, [Decimal("1.5")]), (-1, [Decimal("0.5")])]) == 1.0
+    with pytest.raises(TableUdafError):
+        table_udaf("SUM", ["STRING"])
+
+
+def test_avg_is_zero_without_values_and_undoes():
+    avg = table_udaf("AVG", ["INTEGER"])
+    assert _run(avg, []) == 0.0
+    assert _run(avg, [(1, [1]), (1, [4]), (1, [None])]) == 2.5
+    assert _run(avg, [(1, [1]), (1, [4]), (-1, [1])]) == 4.0
+
+
+def test_collect_list_keeps_nulls_and_undo_removes_the_last_occurrence():
+    cl = table_udaf("COLLECT_LIST", ["STRING"])
+    assert _run(cl, [(1, ["a"]), (1, [None]), (1, ["b"]), (1, ["a"]), (-1, ["a"])]) == ["a", None, "b"]
+    assert _run(cl, [(1, ["a"]), (-1, ["zzz"])]) == ["a"]
+
+
+def test_stddev_sample_adds_and_undoes():
+    # ksqlDB's standarddeviation.json "stddev_sample int": 0, 10, 7, 6 -> 4.193248541803041
+    values = [(1, [0]), (1, [10]), (1, [7]), (1, [6])]
+    assert _run(table_udaf("STDDEV_SAMPLE", ["INTEGER"]), values) == pytest.approx(4.193248541803041)
+    assert _run(table_udaf("STDDEV_SAMP", ["INTEGER"]), values) == pytest.approx(4.193248541803041)
+    # undoing the last value gives the value before it (0, 10, 7 -> 5.131601439446884)
+    assert _run(table_udaf("STDDEV_SAMPLE", ["INTEGER"]), [*values, (-1, [6])]) == pytest.approx(5.131601439446884)
+    assert _run(table_udaf("STDDEV_SAMPLE", ["INTEGER"]), [(1, [3])]) == 0.0
+
+
+def test_correlation_adds_and_undoes_pairs():
+    corr = table_udaf("CORRELATION", ["DOUBLE", "DOUBLE"])
+    pairs = [(1, [1.0, 2.0]), (1, [2.0, 4.0]), (1, [3.0, 6.5]), (1, [None, 1.0])]
+    pearson = statistics.correlation([1.0, 2.0, 3.0], [2.0, 4.0, 6.5])
+    assert _run(corr, pairs) == pytest.approx(pearson)
+    assert _run(corr, [*pairs, (1, [10.0, -3.0]), (-1, [10.0, -3.0])]) == pytest.approx(pearson)
+    assert math.isnan(_run(corr, []))
+
+
+def test_functions_ksqldb_refuses_on_tables_get_its_message():
+    with pytest.raises(TableUdafError, match="The aggregation function MIN cannot be applied to a table source"):
+        table_udaf("MIN", ["INTEGER"])
+    assert unsupported_message(["LATEST_BY_OFFSET", "MIN", "MAX"]) == (
+        "The aggregation functions LATEST_BY_OFFSET, MIN and MAX cannot be applied to a table source, "
+        "only to a stream source.")
+
+
+def test_changelog_step_retracts_the_old_row_and_adds_the_last_one():
+    old = ('{"G":"east"}', '{"a0":1}')
+    rows = [ChangeRow(0, 7, True, '{"G":"west"}', '{"a0":2}'), ChangeRow(0, 5, True, '{"G":"north"}', '{"a0":3}')]
+    deltas, kept = changelog_step(rows, old)
+    assert deltas == [Delta('{"G":"east"}', '{"a0":1}', -1, 0, 5, 0), Delta('{"G":"west"}', '{"a0":2}', 1, 0, 7, 1)]
+    assert kept == ('{"G":"west"}', '{"a0":2}')
+
+
+def test_changelog_step_tombstones_null_groups_and_rows_failing_where_only_retract():
+    old = ('{"G":"east"}', '{"a0":1}')
+    for row in (ChangeRow(0, 9, False, None, None), ChangeRow(0, 9, True, None, '{"a0":1}'),
+                ChangeRow(0, 9, False, '{"G":"east"}', '{"a0":1}')):
+        deltas, kept = changelog_step([row], old)
+        assert deltas == [Delta('{"G":"east"}', '{"a0":1}', -1, 0, 9, 0)]
+        assert kept is None
+    assert changelog_step([ChangeRow(0, 1, False, None, None)], None) == ([], None)
+
+
+def test_group_step_applies_deltas_in_record_order_and_keeps_state_at_zero():
+    udafs = [table_udaf("COUNT", [], star=True), table_udaf("SUM", ["INTEGER"]), table_udaf("COLLECT_LIST", ["INTEGER"])]
+    slices = [[], ["a0"], ["a0"]]
+    g = '{"G":"x"}'
+    adds = [Delta(g, '{"a0":5}', 1, 0, 2, 1), Delta(g, '{"a0":7}', 1, 0, 1, 1)]
+    results, accs = group_step(adds, None, udafs, slices, _parse)
+    assert results == [2, 12, [7, 5]]
+    # retracting both: ksqlDB writes the initial values (COUNT 0), not a tombstone
+    retracts = [Delta(g, '{"a0":5}', -1, 0, 3, 0), Delta(g, '{"a0":7}', -1, 0, 4, 0)]
+    results, accs = group_step(retracts, accs, udafs, slices, _parse)
+    assert results == [0, 0, []]
+    assert json.loads(json.dumps(accs)) == accs
