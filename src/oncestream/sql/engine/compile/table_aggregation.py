@@ -2,9 +2,10 @@
 contribution and adds the new one (its group may change), a tombstone retracts, HAVING turns a
 failing group into a tombstone (docs/sql-on-spark.md, "Table aggregations").
 
-Spark's own streaming aggregation only adds rows, so the plan is two ``applyInPandasWithState``
-operators (one JSON value of state per key, checkpointed in the state store like every other
-operator's; the logic of each is a pure function in ``table_udafs``):
+Spark's own streaming aggregation only adds rows, so the plan is two chained ``transformWithState``
+operators (``table_state``: one JSON value of state per key, in the RocksDB state store and
+checkpointed like every other operator's; the logic of each is a pure function in
+``table_udafs``). Two ``applyInPandasWithState`` operators cannot be chained in one query.
 
     source table (changelog, read_committed)
       -> per record: key bytes, position, present (not a tombstone, passes WHERE),
@@ -44,7 +45,7 @@ from oncestream.sql.language.catalog import ROWOFFSET, ROWPARTITION, Column
 from oncestream.sql.language.types import BaseType, SqlType
 
 GROUP_PREFIX = "__GRP_"
-DELETE = "__DELETE"
+DELETE = "__DELETE"   # the same column as plan.DELETE (plan imports this module)
 
 _JSON_OPTIONS = {"ignoreNullFields": "false"}
 
