@@ -87,11 +87,13 @@ def test_functions_ksqldb_refuses_on_tables_get_its_message():
         "only to a stream source.")
 
 
-def test_changelog_step_retracts_the_old_row_and_adds_the_last_one():
+def test_changelog_step_retracts_and_adds_for_every_record_in_offset_order():
     old = ('{"G":"east"}', '{"a0":1}')
     rows = [ChangeRow(0, 7, True, '{"G":"west"}', '{"a0":2}'), ChangeRow(0, 5, True, '{"G":"north"}', '{"a0":3}')]
     deltas, kept = changelog_step(rows, old)
-    assert deltas == [Delta('{"G":"east"}', '{"a0":1}', -1, 0, 5, 0), Delta('{"G":"west"}', '{"a0":2}', 1, 0, 7, 1)]
+    # north is passed through within the batch: it is touched (and so written) too, as in ksqlDB
+    assert deltas == [Delta('{"G":"east"}', '{"a0":1}', -1, 0, 5, 0), Delta('{"G":"north"}', '{"a0":3}', 1, 0, 5, 1),
+                      Delta('{"G":"north"}', '{"a0":3}', -1, 0, 7, 0), Delta('{"G":"west"}', '{"a0":2}', 1, 0, 7, 1)]
     assert kept == ('{"G":"west"}', '{"a0":2}')
 
 

@@ -5,10 +5,10 @@ A table aggregation (``compile/table_aggregation.py``) runs in two stateful step
 function here so that it can be tested without Spark:
 
 - ``changelog_step`` (keyed by the source table's record key): the key's records of a micro-batch,
-  in offset order, against the contribution its previous row made. Emits a retraction of the old
-  contribution and an addition of the new one (the group may change); a tombstone, a row failing
-  WHERE or a row whose GROUP BY expression is NULL adds nothing (but still retracts), as Kafka
-  Streams' ``KTableRepartitionMap`` forwards it.
+  in offset order, against the contribution its previous row made. Each record emits a retraction
+  of the contribution before it and an addition of its own (the group may change); a tombstone, a
+  row failing WHERE or a row whose GROUP BY expression is NULL adds nothing (but still retracts),
+  as Kafka Streams' ``KTableRepartitionMap`` forwards it.
 - ``group_step`` (keyed by the group): the deltas of a micro-batch, in the order of the records
   that caused them (a retraction before the addition of the same record), applied to the group's
   accumulators with ``add``/``undo``; the group's new results. A group whose rows are all gone is
@@ -272,20 +272,19 @@ Contribution = tuple[str, str]   # (group JSON, args JSON) a key's current row a
 
 
 def changelog_step(rows: Sequence[ChangeRow], previous: Contribution | None) -> tuple[list[Delta], Contribution | None]:
-    """One source key's records of a micro-batch against its previous contribution: the deltas to
-    send to the groups and the contribution to keep. The batch's intermediate rows of the key
-    cancel out (updates are coalesced per micro-batch, as the stream aggregations' are)."""
-    if not rows:
-        return [], previous
-    ordered = sorted(rows, key=lambda r: (r.partition, r.offset))
-    first, last = ordered[0], ordered[-1]
+    """One source key's records of a micro-batch, in offset order, against its previous
+    contribution: the deltas to send to the groups and the contribution to keep. Every record
+    retracts the contribution before it and adds its own, as Kafka Streams forwards each change,
+    so a group a row passes through within the batch is written too (at its value after the
+    batch, e.g. COUNT 0), as ksqlDB's changelog has it."""
     deltas: list[Delta] = []
-    if previous is not None:
-        deltas.append(Delta(previous[0], previous[1], -1, first.partition, first.offset, 0))
-    current: Contribution | None = None
-    if last.present and last.group is not None:
-        current = (last.group, last.args or "{}")
-        deltas.append(Delta(current[0], current[1], 1, last.partition, last.offset, 1))
+    current = previous
+    for row in sorted(rows, key=lambda r: (r.partition, r.offset)):
+        if current is not None:
+            deltas.append(Delta(current[0], current[1], -1, row.partition, row.offset, 0))
+        current = (row.group, row.args or "{}") if row.present and row.group is not None else None
+        if current is not None:
+            deltas.append(Delta(current[0], current[1], 1, row.partition, row.offset, 1))
     return deltas, current
 
 
