@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import struct
+from typing import Any
 
 import pytest
 
@@ -112,7 +113,8 @@ def test_ksqldb_table_aggregation_cases(runtime, eos_broker):
     expression (table->table)", count.json "should support removing zero counts from table",
     collect-list.json "collect_list string table"), compared at each key's last value."""
     bootstrap = eos_broker.bootstrap
-    cases = [
+    Records = list[tuple[bytes, bytes | None]]
+    cases: list[tuple[str, str, dict[str, Any], Records, Records]] = [
         ("CREATE TABLE TEST (ID INT PRIMARY KEY, f1 INT, f2 VARCHAR) WITH (kafka_topic='{t}', format='DELIMITED');",
          "CREATE TABLE OUTPUT AS SELECT f1, f2, COUNT(*) FROM TEST GROUP BY f2, f1;",
          dict(key_format=Format.DELIMITED, value_format=Format.DELIMITED),
