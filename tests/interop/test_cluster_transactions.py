@@ -38,6 +38,7 @@ from oncestream.protocol.api_keys import LIST_TRANSACTIONS
 from oncestream.protocol.codec import build
 from tests.support.clients import CLIENT_TIMEOUT_S, create_topic, unique_topic
 from tests.support.cluster import Cluster, ClusterBroker, cluster_factory  # noqa: F401  (fixture)
+from tests.support.narrow import present
 from tests.support.txn import (
     READ_COMMITTED,
     READ_UNCOMMITTED,
@@ -185,10 +186,10 @@ def test_list_transactions_after_the_coordinator_is_killed(cluster_factory: Call
     deadline = time.monotonic() + 60  # a bound on a hang only
     with psycopg.connect(cluster.metadata_store, autocommit=True) as watch, \
             psycopg.connect(cluster.metadata_store) as holder:
-        (count,) = watch.execute("SELECT num_partitions FROM coordinator_topics"
-                                 " WHERE topic = '__transaction_state'").fetchone()
+        (count,) = present(watch.execute("SELECT num_partitions FROM coordinator_topics"
+                                         " WHERE topic = '__transaction_state'").fetchone(), "partition count")
         resource = f"__transaction_state/{partition_for(transactional_id, count)}"
-        victim = cluster.broker(_owner_of(watch, resource))
+        victim = cluster.broker(present(_owner_of(watch, resource), "the coordinator"))
         survivors = [b for b in cluster.brokers if b is not victim]
         # Held open until released below: no round can take the dead broker's lease meanwhile.
         holder.execute("SELECT 1 FROM coordinator_leases WHERE resource = %s FOR SHARE", (resource,))
@@ -197,8 +198,8 @@ def test_list_transactions_after_the_coordinator_is_killed(cluster_factory: Call
             assert time.monotonic() < deadline, f"{resource} still owned by node {victim.node_id}"
             time.sleep(0.05)
         for broker in survivors:  # what a client then asks: the brokers of the survivors' Metadata
-            admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-            while victim.node_id in admin.list_topics(timeout=10).brokers:
+            metadata = AdminClient({"bootstrap.servers": broker.bootstrap})
+            while victim.node_id in metadata.list_topics(timeout=10).brokers:
                 assert time.monotonic() < deadline, f"node {broker.node_id} still lists node {victim.node_id}"
                 time.sleep(0.05)
         for broker in survivors:

@@ -28,8 +28,12 @@ from oncestream.broker.internal_topic import InternalAppender, InternalTopic
 from oncestream.broker.share_group_configs import (
     AUTO_OFFSET_RESET,
     DEFAULTS,
+    DELIVERY_COUNT_LIMIT,
+    HEARTBEAT_INTERVAL_MS,
     ISOLATION_LEVEL,
     RECORD_LOCK_DURATION_MS,
+    SESSION_TIMEOUT_MS,
+    GroupConfigLimits,
     GroupConfigStore,
     reset_by_duration_ms,
 )
@@ -87,8 +91,8 @@ class ShareSettings:
     state_topic_partitions: int = 10  # share.coordinator.state.topic.num.partitions (Kafka: 50)
     updates_per_snapshot: int = 500  # share.coordinator.snapshot.update.records.per.snapshot
     state_segment_bytes: int = 104857600  # share.coordinator.state.topic.segment.bytes
-    # The bounds of a group's share.record.lock.duration.ms (group.share.{min,max}.record.lock.duration.ms).
-    lock_duration_bounds_ms: tuple[int, int] = (15000, 60000)
+    # The bounds of a group's own integer configs (group.share.{min,max}.*; share_group_configs.py).
+    group_config_limits: GroupConfigLimits = field(default_factory=GroupConfigLimits)
 
     @classmethod
     def from_properties(cls, props: dict[str, str]) -> ShareSettings:
@@ -115,8 +119,7 @@ class ShareSettings:
             state_topic_partitions=num("share.coordinator.state.topic.num.partitions", 10),
             updates_per_snapshot=num("share.coordinator.snapshot.update.records.per.snapshot", 500),
             state_segment_bytes=num("share.coordinator.state.topic.segment.bytes", 104857600),
-            lock_duration_bounds_ms=(num("group.share.min.record.lock.duration.ms", 15000),
-                                     num("group.share.max.record.lock.duration.ms", 60000)),
+            group_config_limits=GroupConfigLimits.from_properties(props),
         )
         if settings.partition.record_lock_duration_ms < 1 or settings.partition.delivery_count_limit < 1:
             raise InvalidConfigError("group.share.record.lock.duration.ms and group.share.delivery.count.limit must be >= 1")
@@ -141,7 +144,7 @@ class ShareService:
         self._logs = logs
         self._appender = appender
         self._on_available = on_available or (lambda topic, partition: None)
-        self.groups = ShareGroupCoordinator(self.settings.group, self._topic_lookup)
+        self.groups = ShareGroupCoordinator(self.settings.group, self._topic_lookup, self.group_settings)
         self.sessions = ShareSessionCache(self.settings.max_share_sessions)
         self.partitions: dict[SharePartitionKey, SharePartition] = {}
         self._updates_since_snapshot: dict[SharePartitionKey, int] = {}
@@ -254,11 +257,25 @@ class ShareService:
 
     def partition_config(self, group_id: str) -> SharePartitionConfig:
         """The share-partition settings of ``group_id``: the broker's, with the group's own
-        ``share.record.lock.duration.ms`` if it has one."""
-        own = self.group_configs.get(group_id, {}).get(RECORD_LOCK_DURATION_MS)
-        if own is None:
+        ``share.record.lock.duration.ms`` and ``share.delivery.count.limit`` where it has them."""
+        own = self.group_configs.get(group_id, {})
+        if RECORD_LOCK_DURATION_MS not in own and DELIVERY_COUNT_LIMIT not in own:
             return self.settings.partition
-        return dataclasses.replace(self.settings.partition, record_lock_duration_ms=int(own))
+        base = self.settings.partition
+        return dataclasses.replace(
+            base, record_lock_duration_ms=int(own.get(RECORD_LOCK_DURATION_MS, base.record_lock_duration_ms)),
+            delivery_count_limit=int(own.get(DELIVERY_COUNT_LIMIT, base.delivery_count_limit)))
+
+    def group_settings(self, group_id: str) -> ShareGroupConfig:
+        """The membership settings of ``group_id``: the broker's, with the group's own
+        ``share.session.timeout.ms`` and ``share.heartbeat.interval.ms`` where it has them."""
+        own = self.group_configs.get(group_id, {})
+        if SESSION_TIMEOUT_MS not in own and HEARTBEAT_INTERVAL_MS not in own:
+            return self.settings.group
+        base = self.settings.group
+        return dataclasses.replace(
+            base, session_timeout_ms=int(own.get(SESSION_TIMEOUT_MS, base.session_timeout_ms)),
+            heartbeat_interval_ms=int(own.get(HEARTBEAT_INTERVAL_MS, base.heartbeat_interval_ms)))
 
     def apply_group_configs(self) -> None:
         """The group configs changed: every loaded share-partition takes its group's settings
@@ -477,7 +494,7 @@ class ShareService:
             self.sessions.close(group_id, member_id)
             self.release_member(group_id, member_id)
         # Sessions unused for a whole member session timeout belong to clients that are gone.
-        for session in self.sessions.idle(now - self.settings.group.session_timeout_ms):
+        for session in self.sessions.idle(now, lambda group_id: self.group_settings(group_id).session_timeout_ms):
             self.release_member(session.group_id, session.member_id)
         for (group_id, member_id), due_ms in list(self._departures.items()):
             if due_ms <= now:
