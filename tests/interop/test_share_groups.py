@@ -204,11 +204,13 @@ def test_sigkilled_member_records_are_redelivered_after_the_lock(start_broker) -
     killed_members_records_come_back(broker.bootstrap, group_id)
 
 
-def killed_members_records_come_back(bootstrap: str, group_id: str) -> None:
-    """A member (a child process) holds records and is SIGKILLed; another member of the group
-    is handed every record, those the killed one held a second time (delivery count 2)."""
-    topic = unique_topic("sharekill")
-    create_topic(bootstrap, topic)
+def killed_members_records_come_back(bootstrap: str, group_id: str, topic: str | None = None) -> None:
+    """A member (a child process) holds records of ``topic`` (a new one of one partition by
+    default) and is SIGKILLed; another member of the group is handed every record, those the
+    killed one held a second time (delivery count 2)."""
+    if topic is None:
+        topic = unique_topic("sharekill")
+        create_topic(bootstrap, topic)
     produce(bootstrap, topic, [f"v{i}".encode() for i in range(10)])
     child = subprocess.Popen([sys.executable, "-m", "tests.support.share_member", bootstrap, group_id, topic],
                              stdout=subprocess.PIPE, text=True)
