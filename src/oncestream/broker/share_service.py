@@ -20,8 +20,9 @@ import dataclasses
 import logging
 import uuid
 import zlib
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from oncestream.async_wait import run_deadline_timer
 from oncestream.broker.internal_topic import InternalAppender, InternalTopic
@@ -78,6 +79,16 @@ async def _nothing_to_refresh() -> None:
 
 def _bool(props: dict[str, str], name: str, default: bool) -> bool:
     return props.get(name, str(default)).strip().lower() in ("true", "1", "yes")
+
+
+_Settings = TypeVar("_Settings", SharePartitionConfig, ShareGroupConfig)
+
+
+def _with_own(base: _Settings, own: Mapping[str, str], fields: Mapping[str, str]) -> _Settings:
+    """``base`` (the broker's settings) with a group's own integer configs: ``fields`` maps a
+    group config name to the settings field it replaces."""
+    changes = {field_name: int(own[name]) for name, field_name in fields.items() if name in own}
+    return dataclasses.replace(base, **changes) if changes else base
 
 
 @dataclass(frozen=True)
@@ -258,24 +269,15 @@ class ShareService:
     def partition_config(self, group_id: str) -> SharePartitionConfig:
         """The share-partition settings of ``group_id``: the broker's, with the group's own
         ``share.record.lock.duration.ms`` and ``share.delivery.count.limit`` where it has them."""
-        own = self.group_configs.get(group_id, {})
-        if RECORD_LOCK_DURATION_MS not in own and DELIVERY_COUNT_LIMIT not in own:
-            return self.settings.partition
-        base = self.settings.partition
-        return dataclasses.replace(
-            base, record_lock_duration_ms=int(own.get(RECORD_LOCK_DURATION_MS, base.record_lock_duration_ms)),
-            delivery_count_limit=int(own.get(DELIVERY_COUNT_LIMIT, base.delivery_count_limit)))
+        return _with_own(self.settings.partition, self.group_configs.get(group_id, {}),
+                         {RECORD_LOCK_DURATION_MS: "record_lock_duration_ms",
+                          DELIVERY_COUNT_LIMIT: "delivery_count_limit"})
 
     def group_settings(self, group_id: str) -> ShareGroupConfig:
         """The membership settings of ``group_id``: the broker's, with the group's own
         ``share.session.timeout.ms`` and ``share.heartbeat.interval.ms`` where it has them."""
-        own = self.group_configs.get(group_id, {})
-        if SESSION_TIMEOUT_MS not in own and HEARTBEAT_INTERVAL_MS not in own:
-            return self.settings.group
-        base = self.settings.group
-        return dataclasses.replace(
-            base, session_timeout_ms=int(own.get(SESSION_TIMEOUT_MS, base.session_timeout_ms)),
-            heartbeat_interval_ms=int(own.get(HEARTBEAT_INTERVAL_MS, base.heartbeat_interval_ms)))
+        return _with_own(self.settings.group, self.group_configs.get(group_id, {}),
+                         {SESSION_TIMEOUT_MS: "session_timeout_ms", HEARTBEAT_INTERVAL_MS: "heartbeat_interval_ms"})
 
     def apply_group_configs(self) -> None:
         """The group configs changed: every loaded share-partition takes its group's settings
