@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import struct
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from confluent_kafka import Producer
 
 from oncestream.sql.engine.compile.table_join_steps import LEFT, RIGHT, table_table_step
 from tests.spark.spark_support import read_committed
+from tests.spark.sql.golden import per_bigint_key
 from tests.support.sql_servers import LAZY_SPARK, SqlServerProcess, wait_until
 
 pytestmark = [pytest.mark.chaos, pytest.mark.spark]
@@ -38,7 +40,7 @@ WAIT: dict[str, Any] = {"timeout_s": 900, "interval_s": 2.0}
 Record = tuple[int, int, dict[str, Any] | None, int]   # side, key, value, timestamp
 
 
-def _produce(bootstrap: str, topic: str, records: list[Record]) -> None:
+def _produce(bootstrap: str, topic: str, records: Sequence[Record]) -> None:
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5})
     for _side, key, value, ts in records:
         producer.produce(topic, None if value is None else json.dumps(value).encode(), struct.pack(">q", key),
@@ -46,15 +48,7 @@ def _produce(bootstrap: str, topic: str, records: list[Record]) -> None:
     assert producer.flush(60) == 0
 
 
-def _per_key(records: list[tuple[bytes | None, bytes | None]]) -> dict[int, list[Any]]:
-    out: dict[int, list[Any]] = {}
-    for key, value in records:
-        assert key is not None
-        out.setdefault(struct.unpack(">q", key)[0], []).append(None if value is None else json.loads(value))
-    return out
-
-
-def _expected(records: list[Record]) -> dict[int, list[Any]]:
+def _expected(records: Sequence[Record]) -> dict[int, list[Any]]:
     """The FULL OUTER join's writes per key for ``records`` in order (value {"V", "W"})."""
     state: dict[int, tuple[str | None, str | None]] = {}
     out: dict[int, list[Any]] = {}
@@ -78,12 +72,13 @@ def test_sigkill_during_a_table_table_join_leaves_output_equal_to_a_replay(broke
     node = SqlServerProcess(bootstrap=broker.bootstrap, service_id=f"ttkill_{uuid.uuid4().hex[:6]}_",
                             state_dir=tmp_path / "node", config=LAZY_SPARK)
     ts = iter(range(T0, T0 + 10_000_000))
-    rights = [(RIGHT, k, {"W": f"w{k}"}, next(ts)) for k in range(KEYS)]
-    lefts_before = [(LEFT, k, {"V": f"v{k}.0"}, next(ts)) for k in range(KEYS)]
-    lefts_while_killed = [(LEFT, k % KEYS, {"V": f"v{k % KEYS}.{1 + k // KEYS}"}, next(ts)) for k in range(3 * KEYS)]
-    lefts_while_down = [(LEFT, k, None, next(ts)) for k in range(0, KEYS, 4)] + \
+    rights: list[Record] = [(RIGHT, k, {"W": f"w{k}"}, next(ts)) for k in range(KEYS)]
+    lefts_before: list[Record] = [(LEFT, k, {"V": f"v{k}.0"}, next(ts)) for k in range(KEYS)]
+    lefts_while_killed: list[Record] = [(LEFT, k % KEYS, {"V": f"v{k % KEYS}.{1 + k // KEYS}"}, next(ts))
+                                        for k in range(3 * KEYS)]
+    lefts_while_down: list[Record] = [(LEFT, k, None, next(ts)) for k in range(0, KEYS, 4)] + \
         [(LEFT, k, {"V": f"v{k}.9"}, next(ts)) for k in range(1, KEYS, 4)]
-    rights_after = [(RIGHT, k, None, next(ts)) for k in range(0, KEYS, 3)] + \
+    rights_after: list[Record] = [(RIGHT, k, None, next(ts)) for k in range(0, KEYS, 3)] + \
         [(RIGHT, k, {"W": f"w{k}.1"}, next(ts)) for k in range(1, KEYS, 3)]
     node.start()
     try:
@@ -93,7 +88,7 @@ def test_sigkill_during_a_table_table_join_leaves_output_equal_to_a_replay(broke
         node.ok(f"CREATE TABLE J WITH (KAFKA_TOPIC='j', PARTITIONS=1) AS {join}", EARLIEST)
         bootstrap = broker.bootstrap
 
-        def wait_for(records: list[Record], what: str) -> None:
+        def wait_for(records: Sequence[Record], what: str) -> None:
             count = sum(len(v) for v in _expected(records).values())
             wait_until(lambda: _count(bootstrap, "j") >= count, what, nodes=[node], **WAIT)
 
@@ -107,18 +102,18 @@ def test_sigkill_during_a_table_table_join_leaves_output_equal_to_a_replay(broke
         node.kill()
         _produce(bootstrap, "l", lefts_while_down)
         node.start()
-        done = rights + lefts_before + lefts_while_killed + lefts_while_down
+        done: list[Record] = rights + lefts_before + lefts_while_killed + lefts_while_down
         wait_for(done, "the joined rows after the restart")
         _produce(bootstrap, "r", rights_after)
         everything = done + rights_after
         wait_for(everything, "the right updates joined")
         expected = _expected(everything)
-        assert _per_key(read_committed(bootstrap, "j", end_at_eof=True)) == expected   # every change exactly once
+        assert per_bigint_key(read_committed(bootstrap, "j", end_at_eof=True)) == expected   # every change exactly once
 
         node.ok(f"CREATE TABLE REPLAY WITH (KAFKA_TOPIC='replay', PARTITIONS=1) AS {join}", EARLIEST)
         count = sum(len(v) for v in expected.values())
         wait_until(lambda: _count(bootstrap, "replay") >= count, "the replay", nodes=[node], **WAIT)
-        assert _per_key(read_committed(bootstrap, "replay", end_at_eof=True)) == \
-            _per_key(read_committed(bootstrap, "j", end_at_eof=True))
+        assert per_bigint_key(read_committed(bootstrap, "replay", end_at_eof=True)) == \
+            per_bigint_key(read_committed(bootstrap, "j", end_at_eof=True))
     finally:
         node.kill()

@@ -18,7 +18,17 @@ from typing import Any
 
 import pytest
 
-from tests.spark.sql.golden import analyze, create_topics, ddl, produce, read_output, sink_of, start, unique
+from tests.spark.sql.golden import (
+    analyze,
+    create_topics,
+    ddl,
+    per_bigint_key,
+    produce,
+    read_output,
+    sink_of,
+    start,
+    unique,
+)
 
 pytestmark = [pytest.mark.spark]
 
@@ -38,14 +48,6 @@ def _v(name: str | None, value: int | None, f1: str | None, f2: int | None) -> d
     return {"NAME": name, "VALUE": value, "F1": f1, "F2": f2}
 
 
-def _per_key(records: list[tuple[bytes | None, bytes | None]]) -> dict[int, list[Any]]:
-    out: dict[int, list[Any]] = {}
-    for key, value in records:
-        assert key is not None
-        out.setdefault(struct.unpack(">q", key)[0], []).append(None if value is None else json.loads(value))
-    return out
-
-
 def _expected(outputs: list[tuple[int, Any]]) -> dict[int, list[Any]]:
     out: dict[int, list[Any]] = {}
     for key, value in outputs:
@@ -55,7 +57,7 @@ def _expected(outputs: list[tuple[int, Any]]) -> dict[int, list[Any]]:
 
 # kind -> (extra right rows of ksqlDB's case, the join as written, ksqlDB's outputs, then the
 # outputs of deleting left key 0 and then right key 0 in a later batch)
-CASES = {
+CASES: dict[str, tuple[list[tuple[int, dict[str, Any], int]], str, list[tuple[int, Any]], list[tuple[int, Any]]]] = {
     "INNER": ([(15, {"F1": "c", "F2": 20}, 15500)], "JOIN", [
         (0, _v("zero", 0, "blah", 50)), (0, _v("foo", 100, "blah", 50)), (0, _v("foo", 100, "a", 10)),
         (0, _v("bar", 99, "a", 10))], [(0, None)]),
@@ -94,16 +96,16 @@ def test_table_table_joins_on_the_primary_key_match_ksqldb(runtime, eos_broker, 
     start(runtime, query_id, analyzed, sink_of(analyzed, f"OUT_{kind}", out_t))
     expected = _expected(outputs)
     got = read_output(bootstrap, out_t, len(outputs), runtime=runtime, query_id=query_id)
-    assert _per_key(got) == expected
+    assert per_bigint_key(got) == expected
     # later batches: left key 0 deleted, then right key 0
     produce(bootstrap, left_t, [(_long(0), None, T0 + 20000)])
     after_left = _expected(outputs + deletes[:1])
     got = read_output(bootstrap, out_t, len(outputs) + 1, runtime=runtime, query_id=query_id)
-    assert _per_key(got) == after_left
+    assert per_bigint_key(got) == after_left
     produce(bootstrap, right_t, [(_long(0), None, T0 + 21000)])
     after = _expected(outputs + deletes)
     got = read_output(bootstrap, out_t, len(outputs) + len(deletes), runtime=runtime, query_id=query_id)
-    assert _per_key(got) == after
+    assert per_bigint_key(got) == after
     runtime.stop_persistent(query_id)
 
 
@@ -129,14 +131,14 @@ def test_table_table_join_where_writes_tombstones_only_for_rows_it_wrote(runtime
     start(runtime, "CTAS_OUTPUT_W", analyzed, sink_of(analyzed, "OUTPUT", out_t))
     expected = _expected([(0, {"NAME": "foo", "F1": "a", "F2": 10}), (0, {"NAME": "bar", "F1": "a", "F2": 10}),
                           (90, {"NAME": "ninety", "F1": "b", "F2": 10}), (90, None)])
-    assert _per_key(read_output(bootstrap, out_t, 4, runtime=runtime, query_id="CTAS_OUTPUT_W")) == expected
+    assert per_bigint_key(read_output(bootstrap, out_t, 4, runtime=runtime, query_id="CTAS_OUTPUT_W")) == expected
     # a later batch: key 0 now fails WHERE (its last output was a row: tombstone), then fails
     # again (no second tombstone), then passes
     produce(bootstrap, left_t, [(_long(0), b'{"NAME":"low","VALUE":1}', T0 + 20000)])
     expected[0].append(None)
-    assert _per_key(read_output(bootstrap, out_t, 5, runtime=runtime, query_id="CTAS_OUTPUT_W")) == expected
+    assert per_bigint_key(read_output(bootstrap, out_t, 5, runtime=runtime, query_id="CTAS_OUTPUT_W")) == expected
     produce(bootstrap, left_t, [(_long(0), b'{"NAME":"lower","VALUE":0}', T0 + 21000),
                                 (_long(0), b'{"NAME":"high","VALUE":50}', T0 + 22000)])
     expected[0].append({"NAME": "high", "F1": "a", "F2": 10})
-    assert _per_key(read_output(bootstrap, out_t, 6, runtime=runtime, query_id="CTAS_OUTPUT_W")) == expected
+    assert per_bigint_key(read_output(bootstrap, out_t, 6, runtime=runtime, query_id="CTAS_OUTPUT_W")) == expected
     runtime.stop_persistent("CTAS_OUTPUT_W")

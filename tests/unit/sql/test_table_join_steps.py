@@ -7,7 +7,7 @@ record (state carried), and both give ksqlDB's outputs in order."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
@@ -66,8 +66,8 @@ def _run(kind: str, records: list[Record], batched: bool,
     return sorted(out, key=lambda o: o[0]) if batched else out
 
 
-def _expect(expected: list[Output], batched: bool) -> list[Output]:
-    return sorted(expected, key=lambda o: o[0]) if batched else expected
+def _expect(expected: Sequence[Output], batched: bool) -> list[Output]:
+    return sorted(expected, key=lambda o: o[0]) if batched else list(expected)
 
 
 def _v(name: str | None, value: int | None, f1: str | None, f2: int | None) -> dict[str, Any]:

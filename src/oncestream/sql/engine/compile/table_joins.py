@@ -79,10 +79,12 @@ def _join_function(kind: str) -> Any:
 def _keyed(frame: DataFrame, alias: str, key_sql: str, side: int) -> DataFrame:
     row = F.to_json(F.struct(*[F.col(quote(c)) for c in frame.columns]))
     row = F.when(F.col(quote(f"{alias}__{TOMBSTONE}")), F.lit(None).cast("string")).otherwise(row)
-    return frame.select(F.expr(key_sql).cast("string").alias("__JK"), F.lit(side).alias("__SIDE"),
-                        F.col(quote(f"{alias}__{ROWTIME}")).alias("__ORD_TS"),
-                        F.col(quote(f"{alias}__{ROWPARTITION}")).alias("__ORD_P"),
-                        F.col(quote(f"{alias}__{ROWOFFSET}")).alias("__ORD_O"), row.alias("__ROW"))
+    keyed = frame.select(F.expr(key_sql).cast("string").alias("__JK"), F.lit(side).alias("__SIDE"),
+                         F.col(quote(f"{alias}__{ROWTIME}")).alias("__ORD_TS"),
+                         F.col(quote(f"{alias}__{ROWPARTITION}")).alias("__ORD_P"),
+                         F.col(quote(f"{alias}__{ROWOFFSET}")).alias("__ORD_O"), row.alias("__ROW"))
+    # Kafka Streams ignores a table record whose key is null: it can join nothing.
+    return keyed.where(F.col("__JK").isNotNull())
 
 
 def table_table(spark: SparkSession, analyzed: Any, scope: Scope, left: tuple[str, SourceInfo],
