@@ -4,6 +4,8 @@ confluent-kafka."""
 
 from __future__ import annotations
 
+import json
+import struct
 import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
@@ -69,6 +71,17 @@ def read_output(bootstrap: str, topic: str, count: int, timeout_s: float = OUTPU
         raise AssertionError(f"{topic}: {len(out)} of {count} records after {timeout_s} s: {out}")
     finally:
         consumer.close()
+
+
+def per_bigint_key(records: Iterable[tuple[bytes | None, bytes | None]]) -> dict[int, list[Any]]:
+    """JSON values (None: tombstone) per KAFKA BIGINT key, in topic order: what a compacted
+    changelog's reader sees of each key."""
+    out: dict[int, list[Any]] = {}
+    for key, value in records:
+        if key is None:
+            raise AssertionError(f"a record without a key: {value!r}")
+        out.setdefault(struct.unpack(">q", key)[0], []).append(None if value is None else json.loads(value))
+    return out
 
 
 def col(name: str, t: SqlType, key: bool = False) -> Column:

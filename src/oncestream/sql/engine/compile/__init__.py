@@ -6,6 +6,8 @@
 - ``sources``        one source read through ``format("oncestream")`` and deserialized, with
                      ROWTIME/ROWPARTITION/ROWOFFSET.
 - ``joins``          stream-stream (time-bounded Spark join) and stream-table (state store) joins.
+- ``table_joins``    table-table joins on the primary keys (state store); their per-key rules in
+                     ``table_join_steps`` (plain Python).
 - ``expressions``    ksqlDB expressions (sqlglot trees) to Spark SQL, with the function catalog.
 - ``serde_columns``  the Spark column form of ``oncestream.sql.engine.serde``'s formats.
 - ``update_sink``    exactly-once writes of update-mode results through ``foreachBatch``.
