@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from oncestream.broker_process import ManagedBroker
 from oncestream.postgres_process import PostgresServer
 from tests.support.cluster import ClusterBroker, wait_converged
 from tests.support.postgres import create_database
@@ -111,6 +112,15 @@ class ClusterUnderTest:
 
     def __repr__(self) -> str:
         return f"ClusterUnderTest({self.bootstrap})"
+
+
+# What a suite's module-wide broker fixture gives: our single broker (or Tansu), or a cluster.
+BrokerUnderTest = ManagedBroker | ClusterUnderTest
+
+
+def processes_of(broker: BrokerUnderTest) -> list[ManagedBroker]:
+    """Every broker process behind ``broker``: a cluster's three, else the one."""
+    return list(broker.brokers) if isinstance(broker, ClusterUnderTest) else [broker]
 
 
 def cluster_kind_config(config: Mapping[str, str] | None) -> dict[str, str]:
