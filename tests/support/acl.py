@@ -28,10 +28,13 @@ from confluent_kafka.admin import (
 )
 from kio.schema.errors import ErrorCode
 
-from oncestream.broker_process import ManagedBroker
-from oncestream.client.common.connection import BrokerConnection
+from oncestream.broker_process import OnceStreamBroker
+from oncestream.client.common.connection import BrokerConnection, parse_bootstrap
+from oncestream.client.common.sasl import SaslCredentials
+from oncestream.client.common.tls import ssl_context_for
 from oncestream.protocol.api_keys import DESCRIBE_ACLS
 from tests.support.clients import CLIENT_TIMEOUT_S, unique_topic
+from tests.support.cluster import ClusterBroker
 from tests.support.cluster_kind import BrokerUnderTest, ClusterUnderTest, processes_of
 from tests.support.coordinators import GROUP_KEY, TRANSACTION_KEY, find_coordinator
 from tests.support.principals import CLIENT_ID_PRINCIPAL_BUILDER
@@ -87,16 +90,19 @@ def allow(broker: BrokerUnderTest, name: str, rtype: ResourceType, resource: str
 
 
 def wait_described_everywhere(broker: BrokerUnderTest, acl: AclBinding | Mapping[str, object], *,
-                              described: bool = True) -> None:
+                              described: bool = True, listener: str | None = None,
+                              client_conf: Mapping[str, str] | None = None) -> None:
     """Until every broker process behind ``broker`` describes ``acl`` (or, with ``described``
     False, no longer does), asked on the wire one process at a time: an admin client may send
     DescribeAcls to any broker it knows. ``acl``: a binding, or the DescribeAclsRequest filter
-    fields of one (an operation confluent-kafka has no name for, such as TWO_PHASE_COMMIT)."""
+    fields of one (an operation confluent-kafka has no name for, such as TWO_PHASE_COMMIT).
+    Asked on ``bootstrap`` as ``User:admin`` of the tests' principal builder, or on the
+    ``listener`` named with ``client_conf``'s security settings (a super user's)."""
     fields = describe_filter(acl) if isinstance(acl, AclBinding) else dict(acl)
     for process in processes_of(broker):
         deadline = time.monotonic() + CLIENT_TIMEOUT_S
-        while _describes(process.host, process.port, fields) != described:
-            assert time.monotonic() < deadline, (f"{process.host}:{process.port} still "
+        while _describes(process, fields, listener, client_conf or {}) != described:
+            assert time.monotonic() < deadline, (f"{process.bootstrap} still "
                                                  f"{'does not describe' if described else 'describes'} {acl}")
             time.sleep(0.1)
 
@@ -115,8 +121,13 @@ def _code(field: object) -> int:
     return int(getattr(field, "value", field))  # type: ignore[call-overload]
 
 
-def _describes(host: str, port: int, fields: Mapping[str, object]) -> bool:
-    with BrokerConnection(host, port, client_id="principal:admin") as conn:
+def _describes(process: OnceStreamBroker | ClusterBroker, fields: Mapping[str, object], listener: str | None,
+               client_conf: Mapping[str, str]) -> bool:
+    host, port = process.host, process.port
+    if listener is not None:
+        host, port = parse_bootstrap(process.listener_bootstrap(listener))
+    with BrokerConnection(host, port, client_id="principal:admin", ssl_context=ssl_context_for(dict(client_conf)),
+                          sasl=SaslCredentials.from_config(client_conf)) as conn:
         answer = conn.call(DESCRIBE_ACLS, lambda m: m.DescribeAclsRequest(**fields))
     return bool(answer.resources)
 
@@ -131,7 +142,7 @@ def new_topic(broker: BrokerUnderTest, prefix: str, partitions: int = 1) -> str:
 
 def wire(broker: BrokerUnderTest, name: str, max_versions: dict[int, int] | None = None, *,
          group: str | None = None, transactional_id: str | None = None,
-         process: ManagedBroker | None = None) -> BrokerConnection:
+         process: OnceStreamBroker | ClusterBroker | None = None) -> BrokerConnection:
     """A raw connection acting as ``User:NAME`` (``max_versions`` caps negotiated versions): to
     the coordinator of ``group`` or of ``transactional_id`` when one is named (on a cluster the
     other brokers answer NOT_COORDINATOR; found as the super user, whom no ACL stops), else to
