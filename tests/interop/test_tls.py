@@ -22,7 +22,13 @@ from oncestream.client.common.tls import ssl_context_for
 from oncestream.protocol.api_keys import METADATA
 from oncestream.protocol.codec import build
 from tests.support.certs import ClientCert, Pki
-from tests.support.cluster_kind import BrokerUnderTest, processes_of
+from tests.support.cluster_kind import (
+    BROKER_COMMAND_CHECK,
+    RESTART_KEEPS_LISTENER_PORTS,
+    BrokerUnderTest,
+    not_on_cluster,
+    processes_of,
+)
 from tests.support.secured_roundtrips import (
     kafka_python_roundtrip,
     librdkafka_read_committed,
@@ -302,6 +308,7 @@ def test_spark_partition_reader_reads_over_tls(tls_broker: BrokerUnderTest, pki:
     (["--config", "listeners=PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0",
       "--config", "listener.security.protocol.map=PLAINTEXT:PLAINTEXT"], "no security protocol"),
 ])
+@not_on_cluster(BROKER_COMMAND_CHECK)
 def test_broker_refuses_bad_listener_or_tls_settings_with_a_message(tmp_path: Path, args: list[str],
                                                                     message: str) -> None:
     import subprocess
@@ -315,6 +322,7 @@ def test_broker_refuses_bad_listener_or_tls_settings_with_a_message(tmp_path: Pa
     assert b"Traceback" not in result.stderr
 
 
+@not_on_cluster(RESTART_KEEPS_LISTENER_PORTS)
 def test_restart_binds_the_same_listener_ports(broker_factory, pki: Pki) -> None:
     """Clients reconnect to the addresses they know: port-0 listeners come back on their ports."""
     broker = broker_factory(config={

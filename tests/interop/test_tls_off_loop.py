@@ -33,7 +33,7 @@ from oncestream.broker.config import BrokerConfig
 from oncestream.broker.state import BrokerState
 from oncestream.client.common.connection import parse_bootstrap
 from tests.support.certs import Pki
-from tests.support.cluster_kind import BrokerUnderTest
+from tests.support.cluster_kind import IN_PROCESS_BROKER, BrokerUnderTest, not_on_cluster
 from tests.support.loop_thread_broker import LoopThreadBroker
 from tests.support.wire import API_FETCH, api_versions_v3_body, fetch_request_body, frame, request_header
 
@@ -111,6 +111,7 @@ def in_process_tls_broker(tmp_path: Path, pki: Pki) -> Iterator[LoopThreadBroker
         broker.stop()
 
 
+@not_on_cluster(IN_PROCESS_BROKER)
 def test_the_event_loop_never_calls_into_ssl_and_fetches_over_tls_use_sendfile(
         in_process_tls_broker: LoopThreadBroker, pki: Pki) -> None:
     broker = in_process_tls_broker
@@ -129,6 +130,7 @@ def test_the_event_loop_never_calls_into_ssl_and_fetches_over_tls_use_sendfile(
     assert calls.sendfile_calls > 0, "the fetched records did not go out with sendfile"
 
 
+@not_on_cluster(IN_PROCESS_BROKER)
 def test_stopping_the_broker_closes_its_tls_connections_and_their_threads(tmp_path: Path, pki: Pki) -> None:
     """SIGTERM's path (``BrokerServer.stop``) with TLS clients connected, one of them in the middle
     of its handshake: every client sees its connection end and the stop completes."""

@@ -320,6 +320,16 @@ CLUSTER_RESTART_OUTLASTS_SESSIONS = ("the test SIGKILLs and restarts the broker 
                                      "outlive it with a 6 s session; a cluster's three brokers restart one after the "
                                      "other (about 7 s each on a loaded machine), so the classic member's session "
                                      "ends first (coordinator failover is tests/interop/test_cluster_*'s subject)")
+DATA_DIR_USERS = ("the test bootstraps SCRAM users offline into a broker's data dir (`oncestream users --data-dir`) "
+                  "and SIGKILLs that one process; a cluster keeps its users in PostgreSQL, created through any broker "
+                  "(tests/interop/test_cluster_security.py)")
+IN_PROCESS_BROKER = ("the test watches one in-process broker's event loop (LoopThreadBroker): a cluster is three "
+                     "broker processes")
+RESTART_KEEPS_LISTENER_PORTS = ("the test restarts one broker process and expects its port-0 listeners back on "
+                                "the same ports (read from its data dir); a cluster broker binds new ones and "
+                                "registers them (tests/support/cluster.py)")
+BROKER_COMMAND_CHECK = ("the test runs `oncestream broker --data-dir` itself with settings it must refuse: a check "
+                        "of the command line before any store is opened, no broker of a kind")
 ONE_BROKER_ASSUMED = ("the test talks to one broker on the wire and expects it to coordinate every group or "
                       "transactional id, which holds for one broker only (a cluster answers NOT_COORDINATOR "
                       "from the others, as Kafka does)")
