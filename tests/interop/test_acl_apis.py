@@ -31,6 +31,7 @@ from tests.support.acl import (
     T,
     admin,
     allow,
+    call_coordinator,
     code_of,
     new_topic,
     produce_one,
@@ -214,10 +215,9 @@ def test_two_phase_commit_needs_two_phase_commit_on_the_transactional_id_kip_939
     allow(secured, name, ResourceType.TRANSACTIONAL_ID, txn_id, AclOperation.WRITE)
 
     def init_pid():
-        with wire(secured, name) as conn:
-            return conn.call(k.INIT_PRODUCER_ID, lambda m: m.InitProducerIdRequest(
-                transactional_id=txn_id, transaction_timeout=datetime.timedelta(seconds=60),
-                producer_id=-1, producer_epoch=-1, enable2_pc=True, keep_prepared_txn=False))
+        return call_coordinator(secured, name, k.INIT_PRODUCER_ID, lambda m: m.InitProducerIdRequest(
+            transactional_id=txn_id, transaction_timeout=datetime.timedelta(seconds=60),
+            producer_id=-1, producer_epoch=-1, enable2_pc=True, keep_prepared_txn=False), transactional_id=txn_id)
 
     assert init_pid().error_code == ErrorCode.transactional_id_authorization_failed
     # confluent-kafka's AclOperation has no TWO_PHASE_COMMIT (15): create it on the wire.
@@ -230,16 +230,6 @@ def test_two_phase_commit_needs_two_phase_commit_on_the_transactional_id_kip_939
         "resource_type_filter": 5, "resource_name_filter": txn_id, "pattern_type_filter": 3,
         "principal_filter": f"User:{name}", "host_filter": "*", "operation": 15, "permission_type": 3})
     answer = init_pid()
-    if answer.error_code != ErrorCode.none:  # DEBUG
-        from tests.support.coordinators import find_coordinator
-        found = find_coordinator(f"{secured.host}:{secured.port}", txn_id, 1, client_id="principal:admin")
-        per = []
-        for process in processes_of(secured):
-            with wire(secured, name, process=process) as conn:
-                per.append((process.port, conn.call(k.INIT_PRODUCER_ID, lambda m: m.InitProducerIdRequest(
-                    transactional_id=txn_id, transaction_timeout=datetime.timedelta(seconds=60),
-                    producer_id=-1, producer_epoch=-1, enable2_pc=True, keep_prepared_txn=False)).error_code))
-        raise AssertionError(f"DEBUG {found} {per}")
     assert answer.error_code == ErrorCode.none
     assert answer.producer_id >= 0
 

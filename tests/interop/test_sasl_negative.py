@@ -16,8 +16,8 @@ from oncestream.client.common.connection import BrokerConnection
 from oncestream.client.common.sasl import SaslClientError, SaslCredentials
 from tests.support.clients import CLIENT_TIMEOUT_S, unique_topic
 from tests.support.cluster_kind import processes_of
-from tests.support.metrics import METRICS_BROKER_CONFIG, metrics_url_of, scrape, value
-from tests.support.sasl import kafka_python_conf, librdkafka_conf, sasl_broker_of_kind
+from tests.support.metrics import metrics_url_of, scrape, value
+from tests.support.sasl import SASL_SUITES_EXTRA, kafka_python_conf, librdkafka_conf, sasl_broker_of_kind
 from tests.support.wire import PeerClosed, ResponseReader, WireConnection, int16, int32
 
 pytestmark = pytest.mark.interop
@@ -30,8 +30,7 @@ UNSUPPORTED_SASL_MECHANISM, SASL_AUTHENTICATION_FAILED = 33, 58
 def sasl_broker(module_our_broker_factory):
     """Our single broker, or a cluster; the raw connections go to its first broker, whose
     /metrics count their failed authentications."""
-    return sasl_broker_of_kind(module_our_broker_factory,
-                               {"connections.max.reauth.ms": "3600000", **METRICS_BROKER_CONFIG})
+    return sasl_broker_of_kind(module_our_broker_factory, SASL_SUITES_EXTRA)
 
 
 def _connect(broker) -> WireConnection:

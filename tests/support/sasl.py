@@ -27,6 +27,7 @@ from oncestream.client.common.tls import ssl_context_for
 from tests.support.brokers import BrokerProcess
 from tests.support.clients import CLIENT_TIMEOUT_S
 from tests.support.cluster_kind import BrokerUnderTest, processes_of
+from tests.support.metrics import METRICS_BROKER_CONFIG
 from tests.support.txn import TXN_BROKER_CONFIG
 
 PLAIN_USERS = {"admin": "admin-secret", "alice": "alice-secret"}
@@ -35,6 +36,9 @@ MECHANISM_USERS = {"PLAIN": ("alice", "alice-secret"),
                    "SCRAM-SHA-256": ("scram-alice", "scram-secret"),
                    "SCRAM-SHA-512": ("scram-alice", "scram-secret")}
 ALL_MECHANISMS = list(MECHANISM_USERS)
+# The SASL_PLAINTEXT suites' broker (test_sasl_clients, test_sasl_negative): an hour-long SASL
+# session (KIP-368) and /metrics. One config, so that the cluster kind runs both on one cluster.
+SASL_SUITES_EXTRA = {"connections.max.reauth.ms": "3600000", **METRICS_BROKER_CONFIG}
 
 
 def plain_jaas(users: dict[str, str], login: str | None = None) -> str:
