@@ -11,7 +11,8 @@ it at collection.
 Under the default kind the interop suites whose broker configs agree share one running broker
 (``shared_brokers``), as the cluster kind's suites share a cluster; the cluster pass proves them
 fit to share (their tests keep to names of their own). A suite that restarts, stops or kills its
-broker (``OWN_BROKER_MODULES``) or has a test the cluster pass leaves out starts its own.
+broker (``OWN_BROKER_MODULES``), that gets a cluster of its own under the cluster kind, or that has
+a test the cluster pass leaves out starts its own.
 The chaos suite always uses our broker: it restarts the process and Tansu keeps nothing across
 restarts.
 """
@@ -59,11 +60,10 @@ SHARED_BROKERS_KEY = pytest.StashKey[SharedClusters[BrokerProcess]]()
 # pass leaves out (a ``broker_kinds`` marker without ``cluster``): nothing proves them fit to share.
 UNPROVEN_MODULES_KEY = pytest.StashKey[frozenset[str]]()
 SHARED_BROKER_SUITES = "tests/interop/"  # the suites the cluster pass runs on shared clusters
-# Interop suites that keep a single broker of their own under the default kind, and why.
+# Interop suites that keep a single broker of their own under the default kind, and why (and the
+# cluster kind's OWN_CLUSTER_MODULES, which change what every client of a broker sees).
 OWN_BROKER_MODULES = {
     "tests/interop/test_broker_robustness.py": "it stops the broker and restarts it, SIGKILLing it every other round",
-    "tests/interop/test_client_quotas.py": "it sets client quotas for every client (the default user's and client "
-                                           "id's among them) and restarts the broker",
     "tests/interop/test_groups_protocol_migration.py": "it SIGKILLs the broker",
     "tests/interop/test_share_consumer_interop.py": "it SIGKILLs and restarts the broker",
 }
@@ -144,10 +144,12 @@ def shared_brokers(request: pytest.FixtureRequest,
 
 def shares_a_running_broker(config: pytest.Config, module_file: str | Path) -> bool:
     """Whether the suite in ``module_file`` gets a shared single broker under the default kind:
-    an interop suite (the cluster pass runs it on a shared cluster) not in ``OWN_BROKER_MODULES``
-    whose tests on the module-wide broker all run in the cluster pass."""
+    an interop suite (the cluster pass runs it on a shared cluster) neither in ``OWN_BROKER_MODULES``
+    nor in the cluster kind's ``OWN_CLUSTER_MODULES``, whose tests on the module-wide broker all run
+    in the cluster pass."""
     relative = Path(module_file).resolve().relative_to(Path(_PROJECT_ROOT).resolve()).as_posix()
     return (relative.startswith(SHARED_BROKER_SUITES) and relative not in OWN_BROKER_MODULES
+            and not needs_own_cluster(module_file, _PROJECT_ROOT)
             and relative not in config.stash.get(UNPROVEN_MODULES_KEY, frozenset()))
 
 
