@@ -55,8 +55,7 @@ SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 # running broker (tests/conftest.py's shared_brokers), the install test's venvs are built side
 # by side. By the same reports the runs now hold: Spark 1114 s (1196 s less two dual-write
 # tests now slow, each with both halves in the default run), interop ~1160 s (1225 s less ~30 s
-# of installs and ~36 s of broker starts), main 660 s + the cluster pass 470 s; each lane was
-# 0.3-0.4 of a core in the two-run layout (CPU-s of the pytest processes and their children).
+# of installs and ~36 s of broker starts), main 660 s + the cluster pass 470 s.
 SPARK_LOG := .spark-test.log
 INTEROP_LOG := .interop-test.log
 CLUSTER_LOG := .cluster-test.log
