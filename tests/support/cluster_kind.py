@@ -18,6 +18,7 @@ import uuid
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Generic, Protocol, TypeVar
 
 import pytest
 
@@ -197,7 +198,18 @@ ConfigKey = frozenset[tuple[str, str]]
 StartCluster = Callable[[Mapping[str, str] | None, Path], ClusterUnderTest]
 
 
-class SharedClusters:
+class Shareable(Protocol):
+    """What ``SharedClusters`` needs of what it keeps running: a cluster, or a single broker."""
+
+    def is_alive(self) -> bool: ...
+
+    def kill(self) -> object: ...
+
+
+Running = TypeVar("Running", bound=Shareable)
+
+
+class SharedClusters(Generic[Running]):
     """The session's running clusters of the ``cluster`` kind, one per effective broker config.
 
     Starting three brokers and waiting until they agree on each other and on the coordinator
@@ -209,20 +221,22 @@ class SharedClusters:
     (``start_private``) that ends with it. At most ``capacity`` clusters not in use by the running
     module stay up (the least recently used one is killed first): idle brokers still heartbeat and
     renew their leases, on a machine the other test runs share. A cluster a test left with a dead
-    broker is replaced by a fresh one when next asked for.
+    broker is replaced by a fresh one when next asked for. The default kind's single brokers are
+    shared the same way (``SharedClusters[BrokerProcess]``, tests/conftest.py).
     """
 
-    def __init__(self, start_cluster: StartCluster, base_dir: Path, capacity: int = SHARED_CLUSTERS_KEPT) -> None:
+    def __init__(self, start_cluster: Callable[[Mapping[str, str] | None, Path], Running], base_dir: Path,
+                 capacity: int = SHARED_CLUSTERS_KEPT) -> None:
         self.start_cluster = start_cluster
         self.base_dir = base_dir
         self.capacity = capacity
-        self._running: OrderedDict[ConfigKey, ClusterUnderTest] = OrderedDict()  # least recently used first
+        self._running: OrderedDict[ConfigKey, Running] = OrderedDict()  # least recently used first
         self._in_use: Counter[ConfigKey] = Counter()
         self.started = 0  # clusters started, shared and private
         self.reused = 0  # requests answered by a running cluster
         self.starting_s = 0.0  # spent starting clusters, from spawn to settled leases
 
-    def acquire(self, config: Mapping[str, str] | None) -> ClusterUnderTest:
+    def acquire(self, config: Mapping[str, str] | None) -> Running:
         """A running cluster with ``config``: the one already up, else a new one. Give it back
         with ``release`` when the module ends."""
         key: ConfigKey = frozenset(cluster_kind_config(config).items())
@@ -238,14 +252,14 @@ class SharedClusters:
         self._in_use[key] += 1
         return cluster
 
-    def release(self, cluster: ClusterUnderTest) -> None:
+    def release(self, cluster: Running) -> None:
         """The module that acquired ``cluster`` has ended; it stays up for the next suites."""
         for key, running in self._running.items():
             if running is cluster:
                 self._in_use[key] -= 1
         self._evict(room_for=0)
 
-    def start_private(self, config: Mapping[str, str] | None) -> ClusterUnderTest:
+    def start_private(self, config: Mapping[str, str] | None) -> Running:
         """A cluster of its own for a suite that changes cluster-wide state; the caller kills it."""
         return self._start(config)
 
@@ -254,7 +268,7 @@ class SharedClusters:
         while self._running:
             self._running.popitem(last=False)[1].kill()
 
-    def _start(self, config: Mapping[str, str] | None) -> ClusterUnderTest:
+    def _start(self, config: Mapping[str, str] | None) -> Running:
         self.started += 1
         began = time.monotonic()
         try:
