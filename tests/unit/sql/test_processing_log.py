@@ -13,7 +13,12 @@ import logging
 import pytest
 
 from oncestream.sql.engine import processing_log
-from oncestream.sql.engine.processing_log import ProcessingLogSettings, deserialization_entry, stream_statement
+from oncestream.sql.engine.processing_log import (
+    ProcessingLogSettings,
+    deserialization_entry,
+    serialization_entry,
+    stream_statement,
+)
 from oncestream.sql.engine.serde import layout_of
 from oncestream.sql.language.parser import parse
 from oncestream.sql.server.metastore import Metastore
@@ -66,3 +71,31 @@ def test_without_a_topic_only_the_logger_hears(caplog: pytest.LogCaptureFixture)
         processing_log.log_deserialization_error(ProcessingLogSettings(topic=None), logger="l", topic="t",
                                                  target="value", error="bad bytes", record=b"x")
     assert "bad bytes" in caplog.text
+
+
+def test_a_serialization_error_entry_is_ksqldbs_type_3_and_reads_through_the_stream():
+    settings = ProcessingLogSettings(topic="default_ksql_processing_log", include_rows=True)
+    metastore = Metastore()
+    (stmt,) = parse(stream_statement(settings))
+    metastore.apply(metastore.validate(stmt, {}, {"default_ksql_processing_log": 1}, None), 0)
+    source = metastore.source("KSQL_PROCESSING_LOG")
+    assert source is not None
+    entry = serialization_entry(logger="processing.out.value.serializer", topic="out", target="value",
+                                error="incompatible schema", record="{'ID': 1}", include_rows=True, time_ms=7)
+    assert entry["message"]["type"] == 3
+    assert entry["message"]["deserializationError"] is None
+    row = layout_of(source).decode_value(json.dumps(entry).encode())
+    assert row is not None
+    error = row["MESSAGE"]["SERIALIZATIONERROR"]
+    assert (error["TARGET"], error["ERRORMESSAGE"], error["RECORD"], error["topic"]) == (
+        "value", "incompatible schema", "{'ID': 1}", "out")
+    hidden = serialization_entry(logger="l", topic="t", target="key", error="e", record="r", include_rows=False,
+                                 time_ms=1)
+    assert hidden["message"]["serializationError"]["record"] is None
+
+
+def test_a_serialization_error_reaches_the_logger(caplog: pytest.LogCaptureFixture):
+    with caplog.at_level(logging.WARNING, logger="processing"):
+        processing_log.log_serialization_error(ProcessingLogSettings(topic=None), logger="l", topic="t",
+                                               target="key", error="cannot write", record="r")
+    assert "serialization error (key of topic t): cannot write" in caplog.text
