@@ -12,6 +12,9 @@ Bad records of each format, as real producers get them wrong:
   schema-registry``): no magic byte, a schema id the registry does not have, the id of another
   subject's schema (of another type, or with the column under another type), a body that does
   not decode, and a framed key with an unknown id.
+
+On the way out, a row the sink's format cannot write is ksqlDB's SERIALIZATION_ERROR entry, and
+the query fails, as ksqlDB's does.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from __future__ import annotations
 import base64
 import json
 import struct
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -29,7 +33,7 @@ from confluent_kafka.schema_registry.json_schema import JSONSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 from oncestream.sql.engine.processing_log import ProcessingLogSettings
-from oncestream.sql.engine.runtime import RUNNING, QueryRuntime
+from oncestream.sql.engine.runtime import ERROR, RUNNING, QueryRuntime
 from oncestream.sql.language.catalog import Format, SourceInfo
 from tests.spark.sql.golden import (
     analyze,
@@ -49,6 +53,8 @@ pytestmark = [pytest.mark.spark]
 T0 = 1_700_000_000_000
 GOOD_OUT = [(b"1", {"ID": 1, "NAME": "a"}), (b"2", {"ID": 2, "NAME": "b"}), (b"3", {"ID": 3, "NAME": "c"})]
 Record = tuple[bytes | None, bytes | None]
+# A query's first batch can take minutes on a loaded CI machine (Spark starts its Python workers).
+LOADED_TIMEOUT_S = 300.0
 
 
 def _frame(schema_id: int, body: bytes) -> bytes:
@@ -68,7 +74,7 @@ def _run(runtime: QueryRuntime, bootstrap: str, source: SourceInfo, topic: str, 
     start(runtime, query_id, query, sink_of(query, "C", out, key_format=Format.JSON, value_format=Format.JSON))
     try:
         assert log.topic is not None
-        entries = [json.loads(v) for v in read_all(bootstrap, log.topic, len(bad))]
+        entries = [json.loads(v) for v in read_all(bootstrap, log.topic, len(bad), LOADED_TIMEOUT_S)]
         got = read_output(bootstrap, out, len(expected), runtime=runtime, query_id=query_id)
         assert [(k, json.loads(v or b"null")) for k, v in got] == list(expected)
         assert runtime.status(query_id).state == RUNNING
@@ -193,3 +199,32 @@ def test_json_sr_bad_framing_ids_and_bodies_go_to_the_processing_log(runtime, eo
                              "KEY_FORMAT='KAFKA', VALUE_FORMAT='JSON_SR');", topic)
     out = [(b'"1"', {"ID": 1, "NAME": "a"}), (b'"2"', {"ID": 2, "NAME": "b"}), (b'"3"', {"ID": 3, "NAME": "c"})]
     _run(runtime, eos_broker.bootstrap, source, topic, records, bad, processing_log, "CSAS_BAD_JSR_1", expected=out)
+
+
+def test_a_row_the_sink_cannot_write_is_a_serialization_error_and_the_query_fails(runtime, eos_broker, registry,
+                                                                                  processing_log):
+    """A null element of an ARRAY has no proto3 form: ksqlDB's LoggingSerializer logs a
+    SERIALIZATION_ERROR (type 3) and the query fails (Kafka Streams' default answer to a
+    serializer's exception); so does ours."""
+    bootstrap = eos_broker.bootstrap
+    topic, out = unique("unwritable"), unique("unwritable_out")
+    create_topics(bootstrap, topic, out)
+    produce(bootstrap, topic, [(None, b'{"A": [1, null]}', T0)])
+    source = ddl(f"CREATE STREAM S (A ARRAY<INT>) WITH (KAFKA_TOPIC='{topic}', VALUE_FORMAT='JSON');")
+    _s, query = analyze("CREATE STREAM P AS SELECT A FROM S EMIT CHANGES;", {"S": source})
+    start(runtime, "CSAS_UNWRITABLE_1", query, sink_of(query, "P", out, value_format=Format.PROTOBUF))
+    try:
+        deadline = time.monotonic() + LOADED_TIMEOUT_S
+        while runtime.status("CSAS_UNWRITABLE_1").state != ERROR and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert runtime.status("CSAS_UNWRITABLE_1").state == ERROR
+        assert processing_log.topic is not None
+        entry = json.loads(read_all(bootstrap, processing_log.topic, 1)[0])
+    finally:
+        runtime.stop_persistent("CSAS_UNWRITABLE_1")
+    assert (entry["level"], entry["logger"], entry["message"]["type"]) == ("ERROR", f"processing.{out}.value.serializer", 3)
+    error = entry["message"]["serializationError"]
+    assert (error["target"], error["topic"]) == ("value", out)
+    assert error["errorMessage"]
+    assert error["record"] == repr({"A": [1, None]})
+    assert entry["message"]["deserializationError"] is None
