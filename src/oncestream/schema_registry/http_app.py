@@ -259,6 +259,15 @@ class SchemaRegistryApp:
     def register(self, request: Request, args: list[str]) -> Answer:
         return Answer(200, self.registry.register(args[0], request.json()))
 
+    @_route("GET", "/subjects/([^/]+)/metadata")
+    def latest_with_metadata(self, request: Request, args: list[str]) -> Answer:
+        keys, values = request.query.get("key", []), request.query.get("value", [])
+        if len(keys) != len(values):
+            raise errors.unprocessable("as many 'value' parameters as 'key' parameters are needed")
+        v = self.registry.latest_with_metadata(args[0], dict(zip(keys, values, strict=True)),
+                                               deleted=request.flag("deleted"))
+        return Answer(200, self.registry.version_json(v, request.param("format")))
+
     @_route("GET", "/subjects/([^/]+)/versions/([^/]+)")
     def get_version(self, request: Request, args: list[str]) -> Answer:
         v = self.registry.version(args[0], args[1], deleted=request.flag("deleted"))
