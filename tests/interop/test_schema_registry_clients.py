@@ -321,3 +321,26 @@ def test_metadata_and_rule_sets_are_stored_and_found(broker: ManagedBroker, tmp_
         check(SchemaRegistryClient({"url": instance.url}))
     finally:
         instance.stop()
+
+
+def test_subjects_in_a_context(broker: ManagedBroker, client: SchemaRegistryClient) -> None:
+    """A context-qualified subject (``:.staging:orders-value``) as confluent-kafka's client uses it:
+    registered, read back by subject and by id (the client names the subject), listed by
+    ``get_contexts``; Avro records written through it read back."""
+    name = unique("ctx")
+    subject = f":.staging:{name}-value"
+    schema_id = client.register_schema(subject, Schema(USER_V1, "AVRO"))
+    assert client.get_latest_version(subject).schema_id == schema_id
+    assert client.get_schema(schema_id, subject_name=subject).schema_str == USER_V1
+    assert subject in client.get_subjects()
+    contexts = client.get_contexts()
+    assert "." in contexts
+    assert ".staging" in contexts
+    assert client.get_contexts(offset=contexts.index(".staging"), limit=1) == [".staging"]
+    serialize = AvroSerializer(client, USER_V1, conf={"auto.register.schemas": False, "use.latest.version": True,
+                                                      "subject.name.strategy": lambda _ctx, _record: subject})
+    ctx = SerializationContext(name, MessageField.VALUE)
+    data = serialize({"name": "a", "age": 3}, ctx)
+    assert data is not None
+    assert int.from_bytes(data[1:5], "big") == schema_id
+    assert AvroDeserializer(client)(data, ctx) == {"name": "a", "age": 3}
