@@ -18,7 +18,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from tests.support.brokers import NO_INITIAL_REBALANCE_DELAY, BrokerProcess
-from tests.support.sql_servers import SqlServerProcess, wait_until
+from tests.support.sql_servers import SqlServerProcess, broker_and_node, wait_until
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)  # ksql.utils imports telnetlib
@@ -38,20 +38,10 @@ BAD_VALUE, BAD_TYPE, BAD_KEY = b"not json", b'{"ID": "one", "NAME": "x"}', b"{oo
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[BrokerProcess, SqlServerProcess]]:
     """Our broker with KIP-939 two-phase commit (the exactly-once sink needs it) and a node with
     the processing-log topic and stream."""
-    base = tmp_path_factory.mktemp("bad-records")
-    broker = BrokerProcess(data_dir=base / "data",
-                           config={**NO_INITIAL_REBALANCE_DELAY, "transaction.two.phase.commit.enable": "true"})
-    broker.start()
-    try:
-        server = SqlServerProcess(bootstrap=broker.bootstrap, service_id=f"bad_{uuid.uuid4().hex[:6]}_",
-                                  state_dir=base / "node", config=PROCESSING_LOG, name="bad-records-node")
-        try:
-            server.start()
-            yield broker, server
-        finally:
-            server.stop()
-    finally:
-        broker.stop()
+    with broker_and_node(tmp_path_factory.mktemp("bad-records"),
+                         broker_config={**NO_INITIAL_REBALANCE_DELAY, "transaction.two.phase.commit.enable": "true"},
+                         node_config=PROCESSING_LOG, name="bad-records-node") as (broker, server):
+        yield broker, server
 
 
 def _read_committed(bootstrap: str, topic: str, count: int) -> list[tuple[bytes | None, bytes | None]]:
