@@ -282,10 +282,11 @@ def _registry_encode(layout: RecordLayout, columns: Sequence[Column], values: Ma
 
 
 def _decode(fmt: Format, columns: Sequence[Column], data: SparkColumn, delimiter: str, *,
-            single_unwrapped: bool) -> tuple[list[SparkColumn], SparkColumn]:
+            single_unwrapped: bool) -> tuple[list[SparkColumn], SparkColumn | None]:
     """The columns read from ``data`` in the JVM, and a test true for every record that may not
     be readable (Spark's parsers read a bad record as nulls rather than fail: ``_unreadable``
-    has the Python serde decide for these records only)."""
+    has the Python serde decide for these records only); None when no record can be bad
+    (KAFKA STRING and BYTES)."""
     names = [c.name for c in columns]
     present = data.isNotNull()
     if fmt is Format.JSON:
@@ -336,8 +337,8 @@ def _decode(fmt: Format, columns: Sequence[Column], data: SparkColumn, delimiter
         if len(columns) != 1:
             raise SerdeError(f"The 'KAFKA' format only supports a single field. Got: {names}")
         size = _KAFKA_SIZES.get(columns[0].type.base)
-        suspect = present & (F.length(data) != size) if size is not None else F.lit(False)
-        return [_kafka_decode(data, columns[0].type).alias(names[0])], suspect
+        wrong_width = present & (F.length(data) != size) if size is not None else None
+        return [_kafka_decode(data, columns[0].type).alias(names[0])], wrong_width
     raise SerdeError(f"format {fmt.value} holds no columns")
 
 
@@ -347,12 +348,15 @@ _CORRUPT = "__CORRUPT"
 _KAFKA_SIZES = {BaseType.INTEGER: 4, BaseType.BIGINT: 8, BaseType.DOUBLE: 8}
 
 
-def _unreadable(layout: RecordLayout, raw: SparkColumn, suspect: SparkColumn, *, key: bool) -> SparkColumn:
+def _unreadable(layout: RecordLayout, raw: SparkColumn, suspect: SparkColumn | None, *, key: bool) -> SparkColumn:
     """``__UNREADABLE_KEY``/``_VALUE``: true for a record the Python serde (the rules' one
     implementation) cannot read, which goes to the processing log here; the source then drops
     it, as ksqlDB does. Only records ``suspect`` marks are sent to Python (a vectorized UDF; the
     others pass as nulls), so a good record costs no Python decode."""
     target = "key" if key else "value"
+    name = f"{UNREADABLE}_{target.upper()}"
+    if suspect is None:
+        return F.lit(False).alias(name)       # no Python worker for a format that cannot be bad
     log_settings = current_processing_log()
     read = layout.decode_key if key else layout.decode_value
 
@@ -371,7 +375,7 @@ def _unreadable(layout: RecordLayout, raw: SparkColumn, suspect: SparkColumn, *,
         return values.map(bad).astype(bool)
 
     flagged = _vectorized(check_records, T.BooleanType())(F.when(suspect, raw))
-    return F.coalesce(flagged, F.lit(False)).alias(f"{UNREADABLE}_{target.upper()}")
+    return F.coalesce(flagged, F.lit(False)).alias(name)
 
 
 def _has_struct(t: SqlType) -> bool:
@@ -456,7 +460,7 @@ def decode_key(layout: RecordLayout, key: SparkColumn) -> list[SparkColumn]:
         return []
     extra: list[SparkColumn] = []
     data = key
-    short = F.lit(False)
+    short: SparkColumn | None = None
     if layout.window is WindowKind.SESSION:
         short = F.length(key) < 16
         size = F.length(key)
@@ -474,7 +478,10 @@ def decode_key(layout: RecordLayout, key: SparkColumn) -> list[SparkColumn]:
     else:
         cols, suspect = _decode(layout.key_format, layout.key_columns, data, layout.value_delimiter,
                                 single_unwrapped=True)
-        cols = [*cols, _unreadable(layout, key, suspect | (key.isNotNull() & short), key=True)]
+        if short is not None:
+            short = key.isNotNull() & short
+            suspect = short if suspect is None else suspect | short
+        cols = [*cols, _unreadable(layout, key, suspect, key=True)]
     return [*cols, *extra]
 
 
