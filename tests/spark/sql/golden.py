@@ -84,6 +84,23 @@ def per_bigint_key(records: Iterable[tuple[bytes | None, bytes | None]]) -> dict
     return out
 
 
+def read_all(bootstrap: str, topic: str, count: int, timeout_s: float = 120.0) -> list[bytes]:
+    """The values of ``topic`` (not transactional: read_uncommitted) once ``count`` are there."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": unique("log"), "enable.auto.commit": False})
+    out: list[bytes] = []
+    try:
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        deadline = time.monotonic() + timeout_s
+        while len(out) < count and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is not None and msg.error() is None:
+                out.append(msg.value() or b"")
+    finally:
+        consumer.close()
+    assert len(out) >= count, f"{topic}: {len(out)} of {count} records: {out}"
+    return out
+
+
 def col(name: str, t: SqlType, key: bool = False) -> Column:
     return Column(name, t, Namespace.KEY if key else Namespace.VALUE)
 
