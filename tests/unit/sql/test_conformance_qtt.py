@@ -232,3 +232,17 @@ def test_report_counts_per_file_and_the_goal_ratio():
     assert CONNECTORS.name in text
     assert failure_cause(results[1].detail) == "topic T, record N: value differ"
     assert json_report(results)["total"]["goalDenominator"] == 3
+
+
+def test_a_case_the_machine_kept_from_running_is_not_counted():
+    """Spark's fixed 10 s wait for a query's Python process is a machine limit, not an engine
+    result: such a FAIL is retried, then reported NOT_RUN outside the totals."""
+    from oncestream.sql.conformance.command import is_infrastructure_failure
+
+    machine = CaseResult("a.json", "a - 1", Outcome.FAIL, "query Q failed: Python worker failed to connect back.")
+    engine = CaseResult("a.json", "a - 2", Outcome.FAIL, "query Q failed: DATATYPE_MISMATCH")
+    assert is_infrastructure_failure(machine)
+    assert not is_infrastructure_failure(engine)
+    _per_file, total = tally([engine, CaseResult("a.json", "a - 1", Outcome.NOT_RUN, machine.detail)])
+    assert (total.failed, total.not_run, total.total, total.goal_denominator) == (1, 1, 1, 1)
+    assert total.line().endswith("1 not run (machine)")

@@ -75,9 +75,14 @@ TOPIC_CONFIG = {"retention.ms": "-1"}
 
 
 class Outcome(Enum):
+    """PASS, FAIL, OUT_OF_SCOPE; NOT_RUN: the machine kept the case from running (Spark could
+    not start a query's Python process in time, command.INFRASTRUCTURE_FAILURES): it says
+    nothing about the engine and stays outside the totals."""
+
     PASS = "PASS"
     FAIL = "FAIL"
     OUT_OF_SCOPE = "OUT_OF_SCOPE"
+    NOT_RUN = "NOT_RUN"
 
 
 @dataclass(frozen=True)

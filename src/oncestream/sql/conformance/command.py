@@ -17,6 +17,7 @@ seconds (the cases left are listed as not run, outside the totals).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import fnmatch
 import os
 import re
@@ -71,8 +72,10 @@ def collect_cases(files: Sequence[Path], name_pattern: str | None = None) -> tup
 
 # Spark waits a fixed 10 s for a query's driver-side Python data-source process to connect back;
 # on a loaded machine its start (importing pyspark, pyarrow, oncestream) can take longer. That says
-# nothing about the engine, so such a case is run again, up to this many times.
+# nothing about the engine, so such a case is run again, up to this many times, and if it never
+# got to run it is reported NOT_RUN (outside the totals), not FAIL.
 INFRASTRUCTURE_RETRIES = 2
+INFRASTRUCTURE_PAUSE_S = 15.0
 INFRASTRUCTURE_FAILURES = ("Python worker failed to connect back",)
 
 
@@ -124,7 +127,10 @@ def run_cases(cases: Sequence[QttCase], environment: Callable[[], CaseEnvironmen
             for _ in range(INFRASTRUCTURE_RETRIES):
                 if not is_infrastructure_failure(result):
                     break
+                time.sleep(INFRASTRUCTURE_PAUSE_S)
                 result = CaseRun(case, env).run()
+            if is_infrastructure_failure(result):
+                result = dataclasses.replace(result, outcome=Outcome.NOT_RUN)
             if on_result is not None:
                 on_result(result)
             return index, result

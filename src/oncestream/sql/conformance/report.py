@@ -22,6 +22,7 @@ class Tally:
     failed: int = 0
     out_of_scope: int = 0
     out_of_scope_counted: int = 0   # out of scope, but in the goal's denominator (runner gaps)
+    not_run: int = 0                # the machine kept them from running (outside the totals)
     families: Counter[str] = field(default_factory=Counter)
 
     def add(self, result: CaseResult) -> None:
@@ -29,6 +30,8 @@ class Tally:
             self.passed += 1
         elif result.outcome is Outcome.FAIL:
             self.failed += 1
+        elif result.outcome is Outcome.NOT_RUN:
+            self.not_run += 1
         else:
             self.out_of_scope += 1
             if result.family is not None:
@@ -50,8 +53,9 @@ class Tally:
         return self.passed / self.goal_denominator if self.goal_denominator else 0.0
 
     def line(self) -> str:
+        not_run = f", {self.not_run} not run (machine)" if self.not_run else ""
         return (f"{self.passed} pass, {self.failed} fail, {self.out_of_scope} out of scope "
-                f"({self.total} cases; pass rate in scope {100 * self.goal_ratio:.1f}%)")
+                f"({self.total} cases; pass rate in scope {100 * self.goal_ratio:.1f}%){not_run}")
 
 
 _NUMBERS = re.compile(r"\b\d+\b")
@@ -106,7 +110,7 @@ def json_report(results: Sequence[CaseResult]) -> dict[str, Any]:
     per_file, total = tally(results)
 
     def counts(t: Tally) -> dict[str, Any]:
-        return {"pass": t.passed, "fail": t.failed, "outOfScope": t.out_of_scope, "total": t.total,
+        return {"pass": t.passed, "fail": t.failed, "outOfScope": t.out_of_scope, "total": t.total, "notRun": t.not_run,
                 "goalDenominator": t.goal_denominator, "goalRatio": round(t.goal_ratio, 4),
                 "families": dict(t.families)}
 
