@@ -23,7 +23,7 @@ FIXTURE = Path(__file__).parent / "fixtures" / "qtt" / "runner_cases.json"
 def test_runner_reports_pass_fail_expected_errors_and_out_of_scope(sql_spark, eos_broker, tmp_path):
     env = case_environment(sql_spark, eos_broker.bootstrap, str(tmp_path / "checkpoints"))
     try:
-        results, not_run = run_cases(load_file(FIXTURE), env, jobs=2)
+        results, not_run = run_cases(load_file(FIXTURE), env, jobs=1)
     finally:
         env.close()
     assert not_run == []

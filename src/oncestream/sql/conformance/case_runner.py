@@ -66,7 +66,7 @@ log = logging.getLogger("oncestream.sql.conformance")
 
 CLIENT_TIMEOUT_S = 30.0
 POLL_INTERVAL_S = 0.3
-BASE_WAIT_S = 90.0
+BASE_WAIT_S = 180.0
 WAIT_PER_INPUT_S = 8.0
 MAX_WAIT_S = 600.0
 # Topic configs of every topic a case creates: the tests' timestamps start at 0, which time-based
