@@ -246,3 +246,11 @@ def test_a_case_the_machine_kept_from_running_is_not_counted():
     _per_file, total = tally([engine, CaseResult("a.json", "a - 1", Outcome.NOT_RUN, machine.detail)])
     assert (total.failed, total.not_run, total.total, total.goal_denominator) == (1, 1, 1, 1)
     assert total.line().endswith("1 not run (machine)")
+
+
+def test_interleave_takes_cases_round_robin_from_the_files():
+    from oncestream.sql.conformance.command import interleaved
+
+    cases = (cases_of_test("a.json", {"name": "1", "statements": []}) + cases_of_test("a.json", {"name": "2", "statements": []})
+             + cases_of_test("b.json", {"name": "1", "statements": []}))
+    assert [c.name for c in interleaved(cases)] == ["a - 1", "b - 1", "a - 2"]
