@@ -65,7 +65,8 @@ _QUOTED = re.compile(r"'[^']*'|`[^`]*`|\"[^\"]*\"")
 def failure_cause(detail: str) -> str:
     """A FAIL's detail reduced to its cause (names, numbers and quoted text blurred), so failures
     of one kind count together."""
-    head = detail.split(": expected ")[0] if detail.startswith("topic ") else detail
+    head = detail.split(": expected ")[0] if detail.startswith("topic ") and ", record " in detail else detail
+    head = head.split("; first ")[0]
     head = re.sub(r"^topic [^\s,:]+", "topic T", head)
     head = re.sub(r"query \S+ failed", "query failed", head)
     head = _QUOTED.sub("'…'", head)
