@@ -56,10 +56,7 @@ class _SparkSessions:
         import oncestream.spark
 
         builder = (SparkSession.builder.master(master).appName("oncestream-spark-tests")
-                   .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
-                   # A Python data source's driver-side worker imports pyspark, pyarrow and
-                   # oncestream before it connects back: on a loaded machine longer than 15 s.
-                   .config("spark.python.authenticate.socketTimeout", "180s"))
+                   .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2"))
         if master == CLUSTER_MASTER:
             builder = (builder.config("spark.executorEnv.PYTHONPATH", os.environ["PYTHONPATH"])
                        .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable)

@@ -153,10 +153,7 @@ def conformance_spark_session(master: str, local_dir: Path) -> Any:
 
     from oncestream.sql.engine.runtime import spark_session_config
 
-    # The Python data source's driver-side process of each query starts by importing pyspark,
-    # pyarrow and oncestream: on a loaded machine that takes longer than Spark's 15 s default wait.
     settings = {**spark_session_config(), "spark.sql.shuffle.partitions": "1", "spark.ui.enabled": "false",
-                "spark.python.authenticate.socketTimeout": "180s",
                 "spark.ui.showConsoleProgress": "false", "spark.sql.streaming.numRecentProgressUpdates": "5",
                 "spark.local.dir": str(local_dir)}
     builder = SparkSession.builder.master(master).appName("oncestream-sql-conformance")
