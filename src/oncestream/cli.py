@@ -40,7 +40,7 @@ from oncestream.console.command import register as register_console
 from oncestream.demos.broker_crash import main as demo_main
 from oncestream.errors import InvalidConfigError
 from oncestream.schema_registry.command import register as register_schema_registry
-from oncestream.sql.conformance.command import register as register_sql_conformance
+from oncestream.sql.conformance.cli_entry import register as register_sql_conformance
 from oncestream.sql.server.server_main import register
 from oncestream.sql.server.shell import register as register_sql_shell
 

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from oncestream.sql.conformance.case_runner import CaseEnvironment, CaseResult, CaseRun, Outcome
+from oncestream.sql.conformance.cli_entry import add_arguments
 from oncestream.sql.conformance.qtt_format import QttCase, QttFormatError, load_file
 from oncestream.sql.conformance.report import text_report, write_json
 from oncestream.sql.conformance.scope import static_family
@@ -212,29 +213,6 @@ def environment(work_dir: Path, bootstrap: str | None, master: str) -> Iterator[
             state["spark"].stop()
         if "broker" in state:
             state["broker"].stop()
-
-
-def register(sub: Any) -> None:
-    """Add ``sql-conformance`` to the ``oncestream`` command (cli.py)."""
-    p = sub.add_parser("sql-conformance", help="run ksqlDB's query-validation tests through the SQL engine",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_arguments(p)
-    p.set_defaults(func=cmd_sql_conformance)
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("path", help="a ksqlDB checkout, its query-validation-tests directory, or one QTT file")
-    p.add_argument("--files", default="*.json", help="glob of the file names to run (default *.json)")
-    p.add_argument("--cases", default=None, help="regular expression the case names must match")
-    p.add_argument("--jobs", type=int, default=1, help="cases run side by side (default 1)")
-    p.add_argument("--json", dest="json_out", default=None, help="write every result and the totals here")
-    p.add_argument("--bootstrap-server", default=None,
-                   help="a broker with transaction.two.phase.commit.enable=true (default: start one)")
-    p.add_argument("--spark-master", default="local[2]", help="Spark master (default local[2])")
-    p.add_argument("--budget-s", type=float, default=None, help="start no case after this many seconds")
-    p.add_argument("--interleave", action="store_true",
-                   help="run the files' cases round-robin (with --budget-s: a sample of every file)")
-    p.add_argument("--verbose", action="store_true", help="print every case's result and every failure")
 
 
 def cmd_sql_conformance(args: argparse.Namespace) -> int:
