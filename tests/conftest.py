@@ -8,6 +8,11 @@ brokers through ``module_broker_factory`` (the module-wide ``broker`` fixture do
 ``module_our_broker_factory`` (suites that need our broker, not Tansu).
 ``@pytest.mark.broker_kinds(...)`` limits a test to the kinds that support it; the others deselect
 it at collection.
+Under the default kind the interop suites whose broker configs agree share one running broker
+(``shared_brokers``), as the cluster kind's suites share a cluster; the cluster pass proves them
+fit to share (their tests keep to names of their own). A suite that restarts, stops or kills its
+broker (``OWN_BROKER_MODULES``), that gets a cluster of its own under the cluster kind, or that has
+a test the cluster pass leaves out starts its own.
 The chaos suite always uses our broker: it restarts the process and Tansu keeps nothing across
 restarts.
 """
@@ -16,7 +21,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -31,11 +36,13 @@ from tests.support.brokers import BrokerFaults, BrokerProcess, ManagedBroker, Ta
 from tests.support.cluster_kind import (  # noqa: E402
     BROKER_KINDS,
     BROKER_KINDS_MARKER,
+    KIND_SWITCH_FIXTURES,
     ClusterUnderTest,
     SharedClusters,
     cluster_starter,
     deselect_by_broker_kind,
     needs_own_cluster,
+    uses_fixture_of,
 )
 from tests.support.postgres import pg_database, postgres, postgres_factory  # noqa: E402, F401  (session-wide PostgreSQL)
 from tests.support.seaweedfs import seaweedfs, seaweedfs_factory  # noqa: E402, F401  (session-wide S3 server)
@@ -47,7 +54,19 @@ if TYPE_CHECKING:
 
 BROKER_KIND_ENV = "ONCESTREAM_TEST_BROKER"
 AnyBroker = ManagedBroker | ClusterUnderTest
-SHARED_CLUSTERS_KEY = pytest.StashKey[SharedClusters]()
+SHARED_CLUSTERS_KEY = pytest.StashKey[SharedClusters[ClusterUnderTest]]()
+SHARED_BROKERS_KEY = pytest.StashKey[SharedClusters[BrokerProcess]]()
+# The modules (relative to the project) with a test on the module-wide broker that the cluster
+# pass leaves out (a ``broker_kinds`` marker without ``cluster``): nothing proves them fit to share.
+UNPROVEN_MODULES_KEY = pytest.StashKey[frozenset[str]]()
+SHARED_BROKER_SUITES = "tests/interop/"  # the suites the cluster pass runs on shared clusters
+# Interop suites that keep a single broker of their own under the default kind, and why (and the
+# cluster kind's OWN_CLUSTER_MODULES, which change what every client of a broker sees).
+OWN_BROKER_MODULES = {
+    "tests/interop/test_broker_robustness.py": "it stops the broker and restarts it, SIGKILLing it every other round",
+    "tests/interop/test_groups_protocol_migration.py": "it SIGKILLs the broker",
+    "tests/interop/test_share_consumer_interop.py": "it SIGKILLs and restarts the broker",
+}
 
 
 def broker_kind() -> str:
@@ -99,14 +118,55 @@ def shared_clusters(request: pytest.FixtureRequest, tmp_path_factory: pytest.Tem
         clusters.close()
 
 
+@pytest.fixture(scope="session")
+def shared_brokers(request: pytest.FixtureRequest,
+                   tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedClusters[BrokerProcess]]:
+    """The default kind's running single brokers, one per broker config, shared by the interop
+    suites that ``shares_a_running_broker`` (a broker start and stop cost about as much as a
+    short suite's tests)."""
+
+    def start(config: Mapping[str, str] | None, log_dir: Path) -> BrokerProcess:
+        process = BrokerProcess(data_dir=log_dir.parent / "data", config=dict(config) if config else None)
+        try:
+            process.start()
+        except BaseException:
+            process.kill()
+            raise
+        return process
+
+    brokers = SharedClusters(start, tmp_path_factory.mktemp("brokers"))
+    request.config.stash[SHARED_BROKERS_KEY] = brokers
+    try:
+        yield brokers
+    finally:
+        brokers.close()
+
+
+def shares_a_running_broker(config: pytest.Config, module_file: str | Path) -> bool:
+    """Whether the suite in ``module_file`` gets a shared single broker under the default kind:
+    an interop suite (the cluster pass runs it on a shared cluster) neither in ``OWN_BROKER_MODULES``
+    nor in the cluster kind's ``OWN_CLUSTER_MODULES``, whose tests on the module-wide broker all run
+    in the cluster pass."""
+    relative = Path(module_file).resolve().relative_to(Path(_PROJECT_ROOT).resolve()).as_posix()
+    return (relative.startswith(SHARED_BROKER_SUITES) and relative not in OWN_BROKER_MODULES
+            and not needs_own_cluster(module_file, _PROJECT_ROOT)
+            and relative not in config.stash.get(UNPROVEN_MODULES_KEY, frozenset()))
+
+
 def _module_brokers(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
                     kind: str) -> Iterator[Callable[..., AnyBroker]]:
     """The factory of both module fixtures above: brokers of ``kind``, all ended with the module,
     except the ``cluster`` kind's shared clusters, which outlive it for the next suites."""
     started: list[AnyBroker] = []
-    shared: list[ClusterUnderTest] = []
+    shared: list[AnyBroker] = []
+    pool_name = "shared_clusters" if kind == "cluster" else "shared_brokers"
 
     def start(config: dict[str, str] | None = None, name: str = "broker") -> AnyBroker:
+        if kind == "oncestream" and shares_a_running_broker(request.config, request.path):
+            brokers: SharedClusters[BrokerProcess] = request.getfixturevalue(pool_name)
+            running = brokers.acquire(config or None)
+            shared.append(running)
+            return running
         if kind == "cluster":
             clusters: SharedClusters = request.getfixturevalue("shared_clusters")
             if needs_own_cluster(request.path, _PROJECT_ROOT):
@@ -135,9 +195,9 @@ def _module_brokers(request: pytest.FixtureRequest, tmp_path_factory: pytest.Tem
             else:
                 process.stop()
         if shared:
-            clusters = request.getfixturevalue("shared_clusters")
-            for cluster in shared:
-                clusters.release(cluster)
+            pool = request.getfixturevalue(pool_name)
+            for running in shared:
+                pool.release(running)
 
 
 @pytest.fixture(scope="module")
@@ -184,14 +244,28 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int,
                             config: pytest.Config) -> None:
-    """Under the ``cluster`` kind: how many clusters the suites started and how often one was shared."""
+    """How many shared clusters (``cluster`` kind) or single brokers (default kind) the suites
+    started and how often one was shared."""
     clusters = config.stash.get(SHARED_CLUSTERS_KEY, None)
     if clusters is not None:
         terminalreporter.write_line(f"cluster kind: {clusters.started} clusters started "
                                     f"({clusters.starting_s:.0f} s in all), "
                                     f"{clusters.reused} suite requests served by a running one")
+    brokers = config.stash.get(SHARED_BROKERS_KEY, None)
+    if brokers is not None:
+        terminalreporter.write_line(f"shared single brokers: {brokers.started} started "
+                                    f"({brokers.starting_s:.0f} s in all), "
+                                    f"{brokers.reused} suite requests served by a running one")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Select the tests of the broker kind under test (``broker_kinds`` markers; see above)."""
+    """Select the tests of the broker kind under test (``broker_kinds`` markers; see above); note
+    the suites with a test on the module-wide broker that the cluster kind would leave out."""
+    unproven = set()
+    for item in items:
+        marker = item.get_closest_marker(BROKER_KINDS_MARKER)
+        if marker is not None and "cluster" not in marker.args and any(
+                uses_fixture_of(item, name, __file__) for name in KIND_SWITCH_FIXTURES):
+            unproven.add(Path(str(item.path)).resolve().relative_to(Path(_PROJECT_ROOT).resolve()).as_posix())
+    config.stash[UNPROVEN_MODULES_KEY] = frozenset(unproven)
     deselect_by_broker_kind(config, items, broker_kind(), __file__)

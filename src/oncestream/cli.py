@@ -40,6 +40,7 @@ from oncestream.console.command import register as register_console
 from oncestream.demos.broker_crash import main as demo_main
 from oncestream.errors import InvalidConfigError
 from oncestream.schema_registry.command import register as register_schema_registry
+from oncestream.sql.conformance.cli_entry import register as register_sql_conformance
 from oncestream.sql.server.server_main import register
 from oncestream.sql.server.shell import register as register_sql_shell
 
@@ -558,6 +559,7 @@ def build_parser() -> argparse.ArgumentParser:
     register_client_metrics(sub)  # KIP-714 client metrics subscriptions
     register_sql_shell(sub)  # oncestream sql: the SQL shell
     _register_sql_server(sub)
+    register_sql_conformance(sub)  # oncestream sql-conformance: ksqlDB's query-validation tests (docs/sql-conformance.md)
     register_schema_registry(sub)  # oncestream schema-registry (oncestream.schema_registry.server_main)
     register_console(sub)  # oncestream console: the web console (oncestream.console)
 

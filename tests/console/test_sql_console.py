@@ -1,8 +1,8 @@
 """The console's SQL page against a real broker, a real SQL server (its Spark driver started by
 the first push query) and a real console process (``--sql-server URL``), in headless Chromium:
 statements through the editor, the catalog, a persistent query with its state and EXPLAIN, a
-push query whose rows arrive live, one of them inserted while the page watches, and a pull query. Run in the Spark
-side run (the Makefile's SPARK_SUITES): it costs a Spark driver.
+push query whose rows arrive live, one of them inserted while the page watches, and a pull query. It costs a
+Spark driver (about 50 s of `make test`'s main run, the Makefile's comment above `test`).
 """
 
 from __future__ import annotations

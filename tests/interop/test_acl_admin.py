@@ -8,7 +8,7 @@ tests/interop/test_sasl_ssl.py checks ACLs on real SASL principals."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException
@@ -26,31 +26,21 @@ from kio.schema.errors import ErrorCode
 
 from oncestream.client.common.connection import BrokerConnection
 from oncestream.protocol.api_keys import CREATE_ACLS, DELETE_ACLS, DESCRIBE_ACLS
-from tests.support.brokers import BrokerProcess
+from tests.support.acl import start_secured, wait_described_everywhere
 from tests.support.clients import CLIENT_TIMEOUT_S, unique_topic
-from tests.support.principals import CLIENT_ID_PRINCIPAL_BUILDER
+from tests.support.cluster_kind import BrokerUnderTest
 
 pytestmark = pytest.mark.interop
-
-SECURED = {
-    "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
-    "super.users": "User:admin",
-    "principal.builder.class": CLIENT_ID_PRINCIPAL_BUILDER,
-}
-
 
 def admin_as(bootstrap: str, user: str) -> AdminClient:
     return AdminClient({"bootstrap.servers": bootstrap, "client.id": f"principal:{user}"})
 
 
 @pytest.fixture(scope="module")
-def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    process = BrokerProcess(data_dir=tmp_path_factory.mktemp("acl-broker") / "data", config=SECURED)
-    process.start()
-    try:
-        yield process
-    finally:
-        process.stop()
+def secured(module_our_broker_factory: Callable[..., BrokerUnderTest]) -> BrokerUnderTest:
+    """The module's broker with the authorizer (``start_secured``): under the ``cluster`` kind, a
+    cluster the ACL suites share."""
+    return start_secured(module_our_broker_factory)
 
 
 def create(admin: AdminClient, *bindings: AclBinding) -> None:
@@ -66,7 +56,7 @@ def everything_on(name: str | None, pattern: ResourcePatternType = ResourcePatte
     return AclBindingFilter(ResourceType.ANY, name, pattern, None, None, AclOperation.ANY, AclPermissionType.ANY)  # type: ignore[arg-type]  # the stub types name/principal/host as str: None means any
 
 
-def test_create_describe_delete_round_trip(secured: BrokerProcess) -> None:
+def test_create_describe_delete_round_trip(secured: BrokerUnderTest) -> None:
     admin = admin_as(secured.bootstrap, "admin")
     topic = unique_topic("acl-rt")
     read = AclBinding(ResourceType.TOPIC, topic, ResourcePatternType.LITERAL, "User:alice", "*",
@@ -76,6 +66,8 @@ def test_create_describe_delete_round_trip(secured: BrokerProcess) -> None:
     group = AclBinding(ResourceType.GROUP, f"g-{topic}", ResourcePatternType.LITERAL, "User:alice", "*",
                        AclOperation.READ, AclPermissionType.ALLOW)
     create(admin, read, deny, group)
+    for binding in (read, deny, group):
+        wait_described_everywhere(secured, binding)  # the admin client may ask any broker
 
     assert describe(admin, everything_on(topic, ResourcePatternType.LITERAL)) == {read}
     # MATCH: every ACL that applies to the name, the PREFIXED one included.
@@ -88,10 +80,11 @@ def test_create_describe_delete_round_trip(secured: BrokerProcess) -> None:
                             AclOperation.ANY, AclPermissionType.DENY)
     [(_, future)] = admin.delete_acls([filt], request_timeout=CLIENT_TIMEOUT_S).items()
     assert set(future.result(timeout=CLIENT_TIMEOUT_S)) == {deny}
+    wait_described_everywhere(secured, deny, described=False)
     assert describe(admin, everything_on(topic, ResourcePatternType.MATCH)) == {read}
 
 
-def test_only_alter_on_the_cluster_may_change_acls(secured: BrokerProcess) -> None:
+def test_only_alter_on_the_cluster_may_change_acls(secured: BrokerUnderTest) -> None:
     alice = admin_as(secured.bootstrap, "alice")
     binding = AclBinding(ResourceType.TOPIC, unique_topic("acl-self"), ResourcePatternType.LITERAL, "User:alice",
                          "*", AclOperation.ALL, AclPermissionType.ALLOW)
@@ -99,22 +92,22 @@ def test_only_alter_on_the_cluster_may_change_acls(secured: BrokerProcess) -> No
         create(alice, binding)
     assert refused.value.args[0].code() == KafkaError.CLUSTER_AUTHORIZATION_FAILED
     # librdkafka drops DescribeAcls' top-level error (it yields an empty list): read the wire.
-    host, port = secured.bootstrap.rsplit(":", 1)
-    with BrokerConnection(host, int(port), client_id="principal:alice") as conn:
+    with BrokerConnection(secured.host, secured.port, client_id="principal:alice") as conn:
         answer = conn.call(DESCRIBE_ACLS, lambda m: m.DescribeAclsRequest(
             resource_type_filter=1, resource_name_filter=None, pattern_type_filter=1, principal_filter=None,
             host_filter=None, operation=1, permission_type=1))
     assert answer.error_code == ErrorCode.cluster_authorization_failed
     assert answer.resources == ()
 
-    create(admin_as(secured.bootstrap, "admin"), AclBinding(
-        ResourceType.BROKER, "kafka-cluster", ResourcePatternType.LITERAL, "User:carol", "*",
-        AclOperation.ALTER, AclPermissionType.ALLOW))
+    carol_alters = AclBinding(ResourceType.BROKER, "kafka-cluster", ResourcePatternType.LITERAL, "User:carol", "*",
+                              AclOperation.ALTER, AclPermissionType.ALLOW)
+    create(admin_as(secured.bootstrap, "admin"), carol_alters)
+    wait_described_everywhere(secured, carol_alters)  # carol's admin client may ask any broker
     create(admin_as(secured.bootstrap, "carol"), binding)  # ALTER on the cluster is enough
     assert binding in describe(admin_as(secured.bootstrap, "admin"), everything_on(binding.name))
 
 
-def test_invalid_binding_gets_invalid_request(secured: BrokerProcess) -> None:
+def test_invalid_binding_gets_invalid_request(secured: BrokerUnderTest) -> None:
     """A cluster ACL (librdkafka calls the type BROKER) must name the literal "kafka-cluster"."""
     bad = AclBinding(ResourceType.BROKER, "not-the-cluster", ResourcePatternType.LITERAL, "User:alice", "*",
                      AclOperation.ALTER, AclPermissionType.ALLOW)
@@ -123,8 +116,11 @@ def test_invalid_binding_gets_invalid_request(secured: BrokerProcess) -> None:
     assert refused.value.args[0].code() == KafkaError.INVALID_REQUEST
 
 
-def test_acls_survive_sigkill_and_are_enforced_after_it(broker_factory) -> None:
-    broker = broker_factory(SECURED)
+def test_acls_survive_sigkill_and_are_enforced_after_it(module_our_broker_factory: Callable[..., BrokerUnderTest]
+                                                         ) -> None:
+    """SIGKILL of the broker (every broker of a cluster: its ACLs are PostgreSQL's), then a start
+    on the same ports: the ACL is described and enforced."""
+    broker = start_secured(module_our_broker_factory)
     admin = admin_as(broker.bootstrap, "admin")
     topic = unique_topic("acl-kill")
     binding = AclBinding(ResourceType.TOPIC, topic, ResourcePatternType.LITERAL, "User:alice", "*",
@@ -132,7 +128,7 @@ def test_acls_survive_sigkill_and_are_enforced_after_it(broker_factory) -> None:
     create(admin, binding)
     admin.create_topics([NewTopic(topic, num_partitions=2, replication_factor=1)])[topic].result(
         timeout=CLIENT_TIMEOUT_S)
-    broker.restart(crash=True)  # SIGKILL, then start on the same port and data dir
+    broker.restart(crash=True)  # SIGKILL, then start on the same port and data dir (a cluster: metadata store)
     assert describe(admin_as(broker.bootstrap, "admin"), everything_on(topic)) == {binding}
     seen = admin_as(broker.bootstrap, "alice").list_topics(topic, timeout=CLIENT_TIMEOUT_S).topics[topic]
     assert seen.error is None
@@ -142,8 +138,9 @@ def test_acls_survive_sigkill_and_are_enforced_after_it(broker_factory) -> None:
     assert hidden.error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
 
 
-def test_acl_apis_without_an_authorizer_answer_security_disabled(broker_factory) -> None:
-    broker = broker_factory()
+def test_acl_apis_without_an_authorizer_answer_security_disabled(
+        module_our_broker_factory: Callable[..., BrokerUnderTest]) -> None:
+    broker = module_our_broker_factory()
     binding = AclBinding(ResourceType.TOPIC, "t", ResourcePatternType.LITERAL, "User:alice", "*",
                          AclOperation.READ, AclPermissionType.ALLOW)
     with pytest.raises(KafkaException) as refused:
@@ -151,7 +148,7 @@ def test_acl_apis_without_an_authorizer_answer_security_disabled(broker_factory)
     assert refused.value.args[0].code() == KafkaError.SECURITY_DISABLED
 
 
-def test_oncestream_admin_acl_methods_round_trip(secured: BrokerProcess) -> None:
+def test_oncestream_admin_acl_methods_round_trip(secured: BrokerUnderTest) -> None:
     """Our own Admin client: create_acls / describe_acls / delete_acls, shaped like confluent's."""
     from oncestream.client.admin import admin_acls as ours
     from oncestream.client.admin.admin import Admin
@@ -175,10 +172,9 @@ def test_oncestream_admin_acl_methods_round_trip(secured: BrokerProcess) -> None
         assert refused.value.args[0].code() == ErrorCode.cluster_authorization_failed
 
 
-def test_malformed_acl_requests_get_error_codes_and_the_broker_keeps_serving(secured: BrokerProcess) -> None:
+def test_malformed_acl_requests_get_error_codes_and_the_broker_keeps_serving(secured: BrokerUnderTest) -> None:
     """Out-of-range enum values in filters and bindings are INVALID_REQUEST, never a crash."""
-    host, port = secured.bootstrap.rsplit(":", 1)
-    with BrokerConnection(host, int(port), client_id="principal:admin") as conn:
+    with BrokerConnection(secured.host, secured.port, client_id="principal:admin") as conn:
         described = conn.call(DESCRIBE_ACLS, lambda m: m.DescribeAclsRequest(
             resource_type_filter=99, resource_name_filter=None, pattern_type_filter=-7, principal_filter=None,
             host_filter=None, operation=120, permission_type=1))
@@ -197,7 +193,7 @@ def test_malformed_acl_requests_get_error_codes_and_the_broker_keeps_serving(sec
     assert admin_as(secured.bootstrap, "admin").list_topics(timeout=CLIENT_TIMEOUT_S).topics is not None
 
 
-def test_kafka_python_acl_round_trip_and_refusal(secured: BrokerProcess) -> None:
+def test_kafka_python_acl_round_trip_and_refusal(secured: BrokerUnderTest) -> None:
     """kafka-python's admin client (which, unlike librdkafka, surfaces DescribeAcls' error)."""
     from kafka.admin import (
         ACL,

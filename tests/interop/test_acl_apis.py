@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import datetime
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicCollection, TopicPartition
@@ -27,29 +27,39 @@ from kio.schema.errors import ErrorCode
 from oncestream.client.admin.admin import Admin as OnceStreamAdmin
 from oncestream.client.common.errors import KafkaException as OnceStreamKafkaException
 from oncestream.protocol import api_keys as k
-from tests.support.acl import SECURED, T, admin, allow, code_of, new_topic, produce_one, user, wire
-from tests.support.brokers import BrokerProcess
+from tests.support.acl import (
+    T,
+    admin,
+    allow,
+    call_coordinator,
+    code_of,
+    new_topic,
+    produce_one,
+    start_secured,
+    user,
+    wait_described_everywhere,
+    wire,
+)
 from tests.support.clients import CLIENT_TIMEOUT_S, unique_topic
+from tests.support.cluster_kind import BrokerUnderTest, processes_of
 
 pytestmark = pytest.mark.interop
 
 
 @pytest.fixture(scope="module")
-def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    process = BrokerProcess(data_dir=tmp_path_factory.mktemp("acl-apis") / "data", config=SECURED)
-    process.start()
-    try:
-        yield process
-        # The refusals above never cost the broker anything: it still serves everyone.
-        assert process.is_alive()
-        assert admin(process, "admin").list_topics(timeout=CLIENT_TIMEOUT_S).topics is not None
-    finally:
-        process.stop()
+def secured(module_our_broker_factory: Callable[..., BrokerUnderTest]) -> Iterator[BrokerUnderTest]:
+    """The module's broker with the authorizer (``start_secured``): under the ``cluster`` kind, a
+    cluster the ACL suites share."""
+    process = start_secured(module_our_broker_factory)
+    yield process
+    # The refusals above never cost the broker anything: it still serves everyone.
+    assert process.is_alive()
+    assert admin(process, "admin").list_topics(timeout=CLIENT_TIMEOUT_S).topics is not None
 
 
 # --- Produce: WRITE on the topic -----------------------------------------------------------------
 
-def test_produce_needs_write_on_the_topic(secured: BrokerProcess) -> None:
+def test_produce_needs_write_on_the_topic(secured: BrokerUnderTest) -> None:
     name, topic = user(), new_topic(secured, "acl-produce")
     allow(secured, name, ResourceType.TOPIC, topic, AclOperation.DESCRIBE)  # metadata, not produce
     error = produce_one(secured, name, topic)
@@ -59,7 +69,7 @@ def test_produce_needs_write_on_the_topic(secured: BrokerProcess) -> None:
     assert produce_one(secured, name, topic) is None
 
 
-def test_idempotent_producer_needs_write_on_some_topic_kip_679(secured: BrokerProcess) -> None:
+def test_idempotent_producer_needs_write_on_some_topic_kip_679(secured: BrokerUnderTest) -> None:
     """InitProducerId without a transactional id: IDEMPOTENT_WRITE on the cluster or WRITE on any
     topic, else CLUSTER_AUTHORIZATION_FAILED."""
     name = user()
@@ -82,7 +92,7 @@ def test_idempotent_producer_needs_write_on_some_topic_kip_679(secured: BrokerPr
 
 # --- Fetch / ListOffsets / groups: READ, DESCRIBE ----------------------------------------------
 
-def test_list_offsets_needs_describe_and_fetch_needs_read(secured: BrokerProcess) -> None:
+def test_list_offsets_needs_describe_and_fetch_needs_read(secured: BrokerUnderTest) -> None:
     name, topic = user(), new_topic(secured, "acl-fetch")
     assert produce_one(secured, "admin", topic) is None
     group = f"g-{name}"
@@ -124,7 +134,7 @@ def test_list_offsets_needs_describe_and_fetch_needs_read(secured: BrokerProcess
         consumer.close()
 
 
-def test_offset_commit_needs_read_on_group_and_topic(secured: BrokerProcess) -> None:
+def test_offset_commit_needs_read_on_group_and_topic(secured: BrokerUnderTest) -> None:
     name, topic = user(), new_topic(secured, "acl-commit")
     group = f"g-{name}"
     allow(secured, name, ResourceType.GROUP, group, AclOperation.DESCRIBE)  # FindCoordinator only
@@ -146,7 +156,7 @@ def test_offset_commit_needs_read_on_group_and_topic(secured: BrokerProcess) -> 
         consumer.close()
 
 
-def test_group_admin_needs_describe_and_delete_on_the_group(secured: BrokerProcess) -> None:
+def test_group_admin_needs_describe_and_delete_on_the_group(secured: BrokerUnderTest) -> None:
     name = user()
     group = f"g-{name}"
     # The group exists once the admin commits for it.
@@ -181,7 +191,7 @@ def test_group_admin_needs_describe_and_delete_on_the_group(secured: BrokerProce
 
 # --- Transactions: WRITE (and TWO_PHASE_COMMIT) on the transactional id -----------------------
 
-def test_transactional_producer_needs_write_on_its_transactional_id(secured: BrokerProcess) -> None:
+def test_transactional_producer_needs_write_on_its_transactional_id(secured: BrokerUnderTest) -> None:
     name, topic = user(), new_topic(secured, "acl-txn")
     txn_id = f"tx-{name}"
     allow(secured, name, ResourceType.TOPIC, topic, AclOperation.WRITE)
@@ -199,16 +209,15 @@ def test_transactional_producer_needs_write_on_its_transactional_id(secured: Bro
     producer.commit_transaction(CLIENT_TIMEOUT_S)
 
 
-def test_two_phase_commit_needs_two_phase_commit_on_the_transactional_id_kip_939(secured: BrokerProcess) -> None:
+def test_two_phase_commit_needs_two_phase_commit_on_the_transactional_id_kip_939(secured: BrokerUnderTest) -> None:
     name = user()
     txn_id = f"tx2pc-{name}"
     allow(secured, name, ResourceType.TRANSACTIONAL_ID, txn_id, AclOperation.WRITE)
 
     def init_pid():
-        with wire(secured, name) as conn:
-            return conn.call(k.INIT_PRODUCER_ID, lambda m: m.InitProducerIdRequest(
-                transactional_id=txn_id, transaction_timeout=datetime.timedelta(seconds=60),
-                producer_id=-1, producer_epoch=-1, enable2_pc=True, keep_prepared_txn=False))
+        return call_coordinator(secured, name, k.INIT_PRODUCER_ID, lambda m: m.InitProducerIdRequest(
+            transactional_id=txn_id, transaction_timeout=datetime.timedelta(seconds=60),
+            producer_id=-1, producer_epoch=-1, enable2_pc=True, keep_prepared_txn=False), transactional_id=txn_id)
 
     assert init_pid().error_code == ErrorCode.transactional_id_authorization_failed
     # confluent-kafka's AclOperation has no TWO_PHASE_COMMIT (15): create it on the wire.
@@ -217,6 +226,9 @@ def test_two_phase_commit_needs_two_phase_commit_on_the_transactional_id_kip_939
             resource_type=5, resource_name=txn_id, resource_pattern_type=3, principal=f"User:{name}", host="*",
             operation=15, permission_type=3),)))
     assert [r.error_code for r in created.results] == [ErrorCode.none]
+    wait_described_everywhere(secured, {
+        "resource_type_filter": 5, "resource_name_filter": txn_id, "pattern_type_filter": 3,
+        "principal_filter": f"User:{name}", "host_filter": "*", "operation": 15, "permission_type": 3})
     answer = init_pid()
     assert answer.error_code == ErrorCode.none
     assert answer.producer_id >= 0
@@ -224,7 +236,7 @@ def test_two_phase_commit_needs_two_phase_commit_on_the_transactional_id_kip_939
 
 # --- Metadata: DESCRIBE, no existence leak, CREATE for auto-creation, KIP-430 ------------------
 
-def test_metadata_hides_topics_without_describe_and_does_not_leak_existence(secured: BrokerProcess) -> None:
+def test_metadata_hides_topics_without_describe_and_does_not_leak_existence(secured: BrokerUnderTest) -> None:
     name, topic = user(), new_topic(secured, "acl-meta")
     missing = unique_topic("acl-missing")
     client = admin(secured, name)
@@ -252,7 +264,7 @@ def test_metadata_hides_topics_without_describe_and_does_not_leak_existence(secu
                                                                                  AclOperation.DESCRIBE}
 
 
-def test_auto_creation_needs_create(secured: BrokerProcess) -> None:
+def test_auto_creation_needs_create(secured: BrokerUnderTest) -> None:
     name = user()
     wanted = f"{name}-auto"
     allow(secured, name, ResourceType.TOPIC, f"{name}-", AclOperation.DESCRIBE, ResourcePatternType.PREFIXED)
@@ -269,7 +281,7 @@ def test_auto_creation_needs_create(secured: BrokerProcess) -> None:
 
 # --- Topic admin and configs: CREATE, DELETE, ALTER, DESCRIBE_CONFIGS, ALTER_CONFIGS -----------
 
-def test_topic_admin_needs_create_delete_alter(secured: BrokerProcess) -> None:
+def test_topic_admin_needs_create_delete_alter(secured: BrokerUnderTest) -> None:
     name = user()
     client = admin(secured, name)
     topic = f"{name}-t"
@@ -302,7 +314,7 @@ def test_topic_admin_needs_create_delete_alter(secured: BrokerProcess) -> None:
     assert code_of(refused) == KafkaError.UNKNOWN_TOPIC_OR_PART
 
 
-def test_configs_need_describe_configs_and_alter_configs(secured: BrokerProcess) -> None:
+def test_configs_need_describe_configs_and_alter_configs(secured: BrokerUnderTest) -> None:
     from confluent_kafka.admin import AlterConfigOpType, ConfigEntry
     from confluent_kafka.admin import ResourceType as ConfigType
 
@@ -333,13 +345,14 @@ def test_configs_need_describe_configs_and_alter_configs(secured: BrokerProcess)
     assert client.describe_configs([res], request_timeout=T)[res].result(timeout=CLIENT_TIMEOUT_S)[
         "retention.ms"].value == "3600000"
 
-    broker_resource = ConfigResource(ConfigType.BROKER, "0")
+    node_id = next(iter(admin(secured, "admin").list_topics(timeout=CLIENT_TIMEOUT_S).brokers))
+    broker_resource = ConfigResource(ConfigType.BROKER, str(node_id))
     with pytest.raises(KafkaException) as refused:
         client.describe_configs([broker_resource], request_timeout=T)[broker_resource].result(timeout=CLIENT_TIMEOUT_S)
     assert code_of(refused) == KafkaError.CLUSTER_AUTHORIZATION_FAILED
 
 
-def test_delete_records_needs_delete_on_the_topic(secured: BrokerProcess) -> None:
+def test_delete_records_needs_delete_on_the_topic(secured: BrokerUnderTest) -> None:
     name, topic = user(), new_topic(secured, "acl-delrec")
     assert produce_one(secured, "admin", topic) is None
     client = admin(secured, name)
@@ -354,7 +367,7 @@ def test_delete_records_needs_delete_on_the_topic(secured: BrokerProcess) -> Non
     assert future.result(timeout=CLIENT_TIMEOUT_S).low_watermark == 1
 
 
-def test_transaction_listing_is_filtered_and_describe_producers_needs_read(secured: BrokerProcess) -> None:
+def test_transaction_listing_is_filtered_and_describe_producers_needs_read(secured: BrokerUnderTest) -> None:
     name, topic = user(), new_topic(secured, "acl-txnlist")
     txn_id = f"txl-{name}"
     producer = Producer({"bootstrap.servers": secured.bootstrap, "client.id": "principal:admin",
@@ -362,10 +375,15 @@ def test_transaction_listing_is_filtered_and_describe_producers_needs_read(secur
     producer.init_transactions(CLIENT_TIMEOUT_S)
 
     def listed() -> set[str]:
-        with wire(secured, name) as conn:
-            answer = conn.call(k.LIST_TRANSACTIONS, lambda m: m.ListTransactionsRequest(
-                state_filters=(), producer_id_filters=()))
-        return {t.transactional_id for t in answer.transaction_states}
+        """Every broker's answer (Kafka's Admin.listTransactions asks each: a broker lists the
+        transactions it coordinates)."""
+        ids: set[str] = set()
+        for process in processes_of(secured):
+            with wire(secured, name, process=process) as conn:
+                answer = conn.call(k.LIST_TRANSACTIONS, lambda m: m.ListTransactionsRequest(
+                    state_filters=(), producer_id_filters=()))
+            ids |= {t.transactional_id for t in answer.transaction_states}
+        return ids
 
     def described() -> str:
         # Our Admin (kio cannot read DescribeTransactions' -1 start time); FindCoordinator for the

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import datetime
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -14,38 +14,35 @@ from confluent_kafka.admin import AclOperation, ResourceType
 from kio.schema.errors import ErrorCode
 
 from oncestream.protocol import api_keys as k
-from tests.support.acl import SECURED, allow, new_topic, user, wire
-from tests.support.brokers import BrokerProcess
+from tests.support.acl import allow, new_topic, start_secured, user, wire
+from tests.support.cluster_kind import BrokerUnderTest
 
 pytestmark = pytest.mark.interop
 
 
 @pytest.fixture(scope="module")
-def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    process = BrokerProcess(data_dir=tmp_path_factory.mktemp("acl-cg") / "data", config=SECURED)
-    process.start()
-    try:
-        yield process
-    finally:
-        process.stop()
+def secured(module_our_broker_factory: Callable[..., BrokerUnderTest]) -> BrokerUnderTest:
+    """The module's broker with the authorizer (``start_secured``): under the ``cluster`` kind, a
+    cluster the ACL suites share."""
+    return start_secured(module_our_broker_factory)
 
 
-def join(secured: BrokerProcess, name: str, group: str, topic: str) -> Any:
-    with wire(secured, name) as conn:
+def join(secured: BrokerUnderTest, name: str, group: str, topic: str) -> Any:
+    with wire(secured, name, group=group) as conn:
         return conn.call(k.CONSUMER_GROUP_HEARTBEAT, lambda m: m.ConsumerGroupHeartbeatRequest(
             group_id=group, member_id=uuid.uuid4().hex, member_epoch=0,
             rebalance_timeout=datetime.timedelta(seconds=30), subscribed_topic_names=(topic,),
             topic_partitions=()))
 
 
-def describe(secured: BrokerProcess, name: str, group: str) -> Any:
-    with wire(secured, name) as conn:
+def describe(secured: BrokerUnderTest, name: str, group: str) -> Any:
+    with wire(secured, name, group=group) as conn:
         answer = conn.call(k.CONSUMER_GROUP_DESCRIBE, lambda m: m.ConsumerGroupDescribeRequest(
             group_ids=(group,), include_authorized_operations=False))
     return answer.groups[0]
 
 
-def test_heartbeat_needs_read_on_the_group_and_describe_on_its_topics(secured: BrokerProcess) -> None:
+def test_heartbeat_needs_read_on_the_group_and_describe_on_its_topics(secured: BrokerUnderTest) -> None:
     name, topic = user(), new_topic(secured, "acl-cg-hb")
     group = f"g-{name}"
     assert join(secured, name, group, topic).error_code == ErrorCode.group_authorization_failed
@@ -57,7 +54,7 @@ def test_heartbeat_needs_read_on_the_group_and_describe_on_its_topics(secured: B
     assert joined.member_epoch == 1
 
 
-def test_describe_needs_describe_on_the_group_and_on_the_assigned_topics(secured: BrokerProcess) -> None:
+def test_describe_needs_describe_on_the_group_and_on_the_assigned_topics(secured: BrokerUnderTest) -> None:
     name, topic = user(), new_topic(secured, "acl-cg-desc")
     group = f"g-{name}"
     assert join(secured, "admin", group, topic).error_code == ErrorCode.none

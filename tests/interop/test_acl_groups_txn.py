@@ -5,7 +5,7 @@ transactional id and topics, and DENY overriding a PREFIXED ALLOW with a real pr
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaError, KafkaException, Producer, TopicPartition
@@ -19,25 +19,23 @@ from confluent_kafka.admin import (
 from kio.schema.errors import ErrorCode
 
 from oncestream.protocol import api_keys as k
-from tests.support.acl import SECURED, T, admin, allow, code_of, new_topic, produce_one, user, wire
-from tests.support.brokers import BrokerProcess
+from tests.support.acl import T, admin, allow, code_of, new_topic, produce_one, start_secured, user, wire
 from tests.support.clients import CLIENT_TIMEOUT_S
+from tests.support.cluster_kind import BrokerUnderTest
 
 pytestmark = pytest.mark.interop
 
 
 @pytest.fixture(scope="module")
-def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    process = BrokerProcess(data_dir=tmp_path_factory.mktemp("acl-groups") / "data", config=SECURED)
-    process.start()
-    try:
-        yield process
-        assert process.is_alive()
-    finally:
-        process.stop()
+def secured(module_our_broker_factory: Callable[..., BrokerUnderTest]) -> Iterator[BrokerUnderTest]:
+    """The module's broker with the authorizer (``start_secured``): under the ``cluster`` kind, a
+    cluster the ACL suites share."""
+    process = start_secured(module_our_broker_factory)
+    yield process
+    assert process.is_alive()
 
 
-def test_deny_overrides_a_prefixed_allow(secured: BrokerProcess) -> None:
+def test_deny_overrides_a_prefixed_allow(secured: BrokerUnderTest) -> None:
     name = user()
     allowed_topic, denied_topic = new_topic(secured, f"{name}-ok"), new_topic(secured, f"{name}-no")
     allow(secured, name, ResourceType.TOPIC, f"{name}-", AclOperation.WRITE, ResourcePatternType.PREFIXED)
@@ -51,7 +49,7 @@ def test_deny_overrides_a_prefixed_allow(secured: BrokerProcess) -> None:
     assert error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
 
 
-def test_subscribe_needs_read_on_the_group(secured: BrokerProcess) -> None:
+def test_subscribe_needs_read_on_the_group(secured: BrokerUnderTest) -> None:
     """DESCRIBE on the group passes FindCoordinator; JoinGroup then needs READ."""
     name, topic = user(), new_topic(secured, "acl-join")
     assert produce_one(secured, "admin", topic) is None
@@ -82,7 +80,7 @@ def test_subscribe_needs_read_on_the_group(secured: BrokerProcess) -> None:
         consumer.close()
 
 
-def test_find_coordinator_needs_describe_on_the_group_or_transactional_id(secured: BrokerProcess) -> None:
+def test_find_coordinator_needs_describe_on_the_group_or_transactional_id(secured: BrokerUnderTest) -> None:
     name = user()
     group, txn_id = f"g-{name}", f"tx-{name}"
 
@@ -100,7 +98,7 @@ def test_find_coordinator_needs_describe_on_the_group_or_transactional_id(secure
     assert find(txn_id, 1) == ErrorCode.none
 
 
-def test_offset_fetch_needs_describe_on_group_and_topic(secured: BrokerProcess) -> None:
+def test_offset_fetch_needs_describe_on_group_and_topic(secured: BrokerUnderTest) -> None:
     name = user()
     shown, hidden = new_topic(secured, "acl-of-shown"), new_topic(secured, "acl-of-hidden")
     group = f"g-{name}"
@@ -121,7 +119,7 @@ def test_offset_fetch_needs_describe_on_group_and_topic(secured: BrokerProcess) 
     assert {(tp.topic, tp.offset) for tp in listed.topic_partitions} == {(shown, 3)}
 
 
-def test_transactional_offsets_need_read_on_the_group(secured: BrokerProcess) -> None:
+def test_transactional_offsets_need_read_on_the_group(secured: BrokerUnderTest) -> None:
     """AddOffsetsToTxn (sendOffsetsToTransaction) without READ on the group fails with
     GROUP_AUTHORIZATION_FAILED; with it, the offsets commit with the transaction."""
     name, topic = user(), new_topic(secured, "acl-txn-offsets")
@@ -154,7 +152,7 @@ def test_transactional_offsets_need_read_on_the_group(secured: BrokerProcess) ->
         consumer.close()
 
 
-def test_txn_requests_need_write_on_the_transactional_id_and_topics(secured: BrokerProcess) -> None:
+def test_txn_requests_need_write_on_the_transactional_id_and_topics(secured: BrokerUnderTest) -> None:
     """AddPartitionsToTxn v3: the refused topic says TOPIC_AUTHORIZATION_FAILED and the rest
     OPERATION_NOT_ATTEMPTED; every partition says TRANSACTIONAL_ID_AUTHORIZATION_FAILED without
     WRITE on the id; EndTxn and TxnOffsetCommit likewise."""
@@ -163,7 +161,7 @@ def test_txn_requests_need_write_on_the_transactional_id_and_topics(secured: Bro
     txn_id = f"tx-{name}"
 
     def add_partitions():
-        with wire(secured, name, max_versions={k.ADD_PARTITIONS_TO_TXN: 3}) as conn:
+        with wire(secured, name, max_versions={k.ADD_PARTITIONS_TO_TXN: 3}, transactional_id=txn_id) as conn:
             answer = conn.call(k.ADD_PARTITIONS_TO_TXN, lambda m: m.AddPartitionsToTxnRequest(
                 v3_and_below_transactional_id=txn_id, v3_and_below_producer_id=0,
                 v3_and_below_producer_epoch=0, v3_and_below_topics=(
@@ -172,7 +170,7 @@ def test_txn_requests_need_write_on_the_transactional_id_and_topics(secured: Bro
         return {t.name: t.results_by_partition[0].partition_error_code for t in answer.results_by_topic_v3_and_below}
 
     def end_txn():
-        with wire(secured, name) as conn:
+        with wire(secured, name, transactional_id=txn_id) as conn:
             return conn.call(k.END_TXN, lambda m: m.EndTxnRequest(
                 transactional_id=txn_id, producer_id=0, producer_epoch=0, committed=True)).error_code
 
@@ -191,14 +189,14 @@ def test_txn_requests_need_write_on_the_transactional_id_and_topics(secured: Bro
     assert answer.error_code == ErrorCode.cluster_authorization_failed  # v4+: brokers only (CLUSTER_ACTION)
 
 
-def test_member_requests_need_read_on_the_group_and_offset_delete_needs_delete(secured: BrokerProcess) -> None:
+def test_member_requests_need_read_on_the_group_and_offset_delete_needs_delete(secured: BrokerUnderTest) -> None:
     """SyncGroup, Heartbeat and LeaveGroup: READ on the group (GROUP_AUTHORIZATION_FAILED before
     the coordinator looks at the member); OffsetDelete: DELETE on the group, READ on the topic."""
     name, topic = user(), new_topic(secured, "acl-members")
     group = f"g-{name}"
 
     def member_calls() -> list[int]:
-        with wire(secured, name) as conn:
+        with wire(secured, name, group=group) as conn:
             sync = conn.call(k.SYNC_GROUP, lambda m: m.SyncGroupRequest(
                 group_id=group, generation_id=1, member_id="m", group_instance_id=None, assignments=()))
             beat = conn.call(k.HEARTBEAT, lambda m: m.HeartbeatRequest(
@@ -208,7 +206,7 @@ def test_member_requests_need_read_on_the_group_and_offset_delete_needs_delete(s
         return [sync.error_code, beat.error_code, leave.error_code]
 
     def offset_delete():
-        with wire(secured, name) as conn:
+        with wire(secured, name, group=group) as conn:
             return conn.call(k.OFFSET_DELETE, lambda m: m.OffsetDeleteRequest(group_id=group, topics=(
                 m.OffsetDeleteRequestTopic(name=topic, partitions=(m.OffsetDeleteRequestPartition(partition_index=0),)),
             )))
@@ -227,7 +225,7 @@ def test_member_requests_need_read_on_the_group_and_offset_delete_needs_delete(s
     assert answer.topics[0].partitions[0].error_code == ErrorCode.topic_authorization_failed
 
 
-def test_txn_offset_commit_refuses_unreadable_topics_one_by_one(secured: BrokerProcess) -> None:
+def test_txn_offset_commit_refuses_unreadable_topics_one_by_one(secured: BrokerUnderTest) -> None:
     """TxnOffsetCommit: WRITE on the id and READ on the group refuse every partition; a topic
     without READ is refused alone while the others still reach the coordinator (here: no open
     transaction, so the coordinator's own error), as Kafka's handler does."""
@@ -236,7 +234,7 @@ def test_txn_offset_commit_refuses_unreadable_topics_one_by_one(secured: BrokerP
     txn_id, group = f"tx-{name}", f"g-{name}"
 
     def commit() -> dict[str, int]:
-        with wire(secured, name, max_versions={k.TXN_OFFSET_COMMIT: 3}) as conn:
+        with wire(secured, name, max_versions={k.TXN_OFFSET_COMMIT: 3}, group=group) as conn:
             answer = conn.call(k.TXN_OFFSET_COMMIT, lambda m: m.TxnOffsetCommitRequest(
                 transactional_id=txn_id, group_id=group, producer_id=0, producer_epoch=0, group_instance_id=None,
                 topics=tuple(m.TxnOffsetCommitRequestTopic(name=t, partitions=(m.TxnOffsetCommitRequestPartition(

@@ -11,6 +11,13 @@ ShareConsumer is handed exactly the records from there. The group is then delete
 client bootstrapped from the third broker (which itself answers NOT_COORDINATOR, as Kafka's
 brokers do); every broker describes no state, and a new consumer starts afresh by the group's
 config.
+
+A group's own timing (``share.session.timeout.ms``, ``share.heartbeat.interval.ms``; brokers whose
+share sessions and record locks last ten minutes) set through librdkafka's Admin on a broker that
+does not coordinate the group: values outside the brokers' bounds are refused, every broker
+describes the group's values, its coordinator answers a ShareGroupHeartbeat with the group's
+interval, and a SIGKILLed member's records come back to another ShareConsumer once the group's
+four-second session ends at the leader of their partition.
 """
 
 from __future__ import annotations
@@ -28,6 +35,13 @@ from oncestream.client.common.connection import BrokerConnection
 from oncestream.log.topic_config_defs import ConfigSource
 from oncestream.protocol import api_keys as k
 from oncestream.protocol.config_resources import RESOURCE_GROUP
+from tests.interop.test_share_groups import (
+    FAST_GROUP_TIMING,
+    SLOW_BROKER_TIMING,
+    group_config_values,
+    killed_members_records_come_back,
+    set_group_configs,
+)
 from tests.support.clients import create_topic, unique_topic
 from tests.support.cluster import Cluster, ClusterBroker, cluster_factory  # noqa: F401  (fixture)
 from tests.support.coordinators import find_coordinator
@@ -170,3 +184,31 @@ def test_share_admin_through_one_broker_is_seen_and_applied_by_every_broker(
         assert _start_offsets(broker, group) == {}, broker.node_id
     # No state left: a new consumer starts every share-partition afresh, by the group's config.
     assert _share_read(cluster.bootstrap, group, topic, len(everything)) == everything
+
+
+def test_share_group_timing_through_one_broker_is_used_by_coordinator_and_leaders(
+        cluster_factory: Callable[..., Cluster]) -> None:
+    cluster = cluster_factory(3, SLOW_BROKER_TIMING)
+    brokers = cluster.brokers
+    group = unique_topic("cluster-share-timing")
+    host, port = find_coordinator(brokers[0].bootstrap, group)
+    coordinator = next(b for b in brokers if (b.host, b.port) == (host, port))
+    other = next(b for b in brokers if b is not coordinator)
+    with pytest.raises(confluent_kafka.KafkaException) as refused:  # the brokers' bounds
+        set_group_configs(other.bootstrap, group, share_session_timeout_ms="2999")
+    assert refused.value.args[0].name() == "INVALID_CONFIG"
+    set_group_configs(other.bootstrap, group, share_auto_offset_reset="earliest", **FAST_GROUP_TIMING)
+    described = {b.node_id: group_config_values(b.bootstrap, group, FAST_GROUP_TIMING) for b in brokers}
+    assert described == dict.fromkeys(described, FAST_GROUP_TIMING)  # written to PostgreSQL before the answer
+
+    topic = unique_topic("cluster-share-timing")
+    create_topic(brokers[0].bootstrap, topic)
+    member = "wire-member"
+    joined = _call(coordinator, k.SHARE_GROUP_HEARTBEAT, lambda m: m.ShareGroupHeartbeatRequest(
+        group_id=group, member_id=member, member_epoch=0, rack_id=None, subscribed_topic_names=(topic,)))
+    assert joined.error_code == ErrorCode.none, joined.error_message
+    assert joined.heartbeat_interval.total_seconds() * 1000 == 1000  # the group's, not the broker's 5000
+    left = _call(coordinator, k.SHARE_GROUP_HEARTBEAT, lambda m: m.ShareGroupHeartbeatRequest(
+        group_id=group, member_id=member, member_epoch=-1, rack_id=None, subscribed_topic_names=None))
+    assert left.error_code == ErrorCode.none, left.error_message
+    killed_members_records_come_back(cluster.bootstrap, group, topic)

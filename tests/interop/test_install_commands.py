@@ -19,7 +19,9 @@ into the work tree), with no PYTHONPATH: what runs is what pip installed. Then:
 The default suite runs the README's SQL-server command (then its quickstart: the default run's one
 README quickstart) and the installs without Spark (seconds);
 the other documented commands install Spark again in other combinations and are marked slow (one
-to two minutes each).
+to two minutes each). The selected commands install side by side (``installs``), each into its
+own venv on its own copy: pip mostly waits on the package index (an install spends a few CPU
+seconds of its tens of seconds), so the waits overlap; each test then checks its own venv.
 """
 
 from __future__ import annotations
@@ -32,6 +34,9 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -109,12 +114,22 @@ def _check_sql_server(bin_dir: Path, env: dict[str, str], work: Path) -> None:
     run_readme_quickstart([str(bin_dir / "oncestream")], env, work, while_serving=serving)
 
 
-@pytest.mark.parametrize("command", [_param(c) for c in documented_commands()])
-def test_documented_install_gives_a_working_program(command: tuple[str, str, str], tmp_path: Path) -> None:
+@dataclass(frozen=True)
+class Install:
+    """A documented command run in a fresh venv: its ``bin`` dir, the environment to run it with
+    (no PYTHONPATH, the venv first on PATH) and the directory holding the source copy and venv."""
+
+    bin_dir: Path
+    env: dict[str, str]
+    work: Path
+
+
+def _install(command: tuple[str, str, str], work: Path) -> Install:
+    """Copy the tree into ``work``, make a fresh venv there and run ``command`` in it."""
     editable, _target, extras = command
-    source = tmp_path / "oncestream"
+    source = work / "oncestream"
     shutil.copytree(ROOT, source, ignore=_COPY_IGNORE, symlinks=True)
-    venv = tmp_path / "venv"
+    venv = work / "venv"
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
     _run([sys.executable, "-m", "venv", str(venv)], env)
     bin_dir = venv / "bin"
@@ -122,25 +137,53 @@ def test_documented_install_gives_a_working_program(command: tuple[str, str, str
     env["PYSPARK_PYTHON"] = str(bin_dir / "python")
     # --no-compile: no bytecode for PySpark's thousands of modules (what gets installed is the same).
     pip = [str(bin_dir / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-compile"]
-    _run(pip + ([editable.strip()] if editable else []) + [f"{source}[{extras}]"], env, INSTALL_TIMEOUT_S,
-         cwd=tmp_path)
-    located = _run([str(bin_dir / "python"), "-c", "import oncestream; print(oncestream.__file__)"], env, cwd=tmp_path)
+    _run(pip + ([editable.strip()] if editable else []) + [f"{source}[{extras}]"], env, INSTALL_TIMEOUT_S, cwd=work)
+    return Install(bin_dir, env, work)
+
+
+@pytest.fixture(scope="module")
+def installs(request: pytest.FixtureRequest,
+             tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[tuple[str, str, str], Future[Install]]]:
+    """The commands of this session's selected ``test_documented_install_gives_a_working_program``
+    cases, installed side by side (a thread each; a failed install fails its own test only)."""
+    commands = _selected_commands(request)
+    with ThreadPoolExecutor(max_workers=max(1, len(commands)), thread_name_prefix="install") as pool:
+        yield {command: pool.submit(_install, command, tmp_path_factory.mktemp("install")) for command in commands}
+
+
+def _selected_commands(request: pytest.FixtureRequest) -> list[tuple[str, str, str]]:
+    """The ``command`` parameters of this module's selected tests, in order."""
+    found: dict[tuple[str, str, str], None] = {}
+    for item in request.session.items:
+        callspec = getattr(item, "callspec", None)
+        if item.path == request.path and callspec is not None and "command" in callspec.params:
+            found[callspec.params["command"]] = None
+    return list(found)
+
+
+@pytest.mark.parametrize("command", [_param(c) for c in documented_commands()])
+def test_documented_install_gives_a_working_program(
+        command: tuple[str, str, str], installs: dict[tuple[str, str, str], Future[Install]]) -> None:
+    _editable, _target, extras = command
+    install = installs[command].result(INSTALL_TIMEOUT_S)
+    bin_dir, env, work = install.bin_dir, install.env, install.work
+    located = _run([str(bin_dir / "python"), "-c", "import oncestream; print(oncestream.__file__)"], env, cwd=work)
     assert str(ROOT) not in located, f"the venv imports the work tree, not the install: {located}"
-    _run([str(bin_dir / "oncestream"), "--help"], env, cwd=tmp_path)
+    _run([str(bin_dir / "oncestream"), "--help"], env, cwd=work)
     wanted = set(extras.split(","))
     if "spark" in wanted:
         _run([str(bin_dir / "python"), "-c", "import pyarrow, pyspark, oncestream.spark, oncestream.spark.sink"],
-             env, cwd=tmp_path)
+             env, cwd=work)
     if "state" in wanted:
-        _run([str(bin_dir / "python"), "-c", STATE_STORE_CHECK, str(tmp_path / "store")], env, cwd=tmp_path)
+        _run([str(bin_dir / "python"), "-c", STATE_STORE_CHECK, str(work / "store")], env, cwd=work)
     if "schema-registry" in wanted:  # the server's whole import chain (it needs a broker to start)
-        _run([str(bin_dir / "python"), "-c", "import oncestream.schema_registry.server_main"], env, cwd=tmp_path)
-        _run([str(bin_dir / "oncestream"), "schema-registry", "--help"], env, cwd=tmp_path)
+        _run([str(bin_dir / "python"), "-c", "import oncestream.schema_registry.server_main"], env, cwd=work)
+        _run([str(bin_dir / "oncestream"), "schema-registry", "--help"], env, cwd=work)
     if "console" in wanted:
-        _check_console(bin_dir, env, tmp_path)
+        _check_console(bin_dir, env, work)
     if "sql" in wanted:
-        _run([str(bin_dir / "oncestream"), "sql-server", "--help"], env, cwd=tmp_path)
-        _check_sql_server(bin_dir, env, tmp_path)
+        _run([str(bin_dir / "oncestream"), "sql-server", "--help"], env, cwd=work)
+        _check_sql_server(bin_dir, env, work)
 
 
 def _check_console(bin_dir: Path, env: dict[str, str], work: Path) -> None:

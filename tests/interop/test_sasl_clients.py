@@ -10,7 +10,7 @@ import uuid
 import pytest
 
 from tests.support.clients import CLIENT_TIMEOUT_S, unique_topic
-from tests.support.sasl import ALL_MECHANISMS, kafka_python_conf, librdkafka_conf, start_sasl_broker
+from tests.support.sasl import ALL_MECHANISMS, SASL_SUITES_EXTRA, kafka_python_conf, librdkafka_conf, sasl_broker_of_kind
 
 pytestmark = pytest.mark.interop
 
@@ -19,12 +19,10 @@ ABORTED = [f"a{i}".encode() for i in range(3)]
 
 
 @pytest.fixture(scope="module")
-def sasl_broker(tmp_path_factory):
-    broker = start_sasl_broker(tmp_path_factory.mktemp("sasl") / "data")
-    try:
-        yield broker
-    finally:
-        broker.stop()
+def sasl_broker(module_our_broker_factory):
+    """Our single broker, or a cluster (its brokers log in to each other with PLAIN as admin),
+    shared with test_sasl_negative under the ``cluster`` kind."""
+    return sasl_broker_of_kind(module_our_broker_factory, SASL_SUITES_EXTRA)
 
 
 def _confluent_like(module, bootstrap: str, topic: str, sec: dict[str, str]) -> list[bytes]:

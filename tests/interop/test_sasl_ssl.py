@@ -11,7 +11,7 @@ denies what it says over SASL_PLAINTEXT.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable
 
 import pytest
 from confluent_kafka import KafkaError as CkKafkaError
@@ -26,19 +26,18 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from oncestream.client.common.connection import BrokerConnection
+from oncestream.client.common.connection import BrokerConnection, parse_bootstrap
 from oncestream.client.common.sasl import SaslClientError, SaslCredentials
 from oncestream.client.common.tls import ssl_context_for
-from tests.support.acl import AUTHORIZER
-from tests.support.brokers import BrokerProcess
+from tests.support.acl import AUTHORIZER, wait_described_everywhere
 from tests.support.certs import Pki
+from tests.support.cluster_kind import BrokerUnderTest
 from tests.support.sasl import (
     ALL_MECHANISMS,
     MECHANISM_USERS,
     PLAIN_USERS,
-    add_scram_users,
     plain_jaas,
-    sasl_broker_config,
+    sasl_broker_of_kind,
 )
 from tests.support.secured_roundtrips import (
     kafka_python_roundtrip,
@@ -55,15 +54,14 @@ ADMIN = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
 
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory, pki: Pki) -> Iterator[BrokerProcess]:
-    data_dir = tmp_path_factory.mktemp("sasl-ssl-broker") / "data"
-    data_dir.mkdir(parents=True)
-    add_scram_users(data_dir, {"scram-alice": MECHANISM_USERS["SCRAM-SHA-256"][1]})
+def broker(module_our_broker_factory: Callable[..., BrokerUnderTest], pki: Pki) -> BrokerUnderTest:
+    """Our single broker, or a cluster whose brokers log in to each other on the first listener
+    (SASL_SSL: TLS with the module's CA, then PLAIN as admin, a super user)."""
     jaas = plain_jaas(PLAIN_USERS)
-    config = sasl_broker_config({
+    extra = {
         "listeners": "SASL_SSL://127.0.0.1:0,MTLS://127.0.0.1:0,SASLP://127.0.0.1:0",
         "listener.security.protocol.map": "SASL_SSL:SASL_SSL,MTLS:SASL_SSL,SASLP:SASL_PLAINTEXT",
-        "listener.name.sasl_ssl.plain.sasl.jaas.config": jaas,
+        "listener.name.sasl_ssl.plain.sasl.jaas.config": plain_jaas(PLAIN_USERS, login="admin"),
         "listener.name.mtls.plain.sasl.jaas.config": jaas,
         "listener.name.saslp.plain.sasl.jaas.config": jaas,
         "listener.name.mtls.ssl.client.auth": "required",
@@ -72,16 +70,12 @@ def broker(tmp_path_factory: pytest.TempPathFactory, pki: Pki) -> Iterator[Broke
         # The SASL users below may do everything they are not denied: this module tests
         # transport and identity; the ACL test denies explicitly.
         "allow.everyone.if.no.acl.found": "true",
-    })
-    process = BrokerProcess(data_dir=data_dir, config=config)
-    process.start()
-    try:
-        yield process
-    finally:
-        process.stop()
+    }
+    admin_conf = {**ADMIN, "security.protocol": "SASL_SSL", "ssl.ca.location": str(pki.ca)}
+    return sasl_broker_of_kind(module_our_broker_factory, extra, admin_conf)
 
 
-def _sasl_ssl_conf(broker: BrokerProcess, pki: Pki, mechanism: str, listener: str = "SASL_SSL") -> dict[str, str]:
+def _sasl_ssl_conf(broker: BrokerUnderTest, pki: Pki, mechanism: str, listener: str = "SASL_SSL") -> dict[str, str]:
     user, password = MECHANISM_USERS[mechanism]
     return {"bootstrap.servers": broker.listener_bootstrap(listener), "security.protocol": "SASL_SSL",
             "ssl.ca.location": str(pki.ca), "sasl.mechanism": mechanism, "sasl.username": user,
@@ -93,7 +87,7 @@ def _sasl_ssl_conf(broker: BrokerProcess, pki: Pki, mechanism: str, listener: st
 # -- librdkafka, kafka-python and our client over SASL_SSL ----------------------------------------
 @pytest.mark.parametrize("mechanism", ALL_MECHANISMS)
 def test_librdkafka_produces_consumes_and_commits_a_transaction_over_sasl_ssl(
-        broker: BrokerProcess, pki: Pki, mechanism: str) -> None:
+        broker: BrokerUnderTest, pki: Pki, mechanism: str) -> None:
     topic = f"saslssl-ck-{uuid.uuid4().hex[:8]}"
     assert librdkafka_roundtrip(_sasl_ssl_conf(broker, pki, mechanism), topic, 10) == [
         f"plain-{i}".encode() for i in range(10)] + [f"txn-{i}".encode() for i in range(5)]
@@ -101,7 +95,7 @@ def test_librdkafka_produces_consumes_and_commits_a_transaction_over_sasl_ssl(
 
 @pytest.mark.parametrize("mechanism", ALL_MECHANISMS)
 def test_kafka_python_produces_consumes_and_commits_a_transaction_over_sasl_ssl(
-        broker: BrokerProcess, pki: Pki, mechanism: str) -> None:
+        broker: BrokerUnderTest, pki: Pki, mechanism: str) -> None:
     user, password = MECHANISM_USERS[mechanism]
     args = {"security_protocol": "SASL_SSL", "ssl_cafile": str(pki.ca), "ssl_check_hostname": True,
             "sasl_mechanism": mechanism, "sasl_plain_username": user, "sasl_plain_password": password}
@@ -112,7 +106,7 @@ def test_kafka_python_produces_consumes_and_commits_a_transaction_over_sasl_ssl(
 
 @pytest.mark.parametrize("mechanism", ALL_MECHANISMS)
 def test_our_client_produces_consumes_and_commits_a_transaction_over_sasl_ssl(
-        broker: BrokerProcess, pki: Pki, mechanism: str) -> None:
+        broker: BrokerUnderTest, pki: Pki, mechanism: str) -> None:
     # The MTLS listener wants a client certificate as well: TLS with alice's certificate, then SASL.
     conf = {**_sasl_ssl_conf(broker, pki, mechanism, "MTLS"), "ssl.certificate.location": str(pki.alice.cert),
             "ssl.key.location": str(pki.alice.key)}
@@ -123,18 +117,18 @@ def test_our_client_produces_consumes_and_commits_a_transaction_over_sasl_ssl(
     assert librdkafka_read_committed(_sasl_ssl_conf(broker, pki, mechanism), topic, 5) == values
 
 
-def test_blocking_connection_does_tls_then_sasl_and_refuses_a_wrong_password(broker: BrokerProcess, pki: Pki) -> None:
-    host, port = broker.listener_bootstrap("SASL_SSL").rsplit(":", 1)
+def test_blocking_connection_does_tls_then_sasl_and_refuses_a_wrong_password(broker: BrokerUnderTest, pki: Pki) -> None:
+    host, port = parse_bootstrap(broker.listener_bootstrap("SASL_SSL"))  # a cluster's first broker
     tls = ssl_context_for({"security.protocol": "sasl_ssl", "ssl.ca.location": str(pki.ca)})
-    with BrokerConnection(host, int(port), ssl_context=tls,
+    with BrokerConnection(host, port, ssl_context=tls,
                           sasl=SaslCredentials("SCRAM-SHA-512", "scram-alice", MECHANISM_USERS["SCRAM-SHA-512"][1])):
         pass
     with pytest.raises(SaslClientError):
-        BrokerConnection(host, int(port), ssl_context=tls, sasl=SaslCredentials("SCRAM-SHA-512", "scram-alice", "no"))
+        BrokerConnection(host, port, ssl_context=tls, sasl=SaslCredentials("SCRAM-SHA-512", "scram-alice", "no"))
 
 
 # -- an ACL on a SASL principal (SASL_PLAINTEXT) --------------------------------------------------
-def test_acl_on_a_sasl_principal_allows_and_denies_over_sasl_plaintext(broker: BrokerProcess, pki: Pki) -> None:
+def test_acl_on_a_sasl_principal_allows_and_denies_over_sasl_plaintext(broker: BrokerUnderTest, pki: Pki) -> None:
     """alice (PLAIN) may write the topic an ALLOW names and is refused the one a DENY names; the
     decision follows the SASL principal ``User:alice``, not the connection."""
     bootstrap = broker.listener_bootstrap("SASLP")
@@ -148,6 +142,8 @@ def test_acl_on_a_sasl_principal_allows_and_denies_over_sasl_plaintext(broker: B
                            AclOperation.ALL, AclPermissionType.DENY)]
     for future in admin.create_acls(bindings, request_timeout=TIMEOUT_S).values():
         future.result(timeout=TIMEOUT_S)
+    for binding in bindings:  # on every broker the producer may reach (a cluster's learn them from PostgreSQL)
+        wait_described_everywhere(broker, binding, listener="SASLP", client_conf=ADMIN)
 
     alice = {"bootstrap.servers": bootstrap, "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
              "sasl.username": "alice", "sasl.password": PLAIN_USERS["alice"]}

@@ -15,6 +15,7 @@ from confluent_kafka.admin import AdminClient, ScramCredentialInfo, ScramMechani
 
 from tests.support.brokers import BrokerProcess
 from tests.support.clients import CLIENT_TIMEOUT_S, unique_topic
+from tests.support.cluster_kind import DATA_DIR_USERS, not_on_cluster
 from tests.support.sasl import librdkafka_conf, sasl_broker_config
 
 pytestmark = pytest.mark.interop
@@ -41,6 +42,7 @@ def can_produce(broker: BrokerProcess, mechanism: str, user: str, password: str)
     return left == 0
 
 
+@not_on_cluster(DATA_DIR_USERS)
 def test_users_offline_bootstrap_online_management_and_sigkill(tmp_path):
     data_dir = tmp_path / "data"
     # Offline, into a new empty data dir: the first SCRAM admin.

@@ -14,7 +14,17 @@ from typing import Any
 import httpx
 import pytest
 from confluent_kafka import Consumer, Producer
-from confluent_kafka.schema_registry import Schema, SchemaReference, SchemaRegistryClient
+from confluent_kafka.schema_registry import (
+    Metadata,
+    MetadataProperties,
+    Rule,
+    RuleKind,
+    RuleMode,
+    RuleSet,
+    Schema,
+    SchemaReference,
+    SchemaRegistryClient,
+)
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 from confluent_kafka.schema_registry.json_schema import JSONDeserializer, JSONSerializer
@@ -253,3 +263,84 @@ def test_restart_rebuilds_from_the_topic(broker: ManagedBroker, tmp_path: Path) 
         assert instance.stop() == 0  # SIGTERM: a clean stop
     finally:
         instance.stop()
+
+
+def test_metadata_and_rule_sets_are_stored_and_found(broker: ManagedBroker, tmp_path: Path) -> None:
+    """Data contracts as newer confluent-kafka clients send them: a schema's ``metadata`` and
+    ``ruleSet`` are stored, answered by every read, part of its identity (the same text with
+    other metadata is a new version with a new id), found by ``get_latest_with_metadata``
+    (``GET /subjects/{s}/metadata``), and still there after a restart rebuilt the state from the topic."""
+    instance = SchemaRegistryProcess(bootstrap=broker.bootstrap, work_dir=tmp_path,
+                                     config={"kafkastore.topic": unique("_schemas"),
+                                             "schema.registry.group.id": unique("sr")})
+    instance.start()
+    try:
+        instance.wait_writable()
+        client = SchemaRegistryClient({"url": instance.url})
+        subject = unique("contract") + "-value"
+        rule = Rule(name="adult", doc=None, kind=RuleKind.CONDITION, mode=RuleMode.WRITE, type="CEL", tags=None,
+                    params=None, expr="message.age >= 18", on_success=None, on_failure="ERROR", disabled=False)
+
+        def schema(major: str) -> Schema:
+            return Schema(USER_V1, "AVRO", metadata=Metadata(tags=None, sensitive=None, properties=MetadataProperties(
+                {"owner": "team-a", "app.major.version": major})), rule_set=RuleSet(migration_rules=None,
+                                                                                    domain_rules=[rule]))
+
+        first = client.register_schema(subject, schema("1"))
+        assert client.register_schema(subject, schema("1")) == first          # the same schema: the same id
+        second = client.register_schema(subject, schema("2"))
+        assert second != first
+        assert client.get_versions(subject) == [1, 2]
+
+        def check(client: SchemaRegistryClient) -> None:
+            found = client.get_latest_with_metadata(subject, {"app.major.version": "1"})
+            assert (found.version, found.schema_id) == (1, first)
+            assert found.schema.metadata is not None
+            assert found.schema.metadata.properties is not None
+            assert found.schema.metadata.properties.properties == {"owner": "team-a", "app.major.version": "1"}
+            assert found.schema.rule_set is not None
+            assert found.schema.rule_set.domain_rules is not None
+            assert [(r.name, r.expr, r.on_failure) for r in found.schema.rule_set.domain_rules] == [
+                ("adult", "message.age >= 18", "ERROR")]
+            latest = client.get_latest_with_metadata(subject, {"owner": "team-a"})
+            assert (latest.version, latest.schema_id) == (2, second)
+            by_id = SchemaRegistryClient({"url": instance.url}).get_schema(second)
+            assert by_id.metadata is not None
+            assert by_id.metadata.properties is not None
+            assert by_id.metadata.properties.properties["app.major.version"] == "2"
+            with pytest.raises(SchemaRegistryError) as info:
+                client.get_latest_with_metadata(subject, {"app.major.version": "3"})
+            assert info.value.error_code == 40403
+
+        check(client)
+        # A lookup without metadata finds the newest version of that text.
+        assert client.lookup_schema(subject, Schema(USER_V1, "AVRO")).version == 2
+        instance.kill()
+        instance.start()
+        instance.wait_writable()
+        check(SchemaRegistryClient({"url": instance.url}))
+    finally:
+        instance.stop()
+
+
+def test_subjects_in_a_context(broker: ManagedBroker, client: SchemaRegistryClient) -> None:
+    """A context-qualified subject (``:.staging:orders-value``) as confluent-kafka's client uses it:
+    registered, read back by subject and by id (the client names the subject), listed by
+    ``get_contexts``; Avro records written through it read back."""
+    name = unique("ctx")
+    subject = f":.staging:{name}-value"
+    schema_id = client.register_schema(subject, Schema(USER_V1, "AVRO"))
+    assert client.get_latest_version(subject).schema_id == schema_id
+    assert client.get_schema(schema_id, subject_name=subject).schema_str == USER_V1
+    assert subject in client.get_subjects()
+    contexts = client.get_contexts()
+    assert "." in contexts
+    assert ".staging" in contexts
+    assert client.get_contexts(offset=contexts.index(".staging"), limit=1) == [".staging"]
+    serialize = AvroSerializer(client, USER_V1, conf={"auto.register.schemas": False, "use.latest.version": True,
+                                                      "subject.name.strategy": lambda _ctx, _record: subject})
+    ctx = SerializationContext(name, MessageField.VALUE)
+    data = serialize({"name": "a", "age": 3}, ctx)
+    assert data is not None
+    assert int.from_bytes(data[1:5], "big") == schema_id
+    assert AvroDeserializer(client)(data, ctx) == {"name": "a", "age": 3}

@@ -1,7 +1,9 @@
 """KIP-932 share groups with librdkafka's ShareConsumer (confluent-kafka 2.16) against a real
 broker process: records shared by members one at a time, acquisition-lock expiry after a member
-is SIGKILLed, RELEASE / REJECT, the delivery count limit, a broker SIGKILL mid-stream, and
-read_committed share groups over aborted transactions.
+is SIGKILLed, RELEASE / REJECT, the delivery count limit (the broker's, and a group's own
+``share.delivery.count.limit``), a group's own ``share.session.timeout.ms`` ending a SIGKILLed
+member's session long before the broker's session and lock would, the group configs' bounds, a
+broker SIGKILL mid-stream, and read_committed share groups over aborted transactions.
 
 Each test ends its "nothing else arrives" checks with a sentinel record produced last: with no
 record locked by another member, the share-partition hands records out in offset order, so once
@@ -16,12 +18,12 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import pytest
 from confluent_kafka import AcknowledgeType, KafkaException, Message, Producer, ShareConsumer
-from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource, ResourceType
 
 from tests.support.brokers import BrokerProcess
 from tests.support.clients import CLIENT_TIMEOUT_S, admin_client, create_topic, unique_topic
@@ -95,6 +97,27 @@ def poll_ok(consumer: ShareConsumer, timeout_s: float = 0.5) -> list[Message]:
     errors = [m.error() for m in messages if m.error() is not None]
     assert not errors, errors
     return list(messages)
+
+
+# A broker whose share sessions and record locks last ten minutes, and whose bounds let a group
+# choose seconds (group.share.min.* / max.*); a group of such seconds (share.*.ms group configs).
+SLOW_BROKER_TIMING = {
+    "group.share.session.timeout.ms": "600000", "group.share.max.session.timeout.ms": "600000",
+    "group.share.min.session.timeout.ms": "3000", "group.share.min.heartbeat.interval.ms": "500",
+    "group.share.record.lock.duration.ms": "600000", "group.share.max.record.lock.duration.ms": "600000",
+}
+FAST_GROUP_TIMING = {"share_session_timeout_ms": "4000", "share_heartbeat_interval_ms": "1000"}
+
+
+def group_config_values(bootstrap: str, group_id: str, names: Iterable[str]) -> dict[str, str]:
+    """DescribeConfigs of the GROUP resource (librdkafka's Admin): the values of ``names``
+    (spelt with underscores, as ``set_group_configs`` takes them) that the group set itself."""
+    admin = admin_client(bootstrap)
+    (future,) = admin.describe_configs([ConfigResource(ResourceType.GROUP, group_id)]).values()
+    entries = future.result(timeout=CLIENT_TIMEOUT_S)
+    wanted = {name.replace("_", "."): name for name in names}
+    return {wanted[e.name]: e.value for e in entries.values()
+            if e.name in wanted and ConfigSource(e.source) == ConfigSource.GROUP_CONFIG}
 
 
 def new_group(bootstrap: str, prefix: str, **configs: str) -> str:
@@ -177,11 +200,19 @@ def _collect(consumer: ShareConsumer, count: int, ack_type: Callable[[Message], 
 
 def test_sigkilled_member_records_are_redelivered_after_the_lock(start_broker) -> None:
     broker = start_broker(**{"group.share.record.lock.duration.ms": "3000"})
-    topic = unique_topic("sharekill")
-    create_topic(broker.bootstrap, topic)
     group_id = new_group(broker.bootstrap, "sharekill")
-    produce(broker.bootstrap, topic, [f"v{i}".encode() for i in range(10)])
-    child = subprocess.Popen([sys.executable, "-m", "tests.support.share_member", broker.bootstrap, group_id, topic],
+    killed_members_records_come_back(broker.bootstrap, group_id)
+
+
+def killed_members_records_come_back(bootstrap: str, group_id: str, topic: str | None = None) -> None:
+    """A member (a child process) holds records of ``topic`` (a new one of one partition by
+    default) and is SIGKILLed; another member of the group is handed every record, those the
+    killed one held a second time (delivery count 2)."""
+    if topic is None:
+        topic = unique_topic("sharekill")
+        create_topic(bootstrap, topic)
+    produce(bootstrap, topic, [f"v{i}".encode() for i in range(10)])
+    child = subprocess.Popen([sys.executable, "-m", "tests.support.share_member", bootstrap, group_id, topic],
                              stdout=subprocess.PIPE, text=True)
     held: list[int] = []
     try:
@@ -194,13 +225,13 @@ def test_sigkilled_member_records_are_redelivered_after_the_lock(start_broker) -
         child.kill()
         child.wait(timeout=CLIENT_TIMEOUT_S)
     assert held, "the child member never received records"
-    other = share_consumer(broker.bootstrap, group_id, topic, explicit=True)
+    other = share_consumer(bootstrap, group_id, topic, explicit=True)
     try:
         counts = _collect(other, 10, lambda m: AcknowledgeType.ACCEPT)
     finally:
         other.close()
     assert sorted(counts) == list(range(10))
-    for offset in held:  # handed out a second time, after the killed member's lock ran out
+    for offset in held:  # handed out a second time, after the killed member's lock or session ran out
         assert counts[offset] == 2, (offset, counts)
 
 
@@ -225,11 +256,45 @@ def test_released_records_return_and_rejected_never(start_broker) -> None:
 
 def test_poison_record_is_archived_after_the_delivery_limit(start_broker) -> None:
     broker = start_broker(**{"group.share.delivery.count.limit": "3"})
-    topic = unique_topic("sharepoison")
-    create_topic(broker.bootstrap, topic)
     group_id = new_group(broker.bootstrap, "sharepoison")
-    produce(broker.bootstrap, topic, [b"ok-0", b"poison", b"ok-2"])
-    consumer = share_consumer(broker.bootstrap, group_id, topic, explicit=True)
+    assert _poison_deliveries(broker.bootstrap, group_id, 3) == [1, 2, 3]
+
+
+def test_group_delivery_limit_overrides_the_brokers(start_broker) -> None:
+    """KIP-1240's share.delivery.count.limit: the group's 2 rather than the broker's 5."""
+    broker = start_broker()
+    group_id = new_group(broker.bootstrap, "sharelimit", share_delivery_count_limit="2")
+    assert _poison_deliveries(broker.bootstrap, group_id, 2) == [1, 2]
+
+
+def test_group_session_timeout_gives_back_a_killed_members_records(start_broker) -> None:
+    """share.session.timeout.ms of the group: the broker's session and lock are ten minutes, the
+    group's session four seconds; a SIGKILLed member's records come back once its session ends."""
+    broker = start_broker(**SLOW_BROKER_TIMING)
+    group_id = new_group(broker.bootstrap, "sharesession", **FAST_GROUP_TIMING)
+    assert group_config_values(broker.bootstrap, group_id, FAST_GROUP_TIMING) == FAST_GROUP_TIMING
+    killed_members_records_come_back(broker.bootstrap, group_id)
+
+
+def test_group_timing_outside_the_brokers_bounds_is_refused(start_broker) -> None:
+    broker = start_broker(**SLOW_BROKER_TIMING)
+    group_id = unique_group("sharebounds")
+    for configs in ({"share_session_timeout_ms": "2999"}, {"share_heartbeat_interval_ms": "15001"},
+                    {"share_delivery_count_limit": "11"},
+                    {"share_session_timeout_ms": "4000", "share_heartbeat_interval_ms": "4000"}):
+        with pytest.raises(KafkaException) as refused:
+            set_group_configs(broker.bootstrap, group_id, **configs)
+        assert refused.value.args[0].name() == "INVALID_CONFIG", configs
+
+
+def _poison_deliveries(bootstrap: str, group_id: str, limit: int) -> list[int]:
+    """The delivery counts a record released every time is handed out with, up to the sentinel
+    produced once it was delivered ``limit`` times (a delivery beyond the group's limit would
+    come before the sentinel)."""
+    topic = unique_topic("sharepoison")
+    create_topic(bootstrap, topic)
+    produce(bootstrap, topic, [b"ok-0", b"poison", b"ok-2"])
+    consumer = share_consumer(bootstrap, group_id, topic, explicit=True)
     poison_counts: list[int] = []
     accepted: list[int] = []
 
@@ -237,8 +302,8 @@ def test_poison_record_is_archived_after_the_delivery_limit(start_broker) -> Non
         if value_of(m) == b"poison":
             poison_counts.append(count_of(m))
             consumer.acknowledge(m, AcknowledgeType.RELEASE)  # the application fails on it
-            if len(poison_counts) == 3:
-                produce(broker.bootstrap, topic, [SENTINEL])
+            if len(poison_counts) == limit:
+                produce(bootstrap, topic, [SENTINEL])
         else:
             accepted.append(offset_of(m))
             consumer.acknowledge(m, AcknowledgeType.ACCEPT)
@@ -247,8 +312,8 @@ def test_poison_record_is_archived_after_the_delivery_limit(start_broker) -> Non
         _until_sentinel(consumer, handle)
     finally:
         consumer.close()
-    assert poison_counts == [1, 2, 3]
     assert sorted(accepted) == [0, 2, 3]
+    return poison_counts
 
 
 def test_broker_sigkill_keeps_acknowledgements_and_redelivers_the_rest(start_broker) -> None:

@@ -12,17 +12,23 @@ from __future__ import annotations
 import socket
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from oncestream.client.common.connection import BrokerConnection, BrokerUnreachableError
+from oncestream.client.common.connection import BrokerConnection, BrokerUnreachableError, parse_bootstrap
 from oncestream.client.common.tls import ssl_context_for
 from oncestream.protocol.api_keys import METADATA
 from oncestream.protocol.codec import build
-from tests.support.brokers import BrokerProcess
 from tests.support.certs import ClientCert, Pki
+from tests.support.cluster_kind import (
+    BROKER_COMMAND_CHECK,
+    RESTART_KEEPS_LISTENER_PORTS,
+    BrokerUnderTest,
+    not_on_cluster,
+    processes_of,
+)
 from tests.support.secured_roundtrips import (
     kafka_python_roundtrip,
     librdkafka_read_committed,
@@ -36,21 +42,16 @@ TIMEOUT_S = 60.0
 
 
 @pytest.fixture(scope="module")
-def tls_broker(tmp_path_factory: pytest.TempPathFactory, pki: Pki) -> Iterator[BrokerProcess]:
-    base = tmp_path_factory.mktemp("tls-broker")
-    config = {
+def tls_broker(module_our_broker_factory: Callable[..., BrokerUnderTest], pki: Pki) -> BrokerUnderTest:
+    """Our single broker, or a cluster whose brokers reach each other on PLAINTEXT; raw
+    connections go to its first broker."""
+    return module_our_broker_factory({
         "listeners": "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0,MTLS://127.0.0.1:0,OPT://127.0.0.1:0",
         "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SSL:SSL,MTLS:SSL,OPT:SSL",
         **pki.broker_stores(),
         "listener.name.mtls.ssl.client.auth": "required",
         "listener.name.opt.ssl.client.auth": "requested",
-    }
-    process = BrokerProcess(data_dir=base / "data", config=config)
-    process.start()
-    try:
-        yield process
-    finally:
-        process.stop()
+    })
 
 
 def _ssl_conf(pki: Pki, cert: ClientCert | None = None) -> dict[str, str]:
@@ -60,28 +61,28 @@ def _ssl_conf(pki: Pki, cert: ClientCert | None = None) -> dict[str, str]:
     return conf
 
 
-def _connect(broker: BrokerProcess, listener: str, conf: dict[str, str] | None) -> BrokerConnection:
-    host, port = broker.listener_bootstrap(listener).rsplit(":", 1)
-    return BrokerConnection(host, int(port), timeout_s=10.0, ssl_context=ssl_context_for(conf or {}))
+def _connect(broker: BrokerUnderTest, listener: str, conf: dict[str, str] | None) -> BrokerConnection:
+    host, port = parse_bootstrap(broker.listener_bootstrap(listener))  # a cluster's first broker
+    return BrokerConnection(host, port, timeout_s=10.0, ssl_context=ssl_context_for(conf or {}))
 
 
-def _metadata_broker_port(conn: BrokerConnection) -> int:
+def _metadata_broker_ports(conn: BrokerConnection) -> set[int]:
+    """The ports Metadata lists for the brokers (one, or a cluster's three)."""
     response = conn.call(METADATA, lambda m: build(
         m.MetadataRequest, topics=(), allow_auto_topic_creation=False, include_topic_authorized_operations=False))
-    (only,) = response.brokers
-    return int(only.port)
+    return {int(broker.port) for broker in response.brokers}
 
 
 def _works(conn: BrokerConnection) -> bool:
     try:
         with conn:
-            _metadata_broker_port(conn)
+            _metadata_broker_ports(conn)
         return True
     except BrokerUnreachableError:
         return False
 
 
-def _refused(broker: BrokerProcess, listener: str, conf: dict[str, str] | None) -> bool:
+def _refused(broker: BrokerUnderTest, listener: str, conf: dict[str, str] | None) -> bool:
     """True when the handshake or the first request fails (TLS 1.3 reports a refused client
     certificate only once the client reads)."""
     try:
@@ -92,25 +93,30 @@ def _refused(broker: BrokerProcess, listener: str, conf: dict[str, str] | None) 
 
 
 # -- listeners -----------------------------------------------------------------------------------
-def test_each_listener_advertises_itself(tls_broker: BrokerProcess, pki: Pki) -> None:
-    """Metadata answers with the endpoint of the listener the request came in on (as Kafka)."""
-    ports = tls_broker.listener_ports
-    assert len(set(ports.values())) == 4
+def test_each_listener_advertises_itself(tls_broker: BrokerUnderTest, pki: Pki) -> None:
+    """Metadata answers with the endpoints of the listener the request came in on (as Kafka):
+    the broker's, or every cluster broker's."""
+    processes = processes_of(tls_broker)
+
+    def ports(listener: str) -> set[int]:
+        return {parse_bootstrap(process.listener_bootstrap(listener))[1] for process in processes}
+
+    assert len(set.union(*(ports(name) for name in ("PLAINTEXT", "SSL", "MTLS", "OPT")))) == 4 * len(processes)
     with _connect(tls_broker, "PLAINTEXT", None) as conn:
-        assert _metadata_broker_port(conn) == ports["PLAINTEXT"]
+        assert _metadata_broker_ports(conn) == ports("PLAINTEXT")
     with _connect(tls_broker, "SSL", _ssl_conf(pki)) as conn:
-        assert _metadata_broker_port(conn) == ports["SSL"]
+        assert _metadata_broker_ports(conn) == ports("SSL")
     with _connect(tls_broker, "MTLS", _ssl_conf(pki, pki.alice)) as conn:
-        assert _metadata_broker_port(conn) == ports["MTLS"]
+        assert _metadata_broker_ports(conn) == ports("MTLS")
 
 
 def test_plaintext_client_on_a_tls_port_fails_cleanly_and_others_keep_working(
-        tls_broker: BrokerProcess, pki: Pki) -> None:
-    host, port = tls_broker.listener_bootstrap("SSL").rsplit(":", 1)
+        tls_broker: BrokerUnderTest, pki: Pki) -> None:
+    host, port = parse_bootstrap(tls_broker.listener_bootstrap("SSL"))
     with pytest.raises(BrokerUnreachableError):
-        BrokerConnection(host, int(port), timeout_s=10.0)
+        BrokerConnection(host, port, timeout_s=10.0)
     # Garbage instead of a ClientHello: the broker closes that socket, nothing more.
-    with socket.create_connection((host, int(port)), timeout=10.0) as raw:
+    with socket.create_connection((host, port), timeout=10.0) as raw:
         raw.sendall(b"\x00\x00\x00\x10" + b"\xff" * 16)
         with _closed_soon():
             while raw.recv(100):  # perhaps an alert, then EOF
@@ -120,12 +126,12 @@ def test_plaintext_client_on_a_tls_port_fails_cleanly_and_others_keep_working(
     assert tls_broker.is_alive()
 
 
-def test_tls_client_on_the_plaintext_port_fails(tls_broker: BrokerProcess, pki: Pki) -> None:
+def test_tls_client_on_the_plaintext_port_fails(tls_broker: BrokerUnderTest, pki: Pki) -> None:
     assert _refused(tls_broker, "PLAINTEXT", _ssl_conf(pki))
     assert _works(_connect(tls_broker, "PLAINTEXT", None))
 
 
-def test_client_refuses_a_broker_it_does_not_trust(tls_broker: BrokerProcess, pki: Pki) -> None:
+def test_client_refuses_a_broker_it_does_not_trust(tls_broker: BrokerUnderTest, pki: Pki) -> None:
     """Verification is on by default (librdkafka's meaning): a CA that did not sign the broker
     certificate fails the handshake."""
     other = {"security.protocol": "SSL", "ssl.ca.location": str(pki.other_ca.cert)}
@@ -133,7 +139,7 @@ def test_client_refuses_a_broker_it_does_not_trust(tls_broker: BrokerProcess, pk
 
 
 # -- mutual TLS ----------------------------------------------------------------------------------
-def test_mtls_required_refuses_a_client_without_certificate(tls_broker: BrokerProcess, pki: Pki) -> None:
+def test_mtls_required_refuses_a_client_without_certificate(tls_broker: BrokerUnderTest, pki: Pki) -> None:
     assert _refused(tls_broker, "MTLS", _ssl_conf(pki))
     assert _works(_connect(tls_broker, "SSL", _ssl_conf(pki)))
 
@@ -141,14 +147,14 @@ def test_mtls_required_refuses_a_client_without_certificate(tls_broker: BrokerPr
 @pytest.mark.parametrize("which", ["expired", "self_signed", "other_ca"])
 @pytest.mark.parametrize("listener", ["MTLS", "OPT"])
 def test_untrusted_client_certificate_fails_the_handshake(
-        tls_broker: BrokerProcess, pki: Pki, which: str, listener: str) -> None:
+        tls_broker: BrokerUnderTest, pki: Pki, which: str, listener: str) -> None:
     """Expired, self-signed or foreign-CA certificates fail with required and with requested
     client auth (Kafka: with ``requested``, a certificate that is sent must verify)."""
     assert _refused(tls_broker, listener, _ssl_conf(pki, getattr(pki, which)))
     assert tls_broker.is_alive()
 
 
-def test_mtls_requested_accepts_no_certificate(tls_broker: BrokerProcess, pki: Pki) -> None:
+def test_mtls_requested_accepts_no_certificate(tls_broker: BrokerUnderTest, pki: Pki) -> None:
     assert _works(_connect(tls_broker, "OPT", _ssl_conf(pki)))
     assert _works(_connect(tls_broker, "OPT", _ssl_conf(pki, pki.alice)))
 
@@ -163,16 +169,17 @@ class _closed_soon:
         return exc_type is None or issubclass(exc_type, ConnectionError)
 
 
-def _log_has(broker: BrokerProcess, text: str) -> bool:
+def _log_has(broker: BrokerUnderTest, text: str) -> bool:
     deadline = time.monotonic() + 10.0
     while time.monotonic() < deadline:
-        if text in broker.output_tail() or (broker.log_path and text in Path(broker.log_path).read_text()):
+        log_path = getattr(broker, "log_path", None)  # a cluster's brokers: their output only
+        if text in broker.output_tail() or (log_path and text in Path(log_path).read_text()):
             return True
         time.sleep(0.05)
     return False
 
 
-def test_mtls_good_certificate_gets_its_subject_as_principal(tls_broker: BrokerProcess, pki: Pki) -> None:
+def test_mtls_good_certificate_gets_its_subject_as_principal(tls_broker: BrokerUnderTest, pki: Pki) -> None:
     """Kafka's default mapping: ``User:CN=alice``; RFC 2253 for a longer subject."""
     assert _works(_connect(tls_broker, "MTLS", _ssl_conf(pki, pki.alice)))
     assert _log_has(tls_broker, "on listener MTLS: client certificate principal User:CN=alice")
@@ -181,7 +188,7 @@ def test_mtls_good_certificate_gets_its_subject_as_principal(tls_broker: BrokerP
 
 
 # -- real clients over SSL -----------------------------------------------------------------------
-def _ck_conf(tls_broker: BrokerProcess, pki: Pki, listener: str = "SSL", cert: ClientCert | None = None) -> dict:
+def _ck_conf(tls_broker: BrokerUnderTest, pki: Pki, listener: str = "SSL", cert: ClientCert | None = None) -> dict:
     return {"bootstrap.servers": tls_broker.listener_bootstrap(listener), **_ssl_conf(pki, cert)}
 
 
@@ -189,7 +196,7 @@ def _ck_conf(tls_broker: BrokerProcess, pki: Pki, listener: str = "SSL", cert: C
 
 @pytest.mark.parametrize(("listener", "cert"), [("SSL", None), ("MTLS", "alice")])
 def test_librdkafka_produces_consumes_and_commits_a_transaction_over_ssl(
-        tls_broker: BrokerProcess, pki: Pki, listener: str, cert: str | None) -> None:
+        tls_broker: BrokerUnderTest, pki: Pki, listener: str, cert: str | None) -> None:
     conf = _ck_conf(tls_broker, pki, listener, getattr(pki, cert) if cert else None)
     topic = f"tls-ck-{uuid.uuid4().hex[:8]}"
     assert librdkafka_roundtrip(conf, topic, 20) == [f"plain-{i}".encode() for i in range(20)] + [
@@ -197,7 +204,7 @@ def test_librdkafka_produces_consumes_and_commits_a_transaction_over_ssl(
 
 
 def test_kafka_python_produces_consumes_and_commits_a_transaction_over_ssl(
-        tls_broker: BrokerProcess, pki: Pki) -> None:
+        tls_broker: BrokerUnderTest, pki: Pki) -> None:
     ssl_args = {"security_protocol": "SSL", "ssl_cafile": str(pki.ca), "ssl_certfile": str(pki.alice.cert),
                 "ssl_keyfile": str(pki.alice.key), "ssl_check_hostname": True}
     topic = f"tls-kp-{uuid.uuid4().hex[:8]}"
@@ -206,7 +213,7 @@ def test_kafka_python_produces_consumes_and_commits_a_transaction_over_ssl(
 
 
 def test_our_client_produces_consumes_and_commits_a_transaction_over_ssl(
-        tls_broker: BrokerProcess, pki: Pki) -> None:
+        tls_broker: BrokerUnderTest, pki: Pki) -> None:
     topic = f"tls-os-{uuid.uuid4().hex[:8]}"
     values = oncestream_roundtrip(_ck_conf(tls_broker, pki, "MTLS", pki.alice), topic)
     assert values == [f"os-{i}".encode() for i in range(5)]
@@ -216,7 +223,7 @@ def test_our_client_produces_consumes_and_commits_a_transaction_over_ssl(
 
 
 # -- CLI and the Spark connector's protocol client -------------------------------------------------
-def test_cli_client_commands_take_security_from_command_config(tls_broker: BrokerProcess, pki: Pki,
+def test_cli_client_commands_take_security_from_command_config(tls_broker: BrokerUnderTest, pki: Pki,
                                                                tmp_path: Path) -> None:
     """``--command-config FILE`` of librdkafka properties, as Kafka's tools take it."""
     import subprocess
@@ -245,7 +252,7 @@ def test_cli_client_commands_take_security_from_command_config(tls_broker: Broke
     assert b"Traceback" not in failed.stderr
 
 
-def test_spark_log_client_passes_kafka_ssl_options_through(tls_broker: BrokerProcess, pki: Pki) -> None:
+def test_spark_log_client_passes_kafka_ssl_options_through(tls_broker: BrokerUnderTest, pki: Pki) -> None:
     """The connector's own protocol client honours ``kafka.security.protocol`` / ``kafka.ssl.*``
     (options without the prefix, parsed once on the driver, pickled to the tasks)."""
     import pickle
@@ -269,7 +276,7 @@ def test_spark_log_client_passes_kafka_ssl_options_through(tls_broker: BrokerPro
             plain.metadata([topic])
 
 
-def test_spark_partition_reader_reads_over_tls(tls_broker: BrokerProcess, pki: Pki) -> None:
+def test_spark_partition_reader_reads_over_tls(tls_broker: BrokerUnderTest, pki: Pki) -> None:
     """The source's task body (``read_range``) over an SSL listener: each Fetch response is
     received with ``recv_into`` through the TLS socket into one buffer, several MB of it (many TLS
     records per response), read without copying, and every record comes back once, in order."""
@@ -301,6 +308,7 @@ def test_spark_partition_reader_reads_over_tls(tls_broker: BrokerProcess, pki: P
     (["--config", "listeners=PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0",
       "--config", "listener.security.protocol.map=PLAINTEXT:PLAINTEXT"], "no security protocol"),
 ])
+@not_on_cluster(BROKER_COMMAND_CHECK)
 def test_broker_refuses_bad_listener_or_tls_settings_with_a_message(tmp_path: Path, args: list[str],
                                                                     message: str) -> None:
     import subprocess
@@ -314,6 +322,7 @@ def test_broker_refuses_bad_listener_or_tls_settings_with_a_message(tmp_path: Pa
     assert b"Traceback" not in result.stderr
 
 
+@not_on_cluster(RESTART_KEEPS_LISTENER_PORTS)
 def test_restart_binds_the_same_listener_ports(broker_factory, pki: Pki) -> None:
     """Clients reconnect to the addresses they know: port-0 listeners come back on their ports."""
     broker = broker_factory(config={

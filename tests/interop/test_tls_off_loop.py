@@ -31,8 +31,9 @@ from confluent_kafka import Consumer, Producer
 
 from oncestream.broker.config import BrokerConfig
 from oncestream.broker.state import BrokerState
-from tests.support.brokers import BrokerProcess
+from oncestream.client.common.connection import parse_bootstrap
 from tests.support.certs import Pki
+from tests.support.cluster_kind import IN_PROCESS_BROKER, BrokerUnderTest, not_on_cluster
 from tests.support.loop_thread_broker import LoopThreadBroker
 from tests.support.wire import API_FETCH, api_versions_v3_body, fetch_request_body, frame, request_header
 
@@ -110,6 +111,7 @@ def in_process_tls_broker(tmp_path: Path, pki: Pki) -> Iterator[LoopThreadBroker
         broker.stop()
 
 
+@not_on_cluster(IN_PROCESS_BROKER)
 def test_the_event_loop_never_calls_into_ssl_and_fetches_over_tls_use_sendfile(
         in_process_tls_broker: LoopThreadBroker, pki: Pki) -> None:
     broker = in_process_tls_broker
@@ -128,6 +130,7 @@ def test_the_event_loop_never_calls_into_ssl_and_fetches_over_tls_use_sendfile(
     assert calls.sendfile_calls > 0, "the fetched records did not go out with sendfile"
 
 
+@not_on_cluster(IN_PROCESS_BROKER)
 def test_stopping_the_broker_closes_its_tls_connections_and_their_threads(tmp_path: Path, pki: Pki) -> None:
     """SIGTERM's path (``BrokerServer.stop``) with TLS clients connected, one of them in the middle
     of its handshake: every client sees its connection end and the stop completes."""
@@ -159,16 +162,12 @@ def test_stopping_the_broker_closes_its_tls_connections_and_their_threads(tmp_pa
 
 
 @pytest.fixture(scope="module")
-def tls_broker(tmp_path_factory: pytest.TempPathFactory, pki: Pki) -> Iterator[BrokerProcess]:
-    process = BrokerProcess(data_dir=tmp_path_factory.mktemp("tls-off-loop") / "data", config=_tls_config(pki))
-    process.start()
-    try:
-        yield process
-    finally:
-        process.stop()
+def tls_broker(module_our_broker_factory: Callable[..., BrokerUnderTest], pki: Pki) -> BrokerUnderTest:
+    """Our broker process, or a cluster (the raw clients below go to its first broker)."""
+    return module_our_broker_factory(_tls_config(pki))
 
 
-def test_many_tls_clients_at_once_each_read_large_fetches_whole(tls_broker: BrokerProcess, pki: Pki) -> None:
+def test_many_tls_clients_at_once_each_read_large_fetches_whole(tls_broker: BrokerUnderTest, pki: Pki) -> None:
     """Eight librdkafka consumers read the same 12 MB over TLS at once (fetch responses of up to
     4 MB each), while a producer writes to another topic: every client gets every byte in order."""
     conf = _client_conf(tls_broker.listener_bootstrap("SSL"), pki)
@@ -205,19 +204,19 @@ def test_many_tls_clients_at_once_each_read_large_fetches_whole(tls_broker: Brok
 
 
 def test_a_client_closing_in_the_middle_of_a_large_fetch_leaves_the_broker_serving(
-        tls_broker: BrokerProcess, pki: Pki) -> None:
+        tls_broker: BrokerUnderTest, pki: Pki) -> None:
     """Raw TLS clients ask for 12 MB in one Fetch (sent by sendfile into the pump), read a little
     of the response and close; the broker's connections end and the next client is served whole."""
     conf = _client_conf(tls_broker.listener_bootstrap("SSL"), pki)
     topic = f"cut-{uuid.uuid4().hex[:8]}"
     values = _values(192, topic)
     _produce(conf, topic, values)
-    host, port = tls_broker.listener_bootstrap("SSL").rsplit(":", 1)
+    host, port = parse_bootstrap(tls_broker.listener_bootstrap("SSL"))
     context = ssl.create_default_context(cafile=str(pki.ca))
     body = fetch_request_body(11, topic, 0, 0, max_wait_ms=0, min_bytes=1, max_bytes=64 * 1024 * 1024,
                               partition_max_bytes=64 * 1024 * 1024)
     for correlation_id in range(3):
-        with context.wrap_socket(socket.create_connection((host, int(port)), timeout=TIMEOUT_S),
+        with context.wrap_socket(socket.create_connection((host, port), timeout=TIMEOUT_S),
                                  server_hostname="localhost") as client:
             client.sendall(frame(request_header(API_FETCH, 11, correlation_id, flexible=False) + body))
             (size,) = struct.unpack(">i", _read(client, 4))

@@ -4,7 +4,8 @@ unchanged on a cluster of stateless brokers on PostgreSQL and SeaweedFS).
 The single-broker suites' driver-kill pipelines (tests/spark/test_exactly_once_sink.py,
 test_dual_write.py), pointed at ``cluster.bootstrap`` (all three brokers), shortened to one
 injected crash each so they fit the default run (the crashed driver is a process of its own, the
-run resuming its checkpoint is the test's own SparkSession: one JVM start per test). The source reads read_committed from diskless
+run resuming its checkpoint is the test's own SparkSession: one JVM start per test; the dual
+write's is marked slow, as both its halves are in the default run). The source reads read_committed from diskless
 topics, the exactly-once sink and the dual write prepare KIP-939 transactions whose coordinators
 live on leases in PostgreSQL. Output is read with librdkafka read_committed and must equal the
 input exactly.
@@ -72,6 +73,11 @@ def test_sink_pipeline_on_a_cluster_survives_driver_and_broker_sigkill(spark, tm
     assert _open_transactions(bootstrap) == []
 
 
+# Slow: its two halves stay in the default run: completing a prepared transaction a SIGKILLed
+# driver left on the cluster (test_sink_pipeline_on_a_cluster_survives_driver_and_broker_sigkill,
+# crashed mid-complete) and the PostgreSQL dual write's recovery after its database commit
+# (tests/spark/test_dual_write.py::test_dual_write_postgres_under_driver_sigkill).
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_dual_write_to_postgres_on_a_cluster_under_driver_sigkill(spark, tmp_path, cluster_factory, postgres):
     """The dual write (PostgreSQL table + log) crashed after its database commit, before the

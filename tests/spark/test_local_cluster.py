@@ -7,7 +7,10 @@ holds a prepared transaction or is mid-write (Spark re-runs the task on an execu
 on the one the standalone master starts in its place). These tests share one in-process cluster
 (``spark_cluster``). The last two start local-cluster drivers as subprocesses
 (tests/spark/crash_driver.py) and SIGKILL them with their executors: the sink and the dual-write
-helper stay exactly once across the restart from the checkpoint.
+helper stay exactly once across the restart from the checkpoint. The dual-write one is marked
+slow: the default run covers its two halves with test_driver_sigkilled_with_executors_output_exactly_once
+(a local-cluster driver SIGKILLed with its executors) and tests/spark/test_dual_write.py (the
+SQLite dual write SIGKILLed after the database commit, among other steps).
 """
 
 from __future__ import annotations
@@ -254,6 +257,7 @@ def test_driver_sigkilled_with_executors_output_exactly_once(tmp_path, eos_broke
     assert _ongoing(bootstrap) == []
 
 
+@pytest.mark.slow  # both halves are in the default run (see the module's docstring)
 @pytest.mark.timeout(900)
 def test_dual_write_in_local_cluster_under_driver_sigkill(tmp_path, eos_broker):
     """dual_write (SQLite) with the batches computed on executors: the driver is SIGKILLed after

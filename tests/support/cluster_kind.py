@@ -18,9 +18,14 @@ import uuid
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Generic, Protocol, TypeVar
 
 import pytest
 
+from oncestream.broker.inter_broker import inter_broker_security
+from oncestream.broker.listeners import parse_listeners
+from oncestream.broker.tls import listener_property
+from oncestream.broker_process import OnceStreamBroker
 from oncestream.postgres_process import PostgresServer
 from tests.support.cluster import ClusterBroker, wait_converged
 from tests.support.postgres import create_database
@@ -55,13 +60,20 @@ class ClusterUnderTest:
 
     name = "cluster"
 
-    def __init__(self, brokers: list[ClusterBroker]) -> None:
+    def __init__(self, brokers: list[ClusterBroker], client_conf: Mapping[str, str] | None = None) -> None:
+        """``client_conf``: the security settings of a client of each broker's ``bootstrap``
+        listener (``peer_client_conf``), to see the brokers converge."""
         self.brokers = brokers
+        self.client_conf = dict(client_conf or {})
 
     @property
     def bootstrap(self) -> str:
         """Every broker's ``host:port``, for ``bootstrap.servers``."""
         return ",".join(broker.bootstrap for broker in self.brokers)
+
+    def listener_bootstrap(self, name: str) -> str:
+        """Every broker's ``host:port`` of the listener called ``name`` (with a ``listeners`` property)."""
+        return ",".join(broker.listener_bootstrap(name) for broker in self.brokers)
 
     @property
     def host(self) -> str:
@@ -80,7 +92,7 @@ class ClusterUnderTest:
             broker.spawn()
         for broker in self.brokers:
             broker.wait_ready()
-        wait_converged(self.brokers)
+        wait_converged(self.brokers, self.client_conf)
         return self
 
     def stop(self) -> None:
@@ -113,6 +125,15 @@ class ClusterUnderTest:
         return f"ClusterUnderTest({self.bootstrap})"
 
 
+# What conftest's ``module_our_broker_factory`` gives: our single broker, or a cluster.
+BrokerUnderTest = OnceStreamBroker | ClusterUnderTest
+
+
+def processes_of(broker: BrokerUnderTest) -> list[OnceStreamBroker | ClusterBroker]:
+    """Every broker process behind ``broker``: a cluster's three, else the one."""
+    return list(broker.brokers) if isinstance(broker, ClusterUnderTest) else [broker]
+
+
 def cluster_kind_config(config: Mapping[str, str] | None) -> dict[str, str]:
     """The properties of a cluster-kind broker: ``CLUSTER_KIND_CONFIG`` under a suite's ``config``."""
     return {**CLUSTER_KIND_CONFIG, **(config or {})}
@@ -127,7 +148,33 @@ def module_cluster(postgres: PostgresServer, seaweedfs: SeaweedServer, log_dir: 
     environ = clean_environ(**seaweedfs.env())
     merged = cluster_kind_config(config)
     return ClusterUnderTest([ClusterBroker(node_id, metadata_store, uri, environ, log_dir, merged)
-                             for node_id in range(1, CLUSTER_SIZE + 1)])
+                             for node_id in range(1, CLUSTER_SIZE + 1)], peer_client_conf(merged))
+
+
+def peer_client_conf(config: Mapping[str, str]) -> dict[str, str]:
+    """librdkafka's security settings for a client of a cluster broker's ``bootstrap`` listener
+    (``ClusterBroker``: the first PLAINTEXT listener, else the first), logging in as the brokers
+    log in to each other: none on a PLAINTEXT listener; else the listener must be the
+    inter-broker one (broker/inter_broker.py), whose SASL mechanism and credentials (the JAAS
+    ``username``/``password``) and trust store (PEM) the client takes. A secured suite's config
+    thereby says how its cluster is seen to converge, with no further argument to the factory."""
+    listeners = parse_listeners(config, "127.0.0.1", 0)
+    plaintext = [listener for listener in listeners if listener.security_protocol == "PLAINTEXT"]
+    bootstrap = (plaintext or list(listeners))[0]
+    if bootstrap.security_protocol == "PLAINTEXT":
+        return {}
+    peer = inter_broker_security(config, listeners)
+    if peer.listener_name != bootstrap.name:
+        raise pytest.UsageError(f"a cluster-kind broker's bootstrap listener {bootstrap.name} is secured but is not "
+                                f"its inter-broker listener ({peer.listener_name}): no credentials to converge with")
+    conf = {"security.protocol": peer.security_protocol}
+    if peer.sasl is not None:
+        conf |= {"sasl.mechanism": peer.sasl.mechanism, "sasl.username": peer.sasl.username,
+                 "sasl.password": peer.sasl.password}
+    truststore = listener_property(config, bootstrap.name, "ssl.truststore.location")
+    if bootstrap.uses_tls and truststore:
+        conf["ssl.ca.location"] = truststore
+    return conf
 
 
 def start_or_kill(cluster: ClusterUnderTest) -> ClusterUnderTest:
@@ -151,7 +198,18 @@ ConfigKey = frozenset[tuple[str, str]]
 StartCluster = Callable[[Mapping[str, str] | None, Path], ClusterUnderTest]
 
 
-class SharedClusters:
+class Shareable(Protocol):
+    """What ``SharedClusters`` needs of what it keeps running: a cluster, or a single broker."""
+
+    def is_alive(self) -> bool: ...
+
+    def kill(self) -> object: ...
+
+
+Running = TypeVar("Running", bound=Shareable)
+
+
+class SharedClusters(Generic[Running]):
     """The session's running clusters of the ``cluster`` kind, one per effective broker config.
 
     Starting three brokers and waiting until they agree on each other and on the coordinator
@@ -163,20 +221,22 @@ class SharedClusters:
     (``start_private``) that ends with it. At most ``capacity`` clusters not in use by the running
     module stay up (the least recently used one is killed first): idle brokers still heartbeat and
     renew their leases, on a machine the other test runs share. A cluster a test left with a dead
-    broker is replaced by a fresh one when next asked for.
+    broker is replaced by a fresh one when next asked for. The default kind's single brokers are
+    shared the same way (``SharedClusters[BrokerProcess]``, tests/conftest.py).
     """
 
-    def __init__(self, start_cluster: StartCluster, base_dir: Path, capacity: int = SHARED_CLUSTERS_KEPT) -> None:
+    def __init__(self, start_cluster: Callable[[Mapping[str, str] | None, Path], Running], base_dir: Path,
+                 capacity: int = SHARED_CLUSTERS_KEPT) -> None:
         self.start_cluster = start_cluster
         self.base_dir = base_dir
         self.capacity = capacity
-        self._running: OrderedDict[ConfigKey, ClusterUnderTest] = OrderedDict()  # least recently used first
+        self._running: OrderedDict[ConfigKey, Running] = OrderedDict()  # least recently used first
         self._in_use: Counter[ConfigKey] = Counter()
         self.started = 0  # clusters started, shared and private
         self.reused = 0  # requests answered by a running cluster
         self.starting_s = 0.0  # spent starting clusters, from spawn to settled leases
 
-    def acquire(self, config: Mapping[str, str] | None) -> ClusterUnderTest:
+    def acquire(self, config: Mapping[str, str] | None) -> Running:
         """A running cluster with ``config``: the one already up, else a new one. Give it back
         with ``release`` when the module ends."""
         key: ConfigKey = frozenset(cluster_kind_config(config).items())
@@ -192,14 +252,14 @@ class SharedClusters:
         self._in_use[key] += 1
         return cluster
 
-    def release(self, cluster: ClusterUnderTest) -> None:
+    def release(self, cluster: Running) -> None:
         """The module that acquired ``cluster`` has ended; it stays up for the next suites."""
         for key, running in self._running.items():
             if running is cluster:
                 self._in_use[key] -= 1
         self._evict(room_for=0)
 
-    def start_private(self, config: Mapping[str, str] | None) -> ClusterUnderTest:
+    def start_private(self, config: Mapping[str, str] | None) -> Running:
         """A cluster of its own for a suite that changes cluster-wide state; the caller kills it."""
         return self._start(config)
 
@@ -208,7 +268,7 @@ class SharedClusters:
         while self._running:
             self._running.popitem(last=False)[1].kill()
 
-    def _start(self, config: Mapping[str, str] | None) -> ClusterUnderTest:
+    def _start(self, config: Mapping[str, str] | None) -> Running:
         self.started += 1
         began = time.monotonic()
         try:
@@ -274,6 +334,16 @@ CLUSTER_RESTART_OUTLASTS_SESSIONS = ("the test SIGKILLs and restarts the broker 
                                      "outlive it with a 6 s session; a cluster's three brokers restart one after the "
                                      "other (about 7 s each on a loaded machine), so the classic member's session "
                                      "ends first (coordinator failover is tests/interop/test_cluster_*'s subject)")
+DATA_DIR_USERS = ("the test bootstraps SCRAM users offline into a broker's data dir (`oncestream users --data-dir`) "
+                  "and SIGKILLs that one process; a cluster keeps its users in PostgreSQL, created through any broker "
+                  "(tests/interop/test_cluster_security.py)")
+IN_PROCESS_BROKER = ("the test watches one in-process broker's event loop (LoopThreadBroker): a cluster is three "
+                     "broker processes")
+RESTART_KEEPS_LISTENER_PORTS = ("the test restarts one broker process and expects its port-0 listeners back on "
+                                "the same ports (read from its data dir); a cluster broker binds new ones and "
+                                "registers them (tests/support/cluster.py)")
+BROKER_COMMAND_CHECK = ("the test runs `oncestream broker --data-dir` itself with settings it must refuse: a check "
+                        "of the command line before any store is opened, no broker of a kind")
 ONE_BROKER_ASSUMED = ("the test talks to one broker on the wire and expects it to coordinate every group or "
                       "transactional id, which holds for one broker only (a cluster answers NOT_COORDINATOR "
                       "from the others, as Kafka does)")

@@ -25,12 +25,14 @@ class CoordinatorNotFoundError(Exception):
     """FindCoordinator answered an error that is not retriable, or kept answering a retriable one."""
 
 
-def find_coordinator(bootstrap: str, key: str, key_type: int = GROUP_KEY) -> tuple[str, int]:
+def find_coordinator(bootstrap: str, key: str, key_type: int = GROUP_KEY,
+                     client_id: str = "coordinator-tests") -> tuple[str, int]:
     """``(host, port)`` of the coordinator of ``key`` (a group id, or with ``TRANSACTION_KEY`` a
-    transactional id)."""
+    transactional id); ``client_id``: a principal that may describe ``key`` where ACLs apply (the
+    ACL suites' principal builder reads it, tests/support/principals.py)."""
     host, port = parse_bootstrap(bootstrap)
     deadline = time.monotonic() + FIND_TIMEOUT_S
-    with BrokerConnection(host, port, client_id="coordinator-tests", timeout_s=30.0) as conn:
+    with BrokerConnection(host, port, client_id=client_id, timeout_s=30.0) as conn:
         while True:
             answer = conn.call(FIND_COORDINATOR, lambda m: m.FindCoordinatorRequest(
                 key_type=key_type, coordinator_keys=(key,)))

@@ -6,10 +6,14 @@ from __future__ import annotations
 import json
 import urllib.request
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from prometheus_client.parser import text_string_to_metric_families
 
 from oncestream.broker_process import OnceStreamBroker
+
+if TYPE_CHECKING:
+    from tests.support.cluster import ClusterBroker
 
 # A broker whose metrics a test reads: port 0 for both, the bound ones come from its ready file.
 METRICS_BROKER_CONFIG = {"listeners": "PLAINTEXT://127.0.0.1:0", "metrics.listen": "127.0.0.1:0"}
@@ -18,9 +22,9 @@ SCRAPE_TIMEOUT_S = 10.0
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
 
-def metrics_url_of(broker: OnceStreamBroker) -> str:
-    """The ``/metrics`` URL of a broker started with ``metrics.listen`` and ``listeners`` (its
-    ready file names the bound metrics port)."""
+def metrics_url_of(broker: OnceStreamBroker | ClusterBroker) -> str:
+    """The ``/metrics`` URL of a broker (or one cluster broker) started with ``metrics.listen``
+    and ``listeners`` (its ready file names the bound metrics port)."""
     bound = json.loads(Path(broker.ready_file).read_text())["metrics"]
     return f"http://{bound['host']}:{bound['port']}/metrics"
 

@@ -1,14 +1,33 @@
 """A SASL_PLAINTEXT broker for the SASL suites: PLAIN users from JAAS, SCRAM users bootstrapped
-in the data dir before start (what ``oncestream users add --data-dir`` writes), and each client's
+in the data dir before start (what ``oncestream users add --data-dir`` writes) or, for a broker of
+the kind under test (``sasl_broker_of_kind``: our single broker or a cluster, whose SCRAM users
+live in PostgreSQL), created with AlterUserScramCredentials once it runs; and each client's
 security settings."""
 
 from __future__ import annotations
 
+import ssl
+import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
+
+from confluent_kafka.admin import (
+    AdminClient,
+    ScramCredentialInfo,
+    ScramMechanism,
+    UserScramCredentialAlteration,
+    UserScramCredentialUpsertion,
+)
 
 from oncestream.broker.sasl.credentials import ScramCredentialStore
 from oncestream.broker.sasl.scram import MECHANISMS, make_credential
+from oncestream.client.common.connection import BrokerConnection
+from oncestream.client.common.sasl import SaslClientError, SaslCredentials
+from oncestream.client.common.tls import ssl_context_for
 from tests.support.brokers import BrokerProcess
+from tests.support.clients import CLIENT_TIMEOUT_S
+from tests.support.cluster_kind import BrokerUnderTest, processes_of
+from tests.support.metrics import METRICS_BROKER_CONFIG
 from tests.support.txn import TXN_BROKER_CONFIG
 
 PLAIN_USERS = {"admin": "admin-secret", "alice": "alice-secret"}
@@ -17,6 +36,9 @@ MECHANISM_USERS = {"PLAIN": ("alice", "alice-secret"),
                    "SCRAM-SHA-256": ("scram-alice", "scram-secret"),
                    "SCRAM-SHA-512": ("scram-alice", "scram-secret")}
 ALL_MECHANISMS = list(MECHANISM_USERS)
+# The SASL_PLAINTEXT suites' broker (test_sasl_clients, test_sasl_negative): an hour-long SASL
+# session (KIP-368) and /metrics. One config, so that the cluster kind runs both on one cluster.
+SASL_SUITES_EXTRA = {"connections.max.reauth.ms": "3600000", **METRICS_BROKER_CONFIG}
 
 
 def plain_jaas(users: dict[str, str], login: str | None = None) -> str:
@@ -56,6 +78,48 @@ def start_sasl_broker(data_dir: Path, extra: dict[str, str] | None = None) -> Br
     broker = BrokerProcess(data_dir=data_dir, config=sasl_broker_config(extra))
     broker.start()
     return broker
+
+
+def sasl_broker_of_kind(factory: Callable[..., BrokerUnderTest], extra: dict[str, str] | None = None,
+                        admin_conf: Mapping[str, str] | None = None) -> BrokerUnderTest:
+    """A broker of the kind under test from conftest's ``module_our_broker_factory`` with
+    ``sasl_broker_config(extra)`` and ``SCRAM_USERS`` (``add_scram_users_online``; ``admin_conf``:
+    the settings of a client that may create them, default PLAIN ``admin`` on ``bootstrap``)."""
+    broker = factory(sasl_broker_config(extra))
+    add_scram_users_online(broker, SCRAM_USERS, admin_conf or librdkafka_conf("PLAIN", "admin", PLAIN_USERS["admin"]))
+    return broker
+
+
+def add_scram_users_online(broker: BrokerUnderTest, users: Mapping[str, str], admin_conf: Mapping[str, str],
+                           iterations: int = 4096) -> None:
+    """Create (or update) ``users`` under both SCRAM mechanisms with AlterUserScramCredentials,
+    then wait until every broker process authenticates each of them (a cluster's brokers learn a
+    credential from PostgreSQL: a NOTIFY, or a poll within a second). ``admin_conf``: a client of
+    ``broker.bootstrap`` allowed to alter credentials; the brokers are asked on the same listener."""
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap, **admin_conf})
+    upserts: list[UserScramCredentialAlteration] = [
+        UserScramCredentialUpsertion(user, ScramCredentialInfo(getattr(ScramMechanism, mech.replace("-", "_")), iterations),
+                                     password.encode())
+        for user, password in users.items() for mech in MECHANISMS]
+    for future in admin.alter_user_scram_credentials(upserts).values():
+        future.result(CLIENT_TIMEOUT_S)
+    tls = ssl_context_for(dict(admin_conf))
+    for process in processes_of(broker):
+        host, port = process.bootstrap.rsplit(":", 1)
+        for user, password in users.items():
+            for mech in MECHANISMS:
+                deadline = time.monotonic() + CLIENT_TIMEOUT_S
+                while not _authenticates(host, int(port), SaslCredentials(mech, user, password), tls):
+                    assert time.monotonic() < deadline, f"{process.bootstrap} does not authenticate {user} ({mech})"
+                    time.sleep(0.1)
+
+
+def _authenticates(host: str, port: int, credentials: SaslCredentials, tls: ssl.SSLContext | None) -> bool:
+    try:
+        with BrokerConnection(host, port, sasl=credentials, ssl_context=tls):
+            return True
+    except SaslClientError:
+        return False
 
 
 def librdkafka_conf(mechanism: str, user: str | None = None, password: str | None = None) -> dict[str, str]:

@@ -6,12 +6,15 @@ machine crash), ready when its ``--ready-file`` appears, spoken to over its REST
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -190,3 +193,24 @@ def wait_until(check: Any, what: str, timeout_s: float = 120.0, interval_s: floa
             logs = "".join(f"\n--- {n.name} ---\n{n.log_tail(4000)}" for n in nodes or [])
             raise AssertionError(f"timed out waiting for {what}{logs}")
         time.sleep(interval_s)
+
+
+@contextlib.contextmanager
+def broker_and_node(base: Path, *, broker_config: dict[str, str], node_config: dict[str, str],
+                    name: str) -> Iterator[tuple[Any, SqlServerProcess]]:
+    """Our broker (``broker_config``) under ``base`` and one node on it (``node_config``, service
+    id ``<name>_<random>_``), started; both stopped on exit."""
+    from tests.support.brokers import BrokerProcess
+
+    broker = BrokerProcess(data_dir=base / "data", config=broker_config)
+    broker.start()
+    try:
+        node = SqlServerProcess(bootstrap=broker.bootstrap, service_id=f"{name.replace('-', '_')}_{uuid.uuid4().hex[:6]}_",
+                                state_dir=base / "node", config=node_config, name=name)
+        try:
+            node.start()
+            yield broker, node
+        finally:
+            node.stop()
+    finally:
+        broker.stop()

@@ -103,6 +103,6 @@ def test_idle_sessions_are_dropped() -> None:
     cache.lookup("g", "old", 0, may_open=True, now_ms=100)
     cache.lookup("g", "new", 0, may_open=True, now_ms=100)
     cache.lookup("g", "new", 1, may_open=True, now_ms=900)
-    assert [s.member_id for s in cache.idle(500)] == ["old"]
+    assert [s.member_id for s in cache.idle(1000, lambda group_id: 500)] == ["old"]
     assert cache.get("g", "old") is None
     assert cache.get("g", "new") is not None

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import re
 import uuid
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ from oncestream.protocol.codec import RequestHeader
 from oncestream.protocol.records import NewRecord, encode_batch
 from oncestream.protocol.schemas import request_module
 from oncestream.topic_partition import TopicPartition
+from tests.support.narrow import present
 
 TOPIC = "t"
 GROUP = "g"
@@ -474,9 +476,55 @@ def test_group_configs_are_durable_and_described(tmp_path: Path) -> None:
                                                      include_synonyms=False, include_documentation=False))
         entries = {c.name: (c.value, c.config_source) for r in described.results for c in r.configs}
         assert entries == {"share.isolation.level": ("read_committed", 8), "share.auto.offset.reset": ("earliest", 8),
-                           "share.record.lock.duration.ms": ("30000", 5)}  # the broker's default
+                           # the broker's defaults
+                           "share.record.lock.duration.ms": ("30000", 5), "share.session.timeout.ms": ("45000", 5),
+                           "share.heartbeat.interval.ms": ("5000", 5), "share.delivery.count.limit": ("5", 5)}
     finally:
         second.close()
+
+
+def test_group_timing_and_delivery_limit_are_bounded_and_used(tmp_path: Path) -> None:
+    """KIP-932's share.session.timeout.ms / share.heartbeat.interval.ms and KIP-1240's
+    share.delivery.count.limit: within the broker's group.share.min.* / max.* (Kafka's messages),
+    the session above the interval, and used: the heartbeat answer's interval, the member's
+    session, the records' delivery limit."""
+    limits = share_group_configs.GroupConfigLimits.from_properties({
+        "group.share.min.session.timeout.ms": "2000", "group.share.min.heartbeat.interval.ms": "500"})
+    ok = share_group_configs.apply_operations({}, [("share.session.timeout.ms", 0, "3000"),
+                                                   ("share.heartbeat.interval.ms", 0, "700"),
+                                                   ("share.delivery.count.limit", 0, "2")], limits)
+    assert ok == {"share.session.timeout.ms": "3000", "share.heartbeat.interval.ms": "700",
+                  "share.delivery.count.limit": "2"}
+    refusals = {
+        ("share.session.timeout.ms", "1999"): "must be greater than or equal to group.share.min.session.timeout.ms",
+        ("share.session.timeout.ms", "60001"): "must be less than or equal to group.share.max.session.timeout.ms",
+        ("share.heartbeat.interval.ms", "15001"): "less than or equal to group.share.max.heartbeat.interval.ms",
+        ("share.delivery.count.limit", "1"): "greater than or equal to group.share.min.delivery.count.limit",
+        ("share.delivery.count.limit", "11"): "less than or equal to group.share.max.delivery.count.limit",
+        ("share.delivery.count.limit", "many"): "Not a number of type INT",
+    }
+    for (name, value), message in refusals.items():
+        with pytest.raises(InvalidConfigError, match=re.escape(message)):
+            share_group_configs.apply_operations({}, [(name, 0, value)], limits)
+    with pytest.raises(InvalidConfigError, match=re.escape("share.session.timeout.ms must be greater than share.heartbeat")):
+        share_group_configs.apply_operations(ok, [("share.heartbeat.interval.ms", 0, "3000")], limits)
+    state = _state(tmp_path / "data", **{"group.share.min.session.timeout.ms": "2000",
+                                         "group.share.min.heartbeat.interval.ms": "500"})
+    try:
+        _with_records(state, 1)
+        state.shares.group_configs[GROUP].update(ok)
+        state.shares.apply_group_configs()
+        before_ms = state.shares.mono_ms()
+        joined = _heartbeat(state, "a", 0)
+        after_ms = state.shares.mono_ms()
+        assert joined.heartbeat_interval == datetime.timedelta(milliseconds=700)
+        member = present(state.shares.groups.group(GROUP), "group").members["a"]
+        assert before_ms + 3000 <= member.deadline_ms <= after_ms + 3000  # the group's session, not 45 s
+        topic_id = state.logs.topics()[TOPIC].topic_id
+        assert state.shares.share_partition(GROUP, TOPIC, topic_id, 0).config.delivery_count_limit == 2
+        assert state.shares.group_settings("another").session_timeout_ms == 45000  # the broker's
+    finally:
+        state.close()
 
 
 def test_share_group_describe(state: BrokerState) -> None:

@@ -122,6 +122,26 @@ class ClusterCoordinators:
         partition = self.groups.coordinator.partition_for(group_id)
         return self._keeper.loaded.get(resource_name(OFFSETS_TOPIC, partition))
 
+    async def transaction_partitions_to_list(self) -> frozenset[int] | None:
+        """The ``__transaction_state`` partitions this broker answers ListTransactions for: those
+        whose lease PostgreSQL names it the live owner of, read now (not from the last round). None
+        when the listing of the cluster cannot be complete yet: a partition has no live owner (its
+        broker died and no survivor has taken its lease: one lease round), or this broker took a
+        lease it has not loaded. Then the answer is COORDINATOR_LOAD_IN_PROGRESS, as Kafka answers
+        for partitions being loaded, and clients retry; this broker's keeper runs a round at once,
+        so the takeover does not wait for its interval. Raises what the metadata store raises."""
+        if self._keeper is None:
+            return None
+        topic = TRANSACTION_STATE_TOPIC
+        resources = {resource_name(topic, p): p for p in range(self.transactions.num_partitions)}
+        owners = await self.leases.owners(resources)
+        me = self._keeper.node_id
+        loaded = self._keeper.loaded
+        if any(owners.get(r) is None or (owners[r] == me and r not in loaded) for r in resources):
+            self._keeper.wake()
+            return None
+        return frozenset(p for r, p in resources.items() if owners[r] == me)
+
     def coordinator_node(self, key_type: int, key: str) -> int | None:
         """FindCoordinator: the node id of the coordinator of ``key`` (a group id or a
         transactional id), from the last lease round; None when none is known."""

@@ -11,9 +11,10 @@ reloaded from what the log really holds, so nothing unpersisted is ever served.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -295,6 +296,25 @@ class GroupService:
             if not fut.done():
                 fut.set_result(result)
         if wake_timers:
+            self._wake.set()
+
+    @contextlib.contextmanager
+    def holding(self, group_id: str, member_id: str | None) -> Iterator[None]:
+        """While the block persists a request of consumer-group member ``member_id``, its session
+        does not run out; once answered it has a full session. In cluster mode a persist is a
+        PostgreSQL transaction queued behind this broker's other appends, and the broker reads
+        the member's next request (a heartbeat already sent) only after answering this one: on
+        a loaded machine that wait outlasted a session and a live member was fenced
+        (UNKNOWN_MEMBER_ID at its next commit). The local log's persist is synchronous, so
+        there the block never yields to the timers."""
+        if not member_id:
+            yield
+            return
+        self.coordinator.hold_member(group_id, member_id)
+        try:
+            yield
+        finally:
+            self.coordinator.release_member(group_id, member_id, mono_ms=self.mono_ms())
             self._wake.set()
 
     def finish(self, group_id: str, result: Any, writes: list[OffsetsTopicWrite], *, wake_timers: bool = True) -> Any:

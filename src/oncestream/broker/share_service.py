@@ -20,16 +20,21 @@ import dataclasses
 import logging
 import uuid
 import zlib
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from oncestream.async_wait import run_deadline_timer
 from oncestream.broker.internal_topic import InternalAppender, InternalTopic
 from oncestream.broker.share_group_configs import (
     AUTO_OFFSET_RESET,
     DEFAULTS,
+    DELIVERY_COUNT_LIMIT,
+    HEARTBEAT_INTERVAL_MS,
     ISOLATION_LEVEL,
     RECORD_LOCK_DURATION_MS,
+    SESSION_TIMEOUT_MS,
+    GroupConfigLimits,
     GroupConfigStore,
     reset_by_duration_ms,
 )
@@ -76,6 +81,16 @@ def _bool(props: dict[str, str], name: str, default: bool) -> bool:
     return props.get(name, str(default)).strip().lower() in ("true", "1", "yes")
 
 
+_Settings = TypeVar("_Settings", SharePartitionConfig, ShareGroupConfig)
+
+
+def _with_own(base: _Settings, own: Mapping[str, str], fields: Mapping[str, str]) -> _Settings:
+    """``base`` (the broker's settings) with a group's own integer configs: ``fields`` maps a
+    group config name to the settings field it replaces."""
+    changes = {field_name: int(own[name]) for name, field_name in fields.items() if name in own}
+    return dataclasses.replace(base, **changes) if changes else base
+
+
 @dataclass(frozen=True)
 class ShareSettings:
     """Broker properties of share groups (Kafka's names and defaults unless noted)."""
@@ -87,8 +102,8 @@ class ShareSettings:
     state_topic_partitions: int = 10  # share.coordinator.state.topic.num.partitions (Kafka: 50)
     updates_per_snapshot: int = 500  # share.coordinator.snapshot.update.records.per.snapshot
     state_segment_bytes: int = 104857600  # share.coordinator.state.topic.segment.bytes
-    # The bounds of a group's share.record.lock.duration.ms (group.share.{min,max}.record.lock.duration.ms).
-    lock_duration_bounds_ms: tuple[int, int] = (15000, 60000)
+    # The bounds of a group's own integer configs (group.share.{min,max}.*; share_group_configs.py).
+    group_config_limits: GroupConfigLimits = field(default_factory=GroupConfigLimits)
 
     @classmethod
     def from_properties(cls, props: dict[str, str]) -> ShareSettings:
@@ -115,8 +130,7 @@ class ShareSettings:
             state_topic_partitions=num("share.coordinator.state.topic.num.partitions", 10),
             updates_per_snapshot=num("share.coordinator.snapshot.update.records.per.snapshot", 500),
             state_segment_bytes=num("share.coordinator.state.topic.segment.bytes", 104857600),
-            lock_duration_bounds_ms=(num("group.share.min.record.lock.duration.ms", 15000),
-                                     num("group.share.max.record.lock.duration.ms", 60000)),
+            group_config_limits=GroupConfigLimits.from_properties(props),
         )
         if settings.partition.record_lock_duration_ms < 1 or settings.partition.delivery_count_limit < 1:
             raise InvalidConfigError("group.share.record.lock.duration.ms and group.share.delivery.count.limit must be >= 1")
@@ -141,7 +155,7 @@ class ShareService:
         self._logs = logs
         self._appender = appender
         self._on_available = on_available or (lambda topic, partition: None)
-        self.groups = ShareGroupCoordinator(self.settings.group, self._topic_lookup)
+        self.groups = ShareGroupCoordinator(self.settings.group, self._topic_lookup, self.group_settings)
         self.sessions = ShareSessionCache(self.settings.max_share_sessions)
         self.partitions: dict[SharePartitionKey, SharePartition] = {}
         self._updates_since_snapshot: dict[SharePartitionKey, int] = {}
@@ -254,11 +268,16 @@ class ShareService:
 
     def partition_config(self, group_id: str) -> SharePartitionConfig:
         """The share-partition settings of ``group_id``: the broker's, with the group's own
-        ``share.record.lock.duration.ms`` if it has one."""
-        own = self.group_configs.get(group_id, {}).get(RECORD_LOCK_DURATION_MS)
-        if own is None:
-            return self.settings.partition
-        return dataclasses.replace(self.settings.partition, record_lock_duration_ms=int(own))
+        ``share.record.lock.duration.ms`` and ``share.delivery.count.limit`` where it has them."""
+        return _with_own(self.settings.partition, self.group_configs.get(group_id, {}),
+                         {RECORD_LOCK_DURATION_MS: "record_lock_duration_ms",
+                          DELIVERY_COUNT_LIMIT: "delivery_count_limit"})
+
+    def group_settings(self, group_id: str) -> ShareGroupConfig:
+        """The membership settings of ``group_id``: the broker's, with the group's own
+        ``share.session.timeout.ms`` and ``share.heartbeat.interval.ms`` where it has them."""
+        return _with_own(self.settings.group, self.group_configs.get(group_id, {}),
+                         {SESSION_TIMEOUT_MS: "session_timeout_ms", HEARTBEAT_INTERVAL_MS: "heartbeat_interval_ms"})
 
     def apply_group_configs(self) -> None:
         """The group configs changed: every loaded share-partition takes its group's settings
@@ -477,7 +496,7 @@ class ShareService:
             self.sessions.close(group_id, member_id)
             self.release_member(group_id, member_id)
         # Sessions unused for a whole member session timeout belong to clients that are gone.
-        for session in self.sessions.idle(now - self.settings.group.session_timeout_ms):
+        for session in self.sessions.idle(now, lambda group_id: self.group_settings(group_id).session_timeout_ms):
             self.release_member(session.group_id, session.member_id)
         for (group_id, member_id), due_ms in list(self._departures.items()):
             if due_ms <= now:

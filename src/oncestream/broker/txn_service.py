@@ -281,16 +281,23 @@ class TxnService:
                 out.extend(self.coordinator_for(tid).describe_transactions([tid]))
         return tuple(out)
 
-    def list_transactions(self, now_ms: int, **filters: Any) -> ListTransactionsResponse:
+    def list_transactions(self, now_ms: int, partitions: Iterable[int] | None = None,
+                          **filters: Any) -> ListTransactionsResponse:
         """ListTransactions over every partition this broker coordinates (its share of the
-        cluster; the admin client asks every broker and merges, as with Kafka)."""
+        cluster; the admin client asks every broker and merges, as with Kafka). Cluster mode:
+        ``partitions`` are the ones PostgreSQL says this broker owns now
+        (``ClusterCoordinators.transaction_partitions_to_list``); one of them not loaded here
+        answers COORDINATOR_LOAD_IN_PROGRESS, one loaded here but not among them (its lease
+        moved, the unload is a round away) is left to its new owner's answer."""
         if self._cluster is None:
             return self.coordinator.list_transactions(now_ms, **filters)
+        wanted = set(self._owned) if partitions is None else set(partitions)
         listed: list[TransactionListing] = []
         unknown: tuple[str, ...] = ()
         error = ErrorCode.none
-        for _partition, coordinator in sorted(self._owned.items()):
-            if not coordinator.loaded:
+        for partition in sorted(wanted):
+            coordinator = self._owned.get(partition)
+            if coordinator is None or not coordinator.loaded:
                 error = ErrorCode.coordinator_load_in_progress
                 continue
             part = coordinator.list_transactions(now_ms, **filters)

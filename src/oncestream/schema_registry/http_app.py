@@ -236,7 +236,13 @@ class SchemaRegistryApp:
 
     @_route("GET", "/contexts")
     def contexts(self, request: Request, args: list[str]) -> Answer:
-        return Answer(200, ["."])
+        # The default context "." and the contexts of qualified subjects (":.staging:orders-value"
+        # is in ".staging"), sorted; offset/limit page them as Confluent's do.
+        named = {s.split(":", 2)[1] for s in self.registry.subjects(deleted=True)
+                 if s.startswith(":.") and s.count(":") >= 2}
+        contexts = sorted({".", *named})
+        offset, limit = _int_param(request, "offset", 0), _int_param(request, "limit", -1)
+        return Answer(200, contexts[offset:] if limit < 0 else contexts[offset:offset + limit])
 
     @_route("GET", "/subjects")
     def list_subjects(self, request: Request, args: list[str]) -> Answer:
@@ -258,6 +264,15 @@ class SchemaRegistryApp:
     @_route("POST", "/subjects/([^/]+)/versions", write=True)
     def register(self, request: Request, args: list[str]) -> Answer:
         return Answer(200, self.registry.register(args[0], request.json()))
+
+    @_route("GET", "/subjects/([^/]+)/metadata")
+    def latest_with_metadata(self, request: Request, args: list[str]) -> Answer:
+        keys, values = request.query.get("key", []), request.query.get("value", [])
+        if len(keys) != len(values):
+            raise errors.unprocessable("as many 'value' parameters as 'key' parameters are needed")
+        v = self.registry.latest_with_metadata(args[0], dict(zip(keys, values, strict=True)),
+                                               deleted=request.flag("deleted"))
+        return Answer(200, self.registry.version_json(v, request.param("format")))
 
     @_route("GET", "/subjects/([^/]+)/versions/([^/]+)")
     def get_version(self, request: Request, args: list[str]) -> Answer:
@@ -374,6 +389,14 @@ class SchemaRegistryApp:
     @_route("DELETE", "/mode/([^/]+)", write=True)
     def delete_subject_mode(self, request: Request, args: list[str]) -> Answer:
         return Answer(200, {"mode": self.registry.delete_mode(args[0])})
+
+
+def _int_param(request: Request, name: str, default: int) -> int:
+    raw = request.param(name)
+    try:
+        return default if raw is None else int(raw)
+    except ValueError:
+        raise errors.bad_request(f"{name} must be an integer, not {raw!r}") from None
 
 
 def _schema_id(raw: str) -> int:

@@ -3,7 +3,9 @@
 Keys (JSON objects, ``magic`` first written by Confluent as 0 or 1):
 
 - ``{"keytype": "SCHEMA", "subject": S, "version": V, "magic": 1}`` -> ``{"subject": S, "version": V,
-  "id": ID, "schemaType": T (absent for AVRO), "references": [...], "schema": TEXT, "deleted": BOOL}``;
+  "id": ID, "schemaType": T (absent for AVRO), "references": [...], "metadata": {...}, "ruleSet":
+  {...} (both absent when the schema has none: Confluent's data contracts), "schema": TEXT,
+  "deleted": BOOL}``;
   a null value (tombstone) is a hard delete of that version;
 - ``{"keytype": "CONFIG", "subject": S or null, "magic": 0}`` -> ``{"compatibilityLevel": LEVEL}``
   (null subject: the global level; a tombstone removes a subject's level);
@@ -18,6 +20,7 @@ Keys (JSON objects, ``magic`` first written by Confluent as 0 or 1):
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,12 +75,14 @@ def schema_key(subject: str, version: int) -> dict[str, Any]:
 
 
 def schema_value(subject: str, version: int, schema_id: int, schema_type: str, references: list[dict[str, Any]],
-                 schema: str, deleted: bool) -> dict[str, Any]:
+                 schema: str, deleted: bool, contract: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """A SCHEMA record's value (``contract``: the schema's ``metadata`` and ``ruleSet``, if any)."""
     value: dict[str, Any] = {"subject": subject, "version": version, "id": schema_id}
     if schema_type != "AVRO":
         value["schemaType"] = schema_type
     if references:
         value["references"] = references
+    value.update(contract or {})
     value["schema"] = schema
     value["deleted"] = deleted
     return value

@@ -8,6 +8,7 @@ acknowledged write survives any restart.
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Mapping
 from typing import Any, Protocol
@@ -23,11 +24,19 @@ from oncestream.schema_registry.schema_types import (
     parse_schema,
     protobuf_serialized,
 )
-from oncestream.schema_registry.state import RegistryState, StoredSchema, Version
+from oncestream.schema_registry.state import CONTRACT_FIELDS, RegistryState, StoredSchema, Version, contract_of
 
 MODES = ("READWRITE", "READONLY", "READONLY_OVERRIDE", "IMPORT")
 DEFAULT_MODE = "READWRITE"
 MAX_VERSION = 2**31 - 1
+
+
+def _contract(body: Mapping[str, Any]) -> str:
+    """A request's ``metadata`` and ``ruleSet`` (JSON objects or null) as ``contract_of`` keeps them."""
+    for name in CONTRACT_FIELDS:
+        if body.get(name) is not None and not isinstance(body[name], dict):
+            raise errors.unprocessable(f"Invalid {name}: a JSON object was expected")
+    return contract_of(body)
 
 
 class SchemaLog(Protocol):
@@ -147,15 +156,31 @@ class Registry:
         return parse_schema(schema_type, body.get("schema"), references, referenced)
 
     def lookup(self, subject: str, body: Mapping[str, Any], *, deleted: bool = False) -> dict[str, Any]:
-        """POST /subjects/{subject}: the version of ``subject`` holding this schema."""
+        """POST /subjects/{subject}: the newest version of ``subject`` holding this schema (with
+        the body's metadata and rule set when it has any; any of them when it has none)."""
         if not self.state.versions(subject, deleted=deleted):
             raise errors.subject_not_found(subject)  # absent, or only soft-deleted versions left
         parsed = self.parse_request(body)
-        schema_id = self.state.id_for_content(parsed)
+        contract = _contract(body)
+        schema_id = self.state.id_for_content(parsed, contract)
         for v in reversed(self.state.versions(subject, deleted=deleted)):
-            if v.schema_id == schema_id:
+            if v.schema_id == schema_id or (not contract and self._same_schema(v.schema_id, parsed)):
                 return self.version_json(v)
         raise errors.schema_not_found("Schema not found")
+
+    def _same_schema(self, schema_id: int, parsed: ParsedSchema) -> bool:
+        other = self.state.parsed(schema_id)
+        return (other.schema_type, other.canonical, other.references) == (
+            parsed.schema_type, parsed.canonical, parsed.references)
+
+    def latest_with_metadata(self, subject: str, wanted: Mapping[str, str], *, deleted: bool = False) -> Version:
+        """GET /subjects/{subject}/metadata?key=K&value=V...: the newest version whose metadata
+        properties hold every ``wanted`` pair (40403 when none does)."""
+        for v in reversed(self._versions_of(subject, deleted=deleted)):
+            properties = self.schema(v.schema_id).contract_json().get("metadata", {}).get("properties") or {}
+            if all(properties.get(k) == value for k, value in wanted.items()):
+                return v
+        raise errors.schema_not_found(f"Schema with metadata {dict(wanted)} not found in subject {subject}")
 
     def check_compatibility(self, subject: str, raw_version: str | None, body: Mapping[str, Any]) -> list[str]:
         """POST /compatibility/subjects/{subject}/versions[/{version}]: the problems (empty: compatible)."""
@@ -183,11 +208,12 @@ class Registry:
             raise errors.unprocessable(f"Invalid subject {subject!r}")
         with self._write_lock:
             parsed = self.parse_request(body)
-            existing_id = self.state.id_for_content(parsed)
+            contract = _contract(body)
+            existing_id = self.state.id_for_content(parsed, contract)
             live = self.state.versions(subject)
             for v in reversed(live):
                 if v.schema_id == existing_id:
-                    return self._register_answer(v, parsed)
+                    return self._register_answer(v, parsed, contract)
             mode = self.mode(subject)
             self._writable(subject)
             wanted_id = body.get("id")
@@ -203,9 +229,10 @@ class Registry:
             if mode == "IMPORT" and isinstance(wanted_version, int) and wanted_version > 0:
                 version = wanted_version
             value = records.schema_value(subject, version, schema_id, parsed.schema_type,
-                                         [r.to_json() for r in parsed.references], parsed.schema_str, False)
+                                         [r.to_json() for r in parsed.references], parsed.schema_str, False,
+                                         json.loads(contract) if contract else None)
             self.log.append([records.Record(records.schema_key(subject, version), value)])
-            return self._register_answer(Version(subject, version, schema_id, False), parsed)
+            return self._register_answer(Version(subject, version, schema_id, False), parsed, contract)
 
     def _choose_id(self, existing_id: int | None, wanted_id: object, parsed: ParsedSchema) -> int:
         if isinstance(wanted_id, int) and wanted_id > 0:
@@ -215,8 +242,8 @@ class Registry:
             return wanted_id
         return existing_id if existing_id is not None else self.state.next_id
 
-    def _register_answer(self, v: Version, parsed: ParsedSchema) -> dict[str, Any]:
-        stored = StoredSchema(v.schema_id, parsed.schema_type, parsed.schema_str, parsed.references)
+    def _register_answer(self, v: Version, parsed: ParsedSchema, contract: str) -> dict[str, Any]:
+        stored = StoredSchema(v.schema_id, parsed.schema_type, parsed.schema_str, parsed.references, contract)
         return {"id": v.schema_id, "version": v.version, "guid": stored.guid, **stored.to_json()}
 
     def delete_subject(self, subject: str, *, permanent: bool) -> list[int]:
@@ -265,7 +292,7 @@ class Registry:
     def _soft_delete_record(self, v: Version) -> records.Record:
         stored = self.schema(v.schema_id)
         value = records.schema_value(v.subject, v.version, v.schema_id, stored.schema_type,
-                                     [r.to_json() for r in stored.references], stored.schema, True)
+                                     [r.to_json() for r in stored.references], stored.schema, True, stored.contract_json())
         return records.Record(records.schema_key(v.subject, v.version), value)
 
     def _cleanup_settings(self, subject: str) -> list[records.Record]:

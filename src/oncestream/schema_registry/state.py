@@ -7,9 +7,11 @@ or the ID_WATERMARK record), hard deletes included.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,14 +24,30 @@ log = logging.getLogger(__name__)
 _GUID_NAMESPACE = uuid.UUID("9f1c3f56-8a3c-4a51-9a0b-6a3f1f2d8c11")
 
 
+# A schema's data contract, as newer Confluent clients send it: stored and answered as given.
+CONTRACT_FIELDS = ("metadata", "ruleSet")
+
+
+def contract_of(doc: Mapping[str, Any]) -> str:
+    """The ``metadata`` and ``ruleSet`` of a request or record as canonical JSON ("" when it has
+    neither): part of a schema's identity, as in Confluent's registry (other metadata, other id)."""
+    contract = {f: doc[f] for f in CONTRACT_FIELDS if doc.get(f) is not None}
+    return json.dumps(contract, sort_keys=True, separators=(",", ":")) if contract else ""
+
+
 @dataclass(frozen=True)
 class StoredSchema:
-    """A schema as registered: id, type, text and references."""
+    """A schema as registered: id, type, text, references and its data contract (``contract_of``)."""
 
     schema_id: int
     schema_type: str
     schema: str
     references: tuple[Reference, ...]
+    contract: str = ""
+
+    def contract_json(self) -> dict[str, Any]:
+        """``{"metadata": ..., "ruleSet": ...}`` (the fields it has)."""
+        return dict(json.loads(self.contract)) if self.contract else {}
 
     @property
     def guid(self) -> str:
@@ -43,6 +61,7 @@ class StoredSchema:
             out["schemaType"] = self.schema_type
         if self.references:
             out["references"] = [r.to_json() for r in self.references]
+        out.update(self.contract_json())
         out["schema"] = self.schema if schema_text is None else schema_text
         return out
 
@@ -57,9 +76,9 @@ class Version:
     deleted: bool
 
 
-def content_key(schema_type: str, canonical: str, references: tuple[Reference, ...]) -> tuple[Any, ...]:
+def content_key(schema_type: str, canonical: str, references: tuple[Reference, ...], contract: str = "") -> tuple[Any, ...]:
     """Two schemas with equal content keys are the same schema (one id)."""
-    return schema_type, canonical, references
+    return schema_type, canonical, references, contract
 
 
 class RegistryState:
@@ -114,7 +133,8 @@ class RegistryState:
         value = record.value
         schema_id = int(value["id"])
         refs = tuple(Reference(str(r["name"]), str(r["subject"]), int(r["version"])) for r in value.get("references") or [])
-        stored = StoredSchema(schema_id, str(value.get("schemaType") or AVRO), str(value["schema"]), refs)
+        stored = StoredSchema(schema_id, str(value.get("schemaType") or AVRO), str(value["schema"]), refs,
+                              contract_of(value))
         self._schemas.setdefault(schema_id, stored)
         versions[version] = Version(subject, version, schema_id, bool(value.get("deleted", False)))
         self._max_id = max(self._max_id, schema_id)
@@ -213,9 +233,9 @@ class RegistryState:
                     raise invalid_schema(f"reference {ref.name!r}: {exc.message}") from exc
         return out
 
-    def id_for_content(self, parsed: ParsedSchema) -> int | None:
-        """The id an identical schema already has (any subject), if any."""
-        key = content_key(parsed.schema_type, parsed.canonical, parsed.references)
+    def id_for_content(self, parsed: ParsedSchema, contract: str = "") -> int | None:
+        """The id an identical schema (with the same data contract) already has (any subject), if any."""
+        key = content_key(parsed.schema_type, parsed.canonical, parsed.references, contract)
         with self.lock:
             found = self._by_content.get(key)
             if found is not None and found in self._schemas:
@@ -226,7 +246,7 @@ class RegistryState:
                     p = self.parsed(schema_id)
                 except RegistryError:
                     continue
-                other = content_key(p.schema_type, p.canonical, p.references)
+                other = content_key(p.schema_type, p.canonical, p.references, self._schemas[schema_id].contract)
                 self._by_content.setdefault(other, schema_id)
                 if other == key:
                     return schema_id

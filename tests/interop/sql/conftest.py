@@ -12,29 +12,18 @@ module comes first shows that start on demand.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 
 import pytest
 
 from tests.support.brokers import NO_INITIAL_REBALANCE_DELAY, BrokerProcess
-from tests.support.sql_servers import LAZY_SPARK, SqlServerProcess
+from tests.support.sql_servers import LAZY_SPARK, SqlServerProcess, broker_and_node
 
 
 @pytest.fixture(scope="session")
 def shared_spark_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[BrokerProcess, SqlServerProcess]]:
     """(broker, node): our broker without two-phase commit, and a node on it with lazy Spark
     (INSERT VALUES and /inserts-stream need no Spark; a persistent or push query starts it)."""
-    base = tmp_path_factory.mktemp("shared-spark-node")
-    broker = BrokerProcess(data_dir=base / "data", config=NO_INITIAL_REBALANCE_DELAY)
-    broker.start()
-    try:
-        node = SqlServerProcess(bootstrap=broker.bootstrap, service_id=f"shared_{uuid.uuid4().hex[:6]}_",
-                                state_dir=base / "node", config=LAZY_SPARK, name="shared-node")
-        try:
-            node.start()
-            yield broker, node
-        finally:
-            node.stop()
-    finally:
-        broker.stop()
+    with broker_and_node(tmp_path_factory.mktemp("shared-spark-node"), broker_config=NO_INITIAL_REBALANCE_DELAY,
+                         node_config=LAZY_SPARK, name="shared-node") as (broker, node):
+        yield broker, node

@@ -9,7 +9,14 @@ from typing import Any
 
 import pytest
 
+from oncestream.sql.engine.processing_log import (
+    ProcessingLogSettings,
+    current_processing_log,
+    ensure_topic,
+    use_processing_log,
+)
 from oncestream.sql.engine.runtime import QueryRuntime, RuntimeSettings, spark_session_config
+from tests.spark.sql.golden import unique
 
 
 @pytest.fixture(scope="module")
@@ -56,3 +63,21 @@ def registry(eos_broker: Any, tmp_path_factory: pytest.TempPathFactory) -> Itera
     finally:
         use_registry(before)
         process.stop()
+
+
+@pytest.fixture
+def processing_log(eos_broker: Any) -> Iterator[ProcessingLogSettings]:
+    """A processing-log topic for queries compiled during the test (as the server's
+    ``ksql.logging.processing.topic.auto.create=true`` and ``rows.include=true`` make one)."""
+    settings = ProcessingLogSettings.from_properties(
+        {"ksql.logging.processing.topic.auto.create": "true", "ksql.logging.processing.rows.include": "true",
+         "ksql.logging.processing.stream.auto.create": "true"}, unique("golden_"), eos_broker.bootstrap, {})
+    assert settings.topic is not None
+    assert settings.topic.endswith("ksql_processing_log")
+    ensure_topic(settings)
+    before = current_processing_log()
+    use_processing_log(settings)
+    try:
+        yield settings
+    finally:
+        use_processing_log(before)

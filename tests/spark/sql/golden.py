@@ -4,6 +4,8 @@ confluent-kafka."""
 
 from __future__ import annotations
 
+import json
+import struct
 import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
@@ -69,6 +71,34 @@ def read_output(bootstrap: str, topic: str, count: int, timeout_s: float = OUTPU
         raise AssertionError(f"{topic}: {len(out)} of {count} records after {timeout_s} s: {out}")
     finally:
         consumer.close()
+
+
+def per_bigint_key(records: Iterable[tuple[bytes | None, bytes | None]]) -> dict[int, list[Any]]:
+    """JSON values (None: tombstone) per KAFKA BIGINT key, in topic order: what a compacted
+    changelog's reader sees of each key."""
+    out: dict[int, list[Any]] = {}
+    for key, value in records:
+        if key is None:
+            raise AssertionError(f"a record without a key: {value!r}")
+        out.setdefault(struct.unpack(">q", key)[0], []).append(None if value is None else json.loads(value))
+    return out
+
+
+def read_all(bootstrap: str, topic: str, count: int, timeout_s: float = 120.0) -> list[bytes]:
+    """The values of ``topic`` (not transactional: read_uncommitted) once ``count`` are there."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": unique("log"), "enable.auto.commit": False})
+    out: list[bytes] = []
+    try:
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        deadline = time.monotonic() + timeout_s
+        while len(out) < count and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is not None and msg.error() is None:
+                out.append(msg.value() or b"")
+    finally:
+        consumer.close()
+    assert len(out) >= count, f"{topic}: {len(out)} of {count} records: {out}"
+    return out
 
 
 def col(name: str, t: SqlType, key: bool = False) -> Column:

@@ -20,23 +20,15 @@ import base64
 import datetime as dt
 import json
 import struct
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer, ProtobufSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, timestamp_pb2
 
-from oncestream.sql.engine.processing_log import (
-    ProcessingLogSettings,
-    current_processing_log,
-    ensure_topic,
-    stream_statement,
-    use_processing_log,
-)
+from oncestream.sql.engine.processing_log import stream_statement
 from oncestream.sql.engine.runtime import RUNNING
 from oncestream.sql.language.catalog import Format
 from oncestream.sql.language.types import BaseType
@@ -46,6 +38,7 @@ from tests.spark.sql.golden import (
     create_topics,
     ddl,
     produce,
+    read_all,
     read_output,
     registry_source,
     sink_of,
@@ -103,43 +96,6 @@ def _registered_class(client: SchemaRegistryClient, subject: str) -> Any:
     return message_factory.GetMessageClass(pool.FindMessageTypeByName(package + proto.message_type[0].name))
 
 
-def _read_all(bootstrap: str, topic: str, count: int, timeout_s: float = 120.0) -> list[bytes]:
-    """The values of ``topic`` (not transactional: read_uncommitted) once ``count`` are there."""
-    import time
-
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": unique("log"), "enable.auto.commit": False})
-    out: list[bytes] = []
-    try:
-        consumer.assign([TopicPartition(topic, 0, 0)])
-        deadline = time.monotonic() + timeout_s
-        while len(out) < count and time.monotonic() < deadline:
-            msg = consumer.poll(0.5)
-            if msg is not None and msg.error() is None:
-                out.append(msg.value() or b"")
-    finally:
-        consumer.close()
-    assert len(out) >= count, f"{topic}: {len(out)} of {count} records: {out}"
-    return out
-
-
-@pytest.fixture
-def processing_log(eos_broker: Any) -> Iterator[ProcessingLogSettings]:
-    """A processing-log topic for queries compiled during the test (as the server's
-    ``ksql.logging.processing.topic.auto.create=true`` and ``rows.include=true`` make one)."""
-    settings = ProcessingLogSettings.from_properties(
-        {"ksql.logging.processing.topic.auto.create": "true", "ksql.logging.processing.rows.include": "true",
-         "ksql.logging.processing.stream.auto.create": "true"}, unique("golden_"), eos_broker.bootstrap, {})
-    assert settings.topic is not None
-    assert settings.topic.endswith("ksql_processing_log")
-    ensure_topic(settings)
-    before = current_processing_log()
-    use_processing_log(settings)
-    try:
-        yield settings
-    finally:
-        use_processing_log(before)
-
-
 def test_protobuf_stream_without_columns_to_a_protobuf_sink_and_the_processing_log(
         runtime, eos_broker, registry, processing_log):
     bootstrap = eos_broker.bootstrap
@@ -188,7 +144,7 @@ def test_protobuf_stream_without_columns_to_a_protobuf_sink_and_the_processing_l
 
     # The two bad records are in the processing-log topic, in ksqlDB's record shape.
     assert processing_log.topic is not None
-    entries = [json.loads(v) for v in _read_all(bootstrap, processing_log.topic, 2)]
+    entries = [json.loads(v) for v in read_all(bootstrap, processing_log.topic, 2)]
     errors = [e["message"]["deserializationError"] for e in entries]
     assert {e["level"] for e in entries} == {"ERROR"}
     assert {e["message"]["type"] for e in entries} == {0}

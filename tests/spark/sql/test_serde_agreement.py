@@ -93,9 +93,33 @@ def test_json_fields_are_matched_case_insensitively_in_spark(sql_spark):
                      values=[("ID", t.INTEGER), ("NAME", t.STRING), ("ST", t.struct_of(("F", t.INTEGER)))])
     frame = sql_spark.createDataFrame([(b'{"id":1,"Name":"x","st":{"F":2}}',), (b'{"ID":3,"NAME":null}',)], "value binary")
     got = [_plain(r.asDict()) for r in frame.select(*serde_columns.decode_value(layout, F.col("value"))).collect()]
-    assert got == [{"ID": 1, "NAME": "x", "ST": {"F": 2}, "__TOMBSTONE": False},
-                   {"ID": 3, "NAME": None, "ST": None, "__TOMBSTONE": False}]
+    assert got == [{"ID": 1, "NAME": "x", "ST": {"F": 2}, "__UNREADABLE_VALUE": False, "__TOMBSTONE": False},
+                   {"ID": 3, "NAME": None, "ST": None, "__UNREADABLE_VALUE": False, "__TOMBSTONE": False}]
     assert [layout.decode_value(b'{"id":1,"Name":"x","st":{"F":2}}')] == [{"ID": 1, "NAME": "x", "ST": {"F": 2}}]
+
+
+def test_unreadable_records_are_marked_in_spark_as_the_python_serde_calls_them(sql_spark):
+    """``__UNREADABLE_KEY``/``_VALUE`` are true exactly for the records the Python serde refuses
+    (a wrong KAFKA width, text that is not JSON, a field of another type, a DELIMITED line with
+    another number of fields); a number in a JSON string and a tombstone are not bad."""
+    from pyspark.sql import functions as F
+
+    from oncestream.sql.engine.compile import serde_columns
+
+    def marks(layout: RecordLayout, records: list[tuple[bytes | None, bytes | None]]) -> list[tuple[bool, bool]]:
+        frame = sql_spark.createDataFrame(records, "key binary, value binary")
+        rows = frame.select(*serde_columns.decode_key(layout, F.col("key")),
+                            *serde_columns.decode_value(layout, F.col("value"))).collect()
+        return [(r["__UNREADABLE_KEY"], r["__UNREADABLE_VALUE"]) for r in rows]
+
+    k = struct.pack(">i", 1)
+    json_layout = _layout(Format.KAFKA, Format.JSON, keys=[("K", t.INTEGER)], values=[("ID", t.INTEGER), ("N", t.STRING)])
+    assert marks(json_layout, [(k, b'{"ID":1,"N":"a"}'), (b"\x00\x01", b'{"ID":1}'), (k, b"not json"), (k, b"[1]"),
+                               (k, b'{"ID":"x"}'), (k, b'{"id":"3","n":null}'), (k, None)]) == [
+        (False, False), (True, False), (False, True), (False, True), (False, True), (False, False), (False, False)]
+    csv = _layout(Format.DELIMITED, Format.DELIMITED, keys=[("K", t.INTEGER)], values=[("ID", t.INTEGER), ("N", t.STRING)])
+    assert marks(csv, [(b"1", b"1,a"), (b"x", b"1,a"), (b"1", b"1,a,b"), (b"1", b"1"), (b"1", b"y,a"), (b"1", b',""')]) == [
+        (False, False), (True, False), (False, True), (False, True), (False, True), (False, False)]
 
 
 def test_delimited_key_and_value(sql_spark):

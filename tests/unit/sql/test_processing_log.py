@@ -13,8 +13,14 @@ import logging
 import pytest
 
 from oncestream.sql.engine import processing_log
-from oncestream.sql.engine.processing_log import ProcessingLogSettings, deserialization_entry, stream_statement
+from oncestream.sql.engine.processing_log import (
+    ProcessingLogSettings,
+    deserialization_entry,
+    serialization_entry,
+    stream_statement,
+)
 from oncestream.sql.engine.serde import layout_of
+from oncestream.sql.language.catalog import SourceInfo
 from oncestream.sql.language.parser import parse
 from oncestream.sql.server.metastore import Metastore
 
@@ -35,13 +41,20 @@ def test_settings_are_ksqldbs_names_and_defaults():
     assert (named.topic, named.stream_name, named.create_stream) == ("errors", "ERRS", False)
 
 
-def test_the_stream_reads_an_entry_in_ksqldbs_shape():
+def _log_stream() -> SourceInfo:
+    """The KSQL_PROCESSING_LOG stream the server creates, validated by the metastore as a user's
+    statement would be."""
     settings = ProcessingLogSettings(topic="default_ksql_processing_log", include_rows=True)
     metastore = Metastore()
     (stmt,) = parse(stream_statement(settings))
     metastore.apply(metastore.validate(stmt, {}, {"default_ksql_processing_log": 1}, None), 0)
     source = metastore.source("KSQL_PROCESSING_LOG")
     assert source is not None
+    return source
+
+
+def test_the_stream_reads_an_entry_in_ksqldbs_shape():
+    source = _log_stream()
     assert [c.name for c in source.columns] == ["LOGGER", "LEVEL", "TIME", "MESSAGE"]
     entry = deserialization_entry(logger="processing.t.value.deserializer", topic="t", target="value",
                                   error="Schema 9 not found", record=b"\x00bad", include_rows=True, time_ms=5)
@@ -66,3 +79,26 @@ def test_without_a_topic_only_the_logger_hears(caplog: pytest.LogCaptureFixture)
         processing_log.log_deserialization_error(ProcessingLogSettings(topic=None), logger="l", topic="t",
                                                  target="value", error="bad bytes", record=b"x")
     assert "bad bytes" in caplog.text
+
+
+def test_a_serialization_error_entry_is_ksqldbs_type_3_and_reads_through_the_stream():
+    source = _log_stream()
+    entry = serialization_entry(logger="processing.out.value.serializer", topic="out", target="value",
+                                error="incompatible schema", record="{'ID': 1}", include_rows=True, time_ms=7)
+    assert entry["message"]["type"] == 3
+    assert entry["message"]["deserializationError"] is None
+    row = layout_of(source).decode_value(json.dumps(entry).encode())
+    assert row is not None
+    error = row["MESSAGE"]["SERIALIZATIONERROR"]
+    assert (error["TARGET"], error["ERRORMESSAGE"], error["RECORD"], error["topic"]) == (
+        "value", "incompatible schema", "{'ID': 1}", "out")
+    hidden = serialization_entry(logger="l", topic="t", target="key", error="e", record="r", include_rows=False,
+                                 time_ms=1)
+    assert hidden["message"]["serializationError"]["record"] is None
+
+
+def test_a_serialization_error_reaches_the_logger(caplog: pytest.LogCaptureFixture):
+    with caplog.at_level(logging.WARNING, logger="processing"):
+        processing_log.log_serialization_error(ProcessingLogSettings(topic=None), logger="l", topic="t",
+                                               target="key", error="cannot write", record="r")
+    assert "serialization error (key of topic t): cannot write" in caplog.text

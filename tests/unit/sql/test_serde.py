@@ -141,3 +141,27 @@ def test_json_round_trips(big, text, number):
     key, _ = layout.decode_key(layout.encode_key({"K": big}))
     assert key == {"K": big}
     assert layout.decode_value(layout.encode_value({"S": text, "D": number})) == {"S": text, "D": number}
+
+
+def test_any_failure_on_bad_bytes_is_a_serde_error_and_text_reads_as_java_does():
+    """Whatever a decoder meets in a bad record is a SerdeError (the processing log's entry),
+    never another exception that would fail the query reading it; undecodable UTF-8 in KAFKA
+    STRING and DELIMITED text is U+FFFD, as Java's String(bytes, UTF_8) (and Spark's cast) reads it."""
+    delimited = _layout(Format.KAFKA, Format.DELIMITED, keys=[("K", t.STRING)], values=[("A", t.STRING), ("B", t.INTEGER)])
+    assert delimited.decode_key(b"k\xff") == ({"K": "k\ufffd"}, None)
+    assert delimited.decode_value(b"\xff,1") == {"A": "\ufffd", "B": 1}
+    for bad in (b"a", b"a,b,c", b"a,x", b'"a,1'):
+        with pytest.raises(SerdeError):
+            delimited.decode_value(bad)
+    json_layout = _layout(Format.JSON, Format.JSON, keys=[("K", t.INTEGER)],
+                          values=[("A", t.array_of(t.INTEGER)), ("M", t.map_of(t.STRING, t.INTEGER))])
+    for bad in (b"not json", b"[1]", b'{"A": 1}', b'{"M": [1]}', b'{"A": ["x"]}', b"\xff"):
+        with pytest.raises(SerdeError):
+            json_layout.decode_value(bad)
+    for bad_key in (b"{", b'"x"', b"1,2"):
+        with pytest.raises(SerdeError):
+            json_layout.decode_key(bad_key)
+    windowed = _layout(Format.KAFKA, Format.JSON, keys=[("K", t.INTEGER)], values=[("V", t.INTEGER)],
+                       window=WindowKind.TUMBLING, size_ms=10)
+    with pytest.raises(SerdeError):
+        windowed.decode_key(b"\x00\x00\x00\x01\x00")

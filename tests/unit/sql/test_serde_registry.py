@@ -217,3 +217,23 @@ def test_value_schema_id_property_picks_the_schema():
                                   f"VALUE_SCHEMA_ID={chosen});", registry)
     assert [c.name for c in source.value_columns] == ["B"]
     assert source.value_schema_id == chosen
+
+
+def test_a_writer_schema_with_a_column_of_another_type_is_a_serde_error():
+    """A record framed with the id of another subject's schema whose field has the column's name
+    but another type: ksqlDB's translator refuses it (and the Spark UDF must not return a str
+    for an INT); a long for a DOUBLE column converts."""
+    registry = MemoryRegistry.empty()
+    other = {"type": "record", "name": "Other", "fields": [{"name": "ID", "type": "string"},
+                                                          {"name": "D", "type": "long"}]}
+    schema_id = registry.register("elsewhere-value", "AVRO", json.dumps(other))
+    layout = layout_of(_source(Format.AVRO, values=(("ID", t.INTEGER), ("D", t.DOUBLE))), registry)
+    buf = io.BytesIO()
+    fastavro.schemaless_writer(buf, fastavro.parse_schema(other), {"ID": "nine", "D": 2})
+    with pytest.raises(SerdeError, match="Cannot deserialize type str as type INTEGER"):
+        layout.decode_value(frame(schema_id, buf.getvalue()))
+    doubles = layout_of(_source(Format.AVRO, values=(("D", t.DOUBLE),)), registry)
+    assert doubles.decode_value(frame(schema_id, buf.getvalue())) == {"D": 2.0}
+    booleans = layout_of(_source(Format.AVRO, values=(("D", t.BOOLEAN),)), registry)
+    with pytest.raises(SerdeError, match="BOOLEAN"):
+        booleans.decode_value(frame(schema_id, buf.getvalue()))

@@ -120,7 +120,7 @@ def _describe_entries(state: BrokerState, request: Any, res: Any, catalog: Catal
                                      include_documentation=include_documentation, remote_status=remote_status(state.remote))
     if res.resource_type == RESOURCE_GROUP:
         return share_group_configs.describe(state.shares.group_configs.get(res.resource_name, {}),
-                                            state.shares.settings.partition.record_lock_duration_ms)
+                                            state.shares.settings.group_config_limits)
     if res.resource_type == RESOURCE_CLIENT_METRICS:
         if not res.resource_name:
             raise InvalidRequestError("Subscription name can't be empty")
@@ -141,7 +141,7 @@ async def _apply_group_configs(state: BrokerState, group_id: str, ops: list[tupl
         await shares.refresh_group_configs()  # cluster mode: another broker may have changed them
         current = shares.group_configs
         updated = share_group_configs.apply_operations({} if replace else current.get(group_id, {}), ops,
-                                                       shares.settings.lock_duration_bounds_ms)
+                                                       shares.settings.group_config_limits)
         if validate_only:
             return
         new_all = {**current, group_id: updated}

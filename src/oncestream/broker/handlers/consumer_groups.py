@@ -83,7 +83,8 @@ async def handle_consumer_group_heartbeat(
     await state.learn_topic_ids(owned or ())
     svc = state.groups
     result, writes = svc.coordinator.consumer_group_heartbeat(heartbeat, state.now_ms(), mono_ms=state.mono_ms())
-    result = await svc.finish_async(request.group_id, result, writes)
+    with svc.holding(request.group_id, request.member_id):
+        result = await svc.finish_async(request.group_id, result, writes)
     assignment = None
     if result.error == ErrorCode.none and result.assignment is not None:
         assignment = build(m.Assignment, topic_partitions=tuple(

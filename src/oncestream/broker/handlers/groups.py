@@ -313,7 +313,8 @@ async def handle_offset_commit(state: BrokerState, header: RequestHeader, reques
         mono_ms=state.mono_ms(),
         api_version=header.api_version,
     )
-    result = await svc.finish_async(request.group_id, result, writes, wake_timers=False)  # commits create no earlier deadline
+    with svc.holding(request.group_id, request.member_id):
+        result = await svc.finish_async(request.group_id, result, writes, wake_timers=False)  # no earlier deadline
     topics_out = []
     for t, name in named:
         parts = []

@@ -343,7 +343,8 @@ def _acquire_read(sp: SharePartition, member_id: str, data: bytes, read_committe
 async def handle_share_fetch(state: BrokerState, header: RequestHeader, request: wire.ShareFetchRequest) -> object:
     m = response_module(k.SHARE_FETCH, header.api_version)
     svc = state.shares
-    lock_ms = svc.settings.partition.record_lock_duration_ms
+    # The group's own lock duration where it has one (KIP-932's AcquisitionLockTimeoutMs).
+    lock_ms = svc.partition_config(request.group_id or "").record_lock_duration_ms
 
     def respond(code: ErrorCode, topics: Any = (), message: str | None = None) -> object:
         return build(m.ShareFetchResponse, throttle_time=_ZERO, error_code=code, error_message=message,

@@ -23,8 +23,10 @@ from oncestream.broker.authorize import Op, Res, authorize, authorize_any
 from oncestream.broker.cluster_txn_verify import forwarded_marker_is_genuine, stored_verification
 from oncestream.broker.state import BrokerState
 from oncestream.broker.txn_service import fenced_for_version
+from oncestream.cluster.pg.errors import MetadataStoreError
 from oncestream.coordinator.group.messages import PartitionOffsetCommit
 from oncestream.coordinator.txn import Outcome, TransactionCoordinator
+from oncestream.coordinator.txn.messages import ListTransactionsResponse
 from oncestream.errors import (
     CoordinatorLoadInProgressError,
     NotCoordinatorError,
@@ -474,14 +476,29 @@ def handle_describe_transactions(state: BrokerState, header: RequestHeader, requ
     return build(m.DescribeTransactionsResponse, throttle_time=_ZERO, transaction_states=tuple(out))
 
 
-def handle_list_transactions(state: BrokerState, header: RequestHeader, request: ListTransactionsRequest) -> object:
+async def handle_list_transactions(state: BrokerState, header: RequestHeader, request: ListTransactionsRequest) -> object:
+    """KIP-664. On a cluster each broker lists the ``__transaction_state`` partitions whose lease
+    it holds now (the admin client asks every broker and merges); while a partition has no live
+    owner (its broker died, no survivor took it yet) every broker answers
+    COORDINATOR_LOAD_IN_PROGRESS rather than a listing without its transactions."""
     m = response_module(k.LIST_TRANSACTIONS, header.api_version)
-    resp = state.transactions.list_transactions(
-        state.now_ms(),
-        state_filters=tuple(request.state_filters),
-        producer_id_filters=tuple(request.producer_id_filters),
-        duration_filter_ms=getattr(request, "duration_filter", -1),
-    )
+    filters: dict[str, Any] = {
+        "state_filters": tuple(request.state_filters),
+        "producer_id_filters": tuple(request.producer_id_filters),
+        "duration_filter_ms": getattr(request, "duration_filter", -1),
+    }
+    coordinators = state.cluster.coordinators if state.cluster is not None else None
+    if coordinators is None:
+        resp = state.transactions.list_transactions(state.now_ms(), **filters)
+    else:
+        try:
+            partitions = await coordinators.transaction_partitions_to_list()
+        except MetadataStoreError as exc:
+            log.warning("ListTransactions: cannot read the coordinator leases: %s", exc)
+            resp = ListTransactionsResponse(ErrorCode.coordinator_not_available)
+        else:
+            resp = (ListTransactionsResponse(ErrorCode.coordinator_load_in_progress) if partitions is None
+                    else state.transactions.list_transactions(state.now_ms(), partitions, **filters))
     return build(
         m.ListTransactionsResponse,
         throttle_time=_ZERO,

@@ -58,6 +58,9 @@ from oncestream.protocol.config_resources import RESOURCE_BROKER, RESOURCE_TOPIC
 from oncestream.protocol.varint import read_uvarint
 
 T = TypeVar("T")
+# A coordinator error after which Kafka's admin client looks the coordinator up again and retries.
+_COORDINATOR_MOVING = frozenset({int(ErrorCode.coordinator_load_in_progress), int(ErrorCode.not_coordinator),
+                                 int(ErrorCode.coordinator_not_available)})
 
 _ZERO_UUID = uuid.UUID(int=0)
 # Transaction timeout sent with a fencing InitProducerId (Kafka's fenceProducers default).
@@ -501,17 +504,34 @@ class Admin(AclAdmin, GroupAdmin, LogDirAdmin, QuotaAdmin, ClientMetricsAdmin):
 
     def describe_transactions(self, transactional_ids: Iterable[str],
                               timeout: float | None = None) -> dict[str, TransactionDescription]:
-        """State, producer, timeout and partitions of each transactional id."""
+        """State, producer, timeout and partitions of each transactional id.
+
+        Asked of each id's coordinator, again after a new lookup (``retry.backoff.ms`` apart,
+        until ``timeout``) while it answers NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE or
+        COORDINATOR_LOAD_IN_PROGRESS or cannot be reached, as Kafka's admin client does: on a
+        cluster the coordinator of a dead broker's ids is found again once a survivor took them."""
         ids = list(transactional_ids)
 
         async def describe(tid: str) -> TransactionDescription:
             def make(m: Any, version: int) -> Any:
                 return build(m.DescribeTransactionsRequest, transactional_ids=(tid,))
 
-            node = await self._cluster.coordinator(tid, COORDINATOR_TRANSACTION)
-            states: list[TransactionDescription] = await self._cluster.send(node, DESCRIBE_TRANSACTIONS, make, max_version=0,
-                                              decoder=decode_describe_transactions_v0)
-            return states[0]
+            while True:
+                try:
+                    node = await self._cluster.coordinator(tid, COORDINATOR_TRANSACTION)
+                    states: list[TransactionDescription] = await self._cluster.send(
+                        node, DESCRIBE_TRANSACTIONS, make, max_version=0, decoder=decode_describe_transactions_v0)
+                except (ConnectionLostError, RequestTimedOutError):
+                    pass
+                except BrokerResponseError as exc:  # FindCoordinator's own error
+                    if not exc.retriable:
+                        raise
+                else:
+                    error = states[0].error
+                    if error is None or error.code() not in _COORDINATOR_MOVING:
+                        return states[0]
+                self._cluster.forget_coordinator(tid, COORDINATOR_TRANSACTION)
+                await asyncio.sleep(self._retry_backoff_s)
 
         async def run() -> dict[str, TransactionDescription]:
             results = await asyncio.gather(*(describe(t) for t in ids))
@@ -565,8 +585,6 @@ class Admin(AclAdmin, GroupAdmin, LogDirAdmin, QuotaAdmin, ClientMetricsAdmin):
         persisted the bump and started aborting the open transaction; the abort then completes
         without any client (watch ``describe_transactions`` for an ended state)."""
         ids = list(transactional_ids)
-        retriable = {int(ErrorCode.coordinator_load_in_progress), int(ErrorCode.not_coordinator),
-                     int(ErrorCode.coordinator_not_available)}
 
         async def fence(tid: str) -> tuple[str, KafkaError | None]:
             def make(m: Any, version: int) -> Any:
@@ -580,7 +598,7 @@ class Admin(AclAdmin, GroupAdmin, LogDirAdmin, QuotaAdmin, ClientMetricsAdmin):
                 code = int(response.error_code)
                 if code in (0, int(ErrorCode.concurrent_transactions)):
                     return tid, None
-                if code not in retriable:
+                if code not in _COORDINATOR_MOVING:
                     return tid, _error(code)
                 self._cluster.forget_coordinator(tid, COORDINATOR_TRANSACTION)
                 await asyncio.sleep(self._retry_backoff_s)

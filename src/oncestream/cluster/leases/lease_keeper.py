@@ -84,6 +84,11 @@ class LeaseKeeper:
         self._wake = asyncio.Event()
 
     @property
+    def node_id(self) -> int:
+        """The node id of the registration whose leases this keeper holds."""
+        return self._me.node_id
+
+    @property
     def loaded(self) -> dict[str, Lease]:
         """The leases whose partitions are loaded now."""
         return dict(self._loaded)

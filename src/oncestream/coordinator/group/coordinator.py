@@ -392,6 +392,17 @@ class GroupCoordinator:
                               lambda exc: {tp: exc.code for tp in request.offsets})
         return OffsetCommitResult(errors), self._finish()
 
+    def hold_member(self, group_id: str, member_id: str) -> None:
+        """The broker holds a request of consumer-group member ``member_id`` while its records
+        are persisted: its session does not run out until :meth:`release_member` (the member's
+        heartbeats wait unread behind that request on its connection)."""
+        self._consumer.hold_member(group_id, member_id)
+
+    def release_member(self, group_id: str, member_id: str, *, mono_ms: int) -> None:
+        """The held request is answered: the member gets a full session from ``mono_ms``."""
+        self._consumer.release_member(group_id, member_id, mono_ms)
+        self._finish(read_only=True)  # re-arm the group's timers
+
     def fetch_offsets(
         self, request: OffsetFetchRequest, now_ms: int, *, mono_ms: int | None = None,
         member_id: str | None = None, member_epoch: int = -1,

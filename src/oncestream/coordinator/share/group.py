@@ -134,9 +134,13 @@ def simple_assign(members: dict[str, ShareMember], topics: dict[str, tuple[uuid.
 class ShareGroupCoordinator:
     """Every share group's membership."""
 
-    def __init__(self, config: ShareGroupConfig, topic_lookup: TopicLookup) -> None:
+    def __init__(self, config: ShareGroupConfig, topic_lookup: TopicLookup,
+                 group_config: Callable[[str], ShareGroupConfig] | None = None) -> None:
+        """``config`` is the broker's; ``group_config(group_id)`` a group's own session timeout
+        and heartbeat interval over it (KIP-932 group configs; the broker's when omitted)."""
         self.config = config
         self._lookup = topic_lookup
+        self._group_config = group_config or (lambda group_id: config)
         self._groups: dict[str, ShareGroup] = {}
 
     def group(self, group_id: str) -> ShareGroup | None:
@@ -167,7 +171,8 @@ class ShareGroupCoordinator:
                   subscribed: Iterable[str] | None, now_ms: int, *, client_id: str = "",
                   client_host: str = "") -> HeartbeatResult:
         """One ShareGroupHeartbeat (v1: the client chooses its member id)."""
-        interval = self.config.heartbeat_interval_ms
+        config = self._group_config(group_id)
+        interval = config.heartbeat_interval_ms
         if not group_id:
             return HeartbeatResult(ErrorCode.invalid_group_id, error_message="GroupId can't be empty.")
         if not member_id:
@@ -209,7 +214,7 @@ class ShareGroupCoordinator:
             if topics != member.subscribed_topics:
                 member.subscribed_topics = topics
                 group.group_epoch += 1
-        member.deadline_ms = now_ms + self.config.session_timeout_ms
+        member.deadline_ms = now_ms + config.session_timeout_ms
         self._refresh_metadata(group)
         if group.assignment_epoch != group.group_epoch:
             self._assign(group)

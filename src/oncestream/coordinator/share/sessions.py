@@ -15,6 +15,7 @@ A session is keyed by (group id, member id). The request's ``share_session_epoch
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
@@ -70,10 +71,11 @@ class ShareSessionCache:
             result.session.last_used_ms = now_ms
         return result
 
-    def idle(self, idle_since_ms: int) -> list[ShareSession]:
-        """Remove and return the sessions not used since ``idle_since_ms`` (a client that went
-        away without closing its session: Kafka drops a session with its connection)."""
-        gone = [s for s in self._sessions.values() if s.last_used_ms < idle_since_ms]
+    def idle(self, now_ms: int, timeout_ms: Callable[[str], int]) -> list[ShareSession]:
+        """Remove and return the sessions not used for their group's ``timeout_ms(group_id)`` (a
+        client that went away without closing its session: Kafka drops a session with its
+        connection)."""
+        gone = [s for s in self._sessions.values() if s.last_used_ms < now_ms - timeout_ms(s.group_id)]
         for session in gone:
             del self._sessions[(session.group_id, session.member_id)]
         return gone

@@ -46,6 +46,7 @@ ROWS_INCLUDE = PREFIX + "rows.include"
 DEFAULT_STREAM_NAME = "KSQL_PROCESSING_LOG"
 TOPIC_SUFFIX = "ksql_processing_log"
 DESERIALIZATION_ERROR = 0        # ProcessingLogMessageSchema.MessageType.DESERIALIZATION_ERROR
+SERIALIZATION_ERROR = 3          # ProcessingLogMessageSchema.MessageType.SERIALIZATION_ERROR
 _FLUSH_TIMEOUT_S = 10.0
 
 log = logging.getLogger("processing")
@@ -96,16 +97,28 @@ def current_processing_log() -> ProcessingLogSettings:
     return _Holder.settings
 
 
+def _entry(logger: str, time_ms: int, message_type: int, field_name: str, error: dict[str, Any]) -> dict[str, Any]:
+    message: dict[str, Any] = {"type": message_type, "deserializationError": None, "recordProcessingError": None,
+                               "productionError": None, "serializationError": None, "kafkaStreamsThreadError": None}
+    message[field_name] = error
+    return {"level": "ERROR", "logger": logger, "time": time_ms, "message": message}
+
+
 def deserialization_entry(*, logger: str, topic: str, target: str, error: str, record: bytes | None,
                           include_rows: bool, time_ms: int) -> dict[str, Any]:
-    """ksqlDB's processing-log record of a record that did not deserialize."""
+    """ksqlDB's processing-log record of a record that did not deserialize (``DeserializationError``)."""
     record_b64 = base64.b64encode(record).decode() if include_rows and record is not None else None
-    return {"level": "ERROR", "logger": logger, "time": time_ms, "message": {
-        "type": DESERIALIZATION_ERROR,
-        "deserializationError": {"target": target, "errorMessage": error, "recordB64": record_b64,
-                                 "cause": [], "topic": topic},
-        "recordProcessingError": None, "productionError": None, "serializationError": None,
-        "kafkaStreamsThreadError": None}}
+    return _entry(logger, time_ms, DESERIALIZATION_ERROR, "deserializationError",
+                  {"target": target, "errorMessage": error, "recordB64": record_b64, "cause": [], "topic": topic})
+
+
+def serialization_entry(*, logger: str, topic: str, target: str, error: str, record: str | None,
+                        include_rows: bool, time_ms: int) -> dict[str, Any]:
+    """ksqlDB's processing-log record of a row that did not serialize (``SerializationError``:
+    the row as text, with ``rows.include``)."""
+    return _entry(logger, time_ms, SERIALIZATION_ERROR, "serializationError",
+                  {"target": target, "errorMessage": error, "record": record if include_rows else None,
+                   "cause": [], "topic": topic})
 
 
 def stream_statement(settings: ProcessingLogSettings) -> str:
@@ -146,18 +159,31 @@ def log_deserialization_error(settings: ProcessingLogSettings, *, logger: str, t
     processing-log topic when there is one (a failure to write there is logged, never raised:
     the query goes on)."""
     log.warning("deserialization error (%s of topic %s): %s", target, topic, error)
-    if settings.topic is None:
-        return
-    entry = deserialization_entry(logger=logger, topic=topic, target=target, error=error, record=record,
-                                  include_rows=settings.include_rows, time_ms=int(time.time() * 1000))
+    if settings.topic is not None:
+        entry = deserialization_entry(logger=logger, topic=topic, target=target, error=error, record=record,
+                                      include_rows=settings.include_rows, time_ms=int(time.time() * 1000))
+        _write(settings, settings.topic, entry)
+
+
+def log_serialization_error(settings: ProcessingLogSettings, *, logger: str, topic: str, target: str,
+                            error: str, record: str | None) -> None:
+    """Log a row that did not serialize, as ``log_deserialization_error`` does (the caller then
+    fails the query, as ksqlDB's does: Kafka Streams' default for a serializer's exception)."""
+    log.warning("serialization error (%s of topic %s): %s", target, topic, error)
+    if settings.topic is not None:
+        entry = serialization_entry(logger=logger, topic=topic, target=target, error=error, record=record,
+                                    include_rows=settings.include_rows, time_ms=int(time.time() * 1000))
+        _write(settings, settings.topic, entry)
+
+
+def _write(settings: ProcessingLogSettings, topic: str, entry: Mapping[str, Any]) -> None:
     try:
         producer = _Writers.producer(settings)
-        producer.produce(settings.topic, json.dumps(entry).encode())
+        producer.produce(topic, json.dumps(entry).encode())
         if producer.flush(_FLUSH_TIMEOUT_S) > 0:
-            log.warning("the processing-log entry was not delivered to %s within %.0f s", settings.topic,
-                        _FLUSH_TIMEOUT_S)
+            log.warning("the processing-log entry was not delivered to %s within %.0f s", topic, _FLUSH_TIMEOUT_S)
     except Exception as e:  # noqa: BLE001 - diagnostics must not stop the query
-        log.warning("cannot write to the processing-log topic %s: %s", settings.topic, e)
+        log.warning("cannot write to the processing-log topic %s: %s", topic, e)
 
 
 def ensure_topic(settings: ProcessingLogSettings, timeout_s: float = 30.0) -> None:

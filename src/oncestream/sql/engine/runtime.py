@@ -73,7 +73,8 @@ def spark_session_config() -> dict[str, str]:
     RocksDB (issue 12), ksqlDB's null-on-error expression semantics (ANSI off: a bad CAST gives
     null instead of failing the query), UTC for timestamp arithmetic, few shuffle partitions (a
     stateful query runs one task per shuffle partition per micro-batch; the number is fixed in a
-    query's checkpoint)."""
+    query's checkpoint), and a JSON object with one name twice (or twice up to case) read as its
+    last value (Jackson's and Python's rule) instead of failing the query's task."""
     return {
         "spark.sql.streaming.stateStore.providerClass":
             "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
@@ -83,6 +84,7 @@ def spark_session_config() -> dict[str, str]:
         # Stream-table joins feed stateful operators from applyInPandasWithState; Spark's check
         # for chained stateful operators refuses plans it cannot prove correct in append mode.
         "spark.sql.streaming.statefulOperator.checkCorrectness.enabled": "false",
+        "spark.sql.mapKeyDedupPolicy": "LAST_WIN",
     }
 
 

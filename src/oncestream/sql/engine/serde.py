@@ -78,6 +78,8 @@ class RecordLayout:
     # AVRO / JSON_SR / PROTOBUF / PROTOBUF_NOSR: the codec of each side (None for the other formats)
     key_codec: FrameCodec | None = field(default=None, compare=False)
     value_codec: FrameCodec | None = field(default=None, compare=False)
+    # the topic the records are in (the processing log's entries name it)
+    topic: str = field(default="", compare=False)
 
     # -- Python form ------------------------------------------------------------------------
 
@@ -159,7 +161,8 @@ def layout_of(source: SourceInfo, registry: Any = None) -> RecordLayout:
                         key_codec=codec_for(source.key_format.value, source.key_columns, source.topic, registry,
                                             key=True, schema_id=source.key_schema_id),
                         value_codec=codec_for(source.value_format.value, source.value_columns, source.topic, registry,
-                                              key=False, schema_id=source.value_schema_id))
+                                              key=False, schema_id=source.value_schema_id),
+                        topic=source.topic)
 
 
 def layout_for(columns: Sequence[Column], key_format: Format, value_format: Format, *,
@@ -174,7 +177,8 @@ def layout_for(columns: Sequence[Column], key_format: Format, value_format: Form
                         value_delimiter=value_delimiter, window=window.kind if window else None,
                         window_size_ms=window.size_ms if window else None,
                         key_codec=codec_for(key_format.value, keys, topic, registry, key=True, schema_id=None),
-                        value_codec=codec_for(value_format.value, values, topic, registry, key=False, schema_id=None))
+                        value_codec=codec_for(value_format.value, values, topic, registry, key=False, schema_id=None),
+                        topic=topic or "")
 
 
 # -- Python: one format ----------------------------------------------------------------------
@@ -212,8 +216,23 @@ def _encode(fmt: Format, columns: Sequence[Column], row: Mapping[str, Any], deli
     raise SerdeError(f"format {fmt.value} holds no columns")
 
 
+# What the Python decoders raise on bytes they cannot read, besides SerdeError: each is a bad
+# record (a SerdeError, the processing log's entry), never a failure of the query reading it.
+_BAD_BYTES = (ValueError, TypeError, ArithmeticError, LookupError, AttributeError, struct.error, RecursionError)
+
+
 def _decode(fmt: Format, columns: Sequence[Column], data: bytes | None, delimiter: str, *,
             single_unwrapped: bool, codec: FrameCodec | None = None) -> dict[str, Any] | None:
+    try:
+        return _decode_format(fmt, columns, data, delimiter, single_unwrapped=single_unwrapped, codec=codec)
+    except SerdeError:
+        raise
+    except _BAD_BYTES as e:
+        raise SerdeError(f"Failed to deserialize {fmt.value} record: {type(e).__name__}: {e}") from None
+
+
+def _decode_format(fmt: Format, columns: Sequence[Column], data: bytes | None, delimiter: str, *,
+                   single_unwrapped: bool, codec: FrameCodec | None = None) -> dict[str, Any] | None:
     if data is None:
         return None
     if fmt in (Format.AVRO, Format.JSON_SR, Format.PROTOBUF, Format.PROTOBUF_NOSR) and codec is not None:
@@ -245,7 +264,8 @@ def _decode(fmt: Format, columns: Sequence[Column], data: bytes | None, delimite
             out[c.name] = from_json_wire(raw, c.type)
         return out
     if fmt is Format.DELIMITED:
-        fields = split_csv_line(data.decode(), delimiter)
+        # ksqlDB reads the text as Java's String(bytes, UTF_8) does: a bad byte is U+FFFD, as Spark's cast
+        fields = split_csv_line(data.decode(errors="replace"), delimiter)
         if len(fields) != len(columns):
             raise SerdeError(f"expected {len(columns)} delimited fields, got {len(fields)}")
         return {c.name: _csv_value(f, c.type) for c, f in zip(columns, fields, strict=True)}
@@ -458,7 +478,7 @@ def kafka_decode(data: bytes, t: SqlType) -> Any:
             raise SerdeError(f"Size of data received by {b.value} deserializer is not {size}")
         return struct.unpack(fmt, data)[0]
     if b is BaseType.STRING:
-        return data.decode()
+        return data.decode(errors="replace")     # Kafka's StringDeserializer (and Spark's cast): U+FFFD
     if b is BaseType.BYTES:
         return bytes(data)
     raise SerdeError(f"The 'KAFKA' format does not support type '{b.value}'")

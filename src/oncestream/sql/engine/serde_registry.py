@@ -92,6 +92,9 @@ def get_ci(value: Mapping[str, Any], name: str) -> Any:
     return next((v for k, v in value.items() if str(k).upper() == upper), None)
 
 
+_WHOLE = (BaseType.INTEGER, BaseType.BIGINT, BaseType.TIMESTAMP, BaseType.DATE, BaseType.TIME)
+
+
 def _from_avro(value: Any, t: SqlType) -> Any:
     if value is None:
         return None
@@ -106,9 +109,21 @@ def _from_avro(value: Any, t: SqlType) -> Any:
     if b is BaseType.DECIMAL:
         return Decimal(str(value)).quantize(Decimal(1).scaleb(-(t.scale or 0)))
     if b is BaseType.DOUBLE:
+        if not isinstance(value, (int, float, Decimal)) or isinstance(value, bool):
+            raise TypeError(f"Cannot deserialize type {type(value).__name__} as type {t.ksql_name}")
         return float(value)
+    if b in _WHOLE and (not isinstance(value, int) or isinstance(value, bool)):
+        # A writer schema with another type under the column's name (a schema id of another
+        # subject): ksqlDB's translator refuses it, and the UDF must not return a str for an int.
+        raise TypeError(f"Cannot deserialize type {type(value).__name__} as type {t.ksql_name}")
+    if b is BaseType.BOOLEAN and not isinstance(value, bool):
+        raise TypeError(f"Cannot deserialize type {type(value).__name__} as type {t.ksql_name}")
+    if b is BaseType.BYTES and not isinstance(value, (bytes, bytearray)):
+        raise TypeError(f"Cannot deserialize type {type(value).__name__} as type {t.ksql_name}")
     if b is BaseType.STRING:
         return value if isinstance(value, str) else str(value)
+    if b in (BaseType.ARRAY, BaseType.MAP) and not isinstance(value, list if b is BaseType.ARRAY else Mapping):
+        raise TypeError(f"Cannot deserialize type {type(value).__name__} as type {t.ksql_name}")
     if b is BaseType.ARRAY and t.element is not None:
         return [_from_avro(v, t.element) for v in value]
     if b is BaseType.MAP and t.element is not None:

@@ -83,6 +83,9 @@ class ConsumerGroup:
     # SyncGroup due after the JoinGroup answer.
     join_deadlines: dict[str, int] = field(default_factory=dict)
     sync_deadlines: dict[str, int] = field(default_factory=dict)
+    # Members with a request the broker holds (its records being persisted), by count: their
+    # session does not run out meanwhile (manager.hold_member), not persisted.
+    held: dict[str, int] = field(default_factory=dict)
 
     @property
     def state(self) -> str:
@@ -108,7 +111,7 @@ class ConsumerGroup:
         return self.partition_epochs.get((topic_id, partition), NO_OWNER_EPOCH)
 
     def next_deadline_ms(self) -> int | None:
-        deadlines = list(self.session_deadlines.values())
+        deadlines = [d for member_id, d in self.session_deadlines.items() if member_id not in self.held]
         deadlines.extend(d for d, _ in self.rebalance_deadlines.values())
         deadlines.extend(self.join_deadlines.values())
         deadlines.extend(self.sync_deadlines.values())

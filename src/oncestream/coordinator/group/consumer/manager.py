@@ -471,7 +471,7 @@ class ConsumerGroupManager:
             return
         self._rt.touch_group(group_id)
         for member_id, deadline in sorted(group.session_deadlines.items(), key=lambda kv: kv[1]):
-            if deadline <= mono_ms and member_id in group.members:
+            if deadline <= mono_ms and member_id in group.members and member_id not in group.held:
                 self.remove_member(group, group.members[member_id])
         for deadlines in (group.join_deadlines, group.sync_deadlines):
             for member_id, deadline in sorted(deadlines.items(), key=lambda kv: kv[1]):
@@ -485,6 +485,34 @@ class ConsumerGroupManager:
                 group.rebalance_deadlines.pop(member_id, None)
                 if member is not None and member.member_epoch == epoch:
                     self.remove_member(group, member)
+
+    def hold_member(self, group_id: str, member_id: str) -> None:
+        """The broker holds a request of ``member_id`` (its records are being persisted): until
+        :meth:`release_member` its session does not run out. The broker reads a connection's
+        next request only once it answered this one, so the member's heartbeats wait behind it
+        unread; a slow append must not make a live member look silent."""
+        group = self.groups.get(group_id)
+        if group is not None and member_id in group.members:
+            group.held[member_id] = group.held.get(member_id, 0) + 1
+
+    def release_member(self, group_id: str, member_id: str, mono_ms: int) -> None:
+        """The request :meth:`hold_member` announced is answered: once none is held, the member
+        has a full session from now (a request it made counts as a sign of life, as a commit
+        does for Kafka's classic members), so the heartbeats that waited behind it can arrive."""
+        group = self.groups.get(group_id)
+        if group is None or member_id not in group.held:
+            return
+        count = group.held.pop(member_id) - 1
+        if count > 0:
+            group.held[member_id] = count
+            return
+        member = group.members.get(member_id)
+        if member is None:
+            return
+        classic = member.subscription.classic
+        timeout_ms = self._rt.config.consumer_session_timeout_ms if classic is None else classic.session_timeout_ms
+        group.session_deadlines[member_id] = max(group.session_deadlines.get(member_id, 0), mono_ms + timeout_ms)
+        self._rt.touch_group(group_id)
 
     # ==============================================================================================
     # Offsets, describe, list, delete

@@ -9,6 +9,8 @@
 - ``table_aggregation`` GROUP BY over a TABLE: retract/add through two ``transformWithState``
                      operators (``table_state``: the processors; ``table_udafs``: ksqlDB's
                      undoable aggregates and the per-key steps, pure Python).
+- ``table_joins``    table-table joins on the primary keys (state store); their per-key rules in
+                     ``table_join_steps`` (plain Python).
 - ``expressions``    ksqlDB expressions (sqlglot trees) to Spark SQL, with the function catalog.
 - ``serde_columns``  the Spark column form of ``oncestream.sql.engine.serde``'s formats.
 - ``update_sink``    exactly-once writes of update-mode results through ``foreachBatch``.

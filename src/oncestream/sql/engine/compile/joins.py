@@ -15,6 +15,8 @@ offset) order, a table row replacing (or, as a tombstone, deleting) the state an
 being emitted joined with the state (INNER: only when there is one; LEFT: always). A table update
 that arrives in a later micro-batch than a stream row it precedes in time is not seen by that
 row (ksqlDB has the same race, bounded there by ``max.task.idle.ms``).
+
+Table-table (on the primary keys): ``table_joins``.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from pyspark.sql.streaming.state import GroupStateTimeout
 
 from oncestream.sql.engine.compile.expressions import Scope, quote, translate
 from oncestream.sql.engine.compile.sources import TOMBSTONE, TS, ReadSettings, read_source
+from oncestream.sql.engine.compile.table_joins import table_table
 from oncestream.sql.errors import StatementError
 from oncestream.sql.language.catalog import ROWOFFSET, ROWPARTITION, ROWTIME, SourceInfo
 from oncestream.sql.language.sql_ast import JoinSpec, SourceKind
@@ -58,7 +61,7 @@ def join_frames(spark: SparkSession, analyzed: Any, aliases: Sequence[tuple[str,
     if kinds == (SourceKind.TABLE, SourceKind.STREAM):
         raise StatementError("Invalid join order: table-stream joins are not supported; only stream-table joins. "
                              "Got TABLE JOIN STREAM.")
-    raise StatementError("table-table joins are not supported by oncestream's Spark runtime")
+    return table_table(spark, analyzed, scope, (left_alias, left), (right_alias, right), settings), scope
 
 
 def _stream_stream(spark: SparkSession, spec: Any, scope: Scope, aliases: Sequence[tuple[str, SourceInfo]],

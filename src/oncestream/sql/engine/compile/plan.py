@@ -28,6 +28,7 @@ from oncestream.sql.engine.compile.expressions import Scope, is_aggregate, quote
 from oncestream.sql.engine.compile.joins import join_frames
 from oncestream.sql.engine.compile.sources import RAW_KEY, TOMBSTONE, TS, ReadSettings, read_source
 from oncestream.sql.engine.compile.table_aggregation import aggregate_table
+from oncestream.sql.engine.compile.table_joins import JOIN_KEY
 from oncestream.sql.engine.serde import RecordLayout, layout_of
 from oncestream.sql.errors import StatementError
 from oncestream.sql.language.catalog import WINDOWEND, WINDOWSTART, Column, Format, SourceInfo
@@ -148,7 +149,10 @@ def compile_query(spark: SparkSession, query: Query, analyzed: Any, settings: Re
             return CompiledQuery(table_frame, columns, result_kind, None, "append", True)
         return _aggregate(spark, frame, scope, columns, chosen, group_exprs, where, having, window, result_kind,
                           scope.internal(first_alias, TS))
-    selected = [F.expr(translate(chosen[c.name], scope)).alias(c.name) for c in columns]
+    # A table-table join's key columns are its join key (a RIGHT/FULL join's row may lack the left side).
+    join_key = JOIN_KEY if JOIN_KEY in frame.columns else None
+    selected = [(F.col(join_key) if join_key and c.is_key else F.expr(translate(chosen[c.name], scope))).alias(c.name)
+                for c in columns]
     extra: list[SparkColumn] = []
     if first_source.window is not None and len(aliases) == 1:
         # A windowed source keeps its window in the key: carry it to the output key.

@@ -19,7 +19,11 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from oncestream.spark.registry_formats import plain_value
-from oncestream.sql.engine.processing_log import current_processing_log, log_deserialization_error
+from oncestream.sql.engine.processing_log import (
+    current_processing_log,
+    log_deserialization_error,
+    log_serialization_error,
+)
 from oncestream.sql.engine.serde import RecordLayout, SerdeError, decode_columns, encode_columns
 from oncestream.sql.language.catalog import Column, Format
 from oncestream.sql.language.sql_ast import WindowKind
@@ -27,8 +31,8 @@ from oncestream.sql.language.types import BaseType, SqlType
 
 # Internal column marking a record whose value is null (a table's tombstone).
 TOMBSTONE = "__TOMBSTONE"
-# Internal column marking a record a registry format could not read (it went to the processing
-# log; the source drops it, as ksqlDB does). Only layouts with AVRO/JSON_SR/PROTOBUF(_NOSR) have it.
+# Internal columns (``__UNREADABLE_KEY``, ``__UNREADABLE_VALUE``) marking a record that could not
+# be read (it went to the processing log; the source drops it, as ksqlDB does).
 UNREADABLE = "__UNREADABLE"
 WINDOW_START = "WINDOWSTART"
 WINDOW_END = "WINDOWEND"
@@ -228,8 +232,7 @@ _FROM_EPOCH: dict[BaseType, Callable[[SparkColumn], SparkColumn]] = {
 def _registry_decode(layout: RecordLayout, columns: Sequence[Column], data: SparkColumn, *, key: bool) -> list[SparkColumn]:
     # The Python form decodes; a record it cannot read (unknown schema id, bad bytes) goes to the
     # processing log (the logger, and its topic when the server has one) and reads as nulls.
-    codec = layout.key_codec if key else layout.value_codec
-    topic = codec.subject.rsplit("-", 1)[0] if codec is not None else ""
+    topic = layout.topic
     target = "key" if key else "value"
     log_settings = current_processing_log()
     decoder = functools.partial(decode_columns, layout.key_format if key else layout.value_format, tuple(columns),
@@ -256,9 +259,19 @@ def _registry_encode(layout: RecordLayout, columns: Sequence[Column], values: Ma
                      key: bool) -> SparkColumn:
     encoder = functools.partial(encode_columns, layout.key_format if key else layout.value_format, tuple(columns),
                                 codec=layout.key_codec if key else layout.value_codec, single_unwrapped=key)
+    target = "key" if key else "value"
+    log_settings = current_processing_log()
 
     def encode(row: Any) -> Any:
-        return encoder(plain_value(row))
+        values = plain_value(row)
+        try:
+            return encoder(values)
+        except Exception as e:
+            # ksqlDB's LoggingSerializer logs the row, then Kafka Streams' default answer to a
+            # serializer's exception fails the query: so does this one (the exception goes on).
+            log_serialization_error(log_settings, logger=f"processing.{layout.topic}.{target}.serializer",
+                                    topic=layout.topic, target=target, error=str(e), record=repr(values))
+            raise
 
     encode.__annotations__ = {}
     fields = [_map_wire(values[c.name], c.type, _TO_EPOCH).alias(c.name) for c in columns]
@@ -269,8 +282,13 @@ def _registry_encode(layout: RecordLayout, columns: Sequence[Column], values: Ma
 
 
 def _decode(fmt: Format, columns: Sequence[Column], data: SparkColumn, delimiter: str, *,
-            single_unwrapped: bool) -> list[SparkColumn]:
+            single_unwrapped: bool) -> tuple[list[SparkColumn], SparkColumn | None]:
+    """The columns read from ``data`` in the JVM, and a test true for every record that may not
+    be readable (Spark's parsers read a bad record as nulls rather than fail: ``_unreadable``
+    has the Python serde decide for these records only); None when no record can be bad
+    (KAFKA STRING and BYTES)."""
     names = [c.name for c in columns]
+    present = data.isNotNull()
     if fmt is Format.JSON:
         # ksqlDB's JSON reads JSON_SR records too: their framing (magic byte 0, 4-byte id) is cut off.
         data = _strip_frame(data)
@@ -278,7 +296,7 @@ def _decode(fmt: Format, columns: Sequence[Column], data: SparkColumn, delimiter
         if single_unwrapped and len(columns) == 1:
             t = columns[0].type
             parsed = F.from_json(F.concat(F.lit("["), text, F.lit("]")), T.ArrayType(_wire_type(t)))
-            return [from_wire(parsed.getItem(0), t).alias(names[0])]
+            return [from_wire(parsed.getItem(0), t).alias(names[0])], present & (parsed.isNull() | (F.size(parsed) != 1))
         schema = T.StructType([T.StructField(c.name, _wire_type(c.type)) for c in columns])
         exact = F.from_json(text, schema)
         # ksqlDB matches JSON fields case-insensitively. The exact parse serves ksqlDB's own
@@ -287,30 +305,77 @@ def _decode(fmt: Format, columns: Sequence[Column], data: SparkColumn, delimiter
         loose = F.transform_keys(F.from_json(text, T.MapType(T.StringType(), T.StringType())),
                                  lambda k, _v: F.upper(k))
         out = []
+        suspect = loose.isNull()          # not JSON, or not an object
         for c in columns:
             wire = _wire_type(c.type)
             raw = loose.getItem(c.name.upper())
             if _has_struct(c.type):
                 # Inside a STRUCT too (Spark's from_json matches names exactly): ksqlDB's
                 # processing log, for one, writes "deserializationError" for DESERIALIZATIONERROR.
-                out.append(from_wire(_json_ci(raw, c.type), c.type).alias(c.name))
-                continue
-            fallback = F.from_json(raw, wire) if isinstance(wire, (T.StructType, T.ArrayType, T.MapType)) \
-                else raw.cast(wire)
-            out.append(from_wire(F.coalesce(exact.getField(c.name), fallback), c.type).alias(c.name))
-        return out
+                value = _json_ci(raw, c.type)
+            else:
+                fallback = F.from_json(raw, wire) if isinstance(wire, (T.StructType, T.ArrayType, T.MapType)) \
+                    else raw.cast(wire)
+                value = F.coalesce(exact.getField(c.name), fallback)
+            # a field the object has (not null) that reads as null: a value of another type
+            suspect = suspect | (raw.isNotNull() & value.isNull())
+            out.append(from_wire(value, c.type).alias(c.name))
+        return out, present & suspect
     if fmt is Format.DELIMITED:
         for c in columns:
             if c.type.base in (BaseType.ARRAY, BaseType.MAP, BaseType.STRUCT):
                 raise SerdeError(f"The 'DELIMITED' format does not support type '{c.type.base.value}'")
-        schema = T.StructType([T.StructField(c.name, _wire_type(c.type)) for c in columns])
-        parsed = F.from_csv(data.cast("string"), F.lit(_ddl(schema)), _csv_options(delimiter, write=False))
-        return [from_wire(parsed.getField(c.name), c.type).alias(c.name) for c in columns]
+        # Spark puts the text of a line with the wrong number of fields, or a field of the wrong
+        # type, in the corrupt-record column (its fields are nulls or partial).
+        schema = T.StructType([*(T.StructField(c.name, _wire_type(c.type)) for c in columns),
+                               T.StructField(_CORRUPT, T.StringType())])
+        options = {**_csv_options(delimiter, write=False), "mode": "PERMISSIVE", "columnNameOfCorruptRecord": _CORRUPT}
+        parsed = F.from_csv(data.cast("string"), F.lit(_ddl(schema)), options)
+        return ([from_wire(parsed.getField(c.name), c.type).alias(c.name) for c in columns],
+                present & parsed.getField(_CORRUPT).isNotNull())
     if fmt is Format.KAFKA:
         if len(columns) != 1:
             raise SerdeError(f"The 'KAFKA' format only supports a single field. Got: {names}")
-        return [_kafka_decode(data, columns[0].type).alias(names[0])]
+        size = _KAFKA_SIZES.get(columns[0].type.base)
+        wrong_width = present & (F.length(data) != size) if size is not None else None
+        return [_kafka_decode(data, columns[0].type).alias(names[0])], wrong_width
     raise SerdeError(f"format {fmt.value} holds no columns")
+
+
+# The corrupt-record column of a DELIMITED parse (a name no ksqlDB column has: ``__`` is internal).
+_CORRUPT = "__CORRUPT"
+# KAFKA's fixed widths: any other length is a bad record (Spark's conversions read it as null).
+_KAFKA_SIZES = {BaseType.INTEGER: 4, BaseType.BIGINT: 8, BaseType.DOUBLE: 8}
+
+
+def _unreadable(layout: RecordLayout, raw: SparkColumn, suspect: SparkColumn | None, *, key: bool) -> SparkColumn:
+    """``__UNREADABLE_KEY``/``_VALUE``: true for a record the Python serde (the rules' one
+    implementation) cannot read, which goes to the processing log here; the source then drops
+    it, as ksqlDB does. Only records ``suspect`` marks are sent to Python (a vectorized UDF; the
+    others pass as nulls), so a good record costs no Python decode."""
+    target = "key" if key else "value"
+    name = f"{UNREADABLE}_{target.upper()}"
+    if suspect is None:
+        return F.lit(False).alias(name)       # no Python worker for a format that cannot be bad
+    log_settings = current_processing_log()
+    read = layout.decode_key if key else layout.decode_value
+
+    def bad(data: bytes | None) -> bool:
+        if data is None:
+            return False
+        try:
+            read(bytes(data))
+        except SerdeError as e:
+            log_deserialization_error(log_settings, logger=f"processing.{layout.topic}.{target}.deserializer",
+                                      topic=layout.topic, target=target, error=str(e), record=bytes(data))
+            return True
+        return False
+
+    def check_records(values: Any) -> Any:
+        return values.map(bad).astype(bool)
+
+    flagged = _vectorized(check_records, T.BooleanType())(F.when(suspect, raw))
+    return F.coalesce(flagged, F.lit(False)).alias(name)
 
 
 def _has_struct(t: SqlType) -> bool:
@@ -379,9 +444,12 @@ def decode_value(layout: RecordLayout, value: SparkColumn) -> list[SparkColumn]:
     name), plus ``__TOMBSTONE`` (true when the value is null)."""
     if layout.value_codec is not None:
         cols = _registry_decode(layout, layout.value_columns, value, key=False)
+    elif layout.value_columns:
+        cols, suspect = _decode(layout.value_format, layout.value_columns, value, layout.value_delimiter,
+                                single_unwrapped=False)
+        cols = [*cols, _unreadable(layout, value, suspect, key=False)]
     else:
-        cols = _decode(layout.value_format, layout.value_columns, value, layout.value_delimiter,
-                       single_unwrapped=False) if layout.value_columns else []
+        cols = []
     return [*cols, value.isNull().alias(TOMBSTONE)]
 
 
@@ -392,12 +460,15 @@ def decode_key(layout: RecordLayout, key: SparkColumn) -> list[SparkColumn]:
         return []
     extra: list[SparkColumn] = []
     data = key
+    short: SparkColumn | None = None
     if layout.window is WindowKind.SESSION:
+        short = F.length(key) < 16
         size = F.length(key)
         data = F.substring(key, F.lit(1), size - 16)
         extra = [_bytes_long(F.substring(key, size - 7, F.lit(8))).alias(WINDOW_START),
                  _bytes_long(F.substring(key, size - 15, F.lit(8))).alias(WINDOW_END)]
     elif layout.window is not None:
+        short = F.length(key) < 8
         size = F.length(key)
         data = F.substring(key, F.lit(1), size - 8)
         start = _bytes_long(F.substring(key, size - 7, F.lit(8)))
@@ -405,7 +476,12 @@ def decode_key(layout: RecordLayout, key: SparkColumn) -> list[SparkColumn]:
     if layout.key_codec is not None:
         cols = _registry_decode(layout, layout.key_columns, data, key=True)
     else:
-        cols = _decode(layout.key_format, layout.key_columns, data, layout.value_delimiter, single_unwrapped=True)
+        cols, suspect = _decode(layout.key_format, layout.key_columns, data, layout.value_delimiter,
+                                single_unwrapped=True)
+        if short is not None:
+            short = key.isNotNull() & short
+            suspect = short if suspect is None else suspect | short
+        cols = [*cols, _unreadable(layout, key, suspect, key=True)]
     return [*cols, *extra]
 
 

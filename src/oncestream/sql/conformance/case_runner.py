@@ -1,0 +1,512 @@
+"""One QTT case through the SQL engine, as a user of a SQL-server node sees it.
+
+Each statement is parsed by the SQL layer's parser, validated and applied by the node's metastore
+(``server.metastore``: the same rules a node applies to its command topic), its topics are created
+and its persistent queries started by ``engine.runtime.QueryRuntime`` on Spark, writing through
+the exactly-once sink to a real broker; INSERT VALUES goes through the runtime's row writer. The
+inputs are produced with confluent-kafka (a real peer) once every statement ran, and the outputs
+are read back read_committed with confluent-kafka and compared with the case's.
+
+Rules that make a micro-batch engine comparable with ksqlDB's record-at-a-time tests:
+
+- every query reads from the earliest offset. A stateful query (aggregation, join, window) reads
+  at most one offset per trigger (``maxOffsetsPerTrigger`` 1, ``CaseEnvironment.runtime``), so
+  each input record is its own micro-batch and an aggregation emits one update per input, as
+  ksqlDB's tests (record cache off) expect; one batch over all inputs (``Trigger.AvailableNow``)
+  would give only the last update per key. A stateless query (filter, projection, PARTITION BY,
+  table functions) gives the same records in the same order from one batch as from many, so it
+  reads everything available per trigger (``CaseEnvironment.bulk_runtime``): a micro-batch costs
+  seconds on a loaded machine;
+- a case is finished when every query consumed its source topics up to their last stable
+  offset, twice in a row, and no query failed; then each output topic is read to its end;
+- each case has its own topics (``qtt<N>_`` + the case's topic name; a C*AS without KAFKA_TOPIC
+  gets the prefixed sink name) and query ids, so cases share one broker and one Spark session;
+- an expected exception passes when a statement is refused with an error whose message contains
+  the expected message (Hamcrest's ``containsString``, as ksqlDB's test does); the expected Java
+  class cannot be compared and is shown. A case whose statements are all accepted fails.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import itertools
+import json
+import logging
+import re
+import shutil
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+from oncestream.sql.conformance.qtt_format import QttCase, QttRecord
+from oncestream.sql.conformance.records import (
+    ActualRecord,
+    RecordCodecError,
+    compare_topic,
+    decode_key,
+    decode_value,
+    encode_key,
+    encode_value,
+)
+from oncestream.sql.conformance.scope import Family, refusal_family, static_family
+from oncestream.sql.engine.insert_values import values_row
+from oncestream.sql.engine.runtime import ERROR, QueryRuntime, checkpoint_location, sink_topic_config
+from oncestream.sql.errors import KsqlError
+from oncestream.sql.language import sql_ast
+from oncestream.sql.language.catalog import SourceInfo
+from oncestream.sql.language.parser import parse
+from oncestream.sql.server.commands import goes_to_command_topic
+from oncestream.sql.server.metastore import CommandResult, CreateTopic, DeleteTopic, Metastore, StartQuery, StopQuery
+
+log = logging.getLogger("oncestream.sql.conformance")
+
+CLIENT_TIMEOUT_S = 30.0
+POLL_INTERVAL_S = 0.3
+BASE_WAIT_S = 180.0
+WAIT_PER_INPUT_S = 8.0
+MAX_WAIT_S = 600.0
+# Topic configs of every topic a case creates: the tests' timestamps start at 0, which time-based
+# retention would delete at once.
+TOPIC_CONFIG = {"retention.ms": "-1"}
+
+
+class Outcome(Enum):
+    """PASS, FAIL, OUT_OF_SCOPE; NOT_RUN: the machine kept the case from running (Spark could
+    not start a query's Python process in time, command.INFRASTRUCTURE_FAILURES): it says
+    nothing about the engine and stays outside the totals."""
+
+    PASS = "PASS"
+    FAIL = "FAIL"
+    OUT_OF_SCOPE = "OUT_OF_SCOPE"
+    NOT_RUN = "NOT_RUN"
+
+
+@dataclass(frozen=True)
+class CaseResult:
+    """A case's outcome: for FAIL the difference or error in words, for OUT_OF_SCOPE its family."""
+
+    file: str
+    name: str
+    outcome: Outcome
+    detail: str = ""
+    family: Family | None = None
+    seconds: float = 0.0
+
+
+class _Refused(Exception):
+    """A statement the engine refused (carries the engine's message)."""
+
+
+class CaseEnvironment:
+    """What every case shares: the broker (``bootstrap``), the query runtimes on one Spark session
+    (``runtime`` one offset per trigger, ``bulk_runtime`` all available: see the module
+    docstring), and confluent-kafka's admin and producer. Thread-safe: ``--jobs`` cases run side
+    by side."""
+
+    def __init__(self, bootstrap: str, runtime: QueryRuntime, bulk_runtime: QueryRuntime | None = None) -> None:
+        from confluent_kafka import Producer
+        from confluent_kafka.admin import AdminClient
+
+        self.bootstrap = bootstrap
+        self.runtime = runtime
+        self.bulk_runtime = bulk_runtime or runtime
+        # librdkafka log level 2 (critical): a stopped broker's reconnect attempts stay off stderr
+        # (delivery and admin errors still reach the callbacks and futures).
+        self.admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 2})
+        self.producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 2,
+                                  "log_level": 2})
+        self._lock = threading.Lock()
+        self._offsets = itertools.count(1)
+        self._cases = itertools.count(1)
+
+    def next_offset(self) -> int:
+        """A command offset unique in this run (query ids derive from it)."""
+        with self._lock:
+            return next(self._offsets)
+
+    def next_case_prefix(self) -> str:
+        with self._lock:
+            return f"qtt{next(self._cases)}_"
+
+    def topics(self) -> dict[str, int]:
+        """Existing topics with their partition counts."""
+        meta = self.admin.list_topics(timeout=CLIENT_TIMEOUT_S)
+        return {name: len(t.partitions) for name, t in meta.topics.items()}
+
+    def create_topic(self, name: str, partitions: int, config: Mapping[str, str]) -> None:
+        from confluent_kafka import KafkaError, KafkaException
+        from confluent_kafka.admin import NewTopic
+
+        futures = self.admin.create_topics([NewTopic(name, partitions, 1, config={**TOPIC_CONFIG, **config})])
+        for future in futures.values():
+            try:
+                future.result(CLIENT_TIMEOUT_S)
+            except KafkaException as e:
+                if e.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                    raise
+
+    def close(self) -> None:
+        """Stop every query of both runtimes and flush the producer."""
+        self.producer.flush(CLIENT_TIMEOUT_S)
+        self.runtime.stop_all()
+        if self.bulk_runtime is not self.runtime:
+            self.bulk_runtime.stop_all()
+
+
+_KAFKA_TOPIC = re.compile(r"\bKAFKA_TOPIC\s*=\s*'([^']*)'", re.IGNORECASE)
+_PARTITIONS = re.compile(r"\bPARTITIONS\s*=", re.IGNORECASE)
+_AS_SELECT = re.compile(r"\bAS\s+SELECT\b", re.IGNORECASE)
+
+
+def topics_to_create(case: QttCase) -> dict[str, int]:
+    """Topics a case's harness creates before its statements, as ksqlDB's test does: its
+    ``topics``, the topics of its CREATE STREAM/TABLE statements without PARTITIONS, and its
+    input topics (name -> partitions)."""
+    out: dict[str, int] = {}
+    for topic in case.topics:
+        out[str(topic["name"])] = int(topic.get("partitions") or 1)
+    for text in case.statements:
+        if _AS_SELECT.search(text) or _PARTITIONS.search(text):
+            continue
+        for name in _KAFKA_TOPIC.findall(text):
+            out.setdefault(name, 1)
+    for record in case.inputs:
+        out.setdefault(record.topic, 1)
+    return out
+
+
+def renamed(statement: sql_ast.Statement, prefix: str) -> sql_ast.Statement:
+    """``statement`` writing and reading the case's own topics: ``prefix`` before KAFKA_TOPIC, and
+    a C*AS without one gets ``prefix`` + its sink name (ksqlDB's default topic)."""
+    if isinstance(statement, sql_ast.CreateSource):
+        props = dict(statement.properties)
+        if props.get("KAFKA_TOPIC") is not None:
+            props["KAFKA_TOPIC"] = prefix + str(props["KAFKA_TOPIC"])
+        return dataclasses.replace(statement, properties=props)
+    if isinstance(statement, sql_ast.CreateAsSelect):
+        props = dict(statement.properties)
+        props["KAFKA_TOPIC"] = prefix + str(props.get("KAFKA_TOPIC") or statement.name)
+        return dataclasses.replace(statement, properties=props)
+    return statement
+
+
+def expected_error_matches(case: QttCase, message: str) -> bool:
+    """The rule for expected exceptions (module docstring)."""
+    expected = case.expected_exception
+    assert expected is not None
+    return expected.message is None or expected.message in message
+
+
+class CaseRun:
+    """One case's run (``run`` returns its result; every query it started is stopped)."""
+
+    def __init__(self, case: QttCase, env: CaseEnvironment) -> None:
+        self.case = case
+        self.env = env
+        self.prefix = env.next_case_prefix()
+        self.metastore = Metastore()
+        self.properties: dict[str, Any] = {"auto.offset.reset": "earliest", **case.properties}
+        self.started: list[StartQuery] = []
+        self._runtime_of: dict[str, QueryRuntime] = {}
+        self.inserted = False
+
+    def run(self) -> CaseResult:
+        began = time.monotonic()
+        family = static_family(self.case)
+        if family is not None:
+            return self._result(Outcome.OUT_OF_SCOPE, family.name, began, family)
+        try:
+            outcome, detail, family = self._run()
+        except RecordCodecError as e:
+            outcome, detail, family = Outcome.FAIL, f"input not writable: {e}", None
+        except Exception as e:  # a case's harness failure is that case's FAIL: the run goes on
+            log.exception("case %s", self.case.name)
+            outcome, detail, family = Outcome.FAIL, f"runner error: {type(e).__name__}: {e}", None
+        finally:
+            self._stop_queries()
+        return self._result(outcome, detail, began, family)
+
+    def _result(self, outcome: Outcome, detail: str, began: float, family: Family | None = None) -> CaseResult:
+        return CaseResult(self.case.file, self.case.name, outcome, detail, family, time.monotonic() - began)
+
+    def _topic(self, name: str) -> str:
+        return self.prefix + name
+
+    def _run(self) -> tuple[Outcome, str, Family | None]:
+        case = self.case
+        for name, partitions in topics_to_create(case).items():
+            self.env.create_topic(self._topic(name), partitions, {})
+        try:
+            for text in case.statements:
+                self._execute(text)
+        except _Refused as refused:
+            message = str(refused)
+            if case.expected_exception is not None:
+                if expected_error_matches(case, message):
+                    return Outcome.PASS, "", None
+                return Outcome.FAIL, (f"refused with another error: expected {case.expected_exception.type or ''} "
+                                      f"{case.expected_exception.message!r}, got {message!r}"), None
+            family = refusal_family(message)
+            if family is not None:
+                return Outcome.OUT_OF_SCOPE, message, family
+            return Outcome.FAIL, f"statement refused: {message}", None
+        if case.expected_exception is not None:
+            return Outcome.FAIL, (f"expected {case.expected_exception.type or 'an error'} "
+                                  f"{case.expected_exception.message or ''!r}, but every statement was accepted"), None
+        missing = self._post_conditions()
+        if missing:
+            return Outcome.FAIL, missing, None
+        self._produce_inputs()
+        failure = self._wait_for_queries()
+        if failure:
+            return Outcome.FAIL, failure, None
+        difference = self._compare_outputs()
+        if difference:
+            return Outcome.FAIL, difference, None
+        return Outcome.PASS, "", None
+
+    # -- statements ----------------------------------------------------------------------------
+
+    def _execute(self, text: str) -> None:
+        try:
+            statements = parse(text, self.metastore.custom_types())
+        except KsqlError as e:
+            raise _Refused(e.message) from None
+        for parsed in statements:
+            statement = renamed(parsed, self.prefix)
+            try:
+                self._execute_one(statement)
+            except KsqlError as e:
+                raise _Refused(e.message) from None
+
+    def _execute_one(self, statement: sql_ast.Statement) -> None:
+        if isinstance(statement, sql_ast.SetProperty):
+            self.properties[statement.name] = statement.value
+            return
+        if isinstance(statement, sql_ast.UnsetProperty):
+            self.properties.pop(statement.name, None)
+            return
+        if isinstance(statement, sql_ast.InsertValues):
+            sink = self.metastore.source(statement.target)
+            if sink is None:
+                raise KsqlError(f"Cannot insert values into an unknown stream/table: {statement.target}")
+            self.env.runtime.insert_values(sink, values_row(statement, sink))
+            self.inserted = True
+            return
+        if not goes_to_command_topic(statement):
+            return  # SHOW, DESCRIBE, EXPLAIN, SELECT: nothing a QTT case compares
+        command = self.metastore.validate(statement, self.properties, self.env.topics(), None)
+        for effect in self.metastore.apply(command, self.env.next_offset()):
+            if isinstance(effect, CreateTopic):
+                source = next((s for s in self.metastore.sources() if s.topic == effect.topic), None)
+                config = sink_topic_config(source) if source is not None else {}
+                self.env.create_topic(effect.topic, effect.partitions, config)
+            elif isinstance(effect, DeleteTopic):
+                self.env.admin.delete_topics([effect.topic])
+            elif isinstance(effect, StartQuery):
+                analyzed = effect.analyzed
+                stateful = analyzed.is_aggregate or bool(analyzed.joins) or analyzed.window is not None
+                runtime = self.env.runtime if stateful else self.env.bulk_runtime
+                self._runtime_of[effect.query.query_id] = runtime
+                runtime.start_persistent(effect.query, analyzed, effect.sink, {**self.properties, **effect.properties})
+                self.started.append(effect)
+            elif isinstance(effect, StopQuery):
+                self._runtime(effect.query_id).stop_persistent(effect.query_id)
+            elif isinstance(effect, CommandResult) and effect.status == "ERROR":
+                raise KsqlError(effect.message)
+
+    def _runtime(self, query_id: str) -> QueryRuntime:
+        return self._runtime_of.get(query_id, self.env.runtime)
+
+    def _post_conditions(self) -> str:
+        for condition in self.case.post_sources:
+            source = self.metastore.source(condition.name.upper()) or self.metastore.source(condition.name)
+            if source is None:
+                return f"post condition: source {condition.name} does not exist"
+            if condition.type is not None and source.kind.value.lower() != condition.type.lower():
+                return f"post condition: {condition.name} is a {source.kind.value.lower()}, expected a {condition.type}"
+        return ""
+
+    # -- records -------------------------------------------------------------------------------
+
+    def _source_for(self, topic: str, *, reading: bool) -> SourceInfo | None:
+        """The source declared on ``topic``: for inputs the one a CREATE declared (not a C*AS
+        sink), for outputs the one a query writes."""
+        sources = [s for s in self.metastore.sources() if s.topic == topic]
+        if reading:
+            declared = [s for s in sources if s.created_by is None]
+            sources = declared or sources
+        else:
+            written = [s for s in sources if s.created_by is not None]
+            sources = written or sources
+        return sources[0] if sources else None
+
+    def _produce_inputs(self) -> None:
+        producer = self.env.producer
+        errors: list[str] = []
+
+        def delivered(err: Any, _msg: Any) -> None:
+            if err is not None:
+                errors.append(str(err))
+
+        for record in self.case.inputs:
+            topic = self._topic(record.topic)
+            source = self._source_for(topic, reading=True)
+            headers: list[tuple[str, str | bytes | None]] | None = None
+            if record.headers is not None:
+                headers = [(k, None if v is None else base64.b64decode(v)) for k, v in record.headers]
+            producer.produce(topic, key=encode_key(record, source), value=encode_value(record, source),
+                             timestamp=record.timestamp_ms or 0, headers=headers, on_delivery=delivered)
+            producer.poll(0)
+        if producer.flush(CLIENT_TIMEOUT_S) != 0 or errors:
+            raise RuntimeError(f"inputs not acknowledged: {errors[:3]}")
+
+    def _wait_for_queries(self) -> str:
+        """Empty when every started query consumed its inputs (module docstring); else why not."""
+        if not self.started:
+            return ""
+        timeout_s = min(MAX_WAIT_S, BASE_WAIT_S + WAIT_PER_INPUT_S * len(self.case.inputs))
+        deadline = time.monotonic() + timeout_s
+        topics = {s.topic for q in self.started for s in q.analyzed.sources.values()}
+        offsets = _StableOffsets(self.env.bootstrap)
+        stable: dict[tuple[str, int], int] = {}
+        try:
+            settled = 0
+            while time.monotonic() < deadline:
+                for query in self.started:
+                    status = self._runtime(query.query.query_id).status(query.query.query_id)
+                    if status.state == ERROR:
+                        return f"query {query.query.query_id} failed: {status.error}"
+                stable = offsets.latest(topics)
+                if all(self._consumed(q, stable) for q in self.started):
+                    settled += 1
+                    if settled >= 2:
+                        return ""
+                else:
+                    settled = 0
+                time.sleep(POLL_INTERVAL_S)
+        finally:
+            offsets.close()
+        behind = [q.query.query_id for q in self.started if not self._consumed(q, stable)]
+        return f"queries had not consumed their inputs after {timeout_s:.0f} s ({len(behind)} of {len(self.started)} behind)"
+
+    def _consumed(self, query: StartQuery, stable: Mapping[tuple[str, int], int]) -> bool:
+        query_id = query.query.query_id
+        return _consumed(self._runtime(query_id).progress(query_id), stable, query)
+
+    def _compare_outputs(self) -> str:
+        by_topic: dict[str, list[QttRecord]] = {}
+        for record in self.case.outputs:
+            by_topic.setdefault(record.topic, []).append(record)
+        for name, expected in by_topic.items():
+            topic = self._topic(name)
+            sink = self._source_for(topic, reading=False)
+            actual = []
+            for key_bytes, value_bytes, timestamp_ms in read_committed(self.env.bootstrap, topic):
+                key, window = decode_key(key_bytes, sink)
+                actual.append(ActualRecord(key, decode_value(value_bytes, sink), timestamp_ms, window))
+            difference = compare_topic(name, expected, actual, check_zero_timestamps=not self.inserted)
+            if difference:
+                return difference
+        return ""
+
+    def _stop_queries(self) -> None:
+        for query in self.started:
+            query_id = query.query.query_id
+            runtime = self._runtime(query_id)
+            try:
+                runtime.stop_persistent(query_id)
+            except Exception as e:  # noqa: BLE001 - stopping is best effort; the next case goes on
+                log.warning("stopping %s: %s", query_id, e)
+            shutil.rmtree(checkpoint_location(runtime.settings, query_id), ignore_errors=True)
+
+
+def _progress_entry(progress: Any) -> dict[str, Any]:
+    if isinstance(progress, dict):
+        return progress
+    text = progress.json
+    return json.loads(text() if callable(text) else text)
+
+
+def _consumed(progress: list[Any], stable: Mapping[tuple[str, int], int], query: StartQuery) -> bool:
+    """Whether ``query``'s last batch ended at or past the stable offsets of its source topics."""
+    topics = {s.topic for s in query.analyzed.sources.values()}
+    wanted = {tp: o for tp, o in stable.items() if tp[0] in topics}
+    if not any(wanted.values()):
+        return True
+    if not progress:
+        return False
+    ended: dict[tuple[str, int], int] = {}
+    for source in _progress_entry(progress[-1]).get("sources", []):
+        raw = source.get("endOffset")
+        parsed = json.loads(raw) if isinstance(raw, str) else raw
+        for topic, parts in (parsed or {}).items():
+            for partition, offset in parts.items():
+                ended[(topic, int(partition))] = int(offset)
+    return all(ended.get(tp, 0) >= offset for tp, offset in wanted.items())
+
+
+class _StableOffsets:
+    """Last stable offsets (read_committed end offsets) of topics, asked with confluent-kafka."""
+
+    def __init__(self, bootstrap: str) -> None:
+        from confluent_kafka import Consumer
+
+        self._consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "oncestream-conformance-offsets",
+                                   "isolation.level": "read_committed", "enable.auto.commit": False})
+
+    def latest(self, topics: Iterable[str]) -> dict[tuple[str, int], int]:
+        from confluent_kafka import TopicPartition
+
+        out: dict[tuple[str, int], int] = {}
+        for topic in topics:
+            meta = self._consumer.list_topics(topic, timeout=CLIENT_TIMEOUT_S)
+            for partition in meta.topics[topic].partitions:
+                _low, high = self._consumer.get_watermark_offsets(TopicPartition(topic, partition),
+                                                                  timeout=CLIENT_TIMEOUT_S, cached=False)
+                out[(topic, partition)] = high
+        return out
+
+    def close(self) -> None:
+        self._consumer.close()
+
+
+def read_committed(bootstrap: str, topic: str) -> list[tuple[bytes | None, bytes | None, int]]:
+    """Every committed record of ``topic`` (key, value, timestamp ms), read with confluent-kafka
+    (read_committed) to the end of each partition; partitions one after another."""
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "oncestream-conformance-read",
+                         "isolation.level": "read_committed", "enable.auto.commit": False,
+                         "enable.partition.eof": True, "auto.offset.reset": "earliest"})
+    try:
+        meta = consumer.list_topics(topic, timeout=CLIENT_TIMEOUT_S)
+        if topic not in meta.topics or meta.topics[topic].error is not None:
+            return []
+        partitions = sorted(meta.topics[topic].partitions)
+        consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
+        at_end: set[int] = set()
+        by_partition: dict[int, list[tuple[bytes | None, bytes | None, int]]] = {p: [] for p in partitions}
+        deadline = time.monotonic() + CLIENT_TIMEOUT_S
+        while len(at_end) < len(partitions) and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            error, partition = msg.error(), msg.partition()
+            if partition is None:
+                continue
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF:
+                    at_end.add(partition)
+                continue
+            by_partition[partition].append((msg.key(), msg.value(), msg.timestamp()[1]))
+        if len(at_end) < len(partitions):
+            raise RuntimeError(f"{topic}: the end of partitions {sorted(set(partitions) - at_end)} not reached "
+                               f"in {CLIENT_TIMEOUT_S:.0f} s")
+        return [r for p in partitions for r in by_partition[p]]
+    finally:
+        consumer.close()

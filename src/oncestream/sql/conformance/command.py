@@ -1,0 +1,252 @@
+"""``oncestream sql-conformance PATH``: run ksqlDB's query-validation tests (a checkout's
+``ksqldb-functional-tests/src/test/resources/query-validation-tests``, or any directory or file of
+QTT JSON) through this SQL engine and print, per file and in total, how many cases pass, fail or
+are out of scope and why (docs/sql-conformance.md).
+
+    oncestream sql-conformance PATH [--files GLOB] [--cases REGEX] [--jobs N] [--json OUT]
+        [--bootstrap-server HOST:PORT] [--spark-master MASTER] [--budget-s S] [--interleave]
+        [--verbose]
+
+Without ``--bootstrap-server`` it starts its own broker (``oncestream broker`` with
+``transaction.two.phase.commit.enable=true``, which the exactly-once sink needs) in a temporary
+directory; one Spark session and one broker serve every case. Cases out of scope by their text
+are classified without starting either. ``--budget-s`` stops starting cases after that many
+seconds (the cases left are listed as not run, outside the totals).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import fnmatch
+import os
+import re
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from oncestream.sql.conformance.case_runner import CaseEnvironment, CaseResult, CaseRun, Outcome
+from oncestream.sql.conformance.cli_entry import add_arguments
+from oncestream.sql.conformance.qtt_format import QttCase, QttFormatError, load_file
+from oncestream.sql.conformance.report import text_report, write_json
+from oncestream.sql.conformance.scope import static_family
+
+QTT_SUBDIR = "ksqldb-functional-tests/src/test/resources/query-validation-tests"
+TWO_PHASE_COMMIT = {"transaction.two.phase.commit.enable": "true"}
+# Each input record is its own micro-batch (case_runner's rules); a short trigger interval keeps
+# the per-record cost down.
+TRIGGER_INTERVAL_MS = 100
+
+
+def case_files(path: Path, files_glob: str = "*.json") -> list[Path]:
+    """The QTT files under ``path``: the file itself, the directory's ``*.json``, or, for a ksqlDB
+    checkout, its query-validation-tests directory."""
+    if path.is_file():
+        return [path]
+    if (path / QTT_SUBDIR).is_dir():
+        path = path / QTT_SUBDIR
+    if not path.is_dir():
+        raise FileNotFoundError(f"{path}: no such file or directory")
+    return sorted(p for p in path.glob("*.json") if fnmatch.fnmatch(p.name, files_glob))
+
+
+def collect_cases(files: Sequence[Path], name_pattern: str | None = None) -> tuple[list[QttCase], list[str]]:
+    """Every case of ``files`` (whose full name matches ``name_pattern``, a regular expression)
+    and the files that could not be read, each with why."""
+    cases: list[QttCase] = []
+    unreadable: list[str] = []
+    matcher = re.compile(name_pattern) if name_pattern else None
+    for file in files:
+        try:
+            loaded = load_file(file)
+        except QttFormatError as e:
+            unreadable.append(str(e))
+            continue
+        cases += [c for c in loaded if matcher is None or matcher.search(c.name)]
+    return cases, unreadable
+
+
+# Spark waits a fixed 10 s for a query's driver-side Python data-source process to connect back;
+# on a loaded machine its start (importing pyspark, pyarrow, oncestream) can take longer. That says
+# nothing about the engine, so such a case is run again, up to this many times, and if it never
+# got to run it is reported NOT_RUN (outside the totals), not FAIL.
+INFRASTRUCTURE_RETRIES = 2
+INFRASTRUCTURE_PAUSE_S = 15.0
+INFRASTRUCTURE_FAILURES = ("Python worker failed to connect back",)
+
+
+def is_infrastructure_failure(result: CaseResult) -> bool:
+    """A FAIL caused by the machine, not the engine (see INFRASTRUCTURE_FAILURES)."""
+    return result.outcome is Outcome.FAIL and any(marker in result.detail for marker in INFRASTRUCTURE_FAILURES)
+
+
+def interleaved(cases: Sequence[QttCase]) -> list[QttCase]:
+    """``cases`` taken round-robin from their files (first case of each file, then the second...):
+    a run stopped by ``--budget-s`` then samples every file instead of the first ones."""
+    by_file: dict[str, list[QttCase]] = {}
+    for case in cases:
+        by_file.setdefault(case.file, []).append(case)
+    out: list[QttCase] = []
+    queues = [list(reversed(v)) for v in by_file.values()]
+    while any(queues):
+        for queue in queues:
+            if queue:
+                out.append(queue.pop())
+    return out
+
+
+def run_cases(cases: Sequence[QttCase], environment: Callable[[], CaseEnvironment] | CaseEnvironment, *,
+              jobs: int = 1, budget_s: float | None = None,
+              on_result: Callable[[CaseResult], None] | None = None) -> tuple[list[CaseResult], list[QttCase]]:
+    """Results of ``cases`` in their order, and the cases not started within ``budget_s``.
+    ``environment`` (or the factory making it) is only needed when a case must run."""
+    results: dict[int, CaseResult] = {}
+    to_run: list[tuple[int, QttCase]] = []
+    for i, case in enumerate(cases):
+        family = static_family(case)
+        if family is None:
+            to_run.append((i, case))
+            continue
+        results[i] = CaseResult(case.file, case.name, Outcome.OUT_OF_SCOPE, family.name, family)
+        if on_result is not None:
+            on_result(results[i])
+    not_run: list[QttCase] = []
+    if to_run:
+        env = environment() if callable(environment) else environment
+        deadline = None if budget_s is None else time.monotonic() + budget_s
+
+        def one(item: tuple[int, QttCase]) -> tuple[int, CaseResult | None]:
+            index, case = item
+            if deadline is not None and time.monotonic() > deadline:
+                return index, None
+            result = CaseRun(case, env).run()
+            for _ in range(INFRASTRUCTURE_RETRIES):
+                if not is_infrastructure_failure(result):
+                    break
+                time.sleep(INFRASTRUCTURE_PAUSE_S)
+                result = CaseRun(case, env).run()
+            if is_infrastructure_failure(result):
+                result = dataclasses.replace(result, outcome=Outcome.NOT_RUN)
+            if on_result is not None:
+                on_result(result)
+            return index, result
+
+        with ThreadPoolExecutor(max_workers=max(1, jobs), thread_name_prefix="qtt") as pool:
+            for index, result in pool.map(one, to_run):
+                if result is None:
+                    not_run.append(cases[index])
+                else:
+                    results[index] = result
+    return [results[i] for i in sorted(results)], not_run
+
+
+def conformance_spark_session(master: str, local_dir: Path) -> Any:
+    """A SparkSession with the SQL server's settings (``runtime.spark_session_config``), one
+    shuffle partition (a case's data is a few records) and a short progress history."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    from oncestream.sql.engine.runtime import spark_session_config
+
+    settings = {**spark_session_config(), "spark.sql.shuffle.partitions": "1", "spark.ui.enabled": "false",
+                "spark.ui.showConsoleProgress": "false", "spark.sql.streaming.numRecentProgressUpdates": "5",
+                "spark.local.dir": str(local_dir)}
+    builder = SparkSession.builder.master(master).appName("oncestream-sql-conformance")
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def runtime_settings(bootstrap: str, checkpoint_root: str, *, per_record: bool = True) -> Any:
+    """The query runtime's settings for conformance runs: one offset per trigger for stateful
+    queries, all available for stateless ones (case_runner's rules)."""
+    from oncestream.sql.engine.runtime import RuntimeSettings
+
+    return RuntimeSettings(bootstrap_servers=bootstrap, checkpoint_root=checkpoint_root, service_id="conformance",
+                           trigger_interval_ms=TRIGGER_INTERVAL_MS, max_offsets_per_trigger=1 if per_record else None)
+
+
+def case_environment(spark: Any, bootstrap: str, checkpoint_root: str) -> CaseEnvironment:
+    """The environment cases share: both query runtimes on ``spark``, writing to ``bootstrap``."""
+    from oncestream.sql.engine.runtime import QueryRuntime
+
+    return CaseEnvironment(bootstrap, QueryRuntime(spark, runtime_settings(bootstrap, checkpoint_root)),
+                           QueryRuntime(spark, runtime_settings(bootstrap, checkpoint_root, per_record=False)))
+
+
+@contextmanager
+def environment(work_dir: Path, bootstrap: str | None, master: str) -> Iterator[Callable[[], CaseEnvironment]]:
+    """A factory of the run's one ``CaseEnvironment``, started on first use (a broker of our own
+    unless ``bootstrap`` is given, then Spark) and stopped on exit."""
+    state: dict[str, Any] = {}
+
+    def make() -> CaseEnvironment:
+        if "env" in state:
+            return state["env"]
+        address = bootstrap
+        if address is None:
+            from oncestream.broker_process import OnceStreamBroker
+
+            broker = OnceStreamBroker(data_dir=work_dir / "broker" / "data", config=TWO_PHASE_COMMIT)
+            broker.start()
+            state["broker"] = broker
+            address = broker.bootstrap
+        spark = conformance_spark_session(master, work_dir / "spark-local")
+        state["spark"] = spark
+        state["env"] = case_environment(spark, address, str(work_dir / "checkpoints"))
+        return state["env"]
+
+    try:
+        yield make
+    finally:
+        if "env" in state:
+            state["env"].close()
+        if "spark" in state:
+            state["spark"].stop()
+        if "broker" in state:
+            state["broker"].stop()
+
+
+def cmd_sql_conformance(args: argparse.Namespace) -> int:
+    """The command: collect, run, print, write ``--json``."""
+    files = case_files(Path(args.path), args.files)
+    cases, unreadable = collect_cases(files, args.cases)
+    if args.interleave:
+        cases = interleaved(cases)
+    for problem in unreadable:
+        print(f"unreadable: {problem}", file=sys.stderr)
+
+    def show(result: CaseResult) -> None:
+        if args.verbose:
+            detail = f": {result.detail}" if result.detail else ""
+            print(f"{result.outcome.value} {result.name} ({result.seconds:.1f} s){detail}", flush=True)
+
+    with tempfile.TemporaryDirectory(prefix="oncestream-conformance-") as work, \
+            environment(Path(work), args.bootstrap_server, args.spark_master) as make:
+        results, not_run = run_cases(cases, make, jobs=args.jobs, budget_s=args.budget_s, on_result=show)
+    print(text_report(results, verbose=args.verbose))
+    if not_run:
+        print(f"\nnot run (budget): {len(not_run)} cases of {len({c.file for c in not_run})} files")
+    if args.json_out:
+        write_json(args.json_out, results)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m oncestream.sql.conformance.command ...`` (the options of ``oncestream sql-conformance``)."""
+    parser = argparse.ArgumentParser(prog="oncestream sql-conformance", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(parser)
+    return cmd_sql_conformance(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
