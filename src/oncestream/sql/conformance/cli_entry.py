@@ -20,7 +20,7 @@ def register(sub: Any) -> None:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    """The sub-command's options (also ``python -m oncestream.sql.conformance.command``'s)."""
+    """The sub-command's options."""
     p.add_argument("path", help="a ksqlDB checkout, its query-validation-tests directory, or one QTT file")
     p.add_argument("--files", default="*.json", help="glob of the file names to run (default *.json)")
     p.add_argument("--cases", default=None, help="regular expression the case names must match")

@@ -31,7 +31,6 @@ from pathlib import Path
 from typing import Any
 
 from oncestream.sql.conformance.case_runner import CaseEnvironment, CaseResult, CaseRun, Outcome
-from oncestream.sql.conformance.cli_entry import add_arguments
 from oncestream.sql.conformance.qtt_format import QttCase, QttFormatError, load_file
 from oncestream.sql.conformance.report import text_report, write_json
 from oncestream.sql.conformance.scope import static_family
@@ -238,15 +237,3 @@ def cmd_sql_conformance(args: argparse.Namespace) -> int:
     if args.json_out:
         write_json(args.json_out, results)
     return 0
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m oncestream.sql.conformance.command ...`` (the options of ``oncestream sql-conformance``)."""
-    parser = argparse.ArgumentParser(prog="oncestream sql-conformance", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_arguments(parser)
-    return cmd_sql_conformance(parser.parse_args(argv))
-
-
-if __name__ == "__main__":
-    sys.exit(main())
