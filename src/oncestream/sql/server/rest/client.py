@@ -23,6 +23,7 @@ import httpx
 KSQL_V1_JSON = "application/vnd.ksql.v1+json"
 
 DEFAULT_TIMEOUT_S = 60.0
+CLOSE_QUERY_TIMEOUT_S = 10.0  # a best-effort close (RestClient.close_query)
 
 
 class ServerError(Exception):
@@ -154,7 +155,12 @@ class RestClient:
         return QueryResult(str(header.get("queryId")), columns, items, response, self)
 
     def close_query(self, query_id: str) -> bool:
-        response = self._http.post("/close-query", json={"queryId": query_id})
+        """Ask the server to close a push query (``POST /close-query``). Bounded by
+        ``CLOSE_QUERY_TIMEOUT_S`` in every phase: it is best effort after the client dropped the
+        query's stream (the server closes a query whose client went away), so Ctrl-C in the
+        shell never waits on it for longer."""
+        response = self._http.post("/close-query", json={"queryId": query_id},
+                                   timeout=httpx.Timeout(CLOSE_QUERY_TIMEOUT_S))
         return response.status_code == 200
 
     @staticmethod
