@@ -38,6 +38,8 @@ DEFAULT_BUCKET = "oncestream-tiered"
 GRPC_PORT_OFFSET = 10000
 READY_TIMEOUT_S = 120.0  # 1-2 s when idle, ~10 s measured elsewhere; the test machine is shared and loaded
 STOP_TIMEOUT_S = 30.0
+PORT_ATTEMPTS = 3  # first starts whose ports another socket took before weed bound them
+PORT_TAKEN = "Port allocation failed"  # what weed mini logs then (and exits 1)
 _SERVICES = ("master", "volume", "filer", "s3", "admin")
 
 
@@ -122,7 +124,24 @@ class SeaweedServer:
         ]  # fmt: skip
 
     def start(self, timeout_s: float = READY_TIMEOUT_S) -> SeaweedServer:
-        """Start (or start again) and return once the bucket answers a signed LIST and a probe write."""
+        """Start (or start again) and return once the bucket answers a signed LIST and a probe write.
+
+        The ports are free when chosen but not held until ``weed`` binds them, so any socket of
+        the machine (an outgoing connection's ephemeral port) may take one first. At the first
+        start, a ``weed`` that exits because a port was taken is started again on fresh ports (up
+        to ``PORT_ATTEMPTS`` times); a restart keeps its ports (clients know the endpoint)."""
+        first = self.process is None
+        for attempt in range(1, PORT_ATTEMPTS + 1):
+            try:
+                return self._start_once(timeout_s)
+            except RuntimeError:
+                if not (first and attempt < PORT_ATTEMPTS and PORT_TAKEN in self.log_tail()):
+                    raise
+                self.log_path.rename(self.log_path.with_suffix(f".attempt{attempt}.log"))
+                self.ports = dict(zip(_SERVICES, free_port_pairs(len(_SERVICES)), strict=True))
+        raise RuntimeError("unreachable: the last attempt returns or raises")
+
+    def _start_once(self, timeout_s: float) -> SeaweedServer:
         if self.process is not None and self.process.poll() is None:
             raise RuntimeError("SeaweedFS is already running")
         self.data_dir.mkdir(parents=True, exist_ok=True)
