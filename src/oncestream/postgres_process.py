@@ -36,6 +36,12 @@ HOST = "127.0.0.1"
 SUPERUSER = "postgres"
 READY_TIMEOUT_S = 60.0
 _COMMAND_TIMEOUT_S = 120.0
+PORT_ATTEMPTS = 3  # first starts whose port another socket took before the server bound it
+PORT_TAKEN = "could not bind IPv4 address"  # what the postmaster logs then (Address already in use)
+
+
+class PortTakenError(RuntimeError):
+    """The server exited at start because its port was taken."""
 
 
 def postgres_bin_dir() -> Path:
@@ -58,6 +64,7 @@ class PostgresServer:
         self.base_dir = base_dir if base_dir is not None else Path(tempfile.mkdtemp(prefix="oncestream-pg-"))
         self.data_dir = self.base_dir / "pgdata"
         self.port = port if port is not None else free_tcp_port(HOST)
+        self._port_chosen_here = port is None
         self.bin_dir = postgres_bin_dir()
         self._initialised = False
         self._process: subprocess.Popen[bytes] | None = None
@@ -80,7 +87,23 @@ class PostgresServer:
         return f"postgresql://{SUPERUSER}@{HOST}:{self.port}/{dbname}"
 
     def start(self) -> PostgresServer:
-        """initdb (the first time) and start; returns once the server accepts connections."""
+        """initdb (the first time) and start; returns once the server accepts connections.
+
+        A port chosen here is free when chosen but not held until the server binds it, so another
+        socket (an outgoing connection's ephemeral port) may take it first: at the first start a
+        server that exits for that reason is started again on a fresh port (up to
+        ``PORT_ATTEMPTS`` times). A restart keeps its port (clients know the address)."""
+        first = self._process is None
+        for attempt in range(1, PORT_ATTEMPTS + 1):
+            try:
+                return self._start_once()
+            except PortTakenError:
+                if not (first and self._port_chosen_here and attempt < PORT_ATTEMPTS):
+                    raise
+                self.port = free_tcp_port(HOST)
+        raise RuntimeError("unreachable: the last attempt returns or raises")
+
+    def _start_once(self) -> PostgresServer:
         if not self._initialised:
             self.base_dir.mkdir(parents=True, exist_ok=True)
             if os.geteuid() == 0:
@@ -101,8 +124,9 @@ class PostgresServer:
         deadline = time.monotonic() + READY_TIMEOUT_S
         while not self._accepts_sessions():
             if self._process.poll() is not None:
-                raise RuntimeError(f"PostgreSQL exited with {self._process.returncode} at start: "
-                                   f"see {self.base_dir / 'server.log'}")
+                log_path = self.base_dir / "server.log"
+                error = PortTakenError if PORT_TAKEN in log_path.read_text(errors="replace")[-4000:] else RuntimeError
+                raise error(f"PostgreSQL exited with {self._process.returncode} at start: see {log_path}")
             if time.monotonic() > deadline:
                 raise RuntimeError(f"PostgreSQL did not accept sessions on {HOST}:{self.port} within {READY_TIMEOUT_S} s")
             time.sleep(0.1)
