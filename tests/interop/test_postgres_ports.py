@@ -5,6 +5,7 @@ chosen, not held until the server binds them)."""
 from __future__ import annotations
 
 import socket
+
 import pytest
 
 from oncestream.postgres_process import HOST, PostgresServer
