@@ -43,12 +43,14 @@ import pytest
 
 from tests.support.readme_quickstart import run_readme_quickstart
 
-pytestmark = [pytest.mark.interop]
-
 ROOT = Path(__file__).resolve().parents[2]
 INSTALL = re.compile(r"pip install (-e )?'?(\.|oncestream)\[([a-z,-]+)\]'?")
 INSTALL_TIMEOUT_S = 900.0
 COMMAND_TIMEOUT_S = 120.0
+# A test waits for its install (the installs run side by side, so the first test may wait for all)
+# and then runs its checks (the SQL quickstart: a broker, a node and its Spark session).
+TEST_TIMEOUT_S = INSTALL_TIMEOUT_S + 5 * COMMAND_TIMEOUT_S
+pytestmark = [pytest.mark.interop, pytest.mark.timeout(TEST_TIMEOUT_S)]
 # The command the README's SQL-server section gives by hand: the one run in the default suite.
 README_SQL_COMMAND = ("-e ", ".", "sql")
 _COPY_IGNORE = shutil.ignore_patterns(".git", ".venv", "data", "build", "dist", "*.egg-info", "__pycache__",
@@ -135,8 +137,11 @@ def _install(command: tuple[str, str, str], work: Path) -> Install:
     bin_dir = venv / "bin"
     env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
     env["PYSPARK_PYTHON"] = str(bin_dir / "python")
-    # --no-compile: no bytecode for PySpark's thousands of modules (what gets installed is the same).
-    pip = [str(bin_dir / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-compile"]
+    # pip's default bytecode compilation stays on, as a user's install has it: without it every
+    # module is compiled on its first import, and Spark's streaming-source worker (started by the
+    # JVM, which waits a fixed 10 s for it to connect back) then timed out under CI's load with
+    # "Python worker failed to connect back".
+    pip = [str(bin_dir / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
     _run(pip + ([editable.strip()] if editable else []) + [f"{source}[{extras}]"], env, INSTALL_TIMEOUT_S, cwd=work)
     return Install(bin_dir, env, work)
 
