@@ -66,8 +66,6 @@ OWN_BROKER_MODULES = {
     "tests/interop/test_broker_robustness.py": "it stops the broker and restarts it, SIGKILLing it every other round",
     "tests/interop/test_groups_protocol_migration.py": "it SIGKILLs the broker",
     "tests/interop/test_share_consumer_interop.py": "it SIGKILLs and restarts the broker",
-    "tests/interop/test_groups_admin.py": ("it failed on a shared broker in the CI run of 032c16c (cause not read yet; "
-                                           "it passed on a broker of its own in every earlier run)"),
 }
 
 
