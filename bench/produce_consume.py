@@ -100,8 +100,9 @@ def client_connection(broker: ManagedBroker) -> dict[str, str]:
 # docs/architecture.md ("Durability"): flush.messages=1, so acks=all is answered only after the
 # fdatasync covering the batch. "ours" answers once the batch is in the page cache (Kafka's
 # default; survives SIGKILL, not power loss). Tansu runs memory:// and writes no file at all.
-TOPIC_CONFIGS: dict[str, dict[str, str]] = {"ours-fsync": {"flush.messages": "1"}}
-BROKER_NAMES = ("ours", "ours-fsync", "tansu", "before")
+TOPIC_CONFIGS: dict[str, dict[str, str]] = {"ours-fsync": {"flush.messages": "1"},
+                                             "before-fsync": {"flush.messages": "1"}}
+BROKER_NAMES = ("ours", "ours-fsync", "tansu", "before", "before-fsync")
 
 
 def start_broker(name: str, work_dir: Path) -> ManagedBroker:
@@ -112,7 +113,7 @@ def start_broker(name: str, work_dir: Path) -> ManagedBroker:
         data_dir = Path(tempfile.mkdtemp(prefix="oncestream-bench-", dir=work_dir))
         broker = OnceStreamBroker(data_dir, config=broker_config(), log_file=log_file,
                                   ready_timeout_s=BROKER_READY_TIMEOUT_S)
-    elif name == "before":
+    elif name in ("before", "before-fsync"):
         if BASELINE_SRC is None:
             raise ValueError("the 'before' broker needs --baseline-src")
         data_dir = Path(tempfile.mkdtemp(prefix="oncestream-bench-", dir=work_dir))
@@ -492,13 +493,14 @@ def markdown_report(results: list[RoundResult], args: argparse.Namespace, comman
         cpu = (statistics.median(r.produce.cpu_s_per_gb or 0.0 for r in mine),
                statistics.median(r.consume.cpu_s_per_gb or 0.0 for r in mine))
         lines.append(f"| {name} | {medians[name][0]:.1f} | {medians[name][1]:.1f} | {cpu[0]:.1f} | {cpu[1]:.1f} |")
-    for mine, theirs, label in (("ours", "tansu", "ours/Tansu"), ("ours-fsync", "tansu", "ours-fsync/Tansu"),
-                                ("ours-fsync", "ours", "ours-fsync/ours"), ("ours", "before", "ours/before")):
-        if mine in medians and theirs in medians:
+    for top, bottom, label in (("ours", "tansu", "ours/Tansu"), ("ours-fsync", "tansu", "ours-fsync/Tansu"),
+                               ("ours-fsync", "ours", "ours-fsync/ours"), ("ours", "before", "ours/before"),
+                               ("ours-fsync", "before-fsync", "ours-fsync/before-fsync")):
+        if top in medians and bottom in medians:
             lines += [
                 "",
-                f"Median ratio {label}: produce **{medians[mine][0] / medians[theirs][0]:.2f}**, "
-                f"consume **{medians[mine][1] / medians[theirs][1]:.2f}**",
+                f"Median ratio {label}: produce **{medians[top][0] / medians[bottom][0]:.2f}**, "
+                f"consume **{medians[top][1] / medians[bottom][1]:.2f}**",
             ]
     return "\n".join(lines) + "\n"
 
@@ -527,7 +529,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     for name in args.broker_names:
         if name not in BROKER_NAMES:
             parser.error(f"unknown broker {name!r}: use {', '.join(BROKER_NAMES)}")
-        if name == "before" and args.baseline_src is None:
+        if name.startswith("before") and args.baseline_src is None:
             parser.error("the broker 'before' needs --baseline-src")
     if args.security_protocol == "SSL" and "tansu" in args.broker_names:
         parser.error("--security-protocol SSL is for our brokers only (--brokers ours or ours,before)")
