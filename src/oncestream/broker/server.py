@@ -2,7 +2,8 @@
 
 Each connection is served by its own task, which reads one frame, awaits its response and writes
 it before reading the next, except that up to five Produce requests of a connection are handled
-at once (broker/produce_pipelining.py: appended in arrival order, answered in arrival order):
+at once (broker/produce_pipelining.py: appended in arrival order, answered in arrival order) in
+cluster mode and, on a single broker, once a Produce of the connection waited for an fsync round:
 pipelined requests are therefore answered in order, and a slow or dead client only ever stalls
 its own task. Framed responses go out through a ``ResponseWriter``
 (broker/fetch_response_writer.py), which sends a Fetch's record sections with sendfile. The size prefix is checked against
@@ -435,9 +436,13 @@ class BrokerServer:
 
         # A connection's Produce requests are handled concurrently and answered in order
         # (broker/produce_pipelining.py): in cluster mode they join one upload; on a single
-        # broker the next request is appended while the one before waits for its fsync round
-        # (flush.messages=1), so one round can cover several (group commit).
+        # broker once a Produce of the connection waited for an fsync round (flush.messages=1),
+        # so the next request appends while the one before waits and one round covers both.
+        # Otherwise a single broker's Produce is done when it is appended and is handled in
+        # the connection's task: a pipelined request costs ~10-30 us more CPU (its task, turn
+        # and header parse), which small requests without an fsync to wait for would only pay.
         pipeline = ProducePipeline(write_pipelined, pool.release, on_idle=lambda: idle.finish_request(watch.now_ms()))
+        cluster = self.state.cluster is not None
         try:
             while True:
                 if muted_until_s > time.monotonic():
@@ -457,7 +462,7 @@ class BrokerServer:
                 reserved_bytes = size
                 frame = await reader.readexactly(size)
                 read_s = time.perf_counter()
-                if _pipelines(frame):
+                if _pipelines(frame) and (cluster or pipeline.busy or session.produce_waited_for_disk):
                     # KIP-219 with requests in flight: the bytes count as the frame is read,
                     # so the one that crosses producer_byte_rate is the last read before the
                     # mute (broker/quotas/enforcement.py).

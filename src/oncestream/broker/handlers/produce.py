@@ -3,8 +3,9 @@
 A topic whose compression.type names a codec other than the batch's gets the batch recompressed
 first, on ``BrokerState.codec_executor`` (``log/recompression.py``): the only await before the
 checks and appends (besides a pipelined request's turn), which then run without interruption on
-the loop as before. Requests of one connection are pipelined (broker/produce_pipelining.py): they
-append in the order they arrived, and a request's fsync wait lets the next one append meanwhile.
+the loop as before. Once a connection's Produce waited for an fsync round, its next ones are
+pipelined (broker/produce_pipelining.py): they append in the order they arrived, and a request's
+fsync wait lets the next one append meanwhile.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from oncestream.broker.authorize import Op, Res, authorize
+from oncestream.broker.connection_context import current_session
 from oncestream.broker.handlers import cluster_produce
 from oncestream.broker.produce_pipelining import current_produce_turn
 from oncestream.broker.state import BrokerState
@@ -55,6 +57,7 @@ async def handle(state: BrokerState, header: RequestHeader, request: ProduceRequ
     finally:
         if turn is not None:
             turn.entered()
+    current_session().produce_waited_for_disk = bool(to_flush)  # the server's cue to pipeline
     if to_flush:
         await _flush_all(state, to_flush)
     if request.acks == 0:
