@@ -75,6 +75,8 @@ class BaselineBroker(OnceStreamBroker):
 
 # Set from --baseline-src: where the "before" broker's package lives.
 BASELINE_SRC: Path | None = None
+# Set from --partitions: the benchmark topic's partitions; records go round-robin over them.
+PARTITIONS = 1
 # Set from --security-protocol SSL: the PKI (tests/support/certs.py) our brokers serve TLS with.
 TLS_PKI: Any = None
 
@@ -156,10 +158,11 @@ def tail(path: Path, lines: int = 30) -> str:
         return "(no log)"
 
 
-def create_topic(bootstrap: str, topic: str, config: dict[str, str] | None = None) -> None:
-    """Create a one-partition topic (with topic ``config``) and wait for the broker's answer."""
+def create_topic(bootstrap: str, topic: str, config: dict[str, str] | None = None, partitions: int = 1) -> None:
+    """Create a topic (with topic ``config``) and wait for the broker's answer."""
     admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 4})
-    futures = admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1, config=config or {})])
+    futures = admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1,
+                                            config=config or {})])
     futures[topic].result(timeout=30)
 
 
@@ -243,7 +246,7 @@ def produce(conf: dict, topic: str, record_count: int, value: bytes, warmup_topi
     for i in range(record_count):
         while True:
             try:
-                producer.produce(topic, value, partition=0)
+                producer.produce(topic, value, partition=i % PARTITIONS)
                 break
             except BufferError:
                 producer.poll(0.005)
@@ -260,16 +263,16 @@ def produce(conf: dict, topic: str, record_count: int, value: bytes, warmup_topi
 
 
 def consume(conf: dict, topic: str, record_count: int, value_size: int) -> Measurement:
-    """Read the partition from offset 0 until `record_count` records arrived; check each once.
+    """Read every partition from offset 0 until `record_count` records arrived; check each once.
     ``conf``: the connection properties (``bootstrap.servers``, security)."""
     consumer = Consumer({**conf, "group.id": f"bench-{uuid.uuid4().hex}", **CONSUMER_CONF})
     try:
         consumer.list_topics(topic, timeout=30)
         received = 0
         payload_bytes = 0
-        next_offset = 0
+        next_offsets = [0] * PARTITIONS
         started = time.perf_counter()
-        consumer.assign([TopicPartition(topic, 0, 0)])
+        consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
         deadline = time.monotonic() + 300
         while received < record_count:
             if time.monotonic() > deadline:
@@ -283,9 +286,11 @@ def consume(conf: dict, topic: str, record_count: int, value_size: int) -> Measu
                         continue
                     raise KafkaException(err)
                 # Exactly once and in order: offsets arrive as 0, 1, 2, ... with nothing skipped.
-                if msg.offset() != next_offset:
-                    raise RuntimeError(f"expected offset {next_offset}, got {msg.offset()}")
-                next_offset += 1
+                partition = msg.partition() or 0  # typed Optional; a consumed record always has one
+                if msg.offset() != next_offsets[partition]:
+                    raise RuntimeError(f"expected offset {next_offsets[partition]} in partition {partition},"
+                                       f" got {msg.offset()}")
+                next_offsets[partition] += 1
                 payload_bytes += len(msg.value() or b"")
                 received += 1
         seconds = time.perf_counter() - started
@@ -407,7 +412,7 @@ def run_round(name: str, round_no: int, record_count: int, value: bytes, work_di
     profiler = None
     try:
         topic = f"bench-{name}-{round_no}-{uuid.uuid4().hex[:8]}"
-        create_topic(broker.bootstrap, topic, TOPIC_CONFIGS.get(name))
+        create_topic(broker.bootstrap, topic, TOPIC_CONFIGS.get(name), PARTITIONS)
         create_topic(broker.bootstrap, f"{topic}-warmup")
         if profile_stem is not None:
             profiler = Profiler(broker.pid, profile_stem)
@@ -463,7 +468,7 @@ def markdown_report(results: list[RoundResult], args: argparse.Namespace, comman
         f" {load_before[2]:.2f}, after: {' / '.join(f'{x:.2f}' for x in os.getloadavg())}  ",
         f"Clients: confluent-kafka (librdkafka {librdkafka_version()[0]}), Python {platform.python_version()}  ",
         f"Workload: {args.record_size} B records, {results[0].produce.records} records"
-        f" ({results[0].produce.payload_bytes / MB:.0f} MB) per round, one partition, acks=all,"
+        f" ({results[0].produce.payload_bytes / MB:.0f} MB) per round, {PARTITIONS} partition(s) (round-robin), acks=all,"
         f" idempotent, linger.ms=5, batch.size=1048576; fresh broker and topic each round."
         f" oncestream: default config (ours-fsync: flush.messages=1 on the topic),"
         f" data dir in {tempfile.gettempdir()} ({filesystem_of(Path(tempfile.gettempdir()))});"
@@ -514,6 +519,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=3, help="rounds per broker (default: 3)")
     parser.add_argument("--size-mb", type=float, default=200.0,
                         help="payload produced per round, decimal MB (default: 200)")
+    parser.add_argument("--partitions", type=int, default=1,
+                        help="partitions of the topic, records round-robin (default: 1); librdkafka"
+                             " sends one partition per Produce request, so >1 puts several in flight")
     parser.add_argument("--record-size", type=int, default=1024, help="bytes per record value (default: 1024)")
     parser.add_argument("--profile", action="store_true",
                         help="after the measured rounds, run one extra round of ours under py-spy"
@@ -533,8 +541,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             parser.error("the broker 'before' needs --baseline-src")
     if args.security_protocol == "SSL" and "tansu" in args.broker_names:
         parser.error("--security-protocol SSL is for our brokers only (--brokers ours or ours,before)")
-    if args.rounds < 1 or args.size_mb <= 0 or args.record_size < 1:
-        parser.error("--rounds, --size-mb and --record-size must be positive")
+    if args.rounds < 1 or args.size_mb <= 0 or args.record_size < 1 or args.partitions < 1:
+        parser.error("--rounds, --size-mb, --record-size and --partitions must be positive")
     return args
 
 
@@ -547,7 +555,8 @@ def main(argv: list[str] | None = None) -> int:
     record_count = int(args.size_mb * MB) // args.record_size
     value = os.urandom(args.record_size)  # incompressible, and no codec is configured anyway
     args.results_dir.mkdir(parents=True, exist_ok=True)
-    global TLS_PKI
+    global TLS_PKI, PARTITIONS
+    PARTITIONS = args.partitions
     load_before = os.getloadavg()
     work_dir = Path(tempfile.mkdtemp(prefix="oncestream-bench-"))
     if args.security_protocol == "SSL":
