@@ -75,6 +75,8 @@ class BaselineBroker(OnceStreamBroker):
 
 # Set from --baseline-src: where the "before" broker's package lives.
 BASELINE_SRC: Path | None = None
+# Set from --partitions: the benchmark topic's partitions; records go round-robin over them.
+PARTITIONS = 1
 # Set from --security-protocol SSL: the PKI (tests/support/certs.py) our brokers serve TLS with.
 TLS_PKI: Any = None
 
@@ -96,15 +98,24 @@ def client_connection(broker: ManagedBroker) -> dict[str, str]:
             "ssl.ca.location": str(TLS_PKI.ca)}
 
 
+# Topic configs per broker name. "ours-fsync" is our broker with the durable mode of
+# docs/architecture.md ("Durability"): flush.messages=1, so acks=all is answered only after the
+# fdatasync covering the batch. "ours" answers once the batch is in the page cache (Kafka's
+# default; survives SIGKILL, not power loss). Tansu runs memory:// and writes no file at all.
+TOPIC_CONFIGS: dict[str, dict[str, str]] = {"ours-fsync": {"flush.messages": "1"},
+                                             "before-fsync": {"flush.messages": "1"}}
+BROKER_NAMES = ("ours", "ours-fsync", "tansu", "before", "before-fsync")
+
+
 def start_broker(name: str, work_dir: Path) -> ManagedBroker:
-    """Start broker `name` ('ours', 'before' or 'tansu') on a free loopback port and wait until it answers."""
+    """Start broker `name` (one of BROKER_NAMES) on a free loopback port and wait until it answers."""
     log_file = work_dir / f"{name}-{uuid.uuid4().hex[:8]}.log"
     broker: ManagedBroker
-    if name == "ours":
+    if name in ("ours", "ours-fsync"):
         data_dir = Path(tempfile.mkdtemp(prefix="oncestream-bench-", dir=work_dir))
         broker = OnceStreamBroker(data_dir, config=broker_config(), log_file=log_file,
                                   ready_timeout_s=BROKER_READY_TIMEOUT_S)
-    elif name == "before":
+    elif name in ("before", "before-fsync"):
         if BASELINE_SRC is None:
             raise ValueError("the 'before' broker needs --baseline-src")
         data_dir = Path(tempfile.mkdtemp(prefix="oncestream-bench-", dir=work_dir))
@@ -147,10 +158,11 @@ def tail(path: Path, lines: int = 30) -> str:
         return "(no log)"
 
 
-def create_topic(bootstrap: str, topic: str) -> None:
-    """Create a one-partition topic and wait for the broker's answer."""
+def create_topic(bootstrap: str, topic: str, config: dict[str, str] | None = None, partitions: int = 1) -> None:
+    """Create a topic (with topic ``config``) and wait for the broker's answer."""
     admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 4})
-    futures = admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)])
+    futures = admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1,
+                                            config=config or {})])
     futures[topic].result(timeout=30)
 
 
@@ -203,9 +215,10 @@ class Measurement:
         return self.payload_bytes / MB / self.seconds
 
 
-def produce(conf: dict, topic: str, record_count: int, value: bytes) -> Measurement:
+def produce(conf: dict, topic: str, record_count: int, value: bytes, warmup_topic: str) -> Measurement:
     """Produce `record_count` copies of `value` and wait until every one is acknowledged.
-    ``conf``: the connection properties (``bootstrap.servers``, security)."""
+    ``conf``: the connection properties (``bootstrap.servers``, security); ``warmup_topic``: a
+    topic of its own that takes one record, acknowledged before the clock starts."""
     failures: list[str] = []
 
     def on_delivery(err, _msg) -> None:
@@ -218,13 +231,22 @@ def produce(conf: dict, topic: str, record_count: int, value: bytes) -> Measurem
         # (consume() then checks offsets 0..N-1 arrived exactly once).
         "delivery.report.only.error": True, "on_delivery": on_delivery,
     })
-    # Connect and fetch metadata before the clock starts, so the figure is the steady stream.
+    # Connect, fetch metadata and get the producer id before the clock starts, so the figure is
+    # the steady stream. list_topics() alone is not enough: librdkafka asks for the producer id
+    # only when a broker connection is up, and when it looks while the bootstrap connection is
+    # being replaced by the one to the advertised broker it tries again 500 ms later. Half or
+    # more of the rounds then spent 0.5 s idle before the first Produce request (seen in the
+    # client's protocol debug log for Tansu and for us alike), which at 100-200 MB per round
+    # was most of the produce time: the "bimodal" figures of earlier runs.
     producer.list_topics(topic, timeout=30)
+    producer.produce(warmup_topic, b"warm-up", partition=0)
+    if producer.flush(30) or failures:
+        raise RuntimeError(f"warm-up record not acknowledged: {failures[:3]}")
     started = time.perf_counter()
     for i in range(record_count):
         while True:
             try:
-                producer.produce(topic, value, partition=0)
+                producer.produce(topic, value, partition=i % PARTITIONS)
                 break
             except BufferError:
                 producer.poll(0.005)
@@ -241,16 +263,16 @@ def produce(conf: dict, topic: str, record_count: int, value: bytes) -> Measurem
 
 
 def consume(conf: dict, topic: str, record_count: int, value_size: int) -> Measurement:
-    """Read the partition from offset 0 until `record_count` records arrived; check each once.
+    """Read every partition from offset 0 until `record_count` records arrived; check each once.
     ``conf``: the connection properties (``bootstrap.servers``, security)."""
     consumer = Consumer({**conf, "group.id": f"bench-{uuid.uuid4().hex}", **CONSUMER_CONF})
     try:
         consumer.list_topics(topic, timeout=30)
         received = 0
         payload_bytes = 0
-        next_offset = 0
+        next_offsets = [0] * PARTITIONS
         started = time.perf_counter()
-        consumer.assign([TopicPartition(topic, 0, 0)])
+        consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
         deadline = time.monotonic() + 300
         while received < record_count:
             if time.monotonic() > deadline:
@@ -264,9 +286,11 @@ def consume(conf: dict, topic: str, record_count: int, value_size: int) -> Measu
                         continue
                     raise KafkaException(err)
                 # Exactly once and in order: offsets arrive as 0, 1, 2, ... with nothing skipped.
-                if msg.offset() != next_offset:
-                    raise RuntimeError(f"expected offset {next_offset}, got {msg.offset()}")
-                next_offset += 1
+                partition = msg.partition() or 0  # typed Optional; a consumed record always has one
+                if msg.offset() != next_offsets[partition]:
+                    raise RuntimeError(f"expected offset {next_offsets[partition]} in partition {partition},"
+                                       f" got {msg.offset()}")
+                next_offsets[partition] += 1
                 payload_bytes += len(msg.value() or b"")
                 received += 1
         seconds = time.perf_counter() - started
@@ -388,12 +412,13 @@ def run_round(name: str, round_no: int, record_count: int, value: bytes, work_di
     profiler = None
     try:
         topic = f"bench-{name}-{round_no}-{uuid.uuid4().hex[:8]}"
-        create_topic(broker.bootstrap, topic)
+        create_topic(broker.bootstrap, topic, TOPIC_CONFIGS.get(name), PARTITIONS)
+        create_topic(broker.bootstrap, f"{topic}-warmup")
         if profile_stem is not None:
             profiler = Profiler(broker.pid, profile_stem)
         connection = client_connection(broker)
         cpu_start_s = process_cpu_s(broker.pid)
-        produced = produce(connection, topic, record_count, value)
+        produced = produce(connection, topic, record_count, value, f"{topic}-warmup")
         cpu_produced_s = process_cpu_s(broker.pid)
         consumed = consume(connection, topic, record_count, len(value))
         produced.broker_cpu_s = cpu_produced_s - cpu_start_s
@@ -443,9 +468,10 @@ def markdown_report(results: list[RoundResult], args: argparse.Namespace, comman
         f" {load_before[2]:.2f}, after: {' / '.join(f'{x:.2f}' for x in os.getloadavg())}  ",
         f"Clients: confluent-kafka (librdkafka {librdkafka_version()[0]}), Python {platform.python_version()}  ",
         f"Workload: {args.record_size} B records, {results[0].produce.records} records"
-        f" ({results[0].produce.payload_bytes / MB:.0f} MB) per round, one partition, acks=all,"
+        f" ({results[0].produce.payload_bytes / MB:.0f} MB) per round, {PARTITIONS} partition(s) (round-robin), acks=all,"
         f" idempotent, linger.ms=5, batch.size=1048576; fresh broker and topic each round."
-        f" oncestream: default config, data dir in {tempfile.gettempdir()} ({filesystem_of(Path(tempfile.gettempdir()))});"
+        f" oncestream: default config (ours-fsync: flush.messages=1 on the topic),"
+        f" data dir in {tempfile.gettempdir()} ({filesystem_of(Path(tempfile.gettempdir()))});"
         f" {tansu_version()}: memory:// storage engine",
         "",
         f"Clients connect with: {args.security_protocol}. Broker CPU: user+system seconds of the broker"
@@ -472,19 +498,15 @@ def markdown_report(results: list[RoundResult], args: argparse.Namespace, comman
         cpu = (statistics.median(r.produce.cpu_s_per_gb or 0.0 for r in mine),
                statistics.median(r.consume.cpu_s_per_gb or 0.0 for r in mine))
         lines.append(f"| {name} | {medians[name][0]:.1f} | {medians[name][1]:.1f} | {cpu[0]:.1f} | {cpu[1]:.1f} |")
-    if "ours" in medians and "tansu" in medians:
-        produce_ratio = medians["ours"][0] / medians["tansu"][0]
-        consume_ratio = medians["ours"][1] / medians["tansu"][1]
-        lines += [
-            "",
-            f"Median ratio ours/Tansu: produce **{produce_ratio:.2f}**, consume **{consume_ratio:.2f}**",
-        ]
-    if "ours" in medians and "before" in medians:
-        lines += [
-            "",
-            f"Median ratio ours/before: produce **{medians['ours'][0] / medians['before'][0]:.2f}**, "
-            f"consume **{medians['ours'][1] / medians['before'][1]:.2f}**",
-        ]
+    for top, bottom, label in (("ours", "tansu", "ours/Tansu"), ("ours-fsync", "tansu", "ours-fsync/Tansu"),
+                               ("ours-fsync", "ours", "ours-fsync/ours"), ("ours", "before", "ours/before"),
+                               ("ours-fsync", "before-fsync", "ours-fsync/before-fsync")):
+        if top in medians and bottom in medians:
+            lines += [
+                "",
+                f"Median ratio {label}: produce **{medians[top][0] / medians[bottom][0]:.2f}**, "
+                f"consume **{medians[top][1] / medians[bottom][1]:.2f}**",
+            ]
     return "\n".join(lines) + "\n"
 
 
@@ -492,10 +514,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """Command-line options."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--brokers", default="ours,tansu",
-                        help="comma-separated, alternated in this order each round (default: ours,tansu)")
+                        help="comma-separated, alternated in this order each round (default: ours,tansu);"
+                             " ours-fsync is ours with flush.messages=1 on the topic (fsync before acks=all)")
     parser.add_argument("--rounds", type=int, default=3, help="rounds per broker (default: 3)")
     parser.add_argument("--size-mb", type=float, default=200.0,
                         help="payload produced per round, decimal MB (default: 200)")
+    parser.add_argument("--partitions", type=int, default=1,
+                        help="partitions of the topic, records round-robin (default: 1); librdkafka"
+                             " sends one partition per Produce request, so >1 puts several in flight")
     parser.add_argument("--record-size", type=int, default=1024, help="bytes per record value (default: 1024)")
     parser.add_argument("--profile", action="store_true",
                         help="after the measured rounds, run one extra round of ours under py-spy"
@@ -509,14 +535,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     args.broker_names = [b.strip() for b in args.brokers.split(",") if b.strip()]
     for name in args.broker_names:
-        if name not in ("ours", "tansu", "before"):
-            parser.error(f"unknown broker {name!r}: use ours, tansu and/or before")
-        if name == "before" and args.baseline_src is None:
+        if name not in BROKER_NAMES:
+            parser.error(f"unknown broker {name!r}: use {', '.join(BROKER_NAMES)}")
+        if name.startswith("before") and args.baseline_src is None:
             parser.error("the broker 'before' needs --baseline-src")
     if args.security_protocol == "SSL" and "tansu" in args.broker_names:
         parser.error("--security-protocol SSL is for our brokers only (--brokers ours or ours,before)")
-    if args.rounds < 1 or args.size_mb <= 0 or args.record_size < 1:
-        parser.error("--rounds, --size-mb and --record-size must be positive")
+    if args.rounds < 1 or args.size_mb <= 0 or args.record_size < 1 or args.partitions < 1:
+        parser.error("--rounds, --size-mb, --record-size and --partitions must be positive")
     return args
 
 
@@ -529,7 +555,8 @@ def main(argv: list[str] | None = None) -> int:
     record_count = int(args.size_mb * MB) // args.record_size
     value = os.urandom(args.record_size)  # incompressible, and no codec is configured anyway
     args.results_dir.mkdir(parents=True, exist_ok=True)
-    global TLS_PKI
+    global TLS_PKI, PARTITIONS
+    PARTITIONS = args.partitions
     load_before = os.getloadavg()
     work_dir = Path(tempfile.mkdtemp(prefix="oncestream-bench-"))
     if args.security_protocol == "SSL":

@@ -81,8 +81,9 @@ def main(argv: list[str] | None = None) -> int:
             for round_no in range(args.rounds):
                 for protocol, conf in confs.items():
                     topic = f"bench-tls-{protocol.lower()}-{uuid.uuid4().hex[:8]}"
-                    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
-                    produced = produce(conf, topic, count, b"x" * VALUE_BYTES).mb_per_s
+                    for name in (topic, f"{topic}-warmup"):  # warm-up: see produce_consume.produce
+                        admin.create_topics([NewTopic(name, 1, 1)])[name].result(30)
+                    produced = produce(conf, topic, count, b"x" * VALUE_BYTES, f"{topic}-warmup").mb_per_s
                     consumed = consume(conf, topic, count, VALUE_BYTES).mb_per_s
                     results[protocol]["produce"].append(produced)
                     results[protocol]["consume"].append(consumed)

@@ -1,7 +1,8 @@
 """Connection handling rules of the broker, checked over raw sockets and with librdkafka:
-pipelined requests answered in order, a stalled or non-reading client never blocks others,
-acks=0 produce, one log line (with the peer address, no traceback) per bad connection,
-producer ids never repeat across restarts, and the fsync-before-ack flush policy."""
+pipelined requests answered in order (also Produce requests appended while an earlier one waits
+for its fsync round), a stalled or non-reading client never blocks others, acks=0 produce, one
+log line (with the peer address, no traceback) per bad connection, producer ids never repeat
+across restarts, and the fsync-before-ack flush policy."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ from kio.schema.errors import ErrorCode
 
 from oncestream.client.common.connection import BrokerConnection
 from oncestream.protocol.api_keys import DELETE_TOPICS
-from tests.support.clients import confluent_consume, create_topic, unique_topic
+from tests.support.brokers import BrokerFaults
+from tests.support.clients import confluent_consume, confluent_end_offsets, create_topic, unique_topic
 from tests.support.wire import (
     WireConnection,
     api_versions_v3_body,
@@ -162,6 +164,102 @@ def test_fsync_before_ack_flush_policy_acknowledges_and_keeps_everything(broker_
     _produce_values(broker.bootstrap, topic, values, acks="all", **{"enable.idempotence": True})
     broker.restart(crash=True)
     assert [r.value for r in confluent_consume(broker.bootstrap, topic, 1)] == values
+
+
+def _end_offsets_once_at(bootstrap: str, topic: str, wanted: dict[int, int], timeout_s: float = 30.0) -> dict[int, int]:
+    """The partitions' end offsets once they equal ``wanted``, or as they are after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        ends = confluent_end_offsets(bootstrap, topic, len(wanted))
+        if ends == wanted or time.monotonic() > deadline:
+            return ends
+        time.sleep(0.05)
+
+
+def test_produce_requests_behind_an_fsync_wait_are_appended_meanwhile_and_answered_in_order(
+        broker_factory, tmp_path) -> None:
+    """One connection whose last Produce waited for an fsync round, then five Produce requests
+    sent at once, the first to a flush.messages=1 topic whose fsync rounds are held: the later
+    ones are read and appended meanwhile (pipelined; a broker that reads one request at a time
+    appends only the first), and the answers still come in the order of the requests, though the
+    ones to the other topic were done first."""
+    gate = tmp_path / "hold-fsync"
+    broker = broker_factory(faults=BrokerFaults(hold_fsync_file=gate))
+    durable, plain = unique_topic("fsynced"), unique_topic("behind-fsync")
+    create_topic(broker.bootstrap, durable, partitions=1, config={"flush.messages": "1"})
+    create_topic(broker.bootstrap, plain, partitions=1)
+    now_ms = int(time.time() * 1000)
+
+    def produce_frame(correlation_id: int, topic: str) -> bytes:
+        return frame(request_header(API_PRODUCE, 7, correlation_id, flexible=False)
+                     + produce_request_body(topic, 0, record_batch([b"r%d" % correlation_id], timestamp_ms=now_ms)))
+
+    requests = [(1, durable), (2, plain), (3, plain), (4, durable), (5, plain)]
+    burst = b"".join(produce_frame(correlation_id, topic) for correlation_id, topic in requests)
+    try:
+        with WireConnection(*_host_port(broker.bootstrap)) as conn:
+            # The first Produce that waits for an fsync is handled alone; it makes the broker
+            # pipeline this connection's next ones (server.py).
+            assert conn.send(produce_frame(0, durable))
+            assert correlation_id_of(conn.recv_frame()) == 0
+            gate.touch()
+            assert conn.send(burst)
+            appended_plain = _end_offsets_once_at(broker.bootstrap, plain, {0: 3})
+            appended_durable = _end_offsets_once_at(broker.bootstrap, durable, {0: 3})
+            gate.unlink()
+            answered = [correlation_id_of(conn.recv_frame()) for _ in requests]
+    finally:
+        gate.unlink(missing_ok=True)
+    assert (appended_plain, appended_durable) == ({0: 3}, {0: 3})
+    assert answered == [1, 2, 3, 4, 5]
+    assert [r.value for r in confluent_consume(broker.bootstrap, durable, 1)] == [b"r0", b"r1", b"r4"]
+    assert [r.value for r in confluent_consume(broker.bootstrap, plain, 1)] == [b"r2", b"r3", b"r5"]
+
+
+def test_idempotent_librdkafka_producer_appends_behind_held_fsyncs_and_gets_every_answer_in_order(
+        broker_factory, tmp_path) -> None:
+    """librdkafka puts one partition in each Produce request: with the fsync rounds of a
+    flush.messages=1 topic held (after one acknowledged record, which makes the broker pipeline
+    the connection), its requests for all four partitions are appended on the one connection
+    while none is answered; released, every record is acknowledged once, and a stream of
+    requests in flight gets its answers in order (an answer out of order is fatal to librdkafka's
+    idempotent producer) and lands in order, exactly once."""
+    gate = tmp_path / "hold-fsync"
+    broker = broker_factory(faults=BrokerFaults(hold_fsync_file=gate))
+    topic = unique_topic("fsync-in-flight")
+    partitions = 4
+    create_topic(broker.bootstrap, topic, partitions=partitions, config={"flush.messages": "1"})
+    failures: list[str] = []
+
+    def on_delivery(err, _msg) -> None:
+        if err is not None:
+            failures.append(str(err))
+
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all", "enable.idempotence": True,
+                         "linger.ms": 0, "on_delivery": on_delivery})
+    producer.produce(topic, b"warm-up", partition=0)  # connection, producer id, one fsync before the gate
+    assert producer.flush(30) == 0
+    gate.touch()
+    try:
+        for partition in range(partitions):
+            producer.produce(topic, b"held-%d" % partition, partition=partition)
+        producer.poll(0)
+        appended = _end_offsets_once_at(broker.bootstrap, topic, {0: 2, 1: 1, 2: 1, 3: 1})
+        unanswered_while_held = len(producer)
+    finally:
+        gate.unlink(missing_ok=True)
+    assert appended == {0: 2, 1: 1, 2: 1, 3: 1}
+    assert unanswered_while_held == partitions
+    values = [b"v%d" % i for i in range(400)]
+    for i, value in enumerate(values):
+        producer.produce(topic, value, partition=i % partitions)
+    assert producer.flush(30) == 0
+    assert failures == []
+    consumed = confluent_consume(broker.bootstrap, topic, partitions)
+    for partition in range(partitions):
+        mine = [r.value for r in consumed if r.partition == partition]
+        warm_up = [b"warm-up"] if partition == 0 else []
+        assert mine == [*warm_up, b"held-%d" % partition, *values[partition::partitions]]
 
 
 def test_delete_topics_entry_with_neither_name_nor_id_is_an_invalid_request(broker) -> None:

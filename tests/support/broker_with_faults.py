@@ -8,7 +8,8 @@ faults injected through its seams (broker/seams.py); the part after ``--`` is th
 - ``--internal-append-fail-file PATH``: appends to __consumer_offsets and __transaction_state
   fail with StorageError while PATH exists;
 - ``--stuck-background-loop``: one more background loop, which swallows every cancellation;
-- ``--hang-fsync-file PATH``: the disk threads' fdatasync never returns once PATH exists.
+- ``--hang-fsync-file PATH``: the disk threads' fdatasync never returns once PATH exists;
+- ``--hold-fsync-file PATH``: the disk threads' fdatasync waits while PATH exists.
 
 ``tests.support.brokers.BrokerProcess(faults=BrokerFaults(...))`` starts a broker this way.
 """
@@ -26,6 +27,7 @@ from tests.support.faults import (
     FileSwitchedAppendFault,
     SigkillAtStep,
     fdatasync_hanging_when,
+    fdatasync_held_while,
     loop_that_loses_every_cancellation,
     split_launcher_argv,
 )
@@ -38,6 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--internal-append-fail-file")
     parser.add_argument("--stuck-background-loop", action="store_true")
     parser.add_argument("--hang-fsync-file", type=Path)
+    parser.add_argument("--hold-fsync-file", type=Path)
     faults = parser.parse_args(own)
     args = build_parser().parse_args(rest)
     if args.func is not cmd_broker:
@@ -47,7 +50,8 @@ def main(argv: list[str] | None = None) -> int:
                    if faults.txn_crash_point else None),
         internal_appender=(FileSwitchedAppendFault(faults.internal_append_fail_file)
                            if faults.internal_append_fail_file else None),
-        fdatasync=fdatasync_hanging_when(faults.hang_fsync_file) if faults.hang_fsync_file else None,
+        fdatasync=(fdatasync_hanging_when(faults.hang_fsync_file) if faults.hang_fsync_file
+                   else fdatasync_held_while(faults.hold_fsync_file) if faults.hold_fsync_file else None),
         background_loops=(loop_that_loses_every_cancellation,) if faults.stuck_background_loop else (),
     )
     try:

@@ -64,6 +64,7 @@ class BrokerFaults:
     internal_append_fail_file: Path | None = None  # internal-topic appends fail while it exists
     stuck_background_loop: bool = False  # one more background loop, deaf to cancellation
     hang_fsync_file: Path | None = None  # fdatasync never returns once it exists
+    hold_fsync_file: Path | None = None  # fdatasync waits while it exists
 
     def argv(self) -> list[str]:
         out: list[str] = []
@@ -75,6 +76,8 @@ class BrokerFaults:
             out.append("--stuck-background-loop")
         if self.hang_fsync_file is not None:
             out += ["--hang-fsync-file", str(self.hang_fsync_file)]
+        if self.hold_fsync_file is not None:
+            out += ["--hold-fsync-file", str(self.hold_fsync_file)]
         return out
 
 

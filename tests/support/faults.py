@@ -24,6 +24,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -101,6 +102,18 @@ def fdatasync_hanging_when(gate: Path) -> Callable[[int], None]:
         if gate.exists():
             logging.getLogger("stuck-fsync").info("fdatasync hangs")
             never.wait()
+        os.fdatasync(fd)
+
+    return fdatasync
+
+
+def fdatasync_held_while(gate: Path, poll_s: float = 0.01) -> Callable[[int], None]:
+    """``os.fdatasync``, except that while ``gate`` exists it waits (looking every ``poll_s``):
+    a test holds every fsync round, looks at what the broker does meanwhile, then lets them go."""
+
+    def fdatasync(fd: int) -> None:
+        while gate.exists():
+            time.sleep(poll_s)
         os.fdatasync(fd)
 
     return fdatasync

@@ -45,6 +45,9 @@ class ConnectionSession:
     client_software_name: str | None = None
     client_software_version: str | None = None
     principal_builder: KafkaPrincipalBuilder | None = field(default=None, repr=False)
+    # Whether the last Produce handled on this connection waited for an fsync round
+    # (flush.messages): the server then pipelines the next ones (broker/produce_pipelining.py).
+    produce_waited_for_disk: bool = False
 
     def authentication_context(self) -> AuthenticationContext:
         """The facts about this connection a principal builder is given."""

@@ -1,4 +1,8 @@
-"""Pipelined Produce of one connection in cluster mode: handled concurrently, answered in order.
+"""Pipelined Produce of one connection: handled concurrently, answered in order.
+
+Used in cluster mode for every Produce, and on a single broker once a connection's Produce waited
+for an fsync round (flush.messages): the next request then appends while the one before waits,
+and one round can cover both (server.py decides, handlers/produce.py takes the turn).
 
 The server reads, answers and writes one request of a connection at a time, as Kafka's SocketServer
 does (it mutes a channel until the response is sent). On a single broker a Produce takes about a

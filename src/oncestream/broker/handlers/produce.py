@@ -2,7 +2,10 @@
 
 A topic whose compression.type names a codec other than the batch's gets the batch recompressed
 first, on ``BrokerState.codec_executor`` (``log/recompression.py``): the only await before the
-checks and appends, which then run without interruption on the loop as before.
+checks and appends (besides a pipelined request's turn), which then run without interruption on
+the loop as before. Once a connection's Produce waited for an fsync round, its next ones are
+pipelined (broker/produce_pipelining.py): they append in the order they arrived, and a request's
+fsync wait lets the next one append meanwhile.
 """
 
 from __future__ import annotations
@@ -14,7 +17,9 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from oncestream.broker.authorize import Op, Res, authorize
+from oncestream.broker.connection_context import current_session
 from oncestream.broker.handlers import cluster_produce
+from oncestream.broker.produce_pipelining import current_produce_turn
 from oncestream.broker.state import BrokerState
 from oncestream.coordinator.txn import TopicPartition
 from oncestream.errors import OnceStreamError, StorageError
@@ -39,11 +44,51 @@ async def handle(state: BrokerState, header: RequestHeader, request: ProduceRequ
         return await cluster_produce.handle(state, state.cluster, header, request)
     m = response_module(PRODUCE, header.api_version)
     rewritten = await _recompress_ahead(state, request) if request.acks in _VALID_ACKS else {}
+    # A pipelined request (broker/produce_pipelining.py) appends only after every earlier request
+    # of its connection did: the recompression above may end in any order, and an idempotent
+    # producer's batches must reach the log in the order it sent them. The appends below run
+    # without an await; the next request enters once they are done, while this one may still
+    # wait for its fsync round.
+    turn = current_produce_turn()
+    if turn is not None:
+        await turn.wait()
+    try:
+        answers, to_flush = _append_all(state, header, request, rewritten)
+    finally:
+        if turn is not None:
+            turn.entered()
+    current_session().produce_waited_for_disk = bool(to_flush)  # the server's cue to pipeline
+    if to_flush:
+        await _flush_all(state, to_flush)
+    if request.acks == 0:
+        return None
+    topics_out = [
+        build(
+            m.TopicProduceResponse,
+            name=name,
+            partition_responses=tuple(
+                build(m.PartitionProduceResponse, record_errors=(), **answer) for answer in parts
+            ),
+        )
+        for name, parts in answers
+    ]
+    response: object = build(m.ProduceResponse, responses=tuple(topics_out), throttle_time=datetime.timedelta(0))
+    return response
+
+
+_Answers = list[tuple[str, list[dict[str, Any]]]]
+
+
+def _append_all(state: BrokerState, header: RequestHeader, request: ProduceRequest,
+                rewritten: dict[tuple[str, int], bytes]) -> tuple[_Answers, list[tuple[PartitionLog, dict[str, Any]]]]:
+    """Check and append every partition's batch (no await: one request's appends are never
+    interleaved with another's); returns the partition answers by topic and the appended
+    partitions whose acks=all answer waits for an fsync round."""
     now_ms = state.now_ms()
     acks = request.acks
     # Partition answers are built after the flush: a failed fsync turns an appended partition's
     # answer into KAFKA_STORAGE_ERROR (its batch is not durable, so it must not be acknowledged).
-    answers: list[tuple[str, list[dict[str, Any]]]] = []
+    answers: _Answers = []
     to_flush: list[tuple[PartitionLog, dict[str, Any]]] = []
     # Kafka: WRITE on the transactional id (every partition refused without it), WRITE on each
     # topic; an idempotent producer needs nothing more (KIP-679).
@@ -97,22 +142,7 @@ async def handle(state: BrokerState, header: RequestHeader, request: ProduceRequ
                         state.flusher.flush_in_background(plog)
             parts.append(answer)
         answers.append((topic.name, parts))
-    if to_flush:
-        await _flush_all(state, to_flush)
-    if acks == 0:
-        return None
-    topics_out = [
-        build(
-            m.TopicProduceResponse,
-            name=name,
-            partition_responses=tuple(
-                build(m.PartitionProduceResponse, record_errors=(), **answer) for answer in parts
-            ),
-        )
-        for name, parts in answers
-    ]
-    response: object = build(m.ProduceResponse, responses=tuple(topics_out), throttle_time=datetime.timedelta(0))
-    return response
+    return answers, to_flush
 
 
 async def _recompress_ahead(state: BrokerState, request: ProduceRequest) -> dict[tuple[str, int], bytes]:
