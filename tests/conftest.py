@@ -116,21 +116,21 @@ def session_our_broker_factory(request: pytest.FixtureRequest) -> Iterator[Calla
     (``shared_clusters``), else our single broker (``shared_brokers``), held until the session
     ends. The suites of the same config share it meanwhile, as they share it between modules."""
     pool_name = "shared_clusters" if broker_kind() == "cluster" else "shared_brokers"
-    held: list[AnyBroker] = []
+    # Each with its pool, which started after this fixture and so ends before it (the release is
+    # then only bookkeeping): the pool is not asked for again at teardown.
+    held: list[tuple[SharedClusters, AnyBroker]] = []
 
     def start(config: dict[str, str] | None = None) -> AnyBroker:
         pool: SharedClusters = request.getfixturevalue(pool_name)
         running = pool.acquire(config or None)
-        held.append(running)
+        held.append((pool, running))
         return running
 
     try:
         yield start
     finally:
-        if held:
-            pool = request.getfixturevalue(pool_name)
-            for running in held:
-                pool.release(running)
+        for pool, running in held:
+            pool.release(running)
 
 
 @pytest.fixture(scope="session")
