@@ -4,8 +4,9 @@
 instead of ours (every client feature must also work against a standard Kafka-protocol broker);
 ``ONCESTREAM_TEST_BROKER=cluster`` runs them against three cluster brokers on the session's
 PostgreSQL and SeaweedFS (tests/support/cluster_kind.py), keeping only the tests that start their
-brokers through ``module_broker_factory`` (the module-wide ``broker`` fixture does) or
-``module_our_broker_factory`` (suites that need our broker, not Tansu).
+brokers through ``module_broker_factory`` (the module-wide ``broker`` fixture does),
+``module_our_broker_factory`` (suites that need our broker, not Tansu) or its session-wide twin
+``session_our_broker_factory`` (the SQL suites' shared Spark node).
 ``@pytest.mark.broker_kinds(...)`` limits a test to the kinds that support it; the others deselect
 it at collection.
 Under the default kind the interop suites whose broker configs agree share one running broker
@@ -103,6 +104,31 @@ def module_our_broker_factory(request: pytest.FixtureRequest,
     properties under the ``cluster`` kind, else our single broker (also under ``tansu``)."""
     kind = "cluster" if broker_kind() == "cluster" else "oncestream"
     yield from _module_brokers(request, tmp_path_factory, kind)
+
+
+@pytest.fixture(scope="session")
+def session_our_broker_factory(request: pytest.FixtureRequest) -> Iterator[Callable[..., AnyBroker]]:
+    """Like ``module_our_broker_factory``, for session fixtures (tests/interop/sql/conftest.py's
+    Spark node, whose Spark start costs more than its modules' tests): ``start(config)`` gives a
+    running broker of the session's pool, three cluster brokers under the ``cluster`` kind
+    (``shared_clusters``), else our single broker (``shared_brokers``), held until the session
+    ends. The suites of the same config share it meanwhile, as they share it between modules."""
+    pool_name = "shared_clusters" if broker_kind() == "cluster" else "shared_brokers"
+    # Each with its pool, which started after this fixture and so ends before it (the release is
+    # then only bookkeeping): the pool is not asked for again at teardown.
+    held: list[tuple[SharedClusters, AnyBroker]] = []
+
+    def start(config: dict[str, str] | None = None) -> AnyBroker:
+        pool: SharedClusters = request.getfixturevalue(pool_name)
+        running = pool.acquire(config or None)
+        held.append((pool, running))
+        return running
+
+    try:
+        yield start
+    finally:
+        for pool, running in held:
+            pool.release(running)
 
 
 @pytest.fixture(scope="session")

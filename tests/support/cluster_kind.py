@@ -35,9 +35,10 @@ BROKER_KINDS = ("oncestream", "tansu", "cluster")
 CLUSTER_SIZE = 3
 BROKER_KINDS_MARKER = "broker_kinds"
 # The conftest's fixtures that start brokers of the kind under test: ``module_broker_factory`` (our
-# broker, Tansu or a cluster) and ``module_our_broker_factory`` (our broker or a cluster, for the
-# suites that need what Tansu does not have: broker configs, KIP-848 groups, quotas, metrics).
-KIND_SWITCH_FIXTURES = ("module_broker_factory", "module_our_broker_factory")
+# broker, Tansu or a cluster), ``module_our_broker_factory`` (our broker or a cluster, for the
+# suites that need what Tansu does not have: broker configs, KIP-848 groups, quotas, metrics) and
+# its session-wide twin ``session_our_broker_factory`` (the SQL suites' shared Spark node).
+KIND_SWITCH_FIXTURES = ("module_broker_factory", "module_our_broker_factory", "session_our_broker_factory")
 # Every cluster produce waits for the next commit of its batch (``diskless.append.commit.interval.ms``,
 # 250 ms by default, docs/cluster.md). The cluster kind commits every 20 ms instead: the same code
 # path (buffer, one upload, one PostgreSQL commit, then the answers) at a twelfth of the wait, so the
@@ -156,7 +157,8 @@ def peer_client_conf(config: Mapping[str, str]) -> dict[str, str]:
     (``ClusterBroker``: the first PLAINTEXT listener, else the first), logging in as the brokers
     log in to each other: none on a PLAINTEXT listener; else the listener must be the
     inter-broker one (broker/inter_broker.py), whose SASL mechanism and credentials (the JAAS
-    ``username``/``password``) and trust store (PEM) the client takes. A secured suite's config
+    ``username``/``password``), trust store (PEM) and, where it asks for client certificates
+    (``ssl.client.auth``), key store the client takes. A secured suite's config
     thereby says how its cluster is seen to converge, with no further argument to the factory."""
     listeners = parse_listeners(config, "127.0.0.1", 0)
     plaintext = [listener for listener in listeners if listener.security_protocol == "PLAINTEXT"]
@@ -174,6 +176,12 @@ def peer_client_conf(config: Mapping[str, str]) -> dict[str, str]:
     truststore = listener_property(config, bootstrap.name, "ssl.truststore.location")
     if bootstrap.uses_tls and truststore:
         conf["ssl.ca.location"] = truststore
+    # A listener that asks for client certificates gets the brokers' own (their PEM key store:
+    # key and chain in one file), as a peer broker presents it (broker/inter_broker.py).
+    keystore = listener_property(config, bootstrap.name, "ssl.keystore.location")
+    client_auth = (listener_property(config, bootstrap.name, "ssl.client.auth") or "none").strip().lower()
+    if bootstrap.uses_tls and keystore and client_auth != "none":
+        conf |= {"ssl.certificate.location": keystore, "ssl.key.location": keystore}
     return conf
 
 
@@ -317,15 +325,13 @@ def deselect_by_broker_kind(config: pytest.Config, items: list[pytest.Item], kin
         items[:] = kept
 
 
-# Why tests leave the cluster kind, one sentence each (docs/cluster.md, "Not yet done"): remove
-# the marker from a suite once cluster mode has what it needs.
-CLUSTER_SQL_NOT_YET = ("the SQL server's suites have not been run against a cluster yet (issue 22 point 6): "
-                       "they start a Spark driver per node, which the cluster pass's time budget does not hold")
-
-
 def not_on_cluster(reason: str) -> pytest.MarkDecorator:
     """The ``broker_kinds`` marker of a test that runs against our single broker and Tansu only."""
     return pytest.mark.broker_kinds("oncestream", "tansu", reason=reason)
+
+
+# Why tests leave the cluster kind, one sentence each (docs/cluster.md, "The interop suites on a
+# cluster"): remove the marker from a suite once cluster mode has what it needs.
 CLUSTER_METRICS_OF_ONE_PROCESS = ("the test reads one broker process's /metrics and data dir for counters of what "
                                   "every client sent; on a cluster the requests spread over three processes, the "
                                   "logs are diskless, and the transaction and quota gauges belong to whichever "
@@ -344,6 +350,10 @@ RESTART_KEEPS_LISTENER_PORTS = ("the test restarts one broker process and expect
                                 "registers them (tests/support/cluster.py)")
 BROKER_COMMAND_CHECK = ("the test runs `oncestream broker --data-dir` itself with settings it must refuse: a check "
                         "of the command line before any store is opened, no broker of a kind")
+README_QUICKSTART_BROKER = ("the test runs the README's SQL quickstart as written, whose own `oncestream broker "
+                            "--data-dir` command starts the single broker the quickstart uses")
+IN_MEMORY_SQL_ENGINE = ("the test drives the SQL server's REST layer over the in-memory test engine "
+                        "(tests/unit/sql/test_rest_support.py): no broker of any kind is involved")
 ONE_BROKER_ASSUMED = ("the test talks to one broker on the wire and expects it to coordinate every group or "
                       "transactional id, which holds for one broker only (a cluster answers NOT_COORDINATOR "
                       "from the others, as Kafka does)")

@@ -196,21 +196,14 @@ def wait_until(check: Any, what: str, timeout_s: float = 120.0, interval_s: floa
 
 
 @contextlib.contextmanager
-def broker_and_node(base: Path, *, broker_config: dict[str, str], node_config: dict[str, str],
-                    name: str) -> Iterator[tuple[Any, SqlServerProcess]]:
-    """Our broker (``broker_config``) under ``base`` and one node on it (``node_config``, service
-    id ``<name>_<random>_``), started; both stopped on exit."""
-    from tests.support.brokers import BrokerProcess
-
-    broker = BrokerProcess(data_dir=base / "data", config=broker_config)
-    broker.start()
+def running_node(broker: Any, base: Path, *, config: dict[str, str], name: str) -> Iterator[SqlServerProcess]:
+    """One node (``config``, service id ``<name>_<random>_``, state under ``base``) on ``broker``
+    (anything with a ``bootstrap``: our single broker or a cluster of the kind under test, from
+    tests/conftest.py's factories), started; stopped on exit (the broker is the factory's)."""
+    node = SqlServerProcess(bootstrap=broker.bootstrap, service_id=f"{name.replace('-', '_')}_{uuid.uuid4().hex[:6]}_",
+                            state_dir=base / "node", config=config, name=name)
     try:
-        node = SqlServerProcess(bootstrap=broker.bootstrap, service_id=f"{name.replace('-', '_')}_{uuid.uuid4().hex[:6]}_",
-                                state_dir=base / "node", config=node_config, name=name)
-        try:
-            node.start()
-            yield broker, node
-        finally:
-            node.stop()
+        node.start()
+        yield node
     finally:
-        broker.stop()
+        node.stop()

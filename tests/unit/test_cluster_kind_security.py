@@ -48,3 +48,19 @@ def test_a_secured_bootstrap_listener_that_the_brokers_do_not_use_is_refused() -
         **STORES})
     with pytest.raises(pytest.UsageError, match="not its inter-broker listener"):
         peer_client_conf(config)
+
+
+def test_a_listener_asking_for_client_certificates_gets_the_brokers_own(tmp_path) -> None:
+    """tests/interop/sql/test_sql_security.py's one listener: SASL_SSL with ssl.client.auth=required.
+    The brokers present their key store to each other (broker/inter_broker.py); so does the client."""
+    pki = make_pki(tmp_path)
+    config = sasl_broker_config({
+        "listeners": "SECURE://127.0.0.1:0",
+        "listener.security.protocol.map": "SECURE:SASL_SSL",
+        "listener.name.secure.plain.sasl.jaas.config": plain_jaas({"admin": "pw"}, login="admin"),
+        "listener.name.secure.ssl.client.auth": "required",
+        **pki.broker_stores()})
+    assert peer_client_conf(config) == {
+        "security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN", "sasl.username": "admin",
+        "sasl.password": "pw", "ssl.ca.location": str(pki.ca),
+        "ssl.certificate.location": str(pki.server_keystore), "ssl.key.location": str(pki.server_keystore)}

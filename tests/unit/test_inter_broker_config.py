@@ -4,12 +4,15 @@ refusals of an incomplete configuration."""
 
 from __future__ import annotations
 
+import socket
 import ssl
+import threading
 
 import pytest
 
 from oncestream.broker.inter_broker import InterBrokerSecurity, inter_broker_security
 from oncestream.broker.listeners import parse_listeners
+from oncestream.broker.tls import server_ssl_context
 from oncestream.errors import InvalidConfigError
 from tests.support.certs import Pki
 
@@ -17,6 +20,7 @@ THREE = {
     "listeners": "CLIENT://127.0.0.1:1,PLAINTEXT://127.0.0.1:2,INTERNAL://127.0.0.1:3",
     "listener.security.protocol.map": "CLIENT:SASL_SSL,PLAINTEXT:PLAINTEXT,INTERNAL:SASL_PLAINTEXT",
 }
+WAIT_S = 30.0  # a bound on a hang only
 SCRAM_JAAS = 'org.apache.kafka.common.security.scram.ScramLoginModule required username="broker" password="pw";'
 
 
@@ -89,3 +93,41 @@ def test_tls_context_verifies_the_peer_with_the_listeners_truststore(pki: Pki) -
         _security({**props, "ssl.truststore.location": str(pki.dir / "missing.pem")})
     with pytest.raises(InvalidConfigError, match="only PEM"):
         _security({**props, "ssl.truststore.type": "JKS"})
+
+
+def test_a_peer_presents_its_key_store_to_a_listener_requiring_client_certificates(pki: Pki) -> None:
+    """Two brokers of one config on an SSL inter-broker listener with ``ssl.client.auth=required``:
+    the connecting broker's context (its key store as client certificate) completes a handshake
+    with the listening broker's (broker/tls.py), both sides verified. The test PKI's broker
+    certificate serves both ends, as a Kafka broker's does (server and client auth)."""
+    props = {"listeners": "INTERNAL://127.0.0.1:1", "listener.security.protocol.map": "INTERNAL:SSL",
+             "listener.name.internal.ssl.client.auth": "required", **pki.broker_stores()}
+    client = _security(props).ssl_context
+    assert client is not None
+    server = server_ssl_context(props, "INTERNAL")
+    with socket.create_server(("127.0.0.1", 0)) as listening:
+        listening.settimeout(WAIT_S)
+        port = listening.getsockname()[1]
+        outcome: dict[str, object] = {}
+
+        def accept() -> None:
+            conn, _ = listening.accept()
+            try:
+                with server.wrap_socket(conn, server_side=True) as tls:
+                    outcome["peer"] = tls.getpeercert()
+                    tls.sendall(b"ok")
+            except (OSError, ssl.SSLError) as exc:
+                outcome["error"] = exc
+
+        thread = threading.Thread(target=accept)
+        thread.start()
+        try:
+            with client.wrap_socket(socket.create_connection(("127.0.0.1", port), timeout=WAIT_S),
+                                    server_hostname="127.0.0.1") as tls:
+                answer = tls.recv(2)
+        finally:
+            thread.join(WAIT_S)
+    assert "error" not in outcome, outcome
+    assert answer == b"ok"
+    subject = dict(item[0] for item in outcome["peer"]["subject"])  # type: ignore[index]
+    assert subject["commonName"] == "localhost"

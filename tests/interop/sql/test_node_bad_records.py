@@ -12,13 +12,14 @@ import base64
 import json
 import uuid
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from tests.support.brokers import NO_INITIAL_REBALANCE_DELAY, BrokerProcess
-from tests.support.sql_servers import SqlServerProcess, broker_and_node, wait_until
+from tests.support.brokers import NO_INITIAL_REBALANCE_DELAY
+from tests.support.cluster_kind import BrokerUnderTest
+from tests.support.sql_servers import SqlServerProcess, running_node, wait_until
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)  # ksql.utils imports telnetlib
@@ -35,12 +36,13 @@ BAD_VALUE, BAD_TYPE, BAD_KEY = b"not json", b'{"ID": "one", "NAME": "x"}', b"{oo
 
 
 @pytest.fixture(scope="module")
-def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[BrokerProcess, SqlServerProcess]]:
-    """Our broker with KIP-939 two-phase commit (the exactly-once sink needs it) and a node with
-    the processing-log topic and stream."""
-    with broker_and_node(tmp_path_factory.mktemp("bad-records"),
-                         broker_config={**NO_INITIAL_REBALANCE_DELAY, "transaction.two.phase.commit.enable": "true"},
-                         node_config=PROCESSING_LOG, name="bad-records-node") as (broker, server):
+def node(module_our_broker_factory: Callable[..., BrokerUnderTest],
+         tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[BrokerUnderTest, SqlServerProcess]]:
+    """The broker under test (our single broker or a cluster) with KIP-939 two-phase commit (the
+    exactly-once sink needs it) and a node with the processing-log topic and stream."""
+    broker = module_our_broker_factory({**NO_INITIAL_REBALANCE_DELAY, "transaction.two.phase.commit.enable": "true"})
+    with running_node(broker, tmp_path_factory.mktemp("bad-records"), config=PROCESSING_LOG,
+                      name="bad-records-node") as server:
         yield broker, server
 
 

@@ -24,9 +24,8 @@ from oncestream.client import Admin
 from oncestream.sql.errors import DegradedError, StatementError
 from oncestream.sql.server.command_runner import Applied, CommandRunner, CommandState
 from oncestream.sql.server.command_topic import CommandWriter, PreparedCommand, command_topic_name, ensure_command_topic
-from tests.support.cluster_kind import CLUSTER_SQL_NOT_YET, not_on_cluster
 
-pytestmark = [pytest.mark.interop, not_on_cluster(CLUSTER_SQL_NOT_YET)]
+pytestmark = pytest.mark.interop
 
 
 class Unreadable(Exception):

@@ -12,10 +12,9 @@ import pytest
 from confluent_kafka.admin import AdminClient as ConfluentAdmin
 
 from tests.support.brokers import ManagedBroker
-from tests.support.cluster_kind import CLUSTER_SQL_NOT_YET, not_on_cluster
 from tests.support.sql_servers import LAZY_SPARK, SqlServerProcess
 
-pytestmark = [pytest.mark.interop, not_on_cluster(CLUSTER_SQL_NOT_YET)]
+pytestmark = pytest.mark.interop
 
 PROCESSING_LOG = {**LAZY_SPARK, "ksql.logging.processing.topic.auto.create": "true",
                   "ksql.logging.processing.stream.auto.create": "true"}

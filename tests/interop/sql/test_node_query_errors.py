@@ -7,8 +7,9 @@ a Python worker. Spark wraps that in ``[PYTHON_EXCEPTION] An exception was throw
 worker: Traceback ...``; what an operator needs in ``DESCRIBE EXTENDED`` and ``EXPLAIN`` is the
 exception at the bottom of that traceback, not its first line.
 
-Both tests run on conftest's ``shared_spark_node`` (our broker with two-phase commit left disabled,
-the default; a node with Spark; unique stream names keep the tests apart).
+Both tests run on conftest's ``shared_spark_node`` (the broker under test, our single broker or a
+cluster, with two-phase commit left disabled, the default; a node with Spark; unique stream names
+keep the tests apart).
 """
 
 from __future__ import annotations

@@ -40,9 +40,7 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)  # ksql.utils imports telnetlib
     from ksql import KSQLAPI
 
-from tests.support.cluster_kind import CLUSTER_SQL_NOT_YET, not_on_cluster
-
-pytestmark = [pytest.mark.interop, not_on_cluster(CLUSTER_SQL_NOT_YET)]
+pytestmark = pytest.mark.interop
 
 ROOT = Path(__file__).resolve().parents[3]
 USER, PASSWORD = "ksql-admin", "s3cret pass:word"

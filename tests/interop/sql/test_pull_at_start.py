@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,8 @@ import pytest
 from confluent_kafka import Producer
 
 from tests.support.clients import CLIENT_TIMEOUT_S, create_topic, unique_topic
+from tests.support.cluster_kind import BrokerUnderTest
+from tests.support.groups import GROUP_BROKER_CONFIG
 from tests.support.sql_servers import LAZY_SPARK, SqlServerProcess, wait_until
 
 pytestmark = [pytest.mark.interop, pytest.mark.spark]
@@ -48,8 +51,15 @@ def _answer(node: SqlServerProcess, sql: str) -> tuple[list[list[Any]], dict[int
     return sorted(row for row in response.json()[1:] if isinstance(row, list)), lag
 
 
-def test_restarted_node_answers_pull_queries_from_its_stores_before_spark(broker_factory, tmp_path: Path) -> None:
-    broker = broker_factory({"group.initial.rebalance.delay.ms": "0"})
+@pytest.fixture(scope="module")
+def broker(module_our_broker_factory: Callable[..., BrokerUnderTest]) -> BrokerUnderTest:
+    """The broker under test (our single broker or a cluster) with the group suites' config: the
+    node's query-assignment group joins without Kafka's 3 s initial delay."""
+    return module_our_broker_factory(GROUP_BROKER_CONFIG)
+
+
+def test_restarted_node_answers_pull_queries_from_its_stores_before_spark(broker: BrokerUnderTest,
+                                                                          tmp_path: Path) -> None:
     topic = unique_topic("pull-start")
     create_topic(broker.bootstrap, topic, partitions=PARTITIONS)
     producer = Producer({"bootstrap.servers": broker.bootstrap, "enable.idempotence": True})

@@ -6,12 +6,15 @@ ABORTED one (overwriting and deleting committed keys, adding a key) and an OPEN 
 through it never show a row of the aborted or open transaction; once the open one commits, its
 rows appear. Lag (DESCRIBE EXTENDED) is the records between the store's last commit and the LSO.
 
-Runs against our broker (``broker_factory``): the test relies on read_committed LSO behaviour.
+Runs against our broker (a module-wide one of the kind under test: our single broker or a cluster,
+tests/conftest.py's ``module_our_broker_factory``; tests use topics of their own): the test relies
+on read_committed LSO behaviour.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,12 +29,18 @@ from oncestream.sql.language.catalog import Column, Format, Namespace, SourceInf
 from oncestream.sql.language.sql_ast import SourceKind
 from oncestream.sql.language.types import BIGINT, STRING
 from tests.support.clients import CLIENT_TIMEOUT_S, create_topic, unique_topic
+from tests.support.cluster_kind import BrokerUnderTest
 from tests.support.txn import transactional_producer, wait_until
 
 pytestmark = pytest.mark.interop
 
 PARTITIONS = 2
 WAIT_S = 60
+
+
+@pytest.fixture(scope="module")
+def broker(module_our_broker_factory: Callable[..., BrokerUnderTest]) -> BrokerUnderTest:
+    return module_our_broker_factory()
 
 
 def _table(topic: str) -> SourceInfo:
@@ -78,8 +87,7 @@ def _caught_up(mats: TableMaterializations, name: str) -> bool:
     return len(lag) == PARTITIONS and all(v == 0 for v in lag.values())
 
 
-def test_pull_queries_never_show_aborted_or_open_transactions(broker_factory, tmp_path: Path):
-    broker = broker_factory()
+def test_pull_queries_never_show_aborted_or_open_transactions(broker: BrokerUnderTest, tmp_path: Path):
     topic = unique_topic("pull-balances")
     create_topic(broker.bootstrap, topic, partitions=PARTITIONS)
     source = _table(topic)
@@ -110,10 +118,9 @@ def test_pull_queries_never_show_aborted_or_open_transactions(broker_factory, tm
         mats.close()
 
 
-def test_lag_counts_records_behind_the_stores_last_commit_and_restart_resumes(broker_factory, tmp_path: Path):
+def test_lag_counts_records_behind_the_stores_last_commit_and_restart_resumes(broker: BrokerUnderTest, tmp_path: Path):
     """The store commits only every commit_interval_ms: rows a materializer applied but did not
     commit are invisible to pull queries (read_committed) and count in the lag."""
-    broker = broker_factory()
     topic = unique_topic("pull-lag")
     create_topic(broker.bootstrap, topic, partitions=PARTITIONS)
     source = _table(topic)
@@ -153,8 +160,7 @@ def test_lag_counts_records_behind_the_stores_last_commit_and_restart_resumes(br
         mats.close()
 
 
-def test_drop_deletes_the_store_and_streams_are_not_materialized(broker_factory, tmp_path: Path):
-    broker = broker_factory()
+def test_drop_deletes_the_store_and_streams_are_not_materialized(broker: BrokerUnderTest, tmp_path: Path):
     topic = unique_topic("pull-drop")
     create_topic(broker.bootstrap, topic, partitions=PARTITIONS)
     source = _table(topic)
@@ -177,7 +183,7 @@ def test_drop_deletes_the_store_and_streams_are_not_materialized(broker_factory,
         mats.close()
 
 
-def test_node_hooks_answer_pull_queries_and_report_lag(broker_factory, tmp_path: Path):
+def test_node_hooks_answer_pull_queries_and_report_lag(broker: BrokerUnderTest, tmp_path: Path):
     """``PullQueries`` as a node uses it: follow the metastore, run a parsed and analyzed pull
     query to a ``QueryStream``, report lag for DESCRIBE EXTENDED and /clusterStatus."""
     import asyncio
@@ -186,7 +192,6 @@ def test_node_hooks_answer_pull_queries_and_report_lag(broker_factory, tmp_path:
     from oncestream.sql.language.analyzer import analyze_query
     from oncestream.sql.language.parser import parse
 
-    broker = broker_factory()
     topic = unique_topic("pull-hooks")
     create_topic(broker.bootstrap, topic, partitions=PARTITIONS)
     source = _table(topic)

@@ -18,6 +18,7 @@ import json
 import struct
 import threading
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,13 +26,14 @@ import httpx
 import pytest
 
 from tests.support.clients import CLIENT_TIMEOUT_S, create_topic, unique_topic
+from tests.support.cluster_kind import BrokerUnderTest
+from tests.support.groups import GROUP_BROKER_CONFIG
 from tests.support.sql_servers import LAZY_SPARK, SqlServerProcess, wait_until
 from tests.support.txn import transactional_producer
 
 pytestmark = [pytest.mark.interop, pytest.mark.chaos]
 
 PARTITIONS = 2
-BROKER_CONFIG = {"group.initial.rebalance.delay.ms": "0", "group.min.session.timeout.ms": "1000"}
 NODE_CONFIG = {**LAZY_SPARK, "ksql.query.assignment.session.timeout.ms": "4000",
                "ksql.query.assignment.heartbeat.interval.ms": "500"}
 SCAN = "SELECT * FROM BALANCES;"
@@ -74,8 +76,14 @@ def _pull(node: SqlServerProcess, sql: str) -> list[list[Any]] | None:
     return sorted(row for row in body[1:] if isinstance(row, list))
 
 
-def test_two_nodes_answer_the_same_rows_and_survive_a_sigkill(broker_factory, tmp_path: Path) -> None:
-    broker = broker_factory(BROKER_CONFIG)
+@pytest.fixture(scope="module")
+def broker(module_our_broker_factory: Callable[..., BrokerUnderTest]) -> BrokerUnderTest:
+    """The broker under test (our single broker or a cluster) with the group suites' config: the
+    nodes' assignment group joins at once and takes their short sessions."""
+    return module_our_broker_factory(GROUP_BROKER_CONFIG)
+
+
+def test_two_nodes_answer_the_same_rows_and_survive_a_sigkill(broker: BrokerUnderTest, tmp_path: Path) -> None:
     topic = unique_topic("pull-balances")
     create_topic(broker.bootstrap, topic, partitions=PARTITIONS)
     log = Changelog(broker.bootstrap, topic)

@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.cluster_kind import README_QUICKSTART_BROKER, not_on_cluster
 from tests.support.readme_quickstart import ROOT, run_readme_quickstart
 
-pytestmark = [pytest.mark.interop, pytest.mark.spark]
+pytestmark = [pytest.mark.interop, pytest.mark.spark, not_on_cluster(README_QUICKSTART_BROKER)]
 
 
 @pytest.mark.slow

@@ -1,5 +1,5 @@
 """End to end (issue 12): ksql-python-ng 0.29.0.1 from PyPI, used as-is, drives a real SQL-server
-node (``oncestream sql-server`` over our broker, Spark in the node): statements and their errors
+node (``oncestream sql-server`` over the broker under test, Spark in the node): statements and their errors
 on /ksql, rows in through /inserts-stream, and push queries over HTTP/1.1 (/query) and HTTP/2
 (/query-stream, h2c prior knowledge) reading them back; the shell runs against the same node (the
 node of tests/interop/sql/conftest.py, shared with other modules: unique stream names)."""
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.brokers import BrokerProcess
+from tests.support.cluster_kind import BrokerUnderTest
 from tests.support.sql_servers import SqlServerProcess
 
 with warnings.catch_warnings():
@@ -32,7 +32,7 @@ EARLIEST_STREAM = {"auto.offset.reset": "earliest"}                # /query-stre
 
 
 @pytest.fixture(scope="module")
-def node(shared_spark_node: tuple[BrokerProcess, SqlServerProcess]) -> SqlServerProcess:
+def node(shared_spark_node: tuple[BrokerUnderTest, SqlServerProcess]) -> SqlServerProcess:
     """conftest's node (Spark started by the first query that needs it; inserts need none),
     shared with other modules."""
     return shared_spark_node[1]

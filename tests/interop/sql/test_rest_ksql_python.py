@@ -14,6 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.support.cluster_kind import IN_MEMORY_SQL_ENGINE, not_on_cluster
 from tests.unit.sql.test_rest_support import RunningServer, publish_when_running, running_server
 
 with warnings.catch_warnings():
@@ -21,7 +22,7 @@ with warnings.catch_warnings():
     from ksql import KSQLAPI
     from ksql.errors import KSQLError
 
-pytestmark = [pytest.mark.interop,
+pytestmark = [pytest.mark.interop, not_on_cluster(IN_MEMORY_SQL_ENGINE),
               pytest.mark.filterwarnings("ignore:Use 'content=<...>':DeprecationWarning")]  # its close_query
 
 

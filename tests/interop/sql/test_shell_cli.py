@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.cluster_kind import IN_MEMORY_SQL_ENGINE, not_on_cluster
 from tests.unit.sql.test_rest_support import RunningServer, running_server, wait_until
 
-pytestmark = pytest.mark.interop
+pytestmark = [pytest.mark.interop, not_on_cluster(IN_MEMORY_SQL_ENGINE)]
 
 ROOT = Path(__file__).resolve().parents[3]
 

@@ -12,7 +12,8 @@ and the user topics (prefix ``sec_``). Through the REST API only: CREATE STREAM 
 producer and consumer, admin), INSERT VALUES (the runtime's producer), a persistent CSAS (the Spark
 connector's ``kafka.*`` options; exactly-once sink with KIP-939 two-phase commit) whose output a
 confluent-kafka ``read_committed`` consumer reads as another user, and a push query with LIMIT.
-With a wrong password the node does not come up healthy and says why.
+With a wrong password the node does not come up healthy and says why. The broker is the kind under
+test's (our single broker, or three cluster brokers in the cluster pass), the same test bodies on both.
 
 Pull queries on tables made by ``CREATE TABLE AS SELECT`` (issue 13 part 3) run on the same node
 (one Spark session for the module): the CTAS sink topic is written by the Spark runtime's
@@ -27,7 +28,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,11 +38,12 @@ from confluent_kafka import Consumer as CkConsumer
 from confluent_kafka import Producer as CkProducer
 from confluent_kafka.admin import AclBinding, AclOperation, AclPermissionType, AdminClient, ResourcePatternType, ResourceType
 
-from tests.support.acl import AUTHORIZER
-from tests.support.brokers import NO_INITIAL_REBALANCE_DELAY, BrokerProcess
+from tests.support.acl import AUTHORIZER, wait_described_everywhere
+from tests.support.brokers import NO_INITIAL_REBALANCE_DELAY
 from tests.support.certs import Pki
+from tests.support.cluster_kind import BrokerUnderTest
 from tests.support.metrics import scrape, value
-from tests.support.sasl import add_scram_users, plain_jaas, sasl_broker_config
+from tests.support.sasl import add_scram_users_online, plain_jaas, sasl_broker_config
 from tests.support.sql_servers import SqlServerProcess, wait_until
 
 pytestmark = [pytest.mark.interop, pytest.mark.spark]
@@ -55,14 +57,15 @@ MINUTE_MS = 60_000
 
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory, pki: Pki) -> Iterator[BrokerProcess]:
-    data_dir = tmp_path_factory.mktemp("sql-secured-broker") / "data"
-    data_dir.mkdir(parents=True)
-    add_scram_users(data_dir, {KSQL_USER: KSQL_PASSWORD})
+def broker(module_our_broker_factory: Callable[..., BrokerUnderTest], pki: Pki) -> BrokerUnderTest:
+    """The broker under test: our single broker, or a cluster whose brokers log in to each other on
+    the one listener as ``admin`` (PLAIN, a super user) with the broker certificate as their client
+    certificate. The node's SCRAM user is created once it runs (AlterUserScramCredentials, as the
+    SASL suites do: a cluster keeps its users in PostgreSQL)."""
     config = sasl_broker_config({
         "listeners": "SASL_SSL://127.0.0.1:0",
         "listener.security.protocol.map": "SASL_SSL:SASL_SSL",
-        "listener.name.sasl_ssl.plain.sasl.jaas.config": plain_jaas(USERS),
+        "listener.name.sasl_ssl.plain.sasl.jaas.config": plain_jaas(USERS, login="admin"),
         "listener.name.sasl_ssl.ssl.client.auth": "required",
         **pki.broker_stores(),
         **AUTHORIZER,
@@ -71,12 +74,9 @@ def broker(tmp_path_factory: pytest.TempPathFactory, pki: Pki) -> Iterator[Broke
         "transaction.two.phase.commit.enable": "true",
         **NO_INITIAL_REBALANCE_DELAY,  # the node's and the reader's groups join without Kafka's 3 s wait
     })
-    process = BrokerProcess(data_dir=data_dir, config=config)
-    process.start()
-    try:
-        yield process
-    finally:
-        process.stop()
+    broker = module_our_broker_factory(config)
+    add_scram_users_online(broker, {KSQL_USER: KSQL_PASSWORD}, _security(pki, "PLAIN", "admin", USERS["admin"]))
+    return broker
 
 
 def _security(pki: Pki, mechanism: str, user: str, password: str) -> dict[str, str]:
@@ -86,11 +86,15 @@ def _security(pki: Pki, mechanism: str, user: str, password: str) -> dict[str, s
             "ssl.certificate.location": str(pki.alice.cert), "ssl.key.location": str(pki.alice.key)}
 
 
-def _grant(broker: BrokerProcess, pki: Pki, bindings: list[AclBinding]) -> None:
-    admin = AdminClient({"bootstrap.servers": broker.listener_bootstrap("SASL_SSL"),
-                         **_security(pki, "PLAIN", "admin", USERS["admin"])})
+def _grant(broker: BrokerUnderTest, pki: Pki, bindings: list[AclBinding]) -> None:
+    """Create ``bindings`` as admin; return once every broker process describes each (a client may
+    send its next request to any broker of a cluster)."""
+    admin_conf = _security(pki, "PLAIN", "admin", USERS["admin"])
+    admin = AdminClient({"bootstrap.servers": broker.listener_bootstrap("SASL_SSL"), **admin_conf})
     for future in admin.create_acls(bindings, request_timeout=TIMEOUT_S).values():
         future.result(timeout=TIMEOUT_S)
+    for binding in bindings:
+        wait_described_everywhere(broker, binding, listener="SASL_SSL", client_conf=admin_conf)
 
 
 def _allow(principal: str, rtype: ResourceType, name: str, pattern: ResourcePatternType,
@@ -99,7 +103,7 @@ def _allow(principal: str, rtype: ResourceType, name: str, pattern: ResourcePatt
 
 
 @pytest.fixture(scope="module")
-def node(broker: BrokerProcess, pki: Pki, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SqlServerProcess]:
+def node(broker: BrokerUnderTest, pki: Pki, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SqlServerProcess]:
     prefixed, literal = ResourcePatternType.PREFIXED, ResourcePatternType.LITERAL
     internal = f"_confluent-ksql-{SERVICE_ID}"
     _grant(broker, pki, [
@@ -123,7 +127,7 @@ def node(broker: BrokerProcess, pki: Pki, tmp_path_factory: pytest.TempPathFacto
         process.stop()
 
 
-def _read_committed(broker: BrokerProcess, pki: Pki, topic: str, count: int) -> list[tuple[bytes | None, bytes | None]]:
+def _read_committed(broker: BrokerUnderTest, pki: Pki, topic: str, count: int) -> list[tuple[bytes | None, bytes | None]]:
     consumer = CkConsumer({"bootstrap.servers": broker.listener_bootstrap("SASL_SSL"),
                            **_security(pki, "PLAIN", "reader", USERS["reader"]),
                            "group.id": f"reader-{uuid.uuid4().hex[:8]}", "auto.offset.reset": "earliest",
@@ -144,7 +148,7 @@ def _read_committed(broker: BrokerProcess, pki: Pki, topic: str, count: int) -> 
 
 
 def test_statements_inserts_persistent_and_push_queries_over_sasl_ssl_with_acls(
-        broker: BrokerProcess, pki: Pki, node: SqlServerProcess) -> None:
+        broker: BrokerUnderTest, pki: Pki, node: SqlServerProcess) -> None:
     assert node.get("/healthcheck").json()["isHealthy"] is True
     src, dst = f"sec_src_{uuid.uuid4().hex[:6]}", f"sec_dst_{uuid.uuid4().hex[:6]}"
     created = node.ok(f"CREATE STREAM SRC (ID INT KEY, V STRING) WITH (KAFKA_TOPIC='{src}', PARTITIONS=1, "
@@ -182,7 +186,7 @@ def _pull(node: SqlServerProcess, sql: str) -> list[list[Any]] | None:
     return sorted(row for row in body[1:] if isinstance(row, list))
 
 
-def test_pull_queries_on_ctas_tables_plain_and_windowed(broker: BrokerProcess, pki: Pki,
+def test_pull_queries_on_ctas_tables_plain_and_windowed(broker: BrokerUnderTest, pki: Pki,
                                                         node: SqlServerProcess) -> None:
     suffix = uuid.uuid4().hex[:6]
     views, counts, minutes = f"VIEWS_{suffix.upper()}", f"PAGE_COUNTS_{suffix.upper()}", f"PAGE_MINUTES_{suffix.upper()}"
@@ -236,7 +240,7 @@ def _check_metrics(node: SqlServerProcess, query_prefixes: tuple[str, ...]) -> N
         assert behind == [0], (prefix, behind)
 
 
-def test_wrong_password_is_reported_not_hung(broker: BrokerProcess, pki: Pki, tmp_path: Path) -> None:
+def test_wrong_password_is_reported_not_hung(broker: BrokerUnderTest, pki: Pki, tmp_path: Path) -> None:
     """A node whose SCRAM password is wrong does not hang: it never says it is ready, and exits
     with status 1 and a message naming the authentication failure (were it to serve instead,
     /healthcheck would have to say it is not healthy: ``outcome`` watches for both)."""

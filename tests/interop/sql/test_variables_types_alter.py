@@ -1,5 +1,5 @@
 """ksqlDB statements that change how later statements read (issue 24 point 4), on a real node over
-our broker: variables (DEFINE / ${name} / UNDEFINE / SHOW VARIABLES, per request as ksqlDB keeps
+the broker under test: variables (DEFINE / ${name} / UNDEFINE / SHOW VARIABLES, per request as ksqlDB keeps
 them), CREATE TYPE used by CREATE STREAM, and ALTER STREAM ... ADD COLUMN shown by DESCRIBE. The
 durable ones (types, altered columns) go through the command topic and survive a node restart.
 ksql-python-ng (PyPI, as-is; it has no sessionVariables) sends a request that DEFINEs a variable
@@ -21,9 +21,7 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)  # ksql.utils imports telnetlib
     from ksql import KSQLAPI
 
-from tests.support.cluster_kind import CLUSTER_SQL_NOT_YET, not_on_cluster
-
-pytestmark = [pytest.mark.interop, not_on_cluster(CLUSTER_SQL_NOT_YET)]
+pytestmark = pytest.mark.interop
 
 
 def columns(node: SqlServerProcess, name: str) -> list[tuple[str, str]]:
