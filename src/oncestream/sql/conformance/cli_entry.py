@@ -28,6 +28,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", dest="json_out", default=None, help="write every result and the totals here")
     p.add_argument("--bootstrap-server", default=None,
                    help="a broker with transaction.two.phase.commit.enable=true (default: start one)")
+    p.add_argument("--schema-registry-url", default=None,
+                   help="a Schema Registry for the AVRO/PROTOBUF/JSON_SR cases (default: start one on the broker)")
     p.add_argument("--spark-master", default="local[2]", help="Spark master (default local[2])")
     p.add_argument("--budget-s", type=float, default=None, help="start no case after this many seconds")
     p.add_argument("--interleave", action="store_true",
