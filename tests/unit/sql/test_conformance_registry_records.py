@@ -87,11 +87,11 @@ def test_an_avro_spec_is_written_as_ksqldb_writes_it_and_fastavro_reads_it_back(
     assert read["AT"] == dt.datetime(1970, 1, 1, 0, 0, 1, tzinfo=dt.UTC)
     assert read["DAY"] == dt.date(1970, 1, 4)
     assert read["RAW"] == b"\x00\x01"
-    assert read["TAGS"] == ["a", None] and read["COUNTS"] == {"x": 1}
-    assert read["NEXT"]["ITEM"] == "ink" and read["NEXT"]["price"] is None
+    assert (read["TAGS"], read["COUNTS"]) == (["a", None], {"x": 1})
+    assert (read["NEXT"]["ITEM"], read["NEXT"]["price"]) == ("ink", None)
     # Read back as the spec ksqlDB's comparator sees: logical types as numbers, bytes as base64
     back = decode_avro(body, json.dumps(ORDER))
-    assert back["AT"] == 1000 and back["DAY"] == 3 and back["RAW"] == "AAE=" and back["price"] == Decimal("1.50")
+    assert (back["AT"], back["DAY"], back["RAW"], back["price"]) == (1000, 3, "AAE=", Decimal("1.50"))
     assert values_match({"ITEM": "pen", "price": 1.50, "AT": 1000}, {k: back[k] for k in ("ITEM", "price", "AT")})
 
 
@@ -146,10 +146,10 @@ def test_a_protobuf_spec_is_a_message_the_protobuf_package_reads():
     message = cls()
     message.ParseFromString(body)
     assert (message.I, message.L, message.S, message.B) == (3, 998877665544332211, "", b"\x00\x01")
-    assert list(message.R) == ["x", "y"] and dict(message.MP) == {"k": 1} and message.SUB.I == 4
+    assert (list(message.R), dict(message.MP), message.SUB.I) == (["x", "y"], {"k": 1}, 4)
     # proto3 has no null: the unset string reads as "", the unset message as null
     back = decode_protobuf(body, cls)
-    assert back["S"] == "" and back["B"] == "AAE=" and back["SUB"]["SUB"] is None and back["MP"] == {"k": 1}
+    assert (back["S"], back["B"], back["SUB"]["SUB"], back["MP"]) == ("", "AAE=", None, {"k": 1})
 
 
 class _Registry:
