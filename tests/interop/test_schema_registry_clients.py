@@ -24,6 +24,7 @@ from confluent_kafka.schema_registry import (
     Schema,
     SchemaReference,
     SchemaRegistryClient,
+    ServerConfig,
 )
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 from confluent_kafka.schema_registry.error import SchemaRegistryError
@@ -344,3 +345,55 @@ def test_subjects_in_a_context(broker: ManagedBroker, client: SchemaRegistryClie
     assert data is not None
     assert int.from_bytes(data[1:5], "big") == schema_id
     assert AvroDeserializer(client)(data, ctx) == {"name": "a", "age": 3}
+
+
+def _rule(name: str, expr: str) -> Rule:
+    return Rule(name=name, doc=None, kind=RuleKind.CONDITION, mode=RuleMode.WRITE, type="CEL", tags=None,
+                params=None, expr=expr, on_success=None, on_failure="ERROR", disabled=False)
+
+
+def test_config_metadata_and_rule_set_defaults(client: SchemaRegistryClient) -> None:
+    """``defaultMetadata``/``overrideMetadata``/``defaultRuleSet``/``overrideRuleSet`` of a subject's
+    config, set with the client's ``set_config``, merged into the schemas registered after it as
+    Confluent's registry merges them: the default, then the request's metadata, then the override;
+    a registration without metadata inherits the latest version's; ``get_config`` answers them."""
+    subject = unique("defaults") + "-value"
+    config = ServerConfig(
+        default_metadata=Metadata(tags=None, sensitive=None, properties=MetadataProperties({"owner": "platform",
+                                                                                           "tier": "gold"})),
+        override_metadata=Metadata(tags=None, sensitive=None, properties=MetadataProperties({"tier": "silver"})),
+        default_rule_set=RuleSet(migration_rules=None, domain_rules=[_rule("adult", "message.age >= 18")]),
+        override_rule_set=RuleSet(migration_rules=None, domain_rules=[_rule("named", "message.name != ''")]))
+    client.set_config(subject, config)
+    got = client.get_config(subject)
+    assert got.default_metadata is not None
+    assert got.default_metadata.properties is not None
+    assert got.default_metadata.properties.properties == {"owner": "platform", "tier": "gold"}
+    assert got.override_rule_set is not None
+    assert got.override_rule_set.domain_rules is not None
+    assert [r.name for r in got.override_rule_set.domain_rules] == ["named"]
+
+    first = client.register_schema(subject, Schema(USER_V1, "AVRO", metadata=Metadata(
+        tags=None, sensitive=None, properties=MetadataProperties({"app": "billing"}))))
+    latest = client.get_latest_version(subject)
+    assert latest.schema_id == first
+    metadata = latest.schema.metadata
+    assert metadata is not None
+    assert metadata.properties is not None
+    assert metadata.properties.properties == {"app": "billing", "owner": "platform", "tier": "silver"}
+    rule_set = latest.schema.rule_set
+    assert rule_set is not None
+    assert rule_set.domain_rules is not None
+    assert [r.name for r in rule_set.domain_rules] == ["adult", "named"]
+
+    # The next version without metadata keeps the latest version's, merged again
+    second = client.register_schema(subject, Schema(USER_V2, "AVRO"))
+    newest = client.get_latest_version(subject)
+    assert (newest.schema_id, newest.version) == (second, 2)
+    assert newest.schema.metadata is not None
+    assert newest.schema.metadata.properties is not None
+    assert newest.schema.metadata.properties.properties == {"app": "billing", "owner": "platform", "tier": "silver"}
+    # Another subject (global config: none of these) gets nothing added
+    plain = unique("plain") + "-value"
+    client.register_schema(plain, Schema(USER_V1, "AVRO"))
+    assert client.get_latest_version(plain).schema.metadata is None

@@ -338,32 +338,27 @@ class SchemaRegistryApp:
 
     @_route("GET", "/config")
     def get_global_config(self, request: Request, args: list[str]) -> Answer:
-        return Answer(200, {"compatibilityLevel": self.registry.compatibility_level(None)})
+        return Answer(200, self.registry.config_answer(None, default_to_global=True))
 
     @_route("PUT", "/config", write=True)
     def put_global_config(self, request: Request, args: list[str]) -> Answer:
-        return Answer(200, {"compatibility": self.registry.set_config(None, request.json())})
+        return Answer(200, self.registry.set_config(None, request.json()))
 
     @_route("DELETE", "/config", write=True)
     def delete_global_config(self, request: Request, args: list[str]) -> Answer:
-        return Answer(200, {"compatibilityLevel": self.registry.delete_config(None)})
+        return Answer(200, self.registry.delete_config(None))
 
     @_route("GET", "/config/([^/]+)")
     def get_subject_config(self, request: Request, args: list[str]) -> Answer:
-        level = self.registry.state.config(args[0])
-        if level is None:
-            if not request.flag("defaultToGlobal"):
-                raise errors.subject_config_not_found(args[0])
-            level = self.registry.compatibility_level(None)
-        return Answer(200, {"compatibilityLevel": level})
+        return Answer(200, self.registry.config_answer(args[0], default_to_global=request.flag("defaultToGlobal")))
 
     @_route("PUT", "/config/([^/]+)", write=True)
     def put_subject_config(self, request: Request, args: list[str]) -> Answer:
-        return Answer(200, {"compatibility": self.registry.set_config(args[0], request.json())})
+        return Answer(200, self.registry.set_config(args[0], request.json()))
 
     @_route("DELETE", "/config/([^/]+)", write=True)
     def delete_subject_config(self, request: Request, args: list[str]) -> Answer:
-        return Answer(200, {"compatibilityLevel": self.registry.delete_config(args[0])})
+        return Answer(200, self.registry.delete_config(args[0]))
 
     @_route("GET", "/mode")
     def get_global_mode(self, request: Request, args: list[str]) -> Answer:

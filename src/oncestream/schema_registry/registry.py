@@ -13,7 +13,7 @@ import threading
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from oncestream.schema_registry import errors, records
+from oncestream.schema_registry import config_contracts, errors, records
 from oncestream.schema_registry.compatibility import DEFAULT_LEVEL, incompatibilities, normalize_level
 from oncestream.schema_registry.proto_text import print_proto_text
 from oncestream.schema_registry.schema_types import (
@@ -143,6 +143,27 @@ class Registry:
             return level
         return self.state.config(None) or self.default_level
 
+    def config_in_scope(self, subject: str | None) -> dict[str, Any]:
+        """The config document that applies to ``subject`` (``config_contracts.in_scope``), its
+        level always set (the default when none is configured)."""
+        global_doc = self.state.config_doc(None)
+        if subject is None:
+            doc = global_doc or {}
+        else:
+            doc = config_contracts.in_scope(self.state.config_doc(subject), global_doc)
+        return {**doc, config_contracts.LEVEL: self.compatibility_level(subject)}
+
+    def config_answer(self, subject: str | None, *, default_to_global: bool) -> dict[str, Any]:
+        """GET /config[/{subject}]: the config set (``default_to_global``: else the one in scope)."""
+        if subject is None:
+            return self.config_in_scope(None)
+        doc = self.state.config_doc(subject)
+        if doc is None:
+            if not default_to_global:
+                raise errors.subject_config_not_found(subject)
+            return self.config_in_scope(subject)
+        return doc
+
     def mode(self, subject: str | None) -> str:
         if subject is not None and (mode := self.state.mode(subject)) is not None:
             return mode
@@ -209,12 +230,19 @@ class Registry:
         with self._write_lock:
             parsed = self.parse_request(body)
             contract = _contract(body)
-            existing_id = self.state.id_for_content(parsed, contract)
             live = self.state.versions(subject)
+            mode = self.mode(subject)
+            if mode != "IMPORT":
+                # The config's metadata/rule-set defaults and overrides, merged as Confluent's
+                # registry does (a request without them inherits the latest version's).
+                previous = self.schema(live[-1].schema_id).contract_json() if live else None
+                requested = json.loads(contract) if contract else {}
+                contract = contract_of(config_contracts.contract_with_defaults(
+                    self.config_in_scope(subject), requested, previous))
+            existing_id = self.state.id_for_content(parsed, contract)
             for v in reversed(live):
                 if v.schema_id == existing_id:
                     return self._register_answer(v, parsed, contract)
-            mode = self.mode(subject)
             self._writable(subject)
             wanted_id = body.get("id")
             wanted_version = body.get("version")
@@ -306,23 +334,27 @@ class Registry:
     def _watermark(self) -> records.Record:
         return records.Record(records.watermark_key(), {"id": self.state.max_id})
 
-    def set_config(self, subject: str | None, body: Mapping[str, Any]) -> str:
-        """PUT /config[/{subject}] with ``{"compatibility": LEVEL}``."""
-        level = normalize_level(body.get("compatibility", body.get("compatibilityLevel")))
+    def set_config(self, subject: str | None, body: Mapping[str, Any]) -> dict[str, Any]:
+        """PUT /config[/{subject}] with ``{"compatibility": LEVEL, "defaultMetadata": ..., ...}``:
+        the fields named change, the others stay (``config_contracts.update_config``); answers
+        the config as Confluent's ConfigUpdateRequest."""
         with self._write_lock:
-            self.log.append([records.Record(records.config_key(subject), {"compatibilityLevel": level})])
-        return level
+            doc = config_contracts.update_config(self.state.config_doc(subject), body)
+            self.log.append([records.Record(records.config_key(subject), doc)])
+        return config_contracts.update_answer(doc)
 
-    def delete_config(self, subject: str | None) -> str:
-        """DELETE /config[/{subject}]: the level that was set (the global one returns to the default)."""
+    def delete_config(self, subject: str | None) -> dict[str, Any]:
+        """DELETE /config[/{subject}]: the config that was set (the global one returns to the default)."""
         with self._write_lock:
-            previous = self.state.config(subject)
+            previous = self.state.config_doc(subject)
             if subject is not None and previous is None:
                 if not self.state.has_subject(subject):
                     raise errors.subject_not_found(subject)
                 raise errors.subject_config_not_found(subject)
             self.log.append([records.Record(records.config_key(subject), None)])
-        return previous or self.default_level
+        if not previous or config_contracts.LEVEL not in previous:
+            return {**(previous or {}), config_contracts.LEVEL: self.default_level}
+        return previous
 
     def set_mode(self, subject: str | None, body: Mapping[str, Any], *, force: bool) -> str:
         """PUT /mode[/{subject}] with ``{"mode": MODE}`` (IMPORT on a non-empty registry needs ``force``)."""

@@ -89,7 +89,7 @@ class RegistryState:
         self.lock = threading.RLock()
         self._schemas: dict[int, StoredSchema] = {}
         self._subjects: dict[str, dict[int, Version]] = {}
-        self._configs: dict[str | None, str] = {}
+        self._configs: dict[str | None, dict[str, Any]] = {}   # whole config documents (config_contracts)
         self._modes: dict[str | None, str] = {}
         self._max_id = 0
         self._parsed: dict[int, ParsedSchema] = {}
@@ -104,7 +104,7 @@ class RegistryState:
             if kind == records.SCHEMA:
                 self._apply_schema(record)
             elif kind == records.CONFIG:
-                self._apply_setting(self._configs, record, "compatibilityLevel")
+                self._apply_config(record)
             elif kind == records.MODE:
                 self._apply_setting(self._modes, record, "mode")
             elif kind == records.ID_WATERMARK and record.value is not None:
@@ -118,6 +118,13 @@ class RegistryState:
             table.pop(subject, None)
         elif isinstance(record.value.get(field), str):
             table[subject] = record.value[field]
+
+    def _apply_config(self, record: records.Record) -> None:
+        subject = record.key.get("subject")
+        if record.value is None:
+            self._configs.pop(subject, None)
+        else:
+            self._configs[subject] = {k: v for k, v in record.value.items() if k != "subject" and v is not None}
 
     def _apply_schema(self, record: records.Record) -> None:
         subject = str(record.key["subject"])
@@ -195,8 +202,16 @@ class RegistryState:
                                                        for r in self._schemas[i].references))
 
     def config(self, subject: str | None) -> str | None:
+        """The compatibility level set for ``subject`` (None: the global one), if any."""
         with self.lock:
-            return self._configs.get(subject)
+            level = (self._configs.get(subject) or {}).get("compatibilityLevel")
+            return level if isinstance(level, str) else None
+
+    def config_doc(self, subject: str | None) -> dict[str, Any] | None:
+        """The whole config document set for ``subject`` (None: the global one), if any."""
+        with self.lock:
+            doc = self._configs.get(subject)
+            return None if doc is None else dict(doc)
 
     def mode(self, subject: str | None) -> str | None:
         with self.lock:
