@@ -397,3 +397,48 @@ def test_config_metadata_and_rule_set_defaults(client: SchemaRegistryClient) -> 
     plain = unique("plain") + "-value"
     client.register_schema(plain, Schema(USER_V1, "AVRO"))
     assert client.get_latest_version(plain).schema.metadata is None
+
+
+def test_each_context_has_its_own_ids_with_the_client(registry: SchemaRegistryProcess,
+                                                      client: SchemaRegistryClient) -> None:
+    """A fresh context starts its ids at 1 whatever the default context holds; records framed
+    with a context's id read back through confluent-kafka's deserializer, which asks
+    ``/schemas/ids/{id}?subject=<topic>-value`` (unqualified): the registry finds the id under
+    that subject in the context, as Confluent's does. The ``/contexts/{context}/...`` URL forms,
+    which the client has no call for, answer the same over HTTP."""
+    context = "." + unique("ctx").replace("-", "")
+    topic = unique("orders")
+    subject = f":{context}:{topic}-value"
+    client.register_schema(unique("filler") + "-value", Schema(USER_V2, "AVRO"))   # the default context has ids
+    schema_id = client.register_schema(subject, Schema(USER_V1, "AVRO"))
+    assert schema_id == 1
+    default_id = client.register_schema(unique("plain") + "-value", Schema(USER_V1, "AVRO"))
+    assert default_id != schema_id
+    assert context in client.get_contexts()
+    assert client.get_schema(schema_id, subject_name=subject).schema_str == USER_V1
+    serialize = AvroSerializer(client, USER_V1, conf={"auto.register.schemas": False, "use.latest.version": True,
+                                                      "subject.name.strategy": lambda _ctx, _record: subject})
+    ctx = SerializationContext(topic, MessageField.VALUE)
+    data = serialize({"name": "a", "age": 3}, ctx)
+    assert data is not None
+    assert int.from_bytes(data[1:5], "big") == 1
+    assert AvroDeserializer(SchemaRegistryClient({"url": registry.url}))(data, ctx) == {"name": "a", "age": 3}
+    qualified = AvroDeserializer(SchemaRegistryClient({"url": registry.url}),
+                                 conf={"subject.name.strategy": lambda _ctx, _record: subject})
+    assert qualified(data, ctx) == {"name": "a", "age": 3}
+
+    base = f"{registry.url}/contexts/{context}"
+    assert httpx.get(f"{base}/subjects", timeout=10).json() == [subject]
+    assert httpx.get(f"{base}/subjects/{topic}-value/versions/1", timeout=10).json()["id"] == 1
+    assert httpx.get(f"{base}/schemas/ids/1", timeout=10).json()["schema"] == USER_V1
+    put = httpx.put(f"{base}/config", json={"compatibility": "NONE"}, timeout=20)
+    assert put.json() == {"compatibility": "NONE"}
+    assert client.get_compatibility(f":{context}:") == "NONE"
+    # NONE in the context: an incompatible change registers there, under the bare subject name
+    answer = httpx.post(f"{base}/subjects/{topic}-value/versions", json={"schema": USER_BAD}, timeout=20)
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["id"] == 2
+    client.register_schema(f"{topic}-value", Schema(USER_V1, "AVRO"))
+    with pytest.raises(SchemaRegistryError) as info:   # the default context keeps BACKWARD
+        client.register_schema(f"{topic}-value", Schema(USER_BAD, "AVRO"))
+    assert info.value.http_status_code == 409

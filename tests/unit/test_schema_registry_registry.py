@@ -141,7 +141,7 @@ def test_soft_then_hard_delete_and_ids_never_reused(reg: Registry) -> None:
     rebuilt = RegistryState()
     for key, value in log.compacted():
         rebuilt.apply(records.decode(key, value))
-    assert rebuilt.next_id == 3
+    assert rebuilt.next_id() == 3
     assert reg.register("s", {"schema": avro(("z", "int"))})["id"] == 3
 
 
