@@ -97,6 +97,8 @@ def test_bad_files_and_tests_are_reported_with_their_names(tmp_path):
     cases, unreadable = collect_cases(case_files(tmp_path))
     assert cases == []
     assert len(unreadable) == 2
+    assert [p.name for p in case_files(tmp_path, "bad.json, broken.json")] == ["bad.json", "broken.json"]
+    assert [p.name for p in case_files(tmp_path, "b*d.json")] == ["bad.json"]
     with pytest.raises(QttFormatError, match="needs \"type\" or \"message\""):
         cases_of_test("f.json", {"name": "t", "statements": [], "expectedException": {}})
     with pytest.raises(QttFormatError, match="\"topic\" and \"value\""):

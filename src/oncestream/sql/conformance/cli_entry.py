@@ -22,7 +22,8 @@ def register(sub: Any) -> None:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The sub-command's options."""
     p.add_argument("path", help="a ksqlDB checkout, its query-validation-tests directory, or one QTT file")
-    p.add_argument("--files", default="*.json", help="glob of the file names to run (default *.json)")
+    p.add_argument("--files", default="*.json",
+                   help="glob of the file names to run, several separated by commas (default *.json)")
     p.add_argument("--cases", default=None, help="regular expression the case names must match")
     p.add_argument("--jobs", type=int, default=1, help="cases run side by side (default 1)")
     p.add_argument("--json", dest="json_out", default=None, help="write every result and the totals here")

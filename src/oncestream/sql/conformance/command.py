@@ -45,14 +45,16 @@ TRIGGER_INTERVAL_MS = 100
 
 def case_files(path: Path, files_glob: str = "*.json") -> list[Path]:
     """The QTT files under ``path``: the file itself, the directory's ``*.json``, or, for a ksqlDB
-    checkout, its query-validation-tests directory."""
+    checkout, its query-validation-tests directory; only names matching ``files_glob`` (several
+    globs separated by commas: ``avro.json,protobuf.json``)."""
     if path.is_file():
         return [path]
     if (path / QTT_SUBDIR).is_dir():
         path = path / QTT_SUBDIR
     if not path.is_dir():
         raise FileNotFoundError(f"{path}: no such file or directory")
-    return sorted(p for p in path.glob("*.json") if fnmatch.fnmatch(p.name, files_glob))
+    globs = [g.strip() for g in files_glob.split(",") if g.strip()]
+    return sorted(p for p in path.glob("*.json") if any(fnmatch.fnmatch(p.name, g) for g in globs))
 
 
 def collect_cases(files: Sequence[Path], name_pattern: str | None = None) -> tuple[list[QttCase], list[str]]:
