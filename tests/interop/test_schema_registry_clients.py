@@ -388,7 +388,7 @@ def test_config_metadata_and_rule_set_defaults(client: SchemaRegistryClient) -> 
 
     # The next version without metadata keeps the latest version's, merged again
     second = client.register_schema(subject, Schema(USER_V2, "AVRO"))
-    newest = client.get_latest_version(subject)
+    newest = client.get_version(subject, 2)   # (the client caches get_latest_version)
     assert (newest.schema_id, newest.version) == (second, 2)
     assert newest.schema.metadata is not None
     assert newest.schema.metadata.properties is not None
