@@ -105,6 +105,15 @@ def test_avro_primitives_and_coercion_follow_ksqldbs_spec_converter():
         spec_to_avro("x", "int")
 
 
+def test_objects_compare_as_ksqldbs_compare_struct():
+    """An expected field is looked up by its name, then upper-cased (ksqlDB's compareStruct):
+    ``{"i": 0}`` matches a PROTOBUF message field ``I``; the field counts must agree."""
+    assert values_match({"i": 0, "s": ""}, {"I": 0, "S": ""})
+    assert values_match({"i": None}, {"I": None})
+    assert not values_match({"i": 0}, {"I": 0, "J": 1})
+    assert not values_match({"i": 1}, {"I": 0})
+
+
 def test_a_decimal_given_as_text_compares_with_its_scale():
     assert values_match("1.50", Decimal("1.50"))
     assert not values_match("1.5", Decimal("1.50"))
@@ -148,6 +157,9 @@ def test_a_protobuf_spec_is_a_message_the_protobuf_package_reads():
     assert (message.I, message.L, message.S, message.B) == (3, 998877665544332211, "", b"\x00\x01")
     assert (list(message.R), dict(message.MP), message.SUB.I) == (["x", "y"], {"k": 1}, 4)
     # proto3 has no null: the unset string reads as "", the unset message as null
+    # A struct whose fields are all null is still there (its fields read as their defaults)
+    empty = decode_protobuf(encode_protobuf({"SUB": {"I": None}}, cls), cls)
+    assert (empty["SUB"]["I"], empty["SUB"]["SUB"]) == (0, None)
     back = decode_protobuf(body, cls)
     assert (back["S"], back["B"], back["SUB"]["SUB"], back["MP"]) == ("", "AAE=", None, {"k": 1})
 

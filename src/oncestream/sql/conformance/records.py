@@ -12,8 +12,9 @@ definitions, as ksqlDB and Kafka Streams write them:
 - windowed keys (Kafka Streams' windowed serdes): the key's bytes, then the window start (TIME
   windows), or the window end then start (SESSION windows), each 8 bytes big-endian.
 
-Values compare as ksqlDB's ``ExpectedRecordComparator`` does: objects field by field, numbers by
-value (``1.10`` equals ``1.1`` and ``1``), everything else exactly.
+Values compare as ksqlDB's ``ExpectedRecordComparator`` does: objects field by field (as many
+fields; an expected field found by its name, else by its upper-cased name), numbers by value
+(``1.10`` equals ``1.1`` and ``1``), everything else exactly.
 """
 
 from __future__ import annotations
@@ -224,8 +225,12 @@ def _number(value: Any) -> Decimal | None:
 def values_match(expected: Any, actual: Any) -> bool:
     """ksqlDB's comparison of an expected JSON value with an actual one (module docstring)."""
     if isinstance(expected, dict):
-        return (isinstance(actual, dict) and set(expected) == set(actual)
-                and all(values_match(v, actual[k]) for k, v in expected.items()))
+        # ksqlDB's compareStruct: as many fields; each expected field by its name, or upper-cased
+        # when the actual object has none (or null) under that name
+        if not isinstance(actual, dict) or len(expected) != len(actual):
+            return False
+        return all(values_match(v, actual.get(k) if actual.get(k) is not None else actual.get(str(k).upper()))
+                   for k, v in expected.items())
     if isinstance(expected, list):
         return (isinstance(actual, list) and len(expected) == len(actual)
                 and all(values_match(e, a) for e, a in zip(expected, actual, strict=True)))

@@ -412,7 +412,9 @@ def _fill_message(message: Any, spec: Any) -> None:
                 elif v is not None:
                     target.append(_scalar_to_proto(field, v))
         elif field.type == _MESSAGE:
-            _fill_message(getattr(message, field.name), value)
+            sub = getattr(message, field.name)
+            sub.SetInParent()   # present even when all its fields are null (Connect's empty struct)
+            _fill_message(sub, value)
         else:
             setattr(message, field.name, _scalar_to_proto(field, value))
 
