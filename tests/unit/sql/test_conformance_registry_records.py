@@ -69,10 +69,16 @@ def test_referenced_schemas_are_registered_under_their_subjects():
             {"name": "A", "type": "Inner"}]},
          "valueSchemaReferences": [{"name": "Inner", "subject": "inner-value", "version": 1, "schema": {
              "type": "record", "name": "Inner", "fields": [{"name": "X", "type": "int"}]}}]}]})
-    assert references_of(case) == [("inner-value", "AVRO", json.dumps(
+    assert references_of(case) == [("Inner", "AVRO", json.dumps(
         {"type": "record", "name": "Inner", "fields": [{"name": "X", "type": "int"}]}))]
     (schema,) = topic_schemas(case)
-    assert schema.references == (("Inner", "inner-value", 1),)
+    assert schema.references == ("Inner",)
+    (proto,) = cases_of_test("f.json", {"name": "t", "statements": [], "topics": [
+        {"name": "s", "valueFormat": "PROTOBUF",
+         "valueSchema": 'syntax = "proto3"; import "event.proto"; message L {Event e = 1;}',
+         "valueSchemaReferences": [{"name": "event.proto", "format": "PROTOBUF",
+                                    "schema": 'syntax = "proto3"; message Event {int64 t = 1;}'}]}]})
+    assert references_of(proto) == [("event.proto", "PROTOBUF", 'syntax = "proto3"; message Event {int64 t = 1;}')]
 
 
 def test_an_avro_spec_is_written_as_ksqldb_writes_it_and_fastavro_reads_it_back():

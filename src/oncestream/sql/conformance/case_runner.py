@@ -294,11 +294,16 @@ class CaseRun:
         if self.env.registry is None:
             return
         try:
-            for subject, schema_type, text in references_of(self.case):
-                self.env.registry.register(subject, schema_type, text)
+            # A referenced schema's subject is its name, prefixed as the case's topics are
+            versions: dict[str, int] = {}
+            for name, schema_type, text in references_of(self.case):
+                self.env.registry.register(self.prefix + name, schema_type, text)
+                latest = self.env.registry.latest(self.prefix + name)
+                versions[name] = latest.version if latest is not None and latest.version else 1
             for schema in topic_schemas(self.case):
                 subject = f"{self._topic(schema.topic)}-{'key' if schema.key else 'value'}"
-                got = self.env.registry.register(subject, schema.schema_type, schema.schema)
+                refs = [{"name": n, "subject": self.prefix + n, "version": versions.get(n, 1)} for n in schema.references]
+                got = self.env.registry.register(subject, schema.schema_type, schema.schema, refs or None)
                 if schema.case_id is not None:
                     self.schema_ids[schema.case_id] = got
         except Exception as e:  # noqa: BLE001 - a schema the registry refuses: the case's statements see no schema

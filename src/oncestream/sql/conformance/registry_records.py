@@ -60,7 +60,7 @@ class TopicSchema:
     schema_type: str
     schema: str
     case_id: int | None = None
-    references: tuple[tuple[str, str, int], ...] = ()
+    references: tuple[str, ...] = ()   # the names of the schemas it imports (references_of)
 
 
 _FORMAT = re.compile(r"\b(KEY_FORMAT|VALUE_FORMAT|FORMAT)\s*=\s*'([A-Za-z_]+)'", re.IGNORECASE)
@@ -99,25 +99,25 @@ def topic_schemas(case: QttCase) -> list[TopicSchema]:
                 # No format anywhere: a text schema that is not JSON is a .proto, else Avro
                 schema_type = "PROTOBUF" if isinstance(raw, str) and "syntax" in raw else "AVRO"
             text = raw if isinstance(raw, str) and schema_type == "PROTOBUF" else json.dumps(_plain(raw))
-            refs = tuple((str(r["name"]), str(r.get("subject", r["name"])), int(r.get("version", 1)))
-                         for r in topic.get(f"{side}SchemaReferences") or [])
+            refs = tuple(str(r["name"]) for r in topic.get(f"{side}SchemaReferences") or [])
             case_id = topic.get(f"{side}SchemaId")
             out.append(TopicSchema(name, key, schema_type, text, None if case_id is None else int(case_id), refs))
     return out
 
 
 def references_of(case: QttCase) -> list[tuple[str, str, str]]:
-    """(subject, schema type, schema text) of the schemas the ``topics`` entries reference
-    (``valueSchemaReferences``: registered under their own subject first, as ksqlDB does)."""
+    """(name, schema type, schema text) of the schemas the ``topics`` entries reference
+    (``keySchemaReferences``/``valueSchemaReferences``: ksqlDB's runner registers each under its
+    name as the subject, version 1, before the schema that imports it)."""
     out = []
     for topic in case.topics:
         for side in ("key", "value"):
-            fmt = topic.get(f"{side}Format") or topic.get("format") or "AVRO"
-            schema_type = SCHEMA_TYPES.get(str(fmt).upper(), "AVRO")
             for ref in topic.get(f"{side}SchemaReferences") or []:
+                fmt = ref.get("format") or topic.get(f"{side}Format") or topic.get("format") or "AVRO"
+                schema_type = SCHEMA_TYPES.get(str(fmt).upper(), "AVRO")
                 raw = ref.get("schema")
                 text = raw if isinstance(raw, str) and schema_type == "PROTOBUF" else json.dumps(_plain(raw))
-                out.append((str(ref.get("subject", ref["name"])), schema_type, text))
+                out.append((str(ref["name"]), schema_type, text))
     return out
 
 
