@@ -24,6 +24,7 @@ from confluent_kafka.schema_registry import (
     Schema,
     SchemaReference,
     SchemaRegistryClient,
+    ServerConfig,
 )
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 from confluent_kafka.schema_registry.error import SchemaRegistryError
@@ -344,3 +345,100 @@ def test_subjects_in_a_context(broker: ManagedBroker, client: SchemaRegistryClie
     assert data is not None
     assert int.from_bytes(data[1:5], "big") == schema_id
     assert AvroDeserializer(client)(data, ctx) == {"name": "a", "age": 3}
+
+
+def _rule(name: str, expr: str) -> Rule:
+    return Rule(name=name, doc=None, kind=RuleKind.CONDITION, mode=RuleMode.WRITE, type="CEL", tags=None,
+                params=None, expr=expr, on_success=None, on_failure="ERROR", disabled=False)
+
+
+def test_config_metadata_and_rule_set_defaults(client: SchemaRegistryClient) -> None:
+    """``defaultMetadata``/``overrideMetadata``/``defaultRuleSet``/``overrideRuleSet`` of a subject's
+    config, set with the client's ``set_config``, merged into the schemas registered after it as
+    Confluent's registry merges them: the default, then the request's metadata, then the override;
+    a registration without metadata inherits the latest version's; ``get_config`` answers them."""
+    subject = unique("defaults") + "-value"
+    config = ServerConfig(
+        default_metadata=Metadata(tags=None, sensitive=None, properties=MetadataProperties({"owner": "platform",
+                                                                                           "tier": "gold"})),
+        override_metadata=Metadata(tags=None, sensitive=None, properties=MetadataProperties({"tier": "silver"})),
+        default_rule_set=RuleSet(migration_rules=None, domain_rules=[_rule("adult", "message.age >= 18")]),
+        override_rule_set=RuleSet(migration_rules=None, domain_rules=[_rule("named", "message.name != ''")]))
+    client.set_config(subject, config)
+    got = client.get_config(subject)
+    assert got.default_metadata is not None
+    assert got.default_metadata.properties is not None
+    assert got.default_metadata.properties.properties == {"owner": "platform", "tier": "gold"}
+    assert got.override_rule_set is not None
+    assert got.override_rule_set.domain_rules is not None
+    assert [r.name for r in got.override_rule_set.domain_rules] == ["named"]
+
+    first = client.register_schema(subject, Schema(USER_V1, "AVRO", metadata=Metadata(
+        tags=None, sensitive=None, properties=MetadataProperties({"app": "billing"}))))
+    latest = client.get_latest_version(subject)
+    assert latest.schema_id == first
+    metadata = latest.schema.metadata
+    assert metadata is not None
+    assert metadata.properties is not None
+    assert metadata.properties.properties == {"app": "billing", "owner": "platform", "tier": "silver"}
+    rule_set = latest.schema.rule_set
+    assert rule_set is not None
+    assert rule_set.domain_rules is not None
+    assert [r.name for r in rule_set.domain_rules] == ["adult", "named"]
+
+    # The next version without metadata keeps the latest version's, merged again
+    second = client.register_schema(subject, Schema(USER_V2, "AVRO"))
+    newest = client.get_version(subject, 2)   # (the client caches get_latest_version)
+    assert (newest.schema_id, newest.version) == (second, 2)
+    assert newest.schema.metadata is not None
+    assert newest.schema.metadata.properties is not None
+    assert newest.schema.metadata.properties.properties == {"app": "billing", "owner": "platform", "tier": "silver"}
+    # Another subject (global config: none of these) gets nothing added
+    plain = unique("plain") + "-value"
+    client.register_schema(plain, Schema(USER_V1, "AVRO"))
+    assert client.get_latest_version(plain).schema.metadata is None
+
+
+def test_each_context_has_its_own_ids_with_the_client(registry: SchemaRegistryProcess,
+                                                      client: SchemaRegistryClient) -> None:
+    """A fresh context starts its ids at 1 whatever the default context holds; records framed
+    with a context's id read back through confluent-kafka's deserializer, which asks
+    ``/schemas/ids/{id}?subject=<topic>-value`` (unqualified): the registry finds the id under
+    that subject in the context, as Confluent's does. The ``/contexts/{context}/...`` URL forms,
+    which the client has no call for, answer the same over HTTP."""
+    context = "." + unique("ctx").replace("-", "")
+    topic = unique("orders")
+    subject = f":{context}:{topic}-value"
+    client.register_schema(unique("filler") + "-value", Schema(USER_V2, "AVRO"))   # the default context has ids
+    schema_id = client.register_schema(subject, Schema(USER_V1, "AVRO"))
+    assert schema_id == 1
+    default_id = client.register_schema(unique("plain") + "-value", Schema(USER_V1, "AVRO"))
+    assert default_id != schema_id
+    assert context in client.get_contexts()
+    assert client.get_schema(schema_id, subject_name=subject).schema_str == USER_V1
+    serialize = AvroSerializer(client, USER_V1, conf={"auto.register.schemas": False, "use.latest.version": True,
+                                                      "subject.name.strategy": lambda _ctx, _record: subject})
+    ctx = SerializationContext(topic, MessageField.VALUE)
+    data = serialize({"name": "a", "age": 3}, ctx)
+    assert data is not None
+    assert int.from_bytes(data[1:5], "big") == 1
+    assert AvroDeserializer(SchemaRegistryClient({"url": registry.url}))(data, ctx) == {"name": "a", "age": 3}
+    qualified = AvroDeserializer(SchemaRegistryClient({"url": registry.url}),
+                                 conf={"subject.name.strategy": lambda _ctx, _record: subject})
+    assert qualified(data, ctx) == {"name": "a", "age": 3}
+
+    base = f"{registry.url}/contexts/{context}"
+    assert httpx.get(f"{base}/subjects", timeout=10).json() == [subject]
+    assert httpx.get(f"{base}/subjects/{topic}-value/versions/1", timeout=10).json()["id"] == 1
+    assert httpx.get(f"{base}/schemas/ids/1", timeout=10).json()["schema"] == USER_V1
+    put = httpx.put(f"{base}/config", json={"compatibility": "NONE"}, timeout=20)
+    assert put.json() == {"compatibility": "NONE"}
+    assert client.get_compatibility(f":{context}:") == "NONE"
+    # NONE in the context: an incompatible change registers there, under the bare subject name
+    answer = httpx.post(f"{base}/subjects/{topic}-value/versions", json={"schema": USER_BAD}, timeout=20)
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["id"] == 2
+    client.register_schema(f"{topic}-value", Schema(USER_V1, "AVRO"))
+    with pytest.raises(SchemaRegistryError) as info:   # the default context keeps BACKWARD
+        client.register_schema(f"{topic}-value", Schema(USER_BAD, "AVRO"))
+    assert info.value.http_status_code == 409

@@ -141,7 +141,7 @@ def test_soft_then_hard_delete_and_ids_never_reused(reg: Registry) -> None:
     rebuilt = RegistryState()
     for key, value in log.compacted():
         rebuilt.apply(records.decode(key, value))
-    assert rebuilt.next_id == 3
+    assert rebuilt.next_id() == 3
     assert reg.register("s", {"schema": avro(("z", "int"))})["id"] == 3
 
 
@@ -180,9 +180,9 @@ def test_references(reg: Registry) -> None:
 
 def test_config_and_mode(reg: Registry) -> None:
     assert reg.compatibility_level(None) == "BACKWARD"
-    assert reg.set_config("s", {"compatibility": "full_transitive"}) == "FULL_TRANSITIVE"
+    assert reg.set_config("s", {"compatibility": "full_transitive"}) == {"compatibility": "FULL_TRANSITIVE"}
     assert reg.compatibility_level("s") == "FULL_TRANSITIVE"
-    assert reg.delete_config("s") == "FULL_TRANSITIVE"
+    assert reg.delete_config("s") == {"compatibilityLevel": "FULL_TRANSITIVE"}
     assert reg.compatibility_level("s") == "BACKWARD"
     with pytest.raises(RegistryError) as exc:
         reg.set_config(None, {"compatibility": "SIDEWAYS"})
@@ -231,3 +231,53 @@ def _descriptor_b64() -> str:
     proto.message_type.add(name="Q").field.add(name="n", number=1, type=descriptor_pb2.FieldDescriptorProto.TYPE_INT64,
                                                 label=descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL)
     return base64.b64encode(proto.SerializeToString(deterministic=True)).decode()
+
+
+RULE_A = {"name": "a", "kind": "CONDITION", "mode": "WRITE", "type": "CEL", "expr": "true"}
+RULE_B = {"name": "b", "kind": "CONDITION", "mode": "WRITE", "type": "CEL", "expr": "false"}
+
+
+def test_config_metadata_and_rule_set_defaults_merge_into_registered_schemas(reg: Registry) -> None:
+    """Confluent's maybeSetMetadataRuleSet: default, then the request's (or the latest
+    version's), then the override; the config's other fields stay when a PUT names only some."""
+    reg.set_config(None, {"defaultMetadata": {"properties": {"owner": "platform", "tier": "gold"}},
+                          "overrideRuleSet": {"domainRules": [RULE_B]}})
+    assert reg.config_answer(None, default_to_global=True) == {
+        "compatibilityLevel": "BACKWARD", "defaultMetadata": {"properties": {"owner": "platform", "tier": "gold"}},
+        "overrideRuleSet": {"domainRules": [RULE_B]}}
+    answer = reg.set_config("s", {"compatibility": "NONE", "overrideMetadata": {"properties": {"tier": "silver"}},
+                                  "defaultRuleSet": {"domainRules": [RULE_A]}})
+    assert answer == {"compatibility": "NONE", "overrideMetadata": {"properties": {"tier": "silver"}},
+                      "defaultRuleSet": {"domainRules": [RULE_A]}}
+    # The subject's config replaces the global one's contract fields (Confluent's mergeConfigs)
+    first = reg.register("s", {"schema": avro(("a", "int")),
+                               "metadata": {"properties": {"app": "x"}, "sensitive": ["a"]}})
+    assert first["metadata"] == {"properties": {"app": "x", "tier": "silver"}, "sensitive": ["a"]}
+    assert first["ruleSet"] == {"domainRules": [RULE_A]}
+    # No metadata in the request: the latest version's, merged again; the same schema, the same id
+    again = reg.register("s", {"schema": avro(("a", "int"))})
+    assert (again["id"], again["version"]) == (first["id"], 1)
+    # A global-config subject: the global default and override apply
+    other = reg.register("t", {"schema": avro(("b", "int")), "ruleSet": {"domainRules": [{**RULE_B, "expr": "x"}]}})
+    assert other["metadata"] == {"properties": {"owner": "platform", "tier": "gold"}}
+    assert other["ruleSet"] == {"domainRules": [RULE_B]}   # the override's rule b replaced the request's
+    assert reg.schema(other["id"]).contract_json()["ruleSet"] == {"domainRules": [RULE_B]}
+    # A PUT naming one field keeps the others; a field given as null is cleared
+    reg.set_config("s", {"overrideMetadata": None})
+    assert reg.config_answer("s", default_to_global=False) == {
+        "compatibilityLevel": "NONE", "defaultRuleSet": {"domainRules": [RULE_A]}}
+    assert reg.delete_config("s")["compatibilityLevel"] == "NONE"
+    with pytest.raises(RegistryError) as exc:
+        reg.config_answer("s", default_to_global=False)
+    assert code(exc) == 40408
+    assert reg.config_answer("s", default_to_global=True)["defaultMetadata"] == {
+        "properties": {"owner": "platform", "tier": "gold"}}
+    with pytest.raises(RegistryError) as exc:
+        reg.set_config(None, {"defaultMetadata": "owner=me"})
+    assert code(exc) == 422
+    # The configs survive a rebuild from the (compacted) topic
+    assert isinstance(reg.log, MemoryLog)
+    rebuilt = RegistryState()
+    for key, value in reg.log.compacted():
+        rebuilt.apply(records.decode(key, value))
+    assert rebuilt.config_doc(None) == reg.state.config_doc(None)

@@ -26,6 +26,7 @@ from urllib.parse import parse_qs, unquote
 import httpx
 
 from oncestream.schema_registry import errors
+from oncestream.schema_registry.contexts import rewrite as rewrite_context_path
 from oncestream.schema_registry.registry import Registry
 from oncestream.schema_registry.schema_types import SCHEMA_TYPES
 
@@ -176,6 +177,8 @@ class SchemaRegistryApp:
     async def _dispatch(self, request: Request) -> Answer:
         if self.authenticate is not None and await self.authenticate(request.headers.get("authorization")) is None:
             raise errors.unauthorized()
+        # /contexts/{context}/... is the qualified request (Confluent's ContextFilter)
+        request.segments, request.query = rewrite_context_path(request.segments, request.query)
         path = "/" + "/".join(s.replace("/", "%2F") for s in request.segments)
         known_path = False
         for method, pattern, handler, write in self._routes:
@@ -238,9 +241,7 @@ class SchemaRegistryApp:
     def contexts(self, request: Request, args: list[str]) -> Answer:
         # The default context "." and the contexts of qualified subjects (":.staging:orders-value"
         # is in ".staging"), sorted; offset/limit page them as Confluent's do.
-        named = {s.split(":", 2)[1] for s in self.registry.subjects(deleted=True)
-                 if s.startswith(":.") and s.count(":") >= 2}
-        contexts = sorted({".", *named})
+        contexts = self.registry.state.contexts()
         offset, limit = _int_param(request, "offset", 0), _int_param(request, "limit", -1)
         return Answer(200, contexts[offset:] if limit < 0 else contexts[offset:offset + limit])
 
@@ -282,7 +283,8 @@ class SchemaRegistryApp:
     @_route("GET", "/subjects/([^/]+)/versions/([^/]+)/schema")
     def get_version_schema(self, request: Request, args: list[str]) -> Answer:
         v = self.registry.version(args[0], args[1], deleted=request.flag("deleted"))
-        return Answer(200, self.registry.schema_text(self.registry.schema(v.schema_id), request.param("format")), raw=True)
+        stored = self.registry.schema(v.schema_id, v.context)
+        return Answer(200, self.registry.schema_text(stored, request.param("format")), raw=True)
 
     @_route("GET", "/subjects/([^/]+)/versions/([^/]+)/referencedby")
     def referenced_by(self, request: Request, args: list[str]) -> Answer:
@@ -294,7 +296,7 @@ class SchemaRegistryApp:
 
     @_route("GET", "/schemas/ids/([^/]+)")
     def get_schema(self, request: Request, args: list[str]) -> Answer:
-        stored = self.registry.schema(_schema_id(args[0]))
+        stored = self.registry.schema_for_id(_schema_id(args[0]), request.param("subject"))
         return Answer(200, {**self.registry.schema_json(stored, request.param("format")), "guid": stored.guid})
 
     @_route("GET", "/schemas/guids/([^/]+)")
@@ -304,21 +306,19 @@ class SchemaRegistryApp:
 
     @_route("GET", "/schemas/ids/([^/]+)/schema")
     def get_schema_text(self, request: Request, args: list[str]) -> Answer:
-        stored = self.registry.schema(_schema_id(args[0]))
+        stored = self.registry.schema_for_id(_schema_id(args[0]), request.param("subject"))
         return Answer(200, self.registry.schema_text(stored, request.param("format")), raw=True)
 
     @_route("GET", "/schemas/ids/([^/]+)/subjects")
     def get_schema_subjects(self, request: Request, args: list[str]) -> Answer:
-        schema_id = _schema_id(args[0])
-        self.registry.schema(schema_id)
-        usages = self.registry.state.usages(schema_id, deleted=request.flag("deleted"))
+        stored = self.registry.schema_for_id(_schema_id(args[0]), request.param("subject"))
+        usages = self.registry.state.usages(stored.schema_id, deleted=request.flag("deleted"), context=stored.context)
         return Answer(200, sorted({v.subject for v in usages}))
 
     @_route("GET", "/schemas/ids/([^/]+)/versions")
     def get_schema_versions(self, request: Request, args: list[str]) -> Answer:
-        schema_id = _schema_id(args[0])
-        self.registry.schema(schema_id)
-        usages = self.registry.state.usages(schema_id, deleted=request.flag("deleted"))
+        stored = self.registry.schema_for_id(_schema_id(args[0]), request.param("subject"))
+        usages = self.registry.state.usages(stored.schema_id, deleted=request.flag("deleted"), context=stored.context)
         return Answer(200, [{"subject": v.subject, "version": v.version} for v in usages])
 
     @_route("POST", "/compatibility/subjects/([^/]+)/versions")
@@ -338,32 +338,27 @@ class SchemaRegistryApp:
 
     @_route("GET", "/config")
     def get_global_config(self, request: Request, args: list[str]) -> Answer:
-        return Answer(200, {"compatibilityLevel": self.registry.compatibility_level(None)})
+        return Answer(200, self.registry.config_answer(None, default_to_global=True))
 
     @_route("PUT", "/config", write=True)
     def put_global_config(self, request: Request, args: list[str]) -> Answer:
-        return Answer(200, {"compatibility": self.registry.set_config(None, request.json())})
+        return Answer(200, self.registry.set_config(None, request.json()))
 
     @_route("DELETE", "/config", write=True)
     def delete_global_config(self, request: Request, args: list[str]) -> Answer:
-        return Answer(200, {"compatibilityLevel": self.registry.delete_config(None)})
+        return Answer(200, self.registry.delete_config(None))
 
     @_route("GET", "/config/([^/]+)")
     def get_subject_config(self, request: Request, args: list[str]) -> Answer:
-        level = self.registry.state.config(args[0])
-        if level is None:
-            if not request.flag("defaultToGlobal"):
-                raise errors.subject_config_not_found(args[0])
-            level = self.registry.compatibility_level(None)
-        return Answer(200, {"compatibilityLevel": level})
+        return Answer(200, self.registry.config_answer(args[0], default_to_global=request.flag("defaultToGlobal")))
 
     @_route("PUT", "/config/([^/]+)", write=True)
     def put_subject_config(self, request: Request, args: list[str]) -> Answer:
-        return Answer(200, {"compatibility": self.registry.set_config(args[0], request.json())})
+        return Answer(200, self.registry.set_config(args[0], request.json()))
 
     @_route("DELETE", "/config/([^/]+)", write=True)
     def delete_subject_config(self, request: Request, args: list[str]) -> Answer:
-        return Answer(200, {"compatibilityLevel": self.registry.delete_config(args[0])})
+        return Answer(200, self.registry.delete_config(args[0]))
 
     @_route("GET", "/mode")
     def get_global_mode(self, request: Request, args: list[str]) -> Answer:

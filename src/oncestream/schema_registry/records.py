@@ -14,7 +14,8 @@ Keys (JSON objects, ``magic`` first written by Confluent as 0 or 1):
   has read everything written before it;
 - ``{"keytype": "ID_WATERMARK", "magic": 0}`` -> ``{"id": N}`` (oncestream's own): the highest id
   ever handed out, written with every hard delete, so ids stay unused after compaction removed
-  the hard-deleted schemas' records.
+  the hard-deleted schemas' records; a context other than the default one has its own
+  (``"context": ".staging"`` in the key), as it has its own ids.
 """
 
 from __future__ import annotations
@@ -100,5 +101,8 @@ def noop_key() -> dict[str, Any]:
     return {"keytype": NOOP, "magic": 0}
 
 
-def watermark_key() -> dict[str, Any]:
-    return {"keytype": ID_WATERMARK, "magic": 0}
+def watermark_key(context: str = ".") -> dict[str, Any]:
+    """The key of a context's ID_WATERMARK record (the default context's has no ``context``)."""
+    if context == ".":
+        return {"keytype": ID_WATERMARK, "magic": 0}
+    return {"keytype": ID_WATERMARK, "context": context, "magic": 0}

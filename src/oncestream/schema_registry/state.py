@@ -1,8 +1,9 @@
 """The registry's in-memory state, rebuilt by applying the schemas topic's records in order.
 
-Sans-io: ``apply(record)`` is the only way in; readers ask through the methods below. Ids are
-never handed out twice: ``next_id`` is one above the highest id ever seen (in any SCHEMA record
-or the ID_WATERMARK record), hard deletes included.
+Sans-io: ``apply(record)`` is the only way in; readers ask through the methods below. Each
+context (``contexts``: ``:.staging:orders-value`` is in ``.staging``) has its own ids; within one,
+ids are never handed out twice: ``next_id`` is one above the highest id ever seen there (in any
+SCHEMA record or the context's ID_WATERMARK record), hard deletes included.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from oncestream.schema_registry import records
+from oncestream.schema_registry.contexts import DEFAULT_CONTEXT, context_of, qualify, reference_subject
 from oncestream.schema_registry.errors import RegistryError, invalid_schema, schema_not_found
 from oncestream.schema_registry.schema_types import AVRO, ParsedSchema, Reference, parse_schema
 
@@ -37,13 +39,15 @@ def contract_of(doc: Mapping[str, Any]) -> str:
 
 @dataclass(frozen=True)
 class StoredSchema:
-    """A schema as registered: id, type, text, references and its data contract (``contract_of``)."""
+    """A schema as registered: id (in ``context``), type, text, references and its data contract
+    (``contract_of``)."""
 
     schema_id: int
     schema_type: str
     schema: str
     references: tuple[Reference, ...]
     contract: str = ""
+    context: str = DEFAULT_CONTEXT
 
     def contract_json(self) -> dict[str, Any]:
         """``{"metadata": ..., "ruleSet": ...}`` (the fields it has)."""
@@ -51,8 +55,9 @@ class StoredSchema:
 
     @property
     def guid(self) -> str:
-        """A stable UUID for this id (Confluent's ``guid``)."""
-        return str(uuid.uuid5(_GUID_NAMESPACE, str(self.schema_id)))
+        """A stable UUID for this id in its context (Confluent's ``guid``)."""
+        name = str(self.schema_id) if self.context == DEFAULT_CONTEXT else f"{self.context}:{self.schema_id}"
+        return str(uuid.uuid5(_GUID_NAMESPACE, name))
 
     def to_json(self, *, schema_text: str | None = None) -> dict[str, Any]:
         """``schemaType`` (absent for AVRO), ``references`` (when any) and ``schema``, as Confluent answers."""
@@ -75,10 +80,18 @@ class Version:
     schema_id: int
     deleted: bool
 
+    @property
+    def context(self) -> str:
+        """The context of the subject, whose id space ``schema_id`` is in."""
+        return context_of(self.subject)
 
-def content_key(schema_type: str, canonical: str, references: tuple[Reference, ...], contract: str = "") -> tuple[Any, ...]:
-    """Two schemas with equal content keys are the same schema (one id)."""
-    return schema_type, canonical, references, contract
+
+def content_key(schema_type: str, canonical: str, references: tuple[Reference, ...], contract: str = "",
+                context: str = DEFAULT_CONTEXT) -> tuple[Any, ...]:
+    """Two schemas with equal content keys are the same schema (one id in their context)."""
+    return context, schema_type, canonical, references, contract
+
+SchemaKey = tuple[str, int]   # (context, id)
 
 
 class RegistryState:
@@ -87,12 +100,12 @@ class RegistryState:
 
     def __init__(self) -> None:
         self.lock = threading.RLock()
-        self._schemas: dict[int, StoredSchema] = {}
+        self._schemas: dict[SchemaKey, StoredSchema] = {}
         self._subjects: dict[str, dict[int, Version]] = {}
-        self._configs: dict[str | None, str] = {}
+        self._configs: dict[str | None, dict[str, Any]] = {}   # whole config documents (config_contracts)
         self._modes: dict[str | None, str] = {}
-        self._max_id = 0
-        self._parsed: dict[int, ParsedSchema] = {}
+        self._max_id: dict[str, int] = {}   # per context
+        self._parsed: dict[SchemaKey, ParsedSchema] = {}
         self._by_content: dict[tuple[Any, ...], int] = {}
 
     # --- applying records ---------------------------------------------------------------------
@@ -104,11 +117,12 @@ class RegistryState:
             if kind == records.SCHEMA:
                 self._apply_schema(record)
             elif kind == records.CONFIG:
-                self._apply_setting(self._configs, record, "compatibilityLevel")
+                self._apply_config(record)
             elif kind == records.MODE:
                 self._apply_setting(self._modes, record, "mode")
             elif kind == records.ID_WATERMARK and record.value is not None:
-                self._max_id = max(self._max_id, int(record.value.get("id", 0)))
+                context = str(record.key.get("context") or DEFAULT_CONTEXT)
+                self._max_id[context] = max(self._max_id.get(context, 0), int(record.value.get("id", 0)))
             elif kind not in (records.NOOP, records.DELETE_SUBJECT, records.CLEAR_SUBJECT):
                 log.warning("schema registry: skipping a record of unknown keytype %r", kind)
 
@@ -119,6 +133,13 @@ class RegistryState:
         elif isinstance(record.value.get(field), str):
             table[subject] = record.value[field]
 
+    def _apply_config(self, record: records.Record) -> None:
+        subject = record.key.get("subject")
+        if record.value is None:
+            self._configs.pop(subject, None)
+        else:
+            self._configs[subject] = {k: v for k, v in record.value.items() if k != "subject" and v is not None}
+
     def _apply_schema(self, record: records.Record) -> None:
         subject = str(record.key["subject"])
         version = int(record.key["version"])
@@ -128,40 +149,45 @@ class RegistryState:
             if not versions:
                 self._subjects.pop(subject, None)
             if gone is not None:
-                self._forget_if_unused(gone.schema_id)
+                self._forget_if_unused(gone.context, gone.schema_id)
             return
         value = record.value
         schema_id = int(value["id"])
+        context = context_of(subject)
         refs = tuple(Reference(str(r["name"]), str(r["subject"]), int(r["version"])) for r in value.get("references") or [])
         stored = StoredSchema(schema_id, str(value.get("schemaType") or AVRO), str(value["schema"]), refs,
-                              contract_of(value))
-        self._schemas.setdefault(schema_id, stored)
+                              contract_of(value), context)
+        self._schemas.setdefault((context, schema_id), stored)
         versions[version] = Version(subject, version, schema_id, bool(value.get("deleted", False)))
-        self._max_id = max(self._max_id, schema_id)
+        self._max_id[context] = max(self._max_id.get(context, 0), schema_id)
 
-    def _forget_if_unused(self, schema_id: int) -> None:
-        if any(v.schema_id == schema_id for vs in self._subjects.values() for v in vs.values()):
+    def _forget_if_unused(self, context: str, schema_id: int) -> None:
+        if any(v.schema_id == schema_id and v.context == context for vs in self._subjects.values() for v in vs.values()):
             return
-        self._schemas.pop(schema_id, None)
-        self._parsed.pop(schema_id, None)
-        for key in [k for k, v in self._by_content.items() if v == schema_id]:
+        self._schemas.pop((context, schema_id), None)
+        self._parsed.pop((context, schema_id), None)
+        for key in [k for k, v in self._by_content.items() if v == schema_id and k[0] == context]:
             del self._by_content[key]
 
     # --- reading ------------------------------------------------------------------------------
 
-    @property
-    def next_id(self) -> int:
+    def next_id(self, context: str = DEFAULT_CONTEXT) -> int:
+        """The id the next new schema of ``context`` gets."""
         with self.lock:
-            return self._max_id + 1
+            return self._max_id.get(context, 0) + 1
 
-    @property
-    def max_id(self) -> int:
+    def max_id(self, context: str = DEFAULT_CONTEXT) -> int:
         with self.lock:
-            return self._max_id
+            return self._max_id.get(context, 0)
 
-    def schema(self, schema_id: int) -> StoredSchema | None:
+    def contexts(self) -> list[str]:
+        """Every context holding a subject (soft-deleted ones included), and the default one."""
         with self.lock:
-            return self._schemas.get(schema_id)
+            return sorted({DEFAULT_CONTEXT, *(context_of(s) for s in self._subjects)})
+
+    def schema(self, schema_id: int, context: str = DEFAULT_CONTEXT) -> StoredSchema | None:
+        with self.lock:
+            return self._schemas.get((context, schema_id))
 
     def schema_by_guid(self, guid: str) -> StoredSchema | None:
         with self.lock:
@@ -180,73 +206,88 @@ class RegistryState:
         with self.lock:
             return subject in self._subjects
 
-    def usages(self, schema_id: int, *, deleted: bool = False) -> list[Version]:
-        """Every (subject, version) registered with ``schema_id``."""
+    def usages(self, schema_id: int, *, deleted: bool = False, context: str = DEFAULT_CONTEXT) -> list[Version]:
+        """Every (subject, version) of ``context`` registered with ``schema_id``."""
         with self.lock:
             return sorted((v for vs in self._subjects.values() for v in vs.values()
-                           if v.schema_id == schema_id and (deleted or not v.deleted)),
+                           if v.schema_id == schema_id and v.context == context and (deleted or not v.deleted)),
                           key=lambda v: (v.subject, v.version))
 
     def referenced_by(self, subject: str, version: int) -> list[int]:
-        """Ids of the live schemas that reference ``subject`` ``version``."""
+        """Ids of the live schemas that reference ``subject`` ``version`` (a reference is read in
+        its referrer's context)."""
         with self.lock:
-            live_ids = {v.schema_id for vs in self._subjects.values() for v in vs.values() if not v.deleted}
-            return sorted(i for i in live_ids if any(r.subject == subject and r.version == version
-                                                       for r in self._schemas[i].references))
+            live = {(v.context, v.schema_id, v.subject) for vs in self._subjects.values() for v in vs.values()
+                    if not v.deleted}
+            return sorted({i for ctx, i, owner in live
+                           if any(reference_subject(owner, r.subject) == subject and r.version == version
+                                  for r in self._schemas[(ctx, i)].references)})
 
     def config(self, subject: str | None) -> str | None:
+        """The compatibility level set for ``subject`` (None: the global one), if any."""
         with self.lock:
-            return self._configs.get(subject)
+            level = (self._configs.get(subject) or {}).get("compatibilityLevel")
+            return level if isinstance(level, str) else None
+
+    def config_doc(self, subject: str | None) -> dict[str, Any] | None:
+        """The whole config document set for ``subject`` (None: the global one), if any."""
+        with self.lock:
+            doc = self._configs.get(subject)
+            return None if doc is None else dict(doc)
 
     def mode(self, subject: str | None) -> str | None:
         with self.lock:
             return self._modes.get(subject)
 
-    def parsed(self, schema_id: int) -> ParsedSchema:
-        """The stored schema ``schema_id`` parsed (with its references), cached."""
+    def parsed(self, schema_id: int, context: str = DEFAULT_CONTEXT) -> ParsedSchema:
+        """The stored schema ``schema_id`` of ``context`` parsed (with its references), cached."""
         with self.lock:
-            cached = self._parsed.get(schema_id)
+            cached = self._parsed.get((context, schema_id))
             if cached is not None:
                 return cached
-            stored = self._schemas.get(schema_id)
+            stored = self._schemas.get((context, schema_id))
             if stored is None:
                 raise schema_not_found(f"Schema {schema_id} not found")
-            referenced = self.resolve_references(stored.references)
+            referenced = self.resolve_references(stored.references, context=context)
             parsed = parse_schema(stored.schema_type, stored.schema, stored.references, referenced)
-            self._parsed[schema_id] = parsed
+            self._parsed[(context, schema_id)] = parsed
             return parsed
 
-    def resolve_references(self, references: tuple[Reference, ...], depth: int = 0) -> list[ParsedSchema]:
-        """The parsed schemas ``references`` name (42201 when one does not exist)."""
+    def resolve_references(self, references: tuple[Reference, ...], depth: int = 0, *,
+                           context: str = DEFAULT_CONTEXT) -> list[ParsedSchema]:
+        """The parsed schemas ``references`` name, read in ``context`` (42201 when one does not exist)."""
         if depth > 32:
             raise invalid_schema("references nest deeper than 32 levels")
         out = []
         with self.lock:
             for ref in references:
-                version = self._subjects.get(ref.subject, {}).get(ref.version)
+                subject = qualify(context, ref.subject)
+                version = self._subjects.get(subject, {}).get(ref.version)
                 if version is None:
                     raise invalid_schema(f"reference {ref.name!r} names subject {ref.subject!r} version "
                                          f"{ref.version}, which does not exist")
                 try:
-                    out.append(self.parsed(version.schema_id))
+                    out.append(self.parsed(version.schema_id, version.context))
                 except RegistryError as exc:
                     raise invalid_schema(f"reference {ref.name!r}: {exc.message}") from exc
         return out
 
-    def id_for_content(self, parsed: ParsedSchema, contract: str = "") -> int | None:
-        """The id an identical schema (with the same data contract) already has (any subject), if any."""
-        key = content_key(parsed.schema_type, parsed.canonical, parsed.references, contract)
+    def id_for_content(self, parsed: ParsedSchema, contract: str = "", context: str = DEFAULT_CONTEXT) -> int | None:
+        """The id an identical schema (with the same data contract) already has in ``context``
+        (any subject there), if any."""
+        key = content_key(parsed.schema_type, parsed.canonical, parsed.references, contract, context)
         with self.lock:
             found = self._by_content.get(key)
-            if found is not None and found in self._schemas:
+            if found is not None and (context, found) in self._schemas:
                 return found
-            indexed = set(self._by_content.values())
-            for schema_id in [i for i in self._schemas if i not in indexed]:
+            indexed = {(k[0], v) for k, v in self._by_content.items()}
+            for ctx, schema_id in [k for k in self._schemas if k not in indexed]:
                 try:
-                    p = self.parsed(schema_id)
+                    p = self.parsed(schema_id, ctx)
                 except RegistryError:
                     continue
-                other = content_key(p.schema_type, p.canonical, p.references, self._schemas[schema_id].contract)
+                other = content_key(p.schema_type, p.canonical, p.references, self._schemas[(ctx, schema_id)].contract,
+                                    ctx)
                 self._by_content.setdefault(other, schema_id)
                 if other == key:
                     return schema_id

@@ -162,9 +162,11 @@ class RegistryClient:
             self._serialized[schema_id] = got
         return got
 
-    def register(self, subject: str, schema_type: str, schema: str) -> int:
-        """Register ``schema`` under ``subject`` (the same schema again: the same id)."""
-        key = (subject, schema_type, schema)
+    def register(self, subject: str, schema_type: str, schema: str,
+                 references: list[dict[str, Any]] | None = None) -> int:
+        """Register ``schema`` under ``subject`` (the same schema again: the same id);
+        ``references``: Confluent's ``[{"name", "subject", "version"}]``."""
+        key = (subject, schema_type, schema + (json.dumps(references) if references else ""))
         with self._lock:
             cached = self._registered.get(key)
         if cached is not None:
@@ -172,6 +174,8 @@ class RegistryClient:
         body: dict[str, Any] = {"schema": schema}
         if schema_type != "AVRO":
             body["schemaType"] = schema_type
+        if references:
+            body["references"] = references
         schema_id = int(self._call("POST", f"/subjects/{urllib.parse.quote(subject, safe='')}/versions", body)["id"])
         with self._lock:
             self._registered[key] = schema_id

@@ -2,7 +2,10 @@
 fixtures/qtt/runner_cases.json (written for this test in ksqlDB's QTT format, not ksqlDB's own)
 run through the SQL engine, inputs produced and outputs read read_committed with confluent-kafka.
 Each outcome the runner reports is shown: PASS, FAIL with the difference in words (a deliberately
-wrong expected value), an expected exception matched or not, and out of scope with its family."""
+wrong expected value), an expected exception matched or not, and out of scope with its family; the
+registry formats' cases run against ``oncestream schema-registry`` (AVRO, PROTOBUF, JSON_SR
+inputs framed from the declared columns' schema, and columns read from a schema the case's
+``topics`` register under an id the statements name)."""
 
 from __future__ import annotations
 
@@ -20,8 +23,10 @@ pytestmark = [pytest.mark.spark]
 FIXTURE = Path(__file__).parent / "fixtures" / "qtt" / "runner_cases.json"
 
 
-def test_runner_reports_pass_fail_expected_errors_and_out_of_scope(sql_spark, eos_broker, tmp_path):
-    env = case_environment(sql_spark, eos_broker.bootstrap, str(tmp_path / "checkpoints"))
+def test_runner_reports_pass_fail_expected_errors_and_out_of_scope(sql_spark, eos_broker, registry, tmp_path):
+    from oncestream.sql.engine.serde import current_registry
+
+    env = case_environment(sql_spark, eos_broker.bootstrap, str(tmp_path / "checkpoints"), current_registry())
     try:
         results, not_run = run_cases(load_file(FIXTURE), env, jobs=1)
     finally:
@@ -48,6 +53,9 @@ def test_runner_reports_pass_fail_expected_errors_and_out_of_scope(sql_spark, eo
     families = {name: r.family.name for name, r in by_name.items() if r.family is not None}
     assert families["connector is out of scope"].startswith("connectors")
     assert families["test udf is out of scope"].startswith("UDF plugins")
-    assert families["avro variants are out of scope for now - AVRO"].startswith("registry formats")
+    for fmt in ("AVRO", "PROTOBUF", "JSON_SR"):
+        assert outcome(f"registry formats run - {fmt}") is Outcome.PASS, report
+    assert outcome("columns from the registry") is Outcome.PASS, report
     assert families["documented unsupported statement is out of scope"] == "documented not supported: PRINT statement"
-    assert "TOTAL: 3 pass, 3 fail, 5 out of scope (11 cases;" in report
+    assert "TOTAL: 7 pass, 3 fail, 3 out of scope (13 cases;" in report
+    assert "  PROTOBUF: 1 pass, 0 fail, 0 out of scope" in report

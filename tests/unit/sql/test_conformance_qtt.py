@@ -27,10 +27,10 @@ from oncestream.sql.conformance.records import (
 from oncestream.sql.conformance.report import failure_cause, json_report, tally, text_report
 from oncestream.sql.conformance.scope import (
     CONNECTORS,
-    REGISTRY_FORMATS,
-    SCHEMA_INFERENCE,
     UDF_PLUGINS,
+    Family,
     refusal_family,
+    registry_formats,
     static_family,
 )
 from oncestream.sql.language import sql_ast
@@ -64,11 +64,11 @@ def test_comments_are_stripped_outside_strings_only():
 def test_fixture_file_expands_formats_and_drops_disabled_cases():
     cases = load_file(FIXTURE)
     names = [c.name for c in cases]
-    assert "runner_cases - avro variants are out of scope for now - AVRO" in names
-    assert "runner_cases - avro variants are out of scope for now - PROTOBUF" in names
+    assert "runner_cases - registry formats run - AVRO" in names
+    assert "runner_cases - registry formats run - PROTOBUF" in names
     assert not any("disabled" in n for n in names)
     avro = next(c for c in cases if c.format == "AVRO")
-    assert avro.statements == ("CREATE STREAM S (ID INT KEY, V STRING) WITH (kafka_topic='s', value_format='AVRO');",)
+    assert avro.statements[0] == "CREATE STREAM S (ID INT KEY, V STRING, N BIGINT) WITH (kafka_topic='s', value_format='AVRO');"
     first = cases[0]
     assert first.inputs[1] == QttRecord("payments", "acc-2", {"cents": 250, "note": "rent"}, 2000)
     assert first.inputs[2].value is None
@@ -97,6 +97,8 @@ def test_bad_files_and_tests_are_reported_with_their_names(tmp_path):
     cases, unreadable = collect_cases(case_files(tmp_path))
     assert cases == []
     assert len(unreadable) == 2
+    assert [p.name for p in case_files(tmp_path, "bad.json, broken.json")] == ["bad.json", "broken.json"]
+    assert [p.name for p in case_files(tmp_path, "b*d.json")] == ["bad.json"]
     with pytest.raises(QttFormatError, match="needs \"type\" or \"message\""):
         cases_of_test("f.json", {"name": "t", "statements": [], "expectedException": {}})
     with pytest.raises(QttFormatError, match="\"topic\" and \"value\""):
@@ -116,13 +118,17 @@ def test_static_families():
     cases = {c.test_name: c for c in load_file(FIXTURE)}
     assert static_family(cases["connector is out of scope"]) is CONNECTORS
     assert static_family(cases["test udf is out of scope"]) is UDF_PLUGINS
-    assert static_family(cases["avro variants are out of scope for now"]) is REGISTRY_FORMATS
-    assert REGISTRY_FORMATS.counts_toward_goal
+    # The registry formats run (the runner starts a Schema Registry): no family
+    assert static_family(cases["registry formats run"]) is None
     assert not CONNECTORS.counts_toward_goal
     assert static_family(cases["filter and project passes"]) is None
     (inferring,) = cases_of_test("f.json", {"name": "t", "statements": [
         "CREATE STREAM S WITH (kafka_topic='s', value_format='AVRO');"]})
-    assert static_family(inferring) is SCHEMA_INFERENCE
+    assert static_family(inferring) is None
+    assert registry_formats(inferring) == ["AVRO"]
+    (several,) = cases_of_test("f.json", {"name": "t", "format": ["PROTOBUF_NOSR"], "statements": [
+        "CREATE STREAM S (A INT) WITH (kafka_topic='s', key_format='JSON_SR', value_format='{FORMAT}');"]})
+    assert registry_formats(several) == ["PROTOBUF_NOSR", "JSON_SR"]
     (old,) = cases_of_test("f.json", {"name": "t", "statements": ["X"], "versions": {"max": "5.5.0"}})
     assert static_family(old) is not None
 
@@ -145,6 +151,10 @@ def test_topics_are_renamed_per_case():
     assert renamed(create, "qtt9_").properties["KAFKA_TOPIC"] == "qtt9_in"  # type: ignore[attr-defined]
     assert renamed(csas, "qtt9_").properties["KAFKA_TOPIC"] == "qtt9_B"  # type: ignore[attr-defined]
     assert renamed(csas_named, "qtt9_").properties["KAFKA_TOPIC"] == "qtt9_c_topic"  # type: ignore[attr-defined]
+    # The schema ids a case names are the ids its schemas got in the shared registry
+    (by_id,) = parse("CREATE STREAM A WITH (kafka_topic='in', value_format='AVRO', value_schema_id=7, key_schema_id=3);")
+    props = renamed(by_id, "qtt9_", {7: 41}).properties  # type: ignore[attr-defined]
+    assert (props["VALUE_SCHEMA_ID"], props["KEY_SCHEMA_ID"]) == (41, 3)
     (case,) = cases_of_test("f.json", {"name": "t", "statements": [
         "CREATE STREAM A (K INT KEY) WITH (kafka_topic='in', value_format='JSON');",
         "CREATE STREAM P (K INT KEY) WITH (kafka_topic='made', partitions=3, value_format='JSON');",
@@ -213,8 +223,11 @@ def test_out_of_scope_cases_need_no_environment():
 
     results, not_run = run_cases(cases, no_environment)
     assert not_run == []
-    assert len(results) == 4
+    assert len(results) == 2
     assert all(r.outcome is Outcome.OUT_OF_SCOPE for r in results)
+
+
+GAP = Family("a runner gap", counts_toward_goal=True)
 
 
 def test_report_counts_per_file_and_the_goal_ratio():
@@ -222,7 +235,7 @@ def test_report_counts_per_file_and_the_goal_ratio():
         CaseResult("a.json", "a - 1", Outcome.PASS),
         CaseResult("a.json", "a - 2", Outcome.FAIL, "topic OUT, record 3: value differ: expected <1, 2> but was <1, 3>"),
         CaseResult("b.json", "b - 1", Outcome.OUT_OF_SCOPE, CONNECTORS.name, CONNECTORS),
-        CaseResult("b.json", "b - 2", Outcome.OUT_OF_SCOPE, REGISTRY_FORMATS.name, REGISTRY_FORMATS),
+        CaseResult("b.json", "b - 2", Outcome.OUT_OF_SCOPE, GAP.name, GAP, formats=("AVRO",)),
     ]
     per_file, total = tally(results)
     assert (per_file["a.json"].passed, per_file["a.json"].failed) == (1, 1)
@@ -232,6 +245,8 @@ def test_report_counts_per_file_and_the_goal_ratio():
     assert CONNECTORS.name in text
     assert failure_cause(results[1].detail) == "topic T, record N: value differ"
     assert json_report(results)["total"]["goalDenominator"] == 3
+    assert "  AVRO: 0 pass, 0 fail, 1 out of scope" in text
+    assert json_report(results)["registryFormats"]["AVRO"]["outOfScope"] == 1
 
 
 def test_a_case_the_machine_kept_from_running_is_not_counted():

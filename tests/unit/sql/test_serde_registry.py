@@ -23,7 +23,13 @@ from oncestream.sql.language import sql_ast
 from oncestream.sql.language import types as t
 from oncestream.sql.language.catalog import Column, Format, Namespace, SourceInfo
 from oncestream.sql.language.parser import parse
-from oncestream.sql.language.schema_mapping import avro_schema_of, columns_of_avro, columns_of_json_schema, json_schema_of
+from oncestream.sql.language.schema_mapping import (
+    avro_schema_of,
+    columns_of,
+    columns_of_avro,
+    columns_of_json_schema,
+    json_schema_of,
+)
 from oncestream.sql.language.sql_ast import SourceKind
 from oncestream.sql.server import commands
 from oncestream.sql.server.metastore import Metastore
@@ -193,8 +199,9 @@ def test_create_without_columns_json_sr_and_declared_key():
         "id": {"type": "integer"}, "tags": {"type": "array", "items": {"type": "string"}}}}))
     source = _create(Metastore(), "CREATE TABLE T (K STRING PRIMARY KEY) WITH (KAFKA_TOPIC='orders', "
                                   "VALUE_FORMAT='JSON_SR');", registry)
-    assert [(c.name, c.type) for c in source.columns] == [("K", t.STRING), ("id", t.BIGINT),
-                                                          ("tags", t.array_of(t.STRING))]
+    # the latest schema's field names upper-cased, as ksqlDB infers them
+    assert [(c.name, c.type) for c in source.columns] == [("K", t.STRING), ("ID", t.BIGINT),
+                                                          ("TAGS", t.array_of(t.STRING))]
 
 
 def test_create_without_columns_errors():
@@ -237,3 +244,24 @@ def test_a_writer_schema_with_a_column_of_another_type_is_a_serde_error():
     booleans = layout_of(_source(Format.AVRO, values=(("D", t.BOOLEAN),)), registry)
     with pytest.raises(SerdeError, match="BOOLEAN"):
         booleans.decode_value(frame(schema_id, buf.getvalue()))
+
+
+def test_inferred_names_are_upper_cased_unless_the_schema_was_named_by_id():
+    """ksqlDB's SchemaRegistryTopicSchemaSupplier: a subject's latest schema gives upper-cased
+    column and struct field names (UPPERCASE_FIELD_NAME), a schema named by KEY/VALUE_SCHEMA_ID its
+    own (ORIGINAL_FIELD_NAME); map keys are data. (ksqlDB's QTT avro/protobuf "should convert
+    record to STRUCT" expect {"C1": {"F1": 1}} from fields c1 { f1 }.)"""
+    schema = json.dumps({"type": "record", "name": "R", "fields": [
+        {"name": "c1", "type": {"type": "record", "name": "S", "fields": [{"name": "f1", "type": "int"}]}},
+        {"name": "c2", "type": {"type": "map", "values": {"type": "record", "name": "T", "fields": [
+            {"name": "g", "type": "string"}]}}}]})
+    got = columns_of("AVRO", schema, key=False)
+    assert [n for n, _ in got] == ["C1", "C2"]
+    assert [f.name for f in got[0][1].fields] == ["F1"]
+    assert got[1][1].element is not None
+    assert [f.name for f in got[1][1].element.fields] == ["G"]
+    original = columns_of("AVRO", schema, key=False, original_names=True)
+    assert [n for n, _ in original] == ["c1", "c2"]
+    assert [f.name for f in original[0][1].fields] == ["f1"]
+    assert [n for n, _ in columns_of("JSON", json.dumps({"type": "object", "properties": {"a": {"type": "integer"}}}),
+                                     key=False)] == ["A"]

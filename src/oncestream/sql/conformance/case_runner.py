@@ -52,7 +52,8 @@ from oncestream.sql.conformance.records import (
     encode_key,
     encode_value,
 )
-from oncestream.sql.conformance.scope import Family, refusal_family, static_family
+from oncestream.sql.conformance.registry_records import REGISTRY_FORMATS, RegistrySide, references_of, topic_schemas
+from oncestream.sql.conformance.scope import Family, refusal_family, registry_formats, static_family
 from oncestream.sql.engine.insert_values import values_row
 from oncestream.sql.engine.runtime import ERROR, QueryRuntime, checkpoint_location, sink_topic_config
 from oncestream.sql.errors import KsqlError
@@ -95,6 +96,7 @@ class CaseResult:
     detail: str = ""
     family: Family | None = None
     seconds: float = 0.0
+    formats: tuple[str, ...] = ()   # the registry formats the case uses (per-format counts)
 
 
 class _Refused(Exception):
@@ -104,14 +106,18 @@ class _Refused(Exception):
 class CaseEnvironment:
     """What every case shares: the broker (``bootstrap``), the query runtimes on one Spark session
     (``runtime`` one offset per trigger, ``bulk_runtime`` all available: see the module
-    docstring), and confluent-kafka's admin and producer. Thread-safe: ``--jobs`` cases run side
+    docstring), the Schema Registry client, and confluent-kafka's admin and producer. Thread-safe: ``--jobs`` cases run side
     by side."""
 
-    def __init__(self, bootstrap: str, runtime: QueryRuntime, bulk_runtime: QueryRuntime | None = None) -> None:
+    def __init__(self, bootstrap: str, runtime: QueryRuntime, bulk_runtime: QueryRuntime | None = None,
+                 registry: Any = None) -> None:
         from confluent_kafka import Producer
         from confluent_kafka.admin import AdminClient
 
         self.bootstrap = bootstrap
+        # The Schema Registry (a spark.schema_registry_client.RegistryClient) the registry
+        # formats' cases register their schemas in; None: those cases fail on their first record.
+        self.registry = registry
         self.runtime = runtime
         self.bulk_runtime = bulk_runtime or runtime
         # librdkafka log level 2 (critical): a stopped broker's reconnect attempts stay off stderr
@@ -157,6 +163,7 @@ class CaseEnvironment:
             self.bulk_runtime.stop_all()
 
 
+_SCHEMA_ID_PROPS = ("KEY_SCHEMA_ID", "VALUE_SCHEMA_ID")
 _KAFKA_TOPIC = re.compile(r"\bKAFKA_TOPIC\s*=\s*'([^']*)'", re.IGNORECASE)
 _PARTITIONS = re.compile(r"\bPARTITIONS\s*=", re.IGNORECASE)
 _AS_SELECT = re.compile(r"\bAS\s+SELECT\b", re.IGNORECASE)
@@ -179,17 +186,24 @@ def topics_to_create(case: QttCase) -> dict[str, int]:
     return out
 
 
-def renamed(statement: sql_ast.Statement, prefix: str) -> sql_ast.Statement:
+def renamed(statement: sql_ast.Statement, prefix: str,
+            schema_ids: Mapping[int, int] | None = None) -> sql_ast.Statement:
     """``statement`` writing and reading the case's own topics: ``prefix`` before KAFKA_TOPIC, and
-    a C*AS without one gets ``prefix`` + its sink name (ksqlDB's default topic)."""
-    if isinstance(statement, sql_ast.CreateSource):
+    a C*AS without one gets ``prefix`` + its sink name (ksqlDB's default topic). ``schema_ids``
+    maps the ids the case names (``KEY_SCHEMA_ID``/``VALUE_SCHEMA_ID``) to the ids its schemas got
+    in the shared registry."""
+    if isinstance(statement, (sql_ast.CreateSource, sql_ast.CreateAsSelect)):
         props = dict(statement.properties)
-        if props.get("KAFKA_TOPIC") is not None:
+        if isinstance(statement, sql_ast.CreateAsSelect):
+            props["KAFKA_TOPIC"] = prefix + str(props.get("KAFKA_TOPIC") or statement.name)
+        elif props.get("KAFKA_TOPIC") is not None:
             props["KAFKA_TOPIC"] = prefix + str(props["KAFKA_TOPIC"])
-        return dataclasses.replace(statement, properties=props)
-    if isinstance(statement, sql_ast.CreateAsSelect):
-        props = dict(statement.properties)
-        props["KAFKA_TOPIC"] = prefix + str(props.get("KAFKA_TOPIC") or statement.name)
+        for name in _SCHEMA_ID_PROPS:
+            if props.get(name) is not None and schema_ids:
+                try:
+                    props[name] = schema_ids.get(int(props[name]), props[name])
+                except (TypeError, ValueError):
+                    pass  # not a number: the engine refuses it with its own message
         return dataclasses.replace(statement, properties=props)
     return statement
 
@@ -213,6 +227,7 @@ class CaseRun:
         self.started: list[StartQuery] = []
         self._runtime_of: dict[str, QueryRuntime] = {}
         self.inserted = False
+        self.schema_ids: dict[int, int] = {}   # the case's schema ids -> the registry's
 
     def run(self) -> CaseResult:
         began = time.monotonic()
@@ -231,7 +246,8 @@ class CaseRun:
         return self._result(outcome, detail, began, family)
 
     def _result(self, outcome: Outcome, detail: str, began: float, family: Family | None = None) -> CaseResult:
-        return CaseResult(self.case.file, self.case.name, outcome, detail, family, time.monotonic() - began)
+        return CaseResult(self.case.file, self.case.name, outcome, detail, family, time.monotonic() - began,
+                          tuple(registry_formats(self.case)))
 
     def _topic(self, name: str) -> str:
         return self.prefix + name
@@ -241,6 +257,7 @@ class CaseRun:
         for name, partitions in topics_to_create(case).items():
             self.env.create_topic(self._topic(name), partitions, {})
         try:
+            self._register_topic_schemas()
             for text in case.statements:
                 self._execute(text)
         except _Refused as refused:
@@ -271,13 +288,66 @@ class CaseRun:
 
     # -- statements ----------------------------------------------------------------------------
 
+    def _register_topic_schemas(self) -> None:
+        """The schemas of the case's ``topics`` (and those they reference) registered before the
+        statements, as ksqlDB's runner does (``registry_records``)."""
+        if self.env.registry is None:
+            return
+        try:
+            # A referenced schema's subject is its name, prefixed as the case's topics are
+            versions: dict[str, int] = {}
+            for name, schema_type, text in references_of(self.case):
+                self.env.registry.register(self.prefix + name, schema_type, text)
+                latest = self.env.registry.latest(self.prefix + name)
+                versions[name] = latest.version if latest is not None and latest.version else 1
+            for schema in topic_schemas(self.case):
+                subject = f"{self._topic(schema.topic)}-{'key' if schema.key else 'value'}"
+                refs = [{"name": n, "subject": self.prefix + n, "version": versions.get(n, 1)} for n in schema.references]
+                got = self.env.registry.register(subject, schema.schema_type, schema.schema, refs or None)
+                if schema.case_id is not None:
+                    self.schema_ids[schema.case_id] = got
+        except Exception as e:  # noqa: BLE001 - a schema the registry refuses: the case's statements see no schema
+            raise _Refused(f"the registry refused a schema of the case's topics: {e}") from None
+
+    def _register_declared_schema(self, source: SourceInfo) -> None:
+        """A CREATE with columns in a registry format registers its columns' schema when the
+        subject has none yet (ksqlDB's runner: the statement's schema, if ``topics`` gave none)."""
+        from oncestream.sql.language.schema_mapping import schema_of
+
+        registry = self.env.registry
+        if registry is None or source.created_by is not None:
+            return
+        for key, fmt, columns in ((True, source.key_format.value, source.key_columns),
+                                  (False, source.value_format.value, source.value_columns)):
+            if fmt not in ("AVRO", "JSON_SR", "PROTOBUF") or not columns:
+                continue
+            subject = f"{source.topic}-{'key' if key else 'value'}"
+            if registry.latest(subject) is None:
+                schema_type, text = schema_of(fmt, [(c.name, c.type) for c in columns], key=key)
+                registry.register(subject, schema_type, text)
+
+    def _codec(self, source: SourceInfo | None, key: bool) -> RegistrySide | None:
+        """How one side of ``source``'s topic is written and read when it is in a registry format."""
+        if source is None:
+            return None
+        fmt = (source.key_format if key else source.value_format).value
+        if fmt not in REGISTRY_FORMATS:
+            return None
+        columns_proto = None
+        if fmt == "PROTOBUF_NOSR":
+            from oncestream.sql.language.protobuf_schema import protobuf_schema
+
+            columns = source.key_columns if key else source.value_columns
+            columns_proto = protobuf_schema([(c.name, c.type) for c in columns])[1]
+        return RegistrySide(self.env.registry, fmt, f"{source.topic}-{'key' if key else 'value'}", columns_proto)
+
     def _execute(self, text: str) -> None:
         try:
             statements = parse(text, self.metastore.custom_types())
         except KsqlError as e:
             raise _Refused(e.message) from None
         for parsed in statements:
-            statement = renamed(parsed, self.prefix)
+            statement = renamed(parsed, self.prefix, self.schema_ids)
             try:
                 self._execute_one(statement)
             except KsqlError as e:
@@ -299,8 +369,13 @@ class CaseRun:
             return
         if not goes_to_command_topic(statement):
             return  # SHOW, DESCRIBE, EXPLAIN, SELECT: nothing a QTT case compares
-        command = self.metastore.validate(statement, self.properties, self.env.topics(), None)
-        for effect in self.metastore.apply(command, self.env.next_offset()):
+        command = self.metastore.validate(statement, self.properties, self.env.topics(), self.env.registry)
+        effects = self.metastore.apply(command, self.env.next_offset())
+        if isinstance(statement, sql_ast.CreateSource):
+            created = self.metastore.source(statement.name)
+            if created is not None:
+                self._register_declared_schema(created)
+        for effect in effects:
             if isinstance(effect, CreateTopic):
                 source = next((s for s in self.metastore.sources() if s.topic == effect.topic), None)
                 config = sink_topic_config(source) if source is not None else {}
@@ -359,7 +434,8 @@ class CaseRun:
             headers: list[tuple[str, str | bytes | None]] | None = None
             if record.headers is not None:
                 headers = [(k, None if v is None else base64.b64decode(v)) for k, v in record.headers]
-            producer.produce(topic, key=encode_key(record, source), value=encode_value(record, source),
+            producer.produce(topic, key=encode_key(record, source, self._codec(source, True)),
+                             value=encode_value(record, source, self._codec(source, False)),
                              timestamp=record.timestamp_ms or 0, headers=headers, on_delivery=delivered)
             producer.poll(0)
         if producer.flush(CLIENT_TIMEOUT_S) != 0 or errors:
@@ -406,9 +482,10 @@ class CaseRun:
             topic = self._topic(name)
             sink = self._source_for(topic, reading=False)
             actual = []
+            key_codec, value_codec = self._codec(sink, True), self._codec(sink, False)
             for key_bytes, value_bytes, timestamp_ms in read_committed(self.env.bootstrap, topic):
-                key, window = decode_key(key_bytes, sink)
-                actual.append(ActualRecord(key, decode_value(value_bytes, sink), timestamp_ms, window))
+                key, window = decode_key(key_bytes, sink, key_codec)
+                actual.append(ActualRecord(key, decode_value(value_bytes, sink, value_codec), timestamp_ms, window))
             difference = compare_topic(name, expected, actual, check_zero_timestamps=not self.inserted)
             if difference:
                 return difference

@@ -22,12 +22,15 @@ def register(sub: Any) -> None:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The sub-command's options."""
     p.add_argument("path", help="a ksqlDB checkout, its query-validation-tests directory, or one QTT file")
-    p.add_argument("--files", default="*.json", help="glob of the file names to run (default *.json)")
+    p.add_argument("--files", default="*.json",
+                   help="glob of the file names to run, several separated by commas (default *.json)")
     p.add_argument("--cases", default=None, help="regular expression the case names must match")
     p.add_argument("--jobs", type=int, default=1, help="cases run side by side (default 1)")
     p.add_argument("--json", dest="json_out", default=None, help="write every result and the totals here")
     p.add_argument("--bootstrap-server", default=None,
                    help="a broker with transaction.two.phase.commit.enable=true (default: start one)")
+    p.add_argument("--schema-registry-url", default=None,
+                   help="a Schema Registry for the AVRO/PROTOBUF/JSON_SR cases (default: start one on the broker)")
     p.add_argument("--spark-master", default="local[2]", help="Spark master (default local[2])")
     p.add_argument("--budget-s", type=float, default=None, help="start no case after this many seconds")
     p.add_argument("--interleave", action="store_true",

@@ -4,12 +4,13 @@ QTT JSON) through this SQL engine and print, per file and in total, how many cas
 are out of scope and why (docs/sql-conformance.md).
 
     oncestream sql-conformance PATH [--files GLOB] [--cases REGEX] [--jobs N] [--json OUT]
-        [--bootstrap-server HOST:PORT] [--spark-master MASTER] [--budget-s S] [--interleave]
-        [--verbose]
+        [--bootstrap-server HOST:PORT] [--schema-registry-url URL] [--spark-master MASTER]
+        [--budget-s S] [--interleave] [--verbose]
 
 Without ``--bootstrap-server`` it starts its own broker (``oncestream broker`` with
 ``transaction.two.phase.commit.enable=true``, which the exactly-once sink needs) in a temporary
-directory; one Spark session and one broker serve every case. Cases out of scope by their text
+directory, and an ``oncestream schema-registry`` on that broker unless ``--schema-registry-url``
+names one; one Spark session, one broker and one registry serve every case. Cases out of scope by their text
 are classified without starting either. ``--budget-s`` stops starting cases after that many
 seconds (the cases left are listed as not run, outside the totals).
 """
@@ -33,7 +34,7 @@ from typing import Any
 from oncestream.sql.conformance.case_runner import CaseEnvironment, CaseResult, CaseRun, Outcome
 from oncestream.sql.conformance.qtt_format import QttCase, QttFormatError, load_file
 from oncestream.sql.conformance.report import text_report, write_json
-from oncestream.sql.conformance.scope import static_family
+from oncestream.sql.conformance.scope import registry_formats, static_family
 
 QTT_SUBDIR = "ksqldb-functional-tests/src/test/resources/query-validation-tests"
 TWO_PHASE_COMMIT = {"transaction.two.phase.commit.enable": "true"}
@@ -44,14 +45,16 @@ TRIGGER_INTERVAL_MS = 100
 
 def case_files(path: Path, files_glob: str = "*.json") -> list[Path]:
     """The QTT files under ``path``: the file itself, the directory's ``*.json``, or, for a ksqlDB
-    checkout, its query-validation-tests directory."""
+    checkout, its query-validation-tests directory; only names matching ``files_glob`` (several
+    globs separated by commas: ``avro.json,protobuf.json``)."""
     if path.is_file():
         return [path]
     if (path / QTT_SUBDIR).is_dir():
         path = path / QTT_SUBDIR
     if not path.is_dir():
         raise FileNotFoundError(f"{path}: no such file or directory")
-    return sorted(p for p in path.glob("*.json") if fnmatch.fnmatch(p.name, files_glob))
+    globs = [g.strip() for g in files_glob.split(",") if g.strip()]
+    return sorted(p for p in path.glob("*.json") if any(fnmatch.fnmatch(p.name, g) for g in globs))
 
 
 def collect_cases(files: Sequence[Path], name_pattern: str | None = None) -> tuple[list[QttCase], list[str]]:
@@ -111,7 +114,8 @@ def run_cases(cases: Sequence[QttCase], environment: Callable[[], CaseEnvironmen
         if family is None:
             to_run.append((i, case))
             continue
-        results[i] = CaseResult(case.file, case.name, Outcome.OUT_OF_SCOPE, family.name, family)
+        results[i] = CaseResult(case.file, case.name, Outcome.OUT_OF_SCOPE, family.name, family,
+                                formats=tuple(registry_formats(case)))
         if on_result is not None:
             on_result(results[i])
     not_run: list[QttCase] = []
@@ -173,18 +177,24 @@ def runtime_settings(bootstrap: str, checkpoint_root: str, *, per_record: bool =
                            trigger_interval_ms=TRIGGER_INTERVAL_MS, max_offsets_per_trigger=1 if per_record else None)
 
 
-def case_environment(spark: Any, bootstrap: str, checkpoint_root: str) -> CaseEnvironment:
-    """The environment cases share: both query runtimes on ``spark``, writing to ``bootstrap``."""
+def case_environment(spark: Any, bootstrap: str, checkpoint_root: str, registry: Any = None) -> CaseEnvironment:
+    """The environment cases share: both query runtimes on ``spark``, writing to ``bootstrap``;
+    ``registry`` the Schema Registry client of the registry formats' cases."""
     from oncestream.sql.engine.runtime import QueryRuntime
 
     return CaseEnvironment(bootstrap, QueryRuntime(spark, runtime_settings(bootstrap, checkpoint_root)),
-                           QueryRuntime(spark, runtime_settings(bootstrap, checkpoint_root, per_record=False)))
+                           QueryRuntime(spark, runtime_settings(bootstrap, checkpoint_root, per_record=False)),
+                           registry)
 
 
 @contextmanager
-def environment(work_dir: Path, bootstrap: str | None, master: str) -> Iterator[Callable[[], CaseEnvironment]]:
+def environment(work_dir: Path, bootstrap: str | None, master: str,
+                registry_url: str | None = None) -> Iterator[Callable[[], CaseEnvironment]]:
     """A factory of the run's one ``CaseEnvironment``, started on first use (a broker of our own
-    unless ``bootstrap`` is given, then Spark) and stopped on exit."""
+    unless ``bootstrap`` is given, a Schema Registry of our own on it unless ``registry_url`` is
+    given, then Spark) and stopped on exit. The registry is this process's for the engine's
+    AVRO/JSON_SR/PROTOBUF serdes too (``serde.use_registry``), as ``ksql.schema.registry.url``
+    makes it in a SQL server."""
     state: dict[str, Any] = {}
 
     def make() -> CaseEnvironment:
@@ -198,9 +208,23 @@ def environment(work_dir: Path, bootstrap: str | None, master: str) -> Iterator[
             broker.start()
             state["broker"] = broker
             address = broker.bootstrap
+        url = registry_url
+        if url is None:
+            from oncestream.schema_registry.process import SchemaRegistryProcess
+
+            registry_process = SchemaRegistryProcess(bootstrap=address, log_dir=work_dir / "schema-registry")
+            registry_process.start()
+            state["registry"] = registry_process
+            registry_process.wait_writable()
+            url = registry_process.url
+        from oncestream.spark.schema_registry_client import RegistryClient
+        from oncestream.sql.engine.serde import use_registry
+
+        client = RegistryClient(url)
+        use_registry(client)
         spark = conformance_spark_session(master, work_dir / "spark-local")
         state["spark"] = spark
-        state["env"] = case_environment(spark, address, str(work_dir / "checkpoints"))
+        state["env"] = case_environment(spark, address, str(work_dir / "checkpoints"), client)
         return state["env"]
 
     try:
@@ -210,6 +234,8 @@ def environment(work_dir: Path, bootstrap: str | None, master: str) -> Iterator[
             state["env"].close()
         if "spark" in state:
             state["spark"].stop()
+        if "registry" in state:
+            state["registry"].stop()
         if "broker" in state:
             state["broker"].stop()
 
@@ -229,7 +255,7 @@ def cmd_sql_conformance(args: argparse.Namespace) -> int:
             print(f"{result.outcome.value} {result.name} ({result.seconds:.1f} s){detail}", flush=True)
 
     with tempfile.TemporaryDirectory(prefix="oncestream-conformance-") as work, \
-            environment(Path(work), args.bootstrap_server, args.spark_master) as make:
+            environment(Path(work), args.bootstrap_server, args.spark_master, args.schema_registry_url) as make:
         results, not_run = run_cases(cases, make, jobs=args.jobs, budget_s=args.budget_s, on_result=show)
     print(text_report(results, verbose=args.verbose))
     if not_run:

@@ -12,8 +12,9 @@ definitions, as ksqlDB and Kafka Streams write them:
 - windowed keys (Kafka Streams' windowed serdes): the key's bytes, then the window start (TIME
   windows), or the window end then start (SESSION windows), each 8 bytes big-endian.
 
-Values compare as ksqlDB's ``ExpectedRecordComparator`` does: objects field by field, numbers by
-value (``1.10`` equals ``1.1`` and ``1``), everything else exactly.
+Values compare as ksqlDB's ``ExpectedRecordComparator`` does: objects field by field (as many
+fields; an expected field found by its name, else by its upper-cased name), numbers by value
+(``1.10`` equals ``1.1`` and ``1``), everything else exactly.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
-from typing import Any
+from typing import Any, Protocol
 
 from oncestream.sql.conformance.qtt_format import QttRecord, Window
 from oncestream.sql.language.catalog import Format, SourceInfo
@@ -113,27 +114,41 @@ def _encode(value: Any, fmt: Format, sql_type: SqlType | None, what: str) -> byt
     return json_text(value).encode()
 
 
-def encode_key(record: QttRecord, source: SourceInfo | None) -> bytes | None:
+class SpecCodec(Protocol):
+    """One side of a topic in a registry format (``registry_records.RegistrySide``): a QTT spec
+    value to record bytes and back."""
+
+    def encode(self, spec: Any) -> bytes: ...
+
+    def decode(self, data: bytes) -> Any: ...
+
+
+def encode_key(record: QttRecord, source: SourceInfo | None, codec: SpecCodec | None = None) -> bytes | None:
     """The key bytes of an input record for the source that reads its topic (None: no source,
-    then JSON text)."""
+    then JSON text); ``codec`` writes a registry format's key."""
     if not record.has_key or record.key is None:
         return None
     if source is None:
         return record.key.encode() if isinstance(record.key, str) else json_text(record.key).encode()
     if source.key_format is Format.NONE:
         return None
-    data = _encode(record.key, source.key_format, _key_type(source), "key")
+    if codec is not None:
+        data = codec.encode(record.key)
+    else:
+        data = _encode(record.key, source.key_format, _key_type(source), "key")
     if record.window is not None:
         data += window_suffix(record.window)
     return data
 
 
-def encode_value(record: QttRecord, source: SourceInfo | None) -> bytes | None:
-    """The value bytes of an input record (None: a tombstone)."""
+def encode_value(record: QttRecord, source: SourceInfo | None, codec: SpecCodec | None = None) -> bytes | None:
+    """The value bytes of an input record (None: a tombstone); ``codec`` writes a registry format's."""
     if record.value is None:
         return None
     if source is None:
         return record.value.encode() if isinstance(record.value, str) else json_text(record.value).encode()
+    if codec is not None:
+        return codec.encode(record.value)
     return _encode(record.value, source.value_format, _value_type(source), "value")
 
 
@@ -144,8 +159,10 @@ def window_suffix(window: Window) -> bytes:
     return struct.pack(">q", window.start_ms)
 
 
-def decode_key(data: bytes | None, sink: SourceInfo | None) -> tuple[Any, Window | None]:
-    """An output record's key (as ksqlDB's tests write it) and its window, if the sink is windowed."""
+def decode_key(data: bytes | None, sink: SourceInfo | None,
+               codec: SpecCodec | None = None) -> tuple[Any, Window | None]:
+    """An output record's key (as ksqlDB's tests write it) and its window, if the sink is
+    windowed; ``codec`` reads a registry format's key."""
     if data is None:
         return None, None
     if sink is None:
@@ -162,15 +179,19 @@ def decode_key(data: bytes | None, sink: SourceInfo | None) -> tuple[Any, Window
                 raise RecordCodecError(f"a time-windowed key needs 8 window bytes: {data!r}")
             (start_ms,) = struct.unpack(">q", data[-8:])
             data, window = data[:-8], Window(start_ms, start_ms + sink.window.size_ms, "TIME")
+    if codec is not None:
+        return codec.decode(data), window
     return _decode(data, sink.key_format, _key_type(sink)), window
 
 
-def decode_value(data: bytes | None, sink: SourceInfo | None) -> Any:
-    """An output record's value (None for a tombstone)."""
+def decode_value(data: bytes | None, sink: SourceInfo | None, codec: SpecCodec | None = None) -> Any:
+    """An output record's value (None for a tombstone); ``codec`` reads a registry format's."""
     if data is None:
         return None
     if sink is None:
         return _json_or_text(data)
+    if codec is not None:
+        return codec.decode(data)
     return _decode(data, sink.value_format, _value_type(sink))
 
 
@@ -204,14 +225,24 @@ def _number(value: Any) -> Decimal | None:
 def values_match(expected: Any, actual: Any) -> bool:
     """ksqlDB's comparison of an expected JSON value with an actual one (module docstring)."""
     if isinstance(expected, dict):
-        return (isinstance(actual, dict) and set(expected) == set(actual)
-                and all(values_match(v, actual[k]) for k, v in expected.items()))
+        # ksqlDB's compareStruct: as many fields; each expected field by its name, or upper-cased
+        # when the actual object has none (or null) under that name
+        if not isinstance(actual, dict) or len(expected) != len(actual):
+            return False
+        return all(values_match(v, actual.get(k) if actual.get(k) is not None else actual.get(str(k).upper()))
+                   for k, v in expected.items())
     if isinstance(expected, list):
         return (isinstance(actual, list) and len(expected) == len(actual)
                 and all(values_match(e, a) for e, a in zip(expected, actual, strict=True)))
     e_num, a_num = _number(expected), _number(actual)
     if e_num is not None and a_num is not None:
         return e_num == a_num
+    if isinstance(expected, str) and isinstance(actual, Decimal):
+        # A DECIMAL given as text: compared as Java's BigDecimal.equals, scale included
+        try:
+            return Decimal(expected).as_tuple() == actual.as_tuple()
+        except InvalidOperation:
+            return False
     return type(expected) is type(actual) and expected == actual
 
 

@@ -84,6 +84,15 @@ def tally(results: Iterable[CaseResult]) -> tuple[dict[str, Tally], Tally]:
     return per_file, total
 
 
+def tally_by_format(results: Iterable[CaseResult]) -> dict[str, Tally]:
+    """Tallies of the cases using each registry format (a case using two counts in both)."""
+    out: dict[str, Tally] = {}
+    for result in results:
+        for fmt in result.formats:
+            out.setdefault(fmt, Tally()).add(result)
+    return out
+
+
 def text_report(results: Sequence[CaseResult], *, top_causes: int = 25, verbose: bool = False) -> str:
     """The report the command prints: each file's counts, then the total, the out-of-scope
     families and the most frequent failure causes (``verbose``: every FAIL with its difference)."""
@@ -96,7 +105,12 @@ def text_report(results: Sequence[CaseResult], *, top_causes: int = 25, verbose:
         for result in results:
             if result.outcome is Outcome.FAIL:
                 lines.append(f"FAIL {result.name}: {result.detail}")
-    lines += ["", f"TOTAL: {total.line()}", "", "Out of scope, by family:"]
+    lines += ["", f"TOTAL: {total.line()}"]
+    by_format = tally_by_format(results)
+    if by_format:
+        lines += ["", "Registry formats (cases using each):"]
+        lines += [f"  {fmt}: {t.line()}" for fmt, t in sorted(by_format.items())]
+    lines += ["", "Out of scope, by family:"]
     for family, count in total.families.most_common():
         lines.append(f"  {count:5d}  {family}")
     causes = Counter(failure_cause(r.detail) for r in results if r.outcome is Outcome.FAIL)
@@ -118,8 +132,10 @@ def json_report(results: Sequence[CaseResult]) -> dict[str, Any]:
     return {
         "total": counts(total),
         "files": {name: counts(t) for name, t in sorted(per_file.items())},
+        "registryFormats": {fmt: counts(t) for fmt, t in sorted(tally_by_format(results).items())},
         "cases": [{"file": r.file, "name": r.name, "outcome": r.outcome.value, "detail": r.detail,
-                   "family": r.family.name if r.family else None, "seconds": round(r.seconds, 2)} for r in results],
+                   "family": r.family.name if r.family else None, "seconds": round(r.seconds, 2),
+                   "formats": list(r.formats)} for r in results],
     }
 
 

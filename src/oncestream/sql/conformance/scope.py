@@ -1,11 +1,14 @@
 """Which QTT cases are out of scope, and in which family (sans-io).
 
-A family is either excluded from issue 24's goal (connectors, ksqlDB's test UDF plugins, schema
-inference from the registry, features docs/sql-reference.md lists under "Not supported") or one
-the runner cannot run yet (``counts_toward_goal``: the goal's denominator keeps those cases, so a
-runner gap never improves the ratio). ``static_family`` decides from the case's text before
-anything runs; ``refusal_family`` from the engine's answer (a construct our parser names as
-"... is not supported", the list docs/sql-reference.md keeps).
+A family is either excluded from issue 24's goal (connectors, ksqlDB's test UDF plugins, features
+docs/sql-reference.md lists under "Not supported") or one the runner cannot run yet
+(``counts_toward_goal``: the goal's denominator keeps those cases, so a runner gap never improves
+the ratio; none today). The registry formats' cases (AVRO, PROTOBUF, PROTOBUF_NOSR, JSON_SR, and
+CREATE without columns that reads them from the registry) run: the runner starts a Schema
+Registry (``registry_records``); ``registry_formats`` names a case's, for per-format counts.
+``static_family`` decides from the case's text before anything runs; ``refusal_family`` from the
+engine's answer (a construct our parser names as "... is not supported", the list
+docs/sql-reference.md keeps).
 """
 
 from __future__ import annotations
@@ -27,8 +30,6 @@ class Family:
 
 CONNECTORS = Family("connectors (CREATE SOURCE|SINK CONNECTOR)")
 UDF_PLUGINS = Family("UDF plugins (functions of ksqlDB's test jars)")
-SCHEMA_INFERENCE = Family("schema inference from the registry (AVRO/PROTOBUF/JSON_SR CREATE without columns)")
-REGISTRY_FORMATS = Family("registry formats AVRO/PROTOBUF/PROTOBUF_NOSR/JSON_SR (runner: not yet)", counts_toward_goal=True)
 OLDER_VERSIONS = Family("cases bounded to older ksqlDB versions (versions.max)")
 
 REGISTRY_FORMAT_NAMES = ("AVRO", "PROTOBUF", "PROTOBUF_NOSR", "JSON_SR")
@@ -52,16 +53,22 @@ _CREATE_WITHOUT_COLUMNS = re.compile(
 _NOT_SUPPORTED = re.compile(r"^line \d+:\d+: (?:The )?(.+?) is not supported")
 
 
-def uses_registry_format(case: QttCase) -> bool:
-    """The case reads or writes AVRO, PROTOBUF, PROTOBUF_NOSR or JSON_SR (format variant, a
-    statement's FORMAT properties, or the default-format properties)."""
-    if case.format is not None and case.format.upper() in REGISTRY_FORMAT_NAMES:
-        return True
+def registry_formats(case: QttCase) -> list[str]:
+    """The registry formats (AVRO, PROTOBUF, PROTOBUF_NOSR, JSON_SR) the case reads or writes, in
+    REGISTRY_FORMAT_NAMES order: its format variant, its statements' FORMAT properties, its
+    default-format properties."""
+    found = set()
+    if case.format is not None:
+        found.add(case.format.upper())
     for statement in case.statements:
-        if any(m.upper() in REGISTRY_FORMAT_NAMES for m in _FORMAT_PROP.findall(statement)):
-            return True
-    return any(str(v).upper() in REGISTRY_FORMAT_NAMES for k, v in case.properties.items()
-               if k.startswith("ksql.persistence.default.format"))
+        found.update(m.upper() for m in _FORMAT_PROP.findall(statement))
+    found.update(str(v).upper() for k, v in case.properties.items() if k.startswith("ksql.persistence.default.format"))
+    return [name for name in REGISTRY_FORMAT_NAMES if name in found]
+
+
+def uses_registry_format(case: QttCase) -> bool:
+    """The case reads or writes AVRO, PROTOBUF, PROTOBUF_NOSR or JSON_SR (``registry_formats``)."""
+    return bool(registry_formats(case))
 
 
 def infers_schema(case: QttCase) -> bool:
@@ -78,10 +85,6 @@ def static_family(case: QttCase) -> Family | None:
         return CONNECTORS
     if any(name.upper() in TEST_UDF_NAMES for name in _CALL.findall(text)):
         return UDF_PLUGINS
-    if infers_schema(case):
-        return SCHEMA_INFERENCE
-    if uses_registry_format(case):
-        return REGISTRY_FORMATS
     return None
 
 

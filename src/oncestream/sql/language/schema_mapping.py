@@ -23,6 +23,7 @@ record is one column ``ROWVAL`` (a key: ``ROWKEY``), as ksqlDB names them. JSON 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -276,18 +277,36 @@ def schema_of(fmt: str, columns: list[tuple[str, SqlType]], *, key: bool) -> tup
     raise StatementError(f"format {fmt} registers no schema")
 
 
+def upper_case_fields(t: SqlType) -> SqlType:
+    """``t`` with every STRUCT field name upper-cased, at any depth (ksqlDB's default
+    ``UPPERCASE_FIELD_NAME`` schema translation policy); map keys are data and stay."""
+    if t.base is BaseType.STRUCT:
+        return dataclasses.replace(t, fields=tuple(StructField(f.name.upper(), upper_case_fields(f.type))
+                                                   for f in t.fields))
+    if t.element is not None:
+        return dataclasses.replace(t, element=upper_case_fields(t.element))
+    return t
+
+
 def columns_of(schema_type: str, schema_text: str, *, key: bool,
-               descriptor: str | None = None) -> list[tuple[str, SqlType]]:
+               descriptor: str | None = None, original_names: bool = False) -> list[tuple[str, SqlType]]:
     """The columns inferred from a registered schema of type AVRO, JSON or PROTOBUF (whose
-    ``descriptor`` is the registry's base64 ``format=serialized`` answer)."""
+    ``descriptor`` is the registry's base64 ``format=serialized`` answer). As ksqlDB's
+    ``SchemaRegistryTopicSchemaSupplier``: column and struct field names upper-cased when the schema
+    is the subject's latest, as the schema has them (``original_names``) when the statement named
+    it by ``KEY_SCHEMA_ID``/``VALUE_SCHEMA_ID``."""
     if schema_type == "PROTOBUF":
         from oncestream.sql.language.protobuf_schema import columns_of_protobuf, file_descriptor
 
         if descriptor is None:
             raise StatementError("A PROTOBUF schema is read from its descriptor (format=serialized)")
-        return columns_of_protobuf(file_descriptor(descriptor), schema_text, key=key)
-    if schema_type == "AVRO":
-        return columns_of_avro(schema_text, key=key)
-    if schema_type == "JSON":
-        return columns_of_json_schema(schema_text, key=key)
-    raise StatementError(f"Schema type {schema_type} cannot be mapped to columns here")
+        columns = columns_of_protobuf(file_descriptor(descriptor), schema_text, key=key)
+    elif schema_type == "AVRO":
+        columns = columns_of_avro(schema_text, key=key)
+    elif schema_type == "JSON":
+        columns = columns_of_json_schema(schema_text, key=key)
+    else:
+        raise StatementError(f"Schema type {schema_type} cannot be mapped to columns here")
+    if original_names:
+        return columns
+    return [(name.upper(), upper_case_fields(t)) for name, t in columns]

@@ -414,14 +414,16 @@ class StatementPlanner:
             entry = self._registry_schema(key_format, topic, props, True, plan, recorded)
             if entry is not None:
                 key_schema_id = entry["id"] if _prop(props, "KEY_SCHEMA_ID") is not None else None
-                inferred += [Column(n, t, Namespace.KEY) for n, t in columns_of(entry["type"], entry["schema"], key=True,
-                                                                                descriptor=entry.get("descriptor"))]
+                inferred += [Column(n, t, Namespace.KEY) for n, t in columns_of(
+                    entry["type"], entry["schema"], key=True, descriptor=entry.get("descriptor"),
+                    original_names=key_schema_id is not None)]
         if value_format in REGISTRY_FORMATS and not any(not (cd.key or cd.primary_key) for cd in declared):
             entry = self._registry_schema(value_format, topic, props, False, plan, recorded)
             if entry is not None:
                 value_schema_id = entry["id"] if _prop(props, "VALUE_SCHEMA_ID") is not None else None
-                inferred += [Column(n, t, Namespace.VALUE) for n, t in columns_of(entry["type"], entry["schema"], key=False,
-                                                                                  descriptor=entry.get("descriptor"))]
+                inferred += [Column(n, t, Namespace.VALUE) for n, t in columns_of(
+                    entry["type"], entry["schema"], key=False, descriptor=entry.get("descriptor"),
+                    original_names=value_schema_id is not None)]
         if not stmt.columns and not inferred:
             raise StatementError("The statement does not define any columns.")
         seen: set[str] = set()
