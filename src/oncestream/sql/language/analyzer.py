@@ -55,7 +55,7 @@ from oncestream.sql.language.analyzer_expr import (
     same_expression,
     type_of,
 )
-from oncestream.sql.language.analyzer_joins import AnalyzedJoin, JoinRules, JoinType
+from oncestream.sql.language.analyzer_joins import AnalyzedJoin, JoinRules, JoinType, key_synonyms
 from oncestream.sql.language.catalog import Column, Namespace, SourceInfo
 from oncestream.sql.language.sql_ast import Emit, Query, SourceKind, WindowSpec
 from oncestream.sql.language.types import SqlType
@@ -257,11 +257,9 @@ class _Analysis(JoinRules, AggregateRules):
             key_exprs = list(partition_by)
         elif joins:
             last = joins[-1]
-            # ksqlDB's viable keys: the sides of the ON equality that are plain columns (a FULL OUTER
-            # join has none: either side may be null); without one the key is a synthetic ROWKEY
-            # (n-way joins: every join's plain-column sides are equal to the key, so all are viable)
-            viable_join_keys = [] if last.kind == "FULL" else [
-                k for j in joins for k in (j.left_key, j.right_key) if isinstance(k, exp.Column) and not k.meta.get(PSEUDO_KEY)]
+            # ksqlDB's viable keys: the key synonyms that are plain columns (a FULL OUTER join has
+            # none: either side may be null); without one the key is a synthetic ROWKEY
+            viable_join_keys = [k for k in key_synonyms(joins) if isinstance(k, exp.Column) and not k.meta.get(PSEUDO_KEY)]
             viable_join_keys = [k for i, k in enumerate(viable_join_keys)
                                 if not any(same_expression(k, other) for other in viable_join_keys[:i])]
             if not viable_join_keys:
@@ -431,8 +429,9 @@ class _Analysis(JoinRules, AggregateRules):
         elif joins and synthetic is None:
             options = [ksql_format(v, qualify=True) for v in viable]
             plural = "s" if len(options) > 1 else ""
+            listed = " or ".join(options) if len(options) <= 2 else ", ".join(options[:-1]) + " or " + options[-1]
             raise StatementError("Key missing from projection (ie, SELECT).\nThe query used to build "
-                                 f"`{sink}` must include the join expression{plural} {' or '.join(options)} in its projection "
+                                 f"`{sink}` must include the join expression{plural} {listed} in its projection "
                                  f"(eg, SELECT {options[0]}...).")
         elif synthetic is not None:
             raise StatementError(
