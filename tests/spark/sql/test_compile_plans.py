@@ -58,6 +58,11 @@ STATEMENTS = [
     "LEFT JOIN T2 ON S.ID = T2.TID2 WHERE T2.TVAL IS NULL EMIT CHANGES;",
     "CREATE TABLE O AS SELECT T.TID, T.TNAME, T2.TVAL, T3.TZ FROM T JOIN T2 ON T.TID = T2.TID2 "
     "LEFT JOIN T3 ON T.TID = T3.TID3 WHERE T3.TZ IS NULL EMIT CHANGES;",
+    # grouping the result of stream-table joins
+    "CREATE TABLE O AS SELECT T.TNAME, COUNT(*) AS C, SUM(S.X) AS SX FROM S JOIN T ON S.ID = T.TID "
+    "LEFT JOIN T2 ON S.ID = T2.TID2 GROUP BY T.TNAME HAVING COUNT(*) > 1 EMIT CHANGES;",
+    "CREATE TABLE O AS SELECT T.TNAME, COUNT(*) AS C FROM S LEFT JOIN T ON S.ID = T.TID "
+    "WINDOW TUMBLING (SIZE 1 MINUTE) GROUP BY T.TNAME EMIT CHANGES;",
 ]
 
 
@@ -74,8 +79,10 @@ def test_statement_compiles_to_an_analyzable_plan(sql_spark, sql):
 
 
 def test_unsupported_shapes_are_statement_errors(sql_spark):
-    # grouping the result of table-table joins: valid ksqlDB, refused by the Spark runtime
-    for sql in ("CREATE TABLE O AS SELECT T.TNAME, COUNT(*) AS C FROM T JOIN T2 ON T.TID = T2.TID2 "
+    # grouping the result of table-table or stream-stream joins: valid ksqlDB, refused by the Spark runtime
+    for sql in ("CREATE TABLE O AS SELECT S.NAME, COUNT(*) AS C FROM S JOIN S2 WITHIN 5 SECONDS ON S.ID = S2.ID "
+                "GROUP BY S.NAME EMIT CHANGES;",
+                "CREATE TABLE O AS SELECT T.TNAME, COUNT(*) AS C FROM T JOIN T2 ON T.TID = T2.TID2 "
                 "JOIN T3 ON T.TID = T3.TID3 GROUP BY T.TNAME EMIT CHANGES;",):
         _statement, analyzed = analyze(sql, SOURCES)
         with pytest.raises(StatementError):

@@ -66,7 +66,7 @@ def _run(runtime: Any, bootstrap: str, name: str, sources: dict[str, str], state
     return query_id, out_t, topics
 
 
-def _values(*rows: tuple[int | None, ...], names: tuple[str, ...]) -> list[dict[str, Any]]:
+def _values(*rows: tuple[int | None, ...], names: tuple[str, ...]) -> list[dict[str, Any] | None]:
     return [dict(zip(names, r, strict=True)) for r in rows]
 
 
@@ -93,7 +93,7 @@ def test_table_table_table_inner_full_matches_ksqldb(runtime, eos_broker):
     runtime.stop_persistent(query_id)
 
 
-STREAM_TABLE_TABLE = {
+STREAM_TABLE_TABLE: dict[str, tuple[str, list[Input], list[tuple[int | None, ...]]]] = {
     "inner": ("JOIN", [("T3", 0, {"V0": 3}, 10), ("T2", 0, {"V0": 2}, 11), ("S1", 0, {"V0": 1}, 12),
                        ("S1", 1, {"V0": 1}, 14)], [(1, 2, 3)]),
     "left": ("LEFT JOIN", [("S1", 0, {"V0": 1}, 9), ("T2", 0, {"V0": 2}, 10), ("S1", 0, {"V0": 1}, 11),

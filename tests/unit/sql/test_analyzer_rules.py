@@ -106,6 +106,8 @@ def accepted(ms: Metastore, sql: str, offset: int = 100) -> list:
      "N-way joins do not support multiple occurrences of the same source. Source: 'T'"),
     ("CREATE STREAM o AS SELECT * FROM t JOIN t2 ON t.k = t2.k JOIN s ON t.k = s.k;",
      r"Invalid join order: table-stream joins are not supported; only stream-table joins. Got T \[INNER\] JOIN S\."),
+    ("CREATE TABLE o AS SELECT s.k, COUNT(*) AS c, WINDOWSTART AS ws FROM s JOIN t ON s.k = t.k "
+     "WINDOW TUMBLING (SIZE 1 SECOND) GROUP BY s.k;", "SELECT column 'WINDOWSTART' cannot be resolved."),
     ("CREATE STREAM o AS SELECT s.k, w FROM s JOIN s3 WITHIN 1 SECOND ON s.k = s3.k;",
      r"Can't join `S` with `S3` since the number of partitions don't match. `S` partitions = 2; `S3` partitions = 4."),
     ("CREATE STREAM o AS SELECT s.k, kv.v AS kvv FROM s JOIN kv WITHIN 1 SECOND ON s.k = kv.k;",
@@ -185,6 +187,18 @@ def test_nway_join_keys_follow_ksqldb(ms: Metastore) -> None:
     sink = next(e for e in effects if isinstance(e, StartQuery)).sink
     assert sink.kind is sql_ast.SourceKind.TABLE
     assert [c.name for c in sink.key_columns] == ["ID"]
+
+
+def test_grouping_a_join_result_is_analyzed(ms: Metastore) -> None:
+    # group-by.json "on join" (ON in parentheses) and "windowed join"
+    effects = accepted(ms, "CREATE TABLE o AS SELECT t.k, SUM(t.x + CASE WHEN t2.y IS NULL THEN 0 ELSE t2.y END) AS s "
+                           "FROM t LEFT JOIN t2 ON (t.k = t2.k) GROUP BY t.k HAVING COUNT(1) > 0;")
+    sink = next(e for e in effects if isinstance(e, StartQuery)).sink
+    assert [c.name for c in sink.key_columns] == ["T_K"]
+    effects = accepted(ms, "CREATE TABLE o2 AS SELECT t.k, COUNT(*) AS c FROM s LEFT JOIN t ON t.k = s.k "
+                           "WINDOW TUMBLING (SIZE 1 MINUTE) GROUP BY t.k HAVING COUNT(*) > 2;", 101)
+    sink = next(e for e in effects if isinstance(e, StartQuery)).sink
+    assert sink.window is not None
 
 
 def test_in_coerces_literals_and_rowtime_compares_with_timestamp_strings(ms: Metastore) -> None:

@@ -242,7 +242,8 @@ class _Analysis(JoinRules, AggregateRules):
                     no_map_key(p)
 
         # windowed aggregation: WINDOWSTART/WINDOWEND become selectable
-        agg_scope = Scope(dict(self.scope_sources), windowed=window is not None or from_info.window is not None,
+        # (ksqlDB does not resolve WINDOWSTART/WINDOWEND of a windowed aggregation over a join)
+        agg_scope = Scope(dict(self.scope_sources), windowed=(window is not None and not joins) or from_info.window is not None,
                           default_alias=from_alias)
         select_resolver = ExpressionResolver(agg_scope)
 

@@ -66,6 +66,13 @@ def key_synonyms(joins: list[AnalyzedJoin] | tuple[AnalyzedJoin, ...]) -> list[e
     return keys
 
 
+def _outer_unparen(on: exp.Expr) -> exp.Expr:
+    """``on`` without its outer parentheses (``ON (a.id = b.id)``)."""
+    while isinstance(on, exp.Paren):
+        on = on.this
+    return on
+
+
 def _duration_ok(ms: int | None) -> bool:
     return ms is None or ms >= 0
 
@@ -192,7 +199,7 @@ class JoinRules:
                 raise StatementError(f"Can not join '{self.query.source}' to '{spec.source}': self joins are not yet supported.")
             right_alias = self._add_source(spec.source, spec.alias)
             resolver = ExpressionResolver(Scope(dict(self.scope_sources)))
-            left_key, right_key = self._join_sides(spec.on, resolver, right_alias)
+            left_key, right_key = self._join_sides(_outer_unparen(spec.on), resolver, right_alias)
             self._check_windowed_join(left_key, right_key, right_alias)
             sided.append((spec, right_alias, left_key, right_key, resolver))
         for spec, right_alias, left_key, right_key, resolver in sided:
@@ -204,7 +211,8 @@ class JoinRules:
                 no_map_key(named)
             kind = spec.kind.upper()
             # the ON equality as written (qualified), for ksqlDB's messages
-            on_left, on_right = spec.on.args["this"], spec.on.args["expression"]   # an EQ (checked by _join_sides)
+            on_eq = _outer_unparen(spec.on)   # an EQ (checked by _join_sides)
+            on_left, on_right = on_eq.args["this"], on_eq.args["expression"]
             written = (f"{ksql_format(resolver.resolve(on_left, 'JOIN ON'), qualify=True)} = "
                        f"{ksql_format(resolver.resolve(on_right, 'JOIN ON'), qualify=True)}")
             join_words = {"INNER": "[INNER] JOIN", "LEFT": "LEFT [OUTER] JOIN", "RIGHT": "RIGHT [OUTER] JOIN",

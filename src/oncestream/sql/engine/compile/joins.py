@@ -118,6 +118,10 @@ def join_frames(spark: SparkSession, analyzed: Any, aliases: Sequence[tuple[str,
             raise StatementError("Invalid join order: table-stream joins are not supported; only stream-table joins. "
                                  f"Got {kinds}.")
         return table_table(spark, analyzed, scope, list(aliases), settings), scope
+    if tuple(getattr(analyzed, "group_by", ()) or ()) and any(source.kind is SourceKind.STREAM for _a, source in aliases[1:]):
+        # an aggregation runs in update mode, Spark's stream-stream join in append mode only
+        raise StatementError("Aggregating the result of a stream-stream join is not supported by oncestream's Spark "
+                             "runtime.")
     joined = _first(spark, first_alias, first, settings)
     for i, (spec, (right_alias, right)) in enumerate(zip(joins, aliases[1:], strict=True)):
         left_sql = left_key_sql(key_synonyms(joins[:i]), spec.left_key, scope)
