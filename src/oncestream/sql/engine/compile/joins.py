@@ -62,8 +62,7 @@ class _Joined:
     """The sources joined so far (left-deep, as ksqlDB plans n-way joins): the frame (columns
     ``<ALIAS>__<COLUMN>``), its kind, Spark SQL of its ROWTIME (BIGINT ms; a stream-stream join's
     is the larger of its two rows', Kafka Streams' rule), partition and offset (the order of a
-    key's rows in a stream-table join), the expressions equal to its key (ksqlDB's key synonyms:
-    a join on one of them needs no repartition), and ``bounds``: watermarked event-time columns
+    key's rows in a stream-table join), and ``bounds``: watermarked event-time columns
     ``c`` with ``c - lo <= ROWTIME <= c + hi`` for every row, which a following stream-stream join
     adds to its condition so that Spark can drop old rows from its state."""
 
@@ -72,7 +71,6 @@ class _Joined:
     rowtime: str
     partition: str
     offset: str
-    keys: list[Any] = field(default_factory=list)
     ts_column: str | None = None            # ROWTIME as a Spark timestamp column, when there is one
     bounds: list[tuple[str, int, int]] = field(default_factory=list)
     watermarked: bool = False               # a watermark is defined upstream (Spark allows one per branch)
