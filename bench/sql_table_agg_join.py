@@ -41,7 +41,7 @@ for path in (str(ROOT / "src"), str(ROOT)):
     if path not in sys.path:
         sys.path.insert(0, path)
 
-from bench.sql_pipeline import _create_topics, _show_batches, _wait_all  # noqa: E402
+from bench.sql_pipeline import _create_topics, _show_batches, _wait_all, sql_spark_session  # noqa: E402
 
 from oncestream.broker_process import OnceStreamBroker  # noqa: E402
 
@@ -284,27 +284,16 @@ def main() -> int:
     parser.add_argument("--only", choices=("agg", "join"), default=None)
     args = parser.parse_args()
 
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT / "src"), str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
     work = Path(tempfile.mkdtemp(prefix="oncestream-sql-agg-join-bench-"))
     broker = OnceStreamBroker(work / "data", config={"transaction.two.phase.commit.enable": "true"})
     broker.start()
     spark = None
     runtime = None
     try:
-        from pyspark.sql import SparkSession
-
-        import oncestream.spark
-        from oncestream.sql.engine.runtime import QueryRuntime, RuntimeSettings, spark_session_config
+        from oncestream.sql.engine.runtime import QueryRuntime, RuntimeSettings
 
         bootstrap = broker.bootstrap
-        builder = SparkSession.builder.master(args.master).appName("oncestream-sql-agg-join-bench") \
-            .config("spark.ui.enabled", "false")
-        for key, value in spark_session_config().items():
-            builder = builder.config(key, value)
-        spark = builder.getOrCreate()
-        spark.sparkContext.setLogLevel("ERROR")
-        oncestream.spark.register(spark)
+        spark = sql_spark_session(args.master, "oncestream-sql-agg-join-bench")
         runtime = QueryRuntime(spark, RuntimeSettings(bootstrap_servers=bootstrap, checkpoint_root=str(work / "cp"),
                                                       service_id="bench", trigger_interval_ms=args.trigger_ms,
                                                       max_offsets_per_trigger=args.max_offsets))

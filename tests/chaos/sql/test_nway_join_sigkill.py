@@ -23,9 +23,16 @@ from typing import Any
 import pytest
 
 from oncestream.sql.engine.compile.table_join_steps import nway_table_step
-from tests.chaos.sql.test_table_join_sigkill import BROKER_CONFIG, EARLIEST, T0, WAIT, Record, _count, _produce
-from tests.spark.spark_support import read_committed
-from tests.spark.sql.golden import per_bigint_key
+from tests.chaos.sql.test_table_join_sigkill import (
+    BROKER_CONFIG,
+    EARLIEST,
+    T0,
+    WAIT,
+    Record,
+    _count,
+    _produce,
+    check_exactly_once_and_replay,
+)
 from tests.support.sql_servers import LAZY_SPARK, SqlServerProcess, wait_until
 
 pytestmark = [pytest.mark.chaos, pytest.mark.spark]
@@ -96,13 +103,6 @@ def test_sigkill_during_an_nway_table_join_leaves_output_equal_to_a_replay(broke
         send(t3_after)
         everything = done + t3_after
         wait_for(everything, "the T3 updates joined")
-        expected = _expected(everything)
-        assert per_bigint_key(read_committed(bootstrap, "j", end_at_eof=True)) == expected   # every change exactly once
-
-        node.ok(f"CREATE TABLE REPLAY WITH (KAFKA_TOPIC='replay', PARTITIONS=1) AS {join}", EARLIEST)
-        count = sum(len(v) for v in expected.values())
-        wait_until(lambda: _count(bootstrap, "replay") >= count, "the replay", nodes=[node], **WAIT)
-        assert per_bigint_key(read_committed(bootstrap, "replay", end_at_eof=True)) == \
-            per_bigint_key(read_committed(bootstrap, "j", end_at_eof=True))
+        check_exactly_once_and_replay(node, bootstrap, join, _expected(everything))
     finally:
         node.kill()
