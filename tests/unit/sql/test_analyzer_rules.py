@@ -108,6 +108,12 @@ def accepted(ms: Metastore, sql: str, offset: int = 100) -> list:
      r"Invalid join order: table-stream joins are not supported; only stream-table joins. Got T \[INNER\] JOIN S\."),
     ("CREATE TABLE o AS SELECT s.k, COUNT(*) AS c, WINDOWSTART AS ws FROM s JOIN t ON s.k = t.k "
      "WINDOW TUMBLING (SIZE 1 SECOND) GROUP BY s.k;", "SELECT column 'WINDOWSTART' cannot be resolved."),
+    # foreign-key table-table joins (fk-join.json texts)
+    ("CREATE TABLE o AS SELECT t.k, t2.y FROM t RIGHT JOIN t2 ON CAST(t.x AS STRING) = t2.k;",
+     "RIGHT OUTER JOIN on a foreign key is not supported"),
+    ("CREATE TABLE o AS SELECT t2.k, t2.y FROM t JOIN t2 ON CAST(t.x AS STRING) = t2.k;",
+     r"Primary key column missing in projection\. For foreign-key table-table joins, the projection must include all "
+     r"primary key columns from the left input table \(`T`\)\. Missing column: `K`\."),
     ("CREATE STREAM o AS SELECT s.k, w FROM s JOIN s3 WITHIN 1 SECOND ON s.k = s3.k;",
      r"Can't join `S` with `S3` since the number of partitions don't match. `S` partitions = 2; `S3` partitions = 4."),
     ("CREATE STREAM o AS SELECT s.k, kv.v AS kvv FROM s JOIN kv WITHIN 1 SECOND ON s.k = kv.k;",
@@ -199,6 +205,13 @@ def test_grouping_a_join_result_is_analyzed(ms: Metastore) -> None:
                            "WINDOW TUMBLING (SIZE 1 MINUTE) GROUP BY t.k HAVING COUNT(*) > 2;", 101)
     sink = next(e for e in effects if isinstance(e, StartQuery)).sink
     assert sink.window is not None
+
+
+def test_a_foreign_key_join_is_keyed_by_the_left_table(ms: Metastore) -> None:
+    effects = accepted(ms, "CREATE TABLE o AS SELECT t.k, t.x, t2.y FROM t LEFT JOIN t2 ON CAST(t.x AS STRING) = t2.k;")
+    sink = next(e for e in effects if isinstance(e, StartQuery)).sink
+    assert [c.name for c in sink.key_columns] == ["T_K"]
+    assert sink.kind is sql_ast.SourceKind.TABLE
 
 
 def test_in_coerces_literals_and_rowtime_compares_with_timestamp_strings(ms: Metastore) -> None:

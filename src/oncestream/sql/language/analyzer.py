@@ -256,6 +256,10 @@ class _Analysis(JoinRules, AggregateRules):
             kind = SourceKind.TABLE
         elif partition_by or partition_null:
             key_exprs = list(partition_by)
+        elif joins and joins[-1].join_type == JoinType.FOREIGN_KEY:
+            # a foreign-key join's key is the left table's primary key
+            left_alias = next(iter(self.scope_sources))
+            key_exprs = [column_ref(c.name, left_alias, c.type) for c in self.scope_sources[left_alias].key_columns]
         elif joins:
             last = joins[-1]
             # ksqlDB's viable keys: the key synonyms that are plain columns (a FULL OUTER join has
@@ -427,6 +431,13 @@ class _Analysis(JoinRules, AggregateRules):
         elif partition_by:
             # ksqlDB lists every partitioning expression, qualified, when any is missing
             what, shown = "partitioning expression", [ksql_format(p, qualify=True) for p in partition_by]
+        elif joins and joins[-1].join_type == JoinType.FOREIGN_KEY:
+            left = self.scope_sources[next(iter(self.scope_sources))]
+            names = [f"`{m.name}`" for m in missing]
+            plural = "s" if len(names) > 1 else ""
+            raise StatementError(f"Primary key column{plural} missing in projection. For foreign-key table-table joins, the "
+                                 "projection must include all primary key columns from the left input table "
+                                 f"(`{left.name}`). Missing column{plural}: {', '.join(names)}.")
         elif joins and synthetic is None:
             options = [ksql_format(v, qualify=True) for v in viable]
             plural = "s" if len(options) > 1 else ""

@@ -31,6 +31,7 @@ class JoinType:
     STREAM_STREAM = "STREAM_STREAM"
     STREAM_TABLE = "STREAM_TABLE"
     TABLE_TABLE = "TABLE_TABLE"
+    FOREIGN_KEY = "FOREIGN_KEY"           # table-table on a foreign key of the left table
 
 
 @dataclass(frozen=True)
@@ -204,7 +205,11 @@ class JoinRules:
             sided.append((spec, right_alias, left_key, right_key, resolver))
         for spec, right_alias, left_key, right_key, resolver in sided:
             right = self.scope_sources[right_alias]
-            self._check_co_partitioned(left_key, right_alias)
+            left_source = self.scope_sources.get(left_key.table) if isinstance(left_key, exp.Column) else None
+            foreign_key = left_kind is SourceKind.TABLE and right.kind is SourceKind.TABLE and (
+                left_source is None or not self._is_key_ref(left_key, left_source))
+            if not foreign_key:   # a foreign-key join repartitions, so any partition counts join (ksqlDB)
+                self._check_co_partitioned(left_key, right_alias)
             key_type = type_of(left_key)
             if key_type is not None and isinstance(left_key, exp.Column):
                 named = column_ref(f"{left_key.table}_{left_key.name}", None, key_type)
@@ -257,8 +262,10 @@ class JoinRules:
                                          f"right input table. Got {written}.")
                 left_info = self.scope_sources.get(left_key.table) if isinstance(left_key, exp.Column) else None
                 if left_info is None or not self._is_key_ref(left_key, left_info):
-                    raise StatementError("Invalid join condition: foreign-key table-table joins are not supported. "
-                                         f"Got {written}.")
+                    # a foreign-key join (KIP-213): the left side is any expression of the left table
+                    join_type = JoinType.FOREIGN_KEY
+                    if kind in ("RIGHT", "FULL"):
+                        raise StatementError(f"{kind} OUTER JOIN on a foreign key is not supported")
                 result_kind = SourceKind.TABLE
             on = exp.EQ(this=left_key, expression=right_key)
             on.meta[TYPE_KEY] = None

@@ -16,7 +16,7 @@ being emitted joined with the state (INNER: only when there is one; LEFT: always
 that arrives in a later micro-batch than a stream row it precedes in time is not seen by that
 row (ksqlDB has the same race, bounded there by ``max.task.idle.ms``).
 
-Table-table (on the primary keys): ``table_joins``.
+Table-table (on the primary keys): ``table_joins``; on a foreign key of the left table: ``fk_joins``.
 
 N-way joins (ksqlDB's ``FROM a JOIN b ON ... JOIN c ON ...``) are planned left-deep as ksqlDB
 plans them: each join joins the result so far with the next source. Tables only (ksqlDB refuses a
@@ -44,11 +44,12 @@ from pyspark.sql import types as T
 from pyspark.sql.streaming.state import GroupStateTimeout
 
 from oncestream.sql.engine.compile.expressions import Scope, quote, translate
+from oncestream.sql.engine.compile.fk_joins import fk_table_join
 from oncestream.sql.engine.compile.sources import TOMBSTONE, TS, ReadSettings, read_source
 from oncestream.sql.engine.compile.table_joins import table_table
 from oncestream.sql.errors import StatementError
 from oncestream.sql.language.analyzer_expr import same_expression
-from oncestream.sql.language.analyzer_joins import key_synonyms
+from oncestream.sql.language.analyzer_joins import JoinType, key_synonyms
 from oncestream.sql.language.catalog import ROWOFFSET, ROWPARTITION, ROWTIME, SourceInfo
 from oncestream.sql.language.sql_ast import JoinSpec, SourceKind
 
@@ -115,6 +116,10 @@ def join_frames(spark: SparkSession, analyzed: Any, aliases: Sequence[tuple[str,
             kinds = " JOIN ".join(source.kind.value for _a, source in aliases)
             raise StatementError("Invalid join order: table-stream joins are not supported; only stream-table joins. "
                                  f"Got {kinds}.")
+        if any(spec.join_type == JoinType.FOREIGN_KEY for spec in joins):
+            if len(joins) > 1:
+                raise StatementError("N-way joins with a foreign-key join are not supported by oncestream's Spark runtime.")
+            return fk_table_join(spark, analyzed, scope, aliases[0], aliases[1], settings), scope
         return table_table(spark, analyzed, scope, list(aliases), settings), scope
     if tuple(getattr(analyzed, "group_by", ()) or ()) and any(source.kind is SourceKind.STREAM for _a, source in aliases[1:]):
         # an aggregation runs in update mode, Spark's stream-stream join in append mode only
