@@ -45,7 +45,9 @@ from pyspark.sql.streaming.state import GroupStateTimeout
 
 from oncestream.sql.engine.compile.expressions import Scope, quote, translate
 from oncestream.sql.engine.compile.fk_joins import fk_table_join
+from oncestream.sql.engine.compile.join_state import STREAM_TABLE_OUT, StreamTableProcessor
 from oncestream.sql.engine.compile.sources import TOMBSTONE, TS, ReadSettings, read_source
+from oncestream.sql.engine.compile.table_join_steps import stream_table_rows
 from oncestream.sql.engine.compile.table_joins import table_table
 from oncestream.sql.errors import StatementError
 from oncestream.sql.language.analyzer_expr import same_expression
@@ -75,6 +77,7 @@ class _Joined:
     ts_column: str | None = None            # ROWTIME as a Spark timestamp column, when there is one
     bounds: list[tuple[str, int, int]] = field(default_factory=list)
     watermarked: bool = False               # a watermark is defined upstream (Spark allows one per branch)
+    pandas_state: bool = False              # an applyInPandasWithState upstream (Spark allows one per query)
 
 
 def _first(spark: SparkSession, alias: str, source: SourceInfo, settings: ReadSettings) -> _Joined:
@@ -183,7 +186,7 @@ def _stream_stream(spark: SparkSession, spec: Any, scope: Scope, left: _Joined, 
     return _Joined(frame, SourceKind.STREAM, f"greatest({left.rowtime}, {right_rowtime})",
                    f"coalesce({left.partition}, {quote(f'{right_alias}__{ROWPARTITION}')})",
                    f"coalesce({left.offset}, {quote(f'{right_alias}__{ROWOFFSET}')})", bounds=new_bounds,
-                   watermarked=True)
+                   watermarked=True, pandas_state=left.pandas_state)
 
 
 def _keyed(frame: DataFrame, key_sql: str, side: int, order: tuple[str, str, str], deleted: Any) -> DataFrame:
@@ -205,19 +208,14 @@ _STATE_SCHEMA = T.StructType([T.StructField("row", T.StringType())])
 
 def stream_table_step(rows: Any, current: str | None, left: bool) -> tuple[list[str], list[str | None], str | None]:
     """One key's micro-batch of the stream-table join: ``rows`` (a pandas frame with __SIDE,
-    __ORD_TS, __ORD_P, __ORD_O, __ROW) against the table's ``current`` row. Returns the joined
-    stream rows, their table rows, and the table row to keep."""
-    ordered = rows.sort_values(["__ORD_TS", "__SIDE", "__ORD_P", "__ORD_O"], kind="stable")
-    out_s: list[str] = []
-    out_t: list[str | None] = []
-    for side, row in zip(ordered["__SIDE"], ordered["__ROW"], strict=True):
-        text = row if isinstance(row, str) else None
-        if side == 0:
-            current = text
-        elif text is not None and (current is not None or left):
-            out_s.append(text)
-            out_t.append(current)
-    return out_s, out_t, current
+    __ORD_TS, __ORD_P, __ORD_O, __ROW) against the table's ``current`` row
+    (``table_join_steps.stream_table_rows``). Returns the joined stream rows, their table rows,
+    and the table row to keep."""
+    batch = [(int(side), int(ts), int(p), int(o), row if isinstance(row, str) else None)
+             for side, ts, p, o, row in zip(rows["__SIDE"], rows["__ORD_TS"], rows["__ORD_P"], rows["__ORD_O"],
+                                            rows["__ROW"], strict=True)]
+    joined, current = stream_table_rows(batch, current, left)
+    return [s for s, _t in joined], [t for _s, t in joined], current
 
 
 def _join_function(left: bool) -> Any:
@@ -249,14 +247,19 @@ def _stream_table(spark: SparkSession, stream: _Joined, table: tuple[str, Source
                    quote(f"{table_alias}__{ROWOFFSET}"))
     union = _keyed(sf, stream_key, 1, order, None).unionByName(
         _keyed(tf, table_key, 0, table_order, F.col(quote(f"{table_alias}__{TOMBSTONE}"))))
-    joined = union.groupBy("__JK").applyInPandasWithState(
-        _join_function(left), _OUT_SCHEMA, _STATE_SCHEMA, "append", GroupStateTimeout.NoTimeout)
+    if not stream.pandas_state:
+        # the first stream-table join of a query (the operator two-way joins have always used)
+        joined = union.groupBy("__JK").applyInPandasWithState(
+            _join_function(left), _OUT_SCHEMA, _STATE_SCHEMA, "append", GroupStateTimeout.NoTimeout)
+    else:
+        # Spark allows one applyInPandasWithState per query: the next ones are transformWithState
+        joined = union.groupBy("__JK").transformWithState(StreamTableProcessor(left), STREAM_TABLE_OUT, "Append", "None")
     s_schema, t_schema = sf.schema, tf.schema
     frame = joined.select(F.from_json("__S", s_schema).alias("__s"), F.from_json("__T", t_schema).alias("__t")) \
         .select("__s.*", "__t.*")
     # the result's ROWTIME is the stream row's (Kafka Streams' stream-table join)
     return _Joined(frame, SourceKind.STREAM, stream.rowtime, stream.partition, stream.offset,
-                   ts_column=stream.ts_column, watermarked=stream.watermarked)
+                   ts_column=stream.ts_column, watermarked=stream.watermarked, pandas_state=True)
 
 
 def join_kind(spec: JoinSpec) -> str:

@@ -190,6 +190,21 @@ def nway_table_step(kinds: Sequence[str], sides: Sequence[int], rows: Sequence[A
     return out, current
 
 
+def stream_table_rows(rows: Sequence[tuple[int, int, int, int, str | None]], current: str | None,
+                      left: bool) -> tuple[list[tuple[str, str | None]], str | None]:
+    """One key's micro-batch of a stream-table join: ``rows`` (side: 0 table, 1 stream; ROWTIME,
+    partition, offset, row JSON or None for a table tombstone) against the table's ``current``
+    row, in (ROWTIME, table first, partition, offset) order. Returns the (stream row, table row)
+    pairs joined (INNER: only with a table row; LEFT: every stream row) and the table row to keep."""
+    joined: list[tuple[str, str | None]] = []
+    for side, _ts, _partition, _offset, row in sorted(rows, key=lambda r: (r[1], r[0], r[2], r[3])):
+        if side == 0:
+            current = row
+        elif row is not None and (current is not None or left):
+            joined.append((row, current))
+    return joined, current
+
+
 def where_write(delete: bool, keep: Any, keep_old: Any) -> bool | None:
     """A join write through WHERE, as Kafka Streams' table filter with old values: a row
     (``delete`` false, ``keep`` true) is written; a tombstone or a row failing WHERE (null fails)
