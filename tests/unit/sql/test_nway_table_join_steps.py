@@ -17,6 +17,7 @@ from oncestream.sql.engine.compile.table_join_steps import (
     nway_change,
     nway_table_step,
     processing_order,
+    stream_table_rows,
     table_table_step,
 )
 
@@ -118,3 +119,11 @@ def test_every_pair_of_kinds_is_accepted() -> None:
     for kinds in itertools.product(KINDS, repeat=2):
         assert _run(list(kinds), [(0, {"a": 1}, 0), (1, {"b": 1}, 1), (2, {"c": 1}, 2)], batched=True)[-1][0] == (
             {"a": 1}, {"b": 1}, {"c": 1})
+
+
+def test_stream_table_rows_join_each_stream_row_with_the_table_row_of_its_time() -> None:
+    # (side 0 table / 1 stream, ROWTIME, partition, offset, row): the table row at ROWTIME 5 is
+    # seen by the stream row at 5 (table first on a tie), the tombstone at 8 by the row at 9
+    rows = [(1, 9, 0, 2, "s9"), (0, 5, 0, 0, "t5"), (1, 5, 0, 1, "s5"), (1, 1, 0, 0, "s1"), (0, 8, 0, 1, None)]
+    assert stream_table_rows(rows, None, left=False) == ([("s5", "t5")], None)
+    assert stream_table_rows(rows, "t0", left=True) == ([("s1", "t0"), ("s5", "t5"), ("s9", None)], None)
