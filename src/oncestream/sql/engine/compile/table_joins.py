@@ -23,8 +23,8 @@ is absent is the right row's key, as in ksqlDB).
 Each write also carries the key's join result before the change (Kafka Streams' old value): with
 a WHERE clause a row failing it (or a tombstone) is written as a tombstone only when the old result
 passed WHERE, and dropped otherwise, as Kafka Streams' table filter does with old values (ksqlDB's
-"table table join with where clause"). Spark allows one ``applyInPandasWithState`` per query, so
-WHERE runs as plain projections on the old and new rows.
+"table table join with where clause"). WHERE runs as plain projections on the old and new rows (no
+second stateful operator).
 
 N-way joins of tables (``T1 JOIN T2 ON ... JOIN T3 ON ...``, all on the primary key, so one key
 for all) are the same operator with one state row per table: a change of table i goes through the
