@@ -78,6 +78,7 @@ class _Joined:
     bounds: list[tuple[str, int, int]] = field(default_factory=list)
     watermarked: bool = False               # a watermark is defined upstream (Spark allows one per branch)
     pandas_state: bool = False              # an applyInPandasWithState upstream (Spark allows one per query)
+    event_columns: list[str] = field(default_factory=list)   # columns carrying a watermark
 
 
 def _first(spark: SparkSession, alias: str, source: SourceInfo, settings: ReadSettings) -> _Joined:
@@ -183,10 +184,19 @@ def _stream_stream(spark: SparkSession, spec: Any, scope: Scope, left: _Joined, 
         new_bounds += [(c, lo, hi + max(after, 0)) for c, lo, hi in bounds]
     if kind in ("inner", "right_outer"):
         new_bounds.append((right_ts, 0, before))
+    # Spark allows one event-time column per stream into the next stateful operator: keep the
+    # first bound's (else the left one's) and drop the watermark of the others
+    event_columns = [*left.event_columns, *([bounds[0][0]] if not left.watermarked else []), right_ts]
+    keep = new_bounds[0][0] if new_bounds else event_columns[0]
+    dropped = {c for c in event_columns if c != keep}
+    if dropped:
+        frame = frame.select(*[F.col(quote(c)).alias(c, metadata={"oncestream.event_time": "dropped"}) if c in dropped
+                               else F.col(quote(c)) for c in frame.columns])
+    new_bounds = [b for b in new_bounds if b[0] == keep]
     return _Joined(frame, SourceKind.STREAM, f"greatest({left.rowtime}, {right_rowtime})",
                    f"coalesce({left.partition}, {quote(f'{right_alias}__{ROWPARTITION}')})",
                    f"coalesce({left.offset}, {quote(f'{right_alias}__{ROWOFFSET}')})", bounds=new_bounds,
-                   watermarked=True, pandas_state=left.pandas_state)
+                   watermarked=True, pandas_state=left.pandas_state, event_columns=[keep])
 
 
 def _keyed(frame: DataFrame, key_sql: str, side: int, order: tuple[str, str, str], deleted: Any) -> DataFrame:
