@@ -120,7 +120,13 @@ def _run_sql(runtime: Any, sources: dict[str, Any], query: str, query_id: str, t
     status = runtime.status(query_id)
     if status.state != "RUNNING":
         raise RuntimeError(status.error)
-    elapsed = _wait_all(lambda: runtime.progress(query_id), records, started)
+    def progress() -> list[Any]:
+        failed = runtime.status(query_id)
+        if failed.state == "ERROR":
+            raise RuntimeError(f"query {query_id} failed: {failed.error}")
+        return list(runtime.progress(query_id))
+
+    elapsed = _wait_all(progress, records, started)
     _show_batches("sql", runtime.progress(query_id))
     runtime.stop_persistent(query_id)
     return elapsed
@@ -256,10 +262,29 @@ def _run_hand(build: Callable[[], tuple[Any, str]], bootstrap: str, topic_out: s
         out.writeStream.format("oncestream").options(**options)
     query = (writer.option("checkpointLocation", checkpoint).outputMode(mode)
              .trigger(processingTime=f"{trigger_ms} milliseconds").start())
-    elapsed = _wait_all(lambda: query.recentProgress, records, started)
+    def progress() -> list[Any]:
+        if query.exception() is not None:
+            raise RuntimeError(f"hand-written query failed: {query.exception()}")
+        return list(query.recentProgress)
+
+    elapsed = _wait_all(progress, records, started)
     _show_batches("hand", query.recentProgress)
     query.stop()
     return elapsed
+
+
+def _retried(run: Callable[[int], float], attempts: int = 3) -> float:
+    """``run(attempt)``, again when Spark's Python worker did not connect back in time (a loaded
+    machine; it says nothing about the pipeline)."""
+    for attempt in range(attempts):
+        try:
+            return run(attempt)
+        except RuntimeError as e:
+            if ("connect back" not in str(e) and "CANNOT_OPEN_SOCKET" not in str(e)) or attempt == attempts - 1:
+                raise
+            print(f"retrying after: {str(e)[:120]}", file=sys.stderr, flush=True)
+            time.sleep(5)
+    raise RuntimeError("no attempt")
 
 
 def _sources(statements: tuple[str, ...], partitions: int, **topics: str) -> dict[str, Any]:
@@ -330,16 +355,22 @@ def main() -> int:
                     out_topic = f"out-{workload}-{label}-{kind}-{r}"
                     _create_topics(bootstrap, args.partitions, out_topic)
                     n = f"{label.upper()}_{r}"
-                    if kind == "sql":
-                        query = (AGG_QUERY if workload == "agg" else JOIN_QUERY).format(n=n)
-                        elapsed = _run_sql(runtime, sources, query, f"Q_{workload.upper()}_{n}", out_topic, count)
-                    else:
-                        def build(topics: dict[str, str] = topics, workload: str = workload) -> tuple[Any, str]:
+                    query = (AGG_QUERY if workload == "agg" else JOIN_QUERY).format(n=n)
+
+                    def run(attempt: int, kind: str = kind, query: str = query, n: str = n, out_topic: str = out_topic,
+                            topics: dict[str, str] = topics, sources: dict[str, Any] = sources, workload: str = workload,
+                            count: int = count) -> float:
+                        if kind == "sql":
+                            return _run_sql(runtime, sources, query.replace(f"_{n} ", f"_{n}_{attempt} "),
+                                            f"Q_{workload.upper()}_{n}_{attempt}", out_topic, count)
+
+                        def build() -> tuple[Any, str]:
                             if workload == "agg":
                                 return _hand_agg(spark, bootstrap, topics["users"], args.max_offsets)
                             return _hand_join(spark, bootstrap, topics, args.max_offsets)
-                        elapsed = _run_hand(build, bootstrap, out_topic, str(work / f"hand-{workload}-{n}"), count,
-                                            args.trigger_ms)
+                        return _run_hand(build, bootstrap, out_topic, str(work / f"hand-{workload}-{n}-{attempt}"), count,
+                                         args.trigger_ms)
+                    elapsed = _retried(run)
                     print(f"{workload} {label} round {r} {kind}: {elapsed:.2f} s", flush=True)
                     if measured:
                         (sql_s if kind == "sql" else hand_s).append(elapsed)
