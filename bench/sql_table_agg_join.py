@@ -11,7 +11,8 @@ same sink, one run each (issue 24's goal: SQL / hand-written >= 0.8).
   the row's region and amount) emitting signed deltas, then Spark's ``sum`` per region (update
   mode): the usual PySpark way to aggregate a changelog.
 - **N-way join**: ``ORDERS JOIN CUSTOMERS ON CID JOIN PRODUCTS ON PID`` (a stream enriched by two
-  tables). Hand-written: two chained ``applyInPandasWithState`` operators, each keyed by its join
+  tables). Hand-written: two chained stateful operators (``applyInPandasWithState``, then
+  ``transformWithState``: Spark allows one ``applyInPandasWithState`` per query), each keyed by its join
   key, holding the table's latest value (typed columns, not JSON) and emitting each order joined
   with it, a key's rows in (ROWTIME, table first, partition, offset) order.
 
@@ -181,7 +182,42 @@ def _hand_agg(spark: Any, bootstrap: str, topic: str, max_offsets: int) -> tuple
     return out, "update"
 
 
-def _stream_table(stream: Any, table: Any, stream_key: str, carried: list[str], table_column: str) -> Any:
+def _table_value_processor(carried: list[str], table_column: str) -> Any:
+    """A ``transformWithState`` processor of the same join (Spark allows one
+    ``applyInPandasWithState`` per query, so a second join is one of these)."""
+    from pyspark.sql import Row
+    from pyspark.sql import types as T
+    from pyspark.sql.streaming.stateful_processor import StatefulProcessor
+
+    class TableValue(StatefulProcessor):
+        def init(self, handle: Any) -> None:
+            self.value = handle.getValueState("value", T.StructType([T.StructField("v", T.StringType())]))
+
+        def handleInputRows(self, key: Any, rows: Any, timerValues: Any) -> Any:
+            batch = sorted(rows, key=lambda r: (r["__TS"], r["SIDE"], r["partition"], r["offset"]))
+            current = self.value.get()[0] if self.value.exists() else None
+            out = []
+            for r in batch:
+                if r["SIDE"] == 0:
+                    current = r[table_column]
+                elif current is not None:
+                    out.append(Row(__TS=r["__TS"], partition=r["partition"], offset=r["offset"],
+                                   **{c: r[c] for c in carried}, **{table_column: current}))
+            if current is None:
+                if self.value.exists():
+                    self.value.clear()
+            else:
+                self.value.update((current,))
+            return iter(out)
+
+        def close(self) -> None:
+            pass
+
+    return TableValue()
+
+
+def _stream_table(stream: Any, table: Any, stream_key: str, carried: list[str], table_column: str,
+                  pandas_state: bool = True) -> Any:
     """Stream rows (``carried`` columns, ``__TS``/``partition``/``offset``) joined with the table's
     latest ``table_column`` per key (INNER)."""
     from pyspark.sql import functions as F
@@ -221,6 +257,14 @@ def _stream_table(stream: Any, table: Any, stream_key: str, carried: list[str], 
         yield out
 
     schema = ", ".join(["__TS bigint", "partition int", "offset bigint", *(f"{c} string" for c in payload)])
+    if not pandas_state:
+        from pyspark.sql import types as T
+
+        struct = T.StructType([T.StructField("__TS", T.LongType()), T.StructField("partition", T.IntegerType()),
+                               T.StructField("offset", T.LongType()),
+                               *(T.StructField(c, T.StringType()) for c in payload)])
+        return union.groupBy("JK").transformWithState(_table_value_processor(carried, table_column), struct, "Append",
+                                                      "None")
     return union.groupBy("JK").applyInPandasWithState(join, schema, f"{table_column} string", "append",
                                                      GroupStateTimeout.NoTimeout)
 
@@ -239,7 +283,7 @@ def _hand_join(spark: Any, bootstrap: str, topics: dict[str, str], max_offsets: 
     customers = source(topics["customers"], "NAME string")
     products = source(topics["products"], "TITLE string")
     with_customer = _stream_table(orders, customers, "CID", ["ID", "PID", "AMOUNT"], "NAME")
-    enriched = _stream_table(with_customer, products, "PID", ["ID", "PID", "AMOUNT", "NAME"], "TITLE")
+    enriched = _stream_table(with_customer, products, "PID", ["ID", "PID", "AMOUNT", "NAME"], "TITLE", pandas_state=False)
     out = enriched.select(
         F.unhex(F.lpad(F.hex(F.col("PID").cast("int")), 8, "0")).alias("key"),
         F.to_json(F.struct(F.col("ID").cast("int").alias("ORDER_ID"), F.col("AMOUNT").cast("bigint").alias("AMOUNT"),
