@@ -136,6 +136,25 @@ def _run_hand_written(spark, bootstrap: str, topic_in: str, topic_out: str, chec
     return elapsed
 
 
+def sql_spark_session(master: str, app_name: str):
+    """A SparkSession with the SQL server's settings (``runtime.spark_session_config()``), Python
+    workers importing this checkout, and the connector registered."""
+    from pyspark.sql import SparkSession
+
+    import oncestream.spark
+    from oncestream.sql.engine.runtime import spark_session_config
+
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT / "src"), str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    builder = SparkSession.builder.master(master).appName(app_name).config("spark.ui.enabled", "false")
+    for key, value in spark_session_config().items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    oncestream.spark.register(spark)
+    return spark
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=int, default=200_000)
@@ -146,30 +165,20 @@ def main() -> int:
     parser.add_argument("--master", default=f"local[{os.cpu_count() or 2}]")
     args = parser.parse_args()
 
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT / "src"), str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
     work = Path(tempfile.mkdtemp(prefix="oncestream-sql-bench-"))
     broker = OnceStreamBroker(work / "data", config={"transaction.two.phase.commit.enable": "true"})
     broker.start()
     spark = None
     runtime = None
     try:
-        from pyspark.sql import SparkSession
-
-        import oncestream.spark
-        from oncestream.sql.engine.runtime import QueryRuntime, RuntimeSettings, spark_session_config
+        from oncestream.sql.engine.runtime import QueryRuntime, RuntimeSettings
 
         bootstrap = broker.bootstrap
         topic_in = "orders"
         outs = [f"out-{kind}-{r}" for r in range(args.rounds) for kind in ("sql", "hand")]
         _create_topics(bootstrap, args.partitions, topic_in, *outs)
         passing = _fill(bootstrap, topic_in, args.records)
-        builder = SparkSession.builder.master(args.master).appName("oncestream-sql-bench").config("spark.ui.enabled", "false")
-        for key, value in spark_session_config().items():
-            builder = builder.config(key, value)
-        spark = builder.getOrCreate()
-        spark.sparkContext.setLogLevel("ERROR")
-        oncestream.spark.register(spark)
+        spark = sql_spark_session(args.master, "oncestream-sql-bench")
         runtime = QueryRuntime(spark, RuntimeSettings(bootstrap_servers=bootstrap, checkpoint_root=str(work / "cp"),
                                                       service_id="bench", trigger_interval_ms=args.trigger_ms,
                                                       max_offsets_per_trigger=args.max_offsets))

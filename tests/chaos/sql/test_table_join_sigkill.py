@@ -67,6 +67,18 @@ def _count(bootstrap: str, topic: str) -> int:
     return len(read_committed(bootstrap, topic, end_at_eof=True))
 
 
+def check_exactly_once_and_replay(node: SqlServerProcess, bootstrap: str, join: str,
+                                  expected: dict[int, list[Any]]) -> None:
+    """Topic ``j`` holds ``expected`` (every change exactly once), and the same ``join`` started
+    afterwards over the whole input (topic ``replay``) writes the same."""
+    assert per_bigint_key(read_committed(bootstrap, "j", end_at_eof=True)) == expected
+    node.ok(f"CREATE TABLE REPLAY WITH (KAFKA_TOPIC='replay', PARTITIONS=1) AS {join}", EARLIEST)
+    count = sum(len(v) for v in expected.values())
+    wait_until(lambda: _count(bootstrap, "replay") >= count, "the replay", nodes=[node], **WAIT)
+    assert per_bigint_key(read_committed(bootstrap, "replay", end_at_eof=True)) == \
+        per_bigint_key(read_committed(bootstrap, "j", end_at_eof=True))
+
+
 def test_sigkill_during_a_table_table_join_leaves_output_equal_to_a_replay(broker_factory, tmp_path: Path) -> None:
     broker = broker_factory(BROKER_CONFIG)
     node = SqlServerProcess(bootstrap=broker.bootstrap, service_id=f"ttkill_{uuid.uuid4().hex[:6]}_",
@@ -107,13 +119,6 @@ def test_sigkill_during_a_table_table_join_leaves_output_equal_to_a_replay(broke
         _produce(bootstrap, "r", rights_after)
         everything = done + rights_after
         wait_for(everything, "the right updates joined")
-        expected = _expected(everything)
-        assert per_bigint_key(read_committed(bootstrap, "j", end_at_eof=True)) == expected   # every change exactly once
-
-        node.ok(f"CREATE TABLE REPLAY WITH (KAFKA_TOPIC='replay', PARTITIONS=1) AS {join}", EARLIEST)
-        count = sum(len(v) for v in expected.values())
-        wait_until(lambda: _count(bootstrap, "replay") >= count, "the replay", nodes=[node], **WAIT)
-        assert per_bigint_key(read_committed(bootstrap, "replay", end_at_eof=True)) == \
-            per_bigint_key(read_committed(bootstrap, "j", end_at_eof=True))
+        check_exactly_once_and_replay(node, bootstrap, join, _expected(everything))
     finally:
         node.kill()

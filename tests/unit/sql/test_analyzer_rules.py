@@ -20,12 +20,14 @@ CREATE STREAM s (k STRING KEY, id BIGINT, v INT, d DOUBLE, name STRING, arr ARRA
 CREATE STREAM s2 (k STRING KEY, w INT) WITH (kafka_topic='s2', value_format='json');
 CREATE STREAM s3 (k STRING KEY, w INT) WITH (kafka_topic='s3', value_format='json');
 CREATE TABLE t (k STRING PRIMARY KEY, x INT) WITH (kafka_topic='t', value_format='json');
+CREATE TABLE t2 (k STRING PRIMARY KEY, y INT) WITH (kafka_topic='t2', value_format='json');
+CREATE TABLE t3 (k STRING PRIMARY KEY, z INT) WITH (kafka_topic='t3', value_format='json');
 CREATE STREAM kv (k STRING KEY, v INT) WITH (kafka_topic='kv', value_format='kafka');
 CREATE TABLE wt (k STRING PRIMARY KEY, c BIGINT) WITH (kafka_topic='wt', value_format='json', window_type='tumbling',
                                                        window_size='10 seconds');
 CREATE STREAM ws (k STRING KEY, c BIGINT) WITH (kafka_topic='ws', value_format='json', window_type='session');
 """
-TOPICS = {"s": 2, "s2": 2, "s3": 4, "t": 2, "kv": 2, "wt": 2, "ws": 2}
+TOPICS = {"s": 2, "s2": 2, "s3": 4, "t": 2, "t2": 2, "t3": 2, "kv": 2, "wt": 2, "ws": 2}
 
 
 @pytest.fixture
@@ -85,6 +87,33 @@ def accepted(ms: Metastore, sql: str, offset: int = 100) -> list:
     ("SELECT * FROM s WHERE WINDOWSTART > 1 EMIT CHANGES;", "Error in WHERE expression: Unknown column WINDOWSTART."),
     # joins
     ("CREATE STREAM o AS SELECT s.k, w FROM s JOIN s WITHIN 1 SECOND ON s.k = s.k;", "self joins are not yet supported"),
+    # n-way joins (ksqlDB's multi-joins.json texts)
+    ("CREATE STREAM o AS SELECT s.v, t.x, t2.y FROM s JOIN t ON s.k = t.k JOIN t2 ON s.k = t2.k;",
+     r"must include the join expressions S\.K, T\.K or T2\.K in its projection \(eg, SELECT S\.K\.\.\.\)\."),
+    ("CREATE STREAM o AS SELECT s.v, t.x, t2.y FROM s JOIN t ON s.name = t.k JOIN t2 ON s.k = t2.k;",
+     r"must include the join expressions S\.K or T2\.K in its projection"),
+    ("CREATE STREAM o AS SELECT s.v, t.x, t2.y FROM s JOIN t ON s.k = t.k JOIN t2 ON s.name = t2.k;",
+     r"must include the join expressions S\.NAME or T2\.K in its projection"),
+    ("CREATE STREAM o AS SELECT s.v, t.x, t2.y FROM s JOIN t ON s.k = t.k JOIN t2 ON LCASE(s.k) = t2.k;",
+     r"must include the join expression T2\.K in its projection \(eg, SELECT T2\.K\.\.\.\)\."),
+    ("CREATE STREAM o AS SELECT * FROM s JOIN t ON s.name = t.k JOIN t2 ON s.name = s.name;",
+     "Each side of the join must reference exactly one source and not the same source. Left side references `S` and "
+     "right references `S`"),
+    ("CREATE STREAM o AS SELECT * FROM s JOIN t ON s.k = t.k JOIN t2 ON s.k = t.k;",
+     r"A join criteria is expected to reference the source \(`T2`\) in the FROM clause, instead the right source "
+     "references `T` and the left source references `S`"),
+    ("CREATE STREAM o AS SELECT * FROM s JOIN t ON s.k = t.k JOIN t ON s.name = t.k;",
+     "N-way joins do not support multiple occurrences of the same source. Source: 'T'"),
+    ("CREATE STREAM o AS SELECT * FROM t JOIN t2 ON t.k = t2.k JOIN s ON t.k = s.k;",
+     r"Invalid join order: table-stream joins are not supported; only stream-table joins. Got T \[INNER\] JOIN S\."),
+    ("CREATE TABLE o AS SELECT s.k, COUNT(*) AS c, WINDOWSTART AS ws FROM s JOIN t ON s.k = t.k "
+     "WINDOW TUMBLING (SIZE 1 SECOND) GROUP BY s.k;", "SELECT column 'WINDOWSTART' cannot be resolved."),
+    # foreign-key table-table joins (fk-join.json texts)
+    ("CREATE TABLE o AS SELECT t.k, t2.y FROM t RIGHT JOIN t2 ON CAST(t.x AS STRING) = t2.k;",
+     "RIGHT OUTER JOIN on a foreign key is not supported"),
+    ("CREATE TABLE o AS SELECT t2.k, t2.y FROM t JOIN t2 ON CAST(t.x AS STRING) = t2.k;",
+     r"Primary key column missing in projection\. For foreign-key table-table joins, the projection must include all "
+     r"primary key columns from the left input table \(`T`\)\. Missing column: `K`\."),
     ("CREATE STREAM o AS SELECT s.k, w FROM s JOIN s3 WITHIN 1 SECOND ON s.k = s3.k;",
      r"Can't join `S` with `S3` since the number of partitions don't match. `S` partitions = 2; `S3` partitions = 4."),
     ("CREATE STREAM o AS SELECT s.k, kv.v AS kvv FROM s JOIN kv WITHIN 1 SECOND ON s.k = kv.k;",
@@ -150,6 +179,39 @@ def test_join_keys_follow_ksqldb(ms: Metastore) -> None:
     assert sink.columns[0].name == "ROWKEY"
     assert sink.columns[0].is_key
     assert sink.columns[0].type == t.STRING
+
+
+def test_nway_join_keys_follow_ksqldb(ms: Metastore) -> None:
+    # the key is the first key synonym the projection selects (multi-joins.json "second join column")
+    effects = accepted(ms, "CREATE STREAM o AS SELECT t.k, s.v, t.x, t2.y FROM s JOIN t ON s.k = t.k "
+                           "JOIN t2 ON s.k = t2.k;")
+    sink = next(e for e in effects if isinstance(e, StartQuery)).sink
+    assert [c.name for c in sink.key_columns] == ["T_K"]
+    # tables on their primary keys: a TABLE; a FULL join after an INNER one has the synthetic key
+    effects = accepted(ms, "CREATE TABLE o2 AS SELECT ROWKEY AS id, t.x, t2.y, t3.z FROM t JOIN t2 ON t.k = t2.k "
+                           "FULL JOIN t3 ON t.k = t3.k;", 101)
+    sink = next(e for e in effects if isinstance(e, StartQuery)).sink
+    assert sink.kind is sql_ast.SourceKind.TABLE
+    assert [c.name for c in sink.key_columns] == ["ID"]
+
+
+def test_grouping_a_join_result_is_analyzed(ms: Metastore) -> None:
+    # group-by.json "on join" (ON in parentheses) and "windowed join"
+    effects = accepted(ms, "CREATE TABLE o AS SELECT t.k, SUM(t.x + CASE WHEN t2.y IS NULL THEN 0 ELSE t2.y END) AS s "
+                           "FROM t LEFT JOIN t2 ON (t.k = t2.k) GROUP BY t.k HAVING COUNT(1) > 0;")
+    sink = next(e for e in effects if isinstance(e, StartQuery)).sink
+    assert [c.name for c in sink.key_columns] == ["T_K"]
+    effects = accepted(ms, "CREATE TABLE o2 AS SELECT t.k, COUNT(*) AS c FROM s LEFT JOIN t ON t.k = s.k "
+                           "WINDOW TUMBLING (SIZE 1 MINUTE) GROUP BY t.k HAVING COUNT(*) > 2;", 101)
+    sink = next(e for e in effects if isinstance(e, StartQuery)).sink
+    assert sink.window is not None
+
+
+def test_a_foreign_key_join_is_keyed_by_the_left_table(ms: Metastore) -> None:
+    effects = accepted(ms, "CREATE TABLE o AS SELECT t.k, t.x, t2.y FROM t LEFT JOIN t2 ON CAST(t.x AS STRING) = t2.k;")
+    sink = next(e for e in effects if isinstance(e, StartQuery)).sink
+    assert [c.name for c in sink.key_columns] == ["T_K"]
+    assert sink.kind is sql_ast.SourceKind.TABLE
 
 
 def test_in_coerces_literals_and_rowtime_compares_with_timestamp_strings(ms: Metastore) -> None:

@@ -55,7 +55,7 @@ from oncestream.sql.language.analyzer_expr import (
     same_expression,
     type_of,
 )
-from oncestream.sql.language.analyzer_joins import AnalyzedJoin, JoinRules, JoinType
+from oncestream.sql.language.analyzer_joins import AnalyzedJoin, JoinRules, JoinType, key_synonyms
 from oncestream.sql.language.catalog import Column, Namespace, SourceInfo
 from oncestream.sql.language.sql_ast import Emit, Query, SourceKind, WindowSpec
 from oncestream.sql.language.types import SqlType
@@ -242,7 +242,8 @@ class _Analysis(JoinRules, AggregateRules):
                     no_map_key(p)
 
         # windowed aggregation: WINDOWSTART/WINDOWEND become selectable
-        agg_scope = Scope(dict(self.scope_sources), windowed=window is not None or from_info.window is not None,
+        # (ksqlDB does not resolve WINDOWSTART/WINDOWEND of a windowed aggregation over a join)
+        agg_scope = Scope(dict(self.scope_sources), windowed=(window is not None and not joins) or from_info.window is not None,
                           default_alias=from_alias)
         select_resolver = ExpressionResolver(agg_scope)
 
@@ -255,13 +256,15 @@ class _Analysis(JoinRules, AggregateRules):
             kind = SourceKind.TABLE
         elif partition_by or partition_null:
             key_exprs = list(partition_by)
+        elif joins and joins[-1].join_type == JoinType.FOREIGN_KEY:
+            # a foreign-key join's key is the left table's primary key
+            left_alias = next(iter(self.scope_sources))
+            key_exprs = [column_ref(c.name, left_alias, c.type) for c in self.scope_sources[left_alias].key_columns]
         elif joins:
             last = joins[-1]
-            # ksqlDB's viable keys: the sides of the ON equality that are plain columns (a FULL OUTER
-            # join has none: either side may be null); without one the key is a synthetic ROWKEY
-            # (n-way joins: every join's plain-column sides are equal to the key, so all are viable)
-            viable_join_keys = [] if last.kind == "FULL" else [
-                k for j in joins for k in (j.left_key, j.right_key) if isinstance(k, exp.Column) and not k.meta.get(PSEUDO_KEY)]
+            # ksqlDB's viable keys: the key synonyms that are plain columns (a FULL OUTER join has
+            # none: either side may be null); without one the key is a synthetic ROWKEY
+            viable_join_keys = [k for k in key_synonyms(joins) if isinstance(k, exp.Column) and not k.meta.get(PSEUDO_KEY)]
             viable_join_keys = [k for i, k in enumerate(viable_join_keys)
                                 if not any(same_expression(k, other) for other in viable_join_keys[:i])]
             if not viable_join_keys:
@@ -428,11 +431,19 @@ class _Analysis(JoinRules, AggregateRules):
         elif partition_by:
             # ksqlDB lists every partitioning expression, qualified, when any is missing
             what, shown = "partitioning expression", [ksql_format(p, qualify=True) for p in partition_by]
+        elif joins and joins[-1].join_type == JoinType.FOREIGN_KEY:
+            left = self.scope_sources[next(iter(self.scope_sources))]
+            names = [f"`{m.name}`" for m in missing]
+            plural = "s" if len(names) > 1 else ""
+            raise StatementError(f"Primary key column{plural} missing in projection. For foreign-key table-table joins, the "
+                                 "projection must include all primary key columns from the left input table "
+                                 f"(`{left.name}`). Missing column{plural}: {', '.join(names)}.")
         elif joins and synthetic is None:
             options = [ksql_format(v, qualify=True) for v in viable]
             plural = "s" if len(options) > 1 else ""
+            listed = " or ".join(options) if len(options) <= 2 else ", ".join(options[:-1]) + " or " + options[-1]
             raise StatementError("Key missing from projection (ie, SELECT).\nThe query used to build "
-                                 f"`{sink}` must include the join expression{plural} {' or '.join(options)} in its projection "
+                                 f"`{sink}` must include the join expression{plural} {listed} in its projection "
                                  f"(eg, SELECT {options[0]}...).")
         elif synthetic is not None:
             raise StatementError(

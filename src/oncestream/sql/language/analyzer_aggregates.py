@@ -101,8 +101,6 @@ class AggregateRules:
                 raise StatementError("Non-aggregate HAVING expression not part of GROUP BY: "
                                      + ", ".join(dict.fromkeys(ksql_format(r) for r in refs))
                                      + "\nConsider switching the HAVING clause to a WHERE clause before the GROUP BY.")
-        if joins:
-            raise StatementError("Aggregations over joins are not supported yet.")
         from_info = self.scope_sources[next(iter(self.scope_sources))]
         if from_info.kind is SourceKind.TABLE:
             if window is not None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from sqlglot import exp
 
@@ -19,6 +20,7 @@ from oncestream.sql.language.analyzer_expr import (
     ksql_format,
     ksql_text,
     no_map_key,
+    same_expression,
     type_of,
 )
 from oncestream.sql.language.catalog import SourceInfo
@@ -29,6 +31,7 @@ class JoinType:
     STREAM_STREAM = "STREAM_STREAM"
     STREAM_TABLE = "STREAM_TABLE"
     TABLE_TABLE = "TABLE_TABLE"
+    FOREIGN_KEY = "FOREIGN_KEY"           # table-table on a foreign key of the left table
 
 
 @dataclass(frozen=True)
@@ -46,6 +49,29 @@ class AnalyzedJoin:
     within_before_ms: int | None
     within_after_ms: int | None
     within_grace_ms: int | None
+
+
+def key_synonyms(joins: list[AnalyzedJoin] | tuple[AnalyzedJoin, ...]) -> list[exp.Expr]:
+    """The expressions equal to the key of the joins' result, in ksqlDB's order (ksqlDB's key
+    synonyms): a join whose left side is one of the result's so far adds its right side (no
+    repartition); another left side starts again from the join's two sides; a FULL OUTER join's
+    key is synthetic (either side may be null), so it has none."""
+    keys: list[exp.Expr] = []
+    for join in joins:
+        if join.kind == "FULL":
+            keys = []
+        elif any(same_expression(join.left_key, k) for k in keys):
+            keys = [*keys, join.right_key]
+        else:
+            keys = [join.left_key, join.right_key]
+    return keys
+
+
+def _outer_unparen(on: exp.Expr) -> exp.Expr:
+    """``on`` without its outer parentheses (``ON (a.id = b.id)``)."""
+    while isinstance(on, exp.Paren):
+        on = on.this
+    return on
 
 
 def _duration_ok(ms: int | None) -> bool:
@@ -133,6 +159,15 @@ class JoinRules:
                 raise StatementError(f"Invalid comparison expression '{ksql_format(side, qualify=True)}' in join "
                                      f"'{ksql_format(on, qualify=True)}'. Each side of the join comparision must contain "
                                      "references from exactly one source.")
+        if la == ra:
+            # ksqlDB's Analyzer.throwOnIncompleteJoinCriteria
+            raise StatementError("Each side of the join must reference exactly one source and not the same source. "
+                                 f"Left side references `{next(iter(la))}` and right references `{next(iter(ra))}`")
+        if right_alias not in la | ra:
+            # ksqlDB's Analyzer.throwOnJoinWithoutSource
+            raise StatementError(f"A join criteria is expected to reference the source (`{right_alias}`) in the FROM clause, "
+                                 f"instead the right source references `{next(iter(ra))}` and the left source references "
+                                 f"`{next(iter(la))}`")
         if right_alias in la and right_alias not in ra:
             left, right, la, ra = right, left, ra, la
         if ra != {right_alias} or right_alias in la:
@@ -154,22 +189,35 @@ class JoinRules:
     def _analyze_joins(self, from_alias: str) -> tuple[list[AnalyzedJoin], SourceKind]:
         joins: list[AnalyzedJoin] = []
         left_kind = self.scope_sources[from_alias].kind
+        # ksqlDB's Analyzer first takes each join's source and criteria, in order; the rules of the
+        # join kinds (keys, WITHIN, join order) come after, from its logical planner
+        sided: list[tuple[Any, str, exp.Expr, exp.Expr, ExpressionResolver]] = []
         for spec in self.query.joins:
             if any(info.name == spec.source for info in self.scope_sources.values()):
+                if len(self.scope_sources) > 1:
+                    raise StatementError(f"N-way joins do not support multiple occurrences of the same source. "
+                                         f"Source: '{spec.source}'.")
                 raise StatementError(f"Can not join '{self.query.source}' to '{spec.source}': self joins are not yet supported.")
             right_alias = self._add_source(spec.source, spec.alias)
-            right = self.scope_sources[right_alias]
             resolver = ExpressionResolver(Scope(dict(self.scope_sources)))
-            left_key, right_key = self._join_sides(spec.on, resolver, right_alias)
+            left_key, right_key = self._join_sides(_outer_unparen(spec.on), resolver, right_alias)
             self._check_windowed_join(left_key, right_key, right_alias)
-            self._check_co_partitioned(left_key, right_alias)
+            sided.append((spec, right_alias, left_key, right_key, resolver))
+        for spec, right_alias, left_key, right_key, resolver in sided:
+            right = self.scope_sources[right_alias]
+            left_source = self.scope_sources.get(left_key.table) if isinstance(left_key, exp.Column) else None
+            foreign_key = left_kind is SourceKind.TABLE and right.kind is SourceKind.TABLE and (
+                left_source is None or not self._is_key_ref(left_key, left_source))
+            if not foreign_key:   # a foreign-key join repartitions, so any partition counts join (ksqlDB)
+                self._check_co_partitioned(left_key, right_alias)
             key_type = type_of(left_key)
             if key_type is not None and isinstance(left_key, exp.Column):
                 named = column_ref(f"{left_key.table}_{left_key.name}", None, key_type)
                 no_map_key(named)
             kind = spec.kind.upper()
             # the ON equality as written (qualified), for ksqlDB's messages
-            on_left, on_right = spec.on.args["this"], spec.on.args["expression"]   # an EQ (checked by _join_sides)
+            on_eq = _outer_unparen(spec.on)   # an EQ (checked by _join_sides)
+            on_left, on_right = on_eq.args["this"], on_eq.args["expression"]
             written = (f"{ksql_format(resolver.resolve(on_left, 'JOIN ON'), qualify=True)} = "
                        f"{ksql_format(resolver.resolve(on_right, 'JOIN ON'), qualify=True)}")
             join_words = {"INNER": "[INNER] JOIN", "LEFT": "LEFT [OUTER] JOIN", "RIGHT": "RIGHT [OUTER] JOIN",
@@ -214,8 +262,10 @@ class JoinRules:
                                          f"right input table. Got {written}.")
                 left_info = self.scope_sources.get(left_key.table) if isinstance(left_key, exp.Column) else None
                 if left_info is None or not self._is_key_ref(left_key, left_info):
-                    raise StatementError("Invalid join condition: foreign-key table-table joins are not supported. "
-                                         f"Got {written}.")
+                    # a foreign-key join (KIP-213): the left side is any expression of the left table
+                    join_type = JoinType.FOREIGN_KEY
+                    if kind in ("RIGHT", "FULL"):
+                        raise StatementError(f"{kind} OUTER JOIN on a foreign key is not supported")
                 result_kind = SourceKind.TABLE
             on = exp.EQ(this=left_key, expression=right_key)
             on.meta[TYPE_KEY] = None

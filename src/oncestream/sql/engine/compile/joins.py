@@ -16,12 +16,26 @@ being emitted joined with the state (INNER: only when there is one; LEFT: always
 that arrives in a later micro-batch than a stream row it precedes in time is not seen by that
 row (ksqlDB has the same race, bounded there by ``max.task.idle.ms``).
 
-Table-table (on the primary keys): ``table_joins``.
+Table-table (on the primary keys): ``table_joins``; on a foreign key of the left table: ``fk_joins``.
+
+N-way joins (ksqlDB's ``FROM a JOIN b ON ... JOIN c ON ...``) are planned left-deep as ksqlDB
+plans them: each join joins the result so far with the next source. Tables only (ksqlDB refuses a
+stream after a table) are one n-way operator on their common key (``table_joins``). A stream's
+joins are chained Spark operators: a stream-table step keys the result so far by its left key; a
+stream-stream step joins it with the next stream within WITHIN of the result's ROWTIME (the larger
+of a stream-stream join's two rows', the stream row's of a stream-table join, as in Kafka
+Streams), with implied bounds on a watermarked column of an earlier source so that Spark can drop
+old rows from its state. A join whose left key is a key of the result so far (ksqlDB's key
+synonyms, one of which may be null after an outer join) joins on their coalesce, which is that
+result's key. Each operator's state is in Spark's checkpointed state store, restored with the
+query's checkpoint; the exactly-once sink makes the output of a replayed batch appear once.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
@@ -30,65 +44,172 @@ from pyspark.sql import types as T
 from pyspark.sql.streaming.state import GroupStateTimeout
 
 from oncestream.sql.engine.compile.expressions import Scope, quote, translate
+from oncestream.sql.engine.compile.fk_joins import fk_table_join
+from oncestream.sql.engine.compile.join_state import STREAM_TABLE_OUT, StreamTableProcessor
 from oncestream.sql.engine.compile.sources import TOMBSTONE, TS, ReadSettings, read_source
+from oncestream.sql.engine.compile.table_join_steps import stream_table_rows
 from oncestream.sql.engine.compile.table_joins import table_table
 from oncestream.sql.errors import StatementError
+from oncestream.sql.language.analyzer_expr import same_expression
+from oncestream.sql.language.analyzer_joins import JoinType, key_synonyms
 from oncestream.sql.language.catalog import ROWOFFSET, ROWPARTITION, ROWTIME, SourceInfo
 from oncestream.sql.language.sql_ast import JoinSpec, SourceKind
 
 DEFAULT_GRACE_MS = 24 * 60 * 60 * 1000
 
+_ts_ids = itertools.count()
+
+
+@dataclass
+class _Joined:
+    """The sources joined so far (left-deep, as ksqlDB plans n-way joins): the frame (columns
+    ``<ALIAS>__<COLUMN>``), its kind, Spark SQL of its ROWTIME (BIGINT ms; a stream-stream join's
+    is the larger of its two rows', Kafka Streams' rule), partition and offset (the order of a
+    key's rows in a stream-table join), and ``bounds``: watermarked event-time columns
+    ``c`` with ``c - lo <= ROWTIME <= c + hi`` for every row, which a following stream-stream join
+    adds to its condition so that Spark can drop old rows from its state."""
+
+    frame: DataFrame
+    kind: SourceKind
+    rowtime: str
+    partition: str
+    offset: str
+    ts_column: str | None = None            # ROWTIME as a Spark timestamp column, when there is one
+    bounds: list[tuple[str, int, int]] = field(default_factory=list)
+    watermarked: bool = False               # a watermark is defined upstream (Spark allows one per branch)
+    pandas_state: bool = False              # an applyInPandasWithState upstream (Spark allows one per query)
+    event_columns: list[str] = field(default_factory=list)   # columns carrying a watermark
+
+
+def _first(spark: SparkSession, alias: str, source: SourceInfo, settings: ReadSettings) -> _Joined:
+    frame = read_source(spark, source, settings, prefix=alias)
+    return _Joined(frame, source.kind, quote(f"{alias}__{ROWTIME}"), quote(f"{alias}__{ROWPARTITION}"),
+                   quote(f"{alias}__{ROWOFFSET}"), ts_column=f"{alias}__{TS}")
+
+
+def left_key_sql(joined_keys: Sequence[Any], left_key: Any, scope: Scope) -> str:
+    """Spark SQL of a join's left key: when it is one of the joined sources' key synonyms, their
+    coalesce (one may be null after an outer join, the key is not), else the expression."""
+    if any(same_expression(left_key, k) for k in joined_keys):
+        return f"coalesce({', '.join(translate(k, scope) for k in joined_keys)})"
+    return translate(left_key, scope)
+
+
+def join_key_sql(analyzed: Any, scope: Scope) -> str:
+    """Spark SQL of the key of a query's join result when it is synthetic (ksqlDB's ROWKEY: a FULL
+    OUTER join's, whichever side is present, or a join on expressions that are not columns)."""
+    joins = list(analyzed.joins)
+    last = joins[-1]
+    return f"coalesce({left_key_sql(key_synonyms(joins[:-1]), last.left_key, scope)}, {translate(last.right_key, scope)})"
+
 
 def join_frames(spark: SparkSession, analyzed: Any, aliases: Sequence[tuple[str, SourceInfo]],
                 settings: ReadSettings) -> tuple[DataFrame, Scope]:
     """The joined frame of the query's sources (columns ``<ALIAS>__<COLUMN>``) and its scope
-    (``analyzed.joins``: ``analyzer.AnalyzedJoin``)."""
-    if len(aliases) != 2 or len(analyzed.joins) != 1:
-        raise StatementError("oncestream's Spark runtime joins two sources per query")
+    (``analyzed.joins``: ``analyzer.AnalyzedJoin``, one per source after the first, joined left to
+    right). Tables joined to tables (all on one key, the analyzer checked) are one n-way operator
+    (``table_joins``); a stream is joined step by step, each step a stream-stream or a
+    stream-table join of the result so far with the next source."""
+    joins = list(analyzed.joins)
+    if len(aliases) != len(joins) + 1 or len(joins) < 1:
+        raise StatementError("the analyzed query's joins and sources differ in number")
     scope = Scope(dict(aliases), qualified=True)
-    spec = analyzed.joins[0]
-    (left_alias, left), (right_alias, right) = aliases
-    kinds = (left.kind, right.kind)
-    if kinds == (SourceKind.STREAM, SourceKind.STREAM):
-        return _stream_stream(spark, spec, scope, aliases, settings), scope
-    if kinds == (SourceKind.STREAM, SourceKind.TABLE):
-        if spec.kind.upper() not in ("INNER", "LEFT"):
-            raise StatementError(f"{spec.kind} OUTER JOIN between a stream and a table is not supported. "
-                                 "Only INNER and LEFT joins are.")
-        return _stream_table(spark, scope, (left_alias, left), (right_alias, right),
-                             translate(spec.left_key, scope), translate(spec.right_key, scope),
-                             spec.kind.upper() == "LEFT", settings), scope
-    if kinds == (SourceKind.TABLE, SourceKind.STREAM):
-        raise StatementError("Invalid join order: table-stream joins are not supported; only stream-table joins. "
-                             "Got TABLE JOIN STREAM.")
-    return table_table(spark, analyzed, scope, (left_alias, left), (right_alias, right), settings), scope
+    first_alias, first = aliases[0]
+    if first.kind is SourceKind.TABLE:
+        if any(source.kind is not SourceKind.TABLE for _a, source in aliases[1:]):
+            kinds = " JOIN ".join(source.kind.value for _a, source in aliases)
+            raise StatementError("Invalid join order: table-stream joins are not supported; only stream-table joins. "
+                                 f"Got {kinds}.")
+        if any(spec.join_type == JoinType.FOREIGN_KEY for spec in joins):
+            if len(joins) > 1:
+                raise StatementError("N-way joins with a foreign-key join are not supported by oncestream's Spark runtime.")
+            return fk_table_join(spark, analyzed, scope, aliases[0], aliases[1], settings), scope
+        return table_table(spark, analyzed, scope, list(aliases), settings), scope
+    if tuple(getattr(analyzed, "group_by", ()) or ()) and any(source.kind is SourceKind.STREAM for _a, source in aliases[1:]):
+        # an aggregation runs in update mode, Spark's stream-stream join in append mode only
+        raise StatementError("Aggregating the result of a stream-stream join is not supported by oncestream's Spark "
+                             "runtime.")
+    joined = _first(spark, first_alias, first, settings)
+    for i, (spec, (right_alias, right)) in enumerate(zip(joins, aliases[1:], strict=True)):
+        left_sql = left_key_sql(key_synonyms(joins[:i]), spec.left_key, scope)
+        right_sql = translate(spec.right_key, scope)
+        if right.kind is SourceKind.STREAM:
+            joined = _stream_stream(spark, spec, scope, joined, (right_alias, right), left_sql, right_sql, settings)
+        else:
+            if spec.kind.upper() not in ("INNER", "LEFT"):
+                raise StatementError(f"{spec.kind} OUTER JOIN between a stream and a table is not supported. "
+                                     "Only INNER and LEFT joins are.")
+            joined = _stream_table(spark, joined, (right_alias, right), left_sql, right_sql,
+                                   spec.kind.upper() == "LEFT", settings)
+    return joined.frame, scope
 
 
-def _stream_stream(spark: SparkSession, spec: Any, scope: Scope, aliases: Sequence[tuple[str, SourceInfo]],
-                   settings: ReadSettings) -> DataFrame:
-    (left_alias, left), (right_alias, right) = aliases
+def _stream_stream(spark: SparkSession, spec: Any, scope: Scope, left: _Joined, right: tuple[str, SourceInfo],
+                   left_sql: str, right_sql: str, settings: ReadSettings) -> _Joined:
+    right_alias, right_source = right
     if spec.within_before_ms is None:
         raise StatementError("Stream-Stream joins must have a WITHIN clause specified. None was provided.")
     before = spec.within_before_ms
     after = spec.within_after_ms if spec.within_after_ms is not None else before
     grace = spec.within_grace_ms if spec.within_grace_ms is not None else DEFAULT_GRACE_MS
-    left_ts, right_ts = f"{left_alias}__{TS}", f"{right_alias}__{TS}"
-    lf = read_source(spark, left, settings, prefix=left_alias).withWatermark(left_ts, f"{grace} milliseconds")
-    rf = read_source(spark, right, settings, prefix=right_alias).withWatermark(right_ts, f"{grace} milliseconds")
-    condition = (f"({translate(spec.on, scope)}) AND {quote(right_ts)} >= {quote(left_ts)} - INTERVAL {before} MILLISECONDS"
-                 f" AND {quote(right_ts)} <= {quote(left_ts)} + INTERVAL {after} MILLISECONDS")
-    return lf.join(rf, F.expr(condition), join_kind(spec))
+    right_ts = f"{right_alias}__{TS}"
+    lf = left.frame
+    if not left.watermarked:
+        # the first source, or the result of stream-table joins only (Spark's event-time marks do
+        # not pass a stateful Python operator): its ROWTIME as a watermarked event time
+        ts_column = left.ts_column
+        if ts_column is None:
+            ts_column = f"__TS{next(_ts_ids)}"
+            lf = lf.withColumn(ts_column, F.timestamp_millis(F.expr(left.rowtime)))
+        lf = lf.withWatermark(ts_column, f"{grace} milliseconds")
+        left_ts = quote(ts_column)
+        bounds = [(ts_column, 0, 0)]
+    else:
+        left_ts = f"timestamp_millis({left.rowtime})"
+        bounds = left.bounds
+    rf = read_source(spark, right_source, settings, prefix=right_alias).withWatermark(right_ts, f"{grace} milliseconds")
+    conditions = [f"({left_sql}) = ({right_sql})",
+                  f"{quote(right_ts)} >= {left_ts} - INTERVAL {before} MILLISECONDS",
+                  f"{quote(right_ts)} <= {left_ts} + INTERVAL {after} MILLISECONDS"]
+    for column, lo, hi in bounds:
+        if quote(column) != left_ts or lo or hi:
+            # implied by the bounds above; written on a watermarked column so Spark can evict state
+            conditions += [f"{quote(right_ts)} >= {quote(column)} - INTERVAL {lo + before} MILLISECONDS",
+                           f"{quote(right_ts)} <= {quote(column)} + INTERVAL {hi + after} MILLISECONDS"]
+    kind = join_kind(spec)
+    frame = lf.join(rf, F.expr(" AND ".join(conditions)), kind)
+    right_rowtime = quote(f"{right_alias}__{ROWTIME}")
+    new_bounds: list[tuple[str, int, int]] = []
+    if kind in ("inner", "left_outer"):
+        new_bounds += [(c, lo, hi + max(after, 0)) for c, lo, hi in bounds]
+    if kind in ("inner", "right_outer"):
+        new_bounds.append((right_ts, 0, before))
+    # Spark allows one event-time column per stream into the next stateful operator: keep the
+    # first bound's (else the left one's) and drop the watermark of the others
+    event_columns = [*left.event_columns, *([bounds[0][0]] if not left.watermarked else []), right_ts]
+    keep = new_bounds[0][0] if new_bounds else event_columns[0]
+    dropped = {c for c in event_columns if c != keep}
+    if dropped:
+        frame = frame.select(*[F.col(quote(c)).alias(c, metadata={"oncestream.event_time": "dropped"}) if c in dropped
+                               else F.col(quote(c)) for c in frame.columns])
+    new_bounds = [b for b in new_bounds if b[0] == keep]
+    return _Joined(frame, SourceKind.STREAM, f"greatest({left.rowtime}, {right_rowtime})",
+                   f"coalesce({left.partition}, {quote(f'{right_alias}__{ROWPARTITION}')})",
+                   f"coalesce({left.offset}, {quote(f'{right_alias}__{ROWOFFSET}')})", bounds=new_bounds,
+                   watermarked=True, pandas_state=left.pandas_state, event_columns=[keep])
 
 
-def _keyed(frame: DataFrame, alias: str, key_sql: str, side: int, deleted: Any) -> DataFrame:
+def _keyed(frame: DataFrame, key_sql: str, side: int, order: tuple[str, str, str], deleted: Any) -> DataFrame:
+    """``frame``'s rows as JSON keyed by ``key_sql``, with their order (ROWTIME, partition,
+    offset: Spark SQL)."""
     columns = [F.col(quote(c)) for c in frame.columns]
     row = F.to_json(F.struct(*columns))
     if deleted is not None:
         row = F.when(deleted, F.lit(None).cast("string")).otherwise(row)
+    rowtime, partition, offset = order
     return frame.select(F.expr(key_sql).cast("string").alias("__JK"), F.lit(side).alias("__SIDE"),
-                        F.col(quote(f"{alias}__{ROWTIME}")).alias("__ORD_TS"),
-                        F.col(quote(f"{alias}__{ROWPARTITION}")).alias("__ORD_P"),
-                        F.col(quote(f"{alias}__{ROWOFFSET}")).alias("__ORD_O"), row.alias("__ROW"))
+                        F.expr(rowtime).alias("__ORD_TS"), F.expr(partition).alias("__ORD_P"),
+                        F.expr(offset).alias("__ORD_O"), row.alias("__ROW"))
 
 
 _OUT_SCHEMA = T.StructType([T.StructField("__S", T.StringType()), T.StructField("__T", T.StringType())])
@@ -97,19 +218,14 @@ _STATE_SCHEMA = T.StructType([T.StructField("row", T.StringType())])
 
 def stream_table_step(rows: Any, current: str | None, left: bool) -> tuple[list[str], list[str | None], str | None]:
     """One key's micro-batch of the stream-table join: ``rows`` (a pandas frame with __SIDE,
-    __ORD_TS, __ORD_P, __ORD_O, __ROW) against the table's ``current`` row. Returns the joined
-    stream rows, their table rows, and the table row to keep."""
-    ordered = rows.sort_values(["__ORD_TS", "__SIDE", "__ORD_P", "__ORD_O"], kind="stable")
-    out_s: list[str] = []
-    out_t: list[str | None] = []
-    for side, row in zip(ordered["__SIDE"], ordered["__ROW"], strict=True):
-        text = row if isinstance(row, str) else None
-        if side == 0:
-            current = text
-        elif text is not None and (current is not None or left):
-            out_s.append(text)
-            out_t.append(current)
-    return out_s, out_t, current
+    __ORD_TS, __ORD_P, __ORD_O, __ROW) against the table's ``current`` row
+    (``table_join_steps.stream_table_rows``). Returns the joined stream rows, their table rows,
+    and the table row to keep."""
+    batch = [(int(side), int(ts), int(p), int(o), row if isinstance(row, str) else None)
+             for side, ts, p, o, row in zip(rows["__SIDE"], rows["__ORD_TS"], rows["__ORD_P"], rows["__ORD_O"],
+                                            rows["__ROW"], strict=True)]
+    joined, current = stream_table_rows(batch, current, left)
+    return [s for s, _t in joined], [t for _s, t in joined], current
 
 
 def _join_function(left: bool) -> Any:
@@ -129,21 +245,31 @@ def _join_function(left: bool) -> Any:
     return join_key_rows
 
 
-def _stream_table(spark: SparkSession, scope: Scope, stream: tuple[str, SourceInfo], table: tuple[str, SourceInfo],
-                  stream_key: str, table_key: str, left: bool, settings: ReadSettings) -> DataFrame:
+def _stream_table(spark: SparkSession, stream: _Joined, table: tuple[str, SourceInfo], stream_key: str,
+                  table_key: str, left: bool, settings: ReadSettings) -> _Joined:
     """``stream_key``/``table_key``: Spark SQL of the two sides of the ON equality (the analyzer
     checked the table side is the table's primary key)."""
-    stream_alias, stream_source = stream
     table_alias, table_source = table
-    sf = read_source(spark, stream_source, settings, prefix=stream_alias)
+    sf = stream.frame
     tf = read_source(spark, table_source, settings, prefix=table_alias)
-    union = _keyed(sf, stream_alias, stream_key, 1, None).unionByName(
-        _keyed(tf, table_alias, table_key, 0, F.col(quote(f"{table_alias}__{TOMBSTONE}"))))
-    joined = union.groupBy("__JK").applyInPandasWithState(
-        _join_function(left), _OUT_SCHEMA, _STATE_SCHEMA, "append", GroupStateTimeout.NoTimeout)
+    order = (stream.rowtime, stream.partition, stream.offset)
+    table_order = (quote(f"{table_alias}__{ROWTIME}"), quote(f"{table_alias}__{ROWPARTITION}"),
+                   quote(f"{table_alias}__{ROWOFFSET}"))
+    union = _keyed(sf, stream_key, 1, order, None).unionByName(
+        _keyed(tf, table_key, 0, table_order, F.col(quote(f"{table_alias}__{TOMBSTONE}"))))
+    if not stream.pandas_state:
+        # the first stream-table join of a query (the operator two-way joins have always used)
+        joined = union.groupBy("__JK").applyInPandasWithState(
+            _join_function(left), _OUT_SCHEMA, _STATE_SCHEMA, "append", GroupStateTimeout.NoTimeout)
+    else:
+        # Spark allows one applyInPandasWithState per query: the next ones are transformWithState
+        joined = union.groupBy("__JK").transformWithState(StreamTableProcessor(left), STREAM_TABLE_OUT, "Append", "None")
     s_schema, t_schema = sf.schema, tf.schema
-    return joined.select(F.from_json("__S", s_schema).alias("__s"), F.from_json("__T", t_schema).alias("__t")) \
+    frame = joined.select(F.from_json("__S", s_schema).alias("__s"), F.from_json("__T", t_schema).alias("__t")) \
         .select("__s.*", "__t.*")
+    # the result's ROWTIME is the stream row's (Kafka Streams' stream-table join)
+    return _Joined(frame, SourceKind.STREAM, stream.rowtime, stream.partition, stream.offset,
+                   ts_column=stream.ts_column, watermarked=stream.watermarked, pandas_state=True)
 
 
 def join_kind(spec: JoinSpec) -> str:

@@ -25,7 +25,7 @@ from sqlglot import exp
 
 from oncestream.sql.engine.compile import serde_columns
 from oncestream.sql.engine.compile.expressions import Scope, is_aggregate, quote, translate
-from oncestream.sql.engine.compile.joins import join_frames
+from oncestream.sql.engine.compile.joins import join_frames, join_key_sql
 from oncestream.sql.engine.compile.sources import RAW_KEY, TOMBSTONE, TS, ReadSettings, read_source
 from oncestream.sql.engine.compile.table_aggregation import aggregate_table
 from oncestream.sql.engine.compile.table_joins import JOIN_KEY
@@ -128,9 +128,7 @@ def compile_query(spark: SparkSession, query: Query, analyzed: Any, settings: Re
         synthetic = getattr(analyzed, "synthetic_key", None)
         if synthetic:
             # ksqlDB's synthetic join key (ROWKEY of a FULL OUTER join): whichever side is present.
-            join = analyzed.joins[0]
-            scope.overrides[synthetic] = (f"coalesce({translate(join.left_key, scope)}, "
-                                          f"{translate(join.right_key, scope)})")
+            scope.overrides[synthetic] = join_key_sql(analyzed, scope)
     else:
         alias, source = aliases[0]
         frame = read_source(spark, source, settings)

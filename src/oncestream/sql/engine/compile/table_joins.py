@@ -23,8 +23,14 @@ is absent is the right row's key, as in ksqlDB).
 Each write also carries the key's join result before the change (Kafka Streams' old value): with
 a WHERE clause a row failing it (or a tombstone) is written as a tombstone only when the old result
 passed WHERE, and dropped otherwise, as Kafka Streams' table filter does with old values (ksqlDB's
-"table table join with where clause"). Spark allows one ``applyInPandasWithState`` per query, so
-WHERE runs as plain projections on the old and new rows.
+"table table join with where clause"). WHERE runs as plain projections on the old and new rows (no
+second stateful operator).
+
+N-way joins of tables (``T1 JOIN T2 ON ... JOIN T3 ON ...``, all on the primary key, so one key
+for all) are the same operator with one state row per table: a change of table i goes through the
+chain of KTable-KTable joins as Kafka Streams forwards it, each join's change (with its old value)
+being the next one's left change, the other side read as the value getters give it
+(``table_join_steps.nway_change``).
 """
 
 from __future__ import annotations
@@ -39,39 +45,51 @@ from pyspark.sql.streaming.state import GroupStateTimeout
 
 from oncestream.sql.engine.compile.expressions import Scope, quote, translate
 from oncestream.sql.engine.compile.sources import TOMBSTONE, ReadSettings, read_source
-from oncestream.sql.engine.compile.table_join_steps import KINDS, LEFT, RIGHT, processing_order, table_table_step
+from oncestream.sql.engine.compile.table_join_steps import KINDS, nway_table_step, processing_order
 from oncestream.sql.errors import StatementError
 from oncestream.sql.language.catalog import ROWOFFSET, ROWPARTITION, ROWTIME, SourceInfo
 
 JOIN_KEY = "__JOINKEY"
-_JOIN_OUT = T.StructType([T.StructField("__L", T.StringType()), T.StructField("__R", T.StringType()),
-                          T.StructField("__DEL", T.BooleanType()), T.StructField("__OL", T.StringType()),
-                          T.StructField("__OR", T.StringType()), T.StructField("__OLD", T.BooleanType())])
-_JOIN_STATE = T.StructType([T.StructField("left", T.StringType()), T.StructField("right", T.StringType())])
 
 
-def _join_function(kind: str) -> Any:
+def _schemas(n: int) -> tuple[T.StructType, T.StructType]:
+    """The operator's output (each table's row, tombstone, the old rows, had an old result) and
+    state (each table's row) for ``n`` tables."""
+    string = T.StringType()
+    out = T.StructType([*(T.StructField(f"__S{i}", string) for i in range(n)), T.StructField("__DEL", T.BooleanType()),
+                        *(T.StructField(f"__O{i}", string) for i in range(n)), T.StructField("__OLD", T.BooleanType())])
+    # two tables keep the state field names of the two-way join (checkpoints written before n-way joins)
+    names = ["left", "right"] if n == 2 else [f"row{i}" for i in range(n)]
+    state = T.StructType([T.StructField(name, string) for name in names])
+    return out, state
+
+
+def _join_function(kinds: list[str]) -> Any:
+    n = len(kinds) + 1
+
     def join_key_rows(key: Any, frames: Iterator[Any], state: Any) -> Iterator[Any]:
         import pandas as pd
 
         rows = pd.concat(list(frames), ignore_index=True)
-        left, right = state.get if state.exists else (None, None)
+        current = list(state.get) if state.exists else [None] * n
         order = processing_order(rows["__SIDE"].tolist(), rows["__ORD_TS"].tolist(), rows["__ORD_P"].tolist(),
                                  rows["__ORD_O"].tolist())
-        out, left, right = table_table_step(kind, rows["__SIDE"].tolist(), rows["__ROW"].tolist(), order, left, right)
-        if left is None and right is None:
+        out, current = nway_table_step(kinds, rows["__SIDE"].tolist(), rows["__ROW"].tolist(), order, current)
+        if all(r is None for r in current):
             if state.exists:
                 state.remove()
         else:
-            state.update((left, right))
+            state.update(tuple(current))
         # the writes in order: the sink writes a partition's rows in order, so a key's records
         # keep it in the output topic
-        yield pd.DataFrame({"__L": pd.Series([o.left for o in out], dtype=object),
-                            "__R": pd.Series([o.right for o in out], dtype=object),
-                            "__DEL": pd.Series([o.delete for o in out], dtype=bool),
-                            "__OL": pd.Series([o.old_left for o in out], dtype=object),
-                            "__OR": pd.Series([o.old_right for o in out], dtype=object),
-                            "__OLD": pd.Series([o.had_old for o in out], dtype=bool)})
+        columns: dict[str, Any] = {}
+        for i in range(n):
+            columns[f"__S{i}"] = pd.Series([o.rows[i] for o in out], dtype=object)
+        columns["__DEL"] = pd.Series([o.delete for o in out], dtype=bool)
+        for i in range(n):
+            columns[f"__O{i}"] = pd.Series([o.old_rows[i] for o in out], dtype=object)
+        columns["__OLD"] = pd.Series([o.had_old for o in out], dtype=bool)
+        yield pd.DataFrame(columns)
 
     return join_key_rows
 
@@ -87,46 +105,50 @@ def _keyed(frame: DataFrame, alias: str, key_sql: str, side: int) -> DataFrame:
     return keyed.where(F.col("__JK").isNotNull())
 
 
-def table_table(spark: SparkSession, analyzed: Any, scope: Scope, left: tuple[str, SourceInfo],
-                right: tuple[str, SourceInfo], settings: ReadSettings) -> DataFrame:
-    """The joined frame of two tables on their primary keys (``analyzed.joins[0]``; the analyzer
-    checked both sides of ON are the key columns): both sides' columns, ``<left>__TOMBSTONE``
-    true for a tombstone of the output key, and ``JOIN_KEY``."""
-    spec = analyzed.joins[0]
-    kind = {"OUTER": "FULL"}.get(spec.kind.upper(), spec.kind.upper())
-    if kind not in KINDS:
-        raise StatementError(f"join type {spec.kind} is not supported")
+def table_table(spark: SparkSession, analyzed: Any, scope: Scope, tables: list[tuple[str, SourceInfo]],
+                settings: ReadSettings) -> DataFrame:
+    """The joined frame of two or more tables on their primary keys (``analyzed.joins``, the
+    n-th joining the first n tables with table n + 1; the analyzer checked that each joins on a
+    key of the tables so far and the primary key of the next, so all share one key): every
+    table's columns, ``<first>__TOMBSTONE`` true for a tombstone of the output key, and
+    ``JOIN_KEY``."""
+    joins = list(analyzed.joins)
+    kinds = [{"OUTER": "FULL"}.get(spec.kind.upper(), spec.kind.upper()) for spec in joins]
+    for spec, kind in zip(joins, kinds, strict=True):
+        if kind not in KINDS:
+            raise StatementError(f"join type {spec.kind} is not supported")
     if tuple(getattr(analyzed, "group_by", ()) or ()):
         raise StatementError("Aggregating the result of a table-table join is not supported by oncestream's Spark "
                              "runtime.")
-    left_alias, left_source = left
-    right_alias, right_source = right
-    lf = read_source(spark, left_source, settings, prefix=left_alias)
-    rf = read_source(spark, right_source, settings, prefix=right_alias)
-    union = _keyed(lf, left_alias, translate(spec.left_key, scope), LEFT).unionByName(
-        _keyed(rf, right_alias, translate(spec.right_key, scope), RIGHT))
+    frames = [read_source(spark, source, settings, prefix=alias) for alias, source in tables]
+    # each table's own key: the first table's is the first join's left side, the others' their right sides
+    key_sql = [translate(joins[0].left_key, scope), *(translate(spec.right_key, scope) for spec in joins)]
+    union = _keyed(frames[0], tables[0][0], key_sql[0], 0)
+    for side in range(1, len(tables)):
+        union = union.unionByName(_keyed(frames[side], tables[side][0], key_sql[side], side))
+    out_schema, state_schema = _schemas(len(tables))
     joined = union.groupBy("__JK").applyInPandasWithState(
-        _join_function(kind), _JOIN_OUT, _JOIN_STATE, "append", GroupStateTimeout.NoTimeout)
+        _join_function(kinds), out_schema, state_schema, "append", GroupStateTimeout.NoTimeout)
 
-    carried = ["__L", "__R", "__DEL", "__OL", "__OR", "__OLD"]
+    n = len(tables)
+    carried = [*(f"__S{i}" for i in range(n)), "__DEL", *(f"__O{i}" for i in range(n)), "__OLD"]
 
-    def parsed(frame: DataFrame, left_json: str, right_json: str, keep: list[str]) -> DataFrame:
-        """``frame``'s kept columns and the sides' columns parsed from ``left_json``/``right_json``."""
-        return frame.select(*keep, F.from_json(left_json, lf.schema).alias("__LROW"),
-                            F.from_json(right_json, rf.schema).alias("__RROW")).select(*keep, "__LROW.*", "__RROW.*")
+    def parsed(frame: DataFrame, prefix: str, keep: list[str]) -> DataFrame:
+        """``frame``'s kept columns and the tables' columns parsed from ``<prefix><i>``."""
+        rows = [F.from_json(f"{prefix}{i}", frames[i].schema).alias(f"__ROW{i}") for i in range(n)]
+        return frame.select(*keep, *rows).select(*keep, *(f"__ROW{i}.*" for i in range(n)))
 
     frame = joined
     if analyzed.where is not None:
         # Kafka Streams' table filter with old values (table_join_steps.where_write): WHERE on
         # the key's join result before the change decides whether a failing row is a tombstone.
         where_sql = translate(analyzed.where, scope)
-        old = parsed(frame, "__OL", "__OR", carried)
+        old = parsed(frame, "__O", carried)
         frame = old.select(*carried, (F.col("__OLD") & F.coalesce(F.expr(where_sql), F.lit(False))).alias("__KEEP_OLD"))
-        new = parsed(frame, "__L", "__R", [*carried, "__KEEP_OLD"])
+        new = parsed(frame, "__S", [*carried, "__KEEP_OLD"])
         passes = ~F.col("__DEL") & F.coalesce(F.expr(where_sql), F.lit(False))
         tombstone = F.when(passes, F.lit(False)).when(F.col("__KEEP_OLD"), F.lit(True))
         frame = new.withColumn("__DEL", tombstone).where(F.col("__DEL").isNotNull()).select(*carried)
-    result = parsed(frame, "__L", "__R", ["__DEL"])
-    result = result.withColumn(JOIN_KEY, F.coalesce(F.expr(translate(spec.left_key, scope)),
-                                                    F.expr(translate(spec.right_key, scope))))
-    return result.withColumn(f"{left_alias}__{TOMBSTONE}", F.col("__DEL")).drop("__DEL")
+    result = parsed(frame, "__S", ["__DEL"])
+    result = result.withColumn(JOIN_KEY, F.coalesce(*(F.expr(k) for k in key_sql)))
+    return result.withColumn(f"{tables[0][0]}__{TOMBSTONE}", F.col("__DEL")).drop("__DEL")
