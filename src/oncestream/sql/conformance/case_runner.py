@@ -101,14 +101,61 @@ class _Refused(Exception):
     """A statement the engine refused (carries the engine's message)."""
 
 
+class InputProducer:
+    """Writes a case's input records with each record's exact timestamp. ksqlDB's tests give most
+    inputs timestamp 0 (the epoch; a record without one gets 0 too), which librdkafka cannot write:
+    it takes 0 as "now". kafka-python (a real peer too, the ``test`` extra) writes it as given, so
+    it is used when installed; otherwise confluent-kafka, and timestamp-0 inputs get the produce
+    time (their windows and output timestamps then differ from ksqlDB's). Thread-safe."""
+
+    def __init__(self, bootstrap: str) -> None:
+        try:
+            from kafka import KafkaProducer
+        except ImportError:
+            from confluent_kafka import Producer
+
+            self._confluent: Any = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
+                                             "linger.ms": 2, "log_level": 2})
+            self._kafka_python: Any = None
+        else:
+            self._confluent = None
+            self._kafka_python = KafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=True, acks="all",
+                                               linger_ms=2)
+
+    def produce(self, topic: str, key: bytes | None, value: bytes | None, timestamp_ms: int,
+                headers: list[tuple[str, str | bytes | None]] | None, errors: list[str]) -> None:
+        """Queue one record; a delivery failure is appended to ``errors``."""
+        if self._kafka_python is not None:
+            future = self._kafka_python.send(topic, value=value, key=key, headers=headers, timestamp_ms=timestamp_ms)
+            future.add_errback(lambda exc: errors.append(str(exc)))
+            return
+
+        def delivered(err: Any, _msg: Any) -> None:
+            if err is not None:
+                errors.append(str(err))
+
+        self._confluent.produce(topic, key=key, value=value, timestamp=timestamp_ms, headers=headers,
+                                on_delivery=delivered)
+        self._confluent.poll(0)
+
+    def flush(self, timeout_s: float) -> bool:
+        """Whether every queued record was acknowledged within ``timeout_s``."""
+        if self._kafka_python is not None:
+            try:
+                self._kafka_python.flush(timeout_s)
+            except Exception:  # noqa: BLE001 - kafka-python raises its own timeout error
+                return False
+            return True
+        return self._confluent.flush(timeout_s) == 0
+
+
 class CaseEnvironment:
     """What every case shares: the broker (``bootstrap``), the query runtimes on one Spark session
     (``runtime`` one offset per trigger, ``bulk_runtime`` all available: see the module
-    docstring), and confluent-kafka's admin and producer. Thread-safe: ``--jobs`` cases run side
+    docstring), confluent-kafka's admin and the inputs' producer. Thread-safe: ``--jobs`` cases run side
     by side."""
 
     def __init__(self, bootstrap: str, runtime: QueryRuntime, bulk_runtime: QueryRuntime | None = None) -> None:
-        from confluent_kafka import Producer
         from confluent_kafka.admin import AdminClient
 
         self.bootstrap = bootstrap
@@ -117,8 +164,7 @@ class CaseEnvironment:
         # librdkafka log level 2 (critical): a stopped broker's reconnect attempts stay off stderr
         # (delivery and admin errors still reach the callbacks and futures).
         self.admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 2})
-        self.producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 2,
-                                  "log_level": 2})
+        self.producer = InputProducer(bootstrap)
         self._lock = threading.Lock()
         self._offsets = itertools.count(1)
         self._cases = itertools.count(1)
@@ -348,21 +394,15 @@ class CaseRun:
     def _produce_inputs(self) -> None:
         producer = self.env.producer
         errors: list[str] = []
-
-        def delivered(err: Any, _msg: Any) -> None:
-            if err is not None:
-                errors.append(str(err))
-
         for record in self.case.inputs:
             topic = self._topic(record.topic)
             source = self._source_for(topic, reading=True)
             headers: list[tuple[str, str | bytes | None]] | None = None
             if record.headers is not None:
                 headers = [(k, None if v is None else base64.b64decode(v)) for k, v in record.headers]
-            producer.produce(topic, key=encode_key(record, source), value=encode_value(record, source),
-                             timestamp=record.timestamp_ms or 0, headers=headers, on_delivery=delivered)
-            producer.poll(0)
-        if producer.flush(CLIENT_TIMEOUT_S) != 0 or errors:
+            producer.produce(topic, encode_key(record, source), encode_value(record, source),
+                             record.timestamp_ms or 0, headers, errors)
+        if not producer.flush(CLIENT_TIMEOUT_S) or errors:
             raise RuntimeError(f"inputs not acknowledged: {errors[:3]}")
 
     def _wait_for_queries(self) -> str:

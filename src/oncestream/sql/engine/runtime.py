@@ -211,7 +211,7 @@ class QueryRuntime:
             options = kafka_options(self.settings.bootstrap_servers, self.settings.client_properties)
             options["topic"] = sink.topic
             options["kafka.transactional.id"] = transactional_prefix(self.settings, query_id)
-            writer = compiled.records(layout).writeStream
+            writer = compiled.records(layout, *_sink_timestamp(sink, query_id)).writeStream
             if compiled.output_mode == "update":
                 # The connector is append-only as a streaming sink (Spark's rule for Python data
                 # sources); update-mode results go through its writer from foreachBatch.
@@ -316,6 +316,19 @@ class QueryRuntime:
         for query_id in ids:
             self.stop_persistent(query_id)
         self._inserts.close()
+
+
+def _sink_timestamp(sink: SourceInfo, query_id: str) -> tuple[Column | None, str | None]:
+    """The output column (and its TIMESTAMP_FORMAT) that sets the records' timestamps: a C*AS's
+    ``WITH (TIMESTAMP='col')``. An INSERT INTO does not use its target's (ksqlDB's
+    ``LogicalPlanner`` takes the column from the statement's own WITH clause only)."""
+    if sink.timestamp_column is None or sink.created_by != query_id:
+        return None, None
+    column = sink.column(sink.timestamp_column)
+    if column is None:
+        raise StatementError(f"The TIMESTAMP column set in the WITH clause does not exist in the schema: "
+                             f"'{sink.timestamp_column}'")
+    return column, sink.timestamp_format
 
 
 def _spark_name(query_id: str) -> str:

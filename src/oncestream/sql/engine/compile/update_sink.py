@@ -31,27 +31,36 @@ import pyarrow as pa
 from oncestream.spark.options import sink_options
 from oncestream.spark.sink import OnceStreamStreamWriter
 
+_TIMESTAMP = pa.timestamp("us", tz="UTC")
+
 
 def batch_writer(options: Mapping[str, str]) -> Callable[[Any, int], None]:
-    """A ``foreachBatch`` function writing a batch's ``key``/``value`` rows exactly once with the
-    connector's ``options`` (``topic``, ``kafka.*``)."""
+    """A ``foreachBatch`` function writing a batch's ``key``/``value`` (and ``timestamp``, when
+    the frame has it) rows exactly once with the connector's ``options`` (``topic``, ``kafka.*``)."""
     opts = dict(options)
 
     def write_batch(frame: Any, batch_id: int) -> None:
         writer = OnceStreamStreamWriter(sink_options(opts), frame.schema)
+        timed = "timestamp" in frame.columns
 
         def task(rows: Iterator[Any]) -> Iterator[bytes]:
             # RDD rows, not mapInArrow: that one needs pandas, aggregations should not.
-            keys, values = [], []
+            keys, values, micros = [], [], []
             for row in rows:
                 keys.append(row[0])
                 values.append(row[1])
-            batch = pa.RecordBatch.from_pydict({"key": pa.array(keys, pa.binary()),
-                                                "value": pa.array(values, pa.binary())})
-            yield pickle.dumps(writer.write(iter([batch])))
+                if timed:
+                    micros.append(row[2])
+            columns = {"key": pa.array(keys, pa.binary()), "value": pa.array(values, pa.binary())}
+            if timed:
+                columns["timestamp"] = pa.array(micros, pa.int64()).cast(_TIMESTAMP)
+            yield pickle.dumps(writer.write(iter([pa.RecordBatch.from_pydict(columns)])))
 
+        # The timestamp travels as epoch microseconds: a Python datetime from an RDD row would be
+        # in the worker's local time zone.
+        selected = ["key", "value", *(["unix_micros(timestamp) AS timestamp"] if timed else [])]
         try:
-            reports = frame.select("key", "value").rdd.mapPartitions(task).collect()
+            reports = frame.selectExpr(*selected).rdd.mapPartitions(task).collect()
         except Exception:
             writer.abort([], batch_id)
             raise
