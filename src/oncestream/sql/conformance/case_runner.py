@@ -473,15 +473,22 @@ def _progress_entry(progress: Any) -> dict[str, Any]:
 
 
 def _consumed(progress: list[Any], stable: Mapping[tuple[str, int], int], query: StartQuery) -> bool:
-    """Whether ``query``'s last batch ended at or past the stable offsets of its source topics."""
+    """Whether ``query``'s last batch ended at or past the stable offsets of its source topics.
+    A query with a watermark (windows, stream-stream joins) must also have reported a batch
+    without input rows since: Spark writes what the watermark closes (EMIT FINAL windows,
+    sessions, outer joins' unmatched rows) in a batch without data after the last one with data,
+    or reports itself idle when there is nothing to close."""
     topics = {s.topic for s in query.analyzed.sources.values()}
     wanted = {tp: o for tp, o in stable.items() if tp[0] in topics}
     if not any(wanted.values()):
         return True
     if not progress:
         return False
+    last = _progress_entry(progress[-1])
+    if "watermark" in (last.get("eventTime") or {}) and last.get("numInputRows", 0) != 0:
+        return False
     ended: dict[tuple[str, int], int] = {}
-    for source in _progress_entry(progress[-1]).get("sources", []):
+    for source in last.get("sources", []):
         raw = source.get("endOffset")
         parsed = json.loads(raw) if isinstance(raw, str) else raw
         for topic, parts in (parsed or {}).items():
