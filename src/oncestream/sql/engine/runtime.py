@@ -46,7 +46,7 @@ from oncestream.sql.engine.serde import layout_for, layout_of
 from oncestream.sql.engine.two_phase_check import two_phase_commit_refusal
 from oncestream.sql.errors import KsqlError, StatementError
 from oncestream.sql.language.catalog import Column, QueryInfo, SourceInfo
-from oncestream.sql.language.sql_ast import Query, SourceKind
+from oncestream.sql.language.sql_ast import Query, SourceKind, WindowKind
 from oncestream.sql.language.types import BaseType
 
 log = logging.getLogger("oncestream.sql.engine.runtime")
@@ -215,7 +215,8 @@ class QueryRuntime:
             if compiled.output_mode == "update":
                 # The connector is append-only as a streaming sink (Spark's rule for Python data
                 # sources); update-mode results go through its writer from foreachBatch.
-                writer = writer.foreachBatch(batch_writer(options))
+                time_windowed = compiled.window is not None and compiled.window.kind is not WindowKind.SESSION
+                writer = writer.foreachBatch(batch_writer(options, time_windowed=time_windowed))
             else:
                 writer = writer.format("oncestream").options(**options)
             handle = (writer.option("checkpointLocation", checkpoint_location(self.settings, query_id))

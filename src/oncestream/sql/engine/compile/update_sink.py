@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import pyarrow as pa
+from pyspark.sql import functions as F
 
 from oncestream.spark.options import sink_options
 from oncestream.spark.sink import OnceStreamStreamWriter
@@ -34,9 +35,14 @@ from oncestream.spark.sink import OnceStreamStreamWriter
 _TIMESTAMP = pa.timestamp("us", tz="UTC")
 
 
-def batch_writer(options: Mapping[str, str]) -> Callable[[Any, int], None]:
+def batch_writer(options: Mapping[str, str], *, time_windowed: bool = False) -> Callable[[Any, int], None]:
     """A ``foreachBatch`` function writing a batch's ``key``/``value`` (and ``timestamp``, when
-    the frame has it) rows exactly once with the connector's ``options`` (``topic``, ``kafka.*``)."""
+    the frame has it) rows exactly once with the connector's ``options`` (``topic``, ``kafka.*``).
+
+    ``time_windowed``: the keys are TUMBLING/HOPPING windowed keys (the key's bytes, then the
+    window start as 8 bytes big-endian). Each key's windows are then written by one task in
+    window-start order, as Kafka Streams forwards the windows one record updates (a hopping
+    window's record updates several; Spark's aggregation puts them in different partitions)."""
     opts = dict(options)
 
     def write_batch(frame: Any, batch_id: int) -> None:
@@ -59,8 +65,12 @@ def batch_writer(options: Mapping[str, str]) -> Callable[[Any, int], None]:
         # The timestamp travels as epoch microseconds: a Python datetime from an RDD row would be
         # in the worker's local time zone.
         selected = ["key", "value", *(["unix_micros(timestamp) AS timestamp"] if timed else [])]
+        rows = frame.selectExpr(*selected)
+        if time_windowed:
+            # Window starts are never negative, so their big-endian bytes sort as the numbers do.
+            rows = rows.repartition(F.expr("substring(key, 1, length(key) - 8)")).sortWithinPartitions("key")
         try:
-            reports = frame.selectExpr(*selected).rdd.mapPartitions(task).collect()
+            reports = rows.rdd.mapPartitions(task).collect()
         except Exception:
             writer.abort([], batch_id)
             raise
