@@ -337,6 +337,58 @@ def test_write_headers_and_topic_per_row_and_topic_option_override(spark, eos_br
     assert sorted(v for v in committed_values(eos_broker.bootstrap, c)) == [b"to-a", b"to-a-2", b"to-b"]
 
 
+def _timestamps(bootstrap: str, topic: str, count: int) -> dict[bytes, int]:
+    """value -> record timestamp of ``topic``'s first ``count`` records, read read_committed with
+    confluent-kafka."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"ts-{uuid.uuid4().hex[:8]}",
+                         "isolation.level": "read_committed", "enable.auto.commit": False})
+    got: dict[bytes, int] = {}
+    try:
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        deadline = time.monotonic() + ROWS_TIMEOUT_S
+        while len(got) < count and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is not None and msg.error() is None:
+                got[present(msg.value(), "a value")] = msg.timestamp()[1]
+    finally:
+        consumer.close()
+    assert len(got) == count, got
+    return got
+
+
+def test_write_timestamp_column_sets_record_timestamps(spark, eos_broker):
+    """A ``timestamp`` column (Spark's Kafka sink's) sets each record's timestamp, the epoch
+    included (librdkafka takes 0 for "now", our sink does not); a double is epoch seconds; a null
+    gets the produce time; a negative one fails the write as Kafka's producer refuses it; read
+    and written back, records keep their timestamps."""
+    bootstrap = eos_broker.bootstrap
+    first, second, third = (_topic(bootstrap, partitions=1) for _ in range(3))
+    before_ms = int(time.time() * 1000)
+    rows = spark.createDataFrame([(b"epoch", 0), (b"later", 1_700_000_000_123), (b"none", None)], "value binary, ms long")
+    rows.selectExpr("value", "timestamp_millis(ms) AS timestamp").write.format("oncestream") \
+        .option("kafka.bootstrap.servers", bootstrap).option("topic", first).mode("append").save()
+    got = _timestamps(bootstrap, first, 3)
+    assert got[b"epoch"] == 0
+    assert got[b"later"] == 1_700_000_000_123
+    assert got[b"none"] >= before_ms
+    spark.createDataFrame([(b"seconds", 1.5)], "value binary, timestamp double").write.format("oncestream") \
+        .option("kafka.bootstrap.servers", bootstrap).option("topic", second).mode("append").save()
+    assert _timestamps(bootstrap, second, 1) == {b"seconds": 1500}
+    _read(spark, bootstrap, first).select("value", "timestamp").write.format("oncestream") \
+        .option("kafka.bootstrap.servers", bootstrap).option("topic", third).mode("append").save()
+    assert _timestamps(bootstrap, third, 3) == got
+    negative = spark.createDataFrame([(b"before", -5)], "value binary, ms long").selectExpr(
+        "value", "timestamp_millis(ms) AS timestamp")
+    with pytest.raises(Exception, match="Invalid timestamp: -5"):
+        negative.write.format("oncestream").option("kafka.bootstrap.servers", bootstrap).option("topic", third) \
+            .mode("append").save()
+    with pytest.raises(Exception, match="column 'timestamp' must be a timestamp or a double"):
+        spark.createDataFrame([(b"v", "x")], "value binary, timestamp string").write.format("oncestream") \
+            .option("kafka.bootstrap.servers", bootstrap).option("topic", third).mode("append").save()
+
+
 # --- registration -------------------------------------------------------------------------------
 
 

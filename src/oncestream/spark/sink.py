@@ -104,6 +104,7 @@ log = logging.getLogger("oncestream.spark")
 
 _TIMEOUT_S = 60.0
 _BINARY_LIKE = ("binary", "string")
+_TIMESTAMP_LIKE = ("timestamp", "timestamp_ntz", "double")
 
 
 def _abort_quietly(producer, txn_id: str) -> None:
@@ -147,7 +148,8 @@ def transactional_id(prefix: str, query_id: str, slot: int, partition_id: int, a
 
 def check_write_schema(schema: StructType, opts: SinkOptions) -> None:
     """Spark's Kafka sink rules: a value column (binary/string); key binary/string; a topic column
-    unless the topic option is set; partition int; headers array<struct<key,value>>."""
+    unless the topic option is set; partition int; headers array<struct<key,value>>; timestamp a
+    timestamp (or a double of epoch seconds, which Spark casts to one)."""
     fields = {f.name.lower(): f.dataType.typeName() for f in schema.fields}
     if "value" not in fields:
         raise OptionError("the data to write needs a 'value' column")
@@ -162,6 +164,8 @@ def check_write_schema(schema: StructType, opts: SinkOptions) -> None:
         raise OptionError("column 'partition' must be an integer")
     if "headers" in fields and fields["headers"] != "array":
         raise OptionError("column 'headers' must be array<struct<key:string,value:binary>>")
+    if "timestamp" in fields and fields["timestamp"] not in _TIMESTAMP_LIKE:
+        raise OptionError(f"column 'timestamp' must be a timestamp or a double, not {fields['timestamp']}")
 
 
 def _column(batch: pa.RecordBatch, name: str) -> list | None:
@@ -169,8 +173,31 @@ def _column(batch: pa.RecordBatch, name: str) -> list | None:
     return None if index < 0 else batch.column(index).to_pylist()
 
 
+def _timestamps_ms(batch: pa.RecordBatch) -> list | None:
+    """The ``timestamp`` column as epoch ms (None: a null timestamp, the producer's time), or None
+    without one. Spark's rule: a timestamp is truncated to ms, a double is epoch seconds."""
+    index = batch.schema.get_field_index("timestamp")
+    if index < 0:
+        return None
+    column = batch.column(index)
+    if pa.types.is_timestamp(column.type):
+        raw = column.cast(pa.int64()).to_pylist()
+        unit = column.type.unit
+        if unit == "ms":
+            return raw
+        if unit == "s":
+            return [None if v is None else v * 1000 for v in raw]
+        per_ms = 1000 if unit == "us" else 1_000_000
+        return [None if v is None else v // per_ms for v in raw]
+    if pa.types.is_floating(column.type):
+        return [None if v is None else int(v * 1000) for v in column.to_pylist()]
+    raise OptionError(f"column 'timestamp' must be a timestamp or a double, not {column.type}")
+
+
 def produce_batches(producer, batches: Iterator[pa.RecordBatch], topic_option: str | None) -> int:
-    """Produce every row of the Arrow batches (Spark's Kafka sink columns); returns the row count."""
+    """Produce every row of the Arrow batches (Spark's Kafka sink columns); returns the row count.
+    A row's ``timestamp`` (when the data has the column and the row's is not null) becomes the
+    record's timestamp, epoch 0 included; a negative one is refused, as Kafka's producer refuses it."""
     count = 0
     for batch in batches:
         n = batch.num_rows
@@ -184,6 +211,7 @@ def produce_batches(producer, batches: Iterator[pa.RecordBatch], topic_option: s
         topics = [topic_option] * n if topic_option else (_column(batch, "topic") or [None] * n)
         partitions = _column(batch, "partition") or [None] * n
         headers = _column(batch, "headers") or [None] * n
+        timestamps = _timestamps_ms(batch) or [None] * n
         produce = producer.produce
         for i in range(n):
             topic = topics[i]
@@ -191,8 +219,12 @@ def produce_batches(producer, batches: Iterator[pa.RecordBatch], topic_option: s
                 raise OptionError("a row has a null topic and no 'topic' option is set")
             part = partitions[i]
             hdrs = headers[i]
+            ts = timestamps[i]
+            if ts is not None and ts < 0:
+                raise OnceStreamSparkError(f"Invalid timestamp: {ts}. Timestamp should always be non-negative or null.")
             produce(topic, values[i], keys[i], -1 if part is None else part,
-                    headers=[(h["key"], h["value"]) for h in hdrs] if hdrs else None)
+                    headers=[(h["key"], h["value"]) for h in hdrs] if hdrs else None,
+                    timestamp=0 if ts is None else ts, exact_timestamp=ts is not None)
         count += n
     return count
 

@@ -49,10 +49,17 @@ def read_output(bootstrap: str, topic: str, count: int, timeout_s: float = OUTPU
                 runtime: QueryRuntime | None = None, query_id: str | None = None) -> list[tuple[bytes | None, bytes | None]]:
     """Records of ``topic`` visible read_committed, once at least ``count`` are there (fails with
     the query's error if it stopped)."""
+    return [(key, value) for key, value, _ts in read_timed_output(bootstrap, topic, count, timeout_s, runtime, query_id)]
+
+
+def read_timed_output(bootstrap: str, topic: str, count: int, timeout_s: float = OUTPUT_TIMEOUT_S,
+                      runtime: QueryRuntime | None = None,
+                      query_id: str | None = None) -> list[tuple[bytes | None, bytes | None, int]]:
+    """As ``read_output``, with each record's timestamp (ms)."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": unique("check"),
                          "isolation.level": "read_committed", "enable.auto.commit": False,
                          "auto.offset.reset": "earliest"})
-    out: list[tuple[bytes | None, bytes | None]] = []
+    out: list[tuple[bytes | None, bytes | None, int]] = []
     try:
         meta = consumer.list_topics(topic, timeout=10)
         consumer.assign([TopicPartition(topic, p, 0) for p in sorted(meta.topics[topic].partitions)])
@@ -60,7 +67,7 @@ def read_output(bootstrap: str, topic: str, count: int, timeout_s: float = OUTPU
         while time.monotonic() < deadline:
             msg = consumer.poll(0.5)
             if msg is not None and msg.error() is None:
-                out.append((msg.key(), msg.value()))
+                out.append((msg.key(), msg.value(), msg.timestamp()[1]))
                 continue
             if len(out) >= count:
                 return out

@@ -77,8 +77,23 @@ def test_statement_compiles_to_an_analyzable_plan(sql_spark, sql):
     layout = layout_for(analyzed.columns, key_format if analyzed.key_columns else Format.NONE, Format.JSON,
                         window=analyzed.window)
     records = compiled.records(layout)
-    assert [(f.name, f.dataType.typeName()) for f in records.schema.fields] == [("key", "binary"), ("value", "binary")]
+    assert [(f.name, f.dataType.typeName()) for f in records.schema.fields] == [
+        ("key", "binary"), ("value", "binary"), ("timestamp", "timestamp")]
     assert [f.name for f in compiled.rows().schema.fields] == [c.name for c in analyzed.columns]
+
+
+def test_emit_final_windows_write_in_append_mode(sql_spark):
+    """EMIT FINAL over TUMBLING/HOPPING windows runs in append mode (each window written once, when
+    the watermark closes it); EMIT CHANGES in update mode."""
+    modes = {}
+    for emit in ("CHANGES", "FINAL"):
+        for window in ("TUMBLING (SIZE 1 MINUTE)", "HOPPING (SIZE 1 MINUTE, ADVANCE BY 10 SECONDS)"):
+            _statement, analyzed = analyze(f"CREATE TABLE O AS SELECT NAME, COUNT(*) AS C FROM S WINDOW {window} "
+                                           f"GROUP BY NAME EMIT {emit};", SOURCES)
+            compiled = compile_query(sql_spark, analyzed.query, analyzed, ReadSettings("127.0.0.1:1"))
+            modes[(emit, window.split()[0])] = compiled.output_mode
+    assert modes == {("CHANGES", "TUMBLING"): "update", ("CHANGES", "HOPPING"): "update",
+                     ("FINAL", "TUMBLING"): "append", ("FINAL", "HOPPING"): "append"}
 
 
 def test_unsupported_shapes_are_statement_errors(sql_spark):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import struct
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -269,3 +270,21 @@ def test_interleave_takes_cases_round_robin_from_the_files():
     cases = (cases_of_test("a.json", {"name": "1", "statements": []}) + cases_of_test("a.json", {"name": "2", "statements": []})
              + cases_of_test("b.json", {"name": "1", "statements": []}))
     assert [c.name for c in interleaved(cases)] == ["a - 1", "b - 1", "a - 2"]
+
+
+def test_a_query_with_a_watermark_is_done_only_after_a_batch_without_input():
+    """Spark writes what the watermark closes (EMIT FINAL windows, sessions) in a batch without
+    data after the last one with data: a windowed query's case waits for such a report."""
+    from types import SimpleNamespace
+
+    from oncestream.sql.conformance.case_runner import _consumed
+
+    source = SimpleNamespace(topic="in")
+    query: Any = SimpleNamespace(analyzed=SimpleNamespace(sources={"S": source}))
+    stable = {("in", 0): 3}
+    at_end = {"sources": [{"endOffset": '{"in":{"0":3}}'}]}
+    assert _consumed([{**at_end, "numInputRows": 3}], stable, query)
+    assert not _consumed([{"sources": [{"endOffset": {"in": {"0": 2}}}], "numInputRows": 2}], stable, query)
+    windowed = {**at_end, "eventTime": {"watermark": "1970-01-01T00:00:00.002Z"}}
+    assert not _consumed([{**windowed, "numInputRows": 3}], stable, query)
+    assert _consumed([{**windowed, "numInputRows": 3}, {**windowed, "numInputRows": 0}], stable, query)

@@ -145,9 +145,15 @@ class Producer:
         timestamp: int = 0,
         headers: HeadersArg = None,
         callback: Callable[..., Any] | None = None,
+        *,
+        exact_timestamp: bool = False,
     ) -> None:
         """Queue one record. Blocks up to ``max.block.ms`` for buffer space (then raises
-        QueueFullError, a BufferError) or for the topic's metadata on first use."""
+        QueueFullError, a BufferError) or for the topic's metadata on first use.
+
+        ``timestamp`` is epoch ms; 0 means now, as in confluent-kafka. ``exact_timestamp=True``
+        writes ``timestamp`` as given, 0 included (Java's ``ProducerRecord`` timestamp: a
+        record at the epoch, as Kafka Streams' and ksqlDB's tests write them)."""
         txn = self._txn
         if txn is not None and txn.sm.state is not _S.IN_TRANSACTION:
             txn.sm.require(_S.IN_TRANSACTION, action="produce")
@@ -176,7 +182,7 @@ class Producer:
         cb = on_delivery or callback or self._default_callback
         try:
             partition, wake = self._acc.append(
-                topic, partition, count, timestamp if timestamp else int(_time() * 1000), key, value,
+                topic, partition, count, timestamp if timestamp or exact_timestamp else int(_time() * 1000), key, value,
                 headers_encoded, (cb, headers_list) if cb is not None else None, self._max_block_s,
             )
         except BufferExhaustedError as exc:

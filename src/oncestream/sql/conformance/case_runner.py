@@ -103,15 +103,62 @@ class _Refused(Exception):
     """A statement the engine refused (carries the engine's message)."""
 
 
+class InputProducer:
+    """Writes a case's input records with each record's exact timestamp. ksqlDB's tests give most
+    inputs timestamp 0 (the epoch; a record without one gets 0 too), which librdkafka cannot write:
+    it takes 0 as "now". kafka-python (a real peer too, the ``test`` extra) writes it as given, so
+    it is used when installed; otherwise confluent-kafka, and timestamp-0 inputs get the produce
+    time (their windows and output timestamps then differ from ksqlDB's). Thread-safe."""
+
+    def __init__(self, bootstrap: str) -> None:
+        try:
+            from kafka import KafkaProducer
+        except ImportError:
+            from confluent_kafka import Producer
+
+            self._confluent: Any = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
+                                             "linger.ms": 2, "log_level": 2})
+            self._kafka_python: Any = None
+        else:
+            self._confluent = None
+            self._kafka_python = KafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=True, acks="all",
+                                               linger_ms=2)
+
+    def produce(self, topic: str, key: bytes | None, value: bytes | None, timestamp_ms: int,
+                headers: list[tuple[str, str | bytes | None]] | None, errors: list[str]) -> None:
+        """Queue one record; a delivery failure is appended to ``errors``."""
+        if self._kafka_python is not None:
+            future = self._kafka_python.send(topic, value=value, key=key, headers=headers, timestamp_ms=timestamp_ms)
+            future.add_errback(lambda exc: errors.append(str(exc)))
+            return
+
+        def delivered(err: Any, _msg: Any) -> None:
+            if err is not None:
+                errors.append(str(err))
+
+        self._confluent.produce(topic, key=key, value=value, timestamp=timestamp_ms, headers=headers,
+                                on_delivery=delivered)
+        self._confluent.poll(0)
+
+    def flush(self, timeout_s: float) -> bool:
+        """Whether every queued record was acknowledged within ``timeout_s``."""
+        if self._kafka_python is not None:
+            try:
+                self._kafka_python.flush(timeout_s)
+            except Exception:  # noqa: BLE001 - kafka-python raises its own timeout error
+                return False
+            return True
+        return self._confluent.flush(timeout_s) == 0
+
+
 class CaseEnvironment:
     """What every case shares: the broker (``bootstrap``), the query runtimes on one Spark session
     (``runtime`` one offset per trigger, ``bulk_runtime`` all available: see the module
-    docstring), the Schema Registry client, and confluent-kafka's admin and producer. Thread-safe: ``--jobs`` cases run side
-    by side."""
+    docstring), the Schema Registry client, confluent-kafka's admin and the inputs' producer.
+    Thread-safe: ``--jobs`` cases run side by side."""
 
     def __init__(self, bootstrap: str, runtime: QueryRuntime, bulk_runtime: QueryRuntime | None = None,
                  registry: Any = None) -> None:
-        from confluent_kafka import Producer
         from confluent_kafka.admin import AdminClient
 
         self.bootstrap = bootstrap
@@ -123,8 +170,7 @@ class CaseEnvironment:
         # librdkafka log level 2 (critical): a stopped broker's reconnect attempts stay off stderr
         # (delivery and admin errors still reach the callbacks and futures).
         self.admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 2})
-        self.producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 2,
-                                  "log_level": 2})
+        self.producer = InputProducer(bootstrap)
         self._lock = threading.Lock()
         self._offsets = itertools.count(1)
         self._cases = itertools.count(1)
@@ -423,22 +469,16 @@ class CaseRun:
     def _produce_inputs(self) -> None:
         producer = self.env.producer
         errors: list[str] = []
-
-        def delivered(err: Any, _msg: Any) -> None:
-            if err is not None:
-                errors.append(str(err))
-
         for record in self.case.inputs:
             topic = self._topic(record.topic)
             source = self._source_for(topic, reading=True)
             headers: list[tuple[str, str | bytes | None]] | None = None
             if record.headers is not None:
                 headers = [(k, None if v is None else base64.b64decode(v)) for k, v in record.headers]
-            producer.produce(topic, key=encode_key(record, source, self._codec(source, True)),
-                             value=encode_value(record, source, self._codec(source, False)),
-                             timestamp=record.timestamp_ms or 0, headers=headers, on_delivery=delivered)
-            producer.poll(0)
-        if producer.flush(CLIENT_TIMEOUT_S) != 0 or errors:
+            producer.produce(topic, encode_key(record, source, self._codec(source, True)),
+                             encode_value(record, source, self._codec(source, False)),
+                             record.timestamp_ms or 0, headers, errors)
+        if not producer.flush(CLIENT_TIMEOUT_S) or errors:
             raise RuntimeError(f"inputs not acknowledged: {errors[:3]}")
 
     def _wait_for_queries(self) -> str:
@@ -510,15 +550,22 @@ def _progress_entry(progress: Any) -> dict[str, Any]:
 
 
 def _consumed(progress: list[Any], stable: Mapping[tuple[str, int], int], query: StartQuery) -> bool:
-    """Whether ``query``'s last batch ended at or past the stable offsets of its source topics."""
+    """Whether ``query``'s last batch ended at or past the stable offsets of its source topics.
+    A query with a watermark (windows, stream-stream joins) must also have reported a batch
+    without input rows since: Spark writes what the watermark closes (EMIT FINAL windows,
+    sessions, outer joins' unmatched rows) in a batch without data after the last one with data,
+    or reports itself idle when there is nothing to close."""
     topics = {s.topic for s in query.analyzed.sources.values()}
     wanted = {tp: o for tp, o in stable.items() if tp[0] in topics}
     if not any(wanted.values()):
         return True
     if not progress:
         return False
+    last = _progress_entry(progress[-1])
+    if "watermark" in (last.get("eventTime") or {}) and last.get("numInputRows", 0) != 0:
+        return False
     ended: dict[tuple[str, int], int] = {}
-    for source in _progress_entry(progress[-1]).get("sources", []):
+    for source in last.get("sources", []):
         raw = source.get("endOffset")
         parsed = json.loads(raw) if isinstance(raw, str) else raw
         for topic, parts in (parsed or {}).items():

@@ -46,7 +46,7 @@ from oncestream.sql.engine.serde import layout_for, layout_of
 from oncestream.sql.engine.two_phase_check import two_phase_commit_refusal
 from oncestream.sql.errors import KsqlError, StatementError
 from oncestream.sql.language.catalog import Column, QueryInfo, SourceInfo
-from oncestream.sql.language.sql_ast import Query, SourceKind
+from oncestream.sql.language.sql_ast import Query, SourceKind, WindowKind
 from oncestream.sql.language.types import BaseType
 
 log = logging.getLogger("oncestream.sql.engine.runtime")
@@ -211,11 +211,12 @@ class QueryRuntime:
             options = kafka_options(self.settings.bootstrap_servers, self.settings.client_properties)
             options["topic"] = sink.topic
             options["kafka.transactional.id"] = transactional_prefix(self.settings, query_id)
-            writer = compiled.records(layout).writeStream
+            writer = compiled.records(layout, *_sink_timestamp(sink, query_id)).writeStream
             if compiled.output_mode == "update":
                 # The connector is append-only as a streaming sink (Spark's rule for Python data
                 # sources); update-mode results go through its writer from foreachBatch.
-                writer = writer.foreachBatch(batch_writer(options))
+                time_windowed = compiled.window is not None and compiled.window.kind is not WindowKind.SESSION
+                writer = writer.foreachBatch(batch_writer(options, time_windowed=time_windowed))
             else:
                 writer = writer.format("oncestream").options(**options)
             handle = (writer.option("checkpointLocation", checkpoint_location(self.settings, query_id))
@@ -316,6 +317,19 @@ class QueryRuntime:
         for query_id in ids:
             self.stop_persistent(query_id)
         self._inserts.close()
+
+
+def _sink_timestamp(sink: SourceInfo, query_id: str) -> tuple[Column | None, str | None]:
+    """The output column (and its TIMESTAMP_FORMAT) that sets the records' timestamps: a C*AS's
+    ``WITH (TIMESTAMP='col')``. An INSERT INTO does not use its target's (ksqlDB's
+    ``LogicalPlanner`` takes the column from the statement's own WITH clause only)."""
+    if sink.timestamp_column is None or sink.created_by != query_id:
+        return None, None
+    column = sink.column(sink.timestamp_column)
+    if column is None:
+        raise StatementError(f"The TIMESTAMP column set in the WITH clause does not exist in the schema: "
+                             f"'{sink.timestamp_column}'")
+    return column, sink.timestamp_format
 
 
 def _spark_name(query_id: str) -> str:

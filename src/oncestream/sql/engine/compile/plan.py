@@ -6,9 +6,11 @@ Shape of the plan (docs/sql-on-spark.md has the semantics):
                                  -> GROUP BY [WINDOW] aggregates, HAVING  (update; sessions: append)
 
 The compiled frame has one column per output column (named as the output column), and may add
-``__WSTART``/``__WEND`` (BIGINT ms; windowed results) and ``__DELETE`` (true: the row is a
-tombstone for its key: a table row deleted upstream, or failing WHERE/HAVING on a table).
-``records()`` turns it into the connector's ``key``/``value`` columns for a sink's formats.
+``__WSTART``/``__WEND`` (BIGINT ms; windowed results), ``__DELETE`` (true: the row is a
+tombstone for its key: a table row deleted upstream, or failing WHERE/HAVING on a table) and
+``__ROWTIME`` (BIGINT ms: the result's ROWTIME as Kafka Streams gives it, see ``result_rowtime``).
+``records()`` turns it into the connector's ``key``/``value``/``timestamp`` columns for a sink's
+formats.
 """
 
 from __future__ import annotations
@@ -26,12 +28,12 @@ from sqlglot import exp
 from oncestream.sql.engine.compile import serde_columns
 from oncestream.sql.engine.compile.expressions import Scope, is_aggregate, quote, translate
 from oncestream.sql.engine.compile.joins import join_frames, join_key_sql
-from oncestream.sql.engine.compile.sources import RAW_KEY, TOMBSTONE, TS, ReadSettings, read_source
-from oncestream.sql.engine.compile.table_aggregation import aggregate_table
+from oncestream.sql.engine.compile.sources import RAW_KEY, TOMBSTONE, TS, ReadSettings, read_source, timestamp_ms
+from oncestream.sql.engine.compile.table_aggregation import RESULT_ROWTIME, aggregate_table
 from oncestream.sql.engine.compile.table_joins import JOIN_KEY
 from oncestream.sql.engine.serde import RecordLayout, layout_of
 from oncestream.sql.errors import StatementError
-from oncestream.sql.language.catalog import WINDOWEND, WINDOWSTART, Column, Format, SourceInfo
+from oncestream.sql.language.catalog import ROWTIME, WINDOWEND, WINDOWSTART, Column, Format, SourceInfo
 from oncestream.sql.language.sql_ast import Query, SourceKind, WindowKind, WindowSpec
 
 WSTART = "__WSTART"
@@ -65,9 +67,13 @@ class CompiledQuery:
         frame = self.frame.where(~F.col(DELETE)) if self.has_delete else self.frame
         return frame.select(*[F.col(quote(c.name)) for c in self.columns])
 
-    def records(self, layout: RecordLayout) -> DataFrame:
-        """The connector's ``key``/``value`` columns in the sink's formats (value null for a
-        tombstone)."""
+    def records(self, layout: RecordLayout, sink_timestamp: Column | None = None,
+                sink_timestamp_format: str | None = None) -> DataFrame:
+        """The connector's ``key``/``value``/``timestamp`` columns in the sink's formats (value
+        null for a tombstone). The record timestamp is the result's ROWTIME, or with
+        ``sink_timestamp`` (a C*AS's ``WITH (TIMESTAMP='col')``, one of ``columns``) that output
+        column's value; a row whose column is null or negative is dropped, as ksqlDB drops a row
+        whose timestamp it cannot extract (a tombstone keeps the result's ROWTIME)."""
         values = {c.name: F.col(quote(c.name)) for c in self.columns}
         start = F.col(WSTART) if self.window is not None else None
         end = F.col(WEND) if self.window is not None else None
@@ -78,7 +84,17 @@ class CompiledQuery:
         value = serde_columns.encode_value(layout, values)
         if self.has_delete:
             value = F.when(F.col(DELETE), F.lit(None).cast("binary")).otherwise(value)
-        return self.frame.select(key.alias("key"), value.alias("value"))
+        frame = self.frame
+        rowtime = F.col(RESULT_ROWTIME)
+        if sink_timestamp is not None:
+            chosen = timestamp_ms(F.col(quote(sink_timestamp.name)), sink_timestamp.type.base, sink_timestamp_format)
+            keep = F.col(RESULT_ROWTIME) >= 0
+            if self.has_delete:
+                chosen = F.when(F.col(DELETE), rowtime).otherwise(chosen)
+                keep = keep | F.col(DELETE)
+            frame = frame.withColumn(RESULT_ROWTIME, chosen).where(keep)
+            rowtime = F.col(RESULT_ROWTIME)
+        return frame.select(key.alias("key"), value.alias("value"), F.timestamp_millis(rowtime).alias("timestamp"))
 
 
 def key_layout_of(layout: RecordLayout) -> tuple[Any, ...]:
@@ -109,6 +125,18 @@ def source_aliases(analyzed: Any) -> list[tuple[str, SourceInfo]]:
     out = [(first, sources[first])]
     out += [(j.right_alias, j.right) for j in analyzed.joins]
     return out
+
+
+def result_rowtime(aliases: Sequence[tuple[str, SourceInfo]], scope: Scope) -> str:
+    """Spark SQL of a result row's ROWTIME before any aggregation, as Kafka Streams stamps it: the
+    source record's; of a join, the larger ROWTIME of its stream sides (stream-stream: both,
+    ``KStreamKStreamJoin``; stream-table: the stream's) or, when every side is a table, of the
+    tables (``KTableKTableJoin``). A side without a row (outer joins) is skipped (``greatest``
+    ignores nulls)."""
+    streams = [alias for alias, source in aliases if source.kind is SourceKind.STREAM]
+    sides = streams or [alias for alias, _ in aliases]
+    columns = [quote(scope.internal(alias, ROWTIME)) for alias in sides]
+    return columns[0] if len(columns) == 1 else f"greatest({', '.join(columns)})"
 
 
 def compile_query(spark: SparkSession, query: Query, analyzed: Any, settings: ReadSettings) -> CompiledQuery:
@@ -145,16 +173,17 @@ def compile_query(spark: SparkSession, query: Query, analyzed: Any, settings: Re
             table_frame = aggregate_table(frame, scope, first_alias, columns, chosen, group_exprs, aggregates,
                                           where, having)
             return CompiledQuery(table_frame, columns, result_kind, None, "append", True)
+        frame = frame.withColumn(RESULT_ROWTIME, F.expr(result_rowtime(aliases, scope)))
         return _aggregate(spark, frame, scope, columns, chosen, group_exprs, where, having, window, result_kind,
-                          scope.internal(first_alias, TS))
+                          scope.internal(first_alias, TS), bool(getattr(analyzed, "emit_final", False)))
     # A table-table join's key columns are its join key (a RIGHT/FULL join's row may lack the left side).
     join_key = JOIN_KEY if JOIN_KEY in frame.columns else None
     selected = [(F.col(join_key) if join_key and c.is_key else F.expr(translate(chosen[c.name], scope))).alias(c.name)
                 for c in columns]
-    extra: list[SparkColumn] = []
+    extra: list[SparkColumn] = [F.expr(result_rowtime(aliases, scope)).alias(RESULT_ROWTIME)]
     if first_source.window is not None and len(aliases) == 1:
         # A windowed source keeps its window in the key: carry it to the output key.
-        extra = [F.col(quote(WINDOWSTART)).alias(WSTART), F.col(quote(WINDOWEND)).alias(WEND)]
+        extra += [F.col(quote(WINDOWSTART)).alias(WSTART), F.col(quote(WINDOWEND)).alias(WEND)]
     keep = F.expr(translate(where, scope)) if where is not None else None
     raw_key = None
     if len(aliases) == 1 and _passes_key_through(analyzed, scope, first_alias, first_source):
@@ -187,7 +216,10 @@ def _window_sql(window: WindowSpec, ts: str) -> str:
 def _aggregate(spark: SparkSession, frame: DataFrame, scope: Scope, columns: Sequence[Column],
                chosen: Mapping[str, exp.Expression], group_exprs: Sequence[exp.Expression],
                where: exp.Expression | None, having: exp.Expression | None, window: WindowSpec | None,
-               result_kind: SourceKind, ts: str) -> CompiledQuery:
+               result_kind: SourceKind, ts: str, emit_final: bool = False) -> CompiledQuery:
+    """A stream aggregation. Each result's ROWTIME is the largest ROWTIME of its rows (per window
+    when windowed), as Kafka Streams' KStream(Window)Aggregate stamps it; the frame must carry
+    RESULT_ROWTIME."""
     if where is not None:
         frame = frame.where(F.expr(translate(where, scope)))
     group_sql = [translate(g, scope) for g in group_exprs]
@@ -197,7 +229,7 @@ def _aggregate(spark: SparkSession, frame: DataFrame, scope: Scope, columns: Seq
         frame = frame.where(F.expr(" AND ".join(f"({g}) IS NOT NULL" for g in group_sql)))
     inner = frame
     agg_scope = scope
-    extra_sql: list[str] = []
+    extra_sql = [f"max({quote(RESULT_ROWTIME)}) AS {quote(RESULT_ROWTIME)}"]
     output_mode = "update"
     if window is not None:
         grace_ms = window.grace_ms if window.grace_ms is not None else DEFAULT_GRACE_MS
@@ -213,7 +245,7 @@ def _aggregate(spark: SparkSession, frame: DataFrame, scope: Scope, columns: Seq
             inner = inner.where(F.expr(f"unix_millis({quote(WINDOW)}.start) >= 0"))
         group_sql.append(quote(WINDOW))
         agg_scope = Scope(scope.sources, scope.qualified, window_column=WINDOW, overrides=scope.overrides)
-        extra_sql = [f"unix_millis({quote(WINDOW)}.start) AS {quote(WSTART)}"]
+        extra_sql.append(f"unix_millis({quote(WINDOW)}.start) AS {quote(WSTART)}")
         if window.kind is WindowKind.SESSION:
             # ksqlDB's session WINDOWEND is the last event's time; Spark's session end is that plus
             # the gap (exclusive).
@@ -225,6 +257,11 @@ def _aggregate(spark: SparkSession, frame: DataFrame, scope: Scope, columns: Seq
             output_mode = "append"
         else:
             extra_sql.append(f"unix_millis({quote(WINDOW)}.end) AS {quote(WEND)}")
+            if emit_final:
+                # EMIT FINAL: Spark's append mode writes each window once, when the watermark
+                # (largest ROWTIME seen - grace) reaches its end, i.e. when stream time passes
+                # window end + grace, which is when Kafka Streams' emit-on-window-close writes it.
+                output_mode = "append"
     view = f"oncestream_sql_{next(_view_ids)}"
     inner.createOrReplaceTempView(view)
     select_sql = [f"{translate(chosen[c.name], agg_scope)} AS {quote(c.name)}" for c in columns]

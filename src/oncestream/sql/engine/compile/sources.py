@@ -6,7 +6,8 @@ timestamp, or the ``TIMESTAMP`` column), ``ROWPARTITION``, ``ROWOFFSET``, a wind
 ``WINDOWSTART``/``WINDOWEND``, ``__TS`` (ROWTIME as a Spark timestamp, for windows and watermarks)
 and ``__TOMBSTONE`` (the record's value is null) and ``__RAWKEY`` (the record key's bytes, written
 through unchanged when the output key is the source key in the same layout). A stream drops records with a null value, as
-ksqlDB does; a table keeps them (they delete the key).
+ksqlDB does; a table keeps them (they delete the key). Records whose ROWTIME is negative or null
+are dropped, as Kafka Streams drops them.
 """
 
 from __future__ import annotations
@@ -64,6 +65,16 @@ def starting_offsets(properties: Mapping[str, object]) -> str:
     return LATEST
 
 
+def timestamp_ms(value: F.Column, base: BaseType, timestamp_format: str | None) -> F.Column:
+    """A ``TIMESTAMP='col'`` column's value as epoch ms: BIGINT as is, TIMESTAMP, or STRING
+    parsed with ``TIMESTAMP_FORMAT`` (ksqlDB's default ``yyyy-MM-dd'T'HH:mm:ss.SSS``)."""
+    if base is BaseType.TIMESTAMP:
+        return F.unix_millis(value)
+    if base is BaseType.STRING:
+        return F.unix_millis(F.to_timestamp(value, timestamp_format or "yyyy-MM-dd'T'HH:mm:ss.SSS"))
+    return value.cast("bigint")
+
+
 def _rowtime(source: SourceInfo) -> F.Column:
     column = source.timestamp_column
     if column is None:
@@ -71,13 +82,7 @@ def _rowtime(source: SourceInfo) -> F.Column:
     spec = source.column(column)
     if spec is None:
         raise StatementError(f"The TIMESTAMP column set in the WITH clause does not exist in the schema: '{column}'")
-    value = F.col(f"`{column}`")
-    if spec.type.base is BaseType.TIMESTAMP:
-        return F.unix_millis(value)
-    if spec.type.base is BaseType.STRING:
-        fmt = source.timestamp_format or "yyyy-MM-dd'T'HH:mm:ss.SSS"
-        return F.unix_millis(F.to_timestamp(value, fmt))
-    return value.cast("bigint")
+    return timestamp_ms(F.col(f"`{column}`"), spec.type.base, source.timestamp_format)
 
 
 def read_source(spark: SparkSession, source: SourceInfo, settings: ReadSettings, prefix: str | None = None) -> DataFrame:
@@ -97,6 +102,9 @@ def read_source(spark: SparkSession, source: SourceInfo, settings: ReadSettings,
                          F.col("timestamp"), F.col("partition").alias(ROWPARTITION), F.col("offset").alias(ROWOFFSET),
                          F.col("key").alias(RAW_KEY))
     frame = decoded.withColumn(ROWTIME, _rowtime(source)).drop("timestamp").withColumn(TS, F.timestamp_millis(F.col(ROWTIME)))
+    # Kafka Streams skips a record whose timestamp (or TIMESTAMP column) is negative or cannot be
+    # extracted (null): it has no place in stream time, and no record can be written with it.
+    frame = frame.where(F.col(ROWTIME) >= 0)
     if source.kind is SourceKind.STREAM:
         frame = frame.where(~F.col(TOMBSTONE))
     # A record of a registry format that did not decode is in the processing log, not the query.

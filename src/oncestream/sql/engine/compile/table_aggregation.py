@@ -41,11 +41,12 @@ from oncestream.sql.engine.compile.table_state import (
 from oncestream.sql.engine.compile.table_udafs import TableUdafError, table_udaf, unsupported_message
 from oncestream.sql.errors import StatementError
 from oncestream.sql.language.analyzer_expr import call_parts, same_expression
-from oncestream.sql.language.catalog import ROWOFFSET, ROWPARTITION, Column
+from oncestream.sql.language.catalog import ROWOFFSET, ROWPARTITION, ROWTIME, Column
 from oncestream.sql.language.types import BaseType, SqlType
 
 GROUP_PREFIX = "__GRP_"
 DELETE = "__DELETE"   # the same column as plan.DELETE (plan imports this module)
+RESULT_ROWTIME = "__ROWTIME"   # the same column as plan.RESULT_ROWTIME
 
 _JSON_OPTIONS = {"ignoreNullFields": "false"}
 
@@ -96,7 +97,8 @@ def aggregate_table(frame: DataFrame, scope: Scope, alias: str, columns: Sequenc
                     aggregates: Sequence[exp.Expression], where: exp.Expression | None,
                     having: exp.Expression | None) -> DataFrame:
     """The frame of a table aggregation (see the module docstring): one column per output column
-    plus ``__DELETE`` (HAVING failed: a tombstone for the group's key)."""
+    plus ``__DELETE`` (HAVING failed: a tombstone for the group's key) and ``__ROWTIME`` (the
+    largest ROWTIME of the records that changed the group)."""
     calls: list[tuple[str, tuple[str, ...], bool]] = []
     arg_sql: list[tuple[str, str]] = []
     arg_slices: list[list[str]] = []
@@ -138,7 +140,8 @@ def aggregate_table(frame: DataFrame, scope: Scope, alias: str, columns: Sequenc
     changes = frame.where(F.col(quote(RAW_KEY)).isNotNull()).select(
         F.col(quote(RAW_KEY)).alias("__K"), F.col(quote(scope.internal(alias, ROWPARTITION))).cast("long").alias("__P"),
         F.col(quote(scope.internal(alias, ROWOFFSET))).cast("long").alias("__O"), present.alias("__PRESENT"),
-        group_json.alias("__G"), F.to_json(args_struct, _JSON_OPTIONS).alias("__A"))
+        group_json.alias("__G"), F.to_json(args_struct, _JSON_OPTIONS).alias("__A"),
+        F.col(quote(scope.internal(alias, ROWTIME))).cast("long").alias("__T"))
     group_schema = frame.select(*group_cols).schema
 
     deltas = changes.groupBy("__K").transformWithState(ChangelogProcessor(), DELTA_SCHEMA, "Append", "None")
@@ -146,7 +149,8 @@ def aggregate_table(frame: DataFrame, scope: Scope, alias: str, columns: Sequenc
                                                        "Append", "None")
 
     result_schema = T.StructType([T.StructField(f"{AGG_PREFIX}{i}", _result_type(a)) for i, a in enumerate(aggregates)])
-    unpacked = results.select(F.from_json("__G", group_schema).alias("__g"), F.from_json("__R", result_schema).alias("__r"))
+    unpacked = results.select(F.from_json("__G", group_schema).alias("__g"), F.from_json("__R", result_schema).alias("__r"),
+                              F.col("__T").alias(RESULT_ROWTIME))
     values = [F.col(f"__g.{quote(f.name)}").alias(f.name) for f in group_schema.fields]
     for i, aggregate in enumerate(aggregates):
         value = F.col(f"__r.{quote(f'{AGG_PREFIX}{i}')}")
@@ -154,7 +158,7 @@ def aggregate_table(frame: DataFrame, scope: Scope, alias: str, columns: Sequenc
         if isinstance(ty, SqlType) and ty.base is BaseType.DECIMAL:
             value = value.cast(serde_columns.spark_type(ty))
         values.append(value.alias(f"{AGG_PREFIX}{i}"))
-    grouped = unpacked.select(*values)
+    grouped = unpacked.select(*values, RESULT_ROWTIME)
 
     names = [f.name for f in group_schema.fields] + [f"{AGG_PREFIX}{i}" for i in range(len(aggregates))]
     result_scope = Scope(scope.sources, scope.qualified, overrides={**scope.overrides, **{n: quote(n) for n in names}})
@@ -164,4 +168,4 @@ def aggregate_table(frame: DataFrame, scope: Scope, alias: str, columns: Sequenc
     if having is not None:
         passes = F.expr(translate(_over_results(having, group_exprs, aggregates), result_scope))
         delete = ~F.coalesce(passes, F.lit(False))
-    return grouped.select(*selected, delete.alias(DELETE))
+    return grouped.select(*selected, delete.alias(DELETE), RESULT_ROWTIME)

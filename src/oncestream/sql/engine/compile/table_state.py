@@ -20,10 +20,13 @@ AGG_PREFIX = "__AGG_"
 
 DELTA_SCHEMA = T.StructType([T.StructField("__G", T.StringType()), T.StructField("__A", T.StringType()),
                              T.StructField("__SIGN", T.LongType()), T.StructField("__P", T.LongType()),
-                             T.StructField("__O", T.LongType()), T.StructField("__SEQ", T.LongType())])
-RESULT_SCHEMA = T.StructType([T.StructField("__G", T.StringType()), T.StructField("__R", T.StringType())])
+                             T.StructField("__O", T.LongType()), T.StructField("__SEQ", T.LongType()),
+                             T.StructField("__T", T.LongType())])
+RESULT_SCHEMA = T.StructType([T.StructField("__G", T.StringType()), T.StructField("__R", T.StringType()),
+                              T.StructField("__T", T.LongType())])
 _CONTRIBUTION_STATE = T.StructType([T.StructField("group", T.StringType()), T.StructField("args", T.StringType())])
 _ACCUMULATOR_STATE = T.StructType([T.StructField("accumulators", T.StringType())])
+_ROWTIME_STATE = T.StructType([T.StructField("rowtime", T.LongType())])
 
 
 def _parse(text: str) -> dict[str, Any]:
@@ -38,7 +41,11 @@ class ChangelogProcessor(StatefulProcessor):
         self.contribution = handle.getValueState("contribution", _CONTRIBUTION_STATE)
 
     def handleInputRows(self, key: Any, rows: Iterator[Row], timerValues: Any) -> Iterator[Row]:
-        changes = [ChangeRow(int(r["__P"]), int(r["__O"]), bool(r["__PRESENT"]), r["__G"], r["__A"]) for r in rows]
+        changes: list[ChangeRow] = []
+        rowtimes: dict[tuple[int, int], int] = {}
+        for r in rows:
+            changes.append(ChangeRow(int(r["__P"]), int(r["__O"]), bool(r["__PRESENT"]), r["__G"], r["__A"]))
+            rowtimes[(int(r["__P"]), int(r["__O"]))] = int(r["__T"])
         stored = self.contribution.get() if self.contribution.exists() else None
         previous = (str(stored[0]), str(stored[1])) if stored is not None else None
         deltas, current = changelog_step(changes, previous)
@@ -48,7 +55,10 @@ class ChangelogProcessor(StatefulProcessor):
         else:
             self.contribution.update(current)
         for d in deltas:
-            yield Row(__G=d.group, __A=d.args, __SIGN=d.sign, __P=d.partition, __O=d.offset, __SEQ=d.seq)
+            # Both deltas of a change carry its record's ROWTIME (Kafka Streams' repartition
+            # forwards the old and the new value with the updating record's timestamp).
+            yield Row(__G=d.group, __A=d.args, __SIGN=d.sign, __P=d.partition, __O=d.offset, __SEQ=d.seq,
+                      __T=rowtimes[(d.partition, d.offset)])
 
     def close(self) -> None:
         pass
@@ -61,7 +71,9 @@ def _json_default(value: Any) -> Any:
 
 
 class GroupProcessor(StatefulProcessor):
-    """Keyed by the group (JSON of its GROUP BY values); state: the aggregates' accumulators.
+    """Keyed by the group (JSON of its GROUP BY values); state: the aggregates' accumulators and
+    the group's ROWTIME (the largest of the records that changed it: Kafka Streams'
+    KTableAggregate stamps each result with max(record, previous result)).
     ``calls``: (name, argument base types, star) of each aggregate; ``arg_slices``: the fields of
     the arguments' JSON that each one reads."""
 
@@ -72,16 +84,24 @@ class GroupProcessor(StatefulProcessor):
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.udafs: list[TableUdaf] = [table_udaf(name, types, star) for name, types, star in self.calls]
         self.accumulators = handle.getValueState("accumulators", _ACCUMULATOR_STATE)
+        self.rowtime = handle.getValueState("rowtime", _ROWTIME_STATE)
 
     def handleInputRows(self, key: Any, rows: Iterator[Row], timerValues: Any) -> Iterator[Row]:
         group = str(key[0])
-        deltas = [Delta(group, r["__A"], int(r["__SIGN"]), int(r["__P"]), int(r["__O"]), int(r["__SEQ"])) for r in rows]
+        deltas: list[Delta] = []
+        kept_rowtime = self.rowtime.get() if self.rowtime.exists() else None
+        rowtime = int(kept_rowtime[0]) if kept_rowtime is not None else None
+        for r in rows:
+            deltas.append(Delta(group, r["__A"], int(r["__SIGN"]), int(r["__P"]), int(r["__O"]), int(r["__SEQ"])))
+            rowtime = int(r["__T"]) if rowtime is None else max(rowtime, int(r["__T"]))
         stored = self.accumulators.get() if self.accumulators.exists() else None
         accumulators = json.loads(stored[0]) if stored is not None else None
         results, kept = group_step(deltas, accumulators, self.udafs, self.arg_slices, _parse)
         self.accumulators.update((json.dumps(kept, default=_json_default),))
+        if rowtime is not None:
+            self.rowtime.update((rowtime,))
         fields = {f"{AGG_PREFIX}{i}": r for i, r in enumerate(results)}
-        yield Row(__G=group, __R=json.dumps(fields, default=_json_default))
+        yield Row(__G=group, __R=json.dumps(fields, default=_json_default), __T=rowtime)
 
     def close(self) -> None:
         pass
