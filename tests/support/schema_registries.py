@@ -11,24 +11,23 @@ from pathlib import Path
 
 import httpx
 
-from oncestream.broker_process import ManagedBroker
+from oncestream.schema_registry_process import SchemaRegistryProcess as RegistryProcess
 from tests.support.faults import child_environment
 
 READY_TIMEOUT_S = 60.0
 
 
-class SchemaRegistryProcess(ManagedBroker):
-    """One registry instance on ``bootstrap``; ``config`` entries are passed as ``--config``
-    (with ``listeners=https://...`` it serves HTTPS on its port)."""
-
-    name = "schema-registry"
+class SchemaRegistryProcess(RegistryProcess):
+    """One registry instance on ``bootstrap`` (``oncestream.schema_registry_process``, as the
+    conformance runner starts it); ``config`` entries are passed as ``--config`` (with
+    ``listeners=https://...`` it serves HTTPS on its port); the test environment's coverage and
+    fault settings reach the child."""
 
     def __init__(self, *, bootstrap: str, work_dir: Path, config: dict[str, str] | None = None,
                  name: str = "schema-registry") -> None:
-        super().__init__(Path(work_dir) / name, ready_timeout_s=READY_TIMEOUT_S)
+        super().__init__(bootstrap=bootstrap, log_dir=Path(work_dir) / name, config=config,
+                         ready_timeout_s=READY_TIMEOUT_S)
         self.name = name
-        self.registry_bootstrap = bootstrap
-        self.config = dict(config or {})
         self.scheme = "https" if self.config.get("listeners", "").startswith("https") else "http"
 
     @property

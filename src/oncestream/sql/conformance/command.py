@@ -210,7 +210,7 @@ def environment(work_dir: Path, bootstrap: str | None, master: str,
             address = broker.bootstrap
         url = registry_url
         if url is None:
-            from oncestream.schema_registry.process import SchemaRegistryProcess
+            from oncestream.schema_registry_process import SchemaRegistryProcess
 
             registry_process = SchemaRegistryProcess(bootstrap=address, log_dir=work_dir / "schema-registry")
             registry_process.start()
