@@ -147,7 +147,7 @@ _add("JSON_ITEMS", 1, 1, _string_to("JSON_ITEMS", t.array_of(t.STRING)),
 _add("TO_JSON_STRING", 1, 1, _to_json_type, _to_json_string,
      "Any value as JSON text (NULL: 'null').", "to_json(named_struct('v', x)) without the wrapper")
 _add("JSON_CONCAT", 1, None, _concat_type, lambda c: f"{JSON_CONCAT_UDF}(array({', '.join(c.args)}))",
-     "PostgreSQL's || over JSON values: objects merged, else arrays concatenated; NULL if any is NULL or invalid.",
+     "PostgreSQL's JSON concatenation: objects merged, else arrays concatenated; NULL if any is NULL or invalid.",
      "Python UDF (json)")
 _add("JSON_ARRAY_CONTAINS", 2, 2, _contains_type, lambda c: f"{JSON_ARRAY_CONTAINS_UDF}({c.args[0]}, {c.args[1]})",
      "Whether a JSON array holds the value (same JSON type); FALSE if not an array.", "Python UDF (json)")
