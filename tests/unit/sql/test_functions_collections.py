@@ -183,3 +183,25 @@ def test_functions_once_refused_are_now_in_the_catalog(sources) -> None:
                  "TO_JSON_STRING"):
         assert functions.lookup(name) is not None, name
         assert name not in functions.NOT_SUPPORTED, name
+
+
+def test_time_unit_keywords_are_arguments_not_columns(sources) -> None:
+    ms = Metastore()
+    for offset, s in enumerate(parse("CREATE STREAM D (ID STRING KEY, TS TIMESTAMP, DT DATE, TM TIME, N INT) "
+                                     "WITH (kafka_topic='d', value_format='json');")):
+        ms.apply(ms.validate(s, {}, {"d": 1}), offset)
+    d = ms.source_map()
+    a = analyze(d, "SELECT TIMESTAMPADD(MILLISECONDS, 10, ts) AS a, DATESUB(DAYS, n, dt) AS b, TIMEADD(HOURS, 1, tm) AS c "
+                   "FROM d EMIT CHANGES;")
+    assert a.schema_text() == "`A` TIMESTAMP, `B` DATE, `C` TIME"
+    with pytest.raises(StatementError) as e:
+        analyze(d, "SELECT timestampadd(ts, 5, ts) FROM d EMIT CHANGES;")
+    assert e.value.message == "Function 'timestampadd' does not accept parameters (TIMESTAMP, INTEGER, TIMESTAMP)."
+    with pytest.raises(StatementError) as e:
+        analyze(d, "SELECT dateadd(DAYS, 5, ts) FROM d EMIT CHANGES;")
+    assert e.value.message == "Function 'dateadd' does not accept parameters (STRING, INTEGER, TIMESTAMP)."
+    # ksqlDB's TimeUnit arithmetic: a DATE shifted by milliseconds truncates to its day, a TIME wraps around the day
+    assert _spark("DATEADD", ["'MILLISECONDS'", "n", "d"], [t.STRING, t.INTEGER, t.DATE]) == \
+        "date_from_unix_date(CAST((CAST(unix_date(d) AS BIGINT) * 86400000 + CAST(n AS BIGINT) * 1) div 86400000 AS INT))"
+    assert _spark("TIMESUB", ["'SECONDS'", "n", "t"], [t.STRING, t.INTEGER, t.TIME]) == \
+        "CAST(pmod(CAST(t AS BIGINT) - CAST(n AS BIGINT) * 1000, 86400000) AS INT)"

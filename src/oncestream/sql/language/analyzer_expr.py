@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from sqlglot import exp
 
 from oncestream.sql.errors import StatementError
-from oncestream.sql.language import catalog, functions
+from oncestream.sql.language import catalog, functions, functions_time
 from oncestream.sql.language import types as t
 from oncestream.sql.language.analyzer_functions import (
     LAMBDA_FUNCTIONS,
@@ -652,7 +652,15 @@ class ExpressionResolver:
         if fd.name == "COUNT" and args and isinstance(args[0], exp.Star):
             out = exp.Anonymous(this="COUNT", expressions=[exp.Star()])
             return self._typed(out, t.BIGINT)
-        resolved = [self._resolve(a, clause) for a in args]
+        if fd.name in functions_time.UNIT_FUNCTIONS:
+            # TIMESTAMPADD(MILLISECONDS, n, ts): the unit is a keyword, not a column
+            rest = [self._resolve(a, clause) for a in args[1:]]
+            if not (args and functions_time.is_unit_keyword(args[0])):
+                first = [self._resolve(args[0], clause)] if args else []
+                functions_time.unit_argument(fd.name, args, [type_of(a) for a in first + rest])
+            resolved = [functions_time.unit_argument(fd.name, args, []), *rest]
+        else:
+            resolved = [self._resolve(a, clause) for a in args]
         if fd.aggregate and fd.name in _LITERAL_PARAMETERS:
             for i, (arg, orig) in enumerate(zip(resolved[1:], args[1:]), start=2):
                 if not isinstance(arg, (exp.Literal, exp.Boolean, exp.Neg)):

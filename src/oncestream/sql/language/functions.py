@@ -718,10 +718,6 @@ _with_python("IFNULL", lambda args: args[0] if args[0] is not None else args[1])
 # ksqlDB functions with no faithful Spark SQL translation here (docs/sql-functions.md explains).
 NOT_SUPPORTED: dict[str, str] = {
     "HISTOGRAM": "no Spark aggregate builds a value->count map incrementally in streaming state",
-    "TIMESTAMPADD": "the unit argument is a keyword the analyzer does not resolve yet",
-    "TIMESTAMPSUB": "the unit argument is a keyword the analyzer does not resolve yet",
-    "DATEADD": "the unit argument is a keyword the analyzer does not resolve yet",
-    "DATESUB": "the unit argument is a keyword the analyzer does not resolve yet",
     "GEO_DISTANCE": "no Spark SQL equivalent",
     "URL_EXTRACT_HOST": "no Spark SQL equivalent of ksqlDB's URL functions (parse_url differs on errors)",
     "URL_EXTRACT_PATH": "see URL_EXTRACT_HOST",
@@ -746,8 +742,6 @@ NOT_SUPPORTED: dict[str, str] = {
     "MASK_RIGHT": "not translated yet",
     "FORMAT_TIME": "Spark has no TIME type",
     "PARSE_TIME": "Spark has no TIME type",
-    "TIMEADD": "Spark has no TIME type",
-    "TIMESUB": "Spark has no TIME type",
     "BIGINT_FROM_BYTES": "BYTES conversions are not supported",
     "DOUBLE_FROM_BYTES": "BYTES conversions are not supported",
     "INT_FROM_BYTES": "BYTES conversions are not supported",
@@ -790,4 +784,4 @@ def python_functions() -> dict[str, FunctionDef]:
 
 # table functions, lambda functions and the collection functions built on Spark's higher-order
 # functions register themselves into the catalog (a module of their own: this one is long)
-from oncestream.sql.language import functions_collections, functions_json  # noqa: E402,F401  (register)
+from oncestream.sql.language import functions_collections, functions_json, functions_time  # noqa: E402,F401  (register)
