@@ -728,14 +728,9 @@ NOT_SUPPORTED: dict[str, str] = {
     "URL_EXTRACT_PARAMETER": "see URL_EXTRACT_HOST",
     "URL_ENCODE_PARAM": "see URL_EXTRACT_HOST",
     "URL_DECODE_PARAM": "see URL_EXTRACT_HOST",
-    "ENCODE": "ksqlDB's charset names differ from Spark's encode/decode",
-    "TO_BYTES": "BYTES conversions are not supported",
-    "FROM_BYTES": "BYTES conversions are not supported",
     "TRUNC": "not translated yet",
-    "CONVERT_TZ": "not translated yet",
     "ATTEMPT_TO_CAST": "not translated yet",
     "MAP_UNION": "Spark's map_concat fails on duplicate keys where ksqlDB keeps the last",
-    "SPLIT_TO_MAP": "Spark's str_to_map takes regex delimiters",
     "MASK_KEEP_LEFT": "not translated yet",
     "MASK_KEEP_RIGHT": "not translated yet",
     "MASK_LEFT": "not translated yet",
@@ -784,4 +779,9 @@ def python_functions() -> dict[str, FunctionDef]:
 
 # table functions, lambda functions and the collection functions built on Spark's higher-order
 # functions register themselves into the catalog (a module of their own: this one is long)
-from oncestream.sql.language import functions_collections, functions_json, functions_time  # noqa: E402,F401  (register)
+from oncestream.sql.language import (  # noqa: E402,F401  (they register)
+    functions_collections,
+    functions_conversions,
+    functions_json,
+    functions_time,
+)

@@ -1,0 +1,195 @@
+"""ksqlDB's BYTES and encoding functions, ``SPLIT_TO_MAP`` and ``CONVERT_TZ``, registered into
+``functions``' catalog, all in Spark SQL:
+
+- ``TO_BYTES(s, enc)`` / ``FROM_BYTES(b, enc)`` with ksqlDB's encodings ``hex`` (FROM_BYTES writes
+  upper case), ``utf8``, ``ascii`` (a non-ASCII character is ``?`` one way, U+FFFD the other, as
+  Java's charsets), ``base64``; another encoding is ksqlDB's runtime error, NULL here;
+- ``ENCODE(s, from, to)``: the string read in one encoding and written in another (hex written
+  lower case, as ksqlDB's commons-codec);
+- ``LEN``, ``LPAD``, ``RPAD``, ``CONCAT`` over BYTES as over strings (CONCAT skips NULLs);
+- ``SPLIT_TO_MAP(s, entryDelim, kvDelim)``: literal delimiters (Guava's ``Splitter``), empty
+  entries and entries without ``kvDelim`` skipped, the value being the text up to a second
+  ``kvDelim``, the last entry of a key winning; NULL for an empty or equal delimiter;
+- ``CONVERT_TZ(ts, from, to)``: the timestamp's wall clock read in one zone and written in another.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+
+from oncestream.sql.language import types as t
+from oncestream.sql.language.functions import (
+    _CATALOG,
+    CallSite,
+    FunctionTypeError,
+    SparkRule,
+    TypeRule,
+    _add,
+    _section,
+    is_integral,
+    is_string,
+)
+from oncestream.sql.language.types import BaseType, SqlType
+
+_CHARSETS = {"utf8": "UTF-8", "ascii": "US-ASCII"}
+
+
+def _refused(name: str, arg_types: Sequence[SqlType | None]) -> str:
+    listed = ", ".join("null" if a is None else a.ksql_name for a in arg_types)
+    return f"Function '{name}' does not accept parameters ({listed})."
+
+
+def _is_bytes(ty: SqlType | None) -> bool:
+    return ty is None or ty.base is BaseType.BYTES
+
+
+def _lower(sql: str) -> str:
+    return f"lower({sql})"
+
+
+def _to_bytes_sql(s: str, encoding: str) -> str:
+    """A string read as bytes in a ksqlDB encoding (NULL for an unknown one)."""
+    e = _lower(encoding)
+    return (f"CASE {e} WHEN 'hex' THEN unhex({s}) WHEN 'utf8' THEN encode({s}, 'UTF-8') "
+            f"WHEN 'ascii' THEN encode({s}, 'US-ASCII') WHEN 'base64' THEN unbase64({s}) END")
+
+
+def _from_bytes_sql(b: str, encoding: str, hex_case: str = "upper") -> str:
+    """Bytes written as a string in a ksqlDB encoding (NULL for an unknown one)."""
+    e = _lower(encoding)
+    return (f"CASE {e} WHEN 'hex' THEN {hex_case}(hex({b})) WHEN 'utf8' THEN decode({b}, 'UTF-8') "
+            f"WHEN 'ascii' THEN decode({b}, 'US-ASCII') WHEN 'base64' THEN base64({b}) END")
+
+
+def _sig2(name: str, first: Callable[[SqlType | None], bool], result: SqlType) -> TypeRule:
+    def rule(arg_types: Sequence[SqlType | None]) -> SqlType:
+        if len(arg_types) != 2 or not first(arg_types[0]) or not is_string(arg_types[1]):
+            raise FunctionTypeError(_refused(name, arg_types))
+        return result
+    return rule
+
+
+def _encode_type(arg_types: Sequence[SqlType | None]) -> SqlType:
+    if len(arg_types) != 3 or not all(is_string(a) for a in arg_types):
+        raise FunctionTypeError(_refused("ENCODE", arg_types))
+    return t.STRING
+
+
+def _encode(c: CallSite) -> str:
+    s, source, target = c.args
+    # ksqlDB's hex decoder accepts a 0x / X'..' wrapper
+    stripped = f"regexp_replace({s}, '^(0x|0X|[xX]\\'|\\')|\\'$', '')"
+    read = _to_bytes_sql(f"CASE WHEN {_lower(source)} = 'hex' THEN {stripped} ELSE {s} END", source)
+    return f"CASE WHEN {_lower(source)} = {_lower(target)} THEN NULL ELSE {_from_bytes_sql(read, target, 'lower')} END"
+
+
+def _len_type(arg_types: Sequence[SqlType | None]) -> SqlType:
+    if len(arg_types) != 1 or not (is_string(arg_types[0]) or _is_bytes(arg_types[0])):
+        raise FunctionTypeError(_refused("LEN", arg_types))
+    return t.INTEGER
+
+
+def _pad_type(name: str) -> TypeRule:
+    def rule(arg_types: Sequence[SqlType | None]) -> SqlType:
+        if len(arg_types) == 3 and is_integral(arg_types[1]):
+            if is_string(arg_types[0]) and is_string(arg_types[2]):
+                return t.STRING
+            if _is_bytes(arg_types[0]) and _is_bytes(arg_types[2]):
+                return t.BYTES
+        raise FunctionTypeError(_refused(name, arg_types))
+    return rule
+
+
+def _concat_type(arg_types: Sequence[SqlType | None]) -> SqlType:
+    if arg_types and all(is_string(a) for a in arg_types):
+        return t.STRING
+    if arg_types and all(_is_bytes(a) for a in arg_types):
+        return t.BYTES
+    raise FunctionTypeError(_refused("CONCAT", arg_types))
+
+
+def _concat(c: CallSite) -> str:
+    if any(ty is not None and ty.base is BaseType.BYTES for ty in c.types):
+        return "concat(" + ", ".join(f"coalesce({a}, X'')" for a in c.args) + ")"
+    return f"concat_ws('', {', '.join(c.args)})"
+
+
+def _concat_ws_type(arg_types: Sequence[SqlType | None]) -> SqlType:
+    if len(arg_types) < 2:
+        raise FunctionTypeError(_refused("CONCAT_WS", arg_types))
+    if all(is_string(a) for a in arg_types):
+        return t.STRING
+    if all(_is_bytes(a) for a in arg_types):
+        return t.BYTES
+    raise FunctionTypeError(_refused("CONCAT_WS", arg_types))
+
+
+def _concat_ws(c: CallSite) -> str:
+    if any(ty is not None and ty.base is BaseType.BYTES for ty in c.types):
+        # bytes joined through their hex text (array_join skips NULLs, as ksqlDB does)
+        parts = ", ".join(f"hex({a})" for a in c.args[1:])
+        return f"unhex(array_join(array({parts}), hex({c.args[0]})))"
+    return f"concat_ws({', '.join(c.args)})"
+
+
+def _quoted(delimiter: str) -> str:
+    return f"concat('\\\\Q', {delimiter}, '\\\\E')"
+
+
+def _split_to_map(c: CallSite) -> str:
+    s, entry, kv = c.args
+    entries = f"filter(split({s}, {_quoted(entry)}, -1), __os_s -> __os_s <> '' AND instr(__os_s, {kv}) > 0)"
+    pairs = f"transform({entries}, __os_s -> split(__os_s, {_quoted(kv)}, -1))"
+    keys = f"transform({pairs}, __os_p -> __os_p[0])"
+    values = f"transform({pairs}, __os_p -> __os_p[1])"
+    # the last value of a key wins (ksqlDB's toMap merge); Spark's maps refuse duplicate keys
+    last = f"element_at({values}, size({keys}) - array_position(reverse({keys}), __os_k) + 1)"
+    built = f"map_from_arrays(array_distinct({keys}), transform(array_distinct({keys}), __os_k -> {last}))"
+    return f"CASE WHEN {entry} = '' OR {kv} = '' OR {entry} = {kv} THEN NULL ELSE {built} END"
+
+
+def _split_to_map_type(arg_types: Sequence[SqlType | None]) -> SqlType:
+    if len(arg_types) != 3 or not all(is_string(a) for a in arg_types):
+        raise FunctionTypeError(_refused("SPLIT_TO_MAP", arg_types))
+    return t.map_of(t.STRING, t.STRING)
+
+
+def _convert_tz_type(arg_types: Sequence[SqlType | None]) -> SqlType:
+    if len(arg_types) != 3 or not (arg_types[0] is None or arg_types[0].base is BaseType.TIMESTAMP) or \
+            not all(is_string(a) for a in arg_types[1:]):
+        raise FunctionTypeError(_refused("CONVERT_TZ", arg_types))
+    return t.TIMESTAMP
+
+
+def _widen(name: str, rule: TypeRule, spark: SparkRule, description: str, spark_doc: str) -> None:
+    """A string function of ``functions`` that ksqlDB also applies to BYTES: its rules replaced,
+    its category and Python form (pull queries) kept."""
+    fd = replace(_CATALOG[name], return_type=rule, spark=spark, description=description, spark_doc=spark_doc)
+    for n in (fd.name, *fd.aliases):
+        _CATALOG[n] = fd
+
+
+_section("STRING")
+_add("TO_BYTES", 2, 2, _sig2("TO_BYTES", is_string, t.BYTES), lambda c: _to_bytes_sql(c.args[0], c.args[1]),
+     "A string read as BYTES in an encoding (hex, utf8, ascii, base64).", "unhex / encode / unbase64")
+_add("FROM_BYTES", 2, 2, _sig2("FROM_BYTES", _is_bytes, t.STRING), lambda c: _from_bytes_sql(c.args[0], c.args[1]),
+     "BYTES written as a string in an encoding (hex, utf8, ascii, base64).", "hex / decode / base64")
+_add("ENCODE", 3, 3, _encode_type, _encode,
+     "A string re-encoded from one encoding to another (hex, utf8, ascii, base64).", "decode then encode")
+_widen("LEN", _len_type, lambda c: f"length({c.args[0]})", "Length in characters (BYTES: in bytes).", "length(s)")
+_widen("LPAD", _pad_type("LPAD"), lambda c: f"lpad({c.args[0]}, {c.args[1]}, {c.args[2]})",
+       "Left-pad to a length (STRING or BYTES).", "lpad(s, n, pad)")
+_widen("RPAD", _pad_type("RPAD"), lambda c: f"rpad({c.args[0]}, {c.args[1]}, {c.args[2]})",
+       "Right-pad to a length (STRING or BYTES).", "rpad(s, n, pad)")
+_widen("CONCAT", _concat_type, _concat,
+       "Concatenate strings (or BYTES); NULL arguments count as empty.", "concat_ws('', a, b, ...) / concat of BYTES")
+_widen("CONCAT_WS", _concat_ws_type, _concat_ws,
+       "Concatenate with a separator, skipping NULLs (STRING or BYTES).", "concat_ws(sep, a, ...)")
+_add("SPLIT_TO_MAP", 3, 3, _split_to_map_type, _split_to_map,
+     "A map from 'k1<kv>v1<entry>k2<kv>v2...' (literal delimiters, the last value of a key wins).",
+     "map_from_arrays over split(s, quoted delimiter)")
+_section("DATE / TIME")
+_add("CONVERT_TZ", 3, 3, _convert_tz_type,
+     lambda c: f"from_utc_timestamp(to_utc_timestamp({c.args[0]}, {c.args[1]}), {c.args[2]})",
+     "A TIMESTAMP's wall clock moved from one time zone to another.", "from_utc_timestamp(to_utc_timestamp(ts, from), to)")
