@@ -107,6 +107,12 @@ CASES: list[tuple[str, Any]] = [
     ("SPLIT_TO_MAP(S, '&&', ':')", {"apple": "green/banana"}),
     ("SPLIT_TO_MAP('apple:green//banana:yellow//cherry:red/', '/', ':')",
      {"apple": "green", "banana": "yellow", "cherry": "red"}),
+    # instr.json
+    ("INSTR('corporate floor', 'or')", 2), ("INSTR('should I stay or should I go', 'or')", 15), ("INSTR('short', 'or')", 3),
+    ("INSTR('no substring', 'or')", 0), ("INSTR('corporate floor', 'or', 4)", 5), ("INSTR('short', 'or', 4)", 0),
+    ("INSTR('corporate floor', 'or', 4, 2)", 14), ("INSTR('short', 'or', 4, 2)", 0), ("INSTR('corporate floor', 'or', -4)", 5),
+    ("INSTR('short', 'or', -4)", 0), ("INSTR('corporate floor', 'or', -4, 2)", 2), ("INSTR('short', 'or', -4, 2)", 0),
+    ("INSTR(CAST(NULL AS STRING), 'or')", 0),
     ("SPLIT_TO_MAP(S, '/', '=')", {}), ("SPLIT_TO_MAP('a:1/a:2', '/', ':')", {"a": "2"}), ("SPLIT_TO_MAP(S, '/', '/')", None),
 ]
 

@@ -170,7 +170,37 @@ def _widen(name: str, rule: TypeRule, spark: SparkRule, description: str, spark_
         _CATALOG[n] = fd
 
 
+def _instr_type(arg_types: Sequence[SqlType | None]) -> SqlType:
+    if not (2 <= len(arg_types) <= 4) or not all(is_string(a) for a in arg_types[:2]) or \
+            not all(is_integral(a) for a in arg_types[2:]):
+        raise FunctionTypeError(_refused("INSTR", arg_types))
+    return t.INTEGER
+
+
+def _nth_match(text: str, sub: str, occurrence: str) -> str:
+    """1-based index in ``text`` of the ``occurrence``-th (overlapping) match of ``sub``, NULL if none
+    (commons-lang's ordinalIndexOf + 1)."""
+    matches = f"filter(sequence(1, length({text})), __os_i -> substr({text}, __os_i, length({sub})) = {sub})"
+    return f"element_at({matches}, {occurrence})"
+
+
+def _instr(c: CallSite) -> str:
+    """ksqlDB's INSTR(str, sub[, position[, occurrence]]): 1-based, 0 when absent or NULL; a
+    negative position searches backwards from that far from the end."""
+    s, sub = c.args[0], c.args[1]
+    position = c.args[2] if len(c.args) > 2 else "1"
+    occurrence = c.args[3] if len(c.args) > 3 else "1"
+    forward = f"{_nth_match(f'substr({s}, {position})', sub, occurrence)} + {position} - 1"
+    back = f"-({position})"
+    found = _nth_match(f"substr(reverse({s}), {back})", f"reverse({sub})", occurrence)
+    backward = f"length({s}) - {back} - ({found} - 1) - length({sub}) + 2"
+    return (f"coalesce(CASE WHEN abs({position}) > length({s}) THEN 0 WHEN {position} < 0 THEN {backward} "
+            f"ELSE {forward} END, 0)")
+
+
 _section("STRING")
+_widen("INSTR", _instr_type, _instr, "1-based position of a substring (from a position, its n-th occurrence), 0 if absent.",
+       "element_at(filter(sequence(...), i -> substr(s, i, n) = sub), occurrence)")
 _add("TO_BYTES", 2, 2, _sig2("TO_BYTES", is_string, t.BYTES), lambda c: _to_bytes_sql(c.args[0], c.args[1]),
      "A string read as BYTES in an encoding (hex, utf8, ascii, base64).", "unhex / encode / unbase64")
 _add("FROM_BYTES", 2, 2, _sig2("FROM_BYTES", _is_bytes, t.STRING), lambda c: _from_bytes_sql(c.args[0], c.args[1]),
