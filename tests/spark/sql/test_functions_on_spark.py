@@ -107,6 +107,12 @@ CASES: list[tuple[str, Any]] = [
     ("SPLIT_TO_MAP(S, '&&', ':')", {"apple": "green/banana"}),
     ("SPLIT_TO_MAP('apple:green//banana:yellow//cherry:red/', '/', ':')",
      {"apple": "green", "banana": "yellow", "cherry": "red"}),
+    # geodistance.json
+    ("GEO_DISTANCE(37.4439, -122.1663, 51.5257, -0.1122)", 8634.659796579544),
+    ("GEO_DISTANCE(37.4439, -122.1663, 51.5257, -0.1122, 'MI')", 5365.659729188262),
+    ("GEO_DISTANCE(-33.9323, 18.4197, -33.8666, 151.1, 'KM')", 11005.23304055582),
+    ("GEO_DISTANCE(39.18660374, -76.73262144, 39.18660374, -76.73222145)", 0.03447366811448324),
+    ("GEO_DISTANCE(91, 0, 0, 0)", None), ("GEO_DISTANCE(1, 0, 0, 0, 'parsecs')", None),
     # instr.json
     ("INSTR('corporate floor', 'or')", 2), ("INSTR('should I stay or should I go', 'or')", 15), ("INSTR('short', 'or')", 3),
     ("INSTR('no substring', 'or')", 0), ("INSTR('corporate floor', 'or', 4)", 5), ("INSTR('short', 'or', 4)", 0),

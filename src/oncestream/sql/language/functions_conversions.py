@@ -10,7 +10,11 @@
 - ``SPLIT_TO_MAP(s, entryDelim, kvDelim)``: literal delimiters (Guava's ``Splitter``), empty
   entries and entries without ``kvDelim`` skipped, the value being the text up to a second
   ``kvDelim``, the last entry of a key winning; NULL for an empty or equal delimiter;
-- ``CONVERT_TZ(ts, from, to)``: the timestamp's wall clock read in one zone and written in another.
+- ``CONVERT_TZ(ts, from, to)``: the timestamp's wall clock read in one zone and written in another;
+- ``INSTR(s, sub[, position[, occurrence]])`` as ksqlDB counts (commons-lang's ordinalIndexOf);
+- ``GEO_DISTANCE(lat1, lon1, lat2, lon2[, unit])``: ksqlDB's haversine in the same double
+  operations (Spark's functions are Java's ``Math``), km or miles; an invalid coordinate or unit
+  is ksqlDB's runtime error, NULL here.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from oncestream.sql.language.functions import (
     _add,
     _section,
     is_integral,
+    is_numeric,
     is_string,
 )
 from oncestream.sql.language.types import BaseType, SqlType
@@ -219,6 +224,35 @@ _widen("CONCAT_WS", _concat_ws_type, _concat_ws,
 _add("SPLIT_TO_MAP", 3, 3, _split_to_map_type, _split_to_map,
      "A map from 'k1<kv>v1<entry>k2<kv>v2...' (literal delimiters, the last value of a key wins).",
      "map_from_arrays over split(s, quoted delimiter)")
+def _geo_type(arg_types: Sequence[SqlType | None]) -> SqlType:
+    if len(arg_types) not in (4, 5) or not all(is_numeric(a) for a in arg_types[:4]) or \
+            (len(arg_types) == 5 and not is_string(arg_types[4])):
+        raise FunctionTypeError(_refused("GEO_DISTANCE", arg_types))
+    return t.DOUBLE
+
+
+_MILES = ("mi", "mile", "miles")
+_KMS = ("km", "kilometer", "kilometers", "kilometre", "kilometres")
+
+
+def _geo_distance(c: CallSite) -> str:
+    lat1, lon1, lat2, lon2 = (f"CAST({a} AS DOUBLE)" for a in c.args[:4])
+    a = (f"power(sin(radians({lat2} - {lat1}) / 2), 2) + power(sin(radians({lon2} - {lon1}) / 2), 2) "
+         f"* cos(radians({lat1})) * cos(radians({lat2}))")
+    radius = "6371.0D"
+    if len(c.args) == 5:
+        unit = f"lower(trim({c.args[4]}))"
+        names = ", ".join(f"'{n}'" for n in _MILES)
+        kms = ", ".join(f"'{n}'" for n in _KMS)
+        radius = (f"CASE WHEN {c.args[4]} IS NULL OR {unit} = '' THEN 6371.0D WHEN {unit} IN ({names}) THEN 3959.0D "
+                  f"WHEN {unit} IN ({kms}) THEN 6371.0D END")
+    valid = (f"abs({lat1}) <= 90 AND abs({lat2}) <= 90 AND abs({lon1}) <= 180 AND abs({lon2}) <= 180")
+    return f"CASE WHEN {valid} THEN 2 * asin(sqrt({a})) * {radius} END"
+
+
+_section("OTHER")
+_add("GEO_DISTANCE", 4, 5, _geo_type, _geo_distance,
+     "Great-circle distance between two (lat, lon) points in km (or 'MI').", "2 * asin(sqrt(haversine)) * radius")
 _section("DATE / TIME")
 _add("CONVERT_TZ", 3, 3, _convert_tz_type,
      lambda c: f"from_utc_timestamp(to_utc_timestamp({c.args[0]}, {c.args[1]}), {c.args[2]})",
