@@ -718,15 +718,6 @@ _with_python("IFNULL", lambda args: args[0] if args[0] is not None else args[1])
 # ksqlDB functions with no faithful Spark SQL translation here (docs/sql-functions.md explains).
 NOT_SUPPORTED: dict[str, str] = {
     "HISTOGRAM": "no Spark aggregate builds a value->count map incrementally in streaming state",
-    "URL_EXTRACT_HOST": "no Spark SQL equivalent of ksqlDB's URL functions (parse_url differs on errors)",
-    "URL_EXTRACT_PATH": "see URL_EXTRACT_HOST",
-    "URL_EXTRACT_PORT": "see URL_EXTRACT_HOST",
-    "URL_EXTRACT_PROTOCOL": "see URL_EXTRACT_HOST",
-    "URL_EXTRACT_QUERY": "see URL_EXTRACT_HOST",
-    "URL_EXTRACT_FRAGMENT": "see URL_EXTRACT_HOST",
-    "URL_EXTRACT_PARAMETER": "see URL_EXTRACT_HOST",
-    "URL_ENCODE_PARAM": "see URL_EXTRACT_HOST",
-    "URL_DECODE_PARAM": "see URL_EXTRACT_HOST",
     "TRUNC": "not translated yet",
     "ATTEMPT_TO_CAST": "not translated yet",
     "MAP_UNION": "Spark's map_concat fails on duplicate keys where ksqlDB keeps the last",

@@ -14,7 +14,12 @@
 - ``INSTR(s, sub[, position[, occurrence]])`` as ksqlDB counts (commons-lang's ordinalIndexOf);
 - ``GEO_DISTANCE(lat1, lon1, lat2, lon2[, unit])``: ksqlDB's haversine in the same double
   operations (Spark's functions are Java's ``Math``), km or miles; an invalid coordinate or unit
-  is ksqlDB's runtime error, NULL here.
+  is ksqlDB's runtime error, NULL here;
+- the URL functions: ``try_parse_url`` (java.net.URI, as ksqlDB's UrlParser; an invalid URL is
+  NULL), ``url_encode`` / ``try_url_decode`` (URLEncoder / URLDecoder: the same escapes as
+  Guava's form-parameter escaper). Spark's parts are the raw (still %-encoded) ones where
+  ksqlDB's ``URI`` getters decode; ``URL_EXTRACT_PARAMETER`` splits the query as ksqlDB does (a
+  parameter without ``=`` is ``''``).
 """
 
 from __future__ import annotations
@@ -253,6 +258,36 @@ def _geo_distance(c: CallSite) -> str:
 _section("OTHER")
 _add("GEO_DISTANCE", 4, 5, _geo_type, _geo_distance,
      "Great-circle distance between two (lat, lon) points in km (or 'MI').", "2 * asin(sqrt(haversine)) * radius")
+def _url_type(name: str, n: int, result: SqlType) -> TypeRule:
+    def rule(arg_types: Sequence[SqlType | None]) -> SqlType:
+        if len(arg_types) != n or not all(is_string(a) for a in arg_types):
+            raise FunctionTypeError(_refused(name, arg_types))
+        return result
+    return rule
+
+
+def _url_parameter(c: CallSite) -> str:
+    query = f"try_parse_url({c.args[0]}, 'QUERY')"
+    named = f"filter(split({query}, '&', -1), __os_p -> split(__os_p, '=', 2)[0] = {c.args[1]})"
+    after = "substr(__os_p, instr(__os_p, '=') + 1)"
+    value = f"transform({named}, __os_p -> CASE WHEN instr(__os_p, '=') > 0 THEN {after} ELSE '' END)"
+    return f"try_element_at({value}, 1)"
+
+
+_section("URL")
+for _name, _part in (("HOST", "HOST"), ("PATH", "PATH"), ("QUERY", "QUERY"), ("FRAGMENT", "REF"), ("PROTOCOL", "PROTOCOL")):
+    _add(f"URL_EXTRACT_{_name}", 1, 1, _url_type(f"URL_EXTRACT_{_name}", 1, t.STRING),
+         lambda c, part=_part: f"try_parse_url({c.args[0]}, '{part}')",
+         f"The {_name.lower()} of a URL (NULL if absent or not a URL).", f"try_parse_url(url, '{_part}')")
+_add("URL_EXTRACT_PORT", 1, 1, _url_type("URL_EXTRACT_PORT", 1, t.INTEGER),
+     lambda c: f"CAST(regexp_extract(try_parse_url({c.args[0]}, 'AUTHORITY'), ':([0-9]+)$', 1) AS INT)",
+     "The port of a URL (NULL if absent).", "the port of try_parse_url(url, 'AUTHORITY')")
+_add("URL_EXTRACT_PARAMETER", 2, 2, _url_type("URL_EXTRACT_PARAMETER", 2, t.STRING), _url_parameter,
+     "The value of a query parameter ('' if it has none, NULL if absent).", "split of try_parse_url(url, 'QUERY')")
+_add("URL_ENCODE_PARAM", 1, 1, _url_type("URL_ENCODE_PARAM", 1, t.STRING), lambda c: f"url_encode({c.args[0]})",
+     "Form-encode a string (space as '+').", "url_encode(s)")
+_add("URL_DECODE_PARAM", 1, 1, _url_type("URL_DECODE_PARAM", 1, t.STRING), lambda c: f"try_url_decode({c.args[0]})",
+     "Decode a form-encoded string.", "try_url_decode(s)")
 _section("DATE / TIME")
 _add("CONVERT_TZ", 3, 3, _convert_tz_type,
      lambda c: f"from_utc_timestamp(to_utc_timestamp({c.args[0]}, {c.args[1]}), {c.args[2]})",
