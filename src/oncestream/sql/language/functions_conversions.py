@@ -274,10 +274,14 @@ def _url_parameter(c: CallSite) -> str:
     return f"try_element_at({value}, 1)"
 
 
+def _url_part(part: str) -> SparkRule:
+    return lambda c: f"try_parse_url({c.args[0]}, '{part}')"
+
+
 _section("URL")
 for _name, _part in (("HOST", "HOST"), ("PATH", "PATH"), ("QUERY", "QUERY"), ("FRAGMENT", "REF"), ("PROTOCOL", "PROTOCOL")):
     _add(f"URL_EXTRACT_{_name}", 1, 1, _url_type(f"URL_EXTRACT_{_name}", 1, t.STRING),
-         lambda c, part=_part: f"try_parse_url({c.args[0]}, '{part}')",
+         _url_part(_part),
          f"The {_name.lower()} of a URL (NULL if absent or not a URL).", f"try_parse_url(url, '{_part}')")
 _add("URL_EXTRACT_PORT", 1, 1, _url_type("URL_EXTRACT_PORT", 1, t.INTEGER),
      lambda c: f"CAST(regexp_extract(try_parse_url({c.args[0]}, 'AUTHORITY'), ':([0-9]+)$', 1) AS INT)",
