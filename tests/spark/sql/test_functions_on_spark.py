@@ -113,6 +113,14 @@ CASES: list[tuple[str, Any]] = [
     ("GEO_DISTANCE(-33.9323, 18.4197, -33.8666, 151.1, 'KM')", 11005.23304055582),
     ("GEO_DISTANCE(39.18660374, -76.73262144, 39.18660374, -76.73222145)", 0.03447366811448324),
     ("GEO_DISTANCE(91, 0, 0, 0)", None), ("GEO_DISTANCE(1, 0, 0, 0, 'parsecs')", None),
+    # bytes-and-strings.json: numbers from BYTES
+    ("INT_FROM_BYTES(TO_BYTES('AAAH5Q==', 'base64'))", 2021),
+    ("BIGINT_FROM_BYTES(TO_BYTES('AAAAASoF8gA=', 'base64'))", 5000000000),
+    ("DOUBLE_FROM_BYTES(TO_BYTES('QICm/ZvJ9YI=', 'base64'))", 532.8738323),
+    ("INT_FROM_BYTES(TO_BYTES('5QcAAA==', 'base64'), 'LITTLE_ENDIAN')", 2021),
+    ("BIGINT_FROM_BYTES(TO_BYTES('APIFKgEAAAA=', 'base64'), 'LITTLE_ENDIAN')", 5000000000),
+    ("DOUBLE_FROM_BYTES(TO_BYTES('gvXJm/2mgEA=', 'base64'), 'LITTLE_ENDIAN')", 532.8738323),
+    ("INT_FROM_BYTES(TO_BYTES('/////w==', 'base64'))", -1), ("INT_FROM_BYTES(TO_BYTES('AAE=', 'base64'))", None),
     # url.json
     ("URL_ENCODE_PARAM('?foo $bar')", "%3Ffoo+%24bar"), ("URL_ENCODE_PARAM('hello&world')", "hello%26world"),
     ("URL_DECODE_PARAM('%3Ffoo+%24bar')", "?foo $bar"),

@@ -727,9 +727,6 @@ NOT_SUPPORTED: dict[str, str] = {
     "MASK_RIGHT": "not translated yet",
     "FORMAT_TIME": "Spark has no TIME type",
     "PARSE_TIME": "Spark has no TIME type",
-    "BIGINT_FROM_BYTES": "BYTES conversions are not supported",
-    "DOUBLE_FROM_BYTES": "BYTES conversions are not supported",
-    "INT_FROM_BYTES": "BYTES conversions are not supported",
     "REGEXP_SPLIT_TO_MAP": "not translated yet",
 }
 

@@ -6,6 +6,10 @@
   Java's charsets), ``base64``; another encoding is ksqlDB's runtime error, NULL here;
 - ``ENCODE(s, from, to)``: the string read in one encoding and written in another (hex written
   lower case, as ksqlDB's commons-codec);
+- ``INT_FROM_BYTES`` / ``BIGINT_FROM_BYTES`` / ``DOUBLE_FROM_BYTES(b[, 'LITTLE_ENDIAN'])``: the
+  bytes read as Java's ``ByteBuffer`` does, through Java's own ``Integer.parseUnsignedInt`` /
+  ``Long.parseUnsignedLong`` / ``Double.longBitsToDouble`` (Spark's ``reflect``); a wrong length
+  is ksqlDB's error, NULL here;
 - ``LEN``, ``LPAD``, ``RPAD``, ``CONCAT`` over BYTES as over strings (CONCAT skips NULLs);
 - ``SPLIT_TO_MAP(s, entryDelim, kvDelim)``: literal delimiters (Guava's ``Splitter``), empty
   entries and entries without ``kvDelim`` skipped, the value being the text up to a second
@@ -78,6 +82,28 @@ def _sig2(name: str, first: Callable[[SqlType | None], bool], result: SqlType) -
             raise FunctionTypeError(_refused(name, arg_types))
         return result
     return rule
+
+
+def _from_bytes_number(width: int, result: SqlType, name: str) -> tuple[TypeRule, SparkRule]:
+    def rule(arg_types: Sequence[SqlType | None]) -> SqlType:
+        if not (1 <= len(arg_types) <= 2) or not _is_bytes(arg_types[0]) or not all(is_string(a) for a in arg_types[1:]):
+            raise FunctionTypeError(_refused(name, arg_types))
+        return result
+
+    def spark(c: CallSite) -> str:
+        b = c.args[0]
+        big = f"hex({b})"
+        little = f"array_join(reverse(regexp_extract_all(hex({b}), '([0-9A-F]{{2}})', 1)), '')"
+        digits = big if len(c.args) == 1 else \
+            f"CASE upper({c.args[1]}) WHEN 'BIG_ENDIAN' THEN {big} WHEN 'LITTLE_ENDIAN' THEN {little} END"
+        if width == 4:
+            value = f"CAST(reflect('java.lang.Integer', 'parseUnsignedInt', {digits}, 16) AS INT)"
+        else:
+            bits = f"reflect('java.lang.Long', 'parseUnsignedLong', {digits}, 16)"
+            value = f"CAST({bits} AS BIGINT)" if result.base is BaseType.BIGINT else \
+                f"CAST(reflect('java.lang.Double', 'longBitsToDouble', CAST({bits} AS BIGINT)) AS DOUBLE)"
+        return f"CASE WHEN length({b}) = {width} THEN {value} END"
+    return rule, spark
 
 
 def _encode_type(arg_types: Sequence[SqlType | None]) -> SqlType:
@@ -215,6 +241,12 @@ _add("TO_BYTES", 2, 2, _sig2("TO_BYTES", is_string, t.BYTES), lambda c: _to_byte
      "A string read as BYTES in an encoding (hex, utf8, ascii, base64).", "unhex / encode / unbase64")
 _add("FROM_BYTES", 2, 2, _sig2("FROM_BYTES", _is_bytes, t.STRING), lambda c: _from_bytes_sql(c.args[0], c.args[1]),
      "BYTES written as a string in an encoding (hex, utf8, ascii, base64).", "hex / decode / base64")
+for _name, _width, _result in (("INT_FROM_BYTES", 4, t.INTEGER), ("BIGINT_FROM_BYTES", 8, t.BIGINT),
+                               ("DOUBLE_FROM_BYTES", 8, t.DOUBLE)):
+    _type_rule, _spark_rule = _from_bytes_number(_width, _result, _name)
+    _add(_name, 1, 2, _type_rule, _spark_rule,
+         f"{_width} BYTES read as a {_result.ksql_name} (BIG_ENDIAN or LITTLE_ENDIAN), NULL for another length.",
+         "reflect(java.lang parse / longBitsToDouble) of hex(b)")
 _add("ENCODE", 3, 3, _encode_type, _encode,
      "A string re-encoded from one encoding to another (hex, utf8, ascii, base64).", "decode then encode")
 _widen("LEN", _len_type, lambda c: f"length({c.args[0]})", "Length in characters (BYTES: in bytes).", "length(s)")
