@@ -36,6 +36,7 @@ from oncestream.sql.language.functions import (
     TypeRule,
     _add,
     _section,
+    _type_list,
     spark_type_name,
 )
 from oncestream.sql.language.types import BaseType, SqlType
@@ -47,13 +48,9 @@ _E, _B, _K, _V, _M, _X, _J = "__os_e", "__os_b", "__os_k", "__os_v", "__os_m", "
 CUBE_MAX_COLUMNS = 20   # ksqlDB's Cube.MAX_COLUMNS
 
 
-def _types(arg_types: Sequence[SqlType | None]) -> str:
-    return ", ".join("null" if a is None else a.ksql_name for a in arg_types)
-
-
 def _with_alternatives(name: str, arg_types: Sequence[SqlType | None], *alternatives: str) -> str:
     """ksqlDB's UdfIndex message for a function with several signatures."""
-    return (f"Function '{name}' does not accept parameters ({_types(arg_types)}).\nValid alternatives are:\n"
+    return (f"Function '{name}' does not accept parameters ({_type_list(arg_types)}).\nValid alternatives are:\n"
             + "\n".join(alternatives))
 
 

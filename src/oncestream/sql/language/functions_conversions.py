@@ -39,6 +39,7 @@ from oncestream.sql.language.functions import (
     SparkRule,
     TypeRule,
     _add,
+    _refused,
     _section,
     is_integral,
     is_numeric,
@@ -48,10 +49,6 @@ from oncestream.sql.language.types import BaseType, SqlType
 
 _CHARSETS = {"utf8": "UTF-8", "ascii": "US-ASCII"}
 
-
-def _refused(name: str, arg_types: Sequence[SqlType | None]) -> str:
-    listed = ", ".join("null" if a is None else a.ksql_name for a in arg_types)
-    return f"Function '{name}' does not accept parameters ({listed})."
 
 
 def _is_bytes(ty: SqlType | None) -> bool:

@@ -40,6 +40,7 @@ from oncestream.sql.language.functions import (
     CallSite,
     FunctionTypeError,
     _add,
+    _refused,
     _section,
     is_string,
 )
@@ -48,10 +49,6 @@ from oncestream.sql.language.types import BaseType, SqlType
 JSON_CONCAT_UDF = "oncestream_json_concat"
 JSON_ARRAY_CONTAINS_UDF = "oncestream_json_array_contains"
 
-
-def _refused(name: str, arg_types: Sequence[SqlType | None]) -> str:
-    listed = ", ".join("null" if a is None else a.ksql_name for a in arg_types)
-    return f"Function '{name}' does not accept parameters ({listed})."
 
 
 def _string_to(name: str, result: SqlType, n: int = 1) -> Any:

@@ -27,6 +27,7 @@ from oncestream.sql.language.functions import (
     SparkRule,
     TypeRule,
     _add,
+    _refused,
     _section,
     is_integral,
 )
@@ -54,8 +55,7 @@ def unit_argument(function: str, args: list[exp.Expr], resolved_types: Sequence[
         literal = exp.Literal.string(first.name.upper())
         literal.meta["ksql_type"] = t.STRING
         return literal
-    listed = ", ".join("null" if a is None else a.ksql_name for a in resolved_types)
-    raise StatementError(f"Function '{UNIT_FUNCTIONS[function][0]}' does not accept parameters ({listed}).")
+    raise StatementError(_refused(UNIT_FUNCTIONS[function][0], resolved_types))
 
 
 def is_unit_keyword(node: exp.Expr) -> bool:
@@ -69,8 +69,7 @@ def _rule(name: str) -> TypeRule:
         ok = len(arg_types) == 3 and arg_types[0] is not None and arg_types[0].base is BaseType.STRING and \
             is_integral(arg_types[1]) and (arg_types[2] is None or arg_types[2].base is shifted)
         if not ok:
-            listed = ", ".join("null" if a is None else a.ksql_name for a in arg_types)
-            raise FunctionTypeError(f"Function '{UNIT_FUNCTIONS[name][0]}' does not accept parameters ({listed}).")
+            raise FunctionTypeError(_refused(UNIT_FUNCTIONS[name][0], arg_types))
         return SqlType(shifted)
     return rule
 
