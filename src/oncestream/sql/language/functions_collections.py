@@ -19,6 +19,9 @@ express each of them with ksqlDB's null handling added as guards:
   takes (key, value): Spark's ``zip_with(map_keys(m), map_values(m), (k, v) -> ...)`` gives that
   binding without renaming the body's variables. ksqlDB's TRANSFORM of a MAP that maps two entries
   to one key fails (``Collectors.toMap``) and is NULL; so is it here (Spark would fail the query).
+- ``HISTOGRAM(s)`` (a stream aggregation): each distinct value of the group with its count, from
+  the group's ``collect_list`` (NULLs not counted, as ksqlDB's); its state is the group's values.
+  A table aggregation refuses it, as ksqlDB (it is not a TableUdaf there).
 - ``GENERATE_SERIES`` is a scalar in ksqlDB (an ARRAY); a zero step or a step of the wrong sign
   is ksqlDB's ``KsqlFunctionException`` (NULL and a processing-log entry), NULL here too (Spark's
   ``sequence`` would fail the query).
@@ -246,6 +249,22 @@ _add("FILTER", 2, 2, _lambda_type("FILTER"), _filter,
 _add("REDUCE", 3, 3, _lambda_type("REDUCE"), _reduce_spark,
      "Fold the elements into the initial state ((s, x) => ... / (s, k, v) => ...); NULL state: NULL; NULL collection: the state.",
      "aggregate(a, s0, (s, x) -> f)")
+def _histogram_type(arg_types: Sequence[SqlType | None]) -> SqlType:
+    if len(arg_types) != 1 or not (arg_types[0] is None or arg_types[0].base is BaseType.STRING):
+        raise FunctionTypeError(f"Function 'HISTOGRAM' does not accept parameters ({_type_list(arg_types)}).")
+    return t.map_of(t.STRING, t.BIGINT)
+
+
+def _histogram(c: CallSite) -> str:
+    values = f"collect_list({c.args[0]})"
+    count = f"CAST(size(filter({values}, {_V} -> {_V} = {_K})) AS BIGINT)"
+    counted = f"transform(array_distinct({values}), {_K} -> struct({_K}, {count}))"
+    return f"map_from_entries({counted})"
+
+
+_section("AGGREGATE")
+_add("HISTOGRAM", 1, 1, _histogram_type, _histogram, "Each distinct value of the group with its number of occurrences.",
+     "map_from_entries of the distinct values of collect_list(x) and their counts", aggregate=True)
 _section("ARRAY")
 _add("GENERATE_SERIES", 2, 3, _series_type, _series,
      "The integers from start to end (inclusive) by step (default 1 or -1); NULL for a zero or wrong-sign step.",
