@@ -8,7 +8,8 @@ Spark SQL's own functions where their answers are ksqlDB's (Jackson's ``readTree
 - ``JSON_KEYS(s)``: ``json_object_keys`` (NULL unless a JSON object);
 - ``JSON_RECORDS(s)``: ``from_json(s, 'MAP<STRING, STRING>')``: a string value unquoted, any
   other value as its compact JSON text (NULL unless a JSON object);
-- ``JSON_ITEMS(s)``: each element of a JSON array as compact JSON (Spark's VARIANT);
+- ``JSON_ITEMS(s)``: each element of a JSON array as compact JSON (``from_json`` to strings,
+  string elements re-quoted from the VARIANT form);
 - ``TO_JSON_STRING(x)``: Spark's ``to_json`` of a one-field struct, the field's text cut out (a
   NULL is ``'null'``, timestamps as ksqlDB formats them).
 
@@ -126,6 +127,17 @@ def _to_json_string(c: CallSite) -> str:
     return f"substring({wrapped}, 6, length({wrapped}) - 6)"
 
 
+def _json_items(c: CallSite) -> str:
+    # Spark's from_json keeps an object's or array's element as its compact JSON text in the order
+    # written (VARIANT's to_json would sort object keys); a string element loses its quotes there,
+    # so those (and nulls) come from the VARIANT form
+    texts = f"from_json({c.args[0]}, 'ARRAY<STRING>')"
+    variants = f"try_variant_get(try_parse_json({c.args[0]}), '$', 'ARRAY<VARIANT>')"
+    pick = ("(__os_t, __os_v) -> CASE WHEN __os_v IS NULL OR is_variant_null(__os_v) THEN 'null' "
+            "WHEN schema_of_variant(__os_v) = 'STRING' THEN to_json(__os_v) ELSE __os_t END")
+    return f"zip_with({texts}, {variants}, {pick})"
+
+
 _section("JSON")
 _add("IS_JSON_STRING", 1, 1, _string_to("IS_JSON_STRING", t.BOOLEAN), lambda c: f"(try_parse_json({c.args[0]}) IS NOT NULL)",
      "Whether the string parses as a JSON value (FALSE for NULL).", "try_parse_json(s) IS NOT NULL")
@@ -138,9 +150,8 @@ _add("JSON_RECORDS", 1, 1, _string_to("JSON_RECORDS", t.map_of(t.STRING, t.STRIN
                f"ELSE from_json({c.args[0]}, 'MAP<STRING, STRING>') END",
      "A JSON object's top-level entries, values as JSON text (strings unquoted); NULL if not one.",
      "from_json(s, 'MAP<STRING, STRING>')")
-_add("JSON_ITEMS", 1, 1, _string_to("JSON_ITEMS", t.array_of(t.STRING)),
-     lambda c: f"transform(try_variant_get(try_parse_json({c.args[0]}), '$', 'ARRAY<VARIANT>'), __os_i -> to_json(__os_i))",
-     "The elements of a JSON array as JSON strings, NULL if not one.", "transform(variant array, x -> to_json(x))")
+_add("JSON_ITEMS", 1, 1, _string_to("JSON_ITEMS", t.array_of(t.STRING)), _json_items,
+     "The elements of a JSON array as JSON strings, NULL if not one.", "from_json(s, 'ARRAY<STRING>') (strings re-quoted)")
 _add("TO_JSON_STRING", 1, 1, _to_json_type, _to_json_string,
      "Any value as JSON text (NULL: 'null').", "to_json(named_struct('v', x)) without the wrapper")
 _add("JSON_CONCAT", 1, None, _concat_type, lambda c: f"{JSON_CONCAT_UDF}(array({', '.join(c.args)}))",
