@@ -113,7 +113,8 @@ def _canonical(sql: str, ty: SqlType, depth: int = 0) -> str:
     if ty.base is BaseType.BYTES:
         return f"base64({sql})"
     if ty.base is BaseType.TIME:
-        return f"date_format({sql}, 'HH:mm:ss')"
+        # a TIME is its milliseconds of the day in the compiled frame
+        return f"date_format(timestamp_millis(CAST({sql} AS BIGINT)), 'HH:mm:ss')"
     return sql
 
 
