@@ -87,7 +87,8 @@ CASES: list[tuple[str, Any]] = [
     ("TO_JSON_STRING(X)", "123.456"), ("TO_JSON_STRING(DEC)", "123.456"), ("TO_JSON_STRING(NUMS)", "[3,6]"),
     ("TO_JSON_STRING(STRUCT(NAME := 'Alice', ID := 1))", '{"ID":1,"NAME":"Alice"}'),
     ("TO_JSON_STRING(AM)", '{"a":[2,4,5],"bcd":[-5,7]}'), ("TO_JSON_STRING(TS)", '"1970-01-01T00:00:00.010"'),
-    ("TO_JSON_STRING(D)", '"1970-01-11"'), ("TO_JSON_STRING(B)", '"GrI="'), ("TO_JSON_STRING(TIMEADD(HOURS, 16, TM))", '"16:00:00"'),
+    ("TO_JSON_STRING(D)", '"1970-01-11"'), ("TO_JSON_STRING(B)", '"GrI="'),
+    ("TO_JSON_STRING(TIMEADD(HOURS, 16, TM))", '"16:00:00"'),
     # time units (timestampadd, dateadd, datesub, timeadd) and CONVERT_TZ
     ("UNIX_TIMESTAMP(TIMESTAMPADD(MILLISECONDS, 10, TS))", 20), ("UNIX_TIMESTAMP(TIMESTAMPSUB(SECONDS, 1, TS))", -990),
     ("UNIX_DATE(DATEADD(DAYS, 10, D))", 20), ("UNIX_DATE(DATESUB(DAYS, 15, D))", -5), ("TIMEADD(MILLISECONDS, -5, TM)", 86399997),
