@@ -89,6 +89,11 @@ CASES: list[tuple[str, Any]] = [
     ("TO_JSON_STRING(AM)", '{"a":[2,4,5],"bcd":[-5,7]}'), ("TO_JSON_STRING(TS)", '"1970-01-01T00:00:00.010"'),
     ("TO_JSON_STRING(D)", '"1970-01-11"'), ("TO_JSON_STRING(B)", '"GrI="'),
     ("TO_JSON_STRING(TIMEADD(HOURS, 16, TM))", '"16:00:00"'),
+    # format-time, parse-time
+    ("FORMAT_TIME(TIMEADD(MILLISECONDS, 64998, TM), 'HH_mm_ss_SSS')", "00_01_05_000"),
+    ("FORMAT_TIME(TIMEADD(MILLISECONDS, 1234565, TM), 'HHmmss''AAAAA''')", "002034AAAAA"),
+    ("PARSE_TIME('00:01:05Lit', 'HH:mm:ss''Lit''')", 65000), ("PARSE_TIME('11/05/19', 'HH/mm/ss')", 39919000),
+    ("PARSE_TIME('01:00:00 Pm', 'hh:mm:ss a')", 46800000),
     # time units (timestampadd, dateadd, datesub, timeadd) and CONVERT_TZ
     ("UNIX_TIMESTAMP(TIMESTAMPADD(MILLISECONDS, 10, TS))", 20), ("UNIX_TIMESTAMP(TIMESTAMPSUB(SECONDS, 1, TS))", -990),
     ("UNIX_DATE(DATEADD(DAYS, 10, D))", 20), ("UNIX_DATE(DATESUB(DAYS, 15, D))", -5), ("TIMEADD(MILLISECONDS, -5, TM)", 86399997),

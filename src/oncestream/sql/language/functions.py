@@ -724,8 +724,6 @@ NOT_SUPPORTED: dict[str, str] = {
     "MASK_KEEP_RIGHT": "not translated yet",
     "MASK_LEFT": "not translated yet",
     "MASK_RIGHT": "not translated yet",
-    "FORMAT_TIME": "Spark has no TIME type",
-    "PARSE_TIME": "Spark has no TIME type",
     "REGEXP_SPLIT_TO_MAP": "not translated yet",
 }
 

@@ -11,6 +11,10 @@ string literal before typing the call, and refuses any other first argument with
 shifted instant (``TimeUnit.toDays``, truncating toward zero), a TIME result wraps around the day.
 A TIME value is its milliseconds of the day in the compiled frame (``serde_columns``). All are
 Spark SQL arithmetic; NULL in, NULL out.
+
+``FORMAT_TIME(time, pattern)`` and ``PARSE_TIME(s, pattern)`` go through a TIMESTAMP on
+1970-01-01 in UTC (the server's session zone): Spark's patterns are Java's ``DateTimeFormatter``
+ones ksqlDB uses, parsed case-insensitively as ksqlDB does.
 """
 
 from __future__ import annotations
@@ -106,3 +110,21 @@ for _name, _build, _what in (("TIMESTAMPADD", _timestamp("+"), "Add"), ("TIMESTA
     _add(_name, 3, 3, _rule(_name), _build,
          f"{_what} n units (MILLISECONDS, SECONDS, MINUTES, HOURS, DAYS...) to a {_kind}.",
          "epoch-millisecond arithmetic (unit.toMillis(n))")
+
+
+def _time_pattern_type(name: str, first: BaseType, result: SqlType) -> TypeRule:
+    def rule(arg_types: Sequence[SqlType | None]) -> SqlType:
+        ok = len(arg_types) == 2 and (arg_types[0] is None or arg_types[0].base is first) and \
+            (arg_types[1] is None or arg_types[1].base is BaseType.STRING)
+        if not ok:
+            raise FunctionTypeError(_refused(name, arg_types))
+        return result
+    return rule
+
+
+_add("FORMAT_TIME", 2, 2, _time_pattern_type("FORMAT_TIME", BaseType.TIME, t.STRING),
+     lambda c: f"date_format(timestamp_millis(CAST({c.args[0]} AS BIGINT)), {c.args[1]})",
+     "Format a TIME with a pattern.", "date_format(timestamp_millis(ms of day), fmt)")
+_add("PARSE_TIME", 2, 2, _time_pattern_type("PARSE_TIME", BaseType.STRING, t.TIME),
+     lambda c: f"CAST(unix_millis(to_timestamp({c.args[0]}, {c.args[1]})) AS INT)",
+     "Parse a string into a TIME.", "unix_millis(to_timestamp(s, fmt)) (ms of day)")
