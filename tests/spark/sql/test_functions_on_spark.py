@@ -94,6 +94,13 @@ CASES: list[tuple[str, Any]] = [
     ("FORMAT_TIME(TIMEADD(MILLISECONDS, 1234565, TM), 'HHmmss''AAAAA''')", "002034AAAAA"),
     ("PARSE_TIME('00:01:05Lit', 'HH:mm:ss''Lit''')", 65000), ("PARSE_TIME('11/05/19', 'HH/mm/ss')", 39919000),
     ("PARSE_TIME('01:00:00 Pm', 'hh:mm:ss a')", 46800000),
+    # math.json: TRUNC; map.json: MAP_UNION
+    ("TRUNC(X)", 123), ("TRUNC(X, 0)", 123.0), ("TRUNC(X, 2)", 123.45), ("TRUNC(X, -1)", 120.0), ("TRUNC(-X, 1)", -123.4),
+    ("TRUNC(DEC)", Decimal("123")), ("TRUNC(DEC, 1)", Decimal("123.400")), ("TRUNC(-DEC, 2)", Decimal("-123.450")),
+    ("TRUNC(C1)", 1), ("TRUNC(CAST(-1.7 AS DOUBLE))", -1),
+    ("MAP_UNION(MAP('foo' := 10, 'bar' := 20), MAP('foo' := 99, 'apple' := -1))", {"foo": 99, "bar": 20, "apple": -1}),
+    ("MAP_UNION(M, CAST(NULL AS MAP<STRING, INT>))", {"123": 3, "12": 7, "1234": 2}),
+    ("MAP_UNION(CAST(NULL AS MAP<STRING, INT>), CAST(NULL AS MAP<STRING, INT>))", None),
     # time units (timestampadd, dateadd, datesub, timeadd) and CONVERT_TZ
     ("UNIX_TIMESTAMP(TIMESTAMPADD(MILLISECONDS, 10, TS))", 20), ("UNIX_TIMESTAMP(TIMESTAMPSUB(SECONDS, 1, TS))", -990),
     ("UNIX_DATE(DATEADD(DAYS, 10, D))", 20), ("UNIX_DATE(DATESUB(DAYS, 15, D))", -5), ("TIMEADD(MILLISECONDS, -5, TM)", 86399997),

@@ -717,9 +717,7 @@ _with_python("IFNULL", lambda args: args[0] if args[0] is not None else args[1])
 
 # ksqlDB functions with no faithful Spark SQL translation here (docs/sql-functions.md explains).
 NOT_SUPPORTED: dict[str, str] = {
-    "TRUNC": "not translated yet",
     "ATTEMPT_TO_CAST": "not translated yet",
-    "MAP_UNION": "Spark's map_concat fails on duplicate keys where ksqlDB keeps the last",
     "MASK_KEEP_LEFT": "not translated yet",
     "MASK_KEEP_RIGHT": "not translated yet",
     "MASK_LEFT": "not translated yet",

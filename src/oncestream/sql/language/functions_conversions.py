@@ -19,6 +19,11 @@
 - ``GEO_DISTANCE(lat1, lon1, lat2, lon2[, unit])``: ksqlDB's haversine in the same double
   operations (Spark's functions are Java's ``Math``), km or miles; an invalid coordinate or unit
   is ksqlDB's runtime error, NULL here;
+- ``TRUNC(x[, places])`` toward zero as ksqlDB's BigDecimal setScale(DOWN): Spark's
+  ``floor(x, d)`` / ``ceil(x, d)`` by sign (the places must be a literal, as Spark's scale is);
+  a DOUBLE goes through its decimal text (Java's ``BigDecimal.valueOf``);
+- ``MAP_UNION(m1, m2)``: the entries of both, the second's value winning (Spark's ``map_concat``
+  would fail on a duplicate key); NULL only if both are;
 - the URL functions: ``try_parse_url`` (java.net.URI, as ksqlDB's UrlParser; an invalid URL is
   NULL), ``url_encode`` / ``try_url_decode`` (URLEncoder / URLDecoder: the same escapes as
   Guava's form-parameter escaper). Spark's parts are the raw (still %-encoded) ones where
@@ -307,6 +312,58 @@ def _url_part(part: str) -> SparkRule:
     return lambda c: f"try_parse_url({c.args[0]}, '{part}')"
 
 
+def _trunc_type(arg_types: Sequence[SqlType | None]) -> SqlType:
+    x = arg_types[0] if arg_types else None
+    if not (1 <= len(arg_types) <= 2) or not is_numeric(x) or (len(arg_types) == 2 and not is_integral(arg_types[1])):
+        raise FunctionTypeError(_refused("TRUNC", arg_types))
+    if x is None or x.base in (BaseType.INTEGER, BaseType.BIGINT):
+        return x or t.BIGINT
+    if x.base is BaseType.DOUBLE:
+        return t.BIGINT if len(arg_types) == 1 else t.DOUBLE
+    if len(arg_types) == 1:
+        return t.decimal(max(1, (x.precision or 0) - (x.scale or 0)), 0)
+    return x
+
+
+def _trunc(c: CallSite) -> str:
+    x = c.args[0]
+    ty = c.types[0] if c.types else None
+    if ty is None or ty.base in (BaseType.INTEGER, BaseType.BIGINT):
+        return x
+    if ty.base is BaseType.DOUBLE and len(c.args) == 1:
+        return f"CAST({x} AS BIGINT)"      # Java's longValue: toward zero
+    places = c.args[1] if len(c.args) > 1 else "0"
+    value = f"CAST(CAST({x} AS STRING) AS DECIMAL(38, 17))" if ty.base is BaseType.DOUBLE else x
+    down = f"CASE WHEN {value} >= 0 THEN floor({value}, {places}) ELSE ceil({value}, {places}) END"
+    result = "DOUBLE" if ty.base is BaseType.DOUBLE else \
+        (f"DECIMAL({ty.precision}, {ty.scale})" if len(c.args) > 1 else
+         f"DECIMAL({max(1, (ty.precision or 0) - (ty.scale or 0))}, 0)")
+    return f"CAST({down} AS {result})"
+
+
+def _map_union_type(arg_types: Sequence[SqlType | None]) -> SqlType:
+    maps = [a for a in arg_types if a is not None]
+    if len(arg_types) != 2 or any(a.base is not BaseType.MAP or a.key is None or a.key.base is not BaseType.STRING
+                                  for a in maps) or (len(maps) == 2 and maps[0] != maps[1]):
+        raise FunctionTypeError(_refused("MAP_UNION", arg_types))
+    return maps[0] if maps else t.map_of(t.STRING, t.STRING)
+
+
+def _map_union(c: CallSite) -> str:
+    m1, m2 = c.args
+    keys = (f"CASE WHEN {m1} IS NULL THEN map_keys({m2}) WHEN {m2} IS NULL THEN map_keys({m1}) "
+            f"ELSE array_distinct(concat(map_keys({m1}), map_keys({m2}))) END")
+    value = f"CASE WHEN array_contains(map_keys({m2}), __os_k) THEN element_at({m2}, __os_k) ELSE element_at({m1}, __os_k) END"
+    union = f"map_from_arrays({keys}, transform({keys}, __os_k -> {value}))"
+    return f"CASE WHEN {m1} IS NULL AND {m2} IS NULL THEN NULL ELSE {union} END"
+
+
+_section("MATHEMATICAL")
+_add("TRUNC", 1, 2, _trunc_type, _trunc, "Truncate toward zero (to n decimal places; negative: left of the point).",
+     "floor(x, n) / ceil(x, n) by sign")
+_section("MAP")
+_add("MAP_UNION", 2, 2, _map_union_type, _map_union, "The entries of both maps, the second's value winning.",
+     "map_from_arrays over the distinct keys of both")
 _section("URL")
 for _name, _part in (("HOST", "HOST"), ("PATH", "PATH"), ("QUERY", "QUERY"), ("FRAGMENT", "REF"), ("PROTOCOL", "PROTOCOL")):
     _add(f"URL_EXTRACT_{_name}", 1, 1, _url_type(f"URL_EXTRACT_{_name}", 1, t.STRING),
