@@ -101,6 +101,12 @@ CASES: list[tuple[str, Any]] = [
     ("MAP_UNION(MAP('foo' := 10, 'bar' := 20), MAP('foo' := 99, 'apple' := -1))", {"foo": 99, "bar": 20, "apple": -1}),
     ("MAP_UNION(M, CAST(NULL AS MAP<STRING, INT>))", {"123": 3, "12": 7, "1234": 2}),
     ("MAP_UNION(CAST(NULL AS MAP<STRING, INT>), CAST(NULL AS MAP<STRING, INT>))", None),
+    # MASK family (ksqlDB's MaskTest examples)
+    ("MASK('AbCd#$123xy Z')", "XxXx--nnnxx-X"), ("MASK('AbCd#$123xy Z', 'Q', 'q', '9', '@')", "QqQq@@999qq@Q"),
+    ("MASK('AbCd#$123xy Z', NULL, 'q', NULL, '=')", "AqCq==123qq=Z"),
+    ("MASK_LEFT('AbCd#$123xy Z', 5)", "XxXx-$123xy Z"), ("MASK_RIGHT('AbCd#$123xy Z', 5)", "AbCd#$12nxx-X"),
+    ("MASK_KEEP_LEFT('AbCd#$123xy Z', 5)", "AbCd#-nnnxx-X"), ("MASK_KEEP_RIGHT('AbCd#$123xy Z', 5)", "XxXx--nn3xy Z"),
+    ("MASK_LEFT('AbCd', 10)", "XxXx"), ("MASK_KEEP_RIGHT('AbCd', 10)", "AbCd"), ("MASK_LEFT('AbCd', -1)", None),
     # time units (timestampadd, dateadd, datesub, timeadd) and CONVERT_TZ
     ("UNIX_TIMESTAMP(TIMESTAMPADD(MILLISECONDS, 10, TS))", 20), ("UNIX_TIMESTAMP(TIMESTAMPSUB(SECONDS, 1, TS))", -990),
     ("UNIX_DATE(DATEADD(DAYS, 10, D))", 20), ("UNIX_DATE(DATESUB(DAYS, 15, D))", -5), ("TIMEADD(MILLISECONDS, -5, TM)", 86399997),

@@ -99,7 +99,8 @@ def test_aliases_and_case_insensitive_lookup() -> None:
     assert functions.is_aggregate("count")
     assert not functions.is_aggregate("ucase")
     assert "Can't find any functions with the name 'NOPE'" == functions.unknown_function_message("nope")
-    assert functions.unknown_function_message("mask_left").startswith("Function 'MASK_LEFT' is not supported")
+    assert functions.unknown_function_message("attempt_to_cast").startswith(
+        "Function 'ATTEMPT_TO_CAST' is not supported")
 
 
 def _sample_args(fd: functions.FunctionDef) -> tuple[list[str], list[t.SqlType | None]]:

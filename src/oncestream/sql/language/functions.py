@@ -718,10 +718,6 @@ _with_python("IFNULL", lambda args: args[0] if args[0] is not None else args[1])
 # ksqlDB functions with no faithful Spark SQL translation here (docs/sql-functions.md explains).
 NOT_SUPPORTED: dict[str, str] = {
     "ATTEMPT_TO_CAST": "not translated yet",
-    "MASK_KEEP_LEFT": "not translated yet",
-    "MASK_KEEP_RIGHT": "not translated yet",
-    "MASK_LEFT": "not translated yet",
-    "MASK_RIGHT": "not translated yet",
     "REGEXP_SPLIT_TO_MAP": "not translated yet",
 }
 

@@ -24,6 +24,9 @@
   a DOUBLE goes through its decimal text (Java's ``BigDecimal.valueOf``);
 - ``MAP_UNION(m1, m2)``: the entries of both, the second's value winning (Spark's ``map_concat``
   would fail on a duplicate key); NULL only if both are;
+- ``MASK`` and ``MASK_LEFT`` / ``MASK_RIGHT`` / ``MASK_KEEP_LEFT`` / ``MASK_KEEP_RIGHT``: Spark's
+  ``mask`` (a NULL mask character keeps that class of characters, as ksqlDB's Masker) over the
+  part ksqlDB masks; a negative count is ksqlDB's error, NULL here;
 - the URL functions: ``try_parse_url`` (java.net.URI, as ksqlDB's UrlParser; an invalid URL is
   NULL), ``url_encode`` / ``try_url_decode`` (URLEncoder / URLDecoder: the same escapes as
   Guava's form-parameter escaper). Spark's parts are the raw (still %-encoded) ones where
@@ -358,6 +361,45 @@ def _map_union(c: CallSite) -> str:
     return f"CASE WHEN {m1} IS NULL AND {m2} IS NULL THEN NULL ELSE {union} END"
 
 
+def _mask_type(name: str, with_count: bool) -> TypeRule:
+    first = 2 if with_count else 1
+
+    def rule(arg_types: Sequence[SqlType | None]) -> SqlType:
+        ok = len(arg_types) in (first, first + 4) and is_string(arg_types[0]) and \
+            (not with_count or is_integral(arg_types[1])) and all(is_string(a) for a in arg_types[first:])
+        if not ok:
+            raise FunctionTypeError(_refused(name, arg_types))
+        return t.STRING
+    return rule
+
+
+def _masked(c: CallSite, part: str, first: int) -> str:
+    chars = c.args[first:] if len(c.args) > first else ["'X'", "'x'", "'n'", "'-'"]
+    return f"mask({part}, {', '.join(chars)})"
+
+
+def _mask_part(side: str) -> SparkRule:
+    """MASK_LEFT / MASK_RIGHT (the n characters of that side masked) and MASK_KEEP_LEFT /
+    MASK_KEEP_RIGHT (all but those)."""
+    def rule(c: CallSite) -> str:
+        s, n = c.args[0], c.args[1]
+        rest = f"greatest(length({s}) - {n}, 0)"
+        left, right = {  # (the left part's length, whether the left part is masked)
+            "LEFT": (n, True), "KEEP_LEFT": (n, False), "RIGHT": (rest, False), "KEEP_RIGHT": (rest, True)}[side]
+        head, tail = f"substr({s}, 1, {left})", f"substr({s}, least({left}, length({s})) + 1)"
+        joined = f"concat({_masked(c, head, 2)}, {tail})" if right else f"concat({head}, {_masked(c, tail, 2)})"
+        return f"CASE WHEN {n} < 0 THEN NULL ELSE {joined} END"
+    return rule
+
+
+_section("STRING")
+_widen("MASK", _mask_type("MASK", False), lambda c: _masked(c, c.args[0], 1),
+       "Mask letters (X/x), digits (n) and other characters (-), or with the given characters (NULL: keep).",
+       "mask(s, 'X', 'x', 'n', '-')")
+for _side in ("LEFT", "RIGHT", "KEEP_LEFT", "KEEP_RIGHT"):
+    _add(f"MASK_{_side}", 2, 6, _mask_type(f"MASK_{_side}", True), _mask_part(_side),
+         f"MASK of {'all but ' if _side.startswith('KEEP') else ''}the n {_side.split('_')[-1].lower()}most characters.",
+         "concat of mask(substr(...)) and substr(...)")
 _section("MATHEMATICAL")
 _add("TRUNC", 1, 2, _trunc_type, _trunc, "Truncate toward zero (to n decimal places; negative: left of the point).",
      "floor(x, n) / ceil(x, n) by sign")
