@@ -22,6 +22,9 @@ express each of them with ksqlDB's null handling added as guards:
 - ``HISTOGRAM(s)`` (a stream aggregation): each distinct value of the group with its count, from
   the group's ``collect_list`` (NULLs not counted, as ksqlDB's); its state is the group's values.
   A table aggregation refuses it, as ksqlDB (it is not a TableUdaf there).
+- ``ATTR(x)`` (a stream aggregation): the group's value when it has exactly one distinct value
+  (NULL counting as one), else NULL: ``collect_set`` plus whether a NULL was seen. (ksqlDB also
+  aggregates a table with it; the table aggregation here does not have it yet.)
 - ``GENERATE_SERIES`` is a scalar in ksqlDB (an ARRAY); a zero step or a step of the wrong sign
   is ksqlDB's ``KsqlFunctionException`` (NULL and a processing-log entry), NULL here too (Spark's
   ``sequence`` would fail the query).
@@ -265,6 +268,19 @@ def _histogram(c: CallSite) -> str:
 _section("AGGREGATE")
 _add("HISTOGRAM", 1, 1, _histogram_type, _histogram, "Each distinct value of the group with its number of occurrences.",
      "map_from_entries of the distinct values of collect_list(x) and their counts", aggregate=True)
+def _attr_type(arg_types: Sequence[SqlType | None]) -> SqlType:
+    if len(arg_types) != 1 or (arg_types[0] is not None and arg_types[0].base is BaseType.MAP):
+        raise FunctionTypeError(f"Function 'ATTR' does not accept parameters ({_type_list(arg_types)}).")
+    return arg_types[0] or t.STRING
+
+
+def _attr(c: CallSite) -> str:
+    values = f"collect_set({c.args[0]})"
+    return f"CASE WHEN size({values}) = 1 AND NOT bool_or({c.args[0]} IS NULL) THEN element_at({values}, 1) END"
+
+
+_add("ATTR", 1, 1, _attr_type, _attr, "The group's single distinct value (NULL counting), else NULL.",
+     "element_at(collect_set(x), 1) when it is the only value", aggregate=True)
 _section("ARRAY")
 _add("GENERATE_SERIES", 2, 3, _series_type, _series,
      "The integers from start to end (inclusive) by step (default 1 or -1); NULL for a zero or wrong-sign step.",
