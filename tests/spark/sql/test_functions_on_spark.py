@@ -19,18 +19,18 @@ from tests.spark.sql.golden import analyze, ddl
 pytestmark = [pytest.mark.spark]
 
 SOURCE = ddl("CREATE STREAM SRC (ID INT KEY, NUMS ARRAY<INT>, NULLS ARRAY<INT>, NOARR ARRAY<INT>, M MAP<STRING, INT>, "
-             "AM MAP<STRING, ARRAY<INT>>, DM MAP<STRING, DOUBLE>, ST BIGINT, C1 INT, C2 INT, S STRING, B BYTES, "
-             "TS TIMESTAMP, D DATE, TM TIME, DEC DECIMAL(6, 3), X DOUBLE) "
+             "AM MAP<STRING, ARRAY<INT>>, DM MAP<STRING, DOUBLE>, ST BIGINT, C1 INT, C2 INT, STR STRING, BYT BYTES, "
+             "TS TIMESTAMP, DT DATE, TM TIME, DEC DECIMAL(6, 3), DBL DOUBLE) "
              "WITH (KAFKA_TOPIC='src', VALUE_FORMAT='JSON');")
 SCHEMA = ("ID INT, NUMS ARRAY<INT>, NULLS ARRAY<INT>, NOARR ARRAY<INT>, M MAP<STRING, INT>, AM MAP<STRING, ARRAY<INT>>, "
-          "DM MAP<STRING, DOUBLE>, ST BIGINT, C1 INT, C2 INT, S STRING, B BINARY, TS TIMESTAMP, D DATE, TM INT, "
-          "DEC DECIMAL(6, 3), X DOUBLE")
+          "DM MAP<STRING, DOUBLE>, ST BIGINT, C1 INT, C2 INT, STR STRING, BYT BINARY, TS TIMESTAMP, DT DATE, TM INT, "
+          "DEC DECIMAL(6, 3), DBL DOUBLE")
 ROW: dict[str, Any] = {
     "ID": 1, "NUMS": [3, 6], "NULLS": [5, None], "NOARR": None, "M": {"123": 3, "12": 7, "1234": 2},
     "AM": {"a": [2, 4, 5], "bcd": [-5, 7]}, "DM": {"yes, thanks": 3.5, "nope": 7.3, "sure, yeah": 2.1}, "ST": None,
-    "C1": 1, "C2": None, "S": "apple:green/banana:yellow/cherry:red", "B": bytes([0x1A, 0xB2]),
-    "TS": dt.datetime(1970, 1, 1, 0, 0, 0, 10_000, tzinfo=dt.UTC), "D": dt.date(1970, 1, 11), "TM": 2,
-    "DEC": Decimal("123.456"), "X": 123.456,
+    "C1": 1, "C2": None, "STR": "apple:green/banana:yellow/cherry:red", "BYT": bytes([0x1A, 0xB2]),
+    "TS": dt.datetime(1970, 1, 1, 0, 0, 0, 10_000, tzinfo=dt.UTC), "DT": dt.date(1970, 1, 11), "TM": 2,
+    "DEC": Decimal("123.456"), "DBL": 123.456,
 }
 
 CASES: list[tuple[str, Any]] = [
@@ -84,10 +84,10 @@ CASES: list[tuple[str, Any]] = [
     ("JSON_CONCAT('1', '')", None),
     ("JSON_ARRAY_CONTAINS('[\"Pink\", null]', 'Pink')", True), ("JSON_ARRAY_CONTAINS('[\"Red\"]', 'Pink')", False),
     ("TO_JSON_STRING(C1)", "1"), ("TO_JSON_STRING(C2)", "null"), ("TO_JSON_STRING('abc')", '"abc"'),
-    ("TO_JSON_STRING(X)", "123.456"), ("TO_JSON_STRING(DEC)", "123.456"), ("TO_JSON_STRING(NUMS)", "[3,6]"),
+    ("TO_JSON_STRING(DBL)", "123.456"), ("TO_JSON_STRING(DEC)", "123.456"), ("TO_JSON_STRING(NUMS)", "[3,6]"),
     ("TO_JSON_STRING(STRUCT(NAME := 'Alice', ID := 1))", '{"ID":1,"NAME":"Alice"}'),
     ("TO_JSON_STRING(AM)", '{"a":[2,4,5],"bcd":[-5,7]}'), ("TO_JSON_STRING(TS)", '"1970-01-01T00:00:00.010"'),
-    ("TO_JSON_STRING(D)", '"1970-01-11"'), ("TO_JSON_STRING(B)", '"GrI="'),
+    ("TO_JSON_STRING(DT)", '"1970-01-11"'), ("TO_JSON_STRING(BYT)", '"GrI="'),
     ("TO_JSON_STRING(TIMEADD(HOURS, 16, TM))", '"16:00:00"'),
     # format-time, parse-time
     ("FORMAT_TIME(TIMEADD(MILLISECONDS, 64998, TM), 'HH_mm_ss_SSS')", "00_01_05_000"),
@@ -95,7 +95,8 @@ CASES: list[tuple[str, Any]] = [
     ("PARSE_TIME('00:01:05Lit', 'HH:mm:ss''Lit''')", 65000), ("PARSE_TIME('11/05/19', 'HH/mm/ss')", 39919000),
     ("PARSE_TIME('01:00:00 Pm', 'hh:mm:ss a')", 46800000),
     # math.json: TRUNC; map.json: MAP_UNION
-    ("TRUNC(X)", 123), ("TRUNC(X, 0)", 123.0), ("TRUNC(X, 2)", 123.45), ("TRUNC(X, -1)", 120.0), ("TRUNC(-X, 1)", -123.4),
+    ("TRUNC(DBL)", 123), ("TRUNC(DBL, 0)", 123.0), ("TRUNC(DBL, 2)", 123.45), ("TRUNC(DBL, -1)", 120.0),
+    ("TRUNC(-DBL, 1)", -123.4),
     ("TRUNC(DEC)", Decimal("123")), ("TRUNC(DEC, 1)", Decimal("123.400")), ("TRUNC(-DEC, 2)", Decimal("-123.450")),
     ("TRUNC(C1)", 1), ("TRUNC(CAST(-1.7 AS DOUBLE))", -1),
     ("MAP_UNION(MAP('foo' := 10, 'bar' := 20), MAP('foo' := 99, 'apple' := -1))", {"foo": 99, "bar": 20, "apple": -1}),
@@ -109,21 +110,26 @@ CASES: list[tuple[str, Any]] = [
     ("MASK_LEFT('AbCd', 10)", "XxXx"), ("MASK_KEEP_RIGHT('AbCd', 10)", "AbCd"), ("MASK_LEFT('AbCd', -1)", None),
     # time units (timestampadd, dateadd, datesub, timeadd) and CONVERT_TZ
     ("UNIX_TIMESTAMP(TIMESTAMPADD(MILLISECONDS, 10, TS))", 20), ("UNIX_TIMESTAMP(TIMESTAMPSUB(SECONDS, 1, TS))", -990),
-    ("UNIX_DATE(DATEADD(DAYS, 10, D))", 20), ("UNIX_DATE(DATESUB(DAYS, 15, D))", -5), ("TIMEADD(MILLISECONDS, -5, TM)", 86399997),
+    ("UNIX_DATE(DATEADD(DAYS, 10, DT))", 20), ("UNIX_DATE(DATESUB(DAYS, 15, DT))", -5),
+    ("TIMEADD(MILLISECONDS, -5, TM)", 86399997),
     ("UNIX_TIMESTAMP(CONVERT_TZ(TS, '+0200', '+0500'))", 10800010),
     ("UNIX_TIMESTAMP(CONVERT_TZ(TS, 'America/Los_Angeles', 'America/New_York'))", 10800010),
     # BYTES and encodings (bytes-and-strings, encode, bytes-lpad-rpad, len, split-to-map)
-    ("FROM_BYTES(B, 'hex')", "1AB2"), ("FROM_BYTES(TO_BYTES('1aB2', 'hex'), 'hex')", "1AB2"), ("FROM_BYTES(B, 'base64')", "GrI="),
-    ("FROM_BYTES(TO_BYTES('!', 'ascii'), 'utf8')", "!"), ("FROM_BYTES(B, 'nope')", None),
+    ("FROM_BYTES(BYT, 'hex')", "1AB2"), ("FROM_BYTES(TO_BYTES('1aB2', 'hex'), 'hex')", "1AB2"),
+    ("FROM_BYTES(BYT, 'base64')", "GrI="),
+    ("FROM_BYTES(TO_BYTES('!', 'ascii'), 'utf8')", "!"), ("FROM_BYTES(BYT, 'nope')", None),
     ("ENCODE('4578616d706C6521', 'hex', 'ascii')", "Example!"), ("ENCODE('4578616d706C6521', 'hex', 'base64')", "RXhhbXBsZSE="),
     ("ENCODE('Example!', 'ascii', 'hex')", "4578616d706c6521"), ("ENCODE('Ελλάδα', 'ascii', 'hex')", "3f3f3f3f3f3f"),
-    ("ENCODE('zpXOu867zqzOtM6x', 'base64', 'utf8')", "Ελλάδα"), ("ENCODE('RXhhbXBsZSE=', 'base64', 'null')", None),
+    ("ENCODE('zpXOu867zqzOtM6x', 'base64', 'utf8')", "Ελλάδα"),
+    ("ENCODE('zpXOu867zqzOtM6x', 'base64', 'ascii')", "\ufffd" * 12),
+    ("ENCODE('c39c6265726d656e736368', 'hex', 'ascii')", "\ufffd\ufffdbermensch"),
+    ("ENCODE('RXhhbXBsZSE=', 'base64', 'null')", None),
     ("LEN(TO_BYTES('abc', 'utf8'))", 3),
     ("FROM_BYTES(LPAD(TO_BYTES('yes', 'utf8'), 8, TO_BYTES('no', 'utf8')), 'utf8')", "nononyes"),
     ("FROM_BYTES(RPAD(TO_BYTES('yes', 'utf8'), 2, TO_BYTES('no', 'utf8')), 'utf8')", "ye"),
     ("FROM_BYTES(CONCAT(TO_BYTES('a', 'utf8'), CAST(NULL AS BYTES), TO_BYTES('b', 'utf8')), 'utf8')", "ab"),
-    ("SPLIT_TO_MAP(S, '/', ':')", {"apple": "green", "banana": "yellow", "cherry": "red"}),
-    ("SPLIT_TO_MAP(S, '&&', ':')", {"apple": "green/banana"}),
+    ("SPLIT_TO_MAP(STR, '/', ':')", {"apple": "green", "banana": "yellow", "cherry": "red"}),
+    ("SPLIT_TO_MAP(STR, '&&', ':')", {"apple": "green/banana"}),
     ("SPLIT_TO_MAP('apple:green//banana:yellow//cherry:red/', '/', ':')",
      {"apple": "green", "banana": "yellow", "cherry": "red"}),
     # geodistance.json
@@ -163,7 +169,7 @@ CASES: list[tuple[str, Any]] = [
     ("INSTR('corporate floor', 'or', 4, 2)", 14), ("INSTR('short', 'or', 4, 2)", 0), ("INSTR('corporate floor', 'or', -4)", 5),
     ("INSTR('short', 'or', -4)", 0), ("INSTR('corporate floor', 'or', -4, 2)", 2), ("INSTR('short', 'or', -4, 2)", 0),
     ("INSTR(CAST(NULL AS STRING), 'or')", 0),
-    ("SPLIT_TO_MAP(S, '/', '=')", {}), ("SPLIT_TO_MAP('a:1/a:2', '/', ':')", {"a": "2"}), ("SPLIT_TO_MAP(S, '/', '/')", None),
+    ("SPLIT_TO_MAP(STR, '/', '=')", {}), ("SPLIT_TO_MAP('a:1/a:2', '/', ':')", {"a": "2"}), ("SPLIT_TO_MAP(STR, '/', '/')", None),
 ]
 
 

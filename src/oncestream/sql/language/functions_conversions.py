@@ -70,15 +70,21 @@ def _lower(sql: str) -> str:
 def _to_bytes_sql(s: str, encoding: str) -> str:
     """A string read as bytes in a ksqlDB encoding (NULL for an unknown one)."""
     e = _lower(encoding)
+    # Java's String.getBytes(US_ASCII) writes '?' for a non-ASCII character (Spark 4's encode fails)
+    ascii_text = f"regexp_replace({s}, '[^\\\\x{{00}}-\\\\x{{7F}}]', '?')"
     return (f"CASE {e} WHEN 'hex' THEN unhex({s}) WHEN 'utf8' THEN encode({s}, 'UTF-8') "
-            f"WHEN 'ascii' THEN encode({s}, 'US-ASCII') WHEN 'base64' THEN unbase64({s}) END")
+            f"WHEN 'ascii' THEN encode({ascii_text}, 'US-ASCII') WHEN 'base64' THEN unbase64({s}) END")
 
 
 def _from_bytes_sql(b: str, encoding: str, hex_case: str = "upper") -> str:
     """Bytes written as a string in a ksqlDB encoding (NULL for an unknown one)."""
     e = _lower(encoding)
-    return (f"CASE {e} WHEN 'hex' THEN {hex_case}(hex({b})) WHEN 'utf8' THEN decode({b}, 'UTF-8') "
-            f"WHEN 'ascii' THEN decode({b}, 'US-ASCII') WHEN 'base64' THEN base64({b}) END")
+    # Java's new String(bytes, charset) writes U+FFFD for a byte it cannot read (Spark 4's decode
+    # fails): UTF-8 through make_valid_utf8, ASCII through ISO-8859-1 with the upper half replaced
+    utf8 = f"make_valid_utf8(CAST({b} AS STRING))"
+    ascii_text = f"regexp_replace(decode({b}, 'ISO-8859-1'), '[\\\\x{{80}}-\\\\x{{FF}}]', '\\uFFFD')"
+    return (f"CASE {e} WHEN 'hex' THEN {hex_case}(hex({b})) WHEN 'utf8' THEN {utf8} "
+            f"WHEN 'ascii' THEN {ascii_text} WHEN 'base64' THEN base64({b}) END")
 
 
 def _sig2(name: str, first: Callable[[SqlType | None], bool], result: SqlType) -> TypeRule:
@@ -185,7 +191,7 @@ def _split_to_map(c: CallSite) -> str:
     keys = f"transform({pairs}, __os_p -> __os_p[0])"
     values = f"transform({pairs}, __os_p -> __os_p[1])"
     # the last value of a key wins (ksqlDB's toMap merge); Spark's maps refuse duplicate keys
-    last = f"element_at({values}, size({keys}) - array_position(reverse({keys}), __os_k) + 1)"
+    last = f"element_at({values}, CAST(size({keys}) - array_position(reverse({keys}), __os_k) + 1 AS INT))"
     built = f"map_from_arrays(array_distinct({keys}), transform(array_distinct({keys}), __os_k -> {last}))"
     return f"CASE WHEN {entry} = '' OR {kv} = '' OR {entry} = {kv} THEN NULL ELSE {built} END"
 
@@ -203,10 +209,14 @@ def _convert_tz_type(arg_types: Sequence[SqlType | None]) -> SqlType:
     return t.TIMESTAMP
 
 
-def _widen(name: str, rule: TypeRule, spark: SparkRule, description: str, spark_doc: str) -> None:
-    """A string function of ``functions`` that ksqlDB also applies to BYTES: its rules replaced,
-    its category and Python form (pull queries) kept."""
+def _widen(name: str, rule: TypeRule, spark: SparkRule, description: str, spark_doc: str,
+           arity: tuple[int, int | None] | None = None) -> None:
+    """A function of ``functions`` that ksqlDB also applies to more argument types or counts
+    (BYTES, MASK's characters, INSTR's position): its rules replaced, its category and Python
+    form (pull queries) kept."""
     fd = replace(_CATALOG[name], return_type=rule, spark=spark, description=description, spark_doc=spark_doc)
+    if arity is not None:
+        fd = replace(fd, min_args=arity[0], max_args=arity[1])
     for n in (fd.name, *fd.aliases):
         _CATALOG[n] = fd
 
@@ -241,7 +251,7 @@ def _instr(c: CallSite) -> str:
 
 _section("STRING")
 _widen("INSTR", _instr_type, _instr, "1-based position of a substring (from a position, its n-th occurrence), 0 if absent.",
-       "element_at(filter(sequence(...), i -> substr(s, i, n) = sub), occurrence)")
+       "element_at(filter(sequence(...), i -> substr(s, i, n) = sub), occurrence)", arity=(2, 4))
 _add("TO_BYTES", 2, 2, _sig2("TO_BYTES", is_string, t.BYTES), lambda c: _to_bytes_sql(c.args[0], c.args[1]),
      "A string read as BYTES in an encoding (hex, utf8, ascii, base64).", "unhex / encode / unbase64")
 _add("FROM_BYTES", 2, 2, _sig2("FROM_BYTES", _is_bytes, t.STRING), lambda c: _from_bytes_sql(c.args[0], c.args[1]),
@@ -279,8 +289,12 @@ _KMS = ("km", "kilometer", "kilometers", "kilometre", "kilometres")
 
 def _geo_distance(c: CallSite) -> str:
     lat1, lon1, lat2, lon2 = (f"CAST({a} AS DOUBLE)" for a in c.args[:4])
-    a = (f"power(sin(radians({lat2} - {lat1}) / 2), 2) + power(sin(radians({lon2} - {lon1}) / 2), 2) "
-         f"* cos(radians({lat1})) * cos(radians({lat2}))")
+    def radians(x: str) -> str:
+        # Java 8's Math.toRadians (angdeg / 180.0 * PI): ksqlDB's expected values are its
+        return f"(({x}) / 180.0D * pi())"
+
+    a = (f"power(sin({radians(f'{lat2} - {lat1}')} / 2), 2) + power(sin({radians(f'{lon2} - {lon1}')} / 2), 2) "
+         f"* cos({radians(lat1)}) * cos({radians(lat2)})")
     radius = "6371.0D"
     if len(c.args) == 5:
         unit = f"lower(trim({c.args[4]}))"
@@ -395,7 +409,7 @@ def _mask_part(side: str) -> SparkRule:
 _section("STRING")
 _widen("MASK", _mask_type("MASK", False), lambda c: _masked(c, c.args[0], 1),
        "Mask letters (X/x), digits (n) and other characters (-), or with the given characters (NULL: keep).",
-       "mask(s, 'X', 'x', 'n', '-')")
+       "mask(s, 'X', 'x', 'n', '-')", arity=(1, 5))
 for _side in ("LEFT", "RIGHT", "KEEP_LEFT", "KEEP_RIGHT"):
     _add(f"MASK_{_side}", 2, 6, _mask_type(f"MASK_{_side}", True), _mask_part(_side),
          f"MASK of {'all but ' if _side.startswith('KEEP') else ''}the n {_side.split('_')[-1].lower()}most characters.",
