@@ -170,6 +170,7 @@ CASES: list[tuple[str, Any]] = [
     ("INSTR('short', 'or', -4)", 0), ("INSTR('corporate floor', 'or', -4, 2)", 2), ("INSTR('short', 'or', -4, 2)", 0),
     ("INSTR(CAST(NULL AS STRING), 'or')", 0),
     ("SPLIT_TO_MAP(STR, '/', '=')", {}), ("SPLIT_TO_MAP('a:1/a:2', '/', ':')", {"a": "2"}), ("SPLIT_TO_MAP(STR, '/', '/')", None),
+    ("SPLIT_TO_MAP(STR, '/', CAST(NULL AS STRING))", None),
 ]
 
 

@@ -193,7 +193,8 @@ def _split_to_map(c: CallSite) -> str:
     # the last value of a key wins (ksqlDB's toMap merge); Spark's maps refuse duplicate keys
     last = f"element_at({values}, CAST(size({keys}) - array_position(reverse({keys}), __os_k) + 1 AS INT))"
     built = f"map_from_arrays(array_distinct({keys}), transform(array_distinct({keys}), __os_k -> {last}))"
-    return f"CASE WHEN {entry} = '' OR {kv} = '' OR {entry} = {kv} THEN NULL ELSE {built} END"
+    nulls = f"{s} IS NULL OR {entry} IS NULL OR {kv} IS NULL"
+    return f"CASE WHEN {nulls} OR {entry} = '' OR {kv} = '' OR {entry} = {kv} THEN NULL ELSE {built} END"
 
 
 def _split_to_map_type(arg_types: Sequence[SqlType | None]) -> SqlType:
