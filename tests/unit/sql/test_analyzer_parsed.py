@@ -148,5 +148,5 @@ def test_errors_through_the_parser(sources) -> None:
         analyze(sources, "SELECT * FROM pageviews WHERE pageid = 1 EMIT CHANGES;")
     with pytest.raises(StatementError, match="Can't find any functions with the name 'NOPE'"):
         analyze(sources, "SELECT nope(pageid) FROM pageviews EMIT CHANGES;")
-    with pytest.raises(StatementError, match="lambda functions are not supported"):
-        analyze(sources, "SELECT TRANSFORM(interests, x => UCASE(x)) FROM users EMIT CHANGES;")
+    with pytest.raises(StatementError, match="Lambda function argument can't be a column name: GENDER"):
+        analyze(sources, "SELECT TRANSFORM(interests, gender => UCASE(gender)) FROM users EMIT CHANGES;")

@@ -10,7 +10,7 @@ import sqlglot
 
 from oncestream.sql.language import functions
 from oncestream.sql.language import types as t
-from oncestream.sql.language.functions import CallSite, FunctionTypeError
+from oncestream.sql.language.functions import CallSite, FunctionTypeError, LambdaSite
 
 DOCS = Path(__file__).resolve().parents[3] / "docs" / "sql-functions.md"
 
@@ -99,7 +99,8 @@ def test_aliases_and_case_insensitive_lookup() -> None:
     assert functions.is_aggregate("count")
     assert not functions.is_aggregate("ucase")
     assert "Can't find any functions with the name 'NOPE'" == functions.unknown_function_message("nope")
-    assert functions.unknown_function_message("explode").startswith("Function 'EXPLODE' is not supported")
+    assert functions.unknown_function_message("attempt_to_cast").startswith(
+        "Function 'ATTEMPT_TO_CAST' is not supported")
 
 
 def _sample_args(fd: functions.FunctionDef) -> tuple[list[str], list[t.SqlType | None]]:
@@ -114,7 +115,11 @@ def test_every_translation_is_valid_spark_sql(name: str) -> None:
     args, types = _sample_args(fd)
     if fd.max_args is not None and fd.max_args >= 2 and len(args) < fd.min_args:
         args, types = [f"a{i}" for i in range(fd.min_args)], [None] * fd.min_args
-    sql = fd.spark(CallSite(args=args, types=types, order_sql="struct(o1, o2)"))
+    lambdas: list[LambdaSite] = []
+    if fd.category == "LAMBDA":   # TRANSFORM / FILTER / REDUCE of an ARRAY: the lambda apart from the args
+        args, types = args[:fd.min_args - 1], types[:fd.min_args - 1]
+        lambdas = [LambdaSite(("x",) if fd.name != "REDUCE" else ("s", "x"), "x", "x IS NULL")]
+    sql = fd.spark(CallSite(args=args, types=types, order_sql="struct(o1, o2)", lambdas=lambdas))
     sqlglot.parse_one(f"SELECT {sql}", dialect="spark")   # raises on a syntax error
 
 

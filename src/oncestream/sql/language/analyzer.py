@@ -55,6 +55,7 @@ from oncestream.sql.language.analyzer_expr import (
     same_expression,
     type_of,
 )
+from oncestream.sql.language.analyzer_functions import check_table_functions, is_table_function_call
 from oncestream.sql.language.analyzer_joins import AnalyzedJoin, JoinRules, JoinType, key_synonyms
 from oncestream.sql.language.catalog import Column, Namespace, SourceInfo
 from oncestream.sql.language.sql_ast import Emit, Query, SourceKind, WindowSpec
@@ -189,6 +190,9 @@ class _Analysis(JoinRules, AggregateRules):
         window = q.window
 
         self._check_reserved_names()
+        if group_nodes and any(is_table_function_call(n) for item in select.expressions for n in item.walk()):
+            # ksqlDB's Analyzer refuses this before typing the projection
+            raise StatementError("Table functions cannot be used with aggregations.")
         if window is not None and not group_nodes:
             raise StatementError("WINDOW clause requires a GROUP BY clause.")
         if from_info.window is not None and window is not None:
@@ -299,6 +303,9 @@ class _Analysis(JoinRules, AggregateRules):
             collect_aggs(having)
 
         self._check_aggregation(items, group_by, having, aggregates, joins, window)
+        check_table_functions([e for _, e, _ in items], grouped=bool(group_by) or bool(aggregates),
+                              table_source=kind is SourceKind.TABLE,
+                              other_clauses=[c for c in (where, having, *group_by, *partition_by) if c is not None])
         if q.emit is Emit.FINAL and (window is None or not group_by):
             raise StatementError("EMIT FINAL is only supported for windowed aggregations.")
         if q.emit is Emit.NONE and self.sink is None:

@@ -21,8 +21,14 @@ from datetime import UTC, datetime
 from sqlglot import exp
 
 from oncestream.sql.errors import StatementError
-from oncestream.sql.language import catalog, functions
+from oncestream.sql.language import catalog, functions, functions_time
 from oncestream.sql.language import types as t
+from oncestream.sql.language.analyzer_functions import (
+    LAMBDA_FUNCTIONS,
+    lambda_variable,
+    parameter_name,
+    resolve_lambda_call,
+)
 from oncestream.sql.language.catalog import SourceInfo
 from oncestream.sql.language.parser import typeparse
 from oncestream.sql.language.parser.typeparse import UnknownDataTypeError
@@ -335,6 +341,8 @@ class ExpressionResolver:
 
     def __init__(self, scope: Scope) -> None:
         self.scope = scope
+        # the parameters of the lambdas being resolved (analyzer_functions), by name
+        self.lambda_vars: dict[str, SqlType | None] = {}
 
     # -- columns ------------------------------------------------------------------------------
 
@@ -534,7 +542,13 @@ class ExpressionResolver:
                 field_nodes.append(exp.PropertyEQ(this=exp.to_identifier(fname, quoted=True), expression=value))
             return self._typed(exp.Struct(expressions=field_nodes), t.struct_of(*field_types))
         if isinstance(node, exp.Lambda):
-            raise StatementError("Lambda functions are not supported.")
+            raise StatementError("Lambda functions are only supported as arguments of TRANSFORM, FILTER and REDUCE.")
+        if isinstance(node, exp.Identifier):
+            # a lambda parameter (the parser leaves them as bare identifiers)
+            name = parameter_name(node)
+            if name not in self.lambda_vars:
+                raise StatementError(f"{clause} column '{name}' cannot be resolved.")
+            return lambda_variable(name, self.lambda_vars[name])
         if isinstance(node, exp.Star):
             raise StatementError("'*' is only allowed as a select item or in COUNT(*)")
         parts = call_parts(node)
@@ -633,10 +647,20 @@ class ExpressionResolver:
         fd = functions.lookup(name)
         if fd is None:
             raise StatementError(functions.unknown_function_message(name))
+        if fd.name in LAMBDA_FUNCTIONS:
+            return resolve_lambda_call(self, fd.name, args, clause)
         if fd.name == "COUNT" and args and isinstance(args[0], exp.Star):
             out = exp.Anonymous(this="COUNT", expressions=[exp.Star()])
             return self._typed(out, t.BIGINT)
-        resolved = [self._resolve(a, clause) for a in args]
+        if fd.name in functions_time.UNIT_FUNCTIONS:
+            # TIMESTAMPADD(MILLISECONDS, n, ts): the unit is a keyword, not a column
+            rest = [self._resolve(a, clause) for a in args[1:]]
+            if not (args and functions_time.is_unit_keyword(args[0])):
+                first = [self._resolve(args[0], clause)] if args else []
+                functions_time.unit_argument(fd.name, args, [type_of(a) for a in first + rest])
+            resolved = [functions_time.unit_argument(fd.name, args, []), *rest]
+        else:
+            resolved = [self._resolve(a, clause) for a in args]
         if fd.aggregate and fd.name in _LITERAL_PARAMETERS:
             for i, (arg, orig) in enumerate(zip(resolved[1:], args[1:]), start=2):
                 if not isinstance(arg, (exp.Literal, exp.Boolean, exp.Neg)):

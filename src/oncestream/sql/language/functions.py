@@ -49,6 +49,19 @@ class CallSite:
     args: Sequence[str]
     types: Sequence[SqlType | None] = ()
     order_sql: str | None = None
+    # the lambda arguments (TRANSFORM, FILTER, REDUCE), in order: their parameters' Spark names,
+    # their body's Spark SQL, and the SQL of ksqlDB's NULL-operand failure for the body (or None);
+    # ``args`` then holds only the other arguments. ``functions_collections`` explains the guard.
+    lambdas: Sequence[LambdaSite] = ()
+
+
+@dataclass(frozen=True)
+class LambdaSite:
+    """One translated lambda argument (see ``CallSite.lambdas``)."""
+
+    params: tuple[str, ...]
+    body: str
+    null_guard: str | None = None
 
 
 TypeRule = Callable[[Sequence[SqlType | None]], SqlType]
@@ -71,6 +84,7 @@ class FunctionDef:
     aliases: tuple[str, ...] = field(default=())
     category: str = "OTHER"           # SHOW FUNCTIONS' category (STRING, MATHEMATICAL, ...)
     python: PythonRule | None = None  # the same function over Python values (None: Spark only)
+    table: bool = False               # a table function: the Spark form is the ARRAY it spreads over rows
 
     def result_type(self, arg_types: Sequence[SqlType | None]) -> SqlType:
         """The call's type; raises ``FunctionTypeError`` with ksqlDB's message when refused."""
@@ -393,8 +407,9 @@ def _section(category: str) -> None:
 
 
 def _add(name: str, min_args: int, max_args: int | None, rule: TypeRule, spark: SparkRule, description: str,
-         spark_doc: str, *, aggregate: bool = False, aliases: tuple[str, ...] = ()) -> None:
-    fd = FunctionDef(name, aggregate, min_args, max_args, rule, spark, description, spark_doc, aliases, _category)
+         spark_doc: str, *, aggregate: bool = False, aliases: tuple[str, ...] = (), table: bool = False) -> None:
+    fd = FunctionDef(name, aggregate, min_args, max_args, rule, spark, description, spark_doc, aliases, _category,
+                     table=table)
     for n in (name, *aliases):
         _CATALOG[n] = fd
 
@@ -702,57 +717,14 @@ _with_python("IFNULL", lambda args: args[0] if args[0] is not None else args[1])
 
 # ksqlDB functions with no faithful Spark SQL translation here (docs/sql-functions.md explains).
 NOT_SUPPORTED: dict[str, str] = {
-    "HISTOGRAM": "no Spark aggregate builds a value->count map incrementally in streaming state",
-    "EXPLODE": "table functions (one row in, many out) are not supported",
-    "CUBE_EXPLODE": "table functions are not supported",
-    "TRANSFORM": "lambda functions are not supported",
-    "FILTER": "lambda functions are not supported",
-    "REDUCE": "lambda functions are not supported",
-    "TIMESTAMPADD": "the unit argument is a keyword the analyzer does not resolve yet",
-    "TIMESTAMPSUB": "the unit argument is a keyword the analyzer does not resolve yet",
-    "DATEADD": "the unit argument is a keyword the analyzer does not resolve yet",
-    "DATESUB": "the unit argument is a keyword the analyzer does not resolve yet",
-    "GEO_DISTANCE": "no Spark SQL equivalent",
-    "URL_EXTRACT_HOST": "no Spark SQL equivalent of ksqlDB's URL functions (parse_url differs on errors)",
-    "URL_EXTRACT_PATH": "see URL_EXTRACT_HOST",
-    "URL_EXTRACT_PORT": "see URL_EXTRACT_HOST",
-    "URL_EXTRACT_PROTOCOL": "see URL_EXTRACT_HOST",
-    "URL_EXTRACT_QUERY": "see URL_EXTRACT_HOST",
-    "URL_EXTRACT_FRAGMENT": "see URL_EXTRACT_HOST",
-    "URL_EXTRACT_PARAMETER": "see URL_EXTRACT_HOST",
-    "URL_ENCODE_PARAM": "see URL_EXTRACT_HOST",
-    "URL_DECODE_PARAM": "see URL_EXTRACT_HOST",
-    "ENCODE": "ksqlDB's charset names differ from Spark's encode/decode",
-    "TO_BYTES": "BYTES conversions are not supported",
-    "FROM_BYTES": "BYTES conversions are not supported",
-    "JSON_RECORDS": "no Spark SQL equivalent",
-    "JSON_KEYS": "no Spark SQL equivalent in Spark 4.x without a schema",
-    "JSON_CONCAT": "no Spark SQL equivalent",
-    "IS_JSON_STRING": "no Spark SQL equivalent",
-    "JSON_ARRAY_LENGTH": "use ARRAY_LENGTH over a typed column instead",
-    "TO_JSON_STRING": "to_json differs on top-level primitives",
-    "ENTRIES": "not translated yet",
-    "TRUNC": "not translated yet",
-    "CONVERT_TZ": "not translated yet",
     "ATTEMPT_TO_CAST": "not translated yet",
-    "MAP_UNION": "Spark's map_concat fails on duplicate keys where ksqlDB keeps the last",
-    "SPLIT_TO_MAP": "Spark's str_to_map takes regex delimiters",
-    "MASK_KEEP_LEFT": "not translated yet",
-    "MASK_KEEP_RIGHT": "not translated yet",
-    "MASK_LEFT": "not translated yet",
-    "MASK_RIGHT": "not translated yet",
-    "FORMAT_TIME": "Spark has no TIME type",
-    "PARSE_TIME": "Spark has no TIME type",
-    "TIMEADD": "Spark has no TIME type",
-    "TIMESUB": "Spark has no TIME type",
-    "GENERATE_SERIES": "table functions are not supported",
-    "JSON_ARRAY_CONTAINS": "not translated yet",
-    "JSON_ITEMS": "not translated yet",
-    "BIGINT_FROM_BYTES": "BYTES conversions are not supported",
-    "DOUBLE_FROM_BYTES": "BYTES conversions are not supported",
-    "INT_FROM_BYTES": "BYTES conversions are not supported",
     "REGEXP_SPLIT_TO_MAP": "not translated yet",
 }
+
+
+def is_table_function(name: str) -> bool:
+    fd = lookup(name)
+    return fd is not None and fd.table
 
 
 def lookup(name: str) -> FunctionDef | None:
@@ -781,3 +753,13 @@ def unknown_function_message(name: str) -> str:
 def python_functions() -> dict[str, FunctionDef]:
     """The functions with a Python form (those pull queries can evaluate), by ksqlDB name."""
     return {name: fd for name, fd in catalog().items() if fd.python is not None}
+
+
+# table functions, lambda functions and the collection functions built on Spark's higher-order
+# functions register themselves into the catalog (a module of their own: this one is long)
+from oncestream.sql.language import (  # noqa: E402,F401  (they register)
+    functions_collections,
+    functions_conversions,
+    functions_json,
+    functions_time,
+)

@@ -21,6 +21,7 @@ from sqlglot import exp
 
 from oncestream.sql.errors import StatementError
 from oncestream.sql.language import functions
+from oncestream.sql.language.analyzer_functions import NULL_GUARD
 from oncestream.sql.language.catalog import ROWOFFSET, ROWPARTITION, ROWTIME, WINDOWEND, WINDOWSTART, SourceInfo
 from oncestream.sql.language.types import BaseType
 
@@ -129,10 +130,20 @@ def _function_call(node: exp.Anonymous, scope: Scope) -> exp.Expression:
             return _call(_SCALAR_RENAMES[name], *args)
         raise StatementError(functions.unknown_function_message(name))
     offset = scope.resolve(ROWOFFSET, None) or ROWOFFSET
-    site = functions.CallSite(args=[a.sql(dialect="spark") for a in args],
-                              types=[a.meta.get(TYPE_KEY) for a in args], order_sql=quote(offset))
+    values = [a for a in args if not isinstance(a, exp.Lambda)]
+    lambdas = [_lambda_site(a) for a in args if isinstance(a, exp.Lambda)]
+    site = functions.CallSite(args=[a.sql(dialect="spark") for a in values],
+                              types=[a.meta.get(TYPE_KEY) for a in values], order_sql=quote(offset), lambdas=lambdas)
     # The catalog gives Spark SQL text; it is spliced in as is, parenthesised against precedence.
     return exp.Paren(this=exp.Var(this=definition.spark(site)))
+
+
+def _lambda_site(node: exp.Lambda) -> functions.LambdaSite:
+    """A translated lambda argument: parameters, body and null guard (analyzer_functions) as Spark SQL."""
+    guard = node.args.get(NULL_GUARD)
+    return functions.LambdaSite(params=tuple(p.sql(dialect="spark") for p in node.expressions),
+                                body=node.this.sql(dialect="spark"),
+                                null_guard=guard.sql(dialect="spark") if isinstance(guard, exp.Expression) else None)
 
 
 _INTEGRAL_SPARK_TYPES = {BaseType.INTEGER: "INT", BaseType.BIGINT: "BIGINT"}
@@ -194,7 +205,15 @@ def translate(expression: exp.Expression, scope: Scope) -> str:
         # marked before the rewrite, which replaces the container's node (and its type)
         if getattr(bracket.this.meta.get(TYPE_KEY), "base", None) is BaseType.ARRAY:
             bracket.meta[_ARRAY_INDEX] = True
-    return _post_order(tree, rewrite).sql(dialect="spark")
+    def typed_rewrite(node: exp.Expression) -> exp.Expression:
+        # the replacement keeps the analyzer's type: the catalog's rules read their arguments'
+        # types (CallSite.types), and a column's replacement is a new node
+        out = rewrite(node)
+        if out is not node and TYPE_KEY in node.meta and TYPE_KEY not in out.meta:
+            out.meta[TYPE_KEY] = node.meta[TYPE_KEY]
+        return out
+
+    return _post_order(tree, typed_rewrite).sql(dialect="spark")
 
 
 def is_aggregate(expression: exp.Expression) -> bool:

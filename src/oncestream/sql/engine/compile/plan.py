@@ -30,9 +30,11 @@ from oncestream.sql.engine.compile.expressions import Scope, is_aggregate, quote
 from oncestream.sql.engine.compile.joins import join_frames, join_key_sql
 from oncestream.sql.engine.compile.sources import RAW_KEY, TOMBSTONE, TS, ReadSettings, read_source, timestamp_ms
 from oncestream.sql.engine.compile.table_aggregation import RESULT_ROWTIME, aggregate_table
+from oncestream.sql.engine.compile.table_functions import has_table_functions, spread_rows
 from oncestream.sql.engine.compile.table_joins import JOIN_KEY
 from oncestream.sql.engine.serde import RecordLayout, layout_of
 from oncestream.sql.errors import StatementError
+from oncestream.sql.language import functions_json
 from oncestream.sql.language.catalog import ROWTIME, WINDOWEND, WINDOWSTART, Column, Format, SourceInfo
 from oncestream.sql.language.sql_ast import Query, SourceKind, WindowKind, WindowSpec
 
@@ -143,6 +145,7 @@ def compile_query(spark: SparkSession, query: Query, analyzed: Any, settings: Re
     """Compile ``query`` as the analyzer resolved it (``analyzer.AnalyzedQuery``: output columns
     parallel to their expressions, WHERE, GROUP BY, HAVING, joins) into a streaming plan over our
     connector."""
+    functions_json.register_udfs(spark)   # the JSON functions' Python UDFs (functions_json explains)
     aliases = source_aliases(analyzed)
     columns: tuple[Column, ...] = tuple(analyzed.columns)
     expressions = tuple(analyzed.expressions)
@@ -176,6 +179,12 @@ def compile_query(spark: SparkSession, query: Query, analyzed: Any, settings: Re
         frame = frame.withColumn(RESULT_ROWTIME, F.expr(result_rowtime(aliases, scope)))
         return _aggregate(spark, frame, scope, columns, chosen, group_exprs, where, having, window, result_kind,
                           scope.internal(first_alias, TS), bool(getattr(analyzed, "emit_final", False)))
+    if has_table_functions(expressions):
+        # EXPLODE / CUBE_EXPLODE spread each row (compile/table_functions.py), after WHERE
+        if where is not None:
+            frame = frame.where(F.expr(translate(where, scope)))
+            where = None
+        frame, chosen = spread_rows(frame, scope, columns, chosen)
     # A table-table join's key columns are its join key (a RIGHT/FULL join's row may lack the left side).
     join_key = JOIN_KEY if JOIN_KEY in frame.columns else None
     selected = [(F.col(join_key) if join_key and c.is_key else F.expr(translate(chosen[c.name], scope))).alias(c.name)
