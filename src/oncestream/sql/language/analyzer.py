@@ -55,8 +55,8 @@ from oncestream.sql.language.analyzer_expr import (
     same_expression,
     type_of,
 )
-from oncestream.sql.language.analyzer_functions import check_table_functions, is_table_function_call
 from oncestream.sql.language.analyzer_joins import AnalyzedJoin, JoinRules, JoinType, key_synonyms
+from oncestream.sql.language.analyzer_table_functions import check_table_functions, is_table_function_call
 from oncestream.sql.language.catalog import Column, Namespace, SourceInfo
 from oncestream.sql.language.sql_ast import Emit, Query, SourceKind, WindowSpec
 from oncestream.sql.language.types import SqlType

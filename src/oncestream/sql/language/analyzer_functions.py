@@ -1,4 +1,4 @@
-"""The analyzer's rules for lambda functions and table functions, with ksqlDB's messages.
+"""The analyzer's rules for lambda functions, with ksqlDB's messages.
 
 Lambda functions (``TRANSFORM``, ``FILTER``, ``REDUCE``): the collection (and REDUCE's initial
 state) are resolved first, their types give the lambda's parameters theirs (ARRAY<T>: ``x`` is a
@@ -14,15 +14,13 @@ It is the OR of ``operand IS NULL`` over the operands of the body's numeric arit
 lambdas excluded (their own guards cover them) and REDUCE's state excluded (it is the previous
 step's result, not an element).
 
-Table functions (``EXPLODE``, ``CUBE_EXPLODE``) may appear only in the SELECT list of a query
-over a stream without GROUP BY, not nested in one another nor inside CASE (ksqlDB's Analyzer and
-QueryAnalyzer rules).
+Table functions have their rules in ``analyzer_table_functions``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Protocol
 
 from sqlglot import exp
 
@@ -31,8 +29,26 @@ from oncestream.sql.language import functions
 from oncestream.sql.language import types as t
 from oncestream.sql.language.types import BaseType, SqlType
 
-if TYPE_CHECKING:
-    from oncestream.sql.language.analyzer_expr import ExpressionResolver
+
+class ExpressionResolver(Protocol):
+    """What the lambda rules need of analyzer_expr.ExpressionResolver (a protocol, so this module
+    does not import the resolver that imports it)."""
+
+    lambda_vars: dict[str, SqlType | None]
+
+    @property
+    def scope(self) -> _Scope: ...
+
+    def resolve(self, tree: exp.Expr, clause: str = "SELECT") -> exp.Expr: ...
+
+
+class _SourceColumns(Protocol):
+    def column(self, name: str) -> object: ...
+
+
+class _Scope(Protocol):
+    @property
+    def sources(self) -> Mapping[str, _SourceColumns]: ...
 
 TYPE_KEY = "ksql_type"          # analyzer_expr.TYPE_KEY
 LAMBDA_VAR_KEY = "lambda_var"    # meta flag on a reference to a lambda parameter
@@ -165,42 +181,3 @@ def null_guard(body: exp.Expr, state: str | None) -> exp.Expr | None:
         guard = exp.Or(this=guard, expression=c)
         guard.meta[TYPE_KEY] = t.BOOLEAN
     return guard
-
-
-def is_table_function_call(node: exp.Expr) -> bool:
-    """Whether a parsed (not yet resolved) node calls a table function."""
-    from oncestream.sql.language.analyzer_expr import call_parts
-    parts = call_parts(node)
-    return parts is not None and functions.is_table_function(parts[0])
-
-
-def _table_calls(node: exp.Expr) -> Iterator[exp.Anonymous]:
-    for n in node.walk():
-        if isinstance(n, exp.Anonymous) and functions.is_table_function(str(n.this)):
-            yield n
-
-
-def check_table_functions(select: Sequence[exp.Expr], *, grouped: bool, table_source: bool,
-                          other_clauses: Sequence[exp.Expr]) -> bool:
-    """ksqlDB's rules for table functions in a query; True when the SELECT list has any."""
-    found = False
-    for item in select:
-        for call in _table_calls(item):
-            found = True
-            nested = next((n for n in call.walk() if n is not call and isinstance(n, exp.Anonymous)
-                           and functions.is_table_function(str(n.this))), None)
-            if nested is not None:
-                raise StatementError(f"Table functions cannot be nested: {call.this}({nested.this}())")
-            if grouped:
-                raise StatementError("Table functions cannot be used with aggregations.")
-            case = call.find_ancestor(exp.Case)
-            if case is not None:
-                from oncestream.sql.language.analyzer_expr import ksql_format
-                raise StatementError(f"Table functions cannot be used in CASE: {ksql_format(case)}")
-    for clause in other_clauses:
-        misplaced = next(_table_calls(clause), None)
-        if misplaced is not None:
-            raise StatementError(f"Table function {misplaced.this} can only be used in the SELECT clause.")
-    if found and table_source:
-        raise StatementError("Table source is not supported with table functions")
-    return found

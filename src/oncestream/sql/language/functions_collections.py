@@ -35,7 +35,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from oncestream.sql.language import types as t
-from oncestream.sql.language.functions import (
+from oncestream.sql.language.function_catalog import (
     CallSite,
     FunctionTypeError,
     LambdaSite,

@@ -40,7 +40,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from oncestream.sql.language import types as t
-from oncestream.sql.language.functions import (
+from oncestream.sql.language.function_catalog import (
     _CATALOG,
     CallSite,
     FunctionTypeError,

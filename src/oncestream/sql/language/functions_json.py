@@ -37,7 +37,7 @@ from decimal import Decimal
 from typing import Any
 
 from oncestream.sql.language import types as t
-from oncestream.sql.language.functions import (
+from oncestream.sql.language.function_catalog import (
     CallSite,
     FunctionTypeError,
     _add,

@@ -25,7 +25,7 @@ from sqlglot import exp
 
 from oncestream.sql.errors import StatementError
 from oncestream.sql.language import types as t
-from oncestream.sql.language.functions import (
+from oncestream.sql.language.function_catalog import (
     CallSite,
     FunctionTypeError,
     SparkRule,
