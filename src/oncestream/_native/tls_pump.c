@@ -250,7 +250,6 @@ typedef struct {
     long long body_left;          /* bytes of the current frame's body not yet decrypted */
     int unframed;                 /* a negative size was seen: no more holding back */
     size_t held;                  /* bytes at the tail of to_plain held back (a frame's unfinished body) */
-    int rcvlowat;                 /* SO_RCVLOWAT last set on the client's socket */
     int failed_errno; /* an allocation failure or poll() error ends the pump */
 } run_state;
 
@@ -262,13 +261,7 @@ typedef struct {
  * back (at most HOLD_BACK_BYTES, then released as they are) and the broker gets whole frames, in
  * the chunks a plaintext connection would give it. Holding back never delays the broker: it can do
  * nothing with part of a request. A negative size (not Kafka) stops the holding back for good; the
- * broker then closes the connection on reading it. This walks the n bytes just appended.
- *
- * The same framing spares the pump a wake-up per TLS record: while a frame's body is incomplete,
- * the client's socket gets SO_RCVLOWAT = the body's missing bytes (less the ciphertext already
- * buffered; a record's ciphertext is longer than its plaintext, so the bytes that complete the
- * frame always reach it), and poll() reports it readable only once they are there (or the stream
- * ended or failed, which poll reports regardless). Between frames it is 1 again. */
+ * broker then closes the connection on reading it. This walks the n bytes just appended. */
 static void frames_seen(run_state *s, const unsigned char *data, size_t n) {
     size_t i = 0;
     while (i < n && !s->unframed) {
@@ -299,21 +292,6 @@ static void frames_seen(run_state *s, const unsigned char *data, size_t n) {
     }
     if (s->unframed || s->held >= HOLD_BACK_BYTES)
         s->held = 0;
-}
-
-/* SO_RCVLOWAT for the client's socket before the pump waits for it to be readable. */
-static void set_rcvlowat(run_state *s) {
-    int want = 1;
-    if (s->client_open && !s->unframed && s->prefix_have == 4 && s->body_left > 0) {
-        size_t missing = (size_t)s->body_left;
-        if (missing > HOLD_BACK_BYTES - s->held)
-            missing = HOLD_BACK_BYTES - s->held; /* held back no further than that */
-        size_t buffered = BIO_ctrl_pending(s->rbio);
-        if (missing > buffered)
-            want = (int)(missing - buffered);
-    }
-    if (want != s->rcvlowat && setsockopt(s->p->raw_fd, SOL_SOCKET, SO_RCVLOWAT, &want, sizeof want) == 0)
-        s->rcvlowat = want;
 }
 
 /* Decrypted bytes that may go to the broker now. */
@@ -548,8 +526,6 @@ static const char *pump_loop(run_state *s) {
                 return "linger expired";
             timeout_ms = (int)((linger_until_s - now_s) * 1000.0) + 1;
         }
-        if (raw_events & POLLIN)
-            set_rcvlowat(s);
         struct pollfd fds[2] = {
             {.fd = raw_events ? s->p->raw_fd : -1, .events = raw_events},
             {.fd = pair_events ? s->p->pair_fd : -1, .events = pair_events},
@@ -586,7 +562,6 @@ static PyObject *pump_run(PumpObject *self, PyObject *unused) {
     s.rbio = SSL_get_rbio(self->ssl);
     s.wbio = SSL_get_wbio(self->ssl);
     s.client_open = s.broker_open = 1;
-    s.rcvlowat = 1; /* the socket's default */
     s.raw_ready = s.pair_ready = POLLIN | POLLOUT;
     s.scratch = malloc(CHUNK_BYTES);
     if (s.scratch == NULL)
