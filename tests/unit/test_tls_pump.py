@@ -374,7 +374,7 @@ class _RefusingPump:
         return True
 
     @staticmethod
-    def Pump(*_args: object) -> None:  # noqa: N802  # the extension's class name
+    def Pump(*_args: object) -> None:  # the extension's class name
         raise native_module.UnknownLayout("not this one")
 
 
@@ -484,7 +484,7 @@ def test_a_forged_record_ends_its_connection_and_the_listener_serves_others(
         good.sendall(frame(b"after"))
         assert _recv_exactly(good_end, 9) == frame(b"after")
         good_end.sendall(b"still served")
-        assert _recv_exactly(good, 12) == b"still served"  # type: ignore[arg-type]
+        assert _recv_exactly(good, 12) == b"still served"
     good_end.close()
     _until(lambda: one.listener.pump_count == 0, "the pump threads ended")
 

@@ -354,6 +354,8 @@ static int transfer(run_state *s, short *raw_events, short *pair_events) {
                         s->failed_errno = ENOMEM;
                         return 0;
                     }
+                    if ((size_t)got < CHUNK_BYTES)
+                        s->raw_ready &= ~POLLIN; /* a short read emptied the queue: poll before the next */
                     progress = 1;
                 }
             }
@@ -433,6 +435,8 @@ static int transfer(run_state *s, short *raw_events, short *pair_events) {
                     progress = 1;
                 } else {
                     progress = 1;
+                    if ((size_t)got < CHUNK_BYTES)
+                        s->pair_ready &= ~POLLIN; /* as for the client's socket */
                     if (s->client_open) { /* else: the client is gone, the bytes have nowhere to go */
                         size_t written = 0;
                         ERR_clear_error();
