@@ -79,34 +79,30 @@ typedef struct {
     int c;
 } mirrored_error;
 
+/* The fields both known versions share, in their order. */
+#define MIRRORED_SSL_SOCKET_FIELDS \
+    PyObject_HEAD \
+    PyObject *Socket; \
+    SSL *ssl; \
+    PyObject *ctx; \
+    char shutdown_seen_zero; \
+    int socket_type; \
+    PyObject *owner; \
+    PyObject *server_hostname; \
+    mirrored_error err;
+
 #if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
 typedef struct {
-    PyObject_HEAD
-    PyObject *Socket;
-    SSL *ssl;
-    PyObject *ctx;
-    char shutdown_seen_zero;
-    int socket_type;
-    PyObject *owner;
-    PyObject *server_hostname;
-    mirrored_error err;
-    PyObject *exc_type;
+    MIRRORED_SSL_SOCKET_FIELDS
+    PyObject *exc_type; /* 3.11: the exception a callback raised, in three parts */
     PyObject *exc_value;
     PyObject *exc_tb;
 } mirrored_ssl_socket;
 #define LAYOUT_KNOWN 1
 #elif PY_VERSION_HEX >= 0x030C0000 && PY_VERSION_HEX < 0x030D0000
 typedef struct {
-    PyObject_HEAD
-    PyObject *Socket;
-    SSL *ssl;
-    PyObject *ctx;
-    char shutdown_seen_zero;
-    int socket_type;
-    PyObject *owner;
-    PyObject *server_hostname;
-    mirrored_error err;
-    PyObject *exc;
+    MIRRORED_SSL_SOCKET_FIELDS
+    PyObject *exc; /* 3.12: in one */
 } mirrored_ssl_socket;
 #define LAYOUT_KNOWN 1
 #else

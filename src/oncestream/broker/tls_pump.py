@@ -26,7 +26,9 @@ so the broker sees the connection end.
 Who moves the bytes once the handshake is done: a ``BytePump``. The shipped one is the C pump
 (``oncestream._native.tls_pump``, see its source): the same rules as the Python ``_Pump`` below,
 but the thread releases the GIL once for the whole connection instead of once per TLS record and
-socket call, so the event loop never waits to hand the GIL over to a pump thread. It drives the
+socket call, so the event loop never waits to hand the GIL over to a pump thread, and it hands
+the broker whole Kafka frames (a 1 MiB request arrives as hundreds of TLS records, each of which
+would wake the loop and resume the connection's ``readexactly``). It drives the
 SSL object of the very ``ssl.SSLObject`` that ran the handshake, so the handshake, the context's
 settings and the ``ConnectionOrigin`` are Python's on both paths. ``default_byte_pump()`` uses it
 when the extension is built and its guards accept this Python (CPython's private ``_SSLSocket``
@@ -36,7 +38,7 @@ any SSL object the C code refuses, the Python pump runs. A listener may be given
 
 What a TLS connection costs beyond a plaintext one: a thread, a socket pair and a 256 KiB
 scratch buffer (pages are touched only as far as data fills them; the C pump's buffers grow to
-what is pending, at most about 1.3 MiB each way). Connection limits count a
+what is pending, at most 2 MiB each way). Connection limits count a
 connection once its handshake is done, as before; connections still in their handshake are bounded
 only by the handshake timeout (asyncio's transports were not bounded otherwise either).
 """
