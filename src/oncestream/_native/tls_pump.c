@@ -326,35 +326,74 @@ static int drain_wbio(run_state *s) {
     return 1;
 }
 
+/* What one non-blocking socket call did. */
+enum io_result {
+    IO_BLOCKED, /* it would block (or is known to): the socket is waited for */
+    IO_RETRY,   /* interrupted by a signal */
+    IO_ENDED,   /* end of stream, or an error: the peer is gone */
+    IO_MOVED,   /* bytes moved (*moved of them) */
+};
+
+/* recv of at most CHUNK_BYTES into ``into`` from a socket that may be readable (``ready``); a short
+ * read emptied the queue, so the next call is a poll, not a recv that fails. */
+static enum io_result recv_some(int fd, char *into, short *ready, short *events, size_t *moved) {
+    if (!(*ready & POLLIN)) {
+        *events |= POLLIN;
+        return IO_BLOCKED;
+    }
+    ssize_t got = recv(fd, into, CHUNK_BYTES, 0);
+    if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        *ready &= ~POLLIN;
+        *events |= POLLIN;
+        return IO_BLOCKED;
+    }
+    if (got < 0 && errno == EINTR)
+        return IO_RETRY;
+    if (got <= 0)
+        return IO_ENDED;
+    if ((size_t)got < CHUNK_BYTES)
+        *ready &= ~POLLIN;
+    *moved = (size_t)got;
+    return IO_MOVED;
+}
+
+/* send of the first ``size`` bytes of ``from`` to a socket that may be writable (``ready``). */
+static enum io_result send_some(int fd, buffer *from, size_t size, short *ready, short *events) {
+    if (!(*ready & POLLOUT)) {
+        *events |= POLLOUT;
+        return IO_BLOCKED;
+    }
+    ssize_t sent = send(fd, from->data + from->start, size, MSG_NOSIGNAL);
+    if (sent < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        *ready &= ~POLLOUT;
+        *events |= POLLOUT;
+        return IO_BLOCKED;
+    }
+    if (sent < 0 && errno == EINTR)
+        return IO_RETRY;
+    if (sent < 0)
+        return IO_ENDED;
+    buf_consume(from, (size_t)sent);
+    return IO_MOVED;
+}
+
 /* Move bytes until nothing moves; sets what each socket waits for. 0: the pump must end now. */
 static int transfer(run_state *s, short *raw_events, short *pair_events) {
     for (;;) {
         int progress = 0;
+        size_t got = 0;
+        enum io_result result;
         *raw_events = *pair_events = 0;
         /* ciphertext from the client into the SSL object's read BIO */
         if (s->client_open && !s->client_eof && buf_len(&s->to_plain) < PENDING_HIGH_BYTES) {
-            if (!(s->raw_ready & POLLIN)) {
-                *raw_events |= POLLIN;
-            } else {
-                ssize_t got = recv(s->p->raw_fd, s->scratch, CHUNK_BYTES, 0);
-                if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-                    s->raw_ready &= ~POLLIN;
-                    *raw_events |= POLLIN;
-                } else if (got < 0 && errno == EINTR) {
-                    progress = 1;
-                } else if (got <= 0) { /* end of stream, or a reset: what arrived is still decrypted */
-                    s->client_eof = 1;
-                    progress = 1;
-                } else {
-                    if (BIO_write(s->rbio, s->scratch, (int)got) != (int)got) {
-                        s->failed_errno = ENOMEM;
-                        return 0;
-                    }
-                    if ((size_t)got < CHUNK_BYTES)
-                        s->raw_ready &= ~POLLIN; /* a short read emptied the queue: poll before the next */
-                    progress = 1;
-                }
+            result = recv_some(s->p->raw_fd, s->scratch, &s->raw_ready, raw_events, &got);
+            if (result == IO_ENDED) /* end of stream, or a reset: what arrived is still decrypted */
+                s->client_eof = 1;
+            if (result == IO_MOVED && BIO_write(s->rbio, s->scratch, (int)got) != (int)got) {
+                s->failed_errno = ENOMEM;
+                return 0;
             }
+            progress |= result != IO_BLOCKED;
         }
         /* every record that has arrived decrypted before the broker is handed any */
         int starved = 0; /* the read BIO holds no whole record */
@@ -368,13 +407,13 @@ static int transfer(run_state *s, short *raw_events, short *pair_events) {
                 s->failed_errno = ENOMEM;
                 return 0;
             }
-            size_t got = 0;
+            size_t plain = 0;
             ERR_clear_error();
-            if (SSL_read_ex(s->ssl, s->to_plain.data + s->to_plain.end, s->to_plain.cap - s->to_plain.end, &got)) {
-                frames_seen(s, (const unsigned char *)s->to_plain.data + s->to_plain.end, got);
-                s->to_plain.end += got;
+            if (SSL_read_ex(s->ssl, s->to_plain.data + s->to_plain.end, s->to_plain.cap - s->to_plain.end, &plain)) {
+                frames_seen(s, (const unsigned char *)s->to_plain.data + s->to_plain.end, plain);
+                s->to_plain.end += plain;
                 s->p->records_read_calls++;
-                s->p->plaintext_in_bytes += got;
+                s->p->plaintext_in_bytes += plain;
                 progress = 1;
                 continue;
             }
@@ -394,79 +433,40 @@ static int transfer(run_state *s, short *raw_events, short *pair_events) {
         /* plaintext into the pair */
         size_t ready_bytes = releasable(s);
         if (ready_bytes) {
-            if (!(s->pair_ready & POLLOUT)) {
-                *pair_events |= POLLOUT;
-            } else {
-                ssize_t sent = send(s->p->pair_fd, s->to_plain.data + s->to_plain.start, ready_bytes, MSG_NOSIGNAL);
-                if (sent < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-                    s->pair_ready &= ~POLLOUT;
-                    *pair_events |= POLLOUT;
-                } else if (sent < 0 && errno == EINTR) {
-                    progress = 1;
-                } else if (sent < 0) { /* the broker closed its end: nothing more goes to it */
-                    s->to_plain.start = s->to_plain.end = 0;
-                    s->held = 0;
-                    s->unframed = 1;
-                    s->broker_open = 0;
-                    progress = 1;
-                } else {
-                    buf_consume(&s->to_plain, (size_t)sent);
-                    progress = 1;
-                }
+            result = send_some(s->p->pair_fd, &s->to_plain, ready_bytes, &s->pair_ready, pair_events);
+            if (result == IO_ENDED) { /* the broker closed its end: nothing more goes to it */
+                s->to_plain.start = s->to_plain.end = 0;
+                s->held = 0;
+                s->unframed = 1;
+                s->broker_open = 0;
             }
+            progress |= result != IO_BLOCKED;
         }
         /* what the broker wrote, encrypted */
         if (s->broker_open && buf_len(&s->to_raw) < PENDING_HIGH_BYTES) {
-            if (!(s->pair_ready & POLLIN)) {
-                *pair_events |= POLLIN;
-            } else {
-                ssize_t got = recv(s->p->pair_fd, s->scratch, CHUNK_BYTES, 0);
-                if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-                    s->pair_ready &= ~POLLIN;
-                    *pair_events |= POLLIN;
-                } else if (got < 0 && errno == EINTR) {
-                    progress = 1;
-                } else if (got <= 0) {
-                    s->broker_open = 0;
-                    progress = 1;
-                } else {
-                    progress = 1;
-                    if ((size_t)got < CHUNK_BYTES)
-                        s->pair_ready &= ~POLLIN; /* as for the client's socket */
-                    if (s->client_open) { /* else: the client is gone, the bytes have nowhere to go */
-                        size_t written = 0;
-                        ERR_clear_error();
-                        if (SSL_write_ex(s->ssl, s->scratch, (size_t)got, &written)) {
-                            s->p->plaintext_out_bytes += written;
-                        } else { /* the SSL object failed (a fatal alert before): the client is done */
-                            ERR_clear_error();
-                            client_gone(s);
-                        }
-                    }
+            result = recv_some(s->p->pair_fd, s->scratch, &s->pair_ready, pair_events, &got);
+            if (result == IO_ENDED)
+                s->broker_open = 0;
+            if (result == IO_MOVED && s->client_open) { /* else: the client is gone, the bytes have nowhere to go */
+                size_t written = 0;
+                ERR_clear_error();
+                if (SSL_write_ex(s->ssl, s->scratch, got, &written)) {
+                    s->p->plaintext_out_bytes += written;
+                } else { /* the SSL object failed (a fatal alert before): the client is done */
+                    ERR_clear_error();
+                    client_gone(s);
                 }
             }
+            progress |= result != IO_BLOCKED;
         }
         if (!drain_wbio(s))
             return 0;
         /* ciphertext to the client */
         if (buf_len(&s->to_raw)) {
-            if (!(s->raw_ready & POLLOUT)) {
-                *raw_events |= POLLOUT;
-            } else {
-                ssize_t sent = send(s->p->raw_fd, s->to_raw.data + s->to_raw.start, buf_len(&s->to_raw), MSG_NOSIGNAL);
-                if (sent < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-                    s->raw_ready &= ~POLLOUT;
-                    *raw_events |= POLLOUT;
-                } else if (sent < 0 && errno == EINTR) {
-                    progress = 1;
-                } else if (sent < 0) { /* the client is gone */
-                    client_gone(s);
-                    progress = 1;
-                } else {
-                    buf_consume(&s->to_raw, (size_t)sent);
-                    progress = 1;
-                }
-            }
+            result = send_some(s->p->raw_fd, &s->to_raw, buf_len(&s->to_raw), &s->raw_ready, raw_events);
+            if (result == IO_ENDED) /* the client is gone */
+                client_gone(s);
+            progress |= result != IO_BLOCKED;
         }
         if (!progress)
             return 1;
