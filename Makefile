@@ -152,7 +152,10 @@ $(VPY):
 	$(PYTHON) -m venv $(VENV) || { rm -rf $(VENV) && $(SUDO) apt-get update \
 	  && $(SUDO) apt-get install -y python3-venv && $(PYTHON) -m venv $(VENV); }
 
-$(STAMP): pyproject.toml setup.py src/oncestream/_native/record_columns.c | $(VPY)
+# The C pump of TLS connections (src/oncestream/_native/tls_pump.c) links OpenSSL: its headers
+# (libssl-dev) are installed when missing; without them the build skips it and the Python pump runs.
+$(STAMP): pyproject.toml setup.py src/oncestream/_native/record_columns.c src/oncestream/_native/tls_pump.c | $(VPY)
+	@test -f /usr/include/openssl/ssl.h || { $(SUDO) apt-get update && $(SUDO) apt-get install -y libssl-dev; }
 	$(VPY) -m pip install -q -e '.[test,demo,state,sql,schema-registry]'
 	touch $@
 

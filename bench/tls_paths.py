@@ -10,6 +10,8 @@ path and direction: MB/s wall, the server process's CPU seconds per decimal GB (
 the event loop thread's alone (what every other client of a broker competes with). The loop
 does ``--loop-work-ms-per-mb`` of pure-Python work per MB moved, holding the GIL, as the broker's
 request handling does, so the pump thread has to win the GIL from a busy loop as in the broker.
+The client's bytes are Kafka frames (one frame of ``--mb`` MB), as a broker's clients send: the C
+pump hands the loop whole frames.
 
     PYTHONPATH=src:. .venv/bin/python bench/tls_paths.py --mb 200 --rounds 3
 """
@@ -42,6 +44,7 @@ CLIENT = textwrap.dedent("""
     context = ssl.create_default_context(cafile=ca)
     with context.wrap_socket(socket.create_connection(("127.0.0.1", port)), server_hostname="localhost") as tls:
         if direction == "upload":
+            tls.sendall(total.to_bytes(4, "big"))  # one Kafka frame of total bytes (as a broker's clients send)
             chunk = b"u" * write
             sent = 0
             while sent < total:
@@ -49,7 +52,7 @@ CLIENT = textwrap.dedent("""
                 sent += min(len(chunk), total - sent)
             tls.recv(1)  # the server's acknowledgement: everything arrived
         else:
-            tls.sendall(b"g")
+            tls.sendall(b"\\x00\\x00\\x00\\x01g")  # a one-byte frame
             got = 0
             while got < total:
                 data = tls.recv(1 << 20)
@@ -71,13 +74,13 @@ async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, dire
     try:
         if direction == "upload":
             got = 0
-            while got < total:
+            while got < total + 4:  # the frame's size, then its bytes
                 size = len(await reader.read(CHUNK_BYTES))
                 got += size
                 busy_s(work_s_per_mb * size / MB)
             writer.write(b"k")
         else:
-            await reader.readexactly(1)
+            await reader.readexactly(5)
             chunk = b"d" * CHUNK_BYTES
             sent = 0
             while sent < total:

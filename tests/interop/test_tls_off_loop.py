@@ -7,6 +7,9 @@ with ``os.sendfile`` (into the TLS pump's socket pair). The old path (asyncio's 
 fails both: its SSLObject reads and writes run on the loop, and it could not sendfile.
 A broker process then serves many TLS clients at once, large fetch responses and a client that
 closes in the middle of one.
+
+The in-process broker runs with each byte pump (``BrokerSeams.tls_byte_pump``): the C pump the
+broker uses by default and the Python fallback for when the extension is absent.
 """
 
 from __future__ import annotations
@@ -30,7 +33,9 @@ import pytest
 from confluent_kafka import Consumer, Producer
 
 from oncestream.broker.config import BrokerConfig
+from oncestream.broker.seams import BrokerSeams
 from oncestream.broker.state import BrokerState
+from oncestream.broker.tls_pump import default_byte_pump, python_byte_pump
 from oncestream.client.common.connection import parse_bootstrap
 from tests.support.certs import Pki
 from tests.support.cluster_kind import IN_PROCESS_BROKER, BrokerUnderTest, not_on_cluster
@@ -101,9 +106,13 @@ class _LoopCalls:
                 self.ssl_calls.append(arg.__qualname__)
 
 
-@pytest.fixture
-def in_process_tls_broker(tmp_path: Path, pki: Pki) -> Iterator[LoopThreadBroker]:
-    state = BrokerState(tmp_path / "data", BrokerConfig.from_properties("127.0.0.1", 0, _tls_config(pki)))
+@pytest.fixture(params=["c", "python"])
+def in_process_tls_broker(request: pytest.FixtureRequest, tmp_path: Path, pki: Pki) -> Iterator[LoopThreadBroker]:
+    byte_pump = default_byte_pump() if request.param == "c" else python_byte_pump
+    if request.param == "c":
+        assert byte_pump is not python_byte_pump, "the C pump is not built (pip install -e .)"
+    state = BrokerState(tmp_path / "data", BrokerConfig.from_properties("127.0.0.1", 0, _tls_config(pki)),
+                        seams=BrokerSeams(tls_byte_pump=byte_pump))
     broker = LoopThreadBroker(state)
     try:
         yield broker

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from oncestream.broker.internal_topic import InternalAppender
 from oncestream.broker.principal import KafkaPrincipalBuilder
+from oncestream.broker.tls_pump import BytePumpFactory
 from oncestream.broker.txn_service import TxnStepObserver
 from oncestream.log.flush_job import FdatasyncFn
 from oncestream.remote.object_store import ObjectStore
@@ -38,3 +39,6 @@ class BrokerSeams:
     # The tiered storage's object store (tests wrap one to fail or stall it); None: the one
     # ``rsm.config.storage.uri`` names, configured from the environment (remote/object_store.py).
     object_store: ObjectStore | None = None
+    # Moves each TLS connection's bytes after its handshake; None: tls_pump.default_byte_pump()
+    # (the C pump when built and usable, else the Python one).
+    tls_byte_pump: BytePumpFactory | None = None

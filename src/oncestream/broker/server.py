@@ -248,7 +248,7 @@ class BrokerServer:
                 sockets = bind_listening_sockets(listener.host or None, listener.port)
                 self._tls_listeners.append(TlsListener(
                     sockets, tls, loop, handshake_timeout_s=handshake_timeout_s, linger_s=handshake_timeout_s,
-                    deliver=functools.partial(attach_tls, listener)))
+                    deliver=functools.partial(attach_tls, listener), byte_pump=self.state.tls_byte_pump))
             port = sockets[0].getsockname()[1]
             bound.append(dataclasses.replace(listener, port=port))  # port 0: the one the OS picked
             log.info("oncestream broker listening on %s://%s:%s (advertised %s:%s, %s)",

@@ -148,6 +148,8 @@ class BrokerState:
             # Who each connection is (principal.builder.class, or the one a caller passes in;
             # broker/principal.py). A class that cannot be loaded fails the start here.
             self.principal_builder = seams.principal_builder or load_principal_builder(config.raw)
+            # Who moves TLS connections' bytes after the handshake (None: tls_pump's default).
+            self.tls_byte_pump = seams.tls_byte_pump
             self.now_ms = clock_ms
             self.mono_ms = mono_clock_ms
             self.cluster_id = _load_cluster_id(data_dir)

@@ -23,17 +23,34 @@ what was decrypted before, shuts the pair's write side (the broker reads end-of-
 once the broker has closed its end. Whatever ends the thread (also a bug) closes both sockets,
 so the broker sees the connection end.
 
+Who moves the bytes once the handshake is done: a ``BytePump``. The shipped one is the C pump
+(``oncestream._native.tls_pump``, see its source): the same rules as the Python ``_Pump`` below,
+but the thread releases the GIL once for the whole connection instead of once per TLS record and
+socket call, so the event loop never waits to hand the GIL over to a pump thread, and it hands
+the broker whole Kafka frames (a 1 MiB request arrives as hundreds of TLS records, each of which
+would wake the loop and resume the connection's ``readexactly``). It drives the
+SSL object of the very ``ssl.SSLObject`` that ran the handshake, so the handshake, the context's
+settings and the ``ConnectionOrigin`` are Python's on both paths. ``default_byte_pump()`` uses it
+when the extension is built and its guards accept this Python (CPython's private ``_SSLSocket``
+layout known, the same libssl loaded) and ``ONCESTREAM_NATIVE`` is not ``0``; otherwise, and for
+any SSL object the C code refuses, the Python pump runs. A listener may be given either
+(``TlsListener(byte_pump=...)``, ``BrokerSeams.tls_byte_pump``).
+
 What a TLS connection costs beyond a plaintext one: a thread, a socket pair and a 256 KiB
-scratch buffer (pages are touched only as far as data fills them). Connection limits count a
+scratch buffer (pages are touched only as far as data fills them; the C pump's buffers grow to
+what is pending, at most 2 MiB each way). Connection limits count a
 connection once its handshake is done, as before; connections still in their handshake are bounded
 only by the handshake timeout (asyncio's transports were not bounded otherwise either).
 """
 
 from __future__ import annotations
 
+import _ssl
 import asyncio
 import collections
+import functools
 import logging
+import os
 import selectors
 import socket
 import ssl
@@ -42,7 +59,13 @@ import time
 import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from types import ModuleType
+from typing import Any, Protocol
+
+try:
+    from oncestream._native import tls_pump as _native
+except ImportError:  # not built (no compiler or no OpenSSL headers): the Python pump moves the bytes
+    _native = None  # type: ignore[assignment]
 
 log = logging.getLogger("oncestream.broker.tls")
 
@@ -98,6 +121,19 @@ class ConnectionOrigin:
     tls: TlsIdentity | None = None
 
 
+class BytePump(Protocol):
+    """Moves one established TLS connection's bytes until the connection ends (``run``, on the
+    connection's thread); ``abort`` (any thread) asks it to end, then the TCP socket is shut down."""
+
+    def run(self) -> object: ...
+
+    def abort(self) -> None: ...
+
+
+# Builds the pump of one connection: (its TLS state after the handshake, the client's TCP socket,
+# our end of the broker's socket pair, linger_s); both sockets are non-blocking.
+BytePumpFactory = Callable[["TlsState", socket.socket, socket.socket, float], BytePump]
+
 # Hands a pair's end and its origin to the event loop; False: it cannot (the loop has closed).
 Deliver = Callable[[socket.socket, ConnectionOrigin], bool]
 # What the listener does with an established connection, on the event loop.
@@ -111,7 +147,8 @@ class TlsPump:
 
     def __init__(self, raw: socket.socket, peer: object, context: ssl.SSLContext, *,
                  handshake_timeout_s: float, linger_s: float, deliver: Deliver,
-                 on_exit: Callable[[TlsPump], None] = lambda _pump: None) -> None:
+                 on_exit: Callable[[TlsPump], None] = lambda _pump: None,
+                 byte_pump: BytePumpFactory | None = None) -> None:
         self.raw = raw
         self.peer = peer
         self._context = context
@@ -119,6 +156,8 @@ class TlsPump:
         self._linger_s = linger_s
         self._deliver = deliver
         self._on_exit = on_exit
+        self._byte_pump = byte_pump or default_byte_pump()
+        self._mover: BytePump | None = None
         self._closing = threading.Event()
         self.thread = threading.Thread(target=self._run, name=f"tls-pump {peer}", daemon=True)
 
@@ -129,6 +168,9 @@ class TlsPump:
         """Cut the connection from another thread (shutdown): the thread's next socket call
         fails and it ends, closing both sockets."""
         self._closing.set()
+        mover = self._mover
+        if mover is not None:
+            mover.abort()
         try:
             self.raw.shutdown(socket.SHUT_RDWR)
         except OSError:
@@ -154,7 +196,9 @@ class TlsPump:
                 return
             self.raw.setblocking(False)
             ours.setblocking(False)
-            _Pump(tls, self.raw, ours, self._linger_s, self._closing).run()
+            self._mover = self._byte_pump(tls, self.raw, ours, self._linger_s)
+            if not self._closing.is_set():  # else abort() ran before the mover existed
+                self._mover.run()
         except Exception:  # a bug here must still close the connection (finally) and not pass unseen
             log.exception("TLS connection of %s failed", self.peer)
         finally:
@@ -163,9 +207,9 @@ class TlsPump:
             self.raw.close()
             self._on_exit(self)
 
-    def _handshake(self) -> _TlsState | None:
+    def _handshake(self) -> TlsState | None:
         """The server handshake over the blocking socket, bounded by the handshake timeout."""
-        tls = _TlsState(self._context)
+        tls = TlsState(self._context)
         deadline_s = time.monotonic() + self._handshake_timeout_s
         try:
             while True:
@@ -198,7 +242,7 @@ class TlsPump:
 
 
 @dataclass
-class _TlsState:
+class TlsState:
     """One connection's SSL object and its memory BIOs (ciphertext in from the client, out to it)."""
 
     obj: ssl.SSLObject
@@ -210,7 +254,7 @@ class _TlsState:
         self.obj = context.wrap_bio(self.incoming, self.outgoing, server_side=True)
 
 
-def _send_what_is_left(tls: _TlsState, raw: socket.socket) -> None:
+def _send_what_is_left(tls: TlsState, raw: socket.socket) -> None:
     """Best effort, never blocking: what the SSL object still has for the client (an alert)."""
     pending = tls.outgoing.read()
     if pending:
@@ -236,13 +280,12 @@ class _Pump:
     broker's socket pair. Each round tries every transfer that may make progress until none does,
     then waits for what the blocked ones wait for."""
 
-    def __init__(self, tls: _TlsState, raw: socket.socket, ours: socket.socket, linger_s: float,
-                 closing: threading.Event) -> None:
+    def __init__(self, tls: TlsState, raw: socket.socket, ours: socket.socket, linger_s: float) -> None:
         self.tls = tls
         self.raw = raw
         self.ours = ours
         self.linger_s = linger_s
-        self.closing = closing
+        self.closing = threading.Event()
         self.scratch = bytearray(_PLAIN_CHUNK_BYTES)  # one recv's bytes, from either socket
         self.to_plain = bytearray()  # decrypted, not yet written into the pair
         self.to_raw = _Outbox()  # encrypted, not yet sent to the client
@@ -253,6 +296,10 @@ class _Pump:
         # selector reports it, so a round makes no system call that is known to fail (each
         # one releases and retakes the GIL, which the event loop thread is competing for).
         self.raw_ready = self.ours_ready = selectors.EVENT_READ | selectors.EVENT_WRITE
+
+    def abort(self) -> None:
+        """End at the next wake-up (the caller's shutdown of the TCP socket wakes it)."""
+        self.closing.set()
 
     def run(self) -> None:
         selector = _Interest()
@@ -399,6 +446,43 @@ class _Pump:
             _send_what_is_left(self.tls, self.raw)
 
 
+def python_byte_pump(tls: TlsState, raw: socket.socket, ours: socket.socket, linger_s: float) -> BytePump:
+    """The pure-Python pump (``_Pump``): every SSL and socket call releases and retakes the GIL."""
+    return _Pump(tls, raw, ours, linger_s)
+
+
+def native_byte_pump(module: ModuleType | None) -> BytePumpFactory | None:
+    """The C pump of ``module`` (``oncestream._native.tls_pump``; None when it is not built), or
+    None when it cannot drive this Python's SSL objects (its guards: docs in its source). A
+    connection whose SSL object the C code refuses after all gets the Python pump."""
+    ssl_module_path = getattr(_ssl, "__file__", None)  # None: _ssl built into the interpreter
+    if module is None or ssl_module_path is None or not module.openssl_shared_with(ssl_module_path):
+        return None
+
+    def make(tls: TlsState, raw: socket.socket, ours: socket.socket, linger_s: float) -> BytePump:
+        try:
+            pump: BytePump = module.Pump(tls.obj._sslobj, raw.fileno(), ours.fileno(), linger_s)  # type: ignore[attr-defined]
+        except module.UnknownLayout as exc:
+            log.warning("the C pump refused a TLS connection's SSL object (%s); the Python pump moves its "
+                        "bytes", exc)
+            return _Pump(tls, raw, ours, linger_s)
+        return pump
+
+    return make
+
+
+@functools.cache
+def default_byte_pump() -> BytePumpFactory:
+    """The C pump when built and usable here and ``ONCESTREAM_NATIVE`` is not ``0``, else the
+    Python pump (said once in the log)."""
+    native = native_byte_pump(_native) if os.environ.get("ONCESTREAM_NATIVE", "1") != "0" else None
+    if native is None:
+        log.info("TLS connections move their bytes in Python (the C pump oncestream._native.tls_pump is "
+                 "not built, not usable with this Python, or ONCESTREAM_NATIVE=0)")
+        return python_byte_pump
+    return native
+
+
 class _Outbox:
     """Bytes waiting for a socket, kept as the chunks they came in (no copy into one buffer, no
     move of the rest after a partial send)."""
@@ -466,11 +550,14 @@ class _Interest:
 class TlsListener:
     """The listening sockets of one TLS listener, accepted on the event loop; each connection
     gets a ``TlsPump`` thread. ``deliver`` runs on the event loop with the pair's end and the
-    connection's origin once its handshake succeeded."""
+    connection's origin once its handshake succeeded. ``byte_pump``: who moves the bytes after
+    the handshake (None: ``default_byte_pump()``)."""
 
     def __init__(self, sockets: list[socket.socket], context: ssl.SSLContext, loop: asyncio.AbstractEventLoop, *,
-                 handshake_timeout_s: float, linger_s: float, deliver: OnConnection) -> None:
+                 handshake_timeout_s: float, linger_s: float, deliver: OnConnection,
+                 byte_pump: BytePumpFactory | None = None) -> None:
         self.sockets = sockets
+        self._byte_pump = byte_pump or default_byte_pump()
         self._context = context
         if context.sni_callback is None:  # the SNI name reaches the handler through TlsIdentity
             context.sni_callback = _record_server_name
@@ -495,7 +582,8 @@ class TlsListener:
                 return
             raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             pump = TlsPump(raw, peer, self._context, handshake_timeout_s=self._handshake_timeout_s,
-                           linger_s=self._linger_s, deliver=self._to_loop, on_exit=self._forget)
+                           linger_s=self._linger_s, deliver=self._to_loop, on_exit=self._forget,
+                           byte_pump=self._byte_pump)
             with self._lock:
                 self._pumps.add(pump)
             pump.start()
