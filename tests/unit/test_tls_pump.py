@@ -185,7 +185,6 @@ def test_large_transfers_pass_whole_both_ways_at_once(served: Callable[..., _Ser
         got_by_broker.append(_recv_exactly(pair_end, size))
 
     def broker_writer(pair_end: socket.socket) -> None:
-        pair_end.settimeout(None)  # sendall's timeout bounds the whole 24 MB; the join bounds a hang
         pair_end.sendall(downstream)
 
     async def client_side() -> bytes:
@@ -195,6 +194,10 @@ def test_large_transfers_pass_whole_both_ways_at_once(served: Callable[..., _Ser
         writer.write(frame(b"x"))
         await writer.drain()
         pair_end, _origin = await asyncio.to_thread(one.connection)
+        # Blocking, before either thread uses it: sendall's timeout would bound the whole 24 MB (the
+        # joins bound a hang), and a timeout changed while the other thread is in recv makes CPython
+        # switch the descriptor's blocking mode under that recv (a BlockingIOError seen 1 run in 5).
+        pair_end.settimeout(None)
         threads = [threading.Thread(target=broker_side, args=(pair_end,), daemon=True),
                    threading.Thread(target=broker_writer, args=(pair_end,), daemon=True)]
         for thread in threads:
