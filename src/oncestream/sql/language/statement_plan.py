@@ -23,6 +23,7 @@ from oncestream.sql.language import catalog, sql_ast
 from oncestream.sql.language.analyzer import AnalyzedQuery, analyze_query
 from oncestream.sql.language.analyzer_expr import column_ref, no_map_key
 from oncestream.sql.language.catalog import Column, Format, Namespace, QueryInfo, SourceInfo
+from oncestream.sql.language.format_rules import check_avro_names, check_format_properties, check_map_keys
 from oncestream.sql.language.schema_mapping import columns_of
 from oncestream.sql.language.sql_ast import SourceKind, WindowKind, WindowSpec
 from oncestream.sql.language.types import BaseType, SqlType
@@ -98,6 +99,7 @@ def _lower_kind(kind: SourceKind) -> str:
 def _check_kafka_format(fmt: Format, columns: tuple[Column, ...], which: str) -> None:
     """ksqlDB's format/schema compatibility check (KAFKA: one primitive column; DELIMITED: no
     ARRAY/MAP/STRUCT; NONE: no columns), worded as ksqlDB's 'Key/Value format does not support schema'."""
+    check_map_keys(fmt, columns)
     reason: str | None = None
     if fmt is Format.KAFKA and len(columns) > 1:
         listed = "[" + ", ".join(_persistence_column(c) for c in columns) + "]"
@@ -112,8 +114,6 @@ def _check_kafka_format(fmt: Format, columns: tuple[Column, ...], which: str) ->
             if c.type.base in (BaseType.ARRAY, BaseType.MAP, BaseType.STRUCT):
                 reason = f"The 'DELIMITED' format does not support type '{c.type.base.value}', column: `{c.name}`"
                 break
-    elif fmt is Format.JSON and any(_has_non_string_map_key(c.type) for c in columns):
-        raise StatementError("JSON only supports MAP types with STRING keys")
     elif fmt is Format.NONE and columns:
         reason = "The 'NONE' format can only be used when no columns are defined. Got: " + \
             "[" + ", ".join(_persistence_column(c) for c in columns) + "]"
@@ -209,13 +209,6 @@ def _window_of(props: Mapping[str, Any]) -> WindowSpec | None:
     return WindowSpec(kind, size_ms=size_ms, advance_ms=size_ms if kind is WindowKind.HOPPING else None)
 
 
-def _has_non_string_map_key(ty: SqlType) -> bool:
-    if ty.base is BaseType.MAP and ty.key is not None and ty.key.base is not BaseType.STRING:
-        return True
-    return any(_has_non_string_map_key(x) for x in (ty.element, ty.key) if x is not None) or \
-        any(_has_non_string_map_key(f.type) for f in ty.fields)
-
-
 def _persistence_column(c: Column) -> str:
     return f"`{c.name}` {c.type.ksql_name}{' KEY' if c.is_key else ''}"
 
@@ -281,6 +274,15 @@ class StatementPlanner:
                 raise StatementError(f"Could not read the descriptor of schema id {got.schema_id}: {e}") from None
         recorded[side] = entry
         return entry
+
+    def _no_schema(self, topic: str, key: bool) -> bool:
+        """Whether ``topic``'s key or value subject has no schema yet (or no registry to ask)."""
+        if self._schemas is None:
+            return True
+        try:
+            return self._schemas.latest(f"{topic}-{'key' if key else 'value'}") is None
+        except Exception:  # noqa: BLE001 - a registry that cannot answer: the registration will say so
+            return True
 
     def plan(self, stmt: sql_ast.Statement, topics: Mapping[str, int] | None,
              plan: Mapping[str, Any] | None) -> StatementPlan:
@@ -454,6 +456,13 @@ class StatementPlanner:
             raise StatementError("Tables require a PRIMARY KEY. Please define the PRIMARY KEY.")
         _check_kafka_format(key_format, keys, "KEY_FORMAT")
         _check_kafka_format(value_format, tuple(c for c in ordered if not c.is_key), "VALUE_FORMAT")
+        check_format_properties(props, key_format, value_format)
+        if plan is None:
+            # ksqlDB registers declared columns' schema when the subject has none: Avro's names checked then
+            for key, fmt, side in ((True, key_format, keys), (False, value_format, tuple(c for c in ordered if not c.is_key))):
+                declared_side = bool(side) and side[0] not in inferred   # a side is all inferred or all declared
+                if fmt is Format.AVRO and declared_side and self._no_schema(topic, key):
+                    check_avro_names(side, key=key)
         ts_col, ts_fmt = _timestamp_column(props, ordered)
         _check_wrap_single_value(props, value_format, tuple(c for c in ordered if not c.is_key))
         partitions = _int_prop(props, "PARTITIONS")
@@ -525,6 +534,12 @@ class StatementPlanner:
             key_format = from_source.key_format
         _check_kafka_format(key_format, analyzed.key_columns, "KEY_FORMAT")
         _check_kafka_format(value_format, analyzed.value_columns, "VALUE_FORMAT")
+        check_format_properties(props, key_format, value_format)
+        # a C*AS registers its columns' schema (unless a schema id names the one to write with)
+        if key_format is Format.AVRO and _prop(props, "KEY_SCHEMA_ID") is None:
+            check_avro_names(analyzed.key_columns, key=True)
+        if value_format is Format.AVRO and _prop(props, "VALUE_SCHEMA_ID") is None:
+            check_avro_names(analyzed.value_columns, key=False)
         partitions = _int_prop(props, "PARTITIONS")
         replicas = _int_prop(props, "REPLICAS")
         default_partitions = max((s.partitions for s in analyzed.sources.values()), default=1)
