@@ -135,6 +135,37 @@ def _from_avro(value: Any, t: SqlType) -> Any:
     return value
 
 
+def _nullable(schema: Any) -> bool:
+    return schema == "null" or (isinstance(schema, list) and "null" in schema)
+
+
+def fit_to_schema(datum: Any, schema: Any, named: dict[str, Any]) -> Any:
+    """``datum`` (a row's Avro datum) fitted to a registered Avro ``schema`` it is written with:
+    a record's fields looked up by name (case-insensitively), a missing or null field whose type
+    has no null left out so that the writer puts its default. ``named``: the named types met."""
+    if isinstance(schema, str):
+        schema = named.get(schema, schema)
+    if isinstance(schema, list):
+        branches = [named.get(b, b) if isinstance(b, str) else b for b in schema]
+        records = [b for b in branches if isinstance(b, dict) and b.get("type") == "record"]
+        if isinstance(datum, Mapping) and len(records) == 1:
+            return fit_to_schema(datum, records[0], named)
+        return datum
+    if not isinstance(schema, dict) or schema.get("type") != "record" or not isinstance(datum, Mapping):
+        return datum
+    name = str(schema.get("name", ""))
+    named[name] = schema
+    if schema.get("namespace") and "." not in name:
+        named[f"{schema['namespace']}.{name}"] = schema
+    out: dict[str, Any] = {}
+    for f in schema.get("fields", []):
+        value = get_ci(datum, f["name"])
+        if value is None and "default" in f and not _nullable(f["type"]):
+            continue
+        out[f["name"]] = fit_to_schema(value, f["type"], named)
+    return out
+
+
 @dataclass
 class FrameCodec:
     """One side (key or value) of a source in AVRO or JSON_SR: columns, the subject to register
@@ -169,10 +200,21 @@ class FrameCodec:
         return self.schema_id
 
     def register_sink_schema(self) -> None:
-        """Register the columns' schema now (a C*AS sink, when its query starts, as ksqlDB);
-        PROTOBUF_NOSR has no registry and registers nothing."""
-        if self.fmt != NO_REGISTRY:
+        """Register the sink's schema now (a C*AS sink, when its query starts, as ksqlDB's
+        ``SchemaRegisterInjector``): the columns' schema, or with ``*_SCHEMA_ID`` that schema
+        itself under the sink's subject, which must answer the same id. PROTOBUF_NOSR has no
+        registry and registers nothing."""
+        if self.fmt == NO_REGISTRY:
+            return
+        if self.schema_id is None or self.schema_id == self._own_id:
             self.writer_id()
+            return
+        fixed = self.registry.by_id(self.schema_id)
+        got = int(self.registry.register(self.subject, fixed.schema_type, fixed.schema))
+        if got != self.schema_id:
+            side = "KEY_SCHEMA_ID" if self.key else "VALUE_SCHEMA_ID"
+            raise KsqlError(f"Schema id registered is {got} which is different from provided {side} {self.schema_id}."
+                            f"\nSubject: {self.subject}\nSchema: {fixed.schema}")
 
     def _avro_schema(self, schema_id: int) -> Any:
         import fastavro
@@ -191,6 +233,13 @@ class FrameCodec:
             self._parsed[schema_id] = parsed
         return parsed
 
+    def _avro_raw(self, schema_id: int) -> Any:
+        text = self.registry.by_id(schema_id).schema
+        try:
+            return json.loads(text)
+        except ValueError:
+            return text
+
     def encode_avro(self, row: Mapping[str, Any]) -> bytes:
         """The framed Avro record of ``row``'s columns."""
         import fastavro
@@ -201,6 +250,10 @@ class FrameCodec:
             datum = _to_avro(row.get(self.columns[0].name), self.columns[0].type)
         else:
             datum = {c.name: _to_avro(row.get(c.name), c.type) for c in self.columns}
+            if schema_id != self._own_id:
+                # a schema named by *_SCHEMA_ID: its fields the columns lack, or null where the
+                # schema has no null, take the field's default (ksqlDB's ConnectSRSchemaDataTranslator)
+                datum = fit_to_schema(datum, self._avro_raw(schema_id), {})
         buf = io.BytesIO()
         fastavro.schemaless_writer(buf, schema, datum)
         return frame(schema_id, buf.getvalue())

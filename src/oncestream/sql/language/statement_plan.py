@@ -275,6 +275,36 @@ class StatementPlanner:
         recorded[side] = entry
         return entry
 
+    def _sink_schema_id(self, fmt: Format, topic: str, props: Mapping[str, Any], columns: tuple[Column, ...], *,
+                        key: bool, validating: bool) -> int | None:
+        """A C*AS's ``KEY_SCHEMA_ID``/``VALUE_SCHEMA_ID``: the schema its sink writes with, checked
+        as ksqlDB's ``DefaultSchemaInjector`` does when validating (the format reads schemas, the
+        schema exists and is of the format's type, its columns start with the query's)."""
+        which = "KEY_SCHEMA_ID" if key else "VALUE_SCHEMA_ID"
+        schema_id = _int_prop(props, which)
+        if schema_id is None:
+            return None
+        if fmt not in REGISTRY_FORMATS:
+            raise StatementError(f"{'KEY_FORMAT' if key else 'VALUE_FORMAT'} should support schema inference when "
+                                 f"{which} is provided. Current format is {fmt.value}.")
+        if not validating or self._schemas is None:
+            return schema_id
+        entry = self._registry_schema(fmt, topic, props, key, None, {})
+        if entry is None:
+            raise StatementError(f"Schema for message keys on topic '{topic}' does not exist in the Schema Registry."
+                                 f"\nSubject: {topic}-key\nSchema Id: {schema_id}")
+        inferred = columns_of(entry["type"], entry["schema"], key=key, descriptor=entry.get("descriptor"),
+                              original_names=True)
+        if key and len(inferred) == 1 and len(columns) == 1:   # an unwrapped key: its type alone
+            inferred = [(columns[0].name, inferred[0][1])]
+        changed = [c for i, c in enumerate(columns) if i >= len(inferred) or inferred[i] != (c.name, c.type)]
+        if changed:
+            shown = ", ".join(_persistence_column(c) for c in changed)
+            registry = ", ".join(f"`{n}` {t.ksql_name}" for n, t in inferred)
+            raise StatementError(f"The following {'key' if key else 'value'} columns are changed, missing or reordered: "
+                                 f"[{shown}]. Schema from schema registry is [{registry}]")
+        return schema_id
+
     def _no_schema(self, topic: str, key: bool) -> bool:
         """Whether ``topic``'s key or value subject has no schema yet (or no registry to ask)."""
         if self._schemas is None:
@@ -546,10 +576,14 @@ class StatementPlanner:
         n, create = self._topic_partitions(stmt, topic, partitions, replicas, topics, plan, default_partitions)
         ts_col, ts_fmt = _timestamp_column(props, analyzed.columns)
         _check_wrap_single_value(props, value_format, analyzed.value_columns)
+        key_schema_id = self._sink_schema_id(key_format, topic, props, analyzed.key_columns, key=True, validating=plan is None)
+        value_schema_id = self._sink_schema_id(value_format, topic, props, analyzed.value_columns, key=False,
+                                               validating=plan is None)
         source = SourceInfo(
             name=stmt.name, kind=stmt.kind, topic=topic, key_format=key_format, value_format=value_format,
             columns=analyzed.columns, statement=stmt.text, partitions=n, replicas=replicas or 1, timestamp_column=ts_col,
-            timestamp_format=ts_fmt, value_delimiter=_delimiter(props, value_format), window=analyzed.window)
+            timestamp_format=ts_fmt, value_delimiter=_delimiter(props, value_format), window=analyzed.window,
+            key_schema_id=key_schema_id, value_schema_id=value_schema_id)
         if existing is not None:
             self._check_replace(existing, source)
         return StatementPlan(stmt, {"topic": topic, "partitions": n, "replicas": replicas or 1, "createTopic": create},
