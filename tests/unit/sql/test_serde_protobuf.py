@@ -71,9 +71,13 @@ def test_columns_of_foreign_protobuf_types():
       repeated Line lines = 6; fixed32 x = 7;
       message Line { string sku = 1; } enum Kind { A = 0; B = 1; } }
     message Other { string ignored = 1; }"""
-    assert columns_of_protobuf(parse_proto_text(text), text) == [
-        ("u", t.BIGINT), ("s", t.BIGINT), ("f", t.DOUBLE), ("kind", t.STRING), ("note", t.STRING),
-        ("lines", t.array_of(t.struct_of(("sku", t.STRING)))), ("x", t.BIGINT)]
+    # two top-level messages: the statement names one (VALUE_SCHEMA_FULL_NAME), as ksqlDB requires
+    expected = [("u", t.BIGINT), ("s", t.BIGINT), ("f", t.DOUBLE), ("kind", t.STRING), ("note", t.STRING),
+                ("lines", t.array_of(t.struct_of(("sku", t.STRING)))), ("x", t.BIGINT)]
+    assert columns_of_protobuf(parse_proto_text(text), text, full_name="acme.Order") == expected
+    assert columns_of_protobuf(parse_proto_text(text), text, full_name="Order") == expected
+    with pytest.raises(StatementError, match="multiple schema definitions"):
+        columns_of_protobuf(parse_proto_text(text), text)
 
 
 @pytest.mark.parametrize("indexes", [(0,), (1,), (0, 2), (3, 0, 65)])

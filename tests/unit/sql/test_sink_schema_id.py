@@ -64,8 +64,8 @@ def test_columns_that_are_not_the_schemas_first_fields_are_refused() -> None:
     with pytest.raises(StatementError, match=r"The following value columns are changed, missing or reordered: "
                                              r"\[`eventID` STRING, `transaction` STRUCT"):
         _sink(registry, f"VALUE_FORMAT='AVRO', VALUE_SCHEMA_ID={schema_id}")
-    with pytest.raises(StatementError, match="VALUE_FORMAT should support schema inference when VALUE_SCHEMA_ID is "
-                                             "provided. Current format is JSON."):
+    with pytest.raises(StatementError, match=r"VALUE_FORMAT should support schema inference when VALUE_SCHEMA_ID is "
+                                             r"provided\. Current format is JSON\."):
         _sink(registry, f"VALUE_FORMAT='JSON', VALUE_SCHEMA_ID={schema_id}")
 
 

@@ -386,7 +386,8 @@ class CaseRun:
 
             columns = source.key_columns if key else source.value_columns
             columns_proto = protobuf_schema([(c.name, c.type) for c in columns])[1]
-        return RegistrySide(self.env.registry, fmt, f"{source.topic}-{'key' if key else 'value'}", columns_proto)
+        return RegistrySide(self.env.registry, fmt, f"{source.topic}-{'key' if key else 'value'}", columns_proto,
+                            source.key_schema_name if key else source.value_schema_name)
 
     def _execute(self, text: str) -> None:
         try:

@@ -31,7 +31,7 @@ from oncestream.spark.schema_registry_client import HEADER_BYTES, MAGIC_BYTE, Fr
 from oncestream.sql.engine import serde_protobuf
 from oncestream.sql.errors import KsqlError
 from oncestream.sql.language.catalog import Column
-from oncestream.sql.language.protobuf_schema import file_descriptor, protobuf_schema
+from oncestream.sql.language.protobuf_schema import file_descriptor, message_index, protobuf_schema
 from oncestream.sql.language.schema_mapping import schema_of
 from oncestream.sql.language.types import BaseType, SqlType
 
@@ -178,6 +178,7 @@ class FrameCodec:
     registry: Any
     key: bool
     schema_id: int | None = None
+    schema_name: str | None = None    # *_SCHEMA_FULL_NAME: the PROTOBUF message written (and registered)
     _parsed: dict[int, Any] = field(default_factory=dict, repr=False, compare=False)
     _classes: dict[tuple[int | None, tuple[int, ...]], Any] = field(default_factory=dict, repr=False, compare=False)
     _own_id: int | None = field(default=None, repr=False, compare=False)   # registered from the columns
@@ -195,7 +196,8 @@ class FrameCodec:
         """The id records are written with: the fixed ``*_SCHEMA_ID``, else the columns' schema
         registered under the subject (once)."""
         if self.schema_id is None:
-            schema_type, text = schema_of(self.fmt, [(c.name, c.type) for c in self.columns], key=self.key)
+            schema_type, text = schema_of(self.fmt, [(c.name, c.type) for c in self.columns], key=self.key,
+                                          full_name=self.schema_name)
             self.schema_id = self._own_id = int(self.registry.register(self.subject, schema_type, text))
         return self.schema_id
 
@@ -294,7 +296,7 @@ class FrameCodec:
         cls = self._classes.get((schema_id, indexes))
         if cls is None:
             if schema_id is None or schema_id == self._own_id:
-                file_proto = protobuf_schema([(c.name, c.type) for c in self.columns])[1]
+                file_proto = protobuf_schema([(c.name, c.type) for c in self.columns], self.schema_name)[1]
             else:
                 registered = self.registry.by_id(schema_id)
                 if registered.schema_type != "PROTOBUF":
@@ -311,8 +313,16 @@ class FrameCodec:
         if self.fmt == NO_REGISTRY:
             return bytes(serde_protobuf.from_dict(self._proto_class(None, (0,)), value).SerializeToString())
         schema_id = self.writer_id()
-        message = serde_protobuf.from_dict(self._proto_class(schema_id, (0,)), value)
-        return frame(schema_id, serde_protobuf.encode_indexes((0,)) + message.SerializeToString())
+        indexes = (self._message_index(schema_id),)
+        message = serde_protobuf.from_dict(self._proto_class(schema_id, indexes), value)
+        return frame(schema_id, serde_protobuf.encode_indexes(indexes) + message.SerializeToString())
+
+    def _message_index(self, schema_id: int) -> int:
+        """The top-level message records are written with: the one ``schema_name`` names in a
+        schema named by ``*_SCHEMA_ID``, else the first (the columns' own schema has one)."""
+        if self.schema_name is None or schema_id == self._own_id:
+            return 0
+        return message_index(file_descriptor(self.registry.serialized(schema_id)), self.schema_name)
 
     def decode_protobuf(self, data: bytes) -> dict[str, Any]:
         """The columns of a PROTOBUF (framed) or PROTOBUF_NOSR record."""
@@ -329,11 +339,11 @@ class FrameCodec:
 
 
 def codec_for(fmt: str, columns: Sequence[Column], topic: str | None, registry: Any, *, key: bool,
-              schema_id: int | None) -> FrameCodec | None:
+              schema_id: int | None, schema_name: str | None = None) -> FrameCodec | None:
     """The codec of one side of a source, or None when ``fmt`` needs no registry."""
     if fmt not in REGISTRY_FORMATS or not columns:
         return None
     if registry is None and fmt != NO_REGISTRY:
         raise KsqlError(f"The {fmt} format needs a Schema Registry: set 'ksql.schema.registry.url'.")
     subject = f"{topic}-{'key' if key else 'value'}"
-    return FrameCodec(fmt, tuple(columns), subject, registry, key, schema_id)
+    return FrameCodec(fmt, tuple(columns), subject, registry, key, schema_id, schema_name)

@@ -107,7 +107,7 @@ def full_schema_name(props: Mapping[str, Any], *, key: bool) -> str | None:
         raw = _prop(props, "VALUE_AVRO_SCHEMA_FULL_NAME")
         if raw is None:
             raw = _prop(props, "VALUE_SCHEMA_FULL_NAME")
-    return None if raw is None else str(raw)
+    return None if raw is None else str(raw).strip()
 
 
 def check_format_properties(props: Mapping[str, Any], key_format: Format, value_format: Format) -> None:

@@ -264,8 +264,9 @@ def columns_of_json_schema(schema_text: str, *, key: bool) -> list[tuple[str, Sq
     return [(KEY_COLUMN if key else VALUE_COLUMN, t)]
 
 
-def schema_of(fmt: str, columns: list[tuple[str, SqlType]], *, key: bool) -> tuple[str, str]:
-    """(registry schema type, schema text) of ``columns`` in format ``fmt`` (AVRO, JSON_SR or PROTOBUF)."""
+def schema_of(fmt: str, columns: list[tuple[str, SqlType]], *, key: bool, full_name: str | None = None) -> tuple[str, str]:
+    """(registry schema type, schema text) of ``columns`` in format ``fmt`` (AVRO, JSON_SR or
+    PROTOBUF; ``full_name``: the PROTOBUF message's name, ``*_SCHEMA_FULL_NAME``)."""
     if fmt == "AVRO":
         return "AVRO", avro_schema_of(columns, key=key)
     if fmt == "JSON_SR":
@@ -273,7 +274,7 @@ def schema_of(fmt: str, columns: list[tuple[str, SqlType]], *, key: bool) -> tup
     if fmt == "PROTOBUF":
         from oncestream.sql.language.protobuf_schema import protobuf_schema_of
 
-        return "PROTOBUF", protobuf_schema_of(columns, key=key)
+        return "PROTOBUF", protobuf_schema_of(columns, key=key, full_name=full_name)
     raise StatementError(f"format {fmt} registers no schema")
 
 
@@ -288,19 +289,19 @@ def upper_case_fields(t: SqlType) -> SqlType:
     return t
 
 
-def columns_of(schema_type: str, schema_text: str, *, key: bool,
-               descriptor: str | None = None, original_names: bool = False) -> list[tuple[str, SqlType]]:
+def columns_of(schema_type: str, schema_text: str, *, key: bool, descriptor: str | None = None,
+               original_names: bool = False, full_name: str | None = None) -> list[tuple[str, SqlType]]:
     """The columns inferred from a registered schema of type AVRO, JSON or PROTOBUF (whose
     ``descriptor`` is the registry's base64 ``format=serialized`` answer). As ksqlDB's
     ``SchemaRegistryTopicSchemaSupplier``: column and struct field names upper-cased when the schema
     is the subject's latest, as the schema has them (``original_names``) when the statement named
-    it by ``KEY_SCHEMA_ID``/``VALUE_SCHEMA_ID``."""
+    it by ``KEY_SCHEMA_ID``/``VALUE_SCHEMA_ID``; ``full_name`` picks a PROTOBUF file's message."""
     if schema_type == "PROTOBUF":
         from oncestream.sql.language.protobuf_schema import columns_of_protobuf, file_descriptor
 
         if descriptor is None:
             raise StatementError("A PROTOBUF schema is read from its descriptor (format=serialized)")
-        columns = columns_of_protobuf(file_descriptor(descriptor), schema_text, key=key)
+        columns = columns_of_protobuf(file_descriptor(descriptor), schema_text, key=key, full_name=full_name)
     elif schema_type == "AVRO":
         columns = columns_of_avro(schema_text, key=key)
     elif schema_type == "JSON":

@@ -23,7 +23,12 @@ from oncestream.sql.language import catalog, sql_ast
 from oncestream.sql.language.analyzer import AnalyzedQuery, analyze_query
 from oncestream.sql.language.analyzer_expr import column_ref, no_map_key
 from oncestream.sql.language.catalog import Column, Format, Namespace, QueryInfo, SourceInfo
-from oncestream.sql.language.format_rules import check_avro_names, check_format_properties, check_map_keys
+from oncestream.sql.language.format_rules import (
+    check_avro_names,
+    check_format_properties,
+    check_map_keys,
+    full_schema_name,
+)
 from oncestream.sql.language.schema_mapping import columns_of
 from oncestream.sql.language.sql_ast import SourceKind, WindowKind, WindowSpec
 from oncestream.sql.language.types import BaseType, SqlType
@@ -209,6 +214,17 @@ def _window_of(props: Mapping[str, Any]) -> WindowSpec | None:
     return WindowSpec(kind, size_ms=size_ms, advance_ms=size_ms if kind is WindowKind.HOPPING else None)
 
 
+def _sink_schema_name(props: Mapping[str, Any], fmt: Format, source: SourceInfo, *, key: bool) -> str | None:
+    """A C*AS sink's ``*_SCHEMA_FULL_NAME``: its own, else (PROTOBUF, whose format inherits it)
+    the source's when the side keeps the source's format (ksqlDB's Analyzer.buildFormatInfo)."""
+    own = full_schema_name(props, key=key)
+    if own is not None:
+        return own
+    inherited = source.key_schema_name if key else source.value_schema_name
+    same_format = fmt is (source.key_format if key else source.value_format)
+    return inherited if fmt is Format.PROTOBUF and same_format else None
+
+
 def _persistence_column(c: Column) -> str:
     return f"`{c.name}` {c.type.ksql_name}{' KEY' if c.is_key else ''}"
 
@@ -294,7 +310,7 @@ class StatementPlanner:
             raise StatementError(f"Schema for message keys on topic '{topic}' does not exist in the Schema Registry."
                                  f"\nSubject: {topic}-key\nSchema Id: {schema_id}")
         inferred = columns_of(entry["type"], entry["schema"], key=key, descriptor=entry.get("descriptor"),
-                              original_names=True)
+                              original_names=True, full_name=full_schema_name(props, key=key))
         if key and len(inferred) == 1 and len(columns) == 1:   # an unwrapped key: its type alone
             inferred = [(columns[0].name, inferred[0][1])]
         changed = [c for i, c in enumerate(columns) if i >= len(inferred) or inferred[i] != (c.name, c.type)]
@@ -438,6 +454,8 @@ class StatementPlanner:
         key_raw = _prop(props, "KEY_FORMAT") or fmt
         # ksqlDB's default key format (ksql.persistence.default.format.key) is KAFKA, with or without key columns
         key_format = _fmt(key_raw, "KEY_FORMAT") if key_raw is not None else Format.KAFKA
+        check_format_properties(props, key_format, value_format)
+        key_name, value_name = full_schema_name(props, key=True), full_schema_name(props, key=False)
         recorded: dict[str, Any] = {}
         declared = list(stmt.columns)
         inferred: list[Column] = []
@@ -448,14 +466,14 @@ class StatementPlanner:
                 key_schema_id = entry["id"] if _prop(props, "KEY_SCHEMA_ID") is not None else None
                 inferred += [Column(n, t, Namespace.KEY) for n, t in columns_of(
                     entry["type"], entry["schema"], key=True, descriptor=entry.get("descriptor"),
-                    original_names=key_schema_id is not None)]
+                    original_names=key_schema_id is not None, full_name=key_name)]
         if value_format in REGISTRY_FORMATS and not any(not (cd.key or cd.primary_key) for cd in declared):
             entry = self._registry_schema(value_format, topic, props, False, plan, recorded)
             if entry is not None:
                 value_schema_id = entry["id"] if _prop(props, "VALUE_SCHEMA_ID") is not None else None
                 inferred += [Column(n, t, Namespace.VALUE) for n, t in columns_of(
                     entry["type"], entry["schema"], key=False, descriptor=entry.get("descriptor"),
-                    original_names=value_schema_id is not None)]
+                    original_names=value_schema_id is not None, full_name=value_name)]
         if not stmt.columns and not inferred:
             raise StatementError("The statement does not define any columns.")
         seen: set[str] = set()
@@ -486,7 +504,6 @@ class StatementPlanner:
             raise StatementError("Tables require a PRIMARY KEY. Please define the PRIMARY KEY.")
         _check_kafka_format(key_format, keys, "KEY_FORMAT")
         _check_kafka_format(value_format, tuple(c for c in ordered if not c.is_key), "VALUE_FORMAT")
-        check_format_properties(props, key_format, value_format)
         if plan is None:
             # ksqlDB registers declared columns' schema when the subject has none: Avro's names checked then
             for key, fmt, side in ((True, key_format, keys), (False, value_format, tuple(c for c in ordered if not c.is_key))):
@@ -505,7 +522,8 @@ class StatementPlanner:
             name=stmt.name, kind=stmt.kind, topic=topic, key_format=key_format, value_format=value_format, columns=ordered,
             statement=stmt.text, partitions=n, replicas=replicas or 1, timestamp_column=ts_col, timestamp_format=ts_fmt,
             value_delimiter=_delimiter(props, value_format), window=window, read_only=stmt.read_only,
-            key_schema_id=key_schema_id, value_schema_id=value_schema_id)
+            key_schema_id=key_schema_id, value_schema_id=value_schema_id, key_schema_name=key_name,
+            value_schema_name=value_name)
         if existing is not None:
             self._check_replace(existing, source)
         return StatementPlan(stmt, {"topic": topic, "partitions": n, "replicas": replicas or 1, "createTopic": create,
@@ -583,7 +601,9 @@ class StatementPlanner:
             name=stmt.name, kind=stmt.kind, topic=topic, key_format=key_format, value_format=value_format,
             columns=analyzed.columns, statement=stmt.text, partitions=n, replicas=replicas or 1, timestamp_column=ts_col,
             timestamp_format=ts_fmt, value_delimiter=_delimiter(props, value_format), window=analyzed.window,
-            key_schema_id=key_schema_id, value_schema_id=value_schema_id)
+            key_schema_id=key_schema_id, value_schema_id=value_schema_id,
+            key_schema_name=_sink_schema_name(props, key_format, from_source, key=True),
+            value_schema_name=_sink_schema_name(props, value_format, from_source, key=False))
         if existing is not None:
             self._check_replace(existing, source)
         return StatementPlan(stmt, {"topic": topic, "partitions": n, "replicas": replicas or 1, "createTopic": create},
