@@ -80,8 +80,9 @@ def test_a_subject_answering_another_id_is_refused_when_the_query_starts() -> No
     assert registry.subjects["sink-value"] == [schema_id]
 
     class OtherIds(MemoryRegistry):
-        def register(self, subject: str, schema_type: str, schema: str) -> int:
-            return super().register(subject, schema_type, schema) + 100
+        def register(self, subject: str, schema_type: str, schema: str,
+                     references: list[dict[str, object]] | None = None) -> int:
+            return super().register(subject, schema_type, schema, references) + 100
 
     shifted = OtherIds(registry.schemas, registry.subjects)
     layout = layout_for(sink.columns, sink.key_format, sink.value_format, topic=sink.topic, registry=shifted,

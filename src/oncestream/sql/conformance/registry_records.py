@@ -502,11 +502,13 @@ class RegistrySide:
 
     def _proto_class(self, schema_id: int | None, indexes: tuple[int, ...]) -> Any:
         from oncestream.sql.engine.serde_protobuf import message_class
-        from oncestream.sql.language.protobuf_schema import file_descriptor
+        from oncestream.sql.language.protobuf_schema import dependency_files, file_descriptor, needs_references
 
         if schema_id is None:
             return message_class(self.columns_proto, indexes)
-        return message_class(file_descriptor(self.registry.serialized(schema_id)), indexes)
+        file_proto = file_descriptor(self.registry.serialized(schema_id))
+        dependencies = dependency_files(self.registry.dependencies(schema_id)) if needs_references(file_proto) else ()
+        return message_class(file_proto, indexes, dependencies)
 
     def encode(self, spec: Any) -> bytes:
         """The record bytes of ``spec``."""

@@ -31,7 +31,13 @@ from oncestream.spark.schema_registry_client import HEADER_BYTES, MAGIC_BYTE, Fr
 from oncestream.sql.engine import serde_protobuf
 from oncestream.sql.errors import KsqlError
 from oncestream.sql.language.catalog import Column
-from oncestream.sql.language.protobuf_schema import file_descriptor, message_index, protobuf_schema
+from oncestream.sql.language.protobuf_schema import (
+    dependency_files,
+    file_descriptor,
+    message_index,
+    needs_references,
+    protobuf_schema,
+)
 from oncestream.sql.language.schema_mapping import schema_of
 from oncestream.sql.language.types import BaseType, SqlType
 
@@ -212,7 +218,8 @@ class FrameCodec:
             self.writer_id()
             return
         fixed = self.registry.by_id(self.schema_id)
-        got = int(self.registry.register(self.subject, fixed.schema_type, fixed.schema))
+        references = self.registry.references(self.schema_id) if fixed.schema_type == "PROTOBUF" else []
+        got = int(self.registry.register(self.subject, fixed.schema_type, fixed.schema, references or None))
         if got != self.schema_id:
             side = "KEY_SCHEMA_ID" if self.key else "VALUE_SCHEMA_ID"
             raise KsqlError(f"Schema id registered is {got} which is different from provided {side} {self.schema_id}."
@@ -302,7 +309,9 @@ class FrameCodec:
                 if registered.schema_type != "PROTOBUF":
                     raise FramingError(f"schema id {schema_id} is a {registered.schema_type} schema, not PROTOBUF")
                 file_proto = file_descriptor(self.registry.serialized(schema_id))
-            cls = serde_protobuf.message_class(file_proto, indexes)
+            # the files its schema references name (a reference's messages are the schema's types)
+            dependencies = dependency_files(self.registry.dependencies(schema_id)) if needs_references(file_proto) else ()
+            cls = serde_protobuf.message_class(file_proto, indexes, dependencies)
             self._classes[(schema_id, indexes)] = cls
         return cls
 

@@ -211,18 +211,39 @@ def _option_params(field_proto: Any) -> dict[str, str]:
     return params
 
 
-class _Reader:
-    """Maps the messages of one FileDescriptorProto (by full name) to SQL types."""
+WELL_KNOWN_IMPORTS = frozenset({*_IMPORTS.values(), "google/protobuf/wrappers.proto", "confluent/meta.proto"})
 
-    def __init__(self, file_proto: Any, text: str | None) -> None:
+
+def needs_references(file_proto: Any) -> bool:
+    """Whether ``file_proto`` imports a file other than the well-known ones (a schema reference)."""
+    return any(name not in WELL_KNOWN_IMPORTS for name in file_proto.dependency)
+
+
+def dependency_files(dependencies: Any) -> tuple[Any, ...]:
+    """The ``FileDescriptorProto`` of each (import name, base64 descriptor) pair (what
+    ``RegistryClient.dependencies`` answers), named as the import names it."""
+    files = []
+    for name, descriptor_b64 in dependencies or ():
+        file_proto = file_descriptor(str(descriptor_b64))
+        file_proto.name = str(name)
+        files.append(file_proto)
+    return tuple(files)
+
+
+class _Reader:
+    """Maps the messages of one FileDescriptorProto (by full name) to SQL types; the messages
+    of the files it imports through schema references (``dependencies``) resolve too."""
+
+    def __init__(self, file_proto: Any, text: str | None, dependencies: tuple[Any, ...] = ()) -> None:
         self.messages: dict[str, Any] = {}
         self.enums: set[str] = set()
         self.decimals = _decimal_params(text)
-        package = f".{file_proto.package}" if file_proto.package else ""
-        for message in file_proto.message_type:
-            self._collect(message, package)
-        for enum in file_proto.enum_type:
-            self.enums.add(f"{package}.{enum.name}")
+        for each in (*dependencies, file_proto):
+            package = f".{each.package}" if each.package else ""
+            for message in each.message_type:
+                self._collect(message, package)
+            for enum in each.enum_type:
+                self.enums.add(f"{package}.{enum.name}")
 
     def _collect(self, message: Any, scope: str) -> None:
         name = f"{scope}.{message.name}"
@@ -332,10 +353,11 @@ def message_index(file_proto: Any, full_name: str | None) -> int:
 
 
 def columns_of_protobuf(file_proto: Any, text: str | None = None, *, key: bool = False,
-                        full_name: str | None = None) -> list[tuple[str, SqlType]]:
+                        full_name: str | None = None, dependencies: tuple[Any, ...] = ()) -> list[tuple[str, SqlType]]:
     """The columns ksqlDB infers from a Protobuf schema: the fields of the message ``full_name``
     names (``*_SCHEMA_FULL_NAME``), else of its only top-level message (several without a name
-    are refused, as ksqlDB's ``DefaultSchemaInjector`` does)."""
+    are refused, as ksqlDB's ``DefaultSchemaInjector`` does); ``dependencies``: the files it
+    imports through schema references (``dependency_files``)."""
     if not file_proto.message_type:
         raise StatementError("The Protobuf schema has no message")
     names = message_names(file_proto)
@@ -344,6 +366,6 @@ def columns_of_protobuf(file_proto: Any, text: str | None = None, *, key: bool =
         listed = "\n".join(f"- {n}" for n in names)
         raise StatementError(f"{side} schema has multiple schema definitions. \n\n{listed}\n\nPlease specify a schema "
                              f"full name in the WITH clause using {prop}")
-    reader = _Reader(file_proto, text)
+    reader = _Reader(file_proto, text, dependencies)
     root = reader.struct("." + names[message_index(file_proto, full_name)], ())
     return [(f.name, f.type) for f in root.fields]

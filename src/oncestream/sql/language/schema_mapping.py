@@ -290,18 +290,21 @@ def upper_case_fields(t: SqlType) -> SqlType:
 
 
 def columns_of(schema_type: str, schema_text: str, *, key: bool, descriptor: str | None = None,
-               original_names: bool = False, full_name: str | None = None) -> list[tuple[str, SqlType]]:
+               original_names: bool = False, full_name: str | None = None,
+               dependencies: Any = None) -> list[tuple[str, SqlType]]:
     """The columns inferred from a registered schema of type AVRO, JSON or PROTOBUF (whose
     ``descriptor`` is the registry's base64 ``format=serialized`` answer). As ksqlDB's
     ``SchemaRegistryTopicSchemaSupplier``: column and struct field names upper-cased when the schema
     is the subject's latest, as the schema has them (``original_names``) when the statement named
-    it by ``KEY_SCHEMA_ID``/``VALUE_SCHEMA_ID``; ``full_name`` picks a PROTOBUF file's message."""
+    it by ``KEY_SCHEMA_ID``/``VALUE_SCHEMA_ID``; ``full_name`` picks a PROTOBUF file's message,
+    ``dependencies`` are the (import name, base64 descriptor) pairs of its schema references."""
     if schema_type == "PROTOBUF":
-        from oncestream.sql.language.protobuf_schema import columns_of_protobuf, file_descriptor
+        from oncestream.sql.language.protobuf_schema import columns_of_protobuf, dependency_files, file_descriptor
 
         if descriptor is None:
             raise StatementError("A PROTOBUF schema is read from its descriptor (format=serialized)")
-        columns = columns_of_protobuf(file_descriptor(descriptor), schema_text, key=key, full_name=full_name)
+        columns = columns_of_protobuf(file_descriptor(descriptor), schema_text, key=key, full_name=full_name,
+                                      dependencies=dependency_files(dependencies))
     elif schema_type == "AVRO":
         columns = columns_of_avro(schema_text, key=key)
     elif schema_type == "JSON":

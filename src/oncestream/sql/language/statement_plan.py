@@ -29,6 +29,7 @@ from oncestream.sql.language.format_rules import (
     check_map_keys,
     full_schema_name,
 )
+from oncestream.sql.language.protobuf_schema import file_descriptor, needs_references
 from oncestream.sql.language.schema_mapping import columns_of
 from oncestream.sql.language.sql_ast import SourceKind, WindowKind, WindowSpec
 from oncestream.sql.language.types import BaseType, SqlType
@@ -48,6 +49,8 @@ class SchemaLookup(Protocol):
     def by_id(self, schema_id: int) -> Any: ...
 
     def serialized(self, schema_id: int) -> str: ...
+
+    def dependencies(self, schema_id: int) -> list[tuple[str, str]]: ...
 
 
 class CatalogView(Protocol):
@@ -286,6 +289,8 @@ class StatementPlanner:
             # The descriptor itself (the registry parses the .proto text; this layer has no parser).
             try:
                 entry["descriptor"] = str(self._schemas.serialized(got.schema_id))
+                if needs_references(file_descriptor(entry["descriptor"])):   # the files its references name
+                    entry["dependencies"] = [[str(n), str(d)] for n, d in self._schemas.dependencies(got.schema_id)]
             except Exception as e:  # noqa: BLE001 - the registry's refusal or absence, in the statement's error
                 raise StatementError(f"Could not read the descriptor of schema id {got.schema_id}: {e}") from None
         recorded[side] = entry
@@ -310,7 +315,8 @@ class StatementPlanner:
             raise StatementError(f"Schema for message keys on topic '{topic}' does not exist in the Schema Registry."
                                  f"\nSubject: {topic}-key\nSchema Id: {schema_id}")
         inferred = columns_of(entry["type"], entry["schema"], key=key, descriptor=entry.get("descriptor"),
-                              original_names=True, full_name=full_schema_name(props, key=key))
+                              dependencies=entry.get("dependencies"), original_names=True,
+                              full_name=full_schema_name(props, key=key))
         if key and len(inferred) == 1 and len(columns) == 1:   # an unwrapped key: its type alone
             inferred = [(columns[0].name, inferred[0][1])]
         changed = [c for i, c in enumerate(columns) if i >= len(inferred) or inferred[i] != (c.name, c.type)]
@@ -466,6 +472,7 @@ class StatementPlanner:
                 key_schema_id = entry["id"] if _prop(props, "KEY_SCHEMA_ID") is not None else None
                 inferred += [Column(n, t, Namespace.KEY) for n, t in columns_of(
                     entry["type"], entry["schema"], key=True, descriptor=entry.get("descriptor"),
+                    dependencies=entry.get("dependencies"),
                     original_names=key_schema_id is not None, full_name=key_name)]
         if value_format in REGISTRY_FORMATS and not any(not (cd.key or cd.primary_key) for cd in declared):
             entry = self._registry_schema(value_format, topic, props, False, plan, recorded)
@@ -473,6 +480,7 @@ class StatementPlanner:
                 value_schema_id = entry["id"] if _prop(props, "VALUE_SCHEMA_ID") is not None else None
                 inferred += [Column(n, t, Namespace.VALUE) for n, t in columns_of(
                     entry["type"], entry["schema"], key=False, descriptor=entry.get("descriptor"),
+                    dependencies=entry.get("dependencies"),
                     original_names=value_schema_id is not None, full_name=value_name)]
         if not stmt.columns and not inferred:
             raise StatementError("The statement does not define any columns.")
