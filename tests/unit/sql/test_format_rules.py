@@ -5,6 +5,8 @@ without it or blank, and a MAP-typed key of a C*AS named as its sink names it.""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from oncestream.sql.errors import StatementError
@@ -12,6 +14,7 @@ from oncestream.sql.language import types as t
 from oncestream.sql.language.catalog import Column
 from oncestream.sql.language.format_rules import check_avro_names
 from oncestream.sql.language.parser import parse
+from oncestream.sql.language.schema_mapping import avro_schema_of
 from oncestream.sql.server.metastore import Metastore
 from tests.support.memory_schema_registry import MemoryRegistry
 
@@ -90,3 +93,14 @@ def test_a_map_typed_key_of_a_create_as_is_named_as_the_sink_names_it(partition_
     with pytest.raises(StatementError, match=f"Key column name: {shown}".replace("(", r"\(").replace(")", r"\)")):
         _validate("CREATE STREAM INPUT (k STRING KEY, v STRING) WITH (kafka_topic='input_topic', format='JSON');"
                   f"CREATE STREAM OUTPUT AS SELECT * FROM INPUT PARTITION BY {partition_by};")
+
+
+def test_an_avro_full_schema_name_names_the_record_a_sink_registers() -> None:
+    """``VALUE_AVRO_SCHEMA_FULL_NAME``: the record's namespace and name (nested records
+    ``<name>_<FIELD>`` in its namespace), and Avro's name rules apply to it too."""
+    schema = json.loads(avro_schema_of([("A", t.struct_of(("X", t.INTEGER)))], key=False, full_name="com.custom.schema"))
+    assert (schema["namespace"], schema["name"]) == ("com.custom", "schema")
+    nested = schema["fields"][0]["type"][1]
+    assert (nested["namespace"], nested["name"]) == ("com.custom", "schema_A")
+    with pytest.raises(StatementError, match="Illegal initial character: 9bad"):
+        check_avro_names((Column("A", t.INTEGER),), key=False, full_name="com.9bad.schema")

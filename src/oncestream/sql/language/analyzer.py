@@ -243,12 +243,14 @@ class _Analysis(JoinRules, AggregateRules):
                                              "is applied on the input.") from e
                     raise
                 # the key columns' names as the sink gets them (ksqlDB checks the key serde's columns)
-                names = _AliasGenerator(self.scope_sources)
+                partition_names = _AliasGenerator(self.scope_sources)
                 for p in partition_by:
                     if isinstance(p, exp.Column):
                         no_map_key(p)
+                    elif isinstance(p, exp.Dot):
+                        no_map_key(p, partition_names.struct_field(p.expression.name))
                     else:
-                        no_map_key(p, names.struct_field(p.expression.name) if isinstance(p, exp.Dot) else names.ksql_col())
+                        no_map_key(p, partition_names.ksql_col())
 
         # windowed aggregation: WINDOWSTART/WINDOWEND become selectable
         # (ksqlDB does not resolve WINDOWSTART/WINDOWEND of a windowed aggregation over a join)

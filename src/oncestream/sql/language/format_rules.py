@@ -70,7 +70,8 @@ def _avro_names_problem(schema: Any) -> str | None:
         return None
     kind = schema.get("type")
     if kind == "record":
-        for part in str(schema.get("name", "")).split("."):
+        full = ".".join(p for p in (str(schema.get("namespace") or ""), str(schema.get("name", ""))) if p)
+        for part in full.split("."):
             if (problem := _name_problem(part)) is not None:
                 return problem
         for field in schema.get("fields", []):
@@ -85,11 +86,13 @@ def _avro_names_problem(schema: Any) -> str | None:
     return None
 
 
-def check_avro_names(columns: tuple[Column, ...], *, key: bool) -> None:
-    """Refuse columns whose Avro schema (the one a source registers) has an illegal name."""
+def check_avro_names(columns: tuple[Column, ...], *, key: bool, full_name: str | None = None) -> None:
+    """Refuse columns whose Avro schema (the one a source registers, its record named
+    ``full_name`` if given) has an illegal name."""
     if not columns:
         return
-    problem = _avro_names_problem(json.loads(avro_schema_of([(c.name, c.type) for c in columns], key=key)))
+    schema = avro_schema_of([(c.name, c.type) for c in columns], key=key, full_name=full_name)
+    problem = _avro_names_problem(json.loads(schema))
     if problem is not None:
         raise StatementError(f"Schema is not compatible with Avro: {problem}")
 

@@ -288,8 +288,9 @@ class StatementPlanner:
         if fmt is Format.PROTOBUF:
             # The descriptor itself (the registry parses the .proto text; this layer has no parser).
             try:
-                entry["descriptor"] = str(self._schemas.serialized(got.schema_id))
-                if needs_references(file_descriptor(entry["descriptor"])):   # the files its references name
+                descriptor = str(self._schemas.serialized(got.schema_id))
+                entry["descriptor"] = descriptor
+                if needs_references(file_descriptor(descriptor)):   # the files its references name
                     entry["dependencies"] = [[str(n), str(d)] for n, d in self._schemas.dependencies(got.schema_id)]
             except Exception as e:  # noqa: BLE001 - the registry's refusal or absence, in the statement's error
                 raise StatementError(f"Could not read the descriptor of schema id {got.schema_id}: {e}") from None
@@ -517,7 +518,7 @@ class StatementPlanner:
             for key, fmt, side in ((True, key_format, keys), (False, value_format, tuple(c for c in ordered if not c.is_key))):
                 declared_side = bool(side) and side[0] not in inferred   # a side is all inferred or all declared
                 if fmt is Format.AVRO and declared_side and self._no_schema(topic, key):
-                    check_avro_names(side, key=key)
+                    check_avro_names(side, key=key, full_name=key_name if key else value_name)
         ts_col, ts_fmt = _timestamp_column(props, ordered)
         _check_wrap_single_value(props, value_format, tuple(c for c in ordered if not c.is_key))
         partitions = _int_prop(props, "PARTITIONS")
@@ -593,9 +594,9 @@ class StatementPlanner:
         check_format_properties(props, key_format, value_format)
         # a C*AS registers its columns' schema (unless a schema id names the one to write with)
         if key_format is Format.AVRO and _prop(props, "KEY_SCHEMA_ID") is None:
-            check_avro_names(analyzed.key_columns, key=True)
+            check_avro_names(analyzed.key_columns, key=True, full_name=full_schema_name(props, key=True))
         if value_format is Format.AVRO and _prop(props, "VALUE_SCHEMA_ID") is None:
-            check_avro_names(analyzed.value_columns, key=False)
+            check_avro_names(analyzed.value_columns, key=False, full_name=full_schema_name(props, key=False))
         partitions = _int_prop(props, "PARTITIONS")
         replicas = _int_prop(props, "REPLICAS")
         default_partitions = max((s.partitions for s in analyzed.sources.values()), default=1)
