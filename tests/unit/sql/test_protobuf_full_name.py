@@ -10,11 +10,13 @@ import re
 
 import pytest
 
+from oncestream.sql.engine.compile.plan import key_layout_of
 from oncestream.sql.engine.serde import layout_for, layout_of
 from oncestream.sql.engine.serde_protobuf import decode_indexes
 from oncestream.sql.engine.serde_registry import unframe
 from oncestream.sql.errors import StatementError
 from oncestream.sql.language import types as t
+from oncestream.sql.language.catalog import Column, Format, Namespace
 from oncestream.sql.language.parser import parse
 from oncestream.sql.server.metastore import Metastore
 from tests.support.memory_schema_registry import MemoryRegistry
@@ -102,3 +104,20 @@ def test_records_of_a_named_message_carry_its_index() -> None:
     assert got_id == schema_id
     assert decode_indexes(body)[0] == (1,)
     assert layout.decode_value(data) == {"c1": 5}
+
+
+def test_a_registry_key_is_written_again_with_the_sinks_schema() -> None:
+    """A query whose output key is its source's key passes the key's bytes through only when they
+    would be the same bytes: in a registry format the frame names the source subject's schema,
+    so the sink's key is encoded again with its own (ksqlDB's sink serializer): protobuf.json's
+    "specify a protobuf schema from multiple protobuf schema definitions" key ``k1`` -> ``K1``."""
+    registry = _registry()
+    keys = (Column("K1", t.STRING, Namespace.KEY), Column("C1", t.BIGINT))
+
+    def layout(fmt: Format, topic: str) -> tuple[object, ...]:
+        return key_layout_of(layout_for(keys, fmt, Format.JSON, topic=topic, registry=registry))
+
+    assert layout(Format.PROTOBUF, "input") != layout(Format.PROTOBUF, "OUTPUT")
+    assert layout(Format.AVRO, "input") != layout(Format.AVRO, "OUTPUT")
+    assert layout(Format.JSON, "input") == layout(Format.JSON, "OUTPUT")
+    assert layout(Format.PROTOBUF_NOSR, "input") == layout(Format.PROTOBUF_NOSR, "OUTPUT")
