@@ -307,7 +307,8 @@ class CaseRun:
             for text in case.statements:
                 self._execute(text)
         except _Refused as refused:
-            message = str(refused)
+            # the case's topics as the case names them (the prefix is the runner's renaming)
+            message = str(refused).replace(self.prefix, "")
             if case.expected_exception is not None:
                 if expected_error_matches(case, message):
                     return Outcome.PASS, "", None
@@ -346,12 +347,18 @@ class CaseRun:
                 self.env.registry.register(self.prefix + name, schema_type, text)
                 latest = self.env.registry.latest(self.prefix + name)
                 versions[name] = latest.version if latest is not None and latest.version else 1
+            registered: list[int] = []
             for schema in topic_schemas(self.case):
                 subject = f"{self._topic(schema.topic)}-{'key' if schema.key else 'value'}"
                 refs = [{"name": n, "subject": self.prefix + n, "version": versions.get(n, 1)} for n in schema.references]
                 got = self.env.registry.register(subject, schema.schema_type, schema.schema, refs or None)
+                registered.append(got)
                 if schema.case_id is not None:
                     self.schema_ids[schema.case_id] = got
+            # An id a statement names that no topic declares is the one ksqlDB's mock registry gave:
+            # its topics' schemas get 1, 2... in the order registered (TestExecutorUtil)
+            for mock_id, got in enumerate(dict.fromkeys(registered), start=1):
+                self.schema_ids.setdefault(mock_id, got)
         except Exception as e:  # noqa: BLE001 - a schema the registry refuses: the case's statements see no schema
             raise _Refused(f"the registry refused a schema of the case's topics: {e}") from None
 
@@ -385,7 +392,8 @@ class CaseRun:
 
             columns = source.key_columns if key else source.value_columns
             columns_proto = protobuf_schema([(c.name, c.type) for c in columns])[1]
-        return RegistrySide(self.env.registry, fmt, f"{source.topic}-{'key' if key else 'value'}", columns_proto)
+        return RegistrySide(self.env.registry, fmt, f"{source.topic}-{'key' if key else 'value'}", columns_proto,
+                            source.key_schema_name if key else source.value_schema_name)
 
     def _execute(self, text: str) -> None:
         try:

@@ -159,25 +159,30 @@ def layout_of(source: SourceInfo, registry: Any = None) -> RecordLayout:
                         window=window.kind if window else None,
                         window_size_ms=window.size_ms if window else None,
                         key_codec=codec_for(source.key_format.value, source.key_columns, source.topic, registry,
-                                            key=True, schema_id=source.key_schema_id),
+                                            key=True, schema_id=source.key_schema_id, schema_name=source.key_schema_name),
                         value_codec=codec_for(source.value_format.value, source.value_columns, source.topic, registry,
-                                              key=False, schema_id=source.value_schema_id),
+                                              key=False, schema_id=source.value_schema_id,
+                                              schema_name=source.value_schema_name),
                         topic=source.topic)
 
 
 def layout_for(columns: Sequence[Column], key_format: Format, value_format: Format, *,
                value_delimiter: str = ",", window: WindowSpec | None = None, topic: str | None = None,
-               registry: Any = None) -> RecordLayout:
+               registry: Any = None, key_schema_id: int | None = None, value_schema_id: int | None = None,
+               key_schema_name: str | None = None, value_schema_name: str | None = None) -> RecordLayout:
     """The layout of a query's output: ``columns`` as the analyzer computed them (``topic``
-    names the registry subjects of AVRO/JSON_SR)."""
+    names the registry subjects of AVRO/JSON_SR; ``*_schema_id`` the schemas a C*AS named to
+    write with, ``*_schema_name`` its PROTOBUF messages' names)."""
     registry = registry if registry is not None else _RegistryHolder.client
     keys = tuple(c for c in columns if c.is_key)
     values = tuple(c for c in columns if not c.is_key)
     return RecordLayout(key_format=key_format, value_format=value_format, key_columns=keys, value_columns=values,
                         value_delimiter=value_delimiter, window=window.kind if window else None,
                         window_size_ms=window.size_ms if window else None,
-                        key_codec=codec_for(key_format.value, keys, topic, registry, key=True, schema_id=None),
-                        value_codec=codec_for(value_format.value, values, topic, registry, key=False, schema_id=None),
+                        key_codec=codec_for(key_format.value, keys, topic, registry, key=True, schema_id=key_schema_id,
+                                            schema_name=key_schema_name),
+                        value_codec=codec_for(value_format.value, values, topic, registry, key=False,
+                                              schema_id=value_schema_id, schema_name=value_schema_name),
                         topic=topic or "")
 
 

@@ -18,7 +18,7 @@ Proto3 scalars have no null: an unset one reads as its default, a null one is no
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
@@ -68,13 +68,14 @@ def _well_known() -> dict[str, Any]:
     }
 
 
-def message_class(file_proto: Any, indexes: tuple[int, ...] = (0,)) -> Any:
+def message_class(file_proto: Any, indexes: tuple[int, ...] = (0,), dependencies: Sequence[Any] = ()) -> Any:
     """The message class of the message at ``indexes`` in ``file_proto`` (imports: the files
-    above; any other import, a schema reference, is refused)."""
+    above, and ``dependencies``, the ``FileDescriptorProto`` of each schema reference, named as
+    the import names it; any other import is refused)."""
     from google.protobuf import descriptor_pool, message_factory
 
     pool = descriptor_pool.DescriptorPool()
-    known = _well_known()
+    known = {**_well_known(), **{d.name: d for d in dependencies}}
     added: set[str] = set()
 
     def add(name: str) -> None:
@@ -82,7 +83,7 @@ def message_class(file_proto: Any, indexes: tuple[int, ...] = (0,)) -> Any:
             return
         dependency = known.get(name)
         if dependency is None:
-            raise ProtobufError(f"the Protobuf schema imports {name!r}: schema references are not supported")
+            raise ProtobufError(f"the Protobuf schema imports {name!r}, which no schema reference names")
         for inner in dependency.dependency:
             add(inner)
         pool.Add(dependency)

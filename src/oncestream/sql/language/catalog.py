@@ -76,6 +76,8 @@ class SourceInfo:
     created_by: str | None = None           # id of the persistent query writing it (C*AS)
     key_schema_id: int | None = None        # AVRO/JSON_SR: WITH (KEY_SCHEMA_ID=...) or the id inferred from
     value_schema_id: int | None = None      # VALUE_SCHEMA_ID (records are written with that schema)
+    key_schema_name: str | None = None      # KEY_SCHEMA_FULL_NAME: the message/record the key schema names
+    value_schema_name: str | None = None    # VALUE_(AVRO_)SCHEMA_FULL_NAME (PROTOBUF: which message of the file)
 
     @property
     def key_columns(self) -> tuple[Column, ...]:

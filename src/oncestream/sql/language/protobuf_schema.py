@@ -132,25 +132,31 @@ def map_entry_name(field_name: str) -> str:
     return "".join(part[:1].upper() + part[1:] for part in field_name.split("_")) + "Entry"
 
 
-def protobuf_schema(columns: list[tuple[str, SqlType]]) -> tuple[str, Any]:
+def protobuf_schema(columns: list[tuple[str, SqlType]], full_name: str | None = None) -> tuple[str, Any]:
     """(``.proto`` text, ``FileDescriptorProto``) of the schema ksqlDB registers (and
     PROTOBUF_NOSR reads) for these key or value columns: one message whose fields are the
-    columns (keys and values alike)."""
+    columns (keys and values alike), named ``full_name`` (``*_SCHEMA_FULL_NAME``: a dotted name
+    is a package and a message) or ``ConnectDefault1``."""
     writer = _Writer()
+    package, _, name = (full_name or ROOT_MESSAGE).rpartition(".")
     file_proto = writer.pb.FileDescriptorProto(name="schema.proto", syntax="proto3")
-    body = writer.message(ROOT_MESSAGE, tuple(StructField(n, t) for n, t in columns), "",
-                          file_proto.message_type.add(), "")
+    if package:
+        file_proto.package = package
+    body = writer.message(name, tuple(StructField(n, t) for n, t in columns), "",
+                          file_proto.message_type.add(), f".{package}" if package else "")
     head = ['syntax = "proto3";', ""]
+    if package:
+        head += [f"package {package};", ""]
     if writer.imports:
         head += [f'import "{path}";' for path in sorted(writer.imports)] + [""]
         file_proto.dependency.extend(sorted(writer.imports))
     return "\n".join(head + body) + "\n", file_proto
 
 
-def protobuf_schema_of(columns: list[tuple[str, SqlType]], *, key: bool) -> str:
+def protobuf_schema_of(columns: list[tuple[str, SqlType]], *, key: bool, full_name: str | None = None) -> str:
     """The ``.proto`` text of ``protobuf_schema`` (``key`` changes nothing: never unwrapped)."""
     del key
-    return protobuf_schema(columns)[0]
+    return protobuf_schema(columns, full_name)[0]
 
 
 # -- descriptor -> columns ------------------------------------------------------------------------
@@ -205,18 +211,39 @@ def _option_params(field_proto: Any) -> dict[str, str]:
     return params
 
 
-class _Reader:
-    """Maps the messages of one FileDescriptorProto (by full name) to SQL types."""
+WELL_KNOWN_IMPORTS = frozenset({*_IMPORTS.values(), "google/protobuf/wrappers.proto", "confluent/meta.proto"})
 
-    def __init__(self, file_proto: Any, text: str | None) -> None:
+
+def needs_references(file_proto: Any) -> bool:
+    """Whether ``file_proto`` imports a file other than the well-known ones (a schema reference)."""
+    return any(name not in WELL_KNOWN_IMPORTS for name in file_proto.dependency)
+
+
+def dependency_files(dependencies: Any) -> tuple[Any, ...]:
+    """The ``FileDescriptorProto`` of each (import name, base64 descriptor) pair (what
+    ``RegistryClient.dependencies`` answers), named as the import names it."""
+    files = []
+    for name, descriptor_b64 in dependencies or ():
+        file_proto = file_descriptor(str(descriptor_b64))
+        file_proto.name = str(name)
+        files.append(file_proto)
+    return tuple(files)
+
+
+class _Reader:
+    """Maps the messages of one FileDescriptorProto (by full name) to SQL types; the messages
+    of the files it imports through schema references (``dependencies``) resolve too."""
+
+    def __init__(self, file_proto: Any, text: str | None, dependencies: tuple[Any, ...] = ()) -> None:
         self.messages: dict[str, Any] = {}
         self.enums: set[str] = set()
         self.decimals = _decimal_params(text)
-        package = f".{file_proto.package}" if file_proto.package else ""
-        for message in file_proto.message_type:
-            self._collect(message, package)
-        for enum in file_proto.enum_type:
-            self.enums.add(f"{package}.{enum.name}")
+        for each in (*dependencies, file_proto):
+            package = f".{each.package}" if each.package else ""
+            for message in each.message_type:
+                self._collect(message, package)
+            for enum in each.enum_type:
+                self.enums.add(f"{package}.{enum.name}")
 
     def _collect(self, message: Any, scope: str) -> None:
         name = f"{scope}.{message.name}"
@@ -307,12 +334,38 @@ def file_descriptor(descriptor_b64: str) -> Any:
     return file_proto
 
 
-def columns_of_protobuf(file_proto: Any, text: str | None = None, *, key: bool = False) -> list[tuple[str, SqlType]]:
-    """The columns ksqlDB infers from a Protobuf schema: the fields of its first message."""
-    del key   # keys are wrapped as values are
+def message_names(file_proto: Any) -> list[str]:
+    """The full names of a file's top-level messages, in order (their message indexes)."""
+    package = f"{file_proto.package}." if file_proto.package else ""
+    return [package + m.name for m in file_proto.message_type]
+
+
+def message_index(file_proto: Any, full_name: str | None) -> int:
+    """The index of the top-level message ``full_name`` names (its full name, or its bare name
+    in a file with a package); 0 without a name. Raises ``StatementError`` if there is none."""
+    if full_name is None:
+        return 0
+    names = message_names(file_proto)
+    for i, name in enumerate(names):
+        if full_name in (name, name.rpartition(".")[2]):
+            return i
+    raise StatementError(f"Schema does not contain the message {full_name}: its messages are {', '.join(names)}")
+
+
+def columns_of_protobuf(file_proto: Any, text: str | None = None, *, key: bool = False,
+                        full_name: str | None = None, dependencies: tuple[Any, ...] = ()) -> list[tuple[str, SqlType]]:
+    """The columns ksqlDB infers from a Protobuf schema: the fields of the message ``full_name``
+    names (``*_SCHEMA_FULL_NAME``), else of its only top-level message (several without a name
+    are refused, as ksqlDB's ``DefaultSchemaInjector`` does); ``dependencies``: the files it
+    imports through schema references (``dependency_files``)."""
     if not file_proto.message_type:
         raise StatementError("The Protobuf schema has no message")
-    reader = _Reader(file_proto, text)
-    package = f".{file_proto.package}" if file_proto.package else ""
-    root = reader.struct(f"{package}.{file_proto.message_type[0].name}", ())
+    names = message_names(file_proto)
+    if full_name is None and len(names) > 1:
+        side, prop = ("Key", "KEY_SCHEMA_FULL_NAME") if key else ("Value", "VALUE_SCHEMA_FULL_NAME")
+        listed = "\n".join(f"- {n}" for n in names)
+        raise StatementError(f"{side} schema has multiple schema definitions. \n\n{listed}\n\nPlease specify a schema "
+                             f"full name in the WITH clause using {prop}")
+    reader = _Reader(file_proto, text, dependencies)
+    root = reader.struct("." + names[message_index(file_proto, full_name)], ())
     return [(f.name, f.type) for f in root.fields]

@@ -49,7 +49,7 @@ _AVRO_LOGICAL = {
 # -- columns -> Avro ---------------------------------------------------------------------------
 
 
-def _avro_type(t: SqlType, name: str, *, optional: bool) -> Any:
+def _avro_type(t: SqlType, name: str, *, optional: bool, namespace: str = AVRO_NAMESPACE) -> Any:
     b = t.base
     out: Any
     if b in _AVRO_PRIMITIVE:
@@ -59,27 +59,33 @@ def _avro_type(t: SqlType, name: str, *, optional: bool) -> Any:
     elif b is BaseType.DECIMAL:
         out = {"type": "bytes", "logicalType": "decimal", "precision": t.precision or 10, "scale": t.scale or 0}
     elif b is BaseType.ARRAY and t.element is not None:
-        out = {"type": "array", "items": _avro_type(t.element, name, optional=True)}
+        out = {"type": "array", "items": _avro_type(t.element, name, optional=True, namespace=namespace)}
     elif b is BaseType.MAP and t.element is not None:
-        out = {"type": "map", "values": _avro_type(t.element, name + "_MapValue", optional=True)}
+        out = {"type": "map", "values": _avro_type(t.element, name + "_MapValue", optional=True, namespace=namespace)}
     elif b is BaseType.STRUCT:
-        out = _avro_record(t.fields, name)
+        out = _avro_record(t.fields, name, namespace)
     else:
         raise StatementError(f"The 'AVRO' format does not support type '{b.value}'")
     return ["null", out] if optional else out
 
 
-def _avro_record(fields: tuple[StructField, ...], name: str) -> dict[str, Any]:
-    return {"type": "record", "name": name, "namespace": AVRO_NAMESPACE,
-            "fields": [{"name": f.name, "type": _avro_type(f.type, f"{name}_{f.name}", optional=True), "default": None}
-                       for f in fields]}
+def _avro_record(fields: tuple[StructField, ...], name: str, namespace: str = AVRO_NAMESPACE) -> dict[str, Any]:
+    record: dict[str, Any] = {"type": "record", "name": name}
+    if namespace:
+        record["namespace"] = namespace
+    record["fields"] = [{"name": f.name, "type": _avro_type(f.type, f"{name}_{f.name}", optional=True, namespace=namespace),
+                         "default": None} for f in fields]
+    return record
 
 
-def avro_schema_of(columns: list[tuple[str, SqlType]], *, key: bool) -> str:
-    """The Avro schema (JSON text) ksqlDB registers for these key or value columns."""
+def avro_schema_of(columns: list[tuple[str, SqlType]], *, key: bool, full_name: str | None = None) -> str:
+    """The Avro schema (JSON text) ksqlDB registers for these key or value columns; ``full_name``
+    (``*_SCHEMA_FULL_NAME``) names the record instead of ``io.confluent.ksql.avro_schemas.
+    KsqlDataSourceSchema`` (its nested records ``<name>_<FIELD>`` in its namespace)."""
+    namespace, _, name = (full_name or f"{AVRO_NAMESPACE}.{AVRO_RECORD}").rpartition(".")
     if key and len(columns) == 1:
-        return json.dumps(_avro_type(columns[0][1], AVRO_RECORD, optional=False))
-    record = _avro_record(tuple(StructField(n, t) for n, t in columns), AVRO_RECORD)
+        return json.dumps(_avro_type(columns[0][1], name, optional=False, namespace=namespace))
+    record = _avro_record(tuple(StructField(n, t) for n, t in columns), name, namespace)
     return json.dumps(record)
 
 
@@ -264,16 +270,17 @@ def columns_of_json_schema(schema_text: str, *, key: bool) -> list[tuple[str, Sq
     return [(KEY_COLUMN if key else VALUE_COLUMN, t)]
 
 
-def schema_of(fmt: str, columns: list[tuple[str, SqlType]], *, key: bool) -> tuple[str, str]:
-    """(registry schema type, schema text) of ``columns`` in format ``fmt`` (AVRO, JSON_SR or PROTOBUF)."""
+def schema_of(fmt: str, columns: list[tuple[str, SqlType]], *, key: bool, full_name: str | None = None) -> tuple[str, str]:
+    """(registry schema type, schema text) of ``columns`` in format ``fmt`` (AVRO, JSON_SR or
+    PROTOBUF; ``full_name``: the Avro record's or PROTOBUF message's name, ``*_SCHEMA_FULL_NAME``)."""
     if fmt == "AVRO":
-        return "AVRO", avro_schema_of(columns, key=key)
+        return "AVRO", avro_schema_of(columns, key=key, full_name=full_name)
     if fmt == "JSON_SR":
         return "JSON", json_schema_of(columns, key=key)
     if fmt == "PROTOBUF":
         from oncestream.sql.language.protobuf_schema import protobuf_schema_of
 
-        return "PROTOBUF", protobuf_schema_of(columns, key=key)
+        return "PROTOBUF", protobuf_schema_of(columns, key=key, full_name=full_name)
     raise StatementError(f"format {fmt} registers no schema")
 
 
@@ -288,19 +295,22 @@ def upper_case_fields(t: SqlType) -> SqlType:
     return t
 
 
-def columns_of(schema_type: str, schema_text: str, *, key: bool,
-               descriptor: str | None = None, original_names: bool = False) -> list[tuple[str, SqlType]]:
+def columns_of(schema_type: str, schema_text: str, *, key: bool, descriptor: str | None = None,
+               original_names: bool = False, full_name: str | None = None,
+               dependencies: Any = None) -> list[tuple[str, SqlType]]:
     """The columns inferred from a registered schema of type AVRO, JSON or PROTOBUF (whose
     ``descriptor`` is the registry's base64 ``format=serialized`` answer). As ksqlDB's
     ``SchemaRegistryTopicSchemaSupplier``: column and struct field names upper-cased when the schema
     is the subject's latest, as the schema has them (``original_names``) when the statement named
-    it by ``KEY_SCHEMA_ID``/``VALUE_SCHEMA_ID``."""
+    it by ``KEY_SCHEMA_ID``/``VALUE_SCHEMA_ID``; ``full_name`` picks a PROTOBUF file's message,
+    ``dependencies`` are the (import name, base64 descriptor) pairs of its schema references."""
     if schema_type == "PROTOBUF":
-        from oncestream.sql.language.protobuf_schema import columns_of_protobuf, file_descriptor
+        from oncestream.sql.language.protobuf_schema import columns_of_protobuf, dependency_files, file_descriptor
 
         if descriptor is None:
             raise StatementError("A PROTOBUF schema is read from its descriptor (format=serialized)")
-        columns = columns_of_protobuf(file_descriptor(descriptor), schema_text, key=key)
+        columns = columns_of_protobuf(file_descriptor(descriptor), schema_text, key=key, full_name=full_name,
+                                      dependencies=dependency_files(dependencies))
     elif schema_type == "AVRO":
         columns = columns_of_avro(schema_text, key=key)
     elif schema_type == "JSON":

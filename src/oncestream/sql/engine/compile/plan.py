@@ -33,6 +33,7 @@ from oncestream.sql.engine.compile.table_aggregation import RESULT_ROWTIME, aggr
 from oncestream.sql.engine.compile.table_functions import has_table_functions, spread_rows
 from oncestream.sql.engine.compile.table_joins import JOIN_KEY
 from oncestream.sql.engine.serde import RecordLayout, layout_of
+from oncestream.sql.engine.serde_registry import NO_REGISTRY
 from oncestream.sql.errors import StatementError
 from oncestream.sql.language import functions_json
 from oncestream.sql.language.catalog import ROWTIME, WINDOWEND, WINDOWSTART, Column, Format, SourceInfo
@@ -100,9 +101,13 @@ class CompiledQuery:
 
 
 def key_layout_of(layout: RecordLayout) -> tuple[Any, ...]:
-    """What decides a record key's bytes: format, key column types, delimiter, window kind."""
+    """What decides a record key's bytes: format, key column types, delimiter, window kind, and
+    in a registry format the subject and schema its codec frames with (ksqlDB writes a sink's key
+    with the sink's schema, so a key read from another topic's subject is written again)."""
     delimiter = layout.value_delimiter if layout.key_format is Format.DELIMITED else None
-    return (layout.key_format, tuple(c.type for c in layout.key_columns), delimiter, layout.window)
+    codec = layout.key_codec
+    framing = None if codec is None or codec.fmt == NO_REGISTRY else (codec.subject, codec.schema_id, codec.schema_name)
+    return (layout.key_format, tuple(c.type for c in layout.key_columns), delimiter, layout.window, framing)
 
 
 def _passes_key_through(analyzed: Any, scope: Scope, alias: str, source: SourceInfo) -> bool:
