@@ -4,6 +4,7 @@ whose value is null (from the record's key alone) and which give null."""
 from __future__ import annotations
 
 import pytest
+from sqlglot import exp
 
 from oncestream.sql.engine.compile.expressions import Scope
 from oncestream.sql.engine.compile.null_values import key_only
@@ -20,7 +21,7 @@ SOURCE = SourceInfo(name="S", kind=SourceKind.STREAM, topic="s", key_format=Form
                     statement="")
 
 
-def _partition_by(expression: str) -> object:
+def _partition_by(expression: str) -> exp.Expr:
     (statement,) = parse(f"CREATE STREAM OUT AS SELECT * FROM S PARTITION BY {expression};")
     assert isinstance(statement, CreateAsSelect)
     analyzed = analyze_query(statement.query, {"S": SOURCE}, sink="OUT")

@@ -36,7 +36,7 @@ from sqlglot import exp
 from oncestream.sql.engine.compile.expressions import Scope
 
 
-def key_only(expression: exp.Expression, scope: Scope, key_columns: Collection[str]) -> bool:
+def key_only(expression: exp.Expr, scope: Scope, key_columns: Collection[str]) -> bool:
     """Whether ``expression`` reads no column but the source's key columns (``key_columns``,
     the frame's names for them under ``scope``): such a key expression is evaluated for a
     null-valued record, any other gives null. A pseudo column (ROWTIME, ROWPARTITION...) is
