@@ -76,7 +76,8 @@ def test_input_producer_writes_a_record_without_key_and_value_in_order(eos_broke
     errors: list[str] = []
     for key, value, ts in [(b"k", b"1", 1000), (None, None, 2000), (None, b"3", 3000)]:
         producer.produce(topic, key, value, ts, None, errors)
-    assert producer.flush(30) and not errors
+    assert producer.flush(30)
+    assert not errors
     consumer = Consumer({"bootstrap.servers": eos_broker.bootstrap, "group.id": unique("check"),
                          "enable.auto.commit": False})
     consumer.assign([TopicPartition(topic, 0, 0)])
