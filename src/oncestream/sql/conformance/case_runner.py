@@ -358,18 +358,21 @@ class CaseRun:
     def _register_declared_schema(self, source: SourceInfo) -> None:
         """A CREATE with columns in a registry format registers its columns' schema when the
         subject has none yet (ksqlDB's runner: the statement's schema, if ``topics`` gave none)."""
-        from oncestream.sql.language.schema_mapping import schema_of
+        from oncestream.sql.language.schema_mapping import schema_of, unwraps_single
 
         registry = self.env.registry
         if registry is None or source.created_by is not None:
             return
-        for key, fmt, columns in ((True, source.key_format.value, source.key_columns),
-                                  (False, source.value_format.value, source.value_columns)):
+        for key, fmt, columns, nullable in (
+                (True, source.key_format.value, source.key_columns, source.key_protobuf_nullable),
+                (False, source.value_format.value, source.value_columns, source.value_protobuf_nullable)):
             if fmt not in ("AVRO", "JSON_SR", "PROTOBUF") or not columns:
                 continue
             subject = f"{source.topic}-{'key' if key else 'value'}"
             if registry.latest(subject) is None:
-                schema_type, text = schema_of(fmt, [(c.name, c.type) for c in columns], key=key)
+                unwrapped = unwraps_single(fmt, len(columns), key=key, value_unwrapped=source.value_unwrapped)
+                schema_type, text = schema_of(fmt, [(c.name, c.type) for c in columns], unwrapped=unwrapped,
+                                              protobuf_nullable=nullable)
                 registry.register(subject, schema_type, text)
 
     def _codec(self, source: SourceInfo | None, key: bool) -> RegistrySide | None:
@@ -384,7 +387,8 @@ class CaseRun:
             from oncestream.sql.language.protobuf_schema import protobuf_schema
 
             columns = source.key_columns if key else source.value_columns
-            columns_proto = protobuf_schema([(c.name, c.type) for c in columns])[1]
+            nullable = source.key_protobuf_nullable if key else source.value_protobuf_nullable
+            columns_proto = protobuf_schema([(c.name, c.type) for c in columns], nullable)[1]
         return RegistrySide(self.env.registry, fmt, f"{source.topic}-{'key' if key else 'value'}", columns_proto)
 
     def _execute(self, text: str) -> None:
