@@ -111,6 +111,8 @@ class InputProducer:
     time (their windows and output timestamps then differ from ksqlDB's). Thread-safe."""
 
     def __init__(self, bootstrap: str) -> None:
+        self._bootstrap = bootstrap
+        self._lock = threading.Lock()
         try:
             from kafka import KafkaProducer
         except ImportError:
@@ -127,6 +129,15 @@ class InputProducer:
     def produce(self, topic: str, key: bytes | None, value: bytes | None, timestamp_ms: int,
                 headers: list[tuple[str, str | bytes | None]] | None, errors: list[str]) -> None:
         """Queue one record; a delivery failure is appended to ``errors``."""
+        if self._kafka_python is not None and key is None and value is None:
+            # kafka-python refuses a record without key and value (a client-side assertion; the
+            # protocol has it, and ksqlDB's inputs do): confluent-kafka writes that one, after
+            # kafka-python's queue and before the next record, so the partition keeps their order
+            self._kafka_python.flush()
+            self._confluent_for_nulls().produce(topic, key=None, value=None, timestamp=timestamp_ms, headers=headers,
+                                                on_delivery=lambda err, _msg: err is None or errors.append(str(err)))
+            self._confluent_for_nulls().flush(30)
+            return
         if self._kafka_python is not None:
             future = self._kafka_python.send(topic, value=value, key=key, headers=headers, timestamp_ms=timestamp_ms)
             future.add_errback(lambda exc: errors.append(str(exc)))
@@ -139,6 +150,15 @@ class InputProducer:
         self._confluent.produce(topic, key=key, value=value, timestamp=timestamp_ms, headers=headers,
                                 on_delivery=delivered)
         self._confluent.poll(0)
+
+    def _confluent_for_nulls(self) -> Any:
+        with self._lock:
+            if self._confluent is None:
+                from confluent_kafka import Producer
+
+                self._confluent = Producer({"bootstrap.servers": self._bootstrap, "enable.idempotence": True,
+                                            "log_level": 2})
+            return self._confluent
 
     def flush(self, timeout_s: float) -> bool:
         """Whether every queued record was acknowledged within ``timeout_s``."""
