@@ -12,7 +12,6 @@ through whole queries on Spark, against ``oncestream schema-registry``, judged b
 
 from __future__ import annotations
 
-import base64
 import json
 from typing import Any
 
@@ -22,10 +21,19 @@ from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerialize
 from confluent_kafka.schema_registry.json_schema import JSONDeserializer
 from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer
 from confluent_kafka.serialization import MessageField, SerializationContext
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, wrappers_pb2
 
 from oncestream.sql.language.catalog import Format
-from tests.spark.sql.golden import analyze, create_topics, produce, read_output, registry_source, sink_of, start, unique
+from tests.spark.sql.golden import (
+    analyze,
+    create_topics,
+    produce,
+    read_output,
+    registered_message_class,
+    registry_source,
+    sink_of,
+    start,
+    unique,
+)
 
 pytestmark = [pytest.mark.spark]
 
@@ -79,18 +87,6 @@ def test_json_sr_unwrapped_map_sink(runtime, eos_broker, registry):
     runtime.stop_persistent("CSAS_M_1")
 
 
-def _registered_class(client: SchemaRegistryClient, subject: str) -> Any:
-    """The message class of a subject's latest schema, from its serialized descriptor."""
-    latest = client.get_latest_version(subject)
-    assert latest.schema_id is not None
-    serialized = client.get_schema(latest.schema_id, fmt="serialized").schema_str or ""
-    proto = descriptor_pb2.FileDescriptorProto.FromString(base64.b64decode(serialized))
-    pool = descriptor_pool.DescriptorPool()
-    pool.AddSerializedFile(wrappers_pb2.DESCRIPTOR.serialized_pb)
-    pool.Add(proto)
-    return message_factory.GetMessageClass(pool.FindMessageTypeByName(proto.message_type[0].name))
-
-
 @pytest.mark.parametrize("nullable", ["OPTIONAL", "WRAPPER"])
 def test_protobuf_nullable_representation_sinks(runtime, eos_broker, registry, nullable):
     bootstrap = eos_broker.bootstrap
@@ -108,7 +104,7 @@ def test_protobuf_nullable_representation_sinks(runtime, eos_broker, registry, n
     text = client.get_latest_version(f"{out}-value").schema.schema_str or ""
     expected_field = "optional int32 I = 1;" if nullable == "OPTIONAL" else "google.protobuf.Int32Value I = 1;"
     assert expected_field in text
-    read = ProtobufDeserializer(_registered_class(client, f"{out}-value"), {"use.deprecated.format": False},
+    read = ProtobufDeserializer(registered_message_class(client, f"{out}-value"), {"use.deprecated.format": False},
                                 schema_registry_client=client)
     ctx = SerializationContext(out, MessageField.VALUE)
     got = [read(value, ctx) for _key, value in records]
