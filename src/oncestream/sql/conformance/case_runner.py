@@ -135,7 +135,7 @@ class InputProducer:
             # kafka-python's queue and before the next record, so the partition keeps their order
             self._kafka_python.flush()
             self._confluent_for_nulls().produce(topic, key=None, value=None, timestamp=timestamp_ms, headers=headers,
-                                                on_delivery=lambda err, _msg: err is None or errors.append(str(err)))
+                                                on_delivery=self._on_delivery(errors))
             self._confluent_for_nulls().flush(30)
             return
         if self._kafka_python is not None:
@@ -143,13 +143,17 @@ class InputProducer:
             future.add_errback(lambda exc: errors.append(str(exc)))
             return
 
+        self._confluent.produce(topic, key=key, value=value, timestamp=timestamp_ms, headers=headers,
+                                on_delivery=self._on_delivery(errors))
+        self._confluent.poll(0)
+
+    @staticmethod
+    def _on_delivery(errors: list[str]) -> Any:
         def delivered(err: Any, _msg: Any) -> None:
             if err is not None:
                 errors.append(str(err))
 
-        self._confluent.produce(topic, key=key, value=value, timestamp=timestamp_ms, headers=headers,
-                                on_delivery=delivered)
-        self._confluent.poll(0)
+        return delivered
 
     def _confluent_for_nulls(self) -> Any:
         with self._lock:
