@@ -98,7 +98,7 @@ def test_a_map_typed_key_of_a_create_as_is_named_as_the_sink_names_it(partition_
 def test_an_avro_full_schema_name_names_the_record_a_sink_registers() -> None:
     """``VALUE_AVRO_SCHEMA_FULL_NAME``: the record's namespace and name (nested records
     ``<name>_<FIELD>`` in its namespace), and Avro's name rules apply to it too."""
-    schema = json.loads(avro_schema_of([("A", t.struct_of(("X", t.INTEGER)))], key=False, full_name="com.custom.schema"))
+    schema = json.loads(avro_schema_of([("A", t.struct_of(("X", t.INTEGER)))], unwrapped=False, full_name="com.custom.schema"))
     assert (schema["namespace"], schema["name"]) == ("com.custom", "schema")
     nested = schema["fields"][0]["type"][1]
     assert (nested["namespace"], nested["name"]) == ("com.custom", "schema_A")

@@ -141,21 +141,21 @@ class InputProducer:
             future.add_errback(lambda exc: errors.append(str(exc)))
             return
 
+        self._confluent.produce(topic, key=key, value=value, timestamp=timestamp_ms, headers=headers,
+                                on_delivery=self._on_delivery(errors))
+        self._confluent.poll(0)
+
+    @staticmethod
+    def _on_delivery(errors: list[str]) -> Any:
         def delivered(err: Any, _msg: Any) -> None:
             if err is not None:
                 errors.append(str(err))
 
-        self._confluent.produce(topic, key=key, value=value, timestamp=timestamp_ms, headers=headers,
-                                on_delivery=delivered)
-        self._confluent.poll(0)
+        return delivered
 
     def _produce_empty(self, topic: str, timestamp_ms: int, headers: list[tuple[str, str | bytes | None]] | None,
                        errors: list[str]) -> None:
         from confluent_kafka import Producer
-
-        def delivered(err: Any, _msg: Any) -> None:
-            if err is not None:
-                errors.append(str(err))
 
         with self._order:
             if self._empty_records is None:
@@ -163,7 +163,7 @@ class InputProducer:
                                                 "log_level": 2})
             self._kafka_python.flush(CLIENT_TIMEOUT_S)
             self._empty_records.produce(topic, key=None, value=None, timestamp=timestamp_ms, headers=headers,
-                                        on_delivery=delivered)
+                                        on_delivery=self._on_delivery(errors))
             if self._empty_records.flush(CLIENT_TIMEOUT_S) != 0:
                 errors.append(f"a record without key and value to {topic} not acknowledged")
 
@@ -392,18 +392,21 @@ class CaseRun:
     def _register_declared_schema(self, source: SourceInfo) -> None:
         """A CREATE with columns in a registry format registers its columns' schema when the
         subject has none yet (ksqlDB's runner: the statement's schema, if ``topics`` gave none)."""
-        from oncestream.sql.language.schema_mapping import schema_of
+        from oncestream.sql.language.schema_mapping import schema_of, unwraps_single
 
         registry = self.env.registry
         if registry is None or source.created_by is not None:
             return
-        for key, fmt, columns in ((True, source.key_format.value, source.key_columns),
-                                  (False, source.value_format.value, source.value_columns)):
+        for key, fmt, columns, nullable in (
+                (True, source.key_format.value, source.key_columns, source.key_protobuf_nullable),
+                (False, source.value_format.value, source.value_columns, source.value_protobuf_nullable)):
             if fmt not in ("AVRO", "JSON_SR", "PROTOBUF") or not columns:
                 continue
             subject = f"{source.topic}-{'key' if key else 'value'}"
             if registry.latest(subject) is None:
-                schema_type, text = schema_of(fmt, [(c.name, c.type) for c in columns], key=key)
+                unwrapped = unwraps_single(fmt, len(columns), key=key, value_unwrapped=source.value_unwrapped)
+                schema_type, text = schema_of(fmt, [(c.name, c.type) for c in columns], unwrapped=unwrapped,
+                                              protobuf_nullable=nullable)
                 registry.register(subject, schema_type, text)
 
     def _codec(self, source: SourceInfo | None, key: bool) -> RegistrySide | None:
@@ -418,7 +421,8 @@ class CaseRun:
             from oncestream.sql.language.protobuf_schema import protobuf_schema
 
             columns = source.key_columns if key else source.value_columns
-            columns_proto = protobuf_schema([(c.name, c.type) for c in columns])[1]
+            columns_proto = protobuf_schema([(c.name, c.type) for c in columns],
+                                            nullable=source.key_protobuf_nullable if key else source.value_protobuf_nullable)[1]
         return RegistrySide(self.env.registry, fmt, f"{source.topic}-{'key' if key else 'value'}", columns_proto,
                             source.key_schema_name if key else source.value_schema_name)
 

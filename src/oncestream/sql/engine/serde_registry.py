@@ -38,7 +38,7 @@ from oncestream.sql.language.protobuf_schema import (
     needs_references,
     protobuf_schema,
 )
-from oncestream.sql.language.schema_mapping import schema_of
+from oncestream.sql.language.schema_mapping import schema_of, unwraps_single
 from oncestream.sql.language.types import BaseType, SqlType
 
 REGISTRY_FORMATS = ("AVRO", "JSON_SR", "PROTOBUF", "PROTOBUF_NOSR")
@@ -185,6 +185,8 @@ class FrameCodec:
     key: bool
     schema_id: int | None = None
     schema_name: str | None = None    # *_SCHEMA_FULL_NAME: the PROTOBUF message written (and registered)
+    unwrap: bool = False                    # the single column is written bare (``unwraps_single``)
+    protobuf_nullable: str | None = None    # PROTOBUF(_NOSR): None, "OPTIONAL" or "WRAPPER"
     _parsed: dict[int, Any] = field(default_factory=dict, repr=False, compare=False)
     _classes: dict[tuple[int | None, tuple[int, ...]], Any] = field(default_factory=dict, repr=False, compare=False)
     _own_id: int | None = field(default=None, repr=False, compare=False)   # registered from the columns
@@ -195,15 +197,15 @@ class FrameCodec:
 
     @property
     def unwrapped(self) -> bool:
-        # ksqlDB's PROTOBUF has no UNWRAP_SINGLES: one key column is still a message
-        return self.key and len(self.columns) == 1 and not self.fmt.startswith("PROTOBUF")
+        """The single column is the record itself (an anonymous primitive, array, map or struct)."""
+        return self.unwrap and len(self.columns) == 1
 
     def writer_id(self) -> int:
         """The id records are written with: the fixed ``*_SCHEMA_ID``, else the columns' schema
         registered under the subject (once)."""
         if self.schema_id is None:
-            schema_type, text = schema_of(self.fmt, [(c.name, c.type) for c in self.columns], key=self.key,
-                                          full_name=self.schema_name)
+            schema_type, text = schema_of(self.fmt, [(c.name, c.type) for c in self.columns], unwrapped=self.unwrapped,
+                                          full_name=self.schema_name, protobuf_nullable=self.protobuf_nullable)
             self.schema_id = self._own_id = int(self.registry.register(self.subject, schema_type, text))
         return self.schema_id
 
@@ -274,7 +276,7 @@ class FrameCodec:
         schema_id, body = unframe(data)
         schema = self._avro_schema(schema_id)
         datum = fastavro.schemaless_reader(io.BytesIO(body), schema, None)
-        if self.unwrapped and not isinstance(datum, Mapping):
+        if self.unwrapped:    # the datum is the column, a record included (an anonymous struct)
             return {self.columns[0].name: _from_avro(datum, self.columns[0].type)}
         if not isinstance(datum, Mapping):
             if len(self.columns) == 1:
@@ -302,23 +304,43 @@ class FrameCodec:
         columns' own schema, PROTOBUF_NOSR's, and what a sink registers)."""
         cls = self._classes.get((schema_id, indexes))
         if cls is None:
-            if schema_id is None or schema_id == self._own_id:
-                file_proto = protobuf_schema([(c.name, c.type) for c in self.columns], self.schema_name)[1]
+            if schema_id is None and self.unwrapped:
+                cls = self._unwrapped_class()
             else:
-                registered = self.registry.by_id(schema_id)
-                if registered.schema_type != "PROTOBUF":
-                    raise FramingError(f"schema id {schema_id} is a {registered.schema_type} schema, not PROTOBUF")
-                file_proto = file_descriptor(self.registry.serialized(schema_id))
-            # the files its schema references name (a reference's messages are the schema's types)
-            dependencies = dependency_files(self.registry.dependencies(schema_id)) if needs_references(file_proto) else ()
-            cls = serde_protobuf.message_class(file_proto, indexes, dependencies)
+                if schema_id is None or schema_id == self._own_id:
+                    file_proto = protobuf_schema([(c.name, c.type) for c in self.columns], full_name=self.schema_name,
+                                                 nullable=self.protobuf_nullable)[1]
+                else:
+                    registered = self.registry.by_id(schema_id)
+                    if registered.schema_type != "PROTOBUF":
+                        raise FramingError(f"schema id {schema_id} is a {registered.schema_type} schema, not PROTOBUF")
+                    file_proto = file_descriptor(self.registry.serialized(schema_id))
+                # the files its schema references name (a reference's messages are the schema's types)
+                dependencies = (dependency_files(self.registry.dependencies(schema_id)) if needs_references(file_proto)
+                                else ())
+                cls = serde_protobuf.message_class(file_proto, indexes, dependencies)
             self._classes[(schema_id, indexes)] = cls
         return cls
+
+    def _unwrapped_class(self) -> Any:
+        """PROTOBUF_NOSR's message for one bare column (ProtobufData's root schemas): a STRUCT is
+        its own message, a primitive its google.protobuf wrapper; an ARRAY, MAP or logical type
+        has no root message."""
+        t = self.columns[0].type
+        if t.base is BaseType.STRUCT:
+            file_proto = protobuf_schema([(f.name, f.type) for f in t.fields], nullable=self.protobuf_nullable)[1]
+            return serde_protobuf.message_class(file_proto, (0,))
+        return serde_protobuf.wrapper_class(t)
 
     def encode_protobuf(self, row: Mapping[str, Any]) -> bytes:
         """The record of ``row``'s columns: framed with message index [0] (PROTOBUF), or the
         protobuf binary alone (PROTOBUF_NOSR)."""
-        value = {c.name: _to_avro(row.get(c.name), c.type) for c in self.columns}
+        value: Any
+        if self.unwrapped:    # the struct's fields, or the primitive the wrapper message holds
+            column = self.columns[0]
+            value = _to_avro(row.get(column.name), column.type)
+        else:
+            value = {c.name: _to_avro(row.get(c.name), c.type) for c in self.columns}
         if self.fmt == NO_REGISTRY:
             return bytes(serde_protobuf.from_dict(self._proto_class(None, (0,)), value).SerializeToString())
         schema_id = self.writer_id()
@@ -344,15 +366,22 @@ class FrameCodec:
         message = cls()
         message.ParseFromString(body)
         fields = serde_protobuf.to_dict(message)
+        if self.unwrapped:
+            column = self.columns[0]
+            bare = fields if column.type.base is BaseType.STRUCT else fields.get("value")
+            return {column.name: _from_avro(bare, column.type)}
         return {c.name: _from_avro(get_ci(fields, c.name), c.type) for c in self.columns}
 
 
 def codec_for(fmt: str, columns: Sequence[Column], topic: str | None, registry: Any, *, key: bool,
-              schema_id: int | None, schema_name: str | None = None) -> FrameCodec | None:
-    """The codec of one side of a source, or None when ``fmt`` needs no registry."""
+              schema_id: int | None, schema_name: str | None = None, value_unwrapped: bool = False,
+              protobuf_nullable: str | None = None) -> FrameCodec | None:
+    """The codec of one side of a source, or None when ``fmt`` needs no registry
+    (``value_unwrapped``: the source's ``WRAP_SINGLE_VALUE=false``)."""
     if fmt not in REGISTRY_FORMATS or not columns:
         return None
     if registry is None and fmt != NO_REGISTRY:
         raise KsqlError(f"The {fmt} format needs a Schema Registry: set 'ksql.schema.registry.url'.")
     subject = f"{topic}-{'key' if key else 'value'}"
-    return FrameCodec(fmt, tuple(columns), subject, registry, key, schema_id, schema_name)
+    unwrap = unwraps_single(fmt, len(columns), key=key, value_unwrapped=value_unwrapped)
+    return FrameCodec(fmt, tuple(columns), subject, registry, key, schema_id, schema_name, unwrap, protobuf_nullable)

@@ -91,7 +91,8 @@ def check_avro_names(columns: tuple[Column, ...], *, key: bool, full_name: str |
     ``full_name`` if given) has an illegal name."""
     if not columns:
         return
-    schema = avro_schema_of([(c.name, c.type) for c in columns], key=key, full_name=full_name)
+    schema = avro_schema_of([(c.name, c.type) for c in columns], unwrapped=key and len(columns) == 1,
+                            full_name=full_name)
     problem = _avro_names_problem(json.loads(schema))
     if problem is not None:
         raise StatementError(f"Schema is not compatible with Avro: {problem}")

@@ -15,6 +15,10 @@ form and is refused.
 Nulls: ksqlDB's default (``unwrapPrimitives`` off, no ``nullableRepresentation``) writes plain
 proto3 scalars, which have no null: a null scalar is not written and reads back as its proto3
 default (0, false, ""). A null STRUCT/TIMESTAMP/DATE/TIME/DECIMAL (a message) stays null.
+``*_PROTOBUF_NULLABLE_REPRESENTATION='OPTIONAL'`` makes every field that is not repeated a proto3
+``optional`` one (presence: an unset field reads null, a 0 stays 0); ``'WRAPPER'`` writes every
+scalar, array elements and map values included, as its ``google.protobuf`` wrapper message
+(``Int32Value``, ``Int64Value``, ``DoubleValue``, ``BoolValue``, ``StringValue``, ``BytesValue``).
 
 A schema to columns (CREATE without columns): the first message of the file (message index 0,
 as ksqlDB without ``VALUE_SCHEMA_FULL_NAME``), each field a column: int32/sint32/sfixed32
@@ -48,6 +52,11 @@ WRAPPERS = {
     "google.protobuf.BoolValue": BaseType.BOOLEAN, "google.protobuf.StringValue": BaseType.STRING,
     "google.protobuf.BytesValue": BaseType.BYTES,
 }
+NULLABLE_OPTIONAL, NULLABLE_WRAPPER = "OPTIONAL", "WRAPPER"
+_WRAPPERS_IMPORT = "google/protobuf/wrappers.proto"
+_WRAPPER_OF = {BaseType.INTEGER: "google.protobuf.Int32Value", BaseType.BIGINT: "google.protobuf.Int64Value",
+               BaseType.DOUBLE: "google.protobuf.DoubleValue", BaseType.BOOLEAN: "google.protobuf.BoolValue",
+               BaseType.STRING: "google.protobuf.StringValue", BaseType.BYTES: "google.protobuf.BytesValue"}
 _IMPORTS = {TIMESTAMP: "google/protobuf/timestamp.proto", DATE: "google/type/date.proto",
             TIME_OF_DAY: "google/type/timeofday.proto", DECIMAL: "confluent/type/decimal.proto"}
 _LOGICAL = {BaseType.TIMESTAMP: TIMESTAMP, BaseType.DATE: DATE, BaseType.TIME: TIME_OF_DAY}
@@ -67,12 +76,13 @@ class _Writer:
     """Prints one message per STRUCT, numbering nested messages as ProtobufData does, and builds
     the same schema as a ``FileDescriptorProto`` (what PROTOBUF_NOSR and the writer encode with)."""
 
-    def __init__(self) -> None:
+    def __init__(self, nullable: str | None = None) -> None:
         from google.protobuf import descriptor_pb2
 
         self.pb = descriptor_pb2
         self.next_message = 2
         self.imports: set[str] = set()
+        self.nullable = nullable
 
     def message(self, name: str, fields: tuple[StructField, ...], indent: str, proto: Any, scope: str) -> list[str]:
         proto.name = name
@@ -82,6 +92,13 @@ class _Writer:
         for number, f in enumerate(fields, start=1):
             fld = proto.field.add(name=f.name, number=number, label=_LABEL_OPTIONAL)
             type_text, options = self.field_type(f.type, nested, indent + "  ", proto, full, fld)
+            if self.nullable == NULLABLE_OPTIONAL and fld.label != _LABEL_REPEATED:
+                # proto3 `optional`: the field has presence, through a synthetic oneof `_<name>`
+                # (what protoc builds, and ProtobufData with optionalForNullables)
+                fld.proto3_optional = True
+                fld.oneof_index = len(proto.oneof_decl)
+                proto.oneof_decl.add(name=f"_{f.name}")
+                type_text = f"optional {type_text}"
             lines.append(f"{indent}  {type_text} {f.name} = {number}{options};")
         lines += nested
         lines.append(f"{indent}}}")
@@ -90,6 +107,12 @@ class _Writer:
     def field_type(self, t: SqlType, nested: list[str], indent: str, parent: Any, scope: str, fld: Any, *,
                    inner: bool = False) -> tuple[str, str]:
         b = t.base
+        if b in _SCALAR and self.nullable == NULLABLE_WRAPPER:
+            # every ksqlDB column is nullable: each scalar, array elements and map values too,
+            # becomes its google.protobuf wrapper (ProtobufData with wrapperForNullables)
+            self.imports.add(_WRAPPERS_IMPORT)
+            fld.type, fld.type_name = _TYPE_MESSAGE, f".{_WRAPPER_OF[b]}"
+            return _WRAPPER_OF[b], ""
         if b in _SCALAR:
             fld.type = _SCALAR_TYPE[b]
             return _SCALAR[b], ""
@@ -132,12 +155,14 @@ def map_entry_name(field_name: str) -> str:
     return "".join(part[:1].upper() + part[1:] for part in field_name.split("_")) + "Entry"
 
 
-def protobuf_schema(columns: list[tuple[str, SqlType]], full_name: str | None = None) -> tuple[str, Any]:
+def protobuf_schema(columns: list[tuple[str, SqlType]], *, full_name: str | None = None,
+                    nullable: str | None = None) -> tuple[str, Any]:
     """(``.proto`` text, ``FileDescriptorProto``) of the schema ksqlDB registers (and
     PROTOBUF_NOSR reads) for these key or value columns: one message whose fields are the
     columns (keys and values alike), named ``full_name`` (``*_SCHEMA_FULL_NAME``: a dotted name
-    is a package and a message) or ``ConnectDefault1``."""
-    writer = _Writer()
+    is a package and a message) or ``ConnectDefault1``. ``nullable``: the
+    ``*_PROTOBUF_NULLABLE_REPRESENTATION``, None (plain proto3 fields), ``OPTIONAL`` or ``WRAPPER``."""
+    writer = _Writer(nullable)
     package, _, name = (full_name or ROOT_MESSAGE).rpartition(".")
     file_proto = writer.pb.FileDescriptorProto(name="schema.proto", syntax="proto3")
     if package:
@@ -153,10 +178,11 @@ def protobuf_schema(columns: list[tuple[str, SqlType]], full_name: str | None = 
     return "\n".join(head + body) + "\n", file_proto
 
 
-def protobuf_schema_of(columns: list[tuple[str, SqlType]], *, key: bool, full_name: str | None = None) -> str:
+def protobuf_schema_of(columns: list[tuple[str, SqlType]], *, key: bool, full_name: str | None = None,
+                       nullable: str | None = None) -> str:
     """The ``.proto`` text of ``protobuf_schema`` (``key`` changes nothing: never unwrapped)."""
     del key
-    return protobuf_schema(columns, full_name)[0]
+    return protobuf_schema(columns, full_name=full_name, nullable=nullable)[0]
 
 
 # -- descriptor -> columns ------------------------------------------------------------------------

@@ -147,20 +147,74 @@ def _timestamp_column(props: Mapping[str, Any], columns: tuple[Column, ...]) -> 
     return name, fmt
 
 
-def _check_wrap_single_value(props: Mapping[str, Any], value_format: Format, value_columns: tuple[Column, ...]) -> None:
-    """``WRAP_SINGLE_VALUE``: ksqlDB's rules; we serialize single values wrapped (JSON object) only."""
-    raw = _prop(props, "WRAP_SINGLE_VALUE")
+WRAP_SINGLE_VALUES_CONFIG = "ksql.persistence.wrap.single.values"
+# The value wrappings each format supports (ksqlDB's Format.supportedFeatures): True WRAP_SINGLES,
+# False UNWRAP_SINGLES; KAFKA and DELIMITED never wrap, PROTOBUF always does, NONE has no value.
+_WRAPPINGS: dict[Format, tuple[bool, ...]] = {
+    Format.JSON: (True, False), Format.JSON_SR: (True, False), Format.AVRO: (True, False),
+    Format.PROTOBUF_NOSR: (True, False), Format.PROTOBUF: (True,), Format.KAFKA: (False,),
+    Format.DELIMITED: (False,), Format.NONE: (),
+}
+
+
+def _bool_setting(raw: Any, name: str) -> bool | None:
     if raw is None:
-        return
-    wrap = str(raw).lower()
-    if value_format in (Format.KAFKA, Format.DELIMITED):
-        if wrap == "false":   # these formats never wrap: 'false' only says so
-            return
-        raise StatementError(f"Format '{value_format.value}' does not support 'WRAP_SINGLE_VALUE' set to '{wrap}'.")
-    if len(value_columns) != 1:
-        raise StatementError("'WRAP_SINGLE_VALUE' is only valid for single-field value schemas")
-    if wrap != "true":
-        raise StatementError("'WRAP_SINGLE_VALUE'='false' is not supported: single values are written wrapped in a JSON object.")
+        return None
+    if isinstance(raw, bool):
+        return raw
+    text = str(raw).strip().lower()
+    if text not in ("true", "false"):
+        raise StatementError(f"Invalid value {raw} for configuration {name}: Expected value to be either true or false")
+    return text == "true"
+
+
+def explicit_wrap(props: Mapping[str, Any]) -> bool | None:
+    """``WITH (WRAP_SINGLE_VALUE=...)``: True, False, or None when the statement does not say."""
+    return _bool_setting(_prop(props, "WRAP_SINGLE_VALUE"), "WRAP_SINGLE_VALUE")
+
+
+def default_wrap(properties: Mapping[str, Any] | None) -> bool | None:
+    """``ksql.persistence.wrap.single.values`` of the request (or the server), None when unset."""
+    return _bool_setting((properties or {}).get(WRAP_SINGLE_VALUES_CONFIG), WRAP_SINGLE_VALUES_CONFIG)
+
+
+def value_unwrapped(props: Mapping[str, Any], value_format: Format, value_columns: tuple[Column, ...],
+                    config_wrap: bool | None) -> bool:
+    """Whether the single value column is written bare (ksqlDB's ``SerdeFeaturesFactory.
+    buildValueFeatures``): an explicit ``WRAP_SINGLE_VALUE`` must be one the format supports and
+    needs exactly one value column (ksqlDB's errors); else ``ksql.persistence.wrap.single.values``
+    decides for a single column when the format supports its choice. Only the formats that can
+    do both report True (KAFKA and DELIMITED values are bare by nature)."""
+    supported = _WRAPPINGS.get(value_format, ())
+    wrap = explicit_wrap(props)
+    if wrap is not None:
+        if wrap not in supported:
+            raise StatementError(f"Format '{value_format.value}' does not support 'WRAP_SINGLE_VALUE' set to "
+                                 f"'{str(wrap).lower()}'.")
+        if len(value_columns) != 1:
+            raise StatementError("'WRAP_SINGLE_VALUE' is only valid for single-field value schemas")
+    elif len(value_columns) == 1 and config_wrap in supported:
+        wrap = config_wrap
+    return wrap is False and len(supported) == 2
+
+
+_NULLABLE_REPRESENTATIONS = ("OPTIONAL", "WRAPPER")
+
+
+def _protobuf_nullable(props: Mapping[str, Any], fmt: Format, which: str) -> str | None:
+    """``KEY_/VALUE_PROTOBUF_NULLABLE_REPRESENTATION`` (ksqlDB's CreateSourceAsProperties):
+    OPTIONAL or WRAPPER, and only for PROTOBUF and PROTOBUF_NOSR."""
+    name = f"{which}_PROTOBUF_NULLABLE_REPRESENTATION"
+    raw = _prop(props, name)
+    if raw is None:
+        return None
+    text = str(raw)
+    if text not in _NULLABLE_REPRESENTATIONS:
+        raise StatementError(f"Invalid value {text} for configuration {name}: String must be one of: "
+                             + ", ".join(_NULLABLE_REPRESENTATIONS))
+    if fmt not in (Format.PROTOBUF, Format.PROTOBUF_NOSR):
+        raise StatementError(f"Property {name} can only be enabled with protobuf format")
+    return text
 
 
 def _delimiter(props: Mapping[str, Any], value_format: Format) -> str:
@@ -250,10 +304,14 @@ class StatementPlan:
 class StatementPlanner:
     """Plans statements against one state of the catalog (build one per statement)."""
 
-    def __init__(self, catalog_view: CatalogView, schemas: SchemaLookup | None = None) -> None:
+    def __init__(self, catalog_view: CatalogView, schemas: SchemaLookup | None = None,
+                 properties: Mapping[str, Any] | None = None) -> None:
         self._catalog = catalog_view
         self._sources = catalog_view.source_map()
         self._schemas = schemas
+        # the request's properties (the command's streamsProperties when applying): the defaults
+        # statements take from them, ksql.persistence.wrap.single.values for one
+        self._config_wrap = default_wrap(properties)
 
     def _registry_schema(self, fmt: Format, topic: str, props: Mapping[str, Any], key: bool,
                          plan: Mapping[str, Any] | None, recorded: dict[str, Any]) -> dict[str, Any] | None:
@@ -471,18 +529,20 @@ class StatementPlanner:
             entry = self._registry_schema(key_format, topic, props, True, plan, recorded)
             if entry is not None:
                 key_schema_id = entry["id"] if _prop(props, "KEY_SCHEMA_ID") is not None else None
+                # ksqlDB's key inference always unwraps the key where the format can (AVRO, JSON_SR)
                 inferred += [Column(n, t, Namespace.KEY) for n, t in columns_of(
                     entry["type"], entry["schema"], key=True, descriptor=entry.get("descriptor"),
-                    dependencies=entry.get("dependencies"),
-                    original_names=key_schema_id is not None, full_name=key_name)]
+                    dependencies=entry.get("dependencies"), original_names=key_schema_id is not None,
+                    full_name=key_name, unwrapped=key_format is not Format.PROTOBUF)]
         if value_format in REGISTRY_FORMATS and not any(not (cd.key or cd.primary_key) for cd in declared):
             entry = self._registry_schema(value_format, topic, props, False, plan, recorded)
             if entry is not None:
                 value_schema_id = entry["id"] if _prop(props, "VALUE_SCHEMA_ID") is not None else None
+                # only WITH's WRAP_SINGLE_VALUE counts here (ksqlDB's DefaultSchemaInjector), not the config
                 inferred += [Column(n, t, Namespace.VALUE) for n, t in columns_of(
                     entry["type"], entry["schema"], key=False, descriptor=entry.get("descriptor"),
-                    dependencies=entry.get("dependencies"),
-                    original_names=value_schema_id is not None, full_name=value_name)]
+                    dependencies=entry.get("dependencies"), original_names=value_schema_id is not None,
+                    full_name=value_name, unwrapped=explicit_wrap(props) is False)]
         if not stmt.columns and not inferred:
             raise StatementError("The statement does not define any columns.")
         seen: set[str] = set()
@@ -520,7 +580,7 @@ class StatementPlanner:
                 if fmt is Format.AVRO and declared_side and self._no_schema(topic, key):
                     check_avro_names(side, key=key, full_name=key_name if key else value_name)
         ts_col, ts_fmt = _timestamp_column(props, ordered)
-        _check_wrap_single_value(props, value_format, tuple(c for c in ordered if not c.is_key))
+        unwrapped = value_unwrapped(props, value_format, tuple(c for c in ordered if not c.is_key), self._config_wrap)
         partitions = _int_prop(props, "PARTITIONS")
         replicas = _int_prop(props, "REPLICAS")
         window = _window_of(props)
@@ -532,7 +592,9 @@ class StatementPlanner:
             statement=stmt.text, partitions=n, replicas=replicas or 1, timestamp_column=ts_col, timestamp_format=ts_fmt,
             value_delimiter=_delimiter(props, value_format), window=window, read_only=stmt.read_only,
             key_schema_id=key_schema_id, value_schema_id=value_schema_id, key_schema_name=key_name,
-            value_schema_name=value_name)
+            value_schema_name=value_name, value_unwrapped=unwrapped,
+            key_protobuf_nullable=_protobuf_nullable(props, key_format, "KEY"),
+            value_protobuf_nullable=_protobuf_nullable(props, value_format, "VALUE"))
         if existing is not None:
             self._check_replace(existing, source)
         return StatementPlan(stmt, {"topic": topic, "partitions": n, "replicas": replicas or 1, "createTopic": create,
@@ -602,7 +664,7 @@ class StatementPlanner:
         default_partitions = max((s.partitions for s in analyzed.sources.values()), default=1)
         n, create = self._topic_partitions(stmt, topic, partitions, replicas, topics, plan, default_partitions)
         ts_col, ts_fmt = _timestamp_column(props, analyzed.columns)
-        _check_wrap_single_value(props, value_format, analyzed.value_columns)
+        unwrapped = value_unwrapped(props, value_format, analyzed.value_columns, self._config_wrap)
         key_schema_id = self._sink_schema_id(key_format, topic, props, analyzed.key_columns, key=True, validating=plan is None)
         value_schema_id = self._sink_schema_id(value_format, topic, props, analyzed.value_columns, key=False,
                                                validating=plan is None)
@@ -612,7 +674,9 @@ class StatementPlanner:
             timestamp_format=ts_fmt, value_delimiter=_delimiter(props, value_format), window=analyzed.window,
             key_schema_id=key_schema_id, value_schema_id=value_schema_id,
             key_schema_name=_sink_schema_name(props, key_format, from_source, key=True),
-            value_schema_name=_sink_schema_name(props, value_format, from_source, key=False))
+            value_schema_name=_sink_schema_name(props, value_format, from_source, key=False),
+            value_unwrapped=unwrapped, key_protobuf_nullable=_protobuf_nullable(props, key_format, "KEY"),
+            value_protobuf_nullable=_protobuf_nullable(props, value_format, "VALUE"))
         if existing is not None:
             self._check_replace(existing, source)
         return StatementPlan(stmt, {"topic": topic, "partitions": n, "replicas": replicas or 1, "createTopic": create},
