@@ -16,8 +16,9 @@ from oncestream.sql.engine.serde_protobuf import decode_indexes
 from oncestream.sql.engine.serde_registry import unframe
 from oncestream.sql.errors import StatementError
 from oncestream.sql.language import types as t
-from oncestream.sql.language.catalog import Column, Format, Namespace
+from oncestream.sql.language.catalog import Column, Format, Namespace, SourceInfo
 from oncestream.sql.language.parser import parse
+from oncestream.sql.language.sql_ast import SourceKind
 from oncestream.sql.server.metastore import Metastore
 from tests.support.memory_schema_registry import MemoryRegistry
 
@@ -66,8 +67,7 @@ def test_a_sink_names_its_message_or_inherits_the_sources_name() -> None:
     sink = metastore.source("OUTPUT")
     assert sink is not None
     assert (sink.key_schema_name, sink.value_schema_name) == ("ProtobufKey2", "acme.Out")
-    layout = layout_for(sink.columns, sink.key_format, sink.value_format, topic=sink.topic, registry=registry,
-                        key_schema_name=sink.key_schema_name, value_schema_name=sink.value_schema_name)
+    layout = layout_for(sink.columns, sink, registry=registry)
     assert layout.key_codec is not None
     assert layout.value_codec is not None
     layout.key_codec.register_sink_schema()
@@ -115,7 +115,9 @@ def test_a_registry_key_is_written_again_with_the_sinks_schema() -> None:
     keys = (Column("K1", t.STRING, Namespace.KEY), Column("C1", t.BIGINT))
 
     def layout(fmt: Format, topic: str) -> tuple[object, ...]:
-        return key_layout_of(layout_for(keys, fmt, Format.JSON, topic=topic, registry=registry))
+        sink = SourceInfo(name=topic, kind=SourceKind.STREAM, topic=topic, key_format=fmt, value_format=Format.JSON,
+                          columns=keys, statement="")
+        return key_layout_of(layout_for(keys, sink, registry=registry))
 
     assert layout(Format.PROTOBUF, "input") != layout(Format.PROTOBUF, "OUTPUT")
     assert layout(Format.AVRO, "input") != layout(Format.AVRO, "OUTPUT")

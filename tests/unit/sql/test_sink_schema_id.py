@@ -44,8 +44,7 @@ def test_the_sink_writes_with_the_named_schema_and_its_defaults() -> None:
     schema_id = registry.register("sink-value", "AVRO", json.dumps(SCHEMA))
     sink = _sink(registry, f"VALUE_FORMAT='AVRO', VALUE_SCHEMA_ID={schema_id}")
     assert sink.value_schema_id == schema_id
-    layout = layout_for(sink.columns, sink.key_format, sink.value_format, topic=sink.topic, registry=registry,
-                        value_schema_id=sink.value_schema_id)
+    layout = layout_for(sink.columns, sink, registry=registry)
     assert layout.value_codec is not None
     layout.value_codec.register_sink_schema()
     assert registry.subjects["sink-value"] == [schema_id]   # no schema of the columns' own
@@ -73,8 +72,7 @@ def test_a_subject_answering_another_id_is_refused_when_the_query_starts() -> No
     registry = MemoryRegistry.empty()
     schema_id = registry.register("elsewhere", "AVRO", json.dumps(SCHEMA))
     sink = _sink(registry, f"VALUE_FORMAT='AVRO', VALUE_SCHEMA_ID={schema_id}")
-    layout = layout_for(sink.columns, sink.key_format, sink.value_format, topic=sink.topic, registry=registry,
-                        value_schema_id=sink.value_schema_id)
+    layout = layout_for(sink.columns, sink, registry=registry)
     assert layout.value_codec is not None
     layout.value_codec.register_sink_schema()    # the in-memory registry answers the same id: accepted
     assert registry.subjects["sink-value"] == [schema_id]
@@ -85,8 +83,7 @@ def test_a_subject_answering_another_id_is_refused_when_the_query_starts() -> No
             return super().register(subject, schema_type, schema, references) + 100
 
     shifted = OtherIds(registry.schemas, registry.subjects)
-    layout = layout_for(sink.columns, sink.key_format, sink.value_format, topic=sink.topic, registry=shifted,
-                        value_schema_id=sink.value_schema_id)
+    layout = layout_for(sink.columns, sink, registry=shifted)
     assert layout.value_codec is not None
     with pytest.raises(KsqlError, match=f"Schema id registered is {schema_id + 100} which is different from provided "
                                         f"VALUE_SCHEMA_ID {schema_id}"):
