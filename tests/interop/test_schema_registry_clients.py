@@ -347,6 +347,37 @@ def test_subjects_in_a_context(broker: ManagedBroker, client: SchemaRegistryClie
     assert AvroDeserializer(client)(data, ctx) == {"name": "a", "age": 3}
 
 
+def test_context_wildcard_and_delete_context(registry: SchemaRegistryProcess, client: SchemaRegistryClient) -> None:
+    """``subjectPrefix=:*:`` through confluent-kafka's ``get_subjects`` (every context's subjects,
+    ``:*:rest`` those whose unqualified name starts with ``rest``), and ``DELETE
+    /contexts/{context}`` over HTTP (the client has no call for it): refused (422, 42211) while a
+    subject is left in the context, soft-deleted ones included, then 204 and gone from
+    ``get_contexts``."""
+    name = unique("wild")
+    context = "." + unique("gone").replace("-", "")
+    qualified = f":{context}:{name}-value"
+    # a schema of this test's own: the other tests count on which ids the default context gave
+    own = Schema(json.dumps({"type": "record", "name": "Wild", "fields": [{"name": "w", "type": "int"}]}), "AVRO")
+    for subject in (qualified, f"{name}-value", f"other{name}-value"):
+        client.register_schema(subject, own)
+    everything = client.get_subjects(subject_prefix=":*:")
+    assert {qualified, f"{name}-value", f"other{name}-value"} <= set(everything)
+    assert client.get_subjects(subject_prefix=f":*:{name}") == sorted([qualified, f"{name}-value"])
+    assert client.get_subjects(subject_prefix=f":{context}:") == [qualified]
+
+    url = f"{registry.url}/contexts/:{context}:"
+    refused = httpx.delete(url, timeout=20)
+    assert refused.status_code == 422
+    assert refused.json() == {"error_code": 42211, "message": f"The specified context ':{context}:' is not empty."}
+    client.delete_subject(qualified)
+    assert httpx.delete(url, timeout=20).status_code == 422   # soft-deleted: still there
+    client.delete_subject(qualified, permanent=True)
+    assert context in client.get_contexts()   # a context outlives its subjects until deleted
+    deleted = httpx.delete(url, timeout=20)
+    assert (deleted.status_code, deleted.content) == (204, b"")
+    assert context not in client.get_contexts()
+
+
 def _rule(name: str, expr: str) -> Rule:
     return Rule(name=name, doc=None, kind=RuleKind.CONDITION, mode=RuleMode.WRITE, type="CEL", tags=None,
                 params=None, expr=expr, on_success=None, on_failure="ERROR", disabled=False)

@@ -55,6 +55,14 @@ def test_two_instances_share_state_and_survive_a_sigkill_of_the_primary(broker: 
         assert SchemaRegistryClient({"url": first.url}).get_versions("events-value") == [1, 2]
         ids.add(via_second.register_schema("other-value", avro("x")))
         assert len(ids) == 3
+        # DELETE /contexts through the follower: forwarded, the primary's 204 answered, read back at once
+        via_first.register_schema(":.gone:x-value", avro("g"))
+        via_first.delete_subject(":.gone:x-value")
+        via_first.delete_subject(":.gone:x-value", permanent=True)
+        assert ".gone" in via_second.get_contexts()
+        deleted = httpx.delete(f"{second.url}/contexts/:.gone:", timeout=30)
+        assert (deleted.status_code, deleted.content) == (204, b"")
+        assert ".gone" not in via_second.get_contexts()
 
         first.kill()
         second.wait_writable(timeout_s=90)  # the survivor took over once the session timed out

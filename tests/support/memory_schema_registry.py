@@ -20,7 +20,8 @@ class MemoryRegistry:
     def empty(cls) -> MemoryRegistry:
         return cls({}, {})
 
-    def register(self, subject: str, schema_type: str, schema: str) -> int:
+    def register(self, subject: str, schema_type: str, schema: str, references: list[dict[str, object]] | None = None) -> int:
+        assert not references, "the in-memory registry keeps no references"
         found = next((i for i, s in self.schemas.items() if (s.schema_type, s.schema) == (schema_type, schema)), None)
         schema_id = found if found is not None else len(self.schemas) + 1
         self.schemas[schema_id] = RegisteredSchema(schema_id, schema_type, schema)
@@ -37,6 +38,15 @@ class MemoryRegistry:
     def latest(self, subject: str) -> RegisteredSchema | None:
         versions = self.subjects.get(subject)
         return self.schemas[versions[-1]] if versions else None
+
+    def references(self, schema_id: int) -> list[dict[str, object]]:
+        """No schema here has references."""
+        del schema_id
+        return []
+
+    def dependencies(self, schema_id: int) -> list[tuple[str, str]]:
+        del schema_id
+        return []
 
     def serialized(self, schema_id: int) -> str:
         """A PROTOBUF schema as the registry's ``format=serialized`` answers it (base64

@@ -141,3 +141,60 @@ def test_context_routes_through_the_app() -> None:
     assert r[11].json() == [".", ".staging"]
     assert r[12].json() == [":.staging:orders"]
     assert r[13].json() == ["orders"]
+
+
+def test_a_context_outlives_its_subjects_until_deleted(reg: Registry) -> None:
+    """Confluent's ContextKey: written with a context's first schema, kept after its subjects'
+    hard deletes (after a rebuild from the compacted topic too), removed by DELETE
+    /contexts/{context} only once no subject is left in it, soft-deleted ones included (42211)."""
+    reg.register(":.staging:orders-value", {"schema": avro(("a", "int"))})
+    reg.register("plain-value", {"schema": avro(("a", "int"))})
+    with pytest.raises(RegistryError) as exc:
+        reg.delete_context(":.staging:")
+    assert (exc.value.http_status, exc.value.error_code) == (422, 42211)
+    assert exc.value.message == "The specified context ':.staging:' is not empty."
+    reg.delete_subject(":.staging:orders-value", permanent=False)
+    with pytest.raises(RegistryError):   # a soft-deleted subject still holds the context
+        reg.delete_context(".staging")
+    reg.delete_subject(":.staging:orders-value", permanent=True)
+    assert reg.state.contexts() == [".", ".staging"]
+    assert isinstance(reg.log, MemoryLog)
+    rebuilt = RegistryState()
+    for key, value in reg.log.compacted():
+        rebuilt.apply(records.decode(key, value))
+    assert rebuilt.contexts() == [".", ".staging"]
+    reg.delete_context(":.staging:")
+    assert reg.state.contexts() == ["."]
+    reg.delete_context(":.never:")   # an unknown context: deleted all the same, as Confluent's
+    with pytest.raises(RegistryError):   # the default context holds plain-value
+        reg.delete_context(".")
+    # registering in the context again brings it back, ids going on (never reused)
+    assert reg.register(":.staging:orders-value", {"schema": avro(("b", "int"))})["id"] == 2
+    assert reg.state.contexts() == [".", ".staging"]
+
+
+def test_the_context_wildcard_lists_every_contexts_subjects(reg: Registry) -> None:
+    """``subjectPrefix=:*:`` (Confluent's CONTEXT_WILDCARD, the default of GET /subjects):
+    subjects of every context; ``:*:rest``: those whose unqualified name starts with ``rest``."""
+    for subject in ("orders-value", "users-value", ":.staging:orders-value", ":.prod:orders-key"):
+        reg.register(subject, {"schema": avro(("a", "int"))})
+    assert reg.subjects(prefix=":*:") == [":.prod:orders-key", ":.staging:orders-value", "orders-value", "users-value"]
+    assert reg.subjects(prefix=":*:orders") == [":.prod:orders-key", ":.staging:orders-value", "orders-value"]
+    assert reg.subjects(prefix=":*:orders-v") == [":.staging:orders-value", "orders-value"]
+    assert reg.subjects(prefix=":.staging:") == [":.staging:orders-value"]
+    assert reg.subjects(prefix="orders") == ["orders-value"]
+
+
+def test_delete_context_through_the_app() -> None:
+    r = run([("POST", "/contexts/.staging/subjects/orders/versions", {"schema": AVRO_V1}),
+             ("DELETE", "/contexts/:.staging:", None),
+             ("GET", "/subjects?subjectPrefix=:*:", None),
+             ("DELETE", "/subjects/:.staging:orders", None),
+             ("DELETE", "/subjects/:.staging:orders?permanent=true", None),
+             ("DELETE", "/contexts/:.staging:", None),
+             ("GET", "/contexts", None)])
+    assert [x.status_code for x in r] == [200, 422, 200, 200, 200, 204, 200], [x.text for x in r]
+    assert r[1].json() == {"error_code": 42211, "message": "The specified context ':.staging:' is not empty."}
+    assert r[2].json() == [":.staging:orders"]
+    assert r[5].content == b""
+    assert r[6].json() == ["."]

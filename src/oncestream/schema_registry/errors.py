@@ -20,6 +20,10 @@ class RegistryError(Exception):
         return {"error_code": self.error_code, "message": self.message}
 
 
+def context_not_empty(context: str) -> RegistryError:
+    return RegistryError(422, 42211, f"The specified context '{context}' is not empty.")
+
+
 def subject_not_found(subject: str) -> RegistryError:
     return RegistryError(404, 40401, f"Subject '{subject}' not found.")
 

@@ -217,6 +217,8 @@ class SchemaRegistryApp:
         offset = response.headers.get(OFFSET_HEADER)
         if offset is not None and offset.isdigit():
             await asyncio.to_thread(self.cluster.wait_for, int(offset) - 1, READ_BACK_TIMEOUT_S)
+        if response.status_code == 204:   # No Content (DELETE /contexts/{context})
+            return Answer(204, "", raw=True)
         try:
             body = response.json()
         except ValueError:
@@ -244,6 +246,11 @@ class SchemaRegistryApp:
         contexts = self.registry.state.contexts()
         offset, limit = _int_param(request, "offset", 0), _int_param(request, "limit", -1)
         return Answer(200, contexts[offset:] if limit < 0 else contexts[offset:offset + limit])
+
+    @_route("DELETE", "/contexts/([^/]+)", write=True)
+    def delete_context(self, request: Request, args: list[str]) -> Answer:
+        self.registry.delete_context(args[0])
+        return Answer(204, "", raw=True)
 
     @_route("GET", "/subjects")
     def list_subjects(self, request: Request, args: list[str]) -> Answer:

@@ -8,6 +8,7 @@ services and extensions are refused.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from google.protobuf import descriptor_pb2
 
@@ -97,7 +98,23 @@ def parse_proto_text(text: str) -> descriptor_pb2.FileDescriptorProto:
     if not file_proto.syntax:
         file_proto.syntax = "proto2"
     _resolve_enums(file_proto)
+    _proto3_optional(file_proto.message_type, file_proto.syntax == "proto3")
     return file_proto
+
+
+def _proto3_optional(messages: Any, proto3: bool) -> None:
+    """A proto3 ``optional`` field gets its synthetic oneof ``_<name>``, after the declared
+    oneofs (as protoc builds it); in proto2 ``optional`` is only the label."""
+    for message in messages:
+        for fld in message.field:
+            if not fld.proto3_optional:
+                continue
+            if proto3:
+                fld.oneof_index = len(message.oneof_decl)
+                message.oneof_decl.add(name=f"_{fld.name}")
+            else:
+                fld.ClearField("proto3_optional")
+        _proto3_optional(message.nested_type, proto3)
 
 
 def _message(tokens: _Tokens, message: descriptor_pb2.DescriptorProto) -> None:
@@ -130,7 +147,10 @@ def _message_body(tokens: _Tokens, message: descriptor_pb2.DescriptorProto, oneo
         else:
             label = LABELS.get(token)
             type_name = tokens.next() if label is not None else token
-            _field(tokens, message, type_name, label if label is not None else F.LABEL_OPTIONAL, oneof_index)
+            fld = _field(tokens, message, type_name, label if label is not None else F.LABEL_OPTIONAL, oneof_index)
+            # an explicit `optional` is proto3's field presence (``_proto3_optional`` completes it)
+            if token == "optional" and oneof_index is None:
+                fld.proto3_optional = True
 
 
 def _field(tokens: _Tokens, message: descriptor_pb2.DescriptorProto, type_name: str, label: int,

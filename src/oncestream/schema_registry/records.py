@@ -15,7 +15,11 @@ Keys (JSON objects, ``magic`` first written by Confluent as 0 or 1):
 - ``{"keytype": "ID_WATERMARK", "magic": 0}`` -> ``{"id": N}`` (oncestream's own): the highest id
   ever handed out, written with every hard delete, so ids stay unused after compaction removed
   the hard-deleted schemas' records; a context other than the default one has its own
-  (``"context": ".staging"`` in the key), as it has its own ids.
+  (``"context": ".staging"`` in the key), as it has its own ids;
+- ``{"keytype": "CONTEXT", "tenant": "default", "context": C, "magic": 0}`` -> ``{"tenant":
+  "default", "context": C}``: a context other than the default one exists (written with its first
+  schema, as Confluent's ``ContextKey``; it outlives its subjects' hard deletes); a tombstone is
+  ``DELETE /contexts/{context}``.
 """
 
 from __future__ import annotations
@@ -32,6 +36,8 @@ NOOP = "NOOP"
 DELETE_SUBJECT = "DELETE_SUBJECT"
 CLEAR_SUBJECT = "CLEAR_SUBJECT"
 ID_WATERMARK = "ID_WATERMARK"
+CONTEXT = "CONTEXT"
+DEFAULT_TENANT = "default"
 
 
 class RecordFormatError(ValueError):
@@ -99,6 +105,15 @@ def mode_key(subject: str | None) -> dict[str, Any]:
 
 def noop_key() -> dict[str, Any]:
     return {"keytype": NOOP, "magic": 0}
+
+
+def context_key(context: str) -> dict[str, Any]:
+    """The key of a context's CONTEXT record."""
+    return {"keytype": CONTEXT, "tenant": DEFAULT_TENANT, "context": context, "magic": 0}
+
+
+def context_value(context: str) -> dict[str, Any]:
+    return {"tenant": DEFAULT_TENANT, "context": context}
 
 
 def watermark_key(context: str = ".") -> dict[str, Any]:

@@ -15,7 +15,15 @@ from typing import Any, Protocol
 
 from oncestream.schema_registry import config_contracts, errors, records
 from oncestream.schema_registry.compatibility import DEFAULT_LEVEL, incompatibilities, normalize_level
-from oncestream.schema_registry.contexts import DEFAULT_CONTEXT, context_config_subject, context_of, qualify, split
+from oncestream.schema_registry.contexts import (
+    DEFAULT_CONTEXT,
+    WILDCARD,
+    context_config_subject,
+    context_of,
+    normalize,
+    qualify,
+    split,
+)
 from oncestream.schema_registry.proto_text import print_proto_text
 from oncestream.schema_registry.schema_types import (
     PROTOBUF,
@@ -72,6 +80,11 @@ class Registry:
     # --- reads --------------------------------------------------------------------------------
 
     def subjects(self, *, deleted: bool = False, prefix: str = "") -> list[str]:
+        """The subjects starting with ``prefix``; ``:*:rest``: in every context, those whose
+        unqualified name starts with ``rest`` (Confluent's context wildcard)."""
+        if prefix.startswith(WILDCARD):
+            rest = prefix[len(WILDCARD):]
+            return [s for s in self.state.subjects(deleted=deleted) if split(s)[1].startswith(rest)]
         return [s for s in self.state.subjects(deleted=deleted) if s.startswith(prefix)]
 
     def _versions_of(self, subject: str, *, deleted: bool = False) -> list[Version]:
@@ -297,7 +310,10 @@ class Registry:
             value = records.schema_value(subject, version, schema_id, parsed.schema_type,
                                          [r.to_json() for r in parsed.references], parsed.schema_str, False,
                                          json.loads(contract) if contract else None)
-            self.log.append([records.Record(records.schema_key(subject, version), value)])
+            batch = [records.Record(records.schema_key(subject, version), value)]
+            if context != DEFAULT_CONTEXT and not self.state.has_context_record(context):
+                batch.insert(0, records.Record(records.context_key(context), records.context_value(context)))
+            self.log.append(batch)
             return self._register_answer(Version(subject, version, schema_id, False), parsed, contract)
 
     def _choose_id(self, existing_id: int | None, wanted_id: object, context: str) -> int:
@@ -311,6 +327,17 @@ class Registry:
     def _register_answer(self, v: Version, parsed: ParsedSchema, contract: str) -> dict[str, Any]:
         stored = StoredSchema(v.schema_id, parsed.schema_type, parsed.schema_str, parsed.references, contract, v.context)
         return {"id": v.schema_id, "version": v.version, "guid": stored.guid, **stored.to_json()}
+
+    def delete_context(self, delimited: str) -> None:
+        """DELETE /contexts/{context} (``:.staging:``, or ``.staging``): forget an empty context,
+        as Confluent's registry (a context still holding a subject, soft-deleted ones included,
+        is refused; an unknown one is deleted all the same)."""
+        context = normalize(delimited)
+        with self._write_lock:
+            if any(context_of(s) == context for s in self.state.subjects(deleted=True)):
+                raise errors.context_not_empty(delimited)
+            if context != DEFAULT_CONTEXT:
+                self.log.append([records.Record(records.context_key(context), None)])
 
     def delete_subject(self, subject: str, *, permanent: bool) -> list[int]:
         """DELETE /subjects/{subject}[?permanent=true]: the versions deleted."""

@@ -107,6 +107,7 @@ class RegistryState:
         self._max_id: dict[str, int] = {}   # per context
         self._parsed: dict[SchemaKey, ParsedSchema] = {}
         self._by_content: dict[tuple[Any, ...], int] = {}
+        self._contexts: set[str] = set()   # the CONTEXT records (contexts other than the default one)
 
     # --- applying records ---------------------------------------------------------------------
 
@@ -120,6 +121,12 @@ class RegistryState:
                 self._apply_config(record)
             elif kind == records.MODE:
                 self._apply_setting(self._modes, record, "mode")
+            elif kind == records.CONTEXT:
+                context = str(record.key.get("context") or DEFAULT_CONTEXT)
+                if record.value is None:
+                    self._contexts.discard(context)
+                else:
+                    self._contexts.add(context)
             elif kind == records.ID_WATERMARK and record.value is not None:
                 context = str(record.key.get("context") or DEFAULT_CONTEXT)
                 self._max_id[context] = max(self._max_id.get(context, 0), int(record.value.get("id", 0)))
@@ -181,9 +188,14 @@ class RegistryState:
             return self._max_id.get(context, 0)
 
     def contexts(self) -> list[str]:
-        """Every context holding a subject (soft-deleted ones included), and the default one."""
+        """The default context, every context with a CONTEXT record and every one holding a
+        subject (soft-deleted ones included; a topic written before CONTEXT records has no others)."""
         with self.lock:
-            return sorted({DEFAULT_CONTEXT, *(context_of(s) for s in self._subjects)})
+            return sorted({DEFAULT_CONTEXT, *self._contexts, *(context_of(s) for s in self._subjects)})
+
+    def has_context_record(self, context: str) -> bool:
+        with self.lock:
+            return context in self._contexts
 
     def schema(self, schema_id: int, context: str = DEFAULT_CONTEXT) -> StoredSchema | None:
         with self.lock:

@@ -162,6 +162,32 @@ class RegistryClient:
             self._serialized[schema_id] = got
         return got
 
+    def references(self, schema_id: int) -> list[dict[str, Any]]:
+        """The references of the schema ``schema_id`` (Confluent's ``[{"name", "subject", "version"}]``)."""
+        got = self._call("GET", f"/schemas/ids/{schema_id}")
+        return [dict(r) for r in got.get("references") or []]
+
+    def dependencies(self, schema_id: int) -> list[tuple[str, str]]:
+        """The files a PROTOBUF schema imports through references, each as (the import's name, its
+        base64 ``FileDescriptorProto``), the imports of an import before it: what a descriptor pool
+        needs besides the schema itself."""
+        out: list[tuple[str, str]] = []
+        seen: set[str] = set()
+
+        def visit(references: list[dict[str, Any]]) -> None:
+            for ref in references:
+                name = str(ref["name"])
+                if name in seen:
+                    continue
+                seen.add(name)
+                version = self._call("GET", f"/subjects/{urllib.parse.quote(str(ref['subject']), safe='')}/versions/"
+                                            f"{ref['version']}")
+                visit([dict(r) for r in version.get("references") or []])
+                out.append((name, self.serialized(int(version["id"]))))
+
+        visit(self.references(schema_id))
+        return out
+
     def register(self, subject: str, schema_type: str, schema: str,
                  references: list[dict[str, Any]] | None = None) -> int:
         """Register ``schema`` under ``subject`` (the same schema again: the same id);

@@ -198,3 +198,24 @@ def registry_source(text: str, topic: str) -> SourceInfo:
     metastore.apply(command, 0)
     (created,) = metastore.sources()
     return created
+
+
+def registered_message_class(client: Any, subject: str) -> Any:
+    """The protobuf message class of a subject's latest schema (its first message), built from the
+    descriptor the registry serves (``format=serialized``) with the well-known imports ksqlDB's
+    schemas use."""
+    import base64
+
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+    latest = client.get_latest_version(subject)
+    assert latest.schema_id is not None
+    serialized = client.get_schema(latest.schema_id, fmt="serialized").schema_str or ""
+    proto = descriptor_pb2.FileDescriptorProto.FromString(base64.b64decode(serialized))
+    pool = descriptor_pool.DescriptorPool()
+    for module in ("google.protobuf.timestamp_pb2", "google.protobuf.wrappers_pb2", "google.type.date_pb2",
+                   "google.type.timeofday_pb2"):
+        pool.AddSerializedFile(__import__(module, fromlist=["DESCRIPTOR"]).DESCRIPTOR.serialized_pb)
+    pool.Add(proto)
+    package = f"{proto.package}." if proto.package else ""
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName(package + proto.message_type[0].name))

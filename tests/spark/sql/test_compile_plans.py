@@ -10,7 +10,8 @@ from oncestream.sql.engine.compile.plan import compile_query
 from oncestream.sql.engine.compile.sources import ReadSettings
 from oncestream.sql.engine.serde import layout_for
 from oncestream.sql.errors import StatementError
-from oncestream.sql.language.catalog import Format
+from oncestream.sql.language.catalog import Format, SourceInfo
+from oncestream.sql.language.sql_ast import SourceKind
 from tests.spark.sql.golden import analyze, ddl
 
 pytestmark = [pytest.mark.spark]
@@ -74,8 +75,9 @@ def test_statement_compiles_to_an_analyzable_plan(sql_spark, sql):
     _statement, analyzed = analyze(sql, SOURCES)
     compiled = compile_query(sql_spark, analyzed.query, analyzed, ReadSettings("127.0.0.1:1"))
     key_format = Format.KAFKA if len(analyzed.key_columns) == 1 else Format.JSON
-    layout = layout_for(analyzed.columns, key_format if analyzed.key_columns else Format.NONE, Format.JSON,
-                        window=analyzed.window)
+    sink = SourceInfo("O", SourceKind.TABLE, "o", key_format if analyzed.key_columns else Format.NONE, Format.JSON,
+                      analyzed.columns, sql)
+    layout = layout_for(analyzed.columns, sink, window=analyzed.window)
     records = compiled.records(layout)
     assert [(f.name, f.dataType.typeName()) for f in records.schema.fields] == [
         ("key", "binary"), ("value", "binary"), ("timestamp", "timestamp")]

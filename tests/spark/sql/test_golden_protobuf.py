@@ -40,6 +40,7 @@ from tests.spark.sql.golden import (
     produce,
     read_all,
     read_output,
+    registered_message_class,
     registry_source,
     sink_of,
     start,
@@ -82,20 +83,6 @@ def _message_class(proto: descriptor_pb2.FileDescriptorProto, name: str) -> Any:
     return message_factory.GetMessageClass(pool.FindMessageTypeByName(name))
 
 
-def _registered_class(client: SchemaRegistryClient, subject: str) -> Any:
-    """The message class of a subject's latest schema, built from its serialized descriptor."""
-    latest = client.get_latest_version(subject)
-    assert latest.schema_id is not None
-    serialized = client.get_schema(latest.schema_id, fmt="serialized").schema_str or ""
-    proto = descriptor_pb2.FileDescriptorProto.FromString(base64.b64decode(serialized))
-    pool = descriptor_pool.DescriptorPool()
-    for module in ("google.protobuf.timestamp_pb2", "google.type.date_pb2", "google.type.timeofday_pb2"):
-        pool.AddSerializedFile(__import__(module, fromlist=["DESCRIPTOR"]).DESCRIPTOR.serialized_pb)
-    pool.Add(proto)
-    package = f"{proto.package}." if proto.package else ""
-    return message_factory.GetMessageClass(pool.FindMessageTypeByName(package + proto.message_type[0].name))
-
-
 def test_protobuf_stream_without_columns_to_a_protobuf_sink_and_the_processing_log(
         runtime, eos_broker, registry, processing_log):
     bootstrap = eos_broker.bootstrap
@@ -134,7 +121,7 @@ def test_protobuf_stream_without_columns_to_a_protobuf_sink_and_the_processing_l
     assert latest.schema.schema_type == "PROTOBUF"
     assert (latest.schema.schema_str or "").startswith('syntax = "proto3";')
     assert "message ConnectDefault1 {" in (latest.schema.schema_str or "")
-    read = ProtobufDeserializer(_registered_class(client, f"{out}-value"), {"use.deprecated.format": False},
+    read = ProtobufDeserializer(registered_message_class(client, f"{out}-value"), {"use.deprecated.format": False},
                                 schema_registry_client=client)
     out_ctx = SerializationContext(out, MessageField.VALUE)
     got = [read(value, out_ctx) for _key, value in records]
@@ -206,7 +193,7 @@ def test_protobuf_nosr_round_trip_and_a_protobuf_key(runtime, eos_broker, regist
     values = [value_cls.FromString(value or b"") for _key, value in records]
     assert [(v.N, v.S.A) for v in values] == [(10, "a1"), (20, "a2")]
     client = SchemaRegistryClient({"url": registry.url})
-    read_key = ProtobufDeserializer(_registered_class(client, f"{out}-key"), {"use.deprecated.format": False},
+    read_key = ProtobufDeserializer(registered_message_class(client, f"{out}-key"), {"use.deprecated.format": False},
                                     schema_registry_client=client)
     keys = [read_key(key, SerializationContext(out, MessageField.KEY)) for key, _value in records]
     assert [k.K for k in keys] == ["k1", "k2"]

@@ -255,3 +255,33 @@ def test_protobuf_formats_key_and_value(sql_spark, fmt):
     assert [layout.decode_value(v) for _k, v in records] == [{k: v for k, v in r.items() if k != "K"}
                                                              for r in (full, defaults)]
     assert got_records == records
+
+
+@pytest.mark.parametrize(("fmt", "ty", "value"), [
+    (Format.JSON, t.array_of(t.DOUBLE), [1.5, None]),
+    (Format.AVRO, t.map_of(t.STRING, t.decimal(6, 2)), {"x": None}),
+    (Format.AVRO, t.struct_of(("X", t.INTEGER), ("Y", t.BOOLEAN)), {"X": 3, "Y": None}),
+    (Format.JSON_SR, t.BYTES, b"\x00\xff"),
+    (Format.PROTOBUF_NOSR, t.BIGINT, -5),
+    (Format.PROTOBUF_NOSR, t.struct_of(("S", t.STRING),), {"S": "s"}),
+])
+def test_unwrapped_single_values(sql_spark, fmt, ty, value):
+    """WRAP_SINGLE_VALUE=false: the Spark form reads the Python form's bare values and writes the
+    same bytes back; a null column is a null record in both."""
+    from oncestream.sql.engine.serde import layout_of
+    from oncestream.sql.language.catalog import SourceInfo
+    from oncestream.sql.language.sql_ast import SourceKind
+    from tests.support.memory_schema_registry import MemoryRegistry
+
+    source = SourceInfo(name="S", kind=SourceKind.STREAM, topic="t", key_format=Format.KAFKA, value_format=fmt,
+                        columns=(Column("K", t.INTEGER, Namespace.KEY), Column("V", ty)), statement="",
+                        value_unwrapped=True)
+    layout = layout_of(source, MemoryRegistry.empty())
+    assert layout.value_unwrapped
+    if layout.value_codec is not None:
+        layout.value_codec.register_sink_schema()      # on the driver, as the runtime does at query start
+    rows: list[dict[str, Any]] = [{"K": 1, "V": value}, {"K": 2, "V": None}]
+    records, got_rows, got_records = _round_trip(sql_spark, layout, rows, [None, None])
+    assert records[1][1] is None
+    assert got_rows == rows
+    assert got_records == records

@@ -24,7 +24,12 @@ from oncestream.sql.errors import StatementError
 from oncestream.sql.language import types as t
 from oncestream.sql.language.catalog import Column, Format, Namespace, SourceInfo
 from oncestream.sql.language.parser import parse
-from oncestream.sql.language.protobuf_schema import columns_of_protobuf, protobuf_schema, protobuf_schema_of
+from oncestream.sql.language.protobuf_schema import (
+    columns_of_protobuf,
+    needs_references,
+    protobuf_schema,
+    protobuf_schema_of,
+)
 from oncestream.sql.language.sql_ast import SourceKind
 from oncestream.sql.server.metastore import Metastore
 from tests.support.memory_schema_registry import MemoryRegistry
@@ -71,9 +76,13 @@ def test_columns_of_foreign_protobuf_types():
       repeated Line lines = 6; fixed32 x = 7;
       message Line { string sku = 1; } enum Kind { A = 0; B = 1; } }
     message Other { string ignored = 1; }"""
-    assert columns_of_protobuf(parse_proto_text(text), text) == [
-        ("u", t.BIGINT), ("s", t.BIGINT), ("f", t.DOUBLE), ("kind", t.STRING), ("note", t.STRING),
-        ("lines", t.array_of(t.struct_of(("sku", t.STRING)))), ("x", t.BIGINT)]
+    # two top-level messages: the statement names one (VALUE_SCHEMA_FULL_NAME), as ksqlDB requires
+    expected = [("u", t.BIGINT), ("s", t.BIGINT), ("f", t.DOUBLE), ("kind", t.STRING), ("note", t.STRING),
+                ("lines", t.array_of(t.struct_of(("sku", t.STRING)))), ("x", t.BIGINT)]
+    assert columns_of_protobuf(parse_proto_text(text), text, full_name="acme.Order") == expected
+    assert columns_of_protobuf(parse_proto_text(text), text, full_name="Order") == expected
+    with pytest.raises(StatementError, match="multiple schema definitions"):
+        columns_of_protobuf(parse_proto_text(text), text)
 
 
 @pytest.mark.parametrize("indexes", [(0,), (1,), (0, 2), (3, 0, 65)])
@@ -153,11 +162,22 @@ def test_bad_protobuf_records_are_serde_errors():
         layout.decode_value(struct.pack(">bI", 0, avro_id) + good[5:])
 
 
-def test_a_schema_reference_is_refused_clearly():
-    proto = descriptor_pb2.FileDescriptorProto(name="a.proto", syntax="proto3", dependency=["other.proto"])
-    proto.message_type.add(name="A")
-    with pytest.raises(serde_protobuf.ProtobufError, match="references are not supported"):
+def test_a_schema_reference_builds_with_the_referenced_file_and_is_refused_without_it():
+    """protobuf.json's "schema with external references": ``import "event.proto"`` resolves to
+    the referenced schema's descriptor, for the columns (inference) and the message class."""
+    text = 'syntax = "proto3";\nimport "event.proto";\nmessage Logistics {\n Event event = 1;\n}'
+    event = parse_proto_text('syntax = "proto3";\nmessage Event {\n int64 timestamp = 1;\n}')
+    event.name = "event.proto"
+    proto = descriptor_pb2.FileDescriptorProto(name="a.proto", syntax="proto3", dependency=["event.proto"])
+    field = proto.message_type.add(name="Logistics").field.add(name="event", number=1, type=11, label=1)
+    field.type_name = "Event"
+    assert needs_references(proto)
+    with pytest.raises(serde_protobuf.ProtobufError, match=r"imports 'event\.proto', which no schema reference names"):
         serde_protobuf.message_class(proto)
+    cls = serde_protobuf.message_class(proto, (0,), [event])
+    message = cls.FromString(cls(event={"timestamp": 5}).SerializeToString())
+    assert message.event.timestamp == 5
+    assert columns_of_protobuf(proto, text, dependencies=(event,)) == [("event", t.struct_of(("timestamp", t.BIGINT)))]
 
 
 def test_create_without_columns_infers_protobuf_columns_and_nosr_needs_them():

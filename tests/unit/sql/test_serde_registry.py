@@ -52,7 +52,7 @@ def _source(fmt: Format, key_fmt: Format = Format.KAFKA, values=ALL_TYPES, keys=
 
 
 def test_avro_schema_is_ksqldbs_optional_record_with_logical_types():
-    schema = json.loads(avro_schema_of(ALL_TYPES, key=False))
+    schema = json.loads(avro_schema_of(ALL_TYPES, unwrapped=False))
     assert (schema["name"], schema["namespace"]) == ("KsqlDataSourceSchema", "io.confluent.ksql.avro_schemas")
     by_name = {f["name"]: f for f in schema["fields"]}
     assert all(f["type"][0] == "null" and f["default"] is None for f in schema["fields"])
@@ -63,13 +63,13 @@ def test_avro_schema_is_ksqldbs_optional_record_with_logical_types():
     assert by_name["ST"]["type"][1]["name"] == "KsqlDataSourceSchema_ST"
     fastavro.parse_schema(schema)   # a schema fastavro accepts
     # a single key column is its bare type
-    assert json.loads(avro_schema_of([("K", t.STRING)], key=True)) == "string"
+    assert json.loads(avro_schema_of([("K", t.STRING)], unwrapped=True)) == "string"
 
 
 def test_avro_and_json_schemas_map_back_to_the_same_columns():
-    assert columns_of_avro(avro_schema_of(ALL_TYPES, key=False), key=False) == ALL_TYPES
-    assert columns_of_json_schema(json_schema_of(ALL_TYPES, key=False), key=False) == ALL_TYPES
-    assert columns_of_avro(avro_schema_of([("K", t.BIGINT)], key=True), key=True) == [("ROWKEY", t.BIGINT)]
+    assert columns_of_avro(avro_schema_of(ALL_TYPES, unwrapped=False), key=False) == ALL_TYPES
+    assert columns_of_json_schema(json_schema_of(ALL_TYPES, unwrapped=False), key=False) == ALL_TYPES
+    assert columns_of_avro(avro_schema_of([("K", t.BIGINT)], unwrapped=True), key=True) == [("ROWKEY", t.BIGINT)]
 
 
 def test_columns_of_foreign_avro_schemas():
@@ -123,7 +123,7 @@ def test_avro_reads_a_writer_schema_with_other_case_and_extra_fields():
 
 def test_value_schema_id_writes_with_that_schema():
     registry = MemoryRegistry.empty()
-    fixed = registry.register("other", "AVRO", avro_schema_of([("S", t.STRING)], key=False))
+    fixed = registry.register("other", "AVRO", avro_schema_of([("S", t.STRING)], unwrapped=False))
     layout = layout_of(_source(Format.AVRO, values=(("S", t.STRING),), value_schema_id=fixed), registry)
     assert unframe(layout.encode_value({"S": "a"}) or b"")[0] == fixed
     assert "orders-value" not in registry.subjects
@@ -175,7 +175,7 @@ def _create(metastore: Metastore, text: str, registry: MemoryRegistry | None) ->
 
 def test_create_without_columns_infers_them_from_the_registry_and_records_them():
     registry = MemoryRegistry.empty()
-    registry.register("orders-value", "AVRO", avro_schema_of([("ID", t.BIGINT), ("AMOUNT", t.decimal(8, 2))], key=False))
+    registry.register("orders-value", "AVRO", avro_schema_of([("ID", t.BIGINT), ("AMOUNT", t.decimal(8, 2))], unwrapped=False))
     registry.register("orders-key", "AVRO", '"string"')
     metastore = Metastore()
     source = _create(metastore, "CREATE STREAM O WITH (KAFKA_TOPIC='orders', FORMAT='AVRO');", registry)
@@ -218,8 +218,8 @@ def test_create_without_columns_errors():
 
 def test_value_schema_id_property_picks_the_schema():
     registry = MemoryRegistry.empty()
-    registry.register("orders-value", "AVRO", avro_schema_of([("A", t.INTEGER)], key=False))
-    chosen = registry.register("elsewhere", "AVRO", avro_schema_of([("B", t.STRING)], key=False))
+    registry.register("orders-value", "AVRO", avro_schema_of([("A", t.INTEGER)], unwrapped=False))
+    chosen = registry.register("elsewhere", "AVRO", avro_schema_of([("B", t.STRING)], unwrapped=False))
     source = _create(Metastore(), f"CREATE STREAM O WITH (KAFKA_TOPIC='orders', VALUE_FORMAT='AVRO', "
                                   f"VALUE_SCHEMA_ID={chosen});", registry)
     assert [c.name for c in source.value_columns] == ["B"]

@@ -108,9 +108,15 @@ class InputProducer:
     inputs timestamp 0 (the epoch; a record without one gets 0 too), which librdkafka cannot write:
     it takes 0 as "now". kafka-python (a real peer too, the ``test`` extra) writes it as given, so
     it is used when installed; otherwise confluent-kafka, and timestamp-0 inputs get the produce
-    time (their windows and output timestamps then differ from ksqlDB's). Thread-safe."""
+    time (their windows and output timestamps then differ from ksqlDB's). kafka-python refuses a
+    record with neither key nor value (ksqlDB's cases have such inputs: a keyless stream's null
+    value): that one is written by confluent-kafka, in order (kafka-python's queue flushed before,
+    confluent-kafka's after), with the produce time if its timestamp is 0. Thread-safe."""
 
     def __init__(self, bootstrap: str) -> None:
+        self._bootstrap = bootstrap
+        self._empty_records: Any = None     # confluent-kafka, for records without key and value
+        self._order = threading.Lock()
         try:
             from kafka import KafkaProducer
         except ImportError:
@@ -127,18 +133,39 @@ class InputProducer:
     def produce(self, topic: str, key: bytes | None, value: bytes | None, timestamp_ms: int,
                 headers: list[tuple[str, str | bytes | None]] | None, errors: list[str]) -> None:
         """Queue one record; a delivery failure is appended to ``errors``."""
+        if self._kafka_python is not None and key is None and value is None:
+            self._produce_empty(topic, timestamp_ms, headers, errors)
+            return
         if self._kafka_python is not None:
             future = self._kafka_python.send(topic, value=value, key=key, headers=headers, timestamp_ms=timestamp_ms)
             future.add_errback(lambda exc: errors.append(str(exc)))
             return
 
+        self._confluent.produce(topic, key=key, value=value, timestamp=timestamp_ms, headers=headers,
+                                on_delivery=self._on_delivery(errors))
+        self._confluent.poll(0)
+
+    @staticmethod
+    def _on_delivery(errors: list[str]) -> Any:
         def delivered(err: Any, _msg: Any) -> None:
             if err is not None:
                 errors.append(str(err))
 
-        self._confluent.produce(topic, key=key, value=value, timestamp=timestamp_ms, headers=headers,
-                                on_delivery=delivered)
-        self._confluent.poll(0)
+        return delivered
+
+    def _produce_empty(self, topic: str, timestamp_ms: int, headers: list[tuple[str, str | bytes | None]] | None,
+                       errors: list[str]) -> None:
+        from confluent_kafka import Producer
+
+        with self._order:
+            if self._empty_records is None:
+                self._empty_records = Producer({"bootstrap.servers": self._bootstrap, "enable.idempotence": True,
+                                                "log_level": 2})
+            self._kafka_python.flush(CLIENT_TIMEOUT_S)
+            self._empty_records.produce(topic, key=None, value=None, timestamp=timestamp_ms, headers=headers,
+                                        on_delivery=self._on_delivery(errors))
+            if self._empty_records.flush(CLIENT_TIMEOUT_S) != 0:
+                errors.append(f"a record without key and value to {topic} not acknowledged")
 
     def flush(self, timeout_s: float) -> bool:
         """Whether every queued record was acknowledged within ``timeout_s``."""
@@ -307,7 +334,8 @@ class CaseRun:
             for text in case.statements:
                 self._execute(text)
         except _Refused as refused:
-            message = str(refused)
+            # the case's topics as the case names them (the prefix is the runner's renaming)
+            message = str(refused).replace(self.prefix, "")
             if case.expected_exception is not None:
                 if expected_error_matches(case, message):
                     return Outcome.PASS, "", None
@@ -346,30 +374,39 @@ class CaseRun:
                 self.env.registry.register(self.prefix + name, schema_type, text)
                 latest = self.env.registry.latest(self.prefix + name)
                 versions[name] = latest.version if latest is not None and latest.version else 1
+            registered: list[int] = []
             for schema in topic_schemas(self.case):
                 subject = f"{self._topic(schema.topic)}-{'key' if schema.key else 'value'}"
                 refs = [{"name": n, "subject": self.prefix + n, "version": versions.get(n, 1)} for n in schema.references]
                 got = self.env.registry.register(subject, schema.schema_type, schema.schema, refs or None)
+                registered.append(got)
                 if schema.case_id is not None:
                     self.schema_ids[schema.case_id] = got
+            # An id a statement names that no topic declares is the one ksqlDB's mock registry gave:
+            # its topics' schemas get 1, 2... in the order registered (TestExecutorUtil)
+            for mock_id, got in enumerate(dict.fromkeys(registered), start=1):
+                self.schema_ids.setdefault(mock_id, got)
         except Exception as e:  # noqa: BLE001 - a schema the registry refuses: the case's statements see no schema
             raise _Refused(f"the registry refused a schema of the case's topics: {e}") from None
 
     def _register_declared_schema(self, source: SourceInfo) -> None:
         """A CREATE with columns in a registry format registers its columns' schema when the
         subject has none yet (ksqlDB's runner: the statement's schema, if ``topics`` gave none)."""
-        from oncestream.sql.language.schema_mapping import schema_of
+        from oncestream.sql.language.schema_mapping import schema_of, unwraps_single
 
         registry = self.env.registry
         if registry is None or source.created_by is not None:
             return
-        for key, fmt, columns in ((True, source.key_format.value, source.key_columns),
-                                  (False, source.value_format.value, source.value_columns)):
+        for key, fmt, columns, nullable in (
+                (True, source.key_format.value, source.key_columns, source.key_protobuf_nullable),
+                (False, source.value_format.value, source.value_columns, source.value_protobuf_nullable)):
             if fmt not in ("AVRO", "JSON_SR", "PROTOBUF") or not columns:
                 continue
             subject = f"{source.topic}-{'key' if key else 'value'}"
             if registry.latest(subject) is None:
-                schema_type, text = schema_of(fmt, [(c.name, c.type) for c in columns], key=key)
+                unwrapped = unwraps_single(fmt, len(columns), key=key, value_unwrapped=source.value_unwrapped)
+                schema_type, text = schema_of(fmt, [(c.name, c.type) for c in columns], unwrapped=unwrapped,
+                                              protobuf_nullable=nullable)
                 registry.register(subject, schema_type, text)
 
     def _codec(self, source: SourceInfo | None, key: bool) -> RegistrySide | None:
@@ -384,8 +421,10 @@ class CaseRun:
             from oncestream.sql.language.protobuf_schema import protobuf_schema
 
             columns = source.key_columns if key else source.value_columns
-            columns_proto = protobuf_schema([(c.name, c.type) for c in columns])[1]
-        return RegistrySide(self.env.registry, fmt, f"{source.topic}-{'key' if key else 'value'}", columns_proto)
+            columns_proto = protobuf_schema([(c.name, c.type) for c in columns],
+                                            nullable=source.key_protobuf_nullable if key else source.value_protobuf_nullable)[1]
+        return RegistrySide(self.env.registry, fmt, f"{source.topic}-{'key' if key else 'value'}", columns_proto,
+                            source.key_schema_name if key else source.value_schema_name)
 
     def _execute(self, text: str) -> None:
         try:

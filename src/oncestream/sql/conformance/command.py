@@ -212,7 +212,10 @@ def environment(work_dir: Path, bootstrap: str | None, master: str,
         if url is None:
             from oncestream.schema_registry_process import SchemaRegistryProcess
 
-            registry_process = SchemaRegistryProcess(bootstrap=address, log_dir=work_dir / "schema-registry")
+            # No compatibility checks, as ksqlDB's runner's MockSchemaRegistryClient makes none: a
+            # sink registering its columns' schema over a case's differing one is accepted there.
+            registry_process = SchemaRegistryProcess(bootstrap=address, log_dir=work_dir / "schema-registry",
+                                                     config={"schema.compatibility.level": "none"})
             registry_process.start()
             state["registry"] = registry_process
             registry_process.wait_writable()

@@ -41,6 +41,7 @@ from typing import Any
 from oncestream.spark.schema_registry_client import FramingError, frame, unframe
 from oncestream.sql.conformance.qtt_format import QttCase
 from oncestream.sql.conformance.records import RecordCodecError
+from oncestream.sql.errors import StatementError
 
 REGISTRY_FORMATS = ("AVRO", "JSON_SR", "PROTOBUF", "PROTOBUF_NOSR")
 # A topic entry's format names the schema's type (SerdeUtil.buildSchema): JSON and JSON_SR are
@@ -488,21 +489,26 @@ def decode_protobuf(body: bytes, message_class: Any) -> Any:
 class RegistrySide:
     """The key or value of a topic in a registry format: writes specs with the subject's latest
     schema, reads records by the id they carry. ``columns_proto`` is the file descriptor of the
-    declared columns' schema (PROTOBUF_NOSR's only schema)."""
+    declared columns' schema (PROTOBUF_NOSR's only schema); ``message`` the PROTOBUF message a
+    record is written with (the source's ``*_SCHEMA_FULL_NAME``, as ksqlDB's runner: else the first)."""
 
-    def __init__(self, registry: Any, fmt: str, subject: str, columns_proto: Any = None) -> None:
+    def __init__(self, registry: Any, fmt: str, subject: str, columns_proto: Any = None,
+                 message: str | None = None) -> None:
         self.registry = registry
         self.fmt = fmt
         self.subject = subject
         self.columns_proto = columns_proto
+        self.message = message
 
     def _proto_class(self, schema_id: int | None, indexes: tuple[int, ...]) -> Any:
         from oncestream.sql.engine.serde_protobuf import message_class
-        from oncestream.sql.language.protobuf_schema import file_descriptor
+        from oncestream.sql.language.protobuf_schema import dependency_files, file_descriptor, needs_references
 
         if schema_id is None:
             return message_class(self.columns_proto, indexes)
-        return message_class(file_descriptor(self.registry.serialized(schema_id)), indexes)
+        file_proto = file_descriptor(self.registry.serialized(schema_id))
+        dependencies = dependency_files(self.registry.dependencies(schema_id)) if needs_references(file_proto) else ()
+        return message_class(file_proto, indexes, dependencies)
 
     def encode(self, spec: Any) -> bytes:
         """The record bytes of ``spec``."""
@@ -518,7 +524,14 @@ class RegistrySide:
         if self.fmt == "JSON_SR":
             body = json.dumps(_plain(spec_to_json(spec, _avro_schema_json(latest.schema))))
             return frame(latest.schema_id, body.encode())
-        return frame(latest.schema_id, encode_indexes((0,)) + encode_protobuf(spec, self._proto_class(latest.schema_id, (0,))))
+        from oncestream.sql.language.protobuf_schema import file_descriptor, message_index
+
+        try:
+            indexes = (message_index(file_descriptor(self.registry.serialized(latest.schema_id)), self.message),)
+        except StatementError as e:
+            raise RecordCodecError(e.message) from None
+        return frame(latest.schema_id, encode_indexes(indexes) + encode_protobuf(spec, self._proto_class(latest.schema_id,
+                                                                                                           indexes)))
 
     def decode(self, data: bytes) -> Any:
         """The spec of the record bytes ``data``."""

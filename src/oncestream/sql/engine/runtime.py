@@ -200,8 +200,7 @@ class QueryRuntime:
             self.spark._jvm.org.apache.spark.sql.SparkSession.setActiveSession(self.spark._jsparkSession)
             compiled = compile_query(self.spark, _query_of(analyzed, info.query), analyzed,
                                      self._read_settings(properties or {}))
-            layout = layout_for(compiled.columns, sink.key_format, sink.value_format,
-                                value_delimiter=sink.value_delimiter, window=compiled.window, topic=sink.topic)
+            layout = layout_for(compiled.columns, sink, window=compiled.window)
             if compiled.window is None and sink.window is not None:
                 layout = layout_of(sink)
             # ksqlDB registers a C*AS sink's schemas when the query starts, not at its first record.

@@ -80,6 +80,9 @@ class RecordLayout:
     value_codec: FrameCodec | None = field(default=None, compare=False)
     # the topic the records are in (the processing log's entries name it)
     topic: str = field(default="", compare=False)
+    # WRAP_SINGLE_VALUE=false: the single value column is the value itself (JSON, AVRO, JSON_SR,
+    # PROTOBUF_NOSR), not an object/record with one field
+    value_unwrapped: bool = False
 
     # -- Python form ------------------------------------------------------------------------
 
@@ -103,8 +106,8 @@ class RecordLayout:
         """The record value of ``row``; None (a tombstone) when ``row`` is None."""
         if row is None:
             return None
-        return _encode(self.value_format, self.value_columns, row, self.value_delimiter, single_unwrapped=False,
-                       codec=self.value_codec)
+        return _encode(self.value_format, self.value_columns, row, self.value_delimiter,
+                       single_unwrapped=self.value_unwrapped, codec=self.value_codec)
 
     def decode_key(self, data: bytes | None) -> tuple[dict[str, Any], Window | None]:
         """Key columns (and the window of a windowed key) of a record key."""
@@ -128,8 +131,8 @@ class RecordLayout:
 
     def decode_value(self, data: bytes | None) -> dict[str, Any] | None:
         """Value columns of a record value; None for a tombstone."""
-        return _decode(self.value_format, self.value_columns, data, self.value_delimiter, single_unwrapped=False,
-                       codec=self.value_codec)
+        return _decode(self.value_format, self.value_columns, data, self.value_delimiter,
+                       single_unwrapped=self.value_unwrapped, codec=self.value_codec)
 
 
 class _RegistryHolder:
@@ -159,26 +162,41 @@ def layout_of(source: SourceInfo, registry: Any = None) -> RecordLayout:
                         window=window.kind if window else None,
                         window_size_ms=window.size_ms if window else None,
                         key_codec=codec_for(source.key_format.value, source.key_columns, source.topic, registry,
-                                            key=True, schema_id=source.key_schema_id),
+                                            key=True, schema_id=source.key_schema_id, schema_name=source.key_schema_name,
+                                            protobuf_nullable=source.key_protobuf_nullable),
                         value_codec=codec_for(source.value_format.value, source.value_columns, source.topic, registry,
-                                              key=False, schema_id=source.value_schema_id),
-                        topic=source.topic)
+                                              key=False, schema_id=source.value_schema_id,
+                                              schema_name=source.value_schema_name,
+                                              value_unwrapped=source.value_unwrapped,
+                                              protobuf_nullable=source.value_protobuf_nullable),
+                        topic=source.topic, value_unwrapped=_value_unwrapped(source.value_columns, source.value_unwrapped))
 
 
-def layout_for(columns: Sequence[Column], key_format: Format, value_format: Format, *,
-               value_delimiter: str = ",", window: WindowSpec | None = None, topic: str | None = None,
+def _value_unwrapped(values: Sequence[Column], unwrapped: bool) -> bool:
+    return unwrapped and len(values) == 1
+
+
+def layout_for(columns: Sequence[Column], sink: SourceInfo, *, window: WindowSpec | None = None,
                registry: Any = None) -> RecordLayout:
-    """The layout of a query's output: ``columns`` as the analyzer computed them (``topic``
-    names the registry subjects of AVRO/JSON_SR)."""
+    """The layout of a query's output: ``columns`` as the analyzer computed them, written in
+    ``sink``'s formats (and ``sink.topic``'s registry subjects) with ``window``; ``sink``'s
+    ``*_schema_id`` name the schemas a C*AS writes with, its ``*_schema_name`` the PROTOBUF
+    messages (or Avro records) its schemas are named."""
     registry = registry if registry is not None else _RegistryHolder.client
     keys = tuple(c for c in columns if c.is_key)
     values = tuple(c for c in columns if not c.is_key)
-    return RecordLayout(key_format=key_format, value_format=value_format, key_columns=keys, value_columns=values,
-                        value_delimiter=value_delimiter, window=window.kind if window else None,
-                        window_size_ms=window.size_ms if window else None,
-                        key_codec=codec_for(key_format.value, keys, topic, registry, key=True, schema_id=None),
-                        value_codec=codec_for(value_format.value, values, topic, registry, key=False, schema_id=None),
-                        topic=topic or "")
+    topic = sink.topic
+    return RecordLayout(key_format=sink.key_format, value_format=sink.value_format, key_columns=keys,
+                        value_columns=values, value_delimiter=sink.value_delimiter or ",",
+                        window=window.kind if window else None, window_size_ms=window.size_ms if window else None,
+                        key_codec=codec_for(sink.key_format.value, keys, topic, registry, key=True,
+                                            schema_id=sink.key_schema_id, schema_name=sink.key_schema_name,
+                                            protobuf_nullable=sink.key_protobuf_nullable),
+                        value_codec=codec_for(sink.value_format.value, values, topic, registry, key=False,
+                                              schema_id=sink.value_schema_id, schema_name=sink.value_schema_name,
+                                              value_unwrapped=sink.value_unwrapped,
+                                              protobuf_nullable=sink.value_protobuf_nullable),
+                        topic=topic, value_unwrapped=_value_unwrapped(values, sink.value_unwrapped))
 
 
 # -- Python: one format ----------------------------------------------------------------------
@@ -186,9 +204,9 @@ def layout_for(columns: Sequence[Column], key_format: Format, value_format: Form
 
 def _encode(fmt: Format, columns: Sequence[Column], row: Mapping[str, Any], delimiter: str, *,
             single_unwrapped: bool, codec: FrameCodec | None = None) -> bytes | None:
+    if codec is not None and codec.unwrapped and row.get(columns[0].name) is None:
+        return None    # a bare single column that is null: the record is null (ksqlDB's unwrapped serializer)
     if fmt is Format.AVRO and codec is not None:
-        if single_unwrapped and len(columns) == 1 and row.get(columns[0].name) is None:
-            return None
         try:
             return codec.encode_avro(row)
         except (TypeError, ValueError, ArithmeticError) as e:
@@ -199,7 +217,7 @@ def _encode(fmt: Format, columns: Sequence[Column], row: Mapping[str, Any], deli
         except (TypeError, ValueError, ArithmeticError, KsqlError) as e:
             raise SerdeError(f"cannot write the row as {fmt.value}: {e}") from None
     if fmt is Format.JSON_SR and codec is not None:
-        body = _encode(Format.JSON, columns, row, delimiter, single_unwrapped=single_unwrapped)
+        body = _encode(Format.JSON, columns, row, delimiter, single_unwrapped=codec.unwrapped)
         return None if body is None else codec.encode_json(body)
     if fmt is Format.JSON:
         if single_unwrapped and len(columns) == 1:
@@ -246,7 +264,7 @@ def _decode_format(fmt: Format, columns: Sequence[Column], data: bytes | None, d
             raise SerdeError(f"Failed to deserialize {fmt.value} record: {e}") from None
         except Exception as e:  # noqa: BLE001 - whatever fastavro/protobuf raise on bad bytes, the record is bad
             raise SerdeError(f"Failed to deserialize {fmt.value} record: {type(e).__name__}: {e}") from None
-        fmt = Format.JSON
+        fmt, single_unwrapped = Format.JSON, codec.unwrapped
     if fmt is Format.JSON:
         data = strip_frame(data)
         try:

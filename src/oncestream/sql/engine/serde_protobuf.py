@@ -12,18 +12,20 @@ Values (see ``oncestream.sql.language.protobuf_schema`` for the schema side):
 ``google.type.TimeOfDay`` <-> ms of the day, ``confluent.type.Decimal`` (big-endian two's
 complement unscaled value, precision, scale) <-> Decimal, the wrappers <-> their value or null,
 an enum -> its name, a map -> dict, repeated -> list, another message -> dict (null when unset).
-Proto3 scalars have no null: an unset one reads as its default, a null one is not written.
+Proto3 scalars have no null: an unset one reads as its default, a null one is not written; a
+field with presence (a message, a proto3 ``optional`` scalar) reads null when unset.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
 from oncestream.sql.errors import KsqlError
 from oncestream.sql.language.protobuf_schema import DATE, DECIMAL, TIME_OF_DAY, TIMESTAMP, WRAPPERS
+from oncestream.sql.language.types import BaseType, SqlType
 
 _TYPE_MESSAGE, _TYPE_ENUM = 11, 14
 
@@ -68,13 +70,14 @@ def _well_known() -> dict[str, Any]:
     }
 
 
-def message_class(file_proto: Any, indexes: tuple[int, ...] = (0,)) -> Any:
+def message_class(file_proto: Any, indexes: tuple[int, ...] = (0,), dependencies: Sequence[Any] = ()) -> Any:
     """The message class of the message at ``indexes`` in ``file_proto`` (imports: the files
-    above; any other import, a schema reference, is refused)."""
+    above, and ``dependencies``, the ``FileDescriptorProto`` of each schema reference, named as
+    the import names it; any other import is refused)."""
     from google.protobuf import descriptor_pool, message_factory
 
     pool = descriptor_pool.DescriptorPool()
-    known = _well_known()
+    known = {**_well_known(), **{d.name: d for d in dependencies}}
     added: set[str] = set()
 
     def add(name: str) -> None:
@@ -82,7 +85,7 @@ def message_class(file_proto: Any, indexes: tuple[int, ...] = (0,)) -> Any:
             return
         dependency = known.get(name)
         if dependency is None:
-            raise ProtobufError(f"the Protobuf schema imports {name!r}: schema references are not supported")
+            raise ProtobufError(f"the Protobuf schema imports {name!r}, which no schema reference names")
         for inner in dependency.dependency:
             add(inner)
         pool.Add(dependency)
@@ -98,6 +101,20 @@ def message_class(file_proto: Any, indexes: tuple[int, ...] = (0,)) -> Any:
         raise ProtobufError(f"message index {list(indexes)} is not in the schema")
     descriptor = file_proto_message(file_descriptor, indexes)
     return message_factory.GetMessageClass(descriptor)
+
+
+def wrapper_class(t: SqlType) -> Any:
+    """The ``google.protobuf`` wrapper message class of a primitive SQL type (PROTOBUF_NOSR's root
+    message for one bare primitive column, as ProtobufData builds it)."""
+    from google.protobuf import wrappers_pb2
+
+    names = {BaseType.INTEGER: "Int32Value", BaseType.BIGINT: "Int64Value", BaseType.DOUBLE: "DoubleValue",
+             BaseType.BOOLEAN: "BoolValue", BaseType.STRING: "StringValue", BaseType.BYTES: "BytesValue"}
+    name = names.get(t.base)
+    if name is None:
+        raise ProtobufError(f"Unsupported root schema of type {t.ksql_name}: a bare PROTOBUF_NOSR value is a "
+                            "STRUCT or a primitive (INTEGER, BIGINT, DOUBLE, BOOLEAN, STRING, BYTES)")
+    return getattr(wrappers_pb2, name)
 
 
 def file_proto_message(file_descriptor: Any, indexes: tuple[int, ...]) -> Any:
@@ -206,8 +223,8 @@ def to_dict(message: Any) -> dict[str, Any]:
             out[fd.name] = {str(k): _field_value(value_fd, v) for k, v in value.items()}
         elif fd.is_repeated:
             out[fd.name] = [_field_value(fd, v) for v in value]
-        elif fd.type == _TYPE_MESSAGE and not message.HasField(fd.name):
-            out[fd.name] = None
+        elif fd.has_presence and not message.HasField(fd.name):
+            out[fd.name] = None   # an unset message, or an unset proto3 `optional` scalar: null
         else:
             out[fd.name] = _field_value(fd, value)
     return out
@@ -270,7 +287,9 @@ def _fill(message: Any, value: Any) -> None:
                     target[str(k)] = _scalar(value_fd, item)
         elif fd.is_repeated:
             for item in v:
-                if fd.type == _TYPE_MESSAGE:
+                if fd.type == _TYPE_MESSAGE and item is None and fd.message_type.full_name in WRAPPERS:
+                    target.add()   # a null element has no proto3 form: the empty wrapper (its default)
+                elif fd.type == _TYPE_MESSAGE:
                     _fill(target.add(), item if item is not None else {})
                 elif item is not None:
                     target.append(_scalar(fd, item))
@@ -283,8 +302,9 @@ def _fill(message: Any, value: Any) -> None:
             setattr(message, fd.name, _scalar(fd, v))
 
 
-def from_dict(cls: Any, value: Mapping[str, Any]) -> Any:
-    """A message of ``cls`` holding ``value`` (fields matched by name, case-insensitively)."""
+def from_dict(cls: Any, value: Any) -> Any:
+    """A message of ``cls`` holding ``value`` (fields matched by name, case-insensitively; the
+    bare value of a well-known message: a wrapper's primitive, a Timestamp's epoch ms...)."""
     message = cls()
     _fill(message, value)
     return message

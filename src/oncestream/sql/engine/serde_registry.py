@@ -31,8 +31,14 @@ from oncestream.spark.schema_registry_client import HEADER_BYTES, MAGIC_BYTE, Fr
 from oncestream.sql.engine import serde_protobuf
 from oncestream.sql.errors import KsqlError
 from oncestream.sql.language.catalog import Column
-from oncestream.sql.language.protobuf_schema import file_descriptor, protobuf_schema
-from oncestream.sql.language.schema_mapping import schema_of
+from oncestream.sql.language.protobuf_schema import (
+    dependency_files,
+    file_descriptor,
+    message_index,
+    needs_references,
+    protobuf_schema,
+)
+from oncestream.sql.language.schema_mapping import schema_of, unwraps_single
 from oncestream.sql.language.types import BaseType, SqlType
 
 REGISTRY_FORMATS = ("AVRO", "JSON_SR", "PROTOBUF", "PROTOBUF_NOSR")
@@ -135,6 +141,37 @@ def _from_avro(value: Any, t: SqlType) -> Any:
     return value
 
 
+def _nullable(schema: Any) -> bool:
+    return schema == "null" or (isinstance(schema, list) and "null" in schema)
+
+
+def fit_to_schema(datum: Any, schema: Any, named: dict[str, Any]) -> Any:
+    """``datum`` (a row's Avro datum) fitted to a registered Avro ``schema`` it is written with:
+    a record's fields looked up by name (case-insensitively), a missing or null field whose type
+    has no null left out so that the writer puts its default. ``named``: the named types met."""
+    if isinstance(schema, str):
+        schema = named.get(schema, schema)
+    if isinstance(schema, list):
+        branches = [named.get(b, b) if isinstance(b, str) else b for b in schema]
+        records = [b for b in branches if isinstance(b, dict) and b.get("type") == "record"]
+        if isinstance(datum, Mapping) and len(records) == 1:
+            return fit_to_schema(datum, records[0], named)
+        return datum
+    if not isinstance(schema, dict) or schema.get("type") != "record" or not isinstance(datum, Mapping):
+        return datum
+    name = str(schema.get("name", ""))
+    named[name] = schema
+    if schema.get("namespace") and "." not in name:
+        named[f"{schema['namespace']}.{name}"] = schema
+    out: dict[str, Any] = {}
+    for f in schema.get("fields", []):
+        value = get_ci(datum, f["name"])
+        if value is None and "default" in f and not _nullable(f["type"]):
+            continue
+        out[f["name"]] = fit_to_schema(value, f["type"], named)
+    return out
+
+
 @dataclass
 class FrameCodec:
     """One side (key or value) of a source in AVRO or JSON_SR: columns, the subject to register
@@ -147,6 +184,9 @@ class FrameCodec:
     registry: Any
     key: bool
     schema_id: int | None = None
+    schema_name: str | None = None    # *_SCHEMA_FULL_NAME: the PROTOBUF message written (and registered)
+    unwrap: bool = False                    # the single column is written bare (``unwraps_single``)
+    protobuf_nullable: str | None = None    # PROTOBUF(_NOSR): None, "OPTIONAL" or "WRAPPER"
     _parsed: dict[int, Any] = field(default_factory=dict, repr=False, compare=False)
     _classes: dict[tuple[int | None, tuple[int, ...]], Any] = field(default_factory=dict, repr=False, compare=False)
     _own_id: int | None = field(default=None, repr=False, compare=False)   # registered from the columns
@@ -157,22 +197,35 @@ class FrameCodec:
 
     @property
     def unwrapped(self) -> bool:
-        # ksqlDB's PROTOBUF has no UNWRAP_SINGLES: one key column is still a message
-        return self.key and len(self.columns) == 1 and not self.fmt.startswith("PROTOBUF")
+        """The single column is the record itself (an anonymous primitive, array, map or struct)."""
+        return self.unwrap and len(self.columns) == 1
 
     def writer_id(self) -> int:
         """The id records are written with: the fixed ``*_SCHEMA_ID``, else the columns' schema
         registered under the subject (once)."""
         if self.schema_id is None:
-            schema_type, text = schema_of(self.fmt, [(c.name, c.type) for c in self.columns], key=self.key)
+            schema_type, text = schema_of(self.fmt, [(c.name, c.type) for c in self.columns], unwrapped=self.unwrapped,
+                                          full_name=self.schema_name, protobuf_nullable=self.protobuf_nullable)
             self.schema_id = self._own_id = int(self.registry.register(self.subject, schema_type, text))
         return self.schema_id
 
     def register_sink_schema(self) -> None:
-        """Register the columns' schema now (a C*AS sink, when its query starts, as ksqlDB);
-        PROTOBUF_NOSR has no registry and registers nothing."""
-        if self.fmt != NO_REGISTRY:
+        """Register the sink's schema now (a C*AS sink, when its query starts, as ksqlDB's
+        ``SchemaRegisterInjector``): the columns' schema, or with ``*_SCHEMA_ID`` that schema
+        itself under the sink's subject, which must answer the same id. PROTOBUF_NOSR has no
+        registry and registers nothing."""
+        if self.fmt == NO_REGISTRY:
+            return
+        if self.schema_id is None or self.schema_id == self._own_id:
             self.writer_id()
+            return
+        fixed = self.registry.by_id(self.schema_id)
+        references = self.registry.references(self.schema_id) if fixed.schema_type == "PROTOBUF" else []
+        got = int(self.registry.register(self.subject, fixed.schema_type, fixed.schema, references or None))
+        if got != self.schema_id:
+            side = "KEY_SCHEMA_ID" if self.key else "VALUE_SCHEMA_ID"
+            raise KsqlError(f"Schema id registered is {got} which is different from provided {side} {self.schema_id}."
+                            f"\nSubject: {self.subject}\nSchema: {fixed.schema}")
 
     def _avro_schema(self, schema_id: int) -> Any:
         import fastavro
@@ -191,6 +244,13 @@ class FrameCodec:
             self._parsed[schema_id] = parsed
         return parsed
 
+    def _avro_raw(self, schema_id: int) -> Any:
+        text = self.registry.by_id(schema_id).schema
+        try:
+            return json.loads(text)
+        except ValueError:
+            return text
+
     def encode_avro(self, row: Mapping[str, Any]) -> bytes:
         """The framed Avro record of ``row``'s columns."""
         import fastavro
@@ -201,6 +261,10 @@ class FrameCodec:
             datum = _to_avro(row.get(self.columns[0].name), self.columns[0].type)
         else:
             datum = {c.name: _to_avro(row.get(c.name), c.type) for c in self.columns}
+            if schema_id != self._own_id:
+                # a schema named by *_SCHEMA_ID: its fields the columns lack, or null where the
+                # schema has no null, take the field's default (ksqlDB's ConnectSRSchemaDataTranslator)
+                datum = fit_to_schema(datum, self._avro_raw(schema_id), {})
         buf = io.BytesIO()
         fastavro.schemaless_writer(buf, schema, datum)
         return frame(schema_id, buf.getvalue())
@@ -212,7 +276,7 @@ class FrameCodec:
         schema_id, body = unframe(data)
         schema = self._avro_schema(schema_id)
         datum = fastavro.schemaless_reader(io.BytesIO(body), schema, None)
-        if self.unwrapped and not isinstance(datum, Mapping):
+        if self.unwrapped:    # the datum is the column, a record included (an anonymous struct)
             return {self.columns[0].name: _from_avro(datum, self.columns[0].type)}
         if not isinstance(datum, Mapping):
             if len(self.columns) == 1:
@@ -240,26 +304,56 @@ class FrameCodec:
         columns' own schema, PROTOBUF_NOSR's, and what a sink registers)."""
         cls = self._classes.get((schema_id, indexes))
         if cls is None:
-            if schema_id is None or schema_id == self._own_id:
-                file_proto = protobuf_schema([(c.name, c.type) for c in self.columns])[1]
+            if schema_id is None and self.unwrapped:
+                cls = self._unwrapped_class()
             else:
-                registered = self.registry.by_id(schema_id)
-                if registered.schema_type != "PROTOBUF":
-                    raise FramingError(f"schema id {schema_id} is a {registered.schema_type} schema, not PROTOBUF")
-                file_proto = file_descriptor(self.registry.serialized(schema_id))
-            cls = serde_protobuf.message_class(file_proto, indexes)
+                if schema_id is None or schema_id == self._own_id:
+                    file_proto = protobuf_schema([(c.name, c.type) for c in self.columns], full_name=self.schema_name,
+                                                 nullable=self.protobuf_nullable)[1]
+                else:
+                    registered = self.registry.by_id(schema_id)
+                    if registered.schema_type != "PROTOBUF":
+                        raise FramingError(f"schema id {schema_id} is a {registered.schema_type} schema, not PROTOBUF")
+                    file_proto = file_descriptor(self.registry.serialized(schema_id))
+                # the files its schema references name (a reference's messages are the schema's types)
+                dependencies = (dependency_files(self.registry.dependencies(schema_id)) if needs_references(file_proto)
+                                else ())
+                cls = serde_protobuf.message_class(file_proto, indexes, dependencies)
             self._classes[(schema_id, indexes)] = cls
         return cls
+
+    def _unwrapped_class(self) -> Any:
+        """PROTOBUF_NOSR's message for one bare column (ProtobufData's root schemas): a STRUCT is
+        its own message, a primitive its google.protobuf wrapper; an ARRAY, MAP or logical type
+        has no root message."""
+        t = self.columns[0].type
+        if t.base is BaseType.STRUCT:
+            file_proto = protobuf_schema([(f.name, f.type) for f in t.fields], nullable=self.protobuf_nullable)[1]
+            return serde_protobuf.message_class(file_proto, (0,))
+        return serde_protobuf.wrapper_class(t)
 
     def encode_protobuf(self, row: Mapping[str, Any]) -> bytes:
         """The record of ``row``'s columns: framed with message index [0] (PROTOBUF), or the
         protobuf binary alone (PROTOBUF_NOSR)."""
-        value = {c.name: _to_avro(row.get(c.name), c.type) for c in self.columns}
+        value: Any
+        if self.unwrapped:    # the struct's fields, or the primitive the wrapper message holds
+            column = self.columns[0]
+            value = _to_avro(row.get(column.name), column.type)
+        else:
+            value = {c.name: _to_avro(row.get(c.name), c.type) for c in self.columns}
         if self.fmt == NO_REGISTRY:
             return bytes(serde_protobuf.from_dict(self._proto_class(None, (0,)), value).SerializeToString())
         schema_id = self.writer_id()
-        message = serde_protobuf.from_dict(self._proto_class(schema_id, (0,)), value)
-        return frame(schema_id, serde_protobuf.encode_indexes((0,)) + message.SerializeToString())
+        indexes = (self._message_index(schema_id),)
+        message = serde_protobuf.from_dict(self._proto_class(schema_id, indexes), value)
+        return frame(schema_id, serde_protobuf.encode_indexes(indexes) + message.SerializeToString())
+
+    def _message_index(self, schema_id: int) -> int:
+        """The top-level message records are written with: the one ``schema_name`` names in a
+        schema named by ``*_SCHEMA_ID``, else the first (the columns' own schema has one)."""
+        if self.schema_name is None or schema_id == self._own_id:
+            return 0
+        return message_index(file_descriptor(self.registry.serialized(schema_id)), self.schema_name)
 
     def decode_protobuf(self, data: bytes) -> dict[str, Any]:
         """The columns of a PROTOBUF (framed) or PROTOBUF_NOSR record."""
@@ -272,15 +366,22 @@ class FrameCodec:
         message = cls()
         message.ParseFromString(body)
         fields = serde_protobuf.to_dict(message)
+        if self.unwrapped:
+            column = self.columns[0]
+            bare = fields if column.type.base is BaseType.STRUCT else fields.get("value")
+            return {column.name: _from_avro(bare, column.type)}
         return {c.name: _from_avro(get_ci(fields, c.name), c.type) for c in self.columns}
 
 
 def codec_for(fmt: str, columns: Sequence[Column], topic: str | None, registry: Any, *, key: bool,
-              schema_id: int | None) -> FrameCodec | None:
-    """The codec of one side of a source, or None when ``fmt`` needs no registry."""
+              schema_id: int | None, schema_name: str | None = None, value_unwrapped: bool = False,
+              protobuf_nullable: str | None = None) -> FrameCodec | None:
+    """The codec of one side of a source, or None when ``fmt`` needs no registry
+    (``value_unwrapped``: the source's ``WRAP_SINGLE_VALUE=false``)."""
     if fmt not in REGISTRY_FORMATS or not columns:
         return None
     if registry is None and fmt != NO_REGISTRY:
         raise KsqlError(f"The {fmt} format needs a Schema Registry: set 'ksql.schema.registry.url'.")
     subject = f"{topic}-{'key' if key else 'value'}"
-    return FrameCodec(fmt, tuple(columns), subject, registry, key, schema_id)
+    unwrap = unwraps_single(fmt, len(columns), key=key, value_unwrapped=value_unwrapped)
+    return FrameCodec(fmt, tuple(columns), subject, registry, key, schema_id, schema_name, unwrap, protobuf_nullable)

@@ -242,8 +242,15 @@ class _Analysis(JoinRules, AggregateRules):
                         raise StatementError(f"{e.message} '{name}' must be a column in the source schema since PARTITION BY "
                                              "is applied on the input.") from e
                     raise
+                # the key columns' names as the sink gets them (ksqlDB checks the key serde's columns)
+                partition_names = _AliasGenerator(self.scope_sources)
                 for p in partition_by:
-                    no_map_key(p)
+                    if isinstance(p, exp.Column):
+                        no_map_key(p)
+                    elif isinstance(p, exp.Dot):
+                        no_map_key(p, partition_names.struct_field(p.expression.name))
+                    else:
+                        no_map_key(p, partition_names.ksql_col())
 
         # windowed aggregation: WINDOWSTART/WINDOWEND become selectable
         # (ksqlDB does not resolve WINDOWSTART/WINDOWEND of a windowed aggregation over a join)

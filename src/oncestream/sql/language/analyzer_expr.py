@@ -743,8 +743,9 @@ def _tname(ty: SqlType | None) -> str:
     return "NULL" if ty is None else ty.ksql_name
 
 
-def no_map_key(e: exp.Expr) -> None:
-    """ksqlDB refuses key columns whose type holds a MAP (their serialization is not stable)."""
+def no_map_key(e: exp.Expr, name: str | None = None) -> None:
+    """ksqlDB refuses key columns whose type holds a MAP (their serialization is not stable);
+    ``name`` is the key column's (default: the column's, else the expression's text)."""
     ty = type_of(e)
 
     def has_map(x: SqlType | None) -> bool:
@@ -756,7 +757,8 @@ def no_map_key(e: exp.Expr) -> None:
 
     if has_map(ty):
         assert ty is not None
-        name = e.name if isinstance(e, exp.Column) else ksql_format(e)
+        if name is None:
+            name = e.name if isinstance(e, exp.Column) else ksql_format(e)
         raise StatementError("Map keys, including types that contain maps, are not supported as they may lead to unexpected "
                              f"behavior due to inconsistent serialization. Key column name: `{name}`. Column type: "
                              f"{ty.ksql_name}. See https://github.com/confluentinc/ksql/issues/6621 for more.")

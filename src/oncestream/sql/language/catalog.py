@@ -76,6 +76,16 @@ class SourceInfo:
     created_by: str | None = None           # id of the persistent query writing it (C*AS)
     key_schema_id: int | None = None        # AVRO/JSON_SR: WITH (KEY_SCHEMA_ID=...) or the id inferred from
     value_schema_id: int | None = None      # VALUE_SCHEMA_ID (records are written with that schema)
+    key_schema_name: str | None = None      # KEY_SCHEMA_FULL_NAME: the message/record the key schema names
+    value_schema_name: str | None = None    # VALUE_(AVRO_)SCHEMA_FULL_NAME (PROTOBUF: which message of the file)
+    # WRAP_SINGLE_VALUE=false (or ksql.persistence.wrap.single.values=false): the one value column
+    # is written bare (an anonymous primitive, array, map or struct), not as a field of a record
+    # (ksqlDB's UNWRAP_SINGLES value feature; JSON, AVRO, JSON_SR and PROTOBUF_NOSR support it)
+    value_unwrapped: bool = False
+    # PROTOBUF / PROTOBUF_NOSR: KEY_/VALUE_PROTOBUF_NULLABLE_REPRESENTATION, "OPTIONAL" (proto3
+    # `optional` fields) or "WRAPPER" (google.protobuf wrappers); None: plain proto3 fields
+    key_protobuf_nullable: str | None = None
+    value_protobuf_nullable: str | None = None
 
     @property
     def key_columns(self) -> tuple[Column, ...]:

@@ -15,6 +15,10 @@ form and is refused.
 Nulls: ksqlDB's default (``unwrapPrimitives`` off, no ``nullableRepresentation``) writes plain
 proto3 scalars, which have no null: a null scalar is not written and reads back as its proto3
 default (0, false, ""). A null STRUCT/TIMESTAMP/DATE/TIME/DECIMAL (a message) stays null.
+``*_PROTOBUF_NULLABLE_REPRESENTATION='OPTIONAL'`` makes every field that is not repeated a proto3
+``optional`` one (presence: an unset field reads null, a 0 stays 0); ``'WRAPPER'`` writes every
+scalar, array elements and map values included, as its ``google.protobuf`` wrapper message
+(``Int32Value``, ``Int64Value``, ``DoubleValue``, ``BoolValue``, ``StringValue``, ``BytesValue``).
 
 A schema to columns (CREATE without columns): the first message of the file (message index 0,
 as ksqlDB without ``VALUE_SCHEMA_FULL_NAME``), each field a column: int32/sint32/sfixed32
@@ -48,6 +52,11 @@ WRAPPERS = {
     "google.protobuf.BoolValue": BaseType.BOOLEAN, "google.protobuf.StringValue": BaseType.STRING,
     "google.protobuf.BytesValue": BaseType.BYTES,
 }
+NULLABLE_OPTIONAL, NULLABLE_WRAPPER = "OPTIONAL", "WRAPPER"
+_WRAPPERS_IMPORT = "google/protobuf/wrappers.proto"
+_WRAPPER_OF = {BaseType.INTEGER: "google.protobuf.Int32Value", BaseType.BIGINT: "google.protobuf.Int64Value",
+               BaseType.DOUBLE: "google.protobuf.DoubleValue", BaseType.BOOLEAN: "google.protobuf.BoolValue",
+               BaseType.STRING: "google.protobuf.StringValue", BaseType.BYTES: "google.protobuf.BytesValue"}
 _IMPORTS = {TIMESTAMP: "google/protobuf/timestamp.proto", DATE: "google/type/date.proto",
             TIME_OF_DAY: "google/type/timeofday.proto", DECIMAL: "confluent/type/decimal.proto"}
 _LOGICAL = {BaseType.TIMESTAMP: TIMESTAMP, BaseType.DATE: DATE, BaseType.TIME: TIME_OF_DAY}
@@ -67,12 +76,13 @@ class _Writer:
     """Prints one message per STRUCT, numbering nested messages as ProtobufData does, and builds
     the same schema as a ``FileDescriptorProto`` (what PROTOBUF_NOSR and the writer encode with)."""
 
-    def __init__(self) -> None:
+    def __init__(self, nullable: str | None = None) -> None:
         from google.protobuf import descriptor_pb2
 
         self.pb = descriptor_pb2
         self.next_message = 2
         self.imports: set[str] = set()
+        self.nullable = nullable
 
     def message(self, name: str, fields: tuple[StructField, ...], indent: str, proto: Any, scope: str) -> list[str]:
         proto.name = name
@@ -82,6 +92,13 @@ class _Writer:
         for number, f in enumerate(fields, start=1):
             fld = proto.field.add(name=f.name, number=number, label=_LABEL_OPTIONAL)
             type_text, options = self.field_type(f.type, nested, indent + "  ", proto, full, fld)
+            if self.nullable == NULLABLE_OPTIONAL and fld.label != _LABEL_REPEATED:
+                # proto3 `optional`: the field has presence, through a synthetic oneof `_<name>`
+                # (what protoc builds, and ProtobufData with optionalForNullables)
+                fld.proto3_optional = True
+                fld.oneof_index = len(proto.oneof_decl)
+                proto.oneof_decl.add(name=f"_{f.name}")
+                type_text = f"optional {type_text}"
             lines.append(f"{indent}  {type_text} {f.name} = {number}{options};")
         lines += nested
         lines.append(f"{indent}}}")
@@ -90,6 +107,12 @@ class _Writer:
     def field_type(self, t: SqlType, nested: list[str], indent: str, parent: Any, scope: str, fld: Any, *,
                    inner: bool = False) -> tuple[str, str]:
         b = t.base
+        if b in _SCALAR and self.nullable == NULLABLE_WRAPPER:
+            # every ksqlDB column is nullable: each scalar, array elements and map values too,
+            # becomes its google.protobuf wrapper (ProtobufData with wrapperForNullables)
+            self.imports.add(_WRAPPERS_IMPORT)
+            fld.type, fld.type_name = _TYPE_MESSAGE, f".{_WRAPPER_OF[b]}"
+            return _WRAPPER_OF[b], ""
         if b in _SCALAR:
             fld.type = _SCALAR_TYPE[b]
             return _SCALAR[b], ""
@@ -132,25 +155,34 @@ def map_entry_name(field_name: str) -> str:
     return "".join(part[:1].upper() + part[1:] for part in field_name.split("_")) + "Entry"
 
 
-def protobuf_schema(columns: list[tuple[str, SqlType]]) -> tuple[str, Any]:
+def protobuf_schema(columns: list[tuple[str, SqlType]], *, full_name: str | None = None,
+                    nullable: str | None = None) -> tuple[str, Any]:
     """(``.proto`` text, ``FileDescriptorProto``) of the schema ksqlDB registers (and
     PROTOBUF_NOSR reads) for these key or value columns: one message whose fields are the
-    columns (keys and values alike)."""
-    writer = _Writer()
+    columns (keys and values alike), named ``full_name`` (``*_SCHEMA_FULL_NAME``: a dotted name
+    is a package and a message) or ``ConnectDefault1``. ``nullable``: the
+    ``*_PROTOBUF_NULLABLE_REPRESENTATION``, None (plain proto3 fields), ``OPTIONAL`` or ``WRAPPER``."""
+    writer = _Writer(nullable)
+    package, _, name = (full_name or ROOT_MESSAGE).rpartition(".")
     file_proto = writer.pb.FileDescriptorProto(name="schema.proto", syntax="proto3")
-    body = writer.message(ROOT_MESSAGE, tuple(StructField(n, t) for n, t in columns), "",
-                          file_proto.message_type.add(), "")
+    if package:
+        file_proto.package = package
+    body = writer.message(name, tuple(StructField(n, t) for n, t in columns), "",
+                          file_proto.message_type.add(), f".{package}" if package else "")
     head = ['syntax = "proto3";', ""]
+    if package:
+        head += [f"package {package};", ""]
     if writer.imports:
         head += [f'import "{path}";' for path in sorted(writer.imports)] + [""]
         file_proto.dependency.extend(sorted(writer.imports))
     return "\n".join(head + body) + "\n", file_proto
 
 
-def protobuf_schema_of(columns: list[tuple[str, SqlType]], *, key: bool) -> str:
+def protobuf_schema_of(columns: list[tuple[str, SqlType]], *, key: bool, full_name: str | None = None,
+                       nullable: str | None = None) -> str:
     """The ``.proto`` text of ``protobuf_schema`` (``key`` changes nothing: never unwrapped)."""
     del key
-    return protobuf_schema(columns)[0]
+    return protobuf_schema(columns, full_name=full_name, nullable=nullable)[0]
 
 
 # -- descriptor -> columns ------------------------------------------------------------------------
@@ -205,18 +237,39 @@ def _option_params(field_proto: Any) -> dict[str, str]:
     return params
 
 
-class _Reader:
-    """Maps the messages of one FileDescriptorProto (by full name) to SQL types."""
+WELL_KNOWN_IMPORTS = frozenset({*_IMPORTS.values(), "google/protobuf/wrappers.proto", "confluent/meta.proto"})
 
-    def __init__(self, file_proto: Any, text: str | None) -> None:
+
+def needs_references(file_proto: Any) -> bool:
+    """Whether ``file_proto`` imports a file other than the well-known ones (a schema reference)."""
+    return any(name not in WELL_KNOWN_IMPORTS for name in file_proto.dependency)
+
+
+def dependency_files(dependencies: Any) -> tuple[Any, ...]:
+    """The ``FileDescriptorProto`` of each (import name, base64 descriptor) pair (what
+    ``RegistryClient.dependencies`` answers), named as the import names it."""
+    files = []
+    for name, descriptor_b64 in dependencies or ():
+        file_proto = file_descriptor(str(descriptor_b64))
+        file_proto.name = str(name)
+        files.append(file_proto)
+    return tuple(files)
+
+
+class _Reader:
+    """Maps the messages of one FileDescriptorProto (by full name) to SQL types; the messages
+    of the files it imports through schema references (``dependencies``) resolve too."""
+
+    def __init__(self, file_proto: Any, text: str | None, dependencies: tuple[Any, ...] = ()) -> None:
         self.messages: dict[str, Any] = {}
         self.enums: set[str] = set()
         self.decimals = _decimal_params(text)
-        package = f".{file_proto.package}" if file_proto.package else ""
-        for message in file_proto.message_type:
-            self._collect(message, package)
-        for enum in file_proto.enum_type:
-            self.enums.add(f"{package}.{enum.name}")
+        for each in (*dependencies, file_proto):
+            package = f".{each.package}" if each.package else ""
+            for message in each.message_type:
+                self._collect(message, package)
+            for enum in each.enum_type:
+                self.enums.add(f"{package}.{enum.name}")
 
     def _collect(self, message: Any, scope: str) -> None:
         name = f"{scope}.{message.name}"
@@ -307,12 +360,38 @@ def file_descriptor(descriptor_b64: str) -> Any:
     return file_proto
 
 
-def columns_of_protobuf(file_proto: Any, text: str | None = None, *, key: bool = False) -> list[tuple[str, SqlType]]:
-    """The columns ksqlDB infers from a Protobuf schema: the fields of its first message."""
-    del key   # keys are wrapped as values are
+def message_names(file_proto: Any) -> list[str]:
+    """The full names of a file's top-level messages, in order (their message indexes)."""
+    package = f"{file_proto.package}." if file_proto.package else ""
+    return [package + m.name for m in file_proto.message_type]
+
+
+def message_index(file_proto: Any, full_name: str | None) -> int:
+    """The index of the top-level message ``full_name`` names (its full name, or its bare name
+    in a file with a package); 0 without a name. Raises ``StatementError`` if there is none."""
+    if full_name is None:
+        return 0
+    names = message_names(file_proto)
+    for i, name in enumerate(names):
+        if full_name in (name, name.rpartition(".")[2]):
+            return i
+    raise StatementError(f"Schema does not contain the message {full_name}: its messages are {', '.join(names)}")
+
+
+def columns_of_protobuf(file_proto: Any, text: str | None = None, *, key: bool = False,
+                        full_name: str | None = None, dependencies: tuple[Any, ...] = ()) -> list[tuple[str, SqlType]]:
+    """The columns ksqlDB infers from a Protobuf schema: the fields of the message ``full_name``
+    names (``*_SCHEMA_FULL_NAME``), else of its only top-level message (several without a name
+    are refused, as ksqlDB's ``DefaultSchemaInjector`` does); ``dependencies``: the files it
+    imports through schema references (``dependency_files``)."""
     if not file_proto.message_type:
         raise StatementError("The Protobuf schema has no message")
-    reader = _Reader(file_proto, text)
-    package = f".{file_proto.package}" if file_proto.package else ""
-    root = reader.struct(f"{package}.{file_proto.message_type[0].name}", ())
+    names = message_names(file_proto)
+    if full_name is None and len(names) > 1:
+        side, prop = ("Key", "KEY_SCHEMA_FULL_NAME") if key else ("Value", "VALUE_SCHEMA_FULL_NAME")
+        listed = "\n".join(f"- {n}" for n in names)
+        raise StatementError(f"{side} schema has multiple schema definitions. \n\n{listed}\n\nPlease specify a schema "
+                             f"full name in the WITH clause using {prop}")
+    reader = _Reader(file_proto, text, dependencies)
+    root = reader.struct("." + names[message_index(file_proto, full_name)], ())
     return [(f.name, f.type) for f in root.fields]

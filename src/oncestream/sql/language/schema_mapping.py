@@ -8,15 +8,18 @@ Columns to a schema (what a CSAS/CTAS sink registers), as ksqlDB writes them:
   STRING string, BYTES bytes, DECIMAL bytes with logicalType decimal (precision, scale), DATE int
   ``date``, TIME int ``time-millis``, TIMESTAMP long ``timestamp-millis``, ARRAY array, MAP map
   (Avro map keys are strings, as ksqlDB's MAP keys). A single key column is written unwrapped
-  (its bare type); several key columns make a record.
+  (its bare type), as is a single value column with ``WRAP_SINGLE_VALUE=false``; several
+  columns make a record.
 - JSON Schema: an object with one optional property per column (``oneOf: [null, T]``); INTEGER
   and BIGINT are ``integer`` with ``connect.type`` int32/int64, DOUBLE ``number``, DECIMAL
   ``number`` with ``connect.type: bytes`` and Connect's Decimal name, BYTES ``string`` with
   ``connect.type: bytes``, DATE/TIME/TIMESTAMP ``integer`` with Connect's logical names.
 
 A schema to columns (CREATE without columns): the inverse, plus what other writers produce:
-Avro float is DOUBLE, enum STRING, fixed BYTES, ``["null", T]`` T; a value schema that is not a
-record is one column ``ROWVAL`` (a key: ``ROWKEY``), as ksqlDB names them. JSON Schema
+Avro float is DOUBLE, enum STRING, fixed BYTES, ``["null", T]`` T. A key schema (AVRO, JSON_SR)
+is one column ``ROWKEY`` of the whole schema's type (ksqlDB infers keys unwrapped), and so is a
+value schema with ``WRAP_SINGLE_VALUE=false`` (``ROWVAL``); any other value schema must be a
+record, else ksqlDB's "anonymous type" error. JSON Schema
 ``integer`` without ``connect.type`` is BIGINT, ``number`` DOUBLE, an object with
 ``properties`` a STRUCT, with only ``additionalProperties`` a MAP.
 """
@@ -49,7 +52,7 @@ _AVRO_LOGICAL = {
 # -- columns -> Avro ---------------------------------------------------------------------------
 
 
-def _avro_type(t: SqlType, name: str, *, optional: bool) -> Any:
+def _avro_type(t: SqlType, name: str, *, optional: bool, namespace: str = AVRO_NAMESPACE) -> Any:
     b = t.base
     out: Any
     if b in _AVRO_PRIMITIVE:
@@ -59,27 +62,45 @@ def _avro_type(t: SqlType, name: str, *, optional: bool) -> Any:
     elif b is BaseType.DECIMAL:
         out = {"type": "bytes", "logicalType": "decimal", "precision": t.precision or 10, "scale": t.scale or 0}
     elif b is BaseType.ARRAY and t.element is not None:
-        out = {"type": "array", "items": _avro_type(t.element, name, optional=True)}
+        out = {"type": "array", "items": _avro_type(t.element, name, optional=True, namespace=namespace)}
     elif b is BaseType.MAP and t.element is not None:
-        out = {"type": "map", "values": _avro_type(t.element, name + "_MapValue", optional=True)}
+        out = {"type": "map", "values": _avro_type(t.element, name + "_MapValue", optional=True, namespace=namespace)}
     elif b is BaseType.STRUCT:
-        out = _avro_record(t.fields, name)
+        out = _avro_record(t.fields, name, namespace)
     else:
         raise StatementError(f"The 'AVRO' format does not support type '{b.value}'")
     return ["null", out] if optional else out
 
 
-def _avro_record(fields: tuple[StructField, ...], name: str) -> dict[str, Any]:
-    return {"type": "record", "name": name, "namespace": AVRO_NAMESPACE,
-            "fields": [{"name": f.name, "type": _avro_type(f.type, f"{name}_{f.name}", optional=True), "default": None}
-                       for f in fields]}
+def _avro_record(fields: tuple[StructField, ...], name: str, namespace: str = AVRO_NAMESPACE) -> dict[str, Any]:
+    record: dict[str, Any] = {"type": "record", "name": name}
+    if namespace:
+        record["namespace"] = namespace
+    record["fields"] = [{"name": f.name, "type": _avro_type(f.type, f"{name}_{f.name}", optional=True, namespace=namespace),
+                         "default": None} for f in fields]
+    return record
 
 
-def avro_schema_of(columns: list[tuple[str, SqlType]], *, key: bool) -> str:
-    """The Avro schema (JSON text) ksqlDB registers for these key or value columns."""
-    if key and len(columns) == 1:
-        return json.dumps(_avro_type(columns[0][1], AVRO_RECORD, optional=False))
-    record = _avro_record(tuple(StructField(n, t) for n, t in columns), AVRO_RECORD)
+def unwraps_single(fmt: str, column_count: int, *, key: bool, value_unwrapped: bool = False) -> bool:
+    """Whether one side's single column is written bare rather than as a record of one field:
+    a single key in every format but PROTOBUF/PROTOBUF_NOSR (ksqlDB's keys are unwrapped where
+    the format can), a single value when the source says so (``WRAP_SINGLE_VALUE=false``)."""
+    if column_count != 1:
+        return False
+    if key:
+        return not fmt.startswith("PROTOBUF")
+    return value_unwrapped
+
+
+def avro_schema_of(columns: list[tuple[str, SqlType]], *, unwrapped: bool, full_name: str | None = None) -> str:
+    """The Avro schema (JSON text) ksqlDB registers for these key or value columns: the single
+    column's bare type when ``unwrapped``, else a record; ``full_name`` (``*_SCHEMA_FULL_NAME``)
+    names the record instead of ``io.confluent.ksql.avro_schemas.KsqlDataSourceSchema`` (its
+    nested records ``<name>_<FIELD>`` in its namespace)."""
+    namespace, _, name = (full_name or f"{AVRO_NAMESPACE}.{AVRO_RECORD}").rpartition(".")
+    if unwrapped and len(columns) == 1:
+        return json.dumps(_avro_type(columns[0][1], name, optional=False, namespace=namespace))
+    record = _avro_record(tuple(StructField(n, t) for n, t in columns), name, namespace)
     return json.dumps(record)
 
 
@@ -146,13 +167,16 @@ def _full_name(schema: dict[str, Any], ns: str | None) -> str:
     return f"{namespace}.{name}" if namespace and "." not in name else name
 
 
-def columns_of_avro(schema_text: str, *, key: bool) -> list[tuple[str, SqlType]]:
-    """The columns ksqlDB infers from an Avro schema: a record's fields, or one column."""
+def _avro_json(schema_text: str) -> Any:
     try:
-        schema = json.loads(schema_text)
+        return json.loads(schema_text)
     except ValueError:
-        schema = schema_text     # a bare primitive name, as some writers register it
-    t = _sql_of_avro(schema, {})
+        return schema_text     # a bare primitive name, as some writers register it
+
+
+def columns_of_avro(schema_text: str, *, key: bool) -> list[tuple[str, SqlType]]:
+    """The columns of an Avro schema: a record's fields, or one column."""
+    t = _sql_of_avro(_avro_json(schema_text), {})
     if t.base is BaseType.STRUCT:
         return [(f.name, f.type) for f in t.fields]
     return [(KEY_COLUMN if key else VALUE_COLUMN, t)]
@@ -202,9 +226,10 @@ def _json_object(fields: tuple[StructField, ...]) -> dict[str, Any]:
     return {"type": "object", "properties": {f.name: _json_type(f.type, optional=True) for f in fields}}
 
 
-def json_schema_of(columns: list[tuple[str, SqlType]], *, key: bool) -> str:
-    """The JSON Schema (text) ksqlDB registers for these key or value columns."""
-    if key and len(columns) == 1:
+def json_schema_of(columns: list[tuple[str, SqlType]], *, unwrapped: bool) -> str:
+    """The JSON Schema (text) ksqlDB registers for these key or value columns: the single
+    column's bare type when ``unwrapped``, else an object."""
+    if unwrapped and len(columns) == 1:
         return json.dumps(_json_type(columns[0][1], optional=False))
     return json.dumps(_json_object(tuple(StructField(n, t) for n, t in columns)))
 
@@ -252,28 +277,35 @@ def _sql_of_json(schema: Any) -> SqlType:
     raise StatementError(f"JSON schema {json.dumps(schema)} is not supported")
 
 
-def columns_of_json_schema(schema_text: str, *, key: bool) -> list[tuple[str, SqlType]]:
-    """The columns ksqlDB infers from a JSON Schema: an object's properties, or one column."""
+def _json_schema_json(schema_text: str) -> Any:
     try:
-        schema = json.loads(schema_text)
+        return json.loads(schema_text)
     except ValueError as e:
         raise StatementError(f"The registry's JSON schema is not JSON: {e}") from None
-    t = _sql_of_json(schema)
+
+
+def columns_of_json_schema(schema_text: str, *, key: bool) -> list[tuple[str, SqlType]]:
+    """The columns of a JSON Schema: an object's properties, or one column."""
+    t = _sql_of_json(_json_schema_json(schema_text))
     if t.base is BaseType.STRUCT:
         return [(f.name, f.type) for f in t.fields]
     return [(KEY_COLUMN if key else VALUE_COLUMN, t)]
 
 
-def schema_of(fmt: str, columns: list[tuple[str, SqlType]], *, key: bool) -> tuple[str, str]:
-    """(registry schema type, schema text) of ``columns`` in format ``fmt`` (AVRO, JSON_SR or PROTOBUF)."""
+def schema_of(fmt: str, columns: list[tuple[str, SqlType]], *, unwrapped: bool, full_name: str | None = None,
+              protobuf_nullable: str | None = None) -> tuple[str, str]:
+    """(registry schema type, schema text) of ``columns`` in format ``fmt`` (AVRO, JSON_SR or
+    PROTOBUF; ``full_name``: the Avro record's or PROTOBUF message's name, ``*_SCHEMA_FULL_NAME``;
+    ``protobuf_nullable``: PROTOBUF's nullable representation, None, OPTIONAL or WRAPPER).
+    ``unwrapped``: the single column's bare type (PROTOBUF never unwraps)."""
     if fmt == "AVRO":
-        return "AVRO", avro_schema_of(columns, key=key)
+        return "AVRO", avro_schema_of(columns, unwrapped=unwrapped, full_name=full_name)
     if fmt == "JSON_SR":
-        return "JSON", json_schema_of(columns, key=key)
+        return "JSON", json_schema_of(columns, unwrapped=unwrapped)
     if fmt == "PROTOBUF":
-        from oncestream.sql.language.protobuf_schema import protobuf_schema_of
+        from oncestream.sql.language.protobuf_schema import protobuf_schema
 
-        return "PROTOBUF", protobuf_schema_of(columns, key=key)
+        return "PROTOBUF", protobuf_schema(columns, full_name=full_name, nullable=protobuf_nullable)[0]
     raise StatementError(f"format {fmt} registers no schema")
 
 
@@ -288,25 +320,42 @@ def upper_case_fields(t: SqlType) -> SqlType:
     return t
 
 
-def columns_of(schema_type: str, schema_text: str, *, key: bool,
-               descriptor: str | None = None, original_names: bool = False) -> list[tuple[str, SqlType]]:
+ANONYMOUS_VALUE = ("Schema returned from schema registry is anonymous type. To use this schema with ksqlDB, set "
+                   "'WRAP_SINGLE_VALUE=false' in the WITH clause properties.")
+
+
+def columns_of(schema_type: str, schema_text: str, *, key: bool, descriptor: str | None = None,
+               original_names: bool = False, full_name: str | None = None,
+               dependencies: Any = None, unwrapped: bool = False) -> list[tuple[str, SqlType]]:
     """The columns inferred from a registered schema of type AVRO, JSON or PROTOBUF (whose
     ``descriptor`` is the registry's base64 ``format=serialized`` answer). As ksqlDB's
     ``SchemaRegistryTopicSchemaSupplier``: column and struct field names upper-cased when the schema
     is the subject's latest, as the schema has them (``original_names``) when the statement named
-    it by ``KEY_SCHEMA_ID``/``VALUE_SCHEMA_ID``."""
+    it by ``KEY_SCHEMA_ID``/``VALUE_SCHEMA_ID``; ``full_name`` picks a PROTOBUF file's message,
+    ``dependencies`` are the (import name, base64 descriptor) pairs of its schema references.
+    ``unwrapped`` (a key of AVRO/JSON_SR, a value with ``WRAP_SINGLE_VALUE=false``): the whole
+    schema is one column, ``ROWKEY``/``ROWVAL``; otherwise the schema must be a record (ksqlDB's
+    ``ConnectFormatSchemaTranslator``)."""
     if schema_type == "PROTOBUF":
-        from oncestream.sql.language.protobuf_schema import columns_of_protobuf, file_descriptor
+        from oncestream.sql.language.protobuf_schema import columns_of_protobuf, dependency_files, file_descriptor
 
         if descriptor is None:
             raise StatementError("A PROTOBUF schema is read from its descriptor (format=serialized)")
-        columns = columns_of_protobuf(file_descriptor(descriptor), schema_text, key=key)
+        columns = columns_of_protobuf(file_descriptor(descriptor), schema_text, key=key, full_name=full_name,
+                                      dependencies=dependency_files(dependencies))
+        whole = SqlType(BaseType.STRUCT, fields=tuple(StructField(n, t) for n, t in columns))
     elif schema_type == "AVRO":
-        columns = columns_of_avro(schema_text, key=key)
+        whole = _sql_of_avro(_avro_json(schema_text), {})
     elif schema_type == "JSON":
-        columns = columns_of_json_schema(schema_text, key=key)
+        whole = _sql_of_json(_json_schema_json(schema_text))
     else:
         raise StatementError(f"Schema type {schema_type} cannot be mapped to columns here")
+    if unwrapped:
+        columns = [(KEY_COLUMN if key else VALUE_COLUMN, whole)]
+    elif whole.base is BaseType.STRUCT:
+        columns = [(f.name, f.type) for f in whole.fields]
+    else:
+        raise StatementError(ANONYMOUS_VALUE)
     if original_names:
         return columns
     return [(name.upper(), upper_case_fields(t)) for name, t in columns]

@@ -23,6 +23,13 @@ from oncestream.sql.language import catalog, sql_ast
 from oncestream.sql.language.analyzer import AnalyzedQuery, analyze_query
 from oncestream.sql.language.analyzer_expr import column_ref, no_map_key
 from oncestream.sql.language.catalog import Column, Format, Namespace, QueryInfo, SourceInfo
+from oncestream.sql.language.format_rules import (
+    check_avro_names,
+    check_format_properties,
+    check_map_keys,
+    full_schema_name,
+)
+from oncestream.sql.language.protobuf_schema import file_descriptor, needs_references
 from oncestream.sql.language.schema_mapping import columns_of
 from oncestream.sql.language.sql_ast import SourceKind, WindowKind, WindowSpec
 from oncestream.sql.language.types import BaseType, SqlType
@@ -42,6 +49,8 @@ class SchemaLookup(Protocol):
     def by_id(self, schema_id: int) -> Any: ...
 
     def serialized(self, schema_id: int) -> str: ...
+
+    def dependencies(self, schema_id: int) -> list[tuple[str, str]]: ...
 
 
 class CatalogView(Protocol):
@@ -98,6 +107,7 @@ def _lower_kind(kind: SourceKind) -> str:
 def _check_kafka_format(fmt: Format, columns: tuple[Column, ...], which: str) -> None:
     """ksqlDB's format/schema compatibility check (KAFKA: one primitive column; DELIMITED: no
     ARRAY/MAP/STRUCT; NONE: no columns), worded as ksqlDB's 'Key/Value format does not support schema'."""
+    check_map_keys(fmt, columns)
     reason: str | None = None
     if fmt is Format.KAFKA and len(columns) > 1:
         listed = "[" + ", ".join(_persistence_column(c) for c in columns) + "]"
@@ -112,8 +122,6 @@ def _check_kafka_format(fmt: Format, columns: tuple[Column, ...], which: str) ->
             if c.type.base in (BaseType.ARRAY, BaseType.MAP, BaseType.STRUCT):
                 reason = f"The 'DELIMITED' format does not support type '{c.type.base.value}', column: `{c.name}`"
                 break
-    elif fmt is Format.JSON and any(_has_non_string_map_key(c.type) for c in columns):
-        raise StatementError("JSON only supports MAP types with STRING keys")
     elif fmt is Format.NONE and columns:
         reason = "The 'NONE' format can only be used when no columns are defined. Got: " + \
             "[" + ", ".join(_persistence_column(c) for c in columns) + "]"
@@ -139,20 +147,74 @@ def _timestamp_column(props: Mapping[str, Any], columns: tuple[Column, ...]) -> 
     return name, fmt
 
 
-def _check_wrap_single_value(props: Mapping[str, Any], value_format: Format, value_columns: tuple[Column, ...]) -> None:
-    """``WRAP_SINGLE_VALUE``: ksqlDB's rules; we serialize single values wrapped (JSON object) only."""
-    raw = _prop(props, "WRAP_SINGLE_VALUE")
+WRAP_SINGLE_VALUES_CONFIG = "ksql.persistence.wrap.single.values"
+# The value wrappings each format supports (ksqlDB's Format.supportedFeatures): True WRAP_SINGLES,
+# False UNWRAP_SINGLES; KAFKA and DELIMITED never wrap, PROTOBUF always does, NONE has no value.
+_WRAPPINGS: dict[Format, tuple[bool, ...]] = {
+    Format.JSON: (True, False), Format.JSON_SR: (True, False), Format.AVRO: (True, False),
+    Format.PROTOBUF_NOSR: (True, False), Format.PROTOBUF: (True,), Format.KAFKA: (False,),
+    Format.DELIMITED: (False,), Format.NONE: (),
+}
+
+
+def _bool_setting(raw: Any, name: str) -> bool | None:
     if raw is None:
-        return
-    wrap = str(raw).lower()
-    if value_format in (Format.KAFKA, Format.DELIMITED):
-        if wrap == "false":   # these formats never wrap: 'false' only says so
-            return
-        raise StatementError(f"Format '{value_format.value}' does not support 'WRAP_SINGLE_VALUE' set to '{wrap}'.")
-    if len(value_columns) != 1:
-        raise StatementError("'WRAP_SINGLE_VALUE' is only valid for single-field value schemas")
-    if wrap != "true":
-        raise StatementError("'WRAP_SINGLE_VALUE'='false' is not supported: single values are written wrapped in a JSON object.")
+        return None
+    if isinstance(raw, bool):
+        return raw
+    text = str(raw).strip().lower()
+    if text not in ("true", "false"):
+        raise StatementError(f"Invalid value {raw} for configuration {name}: Expected value to be either true or false")
+    return text == "true"
+
+
+def explicit_wrap(props: Mapping[str, Any]) -> bool | None:
+    """``WITH (WRAP_SINGLE_VALUE=...)``: True, False, or None when the statement does not say."""
+    return _bool_setting(_prop(props, "WRAP_SINGLE_VALUE"), "WRAP_SINGLE_VALUE")
+
+
+def default_wrap(properties: Mapping[str, Any] | None) -> bool | None:
+    """``ksql.persistence.wrap.single.values`` of the request (or the server), None when unset."""
+    return _bool_setting((properties or {}).get(WRAP_SINGLE_VALUES_CONFIG), WRAP_SINGLE_VALUES_CONFIG)
+
+
+def value_unwrapped(props: Mapping[str, Any], value_format: Format, value_columns: tuple[Column, ...],
+                    config_wrap: bool | None) -> bool:
+    """Whether the single value column is written bare (ksqlDB's ``SerdeFeaturesFactory.
+    buildValueFeatures``): an explicit ``WRAP_SINGLE_VALUE`` must be one the format supports and
+    needs exactly one value column (ksqlDB's errors); else ``ksql.persistence.wrap.single.values``
+    decides for a single column when the format supports its choice. Only the formats that can
+    do both report True (KAFKA and DELIMITED values are bare by nature)."""
+    supported = _WRAPPINGS.get(value_format, ())
+    wrap = explicit_wrap(props)
+    if wrap is not None:
+        if wrap not in supported:
+            raise StatementError(f"Format '{value_format.value}' does not support 'WRAP_SINGLE_VALUE' set to "
+                                 f"'{str(wrap).lower()}'.")
+        if len(value_columns) != 1:
+            raise StatementError("'WRAP_SINGLE_VALUE' is only valid for single-field value schemas")
+    elif len(value_columns) == 1 and config_wrap in supported:
+        wrap = config_wrap
+    return wrap is False and len(supported) == 2
+
+
+_NULLABLE_REPRESENTATIONS = ("OPTIONAL", "WRAPPER")
+
+
+def _protobuf_nullable(props: Mapping[str, Any], fmt: Format, which: str) -> str | None:
+    """``KEY_/VALUE_PROTOBUF_NULLABLE_REPRESENTATION`` (ksqlDB's CreateSourceAsProperties):
+    OPTIONAL or WRAPPER, and only for PROTOBUF and PROTOBUF_NOSR."""
+    name = f"{which}_PROTOBUF_NULLABLE_REPRESENTATION"
+    raw = _prop(props, name)
+    if raw is None:
+        return None
+    text = str(raw)
+    if text not in _NULLABLE_REPRESENTATIONS:
+        raise StatementError(f"Invalid value {text} for configuration {name}: String must be one of: "
+                             + ", ".join(_NULLABLE_REPRESENTATIONS))
+    if fmt not in (Format.PROTOBUF, Format.PROTOBUF_NOSR):
+        raise StatementError(f"Property {name} can only be enabled with protobuf format")
+    return text
 
 
 def _delimiter(props: Mapping[str, Any], value_format: Format) -> str:
@@ -209,11 +271,15 @@ def _window_of(props: Mapping[str, Any]) -> WindowSpec | None:
     return WindowSpec(kind, size_ms=size_ms, advance_ms=size_ms if kind is WindowKind.HOPPING else None)
 
 
-def _has_non_string_map_key(ty: SqlType) -> bool:
-    if ty.base is BaseType.MAP and ty.key is not None and ty.key.base is not BaseType.STRING:
-        return True
-    return any(_has_non_string_map_key(x) for x in (ty.element, ty.key) if x is not None) or \
-        any(_has_non_string_map_key(f.type) for f in ty.fields)
+def _sink_schema_name(props: Mapping[str, Any], fmt: Format, source: SourceInfo, *, key: bool) -> str | None:
+    """A C*AS sink's ``*_SCHEMA_FULL_NAME``: its own, else (PROTOBUF, whose format inherits it)
+    the source's when the side keeps the source's format (ksqlDB's Analyzer.buildFormatInfo)."""
+    own = full_schema_name(props, key=key)
+    if own is not None:
+        return own
+    inherited = source.key_schema_name if key else source.value_schema_name
+    same_format = fmt is (source.key_format if key else source.value_format)
+    return inherited if fmt is Format.PROTOBUF and same_format else None
 
 
 def _persistence_column(c: Column) -> str:
@@ -238,10 +304,14 @@ class StatementPlan:
 class StatementPlanner:
     """Plans statements against one state of the catalog (build one per statement)."""
 
-    def __init__(self, catalog_view: CatalogView, schemas: SchemaLookup | None = None) -> None:
+    def __init__(self, catalog_view: CatalogView, schemas: SchemaLookup | None = None,
+                 properties: Mapping[str, Any] | None = None) -> None:
         self._catalog = catalog_view
         self._sources = catalog_view.source_map()
         self._schemas = schemas
+        # the request's properties (the command's streamsProperties when applying): the defaults
+        # statements take from them, ksql.persistence.wrap.single.values for one
+        self._config_wrap = default_wrap(properties)
 
     def _registry_schema(self, fmt: Format, topic: str, props: Mapping[str, Any], key: bool,
                          plan: Mapping[str, Any] | None, recorded: dict[str, Any]) -> dict[str, Any] | None:
@@ -276,11 +346,54 @@ class StatementPlanner:
         if fmt is Format.PROTOBUF:
             # The descriptor itself (the registry parses the .proto text; this layer has no parser).
             try:
-                entry["descriptor"] = str(self._schemas.serialized(got.schema_id))
+                descriptor = str(self._schemas.serialized(got.schema_id))
+                entry["descriptor"] = descriptor
+                if needs_references(file_descriptor(descriptor)):   # the files its references name
+                    entry["dependencies"] = [[str(n), str(d)] for n, d in self._schemas.dependencies(got.schema_id)]
             except Exception as e:  # noqa: BLE001 - the registry's refusal or absence, in the statement's error
                 raise StatementError(f"Could not read the descriptor of schema id {got.schema_id}: {e}") from None
         recorded[side] = entry
         return entry
+
+    def _sink_schema_id(self, fmt: Format, topic: str, props: Mapping[str, Any], columns: tuple[Column, ...], *,
+                        key: bool, validating: bool) -> int | None:
+        """A C*AS's ``KEY_SCHEMA_ID``/``VALUE_SCHEMA_ID``: the schema its sink writes with, checked
+        as ksqlDB's ``DefaultSchemaInjector`` does when validating (the format reads schemas, the
+        schema exists and is of the format's type, its columns start with the query's)."""
+        which = "KEY_SCHEMA_ID" if key else "VALUE_SCHEMA_ID"
+        schema_id = _int_prop(props, which)
+        if schema_id is None:
+            return None
+        if fmt not in REGISTRY_FORMATS:
+            raise StatementError(f"{'KEY_FORMAT' if key else 'VALUE_FORMAT'} should support schema inference when "
+                                 f"{which} is provided. Current format is {fmt.value}.")
+        if not validating or self._schemas is None:
+            return schema_id
+        entry = self._registry_schema(fmt, topic, props, key, None, {})
+        if entry is None:
+            raise StatementError(f"Schema for message keys on topic '{topic}' does not exist in the Schema Registry."
+                                 f"\nSubject: {topic}-key\nSchema Id: {schema_id}")
+        inferred = columns_of(entry["type"], entry["schema"], key=key, descriptor=entry.get("descriptor"),
+                              dependencies=entry.get("dependencies"), original_names=True,
+                              full_name=full_schema_name(props, key=key))
+        if key and len(inferred) == 1 and len(columns) == 1:   # an unwrapped key: its type alone
+            inferred = [(columns[0].name, inferred[0][1])]
+        changed = [c for i, c in enumerate(columns) if i >= len(inferred) or inferred[i] != (c.name, c.type)]
+        if changed:
+            shown = ", ".join(_persistence_column(c) for c in changed)
+            registry = ", ".join(f"`{n}` {t.ksql_name}" for n, t in inferred)
+            raise StatementError(f"The following {'key' if key else 'value'} columns are changed, missing or reordered: "
+                                 f"[{shown}]. Schema from schema registry is [{registry}]")
+        return schema_id
+
+    def _no_schema(self, topic: str, key: bool) -> bool:
+        """Whether ``topic``'s key or value subject has no schema yet (or no registry to ask)."""
+        if self._schemas is None:
+            return True
+        try:
+            return self._schemas.latest(f"{topic}-{'key' if key else 'value'}") is None
+        except Exception:  # noqa: BLE001 - a registry that cannot answer: the registration will say so
+            return True
 
     def plan(self, stmt: sql_ast.Statement, topics: Mapping[str, int] | None,
              plan: Mapping[str, Any] | None) -> StatementPlan:
@@ -406,6 +519,8 @@ class StatementPlanner:
         key_raw = _prop(props, "KEY_FORMAT") or fmt
         # ksqlDB's default key format (ksql.persistence.default.format.key) is KAFKA, with or without key columns
         key_format = _fmt(key_raw, "KEY_FORMAT") if key_raw is not None else Format.KAFKA
+        check_format_properties(props, key_format, value_format)
+        key_name, value_name = full_schema_name(props, key=True), full_schema_name(props, key=False)
         recorded: dict[str, Any] = {}
         declared = list(stmt.columns)
         inferred: list[Column] = []
@@ -414,16 +529,20 @@ class StatementPlanner:
             entry = self._registry_schema(key_format, topic, props, True, plan, recorded)
             if entry is not None:
                 key_schema_id = entry["id"] if _prop(props, "KEY_SCHEMA_ID") is not None else None
+                # ksqlDB's key inference always unwraps the key where the format can (AVRO, JSON_SR)
                 inferred += [Column(n, t, Namespace.KEY) for n, t in columns_of(
                     entry["type"], entry["schema"], key=True, descriptor=entry.get("descriptor"),
-                    original_names=key_schema_id is not None)]
+                    dependencies=entry.get("dependencies"), original_names=key_schema_id is not None,
+                    full_name=key_name, unwrapped=key_format is not Format.PROTOBUF)]
         if value_format in REGISTRY_FORMATS and not any(not (cd.key or cd.primary_key) for cd in declared):
             entry = self._registry_schema(value_format, topic, props, False, plan, recorded)
             if entry is not None:
                 value_schema_id = entry["id"] if _prop(props, "VALUE_SCHEMA_ID") is not None else None
+                # only WITH's WRAP_SINGLE_VALUE counts here (ksqlDB's DefaultSchemaInjector), not the config
                 inferred += [Column(n, t, Namespace.VALUE) for n, t in columns_of(
                     entry["type"], entry["schema"], key=False, descriptor=entry.get("descriptor"),
-                    original_names=value_schema_id is not None)]
+                    dependencies=entry.get("dependencies"), original_names=value_schema_id is not None,
+                    full_name=value_name, unwrapped=explicit_wrap(props) is False)]
         if not stmt.columns and not inferred:
             raise StatementError("The statement does not define any columns.")
         seen: set[str] = set()
@@ -454,8 +573,14 @@ class StatementPlanner:
             raise StatementError("Tables require a PRIMARY KEY. Please define the PRIMARY KEY.")
         _check_kafka_format(key_format, keys, "KEY_FORMAT")
         _check_kafka_format(value_format, tuple(c for c in ordered if not c.is_key), "VALUE_FORMAT")
+        if plan is None:
+            # ksqlDB registers declared columns' schema when the subject has none: Avro's names checked then
+            for key, fmt, side in ((True, key_format, keys), (False, value_format, tuple(c for c in ordered if not c.is_key))):
+                declared_side = bool(side) and side[0] not in inferred   # a side is all inferred or all declared
+                if fmt is Format.AVRO and declared_side and self._no_schema(topic, key):
+                    check_avro_names(side, key=key, full_name=key_name if key else value_name)
         ts_col, ts_fmt = _timestamp_column(props, ordered)
-        _check_wrap_single_value(props, value_format, tuple(c for c in ordered if not c.is_key))
+        unwrapped = value_unwrapped(props, value_format, tuple(c for c in ordered if not c.is_key), self._config_wrap)
         partitions = _int_prop(props, "PARTITIONS")
         replicas = _int_prop(props, "REPLICAS")
         window = _window_of(props)
@@ -466,7 +591,10 @@ class StatementPlanner:
             name=stmt.name, kind=stmt.kind, topic=topic, key_format=key_format, value_format=value_format, columns=ordered,
             statement=stmt.text, partitions=n, replicas=replicas or 1, timestamp_column=ts_col, timestamp_format=ts_fmt,
             value_delimiter=_delimiter(props, value_format), window=window, read_only=stmt.read_only,
-            key_schema_id=key_schema_id, value_schema_id=value_schema_id)
+            key_schema_id=key_schema_id, value_schema_id=value_schema_id, key_schema_name=key_name,
+            value_schema_name=value_name, value_unwrapped=unwrapped,
+            key_protobuf_nullable=_protobuf_nullable(props, key_format, "KEY"),
+            value_protobuf_nullable=_protobuf_nullable(props, value_format, "VALUE"))
         if existing is not None:
             self._check_replace(existing, source)
         return StatementPlan(stmt, {"topic": topic, "partitions": n, "replicas": replicas or 1, "createTopic": create,
@@ -525,16 +653,30 @@ class StatementPlanner:
             key_format = from_source.key_format
         _check_kafka_format(key_format, analyzed.key_columns, "KEY_FORMAT")
         _check_kafka_format(value_format, analyzed.value_columns, "VALUE_FORMAT")
+        check_format_properties(props, key_format, value_format)
+        # a C*AS registers its columns' schema (unless a schema id names the one to write with)
+        if key_format is Format.AVRO and _prop(props, "KEY_SCHEMA_ID") is None:
+            check_avro_names(analyzed.key_columns, key=True, full_name=full_schema_name(props, key=True))
+        if value_format is Format.AVRO and _prop(props, "VALUE_SCHEMA_ID") is None:
+            check_avro_names(analyzed.value_columns, key=False, full_name=full_schema_name(props, key=False))
         partitions = _int_prop(props, "PARTITIONS")
         replicas = _int_prop(props, "REPLICAS")
         default_partitions = max((s.partitions for s in analyzed.sources.values()), default=1)
         n, create = self._topic_partitions(stmt, topic, partitions, replicas, topics, plan, default_partitions)
         ts_col, ts_fmt = _timestamp_column(props, analyzed.columns)
-        _check_wrap_single_value(props, value_format, analyzed.value_columns)
+        unwrapped = value_unwrapped(props, value_format, analyzed.value_columns, self._config_wrap)
+        key_schema_id = self._sink_schema_id(key_format, topic, props, analyzed.key_columns, key=True, validating=plan is None)
+        value_schema_id = self._sink_schema_id(value_format, topic, props, analyzed.value_columns, key=False,
+                                               validating=plan is None)
         source = SourceInfo(
             name=stmt.name, kind=stmt.kind, topic=topic, key_format=key_format, value_format=value_format,
             columns=analyzed.columns, statement=stmt.text, partitions=n, replicas=replicas or 1, timestamp_column=ts_col,
-            timestamp_format=ts_fmt, value_delimiter=_delimiter(props, value_format), window=analyzed.window)
+            timestamp_format=ts_fmt, value_delimiter=_delimiter(props, value_format), window=analyzed.window,
+            key_schema_id=key_schema_id, value_schema_id=value_schema_id,
+            key_schema_name=_sink_schema_name(props, key_format, from_source, key=True),
+            value_schema_name=_sink_schema_name(props, value_format, from_source, key=False),
+            value_unwrapped=unwrapped, key_protobuf_nullable=_protobuf_nullable(props, key_format, "KEY"),
+            value_protobuf_nullable=_protobuf_nullable(props, value_format, "VALUE"))
         if existing is not None:
             self._check_replace(existing, source)
         return StatementPlan(stmt, {"topic": topic, "partitions": n, "replicas": replicas or 1, "createTopic": create},

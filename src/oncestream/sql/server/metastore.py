@@ -180,6 +180,8 @@ class Metastore:
                  "timestamp": s.timestamp_column, "timestampFormat": s.timestamp_format,
                  "window": None if s.window is None else [s.window.kind.value, s.window.size_ms, s.window.advance_ms],
                  "readOnly": s.read_only, "createdBy": s.created_by, "statement": s.statement,
+                 "valueUnwrapped": s.value_unwrapped, "keyProtobufNullable": s.key_protobuf_nullable,
+                 "valueProtobufNullable": s.value_protobuf_nullable,
                  "references": list(self._references.get(s.name, ()))}
                 for s in self.sources()],
             "queries": [
@@ -203,7 +205,7 @@ class Metastore:
                                  statement_text=stmt.text)
         props = dict(properties or {})
         try:
-            planned = StatementPlanner(self, schemas).plan(stmt, topics, None)
+            planned = StatementPlanner(self, schemas, props).plan(stmt, topics, None)
         except StatementError as e:
             if e.statement_text is None:
                 e.statement_text = stmt.text
@@ -224,7 +226,7 @@ class Metastore:
             except StatementError as e:
                 return [CommandResult("ERROR", e.message)]
         try:
-            planned = StatementPlanner(self).plan(stmt, None, command.plan)
+            planned = StatementPlanner(self, None, command.streams_properties).plan(stmt, None, command.plan)
             return self._execute(planned, command, offset)
         except StatementError as e:
             return [CommandResult("ERROR", e.message)]

@@ -236,7 +236,8 @@ def _registry_decode(layout: RecordLayout, columns: Sequence[Column], data: Spar
     target = "key" if key else "value"
     log_settings = current_processing_log()
     decoder = functools.partial(decode_columns, layout.key_format if key else layout.value_format, tuple(columns),
-                                codec=layout.key_codec if key else layout.value_codec, single_unwrapped=key)
+                                codec=layout.key_codec if key else layout.value_codec,
+                                single_unwrapped=key or layout.value_unwrapped)
     schema = T.StructType([T.StructField(c.name, _wire_type(c.type, T.BinaryType())) for c in columns])
 
     def decode(raw: Any) -> Any:
@@ -258,7 +259,8 @@ def _registry_decode(layout: RecordLayout, columns: Sequence[Column], data: Spar
 def _registry_encode(layout: RecordLayout, columns: Sequence[Column], values: Mapping[str, SparkColumn], *,
                      key: bool) -> SparkColumn:
     encoder = functools.partial(encode_columns, layout.key_format if key else layout.value_format, tuple(columns),
-                                codec=layout.key_codec if key else layout.value_codec, single_unwrapped=key)
+                                codec=layout.key_codec if key else layout.value_codec,
+                                single_unwrapped=key or layout.value_unwrapped)
     target = "key" if key else "value"
     log_settings = current_processing_log()
 
@@ -446,7 +448,7 @@ def decode_value(layout: RecordLayout, value: SparkColumn) -> list[SparkColumn]:
         cols = _registry_decode(layout, layout.value_columns, value, key=False)
     elif layout.value_columns:
         cols, suspect = _decode(layout.value_format, layout.value_columns, value, layout.value_delimiter,
-                                single_unwrapped=False)
+                                single_unwrapped=layout.value_unwrapped)
         cols = [*cols, _unreadable(layout, value, suspect, key=False)]
     else:
         cols = []
@@ -489,7 +491,8 @@ def encode_value(layout: RecordLayout, values: Mapping[str, SparkColumn]) -> Spa
     """The binary record value of the value columns (``values`` by column name)."""
     if layout.value_codec is not None:
         return _registry_encode(layout, layout.value_columns, values, key=False)
-    return _encode(layout.value_format, layout.value_columns, values, layout.value_delimiter, single_unwrapped=False)
+    return _encode(layout.value_format, layout.value_columns, values, layout.value_delimiter,
+                   single_unwrapped=layout.value_unwrapped)
 
 
 def encode_key(layout: RecordLayout, values: Mapping[str, SparkColumn], window_start: SparkColumn | None = None,
