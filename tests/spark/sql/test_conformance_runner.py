@@ -59,3 +59,36 @@ def test_runner_reports_pass_fail_expected_errors_and_out_of_scope(sql_spark, eo
     assert families["documented unsupported statement is out of scope"] == "documented not supported: PRINT statement"
     assert "TOTAL: 7 pass, 3 fail, 3 out of scope (13 cases;" in report
     assert "  PROTOBUF: 1 pass, 0 fail, 0 out of scope" in report
+
+
+def test_input_producer_writes_a_record_without_key_and_value_in_order(eos_broker):
+    """ksqlDB's cases have inputs with neither key nor value (a keyless stream's null value),
+    which kafka-python refuses: the runner writes them with confluent-kafka, between the records
+    before and after them; read back with confluent-kafka."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    from oncestream.sql.conformance.case_runner import InputProducer
+    from tests.spark.sql.golden import create_topics, unique
+
+    topic = unique("empty_records")
+    create_topics(eos_broker.bootstrap, topic)
+    producer = InputProducer(eos_broker.bootstrap)
+    errors: list[str] = []
+    for key, value, ts in [(b"k", b"1", 1000), (None, None, 2000), (None, b"3", 3000)]:
+        producer.produce(topic, key, value, ts, None, errors)
+    assert producer.flush(30)
+    assert not errors
+    consumer = Consumer({"bootstrap.servers": eos_broker.bootstrap, "group.id": unique("check"),
+                         "enable.auto.commit": False})
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    got = []
+    try:
+        for _ in range(60):
+            msg = consumer.poll(1.0)
+            if msg is not None and msg.error() is None:
+                got.append((msg.key(), msg.value(), msg.timestamp()[1]))
+            if len(got) == 3:
+                break
+    finally:
+        consumer.close()
+    assert got == [(b"k", b"1", 1000), (None, None, 2000), (None, b"3", 3000)]

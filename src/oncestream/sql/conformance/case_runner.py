@@ -108,9 +108,15 @@ class InputProducer:
     inputs timestamp 0 (the epoch; a record without one gets 0 too), which librdkafka cannot write:
     it takes 0 as "now". kafka-python (a real peer too, the ``test`` extra) writes it as given, so
     it is used when installed; otherwise confluent-kafka, and timestamp-0 inputs get the produce
-    time (their windows and output timestamps then differ from ksqlDB's). Thread-safe."""
+    time (their windows and output timestamps then differ from ksqlDB's). kafka-python refuses a
+    record with neither key nor value (ksqlDB's cases have such inputs: a keyless stream's null
+    value): that one is written by confluent-kafka, in order (kafka-python's queue flushed before,
+    confluent-kafka's after), with the produce time if its timestamp is 0. Thread-safe."""
 
     def __init__(self, bootstrap: str) -> None:
+        self._bootstrap = bootstrap
+        self._empty_records: Any = None     # confluent-kafka, for records without key and value
+        self._order = threading.Lock()
         try:
             from kafka import KafkaProducer
         except ImportError:
@@ -127,6 +133,9 @@ class InputProducer:
     def produce(self, topic: str, key: bytes | None, value: bytes | None, timestamp_ms: int,
                 headers: list[tuple[str, str | bytes | None]] | None, errors: list[str]) -> None:
         """Queue one record; a delivery failure is appended to ``errors``."""
+        if self._kafka_python is not None and key is None and value is None:
+            self._produce_empty(topic, timestamp_ms, headers, errors)
+            return
         if self._kafka_python is not None:
             future = self._kafka_python.send(topic, value=value, key=key, headers=headers, timestamp_ms=timestamp_ms)
             future.add_errback(lambda exc: errors.append(str(exc)))
@@ -139,6 +148,24 @@ class InputProducer:
         self._confluent.produce(topic, key=key, value=value, timestamp=timestamp_ms, headers=headers,
                                 on_delivery=delivered)
         self._confluent.poll(0)
+
+    def _produce_empty(self, topic: str, timestamp_ms: int, headers: list[tuple[str, str | bytes | None]] | None,
+                       errors: list[str]) -> None:
+        from confluent_kafka import Producer
+
+        def delivered(err: Any, _msg: Any) -> None:
+            if err is not None:
+                errors.append(str(err))
+
+        with self._order:
+            if self._empty_records is None:
+                self._empty_records = Producer({"bootstrap.servers": self._bootstrap, "enable.idempotence": True,
+                                                "log_level": 2})
+            self._kafka_python.flush(CLIENT_TIMEOUT_S)
+            self._empty_records.produce(topic, key=None, value=None, timestamp=timestamp_ms, headers=headers,
+                                        on_delivery=delivered)
+            if self._empty_records.flush(CLIENT_TIMEOUT_S) != 0:
+                errors.append(f"a record without key and value to {topic} not acknowledged")
 
     def flush(self, timeout_s: float) -> bool:
         """Whether every queued record was acknowledged within ``timeout_s``."""

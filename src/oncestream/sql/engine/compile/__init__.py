@@ -12,6 +12,7 @@
 - ``table_joins``    table-table joins on the primary keys (state store); their per-key rules in
                      ``table_join_steps`` (plain Python).
 - ``expressions``    ksqlDB expressions (sqlglot trees) to Spark SQL, with the function catalog.
+- ``null_values``    ksqlDB's rules for a stream's records whose value is null (module docstring).
 - ``serde_columns``  the Spark column form of ``oncestream.sql.engine.serde``'s formats.
 - ``update_sink``    exactly-once writes of update-mode results through ``foreachBatch``.
 """

@@ -46,7 +46,7 @@ from pyspark.sql.streaming.state import GroupStateTimeout
 from oncestream.sql.engine.compile.expressions import Scope, quote, translate
 from oncestream.sql.engine.compile.fk_joins import fk_table_join
 from oncestream.sql.engine.compile.join_state import STREAM_TABLE_OUT, StreamTableProcessor
-from oncestream.sql.engine.compile.sources import TOMBSTONE, TS, ReadSettings, read_source
+from oncestream.sql.engine.compile.sources import TOMBSTONE, TS, ReadSettings, read_source, without_null_values
 from oncestream.sql.engine.compile.table_join_steps import stream_table_rows
 from oncestream.sql.engine.compile.table_joins import table_table
 from oncestream.sql.errors import StatementError
@@ -82,7 +82,8 @@ class _Joined:
 
 
 def _first(spark: SparkSession, alias: str, source: SourceInfo, settings: ReadSettings) -> _Joined:
-    frame = read_source(spark, source, settings, prefix=alias)
+    # Kafka Streams' joins skip a stream record whose value is null (compile/null_values.py).
+    frame = without_null_values(read_source(spark, source, settings, prefix=alias), source, alias)
     return _Joined(frame, source.kind, quote(f"{alias}__{ROWTIME}"), quote(f"{alias}__{ROWPARTITION}"),
                    quote(f"{alias}__{ROWOFFSET}"), ts_column=f"{alias}__{TS}")
 
@@ -167,7 +168,8 @@ def _stream_stream(spark: SparkSession, spec: Any, scope: Scope, left: _Joined, 
     else:
         left_ts = f"timestamp_millis({left.rowtime})"
         bounds = left.bounds
-    rf = read_source(spark, right_source, settings, prefix=right_alias).withWatermark(right_ts, f"{grace} milliseconds")
+    rf = without_null_values(read_source(spark, right_source, settings, prefix=right_alias), right_source, right_alias)
+    rf = rf.withWatermark(right_ts, f"{grace} milliseconds")
     conditions = [f"({left_sql}) = ({right_sql})",
                   f"{quote(right_ts)} >= {left_ts} - INTERVAL {before} MILLISECONDS",
                   f"{quote(right_ts)} <= {left_ts} + INTERVAL {after} MILLISECONDS"]

@@ -9,6 +9,9 @@ The compiled frame has one column per output column (named as the output column)
 ``__WSTART``/``__WEND`` (BIGINT ms; windowed results), ``__DELETE`` (true: the row is a
 tombstone for its key: a table row deleted upstream, or failing WHERE/HAVING on a table) and
 ``__ROWTIME`` (BIGINT ms: the result's ROWTIME as Kafka Streams gives it, see ``result_rowtime``).
+A stream's records whose value is null go through a projection as records with a null value
+(``__DELETE`` true) and are dropped by WHERE, table functions, aggregations and joins
+(``null_values`` has ksqlDB's rules).
 ``records()`` turns it into the connector's ``key``/``value``/``timestamp`` columns for a sink's
 formats.
 """
@@ -28,7 +31,16 @@ from sqlglot import exp
 from oncestream.sql.engine.compile import serde_columns
 from oncestream.sql.engine.compile.expressions import Scope, is_aggregate, quote, translate
 from oncestream.sql.engine.compile.joins import join_frames, join_key_sql
-from oncestream.sql.engine.compile.sources import RAW_KEY, TOMBSTONE, TS, ReadSettings, read_source, timestamp_ms
+from oncestream.sql.engine.compile.null_values import key_only
+from oncestream.sql.engine.compile.sources import (
+    RAW_KEY,
+    TOMBSTONE,
+    TS,
+    ReadSettings,
+    read_source,
+    timestamp_ms,
+    without_null_values,
+)
 from oncestream.sql.engine.compile.table_aggregation import RESULT_ROWTIME, aggregate_table
 from oncestream.sql.engine.compile.table_functions import has_table_functions, spread_rows
 from oncestream.sql.engine.compile.table_joins import JOIN_KEY
@@ -65,14 +77,15 @@ class CompiledQuery:
     raw_key_layout: tuple[Any, ...] | None = None
 
     def rows(self) -> DataFrame:
-        """The output columns in order, tombstones dropped (push queries)."""
+        """The output columns in order, tombstones and a stream's null values dropped (push
+        queries, as ksqlDB's transient queries drop them)."""
         frame = self.frame.where(~F.col(DELETE)) if self.has_delete else self.frame
         return frame.select(*[F.col(quote(c.name)) for c in self.columns])
 
     def records(self, layout: RecordLayout, sink_timestamp: Column | None = None,
                 sink_timestamp_format: str | None = None) -> DataFrame:
         """The connector's ``key``/``value``/``timestamp`` columns in the sink's formats (value
-        null for a tombstone). The record timestamp is the result's ROWTIME, or with
+        null for a tombstone or a stream's null-valued record). The record timestamp is the result's ROWTIME, or with
         ``sink_timestamp`` (a C*AS's ``WITH (TIMESTAMP='col')``, one of ``columns``) that output
         column's value; a row whose column is null or negative is dropped, as ksqlDB drops a row
         whose timestamp it cannot extract (a tombstone keeps the result's ROWTIME)."""
@@ -169,6 +182,12 @@ def compile_query(spark: SparkSession, query: Query, analyzed: Any, settings: Re
     group_exprs = list(analyzed.group_by)
     aggregated = bool(group_exprs) or bool(getattr(analyzed, "aggregates", ())) or any(is_aggregate(e) for e in expressions)
     first_alias, first_source = aliases[0]
+    # A stream's null-valued records reach this point only from a single source (joins drop them).
+    null_rows = first_source.kind is SourceKind.STREAM and len(aliases) == 1
+    if null_rows and (aggregated or where is not None or has_table_functions(expressions)):
+        # ksqlDB's aggregations, WHERE and table functions drop them (compile/null_values.py).
+        frame = without_null_values(frame, first_source)
+        null_rows = False
     if aggregated:
         if first_source.kind is SourceKind.TABLE and len(aliases) == 1:
             # Updates retract the old row's contribution: compile/table_aggregation.py.
@@ -189,6 +208,12 @@ def compile_query(spark: SparkSession, query: Query, analyzed: Any, settings: Re
     join_key = JOIN_KEY if JOIN_KEY in frame.columns else None
     selected = [(F.col(join_key) if join_key and c.is_key else F.expr(translate(chosen[c.name], scope))).alias(c.name)
                 for c in columns]
+    if null_rows:
+        # A null-valued record's new key (PARTITION BY) is computed from its key alone.
+        source_keys = {scope.internal(first_alias, k.name) for k in first_source.key_columns}
+        selected = [F.when(F.col(TOMBSTONE), F.lit(None)).otherwise(column).alias(c.name)
+                    if c.is_key and not key_only(chosen[c.name], scope, source_keys) else column
+                    for c, column in zip(columns, selected, strict=True)]
     extra: list[SparkColumn] = [F.expr(result_rowtime(aliases, scope)).alias(RESULT_ROWTIME)]
     if first_source.window is not None and len(aliases) == 1:
         # A windowed source keeps its window in the key: carry it to the output key.
@@ -206,6 +231,10 @@ def compile_query(spark: SparkSession, query: Query, analyzed: Any, settings: Re
         projected = frame.select(*selected, *extra, delete.alias(DELETE))
         return CompiledQuery(projected, columns, result_kind, first_source.window if len(aliases) == 1 else None,
                              "append", True, raw_key)
+    if null_rows:
+        # Written with a null value (``records``), not shown by push queries (``rows``).
+        projected = frame.select(*selected, *extra, F.col(TOMBSTONE).alias(DELETE))
+        return CompiledQuery(projected, columns, result_kind, first_source.window, "append", True, raw_key)
     if keep is not None:
         frame = frame.where(keep)
     projected = frame.select(*selected, *extra)

@@ -5,9 +5,10 @@ The frame of one source holds its key columns, value columns, ``ROWTIME`` (BIGIN
 timestamp, or the ``TIMESTAMP`` column), ``ROWPARTITION``, ``ROWOFFSET``, a windowed source's
 ``WINDOWSTART``/``WINDOWEND``, ``__TS`` (ROWTIME as a Spark timestamp, for windows and watermarks)
 and ``__TOMBSTONE`` (the record's value is null) and ``__RAWKEY`` (the record key's bytes, written
-through unchanged when the output key is the source key in the same layout). A stream drops records with a null value, as
-ksqlDB does; a table keeps them (they delete the key). Records whose ROWTIME is negative or null
-are dropped, as Kafka Streams drops them.
+through unchanged when the output key is the source key in the same layout). Records with a null
+value are kept: a table's delete its key; a stream's go on as ksqlDB's null rows, which most
+operators drop (``without_null_values``; compile/null_values.py has ksqlDB's rules). Records whose
+ROWTIME is negative or null are dropped, as Kafka Streams drops them.
 """
 
 from __future__ import annotations
@@ -105,11 +106,18 @@ def read_source(spark: SparkSession, source: SourceInfo, settings: ReadSettings,
     # Kafka Streams skips a record whose timestamp (or TIMESTAMP column) is negative or cannot be
     # extracted (null): it has no place in stream time, and no record can be written with it.
     frame = frame.where(F.col(ROWTIME) >= 0)
-    if source.kind is SourceKind.STREAM:
-        frame = frame.where(~F.col(TOMBSTONE))
     # A record of a registry format that did not decode is in the processing log, not the query.
     for marker in (c for c in frame.columns if c.startswith(serde_columns.UNREADABLE)):
         frame = frame.where(~F.col(marker)).drop(marker)
     if prefix is not None:
         frame = frame.select(*[F.col(f"`{c}`").alias(f"{prefix}__{c}") for c in frame.columns])
     return frame
+
+
+def without_null_values(frame: DataFrame, source: SourceInfo, prefix: str | None = None) -> DataFrame:
+    """``frame`` (``source`` read by ``read_source`` with ``prefix``) without a stream's records
+    whose value is null, which ksqlDB's joins, WHERE, table functions and aggregations drop; a
+    table's (its tombstones) are kept."""
+    if source.kind is not SourceKind.STREAM:
+        return frame
+    return frame.where(~F.col(TOMBSTONE if prefix is None else f"{prefix}__{TOMBSTONE}"))
