@@ -45,8 +45,14 @@ from pyspark.sql.streaming.state import GroupStateTimeout
 
 from oncestream.sql.engine.compile.expressions import Scope, quote, translate
 from oncestream.sql.engine.compile.fk_joins import fk_table_join
-from oncestream.sql.engine.compile.join_state import STREAM_TABLE_OUT, StreamTableProcessor
+from oncestream.sql.engine.compile.join_state import (
+    STREAM_STREAM_OUT,
+    STREAM_TABLE_OUT,
+    StreamStreamProcessor,
+    StreamTableProcessor,
+)
 from oncestream.sql.engine.compile.sources import TOMBSTONE, TS, ReadSettings, read_source
+from oncestream.sql.engine.compile.stream_join_steps import JoinWindow
 from oncestream.sql.engine.compile.table_join_steps import stream_table_rows
 from oncestream.sql.engine.compile.table_joins import table_table
 from oncestream.sql.errors import StatementError
@@ -151,6 +157,11 @@ def _stream_stream(spark: SparkSession, spec: Any, scope: Scope, left: _Joined, 
         raise StatementError("Stream-Stream joins must have a WITHIN clause specified. None was provided.")
     before = spec.within_before_ms
     after = spec.within_after_ms if spec.within_after_ms is not None else before
+    kind = join_kind(spec)
+    if kind != "inner" and not left.watermarked:
+        window = JoinWindow({"left_outer": "LEFT", "right_outer": "RIGHT"}.get(kind, "FULL"), before, after,
+                            spec.within_grace_ms)
+        return _outer_stream_stream(spark, window, left, right, left_sql, right_sql, settings)
     grace = spec.within_grace_ms if spec.within_grace_ms is not None else DEFAULT_GRACE_MS
     right_ts = f"{right_alias}__{TS}"
     lf = left.frame
@@ -176,7 +187,6 @@ def _stream_stream(spark: SparkSession, spec: Any, scope: Scope, left: _Joined, 
             # implied by the bounds above; written on a watermarked column so Spark can evict state
             conditions += [f"{quote(right_ts)} >= {quote(column)} - INTERVAL {lo + before} MILLISECONDS",
                            f"{quote(right_ts)} <= {quote(column)} + INTERVAL {hi + after} MILLISECONDS"]
-    kind = join_kind(spec)
     frame = lf.join(rf, F.expr(" AND ".join(conditions)), kind)
     right_rowtime = quote(f"{right_alias}__{ROWTIME}")
     new_bounds: list[tuple[str, int, int]] = []
@@ -197,6 +207,33 @@ def _stream_stream(spark: SparkSession, spec: Any, scope: Scope, left: _Joined, 
                    f"coalesce({left.partition}, {quote(f'{right_alias}__{ROWPARTITION}')})",
                    f"coalesce({left.offset}, {quote(f'{right_alias}__{ROWOFFSET}')})", bounds=new_bounds,
                    watermarked=True, pandas_state=left.pandas_state, event_columns=[keep])
+
+
+def _outer_stream_stream(spark: SparkSession, window: JoinWindow, left: _Joined, right: tuple[str, SourceInfo],
+                         left_sql: str, right_sql: str, settings: ReadSettings) -> _Joined:
+    """A stream-stream LEFT/RIGHT/FULL OUTER join as Kafka Streams writes it
+    (``stream_join_steps``): both sides keyed by the join key and unioned into one
+    ``transformWithState`` operator in event time, whose watermark (no delay: the largest ROWTIME
+    of earlier micro-batches) is the stream time that closes windows."""
+    right_alias, right_source = right
+    lf = left.frame
+    rf = read_source(spark, right_source, settings, prefix=right_alias)
+    right_order = (quote(f"{right_alias}__{ROWTIME}"), quote(f"{right_alias}__{ROWPARTITION}"),
+                   quote(f"{right_alias}__{ROWOFFSET}"))
+    union = _keyed(lf, left_sql, 0, (left.rowtime, left.partition, left.offset), None).unionByName(
+        _keyed(rf, right_sql, 1, right_order, None))
+    union = union.withColumn("__ET", F.timestamp_millis(F.col("__ORD_TS"))).withWatermark("__ET", "0 milliseconds")
+    joined = union.groupBy("__JK").transformWithState(StreamStreamProcessor(window), STREAM_STREAM_OUT, "Append",
+                                                      "EventTime")
+    frame = joined.select(F.from_json("__L", lf.schema).alias("__l"), F.from_json("__R", rf.schema).alias("__r")) \
+        .select("__l.*", "__r.*")
+    right_rowtime = quote(f"{right_alias}__{ROWTIME}")
+    # the result's ROWTIME is the larger of the two rows' (an unmatched row's own), Kafka Streams' rule;
+    # Spark's event-time marks do not pass the operator: a later stream-stream join evicts nothing
+    return _Joined(frame, SourceKind.STREAM, f"greatest({left.rowtime}, {right_rowtime})",
+                   f"coalesce({left.partition}, {quote(f'{right_alias}__{ROWPARTITION}')})",
+                   f"coalesce({left.offset}, {quote(f'{right_alias}__{ROWOFFSET}')})", watermarked=True,
+                   pandas_state=left.pandas_state)
 
 
 def _keyed(frame: DataFrame, key_sql: str, side: int, order: tuple[str, str, str], deleted: Any) -> DataFrame:
