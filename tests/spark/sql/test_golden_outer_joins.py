@@ -14,9 +14,10 @@ import pytest
 
 from tests.spark.sql.golden import analyze, create_topics, ddl, produce, read_timed_output, sink_of, start, unique
 
-pytestmark = [pytest.mark.spark]
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
 
 T0 = 1_700_000_000_000
+WAIT_S = 600.0       # a bound on waiting for output (a micro-batch with a Python operator takes minutes under load)
 
 
 def _int(v: int) -> bytes:
@@ -48,7 +49,7 @@ def test_left_join_without_grace_writes_the_unmatched_row_at_once_even_when_inpu
     _s, q = analyze("CREATE STREAM LJ AS SELECT L.ID, LV, RV FROM L LEFT JOIN R WITHIN 5 SECONDS ON L.ID = R.ID "
                     "EMIT CHANGES;", sources)
     start(runtime, "CSAS_OJL_1", q, sink_of(q, "LJ", out_t))
-    got = _rows(read_timed_output(bootstrap, out_t, 3, runtime=runtime, query_id="CSAS_OJL_1"))
+    got = _rows(read_timed_output(bootstrap, out_t, 3, timeout_s=WAIT_S, runtime=runtime, query_id="CSAS_OJL_1"))
     assert sorted(got, key=repr) == sorted([
         (1, {"LV": "l1", "RV": None}, T0), (1, {"LV": "l1", "RV": "r1"}, T0 + 2000),
         (2, {"LV": "l2", "RV": None}, T0 + 1000)], key=repr)
@@ -71,10 +72,10 @@ def test_left_join_with_grace_writes_the_unmatched_row_after_stream_time_passes(
     _s, q = analyze("CREATE STREAM LG AS SELECT L.ID, LV, RV FROM L LEFT JOIN R WITHIN 5 SECONDS GRACE PERIOD "
                     "1 SECOND ON L.ID = R.ID EMIT CHANGES;", sources)
     start(runtime, "CSAS_OJG_1", q, sink_of(q, "LG", out_t))
-    first = _rows(read_timed_output(bootstrap, out_t, 1, runtime=runtime, query_id="CSAS_OJG_1"))
+    first = _rows(read_timed_output(bootstrap, out_t, 1, timeout_s=WAIT_S, runtime=runtime, query_id="CSAS_OJG_1"))
     assert first == [(1, {"LV": "l1", "RV": "r1"}, T0 + 2000)]
     produce(bootstrap, right_t, [(_int(9), b'{"RV":"tick"}', T0 + 10000)])
-    got = _rows(read_timed_output(bootstrap, out_t, 2, runtime=runtime, query_id="CSAS_OJG_1"))
+    got = _rows(read_timed_output(bootstrap, out_t, 2, timeout_s=WAIT_S, runtime=runtime, query_id="CSAS_OJG_1"))
     assert got == [(1, {"LV": "l1", "RV": "r1"}, T0 + 2000), (2, {"LV": "l2", "RV": None}, T0 + 1000)]
     runtime.stop_persistent("CSAS_OJG_1")
 
@@ -94,11 +95,11 @@ def test_full_and_right_outer_joins(runtime, eos_broker):
     _s, right = analyze("CREATE STREAM RJ AS SELECT R.ID, LV, RV FROM L RIGHT JOIN R WITHIN 2 SECONDS "
                         "ON L.ID = R.ID EMIT CHANGES;", sources)
     start(runtime, "CSAS_OJR_2", right, sink_of(right, "RJ", right_out))
-    got = _rows(read_timed_output(bootstrap, full_t, 4, runtime=runtime, query_id="CSAS_OJF_1"))
+    got = _rows(read_timed_output(bootstrap, full_t, 4, timeout_s=WAIT_S, runtime=runtime, query_id="CSAS_OJF_1"))
     assert sorted(got, key=repr) == sorted([
         (1, {"LV": "l1", "RV": None}, T0), (1, {"LV": "l1", "RV": "r1"}, T0 + 1000),
         (2, {"LV": None, "RV": "r2"}, T0 + 1500), (3, {"LV": "l3", "RV": None}, T0 + 500)], key=repr)
-    got = _rows(read_timed_output(bootstrap, right_out, 2, runtime=runtime, query_id="CSAS_OJR_2"))
+    got = _rows(read_timed_output(bootstrap, right_out, 2, timeout_s=WAIT_S, runtime=runtime, query_id="CSAS_OJR_2"))
     assert sorted(got, key=repr) == sorted([
         (1, {"LV": "l1", "RV": "r1"}, T0 + 1000), (2, {"LV": None, "RV": "r2"}, T0 + 1500)], key=repr)
     runtime.stop_persistent("CSAS_OJF_1")

@@ -158,7 +158,7 @@ def _stream_stream(spark: SparkSession, spec: Any, scope: Scope, left: _Joined, 
     before = spec.within_before_ms
     after = spec.within_after_ms if spec.within_after_ms is not None else before
     kind = join_kind(spec)
-    if kind != "inner" and not left.watermarked:
+    if kind != "inner":
         window = JoinWindow({"left_outer": "LEFT", "right_outer": "RIGHT"}.get(kind, "FULL"), before, after,
                             spec.within_grace_ms)
         return _outer_stream_stream(spark, window, left, right, left_sql, right_sql, settings)
@@ -220,9 +220,16 @@ def _outer_stream_stream(spark: SparkSession, window: JoinWindow, left: _Joined,
     rf = read_source(spark, right_source, settings, prefix=right_alias)
     right_order = (quote(f"{right_alias}__{ROWTIME}"), quote(f"{right_alias}__{ROWPARTITION}"),
                    quote(f"{right_alias}__{ROWOFFSET}"))
-    union = _keyed(lf, left_sql, 0, (left.rowtime, left.partition, left.offset), None).unionByName(
-        _keyed(rf, right_sql, 1, right_order, None))
-    union = union.withColumn("__ET", F.timestamp_millis(F.col("__ORD_TS"))).withWatermark("__ET", "0 milliseconds")
+    keyed_left = _keyed(lf, left_sql, 0, (left.rowtime, left.partition, left.offset), None) \
+        .withColumn("__ET", F.timestamp_millis(F.col("__ORD_TS")))
+    keyed_right = _keyed(rf, right_sql, 1, right_order, None).withColumn("__ET", F.timestamp_millis(F.col("__ORD_TS")))
+    if not left.watermarked:
+        # one watermark over both sides: the largest ROWTIME of either, Kafka Streams' stream time
+        union = keyed_left.unionByName(keyed_right).withWatermark("__ET", "0 milliseconds")
+    else:
+        # the result of an earlier stream-stream join carries its watermark (Spark allows one
+        # definition per branch): the right side gets its own, and the query's is the smaller
+        union = keyed_right.withWatermark("__ET", "0 milliseconds").unionByName(keyed_left)
     joined = union.groupBy("__JK").transformWithState(StreamStreamProcessor(window), STREAM_STREAM_OUT, "Append",
                                                       "EventTime")
     frame = joined.select(F.from_json("__L", lf.schema).alias("__l"), F.from_json("__R", rf.schema).alias("__r")) \
