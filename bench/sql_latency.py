@@ -21,7 +21,6 @@ import argparse
 import os
 import statistics
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -31,9 +30,7 @@ for path in (str(ROOT / "src"), str(ROOT)):
     if path not in sys.path:
         sys.path.insert(0, path)
 
-from bench.sql_pipeline import SOURCE, _create_topics, sql_spark_session  # noqa: E402
-
-from oncestream.broker_process import OnceStreamBroker  # noqa: E402
+from bench.sql_pipeline import _create_topics, orders_source, sql_bench_runtime  # noqa: E402
 
 QUERY = "CREATE STREAM FAST AS SELECT ID, NAME, AMOUNT * 2 AS DOUBLED FROM ORDERS WHERE AMOUNT >= 10 EMIT CHANGES;"
 
@@ -105,31 +102,19 @@ def main() -> int:
     parser.add_argument("--master", default=f"local[{os.cpu_count() or 2}]")
     args = parser.parse_args()
 
-    work = Path(tempfile.mkdtemp(prefix="oncestream-sql-latency-"))
-    broker = OnceStreamBroker(work / "data", config={"transaction.two.phase.commit.enable": "true"})
-    broker.start()
-    spark = None
-    runtime = None
-    try:
-        from oncestream.sql.engine.runtime import QueryRuntime, RuntimeSettings
-        from oncestream.sql.language.analyzer import analyze_query
-        from oncestream.sql.language.catalog import Column, Format, Namespace, QueryInfo, SourceInfo
-        from oncestream.sql.language.parser import parse
-        from oncestream.sql.language.sql_ast import CreateAsSelect, CreateSource
+    from oncestream.sql.language.analyzer import analyze_query
+    from oncestream.sql.language.catalog import Format, QueryInfo, SourceInfo
+    from oncestream.sql.language.parser import parse
+    from oncestream.sql.language.sql_ast import CreateAsSelect
 
-        bootstrap = broker.bootstrap
-        topic_in, topic_out = "orders", "fast"
+    topic_in, topic_out = "orders", "fast"
+    with sql_bench_runtime("oncestream-sql-latency-", args.master, trigger_interval_ms=args.trigger_ms) as (
+            bootstrap, _spark, runtime, _work):
         _create_topics(bootstrap, args.partitions, topic_in, topic_out)
-        spark = sql_spark_session(args.master, "oncestream-sql-latency")
-        runtime = QueryRuntime(spark, RuntimeSettings(bootstrap_servers=bootstrap, checkpoint_root=str(work / "cp"),
-                                                      service_id="latency", trigger_interval_ms=args.trigger_ms))
-        (ddl,) = parse(SOURCE.format(topic=topic_in))
         (statement,) = parse(QUERY)
-        if not isinstance(ddl, CreateSource) or not isinstance(statement, CreateAsSelect):
-            raise TypeError("the benchmark's statements parsed as other kinds")
-        source = SourceInfo(name="ORDERS", kind=ddl.kind, topic=topic_in, key_format=Format.KAFKA, value_format=Format.JSON,
-                            columns=tuple(Column(c.name, c.type, Namespace.KEY if c.key else Namespace.VALUE)
-                                          for c in ddl.columns), statement=ddl.text, partitions=args.partitions)
+        if not isinstance(statement, CreateAsSelect):
+            raise TypeError(f"the benchmark query must be a CREATE ... AS SELECT, parsed as {type(statement).__name__}")
+        source = orders_source(topic_in, args.partitions)
         analyzed = analyze_query(statement.query, {"ORDERS": source}, sink=statement.name)
         sink = SourceInfo(name=statement.name, kind=analyzed.result_kind, topic=topic_out, key_format=Format.KAFKA,
                           value_format=Format.JSON, columns=tuple(analyzed.columns), statement=statement.text,
@@ -169,12 +154,6 @@ def main() -> int:
         print(f"| {len(values)} of {passing} | {_percentile(values, 0.5):.0f} | {_percentile(values, 0.9):.0f} | "
               f"{_percentile(values, 0.99):.0f} | {values[-1]:.0f} | {statistics.fmean(values):.0f} |")
         print(f"\nload average at the end: {', '.join(f'{x:.1f}' for x in os.getloadavg())}")
-    finally:
-        if runtime is not None:
-            runtime.stop_all()
-        if spark is not None:
-            spark.stop()
-        broker.stop()
     return 0
 
 
