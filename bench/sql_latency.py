@@ -83,10 +83,10 @@ def _consume(bootstrap: str, topic: str, expected: int, sent: dict[int, int], ou
         deadline = time.monotonic() + timeout_s
         while len(out) < expected and time.monotonic() < deadline and not stop.is_set():
             msg = consumer.poll(0.05)
-            if msg is None or msg.error() is not None:
+            if msg is None or msg.error() is not None or msg.key() is None:
                 continue
             arrived_ms = time.time() * 1000
-            record_id = int.from_bytes(msg.key(), "big")
+            record_id = int.from_bytes(msg.key() or b"", "big")
             if record_id in sent:
                 out.append(arrived_ms - msg.timestamp()[1])
     finally:
