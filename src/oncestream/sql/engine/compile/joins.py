@@ -62,6 +62,7 @@ from oncestream.sql.language.catalog import ROWOFFSET, ROWPARTITION, ROWTIME, So
 from oncestream.sql.language.sql_ast import JoinSpec, SourceKind
 
 DEFAULT_GRACE_MS = 24 * 60 * 60 * 1000
+LATENESS_MS = 3650 * 24 * 60 * 60 * 1000    # how late a row of an outer stream-stream join may be (10 years)
 
 _ts_ids = itertools.count()
 
@@ -213,23 +214,28 @@ def _outer_stream_stream(spark: SparkSession, window: JoinWindow, left: _Joined,
                          left_sql: str, right_sql: str, settings: ReadSettings) -> _Joined:
     """A stream-stream LEFT/RIGHT/FULL OUTER join as Kafka Streams writes it
     (``stream_join_steps``): both sides keyed by the join key and unioned into one
-    ``transformWithState`` operator in event time, whose watermark (no delay: the largest ROWTIME
-    of earlier micro-batches) is the stream time that closes windows."""
+    ``transformWithState`` operator in event time, whose watermark (the largest ROWTIME of earlier
+    micro-batches) is the stream time that closes windows."""
     right_alias, right_source = right
     lf = left.frame
     rf = read_source(spark, right_source, settings, prefix=right_alias)
     right_order = (quote(f"{right_alias}__{ROWTIME}"), quote(f"{right_alias}__{ROWPARTITION}"),
                    quote(f"{right_alias}__{ROWOFFSET}"))
-    keyed_left = _keyed(lf, left_sql, 0, (left.rowtime, left.partition, left.offset), None) \
-        .withColumn("__ET", F.timestamp_millis(F.col("__ORD_TS")))
-    keyed_right = _keyed(rf, right_sql, 1, right_order, None).withColumn("__ET", F.timestamp_millis(F.col("__ORD_TS")))
+    # Spark drops a row older than the watermark before an event-time operator sees it; Kafka
+    # Streams still joins (and, outer, writes) a late row. The event time is the ROWTIME shifted
+    # by LATENESS_MS and the watermark's delay is as long: the watermark is still the largest
+    # ROWTIME (stream time), and only a row later than LATENESS_MS is dropped.
+    event_time = F.timestamp_millis(F.col("__ORD_TS") + F.lit(LATENESS_MS))
+    delay = f"{LATENESS_MS} milliseconds"
+    keyed_left = _keyed(lf, left_sql, 0, (left.rowtime, left.partition, left.offset), None).withColumn("__ET", event_time)
+    keyed_right = _keyed(rf, right_sql, 1, right_order, None).withColumn("__ET", event_time)
     if not left.watermarked:
         # one watermark over both sides: the largest ROWTIME of either, Kafka Streams' stream time
-        union = keyed_left.unionByName(keyed_right).withWatermark("__ET", "0 milliseconds")
+        union = keyed_left.unionByName(keyed_right).withWatermark("__ET", delay)
     else:
         # the result of an earlier stream-stream join carries its watermark (Spark allows one
         # definition per branch): the right side gets its own, and the query's is the smaller
-        union = keyed_right.withWatermark("__ET", "0 milliseconds").unionByName(keyed_left)
+        union = keyed_right.withWatermark("__ET", delay).unionByName(keyed_left)
     joined = union.groupBy("__JK").transformWithState(StreamStreamProcessor(window), STREAM_STREAM_OUT, "Append",
                                                       "EventTime")
     frame = joined.select(F.from_json("__L", lf.schema).alias("__l"), F.from_json("__R", rf.schema).alias("__r")) \
