@@ -16,6 +16,7 @@ Both pipelines first run once, unmeasured, over a small topic (JVM and Python-wo
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -155,6 +156,44 @@ def sql_spark_session(master: str, app_name: str):
     return spark
 
 
+@contextlib.contextmanager
+def sql_bench_runtime(prefix: str, master: str, **settings):
+    """A broker (two-phase commit on) on a free port, a SparkSession (``sql_spark_session``) and a
+    ``QueryRuntime`` on them with ``settings`` (``RuntimeSettings`` fields); yields (bootstrap,
+    spark, runtime, work directory) and stops all three."""
+    from oncestream.sql.engine.runtime import QueryRuntime, RuntimeSettings
+
+    work = Path(tempfile.mkdtemp(prefix=prefix))
+    broker = OnceStreamBroker(work / "data", config={"transaction.two.phase.commit.enable": "true"})
+    broker.start()
+    spark = runtime = None
+    try:
+        spark = sql_spark_session(master, prefix.rstrip("-"))
+        runtime = QueryRuntime(spark, RuntimeSettings(bootstrap_servers=broker.bootstrap, checkpoint_root=str(work / "cp"),
+                                                      service_id="bench", **settings))
+        yield broker.bootstrap, spark, runtime, work
+    finally:
+        if runtime is not None:
+            runtime.stop_all()
+        if spark is not None:
+            spark.stop()
+        broker.stop()
+
+
+def orders_source(topic: str, partitions: int):
+    """The benchmarks' ORDERS stream (``SOURCE``) on ``topic``, as the metastore records it."""
+    from oncestream.sql.language.catalog import Column, Format, Namespace, SourceInfo
+    from oncestream.sql.language.parser import parse
+    from oncestream.sql.language.sql_ast import CreateSource
+
+    (ddl,) = parse(SOURCE.format(topic=topic))
+    if not isinstance(ddl, CreateSource):
+        raise TypeError(f"the benchmark source must be a CREATE STREAM, parsed as {type(ddl).__name__}")
+    return SourceInfo(name="ORDERS", kind=ddl.kind, topic=topic, key_format=Format.KAFKA, value_format=Format.JSON,
+                      columns=tuple(Column(c.name, c.type, Namespace.KEY if c.key else Namespace.VALUE)
+                                    for c in ddl.columns), statement=ddl.text, partitions=partitions)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=int, default=200_000)
@@ -165,33 +204,15 @@ def main() -> int:
     parser.add_argument("--master", default=f"local[{os.cpu_count() or 2}]")
     args = parser.parse_args()
 
-    work = Path(tempfile.mkdtemp(prefix="oncestream-sql-bench-"))
-    broker = OnceStreamBroker(work / "data", config={"transaction.two.phase.commit.enable": "true"})
-    broker.start()
-    spark = None
-    runtime = None
-    try:
-        from oncestream.sql.engine.runtime import QueryRuntime, RuntimeSettings
-
-        bootstrap = broker.bootstrap
+    with sql_bench_runtime("oncestream-sql-bench-", args.master, trigger_interval_ms=args.trigger_ms,
+                           max_offsets_per_trigger=args.max_offsets) as (bootstrap, spark, runtime, work):
         topic_in = "orders"
         outs = [f"out-{kind}-{r}" for r in range(args.rounds) for kind in ("sql", "hand")]
         _create_topics(bootstrap, args.partitions, topic_in, *outs)
         passing = _fill(bootstrap, topic_in, args.records)
-        spark = sql_spark_session(args.master, "oncestream-sql-bench")
-        runtime = QueryRuntime(spark, RuntimeSettings(bootstrap_servers=bootstrap, checkpoint_root=str(work / "cp"),
-                                                      service_id="bench", trigger_interval_ms=args.trigger_ms,
-                                                      max_offsets_per_trigger=args.max_offsets))
-        from oncestream.sql.language.catalog import Column, Format, Namespace, SourceInfo
-        from oncestream.sql.language.parser import parse
-        from oncestream.sql.language.sql_ast import CreateSource
+        from oncestream.sql.language.catalog import SourceInfo
 
-        (ddl,) = parse(SOURCE.format(topic=topic_in))
-        if not isinstance(ddl, CreateSource):
-            raise TypeError(f"the benchmark source must be a CREATE STREAM, parsed as {type(ddl).__name__}")
-        source = SourceInfo(name="ORDERS", kind=ddl.kind, topic=topic_in, key_format=Format.KAFKA, value_format=Format.JSON,
-                            columns=tuple(Column(c.name, c.type, Namespace.KEY if c.key else Namespace.VALUE)
-                                          for c in ddl.columns), statement=ddl.text, partitions=args.partitions)
+        source = orders_source(topic_in, args.partitions)
         # Warm-up, not measured: the first streaming query of a JVM pays for Python workers, class
         # loading and JIT; run both pipelines once over a small topic first.
         warm_in = "warmup"
@@ -222,12 +243,6 @@ def main() -> int:
         print(f"| SQL runtime (CSAS filter+project) | {sql_rate:,.0f} | {', '.join(f'{s:.2f}' for s in sql_s)} |")
         print(f"| hand-written PySpark | {hand_rate:,.0f} | {', '.join(f'{s:.2f}' for s in hand_s)} |")
         print(f"\nratio SQL / hand-written: {sql_rate / hand_rate:.3f}")
-    finally:
-        if runtime is not None:
-            runtime.stop_all()
-        if spark is not None:
-            spark.stop()
-        broker.stop()
     return 0
 
 

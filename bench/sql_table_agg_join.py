@@ -31,7 +31,6 @@ import json
 import os
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -42,9 +41,7 @@ for path in (str(ROOT / "src"), str(ROOT)):
     if path not in sys.path:
         sys.path.insert(0, path)
 
-from bench.sql_pipeline import _create_topics, _show_batches, _wait_all, sql_spark_session  # noqa: E402
-
-from oncestream.broker_process import OnceStreamBroker  # noqa: E402
+from bench.sql_pipeline import _create_topics, _show_batches, _wait_all, sql_bench_runtime  # noqa: E402
 
 REGIONS = 50
 T0 = 1_700_000_000_000
@@ -360,19 +357,8 @@ def main() -> int:
     parser.add_argument("--only", choices=("agg", "join"), default=None)
     args = parser.parse_args()
 
-    work = Path(tempfile.mkdtemp(prefix="oncestream-sql-agg-join-bench-"))
-    broker = OnceStreamBroker(work / "data", config={"transaction.two.phase.commit.enable": "true"})
-    broker.start()
-    spark = None
-    runtime = None
-    try:
-        from oncestream.sql.engine.runtime import QueryRuntime, RuntimeSettings
-
-        bootstrap = broker.bootstrap
-        spark = sql_spark_session(args.master, "oncestream-sql-agg-join-bench")
-        runtime = QueryRuntime(spark, RuntimeSettings(bootstrap_servers=bootstrap, checkpoint_root=str(work / "cp"),
-                                                      service_id="bench", trigger_interval_ms=args.trigger_ms,
-                                                      max_offsets_per_trigger=args.max_offsets))
+    with sql_bench_runtime("oncestream-sql-agg-join-bench-", args.master, trigger_interval_ms=args.trigger_ms,
+                           max_offsets_per_trigger=args.max_offsets) as (bootstrap, spark, runtime, work):
         results: list[tuple[str, int, list[float], list[float]]] = []
         workloads = [w for w in ("agg", "join") if args.only in (None, w)]
         for workload in workloads:
@@ -430,12 +416,6 @@ def main() -> int:
             name = "table aggregation (COUNT, SUM by region)" if workload == "agg" else "stream-table-table join"
             print(f"| {name} | {count:,} | {sql_rate:,.0f} | {hand_rate:,.0f} | {sql_rate / hand_rate:.3f} | "
                   f"{', '.join(f'{s:.2f}' for s in sql_runs)}; {', '.join(f'{s:.2f}' for s in hand_runs)} |")
-    finally:
-        if runtime is not None:
-            runtime.stop_all()
-        if spark is not None:
-            spark.stop()
-        broker.stop()
     return 0
 
 

@@ -1,6 +1,7 @@
 """The stateful processors of joins that run as Spark's ``transformWithState`` (Python workers):
 Spark allows one ``applyInPandasWithState`` per query, so a query's second stream-table join (n-way
-joins) and both operators of a foreign-key join are these. Like ``table_state``, this module
+joins) and both operators of a foreign-key join are these; so is a stream-stream outer join, whose
+event-time timers write the unmatched rows of keys that receive no more input. Like ``table_state``, this module
 imports only what the processors need (PySpark and the plain-Python join steps), so a worker
 unpickles them quickly. Each keeps one value of state per key in the state store (RocksDB,
 checkpointed with the query) and emits rows (append mode)."""
@@ -16,7 +17,17 @@ from pyspark.sql import types as T
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle
 
 from oncestream.sql.engine.compile.fk_join_steps import Message, foreign_key_step, subscriptions
-from oncestream.sql.engine.compile.table_join_steps import stream_table_rows
+from oncestream.sql.engine.compile.stream_join_steps import (
+    Buffered,
+    JoinWindow,
+    KeyState,
+    Record,
+    Write,
+    next_deadline,
+    on_time,
+    process_batch,
+)
+from oncestream.sql.engine.compile.table_join_steps import processing_order, stream_table_rows
 
 _S = T.StringType()
 STREAM_TABLE_OUT = T.StructType([T.StructField("__S", _S), T.StructField("__T", _S)])
@@ -26,9 +37,11 @@ MESSAGES = T.StructType([T.StructField("__G", _S), T.StructField("__KIND", _S), 
                          T.StructField("__ORD_P", T.LongType()), T.StructField("__ORD_O", T.LongType()),
                          T.StructField("__SEQ", T.LongType())])
 FK_WRITES = T.StructType([T.StructField("__L", _S), T.StructField("__R", _S), T.StructField("__DEL", T.BooleanType())])
+STREAM_STREAM_OUT = T.StructType([T.StructField("__L", _S), T.StructField("__R", _S)])
 _ROW_STATE = T.StructType([T.StructField("row", _S)])
 _LEFT_STATE = T.StructType([T.StructField("row", _S), T.StructField("fk", _S)])
 _GROUP_STATE = T.StructType([T.StructField("right", _S), T.StructField("subscribed", _S)])
+_WINDOW_STATE = T.StructType([T.StructField("rows", _S), T.StructField("stream_time", T.LongType())])
 
 
 def _text(value: Any) -> str | None:
@@ -127,3 +140,64 @@ class ForeignKeyProcessor(StatefulProcessor):
 
     def close(self) -> None:
         pass
+
+
+class StreamStreamProcessor(StatefulProcessor):
+    """A stream-stream outer join keyed by the join key (event time: Spark's watermark is the
+    query's stream time); state: the key's buffered rows of both sides and the stream time it saw
+    (``stream_join_steps``), one event-time timer at the key's next deadline (an unmatched row's
+    window closing, or its rows' eviction)."""
+
+    def __init__(self, window: JoinWindow) -> None:
+        self.window = window
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.handle = handle
+        self.rows = handle.getValueState("window", _WINDOW_STATE)
+
+    def _load(self) -> KeyState:
+        stored = self.rows.get() if self.rows.exists() else None
+        if stored is None:
+            return KeyState([])
+        rows = [Buffered(int(side), int(ts), str(row), bool(pending)) for side, ts, row, pending in json.loads(stored[0])]
+        return KeyState(rows, int(stored[1]))
+
+    def _store(self, state: KeyState, watermark_ms: int) -> None:
+        for timer in list(self.handle.listTimers()):
+            self.handle.deleteTimer(timer)
+        if not state.rows:
+            self.rows.clear()
+            return
+        self.rows.update((json.dumps([[r.side, r.ts, r.row, r.pending] for r in state.rows]), state.stream_time))
+        deadline = next_deadline(self.window, state)
+        if deadline is not None:
+            # a timer fires once the watermark passes it; one at or below the watermark would fire at once
+            self.handle.registerTimer(max(deadline, watermark_ms + 1))
+
+    def handleInputRows(self, key: Any, rows: Iterator[Row], timerValues: Any) -> Iterator[Row]:
+        batch = list(rows)
+        order = processing_order([int(r["__SIDE"]) for r in batch], [int(r["__ORD_TS"]) for r in batch],
+                                 [int(r["__ORD_P"]) for r in batch], [int(r["__ORD_O"]) for r in batch])
+        keyless = key[0] is None
+        records = [Record(int(batch[i]["__SIDE"]), int(batch[i]["__ORD_TS"]), int(batch[i]["__ORD_P"]),
+                          int(batch[i]["__ORD_O"]), str(batch[i]["__ROW"]), keyless) for i in order]
+        watermark_ms = int(timerValues.getCurrentWatermarkInMs())
+        state = self._load()
+        writes = process_batch(self.window, state, records, watermark_ms)
+        self._store(state, watermark_ms)
+        yield from _rows(writes)
+
+    def handleExpiredTimer(self, key: Any, timerValues: Any, expiredTimerInfo: Any) -> Iterator[Row]:
+        watermark_ms = int(timerValues.getCurrentWatermarkInMs())
+        state = self._load()
+        writes = on_time(self.window, state, watermark_ms)
+        self._store(state, watermark_ms)
+        yield from _rows(writes)
+
+    def close(self) -> None:
+        pass
+
+
+def _rows(writes: list[Write]) -> Iterator[Row]:
+    for w in writes:
+        yield Row(__L=w.left, __R=w.right)

@@ -45,8 +45,14 @@ from pyspark.sql.streaming.state import GroupStateTimeout
 
 from oncestream.sql.engine.compile.expressions import Scope, quote, translate
 from oncestream.sql.engine.compile.fk_joins import fk_table_join
-from oncestream.sql.engine.compile.join_state import STREAM_TABLE_OUT, StreamTableProcessor
+from oncestream.sql.engine.compile.join_state import (
+    STREAM_STREAM_OUT,
+    STREAM_TABLE_OUT,
+    StreamStreamProcessor,
+    StreamTableProcessor,
+)
 from oncestream.sql.engine.compile.sources import TOMBSTONE, TS, ReadSettings, read_source, without_null_values
+from oncestream.sql.engine.compile.stream_join_steps import JoinWindow
 from oncestream.sql.engine.compile.table_join_steps import stream_table_rows
 from oncestream.sql.engine.compile.table_joins import table_table
 from oncestream.sql.errors import StatementError
@@ -56,6 +62,7 @@ from oncestream.sql.language.catalog import ROWOFFSET, ROWPARTITION, ROWTIME, So
 from oncestream.sql.language.sql_ast import JoinSpec, SourceKind
 
 DEFAULT_GRACE_MS = 24 * 60 * 60 * 1000
+LATENESS_MS = 3650 * 24 * 60 * 60 * 1000    # how late a row of an outer stream-stream join may be (10 years)
 
 _ts_ids = itertools.count()
 
@@ -152,6 +159,11 @@ def _stream_stream(spark: SparkSession, spec: Any, scope: Scope, left: _Joined, 
         raise StatementError("Stream-Stream joins must have a WITHIN clause specified. None was provided.")
     before = spec.within_before_ms
     after = spec.within_after_ms if spec.within_after_ms is not None else before
+    kind = join_kind(spec)
+    if kind != "inner":
+        window = JoinWindow({"left_outer": "LEFT", "right_outer": "RIGHT"}.get(kind, "FULL"), before, after,
+                            spec.within_grace_ms)
+        return _outer_stream_stream(spark, window, left, right, left_sql, right_sql, settings)
     grace = spec.within_grace_ms if spec.within_grace_ms is not None else DEFAULT_GRACE_MS
     right_ts = f"{right_alias}__{TS}"
     lf = left.frame
@@ -178,7 +190,6 @@ def _stream_stream(spark: SparkSession, spec: Any, scope: Scope, left: _Joined, 
             # implied by the bounds above; written on a watermarked column so Spark can evict state
             conditions += [f"{quote(right_ts)} >= {quote(column)} - INTERVAL {lo + before} MILLISECONDS",
                            f"{quote(right_ts)} <= {quote(column)} + INTERVAL {hi + after} MILLISECONDS"]
-    kind = join_kind(spec)
     frame = lf.join(rf, F.expr(" AND ".join(conditions)), kind)
     right_rowtime = quote(f"{right_alias}__{ROWTIME}")
     new_bounds: list[tuple[str, int, int]] = []
@@ -199,6 +210,46 @@ def _stream_stream(spark: SparkSession, spec: Any, scope: Scope, left: _Joined, 
                    f"coalesce({left.partition}, {quote(f'{right_alias}__{ROWPARTITION}')})",
                    f"coalesce({left.offset}, {quote(f'{right_alias}__{ROWOFFSET}')})", bounds=new_bounds,
                    watermarked=True, pandas_state=left.pandas_state, event_columns=[keep])
+
+
+def _outer_stream_stream(spark: SparkSession, window: JoinWindow, left: _Joined, right: tuple[str, SourceInfo],
+                         left_sql: str, right_sql: str, settings: ReadSettings) -> _Joined:
+    """A stream-stream LEFT/RIGHT/FULL OUTER join as Kafka Streams writes it
+    (``stream_join_steps``): both sides keyed by the join key and unioned into one
+    ``transformWithState`` operator in event time, whose watermark (the largest ROWTIME of earlier
+    micro-batches) is the stream time that closes windows."""
+    right_alias, right_source = right
+    lf = left.frame
+    # as the inner join above: Kafka Streams' joins skip a stream record whose value is null
+    rf = without_null_values(read_source(spark, right_source, settings, prefix=right_alias), right_source, right_alias)
+    right_order = (quote(f"{right_alias}__{ROWTIME}"), quote(f"{right_alias}__{ROWPARTITION}"),
+                   quote(f"{right_alias}__{ROWOFFSET}"))
+    # Spark drops a row older than the watermark before an event-time operator sees it; Kafka
+    # Streams still joins (and, outer, writes) a late row. The event time is the ROWTIME shifted
+    # by LATENESS_MS and the watermark's delay is as long: the watermark is still the largest
+    # ROWTIME (stream time), and only a row later than LATENESS_MS is dropped.
+    event_time = F.timestamp_millis(F.col("__ORD_TS") + F.lit(LATENESS_MS))
+    delay = f"{LATENESS_MS} milliseconds"
+    keyed_left = _keyed(lf, left_sql, 0, (left.rowtime, left.partition, left.offset), None).withColumn("__ET", event_time)
+    keyed_right = _keyed(rf, right_sql, 1, right_order, None).withColumn("__ET", event_time)
+    if not left.watermarked:
+        # one watermark over both sides: the largest ROWTIME of either, Kafka Streams' stream time
+        union = keyed_left.unionByName(keyed_right).withWatermark("__ET", delay)
+    else:
+        # the result of an earlier stream-stream join carries its watermark (Spark allows one
+        # definition per branch): the right side gets its own, and the query's is the smaller
+        union = keyed_right.withWatermark("__ET", delay).unionByName(keyed_left)
+    joined = union.groupBy("__JK").transformWithState(StreamStreamProcessor(window), STREAM_STREAM_OUT, "Append",
+                                                      "EventTime")
+    frame = joined.select(F.from_json("__L", lf.schema).alias("__l"), F.from_json("__R", rf.schema).alias("__r")) \
+        .select("__l.*", "__r.*")
+    right_rowtime = quote(f"{right_alias}__{ROWTIME}")
+    # the result's ROWTIME is the larger of the two rows' (an unmatched row's own), Kafka Streams' rule;
+    # Spark's event-time marks do not pass the operator: a later stream-stream join evicts nothing
+    return _Joined(frame, SourceKind.STREAM, f"greatest({left.rowtime}, {right_rowtime})",
+                   f"coalesce({left.partition}, {quote(f'{right_alias}__{ROWPARTITION}')})",
+                   f"coalesce({left.offset}, {quote(f'{right_alias}__{ROWOFFSET}')})", watermarked=True,
+                   pandas_state=left.pandas_state)
 
 
 def _keyed(frame: DataFrame, key_sql: str, side: int, order: tuple[str, str, str], deleted: Any) -> DataFrame:

@@ -1,0 +1,106 @@
+"""Golden tests: stream-stream LEFT/RIGHT/FULL OUTER joins written as ksqlDB writes them
+(``compile.stream_join_steps``). Without GRACE PERIOD an unmatched row is written at once with
+nulls, also when input stops after it (Spark's own join would wait for a watermark that never
+comes); with GRACE PERIOD it is written once stream time passes its window's end + grace, and never
+when a match arrived. Outputs read read_committed by confluent-kafka, with record timestamps
+(Kafka Streams' KStreamKStreamJoin: the larger of the two rows', an unmatched row's own)."""
+
+from __future__ import annotations
+
+import json
+import struct
+
+import pytest
+
+from tests.spark.sql.golden import analyze, create_topics, ddl, produce, read_timed_output, sink_of, start, unique
+
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
+
+T0 = 1_700_000_000_000
+WAIT_S = 600.0       # a bound on waiting for output (a micro-batch with a Python operator takes minutes under load)
+
+
+def _int(v: int) -> bytes:
+    return struct.pack(">i", v)
+
+
+def _rows(records):
+    return [(struct.unpack(">i", k)[0], json.loads(v), ts) for k, v, ts in records]
+
+
+def _streams(bootstrap: str, prefix: str):
+    left_t, right_t = unique(f"{prefix}_l"), unique(f"{prefix}_r")
+    create_topics(bootstrap, left_t, right_t)
+    left = ddl(f"CREATE STREAM L (ID INT KEY, LV STRING) WITH (KAFKA_TOPIC='{left_t}', VALUE_FORMAT='JSON');")
+    right = ddl(f"CREATE STREAM R (ID INT KEY, RV STRING) WITH (KAFKA_TOPIC='{right_t}', VALUE_FORMAT='JSON');")
+    return left_t, right_t, {"L": left, "R": right}
+
+
+def test_left_join_without_grace_writes_the_unmatched_row_at_once_even_when_input_stops(runtime, eos_broker):
+    """LEFT JOIN WITHIN 5 SECONDS: l1 is written with nulls, then joined with r1 (ksqlDB's
+    "spurious" result, as its joins.json expects); l2, the last left row, never matched and no later
+    input comes: it is written all the same."""
+    bootstrap = eos_broker.bootstrap
+    left_t, right_t, sources = _streams(bootstrap, "ojl")
+    out_t = unique("ojl_out")
+    create_topics(bootstrap, out_t)
+    produce(bootstrap, left_t, [(_int(1), b'{"LV":"l1"}', T0), (_int(2), b'{"LV":"l2"}', T0 + 1000)])
+    produce(bootstrap, right_t, [(_int(1), b'{"RV":"r1"}', T0 + 2000)])
+    _s, q = analyze("CREATE STREAM LJ AS SELECT L.ID, LV, RV FROM L LEFT JOIN R WITHIN 5 SECONDS ON L.ID = R.ID "
+                    "EMIT CHANGES;", sources)
+    start(runtime, "CSAS_OJL_1", q, sink_of(q, "LJ", out_t))
+    got = _rows(read_timed_output(bootstrap, out_t, 3, timeout_s=WAIT_S, runtime=runtime, query_id="CSAS_OJL_1"))
+    assert sorted(got, key=repr) == sorted([
+        (1, {"LV": "l1", "RV": None}, T0), (1, {"LV": "l1", "RV": "r1"}, T0 + 2000),
+        (2, {"LV": "l2", "RV": None}, T0 + 1000)], key=repr)
+    # a key's writes keep their order
+    assert [r for r in got if r[0] == 1] == [(1, {"LV": "l1", "RV": None}, T0), (1, {"LV": "l1", "RV": "r1"}, T0 + 2000)]
+    runtime.stop_persistent("CSAS_OJL_1")
+
+
+def test_left_join_with_grace_writes_the_unmatched_row_after_stream_time_passes(runtime, eos_broker):
+    """LEFT JOIN WITHIN 5 SECONDS GRACE PERIOD 1 SECOND: l1 matched (only the joined row); l2 at
+    1 s waits until stream time passes 7 s: the first round writes only the joined row; a right row
+    of another key at 10 s moves stream time and l2 is written with nulls, with its own timestamp,
+    though no row of its key came."""
+    bootstrap = eos_broker.bootstrap
+    left_t, right_t, sources = _streams(bootstrap, "ojg")
+    out_t = unique("ojg_out")
+    create_topics(bootstrap, out_t)
+    produce(bootstrap, left_t, [(_int(1), b'{"LV":"l1"}', T0), (_int(2), b'{"LV":"l2"}', T0 + 1000)])
+    produce(bootstrap, right_t, [(_int(1), b'{"RV":"r1"}', T0 + 2000)])
+    _s, q = analyze("CREATE STREAM LG AS SELECT L.ID, LV, RV FROM L LEFT JOIN R WITHIN 5 SECONDS GRACE PERIOD "
+                    "1 SECOND ON L.ID = R.ID EMIT CHANGES;", sources)
+    start(runtime, "CSAS_OJG_1", q, sink_of(q, "LG", out_t))
+    first = _rows(read_timed_output(bootstrap, out_t, 1, timeout_s=WAIT_S, runtime=runtime, query_id="CSAS_OJG_1"))
+    assert first == [(1, {"LV": "l1", "RV": "r1"}, T0 + 2000)]
+    produce(bootstrap, right_t, [(_int(9), b'{"RV":"tick"}', T0 + 10000)])
+    got = _rows(read_timed_output(bootstrap, out_t, 2, timeout_s=WAIT_S, runtime=runtime, query_id="CSAS_OJG_1"))
+    assert got == [(1, {"LV": "l1", "RV": "r1"}, T0 + 2000), (2, {"LV": "l2", "RV": None}, T0 + 1000)]
+    runtime.stop_persistent("CSAS_OJG_1")
+
+
+def test_full_and_right_outer_joins(runtime, eos_broker):
+    """FULL OUTER JOIN WITHIN 2 SECONDS (no grace): each side's unmatched rows at once, the match
+    after; RIGHT JOIN keeps the right rows (a left row alone writes nothing)."""
+    bootstrap = eos_broker.bootstrap
+    left_t, right_t, sources = _streams(bootstrap, "ojf")
+    full_t, right_out = unique("ojf_full"), unique("ojf_right")
+    create_topics(bootstrap, full_t, right_out)
+    produce(bootstrap, left_t, [(_int(1), b'{"LV":"l1"}', T0), (_int(3), b'{"LV":"l3"}', T0 + 500)])
+    produce(bootstrap, right_t, [(_int(1), b'{"RV":"r1"}', T0 + 1000), (_int(2), b'{"RV":"r2"}', T0 + 1500)])
+    _s, full = analyze("CREATE STREAM FJ AS SELECT ROWKEY AS K, LV, RV FROM L FULL OUTER JOIN R WITHIN 2 SECONDS "
+                       "ON L.ID = R.ID EMIT CHANGES;", sources)
+    start(runtime, "CSAS_OJF_1", full, sink_of(full, "FJ", full_t))
+    _s, right = analyze("CREATE STREAM RJ AS SELECT R.ID, LV, RV FROM L RIGHT JOIN R WITHIN 2 SECONDS "
+                        "ON L.ID = R.ID EMIT CHANGES;", sources)
+    start(runtime, "CSAS_OJR_2", right, sink_of(right, "RJ", right_out))
+    got = _rows(read_timed_output(bootstrap, full_t, 4, timeout_s=WAIT_S, runtime=runtime, query_id="CSAS_OJF_1"))
+    assert sorted(got, key=repr) == sorted([
+        (1, {"LV": "l1", "RV": None}, T0), (1, {"LV": "l1", "RV": "r1"}, T0 + 1000),
+        (2, {"LV": None, "RV": "r2"}, T0 + 1500), (3, {"LV": "l3", "RV": None}, T0 + 500)], key=repr)
+    got = _rows(read_timed_output(bootstrap, right_out, 2, timeout_s=WAIT_S, runtime=runtime, query_id="CSAS_OJR_2"))
+    assert sorted(got, key=repr) == sorted([
+        (1, {"LV": "l1", "RV": "r1"}, T0 + 1000), (2, {"LV": None, "RV": "r2"}, T0 + 1500)], key=repr)
+    runtime.stop_persistent("CSAS_OJF_1")
+    runtime.stop_persistent("CSAS_OJR_2")
