@@ -30,40 +30,27 @@ SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
 .PHONY: test test-slow test-cluster lint unit demo demo-tiered broker-demo bench venv kcat tansu clean spark-test spark-demo java postgres
 
-# Three pytest runs side by side. Measured in fresh-clone runs on a quiet machine: first layout
-# run main 19 min 5 s, interop 24 min 7 s, Spark 26 min 10 s (~29 min wall with the cluster
-# pass); 2026-11-29 13:12 (5aa326a, with the SQL suites in the cluster pass and the new n-way,
-# foreign-key, time and function Spark tests): main 13 min 32 s + cluster pass 15 min 55 s,
-# interop 25 min 28 s, Spark 33 min 32 s, so ~36 min wall; since then the SQLite dual-write
-# driver-SIGKILL case (130 s of the Spark run) is slow. Not yet the 20 min goal:
-#   the Spark run     SPARK_SUITES: tests/spark (one JVM, driver SIGKILL loops, a PostgreSQL
-#                     server) and tests/chaos/sql (a Spark driver per SQL node);
+# Three pytest runs side by side (each writes a JUnit report, .test-report-*.xml; `python -m
+# tests.support.junit_times .test-report-*.xml` prints when each run ended and its slowest modules,
+# to rebalance them):
+#   the Spark run     SPARK_SUITES: tests/spark (one in-process SparkSession, the driver-SIGKILL
+#                     loops, a PostgreSQL server);
 #   the interop run   INTEROP_SUITES: tests/interop against our single broker (real clients);
-#   the main run      everything else (chaos, cluster, console, fuzz, unit), then the cluster pass
-#                     (CLUSTER_RUN, below; the interop suites against three cluster brokers,
+#   the main run      everything else (chaos, including tests/chaos/sql's SQL nodes, each with
+#                     its own Spark driver; cluster, console, fuzz, unit), then the cluster pass
+#                     (CLUSTER_PASS, below; the interop suites against three cluster brokers,
 #                     docs/cluster.md "The interop suites on a cluster").
-# The runs mostly wait (on brokers, session timeouts, JVMs, other servers), not compute: the 42
-# interop suites on the module-wide broker used 178 CPU-s for what took 482 s in CI (0.37 of a
-# core), the cluster pass 213 CPU-s in 469 s (docs/cluster.md), so a third run fits beside the
-# other two where the two-run layout (the same tests) took 30 min. Each run writes a JUnit
-# report (.test-report-*.xml: every test's duration); `python -m tests.support.junit_times
-# .test-report-*.xml` prints when each run ended and its slowest modules, to rebalance the runs.
-# The main run prints as it goes; the other logs follow it, and the target fails if any fails.
-# Where the time went in the two-run layout (a fresh-clone CI run of 2026-11-29, loaded by other
-# runs): the main run 30 min (3796 tests: interop 20 min, chaos 6, unit 1.5, cluster 1, console 1),
-# beside it SPARK_SUITES 22 min (227 tests: tests/spark 18 min, of it 7.7 min in five
-# driver-SIGKILL tests that start 3-6 Spark driver JVMs each) then the cluster pass 8 min; both
-# ended within 6 s of each other. The time is the tests' own (tests of 2-20 s make 1100 s of the
-# main run), not set-up: PostgreSQL, SeaweedFS and the SparkSession start once per run, a broker
-# start and stop takes ~2 s (1.5 CPU-s), the interop suites whose broker configs agree share one
-# running broker (tests/conftest.py's shared_brokers), the install test's venvs are built side
-# by side. By the same reports the runs now hold: Spark 1114 s (1196 s less two dual-write
-# tests now slow, each with both halves in the default run), interop ~1160 s (1225 s less ~30 s
-# of installs and ~36 s of broker starts), main 660 s + the cluster pass 470 s.
+# History: 36 min wall in a quiet fresh-clone run of 2026-11-29 13:12 (Spark 33.5 min); the CI
+# run of that evening's main took 80 min on a slower machine (main 31 min, Spark 77 min with
+# tests/chaos/sql in it, three Spark-bound runs on 2 cores) and timed out Spark-bound tests. So
+# tests/chaos/sql moved to the main run, the cluster pass dropped its Spark-bound SQL suites, and
+# the Spark driver-SIGKILL tests resume their last run in the test's own session (one JVM fewer
+# each; the passthrough sweep's every-step case is a slow soak). The 20 min goal needs more of
+# that: the time is the Spark JVMs' (driver starts, micro-batches), not set-up.
 SPARK_LOG := .spark-test.log
 INTEROP_LOG := .interop-test.log
 CLUSTER_LOG := .cluster-test.log
-SPARK_SUITES := tests/spark tests/chaos/sql
+SPARK_SUITES := tests/spark
 INTEROP_SUITES := tests/interop
 PYTEST_RUN := $(VPY) -m pytest -q --durations=10 -m 'not slow'
 # The interop suites against a three-broker cluster (ONCESTREAM_TEST_BROKER=cluster,
@@ -74,12 +61,22 @@ PYTEST_RUN := $(VPY) -m pytest -q --durations=10 -m 'not slow'
 # the cluster pass against 698 s for the same suites on the single broker, both at a load of ~20
 # on the 2-core machine (2026-11-29); the Spark-bound tests take the time, not the cluster.
 CLUSTER_RUN := ONCESTREAM_TEST_BROKER=cluster $(PYTEST_RUN) --junitxml=.test-report-cluster.xml tests/interop
+# make test's cluster pass leaves out the four SQL suites whose time is Spark's, not the broker's
+# (470 of the 575 s of tests/interop/sql on the single broker; they still run there, and all of
+# them run on a cluster in `make test-cluster`). In a CI run of 2026-11-29 the whole layout took
+# 80 min, the Spark run 77 of them, with up to three Spark JVMs on the 2 cores at once, and the
+# Spark-bound tests of both passes timed out or flaked. The SQL server on a cluster stays in the
+# default run: tests/spark/sql/test_sql_server_on_broker_cluster.py (CTAS, push and pull queries),
+# tests/chaos/sql/test_cluster_failover.py, and the cluster pass's other SQL suites (SCRAM nodes,
+# two nodes' pull queries, the command topic, processing log, pull queries at start).
+CLUSTER_PASS_SPARK_BOUND := test_node_bad_records test_sql_security test_node_query_errors test_rest_e2e
+CLUSTER_PASS := $(CLUSTER_RUN) $(CLUSTER_PASS_SPARK_BOUND:%=--ignore=tests/interop/sql/%.py)
 test: $(SPARK_STAMP) kcat tansu java postgres chromium lint
 	@$(PYTEST_RUN) --junitxml=.test-report-spark.xml $(SPARK_SUITES) > $(SPARK_LOG) 2>&1 & spark=$$!; \
 	$(PYTEST_RUN) --junitxml=.test-report-interop.xml $(INTEROP_SUITES) > $(INTEROP_LOG) 2>&1 & interop=$$!; \
 	$(PYTEST_RUN) --junitxml=.test-report-main.xml $(SPARK_SUITES:%=--ignore=%) $(INTEROP_SUITES:%=--ignore=%) tests/; \
 	main_rc=$$?; \
-	$(CLUSTER_RUN) > $(CLUSTER_LOG) 2>&1; cluster_rc=$$?; \
+	$(CLUSTER_PASS) > $(CLUSTER_LOG) 2>&1; cluster_rc=$$?; \
 	wait $$spark; spark_rc=$$?; wait $$interop; interop_rc=$$?; \
 	echo "=== the interop suites against a three-broker cluster (run after the rest) ==="; cat $(CLUSTER_LOG); \
 	echo "=== $(INTEROP_SUITES) (run beside the rest) ==="; cat $(INTEROP_LOG); \
@@ -87,7 +84,7 @@ test: $(SPARK_STAMP) kcat tansu java postgres chromium lint
 	echo "=== exit: main suite $$main_rc, cluster pass $$cluster_rc, interop suite $$interop_rc, spark suite $$spark_rc ==="; \
 	test $$main_rc -eq 0 -a $$cluster_rc -eq 0 -a $$interop_rc -eq 0 -a $$spark_rc -eq 0
 
-# The cluster pass alone (make test runs it after the main run).
+# The whole cluster pass alone (make test runs it after the main run, without the Spark-bound SQL suites).
 test-cluster: $(SPARK_STAMP) kcat postgres
 	$(CLUSTER_RUN)
 

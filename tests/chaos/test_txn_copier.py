@@ -27,6 +27,7 @@ from tests.support.txn import (
     COPIER_STALLED_EXIT,
     READ_COMMITTED,
     READ_UNCOMMITTED,
+    SENDING_OFFSETS_PHASE,
     TXN_BROKER_CONFIG,
     committed_offsets,
     copier_phase_path,
@@ -113,6 +114,15 @@ class Copier:
         path = copier_phase_path(self.progress_path)
         return path.read_text() if path.exists() else ""
 
+    def wait_for_phase(self, phase: str, timeout_s: float) -> None:
+        """Wait until the running copier says it waits in ``phase`` (polled every millisecond:
+        the call lasts a few round trips)."""
+        deadline = time.monotonic() + timeout_s
+        while self.phase() != phase:
+            assert time.monotonic() < deadline, f"the copier never entered {phase}; see {self.workdir}"
+            self.keep_running()
+            time.sleep(0.001)
+
     def copied(self) -> int:
         """Records in transactions the copier saw commit (all incarnations)."""
         return sum(int(line) for line in self.progress_path.read_text().split())
@@ -163,6 +173,10 @@ def kill_rounds(copier: Copier, broker, rounds: tuple[str, ...], rng: random.Ran
         if committed_offsets(copier.bootstrap, group, copier.input_topic, PARTITIONS) != input_ends:
             kills_mid_stream += 1
         if target == "copier":
+            # A copier kill must cut an open transaction short: wait until the copier waits in
+            # send_offsets_to_transaction, its records flushed into the log but not committed
+            # (on a loaded machine a kill at a random moment often fell between transactions).
+            copier.wait_for_phase(SENDING_OFFSETS_PHASE, PROGRESS_TIMEOUT_S)
             copier.kill()
             copier.start()
         else:
