@@ -378,6 +378,42 @@ def test_context_wildcard_and_delete_context(registry: SchemaRegistryProcess, cl
     assert context not in client.get_contexts()
 
 
+def test_an_alias_subject_stands_for_its_target(registry: SchemaRegistryProcess, client: SchemaRegistryClient) -> None:
+    """A subject whose own config has ``alias`` (set over HTTP: the client's ``ServerConfig`` has no
+    field for it) stands for its target in confluent-kafka's calls, as Confluent's AliasFilter
+    makes it: reads, lookups and registrations through the alias reach the target, and so does a
+    serializer using the latest version of the alias subject. An unqualified alias is in the
+    aliasing subject's context; deleting the config ends the aliasing."""
+    context = "." + unique("alias").replace("-", "")   # a context of its own: the ids stay this test's
+    target_name = f"{unique('orders')}-value"
+    target, alias = f":{context}:{target_name}", f":{context}:{unique('renamed')}-value"
+    first = client.register_schema(target, Schema(USER_V1, "AVRO"))
+    config_url = f"{registry.url}/config/{alias}"
+    assert httpx.put(config_url, json={"alias": target_name}, timeout=20).status_code == 200
+
+    latest = client.get_latest_version(alias)
+    assert (latest.subject, latest.schema_id, latest.version) == (target, first, 1)
+    assert client.lookup_schema(alias, Schema(USER_V1, "AVRO")).subject == target
+    second = client.register_schema(alias, Schema(USER_V2, "AVRO"))
+    assert client.get_versions(target) == [1, 2]
+    assert client.get_versions(alias) == [1, 2]
+    assert alias not in client.get_subjects()   # the alias holds no version of its own
+    # a client of its own: ``client`` cached the alias's latest version (1) above
+    fresh = SchemaRegistryClient({"url": registry.url})
+    serialize = AvroSerializer(fresh, USER_V2, conf={"auto.register.schemas": False, "use.latest.version": True,
+                                                     "subject.name.strategy": lambda _ctx, _record: alias})
+    ctx = SerializationContext("renamed", MessageField.VALUE)
+    data = serialize({"name": "a", "age": 3}, ctx)
+    assert data is not None
+    assert int.from_bytes(data[1:5], "big") == second
+
+    assert httpx.get(config_url, timeout=20).json()["alias"] == target_name   # /config is not aliased
+    assert httpx.delete(config_url, timeout=20).status_code == 200
+    with pytest.raises(SchemaRegistryError) as gone:   # a new client: the others cached the alias's versions
+        SchemaRegistryClient({"url": registry.url}).get_latest_version(alias)
+    assert gone.value.error_code == 40401
+
+
 def _rule(name: str, expr: str) -> Rule:
     return Rule(name=name, doc=None, kind=RuleKind.CONDITION, mode=RuleMode.WRITE, type="CEL", tags=None,
                 params=None, expr=expr, on_success=None, on_failure="ERROR", disabled=False)

@@ -25,7 +25,7 @@ from urllib.parse import parse_qs, unquote
 
 import httpx
 
-from oncestream.schema_registry import errors
+from oncestream.schema_registry import aliases, errors
 from oncestream.schema_registry.contexts import rewrite as rewrite_context_path
 from oncestream.schema_registry.registry import Registry
 from oncestream.schema_registry.schema_types import SCHEMA_TYPES
@@ -179,6 +179,8 @@ class SchemaRegistryApp:
             raise errors.unauthorized()
         # /contexts/{context}/... is the qualified request (Confluent's ContextFilter)
         request.segments, request.query = rewrite_context_path(request.segments, request.query)
+        # then a subject that is an alias stands for its target (Confluent's AliasFilter)
+        request.segments, request.query = aliases.follow(request.segments, request.query, self._alias_of)
         path = "/" + "/".join(s.replace("/", "%2F") for s in request.segments)
         known_path = False
         for method, pattern, handler, write in self._routes:
@@ -198,6 +200,10 @@ class SchemaRegistryApp:
         if known_path:
             raise errors.method_not_allowed(request.method)
         raise errors.not_found(request.raw_path)
+
+    def _alias_of(self, subject: str) -> str | None:
+        alias = (self.registry.state.config_doc(subject) or {}).get(aliases.ALIAS_FIELD)
+        return alias if isinstance(alias, str) and alias else None
 
     async def _forward(self, request: Request) -> Answer:
         primary = self.cluster.primary_url()
