@@ -17,6 +17,9 @@ from oncestream.cluster.pg.keyed_rows import KeyedRowsStore
 from oncestream.cluster.pg.store import MetadataStore
 
 NO_POLL_MS = 600_000  # the watcher's poll fallback never fires within a test
+# Hang guard of each wait for a NOTIFY to be heard (milliseconds normally; a CI run at a load of
+# 12 on 2 cores used up a 30 s guard shared by two waits, 2026-11-29).
+NOTIFY_WAIT_S = 60
 
 ALICE = QuotaEntity("alice", ABSENT)
 DEFAULT_CLIENT = QuotaEntity(ABSENT, None)
@@ -66,7 +69,7 @@ def test_a_quota_change_reaches_another_brokers_installed_configs_by_notify(pg_d
         try:
             # The watcher's LISTEN starts asynchronously: change a value until a change is heard,
             # then the one under test must arrive by NOTIFY alone.
-            deadline = time.monotonic() + 30
+            deadline = time.monotonic() + NOTIFY_WAIT_S
             rate = 1000
             while not installed:
                 assert time.monotonic() < deadline, "no change ever reached the other broker"
@@ -74,8 +77,9 @@ def test_a_quota_change_reaches_another_brokers_installed_configs_by_notify(pg_d
                 await asyncio.to_thread(a.save, _set(a.load(), DEFAULT_CLIENT, "consumer_byte_rate", rate))
                 await asyncio.sleep(0.2)
             await asyncio.to_thread(a.save, _set(a.load(), ALICE, "producer_byte_rate", 4096))
+            deadline = time.monotonic() + NOTIFY_WAIT_S   # its own hang guard: the first wait may have used most of its own
             while not any(c.value(ALICE, "producer_byte_rate") == 4096 for c in installed):
-                assert time.monotonic() < deadline, "the change did not reach broker b within 30 s"
+                assert time.monotonic() < deadline, f"the change did not reach broker b within {NOTIFY_WAIT_S} s"
                 await asyncio.sleep(0.02)
             return installed[-1], rate
         finally:
@@ -98,7 +102,7 @@ def test_client_metrics_subscriptions_of_two_brokers_survive_and_reach_the_other
         try:
             await asyncio.to_thread(a.save, {"lat": {"metrics": "org.apache.kafka.producer.", "interval.ms": "1000"}})
             # The watcher's LISTEN starts asynchronously: change "probe" until a change is heard.
-            deadline = time.monotonic() + 30
+            deadline = time.monotonic() + NOTIFY_WAIT_S
             count = 0
             while not installed:
                 assert time.monotonic() < deadline, "no change ever reached the other broker"
@@ -108,6 +112,7 @@ def test_client_metrics_subscriptions_of_two_brokers_survive_and_reach_the_other
             stale = dict(b.load())
             await asyncio.to_thread(b.save, {**stale, "all": {"metrics": "*"}})
             await asyncio.to_thread(a.save, {**a.load(), "probe": {}})  # a's snapshot lacks "all"
+            deadline = time.monotonic() + NOTIFY_WAIT_S
             while not installed or "probe" in installed[-1] or "all" not in installed[-1]:
                 assert time.monotonic() < deadline, f"b never installed the deletion: {installed[-1:]}"
                 await asyncio.sleep(0.02)
