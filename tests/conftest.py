@@ -295,3 +295,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             unproven.add(Path(str(item.path)).resolve().relative_to(Path(_PROJECT_ROOT).resolve()).as_posix())
     config.stash[UNPROVEN_MODULES_KEY] = frozenset(unproven)
     deselect_by_broker_kind(config, items, broker_kind(), __file__)
+    for item in items:
+        if item.get_closest_marker("timeout") is None and _spark_bound(item):
+            item.add_marker(pytest.mark.timeout(SPARK_HANG_GUARD_S))
+
+
+# The hang guard of a test that runs Spark (a SparkSession, a Spark driver or a SQL node) and sets
+# none of its own: pyproject's 300 s default is a few times what such a test takes on a quiet
+# machine, but a CI run with three Spark-bound runs on 2 cores took 2-3 times as long as a quiet
+# one, and tests whose own waits allow 240-900 s hit 300 s (2026-11-29).
+SPARK_HANG_GUARD_S = 900
+SPARK_BOUND_FOLDERS = ("tests/spark/", "tests/chaos/sql/", "tests/interop/sql/")
+
+
+def _spark_bound(item: pytest.Item) -> bool:
+    path = Path(str(item.path)).resolve().relative_to(Path(_PROJECT_ROOT).resolve()).as_posix()
+    return item.get_closest_marker("spark") is not None or path.startswith(SPARK_BOUND_FOLDERS)
