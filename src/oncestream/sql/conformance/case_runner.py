@@ -77,7 +77,7 @@ TOPIC_CONFIG = {"retention.ms": "-1"}
 
 class Outcome(Enum):
     """PASS, FAIL, OUT_OF_SCOPE; NOT_RUN: the machine kept the case from running (Spark could
-    not start a query's Python process in time, command.INFRASTRUCTURE_FAILURES): it says
+    not start a query's Python process in time, engine.runtime.SPARK_START_FAILURES): it says
     nothing about the engine and stays outside the totals."""
 
     PASS = "PASS"

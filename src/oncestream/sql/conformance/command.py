@@ -35,6 +35,7 @@ from oncestream.sql.conformance.case_runner import CaseEnvironment, CaseResult, 
 from oncestream.sql.conformance.qtt_format import QttCase, QttFormatError, load_file
 from oncestream.sql.conformance.report import text_report, write_json
 from oncestream.sql.conformance.scope import registry_formats, static_family
+from oncestream.sql.engine.runtime import is_spark_start_failure
 
 QTT_SUBDIR = "ksqldb-functional-tests/src/test/resources/query-validation-tests"
 TWO_PHASE_COMMIT = {"transaction.two.phase.commit.enable": "true"}
@@ -73,18 +74,16 @@ def collect_cases(files: Sequence[Path], name_pattern: str | None = None) -> tup
     return cases, unreadable
 
 
-# Spark waits a fixed 10 s for a query's driver-side Python data-source process to connect back;
-# on a loaded machine its start (importing pyspark, pyarrow, oncestream) can take longer. That says
-# nothing about the engine, so such a case is run again, up to this many times, and if it never
-# got to run it is reported NOT_RUN (outside the totals), not FAIL.
+# A case that failed because Spark did not start one of its queries in time (engine.runtime's
+# SPARK_START_FAILURES: nothing about the engine) is run again, up to this many times, and if it
+# never got to run it is reported NOT_RUN (outside the totals), not FAIL.
 INFRASTRUCTURE_RETRIES = 2
 INFRASTRUCTURE_PAUSE_S = 15.0
-INFRASTRUCTURE_FAILURES = ("Python worker failed to connect back",)
 
 
 def is_infrastructure_failure(result: CaseResult) -> bool:
-    """A FAIL caused by the machine, not the engine (see INFRASTRUCTURE_FAILURES)."""
-    return result.outcome is Outcome.FAIL and any(marker in result.detail for marker in INFRASTRUCTURE_FAILURES)
+    """A FAIL caused by the machine, not the engine (``is_spark_start_failure``)."""
+    return result.outcome is Outcome.FAIL and is_spark_start_failure(result.detail)
 
 
 def interleaved(cases: Sequence[QttCase]) -> list[QttCase]:

@@ -404,10 +404,26 @@ def json_ready(value: Any, base: BaseType | None = None) -> Any:
     return value
 
 
+# Spark waits a fixed 10 s (PythonWorkerFactory, not configurable) for a query's driver-side Python
+# data-source process to connect back; on a loaded machine its start (importing pyspark, pyarrow,
+# oncestream) can take longer, and the query fails before it read anything. Such a start failure
+# says nothing about the query, so a push query that failed so before its first micro-batch is
+# started again, this many times: nothing was read or emitted, so the client sees a query that
+# began a few seconds later (with ``latest`` offsets, from the later end).
+SPARK_START_FAILURES = ("Python worker failed to connect back",)
+PUSH_START_RETRIES = 2
+
+
+def is_spark_start_failure(error: str | None) -> bool:
+    """Whether a query's error text is one of Spark's start failures (SPARK_START_FAILURES)."""
+    return error is not None and any(marker in error for marker in SPARK_START_FAILURES)
+
+
 class PushQuery:
     """A running push query: Spark's ``foreachBatch`` puts rows into a bounded queue (it blocks
     when the reader falls behind, which holds the micro-batch back: backpressure); ``rows()``
-    yields them as JSON-ready lists in column order."""
+    yields them as JSON-ready lists in column order. A query that fails to start for the machine's
+    sake (``is_spark_start_failure``) before its first micro-batch is started again."""
 
     def __init__(self, query_id: str, columns: tuple[Column, ...], limit: int | None, queue_rows: int) -> None:
         self.query_id = query_id
@@ -422,11 +438,15 @@ class PushQuery:
         self._handle: Any = None
         self._checkpoint = tempfile.mkdtemp(prefix="oncestream-push-")
         self.error: str | None = None
+        self._batches = 0
+        self._starts_left = PUSH_START_RETRIES
+        self._restart: Any = None
 
     def start(self, frame: Any, output_mode: str, trigger_interval_ms: int) -> None:
         bases = [c.type.base for c in self.output_columns]
 
         def deliver(batch: Any, _batch_id: int) -> None:
+            self._batches += 1
             if self._closed.is_set():
                 return
             for row in batch.toLocalIterator():
@@ -439,9 +459,13 @@ class PushQuery:
                     self._finish()
                     return
 
-        self._handle = (frame.writeStream.foreachBatch(deliver).outputMode(output_mode)
-                        .option("checkpointLocation", self._checkpoint)
-                        .trigger(processingTime=f"{trigger_interval_ms} milliseconds").start())
+        def start_spark() -> None:
+            self._handle = (frame.writeStream.foreachBatch(deliver).outputMode(output_mode)
+                            .option("checkpointLocation", self._checkpoint)
+                            .trigger(processingTime=f"{trigger_interval_ms} milliseconds").start())
+
+        self._restart = start_spark
+        start_spark()
         if self.limit == 0:
             self.limit_reached = True
             self._finish()
@@ -494,7 +518,15 @@ class PushQuery:
         handle = self._handle
         if handle is not None and not handle.isActive and not self._closed.is_set():
             failure = handle.exception()
-            self.error = _error_text(failure) if failure is not None else None
+            error = _error_text(failure) if failure is not None else None
+            if self._batches == 0 and self._starts_left > 0 and is_spark_start_failure(error):
+                self._starts_left -= 1
+                log.warning("push query %s: Spark did not start it (%s); starting it again", self.query_id, error)
+                shutil.rmtree(self._checkpoint, ignore_errors=True)
+                self._checkpoint = tempfile.mkdtemp(prefix="oncestream-push-")
+                self._restart()
+                return
+            self.error = error
             self._finish()
 
     @property
