@@ -30,6 +30,9 @@ PER_PARTITION = 10
 # Half of each partition's records carry an old timestamp, half a newer one (for --to-datetime).
 OLD_TS = datetime.datetime(2020, 1, 1, tzinfo=datetime.UTC)
 NEW_TS = datetime.datetime(2021, 1, 1, tzinfo=datetime.UTC)
+# The dated records' topics keep them for good: time retention would delete records this old (a
+# cluster's retention pass moved a partition's start to its end mid-test, 2026-11-29).
+KEPT_FOR_GOOD = {"retention.ms": "-1"}
 
 
 def _ms(moment: datetime.datetime) -> int:
@@ -88,7 +91,7 @@ def test_list_describe_lag_and_refusals_while_members_are_active(group_broker) -
     bootstrap = group_broker.bootstrap
     bs = ["-b", bootstrap]
     topic = unique_topic("cli-groups")
-    create_topic(bootstrap, topic, partitions=PARTITIONS)
+    create_topic(bootstrap, topic, partitions=PARTITIONS, config=KEPT_FOR_GOOD)
     _produce_dated(bootstrap, topic)
     group_id = unique_group("cli-lag")
     admin = group_admin(bootstrap)
@@ -154,7 +157,7 @@ def test_reset_offsets_dry_run_then_execute_then_delete(group_broker) -> None:
     bootstrap = group_broker.bootstrap
     bs = ["-b", bootstrap]
     topic = unique_topic("cli-reset")
-    create_topic(bootstrap, topic, partitions=PARTITIONS)
+    create_topic(bootstrap, topic, partitions=PARTITIONS, config=KEPT_FOR_GOOD)
     _produce_dated(bootstrap, topic)
     group_id = unique_group("cli-reset")
     admin = group_admin(bootstrap)
