@@ -1,4 +1,4 @@
-"""A push query that Spark failed to start for the machine's sake (its Python data-source process
+"""A push or persistent query that Spark failed to start for the machine's sake (its Python data-source process
 did not connect back within Spark's fixed 10 s) before its first micro-batch is started again
 (``runtime.PushQuery``, ``PUSH_START_RETRIES``); any other failure, a start failure after a batch,
 or one past the retries ends it with the error. Spark's streaming writer is a fake here: the
@@ -7,9 +7,20 @@ handles that have failed or run as each test says."""
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
-from oncestream.sql.engine.runtime import PUSH_START_RETRIES, PushQuery, is_spark_start_failure
+from oncestream.sql.engine.runtime import (
+    ERROR,
+    NOT_RUNNING,
+    PENDING,
+    PERSISTENT_START_RETRIES,
+    PUSH_START_RETRIES,
+    RUNNING,
+    PushQuery,
+    QueryRuntime,
+    is_spark_start_failure,
+)
 from oncestream.sql.language.catalog import Column
 from oncestream.sql.language.types import BaseType, primitive
 
@@ -116,3 +127,54 @@ def test_start_failures_are_told_by_their_text():
     assert is_spark_start_failure("Python worker failed to connect back.")
     assert not is_spark_start_failure("Some error")
     assert not is_spark_start_failure(None)
+
+
+class _Ended:
+    """A persistent query's Spark handle that has ended: with ``error`` (None: stopped), after a
+    micro-batch or not."""
+
+    def __init__(self, error: str | None, progressed: bool = False) -> None:
+        self.error = error
+        self.lastProgress = {"batchId": 0} if progressed else None
+        self.isActive = False
+
+    def awaitTermination(self) -> None:
+        if self.error is not None:
+            raise RuntimeError(self.error)
+
+    def exception(self) -> Exception | None:
+        return None if self.error is None else RuntimeError(self.error)
+
+
+def _persistent(first: _Ended, starts: list[_Ended]) -> tuple[QueryRuntime, list[_Ended]]:
+    """A runtime holding query Q as started with ``first``; ``starts`` are what each new start gives.
+    (The restart logic alone: no Spark session behind the runtime.)"""
+    runtime = object.__new__(QueryRuntime)
+    runtime._lock = threading.RLock()
+    runtime._queries = {}
+    runtime._set("Q", PENDING)
+    runtime._set("Q", RUNNING, handle=first)
+    started: list[_Ended] = []
+
+    def start() -> _Ended:
+        started.append(starts[len(started)])
+        return started[-1]
+
+    runtime._restart_after_start_failure("Q", first, start)
+    return runtime, started
+
+
+def test_a_persistent_query_spark_failed_to_start_is_started_again_from_its_checkpoint():
+    running = _Ended(None)
+    running.isActive = True   # the second start runs (its awaitTermination is not reached: one retry left)
+    runtime, started = _persistent(_Ended(START_FAILURE), [_Ended(START_FAILURE), running])
+    assert started[-1] is running
+    assert len(started) == PERSISTENT_START_RETRIES
+    assert runtime.status("Q").state == RUNNING
+
+
+def test_a_persistent_query_ending_otherwise_is_not_started_again():
+    for first in (_Ended("Some error: the query is wrong"), _Ended(START_FAILURE, progressed=True), _Ended(None)):
+        runtime, started = _persistent(first, [])
+        assert started == []
+        assert runtime.status("Q").state == (ERROR if first.error else NOT_RUNNING)

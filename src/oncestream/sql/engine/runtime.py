@@ -35,7 +35,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
@@ -218,15 +218,45 @@ class QueryRuntime:
                 writer = writer.foreachBatch(batch_writer(options, time_windowed=time_windowed))
             else:
                 writer = writer.format("oncestream").options(**options)
-            handle = (writer.option("checkpointLocation", checkpoint_location(self.settings, query_id))
-                      .outputMode(compiled.output_mode).queryName(_spark_name(query_id))
-                      .trigger(processingTime=f"{self.settings.trigger_interval_ms} milliseconds")
-                      .start())
+            configured = (writer.option("checkpointLocation", checkpoint_location(self.settings, query_id))
+                          .outputMode(compiled.output_mode).queryName(_spark_name(query_id))
+                          .trigger(processingTime=f"{self.settings.trigger_interval_ms} milliseconds"))
+            handle = configured.start()
         except Exception as e:  # noqa: BLE001 - any failure becomes the query's ERROR status
             log.warning("query %s failed to start: %s", query_id, e)
             self._set(query_id, ERROR, _error_text(e))
             return
         self._set(query_id, RUNNING, handle=handle)
+        threading.Thread(target=self._restart_after_start_failure, args=(query_id, handle, configured.start),
+                         name=f"start-watch-{query_id}", daemon=True).start()
+
+    def _restart_after_start_failure(self, query_id: str, handle: Any, start_spark: Callable[[], Any]) -> None:
+        """Wait for ``handle``'s query to end; if Spark failed to start it before its first
+        micro-batch (``is_spark_start_failure``), start it again from its checkpoint, up to
+        PERSISTENT_START_RETRIES times, as a push query is (see SPARK_START_FAILURES). Any other
+        end (a stop, another failure, one after a batch) leaves the query as ``status`` says."""
+        for _ in range(PERSISTENT_START_RETRIES):
+            try:
+                handle.awaitTermination()
+            except Exception:  # noqa: BLE001 - the failure is read from handle.exception() below
+                pass
+            failure = handle.exception()
+            error = _error_text(failure) if failure is not None else None
+            if handle.lastProgress is not None or not is_spark_start_failure(error):
+                return
+            with self._lock:
+                entry = self._queries.get(query_id)
+                if entry is None or entry.handle is not handle or entry.state not in (RUNNING, ERROR):
+                    return  # stopped or started again meanwhile
+                log.warning("query %s: Spark did not start it (%s); starting it again", query_id, error)
+                self._set(query_id, ERROR, error)
+                self._set(query_id, PENDING)
+            try:
+                handle = start_spark()
+            except Exception as e:  # noqa: BLE001 - any failure becomes the query's ERROR status
+                self._set(query_id, ERROR, _error_text(e))
+                return
+            self._set(query_id, RUNNING, handle=handle)
 
     def _two_phase_commit_refusal(self) -> str | None:
         """Why the broker refuses the exactly-once sink's two-phase commit (None: it grants it, or
@@ -412,6 +442,9 @@ def json_ready(value: Any, base: BaseType | None = None) -> Any:
 # began a few seconds later (with ``latest`` offsets, from the later end).
 SPARK_START_FAILURES = ("Python worker failed to connect back",)
 PUSH_START_RETRIES = 2
+# A persistent query resumes from its checkpoint, so it is started again the same way (ksqlDB
+# restarts errored persistent queries too, with backoff; here only this start failure).
+PERSISTENT_START_RETRIES = 2
 
 
 def is_spark_start_failure(error: str | None) -> bool:
