@@ -416,3 +416,33 @@ def test_format_is_known_in_other_sessions_and_threads(spark, eos_broker):
     for t in threads:
         t.join(300)
     assert results == {"same": 2, "new": 2}
+
+
+def test_the_first_batch_keeps_the_start_it_was_planned_from_while_records_arrive(eos_broker):
+    """startingOffsets=latest is resolved once per query run. Spark asks for the initial offset
+    again when it runs the first batch (nothing committed yet); records produced after the
+    batch's end was planned must not move its start past that end (which failed the query as
+    data loss: "end offset 20 is below start offset 22" in bench/sql_latency.py, records flowing
+    while the query started)."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from oncestream.spark.options import offsets_from_json, source_options
+    from oncestream.spark.source import OnceStreamStreamReader
+
+    topic = _topic(eos_broker.bootstrap)
+    _produce_timed(eos_broker.bootstrap, topic, count=3)
+    reader = OnceStreamStreamReader(source_options({"kafka.bootstrap.servers": eos_broker.bootstrap, "subscribe": topic,
+                                                    "startingOffsets": "latest"}, streaming=True))
+    try:
+        start = reader.initialOffset()
+        assert offsets_from_json(start) == {(topic, 0): 3, (topic, 1): 3}
+        _produce_timed(eos_broker.bootstrap, topic, count=2, first=3)
+        end = reader.latestOffset(start, ReadAllAvailable())           # the first batch's planned end
+        assert offsets_from_json(end) == {(topic, 0): 5, (topic, 1): 5}
+        _produce_timed(eos_broker.bootstrap, topic, count=4, first=5)  # more arrive before it runs
+        again = reader.initialOffset()                                 # Spark's second ask, in runBatch
+        assert again == start
+        planned = sorted((p.rng.topic, p.rng.partition, p.rng.start, p.rng.end) for p in reader.partitions(again, end))
+        assert planned == [(topic, 0, 3, 5), (topic, 1, 3, 5)]
+    finally:
+        reader.stop()

@@ -271,14 +271,23 @@ class OnceStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         self._planner = _Planner(opts)
         self._available_now_target: dict[TopicPartition, int] | None = None
         self._latest_seen: dict[TopicPartition, int] = {}
+        self._initial: dict | None = None
         self._min_gate = (MinOffsetsGate(opts.min_offsets_per_trigger, opts.max_trigger_delay_ms, clock_ms)
                           if opts.min_offsets_per_trigger else None)
 
     def initialOffset(self) -> dict:
         """startingOffsets (or startingTimestamp, startingOffsetsByTimestamp) resolved against the
-        partitions that exist now (default latest)."""
-        tps = self._planner.current_partitions()
-        return offsets_to_json(self._planner.resolve(self.opts.starting, tps, LATEST, starting=True))
+        partitions that exist now (default latest), once for the reader's life.
+
+        Spark asks twice for the first batch: when it plans the batch's end (``latestOffset`` from
+        this start) and again when it runs the batch (its start, as no batch is committed yet).
+        Resolved again, ``latest`` moves with every record produced in between, and the start
+        would pass the end the batch was planned with (failing the query as data loss). Spark's
+        Kafka source keeps its first answer the same way (in its metadata log)."""
+        if self._initial is None:
+            tps = self._planner.current_partitions()
+            self._initial = offsets_to_json(self._planner.resolve(self.opts.starting, tps, LATEST, starting=True))
+        return self._initial
 
     def getDefaultReadLimit(self) -> ReadLimit:
         """minOffsetsPerTrigger as ReadMinRows, else maxOffsetsPerTrigger as ReadMaxRows.
