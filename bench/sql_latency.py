@@ -12,12 +12,14 @@ Everything runs on this machine: one oncestream broker (two-phase commit enabled
 one SparkSession (``local[<cores>]``, ``runtime.spark_session_config()``). The query starts first
 (from latest, as a persistent query does) and is warmed up by a short burst that is not measured;
 then ``--seconds`` of records at ``--rate`` per second are produced (linger.ms 0) and every output
-record that passes the filter is timed. Prints p50, p90, p99 and max in ms.
+record that passes the filter is timed. Prints p50, p90, p99 and max in ms, and the median of
+Spark's ``durationMs`` phases per micro-batch (where a batch's time goes).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import sys
@@ -93,6 +95,44 @@ def _consume(bootstrap: str, topic: str, expected: int, sent: dict[int, int], ou
         consumer.close()
 
 
+def _end_offsets(bootstrap: str, topic: str, partitions: int) -> dict[str, int]:
+    """The high watermark of each partition (the warm-up's producer is idempotent, not
+    transactional: the query's read_committed end is the same)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "latency-bench-ends"})
+    try:
+        return {str(p): consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+                for p in range(partitions)}
+    finally:
+        consumer.close()
+
+
+def _read_up_to(progress: list, topic: str) -> dict[str, int] | None:
+    """The end offsets of ``topic`` in the query's last progress report (Spark's JSON of them)."""
+    for report in reversed(progress):
+        for source in report["sources"]:
+            end = source["endOffset"]
+            offsets = json.loads(end) if isinstance(end, str) else end
+            if offsets and topic in offsets:
+                return {p: int(o) for p, o in offsets[topic].items()}
+    return None
+
+
+def _print_batch_phases(progress: list) -> None:
+    """Where a micro-batch's time goes: the median of each of Spark's ``durationMs`` phases over
+    the recent batches that read rows (Spark keeps the last 100 reports)."""
+    busy = [report for report in progress if report["numInputRows"]]
+    if not busy:
+        return
+    phases = sorted({name for report in busy for name in report["durationMs"]})
+    medians = {name: statistics.median(report["durationMs"].get(name, 0) for report in busy) for name in phases}
+    print(f"\nmedian ms per phase over {len(busy)} micro-batches that read rows (Spark's durationMs):\n")
+    print("| " + " | ".join(phases) + " |")
+    print("|" + "---|" * len(phases))
+    print("| " + " | ".join(f"{medians[name]:.0f}" for name in phases) + " |")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rate", type=float, default=20.0, help="records per second")
@@ -129,11 +169,13 @@ def main() -> int:
         sent: dict[int, int] = {}
         latencies: list[float] = []
         warm = _produce(bootstrap, topic_in, args.rate, 10, 0, False, sent)
+        # Warm once the query has read up to the input's end. Not a count of rows read: the query
+        # starts at latest when its first trigger runs, which may be after the burst began.
+        ends = _end_offsets(bootstrap, topic_in, args.partitions)
         deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:
-            done = sum(p["numInputRows"] for p in runtime.progress("CSAS_FAST_0"))
-            if done >= int(args.rate * 10):
-                break
+        while _read_up_to(runtime.progress("CSAS_FAST_0"), topic_in) != ends:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the query did not read up to {ends} within 300 s of its warm-up")
             time.sleep(0.2)
         stop = threading.Event()
         expected = sum(1 for n in range(int(args.rate * args.seconds)) if n % 10)   # _produce's filter rule
@@ -153,6 +195,7 @@ def main() -> int:
         print("|---|---|---|---|---|---|")
         print(f"| {len(values)} of {passing} | {_percentile(values, 0.5):.0f} | {_percentile(values, 0.9):.0f} | "
               f"{_percentile(values, 0.99):.0f} | {values[-1]:.0f} | {statistics.fmean(values):.0f} |")
+        _print_batch_phases(runtime.progress("CSAS_FAST_0"))
         print(f"\nload average at the end: {', '.join(f'{x:.1f}' for x in os.getloadavg())}")
     return 0
 
