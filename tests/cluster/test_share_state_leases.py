@@ -111,6 +111,36 @@ def test_a_paused_former_owner_writes_nothing_and_the_new_owner_loads_what_it_co
     run_cluster(pg_database, main)
 
 
+def test_a_save_that_commits_late_never_replaces_a_newer_snapshot(pg_database):
+    """Two requests on one share-partition save concurrently: the first takes its snapshot
+    (records acquired), the second acknowledges them, takes a newer one and commits first. The
+    first commits last; the acknowledgement the second request promised must stay, or the next
+    owner delivers acknowledged records again."""
+    key = ("late-save-group", uuid.uuid4(), 0)
+
+    async def main(store: MetadataStore) -> None:
+        state = PgShareState(store)
+        owner = await register(store, 1, LONG_MS)
+        lease = await state.take(owner, key)
+        assert lease is not None
+        sp = SharePartition(CONFIG, 0)
+        assert sp.acquire("m1", [LogSpan(o, o) for o in range(10)], 10, 0)
+        await state.save(lease, key, _value(sp, 0))
+        older = _value(sp, 1)  # taken by the first request, which then waits for PostgreSQL
+        assert sp.acknowledge("m1", [AckBatch(0, 9, (AckType.ACCEPT,))], 1).name == "none"
+        newer = _value(sp, 2)
+        await state.save(lease, key, newer)  # the acknowledgement's save commits first
+        await state.save(lease, key, older)  # the late commit of the older snapshot
+        loaded = await state.load(key)
+        assert loaded is not None
+        assert loaded.snapshot_epoch == 2
+        restored = _restored(loaded)
+        assert restored.start_offset == 10  # 0..9 acknowledged: never delivered again
+        assert not restored.acquire("m2", [LogSpan(o, o) for o in range(10)], 10, 2)
+
+    run_cluster(pg_database, main)
+
+
 def test_a_lease_of_another_share_partition_is_refused(pg_database):
     async def main(store: MetadataStore) -> None:
         state = PgShareState(store)

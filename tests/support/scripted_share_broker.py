@@ -5,7 +5,9 @@ ShareAcknowledge at v1) over a real socket, keeps one share partition's record s
 model (available / acquired by a member / acknowledged / archived, with delivery counts), checks
 share-session epochs as KIP-932 says, and records every request so a test can assert on what the
 client sent. Faults are scripted: ``fail_next_fetch_with`` answers the next ShareFetch with a
-top-level error, ``acknowledge_delay_s`` holds every ShareAcknowledge's answer back. It is no
+top-level error, ``acknowledge_delay_s`` holds every ShareAcknowledge's answer back,
+``forget_members`` answers the next heartbeat of a known member UNKNOWN_MEMBER_ID (as a restarted
+broker, which keeps no membership, does) while its share session and records stay. It is no
 substitute for a real broker (interop tests use one); it lets a unit test see the exact requests.
 """
 
@@ -61,6 +63,7 @@ class ScriptedShareBroker:
     port: int = 0
     fail_next_fetch_with: int = 0
     acknowledge_delay_s: float = 0.0  # how long a ShareAcknowledge waits for its answer
+    forget_members: bool = False  # the next member heartbeat (epoch > 0) gets UNKNOWN_MEMBER_ID
     versions: dict[int, tuple[int, int]] = field(default_factory=lambda: dict(_VERSIONS))
 
     def __post_init__(self) -> None:
@@ -142,6 +145,11 @@ class ScriptedShareBroker:
             self.epochs.pop(member, None)
             return build(m.ShareGroupHeartbeatResponse, throttle_time=zero, error_code=ErrorCode.none,
                          member_id=member, member_epoch=-1, heartbeat_interval=datetime.timedelta(milliseconds=500))
+        if self.forget_members and request.member_epoch > 0:
+            self.forget_members = False
+            self.epochs.pop(member, None)
+            return build(m.ShareGroupHeartbeatResponse, throttle_time=zero, error_code=ErrorCode.unknown_member_id,
+                         member_id=member, member_epoch=-1, heartbeat_interval=zero)
         epoch = self.epochs.get(member, 0) + 1 if request.member_epoch == 0 else self.epochs.get(member, 1)
         self.epochs[member] = epoch
         assignment = build(m.Assignment, topic_partitions=(build(m.TopicPartitions, topic_id=self.topic_id,

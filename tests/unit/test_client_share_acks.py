@@ -169,3 +169,30 @@ def test_handed_out_offsets_are_what_a_lost_session_takes_from_the_application()
     records.acknowledge(TP, 3, ACK_REJECT)
     records.submit(commit=True)
     assert records.handed_out_offsets([TP, TP1]) == {TP: {0, 1, 2, 3}}  # not buffered 4, not gap 5
+
+
+def test_records_given_back_unseen_are_not_reported_even_when_acquired_again() -> None:
+    records = InFlightRecords()
+    _delivered(records, TP, [0])
+    records.acquired(TP, [1, 2])  # fetched ahead, never handed out
+    records.accept_delivered()
+    records.release([TP], delivered=False)  # e.g. the member joins again
+    sent = records.take_acks()
+    assert sent == {TP: {0: ACK_ACCEPT, 1: ACK_RELEASE, 2: ACK_RELEASE}}
+    records.acquired(TP, [1, 2])  # the ShareFetch carrying the RELEASE acquires them again
+    assert records.reportable(sent) == {TP: {0}}
+    records.finished(sent)
+    assert records.state(TP, 1) is RecordState.BUFFERED
+    records.handed_out(TP, 1)
+    records.accept_delivered()
+    assert records.reportable(records.take_acks()) == {TP: {1}}  # now the application had it
+
+
+def test_a_release_never_sent_hides_nothing_once_the_record_is_acquired_again() -> None:
+    records = InFlightRecords()
+    records.acquired(TP, [4])
+    records.release([TP], delivered=False)
+    records.acquired(TP, [4])  # its lock ran out before the RELEASE left: a new acquisition
+    records.handed_out(TP, 4)
+    records.accept_delivered()
+    assert records.reportable(records.take_acks()) == {TP: {4}}

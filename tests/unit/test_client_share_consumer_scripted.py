@@ -238,3 +238,32 @@ def test_commit_sync_that_times_out_still_finishes_and_the_session_goes_on() -> 
         assert consumer.commit_sync(10) == {TopicPartition("t", 0): None}
         consumer.close()
     assert ({TopicPartition("t", 0): {0}}, None) in results
+
+
+def test_records_given_back_unseen_on_a_rejoin_are_not_reported_as_acknowledged() -> None:
+    """The group forgets the member (as a broker restarted under it does) while records fetched
+    ahead wait in the buffer: the consumer joins again and gives them back (RELEASE), and the next
+    ShareFetch acquires them again. The application never had them, so the acknowledgement commit
+    callback must not report them; otherwise it reads a record as acknowledged and then gets it."""
+    broker = ScriptedShareBroker([b"a", b"b", b"c", b"d"])
+    results: list[tuple[dict, object]] = []
+    with running(broker) as bootstrap:
+        consumer = _subscribed_with_callback(bootstrap, results, **{"max.poll.records": 2})
+        assert [m.offset() for m in _poll_until(consumer, 2)] == [0, 1]
+        _eventually(lambda: broker.states()[2:] == ["acquired"] * 2)  # fetched ahead, not handed out
+        broker.forget_members = True
+        _eventually(lambda: any(_fetch_acks(f) == [(2, 3, (2,))] for f in broker.requests(SHARE_FETCH)))
+        confirmed: set[int] = set()
+        delivered_after: list[tuple[int, set[int]]] = []
+        deadline = time.monotonic() + WAIT_S
+        while not delivered_after:
+            assert time.monotonic() < deadline, "the records given back never came again"
+            batch = [m for m in consumer.poll(0.5) if m.error() is None]
+            for offsets, exc in results:
+                if exc is None:
+                    confirmed |= offsets.get(TopicPartition("t", 0), set())
+            delivered_after.extend((m.offset(), set(confirmed)) for m in batch)
+        consumer.close()
+    assert [offset for offset, _ in delivered_after] == [2, 3]
+    for offset, acknowledged in delivered_after:
+        assert offset not in acknowledged, f"offset {offset} was reported acknowledged before it was delivered"

@@ -35,6 +35,13 @@ acquisition lock expires (Kafka's ShareConsumeRequestManager does the same). Whe
 session that acquired records is lost, every record of its partitions is forgotten (``forget``):
 the broker has released them or will, and an acknowledgement sent in a later session could
 land on a new acquisition of the same offset.
+
+The acknowledgement commit callback hears about the records the application received (what it
+acknowledged, what poll's implicit ACCEPT or close's RELEASE covered), never about a BUFFERED
+record the consumer gives back on its own (``release``: partitions no longer assigned, a rejoin
+after the group forgot the member, close). Such a RELEASE often rides on the ShareFetch that
+acquires the same offset again: reported as a completed acknowledgement, it would tell the
+application a record was acknowledged just before handing it that record (``reportable``).
 """
 
 from __future__ import annotations
@@ -129,6 +136,9 @@ class InFlightRecords:
         self._state: dict[TP, dict[int, RecordState]] = {}
         self._type: dict[TP, dict[int, int]] = {}  # ack type of ACKED and SENDING records
         self._delivered: list[tuple[TP, int]] = []  # handed out by the last poll, in order
+        # Offsets given back (RELEASE) before poll handed them out: acknowledged to the broker, not
+        # reported to the application, which never had them (until that RELEASE is answered).
+        self._unseen: dict[TP, set[int]] = {}
 
     # --- arrivals -----------------------------------------------------------------------------
 
@@ -137,7 +147,10 @@ class InFlightRecords:
         with no record to hand out: control records, compacted away; acknowledged as GAP)."""
         states = self._state.setdefault(tp, {})
         types = self._type.setdefault(tp, {})
+        unseen = self._unseen.get(tp, set())
         for offset in offsets:
+            if states.get(offset) is not RecordState.SENDING:
+                unseen.discard(offset)  # a RELEASE never sent (its lock expired): nothing to hide
             states[offset] = RecordState.BUFFERED
             types.pop(offset, None)
         for offset in gaps:
@@ -193,6 +206,8 @@ class InFlightRecords:
             states = self._state.get(tp, {})
             for offset, state in states.items():
                 if state in releasable:
+                    if state is RecordState.BUFFERED:
+                        self._unseen.setdefault(tp, set()).add(offset)
                     states[offset] = RecordState.READY
                     self._type[tp][offset] = ACK_RELEASE
 
@@ -224,10 +239,26 @@ class InFlightRecords:
                 out[tp] = taken
         return out
 
+    def reportable(self, sent: Mapping[TP, Mapping[int, int]]) -> dict[TP, set[int]]:
+        """The offsets of ``sent`` whose outcome the application hears about: all but the
+        records given back before it received them (see the module docstring). Ask before
+        ``finished``."""
+        out: dict[TP, set[int]] = {}
+        for tp, offsets in sent.items():
+            shown = set(offsets) - self._unseen.get(tp, set())
+            if shown:
+                out[tp] = shown
+        return out
+
     def finished(self, sent: Mapping[TP, Mapping[int, int]]) -> None:
         """The request carrying ``sent`` was answered (or failed): SENDING -> absent. The caller
         reports the outcome; a failed acknowledgement is left to the lock's expiry."""
         for tp, offsets in sent.items():
+            unseen = self._unseen.get(tp)
+            if unseen is not None:
+                unseen.difference_update(offsets)
+                if not unseen:
+                    del self._unseen[tp]
             states = self._state.get(tp)
             if states is None:
                 continue
@@ -259,6 +290,7 @@ class InFlightRecords:
         for tp in tps:
             self._state.pop(tp, None)
             self._type.pop(tp, None)
+            self._unseen.pop(tp, None)
         gone = set(tps)
         self._delivered = [(tp, o) for tp, o in self._delivered if tp not in gone]
 

@@ -732,18 +732,20 @@ class ShareConsumer:
             return out
 
     def _ack_results(self, acks: Mapping[TP, Mapping[int, int]], codes: Mapping[TP, int]) -> None:
-        """Answered acknowledgements: no longer held; queue the outcome for the callback."""
+        """Answered acknowledgements: no longer held; queue the outcome for the callback (of
+        the records the application received: ``InFlightRecords.reportable``)."""
         if not acks:
             return
         with self._cond:
+            shown = self._records.reportable(acks)
             self._records.finished(acks)
-            applied = {TopicPartition(*tp): set(o) for tp, o in acks.items() if not codes.get(tp, 0)}
+            applied = {TopicPartition(*tp): offsets for tp, offsets in shown.items() if not codes.get(tp, 0)}
             if applied:
                 self._callbacks.append((applied, None))
-            for tp, offsets in acks.items():
+            for tp, offsets in shown.items():
                 code = codes.get(tp, 0)
                 if code:
-                    self._callbacks.append(({TopicPartition(*tp): set(offsets)}, _exception(code)))
+                    self._callbacks.append(({TopicPartition(*tp): offsets}, _exception(code)))
             self._cond.notify_all()
 
     # --- helpers ------------------------------------------------------------------------------

@@ -16,7 +16,12 @@ coordinators (coordinator_leases.py).
   that were acquired come back AVAILABLE with their delivery count (SharePartition.apply_persisted),
   so in-flight records are delivered again and acknowledged ones never are.
 - ``save(lease, key, value)`` / ``delete(lease, key)``: one transaction, ``fenced`` first: a
-  former owner paused past its lease writes nothing (``LeaseLostError``).
+  former owner paused past its lease writes nothing (``LeaseLostError``). A save replaces only
+  an older snapshot (a lower ``snapshot_epoch``): the owner takes its snapshots in epoch order,
+  but the saves of concurrent requests on one share-partition (two members' acknowledgements,
+  the periodic save, a hand-over) commit in any order, and the last to commit must not put back
+  a snapshot without the acknowledgements a newer one carried and its request already promised.
+  The newer snapshot holds all that the older one did, so the older save has nothing to add.
 - ``release(me, keys)``: hand share-partitions over (leadership moved, or SIGTERM).
 - ``overwrite(coordinator, writes)``: the group's coordinator changes the state of an empty
   share group (AlterShareGroupOffsets, DeleteShareGroupOffsets, DeleteGroups) through the owners'
@@ -80,6 +85,9 @@ VALUES (%s, %s, %s, %s, %s)
 ON CONFLICT (group_id, topic_id, partition)
 DO UPDATE SET snapshot_epoch = EXCLUDED.snapshot_epoch, state = EXCLUDED.state, written_at = now()
 """
+# The owner's save: ``_UPSERT_SQL`` that keeps a newer snapshot (see ``save``). The coordinator's
+# ``overwrite`` replaces whatever is there (it starts the epochs again; the owner reloads it).
+_SAVE_SQL = _UPSERT_SQL.rstrip() + "\nWHERE share_partition_state.snapshot_epoch < EXCLUDED.snapshot_epoch\n"
 
 
 def share_resource(key: SharePartitionKey) -> str:
@@ -134,12 +142,13 @@ class PgShareState:
         return {(group_id, row[0], int(row[1])): decode_value(SNAPSHOT_TYPE, bytes(row[2])) for row in rows}
 
     async def save(self, lease: Lease, key: SharePartitionKey, value: ShareStateValue) -> None:
-        """Replace the snapshot of ``key``, fenced by ``lease`` (``LeaseLostError``: nothing written)."""
+        """Replace the snapshot of ``key`` unless a newer one (a higher snapshot epoch) is
+        there already, fenced by ``lease`` (``LeaseLostError``: nothing written)."""
         self._check(lease, key)
         group_id, topic_id, partition = key
         async with self._store.transaction() as conn:
             await self._fence(conn, lease)
-            await conn.execute(_UPSERT_SQL, (group_id, topic_id, partition, value.snapshot_epoch,
+            await conn.execute(_SAVE_SQL, (group_id, topic_id, partition, value.snapshot_epoch,
                                              encode_value(SNAPSHOT_TYPE, value)))
 
     async def delete(self, lease: Lease, key: SharePartitionKey) -> None:
