@@ -181,11 +181,14 @@ def test_paused_coordinator_is_fenced_and_its_produce_requests_duplicate_nothing
     group = unique_topic("paused-group")
     create_topic(cluster.brokers[0].bootstrap, topic, partitions=PARTITIONS)
     # The consumer's requests to the paused broker time out after 6 s, so its commits move on;
-    # the producer's fail once the broker leaves Metadata (session timeout 3 s) and are retried
-    # through the new leaders.
+    # so do the producer's, which are then retried through the new leaders once the broker left
+    # Metadata (session timeout 3 s). librdkafka times a ProduceRequest out after socket.timeout.ms
+    # (default 60 s), and an idempotent producer sends a partition's next batch only after its
+    # requests in flight ended: left at 60 s, the partitions the paused broker led stalled the load
+    # for the test's whole 60 s wait (3547 acknowledged, 64 after the takeover, in one CI run).
     consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group, "enable.auto.commit": False,
                          "socket.timeout.ms": 6000})
-    load = NumberedLoad(cluster.bootstrap, topic, extra_conf={"request.timeout.ms": 6000})
+    load = NumberedLoad(cluster.bootstrap, topic, extra_conf={"request.timeout.ms": 6000, "socket.timeout.ms": 6000})
     try:
         consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
         _commit(consumer, topic, 1)

@@ -146,6 +146,20 @@ def _row(browser: Any, table_id: str, txn_id: str) -> list[Any]:
     return found
 
 
+def _in_row(browser: Any, table_id: str, txn_id: str, use: Callable[[Any], Any]) -> Any:
+    """``use(row)`` on the transaction's one row, found again when the page's live refresh
+    replaced it in between (a stale element); returns what ``use`` returned."""
+    from selenium.common.exceptions import StaleElementReferenceException
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    def attempt(b: Any) -> Any:
+        (row,) = _row(b, table_id, txn_id)
+        return (use(row),)
+
+    (result,) = WebDriverWait(browser, BROWSER_WAIT_S, ignored_exceptions=(StaleElementReferenceException,)).until(attempt)
+    return result
+
+
 def test_an_open_transaction_appears_and_goes_on_commit(console_broker: Any, console_url: str,
                                                        browser_login: Callable[..., Any],
                                                        screenshot: Callable[[str], Path],
@@ -163,10 +177,10 @@ def test_an_open_transaction_appears_and_goes_on_commit(console_broker: Any, con
     producer.produce(topic, b"b", partition=1)
     assert producer.flush(CLIENT_TIMEOUT_S) == 0
     _wait(browser, lambda b: _row(b, "open-transactions", txn_id), "the open transaction (live refresh)")
-    (row,) = _row(browser, "open-transactions", txn_id)
-    assert row.get_attribute("data-state") == "Ongoing"
-    assert f"{topic}[0]" in row.text
-    assert f"{topic}[1]" in row.text
+    state, text = _in_row(browser, "open-transactions", txn_id, lambda row: (row.get_attribute("data-state"), row.text))
+    assert state == "Ongoing"
+    assert f"{topic}[0]" in text
+    assert f"{topic}[1]" in text
     screenshot("transactions-open")
     producer.commit_transaction(CLIENT_TIMEOUT_S)
     _wait(browser, lambda b: not _row(b, "open-transactions", txn_id), "the committed transaction leave the open list")
@@ -197,14 +211,14 @@ def test_a_hanging_transaction_is_flagged_and_aborted_from_the_page(console_brok
     browser = browser_login("alice")
     browser.get(f"{console_url}/transactions")
     _wait(browser, lambda b: _row(b, "hanging", txn_id), "the hanging transaction")
-    (row,) = _row(browser, "hanging", txn_id)
-    kinds = [f.get_attribute("data-kind") for f in row.find_elements(By.CSS_SELECTOR, ".flag")]
+    kinds, text = _in_row(browser, "hanging", txn_id, lambda row: (
+        [f.get_attribute("data-kind") for f in row.find_elements(By.CSS_SELECTOR, ".flag")], row.text))
     assert kinds == ["open-past-timeout", "lso-held-back"]
-    assert "past its transaction timeout" in row.text
-    assert "read_committed consumers cannot read past it" in row.text
+    assert "past its transaction timeout" in text
+    assert "read_committed consumers cannot read past it" in text
     screenshot("transactions-hanging")   # docs/images/console-transactions.png is a copy of one
 
-    row.find_element(By.CSS_SELECTOR, "a.abort-link").click()
+    _in_row(browser, "hanging", txn_id, lambda row: row.find_element(By.CSS_SELECTOR, "a.abort-link").click())
     _wait(browser, lambda b: b.find_elements(By.ID, "abort-form"), "the abort confirmation")
     screenshot("transaction-abort-confirm")
     browser.find_element(By.ID, "confirm").send_keys(txn_id)
@@ -235,12 +249,13 @@ def test_a_prepared_transaction_is_completed_with_confirmation(console_broker: A
         browser = browser_login("alice")
         browser.get(f"{console_url}/transactions")
         _wait(browser, lambda b: _row(b, "open-transactions", txn_id), "the prepared transaction")
-        (row,) = _row(browser, "open-transactions", txn_id)
-        assert "prepared (2PC)" in row.text
-        assert "none (2PC)" in row.text
+        text = _in_row(browser, "open-transactions", txn_id, lambda row: row.text)
+        assert "prepared (2PC)" in text
+        assert "none (2PC)" in text
         assert not _row(browser, "hanging", txn_id)
         screenshot("transactions-prepared")
-        row.find_element(By.CSS_SELECTOR, "a.complete-link").click()
+        _in_row(browser, "open-transactions", txn_id,
+                lambda row: row.find_element(By.CSS_SELECTOR, "a.complete-link").click())
         _wait(browser, lambda b: b.find_elements(By.ID, "complete-form"), "the completion confirmation")
         browser.find_element(By.ID, "decision-commit").click()
         browser.find_element(By.ID, "complete-submit").click()   # not yet confirmed: refused

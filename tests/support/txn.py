@@ -428,14 +428,28 @@ def _skip_tagged(data: bytes, pos: int) -> int:
     return pos
 
 
+# OffsetFetch errors that say "ask again" while a group's coordinator moves (a cluster broker's
+# lease taken over): Kafka's Java consumer rediscovers the coordinator and retries them itself;
+# librdkafka's committed() raises them.
+COORDINATOR_MOVING = (KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+                      KafkaError.COORDINATOR_NOT_AVAILABLE)
+
+
 def committed_offsets(bootstrap: str, group_id: str, topic: str, partitions: int) -> dict[int, int]:
-    """The group's committed offset per partition (-1001 when none), via OffsetFetch."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group_id, "enable.auto.commit": False})
-    try:
-        tps = consumer.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=CLIENT_TIMEOUT_S)
-    finally:
-        consumer.close()
-    return {tp.partition: tp.offset for tp in tps}
+    """The group's committed offset per partition (-1001 when none), via OffsetFetch; asked
+    again (within ``CLIENT_TIMEOUT_S``) while the coordinator moves (``COORDINATOR_MOVING``)."""
+    deadline = time.monotonic() + CLIENT_TIMEOUT_S
+    while True:
+        consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group_id, "enable.auto.commit": False})
+        try:
+            tps = consumer.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=CLIENT_TIMEOUT_S)
+            return {tp.partition: tp.offset for tp in tps}
+        except KafkaException as e:
+            if e.args[0].code() not in COORDINATOR_MOVING or time.monotonic() > deadline:
+                raise
+        finally:
+            consumer.close()
+        time.sleep(0.2)
 
 
 # -- a hand-driven transactional producer ------------------------------------------------------
