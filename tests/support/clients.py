@@ -16,13 +16,18 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.support.narrow import consumed_record
 from tests.support.records import ConsumedRecord, SentRecord
 
 CLIENT_TIMEOUT_S = 60.0
+# Errors that say "ask again" while a group's coordinator moves (a cluster broker's lease taken
+# over): Kafka's Java clients rediscover the coordinator and retry them themselves; librdkafka's
+# committed() and commit() raise them.
+COORDINATOR_MOVING = frozenset({KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+                                KafkaError.COORDINATOR_NOT_AVAILABLE})
 KCAT = "kcat"
 # Note: Debian's kcat bundles librdkafka 2.0.2, which misreads Tansu 0.6's ApiVersions v3 response
 # ("Protocol read buffer underflow"), so the kcat tests only pass against our broker.

@@ -28,6 +28,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
+from tests.support.clients import COORDINATOR_MOVING
 from tests.support.narrow import message_position, present
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -48,9 +49,8 @@ CONSUMER_PROTOCOL_BROKER_CONFIG = {
 _RETRIED_COMMIT_ERRORS = frozenset({
     KafkaError.STALE_MEMBER_EPOCH, KafkaError.ILLEGAL_GENERATION, KafkaError.REBALANCE_IN_PROGRESS,
     KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError.REQUEST_TIMED_OUT,
-    KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
     KafkaError._WAIT_COORD, KafkaError._ALL_BROKERS_DOWN,
-})
+}) | COORDINATOR_MOVING
 CONSUMER_GROUP_HEARTBEAT = 68
 CONSUMER_GROUP_DESCRIBE = 69
 

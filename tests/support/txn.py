@@ -48,7 +48,13 @@ from confluent_kafka import (  # noqa: E402
 )
 
 from tests.support.brokers import BrokerProcess  # noqa: E402
-from tests.support.clients import CLIENT_TIMEOUT_S, CONSUME_WAIT_S, assign_from_beginning, unique_topic  # noqa: E402
+from tests.support.clients import (  # noqa: E402
+    CLIENT_TIMEOUT_S,
+    CONSUME_WAIT_S,
+    COORDINATOR_MOVING,
+    assign_from_beginning,
+    unique_topic,
+)
 from tests.support.narrow import consumed_record, message_position  # noqa: E402
 from tests.support.records import ConsumedRecord  # noqa: E402
 
@@ -426,13 +432,6 @@ def _skip_tagged(data: bytes, pos: int) -> int:
         size, pos = _uvarint(data, pos)
         pos += size
     return pos
-
-
-# OffsetFetch errors that say "ask again" while a group's coordinator moves (a cluster broker's
-# lease taken over): Kafka's Java consumer rediscovers the coordinator and retries them itself;
-# librdkafka's committed() raises them.
-COORDINATOR_MOVING = (KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
-                      KafkaError.COORDINATOR_NOT_AVAILABLE)
 
 
 def committed_offsets(bootstrap: str, group_id: str, topic: str, partitions: int) -> dict[int, int]:
