@@ -32,18 +32,9 @@ from oncestream.broker_process import OnceStreamBroker  # noqa: E402
 from oncestream.spark.arrow_columns import native_available  # noqa: E402
 from oncestream.spark.partition_reader import OffsetRange, read_range  # noqa: E402
 from spark_pipeline import _create_topics, _fill  # noqa: E402
+from topic_offsets import high_watermarks  # noqa: E402
 
 PARTITIONS = 2
-
-
-def _end_offsets(bootstrap: str, topic: str) -> list[int]:
-    from confluent_kafka import Consumer, TopicPartition
-
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "read-range-cpu"})
-    try:
-        return [consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] for p in range(PARTITIONS)]
-    finally:
-        consumer.close()
 
 
 def _read_all(bootstrap: str, topic: str, ends: list[int]) -> int:
@@ -68,7 +59,7 @@ def main() -> None:
         try:
             _create_topics(broker.bootstrap, PARTITIONS, "in")
             _fill(broker.bootstrap, "in", args.records, args.record_bytes)
-            ends = _end_offsets(broker.bootstrap, "in")
+            ends = list(high_watermarks(broker.bootstrap, "in", PARTITIONS).values())
             if _read_all(broker.bootstrap, "in", ends) != args.records:  # warm-up, and a check
                 raise SystemExit("read back a different number of records")
             cpu_s, faults = [], []

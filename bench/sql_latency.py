@@ -33,6 +33,7 @@ for path in (str(ROOT / "src"), str(ROOT)):
         sys.path.insert(0, path)
 
 from bench.sql_pipeline import _create_topics, orders_source, sql_bench_runtime  # noqa: E402
+from bench.topic_offsets import high_watermarks  # noqa: E402
 
 QUERY = "CREATE STREAM FAST AS SELECT ID, NAME, AMOUNT * 2 AS DOUBLED FROM ORDERS WHERE AMOUNT >= 10 EMIT CHANGES;"
 
@@ -95,27 +96,14 @@ def _consume(bootstrap: str, topic: str, expected: int, sent: dict[int, int], ou
         consumer.close()
 
 
-def _end_offsets(bootstrap: str, topic: str, partitions: int) -> dict[str, int]:
-    """The high watermark of each partition (the warm-up's producer is idempotent, not
-    transactional: the query's read_committed end is the same)."""
-    from confluent_kafka import Consumer, TopicPartition
-
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "latency-bench-ends"})
-    try:
-        return {str(p): consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
-                for p in range(partitions)}
-    finally:
-        consumer.close()
-
-
-def _read_up_to(progress: list, topic: str) -> dict[str, int] | None:
+def _read_up_to(progress: list, topic: str) -> dict[int, int] | None:
     """The end offsets of ``topic`` in the query's last progress report (Spark's JSON of them)."""
     for report in reversed(progress):
         for source in report["sources"]:
             end = source["endOffset"]
             offsets = json.loads(end) if isinstance(end, str) else end
             if offsets and topic in offsets:
-                return {p: int(o) for p, o in offsets[topic].items()}
+                return {int(p): int(o) for p, o in offsets[topic].items()}
     return None
 
 
@@ -171,7 +159,9 @@ def main() -> int:
         warm = _produce(bootstrap, topic_in, args.rate, 10, 0, False, sent)
         # Warm once the query has read up to the input's end. Not a count of rows read: the query
         # starts at latest when its first trigger runs, which may be after the burst began.
-        ends = _end_offsets(bootstrap, topic_in, args.partitions)
+        # The warm-up's producer is idempotent, not transactional: its high watermarks are also
+        # the query's read_committed end.
+        ends = high_watermarks(bootstrap, topic_in, args.partitions)
         deadline = time.monotonic() + 300
         while _read_up_to(runtime.progress("CSAS_FAST_0"), topic_in) != ends:
             if time.monotonic() > deadline:

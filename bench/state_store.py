@@ -63,6 +63,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.topic_offsets import high_watermarks
+
 from tests.support.brokers import BrokerProcess
 from tests.support.clients import create_topic
 from tests.support.faults import child_environment
@@ -383,16 +385,6 @@ def _materializer_process(bootstrap: str, topic: str, state_dir: Path, events: P
     return elapsed, last[-1]["applied"]
 
 
-def _high_watermarks(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
-    from oncestream.client import Consumer, TopicPartition
-
-    consumer = Consumer({"bootstrap.servers": bootstrap})
-    try:
-        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] for p in range(partitions)}
-    finally:
-        consumer.close()
-
-
 def _load() -> str:
     one, five, _ = os.getloadavg()
     return f"load {one:.1f}/{five:.1f}"
@@ -408,7 +400,7 @@ def run_changelog(args: argparse.Namespace) -> None:
             t0 = time.perf_counter()
             _produce(broker.bootstrap, topic, args.partitions, range(args.keys), 0)
             print(f"produced {args.keys:,} records in {time.perf_counter() - t0:.1f}s ({_load()})", flush=True)
-            ends = _high_watermarks(broker.bootstrap, topic, args.partitions)
+            ends = high_watermarks(broker.bootstrap, topic, args.partitions)
 
             # Alternate the two readers so drift of the shared machine lands on both; each
             # materializer round builds a fresh store (the last one is kept for the crash).
@@ -439,7 +431,7 @@ def run_changelog(args: argparse.Namespace) -> None:
             crashed = tmp / "crashed"
             shutil.copytree(store_dir, crashed)
             total = args.keys + args.window
-            ends = _high_watermarks(broker.bootstrap, topic, args.partitions)
+            ends = high_watermarks(broker.bootstrap, topic, args.partitions)
             recover_dir, replay_dir = tmp / "recover", tmp / "replay"
 
             def fresh(directory: Path, copy_crashed: bool) -> Path:
