@@ -35,13 +35,17 @@ class SqlServerProcess:
     directory."""
 
     def __init__(self, *, bootstrap: str, service_id: str, state_dir: Path, config: dict[str, str] | None = None,
-                 name: str = "node", spark_master: str | None = None) -> None:
+                 name: str = "node", spark_master: str | None = None, pyspark_python: str | None = None) -> None:
         self.bootstrap = bootstrap
         self.spark_master = spark_master
         self.service_id = service_id
         self.state_dir = Path(state_dir)
         self.config = dict(config or {})
         self.name = name
+        # The interpreter Spark starts the node's Python processes with (PYSPARK_PYTHON, and
+        # PYSPARK_DRIVER_PYTHON, which the driver's data-source processes run; default this one):
+        # a test may put a wrapper there to slow or count those starts.
+        self.pyspark_python = pyspark_python or sys.executable
         self.process: subprocess.Popen[bytes] | None = None
         self.url: str | None = None
         self.ready_info: dict[str, Any] = {}   # the node's --ready-file (url, serviceId, sparkUiUrl)
@@ -71,7 +75,7 @@ class SqlServerProcess:
         for key, value in run_config.items():
             argv += ["--config", f"{key}={value}"]
         env = dict(os.environ)
-        env["PYSPARK_PYTHON"] = sys.executable
+        env["PYSPARK_PYTHON"] = env["PYSPARK_DRIVER_PYTHON"] = self.pyspark_python
         env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), str(ROOT), env.get("PYTHONPATH", "")])
         with open(self._log, "wb") as out:
             self.process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,

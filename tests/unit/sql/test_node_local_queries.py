@@ -102,6 +102,24 @@ def test_failed_start_and_failure_while_running_show_error(local: Any) -> None:
     wait(lambda: queries.state("Q1") == ("ERROR", "boom in batch 7"))
 
 
+def test_a_failed_query_the_runtime_started_again_is_running_again(local: Any) -> None:
+    """The runtime restarts a query Spark failed to start (runtime.SPARK_START_FAILURES): ERROR
+    while it waits, RUNNING (without the error) once the runtime reports it running again."""
+    queries, runtime, _known, changes = local
+    queries.set_desired({"Q1"})
+    wait(lambda: queries.state("Q1") == ("RUNNING", None))
+    runtime.states["Q1"] = type("S", (), {"state": "ERROR", "error": "Python worker failed to connect back."})()
+    queries.poke()
+    wait(lambda: queries.state("Q1") == ("ERROR", "Python worker failed to connect back."))
+    notified = len(changes)
+    runtime.states["Q1"] = type("S", (), {"state": "RUNNING", "error": None})()
+    queries.poke()
+    wait(lambda: queries.state("Q1") == ("RUNNING", None))
+    assert queries.errors() == {}
+    assert len(changes) > notified   # the group metadata's errors change with it
+    assert runtime.started == ["Q1"]  # the runtime restarted it, not the lifecycle
+
+
 def test_terminated_or_replaced_queries_stop_or_restart(local: Any) -> None:
     queries, runtime, known, _changes = local
     queries.set_desired({"Q1", "Q2"})
@@ -117,4 +135,4 @@ def test_terminated_or_replaced_queries_stop_or_restart(local: Any) -> None:
 def test_state_table_refuses_illegal_transitions(local: Any) -> None:
     queries, _runtime, _known, _changes = local
     with pytest.raises(IllegalQueryTransition):
-        queries._set("QX", LocalState.RUNNING)  # RUNNING only from STARTING
+        queries._set("QX", LocalState.RUNNING)  # RUNNING only from STARTING or FAILED

@@ -1,9 +1,12 @@
-"""A push or persistent query that Spark failed to start for the machine's sake (its Python data-source process
-did not connect back within Spark's fixed 10 s) before its first micro-batch is started again
-(``runtime.PushQuery``, ``PUSH_START_RETRIES``); any other failure, a start failure after a batch,
-or one past the retries ends it with the error. Spark's streaming writer is a fake here: the
+"""A push or persistent query that Spark failed to start for the machine's sake (a Python process of
+the connector did not connect back within Spark's fixed 10 s) is started again. A push query only
+before its first micro-batch (its rows went to the client) and PUSH_START_RETRIES times
+(``runtime.PushQuery``); a persistent query from its checkpoint, also after batches, with a pause
+that doubles up to its cap, until it runs or is stopped (``QueryRuntime._restart_after_start_failure``).
+Any other failure ends the query with its error. Spark's streaming writer is a fake here: the
 chain ``writeStream.foreachBatch(f).outputMode(m).option(k, v).trigger(...).start()`` returns
-handles that have failed or run as each test says."""
+handles that have failed or run as each test says; the persistent pauses go to a recording
+``sleep``."""
 
 from __future__ import annotations
 
@@ -14,9 +17,10 @@ from oncestream.sql.engine.runtime import (
     ERROR,
     NOT_RUNNING,
     PENDING,
-    PERSISTENT_START_RETRIES,
     PUSH_START_RETRIES,
     RUNNING,
+    START_RETRY_BACKOFF_MAX_MS,
+    START_RETRY_BACKOFF_MS,
     PushQuery,
     QueryRuntime,
     is_spark_start_failure,
@@ -130,13 +134,15 @@ def test_start_failures_are_told_by_their_text():
 
 
 class _Ended:
-    """A persistent query's Spark handle that has ended: with ``error`` (None: stopped), after a
-    micro-batch or not."""
+    """A persistent query's Spark handle: ended with ``error`` (None: stopped), after a micro-batch
+    or not; or, with ``running``, one that runs (its watcher returns: no failure to read)."""
 
-    def __init__(self, error: str | None, progressed: bool = False) -> None:
+    def __init__(self, error: str | None, progressed: bool = False, running: bool = False) -> None:
         self.error = error
         self.lastProgress = {"batchId": 0} if progressed else None
-        self.isActive = False
+        self.isActive = running
+        self.status = {"isTriggerActive": False}
+        self.stopped = False
 
     def awaitTermination(self) -> None:
         if self.error is not None:
@@ -145,36 +151,91 @@ class _Ended:
     def exception(self) -> Exception | None:
         return None if self.error is None else RuntimeError(self.error)
 
+    def stop(self) -> None:
+        self.stopped, self.isActive = True, False
 
-def _persistent(first: _Ended, starts: list[_Ended]) -> tuple[QueryRuntime, list[_Ended]]:
-    """A runtime holding query Q as started with ``first``; ``starts`` are what each new start gives.
-    (The restart logic alone: no Spark session behind the runtime.)"""
+
+def _runtime(first: _Ended) -> QueryRuntime:
+    """A runtime holding query Q as started with ``first`` (the restart logic alone: no Spark
+    session behind it)."""
     runtime = object.__new__(QueryRuntime)
     runtime._lock = threading.RLock()
     runtime._queries = {}
     runtime._set("Q", PENDING)
     runtime._set("Q", RUNNING, handle=first)
+    return runtime
+
+
+def _persistent(first: _Ended, starts: list[_Ended]) -> tuple[QueryRuntime, list[_Ended], list[float]]:
+    """Run Q's watcher on ``first``: ``starts`` are what each new start gives; returns the
+    runtime, the handles started and the pauses (seconds) taken before each start."""
+    runtime = _runtime(first)
     started: list[_Ended] = []
+    pauses: list[float] = []
 
     def start() -> _Ended:
         started.append(starts[len(started)])
         return started[-1]
 
-    runtime._restart_after_start_failure("Q", first, start)
-    return runtime, started
+    runtime._restart_after_start_failure("Q", first, start, sleep=pauses.append)
+    return runtime, started, pauses
 
 
-def test_a_persistent_query_spark_failed_to_start_is_started_again_from_its_checkpoint():
-    running = _Ended(None)
-    running.isActive = True   # the second start runs (its awaitTermination is not reached: one retry left)
-    runtime, started = _persistent(_Ended(START_FAILURE), [_Ended(START_FAILURE), running])
+def test_a_persistent_query_spark_failed_to_start_is_started_again_until_it_runs():
+    """More failures in a row than a push query is allowed: the pauses double up to the cap."""
+    failures = 7
+    running = _Ended(None, running=True)
+    runtime, started, pauses = _persistent(_Ended(START_FAILURE), [_Ended(START_FAILURE)] * (failures - 1) + [running])
     assert started[-1] is running
-    assert len(started) == PERSISTENT_START_RETRIES
+    assert len(started) == failures
+    expected = [min(START_RETRY_BACKOFF_MS * 2 ** n, START_RETRY_BACKOFF_MAX_MS) / 1000 for n in range(failures)]
+    assert pauses == expected
+    assert pauses[-1] == START_RETRY_BACKOFF_MAX_MS / 1000   # the cap was reached
+    assert runtime.status("Q").state == RUNNING
+
+
+def test_a_start_failure_after_batches_is_started_again_with_the_first_pause():
+    """Spark starts a Python process for each batch's commit too: a failure there, after batches,
+    restarts the query from its checkpoint, and a run that made progress resets the pauses."""
+    running = _Ended(None, running=True)
+    runtime, started, pauses = _persistent(
+        _Ended(START_FAILURE), [_Ended(START_FAILURE, progressed=True), _Ended(START_FAILURE), running])
+    assert started[-1] is running
+    first = START_RETRY_BACKOFF_MS / 1000
+    assert pauses == [first, first, 2 * first]
     assert runtime.status("Q").state == RUNNING
 
 
 def test_a_persistent_query_ending_otherwise_is_not_started_again():
-    for first in (_Ended("Some error: the query is wrong"), _Ended(START_FAILURE, progressed=True), _Ended(None)):
-        runtime, started = _persistent(first, [])
+    for first in (_Ended("Some error: the query is wrong"), _Ended(None)):
+        runtime, started, _ = _persistent(first, [])
         assert started == []
         assert runtime.status("Q").state == (ERROR if first.error else NOT_RUNNING)
+
+
+def test_a_query_waiting_to_be_started_again_shows_the_error_and_stays_stopped_once_stopped():
+    runtime = _runtime(_Ended(START_FAILURE))
+    seen: list[tuple[str, str | None]] = []
+
+    def stop_during_pause(_seconds: float) -> None:
+        status = runtime.status("Q")
+        seen.append((status.state, status.error))
+        runtime.stop_persistent("Q")
+
+    runtime._restart_after_start_failure("Q", runtime._queries["Q"].handle, lambda: _Ended(None, running=True),
+                                         sleep=stop_during_pause)
+    assert seen == [(ERROR, START_FAILURE)]   # as ksqlDB shows a query it will restart
+    assert runtime.status("Q").state == NOT_RUNNING
+
+
+def test_a_query_stopped_while_spark_started_it_again_is_stopped():
+    runtime = _runtime(_Ended(START_FAILURE))
+    again = _Ended(None, running=True)
+
+    def start() -> _Ended:
+        runtime.stop_persistent("Q")
+        return again
+
+    runtime._restart_after_start_failure("Q", runtime._queries["Q"].handle, start, sleep=lambda _s: None)
+    assert again.stopped
+    assert runtime.status("Q").state == NOT_RUNNING

@@ -195,9 +195,7 @@ class QueryRuntime:
             self._set(query_id, ERROR, refusal)
             return
         try:
-            # Callers start queries from their own threads, whose JVM thread has no active session;
-            # without one, DataStreamWriter.start does not find format("oncestream") (DATA_SOURCE_NOT_FOUND).
-            self.spark._jvm.org.apache.spark.sql.SparkSession.setActiveSession(self.spark._jsparkSession)
+            self._activate_session()
             compiled = compile_query(self.spark, _query_of(analyzed, info.query), analyzed,
                                      self._read_settings(properties or {}))
             layout = layout_for(compiled.columns, sink, window=compiled.window)
@@ -227,36 +225,70 @@ class QueryRuntime:
             self._set(query_id, ERROR, _error_text(e))
             return
         self._set(query_id, RUNNING, handle=handle)
-        threading.Thread(target=self._restart_after_start_failure, args=(query_id, handle, configured.start),
+
+        def start_again() -> Any:
+            self._activate_session()   # in the watcher's own thread
+            return configured.start()
+
+        threading.Thread(target=self._restart_after_start_failure, args=(query_id, handle, start_again),
                          name=f"start-watch-{query_id}", daemon=True).start()
 
-    def _restart_after_start_failure(self, query_id: str, handle: Any, start_spark: Callable[[], Any]) -> None:
-        """Wait for ``handle``'s query to end; if Spark failed to start it before its first
-        micro-batch (``is_spark_start_failure``), start it again from its checkpoint, up to
-        PERSISTENT_START_RETRIES times, as a push query is (see SPARK_START_FAILURES). Any other
-        end (a stop, another failure, one after a batch) leaves the query as ``status`` says."""
-        for _ in range(PERSISTENT_START_RETRIES):
+    def _activate_session(self) -> None:
+        """Make the node's session the active one of the calling thread's JVM thread: queries are
+        started from the callers' own threads, which have none, and without one
+        DataStreamWriter.start does not find format("oncestream") (DATA_SOURCE_NOT_FOUND)."""
+        self.spark._jvm.org.apache.spark.sql.SparkSession.setActiveSession(self.spark._jsparkSession)
+
+    def _restart_after_start_failure(self, query_id: str, handle: Any, start_spark: Callable[[], Any],
+                                     sleep: Callable[[float], None] = time.sleep) -> None:
+        """Wait for ``handle``'s query to end; if Spark failed to start its Python process
+        (``is_spark_start_failure``; at any point, a batch already written included), show it
+        as ERROR with that error, pause (START_RETRY_BACKOFF_MS, doubling up to
+        START_RETRY_BACKOFF_MAX_MS; back to the first pause once a run made progress) and start it
+        again from its checkpoint, for as long as nobody stopped or restarted it meanwhile: ksqlDB
+        restarts its failed persistent queries with backoff the same way (ERROR in SHOW QUERIES
+        meanwhile). A batch that failed so is written again by the restarted run, exactly once (the
+        sink's recovery after a driver crash). ``sleep`` is the pause (a seam for tests). Any other
+        end (a stop, another failure) leaves the query as ``status`` says."""
+        backoff_ms = START_RETRY_BACKOFF_MS
+        while True:
             try:
                 handle.awaitTermination()
             except Exception:  # noqa: BLE001 - the failure is read from handle.exception() below
                 pass
             failure = handle.exception()
             error = _error_text(failure) if failure is not None else None
-            if handle.lastProgress is not None or not is_spark_start_failure(error):
+            if not is_spark_start_failure(error):
                 return
+            if handle.lastProgress is not None:
+                backoff_ms = START_RETRY_BACKOFF_MS
             with self._lock:
                 entry = self._queries.get(query_id)
                 if entry is None or entry.handle is not handle or entry.state not in (RUNNING, ERROR):
                     return  # stopped or started again meanwhile
-                log.warning("query %s: Spark did not start it (%s); starting it again", query_id, error)
+                log.warning("query %s: Spark did not start its Python process (%s); starting it again in %d ms",
+                            query_id, error, backoff_ms)
                 self._set(query_id, ERROR, error)
+            sleep(backoff_ms / 1000)
+            backoff_ms = min(2 * backoff_ms, START_RETRY_BACKOFF_MAX_MS)
+            with self._lock:
+                now = self._queries.get(query_id)
+                if now is not entry or now.state != ERROR or now.handle is not None:
+                    return  # stopped, dropped or started again during the pause
                 self._set(query_id, PENDING)
             try:
                 handle = start_spark()
             except Exception as e:  # noqa: BLE001 - any failure becomes the query's ERROR status
-                self._set(query_id, ERROR, _error_text(e))
+                log.warning("query %s failed to start again: %s", query_id, e)
+                with self._lock:
+                    if entry.state == PENDING:
+                        self._set(query_id, ERROR, _error_text(e))
                 return
-            self._set(query_id, RUNNING, handle=handle)
+            with self._lock:
+                if entry.state != PENDING:   # stopped while Spark started it
+                    _stop_at_boundary(handle)
+                    return
+                self._set(query_id, RUNNING, handle=handle)
 
     def _two_phase_commit_refusal(self) -> str | None:
         """Why the broker refuses the exactly-once sink's two-phase commit (None: it grants it, or
@@ -441,10 +473,14 @@ def json_ready(value: Any, base: BaseType | None = None) -> Any:
 # started again, this many times: nothing was read or emitted, so the client sees a query that
 # began a few seconds later (with ``latest`` offsets, from the later end).
 SPARK_START_FAILURES = ("Python worker failed to connect back",)
-PUSH_START_RETRIES = 2
-# A persistent query resumes from its checkpoint, so it is started again the same way (ksqlDB
-# restarts errored persistent queries too, with backoff; here only this start failure).
-PERSISTENT_START_RETRIES = 2
+PUSH_START_RETRIES = 4
+# A persistent query resumes from its checkpoint, so it is started again after such a failure at
+# any point (Spark starts the source's process again whenever the query is restarted), with a
+# pause that doubles up to its cap, for as long as it is wanted: ksqlDB restarts
+# its errored persistent queries with backoff too (here only this failure, which never means the
+# query is wrong; one that is would fail the same way forever).
+START_RETRY_BACKOFF_MS = 1_000
+START_RETRY_BACKOFF_MAX_MS = 30_000
 
 
 def is_spark_start_failure(error: str | None) -> bool:

@@ -8,7 +8,8 @@ State per query id (one table, checked on every change):
 state          entered from                                 means
 =============  ==========================================  ==========================
 STARTING       (absent)                                     assigned, start under way
-RUNNING        STARTING                                     runtime.start_persistent returned
+RUNNING        STARTING, FAILED                             runtime.start_persistent returned /
+                                                            runtime restarted it (RUNNING again)
 FAILED         STARTING, RUNNING                            start raised / runtime reports ERROR
 STOPPING       STARTING, RUNNING, FAILED                    no longer assigned or terminated
 (absent)       STOPPING                                     runtime.stop_persistent returned
@@ -17,7 +18,9 @@ STOPPING       STARTING, RUNNING, FAILED                    no longer assigned o
 A STOPPING query is still owned (reported in the group metadata) until it has stopped, so the
 group never gives it to another node while it runs here. A FAILED query stays owned by this node
 (shown as ERROR with its error, as ksqlDB shows a failed query) until it is unassigned or
-terminated, so the cluster does not bounce it from node to node.
+terminated, so the cluster does not bounce it from node to node. The runtime restarts a query
+that Spark failed to start for the machine's sake (runtime.SPARK_START_FAILURES): it is FAILED
+while it waits, RUNNING again once the runtime reports it so.
 """
 
 from __future__ import annotations
@@ -47,7 +50,7 @@ class LocalState(Enum):
 
 _ALLOWED: dict[LocalState, tuple[LocalState | None, ...]] = {
     LocalState.STARTING: (None,),
-    LocalState.RUNNING: (LocalState.STARTING,),
+    LocalState.RUNNING: (LocalState.STARTING, LocalState.FAILED),
     LocalState.FAILED: (LocalState.STARTING, LocalState.RUNNING),
     LocalState.STOPPING: (LocalState.STARTING, LocalState.RUNNING, LocalState.FAILED),
 }
@@ -212,10 +215,12 @@ class LocalQueries:
             self._set(query_id, None)
 
     def _watch_running(self) -> None:
-        """Notice queries that failed while running (Spark reports them ERROR)."""
+        """Notice queries that failed while running (Spark reports them ERROR), and failed ones
+        the runtime started again (it reports them RUNNING)."""
         with self._lock:
             running = [q for q, s in self._states.items() if s is LocalState.RUNNING]
-        failed = False
+            failed_ids = [q for q, s in self._states.items() if s is LocalState.FAILED]
+        failed = self._recovered(failed_ids)
         for query_id in running:
             try:
                 status = self._runtime.status(query_id)
@@ -233,6 +238,24 @@ class LocalQueries:
                         failed = True
         if failed:
             self._changed()
+
+    def _recovered(self, failed_ids: list[str]) -> bool:
+        """Move the FAILED queries the runtime reports RUNNING back to RUNNING; whether any was."""
+        recovered = False
+        for query_id in failed_ids:
+            try:
+                status = self._runtime.status(query_id)
+            except Exception:  # noqa: BLE001 - still failed as far as this node can tell
+                continue
+            state = getattr(getattr(status, "state", None), "value", getattr(status, "state", None))
+            if state != "RUNNING":
+                continue
+            with self._lock:
+                if self._states.get(query_id) is LocalState.FAILED:
+                    self._set(query_id, LocalState.RUNNING)
+                    self._errors.pop(query_id, None)
+                    recovered = True
+        return recovered
 
     def stop(self, timeout_s: float = 60.0) -> None:
         """Stop every local query (at a batch boundary) and the loop."""
