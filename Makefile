@@ -68,7 +68,7 @@ PYTEST_RUN := $(VPY) -m pytest -q --durations=10 -m 'not slow'
 # the cluster pass against 698 s for the same suites on the single broker, both at a load of ~20
 # on the 2-core machine (2026-11-29); the Spark-bound tests take the time, not the cluster.
 CLUSTER_RUN := ONCESTREAM_TEST_BROKER=cluster $(PYTEST_RUN) --junitxml=.test-report-cluster.xml tests/interop
-# make test's cluster pass leaves out the four SQL suites whose time is Spark's, not the broker's
+# make test's cluster pass leaves out the SQL suites whose time is Spark's, not the broker's
 # (470 of the 575 s of tests/interop/sql on the single broker; they still run there, and all of
 # them run on a cluster in `make test-cluster`). In a CI run of 2026-11-29 the whole layout took
 # 80 min, the Spark run 77 of them, with up to three Spark JVMs on the 2 cores at once, and the
@@ -76,7 +76,8 @@ CLUSTER_RUN := ONCESTREAM_TEST_BROKER=cluster $(PYTEST_RUN) --junitxml=.test-rep
 # default run: tests/spark/sql/test_sql_server_on_broker_cluster.py (CTAS, push and pull queries),
 # tests/chaos/sql/test_cluster_failover.py, and the cluster pass's other SQL suites (SCRAM nodes,
 # two nodes' pull queries, the command topic, processing log, pull queries at start).
-CLUSTER_PASS_SPARK_BOUND := test_node_bad_records test_sql_security test_node_query_errors test_rest_e2e
+CLUSTER_PASS_SPARK_BOUND := test_node_bad_records test_sql_security test_node_query_errors test_rest_e2e \
+  test_node_spark_start_retry
 CLUSTER_PASS := $(CLUSTER_RUN) $(CLUSTER_PASS_SPARK_BOUND:%=--ignore=tests/interop/sql/%.py)
 test: $(SPARK_STAMP) kcat tansu java postgres chromium lint
 	@$(PYTEST_RUN) --junitxml=.test-report-spark.xml $(SPARK_SUITES) > $(SPARK_LOG) 2>&1 & spark=$$!; \
