@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from oncestream.spark.driver_python import launcher_path
 from tests.support.brokers import BrokerProcess
 
 TWO_PC_CONFIG = {"transaction.two.phase.commit.enable": "true"}
@@ -48,6 +49,8 @@ class _SparkSessions:
             return self.session
         self.stop()
         os.environ["PYSPARK_PYTHON"] = sys.executable
+        # The driver's data-source processes as the SQL server starts them (docs/spark-connector-options.md).
+        os.environ["PYSPARK_DRIVER_PYTHON"] = launcher_path()
         # Executors inherit the environment of the process that starts them (the standalone
         # worker inside this JVM), so this reaches their Python workers too.
         os.environ["PYTHONPATH"] = executor_pythonpath()

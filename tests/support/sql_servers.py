@@ -43,9 +43,10 @@ class SqlServerProcess:
         self.config = dict(config or {})
         self.name = name
         # The interpreter Spark starts the node's Python processes with (PYSPARK_PYTHON, and
-        # PYSPARK_DRIVER_PYTHON, which the driver's data-source processes run; default this one):
-        # a test may put a wrapper there to slow or count those starts.
-        self.pyspark_python = pyspark_python or sys.executable
+        # PYSPARK_DRIVER_PYTHON, which the driver's data-source processes run): a test may put a
+        # wrapper there to slow or count those starts. Default: this interpreter for PYSPARK_PYTHON
+        # and the node's own choice (oncestream-driver-python) for the driver's.
+        self.pyspark_python = pyspark_python
         self.process: subprocess.Popen[bytes] | None = None
         self.url: str | None = None
         self.ready_info: dict[str, Any] = {}   # the node's --ready-file (url, serviceId, sparkUiUrl)
@@ -75,7 +76,10 @@ class SqlServerProcess:
         for key, value in run_config.items():
             argv += ["--config", f"{key}={value}"]
         env = dict(os.environ)
-        env["PYSPARK_PYTHON"] = env["PYSPARK_DRIVER_PYTHON"] = self.pyspark_python
+        env.pop("PYSPARK_DRIVER_PYTHON", None)
+        env["PYSPARK_PYTHON"] = self.pyspark_python or sys.executable
+        if self.pyspark_python is not None:
+            env["PYSPARK_DRIVER_PYTHON"] = self.pyspark_python
         env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), str(ROOT), env.get("PYTHONPATH", "")])
         with open(self._log, "wb") as out:
             self.process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -197,6 +201,21 @@ def wait_until(check: Any, what: str, timeout_s: float = 120.0, interval_s: floa
             logs = "".join(f"\n--- {n.name} ---\n{n.log_tail(4000)}" for n in nodes or [])
             raise AssertionError(f"timed out waiting for {what}{logs}")
         time.sleep(interval_s)
+
+
+def wait_until_running(node: SqlServerProcess, query_ids: list[str], timeout_s: float = 90.0) -> list[dict[str, Any]]:
+    """SHOW QUERIES's queries once every one of ``query_ids`` is RUNNING there. A query whose
+    output is complete may still show ERROR for a few seconds: when Spark failed to start it (its
+    Python process did not connect back in time, runtime.SPARK_START_FAILURES) the node shows
+    ERROR until it has started it again, as ksqlDB shows a query it restarts."""
+    shown: list[dict[str, Any]] = []
+
+    def running() -> bool:
+        shown[:] = node.ok("SHOW QUERIES;")[0]["queries"]
+        return sorted(q["state"] for q in shown if q["id"] in query_ids) == ["RUNNING"] * len(query_ids)
+
+    wait_until(running, f"{query_ids} RUNNING in SHOW QUERIES", timeout_s=timeout_s, nodes=[node])
+    return shown
 
 
 @contextlib.contextmanager

@@ -31,6 +31,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from oncestream.spark.driver_python import launcher_path
 from oncestream.sql.conformance.case_runner import CaseEnvironment, CaseResult, CaseRun, Outcome
 from oncestream.sql.conformance.qtt_format import QttCase, QttFormatError, load_file
 from oncestream.sql.conformance.report import text_report, write_json
@@ -151,7 +152,7 @@ def conformance_spark_session(master: str, local_dir: Path) -> Any:
     """A SparkSession with the SQL server's settings (``runtime.spark_session_config``), one
     shuffle partition (a case's data is a few records) and a short progress history."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", launcher_path())
     from pyspark.sql import SparkSession
 
     from oncestream.sql.engine.runtime import spark_session_config

@@ -70,6 +70,7 @@ from typing import TYPE_CHECKING, Any
 
 from oncestream.client import KafkaException
 from oncestream.process_shutdown import STOP_SIGNALS, ShutdownBound, install_stop_signals, shutdown_timeout_ms
+from oncestream.spark.driver_python import launcher_path
 from oncestream.sql.engine.two_phase_check import two_phase_commit_refusal
 from oncestream.sql.errors import KsqlError
 from oncestream.sql.server.command_topic import WriteStepObserver
@@ -164,9 +165,12 @@ def _spark_session(master: str | None, props: dict[str, str], state_dir: Path) -
 
     The Python every Spark Python worker runs, the executors' included, is the driver's
     ``PYSPARK_PYTHON``: an operator's setting (the interpreter path that exists on every machine of
-    a cluster, docs/spark-cluster.md) is kept; unset, it is this server's own interpreter."""
+    a cluster, docs/spark-cluster.md) is kept; unset, it is this server's own interpreter. The
+    driver's own data-source processes run ``PYSPARK_DRIVER_PYTHON``: unset, this installation's
+    ``oncestream-driver-python`` (oncestream/spark/driver_python.py: the source's process starts
+    within Spark's fixed 10 s on a loaded machine too)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", launcher_path())
     from pyspark.sql import SparkSession
 
     from oncestream.sql.engine import runtime as runtime_module
