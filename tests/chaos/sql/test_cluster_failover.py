@@ -17,7 +17,7 @@ import pytest
 from confluent_kafka import Producer
 
 from tests.spark.spark_support import read_committed
-from tests.support.sql_servers import LAZY_SPARK, SqlServerProcess, wait_until
+from tests.support.sql_servers import LAZY_SPARK, SqlServerProcess, wait_until, wait_until_running
 
 pytestmark = [pytest.mark.chaos, pytest.mark.spark]
 
@@ -115,8 +115,7 @@ def test_query_fails_over_exactly_once(broker_factory, tmp_path: Path, records: 
         expected = sorted(f"v{i}" for i in range(records))
         wait_until(lambda: len(_values(broker.bootstrap, "dst")) >= records, "all output", timeout_s=300, nodes=[survivor])
         assert sorted(_values(broker.bootstrap, "dst")) == expected  # every input exactly once
-        shows = survivor.ok("SHOW QUERIES;")[0]["queries"]
-        assert [q["state"] for q in shows if q["id"] == query_id] == ["RUNNING"], shows
+        wait_until_running(survivor, [query_id])
         # Both nodes ran the query from the one checkpoint the root names, URL or path.
         assert (shared / service_id / query_id / "commits").is_dir()
         if move_back:

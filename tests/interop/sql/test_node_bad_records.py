@@ -19,7 +19,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from tests.support.brokers import NO_INITIAL_REBALANCE_DELAY
 from tests.support.cluster_kind import BrokerUnderTest
-from tests.support.sql_servers import SqlServerProcess, running_node, wait_until
+from tests.support.sql_servers import SqlServerProcess, running_node, wait_until, wait_until_running
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)  # ksql.utils imports telnetlib
@@ -84,8 +84,7 @@ def test_bad_records_go_to_the_processing_log_and_queries_keep_running(node) -> 
     records = _read_committed(broker.bootstrap, out, 2)
     assert [(k, json.loads(v or b"")) for k, v in records] == [
         (b'"a"', {"ID": 1, "NAME": "a"}), (b'"b"', {"ID": 2, "NAME": "b"})]
-    queries = server.ok("SHOW QUERIES;")[0]["queries"]
-    assert [q["state"] for q in queries if q["id"] == query_id] == ["RUNNING"]
+    wait_until_running(server, [query_id])
 
     api = KSQLAPI(server.url, timeout=300)
     rows = json.loads("".join(api.query(f"SELECT K, ID, NAME FROM {name} EMIT CHANGES LIMIT 2;",
@@ -100,5 +99,4 @@ def test_bad_records_go_to_the_processing_log_and_queries_keep_running(node) -> 
         [("value", BAD_VALUE), ("value", BAD_TYPE), ("key", BAD_KEY)])
     assert {e["topic"] for e in errors} == {topic}
     assert all(e["ERRORMESSAGE"] for e in errors)
-    queries = server.ok("SHOW QUERIES;")[0]["queries"]
-    assert [q["state"] for q in queries if q["id"] == query_id] == ["RUNNING"]
+    wait_until_running(server, [query_id])

@@ -29,7 +29,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from tests.support.brokers import NO_INITIAL_REBALANCE_DELAY
 from tests.support.cluster_kind import BrokerUnderTest
-from tests.support.sql_servers import SqlServerProcess, wait_until
+from tests.support.sql_servers import SqlServerProcess, wait_until, wait_until_running
 
 pytestmark = [pytest.mark.interop, pytest.mark.spark]
 
@@ -127,9 +127,4 @@ def test_a_query_whose_python_processes_spark_fails_to_start_is_restarted_and_wr
     assert [d for d in delayed if d] == [f"source {n}" for n in SOURCE_DELAYED], delayed
     assert node.log_tail(1 << 30).count("Spark did not start its Python process") >= len(SOURCE_DELAYED), \
         node.log_tail()
-
-    def running() -> bool:   # ERROR while it waited to be started again; RUNNING since
-        queries = node.ok("SHOW QUERIES;")[0]["queries"]
-        return [q["state"] for q in queries if q["id"] == query_id] == ["RUNNING"]
-
-    wait_until(running, f"{query_id} RUNNING in SHOW QUERIES", timeout_s=60, nodes=[node])
+    wait_until_running(node, [query_id])   # ERROR while it waited to be started again

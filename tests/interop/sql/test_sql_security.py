@@ -44,7 +44,7 @@ from tests.support.certs import Pki
 from tests.support.cluster_kind import BrokerUnderTest
 from tests.support.metrics import Samples, scrape, value
 from tests.support.sasl import add_scram_users_online, plain_jaas, sasl_broker_config
-from tests.support.sql_servers import SqlServerProcess, wait_until
+from tests.support.sql_servers import SqlServerProcess, wait_until, wait_until_running
 
 pytestmark = [pytest.mark.interop, pytest.mark.spark]
 
@@ -162,8 +162,7 @@ def test_statements_inserts_persistent_and_push_queries_over_sasl_ssl_with_acls(
 
     records = _read_committed(broker, pki, dst, 2)
     assert [json.loads(v) for _, v in records if v is not None] == [{"U": "B"}, {"U": "C"}], node.log_tail()
-    queries = node.ok("SHOW QUERIES;")[0]["queries"]
-    assert [q["state"] for q in queries if q["id"] == query_id] == ["RUNNING"]
+    wait_until_running(node, [query_id])
 
     with httpx.stream("POST", f"{node.url}/query-stream", timeout=240,
                       json={"sql": "SELECT ID, V FROM SRC EMIT CHANGES LIMIT 2;",

@@ -26,7 +26,7 @@ from confluent_kafka import Producer
 
 from tests.spark.conftest import CLUSTER_MASTER
 from tests.spark.spark_support import executors_in_group, read_committed
-from tests.support.sql_servers import SqlServerProcess, wait_until
+from tests.support.sql_servers import SqlServerProcess, wait_until, wait_until_running
 
 pytestmark = [pytest.mark.spark]
 
@@ -110,8 +110,7 @@ def test_sql_pipeline_runs_on_a_local_cluster_exactly_once(eos_broker, tmp_path:
         assert latest_totals() == want_totals
 
         # The tasks ran in two executor JVMs, none in the driver.
-        shows = node.ok("SHOW QUERIES;")[0]["queries"]
-        assert sorted(q["state"] for q in shows if q["id"] in query_ids) == ["RUNNING", "RUNNING"], shows
+        wait_until_running(node, query_ids)
         executors = _executors(ui_url)
         workers = [e for e in executors if e["id"] != "driver" and e["isActive"]]
         assert len(workers) == 2, executors
