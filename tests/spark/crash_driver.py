@@ -24,6 +24,7 @@ for path in (str(ROOT / "src"), str(ROOT)):
     if path not in sys.path:
         sys.path.insert(0, path)
 
+from oncestream.spark.driver_python import launcher_path  # noqa: E402
 from tests.support.spark_faults import fault_options  # noqa: E402
 
 
@@ -88,6 +89,7 @@ def start_query(spark, args: argparse.Namespace, faults: dict[str, str] | None =
 def main() -> int:
     args = parse()
     os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = launcher_path()   # as the SQL server starts them
     # The crash kills this process group: the driver, its JVM and the JVM's Python workers (where
     # the sink's commit runs), and a local cluster's executors.
     faults = fault_options(crash_at=args.crash_at, kill_group=os.getpgrp(),

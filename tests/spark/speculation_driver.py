@@ -69,7 +69,10 @@ def main() -> None:
     parser.add_argument("--master", required=True)
     args = parser.parse_args()
 
+    from oncestream.spark.driver_python import launcher_path
+
     os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = launcher_path()   # as the SQL server starts them
     pythonpath = os.pathsep.join([str(ROOT / "src"), str(ROOT), os.environ.get("PYTHONPATH", "")])
     os.environ["PYTHONPATH"] = pythonpath
     from pyspark.sql import SparkSession
