@@ -186,7 +186,10 @@ CONSUMER_CONF = {
     "enable.auto.commit": False,
     "auto.offset.reset": "earliest",
     "fetch.max.bytes": 52_428_800,
-    "max.partition.fetch.bytes": 8_388_608,
+    # max.partition.fetch.bytes: librdkafka's default (1 MiB; Kafka's too). Until 2026-11-30 this
+    # was 8 MiB, which only our broker honoured (Tansu answers ~5 MB per fetch either way), and
+    # librdkafka consumed our 6.5 MB responses at 235-493 MB/s from run to run against 407-425
+    # at 1 MiB (docs/benchmarks.md, "The consumer's fetch size").
     "fetch.wait.max.ms": 100,
     "queued.max.messages.kbytes": 262_144,
 }
