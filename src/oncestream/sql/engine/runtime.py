@@ -285,10 +285,12 @@ class QueryRuntime:
                         self._set(query_id, ERROR, _error_text(e))
                 return
             with self._lock:
-                if entry.state != PENDING:   # stopped while Spark started it
-                    _stop_at_boundary(handle)
-                    return
-                self._set(query_id, RUNNING, handle=handle)
+                stopped = entry.state != PENDING   # stopped while Spark started it
+                if not stopped:
+                    self._set(query_id, RUNNING, handle=handle)
+            if stopped:
+                _stop_at_boundary(handle)   # not under the lock: it waits for a running batch
+                return
 
     def _two_phase_commit_refusal(self) -> str | None:
         """Why the broker refuses the exactly-once sink's two-phase commit (None: it grants it, or
