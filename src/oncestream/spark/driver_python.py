@@ -40,6 +40,14 @@ def launcher_path() -> str:
     return sys.executable
 
 
+def default_spark_pythons() -> None:
+    """Before a Spark session of ours starts: the operator's PYSPARK_PYTHON and
+    PYSPARK_DRIVER_PYTHON are kept; unset, the executors' Python is this interpreter and the
+    driver's data-source processes run ``launcher_path()``."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", launcher_path())
+
+
 def shipped_zip(path: list[str]) -> str | None:
     """The ``python/lib/pyspark.zip`` inside the pyspark package that ``path`` holds outside any
     zip (the installed one), if that zip is on ``path``."""

@@ -25,8 +25,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Producer
 
+from tests.spark.spark_support import read_committed
 from tests.support.brokers import NO_INITIAL_REBALANCE_DELAY
 from tests.support.cluster_kind import BrokerUnderTest
 from tests.support.sql_servers import SqlServerProcess, wait_until, wait_until_running
@@ -101,27 +102,15 @@ def test_a_query_whose_python_processes_spark_fails_to_start_is_restarted_and_wr
                      "EMIT CHANGES;", EARLIEST)[0]
     query_id = status["commandStatus"]["queryId"]
 
-    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": f"check-{uuid.uuid4().hex[:6]}",
-                         "isolation.level": "read_committed", "enable.auto.commit": False})
-    consumer.assign([TopicPartition(out, 0, 0)])
-    seen: list[tuple[int, str]] = []
+    def rows() -> list[tuple[int, str]]:
+        return sorted((struct.unpack(">i", key or b"")[0], json.loads(value or b"null")["U"])
+                      for key, value in read_committed(broker.bootstrap, out, end_at_eof=True))
 
-    def read(count: int) -> Callable[[], bool]:
-        def enough() -> bool:
-            msg = consumer.poll(0.5)
-            if msg is not None and msg.error() is None:
-                seen.append((struct.unpack(">i", msg.key() or b"")[0], json.loads(msg.value() or b"null")["U"]))
-            return len(seen) >= count and msg is None
-        return enough
-
-    try:
-        # The first batch is written only after the source's four failed starts.
-        wait_until(read(3), f"the first 3 rows in {out}", timeout_s=400, nodes=[node])
-        _produce(broker.bootstrap, topic, range(3, 6))
-        wait_until(read(6), f"all 6 rows in {out}", timeout_s=300, nodes=[node])
-    finally:
-        consumer.close()
-    assert sorted(seen) == [(i, f"V{i}") for i in range(6)], seen   # every row, exactly once
+    # The first batch is written only after the source's delayed starts failed.
+    wait_until(lambda: len(rows()) >= 3, f"the first 3 rows in {out}", timeout_s=400, interval_s=1.0, nodes=[node])
+    _produce(broker.bootstrap, topic, range(3, 6))
+    wait_until(lambda: len(rows()) >= 6, f"all 6 rows in {out}", timeout_s=300, interval_s=1.0, nodes=[node])
+    assert rows() == [(i, f"V{i}") for i in range(6)]   # every row, exactly once
     delayed = (starts / "delays.log").read_text().split("\n")
     # The wrapper's delays happened as planned: the failures were real.
     assert [d for d in delayed if d] == [f"source {n}" for n in SOURCE_DELAYED], delayed

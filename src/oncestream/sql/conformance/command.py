@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import fnmatch
-import os
 import re
 import sys
 import tempfile
@@ -31,7 +30,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from oncestream.spark.driver_python import launcher_path
+from oncestream.spark.driver_python import default_spark_pythons
 from oncestream.sql.conformance.case_runner import CaseEnvironment, CaseResult, CaseRun, Outcome
 from oncestream.sql.conformance.qtt_format import QttCase, QttFormatError, load_file
 from oncestream.sql.conformance.report import text_report, write_json
@@ -151,8 +150,7 @@ def run_cases(cases: Sequence[QttCase], environment: Callable[[], CaseEnvironmen
 def conformance_spark_session(master: str, local_dir: Path) -> Any:
     """A SparkSession with the SQL server's settings (``runtime.spark_session_config``), one
     shuffle partition (a case's data is a few records) and a short progress history."""
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", launcher_path())
+    default_spark_pythons()
     from pyspark.sql import SparkSession
 
     from oncestream.sql.engine.runtime import spark_session_config

@@ -70,6 +70,12 @@ class StartSpec:
     properties: dict[str, Any]
 
 
+def _state_name(status: Any) -> Any:
+    """The runtime's state of a query as its name (a QueryStatus's ``state``, or an enum's value)."""
+    state = getattr(status, "state", None)
+    return getattr(state, "value", state)
+
+
 def _version(spec: StartSpec) -> int:
     """Which definition of a query ``spec`` is: the offset of the command that (re)defined it."""
     return int(getattr(spec.info, "command_offset", -1))
@@ -229,8 +235,7 @@ class LocalQueries:
                 error = str(exc)
             else:
                 error = getattr(status, "error", None) or ""
-            state = getattr(getattr(status, "state", None), "value", getattr(status, "state", None))
-            if status is None or state == "ERROR":
+            if status is None or _state_name(status) == "ERROR":
                 with self._lock:
                     if self._states.get(query_id) is LocalState.RUNNING:
                         self._set(query_id, LocalState.FAILED)
@@ -247,8 +252,7 @@ class LocalQueries:
                 status = self._runtime.status(query_id)
             except Exception:  # noqa: BLE001 - still failed as far as this node can tell
                 continue
-            state = getattr(getattr(status, "state", None), "value", getattr(status, "state", None))
-            if state != "RUNNING":
+            if _state_name(status) != "RUNNING":
                 continue
             with self._lock:
                 if self._states.get(query_id) is LocalState.FAILED:

@@ -70,7 +70,7 @@ from typing import TYPE_CHECKING, Any
 
 from oncestream.client import KafkaException
 from oncestream.process_shutdown import STOP_SIGNALS, ShutdownBound, install_stop_signals, shutdown_timeout_ms
-from oncestream.spark.driver_python import launcher_path
+from oncestream.spark.driver_python import default_spark_pythons
 from oncestream.sql.engine.two_phase_check import two_phase_commit_refusal
 from oncestream.sql.errors import KsqlError
 from oncestream.sql.server.command_topic import WriteStepObserver
@@ -169,8 +169,7 @@ def _spark_session(master: str | None, props: dict[str, str], state_dir: Path) -
     driver's own data-source processes run ``PYSPARK_DRIVER_PYTHON``: unset, this installation's
     ``oncestream-driver-python`` (oncestream/spark/driver_python.py: the source's process starts
     within Spark's fixed 10 s on a loaded machine too)."""
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", launcher_path())
+    default_spark_pythons()
     from pyspark.sql import SparkSession
 
     from oncestream.sql.engine import runtime as runtime_module
