@@ -171,6 +171,22 @@ CASES: list[tuple[str, Any]] = [
     ("INSTR(CAST(NULL AS STRING), 'or')", 0),
     ("SPLIT_TO_MAP(STR, '/', '=')", {}), ("SPLIT_TO_MAP('a:1/a:2', '/', ':')", {"a": "2"}), ("SPLIT_TO_MAP(STR, '/', '/')", None),
     ("SPLIT_TO_MAP(STR, '/', CAST(NULL AS STRING))", None),
+    # binary-comparison.json: MAPs compare for equality as Java's Map.equals (any entry order)
+    ("M = MAP('1234' := 2, '12' := 7, '123' := 3)", True), ("M <> MAP('12' := 7)", True),
+    ("M = MAP('1234' := 2, '12' := 7, '123' := 4)", False), ("M = CAST(NULL AS MAP<STRING, INT>)", None),
+    ("M IS NOT DISTINCT FROM M", True), ("M IS DISTINCT FROM CAST(NULL AS MAP<STRING, INT>)", True),
+    ("AM = MAP('bcd' := ARRAY[-5, 7], 'a' := ARRAY[2, 4, 5])", True),
+    ("ARRAY[M] = ARRAY[MAP('12' := 7, '123' := 3, '1234' := 2)]", True),
+    ("STRUCT(X := M, Y := 1) = STRUCT(X := MAP('12' := 7, '123' := 3, '1234' := 2), Y := 1)", True),
+    ("MAP('a' := M) <> MAP('a' := MAP('12' := 7))", True),
+    # cast.json: complex values CAST to STRING as Java's toString, STRUCTs cast by field name
+    ("CAST(MAP('this' := 1) AS STRING)", "{this=1}"), ("CAST(NUMS AS STRING)", "[3, 6]"),
+    ("CAST(NULLS AS STRING)", "[5, null]"), ("CAST(NOARR AS STRING)", None),
+    ("CAST(MAP('a' := ARRAY[1, 2]) AS STRING)", "{a=[1, 2]}"),
+    ("CAST(STRUCT(F0 := 1, F1 := CAST(NULL AS INT), A := NUMS) AS STRING)", "Struct{F0=1,A=[3, 6]}"),
+    ("CAST(STRUCT(F0 := 1, F1 := 'x') AS STRUCT<F0 STRING, F3 STRING>)", {"F0": "1", "F3": None}),
+    ("CAST(ARRAY[STRUCT(A := 1, B := 'x')] AS ARRAY<STRUCT<B STRING, C INT>>)", [{"B": "x", "C": None}]),
+    ("CAST(MAP('k' := STRUCT(A := 1)) AS MAP<STRING, STRUCT<A BIGINT>>)", {"k": {"A": 1}}),
 ]
 
 

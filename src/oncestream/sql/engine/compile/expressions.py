@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from sqlglot import exp
 
+from oncestream.sql.engine.compile import complex_values
 from oncestream.sql.errors import StatementError
 from oncestream.sql.language import functions
 from oncestream.sql.language.analyzer_functions import NULL_GUARD
@@ -150,9 +151,43 @@ _INTEGRAL_SPARK_TYPES = {BaseType.INTEGER: "INT", BaseType.BIGINT: "BIGINT"}
 _ARRAY_INDEX = "oncestream_array_index"   # meta flag: a subscript of an ARRAY (not of a MAP)
 
 
+_EQUALITY = (exp.EQ, exp.NEQ, exp.NullSafeEQ, exp.NullSafeNEQ)
+
+
+def _map_equality(node: exp.Expression) -> exp.Expression | None:
+    """``=``, ``<>`` and ``IS [NOT] DISTINCT FROM`` over values holding MAPs (``complex_values``)."""
+    if not isinstance(node, _EQUALITY):
+        return None
+    sides = [(side, side.meta.get(TYPE_KEY)) for side in (node.this, node.expression)]
+    if not any(complex_values.holds_map(t) for _, t in sides):
+        return None
+    left, right = (_spliced(complex_values.map_free(side.sql(dialect="spark"), t)) if t is not None else side
+                   for side, t in sides)
+    return type(node)(this=left, expression=right)
+
+
+def _spliced(sql: str) -> exp.Expression:
+    """Spark SQL text as a node, parenthesised against precedence."""
+    return exp.Paren(this=exp.Var(this=sql))
+
+
+def _complex_cast(node: exp.Expression) -> exp.Expression | None:
+    """A CAST of an ARRAY, MAP or STRUCT where ksqlDB's differs from Spark's (``complex_values``)."""
+    if not isinstance(node, exp.Cast):
+        return None
+    target = node.meta.get(TYPE_KEY)
+    if target is None:
+        return None
+    sql = complex_values.cast(node.this.sql(dialect="spark"), node.this.meta.get(TYPE_KEY), target)
+    return None if sql is None else _spliced(sql)
+
+
 def _operator(node: exp.Expression) -> exp.Expression | None:
-    """ksqlDB's arithmetic where Spark's differs, by the type the analyzer gave ``node``; None
-    where Spark's own operator already means the same."""
+    """ksqlDB's arithmetic and comparisons where Spark's differ, by the types the analyzer gave
+    ``node`` and its operands; None where Spark's own operator already means the same."""
+    special = _map_equality(node) or _complex_cast(node)
+    if special is not None:
+        return special
     ty = node.meta.get(TYPE_KEY)
     base = getattr(ty, "base", None)
     if isinstance(node, exp.Div) and base in _INTEGRAL_SPARK_TYPES:
