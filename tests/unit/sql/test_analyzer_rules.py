@@ -241,3 +241,29 @@ def test_windowed_sources(ms: Metastore) -> None:
 def test_delimiter_names(ms: Metastore) -> None:
     accepted(ms, "CREATE STREAM o (a INT, b INT) WITH (kafka_topic='s', value_format='delimited', value_delimiter='TAB');")
     assert present(ms.source("O"), "source O").value_delimiter == "\t"
+
+
+@pytest.mark.parametrize(("sql", "message"), [
+    # comparison-expression.json: ksqlDB's FilterTypeValidator names the clause in front of the
+    # expression type manager's error; binary operations print in parentheses; a join's
+    # qualified columns print as the joined schema names them (I1_BAR)
+    ("CREATE STREAM o AS SELECT k FROM s WHERE v >= 'not an int';",
+     "Error in WHERE expression: Cannot compare V (INTEGER) to 'not an int' (STRING) with GREATER_THAN_OR_EQUAL."),
+    ("CREATE STREAM o AS SELECT k FROM s WHERE v > 1 AND (id + 1 > 'x');",
+     "Error in WHERE expression: Cannot compare (ID + 1) (BIGINT) to 'x' (STRING) with GREATER_THAN."),
+    ("CREATE STREAM o AS SELECT s.k FROM s JOIN s2 WITHIN 1 SECOND ON s.k = s2.k WHERE s.v > s2.k;",
+     "Error in WHERE expression: Cannot compare S_V (INTEGER) to S2_K (STRING) with GREATER_THAN."),
+    ("CREATE STREAM o AS SELECT k FROM s WHERE RANDOM() + 1.5;",
+     "Type error in WHERE expression: Should evaluate to boolean but is (RANDOM() + 1.5) (DOUBLE) instead."),
+    ("CREATE STREAM o AS SELECT k FROM s WHERE true + 1.5;",
+     "Error in WHERE expression: Error processing expression: (true + 1.5). Unsupported arithmetic types. BOOLEAN DECIMAL"),
+    ("CREATE TABLE o AS SELECT k, SUM(id) FROM s GROUP BY k HAVING SUM(id) > '100';",
+     "Error in HAVING expression: Cannot compare SUM(ID) (BIGINT) to '100' (STRING) with GREATER_THAN."),
+    ("CREATE STREAM o AS SELECT k, name + 1 AS x FROM s;",
+     "Error processing expression: (NAME + 1). Unsupported arithmetic types. STRING INTEGER"),
+])
+def test_type_errors_read_as_ksqldb_writes_them(ms: Metastore, sql: str, message: str) -> None:
+    (s,) = parse(sql)
+    with pytest.raises(StatementError) as refusal:
+        ms.validate(s, {}, TOPICS)
+    assert refusal.value.message == message

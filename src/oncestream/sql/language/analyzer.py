@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 
 from sqlglot import exp
 
-from oncestream.sql.errors import StatementError
+from oncestream.sql.errors import ExpressionTypeError, StatementError
 from oncestream.sql.language import catalog
 from oncestream.sql.language import types as t
 from oncestream.sql.language.analyzer_aggregates import AggregateRules
@@ -208,12 +208,12 @@ class _Analysis(JoinRules, AggregateRules):
             bound = next((c.name for c in where_node.find_all(exp.Column) if c.name in WINDOW_BOUNDS), None)
             if bound is not None and from_info.window is None:
                 raise StatementError(f"Error in WHERE expression: Unknown column {bound}.")
-            where = resolver.resolve(where_node, "WHERE")
-        if where is not None:
+            where = _filter_resolve(resolver, where_node, "WHERE")
+        if where is not None and where_node is not None:
             ty = type_of(where)
             if ty is not None and ty.base.value != "BOOLEAN":
-                raise StatementError(f"Type error in WHERE expression: Should evaluate to boolean but is {ksql_text(where)} "
-                                     f"({ty.ksql_name}) instead.")
+                raise StatementError(f"Type error in WHERE expression: Should evaluate to boolean but is "
+                                     f"{ksql_format(where_node)} ({ty.ksql_name}) instead.")
             if any(is_aggregate_call(n) for n in where.walk()):
                 raise StatementError("WHERE clause can not contain aggregate functions.")
 
@@ -303,7 +303,7 @@ class _Analysis(JoinRules, AggregateRules):
 
         for _, expr, _orig in items:
             collect_aggs(expr)
-        having = select_resolver.resolve(having_node, "HAVING") if having_node is not None else None
+        having = _filter_resolve(select_resolver, having_node, "HAVING") if having_node is not None else None
         if having is not None and window is not None:
             self._no_window_bounds(having)
         if having is not None:
@@ -561,6 +561,15 @@ class _Analysis(JoinRules, AggregateRules):
             node = column_ref(name, alias, ty)
             out.append((f"{alias}_{name}" if is_join else name, node, node))
         return out
+
+
+def _filter_resolve(resolver: ExpressionResolver, node: exp.Expr, clause: str) -> exp.Expr:
+    """A WHERE or HAVING expression resolved; a type error in it names the clause first, as
+    ksqlDB's FilterTypeValidator does (``Error in WHERE expression: Cannot compare ...``)."""
+    try:
+        return resolver.resolve(node, clause)
+    except ExpressionTypeError as e:
+        raise StatementError(f"Error in {clause} expression: {e.message}") from None
 
 
 def _shown(e: exp.Expr) -> str:

@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 
 from sqlglot import exp
 
-from oncestream.sql.errors import StatementError
+from oncestream.sql.errors import ExpressionTypeError, StatementError
 from oncestream.sql.language import catalog, functions, functions_time
 from oncestream.sql.language import types as t
 from oncestream.sql.language.analyzer_functions import (
@@ -344,6 +344,19 @@ class ExpressionResolver:
         # the parameters of the lambdas being resolved (analyzer_functions), by name
         self.lambda_vars: dict[str, SqlType | None] = {}
 
+    def _operand_text(self, node: exp.Expr) -> str:
+        """``node`` (as written) as ksqlDB prints it in a type error: ``ksql_format``'s text,
+        and in a join, where ksqlDB has rewritten ``I1.BAR`` to the joined schema's ``I1_BAR``,
+        qualified columns so named."""
+        if len(self.scope.sources) < 2:
+            return ksql_format(node)
+        def joined_name(n: exp.Expr) -> exp.Expr:
+            if isinstance(n, exp.Column) and n.table and not isinstance(n.this, exp.Star):
+                return exp.column(f"{n.table}_{n.name}")
+            return n
+
+        return ksql_format(node.transform(joined_name))
+
     # -- columns ------------------------------------------------------------------------------
 
     def lookup_column(self, name: str, qualifier: str | None, clause: str, shown: str) -> exp.Column:
@@ -423,7 +436,12 @@ class ExpressionResolver:
         if isinstance(node, _ARITH):
             left, right = self._resolve(node.left, clause), self._resolve(node.right, clause)
             out = type(node)(this=left, expression=right)
-            return self._typed(out, arithmetic_type(node, type_of(left), type_of(right)))
+            try:
+                result = arithmetic_type(node, type_of(left), type_of(right))
+            except StatementError as e:
+                # ksqlDB's ExpressionTypeManager names the operation it could not type
+                raise ExpressionTypeError(f"Error processing expression: {self._operand_text(node)}. {e.message}") from None
+            return self._typed(out, result)
         if isinstance(node, exp.DPipe):
             left, right = self._resolve(node.left, clause), self._resolve(node.right, clause)
             return self._typed(exp.Anonymous(this="CONCAT", expressions=[left, right]), t.STRING)
@@ -441,8 +459,8 @@ class ExpressionResolver:
                     left, right = _timestamp_string_as_millis(left, right), _timestamp_string_as_millis(right, left)
                     lt, rt = type_of(left), type_of(right)
                 if ordering_complex or not _comparable(lt, rt):
-                    raise StatementError(f"Cannot compare {ksql_text(node.left)} ({_tname(type_of(left))}) to "
-                                         f"{ksql_text(node.right)} ({_tname(type_of(right))}) with {op_name}.")
+                    raise ExpressionTypeError(f"Cannot compare {self._operand_text(node.left)} ({_tname(type_of(left))}) to "
+                                              f"{self._operand_text(node.right)} ({_tname(type_of(right))}) with {op_name}.")
                 return self._typed(cls(this=left, expression=right), t.BOOLEAN)
         if isinstance(node, (exp.And, exp.Or)):
             left, right = self._resolve(node.left, clause), self._resolve(node.right, clause)
@@ -474,16 +492,16 @@ class ExpressionResolver:
             items = [_coerce_in_literal(type_of(this), item) for item in items]
             for item, orig in zip(items, node.expressions):
                 if not _comparable(type_of(this), type_of(item)):
-                    raise StatementError(f"Cannot compare {ksql_text(node.this)} ({_tname(type_of(this))}) to "
-                                         f"{ksql_text(orig)} ({_tname(type_of(item))}) with EQUAL.")
+                    raise ExpressionTypeError(f"Cannot compare {self._operand_text(node.this)} ({_tname(type_of(this))}) to "
+                                              f"{self._operand_text(orig)} ({_tname(type_of(item))}) with EQUAL.")
             return self._typed(exp.In(this=this, expressions=items), t.BOOLEAN)
         if isinstance(node, exp.Between):
             this = self._resolve(node.this, clause)
             low, high = self._resolve(node.args["low"], clause), self._resolve(node.args["high"], clause)
             for bound in (low, high):
                 if not _comparable(type_of(this), type_of(bound)):
-                    raise StatementError(f"Cannot compare {ksql_text(node.this)} ({_tname(type_of(this))}) to "
-                                         f"{ksql_text(bound)} ({_tname(type_of(bound))}) with BETWEEN.")
+                    raise ExpressionTypeError(f"Cannot compare {self._operand_text(node.this)} ({_tname(type_of(this))}) to "
+                                              f"{ksql_text(bound)} ({_tname(type_of(bound))}) with BETWEEN.")
             return self._typed(exp.Between(this=this, low=low, high=high), t.BOOLEAN)
         if isinstance(node, exp.Case):
             return self._resolve_case(node, clause)
