@@ -9,7 +9,8 @@ The semantics are ksqlDB's, the same as the pull-query evaluator's (``language.e
 tests/spark/sql/test_expression_agreement.py runs both on one table of expressions): where Spark's
 operators differ they are rewritten (``_operator``): an integer division truncates as Java's does
 (Spark's ``/`` gives a DOUBLE), ``STRING + STRING`` concatenates (Spark casts to numbers), an
-array subscript 0 is NULL (Spark fails the query).
+array subscript 0 is NULL (Spark fails the query), a comparison with a NULL operand is false (Spark:
+NULL), and MAP equality and complex-value CASTs follow ``complex_values``.
 """
 
 from __future__ import annotations
@@ -152,6 +153,7 @@ _ARRAY_INDEX = "oncestream_array_index"   # meta flag: a subscript of an ARRAY (
 
 
 _EQUALITY = (exp.EQ, exp.NEQ, exp.NullSafeEQ, exp.NullSafeNEQ)
+_NULL_IS_FALSE = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.Between)
 
 
 def _map_equality(node: exp.Expression) -> exp.Expression | None:
@@ -185,6 +187,12 @@ def _complex_cast(node: exp.Expression) -> exp.Expression | None:
 def _operator(node: exp.Expression) -> exp.Expression | None:
     """ksqlDB's arithmetic and comparisons where Spark's differ, by the types the analyzer gave
     ``node`` and its operands; None where Spark's own operator already means the same."""
+    if isinstance(node, _NULL_IS_FALSE):
+        # ksqlDB checks a comparison's operands for null first and answers false (its generated
+        # code's nullCheckPrefix, its interpreter's ComparisonInterpreter); Spark answers NULL,
+        # which NOT would keep NULL where ksqlDB's NOT gives true
+        compared = _map_equality(node) or node
+        return _call("coalesce", compared, exp.false())
     special = _map_equality(node) or _complex_cast(node)
     if special is not None:
         return special
