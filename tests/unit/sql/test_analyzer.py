@@ -175,7 +175,7 @@ def test_where_must_be_boolean() -> None:
 def test_unknown_function_and_bad_arguments() -> None:
     with pytest.raises(StatementError, match="Can't find any functions with the name 'FOOBAR'"):
         analyze_query(query("SELECT foobar(id) FROM orders"), SOURCES)
-    with pytest.raises(StatementError, match=r"Function 'UCASE' does not accept parameters \(INTEGER\)\."):
+    with pytest.raises(StatementError, match=r"Function 'ucase' does not accept parameters \(INTEGER\)\."):
         analyze_query(query("SELECT ucase(qty) FROM orders"), SOURCES)
 
 
