@@ -173,7 +173,8 @@ CASES: list[tuple[str, Any]] = [
     ("SPLIT_TO_MAP(STR, '/', CAST(NULL AS STRING))", None),
     # binary-comparison.json: MAPs compare for equality as Java's Map.equals (any entry order)
     ("M = MAP('1234' := 2, '12' := 7, '123' := 3)", True), ("M <> MAP('12' := 7)", True),
-    ("M = MAP('1234' := 2, '12' := 7, '123' := 4)", False),     ("M IS NOT DISTINCT FROM M", True), ("M IS DISTINCT FROM CAST(NULL AS MAP<STRING, INT>)", True),
+    ("M = MAP('1234' := 2, '12' := 7, '123' := 4)", False), ("M IS NOT DISTINCT FROM M", True),
+    ("M IS DISTINCT FROM CAST(NULL AS MAP<STRING, INT>)", True),
     ("AM = MAP('bcd' := ARRAY[-5, 7], 'a' := ARRAY[2, 4, 5])", True),
     ("ARRAY[M] = ARRAY[MAP('12' := 7, '123' := 3, '1234' := 2)]", True),
     ("STRUCT(X := M, Y := 1) = STRUCT(X := MAP('12' := 7, '123' := 3, '1234' := 2), Y := 1)", True),
