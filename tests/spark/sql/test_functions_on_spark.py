@@ -195,6 +195,9 @@ CASES: list[tuple[str, Any]] = [
     # greatest.json / least.json: a temporal overload reads STRING arguments as its type
     ("UNIX_DATE(GREATEST(DT, CAST(NULL AS DATE), '2022-06-14'))", 19157), ("GREATEST(TM, '09:16:00')", 33360000),
     ("UNIX_TIMESTAMP(LEAST(TS, '2022-06-14'))", 10), ("GREATEST(C1, DBL)", 123.456),
+    # create_array.json / create_map.json: constructor elements coerced to the list's type
+    ("ARRAY[NULL, 10, '2e1', C1]", [None, Decimal(10), Decimal(20), Decimal(1)]),
+    ("MAP(STR := TRUE, 'k' := 'no', 'j' := 'y')", {"apple:green/banana:yellow/cherry:red": True, "k": False, "j": True}),
     # substring.json: SUBSTRING over BYTES
     ("FROM_BYTES(SUBSTRING(TO_BYTES('some_string', 'utf8'), 6), 'utf8')", "string"),
     ("FROM_BYTES(SUBSTRING(TO_BYTES('some_string', 'utf8'), 6, 3), 'utf8')", "str"),

@@ -267,3 +267,23 @@ def test_type_errors_read_as_ksqldb_writes_them(ms: Metastore, sql: str, message
     with pytest.raises(StatementError) as refusal:
         ms.validate(s, {}, TOPICS)
     assert refusal.value.message == message
+
+
+@pytest.mark.parametrize(("select", "expected"), [
+    # create_array.json / create_map.json: ksqlDB's CoercionUtil over a constructor's elements
+    ("ARRAY[null, 10, '2e1', v, v]", "ARRAY<DECIMAL(10, 0)>"),
+    ("ARRAY[1, '2', 3000000000]", "ARRAY<BIGINT>"),
+    ("MAP(name := flag, k := 'true', 10 := 'no')", "MAP<STRING, BOOLEAN>"),
+    ("ARRAY[1, 'not a number']", 'invalid input syntax for type INTEGER: "not a number".'),
+    ("MAP(name := v, k := 'hello')", 'invalid input syntax for type INTEGER: "hello".'),
+    ("ARRAY[flag, 'maybe']", 'invalid input syntax for type BOOLEAN: "maybe".'),
+])
+def test_constructor_elements_are_coerced_as_ksqldb_does(ms: Metastore, select: str, expected: str) -> None:
+    (s,) = parse(f"SELECT {select} AS X FROM s EMIT CHANGES;")
+    query = of_type(s, sql_ast.QueryStatement, "statement").query
+    if expected.startswith("invalid"):
+        with pytest.raises(StatementError) as refusal:
+            analyze_query(query, ms.source_map())
+        assert refusal.value.message == expected
+    else:
+        assert analyze_query(query, ms.source_map()).columns[0].type.ksql_name == expected
