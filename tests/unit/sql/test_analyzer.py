@@ -192,8 +192,11 @@ def test_string_arithmetic_is_refused_except_concatenation() -> None:
 
 
 def test_null_needs_a_cast() -> None:
-    with pytest.raises(StatementError, match="Can't infer a type of null"):
+    with pytest.raises(StatementError) as refusal:
         analyze_query(query("SELECT id, NULL FROM orders"), SOURCES)
+    # null.json "null as column": ksqlDB's SelectionUtil text, exactly
+    assert refusal.value.message == ("Can't infer a type of null. Please explicitly cast it to a required type, "
+                                     "e.g. CAST(null AS VARCHAR).")
     a = analyze_query(query("SELECT id, CAST(NULL AS INT) AS n FROM orders"), SOURCES)
     assert a.columns[1].type == t.INTEGER
 

@@ -583,9 +583,9 @@ def _shown(e: exp.Expr) -> str:
 def _type(e: exp.Expr) -> SqlType:
     ty = type_of(e)
     if ty is None:
+        # ksqlDB's SelectionUtil words it so, without naming the expression
         raise StatementError("Can't infer a type of null. Please explicitly cast it to a required type, "
-                             "e.g. CAST(null AS VARCHAR): "
-                             f"{ksql_text(e)}")
+                             "e.g. CAST(null AS VARCHAR).")
     return ty
 
 
