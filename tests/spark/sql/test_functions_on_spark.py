@@ -198,6 +198,9 @@ CASES: list[tuple[str, Any]] = [
     # create_array.json / create_map.json: constructor elements coerced to the list's type
     ("ARRAY[NULL, 10, '2e1', C1]", [None, Decimal(10), Decimal(20), Decimal(1)]),
     ("MAP(STR := TRUE, 'k' := 'no', 'j' := 'y')", {"apple:green/banana:yellow/cherry:red": True, "k": False, "j": True}),
+    # create_map.json: AS_MAP pads missing values with NULL and ignores extra ones
+    ("AS_MAP(ARRAY['a', 'b'], ARRAY[1, 2, 3])", {"a": 1, "b": 2}), ("AS_MAP(ARRAY['a', 'b'], ARRAY[1])", {"a": 1, "b": None}),
+    ("AS_MAP(ARRAY['a'], NOARR)", None),
     # substring.json: SUBSTRING over BYTES
     ("FROM_BYTES(SUBSTRING(TO_BYTES('some_string', 'utf8'), 6), 'utf8')", "string"),
     ("FROM_BYTES(SUBSTRING(TO_BYTES('some_string', 'utf8'), 6, 3), 'utf8')", "str"),

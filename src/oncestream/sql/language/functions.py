@@ -487,7 +487,10 @@ _add("SLICE", 3, 3, _sig("SLICE", is_array, is_integral, is_integral, result=_fi
      lambda c: f"slice({c.args[0]}, {c.args[1]}, {c.args[2]} - {c.args[1]} + 1)",
      "Elements from a 1-based position to another, inclusive.", "slice(a, from, to - from + 1)")
 _add("AS_MAP", 2, 2, _sig("AS_MAP", is_array, is_array, result=lambda a: t.map_of(_element(a), _element(a[1:]))),
-     _call("map_from_arrays"), "A map from an array of keys and an array of values.", "map_from_arrays(k, v)")
+     lambda c: f"CASE WHEN {c.args[0]} IS NULL OR {c.args[1]} IS NULL THEN NULL ELSE map_from_arrays({c.args[0]}, "
+               f"transform({c.args[0]}, (__os_x, __os_j) -> try_element_at({c.args[1]}, __os_j + 1))) END",
+     "A map from an array of keys and an array of values (a key without a value maps to NULL, extra values "
+     "are ignored, as ksqlDB's AsMap).", "map_from_arrays(k, values padded or cut to k's length)")
 _section("MAP")
 _add("MAP_KEYS", 1, 1, _sig("MAP_KEYS", is_map, result=lambda a: t.array_of(a[0].key if a[0] and a[0].key else S)),
      _call("map_keys"), "The keys of a map.", "map_keys(m)")
