@@ -287,3 +287,14 @@ def test_constructor_elements_are_coerced_as_ksqldb_does(ms: Metastore, select: 
         assert refusal.value.message == expected
     else:
         assert analyze_query(query, ms.source_map()).columns[0].type.ksql_name == expected
+
+
+def test_a_star_argument_is_a_call_without_arguments(ms: Metastore) -> None:
+    """greatest.json "test trying to call GREATEST(*)": ksqlDB's grammar takes ``name(*)`` as a
+    call; a function other than COUNT then has no arguments."""
+    (s,) = parse("SELECT GREATEST(*) AS HIGHEST FROM s EMIT CHANGES;")
+    with pytest.raises(StatementError) as refusal:
+        analyze_query(of_type(s, sql_ast.QueryStatement, "statement").query, ms.source_map())
+    assert refusal.value.message == "Function 'greatest' does not accept parameters ()."
+    (s,) = parse("SELECT COUNT(*) AS C FROM s GROUP BY k EMIT CHANGES;")
+    assert analyze_query(of_type(s, sql_ast.QueryStatement, "statement").query, ms.source_map()).columns[-1].name == "C"

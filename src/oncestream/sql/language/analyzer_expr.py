@@ -688,6 +688,8 @@ class ExpressionResolver:
         if fd.name == "COUNT" and args and isinstance(args[0], exp.Star):
             out = exp.Anonymous(this="COUNT", expressions=[exp.Star()])
             return self._typed(out, t.BIGINT)
+        if len(args) == 1 and isinstance(args[0], exp.Star):
+            args = []           # ksqlDB: name(*) of another function is a call without arguments
         if fd.name in functions_time.UNIT_FUNCTIONS:
             # TIMESTAMPADD(MILLISECONDS, n, ts): the unit is a keyword, not a column
             rest = [self._resolve(a, clause) for a in args[1:]]
