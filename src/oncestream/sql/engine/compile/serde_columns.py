@@ -425,6 +425,7 @@ def _from_json_text(text: SparkColumn, wire: T.DataType) -> SparkColumn:
     if not isinstance(wire, (T.StructType, T.ArrayType, T.MapType)):
         return text.cast(wire)
     read = _integral_leaves_as_decimals(wire)
+    assert isinstance(read, (T.StructType, T.ArrayType, T.MapType))   # a collection stays one
     return F.from_json(text, read) if read == wire else F.from_json(text, read).cast(wire)
 
 
