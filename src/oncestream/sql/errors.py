@@ -58,6 +58,12 @@ class StatementError(KsqlError):
     error_code = BAD_STATEMENT
 
 
+class ExpressionTypeError(StatementError):
+    """An expression whose operand types do not fit its operator (``Cannot compare ...``,
+    ``Unsupported arithmetic types ...``): what ksqlDB's ExpressionTypeManager refuses, so a WHERE
+    or HAVING clause names itself in front of it (``Error in WHERE expression: ...``)."""
+
+
 class ParseError(StatementError):
     """A syntax error; ``line``/``column`` are 1-based and also written into the message as ksqlDB
     does (``line 1:8: Syntax Error``...)."""

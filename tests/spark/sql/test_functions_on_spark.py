@@ -171,6 +171,40 @@ CASES: list[tuple[str, Any]] = [
     ("INSTR(CAST(NULL AS STRING), 'or')", 0),
     ("SPLIT_TO_MAP(STR, '/', '=')", {}), ("SPLIT_TO_MAP('a:1/a:2', '/', ':')", {"a": "2"}), ("SPLIT_TO_MAP(STR, '/', '/')", None),
     ("SPLIT_TO_MAP(STR, '/', CAST(NULL AS STRING))", None),
+    # binary-comparison.json: MAPs compare for equality as Java's Map.equals (any entry order)
+    ("M = MAP('1234' := 2, '12' := 7, '123' := 3)", True), ("M <> MAP('12' := 7)", True),
+    ("M = MAP('1234' := 2, '12' := 7, '123' := 4)", False), ("M IS NOT DISTINCT FROM M", True),
+    ("M IS DISTINCT FROM CAST(NULL AS MAP<STRING, INT>)", True),
+    ("AM = MAP('bcd' := ARRAY[-5, 7], 'a' := ARRAY[2, 4, 5])", True),
+    ("ARRAY[M] = ARRAY[MAP('12' := 7, '123' := 3, '1234' := 2)]", True),
+    ("STRUCT(X := M, Y := 1) = STRUCT(X := MAP('12' := 7, '123' := 3, '1234' := 2), Y := 1)", True),
+    ("MAP('a' := M) <> MAP('a' := MAP('12' := 7))", True),
+    # cast.json: complex values CAST to STRING as Java's toString, STRUCTs cast by field name
+    ("CAST(MAP('this' := 1) AS STRING)", "{this=1}"), ("CAST(NUMS AS STRING)", "[3, 6]"),
+    ("CAST(NULLS AS STRING)", "[5, null]"), ("CAST(NOARR AS STRING)", None),
+    ("CAST(MAP('a' := ARRAY[1, 2]) AS STRING)", "{a=[1, 2]}"),
+    ("CAST(STRUCT(F0 := 1, F1 := CAST(NULL AS INT), A := NUMS) AS STRING)", "Struct{F0=1,A=[3, 6]}"),
+    ("CAST(STRUCT(F0 := 1, F1 := 'x') AS STRUCT<F0 STRING, F3 STRING>)", {"F0": "1", "F3": None}),
+    ("CAST(ARRAY[STRUCT(A := 1, B := 'x')] AS ARRAY<STRUCT<B STRING, C INT>>)", [{"B": "x", "C": None}]),
+    ("CAST(MAP('k' := STRUCT(A := 1)) AS MAP<STRING, STRUCT<A BIGINT>>)", {"k": {"A": 1}}),
+    # decimal.json, binary-comparison.json: a comparison with a null operand is false, not NULL
+    ("DEC < CAST(NULL AS DECIMAL(6, 3))", False), ("C2 = C2", False), ("C2 <> 1", False), ("NOT (C2 = 1)", True),
+    ("C2 BETWEEN 0 AND 3", False), ("NOT (C2 BETWEEN 0 AND 3)", True), ("ST >= 1", False),
+    ("NOARR = ARRAY[1]", False), ("M = CAST(NULL AS MAP<STRING, INT>)", False),
+    ("C2 IS DISTINCT FROM 1", True), ("C2 IS NOT DISTINCT FROM CAST(NULL AS INT)", True),
+    # greatest.json / least.json: a temporal overload reads STRING arguments as its type
+    ("UNIX_DATE(GREATEST(DT, CAST(NULL AS DATE), '2022-06-14'))", 19157), ("GREATEST(TM, '09:16:00')", 33360000),
+    ("UNIX_TIMESTAMP(LEAST(TS, '2022-06-14'))", 10), ("GREATEST(C1, DBL)", 123.456),
+    # create_array.json / create_map.json: constructor elements coerced to the list's type
+    ("ARRAY[NULL, 10, '2e1', C1]", [None, Decimal(10), Decimal(20), Decimal(1)]),
+    ("MAP(STR := TRUE, 'k' := 'no', 'j' := 'y')", {"apple:green/banana:yellow/cherry:red": True, "k": False, "j": True}),
+    # create_map.json: AS_MAP pads missing values with NULL and ignores extra ones
+    ("AS_MAP(ARRAY['a', 'b'], ARRAY[1, 2, 3])", {"a": 1, "b": 2}), ("AS_MAP(ARRAY['a', 'b'], ARRAY[1])", {"a": 1, "b": None}),
+    ("AS_MAP(ARRAY['a'], NOARR)", None),
+    # substring.json: SUBSTRING over BYTES
+    ("FROM_BYTES(SUBSTRING(TO_BYTES('some_string', 'utf8'), 6), 'utf8')", "string"),
+    ("FROM_BYTES(SUBSTRING(TO_BYTES('some_string', 'utf8'), 6, 3), 'utf8')", "str"),
+    ("SUBSTRING(BYT, 2)", bytes([0xB2])), ("SUBSTRING(BYT, CAST(NULL AS INT))", None),
 ]
 
 

@@ -98,6 +98,20 @@ def test_json_fields_are_matched_case_insensitively_in_spark(sql_spark):
     assert [layout.decode_value(b'{"id":1,"Name":"x","st":{"F":2}}')] == [{"ID": 1, "NAME": "x", "ST": {"F": 2}}]
 
 
+def test_json_integers_are_read_from_any_number_in_spark(sql_spark):
+    """binary-comparison.json "array equality" / "map equality": ksqlDB reads a JSON number with a
+    fraction into an INT (Jackson's intValue: 2.0 is 2), inside collections too."""
+    from pyspark.sql import functions as F
+
+    from oncestream.sql.engine.compile import serde_columns
+
+    layout = _layout(Format.NONE, Format.JSON, values=[("A", t.array_of(t.INTEGER)), ("M", t.map_of(t.STRING, t.BIGINT)),
+                                                       ("I", t.INTEGER)])
+    frame = sql_spark.createDataFrame([(b'{"A":[1,2.0],"M":{"a":1.0},"I":3.0}',)], "value binary")
+    got = [_plain(r.asDict()) for r in frame.select(*serde_columns.decode_value(layout, F.col("value"))).collect()]
+    assert got == [{"A": [1, 2], "M": {"a": 1}, "I": 3, "__UNREADABLE_VALUE": False, "__TOMBSTONE": False}]
+
+
 def test_unreadable_records_are_marked_in_spark_as_the_python_serde_calls_them(sql_spark):
     """``__UNREADABLE_KEY``/``_VALUE`` are true exactly for the records the Python serde refuses
     (a wrong KAFKA width, text that is not JSON, a field of another type, a DELIMITED line with

@@ -241,3 +241,60 @@ def test_windowed_sources(ms: Metastore) -> None:
 def test_delimiter_names(ms: Metastore) -> None:
     accepted(ms, "CREATE STREAM o (a INT, b INT) WITH (kafka_topic='s', value_format='delimited', value_delimiter='TAB');")
     assert present(ms.source("O"), "source O").value_delimiter == "\t"
+
+
+@pytest.mark.parametrize(("sql", "message"), [
+    # comparison-expression.json: ksqlDB's FilterTypeValidator names the clause in front of the
+    # expression type manager's error; binary operations print in parentheses; a join's
+    # qualified columns print as the joined schema names them (I1_BAR)
+    ("CREATE STREAM o AS SELECT k FROM s WHERE v >= 'not an int';",
+     "Error in WHERE expression: Cannot compare V (INTEGER) to 'not an int' (STRING) with GREATER_THAN_OR_EQUAL."),
+    ("CREATE STREAM o AS SELECT k FROM s WHERE v > 1 AND (id + 1 > 'x');",
+     "Error in WHERE expression: Cannot compare (ID + 1) (BIGINT) to 'x' (STRING) with GREATER_THAN."),
+    ("CREATE STREAM o AS SELECT s.k FROM s JOIN s2 WITHIN 1 SECOND ON s.k = s2.k WHERE s.v > s2.k;",
+     "Error in WHERE expression: Cannot compare S_V (INTEGER) to S2_K (STRING) with GREATER_THAN."),
+    ("CREATE STREAM o AS SELECT k FROM s WHERE RANDOM() + 1.5;",
+     "Type error in WHERE expression: Should evaluate to boolean but is (RANDOM() + 1.5) (DOUBLE) instead."),
+    ("CREATE STREAM o AS SELECT k FROM s WHERE true + 1.5;",
+     "Error in WHERE expression: Error processing expression: (true + 1.5). Unsupported arithmetic types. BOOLEAN DECIMAL"),
+    ("CREATE TABLE o AS SELECT k, SUM(id) FROM s GROUP BY k HAVING SUM(id) > '100';",
+     "Error in HAVING expression: Cannot compare SUM(ID) (BIGINT) to '100' (STRING) with GREATER_THAN."),
+    ("CREATE STREAM o AS SELECT k, name + 1 AS x FROM s;",
+     "Error processing expression: (NAME + 1). Unsupported arithmetic types. STRING INTEGER"),
+])
+def test_type_errors_read_as_ksqldb_writes_them(ms: Metastore, sql: str, message: str) -> None:
+    (s,) = parse(sql)
+    with pytest.raises(StatementError) as refusal:
+        ms.validate(s, {}, TOPICS)
+    assert refusal.value.message == message
+
+
+@pytest.mark.parametrize(("select", "expected"), [
+    # create_array.json / create_map.json: ksqlDB's CoercionUtil over a constructor's elements
+    ("ARRAY[null, 10, '2e1', v, v]", "ARRAY<DECIMAL(10, 0)>"),
+    ("ARRAY[1, '2', 3000000000]", "ARRAY<BIGINT>"),
+    ("MAP(name := flag, k := 'true', 10 := 'no')", "MAP<STRING, BOOLEAN>"),
+    ("ARRAY[1, 'not a number']", 'invalid input syntax for type INTEGER: "not a number".'),
+    ("MAP(name := v, k := 'hello')", 'invalid input syntax for type INTEGER: "hello".'),
+    ("ARRAY[flag, 'maybe']", 'invalid input syntax for type BOOLEAN: "maybe".'),
+])
+def test_constructor_elements_are_coerced_as_ksqldb_does(ms: Metastore, select: str, expected: str) -> None:
+    (s,) = parse(f"SELECT {select} AS X FROM s EMIT CHANGES;")
+    query = of_type(s, sql_ast.QueryStatement, "statement").query
+    if expected.startswith("invalid"):
+        with pytest.raises(StatementError) as refusal:
+            analyze_query(query, ms.source_map())
+        assert refusal.value.message == expected
+    else:
+        assert analyze_query(query, ms.source_map()).columns[0].type.ksql_name == expected
+
+
+def test_a_star_argument_is_a_call_without_arguments(ms: Metastore) -> None:
+    """greatest.json "test trying to call GREATEST(*)": ksqlDB's grammar takes ``name(*)`` as a
+    call; a function other than COUNT then has no arguments."""
+    (s,) = parse("SELECT GREATEST(*) AS HIGHEST FROM s EMIT CHANGES;")
+    with pytest.raises(StatementError) as refusal:
+        analyze_query(of_type(s, sql_ast.QueryStatement, "statement").query, ms.source_map())
+    assert refusal.value.message == "Function 'greatest' does not accept parameters ()."
+    (s,) = parse("SELECT COUNT(*) AS C FROM s GROUP BY k EMIT CHANGES;")
+    assert analyze_query(of_type(s, sql_ast.QueryStatement, "statement").query, ms.source_map()).columns[-1].name == "C"

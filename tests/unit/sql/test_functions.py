@@ -81,16 +81,38 @@ def test_return_type_rules(name: str, args: list, expected: t.SqlType) -> None:
     assert rt(name, *args) == expected
 
 
-@pytest.mark.parametrize(("name", "args"), [
-    ("UCASE", [t.INTEGER]), ("LEN", [t.STRING, t.STRING]), ("ABS", [t.STRING]), ("SUM", [t.STRING]),
-    ("ARRAY_LENGTH", [t.STRING]), ("MIN", [t.array_of(t.INTEGER)]), ("COALESCE", [t.STRING, t.INTEGER]),
-    ("ELT", [t.STRING, t.STRING]), ("SUBSTRING", [t.STRING]),
+@pytest.mark.parametrize(("name", "args", "spelled"), [
+    # the name as ksqlDB registered the function (its @UdfDescription), which its refusals use
+    ("UCASE", [t.INTEGER], "ucase"), ("LEN", [t.STRING, t.STRING], "len"), ("ABS", [t.STRING], "Abs"),
+    ("SUM", [t.STRING], "SUM"), ("ARRAY_LENGTH", [t.STRING], "ARRAY_LENGTH"), ("MIN", [t.array_of(t.INTEGER)], "MIN"),
+    ("COALESCE", [t.STRING, t.INTEGER], "COALESCE"), ("ELT", [t.STRING, t.STRING], "elt"),
+    ("SUBSTRING", [t.STRING], "substring"), ("GREATEST", [t.STRING, t.INTEGER], "greatest"), ("LEAST", [], "least"),
 ])
-def test_refused_arguments_use_ksqldb_wording(name: str, args: list) -> None:
+def test_refused_arguments_use_ksqldb_wording(name: str, args: list, spelled: str) -> None:
     fd = functions.lookup(name)
     assert fd is not None
-    with pytest.raises(FunctionTypeError, match=rf"^Function '{name}' does not accept parameters \(.*\)\.$"):
+    with pytest.raises(FunctionTypeError, match=rf"^Function '{spelled}' does not accept parameters \(.*\)\.$"):
         fd.result_type(args)
+
+
+@pytest.mark.parametrize(("args", "outcome"), [
+    # greatest.json / least.json: one overload per type; mixed numerics only widen to DOUBLE
+    ([t.INTEGER, t.INTEGER, None], t.INTEGER), ([t.INTEGER, t.BIGINT, t.decimal(30, 18), t.DOUBLE, None], t.DOUBLE),
+    ([t.decimal(9, 2), t.decimal(7, 6)], t.decimal(13, 6)), ([t.DATE, None, t.STRING], t.DATE),
+    ([t.INTEGER, t.BIGINT], "ambiguous method parameters (INTEGER, BIGINT)."),
+    ([t.INTEGER, t.BIGINT, t.decimal(50, 30)], "ambiguous method parameters (INTEGER, BIGINT, DECIMAL(50, 30))."),
+    ([None, None, None, None], "ambiguous method parameters (null, null, null, null)."),
+])
+def test_greatest_and_least_resolve_as_ksqldb_overloads(args: list, outcome: t.SqlType | str) -> None:
+    for name in ("GREATEST", "LEAST"):
+        fd = functions.lookup(name)
+        assert fd is not None
+        if isinstance(outcome, str):
+            with pytest.raises(FunctionTypeError) as refused:
+                fd.result_type(args)
+            assert str(refused.value) == f"Function '{name.lower()}' cannot be resolved due to {outcome}"
+        else:
+            assert fd.result_type(args) == outcome
 
 
 def test_aliases_and_case_insensitive_lookup() -> None:

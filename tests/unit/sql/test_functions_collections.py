@@ -59,10 +59,10 @@ def test_lambda_functions_take_their_types_from_the_collection_and_the_body(sour
     ("SELECT TRANSFORM(numbers, x => TRANSFORM(numbers, x => 1)) FROM s EMIT CHANGES;",
      "Reusing lambda arguments in nested lambda is not allowed"),
     ("SELECT FILTER(numbers, x => x + 1) FROM s EMIT CHANGES;",
-     "Function 'FILTER' does not accept parameters (ARRAY<INTEGER>, LAMBDA (INTEGER) => INTEGER)."),
+     "Function 'filter' does not accept parameters (ARRAY<INTEGER>, LAMBDA (INTEGER) => INTEGER)."),
     ("SELECT TRANSFORM(numbers, (x, y) => x) FROM s EMIT CHANGES;",
-     "Function 'TRANSFORM' does not accept parameters (ARRAY<INTEGER>, LAMBDA (INTEGER))."),
-    ("SELECT TRANSFORM(st, x => x) FROM s EMIT CHANGES;", "Function 'TRANSFORM' does not accept parameters (BIGINT, LAMBDA)."),
+     "Function 'transform' does not accept parameters (ARRAY<INTEGER>, LAMBDA (INTEGER))."),
+    ("SELECT TRANSFORM(st, x => x) FROM s EMIT CHANGES;", "Function 'transform' does not accept parameters (BIGINT, LAMBDA)."),
     ("SELECT x FROM s EMIT CHANGES;", "SELECT column 'X' cannot be resolved."),
 ])
 def test_lambda_refusals_use_ksqldb_messages(sources, sql: str, message: str) -> None:

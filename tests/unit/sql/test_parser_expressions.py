@@ -131,7 +131,7 @@ def test_every_function_call_is_anonymous_with_its_ksqldb_name(text: str, name: 
 
 
 @pytest.mark.parametrize(("text", "detail"), [
-    ("f(*)", "'*' is only allowed as a select item or in COUNT(*)"),
+    ("f(*, a)", "'*' is only allowed as a select item or in COUNT(*)"),
     ("COUNT(DISTINCT a)", "DISTINCT inside a function call (ksqlDB has COUNT_DISTINCT) is not supported"),
     ("MAP('a' : 1)", "mismatched input ':' expecting ':='"),
     ("STRUCT(a = 1)", "mismatched input '=' expecting ':='"),

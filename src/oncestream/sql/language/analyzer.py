@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 
 from sqlglot import exp
 
-from oncestream.sql.errors import StatementError
+from oncestream.sql.errors import ExpressionTypeError, StatementError
 from oncestream.sql.language import catalog
 from oncestream.sql.language import types as t
 from oncestream.sql.language.analyzer_aggregates import AggregateRules
@@ -208,12 +208,12 @@ class _Analysis(JoinRules, AggregateRules):
             bound = next((c.name for c in where_node.find_all(exp.Column) if c.name in WINDOW_BOUNDS), None)
             if bound is not None and from_info.window is None:
                 raise StatementError(f"Error in WHERE expression: Unknown column {bound}.")
-            where = resolver.resolve(where_node, "WHERE")
-        if where is not None:
+            where = _filter_resolve(resolver, where_node, "WHERE")
+        if where is not None and where_node is not None:
             ty = type_of(where)
             if ty is not None and ty.base.value != "BOOLEAN":
-                raise StatementError(f"Type error in WHERE expression: Should evaluate to boolean but is {ksql_text(where)} "
-                                     f"({ty.ksql_name}) instead.")
+                raise StatementError(f"Type error in WHERE expression: Should evaluate to boolean but is "
+                                     f"{ksql_format(where_node)} ({ty.ksql_name}) instead.")
             if any(is_aggregate_call(n) for n in where.walk()):
                 raise StatementError("WHERE clause can not contain aggregate functions.")
 
@@ -303,7 +303,7 @@ class _Analysis(JoinRules, AggregateRules):
 
         for _, expr, _orig in items:
             collect_aggs(expr)
-        having = select_resolver.resolve(having_node, "HAVING") if having_node is not None else None
+        having = _filter_resolve(select_resolver, having_node, "HAVING") if having_node is not None else None
         if having is not None and window is not None:
             self._no_window_bounds(having)
         if having is not None:
@@ -563,6 +563,15 @@ class _Analysis(JoinRules, AggregateRules):
         return out
 
 
+def _filter_resolve(resolver: ExpressionResolver, node: exp.Expr, clause: str) -> exp.Expr:
+    """A WHERE or HAVING expression resolved; a type error in it names the clause first, as
+    ksqlDB's FilterTypeValidator does (``Error in WHERE expression: Cannot compare ...``)."""
+    try:
+        return resolver.resolve(node, clause)
+    except ExpressionTypeError as e:
+        raise StatementError(f"Error in {clause} expression: {e.message}") from None
+
+
 def _shown(e: exp.Expr) -> str:
     """An expression as ksqlDB prints it in key messages: source qualifiers dropped."""
     copy = e.copy()
@@ -574,9 +583,9 @@ def _shown(e: exp.Expr) -> str:
 def _type(e: exp.Expr) -> SqlType:
     ty = type_of(e)
     if ty is None:
+        # ksqlDB's SelectionUtil words it so, without naming the expression
         raise StatementError("Can't infer a type of null. Please explicitly cast it to a required type, "
-                             "e.g. CAST(null AS VARCHAR): "
-                             f"{ksql_text(e)}")
+                             "e.g. CAST(null AS VARCHAR).")
     return ty
 
 

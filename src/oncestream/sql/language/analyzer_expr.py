@@ -14,13 +14,14 @@ Errors are ``StatementError`` with ksqlDB's wording.
 
 from __future__ import annotations
 
+import decimal
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from sqlglot import exp
 
-from oncestream.sql.errors import StatementError
+from oncestream.sql.errors import ExpressionTypeError, StatementError
 from oncestream.sql.language import catalog, functions, functions_time
 from oncestream.sql.language import types as t
 from oncestream.sql.language.analyzer_functions import (
@@ -344,6 +345,19 @@ class ExpressionResolver:
         # the parameters of the lambdas being resolved (analyzer_functions), by name
         self.lambda_vars: dict[str, SqlType | None] = {}
 
+    def _operand_text(self, node: exp.Expr) -> str:
+        """``node`` (as written) as ksqlDB prints it in a type error: ``ksql_format``'s text,
+        and in a join, where ksqlDB has rewritten ``I1.BAR`` to the joined schema's ``I1_BAR``,
+        qualified columns so named."""
+        if len(self.scope.sources) < 2:
+            return ksql_format(node)
+        def joined_name(n: exp.Expr) -> exp.Expr:
+            if isinstance(n, exp.Column) and n.table and not isinstance(n.this, exp.Star):
+                return exp.column(f"{n.table}_{n.name}")
+            return n
+
+        return ksql_format(node.transform(joined_name))
+
     # -- columns ------------------------------------------------------------------------------
 
     def lookup_column(self, name: str, qualifier: str | None, clause: str, shown: str) -> exp.Column:
@@ -423,7 +437,12 @@ class ExpressionResolver:
         if isinstance(node, _ARITH):
             left, right = self._resolve(node.left, clause), self._resolve(node.right, clause)
             out = type(node)(this=left, expression=right)
-            return self._typed(out, arithmetic_type(node, type_of(left), type_of(right)))
+            try:
+                result = arithmetic_type(node, type_of(left), type_of(right))
+            except StatementError as e:
+                # ksqlDB's ExpressionTypeManager names the operation it could not type
+                raise ExpressionTypeError(f"Error processing expression: {self._operand_text(node)}. {e.message}") from None
+            return self._typed(out, result)
         if isinstance(node, exp.DPipe):
             left, right = self._resolve(node.left, clause), self._resolve(node.right, clause)
             return self._typed(exp.Anonymous(this="CONCAT", expressions=[left, right]), t.STRING)
@@ -441,8 +460,8 @@ class ExpressionResolver:
                     left, right = _timestamp_string_as_millis(left, right), _timestamp_string_as_millis(right, left)
                     lt, rt = type_of(left), type_of(right)
                 if ordering_complex or not _comparable(lt, rt):
-                    raise StatementError(f"Cannot compare {ksql_text(node.left)} ({_tname(type_of(left))}) to "
-                                         f"{ksql_text(node.right)} ({_tname(type_of(right))}) with {op_name}.")
+                    raise ExpressionTypeError(f"Cannot compare {self._operand_text(node.left)} ({_tname(type_of(left))}) to "
+                                              f"{self._operand_text(node.right)} ({_tname(type_of(right))}) with {op_name}.")
                 return self._typed(cls(this=left, expression=right), t.BOOLEAN)
         if isinstance(node, (exp.And, exp.Or)):
             left, right = self._resolve(node.left, clause), self._resolve(node.right, clause)
@@ -474,16 +493,16 @@ class ExpressionResolver:
             items = [_coerce_in_literal(type_of(this), item) for item in items]
             for item, orig in zip(items, node.expressions):
                 if not _comparable(type_of(this), type_of(item)):
-                    raise StatementError(f"Cannot compare {ksql_text(node.this)} ({_tname(type_of(this))}) to "
-                                         f"{ksql_text(orig)} ({_tname(type_of(item))}) with EQUAL.")
+                    raise ExpressionTypeError(f"Cannot compare {self._operand_text(node.this)} ({_tname(type_of(this))}) to "
+                                              f"{self._operand_text(orig)} ({_tname(type_of(item))}) with EQUAL.")
             return self._typed(exp.In(this=this, expressions=items), t.BOOLEAN)
         if isinstance(node, exp.Between):
             this = self._resolve(node.this, clause)
             low, high = self._resolve(node.args["low"], clause), self._resolve(node.args["high"], clause)
             for bound in (low, high):
                 if not _comparable(type_of(this), type_of(bound)):
-                    raise StatementError(f"Cannot compare {ksql_text(node.this)} ({_tname(type_of(this))}) to "
-                                         f"{ksql_text(bound)} ({_tname(type_of(bound))}) with BETWEEN.")
+                    raise ExpressionTypeError(f"Cannot compare {self._operand_text(node.this)} ({_tname(type_of(this))}) to "
+                                              f"{ksql_text(bound)} ({_tname(type_of(bound))}) with BETWEEN.")
             return self._typed(exp.Between(this=this, low=low, high=high), t.BOOLEAN)
         if isinstance(node, exp.Case):
             return self._resolve_case(node, clause)
@@ -511,7 +530,8 @@ class ExpressionResolver:
                 raise StatementError("Cannot construct an array with all NULL elements "
                                      "(see https://github.com/confluentinc/ksql/issues/4239). As a workaround, you may cast a "
                                      "NULL value to the desired type.")
-            return self._typed(exp.Array(expressions=items), t.array_of(self._common(items, "ARRAY")))
+            element = self._common(items, "ARRAY")      # coerces items, before they are placed
+            return self._typed(exp.Array(expressions=items), t.array_of(element))
         if isinstance(node, exp.VarMap):
             keys_node, values_node = node.args.get("keys"), node.args.get("values")
             key_items = [self._resolve(e, clause) for e in (keys_node.expressions if keys_node is not None else [])]
@@ -523,8 +543,9 @@ class ExpressionResolver:
                 raise StatementError("Cannot construct a map with all NULL keys")
             if all(type_of(v) is None for v in value_items):
                 raise StatementError("Cannot construct a map with all NULL values")
+            map_type = t.map_of(self._common(key_items, "MAP key"), self._common(value_items, "MAP value"))
             out_map = exp.VarMap(keys=exp.Array(expressions=key_items), values=exp.Array(expressions=value_items))
-            return self._typed(out_map, t.map_of(self._common(key_items, "MAP key"), self._common(value_items, "MAP value")))
+            return self._typed(out_map, map_type)
         if isinstance(node, exp.Struct):
             field_nodes: list[exp.Expr] = []
             field_types: list[tuple[str, SqlType]] = []
@@ -562,18 +583,33 @@ class ExpressionResolver:
             raise StatementError(f"Type mismatch in {clause}: {ksql_text(orig)} is {ty.ksql_name}, it should be a BOOLEAN.")
 
     def _common(self, items: list[exp.Expr], what: str) -> SqlType:
+        """The elements' common type, as ksqlDB's CoercionUtil resolves a constructor's list:
+        numbers widen, a string literal counts as the number it spells (``'2e1'``) or as a
+        BOOLEAN (``'true'``) where the list's type is one, and a number or boolean literal as a
+        STRING where the list's type is STRING; ``items`` are rewritten to that type in place
+        (``_coerced``)."""
         out: SqlType | None = None
         for item in items:
             ty = type_of(item)
             if ty is None:
                 continue
+            string_literal = isinstance(item, exp.Literal) and item.is_string
             if out is None:
                 out = ty
+            elif string_literal and functions.is_numeric(out):
+                out = _numeric_of_text(str(item.this), out)
+            elif string_literal and out.base is BaseType.BOOLEAN:
+                _boolean_of_text(str(item.this))
             elif functions.is_numeric(out) and functions.is_numeric(ty):
                 out = functions.wider_numeric(out, ty)
+            elif out.base is BaseType.STRING and isinstance(item, (exp.Literal, exp.Boolean)) and \
+                    ty.base in (*functions.NUMERIC_ORDER, BaseType.BOOLEAN):
+                pass        # ksqlDB's lax literal coercion: 10 is '10' in a list of strings
             elif out != ty:
                 raise StatementError(f"invalid input syntax for type {out.ksql_name}: {what} elements must all be of one type")
-        return out or t.STRING
+        common = out or t.STRING
+        items[:] = [_coerced(item, common) for item in items]
+        return common
 
     def _resolve_case(self, node: exp.Case, clause: str) -> exp.Expr:
         operand = self._resolve(node.this, clause) if node.this is not None else None
@@ -652,6 +688,8 @@ class ExpressionResolver:
         if fd.name == "COUNT" and args and isinstance(args[0], exp.Star):
             out = exp.Anonymous(this="COUNT", expressions=[exp.Star()])
             return self._typed(out, t.BIGINT)
+        if len(args) == 1 and isinstance(args[0], exp.Star):
+            args = []           # ksqlDB: name(*) of another function is a call without arguments
         if fd.name in functions_time.UNIT_FUNCTIONS:
             # TIMESTAMPADD(MILLISECONDS, n, ts): the unit is a keyword, not a column
             rest = [self._resolve(a, clause) for a in args[1:]]
@@ -697,6 +735,59 @@ def _timestamp_string_as_millis(node: exp.Expr, other: exp.Expr) -> exp.Expr:
     millis = int(parsed.timestamp() * 1000)
     out = exp.Literal.number(millis)
     out.meta[TYPE_KEY] = t.BIGINT
+    return out
+
+
+def _numeric_of_text(text: str, target: SqlType) -> SqlType:
+    """The common type of a numeric list and a string literal spelling a number in it
+    (CoercionUtil's resolveCommonNumericTypeFromStringLiteral)."""
+    try:
+        value = decimal.Decimal(text.strip())
+    except decimal.InvalidOperation:
+        raise StatementError(f'invalid input syntax for type {target.base.value}: "{text}".') from None
+    if not value.is_finite():
+        raise StatementError(f'invalid input syntax for type {target.base.value}: "{text}".')
+    if "." not in text and "e" not in text.lower():
+        spelled = t.INTEGER if -(2 ** 31) < value < 2 ** 31 - 1 else t.BIGINT if -(2 ** 63) < value < 2 ** 63 - 1 else None
+        if spelled is not None:
+            widened = functions.wider_numeric(spelled, target) if target.base is not BaseType.DECIMAL else \
+                functions.wider_numeric(functions.decimal_of(spelled), target)
+            return widened or target
+    exponent = value.as_tuple().exponent
+    scale = max(-exponent, 0) if isinstance(exponent, int) else 0
+    digits = len(str(abs(value.quantize(decimal.Decimal(1).scaleb(-scale)))).replace(".", "").lstrip("0")) or 1
+    spelled = t.decimal(max(digits, scale, 1), scale)
+    if target.base is BaseType.DOUBLE:
+        return t.DOUBLE
+    return functions.wider_numeric(spelled, target if target.base is BaseType.DECIMAL else functions.decimal_of(target)) \
+        or target
+
+
+def _boolean_of_text(text: str) -> bool:
+    """ksqlDB's SqlBooleans reading of a string literal (any prefix of true / false / yes / no)."""
+    lowered = text.strip().lower()
+    if not lowered or not any(word.startswith(lowered) for word in ("true", "false", "yes", "no")):
+        raise StatementError(f'invalid input syntax for type BOOLEAN: "{text}".')
+    return any(word.startswith(lowered) for word in ("true", "yes"))
+
+
+def _coerced(item: exp.Expr, common: SqlType) -> exp.Expr:
+    """A constructor's element as ``common`` (``ExpressionResolver._common``): a literal
+    converted, anything else as it is (Spark widens numbers in ARRAY and MAP itself)."""
+    ty = type_of(item)
+    if ty is None or ty == common:
+        return item
+    out: exp.Expr
+    if isinstance(item, exp.Literal) and item.is_string and functions.is_numeric(common):
+        out = exp.Cast(this=exp.Literal.number(str(item.this).strip()),
+                       to=exp.DataType.build(functions.spark_type_name(common), dialect="spark"))
+    elif isinstance(item, exp.Literal) and item.is_string and common.base is BaseType.BOOLEAN:
+        out = exp.Boolean(this=_boolean_of_text(str(item.this)))
+    elif common.base is BaseType.STRING and isinstance(item, (exp.Literal, exp.Boolean)):
+        out = exp.Literal.string(("true" if item.this else "false") if isinstance(item, exp.Boolean) else str(item.this))
+    else:
+        return item
+    out.meta[TYPE_KEY] = common
     return out
 
 

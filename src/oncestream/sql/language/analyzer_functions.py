@@ -27,6 +27,7 @@ from sqlglot import exp
 from oncestream.sql.errors import StatementError
 from oncestream.sql.language import functions
 from oncestream.sql.language import types as t
+from oncestream.sql.language.function_catalog import registered_name
 from oncestream.sql.language.types import BaseType, SqlType
 
 
@@ -67,7 +68,7 @@ def _type_text(ty: SqlType | None) -> str:
 
 
 def _refused(name: str, parts: Sequence[str]) -> StatementError:
-    return StatementError(f"Function '{name}' does not accept parameters ({', '.join(parts)}).")
+    return StatementError(f"Function '{registered_name(name)}' does not accept parameters ({', '.join(parts)}).")
 
 
 def resolve_lambda_call(resolver: ExpressionResolver, name: str, args: list[exp.Expr], clause: str) -> exp.Expr:

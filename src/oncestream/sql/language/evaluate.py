@@ -11,7 +11,9 @@ supported (ksqlDB also refuses much in pull queries):
 - column references (qualified or not) and the pseudo columns present in the row
   (``WINDOWSTART``, ``WINDOWEND`` of windowed tables);
 - literals: numbers, strings, booleans, NULL;
-- comparisons ``= <> != < <= > >=``, ``BETWEEN``, ``IN (...)``, ``IS [NOT] NULL``, ``LIKE``;
+- comparisons ``= <> != < <= > >=``, ``BETWEEN``, ``IN (...)``, ``IS [NOT] NULL``, ``LIKE``; a
+  comparison or ``BETWEEN`` with a NULL operand is false, not NULL (ksqlDB's generated code and
+  its interpreter check for null operands first: ``ComparisonInterpreter``);
 - ``AND``, ``OR``, ``NOT`` with SQL's three-valued logic (NULL is unknown);
 - arithmetic ``+ - * / %`` and unary minus (integer ``/`` truncates as Java does; a division by
   zero gives NULL, as ksqlDB's expression evaluation logs and nulls it), ``||``;
@@ -132,7 +134,7 @@ def literal_value(node: exp.Literal) -> Any:
 
 def _compare(op: type[exp.Expr], left: Any, right: Any) -> bool | None:
     if left is None or right is None:
-        return None
+        return False      # ksqlDB: a comparison with a null operand is false
     try:
         if op is exp.EQ:
             return bool(left == right)

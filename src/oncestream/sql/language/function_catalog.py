@@ -79,8 +79,35 @@ def _type_list(arg_types: Sequence[SqlType | None]) -> str:
     return ", ".join("null" if a is None else a.ksql_name for a in arg_types)
 
 
+# The functions ksqlDB registers under a name that is not upper case (the ``name`` of their
+# @UdfDescription / @UdafDescription / @UdtfDescription): its refusals spell the function so
+# (``Function 'greatest' does not accept parameters (STRING, INTEGER).``), whatever the query wrote.
+_REGISTERED_SPELLINGS = {n.upper(): n for n in (
+    "Abs", "Ceil", "Chr", "Floor", "LPad", "RPad", "Round", "acos", "array_concat", "array_distinct",
+    "array_except", "array_intersect", "array_max", "array_min", "array_remove", "array_sort", "array_union",
+    "asin", "atan", "atan2", "avg", "bigint_from_bytes", "cbrt", "collect_list", "collect_set", "concat",
+    "concat_ws", "convert_tz", "correlation", "cos", "cosh", "cot", "cube_explode", "dateadd", "datesub",
+    "datetostring", "degrees", "double_from_bytes", "elt", "encode", "exp", "explode", "extractjsonfield",
+    "field", "filter", "format_date", "format_time", "format_timestamp", "from_bytes", "from_days",
+    "from_unixtime", "geo_distance", "greatest", "histogram", "initcap", "instr", "int_from_bytes", "lcase",
+    "least", "len", "ln", "log", "map_keys", "map_union", "map_values", "mask", "mask_keep_left",
+    "mask_keep_right", "mask_left", "mask_right", "md5", "parse_date", "parse_time", "parse_timestamp", "pi",
+    "power", "radians", "random", "reduce", "regexp_extract", "regexp_extract_all", "regexp_replace",
+    "regexp_split_to_array", "replace", "reverse", "sign", "sin", "sinh", "slice", "split", "split_to_map",
+    "sqrt", "stringtodate", "stringtotimestamp", "substring", "tan", "tanh", "timeadd", "timestampadd",
+    "timestampsub", "timestamptostring", "timesub", "to_bytes", "transform", "trim", "trunc", "ucase",
+    "unix_date", "unix_timestamp", "url_decode_param", "url_encode_param", "url_extract_fragment",
+    "url_extract_host", "url_extract_parameter", "url_extract_path", "url_extract_port",
+    "url_extract_protocol", "url_extract_query")}
+
+
+def registered_name(name: str) -> str:
+    """A function's name as ksqlDB registered it, which its error messages use."""
+    return _REGISTERED_SPELLINGS.get(name.upper(), name)
+
+
 def _refused(name: str, arg_types: Sequence[SqlType | None]) -> str:
-    return f"Function '{name}' does not accept parameters ({_type_list(arg_types)})."
+    return f"Function '{registered_name(name)}' does not accept parameters ({_type_list(arg_types)})."
 
 
 # ----------------------------------------------------------------------------------------------

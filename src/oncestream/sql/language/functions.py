@@ -53,6 +53,7 @@ from oncestream.sql.language.function_catalog import (  # noqa: F401  (the catal
     is_numeric,
     is_string,
     is_timestamp,
+    registered_name,
     spark_type_name,
     wider_numeric,
 )
@@ -98,7 +99,7 @@ def _same_as_first(name: str, pred: Callable[[SqlType | None], bool]) -> TypeRul
 
 
 def _common_type(name: str) -> TypeRule:
-    """All arguments of one type (numerics widened): COALESCE, IFNULL, GREATEST, LEAST."""
+    """All arguments of one type (numerics widened): COALESCE, IFNULL."""
     def rule(arg_types: Sequence[SqlType | None]) -> SqlType:
         known = [a for a in arg_types if a is not None]
         if not known:
@@ -115,6 +116,58 @@ def _common_type(name: str) -> TypeRule:
         if any(a != known[0] for a in known):
             raise FunctionTypeError(_refused(name, arg_types))
         return known[0]
+    return rule
+
+
+_TEMPORAL = (BaseType.DATE, BaseType.TIME, BaseType.TIMESTAMP)
+
+
+def _extremum_type(name: str) -> TypeRule:
+    """GREATEST / LEAST as ksqlDB's overloads resolve them (one per type: INTEGER, BIGINT, DOUBLE,
+    DECIMAL, STRING, BYTES, DATE, TIME, TIMESTAMP): arguments of one type take its overload;
+    numerics of several types widen only when one overload alone takes them all, which is DOUBLE
+    (INTEGER with BIGINT fits the BIGINT, DECIMAL and DOUBLE ones: ambiguous, as are all NULLs);
+    a temporal type takes STRING arguments (read as that type)."""
+    def rule(arg_types: Sequence[SqlType | None]) -> SqlType:
+        known = [a for a in arg_types if a is not None]
+        bases = {a.base for a in known}
+        if not known or (bases <= set(NUMERIC_ORDER) and len(bases) > 1 and BaseType.DOUBLE not in bases):
+            raise FunctionTypeError(f"Function '{registered_name(name)}' cannot be resolved due to ambiguous "
+                                    f"method parameters ({_type_list(arg_types)}).")
+        if bases <= set(NUMERIC_ORDER):
+            if len(bases) > 1:
+                return t.DOUBLE
+            out: SqlType | None = None
+            for a in known:
+                out = wider_numeric(out, a)
+            return out or t.INTEGER
+        temporal = [a for a in known if a.base in _TEMPORAL]
+        if temporal and all(a == temporal[0] or a.base is BaseType.STRING for a in known):
+            return temporal[0]
+        if len(bases) > 1:
+            raise FunctionTypeError(_refused(name, arg_types))
+        return known[0]
+    return rule
+
+
+def _extremum(name: str, spark_name: str) -> SparkRule:
+    """Spark's ``greatest``/``least`` over the arguments as the chosen overload's type (Spark
+    does not read a string as a date)."""
+    def rule(c: CallSite) -> str:
+        try:
+            result = _extremum_type(name)(c.types)
+        except FunctionTypeError:      # a call the analyzer refuses: nothing to convert
+            return f"{spark_name}({', '.join(c.args)})"
+        args = []
+        for sql, ty in zip(c.args, c.types, strict=True):
+            if ty == result:
+                args.append(sql)
+            elif result.base is BaseType.TIME:
+                # the frame's TIME is its milliseconds of the day
+                args.append(f"CAST(unix_millis(CAST(concat('1970-01-01 ', {sql}) AS TIMESTAMP)) AS INT)")
+            else:
+                args.append(f"CAST({sql} AS {spark_type_name(result)})")
+        return f"{spark_name}({', '.join(args)})"
     return rule
 
 
@@ -340,8 +393,10 @@ _add("LN", 1, 1, _sig("LN", is_numeric, result=D), _call("ln"), "Natural logarit
 _add("POWER", 2, 2, _sig("POWER", is_numeric, is_numeric, result=D), _call("power"), "x to the power y.", "power(x, y)")
 _add("SIGN", 1, 1, _sig("SIGN", is_numeric, result=INT), _cast(_call("sign"), "INT"), "-1, 0 or 1.", "CAST(sign(x) AS INT)")
 _add("RANDOM", 0, 0, _sig("RANDOM", result=D), lambda c: "rand()", "A random DOUBLE in [0, 1).", "rand()")
-_add("GREATEST", 1, None, _common_type("GREATEST"), _call("greatest"), "The largest argument, NULLs ignored.", "greatest(a, ...)")
-_add("LEAST", 1, None, _common_type("LEAST"), _call("least"), "The smallest argument, NULLs ignored.", "least(a, ...)")
+_add("GREATEST", 1, None, _extremum_type("GREATEST"), _extremum("GREATEST", "greatest"),
+     "The largest argument, NULLs ignored.", "greatest(a, ...)")
+_add("LEAST", 1, None, _extremum_type("LEAST"), _extremum("LEAST", "least"), "The smallest argument, NULLs ignored.",
+     "least(a, ...)")
 for _trig in ("ACOS", "ASIN", "ATAN", "COS", "COSH", "COT", "SIN", "SINH", "TAN", "TANH", "DEGREES", "RADIANS", "CBRT"):
     _add(_trig, 1, 1, _sig(_trig, is_numeric, result=D), _call(_trig.lower()), f"{_trig.capitalize()} of x, as DOUBLE.",
          f"{_trig.lower()}(x)")
@@ -432,7 +487,10 @@ _add("SLICE", 3, 3, _sig("SLICE", is_array, is_integral, is_integral, result=_fi
      lambda c: f"slice({c.args[0]}, {c.args[1]}, {c.args[2]} - {c.args[1]} + 1)",
      "Elements from a 1-based position to another, inclusive.", "slice(a, from, to - from + 1)")
 _add("AS_MAP", 2, 2, _sig("AS_MAP", is_array, is_array, result=lambda a: t.map_of(_element(a), _element(a[1:]))),
-     _call("map_from_arrays"), "A map from an array of keys and an array of values.", "map_from_arrays(k, v)")
+     lambda c: f"CASE WHEN {c.args[0]} IS NULL OR {c.args[1]} IS NULL THEN NULL ELSE map_from_arrays({c.args[0]}, "
+               f"transform({c.args[0]}, (__os_x, __os_j) -> try_element_at({c.args[1]}, __os_j + 1))) END",
+     "A map from an array of keys and an array of values (a key without a value maps to NULL, extra values "
+     "are ignored, as ksqlDB's AsMap).", "map_from_arrays(k, values padded or cut to k's length)")
 _section("MAP")
 _add("MAP_KEYS", 1, 1, _sig("MAP_KEYS", is_map, result=lambda a: t.array_of(a[0].key if a[0] and a[0].key else S)),
      _call("map_keys"), "The keys of a map.", "map_keys(m)")
@@ -538,7 +596,8 @@ def _py_round(args: list[Any]) -> Any:
 def _py_substring(args: list[Any]) -> Any:
     if any(a is None for a in args):
         return None
-    text, pos = str(args[0]), int(args[1])
+    text = args[0] if isinstance(args[0], bytes | bytearray) else str(args[0])   # BYTES too
+    pos = int(args[1])
     # ksqlDB's SUBSTRING is 1-based (0 counts as 1); a negative position counts from the end.
     start = max(pos - 1, 0) if pos >= 0 else max(len(text) + pos, 0)
     if len(args) > 2:

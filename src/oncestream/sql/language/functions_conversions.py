@@ -10,7 +10,7 @@
   bytes read as Java's ``ByteBuffer`` does, through Java's own ``Integer.parseUnsignedInt`` /
   ``Long.parseUnsignedLong`` / ``Double.longBitsToDouble`` (Spark's ``reflect``); a wrong length
   is ksqlDB's error, NULL here;
-- ``LEN``, ``LPAD``, ``RPAD``, ``CONCAT`` over BYTES as over strings (CONCAT skips NULLs);
+- ``LEN``, ``LPAD``, ``RPAD``, ``SUBSTRING``, ``CONCAT`` over BYTES as over strings (CONCAT skips NULLs);
 - ``SPLIT_TO_MAP(s, entryDelim, kvDelim)``: literal delimiters (Guava's ``Splitter``), empty
   entries and entries without ``kvDelim`` skipped, the value being the text up to a second
   ``kvDelim``, the last entry of a key winning; NULL for an empty or equal delimiter;
@@ -148,6 +148,15 @@ def _pad_type(name: str) -> TypeRule:
     return rule
 
 
+def _substring_type(arg_types: Sequence[SqlType | None]) -> SqlType:
+    if len(arg_types) in (2, 3) and all(is_integral(a) for a in arg_types[1:]):
+        if is_string(arg_types[0]):
+            return t.STRING
+        if _is_bytes(arg_types[0]):
+            return t.BYTES
+    raise FunctionTypeError(_refused("SUBSTRING", arg_types))
+
+
 def _concat_type(arg_types: Sequence[SqlType | None]) -> SqlType:
     if arg_types and all(is_string(a) for a in arg_types):
         return t.STRING
@@ -270,6 +279,9 @@ _widen("LPAD", _pad_type("LPAD"), lambda c: f"lpad({c.args[0]}, {c.args[1]}, {c.
        "Left-pad to a length (STRING or BYTES).", "lpad(s, n, pad)")
 _widen("RPAD", _pad_type("RPAD"), lambda c: f"rpad({c.args[0]}, {c.args[1]}, {c.args[2]})",
        "Right-pad to a length (STRING or BYTES).", "rpad(s, n, pad)")
+_widen("SUBSTRING", _substring_type, lambda c: f"substring({', '.join(c.args)})",
+       "Substring (STRING) or bytes (BYTES) from a 1-based position (negative: from the end), optional length.",
+       "substring(s, pos[, len])")
 _widen("CONCAT", _concat_type, _concat,
        "Concatenate strings (or BYTES); NULL arguments count as empty.", "concat_ws('', a, b, ...) / concat of BYTES")
 _widen("CONCAT_WS", _concat_ws_type, _concat_ws,

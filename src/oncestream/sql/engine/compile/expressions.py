@@ -9,7 +9,8 @@ The semantics are ksqlDB's, the same as the pull-query evaluator's (``language.e
 tests/spark/sql/test_expression_agreement.py runs both on one table of expressions): where Spark's
 operators differ they are rewritten (``_operator``): an integer division truncates as Java's does
 (Spark's ``/`` gives a DOUBLE), ``STRING + STRING`` concatenates (Spark casts to numbers), an
-array subscript 0 is NULL (Spark fails the query).
+array subscript 0 is NULL (Spark fails the query), a comparison with a NULL operand is false (Spark:
+NULL), and MAP equality and complex-value CASTs follow ``complex_values``.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from dataclasses import dataclass, field
 
 from sqlglot import exp
 
+from oncestream.sql.engine.compile import complex_values
 from oncestream.sql.errors import StatementError
 from oncestream.sql.language import functions
 from oncestream.sql.language.analyzer_functions import NULL_GUARD
@@ -150,9 +152,50 @@ _INTEGRAL_SPARK_TYPES = {BaseType.INTEGER: "INT", BaseType.BIGINT: "BIGINT"}
 _ARRAY_INDEX = "oncestream_array_index"   # meta flag: a subscript of an ARRAY (not of a MAP)
 
 
+_EQUALITY = (exp.EQ, exp.NEQ, exp.NullSafeEQ, exp.NullSafeNEQ)
+_NULL_IS_FALSE = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.Between)
+
+
+def _map_equality(node: exp.Expression) -> exp.Expression | None:
+    """``=``, ``<>`` and ``IS [NOT] DISTINCT FROM`` over values holding MAPs (``complex_values``)."""
+    if not isinstance(node, _EQUALITY):
+        return None
+    sides = [(side, side.meta.get(TYPE_KEY)) for side in (node.this, node.expression)]
+    if not any(complex_values.holds_map(t) for _, t in sides):
+        return None
+    left, right = (_spliced(complex_values.map_free(side.sql(dialect="spark"), t)) if t is not None else side
+                   for side, t in sides)
+    return type(node)(this=left, expression=right)
+
+
+def _spliced(sql: str) -> exp.Expression:
+    """Spark SQL text as a node, parenthesised against precedence."""
+    return exp.Paren(this=exp.Var(this=sql))
+
+
+def _complex_cast(node: exp.Expression) -> exp.Expression | None:
+    """A CAST of an ARRAY, MAP or STRUCT where ksqlDB's differs from Spark's (``complex_values``)."""
+    if not isinstance(node, exp.Cast):
+        return None
+    target = node.meta.get(TYPE_KEY)
+    if target is None:
+        return None
+    sql = complex_values.cast(node.this.sql(dialect="spark"), node.this.meta.get(TYPE_KEY), target)
+    return None if sql is None else _spliced(sql)
+
+
 def _operator(node: exp.Expression) -> exp.Expression | None:
-    """ksqlDB's arithmetic where Spark's differs, by the type the analyzer gave ``node``; None
-    where Spark's own operator already means the same."""
+    """ksqlDB's arithmetic and comparisons where Spark's differ, by the types the analyzer gave
+    ``node`` and its operands; None where Spark's own operator already means the same."""
+    if isinstance(node, _NULL_IS_FALSE):
+        # ksqlDB checks a comparison's operands for null first and answers false (its generated
+        # code's nullCheckPrefix, its interpreter's ComparisonInterpreter); Spark answers NULL,
+        # which NOT would keep NULL where ksqlDB's NOT gives true
+        compared = _map_equality(node) or node
+        return _call("coalesce", compared, exp.false())
+    special = _map_equality(node) or _complex_cast(node)
+    if special is not None:
+        return special
     ty = node.meta.get(TYPE_KEY)
     base = getattr(ty, "base", None)
     if isinstance(node, exp.Div) and base in _INTEGRAL_SPARK_TYPES:

@@ -123,10 +123,20 @@ def key_layout_of(layout: RecordLayout) -> tuple[Any, ...]:
     return (layout.key_format, tuple(c.type for c in layout.key_columns), delimiter, layout.window, framing)
 
 
+# Key formats whose bytes are the one encoding of the key's values, so a record's key bytes are
+# what ksqlDB's sink serializer writes again. JSON (and JSON_SR, DELIMITED) text has many forms of
+# one value (field names in any case, spacing, 1.0 for an INT): ksqlDB reads the key and writes it
+# with its own serializer (`{"ID":1}` for an input `{"id": 1}`), so such keys are encoded again.
+_CANONICAL_KEY_FORMATS = frozenset({Format.KAFKA, Format.AVRO, Format.PROTOBUF, Format.PROTOBUF_NOSR})
+
+
 def _passes_key_through(analyzed: Any, scope: Scope, alias: str, source: SourceInfo) -> bool:
-    """Whether the output key is exactly the source's key columns, in order."""
+    """Whether the output key is exactly the source's key columns, in order, in a key format
+    whose bytes can be written again as they were read."""
     keys = tuple(getattr(analyzed, "key_expressions", ()) or ())
     source_keys = source.key_columns
+    if source.key_format not in _CANONICAL_KEY_FORMATS:
+        return False
     if not source_keys or len(keys) != len(source_keys) or analyzed.partition_by:
         return False
     for expression, column in zip(keys, source_keys, strict=True):

@@ -316,9 +316,7 @@ def _decode(fmt: Format, columns: Sequence[Column], data: SparkColumn, delimiter
                 # processing log, for one, writes "deserializationError" for DESERIALIZATIONERROR.
                 value = _json_ci(raw, c.type)
             else:
-                fallback = F.from_json(raw, wire) if isinstance(wire, (T.StructType, T.ArrayType, T.MapType)) \
-                    else raw.cast(wire)
-                value = F.coalesce(exact.getField(c.name), fallback)
+                value = F.coalesce(exact.getField(c.name), _from_json_text(raw, wire))
             # a field the object has (not null) that reads as null: a value of another type
             suspect = suspect | (raw.isNotNull() & value.isNull())
             out.append(from_wire(value, c.type).alias(c.name))
@@ -400,8 +398,35 @@ def _json_ci(text: SparkColumn, t: SqlType) -> SparkColumn:
         return F.transform(F.from_json(text, T.ArrayType(T.StringType())), lambda x: _json_ci(x, element))
     if b is BaseType.MAP and element is not None and _has_struct(element):
         return F.transform_values(F.from_json(text, text_map), lambda _k, v: _json_ci(v, element))
-    wire = _wire_type(t)
-    return F.from_json(text, wire) if isinstance(wire, (T.ArrayType, T.MapType)) else text.cast(wire)
+    return _from_json_text(text, _wire_type(t))
+
+
+# Spark's JSON reader takes only integer tokens for INT/BIGINT; ksqlDB's (JsonSerdeUtils) takes any
+# number, truncated (Jackson's intValue / asLong: [1, 2.0] is an ARRAY<INT> [1, 2]). A collection's
+# text is read with its integral leaves as decimals wide enough for any BIGINT, then cast.
+_INTEGRAL_AS_READ = T.DecimalType(38, 18)
+
+
+def _integral_leaves_as_decimals(wire: T.DataType) -> T.DataType:
+    if isinstance(wire, (T.IntegerType, T.LongType)):
+        return _INTEGRAL_AS_READ
+    if isinstance(wire, T.ArrayType):
+        return T.ArrayType(_integral_leaves_as_decimals(wire.elementType))
+    if isinstance(wire, T.MapType):
+        return T.MapType(wire.keyType, _integral_leaves_as_decimals(wire.valueType))
+    if isinstance(wire, T.StructType):
+        return T.StructType([T.StructField(f.name, _integral_leaves_as_decimals(f.dataType)) for f in wire.fields])
+    return wire
+
+
+def _from_json_text(text: SparkColumn, wire: T.DataType) -> SparkColumn:
+    """The JSON text of one value (``text``) as the wire type: a scalar by Spark's cast (which
+    truncates ``2.0`` to an INT 2), a collection by ``from_json`` (integral leaves as above)."""
+    if not isinstance(wire, (T.StructType, T.ArrayType, T.MapType)):
+        return text.cast(wire)
+    read = _integral_leaves_as_decimals(wire)
+    assert isinstance(read, (T.StructType, T.ArrayType, T.MapType))   # a collection stays one
+    return F.from_json(text, read) if read == wire else F.from_json(text, read).cast(wire)
 
 
 def _strip_frame(data: SparkColumn) -> SparkColumn:

@@ -290,8 +290,10 @@ def _check_node(node: exp.Expr, start: Token | None) -> None:
     if isinstance(node, exp.Distinct):
         raise unsupported(_position_in(node, start), "DISTINCT inside a function call (ksqlDB has COUNT_DISTINCT)")
     if isinstance(node, exp.Star):
+        # ksqlDB's grammar reads `name(*)` as a call (COUNT(*) counts rows; another function
+        # then has no arguments: GREATEST(*) is refused as GREATEST())
         parent = node.parent
-        if not (isinstance(parent, exp.Anonymous) and parent.name.upper() == "COUNT" and len(parent.expressions) == 1):
+        if not (isinstance(parent, exp.Anonymous) and len(parent.expressions) == 1):
             raise SyntaxIssue(start, "'*' is only allowed as a select item or in COUNT(*)")
         return
     if isinstance(node, exp.Literal) and not node.is_string and number_value(node.this) is None:
