@@ -59,6 +59,7 @@ from oncestream.broker.connection_context import current_session, start_session
 from oncestream.broker.connection_limits import ConnectionQuotas, IdleTracker
 from oncestream.broker.dispatch import CloseConnection, Dispatcher
 from oncestream.broker.fetch_response_writer import ResponseWriter
+from oncestream.broker.frame_reader import FrameProtocol, FrameReader
 from oncestream.broker.listeners import Listener
 from oncestream.broker.memory_pool import RequestMemoryPool
 from oncestream.broker.metrics.recorder import RequestTiming, current_timing
@@ -80,9 +81,6 @@ _SIZE = struct.Struct(">i")
 _API_KEY = struct.Struct(">h")
 # api key + version + correlation id + client id length: nothing shorter is a request.
 _MIN_FRAME_BYTES = 10
-# The StreamReader's buffer limit: it stops reading the socket at twice this much unread data, so
-# a connection holds at most ~2 MiB that the pool has not accounted for.
-_READ_BUFFER_LIMIT = 2**20
 # asyncio's own default: a client that connects to a TLS port and never finishes the handshake.
 _TLS_HANDSHAKE_TIMEOUT_S = 60.0
 
@@ -98,20 +96,6 @@ def _pipelines(frame: bytes) -> bool:
 
 class ServerStateError(RuntimeError):
     """The server was used out of order (e.g. served before it was started): a bug, not input."""
-
-
-class _TrackedReader(asyncio.StreamReader):
-    """A StreamReader that tells the connection's idle tracker whenever bytes arrive, so a client
-    trickling a frame in is active while one that stopped mid-frame is idle."""
-
-    def __init__(self, idle: IdleTracker, clock_ms: Callable[[], float], loop: asyncio.AbstractEventLoop) -> None:
-        super().__init__(limit=_READ_BUFFER_LIMIT, loop=loop)
-        self._idle = idle
-        self._clock_ms = clock_ms
-
-    def feed_data(self, data: bytes) -> None:  # type: ignore[override]  # always bytes from the protocol
-        self._idle.activity(self._clock_ms())
-        super().feed_data(data)
 
 
 class _IdleWatch:
@@ -211,16 +195,17 @@ class BrokerServer:
             return loop.time() * 1000  # monotonic: a wall-clock step must not close connections
 
         def factory_for(listener: Listener, origin: ConnectionOrigin | None = None,
-                        ) -> Callable[[], asyncio.StreamReaderProtocol]:
-            def protocol_factory() -> asyncio.StreamReaderProtocol:
-                # asyncio.start_server's factory, with a reader that feeds the idle tracker.
+                        ) -> Callable[[], FrameProtocol]:
+            def protocol_factory() -> FrameProtocol:
+                # asyncio.start_server's factory, with a reader that receives large frames in
+                # place and feeds the idle tracker (broker/frame_reader.py).
                 idle = IdleTracker(cfg.connections_max_idle_ms, now_ms())
-                reader = _TrackedReader(idle, now_ms, loop)
+                reader = FrameReader(idle, now_ms, loop)
 
                 def connected(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> Awaitable[None]:
                     return self._on_connection(r, w, idle, listener, origin)
 
-                return asyncio.StreamReaderProtocol(reader, connected, loop=loop)
+                return FrameProtocol(reader, connected, loop=loop)
 
             return protocol_factory
 
