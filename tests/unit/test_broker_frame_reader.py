@@ -7,6 +7,7 @@ and on uvloop (the broker's), which take the buffered-protocol path by different
 from __future__ import annotations
 
 import asyncio
+import functools
 import random
 import socket
 import struct
@@ -16,7 +17,13 @@ import pytest
 import uvloop
 
 from oncestream.broker.connection_limits import IdleTracker
-from oncestream.broker.frame_reader import DIRECT_READ_MIN_BYTES, STAGING_BYTES, FrameProtocol, FrameReader
+from oncestream.broker.frame_reader import (
+    DIRECT_READ_MIN_BYTES,
+    STAGING_BYTES,
+    FrameProtocol,
+    FrameReader,
+    staging_buffer,
+)
 
 LOOPS = {"asyncio": asyncio.new_event_loop, "uvloop": uvloop.new_event_loop}
 WAIT_CAP_S = 30.0  # a cap on a test that would otherwise hang, never a speed claim
@@ -36,7 +43,7 @@ def _serve(loop_name: str, scenario: Callable[[FrameReader, socket.socket, IdleT
         theirs.setblocking(False)
         clock = [0.0]
         idle = IdleTracker(60_000, 0.0)
-        reader = FrameReader(idle, lambda: clock.__setitem__(0, clock[0] + 1) or clock[0], loop)
+        reader = FrameReader(idle, lambda: clock.__setitem__(0, clock[0] + 1) or clock[0], loop, staging_buffer())
         connected = asyncio.Event()
 
         async def on_connection(_r: asyncio.StreamReader, _w: asyncio.StreamWriter) -> None:
@@ -163,3 +170,46 @@ def test_read_ahead_stops_while_nobody_reads(loop_name: str) -> None:
         await sender
 
     _serve(loop_name, scenario)
+
+
+@pytest.mark.parametrize("loop_name", sorted(LOOPS))
+def test_connections_sharing_the_loops_staging_buffer_keep_their_own_bytes(loop_name: str) -> None:
+    """Every connection of a loop reads through one staging buffer: interleaved arrivals on
+    several connections never mix their bytes."""
+    rng = random.Random(7)
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        staging = staging_buffer()
+        readers, clients = [], []
+        for _ in range(3):
+            ours, theirs = socket.socketpair()
+            theirs.setblocking(False)
+            reader = FrameReader(IdleTracker(60_000, 0.0), lambda: 1.0, loop, staging)
+
+            async def on_connection(_r: asyncio.StreamReader, _w: asyncio.StreamWriter) -> None:
+                return None
+
+            await loop.connect_accepted_socket(functools.partial(FrameProtocol, reader, on_connection, loop), ours)
+            readers.append(reader)
+            clients.append(theirs)
+        payloads = [[rng.randbytes(rng.choice((5, 900, 20_000, 70_000, 200_000))) for _ in range(30)] for _ in clients]
+        senders = [asyncio.create_task(_send_in_pieces(client, b"".join(_frame(p) for p in mine), rng))
+                   for client, mine in zip(clients, payloads, strict=True)]
+
+        async def read_all(reader: FrameReader, mine: list[bytes]) -> None:
+            for expected in mine:
+                assert bytes(await _read_frame(reader)) == expected
+
+        try:
+            await asyncio.wait_for(asyncio.gather(
+                *senders, *(read_all(r, mine) for r, mine in zip(readers, payloads, strict=True))), WAIT_CAP_S)
+        finally:
+            for client in clients:
+                client.close()
+
+    loop = LOOPS[loop_name]()
+    try:
+        loop.run_until_complete(main())
+    finally:
+        loop.close()

@@ -40,6 +40,14 @@ DIRECT_READ_MIN_BYTES = 64 * 1024
 STAGING_BYTES = 64 * 1024
 
 
+def staging_buffer() -> memoryview:
+    """A staging buffer for the readers of one event loop. One per loop, not per connection: a
+    transport hands ``buffer_updated`` the bytes it just read before it reads for any other
+    connection, and the reader copies them out at once, so the connections of a loop can share it
+    (as uvloop shares its own read buffer) and an idle connection costs no 64 KiB."""
+    return memoryview(bytearray(STAGING_BYTES))
+
+
 class FrameReader(asyncio.StreamReader):
     """A StreamReader fed through ``get_buffer``/``buffer_updated`` (see the module docstring);
     ``readexactly(n)`` for ``n >= DIRECT_READ_MIN_BYTES`` returns a read-only ``memoryview`` of the
@@ -58,11 +66,13 @@ class FrameReader(asyncio.StreamReader):
         def _wakeup_waiter(self) -> None: ...
         async def _wait_for_data(self, func_name: str) -> None: ...
 
-    def __init__(self, idle: IdleTracker, clock_ms: Callable[[], float], loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, idle: IdleTracker, clock_ms: Callable[[], float], loop: asyncio.AbstractEventLoop,
+                 staging: memoryview) -> None:
+        """``staging``: the loop's ``staging_buffer()``, shared by its connections."""
         super().__init__(limit=READ_BUFFER_LIMIT_BYTES, loop=loop)
         self._idle = idle
         self._clock_ms = clock_ms
-        self._staging = memoryview(bytearray(STAGING_BYTES))
+        self._staging = staging
         self._target: bytearray | None = None  # the frame being received directly
         self._filled = 0  # bytes of the target already received
 

@@ -59,7 +59,7 @@ from oncestream.broker.connection_context import current_session, start_session
 from oncestream.broker.connection_limits import ConnectionQuotas, IdleTracker
 from oncestream.broker.dispatch import CloseConnection, Dispatcher
 from oncestream.broker.fetch_response_writer import ResponseWriter
-from oncestream.broker.frame_reader import FrameProtocol, FrameReader
+from oncestream.broker.frame_reader import FrameProtocol, FrameReader, staging_buffer
 from oncestream.broker.listeners import Listener
 from oncestream.broker.memory_pool import RequestMemoryPool
 from oncestream.broker.metrics.recorder import RequestTiming, current_timing
@@ -191,6 +191,8 @@ class BrokerServer:
             for listener in listeners
         }
 
+        staging = staging_buffer()  # this loop's, shared by its connections (broker/frame_reader.py)
+
         def now_ms() -> float:
             return loop.time() * 1000  # monotonic: a wall-clock step must not close connections
 
@@ -200,7 +202,7 @@ class BrokerServer:
                 # asyncio.start_server's factory, with a reader that receives large frames in
                 # place and feeds the idle tracker (broker/frame_reader.py).
                 idle = IdleTracker(cfg.connections_max_idle_ms, now_ms())
-                reader = FrameReader(idle, now_ms, loop)
+                reader = FrameReader(idle, now_ms, loop, staging)
 
                 def connected(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> Awaitable[None]:
                     return self._on_connection(r, w, idle, listener, origin)
