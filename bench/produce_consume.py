@@ -192,6 +192,13 @@ CONSUMER_CONF = {
     # at 1 MiB (docs/benchmarks.md, "The consumer's fetch size").
     "fetch.wait.max.ms": 100,
     "queued.max.messages.kbytes": 262_144,
+    # librdkafka (>= 2.4) postpones a partition's next fetch by fetch.queue.backoff.ms, 1 s by
+    # default, whenever its queue is over queued.max.messages.kbytes or queued.min.messages: a
+    # broker that serves faster than the benchmark's Python loop takes records fills the queue and
+    # then sees no fetch for a second, so the figure became librdkafka's pause, not the broker
+    # (1 KiB, 1000 MB: ours 155-162 MB/s at the default against 274-298 at 10 ms; Tansu 228-247
+    # either way; docs/benchmarks.md, "The consumer's queue backoff"). Both brokers get 10 ms.
+    "fetch.queue.backoff.ms": 10,
 }
 
 
