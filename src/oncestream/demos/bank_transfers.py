@@ -39,6 +39,7 @@ from pathlib import Path
 from oncestream.broker_process import BrokerStartError, OnceStreamBroker
 from oncestream.child_process import die_with_parent
 from oncestream.client.producer.producer import Producer
+from oncestream.spark.driver_python import launcher_path
 from oncestream.spark.log_client import LogClient
 
 ACCOUNTS = 20
@@ -70,6 +71,9 @@ def _apply_ledger(tx, batch_df, batch_id: int) -> None:
 def run_driver(bootstrap: str, checkpoint: Path, db_path: Path, available_now: bool) -> int:
     """The Spark driver: both queries, until killed (or until drained with ``available_now``)."""
     os.environ["PYSPARK_PYTHON"] = sys.executable
+    # The connector's streaming-source process starts through the launcher (Spark gives it 10 s
+    # to connect back; see oncestream/spark/driver_python.py), unless the operator chose otherwise.
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", launcher_path())
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
