@@ -33,34 +33,46 @@ def _frame(payload: bytes) -> bytes:
     return struct.pack(">i", len(payload)) + payload
 
 
-def _serve(loop_name: str, scenario: Callable[[FrameReader, socket.socket, IdleTracker], Awaitable[None]]) -> None:
-    """Run ``scenario`` with a FrameReader serving one end of a socket pair (the broker's side,
-    attached as the server attaches a connection) and the other end as the client's socket."""
-
-    async def main() -> None:
-        loop = asyncio.get_running_loop()
-        ours, theirs = socket.socketpair()
-        theirs.setblocking(False)
-        clock = [0.0]
-        idle = IdleTracker(60_000, 0.0)
-        reader = FrameReader(idle, lambda: clock.__setitem__(0, clock[0] + 1) or clock[0], loop, staging_buffer())
-        connected = asyncio.Event()
-
-        async def on_connection(_r: asyncio.StreamReader, _w: asyncio.StreamWriter) -> None:
-            connected.set()
-
-        await loop.connect_accepted_socket(lambda: FrameProtocol(reader, on_connection, loop), ours)
-        await asyncio.wait_for(connected.wait(), WAIT_CAP_S)
-        try:
-            await asyncio.wait_for(scenario(reader, theirs, idle), WAIT_CAP_S)
-        finally:
-            theirs.close()
-
+def _run_on(loop_name: str, main: Callable[[], Awaitable[None]]) -> None:
+    """Run ``main()`` to its end on a fresh event loop of kind ``loop_name``."""
     loop = LOOPS[loop_name]()
     try:
         loop.run_until_complete(main())
     finally:
         loop.close()
+
+
+async def _attach(reader: FrameReader) -> socket.socket:
+    """Serve one end of a socket pair with ``reader``, attached as the server attaches a
+    connection; the other end (non-blocking) is the client's socket."""
+    loop = asyncio.get_running_loop()
+    ours, theirs = socket.socketpair()
+    theirs.setblocking(False)
+    connected = asyncio.Event()
+
+    async def on_connection(_r: asyncio.StreamReader, _w: asyncio.StreamWriter) -> None:
+        connected.set()
+
+    await loop.connect_accepted_socket(functools.partial(FrameProtocol, reader, on_connection, loop), ours)
+    await asyncio.wait_for(connected.wait(), WAIT_CAP_S)
+    return theirs
+
+
+def _serve(loop_name: str, scenario: Callable[[FrameReader, socket.socket, IdleTracker], Awaitable[None]]) -> None:
+    """Run ``scenario`` with a FrameReader serving one connection and that connection's client socket."""
+
+    async def main() -> None:
+        clock = [0.0]
+        idle = IdleTracker(60_000, 0.0)
+        reader = FrameReader(idle, lambda: clock.__setitem__(0, clock[0] + 1) or clock[0],
+                             asyncio.get_running_loop(), staging_buffer())
+        client = await _attach(reader)
+        try:
+            await asyncio.wait_for(scenario(reader, client, idle), WAIT_CAP_S)
+        finally:
+            client.close()
+
+    _run_on(loop_name, main)
 
 
 async def _send_in_pieces(sock: socket.socket, data: bytes, rng: random.Random) -> None:
@@ -183,16 +195,9 @@ def test_connections_sharing_the_loops_staging_buffer_keep_their_own_bytes(loop_
         staging = staging_buffer()
         readers, clients = [], []
         for _ in range(3):
-            ours, theirs = socket.socketpair()
-            theirs.setblocking(False)
             reader = FrameReader(IdleTracker(60_000, 0.0), lambda: 1.0, loop, staging)
-
-            async def on_connection(_r: asyncio.StreamReader, _w: asyncio.StreamWriter) -> None:
-                return None
-
-            await loop.connect_accepted_socket(functools.partial(FrameProtocol, reader, on_connection, loop), ours)
             readers.append(reader)
-            clients.append(theirs)
+            clients.append(await _attach(reader))
         payloads = [[rng.randbytes(rng.choice((5, 900, 20_000, 70_000, 200_000))) for _ in range(30)] for _ in clients]
         senders = [asyncio.create_task(_send_in_pieces(client, b"".join(_frame(p) for p in mine), rng))
                    for client, mine in zip(clients, payloads, strict=True)]
@@ -208,8 +213,4 @@ def test_connections_sharing_the_loops_staging_buffer_keep_their_own_bytes(loop_
             for client in clients:
                 client.close()
 
-    loop = LOOPS[loop_name]()
-    try:
-        loop.run_until_complete(main())
-    finally:
-        loop.close()
+    _run_on(loop_name, main)
