@@ -202,6 +202,34 @@ CONSUMER_CONF = {
 }
 
 
+def thread_cpu_s() -> dict[str, float]:
+    """User + system CPU seconds of each thread of this process, from /proc/self/task."""
+    out: dict[str, float] = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            stat = Path(f"/proc/self/task/{tid}/stat").read_text()
+        except FileNotFoundError:  # the thread ended between listdir and read
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        out[tid] = (int(fields[11]) + int(fields[12])) / CLOCK_TICKS_PER_S
+    return out
+
+
+@dataclass(frozen=True)
+class ClientCpu:
+    """What the client process spent over a phase: the client shares the 2 cores with the broker,
+    so a broker that costs less CPU only shows in MB/s while the client has CPU to spare."""
+
+    total_s: float
+    busiest_thread_s: float
+
+    @staticmethod
+    def between(before: dict[str, float], after: dict[str, float]) -> ClientCpu:
+        """From two `thread_cpu_s()` samples (threads started in between count from zero)."""
+        spent = [after_s - before.get(tid, 0.0) for tid, after_s in after.items()]
+        return ClientCpu(total_s=sum(spent), busiest_thread_s=max(spent, default=0.0))
+
+
 @dataclass
 class Measurement:
     """One direction of one round."""
@@ -210,6 +238,18 @@ class Measurement:
     payload_bytes: int
     seconds: float
     broker_cpu_s: float | None = None  # the broker process's user+system CPU over the phase
+    client: ClientCpu | None = None  # this (the client) process's CPU over the timed part
+
+    @property
+    def client_cpu_s_per_gb(self) -> float:
+        """The client process's CPU seconds (all threads: librdkafka's and this loop's) per GB."""
+        return self.client.total_s / (self.payload_bytes / 1e9) if self.client else float("nan")
+
+    @property
+    def busiest_client_thread_share(self) -> float:
+        """CPU seconds of the client's busiest thread over the phase's wall seconds: near 1.0, that
+        thread (the Python loop or librdkafka's broker thread) set the pace, not the broker."""
+        return self.client.busiest_thread_s / self.seconds if self.client else float("nan")
 
     @property
     def cpu_s_per_gb(self) -> float | None:
@@ -252,6 +292,7 @@ def produce(conf: dict, topic: str, record_count: int, value: bytes, warmup_topi
     producer.produce(warmup_topic, b"warm-up", partition=0)
     if producer.flush(30) or failures:
         raise RuntimeError(f"warm-up record not acknowledged: {failures[:3]}")
+    threads_before = thread_cpu_s()
     started = time.perf_counter()
     for i in range(record_count):
         while True:
@@ -264,12 +305,13 @@ def produce(conf: dict, topic: str, record_count: int, value: bytes, warmup_topi
             producer.poll(0)  # serve error callbacks without blocking the loop
     undelivered = producer.flush(120)
     seconds = time.perf_counter() - started
+    client = ClientCpu.between(threads_before, thread_cpu_s())
     if undelivered or failures:
         raise RuntimeError(
             f"produce incomplete: {undelivered} of {record_count} undelivered, {len(failures)} failed:"
             f" {failures[:3]}"
         )
-    return Measurement(record_count, record_count * len(value), seconds)
+    return Measurement(record_count, record_count * len(value), seconds, client=client)
 
 
 def consume(conf: dict, topic: str, record_count: int, value_size: int) -> Measurement:
@@ -281,6 +323,7 @@ def consume(conf: dict, topic: str, record_count: int, value_size: int) -> Measu
         received = 0
         payload_bytes = 0
         next_offsets = [0] * PARTITIONS
+        threads_before = thread_cpu_s()
         started = time.perf_counter()
         consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
         deadline = time.monotonic() + 300
@@ -304,6 +347,7 @@ def consume(conf: dict, topic: str, record_count: int, value_size: int) -> Measu
                 payload_bytes += len(msg.value() or b"")
                 received += 1
         seconds = time.perf_counter() - started
+        client = ClientCpu.between(threads_before, thread_cpu_s())
         # Nothing beyond the N records either (a duplicate would sit past offset N-1). Not via
         # the high watermark: Tansu 0.6.0 answers ListOffsets(latest) with the last batch's base
         # offset + 1, so get_watermark_offsets() undercounts there.
@@ -313,7 +357,7 @@ def consume(conf: dict, topic: str, record_count: int, value_size: int) -> Measu
     finally:
         consumer.close()
     assert payload_bytes == record_count * value_size, (payload_bytes, record_count, value_size)
-    return Measurement(received, payload_bytes, seconds)
+    return Measurement(received, payload_bytes, seconds, client=client)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -487,14 +531,20 @@ def markdown_report(results: list[RoundResult], args: argparse.Namespace, comman
         f"Clients connect with: {args.security_protocol}. Broker CPU: user+system seconds of the broker"
         f" process (all threads, /proc/PID/stat) per decimal GB of payload, over each phase.",
         "",
-        "| round | broker | produce MB/s | consume MB/s | produce s | consume s | produce CPU s/GB | consume CPU s/GB |",
-        "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "Client CPU: this process (librdkafka's threads and the Python loop) per GB; busiest client"
+        " thread: its CPU seconds over the phase's wall seconds (near 1.0, the client set the pace).",
+        "",
+        "| round | broker | produce MB/s | consume MB/s | produce s | consume s | produce CPU s/GB | consume CPU s/GB"
+        " | client CPU s/GB produce / consume | busiest client thread produce / consume |",
+        "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in results:
         lines.append(
             f"| {r.round_no} | {r.broker} | {r.produce.mb_per_s:.1f} | {r.consume.mb_per_s:.1f}"
             f" | {r.produce.seconds:.2f} | {r.consume.seconds:.2f}"
-            f" | {r.produce.cpu_s_per_gb:.1f} | {r.consume.cpu_s_per_gb:.1f} |"
+            f" | {r.produce.cpu_s_per_gb:.1f} | {r.consume.cpu_s_per_gb:.1f}"
+            f" | {r.produce.client_cpu_s_per_gb:.1f} / {r.consume.client_cpu_s_per_gb:.1f}"
+            f" | {r.produce.busiest_client_thread_share:.2f} / {r.consume.busiest_client_thread_share:.2f} |"
         )
     lines += ["", "| broker | median produce MB/s | median consume MB/s | median produce CPU s/GB"
               " | median consume CPU s/GB |", "| --- | ---: | ---: | ---: | ---: |"]
@@ -585,7 +635,10 @@ def main(argv: list[str] | None = None) -> int:
                     f"round {round_no} {name:6s}: produce {r.produce.mb_per_s:7.1f} MB/s"
                     f" ({r.produce.seconds:.2f} s, {r.produce.cpu_s_per_gb:.1f} CPU s/GB)"
                     f"  consume {r.consume.mb_per_s:7.1f} MB/s"
-                    f" ({r.consume.seconds:.2f} s, {r.consume.cpu_s_per_gb:.1f} CPU s/GB)",
+                    f" ({r.consume.seconds:.2f} s, {r.consume.cpu_s_per_gb:.1f} CPU s/GB);"
+                    f" client {r.produce.client_cpu_s_per_gb:.1f} / {r.consume.client_cpu_s_per_gb:.1f} CPU s/GB,"
+                    f" busiest thread {r.produce.busiest_client_thread_share:.2f} /"
+                    f" {r.consume.busiest_client_thread_share:.2f}",
                     flush=True,
                 )
         stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
