@@ -126,6 +126,13 @@ CASES: list[tuple[str, Any]] = [
     ("ENCODE('RXhhbXBsZSE=', 'base64', 'null')", None),
     ("LEN(TO_BYTES('abc', 'utf8'))", 3),
     ("FROM_BYTES(LPAD(TO_BYTES('yes', 'utf8'), 8, TO_BYTES('no', 'utf8')), 'utf8')", "nononyes"),
+    # LPAD/RPAD (string-lpad-rpad, bytes-lpad-rpad): NULL for a negative length or an empty padding
+    ("LPAD('foo', 7, 'Bar')", "BarBfoo"), ("RPAD('foo', 5, 'Bar')", "fooBa"), ("LPAD('foo', 2, 'Bar')", "fo"),
+    ("LPAD('foo', -1, 'Bar')", None), ("RPAD('foo', -1, 'Bar')", None),
+    ("LPAD('foo', 7, '')", None), ("RPAD('foo', 7, '')", None), ("LPAD('foo', 0, 'Bar')", ""),
+    ("LPAD(TO_BYTES('yes', 'utf8'), 3, TO_BYTES('', 'utf8'))", None),
+    ("RPAD(TO_BYTES('yes', 'utf8'), -1, TO_BYTES('no', 'utf8'))", None),
+    ("FROM_BYTES(RPAD(TO_BYTES('yes', 'utf8'), 0, TO_BYTES('no', 'utf8')), 'utf8')", ""),
     ("FROM_BYTES(RPAD(TO_BYTES('yes', 'utf8'), 2, TO_BYTES('no', 'utf8')), 'utf8')", "ye"),
     ("FROM_BYTES(CONCAT(TO_BYTES('a', 'utf8'), CAST(NULL AS BYTES), TO_BYTES('b', 'utf8')), 'utf8')", "ab"),
     ("SPLIT_TO_MAP(STR, '/', ':')", {"apple": "green", "banana": "yellow", "cherry": "red"}),

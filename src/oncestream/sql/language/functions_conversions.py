@@ -275,10 +275,20 @@ for _name, _width, _result in (("INT_FROM_BYTES", 4, t.INTEGER), ("BIGINT_FROM_B
 _add("ENCODE", 3, 3, _encode_type, _encode,
      "A string re-encoded from one encoding to another (hex, utf8, ascii, base64).", "decode then encode")
 _widen("LEN", _len_type, lambda c: f"length({c.args[0]})", "Length in characters (BYTES: in bytes).", "length(s)")
-_widen("LPAD", _pad_type("LPAD"), lambda c: f"lpad({c.args[0]}, {c.args[1]}, {c.args[2]})",
-       "Left-pad to a length (STRING or BYTES).", "lpad(s, n, pad)")
-_widen("RPAD", _pad_type("RPAD"), lambda c: f"rpad({c.args[0]}, {c.args[1]}, {c.args[2]})",
-       "Right-pad to a length (STRING or BYTES).", "rpad(s, n, pad)")
+def _pad(spark_name: str) -> SparkRule:
+    def rule(c: CallSite) -> str:
+        subject, length, padding = c.args
+        # ksqlDB's LPAD/RPAD answer NULL for a negative length or an empty padding (its Lpad/Rpad
+        # UDFs), where Spark answers '' for the one and the input, cut to the length, for the other.
+        return (f"CASE WHEN {length} < 0 OR length({padding}) = 0 THEN NULL"
+                f" ELSE {spark_name}({subject}, {length}, {padding}) END")
+    return rule
+
+
+_widen("LPAD", _pad_type("LPAD"), _pad("lpad"),
+       "Left-pad to a length (STRING or BYTES); NULL for a negative length or an empty padding.", "lpad(s, n, pad)")
+_widen("RPAD", _pad_type("RPAD"), _pad("rpad"),
+       "Right-pad to a length (STRING or BYTES); NULL for a negative length or an empty padding.", "rpad(s, n, pad)")
 _widen("SUBSTRING", _substring_type, lambda c: f"substring({', '.join(c.args)})",
        "Substring (STRING) or bytes (BYTES) from a 1-based position (negative: from the end), optional length.",
        "substring(s, pos[, len])")
