@@ -73,7 +73,7 @@ def _tokenize(text: str) -> list[Token]:
         raise ParseError(f"Syntax Error\nstatement text longer than {MAX_TEXT_CHARS} characters", line=1, column=1,
                          statement_text=text[:200])
     try:
-        return KsqlTokenizer().tokenize(text)
+        return KsqlTokenizer(dialect=Ksql).tokenize(text)
     except TokenError as e:
         offset, what = _unterminated_at(text)
         where = position_of(text, offset)
