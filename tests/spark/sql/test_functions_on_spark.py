@@ -7,6 +7,7 @@ bytes-and-strings, split-to-map, convert-tz, timestampadd...)."""
 from __future__ import annotations
 
 import datetime as dt
+import math
 from decimal import Decimal
 from typing import Any
 
@@ -126,6 +127,15 @@ CASES: list[tuple[str, Any]] = [
     ("ENCODE('RXhhbXBsZSE=', 'base64', 'null')", None),
     ("LEN(TO_BYTES('abc', 'utf8'))", 3),
     ("FROM_BYTES(LPAD(TO_BYTES('yes', 'utf8'), 8, TO_BYTES('no', 'utf8')), 'utf8')", "nononyes"),
+    # create_array.json "construct a list from compatible mismatching struct elements"
+    ("ARRAY[null, STRUCT(x := C1, y := CAST(ID AS BIGINT) + 39), STRUCT(y := C1, z := ID)]",
+     [None, {"X": 1, "Y": 40, "Z": None}, {"X": None, "Y": 1, "Z": 1}]),
+    # math.json exp, ln, log-base-10, log-custom-base: java.lang.Math's values, NaN and -Infinity
+    ("EXP(C1)", 2.718281828459045), ("EXP(-3.0)", 0.049787068367863944), ("EXP(C2)", None),
+    ("LN(C1 - 2)", "NaN"), ("LN(C1 - 1)", float("-inf")), ("LN(3.0)", 1.0986122886681098), ("LN(C2)", None),
+    ("LOG(13)", 2.5649493574615367), ("LOG(-13)", "NaN"),
+    ("LOG(15, 13)", 0.9471572411831843), ("LOG(15, 0)", float("-inf")), ("LOG(15, -13)", "NaN"),
+    ("LOG(-15, 13)", "NaN"), ("LOG(1, 13)", "NaN"), ("LOG(C2, 13)", None), ("LOG(15, C2)", None),
     # LPAD/RPAD (string-lpad-rpad, bytes-lpad-rpad): NULL for a negative length or an empty padding
     ("LPAD('foo', 7, 'Bar')", "BarBfoo"), ("RPAD('foo', 5, 'Bar')", "fooBa"), ("LPAD('foo', 2, 'Bar')", "fo"),
     ("LPAD('foo', -1, 'Bar')", None), ("RPAD('foo', -1, 'Bar')", None),
@@ -216,7 +226,10 @@ CASES: list[tuple[str, Any]] = [
 
 
 def _plain(value: Any) -> Any:
-    """Spark's Rows as dicts, recursively (ksqlDB's structs compare field by field)."""
+    """Spark's Rows as dicts, recursively (ksqlDB's structs compare field by field); NaN as "NaN"
+    (NaN equals nothing, itself included)."""
+    if isinstance(value, float) and math.isnan(value):
+        return "NaN"
     if hasattr(value, "asDict"):
         return {k: _plain(v) for k, v in value.asDict().items()}
     if isinstance(value, list):

@@ -164,8 +164,12 @@ def test_translations_keep_ksqldb_semantics() -> None:
     assert spark("COUNT", ["*"]) == "count(*)"
     assert spark("AS_VALUE", ["k"]) == "k"
     assert spark("SLICE", ["a", "2", "3"]) == "slice(a, 2, 3 - 2 + 1)"   # ksqlDB: inclusive end, Spark: a length
-    assert spark("LOG", ["x"]) == "ln(x)"
-    assert spark("LOG", ["b", "x"]) == "log(b, x)"
+    # java.lang.Math's log and exp, as ksqlDB's UDFs call them (NaN / -Infinity where Spark's ln is NULL)
+    java_log = "CAST(reflect('java.lang.Math', 'log', CAST(x AS DOUBLE)) AS DOUBLE)"
+    assert spark("LOG", ["x"]) == f"CASE WHEN x IS NULL THEN NULL ELSE {java_log} END"
+    assert spark("LN", ["x"]) == spark("LOG", ["x"])
+    assert "WHEN b <= 0 OR b = 1 THEN CAST('NaN' AS DOUBLE)" in spark("LOG", ["b", "x"])
+    assert "reflect('java.lang.Math', 'exp'" in spark("EXP", ["x"])
     assert spark("TIMESTAMPTOSTRING", ["ts", "'yyyy'", "'Europe/Paris'"]) == \
         "date_format(from_utc_timestamp(timestamp_millis(ts), 'Europe/Paris'), 'yyyy')"
 

@@ -14,7 +14,6 @@ Errors are ``StatementError`` with ksqlDB's wording.
 
 from __future__ import annotations
 
-import decimal
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -31,6 +30,7 @@ from oncestream.sql.language.analyzer_functions import (
     resolve_lambda_call,
 )
 from oncestream.sql.language.catalog import SourceInfo
+from oncestream.sql.language.coercion import common_type
 from oncestream.sql.language.parser import typeparse
 from oncestream.sql.language.parser.typeparse import UnknownDataTypeError
 from oncestream.sql.language.types import BaseType, SqlType
@@ -530,7 +530,7 @@ class ExpressionResolver:
                 raise StatementError("Cannot construct an array with all NULL elements "
                                      "(see https://github.com/confluentinc/ksql/issues/4239). As a workaround, you may cast a "
                                      "NULL value to the desired type.")
-            element = self._common(items, "ARRAY")      # coerces items, before they are placed
+            element = common_type(items, "ARRAY")      # coerces items, before they are placed
             return self._typed(exp.Array(expressions=items), t.array_of(element))
         if isinstance(node, exp.VarMap):
             keys_node, values_node = node.args.get("keys"), node.args.get("values")
@@ -543,7 +543,7 @@ class ExpressionResolver:
                 raise StatementError("Cannot construct a map with all NULL keys")
             if all(type_of(v) is None for v in value_items):
                 raise StatementError("Cannot construct a map with all NULL values")
-            map_type = t.map_of(self._common(key_items, "MAP key"), self._common(value_items, "MAP value"))
+            map_type = t.map_of(common_type(key_items, "MAP key"), common_type(value_items, "MAP value"))
             out_map = exp.VarMap(keys=exp.Array(expressions=key_items), values=exp.Array(expressions=value_items))
             return self._typed(out_map, map_type)
         if isinstance(node, exp.Struct):
@@ -581,35 +581,6 @@ class ExpressionResolver:
         ty = type_of(resolved)
         if ty is not None and ty.base is not BaseType.BOOLEAN:
             raise StatementError(f"Type mismatch in {clause}: {ksql_text(orig)} is {ty.ksql_name}, it should be a BOOLEAN.")
-
-    def _common(self, items: list[exp.Expr], what: str) -> SqlType:
-        """The elements' common type, as ksqlDB's CoercionUtil resolves a constructor's list:
-        numbers widen, a string literal counts as the number it spells (``'2e1'``) or as a
-        BOOLEAN (``'true'``) where the list's type is one, and a number or boolean literal as a
-        STRING where the list's type is STRING; ``items`` are rewritten to that type in place
-        (``_coerced``)."""
-        out: SqlType | None = None
-        for item in items:
-            ty = type_of(item)
-            if ty is None:
-                continue
-            string_literal = isinstance(item, exp.Literal) and item.is_string
-            if out is None:
-                out = ty
-            elif string_literal and functions.is_numeric(out):
-                out = _numeric_of_text(str(item.this), out)
-            elif string_literal and out.base is BaseType.BOOLEAN:
-                _boolean_of_text(str(item.this))
-            elif functions.is_numeric(out) and functions.is_numeric(ty):
-                out = functions.wider_numeric(out, ty)
-            elif out.base is BaseType.STRING and isinstance(item, (exp.Literal, exp.Boolean)) and \
-                    ty.base in (*functions.NUMERIC_ORDER, BaseType.BOOLEAN):
-                pass        # ksqlDB's lax literal coercion: 10 is '10' in a list of strings
-            elif out != ty:
-                raise StatementError(f"invalid input syntax for type {out.ksql_name}: {what} elements must all be of one type")
-        common = out or t.STRING
-        items[:] = [_coerced(item, common) for item in items]
-        return common
 
     def _resolve_case(self, node: exp.Case, clause: str) -> exp.Expr:
         operand = self._resolve(node.this, clause) if node.this is not None else None
@@ -735,59 +706,6 @@ def _timestamp_string_as_millis(node: exp.Expr, other: exp.Expr) -> exp.Expr:
     millis = int(parsed.timestamp() * 1000)
     out = exp.Literal.number(millis)
     out.meta[TYPE_KEY] = t.BIGINT
-    return out
-
-
-def _numeric_of_text(text: str, target: SqlType) -> SqlType:
-    """The common type of a numeric list and a string literal spelling a number in it
-    (CoercionUtil's resolveCommonNumericTypeFromStringLiteral)."""
-    try:
-        value = decimal.Decimal(text.strip())
-    except decimal.InvalidOperation:
-        raise StatementError(f'invalid input syntax for type {target.base.value}: "{text}".') from None
-    if not value.is_finite():
-        raise StatementError(f'invalid input syntax for type {target.base.value}: "{text}".')
-    if "." not in text and "e" not in text.lower():
-        spelled = t.INTEGER if -(2 ** 31) < value < 2 ** 31 - 1 else t.BIGINT if -(2 ** 63) < value < 2 ** 63 - 1 else None
-        if spelled is not None:
-            widened = functions.wider_numeric(spelled, target) if target.base is not BaseType.DECIMAL else \
-                functions.wider_numeric(functions.decimal_of(spelled), target)
-            return widened or target
-    exponent = value.as_tuple().exponent
-    scale = max(-exponent, 0) if isinstance(exponent, int) else 0
-    digits = len(str(abs(value.quantize(decimal.Decimal(1).scaleb(-scale)))).replace(".", "").lstrip("0")) or 1
-    spelled = t.decimal(max(digits, scale, 1), scale)
-    if target.base is BaseType.DOUBLE:
-        return t.DOUBLE
-    return functions.wider_numeric(spelled, target if target.base is BaseType.DECIMAL else functions.decimal_of(target)) \
-        or target
-
-
-def _boolean_of_text(text: str) -> bool:
-    """ksqlDB's SqlBooleans reading of a string literal (any prefix of true / false / yes / no)."""
-    lowered = text.strip().lower()
-    if not lowered or not any(word.startswith(lowered) for word in ("true", "false", "yes", "no")):
-        raise StatementError(f'invalid input syntax for type BOOLEAN: "{text}".')
-    return any(word.startswith(lowered) for word in ("true", "yes"))
-
-
-def _coerced(item: exp.Expr, common: SqlType) -> exp.Expr:
-    """A constructor's element as ``common`` (``ExpressionResolver._common``): a literal
-    converted, anything else as it is (Spark widens numbers in ARRAY and MAP itself)."""
-    ty = type_of(item)
-    if ty is None or ty == common:
-        return item
-    out: exp.Expr
-    if isinstance(item, exp.Literal) and item.is_string and functions.is_numeric(common):
-        out = exp.Cast(this=exp.Literal.number(str(item.this).strip()),
-                       to=exp.DataType.build(functions.spark_type_name(common), dialect="spark"))
-    elif isinstance(item, exp.Literal) and item.is_string and common.base is BaseType.BOOLEAN:
-        out = exp.Boolean(this=_boolean_of_text(str(item.this)))
-    elif common.base is BaseType.STRING and isinstance(item, (exp.Literal, exp.Boolean)):
-        out = exp.Literal.string(("true" if item.this else "false") if isinstance(item, exp.Boolean) else str(item.this))
-    else:
-        return item
-    out.meta[TYPE_KEY] = common
     return out
 
 

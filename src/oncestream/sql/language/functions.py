@@ -388,8 +388,32 @@ def _round_type(arg_types: Sequence[SqlType | None]) -> SqlType:
 
 _add("ROUND", 1, 2, _round_type, _round, "Round half up (to n decimal places).", "round(x[, n])")
 _add("SQRT", 1, 1, _sig("SQRT", is_numeric, result=D), _call("sqrt"), "Square root.", "sqrt(x)")
-_add("EXP", 1, 1, _sig("EXP", is_numeric, result=D), _call("exp"), "e to the power x.", "exp(x)")
-_add("LN", 1, 1, _sig("LN", is_numeric, result=D), _call("ln"), "Natural logarithm.", "ln(x)")
+def _java_math(method: str, x: str) -> str:
+    """java.lang.Math.<method>(x) as ksqlDB's UDFs call it, for a non-null ``x``: Spark's own
+    ``exp``/``ln`` use StrictMath (``EXP(1)`` differs in the last digit) and answer NULL where Java
+    answers NaN or -Infinity (``LN(-1)``, ``LN(0)``). ``reflect`` answers the value as a string."""
+    return f"CAST(reflect('java.lang.Math', '{method}', CAST({x} AS DOUBLE)) AS DOUBLE)"
+
+
+def _java_math_of(method: str) -> SparkRule:
+    # reflect() fails on a null argument (it cannot pass null as a double): NULL in, NULL out
+    return lambda c: f"CASE WHEN {c.args[0]} IS NULL THEN NULL ELSE {_java_math(method, c.args[0])} END"
+
+
+def _log(c: CallSite) -> str:
+    if len(c.args) == 1:
+        return _java_math_of("log")(c)
+    base, x = c.args
+    # ksqlDB's Log UDF: NaN for a base <= 0 or 1, else Math.log(x) / Math.log(base)
+    return (f"CASE WHEN {base} IS NULL OR {x} IS NULL THEN NULL"
+            f" WHEN {base} <= 0 OR {base} = 1 THEN CAST('NaN' AS DOUBLE)"
+            f" ELSE {_java_math('log', x)} / {_java_math('log', base)} END")
+
+
+_add("EXP", 1, 1, _sig("EXP", is_numeric, result=D), _java_math_of("exp"), "e to the power x (java.lang.Math.exp).",
+     "reflect('java.lang.Math', 'exp', x)")
+_add("LN", 1, 1, _sig("LN", is_numeric, result=D), _java_math_of("log"),
+     "Natural logarithm (NaN below 0, -Infinity at 0).", "reflect('java.lang.Math', 'log', x)")
 _add("POWER", 2, 2, _sig("POWER", is_numeric, is_numeric, result=D), _call("power"), "x to the power y.", "power(x, y)")
 _add("SIGN", 1, 1, _sig("SIGN", is_numeric, result=INT), _cast(_call("sign"), "INT"), "-1, 0 or 1.", "CAST(sign(x) AS INT)")
 _add("RANDOM", 0, 0, _sig("RANDOM", result=D), lambda c: "rand()", "A random DOUBLE in [0, 1).", "rand()")
@@ -402,9 +426,8 @@ for _trig in ("ACOS", "ASIN", "ATAN", "COS", "COSH", "COT", "SIN", "SINH", "TAN"
          f"{_trig.lower()}(x)")
 _add("ATAN2", 2, 2, _sig("ATAN2", is_numeric, is_numeric, result=D), _call("atan2"), "Arc tangent of y/x.", "atan2(y, x)")
 _add("PI", 0, 0, _sig("PI", result=D), lambda c: "pi()", "The constant pi.", "pi()")
-_add("LOG", 1, 2, _sig("LOG", is_numeric, is_numeric, result=D, optional_from=1),
-     lambda c: f"ln({c.args[0]})" if len(c.args) == 1 else f"log({c.args[0]}, {c.args[1]})",
-     "Natural logarithm, or LOG(base, x).", "ln(x) / log(base, x)")
+_add("LOG", 1, 2, _sig("LOG", is_numeric, is_numeric, result=D, optional_from=1), _log,
+     "Natural logarithm, or LOG(base, x) (NaN for a base <= 0 or 1).", "Math.log via reflect: log(x) / log(base)")
 
 # date and time (BIGINT epoch milliseconds or TIMESTAMP)
 _section("DATE / TIME")
