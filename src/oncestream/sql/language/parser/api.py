@@ -84,7 +84,8 @@ def _error(issue: SyntaxIssue, text: str, statement_text: str, end_offset: int) 
     offset = issue.token.start if issue.token is not None else end_offset
     where = position_of(text, offset)
     message = issue.detail if not issue.syntax else f"Syntax Error\n{issue.detail}"
-    return ParseError(message, line=where.line, column=where.column, statement_text=statement_text)
+    return ParseError(message, line=where.line, column=where.column, statement_text=statement_text,
+                      node_location=issue.node_location)
 
 
 def _too_deep(text: str, statement_text: str, offset: int) -> ParseError:

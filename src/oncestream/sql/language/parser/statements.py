@@ -174,10 +174,10 @@ class StatementParser(QueryParser):
                 raise unsupported(self.token(), "A HEADERS column")
             if primary and kind is sql_ast.SourceKind.STREAM:
                 self.issue(f"Column `{name}` is a 'PRIMARY KEY' column: please use 'KEY' for streams.\n{_KEYS_EXPLAINED}",
-                           name_token, syntax=False)
+                           name_token, syntax=False, node_location=True)
             if key and not primary and kind is sql_ast.SourceKind.TABLE:
                 self.issue(f"Column `{name}` is a 'KEY' column: please use 'PRIMARY KEY' for tables.\n{_KEYS_EXPLAINED}",
-                           name_token, syntax=False)
+                           name_token, syntax=False, node_location=True)
             columns.append(sql_ast.ColumnDef(name=name, type=column_type, key=key, primary_key=primary))
             if self.accept_type(TokenType.R_PAREN):
                 return tuple(columns)

@@ -1,0 +1,94 @@
+"""Statements ksqlDB refuses, refused with ksqlDB's own message (its query-validation tests
+compare that the message contains the expected text): the WITH clause's formats, delimiter and
+schema ids, a CREATE without columns, the place a parse-time column check names."""
+
+from __future__ import annotations
+
+import pytest
+
+from oncestream.sql.errors import KsqlError
+from oncestream.sql.language.parser import parse
+from oncestream.sql.server.metastore import Metastore
+
+DDL = """
+CREATE STREAM s (k STRING KEY, id BIGINT, v INT, name STRING) WITH (kafka_topic='s', value_format='json');
+"""
+TOPICS = {"s": 1, "input": 1, "test_topic": 1}
+
+
+@pytest.fixture
+def ms() -> Metastore:
+    m = Metastore()
+    for offset, s in enumerate(parse(DDL)):
+        m.apply(m.validate(s, {}, TOPICS), offset)
+    return m
+
+
+def refusal(ms: Metastore, sql: str) -> str:
+    """The message a statement is refused with (parsed, then validated as a node validates it)."""
+    with pytest.raises(KsqlError) as caught:
+        for s in parse(sql, ms.custom_types()):
+            ms.validate(s, {}, TOPICS)
+    return caught.value.message
+
+
+_DELIMITER_EMPTY = ("Failed to prepare statement: Configuration VALUE_DELIMITER is invalid: Delimiter cannot be empty, "
+                    "if you meant to have a tab or space for delimiter, please use the special values 'TAB' or 'SPACE'"
+                    "\nExample valid value: ';'")
+_BOTH = ("Cannot supply both '{}' and 'FORMAT' properties, as 'FORMAT' sets both key and value formats. "
+         "Either use just 'FORMAT', or use 'KEY_FORMAT' and 'VALUE_FORMAT'.")
+
+
+@pytest.mark.parametrize(("sql", "message"), [
+    # FormatFactory.of
+    ("CREATE STREAM o (a INT) WITH (kafka_topic='input', value_format='foo');", "Unknown format: FOO"),
+    ("CREATE STREAM o (a INT) WITH (kafka_topic='input', value_format='json', key_format='foo');",
+     "Unknown format: FOO"),
+    ("CREATE STREAM o (a INT) WITH (kafka_topic='input', format='foo');", "Unknown format: FOO"),
+    ("CREATE STREAM o WITH (value_format='foo') AS SELECT * FROM s;", "Unknown format: FOO"),
+    # CommonCreateConfigs.validateKeyValueFormats, before the missing columns
+    ("CREATE STREAM o WITH (kafka_topic='test_topic', key_format='KAFKA', format='KAFKA');", _BOTH.format("KEY_FORMAT")),
+    ("CREATE STREAM o WITH (kafka_topic='test_topic', value_format='JSON', format='KAFKA');",
+     _BOTH.format("VALUE_FORMAT")),
+    ("CREATE STREAM o WITH (key_format='KAFKA', format='JSON') AS SELECT * FROM s;", _BOTH.format("KEY_FORMAT")),
+    # Delimiter.parse, while the statement is prepared: before the columns and the format
+    ("CREATE STREAM o WITH (kafka_topic='test_topic', value_format='DELIMITED', value_delimiter='<~>');",
+     "Failed to prepare statement: Configuration VALUE_DELIMITER is invalid: Invalid delimiter value: '<~>'. "
+     "Delimiter must be a single character or TAB,SPACE\nExample valid value: ';'"),
+    ("CREATE STREAM o WITH (kafka_topic='test_topic', value_format='DELIMITED', value_delimiter='');", _DELIMITER_EMPTY),
+    ("CREATE STREAM o WITH (kafka_topic='test_topic', value_format='DELIMITED', value_delimiter=' ');", _DELIMITER_EMPTY),
+    ("CREATE STREAM o WITH (kafka_topic='test_topic', value_format='DELIMITED', value_delimiter='\t');", _DELIMITER_EMPTY),
+    ("CREATE STREAM o WITH (kafka_topic='test_topic', value_format='JSON', value_delimiter='|');",
+     "JSON does not support the following configs: [delimiter]"),
+    # TableElements.toLogicalSchema
+    ("CREATE STREAM o WITH (kafka_topic='input', value_format='KAFKA');", "No columns supplied."),
+    ("CREATE STREAM o WITH (kafka_topic='input', value_format='DELIMITED');", "No columns supplied."),
+    # DefaultSchemaInjector, before the registry is asked
+    ("CREATE STREAM o WITH (kafka_topic='input', key_format='kafka', value_format='protobuf', key_schema_id=1);",
+     "KEY_FORMAT should support schema inference when KEY_SCHEMA_ID is provided. Current format is KAFKA."),
+    ("CREATE STREAM o WITH (kafka_topic='input', key_format='protobuf', value_format='kafka', value_schema_id=1);",
+     "VALUE_FORMAT should support schema inference when VALUE_SCHEMA_ID is provided. Current format is KAFKA."),
+    ("CREATE STREAM o (`c3` INT KEY) WITH (kafka_topic='input', key_format='protobuf', value_format='protobuf', "
+     "key_schema_id=1);", "Table elements and KEY_SCHEMA_ID cannot both exist for create statement."),
+    ("CREATE STREAM o (`c1` INT, `c2` INT) WITH (kafka_topic='input', key_format='protobuf', value_format='protobuf', "
+     "value_schema_id=2);", "Table elements and VALUE_SCHEMA_ID cannot both exist for create statement."),
+    ("CREATE STREAM o WITH (value_format='kafka', value_schema_id=2) AS SELECT k, id FROM s;",
+     "VALUE_FORMAT should support schema inference when VALUE_SCHEMA_ID is provided. Current format is KAFKA."),
+    # CreateTable/CreateStream name the column's place as NodeLocation does
+    ("CREATE TABLE o (ID INT KEY, F0 INT) WITH (kafka_topic='input', value_format='JSON');",
+     "Line: 1, Col: 17: Column `ID` is a 'KEY' column: please use 'PRIMARY KEY' for tables."),
+    ("CREATE STREAM o (ID INT PRIMARY KEY, F0 INT) WITH (kafka_topic='input', value_format='JSON');",
+     "Line: 1, Col: 18: Column `ID` is a 'PRIMARY KEY' column: please use 'KEY' for streams."),
+])
+def test_refused_with_ksqldbs_text(ms: Metastore, sql: str, message: str) -> None:
+    got = refusal(ms, sql)
+    assert message in got, got
+
+
+@pytest.mark.parametrize(("given", "delimiter"), [("TAB", "\t"), ("SPACE", " "), ("|", "|"), ("tab", "\t")])
+def test_named_and_single_character_delimiters_are_accepted(ms: Metastore, given: str, delimiter: str) -> None:
+    (s,) = parse(f"CREATE STREAM o (a INT, b INT) WITH (kafka_topic='input', value_format='delimited', "
+                 f"value_delimiter='{given}');")
+    ms.apply(ms.validate(s, {}, TOPICS), 100)
+    source = ms.source("O")
+    assert source is not None and source.value_delimiter == delimiter
