@@ -1,6 +1,7 @@
 """Statements ksqlDB refuses, refused with ksqlDB's own message (its query-validation tests
 compare that the message contains the expected text): the WITH clause's formats, delimiter and
-schema ids, a CREATE without columns, the place a parse-time column check names."""
+schema ids, a CREATE without columns, the place a parse-time column check names, IN lists whose
+items do not fit one type."""
 
 from __future__ import annotations
 
@@ -12,8 +13,10 @@ from oncestream.sql.server.metastore import Metastore
 
 DDL = """
 CREATE STREAM s (k STRING KEY, id BIGINT, v INT, name STRING) WITH (kafka_topic='s', value_format='json');
+CREATE STREAM c (k STRING KEY, id BIGINT, v INT, name STRING, d DECIMAL(4, 2), flag BOOLEAN, arr ARRAY<BIGINT>,
+                 m MAP<STRING, BIGINT>, st STRUCT<F0 BIGINT>, b BOOLEAN) WITH (kafka_topic='c', value_format='json');
 """
-TOPICS = {"s": 1, "input": 1, "test_topic": 1}
+TOPICS = {"s": 1, "c": 1, "input": 1, "test_topic": 1}
 
 
 @pytest.fixture
@@ -26,9 +29,12 @@ def ms() -> Metastore:
 
 def refusal(ms: Metastore, sql: str) -> str:
     """The message a statement is refused with (parsed, then validated as a node validates it)."""
-    with pytest.raises(KsqlError) as caught:
-        for s in parse(sql, ms.custom_types()):
+    def run() -> None:
+        for s in parse(sql, ms.custom_types()):   # a parse error is a refusal too
             ms.validate(s, {}, TOPICS)
+
+    with pytest.raises(KsqlError) as caught:
+        run()
     return caught.value.message
 
 
@@ -91,4 +97,40 @@ def test_named_and_single_character_delimiters_are_accepted(ms: Metastore, given
                  f"value_delimiter='{given}');")
     ms.apply(ms.validate(s, {}, TOPICS), 100)
     source = ms.source("O")
-    assert source is not None and source.value_delimiter == delimiter
+    assert source is not None
+    assert source.value_delimiter == delimiter
+
+
+_HINT = "\nHint: You might need to add explicit type casts."
+
+
+@pytest.mark.parametrize(("where", "message"), [
+    # the list's running common type is reported (DECIMAL(4, 2) widened by 10 to DECIMAL(12, 2))
+    ("v IN (10, true)", "Invalid Predicate: operator does not exist: INTEGER = BOOLEAN (true)" + _HINT),
+    ("d IN (10, true)", "Invalid Predicate: operator does not exist: DECIMAL(12, 2) = BOOLEAN (true)" + _HINT),
+    ("flag IN (10)", "Invalid Predicate: operator does not exist: BOOLEAN = INTEGER (10)" + _HINT),
+    ("id IN (1, name)", "Invalid Predicate: operator does not exist: BIGINT = STRING (NAME)" + _HINT),
+    ("name IN (1, 'a', true, id)", "Invalid Predicate: operator does not exist: STRING = BIGINT (ID)" + _HINT),
+    # constructors as ksqlDB's ExpressionFormatter prints them
+    ("arr IN (arr, ARRAY[b])", "Invalid Predicate: operator does not exist: ARRAY<BIGINT> = ARRAY<BOOLEAN> (ARRAY[B])"),
+    ("arr IN (ARRAY_LENGTH(arr))", "Invalid Predicate: operator does not exist: ARRAY<BIGINT> = INTEGER (ARRAY_LENGTH(ARR))"),
+    ("m IN (MAP('a' := b))",
+     "Invalid Predicate: operator does not exist: MAP<STRING, BIGINT> = MAP<STRING, BOOLEAN> (MAP('a':=B))"),
+    ("st IN (STRUCT(F0 := b))",
+     "Invalid Predicate: operator does not exist: STRUCT<`F0` BIGINT> = STRUCT<`F0` BOOLEAN> (STRUCT(F0:=B))"),
+    ("st IN (ARRAY[10])", "Invalid Predicate: operator does not exist: STRUCT<`F0` BIGINT> = ARRAY<INTEGER> (ARRAY[10])"),
+    # a string literal inside a constructor must parse as the element type
+    ("arr IN (arr, ARRAY['10', 'not 10'])", 'Invalid Predicate: invalid input syntax for type BIGINT: "not 10"'),
+    ("m IN (MAP('10' := 'not 10'))", 'Invalid Predicate: invalid input syntax for type BIGINT: "not 10"'),
+    ("st IN (STRUCT(F0 := 'not 10'))", 'Invalid Predicate: invalid input syntax for type BIGINT: "not 10"'),
+])
+def test_in_list_refused_with_ksqldbs_text(ms: Metastore, where: str, message: str) -> None:
+    got = refusal(ms, f"CREATE STREAM o AS SELECT * FROM c WHERE {where};")
+    assert message in got, got
+
+
+@pytest.mark.parametrize("where", ["v IN (1, 2.5, '3', NULL)", "name IN ('a', 1, true)", "d IN (1, 2.25, '3.5')",
+                                   "flag IN ('yes', false)", "arr IN (arr, ARRAY[1, 2])"])
+def test_in_lists_of_one_type_are_accepted(ms: Metastore, where: str) -> None:
+    for s in parse(f"CREATE STREAM o AS SELECT * FROM c WHERE {where};"):
+        ms.validate(s, {}, TOPICS)
