@@ -1,22 +1,26 @@
 """Statements ksqlDB refuses, refused with ksqlDB's own message (its query-validation tests
 compare that the message contains the expected text): the WITH clause's formats, delimiter and
 schema ids, a CREATE without columns, the place a parse-time column check names, IN lists whose
-items do not fit one type."""
+items do not fit one type, unknown qualifiers, aggregates without GROUP BY, join types."""
 
 from __future__ import annotations
 
 import pytest
 
 from oncestream.sql.errors import KsqlError
+from oncestream.sql.language import sql_ast
+from oncestream.sql.language.analyzer import analyze_query
 from oncestream.sql.language.parser import parse
 from oncestream.sql.server.metastore import Metastore
 
 DDL = """
 CREATE STREAM s (k STRING KEY, id BIGINT, v INT, name STRING) WITH (kafka_topic='s', value_format='json');
+CREATE TABLE lt (l_id BIGINT PRIMARY KEY, fk BIGINT) WITH (kafka_topic='lt', value_format='json');
+CREATE TABLE rt (r_id BIGINT PRIMARY KEY, f1 STRING) WITH (kafka_topic='rt', value_format='json');
 CREATE STREAM c (k STRING KEY, id BIGINT, v INT, name STRING, d DECIMAL(4, 2), flag BOOLEAN, arr ARRAY<BIGINT>,
                  m MAP<STRING, BIGINT>, st STRUCT<F0 BIGINT>, b BOOLEAN) WITH (kafka_topic='c', value_format='json');
 """
-TOPICS = {"s": 1, "c": 1, "input": 1, "test_topic": 1}
+TOPICS = {"s": 1, "c": 1, "lt": 1, "rt": 1, "input": 1, "test_topic": 1}
 
 
 @pytest.fixture
@@ -134,3 +138,32 @@ def test_in_list_refused_with_ksqldbs_text(ms: Metastore, where: str, message: s
 def test_in_lists_of_one_type_are_accepted(ms: Metastore, where: str) -> None:
     for s in parse(f"CREATE STREAM o AS SELECT * FROM c WHERE {where};"):
         ms.validate(s, {}, TOPICS)
+
+
+_UNKNOWN = "Failed to prepare statement: 'UNKNOWN' is not a valid stream/table name or alias."
+
+
+@pytest.mark.parametrize(("sql", "message"), [
+    # AstBuilder checks qualifiers while preparing: before resolving (so not "ambiguous") or finding sources
+    ("CREATE STREAM o AS SELECT unknown.* FROM s;", _UNKNOWN),
+    ("CREATE TABLE o AS SELECT * FROM lt JOIN rt ON l_id = unknown.r_id;", _UNKNOWN),
+    ("CREATE TABLE o AS SELECT * FROM lt JOIN rt ON unknown.fk = r_id;", _UNKNOWN),
+    ("SELECT unknown.id FROM nowhere EMIT CHANGES;", _UNKNOWN),
+    # AggregateAnalyzer gives an argument-less aggregate the default argument ROWTIME
+    ("CREATE TABLE o AS SELECT COUNT(*) FROM s;",
+     "CREATE TABLE AS SELECT statement does not support aggregate function [COUNT(ROWTIME)] without a GROUP BY clause."),
+    # a join condition's sides as ExpressionFormatter prints them (CAST to STRING, not VARCHAR)
+    ("CREATE TABLE o AS SELECT * FROM lt JOIN rt ON CAST(fk AS STRING) = r_id;",
+     "Invalid join condition: types don't match. Got CAST(LT.FK AS STRING){STRING} = RT.R_ID{BIGINT}."),
+])
+def test_query_refused_with_ksqldbs_text(ms: Metastore, sql: str, message: str) -> None:
+    got = refusal(ms, sql) if not sql.startswith("SELECT") else _query_refusal(ms, sql)
+    assert message in got, got
+
+
+def _query_refusal(ms: Metastore, sql: str) -> str:
+    (statement,) = parse(sql)
+    assert isinstance(statement, sql_ast.QueryStatement)
+    with pytest.raises(KsqlError) as caught:
+        analyze_query(statement.query, ms.source_map())
+    return caught.value.message

@@ -54,6 +54,7 @@ from oncestream.sql.language.analyzer_expr import (
     no_map_key,
     same_expression,
     type_of,
+    unknown_qualifier,
 )
 from oncestream.sql.language.analyzer_joins import AnalyzedJoin, JoinRules, JoinType, key_synonyms
 from oncestream.sql.language.analyzer_table_functions import check_table_functions, is_table_function_call
@@ -171,10 +172,22 @@ class _Analysis(JoinRules, AggregateRules):
 
     # -- sources and joins -------------------------------------------------------------------
 
+    def _check_qualifiers(self) -> None:
+        """Every ``X.col`` and ``X.*`` names a source or alias of the FROM clause: ksqlDB checks
+        this while it builds the statement's tree, before anything is resolved."""
+        q = self.query
+        names = {q.source_alias or q.source} | {j.alias or j.source for j in q.joins}
+        trees: list[exp.Expr] = [q.select, *(j.on for j in q.joins), *q.partition_by]
+        for tree in trees:
+            for column in tree.find_all(exp.Column):
+                if column.table and column.table not in names:
+                    raise unknown_qualifier(column.table)
+
     # -- the whole query ----------------------------------------------------------------------
 
     def run(self) -> AnalyzedQuery:
         q = self.query
+        self._check_qualifiers()
         from_alias = self._add_source(q.source, q.source_alias)
         joins, kind = self._analyze_joins(from_alias)
         if joins:
@@ -497,7 +510,7 @@ class _Analysis(JoinRules, AggregateRules):
             if isinstance(item, exp.Column) and isinstance(item.this, exp.Star):
                 alias = item.table
                 if alias not in self.scope_sources:
-                    raise StatementError(f"Source '{alias}' not found in the FROM clause (in '{alias}.*').")
+                    raise unknown_qualifier(alias)
                 out.extend(self._star(alias, is_join))
                 continue
             if isinstance(item, exp.Alias):

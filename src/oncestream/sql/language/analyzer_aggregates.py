@@ -11,6 +11,7 @@ from oncestream.sql.language import catalog
 from oncestream.sql.language.analyzer_expr import (
     PSEUDO_KEY,
     WINDOW_BOUNDS,
+    call_parts,
     is_aggregate_call,
     ksql_format,
     same_expression,
@@ -78,7 +79,7 @@ class AggregateRules:
                     raise StatementError("Non-aggregate SELECT expression(s) not part of GROUP BY: "
                                          + ", ".join(ksql_format(b) for b in bad)
                                          + "\nEither add the column(s) to the GROUP BY or remove them from the SELECT.")
-                calls = ", ".join(ksql_format(a) for a in aggregates)
+                calls = ", ".join(_as_analyzed(a) for a in aggregates)
                 raise StatementError(f"CREATE TABLE AS SELECT statement does not support aggregate function [{calls}] "
                                      "without a GROUP BY clause.")
             if having is not None:
@@ -110,3 +111,12 @@ class AggregateRules:
                 names = unsupported[0] if len(unsupported) == 1 else ", ".join(unsupported[:-1]) + " and " + unsupported[-1]
                 raise StatementError(f"The aggregation function{'s' if len(unsupported) > 1 else ''} {names} cannot be applied "
                                      "to a table source, only to a stream source.")
+
+
+def _as_analyzed(call: exp.Expr) -> str:
+    """An aggregate call as ksqlDB's AggregateAnalyzer lists it: one without arguments
+    (``COUNT(*)``) gets the default argument ROWTIME (``COUNT(ROWTIME)``)."""
+    parts = call_parts(call)
+    if parts is not None and all(isinstance(a, exp.Star) for a in parts[1]):
+        return f"{parts[0]}(ROWTIME)"
+    return ksql_format(call)

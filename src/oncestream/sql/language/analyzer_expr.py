@@ -206,6 +206,12 @@ def _typed_call(node: exp.Func) -> tuple[str, list[exp.Expr]]:
     return fname, args
 
 
+def unknown_qualifier(name: str) -> StatementError:
+    """``name.col`` or ``name.*`` where no source or alias of the FROM clause is ``name``
+    (ksqlDB's AstBuilder raises it while the statement is prepared, hence the heading)."""
+    return StatementError(f"Failed to prepare statement: '{name}' is not a valid stream/table name or alias.")
+
+
 def call_parts(node: exp.Expr) -> tuple[str, list[exp.Expr]] | None:
     """(ksqlDB function name, arguments) if ``node`` is a function call, else None."""
     if isinstance(node, exp.Anonymous):
@@ -387,7 +393,7 @@ class ExpressionResolver:
         if qualifier is not None:
             info = sources.get(qualifier)
             if info is None:
-                raise StatementError(f"'{qualifier}' is not a valid stream/table name or alias.")
+                raise unknown_qualifier(qualifier)
             ty = self._column_type(info, name)
             if ty is None:
                 raise StatementError(f"{clause} column '{shown}' cannot be resolved.")

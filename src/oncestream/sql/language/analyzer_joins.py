@@ -18,7 +18,6 @@ from oncestream.sql.language.analyzer_expr import (
     Scope,
     column_ref,
     ksql_format,
-    ksql_text,
     no_map_key,
     same_expression,
     type_of,
@@ -175,8 +174,8 @@ class JoinRules:
                                  f"'{ksql_format(on, qualify=True)}'. Each side of the join comparision must contain "
                                  "references from exactly one source.")
         if type_of(left) != type_of(right):
-            raise StatementError(f"Invalid join condition: types don't match. Got {ksql_text(left)}{{{_t(left)}}} = "
-                                 f"{ksql_text(right)}{{{_t(right)}}}.")
+            raise StatementError(f"Invalid join condition: types don't match. Got {ksql_format(left, qualify=True)}"
+                                 f"{{{_t(left)}}} = {ksql_format(right, qualify=True)}{{{_t(right)}}}.")
         return left, right
 
     @staticmethod
