@@ -149,6 +149,11 @@ _UNKNOWN = "Failed to prepare statement: 'UNKNOWN' is not a valid stream/table n
     ("CREATE TABLE o AS SELECT * FROM lt JOIN rt ON l_id = unknown.r_id;", _UNKNOWN),
     ("CREATE TABLE o AS SELECT * FROM lt JOIN rt ON unknown.fk = r_id;", _UNKNOWN),
     ("SELECT unknown.id FROM nowhere EMIT CHANGES;", _UNKNOWN),
+    # grammatical, refused by ksqlDB's GroupBy/PartitionBy nodes while preparing
+    ("CREATE STREAM o AS SELECT id, name FROM s PARTITION BY ();",
+     "Failed to prepare statement: PARTITION BY requires at least one expression"),
+    ("CREATE TABLE o AS SELECT id, COUNT(*) FROM s GROUP BY ();",
+     "Failed to prepare statement: GROUP BY requires at least one expression"),
     # AggregateAnalyzer gives an argument-less aggregate the default argument ROWTIME
     ("CREATE TABLE o AS SELECT COUNT(*) FROM s;",
      "CREATE TABLE AS SELECT statement does not support aggregate function [COUNT(ROWTIME)] without a GROUP BY clause."),

@@ -32,6 +32,15 @@ class SyntaxIssue(Exception):
         self.node_location = node_location
 
 
+class PrepareIssue(Exception):
+    """A check ksqlDB's AstBuilder makes on a grammatical statement, which it reports without a
+    place as ``Failed to prepare statement: <detail>`` (``PARTITION BY ()``)."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail)
+        self.detail = detail
+
+
 def describe_token(token: Token | None) -> str:
     """The offending input as ANTLR quotes it: ``'FORM'``, ``'<EOF>'``."""
     if token is None:
