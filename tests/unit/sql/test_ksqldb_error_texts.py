@@ -157,6 +157,11 @@ _UNKNOWN = "Failed to prepare statement: 'UNKNOWN' is not a valid stream/table n
     # AggregateAnalyzer gives an argument-less aggregate the default argument ROWTIME
     ("CREATE TABLE o AS SELECT COUNT(*) FROM s;",
      "CREATE TABLE AS SELECT statement does not support aggregate function [COUNT(ROWTIME)] without a GROUP BY clause."),
+    # the Analyzer's aggregate rules come before the planner's WINDOW check
+    ("CREATE TABLE o AS SELECT k, COUNT(*) AS c FROM s WINDOW TUMBLING (SIZE 2 MILLISECONDS) EMIT FINAL;",
+     "Non-aggregate SELECT expression(s) not part of GROUP BY: K"),
+    ("CREATE STREAM o AS SELECT k, id FROM s WINDOW TUMBLING (SIZE 2 MILLISECONDS);",
+     "WINDOW clause requires a GROUP BY clause."),
     # a join condition's sides as ExpressionFormatter prints them (CAST to STRING, not VARCHAR)
     ("CREATE TABLE o AS SELECT * FROM lt JOIN rt ON CAST(fk AS STRING) = r_id;",
      "Invalid join condition: types don't match. Got CAST(LT.FK AS STRING){STRING} = RT.R_ID{BIGINT}."),

@@ -206,8 +206,6 @@ class _Analysis(JoinRules, AggregateRules):
         if group_nodes and any(is_table_function_call(n) for item in select.expressions for n in item.walk()):
             # ksqlDB's Analyzer refuses this before typing the projection
             raise StatementError("Table functions cannot be used with aggregations.")
-        if window is not None and not group_nodes:
-            raise StatementError("WINDOW clause requires a GROUP BY clause.")
         if from_info.window is not None and window is not None:
             raise StatementError(f"Cannot apply a WINDOW to the windowed source {from_alias}.")
 
@@ -323,6 +321,9 @@ class _Analysis(JoinRules, AggregateRules):
             collect_aggs(having)
 
         self._check_aggregation(items, group_by, having, aggregates, joins, window)
+        if window is not None and not group_nodes:
+            # ksqlDB's LogicalPlanner, after the Analyzer's aggregate rules
+            raise StatementError("WINDOW clause requires a GROUP BY clause.")
         check_table_functions([e for _, e, _ in items], grouped=bool(group_by) or bool(aggregates),
                               table_source=kind is SourceKind.TABLE,
                               other_clauses=[c for c in (where, having, *group_by, *partition_by) if c is not None])
