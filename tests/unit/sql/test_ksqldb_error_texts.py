@@ -84,6 +84,11 @@ _BOTH = ("Cannot supply both '{}' and 'FORMAT' properties, as 'FORMAT' sets both
      "value_schema_id=2);", "Table elements and VALUE_SCHEMA_ID cannot both exist for create statement."),
     ("CREATE STREAM o WITH (value_format='kafka', value_schema_id=2) AS SELECT k, id FROM s;",
      "VALUE_FORMAT should support schema inference when VALUE_SCHEMA_ID is provided. Current format is KAFKA."),
+    # the statement grammar has ASSERT TOPIC / SCHEMA only; RUN SCRIPT is the test tool's
+    ("ASSERT VALUES foo (id INT) VALUES (123);", "line 1:8: Syntax Error\nSyntax error at or near 'VALUES' at line 1:8"),
+    ("ASSERT STREAM foo (id INT);", "line 1:8: Syntax Error\nSyntax error at or near 'STREAM' at line 1:8"),
+    ("ASSERT TOPIC foo;", "line 1:1: The ASSERT statement is not supported"),
+    ("RUN SCRIPT 'foo';", "line 1:1: Syntax Error\nUnknown statement 'RUN'"),
     # CreateTable/CreateStream name the column's place as NodeLocation does
     ("CREATE TABLE o (ID INT KEY, F0 INT) WITH (kafka_topic='input', value_format='JSON');",
      "Line: 1, Col: 17: Column `ID` is a 'KEY' column: please use 'PRIMARY KEY' for tables."),

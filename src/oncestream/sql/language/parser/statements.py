@@ -28,8 +28,11 @@ _SHOW_EXTENDED = frozenset({sql_ast.ShowWhat.STREAMS, sql_ast.ShowWhat.TABLES, s
 # ksqlDB statements outside oncestream's scope: first keyword(s) -> what the error calls them.
 _UNSUPPORTED_STATEMENTS = {
     "PRINT": "PRINT", "PAUSE": "PAUSE", "RESUME": "RESUME",
-    "ASSERT": "ASSERT", "RUN": "RUN SCRIPT",
+    "ASSERT": "ASSERT",
 }
+# ksqlDB's statement grammar has ASSERT [NOT EXISTS] TOPIC | SCHEMA only: its ASSERT VALUES /
+# STREAM / TABLE / NULL VALUES and RUN SCRIPT are statements of its test tool, syntax errors here
+_ASSERT_FOLLOWERS = frozenset({"NOT", "TOPIC", "SCHEMA"})
 
 
 _KEYS_EXPLAINED = ("Tables have PRIMARY KEYs, which are unique and NON NULL.\n"
@@ -93,6 +96,11 @@ class StatementParser(QueryParser):
         if word == "UNDEFINE":
             self._advance()
             return sql_ast.UndefineVariable(text=text, position=position, name=self._variable_name())
+        if word == "ASSERT":
+            after = self._next or self.end_token
+            if after is not None and after.text.upper() not in _ASSERT_FOLLOWERS:
+                where = position_of(self.sql, after.start)
+                raise SyntaxIssue(after, f"Syntax error at or near {_quoted(after)} at line {where.line}:{where.column}")
         if word in _UNSUPPORTED_STATEMENTS:
             raise unsupported(head, f"The {_UNSUPPORTED_STATEMENTS[word]} statement")
         detail = f"Unknown statement {_quoted(head)}"
