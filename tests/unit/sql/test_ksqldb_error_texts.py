@@ -167,6 +167,9 @@ _UNKNOWN = "Failed to prepare statement: 'UNKNOWN' is not a valid stream/table n
      "Non-aggregate SELECT expression(s) not part of GROUP BY: K"),
     ("CREATE STREAM o AS SELECT k, id FROM s WINDOW TUMBLING (SIZE 2 MILLISECONDS);",
      "WINDOW clause requires a GROUP BY clause."),
+    # a key column of a join is named as the joined schema names it, clash or not
+    ("CREATE TABLE o AS SELECT l_id, l_id AS l_id_duplicate, f1 FROM lt JOIN rt ON fk = r_id;",
+     "The projection contains a key column (`LT_L_ID`) more than once, aliased as: L_ID and L_ID_DUPLICATE."),
     # a join condition's sides as ExpressionFormatter prints them (CAST to STRING, not VARCHAR)
     ("CREATE TABLE o AS SELECT * FROM lt JOIN rt ON CAST(fk AS STRING) = r_id;",
      "Invalid join condition: types don't match. Got CAST(LT.FK AS STRING){STRING} = RT.R_ID{BIGINT}."),

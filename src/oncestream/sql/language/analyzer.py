@@ -356,8 +356,8 @@ class _Analysis(JoinRules, AggregateRules):
                     else:
                         shown = _shown(key_exprs[idx])
                         key_col = key_exprs[idx]
-                        if joins and isinstance(key_col, exp.Column) and key_col.table and shown in self._clashing_names():
-                            shown = f"{key_col.table}_{shown}"
+                        if joins and isinstance(key_col, exp.Column) and key_col.table:
+                            shown = f"{key_col.table}_{shown}"   # the joined schema's name of the column
                         what = (f"The projection contains a key column (`{shown}`) more than once, aliased as: "
                                 f"{' and '.join(sorted(names))}.")
                     raise StatementError(
