@@ -17,10 +17,11 @@ DDL = """
 CREATE STREAM s (k STRING KEY, id BIGINT, v INT, name STRING) WITH (kafka_topic='s', value_format='json');
 CREATE TABLE lt (l_id BIGINT PRIMARY KEY, fk BIGINT) WITH (kafka_topic='lt', value_format='json');
 CREATE TABLE rt (r_id BIGINT PRIMARY KEY, f1 STRING) WITH (kafka_topic='rt', value_format='json');
+CREATE TABLE mt (m_id BIGINT PRIMARY KEY, f2 BIGINT) WITH (kafka_topic='mt', value_format='json');
 CREATE STREAM c (k STRING KEY, id BIGINT, v INT, name STRING, d DECIMAL(4, 2), flag BOOLEAN, arr ARRAY<BIGINT>,
                  m MAP<STRING, BIGINT>, st STRUCT<F0 BIGINT>, b BOOLEAN) WITH (kafka_topic='c', value_format='json');
 """
-TOPICS = {"s": 1, "c": 1, "lt": 1, "rt": 1, "input": 1, "test_topic": 1}
+TOPICS = {"s": 1, "c": 1, "lt": 1, "rt": 1, "mt": 1, "input": 1, "test_topic": 1}
 
 
 @pytest.fixture
@@ -170,6 +171,13 @@ _UNKNOWN = "Failed to prepare statement: 'UNKNOWN' is not a valid stream/table n
     # a key column of a join is named as the joined schema names it, clash or not
     ("CREATE TABLE o AS SELECT l_id, l_id AS l_id_duplicate, f1 FROM lt JOIN rt ON fk = r_id;",
      "The projection contains a key column (`LT_L_ID`) more than once, aliased as: L_ID and L_ID_DUPLICATE."),
+    # a foreign-key join must join two sources, not a join's result
+    ("CREATE TABLE o AS SELECT l_id, fk, f2, f1 FROM lt JOIN mt ON l_id = m_id JOIN rt ON fk = r_id;",
+     "Invalid join condition: foreign-key table-table joins are not supported as part of n-way joins. "
+     "Got LT.FK = RT.R_ID."),
+    ("CREATE TABLE o AS SELECT l_id, fk, f2, f1 FROM lt JOIN mt ON fk = m_id JOIN rt ON fk = r_id;",
+     "Invalid join condition: foreign-key table-table joins are not supported as part of n-way joins. "
+     "Got LT.FK = RT.R_ID."),
     # a join condition's sides as ExpressionFormatter prints them (CAST to STRING, not VARCHAR)
     ("CREATE TABLE o AS SELECT * FROM lt JOIN rt ON CAST(fk AS STRING) = r_id;",
      "Invalid join condition: types don't match. Got CAST(LT.FK AS STRING){STRING} = RT.R_ID{BIGINT}."),

@@ -265,6 +265,10 @@ class JoinRules:
                     join_type = JoinType.FOREIGN_KEY
                     if kind in ("RIGHT", "FULL"):
                         raise StatementError(f"{kind} OUTER JOIN on a foreign key is not supported")
+                    if joins:
+                        # ksqlDB's LogicalPlanner: both sides of a foreign-key join must be sources
+                        raise StatementError("Invalid join condition: foreign-key table-table joins are not supported as "
+                                             f"part of n-way joins. Got {written}.")
                 result_kind = SourceKind.TABLE
             on = exp.EQ(this=left_key, expression=right_key)
             on.meta[TYPE_KEY] = None
