@@ -17,11 +17,12 @@ DDL = """
 CREATE STREAM s (k STRING KEY, id BIGINT, v INT, name STRING) WITH (kafka_topic='s', value_format='json');
 CREATE TABLE lt (l_id BIGINT PRIMARY KEY, fk BIGINT) WITH (kafka_topic='lt', value_format='json');
 CREATE TABLE rt (r_id BIGINT PRIMARY KEY, f1 STRING) WITH (kafka_topic='rt', value_format='json');
+CREATE STREAM dl (k STRING KEY, x DOUBLE, y DOUBLE, v INT) WITH (kafka_topic='dl', value_format='delimited');
 CREATE TABLE mt (m_id BIGINT PRIMARY KEY, f2 BIGINT) WITH (kafka_topic='mt', value_format='json');
 CREATE STREAM c (k STRING KEY, id BIGINT, v INT, name STRING, d DECIMAL(4, 2), flag BOOLEAN, arr ARRAY<BIGINT>,
                  m MAP<STRING, BIGINT>, st STRUCT<F0 BIGINT>, b BOOLEAN) WITH (kafka_topic='c', value_format='json');
 """
-TOPICS = {"s": 1, "c": 1, "lt": 1, "rt": 1, "mt": 1, "input": 1, "test_topic": 1}
+TOPICS = {"dl": 1, "s": 1, "c": 1, "lt": 1, "rt": 1, "mt": 1, "input": 1, "test_topic": 1}
 
 
 @pytest.fixture
@@ -146,6 +147,8 @@ def test_in_lists_of_one_type_are_accepted(ms: Metastore, where: str) -> None:
         ms.validate(s, {}, TOPICS)
 
 
+_STATE = ("One of the functions used in the statement has an intermediate type that the value format can not handle. "
+          "Please remove the function or change the format.")
 _UNKNOWN = "Failed to prepare statement: 'UNKNOWN' is not a valid stream/table name or alias."
 
 
@@ -178,6 +181,12 @@ _UNKNOWN = "Failed to prepare statement: 'UNKNOWN' is not a valid stream/table n
     ("CREATE TABLE o AS SELECT l_id, fk, f2, f1 FROM lt JOIN mt ON fk = m_id JOIN rt ON fk = r_id;",
      "Invalid join condition: foreign-key table-table joins are not supported as part of n-way joins. "
      "Got LT.FK = RT.R_ID."),
+    # an aggregation's state is kept in the source's value format: DELIMITED holds no STRUCT or ARRAY
+    ("CREATE TABLE o AS SELECT k, AVG(v) AS a FROM dl GROUP BY k;", _STATE),
+    ("CREATE TABLE o AS SELECT k, CORRELATION(x, y) AS c FROM dl GROUP BY k;", _STATE),
+    ("CREATE TABLE o AS SELECT k, STDDEV_SAMP(x) AS d FROM dl GROUP BY k;", _STATE),
+    ("CREATE TABLE o AS SELECT k, TOPK(v, 3) AS t FROM dl GROUP BY k;", _STATE),
+    ("SELECT k, LATEST_BY_OFFSET(v) FROM dl GROUP BY k EMIT CHANGES;", _STATE),
     # a join condition's sides as ExpressionFormatter prints them (CAST to STRING, not VARCHAR)
     ("CREATE TABLE o AS SELECT * FROM lt JOIN rt ON CAST(fk AS STRING) = r_id;",
      "Invalid join condition: types don't match. Got CAST(LT.FK AS STRING){STRING} = RT.R_ID{BIGINT}."),
@@ -193,3 +202,9 @@ def _query_refusal(ms: Metastore, sql: str) -> str:
     with pytest.raises(KsqlError) as caught:
         analyze_query(statement.query, ms.source_map())
     return caught.value.message
+
+
+@pytest.mark.parametrize("select", ["k, COUNT(*) AS n", "k, SUM(v) AS s", "k, MIN(x) AS m, MAX(y) AS n"])
+def test_aggregates_with_primitive_state_run_over_delimited(ms: Metastore, select: str) -> None:
+    (statement,) = parse(f"CREATE TABLE o AS SELECT {select} FROM dl GROUP BY k;")
+    ms.validate(statement, {}, TOPICS)

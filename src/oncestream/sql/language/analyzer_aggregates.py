@@ -7,7 +7,7 @@ from __future__ import annotations
 from sqlglot import exp
 
 from oncestream.sql.errors import StatementError
-from oncestream.sql.language import catalog
+from oncestream.sql.language import catalog, functions
 from oncestream.sql.language.analyzer_expr import (
     PSEUDO_KEY,
     WINDOW_BOUNDS,
@@ -111,6 +111,22 @@ class AggregateRules:
                 names = unsupported[0] if len(unsupported) == 1 else ", ".join(unsupported[:-1]) + " and " + unsupported[-1]
                 raise StatementError(f"The aggregation function{'s' if len(unsupported) > 1 else ''} {names} cannot be applied "
                                      "to a table source, only to a stream source.")
+        self._check_state_format(aggregates, from_info)
+
+    @staticmethod
+    def _check_state_format(aggregates: list[exp.Expr], from_info: SourceInfo) -> None:
+        """ksqlDB keeps an aggregation's state in the source's value format (MaterializationUtil):
+        a format of primitives only (DELIMITED, KAFKA) cannot hold the ARRAY / MAP / STRUCT state
+        of AVG, TOPK, LATEST_BY_OFFSET... (``functions.has_composite_state``)."""
+        if from_info.value_format not in (catalog.Format.DELIMITED, catalog.Format.KAFKA):
+            return
+        for agg in aggregates:
+            parts = call_parts(agg)
+            if parts is not None and functions.has_composite_state(parts[0]):
+                raise StatementError("One of the functions used in the statement has an intermediate type that the value "
+                                     "format can not handle. Please remove the function or change the format.\nConsider "
+                                     "up-voting https://github.com/confluentinc/ksql/issues/3950, which will resolve this "
+                                     "limitation")
 
 
 def _as_analyzed(call: exp.Expr) -> str:
