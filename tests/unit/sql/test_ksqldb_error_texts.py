@@ -91,6 +91,8 @@ _BOTH = ("Cannot supply both '{}' and 'FORMAT' properties, as 'FORMAT' sets both
     ("ASSERT STREAM foo (id INT);", "line 1:8: Syntax Error\nSyntax error at or near 'STREAM' at line 1:8"),
     ("ASSERT TOPIC foo;", "line 1:1: The ASSERT statement is not supported"),
     ("RUN SCRIPT 'foo';", "line 1:1: Syntax Error\nUnknown statement 'RUN'"),
+    # the grammar's IN list has at least one expression
+    ("CREATE STREAM o AS SELECT * FROM s WHERE id IN ( );", "line 1:42: Syntax Error\nAn IN list needs at least one value"),
     # CreateTable/CreateStream name the column's place as NodeLocation does
     ("CREATE TABLE o (ID INT KEY, F0 INT) WITH (kafka_topic='input', value_format='JSON');",
      "Line: 1, Col: 17: Column `ID` is a 'KEY' column: please use 'PRIMARY KEY' for tables."),

@@ -296,6 +296,9 @@ def _check_node(node: exp.Expr, start: Token | None) -> None:
         if not (isinstance(parent, exp.Anonymous) and len(parent.expressions) == 1):
             raise SyntaxIssue(start, "'*' is only allowed as a select item or in COUNT(*)")
         return
+    if isinstance(node, exp.In) and not node.expressions and not any(node.args.get(k) for k in ("query", "unnest", "field")):
+        # ksqlDB's grammar: IN '(' expression (',' expression)* ')'
+        raise SyntaxIssue(_position_in(node, start), "An IN list needs at least one value")
     if isinstance(node, exp.Literal) and not node.is_string and number_value(node.this) is None:
         raise SyntaxIssue(_position_in(node, start), f"Syntax error at or near '{node.this}'")
     refused = (
