@@ -12,6 +12,7 @@ from oncestream.sql.language import types as t
 from oncestream.sql.language.analyzer import analyze_query
 from oncestream.sql.language.parser import parse
 from oncestream.sql.server.metastore import CommandResult, Metastore, StartQuery
+from tests.support.metastores import metastore_with
 from tests.support.narrow import of_type, present
 
 DDL = """
@@ -32,10 +33,7 @@ TOPICS = {"s": 2, "s2": 2, "s3": 4, "t": 2, "t2": 2, "t3": 2, "kv": 2, "wt": 2, 
 
 @pytest.fixture
 def ms() -> Metastore:
-    m = Metastore()
-    for offset, s in enumerate(parse(DDL)):
-        m.apply(m.validate(s, {}, TOPICS), offset)
-    return m
+    return metastore_with(DDL, TOPICS)
 
 
 def refused(ms: Metastore, sql: str, pattern: str) -> None:

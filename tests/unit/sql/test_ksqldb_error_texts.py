@@ -12,6 +12,7 @@ from oncestream.sql.language import sql_ast
 from oncestream.sql.language.analyzer import analyze_query
 from oncestream.sql.language.parser import parse
 from oncestream.sql.server.metastore import Metastore
+from tests.support.metastores import metastore_with
 
 DDL = """
 CREATE STREAM s (k STRING KEY, id BIGINT, v INT, name STRING) WITH (kafka_topic='s', value_format='json');
@@ -27,10 +28,7 @@ TOPICS = {"dl": 1, "s": 1, "c": 1, "lt": 1, "rt": 1, "mt": 1, "input": 1, "test_
 
 @pytest.fixture
 def ms() -> Metastore:
-    m = Metastore()
-    for offset, s in enumerate(parse(DDL)):
-        m.apply(m.validate(s, {}, TOPICS), offset)
-    return m
+    return metastore_with(DDL, TOPICS)
 
 
 def refusal(ms: Metastore, sql: str) -> str:
