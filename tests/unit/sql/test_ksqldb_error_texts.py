@@ -31,11 +31,11 @@ def ms() -> Metastore:
     return metastore_with(DDL, TOPICS)
 
 
-def refusal(ms: Metastore, sql: str) -> str:
+def refusal(ms: Metastore, sql: str, topics: dict[str, int] = TOPICS) -> str:
     """The message a statement is refused with (parsed, then validated as a node validates it)."""
     def run() -> None:
         for s in parse(sql, ms.custom_types()):   # a parse error is a refusal too
-            ms.validate(s, {}, TOPICS)
+            ms.validate(s, {}, topics)
 
     with pytest.raises(KsqlError) as caught:
         run()
@@ -208,3 +208,25 @@ def _query_refusal(ms: Metastore, sql: str) -> str:
 def test_aggregates_with_primitive_state_run_over_delimited(ms: Metastore, select: str) -> None:
     (statement,) = parse(f"CREATE TABLE o AS SELECT {select} FROM dl GROUP BY k;")
     ms.validate(statement, {}, TOPICS)
+
+
+_WINDOWED = """
+CREATE STREAM w1 (id INT KEY, v BIGINT) WITH (kafka_topic='w1', key_format='{fmt}', value_format='JSON',
+                                            window_type='Hopping', window_size='5 SECONDS');
+CREATE STREAM w2 (id INT KEY, v BIGINT) WITH (kafka_topic='w2', key_format='{fmt}', value_format='JSON',
+                                            window_type='{kind}', window_size='{size}');
+"""
+_JOIN_WINDOWED = "CREATE STREAM o AS SELECT * FROM w1 JOIN w2 WITHIN 1 MINUTE ON w1.id = w2.id;"
+
+
+def test_windowed_sources_with_other_windows_join_only_with_registry_keys() -> None:
+    """The window is part of a windowed key's format: a KAFKA key would have to be repartitioned,
+    which ksqlDB cannot do for a windowed source; a registry key format is repartitioned anyway."""
+    topics = {"w1": 1, "w2": 1}
+    kafka = metastore_with(_WINDOWED.format(fmt="KAFKA", kind="Tumbling", size="2 SECONDS"), topics)
+    assert refusal(kafka, _JOIN_WINDOWED, topics) == ("Implicit repartitioning of windowed sources is not supported. "
+                                                      "See https://github.com/confluentinc/ksql/issues/4385.")
+    for fmt, kind, size in (("JSON_SR", "Tumbling", "2 SECONDS"), ("KAFKA", "Hopping", "5 SECONDS")):
+        ms = metastore_with(_WINDOWED.format(fmt=fmt, kind=kind, size=size), topics)
+        (statement,) = parse(_JOIN_WINDOWED)
+        ms.validate(statement, {}, topics)

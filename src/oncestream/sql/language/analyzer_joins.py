@@ -22,7 +22,7 @@ from oncestream.sql.language.analyzer_expr import (
     same_expression,
     type_of,
 )
-from oncestream.sql.language.catalog import SourceInfo
+from oncestream.sql.language.catalog import Format, SourceInfo
 from oncestream.sql.language.sql_ast import Query, SourceKind
 
 
@@ -135,8 +135,14 @@ class JoinRules:
                 "Session windowed sources can only be joined to other session windowed sources, and may still not result in "
                 "expected behaviour as session bounds must be an exact match for the join to work\n"
                 "Hopping and tumbling windowed sources can only be joined to other hopping and tumbling windowed sources")
+        # ksqlDB repartitions a side whose key is not the joined one, or whose key format (the
+        # window's kind and size are part of it) differs from the other side's, which it cannot
+        # for a windowed source; a Schema Registry key format is always repartitioned
+        # (PreJoinRepartitionNode's forceRepartition), which a differing window then passes
+        differs = (lw.kind, lw.size_ms) != (rw.kind, rw.size_ms)
         for key, info in ((left_key, left), (right_key, right)):
-            if not self._is_key_ref(key, info):
+            forced = info.key_format in (Format.AVRO, Format.JSON_SR, Format.PROTOBUF)
+            if (differs and not forced) or not self._is_key_ref(key, info):
                 raise StatementError("Implicit repartitioning of windowed sources is not supported. "
                                      "See https://github.com/confluentinc/ksql/issues/4385.")
 
