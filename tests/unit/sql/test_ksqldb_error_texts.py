@@ -89,6 +89,11 @@ _BOTH = ("Cannot supply both '{}' and 'FORMAT' properties, as 'FORMAT' sets both
     ("ASSERT STREAM foo (id INT);", "line 1:8: Syntax Error\nSyntax error at or near 'STREAM' at line 1:8"),
     ("ASSERT TOPIC foo;", "line 1:1: The ASSERT statement is not supported"),
     ("RUN SCRIPT 'foo';", "line 1:1: Syntax Error\nUnknown statement 'RUN'"),
+    # GROUP BY / PARTITION BY items are ksqlDB's valueExpression: no AND/OR or comparison outside parentheses
+    ("CREATE TABLE o AS SELECT COUNT(*) FROM s GROUP BY name AND id;",
+     "line 1:56: Syntax Error\nmismatched input 'AND' expecting ';'"),
+    ("CREATE STREAM o AS SELECT * FROM s PARTITION BY name = 'x';",
+     "line 1:54: Syntax Error\nmismatched input '=' expecting ';'"),
     # the grammar's IN list has at least one expression
     ("CREATE STREAM o AS SELECT * FROM s WHERE id IN ( );", "line 1:42: Syntax Error\nAn IN list needs at least one value"),
     # CreateTable/CreateStream name the column's place as NodeLocation does

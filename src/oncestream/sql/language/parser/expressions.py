@@ -206,13 +206,15 @@ class ExpressionParser(TypeParser):
                     return mismatched(token, [f"'{wanted}'"])
         return SyntaxIssue(token, f"Syntax error at or near {describe_token(token)}")
 
-    def parse_value_expression(self, *, allow_tuple: bool = False) -> exp.Expression:
+    def parse_value_expression(self, *, allow_tuple: bool = False, operand_only: bool = False) -> exp.Expression:
         """One expression (ksqlDB's ``expression`` rule), names normalised. Raises SyntaxIssue.
         ``allow_tuple``: a parenthesised list ``(a, b)`` is accepted as the whole expression (the
-        ``GROUP BY (a, b)`` form)."""
+        ``GROUP BY (a, b)`` form). ``operand_only``: ksqlDB's ``valueExpression`` (GROUP BY and
+        PARTITION BY items): arithmetic and calls, no comparison or AND/OR outside parentheses,
+        so those stop the expression where ksqlDB's grammar stops it."""
         start = self.token()
         try:
-            tree = self._parse_disjunction()
+            tree = self._parse_bitwise() if operand_only else self._parse_disjunction()
         except SqlglotError as e:
             raise self._issue_from_sqlglot(e) from e
         if not isinstance(tree, exp.Expression):

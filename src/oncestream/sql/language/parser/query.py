@@ -96,10 +96,10 @@ class QueryParser(ExpressionParser):
         grammatical, refused as ksqlDB's GroupBy/PartitionBy nodes refuse it."""
         if self.is_type(TokenType.L_PAREN) and self._next is not None and self._next.token_type == TokenType.R_PAREN:
             raise PrepareIssue(f"{clause} requires at least one expression")
-        first = self.parse_value_expression(allow_tuple=True)
+        first = self.parse_value_expression(allow_tuple=True, operand_only=True)
         items = [first]
         while self.accept_type(TokenType.COMMA):
-            items.append(self.parse_value_expression())
+            items.append(self.parse_value_expression(operand_only=True))
         if isinstance(first, exp.Tuple) and len(items) > 1:
             self.issue("a parenthesised list cannot be followed by ','", self.token())
         if len(items) == 1 and isinstance(first, exp.Tuple):
