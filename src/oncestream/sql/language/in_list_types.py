@@ -3,14 +3,13 @@ list that does not fit is refused where and as ksqlDB refuses it (pure; the expr
 calls ``first_mismatch``).
 
 ksqlDB walks the tested value and then each non-NULL item in order, keeping a running common type
-(the tested value's at first): numbers widen it (INTEGER < BIGINT < DECIMAL < DOUBLE, DECIMALs
-as ``DecimalUtil.widen``: ``functions.wider_numeric``); an ``ARRAY[...]``, ``MAP(...)`` or
+(the tested value's at first): numbers widen it (INTEGER < BIGINT < DECIMAL < DOUBLE, DECIMALs as
+``DecimalUtil.widen``: ``functions.wider_numeric``); an ``ARRAY[...]``, ``MAP(...)`` or
 ``STRUCT(...)`` constructor must be of the common type's kind and its elements are walked against
-the element type; a string
-literal tested against a number or a BOOLEAN must parse as one (``invalid input syntax for type
-BIGINT: "x".``), any literal fits a STRING; anything else must be comparable with the common type. The first item that does
-not fit is reported with the common type it was held against: ``operator does not exist:
-DECIMAL(12, 2) = BOOLEAN (true)``.
+the element type; a string literal tested against a number or a BOOLEAN must parse as one
+(``invalid input syntax for type BIGINT: "x".``), any literal fits a STRING; anything else must be
+comparable with the common type. The first item that does not fit is reported with the common
+type it was held against: ``operator does not exist: DECIMAL(12, 2) = BOOLEAN (true)``.
 """
 
 from __future__ import annotations
