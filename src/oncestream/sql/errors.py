@@ -66,10 +66,12 @@ class ExpressionTypeError(StatementError):
 
 class ParseError(StatementError):
     """A syntax error; ``line``/``column`` are 1-based and also written into the message as ksqlDB
-    does (``line 1:8: Syntax Error``...)."""
+    does (``line 1:8: Syntax Error``...; ``node_location``: ``Line: 1, Col: 8: ...``, as ksqlDB
+    words the place of a check made on a built AST node)."""
 
-    def __init__(self, message: str, *, line: int, column: int, statement_text: str) -> None:
-        super().__init__(f"line {line}:{column}: {message}", statement_text=statement_text)
+    def __init__(self, message: str, *, line: int, column: int, statement_text: str, node_location: bool = False) -> None:
+        where = f"Line: {line}, Col: {column}: " if node_location else f"line {line}:{column}: "
+        super().__init__(where + message, statement_text=statement_text)
         self.line = line
         self.column = column
 

@@ -3,11 +3,12 @@ statements parsed by the real parser."""
 
 from __future__ import annotations
 
+import dataclasses
 from decimal import Decimal
 
 import pytest
 
-from oncestream.sql.engine.insert_values import json_row, values_row
+from oncestream.sql.engine.insert_values import insert_target, json_row, values_row
 from oncestream.sql.errors import StatementError
 from oncestream.sql.language import sql_ast
 from oncestream.sql.language.catalog import Column, Format, Namespace, SourceInfo
@@ -54,3 +55,34 @@ def test_json_rows_match_columns_case_insensitively() -> None:
     assert json_row(STREAM, {"id": 1, "Name": "a", "rowtime": 5}) == {"ID": 1, "NAME": "a", "ROWTIME": 5}
     with pytest.raises(StatementError, match="does not exist"):
         json_row(STREAM, {"ID": 1, "OTHER": 2})
+
+
+def _target(text: str, sources: list[SourceInfo]) -> str:
+    statement = _insert(text)
+    named = next((s for s in sources if s.name == statement.target), None)
+    with pytest.raises(StatementError) as caught:
+        insert_target(statement, named, sources)
+    return caught.value.message
+
+
+def test_an_unknown_target_names_the_sources_differing_only_in_case() -> None:
+    lower = dataclasses.replace(STREAM, name="input")
+    upper = dataclasses.replace(TABLE, name="INPUT")
+    assert _target("INSERT INTO input VALUES (1);", [lower]) == (
+        'Cannot insert values into an unknown stream/table: `INPUT`\nDid you mean "input"? Hint: wrap the source name '
+        "in double quotes to make it case-sensitive.")
+    assert _target('INSERT INTO "input" VALUES (1);', [upper]) == (
+        "Cannot insert values into an unknown stream/table: `input`\nDid you mean INPUT? Hint: try removing double "
+        "quotes from the source name.")
+    assert _target('INSERT INTO "Input" VALUES (1);', [upper, lower]) == (
+        'Cannot insert values into an unknown stream/table: `Input`\nDid you mean "INPUT" (TABLE) or "input" (STREAM)? '
+        "Hint: wrap the source name in double quotes to make it case-sensitive.")
+    assert _target("INSERT INTO other VALUES (1);", [lower]) == "Cannot insert values into an unknown stream/table: `OTHER`"
+
+
+def test_a_source_stream_or_table_is_read_only() -> None:
+    assert _target("INSERT INTO S VALUES (1);", [dataclasses.replace(STREAM, read_only=True)]) == \
+        "Cannot insert values into read-only stream: S"
+    assert _target("INSERT INTO T VALUES (1);", [dataclasses.replace(TABLE, read_only=True)]) == \
+        "Cannot insert values into read-only table: T"
+    assert insert_target(_insert("INSERT INTO S VALUES (1);"), STREAM, [STREAM]) is STREAM

@@ -54,7 +54,7 @@ from oncestream.sql.conformance.records import (
 )
 from oncestream.sql.conformance.registry_records import REGISTRY_FORMATS, RegistrySide, references_of, topic_schemas
 from oncestream.sql.conformance.scope import Family, refusal_family, registry_formats, static_family
-from oncestream.sql.engine.insert_values import values_row
+from oncestream.sql.engine.insert_values import insert_target, values_row
 from oncestream.sql.engine.runtime import ERROR, QueryRuntime, checkpoint_location, sink_topic_config
 from oncestream.sql.errors import KsqlError
 from oncestream.sql.language import sql_ast
@@ -446,9 +446,7 @@ class CaseRun:
             self.properties.pop(statement.name, None)
             return
         if isinstance(statement, sql_ast.InsertValues):
-            sink = self.metastore.source(statement.target)
-            if sink is None:
-                raise KsqlError(f"Cannot insert values into an unknown stream/table: {statement.target}")
+            sink = insert_target(statement, self.metastore.source(statement.target), self.metastore.sources())
             self.env.runtime.insert_values(sink, values_row(statement, sink))
             self.inserted = True
             return

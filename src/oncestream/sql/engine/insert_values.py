@@ -12,7 +12,7 @@ TIMESTAMP, a number for a DOUBLE).
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -61,6 +61,38 @@ def _coerce(value: Any, sql_type: SqlType, column: str) -> Any:
         return from_json_wire(value, sql_type)
     except (SerdeError, ValueError, TypeError, ArithmeticError) as exc:
         raise StatementError(f"Could not coerce value for column {column} to {sql_type.ksql_name}: {value!r}") from exc
+
+
+def name_alternatives(name: str, sources: Iterable[SourceInfo]) -> str:
+    """The hint ksqlDB adds when ``name`` names no source but differs from some only in case
+    (``MetaStoreImpl.checkAlternatives``): ``\nDid you mean "input"? Hint: ...``, or ``""``."""
+    matched = sorted((s for s in sources if s.name.lower() == name.lower()), key=lambda s: s.name)
+    if not matched:
+        return ""
+    if len(matched) > 1:
+        parts = []
+        for i, source in enumerate(matched):
+            last = len(matched) - 1
+            punctuation = "? " if i == last else (", " if i < last - 1 else (" or " if i == 0 else ", or "))
+            parts.append(f'"{source.name}" ({source.kind.value}){punctuation}')
+        return "\nDid you mean " + "".join(parts) + "Hint: wrap the source name in double quotes to make it case-sensitive."
+    other = matched[0].name
+    if any(c.islower() for c in other):
+        return f'\nDid you mean "{other}"? Hint: wrap the source name in double quotes to make it case-sensitive.'
+    return f"\nDid you mean {other}? Hint: try removing double quotes from the source name."
+
+
+def insert_target(statement: sql_ast.InsertValues, source: SourceInfo | None, sources: Iterable[SourceInfo]) -> SourceInfo:
+    """The stream or table ``INSERT INTO ... VALUES`` writes to (``source``: the one named, if
+    any), refused as ksqlDB's ``InsertValuesExecutor`` refuses it: unknown (with ``sources``'
+    names that differ only in case), or a read-only source (``CREATE SOURCE STREAM/TABLE``)."""
+    if source is None:
+        raise StatementError(f"Cannot insert values into an unknown stream/table: `{statement.target}`"
+                             + name_alternatives(statement.target, sources), statement_text=statement.text)
+    if source.read_only:
+        raise StatementError(f"Cannot insert values into read-only {source.kind.value.lower()}: {source.name}",
+                             statement_text=statement.text)
+    return source
 
 
 def values_row(statement: sql_ast.InsertValues, sink: SourceInfo) -> dict[str, Any]:

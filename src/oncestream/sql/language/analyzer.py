@@ -54,6 +54,7 @@ from oncestream.sql.language.analyzer_expr import (
     no_map_key,
     same_expression,
     type_of,
+    unknown_qualifier,
 )
 from oncestream.sql.language.analyzer_joins import AnalyzedJoin, JoinRules, JoinType, key_synonyms
 from oncestream.sql.language.analyzer_table_functions import check_table_functions, is_table_function_call
@@ -171,10 +172,22 @@ class _Analysis(JoinRules, AggregateRules):
 
     # -- sources and joins -------------------------------------------------------------------
 
+    def _check_qualifiers(self) -> None:
+        """Every ``X.col`` and ``X.*`` names a source or alias of the FROM clause: ksqlDB checks
+        this while it builds the statement's tree, before anything is resolved."""
+        q = self.query
+        names = {q.source_alias or q.source} | {j.alias or j.source for j in q.joins}
+        trees: list[exp.Expr] = [q.select, *(j.on for j in q.joins), *q.partition_by]
+        for tree in trees:
+            for column in tree.find_all(exp.Column):
+                if column.table and column.table not in names:
+                    raise unknown_qualifier(column.table)
+
     # -- the whole query ----------------------------------------------------------------------
 
     def run(self) -> AnalyzedQuery:
         q = self.query
+        self._check_qualifiers()
         from_alias = self._add_source(q.source, q.source_alias)
         joins, kind = self._analyze_joins(from_alias)
         if joins:
@@ -193,8 +206,6 @@ class _Analysis(JoinRules, AggregateRules):
         if group_nodes and any(is_table_function_call(n) for item in select.expressions for n in item.walk()):
             # ksqlDB's Analyzer refuses this before typing the projection
             raise StatementError("Table functions cannot be used with aggregations.")
-        if window is not None and not group_nodes:
-            raise StatementError("WINDOW clause requires a GROUP BY clause.")
         if from_info.window is not None and window is not None:
             raise StatementError(f"Cannot apply a WINDOW to the windowed source {from_alias}.")
 
@@ -310,6 +321,9 @@ class _Analysis(JoinRules, AggregateRules):
             collect_aggs(having)
 
         self._check_aggregation(items, group_by, having, aggregates, joins, window)
+        if window is not None and not group_nodes:
+            # ksqlDB's LogicalPlanner, after the Analyzer's aggregate rules
+            raise StatementError("WINDOW clause requires a GROUP BY clause.")
         check_table_functions([e for _, e, _ in items], grouped=bool(group_by) or bool(aggregates),
                               table_source=kind is SourceKind.TABLE,
                               other_clauses=[c for c in (where, having, *group_by, *partition_by) if c is not None])
@@ -342,8 +356,8 @@ class _Analysis(JoinRules, AggregateRules):
                     else:
                         shown = _shown(key_exprs[idx])
                         key_col = key_exprs[idx]
-                        if joins and isinstance(key_col, exp.Column) and key_col.table and shown in self._clashing_names():
-                            shown = f"{key_col.table}_{shown}"
+                        if joins and isinstance(key_col, exp.Column) and key_col.table:
+                            shown = f"{key_col.table}_{shown}"   # the joined schema's name of the column
                         what = (f"The projection contains a key column (`{shown}`) more than once, aliased as: "
                                 f"{' and '.join(sorted(names))}.")
                     raise StatementError(
@@ -497,7 +511,7 @@ class _Analysis(JoinRules, AggregateRules):
             if isinstance(item, exp.Column) and isinstance(item.this, exp.Star):
                 alias = item.table
                 if alias not in self.scope_sources:
-                    raise StatementError(f"Source '{alias}' not found in the FROM clause (in '{alias}.*').")
+                    raise unknown_qualifier(alias)
                 out.extend(self._star(alias, is_join))
                 continue
             if isinstance(item, exp.Alias):

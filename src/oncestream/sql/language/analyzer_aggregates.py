@@ -7,10 +7,11 @@ from __future__ import annotations
 from sqlglot import exp
 
 from oncestream.sql.errors import StatementError
-from oncestream.sql.language import catalog
+from oncestream.sql.language import catalog, functions
 from oncestream.sql.language.analyzer_expr import (
     PSEUDO_KEY,
     WINDOW_BOUNDS,
+    call_parts,
     is_aggregate_call,
     ksql_format,
     same_expression,
@@ -78,7 +79,7 @@ class AggregateRules:
                     raise StatementError("Non-aggregate SELECT expression(s) not part of GROUP BY: "
                                          + ", ".join(ksql_format(b) for b in bad)
                                          + "\nEither add the column(s) to the GROUP BY or remove them from the SELECT.")
-                calls = ", ".join(ksql_format(a) for a in aggregates)
+                calls = ", ".join(_as_analyzed(a) for a in aggregates)
                 raise StatementError(f"CREATE TABLE AS SELECT statement does not support aggregate function [{calls}] "
                                      "without a GROUP BY clause.")
             if having is not None:
@@ -110,3 +111,28 @@ class AggregateRules:
                 names = unsupported[0] if len(unsupported) == 1 else ", ".join(unsupported[:-1]) + " and " + unsupported[-1]
                 raise StatementError(f"The aggregation function{'s' if len(unsupported) > 1 else ''} {names} cannot be applied "
                                      "to a table source, only to a stream source.")
+        self._check_state_format(aggregates, from_info)
+
+    @staticmethod
+    def _check_state_format(aggregates: list[exp.Expr], from_info: SourceInfo) -> None:
+        """ksqlDB keeps an aggregation's state in the source's value format (MaterializationUtil):
+        a format of primitives only (DELIMITED, KAFKA) cannot hold the ARRAY / MAP / STRUCT state
+        of AVG, TOPK, LATEST_BY_OFFSET... (``functions.has_composite_state``)."""
+        if from_info.value_format not in (catalog.Format.DELIMITED, catalog.Format.KAFKA):
+            return
+        for agg in aggregates:
+            parts = call_parts(agg)
+            if parts is not None and functions.has_composite_state(parts[0]):
+                raise StatementError("One of the functions used in the statement has an intermediate type that the value "
+                                     "format can not handle. Please remove the function or change the format.\nConsider "
+                                     "up-voting https://github.com/confluentinc/ksql/issues/3950, which will resolve this "
+                                     "limitation")
+
+
+def _as_analyzed(call: exp.Expr) -> str:
+    """An aggregate call as ksqlDB's AggregateAnalyzer lists it: one without arguments
+    (``COUNT(*)``) gets the default argument ROWTIME (``COUNT(ROWTIME)``)."""
+    parts = call_parts(call)
+    if parts is not None and all(isinstance(a, exp.Star) for a in parts[1]):
+        return f"{parts[0]}(ROWTIME)"
+    return ksql_format(call)

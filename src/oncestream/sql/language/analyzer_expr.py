@@ -31,6 +31,7 @@ from oncestream.sql.language.analyzer_functions import (
 )
 from oncestream.sql.language.catalog import SourceInfo
 from oncestream.sql.language.coercion import common_type
+from oncestream.sql.language.in_list_types import first_mismatch
 from oncestream.sql.language.parser import typeparse
 from oncestream.sql.language.parser.typeparse import UnknownDataTypeError
 from oncestream.sql.language.types import BaseType, SqlType
@@ -122,6 +123,13 @@ def ksql_format(node: exp.Expr, *, qualify: bool = False) -> str:
         if node.args.get("default") is not None:
             words.append(f"ELSE {f(node.args['default'])}")
         return " ".join(words) + " END)"
+    if isinstance(node, exp.Array):
+        return f"ARRAY[{', '.join(f(e) for e in node.expressions)}]"
+    if isinstance(node, exp.VarMap):
+        pairs = zip(node.args["keys"].expressions, node.args["values"].expressions)
+        return f"MAP({', '.join(f'{f(k)}:={f(v)}' for k, v in pairs)})"
+    if isinstance(node, exp.Struct) and all(isinstance(e, exp.PropertyEQ) for e in node.expressions):
+        return f"STRUCT({', '.join(f'{e.this.name}:={f(e.expression)}' for e in node.expressions)})"
     call = call_parts(node)
     if call is not None:
         return f"{call[0]}({', '.join(f(a) for a in call[1])})"
@@ -196,6 +204,12 @@ def _typed_call(node: exp.Func) -> tuple[str, list[exp.Expr]]:
         elif isinstance(value, list):
             args.extend(v for v in value if isinstance(v, exp.Expr))
     return fname, args
+
+
+def unknown_qualifier(name: str) -> StatementError:
+    """``name.col`` or ``name.*`` where no source or alias of the FROM clause is ``name``
+    (ksqlDB's AstBuilder raises it while the statement is prepared, hence the heading)."""
+    return StatementError(f"Failed to prepare statement: '{name}' is not a valid stream/table name or alias.")
 
 
 def call_parts(node: exp.Expr) -> tuple[str, list[exp.Expr]] | None:
@@ -345,6 +359,20 @@ class ExpressionResolver:
         # the parameters of the lambdas being resolved (analyzer_functions), by name
         self.lambda_vars: dict[str, SqlType | None] = {}
 
+    def _check_in_list(self, this: exp.Expr, items: list[exp.Expr], written: list[exp.Expr], clause: str) -> None:
+        """The IN list fits one common type, or the statement is refused as ksqlDB's code
+        generation refuses it (``in_list_types``; ``Invalid Predicate: operator does not exist:
+        INTEGER = BOOLEAN (true)``)."""
+        heading = _CODEGEN_HEADING.get(clause, "")
+        try:
+            mismatch = first_mismatch(type_of(this), items, type_of, _comparable)
+        except StatementError as e:
+            raise StatementError(heading + e.message) from None
+        if mismatch is not None:
+            raise StatementError(f"{heading}operator does not exist: {mismatch.common.ksql_name} = "
+                                 f"{mismatch.item_type.ksql_name} ({self._operand_text(written[mismatch.index])})\n"
+                                 "Hint: You might need to add explicit type casts.")
+
     def _operand_text(self, node: exp.Expr) -> str:
         """``node`` (as written) as ksqlDB prints it in a type error: ``ksql_format``'s text,
         and in a join, where ksqlDB has rewritten ``I1.BAR`` to the joined schema's ``I1_BAR``,
@@ -365,7 +393,7 @@ class ExpressionResolver:
         if qualifier is not None:
             info = sources.get(qualifier)
             if info is None:
-                raise StatementError(f"'{qualifier}' is not a valid stream/table name or alias.")
+                raise unknown_qualifier(qualifier)
             ty = self._column_type(info, name)
             if ty is None:
                 raise StatementError(f"{clause} column '{shown}' cannot be resolved.")
@@ -490,11 +518,8 @@ class ExpressionResolver:
             this = self._resolve(node.this, clause)
             items = [self._resolve(e, clause) for e in node.expressions]
             # ksqlDB coerces IN literals to the tested column's type; the tree gets the coerced literal
+            self._check_in_list(this, items, node.expressions, clause)
             items = [_coerce_in_literal(type_of(this), item) for item in items]
-            for item, orig in zip(items, node.expressions):
-                if not _comparable(type_of(this), type_of(item)):
-                    raise ExpressionTypeError(f"Cannot compare {self._operand_text(node.this)} ({_tname(type_of(this))}) to "
-                                              f"{self._operand_text(orig)} ({_tname(type_of(item))}) with EQUAL.")
             return self._typed(exp.In(this=this, expressions=items), t.BOOLEAN)
         if isinstance(node, exp.Between):
             this = self._resolve(node.this, clause)
@@ -707,6 +732,10 @@ def _timestamp_string_as_millis(node: exp.Expr, other: exp.Expr) -> exp.Expr:
     out = exp.Literal.number(millis)
     out.meta[TYPE_KEY] = t.BIGINT
     return out
+
+
+# ksqlDB's CodeGenRunner names the clause whose expression failed to compile
+_CODEGEN_HEADING = {"WHERE": "Invalid Predicate: ", "SELECT": "Invalid Select: "}
 
 
 def _coerce_in_literal(column: SqlType | None, item: exp.Expr) -> exp.Expr:

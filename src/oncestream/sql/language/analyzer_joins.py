@@ -18,12 +18,11 @@ from oncestream.sql.language.analyzer_expr import (
     Scope,
     column_ref,
     ksql_format,
-    ksql_text,
     no_map_key,
     same_expression,
     type_of,
 )
-from oncestream.sql.language.catalog import SourceInfo
+from oncestream.sql.language.catalog import Format, SourceInfo
 from oncestream.sql.language.sql_ast import Query, SourceKind
 
 
@@ -136,8 +135,14 @@ class JoinRules:
                 "Session windowed sources can only be joined to other session windowed sources, and may still not result in "
                 "expected behaviour as session bounds must be an exact match for the join to work\n"
                 "Hopping and tumbling windowed sources can only be joined to other hopping and tumbling windowed sources")
+        # ksqlDB repartitions a side whose key is not the joined one, or whose key format (the
+        # window's kind and size are part of it) differs from the other side's, which it cannot
+        # for a windowed source; a Schema Registry key format is always repartitioned
+        # (PreJoinRepartitionNode's forceRepartition), which a differing window then passes
+        differs = (lw.kind, lw.size_ms) != (rw.kind, rw.size_ms)
         for key, info in ((left_key, left), (right_key, right)):
-            if not self._is_key_ref(key, info):
+            forced = info.key_format in (Format.AVRO, Format.JSON_SR, Format.PROTOBUF)
+            if (differs and not forced) or not self._is_key_ref(key, info):
                 raise StatementError("Implicit repartitioning of windowed sources is not supported. "
                                      "See https://github.com/confluentinc/ksql/issues/4385.")
 
@@ -175,8 +180,8 @@ class JoinRules:
                                  f"'{ksql_format(on, qualify=True)}'. Each side of the join comparision must contain "
                                  "references from exactly one source.")
         if type_of(left) != type_of(right):
-            raise StatementError(f"Invalid join condition: types don't match. Got {ksql_text(left)}{{{_t(left)}}} = "
-                                 f"{ksql_text(right)}{{{_t(right)}}}.")
+            raise StatementError(f"Invalid join condition: types don't match. Got {ksql_format(left, qualify=True)}"
+                                 f"{{{_t(left)}}} = {ksql_format(right, qualify=True)}{{{_t(right)}}}.")
         return left, right
 
     @staticmethod
@@ -266,6 +271,10 @@ class JoinRules:
                     join_type = JoinType.FOREIGN_KEY
                     if kind in ("RIGHT", "FULL"):
                         raise StatementError(f"{kind} OUTER JOIN on a foreign key is not supported")
+                    if joins:
+                        # ksqlDB's LogicalPlanner: both sides of a foreign-key join must be sources
+                        raise StatementError("Invalid join condition: foreign-key table-table joins are not supported as "
+                                             f"part of n-way joins. Got {written}.")
                 result_kind = SourceKind.TABLE
             on = exp.EQ(this=left_key, expression=right_key)
             on.meta[TYPE_KEY] = None

@@ -676,6 +676,18 @@ def is_aggregate(name: str) -> bool:
     return fd is not None and fd.aggregate
 
 
+# ksqlDB's aggregates whose state (the UDAF's intermediate type) is the primitive they return;
+# every other one keeps an ARRAY, MAP or STRUCT (AverageUdaf's Struct, TopkKudaf's List,
+# HistogramUdaf's Map, LatestByOffset's Struct...)
+_PRIMITIVE_STATE = frozenset({"COUNT", "SUM", "MIN", "MAX"})
+
+
+def has_composite_state(name: str) -> bool:
+    """Whether the aggregate ``name`` keeps an ARRAY, MAP or STRUCT as its state."""
+    fd = lookup(name)
+    return fd is not None and fd.aggregate and fd.name not in _PRIMITIVE_STATE
+
+
 def catalog() -> dict[str, FunctionDef]:
     """Every function by its ksqlDB name (aliases not repeated)."""
     return {fd.name: fd for fd in _CATALOG.values()}

@@ -12,7 +12,7 @@ same plan when the command comes back from the command topic.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
@@ -78,13 +78,41 @@ def _prop(props: Mapping[str, Any], name: str) -> Any:
     return None
 
 
-def _fmt(value: Any, which: str) -> Format:
+def _fmt(value: Any) -> Format:
+    """A ``FORMAT``/``KEY_FORMAT``/``VALUE_FORMAT`` value (ksqlDB's ``FormatFactory.of``: any case)."""
     text = str(value).upper()
     fmt = SUPPORTED_FORMATS.get(text)
     if fmt is None:
-        raise StatementError(f"{which} '{text}' is not supported: supported formats are JSON, JSON_SR, AVRO, PROTOBUF, "
-                             "PROTOBUF_NOSR, DELIMITED, KAFKA and NONE.")
+        raise StatementError(f"Unknown format: {text}")
     return fmt
+
+
+def _check_format_choice(props: Mapping[str, Any]) -> None:
+    """``FORMAT`` sets both formats, so neither ``KEY_FORMAT`` nor ``VALUE_FORMAT`` may be given
+    with it (ksqlDB's ``CommonCreateConfigs.validateKeyValueFormats``, checked on the WITH clause
+    before anything else)."""
+    if _prop(props, "FORMAT") is None:
+        return
+    for which in ("KEY_FORMAT", "VALUE_FORMAT"):
+        if _prop(props, which) is not None:
+            raise StatementError(f"Cannot supply both '{which}' and 'FORMAT' properties, as 'FORMAT' sets both key and "
+                                 "value formats. Either use just 'FORMAT', or use 'KEY_FORMAT' and 'VALUE_FORMAT'.")
+
+
+def _check_schema_ids(props: Mapping[str, Any], key_format: Format, value_format: Format,
+                      declared: Sequence[sql_ast.ColumnDef] | None) -> None:
+    """``KEY_SCHEMA_ID``/``VALUE_SCHEMA_ID`` need a format that reads its columns from the
+    registry, and (a CREATE with ``declared`` columns) no declared columns on that side: ksqlDB's
+    ``DefaultSchemaInjector``, checked before the registry is asked."""
+    for key, fmt in ((True, key_format), (False, value_format)):
+        which = "KEY_SCHEMA_ID" if key else "VALUE_SCHEMA_ID"
+        if _prop(props, which) is None:
+            continue
+        if fmt not in REGISTRY_FORMATS:
+            raise StatementError(f"{'KEY_FORMAT' if key else 'VALUE_FORMAT'} should support schema inference when "
+                                 f"{which} is provided. Current format is {fmt.value}.")
+        if declared and any(bool(cd.key or cd.primary_key) is key for cd in declared):
+            raise StatementError(f"Table elements and {which} cannot both exist for create statement.")
 
 
 def _int_prop(props: Mapping[str, Any], name: str) -> int | None:
@@ -222,19 +250,20 @@ def _delimiter(props: Mapping[str, Any], value_format: Format) -> str:
     raw = _prop(props, "VALUE_DELIMITER")
     if raw is None:
         return ","
-    if value_format is not Format.DELIMITED:
-        raise StatementError(f"{value_format.value} does not support the following configs: [delimiter]")
     text = str(raw)
     named = {"TAB": "\t", "SPACE": " "}
-    if text.upper() in named:
-        return named[text.upper()]
-    if text == "":
-        raise StatementError("Configuration VALUE_DELIMITER is invalid: Delimiter cannot be empty, if you meant to have a tab "
-                             "or space for delimiter, please use the special values 'TAB' or 'SPACE'")
-    if len(text) != 1:
-        raise StatementError(f"Configuration VALUE_DELIMITER is invalid: Invalid delimiter value: '{text}'. Delimiter must be "
-                             "a single character or TAB,SPACE")
-    return text
+    # ksqlDB's Delimiter.parse, run while the statement is prepared (hence the heading); Java's
+    # trim() drops every character up to U+0020, so a lone tab or space is "empty"
+    if not text.lstrip("".join(map(chr, range(0x21)))):
+        raise StatementError("Failed to prepare statement: Configuration VALUE_DELIMITER is invalid: Delimiter cannot be "
+                             "empty, if you meant to have a tab or space for delimiter, please use the special values "
+                             "'TAB' or 'SPACE'\nExample valid value: ';'")
+    if len(text) != 1 and text.upper() not in named:
+        raise StatementError(f"Failed to prepare statement: Configuration VALUE_DELIMITER is invalid: Invalid delimiter "
+                             f"value: '{text}'. Delimiter must be a single character or TAB,SPACE\nExample valid value: ';'")
+    if value_format is not Format.DELIMITED:
+        raise StatementError(f"{value_format.value} does not support the following configs: [delimiter]")
+    return named.get(text.upper(), text)
 
 
 _UNIT_MS = {"MILLISECOND": 1, "SECOND": 1000, "MINUTE": 60_000, "HOUR": 3_600_000, "DAY": 86_400_000}
@@ -364,9 +393,7 @@ class StatementPlanner:
         schema_id = _int_prop(props, which)
         if schema_id is None:
             return None
-        if fmt not in REGISTRY_FORMATS:
-            raise StatementError(f"{'KEY_FORMAT' if key else 'VALUE_FORMAT'} should support schema inference when "
-                                 f"{which} is provided. Current format is {fmt.value}.")
+        _check_schema_ids({which: schema_id}, fmt, fmt, None)
         if not validating or self._schemas is None:
             return schema_id
         entry = self._registry_schema(fmt, topic, props, key, None, {})
@@ -510,16 +537,19 @@ class StatementPlanner:
         if topic is None:
             raise StatementError('Missing required property "KAFKA_TOPIC" which has no default value.')
         topic = str(topic)
+        _check_format_choice(props)
         fmt = _prop(props, "FORMAT")
         value_raw = _prop(props, "VALUE_FORMAT") or fmt
         if value_raw is None:
             raise StatementError("Statement is missing the 'VALUE_FORMAT' property from the WITH clause. Either provide one or "
                                  "set a default via the 'ksql.persistence.default.format.value' config.")
-        value_format = _fmt(value_raw, "VALUE_FORMAT")
+        value_format = _fmt(value_raw)
         key_raw = _prop(props, "KEY_FORMAT") or fmt
         # ksqlDB's default key format (ksql.persistence.default.format.key) is KAFKA, with or without key columns
-        key_format = _fmt(key_raw, "KEY_FORMAT") if key_raw is not None else Format.KAFKA
+        key_format = _fmt(key_raw) if key_raw is not None else Format.KAFKA
         check_format_properties(props, key_format, value_format)
+        delimiter = _delimiter(props, value_format)
+        _check_schema_ids(props, key_format, value_format, stmt.columns)
         key_name, value_name = full_schema_name(props, key=True), full_schema_name(props, key=False)
         recorded: dict[str, Any] = {}
         declared = list(stmt.columns)
@@ -544,7 +574,7 @@ class StatementPlanner:
                     dependencies=entry.get("dependencies"), original_names=value_schema_id is not None,
                     full_name=value_name, unwrapped=explicit_wrap(props) is False)]
         if not stmt.columns and not inferred:
-            raise StatementError("The statement does not define any columns.")
+            raise StatementError("No columns supplied.")   # ksqlDB's TableElements.toLogicalSchema
         seen: set[str] = set()
         columns: list[Column] = []
         for c in inferred:
@@ -590,7 +620,7 @@ class StatementPlanner:
         source = SourceInfo(
             name=stmt.name, kind=stmt.kind, topic=topic, key_format=key_format, value_format=value_format, columns=ordered,
             statement=stmt.text, partitions=n, replicas=replicas or 1, timestamp_column=ts_col, timestamp_format=ts_fmt,
-            value_delimiter=_delimiter(props, value_format), window=window, read_only=stmt.read_only,
+            value_delimiter=delimiter, window=window, read_only=stmt.read_only,
             key_schema_id=key_schema_id, value_schema_id=value_schema_id, key_schema_name=key_name,
             value_schema_name=value_name, value_unwrapped=unwrapped,
             key_protobuf_nullable=_protobuf_nullable(props, key_format, "KEY"),
@@ -635,9 +665,10 @@ class StatementPlanner:
         props = stmt.properties
         from_source = analyzed.sources[analyzed.from_alias]
         topic = str(_prop(props, "KAFKA_TOPIC") or stmt.name)
+        _check_format_choice(props)
         fmt = _prop(props, "FORMAT")
         value_raw = _prop(props, "VALUE_FORMAT") or fmt
-        value_format = _fmt(value_raw, "VALUE_FORMAT") if value_raw is not None else from_source.value_format
+        value_format = _fmt(value_raw) if value_raw is not None else from_source.value_format
         key_raw = _prop(props, "KEY_FORMAT") or fmt
         partition_by_null = len(stmt.query.partition_by) == 1 and isinstance(stmt.query.partition_by[0], exp.Null)
         if partition_by_null:
@@ -646,7 +677,7 @@ class StatementPlanner:
                 raise StatementError("Key format specified for stream without key columns.")
             key_format = Format.NONE
         elif key_raw is not None:
-            key_format = _fmt(key_raw, "KEY_FORMAT")
+            key_format = _fmt(key_raw)
         elif from_source.key_format is Format.NONE and analyzed.key_columns:
             key_format = Format.KAFKA
         else:

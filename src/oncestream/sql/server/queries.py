@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from oncestream.sql.engine.insert_values import json_row, values_row
+from oncestream.sql.engine.insert_values import insert_target, json_row, values_row
 from oncestream.sql.engine.interface import QueryRunner, QueryStream
 from oncestream.sql.engine.pull.node_hooks import PullQueries
 from oncestream.sql.errors import KsqlError, NotFoundError, StatementError
@@ -115,11 +115,5 @@ class QueryService:
 
     def insert_values(self, statement: sql_ast.InsertValues) -> None:
         """``INSERT INTO ... VALUES`` (blocking: called from a worker thread)."""
-        sink = self._context.source(statement.target)
-        if sink is None:
-            raise StatementError(f"Cannot insert values into an unknown stream/table: {statement.target}",
-                                 statement_text=statement.text)
-        if sink.read_only:
-            raise StatementError(f"Cannot insert values into read-only {sink.kind.value.lower()}: {sink.name}",
-                                 statement_text=statement.text)
+        sink = insert_target(statement, self._context.source(statement.target), self._context.sources().values())
         self._runtime.insert_values(sink, values_row(statement, sink))

@@ -16,12 +16,12 @@ from sqlglot import exp
 from sqlglot.errors import TokenError
 from sqlglot.tokens import Token, TokenType
 
-from oncestream.sql.errors import ParseError
+from oncestream.sql.errors import ParseError, StatementError
 from oncestream.sql.language import sql_ast
 from oncestream.sql.language.parser.base import KsqlTokenizer, position_of
 from oncestream.sql.language.parser.dialect import Ksql
 from oncestream.sql.language.parser.statements import StatementParser
-from oncestream.sql.language.parser.syntax import SyntaxIssue
+from oncestream.sql.language.parser.syntax import PrepareIssue, SyntaxIssue
 from oncestream.sql.language.parser.variables import references_variables, substitute
 from oncestream.sql.language.types import SqlType
 
@@ -84,7 +84,8 @@ def _error(issue: SyntaxIssue, text: str, statement_text: str, end_offset: int) 
     offset = issue.token.start if issue.token is not None else end_offset
     where = position_of(text, offset)
     message = issue.detail if not issue.syntax else f"Syntax Error\n{issue.detail}"
-    return ParseError(message, line=where.line, column=where.column, statement_text=statement_text)
+    return ParseError(message, line=where.line, column=where.column, statement_text=statement_text,
+                      node_location=issue.node_location)
 
 
 def _too_deep(text: str, statement_text: str, offset: int) -> ParseError:
@@ -121,6 +122,8 @@ def _parse_one(parser: StatementParser, tokens: list[Token], text: str, semicolo
         return parser.parse_statement(statement_text, position_of(text, start))
     except SyntaxIssue as issue:
         raise _error(issue, text, statement_text, end) from None
+    except PrepareIssue as issue:
+        raise StatementError(f"Failed to prepare statement: {issue.detail}", statement_text=statement_text) from None
     except RecursionError:
         raise _too_deep(text, statement_text, start) from None
 

@@ -143,10 +143,13 @@ class BaseParser(Parser):
     def fail(self, *expected: str) -> NoReturn:
         raise mismatched(self.token(), expected)
 
-    def issue(self, detail: str, token: Token | None = None, *, syntax: bool = True) -> NoReturn:
+    def issue(self, detail: str, token: Token | None = None, *, syntax: bool = True,
+              node_location: bool = False) -> NoReturn:
         """A failure at ``token`` (default: the current one); ``syntax`` False for the checks
-        ksqlDB makes while building its AST, whose messages have no "Syntax Error" heading."""
-        raise SyntaxIssue(token if token is not None else self.token(), detail, syntax=syntax)
+        ksqlDB makes while building its AST, whose messages have no "Syntax Error" heading;
+        ``node_location`` for those it makes on a built node (``SyntaxIssue``)."""
+        raise SyntaxIssue(token if token is not None else self.token(), detail, syntax=syntax,
+                          node_location=node_location)
 
     # -- names and numbers ------------------------------------------------------------------------
     def is_name(self) -> bool:

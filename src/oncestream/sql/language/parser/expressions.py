@@ -206,13 +206,15 @@ class ExpressionParser(TypeParser):
                     return mismatched(token, [f"'{wanted}'"])
         return SyntaxIssue(token, f"Syntax error at or near {describe_token(token)}")
 
-    def parse_value_expression(self, *, allow_tuple: bool = False) -> exp.Expression:
+    def parse_value_expression(self, *, allow_tuple: bool = False, operand_only: bool = False) -> exp.Expression:
         """One expression (ksqlDB's ``expression`` rule), names normalised. Raises SyntaxIssue.
         ``allow_tuple``: a parenthesised list ``(a, b)`` is accepted as the whole expression (the
-        ``GROUP BY (a, b)`` form)."""
+        ``GROUP BY (a, b)`` form). ``operand_only``: ksqlDB's ``valueExpression`` (GROUP BY and
+        PARTITION BY items): arithmetic and calls, no comparison or AND/OR outside parentheses,
+        so those stop the expression where ksqlDB's grammar stops it."""
         start = self.token()
         try:
-            tree = self._parse_disjunction()
+            tree = self._parse_bitwise() if operand_only else self._parse_disjunction()
         except SqlglotError as e:
             raise self._issue_from_sqlglot(e) from e
         if not isinstance(tree, exp.Expression):
@@ -296,6 +298,9 @@ def _check_node(node: exp.Expr, start: Token | None) -> None:
         if not (isinstance(parent, exp.Anonymous) and len(parent.expressions) == 1):
             raise SyntaxIssue(start, "'*' is only allowed as a select item or in COUNT(*)")
         return
+    if isinstance(node, exp.In) and not node.expressions and not any(node.args.get(k) for k in ("query", "unnest", "field")):
+        # ksqlDB's grammar: IN '(' expression (',' expression)* ')'
+        raise SyntaxIssue(_position_in(node, start), "An IN list needs at least one value")
     if isinstance(node, exp.Literal) and not node.is_string and number_value(node.this) is None:
         raise SyntaxIssue(_position_in(node, start), f"Syntax error at or near '{node.this}'")
     refused = (

@@ -22,7 +22,7 @@ from sqlglot.tokens import TokenType
 from oncestream.sql.language import sql_ast
 from oncestream.sql.language.parser.base import normalise_name
 from oncestream.sql.language.parser.expressions import ExpressionParser
-from oncestream.sql.language.parser.syntax import unsupported
+from oncestream.sql.language.parser.syntax import PrepareIssue, unsupported
 
 # ksqlDB's window units (its ``windowUnit`` rule, java.util.concurrent.TimeUnit), in milliseconds.
 UNIT_MS: dict[str, int] = {
@@ -91,12 +91,15 @@ class QueryParser(ExpressionParser):
         alias = self.optional_alias()
         return exp.Alias(this=value, alias=alias) if alias is not None else value
 
-    def _expression_list(self) -> tuple[exp.Expression, ...]:
-        """ksqlDB's groupBy/partitionBy: ``e (, e)*`` or ``( [e (, e)*] )``."""
-        first = self.parse_value_expression(allow_tuple=True)
+    def _expression_list(self, clause: str) -> tuple[exp.Expression, ...]:
+        """ksqlDB's groupBy/partitionBy: ``e (, e)*`` or ``( [e (, e)*] )``; the empty ``()`` is
+        grammatical, refused as ksqlDB's GroupBy/PartitionBy nodes refuse it."""
+        if self.is_type(TokenType.L_PAREN) and self._next is not None and self._next.token_type == TokenType.R_PAREN:
+            raise PrepareIssue(f"{clause} requires at least one expression")
+        first = self.parse_value_expression(allow_tuple=True, operand_only=True)
         items = [first]
         while self.accept_type(TokenType.COMMA):
-            items.append(self.parse_value_expression())
+            items.append(self.parse_value_expression(operand_only=True))
         if isinstance(first, exp.Tuple) and len(items) > 1:
             self.issue("a parenthesised list cannot be followed by ','", self.token())
         if len(items) == 1 and isinstance(first, exp.Tuple):
@@ -208,10 +211,10 @@ class QueryParser(ExpressionParser):
         if self.accept("WHERE"):
             select.set("where", exp.Where(this=self.parse_value_expression()))
         if self.accept_type(TokenType.GROUP_BY):
-            select.set("group", exp.Group(expressions=list(self._expression_list())))
+            select.set("group", exp.Group(expressions=list(self._expression_list("GROUP BY"))))
         partition_by: tuple[exp.Expression, ...] = ()
         if self.accept_type(TokenType.PARTITION_BY):
-            partition_by = self._expression_list()
+            partition_by = self._expression_list("PARTITION BY")
         if self.accept("HAVING"):
             select.set("having", exp.Having(this=self.parse_value_expression()))
         emit = sql_ast.Emit.NONE

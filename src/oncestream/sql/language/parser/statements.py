@@ -28,8 +28,11 @@ _SHOW_EXTENDED = frozenset({sql_ast.ShowWhat.STREAMS, sql_ast.ShowWhat.TABLES, s
 # ksqlDB statements outside oncestream's scope: first keyword(s) -> what the error calls them.
 _UNSUPPORTED_STATEMENTS = {
     "PRINT": "PRINT", "PAUSE": "PAUSE", "RESUME": "RESUME",
-    "ASSERT": "ASSERT", "RUN": "RUN SCRIPT",
+    "ASSERT": "ASSERT",
 }
+# ksqlDB's statement grammar has ASSERT [NOT EXISTS] TOPIC | SCHEMA only: its ASSERT VALUES /
+# STREAM / TABLE / NULL VALUES and RUN SCRIPT are statements of its test tool, syntax errors here
+_ASSERT_FOLLOWERS = frozenset({"NOT", "TOPIC", "SCHEMA"})
 
 
 _KEYS_EXPLAINED = ("Tables have PRIMARY KEYs, which are unique and NON NULL.\n"
@@ -93,6 +96,11 @@ class StatementParser(QueryParser):
         if word == "UNDEFINE":
             self._advance()
             return sql_ast.UndefineVariable(text=text, position=position, name=self._variable_name())
+        if word == "ASSERT":
+            after = self._next or self.end_token
+            if after is not None and after.text.upper() not in _ASSERT_FOLLOWERS:
+                where = position_of(self.sql, after.start)
+                raise SyntaxIssue(after, f"Syntax error at or near {_quoted(after)} at line {where.line}:{where.column}")
         if word in _UNSUPPORTED_STATEMENTS:
             raise unsupported(head, f"The {_UNSUPPORTED_STATEMENTS[word]} statement")
         detail = f"Unknown statement {_quoted(head)}"
@@ -174,10 +182,10 @@ class StatementParser(QueryParser):
                 raise unsupported(self.token(), "A HEADERS column")
             if primary and kind is sql_ast.SourceKind.STREAM:
                 self.issue(f"Column `{name}` is a 'PRIMARY KEY' column: please use 'KEY' for streams.\n{_KEYS_EXPLAINED}",
-                           name_token, syntax=False)
+                           name_token, syntax=False, node_location=True)
             if key and not primary and kind is sql_ast.SourceKind.TABLE:
                 self.issue(f"Column `{name}` is a 'KEY' column: please use 'PRIMARY KEY' for tables.\n{_KEYS_EXPLAINED}",
-                           name_token, syntax=False)
+                           name_token, syntax=False, node_location=True)
             columns.append(sql_ast.ColumnDef(name=name, type=column_type, key=key, primary_key=primary))
             if self.accept_type(TokenType.R_PAREN):
                 return tuple(columns)

@@ -20,13 +20,25 @@ STATEMENT_KEYWORDS = ("SELECT", "CREATE", "INSERT", "DESCRIBE", "PRINT", "EXPLAI
 
 class SyntaxIssue(Exception):
     """A syntax error at ``token`` (None: the statement ended too early). ``syntax`` False for
-    valid ksqlDB that oncestream refuses (the message then has no "Syntax Error" heading)."""
+    valid ksqlDB that oncestream refuses (the message then has no "Syntax Error" heading).
+    ``node_location`` True for the checks ksqlDB makes on its built AST nodes, whose messages
+    name the place as ``Line: 1, Col: 21: `` (NodeLocation) rather than ``line 1:21: ``."""
 
-    def __init__(self, token: Token | None, detail: str, *, syntax: bool = True) -> None:
+    def __init__(self, token: Token | None, detail: str, *, syntax: bool = True, node_location: bool = False) -> None:
         super().__init__(detail)
         self.token = token
         self.detail = detail
         self.syntax = syntax
+        self.node_location = node_location
+
+
+class PrepareIssue(Exception):
+    """A check ksqlDB's AstBuilder makes on a grammatical statement, which it reports without a
+    place as ``Failed to prepare statement: <detail>`` (``PARTITION BY ()``)."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail)
+        self.detail = detail
 
 
 def describe_token(token: Token | None) -> str:
