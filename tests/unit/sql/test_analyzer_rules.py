@@ -280,7 +280,8 @@ def test_type_errors_read_as_ksqldb_writes_them(ms: Metastore, sql: str, message
     ("ARRAY[null, STRUCT(x := v, y := id), STRUCT(y := v, z := id)]", "ARRAY<STRUCT<`Y` BIGINT, `Z` BIGINT, `X` INTEGER>>"),
     ("ARRAY[STRUCT(a := STRUCT(b := v)), STRUCT(a := STRUCT(c := name))]",
      "ARRAY<STRUCT<`A` STRUCT<`C` STRING, `B` INTEGER>>>"),
-    ("ARRAY[STRUCT(x := v), STRUCT(x := name)]", "invalid input syntax for type STRUCT<`X` INTEGER>: ARRAY elements must all be of one type"),
+    ("ARRAY[STRUCT(x := v), STRUCT(x := name)]",
+     "invalid input syntax for type STRUCT<`X` INTEGER>: ARRAY elements must all be of one type"),
 ])
 def test_constructor_elements_are_coerced_as_ksqldb_does(ms: Metastore, select: str, expected: str) -> None:
     (s,) = parse(f"SELECT {select} AS X FROM s EMIT CHANGES;")

@@ -8,9 +8,11 @@ import pytest
 from sqlglot import exp
 
 from oncestream.sql.errors import ParseError
+from oncestream.sql.language import sql_ast
 from oncestream.sql.language import types as t
 from oncestream.sql.language.parser import UnknownDataTypeError, parse_expression, sql_type_of, to_data_type
 from oncestream.sql.language.parser.api import parse as parse_statements
+from tests.support.narrow import of_type
 
 
 def test_struct_access_is_dot_with_normalised_field_names() -> None:
@@ -216,7 +218,8 @@ def test_a_name_may_start_with_a_digit(text: str) -> None:
 
 
 def test_a_column_alias_may_start_with_a_digit() -> None:
-    statement = parse_statements("CREATE STREAM O AS SELECT ROUND(V, -1) AS 1R, ROUND(V, -2) AS 2R FROM S;")[0]
+    statement = of_type(parse_statements("CREATE STREAM O AS SELECT ROUND(V, -1) AS 1R, ROUND(V, -2) AS 2R FROM S;")[0],
+                        sql_ast.CreateAsSelect, "statement")
     assert [e.alias for e in statement.query.select.expressions] == ["1R", "2R"]
 
 
