@@ -130,6 +130,13 @@ CASES: list[tuple[str, Any]] = [
     # create_array.json "construct a list from compatible mismatching struct elements"
     ("ARRAY[null, STRUCT(x := C1, y := CAST(ID AS BIGINT) + 39), STRUCT(y := C1, z := ID)]",
      [None, {"X": 1, "Y": 40, "Z": None}, {"X": None, "Y": 1, "Z": 1}]),
+    # in.json: IN over STRUCTs (by field name, a missing field NULL), MAPs (Map.equals) and ARRAYs
+    ("STRUCT(A := C1, B := 2) IN (STRUCT(B := 2, A := 1), STRUCT(A := 5))", True),
+    ("STRUCT(A := C1, B := 2) IN (STRUCT(A := 1, B := 2, C := 4))", False),
+    ("STRUCT(A := C1) IN (STRUCT(A := 5), STRUCT(A := '1'))", True),
+    ("M IN (MAP('x' := 1), MAP('12' := 7, '123' := 3, '1234' := 2))", True),
+    ("M IN (MAP('12' := 7, '123' := 3))", False),
+    ("NUMS IN (ARRAY[3, 6], ARRAY[1])", True), ("NUMS IN (ARRAY[6, 3])", False),
     # math.json exp, ln, log-base-10, log-custom-base: java.lang.Math's values, NaN and -Infinity
     ("EXP(C1)", 2.718281828459045), ("EXP(-3.0)", 0.049787068367863944), ("EXP(C2)", None),
     ("LN(C1 - 2)", "NaN"), ("LN(C1 - 1)", float("-inf")), ("LN(3.0)", 1.0986122886681098), ("LN(C2)", None),

@@ -31,7 +31,7 @@ from oncestream.sql.language.analyzer_functions import (
 )
 from oncestream.sql.language.catalog import SourceInfo
 from oncestream.sql.language.coercion import common_type
-from oncestream.sql.language.in_list_types import first_mismatch
+from oncestream.sql.language.in_list_types import first_mismatch, list_type
 from oncestream.sql.language.parser import typeparse
 from oncestream.sql.language.parser.typeparse import UnknownDataTypeError
 from oncestream.sql.language.types import BaseType, SqlType
@@ -519,7 +519,16 @@ class ExpressionResolver:
             items = [self._resolve(e, clause) for e in node.expressions]
             # ksqlDB coerces IN literals to the tested column's type; the tree gets the coerced literal
             self._check_in_list(this, items, node.expressions, clause)
-            items = [_coerce_in_literal(type_of(this), item) for item in items]
+            common = list_type(type_of(this), items, type_of, _comparable)
+            if common is not None and common.base in (BaseType.ARRAY, BaseType.MAP, BaseType.STRUCT):
+                # one type for Spark's IN: complex values cast (STRUCTs by field name) to the list's
+                this, items = _cast_to(this, common), [_cast_to(item, common) for item in items]
+                if t.holds_map(common):
+                    # Spark's IN cannot compare MAPs: one equality per item, which the compiler
+                    # rewrites as ksqlDB's Map.equals (a NULL side is false, as in IN)
+                    return self._any_equal(this, items)
+            else:
+                items = [_coerce_in_literal(type_of(this), item) for item in items]
             return self._typed(exp.In(this=this, expressions=items), t.BOOLEAN)
         if isinstance(node, exp.Between):
             this = self._resolve(node.this, clause)
@@ -601,6 +610,17 @@ class ExpressionResolver:
         if parts is not None:
             return self._resolve_call(node, parts[0], parts[1], clause)
         raise StatementError(f"Unsupported expression: {ksql_text(node)}")
+
+    def _any_equal(self, this: exp.Expr, items: list[exp.Expr]) -> exp.Expr:
+        """``this = i1 OR this = i2 ...`` (NULL items left out: they never match), typed."""
+        compared = [self._typed(exp.EQ(this=this.copy(), expression=item), t.BOOLEAN)
+                    for item in items if type_of(item) is not None]
+        if not compared:
+            return self._typed(exp.false(), t.BOOLEAN)
+        out = compared[0]
+        for eq in compared[1:]:
+            out = self._typed(exp.Or(this=out, expression=eq), t.BOOLEAN)
+        return out
 
     def _require_boolean(self, resolved: exp.Expr, orig: exp.Expr, clause: str) -> None:
         ty = type_of(resolved)
@@ -736,6 +756,17 @@ def _timestamp_string_as_millis(node: exp.Expr, other: exp.Expr) -> exp.Expr:
 
 # ksqlDB's CodeGenRunner names the clause whose expression failed to compile
 _CODEGEN_HEADING = {"WHERE": "Invalid Predicate: ", "SELECT": "Invalid Select: "}
+
+
+def _cast_to(item: exp.Expr, target: SqlType) -> exp.Expr:
+    """``item`` as a value of ``target`` (a typed CAST the compiler turns into ksqlDB's by-name
+    STRUCT cast); NULL and values already of ``target`` as they are."""
+    ty = type_of(item)
+    if ty is None or ty == target:
+        return item
+    out = exp.Cast(this=item, to=exp.DataType.build(functions.spark_type_name(target), dialect="spark"))
+    out.meta[TYPE_KEY] = target
+    return out
 
 
 def _coerce_in_literal(column: SqlType | None, item: exp.Expr) -> exp.Expr:

@@ -137,6 +137,22 @@ class _Walk:
         return t.struct_of(*fields.items())
 
 
+def list_type(tested: SqlType | None, items: Sequence[exp.Expr],
+              type_of: Callable[[exp.Expr], SqlType | None],
+              comparable: Callable[[SqlType, SqlType], bool]) -> SqlType | None:
+    """The common type of the tested value and every item (None if all are NULL); call it once
+    ``first_mismatch`` found none. The compiler casts complex values to it, so Spark's IN, which
+    wants one type, compares STRUCTs by field name as ksqlDB does (``STRUCT(B := 2, A := 4)``)."""
+    walk = _Walk(type_of, comparable)
+    common = tested
+    for item in items:
+        try:
+            common = walk.common(item, common)
+        except _DoesNotFit:
+            return None
+    return common
+
+
 def first_mismatch(tested: SqlType | None, items: Sequence[exp.Expr],
                    type_of: Callable[[exp.Expr], SqlType | None],
                    comparable: Callable[[SqlType, SqlType], bool]) -> Mismatch | None:

@@ -99,3 +99,15 @@ def struct_of(*fields: tuple[str, SqlType]) -> SqlType:
 
 def decimal(precision: int, scale: int) -> SqlType:
     return SqlType(BaseType.DECIMAL, precision=precision, scale=scale)
+
+
+def holds_map(t: SqlType | None) -> bool:
+    """Whether a value of type ``t`` has a MAP anywhere inside it (Spark cannot compare those:
+    equality and IN over them are rewritten, ``compile.complex_values``)."""
+    if t is None:
+        return False
+    if t.base is BaseType.MAP:
+        return True
+    if t.base is BaseType.STRUCT:
+        return any(holds_map(f.type) for f in t.fields)
+    return holds_map(t.element)

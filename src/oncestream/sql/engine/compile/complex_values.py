@@ -16,7 +16,7 @@ A null value stays null in each.
 from __future__ import annotations
 
 from oncestream.sql.language.function_catalog import spark_type_name
-from oncestream.sql.language.types import BaseType, SqlType
+from oncestream.sql.language.types import BaseType, SqlType, holds_map
 
 _COMPLEX = (BaseType.ARRAY, BaseType.MAP, BaseType.STRUCT)
 
@@ -28,17 +28,6 @@ def _quote(name: str) -> str:
 def _text(value: str) -> str:
     """A Spark SQL string literal."""
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
-def holds_map(t: SqlType | None) -> bool:
-    """Whether a value of type ``t`` has a MAP anywhere inside it."""
-    if t is None:
-        return False
-    if t.base is BaseType.MAP:
-        return True
-    if t.base is BaseType.STRUCT:
-        return any(holds_map(f.type) for f in t.fields)
-    return holds_map(t.element)
 
 
 def map_free(sql: str, t: SqlType, depth: int = 0) -> str:
