@@ -137,6 +137,12 @@ CASES: list[tuple[str, Any]] = [
     ("M IN (MAP('x' := 1), MAP('12' := 7, '123' := 3, '1234' := 2))", True),
     ("M IN (MAP('12' := 7, '123' := 3))", False),
     ("NUMS IN (ARRAY[3, 6], ARRAY[1])", True), ("NUMS IN (ARRAY[6, 3])", False),
+    # "valid expression with narrower type": the INT side widens to BIGINT, never the other way
+    ("ARRAY[-2147483648] IN (ARRAY[CAST(2147483648 AS BIGINT)])", False),
+    ("NUMS IN (TRANSFORM(NUMS, x => CAST(x AS BIGINT) + 4294967296))", False),   # not a constructor
+    ("NUMS IN (TRANSFORM(NUMS, x => CAST(x AS BIGINT)))", True),
+    ("STRUCT(F0 := -2147483648) IN (STRUCT(F0 := CAST(2147483648 AS BIGINT)))", False),
+    ("MAP('a' := -2147483648) IN (MAP('a' := CAST(2147483648 AS BIGINT)))", False),
     # math.json exp, ln, log-base-10, log-custom-base: java.lang.Math's values, NaN and -Infinity
     ("EXP(C1)", 2.718281828459045), ("EXP(-3.0)", 0.049787068367863944), ("EXP(C2)", None),
     ("LN(C1 - 2)", "NaN"), ("LN(C1 - 1)", float("-inf")), ("LN(3.0)", 1.0986122886681098), ("LN(C2)", None),

@@ -72,6 +72,22 @@ def _wider(a: SqlType, b: SqlType) -> SqlType:
     return wider
 
 
+def _widened(common: SqlType, own: SqlType) -> SqlType:
+    """``common`` with the numbers inside a comparable ``own`` widened into it: an ARRAY<INT>
+    tested against an ARRAY<BIGINT> column is compared as ARRAY<BIGINT>, never narrowed."""
+    if functions.is_numeric(common) and functions.is_numeric(own):
+        return _wider(common, own)
+    if common.base is BaseType.ARRAY and own.base is BaseType.ARRAY and common.element and own.element:
+        return t.array_of(_widened(common.element, own.element))
+    if common.base is BaseType.MAP and own.base is BaseType.MAP and common.element and own.element:
+        return t.map_of(common.key or t.STRING, _widened(common.element, own.element))
+    if common.base is BaseType.STRUCT and own.base is BaseType.STRUCT:
+        theirs = {f.name: f.type for f in own.fields}
+        return t.struct_of(*((f.name, _widened(f.type, theirs[f.name]) if f.name in theirs else f.type)
+                             for f in common.fields))
+    return common
+
+
 class _Walk:
     def __init__(self, type_of: Callable[[exp.Expr], SqlType | None],
                  comparable: Callable[[SqlType, SqlType], bool]) -> None:
@@ -112,7 +128,7 @@ class _Walk:
             return _wider(common, own)
         if not self.comparable(common, own):
             raise _DoesNotFit
-        return common
+        return _widened(common, own)
 
     def _elements(self, target: SqlType, items: Sequence[exp.Expr]) -> SqlType:
         common: SqlType | None = target
