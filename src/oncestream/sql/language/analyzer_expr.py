@@ -30,7 +30,7 @@ from oncestream.sql.language.analyzer_functions import (
     resolve_lambda_call,
 )
 from oncestream.sql.language.catalog import SourceInfo
-from oncestream.sql.language.coercion import common_type
+from oncestream.sql.language.coercion import cast_to, common_type
 from oncestream.sql.language.in_list_types import first_mismatch, list_type
 from oncestream.sql.language.parser import typeparse
 from oncestream.sql.language.parser.typeparse import UnknownDataTypeError
@@ -522,7 +522,7 @@ class ExpressionResolver:
             common = list_type(type_of(this), items, type_of, _comparable)
             if common is not None and common.base in (BaseType.ARRAY, BaseType.MAP, BaseType.STRUCT):
                 # one type for Spark's IN: complex values cast (STRUCTs by field name) to the list's
-                this, items = _cast_to(this, common), [_cast_to(item, common) for item in items]
+                this, items = cast_to(this, common), [cast_to(item, common) for item in items]
                 if t.holds_map(common):
                     # Spark's IN cannot compare MAPs: one equality per item, which the compiler
                     # rewrites as ksqlDB's Map.equals (a NULL side is false, as in IN)
@@ -756,17 +756,6 @@ def _timestamp_string_as_millis(node: exp.Expr, other: exp.Expr) -> exp.Expr:
 
 # ksqlDB's CodeGenRunner names the clause whose expression failed to compile
 _CODEGEN_HEADING = {"WHERE": "Invalid Predicate: ", "SELECT": "Invalid Select: "}
-
-
-def _cast_to(item: exp.Expr, target: SqlType) -> exp.Expr:
-    """``item`` as a value of ``target`` (a typed CAST the compiler turns into ksqlDB's by-name
-    STRUCT cast); NULL and values already of ``target`` as they are."""
-    ty = type_of(item)
-    if ty is None or ty == target:
-        return item
-    out = exp.Cast(this=item, to=exp.DataType.build(functions.spark_type_name(target), dialect="spark"))
-    out.meta[TYPE_KEY] = target
-    return out
 
 
 def _coerce_in_literal(column: SqlType | None, item: exp.Expr) -> exp.Expr:

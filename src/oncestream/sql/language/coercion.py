@@ -131,8 +131,19 @@ def coerced(item: exp.Expr, common: SqlType) -> exp.Expr:
     elif common.base is BaseType.STRING and isinstance(item, (exp.Literal, exp.Boolean)):
         out = exp.Literal.string(("true" if item.this else "false") if isinstance(item, exp.Boolean) else str(item.this))
     elif common.base is BaseType.STRUCT and ty.base is BaseType.STRUCT:
-        out = exp.Cast(this=item, to=exp.DataType.build(functions.spark_type_name(common), dialect="spark"))
+        return cast_to(item, common)
     else:
         return item
     out.meta[TYPE_KEY] = common
+    return out
+
+
+def cast_to(item: exp.Expr, target: SqlType) -> exp.Expr:
+    """``item`` as a value of ``target``: a typed CAST, which the compiler turns into ksqlDB's
+    by-name STRUCT cast (``compile.complex_values``); NULL and values already of ``target`` as they are."""
+    ty = _type_of(item)
+    if ty is None or ty == target:
+        return item
+    out = exp.Cast(this=item, to=exp.DataType.build(functions.spark_type_name(target), dialect="spark"))
+    out.meta[TYPE_KEY] = target
     return out
