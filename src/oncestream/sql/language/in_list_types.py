@@ -16,16 +16,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
 
 from sqlglot import exp
 
-from oncestream.sql.errors import StatementError
 from oncestream.sql.language import functions
 from oncestream.sql.language import types as t
+from oncestream.sql.language.coercion import boolean_of_text, numeric_of_text
 from oncestream.sql.language.types import BaseType, SqlType
-
-_BOOLEAN_WORDS = ("true", "false", "yes", "no")
 
 
 @dataclass(frozen=True)
@@ -40,30 +37,6 @@ class Mismatch:
 
 class _DoesNotFit(Exception):
     """An element of a constructor does not fit: the constructor itself is reported."""
-
-
-def _string_number_type(text: str, target: SqlType) -> SqlType:
-    """The common type of a numeric ``target`` and a string literal read as a number
-    (``resolveCommonNumericTypeFromStringLiteral``)."""
-    try:
-        value = Decimal(text.strip())
-    except InvalidOperation:
-        raise StatementError(f'invalid input syntax for type {target.base.value}: "{text}".') from None
-    if not value.is_finite():
-        raise StatementError(f'invalid input syntax for type {target.base.value}: "{text}".')
-    if "." in text or "e" in text.lower():
-        digits = value.as_tuple()
-        scale = max(-int(digits.exponent), 0)
-        source = t.decimal(max(len(digits.digits), scale, 1), scale)
-    elif -(2 ** 31) < value < 2 ** 31 - 1:
-        source = t.INTEGER
-    elif -(2 ** 63) < value < 2 ** 63 - 1:
-        source = t.BIGINT
-    else:
-        source = t.decimal(len(value.as_tuple().digits), 0)
-    if BaseType.DOUBLE in (source.base, target.base):
-        return t.DOUBLE
-    return _wider(source, target)
 
 
 def _wider(a: SqlType, b: SqlType) -> SqlType:
@@ -116,11 +89,9 @@ class _Walk:
             return self._struct(common, node)
         if isinstance(node, exp.Literal) and node.is_string:
             if functions.is_numeric(common):
-                return _string_number_type(str(node.this), common)
+                return numeric_of_text(str(node.this), common)
             if common.base is BaseType.BOOLEAN:
-                lowered = str(node.this).strip().lower()
-                if not lowered or not any(w.startswith(lowered) for w in _BOOLEAN_WORDS):
-                    raise StatementError(f'invalid input syntax for type BOOLEAN: "{node.this}".')
+                boolean_of_text(str(node.this))      # raises ksqlDB's text for a non-boolean word
                 return common
         if common.base is BaseType.STRING and isinstance(node, (exp.Literal, exp.Boolean)):
             return common    # the lax coercion of literals: 10 and true are read as '10' and 'true'
