@@ -31,7 +31,7 @@ from oncestream.sql.language.analyzer_functions import (
 )
 from oncestream.sql.language.catalog import SourceInfo
 from oncestream.sql.language.coercion import cast_to, common_type
-from oncestream.sql.language.in_list_types import first_mismatch, list_type
+from oncestream.sql.language.in_list_types import Mismatch, list_type
 from oncestream.sql.language.parser import typeparse
 from oncestream.sql.language.parser.typeparse import UnknownDataTypeError
 from oncestream.sql.language.types import BaseType, SqlType
@@ -359,19 +359,20 @@ class ExpressionResolver:
         # the parameters of the lambdas being resolved (analyzer_functions), by name
         self.lambda_vars: dict[str, SqlType | None] = {}
 
-    def _check_in_list(self, this: exp.Expr, items: list[exp.Expr], written: list[exp.Expr], clause: str) -> None:
-        """The IN list fits one common type, or the statement is refused as ksqlDB's code
+    def _in_list_type(self, this: exp.Expr, items: list[exp.Expr], written: list[exp.Expr], clause: str) -> SqlType | None:
+        """The IN list's common type (None: all NULL), or the statement is refused as ksqlDB's code
         generation refuses it (``in_list_types``; ``Invalid Predicate: operator does not exist:
         INTEGER = BOOLEAN (true)``)."""
         heading = _CODEGEN_HEADING.get(clause, "")
         try:
-            mismatch = first_mismatch(type_of(this), items, type_of, _comparable)
+            common = list_type(type_of(this), items, type_of, _comparable)
         except StatementError as e:
             raise StatementError(heading + e.message) from None
-        if mismatch is not None:
-            raise StatementError(f"{heading}operator does not exist: {mismatch.common.ksql_name} = "
-                                 f"{mismatch.item_type.ksql_name} ({self._operand_text(written[mismatch.index])})\n"
+        if isinstance(common, Mismatch):
+            raise StatementError(f"{heading}operator does not exist: {common.common.ksql_name} = "
+                                 f"{common.item_type.ksql_name} ({self._operand_text(written[common.index])})\n"
                                  "Hint: You might need to add explicit type casts.")
+        return common
 
     def _operand_text(self, node: exp.Expr) -> str:
         """``node`` (as written) as ksqlDB prints it in a type error: ``ksql_format``'s text,
@@ -518,8 +519,7 @@ class ExpressionResolver:
             this = self._resolve(node.this, clause)
             items = [self._resolve(e, clause) for e in node.expressions]
             # ksqlDB coerces IN literals to the tested column's type; the tree gets the coerced literal
-            self._check_in_list(this, items, node.expressions, clause)
-            common = list_type(type_of(this), items, type_of, _comparable)
+            common = self._in_list_type(this, items, node.expressions, clause)
             if common is not None and common.base in (BaseType.ARRAY, BaseType.MAP, BaseType.STRUCT):
                 # one type for Spark's IN: complex values cast (STRUCTs by field name) to the list's
                 this, items = cast_to(this, common), [cast_to(item, common) for item in items]

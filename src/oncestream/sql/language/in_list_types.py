@@ -1,6 +1,6 @@
 """The common type of an IN list, found as ksqlDB's ``CoercionUtil.coerceUserList`` finds it, so a
 list that does not fit is refused where and as ksqlDB refuses it (pure; the expression resolver
-calls ``first_mismatch``).
+calls ``list_type``).
 
 ksqlDB walks the tested value and then each non-NULL item in order, keeping a running common type
 (the tested value's at first): numbers widen it (INTEGER < BIGINT < DECIMAL < DOUBLE, DECIMALs as
@@ -126,27 +126,13 @@ class _Walk:
 
 def list_type(tested: SqlType | None, items: Sequence[exp.Expr],
               type_of: Callable[[exp.Expr], SqlType | None],
-              comparable: Callable[[SqlType, SqlType], bool]) -> SqlType | None:
-    """The common type of the tested value and every item (None if all are NULL); call it once
-    ``first_mismatch`` found none. The compiler casts complex values to it, so Spark's IN, which
+              comparable: Callable[[SqlType, SqlType], bool]) -> SqlType | Mismatch | None:
+    """The common type of the ``tested`` value's type and every one of ``items`` (the IN list as
+    written, each typed by ``type_of``; None if all are NULL), or the first item that does not fit
+    it (a ``Mismatch``); ``comparable`` says whether two non-constructor types compare. Raises
+    ``StatementError`` for a string literal that does not parse as the number or BOOLEAN it is
+    tested against. The compiler casts complex values to the common type, so Spark's IN, which
     wants one type, compares STRUCTs by field name as ksqlDB does (``STRUCT(B := 2, A := 4)``)."""
-    walk = _Walk(type_of, comparable)
-    common = tested
-    for item in items:
-        try:
-            common = walk.common(item, common)
-        except _DoesNotFit:
-            return None
-    return common
-
-
-def first_mismatch(tested: SqlType | None, items: Sequence[exp.Expr],
-                   type_of: Callable[[exp.Expr], SqlType | None],
-                   comparable: Callable[[SqlType, SqlType], bool]) -> Mismatch | None:
-    """The first of ``items`` (the IN list as written, each typed by ``type_of``) that does not
-    fit the list's common type, starting from the ``tested`` value's type; ``comparable`` says
-    whether two non-constructor types compare. Raises ``StatementError`` for a string literal
-    that does not parse as the number or BOOLEAN it is tested against."""
     walk = _Walk(type_of, comparable)
     common = tested
     for index, item in enumerate(items):
@@ -157,4 +143,4 @@ def first_mismatch(tested: SqlType | None, items: Sequence[exp.Expr],
             own = type_of(item)
             assert own is not None
             return Mismatch(index, common, own)
-    return None
+    return common
