@@ -207,11 +207,9 @@ def thread_cpu_s() -> dict[str, float]:
     out: dict[str, float] = {}
     for tid in os.listdir("/proc/self/task"):
         try:
-            stat = Path(f"/proc/self/task/{tid}/stat").read_text()
+            out[tid] = stat_cpu_s(Path(f"/proc/self/task/{tid}/stat"))
         except FileNotFoundError:  # the thread ended between listdir and read
             continue
-        fields = stat[stat.rindex(")") + 2:].split()
-        out[tid] = (int(fields[11]) + int(fields[12])) / CLOCK_TICKS_PER_S
     return out
 
 
@@ -449,13 +447,18 @@ class RoundResult:
 CLOCK_TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 
 
-def process_cpu_s(pid: int) -> float:
-    """User + system CPU seconds of process ``pid`` (all its threads) from /proc/PID/stat."""
-    stat = Path(f"/proc/{pid}/stat").read_text()
+def stat_cpu_s(stat_path: Path) -> float:
+    """User + system CPU seconds from a /proc stat file (a process's or one thread's)."""
+    stat = stat_path.read_text()
     # Fields after the parenthesised command name (which may hold spaces): utime is the 14th
     # field of the line, stime the 15th, i.e. the 12th and 13th after the closing parenthesis.
     fields = stat[stat.rindex(")") + 2:].split()
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS_PER_S
+
+
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` (all its threads) from /proc/PID/stat."""
+    return stat_cpu_s(Path(f"/proc/{pid}/stat"))
 
 
 def run_round(name: str, round_no: int, record_count: int, value: bytes, work_dir: Path,
