@@ -574,6 +574,23 @@ def test_a_client_that_stops_reading_is_cut_after_the_linger(served: Callable[..
     assert received < written
 
 
+def test_closing_the_listener_ends_a_connection_whose_client_left_and_broker_stays(
+        served: Callable[..., _Served], pki: Pki) -> None:
+    """The pump of a client that closed waits on the pair alone, for the broker to close its end; a
+    shutdown of the TCP socket cannot wake that wait (the CI of stop 36 hung there once, when the
+    pump read the end-of-stream of the listener's own shutdown mid-transfer). Closing the listener
+    must still end it while the broker keeps its end open."""
+    one = served()
+    client = _client(one.port, pki)
+    client.sendall(frame(b"x"))
+    pair_end, _origin = one.connection()
+    _recv_exactly(pair_end, 5)
+    client.close()
+    assert pair_end.recv(1) == b""  # the pump saw the client go and now waits on the broker
+    one.on_loop(one.listener.close)
+    _until(lambda: one.listener.pump_count == 0, "the pump thread ended")
+
+
 def test_closing_the_listener_ends_established_connections(served: Callable[..., _Served], pki: Pki) -> None:
     one = served()
     with _client(one.port, pki) as client:

@@ -158,6 +158,7 @@ class TlsPump:
         self._on_exit = on_exit
         self._byte_pump = byte_pump or default_byte_pump()
         self._mover: BytePump | None = None
+        self._ours: socket.socket | None = None  # our end of the pair, once made
         self._closing = threading.Event()
         self.thread = threading.Thread(target=self._run, name=f"tls-pump {peer}", daemon=True)
 
@@ -166,15 +167,22 @@ class TlsPump:
 
     def abort(self) -> None:
         """Cut the connection from another thread (shutdown): the thread's next socket call
-        fails and it ends, closing both sockets."""
+        fails and it ends, closing both sockets.
+
+        Both sockets are shut, not only the TCP one: a pump that was mid-transfer when the flag
+        was set may read the TCP socket's end-of-stream itself, take it for the client's close and
+        then wait on the pair alone (for the broker to close); the pair's hang-up wakes that wait."""
         self._closing.set()
         mover = self._mover
         if mover is not None:
             mover.abort()
-        try:
-            self.raw.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass  # already closed
+        for sock in (self.raw, self._ours):
+            if sock is None:
+                continue
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass  # already closed
 
     def _run(self) -> None:
         ours: socket.socket | None = None
@@ -183,6 +191,7 @@ class TlsPump:
             if tls is None:
                 return
             ours, theirs = socket.socketpair()
+            self._ours = ours
             for end in (ours, theirs):
                 end.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, _PAIR_BUFFER_BYTES)
                 end.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, _PAIR_BUFFER_BYTES)
