@@ -44,7 +44,7 @@
  * so a client that stopped reading cannot hold the thread past linger_s (the Python pump does not
  * see that close until the client reads). One
  * SSL object is only ever used by the thread in run(): abort() (any thread) only sets a flag, and
- * the caller's shutdown of the TCP socket wakes poll().
+ * the caller's shutdown of both sockets (TCP and pair) wakes poll() whichever of them it waits on.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -631,8 +631,8 @@ static PyObject *pump_get_plaintext_out_bytes(PumpObject *self, void *closure) {
 PyDoc_STRVAR(run_doc, "run() -> str\n\nPump until the connection ends, without the GIL; returns why it ended "
                       "('broker closed', 'client closed', 'linger expired', 'aborted'). Raises OSError or "
                       "MemoryError when the pump itself fails. Runs once.");
-PyDoc_STRVAR(abort_doc, "abort()\n\nAsk a running pump to end (any thread); the caller then shuts the TCP "
-                        "socket down, which wakes it.");
+PyDoc_STRVAR(abort_doc, "abort()\n\nAsk a running pump to end (any thread); the caller then shuts both sockets "
+                        "(TCP and pair) down, which wakes it whichever one it waits on.");
 
 static PyMethodDef pump_methods[] = {
     {"run", (PyCFunction)pump_run, METH_NOARGS, run_doc},
