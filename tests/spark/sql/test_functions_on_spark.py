@@ -149,6 +149,14 @@ CASES: list[tuple[str, Any]] = [
     ("LOG(13)", 2.5649493574615367), ("LOG(-13)", "NaN"),
     ("LOG(15, 13)", 0.9471572411831843), ("LOG(15, 0)", float("-inf")), ("LOG(15, -13)", "NaN"),
     ("LOG(-15, 13)", "NaN"), ("LOG(1, 13)", "NaN"), ("LOG(C2, 13)", None), ("LOG(15, C2)", None),
+    # math.json round: ties go towards positive infinity (Math.round; BigDecimal HALF_UP above zero,
+    # HALF_DOWN below): -1.5 is -1, not Spark's -2
+    ("ROUND(-DBL / 82.304)", -1), ("ROUND(DBL / 82.304)", 2), ("ROUND(-DBL / 82.304, 0)", -1.0),
+    ("ROUND(-1.7)", Decimal("-2")), ("ROUND(-1.5)", Decimal("-1")), ("ROUND(1.5)", Decimal("2")),
+    ("ROUND(-12345.678, 1)", Decimal("-12345.700")), ("ROUND(-0.125, 2)", Decimal("-0.120")),
+    ("ROUND(-DBL, 2)", -123.46), ("ROUND(-DBL / 1000, 2)", -0.12), ("ROUND(-125.0, -1)", Decimal("-120.0")),
+    ("ROUND(CAST(-DBL AS DOUBLE) * 0 - 12345.678, -1)", -12350.0), ("ROUND(-DBL / 82.304, 10)", -1.5),
+    ("ROUND(C2 * 1.5)", None), ("ROUND(C1 - 4)", -3),
     # LPAD/RPAD (string-lpad-rpad, bytes-lpad-rpad): NULL for a negative length or an empty padding
     ("LPAD('foo', 7, 'Bar')", "BarBfoo"), ("RPAD('foo', 5, 'Bar')", "fooBa"), ("LPAD('foo', 2, 'Bar')", "fo"),
     ("LPAD('foo', -1, 'Bar')", None), ("RPAD('foo', -1, 'Bar')", None),

@@ -202,12 +202,22 @@ def _same_type_cast(inner: SparkRule) -> SparkRule:
 
 
 def _round(c: CallSite) -> str:
+    """ksqlDB rounds ties towards positive infinity (``Math.round``; on BigDecimal HALF_UP above
+    zero, HALF_DOWN below): ROUND(-1.5) is -1 where Spark's HALF_UP gives -2. A negative value
+    that lies halfway between its floor and ceiling (at ``n`` places) is sent to the ceiling;
+    every other value rounds as Spark does. On a DOUBLE Spark's floor/ceil/round at ``n`` places
+    all work on the value's shortest decimal form, as ksqlDB's ``BigDecimal.valueOf`` does."""
     ty = c.types[0] if c.types else None
-    if len(c.args) == 1:
-        if ty is not None and ty.base is BaseType.DOUBLE:
-            return f"CAST(round({c.args[0]}) AS BIGINT)"
-        return f"round({c.args[0]})"
-    return f"round({c.args[0]}, {c.args[1]})"
+    x = c.args[0]
+    places = f", {c.args[1]}" if len(c.args) > 1 else ""
+    if ty is not None and ty.base in (BaseType.INTEGER, BaseType.BIGINT):
+        return f"round({x}{places})"  # no fraction, no tie (a negative n rounds as Spark does)
+    ceiling = f"ceil({x}{places})"
+    rounded = (f"CASE WHEN {x} < 0 AND floor({x}{places}) + {ceiling} = 2 * {x} "
+               f"THEN {ceiling} ELSE round({x}{places}) END")
+    if ty is not None and ty.base is BaseType.DOUBLE:
+        return f"CAST({rounded} AS {'DOUBLE' if places else 'BIGINT'})"
+    return rounded
 
 
 def _ceil_floor(spark_name: str) -> SparkRule:
@@ -386,7 +396,8 @@ def _round_type(arg_types: Sequence[SqlType | None]) -> SqlType:
     return a
 
 
-_add("ROUND", 1, 2, _round_type, _round, "Round half up (to n decimal places).", "round(x[, n])")
+_add("ROUND", 1, 2, _round_type, _round, "Round to n decimal places, ties towards positive infinity.",
+     "round(x[, n]), negative ties sent to ceil(x[, n])")
 _add("SQRT", 1, 1, _sig("SQRT", is_numeric, result=D), _call("sqrt"), "Square root.", "sqrt(x)")
 def _java_math(method: str, x: str) -> str:
     """java.lang.Math.<method>(x) as ksqlDB's UDFs call it, for a non-null ``x``: Spark's own
@@ -608,9 +619,11 @@ def _py_round(args: list[Any]) -> Any:
     places = args[1] if len(args) > 1 else 0
     if value is None or places is None:
         return None
-    # ksqlDB rounds half up (away from zero for .5) and ROUND(x) of a DOUBLE is a BIGINT.
+    # ksqlDB rounds ties towards positive infinity (half up above zero, half down below) and
+    # ROUND(x) of a DOUBLE is a BIGINT.
     quantum = decimal.Decimal(1).scaleb(-int(places))
-    rounded = decimal.Decimal(str(value)).quantize(quantum, rounding=decimal.ROUND_HALF_UP)
+    mode = decimal.ROUND_HALF_UP if value > 0 else decimal.ROUND_HALF_DOWN
+    rounded = decimal.Decimal(str(value)).quantize(quantum, rounding=mode)
     if len(args) == 1:
         return int(rounded)
     return float(rounded) if isinstance(value, float) else rounded
