@@ -263,7 +263,9 @@ class Shell:
                 return self._unset(statement)
             if verb == "RUN":
                 return self._run_script(statement)
-            if verb in QUERY_VERBS:
+            if verb == "PRINT":
+                self._print_topic(statement)
+            elif verb in QUERY_VERBS:
                 self._query(statement)
             else:
                 for entity in self.client.ksql(statement, self.properties):
@@ -334,6 +336,19 @@ class Shell:
             self.err.write(f"Cannot read {words[0]}: {exc.strerror or exc}\n")
             return False
         return self.run_text(text)
+
+    def _print_topic(self, statement: str) -> None:
+        """PRINT: the topic's lines as the server writes them, until LIMIT or Ctrl-C, then
+        ksqlDB's CLI's closing line."""
+        lines = self.client.print_topic(statement, self.properties)
+        try:
+            for line in lines:
+                self.print(line)
+        except KeyboardInterrupt:
+            pass
+        finally:
+            lines.close()
+        self.print("Topic printing ceased")
 
     def _query(self, statement: str) -> None:
         """Stream a query's rows as a table until it ends or Ctrl-C (which closes it)."""
