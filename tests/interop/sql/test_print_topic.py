@@ -166,3 +166,18 @@ def test_shell_prints_a_topic_as_ksqldbs_cli_does(shared_spark_node) -> None:
     assert done.stdout.splitlines() == ["Key format: KAFKA_STRING", "Value format: JSON or KAFKA_STRING",
                                         f'rowtime: {ROWTIME}, key: k, value: {{"x":"y"}}, partition: 0',
                                         "Topic printing ceased"]
+
+
+def test_print_interval_below_one_is_refused_and_a_client_leaving_ends_the_print(shared_spark_node) -> None:
+    broker, node = shared_spark_node
+    topic = new_topic(broker.bootstrap)
+    response = httpx.post(node.url + "/query", json={"ksql": f"PRINT '{topic}' INTERVAL 0;"}, timeout=TIMEOUT_S)
+    assert response.status_code == 400
+    assert response.json()["message"] == "INTERVAL must be greater than one, but was: 0"
+    produce(broker.bootstrap, topic, [(b"k", b"v", 0)])
+    # No LIMIT: the print runs until the client goes; the node then serves the next one.
+    with httpx.stream("POST", node.url + "/query", json={"ksql": f"PRINT '{topic}' FROM BEGINNING;"},
+                      timeout=TIMEOUT_S) as endless:
+        lines = (line for line in endless.iter_lines() if line)    # without the keep-alive newlines
+        assert [next(lines) for _ in range(3)][-1] == f"rowtime: {ROWTIME}, key: k, value: v, partition: 0"
+    assert print_lines(node.url, f"PRINT '{topic}' FROM BEGINNING LIMIT 1;")[-1].endswith("value: v, partition: 0")

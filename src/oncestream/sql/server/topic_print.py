@@ -16,7 +16,7 @@ from oncestream.client import OFFSET_BEGINNING, TIMESTAMP_NOT_AVAILABLE, Admin, 
 from oncestream.sql.engine.record_formatter import NO_TIMESTAMP, PrintedRecord
 from oncestream.sql.engine.topic_print_stream import TopicPrintStream
 from oncestream.sql.engine.topic_printer import TopicPrinter
-from oncestream.sql.errors import BadRequestError, StatementError
+from oncestream.sql.errors import BadRequestError, KsqlError, StatementError
 from oncestream.sql.language import sql_ast
 
 POLL_S = 0.5               # one poll's wait: how soon a closed PRINT lets its consumer go
@@ -59,15 +59,20 @@ class TopicReader:
             raise
 
     def poll(self) -> list[PrintedRecord]:
+        """One poll's records. A consumer error ends the PRINT with its text as the last line
+        (ksqlDB writes the exception's message), hence a ``KsqlError``."""
         with self._lock:
             if self._closed:
                 return []
-            messages = self._consumer.consume(MAX_RECORDS_PER_POLL, POLL_S)
+            try:
+                messages = self._consumer.consume(MAX_RECORDS_PER_POLL, POLL_S)
+            except KafkaException as exc:
+                raise KsqlError(str(exc)) from exc
         out = []
         for message in messages:
             error = message.error()
             if error is not None:
-                raise KafkaException(error)
+                raise KsqlError(str(KafkaException(error)))
             kind, timestamp_ms = message.timestamp()
             out.append(PrintedRecord(timestamp_ms=NO_TIMESTAMP if kind == TIMESTAMP_NOT_AVAILABLE else timestamp_ms,
                                      key=message.key(), value=message.value(), partition=message.partition()))
@@ -84,10 +89,14 @@ def start_print(statement: sql_ast.PrintTopic, admin: Admin, client_conf: Mappin
                 query_stream: bool) -> TopicPrintStream:
     """Start ``statement`` (blocking: call it from a worker thread). ``query_stream``: the
     /query-stream flavour (record lines only, its own missing-topic error)."""
-    printer = TopicPrinter(interval=statement.interval, limit=statement.limit, format_lines=not query_stream)
-    topics = admin.list_topics(timeout=30, include_internal=True)
-    if statement.topic not in topics:
-        raise missing_topic_error(statement.topic, topics, query_stream=query_stream)
-    partitions = len(admin.describe_topics([statement.topic], timeout=30)[statement.topic].partitions)
-    reader = TopicReader(client_conf, statement.topic, partitions, from_beginning=statement.from_beginning)
+    try:
+        topics = admin.list_topics(timeout=30, include_internal=True)
+        if statement.topic not in topics:
+            raise missing_topic_error(statement.topic, topics, query_stream=query_stream)
+        # After the topic check, as ksqlDB refuses a bad INTERVAL only once it found the topic.
+        printer = TopicPrinter(interval=statement.interval, limit=statement.limit, format_lines=not query_stream)
+        partitions = len(admin.describe_topics([statement.topic], timeout=30)[statement.topic].partitions)
+        reader = TopicReader(client_conf, statement.topic, partitions, from_beginning=statement.from_beginning)
+    except (KafkaException, TimeoutError) as exc:
+        raise KsqlError(f"Could not read topic '{statement.topic}': {exc}") from exc
     return TopicPrintStream(printer, reader.poll, reader.close)
