@@ -409,7 +409,8 @@ class Shell:
 
 HELP = """\
 Statements end with ';' and may span lines. Queries (SELECT ... EMIT CHANGES) stream until their
-LIMIT or Ctrl-C. SET 'property'='value'; and UNSET 'property'; change the properties sent with
+LIMIT or Ctrl-C, as does PRINT 'topic' [FROM BEGINNING] [INTERVAL n] [LIMIT n]; (a topic's
+records). SET 'property'='value'; and UNSET 'property'; change the properties sent with
 every request. DEFINE name = 'value'; defines a variable, used as ${name} in later statements
 (UNDEFINE name;, SHOW VARIABLES;). RUN SCRIPT 'file.sql'; runs the statements of a file. exit or quit (or Ctrl-D)
 leaves the shell."""
