@@ -178,7 +178,6 @@ def test_syntax_error_positions_and_messages(text: str, column: int, detail: str
 
 
 @pytest.mark.parametrize(("text", "what"), [
-    ("PRINT 'topic' FROM BEGINNING;", "The PRINT statement"),
     ("SHOW CONNECTORS;", "SHOW CONNECTORS"),
     ("SHOW ALL TOPICS;", "SHOW ALL TOPICS"),
     ("ALTER SYSTEM 'a' = 'b';", "ALTER SYSTEM"),

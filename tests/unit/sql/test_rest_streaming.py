@@ -319,7 +319,8 @@ def test_client_leaving_a_fast_stream_closes_it_without_errors(protocol: str, ca
     queries: list[FloodQuery] = []
 
     class Flooding(MemoryEngine):
-        async def start_query(self, sql: str, properties: Mapping[str, Any]) -> FloodQuery:  # type: ignore[override]
+        async def start_query(self, sql: str, properties: Mapping[str, Any], *,  # type: ignore[override]
+                              query_stream: bool = False) -> FloodQuery:
             queries.append(FloodQuery())
             return queries[-1]
 

@@ -127,7 +127,7 @@ class MemoryEngine:
                              "commandStatus": status, "commandSequenceNumber": len(self.executed), "warnings": []})
         return entities
 
-    async def start_query(self, sql: str, properties: Mapping[str, Any]) -> MemoryQuery:
+    async def start_query(self, sql: str, properties: Mapping[str, Any], *, query_stream: bool = False) -> MemoryQuery:
         self.query_properties.append(dict(properties))
         words = sql.replace(";", " ").split()
         upper = [w.upper() for w in words]

@@ -86,9 +86,12 @@ class SqlEngine(Protocol):
         ``KsqlError`` with the entities of the statements before it in ``entities``."""
         ...
 
-    async def start_query(self, sql: str, properties: Mapping[str, Any]) -> QueryStream:
-        """Start a push query (``SELECT ... EMIT CHANGES``) or run a pull query. ``properties`` are
-        the request's ``streamsProperties`` / ``properties`` (``auto.offset.reset`` honoured)."""
+    async def start_query(self, sql: str, properties: Mapping[str, Any], *, query_stream: bool = False) -> QueryStream:
+        """Start a push query (``SELECT ... EMIT CHANGES``), run a pull query, or start a PRINT
+        (a ``topic_print_stream.TopicPrintStream``, whose rows are text lines). ``properties`` are
+        the request's ``streamsProperties`` / ``properties`` (``auto.offset.reset`` honoured);
+        ``query_stream``: asked on /query-stream, whose PRINT differs from /query's (no format
+        lines, its own missing-topic error), as ksqlDB's two endpoints do."""
         ...
 
     async def close_query(self, query_id: str) -> bool:

@@ -178,6 +178,18 @@ class Terminate(Statement):
     query_id: str | None
 
 
+@dataclass(frozen=True)
+class PrintTopic(Statement):
+    """``PRINT topic [FROM BEGINNING] [INTERVAL|SAMPLE n] [LIMIT n]``: the topic's records as text
+    lines, streamed by the query endpoints. ``topic`` keeps its case (ksqlDB looks the name up
+    case-sensitively); ``interval`` prints every n-th record (1: all); ``limit`` None: no limit."""
+
+    topic: str
+    from_beginning: bool
+    interval: int = 1
+    limit: int | None = None
+
+
 class ShowWhat(Enum):
     STREAMS = "STREAMS"
     TABLES = "TABLES"

@@ -190,8 +190,8 @@ class Node:
                       command_sequence_number: int | None = None) -> list[dict[str, Any]]:
         return await self._statements.execute(ksql, streams_properties, command_sequence_number, session_variables)
 
-    async def start_query(self, sql: str, properties: Mapping[str, Any]) -> QueryStream:
-        return await self._queries.start_query(sql, properties)
+    async def start_query(self, sql: str, properties: Mapping[str, Any], *, query_stream: bool = False) -> QueryStream:
+        return await self._queries.start_query(sql, properties, query_stream=query_stream)
 
     async def close_query(self, query_id: str) -> bool:
         return await self._queries.close_query(query_id)

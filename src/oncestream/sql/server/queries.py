@@ -1,5 +1,6 @@
 """The queries a node serves itself, outside the command topic: push queries (``SELECT ... EMIT
-CHANGES``, run on the runtime), pull queries (answered from this node's materialized tables) and
+CHANGES``, run on the runtime), pull queries (answered from this node's materialized tables),
+PRINT (the topic read by this node: ``topic_print``) and
 inserts (``INSERT INTO ... VALUES``, ``/inserts-stream``: written directly, as ksqlDB does)."""
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from oncestream.sql.language.analyzer import analyze_query
 from oncestream.sql.language.parser import parse
 from oncestream.sql.server.node_context import NodeContext
 from oncestream.sql.server.placement import host_port
+from oncestream.sql.server.topic_print import start_print
 
 MAX_OFFSET_LAG_CONFIG = "ksql.query.pull.max.allowed.offset.lag"
 
@@ -39,10 +41,12 @@ class QueryService:
         self._push: dict[str, QueryStream] = {}
         self._push_lock = threading.Lock()
 
-    async def start_query(self, sql: str, properties: Mapping[str, Any]) -> QueryStream:
-        """Run a pull query or start a push query (``SqlEngine.start_query``)."""
+    async def start_query(self, sql: str, properties: Mapping[str, Any], *, query_stream: bool = False) -> QueryStream:
+        """Run a pull query, start a push query or a PRINT (``SqlEngine.start_query``)."""
         self._context.check_ready()
         statements = parse(sql, self._context.snapshot().custom_types())   # CAST(x AS <CREATE TYPE name>)
+        if len(statements) == 1 and isinstance(statements[0], sql_ast.PrintTopic):
+            return await self._print(statements[0], query_stream=query_stream)
         if len(statements) != 1 or not isinstance(statements[0], sql_ast.QueryStatement):
             raise StatementError("The /query endpoint only runs a single SELECT statement",
                                  statement_text=statements[0].text if statements else sql)
@@ -68,6 +72,17 @@ class QueryService:
                 del self._push[finished]
             self._push[stream.query_id] = stream
         return stream
+
+    async def _print(self, statement: sql_ast.PrintTopic, *, query_stream: bool) -> QueryStream:
+        """PRINT: not registered with the push queries (nothing runs on Spark; the REST layer
+        closes it when the client goes)."""
+        try:
+            return await asyncio.to_thread(start_print, statement, self._context.admin, self._context.settings.client_conf,
+                                           query_stream=query_stream)
+        except KsqlError as exc:
+            if exc.statement_text is None:
+                exc.statement_text = statement.text
+            raise
 
     def _max_offset_lag(self, properties: Mapping[str, Any]) -> int | None:
         """``ksql.query.pull.max.allowed.offset.lag``: the request's, else the node's ``--config``;

@@ -263,7 +263,9 @@ class Shell:
                 return self._unset(statement)
             if verb == "RUN":
                 return self._run_script(statement)
-            if verb in QUERY_VERBS:
+            if verb == "PRINT":
+                self._print_topic(statement)
+            elif verb in QUERY_VERBS:
                 self._query(statement)
             else:
                 for entity in self.client.ksql(statement, self.properties):
@@ -335,6 +337,19 @@ class Shell:
             return False
         return self.run_text(text)
 
+    def _print_topic(self, statement: str) -> None:
+        """PRINT: the topic's lines as the server writes them, until LIMIT or Ctrl-C, then
+        ksqlDB's CLI's closing line."""
+        lines = self.client.print_topic(statement, self.properties)
+        try:
+            for line in lines:
+                self.print(line)
+        except KeyboardInterrupt:
+            pass
+        finally:
+            lines.close()
+        self.print("Topic printing ceased")
+
     def _query(self, statement: str) -> None:
         """Stream a query's rows as a table until it ends or Ctrl-C (which closes it)."""
         result = self.client.query(statement, self.properties)
@@ -394,7 +409,8 @@ class Shell:
 
 HELP = """\
 Statements end with ';' and may span lines. Queries (SELECT ... EMIT CHANGES) stream until their
-LIMIT or Ctrl-C. SET 'property'='value'; and UNSET 'property'; change the properties sent with
+LIMIT or Ctrl-C, as does PRINT 'topic' [FROM BEGINNING] [INTERVAL n] [LIMIT n]; (a topic's
+records). SET 'property'='value'; and UNSET 'property'; change the properties sent with
 every request. DEFINE name = 'value'; defines a variable, used as ${name} in later statements
 (UNDEFINE name;, SHOW VARIABLES;). RUN SCRIPT 'file.sql'; runs the statements of a file. exit or quit (or Ctrl-D)
 leaves the shell."""

@@ -102,7 +102,7 @@ class StatementExecutor:
         if isinstance(statement, sql_ast.InsertValues):
             self._queries.insert_values(statement)
             return None
-        if isinstance(statement, sql_ast.QueryStatement):
+        if isinstance(statement, sql_ast.QueryStatement | sql_ast.PrintTopic):
             raise KsqlError("The following statement types should be issued to the websocket endpoint '/query':\n"
                             "\t* PRINT\n\t* SELECT", error_code=QUERY_ENDPOINT, statement_text=statement.text)
         return self._local.answer(statement, properties)

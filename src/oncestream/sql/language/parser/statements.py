@@ -4,8 +4,8 @@ handled by ``api``), producing the ``ast`` dataclasses.
 Statement families (see docs/sql-reference.md for the full grammar and examples):
 SELECT, CREATE [OR REPLACE] [SOURCE] STREAM|TABLE, CREATE ... AS SELECT, INSERT INTO ... SELECT,
 INSERT INTO ... VALUES, DROP, TERMINATE, SHOW|LIST, DESCRIBE, EXPLAIN, SET, UNSET, DEFINE, UNDEFINE, CREATE / DROP TYPE,
-ALTER STREAM|TABLE ... ADD COLUMN. ksqlDB
-statements that oncestream does not implement (PRINT, connectors...) are
+ALTER STREAM|TABLE ... ADD COLUMN, PRINT. ksqlDB
+statements that oncestream does not implement (PAUSE, RESUME, connectors...) are
 refused with a syntax error that says so.
 """
 
@@ -27,7 +27,7 @@ _SHOW_EXTENDED = frozenset({sql_ast.ShowWhat.STREAMS, sql_ast.ShowWhat.TABLES, s
 
 # ksqlDB statements outside oncestream's scope: first keyword(s) -> what the error calls them.
 _UNSUPPORTED_STATEMENTS = {
-    "PRINT": "PRINT", "PAUSE": "PAUSE", "RESUME": "RESUME",
+    "PAUSE": "PAUSE", "RESUME": "RESUME",
     "ASSERT": "ASSERT",
 }
 # ksqlDB's statement grammar has ASSERT [NOT EXISTS] TOPIC | SCHEMA only: its ASSERT VALUES /
@@ -88,6 +88,8 @@ class StatementParser(QueryParser):
             return sql_ast.UnsetProperty(text=text, position=position, name=self.string())
         if word == "ALTER":
             return self._alter(text, position)
+        if word == "PRINT":
+            return self._print(text, position)
         if word == "DEFINE":
             self._advance()
             name = self._variable_name()
@@ -108,6 +110,35 @@ class StatementParser(QueryParser):
         if close:
             detail += f"\nDid you mean '{close[0]}'?"
         raise SyntaxIssue(head, detail)
+
+    def _print(self, text: str, position: sql_ast.Position) -> sql_ast.PrintTopic:
+        """``PRINT (identifier | STRING) (FROM BEGINNING)? ((INTERVAL | SAMPLE) n)? (LIMIT n)?``
+        (ksqlDB's printTopic). The topic name keeps its case even unquoted: ksqlDB's AstBuilder
+        reads it case-sensitively, as Kafka topic names are."""
+        self.expect("PRINT")
+        if self.is_type(TokenType.STRING):
+            topic = self.string()
+        else:
+            topic = self.name_token().text
+        from_beginning = self.accept("FROM")
+        if from_beginning:
+            self.expect("BEGINNING")
+        interval = self._print_number("INTERVAL") if self.accept("INTERVAL") or self.accept("SAMPLE") else None
+        limit = self._print_number("LIMIT") if self.accept("LIMIT") else None
+        return sql_ast.PrintTopic(text=text, position=position, topic=topic, from_beginning=from_beginning,
+                                  interval=1 if interval is None else interval, limit=limit)
+
+    def _print_number(self, clause: str) -> int:
+        """ksqlDB's ``number`` rule then its processIntegerNumber: a decimal parses but is refused."""
+        token = self.token()
+        negative = self._match(TokenType.DASH)
+        if not self.is_type(TokenType.NUMBER):
+            self.fail("a number")
+        self._advance()
+        digits = self._prev.text
+        if not (digits.isascii() and digits.isdigit()):
+            self.issue(f"Value must be integer for command: {clause}", token, syntax=False)
+        return -int(digits) if negative else int(digits)
 
     def _alter(self, text: str, position: sql_ast.Position) -> sql_ast.Statement:
         """``ALTER STREAM|TABLE name ADD [COLUMN] col type (, ADD [COLUMN] col type)*``."""

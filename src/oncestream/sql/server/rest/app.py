@@ -10,6 +10,10 @@ returns in ksqlDB's framing (``oncestream.sql.server.rest.framing``). Errors rai
 ``KsqlError`` are answered as ``to_entity()`` with ``http_status``; anything else is a 500 with
 ksqlDB's generic message, the traceback going to the log only.
 
+PRINT comes back from the engine as a ``TopicPrintStream`` and is written as ksqlDB writes it: text
+lines (``framing.PrintLineWriter``) on /query, the same without format lines on /query-stream
+(delimited only).
+
 Streaming queries end at LIMIT, when the engine's stream ends (``/close-query``), when the client
 goes away (ASGI ``http.disconnect``: the query is closed at once, freeing its Spark query), or when
 the server shuts down (``close_streams``).
@@ -31,6 +35,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from oncestream.sql.engine.interface import QueryStream, SqlEngine
+from oncestream.sql.engine.topic_print_stream import TopicPrintStream
 from oncestream.sql.errors import BAD_REQUEST, NOT_FOUND, SERVER_ERROR, KsqlError
 from oncestream.sql.language.parser import substitute_variables
 from oncestream.sql.language.parser.variables import VARIABLE_SUBSTITUTION_ENABLE, SessionVariables
@@ -202,7 +207,9 @@ class KsqlRestApp:
         sql = _with_variables(_required_text(request, "ksql"), properties, _object_field(request, "sessionVariables"))
         stream = await self._start(sql, properties)
         writer: RowWriter
-        if content_type == DELIMITED:
+        if isinstance(stream, TopicPrintStream):
+            writer = framing.PrintLineWriter(media_type=content_type, heartbeat=b"\n")
+        elif content_type == DELIMITED:
             writer = framing.DelimitedWriter()
         else:
             writer = framing.LegacyQueryWriter(is_pull=stream.is_pull, media_type=content_type)
@@ -213,9 +220,15 @@ class KsqlRestApp:
         request = parse_json_object(await read_body(scope, receive, self.max_body_bytes))
         properties = _object_field(request, "properties")
         sql = _with_variables(_required_text(request, "sql"), properties, _object_field(request, "sessionVariables"))
-        stream = await self._start(sql, properties)
+        stream = await self._start(sql, properties, query_stream=True)
         writer: RowWriter
-        if content_type == KSQL_V1_JSON:
+        if isinstance(stream, TopicPrintStream):
+            if content_type != DELIMITED:
+                # ksqlDB's QueryStreamHandler: PRINT is written in the delimited format only.
+                await stream.close()
+                raise NotAcceptableError(f"PRINT is only written as {DELIMITED}")
+            writer = framing.PrintLineWriter(media_type=DELIMITED)
+        elif content_type == KSQL_V1_JSON:
             writer = framing.StreamedRowWriter(is_pull=stream.is_pull)
         elif content_type == JSON:
             writer = framing.JsonArrayWriter()
@@ -223,10 +236,10 @@ class KsqlRestApp:
             writer = framing.DelimitedWriter()
         await self._stream(stream, writer, receive, response)
 
-    async def _start(self, sql: str, properties: dict[str, Any]) -> QueryStream:
+    async def _start(self, sql: str, properties: dict[str, Any], *, query_stream: bool = False) -> QueryStream:
         if self._closing:
             raise KsqlError("The server is shutting down", error_code=50302)
-        return await self.engine.start_query(sql, properties)
+        return await self.engine.start_query(sql, properties, query_stream=query_stream)
 
     async def _stream(self, stream: QueryStream, writer: RowWriter, receive: RequestReader, response: Response) -> None:
         """Write ``stream`` until it ends or the client goes away; the query is closed either way."""

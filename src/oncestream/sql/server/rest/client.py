@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Generator, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 
 KSQL_V1_JSON = "application/vnd.ksql.v1+json"
+JSON = "application/json"
 
 DEFAULT_TIMEOUT_S = 60.0
 CLOSE_QUERY_TIMEOUT_S = 10.0  # a best-effort close (RestClient.close_query)
@@ -153,6 +154,22 @@ class RestClient:
             raise ServerError(f"Unreadable query header: {exc}", status=response.status_code) from None
         columns = [QueryColumn(*_split_column(c)) for c in _split_schema(header.get("schema") or "")]
         return QueryResult(str(header.get("queryId")), columns, items, response, self)
+
+    def print_topic(self, statement: str, properties: Mapping[str, Any] | None = None) -> Generator[str, None, None]:
+        """Run a PRINT on ``/query`` (as ksqlDB's CLI does) and yield its text lines as they come,
+        without the empty keep-alive lines; closing the iterator closes the request."""
+        request = self._http.build_request("POST", "/query", headers={"Accept": JSON},
+                                           json={"ksql": statement, "streamsProperties": dict(properties or {})})
+        response = self._http.send(request, stream=True)
+        try:
+            if response.status_code != 200:
+                response.read()
+                self._json(response)
+            for line in response.iter_lines():
+                if line:
+                    yield line
+        finally:
+            response.close()
 
     def close_query(self, query_id: str) -> bool:
         """Ask the server to close a push query (``POST /close-query``). Bounded by

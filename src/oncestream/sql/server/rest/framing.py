@@ -203,6 +203,29 @@ class DelimitedWriter:
         return b""
 
 
+@dataclass
+class PrintLineWriter:
+    """PRINT's output on /query (TopicStreamWriter) and /query-stream (PrintSubscriber): each row
+    is one text line (``[line]``), no header or trailer. On /query a lone newline goes out while
+    no record comes (ksqlDB writes one at each empty poll) and a failure is its message on a line
+    of its own; /query-stream writes neither."""
+
+    media_type: str
+    heartbeat: bytes | None = None
+
+    def start(self, query_id: str, columns: list[ColumnHeader]) -> bytes:
+        return b""
+
+    def row(self, values: list[Any]) -> bytes:
+        return str(values[0]).encode("utf-8") + b"\n"
+
+    def error(self, entity: dict[str, Any]) -> bytes:
+        return str(entity.get("message", "")).encode("utf-8") + b"\n"
+
+    def end(self, *, limit_reached: bool, completed: bool) -> bytes:
+        return b""
+
+
 # --- /inserts-stream --------------------------------------------------------------------------------
 
 
