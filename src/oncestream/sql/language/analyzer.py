@@ -118,7 +118,7 @@ class AnalyzedQuery:
 
     def schema_text(self) -> str:
         """ksqlDB's schema string: ```ID` INTEGER KEY, `NAME` STRING``."""
-        return ", ".join(f"`{c.name}` {c.type.ksql_name}{' KEY' if c.is_key else ''}" for c in self.columns)
+        return ", ".join(c.schema_text for c in self.columns)
 
 
 _NUMBERED = re.compile(r"^(?P<name>.*?)(?:_(?P<number>\d+))?$")
@@ -571,6 +571,8 @@ class _Analysis(JoinRules, AggregateRules):
         if info.window is not None:
             cols += [(b, t.BIGINT) for b in WINDOW_BOUNDS]
         cols += [(c.name, c.type) for c in info.value_columns]
+        # then the header columns (ksqlDB's source schema puts them after the value columns)
+        cols += [(c.name, c.type) for c in info.header_columns]
         for name, ty in cols:
             node = column_ref(name, alias, ty)
             out.append((f"{alias}_{name}" if is_join else name, node, node))
