@@ -112,7 +112,8 @@ def test_a_query_selecting_header_columns_writes_them_as_value_columns() -> None
     # SELECT *: key, value columns, then header columns (ksqlDB's source schema order)
     assert [(c.name, c.namespace) for c in out1.columns] == [
         ("K", Namespace.KEY), ("V", Namespace.VALUE), ("H2", Namespace.VALUE), ("H", Namespace.VALUE)]
-    assert out1.column("H") is not None and present(out1.column("H"), "H").type == t.HEADERS_TYPE
+    assert out1.column("H") is not None
+    assert present(out1.column("H"), "H").type == t.HEADERS_TYPE
     out2 = source(ms, "OUT2")
     assert [(c.name, c.namespace, c.type) for c in out2.columns] == [
         ("K", Namespace.KEY, t.STRING), ("A", Namespace.VALUE, t.BYTES), ("N", Namespace.VALUE, t.INTEGER)]
@@ -152,7 +153,8 @@ def test_describe_marks_header_columns_as_ksqldb_fieldinfo_does() -> None:
     assert "type" not in fields["V"]
     entity = entities.source_description_entity(ms, source(ms, "S1"), "DESCRIBE s1;")
     h = next(f for f in entity["sourceDescription"]["fields"] if f["name"] == "H")
-    assert h["type"] == "HEADER" and "headerKey" not in h
+    assert h["type"] == "HEADER"
+    assert "headerKey" not in h
     assert h["schema"]["memberSchema"]["fields"][0]["name"] == "KEY"
     shown = render_entity(entity)
     assert "(headers)" in shown

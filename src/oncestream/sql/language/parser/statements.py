@@ -20,7 +20,6 @@ from sqlglot.tokens import TokenType
 from oncestream.sql.language import sql_ast
 from oncestream.sql.language.parser.base import position_of
 from oncestream.sql.language.parser.query import QueryParser
-from oncestream.sql.language.types import BYTES, HEADERS_TYPE, SqlType
 from oncestream.sql.language.parser.syntax import (
     STATEMENT_KEYWORDS,
     PrepareIssue,
@@ -28,6 +27,7 @@ from oncestream.sql.language.parser.syntax import (
     mismatched,
     unsupported,
 )
+from oncestream.sql.language.types import BYTES, HEADERS_TYPE, SqlType
 
 _SHOW_WHAT = {w.value: w for w in sql_ast.ShowWhat}
 _SHOW_EXTENDED = frozenset({sql_ast.ShowWhat.STREAMS, sql_ast.ShowWhat.TABLES, sql_ast.ShowWhat.QUERIES, sql_ast.ShowWhat.TOPICS})
