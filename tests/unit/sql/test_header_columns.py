@@ -170,3 +170,15 @@ def test_pull_queries_refuse_header_columns_the_store_does_not_keep() -> None:
     with pytest.raises(StatementError, match=r"don't support header columns \(A\)"):
         validate_plan(PullPlan(outputs), tb)
     validate_plan(PullPlan(outputs[:2]), tb)
+
+
+def test_select_star_partition_by_keeps_header_columns_as_values() -> None:
+    ms = metastore(HEADERS_SOURCE, "CREATE STREAM out AS SELECT * FROM s1 PARTITION BY v;")
+    assert [(c.name, c.namespace) for c in source(ms, "OUT").columns] == [
+        ("V", Namespace.KEY), ("H2", Namespace.VALUE), ("H", Namespace.VALUE), ("K", Namespace.VALUE)]
+
+
+def test_the_metastore_dump_compared_across_nodes_names_the_header_key() -> None:
+    columns = next(s for s in metastore(HEADER_SOURCE).describe_all()["sources"] if s["name"] == "S2")["columns"]
+    assert columns[2] == ["A", "BYTES", "HEADERS", "abc"]
+    assert columns[1] == ["V", "BIGINT", "VALUE"]
