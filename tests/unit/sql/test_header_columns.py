@@ -5,6 +5,8 @@ column of its output."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from oncestream.sql.engine.insert_values import insert_target
@@ -182,3 +184,15 @@ def test_the_metastore_dump_compared_across_nodes_names_the_header_key() -> None
     columns = next(s for s in metastore(HEADER_SOURCE).describe_all()["sources"] if s["name"] == "S2")["columns"]
     assert columns[2] == ["A", "BYTES", "HEADERS", "abc"]
     assert columns[1] == ["V", "BIGINT", "VALUE"]
+
+
+def test_header_columns_can_be_disabled_for_new_statements_only() -> None:
+    """ksql.headers.columns.enabled=false (ksqlDB's FeatureFlagChecker) refuses a new CREATE with
+    header columns; one already in the command topic is applied as it was."""
+    ms = Metastore()
+    (stmt,) = parse(HEADER_SOURCE)
+    with pytest.raises(StatementError, match=r"^Cannot create Stream because schema with headers columns is disabled\.$"):
+        ms.validate(stmt, {"ksql.headers.columns.enabled": "false"}, TOPICS)
+    command = ms.validate(stmt, {}, TOPICS)
+    ms.apply(dataclasses.replace(command, streams_properties={"ksql.headers.columns.enabled": "false"}), 0)
+    assert source(ms, "S2").header_columns

@@ -176,6 +176,7 @@ def _timestamp_column(props: Mapping[str, Any], columns: tuple[Column, ...]) -> 
 
 
 WRAP_SINGLE_VALUES_CONFIG = "ksql.persistence.wrap.single.values"
+HEADERS_COLUMNS_CONFIG = "ksql.headers.columns.enabled"   # false: CREATE refuses HEADERS/HEADER columns
 # The value wrappings each format supports (ksqlDB's Format.supportedFeatures): True WRAP_SINGLES,
 # False UNWRAP_SINGLES; KAFKA and DELIMITED never wrap, PROTOBUF always does, NONE has no value.
 _WRAPPINGS: dict[Format, tuple[bool, ...]] = {
@@ -341,6 +342,8 @@ class StatementPlanner:
         # the request's properties (the command's streamsProperties when applying): the defaults
         # statements take from them, ksql.persistence.wrap.single.values for one
         self._config_wrap = default_wrap(properties)
+        self._headers_enabled = _bool_setting((properties or {}).get(HEADERS_COLUMNS_CONFIG),
+                                              HEADERS_COLUMNS_CONFIG) is not False
 
     def _registry_schema(self, fmt: Format, topic: str, props: Mapping[str, Any], key: bool,
                          plan: Mapping[str, Any] | None, recorded: dict[str, Any]) -> dict[str, Any] | None:
@@ -532,6 +535,10 @@ class StatementPlanner:
         if existing is not None and stmt.if_not_exists:
             return StatementPlan(stmt, dict(plan or {}), noop_message=f"Cannot add {_lower_kind(stmt.kind)} `{stmt.name}`: "
                          f"A {_lower_kind(existing.kind)} with the same name already exists.")
+        if plan is None and not self._headers_enabled and any(cd.headers for cd in stmt.columns):
+            # ksqlDB's FeatureFlagChecker: new statements only; those already in the command topic still run
+            raise StatementError(f"Cannot create {stmt.kind.value.capitalize()} because schema with headers columns is "
+                                 "disabled.")
         props = stmt.properties
         topic = _prop(props, "KAFKA_TOPIC")
         if topic is None:
