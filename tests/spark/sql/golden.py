@@ -174,7 +174,8 @@ def ddl(sql: str) -> SourceInfo:
     statement = of_type(parsed, sql_ast.CreateSource, sql)
     props = {k.upper(): v for k, v in statement.properties.items()}
     fmt = props.get("FORMAT")
-    columns = tuple(Column(c.name, c.type, Namespace.KEY if c.key else Namespace.VALUE) for c in statement.columns)
+    columns = tuple(Column(c.name, c.type, Namespace.HEADERS, header_key=c.header_key) if c.headers
+                    else Column(c.name, c.type, Namespace.KEY if c.key else Namespace.VALUE) for c in statement.columns)
     key_format = Format(str(props.get("KEY_FORMAT", fmt or "KAFKA")).upper())
     if not any(c.is_key for c in columns):
         key_format = Format.NONE

@@ -62,9 +62,10 @@ def test_runner_reports_pass_fail_expected_errors_and_out_of_scope(sql_spark, eo
 
 
 def test_input_producer_writes_a_record_without_key_and_value_in_order(eos_broker):
-    """ksqlDB's cases have inputs with neither key nor value (a keyless stream's null value),
-    which kafka-python refuses: the runner writes them with confluent-kafka, between the records
-    before and after them; read back with confluent-kafka."""
+    """ksqlDB's cases have inputs with neither key nor value (a keyless stream's null value) and
+    headers without a value (headers.json), which kafka-python refuses: the runner writes them
+    with confluent-kafka, between the records before and after them; read back with
+    confluent-kafka."""
     from confluent_kafka import Consumer, TopicPartition
 
     from oncestream.sql.conformance.case_runner import InputProducer
@@ -74,8 +75,12 @@ def test_input_producer_writes_a_record_without_key_and_value_in_order(eos_broke
     create_topics(eos_broker.bootstrap, topic)
     producer = InputProducer(eos_broker.bootstrap)
     errors: list[str] = []
-    for key, value, ts in [(b"k", b"1", 1000), (None, None, 2000), (None, b"3", 3000)]:
-        producer.produce(topic, key, value, ts, None, errors)
+    Headers = list[tuple[str, str | bytes | None]] | None
+    records: list[tuple[bytes | None, bytes | None, int, Headers]] = [
+        (b"k", b"1", 1000, None), (None, None, 2000, None), (b"h", b"2", 2500, [("a", None), ("b", b"x")]),
+        (None, b"3", 3000, [("c", b"y")])]
+    for key, value, ts, headers in records:
+        producer.produce(topic, key, value, ts, headers, errors)
     assert producer.flush(30)
     assert not errors
     consumer = Consumer({"bootstrap.servers": eos_broker.bootstrap, "group.id": unique("check"),
@@ -86,9 +91,10 @@ def test_input_producer_writes_a_record_without_key_and_value_in_order(eos_broke
         for _ in range(60):
             msg = consumer.poll(1.0)
             if msg is not None and msg.error() is None:
-                got.append((msg.key(), msg.value(), msg.timestamp()[1]))
-            if len(got) == 3:
+                got.append((msg.key(), msg.value(), msg.timestamp()[1], msg.headers()))
+            if len(got) == 4:
                 break
     finally:
         consumer.close()
-    assert got == [(b"k", b"1", 1000), (None, None, 2000), (None, b"3", 3000)]
+    assert got == [(b"k", b"1", 1000, None), (None, None, 2000, None), (b"h", b"2", 2500, [("a", None), ("b", b"x")]),
+                   (None, b"3", 3000, [("c", b"y")])]

@@ -187,7 +187,6 @@ def test_syntax_error_positions_and_messages(text: str, column: int, detail: str
     ("SELECT (SELECT 1) FROM s;", "A sub-query"),
     ("SELECT * FROM a, b;", "A comma-separated FROM list (use JOIN ... ON)"),
     ("SELECT * FROM a CROSS JOIN b;", "CROSS JOIN"),
-    ("CREATE STREAM s (a INT HEADERS) WITH (kafka_topic='s');", "A HEADERS column"),
     ("SELECT s->* FROM t;", "Selecting all fields of a struct (->*)"),
     ("RESUME q1;", "The RESUME statement"),
     ("PAUSE q1;", "The PAUSE statement"),

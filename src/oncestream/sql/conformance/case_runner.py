@@ -110,12 +110,13 @@ class InputProducer:
     it is used when installed; otherwise confluent-kafka, and timestamp-0 inputs get the produce
     time (their windows and output timestamps then differ from ksqlDB's). kafka-python refuses a
     record with neither key nor value (ksqlDB's cases have such inputs: a keyless stream's null
-    value): that one is written by confluent-kafka, in order (kafka-python's queue flushed before,
-    confluent-kafka's after), with the produce time if its timestamp is 0. Thread-safe."""
+    value) and a header without a value (headers.json has them): those are written by
+    confluent-kafka, in order (kafka-python's queue flushed before, confluent-kafka's after), with
+    the produce time if its timestamp is 0. Thread-safe."""
 
     def __init__(self, bootstrap: str) -> None:
         self._bootstrap = bootstrap
-        self._empty_records: Any = None     # confluent-kafka, for records without key and value
+        self._empty_records: Any = None     # confluent-kafka, for the records kafka-python refuses
         self._order = threading.Lock()
         try:
             from kafka import KafkaProducer
@@ -133,8 +134,9 @@ class InputProducer:
     def produce(self, topic: str, key: bytes | None, value: bytes | None, timestamp_ms: int,
                 headers: list[tuple[str, str | bytes | None]] | None, errors: list[str]) -> None:
         """Queue one record; a delivery failure is appended to ``errors``."""
-        if self._kafka_python is not None and key is None and value is None:
-            self._produce_empty(topic, timestamp_ms, headers, errors)
+        if self._kafka_python is not None and ((key is None and value is None)
+                                               or any(v is None for _k, v in headers or ())):
+            self._produce_refused(topic, key, value, timestamp_ms, headers, errors)
             return
         if self._kafka_python is not None:
             future = self._kafka_python.send(topic, value=value, key=key, headers=headers, timestamp_ms=timestamp_ms)
@@ -153,8 +155,9 @@ class InputProducer:
 
         return delivered
 
-    def _produce_empty(self, topic: str, timestamp_ms: int, headers: list[tuple[str, str | bytes | None]] | None,
-                       errors: list[str]) -> None:
+    def _produce_refused(self, topic: str, key: bytes | None, value: bytes | None, timestamp_ms: int,
+                         headers: list[tuple[str, str | bytes | None]] | None, errors: list[str]) -> None:
+        """A record kafka-python refuses, written by confluent-kafka after kafka-python's queue."""
         from confluent_kafka import Producer
 
         with self._order:
@@ -162,10 +165,11 @@ class InputProducer:
                 self._empty_records = Producer({"bootstrap.servers": self._bootstrap, "enable.idempotence": True,
                                                 "log_level": 2})
             self._kafka_python.flush(CLIENT_TIMEOUT_S)
-            self._empty_records.produce(topic, key=None, value=None, timestamp=timestamp_ms, headers=headers,
+            self._empty_records.produce(topic, key=key, value=value, timestamp=timestamp_ms, headers=headers,
                                         on_delivery=self._on_delivery(errors))
             if self._empty_records.flush(CLIENT_TIMEOUT_S) != 0:
-                errors.append(f"a record without key and value to {topic} not acknowledged")
+                errors.append(f"a record kafka-python refuses (no key and value, or a valueless header) to {topic} "
+                              "not acknowledged")
 
     def flush(self, timeout_s: float) -> bool:
         """Whether every queued record was acknowledged within ``timeout_s``."""

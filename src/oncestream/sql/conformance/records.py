@@ -97,12 +97,12 @@ def kafka_value(data: bytes, sql_type: SqlType | None) -> Any:
 
 
 def _key_type(source: SourceInfo) -> SqlType | None:
-    keys = [c for c in source.columns if c.is_key]
+    keys = source.key_columns
     return keys[0].type if len(keys) == 1 else None
 
 
 def _value_type(source: SourceInfo) -> SqlType | None:
-    values = [c for c in source.columns if not c.is_key]
+    values = source.value_columns
     return values[0].type if len(values) == 1 else None
 
 

@@ -85,12 +85,19 @@ def name_alternatives(name: str, sources: Iterable[SourceInfo]) -> str:
 def insert_target(statement: sql_ast.InsertValues, source: SourceInfo | None, sources: Iterable[SourceInfo]) -> SourceInfo:
     """The stream or table ``INSERT INTO ... VALUES`` writes to (``source``: the one named, if
     any), refused as ksqlDB's ``InsertValuesExecutor`` refuses it: unknown (with ``sources``'
-    names that differ only in case), or a read-only source (``CREATE SOURCE STREAM/TABLE``)."""
+    names that differ only in case), a read-only source (``CREATE SOURCE STREAM/TABLE``), or
+    values for its header columns (all of them when no columns are named)."""
     if source is None:
         raise StatementError(f"Cannot insert values into an unknown stream/table: `{statement.target}`"
                              + name_alternatives(statement.target, sources), statement_text=statement.text)
     if source.read_only:
         raise StatementError(f"Cannot insert values into read-only {source.kind.value.lower()}: {source.name}",
+                             statement_text=statement.text)
+    # header columns are read from records' headers, never written (InsertValuesExecutor.validateInsert)
+    named = source.header_columns if statement.columns is None else \
+        [c for c in source.header_columns if c.name in statement.columns]
+    if named:
+        raise StatementError("Cannot insert into HEADER columns: " + ", ".join(c.name for c in named),
                              statement_text=statement.text)
     return source
 

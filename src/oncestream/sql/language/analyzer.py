@@ -118,7 +118,7 @@ class AnalyzedQuery:
 
     def schema_text(self) -> str:
         """ksqlDB's schema string: ```ID` INTEGER KEY, `NAME` STRING``."""
-        return ", ".join(f"`{c.name}` {c.type.ksql_name}{' KEY' if c.is_key else ''}" for c in self.columns)
+        return ", ".join(c.schema_text for c in self.columns)
 
 
 _NUMBERED = re.compile(r"^(?P<name>.*?)(?:_(?P<number>\d+))?$")
@@ -533,7 +533,7 @@ class _Analysis(JoinRules, AggregateRules):
     def _star_repartitioned(self, partition_by: tuple[exp.Expr, ...]) -> list[tuple[str, exp.Expr, exp.Expr]]:
         """``SELECT *`` after ``PARTITION BY``, as ksqlDB lays the repartitioned schema out: the
         new key columns (named after the column or struct field, else ``KSQL_COL_<n>``), the
-        value columns not moved into the key, then the old key columns."""
+        value and header columns not moved into the key, then the old key columns."""
         gen = _AliasGenerator(self.scope_sources)
         alias = next(iter(self.scope_sources))
         info = self.scope_sources[alias]
@@ -548,7 +548,7 @@ class _Analysis(JoinRules, AggregateRules):
             else:
                 name = gen.ksql_col()
             out.append((name, p, p))
-        for col in (*info.value_columns, *info.key_columns):
+        for col in (*info.value_columns, *info.header_columns, *info.key_columns):
             if col.name not in moved:
                 node = column_ref(col.name, alias, col.type)
                 out.append((col.name, node, node))
@@ -571,6 +571,8 @@ class _Analysis(JoinRules, AggregateRules):
         if info.window is not None:
             cols += [(b, t.BIGINT) for b in WINDOW_BOUNDS]
         cols += [(c.name, c.type) for c in info.value_columns]
+        # then the header columns (ksqlDB's source schema puts them after the value columns)
+        cols += [(c.name, c.type) for c in info.header_columns]
         for name, ty in cols:
             node = column_ref(name, alias, ty)
             out.append((f"{alias}_{name}" if is_join else name, node, node))

@@ -32,19 +32,42 @@ class Format(Enum):
 class Namespace(Enum):
     KEY = "KEY"
     VALUE = "VALUE"
+    HEADERS = "HEADERS"   # HEADERS / HEADER('k') columns: read from the record's headers, never written
 
 
 @dataclass(frozen=True)
 class Column:
-    """A column of a source. Key columns come first in ksqlDB's DESCRIBE output."""
+    """A column of a source. Key columns come first in ksqlDB's DESCRIBE output. A header column
+    (namespace HEADERS) is neither key nor value: ``header_key`` None holds all the record's
+    headers (HEADERS), else the last header with that key (HEADER('k'))."""
 
     name: str
     type: SqlType
     namespace: Namespace = Namespace.VALUE
+    header_key: str | None = None
 
     @property
     def is_key(self) -> bool:
         return self.namespace is Namespace.KEY
+
+    @property
+    def is_header(self) -> bool:
+        return self.namespace is Namespace.HEADERS
+
+    @property
+    def is_value(self) -> bool:
+        return self.namespace is Namespace.VALUE
+
+    @property
+    def schema_text(self) -> str:
+        """The column as ksqlDB's schema strings write it (Column.toString):
+        ```ID` INTEGER KEY``, ```H` BYTES HEADER('k')``, ```V` BIGINT``."""
+        suffix = ""
+        if self.is_key:
+            suffix = " KEY"
+        elif self.is_header:
+            suffix = " HEADERS" if self.header_key is None else f" HEADER('{self.header_key}')"
+        return f"`{self.name}` {self.type.ksql_name}{suffix}"
 
 
 # Pseudo columns every source has (ksqlDB's SystemColumns); never stored in the value.
@@ -64,7 +87,7 @@ class SourceInfo:
     topic: str
     key_format: Format
     value_format: Format
-    columns: tuple[Column, ...]             # key columns first, then value columns, declared order
+    columns: tuple[Column, ...]             # key columns first, then value and header columns, declared order
     statement: str                          # the statement that created it (DESCRIBE EXTENDED shows it)
     partitions: int = 1
     replicas: int = 1
@@ -93,7 +116,12 @@ class SourceInfo:
 
     @property
     def value_columns(self) -> tuple[Column, ...]:
-        return tuple(c for c in self.columns if not c.is_key)
+        """The columns of the record's value (neither key nor header columns)."""
+        return tuple(c for c in self.columns if c.is_value)
+
+    @property
+    def header_columns(self) -> tuple[Column, ...]:
+        return tuple(c for c in self.columns if c.is_header)
 
     def column(self, name: str) -> Column | None:
         return next((c for c in self.columns if c.name == name), None)

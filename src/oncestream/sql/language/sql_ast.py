@@ -60,6 +60,8 @@ class ColumnDef:
     type: SqlType
     key: bool = False           # KEY (stream) or PRIMARY KEY (table)
     primary_key: bool = False   # written as PRIMARY KEY (only legal on tables)
+    headers: bool = False       # HEADERS or HEADER('k'): read from the record's headers, never written
+    header_key: str | None = None   # HEADER('k'): the last header with key k; None with HEADERS (all of them)
 
 
 @dataclass(frozen=True)

@@ -176,6 +176,7 @@ def _timestamp_column(props: Mapping[str, Any], columns: tuple[Column, ...]) -> 
 
 
 WRAP_SINGLE_VALUES_CONFIG = "ksql.persistence.wrap.single.values"
+HEADERS_COLUMNS_CONFIG = "ksql.headers.columns.enabled"   # false: CREATE refuses HEADERS/HEADER columns
 # The value wrappings each format supports (ksqlDB's Format.supportedFeatures): True WRAP_SINGLES,
 # False UNWRAP_SINGLES; KAFKA and DELIMITED never wrap, PROTOBUF always does, NONE has no value.
 _WRAPPINGS: dict[Format, tuple[bool, ...]] = {
@@ -341,6 +342,8 @@ class StatementPlanner:
         # the request's properties (the command's streamsProperties when applying): the defaults
         # statements take from them, ksql.persistence.wrap.single.values for one
         self._config_wrap = default_wrap(properties)
+        self._headers_enabled = _bool_setting((properties or {}).get(HEADERS_COLUMNS_CONFIG),
+                                              HEADERS_COLUMNS_CONFIG) is not False
 
     def _registry_schema(self, fmt: Format, topic: str, props: Mapping[str, Any], key: bool,
                          plan: Mapping[str, Any] | None, recorded: dict[str, Any]) -> dict[str, Any] | None:
@@ -532,6 +535,10 @@ class StatementPlanner:
         if existing is not None and stmt.if_not_exists:
             return StatementPlan(stmt, dict(plan or {}), noop_message=f"Cannot add {_lower_kind(stmt.kind)} `{stmt.name}`: "
                          f"A {_lower_kind(existing.kind)} with the same name already exists.")
+        if plan is None and not self._headers_enabled and any(cd.headers for cd in stmt.columns):
+            # ksqlDB's FeatureFlagChecker: new statements only; those already in the command topic still run
+            raise StatementError(f"Cannot create {stmt.kind.value.capitalize()} because schema with headers columns is "
+                                 "disabled.")
         props = stmt.properties
         topic = _prop(props, "KAFKA_TOPIC")
         if topic is None:
@@ -564,7 +571,7 @@ class StatementPlanner:
                     entry["type"], entry["schema"], key=True, descriptor=entry.get("descriptor"),
                     dependencies=entry.get("dependencies"), original_names=key_schema_id is not None,
                     full_name=key_name, unwrapped=key_format is not Format.PROTOBUF)]
-        if value_format in REGISTRY_FORMATS and not any(not (cd.key or cd.primary_key) for cd in declared):
+        if value_format in REGISTRY_FORMATS and not any(not (cd.key or cd.primary_key or cd.headers) for cd in declared):
             entry = self._registry_schema(value_format, topic, props, False, plan, recorded)
             if entry is not None:
                 value_schema_id = entry["id"] if _prop(props, "VALUE_SCHEMA_ID") is not None else None
@@ -594,23 +601,27 @@ class StatementPlanner:
                 raise StatementError(f"Column `{cd.name}` is a 'KEY' column: please use 'PRIMARY KEY' for tables.\nTables have "
                                      "PRIMARY KEYs, which are unique and NON NULL.\nStreams have KEYs, which have no uniqueness "
                                      "or NON NULL constraints.")
-            columns.append(Column(cd.name, cd.type, Namespace.KEY if (cd.key or cd.primary_key) else Namespace.VALUE))
+            if cd.headers:
+                columns.append(_header_column(cd, columns))
+            else:
+                columns.append(Column(cd.name, cd.type, Namespace.KEY if (cd.key or cd.primary_key) else Namespace.VALUE))
         ordered = tuple([c for c in columns if c.is_key] + [c for c in columns if not c.is_key])
+        values = tuple(c for c in ordered if c.is_value)
         keys = tuple(c for c in ordered if c.is_key)
         for k in keys:
             no_map_key(column_ref(k.name, None, k.type))
         if stmt.kind is SourceKind.TABLE and not keys:
             raise StatementError("Tables require a PRIMARY KEY. Please define the PRIMARY KEY.")
         _check_kafka_format(key_format, keys, "KEY_FORMAT")
-        _check_kafka_format(value_format, tuple(c for c in ordered if not c.is_key), "VALUE_FORMAT")
+        _check_kafka_format(value_format, values, "VALUE_FORMAT")
         if plan is None:
             # ksqlDB registers declared columns' schema when the subject has none: Avro's names checked then
-            for key, fmt, side in ((True, key_format, keys), (False, value_format, tuple(c for c in ordered if not c.is_key))):
+            for key, fmt, side in ((True, key_format, keys), (False, value_format, values)):
                 declared_side = bool(side) and side[0] not in inferred   # a side is all inferred or all declared
                 if fmt is Format.AVRO and declared_side and self._no_schema(topic, key):
                     check_avro_names(side, key=key, full_name=key_name if key else value_name)
         ts_col, ts_fmt = _timestamp_column(props, ordered)
-        unwrapped = value_unwrapped(props, value_format, tuple(c for c in ordered if not c.is_key), self._config_wrap)
+        unwrapped = value_unwrapped(props, value_format, values, self._config_wrap)
         partitions = _int_prop(props, "PARTITIONS")
         replicas = _int_prop(props, "REPLICAS")
         window = _window_of(props)
@@ -637,8 +648,8 @@ class StatementPlanner:
               and existing.key_format is new.key_format and existing.value_format is new.value_format
               and existing.window == new.window)
         if not ok:
-            old_schema = ", ".join(f"`{c.name}` {c.type.ksql_name}{' KEY' if c.is_key else ''}" for c in existing.columns)
-            new_schema = ", ".join(f"`{c.name}` {c.type.ksql_name}{' KEY' if c.is_key else ''}" for c in new.columns)
+            old_schema = ", ".join(c.schema_text for c in existing.columns)
+            new_schema = ", ".join(c.schema_text for c in new.columns)
             raise StatementError(f"Cannot upgrade data source: DataSource '`{existing.name}`' has schema = {old_schema} which "
                                  f"is not upgradeable to {new_schema}. (only adding value columns at the end, with the same "
                                  "topic, formats and key, is compatible)")
@@ -719,6 +730,8 @@ class StatementPlanner:
             raise StatementError(f"Source `{stmt.target}` does not exist.")
         if target.kind is not SourceKind.STREAM:
             raise StatementError(f"INSERT INTO can only be used to insert into a stream. {stmt.target} is a table.")
+        if target.header_columns:   # header columns are read-only: nothing could write them
+            raise StatementError(f"Cannot insert into {stmt.target} because it has header columns")
         if target.read_only:
             raise StatementError(f"Cannot insert into read-only stream: {stmt.target}")
         analyzed = analyze_query(stmt.query, self._sources, sink=stmt.target)
@@ -726,7 +739,7 @@ class StatementPlanner:
             raise StatementError(f"INSERT INTO can only be used to insert into a stream. The query produces a "
                                  f"{analyzed.result_kind.value.lower()}.")
         result_schema = analyzed.schema_text()
-        sink_schema = ", ".join(f"`{c.name}` {c.type.ksql_name}{' KEY' if c.is_key else ''}" for c in target.columns)
+        sink_schema = ", ".join(c.schema_text for c in target.columns)
         if result_schema != sink_schema:
             raise StatementError(f"Incompatible schema between results and sink.\nResult schema is {result_schema}\n"
                                  f"Sink schema is {sink_schema}")
@@ -783,3 +796,13 @@ class StatementPlanner:
             return False
         sink = self._sources.get(info.sink)
         return sink is not None and sink.created_by == query_id
+
+
+def _header_column(cd: sql_ast.ColumnDef, earlier: list[Column]) -> Column:
+    """The column of a ``HEADERS`` / ``HEADER('k')`` definition, with ksqlDB's schema rules
+    (LogicalSchema.Builder): no header column after a HEADERS column, one HEADER column per key."""
+    if any(c.is_header and c.header_key is None for c in earlier):
+        raise StatementError("Schema already contains a HEADERS column.")
+    if cd.header_key is not None and any(c.is_header and c.header_key == cd.header_key for c in earlier):
+        raise StatementError(f"Schema already contains a HEADER('{cd.header_key}') column.")
+    return Column(cd.name, cd.type, Namespace.HEADERS, header_key=cd.header_key)

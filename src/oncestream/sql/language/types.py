@@ -97,6 +97,10 @@ def struct_of(*fields: tuple[str, SqlType]) -> SqlType:
     return SqlType(BaseType.STRUCT, fields=tuple(StructField(n, t) for n, t in fields))
 
 
+# The type of a HEADERS column (ksqlDB's SystemColumns.HEADERS_TYPE): every header of a record, in order.
+HEADERS_TYPE = array_of(struct_of(("KEY", STRING), ("VALUE", BYTES)))
+
+
 def decimal(precision: int, scale: int) -> SqlType:
     return SqlType(BaseType.DECIMAL, precision=precision, scale=scale)
 

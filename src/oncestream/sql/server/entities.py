@@ -50,10 +50,15 @@ def schema_info(ty: SqlType) -> dict[str, Any]:
 
 
 def field_info(col: Column) -> dict[str, Any]:
-    """ksqlDB's ``FieldInfo``: ``type`` is ``"KEY"`` for key columns and absent otherwise."""
+    """ksqlDB's ``FieldInfo``: ``type`` is ``"KEY"`` for key columns, ``"HEADER"`` for header
+    columns (with ``headerKey`` for HEADER('k')) and absent otherwise."""
     out: dict[str, Any] = {"name": col.name, "schema": schema_info(col.type)}
     if col.is_key:
         out["type"] = "KEY"
+    elif col.is_header:
+        out["type"] = "HEADER"
+        if col.header_key is not None:
+            out["headerKey"] = col.header_key
     return out
 
 

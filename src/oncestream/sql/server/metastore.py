@@ -176,7 +176,8 @@ class Metastore:
             "sources": [
                 {"name": s.name, "type": s.kind.value, "topic": s.topic, "keyFormat": s.key_format.value,
                  "valueFormat": s.value_format.value, "partitions": s.partitions, "replicas": s.replicas,
-                 "columns": [[c.name, c.type.ksql_name, c.namespace.value] for c in s.columns],
+                 "columns": [[c.name, c.type.ksql_name, c.namespace.value, *([c.header_key] if c.is_header else [])]
+                             for c in s.columns],
                  "timestamp": s.timestamp_column, "timestampFormat": s.timestamp_format,
                  "window": None if s.window is None else [s.window.kind.value, s.window.size_ms, s.window.advance_ms],
                  "readOnly": s.read_only, "createdBy": s.created_by, "statement": s.statement,

@@ -107,6 +107,9 @@ def _fields_rows(fields: list[dict[str, Any]]) -> list[list[str]]:
         type_ = schema.get("type", "") if isinstance(schema, dict) else str(schema)
         if f.get("type") == "KEY":
             type_ += " (key)"
+        elif f.get("type") == "HEADER":   # ksqlDB's CLI: the header key, or all of them
+            key = f.get("headerKey")
+            type_ = f"{type_:<16} " + ("(headers)" if key is None else f"(header('{key}'))")
         rows.append([f.get("name", ""), type_])
     return rows
 

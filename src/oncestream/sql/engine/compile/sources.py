@@ -4,8 +4,10 @@
 The frame of one source holds its key columns, value columns, ``ROWTIME`` (BIGINT ms: the record
 timestamp, or the ``TIMESTAMP`` column), ``ROWPARTITION``, ``ROWOFFSET``, a windowed source's
 ``WINDOWSTART``/``WINDOWEND``, ``__TS`` (ROWTIME as a Spark timestamp, for windows and watermarks)
-and ``__TOMBSTONE`` (the record's value is null) and ``__RAWKEY`` (the record key's bytes, written
-through unchanged when the output key is the source key in the same layout). Records with a null
+and ``__TOMBSTONE`` (the record's value is null), the source's header columns (HEADERS,
+HEADER('k'): from the connector's ``headers``, read only when there are some) and ``__RAWKEY``
+(the record key's bytes, written through unchanged when the output key is the source key in the
+same layout). Records with a null
 value are kept: a table's delete its key; a stream's go on as ksqlDB's null rows, which most
 operators drop (``without_null_values``; compile/null_values.py has ksqlDB's rules). Records whose
 ROWTIME is negative or null are dropped, as Kafka Streams drops them.
@@ -24,7 +26,7 @@ from oncestream.sql.engine.serde import layout_of
 from oncestream.sql.errors import StatementError
 from oncestream.sql.language.catalog import ROWOFFSET, ROWPARTITION, ROWTIME, SourceInfo
 from oncestream.sql.language.sql_ast import SourceKind
-from oncestream.sql.language.types import BaseType
+from oncestream.sql.language.types import HEADERS_TYPE, BaseType
 
 TS = "__TS"
 TOMBSTONE = serde_columns.TOMBSTONE
@@ -86,20 +88,36 @@ def _rowtime(source: SourceInfo) -> F.Column:
     return timestamp_ms(F.col(f"`{column}`"), spec.type.base, source.timestamp_format)
 
 
+def header_column(header_key: str | None, headers: F.Column | None = None) -> F.Column:
+    """A header column from the connector's ``headers`` (array of struct key, value; null when the
+    record has none): ``header_key`` None gives them all in order as ksqlDB's HEADERS type (an
+    empty array for none); else the value of the last header with that key (Kafka's
+    ``Headers.lastHeader``, as ksqlDB reads HEADER('k')), null when there is none."""
+    raw = F.col("headers") if headers is None else headers
+    if header_key is None:
+        all_type = serde_columns.spark_type(HEADERS_TYPE)
+        return F.coalesce(raw.cast(all_type), F.array().cast(all_type))
+    matching = F.filter(raw, lambda h: h["key"] == F.lit(header_key))
+    return F.try_element_at(matching, F.lit(-1))["value"]
+
+
 def read_source(spark: SparkSession, source: SourceInfo, settings: ReadSettings, prefix: str | None = None) -> DataFrame:
     """The streaming frame of ``source`` (see the module docstring); with ``prefix`` every column
     is named ``<prefix>__<column>`` (the sides of a join)."""
     reader = spark.readStream.format("oncestream")
     for key, value in kafka_options(settings.bootstrap_servers, settings.client_properties).items():
         reader = reader.option(key, value)
+    # the connector's headers column only when a header column reads it (it costs a list per record)
+    with_headers = bool(source.header_columns)
     reader = (reader.option("subscribe", source.topic).option("startingOffsets", settings.starting_offsets)
-              .option("includeHeaders", "false"))
+              .option("includeHeaders", "true" if with_headers else "false"))
     if settings.max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", str(settings.max_offsets_per_trigger))
     raw = reader.load()
     layout = layout_of(source)
     decoded = raw.select(*serde_columns.decode_key(layout, F.col("key")),
                          *serde_columns.decode_value(layout, F.col("value")),
+                         *[header_column(c.header_key).alias(c.name) for c in source.header_columns],
                          F.col("timestamp"), F.col("partition").alias(ROWPARTITION), F.col("offset").alias(ROWOFFSET),
                          F.col("key").alias(RAW_KEY))
     frame = decoded.withColumn(ROWTIME, _rowtime(source)).drop("timestamp").withColumn(TS, F.timestamp_millis(F.col(ROWTIME)))

@@ -72,6 +72,11 @@ def validate_plan(plan: PullPlan, source: SourceInfo) -> None:
         if ROWTIME in names and source.column(ROWTIME) is None:
             # The store keeps the changelog's keys and values, not the record timestamps.
             raise pull_error("Pull queries here don't support ROWTIME: materialized tables keep keys and values only.")
+        headers = sorted({n for n in names if (c := source.column(n)) is not None and c.is_header})
+        if headers:
+            # The store keeps the changelog's keys and values, not the records' headers.
+            raise pull_error(f"Pull queries here don't support header columns ({', '.join(headers)}): "
+                             "materialized tables keep keys and values only.")
         if source.window is None:
             windowed = sorted({n for n in names if n in (WINDOWSTART, WINDOWEND) and source.column(n) is None})
             if windowed:
@@ -154,11 +159,12 @@ def run_plan(plan: PullPlan, source: SourceInfo, reader: Any) -> tuple[list[Colu
 
 def star_outputs(source: SourceInfo) -> list[OutputColumn]:
     """``SELECT *`` of a table as ksqlDB's pull queries answer it: key columns, then
-    ``WINDOWSTART``/``WINDOWEND`` for a windowed table, then the value columns."""
+    ``WINDOWSTART``/``WINDOWEND`` for a windowed table, then the value and header columns."""
     out = [OutputColumn(c.name, c.type, exp.column(c.name, quoted=True)) for c in source.key_columns]
     if source.window is not None:
         out += [OutputColumn(n, BIGINT, exp.column(n, quoted=True)) for n in (WINDOWSTART, WINDOWEND)]
-    out += [OutputColumn(c.name, c.type, exp.column(c.name, quoted=True)) for c in source.value_columns]
+    out += [OutputColumn(c.name, c.type, exp.column(c.name, quoted=True))
+            for c in (*source.value_columns, *source.header_columns)]
     return out
 
 

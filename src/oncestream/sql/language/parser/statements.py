@@ -20,7 +20,14 @@ from sqlglot.tokens import TokenType
 from oncestream.sql.language import sql_ast
 from oncestream.sql.language.parser.base import position_of
 from oncestream.sql.language.parser.query import QueryParser
-from oncestream.sql.language.parser.syntax import STATEMENT_KEYWORDS, SyntaxIssue, mismatched, unsupported
+from oncestream.sql.language.parser.syntax import (
+    STATEMENT_KEYWORDS,
+    PrepareIssue,
+    SyntaxIssue,
+    mismatched,
+    unsupported,
+)
+from oncestream.sql.language.types import BYTES, HEADERS_TYPE, SqlType
 
 _SHOW_WHAT = {w.value: w for w in sql_ast.ShowWhat}
 _SHOW_EXTENDED = frozenset({sql_ast.ShowWhat.STREAMS, sql_ast.ShowWhat.TABLES, sql_ast.ShowWhat.QUERIES, sql_ast.ShowWhat.TOPICS})
@@ -209,18 +216,39 @@ class StatementParser(QueryParser):
                 key = primary = True
             elif self.accept("KEY"):
                 key = True
-            elif self.is_word("HEADERS", "HEADER"):
-                raise unsupported(self.token(), "A HEADERS column")
+            headers, header_key = self._header_constraint(column_type) if not key else (False, None)
             if primary and kind is sql_ast.SourceKind.STREAM:
                 self.issue(f"Column `{name}` is a 'PRIMARY KEY' column: please use 'KEY' for streams.\n{_KEYS_EXPLAINED}",
                            name_token, syntax=False, node_location=True)
             if key and not primary and kind is sql_ast.SourceKind.TABLE:
                 self.issue(f"Column `{name}` is a 'KEY' column: please use 'PRIMARY KEY' for tables.\n{_KEYS_EXPLAINED}",
                            name_token, syntax=False, node_location=True)
-            columns.append(sql_ast.ColumnDef(name=name, type=column_type, key=key, primary_key=primary))
+            columns.append(sql_ast.ColumnDef(name=name, type=column_type, key=key, primary_key=primary,
+                                             headers=headers, header_key=header_key))
             if self.accept_type(TokenType.R_PAREN):
                 return tuple(columns)
-            self.expect_type(TokenType.COMMA, "{',', ')'}" if key else "{',', ')', 'KEY', 'PRIMARY'}")
+            self.expect_type(TokenType.COMMA, "{',', ')'}" if key or headers
+                             else "{',', ')', 'HEADER', 'HEADERS', 'KEY', 'PRIMARY'}")
+
+    def _header_constraint(self, column_type: SqlType) -> tuple[bool, str | None]:
+        """``HEADERS`` or ``HEADER('k')`` after a column's type (ksqlDB's columnConstraints), with
+        the type checks ksqlDB's AstBuilder makes: HEADERS is exactly
+        ``ARRAY<STRUCT<KEY STRING, VALUE BYTES>>``, HEADER('k') is BYTES."""
+        if self.accept("HEADERS"):
+            if column_type.ksql_name != HEADERS_TYPE.ksql_name:
+                raise PrepareIssue(f"Invalid type for HEADERS column: expected {HEADERS_TYPE.ksql_name}, "
+                                   f"got {column_type.ksql_name}")
+            return True, None
+        if not self.accept("HEADER"):
+            return False, None
+        self.expect_type(TokenType.L_PAREN, "'('")
+        header_key = self.string()
+        self.expect_type(TokenType.R_PAREN, "')'")
+        if not header_key:
+            raise PrepareIssue("Header column must have a non-empty header key name defined")
+        if column_type != BYTES:
+            raise PrepareIssue(f"Invalid type for HEADER('{header_key}') column: expected BYTES, got {column_type.ksql_name}")
+        return True, header_key
 
     def _create(self, text: str, position: sql_ast.Position) -> sql_ast.Statement:
         self.expect("CREATE")
