@@ -190,8 +190,6 @@ def test_syntax_error_positions_and_messages(text: str, column: int, detail: str
     ("SELECT * FROM a CROSS JOIN b;", "CROSS JOIN"),
     ("CREATE STREAM s (a INT HEADERS) WITH (kafka_topic='s');", "A HEADERS column"),
     ("SELECT s->* FROM t;", "Selecting all fields of a struct (->*)"),
-    ("RESUME q1;", "The RESUME statement"),
-    ("PAUSE q1;", "The PAUSE statement"),
 ])
 def test_unsupported_ksqldb_syntax_says_so(text: str, what: str) -> None:
     e = error_of(text)
