@@ -16,14 +16,13 @@ from oncestream.sql.language.catalog import Format, Namespace
 from oncestream.sql.language.sql_ast import ColumnDef, Position, Query, SourceKind
 from oncestream.sql.server.commands import decode, encode
 from oncestream.sql.server.metastore import (
+    ChangeRunState,
     CommandResult,
     CreateTopic,
     DeleteTopic,
     IllegalRunStateTransition,
     Metastore,
-    PauseQuery,
     QueryRunState,
-    ResumeQuery,
     StartQuery,
     StopQuery,
 )
@@ -196,6 +195,9 @@ def test_drop_rules() -> None:
     assert run(ms, if_exists, 6) == [CommandResult("SUCCESS", "Source `ORDERS` does not exist.")]
 
 
+PAUSED, RUNNING = QueryRunState.PAUSED, QueryRunState.RUNNING
+
+
 def pause(query_id: str | None) -> sql_ast.PauseQuery:
     return sql_ast.PauseQuery(text=f"PAUSE {query_id or 'ALL'};", position=P, query_id=query_id)
 
@@ -211,10 +213,10 @@ def test_pause_and_resume_one_query() -> None:
     run(ms, create_stream(), 0)
     run(ms, csas("BIG", "SELECT id, amount FROM orders"), 1)
     assert ms.run_state("CSAS_BIG_1") is QueryRunState.RUNNING
-    assert run(ms, pause("CSAS_BIG_1"), 2) == [PauseQuery("CSAS_BIG_1"), CommandResult("SUCCESS", "Query paused.")]
+    assert run(ms, pause("CSAS_BIG_1"), 2) == [ChangeRunState("CSAS_BIG_1", PAUSED), CommandResult("SUCCESS", "Query paused.")]
     assert ms.run_state("CSAS_BIG_1") is QueryRunState.PAUSED
     assert run(ms, pause("CSAS_BIG_1"), 3) == [CommandResult("SUCCESS", "Query paused.")]
-    assert run(ms, resume("CSAS_BIG_1"), 4) == [ResumeQuery("CSAS_BIG_1"), CommandResult("SUCCESS", "Query resumed.")]
+    assert run(ms, resume("CSAS_BIG_1"), 4) == [ChangeRunState("CSAS_BIG_1", RUNNING), CommandResult("SUCCESS", "Query resumed.")]
     assert ms.run_state("CSAS_BIG_1") is QueryRunState.RUNNING
     assert run(ms, resume("CSAS_BIG_1"), 5) == [CommandResult("SUCCESS", "Query resumed.")]
 
@@ -233,10 +235,10 @@ def test_pause_all_and_resume_all() -> None:
     run(ms, csas("BIG", "SELECT id, amount FROM orders"), 1)
     run(ms, csas("SMALL", "SELECT id, userid FROM orders"), 2)
     run(ms, pause("CSAS_SMALL_2"), 3)
-    assert run(ms, pause(None), 4) == [PauseQuery("CSAS_BIG_1"), CommandResult("SUCCESS", "Query paused.")]
+    assert run(ms, pause(None), 4) == [ChangeRunState("CSAS_BIG_1", PAUSED), CommandResult("SUCCESS", "Query paused.")]
     assert {q.query_id: ms.run_state(q.query_id) for q in ms.queries()} == {
         "CSAS_BIG_1": QueryRunState.PAUSED, "CSAS_SMALL_2": QueryRunState.PAUSED}
-    assert run(ms, resume(None), 5) == [ResumeQuery("CSAS_BIG_1"), ResumeQuery("CSAS_SMALL_2"),
+    assert run(ms, resume(None), 5) == [ChangeRunState("CSAS_BIG_1", RUNNING), ChangeRunState("CSAS_SMALL_2", RUNNING),
                                         CommandResult("SUCCESS", "Query resumed.")]
     assert ms.run_state("CSAS_SMALL_2") is QueryRunState.RUNNING
 

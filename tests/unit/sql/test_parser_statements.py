@@ -309,6 +309,7 @@ def test_pause_and_resume(text: str, kind: type, query_id: str | None) -> None:
     """ksqlDB's pauseQuery / resumeQuery rules: PAUSE | RESUME, then a query id or ALL."""
     s = one(text)
     assert type(s) is kind
+    assert isinstance(s, sql_ast.PauseQuery | sql_ast.ResumeQuery)
     assert s.query_id == query_id
     assert s.text == text
 

@@ -34,6 +34,30 @@ from oncestream.sql.language.types import SqlType
 from oncestream.sql.server.commands import Command, command_id, goes_to_command_topic
 
 # ---------------------------------------------------------------------------------------------
+# what a persistent query is asked to do (PAUSE / RESUME), one table checked on every change
+
+
+class QueryRunState(Enum):
+    """Whether a persistent query of the metastore should run (the shared, replayed intent; which
+    node runs it and how far it got is the node's business, ``local_queries``)."""
+
+    RUNNING = "RUNNING"
+    PAUSED = "PAUSED"
+
+
+# state -> the states it may be entered from (None: the query is new). PAUSE of a paused query
+# and RESUME of a running one are no-ops that succeed, as in ksqlDB (KafkaStreams.pause/resume).
+_RUN_STATE_FROM: dict[QueryRunState, tuple[QueryRunState | None, ...]] = {
+    QueryRunState.RUNNING: (None, QueryRunState.RUNNING, QueryRunState.PAUSED),
+    QueryRunState.PAUSED: (QueryRunState.RUNNING, QueryRunState.PAUSED),
+}
+
+
+class IllegalRunStateTransition(RuntimeError):
+    """A run-state change ``_RUN_STATE_FROM`` does not allow (a bug)."""
+
+
+# ---------------------------------------------------------------------------------------------
 # effects
 
 
@@ -68,17 +92,12 @@ class StopQuery:
 
 
 @dataclass(frozen=True)
-class PauseQuery:
-    """Stop running ``query_id`` but keep its checkpoint and sink state (RESUME goes on from there)."""
+class ChangeRunState:
+    """PAUSE / RESUME: ``state`` PAUSED stops running ``query_id`` but keeps its checkpoint and
+    sink state; RUNNING runs it again from where it stopped."""
 
     query_id: str
-
-
-@dataclass(frozen=True)
-class ResumeQuery:
-    """Run the paused ``query_id`` again from where it stopped."""
-
-    query_id: str
+    state: QueryRunState
 
 
 @dataclass(frozen=True)
@@ -91,31 +110,8 @@ class CommandResult:
     query_id: str | None = None
 
 
-Effect = CreateTopic | DeleteTopic | StartQuery | StopQuery | PauseQuery | ResumeQuery | CommandResult
+Effect = CreateTopic | DeleteTopic | StartQuery | StopQuery | ChangeRunState | CommandResult
 
-
-# ---------------------------------------------------------------------------------------------
-# what a persistent query is asked to do (PAUSE / RESUME), one table checked on every change
-
-
-class QueryRunState(Enum):
-    """Whether a persistent query of the metastore should run (the shared, replayed intent; which
-    node runs it and how far it got is the node's business, ``local_queries``)."""
-
-    RUNNING = "RUNNING"
-    PAUSED = "PAUSED"
-
-
-# state -> the states it may be entered from (None: the query is new). PAUSE of a paused query
-# and RESUME of a running one are no-ops that succeed, as in ksqlDB (KafkaStreams.pause/resume).
-_RUN_STATE_FROM: dict[QueryRunState, tuple[QueryRunState | None, ...]] = {
-    QueryRunState.RUNNING: (None, QueryRunState.RUNNING, QueryRunState.PAUSED),
-    QueryRunState.PAUSED: (QueryRunState.RUNNING, QueryRunState.PAUSED),
-}
-
-
-class IllegalRunStateTransition(RuntimeError):
-    """A run-state change ``_RUN_STATE_FROM`` does not allow (a bug)."""
 
 
 class Metastore:
@@ -360,7 +356,7 @@ class Metastore:
             ids = [stmt.query_id] if stmt.query_id is not None else [q.query_id for q in self.queries()]
             for qid in ids:
                 if self._run_states[qid] is not target:
-                    effects.append(PauseQuery(qid) if pausing else ResumeQuery(qid))
+                    effects.append(ChangeRunState(qid, target))
                 self._set_run_state(qid, target)
             effects.append(CommandResult("SUCCESS", "Query paused." if pausing else "Query resumed."))
             return effects
