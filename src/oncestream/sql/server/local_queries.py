@@ -14,7 +14,7 @@ RUNNING        STARTING, FAILED                             runtime.start_persis
 FAILED         STARTING, RUNNING                            start raised / runtime reports ERROR
 PAUSING        RUNNING, FAILED                              paused, stop at a batch boundary under way
 PAUSED         (absent), PAUSING                            paused: owned here, not running
-STOPPING       STARTING, RUNNING, FAILED, PAUSED            no longer assigned or terminated
+STOPPING       STARTING, RUNNING, FAILED, PAUSING, PAUSED   no longer assigned or terminated
 (absent)       STOPPING                                     runtime.stop_persistent returned
 =============  ==========================================  ==========================
 
@@ -65,7 +65,8 @@ _ALLOWED: dict[LocalState, tuple[LocalState | None, ...]] = {
     LocalState.FAILED: (LocalState.STARTING, LocalState.RUNNING),
     LocalState.PAUSING: (LocalState.RUNNING, LocalState.FAILED),
     LocalState.PAUSED: (None, LocalState.PAUSING),
-    LocalState.STOPPING: (LocalState.STARTING, LocalState.RUNNING, LocalState.FAILED, LocalState.PAUSED),
+    LocalState.STOPPING: (LocalState.STARTING, LocalState.RUNNING, LocalState.FAILED, LocalState.PAUSING,
+                          LocalState.PAUSED),
 }
 
 
@@ -257,8 +258,9 @@ class LocalQueries:
             self._set(query_id, LocalState.PAUSING)
         self._stop_runtime(query_id)
         with self._lock:
-            self._set(query_id, LocalState.PAUSED)
-            self._errors.pop(query_id, None)
+            if self._states.get(query_id) is LocalState.PAUSING:   # not stopped by the node's stop meanwhile
+                self._set(query_id, LocalState.PAUSED)
+                self._errors.pop(query_id, None)
 
     def _stop_runtime(self, query_id: str) -> None:
         try:
