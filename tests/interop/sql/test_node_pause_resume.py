@@ -18,19 +18,18 @@ librdkafka's read_committed consumer (ksqlDB's PauseResumeIntegrationTest, made 
 from __future__ import annotations
 
 import json
-import struct
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, TopicPartition
 
 from tests.spark.spark_support import read_committed
 from tests.support.brokers import NO_INITIAL_REBALANCE_DELAY
 from tests.support.cluster_kind import BrokerUnderTest
-from tests.support.sql_servers import LAZY_SPARK, SqlServerProcess, wait_until, wait_until_running
+from tests.support.sql_servers import LAZY_SPARK, SqlServerProcess, produce_numbered, wait_until, wait_until_running
 
 pytestmark = [pytest.mark.interop, pytest.mark.spark]
 
@@ -42,13 +41,6 @@ BATCH = 20   # records produced at each step
 def broker(broker_factory: Callable[..., BrokerUnderTest]) -> BrokerUnderTest:
     """Our broker with KIP-939 two-phase commit (the exactly-once sink needs it)."""
     return broker_factory({**NO_INITIAL_REBALANCE_DELAY, "transaction.two.phase.commit.enable": "true"})
-
-
-def _produce(bootstrap: str, topic: str, ids: range) -> None:
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
-    for i in ids:
-        producer.produce(topic, json.dumps({"V": f"v{i}"}).encode(), struct.pack(">i", i))
-    assert producer.flush(60) == 0
 
 
 def _values(bootstrap: str, topic: str) -> list[str]:
@@ -102,7 +94,7 @@ def test_pause_holds_a_query_across_a_restart_and_resume_writes_every_record_exa
                        interval_s=1.0, nodes=[node])
             assert _values(bootstrap, "ctl") == expected(upto)
 
-        _produce(bootstrap, "src", range(BATCH))
+        produce_numbered(bootstrap, "src", range(BATCH))
         wait_until(lambda: len(_values(bootstrap, "dst")) >= BATCH, "the first records in dst", timeout_s=300,
                    interval_s=1.0, nodes=[node])
         control_has(BATCH)
@@ -124,7 +116,7 @@ def test_pause_holds_a_query_across_a_restart_and_resume_writes_every_record_exa
 
         before = (_end_offset(bootstrap, "dst"), _values(bootstrap, "dst"))
         assert before[1] == expected(BATCH)
-        _produce(bootstrap, "src", range(BATCH, 2 * BATCH))
+        produce_numbered(bootstrap, "src", range(BATCH, 2 * BATCH))
         control_has(2 * BATCH)    # the records were there to process, and the control did
         assert (_end_offset(bootstrap, "dst"), _values(bootstrap, "dst")) == before
 
@@ -132,7 +124,7 @@ def test_pause_holds_a_query_across_a_restart_and_resume_writes_every_record_exa
         assert node.terminate() == 0, node.log_tail()
         node.start()
         _wait_paused(node, paused)
-        _produce(bootstrap, "src", range(2 * BATCH, 3 * BATCH))
+        produce_numbered(bootstrap, "src", range(2 * BATCH, 3 * BATCH))
         wait_until_running(node, [control], timeout_s=240)
         control_has(3 * BATCH)
         assert (_end_offset(bootstrap, "dst"), _values(bootstrap, "dst")) == before
@@ -152,7 +144,7 @@ def test_pause_holds_a_query_across_a_restart_and_resume_writes_every_record_exa
         assert paused not in _states(node)
         assert _status(node, "RESUME ALL;")["message"] == "Query resumed."
         wait_until_running(node, [control], timeout_s=240)
-        _produce(bootstrap, "src", range(3 * BATCH, 4 * BATCH))
+        produce_numbered(bootstrap, "src", range(3 * BATCH, 4 * BATCH))
         control_has(4 * BATCH)
     finally:
         node.stop()

@@ -86,17 +86,24 @@ def test_unreadable_or_newer_records_are_typed_errors(key, value, reason: str) -
         decode(key, value)
 
 
+def _replayed(text: str, topics: dict[str, int]) -> Metastore:
+    """The follower's metastore: the leader validates and applies each statement of ``text``, the
+    follower applies the decoded records (no AST: parsed from the record's text); they must agree."""
+    leader, follower = Metastore(), Metastore()
+    for offset, s in enumerate(parse(text)):
+        cmd = leader.validate(s, {}, topics)
+        leader.apply(cmd, offset)
+        follower.apply(decode(*encode(cmd)), offset)
+    assert leader == follower
+    return follower
+
+
 def test_decoded_commands_replay_through_the_parser_into_an_equal_metastore() -> None:
     text = ("CREATE STREAM s (id INT KEY, v STRING) WITH (kafka_topic='t', value_format='json');"
             "CREATE STREAM s2 AS SELECT id, ucase(v) AS u FROM s WHERE v <> 'x';"
             "CREATE TABLE t2 AS SELECT v, COUNT(*) AS n FROM s GROUP BY v;"
             "TERMINATE CSAS_S2_1;")
-    leader, follower = Metastore(), Metastore()
-    for offset, s in enumerate(parse(text)):
-        cmd = leader.validate(s, {}, {"t": 4})
-        leader.apply(cmd, offset)
-        follower.apply(decode(*encode(cmd)), offset)   # no AST: parsed from the record's text
-    assert leader == follower
+    follower = _replayed(text, {"t": 4})
     assert present(follower.source("T2"), "source T2").partitions == 4
     assert [q.query_id for q in follower.queries()] == ["CTAS_T2_2"]
 
@@ -109,12 +116,7 @@ def test_pause_and_resume_replay_from_decoded_records_into_an_equal_metastore() 
             "CREATE STREAM s3 AS SELECT * FROM s;"
             "PAUSE ALL;"
             "RESUME CSAS_S3_2;")
-    leader, follower = Metastore(), Metastore()
-    for offset, s in enumerate(parse(text)):
-        cmd = leader.validate(s, {}, {"t": 1})
-        leader.apply(cmd, offset)
-        follower.apply(decode(*encode(cmd)), offset)
-    assert leader == follower
+    follower = _replayed(text, {"t": 1})
     assert follower.run_state("CSAS_S2_1") is QueryRunState.PAUSED
     assert follower.run_state("CSAS_S3_2") is QueryRunState.RUNNING
 
