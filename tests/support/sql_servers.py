@@ -10,11 +10,12 @@ import contextlib
 import json
 import os
 import signal
+import struct
 import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -230,3 +231,14 @@ def running_node(broker: Any, base: Path, *, config: dict[str, str], name: str) 
         yield node
     finally:
         node.stop()
+
+
+def produce_numbered(bootstrap: str, topic: str, ids: Iterable[int]) -> None:
+    """One record per id with librdkafka (idempotent): key the id as a big-endian INT, value
+    ``{"V": "v<id>"}`` (the rows of a ``(ID INT KEY, V STRING)`` JSON stream)."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    for i in ids:
+        producer.produce(topic, json.dumps({"V": f"v{i}"}).encode(), struct.pack(">i", i))
+    assert producer.flush(60) == 0

@@ -9,15 +9,13 @@ left in its session (Spark JVM, Python workers).
 from __future__ import annotations
 
 import json
-import struct
 import uuid
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer
 
 from tests.spark.spark_support import read_committed
-from tests.support.sql_servers import LAZY_SPARK, SqlServerProcess, wait_until, wait_until_running
+from tests.support.sql_servers import LAZY_SPARK, SqlServerProcess, produce_numbered, wait_until, wait_until_running
 
 pytestmark = [pytest.mark.chaos, pytest.mark.spark]
 
@@ -27,13 +25,6 @@ BROKER_CONFIG = {"group.initial.rebalance.delay.ms": "0", "group.min.session.tim
 NODE_CONFIG = {**LAZY_SPARK, "ksql.query.assignment.session.timeout.ms": "4000",
                "ksql.query.assignment.heartbeat.interval.ms": "500"}
 EARLIEST = {"ksql.streams.auto.offset.reset": "earliest"}
-
-
-def _produce(bootstrap: str, topic: str, ids: range) -> None:
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
-    for i in ids:
-        producer.produce(topic, json.dumps({"V": f"v{i}"}).encode(), struct.pack(">i", i))
-    assert producer.flush(60) == 0
 
 
 def _values(bootstrap: str, topic: str) -> list[str]:
@@ -69,7 +60,7 @@ def _move_back(bootstrap: str, nodes: list[SqlServerProcess], restarted: SqlServ
         return None not in owners.values() and len(set(owners.values())) == 2
 
     wait_until(balanced, "one query per node", timeout_s=300, nodes=nodes)
-    _produce(bootstrap, "src", range(records, records + records // 2))
+    produce_numbered(bootstrap, "src", range(records, records + records // 2))
     expected = sorted(f"v{i}" for i in range(records + records // 2))
     for topic in ("dst", "dst2"):
         wait_until(lambda topic=topic: len(_values(bootstrap, topic)) >= len(expected), f"all of {topic}",
@@ -104,12 +95,12 @@ def test_query_fails_over_exactly_once(broker_factory, tmp_path: Path, records: 
                       EARLIEST)[0]
         query_id = status["commandStatus"]["queryId"]
         assert query_id, status
-        _produce(broker.bootstrap, "src", range(records // 2))
+        produce_numbered(broker.bootstrap, "src", range(records // 2))
         owner = wait_until(lambda: _owner(nodes, query_id), "the query running somewhere", timeout_s=240, nodes=nodes)
         wait_until(lambda: len(_values(broker.bootstrap, "dst")) >= records // 4, "first output", timeout_s=240, nodes=nodes)
         survivor = nodes[1] if owner is nodes[0] else nodes[0]
         owner.kill()
-        _produce(broker.bootstrap, "src", range(records // 2, records))
+        produce_numbered(broker.bootstrap, "src", range(records // 2, records))
         wait_until(lambda: _owner([survivor], query_id) is survivor, "the survivor running the query", timeout_s=240,
                    nodes=[survivor])
         expected = sorted(f"v{i}" for i in range(records))

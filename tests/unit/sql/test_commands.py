@@ -17,7 +17,7 @@ from oncestream.sql.server.commands import (
     encode,
     goes_to_command_topic,
 )
-from oncestream.sql.server.metastore import CommandResult, Metastore
+from oncestream.sql.server.metastore import CommandResult, Metastore, QueryRunState
 from tests.support.narrow import of_type, present
 
 
@@ -36,6 +36,10 @@ def stmt(text: str):
     ("DROP TABLE IF EXISTS t DELETE TOPIC;", "table/T/drop"),
     ("TERMINATE CSAS_S2_3;", "terminate/CSAS_S2_3/execute"),
     ("TERMINATE ALL;", "terminate/ALL/execute"),
+    ("PAUSE CSAS_S2_3;", "pause/CSAS_S2_3/execute"),
+    ("PAUSE ALL;", "pause/ALL/execute"),
+    ("RESUME CSAS_S2_3;", "resume/CSAS_S2_3/execute"),
+    ("resume all;", "resume/ALL/execute"),
 ])
 def test_command_ids_as_ksqldb_writes_them(text: str, expected: str) -> None:
     s = stmt(text)
@@ -82,19 +86,39 @@ def test_unreadable_or_newer_records_are_typed_errors(key, value, reason: str) -
         decode(key, value)
 
 
+def _replayed(text: str, topics: dict[str, int]) -> Metastore:
+    """The follower's metastore: the leader validates and applies each statement of ``text``, the
+    follower applies the decoded records (no AST: parsed from the record's text); they must agree."""
+    leader, follower = Metastore(), Metastore()
+    for offset, s in enumerate(parse(text)):
+        cmd = leader.validate(s, {}, topics)
+        leader.apply(cmd, offset)
+        follower.apply(decode(*encode(cmd)), offset)
+    assert leader == follower
+    return follower
+
+
 def test_decoded_commands_replay_through_the_parser_into_an_equal_metastore() -> None:
     text = ("CREATE STREAM s (id INT KEY, v STRING) WITH (kafka_topic='t', value_format='json');"
             "CREATE STREAM s2 AS SELECT id, ucase(v) AS u FROM s WHERE v <> 'x';"
             "CREATE TABLE t2 AS SELECT v, COUNT(*) AS n FROM s GROUP BY v;"
             "TERMINATE CSAS_S2_1;")
-    leader, follower = Metastore(), Metastore()
-    for offset, s in enumerate(parse(text)):
-        cmd = leader.validate(s, {}, {"t": 4})
-        leader.apply(cmd, offset)
-        follower.apply(decode(*encode(cmd)), offset)   # no AST: parsed from the record's text
-    assert leader == follower
+    follower = _replayed(text, {"t": 4})
     assert present(follower.source("T2"), "source T2").partitions == 4
     assert [q.query_id for q in follower.queries()] == ["CTAS_T2_2"]
+
+
+def test_pause_and_resume_replay_from_decoded_records_into_an_equal_metastore() -> None:
+    """PAUSE / RESUME travel the command topic like TERMINATE (ksqlDB's CommandIdAssigner): a node
+    that replays the records (a restarted one, or any other node) holds the same run states."""
+    text = ("CREATE STREAM s (id INT KEY, v STRING) WITH (kafka_topic='t', value_format='json');"
+            "CREATE STREAM s2 AS SELECT * FROM s;"
+            "CREATE STREAM s3 AS SELECT * FROM s;"
+            "PAUSE ALL;"
+            "RESUME CSAS_S3_2;")
+    follower = _replayed(text, {"t": 1})
+    assert follower.run_state("CSAS_S2_1") is QueryRunState.PAUSED
+    assert follower.run_state("CSAS_S3_2") is QueryRunState.RUNNING
 
 
 def test_a_record_that_no_longer_parses_is_an_error_result() -> None:

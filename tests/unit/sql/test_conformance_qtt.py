@@ -135,9 +135,9 @@ def test_static_families():
 
 
 def test_refusal_family_only_for_documented_unsupported_constructs():
-    family = refusal_family("line 1:1: The PAUSE statement is not supported")
+    family = refusal_family("line 1:1: The ASSERT statement is not supported")
     assert family is not None
-    assert family.name == "documented not supported: PAUSE statement"
+    assert family.name == "documented not supported: ASSERT statement"
     assert refusal_family("line 1:15: CREATE CONNECTOR is not supported") is not None
     assert refusal_family("NOWHERE does not exist.") is None
     assert refusal_family("Function 'X' is not supported for type BOOLEAN") is None

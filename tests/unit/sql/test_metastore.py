@@ -15,7 +15,17 @@ from oncestream.sql.language import types as t
 from oncestream.sql.language.catalog import Format, Namespace
 from oncestream.sql.language.sql_ast import ColumnDef, Position, Query, SourceKind
 from oncestream.sql.server.commands import decode, encode
-from oncestream.sql.server.metastore import CommandResult, CreateTopic, DeleteTopic, Metastore, StartQuery, StopQuery
+from oncestream.sql.server.metastore import (
+    ChangeRunState,
+    CommandResult,
+    CreateTopic,
+    DeleteTopic,
+    IllegalRunStateTransition,
+    Metastore,
+    QueryRunState,
+    StartQuery,
+    StopQuery,
+)
 from tests.support.narrow import of_type, present
 
 P = Position(1, 1)
@@ -183,6 +193,76 @@ def test_drop_rules() -> None:
     assert result(run(ms, drop_orders, 5)).status == "SUCCESS"
     if_exists = sql_ast.DropSource(text="", position=P, kind=SourceKind.STREAM, name="ORDERS", if_exists=True)
     assert run(ms, if_exists, 6) == [CommandResult("SUCCESS", "Source `ORDERS` does not exist.")]
+
+
+PAUSED, RUNNING = QueryRunState.PAUSED, QueryRunState.RUNNING
+
+
+def pause(query_id: str | None) -> sql_ast.PauseQuery:
+    return sql_ast.PauseQuery(text=f"PAUSE {query_id or 'ALL'};", position=P, query_id=query_id)
+
+
+def resume(query_id: str | None) -> sql_ast.ResumeQuery:
+    return sql_ast.ResumeQuery(text=f"RESUME {query_id or 'ALL'};", position=P, query_id=query_id)
+
+
+def test_pause_and_resume_one_query() -> None:
+    """ksqlDB's PAUSE / RESUME: "Query paused." / "Query resumed.", the run state kept per query;
+    pausing a paused query or resuming a running one succeeds with nothing to do."""
+    ms = Metastore()
+    run(ms, create_stream(), 0)
+    run(ms, csas("BIG", "SELECT id, amount FROM orders"), 1)
+    assert ms.run_state("CSAS_BIG_1") is QueryRunState.RUNNING
+    assert run(ms, pause("CSAS_BIG_1"), 2) == [ChangeRunState("CSAS_BIG_1", PAUSED), CommandResult("SUCCESS", "Query paused.")]
+    assert ms.run_state("CSAS_BIG_1") is QueryRunState.PAUSED
+    assert run(ms, pause("CSAS_BIG_1"), 3) == [CommandResult("SUCCESS", "Query paused.")]
+    assert run(ms, resume("CSAS_BIG_1"), 4) == [ChangeRunState("CSAS_BIG_1", RUNNING), CommandResult("SUCCESS", "Query resumed.")]
+    assert ms.run_state("CSAS_BIG_1") is QueryRunState.RUNNING
+    assert run(ms, resume("CSAS_BIG_1"), 5) == [CommandResult("SUCCESS", "Query resumed.")]
+
+
+@pytest.mark.parametrize("stmt", [pause("CSAS_NOPE_1"), resume("CSAS_NOPE_1")])
+def test_pause_and_resume_of_an_unknown_query_are_refused(stmt: sql_ast.Statement) -> None:
+    """ksqlDB's ValidatedCommandFactory answers "Unknown queryId: <id>" for both."""
+    ms = Metastore()
+    with pytest.raises(StatementError, match=r"^Unknown queryId: CSAS_NOPE_1$"):
+        ms.validate(stmt, {}, TOPICS)
+
+
+def test_pause_all_and_resume_all() -> None:
+    ms = Metastore()
+    run(ms, create_stream(), 0)
+    run(ms, csas("BIG", "SELECT id, amount FROM orders"), 1)
+    run(ms, csas("SMALL", "SELECT id, userid FROM orders"), 2)
+    run(ms, pause("CSAS_SMALL_2"), 3)
+    assert run(ms, pause(None), 4) == [ChangeRunState("CSAS_BIG_1", PAUSED), CommandResult("SUCCESS", "Query paused.")]
+    assert {q.query_id: ms.run_state(q.query_id) for q in ms.queries()} == {
+        "CSAS_BIG_1": QueryRunState.PAUSED, "CSAS_SMALL_2": QueryRunState.PAUSED}
+    assert run(ms, resume(None), 5) == [ChangeRunState("CSAS_BIG_1", RUNNING), ChangeRunState("CSAS_SMALL_2", RUNNING),
+                                        CommandResult("SUCCESS", "Query resumed.")]
+    assert ms.run_state("CSAS_SMALL_2") is QueryRunState.RUNNING
+
+
+def test_a_paused_query_is_terminated_and_a_replaced_one_runs() -> None:
+    """TERMINATE of a paused query stops it for good; CREATE OR REPLACE starts the new definition
+    whatever the old one's state (ksqlDB starts the replacing query)."""
+    ms = Metastore()
+    run(ms, create_stream(), 0)
+    run(ms, csas("BIG", "SELECT id, amount FROM orders"), 1)
+    run(ms, csas("SMALL", "SELECT id, userid FROM orders"), 2)
+    run(ms, pause(None), 3)
+    effects = run(ms, sql_ast.Terminate(text="TERMINATE CSAS_BIG_1;", position=P, query_id="CSAS_BIG_1"), 4)
+    assert effects == [StopQuery("CSAS_BIG_1"), CommandResult("SUCCESS", "Query terminated.")]
+    assert ms.run_state("CSAS_BIG_1") is None
+    replace_small = dataclasses.replace(csas("SMALL", "SELECT id, userid, amount FROM orders"), or_replace=True)
+    assert result(run(ms, replace_small, 5)).query_id == "CSAS_SMALL_2"
+    assert ms.run_state("CSAS_SMALL_2") is QueryRunState.RUNNING
+
+
+def test_run_state_table_refuses_a_pause_of_a_query_it_does_not_hold() -> None:
+    ms = Metastore()
+    with pytest.raises(IllegalRunStateTransition):
+        ms._set_run_state("CSAS_NOPE_1", QueryRunState.PAUSED)   # PAUSED only from RUNNING or PAUSED
 
 
 def test_terminate() -> None:

@@ -56,18 +56,19 @@ def local() -> Any:
     runtime = RecordingRuntime()
     known = {"Q1": 1, "Q2": 2, "Q3": 3}   # query id -> offset of the command defining it
     changes: list[int] = []
+    paused: set[str] = set()   # the metastore's PAUSEd queries
     # Recording fakes stand in for the runtime and the query specs: only what LocalQueries reads.
     queries = LocalQueries(runtime,  # type: ignore[arg-type]
-                           lambda q: StartSpec(Info(q, known[q]), None, None, {})  # type: ignore[arg-type]
+                           lambda q: StartSpec(Info(q, known[q]), None, None, {}, q in paused)  # type: ignore[arg-type]
                            if q in known else None,
                            lambda: changes.append(1))
     queries.start()
-    yield queries, runtime, known, changes
+    yield queries, runtime, known, changes, paused
     queries.stop()
 
 
 def test_starts_assigned_and_stops_unassigned(local: Any) -> None:
-    queries, runtime, _known, changes = local
+    queries, runtime, _known, changes, _paused = local
     queries.set_desired({"Q1", "Q2"})
     wait(lambda: queries.owned() == ["Q1", "Q2"] and queries.state("Q2") == ("RUNNING", None))
     assert sorted(runtime.started) == ["Q1", "Q2"]
@@ -79,7 +80,7 @@ def test_starts_assigned_and_stops_unassigned(local: Any) -> None:
 
 
 def test_unknown_queries_wait_for_the_metastore(local: Any) -> None:
-    queries, runtime, known, _changes = local
+    queries, runtime, known, _changes, _paused = local
     queries.set_desired({"Q9"})
     time.sleep(0.1)
     assert queries.owned() == []
@@ -90,7 +91,7 @@ def test_unknown_queries_wait_for_the_metastore(local: Any) -> None:
 
 
 def test_failed_start_and_failure_while_running_show_error(local: Any) -> None:
-    queries, runtime, _known, _changes = local
+    queries, runtime, _known, _changes, _paused = local
     runtime.fail_start.add("Q3")
     queries.set_desired({"Q1", "Q3"})
     wait(lambda: queries.state("Q3") is not None and queries.state("Q3")[0] == "ERROR")
@@ -105,7 +106,7 @@ def test_failed_start_and_failure_while_running_show_error(local: Any) -> None:
 def test_a_failed_query_the_runtime_started_again_is_running_again(local: Any) -> None:
     """The runtime restarts a query Spark failed to start (runtime.SPARK_START_FAILURES): ERROR
     while it waits, RUNNING (without the error) once the runtime reports it running again."""
-    queries, runtime, _known, changes = local
+    queries, runtime, _known, changes, _paused = local
     queries.set_desired({"Q1"})
     wait(lambda: queries.state("Q1") == ("RUNNING", None))
     runtime.states["Q1"] = type("S", (), {"state": "ERROR", "error": "Python worker failed to connect back."})()
@@ -121,7 +122,7 @@ def test_a_failed_query_the_runtime_started_again_is_running_again(local: Any) -
 
 
 def test_terminated_or_replaced_queries_stop_or_restart(local: Any) -> None:
-    queries, runtime, known, _changes = local
+    queries, runtime, known, _changes, _paused = local
     queries.set_desired({"Q1", "Q2"})
     wait(lambda: queries.state("Q1") == ("RUNNING", None) and queries.state("Q2") == ("RUNNING", None))
     known["Q1"] = 10          # CREATE OR REPLACE: same id, new definition
@@ -133,6 +134,48 @@ def test_terminated_or_replaced_queries_stop_or_restart(local: Any) -> None:
 
 
 def test_state_table_refuses_illegal_transitions(local: Any) -> None:
-    queries, _runtime, _known, _changes = local
+    queries, _runtime, _known, _changes, _paused = local
     with pytest.raises(IllegalQueryTransition):
         queries._set("QX", LocalState.RUNNING)  # RUNNING only from STARTING or FAILED
+
+
+def test_paused_query_stops_stays_owned_and_resumes_from_its_checkpoint(local: Any) -> None:
+    """PAUSE stops the Spark query at a batch boundary (its checkpoint kept) and the node keeps
+    owning it, shown PAUSED; RESUME starts it again here, from that checkpoint (runtime's job)."""
+    queries, runtime, _known, _changes, paused = local
+    queries.set_desired({"Q1", "Q2"})
+    wait(lambda: queries.state("Q1") == ("RUNNING", None) and queries.state("Q2") == ("RUNNING", None))
+    paused.add("Q1")
+    queries.poke()
+    wait(lambda: queries.state("Q1") == ("PAUSED", None))
+    assert runtime.stopped == ["Q1"]
+    assert queries.owned() == ["Q1", "Q2"]
+    paused.discard("Q1")
+    queries.poke()
+    wait(lambda: runtime.started.count("Q1") == 2 and queries.state("Q1") == ("RUNNING", None))
+    assert runtime.stopped == ["Q1"]
+    assert queries.state("Q2") == ("RUNNING", None)
+
+
+def test_query_assigned_while_paused_is_owned_not_started_and_terminates(local: Any) -> None:
+    """A query placed on this node while paused (a restarted node replaying PAUSE, or a rebalance)
+    is owned but never started; TERMINATE of it has no Spark query to stop."""
+    queries, runtime, known, _changes, paused = local
+    paused.add("Q3")
+    queries.set_desired({"Q3"})
+    wait(lambda: queries.state("Q3") == ("PAUSED", None))
+    assert runtime.started == []
+    assert queries.owned() == ["Q3"]
+    del known["Q3"]   # TERMINATE
+    queries.poke()
+    wait(lambda: queries.owned() == [])
+    assert runtime.stopped == []
+
+
+def test_state_table_refuses_resuming_what_is_not_paused(local: Any) -> None:
+    queries, _runtime, _known, _changes, _paused = local
+    with pytest.raises(IllegalQueryTransition):
+        queries._set("QX", LocalState.PAUSING)  # PAUSING only from RUNNING or FAILED
+    queries._set("QY", LocalState.STARTING)
+    with pytest.raises(IllegalQueryTransition):
+        queries._set("QY", LocalState.PAUSED)   # PAUSED only once PAUSING stopped it (or when new)

@@ -188,8 +188,6 @@ def test_syntax_error_positions_and_messages(text: str, column: int, detail: str
     ("SELECT * FROM a, b;", "A comma-separated FROM list (use JOIN ... ON)"),
     ("SELECT * FROM a CROSS JOIN b;", "CROSS JOIN"),
     ("SELECT s->* FROM t;", "Selecting all fields of a struct (->*)"),
-    ("RESUME q1;", "The RESUME statement"),
-    ("PAUSE q1;", "The PAUSE statement"),
 ])
 def test_unsupported_ksqldb_syntax_says_so(text: str, what: str) -> None:
     e = error_of(text)

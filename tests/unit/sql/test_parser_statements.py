@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from sqlglot import exp
 
+from oncestream.sql.errors import ParseError
 from oncestream.sql.language import sql_ast
 from oncestream.sql.language import types as t
 from oncestream.sql.language.parser import parse
@@ -295,6 +296,28 @@ def test_terminate() -> None:
     assert a.query_id == "CSAS_PAGEVIEWS_3"
     assert isinstance(b, sql_ast.Terminate)
     assert b.query_id is None
+
+
+@pytest.mark.parametrize(("text", "kind", "query_id"), [
+    ("PAUSE CSAS_PAGEVIEWS_3;", sql_ast.PauseQuery, "CSAS_PAGEVIEWS_3"),
+    ("pause all;", sql_ast.PauseQuery, None),
+    ("RESUME CTAS_T_7;", sql_ast.ResumeQuery, "CTAS_T_7"),
+    ("Resume ALL;", sql_ast.ResumeQuery, None),
+    ("PAUSE `csas_quoted_1`;", sql_ast.PauseQuery, "csas_quoted_1"),
+])
+def test_pause_and_resume(text: str, kind: type, query_id: str | None) -> None:
+    """ksqlDB's pauseQuery / resumeQuery rules: PAUSE | RESUME, then a query id or ALL."""
+    s = one(text)
+    assert type(s) is kind
+    assert isinstance(s, sql_ast.PauseQuery | sql_ast.ResumeQuery)
+    assert s.query_id == query_id
+    assert s.text == text
+
+
+@pytest.mark.parametrize("text", ["PAUSE;", "RESUME;", "PAUSE q1 q2;", "PAUSE ALL q1;"])
+def test_pause_and_resume_take_one_query_id_or_all(text: str) -> None:
+    with pytest.raises(ParseError):
+        parse(text)
 
 
 @pytest.mark.parametrize("verb", ["SHOW", "LIST", "show"])

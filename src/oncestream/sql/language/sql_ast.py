@@ -192,6 +192,22 @@ class PrintTopic(Statement):
     limit: int | None = None
 
 
+@dataclass(frozen=True)
+class PauseQuery(Statement):
+    """``PAUSE query_id`` or ``PAUSE ALL`` (``query_id`` None): the query stops processing and
+    keeps its state and position until RESUME."""
+
+    query_id: str | None
+
+
+@dataclass(frozen=True)
+class ResumeQuery(Statement):
+    """``RESUME query_id`` or ``RESUME ALL`` (``query_id`` None): a paused query goes on from
+    where it stopped."""
+
+    query_id: str | None
+
+
 class ShowWhat(Enum):
     STREAMS = "STREAMS"
     TABLES = "TABLES"

@@ -1,5 +1,5 @@
 """The rules of the statements that change the catalog (CREATE, CREATE ... AS SELECT, INSERT INTO,
-DROP, TERMINATE, CREATE / DROP TYPE, ALTER ... ADD COLUMN), checked
+DROP, TERMINATE, PAUSE, RESUME, CREATE / DROP TYPE, ALTER ... ADD COLUMN), checked
 as ksqlDB checks them: ``StatementPlanner(catalog).plan(stmt, topics,
 plan)`` says what a statement does (the source it creates, the query it starts, the topic it needs)
 or raises ``StatementError`` with ksqlDB's message.
@@ -438,7 +438,8 @@ class StatementPlanner:
             return self._plan_insert(stmt)
         if isinstance(stmt, sql_ast.DropSource):
             return self._plan_drop(stmt)
-        if isinstance(stmt, sql_ast.Terminate):
+        if isinstance(stmt, sql_ast.Terminate | sql_ast.PauseQuery | sql_ast.ResumeQuery):
+            # ksqlDB's ValidatedCommandFactory: the same refusal for TERMINATE, PAUSE and RESUME.
             if stmt.query_id is not None and self._catalog.query(stmt.query_id) is None:
                 raise StatementError(f"Unknown queryId: {stmt.query_id}")
             return StatementPlan(stmt, {})

@@ -5,7 +5,8 @@ Key: ksqlDB's command id (``CommandId.toString()``), ``<type>/<entity>/<action>`
 - ``stream/`NAME`/create`` for CREATE STREAM, CREATE STREAM AS SELECT and INSERT INTO (the target);
 - ``table/`NAME`/create`` for CREATE TABLE and CREATE TABLE AS SELECT;
 - ``stream/NAME/drop``, ``table/NAME/drop`` (ksqlDB uses the bare name here);
-- ``terminate/CSAS_X_3/execute``, ``terminate/ALL/execute``;
+- ``terminate/CSAS_X_3/execute``, ``terminate/ALL/execute``; ``pause/.../execute`` and
+  ``resume/.../execute`` the same way (PAUSE / RESUME query id or ALL);
 - ``type/NAME/create``, ``type/NAME/drop`` (CREATE / DROP TYPE), ``stream/NAME/alter``,
   ``table/NAME/alter`` (ALTER STREAM|TABLE ... ADD COLUMN).
 
@@ -26,6 +27,8 @@ from typing import Any
 from oncestream.sql.language import sql_ast
 
 COMMAND_VERSION = 1
+# The command id types this version reads (ksqlDB's CommandId.Type, lower-cased).
+_COMMAND_TYPES = frozenset({"stream", "table", "terminate", "pause", "resume", "type"})
 
 
 class IncompatibleCommandError(Exception):
@@ -48,7 +51,7 @@ class Command:
 
     @property
     def kind(self) -> str:
-        """The command id's type: ``stream``, ``table`` or ``terminate``."""
+        """The command id's type: ``stream``, ``table``, ``terminate``, ``pause``, ``resume`` or ``type``."""
         return self.command_id.split("/", 1)[0]
 
     @property
@@ -68,6 +71,10 @@ def command_id(stmt: sql_ast.Statement) -> str:
         return f"{kind}/{stmt.name}/drop"
     if isinstance(stmt, sql_ast.Terminate):
         return f"terminate/{stmt.query_id or 'ALL'}/execute"
+    if isinstance(stmt, sql_ast.PauseQuery):
+        return f"pause/{stmt.query_id or 'ALL'}/execute"
+    if isinstance(stmt, sql_ast.ResumeQuery):
+        return f"resume/{stmt.query_id or 'ALL'}/execute"
     if isinstance(stmt, sql_ast.CreateType):
         return f"type/{stmt.name}/create"
     if isinstance(stmt, sql_ast.DropType):
@@ -80,10 +87,11 @@ def command_id(stmt: sql_ast.Statement) -> str:
 
 def goes_to_command_topic(stmt: sql_ast.Statement) -> bool:
     """True for statements that change the shared metastore (CREATE, DROP, INSERT INTO ... SELECT,
-    TERMINATE, CREATE / DROP TYPE, ALTER); SET/UNSET/SHOW/DESCRIBE/EXPLAIN, SELECT and INSERT ...
+    TERMINATE, PAUSE, RESUME, CREATE / DROP TYPE, ALTER); SET/UNSET/SHOW/DESCRIBE/EXPLAIN, SELECT and INSERT ...
     VALUES are answered locally."""
     return isinstance(stmt, (sql_ast.CreateSource, sql_ast.CreateAsSelect, sql_ast.InsertInto, sql_ast.DropSource,
-                             sql_ast.Terminate, sql_ast.CreateType, sql_ast.DropType, sql_ast.AlterSource))
+                             sql_ast.Terminate, sql_ast.PauseQuery, sql_ast.ResumeQuery, sql_ast.CreateType,
+                             sql_ast.DropType, sql_ast.AlterSource))
 
 
 def encode(cmd: Command) -> tuple[bytes, bytes]:
@@ -119,7 +127,7 @@ def decode(key: bytes | None, value: bytes | None) -> Command:
     if not isinstance(statement, str):
         raise IncompatibleCommandError("command-topic record has no statement")
     parts = command_id_text.split("/")
-    if len(parts) != 3 or parts[0] not in ("stream", "table", "terminate", "type") \
+    if len(parts) != 3 or parts[0] not in _COMMAND_TYPES \
             or parts[2] not in ("create", "drop", "execute", "alter"):
         raise IncompatibleCommandError(f"unknown command id: {command_id_text!r}")
     props, original, plan = (body.get(k) or {} for k in ("streamsProperties", "originalProperties", "plan"))

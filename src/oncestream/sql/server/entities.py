@@ -207,12 +207,13 @@ def source_descriptions(metastore: Metastore, statement_text: str, *, kind: str,
 def query_description(metastore: Metastore, q: QueryInfo, *, host_states: Mapping[str, str],
                       overridden_properties: Mapping[str, Any] | None = None, errors: Sequence[dict[str, Any]] = (),
                       execution_plan: str = "", topology: str = "", consumer_group_id: str = "") -> dict[str, Any]:
-    """ksqlDB's ``QueryDescription``. ``host_states`` is the state per ``"host:port"`` (RUNNING
-    only on the node running it); ``state`` is RUNNING if any host runs it, else the first
-    reported state."""
+    """ksqlDB's ``QueryDescription``. ``host_states`` is the state per ``"host:port"`` (RUNNING,
+    ERROR or PAUSED only on the node it is placed on); ``state`` is RUNNING if any host runs it,
+    else the first state other than NOT_RUNNING, else the first reported state."""
     sink = metastore.source(q.sink)
     states = list(host_states.values())
-    state = "RUNNING" if "RUNNING" in states else (states[0] if states else "UNRESPONSIVE")
+    placed = [s for s in states if s != "NOT_RUNNING"]
+    state = "RUNNING" if "RUNNING" in states else (placed or states or ["UNRESPONSIVE"])[0]
     return {
         "id": q.query_id,
         "statementText": q.statement,

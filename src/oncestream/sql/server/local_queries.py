@@ -1,19 +1,28 @@
 """The persistent queries this node runs: it starts what the assignment gives it and stops what it
-takes away (or what a command terminated), on a thread of its own because Spark starts and stops
-take seconds and neither the command runner nor the group member may wait for them.
+takes away (or what a command terminated), pauses and resumes what PAUSE / RESUME asked, on a
+thread of its own because Spark starts and stops take seconds and neither the command runner nor
+the group member may wait for them.
 
 State per query id (one table, checked on every change):
 
 =============  ==========================================  ==========================
 state          entered from                                 means
 =============  ==========================================  ==========================
-STARTING       (absent)                                     assigned, start under way
+STARTING       (absent), PAUSED                             assigned (or resumed), start under way
 RUNNING        STARTING, FAILED                             runtime.start_persistent returned /
                                                             runtime restarted it (RUNNING again)
 FAILED         STARTING, RUNNING                            start raised / runtime reports ERROR
-STOPPING       STARTING, RUNNING, FAILED                    no longer assigned or terminated
+PAUSING        RUNNING, FAILED                              paused, stop at a batch boundary under way
+PAUSED         (absent), PAUSING                            paused: owned here, not running
+STOPPING       STARTING, RUNNING, FAILED, PAUSING, PAUSED   no longer assigned or terminated
 (absent)       STOPPING                                     runtime.stop_persistent returned
 =============  ==========================================  ==========================
+
+A paused query (the metastore's run state, ``StartSpec.paused``) is stopped the way an unassigned
+one is, at a batch boundary, which keeps its checkpoint and its sink's transactional state; RESUME
+starts it again from that checkpoint, so it goes on from where it stopped with nothing lost or
+written twice. It stays owned by this node meanwhile, so RESUME starts it where it was. It shows
+as PAUSED once it has stopped (RUNNING while PAUSING: its last batch may still be writing).
 
 A STOPPING query is still owned (reported in the group metadata) until it has stopped, so the
 group never gives it to another node while it runs here. A FAILED query stays owned by this node
@@ -45,14 +54,19 @@ class LocalState(Enum):
     STARTING = "STARTING"
     RUNNING = "RUNNING"
     FAILED = "FAILED"
+    PAUSING = "PAUSING"
+    PAUSED = "PAUSED"
     STOPPING = "STOPPING"
 
 
 _ALLOWED: dict[LocalState, tuple[LocalState | None, ...]] = {
-    LocalState.STARTING: (None,),
+    LocalState.STARTING: (None, LocalState.PAUSED),
     LocalState.RUNNING: (LocalState.STARTING, LocalState.FAILED),
     LocalState.FAILED: (LocalState.STARTING, LocalState.RUNNING),
-    LocalState.STOPPING: (LocalState.STARTING, LocalState.RUNNING, LocalState.FAILED),
+    LocalState.PAUSING: (LocalState.RUNNING, LocalState.FAILED),
+    LocalState.PAUSED: (None, LocalState.PAUSING),
+    LocalState.STOPPING: (LocalState.STARTING, LocalState.RUNNING, LocalState.FAILED, LocalState.PAUSING,
+                          LocalState.PAUSED),
 }
 
 
@@ -62,12 +76,14 @@ class IllegalQueryTransition(RuntimeError):
 
 @dataclass(frozen=True)
 class StartSpec:
-    """What the runtime needs to start one query (resolved from this node's metastore)."""
+    """What the runtime needs to start one query (resolved from this node's metastore), and
+    whether PAUSE holds it stopped."""
 
     info: QueryInfo
     analyzed: AnalyzedQuery
     sink: SourceInfo
     properties: dict[str, Any]
+    paused: bool = False
 
 
 def _state_name(status: Any) -> Any:
@@ -82,7 +98,8 @@ def _version(spec: StartSpec) -> int:
 
 
 class LocalQueries:
-    """Reconciles this node's running queries with ``desired`` (assigned and not terminated).
+    """Reconciles this node's running queries with ``desired`` (assigned and not terminated;
+    paused ones owned but stopped).
 
     ``resolve(query_id)`` gives the StartSpec of a query of the metastore, or None when this
     node's metastore does not know it (yet: it retries after ``poke``). ``changed()`` is called
@@ -154,7 +171,9 @@ class LocalQueries:
             return "ERROR", error
         if local is LocalState.STARTING:
             return "PENDING", None
-        return "RUNNING", None
+        if local is LocalState.PAUSED:
+            return "PAUSED", None
+        return "RUNNING", None   # RUNNING, or PAUSING: its last batch may still be writing
 
     # --- the loop ---------------------------------------------------------------------------------
 
@@ -184,12 +203,25 @@ class LocalQueries:
             if query_id not in desired or spec is None or _version(spec) != versions.get(query_id):
                 self._stop_one(query_id)
                 changed = True
+            elif spec.paused and current[query_id] in (LocalState.RUNNING, LocalState.FAILED):
+                self._pause_one(query_id)
+                changed = True
         with self._lock:
-            running = set(self._states)
-        for query_id in sorted(desired - running):
+            present = dict(self._states)
+        for query_id in sorted(desired):
             spec = specs.get(query_id)
             if spec is None:
                 continue  # not in this node's metastore (yet, or terminated)
+            local = present.get(query_id)
+            if spec.paused:
+                if local is None:   # assigned while paused: owned here, started on RESUME
+                    with self._lock:
+                        self._set(query_id, LocalState.PAUSED)
+                        self._versions[query_id] = _version(spec)
+                    changed = True
+                continue
+            if local not in (None, LocalState.PAUSED):
+                continue  # running, failed or starting already
             with self._lock:
                 self._set(query_id, LocalState.STARTING)
                 self._versions[query_id] = _version(spec)
@@ -210,15 +242,31 @@ class LocalQueries:
 
     def _stop_one(self, query_id: str) -> None:
         with self._lock:
-            if self._states.get(query_id) is None:
+            was = self._states.get(query_id)
+            if was is None:
                 return
             self._set(query_id, LocalState.STOPPING)
+        if was is not LocalState.PAUSED:   # a paused query has no Spark query to stop
+            self._stop_runtime(query_id)
+        with self._lock:
+            self._set(query_id, None)
+
+    def _pause_one(self, query_id: str) -> None:
+        """Stop a query at a batch boundary and keep it owned (its checkpoint is where RESUME
+        starts it again)."""
+        with self._lock:
+            self._set(query_id, LocalState.PAUSING)
+        self._stop_runtime(query_id)
+        with self._lock:
+            if self._states.get(query_id) is LocalState.PAUSING:   # not stopped by the node's stop meanwhile
+                self._set(query_id, LocalState.PAUSED)
+                self._errors.pop(query_id, None)
+
+    def _stop_runtime(self, query_id: str) -> None:
         try:
             self._runtime.stop_persistent(query_id)
         except Exception as exc:  # noqa: BLE001 - stopping a broken query must not stop the others
             log.warning("oncestream sql: stopping query %s: %s", query_id, exc)
-        with self._lock:
-            self._set(query_id, None)
 
     def _watch_running(self) -> None:
         """Notice queries that failed while running (Spark reports them ERROR), and failed ones

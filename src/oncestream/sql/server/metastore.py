@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from enum import Enum
 from typing import Any
 
 from oncestream.sql.errors import StatementError
@@ -31,6 +32,30 @@ from oncestream.sql.language.sql_ast import SourceKind
 from oncestream.sql.language.statement_plan import SchemaLookup, StatementPlan, StatementPlanner
 from oncestream.sql.language.types import SqlType
 from oncestream.sql.server.commands import Command, command_id, goes_to_command_topic
+
+# ---------------------------------------------------------------------------------------------
+# what a persistent query is asked to do (PAUSE / RESUME), one table checked on every change
+
+
+class QueryRunState(Enum):
+    """Whether a persistent query of the metastore should run (the shared, replayed intent; which
+    node runs it and how far it got is the node's business, ``local_queries``)."""
+
+    RUNNING = "RUNNING"
+    PAUSED = "PAUSED"
+
+
+# state -> the states it may be entered from (None: the query is new). PAUSE of a paused query
+# and RESUME of a running one are no-ops that succeed, as in ksqlDB (KafkaStreams.pause/resume).
+_RUN_STATE_FROM: dict[QueryRunState, tuple[QueryRunState | None, ...]] = {
+    QueryRunState.RUNNING: (None, QueryRunState.RUNNING, QueryRunState.PAUSED),
+    QueryRunState.PAUSED: (QueryRunState.RUNNING, QueryRunState.PAUSED),
+}
+
+
+class IllegalRunStateTransition(RuntimeError):
+    """A run-state change ``_RUN_STATE_FROM`` does not allow (a bug)."""
+
 
 # ---------------------------------------------------------------------------------------------
 # effects
@@ -67,6 +92,15 @@ class StopQuery:
 
 
 @dataclass(frozen=True)
+class ChangeRunState:
+    """PAUSE / RESUME: ``state`` PAUSED stops running ``query_id`` but keeps its checkpoint and
+    sink state; RUNNING runs it again from where it stopped."""
+
+    query_id: str
+    state: QueryRunState
+
+
+@dataclass(frozen=True)
 class CommandResult:
     """The command status ksqlDB reports (``commandStatus``): SUCCESS or ERROR, its message, and
     the id of the query it started, if any."""
@@ -76,7 +110,8 @@ class CommandResult:
     query_id: str | None = None
 
 
-Effect = CreateTopic | DeleteTopic | StartQuery | StopQuery | CommandResult
+Effect = CreateTopic | DeleteTopic | StartQuery | StopQuery | ChangeRunState | CommandResult
+
 
 
 class Metastore:
@@ -92,6 +127,8 @@ class Metastore:
         self._query_properties: dict[str, dict[str, Any]] = {}
         # CREATE TYPE: upper-cased name -> type, in registration order
         self._types: dict[str, SqlType] = {}
+        # query id -> RUNNING or PAUSED (PAUSE / RESUME), one entry per query of _queries
+        self._run_states: dict[str, QueryRunState] = {}
         self._last_offset: int = -1
 
     # -- lookups -------------------------------------------------------------------------------
@@ -113,6 +150,10 @@ class Metastore:
     def analyzed(self, query_id: str) -> AnalyzedQuery | None:
         """The analysis of a persistent query (what the compiler needs to start it)."""
         return self._analyzed.get(query_id)
+
+    def run_state(self, query_id: str) -> QueryRunState | None:
+        """RUNNING or PAUSED (PAUSE / RESUME) for a query of the metastore; None for others."""
+        return self._run_states.get(query_id)
 
     def query_properties(self, query_id: str) -> dict[str, Any]:
         """The property overrides (the command's streamsProperties) a persistent query runs with."""
@@ -160,6 +201,7 @@ class Metastore:
         other._references = dict(self._references)
         other._query_properties = dict(self._query_properties)
         other._types = dict(self._types)
+        other._run_states = dict(self._run_states)
         other._last_offset = self._last_offset
         return other
 
@@ -188,7 +230,8 @@ class Metastore:
             "queries": [
                 {"id": q.query_id, "statement": q.statement, "sink": q.sink, "sources": list(q.sources),
                  "columns": [[c.name, c.type.ksql_name, c.namespace.value] for c in q.output_columns],
-                 "offset": q.command_offset, "properties": self._query_properties.get(q.query_id, {})}
+                 "offset": q.command_offset, "properties": self._query_properties.get(q.query_id, {}),
+                 "runState": self._run_states[q.query_id].value}
                 for q in self.queries()],
             "types": {name: ty.ksql_name for name, ty in self._types.items()},
         }
@@ -306,6 +349,18 @@ class Metastore:
                 self._drop_query(qid)
             effects.append(CommandResult("SUCCESS", "Query terminated." if stmt.query_id else "All queries terminated."))
             return effects
+        if isinstance(stmt, sql_ast.PauseQuery | sql_ast.ResumeQuery):
+            # ksqlDB's InteractiveStatementExecutor: "Query paused." / "Query resumed." for one
+            # query and for ALL alike.
+            pausing = isinstance(stmt, sql_ast.PauseQuery)
+            target = QueryRunState.PAUSED if pausing else QueryRunState.RUNNING
+            ids = [stmt.query_id] if stmt.query_id is not None else [q.query_id for q in self.queries()]
+            for qid in ids:
+                if self._run_states[qid] is not target:
+                    effects.append(ChangeRunState(qid, target))
+                self._set_run_state(qid, target)
+            effects.append(CommandResult("SUCCESS", "Query paused." if pausing else "Query resumed."))
+            return effects
         raise StatementError(f"Unsupported statement: {type(stmt).__name__}")
 
     def _register_query(self, query_id: str, text: str, sink: SourceInfo, query: sql_ast.Query, analyzed: AnalyzedQuery,
@@ -316,12 +371,22 @@ class Metastore:
         self._queries[query_id] = info
         self._analyzed[query_id] = analyzed
         self._query_properties[query_id] = dict(command.streams_properties)
+        # A new query runs, and so does a paused one that CREATE OR REPLACE redefines (ksqlDB
+        # starts the replacing query whatever the replaced one's state was).
+        self._set_run_state(query_id, QueryRunState.RUNNING)
         return info
+
+    def _set_run_state(self, query_id: str, state: QueryRunState) -> None:
+        current = self._run_states.get(query_id)
+        if current not in _RUN_STATE_FROM[state]:
+            raise IllegalRunStateTransition(f"{query_id}: {current} -> {state}")
+        self._run_states[query_id] = state
 
     def _drop_query(self, query_id: str) -> None:
         info = self._queries.pop(query_id, None)
         self._analyzed.pop(query_id, None)
         self._query_properties.pop(query_id, None)
+        self._run_states.pop(query_id, None)
         if info is None:
             return
         sink = self._sources.get(info.sink)

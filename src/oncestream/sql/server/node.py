@@ -2,7 +2,7 @@
 from its parts (``node_context`` is what they share):
 
 - ``statements``: a ``/ksql`` request. Statements that change the metastore (CREATE, DROP, INSERT
-  INTO ... SELECT, TERMINATE) go through the command topic (``command_topic.CommandWriter``); the
+  INTO ... SELECT, TERMINATE, PAUSE, RESUME) go through the command topic (``command_topic.CommandWriter``); the
   answer is sent once this node's runner has applied the command, with its real status and
   ``commandSequenceNumber``. Local statements (SHOW, LIST, DESCRIBE, EXPLAIN: ``local_statements``;
   SET, UNSET) are answered from this node's metastore.
@@ -36,7 +36,7 @@ from oncestream.sql.server.command_topic import (
     ensure_command_topic,
 )
 from oncestream.sql.server.local_statements import LocalStatements
-from oncestream.sql.server.metastore import CommandResult, Metastore, StartQuery, StopQuery
+from oncestream.sql.server.metastore import ChangeRunState, CommandResult, Metastore, StartQuery, StopQuery
 from oncestream.sql.server.metrics import SqlServerMetrics
 from oncestream.sql.server.node_context import NodeContext, NodeSettings
 from oncestream.sql.server.placement import QueryPlacement
@@ -120,7 +120,7 @@ class Node:
         for effect in effects:
             # CreateTopic / DeleteTopic were done by the node that wrote the command, around its
             # commit (ksqlDB's injectors); every other node only follows the metastore.
-            if isinstance(effect, StartQuery | StopQuery):
+            if isinstance(effect, StartQuery | StopQuery | ChangeRunState):
                 queries_changed = True
             elif isinstance(effect, CommandResult):
                 result = Applied(effect.message, effect.query_id, refused=effect.status != "SUCCESS")

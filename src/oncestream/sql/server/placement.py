@@ -11,6 +11,7 @@ from typing import Any
 from oncestream.sql.engine.interface import PersistentQueryRunner
 from oncestream.sql.server.assignment import Assignment, QueryAssignment
 from oncestream.sql.server.local_queries import LocalQueries, StartSpec
+from oncestream.sql.server.metastore import QueryRunState
 from oncestream.sql.server.node_context import NodeContext
 
 
@@ -77,29 +78,34 @@ class QueryPlacement:
             sink = metastore.source(info.sink)
             analyzed = metastore.analyzed(query_id)
             properties = metastore.query_properties(query_id)
+            paused = metastore.run_state(query_id) is QueryRunState.PAUSED
         if sink is None or analyzed is None:
             return None
-        return StartSpec(info, analyzed, sink, properties)
+        return StartSpec(info, analyzed, sink, properties, paused)
 
     # --- what the node reports ------------------------------------------------------------------------
 
     def query_state(self, query_id: str) -> tuple[str, str | None, str | None]:
-        """(state, error, owner URL) of a persistent query as this node knows it."""
+        """(state, error, owner URL) of a persistent query as this node knows it: the node that
+        owns it says what it does (PAUSED once stopped there); the others say PAUSED as soon as
+        their metastore holds the PAUSE."""
         local = self.local.state(query_id)
         if local is not None:
             return local[0], local[1], self.url
         assignment = self._assignment.current if self._assignment is not None else None
-        if assignment is None:
-            return "PENDING", None, None
-        owner = assignment.owner_url(query_id)
-        if owner is None:
+        owner = assignment.owner_url(query_id) if assignment is not None else None
+        with self._context.runner.lock:
+            paused = self._context.metastore.run_state(query_id) is QueryRunState.PAUSED
+        if paused:
+            return "PAUSED", None, owner
+        if assignment is None or owner is None:
             return "PENDING", None, None
         error = assignment.errors.get(query_id)
         return ("ERROR" if error else "RUNNING"), error, owner
 
     def host_statuses(self, query_id: str) -> dict[str, str]:
-        """ksqlHostQueryStatus: per node of the cluster, the query's state there (RUNNING or ERROR
-        only on the node running it)."""
+        """ksqlHostQueryStatus: per node of the cluster, the query's state there (RUNNING, ERROR or
+        PAUSED only on the node it is placed on)."""
         state, _error, owner = self.query_state(query_id)
         return {host_port(url): (state if url == owner else "NOT_RUNNING") for url in self._urls()}
 

@@ -1,6 +1,6 @@
 """The statements of a ``/ksql`` request, run in order on one node: those that change the
-metastore (CREATE, DROP, INSERT INTO ... SELECT, TERMINATE) go through the command topic and are
-answered once this node's runner applied them, with their real status and
+metastore (CREATE, DROP, INSERT INTO ... SELECT, TERMINATE, PAUSE, RESUME) go through the command
+topic and are answered once this node's runner applied them, with their real status and
 ``commandSequenceNumber``; SET / UNSET change the request's properties; DEFINE / UNDEFINE its
 variables (ksqlDB's ``sessionVariables``: the request brings the session's, a DEFINE counts for
 the later statements of the same request, and ``${name}`` is substituted before a statement is

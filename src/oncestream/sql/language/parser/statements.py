@@ -3,10 +3,9 @@ handled by ``api``), producing the ``ast`` dataclasses.
 
 Statement families (see docs/sql-reference.md for the full grammar and examples):
 SELECT, CREATE [OR REPLACE] [SOURCE] STREAM|TABLE, CREATE ... AS SELECT, INSERT INTO ... SELECT,
-INSERT INTO ... VALUES, DROP, TERMINATE, SHOW|LIST, DESCRIBE, EXPLAIN, SET, UNSET, DEFINE, UNDEFINE, CREATE / DROP TYPE,
-ALTER STREAM|TABLE ... ADD COLUMN, PRINT. ksqlDB
-statements that oncestream does not implement (PAUSE, RESUME, connectors...) are
-refused with a syntax error that says so.
+INSERT INTO ... VALUES, DROP, TERMINATE, PAUSE, RESUME, SHOW|LIST, DESCRIBE, EXPLAIN, SET, UNSET,
+DEFINE, UNDEFINE, CREATE / DROP TYPE, ALTER STREAM|TABLE ... ADD COLUMN, PRINT. ksqlDB statements that
+oncestream does not implement (ASSERT TOPIC, connectors...) are refused with a syntax error that says so.
 """
 
 from __future__ import annotations
@@ -33,9 +32,10 @@ _SHOW_WHAT = {w.value: w for w in sql_ast.ShowWhat}
 _SHOW_EXTENDED = frozenset({sql_ast.ShowWhat.STREAMS, sql_ast.ShowWhat.TABLES, sql_ast.ShowWhat.QUERIES, sql_ast.ShowWhat.TOPICS})
 
 # ksqlDB statements outside oncestream's scope: first keyword(s) -> what the error calls them.
-_UNSUPPORTED_STATEMENTS = {
-    "PAUSE": "PAUSE", "RESUME": "RESUME",
-    "ASSERT": "ASSERT",
+_UNSUPPORTED_STATEMENTS = {"ASSERT": "ASSERT"}
+# The statements on one persistent query (or ALL of them), by their first word.
+_QUERY_LIFECYCLE: dict[str, type[sql_ast.Terminate | sql_ast.PauseQuery | sql_ast.ResumeQuery]] = {
+    "TERMINATE": sql_ast.Terminate, "PAUSE": sql_ast.PauseQuery, "RESUME": sql_ast.ResumeQuery,
 }
 # ksqlDB's statement grammar has ASSERT [NOT EXISTS] TOPIC | SCHEMA only: its ASSERT VALUES /
 # STREAM / TABLE / NULL VALUES and RUN SCRIPT are statements of its test tool, syntax errors here
@@ -68,11 +68,11 @@ class StatementParser(QueryParser):
             return self._insert(text, position)
         if word == "DROP":
             return self._drop(text, position)
-        if word == "TERMINATE":
+        if word in _QUERY_LIFECYCLE:
+            # ksqlDB's terminateQuery / pauseQuery / resumeQuery: the word, then ALL or a query id.
             self._advance()
-            if self.accept("ALL"):
-                return sql_ast.Terminate(text=text, position=position, query_id=None)
-            return sql_ast.Terminate(text=text, position=position, query_id=self.name())
+            query_id = None if self.accept("ALL") else self.name()
+            return _QUERY_LIFECYCLE[word](text=text, position=position, query_id=query_id)
         if word in ("SHOW", "LIST"):
             return self._show(text, position)
         if word == "DESCRIBE":
