@@ -125,3 +125,21 @@ def test_insert_values_writes_the_formats_bytes(runtime, eos_broker):
     assert read_output(bootstrap, topics[2], 1) == [(None, struct.pack(">d", -2.5))]
     assert json.loads(b'{"NAME":"a\\"b","V":1.5}')["NAME"] == 'a"b'
     assert csv_s.value_format is Format.DELIMITED
+
+
+def test_a_value_column_named_timestamp_is_a_column_like_any_other(runtime, eos_broker):
+    """stringtimestamp.json "string to timestamp": a value column named TIMESTAMP (legal in
+    ksqlDB) is read and written; the record's own timestamp (the connector's ``timestamp``
+    column, Spark names being case-insensitive) made the name ambiguous and failed the query."""
+    bootstrap = eos_broker.bootstrap
+    topic, out_topic = unique("stamps"), unique("ts")
+    create_topics(bootstrap, topic, out_topic)
+    source = ddl(f"CREATE STREAM TEST (K STRING KEY, ID BIGINT, NAME VARCHAR, timestamp VARCHAR) "
+                 f"WITH (KAFKA_TOPIC='{topic}', VALUE_FORMAT='DELIMITED');")
+    produce(bootstrap, topic, [(b"0", b"0,zero,2018-05-11T21:58:33Z", 7000)])
+    _s, analyzed = analyze("CREATE STREAM TS AS SELECT K, ID, STRINGTOTIMESTAMP(timestamp, 'yyyy-MM-dd''T''HH:mm:ssX') "
+                           "AS TS, ROWTIME AS RT FROM TEST;", {"TEST": source})
+    start(runtime, "CSAS_TS_5", analyzed, sink_of(analyzed, "TS", out_topic))
+    assert read_output(bootstrap, out_topic, 1, runtime=runtime, query_id="CSAS_TS_5") == [
+        (b"0", b'{"ID":0,"TS":1526075913000,"RT":7000}')]
+    runtime.stop_persistent("CSAS_TS_5")

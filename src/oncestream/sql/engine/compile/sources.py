@@ -31,6 +31,9 @@ from oncestream.sql.language.types import HEADERS_TYPE, BaseType
 TS = "__TS"
 TOMBSTONE = serde_columns.TOMBSTONE
 RAW_KEY = "__RAWKEY"
+# The record's own timestamp until ROWTIME is made (the connector's ``timestamp`` renamed: a value
+# column named TIMESTAMP, legal in ksqlDB, would make it ambiguous in Spark's case-insensitive names)
+RECORD_TIMESTAMP = "__RECORD_TIMESTAMP"
 
 EARLIEST = "earliest"
 LATEST = "latest"
@@ -81,7 +84,7 @@ def timestamp_ms(value: F.Column, base: BaseType, timestamp_format: str | None) 
 def _rowtime(source: SourceInfo) -> F.Column:
     column = source.timestamp_column
     if column is None:
-        return F.unix_millis(F.col("timestamp"))
+        return F.unix_millis(F.col(RECORD_TIMESTAMP))
     spec = source.column(column)
     if spec is None:
         raise StatementError(f"The TIMESTAMP column set in the WITH clause does not exist in the schema: '{column}'")
@@ -118,9 +121,11 @@ def read_source(spark: SparkSession, source: SourceInfo, settings: ReadSettings,
     decoded = raw.select(*serde_columns.decode_key(layout, F.col("key")),
                          *serde_columns.decode_value(layout, F.col("value")),
                          *[header_column(c.header_key).alias(c.name) for c in source.header_columns],
-                         F.col("timestamp"), F.col("partition").alias(ROWPARTITION), F.col("offset").alias(ROWOFFSET),
+                         F.col("timestamp").alias(RECORD_TIMESTAMP), F.col("partition").alias(ROWPARTITION),
+                         F.col("offset").alias(ROWOFFSET),
                          F.col("key").alias(RAW_KEY))
-    frame = decoded.withColumn(ROWTIME, _rowtime(source)).drop("timestamp").withColumn(TS, F.timestamp_millis(F.col(ROWTIME)))
+    frame = (decoded.withColumn(ROWTIME, _rowtime(source)).drop(RECORD_TIMESTAMP)
+             .withColumn(TS, F.timestamp_millis(F.col(ROWTIME))))
     # Kafka Streams skips a record whose timestamp (or TIMESTAMP column) is negative or cannot be
     # extracted (null): it has no place in stream time, and no record can be written with it.
     frame = frame.where(F.col(ROWTIME) >= 0)
