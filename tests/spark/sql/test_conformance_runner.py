@@ -56,7 +56,7 @@ def test_runner_reports_pass_fail_expected_errors_and_out_of_scope(sql_spark, eo
     for fmt in ("AVRO", "PROTOBUF", "JSON_SR"):
         assert outcome(f"registry formats run - {fmt}") is Outcome.PASS, report
     assert outcome("columns from the registry") is Outcome.PASS, report
-    assert families["documented unsupported statement is out of scope"] == "documented not supported: PRINT statement"
+    assert families["documented unsupported statement is out of scope"] == "documented not supported: ASSERT statement"
     assert "TOTAL: 7 pass, 3 fail, 3 out of scope (13 cases;" in report
     assert "  PROTOBUF: 1 pass, 0 fail, 0 out of scope" in report
 
