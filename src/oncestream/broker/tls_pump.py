@@ -185,13 +185,12 @@ class TlsPump:
                 pass  # already closed
 
     def _run(self) -> None:
-        ours: socket.socket | None = None
         try:
             tls = self._handshake()
             if tls is None:
                 return
             ours, theirs = socket.socketpair()
-            self._ours = ours
+            self._ours = ours  # abort() shuts it too; the finally below closes it
             for end in (ours, theirs):
                 end.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, _PAIR_BUFFER_BYTES)
                 end.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, _PAIR_BUFFER_BYTES)
@@ -211,8 +210,8 @@ class TlsPump:
         except Exception:  # a bug here must still close the connection (finally) and not pass unseen
             log.exception("TLS connection of %s failed", self.peer)
         finally:
-            if ours is not None:
-                ours.close()
+            if self._ours is not None:
+                self._ours.close()
             self.raw.close()
             self._on_exit(self)
 

@@ -91,12 +91,12 @@ def _rowtime(source: SourceInfo) -> F.Column:
     return timestamp_ms(F.col(f"`{column}`"), spec.type.base, source.timestamp_format)
 
 
-def header_column(header_key: str | None, headers: F.Column | None = None) -> F.Column:
+def header_column(header_key: str | None) -> F.Column:
     """A header column from the connector's ``headers`` (array of struct key, value; null when the
     record has none): ``header_key`` None gives them all in order as ksqlDB's HEADERS type (an
     empty array for none); else the value of the last header with that key (Kafka's
     ``Headers.lastHeader``, as ksqlDB reads HEADER('k')), null when there is none."""
-    raw = F.col("headers") if headers is None else headers
+    raw = F.col("headers")
     if header_key is None:
         all_type = serde_columns.spark_type(HEADERS_TYPE)
         return F.coalesce(raw.cast(all_type), F.array().cast(all_type))
