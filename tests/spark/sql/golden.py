@@ -5,6 +5,7 @@ confluent-kafka."""
 from __future__ import annotations
 
 import json
+import math
 import struct
 import time
 import uuid
@@ -220,3 +221,17 @@ def registered_message_class(client: Any, subject: str) -> Any:
     pool.Add(proto)
     package = f"{proto.package}." if proto.package else ""
     return message_factory.GetMessageClass(pool.FindMessageTypeByName(package + proto.message_type[0].name))
+
+
+def spark_plain(value: Any) -> Any:
+    """Spark's Rows as dicts, recursively (ksqlDB's structs compare field by field); NaN as "NaN"
+    (NaN equals nothing, itself included)."""
+    if isinstance(value, float) and math.isnan(value):
+        return "NaN"
+    if hasattr(value, "asDict"):
+        return {k: spark_plain(v) for k, v in value.asDict().items()}
+    if isinstance(value, list):
+        return [spark_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: spark_plain(v) for k, v in value.items()}
+    return value

@@ -7,7 +7,6 @@ bytes-and-strings, split-to-map, convert-tz, timestampadd...)."""
 from __future__ import annotations
 
 import datetime as dt
-import math
 from decimal import Decimal
 from typing import Any
 
@@ -16,6 +15,7 @@ import pytest
 from oncestream.sql.engine.compile.expressions import Scope, translate
 from oncestream.sql.language import functions_json
 from tests.spark.sql.golden import analyze, ddl
+from tests.spark.sql.golden import spark_plain as _plain
 
 pytestmark = [pytest.mark.spark]
 
@@ -244,20 +244,6 @@ CASES: list[tuple[str, Any]] = [
     ("FROM_BYTES(SUBSTRING(TO_BYTES('some_string', 'utf8'), 6, 3), 'utf8')", "str"),
     ("SUBSTRING(BYT, 2)", bytes([0xB2])), ("SUBSTRING(BYT, CAST(NULL AS INT))", None),
 ]
-
-
-def _plain(value: Any) -> Any:
-    """Spark's Rows as dicts, recursively (ksqlDB's structs compare field by field); NaN as "NaN"
-    (NaN equals nothing, itself included)."""
-    if isinstance(value, float) and math.isnan(value):
-        return "NaN"
-    if hasattr(value, "asDict"):
-        return {k: _plain(v) for k, v in value.asDict().items()}
-    if isinstance(value, list):
-        return [_plain(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    return value
 
 
 def test_functions_give_ksqldb_values_on_spark(sql_spark):

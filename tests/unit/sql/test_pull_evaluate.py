@@ -108,3 +108,20 @@ def test_integer_arithmetic_wraps_as_javas_by_the_analyzed_type():
     analyzed = analyze_query(select.query, metastore.source_map())
     row = {"A": 7, "L": 2**62}
     assert [evaluate(e, row) for e in analyzed.expressions] == [-1589934592, 1589934592, -(2**63), 8]
+
+
+def test_cast_of_time_types_to_string_is_ksqldbs_text():
+    """CAST(... AS STRING) of TIMESTAMP, DATE and TIME (held as millis, days and millis of the day)
+    as ksqlDB's SqlTimeTypes writes them: a TIME without seconds is ``HH:mm`` (Java's LocalTime)."""
+    metastore = Metastore()
+    (create,) = parse("CREATE STREAM SRC (TS TIMESTAMP, D DATE, TM TIME) "
+                      "WITH (KAFKA_TOPIC='t', VALUE_FORMAT='JSON', PARTITIONS=1);")
+    metastore.apply(metastore.validate(create), 0)
+    (parsed,) = parse("SELECT CAST(TS AS STRING), CAST(D AS STRING), CAST(TM AS STRING) FROM SRC EMIT CHANGES;")
+    analyzed = analyze_query(of_type(parsed, sql_ast.QueryStatement).query, metastore.source_map())
+    rows: list[tuple[dict[str, int | None], list[str | None]]] = [
+            ({"TS": 10, "D": 10, "TM": 5000}, ["1970-01-01T00:00:00.010", "1970-01-11", "00:00:05"]),
+            ({"TS": 1526075913000, "D": -1, "TM": 60_999}, ["2018-05-11T21:58:33.000", "1969-12-31", "00:01"]),
+            ({"TS": None, "D": None, "TM": None}, [None, None, None])]
+    for row, expected in rows:
+        assert [evaluate(e, row) for e in analyzed.expressions] == expected

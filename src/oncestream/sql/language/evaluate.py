@@ -30,6 +30,7 @@ before any row is read, so an unsupported query fails whatever the table holds).
 
 from __future__ import annotations
 
+import datetime as dt
 import decimal
 import math
 import re
@@ -223,6 +224,29 @@ def _cast(value: Any, target: str) -> Any:
         return None   # ksqlDB's CAST of an unparsable string gives NULL
 
 
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+
+def _timestamp_text(millis: int) -> str:
+    stamp = _EPOCH + dt.timedelta(milliseconds=millis)
+    return stamp.strftime("%Y-%m-%dT%H:%M:%S.") + f"{stamp.microsecond // 1000:03d}"
+
+
+def _time_text(millis: int) -> str:
+    # Java's LocalTime.ofSecondOfDay(ms / 1000).toString(): the seconds only when not 0
+    clock = _EPOCH + dt.timedelta(seconds=millis // 1000)
+    return clock.strftime("%H:%M" if clock.second == 0 else "%H:%M:%S")
+
+
+# CAST(x AS STRING) of the time types (held as numbers in a row) as ksqlDB's SqlTimeTypes writes
+# them; the compiled form is compile.expressions._temporal_to_string
+_TEMPORAL_TEXT = {
+    BaseType.TIMESTAMP: _timestamp_text,
+    BaseType.DATE: lambda days: (_EPOCH.date() + dt.timedelta(days=days)).isoformat(),
+    BaseType.TIME: _time_text,
+}
+
+
 def _like(value: Any, pattern: Any) -> bool | None:
     if value is None or pattern is None:
         return None
@@ -336,7 +360,11 @@ def evaluate(node: exp.Expr, row: Row) -> Any:
         target = _CAST_TARGETS.get(to.this) if isinstance(to, exp.DataType) else None
         if target is None:
             raise _unsupported(node)
-        return _cast(evaluate(node.this, row), target)
+        source = node.this.meta.get(TYPE_KEY)
+        value = evaluate(node.this, row)
+        if target == "STRING" and isinstance(value, int) and getattr(source, "base", None) in _TEMPORAL_TEXT:
+            return _TEMPORAL_TEXT[source.base](value)
+        return _cast(value, target)
     if isinstance(node, exp.Case):
         return _case(node, row)
     if isinstance(node, exp.Dot):

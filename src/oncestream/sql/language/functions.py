@@ -30,6 +30,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
+from oncestream.sql.language import array_sets
 from oncestream.sql.language import types as t
 from oncestream.sql.language.function_catalog import (  # noqa: F401  (the catalog's frame, re-exported)
     _CATALOG,
@@ -497,19 +498,19 @@ _add("ARRAY_LENGTH", 1, 1, _sig("ARRAY_LENGTH", is_array, result=INT), _null_if_
      "Number of elements, NULL for NULL.", "size(a) (NULL for NULL)")
 _add("ARRAY_CONTAINS", 2, 2, _sig("ARRAY_CONTAINS", is_array, _any, result=t.BOOLEAN), _call("array_contains"),
      "Whether the array holds the value.", "array_contains(a, v)")
-_add("ARRAY_DISTINCT", 1, 1, _sig("ARRAY_DISTINCT", is_array, result=_first_non_null), _call("array_distinct"),
+_add("ARRAY_DISTINCT", 1, 1, _sig("ARRAY_DISTINCT", is_array, result=_first_non_null), array_sets.array_distinct,
      "The distinct elements, first occurrence order.", "array_distinct(a)")
 _add("ARRAY_MAX", 1, 1, _sig("ARRAY_MAX", is_array, result=_element), _call("array_max"), "The largest element.", "array_max(a)")
 _add("ARRAY_MIN", 1, 1, _sig("ARRAY_MIN", is_array, result=_element), _call("array_min"), "The smallest element.", "array_min(a)")
 _add("ARRAY_SORT", 1, 2, _sig("ARRAY_SORT", is_array, is_string, result=_first_non_null, optional_from=1), _array_sort,
      "Sort ascending (or 'DESC').", "sort_array(a, asc)")
-_add("ARRAY_REMOVE", 2, 2, _sig("ARRAY_REMOVE", is_array, _any, result=_first_non_null), _call("array_remove"),
+_add("ARRAY_REMOVE", 2, 2, _sig("ARRAY_REMOVE", is_array, _any, result=_first_non_null), array_sets.array_remove,
      "Remove every element equal to the value.", "array_remove(a, v)")
-_add("ARRAY_UNION", 2, 2, _sig("ARRAY_UNION", is_array, is_array, result=_first_non_null), _call("array_union"),
+_add("ARRAY_UNION", 2, 2, _sig("ARRAY_UNION", is_array, is_array, result=_first_non_null), array_sets.array_union,
      "Distinct elements of both.", "array_union(a, b)")
-_add("ARRAY_INTERSECT", 2, 2, _sig("ARRAY_INTERSECT", is_array, is_array, result=_first_non_null), _call("array_intersect"),
+_add("ARRAY_INTERSECT", 2, 2, _sig("ARRAY_INTERSECT", is_array, is_array, result=_first_non_null), array_sets.array_intersect,
      "Distinct elements in both.", "array_intersect(a, b)")
-_add("ARRAY_EXCEPT", 2, 2, _sig("ARRAY_EXCEPT", is_array, is_array, result=_first_non_null), _call("array_except"),
+_add("ARRAY_EXCEPT", 2, 2, _sig("ARRAY_EXCEPT", is_array, is_array, result=_first_non_null), array_sets.array_except,
      "Distinct elements of a not in b.", "array_except(a, b)")
 _add("ARRAY_JOIN", 1, 2, _sig("ARRAY_JOIN", is_array, is_string, result=S, optional_from=1), _array_join,
      "Join elements into a string (default delimiter ',').", "array_join(a, delim)")
@@ -585,8 +586,9 @@ _add("COUNT_DISTINCT", 1, 1, _sig("COUNT_DISTINCT", _any, result=B), _call("appr
      "Approximate number of distinct values (HyperLogLog in both).", "approx_count_distinct(x)", aggregate=True)
 _add("COLLECT_LIST", 1, 1, _sig("COLLECT_LIST", _any, result=lambda a: t.array_of(a[0] or S)), _call("collect_list"),
      "Array of the values.", "collect_list(x)", aggregate=True)
-_add("COLLECT_SET", 1, 1, _sig("COLLECT_SET", _any, result=lambda a: t.array_of(a[0] or S)), _call("collect_set"),
-     "Array of the distinct values.", "collect_set(x)", aggregate=True)
+_add("COLLECT_SET", 1, 1, _sig("COLLECT_SET", _any, result=lambda a: t.array_of(a[0] or S)), array_sets.collect_set,
+     "Array of the distinct values (NULL among them), in first-seen order.",
+     "array_distinct of collect_list(named_struct(x)) (MAPs compared by entries)", aggregate=True)
 _add("LATEST_BY_OFFSET", 1, 3, _by_offset_type("LATEST_BY_OFFSET"), _by_offset(latest=True),
      "The latest value in offset order (NULLs ignored unless ignoreNulls is false); with n, the n latest as an ARRAY.",
      "max_by(x, <offset order>); n: slice(sort_array(collect_list(struct(order, x)), false), 1, n)", aggregate=True)

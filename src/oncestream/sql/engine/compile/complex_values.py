@@ -2,8 +2,8 @@
 text over an already translated operand (``compile.expressions`` splices it in):
 
 - **Equality** (``=``, ``<>``, ``IS [NOT] DISTINCT FROM``) over values holding MAPs: Spark refuses
-  it (``INVALID_ORDERING_TYPE``); ksqlDB compares as Java's ``Map.equals`` (same keys, equal
-  values, any order), which is equality of the entries sorted by key.
+  it (``INVALID_ORDERING_TYPE``); both sides are compared in ``language.comparable_form``'s
+  map-free form (``compile.expressions`` applies it).
 - **CAST between STRUCTs** matches fields by name (ksqlDB's ``CastEvaluator``: a target field the
   source lacks is null); Spark's cast goes by position.
 - **CAST to STRING** of a complex value writes Java's ``toString`` of ksqlDB's value: ``[1, 3]``
@@ -15,37 +15,12 @@ A null value stays null in each.
 
 from __future__ import annotations
 
+from oncestream.sql.language.comparable_form import quote_name as _quote
+from oncestream.sql.language.comparable_form import text_literal as _text
 from oncestream.sql.language.function_catalog import spark_type_name
-from oncestream.sql.language.types import BaseType, SqlType, holds_map
+from oncestream.sql.language.types import BaseType, SqlType
 
 _COMPLEX = (BaseType.ARRAY, BaseType.MAP, BaseType.STRUCT)
-
-
-def _quote(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"
-
-
-def _text(value: str) -> str:
-    """A Spark SQL string literal."""
-    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
-def map_free(sql: str, t: SqlType, depth: int = 0) -> str:
-    """``sql`` (of type ``t``) with every MAP inside it replaced by its entries sorted by key: a
-    value Spark's ``=`` accepts, equal exactly when ksqlDB's values are equal."""
-    if not holds_map(t):
-        return sql
-    var = f"__cv{depth}"
-    element = t.element
-    if t.base is BaseType.MAP and element is not None:
-        if not holds_map(element):
-            return f"array_sort(map_entries({sql}))"
-        value = map_free(f"{var}.value", element, depth + 1)
-        return f"array_sort(transform(map_entries({sql}), {var} -> named_struct('key', {var}.key, 'value', {value})))"
-    if t.base is BaseType.ARRAY and element is not None:
-        return f"transform({sql}, {var} -> {map_free(var, element, depth + 1)})"
-    fields = ", ".join(f"{_text(f.name)}, {map_free(f'({sql}).{_quote(f.name)}', f.type, depth + 1)}" for f in t.fields)
-    return f"CASE WHEN {sql} IS NULL THEN NULL ELSE named_struct({fields}) END"
 
 
 def cast(sql: str, source: SqlType | None, target: SqlType, depth: int = 0) -> str | None:

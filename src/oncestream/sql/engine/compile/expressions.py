@@ -25,7 +25,8 @@ from oncestream.sql.errors import StatementError
 from oncestream.sql.language import functions
 from oncestream.sql.language.analyzer_functions import NULL_GUARD
 from oncestream.sql.language.catalog import ROWOFFSET, ROWPARTITION, ROWTIME, WINDOWEND, WINDOWSTART, SourceInfo
-from oncestream.sql.language.types import BaseType
+from oncestream.sql.language.comparable_form import map_free
+from oncestream.sql.language.types import BaseType, holds_map
 
 PSEUDO_COLUMNS = (ROWTIME, ROWPARTITION, ROWOFFSET)
 TYPE_KEY = "ksql_type"  # the analyzer's type annotation on every expression node (analyzer_expr.TYPE_KEY)
@@ -157,13 +158,13 @@ _NULL_IS_FALSE = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.Between
 
 
 def _map_equality(node: exp.Expression) -> exp.Expression | None:
-    """``=``, ``<>`` and ``IS [NOT] DISTINCT FROM`` over values holding MAPs (``complex_values``)."""
+    """``=``, ``<>`` and ``IS [NOT] DISTINCT FROM`` over values holding MAPs (``comparable_form``)."""
     if not isinstance(node, _EQUALITY):
         return None
     sides = [(side, side.meta.get(TYPE_KEY)) for side in (node.this, node.expression)]
-    if not any(complex_values.holds_map(t) for _, t in sides):
+    if not any(holds_map(t) for _, t in sides):
         return None
-    left, right = (_spliced(complex_values.map_free(side.sql(dialect="spark"), t)) if t is not None else side
+    left, right = (_spliced(map_free(side.sql(dialect="spark"), t)) if t is not None else side
                    for side, t in sides)
     return type(node)(this=left, expression=right)
 
@@ -184,6 +185,27 @@ def _complex_cast(node: exp.Expression) -> exp.Expression | None:
     return None if sql is None else _spliced(sql)
 
 
+def _temporal_to_string(node: exp.Expression) -> exp.Expression | None:
+    """``CAST(x AS STRING)`` of a TIMESTAMP or TIME as ksqlDB's ``SqlTimeTypes`` formats them: a
+    TIMESTAMP as ``yyyy-MM-dd'T'HH:mm:ss.SSS`` in UTC (Spark's cast writes ``yyyy-MM-dd HH:mm:ss``),
+    a TIME (millis of the day here) as Java's ``LocalTime.ofSecondOfDay(ms / 1000).toString()``:
+    ``HH:mm``, then ``:ss`` unless the seconds are 0 (Spark would write the millis as a number)."""
+    if not isinstance(node, exp.Cast):
+        return None
+    target, source = node.meta.get(TYPE_KEY), node.this.meta.get(TYPE_KEY)
+    if getattr(target, "base", None) is not BaseType.STRING:
+        return None
+    base = getattr(source, "base", None)
+    value = node.this.sql(dialect="spark")
+    if base is BaseType.TIMESTAMP:
+        return _spliced(f"date_format({value}, 'yyyy-MM-dd\\'T\\'HH:mm:ss.SSS')")
+    if base is BaseType.TIME:
+        clock = f"timestamp_millis(CAST({value} AS BIGINT))"
+        seconds = f"CASE WHEN second({clock}) = 0 THEN '' ELSE date_format({clock}, ':ss') END"
+        return _spliced(f"CASE WHEN {value} IS NULL THEN NULL ELSE concat(date_format({clock}, 'HH:mm'), {seconds}) END")
+    return None
+
+
 def _operator(node: exp.Expression) -> exp.Expression | None:
     """ksqlDB's arithmetic and comparisons where Spark's differ, by the types the analyzer gave
     ``node`` and its operands; None where Spark's own operator already means the same."""
@@ -193,7 +215,7 @@ def _operator(node: exp.Expression) -> exp.Expression | None:
         # which NOT would keep NULL where ksqlDB's NOT gives true
         compared = _map_equality(node) or node
         return _call("coalesce", compared, exp.false())
-    special = _map_equality(node) or _complex_cast(node)
+    special = _map_equality(node) or _complex_cast(node) or _temporal_to_string(node)
     if special is not None:
         return special
     ty = node.meta.get(TYPE_KEY)
