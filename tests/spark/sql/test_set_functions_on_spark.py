@@ -1,6 +1,6 @@
 """ksqlDB's set-like array functions and COLLECT_SET over values Spark cannot compare (MAPs, and
-STRUCTs or ARRAYs holding them), NULL victims and elements, and CAST of TIME / TIMESTAMP to
-STRING, as Spark runs the compiler's translation; the expected values are ksqlDB's (its
+STRUCTs or ARRAYs holding them), NULL victims and elements, CASTs of TIME / TIMESTAMP and TIME
+compared with a STRING, as Spark runs the compiler's translation; the expected values are ksqlDB's (its
 array-remove, array-set-functions, collect-set, time and timestamp query-validation cases)."""
 
 from __future__ import annotations
@@ -48,6 +48,11 @@ SCALARS: list[tuple[str, list[Any]]] = [
     ("ARRAY_UNION(INTS, ARRAY[7, 0])", [[0, None, 1, -1, 7], None, [7, 0], [5, 7, 0]]),
     ("CAST(TM AS STRING)", ["00:00:05", "00:01", None, "23:59:59"]),
     ("CAST(TS AS STRING)", ["1970-01-01T00:00:00.010", None, None, "2018-05-11T21:58:33.000"]),
+    # a TIME is compared with a STRING by parsing the string as a time (time.json)
+    ("TM > '00:00:05'", [False, True, False, True]), ("TM = '00:00:05.000'", [True, False, False, False]),
+    ("TM BETWEEN '00:00:04' AND '00:01'", [True, False, False, False]),
+    ("CAST('00:00:00.010' AS TIME)", [10, 10, 10, 10]), ("CAST('00:01' AS TIME)", [60_000] * 4),
+    ("CAST('foo' AS TIME)", [None] * 4), ("CAST(TS AS TIME)", [10, None, None, 79_113_000]),
 ]
 
 

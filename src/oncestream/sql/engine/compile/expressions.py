@@ -185,25 +185,61 @@ def _complex_cast(node: exp.Expression) -> exp.Expression | None:
     return None if sql is None else _spliced(sql)
 
 
-def _temporal_to_string(node: exp.Expression) -> exp.Expression | None:
-    """``CAST(x AS STRING)`` of a TIMESTAMP or TIME as ksqlDB's ``SqlTimeTypes`` formats them: a
-    TIMESTAMP as ``yyyy-MM-dd'T'HH:mm:ss.SSS`` in UTC (Spark's cast writes ``yyyy-MM-dd HH:mm:ss``),
-    a TIME (millis of the day here) as Java's ``LocalTime.ofSecondOfDay(ms / 1000).toString()``:
-    ``HH:mm``, then ``:ss`` unless the seconds are 0 (Spark would write the millis as a number)."""
+_DAY_MS = 86_400_000
+
+
+def _parsed_time(text_sql: str) -> str:
+    """A STRING parsed as ksqlDB's ``SqlTimeTypes.parseTime`` (``LocalTime.parse``: ``HH:mm``,
+    ``HH:mm:ss``, ``HH:mm:ss.SSS``) into the millis of the day a TIME holds here; NULL if it is
+    not a time (Spark's CAST with ANSI off)."""
+    return f"CAST(unix_millis(CAST(concat('1970-01-01T', {text_sql}) AS TIMESTAMP)) AS INT)"
+
+
+def _temporal_cast(node: exp.Expression) -> exp.Expression | None:
+    """CASTs of the time types where Spark's differs from ksqlDB's (a TIME is an INT of millis of
+    the day in the frames, Spark's CAST would treat it as a number or a TIMESTAMP):
+
+    - to STRING, as ksqlDB's ``SqlTimeTypes`` formats: a TIMESTAMP as ``yyyy-MM-dd'T'HH:mm:ss.SSS``
+      in UTC (Spark writes ``yyyy-MM-dd HH:mm:ss``), a TIME as Java's
+      ``LocalTime.ofSecondOfDay(ms / 1000).toString()``: ``HH:mm``, then ``:ss`` unless 0;
+    - to TIME: a STRING parsed (``_parsed_time``), a TIMESTAMP's time of day (``floorMod``);
+    - a TIME to TIMESTAMP: that time on 1970-01-01."""
     if not isinstance(node, exp.Cast):
         return None
-    target, source = node.meta.get(TYPE_KEY), node.this.meta.get(TYPE_KEY)
-    if getattr(target, "base", None) is not BaseType.STRING:
-        return None
-    base = getattr(source, "base", None)
+    target = getattr(node.meta.get(TYPE_KEY), "base", None)
+    source = getattr(node.this.meta.get(TYPE_KEY), "base", None)
     value = node.this.sql(dialect="spark")
-    if base is BaseType.TIMESTAMP:
+    if target is BaseType.STRING and source is BaseType.TIMESTAMP:
         return _spliced(f"date_format({value}, 'yyyy-MM-dd\\'T\\'HH:mm:ss.SSS')")
-    if base is BaseType.TIME:
+    if target is BaseType.STRING and source is BaseType.TIME:
         clock = f"timestamp_millis(CAST({value} AS BIGINT))"
         seconds = f"CASE WHEN second({clock}) = 0 THEN '' ELSE date_format({clock}, ':ss') END"
         return _spliced(f"CASE WHEN {value} IS NULL THEN NULL ELSE concat(date_format({clock}, 'HH:mm'), {seconds}) END")
+    if target is BaseType.TIME and source is BaseType.STRING:
+        return _spliced(_parsed_time(value))
+    if target is BaseType.TIME and source is BaseType.TIMESTAMP:
+        return _spliced(f"CAST(pmod(unix_millis({value}), {_DAY_MS}) AS INT)")
+    if target is BaseType.TIME and source is BaseType.TIME:
+        return node.this
+    if target is BaseType.TIMESTAMP and source is BaseType.TIME:
+        return _spliced(f"timestamp_millis(CAST({value} AS BIGINT))")
     return None
+
+
+def _time_comparison(node: exp.Expression) -> exp.Expression | None:
+    """A comparison (or BETWEEN) of a TIME with a STRING: ksqlDB parses the string as a time;
+    Spark would compare the TIME's millis with the string cast to a number."""
+    if not isinstance(node, _NULL_IS_FALSE):
+        return None
+    parts = ("this", "low", "high") if isinstance(node, exp.Between) else ("this", "expression")
+    bases = {part: getattr(node.args[part].meta.get(TYPE_KEY), "base", None) for part in parts}
+    if BaseType.TIME not in bases.values() or BaseType.STRING not in bases.values():
+        return None
+    out = node.copy()
+    for part, base in bases.items():
+        if base is BaseType.STRING:
+            out.set(part, _spliced(_parsed_time(node.args[part].sql(dialect="spark"))))
+    return out
 
 
 def _operator(node: exp.Expression) -> exp.Expression | None:
@@ -213,9 +249,9 @@ def _operator(node: exp.Expression) -> exp.Expression | None:
         # ksqlDB checks a comparison's operands for null first and answers false (its generated
         # code's nullCheckPrefix, its interpreter's ComparisonInterpreter); Spark answers NULL,
         # which NOT would keep NULL where ksqlDB's NOT gives true
-        compared = _map_equality(node) or node
+        compared = _map_equality(node) or _time_comparison(node) or node
         return _call("coalesce", compared, exp.false())
-    special = _map_equality(node) or _complex_cast(node) or _temporal_to_string(node)
+    special = _map_equality(node) or _complex_cast(node) or _temporal_cast(node)
     if special is not None:
         return special
     ty = node.meta.get(TYPE_KEY)
