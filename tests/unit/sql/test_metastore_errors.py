@@ -8,6 +8,7 @@ import pytest
 from oncestream.sql.errors import BAD_STATEMENT, StatementError
 from oncestream.sql.language.catalog import Format
 from oncestream.sql.language.parser import parse
+from oncestream.sql.language.statement_plan import with_server_defaults
 from oncestream.sql.server.metastore import CommandResult, CreateTopic, Metastore, StartQuery, StopQuery
 
 TOPICS = {"orders": 2, "users": 1, "raw": 6}
@@ -185,3 +186,14 @@ def test_a_missing_format_without_a_default_is_refused_with_ksqldbs_text():
     (s,) = parse("CREATE STREAM s (a INT) WITH (kafka_topic='raw');")
     with pytest.raises(StatementError, match="Unknown format: XML"):
         ms.validate(s, {"ksql.persistence.default.format.value": "xml"}, TOPICS)
+
+
+def test_the_server_config_sets_a_default_format_the_request_does_not():
+    """A node's config (``ksql.persistence.default.format.*``) counts for a statement whose
+    request does not set it; the request's (SET) wins; other server settings stay out."""
+    server = {"ksql.persistence.default.format.value": "JSON", "ksql.persistence.default.format.key": "JSON",
+              "ksql.streams.num.stream.threads": "4"}
+    merged = with_server_defaults({"ksql.persistence.default.format.key": "KAFKA"}, server)
+    assert merged == {"ksql.persistence.default.format.value": "JSON", "ksql.persistence.default.format.key": "KAFKA"}
+    assert _created_formats("CREATE STREAM s (k INT KEY, a INT) WITH (kafka_topic='raw');", merged) == \
+        (Format.KAFKA, Format.JSON)

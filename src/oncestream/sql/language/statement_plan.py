@@ -193,6 +193,13 @@ DEFAULT_VALUE_FORMAT_CONFIG = "ksql.persistence.default.format.value"
 # The configs whose server value a statement takes when its request does not set them (recorded
 # in the command, so every node applies the statement alike)
 STATEMENT_DEFAULT_CONFIGS = (WRAP_SINGLE_VALUES_CONFIG, DEFAULT_KEY_FORMAT_CONFIG, DEFAULT_VALUE_FORMAT_CONFIG)
+
+
+def with_server_defaults(request: Mapping[str, Any], server: Mapping[str, Any]) -> dict[str, Any]:
+    """The request's properties plus the server's STATEMENT_DEFAULT_CONFIGS it does not set
+    (ksqlDB: the request's properties over the server's)."""
+    defaults = {name: server[name] for name in STATEMENT_DEFAULT_CONFIGS if server.get(name) is not None}
+    return {**defaults, **request}
 # The value wrappings each format supports (ksqlDB's Format.supportedFeatures): True WRAP_SINGLES,
 # False UNWRAP_SINGLES; KAFKA and DELIMITED never wrap, PROTOBUF always does, NONE has no value.
 _WRAPPINGS: dict[Format, tuple[bool, ...]] = {

@@ -22,7 +22,7 @@ from oncestream.sql.errors import COMMAND_QUEUE_CATCHUP_TIMEOUT, QUERY_ENDPOINT,
 from oncestream.sql.language import sql_ast
 from oncestream.sql.language.parser import PendingStatement, parse_request
 from oncestream.sql.language.parser.variables import VARIABLE_SUBSTITUTION_ENABLE, SessionVariables
-from oncestream.sql.language.statement_plan import STATEMENT_DEFAULT_CONFIGS
+from oncestream.sql.language.statement_plan import with_server_defaults
 from oncestream.sql.server import commands, entities
 from oncestream.sql.server.command_topic import CommandWriter, PreparedCommand
 from oncestream.sql.server.local_statements import LocalStatements
@@ -116,11 +116,7 @@ class StatementExecutor:
 
         # A default the server's config sets and the request does not (ksqlDB: the request's
         # properties over the server's) is recorded in the command, so every node applies it alike.
-        server = self._context.settings.properties
-        defaults = {name: server[name] for name in STATEMENT_DEFAULT_CONFIGS
-                    if server.get(name) is not None and name not in properties}
-        if defaults:
-            properties = {**properties, **defaults}
+        properties = with_server_defaults(properties, self._context.settings.properties)
 
         def prepare(snapshot: Metastore) -> PreparedCommand:
             command = snapshot.validate(statement, properties, _TopicLookup(self._context.admin), current_registry())
