@@ -112,13 +112,15 @@ def test_unsupported_shapes_are_statement_errors(sql_spark):
 def test_only_canonical_key_bytes_are_written_through(sql_spark):
     """select.json "multi-key columns reordered": ksqlDB reads a JSON key and writes it with its own
     serializer (`{"id": 1}` in, `{"ID":1}` out), so a JSON key is encoded again; a KAFKA key's bytes
-    have one form and are passed through."""
+    have one form and are passed through. Either keeps the source's key (a null key stays null:
+    ``source_key``); a new key does not."""
     sources = {**SOURCES, "MK": ddl("CREATE STREAM MK (ID INT KEY, AGE INT KEY, NAME STRING) "
                                     "WITH (KAFKA_TOPIC='mk', FORMAT='JSON');")}
     passed = {}
     for name, sql in (("json", "CREATE STREAM O AS SELECT ID, AGE, NAME FROM MK EMIT CHANGES;"),
-                      ("kafka", "CREATE STREAM O AS SELECT ID, NAME FROM S EMIT CHANGES;")):
+                      ("kafka", "CREATE STREAM O AS SELECT ID, NAME FROM S EMIT CHANGES;"),
+                      ("moved", "CREATE STREAM O AS SELECT ID, AGE, NAME FROM MK PARTITION BY NAME EMIT CHANGES;")):
         _statement, analyzed = analyze(sql, sources)
         compiled = compile_query(sql_spark, analyzed.query, analyzed, ReadSettings("127.0.0.1:1"))
-        passed[name] = compiled.raw_key_layout is not None
-    assert passed == {"json": False, "kafka": True}
+        passed[name] = (compiled.raw_key_layout is not None, compiled.source_key)
+    assert passed == {"json": (False, True), "kafka": (True, True), "moved": (False, False)}

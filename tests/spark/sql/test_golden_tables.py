@@ -14,7 +14,17 @@ import struct
 import pytest
 
 from oncestream.sql.language.catalog import Format
-from tests.spark.sql.golden import analyze, create_topics, ddl, produce, read_output, sink_of, start, unique
+from tests.spark.sql.golden import (
+    analyze,
+    create_topics,
+    ddl,
+    produce,
+    read_output,
+    read_timed_output,
+    sink_of,
+    start,
+    unique,
+)
 
 pytestmark = [pytest.mark.spark]
 
@@ -217,6 +227,28 @@ def test_stream_stream_join_within(runtime, eos_broker):
         [(_int(1), b'{"LV":"l1","RV":"r1"}'), (_int(2), b'{"LV":"l2","RV":null}')]
     runtime.stop_persistent("CSAS_J_1")
     runtime.stop_persistent("CSAS_LJ_2")
+
+
+def test_inner_stream_stream_join_of_rows_at_the_epoch(runtime, eos_broker):
+    """ksqlDB's query-validation cases "aliased join source" (identifiers.json): an INNER JOIN
+    WITHIN of two rows whose ROWTIME is 0 (the epoch) writes their joined row, stamped 0. Spark's
+    first watermark is 0 and would drop a row at event time 0 as late (compile/joins.py)."""
+    bootstrap = eos_broker.bootstrap
+    left_t, right_t, out_t = unique("l0"), unique("r0"), unique("j0")
+    create_topics(bootstrap, left_t, right_t, out_t)
+    # librdkafka reads a record timestamp of 0 as "now": ROWTIME 0 comes from a TIMESTAMP column
+    left = ddl(f"CREATE STREAM I1 (FOO INT KEY, BAR INT, TS BIGINT) WITH (KAFKA_TOPIC='{left_t}', VALUE_FORMAT='JSON', "
+               "TIMESTAMP='TS');")
+    right = ddl(f"CREATE STREAM I2 (FOO INT KEY, BAR INT, TS BIGINT) WITH (KAFKA_TOPIC='{right_t}', "
+                "VALUE_FORMAT='JSON', TIMESTAMP='TS');")
+    produce(bootstrap, left_t, [(_int(1), b'{"BAR":2,"TS":0}', T0)])
+    produce(bootstrap, right_t, [(_int(1), b'{"BAR":3,"TS":0}', T0)])
+    _s, inner = analyze("CREATE STREAM J0 AS SELECT I1.FOO, I1.BAR, I2.BAR FROM I1 JOIN I2 WITHIN 1 MINUTE "
+                        "ON I1.FOO = I2.FOO EMIT CHANGES;", {"I1": left, "I2": right})
+    start(runtime, "CSAS_J0_1", inner, sink_of(inner, "J0", out_t))
+    assert read_timed_output(bootstrap, out_t, 1, runtime=runtime, query_id="CSAS_J0_1") == \
+        [(_int(1), b'{"I1_BAR":2,"I2_BAR":3}', 0)]
+    runtime.stop_persistent("CSAS_J0_1")
 
 
 def test_stream_table_join_uses_the_table_row_current_at_each_stream_row(runtime, eos_broker):

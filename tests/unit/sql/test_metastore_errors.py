@@ -8,6 +8,7 @@ import pytest
 from oncestream.sql.errors import BAD_STATEMENT, StatementError
 from oncestream.sql.language.catalog import Format
 from oncestream.sql.language.parser import parse
+from oncestream.sql.language.statement_plan import with_server_defaults
 from oncestream.sql.server.metastore import CommandResult, CreateTopic, Metastore, StartQuery, StopQuery
 
 TOPICS = {"orders": 2, "users": 1, "raw": 6}
@@ -139,3 +140,60 @@ def test_insert_into_with_query_id_and_terminate_all() -> None:
     effects = run(ms, "TERMINATE ALL;", 12)
     assert effects == [StopQuery("CSAS_BIG_10"), StopQuery("MY_Q"), CommandResult("SUCCESS", "All queries terminated.")]
     assert ms.queries() == []
+
+
+def _created_formats(sql: str, properties: dict[str, str]) -> tuple[Format, Format]:
+    ms = fresh()
+    (s,) = parse(sql)
+    ms.apply(ms.validate(s, properties, TOPICS), 100)
+    source = ms.source("S")
+    assert source is not None
+    return source.key_format, source.value_format
+
+
+@pytest.mark.parametrize(("with_clause", "properties", "formats"), [
+    # the WITH clause leaves a format out: the config's default (ksqlDB's DefaultFormatInjector)
+    ("", {"ksql.persistence.default.format.value": "JSON"}, (Format.KAFKA, Format.JSON)),
+    ("", {"ksql.persistence.default.format.value": "delimited", "ksql.persistence.default.format.key": "JSON"},
+     (Format.JSON, Format.DELIMITED)),
+    (", key_format='json'", {"ksql.persistence.default.format.value": "KAFKA"}, (Format.JSON, Format.KAFKA)),
+    (", value_format='kafka'", {"ksql.persistence.default.format.key": "JSON"}, (Format.JSON, Format.KAFKA)),
+    # what the WITH clause names wins over the defaults (FORMAT sets both)
+    (", key_format='json', value_format='delimited'",
+     {"ksql.persistence.default.format.key": "KAFKA", "ksql.persistence.default.format.value": "JSON"},
+     (Format.JSON, Format.DELIMITED)),
+    (", format='json'", {"ksql.persistence.default.format.key": "KAFKA", "ksql.persistence.default.format.value": "KAFKA"},
+     (Format.JSON, Format.JSON)),
+])
+def test_a_create_takes_the_default_formats_its_with_clause_leaves_out(with_clause: str, properties: dict[str, str],
+                                                                       formats: tuple[Format, Format]):
+    sql = f"CREATE STREAM s (k INT KEY, a INT) WITH (kafka_topic='raw'{with_clause});"
+    assert _created_formats(sql, properties) == formats
+
+
+def test_a_missing_format_without_a_default_is_refused_with_ksqldbs_text():
+    ms = fresh()
+    (s,) = parse("CREATE STREAM s (a INT) WITH (kafka_topic='raw');")
+    with pytest.raises(StatementError) as info:
+        ms.validate(s, {"ksql.persistence.default.format.key": ""}, TOPICS)
+    assert info.value.message == ("Statement is missing the 'VALUE_FORMAT' property from the WITH clause. Either provide "
+                                  "one or set a default via the 'ksql.persistence.default.format.value' config.")
+    (s,) = parse("CREATE STREAM s (a INT) WITH (kafka_topic='raw', value_format='json');")
+    with pytest.raises(StatementError) as info:
+        ms.validate(s, {"ksql.persistence.default.format.key": ""}, TOPICS)
+    assert info.value.message == ("Statement is missing the 'KEY_FORMAT' property from the WITH clause. Either provide "
+                                  "one or set a default via the 'ksql.persistence.default.format.key' config.")
+    (s,) = parse("CREATE STREAM s (a INT) WITH (kafka_topic='raw');")
+    with pytest.raises(StatementError, match="Unknown format: XML"):
+        ms.validate(s, {"ksql.persistence.default.format.value": "xml"}, TOPICS)
+
+
+def test_the_server_config_sets_a_default_format_the_request_does_not():
+    """A node's config (``ksql.persistence.default.format.*``) counts for a statement whose
+    request does not set it; the request's (SET) wins; other server settings stay out."""
+    server = {"ksql.persistence.default.format.value": "JSON", "ksql.persistence.default.format.key": "JSON",
+              "ksql.streams.num.stream.threads": "4"}
+    merged = with_server_defaults({"ksql.persistence.default.format.key": "KAFKA"}, server)
+    assert merged == {"ksql.persistence.default.format.value": "JSON", "ksql.persistence.default.format.key": "KAFKA"}
+    assert _created_formats("CREATE STREAM s (k INT KEY, a INT) WITH (kafka_topic='raw');", merged) == \
+        (Format.KAFKA, Format.JSON)

@@ -87,6 +87,15 @@ def _fmt(value: Any) -> Format:
     return fmt
 
 
+def _default_format(configured: Any, which: str) -> Any:
+    """The default ``KEY``/``VALUE`` format (``ksql.persistence.default.format.*``) a CREATE takes
+    when its WITH clause has none; ksqlDB's error when the config has none either."""
+    if configured is None or str(configured).strip() == "":
+        raise StatementError(f"Statement is missing the '{which}_FORMAT' property from the WITH clause. Either provide "
+                             f"one or set a default via the 'ksql.persistence.default.format.{which.lower()}' config.")
+    return configured
+
+
 def _check_format_choice(props: Mapping[str, Any]) -> None:
     """``FORMAT`` sets both formats, so neither ``KEY_FORMAT`` nor ``VALUE_FORMAT`` may be given
     with it (ksqlDB's ``CommonCreateConfigs.validateKeyValueFormats``, checked on the WITH clause
@@ -177,6 +186,20 @@ def _timestamp_column(props: Mapping[str, Any], columns: tuple[Column, ...]) -> 
 
 WRAP_SINGLE_VALUES_CONFIG = "ksql.persistence.wrap.single.values"
 HEADERS_COLUMNS_CONFIG = "ksql.headers.columns.enabled"   # false: CREATE refuses HEADERS/HEADER columns
+# The formats a CREATE STREAM/TABLE takes when its WITH clause names none (ksqlDB's
+# DefaultFormatInjector): the key's defaults to KAFKA, the value's to none (the statement is refused)
+DEFAULT_KEY_FORMAT_CONFIG = "ksql.persistence.default.format.key"
+DEFAULT_VALUE_FORMAT_CONFIG = "ksql.persistence.default.format.value"
+# The configs whose server value a statement takes when its request does not set them (recorded
+# in the command, so every node applies the statement alike)
+STATEMENT_DEFAULT_CONFIGS = (WRAP_SINGLE_VALUES_CONFIG, DEFAULT_KEY_FORMAT_CONFIG, DEFAULT_VALUE_FORMAT_CONFIG)
+
+
+def with_server_defaults(request: Mapping[str, Any], server: Mapping[str, Any]) -> dict[str, Any]:
+    """The request's properties plus the server's STATEMENT_DEFAULT_CONFIGS it does not set
+    (ksqlDB: the request's properties over the server's)."""
+    defaults = {name: server[name] for name in STATEMENT_DEFAULT_CONFIGS if server.get(name) is not None}
+    return {**defaults, **request}
 # The value wrappings each format supports (ksqlDB's Format.supportedFeatures): True WRAP_SINGLES,
 # False UNWRAP_SINGLES; KAFKA and DELIMITED never wrap, PROTOBUF always does, NONE has no value.
 _WRAPPINGS: dict[Format, tuple[bool, ...]] = {
@@ -342,6 +365,8 @@ class StatementPlanner:
         # the request's properties (the command's streamsProperties when applying): the defaults
         # statements take from them, ksql.persistence.wrap.single.values for one
         self._config_wrap = default_wrap(properties)
+        self._default_key_format = (properties or {}).get(DEFAULT_KEY_FORMAT_CONFIG, Format.KAFKA.value)
+        self._default_value_format = (properties or {}).get(DEFAULT_VALUE_FORMAT_CONFIG)
         self._headers_enabled = _bool_setting((properties or {}).get(HEADERS_COLUMNS_CONFIG),
                                               HEADERS_COLUMNS_CONFIG) is not False
 
@@ -547,14 +572,9 @@ class StatementPlanner:
         topic = str(topic)
         _check_format_choice(props)
         fmt = _prop(props, "FORMAT")
-        value_raw = _prop(props, "VALUE_FORMAT") or fmt
-        if value_raw is None:
-            raise StatementError("Statement is missing the 'VALUE_FORMAT' property from the WITH clause. Either provide one or "
-                                 "set a default via the 'ksql.persistence.default.format.value' config.")
-        value_format = _fmt(value_raw)
-        key_raw = _prop(props, "KEY_FORMAT") or fmt
-        # ksqlDB's default key format (ksql.persistence.default.format.key) is KAFKA, with or without key columns
-        key_format = _fmt(key_raw) if key_raw is not None else Format.KAFKA
+        # a format the WITH clause leaves out is the config's default (ksqlDB's DefaultFormatInjector)
+        value_format = _fmt(_prop(props, "VALUE_FORMAT") or fmt or _default_format(self._default_value_format, "VALUE"))
+        key_format = _fmt(_prop(props, "KEY_FORMAT") or fmt or _default_format(self._default_key_format, "KEY"))
         check_format_properties(props, key_format, value_format)
         delimiter = _delimiter(props, value_format)
         _check_schema_ids(props, key_format, value_format, stmt.columns)

@@ -22,7 +22,7 @@ from oncestream.sql.errors import COMMAND_QUEUE_CATCHUP_TIMEOUT, QUERY_ENDPOINT,
 from oncestream.sql.language import sql_ast
 from oncestream.sql.language.parser import PendingStatement, parse_request
 from oncestream.sql.language.parser.variables import VARIABLE_SUBSTITUTION_ENABLE, SessionVariables
-from oncestream.sql.language.statement_plan import WRAP_SINGLE_VALUES_CONFIG
+from oncestream.sql.language.statement_plan import with_server_defaults
 from oncestream.sql.server import commands, entities
 from oncestream.sql.server.command_topic import CommandWriter, PreparedCommand
 from oncestream.sql.server.local_statements import LocalStatements
@@ -116,9 +116,7 @@ class StatementExecutor:
 
         # A default the server's config sets and the request does not (ksqlDB: the request's
         # properties over the server's) is recorded in the command, so every node applies it alike.
-        server_wrap = self._context.settings.properties.get(WRAP_SINGLE_VALUES_CONFIG)
-        if server_wrap is not None and WRAP_SINGLE_VALUES_CONFIG not in properties:
-            properties = {**properties, WRAP_SINGLE_VALUES_CONFIG: server_wrap}
+        properties = with_server_defaults(properties, self._context.settings.properties)
 
         def prepare(snapshot: Metastore) -> PreparedCommand:
             command = snapshot.validate(statement, properties, _TopicLookup(self._context.admin), current_registry())

@@ -51,7 +51,7 @@ from oncestream.sql.engine.compile.join_state import (
     StreamStreamProcessor,
     StreamTableProcessor,
 )
-from oncestream.sql.engine.compile.sources import TOMBSTONE, TS, ReadSettings, read_source, without_null_values
+from oncestream.sql.engine.compile.sources import TOMBSTONE, ReadSettings, read_source, without_null_values
 from oncestream.sql.engine.compile.stream_join_steps import JoinWindow
 from oncestream.sql.engine.compile.table_join_steps import stream_table_rows
 from oncestream.sql.engine.compile.table_joins import table_table
@@ -62,6 +62,7 @@ from oncestream.sql.language.catalog import ROWOFFSET, ROWPARTITION, ROWTIME, So
 from oncestream.sql.language.sql_ast import JoinSpec, SourceKind
 
 DEFAULT_GRACE_MS = 24 * 60 * 60 * 1000
+EVENT_TIME_SHIFT_MS = 1    # an inner stream-stream join's event time is ROWTIME + this (``_stream_stream``)
 LATENESS_MS = 3650 * 24 * 60 * 60 * 1000    # how late a row of an outer stream-stream join may be (10 years)
 
 _ts_ids = itertools.count()
@@ -73,7 +74,7 @@ class _Joined:
     ``<ALIAS>__<COLUMN>``), its kind, Spark SQL of its ROWTIME (BIGINT ms; a stream-stream join's
     is the larger of its two rows', Kafka Streams' rule), partition and offset (the order of a
     key's rows in a stream-table join), and ``bounds``: watermarked event-time columns
-    ``c`` with ``c - lo <= ROWTIME <= c + hi`` for every row, which a following stream-stream join
+    ``c`` with ``c - lo <= ROWTIME + EVENT_TIME_SHIFT_MS <= c + hi`` for every row, which a following stream-stream join
     adds to its condition so that Spark can drop old rows from its state."""
 
     frame: DataFrame
@@ -81,7 +82,6 @@ class _Joined:
     rowtime: str
     partition: str
     offset: str
-    ts_column: str | None = None            # ROWTIME as a Spark timestamp column, when there is one
     bounds: list[tuple[str, int, int]] = field(default_factory=list)
     watermarked: bool = False               # a watermark is defined upstream (Spark allows one per branch)
     pandas_state: bool = False              # an applyInPandasWithState upstream (Spark allows one per query)
@@ -92,7 +92,7 @@ def _first(spark: SparkSession, alias: str, source: SourceInfo, settings: ReadSe
     # Kafka Streams' joins skip a stream record whose value is null (compile/null_values.py).
     frame = without_null_values(read_source(spark, source, settings, prefix=alias), source, alias)
     return _Joined(frame, source.kind, quote(f"{alias}__{ROWTIME}"), quote(f"{alias}__{ROWPARTITION}"),
-                   quote(f"{alias}__{ROWOFFSET}"), ts_column=f"{alias}__{TS}")
+                   quote(f"{alias}__{ROWOFFSET}"))
 
 
 def left_key_sql(joined_keys: Sequence[Any], left_key: Any, scope: Scope) -> str:
@@ -165,23 +165,26 @@ def _stream_stream(spark: SparkSession, spec: Any, scope: Scope, left: _Joined, 
                             spec.within_grace_ms)
         return _outer_stream_stream(spark, window, left, right, left_sql, right_sql, settings)
     grace = spec.within_grace_ms if spec.within_grace_ms is not None else DEFAULT_GRACE_MS
-    right_ts = f"{right_alias}__{TS}"
+    # Spark's first watermark is 0 and its join drops a row whose event time is not after the
+    # watermark, so rows at ROWTIME 0 (the epoch, Kafka Streams' valid first timestamp) would be
+    # lost as late. The join's event time is ROWTIME + EVENT_TIME_SHIFT_MS on both sides (and in
+    # every bound, so the WITHIN conditions and the grace are unchanged); the ROWTIME columns, and
+    # so the output's ROWTIME, stay the records'.
+    right_ts = f"{right_alias}____ET"
     lf = left.frame
     if not left.watermarked:
         # the first source, or the result of stream-table joins only (Spark's event-time marks do
         # not pass a stateful Python operator): its ROWTIME as a watermarked event time
-        ts_column = left.ts_column
-        if ts_column is None:
-            ts_column = f"__TS{next(_ts_ids)}"
-            lf = lf.withColumn(ts_column, F.timestamp_millis(F.expr(left.rowtime)))
-        lf = lf.withWatermark(ts_column, f"{grace} milliseconds")
+        ts_column = f"__ET{next(_ts_ids)}"
+        lf = lf.withColumn(ts_column, _event_time(left.rowtime)).withWatermark(ts_column, f"{grace} milliseconds")
         left_ts = quote(ts_column)
         bounds = [(ts_column, 0, 0)]
     else:
-        left_ts = f"timestamp_millis({left.rowtime})"
+        left_ts = f"timestamp_millis({left.rowtime} + {EVENT_TIME_SHIFT_MS})"
         bounds = left.bounds
     rf = without_null_values(read_source(spark, right_source, settings, prefix=right_alias), right_source, right_alias)
-    rf = rf.withWatermark(right_ts, f"{grace} milliseconds")
+    rf = rf.withColumn(right_ts, _event_time(quote(f"{right_alias}__{ROWTIME}"))) \
+        .withWatermark(right_ts, f"{grace} milliseconds")
     conditions = [f"({left_sql}) = ({right_sql})",
                   f"{quote(right_ts)} >= {left_ts} - INTERVAL {before} MILLISECONDS",
                   f"{quote(right_ts)} <= {left_ts} + INTERVAL {after} MILLISECONDS"]
@@ -210,6 +213,12 @@ def _stream_stream(spark: SparkSession, spec: Any, scope: Scope, left: _Joined, 
                    f"coalesce({left.partition}, {quote(f'{right_alias}__{ROWPARTITION}')})",
                    f"coalesce({left.offset}, {quote(f'{right_alias}__{ROWOFFSET}')})", bounds=new_bounds,
                    watermarked=True, pandas_state=left.pandas_state, event_columns=[keep])
+
+
+def _event_time(rowtime_sql: str) -> Any:
+    """An inner stream-stream join's event time of a row: its ROWTIME (Spark SQL, BIGINT ms) plus
+    EVENT_TIME_SHIFT_MS, as a Spark timestamp (``_stream_stream``)."""
+    return F.timestamp_millis(F.expr(rowtime_sql) + F.lit(EVENT_TIME_SHIFT_MS))
 
 
 def _outer_stream_stream(spark: SparkSession, window: JoinWindow, left: _Joined, right: tuple[str, SourceInfo],
@@ -322,7 +331,7 @@ def _stream_table(spark: SparkSession, stream: _Joined, table: tuple[str, Source
         .select("__s.*", "__t.*")
     # the result's ROWTIME is the stream row's (Kafka Streams' stream-table join)
     return _Joined(frame, SourceKind.STREAM, stream.rowtime, stream.partition, stream.offset,
-                   ts_column=stream.ts_column, watermarked=stream.watermarked, pandas_state=True)
+                   watermarked=stream.watermarked, pandas_state=True)
 
 
 def join_kind(spec: JoinSpec) -> str:

@@ -76,6 +76,10 @@ class CompiledQuery:
     # Set when the output key is the source's key unchanged: the source's key layout. A sink with
     # the same key layout gets the record key's bytes as they were (no decode/encode per row).
     raw_key_layout: tuple[Any, ...] | None = None
+    # Set when the output key is the source's key columns unchanged (in any key layout): a record
+    # read with a null key is written with a null key, as ksqlDB's null key passes through its
+    # serializer (decoded, all its columns are NULL, which an encoder would write as a value).
+    source_key: bool = False
 
     def rows(self) -> DataFrame:
         """The output columns in order, tombstones and a stream's null values dropped (push
@@ -97,6 +101,8 @@ class CompiledQuery:
             key = F.col(RAW_KEY)
         else:
             key = serde_columns.encode_key(layout, values, start, end)
+            if self.source_key:
+                key = F.when(F.col(RAW_KEY).isNull(), F.lit(None).cast("binary")).otherwise(key)
         value = serde_columns.encode_value(layout, values)
         if self.has_delete:
             value = F.when(F.col(DELETE), F.lit(None).cast("binary")).otherwise(value)
@@ -130,13 +136,11 @@ def key_layout_of(layout: RecordLayout) -> tuple[Any, ...]:
 _CANONICAL_KEY_FORMATS = frozenset({Format.KAFKA, Format.AVRO, Format.PROTOBUF, Format.PROTOBUF_NOSR})
 
 
-def _passes_key_through(analyzed: Any, scope: Scope, alias: str, source: SourceInfo) -> bool:
-    """Whether the output key is exactly the source's key columns, in order, in a key format
-    whose bytes can be written again as they were read."""
+def _keeps_source_key(analyzed: Any, scope: Scope, alias: str, source: SourceInfo) -> bool:
+    """Whether the output key is exactly the source's key columns, in order (its bytes can be
+    written again as they were read when the key format is in _CANONICAL_KEY_FORMATS)."""
     keys = tuple(getattr(analyzed, "key_expressions", ()) or ())
     source_keys = source.key_columns
-    if source.key_format not in _CANONICAL_KEY_FORMATS:
-        return False
     if not source_keys or len(keys) != len(source_keys) or analyzed.partition_by:
         return False
     for expression, column in zip(keys, source_keys, strict=True):
@@ -235,9 +239,11 @@ def compile_query(spark: SparkSession, query: Query, analyzed: Any, settings: Re
         extra += [F.col(quote(WINDOWSTART)).alias(WSTART), F.col(quote(WINDOWEND)).alias(WEND)]
     keep = F.expr(translate(where, scope)) if where is not None else None
     raw_key = None
-    if len(aliases) == 1 and _passes_key_through(analyzed, scope, first_alias, first_source):
+    source_key = len(aliases) == 1 and _keeps_source_key(analyzed, scope, first_alias, first_source)
+    if source_key:
         extra.append(F.col(RAW_KEY))
-        raw_key = key_layout_of(layout_of(first_source))
+        if first_source.key_format in _CANONICAL_KEY_FORMATS:
+            raw_key = key_layout_of(layout_of(first_source))
     if result_kind is SourceKind.TABLE and first_source.kind is SourceKind.TABLE:
         # A table's changelog: a deleted row stays a delete; a row now failing WHERE deletes its key.
         delete = F.col(scope.internal(first_alias, TOMBSTONE))
@@ -245,16 +251,16 @@ def compile_query(spark: SparkSession, query: Query, analyzed: Any, settings: Re
             delete = delete | ~F.coalesce(keep, F.lit(False))
         projected = frame.select(*selected, *extra, delete.alias(DELETE))
         return CompiledQuery(projected, columns, result_kind, first_source.window if len(aliases) == 1 else None,
-                             "append", True, raw_key)
+                             "append", True, raw_key, source_key)
     if null_rows:
         # Written with a null value (``records``), not shown by push queries (``rows``).
         projected = frame.select(*selected, *extra, F.col(TOMBSTONE).alias(DELETE))
-        return CompiledQuery(projected, columns, result_kind, first_source.window, "append", True, raw_key)
+        return CompiledQuery(projected, columns, result_kind, first_source.window, "append", True, raw_key, source_key)
     if keep is not None:
         frame = frame.where(keep)
     projected = frame.select(*selected, *extra)
     return CompiledQuery(projected, columns, result_kind, first_source.window if len(aliases) == 1 else None,
-                         "append", False, raw_key)
+                         "append", False, raw_key, source_key)
 
 
 def _window_sql(window: WindowSpec, ts: str) -> str:

@@ -10,7 +10,8 @@ HEADER('k'): from the connector's ``headers``, read only when there are some) an
 same layout). Records with a null
 value are kept: a table's delete its key; a stream's go on as ksqlDB's null rows, which most
 operators drop (``without_null_values``; compile/null_values.py has ksqlDB's rules). Records whose
-ROWTIME is negative or null are dropped, as Kafka Streams drops them.
+ROWTIME is negative or null are dropped, as Kafka Streams drops them, and so are a table's records
+whose key is null (Kafka Streams' table source skips them).
 """
 
 from __future__ import annotations
@@ -117,6 +118,10 @@ def read_source(spark: SparkSession, source: SourceInfo, settings: ReadSettings,
     if settings.max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", str(settings.max_offsets_per_trigger))
     raw = reader.load()
+    if source.kind is SourceKind.TABLE:
+        # Kafka Streams' table source (KTableSource) skips a record whose key is null: a table
+        # row has a key; ksqlDB's sink would refuse it (a compacted topic needs keys).
+        raw = raw.where(F.col("key").isNotNull())
     layout = layout_of(source)
     decoded = raw.select(*serde_columns.decode_key(layout, F.col("key")),
                          *serde_columns.decode_value(layout, F.col("value")),
