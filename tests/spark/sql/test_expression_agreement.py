@@ -48,6 +48,11 @@ EXPRESSIONS = [
     "ROUND(-X - 0.01, 1)", "FLOOR(-2.5)", "CEIL(-2.5)", "FLOOR(A)", "LEN('')",
     "TRIM(N)", "CONCAT(N)", "COALESCE(N, N)", "IFNULL(A, 0)", "CASE N WHEN 'x' THEN 1 ELSE 2 END",
     "A BETWEEN 9 AND 8", "S LIKE '%'", "N LIKE '%'", "S IN ('Hello', N)", "S IN ('x', N)", "NOT T",
+    # ksqlDB's Chr (code points past 255, '\\uXXXX' escapes), Split (literal, empty and NULL
+    # delimiters) and ArrayJoin (NULL elements 'null', a NULL delimiter '')
+    "CHR(A + 68)", "CHR(A * 3000)", "CHR(B)", "CHR(N)", "CHR(CONCAT('\\u00', '4b'))", "CHR(S)",
+    "SPLIT(S, 'l')", "SPLIT(S, '')", "SPLIT(S, N)", "SPLIT('', '')", "SPLIT(CONCAT(S, '.'), '.')",
+    "ARRAY_JOIN(ARR)", "ARRAY_JOIN(ARR, '-')", "ARRAY_JOIN(ARR, N)", "ARRAY_JOIN(ARRAY[A, NULL, B], '|')",
 ]
 
 
