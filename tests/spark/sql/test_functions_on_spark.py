@@ -126,6 +126,12 @@ CASES: list[tuple[str, Any]] = [
     ("ENCODE('zpXOu867zqzOtM6x', 'base64', 'ascii')", "\ufffd" * 12),
     ("ENCODE('c39c6265726d656e736368', 'hex', 'ascii')", "\ufffd\ufffdbermensch"),
     ("ENCODE('RXhhbXBsZSE=', 'base64', 'null')", None),
+    # encode.json "encode hex": ksqlDB's hexStrip, then commons-codec's strict decodeHex
+    ("ENCODE('0x', 'hex', 'ascii')", ""), ("ENCODE('X''''', 'hex', 'base64')", ""), ("ENCODE('x''''', 'hex', 'utf8')", ""),
+    ("ENCODE('0x0x', 'hex', 'ascii')", None), ("ENCODE('X''', 'hex', 'ascii')", None),
+    ("ENCODE('x''4578616d706C6521', 'hex', 'ascii')", None), ("ENCODE('x''578616d706C6521''', 'hex', 'ascii')", None),
+    ("ENCODE('0x578616d706C6521', 'hex', 'base64')", "BXhhbXBsZSE="), ("ENCODE('578616d706C6521', 'hex', 'utf8')", None),
+    ("ENCODE('X''4578616d706C6521''', 'hex', 'utf8')", "Example!"),
     ("LEN(TO_BYTES('abc', 'utf8'))", 3),
     ("FROM_BYTES(LPAD(TO_BYTES('yes', 'utf8'), 8, TO_BYTES('no', 'utf8')), 'utf8')", "nononyes"),
     # create_array.json "construct a list from compatible mismatching struct elements"
