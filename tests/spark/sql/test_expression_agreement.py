@@ -18,7 +18,8 @@ pytestmark = [pytest.mark.spark]
 
 SOURCE = ddl("CREATE STREAM SRC (ID INT KEY, A INT, B INT, S STRING, N STRING, X DOUBLE, T BOOLEAN, F BOOLEAN, "
              "ARR ARRAY<INT>, M MAP<STRING, STRING>, NA ARRAY<INT>) WITH (KAFKA_TOPIC='src', VALUE_FORMAT='JSON');")
-SCHEMA = "ID INT, A INT, B INT, S STRING, N STRING, X DOUBLE, T BOOLEAN, F BOOLEAN, ARR ARRAY<INT>, M MAP<STRING, STRING>, NA ARRAY<INT>"
+SCHEMA = ("ID INT, A INT, B INT, S STRING, N STRING, X DOUBLE, T BOOLEAN, F BOOLEAN, ARR ARRAY<INT>, M MAP<STRING, STRING>, "
+          "NA ARRAY<INT>")
 ROW: dict[str, Any] = {"ID": 1, "A": 7, "B": -7, "S": "Hello", "N": None, "X": 2.5, "T": True, "F": False,
                        "ARR": [10, 20, 30], "M": {"k": "v"}, "NA": [5, None]}
 
