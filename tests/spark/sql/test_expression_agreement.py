@@ -17,10 +17,11 @@ from tests.spark.sql.golden import analyze, ddl
 pytestmark = [pytest.mark.spark]
 
 SOURCE = ddl("CREATE STREAM SRC (ID INT KEY, A INT, B INT, S STRING, N STRING, X DOUBLE, T BOOLEAN, F BOOLEAN, "
-             "ARR ARRAY<INT>, M MAP<STRING, STRING>) WITH (KAFKA_TOPIC='src', VALUE_FORMAT='JSON');")
-SCHEMA = "ID INT, A INT, B INT, S STRING, N STRING, X DOUBLE, T BOOLEAN, F BOOLEAN, ARR ARRAY<INT>, M MAP<STRING, STRING>"
+             "ARR ARRAY<INT>, M MAP<STRING, STRING>, NA ARRAY<INT>) WITH (KAFKA_TOPIC='src', VALUE_FORMAT='JSON');")
+SCHEMA = ("ID INT, A INT, B INT, S STRING, N STRING, X DOUBLE, T BOOLEAN, F BOOLEAN, ARR ARRAY<INT>, M MAP<STRING, STRING>, "
+          "NA ARRAY<INT>")
 ROW: dict[str, Any] = {"ID": 1, "A": 7, "B": -7, "S": "Hello", "N": None, "X": 2.5, "T": True, "F": False,
-                       "ARR": [10, 20, 30], "M": {"k": "v"}}
+                       "ARR": [10, 20, 30], "M": {"k": "v"}, "NA": [5, None]}
 
 EXPRESSIONS = [
     # three-valued logic, comparisons, IN, BETWEEN, LIKE
@@ -48,6 +49,11 @@ EXPRESSIONS = [
     "ROUND(-X - 0.01, 1)", "FLOOR(-2.5)", "CEIL(-2.5)", "FLOOR(A)", "LEN('')",
     "TRIM(N)", "CONCAT(N)", "COALESCE(N, N)", "IFNULL(A, 0)", "CASE N WHEN 'x' THEN 1 ELSE 2 END",
     "A BETWEEN 9 AND 8", "S LIKE '%'", "N LIKE '%'", "S IN ('Hello', N)", "S IN ('x', N)", "NOT T",
+    # ksqlDB's Chr (code points past 255, '\\uXXXX' escapes), Split (literal, empty and NULL
+    # delimiters) and ArrayJoin (NULL elements 'null', a NULL delimiter '')
+    "CHR(A + 68)", "CHR(A * 3000)", "CHR(B)", "CHR(N)", "CHR(CONCAT('\\u00', '4b'))", "CHR(S)",
+    "SPLIT(S, 'l')", "SPLIT(S, '')", "SPLIT(S, N)", "SPLIT('', '')", "SPLIT(CONCAT(S, '.'), '.')",
+    "ARRAY_JOIN(ARR)", "ARRAY_JOIN(ARR, '-')", "ARRAY_JOIN(ARR, N)", "ARRAY_JOIN(NA, '|')", "ARRAY_JOIN(NA)",
 ]
 
 

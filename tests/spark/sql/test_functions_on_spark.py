@@ -11,6 +11,7 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
+from pyspark.sql import functions as F
 
 from oncestream.sql.engine.compile.expressions import Scope, translate
 from oncestream.sql.language import functions_json
@@ -21,17 +22,17 @@ pytestmark = [pytest.mark.spark]
 
 SOURCE = ddl("CREATE STREAM SRC (ID INT KEY, NUMS ARRAY<INT>, NULLS ARRAY<INT>, NOARR ARRAY<INT>, M MAP<STRING, INT>, "
              "AM MAP<STRING, ARRAY<INT>>, DM MAP<STRING, DOUBLE>, ST BIGINT, C1 INT, C2 INT, STR STRING, BYT BYTES, "
-             "TS TIMESTAMP, DT DATE, TM TIME, DEC DECIMAL(6, 3), DBL DOUBLE) "
+             "TS TIMESTAMP, DT DATE, TM TIME, DEC DECIMAL(6, 3), DBL DOUBLE, ESC STRING, QE STRING) "
              "WITH (KAFKA_TOPIC='src', VALUE_FORMAT='JSON');")
 SCHEMA = ("ID INT, NUMS ARRAY<INT>, NULLS ARRAY<INT>, NOARR ARRAY<INT>, M MAP<STRING, INT>, AM MAP<STRING, ARRAY<INT>>, "
           "DM MAP<STRING, DOUBLE>, ST BIGINT, C1 INT, C2 INT, STR STRING, BYT BINARY, TS TIMESTAMP, DT DATE, TM INT, "
-          "DEC DECIMAL(6, 3), DBL DOUBLE")
+          "DEC DECIMAL(6, 3), DBL DOUBLE, ESC STRING, QE STRING")
 ROW: dict[str, Any] = {
     "ID": 1, "NUMS": [3, 6], "NULLS": [5, None], "NOARR": None, "M": {"123": 3, "12": 7, "1234": 2},
     "AM": {"a": [2, 4, 5], "bcd": [-5, 7]}, "DM": {"yes, thanks": 3.5, "nope": 7.3, "sure, yeah": 2.1}, "ST": None,
     "C1": 1, "C2": None, "STR": "apple:green/banana:yellow/cherry:red", "BYT": bytes([0x1A, 0xB2]),
     "TS": dt.datetime(1970, 1, 1, 0, 0, 0, 10_000, tzinfo=dt.UTC), "DT": dt.date(1970, 1, 11), "TM": 2,
-    "DEC": Decimal("123.456"), "DBL": 123.456,
+    "DEC": Decimal("123.456"), "DBL": 123.456, "ESC": "\\ud820\\udeb8", "QE": "\\E",
 }
 
 CASES: list[tuple[str, Any]] = [
@@ -125,6 +126,12 @@ CASES: list[tuple[str, Any]] = [
     ("ENCODE('zpXOu867zqzOtM6x', 'base64', 'ascii')", "\ufffd" * 12),
     ("ENCODE('c39c6265726d656e736368', 'hex', 'ascii')", "\ufffd\ufffdbermensch"),
     ("ENCODE('RXhhbXBsZSE=', 'base64', 'null')", None),
+    # encode.json "encode hex": ksqlDB's hexStrip, then commons-codec's strict decodeHex
+    ("ENCODE('0x', 'hex', 'ascii')", ""), ("ENCODE('X''''', 'hex', 'base64')", ""), ("ENCODE('x''''', 'hex', 'utf8')", ""),
+    ("ENCODE('0x0x', 'hex', 'ascii')", None), ("ENCODE('X''', 'hex', 'ascii')", None),
+    ("ENCODE('x''4578616d706C6521', 'hex', 'ascii')", None), ("ENCODE('x''578616d706C6521''', 'hex', 'ascii')", None),
+    ("ENCODE('0x578616d706C6521', 'hex', 'base64')", "BXhhbXBsZSE="), ("ENCODE('578616d706C6521', 'hex', 'utf8')", None),
+    ("ENCODE('X''4578616d706C6521''', 'hex', 'utf8')", "Example!"),
     ("LEN(TO_BYTES('abc', 'utf8'))", 3),
     ("FROM_BYTES(LPAD(TO_BYTES('yes', 'utf8'), 8, TO_BYTES('no', 'utf8')), 'utf8')", "nononyes"),
     # create_array.json "construct a list from compatible mismatching struct elements"
@@ -243,6 +250,28 @@ CASES: list[tuple[str, Any]] = [
     ("FROM_BYTES(SUBSTRING(TO_BYTES('some_string', 'utf8'), 6), 'utf8')", "string"),
     ("FROM_BYTES(SUBSTRING(TO_BYTES('some_string', 'utf8'), 6, 3), 'utf8')", "str"),
     ("SUBSTRING(BYT, 2)", bytes([0xB2])), ("SUBSTRING(BYT, CAST(NULL AS INT))", None),
+    # chr.json: code points above 255 (Spark's chr takes n mod 256) and '\\uXXXX' escapes
+    ("CHR(75)", "K"), ("CHR(22909)", "好"), ("CHR(99000)", "𘊸"), ("CHR(C1 - 2)", None), ("CHR(C2)", None),
+    ("CHR(1114112)", None), ("CHR(ESC)", "𘊸"), ("CHR(CONCAT(SUBSTRING(ESC, 1, 6), 'SQL'))", "?SQL"),
+    # (a lone surrogate, as Java writes it to UTF-8)
+    ("CHR('75')", None), ("CHR('004b')", None), ("CHR('')", None), ("CHR(CAST(NULL AS STRING))", None),
+    ("CHR(CONCAT(SUBSTRING(ESC, 1, 2), 'ZZZZ'))", None),
+    # split.json: literal delimiters keep empty pieces, '' splits every character (no trailing ''),
+    # a delimiter holding \\E is quoted as Pattern.quote does; SPLIT(BYTES, BYTES)
+    ("SPLIT('a.b.c', '.')", ["a", "b", "c"]), ("SPLIT('..a..', '.')", ["", "", "a", "", ""]),
+    ("SPLIT('a$$b.c', '$$')", ["a", "b.c"]), ("SPLIT('abc', '')", ["a", "b", "c"]), ("SPLIT('', '')", [""]),
+    ("SPLIT('', '.')", [""]), ("SPLIT(CONCAT('x', QE, 'y'), QE)", ["x", "y"]), ("SPLIT(STR, CAST(NULL AS STRING))", None),
+    ("SPLIT(TO_BYTES('.abc.', 'utf8'), TO_BYTES('.', 'utf8'))", [b"", b"abc", b""]),
+    ("SPLIT(BYT, TO_BYTES('', 'utf8'))", [bytes([0x1A]), bytes([0xB2])]),
+    ("SPLIT(TO_BYTES('', 'utf8'), TO_BYTES('', 'utf8'))", [b""]),
+    # arrayjoin.json: NULL elements as 'null', a NULL delimiter as '', Java's toString of each element
+    ("ARRAY_JOIN(ARRAY[true, NULL, false])", "true,null,false"), ("ARRAY_JOIN(NULLS, '|')", "5|null"),
+    ("ARRAY_JOIN(ARRAY[CAST(1.23 AS DOUBLE), CAST(-23.42 AS DOUBLE), CAST(0 AS DOUBLE)], ' ')", "1.23 -23.42 0.0"),
+    ("ARRAY_JOIN(NUMS, CAST(NULL AS STRING))", "36"), ("ARRAY_JOIN(ARRAY['Hello', '', 'Udf'], '')", "HelloUdf"),
+    ("ARRAY_JOIN(NOARR)", None),
+    # array-min-max-sort.json: NULLs last in both directions
+    ("ARRAY_SORT(ARRAY[3, NULL, 1])", [1, 3, None]), ("ARRAY_SORT(ARRAY[3, NULL, 1], 'desc')", [3, 1, None]),
+    ("ARRAY_SORT(ARRAY['foo', NULL, 'F'], 'ASCENDING')", ["F", "foo", None]), ("ARRAY_SORT(NUMS, 'sideways')", None),
 ]
 
 
@@ -255,4 +284,70 @@ def test_functions_give_ksqldb_values_on_spark(sql_spark):
     row = frame.selectExpr(*[f"{translate(e, scope)} AS E{i}" for i, e in enumerate(analyzed.expressions)]).collect()[0]
     wrong = [(text, expected, _plain(got)) for (text, expected), got in zip(CASES, list(row), strict=True)
              if _plain(got) != expected]
+    assert wrong == [], "\n".join(map(repr, wrong))
+
+
+# standarddeviation.json, correlation-udaf.json, collect-list.json: each series is one group's
+# values in arrival order with ksqlDB's result after each of them (AGG_SOURCE's columns)
+AGG_SOURCE = ddl("CREATE STREAM AGG (G STRING KEY, P INT, I INT, B BIGINT, D DOUBLE, X DOUBLE, Y DOUBLE, XI INT, YI INT, "
+                 "DEC DECIMAL(4, 1), S STRING) WITH (KAFKA_TOPIC='agg', VALUE_FORMAT='JSON');")
+AGG_COLUMNS = ("I", "B", "D", "X", "Y", "XI", "YI", "DEC", "S")
+AGG_SCHEMA = "G STRING, P INT, I INT, B BIGINT, D DOUBLE, X DOUBLE, Y DOUBLE, XI INT, YI INT, DEC DECIMAL(4, 1), S STRING"
+AGG_SERIES: list[tuple[str, list[dict[str, Any]], dict[str, list[Any]]]] = [
+    ("int 0", [{"I": v} for v in (0, 10, 7, 6)], {
+        "STDDEV_SAMP(I)": [0.0, 50.0, 26.333333333333332, 17.583333333333332],
+        "STDDEV_SAMPLE(I)": [0.0, 7.0710678118654755, 5.131601439446884, 4.193248541803041]}),
+    ("int 100", [{"I": v} for v in (50, 10, 3, None)], {
+        "STDDEV_SAMP(I)": [0.0, 800.0, 643.0, 643.0],
+        "STDDEV_SAMPLE(I)": [0.0, 28.284271247461902, 25.357444666211933, 25.357444666211933]}),
+    ("long 0", [{"B": v} for v in (2147483648, 100, -2, None)], {
+        "STDDEV_SAMP(B)": [0.0, 2.3058427944653343e+18, 1.5372286026580004e+18, 1.5372286026580004e+18],
+        "STDDEV_SAMPLE(B)": [0.0, 1518500179.2773468, 1239850233.9629574, 1239850233.9629574]}),
+    ("long 100", [{"B": v} for v in (500, 100, 0, -6)], {
+        "STDDEV_SAMP(B)": [0.0, 80000.0, 70000.0, 57275.666666666664],
+        "STDDEV_SAMPLE(B)": [0.0, 282.842712474619, 264.5751311064591, 239.32335169528832]}),
+    ("double 0", [{"D": v} for v in (-1.8, 2.3, 100.2, None)], {
+        "STDDEV_SAMP(D)": [0.0, 8.405, 3334.2033333333347, 3334.2033333333347],
+        "STDDEV_SAMPLE(D)": [0.0, 2.899137802864845, 57.74256084841869, 57.74256084841869]}),
+    ("double 100", [{"D": v} for v in (9223372036854.775, 300.8, -200000.6, 0.0)], {
+        "STDDEV_SAMP(D)": [0.0, 4.253529586234292e+25, 2.835686452404674e+25, 2.1267648239542927e+25],
+        "STDDEV_SAMPLE(D)": [0.0, 6521908912453.693, 5325116385962.54, 4611686051710.689]}),
+    ("correlation alice", [{"X": 1.5, "Y": 8.0, "XI": 1, "YI": 8}, {"X": -1.0, "Y": -2.0, "XI": -1, "YI": -2},
+                           {"X": -4.5, "Y": -1.0, "XI": -4, "YI": -1}, {"X": None, "Y": -6.0, "XI": None, "YI": -6}], {
+        "CORRELATION(X, Y)": ["NaN", 1.0, 0.7580764521133173, 0.7580764521133173],
+        "CORRELATION(XI, YI)": ["NaN", 1.0, 0.7455284088780169, 0.7455284088780169]}),
+    ("correlation bob", [{"X": -3.5, "Y": -2.0, "XI": -3, "YI": -2}, {"X": 13.1, "XI": 13},
+                         {"X": 3.0, "Y": 11.0, "XI": 3, "YI": 11}], {
+        "CORRELATION(X, Y)": ["NaN", "NaN", 1.0], "CORRELATION(XI, YI)": ["NaN", "NaN", 1.0]}),
+    ("collect decimal", [{"DEC": Decimal(v) if v else None} for v in ("500.9", "300.8", None, "300.8", None)], {
+        "COLLECT_LIST(DEC)": [[Decimal("500.9")], [Decimal("500.9"), Decimal("300.8")],
+                              [Decimal("500.9"), Decimal("300.8"), None],
+                              [Decimal("500.9"), Decimal("300.8"), None, Decimal("300.8")],
+                              [Decimal("500.9"), Decimal("300.8"), None, Decimal("300.8"), None]]}),
+    ("collect string", [{"S": v} for v in ("baz", "baz", "foo", None)], {
+        "COLLECT_LIST(S)": [["baz"], ["baz", "baz"], ["baz", "baz", "foo"], ["baz", "baz", "foo", None]]}),
+]
+
+
+def test_aggregates_give_ksqldb_values_on_spark(sql_spark):
+    """COLLECT_LIST keeps NULLs; STDDEV_SAMP is ksqlDB's variance and STDDEV_SAMPLE its square
+    root, 0.0 below two values, to the last bit; CORRELATION is NaN for one pair. Each series is
+    aggregated over every prefix of its rows (group P), in arrival order as a stream aggregation
+    sees them."""
+    aggregates = sorted({text for _name, _rows, expected in AGG_SERIES for text in expected})
+    _statement, analyzed = analyze(f"SELECT G, P, {', '.join(aggregates)} FROM AGG GROUP BY G, P EMIT CHANGES;",
+                                   {"AGG": AGG_SOURCE})
+    scope = Scope({"AGG": AGG_SOURCE})
+    translated = {text: translate(e, scope) for text, e in zip(aggregates, list(analyzed.expressions)[2:], strict=True)}
+    rows = [(name, prefix, *(row.get(c) for c in AGG_COLUMNS))
+            for name, series, _expected in AGG_SERIES for prefix in range(1, len(series) + 1) for row in series[:prefix]]
+    frame = sql_spark.createDataFrame(rows, AGG_SCHEMA).coalesce(1)    # one partition: arrival order kept
+    columns = [f"{sql} AS E{i}" for i, sql in enumerate(translated.values())]
+    results = {(r["G"], r["P"]): r for r in frame.groupBy("G", "P").agg(*[F.expr(c) for c in columns]).collect()}
+    wrong = []
+    for name, series, expected in AGG_SERIES:
+        for text, values in expected.items():
+            got = [_plain(results[(name, p)][f"E{aggregates.index(text)}"]) for p in range(1, len(series) + 1)]
+            if got != values:
+                wrong.append((name, text, values, got))
     assert wrong == [], "\n".join(map(repr, wrong))

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import sqlglot
 
-from oncestream.sql.language import functions
+from oncestream.sql.language import functions, java_text
 from oncestream.sql.language import types as t
 from oncestream.sql.language.functions import CallSite, FunctionTypeError, LambdaSite
 
@@ -186,3 +186,77 @@ def test_docs_list_every_function_and_every_unsupported_one() -> None:
         assert f"`{name}`" in text, name
     for name in functions.NOT_SUPPORTED:
         assert f"`{name}`" in text, name
+
+
+def _py(name: str, *args: object) -> object:
+    fd = functions.lookup(name)
+    assert fd is not None
+    assert fd.python is not None
+    return fd.python(list(args))
+
+
+@pytest.mark.parametrize(("arg", "expected"), [
+    # chr.json "codepoint from decimal code" / "codepoint from text code": ksqlDB's Chr UDF
+    (75, "K"), (22909, "好"), (99000, "𘊸"), (-1, None), (0x110000, None), (None, None),
+    ("\\u004b", "K"), ("\\u597d", "好"), ("\\ud820\\udeb8", "𘊸"), ("75", None), ("004b", None), ("bogus", None),
+    ("", None),
+    # unescapeJava beyond the first escape: more u's, a '+', text after it, control escapes; a bad
+    # escape fails the UDF (NULL); a lone surrogate is written as '?'
+    ("\\uuu004bSQL", "KSQL"), ("\\u+004b\\n", "K\n"), ("\\u004b\\uZZZZ", None), ("\\u004b\\u12", None),
+    ("\\\\u004b", None), ("\\u004b\\\\uZZZZ", "K\\uZZZZ"), ("\\ud820", "?"), ("\\u004b\\101", "KA"),
+])
+def test_chr_python_form_is_ksqldb_chr(arg: object, expected: object) -> None:
+    assert _py("CHR", arg) == expected
+
+
+@pytest.mark.parametrize(("text", "delimiter", "expected"), [
+    # split.json: a literal delimiter keeps empty pieces; an empty one splits every character
+    ("a.b.c", ".", ["a", "b", "c"]), (".abc.", ".", ["", "abc", ""]), ("..a..", ".", ["", "", "a", "", ""]),
+    ("abc", ".", ["abc"]), ("", ".", [""]), ("a$$b.c", "$$", ["a", "b.c"]), ("abc", "", ["a", "b", "c"]), ("", "", [""]),
+    ("a\\Eb", "\\E", ["a", "b"]), (None, ".", None), ("a", None, None),
+    (b"a.b", b".", [b"a", b"b"]), (b"ab", b"", [b"a", b"b"]), (b"", b"", [b""]),
+])
+def test_split_python_form_is_ksqldb_split(text: object, delimiter: object, expected: object) -> None:
+    assert _py("SPLIT", text, delimiter) == expected
+
+
+def test_array_join_python_form_writes_nulls_and_java_numbers() -> None:
+    # arrayjoin.json: NULL elements as 'null', a NULL delimiter as '', elements as Java's toString
+    assert _py("ARRAY_JOIN", [True, None, False]) == "true,null,false"
+    assert _py("ARRAY_JOIN", [1.23, -23.42, 0.0], " ") == "1.23 -23.42 0.0"
+    assert _py("ARRAY_JOIN", ["Hello", "From", "", "Ksqldb"], None) == "HelloFromKsqldb"
+    assert _py("ARRAY_JOIN", [1e20, 1.5e-5, 12345678.9], "|") == "1.0E20|1.5E-5|1.23456789E7"
+    assert _py("ARRAY_JOIN", None, ",") is None
+
+
+def test_pattern_quote_closes_a_quote_inside_the_literal() -> None:
+    # Java's Pattern.quote (split.json's delimiters are literals; Spark's split takes a regex)
+    assert java_text.pattern_quote("a.b") == "\\Qa.b\\E"
+    assert java_text.pattern_quote("x\\Ey") == "\\Qx\\E\\\\E\\Qy\\E"
+    # the SQL form: the same replacement, each backslash doubled in Spark's string literals
+    assert java_text.pattern_quote_sql("d") == "concat('\\\\Q', replace(d, '\\\\E', '\\\\E\\\\\\\\E\\\\Q'), '\\\\E')"
+
+
+def test_spark_translations_of_the_ksqldb_corners() -> None:
+    def spark(name: str, args: list[str], types: list[t.SqlType | None]) -> str:
+        fd = functions.lookup(name)
+        assert fd is not None
+        return fd.spark(CallSite(args=args, types=types, order_sql="o"))
+    # Spark's chr takes n mod 256: ksqlDB's code points go through Character.toString
+    assert "reflect('java.lang.Character', 'toString', n)" in spark("CHR", ["n"], [t.INTEGER])
+    assert "StringEscapeUtils', 'unescapeJava', s)" in spark("CHR", ["s"], [t.STRING])
+    assert "ISO-8859-1" in spark("SPLIT", ["b", "d"], [t.BYTES, t.BYTES])
+    assert spark("ARRAY_JOIN", ["a", "d"], [t.array_of(t.INTEGER), t.STRING]) == \
+        "array_join(transform(a, __os_e -> CAST(__os_e AS STRING)), coalesce(d, ''), 'null')"
+    # Spark's collect_list drops NULLs, ksqlDB's keeps them
+    assert spark("COLLECT_LIST", ["x"], [t.INTEGER]) == "transform(collect_list(named_struct('v', x)), __os_e -> __os_e.v)"
+    # STDDEV_SAMP is ksqlDB's variance, STDDEV_SAMPLE its square root; both 0.0 below two values
+    samp, sample = spark("STDDEV_SAMP", ["x"], [t.INTEGER]), spark("STDDEV_SAMPLE", ["x"], [t.INTEGER])
+    assert "sqrt(" not in samp
+    assert sample.endswith(
+        "__os_a -> sqrt(CASE WHEN __os_a.n < 2 THEN CAST(0 AS DOUBLE) ELSE __os_a.m2 / (__os_a.n - 1) END))")
+    assert "CAST(0 AS INT)" in samp   # the running sum wraps as ksqlDB's int
+    assert "CAST('NaN' AS DOUBLE)" in spark("CORRELATION", ["x", "y"], [t.DOUBLE, t.DOUBLE])
+    assert spark("ARRAY_SORT", ["a", "d"], [t.array_of(t.INTEGER), t.STRING]) == (
+        "CASE WHEN upper(d) IN ('ASC', 'ASCENDING') THEN array_sort(a) "
+        "WHEN upper(d) IN ('DESC', 'DESCENDING') THEN sort_array(a, false) END")

@@ -61,10 +61,12 @@ def test_collect_list_keeps_nulls_and_undo_removes_the_last_occurrence():
 
 
 def test_stddev_sample_adds_and_undoes():
-    # ksqlDB's standarddeviation.json "stddev_sample int": 0, 10, 7, 6 -> 4.193248541803041
+    # ksqlDB's standarddeviation.json "stddev_sample int": 0, 10, 7, 6 -> 4.193248541803041; its
+    # "stddev_samp int" gives the variance of the same values (StandardDeviationSampUdaf's quirk)
     values = [(1, [0]), (1, [10]), (1, [7]), (1, [6])]
-    assert _run(table_udaf("STDDEV_SAMPLE", ["INTEGER"]), values) == pytest.approx(4.193248541803041)
-    assert _run(table_udaf("STDDEV_SAMP", ["INTEGER"]), values) == pytest.approx(4.193248541803041)
+    assert _run(table_udaf("STDDEV_SAMPLE", ["INTEGER"]), values) == 4.193248541803041
+    assert _run(table_udaf("STDDEV_SAMP", ["INTEGER"]), values) == 17.583333333333332
+    assert _run(table_udaf("STDDEV_SAMP", ["INTEGER"]), values[:3]) == 26.333333333333332
     # undoing the last value gives the value before it (0, 10, 7 -> 5.131601439446884)
     assert _run(table_udaf("STDDEV_SAMPLE", ["INTEGER"]), [*values, (-1, [6])]) == pytest.approx(5.131601439446884)
     assert _run(table_udaf("STDDEV_SAMPLE", ["INTEGER"]), [(1, [3])]) == 0.0

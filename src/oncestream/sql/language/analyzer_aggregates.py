@@ -65,7 +65,8 @@ class AggregateRules:
                                      "See https://github.com/confluentinc/ksql/issues/4397")
 
     # aggregate functions that can aggregate a table (they can undo a retracted row: ksqlDB's TableUdaf)
-    _TABLE_AGGREGATES = frozenset({"COUNT", "SUM", "AVG", "COLLECT_LIST", "CORRELATION", "STDDEV_SAMP"})
+    _TABLE_AGGREGATES = frozenset({"COUNT", "SUM", "AVG", "COLLECT_LIST", "CORRELATION", "STDDEV_SAMP",
+                                   "STDDEV_SAMPLE"})
 
     def _check_aggregation(self, items: list[tuple[str, exp.Expr, exp.Expr]], group_by: tuple[exp.Expr, ...],
                            having: exp.Expr | None, aggregates: list[exp.Expr], joins: list[AnalyzedJoin],

@@ -74,14 +74,19 @@ def _set_operation(kind: str) -> Callable[[CallSite], str]:
     return rule
 
 
+def collect_all(value_sql: str) -> str:
+    """Every value of the group in arrival order, NULLs included (an aggregate): Spark's
+    ``collect_list`` drops NULLs, so each value is collected inside a struct and unwrapped."""
+    return f"transform(collect_list(named_struct('v', {value_sql})), {_X} -> {_X}.v)"
+
+
 def collect_set(c: CallSite) -> str:
     """``COLLECT_SET(x)`` (an aggregate): ksqlDB's CollectSetUdaf adds each value not yet in its
     list, a NULL included, so the set keeps the first-seen order. Spark's ``collect_set`` drops
     NULLs, orders by hash and refuses MAPs: the values are collected wrapped in a struct (which
     ``collect_list`` keeps even when the value is NULL), unwrapped and made distinct here."""
     element = c.types[0] if c.types else None
-    collected = f"transform(collect_list(named_struct('v', {c.args[0]})), {_X} -> {_X}.v)"
-    return _distinct(collected, element)
+    return _distinct(collect_all(c.args[0]), element)
 
 
 array_union = _set_operation("union")

@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from oncestream.sql.language import array_sets
+from oncestream.sql.language import array_sets, java_text
 from oncestream.sql.language import types as t
 from oncestream.sql.language.function_catalog import (  # noqa: F401  (the catalog's frame, re-exported)
     _CATALOG,
@@ -259,9 +259,61 @@ def _unix_timestamp(c: CallSite) -> str:
     return f"unix_millis({c.args[0]})" if c.args else "unix_millis(current_timestamp())"
 
 
+# Java's regex that matches between every two characters (Pattern.compile("").split gives no
+# leading or trailing empty string; Spark's split on '' adds a trailing one)
+_BETWEEN_CHARACTERS = java_text.spark_string(r"(?!\z)")
+
+
+def _split_type(arg_types: Sequence[SqlType | None]) -> SqlType:
+    if len(arg_types) == 2 and all(is_string(a) for a in arg_types):
+        return t.array_of(S)
+    if len(arg_types) == 2 and all(_bytes_or_null(a) for a in arg_types):
+        return t.array_of(t.BYTES)
+    raise FunctionTypeError(_refused("SPLIT", arg_types))
+
+
+def _bytes_or_null(ty: SqlType | None) -> bool:
+    return ty is None or ty.base is BaseType.BYTES
+
+
+def _split_strings(s: str, delimiter: str) -> str:
+    return (f"split({s}, CASE WHEN {delimiter} = '' THEN {_BETWEEN_CHARACTERS} "
+            f"ELSE {java_text.pattern_quote_sql(delimiter)} END, -1)")
+
+
 def _split(c: CallSite) -> str:
-    # ksqlDB splits on the literal delimiter; Spark's split takes a regex: quote it.
-    return f"split({c.args[0]}, concat('\\\\Q', {c.args[1]}, '\\\\E'), -1)"
+    """ksqlDB splits on the literal delimiter (Guava's Splitter), an empty one between characters;
+    Spark's split takes a regex: the delimiter is quoted as Pattern.quote does. BYTES are split
+    as ISO-8859-1 text (one character a byte, so the pieces encode back to the same bytes)."""
+    if not any(ty is not None and ty.base is BaseType.BYTES for ty in c.types):
+        return _split_strings(c.args[0], c.args[1])
+    text, delimiter = (f"decode({a}, 'ISO-8859-1')" for a in c.args)
+    return f"transform({_split_strings(text, delimiter)}, __os_p -> encode(__os_p, 'ISO-8859-1'))"
+
+
+def _chr_type(arg_types: Sequence[SqlType | None]) -> SqlType:
+    if len(arg_types) != 1 or not (is_string(arg_types[0]) or (arg_types[0] is not None and
+                                                                arg_types[0].base is BaseType.INTEGER)):
+        raise FunctionTypeError(_refused("CHR", arg_types))
+    return S
+
+
+# a '\\u' escape (after an even run of backslashes) without four hex digits: unescapeJava throws
+_BAD_UNICODE_ESCAPE = java_text.spark_string(r"(^|[^\\])(?:\\\\)*+\\u++\+?+(?![0-9a-fA-F]{4})")
+_UNICODE_ESCAPE = java_text.spark_string("\\u")
+_MAX_CODE_POINT = 0x10FFFF
+
+
+def _chr(c: CallSite) -> str:
+    """ksqlDB's Chr: of an INTEGER, Character.toChars (NULL outside the code points; Spark's chr
+    takes the value mod 256); of a STRING starting with a '\\u' escape, commons-lang3's
+    unescapeJava (NULL where it would fail). Both are the very Java methods, called by reflect."""
+    x = c.args[0]
+    if c.types and c.types[0] is not None and c.types[0].base is BaseType.INTEGER:
+        return f"CASE WHEN {x} BETWEEN 0 AND {_MAX_CODE_POINT} THEN reflect('java.lang.Character', 'toString', {x}) END"
+    return (f"CASE WHEN char_length({x}) >= 6 AND startswith({x}, {_UNICODE_ESCAPE}) "
+            f"AND NOT {x} RLIKE {_BAD_UNICODE_ESCAPE} "
+            f"THEN reflect('org.apache.commons.lang3.StringEscapeUtils', 'unescapeJava', {x}) END")
 
 
 def _regexp_extract(c: CallSite) -> str:
@@ -276,14 +328,21 @@ def _field(c: CallSite) -> str:
 
 
 def _array_join(c: CallSite) -> str:
-    delim = c.args[1] if len(c.args) > 1 else "','"
-    return f"array_join({c.args[0]}, {delim})"
+    """ksqlDB's ArrayJoin: each element's toString, a NULL element written 'null', a NULL
+    delimiter read as ''."""
+    delim = f"coalesce({c.args[1]}, '')" if len(c.args) > 1 else "','"
+    return f"array_join(transform({c.args[0]}, __os_e -> CAST(__os_e AS STRING)), {delim}, 'null')"
 
 
 def _array_sort(c: CallSite) -> str:
+    """ksqlDB's ArraySort: NULLs last in either direction ('ASC'/'ASCENDING', 'DESC'/'DESCENDING';
+    another direction or NULL gives NULL). Spark's array_sort puts NULLs last ascending, its
+    sort_array last descending."""
     if len(c.args) == 1:
-        return f"sort_array({c.args[0]}, true)"
-    return f"sort_array({c.args[0]}, upper({c.args[1]}) <> 'DESC')"
+        return f"array_sort({c.args[0]})"
+    direction = f"upper({c.args[1]})"
+    return (f"CASE WHEN {direction} IN ('ASC', 'ASCENDING') THEN array_sort({c.args[0]}) "
+            f"WHEN {direction} IN ('DESC', 'DESCENDING') THEN sort_array({c.args[0]}, false) END")
 
 
 def _by_offset(latest: bool) -> SparkRule:
@@ -330,6 +389,48 @@ def _by_offset_type(name: str) -> TypeRule:
     return rule
 
 
+def _stddev(root: bool) -> SparkRule:
+    """ksqlDB's StandardDeviationSamp/SampleUdaf: the Youngs-Cramer accumulator STRUCT<SUM (the
+    argument's type, wrapping as Java's int/long), COUNT, M2> folded over the values in arrival
+    order, so every result is ksqlDB's to the last bit (Spark's stddev_samp updates its moments in
+    another order, and is NULL below two values where ksqlDB gives 0.0). The fold needs the
+    group's values (collect_list), which the aggregation state keeps."""
+    def rule(c: CallSite) -> str:
+        ty = c.types[0] if c.types else None
+        base = ty.base if ty is not None else BaseType.DOUBLE
+        sum_type = {BaseType.INTEGER: "INT", BaseType.BIGINT: "BIGINT"}.get(base, "DOUBLE")
+        x = c.args[0] if sum_type != "DOUBLE" else f"CAST({c.args[0]} AS DOUBLE)"
+        delta = "(__os_v * (__os_a.n + 1) - (__os_a.s + __os_v))"
+        step = (f"(__os_a, __os_v) -> named_struct('s', CAST(__os_a.s + __os_v AS {sum_type}), 'n', __os_a.n + 1, "
+                f"'m2', __os_a.m2 + CASE WHEN __os_a.n > 0 THEN CAST({delta} AS DOUBLE) * CAST({delta} AS DOUBLE) "
+                f"/ ((__os_a.n + 1) * __os_a.n) ELSE CAST(0 AS DOUBLE) END)")
+        variance = "CASE WHEN __os_a.n < 2 THEN CAST(0 AS DOUBLE) ELSE __os_a.m2 / (__os_a.n - 1) END"
+        finish = f"__os_a -> {f'sqrt({variance})' if root else variance}"
+        zero = f"named_struct('s', CAST(0 AS {sum_type}), 'n', CAST(0 AS BIGINT), 'm2', CAST(0 AS DOUBLE))"
+        return f"aggregate(collect_list({x}), {zero}, {step}, {finish})"
+    return rule
+
+
+def _correlation(c: CallSite) -> str:
+    """ksqlDB's CorrelationUdaf: sums of x, y, x², y², xy over the pairs without a NULL, then
+    (n·Σxy - ΣxΣy) / sqrt((n·Σx² - (Σx)²)(n·Σy² - (Σy)²)) with Java's double division (x/0 is
+    NaN or ±Infinity, where Spark's corr is NULL; Spark's NaN is unequal to 0)."""
+    both = f"{c.args[0]} IS NOT NULL AND {c.args[1]} IS NOT NULL"
+    x, y = (f"CAST({a} AS DOUBLE)" for a in c.args)
+
+    def total(term: str) -> str:
+        return f"coalesce(sum(CASE WHEN {both} THEN {term} END), CAST(0 AS DOUBLE))"
+
+    n = f"count(CASE WHEN {both} THEN 1 END)"
+    sx, sy = total(x), total(y)
+    numerator = f"({n} * {total(f'{x} * {y}')} - {sx} * {sy})"
+    denominator = (f"sqrt(({n} * {total(f'{x} * {x}')} - {sx} * {sx}) * "
+                   f"({n} * {total(f'{y} * {y}')} - {sy} * {sy}))")
+    return (f"CASE WHEN {denominator} <> 0 THEN {numerator} / {denominator} "
+            f"WHEN {numerator} > 0 THEN CAST('Infinity' AS DOUBLE) WHEN {numerator} < 0 THEN CAST('-Infinity' AS DOUBLE) "
+            f"ELSE CAST('NaN' AS DOUBLE) END")
+
+
 def _topk(distinct: bool) -> SparkRule:
     def rule(c: CallSite) -> str:
         coll = "collect_set" if distinct else "collect_list"
@@ -353,8 +454,9 @@ _add("LTRIM", 1, 1, _sig("LTRIM", is_string, result=S), _call("ltrim"), "Remove 
 _add("RTRIM", 1, 1, _sig("RTRIM", is_string, result=S), _call("rtrim"), "Remove trailing spaces.", "rtrim(s)")
 _add("REPLACE", 3, 3, _sig("REPLACE", is_string, is_string, is_string, result=S), _call("replace"),
      "Replace every occurrence of a substring.", "replace(s, old, new)")
-_add("SPLIT", 2, 2, _sig("SPLIT", is_string, is_string, result=t.array_of(S)), _split,
-     "Split on a literal delimiter into an array.", "split(s, quoted delimiter, -1)")
+_add("SPLIT", 2, 2, _split_type, _split,
+     "Split a string (or BYTES) on a literal delimiter into an array; an empty delimiter splits every character.",
+     "split(s, Pattern.quote(delimiter), -1)")
 _add("INSTR", 2, 2, _sig("INSTR", is_string, is_string, result=INT), _call("instr"),
      "1-based position of a substring, 0 if absent.", "instr(s, sub)")
 _add("LPAD", 3, 3, _sig("LPAD", is_string, is_integral, is_string, result=S), _call("lpad"),
@@ -370,7 +472,9 @@ _add("REGEXP_REPLACE", 3, 3, _sig("REGEXP_REPLACE", is_string, is_string, is_str
 _add("MASK", 1, 1, _sig("MASK", is_string, result=S), lambda c: f"mask({c.args[0]}, 'X', 'x', 'n', '-')",
      "Mask letters (X/x), digits (n) and other characters (-).", "mask(s, 'X', 'x', 'n', '-')")
 _add("MD5", 1, 1, _sig("MD5", is_string, result=S), _call("md5"), "Hex MD5 digest of the UTF-8 string.", "md5(s)")
-_add("CHR", 1, 1, _sig("CHR", is_integral, result=S), _call("chr"), "The character with that code point.", "chr(n)")
+_add("CHR", 1, 1, _chr_type, _chr,
+     "The character of a code point, or of a '\\uXXXX' escape (a surrogate pair makes one character); NULL when invalid.",
+     "reflect: Character.toString(n) / StringEscapeUtils.unescapeJava(s)")
 _add("REGEXP_EXTRACT_ALL", 2, 3,
      _sig("REGEXP_EXTRACT_ALL", is_string, is_string, is_integral, result=t.array_of(S), optional_from=2),
      lambda c: f"regexp_extract_all({c.args[1]}, {c.args[0]}, {c.args[2] if len(c.args) > 2 else '0'})",
@@ -503,7 +607,7 @@ _add("ARRAY_DISTINCT", 1, 1, _sig("ARRAY_DISTINCT", is_array, result=_first_non_
 _add("ARRAY_MAX", 1, 1, _sig("ARRAY_MAX", is_array, result=_element), _call("array_max"), "The largest element.", "array_max(a)")
 _add("ARRAY_MIN", 1, 1, _sig("ARRAY_MIN", is_array, result=_element), _call("array_min"), "The smallest element.", "array_min(a)")
 _add("ARRAY_SORT", 1, 2, _sig("ARRAY_SORT", is_array, is_string, result=_first_non_null, optional_from=1), _array_sort,
-     "Sort ascending (or 'DESC').", "sort_array(a, asc)")
+     "Sort ascending (or 'DESC'), NULLs last.", "array_sort(a) / sort_array(a, false)")
 _add("ARRAY_REMOVE", 2, 2, _sig("ARRAY_REMOVE", is_array, _any, result=_first_non_null), array_sets.array_remove,
      "Remove every element equal to the value.", "array_remove(a, v)")
 _add("ARRAY_UNION", 2, 2, _sig("ARRAY_UNION", is_array, is_array, result=_first_non_null), array_sets.array_union,
@@ -584,8 +688,10 @@ _add("AVG", 1, 1, _sig("AVG", is_numeric, result=D), _cast(_call("avg"), "DOUBLE
      aggregate=True)
 _add("COUNT_DISTINCT", 1, 1, _sig("COUNT_DISTINCT", _any, result=B), _call("approx_count_distinct"),
      "Approximate number of distinct values (HyperLogLog in both).", "approx_count_distinct(x)", aggregate=True)
-_add("COLLECT_LIST", 1, 1, _sig("COLLECT_LIST", _any, result=lambda a: t.array_of(a[0] or S)), _call("collect_list"),
-     "Array of the values.", "collect_list(x)", aggregate=True)
+_add("COLLECT_LIST", 1, 1, _sig("COLLECT_LIST", _any, result=lambda a: t.array_of(a[0] or S)),
+     lambda c: array_sets.collect_all(c.args[0]),
+     "Array of the values, NULLs included.", "collect_list of each value in a struct (Spark's drops NULLs)",
+     aggregate=True)
 _add("COLLECT_SET", 1, 1, _sig("COLLECT_SET", _any, result=lambda a: t.array_of(a[0] or S)), array_sets.collect_set,
      "Array of the distinct values (NULL among them), in first-seen order.",
      "array_distinct of collect_list(named_struct(x)) (MAPs compared by entries)", aggregate=True)
@@ -601,10 +707,16 @@ _add("TOPK", 2, 2, _sig("TOPK", lambda a: a is None or a.base not in (BaseType.A
 _add("TOPKDISTINCT", 2, 2, _sig("TOPKDISTINCT", lambda a: a is None or a.base not in (BaseType.ARRAY, BaseType.MAP),
                                 is_integral, result=lambda a: t.array_of(a[0] or INT)), _topk(True),
      "The k largest distinct values, descending.", "slice(sort_array(collect_set(x), false), 1, k)", aggregate=True)
-_add("STDDEV_SAMP", 1, 1, _sig("STDDEV_SAMP", is_numeric, result=D), _call("stddev_samp"), "Sample standard deviation.",
-     "stddev_samp(x)", aggregate=True, aliases=("STDDEV_SAMPLE",))
-_add("CORRELATION", 2, 2, _sig("CORRELATION", is_numeric, is_numeric, result=D), _call("corr"), "Pearson correlation of x and y.",
-     "corr(x, y)", aggregate=True)
+_add("STDDEV_SAMP", 1, 1, _sig("STDDEV_SAMP", is_numeric, result=D), _stddev(root=False),
+     "The sample VARIANCE (as ksqlDB's StandardDeviationSampUdaf answers; 0.0 below two values).",
+     "Youngs-Cramer fold of collect_list(x): M2 / (n - 1)", aggregate=True)
+_add("STDDEV_SAMPLE", 1, 1, _sig("STDDEV_SAMPLE", is_numeric, result=D), _stddev(root=True),
+     "Sample standard deviation (0.0 below two values).",
+     "Youngs-Cramer fold of collect_list(x): sqrt(M2 / (n - 1))", aggregate=True)
+_add("CORRELATION", 2, 2, _sig("CORRELATION", is_numeric, is_numeric, result=D), _correlation,
+     "Pearson correlation of x and y by ksqlDB's single-pass formula (NaN for one pair or no variance).",
+     "(n*sum(xy) - sum(x)*sum(y)) / sqrt((n*sum(xx) - sum(x)^2) * (n*sum(yy) - sum(y)^2)), Java's x/0",
+     aggregate=True)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -654,6 +766,40 @@ def _with_python(name: str, rule: PythonRule) -> None:
         _CATALOG[n] = fd
 
 
+def _py_chr(args: list[Any]) -> Any:
+    x = args[0]
+    if x is None:
+        return None
+    if isinstance(x, str):
+        if len(x) < 6 or not x.startswith("\\u"):
+            return None
+        try:
+            return java_text.unescape_java(x)
+        except java_text.JavaEscapeError:
+            return None          # ksqlDB logs the UDF's failure and gives NULL
+    return java_text.join_surrogates(chr(x)) if 0 <= x <= _MAX_CODE_POINT else None
+
+
+def _py_split(args: list[Any]) -> Any:
+    text, delimiter = args
+    if text is None or delimiter is None:
+        return None
+    if not delimiter:
+        return [text] if not text else [text[i:i + 1] for i in range(len(text))]
+    return text.split(delimiter)
+
+
+def _py_array_join(args: list[Any]) -> Any:
+    if args[0] is None:
+        return None
+    delimiter = args[1] if len(args) > 1 else ","
+    return ("" if delimiter is None else delimiter).join(
+        "null" if e is None else java_text.java_to_string(e) for e in args[0])
+
+
+_with_python("CHR", _py_chr)
+_with_python("SPLIT", _py_split)
+_with_python("ARRAY_JOIN", _py_array_join)
 _with_python("UCASE", _strict(lambda s: str(s).upper()))
 _with_python("LCASE", _strict(lambda s: str(s).lower()))
 _with_python("LEN", _strict(lambda s: len(s)))

@@ -123,10 +123,18 @@ def _encode_type(arg_types: Sequence[SqlType | None]) -> SqlType:
     return t.STRING
 
 
+def _hex_strip(s: str) -> str:
+    """ksqlDB's Encode.hexStrip: '0x...' loses its prefix (a '0' put before an odd number of
+    digits), X'...' (or x'...') its wrapper; anything else is left as it is."""
+    return (f"CASE WHEN {s} RLIKE '\\\\A0x.*\\\\z' THEN concat(CASE WHEN char_length({s}) % 2 <> 0 THEN '0' ELSE '' END, "
+            f"substr({s}, 3)) WHEN {s} RLIKE '\\\\A[xX]\\'.*\\'\\\\z' THEN substr({s}, 3, char_length({s}) - 3) ELSE {s} END")
+
+
 def _encode(c: CallSite) -> str:
     s, source, target = c.args
-    # ksqlDB's hex decoder accepts a 0x / X'..' wrapper
-    stripped = f"regexp_replace({s}, '^(0x|0X|[xX]\\'|\\')|\\'$', '')"
+    # commons-codec's Hex.decodeHex fails on an odd number of digits (Spark's unhex pads a '0')
+    # and reads '' as no bytes
+    stripped = f"(CASE WHEN char_length({_hex_strip(s)}) % 2 = 0 THEN {_hex_strip(s)} END)"
     read = _to_bytes_sql(f"CASE WHEN {_lower(source)} = 'hex' THEN {stripped} ELSE {s} END", source)
     return f"CASE WHEN {_lower(source)} = {_lower(target)} THEN NULL ELSE {_from_bytes_sql(read, target, 'lower')} END"
 

@@ -145,11 +145,10 @@ def _collect_list() -> TableUdaf:
     return TableUdaf("COLLECT_LIST", list, add, undo, lambda acc: acc)
 
 
-def _stddev(arg_type: str) -> TableUdaf:
+def _stddev(arg_type: str, root: bool) -> TableUdaf:
     """ksqlDB's Youngs-Cramer accumulator STRUCT<SUM, COUNT, M2> with its undo, mapped to
-    sqrt(M2 / (COUNT - 1)) as STDDEV_SAMPLE is; 0.0 below two values. (ksqlDB's STDDEV_SAMP
-    returns the variance, a bug its tests document; the function catalog makes STDDEV_SAMPLE an
-    alias of STDDEV_SAMP, so both give the standard deviation here, as in stream aggregations.)"""
+    M2 / (COUNT - 1) (STDDEV_SAMP: ksqlDB's StandardDeviationSampUdaf answers the variance) or
+    its square root (``root``: STDDEV_SAMPLE); 0.0 below two values."""
     bits, num = _integral_bits(arg_type), _number(arg_type)
 
     def delta(total: Any, count: int, value: Any) -> float:
@@ -178,10 +177,13 @@ def _stddev(arg_type: str) -> TableUdaf:
     def result(acc: list[Any]) -> float:
         if acc[1] < 2:
             return 0.0
-        return math.sqrt(max(acc[2] / (acc[1] - 1), 0.0))
+        variance = acc[2] / (acc[1] - 1)
+        if not root:
+            return variance
+        return math.sqrt(variance) if variance >= 0 else math.nan     # Java's Math.sqrt of a negative
 
     zero = 0.0 if arg_type in (DOUBLE, DECIMAL) else 0
-    return TableUdaf("STDDEV_SAMP", lambda: [zero, 0, 0.0], add, undo, result)
+    return TableUdaf("STDDEV_SAMPLE" if root else "STDDEV_SAMP", lambda: [zero, 0, 0.0], add, undo, result)
 
 
 def _correlation() -> TableUdaf:
@@ -223,7 +225,7 @@ def table_udaf(name: str, arg_types: Sequence[str], star: bool = False) -> Table
     if upper == "COLLECT_LIST":
         return _collect_list()
     if upper in ("STDDEV_SAMP", "STDDEV_SAMPLE"):
-        return _stddev(str(first))
+        return _stddev(str(first), root=upper == "STDDEV_SAMPLE")
     if upper == "CORRELATION":
         return _correlation()
     raise TableUdafError(unsupported_message([upper]))
