@@ -249,7 +249,7 @@ def test_spark_translations_of_the_ksqldb_corners() -> None:
     assert spark("ARRAY_JOIN", ["a", "d"], [t.array_of(t.INTEGER), t.STRING]) == \
         "array_join(transform(a, __os_e -> CAST(__os_e AS STRING)), coalesce(d, ''), 'null')"
     # Spark's collect_list drops NULLs, ksqlDB's keeps them
-    assert spark("COLLECT_LIST", ["x"], [t.INTEGER]) == "transform(collect_list(named_struct('v', x)), __os_e -> __os_e.v)"
+    assert spark("COLLECT_LIST", ["x"], [t.INTEGER]) == "transform(collect_list(named_struct('v', x)), __os_sx -> __os_sx.v)"
     # STDDEV_SAMP is ksqlDB's variance, STDDEV_SAMPLE its square root; both 0.0 below two values
     samp, sample = spark("STDDEV_SAMP", ["x"], [t.INTEGER]), spark("STDDEV_SAMPLE", ["x"], [t.INTEGER])
     assert "sqrt(" not in samp
