@@ -156,3 +156,28 @@ def test_ksqldb_table_aggregation_cases(runtime, eos_broker):
         got = _last_per_key(_read(runtime, out, len(expected), query_id))
         assert got == expected, query_sql
         runtime.stop_persistent(query_id)
+
+
+def test_a_row_moving_to_another_group_writes_the_old_groups_result_first(runtime, eos_broker):
+    """group-by.json "field with re-key (table->table)": one update that moves a row from r1 to r0
+    changes both groups; ksqlDB writes r1's retraction, then r0's addition. The query's shuffle
+    has one partition (as the conformance runner's), so its output has one order to check."""
+    bootstrap = eos_broker.bootstrap
+    topic, out = unique("tmove_in"), unique("tmove_out")
+    create_topics(bootstrap, topic, out)
+    source = ddl(f"CREATE TABLE TEST (ID INT PRIMARY KEY, USR INT, REGION VARCHAR) "
+                 f"WITH (KAFKA_TOPIC='{topic}', VALUE_FORMAT='DELIMITED');")
+    produce(bootstrap, topic, [(_int(1), b"1,r0", T0), (_int(2), b"2,r1", T0 + 1)])
+    _s, analyzed = analyze("CREATE TABLE OUTPUT AS SELECT REGION, COUNT(*) AS C FROM TEST GROUP BY REGION;",
+                           {"TEST": source})
+    spark = runtime.spark
+    partitions = spark.conf.get("spark.sql.shuffle.partitions")
+    spark.conf.set("spark.sql.shuffle.partitions", "1")
+    try:
+        start(runtime, "CTAS_TMOVE_1", analyzed, sink_of(analyzed, "OUTPUT", out, value_format=Format.DELIMITED))
+    finally:
+        spark.conf.set("spark.sql.shuffle.partitions", partitions)
+    assert sorted(_read(runtime, out, 2, "CTAS_TMOVE_1")) == [(b"r0", b"1"), (b"r1", b"1")]
+    produce(bootstrap, topic, [(_int(2), b"2,r0", T0 + 2)])
+    assert _read(runtime, out, 4, "CTAS_TMOVE_1")[2:] == [(b"r1", b"0"), (b"r0", b"2")]
+    runtime.stop_persistent("CTAS_TMOVE_1")

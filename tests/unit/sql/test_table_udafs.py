@@ -121,3 +121,25 @@ def test_group_step_applies_deltas_in_record_order_and_keeps_state_at_zero():
     results, accs = group_step(retracts, accs, udafs, slices, _parse)
     assert results == [0, 0, []]
     assert json.loads(json.dumps(accs)) == accs
+
+
+def test_group_results_are_written_in_the_order_of_the_changes_that_made_them():
+    """A record that moves a row from group a to group b changes both: ksqlDB writes a's
+    retraction before b's addition, and each change after the ones before it. transformWithState
+    emits groups in key order; in_change_order puts a partition's results back in change order."""
+    import pyarrow as pa
+    from pyspark.sql.types import StructType
+
+    from oncestream.sql.engine.compile.table_state import RESULT_SCHEMA, in_change_order
+
+    assert isinstance(RESULT_SCHEMA, StructType)
+    rows = [  # (group, partition, offset, seq): b was added by offset 7, a retracted by it
+        ("b", 0, 7, 1), ("a", 0, 7, 0), ("c", 0, 3, 1), ("d", 1, 0, 1),
+    ]
+    schema = pa.schema([("__G", pa.string()), ("__R", pa.string()), ("__T", pa.int64()), ("__P", pa.int64()),
+                        ("__O", pa.int64()), ("__SEQ", pa.int64())])
+    batches = [pa.RecordBatch.from_pylist([{"__G": g, "__R": "{}", "__T": 0, "__P": p, "__O": o, "__SEQ": s}],
+                                          schema=schema) for g, p, o, s in rows]
+    ordered = [g for batch in in_change_order(iter(batches)) for g in batch.column("__G").to_pylist()]
+    assert ordered == ["c", "a", "b", "d"]
+    assert list(in_change_order(iter([]))) == []

@@ -37,6 +37,7 @@ from oncestream.sql.engine.compile.table_state import (
     RESULT_SCHEMA,
     ChangelogProcessor,
     GroupProcessor,
+    in_change_order,
 )
 from oncestream.sql.engine.compile.table_udafs import TableUdafError, table_udaf, unsupported_message
 from oncestream.sql.errors import StatementError
@@ -148,6 +149,12 @@ def aggregate_table(frame: DataFrame, scope: Scope, alias: str, columns: Sequenc
     results = deltas.groupBy("__G").transformWithState(GroupProcessor(calls, arg_slices), RESULT_SCHEMA,
                                                        "Append", "None")
 
+    # One source record that moves a row to another group changes two groups: ksqlDB writes the
+    # old group's result (the retraction) before the new one's, and every change's results in
+    # the order of the records. Each group's result is placed by its last change (a micro-batch
+    # has one result per group; ordering a partition orders all of the output where the shuffle
+    # has one partition, as the conformance runner's; with several, Kafka orders per key only).
+    results = results.mapInArrow(in_change_order, RESULT_SCHEMA)
     result_schema = T.StructType([T.StructField(f"{AGG_PREFIX}{i}", _result_type(a)) for i, a in enumerate(aggregates)])
     unpacked = results.select(F.from_json("__G", group_schema).alias("__g"), F.from_json("__R", result_schema).alias("__r"),
                               F.col("__T").alias(RESULT_ROWTIME))

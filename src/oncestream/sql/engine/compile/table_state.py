@@ -1,7 +1,8 @@
 """The two stateful processors of a table aggregation (``table_aggregation`` builds the plan):
 Spark's ``transformWithState`` runs them in Python workers, on the executors and, when a query
-starts, once on the driver to learn their state schemas. This module imports only what they need
-(PySpark, ``table_udafs``), not the SQL layer, so a worker unpickles them quickly."""
+starts, once on the driver to learn their state schemas; and the ``mapInArrow`` that puts their
+results in change order. This module imports only what they need (PySpark, pyarrow,
+``table_udafs``), not the SQL layer, so a worker unpickles them quickly."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from collections.abc import Iterator, Sequence
 from decimal import Decimal
 from typing import Any
 
+import pyarrow as pa
 from pyspark.sql import Row
 from pyspark.sql import types as T
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle
@@ -22,8 +24,11 @@ DELTA_SCHEMA = T.StructType([T.StructField("__G", T.StringType()), T.StructField
                              T.StructField("__SIGN", T.LongType()), T.StructField("__P", T.LongType()),
                              T.StructField("__O", T.LongType()), T.StructField("__SEQ", T.LongType()),
                              T.StructField("__T", T.LongType())])
+# a group's result, and where it goes in the batch's output: after the results of the changes
+# before its last one (``__P``, ``__O``, ``__SEQ`` of its last delta; table_aggregation sorts by them)
 RESULT_SCHEMA = T.StructType([T.StructField("__G", T.StringType()), T.StructField("__R", T.StringType()),
-                              T.StructField("__T", T.LongType())])
+                              T.StructField("__T", T.LongType()), T.StructField("__P", T.LongType()),
+                              T.StructField("__O", T.LongType()), T.StructField("__SEQ", T.LongType())])
 _CONTRIBUTION_STATE = T.StructType([T.StructField("group", T.StringType()), T.StructField("args", T.StringType())])
 _ACCUMULATOR_STATE = T.StructType([T.StructField("accumulators", T.StringType())])
 _ROWTIME_STATE = T.StructType([T.StructField("rowtime", T.LongType())])
@@ -101,7 +106,19 @@ class GroupProcessor(StatefulProcessor):
         if rowtime is not None:
             self.rowtime.update((rowtime,))
         fields = {f"{AGG_PREFIX}{i}": r for i, r in enumerate(results)}
-        yield Row(__G=group, __R=json.dumps(fields, default=_json_default), __T=rowtime)
+        last = max(deltas, key=Delta.order)
+        yield Row(__G=group, __R=json.dumps(fields, default=_json_default), __T=rowtime, __P=last.partition,
+                  __O=last.offset, __SEQ=last.seq)
 
     def close(self) -> None:
         pass
+
+
+def in_change_order(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """A partition's group results (``RESULT_SCHEMA``) in the order of the changes that made them
+    (``mapInArrow``: Spark refuses to sort a streaming frame, even within partitions, and
+    ``transformWithState`` emits its groups in key order)."""
+    received = list(batches)
+    table = pa.Table.from_batches(received) if received else None
+    if table is not None and table.num_rows:
+        yield from table.sort_by([("__P", "ascending"), ("__O", "ascending"), ("__SEQ", "ascending")]).to_batches()
