@@ -11,9 +11,11 @@ Formats, as ksqlDB writes them:
   nulls written as ``null``; read with case-insensitive field matching. A JSON key with one
   column is the bare JSON value (ksqlDB never wraps single keys); several key columns make an
   object.
-- ``DELIMITED``: one CSV line (``VALUE_DELIMITER``, default ``,``); a null is an empty field, an
-  empty string is written ``""``; quotes are doubled (RFC 4180). On read both an empty field and
-  ``""`` are null (Spark's CSV reader cannot tell them apart, so neither form does).
+- ``DELIMITED``: one CSV line (``VALUE_DELIMITER``, default ``,``), quoted as ksqlDB's
+  commons-csv 1.4 quotes (``delimited_quoting``: e.g. a first field ``-10`` is ``"-10"``); a null
+  is an empty field; a DECIMAL is plain at its scale; a one-column key that is null is a null key.
+  On read both an empty field and ``""`` are null (Spark's CSV reader cannot tell them apart, so
+  neither form does).
 - ``KAFKA``: one primitive column: INT 4 bytes, BIGINT and DOUBLE 8 bytes, big-endian; STRING
   UTF-8; BYTES as is.
 - ``NONE`` key: the record key is null (never empty bytes).
@@ -41,6 +43,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
+from oncestream.sql.engine.delimited_quoting import write_record
 from oncestream.sql.engine.serde_registry import FrameCodec, codec_for, get_ci, strip_frame
 from oncestream.sql.errors import KsqlError
 from oncestream.sql.language.catalog import Column, Format, SourceInfo
@@ -227,7 +230,9 @@ def _encode(fmt: Format, columns: Sequence[Column], row: Mapping[str, Any], deli
             return _json_dumps(to_json_wire(value, columns[0].type))
         return _json_dumps({c.name: to_json_wire(row.get(c.name), c.type) for c in columns})
     if fmt is Format.DELIMITED:
-        return delimiter.join(_csv_field(row.get(c.name), c.type, delimiter) for c in columns).encode()
+        if single_unwrapped and len(columns) == 1 and row.get(columns[0].name) is None:
+            return None    # a one-column key (or unwrapped value) that is null: a null record key/value
+        return write_record([csv_text(row.get(c.name), c.type) for c in columns], delimiter).encode()
     if fmt is Format.KAFKA:
         column = _single(columns, "KAFKA")
         return kafka_encode(row.get(column.name), column.type)
@@ -391,20 +396,20 @@ def from_json_wire(raw: Any, t: SqlType) -> Any:
     raise SerdeError(f"cannot read {t.ksql_name} from JSON")
 
 
-def _needs_quotes(text: str, delimiter: str) -> bool:
-    return text == "" or any(ch in text for ch in (delimiter, '"', "\n", "\r"))
-
-
-def _csv_field(value: Any, t: SqlType, delimiter: str) -> str:
+def csv_text(value: Any, t: SqlType) -> str | None:
+    """A DELIMITED field's text before quoting (None for a null): as ksqlDB's serializer writes
+    it, a DECIMAL plain at its scale (``BigDecimal.toPlainString``, never an exponent)."""
     if value is None:
-        return ""
+        return None
     if t.base in (BaseType.ARRAY, BaseType.MAP, BaseType.STRUCT):
         raise SerdeError(f"The 'DELIMITED' format does not support type '{t.base.value}'")
+    if t.base is BaseType.DECIMAL:
+        plain = Decimal(value)
+        if t.scale is not None:
+            plain = plain.quantize(Decimal(1).scaleb(-t.scale))
+        return format(plain, "f")
     wire = to_json_wire(value, t)
-    text = ("true" if wire else "false") if isinstance(wire, bool) else str(wire)
-    if _needs_quotes(text, delimiter):
-        return '"' + text.replace('"', '""') + '"'
-    return text
+    return ("true" if wire else "false") if isinstance(wire, bool) else str(wire)
 
 
 def split_csv_line(line: str, delimiter: str) -> list[str | None]:
