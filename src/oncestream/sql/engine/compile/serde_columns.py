@@ -432,9 +432,23 @@ def _strip_frame(data: SparkColumn) -> SparkColumn:
 
 
 def _csv_text(col: SparkColumn, t: SqlType) -> SparkColumn:
-    """A DELIMITED field's text before quoting, null for a null (``serde.csv_text``): a DECIMAL
-    plain at its scale (Spark's decimal-to-string cast never writes an exponent)."""
-    return to_wire(col, t).cast("string")
+    """A DELIMITED field's text before quoting, null for a null (``serde.csv_text``)."""
+    text = to_wire(col, t).cast("string")
+    if t.base is BaseType.DECIMAL and t.scale:
+        return _plain_decimal(text, t.scale)
+    return text
+
+
+def _plain_decimal(text: SparkColumn, scale: int) -> SparkColumn:
+    """A DECIMAL's string cast written plain (ksqlDB's ``BigDecimal.toPlainString``).
+
+    Spark's cast writes a decimal held as a java.math.BigDecimal (precision above 18) with its
+    ``toString``, which has an exponent when the value is below 1E-6 (``0E-16``, ``-1.5E-10``).
+    Such a value (the scale is never negative) is ``0.`` then its unscaled digits (the mantissa's
+    digits) left-padded with zeros to the scale."""
+    digits = F.regexp_replace(F.regexp_extract(text, r"^-?([0-9.]+)E-", 1), r"\.", "")
+    sign = F.when(text.startswith("-"), F.lit("-")).otherwise(F.lit(""))
+    return F.when(text.contains("E-"), F.concat(sign, F.lit("0."), F.lpad(digits, scale, "0"))).otherwise(text)
 
 
 def _quoted(text: SparkColumn, delimiter: str, *, first: bool) -> SparkColumn:
