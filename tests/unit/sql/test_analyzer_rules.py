@@ -242,6 +242,17 @@ def test_delimiter_names(ms: Metastore) -> None:
     assert present(ms.source("O"), "source O").value_delimiter == "\t"
 
 
+def test_a_delimited_sink_inherits_its_delimited_sources_delimiter(ms: Metastore) -> None:
+    """delimited.json 'should take source delimiter for sink': ksqlDB's Analyzer inherits the
+    source's VALUE_DELIMITER into a sink of the same format, unless the sink names its own."""
+    accepted(ms, "CREATE STREAM p (a INT, b INT) WITH (kafka_topic='s', value_format='delimited', value_delimiter='|');")
+    accepted(ms, "CREATE STREAM p2 AS SELECT * FROM p;")
+    accepted(ms, "CREATE STREAM p3 WITH (value_delimiter='$') AS SELECT * FROM p;")
+    accepted(ms, "CREATE STREAM p4 WITH (value_format='JSON') AS SELECT * FROM p;")
+    accepted(ms, "CREATE STREAM p5 WITH (value_format='DELIMITED') AS SELECT * FROM p4;")
+    assert [present(ms.source(n), n).value_delimiter for n in ("P2", "P3", "P5")] == ["|", "$", ","]
+
+
 @pytest.mark.parametrize(("sql", "message"), [
     # comparison-expression.json: ksqlDB's FilterTypeValidator names the clause in front of the
     # expression type manager's error; binary operations print in parentheses; a join's

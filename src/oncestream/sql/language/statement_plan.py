@@ -267,6 +267,15 @@ def _delimiter(props: Mapping[str, Any], value_format: Format) -> str:
     return named.get(text.upper(), text)
 
 
+def _sink_delimiter(props: Mapping[str, Any], value_format: Format, from_source: SourceInfo) -> str:
+    """A C*AS sink's delimiter: its own VALUE_DELIMITER, else its source's when both are DELIMITED
+    (ksqlDB's Analyzer.buildFormatInfo inherits a format's properties from a source of the same format)."""
+    if _prop(props, "VALUE_DELIMITER") is None and value_format is Format.DELIMITED \
+            and from_source.value_format is Format.DELIMITED:
+        return from_source.value_delimiter
+    return _delimiter(props, value_format)
+
+
 _UNIT_MS = {"MILLISECOND": 1, "SECOND": 1000, "MINUTE": 60_000, "HOUR": 3_600_000, "DAY": 86_400_000}
 
 
@@ -714,7 +723,8 @@ class StatementPlanner:
         source = SourceInfo(
             name=stmt.name, kind=stmt.kind, topic=topic, key_format=key_format, value_format=value_format,
             columns=analyzed.columns, statement=stmt.text, partitions=n, replicas=replicas or 1, timestamp_column=ts_col,
-            timestamp_format=ts_fmt, value_delimiter=_delimiter(props, value_format), window=analyzed.window,
+            timestamp_format=ts_fmt, value_delimiter=_sink_delimiter(props, value_format, from_source),
+            window=analyzed.window,
             key_schema_id=key_schema_id, value_schema_id=value_schema_id,
             key_schema_name=_sink_schema_name(props, key_format, from_source, key=True),
             value_schema_name=_sink_schema_name(props, value_format, from_source, key=False),
