@@ -115,6 +115,16 @@ def test_delimited_decimal_is_plain_at_its_scale():
     assert layout.encode_value({"D": Decimal("1E+3"), "E": None}) == b"1000.0000000000000000,"
 
 
+def test_a_delimited_key_is_split_by_the_key_delimiter():
+    """KEY_DELIMITER is the key's (delimited.json 'multi-column key with different kv delimiters')."""
+    layout = RecordLayout(Format.DELIMITED, Format.DELIMITED, (Column("K1", t.STRING, Namespace.KEY),
+                          Column("K2", t.STRING, Namespace.KEY)), (Column("V", t.INTEGER), Column("W", t.INTEGER)),
+                          "-", key_delimiter=";")
+    assert layout.decode_key(b"foo,bar;baz") == ({"K1": "foo,bar", "K2": "baz"}, None)
+    assert layout.encode_key({"K1": "a;b", "K2": "c"}) == b'"a;b";c'
+    assert layout.decode_value(b"0-1") == {"V": 0, "W": 1}
+
+
 def test_delimited_one_column_key_that_is_null_is_a_null_key():
     """delimited.json '<type> - key': a null single key column is a null record key, not empty bytes."""
     layout = _layout(Format.DELIMITED, Format.DELIMITED, keys=[("K", t.STRING)], values=[("V", t.INTEGER)])

@@ -86,6 +86,7 @@ class RecordLayout:
     # WRAP_SINGLE_VALUE=false: the single value column is the value itself (JSON, AVRO, JSON_SR,
     # PROTOBUF_NOSR), not an object/record with one field
     value_unwrapped: bool = False
+    key_delimiter: str = ","      # DELIMITED keys (KEY_DELIMITER)
 
     # -- Python form ------------------------------------------------------------------------
 
@@ -93,7 +94,7 @@ class RecordLayout:
         """The record key of ``row`` (None for KEY_FORMAT NONE or a source without key)."""
         if self.key_format is Format.NONE or not self.key_columns:
             return None
-        data = _encode(self.key_format, self.key_columns, row, self.value_delimiter, single_unwrapped=True,
+        data = _encode(self.key_format, self.key_columns, row, self.key_delimiter, single_unwrapped=True,
                        codec=self.key_codec)
         if data is None:
             return None
@@ -128,7 +129,7 @@ class RecordLayout:
                     raise SerdeError("a time-windowed key has fewer than 8 bytes")
                 (start,) = struct.unpack(">q", data[-8:])
                 data, window = data[:-8], Window(start, start + (self.window_size_ms or 0))
-        values = _decode(self.key_format, self.key_columns, data, self.value_delimiter, single_unwrapped=True,
+        values = _decode(self.key_format, self.key_columns, data, self.key_delimiter, single_unwrapped=True,
                          codec=self.key_codec)
         return ({c.name: None for c in self.key_columns} if values is None else values), window
 
@@ -161,7 +162,7 @@ def layout_of(source: SourceInfo, registry: Any = None) -> RecordLayout:
     registry = registry if registry is not None else _RegistryHolder.client
     return RecordLayout(key_format=source.key_format, value_format=source.value_format,
                         key_columns=source.key_columns, value_columns=source.value_columns,
-                        value_delimiter=source.value_delimiter or ",",
+                        value_delimiter=source.value_delimiter or ",", key_delimiter=source.key_delimiter or ",",
                         window=window.kind if window else None,
                         window_size_ms=window.size_ms if window else None,
                         key_codec=codec_for(source.key_format.value, source.key_columns, source.topic, registry,
@@ -191,6 +192,7 @@ def layout_for(columns: Sequence[Column], sink: SourceInfo, *, window: WindowSpe
     topic = sink.topic
     return RecordLayout(key_format=sink.key_format, value_format=sink.value_format, key_columns=keys,
                         value_columns=values, value_delimiter=sink.value_delimiter or ",",
+                        key_delimiter=sink.key_delimiter or ",",
                         window=window.kind if window else None, window_size_ms=window.size_ms if window else None,
                         key_codec=codec_for(sink.key_format.value, keys, topic, registry, key=True,
                                             schema_id=sink.key_schema_id, schema_name=sink.key_schema_name,

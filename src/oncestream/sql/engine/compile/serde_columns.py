@@ -533,7 +533,7 @@ def decode_key(layout: RecordLayout, key: SparkColumn) -> list[SparkColumn]:
     if layout.key_codec is not None:
         cols = _registry_decode(layout, layout.key_columns, data, key=True)
     else:
-        cols, suspect = _decode(layout.key_format, layout.key_columns, data, layout.value_delimiter,
+        cols, suspect = _decode(layout.key_format, layout.key_columns, data, layout.key_delimiter,
                                 single_unwrapped=True)
         if short is not None:
             short = key.isNotNull() & short
@@ -559,7 +559,7 @@ def encode_key(layout: RecordLayout, values: Mapping[str, SparkColumn], window_s
     if layout.key_codec is not None:
         data = _registry_encode(layout, layout.key_columns, values, key=True)
     else:
-        data = _encode(layout.key_format, layout.key_columns, values, layout.value_delimiter, single_unwrapped=True)
+        data = _encode(layout.key_format, layout.key_columns, values, layout.key_delimiter, single_unwrapped=True)
     if layout.window is None:
         return data
     if window_start is None:
