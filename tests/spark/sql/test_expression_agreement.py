@@ -47,6 +47,8 @@ EXPRESSIONS = [
     "CAST(X AS STRING)", "CAST(F AS STRING)", "S = 'Hello'", "S > 'A'", "A = 7.0", "A / 2.0", "X / 0", "X % 2",
     "ABS(-2.5)", "ROUND(-2.5)", "ROUND(2.5)", "ROUND(-2.345, 2)", "ROUND(-X)", "ROUND(-X, 0)",
     "ROUND(-X - 0.01, 1)", "FLOOR(-2.5)", "CEIL(-2.5)", "FLOOR(A)", "LEN('')",
+    # TRIM is Java's String.trim: everything up to U+0020 at both ends, nothing above
+    "TRIM(' \t a b \t\r\n')", "TRIM('\u00a0a\u2003 \u2028')", "TRIM('\t')",
     "TRIM(N)", "CONCAT(N)", "COALESCE(N, N)", "IFNULL(A, 0)", "CASE N WHEN 'x' THEN 1 ELSE 2 END",
     "A BETWEEN 9 AND 8", "S LIKE '%'", "N LIKE '%'", "S IN ('Hello', N)", "S IN ('x', N)", "NOT T",
     # ksqlDB's Chr (code points past 255, '\\uXXXX' escapes), Split (literal, empty and NULL

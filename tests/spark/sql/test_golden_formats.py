@@ -41,6 +41,28 @@ def test_delimited_source_to_delimited_with_json_key_and_to_kafka_value(runtime,
     runtime.stop_persistent("CSAS_KV_2")
 
 
+def test_delimited_sink_quotes_as_commons_csv_1_4_and_writes_a_null_single_key_as_null(runtime, eos_broker):
+    """ksqlDB's DELIMITED writer (commons-csv 1.4, QuoteMode.MINIMAL): a first field ``-10`` or
+    ``-k`` is quoted, a later ``!`` and white space at either end are quoted; DECIMAL is plain at
+    its scale; TRIM is Java's String.trim (tabs too); a null one-column key is a null key
+    (QTT date.json, bytes-and-strings.json, string.json, delimited.json)."""
+    bootstrap = eos_broker.bootstrap
+    topic, out = unique("quote_in"), unique("quote_out")
+    create_topics(bootstrap, topic, out)
+    s = ddl(f"CREATE STREAM Q (K STRING KEY, I INT, S STRING, M DECIMAL(33, 16)) WITH (KAFKA_TOPIC='{topic}', "
+            "FORMAT='DELIMITED');")
+    produce(bootstrap, topic, [(b"k1", b'-10," \t x \t",-12345.12', T0), (None, b"5,!,0", T0 + 1),
+                               (b'"-k"', b"7,a,.5", T0 + 2)])
+    _s, analyzed = analyze("CREATE STREAM QO AS SELECT K, I, S, M, TRIM(S) AS TS FROM Q EMIT CHANGES;", {"Q": s})
+    start(runtime, "CSAS_QO_1", analyzed, sink_of(analyzed, "QO", out, key_format=Format.DELIMITED,
+                                                   value_format=Format.DELIMITED))
+    assert read_output(bootstrap, out, 3, runtime=runtime, query_id="CSAS_QO_1") == [
+        (b"k1", b'"-10"," \t x \t",-12345.1200000000000000,x'),
+        (None, b'5,"!",0.0000000000000000,"!"'),
+        (b'"-k"', b"7,a,0.5000000000000000,a")]
+    runtime.stop_persistent("CSAS_QO_1")
+
+
 def test_table_source_changelog_keeps_tombstones_and_deletes_rows_failing_where(runtime, eos_broker):
     """CTAS over a table: a row passing WHERE is written, a row failing it becomes a tombstone of
     its key, an upstream tombstone stays a tombstone; the sink topic is a compacted changelog."""

@@ -150,6 +150,29 @@ def test_delimited_key_and_value(sql_spark):
     assert got_records[:2] == records[:2]
 
 
+def test_delimited_quoting_is_commons_csv_1_4_in_both_forms(sql_spark):
+    """Spark writes DELIMITED fields with the same quoting rule (``delimited_quoting``) as the
+    Python serde: a first-field ``-10`` and a later ``!`` quoted, white space at either end quoted, a DECIMAL
+    plain at its scale, a null one-column key a null key."""
+    from decimal import Decimal
+
+    layout = _layout(Format.DELIMITED, Format.DELIMITED, keys=[("K", t.STRING)],
+                     values=[("I", t.INTEGER), ("S", t.STRING), ("M", t.decimal(33, 16)), ("B", t.BYTES),
+                             ("DT", t.DATE), ("T", t.STRING)])
+    rows: list[dict[str, Any]] = [
+        {"K": "-1", "I": -10, "S": "!", "M": Decimal("-12345.12"), "B": b"!", "DT": -5, "T": "#x"},
+        {"K": None, "I": 7, "S": " \t lead", "M": Decimal(0), "B": None, "DT": None, "T": "trail\t"},
+        {"K": "é", "I": None, "S": "a|b", "M": Decimal("-1.5E-10"), "B": b"", "DT": 0, "T": '"q"'},
+    ]
+    records, got_rows, got_records = _round_trip(sql_spark, layout, rows, [None, None, None])
+    assert records[0] == (b'"-1"', b'"-10","!",-12345.1200000000000000,IQ==,-5,"#x"')
+    assert records[1] == (None, b'7," \t lead",0.0000000000000000,,,"trail\t"')
+    assert records[2] == (b'"\xc3\xa9"', b',a|b,-0.0000000001500000,,0,"""q"""')
+    # Spark's own decimal-to-string cast would write 0E-16 and -1.5E-10 for these
+    assert got_records == records
+    assert [r["S"] for r in got_rows] == [r["S"] for r in rows]
+
+
 def test_delimited_with_another_delimiter(sql_spark):
     layout = _layout(Format.NONE, Format.DELIMITED, values=[("S", t.STRING), ("I", t.BIGINT)], delimiter="|")
     rows: list[dict[str, Any]] = [{"S": "a,b", "I": 10}, {"S": "x|y", "I": None}]

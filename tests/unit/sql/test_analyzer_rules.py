@@ -242,6 +242,32 @@ def test_delimiter_names(ms: Metastore) -> None:
     assert present(ms.source("O"), "source O").value_delimiter == "\t"
 
 
+def test_a_delimited_sink_inherits_its_delimited_sources_delimiter(ms: Metastore) -> None:
+    """delimited.json 'should take source delimiter for sink': ksqlDB's Analyzer inherits the
+    source's VALUE_DELIMITER into a sink of the same format, unless the sink names its own."""
+    accepted(ms, "CREATE STREAM p (a INT, b INT) WITH (kafka_topic='s', value_format='delimited', value_delimiter='|');")
+    accepted(ms, "CREATE STREAM p2 AS SELECT * FROM p;")
+    accepted(ms, "CREATE STREAM p3 WITH (value_delimiter='$') AS SELECT * FROM p;")
+    accepted(ms, "CREATE STREAM p4 WITH (value_format='JSON') AS SELECT * FROM p;")
+    accepted(ms, "CREATE STREAM p5 WITH (value_format='DELIMITED') AS SELECT * FROM p4;")
+    assert [present(ms.source(n), n).value_delimiter for n in ("P2", "P3", "P5")] == ["|", "$", ","]
+
+
+def test_key_delimiter_is_the_delimited_keys_own(ms: Metastore) -> None:
+    """delimited.json 'multi-column key with different kv delimiters': KEY_DELIMITER splits a
+    DELIMITED key (VALUE_DELIMITER only the value), and a DELIMITED sink key inherits it."""
+    accepted(ms, "CREATE STREAM kd (k1 STRING KEY, k2 STRING KEY, v INT) WITH (kafka_topic='s', format='DELIMITED', "
+                 "key_delimiter=';', value_delimiter='-');")
+    kd = present(ms.source("KD"), "source KD")
+    assert (kd.key_delimiter, kd.value_delimiter) == (";", "-")
+    accepted(ms, "CREATE STREAM kd2 AS SELECT * FROM kd;")
+    assert present(ms.source("KD2"), "source KD2").key_delimiter == ";"
+    accepted(ms, "CREATE STREAM kd3 WITH (key_format='JSON') AS SELECT * FROM kd;")
+    assert present(ms.source("KD3"), "source KD3").key_delimiter == ","
+    refused(ms, "CREATE STREAM kd4 (k1 STRING KEY, v INT) WITH (kafka_topic='s', format='JSON', key_delimiter=';');",
+            r"JSON does not support the following configs: \[delimiter\]")
+
+
 @pytest.mark.parametrize(("sql", "message"), [
     # comparison-expression.json: ksqlDB's FilterTypeValidator names the clause in front of the
     # expression type manager's error; binary operations print in parentheses; a join's

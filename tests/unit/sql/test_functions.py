@@ -175,6 +175,19 @@ def test_translations_keep_ksqldb_semantics() -> None:
         "date_format(from_utc_timestamp(timestamp_millis(ts), 'Europe/Paris'), 'yyyy')"
 
 
+def test_trim_is_javas_string_trim() -> None:
+    """ksqlDB's TRIM is String.trim: every character up to U+0020 goes at both ends (string.json's
+    tabs), nothing above it (no-break space, em space, U+2028 stay)."""
+    fd = functions.lookup("TRIM")
+    assert fd is not None
+    assert fd.python is not None
+    assert fd.python([" \t with white space \t"]) == "with white space"
+    assert fd.python(["\x00\r\n a \x1f"]) == "a"
+    assert fd.python(["\u00a0a\u2003\u2028"]) == "\u00a0a\u2003\u2028"
+    assert fd.python([None]) is None
+    assert "\\\\x20]+\\\\z" in fd.spark(CallSite(args=["s"], types=[None], order_sql="o"))
+
+
 def test_spark_type_names() -> None:
     assert functions.spark_type_name(t.struct_of(("A", t.array_of(t.INTEGER)), ("B", t.map_of(t.STRING, t.decimal(4, 2))))) == \
         "STRUCT<`A`: ARRAY<INT>, `B`: MAP<STRING, DECIMAL(4, 2)>>"

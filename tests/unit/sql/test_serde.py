@@ -80,17 +80,61 @@ def test_decimal_is_read_at_its_scale():
     assert layout.decode_value(b'{"D":1.5}') == {"D": Decimal("1.50")}
 
 
-def test_delimited_quotes_as_rfc4180_and_writes_null_and_empty_differently():
+def test_delimited_quotes_as_commons_csv_1_4_and_writes_a_later_empty_string_as_null():
+    """ksqlDB's commons-csv 1.4 (QuoteMode.MINIMAL): a later empty field is not quoted, so an
+    empty string there is written as a null is; a first empty string is ``""``."""
     layout = _layout(Format.DELIMITED, Format.DELIMITED, keys=[("K", t.STRING)],
                      values=[("A", t.STRING), ("B", t.INTEGER), ("C", t.STRING), ("D", t.BOOLEAN)])
     raw = layout.encode_value({"A": 'x,"y"', "B": None, "C": "", "D": True})
-    assert raw == b'"x,""y""",,"",true'
-    # ...but reads both as null, as Spark's CSV reader does (the two forms must agree).
+    assert raw == b'"x,""y""",,,true'
+    assert layout.encode_value({"A": "", "B": -1, "C": "-1", "D": None}) == b'"",-1,-1,'
+    # ...and reads both as null, as Spark's CSV reader does (the two forms must agree).
     assert layout.decode_value(raw) == {"A": 'x,"y"', "B": None, "C": None, "D": True}
     pipe = _layout(Format.NONE, Format.DELIMITED, values=[("A", t.STRING), ("B", t.BIGINT)], delimiter="|")
     assert pipe.encode_value({"A": "a,b", "B": 3}) == b"a,b|3"
+    assert pipe.encode_value({"A": "a|b", "B": 3}) == b'"a|b"|3'
     with pytest.raises(SerdeError, match="expected 2"):
         pipe.decode_value(b"1|2|3")
+
+
+def test_delimited_first_field_quoted_unless_it_starts_with_a_letter_or_digit():
+    """QTT date.json / datesub.json / bytes-and-strings.json: ``-10`` and ``!`` first are quoted."""
+    layout = _layout(Format.NONE, Format.DELIMITED, values=[("A", t.INTEGER)])
+    assert layout.encode_value({"A": -10}) == b'"-10"'
+    assert layout.encode_value({"A": 10}) == b"10"
+    text = _layout(Format.NONE, Format.DELIMITED, values=[("A", t.STRING), ("B", t.BYTES), ("C", t.STRING)])
+    assert text.encode_value({"A": "!", "B": b"!", "C": "!"}) == b'"!",IQ==,"!"'
+    assert text.encode_value({"A": " \t x \t", "B": None, "C": "\t x"}) == b'" \t x \t",,"\t x"'
+
+
+def test_delimited_decimal_is_plain_at_its_scale():
+    """ksqlDB writes BigDecimal.toPlainString: never an exponent (delimited.json 'read written decimals')."""
+    layout = _layout(Format.NONE, Format.DELIMITED, values=[("D", t.decimal(33, 16)), ("E", t.decimal(6, 4))])
+    assert layout.encode_value({"D": Decimal(0), "E": Decimal("12.0")}) == b"0.0000000000000000,12.0000"
+    assert layout.encode_value({"D": Decimal("-12345.12"), "E": Decimal("1E-4")}) == b'"-12345.1200000000000000",0.0001'
+    assert layout.encode_value({"D": Decimal("1E+3"), "E": None}) == b"1000.0000000000000000,"
+
+
+def test_a_delimited_key_is_split_by_the_key_delimiter():
+    """KEY_DELIMITER is the key's (delimited.json 'multi-column key with different kv delimiters')."""
+    layout = RecordLayout(Format.DELIMITED, Format.DELIMITED, (Column("K1", t.STRING, Namespace.KEY),
+                          Column("K2", t.STRING, Namespace.KEY)), (Column("V", t.INTEGER), Column("W", t.INTEGER)),
+                          "-", key_delimiter=";")
+    assert layout.decode_key(b"foo,bar;baz") == ({"K1": "foo,bar", "K2": "baz"}, None)
+    assert layout.encode_key({"K1": "a;b", "K2": "c"}) == b'"a;b";c'
+    assert layout.decode_value(b"0-1") == {"V": 0, "W": 1}
+
+
+def test_delimited_one_column_key_that_is_null_is_a_null_key():
+    """delimited.json '<type> - key': a null single key column is a null record key, not empty bytes."""
+    layout = _layout(Format.DELIMITED, Format.DELIMITED, keys=[("K", t.STRING)], values=[("V", t.INTEGER)])
+    assert layout.encode_key({"K": None}) is None
+    assert layout.encode_key({"K": ""}) == b'""'
+    assert layout.encode_key({"K": "Hey"}) == b"Hey"
+    assert layout.decode_key(None) == ({"K": None}, None)
+    both = _layout(Format.DELIMITED, Format.DELIMITED, keys=[("K1", t.STRING), ("K2", t.INTEGER)],
+                   values=[("V", t.INTEGER)])
+    assert both.encode_key({"K1": None, "K2": None}) == b","
 
 
 def test_time_windowed_key_is_key_then_8_byte_start():

@@ -11,9 +11,11 @@ Formats, as ksqlDB writes them:
   nulls written as ``null``; read with case-insensitive field matching. A JSON key with one
   column is the bare JSON value (ksqlDB never wraps single keys); several key columns make an
   object.
-- ``DELIMITED``: one CSV line (``VALUE_DELIMITER``, default ``,``); a null is an empty field, an
-  empty string is written ``""``; quotes are doubled (RFC 4180). On read both an empty field and
-  ``""`` are null (Spark's CSV reader cannot tell them apart, so neither form does).
+- ``DELIMITED``: one CSV line (``VALUE_DELIMITER``, default ``,``), quoted as ksqlDB's
+  commons-csv 1.4 quotes (``delimited_quoting``: e.g. a first field ``-10`` is ``"-10"``); a null
+  is an empty field; a DECIMAL is plain at its scale; a one-column key that is null is a null key.
+  On read both an empty field and ``""`` are null (Spark's CSV reader cannot tell them apart, so
+  neither form does).
 - ``KAFKA``: one primitive column: INT 4 bytes, BIGINT and DOUBLE 8 bytes, big-endian; STRING
   UTF-8; BYTES as is.
 - ``NONE`` key: the record key is null (never empty bytes).
@@ -41,6 +43,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
+from oncestream.sql.engine.delimited_quoting import write_record
 from oncestream.sql.engine.serde_registry import FrameCodec, codec_for, get_ci, strip_frame
 from oncestream.sql.errors import KsqlError
 from oncestream.sql.language.catalog import Column, Format, SourceInfo
@@ -83,6 +86,7 @@ class RecordLayout:
     # WRAP_SINGLE_VALUE=false: the single value column is the value itself (JSON, AVRO, JSON_SR,
     # PROTOBUF_NOSR), not an object/record with one field
     value_unwrapped: bool = False
+    key_delimiter: str = ","      # DELIMITED keys (KEY_DELIMITER)
 
     # -- Python form ------------------------------------------------------------------------
 
@@ -90,7 +94,7 @@ class RecordLayout:
         """The record key of ``row`` (None for KEY_FORMAT NONE or a source without key)."""
         if self.key_format is Format.NONE or not self.key_columns:
             return None
-        data = _encode(self.key_format, self.key_columns, row, self.value_delimiter, single_unwrapped=True,
+        data = _encode(self.key_format, self.key_columns, row, self.key_delimiter, single_unwrapped=True,
                        codec=self.key_codec)
         if data is None:
             return None
@@ -125,7 +129,7 @@ class RecordLayout:
                     raise SerdeError("a time-windowed key has fewer than 8 bytes")
                 (start,) = struct.unpack(">q", data[-8:])
                 data, window = data[:-8], Window(start, start + (self.window_size_ms or 0))
-        values = _decode(self.key_format, self.key_columns, data, self.value_delimiter, single_unwrapped=True,
+        values = _decode(self.key_format, self.key_columns, data, self.key_delimiter, single_unwrapped=True,
                          codec=self.key_codec)
         return ({c.name: None for c in self.key_columns} if values is None else values), window
 
@@ -158,7 +162,7 @@ def layout_of(source: SourceInfo, registry: Any = None) -> RecordLayout:
     registry = registry if registry is not None else _RegistryHolder.client
     return RecordLayout(key_format=source.key_format, value_format=source.value_format,
                         key_columns=source.key_columns, value_columns=source.value_columns,
-                        value_delimiter=source.value_delimiter or ",",
+                        value_delimiter=source.value_delimiter or ",", key_delimiter=source.key_delimiter or ",",
                         window=window.kind if window else None,
                         window_size_ms=window.size_ms if window else None,
                         key_codec=codec_for(source.key_format.value, source.key_columns, source.topic, registry,
@@ -188,6 +192,7 @@ def layout_for(columns: Sequence[Column], sink: SourceInfo, *, window: WindowSpe
     topic = sink.topic
     return RecordLayout(key_format=sink.key_format, value_format=sink.value_format, key_columns=keys,
                         value_columns=values, value_delimiter=sink.value_delimiter or ",",
+                        key_delimiter=sink.key_delimiter or ",",
                         window=window.kind if window else None, window_size_ms=window.size_ms if window else None,
                         key_codec=codec_for(sink.key_format.value, keys, topic, registry, key=True,
                                             schema_id=sink.key_schema_id, schema_name=sink.key_schema_name,
@@ -227,7 +232,9 @@ def _encode(fmt: Format, columns: Sequence[Column], row: Mapping[str, Any], deli
             return _json_dumps(to_json_wire(value, columns[0].type))
         return _json_dumps({c.name: to_json_wire(row.get(c.name), c.type) for c in columns})
     if fmt is Format.DELIMITED:
-        return delimiter.join(_csv_field(row.get(c.name), c.type, delimiter) for c in columns).encode()
+        if single_unwrapped and len(columns) == 1 and row.get(columns[0].name) is None:
+            return None    # a one-column key (or unwrapped value) that is null: a null record key/value
+        return write_record([csv_text(row.get(c.name), c.type) for c in columns], delimiter).encode()
     if fmt is Format.KAFKA:
         column = _single(columns, "KAFKA")
         return kafka_encode(row.get(column.name), column.type)
@@ -391,20 +398,20 @@ def from_json_wire(raw: Any, t: SqlType) -> Any:
     raise SerdeError(f"cannot read {t.ksql_name} from JSON")
 
 
-def _needs_quotes(text: str, delimiter: str) -> bool:
-    return text == "" or any(ch in text for ch in (delimiter, '"', "\n", "\r"))
-
-
-def _csv_field(value: Any, t: SqlType, delimiter: str) -> str:
+def csv_text(value: Any, t: SqlType) -> str | None:
+    """A DELIMITED field's text before quoting (None for a null): as ksqlDB's serializer writes
+    it, a DECIMAL plain at its scale (``BigDecimal.toPlainString``, never an exponent)."""
     if value is None:
-        return ""
+        return None
     if t.base in (BaseType.ARRAY, BaseType.MAP, BaseType.STRUCT):
         raise SerdeError(f"The 'DELIMITED' format does not support type '{t.base.value}'")
+    if t.base is BaseType.DECIMAL:
+        plain = Decimal(value)
+        if t.scale is not None:
+            plain = plain.quantize(Decimal(1).scaleb(-t.scale))
+        return format(plain, "f")
     wire = to_json_wire(value, t)
-    text = ("true" if wire else "false") if isinstance(wire, bool) else str(wire)
-    if _needs_quotes(text, delimiter):
-        return '"' + text.replace('"', '""') + '"'
-    return text
+    return ("true" if wire else "false") if isinstance(wire, bool) else str(wire)
 
 
 def split_csv_line(line: str, delimiter: str) -> list[str | None]:

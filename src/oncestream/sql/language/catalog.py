@@ -94,6 +94,7 @@ class SourceInfo:
     timestamp_column: str | None = None     # WITH (TIMESTAMP='col'), else ROWTIME
     timestamp_format: str | None = None     # WITH (TIMESTAMP_FORMAT='yyyy-MM-dd ...')
     value_delimiter: str = ","              # DELIMITED only (VALUE_DELIMITER)
+    key_delimiter: str = ","                # DELIMITED keys only (KEY_DELIMITER)
     window: WindowSpec | None = None        # windowed table/stream (the key carries the window)
     read_only: bool = False                 # CREATE SOURCE STREAM|TABLE
     created_by: str | None = None           # id of the persistent query writing it (C*AS)

@@ -449,7 +449,13 @@ _add("CONCAT_WS", 2, None, _all(is_string, "CONCAT_WS", lambda _: S), _call("con
 _add("SUBSTRING", 2, 3, _sig("SUBSTRING", is_string, is_integral, is_integral, result=S, optional_from=2), _call("substring"),
      "Substring from a 1-based position (negative: from the end), optional length.", "substring(s, pos[, len])")
 _add("LEN", 1, 1, _sig("LEN", is_string, result=INT), _call("char_length"), "Length in characters.", "char_length(s)")
-_add("TRIM", 1, 1, _sig("TRIM", is_string, result=S), _call("trim"), "Remove leading and trailing spaces.", "trim(s)")
+# Java's String.trim, as ksqlDB's TRIM: every character up to U+0020 (tabs, CR, LF, controls) at
+# either end, where Spark's trim drops only spaces. \z: Java's $ also matches before a final
+# line terminator (U+2028 too), which String.trim keeps.
+_add("TRIM", 1, 1, _sig("TRIM", is_string, result=S),
+     lambda c: f"regexp_replace({c.args[0]}, '^[\\\\x00-\\\\x20]+|[\\\\x00-\\\\x20]+\\\\z', '')",
+     "Remove leading and trailing characters up to U+0020 (Java's String.trim).",
+     "regexp_replace(s, '^[\\x00-\\x20]+|[\\x00-\\x20]+\\z', '')")
 _add("LTRIM", 1, 1, _sig("LTRIM", is_string, result=S), _call("ltrim"), "Remove leading spaces.", "ltrim(s)")
 _add("RTRIM", 1, 1, _sig("RTRIM", is_string, result=S), _call("rtrim"), "Remove trailing spaces.", "rtrim(s)")
 _add("REPLACE", 3, 3, _sig("REPLACE", is_string, is_string, is_string, result=S), _call("replace"),
@@ -760,6 +766,10 @@ def _py_ceil_floor(fn: Callable[[float], int]) -> PythonRule:
     return _strict(lambda x: x if isinstance(x, int) else float(fn(x)))
 
 
+# The characters Java's String.trim drops at either end: U+0000 to U+0020.
+_JAVA_TRIMMED = "".join(map(chr, range(0x21)))
+
+
 def _with_python(name: str, rule: PythonRule) -> None:
     fd = replace(_CATALOG[name], python=rule)
     for n in (fd.name, *fd.aliases):
@@ -803,7 +813,7 @@ _with_python("ARRAY_JOIN", _py_array_join)
 _with_python("UCASE", _strict(lambda s: str(s).upper()))
 _with_python("LCASE", _strict(lambda s: str(s).lower()))
 _with_python("LEN", _strict(lambda s: len(s)))
-_with_python("TRIM", _strict(lambda s: str(s).strip()))
+_with_python("TRIM", _strict(lambda s: str(s).strip(_JAVA_TRIMMED)))
 _with_python("ABS", _strict(abs))
 _with_python("ROUND", _py_round)
 _with_python("FLOOR", _py_ceil_floor(math.floor))

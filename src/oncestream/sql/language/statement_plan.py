@@ -269,9 +269,10 @@ def _protobuf_nullable(props: Mapping[str, Any], fmt: Format, which: str) -> str
     return text
 
 
-def _delimiter(props: Mapping[str, Any], value_format: Format) -> str:
-    """``VALUE_DELIMITER``: one character, or TAB / SPACE; only for DELIMITED (ksqlDB's rules)."""
-    raw = _prop(props, "VALUE_DELIMITER")
+def _delimiter(props: Mapping[str, Any], value_format: Format, prop: str = "VALUE_DELIMITER") -> str:
+    """``VALUE_DELIMITER`` (or ``KEY_DELIMITER`` of the key's format): one character, or TAB /
+    SPACE; only for DELIMITED (ksqlDB's rules)."""
+    raw = _prop(props, prop)
     if raw is None:
         return ","
     text = str(raw)
@@ -279,15 +280,25 @@ def _delimiter(props: Mapping[str, Any], value_format: Format) -> str:
     # ksqlDB's Delimiter.parse, run while the statement is prepared (hence the heading); Java's
     # trim() drops every character up to U+0020, so a lone tab or space is "empty"
     if not text.lstrip("".join(map(chr, range(0x21)))):
-        raise StatementError("Failed to prepare statement: Configuration VALUE_DELIMITER is invalid: Delimiter cannot be "
+        raise StatementError(f"Failed to prepare statement: Configuration {prop} is invalid: Delimiter cannot be "
                              "empty, if you meant to have a tab or space for delimiter, please use the special values "
                              "'TAB' or 'SPACE'\nExample valid value: ';'")
     if len(text) != 1 and text.upper() not in named:
-        raise StatementError(f"Failed to prepare statement: Configuration VALUE_DELIMITER is invalid: Invalid delimiter "
+        raise StatementError(f"Failed to prepare statement: Configuration {prop} is invalid: Invalid delimiter "
                              f"value: '{text}'. Delimiter must be a single character or TAB,SPACE\nExample valid value: ';'")
     if value_format is not Format.DELIMITED:
         raise StatementError(f"{value_format.value} does not support the following configs: [delimiter]")
     return named.get(text.upper(), text)
+
+
+def _sink_delimiter(props: Mapping[str, Any], fmt: Format, source_format: Format, source_delimiter: str,
+                    prop: str) -> str:
+    """A C*AS sink's delimiter of one side (``prop`` VALUE_DELIMITER or KEY_DELIMITER): its own,
+    else its source's when both sides are DELIMITED (ksqlDB's Analyzer.buildFormatInfo inherits a
+    format's properties from a source of the same format)."""
+    if _prop(props, prop) is None and fmt is Format.DELIMITED and source_format is Format.DELIMITED:
+        return source_delimiter
+    return _delimiter(props, fmt, prop)
 
 
 _UNIT_MS = {"MILLISECOND": 1, "SECOND": 1000, "MINUTE": 60_000, "HOUR": 3_600_000, "DAY": 86_400_000}
@@ -577,6 +588,7 @@ class StatementPlanner:
         key_format = _fmt(_prop(props, "KEY_FORMAT") or fmt or _default_format(self._default_key_format, "KEY"))
         check_format_properties(props, key_format, value_format)
         delimiter = _delimiter(props, value_format)
+        key_delimiter = _delimiter(props, key_format, "KEY_DELIMITER")
         _check_schema_ids(props, key_format, value_format, stmt.columns)
         key_name, value_name = full_schema_name(props, key=True), full_schema_name(props, key=False)
         recorded: dict[str, Any] = {}
@@ -652,7 +664,8 @@ class StatementPlanner:
         source = SourceInfo(
             name=stmt.name, kind=stmt.kind, topic=topic, key_format=key_format, value_format=value_format, columns=ordered,
             statement=stmt.text, partitions=n, replicas=replicas or 1, timestamp_column=ts_col, timestamp_format=ts_fmt,
-            value_delimiter=delimiter, window=window, read_only=stmt.read_only,
+            value_delimiter=delimiter, key_delimiter=key_delimiter, window=window,
+            read_only=stmt.read_only,
             key_schema_id=key_schema_id, value_schema_id=value_schema_id, key_schema_name=key_name,
             value_schema_name=value_name, value_unwrapped=unwrapped,
             key_protobuf_nullable=_protobuf_nullable(props, key_format, "KEY"),
@@ -734,7 +747,12 @@ class StatementPlanner:
         source = SourceInfo(
             name=stmt.name, kind=stmt.kind, topic=topic, key_format=key_format, value_format=value_format,
             columns=analyzed.columns, statement=stmt.text, partitions=n, replicas=replicas or 1, timestamp_column=ts_col,
-            timestamp_format=ts_fmt, value_delimiter=_delimiter(props, value_format), window=analyzed.window,
+            timestamp_format=ts_fmt,
+            value_delimiter=_sink_delimiter(props, value_format, from_source.value_format, from_source.value_delimiter,
+                                            "VALUE_DELIMITER"),
+            key_delimiter=_sink_delimiter(props, key_format, from_source.key_format, from_source.key_delimiter,
+                                          "KEY_DELIMITER"),
+            window=analyzed.window,
             key_schema_id=key_schema_id, value_schema_id=value_schema_id,
             key_schema_name=_sink_schema_name(props, key_format, from_source, key=True),
             value_schema_name=_sink_schema_name(props, value_format, from_source, key=False),

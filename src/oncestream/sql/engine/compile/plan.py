@@ -123,7 +123,7 @@ def key_layout_of(layout: RecordLayout) -> tuple[Any, ...]:
     """What decides a record key's bytes: format, key column types, delimiter, window kind, and
     in a registry format the subject and schema its codec frames with (ksqlDB writes a sink's key
     with the sink's schema, so a key read from another topic's subject is written again)."""
-    delimiter = layout.value_delimiter if layout.key_format is Format.DELIMITED else None
+    delimiter = layout.key_delimiter if layout.key_format is Format.DELIMITED else None
     codec = layout.key_codec
     framing = None if codec is None or codec.fmt == NO_REGISTRY else (codec.subject, codec.schema_id, codec.schema_name)
     return (layout.key_format, tuple(c.type for c in layout.key_columns), delimiter, layout.window, framing)

@@ -1,5 +1,5 @@
 """The Spark column form of ``oncestream.sql.engine.serde``: the same formats as expressions over a
-DataFrame's ``key``/``value`` binary columns (from_json / to_json / from_csv / to_csv and binary
+DataFrame's ``key``/``value`` binary columns (from_json / to_json / from_csv, DELIMITED written field by field, and binary
 conversions), so that a compiled query reads and writes exactly the bytes ``serde`` does.
 
 Everything stays in the JVM except KAFKA-format DOUBLE, which has no Spark SQL expression for its
@@ -19,6 +19,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from oncestream.spark.registry_formats import plain_value
+from oncestream.sql.engine.delimited_quoting import quoting_pattern
 from oncestream.sql.engine.processing_log import (
     current_processing_log,
     log_deserialization_error,
@@ -40,15 +41,11 @@ WINDOW_END = "WINDOWEND"
 _JSON_WRITE = {"ignoreNullFields": "false"}
 
 
-def _csv_options(delimiter: str, *, write: bool) -> dict[str, str]:
-    # RFC 4180 quoting (doubled quotes) as ksqlDB's commons-csv writes it; whitespace is data; a
-    # null is an empty field and an empty string is "" (Spark's emptyValue means the text written
-    # for "", and on read the text standing for "", so it is only set for writing).
-    options = {"sep": delimiter, "quote": '"', "escape": '"', "ignoreLeadingWhiteSpace": "false",
-               "ignoreTrailingWhiteSpace": "false", "nullValue": ""}
-    if write:
-        options["emptyValue"] = '""'
-    return options
+def _csv_options(delimiter: str) -> dict[str, str]:
+    # Reading: RFC 4180 quoting (doubled quotes); whitespace is data; an empty field is a null.
+    # (Writing does not use to_csv: its quoting is not ksqlDB's, see ``_quoted``.)
+    return {"sep": delimiter, "quote": '"', "escape": '"', "ignoreLeadingWhiteSpace": "false",
+            "ignoreTrailingWhiteSpace": "false", "nullValue": ""}
 
 
 def spark_type(t: SqlType) -> T.DataType:
@@ -329,7 +326,7 @@ def _decode(fmt: Format, columns: Sequence[Column], data: SparkColumn, delimiter
         # type, in the corrupt-record column (its fields are nulls or partial).
         schema = T.StructType([*(T.StructField(c.name, _wire_type(c.type)) for c in columns),
                                T.StructField(_CORRUPT, T.StringType())])
-        options = {**_csv_options(delimiter, write=False), "mode": "PERMISSIVE", "columnNameOfCorruptRecord": _CORRUPT}
+        options = {**_csv_options(delimiter), "mode": "PERMISSIVE", "columnNameOfCorruptRecord": _CORRUPT}
         parsed = F.from_csv(data.cast("string"), F.lit(_ddl(schema)), options)
         return ([from_wire(parsed.getField(c.name), c.type).alias(c.name) for c in columns],
                 present & parsed.getField(_CORRUPT).isNotNull())
@@ -434,6 +431,35 @@ def _strip_frame(data: SparkColumn) -> SparkColumn:
     return F.when(framed, F.substring(data, 6, 1 << 30)).otherwise(data)
 
 
+def _csv_text(col: SparkColumn, t: SqlType) -> SparkColumn:
+    """A DELIMITED field's text before quoting, null for a null (``serde.csv_text``)."""
+    text = to_wire(col, t).cast("string")
+    if t.base is BaseType.DECIMAL and t.scale:
+        return _plain_decimal(text, t.scale)
+    return text
+
+
+def _plain_decimal(text: SparkColumn, scale: int) -> SparkColumn:
+    """A DECIMAL's string cast written plain (ksqlDB's ``BigDecimal.toPlainString``).
+
+    Spark's cast writes a decimal held as a java.math.BigDecimal (precision above 18) with its
+    ``toString``, which has an exponent when the value is below 1E-6 (``0E-16``, ``-1.5E-10``).
+    Such a value (the scale is never negative) is ``0.`` then its unscaled digits (the mantissa's
+    digits) left-padded with zeros to the scale."""
+    digits = F.regexp_replace(F.regexp_extract(text, r"^-?([0-9.]+)E-", 1), r"\.", "")
+    sign = F.when(text.startswith("-"), F.lit("-")).otherwise(F.lit(""))
+    return F.when(text.contains("E-"), F.concat(sign, F.lit("0."), F.lpad(digits, scale, "0"))).otherwise(text)
+
+
+def _quoted(text: SparkColumn, delimiter: str, *, first: bool) -> SparkColumn:
+    """``text`` quoted by the commons-csv 1.4 rule of ``delimited_quoting`` (the same regex that
+    the Python serde searches), a null as an empty field."""
+    quoted = F.concat(F.lit('"'), F.regexp_replace(text, '"', '""'), F.lit('"'))
+    return (F.when(text.isNull(), F.lit(""))
+            .when(text.rlike(quoting_pattern(delimiter, first=first)), quoted)
+            .otherwise(text))
+
+
 def _ddl(schema: T.StructType) -> str:
     return ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in schema.fields)
 
@@ -454,8 +480,12 @@ def _encode(fmt: Format, columns: Sequence[Column], values: Mapping[str, SparkCo
         for c in columns:
             if c.type.base in (BaseType.ARRAY, BaseType.MAP, BaseType.STRUCT):
                 raise SerdeError(f"The 'DELIMITED' format does not support type '{c.type.base.value}'")
-        fields = [to_wire(values[c.name], c.type).alias(c.name) for c in columns]
-        return F.to_csv(F.struct(*fields), _csv_options(delimiter, write=True)).cast("binary")
+        texts = [_csv_text(values[c.name], c.type) for c in columns]
+        record = F.concat_ws(delimiter, *(_quoted(text, delimiter, first=i == 0) for i, text in enumerate(texts)))
+        if single_unwrapped and len(columns) == 1:
+            # a one-column key (or unwrapped value) that is null: a null record key/value
+            record = F.when(texts[0].isNull(), F.lit(None)).otherwise(record)
+        return record.cast("binary")
     if fmt is Format.KAFKA:
         if len(columns) != 1:
             raise SerdeError(f"The 'KAFKA' format only supports a single field. Got: {[c.name for c in columns]}")
@@ -503,7 +533,7 @@ def decode_key(layout: RecordLayout, key: SparkColumn) -> list[SparkColumn]:
     if layout.key_codec is not None:
         cols = _registry_decode(layout, layout.key_columns, data, key=True)
     else:
-        cols, suspect = _decode(layout.key_format, layout.key_columns, data, layout.value_delimiter,
+        cols, suspect = _decode(layout.key_format, layout.key_columns, data, layout.key_delimiter,
                                 single_unwrapped=True)
         if short is not None:
             short = key.isNotNull() & short
@@ -529,7 +559,7 @@ def encode_key(layout: RecordLayout, values: Mapping[str, SparkColumn], window_s
     if layout.key_codec is not None:
         data = _registry_encode(layout, layout.key_columns, values, key=True)
     else:
-        data = _encode(layout.key_format, layout.key_columns, values, layout.value_delimiter, single_unwrapped=True)
+        data = _encode(layout.key_format, layout.key_columns, values, layout.key_delimiter, single_unwrapped=True)
     if layout.window is None:
         return data
     if window_start is None:
