@@ -40,6 +40,26 @@ READY_TIMEOUT_S = 30.0
 HTTP_TIMEOUT_S = 30.0
 # How long a browser step waits for an element or a page state (every wait is bounded).
 BROWSER_WAIT_S = 20.0
+
+
+def page_replaced(old_page: Any) -> Callable[[Any], bool]:
+    """A wait condition: ``old_page`` (an element of the page before a click) is gone. Selenium's
+    ``staleness_of`` takes only ``StaleElementReferenceException`` for that; chromedriver 156 also
+    answers a node detached mid-navigation with "Node with given id does not belong to the
+    document" (an ``unknown error``), which means the same: the old page is gone."""
+    from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
+
+    def gone(_browser: Any) -> bool:
+        try:
+            old_page.is_enabled()
+        except StaleElementReferenceException:
+            return True
+        except WebDriverException as e:
+            if "does not belong to the document" in (e.msg or ""):
+                return True
+            raise
+        return False
+    return gone
 # Two console users: tests act as one and check that nothing can act as the other.
 USERS = {"alice": "alice-secret-1", "bob": "bob-secret-2"}
 

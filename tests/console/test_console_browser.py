@@ -14,7 +14,7 @@ from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support import expected_conditions as ec
 from selenium.webdriver.support.ui import WebDriverWait
 
-from tests.console.conftest import BROWSER_WAIT_S
+from tests.console.conftest import BROWSER_WAIT_S, page_replaced
 from tests.support.brokers import NO_INITIAL_REBALANCE_DELAY
 
 MODULE_BROKER_CONFIG = NO_INITIAL_REBALANCE_DELAY
@@ -42,7 +42,7 @@ def _submit(browser: WebDriver, button_id: str) -> None:
     element could find it on the old page)."""
     old_page = browser.find_element(By.TAG_NAME, "html")
     browser.find_element(By.ID, button_id).click()
-    WebDriverWait(browser, BROWSER_WAIT_S).until(ec.staleness_of(old_page))
+    WebDriverWait(browser, BROWSER_WAIT_S).until(page_replaced(old_page))
 
 
 def _fill(browser: WebDriver, element_id: str, text: str) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.console.conftest import BROWSER_WAIT_S
+from tests.console.conftest import BROWSER_WAIT_S, page_replaced
 from tests.support.sql_servers import LAZY_SPARK, SqlServerProcess
 
 pytestmark = [pytest.mark.interop, pytest.mark.spark,
@@ -63,7 +63,6 @@ def _run(browser: Any, sql: str) -> None:
     """Type ``sql`` into the editor and run it; a statement (a form POST) is waited for until the
     answering page has replaced this one, a SELECT streams into this page."""
     from selenium.webdriver.common.by import By
-    from selenium.webdriver.support import expected_conditions as ec
 
     editor = browser.find_element(By.ID, "sql-editor")
     editor.clear()
@@ -71,7 +70,7 @@ def _run(browser: Any, sql: str) -> None:
     page = browser.find_element(By.TAG_NAME, "html")
     browser.find_element(By.ID, "sql-run").click()
     if not sql.lstrip().upper().startswith("SELECT"):
-        _wait(browser, ec.staleness_of(page), f"the answer to {sql!r}")
+        _wait(browser, page_replaced(page), f"the answer to {sql!r}")
         _wait(browser, lambda b: b.find_elements(By.ID, "sql-editor"), f"the page answering {sql!r}")
 
 
@@ -87,7 +86,6 @@ def test_statements_catalog_explain_and_a_live_push_query(console_url: str, sql_
                                                          http_login: Callable[..., httpx.Client],
                                                          screenshot: Callable[[str], Path]) -> None:
     from selenium.webdriver.common.by import By
-    from selenium.webdriver.support import expected_conditions as ec
     from selenium.webdriver.support.ui import Select
 
     suffix = uuid.uuid4().hex[:6].upper()
@@ -108,7 +106,7 @@ def test_statements_catalog_explain_and_a_live_push_query(console_url: str, sql_
     assert query.find_elements(By.TAG_NAME, "td")[1].text.split()[0] in ("RUNNING", "PENDING")
     page = browser.find_element(By.TAG_NAME, "html")
     query.find_element(By.CSS_SELECTOR, "button").click()
-    _wait(browser, ec.staleness_of(page), "EXPLAIN's page")
+    _wait(browser, page_replaced(page), "EXPLAIN's page")
     explained = _wait(browser, lambda b: b.find_elements(By.ID, "sql-entities"), "EXPLAIN's answer")
     assert "queryDescription" in explained[0].text
     screenshot("sql-catalog-explain")
