@@ -151,6 +151,7 @@ def test_topics_are_renamed_per_case():
     assert isinstance(renamed(create, "qtt9_"), sql_ast.CreateSource)
     assert renamed(create, "qtt9_").properties["KAFKA_TOPIC"] == "qtt9_in"  # type: ignore[attr-defined]
     assert renamed(csas, "qtt9_").properties["KAFKA_TOPIC"] == "qtt9_B"  # type: ignore[attr-defined]
+    assert renamed(csas, "qtt9_", output_prefix="p-").properties["KAFKA_TOPIC"] == "qtt9_p-B"  # type: ignore[attr-defined]
     assert renamed(csas_named, "qtt9_").properties["KAFKA_TOPIC"] == "qtt9_c_topic"  # type: ignore[attr-defined]
     # The schema ids a case names are the ids its schemas got in the shared registry
     (by_id,) = parse("CREATE STREAM A WITH (kafka_topic='in', value_format='AVRO', value_schema_id=7, key_schema_id=3);")

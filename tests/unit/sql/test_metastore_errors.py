@@ -197,3 +197,26 @@ def test_the_server_config_sets_a_default_format_the_request_does_not():
     assert merged == {"ksql.persistence.default.format.value": "JSON", "ksql.persistence.default.format.key": "KAFKA"}
     assert _created_formats("CREATE STREAM s (k INT KEY, a INT) WITH (kafka_topic='raw');", merged) == \
         (Format.KAFKA, Format.JSON)
+
+
+@pytest.mark.parametrize(("sql", "properties", "topic"), [
+    # sink-topic-naming.json: the default topic of a C*AS is its name, upper case, after the prefix
+    ("CREATE STREAM OutPut AS SELECT * FROM orders;", {}, "OUTPUT"),
+    ("CREATE STREAM OUTPUT AS SELECT * FROM orders;", {"ksql.output.topic.name.prefix": "some-prefix-"},
+     "some-prefix-OUTPUT"),
+    # a named topic takes no prefix
+    ("CREATE STREAM OUTPUT WITH (KAFKA_TOPIC='Fred') AS SELECT * FROM orders;",
+     {"ksql.output.topic.name.prefix": "some-prefix-"}, "Fred"),
+])
+def test_the_output_topic_prefix_goes_before_a_default_sink_topic_only(sql: str, properties: dict[str, str],
+                                                                       topic: str):
+    ms = fresh()
+    (s,) = parse(sql)
+    ms.apply(ms.validate(s, properties, TOPICS), 100)
+    sink = ms.source("OUTPUT")
+    assert sink is not None
+    assert sink.topic == topic
+
+
+def test_the_server_config_sets_the_output_topic_prefix_the_request_does_not():
+    assert with_server_defaults({}, {"ksql.output.topic.name.prefix": "p-"}) == {"ksql.output.topic.name.prefix": "p-"}

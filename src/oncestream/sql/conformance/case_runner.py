@@ -60,6 +60,7 @@ from oncestream.sql.errors import KsqlError
 from oncestream.sql.language import sql_ast
 from oncestream.sql.language.catalog import SourceInfo
 from oncestream.sql.language.parser import parse
+from oncestream.sql.language.statement_plan import OUTPUT_TOPIC_PREFIX_CONFIG
 from oncestream.sql.server.commands import goes_to_command_topic
 from oncestream.sql.server.metastore import CommandResult, CreateTopic, DeleteTopic, Metastore, StartQuery, StopQuery
 
@@ -264,15 +265,16 @@ def topics_to_create(case: QttCase) -> dict[str, int]:
 
 
 def renamed(statement: sql_ast.Statement, prefix: str,
-            schema_ids: Mapping[int, int] | None = None) -> sql_ast.Statement:
+            schema_ids: Mapping[int, int] | None = None, output_prefix: str = "") -> sql_ast.Statement:
     """``statement`` writing and reading the case's own topics: ``prefix`` before KAFKA_TOPIC, and
-    a C*AS without one gets ``prefix`` + its sink name (ksqlDB's default topic). ``schema_ids``
+    a C*AS without one gets ``prefix`` + ``output_prefix`` (the case's ``ksql.output.topic.name.prefix``)
+    + its sink name (ksqlDB's default topic). ``schema_ids``
     maps the ids the case names (``KEY_SCHEMA_ID``/``VALUE_SCHEMA_ID``) to the ids its schemas got
     in the shared registry."""
     if isinstance(statement, (sql_ast.CreateSource, sql_ast.CreateAsSelect)):
         props = dict(statement.properties)
         if isinstance(statement, sql_ast.CreateAsSelect):
-            props["KAFKA_TOPIC"] = prefix + str(props.get("KAFKA_TOPIC") or statement.name)
+            props["KAFKA_TOPIC"] = prefix + str(props.get("KAFKA_TOPIC") or output_prefix + statement.name)
         elif props.get("KAFKA_TOPIC") is not None:
             props["KAFKA_TOPIC"] = prefix + str(props["KAFKA_TOPIC"])
         for name in _SCHEMA_ID_PROPS:
@@ -436,7 +438,8 @@ class CaseRun:
         except KsqlError as e:
             raise _Refused(e.message) from None
         for parsed in statements:
-            statement = renamed(parsed, self.prefix, self.schema_ids)
+            statement = renamed(parsed, self.prefix, self.schema_ids,
+                                str(self.properties.get(OUTPUT_TOPIC_PREFIX_CONFIG) or ""))
             try:
                 self._execute_one(statement)
             except KsqlError as e:

@@ -192,7 +192,11 @@ DEFAULT_KEY_FORMAT_CONFIG = "ksql.persistence.default.format.key"
 DEFAULT_VALUE_FORMAT_CONFIG = "ksql.persistence.default.format.value"
 # The configs whose server value a statement takes when its request does not set them (recorded
 # in the command, so every node applies the statement alike)
-STATEMENT_DEFAULT_CONFIGS = (WRAP_SINGLE_VALUES_CONFIG, DEFAULT_KEY_FORMAT_CONFIG, DEFAULT_VALUE_FORMAT_CONFIG)
+# ksqlDB's ksql.output.topic.name.prefix: put before the default topic name of a C*AS sink (its
+# name) when the statement names no KAFKA_TOPIC
+OUTPUT_TOPIC_PREFIX_CONFIG = "ksql.output.topic.name.prefix"
+STATEMENT_DEFAULT_CONFIGS = (WRAP_SINGLE_VALUES_CONFIG, DEFAULT_KEY_FORMAT_CONFIG, DEFAULT_VALUE_FORMAT_CONFIG,
+                             OUTPUT_TOPIC_PREFIX_CONFIG)
 
 
 def with_server_defaults(request: Mapping[str, Any], server: Mapping[str, Any]) -> dict[str, Any]:
@@ -378,6 +382,7 @@ class StatementPlanner:
         self._config_wrap = default_wrap(properties)
         self._default_key_format = (properties or {}).get(DEFAULT_KEY_FORMAT_CONFIG, Format.KAFKA.value)
         self._default_value_format = (properties or {}).get(DEFAULT_VALUE_FORMAT_CONFIG)
+        self._output_topic_prefix = str((properties or {}).get(OUTPUT_TOPIC_PREFIX_CONFIG) or "")
         self._headers_enabled = _bool_setting((properties or {}).get(HEADERS_COLUMNS_CONFIG),
                                               HEADERS_COLUMNS_CONFIG) is not False
 
@@ -709,7 +714,7 @@ class StatementPlanner:
                                  "sink.")
         props = stmt.properties
         from_source = analyzed.sources[analyzed.from_alias]
-        topic = str(_prop(props, "KAFKA_TOPIC") or stmt.name)
+        topic = str(_prop(props, "KAFKA_TOPIC") or self._output_topic_prefix + stmt.name)
         _check_format_choice(props)
         fmt = _prop(props, "FORMAT")
         value_raw = _prop(props, "VALUE_FORMAT") or fmt
