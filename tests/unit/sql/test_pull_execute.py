@@ -321,3 +321,14 @@ def test_values_are_json_ready(tmp_path):
                               "DT": 19000, "OK": True}])
         _h, rows = run_plan(_plan("SELECT * FROM T WHERE K = 'k'", table), table, store.reader("read_committed"))
     assert rows == [["k", "AP8=", 12.5, "2020-09-13T12:26:40.123", "2022-01-08", True]]
+
+
+def test_time_types_are_written_as_ksqldbs_rest_api_writes_them():
+    from oncestream.sql.engine.pull.execute import json_ready
+    from oncestream.sql.language import types as t
+
+    assert json_ready(1526075913000, t.TIMESTAMP) == "2018-05-11T21:58:33.000"
+    assert json_ready(-1, t.TIMESTAMP) == "1969-12-31T23:59:59.999"
+    assert json_ready(10, t.DATE) == "1970-01-11"
+    assert json_ready(-1, t.DATE) == "1969-12-31"
+    assert json_ready(60_000, t.TIME) == "00:01:00"

@@ -227,7 +227,8 @@ def _cast(value: Any, target: str) -> Any:
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
-def _timestamp_text(millis: int) -> str:
+def timestamp_text(millis: int) -> str:
+    """A TIMESTAMP (millis) as ksqlDB writes it: ``yyyy-MM-ddTHH:mm:ss.SSS`` in UTC."""
     stamp = _EPOCH + dt.timedelta(milliseconds=millis)
     return stamp.strftime("%Y-%m-%dT%H:%M:%S.") + f"{stamp.microsecond // 1000:03d}"
 
@@ -240,9 +241,14 @@ def _time_text(millis: int) -> str:
 
 # CAST(x AS STRING) of the time types (held as numbers in a row) as ksqlDB's SqlTimeTypes writes
 # them; the compiled form is compile.expressions._temporal_to_string
+def date_text(days: int) -> str:
+    """A DATE (days since the epoch) as ksqlDB writes it: ``yyyy-MM-dd``."""
+    return (_EPOCH.date() + dt.timedelta(days=days)).isoformat()
+
+
 _TEMPORAL_TEXT = {
-    BaseType.TIMESTAMP: _timestamp_text,
-    BaseType.DATE: lambda days: (_EPOCH.date() + dt.timedelta(days=days)).isoformat(),
+    BaseType.TIMESTAMP: timestamp_text,
+    BaseType.DATE: date_text,
     BaseType.TIME: _time_text,
 }
 

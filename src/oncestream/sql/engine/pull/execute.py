@@ -23,7 +23,7 @@ from oncestream.sql.engine.serde import RecordLayout, SerdeError, layout_of
 from oncestream.sql.errors import StatementError
 from oncestream.sql.language.analyzer import PULL_QUERY_HELP
 from oncestream.sql.language.catalog import ROWOFFSET, ROWPARTITION, ROWTIME, WINDOWEND, WINDOWSTART, SourceInfo
-from oncestream.sql.language.evaluate import check_supported, column_name, evaluate
+from oncestream.sql.language.evaluate import check_supported, column_name, date_text, evaluate, timestamp_text
 from oncestream.sql.language.sql_ast import SourceKind
 from oncestream.sql.language.types import BIGINT, BaseType, SqlType
 
@@ -99,10 +99,9 @@ def json_ready(value: Any, sql_type: SqlType) -> Any:
     if base is BaseType.DECIMAL or isinstance(value, decimal.Decimal):
         return float(value)
     if base is BaseType.TIMESTAMP and isinstance(value, int):
-        stamp = _EPOCH + dt.timedelta(milliseconds=value)
-        return stamp.strftime("%Y-%m-%dT%H:%M:%S.") + f"{stamp.microsecond // 1000:03d}"
+        return timestamp_text(value)
     if base is BaseType.DATE and isinstance(value, int):
-        return (_EPOCH.date() + dt.timedelta(days=value)).isoformat()
+        return date_text(value)
     if base is BaseType.TIME and isinstance(value, int):
         return (_EPOCH + dt.timedelta(milliseconds=value)).strftime("%H:%M:%S")
     if base is BaseType.ARRAY and sql_type.element is not None and isinstance(value, list):
