@@ -6,6 +6,7 @@ tests/spark/sql/fixtures/qtt/runner_cases.json (written here, not ksqlDB's)."""
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 from decimal import Decimal
 from pathlib import Path
@@ -289,3 +290,62 @@ def test_a_query_with_a_watermark_is_done_only_after_a_batch_without_input():
     windowed = {**at_end, "eventTime": {"watermark": "1970-01-01T00:00:00.002Z"}}
     assert not _consumed([{**windowed, "numInputRows": 3}], stable, query)
     assert _consumed([{**windowed, "numInputRows": 3}, {**windowed, "numInputRows": 0}], stable, query)
+
+
+def test_json_results_read_back_as_written(tmp_path):
+    """``--resume`` goes on from a ``--json`` file: what it holds reads back whole, families with
+    their goal rule and each result's engine revision included."""
+    from oncestream.sql.conformance.report import read_json, write_json
+
+    results = [
+        CaseResult("a.json", "a - 1", Outcome.PASS, seconds=1.25, engine="abc123"),
+        CaseResult("a.json", "a - 2", Outcome.FAIL, "topic OUT, record 0: value differ", engine="abc123+dirty"),
+        CaseResult("b.json", "b - 1", Outcome.OUT_OF_SCOPE, GAP.name, GAP, formats=("AVRO",), engine="abc123"),
+        CaseResult("b.json", "b - 2", Outcome.OUT_OF_SCOPE, CONNECTORS.name, CONNECTORS),
+    ]
+    path = tmp_path / "r.json"
+    write_json(str(path), results)
+    assert read_json(str(path)) == results
+    assert json_report(results)["engines"] == ["abc123", "abc123+dirty"]
+    assert not (tmp_path / "r.json.tmp").exists()
+
+
+def test_resume_runs_only_the_cases_the_results_file_lacks(tmp_path, capsys, monkeypatch):
+    """A run in parts: the cases the file already holds are kept (none is run again, so no
+    environment starts), a NOT_RUN one is run again, and the file is rewritten with all of them."""
+    import argparse
+
+    from oncestream.sql.conformance.command import cmd_sql_conformance
+    from oncestream.sql.conformance.report import read_json, write_json
+
+    all_cases = load_file(FIXTURE)
+    in_scope = [c for c in all_cases if static_family(c) is None]
+    held = [CaseResult(c.file, c.name, Outcome.PASS, engine="earlier") for c in in_scope]
+    path = tmp_path / "r.json"
+    write_json(str(path), held)
+    args = argparse.Namespace(path=str(FIXTURE), files="*.json", cases=None, interleave=False, resume=True,
+                              json_out=str(path), verbose=False, jobs=1, budget_s=None, bootstrap_server=None,
+                              spark_master="local[1]", schema_registry_url=None)
+    assert cmd_sql_conformance(args) == 0
+    out = capsys.readouterr().out
+    assert f"resuming: {len(held)} results kept from {path}, {len(all_cases) - len(in_scope)} cases to run" in out
+    after = read_json(str(path))
+    assert after[:len(held)] == held
+    assert {r.outcome for r in after[len(held):]} == {Outcome.OUT_OF_SCOPE}
+    assert len(after) == len(all_cases)
+    assert "measured on 2 engine revisions: " in out
+
+    # a case the machine kept from running is not a result: --resume runs it again
+    write_json(str(path), [dataclasses.replace(held[0], outcome=Outcome.NOT_RUN), *held[1:]])
+    import oncestream.sql.conformance.command as command
+
+    asked: list[str] = []
+    original = command.run_cases
+
+    def recording(cases: Any, *a: Any, **k: Any) -> Any:
+        asked.extend(c.name for c in cases if static_family(c) is None)
+        return original([c for c in cases if static_family(c) is not None], *a, **k)
+
+    monkeypatch.setattr(command, "run_cases", recording)
+    cmd_sql_conformance(args)
+    assert asked == [held[0].name]

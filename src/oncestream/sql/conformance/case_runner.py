@@ -98,6 +98,7 @@ class CaseResult:
     family: Family | None = None
     seconds: float = 0.0
     formats: tuple[str, ...] = ()   # the registry formats the case uses (per-format counts)
+    engine: str = ""                # the engine's revision the case ran on (``command.engine_revision``)
 
 
 class _Refused(Exception):

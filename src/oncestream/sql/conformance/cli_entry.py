@@ -35,6 +35,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--budget-s", type=float, default=None, help="start no case after this many seconds")
     p.add_argument("--interleave", action="store_true",
                    help="run the files' cases round-robin (with --budget-s: a sample of every file)")
+    p.add_argument("--resume", action="store_true",
+                   help="keep the results the --json file holds and run only the other cases "
+                        "(a run in parts; each result records its engine revision)")
     p.add_argument("--verbose", action="store_true", help="print every case's result and every failure")
 
 

@@ -5,14 +5,17 @@ are out of scope and why (docs/sql-conformance.md).
 
     oncestream sql-conformance PATH [--files GLOB] [--cases REGEX] [--jobs N] [--json OUT]
         [--bootstrap-server HOST:PORT] [--schema-registry-url URL] [--spark-master MASTER]
-        [--budget-s S] [--interleave] [--verbose]
+        [--budget-s S] [--interleave] [--resume] [--verbose]
 
 Without ``--bootstrap-server`` it starts its own broker (``oncestream broker`` with
 ``transaction.two.phase.commit.enable=true``, which the exactly-once sink needs) in a temporary
 directory, and an ``oncestream schema-registry`` on that broker unless ``--schema-registry-url``
 names one; one Spark session, one broker and one registry serve every case. Cases out of scope by their text
 are classified without starting either. ``--budget-s`` stops starting cases after that many
-seconds (the cases left are listed as not run, outside the totals).
+seconds (the cases left are listed as not run, outside the totals). ``--json OUT`` is rewritten
+after every case; ``--resume`` keeps the results OUT already holds and runs only the other cases,
+so the whole suite (hours on a small machine) can be measured in parts. Each result records the
+engine revision it ran on (``engine_revision``), and the report says when a total mixes several.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import fnmatch
 import re
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -33,7 +37,7 @@ from typing import Any
 from oncestream.spark.driver_python import default_spark_pythons
 from oncestream.sql.conformance.case_runner import CaseEnvironment, CaseResult, CaseRun, Outcome
 from oncestream.sql.conformance.qtt_format import QttCase, QttFormatError, load_file
-from oncestream.sql.conformance.report import text_report, write_json
+from oncestream.sql.conformance.report import read_json, text_report, write_json
 from oncestream.sql.conformance.scope import registry_formats, static_family
 from oncestream.sql.engine.runtime import is_spark_start_failure
 
@@ -101,11 +105,42 @@ def interleaved(cases: Sequence[QttCase]) -> list[QttCase]:
     return out
 
 
+def engine_revision() -> str:
+    """The engine's revision a result is measured on: the git commit of the source the
+    ``oncestream`` package runs from (``+dirty`` when that source has uncommitted changes), else
+    the installed package's version."""
+    import subprocess
+
+    import oncestream
+
+    source = Path(oncestream.__file__).resolve().parent
+    try:
+        commit = subprocess.run(["git", "-C", str(source), "rev-parse", "--short=12", "HEAD"], capture_output=True,
+                                text=True, timeout=10, check=True).stdout.strip()
+        changes = subprocess.run(["git", "-C", str(source), "status", "--porcelain", "--", "."], capture_output=True,
+                                 text=True, timeout=10, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            return f"oncestream {version('oncestream')}"
+        except PackageNotFoundError:
+            return "unknown"
+    return commit + ("+dirty" if changes else "")
+
+
+def case_key(file: str, name: str) -> tuple[str, str]:
+    """What identifies a case across runs (``--resume``)."""
+    return file, name
+
+
 def run_cases(cases: Sequence[QttCase], environment: Callable[[], CaseEnvironment] | CaseEnvironment, *,
               jobs: int = 1, budget_s: float | None = None,
-              on_result: Callable[[CaseResult], None] | None = None) -> tuple[list[CaseResult], list[QttCase]]:
+              on_result: Callable[[CaseResult], None] | None = None,
+              engine: str = "") -> tuple[list[CaseResult], list[QttCase]]:
     """Results of ``cases`` in their order, and the cases not started within ``budget_s``.
-    ``environment`` (or the factory making it) is only needed when a case must run."""
+    ``environment`` (or the factory making it) is only needed when a case must run; ``engine``
+    is the revision each result is stamped with."""
     results: dict[int, CaseResult] = {}
     to_run: list[tuple[int, QttCase]] = []
     for i, case in enumerate(cases):
@@ -114,7 +149,7 @@ def run_cases(cases: Sequence[QttCase], environment: Callable[[], CaseEnvironmen
             to_run.append((i, case))
             continue
         results[i] = CaseResult(case.file, case.name, Outcome.OUT_OF_SCOPE, family.name, family,
-                                formats=tuple(registry_formats(case)))
+                                formats=tuple(registry_formats(case)), engine=engine)
         if on_result is not None:
             on_result(results[i])
     not_run: list[QttCase] = []
@@ -134,6 +169,7 @@ def run_cases(cases: Sequence[QttCase], environment: Callable[[], CaseEnvironmen
                 result = CaseRun(case, env).run()
             if is_infrastructure_failure(result):
                 result = dataclasses.replace(result, outcome=Outcome.NOT_RUN)
+            result = dataclasses.replace(result, engine=engine)
             if on_result is not None:
                 on_result(result)
             return index, result
@@ -242,25 +278,49 @@ def environment(work_dir: Path, bootstrap: str | None, master: str,
 
 
 def cmd_sql_conformance(args: argparse.Namespace) -> int:
-    """The command: collect, run, print, write ``--json``."""
+    """The command: collect, run, print, write ``--json`` (after every case, so an interrupted
+    run keeps what it measured; with ``--resume`` the cases that file already holds are kept and
+    not run again)."""
     files = case_files(Path(args.path), args.files)
     cases, unreadable = collect_cases(files, args.cases)
     if args.interleave:
         cases = interleaved(cases)
     for problem in unreadable:
         print(f"unreadable: {problem}", file=sys.stderr)
+    kept: list[CaseResult] = []
+    if args.resume:
+        if not args.json_out:
+            print("--resume needs --json FILE (the results to go on from)", file=sys.stderr)
+            return 2
+        if Path(args.json_out).exists():
+            kept = [r for r in read_json(args.json_out) if r.outcome is not Outcome.NOT_RUN]
+        done = {case_key(r.file, r.name) for r in kept}
+        cases = [c for c in cases if case_key(c.file, c.name) not in done]
+        print(f"resuming: {len(kept)} results kept from {args.json_out}, {len(cases)} cases to run", flush=True)
+    engine = engine_revision()
+    new: list[CaseResult] = []
+    saving = threading.Lock()
 
     def show(result: CaseResult) -> None:
         if args.verbose:
             detail = f": {result.detail}" if result.detail else ""
             print(f"{result.outcome.value} {result.name} ({result.seconds:.1f} s){detail}", flush=True)
+        if args.json_out:
+            with saving:
+                new.append(result)
+                write_json(args.json_out, kept + new)
 
     with tempfile.TemporaryDirectory(prefix="oncestream-conformance-") as work, \
             environment(Path(work), args.bootstrap_server, args.spark_master, args.schema_registry_url) as make:
-        results, not_run = run_cases(cases, make, jobs=args.jobs, budget_s=args.budget_s, on_result=show)
-    print(text_report(results, verbose=args.verbose))
+        results, not_run = run_cases(cases, make, jobs=args.jobs, budget_s=args.budget_s, on_result=show,
+                                     engine=engine)
+    everything = kept + results
+    print(text_report(everything, verbose=args.verbose))
+    engines = sorted({r.engine for r in everything if r.engine})
+    if len(engines) > 1:
+        print(f"\nmeasured on {len(engines)} engine revisions: {', '.join(engines)}")
     if not_run:
         print(f"\nnot run (budget): {len(not_run)} cases of {len({c.file for c in not_run})} files")
     if args.json_out:
-        write_json(args.json_out, results)
+        write_json(args.json_out, everything)
     return 0

@@ -5,13 +5,16 @@ ratio (passes over the cases outside the excluded families)."""
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from oncestream.sql.conformance.case_runner import CaseResult, Outcome
+from oncestream.sql.conformance.scope import Family
 
 
 @dataclass
@@ -133,12 +136,36 @@ def json_report(results: Sequence[CaseResult]) -> dict[str, Any]:
         "total": counts(total),
         "files": {name: counts(t) for name, t in sorted(per_file.items())},
         "registryFormats": {fmt: counts(t) for fmt, t in sorted(tally_by_format(results).items())},
+        "engines": sorted({r.engine for r in results if r.engine}),
         "cases": [{"file": r.file, "name": r.name, "outcome": r.outcome.value, "detail": r.detail,
-                   "family": r.family.name if r.family else None, "seconds": round(r.seconds, 2),
-                   "formats": list(r.formats)} for r in results],
+                   "family": r.family.name if r.family else None,
+                   "familyCountsTowardGoal": bool(r.family and r.family.counts_toward_goal),
+                   "seconds": round(r.seconds, 2), "formats": list(r.formats), "engine": r.engine}
+                  for r in results],
     }
 
 
 def write_json(path: str, results: Sequence[CaseResult]) -> None:
-    with open(path, "w", encoding="utf-8") as f:
+    """``json_report`` written to ``path`` whole or not at all (a temporary file renamed over it),
+    so a run interrupted while saving keeps the previous save."""
+    target = Path(path)
+    scratch = target.with_name(target.name + ".tmp")
+    with open(scratch, "w", encoding="utf-8") as f:
         json.dump(json_report(results), f, indent=1)
+    os.replace(scratch, target)
+
+
+def read_json(path: str) -> list[CaseResult]:
+    """The results a ``write_json`` file holds (``--resume``). A file of an older runner without
+    ``familyCountsTowardGoal`` or ``engine`` reads as excluded families and an unknown engine."""
+    with open(path, encoding="utf-8") as f:
+        raw = json.load(f)
+    out = []
+    for case in raw.get("cases", []):
+        family = None
+        if case.get("family"):
+            family = Family(case["family"], bool(case.get("familyCountsTowardGoal", False)))
+        out.append(CaseResult(case["file"], case["name"], Outcome(case["outcome"]), case.get("detail") or "", family,
+                              float(case.get("seconds") or 0.0), tuple(case.get("formats") or ()),
+                              case.get("engine") or ""))
+    return out
