@@ -14,7 +14,7 @@ import pytest
 from pyspark.sql import functions as F
 
 from oncestream.sql.engine.compile.expressions import Scope, translate
-from oncestream.sql.language import functions_json
+from oncestream.sql.language import functions_json, zone_text
 from tests.spark.sql.golden import analyze, ddl
 from tests.spark.sql.golden import spark_plain as _plain
 
@@ -272,11 +272,16 @@ CASES: list[tuple[str, Any]] = [
     # array-min-max-sort.json: NULLs last in both directions
     ("ARRAY_SORT(ARRAY[3, NULL, 1])", [1, 3, None]), ("ARRAY_SORT(ARRAY[3, NULL, 1], 'desc')", [3, 1, None]),
     ("ARRAY_SORT(ARRAY['foo', NULL, 'F'], 'ASCENDING')", ["F", "foo", None]), ("ARRAY_SORT(NUMS, 'sideways')", None),
+    # timestamp-to-string.json: zone letters print the named zone's name and offset at the instant
+    ("TIMESTAMPTOSTRING(1526075913000, 'yyyy-MM-dd HH:mm:ss zzz', 'Europe/London')", "2018-05-11 22:58:33 BST"),
+    ("FORMAT_TIMESTAMP(TS, 'yyyy-MM-dd HH:mm:ss zzz', 'America/Los_Angeles')", "1969-12-31 16:00:00 PST"),
+    ("FORMAT_TIMESTAMP(TS, 'HH:mm''h''XXX', 'Asia/Kolkata')", "05:30h+05:30"),
 ]
 
 
 def test_functions_give_ksqldb_values_on_spark(sql_spark):
     functions_json.register_udfs(sql_spark)
+    zone_text.register_udfs(sql_spark)
     select = ", ".join(f"{e} AS E{i}" for i, (e, _) in enumerate(CASES))
     _statement, analyzed = analyze(f"SELECT {select} FROM SRC EMIT CHANGES;", {"SRC": SOURCE})
     frame = sql_spark.createDataFrame([tuple(ROW[c] for c in ROW)], SCHEMA)

@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from oncestream.sql.language import array_sets, java_text
+from oncestream.sql.language import array_sets, java_text, zone_text
 from oncestream.sql.language import types as t
 from oncestream.sql.language.function_catalog import (  # noqa: F401  (the catalog's frame, re-exported)
     _CATALOG,
@@ -238,12 +238,20 @@ def _tz_wrap(ts_sql: str, c: CallSite, index: int) -> str:
     return f"from_utc_timestamp({ts_sql}, {c.args[index]})" if len(c.args) > index else ts_sql
 
 
+def _zone_pattern(c: CallSite, millis_sql: str) -> str:
+    # zone letters print the named zone's name and offset, not the session's (zone_text explains)
+    if len(c.args) > 2 and zone_text.needs_zone_pattern(c.args[1]):
+        return f"{zone_text.ZONE_PATTERN_UDF}({c.args[1]}, {c.args[2]}, {millis_sql})"
+    return c.args[1]
+
+
 def _timestamptostring(c: CallSite) -> str:
-    return f"date_format({_tz_wrap(f'timestamp_millis({c.args[0]})', c, 2)}, {c.args[1]})"
+    return (f"date_format({_tz_wrap(f'timestamp_millis({c.args[0]})', c, 2)}, "
+            f"{_zone_pattern(c, f'CAST({c.args[0]} AS BIGINT)')})")
 
 
 def _format_timestamp(c: CallSite) -> str:
-    return f"date_format({_tz_wrap(c.args[0], c, 2)}, {c.args[1]})"
+    return f"date_format({_tz_wrap(c.args[0], c, 2)}, {_zone_pattern(c, f'unix_millis({c.args[0]})')})"
 
 
 def _parse_ts(c: CallSite) -> str:

@@ -47,7 +47,7 @@ from oncestream.sql.engine.compile.table_joins import JOIN_KEY
 from oncestream.sql.engine.serde import RecordLayout, layout_of
 from oncestream.sql.engine.serde_registry import NO_REGISTRY
 from oncestream.sql.errors import StatementError
-from oncestream.sql.language import functions_json
+from oncestream.sql.language import functions_json, zone_text
 from oncestream.sql.language.catalog import ROWTIME, WINDOWEND, WINDOWSTART, Column, Format, SourceInfo
 from oncestream.sql.language.sql_ast import Query, SourceKind, WindowKind, WindowSpec
 
@@ -178,6 +178,7 @@ def compile_query(spark: SparkSession, query: Query, analyzed: Any, settings: Re
     parallel to their expressions, WHERE, GROUP BY, HAVING, joins) into a streaming plan over our
     connector."""
     functions_json.register_udfs(spark)   # the JSON functions' Python UDFs (functions_json explains)
+    zone_text.register_udfs(spark)        # zone letters of a named zone's timestamps (zone_text explains)
     aliases = source_aliases(analyzed)
     columns: tuple[Column, ...] = tuple(analyzed.columns)
     expressions = tuple(analyzed.expressions)
