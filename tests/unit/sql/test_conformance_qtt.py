@@ -165,6 +165,14 @@ def test_topics_are_renamed_per_case():
         "topics": [{"name": "declared", "partitions": 2}],
         "inputs": [{"topic": "other", "value": None}]})
     assert topics_to_create(case) == {"declared": 2, "in": 1, "other": 1}
+    # a topic a CREATE gives PARTITIONS is that statement's, even when the inputs or ``topics``
+    # (without partitions) name it (fk-join.json "Should allow partition count mismatch")
+    (case,) = cases_of_test("f.json", {"name": "t", "statements": [
+        "CREATE TABLE L (K INT PRIMARY KEY) WITH (kafka_topic='left', partitions=128, value_format='JSON');",
+        "CREATE TABLE R (K INT PRIMARY KEY) WITH (kafka_topic='right', partitions=2, value_format='JSON');"],
+        "topics": [{"name": "right", "keyFormat": "AVRO"}],
+        "inputs": [{"topic": "left", "value": None}, {"topic": "right", "value": None}]})
+    assert topics_to_create(case) == {}
 
 
 def test_kafka_json_and_delimited_bytes():

@@ -251,17 +251,27 @@ _AS_SELECT = re.compile(r"\bAS\s+SELECT\b", re.IGNORECASE)
 def topics_to_create(case: QttCase) -> dict[str, int]:
     """Topics a case's harness creates before its statements, as ksqlDB's test does: its
     ``topics``, the topics of its CREATE STREAM/TABLE statements without PARTITIONS, and its
-    input topics (name -> partitions)."""
+    input topics (name -> partitions). A topic a CREATE gives PARTITIONS is left to that
+    statement (ksqlDB's ``TestCaseBuilderUtil.getAllTopics`` takes its partitions from the
+    statement), unless ``topics`` gives its partitions."""
     out: dict[str, int] = {}
-    for topic in case.topics:
-        out[str(topic["name"])] = int(topic.get("partitions") or 1)
+    by_statement: set[str] = set()
     for text in case.statements:
-        if _AS_SELECT.search(text) or _PARTITIONS.search(text):
+        if _AS_SELECT.search(text):
             continue
-        for name in _KAFKA_TOPIC.findall(text):
+        names = _KAFKA_TOPIC.findall(text)
+        if _PARTITIONS.search(text):
+            by_statement.update(names)
+            continue
+        for name in names:
             out.setdefault(name, 1)
+    for topic in case.topics:
+        name = str(topic["name"])
+        if topic.get("partitions") is not None or name not in by_statement:
+            out[name] = int(topic.get("partitions") or 1)
     for record in case.inputs:
-        out.setdefault(record.topic, 1)
+        if record.topic not in by_statement:
+            out.setdefault(record.topic, 1)
     return out
 
 
