@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from oncestream.sql.conformance.case_runner import _injected_topic, _refused, renamed
+from oncestream.sql.conformance.case_runner import _injected_topic, _refused, in_script, renamed
 from oncestream.sql.errors import StatementError
 from oncestream.sql.language import sql_ast
 from oncestream.sql.language.analyzer import analyze_query
@@ -75,3 +75,11 @@ def test_the_runner_compares_with_the_statement_text_without_its_injected_topic(
     (named,) = parse("CREATE TABLE OUTPUT WITH (KAFKA_TOPIC='out') AS SELECT f1, COUNT(*) AS c FROM TEST GROUP BY f1;")
     assert _injected_topic(named, renamed(named, "qtt7_")) is None
     assert _refused(StatementError("no text")).details is None
+
+
+def test_a_syntax_error_line_counts_the_statements_before_it():
+    """group-by.json "with groupings": ksqlDB's test parses the case's statements joined by
+    newlines, so the second statement's error is on line 2."""
+    assert in_script("line 1:74: Syntax Error\nmissing ')' at ','", 1) == "line 2:74: Syntax Error\nmissing ')' at ','"
+    assert in_script("line 1:5: Syntax Error\nx line 1:3", 0) == "line 1:5: Syntax Error\nx line 1:3"
+    assert in_script("Line: 1, Col: 3: refused", 2) == "Line: 1, Col: 3: refused"

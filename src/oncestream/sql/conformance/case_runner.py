@@ -58,7 +58,7 @@ from oncestream.sql.conformance.registry_records import REGISTRY_FORMATS, Regist
 from oncestream.sql.conformance.scope import Family, refusal_family, registry_formats, static_family
 from oncestream.sql.engine.insert_values import insert_target, values_row
 from oncestream.sql.engine.runtime import ERROR, QueryRuntime, checkpoint_location, sink_topic_config
-from oncestream.sql.errors import KsqlError
+from oncestream.sql.errors import KsqlError, ParseError
 from oncestream.sql.language import sql_ast
 from oncestream.sql.language.catalog import SourceInfo
 from oncestream.sql.language.parser import parse
@@ -100,6 +100,16 @@ class CaseResult:
     family: Family | None = None
     seconds: float = 0.0
     formats: tuple[str, ...] = ()   # the registry formats the case uses (per-format counts)
+
+
+# the place ANTLR gives a syntax error (``line 2:74: Syntax Error...``)
+_SYNTAX_LINE = re.compile(r"^line (\d+):")
+
+
+def in_script(message: str, lines_before: int) -> str:
+    """A syntax error's message with its line counted in the case's whole script (``lines_before``
+    lines come before the statement), as ksqlDB's test parses the case's statements as one text."""
+    return _SYNTAX_LINE.sub(lambda m: f"line {int(m.group(1)) + lines_before}:", message, count=1)
 
 
 class _Refused(Exception):
@@ -361,8 +371,10 @@ class CaseRun:
             self.env.create_topic(self._topic(name), partitions, {})
         try:
             self._register_topic_schemas()
+            lines_before = 0
             for text in case.statements:
-                self._execute(text)
+                self._execute(text, lines_before)
+                lines_before += text.count("\n") + 1
         except _Refused as refused:
             # the case's topics as the case names them (the prefix is the runner's renaming)
             message = str(refused).replace(self.prefix, "")
@@ -457,10 +469,15 @@ class CaseRun:
         return RegistrySide(self.env.registry, fmt, f"{source.topic}-{'key' if key else 'value'}", columns_proto,
                             source.key_schema_name if key else source.value_schema_name)
 
-    def _execute(self, text: str) -> None:
+    def _execute(self, text: str, lines_before: int = 0) -> None:
+        """Run one of the case's statements; ``lines_before``: the lines of the statements before
+        it, which ksqlDB's test parses as one text (its statements joined by newlines), so that
+        a syntax error's line counts them."""
         try:
             statements = parse(text, self.metastore.custom_types())
         except KsqlError as e:
+            if isinstance(e, ParseError):
+                e.message = in_script(e.message, lines_before)
             raise _refused(e) from None
         for parsed in statements:
             statement = renamed(parsed, self.prefix, self.schema_ids,
